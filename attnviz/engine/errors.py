@@ -1,0 +1,17 @@
+"""Errors a user can trigger. Each message carries the numbers or names involved."""
+
+
+class AttnvizError(Exception):
+    """Base class: anything the user can cause (bad file, bad input, bad numbers)."""
+
+
+class ModelLoadError(AttnvizError):
+    """A model folder or file that cannot be read."""
+
+
+class InputError(AttnvizError):
+    """Text or ids the model cannot take (too long, out of vocabulary...)."""
+
+
+class CalcError(AttnvizError, ValueError):
+    """Calculator input that would give a wrong or meaningless number."""

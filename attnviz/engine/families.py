@@ -1,0 +1,222 @@
+"""Per-family weight conversion and forward passes: BERT, GPT-2, and the Llama family.
+
+Weights are converted once at load into one layout: float32, every projection `[d_in, d_out]`
+(so `x @ w`), Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.config import ModelConfig
+from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.layers import (
+    ACTIVATIONS, apply_rope, attention_pattern, causal_mask, layer_norm, linear, merge_heads,
+    qkv_heads, repeat_kv, rms_norm, rope_cos_sin,
+)
+from attnviz.engine.weights import Checkpoint
+
+
+@dataclass(frozen=True)
+class Layer:
+    w_qkv: np.ndarray  # [d_model, (n_head + 2 n_kv_head) d_head]
+    b_qkv: np.ndarray | None
+    w_o: np.ndarray  # [n_head d_head, d_model]
+    b_o: np.ndarray | None
+    norm1: tuple  # (gain, bias) or (gain,)
+    norm2: tuple
+    w_in: np.ndarray  # [d_model, d_ff] (llama: [d_model, 2 d_ff], gate | up)
+    b_in: np.ndarray | None
+    w_out: np.ndarray  # [d_ff, d_model]
+    b_out: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class Weights:
+    tok_emb: np.ndarray  # [vocab, d_model] (memory-mapped where the file is float32)
+    pos_emb: np.ndarray | None  # [max_positions, d_model]
+    type_emb: np.ndarray | None  # [type_vocab, d_model]
+    emb_norm: tuple | None  # BERT's embedding LayerNorm
+    layers: tuple[Layer, ...]
+
+
+def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
+    for p in candidates:
+        if p + probe in ckpt:
+            return p
+    raise ModelLoadError(f"checkpoint has no tensor {probe!r} (tried prefixes {list(candidates)})")
+
+
+def _opt_bias(ckpt, name, size):
+    return ckpt.get(name, (size,)) if name in ckpt else None
+
+
+def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
+    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+
+def _cat_bias(parts):
+    if all(p is None for p in parts):
+        return None
+    if any(p is None for p in parts):
+        raise ModelLoadError("checkpoint has biases for some of Q/K/V but not all")
+    return np.concatenate(parts).astype(np.float32)
+
+
+def _t(w):  # nn.Linear [out, in] -> [in, out], contiguous float32
+    return np.ascontiguousarray(w.T, dtype=np.float32)
+
+
+def load_bert(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+    d, f = cfg.d_model, cfg.d_ff
+    p = _prefix(ckpt, "embeddings.word_embeddings.weight", ("", "bert."))
+    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
+
+    def norm(name):
+        return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
+
+    layers = []
+    for i in range(cfg.n_layer):
+        a = f"encoder.layer.{i}."
+        q, k, v = (g(f"{a}attention.self.{n}.weight", (d, d)) for n in ("query", "key", "value"))
+        bq, bk, bv = (g(f"{a}attention.self.{n}.bias", (d,)) for n in ("query", "key", "value"))
+        layers.append(Layer(
+            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=_cat_bias([bq, bk, bv]),
+            w_o=_t(g(a + "attention.output.dense.weight", (d, d))),
+            b_o=np.array(g(a + "attention.output.dense.bias", (d,))),
+            norm1=norm(a + "attention.output.LayerNorm"), norm2=norm(a + "output.LayerNorm"),
+            w_in=_t(g(a + "intermediate.dense.weight", (f, d))),
+            b_in=np.array(g(a + "intermediate.dense.bias", (f,))),
+            w_out=_t(g(a + "output.dense.weight", (d, f))),
+            b_out=np.array(g(a + "output.dense.bias", (d,))),
+        ))
+    return Weights(
+        tok_emb=g("embeddings.word_embeddings.weight", (cfg.vocab_size, d)),
+        pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
+        type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
+        emb_norm=norm("embeddings.LayerNorm"), layers=tuple(layers),
+    )
+
+
+def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+    d, f = cfg.d_model, cfg.d_ff
+    p = _prefix(ckpt, "wte.weight", ("", "transformer."))
+    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
+
+    def norm(name):
+        return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
+
+    layers = []
+    for i in range(cfg.n_layer):
+        a = f"h.{i}."
+        # Conv1D stores [in, out] already
+        layers.append(Layer(
+            w_qkv=np.ascontiguousarray(g(a + "attn.c_attn.weight", (d, 3 * d)), dtype=np.float32),
+            b_qkv=np.array(g(a + "attn.c_attn.bias", (3 * d,))),
+            w_o=np.ascontiguousarray(g(a + "attn.c_proj.weight", (d, d)), dtype=np.float32),
+            b_o=np.array(g(a + "attn.c_proj.bias", (d,))),
+            norm1=norm(a + "ln_1"), norm2=norm(a + "ln_2"),
+            w_in=np.ascontiguousarray(g(a + "mlp.c_fc.weight", (d, f)), dtype=np.float32),
+            b_in=np.array(g(a + "mlp.c_fc.bias", (f,))),
+            w_out=np.ascontiguousarray(g(a + "mlp.c_proj.weight", (f, d)), dtype=np.float32),
+            b_out=np.array(g(a + "mlp.c_proj.bias", (d,))),
+        ))
+    return Weights(tok_emb=g("wte.weight", (cfg.vocab_size, d)),
+                   pos_emb=g("wpe.weight", (cfg.max_positions, d)),
+                   type_emb=None, emb_norm=None, layers=tuple(layers))
+
+
+def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+    d, f = cfg.d_model, cfg.d_ff
+    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
+    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
+    layers = []
+    for i in range(cfg.n_layer):
+        a = f"layers.{i}."
+        sa = a + "self_attn."
+        q = g(sa + "q_proj.weight", (dq, d))
+        k = g(sa + "k_proj.weight", (dkv, d))
+        v = g(sa + "v_proj.weight", (dkv, d))
+        if cfg.qkv_bias:
+            biases = [g(sa + "q_proj.bias", (dq,)), g(sa + "k_proj.bias", (dkv,)),
+                      g(sa + "v_proj.bias", (dkv,))]
+        else:
+            biases = [None, None, None]
+        gate = g(a + "mlp.gate_proj.weight", (f, d))
+        up = g(a + "mlp.up_proj.weight", (f, d))
+        b_in = None
+        if cfg.mlp_bias:
+            b_in = np.concatenate([g(a + "mlp.gate_proj.bias", (f,)), g(a + "mlp.up_proj.bias", (f,))])
+        layers.append(Layer(
+            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=_cat_bias(biases),
+            w_o=_t(g(sa + "o_proj.weight", (d, dq))),
+            b_o=np.array(g(sa + "o_proj.bias", (d,))) if cfg.o_bias else None,
+            norm1=(np.array(g(a + "input_layernorm.weight", (d,))),),
+            norm2=(np.array(g(a + "post_attention_layernorm.weight", (d,))),),
+            w_in=_cat([gate.T, up.T]), b_in=b_in,
+            w_out=_t(g(a + "mlp.down_proj.weight", (d, f))),
+            b_out=np.array(g(a + "mlp.down_proj.bias", (d,))) if cfg.mlp_bias else None,
+        ))
+    return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
+                   type_emb=None, emb_norm=None, layers=tuple(layers))
+
+
+LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama}
+
+
+def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndarray:
+    """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32)."""
+    T = len(ids)
+    out = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
+    if T == 0:
+        return out
+    positions = np.arange(T)
+    act = ACTIVATIONS[cfg.activation]
+    # embeddings
+    x = np.asarray(w.tok_emb[ids], dtype=np.float32)  # [T, d_model]
+    if w.pos_emb is not None:
+        x = x + w.pos_emb[positions]
+    if w.type_emb is not None:
+        x = x + w.type_emb[0]
+    if w.emb_norm is not None:
+        x = layer_norm(x, *w.emb_norm, cfg.norm_eps)
+    mask = causal_mask(T, cfg.sliding_window) if cfg.causal else None
+    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.rope_theta else None
+    pre_norm = cfg.family != "bert"
+    norm = (lambda h, p: rms_norm(h, *p, cfg.norm_eps)) if cfg.family == "llama" else (
+        lambda h, p: layer_norm(h, *p, cfg.norm_eps))
+    last = cfg.n_layer - 1
+    for i, layer in enumerate(w.layers):
+        h = norm(x, layer.norm1) if pre_norm else x
+        # qkv projection, split into heads
+        q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        scale = 1.0 / np.sqrt(cfg.d_head)
+        if cfg.attn_scale_by_layer:
+            scale /= i + 1
+        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, mask)  # [n_head, T, T]
+        out[i] = pattern
+        if i == last:
+            break  # later computation cannot change any attention pattern
+        # weighted values, merge heads, output projection
+        attn = linear(merge_heads(pattern @ repeat_kv(v, cfg.n_group)), layer.w_o, layer.b_o)
+        if pre_norm:
+            x = x + attn
+            m = norm(x, layer.norm2)
+        else:
+            x = norm(x + attn, layer.norm1)
+            m = x
+        # mlp
+        hidden = linear(m, layer.w_in, layer.b_in)
+        if cfg.family == "llama":
+            gate, up = np.split(hidden, 2, axis=-1)
+            hidden = act(gate) * up
+        else:
+            hidden = act(hidden)
+        mlp = linear(hidden, layer.w_out, layer.b_out)
+        x = x + mlp if pre_norm else norm(x + mlp, layer.norm2)
+    return out

@@ -1,0 +1,139 @@
+"""The building blocks of a transformer forward pass, one small pure function each.
+
+Shape vocabulary: T tokens, d_model width, n_head query heads, n_kv_head key/value heads, d_head per head.
+A pattern is `[n_head, n_q, n_k]`: row q holds how query position q spreads its weight over the keys.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SQRT_HALF = np.float32(np.sqrt(0.5))
+SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
+
+
+def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], float32, row max subtracted
+    x = x - x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
+    mean = x.mean(axis=-1, keepdims=True)
+    centered = x - mean
+    var = np.mean(centered * centered, axis=-1, keepdims=True)
+    return centered / np.sqrt(var + np.float32(eps)) * gain + bias
+
+
+def rms_norm(x, gain, eps):  # [T, d] -> [T, d]
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    return x / np.sqrt(ms + np.float32(eps)) * gain
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Error function, Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, below float32's precision)."""
+    sign = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + np.float32(0.3275911) * a)
+    poly = t * (np.float32(0.254829592) + t * (np.float32(-0.284496736) + t * (
+        np.float32(1.421413741) + t * (np.float32(-1.453152027) + t * np.float32(1.061405429)))))
+    return sign * (1.0 - poly * np.exp(-a * a))
+
+
+def gelu_erf(x):  # exact GELU (BERT): x * Phi(x)
+    return np.float32(0.5) * x * (1.0 + erf(x * SQRT_HALF))
+
+
+def gelu_tanh(x):  # tanh approximation (GPT-2 "gelu_new")
+    return np.float32(0.5) * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + np.float32(0.044715) * x ** 3)))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+ACTIVATIONS = {
+    "gelu": gelu_erf,
+    "gelu_new": gelu_tanh,
+    "gelu_pytorch_tanh": gelu_tanh,
+    "gelu_fast": gelu_tanh,
+    "silu": silu,
+    "swish": silu,
+    "relu": relu,
+}
+
+
+def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
+    y = x @ w
+    if b is not None:
+        y += b
+    return y
+
+
+def split_heads(x, n_head):  # [T, n_head*d_head] -> [n_head, T, d_head]
+    T = x.shape[0]
+    return x.reshape(T, n_head, -1).transpose(1, 0, 2)
+
+
+def merge_heads(x):  # [n_head, T, d_head] -> [T, n_head*d_head]
+    n_head, T, d_head = x.shape
+    return x.transpose(1, 0, 2).reshape(T, n_head * d_head)
+
+
+def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head):
+    """The one place heads are split.
+
+    [T, d_model] -> q [n_head, T, d_head], k and v [n_kv_head, T, d_head].
+    The fused projection w_qkv is [d_model, (n_head + 2*n_kv_head) * d_head], columns ordered Q | K | V.
+    """
+    qkv = linear(x, w_qkv, b_qkv)  # [T, (n_head + 2 n_kv_head) d_head]
+    q_end = n_head * d_head
+    k_end = q_end + n_kv_head * d_head
+    q = split_heads(qkv[:, :q_end], n_head)
+    k = split_heads(qkv[:, q_end:k_end], n_kv_head)
+    v = split_heads(qkv[:, k_end:], n_kv_head)
+    return q, k, v
+
+
+def kv_group(n_head: int, n_kv_head: int) -> np.ndarray:  # [n_head]: the KV head each query head reads
+    return np.arange(n_head, dtype=np.int64) // (n_head // n_kv_head)
+
+
+def repeat_kv(x, n_group):  # [n_kv_head, T, d_head] -> [n_kv_head * n_group, T, d_head]
+    return x if n_group == 1 else np.repeat(x, n_group, axis=0)
+
+
+def rope_cos_sin(positions, d_head, theta):  # [T] -> cos, sin [T, d_head] (rotate-half layout)
+    inv_freq = 1.0 / (theta ** (np.arange(0, d_head, 2, dtype=np.float64) / d_head))
+    freqs = np.outer(positions.astype(np.float64), inv_freq).astype(np.float32)  # [T, d_head/2]
+    emb = np.concatenate([freqs, freqs], axis=-1)
+    return np.cos(emb), np.sin(emb)
+
+
+def apply_rope(x, cos, sin):  # [n, T, d_head] -> [n, T, d_head]
+    """Rotate-half RoPE, as Hugging Face checkpoints expect (not Meta's adjacent pairs)."""
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rotated * sin
+
+
+def causal_mask(T: int, window: int | None = None) -> np.ndarray:  # -> bool [T, T], True = may attend
+    q = np.arange(T)[:, None]
+    k = np.arange(T)[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed &= (q - k) < window
+    return allowed
+
+
+def attention_pattern(q, k, scale, mask=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
+    scores = q @ k.transpose(0, 2, 1)
+    scores *= np.float32(scale)
+    if mask is not None:
+        scores = np.where(mask, scores, np.float32(-np.inf))  # the diagonal is always allowed: no NaN rows
+    return softmax(scores)

@@ -1,0 +1,140 @@
+"""Loading a model folder and running text through it: the engine's public face."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine.config import ModelConfig, read_config
+from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.families import LOADERS, Weights, forward_attentions
+from attnviz.engine.layers import kv_group
+from attnviz.engine.tokenizer import TextTokenizer
+from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    text: str
+    tokens: list[str]
+    labels: list[str]
+    offsets: list[tuple[int, int]]
+    input_ids: np.ndarray  # int64 [T]
+    attentions: np.ndarray  # float32 [n_layer, n_head, T, T]
+    kv_group: np.ndarray  # int64 [n_head]
+    truncated: bool = False
+    n_tokens_full: int = 0
+    compute_s: float = 0.0
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.input_ids)
+
+
+class Model:
+    """A loaded model. Holds weights and tokenizer only: no per-call state, safe across threads."""
+
+    def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,
+                 tokenizer: TextTokenizer | None, license: str | None = None):
+        self.name = name
+        self.path = path
+        self.config = config
+        self.weights = weights
+        self.tokenizer = tokenizer
+        self.license = license
+        self.kv_group = kv_group(config.n_head, config.n_kv_head)
+
+    def __repr__(self):
+        c = self.config
+        return (f"Model({self.name!r}, {c.model_type}, {c.n_layer} layers x {c.n_head} heads, "
+                f"{c.n_kv_head} KV heads)")
+
+    def run(self, text: str | None = None, *, ids=None, truncate: bool = False) -> RunResult:
+        """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without)."""
+        t0 = time.perf_counter()
+        if (text is None) == (ids is None):
+            raise InputError("give either text or ids, not both")
+        if ids is not None:
+            ids = self._check_ids(ids)
+            text = ""
+            if self.tokenizer is not None:
+                tokens, labels = self.tokenizer.labels_for_ids(ids.tolist())
+            else:
+                tokens = labels = [str(i) for i in ids]
+            offsets = [(0, 0)] * len(ids)
+        else:
+            if self.tokenizer is None:
+                raise InputError(f"{self.name} has no tokenizer.json: run it on token ids instead")
+            enc = self.tokenizer.encode(text)
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
+            special = enc.special
+        n_full = len(ids)
+        limit = self.config.max_positions
+        truncated = False
+        if n_full > limit:
+            if not truncate:
+                raise InputError(f"sequence of {n_full} tokens is longer than this model's "
+                                 f"{limit} positions")
+            keep = list(range(limit))
+            if text and special[-1]:  # keep the closing special token ([SEP])
+                keep[-1] = n_full - 1
+            ids = ids[keep]
+            tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
+            truncated = True
+        attentions = forward_attentions(self.config, self.weights, ids)
+        return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
+                         input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
+                         truncated=truncated, n_tokens_full=n_full,
+                         compute_s=time.perf_counter() - t0)
+
+    def _check_ids(self, ids) -> np.ndarray:
+        try:
+            arr = np.asarray(list(ids))
+        except TypeError as exc:
+            raise InputError(f"ids must be a list of integers: {exc}") from exc
+        if arr.size == 0:
+            return np.zeros(0, dtype=np.int64)
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(f"ids must be a flat list of integers, got {ids!r}")
+        bad = arr[(arr < 0) | (arr >= self.config.vocab_size)]
+        if bad.size:
+            raise InputError(f"token id {int(bad[0])} is outside this model's vocabulary "
+                             f"0..{self.config.vocab_size - 1}")
+        return arr.astype(np.int64)
+
+
+def load_folder(path: Path, name: str | None = None, license: str | None = None) -> Model:
+    """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json])."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        if path.suffix in PICKLE_SUFFIXES:
+            raise refuse_pickle(path)
+        path = path.parent
+    if not path.is_dir():
+        raise ModelLoadError(f"no model folder at {path}")
+    config = read_config(path)
+    ckpt = Checkpoint(path)
+    weights = LOADERS[config.family](config, ckpt)
+    tok_path = path / "tokenizer.json"
+    tokenizer = TextTokenizer(tok_path) if tok_path.is_file() else None
+    if tokenizer is None:
+        log.warning("%s has no tokenizer.json: only token ids can be run", path)
+    return Model(name or path.name, path, config, weights, tokenizer,
+                 license=license or _read_license(path))
+
+
+def _read_license(path: Path) -> str | None:
+    readme = path / "README.md"
+    if not readme.is_file():
+        return None
+    for line in readme.read_text(encoding="utf-8", errors="replace").splitlines()[:40]:
+        if line.strip().lower().startswith("license:"):
+            return line.split(":", 1)[1].strip()
+    return None

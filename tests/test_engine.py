@@ -1,0 +1,253 @@
+"""Engine invariants, bad inputs and bad files. No Qt here."""
+
+import json
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, ModelLoadError, config_from_dict, load_model
+from attnviz.engine.layers import (
+    apply_rope, attention_pattern, causal_mask, erf, kv_group, repeat_kv, rope_cos_sin, softmax,
+)
+from attnviz.engine.weights import bf16_to_f32
+from tiny import llama_config, llama_tensors, tiny_llama, write_model
+
+SENTENCE = "The keys to the cabinet are on the table."
+
+
+def test_engine_import_loads_no_qt():
+    code = ("import sys, attnviz.engine, attnviz.engine.registry, attnviz.commands.engine_cmds; "
+            "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'attnviz.ui'))]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_minilm_run_shapes_and_rows(minilm):
+    r = minilm.run(SENTENCE)
+    assert r.tokens[0] == "[CLS]" and r.tokens[-1] == "[SEP]"
+    assert r.labels[2] == "keys" and r.labels[1] == "The"
+    T = len(r.tokens)
+    assert r.attentions.shape == (6, 12, T, T) and r.attentions.dtype == np.float32
+    np.testing.assert_allclose(r.attentions.sum(-1), 1.0, atol=1e-5)
+    assert list(r.kv_group) == list(range(12))
+    s, e = r.offsets[5]
+    assert SENTENCE[s:e] == "cabinet"
+
+
+def test_minilm_empty_and_ids(minilm):
+    r = minilm.run("")
+    assert r.tokens == ["[CLS]", "[SEP]"] and r.attentions.shape == (6, 12, 2, 2)
+    r = minilm.run(ids=[1996, 6309])
+    assert list(r.input_ids) == [1996, 6309] and r.tokens == ["the", "keys"]
+    assert minilm.run(ids=[]).attentions.shape == (6, 12, 0, 0)
+
+
+def test_too_long_text_names_both_numbers(minilm):
+    text = "word " * 600
+    with pytest.raises(InputError, match=r"60\d tokens .* 512 positions"):
+        minilm.run(text)
+    r = minilm.run(text, truncate=True)
+    assert r.truncated and r.n_tokens == 512 and r.n_tokens_full > 512 and r.tokens[-1] == "[SEP]"
+
+
+def test_bad_ids(minilm):
+    with pytest.raises(InputError, match="30522|outside"):
+        minilm.run(ids=[5, 40000])
+    with pytest.raises(InputError):
+        minilm.run(ids=[1.5, 2])
+    with pytest.raises(InputError):
+        minilm.run("a", ids=[1])
+
+
+def test_causal_upper_triangle_zero_and_groups(tmp_path):
+    model = load_model(tiny_llama(tmp_path / "gqa"))
+    r = model.run(ids=list(range(1, 12)))
+    upper = np.triu(np.ones((11, 11), bool), 1)
+    assert np.all(r.attentions[..., upper] == 0)
+    np.testing.assert_allclose(r.attentions.sum(-1), 1.0, atol=1e-5)
+    assert list(r.kv_group) == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_vectorised_attention_equals_per_head_loop():
+    rng = np.random.default_rng(1)
+    n_head, n_kv, T, d = 8, 2, 9, 16
+    q = rng.standard_normal((n_head, T, d)).astype(np.float32)
+    k = rng.standard_normal((n_kv, T, d)).astype(np.float32)
+    mask = causal_mask(T)
+    fast = attention_pattern(q, repeat_kv(k, n_head // n_kv), 0.25, mask)
+    groups = kv_group(n_head, n_kv)
+    for h in range(n_head):
+        scores = (q[h] @ k[groups[h]].T) * 0.25
+        scores[~mask] = -np.inf
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        np.testing.assert_allclose(fast[h], e / e.sum(-1, keepdims=True), atol=1e-6)
+
+
+def test_sliding_window_mask():
+    m = causal_mask(6, window=2)
+    assert m[5].tolist() == [False, False, False, False, True, True]
+
+
+def test_softmax_masked_row_never_nan():
+    x = np.array([[0.0, -np.inf, -np.inf], [1e30, -1e30, 0]], np.float32)
+    assert np.isfinite(softmax(x)).all()
+
+
+def test_rope_rotate_half_is_relative():
+    # q.k after RoPE depends only on the offset between positions (rotate-half layout)
+    rng = np.random.default_rng(0)
+    d = 8
+    q = rng.standard_normal((1, 1, d)).astype(np.float32)
+    k = rng.standard_normal((1, 1, d)).astype(np.float32)
+    cos, sin = rope_cos_sin(np.arange(20), d, 100.0)
+    dot = lambda i, j: (apply_rope(q, cos[i], sin[i]) @ apply_rope(k, cos[j], sin[j]).transpose(0, 2, 1)).item()  # noqa: E731
+    assert dot(3, 1) == pytest.approx(dot(12, 10), rel=1e-4)
+    assert dot(3, 1) != pytest.approx(dot(3, 2), rel=1e-3)
+    # rotate-half pairs dimension i with i + d/2, not adjacent pairs
+    x = np.zeros((1, 1, d), np.float32)
+    x[..., 0] = 1
+    y = apply_rope(x, cos[1], sin[1])
+    assert y[0, 0, d // 2] != 0 and y[0, 0, 1] == 0
+
+
+def test_erf_matches_math():
+    import math
+    xs = np.linspace(-5, 5, 101).astype(np.float32)
+    ref = np.array([math.erf(float(x)) for x in xs])
+    assert np.max(np.abs(erf(xs) - ref)) < 5e-7  # float32 rounding on top of 1.5e-7
+
+
+def test_bf16_bits():
+    f = np.array([1.0, -2.5, 3.140625], np.float32)
+    u16 = (f.view(np.uint32) >> 16).astype(np.uint16)
+    np.testing.assert_array_equal(bf16_to_f32(u16), f)
+
+
+def test_head_dim_explicit_and_rope_parameters():
+    base = llama_config(d_model=48, n_head=4, n_kv_head=2)
+    cfg = config_from_dict({**base, "head_dim": 16})
+    assert cfg.d_head == 16 and cfg.n_head * cfg.d_head != cfg.d_model
+    new_style = {k: v for k, v in base.items() if k != "rope_theta"}
+    new_style["rope_parameters"] = {"rope_type": "default", "rope_theta": 5e5}
+    assert config_from_dict(new_style).rope_theta == 5e5
+    assert config_from_dict(base).rope_theta == 1000.0
+    assert config_from_dict({**base, "model_type": "qwen2"}).qkv_bias
+
+
+# ---- bad files: each gives a ModelLoadError with a clear message -------------------------------
+
+def _good(tmp_path):
+    return tiny_llama(tmp_path / "m")
+
+
+def test_truncated_safetensors(tmp_path):
+    folder = _good(tmp_path)
+    f = folder / "model.safetensors"
+    f.write_bytes(f.read_bytes()[:-100])
+    with pytest.raises(ModelLoadError, match="not a valid safetensors"):
+        load_model(folder)
+
+
+def test_garbage_header(tmp_path):
+    folder = _good(tmp_path)
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 10**12) + b"garbage" * 10)
+    with pytest.raises(ModelLoadError, match="safetensors"):
+        load_model(folder)
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", 8) + b"notjson!")
+    with pytest.raises(ModelLoadError, match="safetensors"):
+        load_model(folder)
+
+
+def test_missing_tensor(tmp_path):
+    cfg = llama_config()
+    t = llama_tensors(cfg)
+    del t["model.layers.1.self_attn.k_proj.weight"]
+    with pytest.raises(ModelLoadError, match="layers.1.self_attn.k_proj"):
+        load_model(write_model(tmp_path / "m", cfg, t))
+
+
+def test_wrong_shape_prints_numbers(tmp_path):
+    cfg = llama_config()
+    t = llama_tensors(cfg)
+    t["model.layers.0.self_attn.q_proj.weight"] = np.zeros((31, 32), np.float32)
+    with pytest.raises(ModelLoadError, match=r"\[31, 32\].*\[32, 32\]"):
+        load_model(write_model(tmp_path / "m", cfg, t))
+
+
+def test_unknown_model_type(tmp_path):
+    cfg = llama_config(model_type="mamba")
+    with pytest.raises(ModelLoadError, match="'mamba' is not supported"):
+        load_model(write_model(tmp_path / "m", cfg, llama_tensors(llama_config())))
+
+
+@pytest.mark.parametrize("key,value", [("num_hidden_layers", 10**9), ("hidden_size", -4),
+                                       ("num_attention_heads", 0), ("vocab_size", "many"),
+                                       ("num_key_value_heads", 3)])
+def test_absurd_config(tmp_path, key, value):
+    cfg = llama_config()
+    folder = write_model(tmp_path / "m", cfg, llama_tensors(cfg))
+    cfg[key] = value
+    (folder / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError):
+        load_model(folder)
+
+
+def test_pickle_refused_with_conversion_hint(tmp_path):
+    folder = tmp_path / "pt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(llama_config()))
+    marker = tmp_path / "unpickled"
+    # a real pickle that would create a file if it were ever loaded
+    import pickle
+    class Evil:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(Evil()))
+    for target in (folder, folder / "pytorch_model.bin"):
+        with pytest.raises(ModelLoadError, match="never unpickles.*safetensors"):
+            load_model(target)
+    assert not marker.exists()
+
+
+def test_unknown_name():
+    with pytest.raises(ModelLoadError, match="attnviz models"):
+        load_model("no-such-model-xyz")
+
+
+# ---- command line ------------------------------------------------------------------------------
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnviz", *args], capture_output=True, text=True)
+
+
+def test_cli_attention_npz(tmp_path):
+    out = tmp_path / "a.npz"
+    proc = _cli("attention", "--text", SENTENCE, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    data = np.load(out)
+    assert list(data["tokens"])[:3] == ["[CLS]", "the", "keys"]
+    assert data["attentions"].dtype == np.float32 and data["attentions"].shape[:2] == (6, 12)
+    assert data["kv_group"].tolist() == list(range(12))
+    proc = _cli("attention", "--ids", "1996,6309,2000", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert np.load(out)["input_ids"].tolist() == [1996, 6309, 2000]
+
+
+def test_cli_bad_input_one_line(tmp_path):
+    for args in (["attention", "--ids", "1,x", "--out", str(tmp_path / "a.npz")],
+                 ["attention", "--model", str(tmp_path / "nope"), "--text", "a", "--out",
+                  str(tmp_path / "a.npz")],
+                 ["attention", "--text", "a", "--out", str(tmp_path / "no" / "dir" / "a.npz")]):
+        proc = _cli(*args)
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+def test_cli_models_lists_default():
+    proc = _cli("models")
+    assert proc.returncode == 0 and "all-MiniLM-L6-v2" in proc.stdout and "6 x 12" in proc.stdout
