@@ -1,0 +1,433 @@
+"""Head roles: scores computed from attention patterns, labels, the repeated-random probe, and find.
+
+Everything here is pure NumPy on `attentions [n_layer, n_head, T, T]` (rows sum to 1,
+`attentions[l, h, q, k]` = weight from query q to key k) and token ids `[T]`.
+
+Previous-token, duplicate-token and induction scores follow TransformerLens
+`detect_head(..., error_measure="mul")` exactly (transformer_lens/head_detector.py): a 0/1 detection
+pattern `D [T, T]` (lower triangular), optional zeroing of the first key column (`exclude_bos`) and of
+the diagonal (`exclude_current_token`) in the attention pattern `A`, then
+
+    score = sum(A * D) / sum(A)
+
+i.e. the share of the head's (remaining) attention mass that falls on the pattern's cells.
+Next-token, self and first-token sink use the same formula with their own pattern.
+
+Scores are what TransformerLens reports. Labels compare roles fairly with a *strength*: the score
+divided by the share of query rows that have at least one pattern cell (the most a perfect head can
+reach without exclusions; for a sequence repeated twice, duplicate and induction patterns exist only
+in the second half, so a perfect head scores about 0.5 there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+
+log = logging.getLogger(__name__)
+
+# roles a head can be labelled with, in tie-break order
+ROLES = ("previous", "next", "self", "sink", "duplicate", "induction")
+# descriptive numbers shown beside the role scores (no label, no threshold)
+METRICS = ("distance", "entropy")
+SCORE_NAMES = ROLES + METRICS
+MIXED = "mixed"
+
+# a head gets a role when its strength (score / share of rows with a pattern cell) clears this
+THRESHOLDS = {
+    "previous": 0.5,
+    "next": 0.5,
+    "self": 0.5,
+    "sink": 0.5,
+    "duplicate": 0.5,
+    "induction": 0.5,
+}
+# duplicate / induction need this many query rows with a pattern cell before any label is given
+MIN_ROWS = 3
+
+TITLES = {
+    "previous": "previous token",
+    "next": "next token",
+    "self": "self (current token)",
+    "sink": "first-token sink",
+    "duplicate": "duplicate token",
+    "induction": "induction",
+    "distance": "mean attention distance",
+    "entropy": "entropy",
+}
+
+_MUL = ("score = sum(A * D) / sum(A): the share of the head's attention mass A that lands on the "
+        "cells of the detection pattern D")
+_TL = " (TransformerLens detect_head, error_measure=\"mul\")"
+_EXCL = ("; 'exclude first token' zeroes column 0 of A and 'exclude current token' zeroes its "
+         "diagonal before summing")
+
+DEFINITIONS = {
+    "previous": ("Previous token: D[q, q-1] = 1 for q >= 1. " + _MUL + _TL + _EXCL + "."),
+    "next": ("Next token: D[q, q+1] = 1 for q < T-1 (only a bidirectional model can look ahead). "
+             + _MUL + _EXCL + "."),
+    "self": ("Self: D[q, q] = 1, the token attends to itself. " + _MUL
+             + "; no exclusions (they would remove the diagonal)."),
+    "sink": ("First-token sink: D[q, 0] = 1, attention parked on the first token ([CLS] or BOS). "
+             + _MUL + "; no exclusions (they would remove column 0)."),
+    "duplicate": ("Duplicate token: D[q, k] = 1 for k < q where token k is the same id as token q "
+                  "(an earlier copy). " + _MUL + _TL + _EXCL + ". Only rows whose token occurred "
+                  "before can score, so use the probe (a random sequence repeated twice)."),
+    "induction": ("Induction: D[q, k] = 1 for 1 <= k <= q where token k-1 is the same id as token q "
+                  "(the token that followed an earlier copy of the current token). " + _MUL + _TL
+                  + _EXCL + ". Only rows whose token occurred before can score, so use the probe."),
+    "distance": ("Mean attention distance: sum over k of A[q, k] * |q - k|, averaged over query "
+                 "rows q, in tokens."),
+    "entropy": ("Entropy: -sum over k of A[q, k] * log2 A[q, k], averaged over query rows q, in "
+                "bits (0 = all weight on one key; log2(n) = spread evenly over n keys)."),
+}
+
+LABEL_RULE = (
+    "Label: each head gets the role with the highest strength among those whose strength clears "
+    "the threshold (" + ", ".join(f"{r} {t:g}" for r, t in THRESHOLDS.items()) + "), and 'mixed' "
+    "otherwise. Strength = score / (share of query rows that have at least one cell in D), capped "
+    f"at 1; duplicate and induction need at least {MIN_ROWS} such rows."
+)
+
+
+# ---------------------------------------------------------------- detection patterns
+
+def previous_token_pattern(T):  # T -> D [T, T] bool
+    return np.eye(T, k=-1, dtype=bool)
+
+
+def next_token_pattern(T):  # T -> D [T, T] bool
+    return np.eye(T, k=1, dtype=bool)
+
+
+def self_pattern(T):  # T -> D [T, T] bool
+    return np.eye(T, dtype=bool)
+
+
+def first_token_pattern(T):  # T -> D [T, T] bool
+    d = np.zeros((T, T), dtype=bool)
+    d[:, 0] = True
+    return d
+
+
+def duplicate_token_pattern(ids):  # [T] -> D [T, T] bool
+    ids = np.asarray(ids)
+    eq = ids[:, None] == ids[None, :]
+    np.fill_diagonal(eq, False)  # a token is always a copy of itself: ignore
+    return np.tril(eq)
+
+
+def induction_pattern(ids):  # [T] -> D [T, T] bool
+    dup = duplicate_token_pattern(ids)
+    d = np.zeros_like(dup)
+    d[:, 1:] = dup[:, :-1]  # shift one key to the right: the token after the earlier copy
+    return np.tril(d)
+
+
+def detection_pattern(role, ids):  # role, [T] -> D [T, T] bool
+    """The 0/1 cells a role's score counts; what the window overlays on a head."""
+    T = len(ids)
+    makers = {
+        "previous": lambda: previous_token_pattern(T),
+        "next": lambda: next_token_pattern(T),
+        "self": lambda: self_pattern(T),
+        "sink": lambda: first_token_pattern(T),
+        "duplicate": lambda: duplicate_token_pattern(ids),
+        "induction": lambda: induction_pattern(ids),
+    }
+    if role not in makers:
+        raise InputError(f"no detection pattern for {role!r}; roles are {', '.join(ROLES)}")
+    return makers[role]()
+
+
+# ---------------------------------------------------------------- scores
+
+def mul_score(attn, pattern, exclude_bos=False, exclude_current_token=False):
+    """TransformerLens "mul": [..., T, T] x D [T, T] -> [...]; sum(A * D) / sum(A) after exclusions."""
+    a = np.array(attn, dtype=np.float64)  # copy: exclusions must not touch the caller's pattern
+    T = a.shape[-1]
+    assert a.shape[-2] == T and pattern.shape == (T, T), (a.shape, pattern.shape)
+    if exclude_bos:
+        a[..., :, 0] = 0.0
+    if exclude_current_token:
+        a[..., np.arange(T), np.arange(T)] = 0.0
+    num = (a * pattern).sum(axis=(-2, -1))
+    den = a.sum(axis=(-2, -1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+
+def mean_distance(attn):  # [..., T, T] -> [...], in tokens
+    T = attn.shape[-1]
+    pos = np.arange(T)
+    dist = np.abs(pos[:, None] - pos[None, :])  # [T, T]
+    return (np.asarray(attn, dtype=np.float64) * dist).sum(axis=-1).mean(axis=-1)
+
+
+def entropy(attn):  # [..., T, T] -> [...], in bits
+    a = np.asarray(attn, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(a > 0, a * np.log2(np.where(a > 0, a, 1.0)), 0.0)
+    return (-terms.sum(axis=-1)).mean(axis=-1)
+
+
+def row_coverage(pattern):  # D [T, T] -> (share of rows with a cell, number of such rows)
+    rows = int(pattern.any(axis=-1).sum())
+    return rows / pattern.shape[0], rows
+
+
+@dataclass(frozen=True)
+class HeadScores:
+    """Scores of every head. `scores[name]` and `strength[role]` are [n_layer, n_head]."""
+
+    scores: dict
+    strength: dict
+    coverage: dict  # role -> share of query rows with at least one pattern cell
+    labels: list  # [n_layer][n_head] of role names or "mixed"
+    exclude_bos: bool = False
+    exclude_current_token: bool = False
+    tokens: list = field(default_factory=list)  # display labels of the scored sequence
+
+    @property
+    def n_layer(self):
+        return len(self.labels)
+
+    @property
+    def n_head(self):
+        return len(self.labels[0]) if self.labels else 0
+
+    def cleared(self, role):
+        """Heads whose strength clears the role's threshold, strongest first: [(layer, head, strength)]."""
+        s = self.strength[role]
+        idx = np.argwhere(s >= THRESHOLDS[role])
+        hits = [(int(l), int(h), float(s[l, h])) for l, h in idx]
+        return sorted(hits, key=lambda t: (-t[2], t[0], t[1]))
+
+    def best(self, name):
+        """(layer, head, score) of the highest score for `name` (lowest for nothing: entropy too)."""
+        s = self.scores[name]
+        flat = np.where(np.isnan(s), -np.inf, s)
+        l, h = np.unravel_index(int(np.argmax(flat)), s.shape)
+        return int(l), int(h), float(s[l, h])
+
+    def unclaimed_roles(self):
+        """Roles no head clears: the window and CLI say so instead of inventing one."""
+        return [r for r in ROLES if not self.cleared(r)]
+
+    def to_json(self):
+        def clean(a):
+            return [[None if np.isnan(v) else round(float(v), 6) for v in row] for row in a]
+
+        return {
+            "scores": {name: clean(self.scores[name]) for name in SCORE_NAMES},
+            "strength": {role: clean(self.strength[role]) for role in ROLES},
+            "labels": self.labels,
+            "coverage": {role: round(float(c), 6) for role, c in self.coverage.items()},
+            "thresholds": dict(THRESHOLDS),
+            "min_rows": MIN_ROWS,
+            "exclude_bos": self.exclude_bos,
+            "exclude_current_token": self.exclude_current_token,
+            "definitions": {**DEFINITIONS, "label": LABEL_RULE},
+            "tokens": list(self.tokens),
+        }
+
+
+def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None):
+    """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores."""
+    attentions = np.asarray(attentions)
+    ids = np.asarray(ids)
+    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
+        raise InputError(f"attention patterns must be [n_layer, n_head, T, T]; got {attentions.shape}")
+    T = attentions.shape[-1]
+    if T < 2:
+        raise InputError(f"head scores need at least 2 tokens; got {T}")
+    if ids.shape != (T,):
+        raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
+    excl = {"exclude_bos": exclude_bos, "exclude_current_token": exclude_current_token}
+    scores, strength, coverage = {}, {}, {}
+    for role in ROLES:
+        d = detection_pattern(role, ids)
+        opts = excl if role in ("previous", "next", "duplicate", "induction") else {}
+        scores[role] = mul_score(attentions, d, **opts)
+        share, rows = row_coverage(d)
+        coverage[role] = share
+        enough = rows >= (MIN_ROWS if role in ("duplicate", "induction") else 1)
+        s = np.nan_to_num(scores[role] / share, nan=0.0) if enough else np.zeros(scores[role].shape)
+        strength[role] = np.minimum(s, 1.0)
+    scores["distance"] = mean_distance(attentions)
+    scores["entropy"] = entropy(attentions)
+    return HeadScores(
+        scores=scores, strength=strength, coverage=coverage, labels=label_heads(strength),
+        exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
+        tokens=list(tokens) if tokens is not None else [],
+    )
+
+
+def label_heads(strength, thresholds=THRESHOLDS):  # role -> [n_layer, n_head] -> [n_layer][n_head]
+    """Strongest role whose strength clears its threshold, else "mixed"."""
+    stack = np.stack([strength[r] for r in ROLES])  # [n_role, n_layer, n_head]
+    limits = np.array([thresholds[r] for r in ROLES])[:, None, None]
+    ok = stack >= limits
+    masked = np.where(ok, stack, -np.inf)
+    best = np.argmax(masked, axis=0)  # first role wins a tie
+    any_ok = ok.any(axis=0)
+    n_layer, n_head = best.shape
+    return [[ROLES[best[l, h]] if any_ok[l, h] else MIXED for h in range(n_head)]
+            for l in range(n_layer)]
+
+
+def score_result(result, exclude_bos=False, exclude_current_token=False):
+    """Scores for an engine RunResult."""
+    return score_heads(result.attentions, result.input_ids, exclude_bos=exclude_bos,
+                       exclude_current_token=exclude_current_token, tokens=result.labels)
+
+
+# ---------------------------------------------------------------- probe
+
+PROBE_LENGTH = 25
+PROBE_SEED = 0
+PROBE_NOTE = ("Probe: {n} token ids drawn at random (seed {seed}, without repeats when the vocabulary "
+              "allows) from the model's vocabulary, leaving out special tokens and bracketed "
+              "placeholders such as [unused5] or <0x0A>; the sequence is repeated twice and framed "
+              "with the special tokens the tokenizer adds to any text ({frame}).")
+
+_PLACEHOLDER = re.compile(r"^(\[.*\]|<.*>)$")
+
+
+def _tokenizer(model):
+    from tokenizers import Tokenizer
+
+    path = Path(model.path) / "tokenizer.json"
+    if not path.is_file():
+        raise InputError(f"the probe needs the model's tokenizer.json; not found at {path}")
+    tok = Tokenizer.from_file(str(path))
+    tok.no_padding()  # MiniLM's file pads to 128, which would count [PAD] as framing
+    tok.no_truncation()
+    return tok
+
+
+def _special_ids(model, tok):
+    ids = set()
+    path = Path(model.path) / "tokenizer.json"
+    if path.is_file():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        ids |= {int(t["id"]) for t in data.get("added_tokens", []) if t.get("special")}
+    raw = getattr(model.config, "raw", {}) or {}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id",
+                "sep_token_id", "cls_token_id", "mask_token_id", "decoder_start_token_id"):
+        v = raw.get(key)
+        for x in (v if isinstance(v, list) else [v]):
+            if isinstance(x, int):
+                ids.add(x)
+    return ids
+
+
+def probe_frame(model):
+    """(prefix ids, suffix ids): the special tokens the tokenizer puts around any text."""
+    tok = _tokenizer(model)
+    enc = tok.encode("a", add_special_tokens=True)
+    mask = list(enc.special_tokens_mask)
+    body = [i for i, m in enumerate(mask) if not m]
+    if not body:
+        return [], []
+    return list(enc.ids[: body[0]]), list(enc.ids[body[-1] + 1:])
+
+
+def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
+    """Random sequence repeated twice, framed like text: ([T] ids, note). Shortened to fit."""
+    tok = _tokenizer(model)
+    prefix, suffix = probe_frame(model)
+    room = (int(model.config.max_positions) - len(prefix) - len(suffix)) // 2
+    if room < 2:
+        raise InputError(f"model has {model.config.max_positions} positions: too few for a probe")
+    n = max(2, min(int(n), room))
+    special = _special_ids(model, tok)
+    size = min(int(model.config.vocab_size), tok.get_vocab_size(with_added_tokens=True))
+    pool = []
+    for i in range(size):
+        s = tok.id_to_token(i)
+        if i in special or s is None or _PLACEHOLDER.match(s):
+            continue
+        pool.append(i)
+    if len(pool) < 2:
+        raise InputError(f"only {len(pool)} ordinary tokens in this vocabulary: cannot build a probe")
+    rng = np.random.default_rng(seed)
+    seq = rng.choice(np.array(pool), size=n, replace=len(pool) < n).tolist()
+    ids = prefix + seq + seq + suffix
+    frame = " ... ".join(
+        filter(None, [" ".join(tok.id_to_token(i) for i in prefix),
+                      " ".join(tok.id_to_token(i) for i in suffix)])) or "none"
+    note = PROBE_NOTE.format(n=n, seed=seed, frame=frame)
+    return [int(i) for i in ids], note
+
+
+def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
+    """Run the probe through the model: (RunResult, note)."""
+    ids, note = probe_ids(model, n=n, seed=seed)
+    return model.run(ids=ids), note
+
+
+# ---------------------------------------------------------------- find
+
+class HeadHit(NamedTuple):
+    layer: int
+    head: int
+    weight: float
+
+
+def find(result, query_pos, key_pos):
+    """Every (layer, head) ranked by the weight from query_pos to key_pos, highest first."""
+    att = np.asarray(result.attentions)
+    T = att.shape[-1]
+    for name, p in (("query", query_pos), ("key", key_pos)):
+        if not 0 <= int(p) < T:
+            raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
+    w = att[:, :, int(query_pos), int(key_pos)]  # [n_layer, n_head]
+    hits = [HeadHit(l, h, float(w[l, h])) for l in range(w.shape[0]) for h in range(w.shape[1])]
+    return sorted(hits, key=lambda x: (-x.weight, x.layer, x.head))
+
+
+def _norm(s):
+    return s.strip().lower()
+
+
+def _listing(labels):
+    return " ".join(f"{lab}@{i}" for i, lab in enumerate(labels))
+
+
+def resolve_token(result, spec):
+    """Position of a token given as its display text, or `text@pos` when it occurs more than once."""
+    labels = list(result.labels)
+    raw = list(getattr(result, "tokens", labels))
+    spec = str(spec)
+    text, pos = spec, None
+    if "@" in spec[1:]:
+        head, tail = spec.rsplit("@", 1)
+        if tail.strip().lstrip("-").isdigit():
+            text, pos = head, int(tail)
+    if pos is not None:
+        if not 0 <= pos < len(labels):
+            raise InputError(f"position {pos} in {spec!r} is outside the {len(labels)} tokens "
+                             f"(0..{len(labels) - 1}): {_listing(labels)}")
+        if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
+            raise InputError(f"position {pos} holds {labels[pos]!r}, not {text!r}: {_listing(labels)}")
+        return pos
+    # case-insensitive on the display label or the tokenizer's own token string
+    exact = [i for i in range(len(labels))
+             if _norm(text) and _norm(text) in (_norm(labels[i]), _norm(raw[i]))]
+    if not exact:
+        raise InputError(f"token {text!r} is not in the text; its {len(labels)} tokens are: "
+                         f"{_listing(labels)}")
+    if len(exact) > 1:
+        where = ", ".join(f"{labels[i]}@{i}" for i in exact)
+        raise InputError(f"token {text!r} occurs {len(exact)} times (at positions "
+                         f"{', '.join(map(str, exact))}); pick one: {where}")
+    return exact[0]
