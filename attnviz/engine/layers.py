@@ -31,18 +31,30 @@ def rms_norm(x, gain, eps):  # [T, d] -> [T, d]
     return x / np.sqrt(ms + np.float32(eps)) * gain
 
 
+def _erfc_abs(z):  # z >= 0 -> 1 - erf(z), Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7)
+    t = np.float32(0.3275911) * z
+    t += 1.0
+    np.reciprocal(t, out=t)
+    poly = np.float32(1.061405429) * t
+    for c in (-1.453152027, 1.421413741, -0.284496736, 0.254829592):
+        poly += np.float32(c)
+        poly *= t
+    z2 = z * z
+    np.negative(z2, out=z2)
+    np.exp(z2, out=z2)
+    poly *= z2
+    return poly
+
+
 def erf(x: np.ndarray) -> np.ndarray:
-    """Error function, Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, below float32's precision)."""
-    sign = np.sign(x)
-    a = np.abs(x)
-    t = 1.0 / (1.0 + np.float32(0.3275911) * a)
-    poly = t * (np.float32(0.254829592) + t * (np.float32(-0.284496736) + t * (
-        np.float32(1.421413741) + t * (np.float32(-1.453152027) + t * np.float32(1.061405429)))))
-    return sign * (1.0 - poly * np.exp(-a * a))
+    """Error function to within 1.5e-7, below float32's precision (NumPy has no erf)."""
+    return np.sign(x) * (1.0 - _erfc_abs(np.abs(x)))
 
 
-def gelu_erf(x):  # exact GELU (BERT): x * Phi(x)
-    return np.float32(0.5) * x * (1.0 + erf(x * SQRT_HALF))
+def gelu_erf(x):  # exact GELU (BERT): x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+    half_tail = _erfc_abs(np.abs(x) * SQRT_HALF)
+    half_tail *= np.float32(0.5)
+    return x * np.where(x >= 0, np.float32(1.0) - half_tail, half_tail)
 
 
 def gelu_tanh(x):  # tanh approximation (GPT-2 "gelu_new")

@@ -125,7 +125,7 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None)
     tok_path = path / "tokenizer.json"
     tokenizer = TextTokenizer(tok_path) if tok_path.is_file() else None
     if tokenizer is None:
-        log.warning("%s has no tokenizer.json: only token ids can be run", path)
+        log.info("%s has no tokenizer.json: only token ids can be run", path)
     return Model(name or path.name, path, config, weights, tokenizer,
                  license=license or _read_license(path))
 
