@@ -9,9 +9,10 @@ PY="${PYTHON:-python3}"
 # System libraries that Qt needs (offscreen needs the first list, a real X display also the xcb ones).
 QT_LIBS="libegl1 libgl1 libfontconfig1 libglib2.0-0 libdbus-1-3 libxkbcommon0"
 XCB_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
-FONTS="fonts-dejavu-core fonts-noto-cjk fonts-noto-color-emoji"
-WANT="$QT_LIBS $FONTS"
-if [ "$MODE" = "app" ]; then WANT="$WANT $XCB_LIBS"; fi
+# Fonts: CJK and emoji render as empty boxes without the Noto ones (the window and image exports).
+FONTS="fonts-noto-cjk fonts-noto-color-emoji"
+WANT="$QT_LIBS fonts-dejavu-core"
+if [ "$MODE" = "app" ]; then WANT="$WANT $XCB_LIBS $FONTS"; fi
 MISSING=""
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in $WANT; do
