@@ -1,0 +1,55 @@
+"""Finding models: the bundled default, the Hugging Face cache (offline), folders by path."""
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine import find_models, load_model
+from conftest import FIXTURES
+
+
+def _fake_hf_cache_entry(repo_id: str, source: Path) -> Path:
+    """Lay out a model the way huggingface_hub's cache does: blobs, refs/main, snapshots/<rev>/."""
+    cache = Path(os.environ["HF_HUB_CACHE"])
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / rev
+    snap.mkdir(parents=True, exist_ok=True)
+    (repo / "blobs").mkdir(exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(rev)
+    for f in source.iterdir():
+        blob = repo / "blobs" / f"{f.name}.blob"
+        shutil.copy(f, blob)
+        target = snap / f.name
+        if not target.exists():
+            target.symlink_to(blob)
+    return snap
+
+
+def test_default_model_found_first():
+    models = find_models()
+    assert models[0].name == "all-MiniLM-L6-v2" and models[0].source == "package"
+    assert (models[0].n_layer, models[0].n_head, models[0].n_kv_head) == (6, 12, 12)
+
+
+def test_hf_cache_models_are_found_and_loaded_offline():
+    snap = _fake_hf_cache_entry("tiny-org/tiny-gqa", FIXTURES / "llama_gqa")
+    found = {m.name: m for m in find_models()}
+    assert "tiny-org/tiny-gqa" in found
+    info = found["tiny-org/tiny-gqa"]
+    assert info.source == "hf-cache" and (info.n_head, info.n_kv_head) == (8, 2)
+    assert Path(info.path) == snap
+    for name in ("tiny-org/tiny-gqa", "tiny-gqa"):
+        model = load_model(name)
+        ref = np.load(FIXTURES / "llama_gqa" / "expected.npz")
+        np.testing.assert_allclose(model.run(ids=ref["ids_1"].tolist()).attentions, ref["attn_1"],
+                                   atol=1e-4)
+
+
+def test_folder_and_file_paths(tmp_path):
+    model = load_model(str(FIXTURES / "bert"))
+    assert model.name == "bert" and model.config.family == "bert"
+    assert load_model(FIXTURES / "bert" / "model.safetensors").config.n_layer == 2
