@@ -1,0 +1,242 @@
+"""`attnviz calc`: shapes, parameters, FLOPs and KV cache of an attention layout or a real model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from attnviz.engine.calc import (
+    ARCH_STYLES, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
+    format_bytes, format_count,
+)
+from attnviz.engine.errors import CalcError
+from attnviz.engine.presets import Preset, get_preset, load_presets
+
+DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
+
+# flag -> CalcInputs field
+_FIELDS = {
+    "d_model": "d_model", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads",
+    "head_dim": "head_dim", "n_layers": "n_layers", "d_ff": "d_ff", "vocab": "vocab_size",
+    "max_positions": "max_positions", "seq_len": "seq_len", "batch": "batch",
+    "kv_dtype": "kv_dtype", "sliding_window": "sliding_window",
+    "sliding_window_layers": "sliding_window_layers",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "calc", help="shapes, parameters, FLOPs and KV-cache size of multi-head attention",
+        description="Shapes ([out, in]), parameters, FLOPs and KV cache of an attention layout: "
+                    "a preset of a real model, a model's config.json, or free numbers. Flags "
+                    "given with --preset or --config override the model's values.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--preset", metavar="ID", help="a real model (see --list-presets)")
+    src.add_argument("--config", metavar="PATH", help="a config.json, or a model folder holding one")
+    p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
+    p.add_argument("--d-model", type=int, metavar="N", help="model width")
+    p.add_argument("--n-heads", type=int, metavar="N", help="query heads")
+    p.add_argument("--n-kv-heads", type=int, metavar="N",
+                   help="key/value heads (default n-heads: MHA; 1: MQA; between: GQA)")
+    p.add_argument("--head-dim", type=int, metavar="N", help="width per head (default d-model / n-heads)")
+    p.add_argument("--n-layers", type=int, metavar="N", help="layers")
+    p.add_argument("--d-ff", type=int, metavar="N", help="MLP hidden width (for the model total)")
+    p.add_argument("--vocab", type=int, metavar="N", help="vocabulary size (for the model total)")
+    p.add_argument("--max-positions", type=int, metavar="N", help="longest context of the model")
+    p.add_argument("--seq-len", type=int, metavar="N",
+                   help=f"tokens in the cache (default: the model's max, else {DEFAULT_SEQ_LEN})")
+    p.add_argument("--batch", type=int, metavar="N", help="sequences (default 1)")
+    p.add_argument("--kv-dtype", choices=list(KV_DTYPE_BITS), help="cache dtype (default fp16)")
+    p.add_argument("--sliding-window", type=int, metavar="N", help="tokens a windowed layer keeps")
+    p.add_argument("--sliding-window-layers", metavar="SPEC",
+                   help="layers with the window: all (default), even, odd, or indices 0,2,4")
+    p.add_argument("--kv-lora-rank", type=int, metavar="N", help="MLA: compressed KV width")
+    p.add_argument("--qk-rope-head-dim", type=int, metavar="N", help="MLA: shared RoPE key width")
+    p.add_argument("--arch", choices=list(ARCH_STYLES),
+                   help="what the model total counts beyond attention (default llama: RMSNorm, "
+                        "no biases, gated MLP)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_calc)
+
+
+def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
+    """The preset or config given, with every explicit flag laid over it."""
+    preset = None
+    if args.preset:
+        preset = get_preset(args.preset)
+        base: dict = {}
+        inputs = preset.inputs
+    elif args.config:
+        inputs, base = _read_config(Path(args.config)), {}
+    else:
+        inputs, base = None, {"arch": ARCH_STYLES[args.arch or "llama"]}
+    overrides = {field: getattr(args, flag) for flag, field in _FIELDS.items()
+                 if getattr(args, flag) is not None}
+    if args.arch and inputs is not None:
+        overrides["arch"] = ARCH_STYLES[args.arch]
+    if args.kv_lora_rank is not None or args.qk_rope_head_dim is not None:
+        old = inputs.mla if inputs is not None else None
+        overrides["mla"] = MLA(
+            kv_lora_rank=args.kv_lora_rank if args.kv_lora_rank is not None else
+            (old.kv_lora_rank if old else 512),
+            qk_rope_head_dim=args.qk_rope_head_dim if args.qk_rope_head_dim is not None else
+            (old.qk_rope_head_dim if old else 64),
+            qk_nope_head_dim=old.qk_nope_head_dim if old else None,
+            v_head_dim=old.v_head_dim if old else None,
+            q_lora_rank=old.q_lora_rank if old else None)
+    if inputs is None:
+        missing = [f"--{f.replace('_', '-')}" for f in ("d_model", "n_heads", "n_layers")
+                   if f not in overrides]
+        if missing:
+            raise CalcError("give --preset ID, --config PATH, or at least --d-model, --n-heads and "
+                            f"--n-layers (missing: {', '.join(missing)})")
+        inputs = CalcInputs(**base, **overrides)
+    else:
+        inputs = replace(inputs, **overrides)
+    if inputs.seq_len is None and inputs.max_positions is None:
+        inputs = replace(inputs, seq_len=DEFAULT_SEQ_LEN)
+    return inputs, preset
+
+
+def _read_config(path: Path) -> CalcInputs:
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CalcError(f"cannot read {path}: {exc}") from None
+    return calc_inputs_from_config(raw)
+
+
+def cmd_calc(args) -> int:
+    if args.list_presets:
+        return list_presets(args.json)
+    inputs, preset = inputs_from_args(args)
+    result = calculate(inputs)
+    if args.json:
+        out = result.to_dict()
+        if preset is not None:
+            out["preset"] = {k: preset.raw.get(k) for k in (
+                "id", "name", "attention_type", "attention_notes", "source", "nominal_params",
+                "known_total_params")}
+        print(json.dumps(out, indent=1, ensure_ascii=False))
+    else:
+        print(render_table(result, preset))
+    return 0
+
+
+def list_presets(as_json: bool) -> int:
+    presets = load_presets()
+    if as_json:
+        print(json.dumps([p.raw for p in presets.values()], indent=1, ensure_ascii=False))
+        return 0
+    rows = [("ID", "NAME", "KIND", "d_model", "heads/kv x d_head", "layers", "max ctx",
+             "KV/token fp16")]
+    for p in presets.values():
+        r = calculate(p.inputs)
+        kv = "latent" if r.attention_kind == "MLA" else str(r.inputs.n_kv_heads)
+        rows.append((p.id, p.name, r.attention_kind, str(p.inputs.d_model),
+                     f"{p.inputs.n_heads}/{kv} x {r.d_head}", str(p.inputs.n_layers),
+                     f"{p.inputs.max_positions:,}", format_bytes(r.kv_bytes_per_token)))
+    print(_columns(rows))
+    return 0
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _n(n: int) -> str:
+    """`6738415616` -> `6,738,415,616 (6.74 B)`."""
+    return f"{n:,}" + (f" ({format_count(n)})" if n >= 1000 else "")
+
+
+def _b(n: int) -> str:
+    """`2147483648` -> `2,147,483,648 bytes (2 GiB)`."""
+    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
+
+
+def render_table(r: CalcResult, preset: Preset | None = None) -> str:
+    i, f = r.inputs, r.formulas
+    T = i.seq_len
+    lines = []
+    title = f"{preset.name} ({preset.id})" if preset else "attention layout"
+    lines.append(f"{title}: {r.attention_kind}, KV cache in {i.kv_dtype}, seq_len {T:,}, "
+                 f"batch {i.batch}")
+    if preset:
+        lines.append(f"source: {preset.source}")
+    lines.append(f"conventions: {CONVENTIONS_SHORT}")
+
+    lines += ["", "Dimensions"]
+    kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_heads)
+    lines.append(f"  d_model {i.d_model}   n_heads {i.n_heads}   n_kv_heads {kv}   d_head {r.d_head}"
+                 f"   n_layers {i.n_layers}   query heads per KV head {r.group_size}")
+    lines.append(f"  d_head: {f['d_head']}")
+    if i.sliding_window:
+        lines.append(f"  sliding window {i.sliding_window:,} tokens on layers "
+                     f"{i.sliding_window_layers or 'all'}")
+
+    lines += ["", "Weight shapes [out, in]"]
+    rows = [(f"  {name}", str(list(shape)), f.get(name, "")) for name, shape in r.shapes.items()]
+    lines.append(_columns(rows))
+    lines += ["", f"Activations (T = {T:,})"]
+    rows = [(f"  {name}", str(list(shape)), f.get(name, ""))
+            for name, shape in r.activation_shapes.items()]
+    lines.append(_columns(rows))
+
+    lines += ["", "Parameters"]
+    rows = [("  attention per layer", _n(r.attn_params_per_layer), f["attn_params_per_layer"]),
+            ("  attention, all layers", _n(r.attn_params_total), f"· {i.n_layers} layers")]
+    mp = r.model_params
+    if mp:
+        rows.append(("  whole model", _n(mp["total"]), f"non-embedding {format_count(mp['non_embedding'])}"))
+        if "active" in mp:
+            rows.append(("  active per token (MoE)", _n(mp["active"]), ""))
+    else:
+        rows.append(("  whole model", "-", "needs --d-ff and --vocab"))
+    if preset and preset.known_total_params:
+        ok = "matches" if mp and mp["total"] == preset.known_total_params else "DIFFERS from"
+        rows.append(("  known total", _n(preset.known_total_params), f"{ok} the computed total"))
+    elif preset and preset.nominal_params and mp:
+        rows.append(("  nominal size", format_count(preset.nominal_params),
+                     f"{preset.raw.get('nominal_params_source', '')}; computed/nominal "
+                     f"{mp['total'] / preset.nominal_params:.3f}"))
+    lines.append(_columns(rows))
+
+    fl = r.flops
+    lines += ["", f"FLOPs per new token at context {T:,} (forward)"]
+    rows = [("  projections (Q, K, V, O)", _n(fl["projections_per_token"])),
+            ("  Q·Kᵀ", _n(fl["qk_per_token"])),
+            ("  weights·V", _n(fl["av_per_token"])),
+            ("  attention total", _n(fl["attention_per_token"]))]
+    lines.append(_columns(rows))
+    hv = fl["heads_vs_one_head"]
+    lines.append(f"  {i.n_heads} heads of {r.d_head} vs one head of {i.n_heads * r.d_head}: "
+                 f"matmul FLOPs ratio {hv['ratio']:.3f}; softmax over {i.n_heads}x more scores "
+                 f"({hv['n_heads_softmax_elements']:,} vs {hv['one_head_softmax_elements']:,})")
+
+    lines += ["", f"KV cache ({i.kv_dtype}, {r.kv_bits_per_element} bits per element)"]
+    rows = [("  per token per layer", _b(r.kv_bytes_per_token_per_layer),
+             f["kv_bytes_per_token_per_layer"]),
+            ("  per token", _b(r.kv_bytes_per_token), f["kv_bytes_per_token"]),
+            (f"  sequence of {T:,} tokens", _b(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
+            (f"  batch of {i.batch}", _b(r.kv_bytes_total), f["kv_bytes_total"])]
+    lines.append(_columns(rows))
+
+    lines += ["", "MHA / as given / MQA"]
+    rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x {i.batch}", "reduction")]
+    for v in r.compare.values():
+        rows.append((f"  {v.label}", "latent" if v.n_kv_heads is None else str(v.n_kv_heads),
+                     format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
+                     f"{v.reduction_vs_mha:.2f}x"))
+    lines.append(_columns(rows))
+    for w in r.warnings:
+        lines.append(f"note: {w}")
+    return "\n".join(lines)
+
+
+CONVENTIONS_SHORT = ("shapes [out, in]; multiply-add = 2 FLOPs; KiB/MiB/GiB are binary (1024); "
+                     "quantised caches without scales")

