@@ -409,7 +409,7 @@ def resolve_token(result, spec):
     raw = list(getattr(result, "tokens", labels))
     spec = str(spec)
     text, pos = spec, None
-    if "@" in spec[1:]:
+    if "@" in spec:
         head, tail = spec.rsplit("@", 1)
         if tail.strip().lstrip("-").isdigit():
             text, pos = head, int(tail)
