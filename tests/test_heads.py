@@ -276,3 +276,61 @@ def test_probe_is_cut_to_fit_the_positions(minilm):
     ids, note = H.probe_ids(minilm, n=10_000)
     assert len(ids) <= minilm.config.max_positions
     assert f"{(len(ids) - 2) // 2} token ids" in note
+
+
+# ---------------------------------------------------------------- command line
+
+def _cli(capsys, *argv):
+    from attnviz.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_heads_json_on_text(capsys, minilm):
+    import json
+
+    text = "The keys to the cabinet are on the table."
+    rc, out, _ = _cli(capsys, "heads", "--text", text, "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    hs = H.score_result(minilm.run(text))
+    assert doc["labels"] == hs.labels
+    assert set(doc["scores"]) == set(H.SCORE_NAMES)
+    assert len(doc["scores"]["previous"]) == 6 and len(doc["scores"]["previous"][0]) == 12
+    np.testing.assert_allclose(doc["scores"]["previous"], hs.scores["previous"], atol=1e-6)
+    assert doc["best"]["previous"]["score"] >= 0.9
+    assert "induction" in doc["no_head_clears"]
+    assert "TransformerLens" in doc["definitions"]["previous"]
+
+
+def test_cli_heads_table_on_textbook_probe(capsys):
+    rc, out, _ = _cli(capsys, "heads", "--model", "attnviz-textbook", "--probe")
+    assert rc == 0
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("0", "0", "previous"), ("0", "1", "duplicate"), ("0", "2", "self"),
+        ("1", "0", "induction"), ("1", "1", "sink"), ("1", "2", "mixed")]
+    assert "How the textbook heads were built" in out
+    assert "next token: none (a causal model cannot attend ahead)" in out
+
+
+def test_cli_find_json_and_errors(capsys):
+    import json
+
+    text = "The keys to the cabinet are on the table."
+    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "keys", "--json",
+                      "--top", "3")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["from"] == {"token": "are", "position": 6}
+    assert doc["to"] == {"token": "keys", "position": 2}
+    assert len(doc["heads"]) == 3
+    assert doc["heads"][0]["weight"] >= doc["heads"][1]["weight"] >= doc["heads"][2]["weight"]
+    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the")
+    assert rc == 2 and "occurs 3 times" in err and "the@4" in err
+    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "drawer")
+    assert rc == 2 and "'drawer' is not in the text" in err
+    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the@4")
+    assert rc == 0 and "'the'@4 (key)" in out and len(out.splitlines()) == 2 + 72

@@ -1,0 +1,139 @@
+"""`attnviz heads` (role scores and labels of every head) and `attnviz find` (which heads send A to B)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.engine import heads as H
+from attnviz.engine import textbook
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("heads", help="score every head's role (previous token, induction, ...)",
+                       description="Score every head of a model on a text or on the repeated-random "
+                                   "probe, label it with its strongest role, and print the "
+                                   "definitions beside the numbers.")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="text to score (the model's special tokens are added)")
+    src.add_argument("--probe", action="store_true",
+                     help="score a random token sequence repeated twice (duplicate and induction "
+                          "heads show up whatever the text)")
+    p.add_argument("--probe-length", type=int, default=H.PROBE_LENGTH,
+                   help="random tokens before the repeat (default: %(default)s; cut to fit)")
+    p.add_argument("--seed", type=int, default=H.PROBE_SEED, help="probe seed (default: %(default)s)")
+    p.add_argument("--exclude-bos", action="store_true",
+                   help="zero the first-token column before scoring (TransformerLens exclude_bos)")
+    p.add_argument("--exclude-current", action="store_true",
+                   help="zero the diagonal before scoring (TransformerLens exclude_current_token)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_heads)
+
+    p = sub.add_parser("find", help="rank every head by the weight from one token to another",
+                       description="Rank every head in every layer by the attention weight from "
+                                   "the --from token (query) to the --to token (key).")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    p.add_argument("--text", required=True, help="text to run")
+    p.add_argument("--from", dest="from_token", required=True, metavar="TOKEN",
+                   help="query token, as shown (e.g. are), or TOKEN@POSITION when it occurs twice")
+    p.add_argument("--to", dest="to_token", required=True, metavar="TOKEN",
+                   help="key token, as shown (e.g. keys), or TOKEN@POSITION (e.g. the@4)")
+    p.add_argument("--top", type=int, default=0, help="print only the first N heads (default: all)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_find)
+
+
+def _fmt(v):
+    return "   nan" if np.isnan(v) else f"{v:6.3f}"
+
+
+def heads_report(model, hs, source):
+    """The `heads` JSON document."""
+    doc = {"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
+           "causal": bool(model.config.causal), **source, **hs.to_json()}
+    doc["best"] = {name: dict(zip(("layer", "head", "score"), hs.best(name))) for name in H.ROLES}
+    doc["no_head_clears"] = hs.unclaimed_roles()
+    if model.name == textbook.TEXTBOOK_NAME:
+        doc["construction"] = [[textbook.describe_head(l, h) for h in range(model.config.n_head)]
+                               for l in range(model.config.n_layer)]
+    return doc
+
+
+def cmd_heads(args) -> int:
+    model = load_model(args.model)
+    if args.probe:
+        result, note = H.run_probe(model, n=args.probe_length, seed=args.seed)
+        source = {"probe": note, "seed": args.seed, "text": None}
+    else:
+        result = model.run(args.text)
+        source = {"probe": None, "text": args.text}
+    hs = H.score_result(result, exclude_bos=args.exclude_bos,
+                        exclude_current_token=args.exclude_current)
+    if args.json:
+        print(json.dumps(heads_report(model, hs, source)))
+        return 0
+    c = model.config
+    what = source["probe"] if args.probe else f"text {args.text!r}"
+    print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads, {result.n_tokens} tokens; {what}")
+    opts = [o for o, on in (("exclude first token", args.exclude_bos),
+                            ("exclude current token", args.exclude_current)) if on]
+    if opts:
+        print("options: " + ", ".join(opts))
+    print()
+    names = list(H.SCORE_NAMES)
+    print("layer head  label      " + " ".join(f"{n[:9]:>9}" for n in names))
+    for l in range(c.n_layer):
+        for h in range(c.n_head):
+            vals = " ".join(f"{_fmt(hs.scores[n][l, h]):>9}" for n in names)
+            print(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} {vals}")
+    print()
+    for role in H.ROLES:
+        cleared = hs.cleared(role)
+        l, h, best = hs.best(role)
+        if cleared:
+            heads = ", ".join(f"L{cl}H{ch}" for cl, ch, _ in cleared[:8])
+            more = f" (+{len(cleared) - 8} more)" if len(cleared) > 8 else ""
+            print(f"{H.TITLES[role]}: {len(cleared)} head(s) clear {H.THRESHOLDS[role]:g}: "
+                  f"{heads}{more}; best score {best:.3f} at L{l}H{h}")
+        elif role == "next" and c.causal:
+            print(f"{H.TITLES[role]}: none (a causal model cannot attend ahead)")
+        else:
+            print(f"{H.TITLES[role]}: no head clears {H.THRESHOLDS[role]:g} "
+                  f"(best score {best:.3f} at L{l}H{h})")
+    if model.name == textbook.TEXTBOOK_NAME:
+        print("\nHow the textbook heads were built:")
+        for l in range(c.n_layer):
+            for h in range(c.n_head):
+                print(f"  L{l}H{h} {textbook.describe_head(l, h)}")
+    print("\nDefinitions (A = the head's pattern [T, T], q = query row, k = key column):")
+    for name in names:
+        print(f"  {name}: {H.DEFINITIONS[name]}")
+    print(f"  {H.LABEL_RULE}")
+    return 0
+
+
+def cmd_find(args) -> int:
+    model = load_model(args.model)
+    result = model.run(args.text)
+    q = H.resolve_token(result, args.from_token)
+    k = H.resolve_token(result, args.to_token)
+    hits = H.find(result, q, k)
+    if args.top > 0:
+        hits = hits[: args.top]
+    if args.json:
+        doc = {"model": model.name, "text": args.text, "tokens": result.labels,
+               "from": {"token": result.labels[q], "position": q},
+               "to": {"token": result.labels[k], "position": k},
+               "heads": [h._asdict() for h in hits]}
+        print(json.dumps(doc))
+        return 0
+    print(f"{model.name}: weight from {result.labels[q]!r}@{q} (query) to {result.labels[k]!r}@{k} "
+          f"(key), every head ranked")
+    print("rank layer head  weight")
+    for i, hit in enumerate(hits, 1):
+        print(f"{i:4d} {hit.layer:5d} {hit.head:4d}  {hit.weight:.4f}")
+    return 0
