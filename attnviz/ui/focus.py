@@ -1,0 +1,211 @@
+"""The focus view: one head, large, with the tokens on both axes (queries down the left, top to
+bottom; keys across the top, left to right), the state's overlay, and the picked query row."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPen
+from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
+
+from attnviz.ui.grid import BACKGROUND, FOCUS_COLOR, TEXT
+
+_LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
+
+
+def _short(label: str) -> str:
+    return label if len(label) <= _LABEL_MAX else label[:_LABEL_MAX - 1] + "…"
+
+
+class KeyAxis(pg.AxisItem):
+    """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
+
+    def __init__(self):
+        super().__init__("top")
+        self.setStyle(hideOverlappingLabels=False, tickLength=0)
+
+    def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
+        super().drawPicture(p, axisSpec, tickSpecs, [])
+        p.setPen(self.textPen())
+        if self.style["tickFont"] is not None:
+            p.setFont(self.style["tickFont"])
+        fm = QFontMetricsF(p.font())
+        bottom = self.boundingRect().bottom() - 4
+        for rect, _flags, text in textSpecs:
+            p.save()
+            p.translate(QPointF(rect.center().x() + fm.ascent() / 2 - 1, bottom))
+            p.rotate(-90)
+            p.drawText(QPointF(0, 0), text)
+            p.restore()
+
+
+class FocusView(QWidget):
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.title = QLabel("Click a head in the grid to look at it here.")
+        self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.title.setToolTip("The focused head: row = query token, column = key token")
+        self.gw = pg.GraphicsLayoutWidget()
+        self.gw.setBackground(BACKGROUND)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(2, 2, 2, 2)
+        lay.addWidget(self.title)
+        lay.addWidget(self.gw, 1)
+
+        self.key_axis = KeyAxis()
+        self.plot = self.gw.addPlot(row=0, col=0, axisItems={"top": self.key_axis})
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(False, False)
+        self.plot.showAxis("top")
+        self.plot.hideAxis("bottom")
+        self.vb = self.plot.getViewBox()
+        self.vb.invertY(True)  # query rows top to bottom; cells stretch to fill the dock
+        self.vb.disableAutoRange()
+        for name in ("left", "top"):
+            ax = self.plot.getAxis(name)
+            ax.setPen(pg.mkPen(BACKGROUND))
+            ax.setTextPen(pg.mkPen(TEXT))
+        self.plot.getAxis("left").setStyle(tickLength=0)
+        self.img = pg.ImageItem(axisOrder="row-major")
+        self.plot.addItem(self.img)
+        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(state.colormap),
+                                    interactive=False, width=14, colorMapMenu=False)
+        self.cbar.getAxis("right").setTextPen(pg.mkPen(TEXT))
+        self.cbar.getAxis("right").enableAutoSIPrefix(False)
+        self.cbar.setImageItem(self.img)
+        self.gw.addItem(self.cbar, row=0, col=1)
+        self.overlay = pg.ScatterPlotItem(pxMode=False, symbol="s", size=0.8,
+                                          pen=pg.mkPen("#ff4081", width=2), brush=None)
+        self.overlay.setZValue(2)
+        self.plot.addItem(self.overlay)
+        self.query_rect = QGraphicsRectItem()
+        pen = QPen(QColor(FOCUS_COLOR), 2)
+        pen.setCosmetic(True)
+        self.query_rect.setPen(pen)
+        self.query_rect.setZValue(3)
+        self.query_rect.hide()
+        self.plot.addItem(self.query_rect)
+        self._T = -1
+        self.hover_text = ""
+
+        state.sigFocusChanged.connect(self.refresh)
+        state.sigResultChanged.connect(self.refresh)
+        state.sigDisplayChanged.connect(self.refresh)
+        state.sigOverlayChanged.connect(self._draw_overlay)
+        state.sigQueryChanged.connect(self._draw_query)
+        state.sigHeadLabelsChanged.connect(self.refresh)
+        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+
+    def _head(self):
+        st = self.state
+        if st.focus is None or st.result is None:
+            return None
+        layer, head = st.focus
+        n_layer, n_head = st.result.attentions.shape[:2]
+        if layer >= n_layer or head >= n_head:
+            return None
+        return layer, head
+
+    def refresh(self, *_):
+        st = self.state
+        lh = self._head()
+        if lh is None:
+            self.img.clear()
+            self.title.setText("Click a head in the grid to look at it here.")
+            self.overlay.clear()
+            self.query_rect.hide()
+            return
+        layer, head = lh
+        r = st.result
+        data = st.display_data()
+        attn = data.attn[layer, head]  # [T, T]
+        T = attn.shape[0]
+        top = float(data.head_max[layer, head]) if st.scale_mode == "per-head" else data.vmax
+        self.cbar.setColorMap(pg.colormap.get(st.colormap))
+        self.img.setImage(attn, autoLevels=False)
+        self.cbar.setLevels((0.0, top))
+        self.cbar.getAxis("right").setLabel("attention weight", color=TEXT)
+        kv = int(np.asarray(r.kv_group)[head])
+        gqa = len(set(np.asarray(r.kv_group).tolist())) < len(r.kv_group)
+        labels = st.head_labels
+        badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
+        self.title.setText(f"<b>L{layer} H{head}</b>" + (f" · KV {kv}" if gqa else "")
+                           + (f" · {badge}" if badge else "")
+                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
+        if T != self._T:
+            self._T = T
+            self.vb.setRange(QRectF(0, 0, max(T, 1), max(T, 1)), padding=0.01)
+        self._set_ticks()
+        self._draw_overlay()
+        self._draw_query()
+
+    def _set_ticks(self):
+        r = self.state.result
+        T = len(r.labels)
+        px = max(self.vb.height(), 1.0) / max(T, 1)  # screen pixels per token
+        step = max(1, math.ceil(15.0 / px))  # every label when rows are at least 15 px apart
+        ticks = [(i + 0.5, _short(r.labels[i])) for i in range(0, T, step)]
+        self.plot.getAxis("left").setTicks([ticks])
+        self.key_axis.setTicks([ticks])
+        fm = QFontMetricsF(self.key_axis.font() if hasattr(self.key_axis, "font") else self.font())
+        longest = max((fm.horizontalAdvance(t) for _, t in ticks), default=10)
+        self.key_axis.setHeight(int(longest) + 12)
+
+    def _draw_overlay(self, *_):
+        mask = self.state.overlay
+        lh = self._head()
+        if mask is None or lh is None or mask.shape != (self._T, self._T):
+            self.overlay.clear()
+            return
+        q, k = np.nonzero(mask)
+        self.overlay.setData(x=k + 0.5, y=q + 0.5)
+
+    def _draw_query(self, *_):
+        q = self.state.query_pos
+        if q is None or self._head() is None or q >= self._T:
+            self.query_rect.hide()
+            return
+        self.query_rect.setRect(QRectF(0, q, self._T, 1))
+        self.query_rect.show()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        if self._head() is not None:
+            self._set_ticks()
+
+    def cell_at(self, x: float, y: float):
+        lh = self._head()
+        if lh is None or not (0 <= x < self._T and 0 <= y < self._T):
+            return None
+        return (*lh, int(y), int(x))
+
+    def _on_mouse_moved(self, scene_pos):
+        if not self.vb.sceneBoundingRect().contains(scene_pos):
+            return
+        p = self.vb.mapSceneToView(scene_pos)
+        cell = self.cell_at(p.x(), p.y())
+        if cell is None:
+            return
+        from attnviz.ui.grid import readout
+
+        layer, head, q, k = cell
+        st = self.state
+        value = float(st.display_data().attn[layer, head, q, k])
+        text = readout(st.result, layer, head, q, k, value)
+        if text != self.hover_text:
+            self.hover_text = text
+            self.gw.setToolTip(text)
+            st.show_status(text)
+
+    def _on_mouse_clicked(self, ev):
+        p = self.vb.mapSceneToView(ev.scenePos())
+        cell = self.cell_at(p.x(), p.y())
+        if cell is not None:
+            q = cell[2]
+            self.state.set_query(None if self.state.query_pos == q else q)

@@ -1,0 +1,481 @@
+"""The heatmap mosaic: every head of one layer (or of all layers) tiled into ONE uint8 image.
+
+Per update only the reused uint8 buffer is refilled and handed to `setImage` with a 256-entry lookup
+table (entry 0 is the transparent gap, entries 1..255 the colormap). Items around the image (titles,
+KV-group bands, the focus frame, the query-row highlight) are pooled and only moved. Token labels live
+in the focus view and in the hover read-out, never on the small heads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
+
+BACKGROUND = "#202124"
+TEXT = "#e8eaed"
+BAND_COLORS = ("#3c4a6b", "#5b4a2e")  # alternating KV-group bands
+FOCUS_COLOR = "#ff9e3d"
+
+
+def colormap_lut(name: str) -> np.ndarray:  # -> [256, 4] uint8, entry 0 transparent
+    lut = np.zeros((256, 4), np.uint8)
+    lut[1:] = pg.colormap.get(name).getLookupTable(0.0, 1.0, nPts=255, alpha=True)
+    return lut
+
+
+def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: str = "") -> str:
+    """`L3 H1  are → keys  0.79` (the weight from query token q to key token k)."""
+    tag = f" [{badge}]" if badge else ""
+    return f"L{layer} H{head}{tag}  {result.labels[q]} → {result.labels[k]}  {value:.2f}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each shown head sits in the mosaic, in image pixels (one pixel per token)."""
+
+    mode: str  # "layer" or "all"
+    heads: tuple[tuple[int, int], ...]  # (layer, head) per tile
+    x0: np.ndarray  # [n_tiles] left column of each tile
+    y0: np.ndarray  # [n_tiles] top row of each tile
+    T: int
+    width: int
+    height: int
+    ncols: int
+    title_h: int  # layer view: pixels above each tile row for titles; all view: the header band
+    caption_h: int  # pixels under a row ("all": under the mosaic) for "KV g" captions under GQA
+    left: int  # all view: pixels left of the tiles for the "L3" row headers
+
+
+def group_size(kv_group: np.ndarray) -> int:
+    n_head = len(kv_group)
+    n_kv = int(kv_group.max()) + 1 if n_head else 1
+    return max(1, n_head // n_kv)
+
+
+def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int) -> Layout:
+    n_head = len(kv_group)
+    gs = group_size(kv_group)
+    gqa = gs > 1
+    gap = max(1, round(0.08 * T))
+    group_gap = 3 * gap if gqa else 0
+    title_h = max(2, round(0.3 * T))
+    caption_h = max(2, round(0.25 * T)) if gqa else 0
+    if mode == "all":
+        heads = tuple((l, h) for l in range(n_layer) for h in range(n_head))
+        ncols = n_head
+        left = max(2, round(0.4 * T))
+    else:
+        heads = tuple((layer, h) for h in range(n_head))
+        ncols = max(1, min(ncols, n_head))
+        left = 0
+    col_x = np.zeros(ncols, np.int64) + left
+    for c in range(1, ncols):
+        col_x[c] = col_x[c - 1] + T + gap + (group_gap if c % gs == 0 else 0)
+    idx = np.arange(len(heads))
+    rows, cols = idx // ncols, idx % ncols
+    x0 = col_x[cols]
+    n_rows = int(rows.max()) + 1 if len(heads) else 0
+    if mode == "all":
+        y0 = title_h + rows * (T + gap)
+        height = title_h + n_rows * (T + gap) - gap + caption_h
+    else:
+        row_h = title_h + T + caption_h + gap
+        y0 = rows * row_h + title_h
+        height = n_rows * row_h - gap
+    width = int(col_x[-1] + T)
+    return Layout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left)
+
+
+def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> int:
+    """Columns that make the tiles of one layer as large as the view allows, KV groups kept whole."""
+    best, best_size = n_head, -1.0
+    for c in range(1, n_head + 1):
+        if gs > 1 and c % gs and gs % c:
+            continue
+        rows = math.ceil(n_head / c)
+        size = min(view_w / (c * 1.1), view_h / (rows * (1.4 + (0.25 if gs > 1 else 0))))
+        if size > best_size * 1.02:
+            best, best_size = c, size
+    return best
+
+
+class HeatmapGrid(QWidget):
+    """View of AppState: result, layer, view mode, colormap, scale, focus, query, head labels."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        self.setToolTip("Hover a cell to read its weight; click a head to focus it; "
+                        "Shift+click a row to pick that query token in every head")
+        self.gw = pg.GraphicsLayoutWidget()
+        self.gw.setBackground(BACKGROUND)
+        self.gw.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.gw)
+
+        self.plot = self.gw.addPlot(row=0, col=0)
+        self.plot.setMenuEnabled(False)
+        self.plot.hideButtons()
+        self.plot.setMouseEnabled(False, False)
+        self.vb = self.plot.getViewBox()
+        self.vb.setAspectLocked(True)
+        self.vb.invertY(True)
+        self.vb.disableAutoRange()
+        self.plot.hideAxis("bottom")
+        self.plot.hideAxis("left")
+
+        self.img = pg.ImageItem(axisOrder="row-major")
+        self.img.setZValue(0)
+        self.plot.addItem(self.img)
+        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(state.colormap),
+                                    interactive=False, width=14, colorMapMenu=False)
+        self.cbar.getAxis("right").setTextPen(pg.mkPen(TEXT))
+        self.cbar.getAxis("right").enableAutoSIPrefix(False)
+        self.gw.addItem(self.cbar, row=0, col=1)
+
+        self.focus_rect = QGraphicsRectItem()
+        pen = QPen(QColor(FOCUS_COLOR), 2)
+        pen.setCosmetic(True)
+        self.focus_rect.setPen(pen)
+        self.focus_rect.setZValue(5)
+        self.focus_rect.hide()
+        self.plot.addItem(self.focus_rect)
+        self.query_dim = QGraphicsPathItem()
+        self.query_dim.setPen(QPen(Qt.PenStyle.NoPen))
+        self.query_dim.setBrush(QBrush(QColor(0, 0, 0, 150)))
+        self.query_dim.setZValue(3)
+        self.query_line = QGraphicsPathItem()
+        qpen = QPen(QColor("#ffffff"), 1)
+        qpen.setCosmetic(True)
+        self.query_line.setPen(qpen)
+        self.query_line.setZValue(4)
+        for item in (self.query_dim, self.query_line):
+            item.hide()
+            self.plot.addItem(item)
+        self._titles: list[pg.TextItem] = []
+        self._captions: list[pg.TextItem] = []
+        self._bands: list[QGraphicsRectItem] = []
+        self._font = QFont()
+        self._font.setPointSize(9)
+
+        self.layout_: Layout | None = None
+        self._flat = np.zeros(0, np.uint8)  # reused mosaic storage
+        self._fbuf = np.zeros(0, np.float32)  # reused quantisation scratch
+        self._mosaic: np.ndarray | None = None
+        self._lut = colormap_lut(state.colormap)
+        self._lut_name = state.colormap
+        self._layout_key = None
+        self._kv_key: tuple = ()
+        self.hover_text = ""
+        self.update_count = 0  # results drawn, for tests and benchmarks
+
+        state.sigResultChanged.connect(self._on_data)
+        state.sigLayerChanged.connect(self._on_data)
+        state.sigDisplayChanged.connect(self._on_data)
+        state.sigFocusChanged.connect(self._draw_focus)
+        state.sigQueryChanged.connect(self._draw_query)
+        state.sigHeadLabelsChanged.connect(self._on_data)
+        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+
+    # --- drawing --------------------------------------------------------------------------------
+    def _on_data(self, *_):
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Refill the mosaic from the state (and re-lay it out only if its geometry changed)."""
+        st = self.state
+        r = st.result
+        if r is None:
+            self.img.clear()
+            self._mosaic = None
+            self.layout_ = None
+            self._layout_key = None
+            for item in (*self._titles, *self._captions, *self._bands):
+                item.hide()
+            self._draw_focus()
+            self._draw_query()
+            return
+        data = st.display_data()
+        n_layer, n_head, T, _ = data.attn.shape
+        kv_group = np.asarray(r.kv_group)
+        layer = min(st.layer, n_layer - 1)
+        ncols = self._ncols_for(n_head, group_size(kv_group))
+        key = (st.view_mode, n_layer, layer if st.view_mode == "layer" else -1,
+               tuple(kv_group.tolist()), T, ncols)
+        if key != self._layout_key:
+            self._layout_key = key
+            self._relayout(make_layout(st.view_mode, n_layer, layer, kv_group, T, ncols), kv_group)
+        lo = self.layout_
+
+        if st.view_mode == "all":
+            heads = data.attn.reshape(n_layer * n_head, T, T)
+            tops = data.head_max.reshape(-1)
+        else:
+            heads = data.attn[layer]
+            tops = data.head_max[layer]
+        if st.colormap != self._lut_name:
+            self._lut = colormap_lut(st.colormap)
+            self._lut_name = st.colormap
+            self.cbar.setColorMap(pg.colormap.get(st.colormap))
+        # quantise: weight -> 1..255 (0 stays the transparent gap)
+        n = heads.size
+        if self._fbuf.size < n:
+            self._fbuf = np.empty(n, np.float32)
+        f = self._fbuf[:n].reshape(heads.shape)
+        if st.scale_mode == "per-head":
+            np.multiply(heads, (254.0 / tops)[:, None, None], out=f)
+            self.cbar.setLevels((0.0, 1.0))
+            self.cbar.getAxis("right").setLabel("weight ÷ head max", color=TEXT)
+        else:
+            np.multiply(heads, 254.0 / data.vmax, out=f)
+            self.cbar.setLevels((0.0, data.vmax))
+            self.cbar.getAxis("right").setLabel("attention weight", color=TEXT)
+        np.minimum(f, 254.0, out=f)
+        f += 1.5
+        mosaic = self._mosaic
+        mosaic.fill(0)
+        for i in range(len(lo.heads)):
+            y, x = lo.y0[i], lo.x0[i]
+            mosaic[y:y + T, x:x + T] = f[i]  # float -> uint8 truncation: 1.5..255.5 -> 1..255
+        self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
+        if st.view_mode == "layer":
+            labels = st.head_labels
+            for i, (l, h) in enumerate(lo.heads):
+                badge = labels[l][h] if labels and l < len(labels) and h < len(labels[l]) else ""
+                self._titles[i].setText(f"L{l} H{h}" + (f"  {badge}" if badge else ""))
+        self.update_count += 1
+
+    def _ncols_for(self, n_head: int, gs: int) -> int:
+        if self.state.view_mode == "all":
+            return n_head
+        w, h = max(self.gw.width() - 80, 100), max(self.gw.height(), 100)
+        return best_ncols(n_head, gs, w, h)
+
+    def _relayout(self, lo: Layout, kv_group: np.ndarray) -> None:
+        self.layout_ = lo
+        self._kv_key = tuple(kv_group.tolist())
+        size = lo.width * lo.height
+        if self._flat.size < size:
+            self._flat = np.zeros(max(size, 2 * self._flat.size), np.uint8)
+        self._mosaic = self._flat[:size].reshape(lo.height, lo.width)
+        T = lo.T
+        gs = group_size(kv_group)
+        gqa = gs > 1
+        all_view = lo.mode == "all"
+        n_tiles = len(lo.heads)
+        n_head = len(kv_group)
+
+        # layer view: "L3 H1" above each tile; all view: "H1" over each column, "L3" left of each row
+        if all_view:
+            n_layer = n_tiles // n_head
+            spots = [(float(lo.x0[h]) + T / 2, lo.title_h * 0.9, (0.5, 1)) for h in range(n_head)]
+            spots += [(lo.left * 0.85, float(lo.y0[l * n_head]) + T / 2, (1, 0.5)) for l in range(n_layer)]
+            texts = [f"H{h}" for h in range(n_head)] + [f"L{l}" for l in range(n_layer)]
+        else:
+            spots = [(float(lo.x0[i]), float(lo.y0[i]) - 0.05 * T, (0, 1)) for i in range(n_tiles)]
+            texts = None  # set per refresh (layer number, role badges)
+        while len(self._titles) < len(spots):
+            t = pg.TextItem(color=TEXT)
+            t.setFont(self._font)
+            t.setZValue(2)
+            self.plot.addItem(t)
+            self._titles.append(t)
+        for i, t in enumerate(self._titles):
+            if i < len(spots):
+                x, y, anchor = spots[i]
+                t.setAnchor(anchor)
+                t.setPos(x, y)
+                if texts is not None:
+                    t.setText(texts[i])
+                t.show()
+            else:
+                t.hide()
+
+        # KV-group bands behind the tiles of each group segment, captions "KV g"
+        segments = []  # (x_left, x_right, y_top, y_bottom, group)
+        if gqa:
+            pad = max(0.5, 0.04 * T)
+            if all_view:
+                for g in range(int(kv_group.max()) + 1):
+                    cols = np.nonzero(kv_group == g)[0]
+                    segments.append((lo.x0[cols[0]] - pad, lo.x0[cols[-1]] + T + pad,
+                                     lo.title_h - pad, lo.height, g))
+            else:
+                row_of = np.arange(n_tiles) // lo.ncols
+                for r in range(int(row_of.max()) + 1):
+                    in_row = np.nonzero(row_of == r)[0]
+                    for g in np.unique(kv_group[[lo.heads[i][1] for i in in_row]]):
+                        tiles = [i for i in in_row if kv_group[lo.heads[i][1]] == g]
+                        segments.append((lo.x0[tiles[0]] - pad, lo.x0[tiles[-1]] + T + pad,
+                                         lo.y0[tiles[0]] - lo.title_h, lo.y0[tiles[0]] + T + lo.caption_h,
+                                         int(g)))
+        while len(self._bands) < len(segments):
+            b = QGraphicsRectItem()
+            b.setPen(QPen(Qt.PenStyle.NoPen))
+            b.setZValue(-1)
+            self.plot.addItem(b)
+            self._bands.append(b)
+        n_caps = len(segments)
+        while len(self._captions) < n_caps:
+            c = pg.TextItem(color=TEXT, anchor=(0.5, 0))
+            c.setFont(self._font)
+            c.setZValue(2)
+            self.plot.addItem(c)
+            self._captions.append(c)
+        for i, b in enumerate(self._bands):
+            if i < len(segments):
+                xl, xr, yt, yb, g = segments[i]
+                b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
+                b.setBrush(QBrush(QColor(BAND_COLORS[g % 2])))
+                b.show()
+            else:
+                b.hide()
+        for i, c in enumerate(self._captions):
+            if i < n_caps:
+                xl, xr, yt, yb, g = segments[i]
+                c.setText(f"KV {g}")
+                c.setPos(float(xl + xr) / 2, float(yb - lo.caption_h))
+                c.show()
+            else:
+                c.hide()
+        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+        self._draw_focus()
+        self._draw_query()
+
+    def _tile_index(self, layer: int, head: int) -> int | None:
+        lo = self.layout_
+        if lo is None:
+            return None
+        if lo.mode == "all":
+            n_head = lo.ncols
+            i = layer * n_head + head
+        else:
+            if layer != lo.heads[0][0]:
+                return None
+            i = head
+        return i if 0 <= i < len(lo.heads) else None
+
+    def _draw_focus(self, *_):
+        f = self.state.focus
+        i = None if f is None else self._tile_index(*f)
+        if i is None:
+            self.focus_rect.hide()
+            return
+        lo = self.layout_
+        m = max(0.5, 0.03 * lo.T)
+        self.focus_rect.setRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
+        self.focus_rect.show()
+
+    def _draw_query(self, *_):
+        q = self.state.query_pos
+        lo = self.layout_
+        if q is None or lo is None or q >= lo.T:
+            self.query_dim.hide()
+            self.query_line.hide()
+            return
+        T = lo.T
+        dim, line = QPainterPath(), QPainterPath()
+        for x, y in zip(lo.x0.tolist(), lo.y0.tolist()):
+            if q > 0:
+                dim.addRect(QRectF(x, y, T, q))
+            if q < T - 1:
+                dim.addRect(QRectF(x, y + q + 1, T, T - q - 1))
+            line.addRect(QRectF(x, y + q, T, 1))
+        self.query_dim.setPath(dim)
+        self.query_line.setPath(line)
+        self.query_dim.show()
+        self.query_line.show()
+
+    def resizeEvent(self, ev):
+        super().resizeEvent(ev)
+        lo = self.layout_
+        if lo is not None and self.state.result is not None:
+            if self._ncols_for(len(self._kv_key), group_size(np.asarray(self._kv_key))) != lo.ncols:
+                self.refresh()
+            else:
+                self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+
+    # --- interaction ---------------------------------------------------------------------------
+    def cell_at(self, x: float, y: float) -> tuple[int, int, int, int] | None:
+        """(layer, head, q, k) under the view point (x, y) in image pixels, or None."""
+        lo = self.layout_
+        if lo is None:
+            return None
+        hit = np.nonzero((x >= lo.x0) & (x < lo.x0 + lo.T) & (y >= lo.y0) & (y < lo.y0 + lo.T))[0]
+        if not len(hit):
+            return None
+        i = int(hit[0])
+        layer, head = lo.heads[i]
+        return layer, head, int(y - lo.y0[i]), int(x - lo.x0[i])
+
+    def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
+        """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""
+        i = self._tile_index(layer, head)
+        assert i is not None, f"L{layer} H{head} is not shown"
+        return float(self.layout_.x0[i] + k + 0.5), float(self.layout_.y0[i] + q + 0.5)
+
+    def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
+        st = self.state
+        value = float(st.display_data().attn[layer, head, q, k])
+        labels = st.head_labels
+        badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
+        if st.hide_first and k == 0:
+            return f"L{layer} H{head}  {st.result.labels[q]} → {st.result.labels[k]}  (hidden)"
+        return readout(st.result, layer, head, q, k, value, badge)
+
+    def _on_mouse_moved(self, scene_pos):
+        if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):
+            return
+        p = self.vb.mapSceneToView(scene_pos)
+        cell = self.cell_at(p.x(), p.y())
+        text = self.readout_at(*cell) if cell else ""
+        if text != self.hover_text:
+            self.hover_text = text
+            self.gw.setToolTip(text)
+            if text:
+                self.state.show_status(text)
+
+    def _on_mouse_clicked(self, ev):
+        if self.state.result is None:
+            return
+        p = self.vb.mapSceneToView(ev.scenePos())
+        cell = self.cell_at(p.x(), p.y())
+        if cell is None:
+            return
+        layer, head, q, _ = cell
+        if ev.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+            self.state.set_query(None if self.state.query_pos == q else q)
+            return
+        self.state.set_layer(layer)
+        self.state.set_focus(layer, head)
+
+    def keyPressEvent(self, ev):
+        st = self.state
+        lo = self.layout_
+        key = ev.key()
+        if lo is None or st.result is None or key not in (Qt.Key.Key_Left, Qt.Key.Key_Right,
+                                                          Qt.Key.Key_Up, Qt.Key.Key_Down):
+            super().keyPressEvent(ev)
+            return
+        n_layer, n_head = st.result.attentions.shape[:2]
+        layer, head = st.focus if st.focus is not None else (st.layer, -1 if key == Qt.Key.Key_Right else 0)
+        if key == Qt.Key.Key_Left:
+            head -= 1
+        elif key == Qt.Key.Key_Right:
+            head += 1
+        elif st.view_mode == "all":
+            layer += -1 if key == Qt.Key.Key_Up else 1
+        else:
+            head += -lo.ncols if key == Qt.Key.Key_Up else lo.ncols
+        if not (0 <= head < n_head and 0 <= layer < n_layer):
+            return
+        st.set_layer(layer)
+        st.set_focus(layer, head)

@@ -1,0 +1,188 @@
+"""AppState: the single source of truth of the window. Widgets read it, connect to its signals in one
+place, and write back only through its setters. A setter that does not change anything emits nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
+SCALE_MODES = ("shared", "per-head")
+VIEW_MODES = ("layer", "all")
+
+
+@dataclass(frozen=True)
+class DisplayData:
+    attn: np.ndarray  # [n_layer, n_head, T, T] what the heatmaps show
+    vmax: float  # shared colour scale: 0 .. vmax over every layer and head
+    head_max: np.ndarray  # [n_layer, n_head] per-head colour scale tops
+
+
+class AppState(QObject):
+    sigModelChanged = Signal(object)
+    sigTextChanged = Signal(str)
+    sigResultChanged = Signal(object)
+    sigLayerChanged = Signal(int)
+    sigFocusChanged = Signal(object)
+    sigQueryChanged = Signal(object)
+    sigDisplayChanged = Signal()
+    sigHeadLabelsChanged = Signal(object)
+    sigOverlayChanged = Signal(object)
+    sigStatus = Signal(str)
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.model = None
+        self.model_name = ""
+        self.text = ""
+        self.result = None
+        self.layer = 0
+        self.focus: tuple[int, int] | None = None
+        self.query_pos: int | None = None
+        self.colormap = "viridis"
+        self.scale_mode = "shared"
+        self.hide_first = False
+        self.view_mode = "layer"
+        self.head_labels: list[list[str]] | None = None
+        self.overlay: np.ndarray | None = None
+        self._display_key = None
+        self._display: DisplayData | None = None
+
+    def display_data(self) -> "DisplayData | None":
+        """The current result as the heatmaps show it (hide_first applied), with its maxima; cached
+        per (result, hide_first) so the grid, the focus view and exports share one computation."""
+        if self.result is None:
+            return None
+        key = (id(self.result), self.hide_first)
+        if self._display_key != key:
+            attn = display_attention(self.result.attentions, self.hide_first)  # [n_layer, n_head, T, T]
+            head_max = attn.max(axis=(2, 3)) if attn.size else np.zeros(attn.shape[:2], np.float32)
+            vmax = float(head_max.max()) if head_max.size else 0.0
+            self._display = DisplayData(attn, max(vmax, 1e-6), np.maximum(head_max, 1e-6))
+            self._display_key = key
+        return self._display
+
+    # --- derived, read-only -------------------------------------------------------------------
+    @property
+    def n_layer(self) -> int:
+        return self.model.config.n_layer if self.model is not None else 0
+
+    @property
+    def n_head(self) -> int:
+        return self.model.config.n_head if self.model is not None else 0
+
+    # --- setters ----------------------------------------------------------------------------
+    def set_model(self, model) -> None:
+        """A new model invalidates everything tied to the old one's shape; the text stays."""
+        if model is self.model:
+            return
+        self.model = model
+        self.model_name = model.name if model is not None else ""
+        self.sigModelChanged.emit(model)
+        self.set_result(None)
+        self.set_head_labels(None)
+        self.set_overlay(None)
+        self.set_focus(None)
+        self.set_query(None)
+        if model is not None and self.layer >= model.config.n_layer:
+            self.set_layer(model.config.n_layer - 1)
+
+    def set_text(self, text: str) -> None:
+        if text == self.text:
+            return
+        self.text = text
+        self.sigTextChanged.emit(text)
+
+    def set_result(self, result) -> None:
+        if result is self.result:
+            return
+        self.result = result
+        n_tok = len(result.tokens) if result is not None else 0
+        if self.query_pos is not None and self.query_pos >= n_tok:
+            self.query_pos = None
+            self.sigQueryChanged.emit(None)
+        if self.overlay is not None and self.overlay.shape != (n_tok, n_tok):
+            self.overlay = None
+            self.sigOverlayChanged.emit(None)
+        self.sigResultChanged.emit(result)
+
+    def set_layer(self, layer: int) -> None:
+        layer = int(layer)
+        if self.model is not None:
+            layer = max(0, min(layer, self.model.config.n_layer - 1))
+        if layer == self.layer:
+            return
+        self.layer = layer
+        self.sigLayerChanged.emit(layer)
+
+    def set_focus(self, layer_or_none, head: int | None = None) -> None:
+        focus = None if layer_or_none is None else (int(layer_or_none), int(head))
+        if focus == self.focus:
+            return
+        self.focus = focus
+        self.sigFocusChanged.emit(focus)
+
+    def set_query(self, pos: int | None) -> None:
+        pos = None if pos is None else int(pos)
+        if pos == self.query_pos:
+            return
+        self.query_pos = pos
+        self.sigQueryChanged.emit(pos)
+
+    def set_colormap(self, name: str) -> None:
+        if name == self.colormap:
+            return
+        self.colormap = name
+        self.sigDisplayChanged.emit()
+
+    def set_scale_mode(self, mode: str) -> None:
+        if mode not in SCALE_MODES:
+            raise ValueError(f"scale mode {mode!r} is not one of {SCALE_MODES}")
+        if mode == self.scale_mode:
+            return
+        self.scale_mode = mode
+        self.sigDisplayChanged.emit()
+
+    def set_hide_first(self, hide: bool) -> None:
+        hide = bool(hide)
+        if hide == self.hide_first:
+            return
+        self.hide_first = hide
+        self.sigDisplayChanged.emit()
+
+    def set_view_mode(self, mode: str) -> None:
+        if mode not in VIEW_MODES:
+            raise ValueError(f"view mode {mode!r} is not one of {VIEW_MODES}")
+        if mode == self.view_mode:
+            return
+        self.view_mode = mode
+        self.sigDisplayChanged.emit()
+
+    def set_head_labels(self, labels: list[list[str]] | None) -> None:
+        if labels is None and self.head_labels is None:
+            return
+        self.head_labels = labels
+        self.sigHeadLabelsChanged.emit(labels)
+
+    def set_overlay(self, mask: np.ndarray | None) -> None:
+        if mask is None and self.overlay is None:
+            return
+        self.overlay = None if mask is None else np.asarray(mask, dtype=bool)
+        self.sigOverlayChanged.emit(self.overlay)
+
+    def show_status(self, message: str) -> None:
+        self.sigStatus.emit(message)
+
+
+def display_attention(attn: np.ndarray, hide_first: bool) -> np.ndarray:  # [..., T, T] -> [..., T, T]
+    """What the heatmaps show: the weights, or with the first key column zeroed and rows renormalised
+    over the remaining keys (a row with nothing left stays 0, never NaN)."""
+    if not hide_first or attn.shape[-1] == 0:
+        return attn
+    out = attn.copy()
+    out[..., 0] = 0.0
+    rest = out.sum(axis=-1, keepdims=True)
+    np.divide(out, rest, out=out, where=rest > 0)
+    return out

@@ -1,0 +1,538 @@
+"""MainWindow: the sentence box, the token strip, the heatmap grid, the focus view, side panels,
+menus, shortcuts and remembered settings. Everything it shows is a view of one AppState."""
+
+from __future__ import annotations
+
+import html
+import importlib
+import logging
+import time
+
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu,
+    QMessageBox, QPlainTextEdit, QProgressBar, QSpinBox, QToolButton, QVBoxLayout, QWidget,
+)
+
+from attnviz.ui.focus import FocusView
+from attnviz.ui.grid import HeatmapGrid
+from attnviz.ui.state import COLORMAPS, AppState
+from attnviz.ui.worker import Worker
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_TEXT = "The keys to the cabinet are on the table."
+
+_LONG = (
+    "The history of the printing press is a story about attention as much as about machines. "
+    "Before Gutenberg, a scribe could copy a few pages a day, and a library of a hundred books was a "
+    "treasure guarded by monks. When movable type arrived in Mainz around 1450, the price of a book "
+    "fell so quickly that within fifty years millions of volumes were circulating across Europe. "
+    "Readers who had heard scripture only in Latin could now hold it in their own language, argue "
+    "about it, and print their arguments in return. Pamphlets travelled faster than armies, and "
+    "rulers learned that controlling what people read was harder than controlling where they lived. "
+    "Scientists shared measurements instead of rumours, so that an astronomer in Prague could check "
+    "the tables of an astronomer in Copenhagen without ever meeting him. The printing press did not "
+    "make people wiser on its own, but it changed which ideas could reach them, and how often."
+)
+SAMPLES = (
+    ("Agreement", DEFAULT_TEXT),
+    ("Repeated names", "When Mary and John went to the store, John gave a drink to Mary."),
+    ("Pronouns", "The trophy did not fit in the suitcase because it was too big."),
+    ("Repeated random sequence",
+     "violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
+     "lantern otter"),
+    ("Long paragraph", _LONG),
+)
+
+
+def _optional(module: str, name: str):
+    """A class from a panel module another helper writes; None (logged) while it does not exist."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        log.info("%s.%s not available: %s", module, name, exc)
+        return None
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, model: str | None = None, text: str | None = None,
+                 settings: QSettings | None = None, parent: QWidget | None = None,
+                 debounce_ms: int = 10):
+        super().__init__(parent)
+        self.settings = settings if settings is not None else QSettings()
+        self.state = AppState(self)
+        self.worker = Worker(self.state, debounce_ms=debounce_ms, parent=self)
+        self._load_source = ""
+        self._pending_view: dict | None = None
+        self.last_request = None
+        self.last_latency_s = 0.0
+        self._build_widgets()
+        self._build_docks()
+        self._build_menus()
+        self._connect()
+        self._restore(model, text)
+
+    # --- construction ---------------------------------------------------------------------------
+    def _build_widgets(self) -> None:
+        st = self.state
+        self.text_box = QPlainTextEdit()
+        self.text_box.setPlaceholderText("Type a sentence; every head updates as you type.")
+        self.text_box.setToolTip("The sentence the model reads. Every edit is recomputed in the background.")
+        self.text_box.setFixedHeight(self.text_box.fontMetrics().lineSpacing() * 3 + 12)
+        self.samples_menu = QMenu("&Samples", self)
+        for title, sample in SAMPLES:
+            act = self.samples_menu.addAction(title)
+            act.setToolTip(sample[:80])
+            act.triggered.connect(lambda _=False, s=sample: self.set_text(s))
+        self.samples_button = QToolButton()
+        self.samples_button.setText("Samples")
+        self.samples_button.setToolTip("Sentences that show well-known head behaviours")
+        self.samples_button.setMenu(self.samples_menu)
+        self.samples_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+
+        self.token_strip = QLabel()
+        self.token_strip.setWordWrap(True)
+        self.token_strip.setTextFormat(Qt.TextFormat.RichText)
+        self.token_strip.setToolTip("The tokens as the model sees them. Click one to show its "
+                                    "attention row in every head; click again to clear.")
+        self.trunc_notice = QLabel()
+        self.trunc_notice.setStyleSheet("color: #b35c00; font-weight: bold;")
+        self.trunc_notice.hide()
+        self.error_banner = QLabel()
+        self.error_banner.setWordWrap(True)
+        self.error_banner.setStyleSheet("background: #8b1a1a; color: white; padding: 4px;")
+        self.error_banner.setToolTip("Click to dismiss")
+        self.error_banner.mousePressEvent = lambda _ev: self.error_banner.hide()
+        self.error_banner.hide()
+
+        self.layer_spin = QSpinBox()
+        self.layer_spin.setPrefix("Layer ")
+        self.layer_spin.setToolTip("Layer shown in the grid (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
+        self.all_check = QCheckBox("All layers")
+        self.all_check.setToolTip("Show every layer × head at once")
+        self.cmap_combo = QComboBox()
+        self.cmap_combo.addItems(COLORMAPS)
+        self.cmap_combo.setToolTip("Colormap of the heatmaps")
+        self.scale_combo = QComboBox()
+        self.scale_combo.addItem("Shared scale", "shared")
+        self.scale_combo.addItem("Per-head scale", "per-head")
+        self.scale_combo.setToolTip("Shared: one colour scale for all heads (comparable). "
+                                    "Per-head: each head scaled to its own maximum.")
+        self.hide_first_check = QCheckBox("Hide first token")
+        self.hide_first_check.setToolTip("Hide the first key column ([CLS] / BOS, often an "
+                                         "attention sink) and rescale each row over the rest")
+        self.query_label = QLabel()
+        self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
+
+        controls = QHBoxLayout()
+        for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
+                  self.hide_first_check, self.query_label):
+            controls.addWidget(w)
+        controls.addStretch(1)
+        top = QHBoxLayout()
+        top.addWidget(self.text_box, 1)
+        top.addWidget(self.samples_button, 0, Qt.AlignmentFlag.AlignTop)
+
+        self.grid = HeatmapGrid(st)
+        central = QWidget()
+        col = QVBoxLayout(central)
+        col.setContentsMargins(6, 6, 6, 0)
+        col.addWidget(self.error_banner)
+        col.addLayout(top)
+        col.addWidget(self.token_strip)
+        col.addWidget(self.trunc_notice)
+        col.addLayout(controls)
+        col.addWidget(self.grid, 1)
+        self.setCentralWidget(central)
+
+        sb = self.statusBar()
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)  # busy indicator: loads give no fraction
+        self.progress.setMaximumWidth(140)
+        self.progress.hide()
+        self.tokens_label = QLabel()
+        self.time_label = QLabel()
+        self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
+        self.time_label.setToolTip("Time the engine took for the last result")
+        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.tokens_label)
+        sb.addPermanentWidget(self.time_label)
+
+    def _build_docks(self) -> None:
+        self.focus_view = FocusView(self.state)
+        self.focus_dock = QDockWidget("Focus head", self)
+        self.focus_dock.setObjectName("focus_dock")
+        self.focus_dock.setWidget(self.focus_view)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
+        self.calc_panel = None
+        self.calc_dock = None
+        CalcPanel = _optional("attnviz.ui.calc_panel", "CalcPanel")
+        if CalcPanel is not None:
+            self.calc_panel = CalcPanel()
+            self.calc_dock = QDockWidget("Calculator", self)
+            self.calc_dock.setObjectName("calc_dock")
+            self.calc_dock.setWidget(self.calc_panel)
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.calc_dock)
+            self.tabifyDockWidget(self.focus_dock, self.calc_dock)
+        self.roles_panel = None
+        self.roles_dock = None
+        RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel")
+        if RolesPanel is not None:
+            self.roles_panel = RolesPanel(self.state)
+            self.roles_dock = QDockWidget("Head roles", self)
+            self.roles_dock.setObjectName("roles_dock")
+            self.roles_dock.setWidget(self.roles_panel)
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.roles_dock)
+            self.tabifyDockWidget(self.focus_dock, self.roles_dock)
+        self.focus_dock.raise_()
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        file_menu = mb.addMenu("&File")
+        self.open_folder_action = file_menu.addAction("&Open model folder…")
+        self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
+        self.open_folder_action.triggered.connect(self.open_model_folder)
+        self.open_view_action = file_menu.addAction("Open &view…")
+        self.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
+        self.open_view_action.triggered.connect(self.open_view_dialog)
+        self.export_action = file_menu.addAction("&Export…")
+        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
+        self.export_action.triggered.connect(self.export_dialog)
+        file_menu.addSeparator()
+        quit_action = file_menu.addAction("&Quit")
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+
+        mb.addMenu(self.samples_menu)
+
+        self.models_menu = mb.addMenu("&Models")
+        self.models_menu.aboutToShow.connect(self._fill_models_menu)
+        self._fill_models_menu()
+
+        view = mb.addMenu("&View")
+        self.prev_layer_action = QAction("&Previous layer", self)
+        self.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
+        self.prev_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer - 1))
+        self.next_layer_action = QAction("&Next layer", self)
+        self.next_layer_action.setShortcuts([QKeySequence("PgDown"), QKeySequence("Ctrl+Down")])
+        self.next_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer + 1))
+        self.clear_query_action = QAction("&Clear query token", self)
+        self.clear_query_action.setShortcut(QKeySequence("Esc"))
+        self.clear_query_action.triggered.connect(lambda: self.state.set_query(None))
+        for act in (self.prev_layer_action, self.next_layer_action, self.clear_query_action):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            view.addAction(act)
+            self.addAction(act)
+        view.addSeparator()
+        view.addAction(self.focus_dock.toggleViewAction())
+        for dock in (self.calc_dock, self.roles_dock):
+            if dock is not None:
+                view.addAction(dock.toggleViewAction())
+
+        help_menu = mb.addMenu("&Help")
+        help_menu.addAction("&About attnviz").triggered.connect(self.show_about)
+
+    def _fill_models_menu(self) -> None:
+        from attnviz.engine import find_models
+
+        self.models_menu.clear()
+        try:
+            infos = find_models()
+        except Exception as exc:  # a broken cache folder must not take the menu down
+            log.warning("find_models failed: %s", exc)
+            infos = []
+        for info in infos:
+            kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
+            act = self.models_menu.addAction(
+                f"{info.name}  ({info.family}, {info.n_layer} layers × {info.n_head} heads{kv})")
+            act.setToolTip(str(info.path))
+            act.triggered.connect(lambda _=False, p=str(info.path), n=info.name: self.load_model(n or p))
+        if not infos:
+            self.models_menu.addAction("(no models found)").setEnabled(False)
+        self.models_menu.addSeparator()
+        self.models_menu.addAction("Open model folder…").triggered.connect(self.open_model_folder)
+
+    def _connect(self) -> None:
+        st, w = self.state, self.worker
+        self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
+        st.sigTextChanged.connect(self._on_text_changed)
+        st.sigModelChanged.connect(self._on_model_changed)
+        st.sigResultChanged.connect(self._on_result)
+        st.sigQueryChanged.connect(self._draw_tokens)
+        st.sigLayerChanged.connect(self._on_layer)
+        st.sigDisplayChanged.connect(self._on_display)
+        st.sigFocusChanged.connect(self._on_focus)
+        st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
+        self.layer_spin.valueChanged.connect(st.set_layer)
+        self.all_check.toggled.connect(lambda on: st.set_view_mode("all" if on else "layer"))
+        self.cmap_combo.currentTextChanged.connect(st.set_colormap)
+        self.scale_combo.currentIndexChanged.connect(
+            lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
+        self.hide_first_check.toggled.connect(st.set_hide_first)
+        self.token_strip.linkActivated.connect(self._on_token_clicked)
+        w.sigLoading.connect(self._on_loading)
+        w.sigLoaded.connect(self._on_loaded)
+        w.sigLoadFailed.connect(self._on_load_failed)
+        w.sigComputed.connect(self._on_computed)
+        w.sigComputeFailed.connect(self._on_compute_failed)
+
+    def _restore(self, model: str | None, text: str | None) -> None:
+        s = self.settings
+        st = self.state
+        geometry = s.value("geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 860)
+        window_state = s.value("window_state")
+        if isinstance(window_state, QByteArray) and not window_state.isEmpty():
+            self.restoreState(window_state)
+        else:
+            self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
+        cmap = str(s.value("colormap", "viridis"))
+        st.set_colormap(cmap if cmap in COLORMAPS else "viridis")
+        scale = str(s.value("scale_mode", "shared"))
+        st.set_scale_mode(scale if scale in ("shared", "per-head") else "shared")
+        st.set_view_mode("all" if s.value("view_mode") == "all" else "layer")
+        st.set_hide_first(str(s.value("hide_first", "false")).lower() == "true")
+        try:
+            st.set_layer(int(s.value("layer", 0)))
+        except (TypeError, ValueError):
+            pass
+        self._on_display()
+        self._on_layer(st.layer)
+        self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
+        self._draw_tokens()
+        self._update_title()
+        self.load_model(model or str(s.value("model", DEFAULT_MODEL)))
+
+    # --- actions ------------------------------------------------------------------------------
+    def set_text(self, text: str) -> None:
+        if self.text_box.toPlainText() != text:
+            self.text_box.setPlainText(text)  # -> textChanged -> state.set_text
+        self.state.set_text(text)
+
+    def load_model(self, source: str) -> None:
+        self._load_source = str(source)
+        self.worker.load(source)
+
+    def open_model_folder(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights)")
+        if folder:
+            self.load_model(folder)
+
+    def open_view_dialog(self) -> None:
+        open_sidecar = _optional("attnviz.ui.export", "open_sidecar")
+        if open_sidecar is None:
+            self.show_error("Opening views needs attnviz.ui.export, which is not installed.")
+            return
+        path, _ = QFileDialog.getOpenFileName(self, "Open a view (JSON sidecar)", "",
+                                              "attnviz view (*.json)")
+        if path:
+            self.open_view(path)
+
+    def open_view(self, path: str) -> None:
+        from attnviz.engine.errors import AttnvizError
+
+        open_sidecar = _optional("attnviz.ui.export", "open_sidecar")
+        try:
+            view = open_sidecar(path)
+        except (AttnvizError, OSError, ValueError, KeyError) as exc:
+            self.show_error(f"Could not open view {path}: {exc}")
+            return
+        model = view.get("model")
+        if model and model not in (self.state.model_name, self._load_source):
+            self._pending_view = view  # applied once that model is loaded
+            self.load_model(model)
+        else:
+            self.apply_view(view)
+
+    def apply_view(self, view: dict) -> None:
+        st = self.state
+        if view.get("text") is not None:
+            self.set_text(str(view["text"]))
+        if view.get("colormap") in COLORMAPS:
+            st.set_colormap(view["colormap"])
+        if view.get("scale_mode") in ("shared", "per-head"):
+            st.set_scale_mode(view["scale_mode"])
+        if view.get("hide_first") is not None:
+            st.set_hide_first(bool(view["hide_first"]))
+        if view.get("layer") is not None:
+            st.set_layer(int(view["layer"]))
+            if view.get("head") is not None:
+                st.set_focus(int(view["layer"]), int(view["head"]))
+
+    def export_dialog(self) -> None:
+        ExportDialog = _optional("attnviz.ui.export", "ExportDialog")
+        if ExportDialog is None:
+            self.show_error("Export needs attnviz.ui.export, which is not installed.")
+            return
+        ExportDialog(self.state, self).exec()
+
+    def about_text(self) -> str:
+        from attnviz import __version__
+
+        m = self.state.model
+        if m is None:
+            model = "No model loaded."
+        else:
+            c = m.config
+            model = (f"Model: <b>{html.escape(m.name)}</b> ({c.family}, {c.n_layer} layers × "
+                     f"{c.n_head} heads, {c.n_kv_head} KV heads)<br>Licence: "
+                     f"{html.escape(m.license or 'not stated in the model folder')}<br>"
+                     f"Folder: {html.escape(str(m.path))}")
+        return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "
+                f"by attnviz's own NumPy engine.</p><p>{model}</p>")
+
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About attnviz", self.about_text())
+
+    def show_error(self, message: str) -> None:
+        self.error_banner.setText(message)
+        self.error_banner.show()
+        self.statusBar().showMessage(message, 10000)
+
+    # --- state -> widgets ---------------------------------------------------------------------
+    def _on_text_changed(self, text: str) -> None:
+        if self.text_box.toPlainText() != text:
+            self.text_box.setPlainText(text)
+        self.settings.setValue("text", text)
+        self.worker.request_compute()
+
+    def _on_model_changed(self, model) -> None:
+        self._update_title()
+        if model is None:
+            return
+        c = model.config
+        self.layer_spin.blockSignals(True)
+        self.layer_spin.setRange(0, c.n_layer - 1)
+        self.layer_spin.setSuffix(f" / {c.n_layer - 1}")
+        self.layer_spin.setValue(self.state.layer)
+        self.layer_spin.blockSignals(False)
+        if self.calc_panel is not None:
+            self.calc_panel.set_model_config(c.raw, model.name)
+        self.worker.request_compute(immediate=True)
+
+    def _on_computed(self, req, result) -> None:
+        self.last_request = req
+        self.state.set_result(result)
+        self.last_latency_s = time.perf_counter() - req.t_request
+
+    def _on_compute_failed(self, req, message: str) -> None:
+        if not req.text.strip():
+            self.state.set_result(None)  # an empty sentence is a valid, empty state
+            return
+        self.state.show_status(f"Could not compute: {message}")
+
+    def _on_result(self, result) -> None:
+        self._draw_tokens()
+        if result is None:
+            self.tokens_label.setText("0 tokens")
+            self.trunc_notice.hide()
+            return
+        T = len(result.tokens)
+        self.tokens_label.setText(f"{T} tokens")
+        self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
+        if result.truncated:
+            max_pos = self.state.model.config.max_positions if self.state.model else T
+            self.trunc_notice.setText(
+                f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at most "
+                f"{max_pos} positions, so only the first {T} are shown.")
+            self.trunc_notice.show()
+        else:
+            self.trunc_notice.hide()
+        if self.calc_panel is not None:
+            self.calc_panel.set_seq_len(T)
+
+    def _on_layer(self, layer: int) -> None:
+        if self.layer_spin.value() != layer:
+            self.layer_spin.blockSignals(True)
+            self.layer_spin.setValue(layer)
+            self.layer_spin.blockSignals(False)
+        self.settings.setValue("layer", layer)
+
+    def _on_display(self) -> None:
+        st, s = self.state, self.settings
+        for w, value in ((self.all_check, st.view_mode == "all"),
+                         (self.hide_first_check, st.hide_first)):
+            if w.isChecked() != value:
+                w.setChecked(value)
+        if self.cmap_combo.currentText() != st.colormap:
+            self.cmap_combo.setCurrentText(st.colormap)
+        i = self.scale_combo.findData(st.scale_mode)
+        if self.scale_combo.currentIndex() != i:
+            self.scale_combo.setCurrentIndex(i)
+        s.setValue("colormap", st.colormap)
+        s.setValue("scale_mode", st.scale_mode)
+        s.setValue("view_mode", st.view_mode)
+        s.setValue("hide_first", st.hide_first)
+
+    def _on_focus(self, focus) -> None:
+        if focus is not None:
+            self.focus_dock.show()
+            self.focus_dock.raise_()
+
+    def _on_token_clicked(self, href: str) -> None:
+        q = int(href)
+        self.state.set_query(None if self.state.query_pos == q else q)
+
+    def _draw_tokens(self, *_) -> None:
+        r = self.state.result
+        q = self.state.query_pos
+        if r is None:
+            self.token_strip.setText("<i>no tokens</i>")
+            self.query_label.setText("")
+            return
+        parts = []
+        for i, (label, (a, b)) in enumerate(zip(r.labels, r.offsets)):
+            special = a == b
+            bg = "#ff9e3d" if i == q else ("#e3e3e3" if special else ("#d6e4ff" if i % 2 else "#fde7c8"))
+            fg = "#666666" if special and i != q else "#000000"
+            parts.append(f'<a href="{i}" style="text-decoration:none">'
+                         f'<span style="background-color:{bg}; color:{fg}">&nbsp;'
+                         f'{html.escape(label)}&nbsp;</span></a>')
+        self.token_strip.setText(" ".join(parts))
+        self.query_label.setText(f"Query: {r.labels[q]} (#{q})" if q is not None else "")
+
+    def _update_title(self) -> None:
+        name = self.state.model_name
+        self.setWindowTitle(f"attnviz — {name}" if name else "attnviz")
+
+    # --- loading ------------------------------------------------------------------------------
+    def _on_loading(self, source: str) -> None:
+        self.progress.show()
+        self.statusBar().showMessage(f"Loading {source}…")
+
+    def _on_loaded(self, model) -> None:
+        self.progress.hide()
+        self.error_banner.hide()
+        self.settings.setValue("model", self._load_source or model.name)
+        self.statusBar().showMessage(f"Loaded {model.name}", 4000)
+        self.state.set_model(model)
+        if self._pending_view is not None:
+            view, self._pending_view = self._pending_view, None
+            self.apply_view(view)
+
+    def _on_load_failed(self, source: str, message: str) -> None:
+        self.progress.hide()
+        self._pending_view = None
+        keep = (f" Still showing {self.state.model_name}." if self.state.model is not None
+                else " No model is loaded.")
+        self.show_error(f"Could not load model {source}: {message}.{keep}")
+
+    # --- shutdown -----------------------------------------------------------------------------
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("window_state", self.saveState())
+        s.setValue("text", self.state.text)
+        s.setValue("layer", self.state.layer)
+        s.sync()
+
+    def closeEvent(self, ev) -> None:
+        self.save_settings()
+        self.worker.wait_idle(10000)
+        super().closeEvent(ev)
