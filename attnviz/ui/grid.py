@@ -245,6 +245,8 @@ class HeatmapGrid(QWidget):
         for i in range(len(lo.heads)):
             y, x = lo.y0[i], lo.x0[i]
             mosaic[y:y + T, x:x + T] = f[i]  # float -> uint8 truncation: 1.5..255.5 -> 1..255
+            if st.hide_first:
+                mosaic[y:y + T, x] = 0  # the hidden first-key column shows as a gap
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         if st.view_mode == "layer":
             labels = st.head_labels

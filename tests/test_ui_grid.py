@@ -1,0 +1,166 @@
+"""The heatmap mosaic on synthetic and tiny real results: orientation, quantisation, scales, KV groups."""
+
+import types
+
+import numpy as np
+import pytest
+
+from tests.conftest import FIXTURES
+
+pytest.importorskip("pytestqt")
+
+from attnviz.ui.grid import HeatmapGrid, colormap_lut, make_layout  # noqa: E402
+from attnviz.ui.state import AppState, display_attention  # noqa: E402
+
+
+def fake_result(attn, kv_group=None):  # attn [n_layer, n_head, T, T]
+    T = attn.shape[-1]
+    n_head = attn.shape[1]
+    labels = [f"tok{i}" for i in range(T)]
+    return types.SimpleNamespace(
+        attentions=attn.astype(np.float32), labels=labels, tokens=labels, offsets=[(i, i + 1) for i in range(T)],
+        kv_group=np.arange(n_head) if kv_group is None else np.asarray(kv_group), text="x")
+
+
+def random_attn(n_layer, n_head, T, seed=0):
+    a = np.random.default_rng(seed).random((n_layer, n_head, T, T)).astype(np.float32) ** 3
+    return a / a.sum(-1, keepdims=True)
+
+
+@pytest.fixture
+def grid(qtbot):
+    st = AppState()
+    g = HeatmapGrid(st)
+    qtbot.addWidget(g)
+    g.resize(900, 500)
+    g.show()
+    return st, g
+
+
+def test_tiles_hold_quantised_weights_query_rows_key_columns(grid):
+    st, g = grid
+    attn = random_attn(2, 4, 7)
+    st.set_result(fake_result(attn))
+    lo = g.layout_
+    vmax = attn.max()
+    for i, (layer, head) in enumerate(lo.heads):
+        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 7, lo.x0[i]:lo.x0[i] + 7]
+        expect = (np.minimum(attn[layer, head] * (254 / vmax), 254) + 1.5).astype(np.uint8)
+        np.testing.assert_array_equal(tile, expect)
+    assert (g._mosaic == 0).any()  # gaps are index 0 (transparent)
+    # cell_at inverts the layout: (x = key column, y = query row)
+    x, y = g.cell_center(0, 2, 5, 1)
+    assert g.cell_at(x, y) == (0, 2, 5, 1)
+
+
+def test_rendered_pixel_orientation(grid, qtbot):
+    st, g = grid
+    attn = np.zeros((1, 2, 6, 6), np.float32)
+    attn[0, 0, 1, 4] = 1.0  # query 1 -> key 4 only
+    st.set_result(fake_result(attn))
+    qtbot.wait(50)
+    img = g.gw.grab().toImage()
+    lut = colormap_lut(st.colormap)
+
+    def pixel(q, k):
+        x, y = g.cell_center(0, 0, q, k)
+        p = g.vb.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(x, y))
+        wp = g.gw.mapFromScene(p)
+        c = img.pixelColor(wp.x(), wp.y())
+        return np.array([c.red(), c.green(), c.blue()])
+
+    assert np.abs(pixel(1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
+    assert np.abs(pixel(4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
+
+
+def test_per_head_scale_and_hide_first(grid):
+    st, g = grid
+    attn = random_attn(1, 3, 5, seed=1)
+    attn[0, 1] *= 0.2  # a weak head still reaches the top colour on its own scale
+    st.set_result(fake_result(attn))
+    st.set_scale_mode("per-head")
+    lo = g.layout_
+    for i in range(3):
+        assert g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5].max() == 255
+    st.set_hide_first(True)
+    shown = display_attention(attn, True)
+    np.testing.assert_allclose(shown[..., 1:].sum(-1), 1.0, rtol=1e-5)
+    for i in range(3):
+        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5]
+        assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
+    assert "(hidden)" in g.readout_at(0, 1, 2, 0)
+    assert g.readout_at(0, 1, 2, 3).endswith(f"{shown[0, 1, 2, 3]:.2f}")
+
+
+def test_buffers_reused_and_only_lut_changes_with_colormap(grid):
+    st, g = grid
+    st.set_result(fake_result(random_attn(2, 4, 9)))
+    base = g._flat
+    before = g._mosaic.copy()
+    st.set_colormap("magma")
+    assert g._flat is base
+    np.testing.assert_array_equal(g._mosaic, before)
+    np.testing.assert_array_equal(g.img.lut, colormap_lut("magma"))
+    st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))  # fewer tokens: same storage
+    assert g._flat is base and g.layout_.T == 8
+
+
+def test_all_layers_view_and_headers(grid):
+    st, g = grid
+    st.set_result(fake_result(random_attn(3, 4, 6)))
+    st.set_view_mode("all")
+    lo = g.layout_
+    assert len(lo.heads) == 12 and lo.ncols == 4
+    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    assert titles == ["H0", "H1", "H2", "H3", "L0", "L1", "L2"]
+    assert lo.y0[4] > lo.y0[3] and lo.x0[4] == lo.x0[0]  # layer 1 starts a new row
+    st.set_view_mode("layer")
+    st.set_layer(2)
+    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    assert titles == ["L2 H0", "L2 H1", "L2 H2", "L2 H3"]
+
+
+def test_query_row_highlight_in_every_head(grid):
+    st, g = grid
+    st.set_result(fake_result(random_attn(1, 4, 6)))
+    st.set_query(2)
+    assert g.query_line.isVisible()
+    rects = g.query_line.path().toSubpathPolygons()
+    assert len(rects) == 4  # one outline per head
+    for poly, x0, y0 in zip(rects, g.layout_.x0, g.layout_.y0):
+        r = poly.boundingRect()
+        assert (r.x(), r.y(), r.width(), r.height()) == (x0, y0 + 2, 6, 1)
+    st.set_query(None)
+    assert not g.query_line.isVisible()
+
+
+def test_gqa_model_groups_its_heads(grid):
+    from attnviz.engine import load_model
+
+    st, g = grid
+    model = load_model(str(FIXTURES / "llama_gqa"))
+    assert model.config.n_head == 8 and model.config.n_kv_head == 2
+    st.set_model(model)
+    st.set_result(model.run(ids=[1, 5, 7, 9, 11, 3]))
+    lo = g.layout_
+    bands = [b for b in g._bands if b.isVisible()]
+    captions = sorted({c.toPlainText() for c in g._captions if c.isVisible()})
+    assert captions == ["KV 0", "KV 1"]
+    assert len(bands) >= 2
+    # heads 0-3 read KV 0, heads 4-7 KV 1: each band contains exactly its group's tiles
+    for b in bands:
+        r = b.rect()
+        inside = [h for i, (_, h) in enumerate(lo.heads)
+                  if r.contains(float(lo.x0[i]) + 0.5, float(lo.y0[i]) + 0.5)]
+        assert len({int(model.kv_group[h]) for h in inside}) == 1
+    if lo.ncols == 8:  # one row: a wider gap between the groups than inside them
+        assert lo.x0[4] - lo.x0[3] > lo.x0[1] - lo.x0[0]
+    st.set_view_mode("all")
+    assert sorted({c.toPlainText() for c in g._captions if c.isVisible()}) == ["KV 0", "KV 1"]
+    assert g.layout_.x0[4] - g.layout_.x0[3] > g.layout_.x0[1] - g.layout_.x0[0]
+
+
+def test_layout_without_gqa_has_no_group_gap():
+    lo = make_layout("layer", 6, 0, np.arange(12), 10, 6)
+    assert len(set(np.diff(lo.x0[:6]).tolist())) == 1
+    assert lo.caption_h == 0
