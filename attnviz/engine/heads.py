@@ -151,32 +151,57 @@ def detection_pattern(role, ids):  # role, [T] -> D [T, T] bool
 # ---------------------------------------------------------------- scores
 
 def mul_score(attn, pattern, exclude_bos=False, exclude_current_token=False):
-    """TransformerLens "mul": [..., T, T] x D [T, T] -> [...]; sum(A * D) / sum(A) after exclusions."""
-    a = np.array(attn, dtype=np.float64)  # copy: exclusions must not touch the caller's pattern
-    T = a.shape[-1]
-    assert a.shape[-2] == T and pattern.shape == (T, T), (a.shape, pattern.shape)
+    """TransformerLens "mul": [..., T, T] x D [T, T] -> [...]; sum(A * D) / sum(A) after exclusions.
+
+    Zeroing A's excluded cells (as TransformerLens does) equals dropping those cells from D and their
+    mass from the total, which is what is computed here, without copying A."""
+    attn = np.asarray(attn)
+    T = attn.shape[-1]
+    assert attn.shape[-2] == T and pattern.shape == (T, T), (attn.shape, pattern.shape)
+    cells = np.array(pattern, dtype=bool)
     if exclude_bos:
-        a[..., :, 0] = 0.0
+        cells[:, 0] = False
     if exclude_current_token:
-        a[..., np.arange(T), np.arange(T)] = 0.0
-    num = (a * pattern).sum(axis=(-2, -1))
-    den = a.sum(axis=(-2, -1))
+        np.fill_diagonal(cells, False)
+    qi, ki = np.nonzero(cells)
+    num = attn[..., qi, ki].sum(axis=-1, dtype=np.float64)
+    den = attn.sum(axis=(-2, -1), dtype=np.float64)
+    if exclude_bos:
+        den = den - attn[..., :, 0].sum(axis=-1, dtype=np.float64)
+    if exclude_current_token:
+        den = den - np.trace(attn, axis1=-2, axis2=-1, dtype=np.float64)
+    if exclude_bos and exclude_current_token:
+        den = den + attn[..., 0, 0]  # counted in both
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+        return np.where(den > 1e-12, num / np.where(den > 1e-12, den, 1.0), np.nan)
+
+
+def _per_layer(fn, attn):  # keeps float64 temporaries to one layer's size
+    attn = np.asarray(attn)
+    if attn.ndim < 4:
+        return fn(attn)
+    return np.stack([fn(a) for a in attn])
 
 
 def mean_distance(attn):  # [..., T, T] -> [...], in tokens
-    T = attn.shape[-1]
-    pos = np.arange(T)
-    dist = np.abs(pos[:, None] - pos[None, :])  # [T, T]
-    return (np.asarray(attn, dtype=np.float64) * dist).sum(axis=-1).mean(axis=-1)
+    def one(a):
+        T = a.shape[-1]
+        pos = np.arange(T)
+        dist = np.abs(pos[:, None] - pos[None, :]).astype(np.float32)  # [T, T]
+        return (a * dist).sum(axis=-1, dtype=np.float64).mean(axis=-1)
+
+    return _per_layer(one, attn)
 
 
 def entropy(attn):  # [..., T, T] -> [...], in bits
-    a = np.asarray(attn, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(a > 0, a * np.log2(np.where(a > 0, a, 1.0)), 0.0)
-    return (-terms.sum(axis=-1)).mean(axis=-1)
+    def one(a):
+        a = np.asarray(a, dtype=np.float32)
+        lg = np.zeros_like(a)
+        np.log2(a, out=lg, where=a > 0)  # 0 * log 0 = 0
+        lg *= a
+        return -lg.sum(axis=-1, dtype=np.float64).mean(axis=-1)
+
+    return _per_layer(one, attn)
 
 
 def row_coverage(pattern):  # D [T, T] -> (share of rows with a cell, number of such rows)
