@@ -292,14 +292,18 @@ class MainWindow(QMainWindow):
             self.restoreState(window_state)
         else:
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
+        # read everything first: applying one value writes all display settings back
         cmap = str(s.value("colormap", "viridis"))
-        st.set_colormap(cmap if cmap in COLORMAPS else "viridis")
         scale = str(s.value("scale_mode", "shared"))
+        view_mode = str(s.value("view_mode", "layer"))
+        hide_first = str(s.value("hide_first", "false")).lower() == "true"
+        layer = s.value("layer", 0)
+        st.set_colormap(cmap if cmap in COLORMAPS else "viridis")
         st.set_scale_mode(scale if scale in ("shared", "per-head") else "shared")
-        st.set_view_mode("all" if s.value("view_mode") == "all" else "layer")
-        st.set_hide_first(str(s.value("hide_first", "false")).lower() == "true")
+        st.set_view_mode("all" if view_mode == "all" else "layer")
+        st.set_hide_first(hide_first)
         try:
-            st.set_layer(int(s.value("layer", 0)))
+            st.set_layer(int(layer))
         except (TypeError, ValueError):
             pass
         self._on_display()

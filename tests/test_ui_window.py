@@ -1,0 +1,190 @@
+"""The real window on MiniLM, offscreen: launch, typing, stale results, hover, layers, focus, loading,
+settings. Settings live in a per-test INI file, never the user's."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, QSettings, Qt
+
+from attnviz.ui.window import DEFAULT_TEXT, MainWindow
+
+WAIT = 30000
+
+
+@pytest.fixture
+def settings_path(tmp_path):
+    return str(tmp_path / "settings.ini")
+
+
+def open_window(qtbot, settings_path, **kw):
+    w = MainWindow(settings=QSettings(settings_path, QSettings.Format.IniFormat), **kw)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    return w
+
+
+@pytest.fixture
+def window(qtbot, settings_path):
+    w = open_window(qtbot, settings_path)
+    yield w
+    w.worker.wait_idle()
+
+
+def wait_for_text(qtbot, w, text):
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+
+
+def view_to_widget(view_box, graphics_view, x, y):
+    return graphics_view.mapFromScene(view_box.mapViewToScene(QPointF(x, y)))
+
+
+def test_window_opens_on_minilm_with_the_sentence_computed(window):
+    st = window.state
+    assert st.model_name == "all-MiniLM-L6-v2"
+    assert window.text_box.toPlainText() == DEFAULT_TEXT
+    assert st.result.text == DEFAULT_TEXT
+    assert st.result.labels[2] == "keys"
+    T = len(st.result.tokens)
+    assert window.grid.layout_.T == T and window.grid.update_count >= 1
+    assert window.tokens_label.text() == f"{T} tokens"
+    assert "keys" in window.token_strip.text()
+    assert window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
+    about = window.about_text()
+    assert "all-MiniLM-L6-v2" in about and "apache-2.0" in about.lower()
+
+
+def test_typing_updates_the_grid_to_the_new_tokens(window, qtbot, minilm):
+    window.text_box.clear()
+    qtbot.keyClicks(window.text_box, "Cats sleep.")
+    wait_for_text(qtbot, window, "Cats sleep.")
+    expect = minilm.run("Cats sleep.")
+    assert window.state.result.tokens == expect.tokens == ["[CLS]", "cats", "sleep", ".", "[SEP]"]
+    lo = window.grid.layout_
+    assert lo.T == 5
+    data = window.state.display_data()
+    tile = window.grid._mosaic[lo.y0[0]:lo.y0[0] + 5, lo.x0[0]:lo.x0[0] + 5]
+    np.testing.assert_allclose(data.attn[0, 0], expect.attentions[0, 0], atol=1e-5)
+    assert np.unravel_index(tile.argmax(), tile.shape) == np.unravel_index(
+        expect.attentions[0, 0].argmax(), (5, 5))
+
+
+def test_three_rapid_edits_end_with_the_last_text(window, qtbot):
+    shown = []
+    window.state.sigResultChanged.connect(lambda r: shown.append(r.text if r is not None else None))
+    for text in ("A dog", "A dog barks", "A dog barks at the moon."):
+        window.set_text(text)
+    wait_for_text(qtbot, window, "A dog barks at the moon.")
+    window.worker.wait_idle()
+    qtbot.wait(100)  # anything still queued would arrive now
+    assert window.state.result.text == "A dog barks at the moon."
+    assert shown[-1] == "A dog barks at the moon."
+    assert "A dog" not in shown and "A dog barks" not in shown  # stale results never reach the state
+
+
+def test_hover_readout_equals_the_engines_number(window, qtbot):
+    g = window.grid
+    r = window.state.result
+    x, y = g.cell_center(0, 3, 6, 2)  # L0 H3, query "are", key "keys"
+    pos = view_to_widget(g.vb, g.gw, x, y)
+    qtbot.mouseMove(g.gw.viewport(), pos)
+    qtbot.waitUntil(lambda: g.hover_text != "", timeout=5000)
+    expect = f"L0 H3  are → keys  {r.attentions[0, 3, 6, 2]:.2f}"
+    assert g.hover_text == expect
+    assert window.statusBar().currentMessage() == expect
+    assert g.gw.toolTip() == expect
+
+
+def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):
+    st = window.state
+    qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
+    assert st.layer == 1 and window.layer_spin.value() == 1
+    assert window.grid._titles[0].toPlainText() == "L1 H0"
+    lo = window.grid.layout_
+    T = lo.T
+    tile = window.grid._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
+    assert np.unravel_index(tile.argmax(), tile.shape) == np.unravel_index(
+        st.result.attentions[1, 2].argmax(), (T, T))
+    qtbot.keyClick(window.text_box, Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier)
+    assert st.layer == 2
+    qtbot.keyClick(window.text_box, Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier)
+    window.layer_spin.setValue(5)
+    assert st.layer == 5
+    qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
+    assert st.layer == 5  # the last layer stays the last
+
+
+def test_click_opens_focus_view_and_arrows_move_it(window, qtbot):
+    g = window.grid
+    st = window.state
+    x, y = g.cell_center(0, 4, 1, 1)
+    qtbot.mouseClick(g.gw.viewport(), Qt.MouseButton.LeftButton, pos=view_to_widget(g.vb, g.gw, x, y))
+    qtbot.waitUntil(lambda: st.focus == (0, 4), timeout=5000)
+    fv = window.focus_view
+    assert window.focus_dock.isVisible()
+    np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 4])
+    assert "L0 H4" in fv.title.text()
+    left = [t for _, t in fv.plot.getAxis("left")._tickLevels[0]]
+    assert left[:3] == ["[CLS]", "The", "keys"]
+    qtbot.keyClick(g, Qt.Key.Key_Right)
+    assert st.focus == (0, 5)
+    qtbot.keyClick(g, Qt.Key.Key_Left)
+    qtbot.keyClick(g, Qt.Key.Key_Left)
+    assert st.focus == (0, 3)
+    np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 3])
+
+
+def test_token_strip_picks_the_query_row(window):
+    window.token_strip.linkActivated.emit("6")
+    assert window.state.query_pos == 6
+    assert window.grid.query_line.isVisible()
+    assert window.query_label.text() == "Query: are (#6)"
+    window.token_strip.linkActivated.emit("6")
+    assert window.state.query_pos is None
+
+
+def test_failed_model_load_keeps_the_previous_model(window, qtbot, tmp_path):
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{ this is not json")
+    before = window.state.result
+    window.load_model(str(bad))
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
+    msg = window.error_banner.text()
+    assert str(bad) in msg and "Still showing all-MiniLM-L6-v2" in msg
+    assert window.state.model_name == "all-MiniLM-L6-v2" and window.state.result is before
+    window.set_text("Still works.")
+    wait_for_text(qtbot, window, "Still works.")
+
+
+def test_long_text_is_truncated_with_a_notice_and_empty_text_is_valid(window, qtbot):
+    window.set_text("word " * 600)
+    qtbot.waitUntil(lambda: window.state.result.truncated, timeout=WAIT)
+    assert window.trunc_notice.isVisible()
+    assert "512" in window.trunc_notice.text() and "602" in window.trunc_notice.text()
+    window.set_text("")
+    wait_for_text(qtbot, window, "")
+    assert window.state.result.tokens == ["[CLS]", "[SEP]"]
+    assert not window.trunc_notice.isVisible()
+    assert window.grid.layout_.T == 2
+
+
+def test_settings_persist_across_a_restart(qtbot, settings_path):
+    w = open_window(qtbot, settings_path)
+    w.set_text("Settings survive.")
+    wait_for_text(qtbot, w, "Settings survive.")
+    w.state.set_layer(3)
+    w.state.set_colormap("magma")
+    w.state.set_view_mode("all")
+    w.resize(760, 560)  # inside the offscreen screen (800 x 600), which restoreGeometry clamps to
+    size = (w.width(), w.height())
+    assert size != (1400, 860)  # not the default size
+    w.close()
+    w2 = open_window(qtbot, settings_path)
+    wait_for_text(qtbot, w2, "Settings survive.")
+    assert w2.text_box.toPlainText() == "Settings survive."
+    assert w2.state.layer == 3 and w2.layer_spin.value() == 3
+    assert w2.state.colormap == "magma" and w2.cmap_combo.currentText() == "magma"
+    assert w2.state.view_mode == "all" and w2.all_check.isChecked()
+    assert w2.state.model_name == "all-MiniLM-L6-v2"
+    assert (w2.width(), w2.height()) == size
+    w2.close()
