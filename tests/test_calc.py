@@ -391,3 +391,13 @@ def test_cli_as_a_process():
 def test_arch_styles_are_distinct():
     assert ARCH_STYLES["bert"].pooler and not ARCH_STYLES["gpt2"].pooler
     assert CalcInputs(d_model=1, n_heads=1, n_layers=1).arch == ARCH_STYLES["llama"]
+
+
+@pytest.mark.parametrize("values, field", [
+    (dict(n_kv_heads=5), "n_kv_heads"), (dict(n_heads=31), "n_heads"), (dict(d_model=0), "d_model"),
+    (dict(seq_len=10**12, batch=10**6), "seq_len"), (dict(kv_dtype="x"), "kv_dtype"),
+])
+def test_errors_say_which_field_they_are_about(values, field):
+    with pytest.raises(CalcError) as info:
+        calculate(**{**dict(d_model=4096, n_heads=32, n_layers=32, seq_len=8), **values})
+    assert info.value.field == field

