@@ -1,0 +1,565 @@
+"""The head-roles panel: every head's scores beside their definitions, a roles overview of the whole
+model, the detection-pattern overlay for the focused head, and Find (which heads send A to B).
+
+Scores are computed off the main thread (the probe runs the model) in the panel's own one-thread
+pool; each request carries an id and only the newest reaches the widgets."""
+
+from __future__ import annotations
+
+import html
+import itertools
+import logging
+
+import numpy as np
+from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
+    QTableWidget, QTableWidgetItem, QTabWidget, QTextBrowser, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine import heads as H
+from attnviz.engine import textbook
+from attnviz.engine.errors import AttnvizError
+
+log = logging.getLogger(__name__)
+
+ROLE_COLORS = {
+    "previous": "#4e79a7",
+    "next": "#76b7b2",
+    "self": "#edc948",
+    "sink": "#9c755f",
+    "duplicate": "#f28e2b",
+    "induction": "#e15759",
+    H.MIXED: "#5f6368",
+}
+SHORT = {"previous": "prev", "next": "next", "self": "self", "sink": "sink", "duplicate": "dup",
+         "induction": "ind", H.MIXED: "·"}
+SOURCES = ("text", "probe")
+COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
+_ALL = "all roles"
+
+
+class _Relay(QObject):
+    done = Signal(int, object, object)  # request id, value, error
+
+
+class _Task(QRunnable):
+    def __init__(self, req_id, fn, relay):
+        super().__init__()
+        self.setAutoDelete(True)
+        self.req_id, self.fn, self.relay = req_id, fn, relay
+
+    def run(self):
+        try:
+            value = self.fn()
+        except Exception as exc:  # shown in the panel, never lost in the pool
+            self.relay.done.emit(self.req_id, None, exc)
+            return
+        self.relay.done.emit(self.req_id, value, None)
+
+
+def _num_item(value, digits=3):
+    item = QTableWidgetItem()
+    v = float(value)
+    item.setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(v) else round(v, digits))
+    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def _role_item(role):
+    item = QTableWidgetItem(role)
+    item.setBackground(QBrush(QColor(ROLE_COLORS[role])))
+    item.setForeground(QBrush(QColor("#101010" if role in ("self", "next") else "#ffffff")))
+    return item
+
+
+class RolesPanel(QWidget):
+    sigScored = Signal(object)  # HeadScores | None, after the widgets show it
+    sigFound = Signal(object)  # list[HeadHit] | None
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.scores: H.HeadScores | None = None
+        self.hits: list[H.HeadHit] = []
+        self.probe_note = ""
+        self._probe_cache = {}  # (id(model), seed) -> (RunResult, note)
+        # the pool before the relay: children are deleted in order, and the pool waits for its task
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(1)
+        self._relay = _Relay(self)
+        self._relay.done.connect(self._on_done)
+        self._ids = itertools.count(1)
+        self._newest = 0
+        self._build()
+        self._connect()
+        self._on_model_changed(state.model)
+
+    # --- widgets ------------------------------------------------------------------------------
+    def _build(self):
+        self.source = QComboBox()
+        self.source.addItem("typed text", "text")
+        self.source.addItem("probe: random tokens, repeated twice", "probe")
+        self.source.setToolTip("Score the heads on the typed text, or on a seeded random token "
+                               "sequence repeated twice (duplicate and induction heads need repeats)")
+        self.exclude_bos = QCheckBox("exclude first token")
+        self.exclude_bos.setToolTip("Zero the first key column before scoring (TransformerLens "
+                                    "exclude_bos); previous, next, duplicate and induction only")
+        self.exclude_current = QCheckBox("exclude current token")
+        self.exclude_current.setToolTip("Zero the diagonal before scoring (TransformerLens "
+                                        "exclude_current_token); previous, next, duplicate, induction")
+        opts = QHBoxLayout()
+        opts.addWidget(QLabel("Score on"))
+        opts.addWidget(self.source, 1)
+        opts2 = QHBoxLayout()
+        opts2.addWidget(self.exclude_bos)
+        opts2.addWidget(self.exclude_current)
+        opts2.addStretch(1)
+
+        self.summary = QLabel("Open a model to score its heads.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextFormat(Qt.TextFormat.RichText)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        # overview: layers x heads coloured by role
+        self.overview = QTableWidget(0, 0)
+        self.overview.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.overview.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.overview.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.overview.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.overview.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
+        self.legend = QLabel(" ".join(
+            f'<span style="background:{c}; color:{"#101010" if r in ("self", "next") else "#fff"}">'
+            f"&nbsp;{SHORT[r]} = {r}&nbsp;</span>" for r, c in ROLE_COLORS.items()))
+        self.legend.setWordWrap(True)
+        self.overlay_role = QComboBox()
+        self.overlay_role.addItem("none", None)
+        for role in H.ROLES:
+            self.overlay_role.addItem(H.TITLES[role], role)
+        self.overlay_role.setToolTip("Draw this role's detection pattern D on the focused head: "
+                                     "the cells its score counts")
+        self.focus_note = QLabel("")
+        self.focus_note.setWordWrap(True)
+        ov = QWidget()
+        ovl = QVBoxLayout(ov)
+        ovl.addWidget(self.overview, 1)
+        ovl.addWidget(self.legend)
+        form = QFormLayout()
+        form.addRow("Overlay on focused head", self.overlay_role)
+        ovl.addLayout(form)
+        ovl.addWidget(self.focus_note)
+
+        # per-head scores, sortable and filterable, with the definitions beside them
+        self.filter = QComboBox()
+        self.filter.addItem(_ALL, None)
+        for role in H.ROLES + (H.MIXED,):
+            self.filter.addItem(role, role)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels([H.TITLES.get(c, c) if c in H.SCORE_NAMES else c
+                                              for c in COLUMNS])
+        for i, c in enumerate(COLUMNS):
+            if c in H.DEFINITIONS:
+                self.table.horizontalHeaderItem(i).setToolTip(H.DEFINITIONS[c])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setSortingEnabled(True)
+        self.definitions = QTextBrowser()
+        self.definitions.setOpenLinks(False)
+        sc = QWidget()
+        scl = QVBoxLayout(sc)
+        fl = QHBoxLayout()
+        fl.addWidget(QLabel("Show"))
+        fl.addWidget(self.filter, 1)
+        scl.addLayout(fl)
+        scl.addWidget(self.table, 3)
+        scl.addWidget(QLabel("What the numbers mean"))
+        scl.addWidget(self.definitions, 2)
+
+        # find: which heads send the query token to the key token
+        self.find_from = QComboBox()
+        self.find_to = QComboBox()
+        for box, tip in ((self.find_from, "query token (the row): pick, or type e.g. are or the@4"),
+                         (self.find_to, "key token (the column): pick, or type e.g. keys or the@4")):
+            box.setEditable(True)
+            box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+            box.setToolTip(tip)
+        self.find_status = QLabel("")
+        self.find_status.setWordWrap(True)
+        self.find_table = QTableWidget(0, 3)
+        self.find_table.setHorizontalHeaderLabels(["rank", "head", "weight"])
+        self.find_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.find_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.find_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.find_table.verticalHeader().setVisible(False)
+        self.find_table.horizontalHeader().setStretchLastSection(True)
+        fd = QWidget()
+        fdl = QVBoxLayout(fd)
+        ff = QFormLayout()
+        ff.addRow("from (query)", self.find_from)
+        ff.addRow("to (key)", self.find_to)
+        fdl.addLayout(ff)
+        fdl.addWidget(self.find_status)
+        fdl.addWidget(self.find_table, 1)
+
+        self.tabs = QTabWidget()
+        self.tabs.addTab(ov, "Overview")
+        self.tabs.addTab(sc, "Scores")
+        self.tabs.addTab(fd, "Find")
+
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(opts)
+        lay.addLayout(opts2)
+        lay.addWidget(self.summary)
+        lay.addWidget(self.tabs, 1)
+        self._show_definitions()
+
+    def _connect(self):
+        st = self.state
+        st.sigModelChanged.connect(self._on_model_changed)
+        st.sigResultChanged.connect(self._on_result_changed)
+        st.sigFocusChanged.connect(self._on_focus_changed)
+        st.sigQueryChanged.connect(self._on_query_changed)
+        self.source.currentIndexChanged.connect(lambda *_: self.rescore())
+        self.exclude_bos.toggled.connect(lambda *_: self.rescore())
+        self.exclude_current.toggled.connect(lambda *_: self.rescore())
+        self.filter.currentIndexChanged.connect(lambda *_: self._apply_filter())
+        self.overlay_role.currentIndexChanged.connect(lambda *_: self._update_overlay())
+        self.overview.cellClicked.connect(lambda r, c: self._focus(r, c))
+        self.table.cellClicked.connect(self._on_table_clicked)
+        self.find_from.activated.connect(lambda *_: self.run_find())
+        self.find_to.activated.connect(lambda *_: self.run_find())
+        self.find_from.lineEdit().editingFinished.connect(self.run_find)
+        self.find_to.lineEdit().editingFinished.connect(self.run_find)
+        self.find_table.cellClicked.connect(self._on_find_clicked)
+
+    # --- scoring ------------------------------------------------------------------------------
+    def set_source(self, source):
+        """'text' or 'probe'."""
+        self.source.setCurrentIndex(SOURCES.index(source))
+
+    def rescore(self):
+        """Score the current source off the main thread; the newest request wins."""
+        st = self.state
+        req = next(self._ids)
+        self._newest = req
+        opts = dict(exclude_bos=self.exclude_bos.isChecked(),
+                    exclude_current_token=self.exclude_current.isChecked())
+        model = st.model
+        if model is None:
+            self._show_scores(None)
+            return
+        if self.source.currentData() == "probe":
+            key = (id(model), H.PROBE_SEED)
+            cached = self._probe_cache.get(key)
+
+            def work():
+                probe = cached or H.run_probe(model)
+                return H.score_result(probe[0], **opts), probe, key
+            self.summary.setText("Running the probe…")
+        else:
+            result = st.result
+            if result is None:
+                self._show_scores(None)
+                return
+            if result.attentions.shape[-1] < 2:
+                self._show_scores(None, "Head scores need at least 2 tokens.")
+                return
+
+            def work():
+                return H.score_result(result, **opts), None, None
+        self._pool.start(_Task(req, work, self._relay))
+
+    def _on_done(self, req_id, value, error):
+        if req_id != self._newest:
+            return  # a newer request is on its way
+        if error is not None:
+            msg = str(error) if isinstance(error, AttnvizError) else f"{type(error).__name__}: {error}"
+            log.warning("head scores failed: %s", msg)
+            self._show_scores(None, f"Scores unavailable: {html.escape(msg)}")
+            return
+        hs, probe, key = value
+        if probe is not None:
+            self._probe_cache = {key: probe}
+            self.probe_note = probe[1]
+        self._show_scores(hs)
+
+    def wait_idle(self, msecs=30000):
+        return self._pool.waitForDone(msecs)
+
+    # --- showing scores -----------------------------------------------------------------------
+    def _show_scores(self, hs, message=None):
+        self.scores = hs
+        self._fill_overview()
+        self._fill_table()
+        self._write_summary(message)
+        self._show_definitions()
+        self._update_focus_note()
+        self.state.set_head_labels(hs.labels if hs is not None else None)
+        self.sigScored.emit(hs)
+
+    def _fill_overview(self):
+        hs = self.scores
+        ov = self.overview
+        ov.clear()
+        if hs is None:
+            ov.setRowCount(0)
+            ov.setColumnCount(0)
+            return
+        ov.setRowCount(hs.n_layer)
+        ov.setColumnCount(hs.n_head)
+        ov.setHorizontalHeaderLabels([f"H{h}" for h in range(hs.n_head)])
+        ov.setVerticalHeaderLabels([f"L{l}" for l in range(hs.n_layer)])
+        for l in range(hs.n_layer):
+            for h in range(hs.n_head):
+                role = hs.labels[l][h]
+                item = _role_item(role)
+                item.setText(SHORT[role])
+                item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                item.setToolTip(self._head_tooltip(l, h))
+                ov.setItem(l, h, item)
+
+    def _head_tooltip(self, l, h):
+        hs = self.scores
+        lines = [f"L{l} H{h}: {hs.labels[l][h]}"]
+        for name in H.SCORE_NAMES:
+            v = float(hs.scores[name][l, h])
+            lines.append(f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}")
+        built = self._built(l, h)
+        if built:
+            lines.append(built)
+        return "\n".join(lines)
+
+    def _built(self, l, h):
+        if self.state.model is not None and self.state.model.name == textbook.TEXTBOOK_NAME:
+            return textbook.describe_head(l, h)
+        return None
+
+    def _fill_table(self):
+        hs = self.scores
+        t = self.table
+        t.setSortingEnabled(False)
+        t.setRowCount(0)
+        if hs is not None:
+            t.setRowCount(hs.n_layer * hs.n_head)
+            row = 0
+            for l in range(hs.n_layer):
+                for h in range(hs.n_head):
+                    t.setItem(row, 0, _num_item(l, 0))
+                    t.setItem(row, 1, _num_item(h, 0))
+                    t.setItem(row, 2, _role_item(hs.labels[l][h]))
+                    for j, name in enumerate(H.SCORE_NAMES):
+                        t.setItem(row, 3 + j, _num_item(hs.scores[name][l, h]))
+                    row += 1
+        t.setSortingEnabled(True)
+        t.resizeColumnsToContents()
+        self._apply_filter()
+
+    def _apply_filter(self):
+        role = self.filter.currentData()
+        t = self.table
+        for row in range(t.rowCount()):
+            item = t.item(row, 2)
+            t.setRowHidden(row, role is not None and (item is None or item.text() != role))
+        self._show_definitions()
+
+    def visible_heads(self):
+        """(layer, head) of the table rows shown now, top to bottom (tests, keyboard users)."""
+        out = []
+        for row in range(self.table.rowCount()):
+            if not self.table.isRowHidden(row):
+                out.append((int(self.table.item(row, 0).data(Qt.ItemDataRole.DisplayRole)),
+                            int(self.table.item(row, 1).data(Qt.ItemDataRole.DisplayRole))))
+        return out
+
+    def _write_summary(self, message=None):
+        hs = self.scores
+        st = self.state
+        if hs is None:
+            self.summary.setText(message or ("Open a model to score its heads." if st.model is None
+                                             else "Type a text to score the heads."))
+            return
+        probe = self.source.currentData() == "probe"
+        where = "the probe" if probe else "this text"
+        parts = []
+        if probe:
+            parts.append(html.escape(self.probe_note))
+        causal = bool(st.model.config.causal) if st.model is not None else False
+        counts = []
+        for role in H.ROLES:
+            n = sum(row.count(role) for row in hs.labels)
+            if n:
+                counts.append(f"{n} {role}")
+        mixed = sum(row.count(H.MIXED) for row in hs.labels)
+        parts.append("Labels on " + where + ": " + (", ".join(counts) or "none")
+                     + f"; {mixed} mixed.")
+        plain = []
+        for role in hs.unclaimed_roles():
+            if role == "next" and causal:
+                plain.append("A causal model cannot attend to the next token.")
+                continue
+            if role in ("duplicate", "induction") and hs.coverage[role] * len(hs.tokens or [0]) < H.MIN_ROWS \
+                    and not probe:
+                plain.append(f"{H.TITLES[role].capitalize()}: this text repeats too few tokens to "
+                             "score it; use the probe.")
+                continue
+            l, h, best = hs.best(role)
+            plain.append(f"No head of this model clears the {H.TITLES[role]} threshold "
+                         f"({H.THRESHOLDS[role]:g}) on {where}: the best is L{l} H{h} at "
+                         f"{best:.3f}.")
+        if plain:
+            parts.append("<br>".join(html.escape(p) for p in plain))
+        self.summary.setText("<br>".join(parts))
+
+    def _show_definitions(self):
+        role = self.filter.currentData()
+        names = [role] if role in H.DEFINITIONS else list(H.SCORE_NAMES)
+        body = []
+        for name in names:
+            body.append(f"<p><b>{html.escape(H.TITLES[name])}</b>: {html.escape(H.DEFINITIONS[name])}"
+                        + (f" Threshold {H.THRESHOLDS[name]:g}." if name in H.THRESHOLDS else "")
+                        + "</p>")
+        body.append(f"<p><i>{html.escape(H.LABEL_RULE)}</i></p>")
+        self.definitions.setHtml("".join(body))
+
+    # --- focus, overlay -----------------------------------------------------------------------
+    def _focus(self, layer, head):
+        st = self.state
+        if st.model is None or not (0 <= layer < st.n_layer and 0 <= head < st.n_head):
+            return
+        st.set_layer(layer)
+        st.set_focus(layer, head)
+
+    def _on_table_clicked(self, row, _col):
+        item_l, item_h = self.table.item(row, 0), self.table.item(row, 1)
+        if item_l is not None and item_h is not None:
+            self._focus(int(item_l.data(Qt.ItemDataRole.DisplayRole)),
+                        int(item_h.data(Qt.ItemDataRole.DisplayRole)))
+
+    def set_overlay_role(self, role):
+        """Pick the role whose detection pattern is drawn on the focused head (None: no overlay)."""
+        self.overlay_role.setCurrentIndex(self.overlay_role.findData(role))
+
+    def _update_overlay(self):
+        st = self.state
+        role = self.overlay_role.currentData()
+        if role is None or st.result is None or st.focus is None:
+            st.set_overlay(None)
+            return
+        st.set_overlay(H.detection_pattern(role, np.asarray(st.result.input_ids)))
+
+    def _update_focus_note(self):
+        st = self.state
+        hs = self.scores
+        if st.focus is None or hs is None:
+            self.focus_note.setText("")
+            return
+        l, h = st.focus
+        if l >= hs.n_layer or h >= hs.n_head:
+            self.focus_note.setText("")
+            return
+        vals = ", ".join(f"{name} {hs.scores[name][l, h]:.3f}" for name in H.ROLES)
+        text = f"L{l} H{h}: {hs.labels[l][h]} ({vals})"
+        built = self._built(l, h)
+        if built:
+            text += f"\n{built}"
+        self.focus_note.setText(text)
+
+    def _on_focus_changed(self, focus):
+        if focus is not None and self.overview.rowCount() > focus[0]:
+            self.overview.setCurrentCell(*focus)
+        self._update_overlay()
+        self._update_focus_note()
+
+    # --- find ---------------------------------------------------------------------------------
+    def _fill_find_tokens(self):
+        r = self.state.result
+        old = (self.find_from.currentIndex(), self.find_to.currentIndex())
+        for box in (self.find_from, self.find_to):
+            box.blockSignals(True)
+            box.clear()
+            if r is not None:
+                box.addItems([f"{lab}@{i}" for i, lab in enumerate(r.labels)])
+            box.blockSignals(False)
+        if r is None:
+            self._show_hits(None)
+            return
+        T = len(r.labels)
+        q = self.state.query_pos if self.state.query_pos is not None else old[0]
+        k = old[1]
+        self.find_from.setCurrentIndex(q if 0 <= q < T else T - 1)
+        self.find_to.setCurrentIndex(k if 0 <= k < T else 0)
+        self.run_find()
+
+    def set_find(self, from_token, to_token):
+        """Type both tokens (display text, or text@pos) and run Find."""
+        self.find_from.setEditText(str(from_token))
+        self.find_to.setEditText(str(to_token))
+        return self.run_find()
+
+    def run_find(self):
+        r = self.state.result
+        if r is None:
+            self._show_hits(None)
+            return None
+        try:
+            q = H.resolve_token(r, self.find_from.currentText())
+            k = H.resolve_token(r, self.find_to.currentText())
+        except AttnvizError as exc:
+            self.find_status.setText(str(exc))
+            self._show_hits(None)
+            return None
+        for box, pos in ((self.find_from, q), (self.find_to, k)):
+            box.blockSignals(True)
+            box.setCurrentIndex(pos)
+            box.blockSignals(False)
+        hits = H.find(r, q, k)
+        self.find_status.setText(f"Weight from {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} "
+                                 f"(key), every head ranked. Click one to focus it.")
+        self._find_q = q
+        self._show_hits(hits)
+        return hits
+
+    def _show_hits(self, hits):
+        self.hits = list(hits or [])
+        t = self.find_table
+        t.setRowCount(len(self.hits))
+        for i, hit in enumerate(self.hits):
+            t.setItem(i, 0, _num_item(i + 1, 0))
+            head = QTableWidgetItem(f"L{hit.layer} H{hit.head}")
+            if self.scores is not None and hit.layer < self.scores.n_layer:
+                head.setToolTip(self.scores.labels[hit.layer][hit.head])
+            t.setItem(i, 1, head)
+            t.setItem(i, 2, _num_item(hit.weight, 4))
+        if hits is None:
+            if self.state.result is None:
+                self.find_status.setText("")
+        self.sigFound.emit(hits)
+
+    def _on_find_clicked(self, row, _col):
+        if 0 <= row < len(self.hits):
+            hit = self.hits[row]
+            self._focus(hit.layer, hit.head)
+            self.state.set_query(getattr(self, "_find_q", None))
+
+    def _on_query_changed(self, pos):
+        r = self.state.result
+        if pos is None or r is None or not 0 <= pos < len(r.labels):
+            return
+        if self.find_from.currentIndex() != pos:
+            self.find_from.setCurrentIndex(pos)
+            self.run_find()
+
+    # --- state changes ------------------------------------------------------------------------
+    def _on_model_changed(self, model):
+        self._probe_cache = {}
+        self.rescore()
+
+    def _on_result_changed(self, result):
+        self._fill_find_tokens()
+        if self.source.currentData() == "text":
+            self.rescore()
+        self._update_overlay()

@@ -1,0 +1,148 @@
+"""The head-roles panel, offscreen: scores, overview, filter, overlay, find, and the plain statements."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+
+from attnviz.engine import heads as H  # noqa: E402
+from attnviz.engine import load_model  # noqa: E402
+from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
+from attnviz.ui.roles_panel import ROLE_COLORS, RolesPanel  # noqa: E402
+from attnviz.ui.state import AppState  # noqa: E402
+
+TEXT = "The keys to the cabinet are on the table."
+
+
+@pytest.fixture(scope="module")
+def textbook_model():
+    return load_model(TEXTBOOK_NAME)
+
+
+def _panel(qtbot, model, text=TEXT):
+    state = AppState()
+    panel = RolesPanel(state)
+    qtbot.addWidget(panel)
+    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
+        state.set_model(model)
+        state.set_text(text)
+        state.set_result(model.run(text))
+    return state, panel
+
+
+def test_scores_labels_and_overview_on_text(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    hs = panel.scores
+    expected = H.score_result(state.result)
+    assert hs.labels == expected.labels
+    assert state.head_labels == expected.labels  # badges for the grid
+    ov = panel.overview
+    assert (ov.rowCount(), ov.columnCount()) == (6, 12)
+    prev = ov.item(0, 2)
+    assert prev.text() == "prev"
+    assert prev.background().color().name() == ROLE_COLORS["previous"]
+    assert "previous token: 0.916" in prev.toolTip()
+    assert panel.table.rowCount() == 72
+    # the statement for roles no head clears, with the best figure
+    summary = panel.summary.text()
+    assert "induction: this text repeats too few tokens" in summary.lower()
+    l, h, best = hs.best("self")
+    assert f"No head of this model clears the self (current token) threshold (0.5) on this text: " \
+           f"the best is L{l} H{h} at {best:.3f}." in summary
+
+
+def test_sort_and_filter_by_role(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    panel.filter.setCurrentIndex(panel.filter.findData("previous"))
+    assert panel.visible_heads() == [(0, 2)]
+    assert "Previous token: D[q, q-1]" in panel.definitions.toPlainText()
+    assert "Induction" not in panel.definitions.toPlainText()
+    panel.filter.setCurrentIndex(0)
+    assert len(panel.visible_heads()) == 72
+    col = 3 + H.SCORE_NAMES.index("sink")
+    panel.table.sortItems(col, Qt.SortOrder.DescendingOrder)
+    top = panel.visible_heads()[0]
+    assert top == hs_best(panel.scores, "sink")
+    values = [panel.table.item(r, col).data(Qt.ItemDataRole.DisplayRole)
+              for r in range(panel.table.rowCount())]
+    assert values == sorted(values, reverse=True)
+
+
+def hs_best(hs, name):
+    return hs.best(name)[:2]
+
+
+def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    panel.overview.cellClicked.emit(0, 2)
+    assert state.focus == (0, 2) and state.layer == 0
+    assert state.overlay is None  # no role picked yet
+    panel.set_overlay_role("previous")
+    T = len(state.result.labels)
+    np.testing.assert_array_equal(state.overlay, np.eye(T, k=-1, dtype=bool))
+    assert "L0 H2: previous" in panel.focus_note.text()
+    panel.set_overlay_role("duplicate")  # "the" repeats: cells from each later "the" to earlier ones
+    assert {tuple(c) for c in np.argwhere(state.overlay)} == {(4, 1), (8, 1), (8, 4)}
+    state.set_focus(None)
+    assert state.overlay is None
+
+
+def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    hits = panel.set_find("are", "keys")
+    assert hits == H.find(state.result, 6, 2)
+    assert hits[0].weight >= 0.5
+    assert panel.find_table.rowCount() == 72
+    assert panel.find_table.item(0, 1).text() == f"L{hits[0].layer} H{hits[0].head}"
+    panel.find_table.cellClicked.emit(0, 1)
+    assert state.focus == (hits[0].layer, hits[0].head)
+    assert state.query_pos == 6
+    assert panel.set_find("are", "the") is None
+    assert "occurs 3 times" in panel.find_status.text()
+    assert panel.find_table.rowCount() == 0
+    # picking a query row elsewhere (the focus view) moves Find's query
+    panel.set_find("are", "the@4")
+    state.set_query(9)
+    assert panel.find_to.currentIndex() == 4
+    assert panel.find_from.currentIndex() == 9 and panel.hits == H.find(state.result, 9, 4)
+
+
+def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
+    state, panel = _panel(qtbot, textbook_model, "the cat sat")
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        panel.set_source("probe")
+    assert panel.scores.labels == [["previous", "duplicate", "self"], ["induction", "sink", "mixed"]]
+    assert state.head_labels == panel.scores.labels
+    assert "repeated twice" in panel.summary.text()
+    assert "A causal model cannot attend to the next token." in panel.summary.text()
+    panel.overview.cellClicked.emit(1, 0)
+    assert "built as induction" in panel.focus_note.text()
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        panel.set_source("text")
+    assert panel.scores.labels[0][1] == "sink"  # no repeats: the duplicate head parks on BOS
+
+
+def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        panel.set_source("probe")
+    l, h, best = panel.scores.best("induction")
+    assert (f"No head of this model clears the induction threshold (0.5) on the probe: the best is "
+            f"L{l} H{h} at {best:.3f}.") in panel.summary.text()
+
+
+def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_model):
+    state = AppState()
+    panel = RolesPanel(state)
+    qtbot.addWidget(panel)
+    assert panel.scores is None and "Open a model" in panel.summary.text()
+    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
+        state.set_model(minilm)
+        state.set_result(minilm.run(TEXT))
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        state.set_model(textbook_model)
+    assert panel.scores is None and state.head_labels is None
+    assert panel.overview.rowCount() == 0 and panel.find_table.rowCount() == 0
