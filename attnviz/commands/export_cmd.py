@@ -1,0 +1,63 @@
+"""`attnviz export`: write a figure (PNG/SVG, rendered offscreen) or the numbers (NPY/CSV/JSON) of
+one head, one layer or all layers, with no display needed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
+from attnviz.engine.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export", help="export a head, a layer or all layers as PNG/SVG/NPY/CSV/JSON",
+        description="With --layer and --head: one head; with --layer: that layer's heads; "
+                    "with neither: all layers. Images get a .json sidecar next to them.")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    p.add_argument("--text", default=DEFAULT_TEXT, help="text to run (default: %(default)r)")
+    p.add_argument("--layer", type=int, help="layer index (0-based)")
+    p.add_argument("--head", type=int, help="head index (0-based); needs --layer")
+    p.add_argument("--width", type=int, default=2400, help="image width in pixels (default: %(default)s)")
+    p.add_argument("--colormap", default="viridis", help="pyqtgraph colormap name (default: %(default)s)")
+    p.add_argument("--scale", choices=("shared", "per-head"), default="shared",
+                   help="one colour scale for all exported heads, or one per head")
+    p.add_argument("--hide-first", action="store_true",
+                   help="hide the first-token column and renormalise each row")
+    p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
+    p.add_argument("--out", required=True, help="output file: .png, .svg, .npy, .csv or .json")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    if args.head is not None and args.layer is None:
+        raise InputError("--head needs --layer (which layer's head?)")
+    scope = "all" if args.layer is None else ("layer" if args.head is None else "head")
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from attnviz.ui.export import export_result, format_of
+
+    fmt = format_of(args.out)
+    model = load_model(args.model)
+    cfg = model.config
+    if args.layer is not None and not 0 <= args.layer < cfg.n_layer:
+        raise InputError(f"layer {args.layer} is out of range: {model.name} has {cfg.n_layer} "
+                         f"layers (0..{cfg.n_layer - 1})")
+    if args.head is not None and not 0 <= args.head < cfg.n_head:
+        raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
+                         f"heads per layer (0..{cfg.n_head - 1})")
+    result = model.run(args.text, truncate=args.truncate)
+    app = None
+    if fmt in ("png", "svg"):
+        from PySide6.QtGui import QGuiApplication
+
+        app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])
+    written = export_result(result, args.out, model=model.name, scope=scope,
+                            layer=args.layer or 0, head=args.head, width=args.width,
+                            colormap=args.colormap, scale_mode=args.scale,
+                            hide_first=args.hide_first, fmt=fmt)
+    del app
+    shape = "x".join(str(n) for n in result.attentions.shape)
+    print(f"{written[0]}: {scope} of {model.name} [{shape}], {result.n_tokens} tokens"
+          + (f" (+ {written[1].name})" if len(written) > 1 else ""))
+    return 0

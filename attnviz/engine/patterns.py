@@ -1,0 +1,67 @@
+"""Pure NumPy operations on attention patterns that views and exports share. No Qt."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+
+SCOPES = ("head", "layer", "all")
+
+
+def drop_first_key(att: np.ndarray) -> np.ndarray:  # [..., n_q, n_k] -> [..., n_q, n_k - 1]
+    """Hide the first key column (the [CLS]/BOS "sink") and renormalise each row to sum to 1.
+
+    A row whose whole weight was on the first key (BOS attending to itself in a causal model) has
+    nothing left to show: it becomes all zeros, never NaN."""
+    rest = np.asarray(att, dtype=np.float32)[..., 1:]
+    total = rest.sum(axis=-1, keepdims=True)
+    return np.divide(rest, total, out=np.zeros_like(rest), where=total > 0)
+
+
+def select_patterns(attentions: np.ndarray, scope: str, layer: int | None = None,
+                    head: int | None = None) -> np.ndarray:
+    """Cut one head, one layer or all layers out of a run's attention weights.
+
+    attentions [n_layer, n_head, T, T] -> head: [T, T]; layer: [n_head, T, T]; all: the input."""
+    n_layer, n_head = attentions.shape[:2]
+    if scope not in SCOPES:
+        raise InputError(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if scope == "all":
+        return attentions
+    check_index("layer", layer, n_layer)
+    if scope == "layer":
+        return attentions[layer]
+    check_index("head", head, n_head)
+    return attentions[layer, head]
+
+
+def check_index(what: str, index: int | None, count: int) -> None:
+    if index is None:
+        raise InputError(f"a {what} index is needed (0..{count - 1})")
+    if not 0 <= index < count:
+        raise InputError(f"{what} {index} is out of range: the model has {count} {what}s "
+                         f"(0..{count - 1})")
+
+
+def color_levels(patterns: np.ndarray, mode: str) -> np.ndarray:  # [..., n_q, n_k] -> [..., 2]
+    """Colour-scale levels (low, high) for every pattern: 'shared' gives every pattern 0..max over
+    all of them so they stay comparable; 'per-head' gives each pattern 0..its own max."""
+    if mode not in ("shared", "per-head"):
+        raise InputError(f"scale mode {mode!r} is not one of shared, per-head")
+    lead = patterns.shape[:-2]
+    if patterns.shape[-1] * patterns.shape[-2] == 0:
+        high = np.ones(lead, dtype=np.float32)
+    elif mode == "shared":
+        high = np.full(lead, patterns.max(), dtype=np.float32)
+    else:
+        high = patterns.max(axis=(-2, -1)).astype(np.float32)
+    high = np.where(high > 0, high, np.float32(1.0))  # an all-zero pattern still maps to colour 0
+    return np.stack([np.zeros_like(high), high], axis=-1)
+
+
+def quantize(values: np.ndarray, low: float, high: float, n_colors: int = 256) -> np.ndarray:
+    """Lookup-table index of each value, the way pyqtgraph's ImageItem maps levels to a LUT:
+    floor((v - low) * n / (high - low)), clipped to 0..n-1."""
+    scaled = (np.asarray(values, dtype=np.float64) - low) * (n_colors / (high - low))
+    return np.clip(np.floor(scaled), 0, n_colors - 1).astype(np.uint8 if n_colors <= 256 else np.int64)

@@ -1,0 +1,257 @@
+"""File -> Export: figures (PNG, SVG) and numbers (NPY, CSV, JSON) of the focus head, the current
+layer or all layers; each image gets a JSON sidecar that File -> Open view reads back.
+
+Public API:
+    export_view(view, path, fmt=None, width=DEFAULT_WIDTH) -> list[Path]  # write atomically
+    export_result(result, path, *, model, scope, layer, head=None, width, colormap, scale_mode,
+                  hide_first, fmt=None) -> list[Path]
+    open_sidecar(path) -> dict        # image or sidecar path; ExportError says what is wrong
+    ExportDialog(state, parent=None)  # the dialog the window opens
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import (
+    QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
+    QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.errors import AttnvizError
+from attnviz.ui.export_data import (
+    FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, make_view, number_bytes,
+    open_sidecar, sidecar_dict, sidecar_path, write_atomic,
+)
+from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
+
+__all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
+           "format_of", "open_sidecar"]
+
+log = logging.getLogger(__name__)
+DEFAULT_WIDTH = 2400
+SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers"}
+FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy array (.npy)",
+                "csv": "CSV table", "json": "JSON (tokens, ids, weights)"}
+
+
+def format_of(path: str | os.PathLike) -> str:
+    """The export format named by a file's extension."""
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise ExportError(f"cannot export to {Path(path).name!r}: the name must end in "
+                          f"{', '.join('.' + f for f in FORMATS)}")
+    return ext
+
+
+def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = None,
+                width: int = DEFAULT_WIDTH) -> list[Path]:
+    """Write `view` to `path` (plus `<path>.json`, the sidecar, for images). All files land or none
+    does; ExportError says why. Returns the paths written."""
+    path = Path(path)
+    fmt = fmt or format_of(path)
+    if fmt in NUMBER_FORMATS:
+        write_atomic([(path, number_bytes(view, fmt))])
+        return [path]
+    if fmt not in IMAGE_FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    data, lay = (png_bytes if fmt == "png" else svg_bytes)(view, int(width))
+    meta = sidecar_dict(view, path, lay.width, lay.height, [b.as_dict() for b in lay.panels])
+    side = sidecar_path(path)
+    write_atomic([(path, data),
+                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
+    log.info("exported %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
+    return [path, side]
+
+
+def export_result(result, path: str | os.PathLike, *, model: str, scope: str, layer: int,
+                  head: int | None = None, width: int = DEFAULT_WIDTH, colormap: str = "viridis",
+                  scale_mode: str = "shared", hide_first: bool = False,
+                  fmt: str | None = None) -> list[Path]:
+    """make_view + export_view in one call (what the CLI and the dialog use)."""
+    fmt = fmt or format_of(path)
+    view = make_view(result, model=model, scope=scope, layer=layer, head=head,
+                     colormap=colormap, scale_mode=scale_mode, hide_first=hide_first)
+    return export_view(view, path, fmt=fmt, width=width)
+
+
+class ExportDialog(QDialog):
+    """Choose what to export (focus head, current layer, all layers), the format, the width and
+    the file; writes on Export and shows the reason in the dialog when it fails."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.setWindowTitle("Export")
+        self.settings = QSettings("attnviz", "attnviz")
+        self.written: list[Path] = []
+
+        self.scope = QComboBox()
+        for key, name in SCOPE_NAMES.items():
+            self.scope.addItem(name, key)
+        self.scope.setToolTip("Which heads to export")
+        self.format = QComboBox()
+        for key, name in FORMAT_NAMES.items():
+            self.format.addItem(name, key)
+        self.format.setToolTip("Images get a .json sidecar that File \u2192 Open view restores")
+        self.width_box = QSpinBox()
+        self.width_box.setRange(MIN_WIDTH, MAX_WIDTH)
+        self.width_box.setSingleStep(100)
+        self.width_box.setSuffix(" px")
+        self.width_box.setToolTip("Image width in pixels (3000 px prints ~25 cm wide at 300 dpi)")
+        self.scale = QComboBox()
+        self.scale.addItem("Shared (0 \u2026 max of the exported heads)", "shared")
+        self.scale.addItem("Per head (0 \u2026 each head's max)", "per-head")
+        self.hide_first = QCheckBox("Hide the first-token column and renormalise rows")
+        self.path_edit = QLineEdit()
+        self.path_edit.setToolTip("File to write; the extension picks the format")
+        browse = QPushButton("Browse\u2026")
+        browse.clicked.connect(self.browse)
+        path_row = QHBoxLayout()
+        path_row.addWidget(self.path_edit, 1)
+        path_row.addWidget(browse)
+        self.error = QLabel()
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet("color: #b00020;")
+        self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.error.hide()
+
+        form = QFormLayout()
+        form.addRow("Export", self.scope)
+        form.addRow("Format", self.format)
+        form.addRow("Width", self.width_box)
+        form.addRow("Colour scale", self.scale)
+        form.addRow("", self.hide_first)
+        form.addRow("File", path_row)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.export_button = self.buttons.addButton("Export",
+                                                    QDialogButtonBox.ButtonRole.AcceptRole)
+        self.buttons.accepted.connect(self.do_export)
+        self.buttons.rejected.connect(self.reject)
+        box = QVBoxLayout(self)
+        box.addLayout(form)
+        box.addWidget(self.error)
+        box.addWidget(self.buttons)
+
+        self._load_choices()
+        self.format.currentIndexChanged.connect(self._format_changed)
+        self.scope.currentIndexChanged.connect(self._suggest_name)
+        self.path_edit.textEdited.connect(self._path_edited)
+        self._format_changed()
+
+    # --- choices --------------------------------------------------------------------------------
+    def _load_choices(self) -> None:
+        st = self.state
+        has_focus = st.focus is not None
+        item = self.scope.model().item(0)
+        item.setEnabled(has_focus)
+        if not has_focus:
+            item.setToolTip("Click a head first to choose the focus head")
+        scope = self.settings.value("export/scope", "head" if has_focus else "layer")
+        if scope == "head" and not has_focus:
+            scope = "layer"
+        self.scope.setCurrentIndex(max(0, self.scope.findData(scope)))
+        fmt = self.settings.value("export/format", "png")
+        self.format.setCurrentIndex(max(0, self.format.findData(fmt)))
+        try:
+            width = int(self.settings.value("export/width", DEFAULT_WIDTH))
+        except (TypeError, ValueError):
+            width = DEFAULT_WIDTH
+        self.width_box.setValue(width)
+        self.scale.setCurrentIndex(max(0, self.scale.findData(st.scale_mode)))
+        self.hide_first.setChecked(bool(st.hide_first))
+        self.export_button.setEnabled(st.result is not None)
+        if st.result is None:
+            self.show_error("Nothing to export yet: no attention has been computed.")
+        self._suggest_name()
+
+    def folder(self) -> Path:
+        folder = Path(str(self.settings.value("export/folder", "") or ""))
+        return folder if str(folder) and folder.is_dir() else Path.home()
+
+    def _suggest_name(self) -> None:
+        st = self.state
+        scope = self.scope.currentData()
+        model = (st.model_name or "model").replace("/", "_")
+        if scope == "head" and st.focus is not None:
+            stem = f"{model}_L{st.focus[0]}H{st.focus[1]}"
+        elif scope == "layer":
+            stem = f"{model}_L{st.layer}"
+        else:
+            stem = f"{model}_all"
+        current = self.path_edit.text().strip()
+        folder = Path(current).parent if current else self.folder()
+        self.path_edit.setText(str(folder / f"{stem}.{self.format.currentData()}"))
+
+    def _format_changed(self) -> None:
+        fmt = self.format.currentData()
+        self.width_box.setEnabled(fmt in IMAGE_FORMATS)
+        text = self.path_edit.text().strip()
+        if text:
+            p = Path(text)
+            self.path_edit.setText(str(p.with_suffix("." + fmt)) if p.suffix else text + "." + fmt)
+
+    def _path_edited(self, text: str) -> None:
+        ext = Path(text).suffix.lower().lstrip(".")
+        if ext in FORMATS and ext != self.format.currentData():
+            self.format.blockSignals(True)
+            self.format.setCurrentIndex(self.format.findData(ext))
+            self.format.blockSignals(False)
+            self.width_box.setEnabled(ext in IMAGE_FORMATS)
+
+    def browse(self) -> None:
+        fmt = self.format.currentData()
+        filters = ";;".join(f"{FORMAT_NAMES[f]} (*.{f})" for f in FORMATS)
+        path, _ = QFileDialog.getSaveFileName(self, "Export to", self.path_edit.text(), filters,
+                                              f"{FORMAT_NAMES[fmt]} (*.{fmt})")
+        if path:
+            self.path_edit.setText(path)
+            self._path_edited(path)
+
+    def show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.setVisible(bool(message))
+
+    # --- export ---------------------------------------------------------------------------------
+    def do_export(self) -> bool:
+        """Write the chosen export; on success remember the folder and close, else show why."""
+        st = self.state
+        text = self.path_edit.text().strip()
+        if not text:
+            self.show_error("Choose a file to export to.")
+            return False
+        path = Path(text).expanduser()
+        scope = self.scope.currentData()
+        layer, head = st.layer, None
+        if scope == "head":
+            if st.focus is None:
+                self.show_error("No focus head: click a head in the grid first.")
+                return False
+            layer, head = st.focus
+        QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
+        try:
+            self.written = export_result(
+                st.result, path, model=st.model_name, scope=scope, layer=layer, head=head,
+                width=self.width_box.value(), colormap=st.colormap,
+                scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
+                fmt=self.format.currentData())
+        except (AttnvizError, OSError) as exc:
+            log.info("export to %s failed: %s", path, exc)
+            self.show_error(f"Export failed: {exc}")
+            return False
+        finally:
+            QApplication.restoreOverrideCursor()
+        self.settings.setValue("export/folder", str(path.parent.resolve()))
+        self.settings.setValue("export/format", self.format.currentData())
+        self.settings.setValue("export/scope", scope)
+        self.settings.setValue("export/width", self.width_box.value())
+        self.show_error("")
+        if hasattr(st, "show_status"):
+            st.show_status(f"Exported {path.name}" + (f" and {self.written[1].name}"
+                                                      if len(self.written) > 1 else ""))
+        self.accept()
+        return True

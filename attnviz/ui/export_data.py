@@ -1,0 +1,335 @@
+"""What an export contains, without Qt: the selected patterns, their colour levels, the numbers as
+.npy/.csv/.json bytes, the JSON sidecar of an image, and atomic writes.
+
+`ExportView` is the one description of an export; the figure painter (attnviz/ui/figure.py) and the
+number writers here read only it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import attnviz
+from attnviz.engine.errors import AttnvizError
+from attnviz.engine.patterns import SCOPES, check_index, color_levels, drop_first_key
+
+log = logging.getLogger(__name__)
+
+IMAGE_FORMATS = ("png", "svg")
+NUMBER_FORMATS = ("npy", "csv", "json")
+FORMATS = IMAGE_FORMATS + NUMBER_FORMATS
+SCALE_MODES = ("shared", "per-head")
+SIDECAR_KIND = "attnviz-view"
+SIDECAR_VERSION = 1
+
+
+class ExportError(AttnvizError):
+    """An export that cannot be made or written; the message says why."""
+
+
+@dataclass(frozen=True, eq=False)
+class ExportView:
+    """One export: which heads, which numbers and how they are coloured."""
+    model: str
+    text: str
+    tokens: list[str]
+    labels: list[str]  # readable token strings for axes
+    ids: list[int]
+    scope: str  # "head" | "layer" | "all"
+    layer: int  # the focus layer (head scope) or the current layer
+    head: int | None  # the focus head (head scope), else None
+    layers: list[int]  # layers of the exported panels, one row each
+    heads: list[int]  # heads of the exported panels, the same in every row
+    patterns: np.ndarray  # [n_layers, n_heads, T, n_k] float32; n_k = T - 1 when hide_first
+    key_pos: list[int]  # [n_k] original position of each key column
+    kv_group: list[int]  # [n_head] KV head each query head reads
+    colormap: str
+    scale_mode: str
+    hide_first: bool
+    levels: np.ndarray  # [n_layers, n_heads, 2] (low, high) per panel
+
+    @property
+    def n_query(self) -> int:
+        return self.patterns.shape[2]
+
+    @property
+    def key_labels(self) -> list[str]:
+        return [self.labels[k] for k in self.key_pos]
+
+    @property
+    def grouped(self) -> bool:
+        """True under grouped-query or multi-query attention (fewer KV heads than query heads)."""
+        return len(set(self.kv_group)) < len(self.kv_group)
+
+    def selected(self) -> np.ndarray:
+        """The exported array: head [T, n_k], layer [n_head, T, n_k], all [n_layer, n_head, T, n_k]."""
+        if self.scope == "head":
+            return self.patterns[0, 0]
+        if self.scope == "layer":
+            return self.patterns[0]
+        return self.patterns
+
+    def title(self) -> str:
+        if self.scope == "head":
+            where = f"L{self.layer} H{self.head}"
+        elif self.scope == "layer":
+            where = f"layer {self.layer}, all {len(self.heads)} heads"
+        else:
+            where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
+        return f"{self.model} \u00b7 {where}"
+
+
+def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
+              colormap: str = "viridis", scale_mode: str = "shared",
+              hide_first: bool = False) -> ExportView:
+    """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
+    model's counts; a view with nothing to show raises ExportError."""
+    if result is None:
+        raise ExportError("nothing to export: no attention has been computed yet")
+    att = result.attentions  # [n_layer, n_head, T, T]
+    n_layer, n_head, n_tok = att.shape[:3]
+    if scope not in SCOPES:
+        raise ExportError(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if scale_mode not in SCALE_MODES:
+        raise ExportError(f"scale mode {scale_mode!r} is not one of {', '.join(SCALE_MODES)}")
+    check_index("layer", layer, n_layer)
+    if scope == "head":
+        check_index("head", head, n_head)
+        layers, heads = [layer], [head]
+    elif scope == "layer":
+        layers, heads, head = [layer], list(range(n_head)), None
+    else:
+        layers, heads, head = list(range(n_layer)), list(range(n_head)), None
+    if n_tok == 0:
+        raise ExportError("nothing to export: the text has no tokens")
+    if hide_first and n_tok < 2:
+        raise ExportError(f"cannot hide the first token: the text has only {n_tok} token")
+    patterns = att[np.ix_(layers, heads)]  # [n_layers, n_heads, T, T]
+    key_pos = list(range(n_tok))
+    if hide_first:
+        patterns, key_pos = drop_first_key(patterns), key_pos[1:]
+    patterns = np.ascontiguousarray(patterns, dtype=np.float32)
+    labels = list(getattr(result, "labels", None) or result.tokens)
+    return ExportView(
+        model=model, text=result.text, tokens=list(result.tokens), labels=labels,
+        ids=[int(i) for i in result.input_ids], scope=scope, layer=int(layer),
+        head=None if head is None else int(head), layers=layers, heads=heads, patterns=patterns,
+        key_pos=key_pos, kv_group=[int(g) for g in result.kv_group], colormap=colormap,
+        scale_mode=scale_mode, hide_first=bool(hide_first),
+        levels=color_levels(patterns, scale_mode))
+
+
+# --- numbers -----------------------------------------------------------------------------------
+
+def fmt(x: float) -> str:
+    """Shortest text that reads back as the same float32."""
+    return np.format_float_positional(np.float32(x), unique=True, trim="-")
+
+
+def npy_bytes(view: ExportView) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, view.selected(), allow_pickle=False)
+    return buf.getvalue()
+
+
+def csv_text(view: ExportView) -> str:
+    """Head: a matrix, one row per query, with the query token first and the key tokens as header.
+    Layer and all: long form, one row per weight (layer, head, query_pos, query_token, key_pos,
+    key_token, weight)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    labels, keys = view.labels, view.key_labels
+    if view.scope == "head":
+        w.writerow(["query \\ key"] + keys)
+        for q, row in enumerate(view.selected()):
+            w.writerow([labels[q]] + [fmt(x) for x in row])
+        return out.getvalue()
+    w.writerow(["layer", "head", "query_pos", "query_token", "key_pos", "key_token", "weight"])
+    for i, layer in enumerate(view.layers):
+        for j, head in enumerate(view.heads):
+            for q, row in enumerate(view.patterns[i, j]):
+                for k, x in zip(view.key_pos, row):
+                    w.writerow([layer, head, q, labels[q], k, labels[k], fmt(x)])
+    return out.getvalue()
+
+
+def json_text(view: ExportView) -> str:
+    """Tokens, ids and the weights nested like the .npy array, with what the numbers are."""
+    doc = {
+        "attnviz": attnviz.__version__, "model": view.model, "text": view.text,
+        "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": view.scope,
+        "layer": view.layer, "head": view.head, "layers": view.layers, "heads": view.heads,
+        "hide_first": view.hide_first, "key_positions": view.key_pos,
+        "shape": list(view.selected().shape),
+        "axes": {"head": ["query", "key"], "layer": ["head", "query", "key"],
+                 "all": ["layer", "head", "query", "key"]}[view.scope],
+        "weights": None,
+    }
+    # float32 -> float64 is exact, and json writes the shortest repr that reads back the same.
+    weights = json.dumps(view.selected().astype(np.float64).tolist())
+    head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
+    return head + '"weights": ' + weights + tail + "\n"
+
+
+def number_bytes(view: ExportView, fmt_name: str) -> bytes:
+    if fmt_name == "npy":
+        return npy_bytes(view)
+    if fmt_name == "csv":
+        return csv_text(view).encode("utf-8")
+    if fmt_name == "json":
+        return json_text(view).encode("utf-8")
+    raise ExportError(f"unknown number format {fmt_name!r}; use one of {', '.join(NUMBER_FORMATS)}")
+
+
+# --- sidecar -----------------------------------------------------------------------------------
+
+def sidecar_path(image_path: str | os.PathLike) -> Path:
+    """The sidecar of `fig.png` is `fig.png.json`."""
+    p = Path(image_path)
+    return p.with_name(p.name + ".json")
+
+
+def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, height: int,
+                 panels: list[dict]) -> dict:
+    if view.scale_mode == "shared":
+        levels = [float(x) for x in view.levels[0, 0]]
+    else:
+        levels = view.levels.astype(np.float64).tolist()
+    return {
+        "kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+        "image": Path(image_path).name, "model": view.model, "text": view.text,
+        "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": view.scope,
+        "layer": view.layer, "head": view.head, "layers": view.layers, "heads": view.heads,
+        "colormap": view.colormap, "scale_mode": view.scale_mode, "levels": levels,
+        "hide_first": view.hide_first, "view_mode": "all" if view.scope == "all" else "layer",
+        "width": int(width), "height": int(height),
+        "panels": panels,
+    }
+
+
+_REQUIRED = {"model": str, "text": str, "tokens": list, "layer": int, "scope": str,
+             "colormap": str, "scale_mode": str, "hide_first": bool}
+
+
+def open_sidecar(path: str | os.PathLike) -> dict:
+    """Read the sidecar of an exported image, given the image or the sidecar itself, and check it.
+    Returns its dict (keys model, text, tokens, layer, head, scope, colormap, scale_mode, levels,
+    hide_first, ...). Raises ExportError saying what is wrong."""
+    p = Path(path)
+    candidates = [p] if p.suffix.lower() == ".json" else [sidecar_path(p)]
+    if p.suffix.lower() == ".json" and not p.exists():
+        candidates.append(sidecar_path(p))
+    found = next((c for c in candidates if c.is_file()), None)
+    if found is None:
+        raise ExportError(f"no attnviz view file at {candidates[-1]}"
+                          + ("" if p.suffix.lower() == ".json" else f" (the sidecar of {p.name})"))
+    try:
+        doc = json.loads(found.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ExportError(f"{found} is not a text file: {exc.reason} at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise ExportError(f"{found} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}") from None
+    except OSError as exc:
+        raise ExportError(f"cannot read {found}: {exc.strerror or exc}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != SIDECAR_KIND:
+        raise ExportError(f"{found} is not an attnviz view file (no \"kind\": \"{SIDECAR_KIND}\")")
+    if not isinstance(doc.get("version"), int) or doc["version"] > SIDECAR_VERSION:
+        raise ExportError(f"{found} has view-file version {doc.get('version')!r}; this attnviz "
+                          f"({attnviz.__version__}) reads version {SIDECAR_VERSION}")
+    missing = [k for k in _REQUIRED if k not in doc]
+    if missing:
+        raise ExportError(f"{found} is missing {', '.join(missing)}")
+    for key, typ in _REQUIRED.items():
+        val = doc[key]
+        if not isinstance(val, typ) or (typ is int and isinstance(val, bool)):
+            raise ExportError(f"{found}: {key} should be {typ.__name__}, got {val!r}")
+    head = doc.get("head")
+    if head is not None and (not isinstance(head, int) or isinstance(head, bool) or head < 0):
+        raise ExportError(f"{found}: head should be a head index or null, got {head!r}")
+    if doc["layer"] < 0:
+        raise ExportError(f"{found}: layer should be 0 or more, got {doc['layer']}")
+    if doc["scope"] not in SCOPES:
+        raise ExportError(f"{found}: scope {doc['scope']!r} is not one of {', '.join(SCOPES)}")
+    if doc["scope"] == "head" and head is None:
+        raise ExportError(f"{found}: scope is head but no head is given")
+    if doc["scale_mode"] not in SCALE_MODES:
+        raise ExportError(f"{found}: scale_mode {doc['scale_mode']!r} is not one of "
+                          f"{', '.join(SCALE_MODES)}")
+    doc.setdefault("head", None)
+    doc["sidecar"] = str(found)
+    return doc
+
+
+# --- atomic writes -----------------------------------------------------------------------------
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def write_atomic(files: list[tuple[str | os.PathLike, bytes]]) -> None:
+    """Write every (path, data) so that either all of them land or none does: each goes to a
+    temporary file in its own folder first, then all are moved into place with os.replace.
+    On failure the temporaries (and files already moved in this call) are removed and ExportError
+    says why."""
+    temps: list[tuple[str, Path]] = []
+    placed: list[Path] = []
+    try:
+        for path, data in files:
+            path = Path(path)
+            folder = path.parent if str(path.parent) else Path(".")
+            try:
+                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+            except OSError as exc:
+                if not folder.exists():
+                    why = f"folder {folder} does not exist"
+                elif not folder.is_dir():
+                    why = f"{folder} is not a folder"
+                else:
+                    why = _reason(exc)
+                raise ExportError(f"cannot write {path}: {why}") from exc
+            temps.append((tmp, path))
+            try:
+                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise ExportError(f"cannot write {path}: {_reason(exc)}") from exc
+        for tmp, path in temps:
+            if path.is_dir():
+                raise ExportError(f"cannot write {path}: it is a folder")
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise ExportError(f"cannot write {path}: {_reason(exc)}") from exc
+            placed.append(path)
+    except BaseException:
+        for tmp, _ in temps:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            except OSError:  # pragma: no cover - nothing more we can do
+                log.warning("could not remove temporary file %s", tmp)
+        for path in placed:
+            try:
+                os.unlink(path)
+            except OSError:  # pragma: no cover
+                log.warning("could not remove %s after a failed export", path)
+        raise

@@ -1,0 +1,526 @@
+"""Compose an attention figure with QPainter: heatmaps, token labels, head titles, KV-group marks
+and a colour bar. One painter path serves PNG (a QImage) and SVG (QSvgGenerator), so both look
+the same. pyqtgraph's SVGExporter is not used: it fails on Qt >= 6.11 (pyqtgraph issue #3485).
+
+Everything is sized from the requested width: `layout()` computes where each part goes (no
+drawing), `paint()` draws a layout. Heatmaps are row-major: query rows top to bottom, keys left
+to right, coloured through the same 256-entry pyqtgraph lookup table as the window."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtGui import (
+    QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
+)
+
+from attnviz.engine.patterns import quantize
+from attnviz.ui.export_data import ExportError, ExportView
+
+BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
+MIN_WIDTH, MAX_WIDTH = 300, 12000
+MAX_LABEL_CHARS = 16
+SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
+TEXT = QColor(30, 30, 30)
+MUTED = QColor(100, 100, 100)
+FRAME = QColor(150, 150, 150)
+GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                "#7f7f7f", "#bcbd22", "#17becf")
+FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
+
+
+def lookup_table(name: str) -> np.ndarray:  # -> [256, 3] uint8
+    """The colormap as the window uses it: pyqtgraph's map sampled at 256 points."""
+    try:
+        cmap = pg.colormap.get(name)
+    except Exception:  # pyqtgraph raises FileNotFoundError/KeyError/ValueError by source
+        known = sorted(pg.colormap.listMaps())
+        raise ExportError(f"unknown colormap {name!r}; try viridis, magma, inferno, plasma, "
+                          f"cividis, turbo or CET-L1 ({len(known)} known)") from None
+    lut = np.asarray(cmap.getLookupTable(nPts=256), dtype=np.uint8)
+    return np.ascontiguousarray(lut[:, :3])
+
+
+def _font(px: float, bold: bool = False) -> QFont:
+    f = QFont()
+    f.setFamilies(FONT_FAMILIES)
+    f.setStyleHint(QFont.StyleHint.SansSerif)
+    f.setPixelSize(max(1, int(round(px))))
+    f.setBold(bold)
+    return f
+
+
+@dataclass
+class PanelBox:
+    layer: int
+    head: int
+    row: int
+    col: int
+    x: float  # heatmap's top-left corner
+    y: float
+    cell: float  # side of one cell in pixels
+    n_q: int
+    n_k: int
+
+    @property
+    def rect(self) -> QRectF:
+        return QRectF(self.x, self.y, self.cell * self.n_k, self.cell * self.n_q)
+
+    def as_dict(self) -> dict:
+        return {"layer": self.layer, "head": self.head, "x": self.x, "y": self.y,
+                "cell": self.cell, "n_query": self.n_q, "n_key": self.n_k}
+
+
+@dataclass
+class Layout:
+    width: int
+    height: int
+    scale: float
+    margin: float
+    title_font: QFont
+    sub_font: QFont
+    label_font: QFont
+    panel_font: QFont
+    tick_font: QFont
+    header_lines: list[tuple[str, QFont, QColor]]
+    panels: list[PanelBox]
+    n_rows: int
+    n_cols: int
+    q_stride: int  # label every q_stride-th query
+    k_stride: int
+    q_gutter: float  # width of the query labels
+    k_gutter: float  # height of the (rotated) key labels
+    label_px: float
+    title_h: float
+    strip_h: float  # KV-group colour strip under each title (0 without GQA)
+    bar: QRectF = field(default_factory=QRectF)  # the colour bar's gradient
+
+
+def grid_cols(n_head: int, group: int = 1) -> int:
+    """Columns for one layer's heads: close to a 4:3 grid, a divisor of n_head when one is near,
+    and a multiple of the KV-group size when possible so groups do not wrap."""
+    target = math.sqrt(n_head * 4 / 3)
+    divisors = [c for c in range(1, n_head + 1) if n_head % c == 0]
+    if group > 1:
+        divisors = [c for c in divisors if c % group == 0] or divisors
+    best = min(divisors, key=lambda c: (abs(c - target), -c))
+    if abs(best - target) <= 0.4 * target:
+        return best
+    return max(1, min(n_head, round(target)))
+
+
+def _group_size(kv_group: list[int]) -> int:
+    counts = np.bincount(np.asarray(kv_group, dtype=np.int64))
+    return int(counts.max()) if len(counts) else 1
+
+
+def _elide(text: str, font: QFont, width: float) -> str:
+    return QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, max(1.0, width))
+
+
+def _clip_label(label: str) -> str:
+    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
+    if label == "":
+        return "\u2423"  # an empty token string still gets a visible label
+    if label.isspace():
+        return "\u2423" * min(len(label), 3)
+    return label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "\u2026"
+
+
+def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
+    title = f"L{layer} H{head}"
+    if view.grouped:
+        title += f" \u00b7 kv{view.kv_group[head]}"
+    if with_max:
+        i, j = view.layers.index(layer), view.heads.index(head)
+        title += f"  max {view.levels[i, j, 1]:.2f}"
+    return title
+
+
+def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, QFont, QColor]]:
+    title_font, sub_font = _font(24 * s, bold=True), _font(14 * s)
+    lines = [(_elide(view.title(), title_font, inner_w), title_font, TEXT)]
+    lines.append((_elide(f"\u201c{view.text}\u201d", sub_font, inner_w), sub_font, MUTED))
+    hi = float(view.levels.max())
+    scale = (f"shared scale 0\u2013{hi:.3g}" if view.scale_mode == "shared"
+             else "per-head scale (0\u2013each head's max)")
+    notes = [f"{len(view.tokens)} tokens", f"colormap {view.colormap}", scale]
+    if view.hide_first:
+        notes.append(f"first token {view.labels[0]!r} hidden, rows renormalised")
+    if view.scope == "head" and view.grouped:
+        g = view.kv_group[view.head]
+        shared = [h for h, k in enumerate(view.kv_group) if k == g]
+        notes.append(f"KV head {g} shared by H{shared[0]}\u2013H{shared[-1]}")
+    lines.append((_elide("  \u00b7  ".join(notes), sub_font, inner_w), sub_font, MUTED))
+    return lines
+
+
+def _nice_step(span: float, n: int = 4) -> float:
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag  # pragma: no cover
+
+
+def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
+    """(fraction of the bar from the bottom, label) for the colour bar."""
+    if view.scale_mode == "per-head":
+        return [(0.0, "0"), (0.5, "\u00bd max"), (1.0, "head max")]
+    hi = float(view.levels[0, 0, 1])
+    step = _nice_step(hi)
+    decimals = max(0, -math.floor(math.log10(step)) + (1 if step * 10 ** -math.floor(math.log10(step)) == 2.5 else 0))
+    ticks, v = [], 0.0
+    while v <= hi * (1 + 1e-6):
+        ticks.append((v / hi, f"{v:.{decimals}f}"))
+        v = round(v + step, 10)
+    if 1.0 - ticks[-1][0] > 0.12:
+        ticks.append((1.0, f"{hi:.3g}"))
+    return ticks
+
+
+def layout(view: ExportView, width: int) -> Layout:
+    """Place every part of the figure for an image `width` pixels wide; the height follows."""
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
+    if QGuiApplication.instance() is None:
+        raise ExportError("rendering a figure needs a QGuiApplication (create one first)")
+    s = width / BASE_WIDTH
+    m = round(24 * s)
+    n_q, n_k = view.patterns.shape[2:]
+    n_panels = len(view.layers) * len(view.heads)
+    grouped = view.grouped and n_panels > 1
+    if view.scope == "head":
+        n_rows, n_cols = 1, 1
+    elif view.scope == "layer":
+        n_cols = grid_cols(len(view.heads), _group_size(view.kv_group) if view.grouped else 1)
+        n_rows = math.ceil(len(view.heads) / n_cols)
+    else:
+        n_rows, n_cols = len(view.layers), len(view.heads)
+    inner_w = width - 2 * m
+    lines = header_lines(view, s, inner_w)
+    header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
+
+    tick_font = _font(13 * s)
+    tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
+    bar_w = 18 * s
+    bar_block = 20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height()
+    gap_x = 14 * s if n_panels > 1 else 0
+    gap_y = 10 * s if n_panels > 1 else 0
+    axis_title = QFontMetricsF(tick_font).height() * 1.2  # "query" / "key" axis names
+
+    label_base = (15 if view.scope == "head" else 12) * s
+    min_label = max(6.0, 8 * s)
+    labels_q = [_clip_label(t) for t in view.labels]
+    labels_k = [_clip_label(view.labels[k]) for k in view.key_pos]
+
+    def gutters(px: float) -> tuple[float, float]:
+        fm = QFontMetricsF(_font(px))
+        pad = 6 * s
+        qw = max(fm.horizontalAdvance(t) for t in labels_q) + pad
+        kw = max(fm.horizontalAdvance(t) for t in labels_k) + pad
+        return min(qw, 0.22 * width), min(kw, 0.22 * width)
+
+    def cell_for(q_gutter: float) -> float:
+        free = inner_w - axis_title - q_gutter - bar_block - (n_cols - 1) * gap_x
+        cell = free / (n_cols * n_k)
+        return float(math.floor(cell)) if cell >= 4 else cell
+
+    q_gutter, k_gutter = gutters(label_base)
+    cell = cell_for(q_gutter)
+    label_px = min(label_base, cell * 0.8)
+    stride = 1
+    if label_px < min_label:
+        stride = math.ceil(min_label / max(cell * 0.8, 1e-6))
+        label_px = min_label
+    q_gutter, k_gutter = gutters(label_px)
+    cell = cell_for(q_gutter)
+    if cell <= 0:
+        raise ExportError(f"width {width} px is too narrow for {n_cols} heads of {n_k} keys")
+
+    with_max = view.scale_mode == "per-head"
+    pf_px = min(14 * s, max(min_label, cell * n_k / 7))
+    panel_font = _font(pf_px, bold=True)
+    longest = max((panel_title(view, l, h, with_max) for l in view.layers for h in view.heads),
+                  key=len)
+    fm = QFontMetricsF(panel_font)
+    while fm.horizontalAdvance(longest) > cell * n_k and panel_font.pixelSize() > min_label:
+        panel_font.setPixelSize(panel_font.pixelSize() - 1)
+        fm = QFontMetricsF(panel_font)
+    title_h = fm.height() * 1.3
+    strip_h = round(4 * s) if grouped else 0
+
+    # leftover width (integer cells) goes to both sides so the figure stays centred
+    used = axis_title + q_gutter + n_cols * n_k * cell + (n_cols - 1) * gap_x + bar_block
+    x0 = m + (inner_w - used) / 2 + axis_title + q_gutter
+    y0 = m + header_h
+    panels: list[PanelBox] = []
+    order = [(l, h) for l in view.layers for h in view.heads]
+    row_h = title_h + strip_h + cell * n_q
+    for idx, (l, h) in enumerate(order):
+        row, col = divmod(idx, n_cols)
+        x = x0 + col * (n_k * cell + gap_x)
+        y = y0 + row * (row_h + gap_y) + title_h + strip_h
+        panels.append(PanelBox(l, h, row, col, round(x), round(y), cell, n_q, n_k))
+    grid_bottom = y0 + n_rows * row_h + (n_rows - 1) * gap_y
+    height = math.ceil(grid_bottom + k_gutter + axis_title + m)
+    top = panels[0].y
+    bar_h = grid_bottom - top
+    if view.scope != "head":
+        bar_h = min(bar_h, max(cell * n_q, 360 * s))
+    bar_x = x0 + n_cols * n_k * cell + (n_cols - 1) * gap_x + 20 * s
+    return Layout(
+        width=width, height=height, scale=s, margin=m, title_font=lines[0][1],
+        sub_font=lines[1][1], label_font=_font(label_px), panel_font=panel_font,
+        tick_font=tick_font, header_lines=lines, panels=panels, n_rows=n_rows, n_cols=n_cols,
+        q_stride=stride, k_stride=stride, q_gutter=q_gutter, k_gutter=k_gutter,
+        label_px=label_px, title_h=title_h, strip_h=strip_h,
+        bar=QRectF(round(bar_x), round(top), round(bar_w), round(bar_h)))
+
+
+def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
+    """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the lookup table."""
+    low, high = view.levels[i, j]
+    return lut[quantize(view.patterns[i, j], float(low), float(high), len(lut))]
+
+
+def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its pixels)
+    rgb = np.ascontiguousarray(rgb)
+    h, w = rgb.shape[:2]
+    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
+
+
+def paint(painter: QPainter, view: ExportView, lay: Layout, vector_cells: bool = False) -> None:
+    """Draw the whole figure described by `lay` on an active painter."""
+    s = lay.scale
+    lut = lookup_table(view.colormap)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    painter.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
+    painter.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+
+    # header
+    y = lay.margin
+    for text, font, color in lay.header_lines:
+        painter.setFont(font)
+        painter.setPen(color)
+        h = QFontMetricsF(font).height()
+        painter.drawText(QRectF(lay.margin, y, lay.width - 2 * lay.margin, h),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
+        y += h * 1.25
+
+    idx_of = {(l, h): (i, j) for i, l in enumerate(view.layers) for j, h in enumerate(view.heads)}
+    grouped = lay.strip_h > 0
+    if grouped:
+        _paint_groups(painter, view, lay)
+    with_max = view.scale_mode == "per-head"
+    for box in lay.panels:
+        i, j = idx_of[(box.layer, box.head)]
+        rect = box.rect
+        rgb = panel_rgb(view, i, j, lut)
+        if vector_cells:
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+            painter.setPen(Qt.PenStyle.NoPen)
+            for q in range(box.n_q):
+                for k in range(box.n_k):
+                    r, g, b = (int(c) for c in rgb[q, k])
+                    painter.fillRect(QRectF(box.x + k * box.cell, box.y + q * box.cell,
+                                            box.cell, box.cell), QColor(r, g, b))
+            painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        else:
+            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, box.cell < 1)
+            painter.drawImage(rect, _qimage(rgb))
+        painter.setPen(QPen(FRAME, max(1.0, s)))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawRect(rect.adjusted(-0.5 * s, -0.5 * s, 0.5 * s, 0.5 * s))
+        # head title (with its KV-group strip under GQA)
+        painter.setFont(lay.panel_font)
+        painter.setPen(TEXT)
+        title = panel_title(view, box.layer, box.head, with_max)
+        tw = rect.width()
+        if QFontMetricsF(lay.panel_font).horizontalAdvance(title) > tw:
+            title = panel_title(view, box.layer, box.head, False)
+        title = _elide(title, lay.panel_font, tw + 4 * s)
+        top = box.y - lay.strip_h - lay.title_h
+        painter.drawText(QRectF(box.x - 2 * s, top, tw + 4 * s, lay.title_h),
+                         Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, title)
+        if grouped:
+            color = QColor(GROUP_COLORS[view.kv_group[box.head] % len(GROUP_COLORS)])
+            painter.fillRect(QRectF(box.x, box.y - lay.strip_h - s, tw, lay.strip_h), color)
+        # token labels on the outer axes: queries left of the first column, keys under the last row
+        last_row = max(b.row for b in lay.panels if b.col == box.col)
+        if box.col == 0:
+            _paint_query_labels(painter, view, lay, box)
+        if box.row == last_row:
+            _paint_key_labels(painter, view, lay, box)
+    _paint_axis_names(painter, lay)
+    _paint_colorbar(painter, view, lay, lut)
+
+
+def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
+    """A light tinted box behind each run of neighbouring heads that share a KV head."""
+    s = lay.scale
+    runs: list[list[PanelBox]] = []
+    for box in lay.panels:
+        prev = runs[-1][-1] if runs else None
+        if (prev is not None and prev.row == box.row and prev.col + 1 == box.col
+                and view.kv_group[prev.head] == view.kv_group[box.head]):
+            runs[-1].append(box)
+        else:
+            runs.append([box])
+    pad = 5 * s
+    for run in runs:
+        a, b = run[0], run[-1]
+        color = QColor(GROUP_COLORS[view.kv_group[a.head] % len(GROUP_COLORS)])
+        fill = QColor(color)
+        fill.setAlpha(28)
+        r = QRectF(a.x - pad, a.y - lay.strip_h - lay.title_h - pad / 2,
+                   b.x + b.cell * b.n_k - a.x + 2 * pad,
+                   lay.title_h + lay.strip_h + a.cell * a.n_q + 1.5 * pad)
+        painter.setPen(QPen(color, max(1.0, 1.5 * s)))
+        painter.setBrush(fill)
+        painter.drawRoundedRect(r, 4 * s, 4 * s)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+
+
+def _paint_query_labels(painter: QPainter, view: ExportView, lay: Layout, box: PanelBox) -> None:
+    painter.setFont(lay.label_font)
+    painter.setPen(TEXT)
+    pad = 6 * lay.scale
+    for q in range(0, box.n_q, lay.q_stride):
+        text = _elide(_clip_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
+        r = QRectF(box.x - lay.q_gutter, box.y + q * box.cell + box.cell / 2 - lay.label_px,
+                   lay.q_gutter - pad, 2 * lay.label_px)
+        painter.drawText(r, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, text)
+
+
+def _paint_key_labels(painter: QPainter, view: ExportView, lay: Layout, box: PanelBox) -> None:
+    """Key labels run upwards, each ending just under its column."""
+    painter.setFont(lay.label_font)
+    painter.setPen(TEXT)
+    pad = 6 * lay.scale
+    bottom = box.y + box.cell * box.n_q
+    for k in range(0, box.n_k, lay.k_stride):
+        text = _elide(_clip_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
+        painter.save()
+        painter.translate(box.x + k * box.cell + box.cell / 2, bottom + pad)
+        painter.rotate(-90)
+        painter.drawText(QRectF(-(lay.k_gutter - pad), -lay.label_px, lay.k_gutter - pad,
+                                2 * lay.label_px),
+                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, text)
+        painter.restore()
+
+
+def _paint_axis_names(painter: QPainter, lay: Layout) -> None:
+    painter.setFont(lay.tick_font)
+    painter.setPen(MUTED)
+    fm = QFontMetricsF(lay.tick_font)
+    first = lay.panels[0]
+    left_col = [b for b in lay.panels if b.col == 0]
+    top, bottom = left_col[0].y, left_col[-1].y + left_col[-1].cell * left_col[-1].n_q
+    x = first.x - lay.q_gutter - fm.height() * 1.1
+    painter.save()
+    painter.translate(x, (top + bottom) / 2)
+    painter.rotate(-90)
+    painter.drawText(QRectF(-200 * lay.scale, 0, 400 * lay.scale, fm.height()),
+                     Qt.AlignmentFlag.AlignCenter, "query")
+    painter.restore()
+    last_row = [b for b in lay.panels if b.row == lay.panels[-1].row]
+    left, right = lay.panels[0].x, max(b.x + b.cell * b.n_k for b in lay.panels)
+    y = last_row[0].y + last_row[0].cell * last_row[0].n_q + lay.k_gutter + 2 * lay.scale
+    painter.drawText(QRectF(left, y, right - left, fm.height()), Qt.AlignmentFlag.AlignCenter,
+                     "key \u2192")
+
+
+def _paint_colorbar(painter: QPainter, view: ExportView, lay: Layout, lut: np.ndarray) -> None:
+    s, bar = lay.scale, lay.bar
+    gradient = np.ascontiguousarray(lut[::-1][:, None, :])  # [256, 1, 3], highest colour on top
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+    painter.drawImage(bar, _qimage(gradient))
+    painter.setPen(QPen(FRAME, max(1.0, s)))
+    painter.drawRect(bar)
+    painter.setFont(lay.tick_font)
+    fm = QFontMetricsF(lay.tick_font)
+    tick_w = 0.0
+    for frac, text in bar_ticks(view):
+        y = bar.bottom() - frac * bar.height()
+        painter.setPen(QPen(TEXT, max(1.0, s)))
+        painter.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + 5 * s, y))
+        r = QRectF(bar.right() + 7 * s, y - fm.height() / 2, fm.horizontalAdvance(text) + 2, fm.height())
+        painter.drawText(r, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
+        tick_w = max(tick_w, r.width())
+    name = "attention weight" if view.scale_mode == "shared" else "weight / head max"
+    painter.setPen(MUTED)
+    painter.save()
+    painter.translate(bar.right() + 9 * s + tick_w + fm.height(), bar.center().y())
+    painter.rotate(90)
+    painter.drawText(QRectF(-bar.height(), -fm.height(), 2 * bar.height(), fm.height()),
+                     Qt.AlignmentFlag.AlignCenter, name)
+    painter.restore()
+
+
+def render_image(view: ExportView, width: int) -> tuple[QImage, Layout]:
+    """The figure as a QImage `width` pixels wide."""
+    lay = layout(view, width)
+    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    if image.isNull():
+        raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
+    painter = QPainter(image)
+    try:
+        paint(painter, view, lay)
+    finally:
+        painter.end()
+    return image, lay
+
+
+def png_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
+    image, lay = render_image(view, width)
+    data = QByteArray()
+    buf = QBuffer(data)
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    ok = image.save(buf, "PNG")
+    buf.close()
+    if not ok:
+        raise ExportError(f"Qt could not encode a {lay.width} x {lay.height} PNG")
+    return bytes(data.data()), lay
+
+
+def svg_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
+    """The same figure as SVG: vector text, heatmap cells as rectangles (or one embedded image per
+    heatmap when there are more than SVG_MAX_RECTS cells)."""
+    from PySide6.QtSvg import QSvgGenerator
+
+    lay = layout(view, width)
+    data = QByteArray()
+    buf = QBuffer(data)
+    buf.open(QIODevice.OpenModeFlag.WriteOnly)
+    gen = QSvgGenerator()
+    gen.setOutputDevice(buf)
+    gen.setSize(QSize(lay.width, lay.height))
+    gen.setResolution(96)  # CSS pixels: the SVG's physical size equals the PNG's at 96 dpi
+    gen.setViewBox(QRect(0, 0, lay.width, lay.height))
+    gen.setTitle(view.title())
+    gen.setDescription(f"attnviz attention figure: {view.text}")
+    painter = QPainter(gen)
+    try:
+        vector = view.patterns[..., :, :].size <= SVG_MAX_RECTS
+        paint(painter, view, lay, vector_cells=vector)
+    finally:
+        painter.end()
+        buf.close()
+    svg = bytes(data.data())
+    # a generic fallback, so viewers without these fonts still draw sans-serif text (Qt writes
+    # "Sans Serif", which is no CSS family), and crisp cell edges (no hairline seams)
+    svg = re.sub(rb'font-family="([^"]*)"', _css_family, svg)
+    svg = svg.replace(b"<rect ", b'<rect shape-rendering="crispEdges" ')
+    return svg, lay
+
+
+def _css_family(match: re.Match) -> bytes:
+    names = [n.strip() for n in match.group(1).split(b",") if n.strip() and n.strip() != b"Sans Serif"]
+    return b'font-family="' + b", ".join(names + [b"sans-serif"]) + b'"'
