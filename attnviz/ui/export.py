@@ -108,6 +108,7 @@ class ExportDialog(QDialog):
         self.scale.addItem("Per head (0 \u2026 each head's max)", "per-head")
         self.hide_first = QCheckBox("Hide the first-token column and renormalise rows")
         self.path_edit = QLineEdit()
+        self.path_edit.setMinimumWidth(380)
         self.path_edit.setToolTip("File to write; the extension picks the format")
         browse = QPushButton("Browse\u2026")
         browse.clicked.connect(self.browse)

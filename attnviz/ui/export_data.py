@@ -129,9 +129,16 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
 
 # --- numbers -----------------------------------------------------------------------------------
 
-def fmt(x: float) -> str:
-    """Shortest text that reads back as the same float32."""
-    return np.format_float_positional(np.float32(x), unique=True, trim="-")
+def fmt_all(arr: np.ndarray) -> list[str]:
+    """Each float32 as text that reads back as the same float32 (9 significant digits)."""
+    flat = np.asarray(arr, dtype=np.float32).ravel().tolist()
+    return ("%.9g\n" * len(flat) % tuple(flat)).split("\n")[:-1] if flat else []
+
+
+def _csv_cell(text: str) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow([text])
+    return out.getvalue()
 
 
 def npy_bytes(view: ExportView) -> bytes:
@@ -144,21 +151,24 @@ def csv_text(view: ExportView) -> str:
     """Head: a matrix, one row per query, with the query token first and the key tokens as header.
     Layer and all: long form, one row per weight (layer, head, query_pos, query_token, key_pos,
     key_token, weight)."""
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    labels, keys = view.labels, view.key_labels
+    labels = [_csv_cell(t) for t in view.labels]
+    n_q, n_k = view.patterns.shape[2:]
+    weights = fmt_all(view.patterns)  # row-major [n_layers, n_heads, n_q, n_k]
     if view.scope == "head":
-        w.writerow(["query \\ key"] + keys)
-        for q, row in enumerate(view.selected()):
-            w.writerow([labels[q]] + [fmt(x) for x in row])
-        return out.getvalue()
-    w.writerow(["layer", "head", "query_pos", "query_token", "key_pos", "key_token", "weight"])
-    for i, layer in enumerate(view.layers):
-        for j, head in enumerate(view.heads):
-            for q, row in enumerate(view.patterns[i, j]):
-                for k, x in zip(view.key_pos, row):
-                    w.writerow([layer, head, q, labels[q], k, labels[k], fmt(x)])
-    return out.getvalue()
+        lines = [",".join(["query \\ key"] + [labels[k] for k in view.key_pos])]
+        for q in range(n_q):
+            lines.append(",".join([labels[q]] + weights[q * n_k:(q + 1) * n_k]))
+        return "\n".join(lines) + "\n"
+    lines = ["layer,head,query_pos,query_token,key_pos,key_token,weight"]
+    keys = [f"{k},{labels[k]}," for k in view.key_pos]
+    at = 0
+    for layer in view.layers:
+        for head in view.heads:
+            for q in range(n_q):
+                prefix = f"{layer},{head},{q},{labels[q]},"
+                lines.extend([prefix + kp + w for kp, w in zip(keys, weights[at:at + n_k])])
+                at += n_k
+    return "\n".join(lines) + "\n"
 
 
 def json_text(view: ExportView) -> str:
@@ -173,10 +183,18 @@ def json_text(view: ExportView) -> str:
                  "all": ["layer", "head", "query", "key"]}[view.scope],
         "weights": None,
     }
-    # float32 -> float64 is exact, and json writes the shortest repr that reads back the same.
-    weights = json.dumps(view.selected().astype(np.float64).tolist())
+    weights = _nested(view.selected(), fmt_all(view.selected()))
     head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
     return head + '"weights": ' + weights + tail + "\n"
+
+
+def _nested(arr: np.ndarray, flat: list[str]) -> str:
+    """JSON nested lists of `arr`'s shape from its numbers already written as text."""
+    if arr.ndim == 1:
+        return "[" + ",".join(flat) + "]"
+    step = int(np.prod(arr.shape[1:]))
+    return "[" + ",".join(_nested(arr[0], flat[i * step:(i + 1) * step])
+                          for i in range(arr.shape[0])) + "]"
 
 
 def number_bytes(view: ExportView, fmt_name: str) -> bytes:

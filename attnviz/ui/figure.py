@@ -98,6 +98,7 @@ class Layout:
     label_px: float
     title_h: float
     strip_h: float  # KV-group colour strip under each title (0 without GQA)
+    group_pad: float  # space between a heatmap and its KV-group box (0 without GQA)
     bar: QRectF = field(default_factory=QRectF)  # the colour bar's gradient
 
 
@@ -145,7 +146,8 @@ def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
 def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, QFont, QColor]]:
     title_font, sub_font = _font(24 * s, bold=True), _font(14 * s)
     lines = [(_elide(view.title(), title_font, inner_w), title_font, TEXT)]
-    lines.append((_elide(f"\u201c{view.text}\u201d", sub_font, inner_w), sub_font, MUTED))
+    text = f"\u201c{view.text}\u201d" if view.text else "(token ids, no text)"
+    lines.append((_elide(text, sub_font, inner_w), sub_font, MUTED))
     hi = float(view.levels.max())
     scale = (f"shared scale 0\u2013{hi:.3g}" if view.scale_mode == "shared"
              else "per-head scale (0\u2013each head's max)")
@@ -211,8 +213,9 @@ def layout(view: ExportView, width: int) -> Layout:
     tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
     bar_w = 18 * s
     bar_block = 20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height()
-    gap_x = 14 * s if n_panels > 1 else 0
-    gap_y = 10 * s if n_panels > 1 else 0
+    group_pad = round(6 * s) if grouped else 0  # room for the KV-group boxes around heads
+    gap_x = 14 * s + group_pad if n_panels > 1 else 0
+    gap_y = 10 * s + 2 * group_pad if n_panels > 1 else 0
     axis_title = QFontMetricsF(tick_font).height() * 1.2  # "query" / "key" axis names
 
     label_base = (15 if view.scope == "head" else 12) * s
@@ -220,11 +223,11 @@ def layout(view: ExportView, width: int) -> Layout:
     labels_q = [_clip_label(t) for t in view.labels]
     labels_k = [_clip_label(view.labels[k]) for k in view.key_pos]
 
-    def gutters(px: float) -> tuple[float, float]:
+    def gutters(px: float, stride: int = 1) -> tuple[float, float]:
         fm = QFontMetricsF(_font(px))
-        pad = 6 * s
-        qw = max(fm.horizontalAdvance(t) for t in labels_q) + pad
-        kw = max(fm.horizontalAdvance(t) for t in labels_k) + pad
+        pad = 6 * s + group_pad
+        qw = max(fm.horizontalAdvance(t) for t in labels_q[::stride]) + pad
+        kw = max(fm.horizontalAdvance(t) for t in labels_k[::stride]) + pad
         return min(qw, 0.22 * width), min(kw, 0.22 * width)
 
     def cell_for(q_gutter: float) -> float:
@@ -239,7 +242,7 @@ def layout(view: ExportView, width: int) -> Layout:
     if label_px < min_label:
         stride = math.ceil(min_label / max(cell * 0.8, 1e-6))
         label_px = min_label
-    q_gutter, k_gutter = gutters(label_px)
+    q_gutter, k_gutter = gutters(label_px, stride)
     cell = cell_for(q_gutter)
     if cell <= 0:
         raise ExportError(f"width {width} px is too narrow for {n_cols} heads of {n_k} keys")
@@ -280,7 +283,7 @@ def layout(view: ExportView, width: int) -> Layout:
         sub_font=lines[1][1], label_font=_font(label_px), panel_font=panel_font,
         tick_font=tick_font, header_lines=lines, panels=panels, n_rows=n_rows, n_cols=n_cols,
         q_stride=stride, k_stride=stride, q_gutter=q_gutter, k_gutter=k_gutter,
-        label_px=label_px, title_h=title_h, strip_h=strip_h,
+        label_px=label_px, title_h=title_h, strip_h=strip_h, group_pad=group_pad,
         bar=QRectF(round(bar_x), round(top), round(bar_w), round(bar_h)))
 
 
@@ -373,7 +376,7 @@ def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
             runs[-1].append(box)
         else:
             runs.append([box])
-    pad = 5 * s
+    pad = lay.group_pad
     for run in runs:
         a, b = run[0], run[-1]
         color = QColor(GROUP_COLORS[view.kv_group[a.head] % len(GROUP_COLORS)])
@@ -382,6 +385,7 @@ def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
         r = QRectF(a.x - pad, a.y - lay.strip_h - lay.title_h - pad / 2,
                    b.x + b.cell * b.n_k - a.x + 2 * pad,
                    lay.title_h + lay.strip_h + a.cell * a.n_q + 1.5 * pad)
+        r = r.adjusted(s, s, -s, -s)  # keep the outline inside the padding
         painter.setPen(QPen(color, max(1.0, 1.5 * s)))
         painter.setBrush(fill)
         painter.drawRoundedRect(r, 4 * s, 4 * s)
@@ -391,7 +395,7 @@ def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
 def _paint_query_labels(painter: QPainter, view: ExportView, lay: Layout, box: PanelBox) -> None:
     painter.setFont(lay.label_font)
     painter.setPen(TEXT)
-    pad = 6 * lay.scale
+    pad = 6 * lay.scale + lay.group_pad
     for q in range(0, box.n_q, lay.q_stride):
         text = _elide(_clip_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
         r = QRectF(box.x - lay.q_gutter, box.y + q * box.cell + box.cell / 2 - lay.label_px,
@@ -403,7 +407,7 @@ def _paint_key_labels(painter: QPainter, view: ExportView, lay: Layout, box: Pan
     """Key labels run upwards, each ending just under its column."""
     painter.setFont(lay.label_font)
     painter.setPen(TEXT)
-    pad = 6 * lay.scale
+    pad = 6 * lay.scale + lay.group_pad
     bottom = box.y + box.cell * box.n_q
     for k in range(0, box.n_k, lay.k_stride):
         text = _elide(_clip_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
