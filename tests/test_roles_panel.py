@@ -146,3 +146,8 @@ def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_mode
         state.set_model(textbook_model)
     assert panel.scores is None and state.head_labels is None
     assert panel.overview.rowCount() == 0 and panel.find_table.rowCount() == 0
+
+
+def test_table_starts_in_layer_order(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    assert panel.visible_heads()[:3] == [(0, 0), (0, 1), (0, 2)]
