@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from attnviz.engine.calc import (
-    ARCH_STYLES, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
+    ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     format_bytes, format_count,
 )
 from attnviz.engine.errors import CalcError
@@ -168,7 +168,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
                  f"batch {i.batch}")
     if preset:
         lines.append(f"source: {preset.source}")
-    lines.append(f"conventions: {CONVENTIONS_SHORT}")
+    lines.append(f"conventions: {CONVENTIONS}")
 
     lines += ["", "Dimensions"]
     kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_heads)
@@ -237,6 +237,3 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
         lines.append(f"note: {w}")
     return "\n".join(lines)
 
-
-CONVENTIONS_SHORT = ("shapes [out, in]; multiply-add = 2 FLOPs; KiB/MiB/GiB are binary (1024); "
-                     "quantised caches without scales")

@@ -10,7 +10,7 @@ import logging
 from dataclasses import replace
 
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QFormLayout, QFrame, QHeaderView, QLabel, QScrollArea, QSpinBox,
     QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
@@ -264,8 +264,12 @@ class CalcPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(stretch % len(headers), QHeaderView.ResizeMode.Stretch)
         table.verticalHeader().setDefaultSectionSize(22)
-        # wrapped cells change height with the panel's width
-        header.sectionResized.connect(lambda *_: self._fit_height(table))
+        # wrapped cells change height with the panel's width: refit once the layout settles
+        refit = QTimer(table)
+        refit.setSingleShot(True)
+        refit.setInterval(0)
+        refit.timeout.connect(lambda: self._fit_height(table))
+        header.sectionResized.connect(lambda *_: refit.start())
         return table
 
     @staticmethod
