@@ -590,11 +590,11 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     formulas["kv_bytes_per_token"] = "per token per layer · n_layers"
     if d.window:
         formulas["kv_bytes_sequence"] = (
-            f"per token per layer · (full layers·T + window layers·min(T, {d.window})) = "
-            f"· ({d.n_layers - len(d.window_layers)}·{T} + {len(d.window_layers)}·"
-            f"{min(T, d.window)})")
+            f"per token per layer · (full layers·T + window layers·min(T, window)) = "
+            f"{bits_tl / 8:g} · ({d.n_layers - len(d.window_layers)}·{T} + "
+            f"{len(d.window_layers)}·{min(T, d.window)})")
     else:
-        formulas["kv_bytes_sequence"] = f"per token · T = per token · {T}"
+        formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layers / 8:g} · {T}"
     formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
 
     compare = {}
