@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.errors import InputError
@@ -31,12 +32,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args) -> int:
+    from attnviz.ui.export_data import (
+        IMAGE_FORMATS, format_of, make_view, number_bytes, write_atomic,
+    )
+
     if args.head is not None and args.layer is None:
         raise InputError("--head needs --layer (which layer's head?)")
     scope = "all" if args.layer is None else ("layer" if args.head is None else "head")
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from attnviz.ui.export import export_result, format_of
-
     fmt = format_of(args.out)
     model = load_model(args.model)
     cfg = model.config
@@ -47,17 +49,21 @@ def cmd_export(args) -> int:
         raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
                          f"heads per layer (0..{cfg.n_head - 1})")
     result = model.run(args.text, truncate=args.truncate)
-    app = None
-    if fmt in ("png", "svg"):
+    view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
+                     colormap=args.colormap, scale_mode=args.scale, hide_first=args.hide_first)
+    if fmt in IMAGE_FORMATS:
+        # rendering needs Qt, but no display: the offscreen platform draws into memory
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         from PySide6.QtGui import QGuiApplication
 
-        app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])
-    written = export_result(result, args.out, model=model.name, scope=scope,
-                            layer=args.layer or 0, head=args.head, width=args.width,
-                            colormap=args.colormap, scale_mode=args.scale,
-                            hide_first=args.hide_first, fmt=fmt)
-    del app
-    shape = "x".join(str(n) for n in result.attentions.shape)
-    print(f"{written[0]}: {scope} of {model.name} [{shape}], {result.n_tokens} tokens"
-          + (f" (+ {written[1].name})" if len(written) > 1 else ""))
+        from attnviz.ui.export import export_view
+
+        app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
+        written = export_view(view, args.out, fmt=fmt, width=args.width)
+    else:  # numbers need no Qt at all
+        write_atomic([(args.out, number_bytes(view, fmt))])
+        written = [Path(args.out)]
+    shape = "x".join(str(n) for n in view.selected().shape)
+    print(f"{written[0]}: {scope} of {model.name}, {result.n_tokens} tokens, weights [{shape}]"
+          + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0

@@ -24,8 +24,8 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.errors import AttnvizError
 from attnviz.ui.export_data import (
-    FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, make_view, number_bytes,
-    open_sidecar, sidecar_dict, sidecar_path, write_atomic,
+    FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
+    number_bytes, open_sidecar, sidecar_dict, sidecar_path, write_atomic,
 )
 from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
 
@@ -37,15 +37,6 @@ DEFAULT_WIDTH = 2400
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers"}
 FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy array (.npy)",
                 "csv": "CSV table", "json": "JSON (tokens, ids, weights)"}
-
-
-def format_of(path: str | os.PathLike) -> str:
-    """The export format named by a file's extension."""
-    ext = Path(path).suffix.lower().lstrip(".")
-    if ext not in FORMATS:
-        raise ExportError(f"cannot export to {Path(path).name!r}: the name must end in "
-                          f"{', '.join('.' + f for f in FORMATS)}")
-    return ext
 
 
 def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = None,

@@ -127,6 +127,15 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         levels=color_levels(patterns, scale_mode))
 
 
+def format_of(path: str | os.PathLike) -> str:
+    """The export format named by a file's extension."""
+    ext = Path(path).suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise ExportError(f"cannot export to {Path(path).name!r}: the name must end in "
+                          f"{', '.join('.' + f for f in FORMATS)}")
+    return ext
+
+
 # --- numbers -----------------------------------------------------------------------------------
 
 def fmt_all(arr: np.ndarray) -> list[str]:
