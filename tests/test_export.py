@@ -278,6 +278,26 @@ def test_gqa_heads_are_marked(qapp, tmp_path):
     assert "KV head 1 shared by H4\u2013H7" in (tmp_path / "h.svg").read_text()
 
 
+def test_big_svg_embeds_heatmaps_and_small_cells_keep_peaks(qapp, tmp_path):
+    from attnviz.ui.export import export_view
+    from attnviz.ui.figure import SVG_MAX_RECTS, max_pool
+
+    res = fake_result(n_layer=2, n_head=4, T=80)
+    view = make_view(res, model="fake", scope="all", layer=0)
+    assert view.patterns.size > SVG_MAX_RECTS
+    out = tmp_path / "big.svg"
+    export_view(view, out, width=1000)
+    root = ET.parse(out).getroot()
+    assert len(list(root.iter(f"{SVG_NS}image"))) >= 8  # one per heatmap (+ the colour bar)
+    assert len(list(root.iter(f"{SVG_NS}rect"))) < 200
+    assert "L1 H3" in [t.text for t in root.iter(f"{SVG_NS}text")]
+
+    p = np.zeros((5, 7), np.float32)
+    p[4, 6] = 0.9  # a lone peak in the padded corner block
+    p[0, 1] = 0.3
+    np.testing.assert_array_equal(max_pool(p, 3), np.array([[0.3, 0, 0], [0, 0, 0.9]], np.float32))
+
+
 # --- failures leave nothing ---------------------------------------------------------------------
 
 def test_unwritable_path_reports_and_leaves_nothing(qapp, run, tmp_path):

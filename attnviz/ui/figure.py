@@ -233,7 +233,9 @@ def layout(view: ExportView, width: int) -> Layout:
     def cell_for(q_gutter: float) -> float:
         free = inner_w - axis_title - q_gutter - bar_block - (n_cols - 1) * gap_x
         cell = free / (n_cols * n_k)
-        return float(math.floor(cell)) if cell >= 4 else cell
+        # whole-pixel cells are crisp; keep them unless rounding down wastes over a tenth
+        whole = math.floor(cell)
+        return float(whole) if whole >= 4 and cell - whole <= 0.1 * cell else cell
 
     q_gutter, k_gutter = gutters(label_base)
     cell = cell_for(q_gutter)
@@ -293,6 +295,14 @@ def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     return lut[quantize(view.patterns[i, j], float(low), float(high), len(lut))]
 
 
+def max_pool(pattern: np.ndarray, f: int) -> np.ndarray:  # [n_q, n_k] -> [ceil(n_q/f), ceil(n_k/f)]
+    """Largest weight in each f x f block (the last blocks padded with zeros)."""
+    n_q, n_k = pattern.shape
+    padded = np.zeros((-(-n_q // f) * f, -(-n_k // f) * f), pattern.dtype)
+    padded[:n_q, :n_k] = pattern
+    return padded.reshape(padded.shape[0] // f, f, padded.shape[1] // f, f).max(axis=(1, 3))
+
+
 def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its pixels)
     rgb = np.ascontiguousarray(rgb)
     h, w = rgb.shape[:2]
@@ -325,8 +335,8 @@ def paint(painter: QPainter, view: ExportView, lay: Layout, vector_cells: bool =
     for box in lay.panels:
         i, j = idx_of[(box.layer, box.head)]
         rect = box.rect
-        rgb = panel_rgb(view, i, j, lut)
         if vector_cells:
+            rgb = panel_rgb(view, i, j, lut)
             painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
             painter.setPen(Qt.PenStyle.NoPen)
             for q in range(box.n_q):
@@ -335,9 +345,20 @@ def paint(painter: QPainter, view: ExportView, lay: Layout, vector_cells: bool =
                     painter.fillRect(QRectF(box.x + k * box.cell, box.y + q * box.cell,
                                             box.cell, box.cell), QColor(r, g, b))
             painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        elif box.cell < 1:  # more cells than pixels: keep every peak visible (max, not mean)
+            f = math.ceil(1 / box.cell)
+            low, high = view.levels[i, j]
+            pooled = max_pool(view.patterns[i, j], f)
+            painter.save()
+            painter.setClipRect(rect)
+            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+            painter.drawImage(QRectF(box.x, box.y, pooled.shape[1] * f * box.cell,
+                                     pooled.shape[0] * f * box.cell),
+                              _qimage(lut[quantize(pooled, float(low), float(high), len(lut))]))
+            painter.restore()
         else:
-            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, box.cell < 1)
-            painter.drawImage(rect, _qimage(rgb))
+            painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+            painter.drawImage(rect, _qimage(panel_rgb(view, i, j, lut)))
         painter.setPen(QPen(FRAME, max(1.0, s)))
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawRect(rect.adjusted(-0.5 * s, -0.5 * s, 0.5 * s, 0.5 * s))
