@@ -143,7 +143,8 @@ class ExportDialog(QDialog):
         item.setEnabled(has_focus)
         if not has_focus:
             item.setToolTip("Click a head first to choose the focus head")
-        scope = self.settings.value("export/scope", "head" if has_focus else "layer")
+        default = "head" if has_focus else ("all" if st.view_mode == "all" else "layer")
+        scope = self.settings.value("export/scope", default)
         if scope == "head" and not has_focus:
             scope = "layer"
         self.scope.setCurrentIndex(max(0, self.scope.findData(scope)))

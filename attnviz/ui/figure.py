@@ -177,7 +177,8 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
         return [(0.0, "0"), (0.5, "\u00bd max"), (1.0, "head max")]
     hi = float(view.levels[0, 0, 1])
     step = _nice_step(hi)
-    decimals = max(0, -math.floor(math.log10(step)) + (1 if step * 10 ** -math.floor(math.log10(step)) == 2.5 else 0))
+    exp = math.floor(math.log10(step))
+    decimals = max(0, -exp + (1 if round(step / 10 ** exp, 6) == 2.5 else 0))  # 0.25 needs 2
     ticks, v = [], 0.0
     while v <= hi * (1 + 1e-6):
         ticks.append((v / hi, f"{v:.{decimals}f}"))
