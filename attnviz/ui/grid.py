@@ -173,6 +173,7 @@ class HeatmapGrid(QWidget):
         self._lut_name = state.colormap
         self._layout_key = None
         self._kv_key: tuple = ()
+        self._bar: tuple | None = None
         self.hover_text = ""
         self.update_count = 0  # results drawn, for tests and benchmarks
 
@@ -232,12 +233,14 @@ class HeatmapGrid(QWidget):
         f = self._fbuf[:n].reshape(heads.shape)
         if st.scale_mode == "per-head":
             np.multiply(heads, (254.0 / tops)[:, None, None], out=f)
-            self.cbar.setLevels((0.0, 1.0))
-            self.cbar.getAxis("right").setLabel("weight ÷ head max", color=TEXT)
+            bar = (0.0, 1.0, "weight ÷ head max")
         else:
             np.multiply(heads, 254.0 / data.vmax, out=f)
-            self.cbar.setLevels((0.0, data.vmax))
-            self.cbar.getAxis("right").setLabel("attention weight", color=TEXT)
+            bar = (0.0, round(data.vmax, 3), "attention weight")
+        if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
+            self._bar = bar
+            self.cbar.setLevels(bar[:2])
+            self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
         np.minimum(f, 254.0, out=f)
         f += 1.5
         mosaic = self._mosaic

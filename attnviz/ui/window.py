@@ -60,8 +60,13 @@ def _optional(module: str, name: str):
 class MainWindow(QMainWindow):
     def __init__(self, model: str | None = None, text: str | None = None,
                  settings: QSettings | None = None, parent: QWidget | None = None,
-                 debounce_ms: int = 10):
+                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles")):
         super().__init__(parent)
+        from attnviz.engine.threads import limit_blas_threads
+
+        # one BLAS thread: on small T more threads cost more than they give, and their spinning
+        # would take the core the UI thread needs (stalls of 100-200 ms measured on 2 cores)
+        self._blas_limit = limit_blas_threads(1)
         self.settings = settings if settings is not None else QSettings()
         self.state = AppState(self)
         self.worker = Worker(self.state, debounce_ms=debounce_ms, parent=self)
@@ -70,7 +75,7 @@ class MainWindow(QMainWindow):
         self.last_request = None
         self.last_latency_s = 0.0
         self._build_widgets()
-        self._build_docks()
+        self._build_docks(panels)
         self._build_menus()
         self._connect()
         self._restore(model, text)
@@ -161,7 +166,7 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.tokens_label)
         sb.addPermanentWidget(self.time_label)
 
-    def _build_docks(self) -> None:
+    def _build_docks(self, panels: tuple[str, ...]) -> None:
         self.focus_view = FocusView(self.state)
         self.focus_dock = QDockWidget("Focus head", self)
         self.focus_dock.setObjectName("focus_dock")
@@ -169,7 +174,7 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
         self.calc_panel = None
         self.calc_dock = None
-        CalcPanel = _optional("attnviz.ui.calc_panel", "CalcPanel")
+        CalcPanel = _optional("attnviz.ui.calc_panel", "CalcPanel") if "calc" in panels else None
         if CalcPanel is not None:
             self.calc_panel = CalcPanel()
             self.calc_dock = QDockWidget("Calculator", self)
@@ -179,7 +184,7 @@ class MainWindow(QMainWindow):
             self.tabifyDockWidget(self.focus_dock, self.calc_dock)
         self.roles_panel = None
         self.roles_dock = None
-        RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel")
+        RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel") if "roles" in panels else None
         if RolesPanel is not None:
             self.roles_panel = RolesPanel(self.state)
             self.roles_dock = QDockWidget("Head roles", self)

@@ -67,7 +67,7 @@ class Worker(QObject):
     sigComputeFailed = Signal(object, str)  # ComputeRequest, message
     sigBusy = Signal(bool)
 
-    def __init__(self, state, debounce_ms: int = 10, parent: QObject | None = None):
+    def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
         self.state = state
         self.pool = QThreadPool(self)

@@ -1,0 +1,201 @@
+"""Typing benchmark (not a test): drive the real window offscreen, type a sentence key by key, and
+report per keystroke the time until the grid shows that text's result, the longest main-thread
+stall, and cold start to first heatmaps.
+
+    .venv/bin/python benchmarks/typing.py [--repeat N]
+
+Per keystroke: the key event is sent with QTest, then the event loop runs until the state holds the
+result for exactly the typed text and the grid's viewport has been repainted (a synchronous repaint,
+so painting is inside the figure). The next key follows 40 ms later. Stall: the longest gap between
+ticks of a 1 ms precise timer on the main thread, over the whole typing run, minus 1 ms.
+Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
+Settings go to a temporary file, never the user's."""
+
+import os
+import sys
+
+# Run as a script, this file's folder comes first on sys.path and "typing.py" would shadow the
+# standard library's typing module: take the folder off and put the repository root on instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+GOALS = {"layer": (32, 0.050), "all": (64, 0.100)}  # mode: (max tokens, p95 goal in s)
+SENTENCES = {
+    # about 30 MiniLM tokens with [CLS] and [SEP]
+    "layer": "The keys to the cabinet that my grandmother left us are on the kitchen table, "
+             "next to the old radio.",
+    # about 60 tokens
+    "all": "When Mary and John went to the market on Saturday morning, John bought fresh bread and "
+           "cheese while Mary looked for apples, and later they walked home along the river, talking "
+           "about the old bridge that the town plans to repair next summer.",
+}
+
+
+def _settings():
+    from PySide6.QtCore import QSettings
+
+    path = Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "settings.ini"
+    return QSettings(str(path), QSettings.Format.IniFormat)
+
+
+def _pct(values, p):
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values), p)) if values else float("nan")
+
+
+def run_typing(mode: str, sentence: str, panels: tuple[str, ...]) -> dict:
+    from PySide6.QtCore import QEventLoop, Qt, QTimer
+    from PySide6.QtTest import QTest
+
+    from attnviz.ui.app import make_app
+    from attnviz.ui.window import MainWindow
+
+    app = make_app()
+    w = MainWindow(text="", settings=_settings(), panels=panels)
+    w.resize(1400, 860)
+    w.show()
+    st = w.state
+    deadline = time.perf_counter() + 60
+    while st.result is None and time.perf_counter() < deadline:
+        app.processEvents()
+        time.sleep(0.002)
+    st.set_view_mode(mode)
+    w.grid.refresh()
+    viewport = w.grid.gw.viewport()
+
+    shown = {}  # text -> perf_counter when painted
+    waiting = QEventLoop()  # waits in Qt's C++ loop, so the worker thread gets the GIL
+
+    def on_result(r):
+        if r is not None:
+            viewport.repaint()
+            shown[r.text] = time.perf_counter()
+            if r.text == w.text_box.toPlainText():
+                waiting.quit()
+
+    st.sigResultChanged.connect(on_result)
+    ticks = []
+    timer = QTimer()
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.setInterval(1)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    guard = QTimer()
+    guard.setSingleShot(True)
+    guard.timeout.connect(waiting.quit)
+
+    latencies, tokens, computes, key_times = [], [], [], []
+    w.text_box.setFocus()
+    for ch in sentence:
+        t_key = time.perf_counter()
+        key_times.append(t_key)
+        QTest.keyClick(w.text_box, ch)
+        text = w.text_box.toPlainText()
+        if text not in shown:
+            guard.start(10000)
+            waiting.exec()
+            guard.stop()
+        latencies.append(shown[text] - t_key)
+        tokens.append(len(st.result.tokens))
+        computes.append(st.result.compute_s)
+        QTest.qWait(40)
+    timer.stop()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    if os.environ.get("ATTNVIZ_BENCH_TRACE"):
+        import bisect
+
+        worst = sorted(range(len(gaps)), key=gaps.__getitem__)[-8:]
+        for i in reversed(worst):
+            k = bisect.bisect(key_times, ticks[i]) - 1
+            print(f"  gap {gaps[i] * 1e3:6.1f} ms starting {(ticks[i] - key_times[k]) * 1e3:6.1f} ms "
+                  f"after key {k} ({sentence[k]!r}), latency of that key {latencies[k] * 1e3:.1f} ms")
+    w.close()
+    return {
+        "mode": mode, "keys": len(sentence), "max_T": max(tokens),
+        "p50": _pct(latencies, 50), "p95": _pct(latencies, 95), "max": max(latencies),
+        "compute_p50": _pct(computes, 50), "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
+    }
+
+
+def cold_child(t0: float) -> None:
+    """Runs in a fresh process: time from the parent's spawn to the first painted heatmaps."""
+    t_start = time.time()
+    from attnviz.ui.app import make_app
+    from attnviz.ui.window import MainWindow
+
+    app = make_app()
+    t_imported = time.time()
+    w = MainWindow(settings=_settings())
+    w.show()
+    app.processEvents()
+    t_shown = time.time()
+    while w.grid.update_count == 0:
+        app.processEvents()
+        time.sleep(0.001)
+    w.grid.gw.viewport().repaint()
+    t_painted = time.time()
+    print(f"{t_painted - t0:.3f} {t_start - t0:.3f} {t_imported - t0:.3f} {t_shown - t0:.3f}")
+    w.close()
+
+
+def cold_start(runs: int) -> list[list[float]]:
+    out = []
+    for _ in range(runs):
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, __file__, "--cold-child", repr(t0)],
+                              capture_output=True, text=True, timeout=120)
+        line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+        if proc.returncode or not line:
+            raise RuntimeError(f"cold-start child failed: {proc.stderr[-2000:]}")
+        out.append([float(x) for x in line.split()])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="typing runs per mode")
+    ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--panels", default="calc,roles",
+                    help="side panels in the window (comma list; 'none' measures the grid path alone)")
+    ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.cold_child is not None:
+        cold_child(args.cold_child)
+        return 0
+
+    cold = cold_start(args.cold_runs)
+    panels = tuple(p for p in args.panels.split(",") if p and p != "none")
+    rows = [run_typing(mode, SENTENCES[mode], panels) for mode in ("layer", "all") for _ in range(args.repeat)]
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model all-MiniLM-L6-v2 "
+          f"(6 layers x 12 heads), side panels: {', '.join(panels) or 'none'}")
+    print()
+    print(f"{'view':<12}{'keys':>5}{'max T':>7}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
+          f"{'engine p50':>12}{'stall ms':>10}{'goal p95':>10}")
+    for r in rows:
+        max_t, goal = GOALS[r["mode"]]
+        name = "one layer" if r["mode"] == "layer" else "all layers"
+        print(f"{name:<12}{r['keys']:>5}{r['max_T']:>7}{r['p50'] * 1e3:>9.1f}{r['p95'] * 1e3:>9.1f}"
+              f"{r['max'] * 1e3:>9.1f}{r['compute_p50'] * 1e3:>10.1f}ms{r['stall'] * 1e3:>10.1f}"
+              f"{'<= %d' % (goal * 1e3):>10}")
+    print()
+    best = min(c[0] for c in cold)
+    print("cold start to first painted heatmaps (s), per run: "
+          + ", ".join(f"{c[0]:.2f} (python up {c[1]:.2f}, Qt+attnviz imported {c[2]:.2f}, "
+                      f"window shown {c[3]:.2f})" for c in cold)
+          + f"; best {best:.2f}, goal <= 1.5")
+    print("goals: stall <= 16 ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
