@@ -84,11 +84,16 @@ def test_three_rapid_edits_end_with_the_last_text(window, qtbot):
 def test_hover_readout_equals_the_engines_number(window, qtbot):
     g = window.grid
     r = window.state.result
+    if window.roles_panel is not None:  # its badges arrive from its own worker; let them land first
+        qtbot.waitUntil(lambda: window.state.head_labels is not None, timeout=WAIT)
     x, y = g.cell_center(0, 3, 6, 2)  # L0 H3, query "are", key "keys"
     pos = view_to_widget(g.vb, g.gw, x, y)
     qtbot.mouseMove(g.gw.viewport(), pos)
     qtbot.waitUntil(lambda: g.hover_text != "", timeout=5000)
     expect = f"L0 H3  are → keys  {r.attentions[0, 3, 6, 2]:.2f}"
+    labels = window.state.head_labels
+    if labels and labels[0][3]:  # the roles panel's badge follows the number
+        expect += f"  · {labels[0][3]}"
     assert g.hover_text == expect
     assert window.statusBar().currentMessage() == expect
     assert g.gw.toolTip() == expect
@@ -98,7 +103,7 @@ def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):
     st = window.state
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
     assert st.layer == 1 and window.layer_spin.value() == 1
-    assert window.grid._titles[0].toPlainText() == "L1 H0"
+    assert window.grid._titles[0].toPlainText().split("  ")[0] == "L1 H0"  # then a role badge
     lo = window.grid.layout_
     T = lo.T
     tile = window.grid._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]

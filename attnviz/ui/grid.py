@@ -29,9 +29,10 @@ def colormap_lut(name: str) -> np.ndarray:  # -> [256, 4] uint8, entry 0 transpa
 
 
 def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: str = "") -> str:
-    """`L3 H1  are → keys  0.79` (the weight from query token q to key token k)."""
-    tag = f" [{badge}]" if badge else ""
-    return f"L{layer} H{head}{tag}  {result.labels[q]} → {result.labels[k]}  {value:.2f}"
+    """`L3 H1  are → keys  0.79` (the weight from query token q to key token k), then the head's
+    role badge if the roles panel gave it one."""
+    tag = f"  · {badge}" if badge else ""
+    return f"L{layer} H{head}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
 
 
 @dataclass(frozen=True)
