@@ -74,6 +74,8 @@ class MainWindow(QMainWindow):
         self._pending_view: dict | None = None
         self.last_request = None
         self.last_latency_s = 0.0
+        # start loading first: the weights load on the worker while the widgets are built
+        self.load_model(model or str(self.settings.value("model", DEFAULT_MODEL)))
         self._build_widgets()
         self._build_docks(panels)
         self._build_menus()
@@ -214,8 +216,9 @@ class MainWindow(QMainWindow):
         mb.addMenu(self.samples_menu)
 
         self.models_menu = mb.addMenu("&Models")
+        # filled when opened: scanning the Hugging Face cache imports huggingface_hub (0.3 s)
         self.models_menu.aboutToShow.connect(self._fill_models_menu)
-        self._fill_models_menu()
+        self.models_menu.addAction("(looking for models…)").setEnabled(False)
 
         view = mb.addMenu("&View")
         self.prev_layer_action = QAction("&Previous layer", self)
@@ -316,7 +319,8 @@ class MainWindow(QMainWindow):
         self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
         self._draw_tokens()
         self._update_title()
-        self.load_model(model or str(s.value("model", DEFAULT_MODEL)))
+        if self.state.model is None:
+            self._on_loading(self._load_source)  # the load started before the signals were connected
 
     # --- actions ------------------------------------------------------------------------------
     def set_text(self, text: str) -> None:
