@@ -116,6 +116,9 @@ class FocusView(QWidget):
         st = self.state
         lh = self._head()
         if lh is None:
+            if self._T == -1:
+                return  # already empty: nothing to repaint while the user types
+            self._T = -1
             self.img.clear()
             self.title.setText("Click a head in the grid to look at it here.")
             self.overlay.clear()
