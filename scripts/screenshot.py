@@ -1,0 +1,76 @@
+"""Make docs/screenshot.png from the real window (offscreen grab; works under Xvfb too).
+
+    .venv/bin/python scripts/screenshot.py [--out docs/screenshot.png] [--view layer|all]
+
+Opens MiniLM on the agreement sentence, picks the query token "are", focuses the head that sends
+"are" most strongly to "keys" (subject-verb agreement), and shows that head's layer."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
+    ap.add_argument("--view", choices=("layer", "all"), default="layer")
+    ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
+    args = ap.parse_args()
+
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.app import make_app
+    from attnviz.ui.window import DEFAULT_TEXT, MainWindow
+
+    app = make_app()
+    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
+                         QSettings.Format.IniFormat)
+    w = MainWindow(model="all-MiniLM-L6-v2", text=DEFAULT_TEXT, settings=settings)
+    width, height = (int(v) for v in args.size.split("x"))
+    w.resize(width, height)
+    w.show()
+
+    def settle(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            app.processEvents()
+            time.sleep(0.01)
+
+    end = time.perf_counter() + 60
+    while w.state.result is None and time.perf_counter() < end:
+        settle(0.05)
+    r = w.state.result
+    if r is None:
+        raise SystemExit("the model did not load: no screenshot")
+    q, k = r.labels.index("are"), r.labels.index("keys")
+    weights = r.attentions[:, :, q, k]  # [n_layer, n_head]
+    layer, head = (int(i) for i in divmod(int(weights.argmax()), weights.shape[1]))
+    st = w.state
+    st.set_view_mode(args.view)
+    st.set_layer(layer)
+    st.set_focus(layer, head)
+    st.set_query(q)
+    w.focus_dock.raise_()
+    settle(1.5)  # side panels finish their own background work
+    st.show_status(w.grid.readout_at(layer, head, q, k))
+    settle(0.2)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not w.grab().save(str(out)):
+        raise SystemExit(f"could not write {out}")
+    print(f"wrote {out} (L{layer} H{head}: are → keys {weights[layer, head]:.2f})")
+    w.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
