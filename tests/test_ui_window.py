@@ -194,3 +194,39 @@ def test_settings_persist_across_a_restart(qtbot, settings_path):
     assert w2.state.model_name == "all-MiniLM-L6-v2"
     assert w2.height() == 480
     w2.close()
+
+
+def test_open_view_restores_a_sidecar(window, qtbot, tmp_path):
+    export_data = pytest.importorskip("attnviz.ui.export_data")
+    import json
+
+    doc = {"kind": export_data.SIDECAR_KIND, "version": export_data.SIDECAR_VERSION,
+           "model": "all-MiniLM-L6-v2", "text": "Views come back.", "tokens": [], "layer": 4,
+           "head": 7, "scope": "head", "colormap": "inferno", "scale_mode": "per-head",
+           "hide_first": True, "view_mode": "layer"}
+    path = tmp_path / "fig.png.json"
+    path.write_text(json.dumps(doc))
+    window.open_view(str(path))
+    wait_for_text(qtbot, window, "Views come back.")
+    st = window.state
+    assert (st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first) == (
+        4, (4, 7), "inferno", "per-head", True)
+    assert window.focus_view.title.text().startswith("<b>L4 H7</b>")
+    window.open_view(str(tmp_path / "missing.png"))
+    assert window.error_banner.isVisible() and "missing.png" in window.error_banner.text()
+
+
+def test_samples_menu_shortcuts_and_export_dialog(window, qtbot, monkeypatch):
+    titles = [a.text() for a in window.samples_menu.actions()]
+    assert titles == ["Agreement", "Repeated names", "Pronouns", "Repeated random sequence",
+                      "Long paragraph"]
+    window.samples_menu.actions()[1].trigger()
+    assert window.text_box.toPlainText().startswith("When Mary and John")
+    wait_for_text(qtbot, window, window.text_box.toPlainText())
+    assert window.export_action.shortcut().toString() == "Ctrl+E"
+    assert window.open_folder_action.shortcut().toString() == "Ctrl+O"
+    export = pytest.importorskip("attnviz.ui.export")
+    opened = []
+    monkeypatch.setattr(export.ExportDialog, "exec", lambda self: opened.append(self) or 0)
+    window.export_action.trigger()
+    assert len(opened) == 1 and opened[0].parent() is window

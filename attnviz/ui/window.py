@@ -373,6 +373,8 @@ class MainWindow(QMainWindow):
             st.set_scale_mode(view["scale_mode"])
         if view.get("hide_first") is not None:
             st.set_hide_first(bool(view["hide_first"]))
+        if view.get("view_mode") in ("layer", "all"):
+            st.set_view_mode(view["view_mode"])
         if view.get("layer") is not None:
             st.set_layer(int(view["layer"]))
             if view.get("head") is not None:
