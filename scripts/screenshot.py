@@ -28,13 +28,13 @@ def main() -> int:
 
     from PySide6.QtCore import QSettings
 
-    from attnviz.ui.app import make_app
-    from attnviz.ui.window import DEFAULT_TEXT, MainWindow
+    from attnviz.ui.app import create_window, make_app
+    from attnviz.ui.window import DEFAULT_TEXT
 
     app = make_app()
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
                          QSettings.Format.IniFormat)
-    w = MainWindow(model="all-MiniLM-L6-v2", text=DEFAULT_TEXT, settings=settings)
+    w = create_window(model="all-MiniLM-L6-v2", text=DEFAULT_TEXT, settings=settings)
     width, height = (int(v) for v in args.size.split("x"))
     w.resize(width, height)
     w.show()

@@ -19,7 +19,7 @@ def open_window(qtbot, settings_path, **kw):
     w = MainWindow(settings=QSettings(settings_path, QSettings.Format.IniFormat), **kw)
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
     return w
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
 
@@ -15,12 +16,27 @@ def make_app() -> QApplication:
     return app
 
 
-def run_app(model: str | None = None, text: str | None = None) -> int:
-    """Show the window on `model` (default: the last one used, else MiniLM) and run the event loop.
-    The model loads on the worker thread, so the window is up before the weights are."""
-    app = make_app()
+def create_window(model: str | None = None, text: str | None = None,
+                  settings: QSettings | None = None, **kw):
+    """The main window, with its model already loading: the load starts on the worker thread
+    before the widget modules (pyqtgraph: about half a second) are imported, so the two overlap."""
+    from attnviz.ui.state import AppState
+    from attnviz.ui.worker import Worker
+
+    settings = settings if settings is not None else QSettings()
+    state = AppState()
+    worker = Worker(state)
+    source = model or str(settings.value("model", "all-MiniLM-L6-v2"))
+    worker.load(source)
+
     from attnviz.ui.window import MainWindow
 
-    window = MainWindow(model=model, text=text)
+    return MainWindow(model=source, text=text, settings=settings, state=state, worker=worker, **kw)
+
+
+def run_app(model: str | None = None, text: str | None = None) -> int:
+    """Show the window on `model` (default: the last one used, else MiniLM) and run the event loop."""
+    app = make_app()
+    window = create_window(model, text)
     window.show()
     return app.exec()

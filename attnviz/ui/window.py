@@ -8,7 +8,7 @@ import importlib
 import logging
 import time
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu,
@@ -60,7 +60,9 @@ def _optional(module: str, name: str):
 class MainWindow(QMainWindow):
     def __init__(self, model: str | None = None, text: str | None = None,
                  settings: QSettings | None = None, parent: QWidget | None = None,
-                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles")):
+                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles"),
+                 state: AppState | None = None, worker: Worker | None = None):
+        """`state` and `worker` may come from create_window(), with the model already loading."""
         super().__init__(parent)
         from attnviz.engine.threads import limit_blas_threads
 
@@ -68,14 +70,18 @@ class MainWindow(QMainWindow):
         # would take the core the UI thread needs (stalls of 100-200 ms measured on 2 cores)
         self._blas_limit = limit_blas_threads(1)
         self.settings = settings if settings is not None else QSettings()
-        self.state = AppState(self)
-        self.worker = Worker(self.state, debounce_ms=debounce_ms, parent=self)
+        self.state = state if state is not None else AppState(self)
+        self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)
         self._load_source = ""
         self._pending_view: dict | None = None
         self.last_request = None
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
-        self.load_model(model or str(self.settings.value("model", DEFAULT_MODEL)))
+        source = model or str(self.settings.value("model", DEFAULT_MODEL))
+        if self.worker.newest_load:
+            self._load_source = source  # create_window() started this load already
+        else:
+            self.load_model(source)
         self._build_widgets()
         self._build_docks(panels)
         self._build_menus()
@@ -174,27 +180,42 @@ class MainWindow(QMainWindow):
         self.focus_dock.setObjectName("focus_dock")
         self.focus_dock.setWidget(self.focus_view)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
-        self.calc_panel = None
-        self.calc_dock = None
+        self.calc_panel = self.calc_dock = None
+        self.roles_panel = self.roles_dock = None
+        self._panels_wanted = panels
+        self.panels_ready = not panels
+
+    def _build_panel_docks(self) -> None:
+        """The side panels of other modules, built after the first heatmaps are painted: importing
+        and building them costs about 0.3 s that the first view should not wait for."""
+        if self.panels_ready:
+            return
+        self.panels_ready = True
+        panels = self._panels_wanted
         CalcPanel = _optional("attnviz.ui.calc_panel", "CalcPanel") if "calc" in panels else None
         if CalcPanel is not None:
             self.calc_panel = CalcPanel()
-            self.calc_dock = QDockWidget("Calculator", self)
-            self.calc_dock.setObjectName("calc_dock")
-            self.calc_dock.setWidget(self.calc_panel)
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.calc_dock)
-            self.tabifyDockWidget(self.focus_dock, self.calc_dock)
-        self.roles_panel = None
-        self.roles_dock = None
+            self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
+            m = self.state.model
+            if m is not None:
+                self.calc_panel.set_model_config(m.config.raw, m.name)
+            if self.state.result is not None:
+                self.calc_panel.set_seq_len(len(self.state.result.tokens))
         RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel") if "roles" in panels else None
         if RolesPanel is not None:
             self.roles_panel = RolesPanel(self.state)
-            self.roles_dock = QDockWidget("Head roles", self)
-            self.roles_dock.setObjectName("roles_dock")
-            self.roles_dock.setWidget(self.roles_panel)
-            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.roles_dock)
-            self.tabifyDockWidget(self.focus_dock, self.roles_dock)
+            self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
         self.focus_dock.raise_()
+
+    def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        if not self.restoreDockWidget(dock):  # where the saved window state had it, else tabbed
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            self.tabifyDockWidget(self.focus_dock, dock)
+        self.view_menu.addAction(dock.toggleViewAction())
+        return dock
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
@@ -220,7 +241,7 @@ class MainWindow(QMainWindow):
         self.models_menu.aboutToShow.connect(self._fill_models_menu)
         self.models_menu.addAction("(looking for models…)").setEnabled(False)
 
-        view = mb.addMenu("&View")
+        view = self.view_menu = mb.addMenu("&View")
         self.prev_layer_action = QAction("&Previous layer", self)
         self.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
         self.prev_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer - 1))
@@ -236,9 +257,6 @@ class MainWindow(QMainWindow):
             self.addAction(act)
         view.addSeparator()
         view.addAction(self.focus_dock.toggleViewAction())
-        for dock in (self.calc_dock, self.roles_dock):
-            if dock is not None:
-                view.addAction(dock.toggleViewAction())
 
         help_menu = mb.addMenu("&Help")
         help_menu.addAction("&About attnviz").triggered.connect(self.show_about)
@@ -443,6 +461,8 @@ class MainWindow(QMainWindow):
         self.state.show_status(f"Could not compute: {message}")
 
     def _on_result(self, result) -> None:
+        if not self.panels_ready and result is not None:
+            QTimer.singleShot(30, self._build_panel_docks)  # after this result is painted
         self._draw_tokens()
         if result is None:
             self.tokens_label.setText("0 tokens")
