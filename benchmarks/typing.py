@@ -66,7 +66,11 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...]) -> dict:
     w.show()
     st = w.state
     deadline = time.perf_counter() + 60
-    while st.result is None and time.perf_counter() < deadline:
+    while (st.result is None or not w.panels_ready) and time.perf_counter() < deadline:
+        app.processEvents()
+        time.sleep(0.002)
+    settle = time.perf_counter() + 1.0  # let the side panels finish their first round
+    while time.perf_counter() < settle:
         app.processEvents()
         time.sleep(0.002)
     st.set_view_mode(mode)
