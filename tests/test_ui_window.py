@@ -230,3 +230,44 @@ def test_samples_menu_shortcuts_and_export_dialog(window, qtbot, monkeypatch):
     monkeypatch.setattr(export.ExportDialog, "exec", lambda self: opened.append(self) or 0)
     window.export_action.trigger()
     assert len(opened) == 1 and opened[0].parent() is window
+
+
+def test_focus_view_draws_the_overlay(window):
+    st = window.state
+    st.set_focus(2, 5)
+    T = len(st.result.tokens)
+    mask = np.zeros((T, T), bool)
+    mask[np.arange(1, T), np.arange(T - 1)] = True  # previous-token pattern
+    st.set_overlay(mask)
+    xs, ys = window.focus_view.overlay.getData()
+    assert sorted(zip(ys.tolist(), xs.tolist())) == [(q + 0.5, q - 0.5) for q in range(1, T)]
+    st.set_overlay(None)
+    assert len(window.focus_view.overlay.getData()[0]) == 0
+
+
+def test_cli_without_a_command_opens_the_window_on_minilm(qtbot, monkeypatch):
+    from PySide6.QtWidgets import QApplication
+
+    from attnviz import cli
+    from attnviz.ui import app as app_module
+
+    made = []
+    real_create = app_module.create_window
+
+    def create(*a, **kw):
+        made.append(real_create(*a, **kw))
+        qtbot.addWidget(made[-1])
+        return made[-1]
+
+    def fake_exec(*_):
+        w = made[0]
+        qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+        return 0
+
+    monkeypatch.setattr(app_module, "create_window", create)
+    monkeypatch.setattr(QApplication, "exec", fake_exec)
+    assert cli.main(["--text", "Opened from the command line."]) == 0
+    w = made[0]
+    assert w.isVisible() and w.state.model_name == "all-MiniLM-L6-v2"
+    assert w.state.result.text == "Opened from the command line."
+    w.worker.wait_idle()
