@@ -164,3 +164,13 @@ def test_layout_without_gqa_has_no_group_gap():
     lo = make_layout("layer", 6, 0, np.arange(12), 10, 6)
     assert len(set(np.diff(lo.x0[:6]).tolist())) == 1
     assert lo.caption_h == 0
+
+
+def test_role_badges_go_into_titles_and_readout_without_refilling(grid):
+    st, g = grid
+    st.set_result(fake_result(random_attn(2, 3, 5)))
+    count = g.update_count
+    st.set_head_labels([["sink", "", "prev"], ["", "", ""]])
+    assert [t.toPlainText() for t in g._titles[:3]] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
+    assert g.update_count == count  # titles only: the mosaic is not refilled
+    assert g.readout_at(0, 2, 3, 1).endswith("  · prev")

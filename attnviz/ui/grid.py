@@ -183,7 +183,7 @@ class HeatmapGrid(QWidget):
         state.sigDisplayChanged.connect(self._on_data)
         state.sigFocusChanged.connect(self._draw_focus)
         state.sigQueryChanged.connect(self._draw_query)
-        state.sigHeadLabelsChanged.connect(self._on_data)
+        state.sigHeadLabelsChanged.connect(self._draw_titles)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -252,12 +252,20 @@ class HeatmapGrid(QWidget):
             if st.hide_first:
                 mosaic[y:y + T, x] = 0  # the hidden first-key column shows as a gap
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
-        if st.view_mode == "layer":
-            labels = st.head_labels
-            for i, (l, h) in enumerate(lo.heads):
-                badge = labels[l][h] if labels and l < len(labels) and h < len(labels[l]) else ""
-                self._titles[i].setText(f"L{l} H{h}" + (f"  {badge}" if badge else ""))
+        self._draw_titles()
         self.update_count += 1
+
+    def _draw_titles(self, *_):
+        """Layer view: `L3 H1` and the role badge above each head (only text changes here)."""
+        lo = self.layout_
+        if lo is None or lo.mode != "layer":
+            return
+        labels = self.state.head_labels
+        for i, (l, h) in enumerate(lo.heads):
+            badge = labels[l][h] if labels and l < len(labels) and h < len(labels[l]) else ""
+            text = f"L{l} H{h}" + (f"  {badge}" if badge else "")
+            if self._titles[i].toPlainText() != text:
+                self._titles[i].setText(text)
 
     def _ncols_for(self, n_head: int, gs: int) -> int:
         if self.state.view_mode == "all":
