@@ -92,6 +92,7 @@ class FocusView(QWidget):
         self.plot.addItem(self.query_rect)
         self._T = -1
         self.hover_text = ""
+        self._clear()
 
         state.sigFocusChanged.connect(self.refresh)
         state.sigResultChanged.connect(self.refresh)
@@ -119,8 +120,7 @@ class FocusView(QWidget):
             if self._T == -1:
                 return  # already empty: nothing to repaint while the user types
             self._T = -1
-            self.img.clear()
-            self.title.setText("Click a head in the grid to look at it here.")
+            self._clear()
             self.overlay.clear()
             self.query_rect.hide()
             return
@@ -147,6 +147,13 @@ class FocusView(QWidget):
         self._set_ticks()
         self._draw_overlay()
         self._draw_query()
+
+    def _clear(self):
+        """No head: an empty frame, no numbered axes."""
+        self.img.clear()
+        self.title.setText("Click a head in the grid to look at it here.")
+        self.plot.getAxis("left").setTicks([[]])
+        self.key_axis.setTicks([[]])
 
     def _set_ticks(self):
         r = self.state.result
