@@ -307,7 +307,7 @@ class HeatmapGrid(QWidget):
                 x, y, anchor = spots[i]
                 t.setAnchor(anchor)
                 t.setPos(x, y)
-                if texts is not None:
+                if texts is not None and t.toPlainText() != texts[i]:
                     t.setText(texts[i])
                 t.show()
             else:
