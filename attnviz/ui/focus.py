@@ -48,6 +48,7 @@ class FocusView(QWidget):
         self.state = state
         self.title = QLabel("Click a head in the grid to look at it here.")
         self.title.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.title.setWordWrap(True)
         self.title.setToolTip("The focused head: row = query token, column = key token")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
@@ -158,11 +159,14 @@ class FocusView(QWidget):
     def _set_ticks(self):
         r = self.state.result
         T = len(r.labels)
-        px = max(self.vb.height(), 1.0) / max(T, 1)  # screen pixels per token
-        step = max(1, math.ceil(15.0 / px))  # every label when rows are at least 15 px apart
-        ticks = [(i + 0.5, _short(r.labels[i])) for i in range(0, T, step)]
-        self.plot.getAxis("left").setTicks([ticks])
-        self.key_axis.setTicks([ticks])
+        # every label when rows / columns are at least 15 px apart, else every step-th
+        ticks = []
+        for size in (self.vb.height(), self.vb.width()):
+            step = max(1, math.ceil(15.0 * max(T, 1) / max(size, 1.0)))
+            ticks.append([(i + 0.5, _short(r.labels[i])) for i in range(0, T, step)])
+        self.plot.getAxis("left").setTicks([ticks[0]])
+        self.key_axis.setTicks([ticks[1]])
+        ticks = ticks[1]
         fm = QFontMetricsF(self.key_axis.font() if hasattr(self.key_axis, "font") else self.font())
         longest = max((fm.horizontalAdvance(t) for _, t in ticks), default=10)
         self.key_axis.setHeight(int(longest) + 12)
