@@ -10,17 +10,23 @@ Not a test: run it, read the table.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
+import os
 import sys
-import tempfile
-import time
-from pathlib import Path
 
-import numpy as np
+# This folder holds typing.py, which would shadow the standard library's typing module when a script
+# here is run: take the folder off sys.path and put the repository root on instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.registry import DEFAULT_MODEL, resolve  # noqa: E402

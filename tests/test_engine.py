@@ -10,7 +10,8 @@ import pytest
 
 from attnviz.engine import InputError, ModelLoadError, config_from_dict, load_model
 from attnviz.engine.layers import (
-    apply_rope, attention_pattern, causal_mask, erf, kv_group, repeat_kv, rope_cos_sin, softmax,
+    apply_rope, attention_pattern, causal_mask, erf, kv_group, mask_bias, repeat_kv, rope_cos_sin,
+    softmax,
 )
 from attnviz.engine.weights import bf16_to_f32
 from tiny import llama_config, llama_tensors, tiny_llama, write_model
@@ -78,7 +79,7 @@ def test_vectorised_attention_equals_per_head_loop():
     q = rng.standard_normal((n_head, T, d)).astype(np.float32)
     k = rng.standard_normal((n_kv, T, d)).astype(np.float32)
     mask = causal_mask(T)
-    fast = attention_pattern(q, repeat_kv(k, n_head // n_kv), 0.25, mask)
+    fast = attention_pattern(q, repeat_kv(k, n_head // n_kv), 0.25, mask_bias(mask))
     groups = kv_group(n_head, n_kv)
     for h in range(n_head):
         scores = (q[h] @ k[groups[h]].T) * 0.25

@@ -13,7 +13,7 @@ import numpy as np
 from attnviz.engine.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.layers import (
-    ACTIVATIONS, apply_rope, attention_pattern, causal_mask, layer_norm, linear, merge_heads,
+    ACTIVATIONS, apply_rope, attention_pattern, causal_mask, layer_norm, linear, mask_bias, merge_heads,
     qkv_heads, repeat_kv, rms_norm, rope_cos_sin,
 )
 from attnviz.engine.weights import Checkpoint
@@ -183,7 +183,7 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndar
         x = x + w.type_emb[0]
     if w.emb_norm is not None:
         x = layer_norm(x, *w.emb_norm, cfg.norm_eps)
-    mask = causal_mask(T, cfg.sliding_window) if cfg.causal else None
+    bias = mask_bias(causal_mask(T, cfg.sliding_window)) if cfg.causal else None
     rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.rope_theta else None
     pre_norm = cfg.family != "bert"
     norm = (lambda h, p: rms_norm(h, *p, cfg.norm_eps)) if cfg.family == "llama" else (
@@ -198,8 +198,7 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndar
         scale = 1.0 / np.sqrt(cfg.d_head)
         if cfg.attn_scale_by_layer:
             scale /= i + 1
-        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, mask)  # [n_head, T, T]
-        out[i] = pattern
+        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias, out=out[i])  # [n_head, T, T]
         if i == last:
             break  # later computation cannot change any attention pattern
         # weighted values, merge heads, output projection

@@ -12,8 +12,8 @@ SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
 
-def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], float32, row max subtracted
-    x = x - x.max(axis=-1, keepdims=True)
+def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row max subtracted
+    x -= x.max(axis=-1, keepdims=True)
     np.exp(x, out=x)
     x /= x.sum(axis=-1, keepdims=True)
     return x
@@ -58,7 +58,7 @@ def gelu_erf(x):  # exact GELU (BERT): x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)
 
 
 def gelu_tanh(x):  # tanh approximation (GPT-2 "gelu_new")
-    return np.float32(0.5) * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + np.float32(0.044715) * x ** 3)))
+    return np.float32(0.5) * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + np.float32(0.044715) * (x * x * x))))
 
 
 def silu(x):
@@ -143,9 +143,15 @@ def causal_mask(T: int, window: int | None = None) -> np.ndarray:  # -> bool [T,
     return allowed
 
 
-def attention_pattern(q, k, scale, mask=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
-    scores = q @ k.transpose(0, 2, 1)
+def mask_bias(allowed: np.ndarray) -> np.ndarray:  # bool [T, T] -> float32 [T, T]: 0 or -inf
+    return np.where(allowed, np.float32(0), np.float32(-np.inf))
+
+
+def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
+    """Scaled dot-product weights; `bias` [n_q, n_k] is 0 where allowed, -inf where masked.
+    Every row keeps at least its diagonal, so no row is all -inf and none turns into NaN."""
+    scores = np.matmul(q, k.transpose(0, 2, 1), out=out)
     scores *= np.float32(scale)
-    if mask is not None:
-        scores = np.where(mask, scores, np.float32(-np.inf))  # the diagonal is always allowed: no NaN rows
+    if bias is not None:
+        scores += bias
     return softmax(scores)
