@@ -174,3 +174,38 @@ def test_role_badges_go_into_titles_and_readout_without_refilling(grid):
     assert [t.toPlainText() for t in g._titles[:3]] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
     assert g.update_count == count  # titles only: the mosaic is not refilled
     assert g.readout_at(0, 2, 3, 1).endswith("  · prev")
+
+
+def test_heads_larger_than_the_screen_are_max_pooled(grid):
+    st, g = grid  # 900 x 500 widget: 300 tokens do not fit one pixel each
+    attn = np.zeros((3, 4, 300, 300), np.float32)
+    attn[0, 1, 200, 101] = 1.0  # one hot cell: nearest-neighbour scaling could drop it
+    attn[2, 3] = np.eye(300)  # a one-token-wide diagonal
+    st.set_result(fake_result(attn))
+    st.set_view_mode("all")
+    lo = g.layout_
+    p = lo.pool
+    assert p > 1 and lo.T == -(-300 // p) and lo.n_tok == 300
+    i = lo.heads.index((0, 1))
+    tile = g._mosaic[lo.y0[i]:lo.y0[i] + lo.T, lo.x0[i]:lo.x0[i] + lo.T]
+    assert tile[200 // p, 101 // p] == 255 and (tile == 255).sum() == 1
+    j = lo.heads.index((2, 3))
+    diag = g._mosaic[lo.y0[j]:lo.y0[j] + lo.T, lo.x0[j]:lo.x0[j] + lo.T]
+    assert (np.diag(diag) == 255).all()
+    # the read-out names the cell the pooled pixel shows
+    x, y = g.cell_center(0, 1, 200, 101)
+    assert g.cell_at(x, y) == (0, 1, 200, 101)
+    st.set_query(200)
+    r = g.query_line.path().toSubpathPolygons()[i].boundingRect()
+    assert (r.y(), r.height()) == (lo.y0[i] + 200 // p, 1)
+
+
+@pytest.mark.parametrize("p", [2, 3, 4, 10])
+def test_max_pool_equals_a_loop_over_blocks(p):
+    from attnviz.ui.grid import max_pool
+
+    x = np.random.default_rng(p).random((3, 10, 10)).astype(np.float32)
+    n = -(-10 // p)
+    expect = np.array([[[x[h, i * p:(i + 1) * p, j * p:(j + 1) * p].max() for j in range(n)]
+                        for i in range(n)] for h in range(3)])
+    np.testing.assert_array_equal(max_pool(x, p), expect)

@@ -43,13 +43,15 @@ class Layout:
     heads: tuple[tuple[int, int], ...]  # (layer, head) per tile
     x0: np.ndarray  # [n_tiles] left column of each tile
     y0: np.ndarray  # [n_tiles] top row of each tile
-    T: int
+    T: int  # tile side in image pixels: the token count, or fewer when pooled
     width: int
     height: int
     ncols: int
     title_h: int  # layer view: pixels above each tile row for titles; all view: the header band
     caption_h: int  # pixels under a row ("all": under the mosaic) for "KV g" captions under GQA
     left: int  # all view: pixels left of the tiles for the "L3" row headers
+    n_tok: int = 0  # tokens per side of a head
+    pool: int = 1  # tokens per tile pixel (max-pooled) when the heads are smaller on screen than T
 
 
 def group_size(kv_group: np.ndarray) -> int:
@@ -58,7 +60,10 @@ def group_size(kv_group: np.ndarray) -> int:
     return max(1, n_head // n_kv)
 
 
-def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int) -> Layout:
+def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int,
+                pool: int = 1) -> Layout:
+    n_tok = T
+    T = -(-T // pool)  # tile side in pixels
     n_head = len(kv_group)
     gs = group_size(kv_group)
     gqa = gs > 1
@@ -89,11 +94,13 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
         y0 = rows * row_h + title_h
         height = n_rows * row_h - gap
     width = int(col_x[-1] + T)
-    return Layout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left)
+    return Layout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left,
+                  n_tok, pool)
 
 
-def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> int:
-    """Columns that make the tiles of one layer as large as the view allows, KV groups kept whole."""
+def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> tuple[int, float]:
+    """Columns that make the tiles of one layer as large as the view allows, KV groups kept whole;
+    with the tiles' side in screen pixels."""
     best, best_size = n_head, -1.0
     for c in range(1, n_head + 1):
         if gs > 1 and c % gs and gs % c:
@@ -102,7 +109,26 @@ def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> int:
         size = min(view_w / (c * 1.1), view_h / (rows * (1.4 + (0.25 if gs > 1 else 0))))
         if size > best_size * 1.02:
             best, best_size = c, size
-    return best
+    return best, best_size
+
+
+def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [n, T, T] -> [n, ceil(T/p), ceil(T/p)]
+    """Max over each p x p block (the last block row / column takes what is left)."""
+    n, T, _ = x.shape
+    full = T // p * p
+    rows = x[:, :full].reshape(n, T // p, p, T).max(axis=2)  # [n, T//p, T]
+    if full < T:
+        rows = np.concatenate([rows, x[:, full:].max(axis=1, keepdims=True)], axis=1)
+    out = rows[:, :, :full].reshape(n, rows.shape[1], T // p, p).max(axis=3)
+    if full < T:
+        out = np.concatenate([out, rows[:, :, full:].max(axis=2, keepdims=True)], axis=2)
+    return out
+
+
+def pool_factor(T: int, tile_px: float) -> int:
+    """Tokens per pixel so a head is not drawn larger than it appears: nearest-neighbour scaling
+    would drop rows and columns (thin diagonals vanish); max-pooling keeps every peak visible."""
+    return max(1, math.ceil(T / max(tile_px, 8.0) - 1e-9))
 
 
 class HeatmapGrid(QWidget):
@@ -209,12 +235,13 @@ class HeatmapGrid(QWidget):
         n_layer, n_head, T, _ = data.attn.shape
         kv_group = np.asarray(r.kv_group)
         layer = min(st.layer, n_layer - 1)
-        ncols = self._ncols_for(n_head, group_size(kv_group))
+        ncols, pool = self._geometry(n_layer, n_head, group_size(kv_group), T)
         key = (st.view_mode, n_layer, layer if st.view_mode == "layer" else -1,
-               tuple(kv_group.tolist()), T, ncols)
+               tuple(kv_group.tolist()), T, ncols, pool)
         if key != self._layout_key:
             self._layout_key = key
-            self._relayout(make_layout(st.view_mode, n_layer, layer, kv_group, T, ncols), kv_group)
+            self._relayout(make_layout(st.view_mode, n_layer, layer, kv_group, T, ncols, pool),
+                           kv_group)
         lo = self.layout_
 
         if st.view_mode == "all":
@@ -223,6 +250,8 @@ class HeatmapGrid(QWidget):
         else:
             heads = data.attn[layer]
             tops = data.head_max[layer]
+        if pool > 1:
+            heads = max_pool(heads, pool)
         if st.colormap != self._lut_name:
             self._lut = colormap_lut(st.colormap)
             self._lut_name = st.colormap
@@ -246,11 +275,12 @@ class HeatmapGrid(QWidget):
         f += 1.5
         mosaic = self._mosaic
         mosaic.fill(0)
+        side = lo.T
         for i in range(len(lo.heads)):
             y, x = lo.y0[i], lo.x0[i]
-            mosaic[y:y + T, x:x + T] = f[i]  # float -> uint8 truncation: 1.5..255.5 -> 1..255
-            if st.hide_first:
-                mosaic[y:y + T, x] = 0  # the hidden first-key column shows as a gap
+            mosaic[y:y + side, x:x + side] = f[i]  # float -> uint8 truncation: 1.5..255.5 -> 1..255
+            if st.hide_first and pool == 1:
+                mosaic[y:y + side, x] = 0  # the hidden first-key column shows as a gap
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         self._draw_titles()
         self.update_count += 1
@@ -267,11 +297,16 @@ class HeatmapGrid(QWidget):
             if self._titles[i].toPlainText() != text:
                 self._titles[i].setText(text)
 
-    def _ncols_for(self, n_head: int, gs: int) -> int:
-        if self.state.view_mode == "all":
-            return n_head
+    def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> tuple[int, int]:
+        """(columns, pool factor) for the current view size."""
         w, h = max(self.gw.width() - 80, 100), max(self.gw.height(), 100)
-        return best_ncols(n_head, gs, w, h)
+        if self.state.view_mode == "all":
+            extra = 0.25 if gs > 1 else 0.0
+            tile_px = min(w / (n_head * 1.1 + 0.4 + extra * n_head / gs),
+                          h / (n_layer * 1.1 + 0.3 + extra))
+            return n_head, pool_factor(T, tile_px)
+        ncols, tile_px = best_ncols(n_head, gs, w, h)
+        return ncols, pool_factor(T, tile_px)
 
     def _relayout(self, lo: Layout, kv_group: np.ndarray) -> None:
         self.layout_ = lo
@@ -391,11 +426,12 @@ class HeatmapGrid(QWidget):
     def _draw_query(self, *_):
         q = self.state.query_pos
         lo = self.layout_
-        if q is None or lo is None or q >= lo.T:
+        if q is None or lo is None or q >= lo.n_tok:
             self.query_dim.hide()
             self.query_line.hide()
             return
         T = lo.T
+        q //= lo.pool
         dim, line = QPainterPath(), QPainterPath()
         for x, y in zip(lo.x0.tolist(), lo.y0.tolist()):
             if q > 0:
@@ -412,7 +448,9 @@ class HeatmapGrid(QWidget):
         super().resizeEvent(ev)
         lo = self.layout_
         if lo is not None and self.state.result is not None:
-            if self._ncols_for(len(self._kv_key), group_size(np.asarray(self._kv_key))) != lo.ncols:
+            n_layer = self.state.result.attentions.shape[0]
+            kv = np.asarray(self._kv_key)
+            if self._geometry(n_layer, len(kv), group_size(kv), lo.n_tok) != (lo.ncols, lo.pool):
                 self.refresh()
             else:
                 self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
@@ -428,13 +466,21 @@ class HeatmapGrid(QWidget):
             return None
         i = int(hit[0])
         layer, head = lo.heads[i]
-        return layer, head, int(y - lo.y0[i]), int(x - lo.x0[i])
+        q, k = int(y - lo.y0[i]), int(x - lo.x0[i])
+        if lo.pool == 1:
+            return layer, head, q, k
+        # a pooled pixel: the cell whose weight it shows (the block's largest)
+        p = lo.pool
+        block = self.state.display_data().attn[layer, head, q * p:(q + 1) * p, k * p:(k + 1) * p]
+        dq, dk = np.unravel_index(int(block.argmax()), block.shape)
+        return layer, head, q * p + int(dq), k * p + int(dk)
 
     def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
         """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""
         i = self._tile_index(layer, head)
         assert i is not None, f"L{layer} H{head} is not shown"
-        return float(self.layout_.x0[i] + k + 0.5), float(self.layout_.y0[i] + q + 0.5)
+        p = self.layout_.pool
+        return float(self.layout_.x0[i] + k // p + 0.5), float(self.layout_.y0[i] + q // p + 0.5)
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
         st = self.state
