@@ -1,8 +1,10 @@
 """The head-roles panel: every head's scores beside their definitions, a roles overview of the whole
 model, the detection-pattern overlay for the focused head, and Find (which heads send A to B).
 
-Scores are computed off the main thread (the probe runs the model) in the panel's own one-thread
-pool; each request carries an id and only the newest reaches the widgets."""
+Scores are computed off the main thread (the probe runs the model) on the app's one background
+thread (`worker.shared_pool`), after typing pauses; each request carries an id and only the newest
+reaches the widgets. The grid's badges always follow; the panel's own tables are refilled only while
+the panel is on screen (or when it comes back)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import itertools
 import logging
 
 import numpy as np
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtCore import QObject, QRunnable, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
@@ -21,6 +23,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine import heads as H
 from attnviz.engine import textbook
 from attnviz.engine.errors import AttnvizError
+from attnviz.ui.worker import shared_pool
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,7 @@ SHORT = {"previous": "prev", "next": "next", "self": "self", "sink": "sink", "du
 SOURCES = ("text", "probe")
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 _ALL = "all roles"
+RESCORE_DELAY_MS = 150  # after the last result while typing
 
 
 class _Relay(QObject):
@@ -85,10 +89,14 @@ class RolesPanel(QWidget):
         self.hits: list[H.HeadHit] = []
         self.probe_note = ""
         self._probe_cache = {}  # (id(model), seed) -> (RunResult, note)
-        # the pool before the relay: children are deleted in order, and the pool waits for its task
-        self._pool = QThreadPool(self)
-        self._pool.setMaxThreadCount(1)
-        self._relay = _Relay(self)
+        self._pool = shared_pool()
+        # no parent: a task in flight keeps the relay alive even if the panel is deleted first
+        self._relay = _Relay()
+        self._rescore_timer = QTimer(self)  # typing: score once the text has settled
+        self._rescore_timer.setSingleShot(True)
+        self._rescore_timer.setInterval(RESCORE_DELAY_MS)
+        self._rescore_timer.timeout.connect(self.rescore)
+        self._view_stale = False
         self._relay.done.connect(self._on_done)
         self._ids = itertools.count(1)
         self._newest = 0
@@ -291,18 +299,38 @@ class RolesPanel(QWidget):
         self._show_scores(hs)
 
     def wait_idle(self, msecs=30000):
+        if self._rescore_timer.isActive():
+            self._rescore_timer.stop()
+            self.rescore()
         return self._pool.waitForDone(msecs)
 
     # --- showing scores -----------------------------------------------------------------------
+    def _on_screen(self):
+        """False while the panel sits in a hidden dock tab of a window: its tables can wait."""
+        return self.window() is self or self.isVisible()
+
     def _show_scores(self, hs, message=None):
         self.scores = hs
-        self._fill_overview()
-        self._fill_table()
-        self._write_summary(message)
-        self._show_definitions()
-        self._update_focus_note()
+        self._message = message
+        if self._on_screen():
+            self._refresh_view()
+        else:
+            self._view_stale = True
         self.state.set_head_labels(hs.labels if hs is not None else None)
         self.sigScored.emit(hs)
+
+    def _refresh_view(self):
+        self._view_stale = False
+        self._fill_overview()
+        self._fill_table()
+        self._write_summary(self._message)
+        self._show_definitions()
+        self._update_focus_note()
+
+    def showEvent(self, event):
+        super().showEvent(event)
+        if self._view_stale:
+            self._refresh_view()
 
     def _fill_overview(self):
         hs = self.scores
@@ -559,10 +587,15 @@ class RolesPanel(QWidget):
     # --- state changes ------------------------------------------------------------------------
     def _on_model_changed(self, model):
         self._probe_cache = {}
+        self._rescore_timer.stop()
         self.rescore()
 
     def _on_result_changed(self, result):
         self._fill_find_tokens()
         if self.source.currentData() == "text":
-            self.rescore()
+            if result is None:
+                self._rescore_timer.stop()
+                self.rescore()  # clearing is immediate
+            else:
+                self._rescore_timer.start()  # restarts while results keep coming
         self._update_overlay()

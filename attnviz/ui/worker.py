@@ -12,9 +12,27 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
 
 log = logging.getLogger(__name__)
+
+_POOL: QThreadPool | None = None
+
+
+def shared_pool() -> QThreadPool:
+    """The app's one background thread. The worker's loads and runs and the head-roles panel's
+    scoring all queue here, so background work never competes with itself for the 2 cores."""
+    global _POOL
+    if _POOL is None:
+        _POOL = QThreadPool(QCoreApplication.instance())
+        _POOL.setMaxThreadCount(1)
+        _POOL.destroyed.connect(_forget_pool)
+    return _POOL
+
+
+def _forget_pool(*_):
+    global _POOL
+    _POOL = None
 
 
 @dataclass(frozen=True)
@@ -70,8 +88,7 @@ class Worker(QObject):
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
         self.state = state
-        self.pool = QThreadPool(self)
-        self.pool.setMaxThreadCount(1)
+        self.pool = shared_pool()
         self._ids = itertools.count(1)
         self._relay = _Relay(self)
         self._relay.done.connect(self._on_done)
@@ -147,5 +164,5 @@ class Worker(QObject):
         self.sigComputed.emit(req, value)
 
     def wait_idle(self, msecs: int = 30000) -> bool:
-        """Block until the pool is empty (tests, shutdown)."""
+        """Block until the background thread is idle (tests, shutdown)."""
         return self.pool.waitForDone(msecs)
