@@ -395,9 +395,16 @@ class HeatmapGrid(QWidget):
                 c.show()
             else:
                 c.hide()
-        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+        self._set_range()
         self._draw_focus()
         self._draw_query()
+
+    def _set_range(self) -> None:
+        """Fit the mosaic in the view and apply the new view transform now: left to the paint, the
+        titles' transforms would change during it and the scene would be painted a second time."""
+        lo = self.layout_
+        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+        self.plot.scene().prepareForPaint()
 
     def _tile_index(self, layer: int, head: int) -> int | None:
         lo = self.layout_
@@ -453,7 +460,7 @@ class HeatmapGrid(QWidget):
             if self._geometry(n_layer, len(kv), group_size(kv), lo.n_tok) != (lo.ncols, lo.pool):
                 self.refresh()
             else:
-                self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+                self._set_range()
 
     # --- interaction ---------------------------------------------------------------------------
     def cell_at(self, x: float, y: float) -> tuple[int, int, int, int] | None:
