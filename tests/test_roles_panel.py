@@ -151,3 +151,35 @@ def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_mode
 def test_table_starts_in_layer_order(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
     assert panel.visible_heads()[:3] == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
+    """In a window whose roles dock is not shown, typing does not refill Find; showing its tab does."""
+    from PySide6.QtWidgets import QWidget
+
+    host = QWidget()  # the panel is not its own window and not shown: not on screen
+    qtbot.addWidget(host)
+    state = AppState()
+    panel = RolesPanel(state, host)
+    state.set_model(minilm)
+    state.set_result(minilm.run(TEXT))
+    assert panel.find_from.count() == 0 and panel.find_table.rowCount() == 0
+    other = "Mary gave John a book."
+    state.set_result(minilm.run(other))
+    panel.tabs.setCurrentWidget(panel._find_page)  # not on screen: still waits
+    assert panel.find_from.count() == 0
+    host.show()
+    qtbot.waitExposed(host)
+    labels = state.result.labels
+    assert [panel.find_from.itemText(i) for i in range(panel.find_from.count())] == \
+        [f"{lab}@{i}" for i, lab in enumerate(labels)]
+    T = len(labels)
+    assert panel.hits == H.find(state.result, T - 1, 0) and panel.find_table.rowCount() == 72
+    # while shown, each new result refills Find at once (same picks), reusing the table's rows
+    state.set_result(minilm.run(TEXT))
+    assert panel.find_from.count() == len(state.result.labels)
+    assert panel.hits == H.find(state.result, T - 1, 0)
+    assert panel.find_table.item(0, 1).text() == f"L{panel.hits[0].layer} H{panel.hits[0].head}"
+    assert panel.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
+        round(float(panel.hits[0].weight), 4)
+    panel.wait_idle()

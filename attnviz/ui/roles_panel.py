@@ -97,6 +97,7 @@ class RolesPanel(QWidget):
         self._rescore_timer.setInterval(RESCORE_DELAY_MS)
         self._rescore_timer.timeout.connect(self.rescore)
         self._view_stale = False
+        self._find_stale = False  # Find's token lists lag the result while its tab is not shown
         self._relay.done.connect(self._on_done)
         self._ids = itertools.count(1)
         self._newest = 0
@@ -214,6 +215,7 @@ class RolesPanel(QWidget):
         fdl.addLayout(ff)
         fdl.addWidget(self.find_status)
         fdl.addWidget(self.find_table, 1)
+        self._find_page = fd
 
         self.tabs = QTabWidget()
         self.tabs.addTab(ov, "Overview")
@@ -246,6 +248,7 @@ class RolesPanel(QWidget):
         self.find_from.lineEdit().editingFinished.connect(self.run_find)
         self.find_to.lineEdit().editingFinished.connect(self.run_find)
         self.find_table.cellClicked.connect(self._on_find_clicked)
+        self.tabs.currentChanged.connect(lambda *_: self._find_shown() and self._ensure_find())
 
     # --- scoring ------------------------------------------------------------------------------
     def set_source(self, source):
@@ -331,6 +334,8 @@ class RolesPanel(QWidget):
         super().showEvent(event)
         if self._view_stale:
             self._refresh_view()
+        if self._find_shown():
+            self._ensure_find()
 
     def _fill_overview(self):
         hs = self.scores
@@ -506,7 +511,16 @@ class RolesPanel(QWidget):
         self._update_focus_note()
 
     # --- find ---------------------------------------------------------------------------------
+    def _find_shown(self):
+        return self._on_screen() and self.tabs.currentWidget() is self._find_page
+
+    def _ensure_find(self):
+        """Catch Find up with the current result (it waits while its tab is not shown)."""
+        if self._find_stale:
+            self._fill_find_tokens()
+
     def _fill_find_tokens(self):
+        self._find_stale = False
         r = self.state.result
         old = (self.find_from.currentIndex(), self.find_to.currentIndex())
         for box in (self.find_from, self.find_to):
@@ -527,6 +541,7 @@ class RolesPanel(QWidget):
 
     def set_find(self, from_token, to_token):
         """Type both tokens (display text, or text@pos) and run Find."""
+        self._ensure_find()
         self.find_from.setEditText(str(from_token))
         self.find_to.setEditText(str(to_token))
         return self.run_find()
@@ -559,12 +574,16 @@ class RolesPanel(QWidget):
         t = self.find_table
         t.setRowCount(len(self.hits))
         for i, hit in enumerate(self.hits):
-            t.setItem(i, 0, _num_item(i + 1, 0))
-            head = QTableWidgetItem(f"L{hit.layer} H{hit.head}")
-            if self.scores is not None and hit.layer < self.scores.n_layer:
-                head.setToolTip(self.scores.labels[hit.layer][hit.head])
-            t.setItem(i, 1, head)
-            t.setItem(i, 2, _num_item(hit.weight, 4))
+            if t.item(i, 0) is None:  # rows keep their items: refilling only sets their values
+                t.setItem(i, 0, _num_item(i + 1, 0))
+                t.setItem(i, 1, QTableWidgetItem())
+                t.setItem(i, 2, _num_item(0.0, 4))
+            head = t.item(i, 1)
+            head.setText(f"L{hit.layer} H{hit.head}")
+            head.setToolTip(self.scores.labels[hit.layer][hit.head]
+                            if self.scores is not None and hit.layer < self.scores.n_layer else "")
+            w = float(hit.weight)
+            t.item(i, 2).setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(w) else round(w, 4))
         if hits is None:
             if self.state.result is None:
                 self.find_status.setText("")
@@ -578,8 +597,8 @@ class RolesPanel(QWidget):
 
     def _on_query_changed(self, pos):
         r = self.state.result
-        if pos is None or r is None or not 0 <= pos < len(r.labels):
-            return
+        if pos is None or r is None or not 0 <= pos < len(r.labels) or self._find_stale:
+            return  # (a stale Find starts from the query when it catches up)
         if self.find_from.currentIndex() != pos:
             self.find_from.setCurrentIndex(pos)
             self.run_find()
@@ -591,7 +610,10 @@ class RolesPanel(QWidget):
         self.rescore()
 
     def _on_result_changed(self, result):
-        self._fill_find_tokens()
+        if result is None or self._find_shown():
+            self._fill_find_tokens()
+        else:
+            self._find_stale = True  # filled when the Find tab is shown or used
         if self.source.currentData() == "text":
             if result is None:
                 self._rescore_timer.stop()
