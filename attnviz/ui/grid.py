@@ -147,16 +147,12 @@ class HeatmapGrid(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.gw)
 
-        self.plot = self.gw.addPlot(row=0, col=0)
-        self.plot.setMenuEnabled(False)
-        self.plot.hideButtons()
-        self.plot.setMouseEnabled(False, False)
-        self.vb = self.plot.getViewBox()
+        # a bare view box, no plot: hidden axes would still re-label themselves on every re-layout
+        self.plot = self.vb = self.gw.addViewBox(row=0, col=0, enableMenu=False)
+        self.vb.setMouseEnabled(False, False)
         self.vb.setAspectLocked(True)
         self.vb.invertY(True)
         self.vb.disableAutoRange()
-        self.plot.hideAxis("bottom")
-        self.plot.hideAxis("left")
 
         self.img = pg.ImageItem(axisOrder="row-major")
         self.img.setZValue(0)
