@@ -30,13 +30,15 @@ def test_engine_import_loads_no_qt():
 def test_minilm_run_shapes_and_rows(minilm):
     r = minilm.run(SENTENCE)
     assert r.tokens[0] == "[CLS]" and r.tokens[-1] == "[SEP]"
-    assert r.labels[2] == "keys" and r.labels[1] == "The"
+    assert r.labels[2] == "keys" and r.labels[1] == "the"  # as the uncased model sees it
     T = len(r.tokens)
     assert r.attentions.shape == (6, 12, T, T) and r.attentions.dtype == np.float32
     np.testing.assert_allclose(r.attentions.sum(-1), 1.0, atol=1e-5)
     assert list(r.kv_group) == list(range(12))
     s, e = r.offsets[5]
     assert SENTENCE[s:e] == "cabinet"
+    other = minilm.run("東京 tulip 😀")
+    assert other.labels == ["[CLS]", "東", "京", "tu", "##lip", "[UNK]", "[SEP]"]
 
 
 def test_minilm_empty_and_ids(minilm):

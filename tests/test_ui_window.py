@@ -47,7 +47,7 @@ def test_window_opens_on_minilm_with_the_sentence_computed(window):
     T = len(st.result.tokens)
     assert window.grid.layout_.T == T and window.grid.update_count >= 1
     assert window.tokens_label.text() == f"{T} tokens"
-    assert window.token_strip.labels[:3] == ["[CLS]", "The", "keys"]
+    assert window.token_strip.labels[:3] == ["[CLS]", "the", "keys"]
     assert window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
     about = window.about_text()
     assert "all-MiniLM-L6-v2" in about and "apache-2.0" in about.lower()
@@ -129,7 +129,7 @@ def test_click_opens_focus_view_and_arrows_move_it(window, qtbot):
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 4])
     assert "L0 H4" in fv.title.text()
     left = [t for _, t in fv.plot.getAxis("left")._tickLevels[0]]
-    assert left[:3] == ["[CLS]", "The", "keys"]
+    assert left[:3] == ["[CLS]", "the", "keys"]
     qtbot.keyClick(g, Qt.Key.Key_Right)
     assert st.focus == (0, 5)
     qtbot.keyClick(g, Qt.Key.Key_Left)

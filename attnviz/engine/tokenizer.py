@@ -14,7 +14,7 @@ from attnviz.engine.errors import ModelLoadError
 class Encoded:
     ids: list[int]
     tokens: list[str]  # the tokenizer's own token strings
-    labels: list[str]  # readable: the text each token covers, or the special token itself
+    labels: list[str]  # readable, as the model sees it: "the", "##lip", "[UNK]", " world" -> "world"
     offsets: list[tuple[int, int]]  # character spans into the text; (0, 0) for special tokens
     special: list[bool]
 
@@ -29,28 +29,28 @@ class TextTokenizer:
         tok.no_padding()
         tok.no_truncation()
         self._tok = tok
+        # WordPiece ("##lip") and word-level token strings read as they are; byte-level BPE ("Ġthe")
+        # and SentencePiece ("▁the") strings are decoded to text
+        self._readable_tokens = type(tok.model).__name__ in ("WordPiece", "WordLevel")
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
-        labels = [self._label(text, tok, off, sp) for tok, off, sp in zip(enc.tokens, offsets, special)]
+        labels = [self._label(i, t, sp) for i, t, sp in zip(enc.ids, enc.tokens, special)]
         return Encoded(list(enc.ids), list(enc.tokens), labels, offsets, special)
 
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:
         """Token strings and readable labels for raw ids."""
         tokens = [self._tok.id_to_token(i) or f"<{i}>" for i in ids]
-        labels = [(self._tok.decode([i], skip_special_tokens=False).strip() or t) for i, t in zip(ids, tokens)]
-        return tokens, labels
+        return tokens, [self._label(i, t, False) for i, t in zip(ids, tokens)]
 
     def special_ids(self) -> set[int]:
         return {self._tok.token_to_id(t.content) for t in self._tok.get_added_tokens_decoder().values()
                 if t.special}
 
-    @staticmethod
-    def _label(text, token, offset, special):
-        if special:
+    def _label(self, token_id: int, token: str, special: bool) -> str:
+        """The token as the model sees it ("[UNK]" stays "[UNK]"), in readable form."""
+        if special or self._readable_tokens:
             return token
-        start, end = offset
-        piece = text[start:end].strip()
-        return piece or token
+        return self._tok.decode([token_id], skip_special_tokens=False).strip() or token
