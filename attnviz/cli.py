@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -16,8 +17,25 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage mistakes print one line (and how to get help), not the whole usage block."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def no_display_reason() -> str | None:
+    """Why the window cannot open here, or None. Qt would otherwise abort the process."""
+    if os.environ.get("QT_QPA_PLATFORM") or not sys.platform.startswith("linux"):
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return ("no display to open the window on (DISPLAY is not set); run it from a desktop session, "
+            "or use the command line, e.g. `attnviz export --out heads.png` (attnviz --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="attnviz",
         description="See multi-head attention. With no command, opens the desktop window.",
     )
@@ -44,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:
+        reason = no_display_reason()
+        if reason:
+            print(f"attnviz: error: {reason}", file=sys.stderr)
+            return 2
         from attnviz.ui.app import run_app
 
         return run_app(model=args.model, text=args.text)

@@ -254,3 +254,27 @@ def test_cli_bad_input_one_line(tmp_path):
 def test_cli_models_lists_default():
     proc = _cli("models")
     assert proc.returncode == 0 and "all-MiniLM-L6-v2" in proc.stdout and "6 x 12" in proc.stdout
+
+
+def test_cli_usage_errors_are_one_line():
+    for args in (["calc", "--d-model", "abc"], ["heads"], ["attention", "--text", "a"]):
+        proc = _cli(*args)
+        assert proc.returncode == 2
+        assert len(proc.stderr.strip().splitlines()) == 1 and "--help" in proc.stderr, proc.stderr
+
+
+def test_cli_window_without_display_says_so():
+    import os
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    proc = subprocess.run([sys.executable, "-m", "attnviz"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 2 and "no display" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_truncate_flag(tmp_path):
+    long_text = "word " * 600
+    proc = _cli("find", "--text", long_text, "--from", "word@1", "--to", "word@2")
+    assert proc.returncode == 2 and "--truncate" in proc.stderr
+    proc = _cli("find", "--text", long_text, "--from", "word@1", "--to", "word@2", "--truncate", "--top", "1")
+    assert proc.returncode == 0, proc.stderr

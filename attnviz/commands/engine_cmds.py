@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
+    p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--out", required=True, help="output .npz file")
     p.set_defaults(func=cmd_attention)
 
@@ -54,7 +55,8 @@ def cmd_attention(args) -> int:
     if out.suffix != ".npz":
         raise InputError(f"--out must end in .npz, got {out.name}")
     model = load_model(args.model)
-    result = model.run(ids=parse_ids(args.ids)) if args.ids is not None else model.run(args.text)
+    result = (model.run(ids=parse_ids(args.ids)) if args.ids is not None
+              else model.run(args.text, truncate=args.truncate))
     write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
                      attentions=result.attentions, kv_group=result.kv_group)
     print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}")

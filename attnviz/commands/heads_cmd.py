@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to score (the model's special tokens are added)")
+    p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     src.add_argument("--probe", action="store_true",
                      help="score a random token sequence repeated twice (duplicate and induction "
                           "heads show up whatever the text)")
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "the --from token (query) to the --to token (key).")
     p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
     p.add_argument("--text", required=True, help="text to run")
+    p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--from", dest="from_token", required=True, metavar="TOKEN",
                    help="query token, as shown (e.g. are), or TOKEN@POSITION when it occurs twice")
     p.add_argument("--to", dest="to_token", required=True, metavar="TOKEN",
@@ -69,7 +71,7 @@ def cmd_heads(args) -> int:
         result, note = H.run_probe(model, n=args.probe_length, seed=args.seed)
         source = {"probe": note, "seed": args.seed, "text": None}
     else:
-        result = model.run(args.text)
+        result = model.run(args.text, truncate=args.truncate)
         source = {"probe": None, "text": args.text}
     hs = H.score_result(result, exclude_bos=args.exclude_bos,
                         exclude_current_token=args.exclude_current)
@@ -118,7 +120,7 @@ def cmd_heads(args) -> int:
 
 def cmd_find(args) -> int:
     model = load_model(args.model)
-    result = model.run(args.text)
+    result = model.run(args.text, truncate=args.truncate)
     q = H.resolve_token(result, args.from_token)
     k = H.resolve_token(result, args.to_token)
     hits = H.find(result, q, k)

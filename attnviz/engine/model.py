@@ -81,7 +81,8 @@ class Model:
         if n_full > limit:
             if not truncate:
                 raise InputError(f"sequence of {n_full} tokens is longer than this model's "
-                                 f"{limit} positions")
+                                 f"{limit} positions: shorten the text or truncate it "
+                                 "(--truncate, run(..., truncate=True))")
             keep = list(range(limit))
             if text and special[-1]:  # keep the closing special token ([SEP])
                 keep[-1] = n_full - 1
