@@ -151,7 +151,7 @@ def test_truncated_safetensors(tmp_path):
     folder = _good(tmp_path)
     f = folder / "model.safetensors"
     f.write_bytes(f.read_bytes()[:-100])
-    with pytest.raises(ModelLoadError, match="not a valid safetensors"):
+    with pytest.raises(ModelLoadError, match="truncated or is not a safetensors"):
         load_model(folder)
 
 

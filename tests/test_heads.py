@@ -334,3 +334,8 @@ def test_cli_find_json_and_errors(capsys):
     assert rc == 2 and "'drawer' is not in the text" in err
     rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the@4")
     assert rc == 0 and "'the'@4 (key)" in out and len(out.splitlines()) == 2 + 72
+
+
+def test_two_tokens_label_no_head(minilm):
+    hs = H.score_result(minilm.run(""))  # [CLS] [SEP]
+    assert all(label == H.MIXED for row in hs.labels for label in row)

@@ -94,7 +94,7 @@ LABEL_RULE = (
     "Label: each head gets the role with the highest strength among those whose strength clears "
     "the threshold (" + ", ".join(f"{r} {t:g}" for r, t in THRESHOLDS.items()) + "), and 'mixed' "
     "otherwise. Strength = score / (share of query rows that have at least one cell in D), capped "
-    f"at 1; duplicate and induction need at least {MIN_ROWS} such rows."
+    f"at 1; a role needs at least {MIN_ROWS} such rows (an empty or two-token text labels no head)."
 )
 
 
@@ -284,7 +284,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         scores[role] = mul_score(attentions, d, **opts)
         share, rows = row_coverage(d)
         coverage[role] = share
-        enough = rows >= (MIN_ROWS if role in ("duplicate", "induction") else 1)
+        enough = rows >= MIN_ROWS  # two tokens say nothing about a head's habit
         s = np.nan_to_num(scores[role] / share, nan=0.0) if enough else np.zeros(scores[role].shape)
         strength[role] = np.minimum(s, 1.0)
     scores["distance"] = mean_distance(attentions)

@@ -24,7 +24,7 @@ CONVERT_HINT = (
     "Convert it once to safetensors, in an environment where you trust the file, e.g.: "
     "python -c \"from transformers import AutoModel; "
     "m = AutoModel.from_pretrained('FOLDER'); m.save_pretrained('FOLDER', safe_serialization=True)\" "
-    "(or use the 'convert' Space of safetensors), then open the folder again."
+    "(or use the 'convert' Space of safetensors), then open the folder again"
 )
 
 
@@ -70,7 +70,7 @@ class TensorFile:
             with safe_open(str(path), framework="numpy") as handle:  # validates the whole layout
                 names = list(handle.keys())
         except (SafetensorError, OSError, ValueError) as exc:
-            raise ModelLoadError(f"{path.name} is not a valid safetensors file: {exc}") from exc
+            raise ModelLoadError(f"{path.name} is truncated or is not a safetensors file ({exc})") from exc
         with open(path, "rb") as fh:
             (n_header,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(n_header))
