@@ -272,3 +272,25 @@ def test_cli_without_a_command_opens_the_window_on_minilm(qtbot, monkeypatch):
     assert w.isVisible() and w.state.model_name == "all-MiniLM-L6-v2"
     assert w.state.result.text == "Opened from the command line."
     w.worker.wait_idle()
+
+
+def test_token_strip_grows_once_results_pause_and_shows_the_newest_tokens_meanwhile(window, qtbot):
+    strip = window.token_strip
+    one_line = strip.height()
+    text = "When Mary and John went to the market on Saturday morning, John bought fresh bread " \
+           "and cheese while Mary looked for apples along the river."
+    window.set_text(text)
+    wait_for_text(qtbot, window, text)
+    labels = window.state.result.labels
+    T = len(labels)
+    assert strip.labels == labels
+    if strip.height() == one_line:  # the resize waits for a pause: the newest tokens are shown
+        assert strip._first > 0
+        last = strip.token_rect(T - 1)
+        assert strip.rect().contains(last) and strip.index_at(last.center()) == T - 1
+    qtbot.waitUntil(lambda: strip.height() > one_line, timeout=WAIT)
+    assert strip._first == 0 and strip.index_at(strip.token_rect(0).center()) == 0
+    assert strip.rect().contains(strip.token_rect(T - 1))
+    window.set_text(DEFAULT_TEXT)
+    wait_for_text(qtbot, window, DEFAULT_TEXT)
+    qtbot.waitUntil(lambda: strip.height() == one_line, timeout=WAIT)
