@@ -294,3 +294,23 @@ def test_token_strip_grows_once_results_pause_and_shows_the_newest_tokens_meanwh
     window.set_text(DEFAULT_TEXT)
     wait_for_text(qtbot, window, DEFAULT_TEXT)
     qtbot.waitUntil(lambda: strip.height() == one_line, timeout=WAIT)
+
+
+def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, qtbot):
+    calc, roles = window.calc_panel, window.roles_panel
+    if calc is None or roles is None:
+        pytest.skip("side panels not installed")
+    window.focus_dock.raise_()
+    qtbot.waitUntil(lambda: not window._calc_shown, timeout=WAIT)
+    text = "Mary gave John a book."
+    window.set_text(text)
+    wait_for_text(qtbot, window, text)
+    T = len(window.state.result.tokens)
+    assert f"{T} tokens" not in calc.sentence_label.text()  # hidden: not refilled per result
+    window.calc_dock.raise_()
+    qtbot.waitUntil(lambda: f"{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
+    roles.tabs.setCurrentWidget(roles._find_page)
+    assert roles.find_from.count() != T  # Find waits while the roles tab is not selected
+    window.roles_dock.raise_()
+    qtbot.waitUntil(lambda: roles.find_from.count() == T, timeout=WAIT)
+    roles.wait_idle()

@@ -309,8 +309,9 @@ class RolesPanel(QWidget):
 
     # --- showing scores -----------------------------------------------------------------------
     def _on_screen(self):
-        """False while the panel sits in a hidden dock tab of a window: its tables can wait."""
-        return self.window() is self or self.isVisible()
+        """False while the panel sits in a hidden dock tab of a window: its tables can wait. (Qt
+        keeps a dock behind another tab 'visible', moved off screen: its visible region is empty.)"""
+        return self.window() is self or (self.isVisible() and not self.visibleRegion().isEmpty())
 
     def _show_scores(self, hs, message=None):
         self.scores = hs
@@ -332,9 +333,14 @@ class RolesPanel(QWidget):
 
     def showEvent(self, event):
         super().showEvent(event)
+        self.catch_up()
+
+    def catch_up(self):
+        """Show what waited while the panel was off screen (the window calls this when the panel's
+        dock tab is selected: Qt sends no show event then)."""
         if self._view_stale:
             self._refresh_view()
-        if self._find_shown():
+        if self.tabs.currentWidget() is self._find_page:
             self._ensure_find()
 
     def _fill_overview(self):

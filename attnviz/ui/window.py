@@ -361,6 +361,7 @@ class MainWindow(QMainWindow):
         self.focus_dock.setWidget(self.focus_view)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
         self.calc_panel = self.calc_dock = None
+        self._calc_shown = True  # the calculator's dock tab is selected (or floating, shown)
         self.roles_panel = self.roles_dock = None
         self._panels_wanted = panels
         self.panels_ready = not panels
@@ -376,6 +377,7 @@ class MainWindow(QMainWindow):
         if CalcPanel is not None:
             self.calc_panel = CalcPanel()
             self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
+            self.calc_dock.visibilityChanged.connect(self._on_calc_visible)
             m = self.state.model
             if m is not None:
                 self.calc_panel.set_model_config(m.config.raw, m.name)
@@ -385,6 +387,9 @@ class MainWindow(QMainWindow):
         if RolesPanel is not None:
             self.roles_panel = RolesPanel(self.state)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
+            # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
+            self.roles_dock.visibilityChanged.connect(
+                lambda shown: shown and self.roles_panel.catch_up())
         self.focus_dock.raise_()
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
@@ -659,8 +664,14 @@ class MainWindow(QMainWindow):
             self.trunc_notice.show()
         else:
             self.trunc_notice.hide()
-        if self.calc_panel is not None:
-            self.calc_panel.set_seq_len(T)
+        if self.calc_panel is not None and self._calc_shown:
+            self.calc_panel.set_seq_len(T)  # (a hidden calculator catches up when shown)
+
+    def _on_calc_visible(self, shown: bool) -> None:
+        self._calc_shown = shown
+        r = self.state.result
+        if shown and r is not None:
+            self.calc_panel.set_seq_len(len(r.tokens))
 
     def _on_layer(self, layer: int) -> None:
         if self.layer_spin.value() != layer:
