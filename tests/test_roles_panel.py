@@ -183,3 +183,25 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     assert panel.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
         round(float(panel.hits[0].weight), 4)
     panel.wait_idle()
+
+
+def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm, textbook_model):
+    """Probe scores of a 2x3 model must not label the hits of a 6x12 model found right after the
+    switch (IndexError in the Find table before)."""
+    state, panel = _panel(qtbot, textbook_model, "the cat sat")
+    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
+        panel.set_source("probe")
+    assert (panel.scores.n_layer, panel.scores.n_head) == (2, 3)
+    state.set_model(minilm)
+    assert panel.scores is None and state.head_labels is None  # at once, while the probe reruns
+    state.set_result(minilm.run(TEXT))
+    hits = panel.set_find("keys@2", "the@1")
+    assert len(hits) == 72 and panel.find_table.rowCount() == 72
+    assert all(panel.find_table.item(i, 1).toolTip() == "" for i in range(72))
+    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
+        pass
+    assert (panel.scores.n_layer, panel.scores.n_head) == (6, 12)
+    panel.run_find()
+    hit = panel.hits[5]
+    assert panel.find_table.item(5, 1).toolTip() == panel.scores.labels[hit.layer][hit.head]
+    panel.wait_idle()

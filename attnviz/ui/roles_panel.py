@@ -296,6 +296,9 @@ class RolesPanel(QWidget):
             self._show_scores(None, f"Scores unavailable: {html.escape(msg)}")
             return
         hs, probe, key = value
+        st = self.state
+        if st.model is None or (hs.n_layer, hs.n_head) != (st.n_layer, st.n_head):
+            return  # scored for another model's shape: never show them
         if probe is not None:
             self._probe_cache = {key: probe}
             self.probe_note = probe[1]
@@ -586,14 +589,18 @@ class RolesPanel(QWidget):
                 t.setItem(i, 2, _num_item(0.0, 4))
             head = t.item(i, 1)
             head.setText(f"L{hit.layer} H{hit.head}")
-            head.setToolTip(self.scores.labels[hit.layer][hit.head]
-                            if self.scores is not None and hit.layer < self.scores.n_layer else "")
+            head.setToolTip(self._label(hit.layer, hit.head))
             w = float(hit.weight)
             t.item(i, 2).setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(w) else round(w, 4))
         if hits is None:
             if self.state.result is None:
                 self.find_status.setText("")
         self.sigFound.emit(hits)
+
+    def _label(self, l, h):
+        """The role label of head (l, h), or "" while no scores of this shape are shown."""
+        hs = self.scores
+        return hs.labels[l][h] if hs is not None and l < hs.n_layer and h < hs.n_head else ""
 
     def _on_find_clicked(self, row, _col):
         if 0 <= row < len(self.hits):
@@ -613,6 +620,8 @@ class RolesPanel(QWidget):
     def _on_model_changed(self, model):
         self._probe_cache = {}
         self._rescore_timer.stop()
+        if self.scores is not None:
+            self._show_scores(None)  # the old model's scores must not outlive it, even while rescoring
         self.rescore()
 
     def _on_result_changed(self, result):
