@@ -314,3 +314,19 @@ def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, q
     window.roles_dock.raise_()
     qtbot.waitUntil(lambda: roles.find_from.count() == T, timeout=WAIT)
     roles.wait_idle()
+
+
+def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):
+    st, g, fv = window.state, window.grid, window.focus_view
+    st.set_layer(3)
+    st.set_focus(3, 1)
+    qtbot.keyClick(g, Qt.Key.Key_PageDown)
+    assert st.layer == 4 and st.focus == (4, 1)
+    assert fv.title.text().startswith("<b>L4 H1</b>")
+    np.testing.assert_array_equal(fv.img.image, st.result.attentions[4, 1])
+    qtbot.keyClick(window.text_box, Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier)
+    assert st.focus == (5, 1)
+    qtbot.keyClick(g, Qt.Key.Key_Right)
+    assert (st.layer, st.focus) == (5, (5, 2))  # stays on the layer shown
+    window.layer_spin.setValue(0)
+    assert st.focus == (0, 2)

@@ -679,6 +679,9 @@ class MainWindow(QMainWindow):
             self.layer_spin.setValue(layer)
             self.layer_spin.blockSignals(False)
         self.settings.setValue("layer", layer)
+        st = self.state
+        if st.view_mode == "layer" and st.focus is not None and st.focus[0] != layer:
+            st.set_focus(layer, st.focus[1])  # the focus follows the one layer on screen
 
     def _on_display(self) -> None:
         st, s = self.state, self.settings
