@@ -6,16 +6,53 @@ A pattern is `[n_head, n_q, n_k]`: row q holds how query position q spreads its 
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
 
+CHUNK = 1 << 16  # elements per pass of an element-wise chain: about 256 KiB of float32, in cache
+PARALLEL_MIN = 1 << 18  # below this many elements one thread is faster than handing work out
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
+                                   thread_name_prefix="attnviz-engine")
+    return _POOL
+
+
+def _for_row_chunks(fn, n_rows: int, row_len: int) -> None:
+    """fn(slice) over cache-sized row blocks; NumPy releases the GIL inside ufuncs, so large arrays
+    are shared out to a few threads (element-wise chains are what BLAS threads cannot speed up)."""
+    step = max(1, CHUNK // max(1, row_len))
+    slices = [slice(i, i + step) for i in range(0, n_rows, step)]
+    if n_rows * row_len < PARALLEL_MIN or len(slices) < 2:
+        for rows in slices:
+            fn(rows)
+        return
+    for future in [_pool().submit(fn, rows) for rows in slices]:
+        future.result()
+
+
 def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row max subtracted
-    x -= x.max(axis=-1, keepdims=True)
-    np.exp(x, out=x)
-    x /= x.sum(axis=-1, keepdims=True)
+    rows = x.reshape(-1, x.shape[-1]) if x.flags.c_contiguous else None
+
+    def block(part):
+        part -= part.max(axis=-1, keepdims=True)
+        np.exp(part, out=part)
+        part /= part.sum(axis=-1, keepdims=True)
+
+    if rows is None:  # a non-contiguous view: one pass over the whole array
+        block(x)
+    else:
+        _for_row_chunks(lambda r: block(rows[r]), rows.shape[0], rows.shape[1])
     return x
 
 
@@ -52,9 +89,18 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 def gelu_erf(x):  # exact GELU (BERT): x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
-    half_tail = _erfc_abs(np.abs(x) * SQRT_HALF)
-    half_tail *= np.float32(0.5)
-    return x * np.where(x >= 0, np.float32(1.0) - half_tail, half_tail)
+    out = np.empty_like(x)
+    x2 = x.reshape(-1, x.shape[-1])
+    o2 = out.reshape(-1, x.shape[-1])
+
+    def block(rows):  # a cache-sized piece of a long element-wise chain
+        xs = x2[rows]
+        half_tail = _erfc_abs(np.abs(xs) * SQRT_HALF)
+        half_tail *= np.float32(0.5)
+        np.multiply(xs, np.where(xs >= 0, np.float32(1.0) - half_tail, half_tail), out=o2[rows])
+
+    _for_row_chunks(block, x2.shape[0], x2.shape[1])
+    return out
 
 
 def gelu_tanh(x):  # tanh approximation (GPT-2 "gelu_new")
@@ -150,8 +196,8 @@ def mask_bias(allowed: np.ndarray) -> np.ndarray:  # bool [T, T] -> float32 [T, 
 def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
     """Scaled dot-product weights; `bias` [n_q, n_k] is 0 where allowed, -inf where masked.
     Every row keeps at least its diagonal, so no row is all -inf and none turns into NaN."""
+    q = q * np.float32(scale)  # scaling q costs T x d_head, scaling the scores T x T
     scores = np.matmul(q, k.transpose(0, 2, 1), out=out)
-    scores *= np.float32(scale)
     if bias is not None:
         scores += bias
     return softmax(scores)
