@@ -330,3 +330,57 @@ def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):
     assert (st.layer, st.focus) == (5, (5, 2))  # stays on the layer shown
     window.layer_spin.setValue(0)
     assert st.focus == (0, 2)
+
+
+def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_banner(
+        window, qtbot, tmp_path):
+    export_data = pytest.importorskip("attnviz.ui.export_data")
+    import json
+
+    st = window.state
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{ this is not json")
+    window.load_model(str(bad))
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
+
+    doc = {"kind": export_data.SIDECAR_KIND, "version": export_data.SIDECAR_VERSION,
+           "model": "all-MiniLM-L6-v2", "text": "Half a view.", "tokens": [], "layer": 99,
+           "head": 50, "scope": "head", "colormap": "inferno", "scale_mode": "per-head",
+           "hide_first": True, "view_mode": "layer"}
+    path = tmp_path / "far.png.json"
+    path.write_text(json.dumps(doc))
+    before = (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first)
+    window.open_view(str(path))
+    msg = window.error_banner.text()
+    assert window.error_banner.isVisible() and str(path) in msg
+    assert "layer 99 is out of range" in msg and "6 layers (0..5)" in msg and msg.endswith(".")
+    assert (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first) == before
+    doc.update(layer=2, head=50)
+    path.write_text(json.dumps(doc))
+    window.open_view(str(path))
+    assert "head 50 is out of range" in window.error_banner.text() and st.layer == before[1]
+
+    doc.update(layer=2, head=3)
+    path.write_text(json.dumps(doc))
+    window.open_view(str(path))  # a success clears the stale banner
+    assert not window.error_banner.isVisible() and window.error_banner.text() == ""
+    assert (st.layer, st.focus, st.colormap) == (2, (2, 3), "inferno")
+
+
+def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
+    from attnviz.ui.window import sentence
+
+    assert [sentence(m) for m in ("open it again", "open it again.", "again.. ", "Why?")] == [
+        "open it again.", "open it again.", "again.", "Why?"]
+    folder = tmp_path / "pt"
+    folder.mkdir()
+    import json
+
+    (folder / "config.json").write_text(json.dumps(window.state.model.config.raw))
+    (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
+    window.load_model(str(folder))
+    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
+    msg = window.error_banner.text()
+    assert "never unpickles" in msg and "open the folder again. Still showing" in msg
+    assert ".." not in msg and msg.endswith("Still showing all-MiniLM-L6-v2.")

@@ -49,6 +49,13 @@ SAMPLES = (
 )
 
 
+def sentence(text: str) -> str:
+    """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
+    stay), so messages joined from parts never read '..'."""
+    text = str(text).rstrip().rstrip(".").rstrip()
+    return text if text.endswith(("?", "!")) else text + "."
+
+
 def _optional(module: str, name: str):
     """A class from a panel module another helper writes; None (logged) while it does not exist."""
     try:
@@ -255,7 +262,7 @@ class MainWindow(QMainWindow):
         self.state = state if state is not None else AppState(self)
         self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)
         self._load_source = ""
-        self._pending_view: dict | None = None
+        self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
@@ -561,12 +568,37 @@ class MainWindow(QMainWindow):
             return
         model = view.get("model")
         if model and model not in (self.state.model_name, self._load_source):
-            self._pending_view = view  # applied once that model is loaded
+            self._pending_view = (view, path)  # applied once that model is loaded
             self.load_model(model)
         else:
-            self.apply_view(view)
+            self.apply_view(view, path)
 
-    def apply_view(self, view: dict) -> None:
+    def view_problem(self, view: dict) -> str | None:
+        """Why a view cannot be shown on the current model (a layer or head it does not have), or
+        None when it can."""
+        from attnviz.engine.errors import InputError
+        from attnviz.engine.patterns import check_index
+
+        st = self.state
+        if st.model is None:
+            return "no model is loaded"
+        try:
+            if view.get("layer") is not None:
+                check_index("layer", int(view["layer"]), st.n_layer)
+                if view.get("head") is not None:
+                    check_index("head", int(view["head"]), st.n_head)
+        except InputError as exc:
+            return f"{exc} in {st.model_name}"
+        return None
+
+    def apply_view(self, view: dict, path: str = "") -> None:
+        """Show a view, all of it or (with a message) nothing of it."""
+        problem = self.view_problem(view)
+        if problem is not None:
+            where = f" {path}" if path else ""
+            self.show_error(f"Could not open view{where}: {problem}; the view was left as it was")
+            return
+        self.clear_error()
         st = self.state
         if view.get("text") is not None:
             self.set_text(str(view["text"]))
@@ -609,9 +641,15 @@ class MainWindow(QMainWindow):
         QMessageBox.about(self, "About attnviz", self.about_text())
 
     def show_error(self, message: str) -> None:
+        message = sentence(message)
         self.error_banner.setText(message)
         self.error_banner.show()
         self.statusBar().showMessage(message, 10000)
+
+    def clear_error(self) -> None:
+        """A later success clears the banner of an earlier failure."""
+        self.error_banner.hide()
+        self.error_banner.clear()
 
     # --- state -> widgets ---------------------------------------------------------------------
     def _on_text_changed(self, text: str) -> None:
@@ -643,7 +681,7 @@ class MainWindow(QMainWindow):
         if not req.text.strip():
             self.state.set_result(None)  # an empty sentence is a valid, empty state
             return
-        self.state.show_status(f"Could not compute: {message}")
+        self.state.show_status(sentence(f"Could not compute: {message}"))
 
     def _on_result(self, result) -> None:
         if not self.panels_ready and result is not None:
@@ -731,20 +769,20 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, model) -> None:
         self.progress.hide()
-        self.error_banner.hide()
+        self.clear_error()
         self.settings.setValue("model", self._load_source or model.name)
         self.statusBar().showMessage(f"Loaded {model.name}", 4000)
         self.state.set_model(model)
         if self._pending_view is not None:
-            view, self._pending_view = self._pending_view, None
-            self.apply_view(view)
+            (view, path), self._pending_view = self._pending_view, None
+            self.apply_view(view, path)
 
     def _on_load_failed(self, source: str, message: str) -> None:
         self.progress.hide()
         self._pending_view = None
-        keep = (f" Still showing {self.state.model_name}." if self.state.model is not None
-                else " No model is loaded.")
-        self.show_error(f"Could not load model {source}: {message}.{keep}")
+        keep = (f"Still showing {self.state.model_name}." if self.state.model is not None
+                else "No model is loaded.")
+        self.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
 
     # --- shutdown -----------------------------------------------------------------------------
     def save_settings(self) -> None:
