@@ -465,3 +465,32 @@ def test_cli_bad_layer_is_one_line_and_nonzero(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "layer 6 is out of range" in lines[0] and "0..5" in lines[0]
     assert leftovers(tmp_path) == []
+
+
+def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_path, monkeypatch):
+    from PySide6.QtCore import QSettings, Qt
+
+    from attnviz.ui.export import ExportDialog, default_folder
+
+    home = tmp_path / "home"
+    (home / "Pictures").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_PICTURES_DIR", str(home / "Pictures"))
+    cwd = tmp_path / "launched-here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert default_folder() in (home / "Pictures", home)
+    settings = QSettings("attnviz", "attnviz")
+    for saved in ("", "relative/sub", str(tmp_path / "gone")):  # none of these is a usable folder
+        settings.setValue("export/folder", saved)
+        dlg = ExportDialog(state, None)
+        qtbot.addWidget(dlg)
+        suggested = Path(dlg.path_edit.text())
+        assert suggested.is_absolute() and suggested.parent == default_folder()
+    dlg.format.setCurrentIndex(dlg.format.findData("csv"))
+    dlg.path_edit.setText("bare-name.csv")  # a relative name also lands in the suggested folder
+    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
+        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
+    out = default_folder() / "bare-name.csv"
+    assert out.is_file() and list(cwd.iterdir()) == []
+    assert status.args[0] == f"Exported {out.resolve()}"

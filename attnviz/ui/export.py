@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, QStandardPaths, Qt
 from PySide6.QtWidgets import (
     QApplication, QCheckBox, QComboBox, QDialog, QDialogButtonBox, QFileDialog, QFormLayout,
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
@@ -68,6 +68,12 @@ def export_result(result, path: str | os.PathLike, *, model: str, scope: str, la
     view = make_view(result, model=model, scope=scope, layer=layer, head=head,
                      colormap=colormap, scale_mode=scale_mode, hide_first=hide_first)
     return export_view(view, path, fmt=fmt, width=width)
+
+
+def default_folder() -> Path:
+    """The user's Pictures folder if it exists, else the home folder."""
+    pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
+    return Path(pictures) if pictures and Path(pictures).is_dir() else Path.home()
 
 
 class ExportDialog(QDialog):
@@ -163,8 +169,10 @@ class ExportDialog(QDialog):
         self._suggest_name()
 
     def folder(self) -> Path:
-        folder = Path(str(self.settings.value("export/folder", "") or ""))
-        return folder if str(folder) and folder.is_dir() else Path.home()
+        """Where a new export goes: the folder of the last export while it exists, else the user's
+        Pictures folder, else home; never the working directory the app was started from."""
+        saved = Path(str(self.settings.value("export/folder", "") or "."))
+        return saved if saved.is_absolute() and saved.is_dir() else default_folder()
 
     def _suggest_name(self) -> None:
         st = self.state
@@ -218,6 +226,8 @@ class ExportDialog(QDialog):
             self.show_error("Choose a file to export to.")
             return False
         path = Path(text).expanduser()
+        if not path.is_absolute():
+            path = self.folder() / path  # a bare name goes where the dialog suggested, not the cwd
         scope = self.scope.currentData()
         layer, head = st.layer, None
         if scope == "head":
@@ -244,7 +254,7 @@ class ExportDialog(QDialog):
         self.settings.setValue("export/width", self.width_box.value())
         self.show_error("")
         if hasattr(st, "show_status"):
-            st.show_status(f"Exported {path.name}" + (f" and {self.written[1].name}"
-                                                      if len(self.written) > 1 else ""))
+            st.show_status(f"Exported {path.resolve()}" + (f" and {self.written[1].name}"
+                                                           if len(self.written) > 1 else ""))
         self.accept()
         return True
