@@ -494,3 +494,32 @@ def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_
     out = default_folder() / "bare-name.csv"
     assert out.is_file() and list(cwd.iterdir()) == []
     assert status.args[0] == f"Exported {out.resolve()}"
+
+
+@pytest.mark.parametrize("shape,p", [((5, 7), 3), ((2, 3, 10, 10), 4), ((4, 9), 1), ((2, 2), 5)])
+def test_one_max_pool_for_the_grid_and_the_figures(shape, p):
+    from attnviz.engine.patterns import max_pool
+    from attnviz.ui import figure, grid
+
+    assert figure.max_pool is max_pool and grid.max_pool is max_pool
+    x = np.random.default_rng(len(shape)).random(shape).astype(np.float32)
+    n_q, n_k = -(-shape[-2] // p), -(-shape[-1] // p)
+    padded = np.zeros((*shape[:-2], n_q * p, n_k * p), np.float32)  # zero padding: weights >= 0
+    padded[..., :shape[-2], :shape[-1]] = x
+    expect = padded.reshape(*shape[:-2], n_q, p, n_k, p).max(axis=(-3, -1))
+    np.testing.assert_array_equal(max_pool(x, p), expect)
+
+
+def test_display_attention_is_drop_first_key_with_a_zero_column(run):
+    from attnviz.ui.state import display_attention
+
+    shown = display_attention(run.attentions, True)
+    assert shown.shape == run.attentions.shape and shown.dtype == np.float32
+    assert (shown[..., 0] == 0).all()
+    np.testing.assert_array_equal(shown[..., 1:], drop_first_key(run.attentions))
+    assert display_attention(run.attentions, False) is run.attentions
+    bos_only = np.zeros((1, 1, 2, 2), np.float32)
+    bos_only[..., 0] = 1.0  # all weight on the first key: the row is left empty, not NaN
+    out = np.full((1, 1, 2, 1), 7.0, np.float32)
+    drop_first_key(bos_only, out=out)
+    assert (out == 0).all() and (display_attention(bos_only, True) == 0).all()

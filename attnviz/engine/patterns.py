@@ -9,14 +9,34 @@ from attnviz.engine.errors import InputError
 SCOPES = ("head", "layer", "all")
 
 
-def drop_first_key(att: np.ndarray) -> np.ndarray:  # [..., n_q, n_k] -> [..., n_q, n_k - 1]
-    """Hide the first key column (the [CLS]/BOS "sink") and renormalise each row to sum to 1.
+def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """[..., n_q, n_k] -> [..., n_q, n_k - 1]: hide the first key column (the [CLS]/BOS "sink") and
+    renormalise each row to sum to 1; written into `out` (float32, that shape) when given.
 
     A row whose whole weight was on the first key (BOS attending to itself in a causal model) has
     nothing left to show: it becomes all zeros, never NaN."""
     rest = np.asarray(att, dtype=np.float32)[..., 1:]
     total = rest.sum(axis=-1, keepdims=True)
-    return np.divide(rest, total, out=np.zeros_like(rest), where=total > 0)
+    inv = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)  # an empty row stays 0
+    return np.multiply(rest, inv, out=out)
+
+
+def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [..., n_q, n_k] -> [..., ceil(n_q/p), ceil(n_k/p)]
+    """Largest value in each p x p block, so a pattern drawn smaller than its cells keeps every
+    peak. The last block row / column takes what is left (the same as zero padding for weights,
+    which are >= 0). p = 1 returns x itself."""
+    x = np.asarray(x)
+    if p <= 1:
+        return x
+    *lead, n_q, n_k = x.shape
+    fq, fk = n_q // p * p, n_k // p * p
+    rows = x[..., :fq, :].reshape(*lead, n_q // p, p, n_k).max(axis=-2)  # [..., n_q // p, n_k]
+    if fq < n_q:
+        rows = np.concatenate([rows, x[..., fq:, :].max(axis=-2, keepdims=True)], axis=-2)
+    out = rows[..., :fk].reshape(*lead, rows.shape[-2], n_k // p, p).max(axis=-1)
+    if fk < n_k:
+        out = np.concatenate([out, rows[..., fk:].max(axis=-1, keepdims=True)], axis=-1)
+    return out
 
 
 def select_patterns(attentions: np.ndarray, scope: str, layer: int | None = None,

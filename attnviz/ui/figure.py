@@ -19,7 +19,7 @@ from PySide6.QtGui import (
     QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
 )
 
-from attnviz.engine.patterns import quantize
+from attnviz.engine.patterns import max_pool, quantize
 from attnviz.ui.export_data import ExportError, ExportView
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -294,14 +294,6 @@ def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the lookup table."""
     low, high = view.levels[i, j]
     return lut[quantize(view.patterns[i, j], float(low), float(high), len(lut))]
-
-
-def max_pool(pattern: np.ndarray, f: int) -> np.ndarray:  # [n_q, n_k] -> [ceil(n_q/f), ceil(n_k/f)]
-    """Largest weight in each f x f block (the last blocks padded with zeros)."""
-    n_q, n_k = pattern.shape
-    padded = np.zeros((-(-n_q // f) * f, -(-n_k // f) * f), pattern.dtype)
-    padded[:n_q, :n_k] = pattern
-    return padded.reshape(padded.shape[0] // f, f, padded.shape[1] // f, f).max(axis=(1, 3))
 
 
 def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its pixels)

@@ -18,6 +18,8 @@ from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.patterns import max_pool
+
 BACKGROUND = "#202124"
 TEXT = "#e8eaed"
 BAND_COLORS = ("#3c4a6b", "#5b4a2e")  # alternating KV-group bands
@@ -148,19 +150,6 @@ def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> tuple[int,
         if size > best_size * 1.02:
             best, best_size = c, size
     return best, best_size
-
-
-def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [n, T, T] -> [n, ceil(T/p), ceil(T/p)]
-    """Max over each p x p block (the last block row / column takes what is left)."""
-    n, T, _ = x.shape
-    full = T // p * p
-    rows = x[:, :full].reshape(n, T // p, p, T).max(axis=2)  # [n, T//p, T]
-    if full < T:
-        rows = np.concatenate([rows, x[:, full:].max(axis=1, keepdims=True)], axis=1)
-    out = rows[:, :, :full].reshape(n, rows.shape[1], T // p, p).max(axis=3)
-    if full < T:
-        out = np.concatenate([out, rows[:, :, full:].max(axis=2, keepdims=True)], axis=2)
-    return out
 
 
 def pool_factor(T: int, tile_px: float) -> int:

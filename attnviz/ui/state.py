@@ -8,6 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from attnviz.engine.patterns import drop_first_key
+
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
 SCALE_MODES = ("shared", "per-head")
 VIEW_MODES = ("layer", "all")
@@ -181,8 +183,7 @@ def display_attention(attn: np.ndarray, hide_first: bool) -> np.ndarray:  # [...
     over the remaining keys (a row with nothing left stays 0, never NaN)."""
     if not hide_first or attn.shape[-1] == 0:
         return attn
-    out = attn.copy()
+    out = np.empty(attn.shape, np.float32)
     out[..., 0] = 0.0
-    rest = out.sum(axis=-1, keepdims=True)
-    np.divide(out, rest, out=out, where=rest > 0)
+    drop_first_key(attn, out=out[..., 1:])
     return out
