@@ -384,3 +384,30 @@ def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
     msg = window.error_banner.text()
     assert "never unpickles" in msg and "open the folder again. Still showing" in msg
     assert ".." not in msg and msg.endswith("Still showing all-MiniLM-L6-v2.")
+
+
+def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(window):
+    from PySide6.QtCore import QRectF
+
+    st, g, fv = window.state, window.grid, window.focus_view
+    st.set_layer(1)
+    st.set_focus(1, 2)
+    T = len(st.result.tokens)
+    assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(0, 0, T, T)
+    st.set_hide_first(True)
+    shown = st.display_data().attn[1, 2]  # what the grid draws, column 0 zeroed
+    np.testing.assert_array_equal(fv.img.image, shown[:, 1:])  # the focus view has no zero column
+    assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(1, 0, T - 1, T)  # a gap at key 0
+    lo = g.layout_
+    tile = g._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
+    assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
+    # both read-outs name the hidden column and give the same numbers elsewhere
+    focus_pt = fv.vb.mapViewToScene(QPointF(0.5, 3.5))
+    fv._on_mouse_moved(focus_pt)
+    assert fv.hover_text == g.readout_at(1, 2, 3, 0) and fv.hover_text.endswith("(hidden)")
+    fv._on_mouse_moved(fv.vb.mapViewToScene(QPointF(4.5, 3.5)))
+    assert fv.hover_text == g.readout_at(1, 2, 3, 4)
+    assert fv.hover_text.split("  ")[2].startswith(f"{shown[3, 4]:.2f}")
+    st.set_hide_first(False)
+    np.testing.assert_array_equal(fv.img.image, st.result.attentions[1, 2])
+    assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(0, 0, T, T)

@@ -11,7 +11,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attnviz.ui.grid import BACKGROUND, FOCUS_COLOR, TEXT
+from attnviz.ui.grid import BACKGROUND, FOCUS_COLOR, TEXT, cell_readout
 
 _LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
 
@@ -132,7 +132,9 @@ class FocusView(QWidget):
         T = attn.shape[0]
         top = float(data.head_max[layer, head]) if st.scale_mode == "per-head" else data.vmax
         self.cbar.setColorMap(pg.colormap.get(st.colormap))
-        self.img.setImage(attn, autoLevels=False)
+        k0 = 1 if st.hide_first and T > 1 else 0  # a hidden first key is a gap, as in the grid
+        self.img.setImage(attn[:, k0:], autoLevels=False)
+        self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
         self.cbar.getAxis("right").setLabel("attention weight", color=TEXT)
         kv = int(np.asarray(r.kv_group)[head])
@@ -206,12 +208,8 @@ class FocusView(QWidget):
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return
-        from attnviz.ui.grid import readout
-
-        layer, head, q, k = cell
         st = self.state
-        value = float(st.display_data().attn[layer, head, q, k])
-        text = readout(st.result, layer, head, q, k, value)
+        text = cell_readout(st, *cell)
         if text != self.hover_text:
             self.hover_text = text
             self.gw.setToolTip(text)

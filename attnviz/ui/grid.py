@@ -39,6 +39,18 @@ def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: 
     return f"L{layer} H{head}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
 
 
+def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
+    """The read-out of one cell as the heatmaps show it (the grid and the focus view): the shown
+    weight, or `(hidden)` for the first key column while Hide first token is on."""
+    labels = state.head_labels
+    if state.hide_first and k == 0:
+        r = state.result
+        return f"L{layer} H{head}  {r.labels[q]} → {r.labels[k]}  (hidden)"
+    value = float(state.display_data().attn[layer, head, q, k])
+    badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
+    return readout(state.result, layer, head, q, k, value, badge)
+
+
 class Label(QGraphicsSimpleTextItem):
     """A title pinned to a point of the mosaic and drawn unscaled in screen pixels by Qt itself
     (ItemIgnoresTransformations): a re-layout or a paint recomputes no per-label transform in Python,
@@ -508,13 +520,7 @@ class HeatmapGrid(QWidget):
         return float(self.layout_.x0[i] + k // p + 0.5), float(self.layout_.y0[i] + q // p + 0.5)
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
-        st = self.state
-        value = float(st.display_data().attn[layer, head, q, k])
-        labels = st.head_labels
-        badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
-        if st.hide_first and k == 0:
-            return f"L{layer} H{head}  {st.result.labels[q]} → {st.result.labels[k]}  (hidden)"
-        return readout(st.result, layer, head, q, k, value, badge)
+        return cell_readout(self.state, layer, head, q, k)
 
     def _on_mouse_moved(self, scene_pos):
         if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):
