@@ -411,3 +411,24 @@ def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(wind
     st.set_hide_first(False)
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[1, 2])
     assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(0, 0, T, T)
+
+
+def test_file_shortcuts_work_from_the_sentence_box_and_models_menu_checks_the_current_one(
+        window, qtbot, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: asked.append("folder") or "")
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: asked.append("view") or ("", ""))
+    assert window.open_view_action.shortcut().toString() == "Ctrl+Shift+O"
+    window.text_box.setFocus()
+    qtbot.keyClick(window.text_box, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
+    mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window.text_box, Qt.Key.Key_O, mods)
+    assert asked == ["folder", "view"]
+    assert window.text_box.toPlainText() == DEFAULT_TEXT  # no 'o' typed into the sentence
+
+    window.models_menu.aboutToShow.emit()
+    checked = [a.text() for a in window.models_menu.actions() if a.isChecked()]
+    assert len(checked) == 1 and checked[0].startswith("all-MiniLM-L6-v2  (bert")
+    assert sum(a.isCheckable() for a in window.models_menu.actions()) >= 2  # MiniLM and the textbook

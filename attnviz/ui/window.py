@@ -416,6 +416,7 @@ class MainWindow(QMainWindow):
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
         self.open_folder_action.triggered.connect(self.open_model_folder)
         self.open_view_action = file_menu.addAction("Open &view…")
+        self.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
         self.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
         self.open_view_action.triggered.connect(self.open_view_dialog)
         self.export_action = file_menu.addAction("&Export…")
@@ -425,6 +426,11 @@ class MainWindow(QMainWindow):
         quit_action = file_menu.addAction("&Quit")
         quit_action.setShortcut(QKeySequence.StandardKey.Quit)
         quit_action.triggered.connect(self.close)
+        # also the window's own actions: a native (global) menu bar does not see key presses, and
+        # the shortcuts must work whichever widget has the focus, the sentence box included
+        for act in (self.open_folder_action, self.open_view_action, self.export_action, quit_action):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            self.addAction(act)
 
         mb.addMenu(self.samples_menu)
 
@@ -462,11 +468,15 @@ class MainWindow(QMainWindow):
         except Exception as exc:  # a broken cache folder must not take the menu down
             log.warning("find_models failed: %s", exc)
             infos = []
+        current = self.state.model
         for info in infos:
             kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
             act = self.models_menu.addAction(
                 f"{info.name}  ({info.family}, {info.n_layer} layers × {info.n_head} heads{kv})")
             act.setToolTip(str(info.path))
+            act.setCheckable(True)  # the check mark names the model shown now
+            act.setChecked(current is not None and (
+                info.name == current.name or str(info.path) == str(current.path)))
             act.triggered.connect(lambda _=False, p=str(info.path), n=info.name: self.load_model(n or p))
         if not infos:
             self.models_menu.addAction("(no models found)").setEnabled(False)
