@@ -6,9 +6,6 @@ A pattern is `[n_head, n_q, n_k]`: row q holds how query position q spreads its 
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 SQRT_HALF = np.float32(np.sqrt(0.5))
@@ -16,29 +13,14 @@ SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
 
 CHUNK = 1 << 16  # elements per pass of an element-wise chain: about 256 KiB of float32, in cache
-PARALLEL_MIN = 1 << 18  # below this many elements one thread is faster than handing work out
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1),
-                                   thread_name_prefix="attnviz-engine")
-    return _POOL
 
 
 def _for_row_chunks(fn, n_rows: int, row_len: int) -> None:
-    """fn(slice) over cache-sized row blocks; NumPy releases the GIL inside ufuncs, so large arrays
-    are shared out to a few threads (element-wise chains are what BLAS threads cannot speed up)."""
+    """fn(slice) over cache-sized row blocks, so a chain of element-wise passes stays in cache.
+    (Sharing the blocks out to threads was measured slower: they compete with BLAS's threads.)"""
     step = max(1, CHUNK // max(1, row_len))
-    slices = [slice(i, i + step) for i in range(0, n_rows, step)]
-    if n_rows * row_len < PARALLEL_MIN or len(slices) < 2:
-        for rows in slices:
-            fn(rows)
-        return
-    for future in [_pool().submit(fn, rows) for rows in slices]:
-        future.result()
+    for i in range(0, n_rows, step):
+        fn(slice(i, i + step))
 
 
 def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row max subtracted
