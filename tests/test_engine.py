@@ -278,3 +278,12 @@ def test_cli_truncate_flag(tmp_path):
     assert proc.returncode == 2 and "--truncate" in proc.stderr
     proc = _cli("find", "--text", long_text, "--from", "word@1", "--to", "word@2", "--truncate", "--top", "1")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_model_without_tokenizer_takes_typed_ids(tmp_path):
+    model = load_model(tiny_llama(tmp_path / "m"))
+    r = model.run("3, 7 9")
+    assert r.input_ids.tolist() == [3, 7, 9] and r.text == "3, 7 9" and r.attentions.shape[-1] == 3
+    assert model.run("").attentions.shape[-1] == 0
+    with pytest.raises(InputError, match="no tokenizer.json: type token ids"):
+        model.run("hello")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +70,13 @@ class Model:
                 tokens = labels = [str(i) for i in ids]
             offsets = [(0, 0)] * len(ids)
         else:
-            if self.tokenizer is None:
-                raise InputError(f"{self.name} has no tokenizer.json: run it on token ids instead")
+            if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
+                typed = parse_typed_ids(text)
+                if typed is None:
+                    raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
+                                     "e.g. 5, 17, 3")
+                result = self.run(ids=typed, truncate=truncate)
+                return replace(result, text=text, compute_s=time.perf_counter() - t0)
             enc = self.tokenizer.encode(text)
             ids = np.asarray(enc.ids, dtype=np.int64)
             tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
@@ -109,6 +115,14 @@ class Model:
             raise InputError(f"token id {int(bad[0])} is outside this model's vocabulary "
                              f"0..{self.config.vocab_size - 1}")
         return arr.astype(np.int64)
+
+
+def parse_typed_ids(text: str) -> list[int] | None:
+    """Token ids typed as text ("5, 17 3"), or None when the text is not only integers."""
+    parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
+    if not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
 
 
 def load_folder(path: Path, name: str | None = None, license: str | None = None) -> Model:
