@@ -401,3 +401,19 @@ def test_errors_say_which_field_they_are_about(values, field):
     with pytest.raises(CalcError) as info:
         calculate(**{**dict(d_model=4096, n_heads=32, n_layers=32, seq_len=8), **values})
     assert info.value.field == field
+
+
+def test_presets_ship_inside_a_built_wheel(tmp_path):
+    """resources/ installs as attnviz.resources, so a non-editable install finds the presets."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path), str(root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    wheel = next(tmp_path.glob("attnviz-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "attnviz/resources/presets.json" in names

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -11,7 +12,15 @@ from typing import Any
 from attnviz.engine.calc import MLA, CalcInputs, arch_from_dict
 from attnviz.engine.errors import CalcError
 
-PRESETS_PATH = Path(__file__).resolve().parents[2] / "resources" / "presets.json"
+def _presets_path() -> Path:
+    """resources/presets.json: beside the package in a checkout, inside it once installed."""
+    checkout = Path(__file__).resolve().parents[2] / "resources" / "presets.json"
+    if checkout.is_file():
+        return checkout
+    return Path(str(importlib.resources.files("attnviz.resources") / "presets.json"))
+
+
+PRESETS_PATH = _presets_path()
 
 
 @dataclass(frozen=True)
