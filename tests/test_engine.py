@@ -287,3 +287,15 @@ def test_model_without_tokenizer_takes_typed_ids(tmp_path):
     assert model.run("").attentions.shape[-1] == 0
     with pytest.raises(InputError, match="no tokenizer.json: type token ids"):
         model.run("hello")
+
+
+def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatch):
+    import attnviz.engine.weights as W
+    folder = tiny_llama(tmp_path / "m")
+    monkeypatch.setattr(W, "available_memory", lambda: 1000)
+    with pytest.raises(ModelLoadError, match=r"needs about .* GiB as float32 .* GiB of memory"):
+        load_model(folder)
+    monkeypatch.setattr(W, "available_memory", lambda: None)  # unknown: load as usual
+    assert load_model(folder).config.n_head == 8
+    monkeypatch.undo()
+    assert W.available_memory() > 10 * (1 << 20)  # Linux: MemAvailable is read

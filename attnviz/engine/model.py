@@ -15,7 +15,7 @@ from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import LOADERS, Weights, forward_attentions
 from attnviz.engine.layers import kv_group
 from attnviz.engine.tokenizer import TextTokenizer
-from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
+from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,7 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None)
         raise ModelLoadError(f"no model folder at {path}")
     config = read_config(path)
     ckpt = Checkpoint(path)
+    check_fits_in_memory(ckpt, name or path.name)
     weights = LOADERS[config.family](config, ckpt)
     tok_path = path / "tokenizer.json"
     tokenizer = TextTokenizer(tok_path) if tok_path.is_file() else None

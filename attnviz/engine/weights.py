@@ -28,6 +28,30 @@ CONVERT_HINT = (
 )
 
 
+def available_memory() -> int | None:
+    """Bytes of memory the OS can still give this process (Linux MemAvailable), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_fits_in_memory(ckpt: "Checkpoint", name: str) -> None:
+    """Refuse, with both numbers, a model whose float32 weights cannot fit: better than the OS
+    killing the app halfway through the load."""
+    need = ckpt.float32_bytes()
+    have = available_memory()
+    if have is not None and need > have:
+        gib = 1 << 30
+        raise ModelLoadError(
+            f"{name} needs about {need / gib:.1f} GiB as float32 weights, but only {have / gib:.1f} GiB "
+            "of memory is available; pick a smaller model")
+
+
 def refuse_pickle(path: Path) -> ModelLoadError:
     return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
 
@@ -115,6 +139,10 @@ class Checkpoint:
 
     def names(self) -> list[str]:
         return list(self._where)
+
+    def float32_bytes(self) -> int:
+        """Bytes the float tensors take once converted to float32."""
+        return sum(4 * int(np.prod(tf.shape(n), dtype=np.int64)) for n, tf in self._where.items())
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
