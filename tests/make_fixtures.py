@@ -87,6 +87,9 @@ SPECS = {
                    {"rope_style": "new", "dtype": torch.bfloat16}),
     "llama_sharded": (LlamaForCausalLM, LlamaConfig(**_llama_kw(64, 8, 2, 1000.0)),
                       {"rope_style": "new", "max_shard_size": "90KB"}),
+    # a window shorter than the 20-token input, so the sliding-window mask is exercised
+    "mistral_window": (MistralForCausalLM, MistralConfig(**_llama_kw(64, 8, 2, 3000.0, sliding_window=5)),
+                       {"rope_style": "new"}),
 }
 
 

@@ -23,7 +23,7 @@ def _cases(npz):
 
 def test_all_families_are_covered():
     expected = {"gpt2", "gpt2_noprefix", "bert", "llama_gqa", "llama_mqa", "llama_headdim", "mistral",
-                "qwen2", "llama_bf16", "llama_sharded"}
+                "qwen2", "llama_bf16", "llama_sharded", "mistral_window"}
     assert expected <= set(TINY)
 
 
