@@ -49,10 +49,6 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
     raise ModelLoadError(f"checkpoint has no tensor {probe!r} (tried prefixes {list(candidates)})")
 
 
-def _opt_bias(ckpt, name, size):
-    return ckpt.get(name, (size,)) if name in ckpt else None
-
-
 def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
     return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 

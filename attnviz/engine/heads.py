@@ -21,11 +21,9 @@ in the second half, so a perfect head scores about 0.5 there).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -328,23 +326,14 @@ _PLACEHOLDER = re.compile(r"^(\[.*\]|<.*>)$")
 
 
 def _tokenizer(model):
-    from tokenizers import Tokenizer
-
-    path = Path(model.path) / "tokenizer.json"
-    if not path.is_file():
-        raise InputError(f"the probe needs the model's tokenizer.json; not found at {path}")
-    tok = Tokenizer.from_file(str(path))
-    tok.no_padding()  # MiniLM's file pads to 128, which would count [PAD] as framing
-    tok.no_truncation()
-    return tok
+    """The model's own tokenizer (loaded once with the model, padding and truncation off)."""
+    if model.tokenizer is None:
+        raise InputError(f"the probe needs the model's tokenizer.json; {model.name} has none")
+    return model.tokenizer.raw
 
 
-def _special_ids(model, tok):
-    ids = set()
-    path = Path(model.path) / "tokenizer.json"
-    if path.is_file():
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ids |= {int(t["id"]) for t in data.get("added_tokens", []) if t.get("special")}
+def _special_ids(model):
+    ids = model.tokenizer.special_ids()
     raw = getattr(model.config, "raw", {}) or {}
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id",
                 "sep_token_id", "cls_token_id", "mask_token_id", "decoder_start_token_id"):
@@ -374,7 +363,7 @@ def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
     if room < 2:
         raise InputError(f"model has {model.config.max_positions} positions: too few for a probe")
     n = max(2, min(int(n), room))
-    special = _special_ids(model, tok)
+    special = _special_ids(model)
     size = min(int(model.config.vocab_size), tok.get_vocab_size(with_added_tokens=True))
     pool = []
     for i in range(size):

@@ -45,9 +45,13 @@ class TextTokenizer:
         tokens = [self._tok.id_to_token(i) or f"<{i}>" for i in ids]
         return tokens, [self._label(i, t, False) for i, t in zip(ids, tokens)]
 
+    @property
+    def raw(self) -> Tokenizer:
+        """The underlying `tokenizers.Tokenizer` (padding and truncation already off)."""
+        return self._tok
+
     def special_ids(self) -> set[int]:
-        return {self._tok.token_to_id(t.content) for t in self._tok.get_added_tokens_decoder().values()
-                if t.special}
+        return {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
 
     def _label(self, token_id: int, token: str, special: bool) -> str:
         """The token as the model sees it ("[UNK]" stays "[UNK]"), in readable form."""

@@ -61,10 +61,6 @@ class ExportView:
         return self.patterns.shape[2]
 
     @property
-    def key_labels(self) -> list[str]:
-        return [self.labels[k] for k in self.key_pos]
-
-    @property
     def grouped(self) -> bool:
         """True under grouped-query or multi-query attention (fewer KV heads than query heads)."""
         return len(set(self.kv_group)) < len(self.kv_group)
