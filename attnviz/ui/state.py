@@ -57,8 +57,10 @@ class AppState(QObject):
         per (result, hide_first) so the grid, the focus view and exports share one computation."""
         if self.result is None:
             return None
-        key = (id(self.result), self.hide_first)
-        if self._display_key != key:
+        # the key holds the result itself: an id() could be reused by a later result once this
+        # one is freed (e.g. after a model change cleared it)
+        key = (self.result, self.hide_first)
+        if self._display_key is None or self._display_key[0] is not key[0] or self._display_key[1] != key[1]:
             attn = display_attention(self.result.attentions, self.hide_first)  # [n_layer, n_head, T, T]
             head_max = attn.max(axis=(2, 3)) if attn.size else np.zeros(attn.shape[:2], np.float32)
             vmax = float(head_max.max()) if head_max.size else 0.0
