@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_app(model=args.model, text=args.text)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (AttnvizError, ValueError, OSError) as exc:
         print(f"attnviz {args.command}: error: {exc}", file=sys.stderr)
         return 2

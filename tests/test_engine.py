@@ -299,3 +299,13 @@ def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatc
     assert load_model(folder).config.n_head == 8
     monkeypatch.undo()
     assert W.available_memory() > 10 * (1 << 20)  # Linux: MemAvailable is read
+
+
+def test_cli_output_into_a_closed_pipe_is_quiet():
+    proc = subprocess.Popen([sys.executable, "-m", "attnviz", "heads", "--probe"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert "Broken pipe" not in err and "Traceback" not in err, err
