@@ -2,11 +2,14 @@
 
 Weights are converted once at load into one layout: float32, every projection `[d_in, d_out]`
 (so `x @ w`), Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix.
+
+A causal model's forward pass can take a `KVCache` from the previous run and compute only the tokens
+after the longest common prefix: under the causal mask nothing before a position can see it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -163,27 +166,88 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama}
 
 
-def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndarray:
-    """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32)."""
+@dataclass
+class KVCache:
+    """What one causal run leaves for the next: its ids, every layer's K (after RoPE) and V, and its
+    patterns. Mutable: `forward_attentions` replaces the fields at the end of a run. Not locked here:
+    its owner (a Model) lets one run at a time use it."""
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [T]
+    k: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head], not repeated
+    v: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head]
+    attentions: np.ndarray | None = None  # [n_layer, n_head, T, T], read-only: results share it
+    nbytes: int = 0  # bytes of K and V held, from the arrays
+    reused: int = 0  # tokens the last run took from the cache
+
+    def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
+        n = min(len(ids), len(self.ids))
+        differ = np.flatnonzero(self.ids[:n] != ids[:n])
+        return int(differ[0]) if differ.size else n
+
+    def _store(self, ids, k, v, attentions, reused):
+        attentions.flags.writeable = False
+        self.ids, self.k, self.v, self.attentions = ids.copy(), k, v, attentions
+        self.nbytes = sum(a.nbytes for a in k) + sum(a.nbytes for a in v)
+        self.reused = reused
+
+    def _cut(self, T: int) -> None:  # keep the first T tokens
+        if T < len(self.ids):
+            def cut(a):  # a copy, so the rest is freed
+                return np.ascontiguousarray(a[:, :T])
+            self._store(self.ids[:T], [cut(a) for a in self.k], [cut(a) for a in self.v],
+                        np.ascontiguousarray(self.attentions[:, :, :T, :T]), T)
+        else:
+            self.reused = T
+
+
+def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
+                       cache: KVCache | None = None) -> np.ndarray:
+    """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32).
+
+    With a `cache` (causal models only) the tokens of the common prefix with the cached ids are
+    reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute
+    nothing; ids that are a prefix of the cached ones cut the cache to them. The patterns returned
+    are then a read-only view of the cache's array."""
     T = len(ids)
+    p = 0
+    if cache is not None:
+        assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
+        if cache.attentions is not None:
+            p = cache.prefix(ids)
+        if p == T and T:  # same ids, or the text got shorter: every row is known
+            cache._cut(T)
+            return cache.attentions.view()
     out = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
-    if T == 0:
+    if p:  # old query rows cannot see the new keys
+        out[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
+        out[:, :, :p, p:] = 0
+    keys, values = [], []
+    if T > p:
+        _forward_rows(cfg, w, ids, p, out, cache, keys, values)
+    if cache is None:
         return out
-    positions = np.arange(T)
+    cache._store(ids, keys, values, out, p)
+    return out.view()
+
+
+def _forward_rows(cfg, w, ids, p, out, cache, keys, values) -> None:
+    """Query rows p..T-1 of every layer's pattern into out[:, :, p:]; K and V of all T tokens
+    appended to `keys` and `values` when there is a cache (rows before p come from it)."""
+    T = len(ids)
+    positions = np.arange(p, T)
     act = ACTIVATIONS[cfg.activation]
     # embeddings
-    x = np.asarray(w.tok_emb[ids], dtype=np.float32)  # [T, d_model]
+    x = np.asarray(w.tok_emb[ids[p:]], dtype=np.float32)  # [T - p, d_model]
     if w.pos_emb is not None:
         x = x + w.pos_emb[positions]
     if w.type_emb is not None:
         x = x + w.type_emb[0]
     if w.emb_norm is not None:
         x = layer_norm(x, *w.emb_norm, cfg.norm_eps)
-    bias = mask_bias(causal_mask(T, cfg.sliding_window)) if cfg.causal else None
+    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None
     rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.rope_theta else None
     pre_norm = cfg.family != "bert"
-    norm = (lambda h, p: rms_norm(h, *p, cfg.norm_eps)) if cfg.family == "llama" else (
-        lambda h, p: layer_norm(h, *p, cfg.norm_eps))
+    norm = (lambda h, g: rms_norm(h, *g, cfg.norm_eps)) if cfg.family == "llama" else (
+        lambda h, g: layer_norm(h, *g, cfg.norm_eps))
     last = cfg.n_layer - 1
     for i, layer in enumerate(w.layers):
         h = norm(x, layer.norm1) if pre_norm else x
@@ -191,10 +255,19 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndar
         q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if cache is not None:  # cached keys and values first; own arrays, not views of qkv
+            if p:
+                k = np.concatenate([cache.k[i][:, :p], k], axis=1)
+                v = np.concatenate([cache.v[i][:, :p], v], axis=1)
+            else:
+                k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+            keys.append(k)
+            values.append(v)
         scale = 1.0 / np.sqrt(cfg.d_head)
         if cfg.attn_scale_by_layer:
             scale /= i + 1
-        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias, out=out[i])  # [n_head, T, T]
+        # [n_head, T - p, T]
+        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias, out=out[i, :, p:])
         if i == last:
             break  # later computation cannot change any attention pattern
         # weighted values, merge heads, output projection
@@ -214,4 +287,3 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray) -> np.ndar
             hidden = act(hidden)
         mlp = linear(hidden, layer.w_out, layer.b_out)
         x = x + mlp if pre_norm else norm(x + mlp, layer.norm2)
-    return out

@@ -162,8 +162,9 @@ def apply_rope(x, cos, sin):  # [n, T, d_head] -> [n, T, d_head]
     return x * cos + rotated * sin
 
 
-def causal_mask(T: int, window: int | None = None) -> np.ndarray:  # -> bool [T, T], True = may attend
-    q = np.arange(T)[:, None]
+def causal_mask(T: int, window: int | None = None, start: int = 0) -> np.ndarray:
+    """-> bool [T - start, T], True = may attend: query rows start..T-1 (all by default), keys 0..T-1."""
+    q = np.arange(start, T)[:, None]
     k = np.arange(T)[None, :]
     allowed = k <= q
     if window is not None:

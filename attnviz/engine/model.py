@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 import re
+import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 
 from attnviz.engine.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.families import LOADERS, Weights, forward_attentions
+from attnviz.engine.families import LOADERS, KVCache, Weights, forward_attentions
 from attnviz.engine.layers import kv_group
 from attnviz.engine.tokenizer import TextTokenizer
 from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
@@ -32,6 +33,9 @@ class RunResult:
     truncated: bool = False
     n_tokens_full: int = 0
     compute_s: float = 0.0
+    cache_reused: int = 0  # tokens whose rows came from the KV cache
+    cache_computed: int = 0  # tokens computed this run (T for a full run)
+    cache_bytes: int = 0  # bytes of K and V the model holds after this run (0: it keeps no cache)
 
     @property
     def n_tokens(self) -> int:
@@ -39,7 +43,8 @@ class RunResult:
 
 
 class Model:
-    """A loaded model. Holds weights and tokenizer only: no per-call state, safe across threads."""
+    """A loaded model: weights, tokenizer and, for a causal model, the KV cache of its last run.
+    Safe across threads: one run at a time uses the cache, any other computes in full."""
 
     def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,
                  tokenizer: TextTokenizer | None, license: str | None = None):
@@ -50,14 +55,28 @@ class Model:
         self.tokenizer = tokenizer
         self.license = license
         self.kv_group = kv_group(config.n_head, config.n_kv_head)
+        # The cache belongs to this Model alone. Only a run holding _cache_lock reads or updates it
+        # (a run that bypasses it reports its byte count, one int, as a snapshot); a run finding the
+        # lock taken computes in full and leaves the cache alone: it never waits.
+        self._cache = KVCache() if config.causal else None
+        self._cache_lock = threading.Lock()
 
     def __repr__(self):
         c = self.config
         return (f"Model({self.name!r}, {c.model_type}, {c.n_layer} layers x {c.n_head} heads, "
                 f"{c.n_kv_head} KV heads)")
 
-    def run(self, text: str | None = None, *, ids=None, truncate: bool = False) -> RunResult:
-        """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without)."""
+    def clear_cache(self) -> None:
+        """Forget the KV cache. A run in progress finishes on the old one, which is then dropped."""
+        if self._cache is not None:
+            self._cache = KVCache()
+
+    def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
+            use_cache: bool = True) -> RunResult:
+        """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
+
+        A causal model reuses the tokens shared with its previous run (the KV cache); with
+        use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes)."""
         t0 = time.perf_counter()
         if (text is None) == (ids is None):
             raise InputError("give either text or ids, not both")
@@ -75,7 +94,7 @@ class Model:
                 if typed is None:
                     raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
-                result = self.run(ids=typed, truncate=truncate)
+                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache)
                 return replace(result, text=text, compute_s=time.perf_counter() - t0)
             enc = self.tokenizer.encode(text)
             ids = np.asarray(enc.ids, dtype=np.int64)
@@ -95,11 +114,26 @@ class Model:
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
             truncated = True
-        attentions = forward_attentions(self.config, self.weights, ids)
+        attentions, reused, held = self._forward(ids, use_cache)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
-                         compute_s=time.perf_counter() - t0)
+                         compute_s=time.perf_counter() - t0, cache_reused=reused,
+                         cache_computed=len(ids) - reused, cache_bytes=held)
+
+    def _forward(self, ids: np.ndarray, use_cache: bool) -> tuple[np.ndarray, int, int]:
+        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held)."""
+        cache = self._cache
+        if cache is None:
+            return forward_attentions(self.config, self.weights, ids), 0, 0
+        if use_cache and self._cache_lock.acquire(blocking=False):
+            try:
+                cache = self._cache  # clear_cache may have swapped it
+                attentions = forward_attentions(self.config, self.weights, ids, cache)
+                return attentions, cache.reused, cache.nbytes
+            finally:
+                self._cache_lock.release()
+        return forward_attentions(self.config, self.weights, ids), 0, self._cache.nbytes
 
     def _check_ids(self, ids) -> np.ndarray:
         try:

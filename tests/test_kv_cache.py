@@ -1,0 +1,242 @@
+"""The engine's KV cache: a causal model reuses the tokens shared with its previous run.
+
+Every cached run is checked against a full recompute on a fresh model object within 1e-5.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.calc import calc_inputs_from_config, calculate
+from conftest import FIXTURES
+from tiny import tiny_llama
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("kv")
+    return {
+        "llama_gqa": tiny_llama(root / "gqa", seed=3, n_head=8, n_kv_head=2),
+        "mistral_window": tiny_llama(root / "win", seed=4, n_head=4, n_kv_head=2, n_layer=3,
+                                     model_type="mistral", sliding_window=4),
+        "gpt2": FIXTURES / "gpt2",
+        "qwen2": FIXTURES / "qwen2",  # q/k/v biases
+    }
+
+
+def edits(vocab, max_len, seed):
+    """A seeded sequence of token-id lists, each an edit of the one before it."""
+    rng = np.random.default_rng(seed)
+    new = lambda n: [int(i) for i in rng.integers(0, vocab, n)]  # noqa: E731
+
+    def other(i):  # any id but i
+        return int((i + 1 + rng.integers(0, vocab - 1)) % vocab)
+
+    ids: list[int] = []
+    steps = [
+        lambda s: new(int(rng.integers(5, 12))),                       # empty -> non-empty
+        lambda s: s + new(1),                                          # append one
+        lambda s: s + new(int(rng.integers(2, 6))),                    # append several
+        lambda s: s[:-int(rng.integers(1, 3))],                        # delete at the end
+        lambda s: s,                                                   # identical text
+        lambda s: (lambda j: s[:j] + [other(s[j])] + s[j + 1:])(int(rng.integers(1, len(s)))),
+        lambda s: (lambda j: s[:j] + new(2) + s[j:])(int(rng.integers(1, len(s)))),  # insert
+        lambda s: s[:int(rng.integers(1, len(s)))],                    # shorter: a strict prefix
+        lambda s: [other(s[0])] + new(int(rng.integers(4, 10))),       # replace everything
+        lambda s: [],                                                  # everything deleted
+        lambda s: new(3),                                              # empty -> non-empty
+    ]
+    for step in steps:
+        ids = step(ids)[:max_len]
+        yield ids
+    for _ in range(25):  # then random typing
+        kind = rng.integers(0, 5)
+        if kind == 0 or len(ids) < 2:
+            ids = ids + new(int(rng.integers(1, 4)))
+        elif kind == 1:
+            ids = ids[:-1]
+        elif kind == 2:
+            j = int(rng.integers(0, len(ids)))
+            ids = ids[:j] + [other(ids[j])] + ids[j + 1:]
+        elif kind == 3:
+            ids = ids + new(1)
+        else:
+            ids = list(ids)
+        ids = ids[:max_len]
+        yield ids
+
+
+def common_prefix(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def kv_formula(cfg, T):
+    return cfg.n_layer * cfg.n_kv_head * cfg.d_head * 2 * 4 * T
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window", "gpt2", "qwen2"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_edits_match_full_recompute(folders, name, seed):
+    model = load_model(folders[name])
+    fresh = load_model(folders[name])  # never caches here: use_cache=False
+    cfg = model.config
+    prev: list[int] = []
+    for ids in edits(min(cfg.vocab_size, 48), min(cfg.max_positions, 40), seed):
+        got = model.run(ids=ids)
+        want = fresh.run(ids=ids, use_cache=False)
+        T = len(ids)
+        assert got.attentions.shape == want.attentions.shape == (cfg.n_layer, cfg.n_head, T, T)
+        if T:
+            assert np.abs(got.attentions - want.attentions).max() <= ATOL, (ids, prev)
+        p = common_prefix(prev, ids)
+        assert (got.cache_reused, got.cache_computed) == (p, T - p), (prev, ids)
+        assert (want.cache_reused, want.cache_computed, want.cache_bytes) == (0, T, 0)
+        assert got.cache_bytes == kv_formula(cfg, T)
+        prev = ids
+
+
+def test_window_shorter_than_text_is_used(folders):
+    model = load_model(folders["mistral_window"])
+    ids = list(range(3, 23))
+    model.run(ids=ids[:12])
+    r = model.run(ids=ids)
+    assert (r.cache_reused, r.cache_computed) == (12, 8)
+    q, k = np.nonzero(r.attentions[0, 0] > 0)
+    assert np.all(q - k < 4) and np.all(k <= q)  # the window: 4 keys at most per row
+    np.testing.assert_allclose(r.attentions, model.run(ids=ids, use_cache=False).attentions, atol=ATOL)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_cache_bytes_match_the_calculator(folders, name):
+    model = load_model(folders[name])
+    cfg = model.config
+    T = 23
+    r = model.run(ids=list(range(1, T + 1)))
+    calc = calculate(calc_inputs_from_config(cfg, seq_len=T, kv_dtype="fp32"))
+    assert r.cache_bytes == kv_formula(cfg, T) == calc.kv_bytes_sequence == calc.kv_bytes_total
+    assert r.cache_bytes == sum(a.nbytes for a in model._cache.k + model._cache.v)
+    assert len(model._cache.k) == cfg.n_layer  # the last layer's K and V too
+    assert model._cache.k[0].shape == (cfg.n_kv_head, T, cfg.d_head)
+
+
+def test_window_model_keeps_every_token(folders):
+    """The engine keeps K/V of all T tokens (an edit anywhere needs them); the calculator counts the
+    rolling buffer of `window` tokens a generation server would keep."""
+    model = load_model(folders["mistral_window"])
+    cfg = model.config
+    T = 20
+    r = model.run(ids=list(range(1, T + 1)))
+    inputs = calc_inputs_from_config(cfg, seq_len=T, kv_dtype="fp32")
+    assert r.cache_bytes == kv_formula(cfg, T)
+    assert calculate(inputs).kv_bytes_sequence == kv_formula(cfg, cfg.sliding_window)
+    assert calculate(inputs, sliding_window=None).kv_bytes_sequence == r.cache_bytes
+
+
+def test_bert_never_caches():
+    model = load_model(FIXTURES / "bert")
+    assert not model.config.causal
+    for ids in ([2, 5, 7, 9], [2, 5, 7, 9, 11], [2, 5, 7, 9, 11]):
+        r = model.run(ids=ids)
+        assert (r.cache_reused, r.cache_computed, r.cache_bytes) == (0, len(ids), 0)
+        assert r.attentions.flags.writeable
+    model.clear_cache()
+    assert model.run(ids=[2, 5]).cache_bytes == 0
+
+
+def test_use_cache_false_leaves_the_cache_alone(folders):
+    model = load_model(folders["llama_gqa"])
+    a = [4, 8, 15, 16, 23, 42]
+    model.run(ids=a)
+    cache = model._cache
+    before = (cache.ids, cache.k, cache.v, cache.attentions, cache.nbytes)
+    other = model.run(ids=[9, 9, 9], use_cache=False)
+    assert (other.cache_reused, other.cache_computed) == (0, 3)
+    assert other.cache_bytes == before[4]  # still held, untouched
+    assert other.attentions.flags.writeable  # not the cache's array
+    assert model._cache is cache
+    assert all(x is y for x, y in zip((cache.ids, cache.k, cache.v, cache.attentions), before[:4]))
+    r = model.run(ids=a + [1])
+    assert (r.cache_reused, r.cache_computed) == (len(a), 1)
+
+
+def test_same_ids_reuse_everything_and_shorter_cuts(folders):
+    model = load_model(folders["llama_gqa"])
+    ids = list(range(10, 30))
+    first = model.run(ids=ids)
+    again = model.run(ids=ids)
+    assert (again.cache_reused, again.cache_computed) == (20, 0)
+    np.testing.assert_array_equal(again.attentions, first.attentions)
+    short = model.run(ids=ids[:7])
+    assert (short.cache_reused, short.cache_computed) == (7, 0)
+    assert short.cache_bytes == kv_formula(model.config, 7)
+    np.testing.assert_array_equal(short.attentions, first.attentions[:, :, :7, :7])
+    assert model._cache.attentions.shape[-1] == 7 and model._cache.k[0].shape[1] == 7
+
+
+def test_results_cannot_corrupt_the_cache(folders):
+    model = load_model(folders["llama_gqa"])
+    ids = list(range(1, 15))
+    r = model.run(ids=ids)
+    with pytest.raises(ValueError):
+        r.attentions[0, 0, 0, 0] = 5.0
+    with pytest.raises(ValueError):
+        r.attentions.flags.writeable = True
+    r.input_ids[0] = 7  # the cache keeps its own copy of the ids
+    again = model.run(ids=ids + [3])
+    assert again.cache_reused == len(ids)
+    want = model.run(ids=ids + [3], use_cache=False).attentions
+    np.testing.assert_allclose(again.attentions, want, atol=ATOL)
+
+
+def test_clear_cache(folders):
+    model = load_model(folders["llama_gqa"])
+    model.run(ids=[1, 2, 3, 4])
+    model.clear_cache()
+    r = model.run(ids=[1, 2, 3, 4, 5])
+    assert (r.cache_reused, r.cache_computed) == (0, 5)
+
+
+def test_busy_lock_computes_in_full_without_the_cache(folders):
+    model = load_model(folders["llama_gqa"])
+    model.run(ids=[5, 6, 7])
+    cache_ids = model._cache.ids
+    with model._cache_lock:  # another thread's run holds the cache
+        r = model.run(ids=[5, 6, 7, 8])
+    assert (r.cache_reused, r.cache_computed) == (0, 4)
+    assert model._cache.ids is cache_ids
+    np.testing.assert_allclose(r.attentions, model.run(ids=[5, 6, 7, 8], use_cache=False).attentions,
+                               atol=ATOL)
+
+
+def test_two_threads_share_one_model(folders):
+    model = load_model(folders["llama_gqa"])
+    fresh = load_model(folders["llama_gqa"])
+    rng = np.random.default_rng(7)
+    seqs = [[int(i) for i in rng.integers(0, 50, 30)] for _ in range(2)]
+    want = {t: [fresh.run(ids=seqs[t][:n], use_cache=False).attentions for n in range(10, 31)]
+            for t in range(2)}
+    start = threading.Barrier(2)
+    errors = []
+
+    def typing(t):
+        try:
+            start.wait()
+            for n, expect in zip(range(10, 31), want[t]):
+                got = model.run(ids=seqs[t][:n]).attentions
+                assert np.abs(got - expect).max() <= ATOL
+        except Exception as exc:  # reported below: pytest does not see other threads' failures
+            errors.append(exc)
+
+    threads = [threading.Thread(target=typing, args=(t,)) for t in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
