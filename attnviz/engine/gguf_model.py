@@ -403,10 +403,8 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None):
     tokenizer, notice = gguf_tokenizer(reader)
     if notice:
         log.info("%s: %s", path.name, notice)
-    model = Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
-                  license=license or _field(reader, "general.license"))
-    model.notice = notice
-    return model
+    return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
+                 license=license or _field(reader, "general.license"), notice=notice)
 
 
 class _Needs:  # what check_fits_in_memory asks of a checkpoint

@@ -47,8 +47,10 @@ class Model:
     Safe across threads: one run at a time uses the cache, any other computes in full."""
 
     def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,
-                 tokenizer: TextTokenizer | None, license: str | None = None):
+                 tokenizer: TextTokenizer | None, license: str | None = None,
+                 notice: str | None = None):
         self.name = name
+        self.notice = notice  # one line for the user, e.g. why there is no tokenizer
         self.path = path
         self.config = config
         self.weights = weights

@@ -56,6 +56,7 @@ class CalcPanel(QWidget):
     Public API (the window calls these):
       set_model_config(raw_config_dict, name)  fill from a loaded model, select "loaded model"
       set_seq_len(T)                            the current sentence's length (line + plot marker)
+      set_live_cache(result, model)             what the engine's KV cache holds after this run
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -91,6 +92,28 @@ class CalcPanel(QWidget):
         """The current sentence's token count: updates its KV line and the plot marker only."""
         self.sentence_len = int(T)
         self._show_sentence()
+
+    def set_live_cache(self, result, model) -> None:
+        """The engine's own KV cache after `result`: its bytes as the arrays hold them, the
+        calculator's factors beside them, and what this edit reused."""
+        held = getattr(result, "cache_bytes", 0) if result is not None else 0
+        if result is None or model is None or not model.config.causal:
+            text = ("live KV cache: none (a bidirectional encoder recomputes every token and keeps "
+                    "no cache)") if model is not None and not model.config.causal else ""
+            self.live_label.setText(text)
+            self.live_label.setVisible(bool(text))
+            return
+        c = model.config
+        T = result.n_tokens
+        if held == 0:
+            self.live_label.setText("live KV cache: not kept for this run")
+        else:
+            self.live_label.setText(
+                f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
+                f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {_bytes(held)}</b>; "
+                f"this edit reused {result.cache_reused:,} tokens and computed "
+                f"{result.cache_computed:,}")
+        self.live_label.show()
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -181,6 +204,14 @@ class CalcPanel(QWidget):
         self.sentence_label.setTextFormat(Qt.TextFormat.RichText)
         self.sentence_label.setToolTip("The sentence in the text box, cached by this model layout.")
         res.addWidget(self.sentence_label)
+        self.live_label = QLabel()
+        self.live_label.setWordWrap(True)
+        self.live_label.setTextFormat(Qt.TextFormat.RichText)
+        self.live_label.setToolTip(
+            "The keys and values (after RoPE) that attnviz's own engine keeps from the last run, in "
+            "float32, measured from its arrays. An edit reuses the longest unchanged token prefix: "
+            "under the causal mask earlier rows cannot change, so only the new tokens are computed.")
+        res.addWidget(self.live_label)
 
         res.addWidget(self._heading("MHA / as given / MQA"))
         self.compare_table = self._table(["", "KV heads", "per token", "at seq_len", "vs MHA"],

@@ -45,6 +45,11 @@ SAMPLES = (
     ("Repeated random sequence",
      "violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
      "lantern otter"),
+    # rare names split into several tokens, said twice: in a decoder (SmolLM2) the induction heads
+    # complete each name's second occurrence from its first
+    ("Made-up names, repeated (induction)",
+     "Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax Quintrel "
+     "thanked Mrs Vashmere Okkadine in Plumbrook."),
     ("Long paragraph", _LONG),
 )
 
@@ -301,6 +306,10 @@ class MainWindow(QMainWindow):
         self.trunc_notice = QLabel()
         self.trunc_notice.setStyleSheet("color: #b35c00; font-weight: bold;")
         self.trunc_notice.hide()
+        self.model_notice = QLabel()  # e.g. a GGUF whose tokenizer attnviz cannot build
+        self.model_notice.setWordWrap(True)
+        self.model_notice.setStyleSheet("color: #b35c00;")
+        self.model_notice.hide()
         self.error_banner = QLabel()
         self.error_banner.setWordWrap(True)
         self.error_banner.setStyleSheet("background: #8b1a1a; color: white; padding: 4px;")
@@ -344,6 +353,7 @@ class MainWindow(QMainWindow):
         col.addLayout(top)
         col.addWidget(self.token_strip)
         col.addWidget(self.trunc_notice)
+        col.addWidget(self.model_notice)
         col.addLayout(controls)
         col.addWidget(self.grid, 1)
         self.setCentralWidget(central)
@@ -415,6 +425,10 @@ class MainWindow(QMainWindow):
         self.open_folder_action = file_menu.addAction("&Open model folder…")
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
         self.open_folder_action.triggered.connect(self.open_model_folder)
+        self.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
+        self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
+        self.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
+        self.open_file_action.triggered.connect(self.open_model_file)
         self.open_view_action = file_menu.addAction("Open &view…")
         self.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
         self.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
@@ -428,7 +442,8 @@ class MainWindow(QMainWindow):
         quit_action.triggered.connect(self.close)
         # also the window's own actions: a native (global) menu bar does not see key presses, and
         # the shortcuts must work whichever widget has the focus, the sentence box included
-        for act in (self.open_folder_action, self.open_view_action, self.export_action, quit_action):
+        for act in (self.open_folder_action, self.open_file_action, self.open_view_action,
+                    self.export_action, quit_action):
             act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             self.addAction(act)
 
@@ -482,6 +497,7 @@ class MainWindow(QMainWindow):
             self.models_menu.addAction("(no models found)").setEnabled(False)
         self.models_menu.addSeparator()
         self.models_menu.addAction("Open model folder…").triggered.connect(self.open_model_folder)
+        self.models_menu.addAction("Open model file (GGUF)…").triggered.connect(self.open_model_file)
 
     def _connect(self) -> None:
         st, w = self.state, self.worker
@@ -556,6 +572,12 @@ class MainWindow(QMainWindow):
         folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights)")
         if folder:
             self.load_model(folder)
+
+    def open_model_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Open a model file", "", "GGUF models (*.gguf);;All files (*)")
+        if path:
+            self.load_model(path)
 
     def open_view_dialog(self) -> None:
         open_sidecar = _optional("attnviz.ui.export", "open_sidecar")
@@ -670,6 +692,9 @@ class MainWindow(QMainWindow):
 
     def _on_model_changed(self, model) -> None:
         self._update_title()
+        notice = model.notice if model is not None else None
+        self.model_notice.setText(sentence(f"{model.name}: {notice}") if notice else "")
+        self.model_notice.setVisible(bool(notice))
         if model is None:
             return
         c = model.config
@@ -714,12 +739,14 @@ class MainWindow(QMainWindow):
             self.trunc_notice.hide()
         if self.calc_panel is not None and self._calc_shown:
             self.calc_panel.set_seq_len(T)  # (a hidden calculator catches up when shown)
+            self.calc_panel.set_live_cache(result, self.state.model)
 
     def _on_calc_visible(self, shown: bool) -> None:
         self._calc_shown = shown
         r = self.state.result
         if shown and r is not None:
             self.calc_panel.set_seq_len(len(r.tokens))
+            self.calc_panel.set_live_cache(r, self.state.model)
 
     def _on_layer(self, layer: int) -> None:
         if self.layer_spin.value() != layer:
