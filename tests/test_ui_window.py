@@ -220,7 +220,7 @@ def test_open_view_restores_a_sidecar(window, qtbot, tmp_path):
 def test_samples_menu_shortcuts_and_export_dialog(window, qtbot, monkeypatch):
     titles = [a.text() for a in window.samples_menu.actions()]
     assert titles == ["Agreement", "Repeated names", "Pronouns", "Repeated random sequence",
-                      "Long paragraph"]
+                      "Made-up names, repeated (induction)", "Long paragraph"]
     window.samples_menu.actions()[1].trigger()
     assert window.text_box.toPlainText().startswith("When Mary and John")
     wait_for_text(qtbot, window, window.text_box.toPlainText())
