@@ -11,6 +11,10 @@ os.environ.setdefault("XDG_CONFIG_HOME", str(_HOME / "config"))
 os.environ.setdefault("XDG_CACHE_HOME", str(_HOME / "cache"))
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("HF_HUB_CACHE", str(_HOME / "hf-cache"))
+# GGUF stores the registry searches (~/.lmstudio, ~/.ollama, llama.cpp's cache): the test home's
+os.environ["HOME"] = str(_HOME)
+os.environ["LLAMA_CACHE"] = str(_HOME / "llama.cpp")
+os.environ["OLLAMA_MODELS"] = str(_HOME / "ollama")
 
 import pytest  # noqa: E402
 

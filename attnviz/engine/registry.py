@@ -8,19 +8,15 @@ import importlib
 import importlib.util
 import json
 import logging
-import mmap
 import os
 import re
-import struct
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
-
 from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf
+from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
 from attnviz.engine.model import Model, load_folder
 from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -117,9 +113,6 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
 # vocabulary, several for a 128k one. Listing needs a dozen numbers, so this walks the header in a
 # memory map and steps over the arrays (a string array still costs one length read per item).
 
-_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-_STRING, _ARRAY = 8, 9  # gguf.GGUFValueType
-_READABLE_VERSIONS = (2, 3)  # what gguf.GGUFReader reads
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split
 
 
@@ -133,128 +126,19 @@ class GGUFHeader:
     split_count: int
 
 
-class _Cut(Exception):
-    """The header runs past the end of the file or holds an impossible count."""
-
-
-class _HeaderWalk:
-    def __init__(self, buf, order: str):
-        self.buf, self.order, self.pos = buf, order, 0
-
-    def read(self, code: str):
-        try:
-            (value,) = struct.unpack_from(self.order + code, self.buf, self.pos)
-        except (struct.error, OverflowError):
-            raise _Cut(f"the file ends at byte {len(self.buf):,} inside its header") from None
-        self.pos += struct.calcsize(code)
-        return value
-
-    def skip(self, n: int) -> int:
-        start = self.pos
-        if n < 0 or start + n > len(self.buf):
-            raise _Cut(f"a field of {n:,} bytes at byte {start:,} runs past the end of the file "
-                       f"({len(self.buf):,} bytes)")
-        self.pos += n
-        return start
-
-    def string(self) -> str:
-        n = self.read("Q")
-        start = self.skip(n)
-        return bytes(self.buf[start:self.pos]).decode("utf-8", errors="replace")
-
-    def count(self, n: int, min_size: int) -> int:
-        if n * min_size > len(self.buf) - self.pos:
-            raise _Cut(f"the header claims {n:,} items, more than the {len(self.buf) - self.pos:,} "
-                       "bytes left in the file can hold")
-        return n
-
-    def value(self, vtype: int, keep: bool):
-        """One metadata value; arrays and strings that are not kept are stepped over (None)."""
-        if vtype in _SCALAR:
-            return self.read(_SCALAR[vtype])
-        if vtype == _STRING:
-            if keep:
-                return self.string()
-            self.skip(self.read("Q"))
-            return None
-        if vtype != _ARRAY:
-            raise _Cut(f"a metadata value has unknown type {vtype}")
-        item, n = self.read("I"), self.read("Q")
-        if item in _SCALAR:
-            size = struct.calcsize(_SCALAR[item])
-            start = self.skip(self.count(n, size) * size)
-            if keep and n <= 4096:  # e.g. per-layer head counts
-                return list(struct.unpack_from(f"{self.order}{n}{_SCALAR[item]}", self.buf, start))
-            return None
-        if item == _STRING:  # the vocabulary and merges: only the lengths are read
-            unpack, buf, pos = struct.Struct(self.order + "Q").unpack_from, self.buf, self.pos
-            try:
-                for _ in range(self.count(n, 8)):
-                    pos += 8 + unpack(buf, pos)[0]
-            except (struct.error, OverflowError):
-                pos = len(buf) + 1
-            if pos > len(buf):
-                raise _Cut(f"a string array at byte {self.pos:,} runs past the end of the file")
-            self.pos = pos
-            return None
-        if item == _ARRAY:
-            for _ in range(self.count(n, 12)):
-                self.value(_ARRAY, False)
-            return None
-        raise _Cut(f"a metadata array has unknown item type {item}")
-
-
 def read_gguf_header(path: Path) -> GGUFHeader:
-    """The architecture, layer and head counts of a GGUF file, from its header alone; checks that
-    the file is long enough for its tensors (a download that stopped halfway is refused here)."""
-    path = Path(path)
-    if not is_gguf(path):
-        raise ModelLoadError(f"{path.name} is not a GGUF file (it does not start with 'GGUF')")
-    try:
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            return _walk_header(buf)
-    except _Cut as exc:
-        raise ModelLoadError(f"{path.name} is truncated or corrupt: {exc}") from None
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-
-
-def _walk_header(buf) -> GGUFHeader:
-    walk = _HeaderWalk(buf, "<")
-    walk.skip(4)  # magic
-    version = walk.read("I")
-    if version & 0xFFFF == 0:  # written on a big-endian machine
-        walk.order, version = ">", int.from_bytes(version.to_bytes(4, "little"), "big")
-    if version not in _READABLE_VERSIONS:
-        raise ModelLoadError(f"GGUF version {version} is not supported (only versions 2 and 3)")
-    n_tensors, n_kv = walk.read("Q"), walk.read("Q")
+    """The architecture, layer and head counts of a GGUF file, from its header alone (the gguf
+    package's reader; nothing is dequantised). A file too short for its tensors (a download that
+    stopped halfway) is refused here."""
+    reader = open_gguf(Path(path))
     meta = {}
-    for _ in range(walk.count(n_kv, 12)):
-        key = walk.string()
-        meta[key] = walk.value(walk.read("I"), keep=not key.startswith("tokenizer."))
-    # tensor table: the data must reach the end of the last tensor
-    end = 0
-    for _ in range(walk.count(n_tensors, 24)):
-        name = walk.string()
-        n_dims = walk.read("I")
-        if n_dims > 8:
-            raise _Cut(f"tensor {name} claims {n_dims} dimensions")
-        n = 1
-        for _ in range(n_dims):
-            n *= walk.read("Q")
-        qtype, offset = walk.read("I"), walk.read("Q")
+    for key, field in reader.fields.items():
+        if key.startswith("tokenizer."):
+            continue
         try:
-            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
-        except (ValueError, KeyError):
-            raise ModelLoadError(f"tensor {name} has unknown type {qtype}") from None
-        end = max(end, offset + n // block * size)
-    align = meta.get("general.alignment", 32)
-    if not isinstance(align, int) or align <= 0 or align & (align - 1):
-        raise _Cut(f"general.alignment is {align!r}, not a power of two")
-    need = -(-walk.pos // align) * align + end
-    if need > len(buf):
-        raise _Cut(f"the file has {len(buf):,} bytes but its tensors need {need:,} "
-                   "(a download that did not finish?)")
+            meta[key] = field.contents()
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise ModelLoadError(f"{Path(path).name}: GGUF metadata {key} cannot be read ({exc})") from exc
     return _summary(meta)
 
 
