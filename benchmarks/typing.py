@@ -3,6 +3,11 @@ report per keystroke the time until the grid shows that text's result, the longe
 stall, and cold start to first heatmaps.
 
     .venv/bin/python benchmarks/typing.py [--repeat N]
+    .venv/bin/python benchmarks/typing.py --model PATH.gguf --modes layer --sentence all --json
+
+--model: the model the window opens (name or path; default all-MiniLM-L6-v2), for typing and cold
+start alike. --modes: the views to type in. --sentence: type this SENTENCES entry in every view
+(default: each view's own). --json: also print the rows and cold-start runs as one JSON line.
 
 Per keystroke: the key event is sent with QTest, then the event loop runs until the state holds the
 result for exactly the typed text and the grid's viewport has finished painting it (an event filter
@@ -53,7 +58,7 @@ def _pct(values, p):
     return float(np.percentile(np.asarray(values), p)) if values else float("nan")
 
 
-def run_typing(mode: str, sentence: str, panels: tuple[str, ...]) -> dict:
+def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None) -> dict:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
     from PySide6.QtTest import QTest
 
@@ -61,7 +66,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...]) -> dict:
     from attnviz.ui.window import MainWindow
 
     app = make_app()
-    w = MainWindow(text="", settings=_settings(), panels=panels)
+    w = MainWindow(model=model, text="", settings=_settings(), panels=panels)
     w.resize(1400, 860)
     w.show()
     st = w.state
@@ -148,14 +153,14 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...]) -> dict:
     }
 
 
-def cold_child(t0: float) -> None:
+def cold_child(t0: float, model: str | None = None) -> None:
     """Runs in a fresh process: time from the parent's spawn to the first painted heatmaps."""
     t_start = time.time()
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
     t_imported = time.time()
-    w = create_window(settings=_settings())  # what run_app() does
+    w = create_window(model, settings=_settings())  # what run_app() does
     w.show()
     app.processEvents()
     t_shown = time.time()
@@ -168,11 +173,12 @@ def cold_child(t0: float) -> None:
     w.close()
 
 
-def cold_start(runs: int) -> list[list[float]]:
+def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
     out = []
     for _ in range(runs):
         t0 = time.time()
-        proc = subprocess.run([sys.executable, __file__, "--cold-child", repr(t0)],
+        proc = subprocess.run([sys.executable, __file__, "--cold-child", repr(t0)]
+                              + (["--model", model] if model else []),
                               capture_output=True, text=True, timeout=120)
         line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if proc.returncode or not line:
@@ -187,17 +193,25 @@ def main() -> int:
     ap.add_argument("--cold-runs", type=int, default=3)
     ap.add_argument("--panels", default="calc,roles",
                     help="side panels in the window (comma list; 'none' measures the grid path alone)")
+    ap.add_argument("--model", default=None, help="model to open (default: all-MiniLM-L6-v2)")
+    ap.add_argument("--modes", default="layer,all", help="views to type in (comma list: layer, all)")
+    ap.add_argument("--sentence", choices=sorted(SENTENCES), default=None,
+                    help="type this sentence in every view (default: each view's own)")
+    ap.add_argument("--json", action="store_true", help="also print the results as one JSON line")
     ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cold_child is not None:
-        cold_child(args.cold_child)
+        cold_child(args.cold_child, args.model)
         return 0
 
-    cold = cold_start(args.cold_runs)
+    cold = cold_start(args.cold_runs, args.model)
     panels = tuple(p for p in args.panels.split(",") if p and p != "none")
-    rows = [run_typing(mode, SENTENCES[mode], panels) for mode in ("layer", "all") for _ in range(args.repeat)]
-    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model all-MiniLM-L6-v2 "
-          f"(6 layers x 12 heads), side panels: {', '.join(panels) or 'none'}")
+    modes = [m for m in args.modes.split(",") if m]
+    rows = [run_typing(mode, SENTENCES[args.sentence or mode], panels, args.model)
+            for mode in modes for _ in range(args.repeat)]
+    model_desc = "all-MiniLM-L6-v2 (6 layers x 12 heads)" if args.model is None else args.model
+    print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model {model_desc}, "
+          f"side panels: {', '.join(panels) or 'none'}")
     print()
     print(f"{'view':<12}{'keys':>5}{'max T':>7}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
           f"{'engine p50':>12}{'stall ms':>10}{'goal p95':>10}")
@@ -208,12 +222,19 @@ def main() -> int:
               f"{r['max'] * 1e3:>9.1f}{r['compute_p50'] * 1e3:>10.1f}ms{r['stall'] * 1e3:>10.1f}"
               f"{'<= %d' % (goal * 1e3):>10}")
     print()
-    best = min(c[0] for c in cold)
-    print("cold start to first painted heatmaps (s), per run: "
-          + ", ".join(f"{c[0]:.2f} (python up {c[1]:.2f}, QtWidgets up {c[2]:.2f}, "
-                      f"window shown {c[3]:.2f})" for c in cold)
-          + f"; best {best:.2f}, goal <= 1.5")
+    if cold:  # --cold-runs 0 skips it
+        best = min(c[0] for c in cold)
+        print("cold start to first painted heatmaps (s), per run: "
+              + ", ".join(f"{c[0]:.2f} (python up {c[1]:.2f}, QtWidgets up {c[2]:.2f}, "
+                          f"window shown {c[3]:.2f})" for c in cold)
+              + f"; best {best:.2f}, goal <= 1.5")
     print("goals: stall <= 16 ms")
+    if args.json:
+        import json
+
+        print(json.dumps({"model": args.model or "all-MiniLM-L6-v2", "cpus": os.cpu_count(),
+                          "panels": list(panels), "sentence": args.sentence, "rows": rows,
+                          "cold": cold}))
     return 0
 
 

