@@ -70,3 +70,19 @@ def test_gguf_without_tokenizer_takes_ids_with_a_notice(qtbot, tmp_path):
     assert "truncated" in w.error_banner.text() and "Still showing tiny" in w.error_banner.text()
     assert w.state.model.path == path
     w.worker.wait_idle()
+
+
+def test_a_first_start_opens_smollm2_and_minilm_is_one_click_away(qtbot, tmp_path):
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    assert w.state.model_name == "SmolLM2-135M-Instruct"
+    assert w.settings.value("model") == "SmolLM2-135M-Instruct"
+    w.models_menu.aboutToShow.emit()
+    entries = {a.text().split("  ")[0]: a for a in w.models_menu.actions() if a.text()}
+    assert entries["SmolLM2-135M-Instruct"].isChecked()
+    entries["all-MiniLM-L6-v2"].trigger()
+    qtbot.waitUntil(lambda: w.state.model_name == "all-MiniLM-L6-v2" and w.state.result is not None
+                    and w.state.result.tokens[0] == "[CLS]", timeout=WAIT)
+    w.worker.wait_idle()

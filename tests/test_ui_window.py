@@ -16,6 +16,8 @@ def settings_path(tmp_path):
 
 
 def open_window(qtbot, settings_path, **kw):
+    """The window on MiniLM (a first start opens SmolLM2: test_ui_gguf.py)."""
+    kw.setdefault("model", "all-MiniLM-L6-v2")
     w = MainWindow(settings=QSettings(settings_path, QSettings.Format.IniFormat), **kw)
     qtbot.addWidget(w)
     w.show()
@@ -246,7 +248,7 @@ def test_focus_view_draws_the_overlay(window):
     assert len(window.focus_view.overlay.getData()[0]) == 0
 
 
-def test_cli_without_a_command_opens_the_window_on_minilm(qtbot, monkeypatch):
+def test_cli_without_a_command_opens_the_window_on_its_default_model(qtbot, monkeypatch):
     from PySide6.QtWidgets import QApplication
 
     from attnviz import cli
@@ -269,7 +271,7 @@ def test_cli_without_a_command_opens_the_window_on_minilm(qtbot, monkeypatch):
     monkeypatch.setattr(QApplication, "exec", fake_exec)
     assert cli.main(["--text", "Opened from the command line."]) == 0
     w = made[0]
-    assert w.isVisible() and w.state.model_name == "all-MiniLM-L6-v2"
+    assert w.isVisible() and w.state.model_name == "SmolLM2-135M-Instruct"
     assert w.state.result.text == "Opened from the command line."
     w.worker.wait_idle()
 

@@ -4,11 +4,11 @@ from attnviz.engine.config import ModelConfig, config_from_dict, read_config
 from attnviz.engine.errors import AttnvizError, CalcError, InputError, ModelLoadError
 from attnviz.engine.model import Model, RunResult, load_folder
 from attnviz.engine.registry import (
-    DEFAULT_MODEL, DEFAULT_TEXT, ModelInfo, find_models, load_model, resolve,
+    DEFAULT_MODEL, DEFAULT_TEXT, WINDOW_MODEL, ModelInfo, find_models, load_model, resolve,
 )
 
 __all__ = [
     "AttnvizError", "CalcError", "InputError", "ModelLoadError", "ModelConfig", "config_from_dict",
-    "read_config", "Model", "RunResult", "load_folder", "DEFAULT_MODEL", "DEFAULT_TEXT", "ModelInfo",
+    "read_config", "Model", "RunResult", "load_folder", "DEFAULT_MODEL", "DEFAULT_TEXT", "WINDOW_MODEL", "ModelInfo",
     "find_models", "load_model", "resolve",
 ]

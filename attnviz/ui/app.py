@@ -26,7 +26,9 @@ def create_window(model: str | None = None, text: str | None = None,
     settings = settings if settings is not None else QSettings()
     state = AppState()
     worker = Worker(state)
-    source = model or str(settings.value("model", "all-MiniLM-L6-v2"))
+    from attnviz.engine.registry import WINDOW_MODEL
+
+    source = model or str(settings.value("model", WINDOW_MODEL))
     worker.load(source)
 
     from attnviz.ui.window import MainWindow
@@ -35,7 +37,7 @@ def create_window(model: str | None = None, text: str | None = None,
 
 
 def run_app(model: str | None = None, text: str | None = None) -> int:
-    """Show the window on `model` (default: the last one used, else MiniLM) and run the event loop."""
+    """Show the window on `model` (default: the last one used, else SmolLM2) and run the event loop."""
     app = make_app()
     window = create_window(model, text)
     window.show()

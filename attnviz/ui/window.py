@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.state import COLORMAPS, AppState
@@ -23,8 +24,7 @@ from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-DEFAULT_TEXT = "The keys to the cabinet are on the table."
+DEFAULT_MODEL = WINDOW_MODEL  # what a first start opens (the engine's registry says why)
 
 _LONG = (
     "The history of the printing press is a story about attention as much as about machines. "
