@@ -1,9 +1,13 @@
 """Make docs/screenshot.png from the real window (offscreen grab; works under Xvfb too).
 
     .venv/bin/python scripts/screenshot.py [--out docs/screenshot.png] [--view layer|all]
+                                           [--scene induction|agreement]
 
-Opens MiniLM on the agreement sentence, picks the query token "are", focuses the head that sends
-"are" most strongly to "keys" (subject-verb agreement), and shows that head's layer."""
+induction (default): opens SmolLM2 on the made-up-names sample, scores every head on it, focuses
+the strongest induction head and shows its layer, with the query on the last token of the repeated
+name. agreement: opens MiniLM on the agreement sentence, picks the query token "are", focuses the
+head that sends "are" most strongly to "keys" (subject-verb agreement), and shows that head's layer.
+No head number is written here: each comes from the model's own patterns."""
 
 from __future__ import annotations
 
@@ -24,17 +28,23 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
+    ap.add_argument("--scene", choices=("induction", "agreement"), default="induction")
     args = ap.parse_args()
 
     from PySide6.QtCore import QSettings
 
     from attnviz.ui.app import create_window, make_app
-    from attnviz.ui.window import DEFAULT_TEXT
+    from attnviz.engine import heads
+    from attnviz.ui.window import DEFAULT_TEXT, SAMPLES
 
     app = make_app()
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
                          QSettings.Format.IniFormat)
-    w = create_window(model="all-MiniLM-L6-v2", text=DEFAULT_TEXT, settings=settings)
+    if args.scene == "induction":
+        model, text = "SmolLM2-135M-Instruct", dict(SAMPLES)["Made-up names, repeated (induction)"]
+    else:
+        model, text = "all-MiniLM-L6-v2", DEFAULT_TEXT
+    w = create_window(model=model, text=text, settings=settings)
     width, height = (int(v) for v in args.size.split("x"))
     w.resize(width, height)
     w.show()
@@ -51,9 +61,17 @@ def main() -> int:
     r = w.state.result
     if r is None:
         raise SystemExit("the model did not load: no screenshot")
-    q, k = r.labels.index("are"), r.labels.index("keys")
-    weights = r.attentions[:, :, q, k]  # [n_layer, n_head]
-    layer, head = (int(i) for i in divmod(int(weights.argmax()), weights.shape[1]))
+    if args.scene == "induction":
+        scores = heads.score_heads(r.attentions, r.input_ids).scores["induction"]  # [n_layer, n_head]
+        layer, head = (int(i) for i in divmod(int(scores.argmax()), scores.shape[1]))
+        q = len(r.labels) - 2  # last piece of the repeated place name, before the final "."
+        k = int(r.attentions[layer, head, q].argmax())
+        what = f"induction score {scores[layer, head]:.2f}"
+    else:
+        q, k = r.labels.index("are"), r.labels.index("keys")
+        weights = r.attentions[:, :, q, k]  # [n_layer, n_head]
+        layer, head = (int(i) for i in divmod(int(weights.argmax()), weights.shape[1]))
+        what = f"are → keys {weights[layer, head]:.2f}"
     st = w.state
     st.set_view_mode(args.view)
     st.set_layer(layer)
@@ -67,7 +85,7 @@ def main() -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     if not w.grab().save(str(out)):
         raise SystemExit(f"could not write {out}")
-    print(f"wrote {out} (L{layer} H{head}: are → keys {weights[layer, head]:.2f})")
+    print(f"wrote {out} (L{layer} H{head}: {what}; query {r.labels[q]!r} → {r.labels[k]!r})")
     w.close()
     return 0
 
