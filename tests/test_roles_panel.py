@@ -49,9 +49,12 @@ def test_scores_labels_and_overview_on_text(qtbot, minilm):
     # the statement for roles no head clears, with the best figure
     summary = panel.summary.text()
     assert "induction: this text repeats too few tokens" in summary.lower()
-    l, h, best = hs.best("self")
-    assert f"No head of this model clears the self (current token) threshold (0.5) on this text: " \
-           f"the best is L{l} H{h} at {best:.3f}." in summary
+    # the number printed is the number the label is tested on: strength, with score and chance
+    l, h, strength = hs.best_strength("self")
+    assert f"No head of this model clears the self (current token) threshold (0.5, and chance + " \
+           f"0.1) on this text: the strongest is L{l} H{h} at strength {strength:.3f} (score " \
+           f"{hs.scores['self'][l, h]:.3f}, chance {hs.chance['self'][l, h]:.3f})." in summary
+    assert strength < H.THRESHOLDS["self"]
 
 
 def test_sort_and_filter_by_role(qtbot, minilm):
@@ -129,9 +132,12 @@ def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
     with qtbot.waitSignal(panel.sigScored, timeout=30000):
         panel.set_source("probe")
-    l, h, best = panel.scores.best("induction")
-    assert (f"No head of this model clears the induction threshold (0.5) on the probe: the best is "
-            f"L{l} H{h} at {best:.3f}.") in panel.summary.text()
+    hs = panel.scores
+    l, h, strength = hs.best_strength("induction")
+    assert (f"No head of this model clears the induction threshold (0.5, and chance + 0.1) on the "
+            f"probe: the strongest is L{l} H{h} at strength {strength:.3f} (score "
+            f"{hs.scores['induction'][l, h]:.3f}, chance {hs.chance['induction'][l, h]:.3f}).") \
+        in panel.summary.text()
 
 
 def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_model):
@@ -181,6 +187,8 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     assert panel.hits == H.find(state.result, T - 1, 0)
     assert panel.find_table.item(0, 1).text() == f"L{panel.hits[0].layer} H{panel.hits[0].head}"
     assert panel.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
+        round(float(panel.hits[0].specificity), 4)
+    assert panel.find_table.item(0, 3).data(Qt.ItemDataRole.DisplayRole) == \
         round(float(panel.hits[0].weight), 4)
     panel.wait_idle()
 

@@ -50,6 +50,12 @@ THRESHOLDS = {
 }
 # duplicate / induction need this many query rows with a pattern cell before any label is given
 MIN_ROWS = 3
+# a label also needs the score to beat the head's chance score (its attention spread evenly over the
+# keys it may see, row by row) by this much
+CHANCE_MARGIN = 0.1
+# roles that compare token ids, and the share of unknown tokens ([UNK]) above which they are not given
+IDENTITY_ROLES = ("duplicate", "induction")
+UNKNOWN_LIMIT = 0.2
 
 TITLES = {
     "previous": "previous token",
@@ -92,7 +98,15 @@ LABEL_RULE = (
     "Label: each head gets the role with the highest strength among those whose strength clears "
     "the threshold (" + ", ".join(f"{r} {t:g}" for r, t in THRESHOLDS.items()) + "), and 'mixed' "
     "otherwise. Strength = score / (share of query rows that have at least one cell in D), capped "
-    f"at 1; a role needs at least {MIN_ROWS} such rows (an empty or two-token text labels no head)."
+    f"at 1; a role needs at least {MIN_ROWS} such rows (an empty or two-token text labels no head), "
+    f"and its score must beat the head's chance score by {CHANCE_MARGIN:g}. Unknown tokens ([UNK]) "
+    f"never count as repeats; above {UNKNOWN_LIMIT:.0%} unknown tokens duplicate and induction are "
+    "not labelled."
+)
+CHANCE_RULE = (
+    "Chance: the score the same head would get if, in every query row, it spread its attention "
+    "evenly over the keys it may see (k <= q in a decoder), with the head's own row masses and the "
+    "same exclusions: sum over q of mass_q * |D_q| / |keys_q|, over the total mass."
 )
 
 
@@ -116,21 +130,27 @@ def first_token_pattern(T):  # T -> D [T, T] bool
     return d
 
 
-def duplicate_token_pattern(ids):  # [T] -> D [T, T] bool
+def duplicate_token_pattern(ids, unknown=None):  # [T] (, bool [T]) -> D [T, T] bool
+    """Earlier copies of each token. Unknown tokens ([UNK]: the vocabulary lacked the word) are
+    never copies of anything: two [UNK]s are usually two different words."""
     ids = np.asarray(ids)
     eq = ids[:, None] == ids[None, :]
     np.fill_diagonal(eq, False)  # a token is always a copy of itself: ignore
+    if unknown is not None and np.any(unknown):
+        unknown = np.asarray(unknown, dtype=bool)
+        eq &= ~unknown[:, None]
+        eq &= ~unknown[None, :]
     return np.tril(eq)
 
 
-def induction_pattern(ids):  # [T] -> D [T, T] bool
-    dup = duplicate_token_pattern(ids)
+def induction_pattern(ids, unknown=None):  # [T] (, bool [T]) -> D [T, T] bool
+    dup = duplicate_token_pattern(ids, unknown)
     d = np.zeros_like(dup)
     d[:, 1:] = dup[:, :-1]  # shift one key to the right: the token after the earlier copy
     return np.tril(d)
 
 
-def detection_pattern(role, ids):  # role, [T] -> D [T, T] bool
+def detection_pattern(role, ids, unknown=None):  # role, [T] (, bool [T]) -> D [T, T] bool
     """The 0/1 cells a role's score counts; what the window overlays on a head."""
     T = len(ids)
     makers = {
@@ -138,8 +158,8 @@ def detection_pattern(role, ids):  # role, [T] -> D [T, T] bool
         "next": lambda: next_token_pattern(T),
         "self": lambda: self_pattern(T),
         "sink": lambda: first_token_pattern(T),
-        "duplicate": lambda: duplicate_token_pattern(ids),
-        "induction": lambda: induction_pattern(ids),
+        "duplicate": lambda: duplicate_token_pattern(ids, unknown),
+        "induction": lambda: induction_pattern(ids, unknown),
     }
     if role not in makers:
         raise InputError(f"no detection pattern for {role!r}; roles are {', '.join(ROLES)}")
@@ -172,6 +192,29 @@ def mul_score(attn, pattern, exclude_bos=False, exclude_current_token=False):
         den = den + attn[..., 0, 0]  # counted in both
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(den > 1e-12, num / np.where(den > 1e-12, den, 1.0), np.nan)
+
+
+def chance_score(attn, pattern, allowed, exclude_bos=False, exclude_current_token=False):
+    """What `mul_score` would give if, in each query row, the head spread its attention evenly over
+    the keys it may attend to: [..., T, T] x D, allowed [T, T] -> [...].
+
+    The head's own row masses (after the same exclusions) weight the rows, so a head is compared
+    with itself: sum_q mass_q * |D_q| / |allowed_q| / sum_q mass_q."""
+    attn = np.asarray(attn)
+    cells = np.array(pattern, dtype=bool) & allowed
+    keys = np.array(allowed, dtype=bool)
+    if exclude_bos:
+        cells[:, 0] = keys[:, 0] = False
+    if exclude_current_token:
+        np.fill_diagonal(cells, False)
+        np.fill_diagonal(keys, False)
+    n_keys = keys.sum(axis=-1)
+    frac = np.where(n_keys > 0, cells.sum(axis=-1) / np.maximum(n_keys, 1), 0.0)  # [T]
+    mass = np.einsum("...qk,qk->...q", attn, keys.astype(attn.dtype), dtype=np.float64)
+    total = mass.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 1e-12, (mass * frac).sum(axis=-1) / np.where(total > 1e-12, total, 1.0),
+                        np.nan)
 
 
 def _per_layer(fn, attn):  # keeps float64 temporaries to one layer's size
@@ -218,6 +261,9 @@ class HeadScores:
     exclude_bos: bool = False
     exclude_current_token: bool = False
     tokens: list = field(default_factory=list)  # display labels of the scored sequence
+    chance: dict = field(default_factory=dict)  # role -> [n_layer, n_head]: the head spread evenly
+    unknown_share: float = 0.0  # share of the tokens the vocabulary did not know ([UNK])
+    notice: str | None = None  # why some roles are not labelled (too many unknown tokens)
 
     @property
     def n_layer(self):
@@ -228,9 +274,10 @@ class HeadScores:
         return len(self.labels[0]) if self.labels else 0
 
     def cleared(self, role):
-        """Heads whose strength clears the role's threshold, strongest first: [(layer, head, strength)]."""
+        """Heads labelled-worthy for `role` (strength clears the threshold and the score beats the
+        head's chance score by CHANCE_MARGIN), strongest first: [(layer, head, strength)]."""
         s = self.strength[role]
-        idx = np.argwhere(s >= THRESHOLDS[role])
+        idx = np.argwhere(_passes(role, s, self.scores[role], self.chance.get(role)))
         hits = [(int(l), int(h), float(s[l, h])) for l, h in idx]
         return sorted(hits, key=lambda t: (-t[2], t[0], t[1]))
 
@@ -239,6 +286,12 @@ class HeadScores:
         s = self.scores[name]
         flat = np.where(np.isnan(s), -np.inf, s)
         l, h = np.unravel_index(int(np.argmax(flat)), s.shape)
+        return int(l), int(h), float(s[l, h])
+
+    def best_strength(self, role):
+        """(layer, head, strength) of the strongest head for `role`: the number labels are tested on."""
+        s = self.strength[role]
+        l, h = np.unravel_index(int(np.argmax(s)), s.shape)
         return int(l), int(h), float(s[l, h])
 
     def unclaimed_roles(self):
@@ -254,17 +307,26 @@ class HeadScores:
             "strength": {role: clean(self.strength[role]) for role in ROLES},
             "labels": self.labels,
             "coverage": {role: round(float(c), 6) for role, c in self.coverage.items()},
+            "chance": {role: clean(self.chance[role]) for role in ROLES if role in self.chance},
+            "chance_margin": CHANCE_MARGIN,
+            "unknown_share": round(self.unknown_share, 6),
+            "notice": self.notice,
             "thresholds": dict(THRESHOLDS),
             "min_rows": MIN_ROWS,
             "exclude_bos": self.exclude_bos,
             "exclude_current_token": self.exclude_current_token,
-            "definitions": {**DEFINITIONS, "label": LABEL_RULE},
+            "definitions": {**DEFINITIONS, "label": LABEL_RULE, "chance": CHANCE_RULE},
             "tokens": list(self.tokens),
         }
 
 
-def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None):
-    """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores."""
+def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None,
+                unknown_ids=()):
+    """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores.
+
+    `unknown_ids`: the tokenizer's unknown-token ids ([UNK]), which never count as repeats; when
+    more than UNKNOWN_LIMIT of the tokens are unknown, no role that depends on token identity
+    (duplicate, induction) is labelled at all."""
     attentions = np.asarray(attentions)
     ids = np.asarray(ids)
     if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
@@ -274,31 +336,60 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         raise InputError(f"head scores need at least 2 tokens; got {T}")
     if ids.shape != (T,):
         raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
+    unknown = np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64)) if len(unknown_ids) else \
+        np.zeros(T, dtype=bool)
+    unknown_share = float(unknown.mean())
+    notice = None
+    if unknown_share > UNKNOWN_LIMIT:
+        notice = (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
+                  f"({unknown_share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
+                  "are not labelled, since the text's words cannot be told apart")
+    # a causal model's heads never look ahead: its keys are k <= q
+    causal = not np.triu(attentions, 1).any()
+    allowed = np.tril(np.ones((T, T), dtype=bool)) if causal else np.ones((T, T), dtype=bool)
     excl = {"exclude_bos": exclude_bos, "exclude_current_token": exclude_current_token}
-    scores, strength, coverage = {}, {}, {}
+    scores, strength, coverage, chance = {}, {}, {}, {}
     for role in ROLES:
-        d = detection_pattern(role, ids)
+        d = detection_pattern(role, ids, unknown)
         opts = excl if role in ("previous", "next", "duplicate", "induction") else {}
         scores[role] = mul_score(attentions, d, **opts)
+        chance[role] = _per_layer(lambda a: chance_score(a, d, allowed, **opts), attentions)
         share, rows = row_coverage(d)
         coverage[role] = share
         enough = rows >= MIN_ROWS  # two tokens say nothing about a head's habit
+        if role in IDENTITY_ROLES and notice:
+            enough = False
         s = np.nan_to_num(scores[role] / share, nan=0.0) if enough else np.zeros(scores[role].shape)
         strength[role] = np.minimum(s, 1.0)
     scores["distance"] = mean_distance(attentions)
     scores["entropy"] = entropy(attentions)
     return HeadScores(
-        scores=scores, strength=strength, coverage=coverage, labels=label_heads(strength),
+        scores=scores, strength=strength, coverage=coverage,
+        labels=label_heads(strength, scores=scores, chance=chance),
         exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
         tokens=list(tokens) if tokens is not None else [],
+        chance=chance, unknown_share=unknown_share, notice=notice,
     )
 
 
-def label_heads(strength, thresholds=THRESHOLDS):  # role -> [n_layer, n_head] -> [n_layer][n_head]
-    """Strongest role whose strength clears its threshold, else "mixed"."""
+def _passes(role, strength, score, chance, thresholds=THRESHOLDS):  # [n_layer, n_head] -> bool
+    ok = strength >= thresholds[role]
+    if chance is not None:
+        with np.errstate(invalid="ignore"):
+            ok &= np.nan_to_num(score - chance, nan=-1.0) >= CHANCE_MARGIN
+    return ok
+
+
+def label_heads(strength, thresholds=THRESHOLDS, scores=None, chance=None):
+    """Strongest role whose strength clears its threshold (and, given `scores` and `chance`, whose
+    score beats the head's chance score by CHANCE_MARGIN), else "mixed":
+    role -> [n_layer, n_head] -> [n_layer][n_head]."""
     stack = np.stack([strength[r] for r in ROLES])  # [n_role, n_layer, n_head]
-    limits = np.array([thresholds[r] for r in ROLES])[:, None, None]
-    ok = stack >= limits
+    if scores is not None and chance is not None:
+        ok = np.stack([_passes(r, strength[r], scores[r], chance[r], thresholds) for r in ROLES])
+    else:
+        limits = np.array([thresholds[r] for r in ROLES])[:, None, None]
+        ok = stack >= limits
     masked = np.where(ok, stack, -np.inf)
     best = np.argmax(masked, axis=0)  # first role wins a tie
     any_ok = ok.any(axis=0)
@@ -307,10 +398,22 @@ def label_heads(strength, thresholds=THRESHOLDS):  # role -> [n_layer, n_head] -
             for l in range(n_layer)]
 
 
-def score_result(result, exclude_bos=False, exclude_current_token=False):
-    """Scores for an engine RunResult."""
+def score_result(result, exclude_bos=False, exclude_current_token=False, unknown_ids=()):
+    """Scores for an engine RunResult (`unknown_ids`: see `unknown_token_ids(model)`)."""
     return score_heads(result.attentions, result.input_ids, exclude_bos=exclude_bos,
-                       exclude_current_token=exclude_current_token, tokens=result.labels)
+                       exclude_current_token=exclude_current_token, tokens=result.labels,
+                       unknown_ids=unknown_ids)
+
+
+def unknown_token_ids(model) -> frozenset:
+    """The ids a model's tokenizer gives to text its vocabulary lacks ([UNK], <|unk|>); empty for
+    byte-level BPE, which spells any text out of bytes."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        return frozenset()
+    name = getattr(tok.raw.model, "unk_token", None)
+    i = tok.raw.token_to_id(name) if name else None
+    return frozenset() if i is None else frozenset({int(i)})
 
 
 # ---------------------------------------------------------------- probe
@@ -394,19 +497,32 @@ def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
 class HeadHit(NamedTuple):
     layer: int
     head: int
-    weight: float
+    weight: float  # A[query, key]
+    specificity: float = 0.0  # weight minus the mean weight the other queries give the same key
 
 
 def find(result, query_pos, key_pos):
-    """Every (layer, head) ranked by the weight from query_pos to key_pos, highest first."""
+    """Every (layer, head) ranked by how specifically the query attends to the key, highest first.
+
+    specificity = A[q, k] - mean over the other queries q' that can see k of A[q', k]. A head in
+    which every token attends to k (a sink, a head parked on a noun) gives q -> k a high weight
+    that says nothing about q; its specificity is near 0."""
     att = np.asarray(result.attentions)
     T = att.shape[-1]
     for name, p in (("query", query_pos), ("key", key_pos)):
         if not 0 <= int(p) < T:
             raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
-    w = att[:, :, int(query_pos), int(key_pos)]  # [n_layer, n_head]
-    hits = [HeadHit(l, h, float(w[l, h])) for l in range(w.shape[0]) for h in range(w.shape[1])]
-    return sorted(hits, key=lambda x: (-x.weight, x.layer, x.head))
+    q, k = int(query_pos), int(key_pos)
+    col = att[:, :, :, k]  # [n_layer, n_head, T]: every query's weight on key k
+    w = col[:, :, q]  # [n_layer, n_head]
+    # the other queries that can see k (in a decoder, q' >= k; a bidirectional model: all)
+    causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
+    others = [i for i in range(T) if i != q and (i >= k or not causal)]
+    base = col[:, :, others].mean(axis=-1) if others else np.zeros_like(w)
+    spec = w - base
+    hits = [HeadHit(l, h, float(w[l, h]), float(spec[l, h]))
+            for l in range(w.shape[0]) for h in range(w.shape[1])]
+    return sorted(hits, key=lambda x: (-x.specificity, -x.weight, x.layer, x.head))
 
 
 def _norm(s):

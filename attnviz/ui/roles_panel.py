@@ -199,8 +199,11 @@ class RolesPanel(QWidget):
             box.setToolTip(tip)
         self.find_status = QLabel("")
         self.find_status.setWordWrap(True)
-        self.find_table = QTableWidget(0, 3)
-        self.find_table.setHorizontalHeaderLabels(["rank", "head", "weight"])
+        self.find_table = QTableWidget(0, 4)
+        self.find_table.setHorizontalHeaderLabels(["rank", "head", "specificity", "weight"])
+        self.find_table.horizontalHeaderItem(2).setToolTip(
+            "weight minus the mean weight the other queries give the same key: a head where every "
+            "token attends to the key scores near 0, however large its weight")
         self.find_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.find_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.find_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -266,13 +269,14 @@ class RolesPanel(QWidget):
         if model is None:
             self._show_scores(None)
             return
+        unknown = H.unknown_token_ids(model)  # [UNK] ids: never repeats of each other
         if self.source.currentData() == "probe":
             key = (id(model), H.PROBE_SEED)
             cached = self._probe_cache.get(key)
 
             def work():
                 probe = cached or H.run_probe(model)
-                return H.score_result(probe[0], **opts), probe, key
+                return H.score_result(probe[0], unknown_ids=unknown, **opts), probe, key
             self.summary.setText("Running the probe…")
         else:
             result = st.result
@@ -284,7 +288,7 @@ class RolesPanel(QWidget):
                 return
 
             def work():
-                return H.score_result(result, **opts), None, None
+                return H.score_result(result, unknown_ids=unknown, **opts), None, None
         self._pool.start(_Task(req, work, self._relay))
 
     def _on_done(self, req_id, value, error):
@@ -372,7 +376,11 @@ class RolesPanel(QWidget):
         lines = [f"L{l} H{h}: {hs.labels[l][h]}"]
         for name in H.SCORE_NAMES:
             v = float(hs.scores[name][l, h])
-            lines.append(f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}")
+            text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+            if name in hs.chance:
+                c = float(hs.chance[name][l, h])
+                text += f"  (chance {'—' if np.isnan(c) else f'{c:.3f}'}, strength {hs.strength[name][l, h]:.3f})"
+            lines.append(text)
         built = self._built(l, h)
         if built:
             lines.append(built)
@@ -397,7 +405,11 @@ class RolesPanel(QWidget):
                     t.setItem(row, 1, _num_item(h, 0))
                     t.setItem(row, 2, _role_item(hs.labels[l][h]))
                     for j, name in enumerate(H.SCORE_NAMES):
-                        t.setItem(row, 3 + j, _num_item(hs.scores[name][l, h]))
+                        item = _num_item(hs.scores[name][l, h])
+                        if name in hs.chance:
+                            item.setToolTip(f"chance {float(hs.chance[name][l, h]):.3f}: the score "
+                                            "if this head spread its attention evenly")
+                        t.setItem(row, 3 + j, item)
                     row += 1
         t.setSortingEnabled(True)
         t.resizeColumnsToContents()
@@ -432,6 +444,8 @@ class RolesPanel(QWidget):
         parts = []
         if probe:
             parts.append(html.escape(self.probe_note))
+        if hs.notice:
+            parts.append(f"<b style='color:#b35c00'>{html.escape(hs.notice)}.</b>")
         causal = bool(st.model.config.causal) if st.model is not None else False
         counts = []
         for role in H.ROLES:
@@ -451,10 +465,13 @@ class RolesPanel(QWidget):
                 plain.append(f"{H.TITLES[role].capitalize()}: this text repeats too few tokens to "
                              "score it; use the probe.")
                 continue
-            l, h, best = hs.best(role)
+            if role in H.IDENTITY_ROLES and hs.notice:
+                continue  # said once above
+            l, h, strength = hs.best_strength(role)
             plain.append(f"No head of this model clears the {H.TITLES[role]} threshold "
-                         f"({H.THRESHOLDS[role]:g}) on {where}: the best is L{l} H{h} at "
-                         f"{best:.3f}.")
+                         f"({H.THRESHOLDS[role]:g}, and chance + {H.CHANCE_MARGIN:g}) on {where}: "
+                         f"the strongest is L{l} H{h} at strength {strength:.3f} (score "
+                         f"{hs.scores[role][l, h]:.3f}, chance {hs.chance[role][l, h]:.3f}).")
         if plain:
             parts.append("<br>".join(html.escape(p) for p in plain))
         self.summary.setText("<br>".join(parts))
@@ -468,6 +485,7 @@ class RolesPanel(QWidget):
                         + (f" Threshold {H.THRESHOLDS[name]:g}." if name in H.THRESHOLDS else "")
                         + "</p>")
         body.append(f"<p><i>{html.escape(H.LABEL_RULE)}</i></p>")
+        body.append(f"<p><i>{html.escape(H.CHANCE_RULE)}</i></p>")
         self.definitions.setHtml("".join(body))
 
     # --- focus, overlay -----------------------------------------------------------------------
@@ -572,8 +590,11 @@ class RolesPanel(QWidget):
             box.setCurrentIndex(pos)
             box.blockSignals(False)
         hits = H.find(r, q, k)
-        self.find_status.setText(f"Weight from {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} "
-                                 f"(key), every head ranked. Click one to focus it.")
+        self.find_status.setText(
+            f"From {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} (key), every head ranked by "
+            "specificity: its weight minus the mean weight the other queries give that key (a head "
+            "where every token attends to the key says nothing about this query). Click one to "
+            "focus it.")
         self._find_q = q
         self._show_hits(hits)
         return hits
@@ -587,11 +608,13 @@ class RolesPanel(QWidget):
                 t.setItem(i, 0, _num_item(i + 1, 0))
                 t.setItem(i, 1, QTableWidgetItem())
                 t.setItem(i, 2, _num_item(0.0, 4))
+                t.setItem(i, 3, _num_item(0.0, 4))
             head = t.item(i, 1)
             head.setText(f"L{hit.layer} H{hit.head}")
             head.setToolTip(self._label(hit.layer, hit.head))
-            w = float(hit.weight)
-            t.item(i, 2).setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(w) else round(w, 4))
+            for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
+                t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
+                                       None if np.isnan(value) else round(value, 4))
         if hits is None:
             if self.state.result is None:
                 self.find_status.setText("")
