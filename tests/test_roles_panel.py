@@ -118,7 +118,8 @@ def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
     with qtbot.waitSignal(panel.sigScored, timeout=30000):
         panel.set_source("probe")
     assert panel.scores.labels == [["previous", "duplicate", "self"], ["induction", "sink", "mixed"]]
-    assert state.head_labels == panel.scores.labels
+    # the grid's badges sit on the typed sentence: each says it comes from the probe
+    assert state.head_labels == [[f"{x} (probe)" for x in row] for row in panel.scores.labels]
     assert "repeated twice" in panel.summary.text()
     assert "A causal model cannot attend to the next token." in panel.summary.text()
     panel.overview.cellClicked.emit(1, 0)
@@ -212,4 +213,21 @@ def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm
     panel.run_find()
     hit = panel.hits[5]
     assert panel.find_table.item(5, 1).toolTip() == panel.scores.labels[hit.layer][hit.head]
+    panel.wait_idle()
+
+
+def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
+    state, panel = _panel(qtbot, minilm)
+    panel.show()
+    assert state.head_labels is not None
+    new = "Cats sleep on the warm mat."
+    state.set_text(new)
+    state.set_result(minilm.run(new))
+    # the previous text's badges must not sit on the new heatmaps while it is being scored
+    assert state.head_labels is None
+    assert not panel.table.isEnabled() and "Updating" in panel.summary.text()
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        pass
+    assert panel.table.isEnabled() and "Updating" not in panel.summary.text()
+    assert state.head_labels == H.score_result(state.result, unknown_ids=H.unknown_token_ids(minilm)).labels
     panel.wait_idle()

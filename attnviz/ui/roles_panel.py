@@ -92,6 +92,7 @@ class RolesPanel(QWidget):
         self._pool = shared_pool()
         # no parent: a task in flight keeps the relay alive even if the panel is deleted first
         self._relay = _Relay()
+        self._updating = False  # the scores shown are an older text's, new ones are on their way
         self._rescore_timer = QTimer(self)  # typing: score once the text has settled
         self._rescore_timer.setSingleShot(True)
         self._rescore_timer.setInterval(RESCORE_DELAY_MS)
@@ -321,14 +322,26 @@ class RolesPanel(QWidget):
         return self.window() is self or (self.isVisible() and not self.visibleRegion().isEmpty())
 
     def _show_scores(self, hs, message=None):
+        self._updating = False
+        self.table.setEnabled(True)
+        self.overview.setEnabled(True)
         self.scores = hs
         self._message = message
         if self._on_screen():
             self._refresh_view()
         else:
             self._view_stale = True
-        self.state.set_head_labels(hs.labels if hs is not None else None)
+        self.state.set_head_labels(self._badges(hs))
         self.sigScored.emit(hs)
+
+    def _badges(self, hs):
+        """The grid's role badges. Labels from the probe are about the probe's random tokens, not
+        the typed sentence under them: each badge says so."""
+        if hs is None:
+            return None
+        if self.source.currentData() != "probe":
+            return hs.labels
+        return [[f"{label} (probe)" for label in row] for row in hs.labels]
 
     def _refresh_view(self):
         self._view_stale = False
@@ -658,4 +671,16 @@ class RolesPanel(QWidget):
                 self.rescore()  # clearing is immediate
             else:
                 self._rescore_timer.start()  # restarts while results keep coming
+                self._mark_stale()
         self._update_overlay()
+
+    def _mark_stale(self):
+        """Scores of the previous text are not this text's: the grid's badges go at once, and the
+        tables stay greyed until the new scores arrive."""
+        if self.scores is None or self._updating:
+            return
+        self._updating = True
+        self.state.set_head_labels(None)
+        self.table.setEnabled(False)
+        self.overview.setEnabled(False)
+        self.summary.setText("Updating: scoring the new text…")
