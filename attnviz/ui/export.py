@@ -2,7 +2,7 @@
 layer or all layers; each image gets a JSON sidecar that File -> Open view reads back.
 
 Public API:
-    export_view(view, path, fmt=None, width=DEFAULT_WIDTH) -> list[Path]  # write atomically
+    export_view(view, path, fmt=None, width=DEFAULT_WIDTH) -> list[Path]  # all files or none
     export_result(result, path, *, model, scope, layer, head=None, width, colormap, scale_mode,
                   hide_first, fmt=None) -> list[Path]
     open_sidecar(path) -> dict        # image or sidecar path; ExportError says what is wrong
@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.errors import AttnvizError
 from attnviz.ui.export_data import (
     FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
-    number_bytes, open_sidecar, sidecar_dict, sidecar_path, write_atomic,
+    number_bytes, open_sidecar, os_reason, sidecar_dict, sidecar_path, write_atomic,
 )
 from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
 
@@ -41,8 +41,10 @@ FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy arr
 
 def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = None,
                 width: int = DEFAULT_WIDTH) -> list[Path]:
-    """Write `view` to `path` (plus `<path>.json`, the sidecar, for images). All files land or none
-    does; ExportError says why. Returns the paths written."""
+    """Write `view` to `path` (plus `<path>.json`, the sidecar, for images) through the one
+    transactional writer: all files land, or the folder is left exactly as it was (an existing
+    image and sidecar keep their bytes) and ExportError names the path and the reason.
+    Returns the paths written."""
     path = Path(path)
     fmt = fmt or format_of(path)
     if fmt in NUMBER_FORMATS:
@@ -243,8 +245,10 @@ class ExportDialog(QDialog):
                 scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
                 fmt=self.format.currentData())
         except (AttnvizError, OSError) as exc:
-            log.info("export to %s failed: %s", path, exc)
-            self.show_error(f"Export failed: {exc}")
+            message = (str(exc) if isinstance(exc, AttnvizError)
+                       else f"cannot write {path}: {os_reason(exc)}")
+            log.info("export to %s failed: %s", path, message)
+            self.show_error(f"Export failed: {message}")
             return False
         finally:
             QApplication.restoreOverrideCursor()

@@ -1,5 +1,6 @@
 """What an export contains, without Qt: the selected patterns, their colour levels, the numbers as
-.npy/.csv/.json bytes, the JSON sidecar of an image, and atomic writes.
+.npy/.csv/.json bytes, the JSON sidecar of an image, and the one transactional writer
+(`write_atomic`) that the command line and the window both use.
 
 `ExportView` is the one description of an export; the figure painter (attnviz/ui/figure.py) and the
 number writers here read only it."""
@@ -7,10 +8,12 @@ number writers here read only it."""
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import logging
 import os
+import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,6 +296,8 @@ def open_sidecar(path: str | os.PathLike) -> dict:
 
 
 # --- atomic writes -----------------------------------------------------------------------------
+# One transactional writer for every export (the command line and the window): a failed export
+# leaves each folder exactly as it was, the same names with the same bytes and no temporary files.
 
 def _umask() -> int:
     mask = os.umask(0o022)
@@ -300,59 +305,169 @@ def _umask() -> int:
     return mask
 
 
-def _reason(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+def os_reason(exc: OSError) -> str:
+    """Why an OSError happened, in words, without the "[Errno 21] ..." wrapping."""
+    if exc.errno == errno.EISDIR:
+        return "a folder has that name"
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _check_target(path: Path) -> None:
+    """Refuse, before anything is written, a target whose folder is missing or is a file, and a
+    target that is itself a folder."""
+    try:
+        folder = path.parent
+        nearest = next(p for p in (folder, *folder.parents) if os.path.lexists(p))
+        if not nearest.is_dir():
+            raise ExportError(f"cannot write {path}: {nearest} is not a folder")
+        if nearest != folder:
+            raise ExportError(f"cannot write {path}: folder {folder} does not exist")
+        if path.is_dir():
+            raise ExportError(f"cannot write {path}: a folder has that name")
+    except OSError as exc:
+        raise ExportError(f"cannot write {path}: {os_reason(exc)}") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may take only part of the data)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _stage(path: Path, data: bytes, temps: list[Path]) -> Path:
+    """Write `data` to a new hidden temporary file next to `path`, flushed to disk; it is listed in
+    `temps` as soon as it exists, so the caller removes it whatever happens next."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    temps.append(Path(tmp))
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return Path(tmp)
+
+
+def _keep_aside(path: Path, aside: dict[Path, tuple[Path, bool]]) -> None:
+    """Keep the old file at `path` under a hidden temporary name until the export has landed,
+    recorded in `aside` before it is made, so that an interruption at any point can be undone.
+    A hard link leaves the old file in place meanwhile (linked=True); where the file system has no
+    hard links the old file is renamed aside (linked=False) and `path` is empty until the move."""
+    for _ in range(100):
+        old = path.with_name(f".{path.name}.{secrets.token_hex(4)}.old")
+        if os.path.lexists(old):
+            continue
+        aside[path] = (old, True)
+        try:
+            os.link(path, old, follow_symlinks=False)
+            return
+        except FileExistsError:  # taken since the check: not ours to remove
+            del aside[path]
+            continue
+        except (OSError, NotImplementedError):  # no hard links here
+            aside[path] = (old, False)
+            os.rename(path, old)
+            return
+    raise ExportError(f"cannot write {path}: no free temporary name next to it")  # pragma: no cover
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the renames) to disk where the file system allows it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _roll_back(staged: list[tuple[Path, Path]], temps: list[Path],
+               aside: dict[Path, tuple[Path, bool]]) -> list[str]:
+    """Undo a failed export: put every old file back under its name, remove new files that had no
+    old one and every temporary file. Returns what could not be undone, in words."""
+    problems = []
+    placed = [path for tmp, path in staged if not os.path.lexists(tmp)]  # moved into place
+    for path in reversed(placed):
+        old, _ = aside.pop(path, (None, False))
+        try:
+            if old is None:
+                os.unlink(path)  # there was no file of that name before
+            else:
+                os.replace(old, path)  # the old file comes back
+        except OSError as exc:
+            problems.append(f"{path} could not be restored ({os_reason(exc)})"
+                            + (f"; the old file is kept as {old}" if old else ""))
+    for path, (old, linked) in aside.items():  # kept aside but not replaced
+        try:
+            if linked:
+                os.unlink(old)  # the old file never left its name
+            else:
+                os.replace(old, path)
+        except FileNotFoundError:  # interrupted before it was made
+            pass
+        except OSError as exc:
+            problems.append(f"{path} could not be restored ({os_reason(exc)}); "
+                            f"the old file is kept as {old}")
+    for tmp in temps:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:  # moved into place (and undone above)
+            pass
+        except OSError as exc:
+            problems.append(f"the temporary file {tmp} could not be removed ({os_reason(exc)})")
+    for problem in problems:
+        log.error("after a failed export: %s", problem)
+    return problems
 
 
 def write_atomic(files: list[tuple[str | os.PathLike, bytes]]) -> None:
-    """Write every (path, data) so that either all of them land or none does: each goes to a
-    temporary file in its own folder first, then all are moved into place with os.replace.
-    On failure the temporaries (and files already moved in this call) are removed and ExportError
-    says why."""
-    temps: list[tuple[str, Path]] = []
-    placed: list[Path] = []
+    """Write every (path, data) as one transaction: all files land or the folders stay exactly as
+    they were. Each file is written to a temporary file next to its target and flushed to disk;
+    only when all are complete are they moved into place (os.replace), with the files they replace
+    kept aside under temporary names until every move has succeeded, and put back if one fails.
+    Failures raise ExportError naming the path and the reason."""
+    targets = [(Path(path), data) for path, data in files]
+    assert len({p for p, _ in targets}) == len(targets), "the same path twice in one export"
+    for path, _ in targets:
+        _check_target(path)
+    temps: list[Path] = []
+    staged: list[tuple[Path, Path]] = []  # (temporary file, target)
+    aside: dict[Path, tuple[Path, bool]] = {}  # target -> (old file's temporary name, linked)
     try:
-        for path, data in files:
-            path = Path(path)
-            folder = path.parent if str(path.parent) else Path(".")
+        # write every file to a temporary one
+        for path, data in targets:
             try:
-                fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+                staged.append((_stage(path, data, temps), path))
             except OSError as exc:
-                if not folder.exists():
-                    why = f"folder {folder} does not exist"
-                elif not folder.is_dir():
-                    why = f"{folder} is not a folder"
-                else:
-                    why = _reason(exc)
-                raise ExportError(f"cannot write {path}: {why}") from exc
-            temps.append((tmp, path))
-            try:
-                os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-            except OSError as exc:
-                raise ExportError(f"cannot write {path}: {_reason(exc)}") from exc
-        for tmp, path in temps:
-            if path.is_dir():
-                raise ExportError(f"cannot write {path}: it is a folder")
+                raise ExportError(f"cannot write {path}: {os_reason(exc)}") from exc
+        # keep the old files
+        for _, path in staged:
+            if os.path.lexists(path):
+                try:
+                    _keep_aside(path, aside)
+                except OSError as exc:
+                    raise ExportError(f"cannot write {path}: {os_reason(exc)}") from exc
+        # move the new files into place
+        for tmp, path in staged:
             try:
                 os.replace(tmp, path)
             except OSError as exc:
-                raise ExportError(f"cannot write {path}: {_reason(exc)}") from exc
-            placed.append(path)
-    except BaseException:
-        for tmp, _ in temps:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            except OSError:  # pragma: no cover - nothing more we can do
-                log.warning("could not remove temporary file %s", tmp)
-        for path in placed:
-            try:
-                os.unlink(path)
-            except OSError:  # pragma: no cover
-                log.warning("could not remove %s after a failed export", path)
+                raise ExportError(f"cannot write {path}: {os_reason(exc)}") from exc
+    except BaseException as exc:
+        problems = _roll_back(staged, temps, aside)
+        if problems and isinstance(exc, ExportError):
+            raise ExportError(f"{exc}; {'; '.join(problems)}") from None
         raise
+    for folder in dict.fromkeys(path.parent for _, path in staged):
+        _sync_folder(folder)
+    for old, _ in aside.values():
+        try:
+            os.unlink(old)
+        except OSError as exc:
+            log.warning("exported, but the old file kept as %s could not be removed: %s",
+                        old, os_reason(exc))
