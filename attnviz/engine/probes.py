@@ -1,0 +1,218 @@
+"""Syntactic and coreference probes: sentences built from templates, so the answer is known by
+construction and no parser or labelled data is needed.
+
+- agreement: "The keys behind the cabinet are" / "The cabinets said the key is": the verb's row
+  should weigh its subject's noun ("keys", "key") above the other noun (the attractor), which has the
+  other number.
+- coreference: "Mary met John because she": the pronoun's row should weigh its antecedent ("Mary")
+  above the other name. Names and pronouns are unambiguous (one woman, one man).
+
+Per item and head: d = A[query, target] - A[query, foil]; score = mean d over the items, accuracy =
+share of items with d > 0. Position is balanced by construction: the two words stand at the same
+token positions in every item of a probe, and the target is the farther of them in half the items
+and the nearer in the other half, so a head that attends by position alone (the nearest noun, the
+first name) is right in one half and wrong in the other: its score is ~0 and its accuracy ~0.5. A head is labelled when score >= SCORE_MIN, accuracy >= ACCURACY_MIN and its score is positive
+in both halves. Items whose key words are not single, known tokens in the model's tokenizer are
+skipped and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+
+SCORE_MIN = 0.1
+ACCURACY_MIN = 0.75
+N_ITEMS = 60
+SEED = 0
+
+# (singular, plural)
+_NOUNS = [("key", "keys"), ("book", "books"), ("dog", "dogs"), ("car", "cars"), ("door", "doors"),
+          ("bird", "birds"), ("girl", "girls"), ("boy", "boys"), ("cup", "cups"), ("letter", "letters"),
+          ("painting", "paintings"), ("report", "reports"), ("song", "songs"), ("road", "roads")]
+_ATTRACTORS = [("cabinet", "cabinets"), ("table", "tables"), ("house", "houses"),
+               ("garden", "gardens"), ("teacher", "teachers"), ("window", "windows"),
+               ("farmer", "farmers"), ("river", "rivers"), ("doctor", "doctors"), ("box", "boxes")]
+_PREPS = ["near", "behind", "beside", "under", "above", "beyond"]
+_SAID = ["said", "knew", "thought", "hoped", "felt", "heard"]
+_VERBS = [("is", "are"), ("was", "were"), ("has", "have")]
+_WOMEN = ["Mary", "Anna", "Emma", "Sarah", "Lisa", "Julia", "Laura", "Kate", "Alice", "Helen"]
+_MEN = ["John", "Peter", "David", "Mark", "Paul", "James", "Tom", "Mike", "Robert", "George"]
+_MEET = ["met", "called", "thanked", "visited", "helped", "phoned", "warned", "praised"]
+_BECAUSE = ["because", "after", "when", "since"]
+
+DEFINITIONS = {
+    "agreement": (
+        "Subject-verb agreement: d = A[verb, subject noun] - A[verb, attractor noun], the attractor "
+        "having the other number. The subject is the farther noun in half the items ('The keys "
+        "behind the cabinet are') and the nearer in the other half ('The cabinets said the key "
+        "is'), the two nouns at the same positions in both. score = mean d over the items; "
+        "accuracy = share of items with d > 0."),
+    "coreference": (
+        "Pronoun -> antecedent: d = A[pronoun, antecedent] - A[pronoun, other name] in 'Mary met "
+        "John because she' (one woman, one man); the antecedent is the first name in half the items "
+        "and the second in the other half. score = mean d over the items; accuracy = share of "
+        "items with d > 0."),
+}
+LABEL_RULE = (f"A head is labelled when score >= {SCORE_MIN:g}, accuracy >= {ACCURACY_MIN:g} and its "
+              "score is positive both where the target is the farther word and where it is the "
+              "nearer (chance: 0, 0.5; a head that attends by position alone is right in one half "
+              "only). Items whose key words are not single, known tokens are skipped and counted.")
+KINDS = tuple(DEFINITIONS)
+
+
+@dataclass(frozen=True)
+class Item:
+    text: str  # the probe sentence; its last word is the query
+    query: str  # the word whose row is read (verb / pronoun)
+    target: str  # what it should attend to (subject noun / antecedent)
+    foil: str  # the competitor (attractor / other name)
+    far: bool  # the target is the farther of the two from the query
+
+
+def agreement_items(n: int = N_ITEMS, seed: int = SEED) -> list[Item]:
+    """Half 'The {subject} {prep} the {attractor} {verb}' (the subject is the farther noun), half
+    'The {attractor} {said} the {subject} {verb}' (the subject of the verb is the nearer noun): the two
+    nouns stand at the same token positions in both halves, only their roles swap."""
+    rng = np.random.default_rng(seed)
+    items, seen = [], set()
+    while len(items) < n:
+        subj, attr = _NOUNS[rng.integers(len(_NOUNS))], _ATTRACTORS[rng.integers(len(_ATTRACTORS))]
+        plural = bool(rng.integers(2))
+        s, a = subj[int(plural)], attr[int(not plural)]
+        verb = _VERBS[rng.integers(len(_VERBS))][int(plural)]
+        far = len(items) % 2 == 0
+        if far:
+            head = f"The {s} {_PREPS[rng.integers(len(_PREPS))]} the {a}"
+        else:
+            head = f"The {a} {_SAID[rng.integers(len(_SAID))]} the {s}"
+        if head in seen:
+            continue
+        seen.add(head)
+        items.append(Item(f"{head} {verb}", verb, s, a, far))
+    return items
+
+
+def coreference_items(n: int = N_ITEMS, seed: int = SEED) -> list[Item]:
+    """'{A} {met} {B} {because} {pronoun}', the antecedent A (farther) in half the items, B in the
+    other half; a woman and a man in either order."""
+    rng = np.random.default_rng(seed)
+    items, seen = [], set()
+    while len(items) < n:
+        woman, man = _WOMEN[rng.integers(len(_WOMEN))], _MEN[rng.integers(len(_MEN))]
+        a, b = (woman, man) if rng.integers(2) else (man, woman)
+        far = len(items) % 2 == 0  # the antecedent is the first name (farther from the pronoun)
+        target, foil = (a, b) if far else (b, a)
+        pronoun = "she" if target == woman else "he"
+        text = f"{a} {_MEET[rng.integers(len(_MEET))]} {b} {_BECAUSE[rng.integers(len(_BECAUSE))]} {pronoun}"
+        if text in seen:
+            continue
+        seen.add(text)
+        items.append(Item(text, pronoun, target, foil, far))
+    return items
+
+
+ITEMS = {"agreement": agreement_items, "coreference": coreference_items}
+
+
+@dataclass
+class TemplateScores:
+    """Scores of every head on one probe: `score` and `accuracy` are [n_layer, n_head]."""
+
+    kind: str
+    score: np.ndarray
+    accuracy: np.ndarray
+    far: np.ndarray  # mean d over the items whose target is the farther word
+    near: np.ndarray  # ... the nearer word: a positional head is positive in one half only
+    n_items: int
+    n_skipped: int
+    examples: list = field(default_factory=list)
+
+    def labelled(self):
+        """Heads that pass both bars, best score first: [(layer, head, score, accuracy)]."""
+        ok = (self.score >= SCORE_MIN) & (self.accuracy >= ACCURACY_MIN) & (self.far > 0) & (self.near > 0)
+        hits = [(int(l), int(h), float(self.score[l, h]), float(self.accuracy[l, h]))
+                for l, h in np.argwhere(ok)]
+        return sorted(hits, key=lambda t: (-t[2], t[0], t[1]))
+
+    def best(self):
+        l, h = np.unravel_index(int(np.argmax(self.score)), self.score.shape)
+        return int(l), int(h), float(self.score[l, h]), float(self.accuracy[l, h])
+
+    def to_json(self):
+        r = lambda a: np.round(a.astype(float), 6).tolist()  # noqa: E731
+        return {"probe": self.kind, "definition": DEFINITIONS[self.kind], "label_rule": LABEL_RULE,
+                "items": self.n_items, "skipped": self.n_skipped, "examples": self.examples,
+                "score": r(self.score), "accuracy": r(self.accuracy), "far": r(self.far),
+                "near": r(self.near),
+                "labelled": [dict(zip(("layer", "head", "score", "accuracy"), t)) for t in self.labelled()]}
+
+
+def _word_position(result, text: str, word: str, occurrence: int = 0) -> int | None:
+    """The token that holds `word` (the occurrence-th time it stands as a whole word in `text`), or
+    None when the word spans several tokens or none."""
+    start = -1
+    for _ in range(occurrence + 1):
+        start = _find_word(text, word, start + 1)
+        if start < 0:
+            return None
+    end = start + len(word)
+    hit = [i for i, (a, b) in enumerate(result.offsets) if a < end and b > start and b > a]
+    return hit[0] if len(hit) == 1 else None
+
+
+def _find_word(text: str, word: str, frm: int) -> int:
+    while True:
+        i = text.find(word, frm)
+        if i < 0:
+            return -1
+        before = text[i - 1] if i else " "
+        after = text[i + len(word)] if i + len(word) < len(text) else " "
+        if not before.isalnum() and not after.isalnum():
+            return i
+        frm = i + 1
+
+
+def _diff(result, item, unknown) -> np.ndarray | None:  # -> [n_layer, n_head] or None (skip)
+    q, t, f = (_word_position(result, item.text, w) for w in (item.query, item.target, item.foil))
+    if q is None or t is None or f is None or len({q, t, f}) < 3:
+        return None
+    if unknown and any(int(result.input_ids[i]) in unknown for i in (q, t, f)):
+        return None  # [UNK] stands for any word: it cannot be the word the probe asks about
+    a = result.attentions
+    return a[:, :, q, t] - a[:, :, q, f]
+
+
+def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> TemplateScores:
+    """Run one probe's items through `model` and score every head."""
+    from attnviz.engine.heads import unknown_token_ids
+
+    if kind not in ITEMS:
+        raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} (and repeat)")
+    if model.tokenizer is None:
+        raise InputError(f"the {kind} probe needs words; {model.name} has no tokenizer")
+    if n < 2:
+        raise InputError(f"the probe needs at least 2 items, got {n}")
+    unknown = unknown_token_ids(model)
+    diffs, far, examples = [], [], []
+    skipped = 0
+    for item in ITEMS[kind](n, seed):
+        d = _diff(model.run(item.text, use_cache=False), item, unknown)
+        if d is None:
+            skipped += 1
+            continue
+        diffs.append(d)
+        far.append(item.far)
+        if len(examples) < 4:
+            examples.append(item.text)
+    far = np.array(far, dtype=bool)
+    if far.all() or not far.any():
+        raise InputError(f"too few {kind} items are single, known tokens in {model.name}'s "
+                         f"tokenizer ({len(diffs)} of {n}): no balanced score")
+    d = np.stack(diffs)  # [n_items, n_layer, n_head]
+    return TemplateScores(kind=kind, score=d.mean(axis=0), accuracy=(d > 0).mean(axis=0),
+                          far=d[far].mean(axis=0), near=d[~far].mean(axis=0), n_items=len(diffs),
+                          n_skipped=skipped, examples=examples)

@@ -1,0 +1,104 @@
+"""Syntactic and coreference probes on constructed heads whose answer is known: a head that follows
+the grammar is labelled; heads that attend by position alone (the previous token, the first noun)
+are right in one half of the items only and are not."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, probes as P
+
+
+class _Result:
+    def __init__(self, enc, att):
+        self.offsets = enc.offsets
+        self.input_ids = np.array(enc.ids)
+        self.attentions = att
+
+
+class ConstructedModel:
+    """MiniLM's tokenizer, and three heads built by rule on the last token's row:
+    H0 follows grammar (agreement: the noun with the verb's number; coreference: the name with the
+    pronoun's gender), H1 to the nearer of the two words by position (agreement: the previous
+    token; coreference: two back), H2 to the farther (four tokens back in both templates)."""
+
+    name = "constructed"
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def run(self, text, use_cache=True):
+        enc = self.tokenizer.encode(text)
+        T = len(enc.ids)
+        att = np.zeros((1, 3, T, T), np.float32)
+        att[0, :, np.arange(T), np.arange(T)] = 1.0  # every other row: itself
+        q = T - 2  # the last word, before [SEP]
+        words = text.split()
+        att[0, :, q] = 0
+        att[0, 0, q, self._pos(enc, text, self._grammar(words))] = 1.0
+        att[0, 1, q, q - (2 if words[-1] in ('she', 'he') else 1)] = 1.0  # the nearer word
+        att[0, 2, q, q - 4] = 1.0  # the farther word in both probes' templates
+        return _Result(enc, att)
+
+    @staticmethod
+    def _grammar(words):
+        last = words[-1]
+        if last in ("she", "he"):
+            return next(w for w in words[:-1] if (w in P._WOMEN) == (last == "she") and
+                        (w in P._WOMEN or w in P._MEN))
+        plural = last in {v[1] for v in P._VERBS}
+        nouns = {n[int(plural)] for n in P._NOUNS + P._ATTRACTORS}
+        return next(w for w in words[:-1] if w in nouns)
+
+    @staticmethod
+    def _pos(enc, text, word):
+        start = P._find_word(text, word, 0)
+        return next(i for i, (a, b) in enumerate(enc.offsets) if a <= start < b)
+
+
+@pytest.fixture(scope="module")
+def constructed(minilm):
+    return ConstructedModel(minilm.tokenizer)
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_grammar_head_is_labelled_and_positional_heads_are_not(constructed, kind):
+    s = P.run_template_probe(constructed, kind)
+    assert s.n_items + s.n_skipped == P.N_ITEMS and s.n_items >= 50
+    assert s.score[0, 0] == pytest.approx(1.0) and s.accuracy[0, 0] == 1.0
+    assert [(l, h) for l, h, *_ in s.labelled()] == [(0, 0)]
+    for head in (1, 2):  # right in one half, wrong in the other
+        assert abs(s.score[0, head]) < 0.2 and 0.3 < s.accuracy[0, head] < 0.7
+        assert s.far[0, head] * s.near[0, head] < 0
+
+
+def test_items_are_seeded_balanced_and_position_matched():
+    for make in (P.agreement_items, P.coreference_items):
+        items = make(60, seed=3)
+        assert items == make(60, seed=3) and items != make(60, seed=4)
+        assert sum(i.far for i in items) == 30 and len({i.text for i in items}) == 60
+        for i in items:
+            words = i.text.split()
+            assert words[-1] == i.query and {i.target, i.foil} <= set(words)
+            assert len(words) == len(items[0].text.split())  # same positions in every item
+    agree = P.agreement_items(60)
+    for i in agree:  # the verb agrees with its subject, and the attractor has the other number
+        plural_verb = i.query in {v[1] for v in P._VERBS}
+        plural_target = i.target in {n[1] for n in P._NOUNS + P._ATTRACTORS}
+        plural_foil = i.foil in {n[1] for n in P._NOUNS + P._ATTRACTORS}
+        assert plural_verb == plural_target != plural_foil
+
+
+def test_words_the_vocabulary_lacks_are_skipped_and_counted():
+    from attnviz.engine import load_model
+
+    with pytest.raises(InputError, match="too few coreference items"):
+        P.run_template_probe(load_model("attnviz-textbook"), "coreference")
+
+
+def test_real_encoder_results_are_reported(minilm):
+    """MiniLM: whatever it finds is reported with its numbers; the label rule holds for each."""
+    s = P.run_template_probe(minilm, "agreement", n=20)
+    for l, h, score, acc in s.labelled():
+        assert score >= P.SCORE_MIN and acc >= P.ACCURACY_MIN and s.far[l, h] > 0 and s.near[l, h] > 0
+    doc = s.to_json()
+    assert doc["items"] == s.n_items and doc["definition"] == P.DEFINITIONS["agreement"]
