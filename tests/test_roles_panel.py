@@ -231,3 +231,29 @@ def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
     assert panel.table.isEnabled() and "Updating" not in panel.summary.text()
     assert state.head_labels == H.score_result(state.result, unknown_ids=H.unknown_token_ids(minilm)).labels
     panel.wait_idle()
+
+
+def test_template_probe_from_the_panel(qtbot, minilm):
+    from attnviz.engine import probes as P
+
+    state, panel = _panel(qtbot, minilm)
+    panel.show()
+    with qtbot.waitSignal(panel.sigScored, timeout=60000, check_params_cb=lambda hs: panel.template is not None):
+        panel.set_source("agreement")
+    ts = panel.template
+    assert ts.kind == "agreement" and ts.n_items + ts.n_skipped == P.N_ITEMS
+    text = panel.summary.text()
+    assert "Subject-verb agreement" in text and f"{ts.n_items} sentences scored" in text
+    hits = ts.labelled()
+    if hits:
+        l, h = hits[0][:2]
+        assert state.head_labels[l][h] == "agreement (probe)"
+        assert f"L{l} H{h} (score {hits[0][2]:.2f}" in text
+    else:
+        assert "No head passes" in text
+    assert sum(bool(x) for row in state.head_labels for x in row) == len(hits)
+    panel.set_source("text")
+    with qtbot.waitSignal(panel.sigScored, timeout=30000):
+        pass
+    assert panel.scores is not None and "agreement (probe)" not in str(state.head_labels)
+    panel.wait_idle()

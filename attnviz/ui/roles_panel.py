@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine import heads as H
+from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.errors import AttnvizError
 from attnviz.ui.worker import shared_pool
@@ -38,7 +39,7 @@ ROLE_COLORS = {
 }
 SHORT = {"previous": "prev", "next": "next", "self": "self", "sink": "sink", "duplicate": "dup",
          "induction": "ind", H.MIXED: "·"}
-SOURCES = ("text", "probe")
+SOURCES = ("text", "probe") + P.KINDS  # typed text, the repeat probe, the template probes
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 _ALL = "all roles"
 RESCORE_DELAY_MS = 150  # after the last result while typing
@@ -93,6 +94,7 @@ class RolesPanel(QWidget):
         # no parent: a task in flight keeps the relay alive even if the panel is deleted first
         self._relay = _Relay()
         self._updating = False  # the scores shown are an older text's, new ones are on their way
+        self.template = None  # the last template probe's scores (agreement / coreference)
         self._rescore_timer = QTimer(self)  # typing: score once the text has settled
         self._rescore_timer.setSingleShot(True)
         self._rescore_timer.setInterval(RESCORE_DELAY_MS)
@@ -111,6 +113,8 @@ class RolesPanel(QWidget):
         self.source = QComboBox()
         self.source.addItem("typed text", "text")
         self.source.addItem("probe: random tokens, repeated twice", "probe")
+        self.source.addItem("probe: subject-verb agreement (60 sentences)", "agreement")
+        self.source.addItem("probe: pronoun -> antecedent (60 sentences)", "coreference")
         self.source.setToolTip("Score the heads on the typed text, or on a seeded random token "
                                "sequence repeated twice (duplicate and induction heads need repeats)")
         self.exclude_bos = QCheckBox("exclude first token")
@@ -271,7 +275,14 @@ class RolesPanel(QWidget):
             self._show_scores(None)
             return
         unknown = H.unknown_token_ids(model)  # [UNK] ids: never repeats of each other
-        if self.source.currentData() == "probe":
+        if self.source.currentData() in P.KINDS:
+            kind = self.source.currentData()
+
+            def work():
+                return P.run_template_probe(model, kind), None, None
+            self.template = None
+            self._show_scores(None, f"Running the {kind} probe ({P.N_ITEMS} sentences)…")
+        elif self.source.currentData() == "probe":
             key = (id(model), H.PROBE_SEED)
             cached = self._probe_cache.get(key)
 
@@ -302,8 +313,12 @@ class RolesPanel(QWidget):
             return
         hs, probe, key = value
         st = self.state
-        if st.model is None or (hs.n_layer, hs.n_head) != (st.n_layer, st.n_head):
+        shape = hs.score.shape if isinstance(hs, P.TemplateScores) else (hs.n_layer, hs.n_head)
+        if st.model is None or shape != (st.n_layer, st.n_head):
             return  # scored for another model's shape: never show them
+        if isinstance(hs, P.TemplateScores):
+            self._show_template(hs)
+            return
         if probe is not None:
             self._probe_cache = {key: probe}
             self.probe_note = probe[1]
@@ -334,9 +349,38 @@ class RolesPanel(QWidget):
         self.state.set_head_labels(self._badges(hs))
         self.sigScored.emit(hs)
 
+    def _show_template(self, ts):
+        """A template probe's result: its labelled heads as badges, the numbers in the summary."""
+        self.template = ts
+        self._show_scores(None, self._template_summary(ts))
+
+    @staticmethod
+    def _template_summary(ts):
+        hits = ts.labelled()
+        lines = [f"<b>{html.escape(P.DEFINITIONS[ts.kind])}</b>",
+                 html.escape(f"{ts.n_items} sentences scored, {ts.n_skipped} skipped (a key word is "
+                             f"not one known token), e.g. “{ts.examples[0]}”." if ts.examples else "")]
+        if hits:
+            shown = ", ".join(f"L{l} H{h} (score {sc:.2f}, accuracy {acc:.2f})" for l, h, sc, acc in hits[:8])
+            more = f" and {len(hits) - 8} more" if len(hits) > 8 else ""
+            lines.append(f"{len(hits)} head(s) pass: {html.escape(shown)}{more}.")
+        else:
+            l, h, sc, acc = ts.best()
+            lines.append(html.escape(f"No head passes. The best is L{l} H{h}: score {sc:.2f}, "
+                                     f"accuracy {acc:.2f} (farther {ts.far[l, h]:+.2f}, nearer "
+                                     f"{ts.near[l, h]:+.2f})."))
+        lines.append(f"<i>{html.escape(P.LABEL_RULE)}</i>")
+        return "<br>".join(lines)
+
     def _badges(self, hs):
-        """The grid's role badges. Labels from the probe are about the probe's random tokens, not
-        the typed sentence under them: each badge says so."""
+        """The grid's role badges. Labels from a probe are about the probe's sentences, not the
+        typed sentence under them: each badge says so."""
+        ts = self.template
+        if hs is None and ts is not None and self.source.currentData() == ts.kind:
+            labels = [["" for _ in range(ts.score.shape[1])] for _ in range(ts.score.shape[0])]
+            for l, h, *_ in ts.labelled():
+                labels[l][h] = f"{ts.kind} (probe)"
+            return labels
         if hs is None:
             return None
         if self.source.currentData() != "probe":
@@ -655,6 +699,7 @@ class RolesPanel(QWidget):
     # --- state changes ------------------------------------------------------------------------
     def _on_model_changed(self, model):
         self._probe_cache = {}
+        self.template = None
         self._rescore_timer.stop()
         if self.scores is not None:
             self._show_scores(None)  # the old model's scores must not outlive it, even while rescoring
