@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.layers import ACTIVATIONS
+from attnviz.engine.validate import Fields, exists, is_number, json_kind, read_json_object, show
 
 # model_type -> family whose forward pass it uses
 FAMILIES = {
@@ -28,6 +28,7 @@ LIMITS = {
     "d_ff": 1 << 20,
     "vocab_size": 1 << 24,
     "max_positions": 1 << 24,
+    "type_vocab_size": 1 << 16,
 }
 
 
@@ -61,113 +62,149 @@ class ModelConfig:
         return self.n_head // self.n_kv_head
 
 
-def _get(raw: dict, *names: str, default: Any = None) -> Any:
-    for name in names:
-        if raw.get(name) is not None:
-            return raw[name]
-    return default
+WHAT = {  # what each size counts, for messages
+    "n_layer": "layers, n_layer",
+    "n_head": "attention heads, n_head",
+    "n_kv_head": "key/value heads, n_kv_head",
+    "d_model": "hidden size, d_model",
+    "d_head": "width of one head, d_head",
+    "d_ff": "MLP width, d_ff",
+    "vocab_size": "vocabulary and embedding rows",
+    "max_positions": "positions",
+    "type_vocab_size": "token types",
+    "sliding_window": "keys a query sees",
+}
 
 
-def _rope_theta(raw: dict) -> float:
+def _rope_theta(f: Fields) -> float:
     """RoPE base from `rope_theta` (older configs) or `rope_parameters` (newer ones)."""
-    params = raw.get("rope_parameters") or {}
-    scaling = raw.get("rope_scaling") or {}
-    for p in (params, scaling):
-        kind = p.get("rope_type", p.get("type", "default"))
+    params = f.obj("rope_parameters")
+    for key, p in (("rope_parameters", params), ("rope_scaling", f.obj("rope_scaling"))):
+        kind_key = "rope_type" if "rope_type" in p else "type"
+        kind = p.get(kind_key, "default")
+        if kind is not None and not isinstance(kind, str):
+            raise f.error(f"{f.name(key)}.{kind_key}", "a string such as 'default'", kind)
         if kind not in ("default", None):
-            raise ModelLoadError(f"RoPE type {kind!r} is not supported yet (only the default RoPE)")
-    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    return float(theta)
+            raise ModelLoadError(f"{f.source}: {f.name(key)}.{kind_key} {kind!r} is not supported "
+                                 "yet (only the default RoPE)")
+    if params.get("rope_theta") is not None:
+        return f.positive_value("rope_parameters.rope_theta", params["rope_theta"], 10000.0)
+    return f.positive("rope_theta", default=10000.0)
 
 
-def config_from_dict(raw: dict) -> ModelConfig:
-    """Read a config.json dict into a ModelConfig; unknown types and absurd sizes raise."""
+def config_from_dict(raw: dict, source: str = "config.json",
+                     names: dict[str, str] | None = None) -> ModelConfig:
+    """Read a config.json dict into a ModelConfig, every field checked: types, ranges, known
+    activations, and that the sizes fit together. Each failure is one ModelLoadError naming `source`,
+    the field (as `names` maps it, e.g. to a GGUF key), the value found and what was expected."""
+    if not isinstance(raw, dict):
+        raise ModelLoadError(f"{source} holds {json_kind(raw)}, expected a JSON object {{...}}")
+    f = Fields(raw, source, names)
     model_type = raw.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         known = ", ".join(sorted(FAMILIES))
-        raise ModelLoadError(f"model_type {model_type!r} is not supported (supported: {known})")
+        raise ModelLoadError(f"{source}: {f.name('model_type')} {show(model_type)} is not supported "
+                             f"(supported: {known})")
     family = FAMILIES[model_type]
+
+    def size(name: str, *keys: str, **kw) -> int:
+        return f.whole(*keys, high=LIMITS[name], what=WHAT[name], **kw)
+
+    # internal name -> the fields it is read from (first set one wins), for the messages
     if family == "bert":
-        d_model = _get(raw, "hidden_size")
-        n_head = _get(raw, "num_attention_heads")
-        values = dict(
-            n_layer=_get(raw, "num_hidden_layers"), n_head=n_head, n_kv_head=n_head,
-            d_model=d_model, d_ff=_get(raw, "intermediate_size"),
-            vocab_size=_get(raw, "vocab_size"), max_positions=_get(raw, "max_position_embeddings"),
-            causal=False, norm_eps=float(_get(raw, "layer_norm_eps", default=1e-12)),
-            activation=_get(raw, "hidden_act", default="gelu"),
-            type_vocab_size=int(_get(raw, "type_vocab_size", default=2)),
-        )
-        if raw.get("position_embedding_type", "absolute") != "absolute":
-            raise ModelLoadError(
-                f"BERT position_embedding_type {raw['position_embedding_type']!r} is not supported")
+        keys = dict(d_model=("hidden_size",), n_head=("num_attention_heads",),
+                    n_layer=("num_hidden_layers",), d_ff=("intermediate_size",),
+                    max_positions=("max_position_embeddings",))
     elif family == "gpt2":
-        d_model = _get(raw, "n_embd", "hidden_size")
-        n_head = _get(raw, "n_head", "num_attention_heads")
-        values = dict(
-            n_layer=_get(raw, "n_layer", "num_hidden_layers"), n_head=n_head, n_kv_head=n_head,
-            d_model=d_model,
-            d_ff=_get(raw, "n_inner", default=4 * d_model if isinstance(d_model, int) else None),
-            vocab_size=_get(raw, "vocab_size"), max_positions=_get(raw, "n_positions", "n_ctx"),
-            causal=True, norm_eps=float(_get(raw, "layer_norm_epsilon", default=1e-5)),
-            activation=_get(raw, "activation_function", default="gelu_new"),
-            attn_scale_by_layer=bool(raw.get("scale_attn_by_inverse_layer_idx", False)),
+        keys = dict(d_model=("n_embd", "hidden_size"), n_head=("n_head", "num_attention_heads"),
+                    n_layer=("n_layer", "num_hidden_layers"), d_ff=("n_inner",),
+                    max_positions=("n_positions", "n_ctx"))
+    else:
+        keys = dict(d_model=("hidden_size",), n_head=("num_attention_heads",),
+                    n_layer=("num_hidden_layers",), d_ff=("intermediate_size",),
+                    max_positions=("max_position_embeddings",))
+    keys["n_kv_head"] = ("num_key_value_heads",) if family == "llama" else keys["n_head"]
+    d_model = size("d_model", *keys["d_model"])
+    n_head = size("n_head", *keys["n_head"])
+    values = dict(
+        n_layer=size("n_layer", *keys["n_layer"]), n_head=n_head, d_model=d_model,
+        vocab_size=size("vocab_size", "vocab_size"),
+        max_positions=size("max_positions", *keys["max_positions"]),
+    )
+    if family == "bert":
+        values.update(
+            n_kv_head=n_head, d_ff=size("d_ff", *keys["d_ff"]), causal=False,
+            norm_eps=f.positive("layer_norm_eps", default=1e-12),
+            activation=f.choice("hidden_act", choices=ACTIVATIONS, default="gelu"),
+            type_vocab_size=size("type_vocab_size", "type_vocab_size", default=2),
+        )
+        position = raw.get("position_embedding_type")
+        if position not in (None, "absolute"):
+            raise ModelLoadError(f"{source}: BERT position_embedding_type {show(position)} is not "
+                                 "supported (only 'absolute')")
+    elif family == "gpt2":
+        values.update(
+            n_kv_head=n_head, d_ff=size("d_ff", *keys["d_ff"], default=4 * d_model), causal=True,
+            norm_eps=f.positive("layer_norm_epsilon", default=1e-5),
+            activation=f.choice("activation_function", choices=ACTIVATIONS, default="gelu_new"),
+            attn_scale_by_layer=f.flag("scale_attn_by_inverse_layer_idx", False),
         )
     else:  # llama family: llama, mistral, qwen2
-        d_model = _get(raw, "hidden_size")
-        n_head = _get(raw, "num_attention_heads")
-        bias = bool(raw.get("attention_bias", False))
-        qkv_bias = True if model_type == "qwen2" else bias
-        window = raw.get("sliding_window")
-        if model_type == "qwen2" and not raw.get("use_sliding_window", False):
-            window = None
-        values = dict(
-            n_layer=_get(raw, "num_hidden_layers"), n_head=n_head,
-            n_kv_head=_get(raw, "num_key_value_heads", default=n_head),
-            d_model=d_model, d_ff=_get(raw, "intermediate_size"),
-            vocab_size=_get(raw, "vocab_size"),
-            max_positions=_get(raw, "max_position_embeddings"),
-            causal=True, norm_eps=float(_get(raw, "rms_norm_eps", default=1e-6)),
-            rope_theta=_rope_theta(raw), qkv_bias=qkv_bias,
-            o_bias=bias and model_type != "qwen2", mlp_bias=bool(raw.get("mlp_bias", False)),
-            activation=_get(raw, "hidden_act", default="silu"),
-            sliding_window=int(window) if window else None,
+        bias = f.flag("attention_bias", False)
+        window = None
+        if model_type != "qwen2" or f.flag("use_sliding_window", False):
+            if raw.get("sliding_window") != 0:  # 0 or null: no window
+                window = f.whole("sliding_window", high=LIMITS["max_positions"],
+                                 what=WHAT["sliding_window"], default=None)
+        values.update(
+            n_kv_head=size("n_kv_head", "num_key_value_heads", default=n_head),
+            d_ff=size("d_ff", *keys["d_ff"]), causal=True,
+            norm_eps=f.positive("rms_norm_eps", default=1e-6),
+            rope_theta=_rope_theta(f), qkv_bias=True if model_type == "qwen2" else bias,
+            o_bias=bias and model_type != "qwen2", mlp_bias=f.flag("mlp_bias", False),
+            activation=f.choice("hidden_act", choices=ACTIVATIONS, default="silu"),
+            sliding_window=window,
         )
-        if raw.get("partial_rotary_factor", 1.0) != 1.0:
-            raise ModelLoadError("partial_rotary_factor != 1 is not supported yet")
-    explicit_head_dim = raw.get("head_dim")
-    for key in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "vocab_size", "max_positions"):
-        _check_size(key, values[key])
-    if explicit_head_dim is not None:
-        _check_size("d_head", explicit_head_dim)
-        d_head = int(explicit_head_dim)
-    else:
-        if values["d_model"] % values["n_head"]:
-            raise ModelLoadError(
-                f"hidden size {values['d_model']} is not divisible by {values['n_head']} heads "
-                "and config.json gives no head_dim")
-        d_head = values["d_model"] // values["n_head"]
-    if values["n_head"] % values["n_kv_head"]:
-        raise ModelLoadError(
-            f"{values['n_head']} query heads cannot be grouped over {values['n_kv_head']} KV heads")
+        rotary = raw.get("partial_rotary_factor")
+        if rotary is not None and not is_number(rotary):
+            raise f.error("partial_rotary_factor", "a number", rotary)
+        if rotary is not None and rotary != 1.0:
+            raise ModelLoadError(f"{source}: {f.name('partial_rotary_factor')} = {show(rotary)}: "
+                                 "RoPE on part of each head is not supported yet (only 1.0)")
+    d_head = _head_dim(f, family, values, keys)
+    n_kv_head = values["n_kv_head"]
+    if n_kv_head > n_head or n_head % n_kv_head:
+        heads = f.name(f.pick(*keys["n_head"])[0])
+        raise f.error(f.pick(*keys["n_kv_head"])[0], f"a divisor of {heads} = {n_head} (query heads "
+                      "share key/value heads in equal groups)", n_kv_head)
     return ModelConfig(family=family, model_type=model_type, d_head=d_head, raw=dict(raw), **values)
 
 
-def _check_size(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ModelLoadError(f"config.json: {name} must be a whole number, got {value!r}")
-    if not 1 <= value <= LIMITS[name]:
-        raise ModelLoadError(f"config.json: {name} = {value} is outside 1..{LIMITS[name]}")
+def _head_dim(f: Fields, family: str, values: dict, keys: dict) -> int:
+    """d_head: `head_dim` where the config gives it (Gemma, Qwen3: n_head * d_head != d_model, in the
+    Llama family only), else d_model / n_head, which must divide."""
+    d_model, n_head = values["d_model"], values["n_head"]
+    width_key = f.pick(*keys["d_model"])[0]
+    width, heads = f.name(width_key), f.name(f.pick(*keys["n_head"])[0])
+    d_head = f.whole("head_dim", high=LIMITS["d_head"], what=WHAT["d_head"], default=None)
+    if d_head is None:
+        if d_model % n_head:
+            raise f.error(width_key, f"a multiple of {heads} = {n_head} (there is no "
+                          "head_dim, so each head is hidden size / heads wide)", d_model)
+        d_head = d_model // n_head
+    elif family != "llama" and d_head * n_head != d_model:
+        raise f.error("head_dim", f"{width} / {heads} = {d_model} / {n_head} ({family.upper()}'s "
+                      "attention projections are hidden size wide)", d_head)
+    if family == "llama" and d_head % 2:
+        raise f.error("head_dim" if "head_dim" in f.raw else width_key,
+                      f"an even head width (RoPE rotates the two halves of each head; "
+                      f"here d_head = {d_head})", f.raw.get("head_dim", d_model))
+    return d_head
 
 
 def read_config(folder: Path) -> ModelConfig:
+    """config.json of a checkpoint folder, read and checked (a FIFO or device is refused unopened)."""
     path = Path(folder) / "config.json"
-    if not path.is_file():
+    if not exists(path):
         raise ModelLoadError(f"{folder} has no config.json")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(raw, dict):
-        raise ModelLoadError(f"{path} does not hold a JSON object")
-    return config_from_dict(raw)
+    return config_from_dict(read_json_object(path), source=str(path))

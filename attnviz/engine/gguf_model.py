@@ -26,6 +26,9 @@ from attnviz.engine.config import ModelConfig, config_from_dict
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.tokenizer import TextTokenizer
 from attnviz.engine.families import Layer, Weights, _cat_bias
+from attnviz.engine.validate import (
+    cannot_read, check_finite, exists, file_kind, is_whole, json_kind, regular_file, show,
+)
 from attnviz.engine.weights import check_fits_in_memory
 
 log = logging.getLogger(__name__)
@@ -41,11 +44,14 @@ TOKEN_USER_DEFINED = 4
 
 
 def is_gguf(path: Path) -> bool:
-    """True when the file starts with the GGUF magic (Ollama's blobs have no extension)."""
+    """True when the file starts with the GGUF magic (Ollama's blobs have no extension). Only a
+    regular file is opened: reading a FIFO would block."""
     try:
+        if file_kind(Path(path)) is not None:
+            return False
         with open(path, "rb") as fh:
             return fh.read(4) == GGUF_MAGIC
-    except OSError:
+    except (OSError, ModelLoadError):
         return False
 
 
@@ -63,6 +69,10 @@ class _Reader(GGUFReader):
     plain view skips np.memmap's per-slice bookkeeping, and metadata arrays are read in one pass
     (below): SmolLM2's header, with 98k vocabulary strings, parses in 0.1 s instead of 2.8 s.
     """
+
+    def __init__(self, path, *args, **kwargs):
+        self.path = Path(path)  # for messages: the file a field or tensor comes from
+        super().__init__(path, *args, **kwargs)
 
     @property
     def data(self) -> np.ndarray:
@@ -131,16 +141,22 @@ class _Corrupt(ValueError):
 def open_gguf(path: Path) -> GGUFReader:
     """Parse a GGUF file's header (metadata and tensor table); tensor data stays memory-mapped."""
     path = Path(path)
-    if not path.is_file():
+    if not exists(path):
         raise ModelLoadError(f"no GGUF file at {path}")
-    if not is_gguf(path):
+    regular_file(path)  # a FIFO or device is refused by its kind, unopened
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise cannot_read(path, exc) from exc
+    if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path.name} is not a GGUF file (it does not start with 'GGUF')")
     try:
         return _Reader(path)
     except (ValueError, KeyError, IndexError, OverflowError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{path.name} is truncated or corrupt: {exc}") from exc
     except OSError as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise cannot_read(path, exc) from exc
 
 
 def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
@@ -153,8 +169,16 @@ def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
         raise ModelLoadError(f"GGUF metadata {key} cannot be read: {exc}") from exc
 
 
+def _source(reader: GGUFReader) -> str:
+    path = getattr(reader, "path", None)
+    return path.name if path is not None else "GGUF metadata"
+
+
 def architecture(reader: GGUFReader) -> str:
     arch = _field(reader, "general.architecture")
+    if arch is not None and not isinstance(arch, str):
+        raise ModelLoadError(f"{_source(reader)}: general.architecture is {show(arch)}, expected a "
+                             "string such as 'llama'")
     if not isinstance(arch, str):
         raise ModelLoadError("GGUF metadata has no general.architecture")
     if arch not in ARCHITECTURES:
@@ -168,16 +192,19 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
     arch = architecture(reader)
 
     def meta(key, default=None):
-        return _field(reader, f"{arch}.{key}", default)
+        value = _field(reader, f"{arch}.{key}", default)
+        return value.item() if isinstance(value, np.generic) else value  # NumPy scalar -> Python
 
     n_head = meta("attention.head_count")
     n_vocab = meta("vocab_size")
+    vocab_key = f"{arch}.vocab_size"
     tokens = reader.fields.get("tokenizer.ggml.tokens")
     if n_vocab is None and tokens is not None:
-        n_vocab = len(tokens.data)
+        n_vocab, vocab_key = len(tokens.data), "the length of tokenizer.ggml.tokens"
     if n_vocab is None:  # the embedding table says it
         emb = _tensor_table(reader).get("token_embd.weight")
         n_vocab = int(emb.shape[-1]) if emb is not None else None
+        vocab_key = "the rows of token_embd.weight"
     raw = {
         "model_type": ARCHITECTURES[arch],
         "hidden_size": meta("embedding_length"),
@@ -191,27 +218,43 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         "rope_theta": meta("rope.freq_base", 10000.0),
         "hidden_act": "silu",
     }
-    for key in raw:  # GGUF stores numbers as NumPy scalars
-        if isinstance(raw[key], np.generic):
-            raw[key] = raw[key].item()
+    # the GGUF key each config field came from, so a message names what the file holds
+    names = {"model_type": "general.architecture", "vocab_size": vocab_key,
+             **{hf: f"{arch}.{key}" for hf, key in _GGUF_KEYS.items()}}
     # no output.weight: the output head reuses the token embedding (the calculator counts it once)
     raw["tie_word_embeddings"] = "output.weight" not in _tensor_table(reader)
     key_length = meta("attention.key_length")
     if key_length is not None:
-        raw["head_dim"] = int(key_length)
+        raw["head_dim"] = key_length  # checked by config_from_dict, named by its GGUF key
     scaling = meta("rope.scaling.type")
     if scaling not in (None, "none"):
-        raw["rope_scaling"] = {"rope_type": scaling}
+        raw["rope_scaling"] = {"type": scaling}
     window = meta("attention.sliding_window")
-    if window:
-        raw["sliding_window"] = int(window)
+    if window is not None and window != 0:
+        raw["sliding_window"] = window
         raw["use_sliding_window"] = True
-    cfg = config_from_dict(raw)
+    source = _source(reader)
+    raw = {k: v for k, v in raw.items() if v is not None}  # absent from the file: "is missing"
+    cfg = config_from_dict(raw, source=source, names=names)
     rope_dims = meta("rope.dimension_count")
+    if rope_dims is not None and not is_whole(rope_dims):
+        raise ModelLoadError(f"{source}: {arch}.rope.dimension_count is {show(rope_dims)}, expected "
+                             "a whole number (the head dimensions RoPE rotates)")
     if rope_dims is not None and int(rope_dims) != cfg.d_head:
         raise ModelLoadError(f"RoPE on {rope_dims} of {cfg.d_head} head dimensions (partial rotary) "
                              "is not supported yet")
     return cfg
+
+
+# config.json field -> GGUF key after "<arch>."
+_GGUF_KEYS = {
+    "hidden_size": "embedding_length", "num_attention_heads": "attention.head_count",
+    "num_key_value_heads": "attention.head_count_kv", "num_hidden_layers": "block_count",
+    "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
+    "rms_norm_eps": "attention.layer_norm_rms_epsilon", "rope_theta": "rope.freq_base",
+    "head_dim": "attention.key_length", "rope_scaling": "rope.scaling",
+    "sliding_window": "attention.sliding_window",
+}
 
 
 def _tensor_table(reader: GGUFReader) -> dict:
@@ -227,8 +270,16 @@ class QuantRows:
 
     def __getitem__(self, rows) -> np.ndarray:
         picked = self._data[rows]
-        return np.asarray(dequantize(picked, self._qtype), dtype=np.float32).reshape(
+        out = np.asarray(dequantize(picked, self._qtype), dtype=np.float32).reshape(
             (*np.shape(rows), self.shape[1]) if not isinstance(rows, slice) else (-1, self.shape[1]))
+        # kept quantised, this table is not scanned at load (dequantising all of SmolLM2's took
+        # 0.11 s, a tenth of its load): the rows a run uses are checked as they are dequantised
+        if not np.isfinite(out).all():
+            bad = np.flatnonzero(~np.isfinite(out.reshape(-1, self.shape[1])).all(axis=1))[0]
+            row = np.arange(self.shape[0])[rows].reshape(-1)[bad]
+            raise ModelLoadError(f"tensor {self.name} row {int(row)} (token id {int(row)}) holds "
+                                 "non-finite values, expected finite numbers: the file is damaged")
+        return out
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self[:], dtype=dtype)
@@ -273,13 +324,17 @@ class GGUFTensors:
                                  "package cannot dequantise") from None
         except ValueError as exc:
             raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
-        return np.asarray(out, dtype=np.float32).reshape(shape)
+        out = np.asarray(out, dtype=np.float32).reshape(shape)
+        check_finite(out, name, self.path.name)
+        return out
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A [rows, cols] table kept quantised (F32 stays a memory-mapped view)."""
         t = self._check(name, shape)
         if t.tensor_type == GGMLQuantizationType.F32:
-            return np.asarray(t.data).reshape(shape)
+            table = np.asarray(t.data).reshape(shape)
+            check_finite(table, name, self.path.name)
+            return table
         if t.tensor_type not in _DEQUANTISABLE:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
                                  "package cannot dequantise")
@@ -370,27 +425,56 @@ _PRE_SPLITS = {
 SUPPORTED_PRE = tuple(sorted(_PRE_SPLITS))
 
 
-def gguf_tokenizer(reader: GGUFReader) -> tuple[TextTokenizer | None, str | None]:
+def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
+                   ) -> tuple[TextTokenizer | None, str | None]:
     """The tokenizer that tokenizer.ggml.* describes, or (None, a one-line notice) when attnviz
-    cannot build it (the model then takes typed token ids)."""
+    cannot build it (the model then takes typed token ids). Its arrays are checked (types, one
+    entry per token) and, given the embedding's `n_rows`, every id must pick a row of it."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-    kind = _field(reader, "tokenizer.ggml.model")
-    pre = _field(reader, "tokenizer.ggml.pre", "gpt2")
+    source = _source(reader)
+
+    def typed(key, check, expected, default=None):
+        value = _field(reader, key, default)
+        if value is not None and not check(value):
+            raise ModelLoadError(f"{source}: {key} is {show(value)}, expected {expected}")
+        return value
+
+    def list_of(*kinds):  # set(map(type)): a C loop, 2 ms for 49k tokens
+        return lambda value: isinstance(value, list) and set(map(type, value)) <= set(kinds)
+
+    kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
+    pre = typed("tokenizer.ggml.pre", lambda v: isinstance(v, str), "a string such as 'llama-bpe'",
+                "gpt2")
     if kind != "gpt2":
         return None, (f"this GGUF's tokenizer ({kind or 'none'}) is not supported yet (byte-level BPE "
                       "only): type token ids instead, e.g. 5, 17, 3")
     if pre not in _PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
                       f"{', '.join(SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    merges = _field(reader, "tokenizer.ggml.merges") or []
-    types = _field(reader, "tokenizer.ggml.token_type") or [1] * len(tokens or [])
-    if not tokens or len(types) != len(tokens):
-        return None, "this GGUF's vocabulary is missing or inconsistent: type token ids instead"
+    tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
+    if not tokens:
+        return None, "this GGUF has no vocabulary (tokenizer.ggml.tokens): type token ids instead"
+    merges = typed("tokenizer.ggml.merges", list_of(str), "a list of 'left right' strings") or []
+    types = typed("tokenizer.ggml.token_type",
+                  list_of(int),
+                  "a list of whole numbers, one per token") or [1] * len(tokens)
+    scores = typed("tokenizer.ggml.scores", lambda v: isinstance(v, list), "a list of numbers")
+    for key, values in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
+        if values is not None and len(values) != len(tokens):
+            raise ModelLoadError(f"{source}: {key} has {len(values):,} entries, expected one per "
+                                 f"token of tokenizer.ggml.tokens ({len(tokens):,})")
+    if n_rows is not None and len(tokens) > n_rows:
+        raise ModelLoadError(
+            f"{source}: tokenizer.ggml.tokens has {len(tokens):,} tokens, but the embedding "
+            f"token_embd.weight has {n_rows:,} rows: expected ids 0..{n_rows - 1:,}")
     vocab = {t: i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges if " " in m]
-    tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
+    try:
+        tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
+    except Exception as exc:  # tokenizers raises a bare Exception (a merge of unknown tokens)
+        raise ModelLoadError(f"{source}: tokenizer.ggml.merges cannot be used with "
+                             f"tokenizer.ggml.tokens: {exc}") from exc
     splits = []
     for regex in _PRE_SPLITS[pre]:
         if regex is None:
@@ -407,8 +491,13 @@ def gguf_tokenizer(reader: GGUFReader) -> tuple[TextTokenizer | None, str | None
                             for i in range(len(tokens)) if types[i] == TOKEN_CONTROL])
     tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
                     for i in range(len(tokens)) if types[i] == TOKEN_USER_DEFINED])
-    bos = _field(reader, "tokenizer.ggml.bos_token_id")
-    if _field(reader, "tokenizer.ggml.add_bos_token", False) and bos is not None and 0 <= bos < len(tokens):
+    bos = typed("tokenizer.ggml.bos_token_id", is_whole, "a token id (a whole number)")
+    add_bos = typed("tokenizer.ggml.add_bos_token", lambda v: isinstance(v, (bool, np.bool_)),
+                    "true or false", False)
+    if add_bos and bos is not None and not 0 <= bos < len(tokens):
+        raise ModelLoadError(f"{source}: tokenizer.ggml.bos_token_id is {bos:,}, expected a token id "
+                             f"in 0..{len(tokens) - 1:,} (tokenizer.ggml.add_bos_token is true)")
+    if add_bos and bos is not None:
         name = tokens[int(bos)]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{name} $A", pair=f"{name} $A {name} $B", special_tokens=[(name, int(bos))])
@@ -425,14 +514,16 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None):
     reader = open_gguf(path)
     arch = architecture(reader)
     cfg = gguf_config(reader)
+    tokenizer, notice = gguf_tokenizer(reader, n_rows=cfg.vocab_size)  # checked before the weights
+    if notice:
+        log.info("%s: %s", path.name, notice)
     ts = GGUFTensors(reader, path)
     check_fits_in_memory(_Needs(float32_bytes_needed(cfg, ts)), name or path.name)
     weights = load_llama_gguf(cfg, arch, ts)
-    tokenizer, notice = gguf_tokenizer(reader)
-    if notice:
-        log.info("%s: %s", path.name, notice)
+    file_license = _field(reader, "general.license")
     return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
-                 license=license or _field(reader, "general.license"), notice=notice)
+                 license=license or (file_license if isinstance(file_license, str) else None),
+                 notice=notice)
 
 
 class _Needs:  # what check_fits_in_memory asks of a checkpoint

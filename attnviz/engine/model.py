@@ -16,6 +16,7 @@ from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import LOADERS, KVCache, Weights, forward_attentions
 from attnviz.engine.layers import kv_group
 from attnviz.engine.tokenizer import TextTokenizer
+from attnviz.engine.validate import exists, regular_file
 from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
 
 log = logging.getLogger(__name__)
@@ -169,17 +170,26 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None)
             raise refuse_pickle(path)
         path = path.parent
     if not path.is_dir():
+        if exists(path):
+            regular_file(path)  # names what is there instead: a FIFO, a device, a socket
         raise ModelLoadError(f"no model folder at {path}")
+    # the small files first, each checked whole (validate.py), then the weights
     config = read_config(path)
+    tok_path = path / "tokenizer.json"
+    tokenizer = TextTokenizer(tok_path) if exists(tok_path) else None
+    if tokenizer is None:
+        log.info("%s has no tokenizer.json: only token ids can be run", path)
+    else:
+        tokenizer.check_ids(config.vocab_size)
     ckpt = Checkpoint(path)
     check_fits_in_memory(ckpt, name or path.name)
     weights = LOADERS[config.family](config, ckpt)
-    tok_path = path / "tokenizer.json"
-    tokenizer = TextTokenizer(tok_path) if tok_path.is_file() else None
-    if tokenizer is None:
-        log.info("%s has no tokenizer.json: only token ids can be run", path)
-    return Model(name or path.name, path, config, weights, tokenizer,
-                 license=license or _read_license(path))
+    if not license:
+        try:
+            license = _read_license(path)
+        except OSError as exc:  # the licence line is optional: an unreadable README is no reason
+            log.warning("cannot read %s: %s", path / "README.md", exc)
+    return Model(name or path.name, path, config, weights, tokenizer, license=license)
 
 
 def _read_license(path: Path) -> str | None:

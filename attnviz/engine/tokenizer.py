@@ -8,6 +8,9 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.validate import (
+    MAX_TOKENIZER_BYTES, check_token_ids, parse_json_object, read_text, tokenizer_ids,
+)
 
 
 @dataclass(frozen=True)
@@ -21,12 +24,19 @@ class Encoded:
 
 class TextTokenizer:
     def __init__(self, source: Path | Tokenizer):
-        """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata)."""
+        """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata).
+        A file is checked before `tokenizers` parses it: a regular file, a JSON object, every id a
+        whole number >= 0 (check_ids then holds them against the model's embedding rows)."""
+        self.path: Path | None = None
+        self._ids: list[tuple[str, str, int]] = []  # (field, token, id): what the file can produce
         if isinstance(source, Tokenizer):
             tok = source
         else:
+            self.path = Path(source)
+            text = read_text(self.path, MAX_TOKENIZER_BYTES)
+            self._ids = tokenizer_ids(parse_json_object(text, self.path), self.path)
             try:
-                tok = Tokenizer.from_file(str(source))
+                tok = Tokenizer.from_str(text)
             except Exception as exc:  # tokenizers raises a bare Exception on malformed files
                 raise ModelLoadError(f"cannot read {source}: {exc}") from exc
         # the file's own padding/truncation (MiniLM's pads to 128) would change what the model sees
@@ -36,6 +46,12 @@ class TextTokenizer:
         # WordPiece ("##lip") and word-level token strings read as they are; byte-level BPE ("Ġthe")
         # and SentencePiece ("▁the") strings are decoded to text
         self._readable_tokens = type(tok.model).__name__ in ("WordPiece", "WordLevel")
+
+    def check_ids(self, n_rows: int, rows_from: str = "config.json vocab_size") -> None:
+        """Refuse, at load, a tokenizer.json that can produce an id the embedding has no row for
+        (it would fail with an IndexError at the first run that meets the token)."""
+        if self.path is not None:
+            check_token_ids(self._ids, n_rows, self.path, rows_from)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)

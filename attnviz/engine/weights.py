@@ -15,6 +15,9 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.validate import (
+    cannot_read, check_finite, exists, json_kind, read_json_object, regular_file, show,
+)
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 FLOAT_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
@@ -61,43 +64,68 @@ def bf16_to_f32(u16: np.ndarray) -> np.ndarray:  # raw bfloat16 bits (uint16) ->
 
 
 def weight_files(folder: Path) -> list[Path]:
-    """The safetensors files of a checkpoint folder (single or sharded); refuses pickle-only folders."""
+    """The safetensors files of a checkpoint folder (single or sharded); refuses pickle-only folders.
+    Each is checked to be a regular file before anything opens it (a FIFO would block the load)."""
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelLoadError(f"cannot read {index}: {exc}") from exc
-        files = [folder / name for name in sorted(set(weight_map.values()))]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise ModelLoadError(f"{index.name} names shards that are missing: {', '.join(missing)}")
-        return files
+    if exists(index):
+        return [regular_file(f) for f in shard_files(index)]
     single = folder / "model.safetensors"
-    if single.is_file():
-        return [single]
+    if exists(single):
+        return [regular_file(single)]
     others = sorted(folder.glob("*.safetensors"))
     if others:
-        return others
+        return [regular_file(f) for f in others]
     pickles = sorted(p for p in folder.iterdir() if p.suffix in PICKLE_SUFFIXES)
     if pickles:
         raise refuse_pickle(pickles[0])
     raise ModelLoadError(f"{folder} has no model.safetensors")
 
 
+_MISSING = object()
+
+
+def shard_files(index: Path) -> list[Path]:
+    """The shard files a model.safetensors.index.json names, its weight_map checked: an object of
+    tensor name -> file name in the same folder."""
+    weight_map = read_json_object(index).get("weight_map", _MISSING)
+    if weight_map is _MISSING:
+        raise ModelLoadError(f"{index}: weight_map is missing, expected an object of "
+                             "tensor name -> shard file name")
+    if not isinstance(weight_map, dict):
+        raise ModelLoadError(f"{index}: weight_map is {json_kind(weight_map)}, expected an object of "
+                             "tensor name -> shard file name")
+    if not weight_map:
+        raise ModelLoadError(f"{index}: weight_map is empty, expected tensor name -> shard file name")
+    for tensor, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or shard in (".", "..") or any(
+                sep in shard for sep in ("/", "\\", "\0")):
+            raise ModelLoadError(f"{index}: weight_map[{show(tensor)}] is {show(shard)}, expected "
+                                 "the name of a shard file in the same folder")
+    files = [index.parent / name for name in sorted(set(weight_map.values()))]
+    missing = [f.name for f in files if not exists(f)]
+    if missing:
+        raise ModelLoadError(f"{index.name} names shards that are missing: {', '.join(missing)}")
+    return files
+
+
 class TensorFile:
-    """One safetensors file: names, shapes and float32 views of its tensors."""
+    """One safetensors file: names, dtypes, shapes and float32 views of its tensors."""
 
     def __init__(self, path: Path):
-        self.path = path
+        self.path = regular_file(path)
+        try:  # read here first, so a file that cannot be opened says why (permission...)
+            with open(path, "rb") as fh:
+                head = fh.read(8)
+                (n_header,) = struct.unpack("<Q", head) if len(head) == 8 else (None,)
+                header_bytes = fh.read(n_header) if n_header is not None and n_header < 1 << 27 else b""
+        except OSError as exc:
+            raise cannot_read(path, exc) from exc
         try:
             with safe_open(str(path), framework="numpy") as handle:  # validates the whole layout
                 names = list(handle.keys())
+            header = json.loads(header_bytes)
         except (SafetensorError, OSError, ValueError) as exc:
             raise ModelLoadError(f"{path.name} is truncated or is not a safetensors file ({exc})") from exc
-        with open(path, "rb") as fh:
-            (n_header,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n_header))
         header.pop("__metadata__", None)
         self._data_start = 8 + n_header
         self._header = {k: header[k] for k in names}
@@ -106,8 +134,11 @@ class TensorFile:
     def names(self) -> list[str]:
         return list(self._header)
 
+    def dtype(self, name: str) -> str:
+        return self._header[name]["dtype"]
+
     def is_float(self, name: str) -> bool:
-        return self._header[name]["dtype"] in FLOAT_DTYPES
+        return self.dtype(name) in FLOAT_DTYPES
 
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._header[name]["shape"])
@@ -117,7 +148,8 @@ class TensorFile:
         info = self._header[name]
         dtype = FLOAT_DTYPES.get(info["dtype"])
         if dtype is None:
-            raise ModelLoadError(f"{self.path.name}: tensor {name} has dtype {info['dtype']}, not a float")
+            raise ModelLoadError(f"{self.path.name}: tensor {name} is stored as {info['dtype']}, "
+                                 f"expected a float type ({', '.join(FLOAT_DTYPES)})")
         begin, end = info["data_offsets"]
         raw = self._mmap[self._data_start + begin:self._data_start + end].view(dtype)
         raw = raw.reshape(info["shape"])
@@ -127,28 +159,35 @@ class TensorFile:
 
 
 class Checkpoint:
-    """All float tensors of a folder's safetensors files, by name (non-float buffers are skipped)."""
+    """The tensors of a folder's safetensors files, by name. Buffers that are not floats (int64
+    position_ids) are listed but never loaded: asking for one says its dtype."""
 
     def __init__(self, folder: Path):
         self.files = [TensorFile(p) for p in weight_files(folder)]
         self._where: dict[str, TensorFile] = {}
         for tf in self.files:
             for name in tf.names():
-                if tf.is_float(name):  # skips int64 position_ids and similar buffers
-                    self._where[name] = tf
+                other = self._where.get(name)
+                if other is not None:
+                    raise ModelLoadError(f"tensor {name} is in both {other.path.name} and "
+                                         f"{tf.path.name}, expected in one file")
+                self._where[name] = tf
 
     def names(self) -> list[str]:
-        return list(self._where)
+        """The float tensors' names."""
+        return [n for n, tf in self._where.items() if tf.is_float(n)]
 
     def float32_bytes(self) -> int:
         """Bytes the float tensors take once converted to float32."""
-        return sum(4 * int(np.prod(tf.shape(n), dtype=np.int64)) for n, tf in self._where.items())
+        return sum(4 * int(np.prod(tf.shape(n), dtype=np.int64))
+                   for n, tf in self._where.items() if tf.is_float(n))
 
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
     def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """Float32 tensor `name`, checked against the shape the config implies."""
+        """Float32 tensor `name`, checked against the shape the config implies, its dtype (a float)
+        and its values (finite: a NaN or Inf would turn every pattern after it into NaN)."""
         tf = self._where.get(name)
         if tf is None:
             raise ModelLoadError(f"checkpoint has no tensor {name!r}")
@@ -156,4 +195,6 @@ class Checkpoint:
         if got != tuple(shape):
             raise ModelLoadError(
                 f"tensor {name} has shape {list(got)}, but config.json implies {list(shape)}")
-        return tf.get(name)
+        arr = tf.get(name)
+        check_finite(arr, name, tf.path.name)
+        return arr
