@@ -7,6 +7,7 @@ import importlib
 import logging
 import os
 import sys
+import traceback
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
 COMMAND_MODULES = (
@@ -39,8 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnviz",
         description="See multi-head attention. With no command, opens the desktop window.",
     )
-    parser.add_argument("--model", help="model to open in the window (name or folder)")
-    parser.add_argument("--text", help="sentence to open the window with")
+    parser.add_argument("--model", dest="window_model",
+                        help="model to open in the window (name, folder or .gguf file)")
+    parser.add_argument("--text", dest="window_text", help="sentence to open the window with")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
@@ -54,28 +56,69 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: object) -> str:
+    """A message as one line: a multi-line exception text would read as several errors."""
+    text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+    return text or type(message).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done; 2 misuse or an input or file attnviz refuses (one line on stderr);
+    1 an internal error (one line; -v logs the traceback); 130 interrupted; 141 output pipe closed."""
     from attnviz.engine.errors import AttnvizError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if args.command is None:
-        reason = no_display_reason()
-        if reason:
-            print(f"attnviz: error: {reason}", file=sys.stderr)
-            return 2
-        from attnviz.ui.app import run_app
-
-        return run_app(model=args.model, text=args.text)
+    prog = "attnviz" if args.command is None else f"attnviz {args.command}"
+    if args.command is not None:
+        given = [f for f, v in (("--model", args.window_model), ("--text", args.window_text))
+                 if v is not None]
+        if given:  # argparse would let the command's own defaults silently win
+            parser.error(f"{' and '.join(given)} before the command open{'s' if len(given) == 1 else ''} "
+                         f"the window; put {'it' if len(given) == 1 else 'them'} after it: "
+                         f"attnviz {args.command} {given[0]} ...")
     try:
-        return int(args.func(args) or 0)
+        if args.command is None:
+            return open_window(args)
+        import numpy as np
+
+        # a broken model's overflow warnings would add lines: the engine refuses its NaN itself
+        with np.errstate(all="warn" if args.verbose else "ignore"):
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (AttnvizError, ValueError, OSError) as exc:
-        print(f"attnviz {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug: still one line, the traceback only on request
+        if args.verbose:
+            traceback.print_exc()
+        hint = "" if args.verbose else " (rerun with -v for the traceback)"
+        print(f"{prog}: internal error: {type(exc).__name__}: {one_line(exc)}{hint}", file=sys.stderr)
+        return 1
+
+
+def open_window(args) -> int:
+    """The launcher: its own arguments are checked before any window opens."""
+    from attnviz.engine.model import clean_text
+    from attnviz.engine.registry import resolve
+
+    text = None
+    if args.window_text is not None:
+        text, notice = clean_text(args.window_text)  # Qt would drop lone surrogates silently
+        if notice:
+            print(f"attnviz: note: --text: {notice}", file=sys.stderr)
+    if args.window_model is not None:
+        resolve(args.window_model)  # an unknown name or a pickle file: one line, no window
+    reason = no_display_reason()
+    if reason:
+        print(f"attnviz: error: {reason}", file=sys.stderr)
+        return 2
+    from attnviz.ui.app import run_app
+
+    return run_app(model=args.window_model, text=text)

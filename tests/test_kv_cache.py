@@ -8,7 +8,7 @@ import threading
 import numpy as np
 import pytest
 
-from attnviz.engine import load_model
+from attnviz.engine import InputError, load_model
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from conftest import FIXTURES
 from tiny import tiny_llama
@@ -89,6 +89,10 @@ def test_edits_match_full_recompute(folders, name, seed):
     cfg = model.config
     prev: list[int] = []
     for ids in edits(min(cfg.vocab_size, 48), min(cfg.max_positions, 40), seed):
+        if not ids:  # everything deleted: refused (nothing to show), the cache left as it was
+            with pytest.raises(InputError, match="no token ids"):
+                model.run(ids=ids)
+            continue
         got = model.run(ids=ids)
         want = fresh.run(ids=ids, use_cache=False)
         T = len(ids)

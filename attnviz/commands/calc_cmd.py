@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch", type=int, metavar="N", help="sequences (default 1)")
     p.add_argument("--kv-dtype", choices=list(KV_DTYPE_BITS), help="cache dtype (default fp16)")
     p.add_argument("--sliding-window", type=int, metavar="N", help="tokens a windowed layer keeps")
-    p.add_argument("--sliding-window-layers", metavar="SPEC",
+    p.add_argument("--sliding-window-layers", metavar="SPEC", type=window_layers_spec,
                    help="layers with the window: all (default), even, odd, or indices 0,2,4")
     p.add_argument("--kv-lora-rank", type=int, metavar="N", help="MLA: compressed KV width")
     p.add_argument("--qk-rope-head-dim", type=int, metavar="N", help="MLA: shared RoPE key width")
@@ -100,18 +100,48 @@ def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
     return inputs, preset
 
 
+def window_layers_spec(text: str) -> str:
+    """An argparse `type` for --sliding-window-layers: all, even, odd or indices "0,2,4"."""
+    if text in ("all", "even", "odd"):
+        return text
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"expected all, even, odd or layer indices such as 0,2,4; "
+                                         f"got {text!r}")
+    return ",".join(parts)
+
+
+MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; anything this big is not one
+
+
 def _read_config(path: Path) -> CalcInputs:
     if path.is_dir():
         path = path / "config.json"
+    if not path.exists():
+        raise CalcError(f"cannot read {path}: there is no such file")
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise CalcError(f"cannot read {path}: not a regular file")
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CalcError(f"cannot read {path}: {path.stat().st_size:,} bytes is too big for a "
+                            "config.json")
         raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CalcError(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError:
+        raise CalcError(f"cannot read {path}: not UTF-8 text, so not a config.json") from None
+    except json.JSONDecodeError as exc:
+        raise CalcError(f"cannot read {path}: not JSON ({exc})") from None
+    except OSError as exc:
+        raise CalcError(f"cannot read {path}: {exc.strerror or exc}") from None
     return calc_inputs_from_config(raw)
 
 
 def cmd_calc(args) -> int:
     if args.list_presets:
+        others = [f"--{flag.replace('_', '-')}" for flag in (*_FIELDS, "preset", "config", "arch",
+                                                            "kv_lora_rank", "qk_rope_head_dim")
+                  if getattr(args, flag) is not None]
+        if others:
+            raise CalcError(f"--list-presets takes no other flags but --json (got {', '.join(others)})")
         return list_presets(args.json)
     inputs, preset = inputs_from_args(args)
     result = calculate(inputs)

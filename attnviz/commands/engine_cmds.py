@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from attnviz.commands.checks import check_out, parse_ids, show_notice
 from attnviz.engine import DEFAULT_MODEL, find_models, load_model
-from attnviz.engine.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
-    p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
-    p.add_argument("--out", required=True, help="output .npz file")
+    p.add_argument("--truncate", action="store_true",
+                   help="cut text or ids longer than the model's positions")
+    p.add_argument("--out", required=True, help="output .npz file (its folder must exist)")
     p.set_defaults(func=cmd_attention)
 
 
@@ -55,21 +56,13 @@ def cmd_models(args) -> int:
     return 0
 
 
-def parse_ids(text: str) -> list[int]:
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise InputError(f"--ids must be comma-separated integers, got {text!r}") from None
-
-
 def cmd_attention(args) -> int:
-    out = Path(args.out)
-    if out.suffix != ".npz":
-        raise InputError(f"--out must end in .npz, got {out.name}")
+    out = check_out(args.out, (".npz",))
+    ids = parse_ids(args.ids) if args.ids is not None else None  # checked before loading
     model = load_model(args.model)
-    result = (model.run(ids=parse_ids(args.ids)) if args.ids is not None
+    result = (model.run(ids=ids, truncate=args.truncate) if ids is not None
               else model.run(args.text, truncate=args.truncate))
+    show_notice("attention", result)
     write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
                      attentions=result.attentions, kv_group=result.kv_group)
     print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}")

@@ -7,8 +7,12 @@ import argparse
 import os
 from pathlib import Path
 
+from attnviz.commands.checks import check_out, non_negative, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.errors import InputError
+
+DEFAULT_WIDTH = 2400  # attnviz.ui.export.DEFAULT_WIDTH, without importing Qt to print --help
+OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,12 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "with neither: all layers. Images get a .json sidecar next to them.")
     p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
     p.add_argument("--text", default=DEFAULT_TEXT, help="text to run (default: %(default)r)")
-    p.add_argument("--layer", type=int, help="layer index (0-based)")
-    p.add_argument("--head", type=int, help="head index (0-based); needs --layer")
-    p.add_argument("--width", type=int, default=2400, help="image width in pixels (default: %(default)s)")
-    p.add_argument("--colormap", default="viridis", help="pyqtgraph colormap name (default: %(default)s)")
-    p.add_argument("--scale", choices=("shared", "per-head"), default="shared",
-                   help="one colour scale for all exported heads, or one per head")
+    p.add_argument("--layer", type=non_negative, metavar="N", help="layer index (0-based)")
+    p.add_argument("--head", type=non_negative, metavar="N", help="head index (0-based); needs --layer")
+    p.add_argument("--width", type=int, metavar="PX",
+                   help=f"image width in pixels, 300..12000 (default: {DEFAULT_WIDTH}); images only")
+    p.add_argument("--colormap", help="pyqtgraph colormap name (default: viridis); images only")
+    p.add_argument("--scale", choices=("shared", "per-head"),
+                   help="one colour scale for all exported heads (default), or one per head; "
+                        "images only")
     p.add_argument("--hide-first", action="store_true",
                    help="hide the first-token column and renormalise each row")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
@@ -39,7 +45,23 @@ def cmd_export(args) -> int:
     if args.head is not None and args.layer is None:
         raise InputError("--head needs --layer (which layer's head?)")
     scope = "all" if args.layer is None else ("layer" if args.head is None else "head")
+    check_out(args.out, OUT_SUFFIXES)
     fmt = format_of(args.out)
+    if fmt in IMAGE_FORMATS:  # image options checked before the model loads
+        from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, lookup_table
+
+        width = DEFAULT_WIDTH if args.width is None else args.width
+        if not MIN_WIDTH <= width <= MAX_WIDTH:
+            raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
+        colormap = args.colormap or "viridis"
+        lookup_table(colormap)  # an unknown name raises ExportError with the known ones
+    else:
+        given = [f for f, v in (("--width", args.width), ("--colormap", args.colormap),
+                                ("--scale", args.scale)) if v is not None]
+        if given:
+            raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only to "
+                             f".png and .svg images, not .{fmt}")
+        width, colormap = DEFAULT_WIDTH, "viridis"
     model = load_model(args.model)
     cfg = model.config
     if args.layer is not None and not 0 <= args.layer < cfg.n_layer:
@@ -49,8 +71,10 @@ def cmd_export(args) -> int:
         raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
                          f"heads per layer (0..{cfg.n_head - 1})")
     result = model.run(args.text, truncate=args.truncate)
+    show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
-                     colormap=args.colormap, scale_mode=args.scale, hide_first=args.hide_first)
+                     colormap=colormap, scale_mode=args.scale or "shared",
+                     hide_first=args.hide_first)
     if fmt in IMAGE_FORMATS:
         # rendering needs Qt, but no display: the offscreen platform draws into memory
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -59,7 +83,7 @@ def cmd_export(args) -> int:
         from attnviz.ui.export import export_view
 
         app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
-        written = export_view(view, args.out, fmt=fmt, width=args.width)
+        written = export_view(view, args.out, fmt=fmt, width=width)
     else:  # numbers need no Qt at all
         write_atomic([(args.out, number_bytes(view, fmt))])
         written = [Path(args.out)]

@@ -7,9 +7,11 @@ import json
 
 import numpy as np
 
+from attnviz.commands.checks import at_least, non_negative, positive, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
 from attnviz.engine import heads as H
 from attnviz.engine import textbook
+from attnviz.engine.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,9 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--probe", action="store_true",
                      help="score a random token sequence repeated twice (duplicate and induction "
                           "heads show up whatever the text)")
-    p.add_argument("--probe-length", type=int, default=H.PROBE_LENGTH,
-                   help="random tokens before the repeat (default: %(default)s; cut to fit)")
-    p.add_argument("--seed", type=int, default=H.PROBE_SEED, help="probe seed (default: %(default)s)")
+    p.add_argument("--probe-length", type=at_least(2), metavar="N",
+                   help=f"random tokens before the repeat, at least 2 (default: {H.PROBE_LENGTH}; "
+                        "cut to fit)")
+    p.add_argument("--seed", type=non_negative, metavar="N",
+                   help=f"probe seed, >= 0 (default: {H.PROBE_SEED})")
     p.add_argument("--exclude-bos", action="store_true",
                    help="zero the first-token column before scoring (TransformerLens exclude_bos)")
     p.add_argument("--exclude-current", action="store_true",
@@ -44,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="query token, as shown (e.g. are), or TOKEN@POSITION when it occurs twice")
     p.add_argument("--to", dest="to_token", required=True, metavar="TOKEN",
                    help="key token, as shown (e.g. keys), or TOKEN@POSITION (e.g. the@4)")
-    p.add_argument("--top", type=int, default=0, help="print only the first N heads (default: all)")
+    p.add_argument("--top", type=positive, metavar="N", help="print only the first N heads (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_find)
 
@@ -66,20 +70,31 @@ def heads_report(model, hs, source):
 
 
 def cmd_heads(args) -> int:
+    if args.probe and args.truncate:
+        raise InputError("--truncate applies to --text (the probe is always cut to fit)")
+    if not args.probe:
+        given = [f for f, v in (("--probe-length", args.probe_length), ("--seed", args.seed))
+                 if v is not None]
+        if given:
+            raise InputError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only "
+                             "with --probe")
     model = load_model(args.model)
     if args.probe:
-        result, note = H.run_probe(model, n=args.probe_length, seed=args.seed)
-        source = {"probe": note, "seed": args.seed, "text": None}
+        seed = H.PROBE_SEED if args.seed is None else args.seed
+        n = H.PROBE_LENGTH if args.probe_length is None else args.probe_length
+        result, note = H.run_probe(model, n=n, seed=seed)
+        source = {"probe": note, "seed": seed, "text": None}
     else:
         result = model.run(args.text, truncate=args.truncate)
-        source = {"probe": None, "text": args.text}
+        show_notice("heads", result)
+        source = {"probe": None, "text": result.text}
     hs = H.score_result(result, exclude_bos=args.exclude_bos,
                         exclude_current_token=args.exclude_current)
     if args.json:
         print(json.dumps(heads_report(model, hs, source)))
         return 0
     c = model.config
-    what = source["probe"] if args.probe else f"text {args.text!r}"
+    what = source["probe"] if args.probe else f"text {result.text!r}"
     print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads, {result.n_tokens} tokens; {what}")
     opts = [o for o, on in (("exclude first token", args.exclude_bos),
                             ("exclude current token", args.exclude_current)) if on]
@@ -121,13 +136,14 @@ def cmd_heads(args) -> int:
 def cmd_find(args) -> int:
     model = load_model(args.model)
     result = model.run(args.text, truncate=args.truncate)
+    show_notice("find", result)
     q = H.resolve_token(result, args.from_token)
     k = H.resolve_token(result, args.to_token)
     hits = H.find(result, q, k)
-    if args.top > 0:
+    if args.top is not None:
         hits = hits[: args.top]
     if args.json:
-        doc = {"model": model.name, "text": args.text, "tokens": result.labels,
+        doc = {"model": model.name, "text": result.text, "tokens": result.labels,
                "from": {"token": result.labels[q], "position": q},
                "to": {"token": result.labels[k], "position": k},
                "heads": [h._asdict() for h in hits]}

@@ -37,6 +37,7 @@ class RunResult:
     cache_reused: int = 0  # tokens whose rows came from the KV cache
     cache_computed: int = 0  # tokens computed this run (T for a full run)
     cache_bytes: int = 0  # bytes of K and V the model holds after this run (0: it keeps no cache)
+    notice: str | None = None  # one line for the user about what was changed in the text, if anything
 
     @property
     def n_tokens(self) -> int:
@@ -78,11 +79,19 @@ class Model:
             use_cache: bool = True) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
+        Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
+        result.notice says so); anything but a str is an InputError. So is an empty id list, or a
+        text that gives no tokens (an empty text on a model that adds no special tokens): a result
+        always has at least one token.
+
         A causal model reuses the tokens shared with its previous run (the KV cache); with
         use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes)."""
         t0 = time.perf_counter()
-        if (text is None) == (ids is None):
-            raise InputError("give either text or ids, not both")
+        if text is None and ids is None:
+            raise InputError("give text or ids to run")
+        if text is not None and ids is not None:
+            raise InputError("give text or ids, not both")
+        notice = None
         if ids is not None:
             ids = self._check_ids(ids)
             text = ""
@@ -91,18 +100,30 @@ class Model:
             else:
                 tokens = labels = [str(i) for i in ids]
             offsets = [(0, 0)] * len(ids)
+            special = [False] * len(ids)
         else:
+            text, notice = clean_text(text)
             if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
                 typed = parse_typed_ids(text)
-                if typed is None:
+                if not typed:  # not ids, or nothing typed
                     raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
                 result = self.run(ids=typed, truncate=truncate, use_cache=use_cache)
-                return replace(result, text=text, compute_s=time.perf_counter() - t0)
+                return replace(result, text=text, notice=notice, compute_s=time.perf_counter() - t0)
             enc = self.tokenizer.encode(text)
             ids = np.asarray(enc.ids, dtype=np.int64)
             tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
             special = enc.special
+            if ids.size == 0:
+                raise InputError("nothing to run: the text gives no tokens" +
+                                 ("; type something" if not text.strip() else
+                                  f" ({self.name}'s tokenizer drops all of it)"))
+            if ids.max() >= self.config.vocab_size:  # a tokenizer.json that is not this model's
+                i = int(np.argmax(ids >= self.config.vocab_size))
+                raise ModelLoadError(
+                    f"{self.name}: the tokenizer gives token id {int(ids[i])} ({tokens[i]!r}), but "
+                    f"the model has {self.config.vocab_size} embedding rows "
+                    f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         n_full = len(ids)
         limit = self.config.max_positions
         truncated = False
@@ -112,17 +133,29 @@ class Model:
                                  f"{limit} positions: shorten the text or truncate it "
                                  "(--truncate, run(..., truncate=True))")
             keep = list(range(limit))
-            if text and special[-1]:  # keep the closing special token ([SEP])
+            if special[-1] and limit > 1:  # keep the closing special token ([SEP])
                 keep[-1] = n_full - 1
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
             truncated = True
         attentions, reused, held = self._forward(ids, use_cache)
+        self._check_finite(attentions)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
-                         cache_computed=len(ids) - reused, cache_bytes=held)
+                         cache_computed=len(ids) - reused, cache_bytes=held, notice=notice)
+
+    def _check_finite(self, attentions: np.ndarray) -> None:
+        """A broken model (a NaN, inf or huge weight; a norm epsilon <= 0) gives NaN patterns: refuse
+        them, naming the first layer, rather than let a NaN reach a heatmap or a file."""
+        per_layer = attentions.sum(axis=(1, 2, 3), dtype=np.float64)  # NaN/inf survive the sum
+        bad = np.flatnonzero(~np.isfinite(per_layer))
+        if bad.size:
+            raise ModelLoadError(
+                f"{self.name}: layer {int(bad[0])} gives non-finite attention weights (NaN or inf) "
+                f"for this input; the model's weights or config.json are broken (a NaN, inf or "
+                f"huge weight, or a norm epsilon <= 0)")
 
     def _forward(self, ids: np.ndarray, use_cache: bool) -> tuple[np.ndarray, int, int]:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held)."""
@@ -138,27 +171,65 @@ class Model:
                 self._cache_lock.release()
         return forward_attentions(self.config, self.weights, ids), 0, self._cache.nbytes
 
-    def _check_ids(self, ids) -> np.ndarray:
+    def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
+        V = self.config.vocab_size
+        if isinstance(ids, (str, bytes, bytearray)) or getattr(ids, "ndim", 1) != 1:
+            raise InputError(f"ids must be a flat list of integers, got {_short(ids)}")
+        if isinstance(ids, np.ndarray) and ids.size and np.issubdtype(ids.dtype, np.integer):
+            bad = np.flatnonzero((ids < 0) | (ids >= V))  # an integer array: checked at once
+            if bad.size:
+                raise InputError(f"token id {int(ids[bad[0]])} at position {int(bad[0])} is outside "
+                                 f"this model's vocabulary 0..{V - 1}")
+            return ids.astype(np.int64)
         try:
-            arr = np.asarray(list(ids))
-        except TypeError as exc:
-            raise InputError(f"ids must be a list of integers: {exc}") from exc
-        if arr.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
-            raise InputError(f"ids must be a flat list of integers, got {ids!r}")
-        bad = arr[(arr < 0) | (arr >= self.config.vocab_size)]
-        if bad.size:
-            raise InputError(f"token id {int(bad[0])} is outside this model's vocabulary "
-                             f"0..{self.config.vocab_size - 1}")
-        return arr.astype(np.int64)
+            items = list(ids)
+        except TypeError:
+            raise InputError(f"ids must be a list of integers, got {_short(ids)}") from None
+        if not items:
+            raise InputError("no token ids given: give at least one, e.g. 5, 17, 3")
+        for pos, x in enumerate(items):
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+                raise InputError(f"ids must be integers: position {pos} holds {_short(x)}")
+            if not 0 <= x < V:
+                raise InputError(f"token id {int(x)} at position {pos} is outside this model's "
+                                 f"vocabulary 0..{V - 1}")
+        return np.array(items, dtype=np.int64)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TYPED_ID = re.compile(r"[+-]?[0-9]+")
+
+
+def _short(value, n: int = 60) -> str:
+    """`value` for a message: its type and a repr cut to n characters."""
+    r = repr(value)
+    return f"{type(value).__name__} {r if len(r) <= n else r[:n] + '...'}"
+
+
+def clean_text(text) -> tuple[str, str | None]:
+    """Text as a tokenizer can take it, and a one-line notice when something had to change.
+
+    Lone surrogates (U+D800..U+DFFF: a clipboard can carry them, and Python decodes bytes that are
+    not UTF-8 in argv to them) are not characters; the tokenizer refuses them. Each becomes U+FFFD,
+    one for one, so character offsets still index the caller's text. Anything but a str is refused."""
+    if not isinstance(text, str):
+        hint = "; decode it first" if isinstance(text, (bytes, bytearray)) else ""
+        raise InputError(f"text must be a str, got {_short(text)}{hint}")
+    text, n = _SURROGATE.subn("\ufffd", text)
+    if not n:
+        return text, None
+    return text, (f"{n} lone surrogate{'s' if n > 1 else ''} (U+D800..U+DFFF, not characters) "
+                  f"replaced by U+FFFD \ufffd")
 
 
 def parse_typed_ids(text: str) -> list[int] | None:
     """Token ids typed as text ("5, 17 3"), or None when the text is not only integers."""
     parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
-    if not all(p.isdigit() for p in parts):
+    if not all(_TYPED_ID.fullmatch(p) for p in parts):  # ASCII digits only: int() takes "٣" too
         return None
+    for p in parts:
+        if len(p) > 20:  # int() refuses thousands of digits; no vocabulary is this big
+            raise InputError(f"token id {p[:20]}... is too large to be a token id")
     return [int(p) for p in parts]
 
 
