@@ -97,6 +97,13 @@ MISUSE = [
     ("probe-options-without-probe", ["heads", *TB, "--text", "a", "--probe-length", "5", "--seed", "3"],
      r"--probe-length and --seed apply only with --probe"),
     ("truncate-with-probe", ["heads", *TB, "--probe", "--truncate"], r"--truncate applies to --text"),
+    ("probe-unknown-kind", ["heads", *TB, "--probe", "semantic"], r"argument --probe: invalid choice: 'semantic'"),
+    ("probe-length-with-template", ["heads", *TB, "--probe", "syntactic", "--probe-length", "5"],
+     r"--probe-length applies to --probe repeat"),
+    ("template-probe-exclusions", ["heads", *TB, "--probe", "coreference", "--exclude-bos"],
+     r"apply to role scores, not to the coreference probe"),
+    ("template-probe-unknown-words", ["heads", *TB, "--probe", "coreference"],
+     r"too few coreference items are single, known tokens"),
     ("heads-text-too-long", ["heads", *TB, "--text", "the " * 70], r"longer than this model's 64"),
     ("heads-model-pickle", ["heads", "--model", "{tmp}/pytorch_model.bin", "--probe"], r"pickle"),
     # -- find

@@ -10,6 +10,7 @@ import numpy as np
 from attnviz.commands.checks import at_least, non_negative, positive, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
 from attnviz.engine import heads as H
+from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.errors import InputError
 
@@ -23,12 +24,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to score (the model's special tokens are added)")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
-    src.add_argument("--probe", action="store_true",
-                     help="score a random token sequence repeated twice (duplicate and induction "
-                          "heads show up whatever the text)")
+    src.add_argument("--probe", nargs="?", const="repeat", choices=PROBES, metavar="KIND",
+                     help="score a probe instead of a text: repeat (the default: a random token "
+                          "sequence repeated twice; duplicate and induction heads show up whatever "
+                          "the text), syntactic (subject-verb agreement with an attractor noun) or "
+                          f"coreference (pronoun -> antecedent), {P.N_ITEMS} template sentences each")
     p.add_argument("--probe-length", type=at_least(2), metavar="N",
                    help=f"random tokens before the repeat, at least 2 (default: {H.PROBE_LENGTH}; "
-                        "cut to fit)")
+                        "cut to fit); --probe repeat only")
     p.add_argument("--seed", type=non_negative, metavar="N",
                    help=f"probe seed, >= 0 (default: {H.PROBE_SEED})")
     p.add_argument("--exclude-bos", action="store_true",
@@ -53,6 +56,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_find)
 
 
+# --probe KIND -> the probe; syntactic is the subject-verb agreement probe
+PROBES = ("repeat", "syntactic", "agreement", "coreference")
+TEMPLATE_KIND = {"syntactic": "agreement", "agreement": "agreement", "coreference": "coreference"}
+
+
 def _fmt(v):
     return "   nan" if np.isnan(v) else f"{v:6.3f}"
 
@@ -61,7 +69,11 @@ def heads_report(model, hs, source):
     """The `heads` JSON document."""
     doc = {"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
            "causal": bool(model.config.causal), **source, **hs.to_json()}
-    doc["best"] = {name: dict(zip(("layer", "head", "score"), hs.best(name))) for name in H.ROLES}
+    doc["best"] = {}
+    for name in H.ROLES:  # the strongest head by the number labels are tested on
+        l, h, strength = hs.best_strength(name)
+        doc["best"][name] = {"layer": l, "head": h, "strength": strength,
+                             "score": float(hs.scores[name][l, h]), "chance": float(hs.chance[name][l, h])}
     doc["no_head_clears"] = hs.unclaimed_roles()
     if model.name == textbook.TEXTBOOK_NAME:
         doc["construction"] = [[textbook.describe_head(l, h) for h in range(model.config.n_head)]
@@ -72,6 +84,8 @@ def heads_report(model, hs, source):
 def cmd_heads(args) -> int:
     if args.probe and args.truncate:
         raise InputError("--truncate applies to --text (the probe is always cut to fit)")
+    if args.probe in TEMPLATE_KIND:
+        return _template_probe(args, TEMPLATE_KIND[args.probe])
     if not args.probe:
         given = [f for f, v in (("--probe-length", args.probe_length), ("--seed", args.seed))
                  if v is not None]
@@ -89,7 +103,8 @@ def cmd_heads(args) -> int:
         show_notice("heads", result)
         source = {"probe": None, "text": result.text}
     hs = H.score_result(result, exclude_bos=args.exclude_bos,
-                        exclude_current_token=args.exclude_current)
+                        exclude_current_token=args.exclude_current,
+                        unknown_ids=H.unknown_token_ids(model))
     if args.json:
         print(json.dumps(heads_report(model, hs, source)))
         return 0
@@ -100,6 +115,8 @@ def cmd_heads(args) -> int:
                             ("exclude current token", args.exclude_current)) if on]
     if opts:
         print("options: " + ", ".join(opts))
+    if hs.notice:
+        print(f"note: {hs.notice}.")
     print()
     names = list(H.SCORE_NAMES)
     print("layer head  label      " + " ".join(f"{n[:9]:>9}" for n in names))
@@ -109,18 +126,26 @@ def cmd_heads(args) -> int:
             print(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} {vals}")
     print()
     for role in H.ROLES:
+        # the number printed is the number tested: strength (score / coverage), beside the score
+        # and the head's chance score, which a label must beat by CHANCE_MARGIN
         cleared = hs.cleared(role)
-        l, h, best = hs.best(role)
+        l, h, strength = hs.best_strength(role)
+        figures = (f"strength {strength:.3f} at L{l}H{h} (score {hs.scores[role][l, h]:.3f}, "
+                   f"chance {hs.chance[role][l, h]:.3f})")
+        bar = f"{H.THRESHOLDS[role]:g} and chance + {H.CHANCE_MARGIN:g}"
         if cleared:
             heads = ", ".join(f"L{cl}H{ch}" for cl, ch, _ in cleared[:8])
             more = f" (+{len(cleared) - 8} more)" if len(cleared) > 8 else ""
-            print(f"{H.TITLES[role]}: {len(cleared)} head(s) clear {H.THRESHOLDS[role]:g}: "
-                  f"{heads}{more}; best score {best:.3f} at L{l}H{h}")
+            cl, ch, cs = cleared[0]
+            print(f"{H.TITLES[role]}: {len(cleared)} head(s) clear {bar}: {heads}{more}; "
+                  f"strongest: strength {cs:.3f} at L{cl}H{ch} (score {hs.scores[role][cl, ch]:.3f}, "
+                  f"chance {hs.chance[role][cl, ch]:.3f})")
         elif role == "next" and c.causal:
             print(f"{H.TITLES[role]}: none (a causal model cannot attend ahead)")
+        elif role in H.IDENTITY_ROLES and hs.notice:
+            print(f"{H.TITLES[role]}: not labelled (too many unknown tokens)")
         else:
-            print(f"{H.TITLES[role]}: no head clears {H.THRESHOLDS[role]:g} "
-                  f"(best score {best:.3f} at L{l}H{h})")
+            print(f"{H.TITLES[role]}: no head clears {bar} ({figures})")
     if model.name == textbook.TEXTBOOK_NAME:
         print("\nHow the textbook heads were built:")
         for l in range(c.n_layer):
@@ -130,6 +155,48 @@ def cmd_heads(args) -> int:
     for name in names:
         print(f"  {name}: {H.DEFINITIONS[name]}")
     print(f"  {H.LABEL_RULE}")
+    print(f"  {H.CHANCE_RULE}")
+    return 0
+
+
+def _template_probe(args, kind) -> int:
+    if args.probe_length is not None:
+        raise InputError(f"--probe-length applies to --probe repeat; the {kind} probe has "
+                         f"{P.N_ITEMS} template sentences")
+    if args.exclude_bos or args.exclude_current:
+        raise InputError("--exclude-bos and --exclude-current apply to role scores, not to the "
+                         f"{kind} probe")
+    model = load_model(args.model)
+    seed = P.SEED if args.seed is None else args.seed
+    ts = P.run_template_probe(model, kind, seed=seed)
+    if args.json:
+        print(json.dumps({"model": model.name, "seed": seed, **ts.to_json()}))
+        return 0
+    c = model.config
+    print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads; {kind} probe, seed {seed}: "
+          f"{ts.n_items} sentences scored, {ts.n_skipped} skipped (a key word is not one known token)")
+    for example in ts.examples:
+        print(f"  e.g. {example!r}")
+    print()
+    print("layer head  label       score  accuracy   farther    nearer")
+    passing = {(l, h) for l, h, *_ in ts.labelled()}
+    for l in range(c.n_layer):
+        for h in range(c.n_head):
+            label = kind if (l, h) in passing else "-"
+            print(f"{l:5d} {h:4d}  {label:<11} {ts.score[l, h]:6.3f} {ts.accuracy[l, h]:9.2f} "
+                  f"{ts.far[l, h]:9.3f} {ts.near[l, h]:9.3f}")
+    print()
+    hits = ts.labelled()
+    if hits:
+        shown = ", ".join(f"L{l}H{h}" for l, h, *_ in hits[:8])
+        more = f" (+{len(hits) - 8} more)" if len(hits) > 8 else ""
+        l, h, sc, acc = hits[0]
+        print(f"{kind}: {len(hits)} head(s) pass: {shown}{more}; best score {sc:.3f} "
+              f"(accuracy {acc:.2f}) at L{l}H{h}")
+    else:
+        l, h, sc, acc = ts.best()
+        print(f"{kind}: no head passes (best score {sc:.3f}, accuracy {acc:.2f} at L{l}H{h})")
+    print(f"\nDefinition: {P.DEFINITIONS[kind]}\n{P.LABEL_RULE}")
     return 0
 
 
@@ -149,9 +216,10 @@ def cmd_find(args) -> int:
                "heads": [h._asdict() for h in hits]}
         print(json.dumps(doc))
         return 0
-    print(f"{model.name}: weight from {result.labels[q]!r}@{q} (query) to {result.labels[k]!r}@{k} "
-          f"(key), every head ranked")
-    print("rank layer head  weight")
+    print(f"{model.name}: from {result.labels[q]!r}@{q} (query) to {result.labels[k]!r}@{k} (key), "
+          "every head ranked by specificity (weight minus the mean weight of the other queries on "
+          "that key)")
+    print("rank layer head  specificity  weight")
     for i, hit in enumerate(hits, 1):
-        print(f"{i:4d} {hit.layer:5d} {hit.head:4d}  {hit.weight:.4f}")
+        print(f"{i:4d} {hit.layer:5d} {hit.head:4d}  {hit.specificity:11.4f}  {hit.weight:.4f}")
     return 0
