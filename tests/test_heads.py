@@ -222,6 +222,8 @@ def test_resolve_token_by_text_position_and_errors():
         H.resolve_token(r, "the@2")
     with pytest.raises(InputError, match="position 9 .* outside the 5 tokens"):
         H.resolve_token(r, "the@9")
+    with pytest.raises(InputError, match="'the@²' is not in the text"):  # not int("²")
+        H.resolve_token(r, "the@²")
 
 
 # ---------------------------------------------------------------- MiniLM (real weights)

@@ -541,7 +541,8 @@ def resolve_token(result, spec):
     text, pos = spec, None
     if "@" in spec:
         head, tail = spec.rsplit("@", 1)
-        if tail.strip().lstrip("-").isdigit():
+        digits = tail.strip().lstrip("-")
+        if digits.isascii() and digits.isdigit():  # "²".isdigit() is True, but int("²") fails
             text, pos = head, int(tail)
     if pos is not None:
         if not 0 <= pos < len(labels):
