@@ -200,13 +200,14 @@ class KVCache:
 
 
 def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
-                       cache: KVCache | None = None) -> np.ndarray:
+                       cache: KVCache | None = None, values_out: list | None = None) -> np.ndarray:
     """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32).
 
     With a `cache` (causal models only) the tokens of the common prefix with the cached ids are
     reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute
     nothing; ids that are a prefix of the cached ones cut the cache to them. The patterns returned
-    are then a read-only view of the cache's array."""
+    are then a read-only view of the cache's array. Without a cache, `values_out` (a list) receives
+    every layer's V [n_kv_head, T, d_head] when given (the cache holds them otherwise)."""
     T = len(ids)
     p = 0
     if cache is not None:
@@ -220,7 +221,7 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
     if p:  # old query rows cannot see the new keys
         out[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
         out[:, :, :p, p:] = 0
-    keys, values = [], []
+    keys, values = ([], []) if cache is not None else (None, values_out)
     if T > p:
         _forward_rows(cfg, w, ids, p, out, cache, keys, values)
     if cache is None:
@@ -231,7 +232,7 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
 
 def _forward_rows(cfg, w, ids, p, out, cache, keys, values) -> None:
     """Query rows p..T-1 of every layer's pattern into out[:, :, p:]; K and V of all T tokens
-    appended to `keys` and `values` when there is a cache (rows before p come from it)."""
+    appended to `keys` and `values` when they are lists (rows before p come from the cache)."""
     T = len(ids)
     positions = np.arange(p, T)
     act = ACTIVATIONS[cfg.activation]
@@ -262,7 +263,8 @@ def _forward_rows(cfg, w, ids, p, out, cache, keys, values) -> None:
             else:
                 k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
             keys.append(k)
-            values.append(v)
+        if values is not None:
+            values.append(v if cache is not None else np.ascontiguousarray(v))
         scale = 1.0 / np.sqrt(cfg.d_head)
         if cfg.attn_scale_by_layer:
             scale /= i + 1

@@ -184,3 +184,21 @@ def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head
     if bias is not None:
         scores += bias
     return softmax(scores)
+
+
+def head_value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
+    """||v_j W_O(h)||: the size of what key j sends into the residual stream through head h
+    (Kobayashi et al., 2020). W_O(h) is head h's d_head rows of the output projection."""
+    vh = repeat_kv(v, n_group)  # [n_head, T, d_head]
+    n_head, _, d_head = vh.shape
+    f = np.matmul(vh, w_o.reshape(n_head, d_head, -1))  # [n_head, T, d_model]
+    return np.sqrt(np.einsum("htm,htm->ht", f, f)), f
+
+
+def head_output_share(pattern, f):  # [n_head, T, T], [n_head, T, d_model] -> [n_head]
+    """Each head's share of the layer's attention output: ||A_h (V_h W_O(h))||_F over the sum of
+    all heads' (the output bias, shared by all heads, is left out)."""
+    out = np.matmul(pattern, f)  # [n_head, T, d_model]
+    norms = np.sqrt(np.einsum("htm,htm->h", out, out, dtype=np.float64))
+    total = norms.sum()
+    return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)

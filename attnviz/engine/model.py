@@ -14,7 +14,7 @@ import numpy as np
 from attnviz.engine.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import LOADERS, KVCache, Weights, forward_attentions
-from attnviz.engine.layers import kv_group
+from attnviz.engine.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.tokenizer import TextTokenizer
 from attnviz.engine.validate import exists, regular_file
 from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
@@ -38,6 +38,8 @@ class RunResult:
     cache_computed: int = 0  # tokens computed this run (T for a full run)
     cache_bytes: int = 0  # bytes of K and V the model holds after this run (0: it keeps no cache)
     notice: str | None = None  # one line for the user about what was changed in the text, if anything
+    value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (run(values=True))
+    head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
 
     @property
     def n_tokens(self) -> int:
@@ -76,7 +78,7 @@ class Model:
             self._cache = KVCache()
 
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
-            use_cache: bool = True) -> RunResult:
+            use_cache: bool = True, values: bool = False) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -85,7 +87,9 @@ class Model:
         always has at least one token.
 
         A causal model reuses the tokens shared with its previous run (the KV cache); with
-        use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes)."""
+        use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes).
+        values=True also returns value_norms and head_share (value-weighted attention); the default
+        path computes neither."""
         t0 = time.perf_counter()
         if text is None and ids is None:
             raise InputError("give text or ids to run")
@@ -108,7 +112,7 @@ class Model:
                 if not typed:  # not ids, or nothing typed
                     raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
-                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache)
+                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache, values=values)
                 return replace(result, text=text, notice=notice, compute_s=time.perf_counter() - t0)
             enc = self.tokenizer.encode(text)
             ids = np.asarray(enc.ids, dtype=np.int64)
@@ -138,13 +142,26 @@ class Model:
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
             truncated = True
-        attentions, reused, held = self._forward(ids, use_cache)
+        v_layers = [] if values else None
+        attentions, reused, held = self._forward(ids, use_cache, v_layers)
         self._check_finite(attentions)
+        norms, share = self._value_norms(attentions, v_layers) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
-                         cache_computed=len(ids) - reused, cache_bytes=held, notice=notice)
+                         cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
+                         value_norms=norms, head_share=share)
+
+    def _value_norms(self, attentions, v_layers):
+        """-> value norms [n_layer, n_head, T], head shares [n_layer, n_head] from each layer's V."""
+        c = self.config
+        norms = np.empty(attentions.shape[:3], dtype=np.float32)
+        share = np.empty(attentions.shape[:2], dtype=np.float32)
+        for i, (v, layer) in enumerate(zip(v_layers, self.weights.layers)):
+            norms[i], f = head_value_norms(v, layer.w_o, c.n_group)
+            share[i] = head_output_share(attentions[i], f)
+        return norms, share
 
     def _check_finite(self, attentions: np.ndarray) -> None:
         """A broken model (a NaN, inf or huge weight; a norm epsilon <= 0) gives NaN patterns: refuse
@@ -157,19 +174,24 @@ class Model:
                 f"for this input; the model's weights or config.json are broken (a NaN, inf or "
                 f"huge weight, or a norm epsilon <= 0)")
 
-    def _forward(self, ids: np.ndarray, use_cache: bool) -> tuple[np.ndarray, int, int]:
-        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held)."""
+    def _forward(self, ids: np.ndarray, use_cache: bool,
+                 values: list | None = None) -> tuple[np.ndarray, int, int]:
+        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held); every
+        layer's V [n_kv_head, T, d_head] appended to `values` when it is a list."""
         cache = self._cache
         if cache is None:
-            return forward_attentions(self.config, self.weights, ids), 0, 0
+            return forward_attentions(self.config, self.weights, ids, values_out=values), 0, 0
         if use_cache and self._cache_lock.acquire(blocking=False):
             try:
                 cache = self._cache  # clear_cache may have swapped it
                 attentions = forward_attentions(self.config, self.weights, ids, cache)
+                if values is not None:
+                    values.extend(cache.v)  # all T tokens, the reused ones included
                 return attentions, cache.reused, cache.nbytes
             finally:
                 self._cache_lock.release()
-        return forward_attentions(self.config, self.weights, ids), 0, self._cache.nbytes
+        return (forward_attentions(self.config, self.weights, ids, values_out=values), 0,
+                self._cache.nbytes)
 
     def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
         V = self.config.vocab_size

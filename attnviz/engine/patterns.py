@@ -21,6 +21,17 @@ def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     return np.multiply(rest, inv, out=out)
 
 
+def value_weighted(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """[..., n_q, n_k] x value norms [..., n_k] -> [..., n_q, n_k]: each weight a_qk scaled by
+    ||v_k W_O(h)||, the size of what key k sends through this head, then each row renormalised to
+    sum to 1 (a row whose keys all send nothing stays 0). Kobayashi et al. (2020): a head can put
+    weight 0.9 on a key that writes almost nothing."""
+    w = np.asarray(att, dtype=np.float32) * np.asarray(norms, dtype=np.float32)[..., None, :]
+    total = w.sum(axis=-1, keepdims=True)
+    inv = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
+    return np.multiply(w, inv, out=w)
+
+
 def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [..., n_q, n_k] -> [..., ceil(n_q/p), ceil(n_k/p)]
     """Largest value in each p x p block, so a pattern drawn smaller than its cells keeps every
     peak. The last block row / column takes what is left (the same as zero padding for weights,

@@ -1,0 +1,61 @@
+"""Value-weighted attention (Kobayashi et al., 2020): per-head value norms ||v_j W_O(h)|| and each
+head's share of the layer's attention output, computed only when asked, checked against a naive
+per-head loop on the same weights."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.families import forward_attentions
+from attnviz.engine.patterns import value_weighted
+from conftest import FIXTURES
+
+
+def _naive(model, ids):
+    """Per head, by hand: V from the fused projection (head h reads KV group h // n_group)."""
+    c, w = model.config, model.weights
+    values = []
+    att = forward_attentions(c, w, np.asarray(ids), values_out=values)
+    norms = np.zeros(att.shape[:3])
+    share = np.zeros(att.shape[:2])
+    for i, layer in enumerate(w.layers):
+        outs = []
+        for h in range(c.n_head):
+            v = values[i][h // c.n_group]  # [T, d_head]
+            wo = layer.w_o[h * c.d_head:(h + 1) * c.d_head]  # [d_head, d_model]
+            f = v @ wo
+            norms[i, h] = np.linalg.norm(f, axis=-1)
+            outs.append(np.linalg.norm(att[i, h] @ f))
+        share[i] = np.array(outs) / sum(outs)
+    return att, norms, share
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2", "bert"])
+def test_value_norms_and_shares_equal_a_naive_loop(name):
+    model = load_model(FIXTURES / name)
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    r = model.run(ids=ids, values=True)
+    att, norms, share = _naive(model, ids)
+    np.testing.assert_allclose(r.value_norms, norms, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(r.head_share, share, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(r.head_share.sum(axis=1), 1.0, rtol=1e-5)
+    assert model.run(ids=ids).value_norms is None  # the default path computes none of it
+
+
+def test_cached_run_gives_the_same_norms_as_a_fresh_one():
+    model = load_model(FIXTURES / "llama_gqa")
+    model.run(ids=[3, 1, 4, 1, 5], values=True)
+    cached = model.run(ids=[3, 1, 4, 1, 5, 9, 2], values=True)
+    assert cached.cache_reused == 5
+    fresh = load_model(FIXTURES / "llama_gqa").run(ids=[3, 1, 4, 1, 5, 9, 2], values=True)
+    np.testing.assert_allclose(cached.value_norms, fresh.value_norms, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(cached.head_share, fresh.head_share, rtol=1e-4, atol=1e-6)
+
+
+def test_value_weighting_moves_weight_off_a_silent_key():
+    att = np.array([[0.9, 0.1], [0.5, 0.5]], np.float32)
+    norms = np.array([0.01, 1.0], np.float32)  # key 0 writes almost nothing
+    vw = value_weighted(att, norms)
+    np.testing.assert_allclose(vw.sum(-1), 1.0, rtol=1e-6)
+    assert vw[0, 1] > 0.9 and vw[1, 1] > 0.98
+    np.testing.assert_array_equal(value_weighted(att, np.zeros(2, np.float32)), 0)  # never NaN
