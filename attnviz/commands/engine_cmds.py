@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.commands.checks import check_out, parse_ids, show_notice
-from attnviz.engine import DEFAULT_MODEL, find_models, load_model
+from attnviz.engine import DEFAULT_MODEL, find_models, load_model, textbook
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +53,9 @@ def cmd_models(args) -> int:
     if hidden:
         print(f"{hidden} more GGUF file{'s' if hidden > 1 else ''} found that attnviz cannot open yet; "
               "`attnviz models --all` lists them with the reason")
+    if any(m.name == textbook.TEXTBOOK_NAME for m in models):
+        print(f"{textbook.TEXTBOOK_NAME} knows only these {len(textbook.WORDS)} words (any other "
+              f"word is {textbook.UNK}): {' '.join(textbook.WORDS)}")
     return 0
 
 
