@@ -141,3 +141,13 @@ def test_every_head_is_described():
             text = tb.describe_head(l, h)
             assert text.startswith(f"built as {tb.HEADS[(l, h)][0]}:") and len(text) > 60
     assert tb.describe_head(5, 0) is None
+
+
+def test_models_listing_names_the_textbook_vocabulary(capsys):
+    from attnviz.cli import main
+    from attnviz.engine import textbook
+
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith(f"{textbook.TEXTBOOK_NAME} knows only"))
+    assert line.endswith(" ".join(textbook.WORDS)) and f"these {len(textbook.WORDS)} words" in line
