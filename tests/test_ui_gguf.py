@@ -79,7 +79,8 @@ def test_a_first_start_opens_smollm2_and_minilm_is_one_click_away(qtbot, tmp_pat
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     assert w.state.model_name == "SmolLM2-135M-Instruct"
     assert w.settings.value("model") == "SmolLM2-135M-Instruct"
-    w.models_menu.aboutToShow.emit()
+    with qtbot.waitSignal(w.worker.sigModelsFound, timeout=WAIT):  # the scan runs on the worker
+        w.models_menu.aboutToShow.emit()
     entries = {a.text().split("  ")[0]: a for a in w.models_menu.actions() if a.text()}
     assert entries["SmolLM2-135M-Instruct"].isChecked()
     entries["all-MiniLM-L6-v2"].trigger()

@@ -430,7 +430,8 @@ def test_file_shortcuts_work_from_the_sentence_box_and_models_menu_checks_the_cu
     assert asked == ["folder", "view"]
     assert window.text_box.toPlainText() == DEFAULT_TEXT  # no 'o' typed into the sentence
 
-    window.models_menu.aboutToShow.emit()
+    with qtbot.waitSignal(window.worker.sigModelsFound, timeout=30000):  # the scan runs on the worker
+        window.models_menu.aboutToShow.emit()
     checked = [a.text() for a in window.models_menu.actions() if a.isChecked()]
     assert len(checked) == 1 and checked[0].startswith("all-MiniLM-L6-v2  (bert")
     assert sum(a.isCheckable() for a in window.models_menu.actions()) >= 2  # MiniLM and the textbook

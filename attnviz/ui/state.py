@@ -33,11 +33,13 @@ class AppState(QObject):
     sigHeadLabelsChanged = Signal(object)
     sigOverlayChanged = Signal(object)
     sigStatus = Signal(str)
+    sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.model = None
         self.model_name = ""
+        self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
         self.result = None
         self.layer = 0
@@ -92,6 +94,13 @@ class AppState(QObject):
         self.set_query(None)
         if model is not None and self.layer >= model.config.n_layer:
             self.set_layer(model.config.n_layer - 1)
+
+    def set_loading(self, source: str) -> None:
+        source = str(source or "")
+        if source == self.loading:
+            return
+        self.loading = source
+        self.sigLoadingChanged.emit(source)
 
     def set_text(self, text: str) -> None:
         if text == self.text:

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
+from attnviz.ui.app import install_exception_guard
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.state import COLORMAPS, AppState
@@ -266,13 +267,19 @@ class MainWindow(QMainWindow):
         self.settings = settings if settings is not None else QSettings()
         self.state = state if state is not None else AppState(self)
         self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)
+        for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
+            if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
+                obj.setParent(self)
         self._load_source = ""
+        self._load_started = 0.0  # monotonic time the shown load began
+        self._banner_kind = ""  # what the error banner shows: "compute" clears on the next result
+        self._model_infos = None  # the last model scan (find_models), None before the first
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
         source = model or str(self.settings.value("model", DEFAULT_MODEL))
-        if self.worker.newest_load:
+        if self.state.loading:
             self._load_source = source  # create_window() started this load already
         else:
             self.load_model(source)
@@ -281,6 +288,9 @@ class MainWindow(QMainWindow):
         self._build_menus()
         self._connect()
         self._restore(model, text)
+        # an exception escaping a slot shows in the banner (make_app installs the guard for the app;
+        # here for windows made without it: tests, scripts)
+        install_exception_guard().sigError.connect(self._on_unexpected_error)
 
     # --- construction ---------------------------------------------------------------------------
     def _build_widgets(self) -> None:
@@ -359,15 +369,30 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         sb = self.statusBar()
+        # while a model loads: what, for how long, a busy bar (loads give no fraction) and Cancel
+        self.load_box = QWidget()
+        box = QHBoxLayout(self.load_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        self.load_label = QLabel()
+        self.load_label.setToolTip("The model being loaded; the current one stays usable meanwhile")
         self.progress = QProgressBar()
-        self.progress.setRange(0, 0)  # busy indicator: loads give no fraction
+        self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(140)
-        self.progress.hide()
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Stop waiting for this model (Esc); the current model stays")
+        self.cancel_button.clicked.connect(self.cancel_load)
+        for w in (self.load_label, self.progress, self.cancel_button):
+            box.addWidget(w)
+        self.load_box.hide()
+        self._load_clock = QTimer(self)  # the seconds in the load label
+        self._load_clock.setInterval(500)
+        self._load_clock.timeout.connect(self._show_load_time)
         self.tokens_label = QLabel()
         self.time_label = QLabel()
         self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
         self.time_label.setToolTip("Time the engine took for the last result")
-        sb.addPermanentWidget(self.progress)
+        sb.addPermanentWidget(self.load_box)
         sb.addPermanentWidget(self.tokens_label)
         sb.addPermanentWidget(self.time_label)
 
@@ -450,9 +475,10 @@ class MainWindow(QMainWindow):
         mb.addMenu(self.samples_menu)
 
         self.models_menu = mb.addMenu("&Models")
-        # filled when opened: scanning the Hugging Face cache imports huggingface_hub (0.3 s)
-        self.models_menu.aboutToShow.connect(self._fill_models_menu)
-        self.models_menu.addAction("(looking for models…)").setEnabled(False)
+        # each opening scans again, on the worker (the Hugging Face cache, GGUF stores: file reads
+        # that must not hold the event loop); the last list, or a placeholder, shows meanwhile
+        self.models_menu.aboutToShow.connect(self._on_models_menu_opening)
+        self._fill_models_menu()
 
         view = self.view_menu = mb.addMenu("&View")
         self.prev_layer_action = QAction("&Previous layer", self)
@@ -463,7 +489,9 @@ class MainWindow(QMainWindow):
         self.next_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer + 1))
         self.clear_query_action = QAction("&Clear query token", self)
         self.clear_query_action.setShortcut(QKeySequence("Esc"))
-        self.clear_query_action.triggered.connect(lambda: self.state.set_query(None))
+        self.clear_query_action.setToolTip("Esc: while a model loads, stop waiting for it; "
+                                           "otherwise clear the query token")
+        self.clear_query_action.triggered.connect(self._on_escape)
         for act in (self.prev_layer_action, self.next_layer_action, self.clear_query_action):
             act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             view.addAction(act)
@@ -474,15 +502,22 @@ class MainWindow(QMainWindow):
         help_menu = mb.addMenu("&Help")
         help_menu.addAction("&About attnviz").triggered.connect(self.show_about)
 
-    def _fill_models_menu(self) -> None:
-        from attnviz.engine import find_models
+    def _on_models_menu_opening(self) -> None:
+        self.worker.discover()
+        self._fill_models_menu()  # the last scan's list (check marks as of now) until the new one
 
+    def _on_models_found(self, infos) -> None:
+        self._model_infos = infos
+        self._fill_models_menu()
+
+    def _fill_models_menu(self) -> None:
         self.models_menu.clear()
-        try:
-            infos = find_models()
-        except Exception as exc:  # a broken cache folder must not take the menu down
-            log.warning("find_models failed: %s", exc)
+        infos = self._model_infos
+        if infos is None:
+            self.models_menu.addAction("(looking for models…)").setEnabled(False)
             infos = []
+        elif not infos:
+            self.models_menu.addAction("(no models found)").setEnabled(False)
         current = self.state.model
         for info in infos:
             kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
@@ -493,8 +528,6 @@ class MainWindow(QMainWindow):
             act.setChecked(current is not None and (
                 info.name == current.name or str(info.path) == str(current.path)))
             act.triggered.connect(lambda _=False, p=str(info.path), n=info.name: self.load_model(n or p))
-        if not infos:
-            self.models_menu.addAction("(no models found)").setEnabled(False)
         self.models_menu.addSeparator()
         self.models_menu.addAction("Open model folder…").triggered.connect(self.open_model_folder)
         self.models_menu.addAction("Open model file (GGUF)…").triggered.connect(self.open_model_file)
@@ -517,9 +550,12 @@ class MainWindow(QMainWindow):
             lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
         self.hide_first_check.toggled.connect(st.set_hide_first)
         self.token_strip.sigClicked.connect(self._on_token_clicked)
+        st.sigLoadingChanged.connect(self._on_loading_changed)
         w.sigLoading.connect(self._on_loading)
         w.sigLoaded.connect(self._on_loaded)
         w.sigLoadFailed.connect(self._on_load_failed)
+        w.sigLoadCancelled.connect(self._on_load_cancelled)
+        w.sigModelsFound.connect(self._on_models_found)
         w.sigComputed.connect(self._on_computed)
         w.sigComputeFailed.connect(self._on_compute_failed)
 
@@ -555,8 +591,9 @@ class MainWindow(QMainWindow):
         self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
         self._draw_tokens()
         self._update_title()
-        if self.state.model is None:
-            self._on_loading(self._load_source)  # the load started before the signals were connected
+        if self.state.loading:  # the load started before the signals were connected
+            self._on_loading(self.state.loading)
+            self._on_loading_changed(self.state.loading)
 
     # --- actions ------------------------------------------------------------------------------
     def set_text(self, text: str) -> None:
@@ -565,8 +602,14 @@ class MainWindow(QMainWindow):
         self.state.set_text(text)
 
     def load_model(self, source: str) -> None:
+        """Load a model in the background; the current one stays usable until it arrives."""
         self._load_source = str(source)
         self.worker.load(source)
+
+    def cancel_load(self) -> None:
+        """Stop waiting for the model being loaded: the current model stays, and the load's result
+        is ignored when it comes (its thread cannot be stopped and finishes in the background)."""
+        self.worker.cancel_load()
 
     def open_model_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights)")
@@ -672,16 +715,22 @@ class MainWindow(QMainWindow):
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", self.about_text())
 
-    def show_error(self, message: str) -> None:
+    def show_error(self, message: str, kind: str = "") -> None:
+        """The error banner; kind "compute" is cleared again by the next result."""
         message = sentence(message)
+        self._banner_kind = kind
         self.error_banner.setText(message)
         self.error_banner.show()
         self.statusBar().showMessage(message, 10000)
 
     def clear_error(self) -> None:
         """A later success clears the banner of an earlier failure."""
+        self._banner_kind = ""
         self.error_banner.hide()
         self.error_banner.clear()
+
+    def _on_unexpected_error(self, message: str) -> None:
+        self.show_error(message)
 
     # --- state -> widgets ---------------------------------------------------------------------
     def _on_text_changed(self, text: str) -> None:
@@ -709,6 +758,8 @@ class MainWindow(QMainWindow):
 
     def _on_computed(self, req, result) -> None:
         self.last_request = req
+        if self._banner_kind == "compute":
+            self.clear_error()
         self.state.set_result(result)
         self.last_latency_s = time.perf_counter() - req.t_request
 
@@ -716,7 +767,10 @@ class MainWindow(QMainWindow):
         if not req.text.strip():
             self.state.set_result(None)  # an empty sentence is a valid, empty state
             return
-        self.state.show_status(sentence(f"Could not compute: {message}"))
+        # the result on screen stays (never a half or NaN one); the banner says why it is old
+        kept = (" The heatmaps show the last sentence that could be computed."
+                if self.state.result is not None else "")
+        self.show_error(sentence(f"Could not compute: {message}") + kept, kind="compute")
 
     def _on_result(self, result) -> None:
         if not self.panels_ready and result is not None:
@@ -729,14 +783,15 @@ class MainWindow(QMainWindow):
         T = len(result.tokens)
         self.tokens_label.setText(f"{T} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
+        lines = []
         if result.truncated:
             max_pos = self.state.model.config.max_positions if self.state.model else T
-            self.trunc_notice.setText(
-                f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at most "
-                f"{max_pos} positions, so only the first {T} are shown.")
-            self.trunc_notice.show()
-        else:
-            self.trunc_notice.hide()
+            lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
+                         f"most {max_pos} positions, so only the first {T} are shown.")
+        if getattr(result, "notice", None):  # e.g. lone surrogates from a clipboard, replaced
+            lines.append(sentence(result.notice))
+        self.trunc_notice.setText("\n".join(lines))
+        self.trunc_notice.setVisible(bool(lines))
         if self.calc_panel is not None and self._calc_shown:
             self.calc_panel.set_seq_len(T)  # (a hidden calculator catches up when shown)
             self.calc_panel.set_live_cache(result, self.state.model)
@@ -801,11 +856,40 @@ class MainWindow(QMainWindow):
 
     # --- loading ------------------------------------------------------------------------------
     def _on_loading(self, source: str) -> None:
-        self.progress.show()
         self.statusBar().showMessage(f"Loading {source}…")
 
+    def _on_loading_changed(self, source: str) -> None:
+        """The load box (label, busy bar, Cancel) is a view of state.loading."""
+        if source:
+            self._load_started = time.monotonic()
+            self._show_load_time()
+            self._load_clock.start()
+            self.load_box.show()
+        else:
+            self._load_clock.stop()
+            self.load_box.hide()
+
+    def _show_load_time(self) -> None:
+        name = self.state.loading
+        short = name if len(name) <= 40 else "…" + name[-39:]
+        seconds = int(time.monotonic() - self._load_started)
+        self.load_label.setText(f"Loading {short}… {seconds} s" if seconds else f"Loading {short}…")
+        self.load_label.setToolTip(f"Loading {name}; the current model stays usable meanwhile")
+
+    def _on_escape(self) -> None:
+        """Esc stops waiting for a model that is loading; otherwise it clears the query token."""
+        if self.state.loading:
+            self.cancel_load()
+        else:
+            self.state.set_query(None)
+
+    def _on_load_cancelled(self, source: str) -> None:
+        self._pending_view = None
+        keep = (f"still showing {self.state.model_name}" if self.state.model is not None
+                else "no model is loaded")
+        self.statusBar().showMessage(f"Stopped loading {source}; {keep}.", 8000)
+
     def _on_loaded(self, model) -> None:
-        self.progress.hide()
         self.clear_error()
         self.settings.setValue("model", self._load_source or model.name)
         self.statusBar().showMessage(f"Loaded {model.name}", 4000)
@@ -815,7 +899,6 @@ class MainWindow(QMainWindow):
             self.apply_view(view, path)
 
     def _on_load_failed(self, source: str, message: str) -> None:
-        self.progress.hide()
         self._pending_view = None
         keep = (f"Still showing {self.state.model_name}." if self.state.model is not None
                 else "No model is loaded.")
@@ -832,5 +915,6 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         self.save_settings()
+        self.worker.cancel_load()  # a load blocked on a file must not hold the window open
         self.worker.wait_idle(10000)
         super().closeEvent(ev)

@@ -1,27 +1,50 @@
-"""The one background worker: model loads and attention runs go to a one-thread pool.
+"""The window's one job runner: every background job (attention runs, model loads, model discovery)
+goes through Worker.submit, newest-wins per kind of job.
 
-Compute requests are debounced by a single restartable QTimer. Each request is an immutable snapshot
-(id, model, text); ids increase, and only the newest id's result reaches the state. A queued request
-that is already stale when the thread picks it up is skipped without computing."""
+A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
+reaches the main thread only while its job is still the newest of its kind, so an older job's late
+result, and the result of a job that was cancelled, are dropped. Two lanes:
+- POOL: the app's one background thread (`shared_pool`) for CPU work (runs; the head-roles panel's
+  scoring queues there too). A queued job that is already stale when the thread picks it up is
+  skipped without running.
+- THREAD: a daemon thread of its own per job, for work that reads files (loads, discovery). A read
+  that blocks (a FIFO, a hung network mount) then holds only that thread: runs keep going on the
+  pool, and the window can stop waiting for it. Python cannot kill a thread, so a cancelled job runs
+  on in the background until its read returns; its result is dropped. Being a daemon, it never
+  keeps the app from quitting. (A blocking read in code that holds the GIL, such as a native
+  library's open(), still stalls every thread: refusing such files before opening them is the
+  engine's job.)
+
+Compute requests are debounced by a single restartable QTimer. Each is a snapshot (id, model,
+text); its result is checked for non-finite weights before it leaves the thread, so the window never
+receives NaN heatmaps."""
 
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
+
+from attnviz.engine.errors import AttnvizError
 
 log = logging.getLogger(__name__)
 
 _POOL: QThreadPool | None = None
 
+POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
+DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is started afresh
+
 
 def shared_pool() -> QThreadPool:
-    """The app's one background thread. The worker's loads and runs and the head-roles panel's
-    scoring all queue here, so background work never competes with itself for the 2 cores."""
+    """The app's one background thread. The worker's runs and the head-roles panel's scoring
+    queue here, so background CPU work never competes with itself for the 2 cores."""
     global _POOL
     if _POOL is None:
         _POOL = QThreadPool(QCoreApplication.instance())
@@ -33,6 +56,10 @@ def shared_pool() -> QThreadPool:
 def _forget_pool(*_):
     global _POOL
     _POOL = None
+
+
+class NonFiniteResult(AttnvizError):
+    """A run whose attention weights hold NaN or infinity (corrupt weights or config)."""
 
 
 @dataclass(frozen=True)
@@ -52,63 +79,201 @@ class LoadRequest:
 SKIPPED = object()  # a stale request the thread did not compute
 
 
-class _Relay(QObject):
-    """Lives on the main thread; signals emitted from the pool thread arrive queued."""
+class Job:
+    """One submitted job: what it runs, where, and who hears its result (main thread)."""
 
-    done = Signal(object, object, object)  # request, value, error
+    __slots__ = ("id", "kind", "request", "fn", "on_done", "lane", "t_start", "thread", "owner")
+
+    def __init__(self, id: int, kind: str, request: Any, fn: Callable[[], Any],
+                 on_done: Callable[[Any, Any, BaseException | None], None], lane: str,
+                 owner: "Worker"):
+        self.id, self.kind, self.request, self.fn, self.on_done, self.lane = (
+            id, kind, request, fn, on_done, lane)
+        self.t_start = time.monotonic()
+        self.thread: threading.Thread | None = None
+        self.owner = owner  # a job may outlive its window (a blocked read): see _Relay._deliver
+
+    def __repr__(self):
+        return f"Job({self.kind} #{self.id}, {self.request!r})"
+
+
+class _Relay(QObject):
+    """The app's one relay: lives on the main thread for good, so a job that outlives its window
+    never emits on a deleted object; signals emitted from other threads arrive queued."""
+
+    done = Signal(object, object, object)  # job, value, error
+
+    def __init__(self):
+        super().__init__()
+        self.done.connect(self._deliver)
+
+    def _deliver(self, job: Job, value, error) -> None:
+        worker = job.owner
+        if shiboken6.isValid(worker):  # else its window is gone, and nobody waits for this result
+            worker._on_done(job, value, error)
+
+
+_RELAY: _Relay | None = None
+
+
+def _shared_relay() -> _Relay:
+    global _RELAY
+    if _RELAY is None:
+        assert threading.current_thread() is threading.main_thread(), "made on the main thread"
+        _RELAY = _Relay()
+    return _RELAY
+
+
+def _execute(job: Job, relay: _Relay, is_stale: Callable[[], bool]) -> None:
+    """Run a job on whichever thread calls this and send the outcome to the main thread."""
+    if is_stale():
+        outcome = (None, SKIPPED)
+    else:
+        try:
+            outcome = (job.fn(), None)
+        except Exception as exc:  # reported on the main thread, never lost in a thread
+            if not isinstance(exc, AttnvizError):
+                log.warning("%r failed unexpectedly", job, exc_info=True)
+            outcome = (None, exc)
+    relay.done.emit(job, *outcome)
 
 
 class _Task(QRunnable):
-    def __init__(self, request, fn: Callable[[], Any], relay: _Relay, is_stale: Callable[[], bool]):
+    def __init__(self, job: Job, relay: _Relay, is_stale: Callable[[], bool]):
         super().__init__()
         self.setAutoDelete(True)
-        self.request, self.fn, self.relay, self.is_stale = request, fn, relay, is_stale
+        self.job, self.relay, self.is_stale = job, relay, is_stale
 
     def run(self) -> None:
-        if self.is_stale():
-            self.relay.done.emit(self.request, None, SKIPPED)
-            return
-        try:
-            value = self.fn()
-        except Exception as exc:  # reported on the main thread, never lost in the pool
-            log.debug("task %s failed: %s", self.request, exc)
-            self.relay.done.emit(self.request, None, exc)
-            return
-        self.relay.done.emit(self.request, value, None)
+        _execute(self.job, self.relay, self.is_stale)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A failure as the user reads it: the project's own errors as they are, an OSError as its
+    reason and file, anything else named as unexpected (its traceback is in the log)."""
+    if isinstance(exc, AttnvizError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return f"unexpected {type(exc).__name__}: {exc} (details in the log)"
+
+
+def check_finite(result, model_name: str = "the model") -> None:
+    """Refuse a run with NaN or infinite attention weights, naming the first layer that has them.
+    Only the query rows this run computed are checked: rows reused from a causal model's KV cache
+    were checked by the run that computed them (the window's runs all pass here, and a failed one
+    clears the cache). The sum costs one pass (a NaN or an infinity makes it non-finite; the weights
+    of one row sum to 1, so a finite result never overflows); the layer search runs only on failure."""
+    new = result.attentions[:, :, result.cache_reused:]  # [n_layer, n_head, T - reused, T]
+    if new.size == 0 or np.isfinite(new.sum()):
+        return
+    bad = ~np.isfinite(new.reshape(new.shape[0], -1)).all(axis=1)  # [n_layer]
+    layer = int(np.flatnonzero(bad)[0])
+    raise NonFiniteResult(f"{model_name} gave attention weights that are not finite numbers (NaN "
+                          f"or infinity), first in layer {layer}: its weights or config.json may be "
+                          "corrupt")
 
 
 class Worker(QObject):
     sigLoading = Signal(str)  # source being loaded
     sigLoaded = Signal(object)  # model
     sigLoadFailed = Signal(str, str)  # source, message
+    sigLoadCancelled = Signal(str)  # source the window stopped waiting for
     sigComputed = Signal(object, object)  # ComputeRequest, RunResult (newest only)
     sigComputeFailed = Signal(object, str)  # ComputeRequest, message
-    sigBusy = Signal(bool)
+    sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
+    sigBusy = Signal(bool)  # whether any job the window still waits for is running
 
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
         self.state = state
         self.pool = shared_pool()
         self._ids = itertools.count(1)
-        self._relay = _Relay(self)
-        self._relay.done.connect(self._on_done)
+        self._newest: dict[str, int | None] = {}  # kind -> id of its newest job (None: cancelled)
+        self._live: dict[int, Job] = {}  # submitted, not finished (cancelled ones included)
+        self._busy = False
+        self._relay = _shared_relay()
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(debounce_ms)
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
-        self.newest_compute = 0
-        self.newest_load = 0
-        self._in_flight = 0
         self.last_compute_s = 0.0
 
-    # --- requests (main thread) ---------------------------------------------------------------
+    # --- the runner ---------------------------------------------------------------------------
+    def claim(self, kind: str) -> int:
+        """A new job id, made the newest of its kind now: every older job of that kind is stale
+        from here on, even before the new one is submitted (a debounced run)."""
+        job_id = next(self._ids)
+        self._newest[kind] = job_id
+        return job_id
+
+    def submit(self, kind: str, fn: Callable[[], Any],
+               on_done: Callable[[Any, Any, BaseException | None], None], request: Any = None,
+               lane: str = POOL, job_id: int | None = None) -> Job:
+        """Run fn() in the background; on_done(request, value, error) is called on the main thread
+        if this job is still the newest of its kind when it finishes. job_id: one from claim()."""
+        if job_id is None:
+            job_id = self.claim(kind)
+        job = Job(job_id, kind, request, fn, on_done, lane, self)
+        self._live[job.id] = job
+        is_stale = lambda: not self.is_current(job)  # noqa: E731
+        if lane == THREAD:
+            job.thread = threading.Thread(target=_execute, args=(job, self._relay, is_stale),
+                                          name=f"attnviz-{kind}-{job.id}", daemon=True)
+            job.thread.start()
+        else:
+            self.pool.start(_Task(job, self._relay, is_stale))
+        self._update_busy()
+        return job
+
+    def is_current(self, job: Job) -> bool:
+        return self._newest.get(job.kind) == job.id
+
+    def running(self, kind: str) -> Job | None:
+        """The job of this kind the window still waits for, if one is running."""
+        job = self._live.get(self._newest.get(kind) or 0)
+        return job if job is not None and job.kind == kind else None
+
+    def cancel(self, kind: str) -> Job | None:
+        """Stop waiting for the running job of this kind: its result will be dropped. A job on a
+        THREAD lane runs on until its work returns (a Python thread cannot be stopped)."""
+        job = self.running(kind)
+        if job is not None:
+            self._newest[kind] = None
+            log.info("stopped waiting for %r; it finishes in the background, unheard", job)
+            self._update_busy()
+        return job
+
+    def _on_done(self, job: Job, value, error) -> None:
+        self._live.pop(job.id, None)
+        self._update_busy()
+        if error is SKIPPED or not self.is_current(job):
+            return
+        job.on_done(job.request, value, error)
+
+    def _update_busy(self) -> None:
+        busy = any(self.is_current(job) for job in self._live.values())
+        if busy != self._busy:
+            self._busy = busy
+            self.sigBusy.emit(busy)
+
+    def wait_idle(self, msecs: int = 30000) -> bool:
+        """Block until the jobs the window still waits for are done (tests, shutdown). Cancelled
+        jobs are not waited for: one may be blocked for good."""
+        deadline = time.monotonic() + msecs / 1000
+        for job in list(self._live.values()):
+            if job.thread is not None and self.is_current(job):
+                job.thread.join(max(0.0, deadline - time.monotonic()))
+        return self.pool.waitForDone(max(0, int((deadline - time.monotonic()) * 1000)))
+
+    # --- attention runs -----------------------------------------------------------------------
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
         """Snapshot the state's model and text now; run it after the debounce interval."""
         if self.state.model is None:
             return None
-        req = ComputeRequest(next(self._ids), self.state.model, self.state.text, time.perf_counter())
-        self.newest_compute = req.id
+        req = ComputeRequest(self.claim("compute"), self.state.model, self.state.text,
+                             time.perf_counter())
         self._pending = req
         if immediate:
             self._timer.stop()
@@ -121,48 +286,70 @@ class Worker(QObject):
         req, self._pending = self._pending, None
         if req is None:
             return
-        self._start(req, lambda: req.model.run(req.text, truncate=True),
-                    lambda: req.id != self.newest_compute)
 
+        def run():
+            result = req.model.run(req.text, truncate=True)
+            try:
+                check_finite(result, req.model.name)
+            except NonFiniteResult:
+                req.model.clear_cache()  # the next run recomputes (and checks) every row
+                raise
+            return result
+        self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
+
+    def _on_computed(self, req: ComputeRequest, result, error) -> None:
+        if req.model is not self.state.model:
+            return  # another model is already on its way
+        if error is not None:
+            self.sigComputeFailed.emit(req, describe_error(error))
+            return
+        self.last_compute_s = result.compute_s
+        self.sigComputed.emit(req, result)
+
+    # --- model loads --------------------------------------------------------------------------
     def load(self, source: str) -> LoadRequest:
-        """Load a model (name or folder) off the main thread; the newest load wins."""
+        """Load a model (name, folder or file) on a thread of its own; the newest load wins. The
+        model shown until then stays usable: runs on it go on in the pool."""
         from attnviz.engine import load_model
 
-        req = LoadRequest(next(self._ids), str(source))
-        self.newest_load = req.id
+        req = LoadRequest(self.claim("load"), str(source))
+        self.state.set_loading(req.source)
         self.sigLoading.emit(req.source)
-        self._start(req, lambda: load_model(req.source), lambda: req.id != self.newest_load)
+        self.submit("load", lambda: load_model(req.source), self._on_load_done, req, THREAD,
+                    job_id=req.id)
         return req
 
-    def _start(self, req, fn, is_stale) -> None:
-        self._in_flight += 1
-        if self._in_flight == 1:
-            self.sigBusy.emit(True)
-        self.pool.start(_Task(req, fn, self._relay, is_stale))
+    def cancel_load(self) -> str | None:
+        """Stop waiting for the running load (see cancel); returns its source, or None when no
+        load was running. The current model stays."""
+        job = self.cancel("load")
+        if job is None:
+            return None
+        self.state.set_loading("")
+        self.sigLoadCancelled.emit(job.request.source)
+        return job.request.source
 
-    # --- results (main thread) ----------------------------------------------------------------
-    def _on_done(self, req, value, error) -> None:
-        self._in_flight -= 1
-        if self._in_flight == 0:
-            self.sigBusy.emit(False)
-        if error is SKIPPED:
-            return
-        if isinstance(req, LoadRequest):
-            if req.id != self.newest_load:
-                return
-            if error is not None:
-                self.sigLoadFailed.emit(req.source, str(error))
-                return
-            self.sigLoaded.emit(value)
-            return
-        if req.id != self.newest_compute or req.model is not self.state.model:
-            return  # stale: a newer edit or another model is already on its way
+    def _on_load_done(self, req: LoadRequest, model, error) -> None:
+        self.state.set_loading("")
         if error is not None:
-            self.sigComputeFailed.emit(req, str(error))
+            self.sigLoadFailed.emit(req.source, describe_error(error))
             return
-        self.last_compute_s = value.compute_s
-        self.sigComputed.emit(req, value)
+        self.sigLoaded.emit(model)
 
-    def wait_idle(self, msecs: int = 30000) -> bool:
-        """Block until the background thread is idle (tests, shutdown)."""
-        return self.pool.waitForDone(msecs)
+    # --- model discovery ----------------------------------------------------------------------
+    def discover(self) -> Job:
+        """Scan for models (find_models: the Hugging Face cache, GGUF stores) on a thread of its own;
+        the list arrives as sigModelsFound. A scan already under way is reused unless it has run
+        for DISCOVERY_RESTART_S (it may be stuck on a file that blocks)."""
+        from attnviz.engine import find_models
+
+        job = self.running("discover")
+        if job is not None and time.monotonic() - job.t_start < DISCOVERY_RESTART_S:
+            return job
+        return self.submit("discover", find_models, self._on_discovered, None, THREAD)
+
+    def _on_discovered(self, _req, infos, error) -> None:
+        if error is not None:  # a broken cache folder must not take the menu down
+            log.warning("looking for models failed: %s", describe_error(error))
+            infos = []
+        self.sigModelsFound.emit(list(infos))

@@ -1,0 +1,400 @@
+"""The window under hostile input (issue 13): nothing blocks the event loop (model discovery and
+loading run on the job runner, a load can be cancelled while the previous model stays usable, a
+FIFO model folder does not freeze the window), an exception escaping a slot becomes the error banner
+and a log line, and non-finite attentions are never drawn."""
+
+import dataclasses
+import errno
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings, Qt, QTimer
+
+from attnviz.ui.window import MainWindow
+from tiny import tiny_llama
+
+WAIT = 30000
+WATCHDOG_S = 15  # a reader still blocked on the test's FIFO after this long is released from outside
+
+
+def open_window(qtbot, tmp_path, **kw):
+    kw.setdefault("model", "all-MiniLM-L6-v2")
+    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), **kw)
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+    return w
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path)
+    yield w
+    w.worker.wait_idle()
+
+
+def wait_for_text(qtbot, w, text):
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+
+
+class Ticker:
+    """A QTimer on the main thread and the longest gap between its ticks: how long the event loop
+    stopped turning."""
+
+    def __init__(self, interval_ms=10):
+        self.ticks = [time.perf_counter()]
+        self.timer = QTimer()
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(lambda: self.ticks.append(time.perf_counter()))
+        self.timer.start()
+
+    def longest_gap(self) -> float:
+        self.ticks.append(time.perf_counter())
+        return float(np.diff(self.ticks).max())
+
+
+def _release_readers(fifo) -> bool:
+    """Open the FIFO's write end and close it, so a reader blocked opening it gets EOF. False when no
+    reader has it open (ENXIO)."""
+    try:
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            return False
+        raise
+    os.close(fd)
+    return True
+
+
+# A reader that blocks inside native code holding the GIL (safetensors' open) freezes every Python
+# thread of this process, teardown included: only another process can release it.
+_WATCHDOG = """
+import os, sys, time
+time.sleep(float(sys.argv[2]))
+while True:
+    os.close(os.open(sys.argv[1], os.O_WRONLY))  # waits for a reader, then gives it EOF
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def fifo_model(tmp_path):
+    """A model folder with a valid config.json whose model.safetensors is a FIFO with no writer. On
+    teardown every reader still blocked on it is released, so the suite never hangs."""
+    folder = tiny_llama(tmp_path / "fifo-model")
+    fifo = folder / "model.safetensors"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    watchdog = subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(fifo), str(WATCHDOG_S)])
+    yield folder
+    watchdog.kill()
+    watchdog.wait()
+    loaders = [t for t in threading.enumerate() if t.name.startswith("attnviz-load")]
+    deadline = time.monotonic() + 10
+    while any(t.is_alive() for t in loaders) and time.monotonic() < deadline:
+        _release_readers(fifo)
+        time.sleep(0.02)
+    assert not any(t.is_alive() for t in loaders), "a load thread is still blocked on the FIFO"
+
+
+@pytest.fixture(params=["engine", "python-reader"])
+def fifo_loader(request, monkeypatch):
+    """"engine": the real load_model (which refuses a FIFO before opening it, or, before it did,
+    blocked on it). "python-reader": a loader that opens the weights as an engine without that
+    check would, in Python (GIL released): the load stays blocked, so waiting and Cancel are
+    exercised whatever the engine does."""
+    if request.param == "python-reader":
+        import attnviz.engine
+
+        def load(source):
+            with open(os.path.join(source, "model.safetensors"), "rb") as fh:  # blocks: no writer
+                fh.read(8)
+            raise AssertionError("a FIFO without a writer gave data")
+
+        monkeypatch.setattr(attnviz.engine, "load_model", load)
+    return request.param
+
+
+def test_a_fifo_model_folder_never_freezes_the_window_and_cancel_restores_it(
+        window, qtbot, fifo_model, fifo_loader):
+    st = window.state
+    model, result = st.model, st.result
+    ticker = Ticker()
+    window.load_model(str(fifo_model))
+    assert window.load_box.isVisible() and st.loading == str(fifo_model)
+    # the previous model stays usable: typing recomputes on it while the load waits
+    window.text_box.clear()
+    qtbot.keyClicks(window.text_box, "Typing goes on.")
+    wait_for_text(qtbot, window, "Typing goes on.")
+    assert st.model is model and st.result is not result
+    qtbot.wait(300)
+    if fifo_loader == "python-reader" or st.loading:  # the load is blocked on the FIFO
+        assert st.loading and "Loading" in window.load_label.text()
+        job = window.worker.running("load")
+        assert job.thread.is_alive()
+        qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
+        assert st.loading == "" and not window.load_box.isVisible()
+        assert "Stopped loading" in window.statusBar().currentMessage()
+        assert not window.error_banner.isVisible()
+        assert job.thread.is_alive()  # blocked still, unheard; the fixture releases it
+    else:  # the engine refused the FIFO without opening it
+        qtbot.waitUntil(window.error_banner.isVisible, timeout=WAIT)
+        assert str(fifo_model) in window.error_banner.text()
+        assert any(w in window.error_banner.text() for w in ("FIFO", "regular file"))
+        assert not window.load_box.isVisible()
+    assert ticker.longest_gap() < 1.0, "the event loop stopped while the FIFO model loaded"
+    assert st.model is model and window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
+    window.set_text("Back to normal.")
+    wait_for_text(qtbot, window, "Back to normal.")
+
+
+@pytest.fixture
+def slow_load(monkeypatch, minilm):
+    """load_model replaced by one that waits for `release` (as a read from a stalled disk would),
+    then returns a second MiniLM (any model other than the window's)."""
+    import attnviz.engine
+    from attnviz.engine.model import Model
+
+    release = threading.Event()
+    calls = []
+    real = attnviz.engine.load_model
+
+    def load(source):
+        if source != "slow":
+            return real(source)
+        calls.append(source)
+        release.wait(20)
+        m = minilm
+        return Model("slow", m.path, m.config, m.weights, m.tokenizer)
+
+    monkeypatch.setattr(attnviz.engine, "load_model", load)
+    yield release, calls
+    release.set()
+
+
+def test_cancel_keeps_the_model_and_the_late_result_is_ignored(window, qtbot, slow_load):
+    release, calls = slow_load
+    st = window.state
+    model = st.model
+    st.set_query(2)
+    window.load_model("slow")
+    qtbot.waitUntil(lambda: calls == ["slow"], timeout=WAIT)
+    assert window.load_box.isVisible() and window.cancel_button.isVisible()
+    job = window.worker.running("load")
+    assert job is not None and job.thread.is_alive()
+    window.set_text("The keys are here.")
+    wait_for_text(qtbot, window, "The keys are here.")  # computed on the previous model
+    assert st.model is model
+    # Esc while loading stops the load and leaves the query; the next Esc clears the query
+    st.set_query(1)
+    qtbot.keyClick(window.text_box, Qt.Key.Key_Escape)
+    assert st.loading == "" and not window.load_box.isVisible() and st.query_pos == 1
+    assert window.worker.running("load") is None
+    qtbot.keyClick(window.text_box, Qt.Key.Key_Escape)
+    assert st.query_pos is None
+    # the thread could not be stopped: it finishes in the background, and its model is dropped
+    release.set()
+    job.thread.join(10)
+    assert not job.thread.is_alive()
+    qtbot.wait(100)
+    assert st.model is model and st.model_name == "all-MiniLM-L6-v2"
+    assert not window.error_banner.isVisible() and st.loading == ""
+
+
+def test_the_newest_load_wins_over_a_slow_one(window, qtbot, slow_load, tmp_path):
+    release, _ = slow_load
+    st = window.state
+    window.load_model("slow")
+    job = window.worker.running("load")
+    tiny = tiny_llama(tmp_path / "tiny")
+    window.load_model(str(tiny))
+    qtbot.waitUntil(lambda: st.model_name == "tiny" and st.loading == "", timeout=WAIT)
+    release.set()
+    job.thread.join(10)
+    qtbot.wait(100)
+    assert st.model_name == "tiny"
+
+
+def test_a_load_that_outlives_its_window_ends_quietly(qtbot, tmp_path, slow_load):
+    import shiboken6
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    release, calls = slow_load
+    w = MainWindow(model="attnviz-textbook", panels=(),
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    w.load_model("slow")
+    job = w.worker.running("load")
+    worker = w.worker
+    w.deleteLater()  # deleted without closing: the load is still awaited
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert not shiboken6.isValid(worker)
+    release.set()  # the load finishes after its window is gone: dropped, no error, no Qt warning
+    job.thread.join(10)
+    qtbot.wait(100)
+    assert calls == ["slow"]
+
+
+def test_the_models_menu_scans_on_the_worker_and_shows_a_placeholder_meanwhile(
+        window, qtbot, monkeypatch):
+    import attnviz.engine
+
+    real = attnviz.engine.find_models
+    release = threading.Event()
+
+    def slow_find_models():
+        release.wait(20)
+        return real()
+
+    monkeypatch.setattr(attnviz.engine, "find_models", slow_find_models)
+    ticker = Ticker()
+    menu = window.models_menu
+    menu.aboutToShow.emit()  # returns at once: the scan waits on its own thread
+    texts = [a.text() for a in menu.actions()]
+    assert texts[0] == "(looking for models…)" and "Open model folder…" in texts
+    qtbot.wait(200)
+    assert [a.text() for a in menu.actions()][0] == "(looking for models…)"
+    with qtbot.waitSignal(window.worker.sigModelsFound, timeout=WAIT):
+        release.set()
+    checked = [a.text() for a in menu.actions() if a.isChecked()]
+    assert len(checked) == 1 and checked[0].startswith("all-MiniLM-L6-v2  (bert")
+    assert ticker.longest_gap() < 1.0
+    # opened again: the last list shows at once while a new scan runs
+    menu.aboutToShow.emit()
+    assert any(a.isChecked() for a in menu.actions())
+    window.worker.wait_idle()
+
+
+@pytest.mark.qt_no_exception_capture  # the guard, not pytest-qt, is to catch it
+def test_an_exception_escaping_a_slot_shows_the_banner_and_a_log_line(qtbot, tmp_path, monkeypatch,
+                                                                      caplog):
+    from attnviz.ui import app
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
+    w = open_window(qtbot, tmp_path)
+    assert sys.excepthook is app.install_exception_guard()
+
+    def broken_slot():
+        raise ZeroDivisionError("a bug in a slot")
+
+    with caplog.at_level(logging.ERROR, logger="attnviz.ui.app"):
+        QTimer.singleShot(0, broken_slot)
+        qtbot.waitUntil(w.error_banner.isVisible, timeout=WAIT)
+    text = w.error_banner.text()
+    assert "ZeroDivisionError: a bug in a slot" in text and "details are in the log" in text
+    records = [r for r in caplog.records if "a bug in a slot" in r.getMessage()]
+    assert len(records) == 1 and records[0].exc_info[0] is ZeroDivisionError
+    w.set_text("Still running.")
+    wait_for_text(qtbot, w, "Still running.")
+    w.worker.wait_idle()
+
+
+def test_make_app_installs_the_guard(monkeypatch):
+    from attnviz.ui import app
+
+    monkeypatch.setattr(sys, "excepthook", sys.__excepthook__)
+    app.make_app()
+    assert sys.excepthook is app.install_exception_guard()
+    assert sys.excepthook.previous is sys.__excepthook__
+
+
+def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(window, qtbot,
+                                                                           monkeypatch):
+    st = window.state
+    model = st.model
+    good = st.result
+    st.set_focus(2, 5)
+    mosaic, focus = window.grid.img.image.copy(), window.focus_view.img.image.copy()
+    drawn = window.grid.update_count
+    real_run = model.run
+
+    def nan_run(*a, **kw):
+        r = real_run(*a, **kw)
+        attn = r.attentions.copy()
+        attn[2, 5, 1, :] = np.nan
+        return dataclasses.replace(r, attentions=attn)
+
+    monkeypatch.setattr(model, "run", nan_run)
+    window.set_text("This run goes wrong.")
+    qtbot.waitUntil(window.error_banner.isVisible, timeout=WAIT)
+    text = window.error_banner.text()
+    assert "not finite" in text and "first in layer 2" in text and "last sentence" in text
+    assert st.result is good and window.grid.update_count == drawn
+    np.testing.assert_array_equal(window.grid.img.image, mosaic)
+    np.testing.assert_array_equal(window.focus_view.img.image, focus)
+    assert np.isfinite(window.focus_view.img.image).all()
+    monkeypatch.setattr(model, "run", real_run)
+    window.set_text("This run goes right.")
+    wait_for_text(qtbot, window, "This run goes right.")
+    assert not window.error_banner.isVisible()  # the next good result clears it
+
+
+def test_the_job_runner_delivers_only_the_newest_job_of_a_kind(qtbot):
+    from attnviz.ui.state import AppState
+    from attnviz.ui.worker import POOL, THREAD, Worker
+
+    worker = Worker(AppState())
+    heard = []
+    gates = [threading.Event() for _ in range(3)]
+
+    def job(i):
+        def fn():
+            gates[i].wait(10)
+            return i
+        return fn
+
+    on_done = lambda req, value, error: heard.append((req, value, error))  # noqa: E731
+    first = worker.submit("probe", job(0), on_done, "first", THREAD)
+    second = worker.submit("probe", job(1), on_done, "second", THREAD)
+    assert worker.running("probe") is second and not worker.is_current(first)
+    gates[0].set()
+    first.thread.join(10)
+    with qtbot.waitSignal(worker.sigBusy, timeout=WAIT) as idle:
+        gates[1].set()
+    assert idle.args == [False] and heard == [("second", 1, None)]
+    # a cancelled job is not waited for and not heard; another kind is unaffected
+    third = worker.submit("probe", job(2), on_done, "third", THREAD)
+    worker.submit("other", lambda: "ok", on_done, "other", POOL)
+    assert worker.cancel("probe") is third and worker.running("probe") is None
+    assert worker.wait_idle(5000)  # returns although the cancelled job still waits
+    assert third.thread.is_alive()
+    qtbot.waitUntil(lambda: ("other", "ok", None) in heard, timeout=WAIT)
+    gates[2].set()
+    third.thread.join(10)
+    qtbot.wait(50)
+    assert [h[0] for h in heard] == ["second", "other"]
+
+
+def test_check_finite_names_the_first_bad_layer_and_skips_rows_from_the_kv_cache():
+    from attnviz.engine.model import RunResult
+    from attnviz.ui.worker import NonFiniteResult, check_finite
+
+    attn = np.full((3, 2, 4, 4), 0.25, np.float32)
+    r = RunResult("t", ["a"] * 4, ["a"] * 4, [(0, 1)] * 4, np.arange(4), attn, np.arange(2))
+    check_finite(r)
+    attn[2, 1, 3, 0] = np.inf
+    attn[1, 0, 0, 0] = np.nan
+    with pytest.raises(NonFiniteResult, match="first in layer 1"):
+        check_finite(r, "m")
+    # rows 0..1 came from the cache (checked when they were computed): only row 3's inf counts
+    with pytest.raises(NonFiniteResult, match="first in layer 2"):
+        check_finite(dataclasses.replace(r, cache_reused=2))
+    attn[2, 1, 3, 0] = 0.25
+    check_finite(dataclasses.replace(r, cache_reused=2))
+
+
+def test_a_pasted_lone_surrogate_is_replaced_and_the_window_says_so(window, qtbot):
+    text = "The cat \ud83d sat"  # a clipboard can carry half of a surrogate pair
+    window.set_text(text)
+    wait_for_text(qtbot, window, text.replace("\ud83d", "\ufffd"))
+    assert not window.error_banner.isVisible()
+    assert window.trunc_notice.isVisible() and "1 lone surrogate" in window.trunc_notice.text()
+    window.set_text("The cat sat")
+    wait_for_text(qtbot, window, "The cat sat")
+    assert not window.trunc_notice.isVisible()
