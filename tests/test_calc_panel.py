@@ -69,6 +69,18 @@ def test_editing_a_field_switches_to_custom_and_recomputes(panel):
     assert panel.result.kv_bytes_total == (2 << 30) // 16
 
 
+def test_context_batch_and_kv_dtype_keep_the_preset_name(panel):
+    select(panel, "llama-3-8b")
+    panel.spins["seq_len"].setValue(32_768)
+    panel.spins["batch"].setValue(4)
+    panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("fp8"))
+    assert panel.preset_combo.currentData() == "llama-3-8b"
+    assert panel.result.kv_bytes_total == 32_768 * 4 * 131_072 // 2
+    assert "source:" in panel.notes_label.text()  # still the preset's notes
+    panel.spins["n_layers"].setValue(16)  # another model: Custom
+    assert panel.preset_combo.currentData() == CUSTOM
+
+
 def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(panel):
     panel.spins["n_kv_heads"].setValue(5)
     label = panel.error_labels["n_kv_heads"]

@@ -48,6 +48,7 @@ FIELDS = {
                 "(defaults to the model's longest context).", 1, 2_000_000_000),
     "batch": ("batch", "Sequences cached at once; the cache grows linearly with it.", 1, 1 << 24),
 }
+RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
 
 
 class CalcPanel(QWidget):
@@ -133,7 +134,8 @@ class CalcPanel(QWidget):
         self.preset_combo = QComboBox()
         self.preset_combo.setToolTip(
             "Fill the fields from the loaded model's config.json or from a real model (each "
-            "preset keeps its source). Editing a field switches to 'Custom'.")
+            "preset keeps its source). Editing the model's shape switches to 'Custom'; seq_len, "
+            "batch and the KV dtype keep the preset.")
         self.preset_combo.addItem("Loaded model (none yet)", LOADED)
         self._set_item_enabled(0, False)
         self.preset_combo.addItem("Custom", CUSTOM)
@@ -318,9 +320,11 @@ class CalcPanel(QWidget):
 
     def _connect(self) -> None:
         self.preset_combo.currentIndexChanged.connect(self._on_preset)
-        for spin in self.spins.values():
-            spin.valueChanged.connect(self._on_edit)
-        self.dtype_combo.currentIndexChanged.connect(self._on_edit)
+        for key, spin in self.spins.items():
+            # the model's own numbers make it another model; how it is run (context, batch,
+            # cache dtype) does not, so the preset's name stays
+            spin.valueChanged.connect(self._recompute if key in RUN_FIELDS else self._on_edit)
+        self.dtype_combo.currentIndexChanged.connect(self._recompute)
 
     def _select(self, key: str) -> None:
         index = self.preset_combo.findData(key)
@@ -383,7 +387,7 @@ class CalcPanel(QWidget):
 
     # -- results ---------------------------------------------------------------------------------
 
-    def _recompute(self) -> None:
+    def _recompute(self, *_args) -> None:
         for label in (*self.error_labels.values(), self.general_error):
             label.hide()
         try:
