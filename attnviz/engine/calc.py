@@ -603,7 +603,8 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
         bits = _variant_bits(d, key)
         if key == "gqa":
             n_kv = None if d.mla else d.n_kv_heads
-            label = f"as given: {_kind(d)}" + ("" if d.mla else f" ({d.n_kv_heads} KV heads)")
+            heads = f"{d.n_kv_heads} KV head" + "s" * (d.n_kv_heads != 1)
+            label = f"as given: {_kind(d)}" + ("" if d.mla else f" ({heads})")
         else:
             n_kv = d.n_heads if key == "mha" else 1
             label = f"MHA ({d.n_heads} KV heads)" if key == "mha" else "MQA (1 KV head)"

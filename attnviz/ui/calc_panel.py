@@ -489,9 +489,16 @@ class CalcPanel(QWidget):
         top = max(max(v) for v in series.values())
         scale, name = _unit_for(top)
         self._x_max = x_max
+        # a model that is MHA (or MQA) as given would hide that curve under its own: draw it once
+        given = r.compare["gqa"].n_kv_heads
+        shown = [k for k in series if k == "gqa" or r.compare[k].n_kv_heads != given]
         for key, ys in series.items():
-            self.curves[key].setData(xs, [y / scale for y in ys])
+            self.curves[key].setData(*((xs, [y / scale for y in ys]) if key in shown else ([], [])))
         legend = self.plot.getPlotItem().legend
+        if [sample.item for sample, _ in legend.items] != [self.curves[k] for k in shown]:
+            legend.clear()
+            for key in shown:
+                legend.addItem(self.curves[key], r.compare[key].label)
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
             label.setText(r.compare[key].label, color="#e8eaed")
