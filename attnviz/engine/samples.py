@@ -1,0 +1,165 @@
+"""Guided samples: sentences that show a known head behaviour, each with one line on what to look
+for and a rule that finds, for whatever model is loaded, the head that shows it best.
+
+Nothing here names a head: the best head is computed from the result's own patterns, with the same
+scores, thresholds and baselines the roles panel uses (`heads`), so a model without such a head is
+told so ("no head clears ...") instead of being shown a plausible wrong one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+from attnviz.engine import heads as H
+from attnviz.engine.errors import InputError
+from attnviz.engine.registry import DEFAULT_TEXT
+
+# a Find hit is claimed only when the query's weight on the key beats the mean weight the other
+# queries give that key by this much (the same margin a role needs over its chance score)
+SPECIFICITY_MIN = H.CHANCE_MARGIN
+
+_LONG = (
+    "The history of the printing press is a story about attention as much as about machines. "
+    "Before Gutenberg, a scribe could copy a few pages a day, and a library of a hundred books was a "
+    "treasure guarded by monks. When movable type arrived in Mainz around 1450, the price of a book "
+    "fell so quickly that within fifty years millions of volumes were circulating across Europe. "
+    "Readers who had heard scripture only in Latin could now hold it in their own language, argue "
+    "about it, and print their arguments in return. Pamphlets travelled faster than armies, and "
+    "rulers learned that controlling what people read was harder than controlling where they lived. "
+    "Scientists shared measurements instead of rumours, so that an astronomer in Prague could check "
+    "the tables of an astronomer in Copenhagen without ever meeting him. The printing press did not "
+    "make people wiser on its own, but it changed which ideas could reach them, and how often."
+)
+
+
+@dataclass(frozen=True)
+class Sample:
+    title: str
+    text: str
+    look_for: str  # one line: what the sample shows
+    roles: tuple[str, ...] = ()  # head roles tried in order: the first one some head clears wins
+    find: tuple[str, str] | None = None  # (query token, key token): heads ranked by specificity
+
+
+SAMPLES: tuple[Sample, ...] = (
+    Sample("Agreement", DEFAULT_TEXT,
+           "The verb 'are' looks back past 'cabinet' to its subject 'keys' in a few heads.",
+           find=("are", "keys")),
+    Sample("Repeated names", "When Mary and John went to the store, John gave a drink to Mary.",
+           "The second 'John' and 'Mary' attend to their first mention (duplicate-token heads).",
+           roles=("duplicate", "induction")),
+    Sample("Pronouns", "The trophy did not fit in the suitcase because it was too big.",
+           "'it' attends to 'trophy' in some heads; the weight alone does not prove coreference.",
+           find=("it", "trophy")),
+    Sample("Repeated random sequence",
+           "violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
+           "lantern otter",
+           "In the second half each word attends to the word after its first copy (induction, in a "
+           "decoder) or to its first copy (duplicate).",
+           roles=("induction", "duplicate")),
+    # rare names split into several tokens, said twice: in a decoder (SmolLM2) the induction heads
+    # complete each name's second occurrence from its first
+    Sample("Made-up names, repeated (induction)",
+           "Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax Quintrel "
+           "thanked Mrs Vashmere Okkadine in Plumbrook.",
+           "In the second mention each name piece attends to the piece that followed it the first "
+           "time: an induction head copying a pattern seen earlier.",
+           roles=("induction", "duplicate")),
+    Sample("Long paragraph", _LONG,
+           "Over a long text some heads keep to the previous token, others park on the first "
+           "token (a sink).",
+           roles=("previous", "sink")),
+)
+
+
+def sample_for_text(text: str) -> Sample | None:
+    """The sample whose text this is, exactly (an edited sample is the user's own sentence)."""
+    for s in SAMPLES:
+        if s.text == text:
+            return s
+    return None
+
+
+@dataclass(frozen=True)
+class Guide:
+    """The head a sample points to on one result. `claimed` is False when no head clears the bar;
+    then (layer, head) is the strongest candidate, shown as such, never as a finding."""
+
+    layer: int
+    head: int
+    claimed: bool
+    message: str
+
+
+def guide(sample: Sample, result, unknown_ids=()) -> Guide:
+    """The head that shows `sample`'s behaviour best in `result` (the sample's own run)."""
+    if result.n_tokens < 2:
+        raise InputError("a guide needs at least 2 tokens")
+    if sample.find is not None:
+        return _guide_find(sample, result)
+    scores = H.score_result(result, unknown_ids=unknown_ids)
+    first = None
+    for role in sample.roles:
+        cleared = scores.cleared(role)
+        if cleared:
+            l, h, s = cleared[0]
+            return Guide(l, h, True, f"L{l} H{h}: {H.TITLES[role]} strength {s:.2f} "
+                         f"(score {scores.scores[role][l, h]:.2f}, chance "
+                         f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared)))
+        if first is None:
+            first = role
+    l, h, s = scores.best_strength(first)
+    why = f" ({scores.notice})" if scores.notice and first in H.IDENTITY_ROLES else ""
+    names = " or ".join(H.TITLES[r] for r in sample.roles)
+    return Guide(l, h, False, f"No head clears {names} here{why}. Strongest {H.TITLES[first]}: "
+                 f"L{l} H{h} at {s:.2f} (score {scores.scores[first][l, h]:.2f}, chance "
+                 f"{scores.chance[first][l, h]:.2f}; a label needs {H.THRESHOLDS[first]:g} and "
+                 f"{H.CHANCE_MARGIN:g} over chance).")
+
+
+def _others(n: int) -> str:
+    if n <= 1:
+        return ""
+    return "; 1 more head clears it" if n == 2 else f"; {n - 1} more heads clear it"
+
+
+def _guide_find(sample: Sample, result) -> Guide:
+    frm, to = sample.find
+    q, k = _position(result, frm), _position(result, to)
+    hits = H.find(result, q, k)
+    top = hits[0]
+    base = top.weight - top.specificity  # the other queries' mean weight on the key
+    msg = (f"L{top.layer} H{top.head}: {frm!r} -> {to!r} weight {top.weight:.2f}, "
+           f"{top.specificity:+.2f} against the other queries' mean {base:.2f}")
+    if top.specificity >= SPECIFICITY_MIN:
+        n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
+        return Guide(top.layer, top.head, True, msg + _others(n))
+    return Guide(top.layer, top.head, False, f"No head singles out {frm!r} -> {to!r} here (by "
+                 f"{SPECIFICITY_MIN:g} over the other queries). Closest: " + msg + ".")
+
+
+def _position(result, word: str) -> int:
+    """First token whose label is `word` (case, spaces and '##' ignored). A word the tokenizer
+    splits has no such token: the guide says so rather than scoring one of its pieces."""
+    labels = [str(x).strip().lower().lstrip("#") for x in result.labels]
+    w = word.lower()
+    for i, lab in enumerate(labels):
+        if lab == w:
+            return i
+    raise InputError(f"{word!r} is not one token of this model's reading of the sample "
+                     f"({' '.join(result.labels[:40])})")
+
+
+def guides_all(model) -> dict[str, Guide | str]:
+    """Every sample's guide on `model` (title -> Guide, or the reason there is none)."""
+    out: dict[str, Guide | str] = {}
+    unknown = H.unknown_token_ids(model)
+    for s in SAMPLES:
+        try:
+            out[s.title] = guide(s, model.run(s.text), unknown)
+        except InputError as exc:
+            out[s.title] = str(exc)
+    return out
+
+
+__all__ = ["SAMPLES", "Sample", "Guide", "guide", "guides_all", "sample_for_text", "SPECIFICITY_MIN"]

@@ -1,0 +1,91 @@
+"""Guided samples (issue 9 item 5): each sample says what to look for, and its guide finds the head
+that shows it best for the loaded model from the result itself; no head numbers in the code."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import heads as H
+from attnviz.engine import load_model, textbook
+from attnviz.engine.samples import SAMPLES, SPECIFICITY_MIN, Sample, guide, sample_for_text
+
+
+@pytest.fixture(scope="module")
+def book():
+    return load_model(textbook.TEXTBOOK_NAME)
+
+
+def test_every_sample_says_in_one_line_what_to_look_for():
+    assert len({s.title for s in SAMPLES}) == len(SAMPLES)
+    for s in SAMPLES:
+        assert s.look_for and "\n" not in s.look_for and len(s.look_for) < 160
+        assert (s.find is None) != (not s.roles), s.title  # one rule each
+        assert all(r in H.ROLES for r in s.roles)
+        assert sample_for_text(s.text) is s
+    assert sample_for_text(SAMPLES[0].text + " ") is None  # an edited sample is the user's text
+
+
+def test_guide_finds_the_constructed_induction_head(book):
+    # the textbook's heads are built by hand: whichever one it built as induction must be found
+    text = "the cat sat on the mat . the cat sat on the mat"
+    built = [lh for lh, (role, _) in textbook.HEADS.items() if role == "induction"]
+    g = guide(Sample("t", text, "", roles=("induction",)), book.run(text), H.unknown_token_ids(book))
+    assert g.claimed and [(g.layer, g.head)] == built
+    assert g.message.startswith(f"L{g.layer} H{g.head}: induction strength")
+
+
+def test_guide_says_no_head_clears_rather_than_inventing_one(book):
+    # no word repeats: no head can be a duplicate / induction head, whatever its weights
+    text = "the cat sat on a red mat"
+    r = book.run(text)
+    g = guide(Sample("t", text, "", roles=("induction", "duplicate")), r, H.unknown_token_ids(book))
+    assert not g.claimed and g.message.startswith("No head clears induction or duplicate token")
+    assert (g.layer, g.head) == H.score_result(r).best_strength("induction")[:2]
+
+
+def test_guide_on_unknown_heavy_text_claims_no_identity_role(book):
+    text = "Zorblax Quintrel Zorblax Quintrel Zorblax Quintrel"  # every word <|unk|>
+    g = guide(Sample("t", text, "", roles=("induction", "duplicate")), book.run(text),
+              H.unknown_token_ids(book))
+    assert not g.claimed and "unknown" in g.message
+
+
+def _direct_specificity(att, q, k):  # [n_layer, n_head, T, T] -> [n_layer, n_head], a plain loop
+    n_layer, n_head, T, _ = att.shape
+    causal = not np.triu(att[0, 0], 1).any()
+    out = np.zeros((n_layer, n_head))
+    for l in range(n_layer):
+        for h in range(n_head):
+            others = [att[l, h, i, k] for i in range(T) if i != q and (i >= k or not causal)]
+            out[l, h] = att[l, h, q, k] - np.mean(others)
+    return out
+
+
+@pytest.mark.parametrize("which", ["minilm", "smollm2"])
+def test_guides_on_real_models_match_a_direct_computation(which, request):
+    model = request.getfixturevalue(which)
+    unknown = H.unknown_token_ids(model)
+    for s in SAMPLES:
+        r = model.run(s.text)
+        g = guide(s, r, unknown)
+        if s.find is not None:
+            labels = [x.strip().lower() for x in r.labels]
+            q, k = labels.index(s.find[0]), labels.index(s.find[1])
+            spec = _direct_specificity(r.attentions.astype(np.float64), q, k)
+            assert (g.layer, g.head) == np.unravel_index(np.argmax(spec), spec.shape)
+            assert g.claimed == (spec.max() >= SPECIFICITY_MIN)
+        else:
+            sc = H.score_result(r, unknown_ids=unknown)
+            role = next((x for x in s.roles if sc.cleared(x)), None)
+            assert g.claimed == (role is not None)
+            if role is not None:  # the strongest head that clears the first role any head clears
+                st = sc.strength[role]
+                ok = H._passes(role, st, sc.scores[role], sc.chance[role])
+                assert ok[g.layer, g.head]
+                assert st[g.layer, g.head] == st[ok].max()
+        assert f"L{g.layer} H{g.head}" in g.message
+
+
+def test_smollm2_induction_sample_points_at_an_induction_head(smollm2):
+    s = next(x for x in SAMPLES if "induction" in x.title)
+    g = guide(s, smollm2.run(s.text), H.unknown_token_ids(smollm2))
+    assert g.claimed and "induction strength" in g.message
