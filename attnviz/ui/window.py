@@ -18,8 +18,10 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.ui.app import install_exception_guard
+from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
+from attnviz.ui.guide import GuideBar
 from attnviz.ui.state import COLORMAPS, AppState
 from attnviz.ui.worker import Worker
 
@@ -27,32 +29,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = WINDOW_MODEL  # what a first start opens (the engine's registry says why)
 
-_LONG = (
-    "The history of the printing press is a story about attention as much as about machines. "
-    "Before Gutenberg, a scribe could copy a few pages a day, and a library of a hundred books was a "
-    "treasure guarded by monks. When movable type arrived in Mainz around 1450, the price of a book "
-    "fell so quickly that within fifty years millions of volumes were circulating across Europe. "
-    "Readers who had heard scripture only in Latin could now hold it in their own language, argue "
-    "about it, and print their arguments in return. Pamphlets travelled faster than armies, and "
-    "rulers learned that controlling what people read was harder than controlling where they lived. "
-    "Scientists shared measurements instead of rumours, so that an astronomer in Prague could check "
-    "the tables of an astronomer in Copenhagen without ever meeting him. The printing press did not "
-    "make people wiser on its own, but it changed which ideas could reach them, and how often."
-)
-SAMPLES = (
-    ("Agreement", DEFAULT_TEXT),
-    ("Repeated names", "When Mary and John went to the store, John gave a drink to Mary."),
-    ("Pronouns", "The trophy did not fit in the suitcase because it was too big."),
-    ("Repeated random sequence",
-     "violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
-     "lantern otter"),
-    # rare names split into several tokens, said twice: in a decoder (SmolLM2) the induction heads
-    # complete each name's second occurrence from its first
-    ("Made-up names, repeated (induction)",
-     "Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax Quintrel "
-     "thanked Mrs Vashmere Okkadine in Plumbrook."),
-    ("Long paragraph", _LONG),
-)
+SAMPLES = tuple((s.title, s.text) for s in GUIDED_SAMPLES)  # (title, text), in menu order
 
 
 def sentence(text: str) -> str:
@@ -300,10 +277,11 @@ class MainWindow(QMainWindow):
         self.text_box.setToolTip("The sentence the model reads. Every edit is recomputed in the background.")
         self.text_box.setFixedHeight(self.text_box.fontMetrics().lineSpacing() * 3 + 12)
         self.samples_menu = QMenu("&Samples", self)
-        for title, sample in SAMPLES:
-            act = self.samples_menu.addAction(title)
-            act.setToolTip(sample[:80])
-            act.triggered.connect(lambda _=False, s=sample: self.set_text(s))
+        for sample in GUIDED_SAMPLES:
+            act = self.samples_menu.addAction(sample.title)
+            act.setToolTip(sample.look_for)
+            act.triggered.connect(lambda _=False, s=sample.text: self.set_text(s))
+        self.samples_menu.setToolTipsVisible(True)
         self.samples_button = QToolButton()
         self.samples_button.setText("Samples")
         self.samples_button.setToolTip("Sentences that show well-known head behaviours")
@@ -362,6 +340,8 @@ class MainWindow(QMainWindow):
         col.addWidget(self.error_banner)
         col.addLayout(top)
         col.addWidget(self.token_strip)
+        self.guide_bar = GuideBar(st, self.worker)
+        col.addWidget(self.guide_bar)
         col.addWidget(self.trunc_notice)
         col.addWidget(self.model_notice)
         col.addLayout(controls)
@@ -749,7 +729,11 @@ class MainWindow(QMainWindow):
         c = model.config
         self.layer_spin.blockSignals(True)
         self.layer_spin.setRange(0, c.n_layer - 1)
-        self.layer_spin.setSuffix(f" / {c.n_layer - 1}")
+        # numbered from 0 like the head titles (L3 H1): the suffix gives the range, not a count
+        self.layer_spin.setSuffix(f" (0–{c.n_layer - 1})")
+        self.layer_spin.setToolTip(
+            f"Layer shown in the grid, numbered from 0 as in the head titles (L3 H1): {c.n_layer} "
+            f"layers, 0–{c.n_layer - 1} (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
         self.layer_spin.setValue(self.state.layer)
         self.layer_spin.blockSignals(False)
         if self.calc_panel is not None:

@@ -1,0 +1,88 @@
+"""The guide bar under the sentence: while the sentence is one of the samples, it says in one line
+what to look for, and once that sample's heatmaps are computed, which head of the loaded model
+shows it best (`engine.samples.guide`, scored on the job runner). "Show me" focuses that head.
+
+A view of AppState: it watches the text, model and result, writes back only through the state's
+setters, and drops a guide whose text or model is no longer the current one."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+
+from attnviz.engine import heads as H
+from attnviz.engine.samples import Guide, guide, sample_for_text
+
+JOB_KIND = "guide"
+
+
+class GuideBar(QWidget):
+    def __init__(self, state, worker, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        self.sample = None
+        self.current: Guide | None = None  # the guide for the result on screen
+        self.look = QLabel()
+        self.look.setWordWrap(True)
+        self.look.setToolTip("What this sample shows; the head is found on the loaded model's own "
+                             "patterns, with the roles panel's scores and baselines")
+        self.answer = QLabel()
+        self.answer.setWordWrap(True)
+        self.show_button = QToolButton()
+        self.show_button.setText("Show me")
+        self.show_button.setToolTip("Focus the head that shows this best in the loaded model")
+        self.show_button.clicked.connect(self.show_head)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.look, 3)
+        row.addWidget(self.answer, 3)
+        row.addWidget(self.show_button, 0)
+        state.sigTextChanged.connect(self._on_text)
+        state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
+        state.sigResultChanged.connect(self._on_result)
+        self._on_text(state.text)
+
+    # --- state -> view --------------------------------------------------------------------------
+    def _on_text(self, text: str) -> None:
+        self.sample = sample_for_text(text or "")
+        self.current = None
+        self.worker.cancel(JOB_KIND)
+        self.show_button.setEnabled(False)
+        self.answer.setText("")
+        if self.sample is None:
+            self.hide()
+            return
+        self.look.setText(f"<b>Look for:</b> {self.sample.look_for}")
+        self.answer.setText("<i>Finding the head in this model…</i>")
+        self.show()
+        self._on_result(self.state.result)
+
+    def _on_result(self, result) -> None:
+        s, model = self.sample, self.state.model
+        if s is None or result is None or model is None or result.text != s.text \
+                or self.current is not None:
+            return
+        unknown = H.unknown_token_ids(model)
+        self.worker.submit(JOB_KIND, lambda: guide(s, result, unknown), self._on_guide,
+                           request=(s, result, model))
+
+    def _on_guide(self, request, value, error) -> None:
+        s, result, model = request
+        if s is not self.sample or model is not self.state.model:
+            return  # the text or model changed while it was scored
+        if error is not None:
+            self.answer.setText(f"<span style='color:#b35c00'>{error}</span>")
+            return
+        self.current = value
+        color = "#1a5e1a" if value.claimed else "#b35c00"
+        self.answer.setText(f"<span style='color:{color}'>{value.message}</span>")
+        self.answer.setToolTip("" if value.claimed else
+                               "No head passes the bar: 'Show me' focuses the strongest candidate")
+        self.show_button.setEnabled(True)
+
+    # --- view -> state --------------------------------------------------------------------------
+    def show_head(self) -> None:
+        g = self.current
+        if g is None:
+            return
+        self.state.set_layer(g.layer)
+        self.state.set_focus(g.layer, g.head)

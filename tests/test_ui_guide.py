@@ -1,0 +1,42 @@
+"""The guide bar (issue 9 item 5) in the real window on MiniLM: a sample says what to look for,
+finds its head on the loaded model after computing, and "Show me" focuses that head."""
+
+from attnviz.engine import heads as H
+from attnviz.engine.samples import SAMPLES, guide
+from tests.test_ui_window import WAIT, open_window, settings_path, wait_for_text  # noqa: F401
+
+
+def test_samples_menu_tooltips_say_what_to_look_for(qtbot, settings_path):
+    w = open_window(qtbot, settings_path)
+    tips = [a.toolTip() for a in w.samples_menu.actions()]
+    assert tips == [s.look_for for s in SAMPLES]
+    w.worker.wait_idle()
+
+
+def test_a_sample_finds_its_head_and_show_me_focuses_it(qtbot, settings_path):
+    w = open_window(qtbot, settings_path)
+    bar = w.guide_bar
+    for s in (SAMPLES[0], next(x for x in SAMPLES if x.roles)):
+        w.set_text(s.text)
+        wait_for_text(qtbot, w, s.text)
+        assert bar.isVisible() and s.look_for in bar.look.text()
+        qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+        want = guide(s, w.state.result, H.unknown_token_ids(w.state.model))
+        assert bar.current == want and want.message in bar.answer.text()
+        bar.show_button.click()
+        assert w.state.focus == (want.layer, want.head) and w.state.layer == want.layer
+    # the user's own sentence: no guide, no stale answer
+    w.set_text(s.text + " Then it rained.")
+    assert not bar.isVisible() and bar.current is None and not bar.show_button.isEnabled()
+    w.worker.wait_idle()
+
+
+def test_a_guide_for_an_old_text_is_dropped(qtbot, settings_path):
+    w = open_window(qtbot, settings_path)
+    bar = w.guide_bar
+    s = SAMPLES[1]
+    w.set_text(s.text)
+    w.set_text("my own words")  # before the sample's guide can arrive
+    w.worker.wait_idle()
+    qtbot.wait(50)
+    assert bar.current is None and not bar.isVisible()
