@@ -40,3 +40,13 @@ def test_a_guide_for_an_old_text_is_dropped(qtbot, settings_path):
     w.worker.wait_idle()
     qtbot.wait(50)
     assert bar.current is None and not bar.isVisible()
+
+
+def test_about_lists_the_textbook_vocabulary(qtbot, settings_path):
+    from attnviz.engine import textbook
+
+    w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
+    import html
+
+    assert html.escape(textbook.vocabulary_line()) in w.about_text()
+    w.worker.wait_idle()

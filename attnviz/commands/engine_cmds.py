@@ -54,8 +54,7 @@ def cmd_models(args) -> int:
         print(f"{hidden} more GGUF file{'s' if hidden > 1 else ''} found that attnviz cannot open yet; "
               "`attnviz models --all` lists them with the reason")
     if any(m.name == textbook.TEXTBOOK_NAME for m in models):
-        print(f"{textbook.TEXTBOOK_NAME} knows only these {len(textbook.WORDS)} words (any other "
-              f"word is {textbook.UNK}): {' '.join(textbook.WORDS)}")
+        print(textbook.vocabulary_line())
     return 0
 
 

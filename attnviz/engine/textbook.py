@@ -76,6 +76,12 @@ HEADS = {
 }
 
 
+def vocabulary_line() -> str:
+    """One line naming every word the textbook model knows (the models list, About, the README)."""
+    return (f"{TEXTBOOK_NAME} knows only these {len(WORDS)} words (any other word is {UNK}): "
+            f"{' '.join(WORDS)}")
+
+
 def describe_head(layer, head):
     """One sentence on how a textbook head was built (or None)."""
     item = HEADS.get((int(layer), int(head)))

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.ui.app import install_exception_guard
+from attnviz.engine import textbook
 from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
@@ -689,6 +690,8 @@ class MainWindow(QMainWindow):
                      f"{c.n_head} heads, {c.n_kv_head} KV heads)<br>Licence: "
                      f"{html.escape(m.license or 'not stated in the model folder')}<br>"
                      f"Folder: {html.escape(str(m.path))}")
+            if m.name == textbook.TEXTBOOK_NAME:
+                model += f"<br>{html.escape(textbook.vocabulary_line())}"
         return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "
                 f"by attnviz's own NumPy engine.</p><p>{model}</p>")
 
