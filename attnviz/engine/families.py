@@ -174,6 +174,7 @@ class KVCache:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [T]
     k: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head], not repeated
     v: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head]
+    h: list = field(default_factory=list)  # per layer [T, d_model] attention input, when captured
     attentions: np.ndarray | None = None  # [n_layer, n_head, T, T], read-only: results share it
     nbytes: int = 0  # bytes of K and V held, from the arrays
     reused: int = 0  # tokens the last run took from the cache
@@ -183,9 +184,10 @@ class KVCache:
         differ = np.flatnonzero(self.ids[:n] != ids[:n])
         return int(differ[0]) if differ.size else n
 
-    def _store(self, ids, k, v, attentions, reused):
+    def _store(self, ids, k, v, attentions, reused, h=()):
         attentions.flags.writeable = False
         self.ids, self.k, self.v, self.attentions = ids.copy(), k, v, attentions
+        self.h = list(h)
         self.nbytes = sum(a.nbytes for a in k) + sum(a.nbytes for a in v)
         self.reused = reused
 
@@ -194,45 +196,59 @@ class KVCache:
             def cut(a):  # a copy, so the rest is freed
                 return np.ascontiguousarray(a[:, :T])
             self._store(self.ids[:T], [cut(a) for a in self.k], [cut(a) for a in self.v],
-                        np.ascontiguousarray(self.attentions[:, :, :T, :T]), T)
+                        np.ascontiguousarray(self.attentions[:, :, :T, :T]), T,
+                        [np.ascontiguousarray(a[:T]) for a in self.h])
         else:
             self.reused = T
 
 
 def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
-                       cache: KVCache | None = None, values_out: list | None = None) -> np.ndarray:
+                       cache: KVCache | None = None, values_out: list | None = None,
+                       inputs_out: list | None = None) -> np.ndarray:
     """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32).
 
     With a `cache` (causal models only) the tokens of the common prefix with the cached ids are
     reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute
     nothing; ids that are a prefix of the cached ones cut the cache to them. The patterns returned
     are then a read-only view of the cache's array. Without a cache, `values_out` (a list) receives
-    every layer's V [n_kv_head, T, d_head] when given (the cache holds them otherwise)."""
+    every layer's V [n_kv_head, T, d_head] when given (the cache holds them otherwise).
+
+    `inputs_out` (a list) receives every layer's attention input [T, d_model] (after the input
+    norm in a pre-LN model), all T tokens; only then are they kept, in the cache too (a cache
+    without them is recomputed in full). The default path keeps none."""
     T = len(ids)
     p = 0
     if cache is not None:
         assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
         if cache.attentions is not None:
             p = cache.prefix(ids)
+            if inputs_out is not None and len(cache.h) != cfg.n_layer:
+                p = 0  # the cached run kept no layer inputs: compute them all
         if p == T and T:  # same ids, or the text got shorter: every row is known
             cache._cut(T)
+            if inputs_out is not None:
+                inputs_out.extend(cache.h)
             return cache.attentions.view()
     out = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
     if p:  # old query rows cannot see the new keys
         out[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
         out[:, :, :p, p:] = 0
     keys, values = ([], []) if cache is not None else (None, values_out)
+    inputs = inputs_out if inputs_out is None or cache is None else []
     if T > p:
-        _forward_rows(cfg, w, ids, p, out, cache, keys, values)
+        _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs)
     if cache is None:
         return out
-    cache._store(ids, keys, values, out, p)
+    cache._store(ids, keys, values, out, p, inputs or ())
+    if inputs_out is not None:
+        inputs_out.extend(inputs)
     return out.view()
 
 
-def _forward_rows(cfg, w, ids, p, out, cache, keys, values) -> None:
+def _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs=None) -> None:
     """Query rows p..T-1 of every layer's pattern into out[:, :, p:]; K and V of all T tokens
-    appended to `keys` and `values` when they are lists (rows before p come from the cache)."""
+    appended to `keys` and `values` when they are lists (rows before p come from the cache), and
+    each layer's attention input of all T tokens to `inputs` when it is a list."""
     T = len(ids)
     positions = np.arange(p, T)
     act = ACTIVATIONS[cfg.activation]
@@ -252,6 +268,8 @@ def _forward_rows(cfg, w, ids, p, out, cache, keys, values) -> None:
     last = cfg.n_layer - 1
     for i, layer in enumerate(w.layers):
         h = norm(x, layer.norm1) if pre_norm else x
+        if inputs is not None:  # the layer input the anatomy shows: only when asked
+            inputs.append(np.concatenate([cache.h[i][:p], h]) if p else np.ascontiguousarray(h))
         # qkv projection, split into heads
         q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
         if rope is not None:

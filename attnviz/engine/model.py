@@ -40,6 +40,7 @@ class RunResult:
     notice: str | None = None  # one line for the user about what was changed in the text, if anything
     value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (run(values=True))
     head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
+    layer_inputs: tuple | None = None  # per layer float32 [T, d_model]: attention input (run(inputs=True))
 
     @property
     def n_tokens(self) -> int:
@@ -78,7 +79,7 @@ class Model:
             self._cache = KVCache()
 
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
-            use_cache: bool = True, values: bool = False) -> RunResult:
+            use_cache: bool = True, values: bool = False, inputs: bool = False) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -89,7 +90,8 @@ class Model:
         A causal model reuses the tokens shared with its previous run (the KV cache); with
         use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes).
         values=True also returns value_norms and head_share (value-weighted attention); the default
-        path computes neither."""
+        path computes neither. inputs=True also returns layer_inputs, every layer's attention
+        input (what the anatomy view projects); the default path keeps none."""
         t0 = time.perf_counter()
         if text is None and ids is None:
             raise InputError("give text or ids to run")
@@ -112,7 +114,8 @@ class Model:
                 if not typed:  # not ids, or nothing typed
                     raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
                                      "e.g. 5, 17, 3")
-                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache, values=values)
+                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache, values=values,
+                                  inputs=inputs)
                 return replace(result, text=text, notice=notice, compute_s=time.perf_counter() - t0)
             enc = self.tokenizer.encode(text)
             ids = np.asarray(enc.ids, dtype=np.int64)
@@ -143,7 +146,8 @@ class Model:
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
             truncated = True
         v_layers = [] if values else None
-        attentions, reused, held = self._forward(ids, use_cache, v_layers)
+        h_layers = [] if inputs else None
+        attentions, reused, held = self._forward(ids, use_cache, v_layers, h_layers)
         self._check_finite(attentions)
         norms, share = self._value_norms(attentions, v_layers) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
@@ -151,7 +155,8 @@ class Model:
                          truncated=truncated, n_tokens_full=n_full,
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
                          cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
-                         value_norms=norms, head_share=share)
+                         value_norms=norms, head_share=share,
+                         layer_inputs=tuple(h_layers) if inputs else None)
 
     def _value_norms(self, attentions, v_layers):
         """-> value norms [n_layer, n_head, T], head shares [n_layer, n_head] from each layer's V."""
@@ -174,24 +179,27 @@ class Model:
                 f"for this input; the model's weights or config.json are broken (a NaN, inf or "
                 f"huge weight, or a norm epsilon <= 0)")
 
-    def _forward(self, ids: np.ndarray, use_cache: bool,
-                 values: list | None = None) -> tuple[np.ndarray, int, int]:
+    def _forward(self, ids: np.ndarray, use_cache: bool, values: list | None = None,
+                 inputs: list | None = None) -> tuple[np.ndarray, int, int]:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held); every
-        layer's V [n_kv_head, T, d_head] appended to `values` when it is a list."""
+        layer's V [n_kv_head, T, d_head] appended to `values` and its attention input [T, d_model]
+        to `inputs` when they are lists."""
         cache = self._cache
         if cache is None:
-            return forward_attentions(self.config, self.weights, ids, values_out=values), 0, 0
+            return forward_attentions(self.config, self.weights, ids, values_out=values,
+                                      inputs_out=inputs), 0, 0
         if use_cache and self._cache_lock.acquire(blocking=False):
             try:
                 cache = self._cache  # clear_cache may have swapped it
-                attentions = forward_attentions(self.config, self.weights, ids, cache)
+                attentions = forward_attentions(self.config, self.weights, ids, cache,
+                                                inputs_out=inputs)
                 if values is not None:
                     values.extend(cache.v)  # all T tokens, the reused ones included
                 return attentions, cache.reused, cache.nbytes
             finally:
                 self._cache_lock.release()
-        return (forward_attentions(self.config, self.weights, ids, values_out=values), 0,
-                self._cache.nbytes)
+        return (forward_attentions(self.config, self.weights, ids, values_out=values,
+                                   inputs_out=inputs), 0, self._cache.nbytes)
 
     def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
         V = self.config.vocab_size

@@ -1,0 +1,153 @@
+"""The anatomy of one attention layer on a real sentence: the pipeline of the lesson with the
+loaded model's own weights and activations, and what it costs per head. Pure NumPy, no Qt.
+
+    x [T, d_model] -> W_Q [d_model, n_head d_head], W_K, W_V [d_model, n_kv_head d_head]
+    -> q [n_head, T, d_head], k, v [n_kv_head, T, d_head] -> pattern [n_head, T, T]
+    -> head outputs [n_head, T, d_head] -> concat [T, n_head d_head] -> W_O [n_head d_head, d_model]
+    -> attention output [T, d_model]
+
+`x` is the layer's attention input as the forward pass computed it (`Model.run(inputs=True)`:
+after the input norm in a pre-LN model). Everything after it is recomputed here with the engine's
+own building blocks, from the weights the engine uses (GGUF's Q/K rows already un-permuted), so
+the pattern equals the one the grid shows (tested) and the output exists even for the last layer,
+whose output projection the forward pass skips (nothing after it changes a pattern).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.config import ModelConfig
+from attnviz.engine.layers import (
+    apply_rope, attention_pattern, causal_mask, linear, mask_bias, merge_heads, qkv_heads, repeat_kv,
+    rope_cos_sin,
+)
+
+BYTES = 4  # float32: every array here, as the engine holds it
+
+
+@dataclass(frozen=True)
+class LayerAnatomy:
+    layer: int
+    x: np.ndarray  # [T, d_model] the attention input
+    w_q: np.ndarray  # [d_model, n_head d_head] (views of the engine's fused W_QKV)
+    w_k: np.ndarray  # [d_model, n_kv_head d_head]
+    w_v: np.ndarray  # [d_model, n_kv_head d_head]
+    q: np.ndarray  # [n_head, T, d_head] (after RoPE in a RoPE model)
+    k: np.ndarray  # [n_kv_head, T, d_head] (after RoPE)
+    v: np.ndarray  # [n_kv_head, T, d_head]
+    pattern: np.ndarray  # [n_head, T, T]
+    head_out: np.ndarray  # [n_head, T, d_head] = pattern @ v of the head's KV group
+    concat: np.ndarray  # [T, n_head d_head]
+    w_o: np.ndarray  # [n_head d_head, d_model]
+    out: np.ndarray  # [T, d_model] = concat @ W_O (+ b_O)
+    kv_group: np.ndarray  # [n_head] the KV head each query head reads
+
+    @property
+    def d_head(self) -> int:
+        return self.q.shape[-1]
+
+
+def weight_blocks(cfg: ModelConfig, layer) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A layer's W_Q, W_K, W_V [d_model, n d_head] and W_O [n_head d_head, d_model]: views of the
+    arrays the forward pass multiplies by (columns of the fused W_QKV ordered Q | K | V)."""
+    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    w = layer.w_qkv
+    return w[:, :dq], w[:, dq:dq + dkv], w[:, dq + dkv:], layer.w_o
+
+
+def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
+                  pattern: np.ndarray | None = None) -> LayerAnatomy:
+    """Layer input x [T, d_model] -> every stage of that layer's attention (LayerAnatomy).
+    `pattern` [n_head, T, T]: the forward pass's own (what the grid shows); computed when None."""
+    lw = weights.layers[layer]
+    T = x.shape[0]
+    q, k, v = qkv_heads(x, lw.w_qkv, lw.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
+    if cfg.rope_theta:
+        cos, sin = rope_cos_sin(np.arange(T), cfg.d_head, cfg.rope_theta)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if pattern is None:
+        scale = 1.0 / np.sqrt(cfg.d_head)
+        if cfg.attn_scale_by_layer:
+            scale /= layer + 1
+        bias = mask_bias(causal_mask(T, cfg.sliding_window)) if cfg.causal else None
+        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias)
+    # weighted values, merge heads, output projection
+    head_out = np.matmul(pattern, repeat_kv(v, cfg.n_group))  # [n_head, T, d_head]
+    concat = merge_heads(head_out)
+    out = linear(concat, lw.w_o, lw.b_o)
+    w_q, w_k, w_v, w_o = weight_blocks(cfg, lw)
+    group = np.arange(cfg.n_head) // cfg.n_group
+    return LayerAnatomy(layer, x, w_q, w_k, w_v, np.ascontiguousarray(q), np.ascontiguousarray(k),
+                        np.ascontiguousarray(v), pattern, head_out, concat, w_o, out, group)
+
+
+def input_name(cfg: ModelConfig) -> str:
+    """What x is in this family's layer."""
+    if cfg.family == "llama":
+        return "x = RMSNorm(residual stream)"
+    if cfg.family == "gpt2":
+        return "x = LayerNorm(residual stream)"
+    return "x = layer input (post-LN: the previous layer's output)"
+
+
+def head_dim_note(cfg: ModelConfig) -> str | None:
+    """A sentence when the model's head_dim is not d_model / n_head (Gemma, Qwen3 and others)."""
+    if cfg.n_head * cfg.d_head == cfg.d_model:
+        return None
+    return (f"head_dim = {cfg.d_head} from config.json, not d_model / n_head = "
+            f"{cfg.d_model} / {cfg.n_head} = {cfg.d_model / cfg.n_head:g}: the heads together are "
+            f"{cfg.n_head} x {cfg.d_head} = {cfg.n_head * cfg.d_head} wide, not {cfg.d_model}")
+
+
+@dataclass(frozen=True)
+class CostRow:
+    what: str
+    per_head: int  # one query head (its share of a KV head shared by n_group: 1 / n_group)
+    all_heads: int  # the layer's n_head heads together
+    full_head: int  # one head as wide as d_model (d_head = d_model, no KV sharing)
+    unit: str  # "params", "FLOPs" or "bytes"
+    note: str = ""
+
+
+def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
+    """The lesson's arithmetic for one layer on T tokens, exact integers. A multiply-add is 2
+    FLOPs; memory is float32, as the engine holds it; K/V weights and activations of a KV head
+    shared by n_group query heads count 1 / n_group per query head (rounded down). Each row's note
+    says "equal" when all heads together cost what one d_model-wide head costs, else why not."""
+    d, dh, nh, nkv, g = cfg.d_model, cfg.d_head, cfg.n_head, cfg.n_kv_head, cfg.n_group
+    D, Dkv = nh * dh, nkv * dh
+    qb, fb = (dh, d) if cfg.qkv_bias else (0, 0)
+    wide = f"heads are {nh}\u00d7{dh} = {D} wide, not d_model {d}" if D != d else ""
+    gqa = f"K, V: {nkv} KV heads ({Dkv} wide), not {d}" if g > 1 else ""
+    t2 = f"{nh} patterns of T\u00b2, not one"
+    rows = []
+
+    def add(what, per_head, all_heads, full_head, unit, *why):
+        reasons = "; ".join(w for w in why if w)
+        note = "equal" if all_heads == full_head else (reasons or "differs")
+        rows.append(CostRow(what, per_head, all_heads, full_head, unit, note))
+
+    add("W_Q params", d * dh + qb, d * D + nh * qb, d * d + fb, "params", wide)
+    add("W_K + W_V params", 2 * (d * dh + qb) // g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
+        "params", gqa, wide)
+    add("W_O params", dh * d, D * d, d * d, "params", wide)
+    add("Q, K, V projections", 2 * T * d * dh + (4 * T * d * dh) // g, 2 * T * d * (D + 2 * Dkv),
+        6 * T * d * d, "FLOPs", gqa, wide)
+    add("scores q\u00b7k", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
+    add("softmax (~5 per score)", 5 * T * T, 5 * nh * T * T, 5 * T * T, "FLOPs", t2)
+    add("pattern @ v", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
+    add("output projection W_O", 2 * T * dh * d, 2 * T * D * d, 2 * T * d * d, "FLOPs", wide)
+    add("q, k, v, head output", BYTES * T * (2 * dh + (2 * dh) // g), BYTES * T * (2 * D + 2 * Dkv),
+        BYTES * T * 4 * d, "bytes", gqa, wide)
+    add("pattern T\u00d7T", BYTES * T * T, BYTES * nh * T * T, BYTES * T * T, "bytes", t2)
+    add("KV cache per token", BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
+    return rows
+
+
+def cost_totals(rows: list[CostRow], unit: str) -> tuple[int, int]:
+    """(all heads, one full-width head) summed over the rows of one unit."""
+    sel = [r for r in rows if r.unit == unit]
+    return sum(r.all_heads for r in sel), sum(r.full_head for r in sel)

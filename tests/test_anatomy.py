@@ -1,0 +1,131 @@
+"""The anatomy's data (engine/anatomy.py): the layer inputs the forward pass keeps only when
+asked, and every stage recomputed from them checked against the engine's own patterns and a naive
+per-head loop on the checkpoint's tensors. No Qt."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.anatomy import cost_totals, head_costs, head_dim_note, layer_anatomy
+from attnviz.engine.layers import apply_rope, rope_cos_sin
+from conftest import FIXTURES
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6]
+
+
+def _naive_layer(cfg, lw, x, layer):
+    """Per head, by hand: W_Q's column slice h, the KV head h // n_group, softmax, W_O's rows."""
+    dh, g = cfg.d_head, cfg.n_group
+    T = x.shape[0]
+    dq, dkv = cfg.n_head * dh, cfg.n_kv_head * dh
+    w = lw.w_qkv.astype(np.float64)
+    b = np.zeros(w.shape[1]) if lw.b_qkv is None else lw.b_qkv.astype(np.float64)
+    heads, pats = [], []
+    for h in range(cfg.n_head):
+        kv = h // g
+        cq = slice(h * dh, (h + 1) * dh)
+        ck = slice(dq + kv * dh, dq + (kv + 1) * dh)
+        cv = slice(dq + dkv + kv * dh, dq + dkv + (kv + 1) * dh)
+        q, k, v = (x @ w[:, c] + b[c] for c in (cq, ck, cv))
+        if cfg.rope_theta:
+            cos, sin = rope_cos_sin(np.arange(T), dh, cfg.rope_theta)
+            q, k = apply_rope(q[None], cos, sin)[0], apply_rope(k[None], cos, sin)[0]
+        s = q @ k.T / np.sqrt(dh) / ((layer + 1) if cfg.attn_scale_by_layer else 1)
+        if cfg.causal:
+            s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+        a = np.exp(s - s.max(-1, keepdims=True))
+        a /= a.sum(-1, keepdims=True)
+        pats.append(a)
+        heads.append(a @ v)
+    concat = np.concatenate(heads, axis=1)
+    out = concat @ lw.w_o.astype(np.float64) + (0 if lw.b_o is None else lw.b_o)
+    return np.array(pats), np.array(heads), out
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "llama_mqa", "llama_headdim", "gpt2", "bert", "qwen2"])
+def test_every_stage_equals_a_naive_per_head_loop(name):
+    model = load_model(FIXTURES / name)
+    r = model.run(ids=IDS, inputs=True)
+    cfg = model.config
+    assert len(r.layer_inputs) == cfg.n_layer
+    for layer in range(cfg.n_layer):  # the last layer too: its W_O output exists here
+        an = layer_anatomy(cfg, model.weights, r.layer_inputs[layer], layer)
+        np.testing.assert_allclose(an.pattern, r.attentions[layer], atol=2e-6)  # = the grid's
+        pats, heads, out = _naive_layer(cfg, model.weights.layers[layer], r.layer_inputs[layer], layer)
+        np.testing.assert_allclose(an.pattern, pats, atol=1e-5)
+        np.testing.assert_allclose(an.head_out, heads, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(an.out, out, rtol=1e-4, atol=1e-5)
+        T, dh = len(IDS), cfg.d_head
+        assert an.w_q.shape == (cfg.d_model, cfg.n_head * dh)
+        assert an.w_k.shape == an.w_v.shape == (cfg.d_model, cfg.n_kv_head * dh)
+        assert an.concat.shape == (T, cfg.n_head * dh) and an.out.shape == (T, cfg.d_model)
+        assert an.w_o.shape == (cfg.n_head * dh, cfg.d_model)
+
+
+def test_the_default_path_keeps_no_layer_inputs_and_the_cache_gives_the_same_ones():
+    model = load_model(FIXTURES / "llama_gqa")
+    assert model.run(ids=IDS[:5]).layer_inputs is None
+    cached = model.run(ids=IDS, inputs=True)  # the cache had no inputs: computed in full
+    assert cached.cache_reused == 0
+    longer = model.run(ids=IDS + [7, 8], inputs=True)  # now the prefix is reused
+    assert longer.cache_reused == len(IDS)
+    fresh = load_model(FIXTURES / "llama_gqa").run(ids=IDS + [7, 8], inputs=True)
+    for a, b in zip(longer.layer_inputs, fresh.layer_inputs):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    same = model.run(ids=IDS + [7, 8], inputs=True)  # nothing new: from the cache
+    assert same.cache_reused == len(IDS) + 2
+    shorter = model.run(ids=IDS[:4], inputs=True)  # a prefix: the cache is cut
+    for a, b in zip(shorter.layer_inputs, fresh.layer_inputs):
+        np.testing.assert_allclose(a, b[:4], rtol=1e-5, atol=1e-6)
+
+
+def test_minilm_anatomy_shows_the_grids_own_pattern(minilm):
+    r = minilm.run("The keys to the cabinet are on the table.", inputs=True)
+    an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[2], 2, r.attentions[2])
+    assert np.shares_memory(an.pattern, r.attentions)  # the grid's own data, not a copy
+    again = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[2], 2)
+    np.testing.assert_allclose(again.pattern, r.attentions[2], atol=2e-6)
+    assert an.w_q.shape == (384, 384) and an.q.shape == (12, len(r.tokens), 32)
+
+
+def test_smollm2_weights_drawn_are_the_unpermuted_ones_the_engine_uses(smollm2):
+    """GGUF: the W_Q / W_K the anatomy draws are the engine's (llama.cpp's row permutation undone):
+    the pattern recomputed from them equals the forward pass's, which matches transformers."""
+    r = smollm2.run("Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine.",
+                    inputs=True)
+    cfg = smollm2.config
+    for layer in (0, cfg.n_layer - 1):
+        an = layer_anatomy(cfg, smollm2.weights, r.layer_inputs[layer], layer)
+        np.testing.assert_allclose(an.pattern, r.attentions[layer], atol=5e-6)
+        lw = smollm2.weights.layers[layer]
+        assert np.shares_memory(an.w_q, lw.w_qkv) and np.shares_memory(an.w_o, lw.w_o)
+        assert an.w_k.shape == (576, 3 * 64) and np.isfinite(an.out).all()
+
+
+def test_costs_all_heads_equal_one_full_width_head_in_the_projections():
+    cfg = load_model(FIXTURES / "bert").config  # plain MHA, n_head * d_head = d_model
+    T = 10
+    rows = {r.what: r for r in head_costs(cfg, T)}
+    for what in ("W_Q params", "W_O params", "Q, K, V projections", "scores q\u00b7k", "pattern @ v"):
+        assert rows[what].all_heads == rows[what].full_head and rows[what].note == "equal"
+        assert rows[what].all_heads == cfg.n_head * rows[what].per_head
+    soft = rows["softmax (~5 per score)"]
+    assert soft.all_heads == cfg.n_head * soft.full_head and "differs" not in soft.note
+    assert soft.note.startswith(f"{cfg.n_head} patterns")
+    d = cfg.d_model
+    assert rows["Q, K, V projections"].all_heads == 2 * T * d * 3 * d
+    assert head_dim_note(cfg) is None
+    params, full = cost_totals(head_costs(cfg, T), "params")
+    assert params == full == 4 * d * d + 3 * d  # BERT has Q/K/V biases; W_O's is not a head's
+
+
+def test_costs_say_where_gqa_and_head_dim_differ():
+    gqa = load_model(FIXTURES / "llama_gqa").config
+    rows = {r.what: r for r in head_costs(gqa, 7)}
+    kv = rows["W_K + W_V params"]
+    assert kv.all_heads == 2 * gqa.d_model * gqa.n_kv_head * gqa.d_head < kv.full_head
+    assert "KV heads" in kv.note
+    hd = load_model(FIXTURES / "llama_headdim").config
+    note = head_dim_note(hd)
+    assert "head_dim = 16" in note and "48 / 4 = 12" in note
+    assert "64 wide" in {r.what: r for r in head_costs(hd, 5)}["W_Q params"].note
