@@ -257,3 +257,29 @@ def test_template_probe_from_the_panel(qtbot, minilm):
         pass
     assert panel.scores is not None and "agreement (probe)" not in str(state.head_labels)
     panel.wait_idle()
+
+
+def test_roles_scores_are_jobs_of_the_windows_one_runner(qtbot):
+    """Issue 11 item 1: the panel has no job machinery of its own; its scores are 'roles' jobs of
+    the runner it is given, and only the newest request's scores arrive."""
+    import attnviz.ui.roles_panel as RP
+    from attnviz.ui.state import AppState
+    from attnviz.ui.worker import Worker
+
+    assert not hasattr(RP, "_Relay") and not hasattr(RP, "_Task")
+    state = AppState()
+    worker = Worker(state)
+    panel = RP.RolesPanel(state, worker=worker)
+    qtbot.addWidget(panel)
+    assert panel.worker is worker
+    submitted = []
+    real = worker.submit
+    worker.submit = lambda kind, *a, **k: (submitted.append(kind), real(kind, *a, **k))[1]
+    from attnviz.engine import load_model
+    state.set_model(load_model("attnviz-textbook"))
+    state.set_result(state.model.run("the cat sat on the mat"))
+    panel.rescore()
+    panel.rescore()  # the first one's scores must never be shown after the second's
+    assert panel.wait_idle()
+    qtbot.waitUntil(lambda: panel.scores is not None, timeout=10000)
+    assert submitted and set(submitted) == {RP.JOB_KIND}

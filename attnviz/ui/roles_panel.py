@@ -1,19 +1,18 @@
 """The head-roles panel: every head's scores beside their definitions, a roles overview of the whole
 model, the detection-pattern overlay for the focused head, and Find (which heads send A to B).
 
-Scores are computed off the main thread (the probe runs the model) on the app's one background
-thread (`worker.shared_pool`), after typing pauses; each request carries an id and only the newest
-reaches the widgets. The grid's badges always follow; the panel's own tables are refilled only while
+Scores are computed off the main thread (the probe runs the model) as the job runner's 'roles' jobs
+(Worker.submit, on the app's one background thread), after typing pauses; only the newest request's
+scores reach the widgets. The grid's badges always follow; the panel's own tables are refilled only while
 the panel is on screen (or when it comes back)."""
 
 from __future__ import annotations
 
 import html
-import itertools
 import logging
 
 import numpy as np
-from PySide6.QtCore import QObject, QRunnable, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
@@ -24,7 +23,7 @@ from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.errors import AttnvizError
-from attnviz.ui.worker import shared_pool
+from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -43,25 +42,7 @@ SOURCES = ("text", "probe") + P.KINDS  # typed text, the repeat probe, the templ
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 _ALL = "all roles"
 RESCORE_DELAY_MS = 150  # after the last result while typing
-
-
-class _Relay(QObject):
-    done = Signal(int, object, object)  # request id, value, error
-
-
-class _Task(QRunnable):
-    def __init__(self, req_id, fn, relay):
-        super().__init__()
-        self.setAutoDelete(True)
-        self.req_id, self.fn, self.relay = req_id, fn, relay
-
-    def run(self):
-        try:
-            value = self.fn()
-        except Exception as exc:  # shown in the panel, never lost in the pool
-            self.relay.done.emit(self.req_id, None, exc)
-            return
-        self.relay.done.emit(self.req_id, value, None)
+JOB_KIND = "roles"  # the job runner's kind for head scores: the newest request wins
 
 
 def _num_item(value, digits=3):
@@ -83,16 +64,16 @@ class RolesPanel(QWidget):
     sigScored = Signal(object)  # HeadScores | None, after the widgets show it
     sigFound = Signal(object)  # list[HeadHit] | None
 
-    def __init__(self, state, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None, worker: Worker | None = None):
+        """`worker`: the window's job runner (scores are its 'roles' jobs); a panel on its own
+        makes one of the same kind."""
         super().__init__(parent)
         self.state = state
+        self.worker = worker if worker is not None else Worker(state, parent=self)
         self.scores: H.HeadScores | None = None
         self.hits: list[H.HeadHit] = []
         self.probe_note = ""
         self._probe_cache = {}  # (id(model), seed) -> (RunResult, note)
-        self._pool = shared_pool()
-        # no parent: a task in flight keeps the relay alive even if the panel is deleted first
-        self._relay = _Relay()
         self._updating = False  # the scores shown are an older text's, new ones are on their way
         self.template = None  # the last template probe's scores (agreement / coreference)
         self._rescore_timer = QTimer(self)  # typing: score once the text has settled
@@ -101,9 +82,6 @@ class RolesPanel(QWidget):
         self._rescore_timer.timeout.connect(self.rescore)
         self._view_stale = False
         self._find_stale = False  # Find's token lists lag the result while its tab is not shown
-        self._relay.done.connect(self._on_done)
-        self._ids = itertools.count(1)
-        self._newest = 0
         self._build()
         self._connect()
         self._on_model_changed(state.model)
@@ -266,8 +244,7 @@ class RolesPanel(QWidget):
     def rescore(self):
         """Score the current source off the main thread; the newest request wins."""
         st = self.state
-        req = next(self._ids)
-        self._newest = req
+        self.worker.cancel(JOB_KIND)  # whatever is scored from here on is for this request
         opts = dict(exclude_bos=self.exclude_bos.isChecked(),
                     exclude_current_token=self.exclude_current.isChecked())
         model = st.model
@@ -301,11 +278,9 @@ class RolesPanel(QWidget):
 
             def work():
                 return H.score_result(result, unknown_ids=unknown, **opts), None, None
-        self._pool.start(_Task(req, work, self._relay))
+        self.worker.submit(JOB_KIND, work, self._on_done)
 
-    def _on_done(self, req_id, value, error):
-        if req_id != self._newest:
-            return  # a newer request is on its way
+    def _on_done(self, _request, value, error):
         if error is not None:
             msg = str(error) if isinstance(error, AttnvizError) else f"{type(error).__name__}: {error}"
             log.warning("head scores failed: %s", msg)
@@ -328,7 +303,7 @@ class RolesPanel(QWidget):
         if self._rescore_timer.isActive():
             self._rescore_timer.stop()
             self.rescore()
-        return self._pool.waitForDone(msecs)
+        return self.worker.wait_idle(msecs)
 
     # --- showing scores -----------------------------------------------------------------------
     def _on_screen(self):

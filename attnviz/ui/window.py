@@ -408,7 +408,7 @@ class MainWindow(QMainWindow):
                 self.calc_panel.set_seq_len(len(self.state.result.tokens))
         RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel") if "roles" in panels else None
         if RolesPanel is not None:
-            self.roles_panel = RolesPanel(self.state)
+            self.roles_panel = RolesPanel(self.state, worker=self.worker)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
             # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
             self.roles_dock.visibilityChanged.connect(
