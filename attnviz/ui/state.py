@@ -111,9 +111,11 @@ class AppState(QObject):
     def set_result(self, result) -> None:
         if result is self.result:
             return
-        self.result = result
+        old, self.result = self.result, result
         n_tok = len(result.tokens) if result is not None else 0
-        if self.query_pos is not None and self.query_pos >= n_tok:
+        # the query stays only where it is the same token after the same tokens (typing on at the
+        # end); another text, or an edit at or before it, clears it rather than pick another word
+        if self.query_pos is not None and not same_prefix(old, result, self.query_pos + 1):
             self.query_pos = None
             self.sigQueryChanged.emit(None)
         if self.overlay is not None and self.overlay.shape != (n_tok, n_tok):
@@ -187,6 +189,13 @@ class AppState(QObject):
 
     def show_status(self, message: str) -> None:
         self.sigStatus.emit(message)
+
+
+def same_prefix(a, b, n: int) -> bool:
+    """Whether results a and b both start with the same n token ids."""
+    if a is None or b is None or len(a.input_ids) < n or len(b.input_ids) < n:
+        return False
+    return bool(np.array_equal(a.input_ids[:n], b.input_ids[:n]))
 
 
 def display_attention(attn: np.ndarray, hide_first: bool) -> np.ndarray:  # [..., T, T] -> [..., T, T]

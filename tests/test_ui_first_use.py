@@ -1,0 +1,33 @@
+"""Defects a new user hit in the window (issue 11 item 6), each pinned by a test, offscreen."""
+
+import pytest
+
+from attnviz.ui.state import AppState
+
+TEXT = "The keys to the cabinet are on the table."
+
+
+@pytest.fixture
+def state(qtbot, minilm):
+    st = AppState()
+    st.set_model(minilm)
+    st.set_result(minilm.run(TEXT))
+    return st
+
+
+def test_a_query_stays_only_on_the_same_token_after_the_same_prefix(state, minilm):
+    assert state.result.labels[2] == "keys"
+    state.set_query(2)
+    state.set_result(minilm.run(TEXT + " Then"))  # typing on at the end: still "keys"
+    assert state.query_pos == 2
+    state.set_result(minilm.run("The key to the cabinet is on the table."))  # edited at the query
+    assert state.query_pos is None
+    state.set_query(8)  # "the"
+    state.set_result(minilm.run("Violet anchor nine tulip gravel comet lantern otter"))
+    assert state.query_pos is None  # another text: not "lantern (#8)" by position
+    state.set_query(5)
+    state.set_result(minilm.run("A lantern to the cabinet."))  # "cabinet" (#5) after other words
+    assert state.result.labels[5] == "cabinet" and state.query_pos is None
+    state.set_query(3)
+    state.set_result(minilm.run("A lantern to the shed."))  # an edit after the query keeps it
+    assert state.query_pos == 3
