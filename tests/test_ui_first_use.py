@@ -2,6 +2,7 @@
 
 import pytest
 
+from attnviz.ui.focus import FocusView
 from attnviz.ui.state import AppState
 
 TEXT = "The keys to the cabinet are on the table."
@@ -31,3 +32,22 @@ def test_a_query_stays_only_on_the_same_token_after_the_same_prefix(state, minil
     state.set_query(3)
     state.set_result(minilm.run("A lantern to the shed."))  # an edit after the query keeps it
     assert state.query_pos == 3
+
+
+def key_labels(fv):
+    return [t for _, t in fv.key_axis._tickLevels[0]]
+
+
+def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
+    fv = FocusView(state)
+    qtbot.addWidget(fv)
+    fv.resize(440, 520)
+    fv.show()
+    state.set_focus(0, 3)
+    assert key_labels(fv)[0] == "[CLS]"
+    state.set_hide_first(True)
+    # the hidden column stays a gap, as in the grid, but no label hangs over it
+    assert key_labels(fv) == state.result.labels[1:]
+    assert [t for _, t in fv.plot.getAxis("left")._tickLevels[0]] == state.result.labels
+    state.set_hide_first(False)
+    assert key_labels(fv) == state.result.labels

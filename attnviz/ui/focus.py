@@ -92,6 +92,7 @@ class FocusView(QWidget):
         self.query_rect.hide()
         self.plot.addItem(self.query_rect)
         self._T = -1
+        self._k0 = 0  # first key column drawn: 1 with Hide first token
         self.hover_text = ""
         self._clear()
 
@@ -133,6 +134,7 @@ class FocusView(QWidget):
         top = float(data.head_max[layer, head]) if st.scale_mode == "per-head" else data.vmax
         self.cbar.setColorMap(pg.colormap.get(st.colormap))
         k0 = 1 if st.hide_first and T > 1 else 0  # a hidden first key is a gap, as in the grid
+        self._k0 = k0  # (and has no label)
         self.img.setImage(attn[:, k0:], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
@@ -163,9 +165,9 @@ class FocusView(QWidget):
         T = len(r.labels)
         # every label when rows / columns are at least 15 px apart, else every step-th
         ticks = []
-        for size in (self.vb.height(), self.vb.width()):
+        for size, first in ((self.vb.height(), 0), (self.vb.width(), min(self._k0, T))):
             step = max(1, math.ceil(15.0 * max(T, 1) / max(size, 1.0)))
-            ticks.append([(i + 0.5, _short(r.labels[i])) for i in range(0, T, step)])
+            ticks.append([(i + 0.5, _short(r.labels[i])) for i in range(first, T, step)])
         self.plot.getAxis("left").setTicks([ticks[0]])
         self.key_axis.setTicks([ticks[1]])
         ticks = ticks[1]
