@@ -51,3 +51,24 @@ def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
     assert [t for _, t in fv.plot.getAxis("left")._tickLevels[0]] == state.result.labels
     state.set_hide_first(False)
     assert key_labels(fv) == state.result.labels
+
+
+def test_token_strip_more_count_fits_inside_the_strip(qtbot):
+    from attnviz.ui.window import TokenStrip
+
+    words = ("The history of the printing press is a story about attention as much as about "
+             "machines. Before Gutenberg, a scribe could copy a few pages a day, and a library of "
+             "a hundred books was a treasure guarded by monks. When movable type arrived in Mainz "
+             "around 1450, the price of a book fell so quickly that within fifty years").split()
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    fm = strip.fontMetrics()
+    widths = range(300, 600, 7)  # four lines hold these tokens from about 640 px on
+    for width in widths:
+        strip.resize(width, 200)
+        strip.set_tokens(words, [False] * len(words), None)
+        strip._fit_height()
+        more = strip._more
+        assert more > 0 and more == len(words) - len(strip._rects), width
+        last = strip._rects[-1]
+        assert last.right() + 8 + fm.horizontalAdvance(f"… {more} more") <= width - 2, width

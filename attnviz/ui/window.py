@@ -160,6 +160,11 @@ class TokenStrip(QWidget):
                 x, y = 2, y + h + 3
             rects.append(QRect(x, y, w, h))
             x += w + 3
+        # the "… N more" count is drawn after the last box: give it room inside the width
+        while more and len(rects) > 1 and (
+                rects[-1].right() + 8 + fm.horizontalAdvance(f"… {more} more") > width - 2):
+            rects.pop()
+            more += 1
         return y + h + 4, rects, 0, None, more
 
     @staticmethod
