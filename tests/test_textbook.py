@@ -151,3 +151,10 @@ def test_models_listing_names_the_textbook_vocabulary(capsys):
     out = capsys.readouterr().out
     line = next(x for x in out.splitlines() if x.startswith(f"{textbook.TEXTBOOK_NAME} knows only"))
     assert line.endswith(" ".join(textbook.WORDS)) and f"these {len(textbook.WORDS)} words" in line
+
+
+def test_licence_is_the_projects_own(model, folder):
+    # attnviz constructs it, so it is under attnviz's licence, not "not stated"
+    assert tb.TEXTBOOK_LICENSE == "Apache-2.0"
+    assert model.license.startswith("Apache-2.0")
+    assert "License: Apache-2.0" in (folder / "README.md").read_text()

@@ -32,7 +32,9 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 TEXTBOOK_NAME = "attnviz-textbook"
-TEXTBOOK_VERSION = 1  # bump when the construction changes: the cached folder is rebuilt
+TEXTBOOK_VERSION = 2  # bump when the folder's contents change: the cached folder is rebuilt
+# the project's own constructed model, so the project's licence (pyproject.toml); README.md says it
+TEXTBOOK_LICENSE = "Apache-2.0"
 _MARKER = "attnviz_textbook.json"
 
 BOS = "<|bos|>"
@@ -224,7 +226,8 @@ def build_tokenizer():
 def _readme():
     lines = [f"# {TEXTBOOK_NAME} (version {TEXTBOOK_VERSION})", "",
              "Attention-only GPT-2 with constructed (not trained) weights, built by attnviz.",
-             "Each head does one job:", ""]
+             "", f"License: {TEXTBOOK_LICENSE} (attnviz's own model, under the project's licence)",
+             "", "Each head does one job:", ""]
     for (layer, head), (role, how) in HEADS.items():
         lines.append(f"- layer {layer} head {head}: {role}. {how}")
     return "\n".join(lines) + "\n"
