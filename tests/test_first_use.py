@@ -1,0 +1,21 @@
+"""Defects a new user hit outside the window (issue 11 item 6), each pinned by a test."""
+
+import os
+
+import pytest
+
+from attnviz.cli import main
+
+TB = ["--model", "attnviz-textbook", "--text", "the cat sat on the mat"]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_npz_gets_the_same_mode_as_every_other_export(tmp_path, capsys, umask):
+    old = os.umask(umask)
+    try:
+        assert main(["attention", *TB, "--out", str(tmp_path / "a.npz")]) == 0
+        assert main(["export", *TB, "--layer", "0", "--out", str(tmp_path / "a.csv")]) == 0
+    finally:
+        os.umask(old)
+    modes = {n: (tmp_path / n).stat().st_mode & 0o777 for n in ("a.npz", "a.csv")}
+    assert modes == {"a.npz": 0o666 & ~umask, "a.csv": 0o666 & ~umask}  # not mkstemp's 0600
