@@ -72,3 +72,39 @@ def test_token_strip_more_count_fits_inside_the_strip(qtbot):
         assert more > 0 and more == len(words) - len(strip._rects), width
         last = strip._rects[-1]
         assert last.right() + 8 + fm.horizontalAdvance(f"… {more} more") <= width - 2, width
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.window import MainWindow
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    w = MainWindow(model="all-MiniLM-L6-v2", settings=settings, panels=())
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=30000)
+    yield w
+    w.worker.wait_idle()
+
+
+def test_open_view_starts_where_the_last_export_went(window, qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    from attnviz.ui.export import ExportDialog
+
+    out = tmp_path / "exports"
+    out.mkdir()
+    window.state.set_focus(0, 1)
+    dlg = ExportDialog(window.state, window)
+    qtbot.addWidget(dlg)
+    dlg.format.setCurrentIndex(dlg.format.findData("png"))
+    dlg.width_box.setValue(400)
+    dlg.path_edit.setText(str(out / "head.png"))
+    assert dlg.do_export()
+    asked = []
+    monkeypatch.setattr(QFileDialog, "getOpenFileName",
+                        staticmethod(lambda *a, **k: asked.append(a) or ("", "")))
+    window.open_view_dialog()
+    assert asked and asked[0][2] == str(out.resolve())  # not "" (the folder it was started from)

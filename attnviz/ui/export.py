@@ -78,6 +78,15 @@ def default_folder() -> Path:
     return Path(pictures) if pictures and Path(pictures).is_dir() else Path.home()
 
 
+def export_folder(settings: QSettings | None = None) -> Path:
+    """The folder of the last export while it exists, else the user's Pictures folder, else home;
+    never the working directory the app was started from. New exports and File → Open view
+    start here."""
+    settings = settings if settings is not None else QSettings("attnviz", "attnviz")
+    saved = Path(str(settings.value("export/folder", "") or "."))
+    return saved if saved.is_absolute() and saved.is_dir() else default_folder()
+
+
 class ExportDialog(QDialog):
     """Choose what to export (focus head, current layer, all layers), the format, the width and
     the file; writes on Export and shows the reason in the dialog when it fails."""
@@ -171,10 +180,8 @@ class ExportDialog(QDialog):
         self._suggest_name()
 
     def folder(self) -> Path:
-        """Where a new export goes: the folder of the last export while it exists, else the user's
-        Pictures folder, else home; never the working directory the app was started from."""
-        saved = Path(str(self.settings.value("export/folder", "") or "."))
-        return saved if saved.is_absolute() and saved.is_dir() else default_folder()
+        """Where a new export goes (export_folder)."""
+        return export_folder(self.settings)
 
     def _suggest_name(self) -> None:
         st = self.state

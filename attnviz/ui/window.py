@@ -613,8 +613,11 @@ class MainWindow(QMainWindow):
         if open_sidecar is None:
             self.show_error("Opening views needs attnviz.ui.export, which is not installed.")
             return
-        path, _ = QFileDialog.getOpenFileName(self, "Open a view (JSON sidecar)", "",
-                                              "attnviz view (*.json)")
+        from attnviz.ui.export import export_folder
+
+        # where the last export (image + sidecar) went, not the folder the app was started from
+        path, _ = QFileDialog.getOpenFileName(self, "Open a view (JSON sidecar)",
+                                              str(export_folder()), "attnviz view (*.json)")
         if path:
             self.open_view(path)
 
