@@ -108,3 +108,14 @@ def test_open_view_starts_where_the_last_export_went(window, qtbot, tmp_path, mo
                         staticmethod(lambda *a, **k: asked.append(a) or ("", "")))
     window.open_view_dialog()
     assert asked and asked[0][2] == str(out.resolve())  # not "" (the folder it was started from)
+
+
+def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
+    from PySide6.QtCore import Qt
+
+    assert window.state.n_layer == 6
+    assert window.layer_spin.text() == "Layer 0 (0–5)"
+    qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)  # the second of six layers
+    assert window.layer_spin.text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
+    assert window.grid._titles[0].toPlainText().startswith("L1 H0")
+    assert "6 layers" in window.layer_spin.toolTip()
