@@ -119,3 +119,43 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
     assert window.layer_spin.text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
     assert window.grid._titles[0].toPlainText().startswith("L1 H0")
     assert "6 layers" in window.layer_spin.toolTip()
+
+
+@pytest.fixture
+def roles_panel(qtbot, minilm):
+    from attnviz.ui.roles_panel import RolesPanel
+
+    st = AppState()
+    panel = RolesPanel(st)
+    qtbot.addWidget(panel)
+    panel.resize(420, 800)
+    panel.show()
+    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
+        st.set_model(minilm)
+        st.set_text(TEXT)
+        st.set_result(minilm.run(TEXT))
+    qtbot.waitUntil(lambda: panel.overview.rowCount() == 6, timeout=5000)
+    return panel
+
+
+def test_roles_legend_never_breaks_inside_a_swatch(roles_panel):
+    import re
+
+    swatches = re.findall(r"<span[^>]*>(.*?)</span>", roles_panel.legend.text())
+    assert len(swatches) == 7
+    assert all(" " not in s for s in swatches), swatches  # only &nbsp; inside: "dup = / duplicate"
+    texts = [s.replace("&nbsp;", " ").strip() for s in swatches]
+    assert "dup = duplicate" in texts and "sink" in texts  # not "sink = sink"
+
+
+def test_roles_overview_fills_its_box(roles_panel, qtbot):
+    ov = roles_panel.overview
+    for width, height in ((420, 800), (600, 700)):
+        roles_panel.resize(width, height)
+        qtbot.wait(20)
+        vp = ov.viewport()
+        rows = sum(ov.rowHeight(r) for r in range(ov.rowCount()))
+        cols = sum(ov.columnWidth(c) for c in range(ov.columnCount()))
+        assert rows >= vp.height() - ov.rowCount() and cols >= vp.width() - ov.columnCount()
+        # and no label is cut short ("pr…") to get there
+        assert all(ov.columnWidth(c) >= ov.sizeHintForColumn(c) for c in range(ov.columnCount()))

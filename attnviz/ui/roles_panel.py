@@ -12,7 +12,7 @@ import html
 import logging
 
 import numpy as np
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QCheckBox, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel,
@@ -118,12 +118,19 @@ class RolesPanel(QWidget):
         self.overview = QTableWidget(0, 0)
         self.overview.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.overview.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.overview.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.overview.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        # the map fills its box: rows share the height (scrolling only below a line's height),
+        # columns as wide as their labels plus a share of the spare width (_fit_overview)
+        self.overview.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.overview.verticalHeader().setMinimumSectionSize(self.overview.fontMetrics().height() + 6)
+        self.overview.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.overview.viewport().installEventFilter(self)
         self.overview.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
+        # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
+        # where the cell's abbreviation differs from the name
         self.legend = QLabel(" ".join(
             f'<span style="background:{c}; color:{"#101010" if r in ("self", "next") else "#fff"}">'
-            f"&nbsp;{SHORT[r]} = {r}&nbsp;</span>" for r, c in ROLE_COLORS.items()))
+            f"&nbsp;{SHORT[r] if SHORT[r] == r else f'{SHORT[r]}&nbsp;=&nbsp;{r}'}&nbsp;</span>"
+            for r, c in ROLE_COLORS.items()))
         self.legend.setWordWrap(True)
         self.overlay_role = QComboBox()
         self.overlay_role.addItem("none", None)
@@ -402,6 +409,24 @@ class RolesPanel(QWidget):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(self._head_tooltip(l, h))
                 ov.setItem(l, h, item)
+        self._fit_overview()
+
+    def _fit_overview(self):
+        """Each overview column as wide as its labels need, the spare width shared out evenly."""
+        ov = self.overview
+        n = ov.columnCount()
+        if n == 0:
+            return
+        need = [max(ov.horizontalHeader().sectionSizeHint(c), ov.sizeHintForColumn(c))
+                for c in range(n)]
+        spare = max(0, ov.viewport().width() - sum(need))
+        for c in range(n):
+            ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
+
+    def eventFilter(self, obj, event):
+        if obj is self.overview.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_overview()
+        return super().eventFilter(obj, event)
 
     def _head_tooltip(self, l, h):
         hs = self.scores
