@@ -29,6 +29,9 @@ def main() -> int:
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
     ap.add_argument("--scene", choices=("induction", "agreement"), default="induction")
+    ap.add_argument("--panel", choices=("focus", "anatomy"), default="focus",
+                    help="side panel shown: the focus head (default) or the Anatomy of its layer")
+    ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
     args = ap.parse_args()
 
     from PySide6.QtCore import QSettings
@@ -79,6 +82,16 @@ def main() -> int:
     st.set_query(q)
     w.focus_dock.raise_()
     settle(1.5)  # side panels finish their own background work
+    dock = w.focus_dock
+    if args.panel == "anatomy":
+        dock = w.anatomy_dock
+        dock.raise_()
+        settle(1.0)  # the run that keeps the layer inputs
+    if args.dock_width:
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([dock], [args.dock_width], Qt.Orientation.Horizontal)
+        settle(0.3)
     st.show_status(w.grid.readout_at(layer, head, q, k))
     settle(0.2)
     out = Path(args.out)

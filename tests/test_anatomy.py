@@ -106,7 +106,7 @@ def test_costs_all_heads_equal_one_full_width_head_in_the_projections():
     cfg = load_model(FIXTURES / "bert").config  # plain MHA, n_head * d_head = d_model
     T = 10
     rows = {r.what: r for r in head_costs(cfg, T)}
-    for what in ("W_Q params", "W_O params", "Q, K, V projections", "scores q\u00b7k", "pattern @ v"):
+    for what in ("W_Q", "W_O", "Q, K, V projections", "scores q\u00b7k", "pattern @ v"):
         assert rows[what].all_heads == rows[what].full_head and rows[what].note == "equal"
         assert rows[what].all_heads == cfg.n_head * rows[what].per_head
     soft = rows["softmax (~5 per score)"]
@@ -122,10 +122,10 @@ def test_costs_all_heads_equal_one_full_width_head_in_the_projections():
 def test_costs_say_where_gqa_and_head_dim_differ():
     gqa = load_model(FIXTURES / "llama_gqa").config
     rows = {r.what: r for r in head_costs(gqa, 7)}
-    kv = rows["W_K + W_V params"]
+    kv = rows["W_K + W_V"]
     assert kv.all_heads == 2 * gqa.d_model * gqa.n_kv_head * gqa.d_head < kv.full_head
     assert "KV heads" in kv.note
     hd = load_model(FIXTURES / "llama_headdim").config
     note = head_dim_note(hd)
     assert "head_dim = 16" in note and "48 / 4 = 12" in note
-    assert "64 wide" in {r.what: r for r in head_costs(hd, 5)}["W_Q params"].note
+    assert "64 wide" in {r.what: r for r in head_costs(hd, 5)}["W_Q"].note

@@ -31,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--truncate", action="store_true",
                    help="cut text or ids longer than the model's positions")
     p.add_argument("--out", required=True, help="output .npz file (its folder must exist)")
+    p.add_argument("--value-weighted", action="store_true",
+                   help="also write value_norms (float32 [n_layer, n_head, T]: ||v_j W_O(head)||) "
+                        "and value_weighted (float32 [n_layer, n_head, T, T]: each weight times "
+                        "its key's value norm, rows renormalised to sum to 1)")
     p.set_defaults(func=cmd_attention)
 
 
@@ -62,11 +66,18 @@ def cmd_attention(args) -> int:
     out = check_out(args.out, (".npz",))
     ids = parse_ids(args.ids) if args.ids is not None else None  # checked before loading
     model = load_model(args.model)
-    result = (model.run(ids=ids, truncate=args.truncate) if ids is not None
-              else model.run(args.text, truncate=args.truncate))
+    vw = bool(getattr(args, "value_weighted", False))
+    result = (model.run(ids=ids, truncate=args.truncate, values=vw) if ids is not None
+              else model.run(args.text, truncate=args.truncate, values=vw))
     show_notice("attention", result)
+    extra = {}
+    if vw:
+        from attnviz.engine.patterns import value_weighted
+
+        extra = {"value_norms": result.value_norms.astype(np.float32),
+                 "value_weighted": value_weighted(result.attentions, result.value_norms)}
     write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
-                     attentions=result.attentions, kv_group=result.kv_group)
+                     attentions=result.attentions, kv_group=result.kv_group, **extra)
     print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}")
     return 0
 

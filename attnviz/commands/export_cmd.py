@@ -34,6 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="hide the first-token column and renormalise each row")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--out", required=True, help="output file: .png, .svg, .npy, .csv or .json")
+    p.add_argument("--view", choices=("heatmap", "anatomy"), default="heatmap",
+                   help="heatmap (default): the attention patterns; anatomy: layer --layer (default "
+                        "0) drawn as the pipeline x -> W_Q/W_K/W_V -> heads -> concat -> W_O with "
+                        "its real weights and costs, head --head lit (.png or .svg)")
     p.set_defaults(func=cmd_export)
 
 
@@ -47,6 +51,8 @@ def cmd_export(args) -> int:
     scope = "all" if args.layer is None else ("layer" if args.head is None else "head")
     check_out(args.out, OUT_SUFFIXES)
     fmt = format_of(args.out)
+    if getattr(args, "view", "heatmap") == "anatomy":
+        return _export_anatomy(args, fmt)
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
         from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, lookup_table
 
@@ -90,4 +96,46 @@ def cmd_export(args) -> int:
     shape = "x".join(str(n) for n in view.selected().shape)
     print(f"{written[0]}: {scope} of {model.name}, {result.n_tokens} tokens, weights [{shape}]"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
+    return 0
+
+
+def _export_anatomy(args, fmt: str) -> int:
+    """`--view anatomy`: one layer's pipeline as PNG or SVG, through the heatmaps' writer."""
+    from attnviz.engine import load_model
+    from attnviz.ui.export_data import IMAGE_FORMATS
+
+    if fmt not in IMAGE_FORMATS:
+        raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
+    if args.scale is not None or args.hide_first:
+        raise InputError("--scale and --hide-first apply to heatmaps, not to --view anatomy")
+    from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, lookup_table
+
+    width = DEFAULT_WIDTH if args.width is None else args.width
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
+    colormap = args.colormap or "viridis"
+    lookup_table(colormap)
+    model = load_model(args.model)
+    cfg = model.config
+    layer = args.layer or 0
+    if not 0 <= layer < cfg.n_layer:
+        raise InputError(f"layer {layer} is out of range: {model.name} has {cfg.n_layer} "
+                         f"layers (0..{cfg.n_layer - 1})")
+    if args.head is not None and not 0 <= args.head < cfg.n_head:
+        raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
+                         f"heads per layer (0..{cfg.n_head - 1})")
+    result = model.run(args.text, truncate=args.truncate, inputs=True)
+    show_notice("export", result)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtGui import QGuiApplication
+
+    from attnviz.ui.anatomy_figure import make_anatomy_view
+    from attnviz.ui.export import export_view
+
+    app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
+    view = make_anatomy_view(model, result, layer, args.head, colormap)
+    written = export_view(view, args.out, fmt=fmt, width=width)
+    lit = f", head {args.head} lit" if args.head is not None else ""
+    print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {result.n_tokens} tokens "
+          f"(+ sidecar {written[1].name})")
     return 0

@@ -130,10 +130,10 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
         note = "equal" if all_heads == full_head else (reasons or "differs")
         rows.append(CostRow(what, per_head, all_heads, full_head, unit, note))
 
-    add("W_Q params", d * dh + qb, d * D + nh * qb, d * d + fb, "params", wide)
-    add("W_K + W_V params", 2 * (d * dh + qb) // g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
+    add("W_Q", d * dh + qb, d * D + nh * qb, d * d + fb, "params", wide)
+    add("W_K + W_V", 2 * (d * dh + qb) // g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
         "params", gqa, wide)
-    add("W_O params", dh * d, D * d, d * d, "params", wide)
+    add("W_O", dh * d, D * d, d * d, "params", wide)
     add("Q, K, V projections", 2 * T * d * dh + (4 * T * d * dh) // g, 2 * T * d * (D + 2 * Dkv),
         6 * T * d * d, "FLOPs", gqa, wide)
     add("scores q\u00b7k", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)

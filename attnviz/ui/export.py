@@ -27,6 +27,8 @@ from attnviz.ui.export_data import (
     FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
     number_bytes, open_sidecar, os_reason, sidecar_dict, sidecar_path, write_atomic,
 )
+from attnviz.ui import anatomy_figure
+from attnviz.ui.anatomy_figure import AnatomyView
 from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
@@ -47,6 +49,8 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
     Returns the paths written."""
     path = Path(path)
     fmt = fmt or format_of(path)
+    if isinstance(view, AnatomyView):
+        return _export_anatomy(view, path, fmt, width)
     if fmt in NUMBER_FORMATS:
         write_atomic([(path, number_bytes(view, fmt))])
         return [path]
@@ -58,6 +62,20 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
     write_atomic([(path, data),
                   (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
     log.info("exported %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
+    return [path, side]
+
+
+def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list[Path]:
+    """The anatomy figure through the same writer and sidecar as the heatmaps (images only)."""
+    if fmt not in IMAGE_FORMATS:
+        raise ExportError(f"the anatomy view exports as .png or .svg, not .{fmt}")
+    data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
+        view, int(width))
+    meta = anatomy_figure.sidecar(view, path, lay)
+    side = sidecar_path(path)
+    write_atomic([(path, data),
+                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
+    log.info("exported anatomy %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
     return [path, side]
 
 

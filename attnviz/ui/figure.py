@@ -498,36 +498,48 @@ def render_image(view: ExportView, width: int) -> tuple[QImage, Layout]:
 
 def png_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
     image, lay = render_image(view, width)
+    return encode_png(image), lay
+
+
+def encode_png(image: QImage) -> bytes:
+    """A rendered figure (the heatmaps' or the anatomy's) as PNG bytes."""
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
     ok = image.save(buf, "PNG")
     buf.close()
     if not ok:
-        raise ExportError(f"Qt could not encode a {lay.width} x {lay.height} PNG")
-    return bytes(data.data()), lay
+        raise ExportError(f"Qt could not encode a {image.width()} x {image.height()} PNG")
+    return bytes(data.data())
 
 
 def svg_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
     """The same figure as SVG: vector text, heatmap cells as rectangles (or one embedded image per
     heatmap when there are more than SVG_MAX_RECTS cells)."""
+    lay = layout(view, width)
+    vector = view.patterns[..., :, :].size <= SVG_MAX_RECTS
+    svg = render_svg(lay.width, lay.height, view.title(), f"attnviz attention figure: {view.text}",
+                     lambda painter: paint(painter, view, lay, vector_cells=vector))
+    return svg, lay
+
+
+def render_svg(width: int, height: int, title: str, description: str, draw) -> bytes:
+    """draw(painter) onto an SVG `width` x `height` CSS pixels (any attnviz figure)."""
     from PySide6.QtSvg import QSvgGenerator
 
-    lay = layout(view, width)
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
     gen = QSvgGenerator()
     gen.setOutputDevice(buf)
-    gen.setSize(QSize(lay.width, lay.height))
+    gen.setSize(QSize(width, height))
     gen.setResolution(96)  # CSS pixels: the SVG's physical size equals the PNG's at 96 dpi
-    gen.setViewBox(QRect(0, 0, lay.width, lay.height))
-    gen.setTitle(view.title())
-    gen.setDescription(f"attnviz attention figure: {view.text}")
+    gen.setViewBox(QRect(0, 0, width, height))
+    gen.setTitle(title)
+    gen.setDescription(description)
     painter = QPainter(gen)
     try:
-        vector = view.patterns[..., :, :].size <= SVG_MAX_RECTS
-        paint(painter, view, lay, vector_cells=vector)
+        draw(painter)
     finally:
         painter.end()
         buf.close()
@@ -536,7 +548,7 @@ def svg_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
     # "Sans Serif", which is no CSS family), and crisp cell edges (no hairline seams)
     svg = re.sub(rb'font-family="([^"]*)"', _css_family, svg)
     svg = svg.replace(b"<rect ", b'<rect shape-rendering="crispEdges" ')
-    return svg, lay
+    return svg
 
 
 def _css_family(match: re.Match) -> bytes:

@@ -138,13 +138,17 @@ class FocusView(QWidget):
         self.img.setImage(attn[:, k0:], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
-        self.cbar.getAxis("right").setLabel("attention weight", color=TEXT)
         kv = int(np.asarray(r.kv_group)[head])
         gqa = len(set(np.asarray(r.kv_group).tolist())) < len(r.kv_group)
         labels = st.head_labels
         badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
+        weighted = st.value_weighted and r.value_norms is not None
+        share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
+                 "attention output" if weighted and r.head_share is not None else "")
+        self.cbar.getAxis("right").setLabel("value-weighted attention" if weighted
+                                            else "attention weight", color=TEXT)
         self.title.setText(f"<b>L{layer} H{head}</b>" + (f" · KV {kv}" if gqa else "")
-                           + (f" · {badge}" if badge else "")
+                           + (f" · {badge}" if badge else "") + share
                            + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
         if T != self._T:
             self._T = T

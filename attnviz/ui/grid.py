@@ -296,12 +296,14 @@ class HeatmapGrid(QWidget):
         if self._fbuf.size < n:
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
+        weighted = st.value_weighted and r.value_norms is not None
         if st.scale_mode == "per-head":
             np.multiply(heads, (254.0 / tops)[:, None, None], out=f)
-            bar = (0.0, 1.0, "weight ÷ head max")
+            bar = (0.0, 1.0, "weight ÷ head max" + (" (value-weighted)" if weighted else ""))
         else:
             np.multiply(heads, 254.0 / data.vmax, out=f)
-            bar = (0.0, round(data.vmax, 3), "attention weight")
+            bar = (0.0, round(data.vmax, 3), "value-weighted attention" if weighted
+                   else "attention weight")
         if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
             self._bar = bar
             self.cbar.setLevels(bar[:2])
@@ -321,14 +323,20 @@ class HeatmapGrid(QWidget):
         self.update_count += 1
 
     def _draw_titles(self, *_):
-        """Layer view: `L3 H1` and the role badge above each head (only text changes here)."""
+        """Layer view: `L3 H1` and the role badge above each head (only text changes here); with
+        value weighting on, the head's share of the layer's attention output (`· 12% out`)."""
         lo = self.layout_
         if lo is None or lo.mode != "layer":
             return
         labels = self.state.head_labels
+        r = self.state.result
+        share = (r.head_share if self.state.value_weighted and r is not None
+                 and r.head_share is not None else None)
         for i, (l, h) in enumerate(lo.heads):
             badge = labels[l][h] if labels and l < len(labels) and h < len(labels[l]) else ""
             text = f"L{l} H{h}" + (f"  {badge}" if badge else "")
+            if share is not None and l < len(share):
+                text += f"  · {100 * share[l][h]:.0f}% out"
             self._titles[i].setText(text)
 
     def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> tuple[int, int]:

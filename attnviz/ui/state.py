@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.patterns import drop_first_key
+from attnviz.engine.patterns import drop_first_key, value_weighted
 
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
 SCALE_MODES = ("shared", "per-head")
@@ -48,6 +48,8 @@ class AppState(QObject):
         self.colormap = "viridis"
         self.scale_mode = "shared"
         self.hide_first = False
+        self.value_weighted = False  # heatmaps show a_qk * ||v_k W_O(h)||, rows renormalised
+        self.inputs_wanted = False  # runs keep every layer's input (the Anatomy panel is shown)
         self.view_mode = "layer"
         self.head_labels: list[list[str]] | None = None
         self.overlay: np.ndarray | None = None
@@ -55,15 +57,21 @@ class AppState(QObject):
         self._display: DisplayData | None = None
 
     def display_data(self) -> "DisplayData | None":
-        """The current result as the heatmaps show it (hide_first applied), with its maxima; cached
-        per (result, hide_first) so the grid, the focus view and exports share one computation."""
+        """The current result as the heatmaps show it (value weighting and hide_first applied), with
+        its maxima; cached per (result, hide_first, value weighting) so the grid, the focus view and
+        exports share one computation. Value weighting needs a result with value_norms (a run with
+        values=True); until it comes the weights are shown as they are."""
         if self.result is None:
             return None
+        weighted = self.value_weighted and self.result.value_norms is not None
         # the key holds the result itself: an id() could be reused by a later result once this
         # one is freed (e.g. after a model change cleared it)
-        key = (self.result, self.hide_first)
+        key = (self.result, (self.hide_first, weighted))
         if self._display_key is None or self._display_key[0] is not key[0] or self._display_key[1] != key[1]:
-            attn = display_attention(self.result.attentions, self.hide_first)  # [n_layer, n_head, T, T]
+            attn = self.result.attentions
+            if weighted:  # [n_layer, n_head, T, T] x [n_layer, n_head, T]
+                attn = value_weighted(attn, self.result.value_norms)
+            attn = display_attention(attn, self.hide_first)  # [n_layer, n_head, T, T]
             head_max = attn.max(axis=(2, 3)) if attn.size else np.zeros(attn.shape[:2], np.float32)
             vmax = float(head_max.max()) if head_max.size else 0.0
             self._display = DisplayData(attn, max(vmax, 1e-6), np.maximum(head_max, 1e-6))
@@ -166,6 +174,18 @@ class AppState(QObject):
             return
         self.hide_first = hide
         self.sigDisplayChanged.emit()
+
+    def set_value_weighted(self, on: bool) -> None:
+        on = bool(on)
+        if on == self.value_weighted:
+            return
+        self.value_weighted = on
+        self.sigDisplayChanged.emit()
+
+    def set_inputs_wanted(self, on: bool) -> None:
+        """Whether runs keep every layer's input (what the Anatomy panel draws); no signal: it
+        changes what the next run computes, not what is shown."""
+        self.inputs_wanted = bool(on)
 
     def set_view_mode(self, mode: str) -> None:
         if mode not in VIEW_MODES:

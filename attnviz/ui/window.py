@@ -238,7 +238,7 @@ class TokenStrip(QWidget):
 class MainWindow(QMainWindow):
     def __init__(self, model: str | None = None, text: str | None = None,
                  settings: QSettings | None = None, parent: QWidget | None = None,
-                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles"),
+                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles", "anatomy"),
                  state: AppState | None = None, worker: Worker | None = None):
         """`state` and `worker` may come from create_window(), with the model already loading."""
         super().__init__(parent)
@@ -327,12 +327,16 @@ class MainWindow(QMainWindow):
         self.hide_first_check = QCheckBox("Hide first token")
         self.hide_first_check.setToolTip("Hide the first key column ([CLS] / BOS, often an "
                                          "attention sink) and rescale each row over the rest")
+        self.value_check = QCheckBox("Value-weighted")
+        self.value_check.setToolTip("Scale each weight by ||v_key W_O(head)||, what the key sends "
+                                    "through the head, rows renormalised (defined in the Anatomy "
+                                    "panel); titles give each head's share of the layer's output")
         self.query_label = QLabel()
         self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
 
         controls = QHBoxLayout()
         for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
-                  self.hide_first_check, self.query_label):
+                  self.hide_first_check, self.value_check, self.query_label):
             controls.addWidget(w)
         controls.addStretch(1)
         top = QHBoxLayout()
@@ -391,6 +395,7 @@ class MainWindow(QMainWindow):
         self.calc_panel = self.calc_dock = None
         self._calc_shown = True  # the calculator's dock tab is selected (or floating, shown)
         self.roles_panel = self.roles_dock = None
+        self.anatomy_panel = self.anatomy_dock = None
         self._panels_wanted = panels
         self.panels_ready = not panels
 
@@ -418,6 +423,12 @@ class MainWindow(QMainWindow):
             # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
             self.roles_dock.visibilityChanged.connect(
                 lambda shown: shown and self.roles_panel.catch_up())
+        AnatomyPanel = (_optional("attnviz.ui.anatomy_panel", "AnatomyPanel")
+                        if "anatomy" in panels else None)
+        if AnatomyPanel is not None:
+            self.anatomy_panel = AnatomyPanel(self.state)
+            self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)
+            self.anatomy_dock.visibilityChanged.connect(self._on_anatomy_visible)
         self.focus_dock.raise_()
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
@@ -535,6 +546,7 @@ class MainWindow(QMainWindow):
         self.scale_combo.currentIndexChanged.connect(
             lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
         self.hide_first_check.toggled.connect(st.set_hide_first)
+        self.value_check.toggled.connect(st.set_value_weighted)
         self.token_strip.sigClicked.connect(self._on_token_clicked)
         st.sigLoadingChanged.connect(self._on_loading_changed)
         w.sigLoading.connect(self._on_loading)
@@ -811,7 +823,8 @@ class MainWindow(QMainWindow):
     def _on_display(self) -> None:
         st, s = self.state, self.settings
         for w, value in ((self.all_check, st.view_mode == "all"),
-                         (self.hide_first_check, st.hide_first)):
+                         (self.hide_first_check, st.hide_first),
+                         (self.value_check, st.value_weighted)):
             if w.isChecked() != value:
                 w.setChecked(value)
         if self.cmap_combo.currentText() != st.colormap:
@@ -823,9 +836,22 @@ class MainWindow(QMainWindow):
         s.setValue("scale_mode", st.scale_mode)
         s.setValue("view_mode", st.view_mode)
         s.setValue("hide_first", st.hide_first)
+        r = st.result  # value weighting needs the value norms: runs compute them only when asked
+        if st.value_weighted and r is not None and r.value_norms is None:
+            self.worker.request_compute(immediate=True)
+
+    def _on_anatomy_visible(self, shown: bool) -> None:
+        """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it
+        is; hidden, typing computes nothing for it."""
+        st = self.state
+        st.set_inputs_wanted(shown)
+        if shown and st.result is not None and st.result.layer_inputs is None:
+            self.worker.request_compute(immediate=True)
+        self.anatomy_panel.set_shown(shown)
 
     def _on_focus(self, focus) -> None:
-        if focus is not None:
+        if focus is not None and not (self.anatomy_panel is not None and self.anatomy_panel.shown):
+            # (the Anatomy tab stays up: it lights the focused head's slices)
             self.focus_dock.show()
             self.focus_dock.raise_()
 

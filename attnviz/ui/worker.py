@@ -68,6 +68,8 @@ class ComputeRequest:
     model: Any
     text: str
     t_request: float  # perf_counter at the edit, for latency measurements
+    values: bool = False  # also value norms and head shares (value-weighted heatmaps)
+    inputs: bool = False  # also every layer's input (the Anatomy panel)
 
 
 @dataclass(frozen=True)
@@ -272,8 +274,10 @@ class Worker(QObject):
         """Snapshot the state's model and text now; run it after the debounce interval."""
         if self.state.model is None:
             return None
-        req = ComputeRequest(self.claim("compute"), self.state.model, self.state.text,
-                             time.perf_counter())
+        st = self.state
+        req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
+                             values=bool(getattr(st, "value_weighted", False)),
+                             inputs=bool(getattr(st, "inputs_wanted", False)))
         self._pending = req
         if immediate:
             self._timer.stop()
@@ -288,7 +292,7 @@ class Worker(QObject):
             return
 
         def run():
-            result = req.model.run(req.text, truncate=True)
+            result = req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
             try:
                 check_finite(result, req.model.name)
             except NonFiniteResult:

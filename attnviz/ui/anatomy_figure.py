@@ -1,0 +1,650 @@
+"""The anatomy figure: one attention layer of the loaded model drawn as the lesson's pipeline, with
+its real weights and activations. One QPainter path serves the Anatomy panel, PNG and SVG (the
+heatmap figure's writers in figure.py), so the panel and an export look the same.
+
+    x [T, d_model] -> W_Q | W_K | W_V -> q, k, v per head -> the focused head's pattern and output
+    -> concat [T, n_head d_head] -> W_O -> attention output [T, d_model], then the head shares and
+    the cost table.
+
+`layout()` places every block (no drawing) and keeps, per block, the array drawn, its shape and
+bytes, so hover and click are answered from the layout; `paint()` draws a layout. Weights and
+activations are signed: a diverging blue-white-red scale, symmetric, clipped at the 99th percentile
+of |value| of each block (the hover read-out gives the exact value). The pattern uses the window's
+colormap, 0..its max, as in the grid."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
+
+from attnviz.engine.anatomy import (
+    BYTES, CostRow, LayerAnatomy, cost_totals, head_costs, head_dim_note, input_name, layer_anatomy,
+)
+from attnviz.engine.calc import format_bytes, format_count
+from attnviz.engine.patterns import check_index
+from attnviz.ui.export_data import ExportError
+from attnviz.ui.figure import (
+    FRAME, GROUP_COLORS, MUTED, TEXT, _font, _qimage, encode_png, lookup_table, render_svg,
+)
+
+BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
+MIN_WIDTH, MAX_WIDTH = 300, 12000
+FOCUS = QColor("#ff7a00")
+
+
+def diverging_lut() -> np.ndarray:  # -> [256, 3] uint8: blue (negative) - white (0) - red
+    stops = np.array([[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130],
+                      [178, 24, 43]], np.float64)
+    t = np.linspace(0, len(stops) - 1, 256)
+    i = np.minimum(t.astype(int), len(stops) - 2)
+    f = (t - i)[:, None]
+    return np.ascontiguousarray(np.round(stops[i] * (1 - f) + stops[i + 1] * f).astype(np.uint8))
+
+
+DIVERGING = diverging_lut()
+
+
+def signed_limit(a: np.ndarray) -> float:
+    """The 99th percentile of |a| (from at most ~65k evenly spaced elements), > 0."""
+    flat = np.abs(np.asarray(a, np.float32).reshape(-1))
+    step = max(1, flat.size // 65536)
+    lim = float(np.percentile(flat[::step], 99)) if flat.size else 0.0
+    return lim if lim > 0 else float(flat.max(initial=0.0)) or 1.0
+
+
+def signed_rgb(a: np.ndarray, lim: float) -> np.ndarray:  # [r, c] -> [r, c, 3] uint8
+    idx = np.clip((np.asarray(a, np.float32) / lim + 1) * 127.5, 0, 255).astype(np.uint8)
+    return DIVERGING[idx]
+
+
+# head / KV-group colours: the export palette without its orange, which marks the focused head
+HEAD_COLORS = tuple(c for c in GROUP_COLORS if c != "#ff7f0e")
+
+
+def weight_color(i: int) -> QColor:
+    return QColor(HEAD_COLORS[i % len(HEAD_COLORS)])
+
+
+@dataclass
+class Band:
+    """One head's (or KV head's) slice of a block: columns c0..c1 (or rows, axis 0) of the data."""
+    head: int  # the query head, or the KV head for K/V blocks
+    kv: bool  # head is a KV head
+    axis: int  # 1: a column band, 0: a row band
+    i0: int
+    i1: int
+
+
+@dataclass
+class Block:
+    key: str  # stable name: "x", "w_q", "q3", "pattern", ...
+    caption: str  # drawn above the block
+    shape: tuple[int, ...]  # the logical shape (q: [T, d_head] of one head)
+    data: np.ndarray  # 2-D array drawn, rows top to bottom
+    rect: QRectF
+    kind: str = "signed"  # "signed" or "pattern"
+    bands: list[Band] = field(default_factory=list)
+    head: int | None = None  # the block belongs to one head (q/k/v per head, pattern, output)
+    kv: bool = False
+    row_names: list[str] | None = None  # token labels of the rows, for the read-out
+    weight: bool = False  # a weight matrix: its colours depend on the layer alone
+
+    @property
+    def nbytes(self) -> int:
+        return BYTES * int(np.prod(self.shape))
+
+    def index_at(self, x: float, y: float) -> tuple[int, int] | None:
+        r = self.rect
+        if not r.contains(QPointF(x, y)):
+            return None
+        n_r, n_c = self.data.shape
+        i = min(n_r - 1, int((y - r.top()) / r.height() * n_r))
+        j = min(n_c - 1, int((x - r.left()) / r.width() * n_c))
+        return i, j
+
+    def band_at(self, i: int, j: int) -> Band | None:
+        return next((b for b in self.bands if b.i0 <= (j if b.axis == 1 else i) < b.i1), None)
+
+
+@dataclass(frozen=True, eq=False)
+class AnatomyView:
+    """Everything the figure shows, as a snapshot (the panel's and an export's)."""
+    model: str
+    text: str
+    tokens: list[str]
+    labels: list[str]
+    ids: list[int]
+    layer: int
+    n_layer: int
+    head: int | None  # the focused head of this layer, None: none lit
+    anatomy: LayerAnatomy
+    costs: list[CostRow]
+    share: np.ndarray  # [n_head] each head's share of the layer's attention output norm
+    colormap: str
+    family: str
+    d_model: int
+    n_head: int
+    n_kv_head: int
+    d_head: int
+    notes: list[str]
+
+    @property
+    def T(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_group(self) -> int:
+        return self.n_head // self.n_kv_head
+
+    def title(self) -> str:
+        focus = f", head {self.head}" if self.head is not None else ""
+        return f"{self.model} \u00b7 anatomy of layer {self.layer}{focus}"
+
+
+def head_shares(an: LayerAnatomy) -> np.ndarray:  # -> [n_head]
+    """||A_h V_h W_O(h)||_F over the sum of all heads' (what RunResult.head_share gives)."""
+    n_head, T, dh = an.head_out.shape
+    f = np.matmul(an.head_out, an.w_o.reshape(n_head, dh, -1))  # [n_head, T, d_model]
+    norms = np.sqrt(np.einsum("htm,htm->h", f, f, dtype=np.float64))
+    total = norms.sum()
+    return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)
+
+
+def make_anatomy_view(model, result, layer: int, head: int | None = None,
+                      colormap: str = "viridis") -> AnatomyView:
+    """The view of `result` (a RunResult with layer_inputs: Model.run(inputs=True)) at `layer`."""
+    if result is None:
+        raise ExportError("nothing to draw: no attention has been computed yet")
+    cfg = model.config
+    check_index("layer", layer, cfg.n_layer)
+    if head is not None:
+        check_index("head", head, cfg.n_head)
+    if result.layer_inputs is None:
+        raise ExportError("this result kept no layer inputs: run it with inputs=True")
+    an = layer_anatomy(cfg, model.weights, result.layer_inputs[layer], layer,
+                       result.attentions[layer])
+    notes = [input_name(cfg)]
+    if cfg.rope_theta:
+        notes.append("q, k after RoPE")
+    hd = head_dim_note(cfg)
+    if hd:
+        notes.append(hd)
+    if layer == cfg.n_layer - 1:
+        notes.append("last layer: its output projection, skipped by the heatmaps' forward pass "
+                     "(nothing after it changes a pattern), is computed here from the loaded W_O")
+    return AnatomyView(
+        model=model.name, text=result.text, tokens=list(result.tokens),
+        labels=list(result.labels or result.tokens), ids=[int(i) for i in result.input_ids],
+        layer=int(layer), n_layer=cfg.n_layer, head=None if head is None else int(head),
+        anatomy=an, costs=head_costs(cfg, len(result.tokens)), share=head_shares(an),
+        colormap=colormap, family=cfg.family, d_model=cfg.d_model, n_head=cfg.n_head,
+        n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes)
+
+
+@dataclass
+class Text:
+    text: str
+    rect: QRectF
+    font: QFont
+    color: QColor
+    align: Qt.AlignmentFlag = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+
+
+@dataclass
+class Layout:
+    width: int
+    height: int
+    scale: float
+    blocks: list[Block]
+    texts: list[Text]
+    share_bars: list[tuple[int, QRectF]]  # (head, bar rect)
+    table: list[tuple[QRectF, str, QFont, QColor, Qt.AlignmentFlag]]
+    lines: list[tuple[QPointF, QPointF]]  # connectors (arrows)
+
+    def block(self, key: str) -> Block | None:
+        return next((b for b in self.blocks if b.key == key), None)
+
+    def panels(self) -> list[dict]:  # for the sidecar: where each block went
+        return [{"block": b.key, "shape": list(b.shape), "x": b.rect.x(), "y": b.rect.y(),
+                 "w": b.rect.width(), "h": b.rect.height()} for b in self.blocks]
+
+    def hit(self, x: float, y: float):
+        """(block, (row, col), band) under a point, or None."""
+        for b in self.blocks:
+            ij = b.index_at(x, y)
+            if ij is not None:
+                return b, ij, b.band_at(*ij)
+        for h, r in self.share_bars:
+            if r.adjusted(-1, -200, 1, 0).contains(QPointF(x, y)):
+                return None, None, Band(h, False, 1, 0, 0)
+        return None
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(n) for n in shape) + "]"
+
+
+def layout(view: AnatomyView, width: int) -> Layout:
+    """Place every block for a figure `width` pixels wide; the height follows."""
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
+    s = width / BASE_WIDTH
+    m = 12 * s
+    inner = width - 2 * m
+    an = view.anatomy
+    T, d, nh, nkv, dh, g = view.T, view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
+    D, Dkv = nh * dh, nkv * dh
+    cap_font, small, title_font, bold = _font(11 * s), _font(10 * s), _font(15 * s, True), _font(11 * s, True)
+    cap_h = QFontMetricsF(cap_font).height() * 1.15 + 4 * s  # a caption and the head strips
+    texts: list[Text] = []
+    blocks: list[Block] = []
+    lines: list[tuple[QPointF, QPointF]] = []
+    y = m
+
+    def text(t: str, font: QFont, color: QColor = TEXT, h: float | None = None, x: float = m,
+             w: float = inner, align=Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter):
+        nonlocal y
+        h = h or QFontMetricsF(font).height() * 1.2
+        texts.append(Text(t, QRectF(x, y, w, h), font, color, align))
+        y += h
+
+    def wrapped(t: str, font: QFont, color: QColor = MUTED) -> None:
+        fm = QFontMetricsF(font)
+        words, line = t.split(), ""
+        for word in words:
+            trial = f"{line} {word}".strip()
+            if fm.horizontalAdvance(trial) > inner and line:
+                text(line, font, color)
+                line = word
+            else:
+                line = trial
+        if line:
+            text(line, font, color)
+
+    def step(label: str) -> None:  # an arrow down with what happens
+        nonlocal y
+        h = QFontMetricsF(small).height() * 1.5
+        lines.append((QPointF(m + 6 * s, y + 2 * s), QPointF(m + 6 * s, y + h - 2 * s)))
+        texts.append(Text(label, QRectF(m + 16 * s, y, inner - 16 * s, h), small, MUTED))
+        y += h
+
+    text(view.title(), title_font, h=QFontMetricsF(title_font).height() * 1.3)
+    quoted = f"\u201c{view.text}\u201d" if view.text else "(token ids)"
+    text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {T} tokens", Qt.TextElideMode.ElideRight,
+                                         inner), small, MUTED)
+    arch = (f"d_model {d} \u00b7 {nh} heads \u00d7 d_head {dh} \u00b7 "
+            + (f"{nkv} KV heads (each shared by {g} query heads)" if g > 1 else "K, V per head"))
+    text(arch, small, MUTED)
+    for note in view.notes:
+        wrapped(note, small)
+    y += 4 * s
+
+    act_h = max(26 * s, min(110 * s, T * 3 * s))  # every [T, .] block: one token row each
+    label_w = 0.0
+    fm_small = QFontMetricsF(small)
+    if act_h / max(T, 1) >= fm_small.height() * 0.9:  # token labels fit beside x
+        label_w = min(90 * s, max(fm_small.horizontalAdvance(t[:12]) for t in view.labels) + 6 * s)
+
+    def act_block(key, caption, shape, data, x, w, h=act_h, **kw) -> Block:
+        b = Block(key, caption, tuple(shape), data, QRectF(x, y + cap_h, w, h),
+                  row_names=view.labels, **kw)
+        blocks.append(b)
+        return b
+
+    # x
+    x0 = m + label_w
+    act_block("x", f"x  {_shape_text((T, d))}", (T, d), an.x, x0, inner - label_w)
+    if label_w:
+        for i, lab in enumerate(view.labels):
+            r = QRectF(m, y + cap_h + i * act_h / T, label_w - 4 * s, act_h / T)
+            texts.append(Text(lab[:12], r, small, MUTED,
+                              Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+    y += cap_h + act_h
+    step(f"x @ W_Q, x @ W_K, x @ W_V: one fused projection [{d}, {D + 2 * Dkv}], its columns cut "
+         f"into heads of d_head {dh}")
+
+    # W_Q | W_K | W_V, widths in proportion to their columns
+    gap = 10 * s
+    wq_w = (inner - 2 * gap) * D / (D + 2 * Dkv)
+    wkv_w = (inner - 2 * gap) * Dkv / (D + 2 * Dkv)
+    w_h = max(60 * s, min(170 * s, wq_w * d / D))
+    q_bands = [Band(h, False, 1, h * dh, (h + 1) * dh) for h in range(nh)]
+    kv_bands = [Band(k, True, 1, k * dh, (k + 1) * dh) for k in range(nkv)]
+    kv_word = "KV head" if g > 1 else "head"
+    for key, cap, shape, data, x, w, bands in (
+            ("w_q", f"W_Q {_shape_text((d, D))}", (d, D), an.w_q, m, wq_w, q_bands),
+            ("w_k", f"W_K {_shape_text((d, Dkv))}", (d, Dkv), an.w_k, m + wq_w + gap, wkv_w, kv_bands),
+            ("w_v", f"W_V {_shape_text((d, Dkv))}", (d, Dkv), an.w_v, m + wq_w + wkv_w + 2 * gap,
+             wkv_w, kv_bands)):
+        blocks.append(Block(key, cap, shape, data, QRectF(x, y + cap_h, w, w_h), bands=list(bands),
+                            weight=True))
+    y += cap_h + w_h + 2 * s
+    text(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
+         f"; click a slice to focus its head", small, MUTED)
+    step(f"split: q into {nh} heads [T, {dh}], k and v into {nkv} {kv_word}s"
+         + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
+
+    # q, k, v per head
+    n_blocks = nh + 2 * nkv
+    hgap = 2 * s
+    sgap = 8 * s
+    cell_w = (inner - 2 * sgap - (n_blocks - 3) * hgap) / n_blocks
+    x = m
+    for name, arr, n, kv in (("q", an.q, nh, False), ("k", an.k, nkv, True), ("v", an.v, nkv, True)):
+        for i in range(n):
+            act_block(f"{name}{i}", "", (T, dh), arr[i], x, cell_w, head=i, kv=kv)
+            x += cell_w + hgap
+        x += sgap - hgap
+    # one caption per group of blocks
+    x = m
+    for name, n in (("q", nh), ("k", nkv), ("v", nkv)):
+        w = n * cell_w + (n - 1) * hgap
+        texts.append(Text(f"{name} {n}\u00d7{_shape_text((T, dh))}", QRectF(x, y, w, cap_h), cap_font,
+                          TEXT))
+        x += w + sgap
+    y += cap_h + act_h
+    h_sel = view.head if view.head is not None else 0
+    kv_sel = int(an.kv_group[h_sel])
+    step(f"head {h_sel}: softmax(q_{h_sel} k_{kv_sel}\u1d40 / \u221a{dh}"
+         + (", causal mask" if np.allclose(np.triu(an.pattern[h_sel], 1), 0) and T > 1 else "")
+         + f") \u2192 pattern, @ v_{kv_sel} \u2192 head output"
+         + ("" if view.head is not None else "  (no head focused: head 0)"))
+
+    # the focused head's pattern and output
+    side = max(50 * s, min(170 * s, T * 6 * s))
+    ho_w = max(24 * s, min(90 * s, side * dh / max(T, 1)))
+    pat_cap = f"pattern H{h_sel} {_shape_text((T, T))}"
+    ho_x = m + max(side, QFontMetricsF(cap_font).horizontalAdvance(pat_cap) + 8 * s) + 24 * s
+    act_block("pattern", pat_cap, (T, T), an.pattern[h_sel], m, side, side, kind="pattern",
+              head=h_sel)
+    act_block("head_out", f"head output {_shape_text((T, dh))}", (T, dh), an.head_out[h_sel],
+              ho_x, ho_w, side, head=h_sel)
+    lines.append((QPointF(ho_x - 20 * s, y + cap_h + side / 2),
+                  QPointF(ho_x - 4 * s, y + cap_h + side / 2)))
+    y += cap_h + side
+    step(f"concat the {nh} head outputs back to {D} columns (head {h_sel}'s columns "
+         f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
+
+    act_block("concat", f"concat {_shape_text((T, D))}", (T, D), an.concat, m, inner, bands=list(q_bands))
+    y += cap_h + act_h
+    step(f"@ W_O: mixes all heads back to d_model {d} (head {h_sel} writes through rows "
+         f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
+    wo_h = max(60 * s, min(170 * s, inner * D / d * 0.35))
+    row_bands = [Band(h, False, 0, h * dh, (h + 1) * dh) for h in range(nh)]
+    blocks.append(Block("w_o", f"W_O {_shape_text((D, d))}", (D, d), an.w_o,
+                        QRectF(m, y + cap_h, inner, wo_h), bands=row_bands, weight=True))
+    y += cap_h + wo_h
+    step("= the layer's attention output (added to the residual stream)")
+    act_block("out", f"attention output {_shape_text((T, d))}", (T, d), an.out, m, inner)
+    y += cap_h + act_h + 8 * s
+
+    # head shares
+    text("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over heads",
+         bold)
+    bars_h = 44 * s
+    bw = inner / nh
+    share_bars = []
+    top = max(float(view.share.max()), 1e-6)
+    for h in range(nh):
+        bh = bars_h * float(view.share[h]) / top
+        share_bars.append((h, QRectF(m + h * bw + bw * 0.15, y + bars_h - bh, bw * 0.7, max(bh, 1.0))))
+    y += bars_h
+    lab_h = fm_small.height() * 1.2
+    for h in range(nh):
+        if bw >= fm_small.horizontalAdvance("88%") + 2 or h == h_sel:
+            texts.append(Text(f"{100 * view.share[h]:.0f}%", QRectF(m + h * bw, y, bw, lab_h), small,
+                              MUTED, Qt.AlignmentFlag.AlignCenter))
+    y += lab_h + 6 * s
+
+    # the cost table
+    text(f"The lesson's arithmetic for this layer on these {T} tokens", bold)
+    cols = (0.30, 0.15, 0.15, 0.15, 0.25)
+    heads_all = f"all {nh} heads"
+    header = ("", "one head", heads_all, f"1 head of {d}", "")
+    table = []
+    row_h = fm_small.height() * 1.3
+    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
+    left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+
+    def table_row(cells, font, colors):
+        nonlocal y
+        x = m
+        for i, (c, f) in enumerate(zip(cells, cols)):
+            w = inner * f
+            pad = 4 * s
+            r = QRectF(x + (pad if i == 4 else 0), y, w - pad, row_h)
+            c = QFontMetricsF(font).elidedText(c, Qt.TextElideMode.ElideRight, r.width())
+            table.append((r, c, font, colors[i], left if i in (0, 4) else right))
+            x += w
+        y += row_h
+
+    table_row(header, _font(10 * s, True), [TEXT] * 5)
+
+    def fmt(n: int, unit: str) -> str:
+        return format_bytes(n) if unit == "bytes" else format_count(n)
+
+    for r in view.costs:
+        color = QColor("#2e7d32") if r.note == "equal" else QColor("#b35c00")
+        table_row((f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
+                   fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color])
+    p_all, p_full = cost_totals(view.costs, "params")
+    f_all, f_full = cost_totals(view.costs, "FLOPs")
+    y += 2 * s
+    wrapped(f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
+            f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head "
+            f"{d} wide. A multiply-add is 2 FLOPs; memory is float32; a KV head shared by {g} "
+            f"query heads counts 1/{g} per head." if g > 1 else
+            f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
+            f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
+            f"wide. A multiply-add is 2 FLOPs; memory is float32.", small)
+    height = int(math.ceil(y + m))
+    return Layout(int(width), height, s, blocks, texts, share_bars, table, lines)
+
+
+def cache_key(view: AnatomyView, b: Block) -> tuple:
+    """What a block's colours depend on: a weight on (model, layer, block); anything else on the
+    view it belongs to (and the colormap, for the pattern)."""
+    if b.weight:
+        return ("w", view.model, view.layer, b.key)
+    return ("a", id(view), b.key, view.colormap if b.kind == "pattern" else "")
+
+
+def block_rgb(view: AnatomyView, b: Block, cache: dict | None = None) -> np.ndarray:
+    """The colours of a block, kept in `cache` (a dict) when one is given."""
+    key = cache_key(view, b)
+    if cache is not None and key in cache:
+        return cache[key]
+    if b.kind == "pattern":
+        lut = lookup_table(view.colormap)
+        top = float(b.data.max()) or 1.0
+        rgb = lut[np.clip(np.floor(b.data / top * 256), 0, 255).astype(np.uint8)]
+    else:
+        rgb = signed_rgb(b.data, signed_limit(b.data))
+    if cache is not None:
+        cache[key] = rgb
+    return rgb
+
+
+def paint(painter: QPainter, view: AnatomyView, lay: Layout, cache: dict | None = None,
+          images: dict | None = None) -> None:
+    """Draw the figure. `cache`/`images`: dicts the panel keeps between paints (colours by block
+    data, scaled images by block data and size)."""
+    s = lay.scale
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    painter.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
+    painter.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+    for t in lay.texts:
+        painter.setFont(t.font)
+        painter.setPen(t.color)
+        painter.drawText(t.rect, t.align, t.text)
+    painter.setPen(QPen(MUTED, max(1.0, 1.2 * s)))
+    for a, b in lay.lines:
+        painter.drawLine(a, b)
+        if abs(a.x() - b.x()) < 1e-6:  # a down arrow head
+            painter.drawLine(b, QPointF(b.x() - 3 * s, b.y() - 4 * s))
+            painter.drawLine(b, QPointF(b.x() + 3 * s, b.y() - 4 * s))
+        else:
+            painter.drawLine(b, QPointF(b.x() - 4 * s, b.y() - 3 * s))
+            painter.drawLine(b, QPointF(b.x() - 4 * s, b.y() + 3 * s))
+    h_sel = view.head
+    g_sel = int(view.anatomy.kv_group[h_sel]) if h_sel is not None else None
+    cap_font = _font(11 * s)
+    for b in lay.blocks:
+        _paint_block(painter, view, b, lay, cache, images)
+        if b.caption:
+            painter.setFont(cap_font)
+            painter.setPen(TEXT)
+            fm = QFontMetricsF(cap_font)
+            lift = 3 * s if any(band.axis == 1 for band in b.bands) else 0  # above the head strips
+            painter.drawText(QRectF(b.rect.x(), b.rect.y() - lift - fm.height() * 1.15,
+                                    max(b.rect.width(), 200 * s), fm.height() * 1.15),
+                             Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, b.caption)
+        # head blocks: outline in the head's (KV group's) colour, the focused one lit
+        if b.head is not None and b.key[0] in "qkv" and b.key[1:].isdigit():
+            group = b.head if b.kv else int(view.anatomy.kv_group[b.head])
+            lit = (b.kv and group == g_sel) or (not b.kv and b.head == h_sel)
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            painter.setPen(QPen(FOCUS if lit else weight_color(group), (2.5 if lit else 1.2) * s))
+            painter.drawRect(b.rect)
+        for band in b.bands:
+            group = band.head if band.kv else int(view.anatomy.kv_group[band.head])
+            lit = (band.kv and group == g_sel) or (not band.kv and band.head == h_sel)
+            n = b.data.shape[band.axis]
+            if band.axis == 1:
+                r = QRectF(b.rect.x() + b.rect.width() * band.i0 / n, b.rect.y(),
+                           b.rect.width() * (band.i1 - band.i0) / n, b.rect.height())
+                strip = QRectF(r.x(), r.y() - 3 * s, r.width(), 3 * s)
+            else:
+                r = QRectF(b.rect.x(), b.rect.y() + b.rect.height() * band.i0 / n, b.rect.width(),
+                           b.rect.height() * (band.i1 - band.i0) / n)
+                strip = QRectF(r.x() - 3 * s, r.y(), 3 * s, r.height())
+            painter.fillRect(strip, FOCUS if lit else weight_color(group))
+            painter.setBrush(Qt.BrushStyle.NoBrush)
+            color = QColor(weight_color(group))
+            color.setAlpha(140)
+            painter.setPen(QPen(color, 0.8 * s))
+            painter.drawRect(r)
+        for band in b.bands:  # lit ones last, on top
+            group = band.head if band.kv else int(view.anatomy.kv_group[band.head])
+            if (band.kv and group == g_sel) or (not band.kv and band.head == h_sel):
+                n = b.data.shape[band.axis]
+                if band.axis == 1:
+                    r = QRectF(b.rect.x() + b.rect.width() * band.i0 / n, b.rect.y(),
+                               b.rect.width() * (band.i1 - band.i0) / n, b.rect.height())
+                else:
+                    r = QRectF(b.rect.x(), b.rect.y() + b.rect.height() * band.i0 / n,
+                               b.rect.width(), b.rect.height() * (band.i1 - band.i0) / n)
+                painter.setPen(QPen(FOCUS, 2.5 * s))
+                painter.drawRect(r)
+        painter.setPen(QPen(FRAME, max(0.8, 0.8 * s)))
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        if not b.bands and not (b.head is not None and b.key[0] in "qkv" and b.key[1:].isdigit()):
+            painter.drawRect(b.rect)
+    for h, r in lay.share_bars:
+        group = int(view.anatomy.kv_group[h])
+        painter.fillRect(r, FOCUS if h == h_sel else weight_color(group))
+    for r, t, f, c, align in lay.table:
+        painter.setFont(f)
+        painter.setPen(c)
+        painter.drawText(r, align, t)
+
+
+def _paint_block(painter: QPainter, view: AnatomyView, b: Block, lay: Layout, cache, images) -> None:
+    w, h = max(1, round(b.rect.width())), max(1, round(b.rect.height()))
+    key = (*cache_key(view, b), w, h)
+    img = images.get(key) if images is not None else None
+    if img is None:
+        rgb = block_rgb(view, b, cache)
+        img = _qimage(rgb)
+        n_r, n_c = rgb.shape[:2]
+        if n_r > 2 * h or n_c > 2 * w:  # many values per pixel: average them (area scaling)
+            img = img.scaled(min(w, n_c), min(h, n_r), Qt.AspectRatioMode.IgnoreAspectRatio,
+                             Qt.TransformationMode.SmoothTransformation)
+        if images is not None:
+            images[key] = img
+    painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
+    painter.drawImage(b.rect, img)
+
+
+def readout(view: AnatomyView, lay: Layout, x: float, y: float) -> str | None:
+    """What is under a point: block, shape, bytes, the head, and the value with its row/column."""
+    hit = lay.hit(x, y)
+    if hit is None:
+        return None
+    b, ij, band = hit
+    if b is None:
+        h = band.head
+        return (f"L{view.layer} H{h}: {100 * view.share[h]:.1f}% of the layer's attention output "
+                f"norm (click to focus)")
+    i, j = ij
+    name = b.caption.split("  ")[0].split(" [")[0] if b.caption else b.key[0]
+    who = ""
+    if b.head is not None and b.key != "pattern" and b.key != "head_out":
+        who = f" {'KV head' if b.kv else 'head'} {b.head}"
+        if b.kv and view.n_group > 1:
+            members = [h for h in range(view.n_head) if view.anatomy.kv_group[h] == b.head]
+            who += f" (read by H{members[0]}\u2013H{members[-1]})"
+    elif band is not None:
+        if band.kv:
+            members = [h for h in range(view.n_head) if view.anatomy.kv_group[h] == band.head]
+            who = (f", KV head {band.head}" + (f" (read by H{members[0]}\u2013H{members[-1]})"
+                                               if view.n_group > 1 else ""))
+        else:
+            who = f", head {band.head}" + (f" (KV group {int(view.anatomy.kv_group[band.head])})"
+                                           if view.n_group > 1 else "")
+    where = f"row {i}, col {j}"
+    if b.row_names is not None:
+        where = f"token {i} {view.labels[i]!r}, col {j}"
+        if b.kind == "pattern":
+            where = f"{view.labels[i]!r} \u2192 {view.labels[j]!r}"
+    value = float(b.data[i, j])
+    return (f"{name}{who}  {_shape_text(b.shape)} float32, {format_bytes(b.nbytes)}  \u00b7  "
+            f"{where}: {value:.4g}")
+
+
+def render_image(view: AnatomyView, width: int) -> tuple[QImage, Layout]:
+    lay = layout(view, width)
+    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    if image.isNull():
+        raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
+    painter = QPainter(image)
+    try:
+        paint(painter, view, lay)
+    finally:
+        painter.end()
+    return image, lay
+
+
+def png_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
+    image, lay = render_image(view, width)
+    return encode_png(image), lay
+
+
+def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
+    """The same figure as SVG (vector text and outlines; each block an embedded image)."""
+    lay = layout(view, width)
+    svg = render_svg(lay.width, lay.height, view.title(),
+                     f"attnviz anatomy of layer {view.layer}: {view.text}",
+                     lambda painter: paint(painter, view, lay))
+    return svg, lay
+
+
+def sidecar(view: AnatomyView, image_path, lay: Layout) -> dict:
+    """The image's JSON sidecar: File -> Open view restores the model, text, layer and head."""
+    import attnviz
+    from attnviz.ui.export_data import SIDECAR_KIND, SIDECAR_VERSION
+
+    return {
+        "kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+        "view": "anatomy", "image": Path(image_path).name, "model": view.model, "text": view.text,
+        "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": "head",
+        "layer": view.layer, "head": view.head if view.head is not None else 0,
+        "colormap": view.colormap, "scale_mode": "shared", "hide_first": False,
+        "view_mode": "layer", "width": lay.width, "height": lay.height,
+        "head_share": [float(x) for x in view.share], "blocks": lay.panels(),
+    }

@@ -1,0 +1,200 @@
+"""The Anatomy panel in the real window (offscreen) and its export: one focus shared with the grid,
+the layer inputs computed only while the tab is shown, hover read-outs with real numbers, click to
+focus, PNG/SVG pixels and the headless `attnviz export --view anatomy`."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtGui import QColor, QImage
+
+from attnviz.ui import anatomy_figure as fig
+from attnviz.ui.export import export_view
+from attnviz.ui.window import MainWindow
+
+WAIT = 30000
+TEXT = "The keys to the cabinet are on the table."
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(model="all-MiniLM-L6-v2", text=TEXT,
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready
+                    and w.anatomy_panel is not None, timeout=WAIT)
+    yield w
+    w.worker.wait_idle()
+
+
+def show_anatomy(qtbot, w):
+    w.anatomy_dock.raise_()
+    qtbot.waitUntil(lambda: w.state.result.layer_inputs is not None
+                    and w.anatomy_panel.canvas.lay is not None, timeout=WAIT)
+    return w.anatomy_panel
+
+
+def test_hidden_tab_computes_nothing_and_shown_tab_keeps_the_layer_inputs(window, qtbot):
+    assert not window.anatomy_panel.shown and not window.state.inputs_wanted
+    assert window.state.result.layer_inputs is None  # typing while hidden: the default run
+    panel = show_anatomy(qtbot, window)
+    assert panel.shown and window.state.inputs_wanted
+    window.focus_dock.raise_()
+    qtbot.waitUntil(lambda: not panel.shown, timeout=WAIT)
+    window.set_text("Cats sleep.")
+    qtbot.waitUntil(lambda: window.state.result.text == "Cats sleep.", timeout=WAIT)
+    assert window.state.result.layer_inputs is None and panel._dirty
+
+
+def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
+    st = window.state
+    panel = show_anatomy(qtbot, window)
+    st.set_layer(2)
+    st.set_focus(2, 7)  # a click in the grid
+    canvas = panel.canvas
+    assert canvas.view.layer == 2 and canvas.view.head == 7
+    wq = canvas.lay.block("w_q")
+    dh = 32
+    lit = [b for b in wq.bands if b.head == 7]
+    assert lit and (lit[0].i0, lit[0].i1) == (7 * dh, 8 * dh)
+    # click head 3's slice of W_Q: the grid focuses head 3
+    x = wq.rect.left() + wq.rect.width() * (3.5 * dh) / wq.data.shape[1]
+    y = wq.rect.center().y()
+    qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
+    assert st.focus == (2, 3)
+    assert canvas.view.head == 3 and window.grid._tile_index(2, 3) is not None
+    # the pixels: head 3's slice outline is the focus colour now
+    img = canvas.grab().toImage()
+    strip_y = int(wq.rect.top() - 1.5 * canvas.lay.scale)
+    c = img.pixelColor(int(x), strip_y)
+    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+
+
+def test_hover_gives_shape_bytes_and_the_value_under_the_cursor(window, qtbot):
+    st = window.state
+    panel = show_anatomy(qtbot, window)
+    st.set_focus(st.layer, 1)
+    canvas = panel.canvas
+    wk = canvas.lay.block("w_k")
+    r = wk.rect
+    x, y = r.left() + r.width() * 0.6, r.top() + r.height() * 0.25
+    i, j = wk.index_at(x, y)
+    text = canvas.text_at(x, y)
+    value = float(st.model.weights.layers[st.layer].w_qkv[i, 384 + j])
+    assert "W_K" in text and "[384, 384] float32, 576 KiB" in text and f"{value:.4g}" in text
+    assert f"head {j // 32}" in text
+    pat = canvas.lay.block("pattern")
+    x, y = pat.rect.left() + pat.rect.width() * 2.5 / 12, pat.rect.top() + pat.rect.height() * 6.5 / 12
+    text = canvas.text_at(x, y)
+    assert "'are' \u2192 'keys'" in text
+    assert f"{float(st.result.attentions[st.layer, 1, 6, 2]):.4g}" in text
+
+
+def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
+    st = window.state
+    assert not st.value_weighted and not window.value_check.isChecked()  # off by default
+    window.value_check.setChecked(True)
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    r = minilm.run(TEXT, values=True)
+    a, n = r.attentions.astype(np.float64), r.value_norms.astype(np.float64)
+    direct = a * n[:, :, None, :]
+    direct /= direct.sum(-1, keepdims=True)
+    np.testing.assert_allclose(st.display_data().attn, direct, atol=1e-5)
+    assert window.anatomy_panel.value_check.isChecked()  # the panel's box is a view of the same state
+    assert "% out" in window.grid._titles[0].text()
+    st.set_focus(st.layer, 4)
+    assert f"{100 * r.head_share[st.layer, 4]:.0f}% of the layer" in window.focus_view.title.text()
+    st.set_hide_first(True)  # both together: weighted, then the first key dropped and renormalised
+    d = direct[..., 1:] / direct[..., 1:].sum(-1, keepdims=True)
+    np.testing.assert_allclose(st.display_data().attn[..., 1:], d, atol=1e-5)
+
+
+def test_the_anatomy_shares_equal_the_engines(minilm):
+    r = minilm.run(TEXT, values=True, inputs=True)
+    for layer in range(minilm.config.n_layer):
+        view = fig.make_anatomy_view(minilm, r, layer, 0)
+        np.testing.assert_allclose(view.share, r.head_share[layer], rtol=1e-4, atol=1e-6)
+
+
+def _png(path):
+    img = QImage(str(path))
+    assert not img.isNull()
+    return img
+
+
+def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
+    r = minilm.run(TEXT, inputs=True)
+    view = fig.make_anatomy_view(minilm, r, 3, 5)
+    written = export_view(view, tmp_path / "a.png", width=1280)
+    img = _png(written[0])
+    lay = fig.layout(view, 1280)
+    assert (img.width(), img.height()) == (lay.width, lay.height)
+    side = json.loads((tmp_path / "a.png.json").read_text())
+    assert side["view"] == "anatomy" and side["layer"] == 3 and side["head"] == 5
+    # the pattern block's cells are the head's weights through the colormap
+    pat = lay.block("pattern")
+    lut = fig.lookup_table("viridis")
+    p = r.attentions[3, 5]
+    T = p.shape[0]
+    for q, k in ((0, 0), (6, 2), (T - 1, T - 1)):
+        x = pat.rect.left() + (k + 0.5) * pat.rect.width() / T
+        y = pat.rect.top() + (q + 0.5) * pat.rect.height() / T
+        c = img.pixelColor(int(x), int(y))
+        want = lut[min(255, int(p[q, k] / p.max() * 256))]
+        assert abs(c.red() - int(want[0])) <= 2 and abs(c.green() - int(want[1])) <= 2
+    # the input x and the attention output: each cell its value through the signed scale
+    for key, arr in (("x", view.anatomy.x), ("out", view.anatomy.out)):
+        blk = lay.block(key)
+        rgb = fig.signed_rgb(arr, fig.signed_limit(arr))
+        n_r, n_c = arr.shape
+        for i, j in ((0, 0), (6, 100), (n_r - 1, n_c - 1), (3, int(np.argmax(np.abs(arr[3]))))):
+            x = blk.rect.left() + (j + 0.5) * blk.rect.width() / n_c
+            y = blk.rect.top() + (i + 0.5) * blk.rect.height() / n_r
+            c = img.pixelColor(int(x), int(y))
+            assert max(abs(c.red() - int(rgb[i, j, 0])), abs(c.green() - int(rgb[i, j, 1])),
+                       abs(c.blue() - int(rgb[i, j, 2]))) <= 2, (key, i, j)
+    # SVG: the same figure as XML with the captions as text
+    svg = export_view(view, tmp_path / "a.svg", width=1280)[0].read_text()
+    assert svg.startswith("<?xml") and "W_Q [384, 384]" in svg and "<image" in svg
+    assert f'width="{lay.width}' in svg or f"width=\"{lay.width}" in svg
+
+
+def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
+    r = smollm2.run("Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine.",
+                    inputs=True)
+    last = smollm2.config.n_layer - 1
+    view = fig.make_anatomy_view(smollm2, r, last, 4)
+    assert any("last layer" in n for n in view.notes)
+    assert np.isfinite(view.anatomy.out).all() and np.abs(view.anatomy.out).max() > 0
+    lay = fig.layout(view, 900)
+    assert lay.block("w_k").rect.width() < lay.block("w_q").rect.width() / 2  # 3 KV heads of 9
+    assert [b.head for b in lay.block("w_k").bands] == [0, 1, 2]
+
+
+def test_headless_cli_export(tmp_path):
+    out = tmp_path / "anatomy.png"
+    env = dict(os.environ)
+    env.pop("QT_QPA_PLATFORM", None)
+    env.pop("DISPLAY", None)
+    proc = subprocess.run([sys.executable, "-m", "attnviz", "export", "--view", "anatomy",
+                           "--model", "all-MiniLM-L6-v2", "--text", TEXT, "--layer", "2",
+                           "--head", "4", "--width", "900", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    img = _png(out)
+    assert img.width() == 900
+    side = json.loads((tmp_path / "anatomy.png.json").read_text())
+    wq = next(b for b in side["blocks"] if b["block"] == "w_q")
+    # head 4's slice strip above W_Q is the focus colour
+    x = wq["x"] + wq["w"] * 4.5 / 12
+    c = img.pixelColor(int(x), int(wq["y"] - 1))
+    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+    bad = subprocess.run([sys.executable, "-m", "attnviz", "export", "--view", "anatomy",
+                          "--model", "all-MiniLM-L6-v2", "--out", str(tmp_path / "a.npy")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "anatomy" in bad.stderr and len(bad.stderr.splitlines()) == 1
