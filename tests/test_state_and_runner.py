@@ -1,0 +1,133 @@
+"""Unit tests of the window's two pillars, without the window (issue 11 item 5): AppState, the one
+source of truth, and Worker, the one latest-wins job runner."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model, textbook
+from attnviz.ui.state import AppState
+from attnviz.ui.worker import POOL, Worker
+
+WAIT = 20000
+
+
+@pytest.fixture(scope="module")
+def book():
+    return load_model(textbook.TEXTBOOK_NAME)
+
+
+def record(signal):
+    heard = []
+    signal.connect(lambda *a: heard.append(a))
+    return heard
+
+
+def test_setters_emit_once_and_only_on_change(qapp, book):
+    st = AppState()
+    layers, focus, query = record(st.sigLayerChanged), record(st.sigFocusChanged), record(st.sigQueryChanged)
+    st.set_model(book)
+    st.set_layer(1)
+    st.set_layer(1)
+    st.set_layer(99)  # clamped to the model's last layer: no change, no signal
+    assert st.layer == book.config.n_layer - 1 and layers == [(1,)]
+    st.set_focus(1, 2)
+    st.set_focus(1, 2)
+    st.set_query(3)
+    st.set_query(3)
+    assert focus == [((1, 2),)] and query == [(3,)]
+
+
+def test_a_new_model_clears_what_belonged_to_the_old_one(qapp, book, minilm):
+    st = AppState()
+    st.set_model(minilm)
+    st.set_layer(5)
+    st.set_result(minilm.run("the cat sat"))
+    st.set_focus(5, 11)
+    st.set_query(2)
+    st.set_head_labels([["mixed"] * 12] * 6)
+    st.set_text("the cat sat")
+    st.set_model(book)  # 2 layers: layer 5 does not exist there
+    assert st.result is None and st.focus is None and st.query_pos is None
+    assert st.head_labels is None and st.layer == book.config.n_layer - 1
+    assert st.text == "the cat sat"  # the user's sentence is kept
+
+
+def test_display_data_is_shared_and_follows_result_and_hide_first(qapp, book):
+    st = AppState()
+    st.set_model(book)
+    st.set_result(book.run("the cat sat on the mat"))
+    d1 = st.display_data()
+    assert st.display_data() is d1  # one computation shared by grid, focus view and exports
+    np.testing.assert_allclose(d1.attn.sum(-1), 1, atol=1e-5)
+    st.set_hide_first(True)
+    d2 = st.display_data()
+    assert d2 is not d1 and (d2.attn[..., 0] == 0).all()
+    np.testing.assert_allclose(d2.attn[..., 1:, 1:].sum(-1), 1, atol=1e-5)
+    st.set_result(book.run("the cat sat on the mat"))  # equal numbers, a new result: recomputed
+    assert st.display_data() is not d2
+
+
+def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
+    st = AppState()
+    st.set_model(minilm)
+    st.set_text("the keys to the cabinet")
+    w = Worker(st)
+    computed = record(w.sigComputed)
+    gate = threading.Event()
+    real_run = minilm.run
+
+    class Slow:  # the old model's run blocks until the model has changed
+        name, config = minilm.name, minilm.config
+
+        def run(self, *a, **k):
+            gate.wait(10)
+            return real_run(*a, **k)
+    slow = Slow()
+    st.model = slow  # (as if set_model(slow): the request snapshots state.model)
+    req = w.request_compute(immediate=True)
+    assert req.model is slow
+    st.set_model(book)  # the user opens another model while the run is in flight
+    gate.set()
+    assert w.wait_idle(WAIT)
+    qtbot.wait(50)
+    assert computed == []  # dropped: it was computed for a model no longer shown
+    req2 = w.request_compute(immediate=True)
+    qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
+    assert computed[0][0] is req2 and computed[0][1].text == "the keys to the cabinet"
+
+
+def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
+    st = AppState()
+    st.set_model(book)
+    w = Worker(st)
+    computed = record(w.sigComputed)
+    gate = threading.Event()
+    w.submit("block", lambda: gate.wait(10), lambda *a: None, None, POOL)  # holds the one thread
+    ran = []
+    real_run = book.run
+    book_run = lambda text, **k: (ran.append(text), real_run(text, **k))[1]  # noqa: E731
+    try:
+        book.run = book_run
+        for text in ("the", "the cat", "the cat sat"):
+            st.set_text(text)
+            w.request_compute(immediate=True)
+        gate.set()
+        qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
+        assert w.wait_idle(WAIT)
+    finally:
+        del book.run
+    assert [r.text for _, r in computed] == ["the cat sat"]
+    assert ran == ["the cat sat"]  # the two older requests were stale when the thread got to them
+
+
+def test_an_error_reaches_only_the_newest_jobs_owner(qtbot, book):
+    w = Worker(AppState())
+    heard = []
+    w.submit("job", lambda: 1 / 0, lambda r, v, e: heard.append(("old", e)), None, POOL)
+    w.submit("job", lambda: 2, lambda r, v, e: heard.append(("new", v, e)), None, POOL)
+    assert w.wait_idle(WAIT)
+    qtbot.waitUntil(lambda: bool(heard), timeout=WAIT)
+    qtbot.wait(30)
+    assert heard == [("new", 2, None)]
