@@ -26,6 +26,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, os.path.dirname(_HERE))
 
 import argparse  # noqa: E402
+import atexit  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -43,6 +44,21 @@ SENTENCES = {
            "cheese while Mary looked for apples, and later they walked home along the river, talking "
            "about the old bridge that the town plans to repair next summer.",
 }
+
+
+def quiet_qt() -> None:
+    """Drop the offscreen platform's "This plugin does not support propagateSizeHints()", which it
+    prints at every window resize (dozens of lines a run, burying the table); every other Qt message
+    still goes to stderr."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(_mode, _context, message):
+        if "propagateSizeHints" not in message:
+            sys.stderr.write(message + "\n")
+
+    qInstallMessageHandler(handler)
+    # Qt still talks while the interpreter shuts down: a Python handler then would crash it
+    atexit.register(qInstallMessageHandler, None)
 
 
 def _settings():
@@ -200,6 +216,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="also print the results as one JSON line")
     ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    quiet_qt()
     if args.cold_child is not None:
         cold_child(args.cold_child, args.model)
         return 0
