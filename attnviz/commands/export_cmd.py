@@ -7,8 +7,10 @@ import argparse
 import os
 from pathlib import Path
 
+from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, non_negative, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
+from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 
 DEFAULT_WIDTH = 2400  # attnviz.ui.export.DEFAULT_WIDTH, without importing Qt to print --help
@@ -38,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="heatmap (default): the attention patterns; anatomy: layer --layer (default "
                         "0) drawn as the pipeline x -> W_Q/W_K/W_V -> heads -> concat -> W_O with "
                         "its real weights and costs, head --head lit (.png or .svg)")
+    checkpoint_opt.add(p)
     p.set_defaults(func=cmd_export)
 
 
@@ -68,7 +71,7 @@ def cmd_export(args) -> int:
             raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only to "
                              f".png and .svg images, not .{fmt}")
         width, colormap = DEFAULT_WIDTH, "viridis"
-    model = load_model(args.model)
+    model = checkpoint_opt.at(load_model(args.model), args)
     cfg = model.config
     if args.layer is not None and not 0 <= args.layer < cfg.n_layer:
         raise InputError(f"layer {args.layer} is out of range: {model.name} has {cfg.n_layer} "
@@ -80,7 +83,7 @@ def cmd_export(args) -> int:
     show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
                      colormap=colormap, scale_mode=args.scale or "shared",
-                     hide_first=args.hide_first)
+                     hide_first=args.hide_first, checkpoint=checkpoint_record(model))
     if fmt in IMAGE_FORMATS:
         # rendering needs Qt, but no display: the offscreen platform draws into memory
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

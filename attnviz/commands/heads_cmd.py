@@ -7,11 +7,13 @@ import json
 
 import numpy as np
 
+from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import at_least, non_negative, positive, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
 from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine import textbook
+from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 
 
@@ -39,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--exclude-current", action="store_true",
                    help="zero the diagonal before scoring (TransformerLens exclude_current_token)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
     p.set_defaults(func=cmd_heads)
 
     p = sub.add_parser("find", help="rank every head by the weight from one token to another",
@@ -75,6 +78,9 @@ def heads_report(model, hs, source):
         doc["best"][name] = {"layer": l, "head": h, "strength": strength,
                              "score": float(hs.scores[name][l, h]), "chance": float(hs.chance[name][l, h])}
     doc["no_head_clears"] = hs.unclaimed_roles()
+    ck = checkpoint_record(model)
+    if ck is not None:
+        doc["checkpoint"] = ck
     if model.name == textbook.TEXTBOOK_NAME:
         doc["construction"] = [[textbook.describe_head(l, h) for h in range(model.config.n_head)]
                                for l in range(model.config.n_layer)]
@@ -92,7 +98,7 @@ def cmd_heads(args) -> int:
         if given:
             raise InputError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only "
                              "with --probe")
-    model = load_model(args.model)
+    model = checkpoint_opt.at(load_model(args.model), args)
     if args.probe:
         seed = H.PROBE_SEED if args.seed is None else args.seed
         n = H.PROBE_LENGTH if args.probe_length is None else args.probe_length
@@ -110,7 +116,8 @@ def cmd_heads(args) -> int:
         return 0
     c = model.config
     what = source["probe"] if args.probe else f"text {result.text!r}"
-    print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads, {result.n_tokens} tokens; {what}")
+    print(f"{model.name}{checkpoint_opt.describe(model)}: {c.n_layer} layers x {c.n_head} heads, "
+          f"{result.n_tokens} tokens; {what}")
     opts = [o for o, on in (("exclude first token", args.exclude_bos),
                             ("exclude current token", args.exclude_current)) if on]
     if opts:
@@ -166,7 +173,7 @@ def _template_probe(args, kind) -> int:
     if args.exclude_bos or args.exclude_current:
         raise InputError("--exclude-bos and --exclude-current apply to role scores, not to the "
                          f"{kind} probe")
-    model = load_model(args.model)
+    model = checkpoint_opt.at(load_model(args.model), args)
     seed = P.SEED if args.seed is None else args.seed
     ts = P.run_template_probe(model, kind, seed=seed)
     if args.json:

@@ -5,6 +5,7 @@ Nothing here touches the network, and listing never loads or dequantises a weigh
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import importlib.util
 import json
 import logging
@@ -14,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnviz.engine.checkpoints import count_checkpoints
 from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
@@ -25,6 +27,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
 TEXTBOOK_MODEL = "attnviz-textbook"
+TOY_MODEL = "attnviz-toy-stdlib"  # trained by scripts/train_toy.py; checkpoints across training
+TOY_FOLDER = "toy-stdlib-gpt2"  # in resources/
+TOY_ALIASES = ("toy", TOY_FOLDER)
+TOY_LICENSE = "toy model trained by attnviz on Python stdlib docstrings (PSF-2.0)"
 SMOLLM2_MODEL = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The window opens on the decoder the lesson is about. Measured (benchmarks/smollm2.py, 2 cores): its
@@ -48,6 +54,7 @@ class ModelInfo:
     license: str | None = None
     note: str | None = None  # set when attnviz cannot open it yet, and why
     aliases: tuple[str, ...] = ()  # other names resolve() takes for it
+    checkpoints: int = 0  # training checkpoints in the folder (checkpoints.json); 0: none
 
 
 def _minilm_dir() -> Path | None:
@@ -70,6 +77,18 @@ def _smollm2_file() -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+def _toy_dir() -> Path | None:
+    """resources/toy-stdlib-gpt2: beside the package in a checkout, inside it once installed."""
+    checkout = Path(__file__).resolve().parents[2] / "resources" / TOY_FOLDER
+    if (checkout / "config.json").is_file():
+        return checkout
+    try:
+        path = Path(str(importlib.resources.files("attnviz.resources") / TOY_FOLDER))
+    except (ImportError, TypeError):
+        return None
+    return path if (path / "config.json").is_file() else None
 
 
 def _textbook_dir() -> Path | None:
@@ -110,7 +129,8 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
     except AttnvizError as exc:
         log.info("skipping %s: %s", path, exc)
         return None
-    return ModelInfo(name, cfg.model_type, cfg.n_layer, cfg.n_head, cfg.n_kv_head, path, source, license)
+    return ModelInfo(name, cfg.model_type, cfg.n_layer, cfg.n_head, cfg.n_kv_head, path, source, license,
+                     checkpoints=count_checkpoints(path))
 
 
 # ---- GGUF headers, read without building the vocabulary ------------------------------------------
@@ -318,7 +338,7 @@ def _ollama_blob_name(path: Path) -> str | None:
 def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
     """Every GGUF model found, named; no header is read here. A file whose name is already in use
     is listed as <source>:<its path in that folder>."""
-    taken = {DEFAULT_MODEL.lower(), TEXTBOOK_MODEL.lower()} | {r.lower() for r, _ in hf_snapshots}
+    taken = {DEFAULT_MODEL.lower(), TEXTBOOK_MODEL.lower(), TOY_MODEL.lower()} | {r.lower() for r, _ in hf_snapshots}
     found: list[_GGUFEntry] = []
     seen: set[tuple[int, int]] = set()
 
@@ -390,6 +410,9 @@ def find_models(include_unsupported: bool = False) -> list[ModelInfo]:
         textbook = None
     if textbook is not None:
         found.append(_info(TEXTBOOK_MODEL, textbook, "built-in"))
+    toy = _toy_dir()
+    if toy is not None:
+        found.append(_info(TOY_MODEL, toy, "package", TOY_LICENSE))
     snapshots = _hf_cache_snapshots()
     for repo_id, snap in _hf_cache_dirs(snapshots):
         found.append(_info(repo_id, snap, "hf-cache"))
@@ -439,6 +462,12 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         textbook = _textbook_dir()
         if textbook is not None:
             return TEXTBOOK_MODEL, textbook, None
+    if key in (n.lower() for n in (TOY_MODEL, *TOY_ALIASES)):
+        toy = _toy_dir()
+        if toy is None:
+            raise ModelLoadError(f"{TOY_MODEL} is not installed: its folder resources/{TOY_FOLDER} "
+                                 "is missing (scripts/train_toy.py writes it)")
+        return TOY_MODEL, toy, TOY_LICENSE
     if key in (n.lower() for n in (SMOLLM2_MODEL, *SMOLLM2_ALIASES)):
         smollm2 = _smollm2_file()
         if smollm2 is None:
