@@ -82,12 +82,21 @@ def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list
 def export_result(result, path: str | os.PathLike, *, model: str, scope: str, layer: int,
                   head: int | None = None, width: int = DEFAULT_WIDTH, colormap: str = "viridis",
                   scale_mode: str = "shared", hide_first: bool = False,
-                  fmt: str | None = None) -> list[Path]:
+                  fmt: str | None = None, checkpoint: dict | None = None) -> list[Path]:
     """make_view + export_view in one call (what the CLI and the dialog use)."""
     fmt = fmt or format_of(path)
     view = make_view(result, model=model, scope=scope, layer=layer, head=head,
-                     colormap=colormap, scale_mode=scale_mode, hide_first=hide_first)
+                     colormap=colormap, scale_mode=scale_mode, hide_first=hide_first,
+                     checkpoint=checkpoint)
     return export_view(view, path, fmt=fmt, width=width)
+
+
+def _checkpoint_record(state) -> dict | None:
+    """{index, step, of} of the training checkpoint the window shows, None without checkpoints."""
+    info = getattr(state, "checkpoint_info", lambda: None)()
+    if info is None:
+        return None
+    return {"index": info.index, "step": info.step, "of": len(state.checkpoints)}
 
 
 def default_folder() -> Path:
@@ -205,6 +214,9 @@ class ExportDialog(QDialog):
         st = self.state
         scope = self.scope.currentData()
         model = (st.model_name or "model").replace("/", "_")
+        ck = _checkpoint_record(st)
+        if ck is not None:
+            model += f"_step{ck['step']}"
         if scope == "head" and st.focus is not None:
             stem = f"{model}_L{st.focus[0]}H{st.focus[1]}"
         elif scope == "layer":
@@ -268,7 +280,7 @@ class ExportDialog(QDialog):
                 st.result, path, model=st.model_name, scope=scope, layer=layer, head=head,
                 width=self.width_box.value(), colormap=st.colormap,
                 scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
-                fmt=self.format.currentData())
+                fmt=self.format.currentData(), checkpoint=_checkpoint_record(st))
         except (AttnvizError, OSError) as exc:
             message = (str(exc) if isinstance(exc, AttnvizError)
                        else f"cannot write {path}: {os_reason(exc)}")

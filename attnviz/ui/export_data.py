@@ -58,6 +58,7 @@ class ExportView:
     scale_mode: str
     hide_first: bool
     levels: np.ndarray  # [n_layers, n_heads, 2] (low, high) per panel
+    checkpoint: dict | None = None  # {index, step, of}: the training checkpoint shown, if any
 
     @property
     def n_query(self) -> int:
@@ -83,14 +84,16 @@ class ExportView:
             where = f"layer {self.layer}, all {len(self.heads)} heads"
         else:
             where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
-        return f"{self.model} \u00b7 {where}"
+        step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
+        return f"{self.model}{step} \u00b7 {where}"
 
 
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
               colormap: str = "viridis", scale_mode: str = "shared",
-              hide_first: bool = False) -> ExportView:
+              hide_first: bool = False, checkpoint: dict | None = None) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
-    model's counts; a view with nothing to show raises ExportError."""
+    model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
+    of}: engine.checkpoints.checkpoint_record) is recorded for a model with training checkpoints."""
     if result is None:
         raise ExportError("nothing to export: no attention has been computed yet")
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -123,7 +126,8 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         head=None if head is None else int(head), layers=layers, heads=heads, patterns=patterns,
         key_pos=key_pos, kv_group=[int(g) for g in result.kv_group], colormap=colormap,
         scale_mode=scale_mode, hide_first=bool(hide_first),
-        levels=color_levels(patterns, scale_mode))
+        levels=color_levels(patterns, scale_mode),
+        checkpoint=dict(checkpoint) if checkpoint else None)
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -191,6 +195,8 @@ def json_text(view: ExportView) -> str:
                  "all": ["layer", "head", "query", "key"]}[view.scope],
         "weights": None,
     }
+    if view.checkpoint:
+        doc["checkpoint"] = view.checkpoint
     weights = _nested(view.selected(), fmt_all(view.selected()))
     head, tail = json.dumps(doc, ensure_ascii=False, indent=1).rsplit('"weights": null', 1)
     return head + '"weights": ' + weights + tail + "\n"
@@ -238,6 +244,7 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
         "hide_first": view.hide_first, "view_mode": "all" if view.scope == "all" else "layer",
         "width": int(width), "height": int(height),
         "panels": panels,
+        **({"checkpoint": view.checkpoint} if view.checkpoint else {}),
     }
 
 

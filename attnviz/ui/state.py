@@ -34,6 +34,8 @@ class AppState(QObject):
     sigOverlayChanged = Signal(object)
     sigStatus = Signal(str)
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
+    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.checkpoints) or None
+    sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -53,6 +55,8 @@ class AppState(QObject):
         self.view_mode = "layer"
         self.head_labels: list[list[str]] | None = None
         self.overlay: np.ndarray | None = None
+        self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints
+        self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
         self._display_key = None
         self._display: DisplayData | None = None
 
@@ -94,6 +98,9 @@ class AppState(QObject):
             return
         self.model = model
         self.model_name = model.name if model is not None else ""
+        if self.checkpoints is not None:
+            self.checkpoints, self.checkpoint = None, None
+            self.sigCheckpointsChanged.emit(None)
         self.sigModelChanged.emit(model)
         self.set_result(None)
         self.set_head_labels(None)
@@ -102,6 +109,34 @@ class AppState(QObject):
         self.set_query(None)
         if model is not None and self.layer >= model.config.n_layer:
             self.set_layer(model.config.n_layer - 1)
+
+    def set_checkpoints(self, checkpoints) -> None:
+        """The training checkpoints of the current model (a CheckpointSet whose `base` is `model`);
+        the model shown stays the one loaded, the last checkpoint."""
+        if checkpoints is self.checkpoints or (checkpoints is not None
+                                               and checkpoints.base is not self.model):
+            return
+        self.checkpoints = checkpoints
+        self.checkpoint = None if checkpoints is None else checkpoints.last
+        self.sigCheckpointsChanged.emit(checkpoints)
+
+    def set_checkpoint(self, index: int) -> None:
+        """Show the model at training checkpoint `index`: same shape, so layer, focus, query and
+        text stay; the next result is computed on that checkpoint's weights."""
+        if self.checkpoints is None:
+            return
+        index = self.checkpoints.index(int(index))
+        if index == self.checkpoint:
+            return
+        self.checkpoint = index
+        self.model = self.checkpoints.model(index)
+        self.sigCheckpointChanged.emit(index)
+
+    def checkpoint_info(self):
+        """The CheckpointInfo shown (step, scores), or None for a model without checkpoints."""
+        if self.checkpoints is None or self.checkpoint is None:
+            return None
+        return self.checkpoints.infos[self.checkpoint]
 
     def set_loading(self, source: str) -> None:
         source = str(source or "")

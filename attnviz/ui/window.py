@@ -355,6 +355,11 @@ class MainWindow(QMainWindow):
         col.addWidget(self.trunc_notice)
         col.addWidget(self.model_notice)
         col.addLayout(controls)
+        # a model with training checkpoints: the step slider and its curves (hidden otherwise)
+        TrainingPanel = _optional("attnviz.ui.training_panel", "TrainingPanel")
+        self.training_panel = TrainingPanel(st, self.worker) if TrainingPanel is not None else None
+        if self.training_panel is not None:
+            col.addWidget(self.training_panel)
         col.addWidget(self.grid, 1)
         self.setCentralWidget(central)
 

@@ -1,0 +1,177 @@
+"""The training panel: for a model with checkpoints across training (engine/checkpoints.py), a
+training-step slider that moves every heatmap through training, beside a plot of the in-context
+learning score and the best induction-head score per checkpoint with the current step marked.
+
+A view of AppState: it loads the checkpoints as a 'checkpoints' job of the window's job runner
+(Worker.submit, a thread of its own: it reads files) and preloads every checkpoint's weights, so a
+slider step costs one forward pass on the pool; it writes back only through set_checkpoints and
+set_checkpoint. The head-roles panel rescores each new result, so its badges follow the slider.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
+
+from attnviz.engine.checkpoints import CHECKPOINTS_FILE
+
+log = logging.getLogger(__name__)
+
+JOB_KIND = "checkpoints"
+ICL_PEN = pg.mkPen("#d95f02", width=2)
+INDUCTION_PEN = pg.mkPen("#1b9e77", width=2)
+PLOT_HEIGHT = 150
+
+
+def _load_all(model):
+    from attnviz.engine.checkpoints import load_checkpoints
+
+    ckpts = load_checkpoints(model)
+    if ckpts is not None:
+        ckpts.preload()
+    return ckpts
+
+
+class TrainingPanel(QWidget):
+    def __init__(self, state, worker=None, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.worker = worker
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setToolTip("Training step: move every heatmap through training "
+                               "(arrow keys step one checkpoint)")
+        self.slider.setPageStep(1)
+        self.step_label = QLabel()
+        self.step_label.setMinimumWidth(260)
+        self.score_label = QLabel()
+        self.score_label.setStyleSheet("color: #555;")
+
+        self.plot = pg.PlotWidget(background="w")
+        self.plot.setFixedHeight(PLOT_HEIGHT)
+        self.plot.setMouseEnabled(x=False, y=False)
+        self.plot.hideButtons()
+        pi = self.plot.getPlotItem()
+        pi.setLabel("bottom", "training step")
+        pi.setLabel("left", "ICL score (nats)", color="#d95f02")
+        pi.showAxis("right")
+        pi.setLabel("right", "best induction", color="#1b9e77")
+        self.icl_curve = pi.plot([], [], pen=ICL_PEN, symbol="o", symbolSize=4,
+                                 symbolBrush="#d95f02", symbolPen=None, name="ICL score")
+        # the induction score (0..1) on its own axis: a second view box on the right axis
+        self.right_view = pg.ViewBox()
+        pi.scene().addItem(self.right_view)
+        pi.getAxis("right").linkToView(self.right_view)
+        self.right_view.setXLink(pi)
+        self.right_view.setYRange(0, 1, padding=0.05)
+        self.right_view.setMouseEnabled(x=False, y=False)
+        self.induction_curve = pg.PlotDataItem([], [], pen=INDUCTION_PEN, symbol="o", symbolSize=4,
+                                               symbolBrush="#1b9e77", symbolPen=None)
+        self.right_view.addItem(self.induction_curve)
+        pi.getViewBox().sigResized.connect(self._sync_views)
+        self.marker = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#444", width=1.5))
+        pi.addItem(self.marker)
+        self.plot.setToolTip(
+            "Orange: ICL score, the loss on late tokens minus the loss on early ones (more negative: "
+            "the context helps more). Green: the best head's induction strength on the repeated-random "
+            "probe. The line marks the step shown.")
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Training step"))
+        top.addWidget(self.slider, 1)
+        top.addWidget(self.step_label)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addLayout(top)
+        col.addWidget(self.score_label)
+        col.addWidget(self.plot)
+        self.hide()
+
+        state.sigModelChanged.connect(self._on_model_changed)
+        state.sigCheckpointsChanged.connect(self._on_checkpoints)
+        state.sigCheckpointChanged.connect(self._on_checkpoint)
+        self.slider.valueChanged.connect(self._on_slider)
+        if state.model is not None:
+            self._on_model_changed(state.model)
+
+    def _sync_views(self, *_):
+        vb = self.plot.getPlotItem().getViewBox()
+        self.right_view.setGeometry(vb.sceneBoundingRect())
+        self.right_view.linkedViewChanged(vb, self.right_view.XAxis)
+
+    # --- from the state ---------------------------------------------------------------------
+    def _on_model_changed(self, model) -> None:
+        path = getattr(model, "path", None)
+        if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
+            if self.worker is not None:
+                self.worker.cancel(JOB_KIND)
+            self.hide()
+            return
+        if self.worker is None:  # a panel on its own (tests): load here
+            self._on_loaded(model, _load_all(model), None)
+            return
+        from attnviz.ui.worker import THREAD
+
+        self.worker.submit(JOB_KIND, lambda: _load_all(model), self._on_loaded, model, THREAD)
+
+    def _on_loaded(self, model, ckpts, error) -> None:
+        if error is not None:
+            log.warning("checkpoints of %s unavailable: %s", getattr(model, "name", model), error)
+            self.state.show_status(f"Training checkpoints unavailable: {error}")
+            return
+        if model is self.state.model:
+            self.state.set_checkpoints(ckpts)
+
+    def _on_checkpoints(self, ckpts) -> None:
+        if ckpts is None:
+            self.hide()
+            return
+        infos = ckpts.infos
+        steps = np.array([c.step for c in infos], dtype=float)
+        icl = np.array([np.nan if c.icl_score is None else c.icl_score for c in infos])
+        ind = np.array([np.nan if c.induction_score is None else c.induction_score for c in infos])
+        self.icl_curve.setData(steps, icl)
+        self.induction_curve.setData(steps, ind)
+        self.plot.getPlotItem().setXRange(steps[0], steps[-1], padding=0.02)
+        self._sync_views()
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, len(infos) - 1)
+        self.slider.setValue(self.state.checkpoint if self.state.checkpoint is not None else 0)
+        self.slider.blockSignals(False)
+        self._show_step()
+        self.show()
+
+    def _on_checkpoint(self, index: int) -> None:
+        if self.slider.value() != index:
+            self.slider.blockSignals(True)
+            self.slider.setValue(index)
+            self.slider.blockSignals(False)
+        self._show_step()
+        if self.worker is not None:
+            self.worker.request_compute(immediate=True)  # the typed sentence on this step's weights
+
+    def _show_step(self) -> None:
+        info = self.state.checkpoint_info()
+        if info is None:
+            return
+        n = len(self.state.checkpoints)
+        tokens = f", {info.tokens_seen / 1e6:.2f}M tokens" if info.tokens_seen is not None else ""
+        self.step_label.setText(f"step {info.step:,} (checkpoint {info.index} of 0–{n - 1}{tokens})")
+        parts = []
+        if info.train_loss is not None:
+            parts.append(f"training loss {info.train_loss:.3f}")
+        if info.icl_score is not None:
+            parts.append(f"ICL score {info.icl_score:+.3f}")
+        if info.induction_score is not None:
+            head = (f" (L{info.induction_head[0]} H{info.induction_head[1]})"
+                    if info.induction_head else "")
+            parts.append(f"best induction {info.induction_score:.2f}{head}")
+        self.score_label.setText(" · ".join(parts))
+        self.marker.setValue(info.step)
+
+    # --- to the state -----------------------------------------------------------------------
+    def _on_slider(self, value: int) -> None:
+        self.state.set_checkpoint(value)
