@@ -41,3 +41,45 @@ def test_typing_benchmark_filters_the_offscreen_propagate_size_hints_lines():
          "qWarning('another message')"],
         capture_output=True, text=True, timeout=60, env=env)
     assert other.stderr.splitlines() == ["another message"], other.stderr
+
+
+def readme_commands() -> list[str]:
+    """The attnviz lines of the README's ```bash blocks, as a reader would paste them."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        lines += [line.strip() for line in block.splitlines() if "attnviz" in line.split("#")[0]
+                  and not line.lstrip().startswith(("bash ", ".venv/bin/python", "python"))]
+    return lines
+
+
+def test_readme_command_lines_run_as_pasted(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from attnviz.cli import build_parser
+
+    lines = readme_commands()
+    assert len(lines) >= 10
+    parser = build_parser()
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert argv[0] == ".venv/bin/attnviz", line  # a bare `attnviz` is not on the PATH
+        assert not any(a.startswith("[") or a in ("...", "…") or "path/to" in a for a in argv), line
+        try:
+            parser.parse_args(argv[1:])
+        except SystemExit:
+            pytest.fail(f"the README line does not parse: {line}")
+    # and the quick ones run (the SmolLM2 probe and the PNG export take longer)
+    monkeypatch.chdir(tmp_path)
+    ran = 0
+    for line in lines:
+        argv = shlex.split(line, comments=True)[1:]
+        if argv[0] in ("models", "calc", "attention", "find") or argv[-1] == "--probe" and (
+                "all-MiniLM-L6-v2" in argv):
+            assert main(argv) == 0, (line, capsys.readouterr().err)
+            ran += 1
+    assert ran >= 7
+    assert (tmp_path / "a.npz").is_file() and (tmp_path / "ids.npz").is_file()
