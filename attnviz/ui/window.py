@@ -4,7 +4,6 @@ menus, shortcuts and remembered settings. Everything it shows is a view of one A
 from __future__ import annotations
 
 import html
-import importlib
 import logging
 import time
 
@@ -24,6 +23,7 @@ from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
 from attnviz.ui.state import COLORMAPS, AppState
+from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -38,15 +38,6 @@ def sentence(text: str) -> str:
     stay), so messages joined from parts never read '..'."""
     text = str(text).rstrip().rstrip(".").rstrip()
     return text if text.endswith(("?", "!")) else text + "."
-
-
-def _optional(module: str, name: str):
-    """A class from a panel module another helper writes; None (logged) while it does not exist."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        log.info("%s.%s not available: %s", module, name, exc)
-        return None
 
 
 class TokenStrip(QWidget):
@@ -356,10 +347,8 @@ class MainWindow(QMainWindow):
         col.addWidget(self.model_notice)
         col.addLayout(controls)
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
-        TrainingPanel = _optional("attnviz.ui.training_panel", "TrainingPanel")
-        self.training_panel = TrainingPanel(st, self.worker) if TrainingPanel is not None else None
-        if self.training_panel is not None:
-            col.addWidget(self.training_panel)
+        self.training_panel = TrainingPanel(st, self.worker)
+        col.addWidget(self.training_panel)
         col.addWidget(self.grid, 1)
         self.setCentralWidget(central)
 
@@ -411,8 +400,10 @@ class MainWindow(QMainWindow):
             return
         self.panels_ready = True
         panels = self._panels_wanted
-        CalcPanel = _optional("attnviz.ui.calc_panel", "CalcPanel") if "calc" in panels else None
-        if CalcPanel is not None:
+        # imported here, not at the top: the first heatmaps must not wait for these modules
+        if "calc" in panels:
+            from attnviz.ui.calc_panel import CalcPanel
+
             self.calc_panel = CalcPanel()
             self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
             self.calc_dock.visibilityChanged.connect(self._on_calc_visible)
@@ -421,16 +412,17 @@ class MainWindow(QMainWindow):
                 self.calc_panel.set_model_config(m.config.raw, m.name)
             if self.state.result is not None:
                 self.calc_panel.set_seq_len(len(self.state.result.tokens))
-        RolesPanel = _optional("attnviz.ui.roles_panel", "RolesPanel") if "roles" in panels else None
-        if RolesPanel is not None:
+        if "roles" in panels:
+            from attnviz.ui.roles_panel import RolesPanel
+
             self.roles_panel = RolesPanel(self.state, worker=self.worker)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
             # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
             self.roles_dock.visibilityChanged.connect(
                 lambda shown: shown and self.roles_panel.catch_up())
-        AnatomyPanel = (_optional("attnviz.ui.anatomy_panel", "AnatomyPanel")
-                        if "anatomy" in panels else None)
-        if AnatomyPanel is not None:
+        if "anatomy" in panels:
+            from attnviz.ui.anatomy_panel import AnatomyPanel
+
             self.anatomy_panel = AnatomyPanel(self.state)
             self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)
             self.anatomy_dock.visibilityChanged.connect(self._on_anatomy_visible)
@@ -626,10 +618,6 @@ class MainWindow(QMainWindow):
             self.load_model(path)
 
     def open_view_dialog(self) -> None:
-        open_sidecar = _optional("attnviz.ui.export", "open_sidecar")
-        if open_sidecar is None:
-            self.show_error("Opening views needs attnviz.ui.export, which is not installed.")
-            return
         from attnviz.ui.export import export_folder
 
         # where the last export (image + sidecar) went, not the folder the app was started from
@@ -640,8 +628,8 @@ class MainWindow(QMainWindow):
 
     def open_view(self, path: str) -> None:
         from attnviz.engine.errors import AttnvizError
+        from attnviz.ui.export import open_sidecar
 
-        open_sidecar = _optional("attnviz.ui.export", "open_sidecar")
         try:
             view = open_sidecar(path)
         except (AttnvizError, OSError, ValueError, KeyError) as exc:
@@ -697,10 +685,8 @@ class MainWindow(QMainWindow):
                 st.set_focus(int(view["layer"]), int(view["head"]))
 
     def export_dialog(self) -> None:
-        ExportDialog = _optional("attnviz.ui.export", "ExportDialog")
-        if ExportDialog is None:
-            self.show_error("Export needs attnviz.ui.export, which is not installed.")
-            return
+        from attnviz.ui.export import ExportDialog
+
         ExportDialog(self.state, self).exec()
 
     def about_text(self) -> str:
