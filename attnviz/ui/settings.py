@@ -1,0 +1,69 @@
+"""Remembered settings: one module that binds AppState to QSettings. `restore` applies what was
+saved (anything unreadable falls back to the default), `bind` writes each value back when the state
+says it changed. The window adds only what is its own: geometry, dock layout and the model source."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings
+
+from attnviz.ui.state import COLORMAPS, SCALE_MODES, VIEW_MODES
+
+DEFAULTS = {"colormap": "viridis", "scale_mode": "shared", "view_mode": "layer",
+            "hide_first": False, "value_weighted": False, "layer": 0}
+
+
+def _bool(value, default: bool) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    return True if text == "true" else False if text == "false" else default
+
+
+def _choice(value, choices, default: str) -> str:
+    return str(value) if str(value) in choices else default
+
+
+def read_display(settings: QSettings) -> dict:
+    """The saved display settings, each checked: a bad value (a hand-edited file, an older
+    version's name) gives the default, never an exception."""
+    s = settings
+    try:
+        layer = max(0, int(s.value("layer", 0)))
+    except (TypeError, ValueError):
+        layer = 0
+    return {
+        "colormap": _choice(s.value("colormap", "viridis"), COLORMAPS, "viridis"),
+        "scale_mode": _choice(s.value("scale_mode", "shared"), SCALE_MODES, "shared"),
+        "view_mode": _choice(s.value("view_mode", "layer"), VIEW_MODES, "layer"),
+        "hide_first": _bool(s.value("hide_first", False), False),
+        "value_weighted": _bool(s.value("value_weighted", False), False),
+        "layer": layer,
+    }
+
+
+def restore(state, settings: QSettings) -> None:
+    """Apply the saved display settings to `state` (read all first: each setter writes back)."""
+    v = read_display(settings)
+    state.set_colormap(v["colormap"])
+    state.set_scale_mode(v["scale_mode"])
+    state.set_view_mode(v["view_mode"])
+    state.set_hide_first(v["hide_first"])
+    if hasattr(state, "set_value_weighted"):
+        state.set_value_weighted(v["value_weighted"])
+    state.set_layer(v["layer"])
+
+
+def write_display(state, settings: QSettings) -> None:
+    s = settings
+    s.setValue("colormap", state.colormap)
+    s.setValue("scale_mode", state.scale_mode)
+    s.setValue("view_mode", state.view_mode)
+    s.setValue("hide_first", state.hide_first)
+    s.setValue("value_weighted", bool(getattr(state, "value_weighted", False)))
+
+
+def bind(state, settings: QSettings) -> None:
+    """From now on every change of text, layer or a display option is written to `settings`."""
+    state.sigTextChanged.connect(lambda text: settings.setValue("text", text))
+    state.sigLayerChanged.connect(lambda layer: settings.setValue("layer", layer))
+    state.sigDisplayChanged.connect(lambda: write_display(state, settings))

@@ -1,0 +1,42 @@
+"""Remembered settings (issue 11 item 2): one module binds AppState to QSettings."""
+
+from PySide6.QtCore import QSettings
+
+from attnviz.engine import load_model, textbook
+from attnviz.ui import settings as S
+from attnviz.ui.state import AppState
+
+
+def ini(tmp_path):
+    return QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+
+
+def test_changes_are_written_and_restored(qapp, tmp_path):
+    st = AppState()
+    st.set_model(load_model(textbook.TEXTBOOK_NAME))
+    s = ini(tmp_path)
+    S.bind(st, s)
+    st.set_text("the cat sat")
+    st.set_layer(1)
+    st.set_colormap("magma")
+    st.set_scale_mode("per-head")
+    st.set_view_mode("all")
+    st.set_hide_first(True)
+    s.sync()
+    back = AppState()
+    back.set_model(st.model)
+    S.restore(back, ini(tmp_path))
+    assert (back.colormap, back.scale_mode, back.view_mode, back.hide_first, back.layer) == \
+        ("magma", "per-head", "all", True, 1)
+    assert ini(tmp_path).value("text") == "the cat sat"
+
+
+def test_bad_saved_values_fall_back_to_the_defaults(qapp, tmp_path):
+    s = ini(tmp_path)
+    for key, value in (("colormap", "no-such-map"), ("scale_mode", 3), ("view_mode", ""),
+                       ("hide_first", "maybe"), ("layer", "x"), ("value_weighted", "[1]")):
+        s.setValue(key, value)
+    assert S.read_display(s) == S.DEFAULTS
+    st = AppState()
+    S.restore(st, s)  # never raises
+    assert st.colormap == "viridis" and st.layer == 0
