@@ -12,6 +12,7 @@ from attnviz.commands.checks import check_out, non_negative, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import SCALE_MODES
 
 DEFAULT_WIDTH = 2400  # attnviz.ui.export.DEFAULT_WIDTH, without importing Qt to print --help
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--width", type=int, metavar="PX",
                    help=f"image width in pixels, 300..12000 (default: {DEFAULT_WIDTH}); images only")
     p.add_argument("--colormap", help="pyqtgraph colormap name (default: viridis); images only")
-    p.add_argument("--scale", choices=("shared", "per-head"),
+    p.add_argument("--scale", choices=SCALE_MODES,
                    help="one colour scale for all exported heads (default), or one per head; "
                         "images only")
     p.add_argument("--hide-first", action="store_true",

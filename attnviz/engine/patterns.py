@@ -7,6 +7,7 @@ import numpy as np
 from attnviz.engine.errors import InputError
 
 SCOPES = ("head", "layer", "all")
+SCALE_MODES = ("shared", "per-head")  # colour scale: one for all heads shown, or one per head
 
 
 def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -78,8 +79,8 @@ def check_index(what: str, index: int | None, count: int) -> None:
 def color_levels(patterns: np.ndarray, mode: str) -> np.ndarray:  # [..., n_q, n_k] -> [..., 2]
     """Colour-scale levels (low, high) for every pattern: 'shared' gives every pattern 0..max over
     all of them so they stay comparable; 'per-head' gives each pattern 0..its own max."""
-    if mode not in ("shared", "per-head"):
-        raise InputError(f"scale mode {mode!r} is not one of shared, per-head")
+    if mode not in SCALE_MODES:
+        raise InputError(f"scale mode {mode!r} is not one of {', '.join(SCALE_MODES)}")
     lead = patterns.shape[:-2]
     if patterns.shape[-1] * patterns.shape[-2] == 0:
         high = np.ones(lead, dtype=np.float32)

@@ -22,14 +22,13 @@ import numpy as np
 
 import attnviz
 from attnviz.engine.errors import AttnvizError
-from attnviz.engine.patterns import SCOPES, check_index, color_levels, drop_first_key
+from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key
 
 log = logging.getLogger(__name__)
 
 IMAGE_FORMATS = ("png", "svg")
 NUMBER_FORMATS = ("npy", "csv", "json")
 FORMATS = IMAGE_FORMATS + NUMBER_FORMATS
-SCALE_MODES = ("shared", "per-head")
 SIDECAR_KIND = "attnviz-view"
 SIDECAR_VERSION = 1
 

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.patterns import drop_first_key, value_weighted
+from attnviz.engine.patterns import SCALE_MODES, drop_first_key, value_weighted
 
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
-SCALE_MODES = ("shared", "per-head")
 VIEW_MODES = ("layer", "all")
 
 

@@ -22,13 +22,12 @@ from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
-from attnviz.ui.state import COLORMAPS, AppState
+from attnviz.ui.state import COLORMAPS, SCALE_MODES, AppState
 from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = WINDOW_MODEL  # what a first start opens (the engine's registry says why)
 
 SAMPLES = tuple((s.title, s.text) for s in GUIDED_SAMPLES)  # (title, text), in menu order
 
@@ -252,7 +251,8 @@ class MainWindow(QMainWindow):
         self.last_request = None
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
-        source = model or str(self.settings.value("model", DEFAULT_MODEL))
+        # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
+        source = model or str(self.settings.value("model", WINDOW_MODEL))
         if self.state.loading:
             self._load_source = source  # create_window() started this load already
         else:
@@ -673,7 +673,7 @@ class MainWindow(QMainWindow):
             self.set_text(str(view["text"]))
         if view.get("colormap") in COLORMAPS:
             st.set_colormap(view["colormap"])
-        if view.get("scale_mode") in ("shared", "per-head"):
+        if view.get("scale_mode") in SCALE_MODES:
             st.set_scale_mode(view["scale_mode"])
         if view.get("hide_first") is not None:
             st.set_hide_first(bool(view["hide_first"]))

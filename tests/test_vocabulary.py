@@ -1,0 +1,30 @@
+"""One home for each shared constant (issue 11): the others import it, none keeps its own copy."""
+
+import re
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
+
+
+def definitions(name: str) -> list[str]:
+    """Modules that assign `name` at the top level."""
+    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                  if re.search(rf"^{name}\s*=", p.read_text(encoding="utf-8"), flags=re.M))
+
+
+def test_each_shared_constant_has_one_home():
+    assert definitions("SCALE_MODES") == ["engine/patterns.py"]
+    assert definitions("DEFAULT_MODEL") == ["engine/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
+    assert definitions("DEFAULT_TEXT") == ["engine/registry.py"]
+    assert definitions("COLORMAPS") == ["ui/state.py"]
+
+
+def test_the_users_see_the_same_tuple():
+    from attnviz.cli import build_parser
+    from attnviz.engine import patterns
+    from attnviz.ui import export_data, state
+
+    assert state.SCALE_MODES is patterns.SCALE_MODES is export_data.SCALE_MODES
+    export = build_parser()._subparsers._group_actions[0].choices["export"]
+    scale = next(a for a in export._actions if a.dest == "scale")
+    assert tuple(scale.choices) == patterns.SCALE_MODES
