@@ -74,7 +74,8 @@ def _pct(values, p):
     return float(np.percentile(np.asarray(values), p)) if values else float("nan")
 
 
-def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None) -> dict:
+def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
+               anatomy: str = "off") -> dict:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
     from PySide6.QtTest import QTest
 
@@ -97,6 +98,21 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
     st.set_view_mode(mode)
     w.grid.refresh()
     viewport = w.grid.gw.viewport()
+    if anatomy != "off" and not w.panels_ready:
+        w._build_panel_docks()  # an empty first text gives no result, so no panels yet
+    panel = getattr(w, "anatomy_panel", None)
+    draws = []  # the Anatomy panel's rebuild + repaint per result while shown
+    if anatomy != "off":
+        st.set_focus(st.layer, 1)  # a head lit in the anatomy
+        if anatomy == "shown":
+            w.anatomy_dock.raise_()
+        end = time.perf_counter() + 30
+        while anatomy == "shown" and (st.result.layer_inputs is None or panel.canvas.lay is None
+                                      or panel.pending) and time.perf_counter() < end:
+            app.processEvents()
+            time.sleep(0.002)
+        st.sigResultChanged.connect(lambda r: QTimer.singleShot(
+            0, lambda: panel.shown and draws.append((panel.last_draw_s, panel.last_draw_cpu_s))))
 
     shown = {}  # text -> perf_counter when painted
     waiting = QEventLoop()  # waits in Qt's C++ loop, so the worker thread gets the GIL
@@ -152,6 +168,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         QTimer.singleShot(40, pause.quit)
         pause.exec()
     timer.stop()
+    switches = anatomy_switches(app, w) if anatomy == "shown" else []  # (total, panel, panel CPU)
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     if os.environ.get("ATTNVIZ_BENCH_TRACE"):
         import bisect
@@ -166,7 +183,34 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "mode": mode, "keys": len(sentence), "max_T": max(tokens),
         "p50": _pct(latencies, 50), "p95": _pct(latencies, 95), "max": max(latencies),
         "compute_p50": _pct(computes, 50), "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
+        "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
+        **{f"anatomy_draw{cpu}_p{p}": _pct([d[i] for d in draws], p)
+           for i, cpu in ((0, ""), (1, "_cpu")) for p in (50, 95)},
+        **{f"switch{part}_p{p}": _pct([x[i] for x in switches], p)
+           for i, part in ((0, ""), (1, "_panel"), (2, "_panel_cpu")) for p in (50, 95)},
+        "switch_max": max(x[0] for x in switches) if switches else float("nan"),
     }
+
+
+def anatomy_switches(app, w, n: int = 60) -> list[float]:
+    """Switch head, then layer, alternately, n times with the Anatomy tab shown: each time from the
+    setter to the panel's repaint done (the event loop run until its redraw has happened: the grid's
+    and the focus view's repaints are in it too), with the panel's own rebuild + repaint, in wall
+    clock and in main-thread CPU time."""
+    st, panel = w.state, w.anatomy_panel
+    n_layer, n_head = st.n_layer, st.n_head
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        if i % 2:
+            st.set_layer((st.layer + 1) % n_layer)  # the focus follows the layer
+        else:
+            st.set_focus(st.layer, ((st.focus or (0, 0))[1] + 1) % n_head)
+        app.processEvents()
+        while panel.pending:
+            app.processEvents()
+        out.append((time.perf_counter() - t0, panel.last_draw_s, panel.last_draw_cpu_s))
+    return out
 
 
 def cold_child(t0: float, model: str | None = None) -> None:
@@ -214,6 +258,10 @@ def main() -> int:
     ap.add_argument("--sentence", choices=sorted(SENTENCES), default=None,
                     help="type this sentence in every view (default: each view's own)")
     ap.add_argument("--json", action="store_true", help="also print the results as one JSON line")
+    ap.add_argument("--anatomy", choices=("off", "hidden", "shown"), default="off",
+                    help="add the Anatomy panel, its tab hidden behind Focus head or shown while "
+                         "typing (shown: also time head / layer switches; goals <= 20 ms per "
+                         "result, <= 50 ms p95 per switch)")
     ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     quiet_qt()
@@ -223,8 +271,10 @@ def main() -> int:
 
     cold = cold_start(args.cold_runs, args.model)
     panels = tuple(p for p in args.panels.split(",") if p and p != "none")
+    if args.anatomy != "off" and "anatomy" not in panels:
+        panels += ("anatomy",)
     modes = [m for m in args.modes.split(",") if m]
-    rows = [run_typing(mode, SENTENCES[args.sentence or mode], panels, args.model)
+    rows = [run_typing(mode, SENTENCES[args.sentence or mode], panels, args.model, args.anatomy)
             for mode in modes for _ in range(args.repeat)]
     model_desc = "all-MiniLM-L6-v2 (6 layers x 12 heads)" if args.model is None else args.model
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model {model_desc}, "
@@ -245,6 +295,18 @@ def main() -> int:
               + ", ".join(f"{c[0]:.2f} (python up {c[1]:.2f}, QtWidgets up {c[2]:.2f}, "
                           f"window shown {c[3]:.2f})" for c in cold)
               + f"; best {best:.2f}, goal <= 1.5")
+    for r in rows:
+        if r["anatomy"] == "shown":
+            ms = {k: v * 1e3 for k, v in r.items() if isinstance(v, float)}
+            print(f"anatomy shown ({r['mode']}), {r['anatomy_draws']} results: the panel's rebuild + "
+                  f"repaint per result p50 {ms['anatomy_draw_p50']:.1f} ms, p95 "
+                  f"{ms['anatomy_draw_p95']:.1f} ms (CPU {ms['anatomy_draw_cpu_p50']:.1f} / "
+                  f"{ms['anatomy_draw_cpu_p95']:.1f}; goal <= 20 extra)")
+            print(f"  {r['switches']} head / layer switches: to the anatomy repainted p50 "
+                  f"{ms['switch_p50']:.1f} ms, p95 {ms['switch_p95']:.1f} ms, max {ms['switch_max']:.1f}"
+                  f" (goal p95 <= 50); the panel's part p50 {ms['switch_panel_p50']:.1f}, p95 "
+                  f"{ms['switch_panel_p95']:.1f} (CPU {ms['switch_panel_cpu_p50']:.1f} / "
+                  f"{ms['switch_panel_cpu_p95']:.1f})")
     print("goals: stall <= 16 ms")
     if args.json:
         import json

@@ -39,6 +39,11 @@ def show_anatomy(qtbot, w):
     return w.anatomy_panel
 
 
+def drawn(qtbot, panel):
+    """Wait for the panel's redraw (one per turn of the event loop)."""
+    qtbot.waitUntil(lambda: not panel.pending, timeout=WAIT)
+
+
 def test_hidden_tab_computes_nothing_and_shown_tab_keeps_the_layer_inputs(window, qtbot):
     assert not window.anatomy_panel.shown and not window.state.inputs_wanted
     assert window.state.result.layer_inputs is None  # typing while hidden: the default run
@@ -56,6 +61,7 @@ def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
     panel = show_anatomy(qtbot, window)
     st.set_layer(2)
     st.set_focus(2, 7)  # a click in the grid
+    drawn(qtbot, panel)
     canvas = panel.canvas
     assert canvas.view.layer == 2 and canvas.view.head == 7
     wq = canvas.lay.block("w_q")
@@ -67,6 +73,7 @@ def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
     y = wq.rect.center().y()
     qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
     assert st.focus == (2, 3)
+    drawn(qtbot, panel)
     assert canvas.view.head == 3 and window.grid._tile_index(2, 3) is not None
     # the pixels: head 3's slice outline is the focus colour now
     img = canvas.grab().toImage()
@@ -79,6 +86,7 @@ def test_hover_gives_shape_bytes_and_the_value_under_the_cursor(window, qtbot):
     st = window.state
     panel = show_anatomy(qtbot, window)
     st.set_focus(st.layer, 1)
+    drawn(qtbot, panel)
     canvas = panel.canvas
     wk = canvas.lay.block("w_k")
     r = wk.rect
