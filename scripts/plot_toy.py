@@ -38,13 +38,13 @@ def main(argv=None) -> int:
              "with repeated random segments")
     win.addLabel(title, row=0, col=0, color="k", size="11pt")
 
-    def panel(row, key, label, color, ylim=None):
+    def panel(row, key, label, color, ylim=None, legend=(-10, 10)):
         p = win.addPlot(row=row, col=0)
         p.showGrid(x=True, y=True, alpha=0.2)
         p.setLabel("left", label, color=color)
         p.getAxis("left").enableAutoSIPrefix(False)
         p.setLabel("bottom", "training step")
-        p.addLegend(offset=(-10, 10))
+        p.addLegend(offset=legend)
         p.plot([t["step"] for t in trace], [t[key if key in trace[0] else "induction_torch"]
                                             for t in trace],
                pen=pg.mkPen(color, width=1, style=pg.QtCore.Qt.PenStyle.DashLine),
@@ -59,8 +59,11 @@ def main(argv=None) -> int:
             p.setYRange(*ylim)
         return p
 
-    p1 = panel(1, "induction_score", "best induction score", "#1b9e77", (0, 1))
-    p2 = panel(2, "icl_score", "ICL score (nats)", "#d95f02")
+    p1 = panel(1, "induction_score", "best induction score", "#1b9e77", (0, 1), legend=(-10, -10))
+    p2 = panel(2, "icl_score", "ICL score (nats)", "#d95f02", legend=(10, -10))
+    p2.plot([c["step"] for c in ck], [c["icl_score_text"] for c in ck], pen=pg.mkPen("#777", width=1),
+            symbol="t", symbolSize=6, symbolBrush="#777", symbolPen=None,
+            name="ICL score on docstring text alone")
     p2.setXLink(p1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     win.show()

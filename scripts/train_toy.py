@@ -15,13 +15,25 @@ Why this design (Olsson et al., 2022, "In-context Learning and Induction Heads")
 - Data: docstrings of the Python standard library (module, class and function docstrings read
   with `ast` from the running interpreter's `Lib/`, tests, idlelib, turtledemo and site-packages left
   out; PSF License 2.0, which allows this use), tokenised by a 1024-token byte-level BPE trained here
-  on the same text. In half of the 128-token training windows a random segment of 10-30 tokens is
-  written twice (the copy 0-40 tokens after the first). The second copy can only be predicted by
-  looking back, so copying pays; the text keeps ordinary bigram statistics for the model to learn
-  first, which gives the plateau before the phase change.
-- Seeded (torch, NumPy, Python), one CPU thread, AdamW at a constant learning rate after a short
-  warm-up: the induction head appears after a plateau, and the checkpoints are chosen afterwards
-  to be dense across that rise (see select_checkpoints).
+  on the same text. Half of the 128-token training windows are docstring text in which, in half
+  of them, a random segment of 10-30 tokens is written twice (the copy 0-40 tokens after the
+  first); the other half are one random segment of 8-40 tokens repeated to the end of the window
+  ("periodic"). Random tokens can only be predicted by looking back, so copying pays; the text
+  keeps ordinary bigram statistics for the model to learn first, which gives the plateau before
+  the phase change.
+- The learned position embedding (GPT-2's wpe) starts from a sinusoid table instead of noise, so
+  "attend to the previous position", the first half of the circuit, is within reach of a linear
+  map; it is trained like any weight.
+- Seeded (torch, NumPy, Python), one CPU thread, AdamW at a constant learning rate (1e-3) after a
+  100-step warm-up, 2000 steps of 32 x 128 tokens: the induction head appears after a plateau,
+  and the checkpoints are chosen afterwards to be dense across that rise (see select_checkpoints).
+
+What did not work (measured on this machine, same seed and model): docstrings with one repeated
+segment in half the windows and a noise-initialised wpe had no induction head after 2400 steps
+(best induction 0.024, ICL score -0.15, --periodic-p 0 --repeat-p 0.5, without --sin-pos); a repeat
+in every window with the sinusoid start and lr 2e-3 rose only at the very end (0.10 at step 1760,
+0.52 at 2000). The periodic windows make copying pay on most of their tokens, and the phase change
+then comes mid-run (about steps 800-1100), with a plateau before it and a settled head after it.
 
 Scores recorded per checkpoint (in checkpoints.json):
 - induction_score: the best head's induction strength (attnviz.engine.heads, TransformerLens "mul"
@@ -30,8 +42,8 @@ Scores recorded per checkpoint (in checkpoints.json):
 - icl_score: Olsson et al.'s in-context-learning score: the mean loss on late tokens (positions
   100-127 of the context) minus the mean loss on early tokens (positions 10-19), over held-out
   windows. More negative = later tokens are predicted better thanks to the context. `icl_score` is
-  measured on held-out windows built like the training data (held-out modules' docstrings with the
-  repeated segments), `icl_score_text` on held-out docstring text alone.
+  measured on held-out windows built like the training data (held-out modules' docstrings, with
+  the repeated and periodic segments), `icl_score_text` on held-out docstring text alone.
 """
 
 from __future__ import annotations
@@ -67,6 +79,8 @@ N_CHECKPOINTS = 33
 REPEAT_P, REPEAT_LEN, REPEAT_GAP = 0.5, (10, 30), (0, 40)
 ICL_LATE, ICL_EARLY = (100, 128), (10, 20)
 N_EVAL = 128
+SIN_POS = True  # wpe starts from a sinusoid table (--noise-pos: from noise, like GPT-2)
+PERIODIC_P, PERIOD_LEN = 0.5, (8, 40)  # --periodic-p: windows that are one segment repeated
 
 
 # ---------------------------------------------------------------- data
@@ -117,16 +131,22 @@ def encode_stream(tok, texts):
     return np.array(ids, dtype=np.int64)
 
 
-def make_batch(stream, rng, n, repeat_p=None):
+def make_batch(stream, rng, n, repeat_p=None, periodic_p=None):
     """[n, N_POS] windows: BOS + 127 stream tokens, with a repeated random segment in a share
-    `repeat_p` of them (default REPEAT_P)."""
+    `repeat_p` of them (default REPEAT_P); a share `periodic_p` (default PERIODIC_P) are instead
+    one random segment repeated to the end of the window."""
     repeat_p = REPEAT_P if repeat_p is None else repeat_p
+    periodic_p = PERIODIC_P if periodic_p is None else periodic_p
     x = np.empty((n, N_POS), dtype=np.int64)
     starts = rng.integers(0, len(stream) - N_POS, size=n)
     for i, s in enumerate(starts):
         x[i, 0] = 0
         x[i, 1:] = stream[s:s + N_POS - 1]
-        if rng.random() < repeat_p:
+        if periodic_p and rng.random() < periodic_p:
+            L = int(rng.integers(PERIOD_LEN[0], PERIOD_LEN[1] + 1))
+            seg = rng.integers(1, VOCAB, size=L)
+            x[i, 1:] = np.tile(seg, (N_POS - 1) // L + 1)[:N_POS - 1]
+        elif rng.random() < repeat_p:
             L = int(rng.integers(REPEAT_LEN[0], REPEAT_LEN[1] + 1))
             gap = int(rng.integers(REPEAT_GAP[0], REPEAT_GAP[1] + 1))
             a = int(rng.integers(1, N_POS - 2 * L - gap + 1))
@@ -267,21 +287,45 @@ def select_checkpoints(trace, n=N_CHECKPOINTS):
     return sorted(chosen), (start, stop)
 
 
+def phase_summary(trace, smooth=5):
+    """Where the phase change is, on the evenly spaced trace: the induction rise (from the last
+    snapshot under 10% of the way from the first score to the highest, to the first past 90%) and
+    the steepest change of the ICL score (its slope over `smooth` snapshots, the largest drop)."""
+    steps = np.array([t["step"] for t in trace], dtype=float)
+    ind = np.array([t["induction_torch"] for t in trace])
+    icl = np.array([t["icl_score"] for t in trace])
+    lo, hi = ind[0], ind.max()
+    first_hi = int(np.argmax(ind >= lo + 0.9 * (hi - lo)))
+    below = np.flatnonzero(ind[:first_hi + 1] < lo + 0.1 * (hi - lo))
+    start = int(below[-1]) if below.size else 0
+    k = max(1, smooth)
+    slope = (icl[k:] - icl[:-k]) / (steps[k:] - steps[:-k])  # per step, over k snapshots
+    j = int(np.argmin(slope))
+    return {"induction_rise_steps": [int(steps[start]), int(steps[first_hi])],
+            "icl_steepest_drop_steps": [int(steps[j]), int(steps[j + k])],
+            "icl_steepest_drop_per_1000_steps": round(float(slope[j]) * 1000, 4),
+            "induction_first_last": [round(float(ind[0]), 4), round(float(ind[-1]), 4)]}
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv=None):
-    global LR, REPEAT_P
+    global LR, REPEAT_P, SIN_POS, PERIODIC_P
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=ROOT / "resources" / NAME)
     ap.add_argument("--time-only", type=int, default=0, help="time this many steps and stop")
     ap.add_argument("--keep-run", type=Path, help="pickle the run's snapshots here (a dev aid)")
     ap.add_argument("--from-run", type=Path, help="skip training: select and write from --keep-run's file")
     ap.add_argument("--lr", type=float, default=LR)
-    ap.add_argument("--sin-pos", action="store_true", help="start wpe from a sinusoid table")
+    ap.add_argument("--sin-pos", action="store_true", default=SIN_POS,
+                    help="start wpe from a sinusoid table (the default)")
+    ap.add_argument("--noise-pos", dest="sin_pos", action="store_false",
+                    help="start wpe from noise, as GPT-2 does")
     ap.add_argument("--repeat-p", type=float, default=REPEAT_P)
+    ap.add_argument("--periodic-p", type=float, default=PERIODIC_P)
     args = ap.parse_args(argv)
-    LR, REPEAT_P = args.lr, args.repeat_p
+    LR, REPEAT_P, SIN_POS, PERIODIC_P = args.lr, args.repeat_p, args.sin_pos, args.periodic_p
     if args.from_run:
         import pickle
         trace, snaps, probe, train_s, n_tok, n_mods, n_held = pickle.loads(args.from_run.read_bytes())
@@ -307,7 +351,7 @@ def main(argv=None):
 
     eval_rng = np.random.default_rng(SEED + 1)
     eval_mix = make_batch(held_ids, eval_rng, N_EVAL)
-    eval_text = make_batch(held_ids, eval_rng, N_EVAL, repeat_p=0.0)
+    eval_text = make_batch(held_ids, eval_rng, N_EVAL, repeat_p=0.0, periodic_p=0.0)
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -396,14 +440,15 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
         "description": ("Toy model trained by attnviz: a 2-layer, 8-head, attention-only GPT-2 "
                         "(d_model 128, 128 positions, 1024-token byte-level BPE) on Python "
                         f"{sys.version.split()[0]} standard-library docstrings (PSF License 2.0), "
-                        "half of its training windows with a repeated random segment."),
+                        "with repeated random segments: a quarter of its training windows hold "
+                        "one segment written twice, half are one segment repeated throughout."),
         "license": "PSF-2.0 (training text); weights made by attnviz, Apache-2.0",
         "definitions": {
             "icl_score": (f"mean loss on tokens at positions {ICL_LATE[0]}-{ICL_LATE[1] - 1} minus "
                           f"mean loss at positions {ICL_EARLY[0]}-{ICL_EARLY[1] - 1} (Olsson et al. "
                           f"2022), over {N_EVAL} held-out windows built like the training data "
-                          "(held-out modules' docstrings, half with a repeated random segment); "
-                          "negative: the context helps"),
+                          "(held-out modules' docstrings, with repeated random segments and "
+                          "periodic windows in the training shares); negative: the context helps"),
             "icl_score_text": "the same on held-out docstring text without repeated segments",
             "induction_score": ("the strongest head's induction strength (attnviz heads: "
                                 "TransformerLens 'mul' score over its coverage) on attnviz's "
@@ -417,9 +462,12 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
                      "steps": trace[-1]["step"], "train_seconds": round(train_s, 1),
                      "threads": 1, "train_tokens_in_corpus": int(n_train_tokens),
                      "modules": n_mods, "held_out_modules": n_held,
+                     "sinusoid_position_init": SIN_POS,
+                     "periodic": {"p": PERIODIC_P, "length": list(PERIOD_LEN)},
                      "repeat": {"p": REPEAT_P, "length": list(REPEAT_LEN), "gap": list(REPEAT_GAP)},
                      "python": sys.version.split()[0], "torch": torch.__version__},
         "dense_span_steps": [trace[span[0]]["step"], trace[span[1]]["step"]],
+        "phase_change": phase_summary(trace),
         "checkpoints": entries,
         "trace": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in t.items()}
                   for t in trace],

@@ -1,0 +1,178 @@
+"""The toy model trained by scripts/train_toy.py and its checkpoints across training (issue 12):
+they load and run through the engine, checkpoints.json matches what the engine recomputes, the
+registry lists them and the command line takes --checkpoint. No torch, no Qt."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.cli import main
+from attnviz.engine import load_model
+from attnviz.engine.checkpoints import (
+    CHECKPOINTS_FILE, check_index, checkpoint_record, load_checkpoints, model_at,
+)
+from attnviz.engine.errors import InputError
+from attnviz.engine.registry import TOY_MODEL, find_models
+
+REPEATED = "The parser reads the token stream. The parser reads the token stream."
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load_model(TOY_MODEL)
+
+
+@pytest.fixture(scope="module")
+def ckpts(toy):
+    return load_checkpoints(toy)
+
+
+def test_the_toy_model_has_at_least_30_checkpoints_in_training_order(ckpts):
+    assert ckpts is not None and len(ckpts) >= 30
+    steps = [c.step for c in ckpts.infos]
+    assert steps == sorted(set(steps)) and steps[0] == 0
+    for c in ckpts.infos:
+        assert c.tokens_seen is not None and c.icl_score is not None
+        assert c.induction_score is not None and c.induction_head is not None
+        assert c.train_loss is not None or c.step == 0
+    assert ckpts.infos[-1].folder == "."  # the folder's own model.safetensors is the last one
+
+
+def test_every_checkpoint_loads_and_runs(ckpts):
+    last = None
+    for i in range(len(ckpts)):
+        r = ckpts.model(i).run(REPEATED)
+        att = r.attentions
+        assert att.shape[:2] == (2, 8)
+        np.testing.assert_allclose(att.sum(-1), 1.0, atol=1e-5)
+        assert not np.triu(att, 1).any()
+        if last is not None:
+            assert not np.allclose(att, last, atol=1e-4), f"checkpoint {i} equals {i - 1}"
+        last = att
+    assert ckpts.model(-1) is ckpts.base
+
+
+def test_recorded_induction_scores_match_the_engine(ckpts):
+    n = len(ckpts)
+    picks = [0, n // 3, n // 2, 2 * n // 3, n - 1]
+    for i, (layer, head, s) in zip(picks, ckpts.induction_scores(picks)):
+        info = ckpts.infos[i]
+        assert s == pytest.approx(info.induction_score, abs=1e-4), i
+        assert (layer, head) == info.induction_head
+
+
+def test_induction_rises_from_below_0_1_to_at_least_0_5(ckpts):
+    ind = [c.induction_score for c in ckpts.infos]
+    assert ind[0] < 0.1
+    assert ind[-1] >= 0.5
+
+
+def test_checkpoints_json_defines_its_scores(toy):
+    meta = json.loads((toy.path / CHECKPOINTS_FILE).read_text(encoding="utf-8"))
+    for key in ("icl_score", "induction_score", "train_loss", "tokens_seen"):
+        assert key in meta["definitions"]
+    assert "toy" in meta["description"].lower() and "docstrings" in meta["description"]
+
+
+def test_the_checkpoints_fit_in_20_mb(toy):
+    total = sum(p.stat().st_size for p in toy.path.rglob("*") if p.is_file())
+    assert total <= 20 * 1024 * 1024, total
+
+
+def test_checkpoint_indices_count_from_the_end_and_refuse_out_of_range(ckpts):
+    n = len(ckpts)
+    assert check_index(0, n) == 0 and check_index(-1, n) == n - 1 and check_index(-n, n) == 0
+    for bad in (n, -n - 1, 10**6):
+        with pytest.raises(InputError, match=f"checkpoint {bad} is out of range.*{n} checkpoints"):
+            ckpts.model(bad)
+    assert checkpoint_record(ckpts.model(3)) == {"index": 3, "step": ckpts.infos[3].step, "of": n}
+
+
+def test_a_model_without_checkpoints_takes_only_0_and_minus_1():
+    tb = load_model("attnviz-textbook")
+    assert load_checkpoints(tb) is None
+    assert model_at(tb, None) is tb and model_at(tb, 0) is tb and model_at(tb, -1) is tb
+    with pytest.raises(InputError, match="no training checkpoints"):
+        model_at(tb, 1)
+
+
+def test_the_registry_lists_the_toy_model_with_its_checkpoints(ckpts):
+    info = next(m for m in find_models() if m.name == TOY_MODEL)
+    assert info.checkpoints == len(ckpts)
+    assert "toy model" in info.license and "docstrings" in info.license
+    assert all(m.checkpoints == 0 for m in find_models() if m.name != TOY_MODEL)
+
+
+# ---------------------------------------------------------------- command line
+
+def test_models_shows_a_checkpoints_column(capsys, ckpts):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    col = out[0].index("CHECKPOINTS")
+    row = next(line for line in out if line.startswith(TOY_MODEL))
+    assert row[col:].split()[0] == str(len(ckpts))
+    assert all(line[col:].split()[0] == "-" for line in out[1:]
+               if line.startswith("attnviz-textbook ") and "knows only" not in line)
+    assert any(line.startswith(f"{TOY_MODEL}: toy model trained by attnviz") for line in out)
+
+
+def test_heads_takes_checkpoint(capsys, ckpts):
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--json", "--checkpoint", "0"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--json"]) == 0
+    last = json.loads(capsys.readouterr().out)
+    assert first["checkpoint"] == {"index": 0, "step": 0, "of": len(ckpts)}
+    assert last["checkpoint"]["index"] == len(ckpts) - 1
+    assert first["best"]["induction"]["strength"] == pytest.approx(ckpts.infos[0].induction_score,
+                                                                   abs=1e-4)
+    assert last["best"]["induction"]["strength"] == pytest.approx(ckpts.infos[-1].induction_score,
+                                                                  abs=1e-4)
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "-1"]) == 0
+    assert f"at checkpoint {len(ckpts) - 1} of 0..{len(ckpts) - 1}" in capsys.readouterr().out
+
+
+def test_attention_takes_checkpoint(tmp_path, capsys, ckpts):
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert main(["attention", "--model", TOY_MODEL, "--text", REPEATED, "--checkpoint", "2",
+                 "--out", str(a)]) == 0
+    assert f"(step {ckpts.infos[2].step})" in capsys.readouterr().out
+    assert main(["attention", "--model", TOY_MODEL, "--text", REPEATED, "--out", str(b)]) == 0
+    np.testing.assert_allclose(np.load(a)["attentions"], ckpts.model(2).run(REPEATED).attentions)
+    np.testing.assert_allclose(np.load(b)["attentions"], ckpts.model(-1).run(REPEATED).attentions)
+
+
+def test_export_records_the_checkpoint(tmp_path, ckpts):
+    out = tmp_path / "w.json"
+    assert main(["export", "--model", TOY_MODEL, "--text", REPEATED, "--layer", "1",
+                 "--checkpoint", "5", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["checkpoint"] == {"index": 5, "step": ckpts.infos[5].step, "of": len(ckpts)}
+    np.testing.assert_allclose(np.array(doc["weights"]),
+                               ckpts.model(5).run(REPEATED).attentions[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("argv", [
+    ["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "999"],
+    ["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "-999"],
+    ["attention", "--model", TOY_MODEL, "--text", "a", "--checkpoint", "999", "--out", "{out}/a.npz"],
+    ["export", "--model", TOY_MODEL, "--checkpoint", "999", "--out", "{out}/a.json"],
+    ["heads", "--model", "attnviz-textbook", "--probe", "--checkpoint", "3"],
+])
+def test_out_of_range_checkpoints_exit_2_with_one_line(argv, tmp_path, capsys):
+    argv = [a.replace("{out}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and list(tmp_path.iterdir()) == []
+    lines = cap.err.splitlines()
+    assert len(lines) == 1 and "is out of range" in lines[0], cap.err
+
+
+def test_a_checkpoint_that_is_not_an_integer_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "last"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "--checkpoint: expected an integer, got 'last'" in lines[0]

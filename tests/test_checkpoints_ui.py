@@ -1,0 +1,150 @@
+"""The window on the toy model with checkpoints (issue 12): the training-step slider moves every
+heatmap through training, fast; the role badges follow it; export records the step; sweeping all
+steps does not grow memory. Offscreen, settings in a per-test INI file."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings
+
+from attnviz.engine.registry import TOY_MODEL
+from attnviz.ui.export_data import open_sidecar
+from attnviz.ui.window import MainWindow
+
+WAIT = 30000
+# the window's "Repeated random sequence" sample: in its second half an induction head attends to
+# the word after each word's first copy (the toy model's best head: strength 0.03 at step 0, 0.58
+# at the end, labelled from step 1160)
+REPEATED = ("violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
+            "lantern otter")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = MainWindow(model=TOY_MODEL, text=REPEATED,
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
+                    and w.panels_ready, timeout=WAIT)
+    yield w
+    w.worker.wait_idle()
+
+
+def go_to(qtbot, w, i):
+    """Move the slider to checkpoint i and wait for that checkpoint's heatmaps."""
+    st = w.state
+    want = st.checkpoints.model(i)
+    w.training_panel.slider.setValue(i)
+    qtbot.waitUntil(lambda: w.last_request is not None and w.last_request.model is want
+                    and st.result is not None and w.last_request.text == st.result.text,
+                    timeout=WAIT)
+
+
+def test_the_panel_shows_for_a_model_with_checkpoints_at_the_last_step(window):
+    st, panel = window.state, window.training_panel
+    n = len(st.checkpoints)
+    assert panel.isVisible() and panel.slider.maximum() == n - 1 and panel.slider.value() == n - 1
+    assert st.checkpoint == n - 1 and st.model is st.checkpoints.base
+    last = st.checkpoints.infos[-1]
+    assert f"step {last.step:,}" in panel.step_label.text()
+    assert panel.marker.value() == last.step
+    xs, ys = panel.induction_curve.getData()
+    assert len(xs) == n and ys[-1] == pytest.approx(last.induction_score)
+
+
+def test_the_slider_moves_every_heatmap_through_training(window, qtbot):
+    st = window.state
+    final = st.result.attentions.copy()
+    go_to(qtbot, window, 0)
+    assert st.checkpoint == 0 and window.training_panel.marker.value() == 0
+    expect = st.checkpoints.model(0).run(REPEATED, use_cache=False).attentions
+    np.testing.assert_allclose(st.result.attentions, expect, atol=1e-5)
+    assert not np.allclose(st.result.attentions, final, atol=1e-3)
+    tile = window.grid._mosaic  # the grid repainted with the new step's patterns
+    assert tile is not None
+    go_to(qtbot, window, st.checkpoints.last)
+    np.testing.assert_allclose(st.result.attentions, final, atol=1e-5)
+
+
+def test_a_slider_step_takes_at_most_100_ms(window, qtbot):
+    n = len(window.state.checkpoints)
+    times = []
+    for i in list(range(n - 2, -1, -1)) + list(range(1, n)):
+        t0 = time.perf_counter()
+        go_to(qtbot, window, i)
+        times.append(time.perf_counter() - t0)
+    print(f"slider step: median {1000 * statistics.median(times):.1f} ms, "
+          f"max {1000 * max(times):.1f} ms over {len(times)} steps")
+    assert statistics.median(times) <= 0.1
+
+
+def test_role_badges_follow_the_slider(window, qtbot):
+    st = window.state
+    panel = window.roles_panel
+    assert panel is not None
+
+    def badges_for(i):
+        go_to(qtbot, window, i)
+        panel.wait_idle()  # scores the new result now (the panel waits for typing to pause)
+        qtbot.waitUntil(lambda: st.head_labels is not None and not panel._updating, timeout=WAIT)
+        return [b for row in st.head_labels for b in row]
+
+    late = badges_for(st.checkpoints.last)
+    early = badges_for(0)
+    assert "induction" in late
+    assert "induction" not in early
+    assert badges_for(st.checkpoints.last) == late
+
+
+def test_export_of_the_current_step_records_it(window, qtbot, tmp_path):
+    from PySide6.QtCore import Qt
+
+    from attnviz.ui.export import ExportDialog
+
+    st = window.state
+    go_to(qtbot, window, 4)
+    st.set_focus(1, 0)
+    dlg = ExportDialog(st, None)
+    qtbot.addWidget(dlg)
+    assert f"_step{st.checkpoints.infos[4].step}_" in dlg.path_edit.text()
+    out = tmp_path / "step.png"
+    dlg.format.setCurrentIndex(dlg.format.findData("png"))
+    dlg.width_box.setValue(600)
+    dlg.path_edit.setText(str(out))
+    with qtbot.waitSignal(st.sigStatus, timeout=5000):
+        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
+    meta = open_sidecar(out)
+    assert meta["model"] == TOY_MODEL
+    assert meta["checkpoint"] == {"index": 4, "step": st.checkpoints.infos[4].step,
+                                  "of": len(st.checkpoints)}
+
+
+def test_sweeping_every_step_does_not_grow_memory(window, qtbot):
+    n = len(window.state.checkpoints)
+    sweep = list(range(n)) + list(range(n - 2, 0, -1))
+    for i in sweep:  # the first sweep: caches and the grid warm up
+        go_to(qtbot, window, i)
+    before = rss_bytes()
+    for _ in range(3):
+        for i in sweep:
+            go_to(qtbot, window, i)
+    grown = rss_bytes() - before
+    print(f"RSS growth over 3 sweeps of {len(sweep)} steps: {grown / 2**20:.1f} MiB")
+    assert grown < 30 * 2**20
+
+
+def test_another_model_hides_the_panel(window, qtbot):
+    with qtbot.waitSignal(window.state.sigModelChanged, timeout=WAIT):
+        window.load_model("attnviz-textbook")
+    assert window.state.checkpoints is None and window.state.checkpoint is None
+    assert not window.training_panel.isVisible()
