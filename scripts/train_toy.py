@@ -80,6 +80,7 @@ REPEAT_P, REPEAT_LEN, REPEAT_GAP = 0.5, (10, 30), (0, 40)
 ICL_LATE, ICL_EARLY = (100, 128), (10, 20)
 N_EVAL = 128
 SIN_POS = True  # wpe starts from a sinusoid table (--noise-pos: from noise, like GPT-2)
+REPEAT_TEXT = False  # --repeat-text: the repeated segment is a span of the text, not random tokens
 PERIODIC_P, PERIOD_LEN = 0.5, (8, 40)  # --periodic-p: windows that are one segment repeated
 
 
@@ -151,6 +152,8 @@ def make_batch(stream, rng, n, repeat_p=None, periodic_p=None):
             gap = int(rng.integers(REPEAT_GAP[0], REPEAT_GAP[1] + 1))
             a = int(rng.integers(1, N_POS - 2 * L - gap + 1))
             seg = rng.integers(1, VOCAB, size=L)
+            if REPEAT_TEXT:  # the window's own text at a, said again
+                seg = x[i, a:a + L].copy()
             x[i, a:a + L] = seg
             x[i, a + L + gap:a + 2 * L + gap] = seg
     return torch.from_numpy(x)
@@ -310,7 +313,7 @@ def phase_summary(trace, smooth=5):
 # ---------------------------------------------------------------- main
 
 def main(argv=None):
-    global LR, REPEAT_P, SIN_POS, PERIODIC_P
+    global LR, REPEAT_P, SIN_POS, PERIODIC_P, REPEAT_TEXT
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=ROOT / "resources" / NAME)
@@ -324,8 +327,10 @@ def main(argv=None):
                     help="start wpe from noise, as GPT-2 does")
     ap.add_argument("--repeat-p", type=float, default=REPEAT_P)
     ap.add_argument("--periodic-p", type=float, default=PERIODIC_P)
+    ap.add_argument("--repeat-text", action="store_true", default=REPEAT_TEXT)
     args = ap.parse_args(argv)
     LR, REPEAT_P, SIN_POS, PERIODIC_P = args.lr, args.repeat_p, args.sin_pos, args.periodic_p
+    REPEAT_TEXT = args.repeat_text
     if args.from_run:
         import pickle
         trace, snaps, probe, train_s, n_tok, n_mods, n_held = pickle.loads(args.from_run.read_bytes())
@@ -464,7 +469,7 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
                      "modules": n_mods, "held_out_modules": n_held,
                      "sinusoid_position_init": SIN_POS,
                      "periodic": {"p": PERIODIC_P, "length": list(PERIOD_LEN)},
-                     "repeat": {"p": REPEAT_P, "length": list(REPEAT_LEN), "gap": list(REPEAT_GAP)},
+                     "repeat": {"p": REPEAT_P, "text": REPEAT_TEXT, "length": list(REPEAT_LEN), "gap": list(REPEAT_GAP)},
                      "python": sys.version.split()[0], "torch": torch.__version__},
         "dense_span_steps": [trace[span[0]]["step"], trace[span[1]]["step"]],
         "phase_change": phase_summary(trace),
