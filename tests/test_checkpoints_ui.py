@@ -148,3 +148,18 @@ def test_another_model_hides_the_panel(window, qtbot):
         window.load_model("attnviz-textbook")
     assert window.state.checkpoints is None and window.state.checkpoint is None
     assert not window.training_panel.isVisible()
+
+
+def test_probe_badges_follow_the_slider_too(window, qtbot):
+    st, panel = window.state, window.roles_panel
+    panel.set_source("probe")
+
+    def badges_for(i):
+        go_to(qtbot, window, i)
+        panel.wait_idle()
+        qtbot.waitUntil(lambda: st.head_labels is not None and panel.scores is not None
+                        and not panel._updating, timeout=WAIT)
+        return [b for row in st.head_labels for b in row]
+
+    assert any(b.startswith("induction") for b in badges_for(st.checkpoints.last))
+    assert not any(b.startswith("induction") for b in badges_for(0))
