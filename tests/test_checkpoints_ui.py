@@ -127,6 +127,26 @@ def test_export_of_the_current_step_records_it(window, qtbot, tmp_path):
     assert meta["model"] == TOY_MODEL
     assert meta["checkpoint"] == {"index": 4, "step": st.checkpoints.infos[4].step,
                                   "of": len(st.checkpoints)}
+    # opening the view goes back to that step
+    go_to(qtbot, window, st.checkpoints.last)
+    window.open_view(str(out))
+    qtbot.waitUntil(lambda: st.checkpoint == 4 and window.last_request.model is st.checkpoints.model(4),
+                    timeout=WAIT)
+
+
+def test_a_view_opened_from_another_model_restores_its_step(window, qtbot, tmp_path):
+    from attnviz.ui.export import export_result
+
+    st = window.state
+    go_to(qtbot, window, 7)
+    out = tmp_path / "v.png"
+    export_result(st.result, out, model=st.model_name, scope="layer", layer=0, width=400,
+                  checkpoint={"index": 7, "step": st.checkpoints.infos[7].step, "of": len(st.checkpoints)})
+    with qtbot.waitSignal(st.sigModelChanged, timeout=WAIT):
+        window.load_model("attnviz-textbook")
+    window.open_view(str(out))  # loads the toy model again, then its checkpoints, then step 7
+    qtbot.waitUntil(lambda: st.checkpoints is not None and st.checkpoint == 7, timeout=WAIT)
+    assert window.training_panel.slider.value() == 7
 
 
 def test_sweeping_every_step_does_not_grow_memory(window, qtbot):

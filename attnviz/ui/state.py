@@ -56,6 +56,7 @@ class AppState(QObject):
         self.overlay: np.ndarray | None = None
         self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints
         self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
+        self._wanted_checkpoint: int | None = None  # asked for before the checkpoints were loaded
         self._display_key = None
         self._display: DisplayData | None = None
 
@@ -97,6 +98,7 @@ class AppState(QObject):
             return
         self.model = model
         self.model_name = model.name if model is not None else ""
+        self._wanted_checkpoint = None
         if self.checkpoints is not None:
             self.checkpoints, self.checkpoint = None, None
             self.sigCheckpointsChanged.emit(None)
@@ -118,6 +120,21 @@ class AppState(QObject):
         self.checkpoints = checkpoints
         self.checkpoint = None if checkpoints is None else checkpoints.last
         self.sigCheckpointsChanged.emit(checkpoints)
+        wanted, self._wanted_checkpoint = self._wanted_checkpoint, None
+        if checkpoints is not None and wanted is not None:
+            self.request_checkpoint(wanted)
+
+    def request_checkpoint(self, index: int) -> None:
+        """Show checkpoint `index` (a saved view's step) now, or once the model's checkpoints
+        have loaded; an index this model does not have is ignored with a status line."""
+        if self.checkpoints is None:
+            self._wanted_checkpoint = int(index)
+            return
+        n = len(self.checkpoints)
+        if not -n <= int(index) < n:
+            self.show_status(f"This model has {n} checkpoints; checkpoint {index} is not one of them.")
+            return
+        self.set_checkpoint(index)
 
     def set_checkpoint(self, index: int) -> None:
         """Show the model at training checkpoint `index`: same shape, so layer, focus, query and

@@ -683,6 +683,10 @@ class MainWindow(QMainWindow):
             st.set_layer(int(view["layer"]))
             if view.get("head") is not None:
                 st.set_focus(int(view["layer"]), int(view["head"]))
+        ck = view.get("checkpoint")  # a model with training checkpoints: the step the view shows
+        if isinstance(ck, dict) and isinstance(ck.get("index"), int) and not isinstance(
+                ck["index"], bool):
+            st.request_checkpoint(ck["index"])
 
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog
