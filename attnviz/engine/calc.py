@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
 from attnviz.engine.errors import CalcError
+from attnviz.engine.hf_config import keys, pick, read_fields
 
 CONVENTIONS = (
     "weight shapes are [out, in] (nn.Linear layout); a multiply-add is 2 FLOPs; KV cache = keys + "
@@ -683,21 +684,14 @@ _TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": 
                     "falcon": True, "bert": False}
 
 
-def _first(raw: Mapping[str, Any], *names: str) -> Any:
-    for name in names:
-        if raw.get(name) is not None:
-            return raw[name]
-    return None
-
-
 def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int = 1,
                             kv_dtype: str = "fp16") -> CalcInputs:
     """Calculator inputs from a Hugging Face config.json dict (or an engine ModelConfig).
 
-    Reads hidden_size/n_embd, num_attention_heads/n_head, num_key_value_heads, head_dim,
-    num_hidden_layers/n_layer, intermediate_size/n_inner, vocab_size,
-    max_position_embeddings/n_positions, sliding_window, MLA (kv_lora_rank...), MoE
-    (num_local_experts, n_routed_experts...) and the family's biases, norms and tying.
+    The sizes are read by hf_config.read_fields, the reader the engine uses, with every spelling
+    it knows (hidden_size/n_embd/dim, num_key_value_heads/num_kv_heads...); then sliding-window
+    layers, MLA (kv_lora_rank...), MoE (num_local_experts, n_routed_experts...) and the family's
+    biases, norms and tying.
     """
     raw = getattr(cfg, "raw", cfg)
     if not isinstance(raw, Mapping):
@@ -705,39 +699,27 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     raw = dict(raw)
     if isinstance(raw.get("text_config"), Mapping) and "hidden_size" not in raw:
         raw.update(raw["text_config"])  # multimodal wrappers keep the language model inside
-    model_type = str(raw.get("model_type", "")).lower()
-
-    d_model = _first(raw, "hidden_size", "n_embd", "d_model", "dim")
-    n_heads = _first(raw, "num_attention_heads", "n_head", "n_heads")
-    n_layers = _first(raw, "num_hidden_layers", "n_layer", "n_layers", "num_layers")
-    missing = [name for name, v in (("hidden_size", d_model), ("num_attention_heads", n_heads),
-                                    ("num_hidden_layers", n_layers)) if v is None]
+    c = read_fields(raw)
+    model_type = c["model_type"]
+    d_model, n_heads, n_layers, n_kv = c["d_model"], c["n_head"], c["n_layer"], c["n_kv_head"]
+    missing = [keys(name, model_type)[0] for name in ("d_model", "n_head", "n_layer")
+               if c[name] is None]
     if missing:
         raise CalcError(f"config.json (model_type {model_type or '?'}) has no {', '.join(missing)}")
-    n_kv = _first(raw, "num_key_value_heads", "num_kv_heads", "n_head_kv", "n_kv_heads")
-    if raw.get("multi_query") and not raw.get("new_decoder_architecture"):
-        n_kv = 1  # Falcon-7B, GPT-BigCode: one shared K/V head whatever num_kv_heads says
-    head_dim = raw.get("head_dim")
-    d_ff = _first(raw, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
-    if d_ff is None and isinstance(d_model, int) and model_type in ("gpt2", "falcon"):
-        d_ff = 4 * d_model
-    max_positions = _first(raw, "max_position_embeddings", "n_positions", "n_ctx",
-                           "max_sequence_length", "seq_length")
+    head_dim, d_ff, max_positions = c["d_head"], c["d_ff"], c["max_positions"]
 
     # architecture
     architectures = raw.get("architectures") or [""]
     if model_type in ("bert", "roberta") or str(architectures[0]).startswith(("Bert", "Roberta")):
-        arch = replace(ARCH_STYLES["bert"], type_vocab_size=int(raw.get("type_vocab_size", 2)))
+        arch = replace(ARCH_STYLES["bert"], type_vocab_size=int(
+            2 if c["type_vocab_size"] is None else c["type_vocab_size"]))
         n_kv = None
     elif model_type == "gpt2":
         arch = ARCH_STYLES["gpt2"]
         n_kv = None
     else:
-        bias = bool(raw.get("attention_bias", raw.get("bias", False)))
         arch = Arch(
-            qkv_bias=bias or model_type == "qwen2",
-            o_bias=bias and model_type != "qwen2",
-            mlp_bias=bool(raw.get("mlp_bias", raw.get("bias", False))),
+            qkv_bias=c["qkv_bias"], o_bias=c["o_bias"], mlp_bias=bool(c["mlp_bias"]),
             qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"),
             norms_per_layer=4 if model_type in ("gemma2", "gemma3", "gemma3_text") else 2,
         )
@@ -748,12 +730,12 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     arch = replace(arch, tied_embeddings=bool(tied))
 
     # mixture of experts
-    experts = _first(raw, "num_local_experts", "n_routed_experts", "num_experts")
+    experts = pick(raw, ("num_local_experts", "n_routed_experts", "num_experts"))[1]
     if experts:
-        moe_ff = _first(raw, "moe_intermediate_size")
+        moe_ff = raw.get("moe_intermediate_size")
         arch = replace(
             arch, moe_experts=int(experts), moe_shared_experts=int(raw.get("n_shared_experts") or 0),
-            moe_top_k=int(_first(raw, "num_experts_per_tok", "num_experts_per_token") or 0),
+            moe_top_k=int(pick(raw, ("num_experts_per_tok", "num_experts_per_token"))[1] or 0),
             moe_d_ff=moe_ff, moe_dense_layers=int(raw.get("first_k_dense_replace") or 0),
             moe_router_bias=raw.get("topk_method") == "noaux_tc")
 
@@ -767,9 +749,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         head_dim = None
 
     # sliding window: which layers use it
-    window, window_layers = raw.get("sliding_window"), None
-    if model_type.startswith("qwen") and not raw.get("use_sliding_window", False):
-        window = None
+    window, window_layers = c["sliding_window"], None
     layer_types = raw.get("layer_types")
     if window and isinstance(layer_types, list) and layer_types:
         window_layers = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
@@ -785,6 +765,6 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
 
     return CalcInputs(
         d_model=d_model, n_heads=n_heads, n_layers=n_layers, n_kv_heads=n_kv, head_dim=head_dim,
-        d_ff=d_ff, vocab_size=raw.get("vocab_size"), max_positions=max_positions,
+        d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.hf_config import D_FF_TIMES_D_MODEL, attention_biases, keys, window_applies
 from attnviz.engine.layers import ACTIVATIONS
 from attnviz.engine.validate import Fields, exists, is_number, json_kind, read_json_object, show
 
@@ -107,36 +108,21 @@ def config_from_dict(raw: dict, source: str = "config.json",
                              f"(supported: {known})")
     family = FAMILIES[model_type]
 
-    def size(name: str, *keys: str, **kw) -> int:
-        return f.whole(*keys, high=LIMITS[name], what=WHAT[name], **kw)
+    def size(name: str, **kw) -> int:
+        return f.whole(*keys(name, model_type), high=LIMITS[name], what=WHAT[name], **kw)
 
-    # internal name -> the fields it is read from (first set one wins), for the messages
-    if family == "bert":
-        keys = dict(d_model=("hidden_size",), n_head=("num_attention_heads",),
-                    n_layer=("num_hidden_layers",), d_ff=("intermediate_size",),
-                    max_positions=("max_position_embeddings",))
-    elif family == "gpt2":
-        keys = dict(d_model=("n_embd", "hidden_size"), n_head=("n_head", "num_attention_heads"),
-                    n_layer=("n_layer", "num_hidden_layers"), d_ff=("n_inner",),
-                    max_positions=("n_positions", "n_ctx"))
-    else:
-        keys = dict(d_model=("hidden_size",), n_head=("num_attention_heads",),
-                    n_layer=("num_hidden_layers",), d_ff=("intermediate_size",),
-                    max_positions=("max_position_embeddings",))
-    keys["n_kv_head"] = ("num_key_value_heads",) if family == "llama" else keys["n_head"]
-    d_model = size("d_model", *keys["d_model"])
-    n_head = size("n_head", *keys["n_head"])
+    d_model = size("d_model")
+    n_head = size("n_head")
     values = dict(
-        n_layer=size("n_layer", *keys["n_layer"]), n_head=n_head, d_model=d_model,
-        vocab_size=size("vocab_size", "vocab_size"),
-        max_positions=size("max_positions", *keys["max_positions"]),
+        n_layer=size("n_layer"), n_head=n_head, d_model=d_model,
+        vocab_size=size("vocab_size"), max_positions=size("max_positions"),
     )
     if family == "bert":
         values.update(
-            n_kv_head=n_head, d_ff=size("d_ff", *keys["d_ff"]), causal=False,
+            n_kv_head=n_head, d_ff=size("d_ff"), causal=False,
             norm_eps=f.positive("layer_norm_eps", default=1e-12),
             activation=f.choice("hidden_act", choices=ACTIVATIONS, default="gelu"),
-            type_vocab_size=size("type_vocab_size", "type_vocab_size", default=2),
+            type_vocab_size=size("type_vocab_size", default=2),
         )
         position = raw.get("position_embedding_type")
         if position not in (None, "absolute"):
@@ -144,24 +130,24 @@ def config_from_dict(raw: dict, source: str = "config.json",
                                  "supported (only 'absolute')")
     elif family == "gpt2":
         values.update(
-            n_kv_head=n_head, d_ff=size("d_ff", *keys["d_ff"], default=4 * d_model), causal=True,
+            n_kv_head=n_head, d_ff=size("d_ff", default=D_FF_TIMES_D_MODEL[model_type] * d_model),
+            causal=True,
             norm_eps=f.positive("layer_norm_epsilon", default=1e-5),
             activation=f.choice("activation_function", choices=ACTIVATIONS, default="gelu_new"),
             attn_scale_by_layer=f.flag("scale_attn_by_inverse_layer_idx", False),
         )
     else:  # llama family: llama, mistral, qwen2
-        bias = f.flag("attention_bias", False)
+        qkv_bias, o_bias = attention_biases(model_type, f.flag("attention_bias", False))
         window = None
-        if model_type != "qwen2" or f.flag("use_sliding_window", False):
+        if window_applies(model_type, f.flag("use_sliding_window", False)):
             if raw.get("sliding_window") != 0:  # 0 or null: no window
                 window = f.whole("sliding_window", high=LIMITS["max_positions"],
                                  what=WHAT["sliding_window"], default=None)
         values.update(
-            n_kv_head=size("n_kv_head", "num_key_value_heads", default=n_head),
-            d_ff=size("d_ff", *keys["d_ff"]), causal=True,
+            n_kv_head=size("n_kv_head", default=n_head), d_ff=size("d_ff"), causal=True,
             norm_eps=f.positive("rms_norm_eps", default=1e-6),
-            rope_theta=_rope_theta(f), qkv_bias=True if model_type == "qwen2" else bias,
-            o_bias=bias and model_type != "qwen2", mlp_bias=f.flag("mlp_bias", False),
+            rope_theta=_rope_theta(f), qkv_bias=qkv_bias, o_bias=o_bias,
+            mlp_bias=f.flag("mlp_bias", False),
             activation=f.choice("hidden_act", choices=ACTIVATIONS, default="silu"),
             sliding_window=window,
         )
@@ -171,22 +157,23 @@ def config_from_dict(raw: dict, source: str = "config.json",
         if rotary is not None and rotary != 1.0:
             raise ModelLoadError(f"{source}: {f.name('partial_rotary_factor')} = {show(rotary)}: "
                                  "RoPE on part of each head is not supported yet (only 1.0)")
-    d_head = _head_dim(f, family, values, keys)
+    d_head = _head_dim(f, family, model_type, values)
     n_kv_head = values["n_kv_head"]
     if n_kv_head > n_head or n_head % n_kv_head:
-        heads = f.name(f.pick(*keys["n_head"])[0])
-        raise f.error(f.pick(*keys["n_kv_head"])[0], f"a divisor of {heads} = {n_head} (query heads "
-                      "share key/value heads in equal groups)", n_kv_head)
+        heads = f.name(f.pick(*keys("n_head", model_type))[0])
+        raise f.error(f.pick(*keys("n_kv_head", model_type))[0], f"a divisor of {heads} = "
+                      f"{n_head} (query heads share key/value heads in equal groups)", n_kv_head)
     return ModelConfig(family=family, model_type=model_type, d_head=d_head, raw=dict(raw), **values)
 
 
-def _head_dim(f: Fields, family: str, values: dict, keys: dict) -> int:
+def _head_dim(f: Fields, family: str, model_type: str, values: dict) -> int:
     """d_head: `head_dim` where the config gives it (Gemma, Qwen3: n_head * d_head != d_model, in the
     Llama family only), else d_model / n_head, which must divide."""
     d_model, n_head = values["d_model"], values["n_head"]
-    width_key = f.pick(*keys["d_model"])[0]
-    width, heads = f.name(width_key), f.name(f.pick(*keys["n_head"])[0])
-    d_head = f.whole("head_dim", high=LIMITS["d_head"], what=WHAT["d_head"], default=None)
+    width_key = f.pick(*keys("d_model", model_type))[0]
+    width, heads = f.name(width_key), f.name(f.pick(*keys("n_head", model_type))[0])
+    d_head = f.whole(*keys("d_head", model_type), high=LIMITS["d_head"], what=WHAT["d_head"],
+                     default=None)
     if d_head is None:
         if d_model % n_head:
             raise f.error(width_key, f"a multiple of {heads} = {n_head} (there is no "

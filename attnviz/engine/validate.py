@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.hf_config import pick
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -177,10 +178,7 @@ class Fields:
 
     def pick(self, *keys: str) -> tuple[str, Any]:
         """(the first of `keys` that is set and not null, its value); (keys[0], None) if none is."""
-        for key in keys:
-            if self.raw.get(key) is not None:
-                return key, self.raw[key]
-        return keys[0], None
+        return pick(self.raw, keys)
 
     def whole(self, *keys: str, low: int = 1, high: int, what: str, default: Any = MISSING) -> Any:
         """A whole number in low..high (`what` says what it counts, for the message); `default`

@@ -1,0 +1,108 @@
+"""A Hugging Face config.json under attnviz's names: the one reader the engine (config.py, which
+checks every value) and the calculator (calc.py, which takes any model type) share.
+
+One vocabulary: `n_layer, n_head, n_kv_head, d_model, d_head, d_ff, vocab_size, max_positions`.
+Configs spell these differently (`hidden_size`, GPT-2's `n_embd`, Falcon's `num_kv_heads`, a
+llama2.c export's `dim`); the tables below are the only place those spellings are listed, and the
+rules that are not a spelling (Qwen2's biases and sliding-window switch, Falcon's multi-query flag,
+GPT-2's default MLP width) are the only copies of those rules. Pure Python, no NumPy.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+NAMES = ("n_layer", "n_head", "n_kv_head", "d_model", "d_head", "d_ff", "vocab_size",
+         "max_positions", "type_vocab_size", "attention_bias", "mlp_bias")
+
+# attnviz name -> the keys Hugging Face's own config class reads (first one set wins), for every
+# model type ("") and where a model type differs. The engine reads exactly these: a key the
+# class ignores must not change what the engine computes.
+OWN_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "": {
+        "n_layer": ("num_hidden_layers",), "n_head": ("num_attention_heads",),
+        "n_kv_head": ("num_key_value_heads",), "d_model": ("hidden_size",), "d_head": ("head_dim",),
+        "d_ff": ("intermediate_size",), "vocab_size": ("vocab_size",),
+        "max_positions": ("max_position_embeddings",), "type_vocab_size": ("type_vocab_size",),
+        "attention_bias": ("attention_bias",),
+        "mlp_bias": ("mlp_bias",),
+    },
+    "gpt2": {
+        "n_layer": ("n_layer", "num_hidden_layers"), "n_head": ("n_head", "num_attention_heads"),
+        "d_model": ("n_embd", "hidden_size"), "d_ff": ("n_inner",),
+        "max_positions": ("n_positions", "n_ctx"), "n_kv_head": (),
+    },
+    "bert": {"n_kv_head": ()},  # (): no KV heads of its own, every head has its K and V
+    "roberta": {"n_kv_head": ()},
+}
+
+# Other spellings, read after the own keys by the calculator (Falcon, MPT, GPT-J, llama2.c...)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "n_layer": ("n_layer", "n_layers", "num_layers"),
+    "n_head": ("n_head", "n_heads"),
+    "n_kv_head": ("num_kv_heads", "n_head_kv", "n_kv_heads"),
+    "d_model": ("n_embd", "d_model", "dim"),
+    "d_ff": ("n_inner", "ffn_hidden_size", "ffn_dim"),
+    "max_positions": ("n_positions", "n_ctx", "max_sequence_length", "seq_length"),
+    "attention_bias": ("bias",),  # Falcon: one flag for every linear layer
+    "mlp_bias": ("bias",),
+}
+
+# model types whose MLP is 4 d_model wide when the config leaves its width out (n_inner: null)
+D_FF_TIMES_D_MODEL = {"gpt2": 4, "falcon": 4}
+
+
+def keys(name: str, model_type: str = "", *, aliases: bool = False) -> tuple[str, ...]:
+    """The config.json keys `name` is read from, first one set wins: Hugging Face's own for this
+    model type, then (aliases=True) the other spellings. () when the model type has no such field."""
+    own = OWN_KEYS.get(model_type, {}).get(name, OWN_KEYS[""][name])
+    if not aliases or not own:
+        return own
+    return own + tuple(k for k in ALIASES.get(name, ()) if k not in own)
+
+
+def pick(raw: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str | None, Any]:
+    """(the first of `names` set and not null in raw, its value); (names[0], None) when none is."""
+    for key in names:
+        if raw.get(key) is not None:
+            return key, raw[key]
+    return (names[0] if names else None), None
+
+
+def attention_biases(model_type: str, attention_bias: bool) -> tuple[bool, bool]:
+    """(biases on Q, K, V; a bias on O). Qwen2 has Q, K, V biases and no O bias whatever
+    attention_bias says; every other model has both or neither."""
+    if model_type == "qwen2":
+        return True, False
+    return attention_bias, attention_bias
+
+
+def window_applies(model_type: str, use_sliding_window: bool) -> bool:
+    """Whether config.json's sliding_window is used: Qwen configs carry one that is off unless
+    use_sliding_window is true."""
+    return use_sliding_window or not model_type.startswith("qwen")
+
+
+def multi_query(raw: Mapping[str, Any]) -> bool:
+    """Falcon-7B, GPT-BigCode: one K/V head shared by all, whatever num_kv_heads says."""
+    return bool(raw.get("multi_query")) and not raw.get("new_decoder_architecture")
+
+
+def read_fields(raw: Mapping[str, Any], *, aliases: bool = True) -> dict[str, Any]:
+    """config.json -> {attnviz name: value as found, None when absent}, the spellings of the tables
+    and the rules applied (Qwen's biases and window, multi-query, GPT-2's MLP width), nothing
+    checked. Also `model_type` (lower case), `qkv_bias`, `o_bias` and `sliding_window` (None: no
+    window, also for 0). The engine checks each value itself through `keys` (config.py)."""
+    model_type = str(raw.get("model_type") or "").lower()
+    out: dict[str, Any] = {"model_type": model_type}
+    for name in NAMES:
+        out[name] = pick(raw, keys(name, model_type, aliases=aliases))[1]
+    if multi_query(raw):
+        out["n_kv_head"] = 1
+    if out["d_ff"] is None and model_type in D_FF_TIMES_D_MODEL and isinstance(out["d_model"], int):
+        out["d_ff"] = D_FF_TIMES_D_MODEL[model_type] * out["d_model"]
+    out["qkv_bias"], out["o_bias"] = attention_biases(model_type, bool(out["attention_bias"]))
+    window = raw.get("sliding_window")
+    use = bool(raw.get("use_sliding_window", False))
+    out["sliding_window"] = window if window and window_applies(model_type, use) else None
+    return out

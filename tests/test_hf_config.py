@@ -1,0 +1,70 @@
+"""The one config.json reader (engine/hf_config.py): the engine and the calculator read the same
+sizes and apply the same rules to a config."""
+
+import pytest
+
+from attnviz.engine.calc import calc_inputs_from_config
+from attnviz.engine.config import config_from_dict
+from attnviz.engine.hf_config import keys, read_fields
+
+LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 96,
+         "vocab_size": 100, "max_position_embeddings": 128}
+CONFIGS = [
+    LLAMA,
+    {**LLAMA, "head_dim": 32},
+    {**LLAMA, "model_type": "mistral", "sliding_window": 16},
+    {**LLAMA, "model_type": "qwen2", "sliding_window": 16, "use_sliding_window": False},
+    {**LLAMA, "model_type": "qwen2", "sliding_window": 16, "use_sliding_window": True},
+    {**LLAMA, "attention_bias": True},
+    {**LLAMA, "sliding_window": 0},
+    {"model_type": "gpt2", "n_embd": 48, "n_head": 4, "n_layer": 2, "n_inner": None,
+     "n_positions": 64, "vocab_size": 100},
+    {"model_type": "bert", "hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 2,
+     "intermediate_size": 96, "vocab_size": 100, "max_position_embeddings": 64},
+]
+
+
+@pytest.mark.parametrize("raw", CONFIGS)
+def test_engine_and_calculator_read_the_same_sizes_and_rules(raw):
+    cfg = config_from_dict(raw)
+    calc = calc_inputs_from_config(raw)
+    found = read_fields(raw)
+    assert (calc.d_model, calc.n_heads, calc.n_layers, calc.d_ff, calc.vocab_size,
+            calc.max_positions) == (cfg.d_model, cfg.n_head, cfg.n_layer, cfg.d_ff, cfg.vocab_size,
+                                    cfg.max_positions)
+    if cfg.family == "llama":
+        assert calc.n_kv_heads == cfg.n_kv_head
+        assert (calc.arch.qkv_bias, calc.arch.o_bias) == (cfg.qkv_bias, cfg.o_bias)
+        assert calc.sliding_window == cfg.sliding_window == found["sliding_window"]
+    assert (calc.head_dim or cfg.d_model // cfg.n_head) == cfg.d_head
+    assert (found["d_model"], found["n_head"], found["n_layer"]) == (
+        cfg.d_model, cfg.n_head, cfg.n_layer)
+
+
+def test_qwen2_has_qkv_biases_and_no_o_bias_in_both():
+    raw = {**LLAMA, "model_type": "qwen2", "attention_bias": False}
+    cfg, calc = config_from_dict(raw), calc_inputs_from_config(raw)
+    assert (cfg.qkv_bias, cfg.o_bias) == (calc.arch.qkv_bias, calc.arch.o_bias) == (True, False)
+
+
+def test_the_engine_reads_only_what_hugging_face_reads_the_calculator_every_spelling():
+    assert keys("d_model", "gpt2") == ("n_embd", "hidden_size")
+    assert keys("d_model", "llama") == ("hidden_size",)
+    assert keys("d_model", "llama", aliases=True) == ("hidden_size", "n_embd", "d_model", "dim")
+    assert keys("n_kv_head", "gpt2", aliases=True) == ()  # GPT-2 has no KV heads of its own
+    llama2c = {"model_type": "llama", "dim": 64, "n_heads": 4, "n_layers": 2, "n_kv_heads": 1}
+    calc = calc_inputs_from_config(llama2c)
+    assert (calc.d_model, calc.n_heads, calc.n_layers, calc.n_kv_heads) == (64, 4, 2, 1)
+    with pytest.raises(Exception, match="hidden_size is missing"):
+        config_from_dict({**llama2c, "vocab_size": 10, "intermediate_size": 8,
+                          "max_position_embeddings": 8})
+
+
+def test_a_missing_gpt2_size_is_named_as_gpt2_spells_it():
+    from attnviz.engine.errors import CalcError, ModelLoadError
+    with pytest.raises(CalcError, match="has no n_embd"):
+        calc_inputs_from_config({"model_type": "gpt2", "n_head": 4, "n_layer": 2})
+    with pytest.raises(ModelLoadError, match="n_embd is missing"):
+        config_from_dict({"model_type": "gpt2", "n_head": 4, "n_layer": 2, "vocab_size": 10,
+                          "n_positions": 8})
