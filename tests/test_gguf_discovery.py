@@ -291,7 +291,7 @@ def test_cli_lists_gguf_models_and_says_what_is_hidden(stores, home, capsys):
     header, *rows = out.splitlines()
     assert header.split()[:3] == ["NAME", "FAMILY", "LAYERS"]
     row = next(r for r in rows if r.startswith("ollama:tiny:1b "))
-    assert row.split()[1:7] == ["llama", "2", "x", "8", "2", "ollama"]
+    assert row.split()[1:8] == ["llama", "2", "x", "8", "2", "-", "ollama"]  # "-": no checkpoints
     assert row.split()[-1].endswith(stores["model_blob"][7:])
     assert "gem " not in out and "1 more GGUF file" in out and "--all" in out
     assert main(["models", "--all"]) == 0

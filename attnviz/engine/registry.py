@@ -405,7 +405,7 @@ def find_models(include_unsupported: bool = False) -> list[ModelInfo]:
         found.append(_info(TEXTBOOK_MODEL, textbook, "built-in"))
     toy = _toy_dir()
     if toy is not None:
-        found.append(_info(TOY_MODEL, toy, "package", TOY_LICENSE))
+        found.append(_info(TOY_MODEL, toy, "built-in", TOY_LICENSE))  # ships in attnviz.resources
     snapshots = _hf_cache_snapshots()
     for repo_id, snap in _hf_cache_dirs(snapshots):
         found.append(_info(repo_id, snap, "hf-cache"))
