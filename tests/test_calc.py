@@ -22,7 +22,7 @@ GIB = 1 << 30
 # --- the lesson's own numbers --------------------------------------------------------------------
 
 def test_lesson_shapes():
-    r = calculate(d_model=4096, n_heads=32, n_layers=32, seq_len=1)
+    r = calculate(d_model=4096, n_head=32, n_layer=32, seq_len=1)
     assert r.d_head == 128
     assert r.shapes["W_Q_head"] == r.shapes["W_K_head"] == r.shapes["W_V_head"] == (128, 4096)
     assert r.shapes["W_Q"] == r.shapes["W_K"] == r.shapes["W_V"] == (4096, 4096)
@@ -31,13 +31,13 @@ def test_lesson_shapes():
     assert r.activation_shapes["head_output"] == (1, 128)
     assert r.activation_shapes["concat"] == (1, 4096)
     assert r.attn_params_per_layer == 4 * 4096 * 4096
-    assert r.formulas["d_head"] == "d_model / n_heads = 4096 / 32 = 128"
+    assert r.formulas["d_head"] == "d_model / n_head = 4096 / 32 = 128"
 
 
 def test_mqa_shrinks_cache_by_n_heads_and_gqa_8_groups_by_4():
-    mha = calculate(d_model=4096, n_heads=32, n_layers=32, seq_len=4096)
-    mqa = calculate(d_model=4096, n_heads=32, n_kv_heads=1, n_layers=32, seq_len=4096)
-    gqa = calculate(d_model=4096, n_heads=32, n_kv_heads=8, n_layers=32, seq_len=4096)
+    mha = calculate(d_model=4096, n_head=32, n_layer=32, seq_len=4096)
+    mqa = calculate(d_model=4096, n_head=32, n_kv_head=1, n_layer=32, seq_len=4096)
+    gqa = calculate(d_model=4096, n_head=32, n_kv_head=8, n_layer=32, seq_len=4096)
     assert mha.kv_bytes_total == 32 * mqa.kv_bytes_total
     assert mha.kv_bytes_total == 4 * gqa.kv_bytes_total
     assert gqa.attention_kind == "GQA" and gqa.group_size == 4
@@ -53,13 +53,13 @@ def test_mqa_shrinks_cache_by_n_heads_and_gqa_8_groups_by_4():
 
 
 def test_many_narrow_heads_cost_what_one_wide_head_costs():
-    hv = calculate(d_model=4096, n_heads=32, n_layers=1, seq_len=512).flops["heads_vs_one_head"]
+    hv = calculate(d_model=4096, n_head=32, n_layer=1, seq_len=512).flops["heads_vs_one_head"]
     assert hv["ratio"] == 1.0
     assert hv["n_heads_softmax_elements"] == 32 * hv["one_head_softmax_elements"]
 
 
 def test_flops_per_token():
-    r = calculate(d_model=4096, n_heads=32, n_layers=2, seq_len=100)
+    r = calculate(d_model=4096, n_head=32, n_layer=2, seq_len=100)
     f = r.flops
     assert f["projections_per_token"] == 2 * 2 * 4 * 4096 * 4096
     assert f["qk_per_token"] == 2 * 2 * 32 * 128 * 100
@@ -197,15 +197,15 @@ def test_engine_layer_has_no_qt():
 # --- bad input: an error that names the values ---------------------------------------------------
 
 @pytest.mark.parametrize("values, words", [
-    (dict(d_model=1000, n_heads=12), ["n_heads (12)", "d_model (1000)"]),
-    (dict(n_kv_heads=5), ["n_kv_heads (5)", "n_heads (32)"]),
-    (dict(n_kv_heads=64), ["n_kv_heads (64)", "n_heads (32)"]),
+    (dict(d_model=1000, n_head=12), ["n_head (12)", "d_model (1000)"]),
+    (dict(n_kv_head=5), ["n_kv_head (5)", "n_head (32)"]),
+    (dict(n_kv_head=64), ["n_kv_head (64)", "n_head (32)"]),
     (dict(d_model=0), ["d_model", "0"]),
-    (dict(n_layers=-3), ["n_layers", "-3"]),
-    (dict(n_heads=4.5), ["n_heads", "4.5"]),
+    (dict(n_layer=-3), ["n_layer", "-3"]),
+    (dict(n_head=4.5), ["n_head", "4.5"]),
     (dict(seq_len="abc"), ["seq_len", "'abc'"]),
     (dict(batch=True), ["batch", "True"]),
-    (dict(head_dim=0), ["head_dim", "0"]),
+    (dict(d_head=0), ["d_head", "0"]),
     (dict(kv_dtype="fp12"), ["kv_dtype", "'fp12'", "int4"]),
     (dict(seq_len=10**12, batch=10**6), ["beyond any real memory", "1000000", "1000000000000"]),
     (dict(d_ff=10**15, vocab_size=32000), ["parameters", "beyond any real memory"]),
@@ -215,7 +215,7 @@ def test_engine_layer_has_no_qt():
     (dict(mla=MLA(kv_lora_rank=0, qk_rope_head_dim=64)), ["kv_lora_rank", "0"]),
 ])
 def test_invalid_inputs_name_their_values(values, words):
-    base = dict(d_model=4096, n_heads=32, n_layers=32, seq_len=4096)
+    base = dict(d_model=4096, n_head=32, n_layer=32, seq_len=4096)
     with pytest.raises(CalcError) as info:
         calculate(**{**base, **values})
     for word in words:
@@ -223,13 +223,13 @@ def test_invalid_inputs_name_their_values(values, words):
 
 
 def test_whole_numbers_are_accepted_as_strings_and_integral_floats():
-    a = calculate(d_model="4096", n_heads=32.0, n_layers=32, seq_len=" 4,096 ")
+    a = calculate(d_model="4096", n_head=32.0, n_layer=32, seq_len=" 4,096 ")
     assert a.kv_bytes_total == 2 * GIB
 
 
 def test_missing_seq_len_without_max_positions():
     with pytest.raises(CalcError, match="seq_len is needed"):
-        calculate(d_model=64, n_heads=4, n_layers=1)
+        calculate(d_model=64, n_head=4, n_layer=1)
 
 
 # --- from a model's own config.json --------------------------------------------------------------
@@ -241,9 +241,9 @@ def test_minilm_config_gives_the_parameter_count_of_its_weights():
     folder = Path(pkg.get_model_path())
     raw = json.loads((folder / "config.json").read_text())
     inputs = calc_inputs_from_config(raw)
-    assert (inputs.d_model, inputs.n_heads, inputs.n_layers, inputs.head_dim) == (384, 12, 6, None)
+    assert (inputs.d_model, inputs.n_head, inputs.n_layer, inputs.d_head) == (384, 12, 6, None)
     r = calculate(inputs, seq_len=12)
-    assert r.d_head == 32 and r.inputs.n_kv_heads == 12
+    assert r.d_head == 32 and r.inputs.n_kv_head == 12
     assert r.kv_bytes_sequence == 2 * 12 * 32 * 2 * 6 * 12
     assert any("encoder" in w for w in r.warnings)
     with safe_open(str(folder / "model.safetensors"), "np") as f:  # position_ids is a buffer
@@ -298,7 +298,7 @@ def test_llama3_config_dict_matches_the_preset():
     ({"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_kv_heads": 71,
       "multi_query": True, "new_decoder_architecture": False, "num_hidden_layers": 32,
       "vocab_size": 65024, "parallel_attn": True, "bias": False},
-     lambda i: i.n_kv_heads == 1 and calculate(i, seq_len=2048).model_params["total"] == 6_921_720_704),
+     lambda i: i.n_kv_head == 1 and calculate(i, seq_len=2048).model_params["total"] == 6_921_720_704),
     ({"model_type": "deepseek_v2", "hidden_size": 5120, "num_attention_heads": 128,
       "num_key_value_heads": 128, "num_hidden_layers": 60, "kv_lora_rank": 512,
       "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "q_lora_rank": 1536,
@@ -338,6 +338,18 @@ def test_cli_json_keys(capsys):
     assert set(out["compare"]) == {"mha", "gqa", "mqa"}
     assert out["compare"]["mqa"]["reduction_vs_mha"] == 32
     assert out["preset"]["id"] == "llama-2-7b" and "Llama" in out["preset"]["source"]
+    # the JSON keeps the keys it has always printed, though the code says n_head, n_kv_head...
+    assert (out["inputs"]["n_heads"], out["inputs"]["n_kv_heads"], out["inputs"]["n_layers"],
+            out["inputs"]["head_dim"]) == (32, 32, 32, 128)
+    assert "n_head" not in out["inputs"] and out["compare"]["mqa"]["n_kv_heads"] == 1
+
+
+def test_cli_takes_the_engine_names_too(capsys):
+    assert main(["calc", "--d-model", "64", "--n-head", "4", "--n-kv-head", "2", "--n-layer", "2",
+                 "--d-head", "32", "--seq-len", "8", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["inputs"]["n_heads"], out["inputs"]["n_kv_heads"], out["inputs"]["n_layers"],
+            out["d_head"]) == (4, 2, 2, 32)
 
 
 def test_cli_table_free_fields_and_overrides(capsys):
@@ -369,7 +381,7 @@ def test_cli_list_presets(capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "5", "--n-layers", "32"],
-     ["n_kv_heads (5)", "n_heads (32)"]),
+     ["n_kv_head (5)", "n_head (32)"]),
     (["calc", "--preset", "llama-9"], ["'llama-9'", "llama-2-7b"]),
     (["calc", "--d-model", "4096"], ["--n-heads", "--n-layers"]),
     (["calc", "--preset", "gpt2", "--seq-len", "0"], ["seq_len", "0"]),
@@ -390,16 +402,16 @@ def test_cli_as_a_process():
 
 def test_arch_styles_are_distinct():
     assert ARCH_STYLES["bert"].pooler and not ARCH_STYLES["gpt2"].pooler
-    assert CalcInputs(d_model=1, n_heads=1, n_layers=1).arch == ARCH_STYLES["llama"]
+    assert CalcInputs(d_model=1, n_head=1, n_layer=1).arch == ARCH_STYLES["llama"]
 
 
 @pytest.mark.parametrize("values, field", [
-    (dict(n_kv_heads=5), "n_kv_heads"), (dict(n_heads=31), "n_heads"), (dict(d_model=0), "d_model"),
+    (dict(n_kv_head=5), "n_kv_head"), (dict(n_head=31), "n_head"), (dict(d_model=0), "d_model"),
     (dict(seq_len=10**12, batch=10**6), "seq_len"), (dict(kv_dtype="x"), "kv_dtype"),
 ])
 def test_errors_say_which_field_they_are_about(values, field):
     with pytest.raises(CalcError) as info:
-        calculate(**{**dict(d_model=4096, n_heads=32, n_layers=32, seq_len=8), **values})
+        calculate(**{**dict(d_model=4096, n_head=32, n_layer=32, seq_len=8), **values})
     assert info.value.field == field
 
 

@@ -46,23 +46,23 @@ def test_starts_on_the_lessons_model(panel):
 
 def test_preset_switch_updates_fields_and_tables(panel):
     select(panel, "gemma-7b")
-    assert panel.spins["d_model"].value() == 3072 and panel.spins["head_dim"].value() == 256
+    assert panel.spins["d_model"].value() == 3072 and panel.spins["d_head"].value() == 256
     assert shape_cell(panel, "W_Q") == "[4,096, 3,072]"
     assert shape_cell(panel, "W_O") == "[3,072, 4,096]"
     select(panel, "llama-3-8b")
-    assert panel.spins["head_dim"].text() == "auto"  # 4096 / 32 = 128 is the default
+    assert panel.spins["d_head"].text() == "auto"  # 4096 / 32 = 128 is the default
     assert shape_cell(panel, "W_K") == "[1,024, 4,096]"
     compare = panel.compare_table
     assert [compare.item(r, 4).text() for r in range(3)] == ["1×", "4×", "32×"]
     assert panel.result.kv_bytes_per_token == 131_072
     select(panel, "deepseek-v2")
-    assert not panel.spins["n_kv_heads"].isEnabled()
+    assert not panel.spins["n_kv_head"].isEnabled()
     assert panel.result.attention_kind == "MLA"
     assert compare.item(1, 1).text() == "latent"
 
 
 def test_editing_a_field_switches_to_custom_and_recomputes(panel):
-    panel.spins["n_kv_heads"].setValue(8)
+    panel.spins["n_kv_head"].setValue(8)
     assert panel.preset_combo.currentData() == CUSTOM
     assert panel.result.kv_bytes_total == (2 << 30) // 4
     panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("int4"))
@@ -77,29 +77,29 @@ def test_context_batch_and_kv_dtype_keep_the_preset_name(panel):
     assert panel.preset_combo.currentData() == "llama-3-8b"
     assert panel.result.kv_bytes_total == 32_768 * 4 * 131_072 // 2
     assert "source:" in panel.notes_label.text()  # still the preset's notes
-    panel.spins["n_layers"].setValue(16)  # another model: Custom
+    panel.spins["n_layer"].setValue(16)  # another model: Custom
     assert panel.preset_combo.currentData() == CUSTOM
 
 
 def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(panel):
-    panel.spins["n_kv_heads"].setValue(5)
-    label = panel.error_labels["n_kv_heads"]
+    panel.spins["n_kv_head"].setValue(5)
+    label = panel.error_labels["n_kv_head"]
     assert label.isVisibleTo(panel)
-    assert "n_kv_heads (5)" in label.text() and "n_heads (32)" in label.text()
+    assert "n_kv_head (5)" in label.text() and "n_head (32)" in label.text()
     assert not panel.results.isEnabled()  # the last good result stays, greyed
-    assert not panel.error_labels["n_heads"].isVisibleTo(panel)
-    panel.spins["n_kv_heads"].setValue(4)
+    assert not panel.error_labels["n_head"].isVisibleTo(panel)
+    panel.spins["n_kv_head"].setValue(4)
     assert not label.isVisibleTo(panel) and panel.results.isEnabled()
-    assert panel.result.inputs.n_kv_heads == 4
+    assert panel.result.inputs.n_kv_head == 4
 
 
 def test_other_invalid_inputs_land_on_their_field(panel):
-    panel.spins["n_heads"].setValue(31)
-    assert "n_heads (31)" in panel.error_labels["n_heads"].text()
-    assert "d_model (4096)" in panel.error_labels["n_heads"].text()
-    panel.spins["head_dim"].setValue(128)  # explicit head_dim: 31 heads are fine
-    assert not panel.error_labels["n_heads"].isVisibleTo(panel)
-    panel.spins["n_kv_heads"].setValue(31)
+    panel.spins["n_head"].setValue(31)
+    assert "n_head (31)" in panel.error_labels["n_head"].text()
+    assert "d_model (4096)" in panel.error_labels["n_head"].text()
+    panel.spins["d_head"].setValue(128)  # explicit d_head: 31 heads are fine
+    assert not panel.error_labels["n_head"].isVisibleTo(panel)
+    panel.spins["n_kv_head"].setValue(31)
     panel.spins["seq_len"].setValue(2_000_000_000)
     panel.spins["batch"].setValue(1 << 24)
     assert "beyond any real memory" in panel.error_labels["seq_len"].text()
@@ -152,8 +152,8 @@ def test_loaded_model_fills_the_calculator(panel):
     panel.set_model_config(raw, "all-MiniLM-L6-v2")
     assert panel.preset_combo.currentData() == LOADED
     assert panel.preset_combo.currentText() == "Loaded model: all-MiniLM-L6-v2"
-    assert (panel.spins["d_model"].value(), panel.spins["n_heads"].value(),
-            panel.spins["n_layers"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
+    assert (panel.spins["d_model"].value(), panel.spins["n_head"].value(),
+            panel.spins["n_layer"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
     assert panel.result.model_params["total"] == 22_713_216
     panel.set_seq_len(12)
     assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in panel.sentence_label.text()

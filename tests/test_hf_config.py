@@ -30,14 +30,14 @@ def test_engine_and_calculator_read_the_same_sizes_and_rules(raw):
     cfg = config_from_dict(raw)
     calc = calc_inputs_from_config(raw)
     found = read_fields(raw)
-    assert (calc.d_model, calc.n_heads, calc.n_layers, calc.d_ff, calc.vocab_size,
+    assert (calc.d_model, calc.n_head, calc.n_layer, calc.d_ff, calc.vocab_size,
             calc.max_positions) == (cfg.d_model, cfg.n_head, cfg.n_layer, cfg.d_ff, cfg.vocab_size,
                                     cfg.max_positions)
     if cfg.family == "llama":
-        assert calc.n_kv_heads == cfg.n_kv_head
+        assert calc.n_kv_head == cfg.n_kv_head
         assert (calc.arch.qkv_bias, calc.arch.o_bias) == (cfg.qkv_bias, cfg.o_bias)
         assert calc.sliding_window == cfg.sliding_window == found["sliding_window"]
-    assert (calc.head_dim or cfg.d_model // cfg.n_head) == cfg.d_head
+    assert (calc.d_head or cfg.d_model // cfg.n_head) == cfg.d_head
     assert (found["d_model"], found["n_head"], found["n_layer"]) == (
         cfg.d_model, cfg.n_head, cfg.n_layer)
 
@@ -55,7 +55,7 @@ def test_the_engine_reads_only_what_hugging_face_reads_the_calculator_every_spel
     assert keys("n_kv_head", "gpt2", aliases=True) == ()  # GPT-2 has no KV heads of its own
     llama2c = {"model_type": "llama", "dim": 64, "n_heads": 4, "n_layers": 2, "n_kv_heads": 1}
     calc = calc_inputs_from_config(llama2c)
-    assert (calc.d_model, calc.n_heads, calc.n_layers, calc.n_kv_heads) == (64, 4, 2, 1)
+    assert (calc.d_model, calc.n_head, calc.n_layer, calc.n_kv_head) == (64, 4, 2, 1)
     with pytest.raises(Exception, match="hidden_size is missing"):
         config_from_dict({**llama2c, "vocab_size": 10, "intermediate_size": 8,
                           "max_position_embeddings": 8})

@@ -16,10 +16,11 @@ from attnviz.engine.presets import Preset, get_preset, load_presets
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 
-# flag -> CalcInputs field
+# flag -> CalcInputs field (the flags keep the names they have always had; --n-head, --n-layer,
+# --n-kv-head work as argparse abbreviations, --d-head is an alias of --head-dim)
 _FIELDS = {
-    "d_model": "d_model", "n_heads": "n_heads", "n_kv_heads": "n_kv_heads",
-    "head_dim": "head_dim", "n_layers": "n_layers", "d_ff": "d_ff", "vocab": "vocab_size",
+    "d_model": "d_model", "n_heads": "n_head", "n_kv_heads": "n_kv_head",
+    "head_dim": "d_head", "n_layers": "n_layer", "d_ff": "d_ff", "vocab": "vocab_size",
     "max_positions": "max_positions", "seq_len": "seq_len", "batch": "batch",
     "kv_dtype": "kv_dtype", "sliding_window": "sliding_window",
     "sliding_window_layers": "sliding_window_layers",
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-heads", type=int, metavar="N", help="query heads")
     p.add_argument("--n-kv-heads", type=int, metavar="N",
                    help="key/value heads (default n-heads: MHA; 1: MQA; between: GQA)")
-    p.add_argument("--head-dim", type=int, metavar="N", help="width per head (default d-model / n-heads)")
+    p.add_argument("--head-dim", "--d-head", type=int, metavar="N",
+                   help="width per head, d_head (default d-model / n-heads)")
     p.add_argument("--n-layers", type=int, metavar="N", help="layers")
     p.add_argument("--d-ff", type=int, metavar="N", help="MLP hidden width (for the model total)")
     p.add_argument("--vocab", type=int, metavar="N", help="vocabulary size (for the model total)")
@@ -88,7 +90,7 @@ def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
             q_lora_rank=old.q_lora_rank if old else None)
     if inputs is None:
         missing = [f"--{f.replace('_', '-')}" for f in ("d_model", "n_heads", "n_layers")
-                   if f not in overrides]
+                   if _FIELDS[f] not in overrides]
         if missing:
             raise CalcError("give --preset ID, --config PATH, or at least --d-model, --n-heads and "
                             f"--n-layers (missing: {', '.join(missing)})")
@@ -166,9 +168,9 @@ def list_presets(as_json: bool) -> int:
              "KV/token fp16")]
     for p in presets.values():
         r = calculate(p.inputs)
-        kv = "latent" if r.attention_kind == "MLA" else str(r.inputs.n_kv_heads)
+        kv = "latent" if r.attention_kind == "MLA" else str(r.inputs.n_kv_head)
         rows.append((p.id, p.name, r.attention_kind, str(p.inputs.d_model),
-                     f"{p.inputs.n_heads}/{kv} x {r.d_head}", str(p.inputs.n_layers),
+                     f"{p.inputs.n_head}/{kv} x {r.d_head}", str(p.inputs.n_layer),
                      f"{p.inputs.max_positions:,}", format_bytes(r.kv_bytes_per_token)))
     print(_columns(rows))
     return 0
@@ -201,9 +203,9 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines.append(f"conventions: {CONVENTIONS}")
 
     lines += ["", "Dimensions"]
-    kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_heads)
-    lines.append(f"  d_model {i.d_model}   n_heads {i.n_heads}   n_kv_heads {kv}   d_head {r.d_head}"
-                 f"   n_layers {i.n_layers}   query heads per KV head {r.group_size}")
+    kv = "latent (MLA)" if r.attention_kind == "MLA" else str(i.n_kv_head)
+    lines.append(f"  d_model {i.d_model}   n_head {i.n_head}   n_kv_head {kv}   d_head {r.d_head}"
+                 f"   n_layer {i.n_layer}   query heads per KV head {r.group_size}")
     lines.append(f"  d_head: {f['d_head']}")
     if i.sliding_window:
         lines.append(f"  sliding window {i.sliding_window:,} tokens on layers "
@@ -219,7 +221,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
 
     lines += ["", "Parameters"]
     rows = [("  attention per layer", _n(r.attn_params_per_layer), f["attn_params_per_layer"]),
-            ("  attention, all layers", _n(r.attn_params_total), f"· {i.n_layers} layers")]
+            ("  attention, all layers", _n(r.attn_params_total), f"· {i.n_layer} layers")]
     mp = r.model_params
     if mp:
         rows.append(("  whole model", _n(mp["total"]), f"non-embedding {format_count(mp['non_embedding'])}"))
@@ -244,8 +246,8 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
             ("  attention total", _n(fl["attention_per_token"]))]
     lines.append(_columns(rows))
     hv = fl["heads_vs_one_head"]
-    lines.append(f"  {i.n_heads} heads of {r.d_head} vs one head of {i.n_heads * r.d_head}: "
-                 f"matmul FLOPs ratio {hv['ratio']:.3f}; softmax over {i.n_heads}x more scores "
+    lines.append(f"  {i.n_head} heads of {r.d_head} vs one head of {i.n_head * r.d_head}: "
+                 f"matmul FLOPs ratio {hv['ratio']:.3f}; softmax over {i.n_head}x more scores "
                  f"({hv['n_heads_softmax_elements']:,} vs {hv['one_head_softmax_elements']:,})")
 
     lines += ["", f"KV cache ({i.kv_dtype}, {r.kv_bits_per_element} bits per element)"]
@@ -259,7 +261,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines += ["", "MHA / as given / MQA"]
     rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x {i.batch}", "reduction")]
     for v in r.compare.values():
-        rows.append((f"  {v.label}", "latent" if v.n_kv_heads is None else str(v.n_kv_heads),
+        rows.append((f"  {v.label}", "latent" if v.n_kv_head is None else str(v.n_kv_head),
                      format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
                      f"{v.reduction_vs_mha:.2f}x"))
     lines.append(_columns(rows))

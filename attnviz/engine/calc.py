@@ -36,6 +36,11 @@ KV_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4"
 MAX_BYTES = 1 << 60  # 1 EiB
 MAX_PARAMS = 1 << 60
 
+# field -> the key `attnviz calc --json` prints it under: the names its output has always had,
+# kept for the scripts that read it (the code says n_head, the JSON n_heads)
+JSON_KEYS = {"n_head": "n_heads", "n_kv_head": "n_kv_heads", "n_layer": "n_layers",
+             "d_head": "head_dim"}
+
 BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
 
@@ -98,20 +103,20 @@ class MLA:
 
     kv_lora_rank: int
     qk_rope_head_dim: int
-    qk_nope_head_dim: int | None = None  # default: head_dim, else d_model / n_heads
+    qk_nope_head_dim: int | None = None  # default: d_head, else d_model / n_head
     v_head_dim: int | None = None  # default: qk_nope_head_dim
     q_lora_rank: int | None = None  # None: queries projected directly from d_model
 
 
 @dataclass(frozen=True)
 class CalcInputs:
-    """One calculator question. Only d_model, n_heads and n_layers are required."""
+    """One calculator question. Only d_model, n_head and n_layer are required."""
 
     d_model: int
-    n_heads: int
-    n_layers: int
-    n_kv_heads: int | None = None  # default n_heads (MHA)
-    head_dim: int | None = None  # default d_model / n_heads
+    n_head: int
+    n_layer: int
+    n_kv_head: int | None = None  # default n_head (MHA)
+    d_head: int | None = None  # default d_model / n_head
     d_ff: int | None = None
     vocab_size: int | None = None
     max_positions: int | None = None
@@ -163,14 +168,14 @@ def _optional(name: str, value: Any) -> int | None:
     return None if value is None else _whole(name, value)
 
 
-def _window_layers(spec: Any, n_layers: int) -> frozenset[int]:
+def _window_layers(spec: Any, n_layer: int) -> frozenset[int]:
     """Layer indices that use the sliding window."""
     if spec is None or spec == "all":
-        return frozenset(range(n_layers))
+        return frozenset(range(n_layer))
     if spec == "even":
-        return frozenset(range(0, n_layers, 2))
+        return frozenset(range(0, n_layer, 2))
     if spec == "odd":
-        return frozenset(range(1, n_layers, 2))
+        return frozenset(range(1, n_layer, 2))
     if isinstance(spec, str):
         try:
             spec = [int(part) for part in spec.replace(" ", "").split(",") if part]
@@ -180,10 +185,10 @@ def _window_layers(spec: Any, n_layers: int) -> frozenset[int]:
                        "layer indices") from None
     layers = [_whole("sliding_window_layers entry", i, minimum=0) for i in spec]
     for i in layers:
-        if i >= n_layers:
+        if i >= n_layer:
             raise _bad("sliding_window_layers",
-                       f"sliding_window_layers names layer {i}, but the model has {n_layers} "
-                       f"layers (0..{n_layers - 1})")
+                       f"sliding_window_layers names layer {i}, but the model has {n_layer} "
+                       f"layers (0..{n_layer - 1})")
     return frozenset(layers)
 
 
@@ -192,11 +197,11 @@ class _Dims:
     """Validated, resolved inputs."""
 
     d_model: int
-    n_heads: int
-    n_kv_heads: int
+    n_head: int
+    n_kv_head: int
     d_head: int  # query/key width per head (MLA: nope + rope)
     d_v: int  # value width per head
-    n_layers: int
+    n_layer: int
     seq_len: int
     batch: int
     kv_bits: int
@@ -207,10 +212,10 @@ class _Dims:
 
 def _resolve(inp: CalcInputs) -> _Dims:
     d_model = _whole("d_model", inp.d_model)
-    n_heads = _whole("n_heads", inp.n_heads)
-    n_layers = _whole("n_layers", inp.n_layers)
-    head_dim = _optional("head_dim", inp.head_dim)
-    n_kv_heads = _optional("n_kv_heads", inp.n_kv_heads)
+    n_head = _whole("n_head", inp.n_head)
+    n_layer = _whole("n_layer", inp.n_layer)
+    head_dim = _optional("d_head", inp.d_head)
+    n_kv_head = _optional("n_kv_head", inp.n_kv_head)
     for name in ("d_ff", "vocab_size", "max_positions"):
         _optional(name, getattr(inp, name))
     max_positions = _optional("max_positions", inp.max_positions)
@@ -222,11 +227,11 @@ def _resolve(inp: CalcInputs) -> _Dims:
         raise _bad("kv_dtype",
                    f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
     if head_dim is None:
-        if d_model % n_heads:
-            raise _bad("n_heads",
-                       f"n_heads ({n_heads}) does not divide d_model ({d_model}): d_model / "
-                       f"n_heads = {d_model / n_heads:g}; give head_dim explicitly or change n_heads")
-        head_dim = d_model // n_heads
+        if d_model % n_head:
+            raise _bad("n_head",
+                       f"n_head ({n_head}) does not divide d_model ({d_model}): d_model / "
+                       f"n_head = {d_model / n_head:g}; give d_head explicitly or change n_head")
+        head_dim = d_model // n_head
     mla = inp.mla
     if mla is not None:
         nope = _whole("qk_nope_head_dim", mla.qk_nope_head_dim or head_dim)
@@ -236,20 +241,20 @@ def _resolve(inp: CalcInputs) -> _Dims:
                   v_head_dim=_whole("v_head_dim", mla.v_head_dim or nope),
                   q_lora_rank=_optional("q_lora_rank", mla.q_lora_rank))
         # every query head reads the same latent; as "KV heads" MLA counts as one shared group
-        n_kv_heads = n_heads
+        n_kv_head = n_head
         d_head, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
     else:
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if n_kv_heads > n_heads or n_heads % n_kv_heads:
-            raise _bad("n_kv_heads",
-                       f"n_kv_heads ({n_kv_heads}) does not divide n_heads ({n_heads}): every KV "
+        n_kv_head = n_head if n_kv_head is None else n_kv_head
+        if n_kv_head > n_head or n_head % n_kv_head:
+            raise _bad("n_kv_head",
+                       f"n_kv_head ({n_kv_head}) does not divide n_head ({n_head}): every KV "
                        "head must serve the same number of query heads")
         d_head = d_v = head_dim
     window = _optional("sliding_window", inp.sliding_window)
     if window is None and inp.sliding_window_layers not in (None, "all"):
         raise _bad("sliding_window_layers", f"sliding_window_layers {inp.sliding_window_layers!r} "
                    "given without a sliding_window size")
-    window_layers = _window_layers(inp.sliding_window_layers, n_layers) if window else frozenset()
+    window_layers = _window_layers(inp.sliding_window_layers, n_layer) if window else frozenset()
     arch = inp.arch
     for name in ("norms_per_layer", "type_vocab_size", "moe_experts", "moe_shared_experts",
                  "moe_top_k", "moe_dense_layers"):
@@ -259,8 +264,8 @@ def _resolve(inp: CalcInputs) -> _Dims:
     if arch.moe_experts and arch.moe_top_k > arch.moe_experts:
         raise CalcError(f"arch.moe_top_k ({arch.moe_top_k}) exceeds arch.moe_experts "
                         f"({arch.moe_experts})")
-    return _Dims(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, d_head=d_head, d_v=d_v,
-                 n_layers=n_layers, seq_len=seq_len, batch=batch,
+    return _Dims(d_model=d_model, n_head=n_head, n_kv_head=n_kv_head, d_head=d_head, d_v=d_v,
+                 n_layer=n_layer, seq_len=seq_len, batch=batch,
                  kv_bits=KV_DTYPE_BITS[inp.kv_dtype], window=window,
                  window_layers=window_layers, mla=mla)
 
@@ -270,7 +275,7 @@ def _resolve(inp: CalcInputs) -> _Dims:
 
 def _shapes(d: _Dims) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
     """Weight shapes [out, in] and the formula behind each."""
-    D, H, K, dh, dv = d.d_model, d.n_heads, d.n_kv_heads, d.d_head, d.d_v
+    D, H, K, dh, dv = d.d_model, d.n_head, d.n_kv_head, d.d_head, d.d_v
     if d.mla is None:
         shapes = {
             "W_Q_head": (dh, D), "W_K_head": (dh, D), "W_V_head": (dh, D),
@@ -282,11 +287,11 @@ def _shapes(d: _Dims) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
             "W_Q_head": f"[d_head, d_model] = [{dh}, {D}]",
             "W_K_head": f"[d_head, d_model] = [{dh}, {D}]",
             "W_V_head": f"[d_head, d_model] = [{dh}, {D}]",
-            "W_Q": f"[n_heads·d_head, d_model] = [{H}·{dh}, {D}]",
-            "W_K": f"[n_kv_heads·d_head, d_model] = [{K}·{dh}, {D}]",
-            "W_V": f"[n_kv_heads·d_head, d_model] = [{K}·{dh}, {D}]",
-            "W_QKV": f"[(n_heads + 2·n_kv_heads)·d_head, d_model] = [({H} + 2·{K})·{dh}, {D}]",
-            "W_O": f"[d_model, n_heads·d_head] = [{D}, {H}·{dh}]",
+            "W_Q": f"[n_head·d_head, d_model] = [{H}·{dh}, {D}]",
+            "W_K": f"[n_kv_head·d_head, d_model] = [{K}·{dh}, {D}]",
+            "W_V": f"[n_kv_head·d_head, d_model] = [{K}·{dh}, {D}]",
+            "W_QKV": f"[(n_head + 2·n_kv_head)·d_head, d_model] = [({H} + 2·{K})·{dh}, {D}]",
+            "W_O": f"[d_model, n_head·d_head] = [{D}, {H}·{dh}]",
         }
         return shapes, formulas
     m = d.mla
@@ -297,10 +302,10 @@ def _shapes(d: _Dims) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
         shapes["W_DQ"] = (ql, D)
         formulas["W_DQ"] = f"[q_lora_rank, d_model] = [{ql}, {D}]"
         shapes["W_UQ"] = (H * dh, ql)
-        formulas["W_UQ"] = f"[n_heads·(qk_nope + qk_rope), q_lora_rank] = [{H}·{dh}, {ql}]"
+        formulas["W_UQ"] = f"[n_head·(qk_nope + qk_rope), q_lora_rank] = [{H}·{dh}, {ql}]"
     else:
         shapes["W_Q"] = (H * dh, D)
-        formulas["W_Q"] = f"[n_heads·(qk_nope + qk_rope), d_model] = [{H}·{dh}, {D}]"
+        formulas["W_Q"] = f"[n_head·(qk_nope + qk_rope), d_model] = [{H}·{dh}, {D}]"
     shapes["W_DKV"] = (r + rope, D)
     formulas["W_DKV"] = f"[kv_lora_rank + qk_rope, d_model] = [{r} + {rope}, {D}] (cached output)"
     shapes["W_UK_head"] = (nope, r)
@@ -308,9 +313,9 @@ def _shapes(d: _Dims) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
     shapes["W_UV_head"] = (dv, r)
     formulas["W_UV_head"] = f"[v_head_dim, kv_lora_rank] = [{dv}, {r}]"
     shapes["W_UKV"] = (H * (nope + dv), r)
-    formulas["W_UKV"] = f"[n_heads·(qk_nope + v_head_dim), kv_lora_rank] = [{H}·({nope} + {dv}), {r}]"
+    formulas["W_UKV"] = f"[n_head·(qk_nope + v_head_dim), kv_lora_rank] = [{H}·({nope} + {dv}), {r}]"
     shapes["W_O"] = (D, H * dv)
-    formulas["W_O"] = f"[d_model, n_heads·v_head_dim] = [{D}, {H}·{dv}]"
+    formulas["W_O"] = f"[d_model, n_head·v_head_dim] = [{D}, {H}·{dv}]"
     return shapes, formulas
 
 
@@ -328,7 +333,7 @@ def _attn_params(d: _Dims, arch: Arch, shapes: dict[str, tuple[int, int]]) -> in
         return weights + norms
     bias = 0
     if arch.qkv_bias:
-        bias += (d.n_heads + 2 * d.n_kv_heads) * d.d_head
+        bias += (d.n_head + 2 * d.n_kv_head) * d.d_head
     if arch.o_bias:
         bias += d.d_model
     if arch.qk_norm:
@@ -357,11 +362,11 @@ def _model_params(inp: CalcInputs, d: _Dims, attn_per_layer: int) -> dict[str, i
     embeddings = token_emb + pos_emb + type_emb + (_norm(arch, D) if arch.embed_norm else 0)
     norms = arch.norms_per_layer * _norm(arch, D)
     dense_layer = attn_per_layer + norms + _mlp_params(arch, D, d_ff)
-    n_moe = d.n_layers - min(arch.moe_dense_layers, d.n_layers) if arch.moe_experts else 0
+    n_moe = d.n_layer - min(arch.moe_dense_layers, d.n_layer) if arch.moe_experts else 0
     expert = _mlp_params(arch, D, arch.moe_d_ff or d_ff)
     router = D * arch.moe_experts + (arch.moe_experts if arch.moe_router_bias else 0)
     moe_layer = attn_per_layer + norms + router + (arch.moe_experts + arch.moe_shared_experts) * expert
-    layers = (d.n_layers - n_moe) * dense_layer + n_moe * moe_layer
+    layers = (d.n_layer - n_moe) * dense_layer + n_moe * moe_layer
     untied_head = V * D if arch.lm_head and not arch.tied_embeddings else 0
     head = (_norm(arch, D) if arch.final_norm else 0) + untied_head
     head += D * D + D if arch.pooler else 0
@@ -384,14 +389,14 @@ def _model_params(inp: CalcInputs, d: _Dims, attn_per_layer: int) -> dict[str, i
 # ---------------------------------------------------------------------------------------------
 # KV cache and FLOPs
 
-def _kv_elements_per_token_layer(d: _Dims, n_kv_heads: int | None) -> int:
-    """Cached elements per token per layer; n_kv_heads None means the model as given."""
+def _kv_elements_per_token_layer(d: _Dims, n_kv_head: int | None) -> int:
+    """Cached elements per token per layer; n_kv_head None means the model as given."""
     if d.mla is not None:
         m = d.mla
-        if n_kv_heads is None:
+        if n_kv_head is None:
             return m.kv_lora_rank + m.qk_rope_head_dim
-        return n_kv_heads * (d.d_head + d.d_v)  # plain K and V heads, as naive inference caches
-    k = d.n_kv_heads if n_kv_heads is None else n_kv_heads
+        return n_kv_head * (d.d_head + d.d_v)  # plain K and V heads, as naive inference caches
+    k = d.n_kv_head if n_kv_head is None else n_kv_head
     return 2 * k * d.d_head
 
 
@@ -399,7 +404,7 @@ def _cached_token_layers(d: _Dims, length: int) -> int:
     """Sum over layers of the tokens each layer keeps at this context length."""
     n_win = len(d.window_layers)
     capped = min(length, d.window) if d.window else length
-    return (d.n_layers - n_win) * length + n_win * capped
+    return (d.n_layer - n_win) * length + n_win * capped
 
 
 def _bytes(bits: int) -> int:
@@ -411,7 +416,7 @@ class Variant:
     """The model's cache with a given number of KV heads."""
 
     label: str
-    n_kv_heads: int | None  # None for MLA as given
+    n_kv_head: int | None  # None for MLA as given
     kv_bytes_per_token_per_layer: int
     kv_bytes_per_token: int
     kv_bytes_total: int
@@ -420,7 +425,7 @@ class Variant:
 
 @dataclass(frozen=True)
 class CalcResult:
-    inputs: CalcInputs  # with n_kv_heads, head_dim and seq_len filled in
+    inputs: CalcInputs  # with n_kv_head, d_head and seq_len filled in
     attention_kind: str  # "MHA" | "GQA" | "MQA" | "MLA"
     d_head: int
     d_v: int
@@ -452,7 +457,7 @@ class CalcResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: the inputs, every output, the formulas and the conventions."""
-        inputs = asdict(self.inputs)
+        inputs = {JSON_KEYS.get(k, k): v for k, v in asdict(self.inputs).items()}
         if isinstance(inputs.get("sliding_window_layers"), tuple):
             inputs["sliding_window_layers"] = list(inputs["sliding_window_layers"])
         return {
@@ -474,7 +479,8 @@ class CalcResult:
             "kv_bytes_sequence": self.kv_bytes_sequence,
             "kv_bytes_total": self.kv_bytes_total,
             "kv_total_human": format_bytes(self.kv_bytes_total),
-            "compare": {k: asdict(v) for k, v in self.compare.items()},
+            "compare": {k: {JSON_KEYS.get(f, f): x for f, x in asdict(v).items()}
+                        for k, v in self.compare.items()},
             "formulas": self.formulas,
             "warnings": list(self.warnings),
         }
@@ -482,16 +488,16 @@ class CalcResult:
 
 def _variant_bits(d: _Dims, key: str) -> int:
     """Bits per token per layer of a comparison variant."""
-    n_kv = {"mha": d.n_heads, "gqa": None, "mqa": 1}[key]
+    n_kv = {"mha": d.n_head, "gqa": None, "mqa": 1}[key]
     return _kv_elements_per_token_layer(d, n_kv) * d.kv_bits
 
 
 def _kind(d: _Dims) -> str:
     if d.mla is not None:
         return "MLA"
-    if d.n_kv_heads == d.n_heads:
+    if d.n_kv_head == d.n_head:
         return "MHA"
-    return "MQA" if d.n_kv_heads == 1 else "GQA"
+    return "MQA" if d.n_kv_head == 1 else "GQA"
 
 
 def _flops(d: _Dims, shapes: dict[str, tuple[int, int]]) -> dict[str, Any]:
@@ -499,24 +505,24 @@ def _flops(d: _Dims, shapes: dict[str, tuple[int, int]]) -> dict[str, Any]:
     proj_per_layer = 2 * sum(o * i for name, (o, i) in shapes.items()
                              if not name.endswith("_head") and name != "W_QKV")
     ctx = _cached_token_layers(d, d.seq_len)  # keys each layer reads, summed over layers
-    scores = 2 * d.n_heads * d.d_head * ctx  # q·kᵀ
-    mix = 2 * d.n_heads * d.d_v * ctx  # weights · V
-    proj = proj_per_layer * d.n_layers
-    # the lesson's comparison: n_heads narrow heads vs one head of width n_heads·d_head
-    width = d.n_heads * d.d_head
-    one_head = 2 * 4 * d.d_model * width * d.n_layers + 2 * 2 * width * ctx
-    many_heads = 2 * 4 * d.d_model * width * d.n_layers + 2 * 2 * d.n_heads * d.d_head * ctx
+    scores = 2 * d.n_head * d.d_head * ctx  # q·kᵀ
+    mix = 2 * d.n_head * d.d_v * ctx  # weights · V
+    proj = proj_per_layer * d.n_layer
+    # the lesson's comparison: n_head narrow heads vs one head of width n_head·d_head
+    width = d.n_head * d.d_head
+    one_head = 2 * 4 * d.d_model * width * d.n_layer + 2 * 2 * width * ctx
+    many_heads = 2 * 4 * d.d_model * width * d.n_layer + 2 * 2 * d.n_head * d.d_head * ctx
     return {
         "projections_per_token": proj,
         "qk_per_token": scores,
         "av_per_token": mix,
         "attention_per_token": proj + scores + mix,
-        "softmax_elements_per_token": d.n_heads * ctx,
+        "softmax_elements_per_token": d.n_head * ctx,
         "heads_vs_one_head": {
             "n_heads_matmul_flops": many_heads,
             "one_head_matmul_flops": one_head,
             "ratio": many_heads / one_head,
-            "n_heads_softmax_elements": d.n_heads * ctx,
+            "n_heads_softmax_elements": d.n_head * ctx,
             "one_head_softmax_elements": ctx,
         },
     }
@@ -525,7 +531,7 @@ def _flops(d: _Dims, shapes: dict[str, tuple[int, int]]) -> dict[str, Any]:
 def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     """Everything the calculator shows for one question; CalcError names any bad value.
 
-    `calculate(CalcInputs(...))`, or `calculate(d_model=4096, n_heads=32, n_layers=32, ...)`,
+    `calculate(CalcInputs(...))`, or `calculate(d_model=4096, n_head=32, n_layer=32, ...)`,
     or both (keywords override fields of the given inputs).
     """
     if inputs is None:
@@ -543,24 +549,24 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     if d.mla is not None:
         formulas["d_head"] = (f"qk_nope + qk_rope = {d.mla.qk_nope_head_dim} + "
                               f"{d.mla.qk_rope_head_dim} = {d.d_head} (values: {d.d_v})")
-    elif d.n_heads * d.d_head == d.d_model:
-        formulas["d_head"] = f"d_model / n_heads = {d.d_model} / {d.n_heads} = {d.d_head}"
+    elif d.n_head * d.d_head == d.d_model:
+        formulas["d_head"] = f"d_model / n_head = {d.d_model} / {d.n_head} = {d.d_head}"
     else:
-        formulas["d_head"] = (f"head_dim given = {d.d_head} (n_heads·d_head = "
-                              f"{d.n_heads * d.d_head} ≠ d_model {d.d_model})")
+        formulas["d_head"] = (f"d_head given = {d.d_head} (n_head·d_head = "
+                              f"{d.n_head * d.d_head} ≠ d_model {d.d_model})")
     T = d.seq_len
     activation_shapes = {
         "x": (T, d.d_model),
         "q_head": (T, d.d_head),
         "scores_head": (T, T),
         "head_output": (T, d.d_v),
-        "concat": (T, d.n_heads * d.d_v),
-        "scores": (d.n_heads, T, T),
+        "concat": (T, d.n_head * d.d_v),
+        "scores": (d.n_head, T, T),
     }
     formulas["x"] = f"[T, d_model] = [{T}, {d.d_model}]"
     formulas["head_output"] = f"[T, d_head] = [{T}, {d.d_v}]"
-    formulas["concat"] = f"[T, n_heads·d_head] = [{T}, {d.n_heads}·{d.d_v}]"
-    formulas["scores"] = f"[n_heads, T, T] = [{d.n_heads}, {T}, {T}]"
+    formulas["concat"] = f"[T, n_head·d_head] = [{T}, {d.n_head}·{d.d_v}]"
+    formulas["scores"] = f"[n_head, T, T] = [{d.n_head}, {T}, {T}]"
 
     attn_per_layer = _attn_params(d, arch, shapes)
     formulas["attn_params_per_layer"] = (
@@ -570,7 +576,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     if model_params is not None and model_params["total"] > MAX_PARAMS:
         raise CalcError(f"{model_params['total']:,} parameters is beyond any real memory "
                         f"(limit 2^60); check d_model ({d.d_model}), d_ff ({inputs.d_ff}), "
-                        f"vocab_size ({inputs.vocab_size}) and n_layers ({d.n_layers})")
+                        f"vocab_size ({inputs.vocab_size}) and n_layer ({d.n_layer})")
 
     bits_tl = _kv_elements_per_token_layer(d, None) * d.kv_bits
     tokens_cached = _cached_token_layers(d, T)
@@ -578,24 +584,24 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     if _bytes(kv_total_bits) > MAX_BYTES:
         raise _bad("seq_len",
                    f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {T} tokens × "
-                   f"{d.n_layers} layers) is beyond any real memory (limit 1 EiB); check seq_len "
+                   f"{d.n_layer} layers) is beyond any real memory (limit 1 EiB); check seq_len "
                    f"({T}) and batch ({d.batch})")
     if d.mla is None:
         formulas["kv_bytes_per_token_per_layer"] = (
-            f"2 (K and V) · n_kv_heads · d_head · bytes = 2·{d.n_kv_heads}·{d.d_head}·"
+            f"2 (K and V) · n_kv_head · d_head · bytes = 2·{d.n_kv_head}·{d.d_head}·"
             f"{d.kv_bits / 8:g}")
     else:
         formulas["kv_bytes_per_token_per_layer"] = (
             f"(kv_lora_rank + qk_rope) · bytes = ({d.mla.kv_lora_rank} + "
             f"{d.mla.qk_rope_head_dim})·{d.kv_bits / 8:g}")
-    formulas["kv_bytes_per_token"] = "per token per layer · n_layers"
+    formulas["kv_bytes_per_token"] = "per token per layer · n_layer"
     if d.window:
         formulas["kv_bytes_sequence"] = (
             f"per token per layer · (full layers·T + window layers·min(T, window)) = "
-            f"{bits_tl / 8:g} · ({d.n_layers - len(d.window_layers)}·{T} + "
+            f"{bits_tl / 8:g} · ({d.n_layer - len(d.window_layers)}·{T} + "
             f"{len(d.window_layers)}·{min(T, d.window)})")
     else:
-        formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layers / 8:g} · {T}"
+        formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layer / 8:g} · {T}"
     formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
 
     compare = {}
@@ -603,19 +609,19 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     for key in ("mha", "gqa", "mqa"):
         bits = _variant_bits(d, key)
         if key == "gqa":
-            n_kv = None if d.mla else d.n_kv_heads
-            heads = f"{d.n_kv_heads} KV head" + "s" * (d.n_kv_heads != 1)
+            n_kv = None if d.mla else d.n_kv_head
+            heads = f"{d.n_kv_head} KV head" + "s" * (d.n_kv_head != 1)
             label = f"as given: {_kind(d)}" + ("" if d.mla else f" ({heads})")
         else:
-            n_kv = d.n_heads if key == "mha" else 1
-            label = f"MHA ({d.n_heads} KV heads)" if key == "mha" else "MQA (1 KV head)"
+            n_kv = d.n_head if key == "mha" else 1
+            label = f"MHA ({d.n_head} KV heads)" if key == "mha" else "MQA (1 KV head)"
         compare[key] = Variant(
-            label=label, n_kv_heads=n_kv,
+            label=label, n_kv_head=n_kv,
             kv_bytes_per_token_per_layer=_bytes(bits),
-            kv_bytes_per_token=_bytes(bits * d.n_layers),
+            kv_bytes_per_token=_bytes(bits * d.n_layer),
             kv_bytes_total=_bytes(bits * tokens_cached * d.batch),
             reduction_vs_mha=mha_bits / bits)
-    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_heads / n_kv_heads"
+    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_head / n_kv_head"
 
     if not arch.causal:
         warnings.append("encoder (bidirectional): no KV cache in normal use; the figures are what "
@@ -623,20 +629,20 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     if inputs.max_positions is not None and T > int(inputs.max_positions):
         warnings.append(f"seq_len {T} is longer than the model's {inputs.max_positions} positions")
     if d.window and T > d.window:
-        warnings.append(f"{len(d.window_layers)} of {d.n_layers} layers keep only the last "
+        warnings.append(f"{len(d.window_layers)} of {d.n_layer} layers keep only the last "
                         f"{d.window} tokens")
 
-    resolved = replace(inputs, n_kv_heads=d.n_kv_heads if d.mla is None else inputs.n_kv_heads,
-                       head_dim=d.d_head if d.mla is None else inputs.head_dim, seq_len=T,
+    resolved = replace(inputs, n_kv_head=d.n_kv_head if d.mla is None else inputs.n_kv_head,
+                       d_head=d.d_head if d.mla is None else inputs.d_head, seq_len=T,
                        mla=d.mla)
     return CalcResult(
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
-        group_size=d.n_heads // d.n_kv_heads, shapes=shapes, activation_shapes=activation_shapes,
-        attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layers,
+        group_size=d.n_head // d.n_kv_head, shapes=shapes, activation_shapes=activation_shapes,
+        attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layer,
         model_params=model_params, flops=_flops(d, shapes),
         kv_bits_per_element=d.kv_bits,
         kv_bytes_per_token_per_layer=_bytes(bits_tl),
-        kv_bytes_per_token=_bytes(bits_tl * d.n_layers),
+        kv_bytes_per_token=_bytes(bits_tl * d.n_layer),
         kv_tokens_cached=tokens_cached,
         kv_bytes_sequence=_bytes(bits_tl * tokens_cached),
         kv_bytes_total=_bytes(kv_total_bits),
@@ -701,7 +707,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         raw.update(raw["text_config"])  # multimodal wrappers keep the language model inside
     c = read_fields(raw)
     model_type = c["model_type"]
-    d_model, n_heads, n_layers, n_kv = c["d_model"], c["n_head"], c["n_layer"], c["n_kv_head"]
+    d_model, n_head, n_layer, n_kv = c["d_model"], c["n_head"], c["n_layer"], c["n_kv_head"]
     missing = [keys(name, model_type)[0] for name in ("d_model", "n_head", "n_layer")
                if c[name] is None]
     if missing:
@@ -757,14 +763,14 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
             window = None
     elif window and model_type == "gemma2":
         window_layers = "even"
-    elif window and raw.get("sliding_window_pattern") and isinstance(n_layers, int):
+    elif window and raw.get("sliding_window_pattern") and isinstance(n_layer, int):
         every = int(raw["sliding_window_pattern"])  # Gemma 3: every k-th layer is global
-        window_layers = tuple(i for i in range(n_layers) if (i + 1) % every)
+        window_layers = tuple(i for i in range(n_layer) if (i + 1) % every)
     if window and isinstance(max_positions, int) and window >= max_positions and window_layers is None:
         window = None  # a window as long as the context (Mistral v0.2: 32768) caps nothing
 
     return CalcInputs(
-        d_model=d_model, n_heads=n_heads, n_layers=n_layers, n_kv_heads=n_kv, head_dim=head_dim,
+        d_model=d_model, n_head=n_head, n_layer=n_layer, n_kv_head=n_kv, d_head=head_dim,
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)

@@ -43,8 +43,8 @@ def preset_from_dict(entry: dict[str, Any]) -> Preset:
         mla = MLA(**entry["mla"]) if entry.get("mla") else None
         window = entry.get("sliding_window")
         inputs = CalcInputs(
-            d_model=entry["d_model"], n_heads=entry["n_heads"], n_layers=entry["n_layers"],
-            n_kv_heads=entry.get("n_kv_heads"), head_dim=entry.get("head_dim"),
+            d_model=entry["d_model"], n_head=entry["n_heads"], n_layer=entry["n_layers"],
+            n_kv_head=entry.get("n_kv_heads"), d_head=entry.get("head_dim"),
             d_ff=entry.get("intermediate_size"), vocab_size=entry.get("vocab_size"),
             max_positions=entry.get("max_context"),
             sliding_window=window,
@@ -77,5 +77,5 @@ def get_preset(preset_id: str) -> Preset:
 
 
 def preset_inputs(preset_id: str, **overrides: Any) -> CalcInputs:
-    """A preset's inputs with some fields replaced (seq_len, batch, kv_dtype, n_kv_heads...)."""
+    """A preset's inputs with some fields replaced (seq_len, batch, kv_dtype, n_kv_head...)."""
     return replace(get_preset(preset_id).inputs, **overrides)

@@ -37,13 +37,13 @@ PLOT_POINTS = 200
 FIELDS = {
     "d_model": ("d_model", "Model width: the size of each token's vector in the residual stream.",
                 1, 1 << 20),
-    "n_heads": ("n_heads", "Query heads per layer.", 1, 1 << 16),
-    "n_kv_heads": ("n_kv_heads", "Key/value heads per layer: n_heads for MHA, 1 for MQA, a divisor "
-                   "of n_heads in between for GQA (each KV head serves n_heads / n_kv_heads query "
-                   "heads).", 1, 1 << 16),
-    "head_dim": ("head_dim", "Width of one head. 'auto' = d_model / n_heads; some models set it "
-                 "explicitly (Gemma-7B: 16 × 256 = 4096 ≠ 3072).", 0, 1 << 16),
-    "n_layers": ("n_layers", "Transformer layers; each keeps its own K/V cache.", 1, 1 << 14),
+    "n_head": ("n_head", "Query heads per layer.", 1, 1 << 16),
+    "n_kv_head": ("n_kv_head", "Key/value heads per layer: n_head for MHA, 1 for MQA, a divisor "
+                  "of n_head in between for GQA (each KV head serves n_head / n_kv_head query "
+                  "heads).", 1, 1 << 16),
+    "d_head": ("d_head", "Width of one head. 'auto' = d_model / n_head; some models set it "
+               "explicitly (Gemma-7B: 16 × 256 = 4096 ≠ 3072).", 0, 1 << 16),
+    "n_layer": ("n_layer", "Transformer layers; each keeps its own K/V cache.", 1, 1 << 14),
     "seq_len": ("seq_len", "Tokens held in the KV cache for the totals and the comparison "
                 "(defaults to the model's longest context).", 1, 2_000_000_000),
     "batch": ("batch", "Sequences cached at once; the cache grows linearly with it.", 1, 1 << 24),
@@ -157,7 +157,7 @@ class CalcPanel(QWidget):
             spin.setGroupSeparatorShown(True)
             spin.setToolTip(tip)
             spin.setKeyboardTracking(True)
-            if key == "head_dim":
+            if key == "d_head":
                 spin.setSpecialValueText("auto")
             self.spins[key] = spin
             form.addRow(label, self._with_error(key, spin))
@@ -357,20 +357,20 @@ class CalcPanel(QWidget):
 
     def _fill_fields(self, inp: CalcInputs) -> None:
         """Show a model's numbers in the fields without treating it as an edit."""
-        n_kv = inp.n_kv_heads or inp.n_heads
-        auto = inp.head_dim is None or (inp.d_model % inp.n_heads == 0
-                                        and inp.head_dim == inp.d_model // inp.n_heads)
-        values = {"d_model": inp.d_model, "n_heads": inp.n_heads, "n_kv_heads": n_kv,
-                  "head_dim": 0 if auto else inp.head_dim, "n_layers": inp.n_layers,
+        n_kv = inp.n_kv_head or inp.n_head
+        auto = inp.d_head is None or (inp.d_model % inp.n_head == 0
+                                      and inp.d_head == inp.d_model // inp.n_head)
+        values = {"d_model": inp.d_model, "n_head": inp.n_head, "n_kv_head": n_kv,
+                  "d_head": 0 if auto else inp.d_head, "n_layer": inp.n_layer,
                   "seq_len": inp.seq_len or inp.max_positions or 4096, "batch": inp.batch}
         for key, spin in self.spins.items():
             spin.blockSignals(True)
             spin.setValue(min(max(int(values[key]), spin.minimum()), spin.maximum()))
             spin.blockSignals(False)
         mla = inp.mla is not None
-        for key in ("n_kv_heads", "head_dim"):
+        for key in ("n_kv_head", "d_head"):
             self.spins[key].setEnabled(not mla)
-        self.spins["n_kv_heads"].setSpecialValueText("")
+        self.spins["n_kv_head"].setSpecialValueText("")
         self.dtype_combo.blockSignals(True)
         self.dtype_combo.setCurrentIndex(max(0, self.dtype_combo.findData(inp.kv_dtype)))
         self.dtype_combo.blockSignals(False)
@@ -379,10 +379,10 @@ class CalcPanel(QWidget):
         s = {key: spin.value() for key, spin in self.spins.items()}
         mla = self._base.mla is not None
         return replace(
-            self._base, d_model=s["d_model"], n_heads=s["n_heads"],
-            n_kv_heads=None if mla else s["n_kv_heads"],
-            head_dim=self._base.head_dim if mla else (s["head_dim"] or None),
-            n_layers=s["n_layers"], seq_len=s["seq_len"], batch=s["batch"],
+            self._base, d_model=s["d_model"], n_head=s["n_head"],
+            n_kv_head=None if mla else s["n_kv_head"],
+            d_head=self._base.d_head if mla else (s["d_head"] or None),
+            n_layer=s["n_layer"], seq_len=s["seq_len"], batch=s["batch"],
             kv_dtype=self.dtype_combo.currentData())
 
     # -- results ---------------------------------------------------------------------------------
@@ -419,7 +419,7 @@ class CalcPanel(QWidget):
         mp = r.model_params
         lines = [f"attention per layer: <b>{r.attn_params_per_layer:,}</b> "
                  f"({format_count(r.attn_params_per_layer)}) = {html.escape(f['attn_params_per_layer'])}",
-                 f"attention, {i.n_layers} layers: {r.attn_params_total:,} "
+                 f"attention, {i.n_layer} layers: {r.attn_params_total:,} "
                  f"({format_count(r.attn_params_total)})"]
         if mp:
             line = f"whole model: <b>{mp['total']:,}</b> ({format_count(mp['total'])})"
@@ -436,7 +436,7 @@ class CalcPanel(QWidget):
         ]))
 
         self._fill_table(self.compare_table, [
-            (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), "latent" if v.n_kv_heads is None else str(v.n_kv_heads),
+            (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), "latent" if v.n_kv_head is None else str(v.n_kv_head),
              format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
              f"{v.reduction_vs_mha:.3g}×")
             for key, v in r.compare.items()], tooltips=[v.label for v in r.compare.values()])
@@ -448,9 +448,9 @@ class CalcPanel(QWidget):
         self.flops_label.setText(
             f"FLOPs per new token at {i.seq_len:,} tokens: projections "
             f"{format_count(fl['projections_per_token'])}, Q·Kᵀ {format_count(fl['qk_per_token'])}, "
-            f"weights·V {format_count(fl['av_per_token'])}. {i.n_heads} heads of {r.d_head} cost "
-            f"the same matrix FLOPs as one head of {i.n_heads * r.d_head} "
-            f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_heads}× more scores.")
+            f"weights·V {format_count(fl['av_per_token'])}. {i.n_head} heads of {r.d_head} cost "
+            f"the same matrix FLOPs as one head of {i.n_head * r.d_head} "
+            f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_head}× more scores.")
 
         notes = list(r.warnings)
         key = self.preset_combo.currentData()
@@ -490,8 +490,8 @@ class CalcPanel(QWidget):
         scale, name = _unit_for(top)
         self._x_max = x_max
         # a model that is MHA (or MQA) as given would hide that curve under its own: draw it once
-        given = r.compare["gqa"].n_kv_heads
-        shown = [k for k in series if k == "gqa" or r.compare[k].n_kv_heads != given]
+        given = r.compare["gqa"].n_kv_head
+        shown = [k for k in series if k == "gqa" or r.compare[k].n_kv_head != given]
         for key, ys in series.items():
             self.curves[key].setData(*((xs, [y / scale for y in ys]) if key in shown else ([], [])))
         legend = self.plot.getPlotItem().legend
