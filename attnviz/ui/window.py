@@ -22,6 +22,7 @@ from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
+from attnviz.ui import settings as remembered
 from attnviz.ui.state import COLORMAPS, SCALE_MODES, AppState
 from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
@@ -567,20 +568,8 @@ class MainWindow(QMainWindow):
             self.restoreState(window_state)
         else:
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
-        # read everything first: applying one value writes all display settings back
-        cmap = str(s.value("colormap", "viridis"))
-        scale = str(s.value("scale_mode", "shared"))
-        view_mode = str(s.value("view_mode", "layer"))
-        hide_first = str(s.value("hide_first", "false")).lower() == "true"
-        layer = s.value("layer", 0)
-        st.set_colormap(cmap if cmap in COLORMAPS else "viridis")
-        st.set_scale_mode(scale if scale in ("shared", "per-head") else "shared")
-        st.set_view_mode("all" if view_mode == "all" else "layer")
-        st.set_hide_first(hide_first)
-        try:
-            st.set_layer(int(layer))
-        except (TypeError, ValueError):
-            pass
+        remembered.restore(st, s)  # the display options, each value checked
+        remembered.bind(st, s)  # from here every change of text, layer or display is written
         self._on_display()
         self._on_layer(st.layer)
         self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
@@ -734,7 +723,6 @@ class MainWindow(QMainWindow):
     def _on_text_changed(self, text: str) -> None:
         if self.text_box.toPlainText() != text:
             self.text_box.setPlainText(text)
-        self.settings.setValue("text", text)
         self.worker.request_compute()
 
     def _on_model_changed(self, model) -> None:
@@ -810,13 +798,12 @@ class MainWindow(QMainWindow):
             self.layer_spin.blockSignals(True)
             self.layer_spin.setValue(layer)
             self.layer_spin.blockSignals(False)
-        self.settings.setValue("layer", layer)
         st = self.state
         if st.view_mode == "layer" and st.focus is not None and st.focus[0] != layer:
             st.set_focus(layer, st.focus[1])  # the focus follows the one layer on screen
 
     def _on_display(self) -> None:
-        st, s = self.state, self.settings
+        st = self.state
         for w, value in ((self.all_check, st.view_mode == "all"),
                          (self.hide_first_check, st.hide_first),
                          (self.value_check, st.value_weighted)):
@@ -827,10 +814,6 @@ class MainWindow(QMainWindow):
         i = self.scale_combo.findData(st.scale_mode)
         if self.scale_combo.currentIndex() != i:
             self.scale_combo.setCurrentIndex(i)
-        s.setValue("colormap", st.colormap)
-        s.setValue("scale_mode", st.scale_mode)
-        s.setValue("view_mode", st.view_mode)
-        s.setValue("hide_first", st.hide_first)
         r = st.result  # value weighting needs the value norms: runs compute them only when asked
         if st.value_weighted and r is not None and r.value_norms is None:
             self.worker.request_compute(immediate=True)
@@ -925,8 +908,6 @@ class MainWindow(QMainWindow):
         s = self.settings
         s.setValue("geometry", self.saveGeometry())
         s.setValue("window_state", self.saveState())
-        s.setValue("text", self.state.text)
-        s.setValue("layer", self.state.layer)
         s.sync()
 
     def closeEvent(self, ev) -> None:
