@@ -17,8 +17,8 @@ from attnviz.ui.window import MainWindow
 
 WAIT = 30000
 # the window's "Repeated random sequence" sample: in its second half an induction head attends to
-# the word after each word's first copy (the toy model's best head: strength 0.03 at step 0, 0.58
-# at the end, labelled from step 1160)
+# the word after each word's first copy (the toy model's best head: strength 0.03 at step 0, 0.71
+# at the end, labelled from step 1180)
 REPEATED = ("violet anchor nine tulip gravel comet lantern otter violet anchor nine tulip gravel comet "
             "lantern otter")
 
