@@ -194,3 +194,14 @@ def test_the_toy_model_ships_inside_a_built_wheel(tmp_path, toy):
     want = {f"attnviz/resources/toy-stdlib-gpt2/{p.relative_to(toy.path).as_posix()}"
             for p in toy.path.rglob("*") if p.is_file()}
     assert len(want) >= 30 + 4 and want <= names, sorted(want - names)[:5]
+
+
+def test_the_icl_score_drops_fastest_within_the_induction_rise(toy):
+    meta = json.loads((toy.path / CHECKPOINTS_FILE).read_text(encoding="utf-8"))
+    pc = meta["phase_change"]
+    lo, hi = pc["induction_rise_steps"]
+    a, b = pc["icl_steepest_drop_steps"]
+    assert lo <= a < b <= hi, pc
+    # the rise is sampled densely: at least 15 checkpoints inside it
+    steps = [c["step"] for c in meta["checkpoints"]]
+    assert sum(lo <= s <= hi for s in steps) >= 15
