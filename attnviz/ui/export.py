@@ -22,7 +22,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.errors import AttnvizError
+from attnviz.engine.errors import AttnvizError, InputError
+from attnviz.engine.patterns import SCALE_MODES, check_index
 from attnviz.ui.export_data import (
     FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
     number_bytes, open_sidecar, os_reason, sidecar_dict, sidecar_path, write_atomic,
@@ -30,6 +31,7 @@ from attnviz.ui.export_data import (
 from attnviz.ui import anatomy_figure
 from attnviz.ui.anatomy_figure import AnatomyView
 from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
+from attnviz.ui.state import COLORMAPS, VIEW_MODES
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
            "format_of", "open_sidecar"]
@@ -112,6 +114,48 @@ def export_folder(settings: QSettings | None = None) -> Path:
     settings = settings if settings is not None else QSettings("attnviz", "attnviz")
     saved = Path(str(settings.value("export/folder", "") or "."))
     return saved if saved.is_absolute() and saved.is_dir() else default_folder()
+
+
+# --- sidecar views: File -> Open view restores what an export recorded -------------------------
+def view_problem(state, view: dict) -> str | None:
+    """Why a view cannot be shown on the state's model (a layer or head it does not have), or
+    None when it can."""
+    if state.model is None:
+        return "no model is loaded"
+    try:
+        if view.get("layer") is not None:
+            check_index("layer", int(view["layer"]), state.n_layer)
+            if view.get("head") is not None:
+                check_index("head", int(view["head"]), state.n_head)
+    except InputError as exc:
+        return f"{exc} in {state.model_name}"
+    return None
+
+
+def apply_view(state, view: dict) -> str | None:
+    """Show a view on `state`, all of it, or nothing of it and return why."""
+    problem = view_problem(state, view)
+    if problem is not None:
+        return problem
+    if view.get("text") is not None:
+        state.set_text(str(view["text"]))
+    if view.get("colormap") in COLORMAPS:
+        state.set_colormap(view["colormap"])
+    if view.get("scale_mode") in SCALE_MODES:
+        state.set_scale_mode(view["scale_mode"])
+    if view.get("hide_first") is not None:
+        state.set_hide_first(bool(view["hide_first"]))
+    if view.get("view_mode") in VIEW_MODES:
+        state.set_view_mode(view["view_mode"])
+    if view.get("layer") is not None:
+        state.set_layer(int(view["layer"]))
+        if view.get("head") is not None:
+            state.set_focus(int(view["layer"]), int(view["head"]))
+    ck = view.get("checkpoint")  # a model with training checkpoints: the step the view shows
+    if isinstance(ck, dict) and isinstance(ck.get("index"), int) and not isinstance(
+            ck["index"], bool):
+        state.request_checkpoint(ck["index"])
+    return None
 
 
 class ExportDialog(QDialog):

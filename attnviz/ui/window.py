@@ -15,15 +15,15 @@ from PySide6.QtWidgets import (
     QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
-from attnviz.ui.app import install_exception_guard
 from attnviz.engine import textbook
+from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
+from attnviz.ui import settings as remembered
+from attnviz.ui.app import install_exception_guard
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
-from attnviz.ui import settings as remembered
-from attnviz.ui.state import COLORMAPS, SCALE_MODES, AppState
+from attnviz.ui.state import COLORMAPS, AppState
 from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
 
@@ -632,50 +632,20 @@ class MainWindow(QMainWindow):
             self.apply_view(view, path)
 
     def view_problem(self, view: dict) -> str | None:
-        """Why a view cannot be shown on the current model (a layer or head it does not have), or
-        None when it can."""
-        from attnviz.engine.errors import InputError
-        from attnviz.engine.patterns import check_index
+        from attnviz.ui.export import view_problem  # (export loads after the first heatmaps)
 
-        st = self.state
-        if st.model is None:
-            return "no model is loaded"
-        try:
-            if view.get("layer") is not None:
-                check_index("layer", int(view["layer"]), st.n_layer)
-                if view.get("head") is not None:
-                    check_index("head", int(view["head"]), st.n_head)
-        except InputError as exc:
-            return f"{exc} in {st.model_name}"
-        return None
+        return view_problem(self.state, view)
 
     def apply_view(self, view: dict, path: str = "") -> None:
         """Show a view, all of it or (with a message) nothing of it."""
-        problem = self.view_problem(view)
+        from attnviz.ui.export import apply_view
+
+        problem = apply_view(self.state, view)
         if problem is not None:
             where = f" {path}" if path else ""
             self.show_error(f"Could not open view{where}: {problem}; the view was left as it was")
-            return
-        self.clear_error()
-        st = self.state
-        if view.get("text") is not None:
-            self.set_text(str(view["text"]))
-        if view.get("colormap") in COLORMAPS:
-            st.set_colormap(view["colormap"])
-        if view.get("scale_mode") in SCALE_MODES:
-            st.set_scale_mode(view["scale_mode"])
-        if view.get("hide_first") is not None:
-            st.set_hide_first(bool(view["hide_first"]))
-        if view.get("view_mode") in ("layer", "all"):
-            st.set_view_mode(view["view_mode"])
-        if view.get("layer") is not None:
-            st.set_layer(int(view["layer"]))
-            if view.get("head") is not None:
-                st.set_focus(int(view["layer"]), int(view["head"]))
-        ck = view.get("checkpoint")  # a model with training checkpoints: the step the view shows
-        if isinstance(ck, dict) and isinstance(ck.get("index"), int) and not isinstance(
-                ck["index"], bool):
-            st.request_checkpoint(ck["index"])
+        else:
+            self.clear_error()
 
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog
