@@ -206,3 +206,15 @@ def test_headless_cli_export(tmp_path):
                           "--model", "all-MiniLM-L6-v2", "--out", str(tmp_path / "a.npy")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "anatomy" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_shown_with_nothing_computed_says_so(qtbot):
+    from attnviz.ui.anatomy_panel import AnatomyPanel
+    from attnviz.ui.state import AppState
+
+    st = AppState()
+    panel = AnatomyPanel(st)
+    qtbot.addWidget(panel)
+    panel.set_shown(True)  # no model, no result: an empty canvas and a line saying why
+    assert panel.canvas.view is None and "No result" in panel.status.text()
+    panel.set_shown(True)
