@@ -124,8 +124,8 @@ def test_costs_say_where_gqa_and_head_dim_differ():
     rows = {r.what: r for r in head_costs(gqa, 7)}
     kv = rows["W_K + W_V"]
     assert kv.all_heads == 2 * gqa.d_model * gqa.n_kv_head * gqa.d_head < kv.full_head
-    assert "KV heads" in kv.note
+    assert kv.note == f"GQA: K, V {gqa.n_kv_head * gqa.d_head} wide"
     hd = load_model(FIXTURES / "llama_headdim").config
     note = head_dim_note(hd)
     assert "head_dim = 16" in note and "48 / 4 = 12" in note
-    assert "64 wide" in {r.what: r for r in head_costs(hd, 5)}["W_Q"].note
+    assert {r.what: r for r in head_costs(hd, 5)}["W_Q"].note == "heads 64 wide, d_model 48"

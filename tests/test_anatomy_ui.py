@@ -218,3 +218,46 @@ def test_shown_with_nothing_computed_says_so(qtbot):
     panel.set_shown(True)  # no model, no result: an empty canvas and a line saying why
     assert panel.canvas.view is None and "No result" in panel.status.text()
     panel.set_shown(True)
+
+
+@pytest.fixture
+def export_settings():
+    """The dialog remembers its choices in QSettings("attnviz", "attnviz"): put them back after."""
+    s = QSettings("attnviz", "attnviz")
+    saved = {k: s.value(k) for k in s.allKeys() if k.startswith("export/")}
+    yield
+    for k in [k for k in s.allKeys() if k.startswith("export/")]:
+        s.remove(k)
+    for k, v in saved.items():
+        s.setValue(k, v)
+    s.sync()
+
+
+def test_export_dialog_writes_the_anatomy_of_the_current_layer(window, qtbot, tmp_path,
+                                                                export_settings):
+    from attnviz.ui.export import ExportDialog
+
+    st = window.state
+    st.set_layer(4)
+    st.set_focus(4, 9)
+    assert st.result.layer_inputs is None  # the tab is hidden: the export runs for them itself
+    dlg = ExportDialog(st, window)
+    qtbot.addWidget(dlg)
+    dlg.scope.setCurrentIndex(dlg.scope.findData("anatomy"))
+    dlg.format.setCurrentIndex(dlg.format.findData("png"))
+    assert dlg.path_edit.text().endswith("_L4_anatomy.png")
+    dlg.path_edit.setText(str(tmp_path / "an.png"))
+    dlg.width_box.setValue(800)
+    assert dlg.do_export(), dlg.error.text()
+    side = json.loads((tmp_path / "an.png.json").read_text())
+    assert (side["view"], side["layer"], side["head"]) == ("anatomy", 4, 9)
+    img = _png(tmp_path / "an.png")
+    wq = next(b for b in side["blocks"] if b["block"] == "w_q")
+    c = img.pixelColor(int(wq["x"] + wq["w"] * 9.5 / 12), int(wq["y"] - 1))
+    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+    dlg2 = ExportDialog(st, window)
+    qtbot.addWidget(dlg2)
+    dlg2.scope.setCurrentIndex(dlg2.scope.findData("anatomy"))
+    dlg2.format.setCurrentIndex(dlg2.format.findData("csv"))
+    dlg2.path_edit.setText(str(tmp_path / "an.csv"))
+    assert not dlg2.do_export() and ".png or .svg" in dlg2.error.text()

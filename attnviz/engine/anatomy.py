@@ -120,8 +120,8 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     d, dh, nh, nkv, g = cfg.d_model, cfg.d_head, cfg.n_head, cfg.n_kv_head, cfg.n_group
     D, Dkv = nh * dh, nkv * dh
     qb, fb = (dh, d) if cfg.qkv_bias else (0, 0)
-    wide = f"heads are {nh}\u00d7{dh} = {D} wide, not d_model {d}" if D != d else ""
-    gqa = f"K, V: {nkv} KV heads ({Dkv} wide), not {d}" if g > 1 else ""
+    wide = f"heads {D} wide, d_model {d}" if D != d else ""
+    gqa = f"GQA: K, V {Dkv} wide" if g > 1 else ""
     t2 = f"{nh} patterns of T\u00b2, not one"
     rows = []
 

@@ -38,7 +38,8 @@ __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "exp
 
 log = logging.getLogger(__name__)
 DEFAULT_WIDTH = 2400
-SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers"}
+SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",
+               "anatomy": "Anatomy of the current layer (PNG, SVG)"}
 FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy array (.npy)",
                 "csv": "CSV table", "json": "JSON (tokens, ids, weights)"}
 
@@ -91,6 +92,20 @@ def export_result(result, path: str | os.PathLike, *, model: str, scope: str, la
                      colormap=colormap, scale_mode=scale_mode, hide_first=hide_first,
                      checkpoint=checkpoint)
     return export_view(view, path, fmt=fmt, width=width)
+
+
+def anatomy_view(state) -> AnatomyView:
+    """The Anatomy figure of the window's layer, its focused head lit. A result that kept no layer
+    inputs (the tab was hidden) is run again for them, in full and off the KV cache."""
+    r, model = state.result, state.model
+    if r is None or model is None:
+        raise ExportError("nothing to export yet: no attention has been computed")
+    if r.layer_inputs is None:
+        r = (model.run(r.text, truncate=r.truncated, use_cache=False, inputs=True) if r.text
+             else model.run(ids=r.input_ids, use_cache=False, inputs=True))
+    focus = state.focus
+    head = focus[1] if focus is not None and focus[0] == state.layer else None
+    return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
 
 
 def _checkpoint_record(state) -> dict | None:
@@ -265,6 +280,8 @@ class ExportDialog(QDialog):
             stem = f"{model}_L{st.focus[0]}H{st.focus[1]}"
         elif scope == "layer":
             stem = f"{model}_L{st.layer}"
+        elif scope == "anatomy":
+            stem = f"{model}_L{st.layer}_anatomy"
         else:
             stem = f"{model}_all"
         current = self.path_edit.text().strip()
@@ -320,11 +337,15 @@ class ExportDialog(QDialog):
             layer, head = st.focus
         QApplication.setOverrideCursor(Qt.CursorShape.WaitCursor)
         try:
-            self.written = export_result(
-                st.result, path, model=st.model_name, scope=scope, layer=layer, head=head,
-                width=self.width_box.value(), colormap=st.colormap,
-                scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
-                fmt=self.format.currentData(), checkpoint=_checkpoint_record(st))
+            if scope == "anatomy":
+                self.written = export_view(anatomy_view(st), path, fmt=self.format.currentData(),
+                                           width=self.width_box.value())
+            else:
+                self.written = export_result(
+                    st.result, path, model=st.model_name, scope=scope, layer=layer, head=head,
+                    width=self.width_box.value(), colormap=st.colormap,
+                    scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
+                    fmt=self.format.currentData(), checkpoint=_checkpoint_record(st))
         except (AttnvizError, OSError) as exc:
             message = (str(exc) if isinstance(exc, AttnvizError)
                        else f"cannot write {path}: {os_reason(exc)}")
