@@ -48,7 +48,12 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
         return f"L{layer} H{head}  {r.labels[q]} → {r.labels[k]}  (hidden)"
     value = float(state.display_data().attn[layer, head, q, k])
     badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
-    return readout(state.result, layer, head, q, k, value, badge)
+    text = readout(state.result, layer, head, q, k, value, badge)
+    r = state.result
+    if state.value_weighted and r.value_norms is not None:
+        text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "
+                 f"‖v W_O‖ {float(r.value_norms[layer, head, k]):.3g})")
+    return text
 
 
 class Label(QGraphicsSimpleTextItem):

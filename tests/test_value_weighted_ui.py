@@ -1,0 +1,93 @@
+"""Value-weighted attention as the window shows it and as `attnviz attention --value-weighted`
+writes it, checked against a direct computation (a_qk * ||v_k W_O(h)||, rows renormalised) on a tiny
+GQA fixture and on MiniLM."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings
+
+from attnviz.cli import main
+from attnviz.engine import load_model
+from attnviz.engine.families import forward_attentions
+from attnviz.ui.window import MainWindow
+from conftest import FIXTURES
+
+WAIT = 30000
+
+
+def direct(model, ids):
+    """By hand, per head: the key's value row times head h's rows of W_O, its norm, the weights
+    scaled by it and renormalised."""
+    c, w = model.config, model.weights
+    values = []
+    att = forward_attentions(c, w, np.asarray(ids), values_out=values).astype(np.float64)
+    norms = np.zeros(att.shape[:3])
+    for i, layer in enumerate(w.layers):
+        for h in range(c.n_head):
+            f = values[i][h // c.n_group] @ layer.w_o[h * c.d_head:(h + 1) * c.d_head]
+            norms[i, h] = np.linalg.norm(f, axis=-1)
+    vw = att * norms[:, :, None, :]
+    return norms, vw / vw.sum(-1, keepdims=True)
+
+
+def test_cli_writes_value_norms_and_value_weighted_for_a_gqa_model(tmp_path, capsys):
+    out = tmp_path / "a.npz"
+    ids = [3, 1, 4, 1, 5, 9, 2, 6]
+    assert main(["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids",
+                 ",".join(map(str, ids)), "--value-weighted", "--out", str(out)]) == 0
+    d = np.load(out, allow_pickle=False)
+    norms, vw = direct(load_model(FIXTURES / "llama_gqa"), ids)
+    assert d["value_norms"].dtype == np.float32 and d["value_norms"].shape == (2, 8, 8)
+    assert d["value_weighted"].dtype == np.float32 and d["value_weighted"].shape == (2, 8, 8, 8)
+    np.testing.assert_allclose(d["value_norms"], norms, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(d["value_weighted"], vw, atol=1e-5)
+    np.testing.assert_allclose(d["value_weighted"].sum(-1), 1.0, atol=1e-5)
+    assert main(["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4",
+                 "--out", str(tmp_path / "b.npz")]) == 0
+    assert "value_norms" not in np.load(tmp_path / "b.npz").files  # only when asked
+
+
+def test_cli_value_weighted_on_minilm(tmp_path, minilm):
+    out = tmp_path / "m.npz"
+    text = "The keys to the cabinet are on the table."
+    assert main(["attention", "--model", "all-MiniLM-L6-v2", "--text", text, "--value-weighted",
+                 "--out", str(out)]) == 0
+    d = np.load(out, allow_pickle=False)
+    norms, vw = direct(minilm, minilm.run(text).input_ids)
+    np.testing.assert_allclose(d["value_norms"], norms, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(d["value_weighted"], vw, atol=1e-5)
+
+
+@pytest.fixture
+def tiny_window(qtbot, tmp_path):
+    w = MainWindow(model=str(FIXTURES / "llama_gqa"), text="3, 1, 4, 1, 5, 9, 2, 6",
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+    yield w
+    w.worker.wait_idle()
+
+
+def test_grid_and_focus_view_show_the_value_weighted_pattern(tiny_window, qtbot):
+    w = tiny_window
+    st = w.state
+    plain = st.display_data().attn.copy()
+    assert st.result.value_norms is None  # off: the runs compute no value norms
+    st.set_value_weighted(True)
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    norms, vw = direct(load_model(FIXTURES / "llama_gqa"), st.result.input_ids)
+    np.testing.assert_allclose(st.display_data().attn, vw, atol=1e-5)
+    assert not np.allclose(plain, vw, atol=1e-3)
+    st.set_focus(1, 5)
+    qtbot.waitUntil(lambda: w.focus_view._T == 8, timeout=WAIT)
+    np.testing.assert_allclose(w.focus_view.img.image, vw[1, 5], atol=1e-5)
+    assert "value-weighted" in w.focus_view.title.text()
+    text = w.grid.readout_at(1, 5, 7, 2)
+    assert f"{vw[1, 5, 7, 2]:.2f}" in text and "value-weighted" in text
+    # typing keeps it: the next run computes the norms again
+    w.set_text("3, 1, 4, 1, 5")
+    qtbot.waitUntil(lambda: len(st.result.tokens) == 5 and st.result.value_norms is not None,
+                    timeout=WAIT)
+    st.set_value_weighted(False)
+    np.testing.assert_allclose(st.display_data().attn, st.result.attentions, atol=0)
