@@ -131,3 +131,36 @@ def test_an_error_reaches_only_the_newest_jobs_owner(qtbot, book):
     qtbot.waitUntil(lambda: bool(heard), timeout=WAIT)
     qtbot.wait(30)
     assert heard == [("new", 2, None)]
+
+
+def test_garbage_is_collected_only_on_the_main_thread(qtbot):
+    """A cyclic collection on a job thread can free Qt objects there and deadlock against the main
+    thread (seen: a load thread in gc_collect_main -> QObject::~QObject): the runner switches
+    automatic collection off and collects on a main-thread timer instead."""
+    import gc
+    import weakref
+
+    from attnviz.ui import worker as W
+
+    Worker(AppState())
+    assert not gc.isenabled() and W._GC_TIMER is not None and W._GC_TIMER.isActive()
+
+    class Node:
+        pass
+    a, b = Node(), Node()
+    a.other, b.other = b, a  # a cycle only the collector can free
+    gone = weakref.ref(a)
+    del a, b
+    seen_on = []
+    done = threading.Event()
+
+    def job():  # allocations on a job thread never trigger a collection there
+        kept.extend(Node() for _ in range(5 * gc.get_threshold()[0]))  # past generation 0's limit
+        seen_on.append(gone() is not None)
+        done.set()
+    kept = []
+    t = threading.Thread(target=job)
+    t.start()
+    t.join(10)
+    assert seen_on == [True]
+    qtbot.waitUntil(lambda: gone() is None, timeout=5000)  # the main thread's timer freed it

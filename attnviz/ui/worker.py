@@ -21,6 +21,7 @@ receives NaN heatmaps."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import logging
 import threading
@@ -51,6 +52,44 @@ def shared_pool() -> QThreadPool:
         _POOL.setMaxThreadCount(1)
         _POOL.destroyed.connect(_forget_pool)
     return _POOL
+
+
+_GC_TIMER: QTimer | None = None
+GC_INTERVAL_MS = 500
+
+
+def collect_garbage_on_the_main_thread() -> None:
+    """Python's cyclic garbage collector runs in whichever thread happens to allocate. Run on a job
+    thread, it can free a Qt object left in a reference cycle (a closed window's widgets), whose
+    destructor takes a Qt lock and then waits for the GIL, while the main thread holds the GIL and
+    waits for that lock: the window freezes for good (seen in the test suite: a model load thread
+    in gc_collect_main -> QObject::~QObject, the main thread in QMetaObject::disconnect). So, as
+    pyqtgraph's GarbageCollector does, automatic collection is switched off and a timer on the
+    main thread collects each generation once it passes its usual threshold."""
+    global _GC_TIMER
+    if _GC_TIMER is not None:
+        return
+    app = QCoreApplication.instance()
+    assert app is not None, "the job runner needs the QApplication"
+    _GC_TIMER = QTimer(app)
+    _GC_TIMER.timeout.connect(_collect)
+    _GC_TIMER.destroyed.connect(_gc_timer_gone)
+    gc.disable()
+    _GC_TIMER.start(GC_INTERVAL_MS)
+
+
+def _collect() -> None:  # on the main thread: generation g once its count passes its threshold
+    counts, limits = gc.get_count(), gc.get_threshold()
+    for g in range(3):
+        if counts[g] <= limits[g]:
+            break
+        gc.collect(g)
+
+
+def _gc_timer_gone(*_):  # the application is gone: Python collects on its own again
+    global _GC_TIMER
+    _GC_TIMER = None
+    gc.enable()
 
 
 def _forget_pool(*_):
@@ -188,6 +227,7 @@ class Worker(QObject):
 
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
+        collect_garbage_on_the_main_thread()  # before any job thread runs
         self.state = state
         self.pool = shared_pool()
         self._ids = itertools.count(1)
