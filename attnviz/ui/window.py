@@ -24,6 +24,7 @@ from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
 from attnviz.ui.state import COLORMAPS, AppState
+from attnviz.ui.tokens import TokenStrip
 from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
 
@@ -38,192 +39,6 @@ def sentence(text: str) -> str:
     stay), so messages joined from parts never read '..'."""
     text = str(text).rstrip().rstrip(".").rstrip()
     return text if text.endswith(("?", "!")) else text + "."
-
-
-class TokenStrip(QWidget):
-    """The tokens as the model sees them, painted as boxes in wrapped lines (a rich-text label cost
-    5-10 ms per result to lay out); clicking a token picks it as the query.
-
-    The strip's height follows its line count only once results pause (RESIZE_DELAY_MS): a height
-    change re-lays out the window and repaints the whole grid (20-30 ms measured), which would
-    stall typing each time the text wraps. Until then a strip with too few lines shows the newest
-    tokens (the ones being typed), after a "… N" box counting the tokens before them."""
-
-    sigClicked = Signal(int)
-    MAX_LINES = 4
-    RESIZE_DELAY_MS = 300
-    COLORS = ("#fde7c8", "#d6e4ff")  # alternating token backgrounds
-    SPECIAL, QUERY = "#e3e3e3", "#ff9e3d"
-
-    def __init__(self, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.labels: list[str] = []
-        self.special: list[bool] = []
-        self.query: int | None = None
-        self._rects: list[QRect] = []  # boxes of tokens _first, _first + 1, ...
-        self._first = 0  # tokens before it are summed up in the "… N" box (_head_rect)
-        self._head_rect: QRect | None = None
-        self._more = 0  # tokens that did not fit in MAX_LINES
-        self._height = self._layout(400, self.MAX_LINES)
-        self._resize_timer = QTimer(self)
-        self._resize_timer.setSingleShot(True)
-        self._resize_timer.setInterval(self.RESIZE_DELAY_MS)
-        self._resize_timer.timeout.connect(self._fit_height)
-        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-
-    def set_tokens(self, labels: list[str], special: list[bool], query: int | None) -> None:
-        self.labels, self.special, self.query = labels, special, query
-        if self.isVisible() and self.height() > 0:
-            lines = max(1, (self.height() - 3) // self._line_step())
-            if self._wrap(self.width(), self.MAX_LINES)[0] != self.height():
-                self._resize_timer.start()  # (re)started per result: resize once typing pauses
-            self._layout(self.width(), lines, tail=True)
-        else:
-            self._height = self._layout(self.width(), self.MAX_LINES)
-            self.updateGeometry()
-        self.update()
-
-    def set_query(self, query: int | None) -> None:
-        self.query = query
-        self.update()
-
-    def _fit_height(self) -> None:
-        self._height = self._layout(self.width(), self.MAX_LINES)
-        self.updateGeometry()
-        self.update()
-
-    def _line_step(self) -> int:
-        return self.fontMetrics().height() + 4 + 3
-
-    def _layout(self, width: int, max_lines: int, tail: bool = False) -> int:
-        """Lay the boxes out (see _wrap) and keep that layout for painting; returns its height."""
-        height, self._rects, self._first, self._head_rect, self._more = self._wrap(width, max_lines, tail)
-        return height
-
-    def _wrap(self, width: int, max_lines: int, tail: bool = False):
-        """Wrap the token boxes into at most max_lines lines: (height, rects, first token shown,
-        "… N" box or None, tokens left out at the end). With tail, the lines are filled from the last
-        token backwards, so the newest tokens stay shown."""
-        fm = self.fontMetrics()
-        h = fm.height() + 4
-        widths = [fm.horizontalAdvance(label or " ") + 10 for label in self.labels]
-        if tail and max_lines < self.MAX_LINES and self._lines_needed(widths, width) > max_lines:
-            # backwards: the first shown line starts with a "… N" box for the tokens before it
-            lines: list[list[int]] = [[]]
-            x = width - 2
-            for i in range(len(widths) - 1, -1, -1):
-                head_w = fm.horizontalAdvance(f"… {i + 1}") + 10 + 3 if len(lines) == max_lines else 0
-                if x - widths[i] - head_w < 2 and lines[-1]:
-                    if len(lines) == max_lines:
-                        break
-                    lines.append([])
-                    x = width - 2
-                lines[-1].insert(0, i)
-                x -= widths[i] + 3
-            lines.reverse()
-            first = lines[0][0]
-            rects = []
-            y = 2
-            head = None
-            for n, line in enumerate(lines):
-                x = 2
-                if n == 0:
-                    w = fm.horizontalAdvance(f"… {first}") + 10
-                    head = QRect(x, y, w, h)
-                    x += w + 3
-                for i in line:
-                    rects.append(QRect(x, y, widths[i], h))
-                    x += widths[i] + 3
-                y += h + 3
-            return y + 1, rects, first, head, 0
-        x = y = 2
-        lines_used = 1
-        more = 0
-        rects = []
-        for i, w in enumerate(widths):
-            if x + w > width - 2 and x > 2:
-                if lines_used == max_lines:
-                    more = len(widths) - i
-                    break
-                lines_used += 1
-                x, y = 2, y + h + 3
-            rects.append(QRect(x, y, w, h))
-            x += w + 3
-        # the "… N more" count is drawn after the last box: give it room inside the width
-        while more and len(rects) > 1 and (
-                rects[-1].right() + 8 + fm.horizontalAdvance(f"… {more} more") > width - 2):
-            rects.pop()
-            more += 1
-        return y + h + 4, rects, 0, None, more
-
-    @staticmethod
-    def _lines_needed(widths: list[int], width: int) -> int:
-        x, lines = 2, 1
-        for w in widths:
-            if x + w > width - 2 and x > 2:
-                lines += 1
-                x = 2
-            x += w + 3
-        return lines
-
-    def token_rect(self, i: int) -> QRect:
-        return self._rects[i - self._first]
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        return self._wrap(width, self.MAX_LINES)[0]
-
-    def sizeHint(self) -> QSize:
-        return QSize(400, self._height)
-
-    def resizeEvent(self, ev) -> None:
-        super().resizeEvent(ev)
-        lines = max(1, (self.height() - 3) // self._line_step())
-        self._layout(self.width(), min(lines, self.MAX_LINES), tail=True)
-
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
-        fm = self.fontMetrics()
-        if not self.labels:
-            p.setPen(QColor("#777777"))
-            p.drawText(4, fm.ascent() + 4, "no tokens")
-            return
-        if self._head_rect is not None:
-            p.fillRect(self._head_rect, QColor(self.SPECIAL))
-            p.setPen(QColor("#555555"))
-            p.drawText(self._head_rect, Qt.AlignmentFlag.AlignCenter, f"… {self._first}")
-        for j, r in enumerate(self._rects):
-            i = self._first + j
-            bg = self.QUERY if i == self.query else (
-                self.SPECIAL if self.special[i] else self.COLORS[i % 2])
-            p.fillRect(r, QColor(bg))
-            p.setPen(QColor("#666666" if self.special[i] and i != self.query else "#000000"))
-            p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.labels[i])
-        if self._more:
-            p.setPen(QColor("#555555"))
-            last = self._rects[-1]
-            p.drawText(last.right() + 8, last.top() + fm.ascent() + 2, f"… {self._more} more")
-
-    def index_at(self, pos) -> int | None:
-        return next((self._first + j for j, r in enumerate(self._rects) if r.contains(pos)), None)
-
-    def mousePressEvent(self, ev) -> None:
-        i = self.index_at(ev.position().toPoint())
-        if i is not None:
-            self.sigClicked.emit(i)
-
-    def event(self, ev) -> bool:
-        if ev.type() == QEvent.Type.ToolTip:
-            i = self.index_at(ev.pos())
-            text = (f"#{i}: {self.labels[i]!r} (click: show this query row in every head)"
-                    if i is not None else self.toolTip())
-            QToolTip.showText(ev.globalPos(), text, self)
-            return True
-        return super().event(ev)
 
 
 class MainWindow(QMainWindow):
@@ -286,7 +101,7 @@ class MainWindow(QMainWindow):
         self.samples_button.setMenu(self.samples_menu)
         self.samples_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
 
-        self.token_strip = TokenStrip()
+        self.token_strip = TokenStrip(st)
         self.token_strip.setToolTip("The tokens as the model sees them. Click one to show its "
                                     "attention row in every head; click again to clear.")
         self.trunc_notice = QLabel()
@@ -545,7 +360,6 @@ class MainWindow(QMainWindow):
             lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
         self.hide_first_check.toggled.connect(st.set_hide_first)
         self.value_check.toggled.connect(st.set_value_weighted)
-        self.token_strip.sigClicked.connect(self._on_token_clicked)
         st.sigLoadingChanged.connect(self._on_loading_changed)
         w.sigLoading.connect(self._on_loading)
         w.sigLoaded.connect(self._on_loaded)
@@ -803,20 +617,12 @@ class MainWindow(QMainWindow):
             self.focus_dock.show()
             self.focus_dock.raise_()
 
-    def _on_token_clicked(self, q: int) -> None:
-        self.state.set_query(None if self.state.query_pos == q else q)
-
     def _draw_tokens(self, *_) -> None:
         r = self.state.result
         q = self.state.query_pos
         if r is None:
-            self.token_strip.set_tokens([], [], None)
             self.query_label.setText("")
             return
-        if self.token_strip.labels is not r.labels:
-            self.token_strip.set_tokens(r.labels, [a == b for a, b in r.offsets], q)
-        else:
-            self.token_strip.set_query(q)
         self.query_label.setText(f"Query: {r.labels[q]} (#{q})" if q is not None else "")
 
     def _update_title(self) -> None:
