@@ -182,3 +182,24 @@ def test_controls_have_tooltips(panel):
     for w in (*panel.spins.values(), panel.dtype_combo, panel.preset_combo, panel.plot,
               panel.shapes_table, panel.compare_table):
         assert w.toolTip()
+
+
+def test_the_panel_is_a_view_of_the_state(qtbot):
+    """Issue 11 item 2: given AppState the calculator follows the loaded model and the sentence by
+    itself; hidden, it lets results pass and catches up when shown."""
+    from attnviz.engine import load_model, textbook
+    from attnviz.ui.state import AppState
+
+    st = AppState()
+    w = CalcPanel(st)
+    qtbot.addWidget(w)
+    m = load_model(textbook.TEXTBOOK_NAME)
+    st.set_model(m)
+    assert w.preset_combo.currentText() == f"Loaded model: {m.name}"
+    st.set_result(m.run("the cat sat on the mat"))
+    assert w.sentence_len == 7
+    w.set_shown(False)
+    st.set_result(m.run("the cat sat"))
+    assert w.sentence_len == 7  # hidden: not refilled per result
+    w.set_shown(True)
+    assert w.sentence_len == 4 and "computed" in w.live_label.text()

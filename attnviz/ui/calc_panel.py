@@ -60,8 +60,13 @@ class CalcPanel(QWidget):
       set_live_cache(result, model)             what the engine's KV cache holds after this run
     """
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, state=None, parent: QWidget | None = None) -> None:
+        """With `state` (AppState) the panel follows the loaded model and the current result by
+        itself; while it is not shown (set_shown(False): a dock behind another tab) it lets results
+        pass and catches up when shown again."""
         super().__init__(parent)
+        self.state = state
+        self._shown = True
         self.presets = load_presets()
         self.result: CalcResult | None = None
         self.sentence_len: int | None = None
@@ -72,6 +77,28 @@ class CalcPanel(QWidget):
         self._build()
         self._connect()
         self._select(DEFAULT_PRESET)
+        if state is not None:
+            state.sigModelChanged.connect(self._follow_model)
+            state.sigResultChanged.connect(self._follow_result)
+            self._follow_model(state.model)
+            self._follow_result(state.result)
+
+    # -- a view of AppState ----------------------------------------------------------------------
+
+    def _follow_model(self, model) -> None:
+        if model is not None:
+            self.set_model_config(model.config.raw, model.name)
+
+    def _follow_result(self, result) -> None:
+        if result is not None and self._shown:
+            self.set_seq_len(len(result.tokens))
+            self.set_live_cache(result, self.state.model)
+
+    def set_shown(self, shown: bool) -> None:
+        """Whether the panel is on screen; a hidden calculator catches up when shown."""
+        self._shown = bool(shown)
+        if self._shown and self.state is not None:
+            self._follow_result(self.state.result)
 
     # -- public API ------------------------------------------------------------------------------
 

@@ -203,7 +203,6 @@ class MainWindow(QMainWindow):
         self.focus_dock.setWidget(self.focus_view)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
         self.calc_panel = self.calc_dock = None
-        self._calc_shown = True  # the calculator's dock tab is selected (or floating, shown)
         self.roles_panel = self.roles_dock = None
         self.anatomy_panel = self.anatomy_dock = None
         self._panels_wanted = panels
@@ -220,14 +219,9 @@ class MainWindow(QMainWindow):
         if "calc" in panels:
             from attnviz.ui.calc_panel import CalcPanel
 
-            self.calc_panel = CalcPanel()
+            self.calc_panel = CalcPanel(self.state)
             self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
-            self.calc_dock.visibilityChanged.connect(self._on_calc_visible)
-            m = self.state.model
-            if m is not None:
-                self.calc_panel.set_model_config(m.config.raw, m.name)
-            if self.state.result is not None:
-                self.calc_panel.set_seq_len(len(self.state.result.tokens))
+            self.calc_dock.visibilityChanged.connect(self.calc_panel.set_shown)
         if "roles" in panels:
             from attnviz.ui.roles_panel import RolesPanel
 
@@ -526,8 +520,6 @@ class MainWindow(QMainWindow):
             f"layers, 0–{c.n_layer - 1} (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
         self.layer_spin.setValue(self.state.layer)
         self.layer_spin.blockSignals(False)
-        if self.calc_panel is not None:
-            self.calc_panel.set_model_config(c.raw, model.name)
         self.worker.request_compute(immediate=True)
 
     def _on_computed(self, req, result) -> None:
@@ -566,16 +558,6 @@ class MainWindow(QMainWindow):
             lines.append(sentence(result.notice))
         self.trunc_notice.setText("\n".join(lines))
         self.trunc_notice.setVisible(bool(lines))
-        if self.calc_panel is not None and self._calc_shown:
-            self.calc_panel.set_seq_len(T)  # (a hidden calculator catches up when shown)
-            self.calc_panel.set_live_cache(result, self.state.model)
-
-    def _on_calc_visible(self, shown: bool) -> None:
-        self._calc_shown = shown
-        r = self.state.result
-        if shown and r is not None:
-            self.calc_panel.set_seq_len(len(r.tokens))
-            self.calc_panel.set_live_cache(r, self.state.model)
 
     def _on_layer(self, layer: int) -> None:
         if self.layer_spin.value() != layer:
