@@ -7,12 +7,11 @@ import html
 import logging
 import time
 
-from PySide6.QtCore import QByteArray, QEvent, QRect, QSettings, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QKeySequence, QPainter
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu,
-    QMessageBox, QPlainTextEdit, QProgressBar, QSizePolicy, QSpinBox, QToolButton, QToolTip,
-    QVBoxLayout, QWidget,
+    QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
+    QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine import textbook
@@ -20,10 +19,11 @@ from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui import settings as remembered
 from attnviz.ui.app import install_exception_guard
+from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
-from attnviz.ui.state import COLORMAPS, AppState
+from attnviz.ui.state import AppState
 from attnviz.ui.tokens import TokenStrip
 from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
@@ -60,7 +60,6 @@ class MainWindow(QMainWindow):
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
         self._load_source = ""
-        self._load_started = 0.0  # monotonic time the shown load began
         self._banner_kind = ""  # what the error banner shows: "compute" clears on the next result
         self._model_infos = None  # the last model scan (find_models), None before the first
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
@@ -118,34 +117,12 @@ class MainWindow(QMainWindow):
         self.error_banner.mousePressEvent = lambda _ev: self.error_banner.hide()
         self.error_banner.hide()
 
-        self.layer_spin = QSpinBox()
-        self.layer_spin.setPrefix("Layer ")
-        self.layer_spin.setToolTip("Layer shown in the grid (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
-        self.all_check = QCheckBox("All layers")
-        self.all_check.setToolTip("Show every layer × head at once")
-        self.cmap_combo = QComboBox()
-        self.cmap_combo.addItems(COLORMAPS)
-        self.cmap_combo.setToolTip("Colormap of the heatmaps")
-        self.scale_combo = QComboBox()
-        self.scale_combo.addItem("Shared scale", "shared")
-        self.scale_combo.addItem("Per-head scale", "per-head")
-        self.scale_combo.setToolTip("Shared: one colour scale for all heads (comparable). "
-                                    "Per-head: each head scaled to its own maximum.")
-        self.hide_first_check = QCheckBox("Hide first token")
-        self.hide_first_check.setToolTip("Hide the first key column ([CLS] / BOS, often an "
-                                         "attention sink) and rescale each row over the rest")
-        self.value_check = QCheckBox("Value-weighted")
-        self.value_check.setToolTip("Scale each weight by ||v_key W_O(head)||, what the key sends "
-                                    "through the head, rows renormalised (defined in the Anatomy "
-                                    "panel); titles give each head's share of the layer's output")
-        self.query_label = QLabel()
-        self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
-
-        controls = QHBoxLayout()
-        for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
-                  self.hide_first_check, self.value_check, self.query_label):
-            controls.addWidget(w)
-        controls.addStretch(1)
+        self.controls = ViewControls(st)
+        c = self.controls  # (the window's names for them, as menus and tests use them)
+        self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo = (
+            c.layer_spin, c.all_check, c.cmap_combo, c.scale_combo)
+        self.hide_first_check, self.value_check, self.query_label = (
+            c.hide_first_check, c.value_check, c.query_label)
         top = QHBoxLayout()
         top.addWidget(self.text_box, 1)
         top.addWidget(self.samples_button, 0, Qt.AlignmentFlag.AlignTop)
@@ -161,7 +138,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.guide_bar)
         col.addWidget(self.trunc_notice)
         col.addWidget(self.model_notice)
-        col.addLayout(controls)
+        col.addWidget(self.controls)
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
         self.training_panel = TrainingPanel(st, self.worker)
         col.addWidget(self.training_panel)
@@ -169,25 +146,8 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         sb = self.statusBar()
-        # while a model loads: what, for how long, a busy bar (loads give no fraction) and Cancel
-        self.load_box = QWidget()
-        box = QHBoxLayout(self.load_box)
-        box.setContentsMargins(0, 0, 0, 0)
-        self.load_label = QLabel()
-        self.load_label.setToolTip("The model being loaded; the current one stays usable meanwhile")
-        self.progress = QProgressBar()
-        self.progress.setRange(0, 0)
-        self.progress.setMaximumWidth(140)
-        self.cancel_button = QToolButton()
-        self.cancel_button.setText("Cancel")
-        self.cancel_button.setToolTip("Stop waiting for this model (Esc); the current model stays")
-        self.cancel_button.clicked.connect(self.cancel_load)
-        for w in (self.load_label, self.progress, self.cancel_button):
-            box.addWidget(w)
-        self.load_box.hide()
-        self._load_clock = QTimer(self)  # the seconds in the load label
-        self._load_clock.setInterval(500)
-        self._load_clock.timeout.connect(self._show_load_time)
+        self.load_box = LoadBox(st, self.worker)
+        self.load_label, self.cancel_button = self.load_box.label, self.load_box.cancel_button
         self.tokens_label = QLabel()
         self.time_label = QLabel()
         self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
@@ -342,19 +302,10 @@ class MainWindow(QMainWindow):
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
-        st.sigQueryChanged.connect(self._draw_tokens)
         st.sigLayerChanged.connect(self._on_layer)
         st.sigDisplayChanged.connect(self._on_display)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
-        self.layer_spin.valueChanged.connect(st.set_layer)
-        self.all_check.toggled.connect(lambda on: st.set_view_mode("all" if on else "layer"))
-        self.cmap_combo.currentTextChanged.connect(st.set_colormap)
-        self.scale_combo.currentIndexChanged.connect(
-            lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
-        self.hide_first_check.toggled.connect(st.set_hide_first)
-        self.value_check.toggled.connect(st.set_value_weighted)
-        st.sigLoadingChanged.connect(self._on_loading_changed)
         w.sigLoading.connect(self._on_loading)
         w.sigLoaded.connect(self._on_loaded)
         w.sigLoadFailed.connect(self._on_load_failed)
@@ -381,11 +332,9 @@ class MainWindow(QMainWindow):
         self._on_display()
         self._on_layer(st.layer)
         self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
-        self._draw_tokens()
         self._update_title()
         if self.state.loading:  # the load started before the signals were connected
             self._on_loading(self.state.loading)
-            self._on_loading_changed(self.state.loading)
 
     # --- actions ------------------------------------------------------------------------------
     def set_text(self, text: str) -> None:
@@ -510,16 +459,6 @@ class MainWindow(QMainWindow):
         self.model_notice.setVisible(bool(notice))
         if model is None:
             return
-        c = model.config
-        self.layer_spin.blockSignals(True)
-        self.layer_spin.setRange(0, c.n_layer - 1)
-        # numbered from 0 like the head titles (L3 H1): the suffix gives the range, not a count
-        self.layer_spin.setSuffix(f" (0–{c.n_layer - 1})")
-        self.layer_spin.setToolTip(
-            f"Layer shown in the grid, numbered from 0 as in the head titles (L3 H1): {c.n_layer} "
-            f"layers, 0–{c.n_layer - 1} (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
-        self.layer_spin.setValue(self.state.layer)
-        self.layer_spin.blockSignals(False)
         self.worker.request_compute(immediate=True)
 
     def _on_computed(self, req, result) -> None:
@@ -541,7 +480,6 @@ class MainWindow(QMainWindow):
     def _on_result(self, result) -> None:
         if not self.panels_ready and result is not None:
             QTimer.singleShot(30, self._build_panel_docks)  # after this result is painted
-        self._draw_tokens()
         if result is None:
             self.tokens_label.setText("0 tokens")
             self.trunc_notice.hide()
@@ -560,26 +498,12 @@ class MainWindow(QMainWindow):
         self.trunc_notice.setVisible(bool(lines))
 
     def _on_layer(self, layer: int) -> None:
-        if self.layer_spin.value() != layer:
-            self.layer_spin.blockSignals(True)
-            self.layer_spin.setValue(layer)
-            self.layer_spin.blockSignals(False)
         st = self.state
         if st.view_mode == "layer" and st.focus is not None and st.focus[0] != layer:
             st.set_focus(layer, st.focus[1])  # the focus follows the one layer on screen
 
     def _on_display(self) -> None:
         st = self.state
-        for w, value in ((self.all_check, st.view_mode == "all"),
-                         (self.hide_first_check, st.hide_first),
-                         (self.value_check, st.value_weighted)):
-            if w.isChecked() != value:
-                w.setChecked(value)
-        if self.cmap_combo.currentText() != st.colormap:
-            self.cmap_combo.setCurrentText(st.colormap)
-        i = self.scale_combo.findData(st.scale_mode)
-        if self.scale_combo.currentIndex() != i:
-            self.scale_combo.setCurrentIndex(i)
         r = st.result  # value weighting needs the value norms: runs compute them only when asked
         if st.value_weighted and r is not None and r.value_norms is None:
             self.worker.request_compute(immediate=True)
@@ -599,14 +523,6 @@ class MainWindow(QMainWindow):
             self.focus_dock.show()
             self.focus_dock.raise_()
 
-    def _draw_tokens(self, *_) -> None:
-        r = self.state.result
-        q = self.state.query_pos
-        if r is None:
-            self.query_label.setText("")
-            return
-        self.query_label.setText(f"Query: {r.labels[q]} (#{q})" if q is not None else "")
-
     def _update_title(self) -> None:
         name = self.state.model_name
         self.setWindowTitle(f"attnviz — {name}" if name else "attnviz")
@@ -614,24 +530,6 @@ class MainWindow(QMainWindow):
     # --- loading ------------------------------------------------------------------------------
     def _on_loading(self, source: str) -> None:
         self.statusBar().showMessage(f"Loading {source}…")
-
-    def _on_loading_changed(self, source: str) -> None:
-        """The load box (label, busy bar, Cancel) is a view of state.loading."""
-        if source:
-            self._load_started = time.monotonic()
-            self._show_load_time()
-            self._load_clock.start()
-            self.load_box.show()
-        else:
-            self._load_clock.stop()
-            self.load_box.hide()
-
-    def _show_load_time(self) -> None:
-        name = self.state.loading
-        short = name if len(name) <= 40 else "…" + name[-39:]
-        seconds = int(time.monotonic() - self._load_started)
-        self.load_label.setText(f"Loading {short}… {seconds} s" if seconds else f"Loading {short}…")
-        self.load_label.setToolTip(f"Loading {name}; the current model stays usable meanwhile")
 
     def _on_escape(self) -> None:
         """Esc stops waiting for a model that is loading; otherwise it clears the query token."""

@@ -1,0 +1,148 @@
+"""The row of view controls over the grid (layer, all layers, colormap, scale, hide first token,
+value weighting, the query read-out) and the load box in the status bar. Both are views of AppState:
+each gets the state, connects in one place and writes back only through its setters."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QSpinBox, QToolButton, QWidget,
+)
+
+from attnviz.ui.state import COLORMAPS
+
+
+class ViewControls(QWidget):
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = st = state
+        self.layer_spin = QSpinBox()
+        self.layer_spin.setPrefix("Layer ")
+        self.layer_spin.setToolTip("Layer shown in the grid (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
+        self.all_check = QCheckBox("All layers")
+        self.all_check.setToolTip("Show every layer × head at once")
+        self.cmap_combo = QComboBox()
+        self.cmap_combo.addItems(COLORMAPS)
+        self.cmap_combo.setToolTip("Colormap of the heatmaps")
+        self.scale_combo = QComboBox()
+        self.scale_combo.addItem("Shared scale", "shared")
+        self.scale_combo.addItem("Per-head scale", "per-head")
+        self.scale_combo.setToolTip("Shared: one colour scale for all heads (comparable). "
+                                    "Per-head: each head scaled to its own maximum.")
+        self.hide_first_check = QCheckBox("Hide first token")
+        self.hide_first_check.setToolTip("Hide the first key column ([CLS] / BOS, often an "
+                                         "attention sink) and rescale each row over the rest")
+        self.value_check = QCheckBox("Value-weighted")
+        self.value_check.setToolTip("Scale each weight by ||v_key W_O(head)||, what the key sends "
+                                    "through the head, rows renormalised (defined in the Anatomy "
+                                    "panel); titles give each head's share of the layer's output")
+        self.query_label = QLabel()
+        self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
+        row = QHBoxLayout(self)
+        row.setContentsMargins(0, 0, 0, 0)
+        for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
+                  self.hide_first_check, self.value_check, self.query_label):
+            row.addWidget(w)
+        row.addStretch(1)
+        # view -> state
+        self.layer_spin.valueChanged.connect(st.set_layer)
+        self.all_check.toggled.connect(lambda on: st.set_view_mode("all" if on else "layer"))
+        self.cmap_combo.currentTextChanged.connect(st.set_colormap)
+        self.scale_combo.currentIndexChanged.connect(
+            lambda i: st.set_scale_mode(self.scale_combo.itemData(i)))
+        self.hide_first_check.toggled.connect(st.set_hide_first)
+        self.value_check.toggled.connect(st.set_value_weighted)
+        # state -> view
+        st.sigModelChanged.connect(self._on_model)
+        st.sigLayerChanged.connect(self._on_layer)
+        st.sigDisplayChanged.connect(self._on_display)
+        st.sigQueryChanged.connect(self._on_query)
+        st.sigResultChanged.connect(self._on_query)
+        self._on_model(st.model)
+        self._on_display()
+        self._on_query()
+
+    def _on_model(self, model) -> None:
+        if model is None:
+            return
+        c = model.config
+        self.layer_spin.blockSignals(True)
+        self.layer_spin.setRange(0, c.n_layer - 1)
+        # numbered from 0 like the head titles (L3 H1): the suffix gives the range, not a count
+        self.layer_spin.setSuffix(f" (0–{c.n_layer - 1})")
+        self.layer_spin.setToolTip(
+            f"Layer shown in the grid, numbered from 0 as in the head titles (L3 H1): {c.n_layer} "
+            f"layers, 0–{c.n_layer - 1} (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
+        self.layer_spin.setValue(self.state.layer)
+        self.layer_spin.blockSignals(False)
+
+    def _on_layer(self, layer: int) -> None:
+        if self.layer_spin.value() != layer:
+            self.layer_spin.blockSignals(True)
+            self.layer_spin.setValue(layer)
+            self.layer_spin.blockSignals(False)
+
+    def _on_display(self) -> None:
+        st = self.state
+        for w, value in ((self.all_check, st.view_mode == "all"),
+                         (self.hide_first_check, st.hide_first),
+                         (self.value_check, st.value_weighted)):
+            if w.isChecked() != value:
+                w.setChecked(value)
+        if self.cmap_combo.currentText() != st.colormap:
+            self.cmap_combo.setCurrentText(st.colormap)
+        i = self.scale_combo.findData(st.scale_mode)
+        if self.scale_combo.currentIndex() != i:
+            self.scale_combo.setCurrentIndex(i)
+
+    def _on_query(self, *_) -> None:
+        r, q = self.state.result, self.state.query_pos
+        self.query_label.setText(f"Query: {r.labels[q]} (#{q})" if r is not None and q is not None
+                                 else "")
+
+
+class LoadBox(QWidget):
+    """While a model loads (state.loading): what, for how long, a busy bar (loads give no fraction)
+    and Cancel, which stops waiting through the job runner; the current model stays usable."""
+
+    def __init__(self, state, worker, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        box = QHBoxLayout(self)
+        box.setContentsMargins(0, 0, 0, 0)
+        self.label = QLabel()
+        self.label.setToolTip("The model being loaded; the current one stays usable meanwhile")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(140)
+        self.cancel_button = QToolButton()
+        self.cancel_button.setText("Cancel")
+        self.cancel_button.setToolTip("Stop waiting for this model (Esc); the current model stays")
+        self.cancel_button.clicked.connect(worker.cancel_load)
+        for w in (self.label, self.progress, self.cancel_button):
+            box.addWidget(w)
+        self._started = 0.0  # monotonic time the shown load began
+        self._clock = QTimer(self)  # the seconds in the label
+        self._clock.setInterval(500)
+        self._clock.timeout.connect(self._show_time)
+        state.sigLoadingChanged.connect(self._on_loading)
+        self._on_loading(state.loading)
+
+    def _on_loading(self, source: str) -> None:
+        if source:
+            self._started = time.monotonic()
+            self._show_time()
+            self._clock.start()
+            self.show()
+        else:
+            self._clock.stop()
+            self.hide()
+
+    def _show_time(self) -> None:
+        name = self.state.loading
+        short = name if len(name) <= 40 else "…" + name[-39:]
+        seconds = int(time.monotonic() - self._started)
+        self.label.setText(f"Loading {short}… {seconds} s" if seconds else f"Loading {short}…")
+        self.label.setToolTip(f"Loading {name}; the current model stays usable meanwhile")
