@@ -28,3 +28,18 @@ def test_the_users_see_the_same_tuple():
     export = build_parser()._subparsers._group_actions[0].choices["export"]
     scale = next(a for a in export._actions if a.dest == "scale")
     assert tuple(scale.choices) == patterns.SCALE_MODES
+
+
+def test_group_size_has_one_home():
+    import numpy as np
+
+    from attnviz.engine.layers import kv_group
+    from attnviz.engine.patterns import group_size
+
+    for n in [name for name in ("group_size", "_group_size") if definitions(name)]:
+        raise AssertionError(f"{n} assigned at top level")
+    defs = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                  if re.search(r"^def _?group_size\(", p.read_text(encoding="utf-8"), flags=re.M))
+    assert defs == ["engine/patterns.py"]
+    assert [group_size(kv_group(h, kv)) for h, kv in ((12, 12), (9, 3), (8, 1), (32, 8))] == [1, 3, 8, 4]
+    assert group_size(np.zeros(0, dtype=np.int64)) == 1

@@ -68,6 +68,12 @@ def select_patterns(attentions: np.ndarray, scope: str, layer: int | None = None
     return attentions[layer, head]
 
 
+def group_size(kv_group) -> int:  # kv_group [n_head] -> query heads per KV head (1: plain MHA)
+    """How many query heads read each KV head, from the KV head each query head reads."""
+    counts = np.bincount(np.asarray(kv_group, dtype=np.int64))
+    return int(counts.max()) if len(counts) else 1
+
+
 def check_index(what: str, index: int | None, count: int) -> None:
     if index is None:
         raise InputError(f"a {what} index is needed (0..{count - 1})")

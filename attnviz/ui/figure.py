@@ -19,7 +19,7 @@ from PySide6.QtGui import (
     QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
 )
 
-from attnviz.engine.patterns import max_pool, quantize
+from attnviz.engine.patterns import group_size, max_pool, quantize
 from attnviz.ui.export_data import ExportError, ExportView
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -115,11 +115,6 @@ def grid_cols(n_head: int, group: int = 1) -> int:
     return max(1, min(n_head, round(target)))
 
 
-def _group_size(kv_group: list[int]) -> int:
-    counts = np.bincount(np.asarray(kv_group, dtype=np.int64))
-    return int(counts.max()) if len(counts) else 1
-
-
 def _elide(text: str, font: QFont, width: float) -> str:
     return QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, max(1.0, width))
 
@@ -202,7 +197,7 @@ def layout(view: ExportView, width: int) -> Layout:
     if view.scope == "head":
         n_rows, n_cols = 1, 1
     elif view.scope == "layer":
-        n_cols = grid_cols(len(view.heads), _group_size(view.kv_group) if view.grouped else 1)
+        n_cols = grid_cols(len(view.heads), group_size(view.kv_group) if view.grouped else 1)
         n_rows = math.ceil(len(view.heads) / n_cols)
     else:
         n_rows, n_cols = len(view.layers), len(view.heads)

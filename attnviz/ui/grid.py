@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.patterns import max_pool
+from attnviz.engine.patterns import group_size, max_pool
 
 BACKGROUND = "#202124"
 TEXT = "#e8eaed"
@@ -109,12 +109,6 @@ class Layout:
     left: int  # all view: pixels left of the tiles for the "L3" row headers
     n_tok: int = 0  # tokens per side of a head
     pool: int = 1  # tokens per tile pixel (max-pooled) when the heads are smaller on screen than T
-
-
-def group_size(kv_group: np.ndarray) -> int:
-    n_head = len(kv_group)
-    n_kv = int(kv_group.max()) + 1 if n_head else 1
-    return max(1, n_head // n_kv)
 
 
 def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int,
