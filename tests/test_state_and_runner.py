@@ -164,3 +164,12 @@ def test_garbage_is_collected_only_on_the_main_thread(qtbot):
     t.join(10)
     assert seen_on == [True]
     qtbot.waitUntil(lambda: gone() is None, timeout=5000)  # the main thread's timer freed it
+
+
+def test_badge_is_the_one_lookup_of_a_heads_role(qapp, book):
+    st = AppState()
+    st.set_model(book)
+    assert st.badge(0, 0) == ""
+    st.set_head_labels([["previous", "duplicate", "self"], ["induction", "sink", "mixed"]])
+    assert st.badge(1, 0) == "induction" and st.badge(0, 2) == "self"
+    assert st.badge(2, 0) == st.badge(0, 3) == st.badge(-1, 0) == ""  # never another head's

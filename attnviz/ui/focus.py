@@ -11,6 +11,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
+from attnviz.engine.patterns import group_size
 from attnviz.ui.grid import BACKGROUND, FOCUS_COLOR, TEXT, cell_readout
 
 _LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
@@ -139,9 +140,8 @@ class FocusView(QWidget):
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
         kv = int(np.asarray(r.kv_group)[head])
-        gqa = len(set(np.asarray(r.kv_group).tolist())) < len(r.kv_group)
-        labels = st.head_labels
-        badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
+        gqa = group_size(r.kv_group) > 1
+        badge = st.badge(layer, head)
         weighted = st.value_weighted and r.value_norms is not None
         share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
                  "attention output" if weighted and r.head_share is not None else "")

@@ -42,13 +42,11 @@ def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: 
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     """The read-out of one cell as the heatmaps show it (the grid and the focus view): the shown
     weight, or `(hidden)` for the first key column while Hide first token is on."""
-    labels = state.head_labels
     if state.hide_first and k == 0:
         r = state.result
         return f"L{layer} H{head}  {r.labels[q]} → {r.labels[k]}  (hidden)"
     value = float(state.display_data().attn[layer, head, q, k])
-    badge = labels[layer][head] if labels and layer < len(labels) and head < len(labels[layer]) else ""
-    text = readout(state.result, layer, head, q, k, value, badge)
+    text = readout(state.result, layer, head, q, k, value, state.badge(layer, head))
     r = state.result
     if state.value_weighted and r.value_norms is not None:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "
@@ -327,12 +325,11 @@ class HeatmapGrid(QWidget):
         lo = self.layout_
         if lo is None or lo.mode != "layer":
             return
-        labels = self.state.head_labels
         r = self.state.result
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
         for i, (l, h) in enumerate(lo.heads):
-            badge = labels[l][h] if labels and l < len(labels) and h < len(labels[l]) else ""
+            badge = self.state.badge(l, h)
             text = f"L{l} H{h}" + (f"  {badge}" if badge else "")
             if share is not None and l < len(share):
                 text += f"  · {100 * share[l][h]:.0f}% out"

@@ -91,6 +91,13 @@ class AppState(QObject):
     def n_head(self) -> int:
         return self.model.config.n_head if self.model is not None else 0
 
+    def badge(self, layer: int, head: int) -> str:
+        """The role badge of one head ('' when there is none): the grid, focus view and read-outs."""
+        labels = self.head_labels
+        if labels and 0 <= layer < len(labels) and 0 <= head < len(labels[layer]):
+            return labels[layer][head]
+        return ""
+
     # --- setters ----------------------------------------------------------------------------
     def set_model(self, model) -> None:
         """A new model invalidates everything tied to the old one's shape; the text stays."""
