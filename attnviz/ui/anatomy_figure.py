@@ -34,6 +34,7 @@ from attnviz.ui.figure import (
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
+MIN_FONT_SCALE = 0.9  # text never smaller than at 0.9 x the design width's
 FOCUS = QColor("#ff7a00")
 SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices
 
@@ -247,7 +248,9 @@ def layout(view: AnatomyView, width: int) -> Layout:
     an = view.anatomy
     T, d, nh, nkv, dh, g = view.T, view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
     D, Dkv = nh * dh, nkv * dh
-    cap_font, small, title_font, bold = _font(11 * s), _font(10 * s), _font(15 * s, True), _font(11 * s, True)
+    fs = max(s, MIN_FONT_SCALE)  # text stays readable in a narrow dock; lines wrap instead
+    cap_font, small, title_font, bold = (_font(11 * fs), _font(10 * fs), _font(15 * fs, True),
+                                         _font(11 * fs, True))
     cap_h = QFontMetricsF(cap_font).height() * 1.15 + 4 * s  # a caption and the head strips
     texts: list[Text] = []
     blocks: list[Block] = []
@@ -261,33 +264,40 @@ def layout(view: AnatomyView, width: int) -> Layout:
         texts.append(Text(t, QRectF(x, y, w, h), font, color, align))
         y += h
 
-    def wrapped(t: str, font: QFont, color: QColor = MUTED) -> None:
+    def wrap(t: str, font: QFont, width: float) -> list[str]:
         fm = QFontMetricsF(font)
-        words, line = t.split(), ""
-        for word in words:
+        out, line = [], ""
+        for word in t.split():
             trial = f"{line} {word}".strip()
-            if fm.horizontalAdvance(trial) > inner and line:
-                text(line, font, color)
+            if fm.horizontalAdvance(trial) > width and line:
+                out.append(line)
                 line = word
             else:
                 line = trial
-        if line:
+        return out + [line] if line else out
+
+    def wrapped(t: str, font: QFont, color: QColor = MUTED) -> None:
+        for line in wrap(t, font, inner):
             text(line, font, color)
 
-    def step(label: str) -> None:  # an arrow down with what happens
+    def step(label: str) -> None:  # an arrow down with what happens (wrapped to the width)
         nonlocal y
-        h = QFontMetricsF(small).height() * 1.5
+        parts = wrap(label, small, inner - 16 * s)
+        lh = QFontMetricsF(small).height() * 1.15
+        h = max(QFontMetricsF(small).height() * 1.5, lh * len(parts) + 4 * s)
         lines.append((QPointF(m + 6 * s, y + 2 * s), QPointF(m + 6 * s, y + h - 2 * s)))
-        texts.append(Text(label, QRectF(m + 16 * s, y, inner - 16 * s, h), small, MUTED))
+        top = y + (h - lh * len(parts)) / 2
+        for i, part in enumerate(parts):
+            texts.append(Text(part, QRectF(m + 16 * s, top + i * lh, inner - 16 * s, lh), small, MUTED))
         y += h
 
-    text(view.title(), title_font, h=QFontMetricsF(title_font).height() * 1.3)
+    wrapped(view.title(), title_font, TEXT)
     quoted = f"\u201c{view.text}\u201d" if view.text else "(token ids)"
     text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {T} tokens", Qt.TextElideMode.ElideRight,
                                          inner), small, MUTED)
     arch = (f"d_model {d} \u00b7 {nh} heads \u00d7 d_head {dh} \u00b7 "
             + (f"{nkv} KV heads (each shared by {g} query heads)" if g > 1 else "K, V per head"))
-    text(arch, small, MUTED)
+    wrapped(arch, small)
     for note in view.notes:
         wrapped(note, small)
     y += 4 * s
@@ -332,8 +342,8 @@ def layout(view: AnatomyView, width: int) -> Layout:
         blocks.append(Block(key, cap, shape, data, QRectF(x, y + cap_h, w, w_h), bands=list(bands),
                             weight=True))
     y += cap_h + w_h + 2 * s
-    text(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
-         f"; click a slice to focus its head", small, MUTED)
+    wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
+            f"; click a slice to focus its head", small, MUTED)
     step(f"split: q into {nh} heads [T, {dh}], k and v into {nkv} {kv_word}s"
          + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
 
@@ -392,8 +402,8 @@ def layout(view: AnatomyView, width: int) -> Layout:
     y += cap_h + act_h + 8 * s
 
     # head shares
-    text("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over heads",
-         bold)
+    wrapped("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over "
+            "heads", bold, TEXT)
     bars_h = 44 * s
     bw = inner / nh
     share_bars = []
@@ -410,7 +420,7 @@ def layout(view: AnatomyView, width: int) -> Layout:
     y += lab_h + 6 * s
 
     # the cost table
-    text(f"The lesson's arithmetic for this layer on these {T} tokens", bold)
+    wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", bold, TEXT)
     cols = (0.30, 0.15, 0.15, 0.15, 0.25)
     heads_all = f"all {nh} heads"
     header = ("", "one head", heads_all, f"1 head of {d}", "")
@@ -431,7 +441,7 @@ def layout(view: AnatomyView, width: int) -> Layout:
             x += w
         y += row_h
 
-    table_row(header, _font(10 * s, True), [TEXT] * 5)
+    table_row(header, _font(10 * fs, True), [TEXT] * 5)
 
     def fmt(n: int, unit: str) -> str:
         return format_bytes(n) if unit == "bytes" else format_count(n)
@@ -510,7 +520,7 @@ def paint(painter: QPainter, view: AnatomyView, lay: Layout, cache: dict | None 
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)  # axis-aligned from here: crisp, fast
     h_sel = view.head
     g_sel = int(view.anatomy.kv_group[h_sel]) if h_sel is not None else None
-    cap_font = _font(11 * s)
+    cap_font = _font(11 * max(s, MIN_FONT_SCALE))
     for b in lay.blocks:
         if not seen(b.rect):
             continue
