@@ -52,11 +52,13 @@ DIVERGING = diverging_lut()
 
 
 def signed_limit(a: np.ndarray) -> float:
-    """The 99th percentile of |a| (from at most ~65k evenly spaced elements), > 0."""
-    flat = np.abs(np.asarray(a, np.float32).reshape(-1))
-    step = max(1, flat.size // 65536)
-    lim = float(np.percentile(flat[::step], 99)) if flat.size else 0.0
-    return lim if lim > 0 else float(flat.max(initial=0.0)) or 1.0
+    """The 99th percentile of |a| (from at most ~16k evenly spaced elements: a colour scale needs
+    no more), > 0."""
+    flat = np.asarray(a, np.float32).reshape(-1)
+    step = max(1, flat.size // 16384)
+    sample = np.abs(flat[::step])
+    lim = float(np.percentile(sample, 99)) if sample.size else 0.0
+    return lim if lim > 0 else float(np.abs(flat).max(initial=0.0)) or 1.0
 
 
 def signed_rgb(a: np.ndarray, lim: float) -> np.ndarray:  # [r, c] -> [r, c, 3] uint8
@@ -151,10 +153,14 @@ class AnatomyView:
 
 
 def head_shares(an: LayerAnatomy) -> np.ndarray:  # -> [n_head]
-    """||A_h V_h W_O(h)||_F over the sum of all heads' (what RunResult.head_share gives)."""
+    """||A_h V_h W_O(h)||_F over the sum of all heads' (what RunResult.head_share gives), as
+    sqrt(sum(o_h G_h * o_h)) with G_h = W_O(h) W_O(h)^T [d_head, d_head]: d_head / d_model of the
+    cost of forming every head's [T, d_model] output."""
     n_head, T, dh = an.head_out.shape
-    f = np.matmul(an.head_out, an.w_o.reshape(n_head, dh, -1))  # [n_head, T, d_model]
-    norms = np.sqrt(np.einsum("htm,htm->h", f, f, dtype=np.float64))
+    wo = an.w_o.reshape(n_head, dh, -1)  # [n_head, d_head, d_model]
+    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
+    sq = np.einsum("htd,htd->h", np.matmul(an.head_out, gram), an.head_out, dtype=np.float64)
+    norms = np.sqrt(np.maximum(sq, 0.0))
     total = norms.sum()
     return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)
 
