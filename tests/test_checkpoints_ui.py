@@ -183,3 +183,18 @@ def test_probe_badges_follow_the_slider_too(window, qtbot):
 
     assert any(b.startswith("induction") for b in badges_for(st.checkpoints.last))
     assert not any(b.startswith("induction") for b in badges_for(0))
+
+
+def test_the_sample_guide_follows_the_slider(window, qtbot):
+    bar = window.guide_bar
+    assert bar.sample is not None  # REPEATED is the "Repeated random sequence" sample
+
+    def guide_at(i):
+        go_to(qtbot, window, i)
+        qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+        return bar.current
+
+    assert guide_at(window.state.checkpoints.last).claimed
+    early = guide_at(0)
+    assert not early.claimed and "induction strength 0.71" not in bar.answer.text()
+    assert guide_at(window.state.checkpoints.last).claimed
