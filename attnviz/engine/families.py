@@ -3,6 +3,10 @@
 Weights are converted once at load into one layout: float32, every projection `[d_in, d_out]`
 (so `x @ w`), Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix.
 
+One forward pass serves every family, in the order data flows: `embed`, then per layer
+`self_attention` and `mlp` around the residual stream. What differs between families (LayerNorm or
+RMSNorm, pre- or post-LN, a gated MLP, RoPE) is data: one `Family` each, in `FAMILY`.
+
 A causal model's forward pass can take a `KVCache` from the previous run and compute only the tokens
 after the longest common prefix: under the causal mask nothing before a position can see it.
 """
@@ -10,6 +14,7 @@ after the longest common prefix: under the causal mask nothing before a position
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -166,6 +171,23 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama}
 
 
+@dataclass(frozen=True)
+class Family:
+    """What sets a family's forward pass apart, as data (the weights say which embedding tables
+    it has: learned positions, token types, an embedding norm)."""
+    norm: Callable  # layer_norm(x, gain, bias, eps) or rms_norm(x, gain, eps)
+    pre_norm: bool  # norm before attention and MLP (GPT-2, Llama), or after each residual add (BERT)
+    gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
+    rope: bool  # rotary positions on q and k, or none (learned positions are added to x instead)
+
+
+FAMILY = {
+    "bert": Family(norm=layer_norm, pre_norm=False, gated_mlp=False, rope=False),
+    "gpt2": Family(norm=layer_norm, pre_norm=True, gated_mlp=False, rope=False),
+    "llama": Family(norm=rms_norm, pre_norm=True, gated_mlp=True, rope=True),
+}
+
+
 @dataclass
 class KVCache:
     """What one causal run leaves for the next: its ids, every layer's K (after RoPE) and V, and its
@@ -210,12 +232,12 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
     With a `cache` (causal models only) the tokens of the common prefix with the cached ids are
     reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute
     nothing; ids that are a prefix of the cached ones cut the cache to them. The patterns returned
-    are then a read-only view of the cache's array. Without a cache, `values_out` (a list) receives
-    every layer's V [n_kv_head, T, d_head] when given (the cache holds them otherwise).
+    are then a read-only view of the cache's array.
 
-    `inputs_out` (a list) receives every layer's attention input [T, d_model] (after the input
-    norm in a pre-LN model), all T tokens; only then are they kept, in the cache too (a cache
-    without them is recomputed in full). The default path keeps none."""
+    `values_out` (a list) receives every layer's V [n_kv_head, T, d_head], all T tokens (with a
+    cache, the cache's own arrays). `inputs_out` (a list) receives every layer's attention input
+    [T, d_model] (after the input norm in a pre-LN model), all T tokens; only then are they kept,
+    in the cache too (a cache without them is recomputed in full). The default path keeps none."""
     T = len(ids)
     p = 0
     if cache is not None:
@@ -228,6 +250,8 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
             cache._cut(T)
             if inputs_out is not None:
                 inputs_out.extend(cache.h)
+            if values_out is not None:
+                values_out.extend(cache.v)
             return cache.attentions.view()
     out = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
     if p:  # old query rows cannot see the new keys
@@ -242,68 +266,96 @@ def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
     cache._store(ids, keys, values, out, p, inputs or ())
     if inputs_out is not None:
         inputs_out.extend(inputs)
+    if values_out is not None:
+        values_out.extend(values)
     return out.view()
+
+
+def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, eps: float) -> np.ndarray:
+    """Token ids [n] at `positions` [n] -> x [n, d_model]: the tables the family has, summed."""
+    x = np.asarray(w.tok_emb[ids], dtype=np.float32)  # [n, d_model] token embedding
+    if w.pos_emb is not None:
+        x = x + w.pos_emb[positions]  # [n, d_model] learned positions (BERT, GPT-2)
+    if w.type_emb is not None:
+        x = x + w.type_emb[0]  # [d_model] BERT: every token is of type 0
+    if w.emb_norm is not None:
+        x = layer_norm(x, *w.emb_norm, eps)  # BERT's embedding LayerNorm
+    return x
+
+
+def self_attention(h, layer: Layer, cfg: ModelConfig, scale: float, rope, bias, past, keep: bool,
+                   pattern_out, project: bool = True):
+    """h [n, d_model] -> out [n, d_model], pattern [n_head, n, T], k and v [n_kv_head, T, d_head]:
+    one layer's multi-head attention of n new tokens over all T = p + n.
+
+    `past`: the p cached tokens' (k, v), each [n_kv_head, p, d_head], or None. `keep`: return k
+    and v as arrays of their own, not views of the projection. `rope`: (cos, sin) [n, d_head] or
+    None; `bias` [n, T]: 0 where a query may look, -inf where masked, or None. The pattern is
+    written into `pattern_out`; `out` is None when not `project` (the last layer's output changes
+    no pattern)."""
+    q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
+                        cfg.n_head, cfg.n_kv_head, cfg.d_head)
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
+    if past is not None:  # cached keys and values first
+        k = np.concatenate([past[0], k], axis=1)  # [n_kv_head, T, d_head]
+        v = np.concatenate([past[1], v], axis=1)  # [n_kv_head, T, d_head]
+    elif keep:
+        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)  # [n_kv_head, T, d_head]
+    pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias,  # [n_head, n, T]
+                                out=pattern_out)
+    if not project:
+        return None, pattern, k, v
+    heads = pattern @ repeat_kv(v, cfg.n_group)  # [n_head, n, d_head] weighted values
+    out = linear(merge_heads(heads), layer.w_o, layer.b_o)  # [n, n_head d_head] -> [n, d_model]
+    return out, pattern, k, v
+
+
+def mlp(x, layer: Layer, act, gated: bool):  # [n, d_model] -> [n, d_model]
+    hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
+    if gated:
+        gate, up = np.split(hidden, 2, axis=-1)  # [n, d_ff] each
+        hidden = act(gate) * up  # [n, d_ff] SwiGLU
+    else:
+        hidden = act(hidden)  # [n, d_ff]
+    return linear(hidden, layer.w_out, layer.b_out)  # [n, d_model]
 
 
 def _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs=None) -> None:
     """Query rows p..T-1 of every layer's pattern into out[:, :, p:]; K and V of all T tokens
     appended to `keys` and `values` when they are lists (rows before p come from the cache), and
     each layer's attention input of all T tokens to `inputs` when it is a list."""
+    fam = FAMILY[cfg.family]
     T = len(ids)
-    positions = np.arange(p, T)
+    positions = np.arange(p, T)  # [n], n = T - p new tokens
     act = ACTIVATIONS[cfg.activation]
-    # embeddings
-    x = np.asarray(w.tok_emb[ids[p:]], dtype=np.float32)  # [T - p, d_model]
-    if w.pos_emb is not None:
-        x = x + w.pos_emb[positions]
-    if w.type_emb is not None:
-        x = x + w.type_emb[0]
-    if w.emb_norm is not None:
-        x = layer_norm(x, *w.emb_norm, cfg.norm_eps)
-    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None
-    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if cfg.rope_theta else None
-    pre_norm = cfg.family != "bert"
-    norm = (lambda h, g: rms_norm(h, *g, cfg.norm_eps)) if cfg.family == "llama" else (
-        lambda h, g: layer_norm(h, *g, cfg.norm_eps))
-    last = cfg.n_layer - 1
+    x = embed(w, ids[p:], positions, cfg.norm_eps)  # [n, d_model]
+    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None  # [n, T]
+    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if fam.rope else None  # [n, d_head]
+    keep = keys is not None or values is not None
+    scale = 1.0 / np.sqrt(cfg.d_head)  # GPT-2's scale_attn_by_inverse_layer_idx: also / (i + 1)
+
+    def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
+        return fam.norm(x, *gain_bias, cfg.norm_eps)
+
     for i, layer in enumerate(w.layers):
-        h = norm(x, layer.norm1) if pre_norm else x
+        last = i == cfg.n_layer - 1  # its patterns are the last thing anything here can change
+        h = norm(x, layer.norm1) if fam.pre_norm else x  # [n, d_model] attention input
         if inputs is not None:  # the layer input the anatomy shows: only when asked
             inputs.append(np.concatenate([cache.h[i][:p], h]) if p else np.ascontiguousarray(h))
-        # qkv projection, split into heads
-        q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if cache is not None:  # cached keys and values first; own arrays, not views of qkv
-            if p:
-                k = np.concatenate([cache.k[i][:, :p], k], axis=1)
-                v = np.concatenate([cache.v[i][:, :p], v], axis=1)
-            else:
-                k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)
+        past = (cache.k[i][:, :p], cache.v[i][:, :p]) if p else None
+        layer_scale = scale / (i + 1) if cfg.attn_scale_by_layer else scale
+        attn, _, k, v = self_attention(h, layer, cfg, layer_scale, rope, bias, past, keep,
+                                       out[i, :, p:], project=not last)
+        if keys is not None:
             keys.append(k)
         if values is not None:
-            values.append(v if cache is not None else np.ascontiguousarray(v))
-        scale = 1.0 / np.sqrt(cfg.d_head)
-        if cfg.attn_scale_by_layer:
-            scale /= i + 1
-        # [n_head, T - p, T]
-        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias, out=out[i, :, p:])
-        if i == last:
-            break  # later computation cannot change any attention pattern
-        # weighted values, merge heads, output projection
-        attn = linear(merge_heads(pattern @ repeat_kv(v, cfg.n_group)), layer.w_o, layer.b_o)
-        if pre_norm:
+            values.append(v)
+        if last:
+            break
+        if fam.pre_norm:  # GPT-2, Llama: x + attn(norm(x)), then x + mlp(norm(x))
             x = x + attn
-            m = norm(x, layer.norm2)
-        else:
+            x = x + mlp(norm(x, layer.norm2), layer, act, fam.gated_mlp)
+        else:  # BERT, post-LN: norm(x + attn(x)), then norm(x + mlp(x))
             x = norm(x + attn, layer.norm1)
-            m = x
-        # mlp
-        hidden = linear(m, layer.w_in, layer.b_in)
-        if cfg.family == "llama":
-            gate, up = np.split(hidden, 2, axis=-1)
-            hidden = act(gate) * up
-        else:
-            hidden = act(hidden)
-        mlp = linear(hidden, layer.w_out, layer.b_out)
-        x = x + mlp if pre_norm else norm(x + mlp, layer.norm2)
+            x = norm(x + mlp(x, layer, act, fam.gated_mlp), layer.norm2)

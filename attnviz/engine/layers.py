@@ -24,6 +24,7 @@ def _for_row_chunks(fn, n_rows: int, row_len: int) -> None:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row max subtracted
+    # reference: exp(x - max) / sum(exp(x - max)), over the last axis
     rows = x.reshape(-1, x.shape[-1]) if x.flags.c_contiguous else None
 
     def block(part):
@@ -39,6 +40,7 @@ def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row
 
 
 def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
+    # reference: (x - mean(x)) / sqrt(var(x) + eps) * gain + bias
     mean = x.mean(axis=-1, keepdims=True)
     centered = x - mean
     var = np.mean(centered * centered, axis=-1, keepdims=True)
@@ -46,6 +48,7 @@ def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
 
 
 def rms_norm(x, gain, eps):  # [T, d] -> [T, d]
+    # reference: x / sqrt(mean(x²) + eps) * gain
     ms = np.mean(x * x, axis=-1, keepdims=True)
     return x / np.sqrt(ms + np.float32(eps)) * gain
 
@@ -70,7 +73,10 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * (1.0 - _erfc_abs(np.abs(x)))
 
 
-def gelu_erf(x):  # exact GELU (BERT): x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+def gelu_erf(x):  # [..., n] -> [..., n], exact GELU (BERT)
+    # reference: 0.5 * x * (1 + erf(x / sqrt(2)))
+    # tuned: x * (1 - erfc(|x| / sqrt 2) / 2) for x >= 0, x * erfc(|x| / sqrt 2) / 2 below, in
+    # cache-sized blocks (no cancellation in 1 + erf for large negative x)
     out = np.empty_like(x)
     x2 = x.reshape(-1, x.shape[-1])
     o2 = out.reshape(-1, x.shape[-1])
@@ -85,11 +91,13 @@ def gelu_erf(x):  # exact GELU (BERT): x * Phi(x), Phi(x) = (1 + erf(x / sqrt 2)
     return out
 
 
-def gelu_tanh(x):  # tanh approximation (GPT-2 "gelu_new")
+def gelu_tanh(x):  # [..., n] -> [..., n], tanh approximation (GPT-2 "gelu_new")
+    # reference: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x³)))
     return np.float32(0.5) * x * (1.0 + np.tanh(SQRT_2_OVER_PI * (x + np.float32(0.044715) * (x * x * x))))
 
 
-def silu(x):
+def silu(x):  # [..., n] -> [..., n]
+    # reference: x * sigmoid(x) = x / (1 + exp(-x))
     return x / (1.0 + np.exp(-x))
 
 
@@ -179,6 +187,7 @@ def mask_bias(allowed: np.ndarray) -> np.ndarray:  # bool [T, T] -> float32 [T, 
 def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
     """Scaled dot-product weights; `bias` [n_q, n_k] is 0 where allowed, -inf where masked.
     Every row keeps at least its diagonal, so no row is all -inf and none turns into NaN."""
+    # reference: softmax(q kᵀ * scale + bias)
     q = q * np.float32(scale)  # scaling q costs T x d_head, scaling the scores T x T
     scores = np.matmul(q, k.transpose(0, 2, 1), out=out)
     if bias is not None:

@@ -15,7 +15,7 @@ from attnviz.engine.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import LOADERS, KVCache, Weights, forward_attentions
 from attnviz.engine.layers import head_output_share, head_value_norms, kv_group
-from attnviz.engine.tokenizer import TextTokenizer
+from attnviz.engine.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.validate import exists, regular_file
 from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
 
@@ -93,58 +93,22 @@ class Model:
         path computes neither. inputs=True also returns layer_inputs, every layer's attention
         input (what the anatomy view projects); the default path keeps none."""
         t0 = time.perf_counter()
-        if text is None and ids is None:
-            raise InputError("give text or ids to run")
-        if text is not None and ids is not None:
-            raise InputError("give text or ids, not both")
-        notice = None
-        if ids is not None:
-            ids = self._check_ids(ids)
-            text = ""
-            if self.tokenizer is not None:
-                tokens, labels = self.tokenizer.labels_for_ids(ids.tolist())
-            else:
-                tokens = labels = [str(i) for i in ids]
-            offsets = [(0, 0)] * len(ids)
-            special = [False] * len(ids)
-        else:
-            text, notice = clean_text(text)
-            if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
-                typed = parse_typed_ids(text)
-                if not typed:  # not ids, or nothing typed
-                    raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
-                                     "e.g. 5, 17, 3")
-                result = self.run(ids=typed, truncate=truncate, use_cache=use_cache, values=values,
-                                  inputs=inputs)
-                return replace(result, text=text, notice=notice, compute_s=time.perf_counter() - t0)
-            enc = self.tokenizer.encode(text)
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
-            special = enc.special
-            if ids.size == 0:
-                raise InputError("nothing to run: the text gives no tokens" +
-                                 ("; type something" if not text.strip() else
-                                  f" ({self.name}'s tokenizer drops all of it)"))
-            if ids.max() >= self.config.vocab_size:  # a tokenizer.json that is not this model's
-                i = int(np.argmax(ids >= self.config.vocab_size))
-                raise ModelLoadError(
-                    f"{self.name}: the tokenizer gives token id {int(ids[i])} ({tokens[i]!r}), but "
-                    f"the model has {self.config.vocab_size} embedding rows "
-                    f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
+        text, notice, enc = self._encode(text, ids)
+        ids = np.asarray(enc.ids, dtype=np.int64)
+        tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
         n_full = len(ids)
         limit = self.config.max_positions
-        truncated = False
-        if n_full > limit:
+        truncated = n_full > limit
+        if truncated:
             if not truncate:
                 raise InputError(f"sequence of {n_full} tokens is longer than this model's "
                                  f"{limit} positions: shorten the text or truncate it "
                                  "(--truncate, run(..., truncate=True))")
             keep = list(range(limit))
-            if special[-1] and limit > 1:  # keep the closing special token ([SEP])
+            if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
                 keep[-1] = n_full - 1
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
-            truncated = True
         v_layers = [] if values else None
         h_layers = [] if inputs else None
         attentions, reused, held = self._forward(ids, use_cache, v_layers, h_layers)
@@ -157,6 +121,41 @@ class Model:
                          cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
                          value_norms=norms, head_share=share,
                          layer_inputs=tuple(h_layers) if inputs else None)
+
+    def _encode(self, text, ids) -> tuple[str, str | None, Encoded]:
+        """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text
+        of a model without a tokenizer, come without special tokens; text gets the model's."""
+        if (text is None) == (ids is None):
+            raise InputError("give text or ids to run" if text is None else
+                             "give text or ids, not both")
+        notice = None
+        if text is not None:
+            text, notice = clean_text(text)
+            if self.tokenizer is None:  # the text itself may be token ids: "5, 17, 3"
+                ids = parse_typed_ids(text)
+                if not ids:  # not ids, or nothing typed
+                    raise InputError(f"{self.name} has no tokenizer.json: type token ids instead, "
+                                     "e.g. 5, 17, 3")
+        if ids is not None:
+            ids = self._check_ids(ids)
+            if self.tokenizer is not None:
+                tokens, labels = self.tokenizer.labels_for_ids(ids.tolist())
+            else:
+                tokens = labels = [str(i) for i in ids]
+            return text or "", notice, Encoded(ids, tokens, labels, [(0, 0)] * len(ids),
+                                               [False] * len(ids))
+        enc = self.tokenizer.encode(text)
+        if not enc.ids:
+            raise InputError("nothing to run: the text gives no tokens" +
+                             ("; type something" if not text.strip() else
+                              f" ({self.name}'s tokenizer drops all of it)"))
+        if max(enc.ids) >= self.config.vocab_size:  # a tokenizer.json that is not this model's
+            i = next(n for n, t in enumerate(enc.ids) if t >= self.config.vocab_size)
+            raise ModelLoadError(
+                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({enc.tokens[i]!r}), but "
+                f"the model has {self.config.vocab_size} embedding rows "
+                f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
+        return text, notice, enc
 
     def _value_norms(self, attentions, v_layers):
         """-> value norms [n_layer, n_head, T], head shares [n_layer, n_head] from each layer's V."""
@@ -183,23 +182,20 @@ class Model:
                  inputs: list | None = None) -> tuple[np.ndarray, int, int]:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held); every
         layer's V [n_kv_head, T, d_head] appended to `values` and its attention input [T, d_model]
-        to `inputs` when they are lists."""
-        cache = self._cache
-        if cache is None:
-            return forward_attentions(self.config, self.weights, ids, values_out=values,
-                                      inputs_out=inputs), 0, 0
-        if use_cache and self._cache_lock.acquire(blocking=False):
-            try:
-                cache = self._cache  # clear_cache may have swapped it
-                attentions = forward_attentions(self.config, self.weights, ids, cache,
-                                                inputs_out=inputs)
-                if values is not None:
-                    values.extend(cache.v)  # all T tokens, the reused ones included
-                return attentions, cache.reused, cache.nbytes
-            finally:
+        to `inputs` when they are lists. The run uses the cache when it may (a causal model,
+        use_cache, and no other run holding it) and computes in full otherwise."""
+        owns = (use_cache and self._cache is not None
+                and self._cache_lock.acquire(blocking=False))
+        try:
+            cache = self._cache if owns else None  # read under the lock: clear_cache may swap it
+            attentions = forward_attentions(self.config, self.weights, ids, cache,
+                                            values_out=values, inputs_out=inputs)
+            kept = cache if cache is not None else self._cache  # the one this run used, or the model's
+            return (attentions, cache.reused if cache is not None else 0,
+                    kept.nbytes if kept is not None else 0)
+        finally:
+            if owns:
                 self._cache_lock.release()
-        return (forward_attentions(self.config, self.weights, ids, values_out=values,
-                                   inputs_out=inputs), 0, self._cache.nbytes)
 
     def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
         V = self.config.vocab_size

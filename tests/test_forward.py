@@ -1,0 +1,101 @@
+"""The forward pass as picoGPT writes it: tuned kernels equal their one-line references, family
+differences are the data in FAMILY, self_attention over a cached prefix equals a full run, and
+Model.run takes one path for text, ids and typed ids. No Qt."""
+
+import inspect
+import math
+
+import numpy as np
+import pytest
+
+from attnviz.engine import families, load_model
+from attnviz.engine.config import FAMILIES
+from attnviz.engine.families import FAMILY, self_attention
+from attnviz.engine.layers import (
+    apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, mask_bias, rms_norm, rope_cos_sin,
+    silu, softmax,
+)
+from tiny import tiny_llama
+
+RNG = np.random.default_rng(3)
+X = (RNG.standard_normal((7, 300)) * 4).astype(np.float32)
+
+
+def test_softmax_equals_its_reference():
+    e = np.exp(X.astype(np.float64) - X.max(-1, keepdims=True))
+    np.testing.assert_allclose(softmax(X.copy()), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_gelus_and_silu_equal_their_references():
+    erf = np.vectorize(math.erf)
+    x64 = X.astype(np.float64)
+    np.testing.assert_allclose(gelu_erf(X), 0.5 * x64 * (1 + erf(x64 / math.sqrt(2))), atol=2e-6)
+    tanh_ref = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+    np.testing.assert_allclose(gelu_tanh(X), tanh_ref, atol=1e-5)
+    np.testing.assert_allclose(silu(X), x64 / (1 + np.exp(-x64)), rtol=1e-5, atol=1e-6)
+
+
+def test_norms_equal_their_references():
+    g, b = RNG.standard_normal(300).astype(np.float32), RNG.standard_normal(300).astype(np.float32)
+    x64 = X.astype(np.float64)
+    ln = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5) * g + b
+    np.testing.assert_allclose(layer_norm(X, g, b, 1e-5), ln, rtol=1e-4, atol=1e-4)
+    rms = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * g
+    np.testing.assert_allclose(rms_norm(X, g, 1e-6), rms, rtol=1e-4, atol=1e-4)
+
+
+def test_every_family_is_data_and_the_forward_pass_never_asks_for_one_by_name():
+    assert set(FAMILY) == set(FAMILIES.values())
+    for fn in (families.embed, families.self_attention, families.mlp, families._forward_rows):
+        assert "family ==" not in inspect.getsource(fn), fn.__name__
+
+
+@pytest.mark.parametrize("n_head,n_kv_head", [(8, 2), (4, 4), (4, 1)])
+def test_self_attention_over_a_cached_prefix_equals_the_full_run(tmp_path, n_head, n_kv_head):
+    model = load_model(tiny_llama(tmp_path / "m", n_head=n_head, n_kv_head=n_kv_head))
+    cfg, layer = model.config, model.weights.layers[0]
+    T, p = 11, 6
+    h = RNG.standard_normal((T, cfg.d_model)).astype(np.float32)
+    scale = 1 / math.sqrt(cfg.d_head)
+    rope = rope_cos_sin(np.arange(T), cfg.d_head, cfg.rope_theta)
+    full = np.empty((cfg.n_head, T, T), np.float32)
+    out, pattern, k, v = self_attention(h, layer, cfg, scale, rope, mask_bias(causal_mask(T)),
+                                        None, True, full)
+    assert out.shape == (T, cfg.d_model) and k.shape == v.shape == (cfg.n_kv_head, T, cfg.d_head)
+    # the prefix's k, v as the cache holds them, then only the rows p..T-1
+    rows = np.empty((cfg.n_head, T - p, T), np.float32)
+    rope_new = tuple(a[p:] for a in rope)
+    out2, _, k2, v2 = self_attention(h[p:], layer, cfg, scale, rope_new,
+                                     mask_bias(causal_mask(T, start=p)), (k[:, :p], v[:, :p]),
+                                     True, rows)
+    np.testing.assert_allclose(rows, full[:, p:], atol=1e-6)
+    np.testing.assert_allclose(out2, out[p:], atol=1e-5)
+    np.testing.assert_allclose(k2, k, atol=1e-6)
+    # each head against a naive loop over its KV group
+    group = n_head // n_kv_head
+    q = (h @ layer.w_qkv[:, :cfg.n_head * cfg.d_head]).reshape(T, cfg.n_head, -1).transpose(1, 0, 2)
+    q = apply_rope(q, *rope)
+    for head in range(n_head):
+        scores = q[head] @ k[head // group].T * scale
+        scores[~causal_mask(T)] = -np.inf
+        np.testing.assert_allclose(pattern[head], softmax(scores.astype(np.float32)), atol=1e-6)
+
+
+def test_run_takes_one_path_for_text_ids_and_typed_ids(tmp_path):
+    folder = tiny_llama(tmp_path / "m")  # no tokenizer.json: text is typed ids
+    model = load_model(folder)
+    by_ids = model.run(ids=[5, 17, 3, 9], use_cache=False)
+    typed = model.run("5, 17 3 9", use_cache=False)
+    assert typed.text == "5, 17 3 9" and by_ids.text == ""
+    assert typed.tokens == by_ids.tokens == ["5", "17", "3", "9"]
+    np.testing.assert_array_equal(typed.attentions, by_ids.attentions)
+    # with the cache, a busy cache (another run holds it) and values/inputs: the same numbers
+    cached = model.run(ids=[5, 17, 3, 9], values=True, inputs=True)
+    with model._cache_lock:
+        busy = model.run(ids=[5, 17, 3, 9], values=True, inputs=True)
+    assert busy.cache_reused == 0 and busy.cache_bytes == cached.cache_bytes > 0
+    for a, b in ((cached, busy), (cached, model.run(ids=[5, 17, 3, 9], values=True, inputs=True))):
+        np.testing.assert_allclose(a.attentions, b.attentions, atol=1e-6)
+        np.testing.assert_allclose(a.value_norms, b.value_norms, rtol=1e-5)
+        for x, y in zip(a.layer_inputs, b.layer_inputs):
+            np.testing.assert_allclose(x, y, atol=1e-6)
