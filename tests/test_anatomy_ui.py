@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, QSettings, Qt
-from PySide6.QtGui import QColor, QImage
+from PySide6.QtGui import QImage
 
 from attnviz.ui import anatomy_figure as fig
 from attnviz.ui.export import export_view
@@ -261,3 +261,27 @@ def test_export_dialog_writes_the_anatomy_of_the_current_layer(window, qtbot, tm
     dlg2.format.setCurrentIndex(dlg2.format.findData("csv"))
     dlg2.path_edit.setText(str(tmp_path / "an.csv"))
     assert not dlg2.do_export() and ".png or .svg" in dlg2.error.text()
+
+
+def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
+    """A training checkpoint swaps the weights and keeps the model's name: no stale colours."""
+    from attnviz.engine import load_model
+    from attnviz.ui.anatomy_panel import AnatomyPanel
+    from attnviz.ui.state import AppState
+    from conftest import FIXTURES
+
+    a, b = load_model(FIXTURES / "llama_gqa"), load_model(FIXTURES / "llama_gqa")
+    assert a.name == b.name and a.weights is not b.weights
+    panel = AnatomyPanel(AppState())
+    qtbot.addWidget(panel)
+    canvas = panel.canvas
+    canvas.resize(500, 400)
+    ids = [3, 1, 4, 1, 5]
+    canvas.set_view(fig.make_anatomy_view(a, a.run(ids=ids, inputs=True), 0, 1))
+    canvas.grab()  # paints: fills the colour caches
+    assert any(k[0] == "w" for k in canvas._images)
+    view_b = fig.make_anatomy_view(b, b.run(ids=ids, inputs=True), 0, 1,
+                                   previous=canvas.view)
+    assert view_b.weights is b.weights  # not the previous view's numbers
+    canvas.set_view(view_b)
+    assert not canvas._images and not canvas._colors

@@ -137,6 +137,7 @@ class AnatomyView:
     d_head: int
     notes: list[str]
     result: object = None  # the RunResult drawn (a view of another head reuses its numbers)
+    weights: object = None  # the model's Weights (a training checkpoint swaps them, same name)
     limits: dict = field(default_factory=dict)  # colour limit shared by all heads' q, k or v
 
     @property
@@ -170,7 +171,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
     """The view of `result` (a RunResult with layer_inputs: Model.run(inputs=True)) at `layer`.
     `previous`: a view of the same result and layer (another head) whose numbers are reused."""
     if (previous is not None and previous.result is result and previous.layer == layer
-            and previous.model == model.name):
+            and previous.model == model.name and previous.weights is model.weights):
         return replace(previous, head=None if head is None else int(head), colormap=colormap)
     if result is None:
         raise ExportError("nothing to draw: no attention has been computed yet")
@@ -198,7 +199,8 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
         layer=int(layer), n_layer=cfg.n_layer, head=None if head is None else int(head),
         anatomy=an, costs=head_costs(cfg, len(result.tokens)), share=head_shares(an),
         colormap=colormap, family=cfg.family, d_model=cfg.d_model, n_head=cfg.n_head,
-        n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes, result=result, limits=limits)
+        n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes, result=result, limits=limits,
+        weights=model.weights)
 
 
 @dataclass
@@ -473,7 +475,7 @@ def layout(view: AnatomyView, width: int) -> Layout:
 def cache_key(view: AnatomyView, b: Block) -> tuple:
     """What a block's colours depend on: a weight on (model, layer, block); an activation on the
     layer's numbers (shared by the views of its heads), the head and, for the pattern, the
-    colormap."""
+    colormap. (A cache keyed so is emptied when the model or its weights change: AnatomyCanvas.)"""
     if b.weight:
         return ("w", view.model, view.layer, b.key)
     return ("a", id(view.anatomy), b.key, b.head, view.colormap if b.kind == "pattern" else "")

@@ -48,7 +48,7 @@ class AnatomyCanvas(QWidget):
 
     def set_view(self, view: fig.AnatomyView | None) -> None:
         old = self.view
-        if view is None or old is None or view.model != old.model:
+        if view is None or old is None or view.model != old.model or view.weights is not old.weights:
             self._colors.clear()
             self._images.clear()
         else:  # activations belong to one layer's numbers: drop the others'
