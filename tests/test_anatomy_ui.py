@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QPointF, QSettings, Qt
 from PySide6.QtGui import QImage
 
-from attnviz.ui import anatomy_figure as fig
+from attnviz.figures import anatomy as fig
 from attnviz.ui.export import export_view
 from attnviz.ui.window import MainWindow
 

@@ -12,7 +12,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from attnviz.engine.registry import TOY_MODEL
-from attnviz.ui.export_data import open_sidecar
+from attnviz.figures.data import open_sidecar
 from attnviz.ui.window import MainWindow
 
 WAIT = 30000

@@ -19,8 +19,8 @@ import pytest  # noqa: E402
 
 from attnviz.engine.errors import InputError  # noqa: E402
 from attnviz.engine.patterns import drop_first_key, quantize, select_patterns  # noqa: E402
-from attnviz.ui import export_data  # noqa: E402
-from attnviz.ui.export_data import ExportError, make_view, open_sidecar  # noqa: E402
+from attnviz.figures import data as export_data  # noqa: E402
+from attnviz.figures.data import ExportError, make_view, open_sidecar  # noqa: E402
 
 SENTENCE = "The keys to the cabinet are on the table."
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -164,7 +164,7 @@ def test_hidden_first_numbers_drop_column_zero(run, tmp_path):
 
 def test_png_head_pixels_match_attention(qapp, run, tmp_path):
     from attnviz.ui.export import export_result
-    from attnviz.ui.figure import lookup_table
+    from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "head.png"
     written = export_result(run, out, model="all-MiniLM-L6-v2", scope="head", layer=3, head=1,
@@ -200,7 +200,7 @@ def test_png_head_pixels_match_attention(qapp, run, tmp_path):
 
 def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
     from attnviz.ui.export import export_result
-    from attnviz.ui.figure import lookup_table
+    from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "layer.png"
     export_result(run, out, model="all-MiniLM-L6-v2", scope="layer", layer=2, width=1600,
@@ -219,7 +219,7 @@ def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
 
 def test_png_all_layers_shared_scale(qapp, run, tmp_path):
     from attnviz.ui.export import export_result
-    from attnviz.ui.figure import lookup_table
+    from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "all.png"
     export_result(run, out, model="all-MiniLM-L6-v2", scope="all", layer=0, width=2000)
@@ -264,7 +264,7 @@ def test_svg_is_xml_with_titles_labels_and_sidecar(qapp, run, tmp_path):
 
 def test_gqa_heads_are_marked(qapp, tmp_path):
     from attnviz.ui.export import export_view
-    from attnviz.ui.figure import grid_cols
+    from attnviz.figures.heatmaps import grid_cols
 
     res = fake_result(n_layer=2, n_head=8, T=6, kv_group=[0, 0, 0, 0, 1, 1, 1, 1])
     view = make_view(res, model="tiny-gqa", scope="layer", layer=1)
@@ -280,7 +280,7 @@ def test_gqa_heads_are_marked(qapp, tmp_path):
 
 def test_big_svg_embeds_heatmaps_and_small_cells_keep_peaks(qapp, tmp_path):
     from attnviz.ui.export import export_view
-    from attnviz.ui.figure import SVG_MAX_RECTS, max_pool
+    from attnviz.figures.heatmaps import SVG_MAX_RECTS, max_pool
 
     res = fake_result(n_layer=2, n_head=4, T=80)
     view = make_view(res, model="fake", scope="all", layer=0)
@@ -499,7 +499,8 @@ def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_
 @pytest.mark.parametrize("shape,p", [((5, 7), 3), ((2, 3, 10, 10), 4), ((4, 9), 1), ((2, 2), 5)])
 def test_one_max_pool_for_the_grid_and_the_figures(shape, p):
     from attnviz.engine.patterns import max_pool
-    from attnviz.ui import figure, grid
+    from attnviz.figures import heatmaps as figure
+    from attnviz.ui import grid
 
     assert figure.max_pool is max_pool and grid.max_pool is max_pool
     x = np.random.default_rng(len(shape)).random(shape).astype(np.float32)

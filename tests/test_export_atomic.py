@@ -14,8 +14,8 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from attnviz.ui import export_data  # noqa: E402
-from attnviz.ui.export_data import ExportError, open_sidecar, write_atomic  # noqa: E402
+from attnviz.figures import data as export_data  # noqa: E402
+from attnviz.figures.data import ExportError, open_sidecar, write_atomic  # noqa: E402
 
 SENTENCE = "The keys to the cabinet are on the table."
 SMALL = 400  # px: an image of about 12 kB
@@ -279,8 +279,8 @@ def test_full_disk_for_real(small_disk, run, name, kw):
 
 def test_full_disk_for_real_on_the_sidecar(small_disk, run):
     """The new image just fits; its sidecar does not."""
-    from attnviz.ui.export_data import make_view
-    from attnviz.ui.figure import png_bytes
+    from attnviz.figures.data import make_view
+    from attnviz.figures.heatmaps import png_bytes
 
     view = make_view(run, model="m", scope="head", layer=0, head=1)
     image = len(png_bytes(view, SMALL + 40)[0])

@@ -23,3 +23,43 @@ def test_cli_registers_every_command():
 
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert set(sub.choices) >= {"models", "attention", "calc", "heads", "find", "export"}
+
+
+LAYERS = {  # package -> the attnviz packages it may import (engine <- figures <- ui; commands)
+    "engine": {"engine"},
+    "figures": {"engine", "figures"},
+    "commands": {"engine", "figures", "commands"},
+    "ui": {"engine", "figures", "ui"},
+}
+
+
+def test_layers_import_one_way_only():
+    """engine <- figures <- ui, and the commands use the engine and the figures, never the widgets:
+    every `import attnviz.X` / `from attnviz.X` in a package's files, lazy ones included."""
+    found = []
+    for pkg, allowed in LAYERS.items():
+        for path in sorted((PACKAGE / pkg).rglob("*.py")):
+            for m in re.finditer(r"^\s*(?:from|import)\s+attnviz\.(\w+)", path.read_text("utf-8"), re.M):
+                if m.group(1) not in allowed:
+                    found.append(f"{path.relative_to(PACKAGE)} imports attnviz.{m.group(1)}")
+            for m in re.finditer(r"^\s*from\s+attnviz\s+import\s+(\w+)", path.read_text("utf-8"), re.M):
+                if m.group(1) in LAYERS and m.group(1) not in allowed:
+                    found.append(f"{path.relative_to(PACKAGE)} imports attnviz.{m.group(1)}")
+    assert found == []
+
+
+def test_an_image_export_from_the_command_line_loads_no_widget_module(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from attnviz.cli import main; "
+            f"rc = main(['export', '--model', 'attnviz-textbook', '--text', 'the cat sat', "
+            f"'--layer', '1', '--out', {str(tmp_path / 'a.png')!r}]); "
+            f"rc2 = main(['export', '--model', 'attnviz-textbook', '--view', 'anatomy', '--text', "
+            f"'the cat', '--out', {str(tmp_path / 'b.svg')!r}]); "
+            "bad = [m for m in sys.modules if m.startswith('attnviz.ui')]; "
+            "print(rc, rc2, bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.stdout.strip().splitlines()[-1] == "0 0 []", out.stderr[-2000:]
+    assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.svg").stat().st_size > 0

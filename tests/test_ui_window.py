@@ -200,7 +200,7 @@ def test_settings_persist_across_a_restart(qtbot, settings_path):
 
 
 def test_open_view_restores_a_sidecar(window, qtbot, tmp_path):
-    export_data = pytest.importorskip("attnviz.ui.export_data")
+    export_data = pytest.importorskip("attnviz.figures.data")
     import json
 
     doc = {"kind": export_data.SIDECAR_KIND, "version": export_data.SIDECAR_VERSION,
@@ -336,7 +336,7 @@ def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):
 
 def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_banner(
         window, qtbot, tmp_path):
-    export_data = pytest.importorskip("attnviz.ui.export_data")
+    export_data = pytest.importorskip("attnviz.figures.data")
     import json
 
     st = window.state

@@ -22,7 +22,8 @@ def test_each_shared_constant_has_one_home():
 def test_the_users_see_the_same_tuple():
     from attnviz.cli import build_parser
     from attnviz.engine import patterns
-    from attnviz.ui import export_data, state
+    from attnviz.figures import data as export_data
+    from attnviz.ui import state
 
     assert state.SCALE_MODES is patterns.SCALE_MODES is export_data.SCALE_MODES
     export = build_parser()._subparsers._group_actions[0].choices["export"]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
+import io
 from pathlib import Path
 
 import numpy as np
@@ -90,16 +89,10 @@ def cmd_attention(args) -> int:
 
 
 def write_npz_atomic(path: Path, **arrays) -> None:
-    """Write an .npz so that a failure leaves no partial file; its mode is a normal file's (0666
-    less the umask, as every other export), not mkstemp's 0600."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            umask = os.umask(0o022)
-            os.umask(umask)
-            os.fchmod(fh.fileno(), 0o666 & ~umask)
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """The .npz through the exports' one transactional writer: a failure leaves the folder as it
+    was, and the file's mode is a normal file's (0666 less the umask)."""
+    from attnviz.figures.data import write_atomic
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_atomic([(path, buffer.getvalue())])

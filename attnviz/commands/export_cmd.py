@@ -12,9 +12,9 @@ from attnviz.commands.checks import check_out, non_negative, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import SCALE_MODES
+from attnviz.engine.patterns import SCALE_MODES, check_index
 
-DEFAULT_WIDTH = 2400  # attnviz.ui.export.DEFAULT_WIDTH, without importing Qt to print --help
+DEFAULT_WIDTH = 2400  # attnviz.figures.write.DEFAULT_WIDTH, without importing Qt to print --help
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
 
 
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args) -> int:
-    from attnviz.ui.export_data import (
+    from attnviz.figures.data import (
         IMAGE_FORMATS, format_of, make_view, number_bytes, write_atomic,
     )
 
@@ -58,7 +58,7 @@ def cmd_export(args) -> int:
     if getattr(args, "view", "heatmap") == "anatomy":
         return _export_anatomy(args, fmt)
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
-        from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, lookup_table
+        from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH, lookup_table
 
         width = DEFAULT_WIDTH if args.width is None else args.width
         if not MIN_WIDTH <= width <= MAX_WIDTH:
@@ -72,14 +72,7 @@ def cmd_export(args) -> int:
             raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only to "
                              f".png and .svg images, not .{fmt}")
         width, colormap = DEFAULT_WIDTH, "viridis"
-    model = checkpoint_opt.at(load_model(args.model), args)
-    cfg = model.config
-    if args.layer is not None and not 0 <= args.layer < cfg.n_layer:
-        raise InputError(f"layer {args.layer} is out of range: {model.name} has {cfg.n_layer} "
-                         f"layers (0..{cfg.n_layer - 1})")
-    if args.head is not None and not 0 <= args.head < cfg.n_head:
-        raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
-                         f"heads per layer (0..{cfg.n_head - 1})")
+    model = _model(args, args.layer)
     result = model.run(args.text, truncate=args.truncate)
     show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
@@ -90,7 +83,7 @@ def cmd_export(args) -> int:
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
         from PySide6.QtGui import QGuiApplication
 
-        from attnviz.ui.export import export_view
+        from attnviz.figures.write import export_view
 
         app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
         written = export_view(view, args.out, fmt=fmt, width=width)
@@ -103,38 +96,41 @@ def cmd_export(args) -> int:
     return 0
 
 
+def _model(args, layer):
+    """The model (at --checkpoint), with --layer and --head checked against it."""
+    model = checkpoint_opt.at(load_model(args.model), args)
+    cfg = model.config
+    if layer is not None:
+        check_index("layer", layer, cfg.n_layer, model.name)
+    if args.head is not None:
+        check_index("head", args.head, cfg.n_head, model.name, " per layer")
+    return model
+
+
 def _export_anatomy(args, fmt: str) -> int:
     """`--view anatomy`: one layer's pipeline as PNG or SVG, through the heatmaps' writer."""
-    from attnviz.engine import load_model
-    from attnviz.ui.export_data import IMAGE_FORMATS
+    from attnviz.figures.data import IMAGE_FORMATS
 
     if fmt not in IMAGE_FORMATS:
         raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
     if args.scale is not None or args.hide_first:
         raise InputError("--scale and --hide-first apply to heatmaps, not to --view anatomy")
-    from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, lookup_table
+    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH, lookup_table
 
     width = DEFAULT_WIDTH if args.width is None else args.width
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
     colormap = args.colormap or "viridis"
     lookup_table(colormap)
-    model = load_model(args.model)
-    cfg = model.config
     layer = args.layer or 0
-    if not 0 <= layer < cfg.n_layer:
-        raise InputError(f"layer {layer} is out of range: {model.name} has {cfg.n_layer} "
-                         f"layers (0..{cfg.n_layer - 1})")
-    if args.head is not None and not 0 <= args.head < cfg.n_head:
-        raise InputError(f"head {args.head} is out of range: {model.name} has {cfg.n_head} "
-                         f"heads per layer (0..{cfg.n_head - 1})")
+    model = _model(args, layer)
     result = model.run(args.text, truncate=args.truncate, inputs=True)
     show_notice("export", result)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtGui import QGuiApplication
 
-    from attnviz.ui.anatomy_figure import make_anatomy_view
-    from attnviz.ui.export import export_view
+    from attnviz.figures.anatomy import make_anatomy_view
+    from attnviz.figures.write import export_view
 
     app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
     view = make_anatomy_view(model, result, layer, args.head, colormap)

@@ -74,11 +74,14 @@ def group_size(kv_group) -> int:  # kv_group [n_head] -> query heads per KV head
     return int(counts.max()) if len(counts) else 1
 
 
-def check_index(what: str, index: int | None, count: int) -> None:
+def check_index(what: str, index: int | None, count: int, owner: str = "the model",
+                per: str = "") -> None:
+    """`index` must name one of `count` layers, heads, ... of `owner` ("head 12 is out of range:
+    MiniLM has 12 heads per layer (0..11)")."""
     if index is None:
         raise InputError(f"a {what} index is needed (0..{count - 1})")
     if not 0 <= index < count:
-        raise InputError(f"{what} {index} is out of range: the model has {count} {what}s "
+        raise InputError(f"{what} {index} is out of range: {owner} has {count} {what}s{per} "
                          f"(0..{count - 1})")
 
 

@@ -17,7 +17,7 @@ from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QCheckBox, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from attnviz.engine.errors import AttnvizError
-from attnviz.ui import anatomy_figure as fig
+from attnviz.figures import anatomy as fig
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""File -> Export: figures (PNG, SVG) and numbers (NPY, CSV, JSON) of the focus head, the current
+"""File -> Export (the dialog; the writing is attnviz.figures.write): figures (PNG, SVG) and numbers (NPY, CSV, JSON) of the focus head, the current
 layer or all layers; each image gets a JSON sidecar that File -> Open view reads back.
 
 Public API:
@@ -11,9 +11,7 @@ Public API:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt
@@ -24,74 +22,23 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.patterns import SCALE_MODES, check_index
-from attnviz.ui.export_data import (
-    FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
-    number_bytes, open_sidecar, os_reason, sidecar_dict, sidecar_path, write_atomic,
+from attnviz.figures import anatomy as anatomy_figure
+from attnviz.figures.anatomy import AnatomyView
+from attnviz.figures.data import (
+    FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar, os_reason,
 )
-from attnviz.ui import anatomy_figure
-from attnviz.ui.anatomy_figure import AnatomyView
-from attnviz.ui.figure import MAX_WIDTH, MIN_WIDTH, png_bytes, svg_bytes
+from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
+from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
 from attnviz.ui.state import COLORMAPS, VIEW_MODES
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
            "format_of", "open_sidecar"]
 
 log = logging.getLogger(__name__)
-DEFAULT_WIDTH = 2400
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",
                "anatomy": "Anatomy of the current layer (PNG, SVG)"}
 FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy array (.npy)",
                 "csv": "CSV table", "json": "JSON (tokens, ids, weights)"}
-
-
-def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = None,
-                width: int = DEFAULT_WIDTH) -> list[Path]:
-    """Write `view` to `path` (plus `<path>.json`, the sidecar, for images) through the one
-    transactional writer: all files land, or the folder is left exactly as it was (an existing
-    image and sidecar keep their bytes) and ExportError names the path and the reason.
-    Returns the paths written."""
-    path = Path(path)
-    fmt = fmt or format_of(path)
-    if isinstance(view, AnatomyView):
-        return _export_anatomy(view, path, fmt, width)
-    if fmt in NUMBER_FORMATS:
-        write_atomic([(path, number_bytes(view, fmt))])
-        return [path]
-    if fmt not in IMAGE_FORMATS:
-        raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
-    data, lay = (png_bytes if fmt == "png" else svg_bytes)(view, int(width))
-    meta = sidecar_dict(view, path, lay.width, lay.height, [b.as_dict() for b in lay.panels])
-    side = sidecar_path(path)
-    write_atomic([(path, data),
-                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
-    log.info("exported %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
-    return [path, side]
-
-
-def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list[Path]:
-    """The anatomy figure through the same writer and sidecar as the heatmaps (images only)."""
-    if fmt not in IMAGE_FORMATS:
-        raise ExportError(f"the anatomy view exports as .png or .svg, not .{fmt}")
-    data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
-        view, int(width))
-    meta = anatomy_figure.sidecar(view, path, lay)
-    side = sidecar_path(path)
-    write_atomic([(path, data),
-                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
-    log.info("exported anatomy %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
-    return [path, side]
-
-
-def export_result(result, path: str | os.PathLike, *, model: str, scope: str, layer: int,
-                  head: int | None = None, width: int = DEFAULT_WIDTH, colormap: str = "viridis",
-                  scale_mode: str = "shared", hide_first: bool = False,
-                  fmt: str | None = None, checkpoint: dict | None = None) -> list[Path]:
-    """make_view + export_view in one call (what the CLI and the dialog use)."""
-    fmt = fmt or format_of(path)
-    view = make_view(result, model=model, scope=scope, layer=layer, head=head,
-                     colormap=colormap, scale_mode=scale_mode, hide_first=hide_first,
-                     checkpoint=checkpoint)
-    return export_view(view, path, fmt=fmt, width=width)
 
 
 def anatomy_view(state) -> AnatomyView:

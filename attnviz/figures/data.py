@@ -2,7 +2,7 @@
 .npy/.csv/.json bytes, the JSON sidecar of an image, and the one transactional writer
 (`write_atomic`) that the command line and the window both use.
 
-`ExportView` is the one description of an export; the figure painter (attnviz/ui/figure.py) and the
+`ExportView` is the one description of an export; the figure painter (attnviz/figures/heatmaps.py) and the
 number writers here read only it."""
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from attnviz.engine.anatomy import (
 )
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.engine.patterns import check_index, max_pool
-from attnviz.ui.export_data import ExportError
-from attnviz.ui.figure import (
+from attnviz.figures.data import ExportError
+from attnviz.figures.heatmaps import (
     FRAME, GROUP_COLORS, MUTED, TEXT, _font, _qimage, encode_png, lookup_table, render_svg,
 )
 
@@ -715,7 +715,7 @@ def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
 def sidecar(view: AnatomyView, image_path, lay: Layout) -> dict:
     """The image's JSON sidecar: File -> Open view restores the model, text, layer and head."""
     import attnviz
-    from attnviz.ui.export_data import SIDECAR_KIND, SIDECAR_VERSION
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
 
     return {
         "kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,

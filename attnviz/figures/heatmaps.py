@@ -20,7 +20,7 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.patterns import group_size, max_pool, quantize
-from attnviz.ui.export_data import ExportError, ExportView
+from attnviz.figures.data import ExportError, ExportView
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
