@@ -109,8 +109,8 @@ def main() -> int:
                     help="cap attnviz's BLAS threads (the window uses 1); default: BLAS's own")
     args = ap.parse_args()
     if args.blas_threads:
-        from attnviz.engine.threads import limit_blas_threads
-        limit_blas_threads(args.blas_threads)
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=args.blas_threads, user_api="blas")
         print(f"attnviz BLAS threads capped at {args.blas_threads}")
     print(f"{'model':<22} {'T':>5} {'attnviz ms':>11} {'HF ms':>9} {'ratio':>6}")
     rows: list = []

@@ -173,3 +173,11 @@ def test_badge_is_the_one_lookup_of_a_heads_role(qapp, book):
     st.set_head_labels([["previous", "duplicate", "self"], ["induction", "sink", "mixed"]])
     assert st.badge(1, 0) == "induction" and st.badge(0, 2) == "self"
     assert st.badge(2, 0) == st.badge(0, 3) == st.badge(-1, 0) == ""  # never another head's
+
+
+def test_the_runner_caps_blas_at_one_thread(qapp):
+    from threadpoolctl import threadpool_info
+
+    Worker(AppState())
+    blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
+    assert blas and all(p["num_threads"] == 1 for p in blas)

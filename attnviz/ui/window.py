@@ -48,11 +48,6 @@ class MainWindow(QMainWindow):
                  state: AppState | None = None, worker: Worker | None = None):
         """`state` and `worker` may come from create_window(), with the model already loading."""
         super().__init__(parent)
-        from attnviz.engine.threads import limit_blas_threads
-
-        # one BLAS thread: on small T more threads cost more than they give, and their spinning
-        # would take the core the UI thread needs (stalls of 100-200 ms measured on 2 cores)
-        self._blas_limit = limit_blas_threads(1)
         self.settings = settings if settings is not None else QSettings()
         self.state = state if state is not None else AppState(self)
         self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)

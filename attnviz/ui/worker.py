@@ -33,6 +33,8 @@ import numpy as np
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
 
+from threadpoolctl import threadpool_limits
+
 from attnviz.engine.errors import AttnvizError
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,20 @@ def shared_pool() -> QThreadPool:
         _POOL.setMaxThreadCount(1)
         _POOL.destroyed.connect(_forget_pool)
     return _POOL
+
+
+BLAS_THREADS = 1
+_BLAS_LIMIT = None
+
+
+def limit_blas_threads(n: int = BLAS_THREADS):
+    """Cap this process's BLAS thread pools at `n` (kept for the app's life). The runner's jobs
+    are small matrices (T up to a few hundred), where more BLAS threads cost more than they give,
+    and on 2 cores their spinning takes the core the UI thread needs (stalls of 100-200 ms)."""
+    global _BLAS_LIMIT
+    if _BLAS_LIMIT is None:
+        _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
+    return _BLAS_LIMIT
 
 
 _GC_TIMER: QTimer | None = None
@@ -228,6 +244,7 @@ class Worker(QObject):
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
         collect_garbage_on_the_main_thread()  # before any job thread runs
+        limit_blas_threads()
         self.state = state
         self.pool = shared_pool()
         self._ids = itertools.count(1)
