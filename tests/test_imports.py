@@ -63,3 +63,15 @@ def test_an_image_export_from_the_command_line_loads_no_widget_module(tmp_path):
                          env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
     assert out.stdout.strip().splitlines()[-1] == "0 0 []", out.stderr[-2000:]
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.svg").stat().st_size > 0
+
+
+def test_the_tests_mirror_the_layers():
+    """tests/engine never touches Qt, as the engine does not; the window's tests live in tests/ui,
+    the figures' in tests/figures, the command line's in tests/cli; only whole-project checks
+    stay at the top."""
+    tests = Path(__file__).resolve().parent
+    qt = re.compile(r"\bqtbot\b|^\s*(?:from|import)\s+(?:PySide6|pyqtgraph|attnviz\.(?:ui|figures))",
+                    re.M)
+    assert [p.name for p in sorted((tests / "engine").glob("test_*.py"))
+            if qt.search(p.read_text("utf-8"))] == []
+    assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_imports.py", "test_vocabulary.py"]

@@ -50,3 +50,27 @@ def write_model(folder: Path, cfg: dict, tensors: dict) -> Path:
 def tiny_llama(folder: Path, seed=0, **cfg_kw) -> Path:
     cfg = llama_config(**cfg_kw)
     return write_model(folder, cfg, llama_tensors(cfg, seed))
+
+
+def byte_level_tokenizer_json() -> str:
+    """A byte-level BPE tokenizer.json (every string encodes) with no special tokens: like SmolLM2,
+    an empty text gives 0 tokens. Ids 0..258."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    tok = Tokenizer(models.BPE(vocab, merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok.to_str()
+
+
+def tiny_text_model(folder, positions=64, seed=0):
+    """A tiny Llama-family decoder with a byte-level tokenizer.json (written, not downloaded)."""
+    tok = byte_level_tokenizer_json()
+    cfg = llama_config(vocab=len(json.loads(tok)["model"]["vocab"]), positions=positions)
+    write_model(folder, cfg, llama_tensors(cfg, seed))
+    (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
+    return folder

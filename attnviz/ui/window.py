@@ -466,6 +466,8 @@ class MainWindow(QMainWindow):
     def _on_compute_failed(self, req, message: str) -> None:
         if not req.text.strip():
             self.state.set_result(None)  # an empty sentence is a valid, empty state
+            if not self.panels_ready:  # (else the first keystroke would pay for building them)
+                QTimer.singleShot(30, self._build_panel_docks)
             return
         # the result on screen stays (never a half or NaN one); the banner says why it is old
         kept = (" The heatmaps show the last sentence that could be computed."

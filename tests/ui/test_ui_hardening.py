@@ -398,3 +398,49 @@ def test_a_pasted_lone_surrogate_is_replaced_and_the_window_says_so(window, qtbo
     window.set_text("The cat sat")
     wait_for_text(qtbot, window, "The cat sat")
     assert not window.trunc_notice.isVisible()
+
+
+# ---- the window keeps its empty state --------------------------------------------------------------
+
+def test_window_shows_the_empty_state_for_an_empty_text_on_a_decoder_without_bos(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.window import MainWindow
+    from tiny import tiny_text_model
+
+    folder = tiny_text_model(tmp_path / "m")
+    w = MainWindow(model=str(folder), text="the cat",
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "the cat",
+                    timeout=30000)
+    statuses = []
+    w.state.sigStatus.connect(statuses.append)
+    w.set_text("")
+    qtbot.waitUntil(lambda: w.state.result is None, timeout=30000)
+    assert w.tokens_label.text() == "0 tokens"
+    assert not any("Could not compute" in s for s in statuses), statuses
+    assert not w.error_banner.isVisible()
+    w.set_text("the dog")
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "the dog",
+                    timeout=30000)
+    w.worker.wait_idle()
+
+
+def test_side_panels_are_built_after_an_empty_first_text_too(qtbot, tmp_path):
+    """A decoder without BOS has no tokens for the empty text, so no result comes: its side panels
+    are built after that first compute all the same, not on the first keystroke (a 68 ms stall
+    measured on SmolLM2 in benchmarks/typing.py)."""
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.window import MainWindow
+    from tiny import tiny_text_model
+
+    w = MainWindow(model=str(tiny_text_model(tmp_path / "m")), text="",
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.panels_ready, timeout=30000)
+    assert w.state.result is None and w.calc_panel is not None and w.roles_panel is not None
+    w.worker.wait_idle()

@@ -27,7 +27,7 @@ def test_typing_benchmark_filters_the_offscreen_propagate_size_hints_lines():
     import time
     from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "typing.py"
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     cold = subprocess.run([sys.executable, str(bench), "--cold-child", repr(time.time()),
                            "--model", "all-MiniLM-L6-v2"],
@@ -48,7 +48,7 @@ def readme_commands() -> list[str]:
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     lines = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         lines += [line.strip() for line in block.splitlines() if "attnviz" in line.split("#")[0]

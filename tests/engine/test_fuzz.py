@@ -2,7 +2,7 @@
 
 Every case ends in a result whose attention rows sum to 1 (all finite), or in one of attnviz's own
 errors (an AttnvizError subclass): never a raw Python exception, a NaN or a wrong shape. Seeded, so a
-failure names a case that reruns the same way: `pytest tests/test_fuzz.py -k 'config-17'`."""
+failure names a case that reruns the same way: `pytest tests/engine/test_fuzz.py -k 'config-17'`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from safetensors.numpy import save
 
 from attnviz.engine import AttnvizError, load_model
-from test_input_boundary import byte_level_tokenizer_json
+from tiny import byte_level_tokenizer_json, tiny_text_model
 from tiny import llama_config, llama_tensors, tiny_llama
 
 SEED = 13
@@ -107,7 +107,6 @@ def random_text(rng, huge=False) -> str:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from test_input_boundary import tiny_text_model
 
     root = tmp_path_factory.mktemp("fuzz-models")
     return {

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from test_input_boundary import tiny_text_model
-from tiny import tiny_llama
+from tiny import tiny_llama, tiny_text_model
 
 TB = ["--model", "attnviz-textbook"]  # built in, loads in milliseconds: 2 layers x 3 heads, 42 ids
 OUT_NPZ = ["--out", "{out}/a.npz"]

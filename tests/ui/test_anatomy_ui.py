@@ -13,7 +13,7 @@ from PySide6.QtCore import QPointF, QSettings, Qt
 from PySide6.QtGui import QImage
 
 from attnviz.figures import anatomy as fig
-from attnviz.ui.export import export_view
+from attnviz.figures.write import export_view
 from attnviz.ui.window import MainWindow
 
 WAIT = 30000

@@ -106,7 +106,7 @@ def test_nothing_to_export_is_an_error():
 # --- numbers -----------------------------------------------------------------------------------
 
 def test_npy_csv_json_equal_the_engine(run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     att = run.attentions
     T = len(run.tokens)
@@ -146,7 +146,7 @@ def test_npy_csv_json_equal_the_engine(run, tmp_path):
 
 
 def test_hidden_first_numbers_drop_column_zero(run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     out = tmp_path / "h.npy"
     export_result(run, out, model="m", scope="layer", layer=1, hide_first=True)
@@ -163,7 +163,7 @@ def test_hidden_first_numbers_drop_column_zero(run, tmp_path):
 # --- images ------------------------------------------------------------------------------------
 
 def test_png_head_pixels_match_attention(qapp, run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
     from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "head.png"
@@ -199,7 +199,7 @@ def test_png_head_pixels_match_attention(qapp, run, tmp_path):
 
 
 def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
     from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "layer.png"
@@ -218,7 +218,7 @@ def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
 
 
 def test_png_all_layers_shared_scale(qapp, run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
     from attnviz.figures.heatmaps import lookup_table
 
     out = tmp_path / "all.png"
@@ -236,7 +236,7 @@ def test_png_all_layers_shared_scale(qapp, run, tmp_path):
 def test_svg_is_xml_with_titles_labels_and_sidecar(qapp, run, tmp_path):
     from PySide6.QtSvg import QSvgRenderer
 
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     out = tmp_path / "layer.svg"
     export_result(run, out, model="all-MiniLM-L6-v2", scope="layer", layer=3, width=1400,
@@ -263,7 +263,7 @@ def test_svg_is_xml_with_titles_labels_and_sidecar(qapp, run, tmp_path):
 
 
 def test_gqa_heads_are_marked(qapp, tmp_path):
-    from attnviz.ui.export import export_view
+    from attnviz.figures.write import export_view
     from attnviz.figures.heatmaps import grid_cols
 
     res = fake_result(n_layer=2, n_head=8, T=6, kv_group=[0, 0, 0, 0, 1, 1, 1, 1])
@@ -279,7 +279,7 @@ def test_gqa_heads_are_marked(qapp, tmp_path):
 
 
 def test_big_svg_embeds_heatmaps_and_small_cells_keep_peaks(qapp, tmp_path):
-    from attnviz.ui.export import export_view
+    from attnviz.figures.write import export_view
     from attnviz.figures.heatmaps import SVG_MAX_RECTS, max_pool
 
     res = fake_result(n_layer=2, n_head=4, T=80)
@@ -301,7 +301,7 @@ def test_big_svg_embeds_heatmaps_and_small_cells_keep_peaks(qapp, tmp_path):
 # --- failures leave nothing ---------------------------------------------------------------------
 
 def test_unwritable_path_reports_and_leaves_nothing(qapp, run, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     blocker = tmp_path / "afile"
     blocker.write_text("not a folder")
@@ -314,7 +314,7 @@ def test_unwritable_path_reports_and_leaves_nothing(qapp, run, tmp_path):
 
 
 def test_failure_midway_removes_partial_and_temp_files(qapp, run, tmp_path, monkeypatch):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     (tmp_path / "keep.txt").write_text("mine")
     # the disk fills while the image is being written

@@ -45,7 +45,7 @@ def snapshot(folder: Path) -> dict[str, object]:
 
 
 def export(run, path, *, head=0, width=SMALL, **kw):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     scope = kw.pop("scope", "head" if head is not None else "layer")
     return export_result(run, path, model="m", scope=scope, layer=0, head=head, width=width,

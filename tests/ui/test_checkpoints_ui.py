@@ -135,7 +135,7 @@ def test_export_of_the_current_step_records_it(window, qtbot, tmp_path):
 
 
 def test_a_view_opened_from_another_model_restores_its_step(window, qtbot, tmp_path):
-    from attnviz.ui.export import export_result
+    from attnviz.figures.write import export_result
 
     st = window.state
     go_to(qtbot, window, 7)

@@ -185,7 +185,7 @@ def test_the_toy_model_ships_inside_a_built_wheel(tmp_path, toy):
     import zipfile
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                            "--no-build-isolation", "-w", str(tmp_path), str(root)],
                           capture_output=True, text=True)

@@ -2,40 +2,14 @@
 U+FFFD with a notice), refuses anything else with InputError, never returns a 0-token result, and
 never returns NaN patterns."""
 
-import json
-
 import numpy as np
 import pytest
 
 from attnviz.engine import InputError, ModelLoadError, load_model
 from attnviz.engine.model import clean_text, parse_typed_ids
-from tiny import llama_config, llama_tensors, tiny_llama, write_model
+from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
 
 SURROGATE_NOTICE = "lone surrogate"
-
-
-def byte_level_tokenizer_json() -> str:
-    """A byte-level BPE tokenizer.json (every string encodes) with no special tokens: like SmolLM2,
-    an empty text gives 0 tokens. Ids 0..258."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
-    vocab = {ch: i for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he")]
-    for a, b in merges:
-        vocab[a + b] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab, merges))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    return tok.to_str()
-
-
-def tiny_text_model(folder, positions=64, seed=0):
-    """A tiny Llama-family decoder with a byte-level tokenizer.json (written, not downloaded)."""
-    tok = byte_level_tokenizer_json()
-    cfg = llama_config(vocab=len(json.loads(tok)["model"]["vocab"]), positions=positions)
-    write_model(folder, cfg, llama_tensors(cfg, seed))
-    (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -236,30 +210,3 @@ def test_nan_patterns_are_refused_naming_the_first_layer(tmp_path, text_model):
     folder = write_model(tmp_path / "nan", cfg, t)
     with pytest.raises(ModelLoadError, match="layer 1|NaN|non-finite"):
         load_model(folder).run(ids=[1, 2, 3])
-
-
-# ---- the window keeps its empty state --------------------------------------------------------------
-
-def test_window_shows_the_empty_state_for_an_empty_text_on_a_decoder_without_bos(qtbot, tmp_path):
-    from PySide6.QtCore import QSettings
-
-    from attnviz.ui.window import MainWindow
-
-    folder = tiny_text_model(tmp_path / "m")
-    w = MainWindow(model=str(folder), text="the cat",
-                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "the cat",
-                    timeout=30000)
-    statuses = []
-    w.state.sigStatus.connect(statuses.append)
-    w.set_text("")
-    qtbot.waitUntil(lambda: w.state.result is None, timeout=30000)
-    assert w.tokens_label.text() == "0 tokens"
-    assert not any("Could not compute" in s for s in statuses), statuses
-    assert not w.error_banner.isVisible()
-    w.set_text("the dog")
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "the dog",
-                    timeout=30000)
-    w.worker.wait_idle()
