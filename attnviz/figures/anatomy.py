@@ -30,6 +30,7 @@ from attnviz.engine.patterns import check_index, max_pool
 from attnviz.figures.data import ExportError
 from attnviz.figures.heatmaps import (
     FRAME, GROUP_COLORS, MUTED, TEXT, _font, _qimage, encode_png, lookup_table, render_svg,
+    render_with,
 )
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
@@ -686,16 +687,7 @@ def readout(view: AnatomyView, lay: Layout, x: float, y: float) -> str | None:
 
 
 def render_image(view: AnatomyView, width: int) -> tuple[QImage, Layout]:
-    lay = layout(view, width)
-    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
-    if image.isNull():
-        raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
-    painter = QPainter(image)
-    try:
-        paint(painter, view, lay)
-    finally:
-        painter.end()
-    return image, lay
+    return render_with(layout, paint, view, width)
 
 
 def png_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:

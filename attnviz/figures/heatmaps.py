@@ -477,18 +477,24 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: Layout, lut: np.nd
     painter.restore()
 
 
-def render_image(view: ExportView, width: int) -> tuple[QImage, Layout]:
-    """The figure as a QImage `width` pixels wide."""
-    lay = layout(view, width)
+def render_with(layout_fn, paint_fn, view, width: int):
+    """Any figure (the heatmaps', the anatomy's) as a QImage `width` pixels wide: its layout_fn
+    (view, width) -> layout with .width/.height, then paint_fn(painter, view, layout)."""
+    lay = layout_fn(view, width)
     image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
     if image.isNull():
         raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
     painter = QPainter(image)
     try:
-        paint(painter, view, lay)
+        paint_fn(painter, view, lay)
     finally:
         painter.end()
     return image, lay
+
+
+def render_image(view: ExportView, width: int) -> tuple[QImage, Layout]:
+    """The figure as a QImage `width` pixels wide."""
+    return render_with(layout, paint, view, width)
 
 
 def png_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
