@@ -16,7 +16,7 @@ def test_each_shared_constant_has_one_home():
     assert definitions("SCALE_MODES") == ["engine/patterns.py"]
     assert definitions("DEFAULT_MODEL") == ["engine/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
     assert definitions("DEFAULT_TEXT") == ["engine/registry.py"]
-    assert definitions("COLORMAPS") == ["ui/state.py"]
+    assert definitions("COLORMAPS") == ["figures/data.py"]
 
 
 def test_the_users_see_the_same_tuple():
@@ -44,3 +44,18 @@ def test_group_size_has_one_home():
     assert defs == ["engine/patterns.py"]
     assert [group_size(kv_group(h, kv)) for h, kv in ((12, 12), (9, 3), (8, 1), (32, 8))] == [1, 3, 8, 4]
     assert group_size(np.zeros(0, dtype=np.int64)) == 1
+
+
+def test_a_colormap_is_sampled_in_one_place():
+    import numpy as np
+
+    from attnviz.figures.heatmaps import colormap_colors, lookup_table
+    from attnviz.ui.grid import colormap_lut
+
+    sampled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if "getLookupTable(" in p.read_text(encoding="utf-8"))
+    assert sampled == ["figures/heatmaps.py"]
+    lut = colormap_lut("magma")
+    assert (lut[0] == 0).all() and (lut[1:, 3] == 255).all()
+    np.testing.assert_array_equal(lut[1:, :3], colormap_colors("magma", 255))
+    np.testing.assert_array_equal(lookup_table("magma"), colormap_colors("magma", 256))

@@ -214,7 +214,7 @@ class Text:
 
 
 @dataclass
-class Layout:
+class AnatomyLayout:
     width: int
     height: int
     scale: float
@@ -247,7 +247,7 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
-def layout(view: AnatomyView, width: int) -> Layout:
+def layout(view: AnatomyView, width: int) -> AnatomyLayout:
     """Place every block for a figure `width` pixels wide; the height follows."""
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
@@ -470,7 +470,7 @@ def layout(view: AnatomyView, width: int) -> Layout:
             f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
             f"wide. A multiply-add is 2 FLOPs; memory is float32.", small)
     height = int(math.ceil(y + m))
-    return Layout(int(width), height, s, blocks, texts, share_bars, table, lines)
+    return AnatomyLayout(int(width), height, s, blocks, texts, share_bars, table, lines)
 
 
 def cache_key(view: AnatomyView, b: Block) -> tuple:
@@ -499,7 +499,7 @@ def block_rgb(view: AnatomyView, b: Block, cache: dict | None = None) -> np.ndar
     return rgb
 
 
-def paint(painter: QPainter, view: AnatomyView, lay: Layout, cache: dict | None = None,
+def paint(painter: QPainter, view: AnatomyView, lay: AnatomyLayout, cache: dict | None = None,
           images: dict | None = None, clip: QRectF | None = None) -> None:
     """Draw the figure. `cache`/`images`: dicts the panel keeps between paints (colours by block
     data, scaled images by block data and size); `clip`: only what meets this rectangle (the part
@@ -638,7 +638,7 @@ def sized_rgb(view: AnatomyView, b: Block, w: int, h: int, cache: dict | None = 
     return signed_rgb(pooled, signed_limit(pooled))
 
 
-def _paint_block(painter: QPainter, view: AnatomyView, b: Block, lay: Layout, cache, images) -> None:
+def _paint_block(painter: QPainter, view: AnatomyView, b: Block, lay: AnatomyLayout, cache, images) -> None:
     w, h = max(1, round(b.rect.width())), max(1, round(b.rect.height()))
     key = (*cache_key(view, b), w, h)
     img = images.get(key) if images is not None else None
@@ -650,7 +650,7 @@ def _paint_block(painter: QPainter, view: AnatomyView, b: Block, lay: Layout, ca
     painter.drawImage(b.rect, img)
 
 
-def readout(view: AnatomyView, lay: Layout, x: float, y: float) -> str | None:
+def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | None:
     """What is under a point: block, shape, bytes, the head, and the value with its row/column."""
     hit = lay.hit(x, y)
     if hit is None:
@@ -686,16 +686,16 @@ def readout(view: AnatomyView, lay: Layout, x: float, y: float) -> str | None:
             f"{where}: {value:.4g}")
 
 
-def render_image(view: AnatomyView, width: int) -> tuple[QImage, Layout]:
+def render_image(view: AnatomyView, width: int) -> tuple[QImage, AnatomyLayout]:
     return render_with(layout, paint, view, width)
 
 
-def png_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
+def png_bytes(view: AnatomyView, width: int) -> tuple[bytes, AnatomyLayout]:
     image, lay = render_image(view, width)
     return encode_png(image), lay
 
 
-def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
+def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, AnatomyLayout]:
     """The same figure as SVG (vector text and outlines; each block an embedded image)."""
     lay = layout(view, width)
     svg = render_svg(lay.width, lay.height, view.title(),
@@ -704,7 +704,7 @@ def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, Layout]:
     return svg, lay
 
 
-def sidecar(view: AnatomyView, image_path, lay: Layout) -> dict:
+def sidecar(view: AnatomyView, image_path, lay: AnatomyLayout) -> dict:
     """The image's JSON sidecar: File -> Open view restores the model, text, layer and head."""
     import attnviz
     from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION

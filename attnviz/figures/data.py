@@ -24,6 +24,9 @@ import attnviz
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key
 
+# the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
+COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
+
 log = logging.getLogger(__name__)
 
 IMAGE_FORMATS = ("png", "svg")

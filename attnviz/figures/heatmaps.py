@@ -20,7 +20,7 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.patterns import group_size, max_pool, quantize
-from attnviz.figures.data import ExportError, ExportView
+from attnviz.figures.data import COLORMAPS, ExportError, ExportView
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
@@ -34,16 +34,21 @@ GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
 
 
-def lookup_table(name: str) -> np.ndarray:  # -> [256, 3] uint8
-    """The colormap as the window uses it: pyqtgraph's map sampled at 256 points."""
+def colormap_colors(name: str, n: int) -> np.ndarray:  # -> [n, 3] uint8
+    """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1."""
     try:
         cmap = pg.colormap.get(name)
     except Exception:  # pyqtgraph raises FileNotFoundError/KeyError/ValueError by source
         known = sorted(pg.colormap.listMaps())
-        raise ExportError(f"unknown colormap {name!r}; try viridis, magma, inferno, plasma, "
-                          f"cividis, turbo or CET-L1 ({len(known)} known)") from None
-    lut = np.asarray(cmap.getLookupTable(nPts=256), dtype=np.uint8)
+        raise ExportError(f"unknown colormap {name!r}; try {', '.join(COLORMAPS)} "
+                          f"({len(known)} known)") from None
+    lut = np.asarray(cmap.getLookupTable(0.0, 1.0, nPts=n), dtype=np.uint8)
     return np.ascontiguousarray(lut[:, :3])
+
+
+def lookup_table(name: str) -> np.ndarray:  # -> [256, 3] uint8
+    """The colormap of an exported figure: 256 colours."""
+    return colormap_colors(name, 256)
 
 
 def _font(px: float, bold: bool = False) -> QFont:
@@ -77,7 +82,7 @@ class PanelBox:
 
 
 @dataclass
-class Layout:
+class FigureLayout:
     width: int
     height: int
     scale: float
@@ -183,7 +188,7 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
     return ticks
 
 
-def layout(view: ExportView, width: int) -> Layout:
+def layout(view: ExportView, width: int) -> FigureLayout:
     """Place every part of the figure for an image `width` pixels wide; the height follows."""
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
@@ -276,7 +281,7 @@ def layout(view: ExportView, width: int) -> Layout:
     if view.scope != "head":
         bar_h = min(bar_h, max(cell * n_q, 360 * s))
     bar_x = x0 + n_cols * n_k * cell + (n_cols - 1) * gap_x + 20 * s
-    return Layout(
+    return FigureLayout(
         width=width, height=height, scale=s, margin=m, title_font=lines[0][1],
         sub_font=lines[1][1], label_font=_font(label_px), panel_font=panel_font,
         tick_font=tick_font, header_lines=lines, panels=panels, n_rows=n_rows, n_cols=n_cols,
@@ -297,7 +302,7 @@ def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its p
     return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
 
 
-def paint(painter: QPainter, view: ExportView, lay: Layout, vector_cells: bool = False) -> None:
+def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: bool = False) -> None:
     """Draw the whole figure described by `lay` on an active painter."""
     s = lay.scale
     lut = lookup_table(view.colormap)
@@ -374,7 +379,7 @@ def paint(painter: QPainter, view: ExportView, lay: Layout, vector_cells: bool =
     _paint_colorbar(painter, view, lay, lut)
 
 
-def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
+def _paint_groups(painter: QPainter, view: ExportView, lay: FigureLayout) -> None:
     """A light tinted box behind each run of neighbouring heads that share a KV head."""
     s = lay.scale
     runs: list[list[PanelBox]] = []
@@ -401,7 +406,7 @@ def _paint_groups(painter: QPainter, view: ExportView, lay: Layout) -> None:
     painter.setBrush(Qt.BrushStyle.NoBrush)
 
 
-def _paint_query_labels(painter: QPainter, view: ExportView, lay: Layout, box: PanelBox) -> None:
+def _paint_query_labels(painter: QPainter, view: ExportView, lay: FigureLayout, box: PanelBox) -> None:
     painter.setFont(lay.label_font)
     painter.setPen(TEXT)
     pad = 6 * lay.scale + lay.group_pad
@@ -412,7 +417,7 @@ def _paint_query_labels(painter: QPainter, view: ExportView, lay: Layout, box: P
         painter.drawText(r, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, text)
 
 
-def _paint_key_labels(painter: QPainter, view: ExportView, lay: Layout, box: PanelBox) -> None:
+def _paint_key_labels(painter: QPainter, view: ExportView, lay: FigureLayout, box: PanelBox) -> None:
     """Key labels run upwards, each ending just under its column."""
     painter.setFont(lay.label_font)
     painter.setPen(TEXT)
@@ -429,7 +434,7 @@ def _paint_key_labels(painter: QPainter, view: ExportView, lay: Layout, box: Pan
         painter.restore()
 
 
-def _paint_axis_names(painter: QPainter, lay: Layout) -> None:
+def _paint_axis_names(painter: QPainter, lay: FigureLayout) -> None:
     painter.setFont(lay.tick_font)
     painter.setPen(MUTED)
     fm = QFontMetricsF(lay.tick_font)
@@ -450,7 +455,7 @@ def _paint_axis_names(painter: QPainter, lay: Layout) -> None:
                      "key \u2192")
 
 
-def _paint_colorbar(painter: QPainter, view: ExportView, lay: Layout, lut: np.ndarray) -> None:
+def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut: np.ndarray) -> None:
     s, bar = lay.scale, lay.bar
     gradient = np.ascontiguousarray(lut[::-1][:, None, :])  # [256, 1, 3], highest colour on top
     painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
@@ -492,12 +497,12 @@ def render_with(layout_fn, paint_fn, view, width: int):
     return image, lay
 
 
-def render_image(view: ExportView, width: int) -> tuple[QImage, Layout]:
+def render_image(view: ExportView, width: int) -> tuple[QImage, FigureLayout]:
     """The figure as a QImage `width` pixels wide."""
     return render_with(layout, paint, view, width)
 
 
-def png_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
+def png_bytes(view: ExportView, width: int) -> tuple[bytes, FigureLayout]:
     image, lay = render_image(view, width)
     return encode_png(image), lay
 
@@ -514,7 +519,7 @@ def encode_png(image: QImage) -> bytes:
     return bytes(data.data())
 
 
-def svg_bytes(view: ExportView, width: int) -> tuple[bytes, Layout]:
+def svg_bytes(view: ExportView, width: int) -> tuple[bytes, FigureLayout]:
     """The same figure as SVG: vector text, heatmap cells as rectangles (or one embedded image per
     heatmap when there are more than SVG_MAX_RECTS cells)."""
     lay = layout(view, width)

@@ -41,7 +41,7 @@ class AnatomyCanvas(QWidget):
         self.panel = panel
         self.setMouseTracking(True)
         self.view: fig.AnatomyView | None = None
-        self.lay: fig.Layout | None = None
+        self.lay: fig.AnatomyLayout | None = None
         self.hover_text = ""
         self._colors: dict = {}  # block colours (weights kept across views of one model)
         self._images: dict = {}  # scaled images of the blocks

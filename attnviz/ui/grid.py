@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.patterns import group_size, max_pool
+from attnviz.figures.heatmaps import colormap_colors
 
 BACKGROUND = "#202124"
 TEXT = "#e8eaed"
@@ -27,8 +28,11 @@ FOCUS_COLOR = "#ff9e3d"
 
 
 def colormap_lut(name: str) -> np.ndarray:  # -> [256, 4] uint8, entry 0 transparent
+    """The window's table: entry 0 is the transparent gap (a hidden first key column), 1..255 the
+    colormap (figures.heatmaps.colormap_colors, the one sampling of a colormap)."""
     lut = np.zeros((256, 4), np.uint8)
-    lut[1:] = pg.colormap.get(name).getLookupTable(0.0, 1.0, nPts=255, alpha=True)
+    lut[1:, :3] = colormap_colors(name, 255)
+    lut[1:, 3] = 255
     return lut
 
 
@@ -91,7 +95,7 @@ class Label(QGraphicsSimpleTextItem):
 
 
 @dataclass(frozen=True)
-class Layout:
+class GridLayout:
     """Where each shown head sits in the mosaic, in image pixels (one pixel per token)."""
 
     mode: str  # "layer" or "all"
@@ -110,7 +114,7 @@ class Layout:
 
 
 def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int,
-                pool: int = 1) -> Layout:
+                pool: int = 1) -> GridLayout:
     n_tok = T
     T = -(-T // pool)  # tile side in pixels
     n_head = len(kv_group)
@@ -143,7 +147,7 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
         y0 = rows * row_h + title_h
         height = n_rows * row_h - gap
     width = int(col_x[-1] + T)
-    return Layout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left,
+    return GridLayout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left,
                   n_tok, pool)
 
 
@@ -224,7 +228,7 @@ class HeatmapGrid(QWidget):
         self._font = QFont()
         self._font.setPointSize(9)
 
-        self.layout_: Layout | None = None
+        self.layout_: GridLayout | None = None
         self._flat = np.zeros(0, np.uint8)  # reused mosaic storage
         self._fbuf = np.zeros(0, np.float32)  # reused quantisation scratch
         self._mosaic: np.ndarray | None = None
@@ -346,7 +350,7 @@ class HeatmapGrid(QWidget):
         ncols, tile_px = best_ncols(n_head, gs, w, h)
         return ncols, pool_factor(T, tile_px)
 
-    def _relayout(self, lo: Layout, kv_group: np.ndarray) -> None:
+    def _relayout(self, lo: GridLayout, kv_group: np.ndarray) -> None:
         self.layout_ = lo
         self._kv_key = tuple(kv_group.tolist())
         size = lo.width * lo.height

@@ -9,8 +9,8 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.patterns import SCALE_MODES, drop_first_key, value_weighted
+from attnviz.figures.data import COLORMAPS  # noqa: F401  (the window's choice of colormaps)
 
-COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
 VIEW_MODES = ("layer", "all")
 
 
