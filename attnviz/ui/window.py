@@ -8,7 +8,6 @@ import logging
 import time
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
     QToolButton, QVBoxLayout, QWidget,
@@ -23,6 +22,7 @@ from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
+from attnviz.ui.menus import build_menus
 from attnviz.ui.state import AppState
 from attnviz.ui.tokens import TokenStrip
 from attnviz.ui.training_panel import TrainingPanel
@@ -56,7 +56,6 @@ class MainWindow(QMainWindow):
                 obj.setParent(self)
         self._load_source = ""
         self._banner_kind = ""  # what the error banner shows: "compute" clears on the next result
-        self._model_infos = None  # the last model scan (find_models), None before the first
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None
         self.last_latency_s = 0.0
@@ -69,7 +68,7 @@ class MainWindow(QMainWindow):
             self.load_model(source)
         self._build_widgets()
         self._build_docks(panels)
-        self._build_menus()
+        build_menus(self)
         self._connect()
         self._restore(model, text)
         # an exception escaping a slot shows in the banner (make_app installs the guard for the app;
@@ -203,94 +202,6 @@ class MainWindow(QMainWindow):
         self.view_menu.addAction(dock.toggleViewAction())
         return dock
 
-    def _build_menus(self) -> None:
-        mb = self.menuBar()
-        file_menu = mb.addMenu("&File")
-        self.open_folder_action = file_menu.addAction("&Open model folder…")
-        self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
-        self.open_folder_action.triggered.connect(self.open_model_folder)
-        self.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
-        self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
-        self.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
-        self.open_file_action.triggered.connect(self.open_model_file)
-        self.open_view_action = file_menu.addAction("Open &view…")
-        self.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
-        self.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
-        self.open_view_action.triggered.connect(self.open_view_dialog)
-        self.export_action = file_menu.addAction("&Export…")
-        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
-        self.export_action.triggered.connect(self.export_dialog)
-        file_menu.addSeparator()
-        quit_action = file_menu.addAction("&Quit")
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-        quit_action.triggered.connect(self.close)
-        # also the window's own actions: a native (global) menu bar does not see key presses, and
-        # the shortcuts must work whichever widget has the focus, the sentence box included
-        for act in (self.open_folder_action, self.open_file_action, self.open_view_action,
-                    self.export_action, quit_action):
-            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            self.addAction(act)
-
-        mb.addMenu(self.samples_menu)
-
-        self.models_menu = mb.addMenu("&Models")
-        # each opening scans again, on the worker (the Hugging Face cache, GGUF stores: file reads
-        # that must not hold the event loop); the last list, or a placeholder, shows meanwhile
-        self.models_menu.aboutToShow.connect(self._on_models_menu_opening)
-        self._fill_models_menu()
-
-        view = self.view_menu = mb.addMenu("&View")
-        self.prev_layer_action = QAction("&Previous layer", self)
-        self.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
-        self.prev_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer - 1))
-        self.next_layer_action = QAction("&Next layer", self)
-        self.next_layer_action.setShortcuts([QKeySequence("PgDown"), QKeySequence("Ctrl+Down")])
-        self.next_layer_action.triggered.connect(lambda: self.state.set_layer(self.state.layer + 1))
-        self.clear_query_action = QAction("&Clear query token", self)
-        self.clear_query_action.setShortcut(QKeySequence("Esc"))
-        self.clear_query_action.setToolTip("Esc: while a model loads, stop waiting for it; "
-                                           "otherwise clear the query token")
-        self.clear_query_action.triggered.connect(self._on_escape)
-        for act in (self.prev_layer_action, self.next_layer_action, self.clear_query_action):
-            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            view.addAction(act)
-            self.addAction(act)
-        view.addSeparator()
-        view.addAction(self.focus_dock.toggleViewAction())
-
-        help_menu = mb.addMenu("&Help")
-        help_menu.addAction("&About attnviz").triggered.connect(self.show_about)
-
-    def _on_models_menu_opening(self) -> None:
-        self.worker.discover()
-        self._fill_models_menu()  # the last scan's list (check marks as of now) until the new one
-
-    def _on_models_found(self, infos) -> None:
-        self._model_infos = infos
-        self._fill_models_menu()
-
-    def _fill_models_menu(self) -> None:
-        self.models_menu.clear()
-        infos = self._model_infos
-        if infos is None:
-            self.models_menu.addAction("(looking for models…)").setEnabled(False)
-            infos = []
-        elif not infos:
-            self.models_menu.addAction("(no models found)").setEnabled(False)
-        current = self.state.model
-        for info in infos:
-            kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
-            act = self.models_menu.addAction(
-                f"{info.name}  ({info.family}, {info.n_layer} layers × {info.n_head} heads{kv})")
-            act.setToolTip(str(info.path))
-            act.setCheckable(True)  # the check mark names the model shown now
-            act.setChecked(current is not None and (
-                info.name == current.name or str(info.path) == str(current.path)))
-            act.triggered.connect(lambda _=False, p=str(info.path), n=info.name: self.load_model(n or p))
-        self.models_menu.addSeparator()
-        self.models_menu.addAction("Open model folder…").triggered.connect(self.open_model_folder)
-        self.models_menu.addAction("Open model file (GGUF)…").triggered.connect(self.open_model_file)
-
     def _connect(self) -> None:
         st, w = self.state, self.worker
         self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
@@ -305,7 +216,6 @@ class MainWindow(QMainWindow):
         w.sigLoaded.connect(self._on_loaded)
         w.sigLoadFailed.connect(self._on_load_failed)
         w.sigLoadCancelled.connect(self._on_load_cancelled)
-        w.sigModelsFound.connect(self._on_models_found)
         w.sigComputed.connect(self._on_computed)
         w.sigComputeFailed.connect(self._on_compute_failed)
 

@@ -1,0 +1,117 @@
+"""The window's menu bar and the Models menu. The menus call the window's actions (open, export,
+about) and write view changes through AppState's setters; the Models menu is a view of the job
+runner's model scans and of the state's current model."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu
+
+
+class ModelsMenu(QMenu):
+    """What can be opened. Each opening scans again on the job runner (the Hugging Face cache and
+    the GGUF stores are file reads that must not hold the event loop); meanwhile the last list, or
+    a placeholder, shows. The check mark names the model shown now."""
+
+    def __init__(self, state, worker, open_model, extra=(), parent=None):
+        """open_model(name or path) opens an entry; `extra`: actions after the list."""
+        super().__init__("&Models", parent)
+        self.state, self.worker, self.open_model = state, worker, open_model
+        self.infos = None  # the last scan (find_models), None before the first
+        self.extra: list[QAction] = list(extra)
+        self.aboutToShow.connect(self._on_opening)
+        worker.sigModelsFound.connect(self._on_found)
+        self.fill()
+
+    def _on_opening(self) -> None:
+        self.worker.discover()
+        self.fill()  # the last scan's list (check marks as of now) until the new one
+
+    def _on_found(self, infos) -> None:
+        self.infos = infos
+        self.fill()
+
+    def fill(self) -> None:
+        self.clear()
+        infos = self.infos
+        if infos is None:
+            self.addAction("(looking for models…)").setEnabled(False)
+            infos = []
+        elif not infos:
+            self.addAction("(no models found)").setEnabled(False)
+        current = self.state.model
+        for info in infos:
+            kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
+            act = self.addAction(
+                f"{info.name}  ({info.family}, {info.n_layer} layers × {info.n_head} heads{kv})")
+            act.setToolTip(str(info.path))
+            act.setCheckable(True)
+            act.setChecked(current is not None and (
+                info.name == current.name or str(info.path) == str(current.path)))
+            act.triggered.connect(lambda _=False, p=str(info.path), n=info.name: self.open_model(n or p))
+        self.addSeparator()
+        for act in self.extra:
+            self.addAction(act)
+
+
+def build_menus(w) -> None:
+    """File, Samples, Models, View and Help for MainWindow `w`; every shortcut is also the window's
+    own action, so it works whichever widget has the focus."""
+    mb = w.menuBar()
+    file_menu = mb.addMenu("&File")
+    w.open_folder_action = file_menu.addAction("&Open model folder…")
+    w.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
+    w.open_folder_action.triggered.connect(w.open_model_folder)
+    w.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
+    w.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
+    w.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
+    w.open_file_action.triggered.connect(w.open_model_file)
+    w.open_view_action = file_menu.addAction("Open &view…")
+    w.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
+    w.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
+    w.open_view_action.triggered.connect(w.open_view_dialog)
+    w.export_action = file_menu.addAction("&Export…")
+    w.export_action.setShortcut(QKeySequence("Ctrl+E"))
+    w.export_action.triggered.connect(w.export_dialog)
+    file_menu.addSeparator()
+    quit_action = file_menu.addAction("&Quit")
+    quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+    quit_action.triggered.connect(w.close)
+    # also the window's own actions: a native (global) menu bar does not see key presses, and
+    # the shortcuts must work whichever widget has the focus, the sentence box included
+    for act in (w.open_folder_action, w.open_file_action, w.open_view_action,
+                w.export_action, quit_action):
+        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        w.addAction(act)
+
+    mb.addMenu(w.samples_menu)
+
+    folder = QAction("Open model folder…", w)
+    folder.triggered.connect(w.open_model_folder)
+    gguf = QAction("Open model file (GGUF)…", w)
+    gguf.triggered.connect(w.open_model_file)
+    w.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf), w)
+    mb.addMenu(w.models_menu)
+
+    view = w.view_menu = mb.addMenu("&View")
+    w.prev_layer_action = QAction("&Previous layer", w)
+    w.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
+    w.prev_layer_action.triggered.connect(lambda: w.state.set_layer(w.state.layer - 1))
+    w.next_layer_action = QAction("&Next layer", w)
+    w.next_layer_action.setShortcuts([QKeySequence("PgDown"), QKeySequence("Ctrl+Down")])
+    w.next_layer_action.triggered.connect(lambda: w.state.set_layer(w.state.layer + 1))
+    w.clear_query_action = QAction("&Clear query token", w)
+    w.clear_query_action.setShortcut(QKeySequence("Esc"))
+    w.clear_query_action.setToolTip("Esc: while a model loads, stop waiting for it; "
+                                    "otherwise clear the query token")
+    w.clear_query_action.triggered.connect(w._on_escape)
+    for act in (w.prev_layer_action, w.next_layer_action, w.clear_query_action):
+        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        view.addAction(act)
+        w.addAction(act)
+    view.addSeparator()
+    view.addAction(w.focus_dock.toggleViewAction())
+
+    help_menu = mb.addMenu("&Help")
+    help_menu.addAction("&About attnviz").triggered.connect(w.show_about)
