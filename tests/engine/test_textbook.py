@@ -143,16 +143,6 @@ def test_every_head_is_described():
     assert tb.describe_head(5, 0) is None
 
 
-def test_models_listing_names_the_textbook_vocabulary(capsys):
-    from attnviz.cli import main
-    from attnviz.engine import textbook
-
-    assert main(["models"]) == 0
-    out = capsys.readouterr().out
-    line = next(x for x in out.splitlines() if x.startswith(f"{textbook.TEXTBOOK_NAME} knows only"))
-    assert line.endswith(" ".join(textbook.WORDS)) and f"these {len(textbook.WORDS)} words" in line
-
-
 def test_licence_is_the_projects_own(model, folder):
     # attnviz constructs it, so it is under attnviz's licence, not "not stated"
     assert tb.TEXTBOOK_LICENSE == "Apache-2.0"

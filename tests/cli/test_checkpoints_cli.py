@@ -1,0 +1,80 @@
+"""--checkpoint on the command line: models, heads, attention, export; bad indices exit 2."""
+
+from __future__ import annotations
+import json
+import numpy as np
+import pytest
+from attnviz.cli import main
+from attnviz.engine.registry import TOY_MODEL
+
+REPEATED = "The parser reads the token stream. The parser reads the token stream."
+
+
+def test_models_shows_a_checkpoints_column(capsys, ckpts):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    col = out[0].index("CHECKPOINTS")
+    row = next(line for line in out if line.startswith(TOY_MODEL))
+    assert row[col:].split()[0] == str(len(ckpts))
+    assert all(line[col:].split()[0] == "-" for line in out[1:]
+               if line.startswith("attnviz-textbook ") and "knows only" not in line)
+    assert any(line.startswith(f"{TOY_MODEL}: toy model trained by attnviz") for line in out)
+
+
+def test_heads_takes_checkpoint(capsys, ckpts):
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--json", "--checkpoint", "0"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--json"]) == 0
+    last = json.loads(capsys.readouterr().out)
+    assert first["checkpoint"] == {"index": 0, "step": 0, "of": len(ckpts)}
+    assert last["checkpoint"]["index"] == len(ckpts) - 1
+    assert first["best"]["induction"]["strength"] == pytest.approx(ckpts.infos[0].induction_score,
+                                                                   abs=1e-4)
+    assert last["best"]["induction"]["strength"] == pytest.approx(ckpts.infos[-1].induction_score,
+                                                                  abs=1e-4)
+    assert main(["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "-1"]) == 0
+    assert f"at checkpoint {len(ckpts) - 1} of 0..{len(ckpts) - 1}" in capsys.readouterr().out
+
+
+def test_attention_takes_checkpoint(tmp_path, capsys, ckpts):
+    a, b = tmp_path / "a.npz", tmp_path / "b.npz"
+    assert main(["attention", "--model", TOY_MODEL, "--text", REPEATED, "--checkpoint", "2",
+                 "--out", str(a)]) == 0
+    assert f"(step {ckpts.infos[2].step})" in capsys.readouterr().out
+    assert main(["attention", "--model", TOY_MODEL, "--text", REPEATED, "--out", str(b)]) == 0
+    np.testing.assert_allclose(np.load(a)["attentions"], ckpts.model(2).run(REPEATED).attentions)
+    np.testing.assert_allclose(np.load(b)["attentions"], ckpts.model(-1).run(REPEATED).attentions)
+
+
+def test_export_records_the_checkpoint(tmp_path, ckpts):
+    out = tmp_path / "w.json"
+    assert main(["export", "--model", TOY_MODEL, "--text", REPEATED, "--layer", "1",
+                 "--checkpoint", "5", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text(encoding="utf-8"))
+    assert doc["checkpoint"] == {"index": 5, "step": ckpts.infos[5].step, "of": len(ckpts)}
+    np.testing.assert_allclose(np.array(doc["weights"]),
+                               ckpts.model(5).run(REPEATED).attentions[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("argv", [
+    ["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "999"],
+    ["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "-999"],
+    ["attention", "--model", TOY_MODEL, "--text", "a", "--checkpoint", "999", "--out", "{out}/a.npz"],
+    ["export", "--model", TOY_MODEL, "--checkpoint", "999", "--out", "{out}/a.json"],
+    ["heads", "--model", "attnviz-textbook", "--probe", "--checkpoint", "3"],
+])
+def test_out_of_range_checkpoints_exit_2_with_one_line(argv, tmp_path, capsys):
+    argv = [a.replace("{out}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and list(tmp_path.iterdir()) == []
+    lines = cap.err.splitlines()
+    assert len(lines) == 1 and "is out of range" in lines[0], cap.err
+
+
+def test_a_checkpoint_that_is_not_an_integer_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "last"])
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and "--checkpoint: expected an integer, got 'last'" in lines[0]

@@ -1,0 +1,87 @@
+"""`attnviz heads` and `attnviz find` on the command line: tables, JSON, probes, errors."""
+
+import numpy as np
+from attnviz.engine import heads as H
+
+
+def _cli(capsys, *argv):
+    from attnviz.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_heads_json_on_text(capsys, minilm):
+    import json
+
+    text = "The keys to the cabinet are on the table."
+    rc, out, _ = _cli(capsys, "heads", "--text", text, "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    hs = H.score_result(minilm.run(text))
+    assert doc["labels"] == hs.labels
+    assert set(doc["scores"]) == set(H.SCORE_NAMES)
+    assert len(doc["scores"]["previous"]) == 6 and len(doc["scores"]["previous"][0]) == 12
+    np.testing.assert_allclose(doc["scores"]["previous"], hs.scores["previous"], atol=1e-6)
+    assert doc["best"]["previous"]["score"] >= 0.9
+    assert doc["best"]["previous"]["strength"] >= doc["best"]["previous"]["score"]
+    assert doc["best"]["previous"]["score"] - doc["best"]["previous"]["chance"] >= H.CHANCE_MARGIN
+    assert "induction" in doc["no_head_clears"]
+    assert "TransformerLens" in doc["definitions"]["previous"]
+
+
+def test_cli_heads_table_on_textbook_probe(capsys):
+    rc, out, _ = _cli(capsys, "heads", "--model", "attnviz-textbook", "--probe")
+    assert rc == 0
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("0", "0", "previous"), ("0", "1", "duplicate"), ("0", "2", "self"),
+        ("1", "0", "induction"), ("1", "1", "sink"), ("1", "2", "mixed")]
+    assert "How the textbook heads were built" in out
+    assert "next token: none (a causal model cannot attend ahead)" in out
+
+
+def test_cli_find_json_and_errors(capsys):
+    import json
+
+    text = "The keys to the cabinet are on the table."
+    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "keys", "--json",
+                      "--top", "3")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["from"] == {"token": "are", "position": 6}
+    assert doc["to"] == {"token": "keys", "position": 2}
+    assert len(doc["heads"]) == 3
+    spec = [h["specificity"] for h in doc["heads"]]
+    assert spec == sorted(spec, reverse=True)  # ranked by specificity, weight beside it
+    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the")
+    assert rc == 2 and "occurs 3 times" in err and "the@4" in err
+    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "drawer")
+    assert rc == 2 and "'drawer' is not in the text" in err
+    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the@4")
+    assert rc == 0 and "'the'@4 (key)" in out and len(out.splitlines()) == 2 + 72
+
+
+def test_cli_heads_syntactic_and_coreference_probes(capsys):
+    import json
+
+    from attnviz.engine import probes as P
+
+    rc, out, _ = _cli(capsys, "heads", "--probe", "syntactic", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["probe"] == "agreement" and doc["items"] + doc["skipped"] == P.N_ITEMS
+    for hit in doc["labelled"]:  # the numbers printed are the numbers tested
+        assert hit["score"] >= P.SCORE_MIN and hit["accuracy"] >= P.ACCURACY_MIN
+    rc, out, _ = _cli(capsys, "heads", "--probe", "coreference")
+    assert rc == 0 and "coreference probe, seed 0" in out and "Definition: Pronoun -> antecedent" in out
+    assert ("head(s) pass" in out) or ("no head passes" in out)
+
+
+def test_cli_heads_unknown_heavy_text_says_why_no_repeat_roles(capsys):
+    rc, out, _ = _cli(capsys, "heads", "--text", "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café")
+    assert rc == 0 and "tokens are unknown to the vocabulary" in out
+    assert "induction: not labelled (too many unknown tokens)" in out
+    rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
+    assert not any(r[2] in ("duplicate", "induction") for r in rows)
