@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.config import ModelConfig
+from attnviz.engine.families import FAMILY
 from attnviz.engine.layers import (
     apply_rope, attention_pattern, causal_mask, linear, mask_bias, merge_heads, qkv_heads, repeat_kv,
-    rope_cos_sin,
+    rms_norm, rope_cos_sin,
 )
 
 BYTES = 4  # float32: every array here, as the engine holds it
@@ -85,12 +86,11 @@ def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
 
 
 def input_name(cfg: ModelConfig) -> str:
-    """What x is in this family's layer."""
-    if cfg.family == "llama":
-        return "x = RMSNorm(residual stream)"
-    if cfg.family == "gpt2":
-        return "x = LayerNorm(residual stream)"
-    return "x = layer input (post-LN: the previous layer's output)"
+    """What x is in this family's layer (from the family's data: FAMILY in families.py)."""
+    fam = FAMILY[cfg.family]
+    if not fam.pre_norm:
+        return "x = layer input (post-LN: the previous layer's output)"
+    return f"x = {'RMSNorm' if fam.norm is rms_norm else 'LayerNorm'}(residual stream)"
 
 
 def head_dim_note(cfg: ModelConfig) -> str | None:
