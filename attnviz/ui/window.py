@@ -370,12 +370,10 @@ class MainWindow(QMainWindow):
         self.last_request = req
         if self._banner_kind == "compute":
             self.clear_error()
-        self.state.set_result(result)
         self.last_latency_s = time.perf_counter() - req.t_request
 
     def _on_compute_failed(self, req, message: str) -> None:
-        if not req.text.strip():
-            self.state.set_result(None)  # an empty sentence is a valid, empty state
+        if not req.text.strip():  # the empty state (the runner cleared the result)
             if not self.panels_ready:  # (else the first keystroke would pay for building them)
                 QTimer.singleShot(30, self._build_panel_docks)
             return
@@ -454,8 +452,7 @@ class MainWindow(QMainWindow):
     def _on_loaded(self, model) -> None:
         self.clear_error()
         self.settings.setValue("model", self._load_source or model.name)
-        self.statusBar().showMessage(f"Loaded {model.name}", 4000)
-        self.state.set_model(model)
+        self.statusBar().showMessage(f"Loaded {model.name}", 4000)  # (the runner set the state)
         if self._pending_view is not None:
             (view, path), self._pending_view = self._pending_view, None
             self.apply_view(view, path)

@@ -236,7 +236,7 @@ class Worker(QObject):
     sigLoaded = Signal(object)  # model
     sigLoadFailed = Signal(str, str)  # source, message
     sigLoadCancelled = Signal(str)  # source the window stopped waiting for
-    sigComputed = Signal(object, object)  # ComputeRequest, RunResult (newest only)
+    sigComputed = Signal(object, object)  # ComputeRequest, RunResult (newest only; already in state)
     sigComputeFailed = Signal(object, str)  # ComputeRequest, message
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
     sigBusy = Signal(bool)  # whether any job the window still waits for is running
@@ -362,9 +362,12 @@ class Worker(QObject):
         if req.model is not self.state.model:
             return  # another model is already on its way
         if error is not None:
+            if not req.text.strip():
+                self.state.set_result(None)  # an empty sentence is a valid, empty state
             self.sigComputeFailed.emit(req, describe_error(error))
             return
         self.last_compute_s = result.compute_s
+        self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.sigComputed.emit(req, result)
 
     # --- model loads --------------------------------------------------------------------------
@@ -395,6 +398,7 @@ class Worker(QObject):
         if error is not None:
             self.sigLoadFailed.emit(req.source, describe_error(error))
             return
+        self.state.set_model(model)
         self.sigLoaded.emit(model)
 
     # --- model discovery ----------------------------------------------------------------------

@@ -181,3 +181,21 @@ def test_the_runner_caps_blas_at_one_thread(qapp):
     Worker(AppState())
     blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
     assert blas and all(p["num_threads"] == 1 for p in blas)
+
+
+def test_the_runner_feeds_the_state_itself(qtbot, book):
+    """Issue 11 item 1: no window relays results: a load sets the state's model and a run its
+    result, with only the state and the runner in play."""
+    st = AppState()
+    w = Worker(st)
+    w.load(textbook.TEXTBOOK_NAME)
+    qtbot.waitUntil(lambda: st.model is not None, timeout=WAIT)
+    assert st.model.name == textbook.TEXTBOOK_NAME and st.loading == ""
+    st.set_text("the cat sat")
+    w.request_compute(immediate=True)
+    qtbot.waitUntil(lambda: st.result is not None, timeout=WAIT)
+    assert st.result.text == "the cat sat"
+    st.set_text("")  # the textbook has a BOS, so even the empty text has a result
+    w.request_compute(immediate=True)
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == "", timeout=WAIT)
+    assert w.wait_idle(WAIT)
