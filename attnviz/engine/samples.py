@@ -43,7 +43,7 @@ class Sample:
 
 SAMPLES: tuple[Sample, ...] = (
     Sample("Agreement", DEFAULT_TEXT,
-           "The verb 'are' looks back past 'cabinet' to its subject 'keys' in a few heads.",
+           "The verb 'are' looks back past 'cabinet' to its subject 'keys' in some heads.",
            find=("are", "keys")),
     Sample("Repeated names", "When Mary and John went to the store, John gave a drink to Mary.",
            "The second 'John' and 'Mary' attend to their first mention (duplicate-token heads).",
