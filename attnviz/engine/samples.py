@@ -125,7 +125,8 @@ def _others(n: int) -> str:
 
 def _guide_find(sample: Sample, result) -> Guide:
     frm, to = sample.find
-    q, k = _position(result, frm), _position(result, to)
+    # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
+    q, k = H.resolve_token(result, frm), H.resolve_token(result, to)
     hits = H.find(result, q, k)
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
@@ -138,28 +139,4 @@ def _guide_find(sample: Sample, result) -> Guide:
                  f"{SPECIFICITY_MIN:g} over the other queries). Closest: " + msg + ".")
 
 
-def _position(result, word: str) -> int:
-    """First token whose label is `word` (case, spaces and '##' ignored). A word the tokenizer
-    splits has no such token: the guide says so rather than scoring one of its pieces."""
-    labels = [str(x).strip().lower().lstrip("#") for x in result.labels]
-    w = word.lower()
-    for i, lab in enumerate(labels):
-        if lab == w:
-            return i
-    raise InputError(f"{word!r} is not one token of this model's reading of the sample "
-                     f"({' '.join(result.labels[:40])})")
-
-
-def guides_all(model) -> dict[str, Guide | str]:
-    """Every sample's guide on `model` (title -> Guide, or the reason there is none)."""
-    out: dict[str, Guide | str] = {}
-    unknown = H.unknown_token_ids(model)
-    for s in SAMPLES:
-        try:
-            out[s.title] = guide(s, model.run(s.text), unknown)
-        except InputError as exc:
-            out[s.title] = str(exc)
-    return out
-
-
-__all__ = ["SAMPLES", "Sample", "Guide", "guide", "guides_all", "sample_for_text", "SPECIFICITY_MIN"]
+__all__ = ["SAMPLES", "Sample", "Guide", "guide", "sample_for_text", "SPECIFICITY_MIN"]
