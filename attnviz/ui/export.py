@@ -57,7 +57,7 @@ def anatomy_view(state) -> AnatomyView:
 
 def _checkpoint_record(state) -> dict | None:
     """{index, step, of} of the training checkpoint the window shows, None without checkpoints."""
-    info = getattr(state, "checkpoint_info", lambda: None)()
+    info = state.checkpoint_info()
     if info is None:
         return None
     return {"index": info.index, "step": info.step, "of": len(state.checkpoints)}

@@ -39,34 +39,31 @@ class GuideBar(QWidget):
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
         state.sigResultChanged.connect(self._on_result)
-        if hasattr(state, "sigCheckpointChanged"):  # another training step: its heads, found anew
-            state.sigCheckpointChanged.connect(self._on_checkpoint)
+        state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         self._on_text(state.text)
 
     # --- state -> view --------------------------------------------------------------------------
-    def _on_text(self, text: str) -> None:
-        self.sample = sample_for_text(text or "")
+    def _forget(self) -> None:  # the guide shown is no longer the current one's
         self.current = None
         self.worker.cancel(JOB_KIND)
         self.show_button.setEnabled(False)
-        self.answer.setText("")
+        self.answer.setText("<i>Finding the head in this model…</i>")
+
+    def _on_text(self, text: str) -> None:
+        self.sample = sample_for_text(text or "")
+        self._forget()
         if self.sample is None:
             self.hide()
             return
         self.look.setText(f"<b>Look for:</b> {self.sample.look_for}")
-        self.answer.setText("<i>Finding the head in this model…</i>")
         self.show()
         self._on_result(self.state.result)
 
     def _on_checkpoint(self, _index: int) -> None:
         """The same text on another checkpoint's weights: the guide waits for that result (the
         worker drops any older model's), then finds the head again."""
-        if self.sample is None:
-            return
-        self.current = None
-        self.worker.cancel(JOB_KIND)
-        self.show_button.setEnabled(False)
-        self.answer.setText("<i>Finding the head in this model…</i>")
+        if self.sample is not None:
+            self._forget()
 
     def _on_result(self, result) -> None:
         s, model = self.sample, self.state.model

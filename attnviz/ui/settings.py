@@ -26,17 +26,17 @@ def _choice(value, choices, default: str) -> str:
 def read_display(settings: QSettings) -> dict:
     """The saved display settings, each checked: a bad value (a hand-edited file, an older
     version's name) gives the default, never an exception."""
-    s = settings
+    s, d = settings, DEFAULTS
     try:
-        layer = max(0, int(s.value("layer", 0)))
+        layer = max(0, int(s.value("layer", d["layer"])))
     except (TypeError, ValueError):
-        layer = 0
+        layer = d["layer"]
     return {
-        "colormap": _choice(s.value("colormap", "viridis"), COLORMAPS, "viridis"),
-        "scale_mode": _choice(s.value("scale_mode", "shared"), SCALE_MODES, "shared"),
-        "view_mode": _choice(s.value("view_mode", "layer"), VIEW_MODES, "layer"),
-        "hide_first": _bool(s.value("hide_first", False), False),
-        "value_weighted": _bool(s.value("value_weighted", False), False),
+        "colormap": _choice(s.value("colormap", d["colormap"]), COLORMAPS, d["colormap"]),
+        "scale_mode": _choice(s.value("scale_mode", d["scale_mode"]), SCALE_MODES, d["scale_mode"]),
+        "view_mode": _choice(s.value("view_mode", d["view_mode"]), VIEW_MODES, d["view_mode"]),
+        "hide_first": _bool(s.value("hide_first", d["hide_first"]), d["hide_first"]),
+        "value_weighted": _bool(s.value("value_weighted", d["value_weighted"]), d["value_weighted"]),
         "layer": layer,
     }
 
@@ -48,8 +48,7 @@ def restore(state, settings: QSettings) -> None:
     state.set_scale_mode(v["scale_mode"])
     state.set_view_mode(v["view_mode"])
     state.set_hide_first(v["hide_first"])
-    if hasattr(state, "set_value_weighted"):
-        state.set_value_weighted(v["value_weighted"])
+    state.set_value_weighted(v["value_weighted"])
     state.set_layer(v["layer"])
 
 
@@ -59,7 +58,7 @@ def write_display(state, settings: QSettings) -> None:
     s.setValue("scale_mode", state.scale_mode)
     s.setValue("view_mode", state.view_mode)
     s.setValue("hide_first", state.hide_first)
-    s.setValue("value_weighted", bool(getattr(state, "value_weighted", False)))
+    s.setValue("value_weighted", state.value_weighted)
 
 
 def bind(state, settings: QSettings) -> None:

@@ -293,11 +293,6 @@ class MainWindow(QMainWindow):
         else:
             self.apply_view(view, path)
 
-    def view_problem(self, view: dict) -> str | None:
-        from attnviz.ui.export import view_problem  # (export loads after the first heatmaps)
-
-        return view_problem(self.state, view)
-
     def apply_view(self, view: dict, path: str = "") -> None:
         """Show a view, all of it or (with a message) nothing of it."""
         from attnviz.ui.export import apply_view

@@ -333,8 +333,7 @@ class Worker(QObject):
             return None
         st = self.state
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
-                             values=bool(getattr(st, "value_weighted", False)),
-                             inputs=bool(getattr(st, "inputs_wanted", False)))
+                             values=st.value_weighted, inputs=st.inputs_wanted)
         self._pending = req
         if immediate:
             self._timer.stop()
