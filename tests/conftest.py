@@ -18,7 +18,6 @@ os.environ["OLLAMA_MODELS"] = str(_HOME / "ollama")
 
 import pytest  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="session")

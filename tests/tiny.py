@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
+FIXTURES = Path(__file__).parent / "fixtures"  # the committed checkpoints and HF references
+
 
 def llama_config(n_head=8, n_kv_head=2, d_model=32, n_layer=2, d_ff=48, vocab=50, positions=64, **extra):
     cfg = {"model_type": "llama", "hidden_size": d_model, "num_attention_heads": n_head,

@@ -1,7 +1,7 @@
 """`attnviz models` on the GGUF stores llama.cpp, LM Studio and Ollama keep (the stores are built
 by the registry tests' fixtures)."""
 
-from conftest import FIXTURES
+from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 from tests.engine.test_gguf_discovery import home, stores  # noqa: F401  (fixtures)
 

@@ -8,7 +8,7 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.anatomy import cost_totals, head_costs, head_dim_note, layer_anatomy
 from attnviz.engine.layers import apply_rope, rope_cos_sin
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6]
 

@@ -9,7 +9,7 @@ import pytest
 
 from attnviz.engine import ModelLoadError, load_model
 from attnviz.engine.gguf_model import is_gguf, load_gguf, unpermute_qk
-from conftest import FIXTURES
+from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, permute, write_gguf
 
 QUANT_TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q4_0, Q.Q4_1]

@@ -15,7 +15,7 @@ import pytest
 
 from attnviz.engine import ModelLoadError, find_models, load_model, registry, resolve
 from attnviz.engine.gguf_model import gguf_config, open_gguf
-from conftest import FIXTURES
+from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 from tests.engine.test_registry import _fake_hf_cache_entry
 

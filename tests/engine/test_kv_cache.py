@@ -10,7 +10,7 @@ import pytest
 
 from attnviz.engine import InputError, load_model
 from attnviz.engine.calc import calc_inputs_from_config, calculate
-from conftest import FIXTURES
+from tiny import FIXTURES
 from tiny import tiny_llama
 
 ATOL = 1e-5

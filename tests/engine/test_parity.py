@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 # tiny checkpoints (config.json + safetensors); smollm2/ holds references for a GGUF (test_smollm2.py)
 TINY = sorted(p.name for p in FIXTURES.iterdir()

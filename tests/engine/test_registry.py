@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import ModelLoadError, find_models, load_model
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 
 def _fake_hf_cache_entry(repo_id: str, source: Path) -> Path:

@@ -10,7 +10,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from attnviz.engine import heads
 from attnviz.engine.calc import calc_inputs_from_config, calculate
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 REF = FIXTURES / "smollm2"
 

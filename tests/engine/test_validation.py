@@ -19,7 +19,7 @@ from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import ModelLoadError, config_from_dict, load_model
 from attnviz.engine.gguf_model import is_gguf, load_gguf
-from conftest import FIXTURES
+from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import llama_config, llama_tensors, tiny_llama, write_model
 

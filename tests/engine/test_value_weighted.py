@@ -8,7 +8,7 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.families import forward_attentions
 from attnviz.engine.patterns import value_weighted
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 
 def _naive(model, ids):

@@ -268,7 +268,7 @@ def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
     from attnviz.engine import load_model
     from attnviz.ui.anatomy_panel import AnatomyPanel
     from attnviz.ui.state import AppState
-    from conftest import FIXTURES
+    from tiny import FIXTURES
 
     a, b = load_model(FIXTURES / "llama_gqa"), load_model(FIXTURES / "llama_gqa")
     assert a.name == b.name and a.weights is not b.weights

@@ -7,7 +7,7 @@ from PySide6.QtCore import QSettings
 
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.ui.window import MainWindow
-from conftest import FIXTURES
+from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 
 WAIT = 30000

@@ -5,7 +5,7 @@ import types
 import numpy as np
 import pytest
 
-from tests.conftest import FIXTURES
+from tiny import FIXTURES
 
 pytest.importorskip("pytestqt")
 

@@ -3,7 +3,7 @@ finds its head on the loaded model after computing, and "Show me" focuses that h
 
 from attnviz.engine import heads as H
 from attnviz.engine.samples import SAMPLES, guide
-from tests.ui.test_ui_window import WAIT, open_window, settings_path, wait_for_text  # noqa: F401
+from windows import WAIT, open_window, wait_for_text
 
 
 def test_samples_menu_tooltips_say_what_to_look_for(qtbot, settings_path):

@@ -19,28 +19,8 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from attnviz.ui.window import MainWindow
 from tiny import tiny_llama
 
-WAIT = 30000
+from windows import WAIT, open_window, wait_for_text
 WATCHDOG_S = 15  # a reader still blocked on the test's FIFO after this long is released from outside
-
-
-def open_window(qtbot, tmp_path, **kw):
-    kw.setdefault("model", "all-MiniLM-L6-v2")
-    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat), **kw)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
-    return w
-
-
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = open_window(qtbot, tmp_path)
-    yield w
-    w.worker.wait_idle()
-
-
-def wait_for_text(qtbot, w, text):
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
 
 
 class Ticker:
@@ -277,7 +257,7 @@ def test_an_exception_escaping_a_slot_shows_the_banner_and_a_log_line(qtbot, tmp
     from attnviz.ui import app
 
     monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # restored after the test
-    w = open_window(qtbot, tmp_path)
+    w = open_window(qtbot, tmp_path / "s.ini")
     assert sys.excepthook is app.install_exception_guard()
 
     def broken_slot():

@@ -3,37 +3,11 @@ settings. Settings live in a per-test INI file, never the user's."""
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtCore import QPointF, Qt
 
-from attnviz.ui.window import DEFAULT_TEXT, MainWindow
+from attnviz.ui.window import DEFAULT_TEXT
 
-WAIT = 30000
-
-
-@pytest.fixture
-def settings_path(tmp_path):
-    return str(tmp_path / "settings.ini")
-
-
-def open_window(qtbot, settings_path, **kw):
-    """The window on MiniLM (a first start opens SmolLM2: test_ui_gguf.py)."""
-    kw.setdefault("model", "all-MiniLM-L6-v2")
-    w = MainWindow(settings=QSettings(settings_path, QSettings.Format.IniFormat), **kw)
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
-    return w
-
-
-@pytest.fixture
-def window(qtbot, settings_path):
-    w = open_window(qtbot, settings_path)
-    yield w
-    w.worker.wait_idle()
-
-
-def wait_for_text(qtbot, w, text):
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+from windows import WAIT, open_window, wait_for_text
 
 
 def view_to_widget(view_box, graphics_view, x, y):

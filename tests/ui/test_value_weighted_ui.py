@@ -10,7 +10,7 @@ from attnviz.cli import main
 from attnviz.engine import load_model
 from attnviz.engine.families import forward_attentions
 from attnviz.ui.window import MainWindow
-from conftest import FIXTURES
+from tiny import FIXTURES
 
 WAIT = 30000
 
