@@ -361,16 +361,23 @@ class MainWindow(QMainWindow):
             return
         self.worker.request_compute(immediate=True)
 
+    def _schedule_panels(self) -> None:
+        """The side panels are built once the first compute is done, whatever it gave (a decoder
+        without BOS has no result for the empty sentence): after its heatmaps are painted, and
+        never on a later keystroke."""
+        if not self.panels_ready:
+            QTimer.singleShot(30, self._build_panel_docks)
+
     def _on_computed(self, req, result) -> None:
+        self._schedule_panels()
         self.last_request = req
         if self._banner_kind == "compute":
             self.clear_error()
         self.last_latency_s = time.perf_counter() - req.t_request
 
     def _on_compute_failed(self, req, message: str) -> None:
+        self._schedule_panels()
         if not req.text.strip():  # the empty state (the runner cleared the result)
-            if not self.panels_ready:  # (else the first keystroke would pay for building them)
-                QTimer.singleShot(30, self._build_panel_docks)
             return
         # the result on screen stays (never a half or NaN one); the banner says why it is old
         kept = (" The heatmaps show the last sentence that could be computed."
@@ -378,8 +385,6 @@ class MainWindow(QMainWindow):
         self.show_error(sentence(f"Could not compute: {message}") + kept, kind="compute")
 
     def _on_result(self, result) -> None:
-        if not self.panels_ready and result is not None:
-            QTimer.singleShot(30, self._build_panel_docks)  # after this result is painted
         if result is None:
             self.tokens_label.setText("0 tokens")
             self.trunc_notice.hide()
