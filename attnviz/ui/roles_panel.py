@@ -23,26 +23,21 @@ from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.errors import AttnvizError
+from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, head_title, role_text_color
 from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
 
-ROLE_COLORS = {
-    "previous": "#4e79a7",
-    "next": "#76b7b2",
-    "self": "#edc948",
-    "sink": "#9c755f",
-    "duplicate": "#f28e2b",
-    "induction": "#e15759",
-    H.MIXED: "#5f6368",
-}
-SHORT = {"previous": "prev", "next": "next", "self": "self", "sink": "sink", "duplicate": "dup",
-         "induction": "ind", H.MIXED: "·"}
 SOURCES = ("text", "probe") + P.KINDS  # typed text, the repeat probe, the template probes
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 _ALL = "all roles"
 RESCORE_DELAY_MS = 150  # after the last result while typing
 JOB_KIND = "roles"  # the job runner's kind for head scores: the newest request wins
+
+
+def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
+    short = ROLE_SHORT[role]
+    return short if short == role else f"{short}&nbsp;=&nbsp;{role}"
 
 
 def _num_item(value, digits=3):
@@ -56,7 +51,7 @@ def _num_item(value, digits=3):
 def _role_item(role):
     item = QTableWidgetItem(role)
     item.setBackground(QBrush(QColor(ROLE_COLORS[role])))
-    item.setForeground(QBrush(QColor("#101010" if role in ("self", "next") else "#ffffff")))
+    item.setForeground(QBrush(QColor(role_text_color(role))))
     return item
 
 
@@ -128,8 +123,8 @@ class RolesPanel(QWidget):
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name
         self.legend = QLabel(" ".join(
-            f'<span style="background:{c}; color:{"#101010" if r in ("self", "next") else "#fff"}">'
-            f"&nbsp;{SHORT[r] if SHORT[r] == r else f'{SHORT[r]}&nbsp;=&nbsp;{r}'}&nbsp;</span>"
+            f'<span style="background:{c}; color:{role_text_color(r)}">'
+            f"&nbsp;{_legend_text(r)}&nbsp;</span>"
             for r, c in ROLE_COLORS.items()))
         self.legend.setWordWrap(True)
         self.overlay_role = QComboBox()
@@ -347,12 +342,12 @@ class RolesPanel(QWidget):
                  html.escape(f"{ts.n_items} sentences scored, {ts.n_skipped} skipped (a key word is "
                              f"not one known token), e.g. “{ts.examples[0]}”." if ts.examples else "")]
         if hits:
-            shown = ", ".join(f"L{l} H{h} (score {sc:.2f}, accuracy {acc:.2f})" for l, h, sc, acc in hits[:8])
+            shown = ", ".join(f"{head_title(l, h)} (score {sc:.2f}, accuracy {acc:.2f})" for l, h, sc, acc in hits[:8])
             more = f" and {len(hits) - 8} more" if len(hits) > 8 else ""
             lines.append(f"{len(hits)} head(s) pass: {html.escape(shown)}{more}.")
         else:
             l, h, sc, acc = ts.best()
-            lines.append(html.escape(f"No head passes. The best is L{l} H{h}: score {sc:.2f}, "
+            lines.append(html.escape(f"No head passes. The best is {head_title(l, h)}: score {sc:.2f}, "
                                      f"accuracy {acc:.2f} (farther {ts.far[l, h]:+.2f}, nearer "
                                      f"{ts.near[l, h]:+.2f})."))
         lines.append(f"<i>{html.escape(P.LABEL_RULE)}</i>")
@@ -409,7 +404,7 @@ class RolesPanel(QWidget):
             for h in range(hs.n_head):
                 role = hs.labels[l][h]
                 item = _role_item(role)
-                item.setText(SHORT[role])
+                item.setText(ROLE_SHORT[role])
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(self._head_tooltip(l, h))
                 ov.setItem(l, h, item)
@@ -434,7 +429,7 @@ class RolesPanel(QWidget):
 
     def _head_tooltip(self, l, h):
         hs = self.scores
-        lines = [f"L{l} H{h}: {hs.labels[l][h]}"]
+        lines = [f"{head_title(l, h)}: {hs.labels[l][h]}"]
         for name in H.SCORE_NAMES:
             v = float(hs.scores[name][l, h])
             text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
@@ -531,7 +526,7 @@ class RolesPanel(QWidget):
             l, h, strength = hs.best_strength(role)
             plain.append(f"No head of this model clears the {H.TITLES[role]} threshold "
                          f"({H.THRESHOLDS[role]:g}, and chance + {H.CHANCE_MARGIN:g}) on {where}: "
-                         f"the strongest is L{l} H{h} at strength {strength:.3f} (score "
+                         f"the strongest is {head_title(l, h)} at strength {strength:.3f} (score "
                          f"{hs.scores[role][l, h]:.3f}, chance {hs.chance[role][l, h]:.3f}).")
         if plain:
             parts.append("<br>".join(html.escape(p) for p in plain))
@@ -586,7 +581,7 @@ class RolesPanel(QWidget):
             self.focus_note.setText("")
             return
         vals = ", ".join(f"{name} {hs.scores[name][l, h]:.3f}" for name in H.ROLES)
-        text = f"L{l} H{h}: {hs.labels[l][h]} ({vals})"
+        text = f"{head_title(l, h)}: {hs.labels[l][h]} ({vals})"
         built = self._built(l, h)
         if built:
             text += f"\n{built}"
@@ -671,7 +666,7 @@ class RolesPanel(QWidget):
                 t.setItem(i, 2, _num_item(0.0, 4))
                 t.setItem(i, 3, _num_item(0.0, 4))
             head = t.item(i, 1)
-            head.setText(f"L{hit.layer} H{hit.head}")
+            head.setText(head_title(hit.layer, hit.head))
             head.setToolTip(self._label(hit.layer, hit.head))
             for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
                 t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,

@@ -11,7 +11,8 @@ from PySide6.QtCore import Qt  # noqa: E402
 from attnviz.engine import heads as H  # noqa: E402
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
-from attnviz.ui.roles_panel import ROLE_COLORS, RolesPanel  # noqa: E402
+from attnviz.figures.style import ROLE_COLORS  # noqa: E402
+from attnviz.ui.roles_panel import RolesPanel  # noqa: E402
 from attnviz.ui.state import AppState  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."

@@ -1,0 +1,96 @@
+"""The one home of what the window and the exported figures share in how they show heads: head
+titles, colours (the window's theme, the focus mark, KV groups, roles) and the colormap table with
+its indexing. No widgets; the window, the anatomy figure and the heatmap exports all read these, so a
+KV group, a role or a weight has the same colour everywhere.
+
+Scale modes, group size and the default model live in the engine (`patterns.SCALE_MODES`,
+`patterns.group_size`, `registry.DEFAULT_MODEL`), where the commands read them too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from attnviz.figures.data import COLORMAPS, ExportError
+
+# --- head titles ----------------------------------------------------------------------------------
+
+
+def head_title(layer: int, head: int) -> str:
+    """`L3 H1`: how every view, export and message names one head."""
+    return f"L{layer} H{head}"
+
+
+# --- colours --------------------------------------------------------------------------------------
+BACKGROUND = "#202124"  # the window's heatmap views (dark)
+TEXT = "#e8eaed"  # text on BACKGROUND
+FOCUS = "#ff9e3d"  # the focused head, everywhere (so no KV-group colour is orange)
+# KV-group colours: Tableau 10 without its orange, which FOCUS takes
+GROUP_COLORS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                "#bcbd22", "#17becf")
+ROLE_COLORS = {  # heads.ROLES and heads.MIXED
+    "previous": "#4e79a7",
+    "next": "#76b7b2",
+    "self": "#edc948",
+    "sink": "#9c755f",
+    "duplicate": "#f28e2b",
+    "induction": "#e15759",
+    "mixed": "#5f6368",
+}
+ROLE_SHORT = {"previous": "prev", "next": "next", "self": "self", "sink": "sink", "duplicate": "dup",
+              "induction": "ind", "mixed": "·"}
+DARK_ON = frozenset({"self", "next"})  # light role colours: dark text on them
+
+
+def group_color(group: int) -> str:
+    """The colour of KV group `group` (the KV head a query head reads)."""
+    return GROUP_COLORS[int(group) % len(GROUP_COLORS)]
+
+
+def role_text_color(role: str) -> str:
+    """Text drawn on a role's colour."""
+    return "#101010" if role in DARK_ON else "#ffffff"
+
+
+# --- the colormap ---------------------------------------------------------------------------------
+N_COLORS = 255  # colours per colormap; table entry 0 is the gap (no value), 1..255 the colormap
+
+
+def colormap_colors(name: str, n: int) -> np.ndarray:  # -> [n, 3] uint8
+    """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1."""
+    try:
+        cmap = pg.colormap.get(name)
+    except Exception:  # pyqtgraph raises FileNotFoundError/KeyError/ValueError by source
+        known = sorted(pg.colormap.listMaps())
+        raise ExportError(f"unknown colormap {name!r}; try {', '.join(COLORMAPS)} "
+                          f"({len(known)} known)") from None
+    lut = np.asarray(cmap.getLookupTable(0.0, 1.0, nPts=n), dtype=np.uint8)
+    return np.ascontiguousarray(lut[:, :3])
+
+
+def heat_table(name: str, gap=(255, 255, 255, 0)) -> np.ndarray:  # -> [256, 4] uint8 RGBA
+    """The table every heatmap is coloured through, window and exports alike: entry 0 is the gap
+    (transparent in the window, where a hidden column shows the background), 1..255 the colormap."""
+    lut = np.empty((N_COLORS + 1, 4), np.uint8)
+    lut[0] = gap
+    lut[1:, :3] = colormap_colors(name, N_COLORS)
+    lut[1:, 3] = 255
+    return lut
+
+
+def heat_positions(values: np.ndarray, top, out: np.ndarray | None = None) -> np.ndarray:
+    """[...] weights on a 0..top scale -> [...] float32 table positions in 1.5..255.5, which truncate
+    (`astype(np.uint8)`, or assigning into a uint8 array) to the indices 1..255: round(v / top * 254)
+    + 1, so 0 is colour 1, top or more colour 255, never 0 (the gap). `top` broadcasts against
+    `values` ([n_head, 1, 1] for one scale per head); `out` is a float32 buffer of values' shape
+    (the window's per-keystroke path reuses one)."""
+    pos = np.multiply(values, np.float32(N_COLORS - 1) / np.asarray(top, np.float32),
+                      out=out, dtype=np.float32)
+    np.clip(pos, 0.0, np.float32(N_COLORS - 1), out=pos)
+    pos += np.float32(1.5)
+    return pos
+
+
+def heat_index(values: np.ndarray, top) -> np.ndarray:  # [...] -> [...] uint8 in 1..255
+    """The table index of each weight on a 0..top scale (see heat_positions)."""
+    return heat_positions(values, top).astype(np.uint8)
