@@ -46,16 +46,25 @@ def test_group_size_has_one_home():
     assert group_size(np.zeros(0, dtype=np.int64)) == 1
 
 
-def test_a_colormap_is_sampled_in_one_place():
+def test_a_colormap_is_sampled_and_indexed_in_one_place():
+    """The window and the exports colour a weight the same: one sampling (style.colormap_colors),
+    one table (style.heat_table: 0 the gap, 1..255 the colours), one index (style.heat_index)."""
     import numpy as np
 
-    from attnviz.figures.heatmaps import colormap_colors, lookup_table
-    from attnviz.ui.grid import colormap_lut
+    from attnviz.figures.style import colormap_colors, heat_index, heat_positions, heat_table
 
     sampled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                      if "getLookupTable(" in p.read_text(encoding="utf-8"))
-    assert sampled == ["figures/heatmaps.py"]
-    lut = colormap_lut("magma")
-    assert (lut[0] == 0).all() and (lut[1:, 3] == 255).all()
+    assert sampled == ["figures/style.py"]
+    lut = heat_table("magma")
+    assert lut.shape == (256, 4) and lut[0, 3] == 0 and (lut[1:, 3] == 255).all()
     np.testing.assert_array_equal(lut[1:, :3], colormap_colors("magma", 255))
-    np.testing.assert_array_equal(lookup_table("magma"), colormap_colors("magma", 256))
+    w = np.random.default_rng(0).random((3, 5, 5), dtype=np.float32)
+    dest = np.zeros(w.shape, np.uint8)
+    dest[...] = heat_positions(w, w.max())  # the window's path: positions truncated into its mosaic
+    np.testing.assert_array_equal(dest, heat_index(w, w.max()))
+    assert dest.min() >= 1 and heat_index(np.float32(w.max()), w.max()) == 255
+    # nothing else scales weights onto a colour table by hand
+    by_hand = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if any(s in p.read_text(encoding="utf-8") for s in ("* 256)", "254.0 /")))
+    assert by_hand == []

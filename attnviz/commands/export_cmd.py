@@ -58,13 +58,14 @@ def cmd_export(args) -> int:
     if getattr(args, "view", "heatmap") == "anatomy":
         return _export_anatomy(args, fmt)
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
-        from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH, lookup_table
+        from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
+        from attnviz.figures.style import heat_table
 
         width = DEFAULT_WIDTH if args.width is None else args.width
         if not MIN_WIDTH <= width <= MAX_WIDTH:
             raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
         colormap = args.colormap or "viridis"
-        lookup_table(colormap)  # an unknown name raises ExportError with the known ones
+        heat_table(colormap)  # an unknown name raises ExportError with the known ones
     else:
         given = [f for f, v in (("--width", args.width), ("--colormap", args.colormap),
                                 ("--scale", args.scale)) if v is not None]
@@ -115,13 +116,14 @@ def _export_anatomy(args, fmt: str) -> int:
         raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
     if args.scale is not None or args.hide_first:
         raise InputError("--scale and --hide-first apply to heatmaps, not to --view anatomy")
-    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH, lookup_table
+    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
+    from attnviz.figures.style import heat_table
 
     width = DEFAULT_WIDTH if args.width is None else args.width
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
     colormap = args.colormap or "viridis"
-    lookup_table(colormap)
+    heat_table(colormap)
     layer = args.layer or 0
     model = _model(args, layer)
     result = model.run(args.text, truncate=args.truncate, inputs=True)

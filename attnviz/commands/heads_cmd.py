@@ -15,6 +15,7 @@ from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import head_title
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -137,15 +138,15 @@ def cmd_heads(args) -> int:
         # and the head's chance score, which a label must beat by CHANCE_MARGIN
         cleared = hs.cleared(role)
         l, h, strength = hs.best_strength(role)
-        figures = (f"strength {strength:.3f} at L{l}H{h} (score {hs.scores[role][l, h]:.3f}, "
+        figures = (f"strength {strength:.3f} at {head_title(l, h)} (score {hs.scores[role][l, h]:.3f}, "
                    f"chance {hs.chance[role][l, h]:.3f})")
         bar = f"{H.THRESHOLDS[role]:g} and chance + {H.CHANCE_MARGIN:g}"
         if cleared:
-            heads = ", ".join(f"L{cl}H{ch}" for cl, ch, _ in cleared[:8])
+            heads = ", ".join(head_title(cl, ch) for cl, ch, _ in cleared[:8])
             more = f" (+{len(cleared) - 8} more)" if len(cleared) > 8 else ""
             cl, ch, cs = cleared[0]
             print(f"{H.TITLES[role]}: {len(cleared)} head(s) clear {bar}: {heads}{more}; "
-                  f"strongest: strength {cs:.3f} at L{cl}H{ch} (score {hs.scores[role][cl, ch]:.3f}, "
+                  f"strongest: strength {cs:.3f} at {head_title(cl, ch)} (score {hs.scores[role][cl, ch]:.3f}, "
                   f"chance {hs.chance[role][cl, ch]:.3f})")
         elif role == "next" and c.causal:
             print(f"{H.TITLES[role]}: none (a causal model cannot attend ahead)")
@@ -157,7 +158,7 @@ def cmd_heads(args) -> int:
         print("\nHow the textbook heads were built:")
         for l in range(c.n_layer):
             for h in range(c.n_head):
-                print(f"  L{l}H{h} {textbook.describe_head(l, h)}")
+                print(f"  {head_title(l, h)} {textbook.describe_head(l, h)}")
     print("\nDefinitions (A = the head's pattern [T, T], q = query row, k = key column):")
     for name in names:
         print(f"  {name}: {H.DEFINITIONS[name]}")
@@ -195,14 +196,14 @@ def _template_probe(args, kind) -> int:
     print()
     hits = ts.labelled()
     if hits:
-        shown = ", ".join(f"L{l}H{h}" for l, h, *_ in hits[:8])
+        shown = ", ".join(head_title(l, h) for l, h, *_ in hits[:8])
         more = f" (+{len(hits) - 8} more)" if len(hits) > 8 else ""
         l, h, sc, acc = hits[0]
         print(f"{kind}: {len(hits)} head(s) pass: {shown}{more}; best score {sc:.3f} "
-              f"(accuracy {acc:.2f}) at L{l}H{h}")
+              f"(accuracy {acc:.2f}) at {head_title(l, h)}")
     else:
         l, h, sc, acc = ts.best()
-        print(f"{kind}: no head passes (best score {sc:.3f}, accuracy {acc:.2f} at L{l}H{h})")
+        print(f"{kind}: no head passes (best score {sc:.3f}, accuracy {acc:.2f} at {head_title(l, h)})")
     print(f"\nDefinition: {P.DEFINITIONS[kind]}\n{P.LABEL_RULE}")
     return 0
 

@@ -68,6 +68,11 @@ def select_patterns(attentions: np.ndarray, scope: str, layer: int | None = None
     return attentions[layer, head]
 
 
+def head_title(layer: int, head: int) -> str:
+    """`L3 H1`: how every view, export, message and command names one head."""
+    return f"L{layer} H{head}"
+
+
 def group_size(kv_group) -> int:  # kv_group [n_head] -> query heads per KV head (1: plain MHA)
     """How many query heads read each KV head, from the KV head each query head reads."""
     counts = np.bincount(np.asarray(kv_group, dtype=np.int64))
@@ -97,12 +102,5 @@ def color_levels(patterns: np.ndarray, mode: str) -> np.ndarray:  # [..., n_q, n
         high = np.full(lead, patterns.max(), dtype=np.float32)
     else:
         high = patterns.max(axis=(-2, -1)).astype(np.float32)
-    high = np.where(high > 0, high, np.float32(1.0))  # an all-zero pattern still maps to colour 0
+    high = np.where(high > 0, high, np.float32(1.0))  # an all-zero pattern still maps to the lowest colour
     return np.stack([np.zeros_like(high), high], axis=-1)
-
-
-def quantize(values: np.ndarray, low: float, high: float, n_colors: int = 256) -> np.ndarray:
-    """Lookup-table index of each value, the way pyqtgraph's ImageItem maps levels to a LUT:
-    floor((v - low) * n / (high - low)), clipped to 0..n-1."""
-    scaled = (np.asarray(values, dtype=np.float64) - low) * (n_colors / (high - low))
-    return np.clip(np.floor(scaled), 0, n_colors - 1).astype(np.uint8 if n_colors <= 256 else np.int64)

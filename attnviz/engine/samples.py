@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from attnviz.engine import heads as H
 from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import head_title
 from attnviz.engine.registry import DEFAULT_TEXT
 
 # a Find hit is claimed only when the query's weight on the key beats the mean weight the other
@@ -103,7 +104,7 @@ def guide(sample: Sample, result, unknown_ids=()) -> Guide:
         cleared = scores.cleared(role)
         if cleared:
             l, h, s = cleared[0]
-            return Guide(l, h, True, f"L{l} H{h}: {H.TITLES[role]} strength {s:.2f} "
+            return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
                          f"(score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared)))
         if first is None:
@@ -112,7 +113,7 @@ def guide(sample: Sample, result, unknown_ids=()) -> Guide:
     why = f" ({scores.notice})" if scores.notice and first in H.IDENTITY_ROLES else ""
     names = " or ".join(H.TITLES[r] for r in sample.roles)
     return Guide(l, h, False, f"No head clears {names} here{why}. Strongest {H.TITLES[first]}: "
-                 f"L{l} H{h} at {s:.2f} (score {scores.scores[first][l, h]:.2f}, chance "
+                 f"{head_title(l, h)} at {s:.2f} (score {scores.scores[first][l, h]:.2f}, chance "
                  f"{scores.chance[first][l, h]:.2f}; a label needs {H.THRESHOLDS[first]:g} and "
                  f"{H.CHANCE_MARGIN:g} over chance).")
 
@@ -130,7 +131,7 @@ def _guide_find(sample: Sample, result) -> Guide:
     hits = H.find(result, q, k)
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
-    msg = (f"L{top.layer} H{top.head}: {frm!r} -> {to!r} weight {top.weight:.2f}, "
+    msg = (f"{head_title(top.layer, top.head)}: {frm!r} -> {to!r} weight {top.weight:.2f}, "
            f"{top.specificity:+.2f} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)

@@ -26,17 +26,18 @@ from attnviz.engine.anatomy import (
     BYTES, CostRow, LayerAnatomy, cost_totals, head_costs, head_dim_note, input_name, layer_anatomy,
 )
 from attnviz.engine.calc import format_bytes, format_count
-from attnviz.engine.patterns import check_index, max_pool
+from attnviz.engine.patterns import check_index, head_title, max_pool
 from attnviz.figures.data import ExportError
 from attnviz.figures.heatmaps import (
-    FRAME, GROUP_COLORS, MUTED, TEXT, _font, _qimage, encode_png, lookup_table, render_svg,
-    render_with,
+    FRAME, MUTED, TEXT, _font, _qimage, encode_png, render_svg, render_with,
 )
+from attnviz.figures.style import FOCUS as FOCUS_COLOR
+from attnviz.figures.style import group_color, heat_index, heat_table
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
 MIN_FONT_SCALE = 0.9  # text never smaller than at 0.9 x the design width's
-FOCUS = QColor("#ff7a00")
+FOCUS = QColor(FOCUS_COLOR)
 SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices
 
 
@@ -67,12 +68,8 @@ def signed_rgb(a: np.ndarray, lim: float) -> np.ndarray:  # [r, c] -> [r, c, 3] 
     return DIVERGING[idx]
 
 
-# head / KV-group colours: the export palette without its orange, which marks the focused head
-HEAD_COLORS = tuple(c for c in GROUP_COLORS if c != "#ff7f0e")
-
-
-def weight_color(i: int) -> QColor:
-    return QColor(HEAD_COLORS[i % len(HEAD_COLORS)])
+def weight_color(i: int) -> QColor:  # head / KV group i's colour (style.GROUP_COLORS: no orange, FOCUS's)
+    return QColor(group_color(i))
 
 
 @dataclass
@@ -488,9 +485,7 @@ def block_rgb(view: AnatomyView, b: Block, cache: dict | None = None) -> np.ndar
     if cache is not None and key in cache:
         return cache[key]
     if b.kind == "pattern":
-        lut = lookup_table(view.colormap)
-        top = float(b.data.max()) or 1.0
-        rgb = lut[np.clip(np.floor(b.data / top * 256), 0, 255).astype(np.uint8)]
+        rgb = heat_table(view.colormap)[heat_index(b.data, float(b.data.max()) or 1.0), :3]
     else:
         lim = view.limits.get(b.key[0]) if b.head is not None and b.key[1:].isdigit() else None
         rgb = signed_rgb(b.data, lim or signed_limit(b.data))
@@ -629,9 +624,7 @@ def sized_rgb(view: AnatomyView, b: Block, w: int, h: int, cache: dict | None = 
         return block_rgb(view, b, cache)
     if b.kind == "pattern":
         pooled = max_pool(b.data, max(kr, kc))
-        lut = lookup_table(view.colormap)
-        top = float(b.data.max()) or 1.0
-        return lut[np.clip(np.floor(pooled / top * 256), 0, 255).astype(np.uint8)]
+        return heat_table(view.colormap)[heat_index(pooled, float(b.data.max()) or 1.0), :3]
     if b.head is not None and b.key[1:].isdigit():  # one head's q, k or v: every kr-th, kc-th value
         return signed_rgb(b.data[::kr, ::kc], view.limits.get(b.key[0]) or signed_limit(b.data))
     pooled = mean_pool(b.data, kr, kc)
@@ -658,7 +651,7 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
     b, ij, band = hit
     if b is None:
         h = band.head
-        return (f"L{view.layer} H{h}: {100 * view.share[h]:.1f}% of the layer's attention output "
+        return (f"{head_title(view.layer, h)}: {100 * view.share[h]:.1f}% of the layer's attention output "
                 f"norm (click to focus)")
     i, j = ij
     name = b.caption.split("  ")[0].split(" [")[0] if b.caption else b.key[0]

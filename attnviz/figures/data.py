@@ -22,7 +22,7 @@ import numpy as np
 
 import attnviz
 from attnviz.engine.errors import AttnvizError
-from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key
+from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
 
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
@@ -81,7 +81,7 @@ class ExportView:
 
     def title(self) -> str:
         if self.scope == "head":
-            where = f"L{self.layer} H{self.head}"
+            where = head_title(self.layer, self.head)
         elif self.scope == "layer":
             where = f"layer {self.layer}, all {len(self.heads)} heads"
         else:

@@ -4,7 +4,7 @@ the same. pyqtgraph's SVGExporter is not used: it fails on Qt >= 6.11 (pyqtgraph
 
 Everything is sized from the requested width: `layout()` computes where each part goes (no
 drawing), `paint()` draws a layout. Heatmaps are row-major: query rows top to bottom, keys left
-to right, coloured through the same 256-entry pyqtgraph lookup table as the window."""
+to right, coloured through the same table as the window (style.heat_table)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyqtgraph as pg
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRect, QRectF, QSize, Qt
 from PySide6.QtGui import (
     QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
 )
 
-from attnviz.engine.patterns import group_size, max_pool, quantize
-from attnviz.figures.data import COLORMAPS, ExportError, ExportView
+from attnviz.engine.patterns import group_size, head_title, max_pool
+from attnviz.figures.data import ExportError, ExportView
+from attnviz.figures.style import group_color, heat_index, heat_table
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
@@ -29,26 +29,7 @@ SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an 
 TEXT = QColor(30, 30, 30)
 MUTED = QColor(100, 100, 100)
 FRAME = QColor(150, 150, 150)
-GROUP_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                "#7f7f7f", "#bcbd22", "#17becf")
 FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
-
-
-def colormap_colors(name: str, n: int) -> np.ndarray:  # -> [n, 3] uint8
-    """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1."""
-    try:
-        cmap = pg.colormap.get(name)
-    except Exception:  # pyqtgraph raises FileNotFoundError/KeyError/ValueError by source
-        known = sorted(pg.colormap.listMaps())
-        raise ExportError(f"unknown colormap {name!r}; try {', '.join(COLORMAPS)} "
-                          f"({len(known)} known)") from None
-    lut = np.asarray(cmap.getLookupTable(0.0, 1.0, nPts=n), dtype=np.uint8)
-    return np.ascontiguousarray(lut[:, :3])
-
-
-def lookup_table(name: str) -> np.ndarray:  # -> [256, 3] uint8
-    """The colormap of an exported figure: 256 colours."""
-    return colormap_colors(name, 256)
 
 
 def _font(px: float, bold: bool = False) -> QFont:
@@ -134,7 +115,7 @@ def _clip_label(label: str) -> str:
 
 
 def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
-    title = f"L{layer} H{head}"
+    title = head_title(layer, head)
     if view.grouped:
         title += f" \u00b7 kv{view.kv_group[head]}"
     if with_max:
@@ -291,9 +272,9 @@ def layout(view: ExportView, width: int) -> FigureLayout:
 
 
 def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
-    """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the lookup table."""
-    low, high = view.levels[i, j]
-    return lut[quantize(view.patterns[i, j], float(low), float(high), len(lut))]
+    """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the table (style.heat_table, the
+    window's; the levels start at 0: patterns.color_levels)."""
+    return lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
 
 
 def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its pixels)
@@ -305,7 +286,7 @@ def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its p
 def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: bool = False) -> None:
     """Draw the whole figure described by `lay` on an active painter."""
     s = lay.scale
-    lut = lookup_table(view.colormap)
+    lut = heat_table(view.colormap)[:, :3]
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
     painter.setRenderHint(QPainter.RenderHint.TextAntialiasing, True)
     painter.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
@@ -340,14 +321,13 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
             painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         elif box.cell < 1:  # more cells than pixels: keep every peak visible (max, not mean)
             f = math.ceil(1 / box.cell)
-            low, high = view.levels[i, j]
             pooled = max_pool(view.patterns[i, j], f)
             painter.save()
             painter.setClipRect(rect)
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
             painter.drawImage(QRectF(box.x, box.y, pooled.shape[1] * f * box.cell,
                                      pooled.shape[0] * f * box.cell),
-                              _qimage(lut[quantize(pooled, float(low), float(high), len(lut))]))
+                              _qimage(lut[heat_index(pooled, float(view.levels[i, j, 1]))]))
             painter.restore()
         else:
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
@@ -367,7 +347,7 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
         painter.drawText(QRectF(box.x - 2 * s, top, tw + 4 * s, lay.title_h),
                          Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, title)
         if grouped:
-            color = QColor(GROUP_COLORS[view.kv_group[box.head] % len(GROUP_COLORS)])
+            color = QColor(group_color(view.kv_group[box.head]))
             painter.fillRect(QRectF(box.x, box.y - lay.strip_h - s, tw, lay.strip_h), color)
         # token labels on the outer axes: queries left of the first column, keys under the last row
         last_row = max(b.row for b in lay.panels if b.col == box.col)
@@ -393,7 +373,7 @@ def _paint_groups(painter: QPainter, view: ExportView, lay: FigureLayout) -> Non
     pad = lay.group_pad
     for run in runs:
         a, b = run[0], run[-1]
-        color = QColor(GROUP_COLORS[view.kv_group[a.head] % len(GROUP_COLORS)])
+        color = QColor(group_color(view.kv_group[a.head]))
         fill = QColor(color)
         fill.setAlpha(28)
         r = QRectF(a.x - pad, a.y - lay.strip_h - lay.title_h - pad / 2,
@@ -457,7 +437,7 @@ def _paint_axis_names(painter: QPainter, lay: FigureLayout) -> None:
 
 def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut: np.ndarray) -> None:
     s, bar = lay.scale, lay.bar
-    gradient = np.ascontiguousarray(lut[::-1][:, None, :])  # [256, 1, 3], highest colour on top
+    gradient = np.ascontiguousarray(lut[:0:-1][:, None, :])  # [255, 1, 3]: the colours, highest on top
     painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
     painter.drawImage(bar, _qimage(gradient))
     painter.setPen(QPen(FRAME, max(1.0, s)))

@@ -1,10 +1,11 @@
-"""The one home of what the window and the exported figures share in how they show heads: head
-titles, colours (the window's theme, the focus mark, KV groups, roles) and the colormap table with
-its indexing. No widgets; the window, the anatomy figure and the heatmap exports all read these, so a
-KV group, a role or a weight has the same colour everywhere.
+"""The one home of what the window and the exported figures share in how they show heads: colours
+(the window's theme, the focus mark, KV groups, roles) and the colormap table with its indexing. No
+widgets; the window, the anatomy figure and the heatmap exports all read these, so a KV group, a
+role or a weight has the same colour everywhere.
 
-Scale modes, group size and the default model live in the engine (`patterns.SCALE_MODES`,
-`patterns.group_size`, `registry.DEFAULT_MODEL`), where the commands read them too."""
+Head titles, scale modes and group size live in the engine (`patterns.head_title`,
+`patterns.SCALE_MODES`, `patterns.group_size`) and the defaults in `registry` (`DEFAULT_MODEL`,
+`DEFAULT_TEXT`), where the commands and the engine's own messages read them too."""
 
 from __future__ import annotations
 
@@ -12,14 +13,6 @@ import numpy as np
 import pyqtgraph as pg
 
 from attnviz.figures.data import COLORMAPS, ExportError
-
-# --- head titles ----------------------------------------------------------------------------------
-
-
-def head_title(layer: int, head: int) -> str:
-    """`L3 H1`: how every view, export and message names one head."""
-    return f"L{layer} H{head}"
-
 
 # --- colours --------------------------------------------------------------------------------------
 BACKGROUND = "#202124"  # the window's heatmap views (dark)
@@ -84,8 +77,8 @@ def heat_positions(values: np.ndarray, top, out: np.ndarray | None = None) -> np
     + 1, so 0 is colour 1, top or more colour 255, never 0 (the gap). `top` broadcasts against
     `values` ([n_head, 1, 1] for one scale per head); `out` is a float32 buffer of values' shape
     (the window's per-keystroke path reuses one)."""
-    pos = np.multiply(values, np.float32(N_COLORS - 1) / np.asarray(top, np.float32),
-                      out=out, dtype=np.float32)
+    pos = np.asarray(np.multiply(values, np.float32(N_COLORS - 1) / np.asarray(top, np.float32),
+                                 out=out, dtype=np.float32))  # a 0-d array for one value, not a scalar
     np.clip(pos, 0.0, np.float32(N_COLORS - 1), out=pos)
     pos += np.float32(1.5)
     return pos

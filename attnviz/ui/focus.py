@@ -11,8 +11,9 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
-from attnviz.engine.patterns import group_size
-from attnviz.ui.grid import BACKGROUND, FOCUS_COLOR, TEXT, cell_readout
+from attnviz.engine.patterns import group_size, head_title
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
+from attnviz.ui.grid import cell_readout
 
 _LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
 
@@ -86,7 +87,7 @@ class FocusView(QWidget):
         self.overlay.setZValue(2)
         self.plot.addItem(self.overlay)
         self.query_rect = QGraphicsRectItem()
-        pen = QPen(QColor(FOCUS_COLOR), 2)
+        pen = QPen(QColor(FOCUS), 2)
         pen.setCosmetic(True)
         self.query_rect.setPen(pen)
         self.query_rect.setZValue(3)
@@ -147,7 +148,7 @@ class FocusView(QWidget):
                  "attention output" if weighted and r.head_share is not None else "")
         self.cbar.getAxis("right").setLabel("value-weighted attention" if weighted
                                             else "attention weight", color=TEXT)
-        self.title.setText(f"<b>L{layer} H{head}</b>" + (f" · KV {kv}" if gqa else "")
+        self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · KV {kv}" if gqa else "")
                            + (f" · {badge}" if badge else "") + share
                            + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
         if T != self._T:

@@ -18,29 +18,17 @@ from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.patterns import group_size, max_pool
-from attnviz.figures.heatmaps import colormap_colors
+from attnviz.engine.patterns import group_size, head_title, max_pool
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, group_color, heat_positions, heat_table
 
-BACKGROUND = "#202124"
-TEXT = "#e8eaed"
-BAND_COLORS = ("#3c4a6b", "#5b4a2e")  # alternating KV-group bands
-FOCUS_COLOR = "#ff9e3d"
-
-
-def colormap_lut(name: str) -> np.ndarray:  # -> [256, 4] uint8, entry 0 transparent
-    """The window's table: entry 0 is the transparent gap (a hidden first key column), 1..255 the
-    colormap (figures.heatmaps.colormap_colors, the one sampling of a colormap)."""
-    lut = np.zeros((256, 4), np.uint8)
-    lut[1:, :3] = colormap_colors(name, 255)
-    lut[1:, 3] = 255
-    return lut
+BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
 
 def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: str = "") -> str:
     """`L3 H1  are → keys  0.79` (the weight from query token q to key token k), then the head's
     role badge if the roles panel gave it one."""
     tag = f"  · {badge}" if badge else ""
-    return f"L{layer} H{head}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
+    return f"{head_title(layer, head)}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
 
 
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
@@ -48,7 +36,7 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     weight, or `(hidden)` for the first key column while Hide first token is on."""
     if state.hide_first and k == 0:
         r = state.result
-        return f"L{layer} H{head}  {r.labels[q]} → {r.labels[k]}  (hidden)"
+        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)"
     value = float(state.display_data().attn[layer, head, q, k])
     text = readout(state.result, layer, head, q, k, value, state.badge(layer, head))
     r = state.result
@@ -204,7 +192,7 @@ class HeatmapGrid(QWidget):
         self.gw.addItem(self.cbar, row=0, col=1)
 
         self.focus_rect = QGraphicsRectItem()
-        pen = QPen(QColor(FOCUS_COLOR), 2)
+        pen = QPen(QColor(FOCUS), 2)
         pen.setCosmetic(True)
         self.focus_rect.setPen(pen)
         self.focus_rect.setZValue(5)
@@ -232,7 +220,7 @@ class HeatmapGrid(QWidget):
         self._flat = np.zeros(0, np.uint8)  # reused mosaic storage
         self._fbuf = np.zeros(0, np.float32)  # reused quantisation scratch
         self._mosaic: np.ndarray | None = None
-        self._lut = colormap_lut(state.colormap)
+        self._lut = heat_table(state.colormap)
         self._lut_name = state.colormap
         self._layout_key = None
         self._kv_key: tuple = ()
@@ -289,34 +277,32 @@ class HeatmapGrid(QWidget):
         if pool > 1:
             heads = max_pool(heads, pool)
         if st.colormap != self._lut_name:
-            self._lut = colormap_lut(st.colormap)
+            self._lut = heat_table(st.colormap)
             self._lut_name = st.colormap
             self.cbar.setColorMap(pg.colormap.get(st.colormap))
-        # quantise: weight -> 1..255 (0 stays the transparent gap)
+        # weight -> table position 1.5..255.5, truncated to 1..255 in the mosaic (0 stays the gap)
         n = heads.size
         if self._fbuf.size < n:
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
         weighted = st.value_weighted and r.value_norms is not None
         if st.scale_mode == "per-head":
-            np.multiply(heads, (254.0 / tops)[:, None, None], out=f)
+            heat_positions(heads, tops[:, None, None], out=f)
             bar = (0.0, 1.0, "weight ÷ head max" + (" (value-weighted)" if weighted else ""))
         else:
-            np.multiply(heads, 254.0 / data.vmax, out=f)
+            heat_positions(heads, data.vmax, out=f)
             bar = (0.0, round(data.vmax, 3), "value-weighted attention" if weighted
                    else "attention weight")
         if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
             self._bar = bar
             self.cbar.setLevels(bar[:2])
             self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
-        np.minimum(f, 254.0, out=f)
-        f += 1.5
         mosaic = self._mosaic
         mosaic.fill(0)
         side = lo.T
         for i in range(len(lo.heads)):
             y, x = lo.y0[i], lo.x0[i]
-            mosaic[y:y + side, x:x + side] = f[i]  # float -> uint8 truncation: 1.5..255.5 -> 1..255
+            mosaic[y:y + side, x:x + side] = f[i]  # float -> uint8 truncation: the table index
             if st.hide_first and pool == 1:
                 mosaic[y:y + side, x] = 0  # the hidden first-key column shows as a gap
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
@@ -334,7 +320,7 @@ class HeatmapGrid(QWidget):
                  and r.head_share is not None else None)
         for i, (l, h) in enumerate(lo.heads):
             badge = self.state.badge(l, h)
-            text = f"L{l} H{h}" + (f"  {badge}" if badge else "")
+            text = head_title(l, h) + (f"  {badge}" if badge else "")
             if share is not None and l < len(share):
                 text += f"  · {100 * share[l][h]:.0f}% out"
             self._titles[i].setText(text)
@@ -421,7 +407,9 @@ class HeatmapGrid(QWidget):
             if i < len(segments):
                 xl, xr, yt, yb, g = segments[i]
                 b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
-                b.setBrush(QBrush(QColor(BAND_COLORS[g % 2])))
+                tint = QColor(group_color(g))
+                tint.setAlpha(BAND_ALPHA)
+                b.setBrush(QBrush(tint))
                 b.show()
             else:
                 b.hide()
@@ -523,7 +511,7 @@ class HeatmapGrid(QWidget):
     def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
         """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""
         i = self._tile_index(layer, head)
-        assert i is not None, f"L{layer} H{head} is not shown"
+        assert i is not None, f"{head_title(layer, head)} is not shown"
         p = self.layout_.pool
         return float(self.layout_.x0[i] + k // p + 0.5), float(self.layout_.y0[i] + q // p + 0.5)
 

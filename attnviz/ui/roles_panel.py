@@ -23,7 +23,8 @@ from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine import textbook
 from attnviz.engine.errors import AttnvizError
-from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, head_title, role_text_color
+from attnviz.engine.patterns import head_title
+from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)

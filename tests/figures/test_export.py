@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attnviz.engine.errors import InputError  # noqa: E402
-from attnviz.engine.patterns import drop_first_key, quantize, select_patterns  # noqa: E402
+from attnviz.engine.patterns import drop_first_key, select_patterns  # noqa: E402
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, make_view, open_sidecar  # noqa: E402
 
@@ -91,9 +91,14 @@ def test_select_patterns_and_bad_indices(run):
         make_view(run, model="m", scope="head", layer=0, head=12)
 
 
-def test_quantize_follows_pyqtgraph_levels():
-    idx = quantize(np.array([0.0, 0.499, 0.5, 1.0, 2.0, -1.0]), 0.0, 1.0)
-    assert list(idx) == [0, 127, 128, 255, 255, 0]
+def test_heat_index_rounds_onto_the_255_colours_after_the_gap():
+    from attnviz.figures.style import heat_index
+
+    idx = heat_index(np.array([0.0, 0.499, 0.5, 1.0, 2.0, -1.0], np.float32), 1.0)
+    # round(v * 254) + 1, clipped to 1..255: 0 is colour 1 (the lowest), never the gap (0)
+    assert list(idx) == [1, 128, 128, 255, 255, 1]
+    per_head = heat_index(np.array([[[0.5]], [[0.5]]], np.float32), np.array([[[1.0]], [[0.5]]]))
+    assert per_head.ravel().tolist() == [128, 255]
 
 
 def test_nothing_to_export_is_an_error():
@@ -164,7 +169,7 @@ def test_hidden_first_numbers_drop_column_zero(run, tmp_path):
 
 def test_png_head_pixels_match_attention(qapp, run, tmp_path):
     from attnviz.figures.write import export_result
-    from attnviz.figures.heatmaps import lookup_table
+    from attnviz.figures.style import heat_index, heat_table
 
     out = tmp_path / "head.png"
     written = export_result(run, out, model="all-MiniLM-L6-v2", scope="head", layer=3, head=1,
@@ -177,12 +182,12 @@ def test_png_head_pixels_match_attention(qapp, run, tmp_path):
     weights = run.attentions[3, 1]  # [T, T]
     T = weights.shape[0]
     assert (panel["n_query"], panel["n_key"]) == (T, T) and panel["cell"] >= 20
-    lut = lookup_table("viridis")
+    lut = heat_table("viridis")[:, :3]
     hi = float(weights.max())
     assert meta["levels"] == [0.0, pytest.approx(hi)]
     rgb = np.array([[cell_rgb(img, panel, q, k) for k in range(T)] for q in range(T)])
     # every cell centre has exactly the lookup-table colour of its weight (row-major, not transposed)
-    np.testing.assert_array_equal(rgb, lut[quantize(weights, 0.0, hi)])
+    np.testing.assert_array_equal(rgb, lut[heat_index(weights, hi)])
     # viridis gets brighter with the value: the brightest cell is where the weight is largest
     lum = rgb @ np.array([0.299, 0.587, 0.114])
     assert np.unravel_index(lum.argmax(), lum.shape) == np.unravel_index(weights.argmax(), weights.shape)
@@ -195,12 +200,12 @@ def test_png_head_pixels_match_attention(qapp, run, tmp_path):
     assert bar_cols, "no colour bar top (lut[255]) right of the heatmap"
     bottom = panel["y"] + panel["cell"] * T - 4
     assert near(cell_rgb(img, {"x": bar_cols[len(bar_cols) // 2], "y": bottom, "cell": 0}, 0, 0),
-                lut[0])
+                lut[1])
 
 
 def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
     from attnviz.figures.write import export_result
-    from attnviz.figures.heatmaps import lookup_table
+    from attnviz.figures.style import heat_index, heat_table
 
     out = tmp_path / "layer.png"
     export_result(run, out, model="all-MiniLM-L6-v2", scope="layer", layer=2, width=1600,
@@ -208,29 +213,29 @@ def test_png_layer_grid_per_head_scale(qapp, run, tmp_path):
     img, meta = read_image(out), open_sidecar(out)
     assert [p["head"] for p in meta["panels"]] == list(range(12))
     assert meta["scope"] == "layer" and meta["head"] is None and meta["scale_mode"] == "per-head"
-    lut = lookup_table("magma")
+    lut = heat_table("magma")[:, :3]
     for panel in meta["panels"]:
         w = run.attentions[2, panel["head"]]
         q, k = np.unravel_index(w.argmax(), w.shape)
         assert cell_rgb(img, panel, q, k) == tuple(lut[255])  # each head reaches its own top colour
         q, k = np.unravel_index(w.argmin(), w.shape)
-        assert cell_rgb(img, panel, q, k) == tuple(lut[quantize(w.min(), 0, w.max())])
+        assert cell_rgb(img, panel, q, k) == tuple(lut[heat_index(w.min(), w.max())])
 
 
 def test_png_all_layers_shared_scale(qapp, run, tmp_path):
     from attnviz.figures.write import export_result
-    from attnviz.figures.heatmaps import lookup_table
+    from attnviz.figures.style import heat_index, heat_table
 
     out = tmp_path / "all.png"
     export_result(run, out, model="all-MiniLM-L6-v2", scope="all", layer=0, width=2000)
     img, meta = read_image(out), open_sidecar(out)
     assert len(meta["panels"]) == 72 and meta["view_mode"] == "all"
-    lut = lookup_table("viridis")
+    lut = heat_table("viridis")[:, :3]
     hi = float(run.attentions.max())
     for panel in meta["panels"][::7]:
         w = run.attentions[panel["layer"], panel["head"]]
         for q, k in [(0, 0), (5, 2), (11, 11)]:
-            assert cell_rgb(img, panel, q, k) == tuple(lut[quantize(w[q, k], 0, hi)])
+            assert cell_rgb(img, panel, q, k) == tuple(lut[heat_index(w[q, k], hi)])
 
 
 def test_svg_is_xml_with_titles_labels_and_sidecar(qapp, run, tmp_path):

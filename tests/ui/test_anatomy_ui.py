@@ -13,6 +13,7 @@ from PySide6.QtCore import QPointF, QSettings, Qt
 from PySide6.QtGui import QImage
 
 from attnviz.figures import anatomy as fig
+from attnviz.figures.style import heat_index, heat_table
 from attnviz.figures.write import export_view
 from attnviz.ui.window import MainWindow
 
@@ -146,14 +147,14 @@ def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
     assert side["view"] == "anatomy" and side["layer"] == 3 and side["head"] == 5
     # the pattern block's cells are the head's weights through the colormap
     pat = lay.block("pattern")
-    lut = fig.lookup_table("viridis")
+    lut = heat_table("viridis")
     p = r.attentions[3, 5]
     T = p.shape[0]
     for q, k in ((0, 0), (6, 2), (T - 1, T - 1)):
         x = pat.rect.left() + (k + 0.5) * pat.rect.width() / T
         y = pat.rect.top() + (q + 0.5) * pat.rect.height() / T
         c = img.pixelColor(int(x), int(y))
-        want = lut[min(255, int(p[q, k] / p.max() * 256))]
+        want = lut[heat_index(p[q, k], p.max())]
         assert abs(c.red() - int(want[0])) <= 2 and abs(c.green() - int(want[1])) <= 2
     # the input x and the attention output: each cell its value through the signed scale
     for key, arr in (("x", view.anatomy.x), ("out", view.anatomy.out)):

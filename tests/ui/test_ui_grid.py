@@ -9,7 +9,8 @@ from tiny import FIXTURES
 
 pytest.importorskip("pytestqt")
 
-from attnviz.ui.grid import HeatmapGrid, colormap_lut, make_layout  # noqa: E402
+from attnviz.figures.style import heat_table  # noqa: E402
+from attnviz.ui.grid import HeatmapGrid, make_layout  # noqa: E402
 from attnviz.ui.state import AppState, display_attention  # noqa: E402
 
 
@@ -60,7 +61,7 @@ def test_rendered_pixel_orientation(grid, qtbot):
     st.set_result(fake_result(attn))
     qtbot.wait(50)
     img = g.gw.grab().toImage()
-    lut = colormap_lut(st.colormap)
+    lut = heat_table(st.colormap)
 
     def pixel(q, k):
         x, y = g.cell_center(0, 0, q, k)
@@ -100,7 +101,7 @@ def test_buffers_reused_and_only_lut_changes_with_colormap(grid):
     st.set_colormap("magma")
     assert g._flat is base
     np.testing.assert_array_equal(g._mosaic, before)
-    np.testing.assert_array_equal(g.img.lut, colormap_lut("magma"))
+    np.testing.assert_array_equal(g.img.lut, heat_table("magma"))
     st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))  # fewer tokens: same storage
     assert g._flat is base and g.layout_.T == 8
 
