@@ -68,3 +68,27 @@ def test_a_colormap_is_sampled_and_indexed_in_one_place():
     by_hand = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                      if any(s in p.read_text(encoding="utf-8") for s in ("* 256)", "254.0 /")))
     assert by_hand == []
+
+
+def test_colours_and_head_titles_have_one_home():
+    for name in ("GROUP_COLORS", "ROLE_COLORS", "ROLE_SHORT", "FOCUS", "BACKGROUND"):
+        assert definitions(name) == ["figures/style.py"], name
+    titled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                    if re.search(r"L\{[^}]+\} ?H\{", p.read_text(encoding="utf-8")))
+    assert titled == ["engine/patterns.py"]  # patterns.head_title; everything else calls it
+    from attnviz.engine.patterns import head_title
+
+    assert head_title(3, 1) == "L3 H1"
+
+
+def test_the_anatomy_recomputes_attention_with_the_forward_passs_own_stages():
+    """engine/anatomy.py keeps what self_attention drops (q, head outputs, concat) by calling the
+    stages self_attention is made of, not its own copy of them."""
+    text = (PACKAGE / "engine" / "anatomy.py").read_text(encoding="utf-8")
+    for building_block in ("qkv_heads(", "apply_rope(", "rope_cos_sin(", "mask_bias(", "merge_heads(",
+                           "linear(", "sqrt("):
+        assert building_block not in text, building_block
+    forward = (PACKAGE / "engine" / "families.py").read_text(encoding="utf-8")
+    body = forward[forward.index("def self_attention("):forward.index("def mlp(")]
+    for stage in ("project_qkv(", "attention_pattern(", "attention_output("):
+        assert stage in body and stage in text, stage

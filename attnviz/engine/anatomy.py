@@ -7,10 +7,11 @@ loaded model's own weights and activations, and what it costs per head. Pure Num
     -> attention output [T, d_model]
 
 `x` is the layer's attention input as the forward pass computed it (`Model.run(inputs=True)`:
-after the input norm in a pre-LN model). Everything after it is recomputed here with the engine's
-own building blocks, from the weights the engine uses (GGUF's Q/K rows already un-permuted), so
-the pattern equals the one the grid shows (tested) and the output exists even for the last layer,
-whose output projection the forward pass skips (nothing after it changes a pattern).
+after the input norm in a pre-LN model). Everything after it is recomputed here with the stages
+`families.self_attention` is made of (project_qkv, attention_pattern, attention_output), from the
+weights the engine uses (GGUF's Q/K rows already un-permuted), keeping what self_attention drops
+(q, each head's output, the concat); so the pattern equals the one the grid shows (tested) and the
+output exists even for the last layer, whose output projection the forward pass skips.
 """
 
 from __future__ import annotations
@@ -20,11 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.config import ModelConfig
-from attnviz.engine.families import FAMILY
-from attnviz.engine.layers import (
-    apply_rope, attention_pattern, causal_mask, linear, mask_bias, merge_heads, qkv_heads, repeat_kv,
-    rms_norm, rope_cos_sin,
-)
+from attnviz.engine.families import FAMILY, attention_output, attention_scale, position_terms, project_qkv
+from attnviz.engine.layers import attention_pattern, kv_group, repeat_kv, rms_norm
 
 BYTES = 4  # float32: every array here, as the engine holds it
 
@@ -64,23 +62,13 @@ def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
     """Layer input x [T, d_model] -> every stage of that layer's attention (LayerAnatomy).
     `pattern` [n_head, T, T]: the forward pass's own (what the grid shows); computed when None."""
     lw = weights.layers[layer]
-    T = x.shape[0]
-    q, k, v = qkv_heads(x, lw.w_qkv, lw.b_qkv, cfg.n_head, cfg.n_kv_head, cfg.d_head)
-    if cfg.rope_theta:
-        cos, sin = rope_cos_sin(np.arange(T), cfg.d_head, cfg.rope_theta)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    rope, bias = position_terms(cfg, x.shape[0])  # the forward pass's stages, one at a time
+    q, k, v = project_qkv(x, lw, cfg, rope)  # [n_head, T, d_head], [n_kv_head, T, d_head] x2
     if pattern is None:
-        scale = 1.0 / np.sqrt(cfg.d_head)
-        if cfg.attn_scale_by_layer:
-            scale /= layer + 1
-        bias = mask_bias(causal_mask(T, cfg.sliding_window)) if cfg.causal else None
-        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias)
-    # weighted values, merge heads, output projection
-    head_out = np.matmul(pattern, repeat_kv(v, cfg.n_group))  # [n_head, T, d_head]
-    concat = merge_heads(head_out)
-    out = linear(concat, lw.w_o, lw.b_o)
+        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), attention_scale(cfg, layer), bias)
+    head_out, concat, out = attention_output(pattern, v, lw, cfg)  # [n_head, T, d_head], [T, ...]
     w_q, w_k, w_v, w_o = weight_blocks(cfg, lw)
-    group = np.arange(cfg.n_head) // cfg.n_group
+    group = kv_group(cfg.n_head, cfg.n_kv_head)  # [n_head]
     return LayerAnatomy(layer, x, w_q, w_k, w_v, np.ascontiguousarray(q), np.ascontiguousarray(k),
                         np.ascontiguousarray(v), pattern, head_out, concat, w_o, out, group)
 

@@ -283,20 +283,51 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, eps: float) -> np.
     return x
 
 
+def attention_scale(cfg: ModelConfig, i: int) -> float:
+    """Layer i's score scale: 1 / sqrt(d_head), and also / (i + 1) with GPT-2's
+    scale_attn_by_inverse_layer_idx."""
+    scale = 1.0 / np.sqrt(cfg.d_head)
+    return scale / (i + 1) if cfg.attn_scale_by_layer else scale
+
+
+def position_terms(cfg: ModelConfig, T: int, p: int = 0):
+    """What the positions of new tokens p..T-1 (n = T - p of them) add to every layer's attention:
+    rope (cos, sin) [n, d_head] or None, and bias [n, T] (0 where a query may look, -inf where
+    masked) or None."""
+    positions = np.arange(p, T)  # [n]
+    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None  # [n, T]
+    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if FAMILY[cfg.family].rope else None
+    return rope, bias
+
+
+def project_qkv(h, layer: Layer, cfg: ModelConfig, rope):
+    """h [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
+    position when `rope` is given."""
+    q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
+                        cfg.n_head, cfg.n_kv_head, cfg.d_head)
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
+    return q, k, v
+
+
+def attention_output(pattern, v, layer: Layer, cfg: ModelConfig):
+    """pattern [n_head, n, T], v [n_kv_head, T, d_head] -> heads [n_head, n, d_head] (each head's
+    weighted values), concat [n, n_head d_head], out [n, d_model]."""
+    heads = pattern @ repeat_kv(v, cfg.n_group)  # [n_head, n, d_head] weighted values
+    concat = merge_heads(heads)  # [n, n_head d_head]
+    return heads, concat, linear(concat, layer.w_o, layer.b_o)  # [n, d_model]
+
+
 def self_attention(h, layer: Layer, cfg: ModelConfig, scale: float, rope, bias, past, keep: bool,
                    pattern_out, project: bool = True):
     """h [n, d_model] -> out [n, d_model], pattern [n_head, n, T], k and v [n_kv_head, T, d_head]:
     one layer's multi-head attention of n new tokens over all T = p + n.
 
     `past`: the p cached tokens' (k, v), each [n_kv_head, p, d_head], or None. `keep`: return k
-    and v as arrays of their own, not views of the projection. `rope`: (cos, sin) [n, d_head] or
-    None; `bias` [n, T]: 0 where a query may look, -inf where masked, or None. The pattern is
-    written into `pattern_out`; `out` is None when not `project` (the last layer's output changes
-    no pattern)."""
-    q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-                        cfg.n_head, cfg.n_kv_head, cfg.d_head)
-    if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
+    and v as arrays of their own, not views of the projection. `rope`, `bias`: position_terms. The
+    pattern is written into `pattern_out`; `out` is None when not `project` (the last layer's
+    output changes no pattern)."""
+    q, k, v = project_qkv(h, layer, cfg, rope)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     if past is not None:  # cached keys and values first
         k = np.concatenate([past[0], k], axis=1)  # [n_kv_head, T, d_head]
         v = np.concatenate([past[1], v], axis=1)  # [n_kv_head, T, d_head]
@@ -306,8 +337,7 @@ def self_attention(h, layer: Layer, cfg: ModelConfig, scale: float, rope, bias, 
                                 out=pattern_out)
     if not project:
         return None, pattern, k, v
-    heads = pattern @ repeat_kv(v, cfg.n_group)  # [n_head, n, d_head] weighted values
-    out = linear(merge_heads(heads), layer.w_o, layer.b_o)  # [n, n_head d_head] -> [n, d_model]
+    _, _, out = attention_output(pattern, v, layer, cfg)  # [n, d_model]
     return out, pattern, k, v
 
 
@@ -327,13 +357,10 @@ def _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs=None) -> None
     each layer's attention input of all T tokens to `inputs` when it is a list."""
     fam = FAMILY[cfg.family]
     T = len(ids)
-    positions = np.arange(p, T)  # [n], n = T - p new tokens
     act = ACTIVATIONS[cfg.activation]
-    x = embed(w, ids[p:], positions, cfg.norm_eps)  # [n, d_model]
-    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None  # [n, T]
-    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if fam.rope else None  # [n, d_head]
+    x = embed(w, ids[p:], np.arange(p, T), cfg.norm_eps)  # [n, d_model], n = T - p new tokens
+    rope, bias = position_terms(cfg, T, p)  # [n, d_head] x2 | None, [n, T] | None
     keep = keys is not None or values is not None
-    scale = 1.0 / np.sqrt(cfg.d_head)  # GPT-2's scale_attn_by_inverse_layer_idx: also / (i + 1)
 
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
         return fam.norm(x, *gain_bias, cfg.norm_eps)
@@ -344,8 +371,7 @@ def _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs=None) -> None
         if inputs is not None:  # the layer input the anatomy shows: only when asked
             inputs.append(np.concatenate([cache.h[i][:p], h]) if p else np.ascontiguousarray(h))
         past = (cache.k[i][:, :p], cache.v[i][:, :p]) if p else None
-        layer_scale = scale / (i + 1) if cfg.attn_scale_by_layer else scale
-        attn, _, k, v = self_attention(h, layer, cfg, layer_scale, rope, bias, past, keep,
+        attn, _, k, v = self_attention(h, layer, cfg, attention_scale(cfg, i), rope, bias, past, keep,
                                        out[i, :, p:], project=not last)
         if keys is not None:
             keys.append(k)

@@ -31,13 +31,12 @@ from attnviz.figures.data import ExportError
 from attnviz.figures.heatmaps import (
     FRAME, MUTED, TEXT, _font, _qimage, encode_png, render_svg, render_with,
 )
-from attnviz.figures.style import FOCUS as FOCUS_COLOR
-from attnviz.figures.style import group_color, heat_index, heat_table
+from attnviz.figures.style import FOCUS, group_color, heat_index, heat_table
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
 MIN_FONT_SCALE = 0.9  # text never smaller than at 0.9 x the design width's
-FOCUS = QColor(FOCUS_COLOR)
+FOCUS_QCOLOR = QColor(FOCUS)  # the focused head
 SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices
 
 
@@ -541,7 +540,7 @@ def paint(painter: QPainter, view: AnatomyView, lay: AnatomyLayout, cache: dict 
         if b.head is not None and b.key[0] in "qkv" and b.key[1:].isdigit():
             group = b.head if b.kv else int(view.anatomy.kv_group[b.head])
             lit = (b.kv and group == g_sel) or (not b.kv and b.head == h_sel)
-            _outline(painter, b.rect, FOCUS if lit else weight_color(group), (2.5 if lit else 1.2) * s)
+            _outline(painter, b.rect, FOCUS_QCOLOR if lit else weight_color(group), (2.5 if lit else 1.2) * s)
         else:
             _outline(painter, b.rect, FRAME, max(0.8, 0.8 * s))
         lit_rects = []
@@ -556,16 +555,16 @@ def paint(painter: QPainter, view: AnatomyView, lay: AnatomyLayout, cache: dict 
             else:
                 strip = QRectF(r.x() - 3 * s, r.y(), 3 * s, r.height())
                 cut = QRectF(r.left(), r.top() - w / 2, r.width(), w)
-            painter.fillRect(strip, FOCUS if lit else weight_color(group))
+            painter.fillRect(strip, FOCUS_QCOLOR if lit else weight_color(group))
             if band.i0:
                 painter.fillRect(cut, SEPARATOR)
             if lit:
                 lit_rects.append(r)
         for r in lit_rects:  # on top of their neighbours' outlines
-            _outline(painter, r, FOCUS, 2.5 * s)
+            _outline(painter, r, FOCUS_QCOLOR, 2.5 * s)
     for h, r in lay.share_bars:
         group = int(view.anatomy.kv_group[h])
-        painter.fillRect(r, FOCUS if h == h_sel else weight_color(group))
+        painter.fillRect(r, FOCUS_QCOLOR if h == h_sel else weight_color(group))
     for r, t, f, c, align in lay.table:
         painter.setFont(f)
         painter.setPen(c)

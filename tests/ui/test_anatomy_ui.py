@@ -80,7 +80,7 @@ def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
     img = canvas.grab().toImage()
     strip_y = int(wq.rect.top() - 1.5 * canvas.lay.scale)
     c = img.pixelColor(int(x), strip_y)
-    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+    assert c.name() == fig.FOCUS
 
 
 def test_hover_gives_shape_bytes_and_the_value_under_the_cursor(window, qtbot):
@@ -202,7 +202,7 @@ def test_headless_cli_export(tmp_path):
     # head 4's slice strip above W_Q is the focus colour
     x = wq["x"] + wq["w"] * 4.5 / 12
     c = img.pixelColor(int(x), int(wq["y"] - 1))
-    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+    assert c.name() == fig.FOCUS
     bad = subprocess.run([sys.executable, "-m", "attnviz", "export", "--view", "anatomy",
                           "--model", "all-MiniLM-L6-v2", "--out", str(tmp_path / "a.npy")],
                          capture_output=True, text=True, env=env, timeout=120)
@@ -255,7 +255,7 @@ def test_export_dialog_writes_the_anatomy_of_the_current_layer(window, qtbot, tm
     img = _png(tmp_path / "an.png")
     wq = next(b for b in side["blocks"] if b["block"] == "w_q")
     c = img.pixelColor(int(wq["x"] + wq["w"] * 9.5 / 12), int(wq["y"] - 1))
-    assert (c.red(), c.green(), c.blue()) == (fig.FOCUS.red(), fig.FOCUS.green(), fig.FOCUS.blue())
+    assert c.name() == fig.FOCUS
     dlg2 = ExportDialog(st, window)
     qtbot.addWidget(dlg2)
     dlg2.scope.setCurrentIndex(dlg2.scope.findData("anatomy"))
