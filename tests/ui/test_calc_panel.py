@@ -110,22 +110,22 @@ def test_set_seq_len_changes_the_sentence_line_and_marker(panel):
     panel.set_seq_len(12)
     assert "12 tokens" in panel.sentence_label.text()
     assert f"{12 * 524_288:,} bytes" in panel.sentence_label.text()
-    assert panel.sentence_marker.value() == 12 and panel.sentence_marker.isVisible()
+    assert panel.plot.sentence_marker.value() == 12 and panel.plot.sentence_marker.isVisible()
     panel.set_seq_len(30)
-    assert "30 tokens" in panel.sentence_label.text() and panel.sentence_marker.value() == 30
+    assert "30 tokens" in panel.sentence_label.text() and panel.plot.sentence_marker.value() == 30
     panel.set_seq_len(10_000)  # beyond Llama-2's 4096: the plot widens to show it
-    assert max(panel.curves["gqa"].getData()[0]) == 10_000
+    assert max(panel.plot.curves["gqa"].getData()[0]) == 10_000
 
 
 def test_plot_shows_three_variants_in_binary_units(panel):
     select(panel, "llama-3-8b")
     r = panel.result
-    xs, ys = panel.curves["gqa"].getData()
+    xs, ys = panel.plot.curves["gqa"].getData()
     assert xs[-1] == 8192 and ys[-1] == pytest.approx(r.kv_bytes_total / (1 << 30))
-    assert panel.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
-    assert panel.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
+    assert panel.plot.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
+    assert panel.plot.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
     assert "GiB" in panel.plot.getPlotItem().getAxis("left").labelText
-    assert panel.max_marker.value() == 8192
+    assert panel.plot.max_marker.value() == 8192
 
 
 def legend_labels(panel):
@@ -135,15 +135,15 @@ def legend_labels(panel):
 def test_plot_draws_a_variant_the_model_already_is_once(panel):
     select(panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
     assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
-    assert len(panel.curves["mha"].getData()[0] or []) == 0
-    assert len(panel.curves["gqa"].getData()[0]) > 0
+    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
     select(panel, "falcon-7b")  # MQA as given
     assert legend_labels(panel) == ["MHA (71 KV heads)", "as given: MQA (1 KV head)"]
-    assert len(panel.curves["mqa"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["mqa"].getData()[0] or []) == 0
     select(panel, "llama-3-8b")  # GQA: all three, in order
     assert legend_labels(panel) == ["MHA (32 KV heads)", "as given: GQA (8 KV heads)",
                                     "MQA (1 KV head)"]
-    assert all(len(c.getData()[0]) > 0 for c in panel.curves.values())
+    assert all(len(c.getData()[0]) > 0 for c in panel.plot.curves.values())
 
 
 def test_loaded_model_fills_the_calculator(panel):
