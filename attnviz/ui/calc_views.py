@@ -22,8 +22,8 @@ PLOT_POINTS = 200
 
 
 def shown_variants(r: CalcResult) -> list[str]:
-    """The keys of `r.compare` to plot: a model that is MHA (or MQA) as given would hide that curve under
-    its own, so it is drawn once, as given."""
+    """The keys of `r.compare` to show: a model that is MHA (or MQA) as given would show that variant twice
+    with the same numbers (a curve hidden under its own, a second table row), so it is shown once, as given."""
     given = r.compare["gqa"].n_kv_head
     return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
 
@@ -95,7 +95,8 @@ class ShapesTable(ResultTable):
 
 
 class CompareTable(ResultTable):
-    """The model's KV cache with one K/V head per query head (MHA), as given, and with one (MQA)."""
+    """The model's KV cache with one K/V head per query head (MHA), as given, and with one (MQA); a model
+    that is MHA or MQA as given has that row once, as given."""
 
     RIGHT_ALIGNED = (1, 2, 3, 4)
 
@@ -106,13 +107,15 @@ class CompareTable(ResultTable):
 
     def show_result(self, r: CalcResult) -> None:
         kind = r.attention_kind
+        keys = shown_variants(r)
+        variants = [r.compare[key] for key in keys]
         self.fill([
             (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""),
              "latent" if v.n_kv_head is None else str(v.n_kv_head),
              format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
              f"{v.reduction_vs_mha:.3g}×")
-            for key, v in r.compare.items()], tooltips=[v.label for v in r.compare.values()])
-        for row, key in enumerate(r.compare):
+            for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
+        for row, key in enumerate(keys):
             self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
 
 

