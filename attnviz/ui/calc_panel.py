@@ -1,7 +1,8 @@
-"""CalcPanel: the calculator in the side panel. Presets or free fields in; shapes, parameters,
-KV cache, the MHA / GQA / MQA comparison and a plot of cache size against context length out.
+"""CalcPanel: the calculator in the side panel, a view of AppState. Presets or free fields in; shapes,
+parameters, KV cache, the MHA / GQA / MQA comparison and a plot of cache size against context length out.
 
-All numbers come from `attnviz.engine.calc`; this widget only edits inputs and shows results."""
+All numbers come from `attnviz.engine.calc`; this widget edits the inputs, recomputes, and hands each
+result to the views in ui/calc_views.py (tables, plot, text lines)."""
 
 from __future__ import annotations
 
@@ -9,29 +10,21 @@ import html
 import logging
 from dataclasses import replace
 
-import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFormLayout, QFrame, QHeaderView, QLabel, QScrollArea, QSpinBox,
-    QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
-)
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
-from attnviz.engine.calc import (
-    KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate, context_lengths,
-    format_bytes, format_count,
-)
+from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
 from attnviz.engine.errors import CalcError
 from attnviz.engine.presets import load_presets
+from attnviz.ui.calc_views import (
+    CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
+)
 
 log = logging.getLogger(__name__)
 
 LOADED, CUSTOM = "__loaded__", "__custom__"
 DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads
 ERROR_COLOR = "#d93025"
-BACKGROUND = "#202124"
-COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
-CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
-PLOT_POINTS = 200
 
 # form field -> (label, tooltip, minimum, maximum)
 FIELDS = {
@@ -73,7 +66,6 @@ class CalcPanel(QWidget):
         self._base: CalcInputs = self.presets[DEFAULT_PRESET].inputs
         self._loaded: CalcInputs | None = None
         self._loaded_name = ""
-        self._x_max = 0
         self._build()
         self._connect()
         self._select(DEFAULT_PRESET)
@@ -124,24 +116,9 @@ class CalcPanel(QWidget):
     def set_live_cache(self, result, model) -> None:
         """The engine's own KV cache after `result`: its bytes as the arrays hold them, the
         calculator's factors beside them, and what this edit reused."""
-        held = getattr(result, "cache_bytes", 0) if result is not None else 0
-        if result is None or model is None or not model.config.causal:
-            text = ("live KV cache: none (a bidirectional encoder recomputes every token and keeps "
-                    "no cache)") if model is not None and not model.config.causal else ""
-            self.live_label.setText(text)
-            self.live_label.setVisible(bool(text))
-            return
-        c = model.config
-        T = result.n_tokens
-        if held == 0:
-            self.live_label.setText("live KV cache: not kept for this run")
-        else:
-            self.live_label.setText(
-                f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
-                f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {_bytes(held)}</b>; "
-                f"this edit reused {result.cache_reused:,} tokens and computed "
-                f"{result.cache_computed:,}")
-        self.live_label.show()
+        text = live_text(result, model)
+        self.live_label.setText(text)
+        self.live_label.setVisible(bool(text))
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -212,9 +189,7 @@ class CalcPanel(QWidget):
         res.addWidget(self.summary_label)
 
         res.addWidget(self._heading("Shapes [out, in]"))
-        self.shapes_table = self._table(["", "shape", "formula"])
-        self.shapes_table.setToolTip("Weights are [out, in], as nn.Linear stores them and the lesson "
-                                     "writes them; activations are [T, width]. T = seq_len.")
+        self.shapes_table = ShapesTable()
         res.addWidget(self.shapes_table)
 
         res.addWidget(self._heading("Parameters"))
@@ -243,33 +218,10 @@ class CalcPanel(QWidget):
         res.addWidget(self.live_label)
 
         res.addWidget(self._heading("MHA / as given / MQA"))
-        self.compare_table = self._table(["", "KV heads", "per token", "at seq_len", "vs MHA"],
-                                         stretch=0)
-        self.compare_table.setToolTip("The same model with one K/V head per query head (MHA), as "
-                                      "configured, and with a single shared K/V head (MQA).")
+        self.compare_table = CompareTable()
         res.addWidget(self.compare_table)
 
-        self.plot = pg.PlotWidget()
-        self.plot.setBackground(BACKGROUND)
-        self.plot.setFixedHeight(270)
-        self.plot.setMenuEnabled(False)
-        self.plot.showGrid(x=True, y=True, alpha=0.25)
-        self.plot.setLabel("bottom", "context length (tokens)")
-        self.plot.getPlotItem().getViewBox().setMouseEnabled(x=False, y=False)
-        self.plot.setToolTip("KV-cache size of the batch against context length, for MHA, the model "
-                             "as configured, and MQA. Markers: the current sentence and the model's "
-                             "longest context.")
-        self.plot.addLegend(offset=(8, 8), labelTextColor="#e8eaed")
-        self.curves = {key: self.plot.plot([], [], pen=pg.mkPen(color, width=2), name=key)
-                       for key, color in CURVE_COLORS.items()}
-        self.sentence_marker = pg.InfiniteLine(
-            angle=90, movable=False, pen=pg.mkPen("#fdd663", width=1.5),
-            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)]})
-        self.max_marker = pg.InfiniteLine(
-            angle=90, movable=False, pen=pg.mkPen("#e8eaed", width=1, style=Qt.PenStyle.DashLine),
-            label="max", labelOpts={"position": 0.6, "color": "#e8eaed", "anchors": [(1, 0), (1, 0)]})
-        self.plot.addItem(self.sentence_marker, ignoreBounds=True)
-        self.plot.addItem(self.max_marker, ignoreBounds=True)
+        self.plot = KVPlot()
         res.addWidget(self.plot)
 
         self.flops_label = QLabel()
@@ -307,36 +259,6 @@ class CalcPanel(QWidget):
         label = QLabel(f"<b>{html.escape(text)}</b>")
         label.setContentsMargins(0, 4, 0, 0)
         return label
-
-    def _table(self, headers: list[str], stretch: int = -1) -> QTableWidget:
-        """A read-only table as tall as its rows; column `stretch` takes the spare width."""
-        table = QTableWidget(0, len(headers))
-        table.setHorizontalHeaderLabels(headers)
-        table.verticalHeader().hide()
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        table.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
-        table.setFocusPolicy(Qt.FocusPolicy.NoFocus)
-        table.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        table.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        table.setWordWrap(True)
-        table.setTextElideMode(Qt.TextElideMode.ElideNone)
-        header = table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(stretch % len(headers), QHeaderView.ResizeMode.Stretch)
-        table.verticalHeader().setDefaultSectionSize(22)
-        # wrapped cells change height with the panel's width: refit once the layout settles
-        refit = QTimer(table)
-        refit.setSingleShot(True)
-        refit.setInterval(0)
-        refit.timeout.connect(lambda: self._fit_height(table))
-        header.sectionResized.connect(lambda *_: refit.start())
-        return table
-
-    @staticmethod
-    def _fit_height(table: QTableWidget) -> None:
-        table.resizeRowsToContents()
-        rows = sum(table.rowHeight(r) for r in range(table.rowCount()))
-        table.setFixedHeight(table.horizontalHeader().height() + rows + 2 * table.frameWidth())
 
     def _set_item_enabled(self, index: int, enabled: bool) -> None:
         item = self.preset_combo.model().item(index)
@@ -430,54 +352,12 @@ class CalcPanel(QWidget):
         self._show(result)
 
     def _show(self, r: CalcResult) -> None:
-        i, f = r.inputs, r.formulas
-        kind = r.attention_kind
-        groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else "")
-        self.summary_label.setText(
-            f"<b>{kind}</b> · d_head = {html.escape(f['d_head'])}{groups}")
-
-        rows = [(name, shape, f.get(name, "")) for name, shape in r.shapes.items()]
-        rows += [(name, r.activation_shapes[name], f.get(name, ""))
-                 for name in ("head_output", "concat", "scores")]
-        self._fill_table(self.shapes_table, [
-            (name, "[" + ", ".join(f"{n:,}" for n in shape) + "]", formula.split(" = ")[0])
-            for name, shape, formula in rows], tooltips=[f"{name}: {formula}" for name, _, formula in rows])
-
-        mp = r.model_params
-        lines = [f"attention per layer: <b>{r.attn_params_per_layer:,}</b> "
-                 f"({format_count(r.attn_params_per_layer)}) = {html.escape(f['attn_params_per_layer'])}",
-                 f"attention, {i.n_layer} layers: {r.attn_params_total:,} "
-                 f"({format_count(r.attn_params_total)})"]
-        if mp:
-            line = f"whole model: <b>{mp['total']:,}</b> ({format_count(mp['total'])})"
-            if "active" in mp:
-                line += f", active per token {format_count(mp['active'])}"
-            lines.append(line)
-        self.params_label.setText("<br>".join(lines))
-
-        self.kv_label.setText("<br>".join([
-            f"per token per layer: {_bytes(r.kv_bytes_per_token_per_layer)} = "
-            f"{html.escape(f['kv_bytes_per_token_per_layer'])}",
-            f"per token: <b>{_bytes(r.kv_bytes_per_token)}</b>",
-            f"{i.seq_len:,} tokens × batch {i.batch}: <b>{_bytes(r.kv_bytes_total)}</b>",
-        ]))
-
-        self._fill_table(self.compare_table, [
-            (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), "latent" if v.n_kv_head is None else str(v.n_kv_head),
-             format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
-             f"{v.reduction_vs_mha:.3g}×")
-            for key, v in r.compare.items()], tooltips=[v.label for v in r.compare.values()])
-        for row, key in enumerate(r.compare):
-            self.compare_table.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
-
-        fl = r.flops
-        hv = fl["heads_vs_one_head"]
-        self.flops_label.setText(
-            f"FLOPs per new token at {i.seq_len:,} tokens: projections "
-            f"{format_count(fl['projections_per_token'])}, Q·Kᵀ {format_count(fl['qk_per_token'])}, "
-            f"weights·V {format_count(fl['av_per_token'])}. {i.n_head} heads of {r.d_head} cost "
-            f"the same matrix FLOPs as one head of {i.n_head * r.d_head} "
-            f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_head}× more scores.")
+        self.summary_label.setText(summary_text(r))
+        self.shapes_table.show_result(r)
+        self.params_label.setText(params_text(r))
+        self.kv_label.setText(kv_text(r))
+        self.compare_table.show_result(r)
+        self.flops_label.setText(flops_text(r))
 
         notes = list(r.warnings)
         key = self.preset_combo.currentData()
@@ -488,83 +368,9 @@ class CalcPanel(QWidget):
             notes.append(f"source: {p.source}")
         notes.append("Shapes [out, in]; KiB/MiB/GiB = 1024-based.")
         self.notes_label.setText("\n".join(notes))
-        self._plot(r)
+        self.plot.show_result(r, self.sentence_len)
         self._show_sentence()
 
-    def _fill_table(self, table: QTableWidget, rows: list[tuple[str, ...]],
-                    tooltips: list[str] | None = None) -> None:
-        table.setRowCount(len(rows))
-        for r, row in enumerate(rows):
-            for c, text in enumerate(row):
-                item = QTableWidgetItem(text)
-                if c in (1, 2, 3, 4) and table is self.compare_table:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if tooltips:
-                    item.setToolTip(tooltips[r])
-                table.setItem(r, c, item)
-        self._fit_height(table)
-
-    def _plot_range(self, r: CalcResult) -> int:
-        i = r.inputs
-        return max(i.max_positions or 0, i.seq_len, self.sentence_len or 0, 2)
-
-    def _plot(self, r: CalcResult) -> None:
-        x_max = self._plot_range(r)
-        extra = [r.inputs.sliding_window] if r.inputs.sliding_window else []
-        xs = context_lengths(x_max, n=PLOT_POINTS, extra=extra)
-        series = r.kv_series(xs)
-        top = max(max(v) for v in series.values())
-        scale, name = _unit_for(top)
-        self._x_max = x_max
-        # a model that is MHA (or MQA) as given would hide that curve under its own: draw it once
-        given = r.compare["gqa"].n_kv_head
-        shown = [k for k in series if k == "gqa" or r.compare[k].n_kv_head != given]
-        for key, ys in series.items():
-            self.curves[key].setData(*((xs, [y / scale for y in ys]) if key in shown else ([], [])))
-        legend = self.plot.getPlotItem().legend
-        if [sample.item for sample, _ in legend.items] != [self.curves[k] for k in shown]:
-            legend.clear()
-            for key in shown:
-                legend.addItem(self.curves[key], r.compare[key].label)
-        for sample, label in legend.items:
-            key = next(k for k, c in self.curves.items() if c is sample.item)
-            label.setText(r.compare[key].label, color="#e8eaed")
-        self.plot.setLabel("left", f"KV cache ({name})")
-        self.plot.setXRange(0, x_max, padding=0.02)
-        self.plot.setYRange(0, top / scale, padding=0.05)
-        if r.inputs.max_positions:
-            self.max_marker.show()
-            self.max_marker.setValue(r.inputs.max_positions)
-            self.max_marker.label.setFormat(f"max {r.inputs.max_positions:,}")
-        else:
-            self.max_marker.hide()
-
     def _show_sentence(self) -> None:
-        r = self.result
-        T = self.sentence_len
-        if r is None or T is None:
-            self.sentence_label.setText("this sentence: (no sentence yet)")
-            self.sentence_marker.hide()
-            return
-        size = r.kv_series([T])["gqa"][0] if T > 0 else 0
-        self.sentence_label.setText(
-            f"this sentence: <b>{T:,} tokens → {size:,} bytes</b> ({format_bytes(size)}) "
-            f"of KV cache" + (f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""))
-        if T > self._x_max:
-            self._plot(r)  # a sentence longer than the plotted range widens it
-        self.sentence_marker.show()  # a hidden label ignores setFormat
-        self.sentence_marker.setValue(T)
-        self.sentence_marker.label.setFormat(f"sentence: {T:,}")
-
-
-def _bytes(n: int) -> str:
-    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
-
-
-def _unit_for(top: float) -> tuple[int, str]:
-    """The binary unit that keeps the plot's largest value between 1 and 1024."""
-    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    k = 0
-    while k < len(units) - 1 and top >= 1024 ** (k + 1):
-        k += 1
-    return 1024 ** k, units[k]
+        self.sentence_label.setText(sentence_text(self.result, self.sentence_len))
+        self.plot.show_sentence(self.result, self.sentence_len)

@@ -110,40 +110,61 @@ def test_set_seq_len_changes_the_sentence_line_and_marker(panel):
     panel.set_seq_len(12)
     assert "12 tokens" in panel.sentence_label.text()
     assert f"{12 * 524_288:,} bytes" in panel.sentence_label.text()
-    assert panel.sentence_marker.value() == 12 and panel.sentence_marker.isVisible()
+    assert panel.plot.sentence_marker.value() == 12 and panel.plot.sentence_marker.isVisible()
     panel.set_seq_len(30)
-    assert "30 tokens" in panel.sentence_label.text() and panel.sentence_marker.value() == 30
+    assert "30 tokens" in panel.sentence_label.text() and panel.plot.sentence_marker.value() == 30
     panel.set_seq_len(10_000)  # beyond Llama-2's 4096: the plot widens to show it
-    assert max(panel.curves["gqa"].getData()[0]) == 10_000
+    assert max(panel.plot.curves["gqa"].getData()[0]) == 10_000
 
 
 def test_plot_shows_three_variants_in_binary_units(panel):
     select(panel, "llama-3-8b")
     r = panel.result
-    xs, ys = panel.curves["gqa"].getData()
+    xs, ys = panel.plot.curves["gqa"].getData()
     assert xs[-1] == 8192 and ys[-1] == pytest.approx(r.kv_bytes_total / (1 << 30))
-    assert panel.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
-    assert panel.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
+    assert panel.plot.curves["mha"].getData()[1][-1] == pytest.approx(4 * ys[-1])
+    assert panel.plot.curves["mqa"].getData()[1][-1] == pytest.approx(ys[-1] / 8)
     assert "GiB" in panel.plot.getPlotItem().getAxis("left").labelText
-    assert panel.max_marker.value() == 8192
+    assert panel.plot.max_marker.value() == 8192
 
 
 def legend_labels(panel):
     return [label.text for _, label in panel.plot.getPlotItem().legend.items]
 
 
+def compare_rows(panel):
+    t = panel.compare_table
+    return [tuple(t.item(r, c).text() for c in range(t.columnCount())) for r in range(t.rowCount())]
+
+
 def test_plot_draws_a_variant_the_model_already_is_once(panel):
     select(panel, "gpt2")  # MHA as given: no "MHA" curve hidden under it
     assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
-    assert len(panel.curves["mha"].getData()[0] or []) == 0
-    assert len(panel.curves["gqa"].getData()[0]) > 0
+    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
     select(panel, "falcon-7b")  # MQA as given
     assert legend_labels(panel) == ["MHA (71 KV heads)", "as given: MQA (1 KV head)"]
-    assert len(panel.curves["mqa"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["mqa"].getData()[0] or []) == 0
     select(panel, "llama-3-8b")  # GQA: all three, in order
     assert legend_labels(panel) == ["MHA (32 KV heads)", "as given: GQA (8 KV heads)",
                                     "MQA (1 KV head)"]
-    assert all(len(c.getData()[0]) > 0 for c in panel.curves.values())
+    assert all(len(c.getData()[0]) > 0 for c in panel.plot.curves.values())
+
+
+def test_table_lists_a_variant_the_model_already_is_once(panel):
+    """The MHA / as given / MQA table has no row that repeats the model's own numbers under another name:
+    a model that is MHA (or MQA) as given has that row once, labelled as given, as the plot has the curve."""
+    select(panel, "gpt2")
+    rows = compare_rows(panel)
+    assert [row[:2] for row in rows] == [("as given (MHA)", "12"), ("MQA", "1")]
+    assert rows[0][4] == "1×" and rows[1][4] == "12×"
+    assert panel.compare_table.item(0, 0).toolTip() == "as given: MHA (12 KV heads)"
+    select(panel, "falcon-7b")
+    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "71"), ("as given (MQA)", "1")]
+    select(panel, "llama-3-8b")
+    assert [row[:2] for row in compare_rows(panel)] == [("MHA", "32"), ("as given (GQA)", "8"), ("MQA", "1")]
+    select(panel, "deepseek-v2")  # MLA: a latent, never one of MHA / MQA
+    assert [row[0] for row in compare_rows(panel)] == ["MHA", "as given (MLA)", "MQA"]
 
 
 def test_loaded_model_fills_the_calculator(panel):
@@ -155,6 +176,11 @@ def test_loaded_model_fills_the_calculator(panel):
     assert (panel.spins["d_model"].value(), panel.spins["n_head"].value(),
             panel.spins["n_layer"].value(), panel.spins["seq_len"].value()) == (384, 12, 6, 512)
     assert panel.result.model_params["total"] == 22_713_216
+    # MiniLM is MHA (n_kv_head == n_head = 12): its own layout once, in the plot, its legend and the table
+    assert legend_labels(panel) == ["as given: MHA (12 KV heads)", "MQA (1 KV head)"]
+    assert len(panel.plot.curves["mha"].getData()[0] or []) == 0
+    assert len(panel.plot.curves["gqa"].getData()[0]) > 0
+    assert [row[:2] for row in compare_rows(panel)] == [("as given (MHA)", "12"), ("MQA", "1")]
     panel.set_seq_len(12)
     assert f"{2 * 12 * 32 * 2 * 6 * 12:,} bytes" in panel.sentence_label.text()
     # a preset and back

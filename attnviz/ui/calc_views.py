@@ -1,0 +1,286 @@
+"""The calculator's result views, each given a `CalcResult`: the shapes table, the MHA / as given / MQA
+table, the KV-cache-vs-context plot, and the text lines (summary, parameters, KV cache, FLOPs, this
+sentence's cache, and the engine's live cache after a run).
+
+They only show numbers `attnviz.engine.calc` computed; CalcPanel (ui/calc_panel.py) owns the inputs and
+decides when to show a result."""
+
+from __future__ import annotations
+
+import html
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+
+from attnviz.engine.calc import CalcResult, context_lengths, format_bytes, format_count
+
+BACKGROUND = "#202124"
+COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
+CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
+PLOT_POINTS = 200
+
+
+def shown_variants(r: CalcResult) -> list[str]:
+    """The keys of `r.compare` to show: a model that is MHA (or MQA) as given would show that variant twice
+    with the same numbers (a curve hidden under its own, a second table row), so it is shown once, as given."""
+    given = r.compare["gqa"].n_kv_head
+    return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
+
+
+# -- tables ----------------------------------------------------------------------------------------
+
+
+class ResultTable(QTableWidget):
+    """A read-only table as tall as its rows; column `stretch` takes the spare width."""
+
+    RIGHT_ALIGNED: tuple[int, ...] = ()  # columns of numbers
+
+    def __init__(self, headers: list[str], stretch: int = -1) -> None:
+        super().__init__(0, len(headers))
+        self.setHorizontalHeaderLabels(headers)
+        self.verticalHeader().hide()
+        self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setWordWrap(True)
+        self.setTextElideMode(Qt.TextElideMode.ElideNone)
+        header = self.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(stretch % len(headers), QHeaderView.ResizeMode.Stretch)
+        self.verticalHeader().setDefaultSectionSize(22)
+        # wrapped cells change height with the panel's width: refit once the layout settles
+        refit = QTimer(self)
+        refit.setSingleShot(True)
+        refit.setInterval(0)
+        refit.timeout.connect(self.fit_height)
+        header.sectionResized.connect(lambda *_: refit.start())
+
+    def fit_height(self) -> None:
+        self.resizeRowsToContents()
+        rows = sum(self.rowHeight(r) for r in range(self.rowCount()))
+        self.setFixedHeight(self.horizontalHeader().height() + rows + 2 * self.frameWidth())
+
+    def fill(self, rows: list[tuple[str, ...]], tooltips: list[str] | None = None) -> None:
+        self.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, text in enumerate(row):
+                item = QTableWidgetItem(text)
+                if c in self.RIGHT_ALIGNED:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if tooltips:
+                    item.setToolTip(tooltips[r])
+                self.setItem(r, c, item)
+        self.fit_height()
+
+
+class ShapesTable(ResultTable):
+    """Weight shapes [out, in] and activation shapes, each with its formula's left-hand side."""
+
+    def __init__(self) -> None:
+        super().__init__(["", "shape", "formula"])
+        self.setToolTip("Weights are [out, in], as nn.Linear stores them and the lesson "
+                        "writes them; activations are [T, width]. T = seq_len.")
+
+    def show_result(self, r: CalcResult) -> None:
+        f = r.formulas
+        rows = [(name, shape, f.get(name, "")) for name, shape in r.shapes.items()]
+        rows += [(name, r.activation_shapes[name], f.get(name, ""))
+                 for name in ("head_output", "concat", "scores")]
+        self.fill([
+            (name, "[" + ", ".join(f"{n:,}" for n in shape) + "]", formula.split(" = ")[0])
+            for name, shape, formula in rows], tooltips=[f"{name}: {formula}" for name, _, formula in rows])
+
+
+class CompareTable(ResultTable):
+    """The model's KV cache with one K/V head per query head (MHA), as given, and with one (MQA); a model
+    that is MHA or MQA as given has that row once, as given."""
+
+    RIGHT_ALIGNED = (1, 2, 3, 4)
+
+    def __init__(self) -> None:
+        super().__init__(["", "KV heads", "per token", "at seq_len", "vs MHA"], stretch=0)
+        self.setToolTip("The same model with one K/V head per query head (MHA), as "
+                        "configured, and with a single shared K/V head (MQA).")
+
+    def show_result(self, r: CalcResult) -> None:
+        kind = r.attention_kind
+        keys = shown_variants(r)
+        variants = [r.compare[key] for key in keys]
+        self.fill([
+            (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""),
+             "latent" if v.n_kv_head is None else str(v.n_kv_head),
+             format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
+             f"{v.reduction_vs_mha:.3g}×")
+            for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
+        for row, key in enumerate(keys):
+            self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
+
+
+# -- plot ------------------------------------------------------------------------------------------
+
+
+class KVPlot(pg.PlotWidget):
+    """KV-cache size of the batch against context length, one curve per shown variant; markers at the
+    current sentence's length and the model's longest context."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setBackground(BACKGROUND)
+        self.setFixedHeight(270)
+        self.setMenuEnabled(False)
+        self.showGrid(x=True, y=True, alpha=0.25)
+        self.setLabel("bottom", "context length (tokens)")
+        self.getPlotItem().getViewBox().setMouseEnabled(x=False, y=False)
+        self.setToolTip("KV-cache size of the batch against context length, for MHA, the model "
+                        "as configured, and MQA. Markers: the current sentence and the model's "
+                        "longest context.")
+        self.addLegend(offset=(8, 8), labelTextColor="#e8eaed")
+        self.curves = {key: self.plot([], [], pen=pg.mkPen(color, width=2), name=key)
+                       for key, color in CURVE_COLORS.items()}
+        self.sentence_marker = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen("#fdd663", width=1.5),
+            label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)]})
+        self.max_marker = pg.InfiniteLine(
+            angle=90, movable=False, pen=pg.mkPen("#e8eaed", width=1, style=Qt.PenStyle.DashLine),
+            label="max", labelOpts={"position": 0.6, "color": "#e8eaed", "anchors": [(1, 0), (1, 0)]})
+        self.addItem(self.sentence_marker, ignoreBounds=True)
+        self.addItem(self.max_marker, ignoreBounds=True)
+        self.x_max = 0  # the plotted context range, tokens
+
+    @staticmethod
+    def _plot_range(r: CalcResult, sentence_len: int | None) -> int:
+        i = r.inputs
+        return max(i.max_positions or 0, i.seq_len, sentence_len or 0, 2)
+
+    def show_result(self, r: CalcResult, sentence_len: int | None) -> None:
+        """Plot `r` from 0 to its longest context, its seq_len or `sentence_len`, whichever is longest."""
+        x_max = self._plot_range(r, sentence_len)
+        extra = [r.inputs.sliding_window] if r.inputs.sliding_window else []
+        xs = context_lengths(x_max, n=PLOT_POINTS, extra=extra)
+        series = r.kv_series(xs)
+        top = max(max(v) for v in series.values())
+        scale, name = _unit_for(top)
+        self.x_max = x_max
+        shown = shown_variants(r)
+        for key, ys in series.items():
+            self.curves[key].setData(*((xs, [y / scale for y in ys]) if key in shown else ([], [])))
+        legend = self.getPlotItem().legend
+        if [sample.item for sample, _ in legend.items] != [self.curves[k] for k in shown]:
+            legend.clear()
+            for key in shown:
+                legend.addItem(self.curves[key], r.compare[key].label)
+        for sample, label in legend.items:
+            key = next(k for k, c in self.curves.items() if c is sample.item)
+            label.setText(r.compare[key].label, color="#e8eaed")
+        self.setLabel("left", f"KV cache ({name})")
+        self.setXRange(0, x_max, padding=0.02)
+        self.setYRange(0, top / scale, padding=0.05)
+        if r.inputs.max_positions:
+            self.max_marker.show()
+            self.max_marker.setValue(r.inputs.max_positions)
+            self.max_marker.label.setFormat(f"max {r.inputs.max_positions:,}")
+        else:
+            self.max_marker.hide()
+
+    def show_sentence(self, r: CalcResult | None, T: int | None) -> None:
+        """The sentence marker at `T` tokens (hidden without a result or a sentence)."""
+        if r is None or T is None:
+            self.sentence_marker.hide()
+            return
+        if T > self.x_max:
+            self.show_result(r, T)  # a sentence longer than the plotted range widens it
+        self.sentence_marker.show()  # a hidden label ignores setFormat
+        self.sentence_marker.setValue(T)
+        self.sentence_marker.label.setFormat(f"sentence: {T:,}")
+
+
+def _unit_for(top: float) -> tuple[int, str]:
+    """The binary unit that keeps the plot's largest value between 1 and 1024."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    k = 0
+    while k < len(units) - 1 and top >= 1024 ** (k + 1):
+        k += 1
+    return 1024 ** k, units[k]
+
+
+# -- text lines ------------------------------------------------------------------------------------
+
+
+def summary_text(r: CalcResult) -> str:
+    """The attention kind, d_head and the query heads per KV head (rich text)."""
+    kind = r.attention_kind
+    groups = (f" · {r.group_size} query heads per KV head" if kind in ("GQA", "MQA") else "")
+    return f"<b>{kind}</b> · d_head = {html.escape(r.formulas['d_head'])}{groups}"
+
+
+def params_text(r: CalcResult) -> str:
+    """Attention parameters per layer and in all layers, and the whole model's where known (rich text)."""
+    i, f = r.inputs, r.formulas
+    mp = r.model_params
+    lines = [f"attention per layer: <b>{r.attn_params_per_layer:,}</b> "
+             f"({format_count(r.attn_params_per_layer)}) = {html.escape(f['attn_params_per_layer'])}",
+             f"attention, {i.n_layer} layers: {r.attn_params_total:,} "
+             f"({format_count(r.attn_params_total)})"]
+    if mp:
+        line = f"whole model: <b>{mp['total']:,}</b> ({format_count(mp['total'])})"
+        if "active" in mp:
+            line += f", active per token {format_count(mp['active'])}"
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def kv_text(r: CalcResult) -> str:
+    """The KV cache per token per layer, per token, and at seq_len × batch (rich text)."""
+    i, f = r.inputs, r.formulas
+    return "<br>".join([
+        f"per token per layer: {bytes_text(r.kv_bytes_per_token_per_layer)} = "
+        f"{html.escape(f['kv_bytes_per_token_per_layer'])}",
+        f"per token: <b>{bytes_text(r.kv_bytes_per_token)}</b>",
+        f"{i.seq_len:,} tokens × batch {i.batch}: <b>{bytes_text(r.kv_bytes_total)}</b>",
+    ])
+
+
+def flops_text(r: CalcResult) -> str:
+    """FLOPs per new token, and why many heads cost what one wide head does."""
+    i = r.inputs
+    fl = r.flops
+    hv = fl["heads_vs_one_head"]
+    return (f"FLOPs per new token at {i.seq_len:,} tokens: projections "
+            f"{format_count(fl['projections_per_token'])}, Q·Kᵀ {format_count(fl['qk_per_token'])}, "
+            f"weights·V {format_count(fl['av_per_token'])}. {i.n_head} heads of {r.d_head} cost "
+            f"the same matrix FLOPs as one head of {i.n_head * r.d_head} "
+            f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_head}× more scores.")
+
+
+def sentence_text(r: CalcResult | None, T: int | None) -> str:
+    """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text)."""
+    if r is None or T is None:
+        return "this sentence: (no sentence yet)"
+    size = r.kv_series([T])["gqa"][0] if T > 0 else 0
+    return (f"this sentence: <b>{T:,} tokens → {size:,} bytes</b> ({format_bytes(size)}) "
+            f"of KV cache" + (f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""))
+
+
+def live_text(result, model) -> str:
+    """The engine's own KV cache after `result` (a run of `model`): its bytes as the arrays hold them, the
+    calculator's factors beside them, and what this edit reused; "" where there is nothing to say."""
+    held = getattr(result, "cache_bytes", 0) if result is not None else 0
+    if result is None or model is None or not model.config.causal:
+        return ("live KV cache: none (a bidirectional encoder recomputes every token and keeps "
+                "no cache)") if model is not None and not model.config.causal else ""
+    c = model.config
+    T = result.n_tokens
+    if held == 0:
+        return "live KV cache: not kept for this run"
+    return (f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
+            f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {bytes_text(held)}</b>; "
+            f"this edit reused {result.cache_reused:,} tokens and computed "
+            f"{result.cache_computed:,}")
+
+
+def bytes_text(n: int) -> str:
+    """`1152` -> `1,152 bytes (1.12 KiB)`: exact, and binary units from 1 KiB."""
+    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
