@@ -7,7 +7,6 @@ result to the views in ui/calc_views.py (tables, plot, text lines)."""
 from __future__ import annotations
 
 import html
-import logging
 from dataclasses import replace
 
 from PySide6.QtCore import Qt
@@ -20,7 +19,6 @@ from attnviz.ui.calc_views import (
     CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
 )
 
-log = logging.getLogger(__name__)
 
 LOADED, CUSTOM = "__loaded__", "__custom__"
 DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads

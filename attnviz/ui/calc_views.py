@@ -14,8 +14,8 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from attnviz.engine.calc import CalcResult, context_lengths, format_bytes, format_count
+from attnviz.figures.style import BACKGROUND, TEXT
 
-BACKGROUND = "#202124"
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
@@ -137,15 +137,15 @@ class KVPlot(pg.PlotWidget):
         self.setToolTip("KV-cache size of the batch against context length, for MHA, the model "
                         "as configured, and MQA. Markers: the current sentence and the model's "
                         "longest context.")
-        self.addLegend(offset=(8, 8), labelTextColor="#e8eaed")
+        self.addLegend(offset=(8, 8), labelTextColor=TEXT)
         self.curves = {key: self.plot([], [], pen=pg.mkPen(color, width=2), name=key)
                        for key, color in CURVE_COLORS.items()}
         self.sentence_marker = pg.InfiniteLine(
             angle=90, movable=False, pen=pg.mkPen("#fdd663", width=1.5),
             label="sentence", labelOpts={"position": 0.12, "color": "#fdd663", "anchors": [(0, 1), (0, 1)]})
         self.max_marker = pg.InfiniteLine(
-            angle=90, movable=False, pen=pg.mkPen("#e8eaed", width=1, style=Qt.PenStyle.DashLine),
-            label="max", labelOpts={"position": 0.6, "color": "#e8eaed", "anchors": [(1, 0), (1, 0)]})
+            angle=90, movable=False, pen=pg.mkPen(TEXT, width=1, style=Qt.PenStyle.DashLine),
+            label="max", labelOpts={"position": 0.6, "color": TEXT, "anchors": [(1, 0), (1, 0)]})
         self.addItem(self.sentence_marker, ignoreBounds=True)
         self.addItem(self.max_marker, ignoreBounds=True)
         self.x_max = 0  # the plotted context range, tokens
@@ -174,7 +174,7 @@ class KVPlot(pg.PlotWidget):
                 legend.addItem(self.curves[key], r.compare[key].label)
         for sample, label in legend.items:
             key = next(k for k, c in self.curves.items() if c is sample.item)
-            label.setText(r.compare[key].label, color="#e8eaed")
+            label.setText(r.compare[key].label, color=TEXT)
         self.setLabel("left", f"KV cache ({name})")
         self.setXRange(0, x_max, padding=0.02)
         self.setYRange(0, top / scale, padding=0.05)

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.errors import AttnvizError, InputError
-from attnviz.engine.patterns import SCALE_MODES, check_index
+from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
@@ -224,7 +224,7 @@ class ExportDialog(QDialog):
         if ck is not None:
             model += f"_step{ck['step']}"
         if scope == "head" and st.focus is not None:
-            stem = f"{model}_L{st.focus[0]}H{st.focus[1]}"
+            stem = f"{model}_" + head_title(*st.focus).replace(" ", "")  # model_L3H1
         elif scope == "layer":
             stem = f"{model}_L{st.layer}"
         elif scope == "anatomy":

@@ -18,6 +18,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from attnviz.engine.checkpoints import CHECKPOINTS_FILE
+from attnviz.engine.patterns import head_title
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ class TrainingPanel(QWidget):
         if info.icl_score is not None:
             parts.append(f"ICL score {info.icl_score:+.3f}")
         if info.induction_score is not None:
-            head = (f" (L{info.induction_head[0]} H{info.induction_head[1]})"
+            head = (f" ({head_title(*info.induction_head)})"
                     if info.induction_head else "")
             parts.append(f"best induction {info.induction_score:.2f}{head}")
         self.score_label.setText(" · ".join(parts))
