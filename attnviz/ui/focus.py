@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.grid import cell_readout
+from attnviz.ui.mosaic import cell_readout
 
 _LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
 
