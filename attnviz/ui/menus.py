@@ -1,12 +1,16 @@
-"""The window's menu bar and the Models menu. The menus call the window's actions (open, export,
-about) and write view changes through AppState's setters; the Models menu is a view of the job
+"""The window's menu bar, the Models menu and the About text. The menus call the window's actions
+(open, export, about) and write view changes through AppState's setters; the Models menu is a view of the job
 runner's model scans and of the state's current model."""
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
+
+from attnviz.engine import textbook
 
 
 class ModelsMenu(QMenu):
@@ -115,3 +119,21 @@ def build_menus(w) -> None:
 
     help_menu = mb.addMenu("&Help")
     help_menu.addAction("&About attnviz").triggered.connect(w.show_about)
+
+
+def about_html(model) -> str:
+    """Help > About: the version, and the loaded model's name, shape, licence and folder."""
+    from attnviz import __version__
+
+    if model is None:
+        text = "No model loaded."
+    else:
+        c = model.config
+        text = (f"Model: <b>{html.escape(model.name)}</b> ({c.family}, {c.n_layer} layers × "
+                f"{c.n_head} heads, {c.n_kv_head} KV heads)<br>Licence: "
+                f"{html.escape(model.license or 'not stated in the model folder')}<br>"
+                f"Folder: {html.escape(str(model.path))}")
+        if model.name == textbook.TEXTBOOK_NAME:
+            text += f"<br>{html.escape(textbook.vocabulary_line())}"
+    return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "
+            f"by attnviz's own NumPy engine.</p><p>{text}</p>")

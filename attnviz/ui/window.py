@@ -3,7 +3,6 @@ menus, shortcuts and remembered settings. Everything it shows is a view of one A
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 
@@ -13,7 +12,6 @@ from PySide6.QtWidgets import (
     QToolButton, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine import textbook
 from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui import settings as remembered
@@ -22,7 +20,8 @@ from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
-from attnviz.ui.menus import build_menus
+from attnviz.ui.menus import about_html, build_menus
+from attnviz.ui.notices import Notices, sentence
 from attnviz.ui.state import AppState
 from attnviz.ui.tokens import TokenStrip
 from attnviz.ui.training_panel import TrainingPanel
@@ -32,13 +31,6 @@ log = logging.getLogger(__name__)
 
 
 SAMPLES = tuple((s.title, s.text) for s in GUIDED_SAMPLES)  # (title, text), in menu order
-
-
-def sentence(text: str) -> str:
-    """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
-    stay), so messages joined from parts never read '..'."""
-    text = str(text).rstrip().rstrip(".").rstrip()
-    return text if text.endswith(("?", "!")) else text + "."
 
 
 class MainWindow(QMainWindow):
@@ -55,7 +47,6 @@ class MainWindow(QMainWindow):
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
         self._load_source = ""
-        self._banner_kind = ""  # what the error banner shows: "compute" clears on the next result
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None
         self.last_latency_s = 0.0
@@ -97,19 +88,9 @@ class MainWindow(QMainWindow):
         self.token_strip = TokenStrip(st)
         self.token_strip.setToolTip("The tokens as the model sees them. Click one to show its "
                                     "attention row in every head; click again to clear.")
-        self.trunc_notice = QLabel()
-        self.trunc_notice.setStyleSheet("color: #b35c00; font-weight: bold;")
-        self.trunc_notice.hide()
-        self.model_notice = QLabel()  # e.g. a GGUF whose tokenizer attnviz cannot build
-        self.model_notice.setWordWrap(True)
-        self.model_notice.setStyleSheet("color: #b35c00;")
-        self.model_notice.hide()
-        self.error_banner = QLabel()
-        self.error_banner.setWordWrap(True)
-        self.error_banner.setStyleSheet("background: #8b1a1a; color: white; padding: 4px;")
-        self.error_banner.setToolTip("Click to dismiss")
-        self.error_banner.mousePressEvent = lambda _ev: self.error_banner.hide()
-        self.error_banner.hide()
+        self.notices = Notices(st, self)
+        self.error_banner, self.trunc_notice, self.model_notice = (
+            self.notices.banner, self.notices.text, self.notices.model)
 
         self.controls = ViewControls(st)
         c = self.controls  # (the window's names for them, as menus and tests use them)
@@ -309,39 +290,16 @@ class MainWindow(QMainWindow):
 
         ExportDialog(self.state, self).exec()
 
-    def about_text(self) -> str:
-        from attnviz import __version__
-
-        m = self.state.model
-        if m is None:
-            model = "No model loaded."
-        else:
-            c = m.config
-            model = (f"Model: <b>{html.escape(m.name)}</b> ({c.family}, {c.n_layer} layers × "
-                     f"{c.n_head} heads, {c.n_kv_head} KV heads)<br>Licence: "
-                     f"{html.escape(m.license or 'not stated in the model folder')}<br>"
-                     f"Folder: {html.escape(str(m.path))}")
-            if m.name == textbook.TEXTBOOK_NAME:
-                model += f"<br>{html.escape(textbook.vocabulary_line())}"
-        return (f"<h3>attnviz {__version__}</h3><p>Multi-head attention of real models, computed "
-                f"by attnviz's own NumPy engine.</p><p>{model}</p>")
-
     def show_about(self) -> None:
-        QMessageBox.about(self, "About attnviz", self.about_text())
+        QMessageBox.about(self, "About attnviz", about_html(self.state.model))
 
     def show_error(self, message: str, kind: str = "") -> None:
         """The error banner; kind "compute" is cleared again by the next result."""
-        message = sentence(message)
-        self._banner_kind = kind
-        self.error_banner.setText(message)
-        self.error_banner.show()
-        self.statusBar().showMessage(message, 10000)
+        self.statusBar().showMessage(self.notices.show_error(message, kind), 10000)
 
     def clear_error(self) -> None:
         """A later success clears the banner of an earlier failure."""
-        self._banner_kind = ""
-        self.error_banner.hide()
-        self.error_banner.clear()
+        self.notices.clear_error()
 
     def _on_unexpected_error(self, message: str) -> None:
         self.show_error(message)
@@ -354,9 +312,6 @@ class MainWindow(QMainWindow):
 
     def _on_model_changed(self, model) -> None:
         self._update_title()
-        notice = model.notice if model is not None else None
-        self.model_notice.setText(sentence(f"{model.name}: {notice}") if notice else "")
-        self.model_notice.setVisible(bool(notice))
         if model is None:
             return
         self.worker.request_compute(immediate=True)
@@ -371,7 +326,7 @@ class MainWindow(QMainWindow):
     def _on_computed(self, req, result) -> None:
         self._schedule_panels()
         self.last_request = req
-        if self._banner_kind == "compute":
+        if self.notices.kind == "compute":
             self.clear_error()
         self.last_latency_s = time.perf_counter() - req.t_request
 
@@ -387,20 +342,9 @@ class MainWindow(QMainWindow):
     def _on_result(self, result) -> None:
         if result is None:
             self.tokens_label.setText("0 tokens")
-            self.trunc_notice.hide()
             return
-        T = len(result.tokens)
-        self.tokens_label.setText(f"{T} tokens")
+        self.tokens_label.setText(f"{len(result.tokens)} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
-        lines = []
-        if result.truncated:
-            max_pos = self.state.model.config.max_positions if self.state.model else T
-            lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
-                         f"most {max_pos} positions, so only the first {T} are shown.")
-        if getattr(result, "notice", None):  # e.g. lone surrogates from a clipboard, replaced
-            lines.append(sentence(result.notice))
-        self.trunc_notice.setText("\n".join(lines))
-        self.trunc_notice.setVisible(bool(lines))
 
     def _on_layer(self, layer: int) -> None:
         st = self.state

@@ -3,6 +3,7 @@ finds its head on the loaded model after computing, and "Show me" focuses that h
 
 from attnviz.engine import heads as H
 from attnviz.engine.samples import SAMPLES, guide
+from attnviz.ui.menus import about_html
 from windows import WAIT, open_window, wait_for_text
 
 
@@ -48,5 +49,5 @@ def test_about_lists_the_textbook_vocabulary(qtbot, settings_path):
     w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
     import html
 
-    assert html.escape(textbook.vocabulary_line()) in w.about_text()
+    assert html.escape(textbook.vocabulary_line()) in about_html(w.state.model)
     w.worker.wait_idle()

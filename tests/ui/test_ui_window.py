@@ -25,7 +25,9 @@ def test_window_opens_on_minilm_with_the_sentence_computed(window):
     assert window.tokens_label.text() == f"{T} tokens"
     assert window.token_strip.labels[:3] == ["[CLS]", "the", "keys"]
     assert window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
-    about = window.about_text()
+    from attnviz.ui.menus import about_html
+
+    about = about_html(window.state.model)
     assert "all-MiniLM-L6-v2" in about and "apache-2.0" in about.lower()
 
 
@@ -345,7 +347,7 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
 
 
 def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
-    from attnviz.ui.window import sentence
+    from attnviz.ui.notices import sentence
 
     assert [sentence(m) for m in ("open it again", "open it again.", "again.. ", "Why?")] == [
         "open it again.", "open it again.", "again.", "Why?"]

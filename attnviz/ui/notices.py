@@ -1,0 +1,73 @@
+"""The lines above the heatmaps that say what is wrong or missing: the error banner (a load or a
+compute that failed; the last good state stays on screen), the model's notice (e.g. a GGUF whose
+tokenizer attnviz cannot build) and the text's notice (truncated to the model's positions, lone
+surrogates replaced). The two notices are views of AppState; the window writes the banner."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QLabel
+
+WARNING_COLOR = "#b35c00"
+
+
+def sentence(text: str) -> str:
+    """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
+    stay), so messages joined from parts never read '..'."""
+    text = str(text).rstrip().rstrip(".").rstrip()
+    return text if text.endswith(("?", "!")) else text + "."
+
+
+class Notices(QObject):
+    """Three labels the window places: banner (errors; click to dismiss, at the top), text (the
+    result's notices) and model (the model's notice), both under the token strip."""
+
+    def __init__(self, state, parent: QObject | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.kind = ""  # what the banner shows: "compute" is cleared by the next result
+        self.banner = QLabel()
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("background: #8b1a1a; color: white; padding: 4px;")
+        self.banner.setToolTip("Click to dismiss")
+        self.banner.mousePressEvent = lambda _ev: self.banner.hide()
+        self.text = QLabel()
+        self.text.setStyleSheet(f"color: {WARNING_COLOR}; font-weight: bold;")
+        self.model = QLabel()
+        self.model.setWordWrap(True)
+        self.model.setStyleSheet(f"color: {WARNING_COLOR};")
+        for label in (self.banner, self.text, self.model):
+            label.hide()
+        state.sigResultChanged.connect(self._on_result)
+        state.sigModelChanged.connect(self._on_model)
+
+    def show_error(self, message: str, kind: str = "") -> str:
+        """Show `message` as one sentence in the banner; returns the sentence shown."""
+        message = sentence(message)
+        self.kind = kind
+        self.banner.setText(message)
+        self.banner.show()
+        return message
+
+    def clear_error(self) -> None:
+        self.kind = ""
+        self.banner.hide()
+        self.banner.clear()
+
+    def _on_model(self, model) -> None:
+        notice = model.notice if model is not None else None
+        self.model.setText(sentence(f"{model.name}: {notice}") if notice else "")
+        self.model.setVisible(bool(notice))
+
+    def _on_result(self, result) -> None:
+        lines = []
+        if result is not None and result.truncated:
+            T = len(result.tokens)
+            model = self.state.model
+            max_pos = model.config.max_positions if model is not None else T
+            lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
+                         f"most {max_pos} positions, so only the first {T} are shown.")
+        if result is not None and result.notice:  # e.g. lone surrogates from a clipboard, replaced
+            lines.append(sentence(result.notice))
+        self.text.setText("\n".join(lines))
+        self.text.setVisible(bool(lines))
