@@ -100,10 +100,10 @@ class RolesPanel(QWidget):
     def _connect(self):
         st = self.state
         st.sigModelChanged.connect(self._on_model_changed)
-        if hasattr(st, "sigCheckpointChanged"):  # another training step: a probe is scored anew
-            # (typed text is rescored with its new result, as after an edit)
-            st.sigCheckpointChanged.connect(
-                lambda _i: self.source.currentData() != "text" and self._on_model_changed(st.model))
+        # another training step: a probe is scored anew (typed text is rescored with its new
+        # result, as after an edit)
+        st.sigCheckpointChanged.connect(
+            lambda _i: self.source.currentData() != "text" and self._on_model_changed(st.model))
         st.sigResultChanged.connect(self._on_result_changed)
         self.source.currentIndexChanged.connect(lambda *_: self.rescore())
         self.exclude_bos.toggled.connect(lambda *_: self.rescore())
