@@ -40,13 +40,13 @@ def test_scores_labels_and_overview_on_text(qtbot, minilm):
     expected = H.score_result(state.result)
     assert hs.labels == expected.labels
     assert state.head_labels == expected.labels  # badges for the grid
-    ov = panel.overview
+    ov = panel.overview.map
     assert (ov.rowCount(), ov.columnCount()) == (6, 12)
     prev = ov.item(0, 2)
     assert prev.text() == "prev"
     assert prev.background().color().name() == ROLE_COLORS["previous"]
     assert "previous token: 0.916" in prev.toolTip()
-    assert panel.table.rowCount() == 72
+    assert panel.score_table.table.rowCount() == 72
     # the statement for roles no head clears, with the best figure
     summary = panel.summary.text()
     assert "induction: this text repeats too few tokens" in summary.lower()
@@ -60,18 +60,18 @@ def test_scores_labels_and_overview_on_text(qtbot, minilm):
 
 def test_sort_and_filter_by_role(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    panel.filter.setCurrentIndex(panel.filter.findData("previous"))
-    assert panel.visible_heads() == [(0, 2)]
-    assert "Previous token: D[q, q-1]" in panel.definitions.toPlainText()
-    assert "Induction" not in panel.definitions.toPlainText()
-    panel.filter.setCurrentIndex(0)
-    assert len(panel.visible_heads()) == 72
+    panel.score_table.filter.setCurrentIndex(panel.score_table.filter.findData("previous"))
+    assert panel.score_table.visible_heads() == [(0, 2)]
+    assert "Previous token: D[q, q-1]" in panel.score_table.definitions.toPlainText()
+    assert "Induction" not in panel.score_table.definitions.toPlainText()
+    panel.score_table.filter.setCurrentIndex(0)
+    assert len(panel.score_table.visible_heads()) == 72
     col = 3 + H.SCORE_NAMES.index("sink")
-    panel.table.sortItems(col, Qt.SortOrder.DescendingOrder)
-    top = panel.visible_heads()[0]
+    panel.score_table.table.sortItems(col, Qt.SortOrder.DescendingOrder)
+    top = panel.score_table.visible_heads()[0]
     assert top == hs_best(panel.scores, "sink")
-    values = [panel.table.item(r, col).data(Qt.ItemDataRole.DisplayRole)
-              for r in range(panel.table.rowCount())]
+    values = [panel.score_table.table.item(r, col).data(Qt.ItemDataRole.DisplayRole)
+              for r in range(panel.score_table.table.rowCount())]
     assert values == sorted(values, reverse=True)
 
 
@@ -81,14 +81,14 @@ def hs_best(hs, name):
 
 def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    panel.overview.cellClicked.emit(0, 2)
+    panel.overview.map.cellClicked.emit(0, 2)
     assert state.focus == (0, 2) and state.layer == 0
     assert state.overlay is None  # no role picked yet
-    panel.set_overlay_role("previous")
+    panel.overview.set_overlay_role("previous")
     T = len(state.result.labels)
     np.testing.assert_array_equal(state.overlay, np.eye(T, k=-1, dtype=bool))
-    assert "L0 H2: previous" in panel.focus_note.text()
-    panel.set_overlay_role("duplicate")  # "the" repeats: cells from each later "the" to earlier ones
+    assert "L0 H2: previous" in panel.overview.focus_note.text()
+    panel.overview.set_overlay_role("duplicate")  # "the" repeats: cells from each later "the" to earlier ones
     assert {tuple(c) for c in np.argwhere(state.overlay)} == {(4, 1), (8, 1), (8, 4)}
     state.set_focus(None)
     assert state.overlay is None
@@ -96,23 +96,43 @@ def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
 
 def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    hits = panel.set_find("are", "keys")
+    find = panel.find
+    hits = find.set_find("are", "keys")
     assert hits == H.find(state.result, 6, 2)
     assert hits[0].weight >= 0.5
-    assert panel.find_table.rowCount() == 72
-    assert panel.find_table.item(0, 1).text() == f"L{hits[0].layer} H{hits[0].head}"
-    panel.find_table.cellClicked.emit(0, 1)
+    assert find.find_table.rowCount() == 72
+    assert find.find_table.item(0, 1).text() == f"L{hits[0].layer} H{hits[0].head}"
+    find.find_table.cellClicked.emit(0, 1)
     assert state.focus == (hits[0].layer, hits[0].head)
     assert state.query_pos == 6
-    assert panel.set_find("are", "the") is None
-    assert "occurs 3 times" in panel.find_status.text()
-    assert panel.find_table.rowCount() == 0
+    assert find.set_find("are", "the") is None
+    assert "occurs 3 times" in find.find_status.text()
+    assert find.find_table.rowCount() == 0
     # picking a query row elsewhere (the focus view) moves Find's query
-    panel.set_find("are", "the@4")
+    find.set_find("are", "the@4")
     state.set_query(9)
-    assert panel.find_to.currentIndex() == 4
-    assert panel.find_from.currentIndex() == 9 and panel.hits == H.find(state.result, 9, 4)
+    assert find.find_to.currentIndex() == 4
+    assert find.find_from.currentIndex() == 9 and find.hits == H.find(state.result, 9, 4)
 
+
+
+def test_find_is_its_own_view_of_the_state(qtbot, minilm):
+    """Find without the roles panel: it follows the state's result and query itself, and a click
+    writes the focus and the query back."""
+    from attnviz.ui.find_panel import FindPanel
+
+    state = AppState()
+    find = FindPanel(state, shown=lambda: True)
+    qtbot.addWidget(find)
+    state.set_model(minilm)
+    state.set_result(minilm.run(TEXT))
+    T = len(state.result.labels)
+    assert find.find_from.count() == T and find.hits == H.find(state.result, T - 1, 0)
+    state.set_query(6)
+    assert find.hits == H.find(state.result, 6, 0)
+    find.find_table.cellClicked.emit(0, 1)
+    assert state.focus == (find.hits[0].layer, find.hits[0].head) and state.query_pos == 6
+    assert find.find_table.item(0, 1).toolTip() == ""  # no scores given: no role in its tooltip
 
 def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
     state, panel = _panel(qtbot, textbook_model, "the cat sat")
@@ -123,8 +143,8 @@ def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
     assert state.head_labels == [[f"{x} (probe)" for x in row] for row in panel.scores.labels]
     assert "repeated twice" in panel.summary.text()
     assert "A causal model cannot attend to the next token." in panel.summary.text()
-    panel.overview.cellClicked.emit(1, 0)
-    assert "built as induction" in panel.focus_note.text()
+    panel.overview.map.cellClicked.emit(1, 0)
+    assert "built as induction" in panel.overview.focus_note.text()
     with qtbot.waitSignal(panel.sigScored, timeout=30000):
         panel.set_source("text")
     assert panel.scores.labels[0][1] == "sink"  # no repeats: the duplicate head parks on BOS
@@ -153,12 +173,12 @@ def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_mode
     with qtbot.waitSignal(panel.sigScored, timeout=30000):
         state.set_model(textbook_model)
     assert panel.scores is None and state.head_labels is None
-    assert panel.overview.rowCount() == 0 and panel.find_table.rowCount() == 0
+    assert panel.overview.map.rowCount() == 0 and panel.find.find_table.rowCount() == 0
 
 
 def test_table_starts_in_layer_order(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    assert panel.visible_heads()[:3] == [(0, 0), (0, 1), (0, 2)]
+    assert panel.score_table.visible_heads()[:3] == [(0, 0), (0, 1), (0, 2)]
 
 
 def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
@@ -169,29 +189,30 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     qtbot.addWidget(host)
     state = AppState()
     panel = RolesPanel(state, host)
+    find = panel.find
     state.set_model(minilm)
     state.set_result(minilm.run(TEXT))
-    assert panel.find_from.count() == 0 and panel.find_table.rowCount() == 0
+    assert find.find_from.count() == 0 and find.find_table.rowCount() == 0
     other = "Mary gave John a book."
     state.set_result(minilm.run(other))
-    panel.tabs.setCurrentWidget(panel._find_page)  # not on screen: still waits
-    assert panel.find_from.count() == 0
+    panel.tabs.setCurrentWidget(find)  # not on screen: still waits
+    assert find.find_from.count() == 0
     host.show()
     qtbot.waitExposed(host)
     labels = state.result.labels
-    assert [panel.find_from.itemText(i) for i in range(panel.find_from.count())] == \
+    assert [find.find_from.itemText(i) for i in range(find.find_from.count())] == \
         [f"{lab}@{i}" for i, lab in enumerate(labels)]
     T = len(labels)
-    assert panel.hits == H.find(state.result, T - 1, 0) and panel.find_table.rowCount() == 72
+    assert find.hits == H.find(state.result, T - 1, 0) and find.find_table.rowCount() == 72
     # while shown, each new result refills Find at once (same picks), reusing the table's rows
     state.set_result(minilm.run(TEXT))
-    assert panel.find_from.count() == len(state.result.labels)
-    assert panel.hits == H.find(state.result, T - 1, 0)
-    assert panel.find_table.item(0, 1).text() == f"L{panel.hits[0].layer} H{panel.hits[0].head}"
-    assert panel.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
-        round(float(panel.hits[0].specificity), 4)
-    assert panel.find_table.item(0, 3).data(Qt.ItemDataRole.DisplayRole) == \
-        round(float(panel.hits[0].weight), 4)
+    assert find.find_from.count() == len(state.result.labels)
+    assert find.hits == H.find(state.result, T - 1, 0)
+    assert find.find_table.item(0, 1).text() == f"L{find.hits[0].layer} H{find.hits[0].head}"
+    assert find.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
+        round(float(find.hits[0].specificity), 4)
+    assert find.find_table.item(0, 3).data(Qt.ItemDataRole.DisplayRole) == \
+        round(float(find.hits[0].weight), 4)
     panel.wait_idle()
 
 
@@ -199,21 +220,22 @@ def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm
     """Probe scores of a 2x3 model must not label the hits of a 6x12 model found right after the
     switch (IndexError in the Find table before)."""
     state, panel = _panel(qtbot, textbook_model, "the cat sat")
+    find = panel.find
     with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
         panel.set_source("probe")
     assert (panel.scores.n_layer, panel.scores.n_head) == (2, 3)
     state.set_model(minilm)
     assert panel.scores is None and state.head_labels is None  # at once, while the probe reruns
     state.set_result(minilm.run(TEXT))
-    hits = panel.set_find("keys@2", "the@1")
-    assert len(hits) == 72 and panel.find_table.rowCount() == 72
-    assert all(panel.find_table.item(i, 1).toolTip() == "" for i in range(72))
+    hits = find.set_find("keys@2", "the@1")
+    assert len(hits) == 72 and find.find_table.rowCount() == 72
+    assert all(find.find_table.item(i, 1).toolTip() == "" for i in range(72))
     with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
         pass
     assert (panel.scores.n_layer, panel.scores.n_head) == (6, 12)
-    panel.run_find()
-    hit = panel.hits[5]
-    assert panel.find_table.item(5, 1).toolTip() == panel.scores.labels[hit.layer][hit.head]
+    find.run_find()
+    hit = find.hits[5]
+    assert find.find_table.item(5, 1).toolTip() == panel.scores.labels[hit.layer][hit.head]
     panel.wait_idle()
 
 
@@ -226,10 +248,10 @@ def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
     state.set_result(minilm.run(new))
     # the previous text's badges must not sit on the new heatmaps while it is being scored
     assert state.head_labels is None
-    assert not panel.table.isEnabled() and "Updating" in panel.summary.text()
+    assert not panel.score_table.table.isEnabled() and "Updating" in panel.summary.text()
     with qtbot.waitSignal(panel.sigScored, timeout=30000):
         pass
-    assert panel.table.isEnabled() and "Updating" not in panel.summary.text()
+    assert panel.score_table.table.isEnabled() and "Updating" not in panel.summary.text()
     assert state.head_labels == H.score_result(state.result, unknown_ids=H.unknown_token_ids(minilm)).labels
     panel.wait_idle()
 

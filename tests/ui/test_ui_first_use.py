@@ -134,14 +134,14 @@ def roles_panel(qtbot, minilm):
         st.set_model(minilm)
         st.set_text(TEXT)
         st.set_result(minilm.run(TEXT))
-    qtbot.waitUntil(lambda: panel.overview.rowCount() == 6, timeout=5000)
+    qtbot.waitUntil(lambda: panel.overview.map.rowCount() == 6, timeout=5000)
     return panel
 
 
 def test_roles_legend_never_breaks_inside_a_swatch(roles_panel):
     import re
 
-    swatches = re.findall(r"<span[^>]*>(.*?)</span>", roles_panel.legend.text())
+    swatches = re.findall(r"<span[^>]*>(.*?)</span>", roles_panel.overview.legend.text())
     assert len(swatches) == 7
     assert all(" " not in s for s in swatches), swatches  # only &nbsp; inside: "dup = / duplicate"
     texts = [s.replace("&nbsp;", " ").strip() for s in swatches]
@@ -149,7 +149,7 @@ def test_roles_legend_never_breaks_inside_a_swatch(roles_panel):
 
 
 def test_roles_overview_fills_its_box(roles_panel, qtbot):
-    ov = roles_panel.overview
+    ov = roles_panel.overview.map
     for width, height in ((420, 800), (600, 700)):
         roles_panel.resize(width, height)
         qtbot.wait(20)

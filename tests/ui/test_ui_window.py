@@ -287,10 +287,10 @@ def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, q
     assert f"{T} tokens" not in calc.sentence_label.text()  # hidden: not refilled per result
     window.calc_dock.raise_()
     qtbot.waitUntil(lambda: f"{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
-    roles.tabs.setCurrentWidget(roles._find_page)
-    assert roles.find_from.count() != T  # Find waits while the roles tab is not selected
+    roles.tabs.setCurrentWidget(roles.find)
+    assert roles.find.find_from.count() != T  # Find waits while the roles tab is not selected
     window.roles_dock.raise_()
-    qtbot.waitUntil(lambda: roles.find_from.count() == T, timeout=WAIT)
+    qtbot.waitUntil(lambda: roles.find.find_from.count() == T, timeout=WAIT)
     roles.wait_idle()
 
 

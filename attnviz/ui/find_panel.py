@@ -1,0 +1,185 @@
+"""Find: which heads send the query token A to the key token B, every head ranked by specificity.
+
+A view of AppState, placed as a tab of the head-roles panel: it keeps its own token lists (the
+result's tokens), follows the result and the query (a query row picked elsewhere moves its A) and
+writes back the focus and the query when a head is clicked. The search itself (heads.find) is a
+few NumPy reductions, run at once on the main thread; `set_find` and `run_find` return its hits.
+
+While Find is not on screen (`shown()`, asked of its host: its tab and dock), a new result only
+marks its token lists stale; they are refilled when it is shown (`catch_up`) or used (`set_find`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QFormLayout, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.engine import heads as H
+from attnviz.engine.errors import AttnvizError
+from attnviz.engine.patterns import head_title
+from attnviz.ui.roles_views import focus_head, num_item
+
+
+class FindPanel(QWidget):
+    sigFound = Signal(object)  # list[HeadHit] | None
+
+    def __init__(self, state, shown: Callable[[], bool], parent: QWidget | None = None):
+        """`shown`: whether Find is on screen now (its host knows: the tab it sits in, the dock)."""
+        super().__init__(parent)
+        self.state = state
+        self.shown = shown
+        self.scores: H.HeadScores | None = None  # the roles panel's, for each head's role in its tooltip
+        self.hits: list[H.HeadHit] = []
+        self._find_q = None  # the query position of the hits shown
+        self._stale = False  # the token lists lag the result while Find is not on screen
+        self._build()
+        self._connect()
+
+    def _build(self):
+        self.find_from = QComboBox()
+        self.find_to = QComboBox()
+        for box, tip in ((self.find_from, "query token (the row): pick, or type e.g. are or the@4"),
+                         (self.find_to, "key token (the column): pick, or type e.g. keys or the@4")):
+            box.setEditable(True)
+            box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+            box.setToolTip(tip)
+        self.find_status = QLabel("")
+        self.find_status.setWordWrap(True)
+        self.find_table = QTableWidget(0, 4)
+        self.find_table.setHorizontalHeaderLabels(["rank", "head", "specificity", "weight"])
+        self.find_table.horizontalHeaderItem(2).setToolTip(
+            "weight minus the mean weight the other queries give the same key: a head where every "
+            "token attends to the key scores near 0, however large its weight")
+        self.find_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.find_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.find_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.find_table.verticalHeader().setVisible(False)
+        self.find_table.horizontalHeader().setStretchLastSection(True)
+        self.find_table.verticalHeader().setDefaultSectionSize(22)
+        fdl = QVBoxLayout(self)
+        ff = QFormLayout()
+        ff.addRow("from (query)", self.find_from)
+        ff.addRow("to (key)", self.find_to)
+        fdl.addLayout(ff)
+        fdl.addWidget(self.find_status)
+        fdl.addWidget(self.find_table, 1)
+
+    def _connect(self):
+        st = self.state
+        st.sigResultChanged.connect(self._on_result_changed)
+        st.sigQueryChanged.connect(self._on_query_changed)
+        self.find_from.activated.connect(lambda *_: self.run_find())
+        self.find_to.activated.connect(lambda *_: self.run_find())
+        self.find_from.lineEdit().editingFinished.connect(self.run_find)
+        self.find_to.lineEdit().editingFinished.connect(self.run_find)
+        self.find_table.cellClicked.connect(self._on_find_clicked)
+
+    def catch_up(self):
+        """Catch Find up with the current result (it waits while it is not on screen)."""
+        if self._stale:
+            self._fill_find_tokens()
+
+    def _fill_find_tokens(self):
+        self._stale = False
+        r = self.state.result
+        old = (self.find_from.currentIndex(), self.find_to.currentIndex())
+        for box in (self.find_from, self.find_to):
+            box.blockSignals(True)
+            box.clear()
+            if r is not None:
+                box.addItems([f"{lab}@{i}" for i, lab in enumerate(r.labels)])
+            box.blockSignals(False)
+        if r is None:
+            self._show_hits(None)
+            return
+        T = len(r.labels)
+        q = self.state.query_pos if self.state.query_pos is not None else old[0]
+        k = old[1]
+        self.find_from.setCurrentIndex(q if 0 <= q < T else T - 1)
+        self.find_to.setCurrentIndex(k if 0 <= k < T else 0)
+        self.run_find()
+
+    def set_find(self, from_token, to_token):
+        """Type both tokens (display text, or text@pos) and run Find."""
+        self.catch_up()
+        self.find_from.setEditText(str(from_token))
+        self.find_to.setEditText(str(to_token))
+        return self.run_find()
+
+    def run_find(self):
+        r = self.state.result
+        if r is None:
+            self._show_hits(None)
+            return None
+        try:
+            q = H.resolve_token(r, self.find_from.currentText())
+            k = H.resolve_token(r, self.find_to.currentText())
+        except AttnvizError as exc:
+            self.find_status.setText(str(exc))
+            self._show_hits(None)
+            return None
+        for box, pos in ((self.find_from, q), (self.find_to, k)):
+            box.blockSignals(True)
+            box.setCurrentIndex(pos)
+            box.blockSignals(False)
+        hits = H.find(r, q, k)
+        self.find_status.setText(
+            f"From {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} (key), every head ranked by "
+            "specificity: its weight minus the mean weight the other queries give that key (a head "
+            "where every token attends to the key says nothing about this query). Click one to "
+            "focus it.")
+        self._find_q = q
+        self._show_hits(hits)
+        return hits
+
+    def _show_hits(self, hits):
+        self.hits = list(hits or [])
+        t = self.find_table
+        t.setRowCount(len(self.hits))
+        for i, hit in enumerate(self.hits):
+            if t.item(i, 0) is None:  # rows keep their items: refilling only sets their values
+                t.setItem(i, 0, num_item(i + 1, 0))
+                t.setItem(i, 1, QTableWidgetItem())
+                t.setItem(i, 2, num_item(0.0, 4))
+                t.setItem(i, 3, num_item(0.0, 4))
+            head = t.item(i, 1)
+            head.setText(head_title(hit.layer, hit.head))
+            head.setToolTip(self._label(hit.layer, hit.head))
+            for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
+                t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
+                                       None if np.isnan(value) else round(value, 4))
+        if hits is None:
+            if self.state.result is None:
+                self.find_status.setText("")
+        self.sigFound.emit(hits)
+
+    def _label(self, l, h):
+        """The role label of head (l, h), or "" while no scores of this shape are shown."""
+        hs = self.scores
+        return hs.labels[l][h] if hs is not None and l < hs.n_layer and h < hs.n_head else ""
+
+    def _on_find_clicked(self, row, _col):
+        if 0 <= row < len(self.hits):
+            hit = self.hits[row]
+            focus_head(self.state, hit.layer, hit.head)
+            self.state.set_query(self._find_q)
+
+    # --- state changes ------------------------------------------------------------------------
+    def _on_result_changed(self, result):
+        if result is None or self.shown():
+            self._fill_find_tokens()
+        else:
+            self._stale = True  # filled when Find is shown or used
+
+    def _on_query_changed(self, pos):
+        r = self.state.result
+        if pos is None or r is None or not 0 <= pos < len(r.labels) or self._stale:
+            return  # (a stale Find starts from the query when it catches up)
+        if self.find_from.currentIndex() != pos:
+            self.find_from.setCurrentIndex(pos)
+            self.run_find()

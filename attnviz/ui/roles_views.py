@@ -1,0 +1,308 @@
+"""The head-roles panel's two views of the head scores: the Overview tab (the layers x heads map
+coloured by role, its legend, the detection-pattern overlay on the focused head and the focused
+head's note) and the Scores tab (every head's scores, sortable and filterable, beside their
+definitions); with the table items and the click-to-focus they share with Find.
+
+Both are fed by the roles panel: it sets `scores` (HeadScores | None) as they arrive and calls
+`refresh()` while the panel is on screen. Clicking a head writes the focus back to AppState."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QBrush, QColor
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QTableWidget,
+    QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine import heads as H
+from attnviz.engine import textbook
+from attnviz.engine.patterns import head_title
+from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
+
+COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
+_ALL = "all roles"
+
+
+def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
+    short = ROLE_SHORT[role]
+    return short if short == role else f"{short}&nbsp;=&nbsp;{role}"
+
+
+def num_item(value, digits=3):
+    item = QTableWidgetItem()
+    v = float(value)
+    item.setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(v) else round(v, digits))
+    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+    return item
+
+
+def _role_item(role):
+    item = QTableWidgetItem(role)
+    item.setBackground(QBrush(QColor(ROLE_COLORS[role])))
+    item.setForeground(QBrush(QColor(role_text_color(role))))
+    return item
+
+
+def focus_head(state, layer, head):
+    """Show head (layer, head) in the grid and focus it (a click on a head in any roles tab)."""
+    if state.model is None or not (0 <= layer < state.n_layer and 0 <= head < state.n_head):
+        return
+    state.set_layer(layer)
+    state.set_focus(layer, head)
+
+
+class RolesOverview(QWidget):
+    """The Overview tab: a view of AppState's focus and result (overlay, note) and of the scores."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.scores: H.HeadScores | None = None  # what the map and the focus note show
+        self._build()
+        self._connect()
+
+    def _build(self):
+        # the map: layers x heads coloured by role
+        self.map = QTableWidget(0, 0)
+        self.map.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.map.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        # the map fills its box: rows share the height (scrolling only below a line's height),
+        # columns as wide as their labels plus a share of the spare width (_fit_map)
+        self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+        self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
+        self.map.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.map.viewport().installEventFilter(self)
+        self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
+        # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
+        # where the cell's abbreviation differs from the name
+        self.legend = QLabel(" ".join(
+            f'<span style="background:{c}; color:{role_text_color(r)}">'
+            f"&nbsp;{_legend_text(r)}&nbsp;</span>"
+            for r, c in ROLE_COLORS.items()))
+        self.legend.setWordWrap(True)
+        self.overlay_role = QComboBox()
+        self.overlay_role.addItem("none", None)
+        for role in H.ROLES:
+            self.overlay_role.addItem(H.TITLES[role], role)
+        self.overlay_role.setToolTip("Draw this role's detection pattern D on the focused head: "
+                                     "the cells its score counts")
+        self.focus_note = QLabel("")
+        self.focus_note.setWordWrap(True)
+        ovl = QVBoxLayout(self)
+        ovl.addWidget(self.map, 1)
+        ovl.addWidget(self.legend)
+        form = QFormLayout()
+        form.addRow("Overlay on focused head", self.overlay_role)
+        ovl.addLayout(form)
+        ovl.addWidget(self.focus_note)
+
+    def _connect(self):
+        st = self.state
+        st.sigResultChanged.connect(lambda *_: self._update_overlay())
+        st.sigFocusChanged.connect(self._on_focus_changed)
+        self.overlay_role.currentIndexChanged.connect(lambda *_: self._update_overlay())
+        self.map.cellClicked.connect(lambda r, c: focus_head(self.state, r, c))
+
+    def refresh(self):
+        self._fill_map()
+        self._update_focus_note()
+
+    def _fill_map(self):
+        hs = self.scores
+        ov = self.map
+        ov.clear()
+        if hs is None:
+            ov.setRowCount(0)
+            ov.setColumnCount(0)
+            return
+        ov.setRowCount(hs.n_layer)
+        ov.setColumnCount(hs.n_head)
+        ov.setHorizontalHeaderLabels([f"H{h}" for h in range(hs.n_head)])
+        ov.setVerticalHeaderLabels([f"L{l}" for l in range(hs.n_layer)])
+        for l in range(hs.n_layer):
+            for h in range(hs.n_head):
+                role = hs.labels[l][h]
+                item = _role_item(role)
+                item.setText(ROLE_SHORT[role])
+                item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
+                item.setToolTip(self._head_tooltip(l, h))
+                ov.setItem(l, h, item)
+        self._fit_map()
+
+    def _fit_map(self):
+        """Each map column as wide as its labels need, the spare width shared out evenly."""
+        ov = self.map
+        n = ov.columnCount()
+        if n == 0:
+            return
+        need = [max(ov.horizontalHeader().sectionSizeHint(c), ov.sizeHintForColumn(c))
+                for c in range(n)]
+        spare = max(0, ov.viewport().width() - sum(need))
+        for c in range(n):
+            ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
+
+    def eventFilter(self, obj, event):
+        if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_map()
+        return super().eventFilter(obj, event)
+
+    def _head_tooltip(self, l, h):
+        hs = self.scores
+        lines = [f"{head_title(l, h)}: {hs.labels[l][h]}"]
+        for name in H.SCORE_NAMES:
+            v = float(hs.scores[name][l, h])
+            text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+            if name in hs.chance:
+                c = float(hs.chance[name][l, h])
+                text += f"  (chance {'—' if np.isnan(c) else f'{c:.3f}'}, strength {hs.strength[name][l, h]:.3f})"
+            lines.append(text)
+        built = self._built(l, h)
+        if built:
+            lines.append(built)
+        return "\n".join(lines)
+
+    def _built(self, l, h):
+        if self.state.model is not None and self.state.model.name == textbook.TEXTBOOK_NAME:
+            return textbook.describe_head(l, h)
+        return None
+
+    # --- focus, overlay -----------------------------------------------------------------------
+    def set_overlay_role(self, role):
+        """Pick the role whose detection pattern is drawn on the focused head (None: no overlay)."""
+        self.overlay_role.setCurrentIndex(self.overlay_role.findData(role))
+
+    def _update_overlay(self):
+        st = self.state
+        role = self.overlay_role.currentData()
+        if role is None or st.result is None or st.focus is None:
+            st.set_overlay(None)
+            return
+        st.set_overlay(H.detection_pattern(role, np.asarray(st.result.input_ids)))  # [T, T] bool
+
+    def _update_focus_note(self):
+        st = self.state
+        hs = self.scores
+        if st.focus is None or hs is None:
+            self.focus_note.setText("")
+            return
+        l, h = st.focus
+        if l >= hs.n_layer or h >= hs.n_head:
+            self.focus_note.setText("")
+            return
+        vals = ", ".join(f"{name} {hs.scores[name][l, h]:.3f}" for name in H.ROLES)
+        text = f"{head_title(l, h)}: {hs.labels[l][h]} ({vals})"
+        built = self._built(l, h)
+        if built:
+            text += f"\n{built}"
+        self.focus_note.setText(text)
+
+    def _on_focus_changed(self, focus):
+        if focus is not None and self.map.rowCount() > focus[0]:
+            self.map.setCurrentCell(*focus)
+        self._update_overlay()
+        self._update_focus_note()
+
+
+class ScoresTable(QWidget):
+    """The Scores tab: per-head scores, sortable and filterable, with the definitions beside them."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.scores: H.HeadScores | None = None  # what the table shows
+        self._build()
+        self.filter.currentIndexChanged.connect(lambda *_: self._apply_filter())
+        self.table.cellClicked.connect(self._on_table_clicked)
+
+    def _build(self):
+        self.filter = QComboBox()
+        self.filter.addItem(_ALL, None)
+        for role in H.ROLES + (H.MIXED,):
+            self.filter.addItem(role, role)
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setHorizontalHeaderLabels([H.TITLES.get(c, c) if c in H.SCORE_NAMES else c
+                                              for c in COLUMNS])
+        for i, c in enumerate(COLUMNS):
+            if c in H.DEFINITIONS:
+                self.table.horizontalHeaderItem(i).setToolTip(H.DEFINITIONS[c])
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.verticalHeader().setVisible(False)
+        self.table.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
+        self.table.setSortingEnabled(True)
+        self.table.verticalHeader().setDefaultSectionSize(22)
+        self.definitions = QTextBrowser()
+        self.definitions.setOpenLinks(False)
+        scl = QVBoxLayout(self)
+        fl = QHBoxLayout()
+        fl.addWidget(QLabel("Show"))
+        fl.addWidget(self.filter, 1)
+        scl.addLayout(fl)
+        scl.addWidget(self.table, 3)
+        scl.addWidget(QLabel("What the numbers mean"))
+        scl.addWidget(self.definitions, 2)
+        self._show_definitions()
+
+    def refresh(self):
+        hs = self.scores
+        t = self.table
+        t.setSortingEnabled(False)
+        t.setRowCount(0)
+        if hs is not None:
+            t.setRowCount(hs.n_layer * hs.n_head)
+            row = 0
+            for l in range(hs.n_layer):
+                for h in range(hs.n_head):
+                    t.setItem(row, 0, num_item(l, 0))
+                    t.setItem(row, 1, num_item(h, 0))
+                    t.setItem(row, 2, _role_item(hs.labels[l][h]))
+                    for j, name in enumerate(H.SCORE_NAMES):
+                        item = num_item(hs.scores[name][l, h])
+                        if name in hs.chance:
+                            item.setToolTip(f"chance {float(hs.chance[name][l, h]):.3f}: the score "
+                                            "if this head spread its attention evenly")
+                        t.setItem(row, 3 + j, item)
+                    row += 1
+        t.setSortingEnabled(True)
+        t.resizeColumnsToContents()
+        self._apply_filter()
+
+    def _apply_filter(self):
+        role = self.filter.currentData()
+        t = self.table
+        for row in range(t.rowCount()):
+            item = t.item(row, 2)
+            t.setRowHidden(row, role is not None and (item is None or item.text() != role))
+        self._show_definitions()
+
+    def visible_heads(self):
+        """(layer, head) of the table rows shown now, top to bottom (tests, keyboard users)."""
+        out = []
+        for row in range(self.table.rowCount()):
+            if not self.table.isRowHidden(row):
+                out.append((int(self.table.item(row, 0).data(Qt.ItemDataRole.DisplayRole)),
+                            int(self.table.item(row, 1).data(Qt.ItemDataRole.DisplayRole))))
+        return out
+
+    def _show_definitions(self):
+        role = self.filter.currentData()
+        names = [role] if role in H.DEFINITIONS else list(H.SCORE_NAMES)
+        body = []
+        for name in names:
+            body.append(f"<p><b>{html.escape(H.TITLES[name])}</b>: {html.escape(H.DEFINITIONS[name])}"
+                        + (f" Threshold {H.THRESHOLDS[name]:g}." if name in H.THRESHOLDS else "")
+                        + "</p>")
+        body.append(f"<p><i>{html.escape(H.LABEL_RULE)}</i></p>")
+        body.append(f"<p><i>{html.escape(H.CHANCE_RULE)}</i></p>")
+        self.definitions.setHtml("".join(body))
+
+    def _on_table_clicked(self, row, _col):
+        item_l, item_h = self.table.item(row, 0), self.table.item(row, 1)
+        if item_l is not None and item_h is not None:
+            focus_head(self.state, int(item_l.data(Qt.ItemDataRole.DisplayRole)),
+                       int(item_h.data(Qt.ItemDataRole.DisplayRole)))
