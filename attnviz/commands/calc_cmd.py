@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
-    format_bytes, format_count,
+    exact_bytes, exact_count, format_bytes, format_count, shown_variants,
 )
 from attnviz.engine.errors import CalcError
 from attnviz.engine.presets import Preset, get_preset, load_presets
@@ -181,16 +181,6 @@ def _columns(rows: list[tuple[str, ...]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _n(n: int) -> str:
-    """`6738415616` -> `6,738,415,616 (6.74 B)`."""
-    return f"{n:,}" + (f" ({format_count(n)})" if n >= 1000 else "")
-
-
-def _b(n: int) -> str:
-    """`2147483648` -> `2,147,483,648 bytes (2 GiB)`."""
-    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
-
-
 def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     i, f = r.inputs, r.formulas
     T = i.seq_len
@@ -220,18 +210,18 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines.append(_columns(rows))
 
     lines += ["", "Parameters"]
-    rows = [("  attention per layer", _n(r.attn_params_per_layer), f["attn_params_per_layer"]),
-            ("  attention, all layers", _n(r.attn_params_total), f"· {i.n_layer} layers")]
+    rows = [("  attention per layer", exact_count(r.attn_params_per_layer), f["attn_params_per_layer"]),
+            ("  attention, all layers", exact_count(r.attn_params_total), f"· {i.n_layer} layers")]
     mp = r.model_params
     if mp:
-        rows.append(("  whole model", _n(mp["total"]), f"non-embedding {format_count(mp['non_embedding'])}"))
+        rows.append(("  whole model", exact_count(mp["total"]), f"non-embedding {format_count(mp['non_embedding'])}"))
         if "active" in mp:
-            rows.append(("  active per token (MoE)", _n(mp["active"]), ""))
+            rows.append(("  active per token (MoE)", exact_count(mp["active"]), ""))
     else:
         rows.append(("  whole model", "-", "needs --d-ff and --vocab"))
     if preset and preset.known_total_params:
         ok = "matches" if mp and mp["total"] == preset.known_total_params else "DIFFERS from"
-        rows.append(("  known total", _n(preset.known_total_params), f"{ok} the computed total"))
+        rows.append(("  known total", exact_count(preset.known_total_params), f"{ok} the computed total"))
     elif preset and preset.nominal_params and mp:
         rows.append(("  nominal size", format_count(preset.nominal_params),
                      f"{preset.raw.get('nominal_params_source', '')}; computed/nominal "
@@ -240,10 +230,10 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
 
     fl = r.flops
     lines += ["", f"FLOPs per new token at context {T:,} (forward)"]
-    rows = [("  projections (Q, K, V, O)", _n(fl["projections_per_token"])),
-            ("  Q·Kᵀ", _n(fl["qk_per_token"])),
-            ("  weights·V", _n(fl["av_per_token"])),
-            ("  attention total", _n(fl["attention_per_token"]))]
+    rows = [("  projections (Q, K, V, O)", exact_count(fl["projections_per_token"])),
+            ("  Q·Kᵀ", exact_count(fl["qk_per_token"])),
+            ("  weights·V", exact_count(fl["av_per_token"])),
+            ("  attention total", exact_count(fl["attention_per_token"]))]
     lines.append(_columns(rows))
     hv = fl["heads_vs_one_head"]
     lines.append(f"  {i.n_head} heads of {r.d_head} vs one head of {i.n_head * r.d_head}: "
@@ -251,16 +241,16 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
                  f"({hv['n_heads_softmax_elements']:,} vs {hv['one_head_softmax_elements']:,})")
 
     lines += ["", f"KV cache ({i.kv_dtype}, {r.kv_bits_per_element} bits per element)"]
-    rows = [("  per token per layer", _b(r.kv_bytes_per_token_per_layer),
+    rows = [("  per token per layer", exact_bytes(r.kv_bytes_per_token_per_layer),
              f["kv_bytes_per_token_per_layer"]),
-            ("  per token", _b(r.kv_bytes_per_token), f["kv_bytes_per_token"]),
-            (f"  sequence of {T:,} tokens", _b(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
-            (f"  batch of {i.batch}", _b(r.kv_bytes_total), f["kv_bytes_total"])]
+            ("  per token", exact_bytes(r.kv_bytes_per_token), f["kv_bytes_per_token"]),
+            (f"  sequence of {T:,} tokens", exact_bytes(r.kv_bytes_sequence), f["kv_bytes_sequence"]),
+            (f"  batch of {i.batch}", exact_bytes(r.kv_bytes_total), f["kv_bytes_total"])]
     lines.append(_columns(rows))
 
     lines += ["", "MHA / as given / MQA"]
     rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x {i.batch}", "reduction")]
-    for v in r.compare.values():
+    for v in (r.compare[k] for k in shown_variants(r)):
         rows.append((f"  {v.label}", "latent" if v.n_kv_head is None else str(v.n_kv_head),
                      format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
                      f"{v.reduction_vs_mha:.2f}x"))

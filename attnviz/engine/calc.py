@@ -673,6 +673,24 @@ def format_bytes(n: int) -> str:
     return f"{text} {BINARY_UNITS[unit]}"
 
 
+def exact_bytes(n: int) -> str:
+    """`1152` -> `1,152 bytes (1.12 KiB)`: exact, and binary units from 1 KiB."""
+    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
+
+
+def exact_count(n: int) -> str:
+    """`6738415616` -> `6,738,415,616 (6.74 B)`."""
+    return f"{n:,}" + (f" ({format_count(n)})" if n >= 1000 else "")
+
+
+def shown_variants(r: "CalcResult") -> list[str]:
+    """The keys of `r.compare` to show (window and command line alike): a model that is MHA (or
+    MQA) as given would list that variant twice with the same numbers (a curve hidden under its
+    own, a second table row), so it is shown once, as given."""
+    given = r.compare["gqa"].n_kv_head
+    return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
+
+
 def format_count(n: int | float) -> str:
     """`124439808` -> `124.4 M`; `6738415616` -> `6.74 B`."""
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):

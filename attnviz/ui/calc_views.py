@@ -13,19 +13,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
-from attnviz.engine.calc import CalcResult, context_lengths, format_bytes, format_count
+from attnviz.engine.calc import CalcResult, context_lengths, exact_bytes, format_bytes, format_count, shown_variants
 from attnviz.figures.style import BACKGROUND, TEXT
 
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
 PLOT_POINTS = 200
-
-
-def shown_variants(r: CalcResult) -> list[str]:
-    """The keys of `r.compare` to show: a model that is MHA (or MQA) as given would show that variant twice
-    with the same numbers (a curve hidden under its own, a second table row), so it is shown once, as given."""
-    given = r.compare["gqa"].n_kv_head
-    return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -236,10 +229,10 @@ def kv_text(r: CalcResult) -> str:
     """The KV cache per token per layer, per token, and at seq_len × batch (rich text)."""
     i, f = r.inputs, r.formulas
     return "<br>".join([
-        f"per token per layer: {bytes_text(r.kv_bytes_per_token_per_layer)} = "
+        f"per token per layer: {exact_bytes(r.kv_bytes_per_token_per_layer)} = "
         f"{html.escape(f['kv_bytes_per_token_per_layer'])}",
-        f"per token: <b>{bytes_text(r.kv_bytes_per_token)}</b>",
-        f"{i.seq_len:,} tokens × batch {i.batch}: <b>{bytes_text(r.kv_bytes_total)}</b>",
+        f"per token: <b>{exact_bytes(r.kv_bytes_per_token)}</b>",
+        f"{i.seq_len:,} tokens × batch {i.batch}: <b>{exact_bytes(r.kv_bytes_total)}</b>",
     ])
 
 
@@ -276,11 +269,6 @@ def live_text(result, model) -> str:
     if held == 0:
         return "live KV cache: not kept for this run"
     return (f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
-            f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {bytes_text(held)}</b>; "
+            f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
             f"this edit reused {result.cache_reused:,} tokens and computed "
             f"{result.cache_computed:,}")
-
-
-def bytes_text(n: int) -> str:
-    """`1152` -> `1,152 bytes (1.12 KiB)`: exact, and binary units from 1 KiB."""
-    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")

@@ -82,3 +82,14 @@ def test_cli_as_a_process():
     out = subprocess.run([sys.executable, "-m", "attnviz", "calc", "--preset", "llama-3-8b",
                           "--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["kv_bytes_per_token"] == 131_072
+
+
+def test_cli_table_lists_the_layout_a_model_already_has_once(capsys):
+    """GPT-2 is MHA as given: one 'as given: MHA' row, not also an 'MHA' row with the same numbers
+    (the window's rule, engine.calc.shown_variants); a GQA model keeps all three rows."""
+    assert main(["calc", "--preset", "gpt2"]) == 0
+    rows = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()[2:]
+    assert [r.split("(")[0].strip() for r in rows if r.strip()] == ["as given: MHA", "MQA"]
+    assert main(["calc", "--preset", "llama-3-8b"]) == 0
+    rows = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()[2:]
+    assert [r.split("(")[0].strip() for r in rows if r.strip()] == ["MHA", "as given: GQA", "MQA"]
