@@ -27,7 +27,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.tokenizer import TextTokenizer
 from attnviz.engine.families import Layer, Weights, _cat_bias
 from attnviz.engine.validate import (
-    cannot_read, check_finite, exists, file_kind, is_whole, json_kind, regular_file, show,
+    cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
 from attnviz.engine.weights import check_fits_in_memory
 
@@ -306,10 +306,7 @@ class GGUFTensors:
         t = self._table.get(name)
         if t is None:
             raise ModelLoadError(f"{self.path.name} has no tensor {name!r}")
-        got = self.shape(name)
-        if got != tuple(shape):
-            raise ModelLoadError(
-                f"tensor {name} has shape {list(got)}, but the GGUF metadata implies {list(shape)}")
+        check_shape(name, self.shape(name), shape, "the GGUF metadata")
         if t.tensor_type in _INTEGER_TYPES:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
         return t

@@ -11,7 +11,7 @@ undo. Blocks, V = vocabulary size, P = positions:
 
     token     [0, V) and -[V, 2V)                 from the token embedding
     position  [2V, 2V+P) and -[2V+P, 2V+2P)       from the position embedding
-    previous  [2V+2P, 3V+2P) and -[3V+2P, 4V+2P)  written by head L0H0 (the token one position back)
+    previous  [2V+2P, 3V+2P) and -[3V+2P, 4V+2P)  written by head L0 H0 (the token one position back)
 
 Logits are built as sums of matches, each worth GAP (or GAP/2 for the fall-back to the first token), so
 the wanted key beats every other key by at least GAP/2 = 12 nats: the softmax is one-hot to ~1e-5.
@@ -57,7 +57,7 @@ HEADS = {
     (0, 0): ("previous",
              "Query = one-hot of position i-1, key = one-hot of position j: only the previous token "
              "matches. Its value copies that token into the 'previous token' block of the residual "
-             "stream, which the induction head L1H0 reads."),
+             "stream, which the induction head L1 H0 reads."),
     (0, 1): ("duplicate",
              "Query and key both read the token's one-hot, so earlier copies of the same token match; "
              "a penalty on its own position removes the trivial self-match, and a half-size bonus on "
@@ -67,7 +67,7 @@ HEADS = {
              "Query and key both read the position's one-hot, so every token matches only itself."),
     (1, 0): ("induction",
              "Query reads the current token, key reads the 'previous token' block written by head "
-             "L0H0: the match is the position right after an earlier copy of the current token, the "
+             "L0 H0: the match is the position right after an earlier copy of the current token, the "
              "two-layer induction circuit. Rows with no earlier copy park on the first token."),
     (1, 1): ("sink",
              "A constant query (a bias) against a key that only position 0 has: every row puts its "

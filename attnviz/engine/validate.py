@@ -320,6 +320,13 @@ def check_token_ids(ids: list[tuple[str, str, int]], n_rows: int, path: Path, ro
 SCAN_CHUNK = 1 << 22  # elements per isfinite pass: a 4 MiB bool mask at most
 
 
+def check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...], implied_by: str) -> None:
+    """Tensor `name` must have the shape the model's description implies ("config.json", "the GGUF
+    metadata")."""
+    if tuple(got) != tuple(want):
+        raise ModelLoadError(f"tensor {name} has shape {list(got)}, but {implied_by} implies {list(want)}")
+
+
 def check_finite(arr: np.ndarray, name: str, source: str) -> None:
     """Refuse a tensor holding NaN or Inf, naming it, the count and the first position.
     (Measured: SmolLM2's 104M float32 values in 31 ms, MiniLM's 23M in 8 ms.)"""

@@ -16,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.validate import (
-    cannot_read, check_finite, exists, json_kind, read_json_object, regular_file, show,
+    cannot_read, check_finite, check_shape, exists, json_kind, read_json_object, regular_file, show,
 )
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -191,10 +191,7 @@ class Checkpoint:
         tf = self._where.get(name)
         if tf is None:
             raise ModelLoadError(f"checkpoint has no tensor {name!r}")
-        got = tf.shape(name)
-        if got != tuple(shape):
-            raise ModelLoadError(
-                f"tensor {name} has shape {list(got)}, but config.json implies {list(shape)}")
+        check_shape(name, tf.shape(name), shape, "config.json")
         arr = tf.get(name)
         check_finite(arr, name, tf.path.name)
         return arr
