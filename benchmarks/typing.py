@@ -223,6 +223,8 @@ def anatomy_switches(app, w, n: int = 60) -> list[float]:
 def cold_child(t0: float, model: str | None = None) -> None:
     """Runs in a fresh process: time from the parent's spawn to the first painted heatmaps."""
     t_start = time.time()
+    from PySide6.QtCore import QTimer
+
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
@@ -236,8 +238,12 @@ def cold_child(t0: float, model: str | None = None) -> None:
         time.sleep(0.001)
     w.grid.gw.viewport().repaint()
     t_painted = time.time()
-    print(f"{t_painted - t0:.3f} {t_start - t0:.3f} {t_imported - t0:.3f} {t_shown - t0:.3f}")
-    w.close()
+    print(f"{t_painted - t0:.3f} {t_start - t0:.3f} {t_imported - t0:.3f} {t_shown - t0:.3f}", flush=True)
+    # quit the way the app does (close, then leave a running event loop): a window closed with no
+    # event loop after it left Qt objects to the interpreter's shutdown, which crashed (SIGSEGV) there
+    QTimer.singleShot(0, w.close)
+    QTimer.singleShot(50, app.quit)
+    app.exec()
 
 
 def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
