@@ -112,7 +112,11 @@ class Model:
         v_layers = [] if values else None
         h_layers = [] if inputs else None
         attentions, reused, held = self._forward(ids, use_cache, v_layers, h_layers)
-        self._check_finite(attentions)
+        try:
+            self._check_finite(attentions)
+        except ModelLoadError:
+            self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
+            raise
         norms, share = self._value_norms(attentions, v_layers) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),

@@ -29,7 +29,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
 
@@ -111,10 +110,6 @@ def _gc_timer_gone(*_):  # the application is gone: Python collects on its own a
 def _forget_pool(*_):
     global _POOL
     _POOL = None
-
-
-class NonFiniteResult(AttnvizError):
-    """A run whose attention weights hold NaN or infinity (corrupt weights or config)."""
 
 
 @dataclass(frozen=True)
@@ -213,22 +208,6 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     return f"unexpected {type(exc).__name__}: {exc} (details in the log)"
-
-
-def check_finite(result, model_name: str = "the model") -> None:
-    """Refuse a run with NaN or infinite attention weights, naming the first layer that has them.
-    Only the query rows this run computed are checked: rows reused from a causal model's KV cache
-    were checked by the run that computed them (the window's runs all pass here, and a failed one
-    clears the cache). The sum costs one pass (a NaN or an infinity makes it non-finite; the weights
-    of one row sum to 1, so a finite result never overflows); the layer search runs only on failure."""
-    new = result.attentions[:, :, result.cache_reused:]  # [n_layer, n_head, T - reused, T]
-    if new.size == 0 or np.isfinite(new.sum()):
-        return
-    bad = ~np.isfinite(new.reshape(new.shape[0], -1)).all(axis=1)  # [n_layer]
-    layer = int(np.flatnonzero(bad)[0])
-    raise NonFiniteResult(f"{model_name} gave attention weights that are not finite numbers (NaN "
-                          f"or infinity), first in layer {layer}: its weights or config.json may be "
-                          "corrupt")
 
 
 class Worker(QObject):
@@ -347,14 +326,8 @@ class Worker(QObject):
         if req is None:
             return
 
-        def run():
-            result = req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
-            try:
-                check_finite(result, req.model.name)
-            except NonFiniteResult:
-                req.model.clear_cache()  # the next run recomputes (and checks) every row
-                raise
-            return result
+        def run():  # Model.run refuses non-finite weights itself, naming the layer
+            return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
     def _on_computed(self, req: ComputeRequest, result, error) -> None:

@@ -210,3 +210,26 @@ def test_nan_patterns_are_refused_naming_the_first_layer(tmp_path, text_model):
     folder = write_model(tmp_path / "nan", cfg, t)
     with pytest.raises(ModelLoadError, match="layer 1|NaN|non-finite"):
         load_model(folder).run(ids=[1, 2, 3])
+
+
+def test_a_non_finite_run_clears_the_kv_cache(tmp_path, monkeypatch):
+    """Model.run is the one place non-finite weights are refused: the run raises naming the layer,
+    and the keys and values it cached are dropped, so the next run recomputes every row."""
+    model = load_model(tiny_llama(tmp_path / "m"))
+    model.run(ids=[1, 2, 3])
+    assert model._cache.ids.tolist() == [1, 2, 3]
+    forward = model._forward
+
+    def broken(*args, **kwargs):
+        att, reused, held = forward(*args, **kwargs)
+        att = att.copy()
+        att[1, 0, -1, 0] = np.nan  # layer 1, the new token's row
+        return att, reused, held
+
+    monkeypatch.setattr(model, "_forward", broken)
+    with pytest.raises(ModelLoadError, match="layer 1 gives non-finite attention weights"):
+        model.run(ids=[1, 2, 3, 4])
+    assert model._cache.ids.size == 0
+    monkeypatch.undo()
+    again = model.run(ids=[1, 2, 3, 4])
+    assert again.cache_reused == 0 and np.isfinite(again.attentions).all()

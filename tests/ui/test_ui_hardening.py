@@ -3,7 +3,6 @@ loading run on the job runner, a load can be cancelled while the previous model 
 FIFO model folder does not freeze the window), an exception escaping a slot becomes the error banner
 and a log line, and non-finite attentions are never drawn."""
 
-import dataclasses
 import errno
 import logging
 import os
@@ -292,24 +291,24 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
     st.set_focus(2, 5)
     mosaic, focus = window.grid.img.image.copy(), window.focus_view.img.image.copy()
     drawn = window.grid.update_count
-    real_run = model.run
+    real_forward = model._forward
 
-    def nan_run(*a, **kw):
-        r = real_run(*a, **kw)
-        attn = r.attentions.copy()
-        attn[2, 5, 1, :] = np.nan
-        return dataclasses.replace(r, attentions=attn)
+    def nan_forward(*a, **kw):  # the model gives NaN weights: Model.run refuses them
+        att, reused, held = real_forward(*a, **kw)
+        att = att.copy()
+        att[2, 5, 1, :] = np.nan
+        return att, reused, held
 
-    monkeypatch.setattr(model, "run", nan_run)
+    monkeypatch.setattr(model, "_forward", nan_forward)
     window.set_text("This run goes wrong.")
     qtbot.waitUntil(window.error_banner.isVisible, timeout=WAIT)
     text = window.error_banner.text()
-    assert "not finite" in text and "first in layer 2" in text and "last sentence" in text
+    assert "non-finite" in text and "layer 2" in text and "last sentence" in text
     assert st.result is good and window.grid.update_count == drawn
     np.testing.assert_array_equal(window.grid.img.image, mosaic)
     np.testing.assert_array_equal(window.focus_view.img.image, focus)
     assert np.isfinite(window.focus_view.img.image).all()
-    monkeypatch.setattr(model, "run", real_run)
+    monkeypatch.setattr(model, "_forward", real_forward)
     window.set_text("This run goes right.")
     wait_for_text(qtbot, window, "This run goes right.")
     assert not window.error_banner.isVisible()  # the next good result clears it
@@ -349,24 +348,6 @@ def test_the_job_runner_delivers_only_the_newest_job_of_a_kind(qtbot):
     third.thread.join(10)
     qtbot.wait(50)
     assert [h[0] for h in heard] == ["second", "other"]
-
-
-def test_check_finite_names_the_first_bad_layer_and_skips_rows_from_the_kv_cache():
-    from attnviz.engine.model import RunResult
-    from attnviz.ui.worker import NonFiniteResult, check_finite
-
-    attn = np.full((3, 2, 4, 4), 0.25, np.float32)
-    r = RunResult("t", ["a"] * 4, ["a"] * 4, [(0, 1)] * 4, np.arange(4), attn, np.arange(2))
-    check_finite(r)
-    attn[2, 1, 3, 0] = np.inf
-    attn[1, 0, 0, 0] = np.nan
-    with pytest.raises(NonFiniteResult, match="first in layer 1"):
-        check_finite(r, "m")
-    # rows 0..1 came from the cache (checked when they were computed): only row 3's inf counts
-    with pytest.raises(NonFiniteResult, match="first in layer 2"):
-        check_finite(dataclasses.replace(r, cache_reused=2))
-    attn[2, 1, 3, 0] = 0.25
-    check_finite(dataclasses.replace(r, cache_reused=2))
 
 
 def test_a_pasted_lone_surrogate_is_replaced_and_the_window_says_so(window, qtbot):
