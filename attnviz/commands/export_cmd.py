@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "images only")
     p.add_argument("--hide-first", action="store_true",
                    help="hide the first-token column and renormalise each row")
+    p.add_argument("--value-weighted", action="store_true",
+                   help="export each weight times ||v_key W_O(head)|| (what the key sends through "
+                        "the head), rows renormalised: the window's Value-weighted view")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--out", required=True, help="output file: .png, .svg, .npy, .csv or .json")
     p.add_argument("--view", choices=("heatmap", "anatomy"), default="heatmap",
@@ -74,11 +77,12 @@ def cmd_export(args) -> int:
                              f".png and .svg images, not .{fmt}")
         width, colormap = DEFAULT_WIDTH, "viridis"
     model = _model(args, args.layer)
-    result = model.run(args.text, truncate=args.truncate)
+    result = model.run(args.text, truncate=args.truncate, values=args.value_weighted)
     show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
                      colormap=colormap, scale_mode=args.scale or "shared",
-                     hide_first=args.hide_first, checkpoint=checkpoint_record(model))
+                     hide_first=args.hide_first, checkpoint=checkpoint_record(model),
+                     value_weighted=args.value_weighted)
     if fmt in IMAGE_FORMATS:
         # rendering needs Qt, but no display: the offscreen platform draws into memory
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -114,8 +118,11 @@ def _export_anatomy(args, fmt: str) -> int:
 
     if fmt not in IMAGE_FORMATS:
         raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
-    if args.scale is not None or args.hide_first:
-        raise InputError("--scale and --hide-first apply to heatmaps, not to --view anatomy")
+    given = [f for f, v in (("--scale", args.scale is not None), ("--hide-first", args.hide_first),
+                            ("--value-weighted", args.value_weighted)) if v]
+    if given:
+        raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to heatmaps, "
+                         "not to --view anatomy")
     from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
     from attnviz.figures.style import heat_table
 

@@ -23,6 +23,7 @@ import numpy as np
 import attnviz
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
+from attnviz.engine.patterns import value_weighted as weigh_by_values
 
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
@@ -61,6 +62,7 @@ class ExportView:
     hide_first: bool
     levels: np.ndarray  # [n_layers, n_heads, 2] (low, high) per panel
     checkpoint: dict | None = None  # {index, step, of}: the training checkpoint shown, if any
+    value_weighted: bool = False  # patterns are a_qk * ||v_k W_O(h)||, rows renormalised (Kobayashi et al.)
 
     @property
     def n_query(self) -> int:
@@ -87,15 +89,19 @@ class ExportView:
         else:
             where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
         step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
-        return f"{self.model}{step} \u00b7 {where}"
+        weighted = " \u00b7 value-weighted" if self.value_weighted else ""
+        return f"{self.model}{step} \u00b7 {where}{weighted}"
 
 
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
               colormap: str = "viridis", scale_mode: str = "shared",
-              hide_first: bool = False, checkpoint: dict | None = None) -> ExportView:
+              hide_first: bool = False, checkpoint: dict | None = None,
+              value_weighted: bool = False) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
-    of}: engine.checkpoints.checkpoint_record) is recorded for a model with training checkpoints."""
+    of}: engine.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
+    `value_weighted`: export what the window's Value-weighted view shows (weighted first, then the
+    first key hidden, as there); needs a result run with values=True."""
     if result is None:
         raise ExportError("nothing to export: no attention has been computed yet")
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -117,6 +123,11 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
     if hide_first and n_tok < 2:
         raise ExportError(f"cannot hide the first token: the text has only {n_tok} token")
     patterns = att[np.ix_(layers, heads)]  # [n_layers, n_heads, T, T]
+    if value_weighted:
+        if result.value_norms is None:
+            raise ExportError("a value-weighted export needs the value norms: run the model with "
+                              "values=True")
+        patterns = weigh_by_values(patterns, result.value_norms[np.ix_(layers, heads)])  # norms [.., T]
     key_pos = list(range(n_tok))
     if hide_first:
         patterns, key_pos = drop_first_key(patterns), key_pos[1:]
@@ -129,7 +140,7 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         key_pos=key_pos, kv_group=[int(g) for g in result.kv_group], colormap=colormap,
         scale_mode=scale_mode, hide_first=bool(hide_first),
         levels=color_levels(patterns, scale_mode),
-        checkpoint=dict(checkpoint) if checkpoint else None)
+        checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted))
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -169,11 +180,13 @@ def csv_text(view: ExportView) -> str:
     n_q, n_k = view.patterns.shape[2:]
     weights = fmt_all(view.patterns)  # row-major [n_layers, n_heads, n_q, n_k]
     if view.scope == "head":
-        lines = [",".join(["query \\ key"] + [labels[k] for k in view.key_pos])]
+        corner = "query \\ key (value-weighted)" if view.value_weighted else "query \\ key"
+        lines = [",".join([corner] + [labels[k] for k in view.key_pos])]
         for q in range(n_q):
             lines.append(",".join([labels[q]] + weights[q * n_k:(q + 1) * n_k]))
         return "\n".join(lines) + "\n"
-    lines = ["layer,head,query_pos,query_token,key_pos,key_token,weight"]
+    lines = ["layer,head,query_pos,query_token,key_pos,key_token,"
+             + ("value_weighted_weight" if view.value_weighted else "weight")]
     keys = [f"{k},{labels[k]}," for k in view.key_pos]
     at = 0
     for layer in view.layers:
@@ -191,7 +204,8 @@ def json_text(view: ExportView) -> str:
         "attnviz": attnviz.__version__, "model": view.model, "text": view.text,
         "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": view.scope,
         "layer": view.layer, "head": view.head, "layers": view.layers, "heads": view.heads,
-        "hide_first": view.hide_first, "key_positions": view.key_pos,
+        "hide_first": view.hide_first, "value_weighted": view.value_weighted,
+        "key_positions": view.key_pos,
         "shape": list(view.selected().shape),
         "axes": {"head": ["query", "key"], "layer": ["head", "query", "key"],
                  "all": ["layer", "head", "query", "key"]}[view.scope],
@@ -243,7 +257,8 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
         "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": view.scope,
         "layer": view.layer, "head": view.head, "layers": view.layers, "heads": view.heads,
         "colormap": view.colormap, "scale_mode": view.scale_mode, "levels": levels,
-        "hide_first": view.hide_first, "view_mode": "all" if view.scope == "all" else "layer",
+        "hide_first": view.hide_first, "value_weighted": view.value_weighted,
+        "view_mode": "all" if view.scope == "all" else "layer",
         "width": int(width), "height": int(height),
         "panels": panels,
         **({"checkpoint": view.checkpoint} if view.checkpoint else {}),
@@ -299,6 +314,8 @@ def open_sidecar(path: str | os.PathLike) -> dict:
     if doc["scale_mode"] not in SCALE_MODES:
         raise ExportError(f"{found}: scale_mode {doc['scale_mode']!r} is not one of "
                           f"{', '.join(SCALE_MODES)}")
+    if not isinstance(doc.setdefault("value_weighted", False), bool):  # (older views have none)
+        raise ExportError(f"{found}: value_weighted should be true or false, got {doc['value_weighted']!r}")
     doc.setdefault("head", None)
     doc["sidecar"] = str(found)
     return doc

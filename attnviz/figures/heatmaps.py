@@ -453,6 +453,8 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut:
         painter.drawText(r, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
         tick_w = max(tick_w, r.width())
     name = "attention weight" if view.scale_mode == "shared" else "weight / head max"
+    if view.value_weighted:  # the window's bar says the same
+        name = "value-weighted attention" if view.scale_mode == "shared" else name + " (value-weighted)"
     painter.setPen(MUTED)
     painter.save()
     painter.translate(bar.right() + 9 * s + tick_w + fm.height(), bar.center().y())

@@ -84,10 +84,11 @@ def create_window(model: str | None = None, text: str | None = None,
                   settings: QSettings | None = None, **kw):
     """The main window, with its model already loading: the load starts on the worker thread
     before the widget modules (pyqtgraph: about half a second) are imported, so the two overlap."""
+    from attnviz.ui.settings import app_settings
     from attnviz.ui.state import AppState
     from attnviz.ui.worker import Worker
 
-    settings = settings if settings is not None else QSettings()
+    settings = settings if settings is not None else app_settings()
     state = AppState()
     worker = Worker(state)
     from attnviz.engine.registry import WINDOW_MODEL

@@ -29,6 +29,7 @@ from attnviz.figures.data import (
 )
 from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
 from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
+from attnviz.ui.settings import app_settings
 from attnviz.ui.state import COLORMAPS, VIEW_MODES
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
@@ -48,11 +49,27 @@ def anatomy_view(state) -> AnatomyView:
     if r is None or model is None:
         raise ExportError("nothing to export yet: no attention has been computed")
     if r.layer_inputs is None:
-        r = (model.run(r.text, truncate=r.truncated, use_cache=False, inputs=True) if r.text
-             else model.run(ids=r.input_ids, use_cache=False, inputs=True))
+        r = _run_again(model, r, inputs=True)
     focus = state.focus
     head = focus[1] if focus is not None and focus[0] == state.layer else None
     return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
+
+
+def _with_values(state):
+    """The window's result with its value norms: run again for them (in full, off the KV cache)
+    when the Value-weighted view was off and the result has none."""
+    r, model = state.result, state.model
+    if r is None or model is None or r.value_norms is not None:
+        return r
+    return _run_again(model, r, values=True)
+
+
+def _run_again(model, r, **wanted):
+    """Result `r` run again in full, off the KV cache (the window's runner may be using it), for
+    what it did not keep (`inputs=True`, `values=True`)."""
+    if r.text:
+        return model.run(r.text, truncate=r.truncated, use_cache=False, **wanted)
+    return model.run(ids=r.input_ids, use_cache=False, **wanted)
 
 
 def _checkpoint_record(state) -> dict | None:
@@ -73,7 +90,7 @@ def export_folder(settings: QSettings | None = None) -> Path:
     """The folder of the last export while it exists, else the user's Pictures folder, else home;
     never the working directory the app was started from. New exports and File → Open view
     start here."""
-    settings = settings if settings is not None else QSettings("attnviz", "attnviz")
+    settings = settings if settings is not None else app_settings()
     saved = Path(str(settings.value("export/folder", "") or "."))
     return saved if saved.is_absolute() and saved.is_dir() else default_folder()
 
@@ -107,6 +124,8 @@ def apply_view(state, view: dict) -> str | None:
         state.set_scale_mode(view["scale_mode"])
     if view.get("hide_first") is not None:
         state.set_hide_first(bool(view["hide_first"]))
+    if view.get("value_weighted") is not None:
+        state.set_value_weighted(bool(view["value_weighted"]))
     if view.get("view_mode") in VIEW_MODES:
         state.set_view_mode(view["view_mode"])
     if view.get("layer") is not None:
@@ -124,11 +143,12 @@ class ExportDialog(QDialog):
     """Choose what to export (focus head, current layer, all layers), the format, the width and
     the file; writes on Export and shows the reason in the dialog when it fails."""
 
-    def __init__(self, state, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None, settings: QSettings | None = None):
+        """`settings`: the window's (where the last export's folder, format and width are kept)."""
         super().__init__(parent)
         self.state = state
         self.setWindowTitle("Export")
-        self.settings = QSettings("attnviz", "attnviz")
+        self.settings = settings if settings is not None else app_settings()
         self.written: list[Path] = []
 
         self.scope = QComboBox()
@@ -148,6 +168,9 @@ class ExportDialog(QDialog):
         self.scale.addItem("Shared (0 \u2026 max of the exported heads)", "shared")
         self.scale.addItem("Per head (0 \u2026 each head's max)", "per-head")
         self.hide_first = QCheckBox("Hide the first-token column and renormalise rows")
+        self.value_weighted = QCheckBox("Value-weighted: each weight times \u2016v W_O\u2016, rows renormalised")
+        self.value_weighted.setToolTip("What the window's Value-weighted view shows: a key counts by "
+                                       "what it sends through the head, not only by its weight")
         self.path_edit = QLineEdit()
         self.path_edit.setMinimumWidth(380)
         self.path_edit.setToolTip("File to write; the extension picks the format")
@@ -168,6 +191,7 @@ class ExportDialog(QDialog):
         form.addRow("Width", self.width_box)
         form.addRow("Colour scale", self.scale)
         form.addRow("", self.hide_first)
+        form.addRow("", self.value_weighted)
         form.addRow("File", path_row)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.export_button = self.buttons.addButton("Export",
@@ -207,6 +231,7 @@ class ExportDialog(QDialog):
         self.width_box.setValue(width)
         self.scale.setCurrentIndex(max(0, self.scale.findData(st.scale_mode)))
         self.hide_first.setChecked(bool(st.hide_first))
+        self.value_weighted.setChecked(bool(st.value_weighted))
         self.export_button.setEnabled(st.result is not None)
         if st.result is None:
             self.show_error("Nothing to export yet: no attention has been computed.")
@@ -288,11 +313,13 @@ class ExportDialog(QDialog):
                 self.written = export_view(anatomy_view(st), path, fmt=self.format.currentData(),
                                            width=self.width_box.value())
             else:
+                weighted = self.value_weighted.isChecked()
                 self.written = export_result(
-                    st.result, path, model=st.model_name, scope=scope, layer=layer, head=head,
-                    width=self.width_box.value(), colormap=st.colormap,
-                    scale_mode=self.scale.currentData(), hide_first=self.hide_first.isChecked(),
-                    fmt=self.format.currentData(), checkpoint=_checkpoint_record(st))
+                    _with_values(st) if weighted else st.result, path, model=st.model_name,
+                    scope=scope, layer=layer, head=head, width=self.width_box.value(),
+                    colormap=st.colormap, scale_mode=self.scale.currentData(),
+                    hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
+                    checkpoint=_checkpoint_record(st), value_weighted=weighted)
         except (AttnvizError, OSError) as exc:
             message = (str(exc) if isinstance(exc, AttnvizError)
                        else f"cannot write {path}: {os_reason(exc)}")

@@ -8,6 +8,12 @@ from PySide6.QtCore import QSettings
 
 from attnviz.ui.state import COLORMAPS, SCALE_MODES, VIEW_MODES
 
+def app_settings() -> QSettings:
+    """The user's settings (~/.config/attnviz/attnviz.conf on Linux): what the window, its export
+    dialog and File > Open view share unless a caller gives its own (tests give a temporary file)."""
+    return QSettings("attnviz", "attnviz")
+
+
 DEFAULTS = {"colormap": "viridis", "scale_mode": "shared", "view_mode": "layer",
             "hide_first": False, "value_weighted": False, "layer": 0}
 

@@ -40,7 +40,7 @@ class MainWindow(QMainWindow):
                  state: AppState | None = None, worker: Worker | None = None):
         """`state` and `worker` may come from create_window(), with the model already loading."""
         super().__init__(parent)
-        self.settings = settings if settings is not None else QSettings()
+        self.settings = settings if settings is not None else remembered.app_settings()
         self.state = state if state is not None else AppState(self)
         self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)
         for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
@@ -254,7 +254,7 @@ class MainWindow(QMainWindow):
 
         # where the last export (image + sidecar) went, not the folder the app was started from
         path, _ = QFileDialog.getOpenFileName(self, "Open a view (JSON sidecar)",
-                                              str(export_folder()), "attnviz view (*.json)")
+                                              str(export_folder(self.settings)), "attnviz view (*.json)")
         if path:
             self.open_view(path)
 
@@ -288,7 +288,7 @@ class MainWindow(QMainWindow):
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog
 
-        ExportDialog(self.state, self).exec()
+        ExportDialog(self.state, self, self.settings).exec()
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))

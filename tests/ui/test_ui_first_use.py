@@ -97,7 +97,7 @@ def test_open_view_starts_where_the_last_export_went(window, qtbot, tmp_path, mo
     out = tmp_path / "exports"
     out.mkdir()
     window.state.set_focus(0, 1)
-    dlg = ExportDialog(window.state, window)
+    dlg = ExportDialog(window.state, window, window.settings)  # as File > Export opens it
     qtbot.addWidget(dlg)
     dlg.format.setCurrentIndex(dlg.format.findData("png"))
     dlg.width_box.setValue(400)

@@ -91,3 +91,45 @@ def test_grid_and_focus_view_show_the_value_weighted_pattern(tiny_window, qtbot)
                     timeout=WAIT)
     st.set_value_weighted(False)
     np.testing.assert_allclose(st.display_data().attn, st.result.attentions, atol=0)
+
+
+def test_the_export_dialog_writes_what_the_view_shows_and_open_view_brings_it_back(tiny_window, qtbot,
+                                                                                 tmp_path):
+    """Value-weighted on: the dialog's box is ticked and the .npy holds the grid's own numbers;
+    off, the box still exports the weighted view (the dialog runs the model again for the norms);
+    the image's sidecar turns the window's Value-weighted view on again when opened."""
+    from attnviz.ui.export import ExportDialog
+
+    w = tiny_window
+    st = w.state
+    st.set_value_weighted(True)
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    dlg = ExportDialog(st, w, w.settings)
+    qtbot.addWidget(dlg)
+    assert dlg.value_weighted.isChecked()
+    dlg.scope.setCurrentIndex(dlg.scope.findData("all"))
+    dlg.path_edit.setText(str(tmp_path / "shown.npy"))
+    dlg._path_edited(dlg.path_edit.text())
+    assert dlg.do_export()
+    np.testing.assert_allclose(np.load(tmp_path / "shown.npy"), st.display_data().attn, rtol=1e-6)
+    assert w.settings.value("export/folder") == str(tmp_path.resolve())  # the window's settings
+
+    st.set_value_weighted(False)
+    w.set_text("3, 1, 4, 1")  # a run with the view off computes no norms
+    qtbot.waitUntil(lambda: len(st.result.tokens) == 4, timeout=WAIT)
+    assert st.result.value_norms is None
+    dlg = ExportDialog(st, w, w.settings)
+    qtbot.addWidget(dlg)
+    assert not dlg.value_weighted.isChecked()
+    dlg.value_weighted.setChecked(True)
+    dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
+    dlg.format.setCurrentIndex(dlg.format.findData("png"))
+    dlg.path_edit.setText(str(tmp_path / "layer.png"))
+    assert dlg.do_export()
+    _, vw = direct(load_model(FIXTURES / "llama_gqa"), st.result.input_ids)
+    side = tmp_path / "layer.png.json"
+    assert '"value_weighted": true' in side.read_text()
+    w.open_view(str(side))
+    assert st.value_weighted
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    np.testing.assert_allclose(st.display_data().attn, vw, atol=1e-5)
