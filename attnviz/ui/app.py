@@ -80,17 +80,29 @@ def make_app() -> QApplication:
     return app
 
 
+def assemble(debounce_ms: int = 2):
+    """The app's one state and one job runner, wired together here and only here: the runner
+    follows what the state asks of it and writes its results back into it, and its jobs get one
+    BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
+    Returns (AppState, Worker)."""
+    from attnviz.ui.state import AppState
+    from attnviz.ui.worker import Worker, limit_blas_threads
+
+    limit_blas_threads()
+    state = AppState()
+    worker = Worker(state, debounce_ms)
+    worker.follow_state()
+    return state, worker
+
+
 def create_window(model: str | None = None, text: str | None = None,
                   settings: QSettings | None = None, **kw):
     """The main window, with its model already loading: the load starts on the worker thread
     before the widget modules (pyqtgraph: about half a second) are imported, so the two overlap."""
     from attnviz.ui.settings import app_settings
-    from attnviz.ui.state import AppState
-    from attnviz.ui.worker import Worker
 
     settings = settings if settings is not None else app_settings()
-    state = AppState()
-    worker = Worker(state)
+    state, worker = assemble()
     from attnviz.engine.registry import WINDOW_MODEL
 
     source = model or str(settings.value("model", WINDOW_MODEL))

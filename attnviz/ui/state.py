@@ -35,6 +35,7 @@ class AppState(QObject):
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
     sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
+    sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -197,6 +198,8 @@ class AppState(QObject):
             return
         self.layer = layer
         self.sigLayerChanged.emit(layer)
+        if self.view_mode == "layer" and self.focus is not None and self.focus[0] != layer:
+            self.set_focus(layer, self.focus[1])  # the focus follows the one layer on screen
 
     def set_focus(self, layer_or_none, head: int | None = None) -> None:
         focus = None if layer_or_none is None else (int(layer_or_none), int(head))
@@ -241,9 +244,13 @@ class AppState(QObject):
         self.sigDisplayChanged.emit()
 
     def set_inputs_wanted(self, on: bool) -> None:
-        """Whether runs keep every layer's input (what the Anatomy panel draws); no signal: it
-        changes what the next run computes, not what is shown."""
-        self.inputs_wanted = bool(on)
+        """Whether runs keep every layer's input (what the Anatomy panel draws): it changes what
+        the runner computes, not what is shown."""
+        on = bool(on)
+        if on == self.inputs_wanted:
+            return
+        self.inputs_wanted = on
+        self.sigInputsWantedChanged.emit(on)
 
     def set_view_mode(self, mode: str) -> None:
         if mode not in VIEW_MODES:

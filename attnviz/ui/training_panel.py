@@ -150,9 +150,7 @@ class TrainingPanel(QWidget):
             self.slider.blockSignals(True)
             self.slider.setValue(index)
             self.slider.blockSignals(False)
-        self._show_step()
-        if self.worker is not None:
-            self.worker.request_compute(immediate=True)  # the typed sentence on this step's weights
+        self._show_step()  # (the runner computes the typed sentence on this step's weights)
 
     def _show_step(self) -> None:
         info = self.state.checkpoint_info()

@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
 from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
 from attnviz.ui import settings as remembered
-from attnviz.ui.app import install_exception_guard
+from attnviz.ui.app import assemble, install_exception_guard
 from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
 from attnviz.ui.grid import HeatmapGrid
@@ -41,8 +41,9 @@ class MainWindow(QMainWindow):
         """`state` and `worker` may come from create_window(), with the model already loading."""
         super().__init__(parent)
         self.settings = settings if settings is not None else remembered.app_settings()
-        self.state = state if state is not None else AppState(self)
-        self.worker = worker if worker is not None else Worker(self.state, debounce_ms, self)
+        if state is None:  # (create_window gives both, the model already loading)
+            state, worker = assemble(debounce_ms)
+        self.state, self.worker = state, worker
         for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
@@ -189,8 +190,6 @@ class MainWindow(QMainWindow):
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
-        st.sigLayerChanged.connect(self._on_layer)
-        st.sigDisplayChanged.connect(self._on_display)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         w.sigLoading.connect(self._on_loading)
@@ -215,8 +214,6 @@ class MainWindow(QMainWindow):
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
         remembered.restore(st, s)  # the display options, each value checked
         remembered.bind(st, s)  # from here every change of text, layer or display is written
-        self._on_display()
-        self._on_layer(st.layer)
         self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
         self._update_title()
         if self.state.loading:  # the load started before the signals were connected
@@ -308,13 +305,9 @@ class MainWindow(QMainWindow):
     def _on_text_changed(self, text: str) -> None:
         if self.text_box.toPlainText() != text:
             self.text_box.setPlainText(text)
-        self.worker.request_compute()
 
-    def _on_model_changed(self, model) -> None:
+    def _on_model_changed(self, _model) -> None:
         self._update_title()
-        if model is None:
-            return
-        self.worker.request_compute(immediate=True)
 
     def _schedule_panels(self) -> None:
         """The side panels are built once the first compute is done, whatever it gave (a decoder
@@ -346,24 +339,10 @@ class MainWindow(QMainWindow):
         self.tokens_label.setText(f"{len(result.tokens)} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
 
-    def _on_layer(self, layer: int) -> None:
-        st = self.state
-        if st.view_mode == "layer" and st.focus is not None and st.focus[0] != layer:
-            st.set_focus(layer, st.focus[1])  # the focus follows the one layer on screen
-
-    def _on_display(self) -> None:
-        st = self.state
-        r = st.result  # value weighting needs the value norms: runs compute them only when asked
-        if st.value_weighted and r is not None and r.value_norms is None:
-            self.worker.request_compute(immediate=True)
-
     def _on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it
         is; hidden, typing computes nothing for it."""
-        st = self.state
-        st.set_inputs_wanted(shown)
-        if shown and st.result is not None and st.result.layer_inputs is None:
-            self.worker.request_compute(immediate=True)
+        self.state.set_inputs_wanted(shown)  # (the runner computes the inputs if the result lacks them)
         self.anatomy_panel.set_shown(shown)
 
     def _on_focus(self, focus) -> None:

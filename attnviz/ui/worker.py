@@ -16,8 +16,9 @@ result, and the result of a job that was cancelled, are dropped. Two lanes:
   engine's job.)
 
 Compute requests are debounced by a single restartable QTimer. Each is a snapshot (id, model,
-text); its result is checked for non-finite weights before it leaves the thread, so the window never
-receives NaN heatmaps."""
+text, what the views want computed); Model.run refuses non-finite weights, so the window never
+receives NaN heatmaps. `follow_state` connects the runner to what the state asks for; the runner
+writes its results into the state itself (set_model, set_result)."""
 
 from __future__ import annotations
 
@@ -223,7 +224,6 @@ class Worker(QObject):
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
         collect_garbage_on_the_main_thread()  # before any job thread runs
-        limit_blas_threads()
         self.state = state
         self.pool = shared_pool()
         self._ids = itertools.count(1)
@@ -306,6 +306,23 @@ class Worker(QObject):
         return self.pool.waitForDone(max(0, int((deadline - time.monotonic()) * 1000)))
 
     # --- attention runs -----------------------------------------------------------------------
+    def follow_state(self) -> None:
+        """Run what the state asks for, connected here once (app.assemble): a new text after the
+        debounce; a new model or training step at once; and at once when a view wants what the
+        result lacks (value norms for Value-weighted, layer inputs for the Anatomy tab)."""
+        st = self.state
+        st.sigTextChanged.connect(lambda _text: self.request_compute())
+        st.sigModelChanged.connect(lambda model: model is not None and self.request_compute(immediate=True))
+        st.sigCheckpointChanged.connect(lambda _index: self.request_compute(immediate=True))
+        st.sigDisplayChanged.connect(self._compute_what_is_missing)
+        st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
+
+    def _compute_what_is_missing(self, *_) -> None:
+        st, r = self.state, self.state.result
+        if r is not None and ((st.value_weighted and r.value_norms is None)
+                              or (st.inputs_wanted and r.layer_inputs is None)):
+            self.request_compute(immediate=True)
+
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
         """Snapshot the state's model and text now; run it after the debounce interval."""
         if self.state.model is None:

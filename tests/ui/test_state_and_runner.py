@@ -8,7 +8,7 @@ import pytest
 
 from attnviz.engine import load_model, textbook
 from attnviz.ui.state import AppState
-from attnviz.ui.worker import POOL, Worker
+from attnviz.ui.worker import POOL, THREAD, Worker
 
 WAIT = 20000
 
@@ -175,27 +175,65 @@ def test_badge_is_the_one_lookup_of_a_heads_role(qapp, book):
     assert st.badge(2, 0) == st.badge(0, 3) == st.badge(-1, 0) == ""  # never another head's
 
 
-def test_the_runner_caps_blas_at_one_thread(qapp):
+def test_the_assembly_caps_blas_at_one_thread(qapp):
     from threadpoolctl import threadpool_info
 
-    Worker(AppState())
+    from attnviz.ui.app import assemble
+
+    assemble()
     blas = [p for p in threadpool_info() if p["user_api"] == "blas"]
     assert blas and all(p["num_threads"] == 1 for p in blas)
 
 
 def test_the_runner_feeds_the_state_itself(qtbot, book):
-    """Issue 11 item 1: no window relays results: a load sets the state's model and a run its
-    result, with only the state and the runner in play."""
-    st = AppState()
-    w = Worker(st)
+    """Issue 11 item 1: no window relays results or requests: a load sets the state's model and a
+    run its result, and a new text, or a view wanting what the result lacks, starts a run, with
+    only the state and the runner in play (wired by app.assemble)."""
+    from attnviz.ui.app import assemble
+
+    st, w = assemble(debounce_ms=2)
     w.load(textbook.TEXTBOOK_NAME)
     qtbot.waitUntil(lambda: st.model is not None, timeout=WAIT)
     assert st.model.name == textbook.TEXTBOOK_NAME and st.loading == ""
-    st.set_text("the cat sat")
-    w.request_compute(immediate=True)
-    qtbot.waitUntil(lambda: st.result is not None, timeout=WAIT)
-    assert st.result.text == "the cat sat"
+    st.set_text("the cat sat")  # the runner follows the text (debounced)
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == "the cat sat", timeout=WAIT)
+    assert st.result.value_norms is None and st.result.layer_inputs is None
+    st.set_value_weighted(True)  # the view wants value norms: run again at once
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    st.set_inputs_wanted(True)  # the Anatomy tab is shown: its layer inputs
+    qtbot.waitUntil(lambda: st.result.layer_inputs is not None, timeout=WAIT)
     st.set_text("")  # the textbook has a BOS, so even the empty text has a result
-    w.request_compute(immediate=True)
     qtbot.waitUntil(lambda: st.result is not None and st.result.text == "", timeout=WAIT)
+    assert w.wait_idle(WAIT)
+
+
+def test_a_model_change_alone_starts_a_run_on_the_kept_text(qtbot, book, minilm):
+    from attnviz.ui.app import assemble
+
+    st, w = assemble()
+    st.set_text("the cat sat")
+    st.set_model(book)
+    qtbot.waitUntil(lambda: st.result is not None, timeout=WAIT)
+    assert st.result.text == "the cat sat" and st.model is book
+    st.set_model(minilm)  # the result is cleared at once and the new model's arrives
+    assert st.result is None
+    qtbot.waitUntil(lambda: st.result is not None, timeout=WAIT)
+    assert st.result.tokens[0] == "[CLS]"
+    assert w.wait_idle(WAIT)
+
+
+def test_cancel_drops_the_running_jobs_result(qtbot):
+    """Worker.cancel: the window stops waiting; the job's result, when it comes, reaches nobody."""
+    w = Worker(AppState())
+    gate = threading.Event()
+    heard = []
+    job = w.submit("load", lambda: gate.wait(10) and "late", lambda r, v, e: heard.append(v), None, THREAD)
+    assert w.running("load") is job
+    assert w.cancel("load") is job and w.running("load") is None and w.cancel("load") is None
+    gate.set()
+    job.thread.join(10)
+    qtbot.wait(50)
+    assert heard == []
+    w.submit("load", lambda: "next", lambda r, v, e: heard.append(v), None, THREAD)  # the kind still works
+    qtbot.waitUntil(lambda: heard == ["next"], timeout=WAIT)
     assert w.wait_idle(WAIT)
