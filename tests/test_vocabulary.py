@@ -17,6 +17,9 @@ def test_each_shared_constant_has_one_home():
     assert definitions("DEFAULT_MODEL") == ["engine/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
     assert definitions("DEFAULT_TEXT") == ["engine/registry.py"]
     assert definitions("COLORMAPS") == ["figures/data.py"]
+    assert definitions("DEFAULT_COLORMAP") == ["figures/data.py"]
+    assert definitions("DEFAULT_SCALE") == ["engine/patterns.py"]
+    assert definitions("DISPLAY_DEFAULTS") == ["ui/state.py"]  # what a first start shows; settings fall back to it
 
 
 def test_the_users_see_the_same_tuple():
@@ -73,6 +76,14 @@ def test_a_colormap_is_sampled_and_indexed_in_one_place():
 def test_colours_and_head_titles_have_one_home():
     for name in ("GROUP_COLORS", "ROLE_COLORS", "ROLE_SHORT", "FOCUS", "BACKGROUND"):
         assert definitions(name) == ["figures/style.py"], name
+    from attnviz.figures import style
+
+    shared = {style.FOCUS, style.GOOD, style.WARNING, style.ERROR, style.ERROR_BACKGROUND, style.BACKGROUND,
+              style.TEXT, *style.GROUP_COLORS, *style.ROLE_COLORS.values()}
+    for p in PACKAGE.rglob("*.py"):
+        if p.name != "style.py":
+            text = p.read_text(encoding="utf-8").lower()
+            assert not [c for c in shared if c.lower() in text], f"{p.name} spells out a colour of figures/style.py"
     titled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                     if re.search(r"L\{[^}]+\} ?H\{", p.read_text(encoding="utf-8")))
     assert titled == ["engine/patterns.py"]  # patterns.head_title; everything else calls it

@@ -8,6 +8,7 @@ from attnviz.engine.errors import InputError
 
 SCOPES = ("head", "layer", "all")
 SCALE_MODES = ("shared", "per-head")  # colour scale: one for all heads shown, or one per head
+DEFAULT_SCALE = SCALE_MODES[0]
 
 
 def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

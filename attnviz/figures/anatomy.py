@@ -27,11 +27,11 @@ from attnviz.engine.anatomy import (
 )
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.engine.patterns import check_index, head_title, max_pool
-from attnviz.figures.data import ExportError
+from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.heatmaps import (
     FRAME, MUTED, TEXT, _font, _qimage, encode_png, render_svg, render_with,
 )
-from attnviz.figures.style import FOCUS, group_color, heat_index, heat_table
+from attnviz.figures.style import FOCUS, GOOD, WARNING, group_color, heat_index, heat_table
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
@@ -164,7 +164,7 @@ def head_shares(an: LayerAnatomy) -> np.ndarray:  # -> [n_head]
 
 
 def make_anatomy_view(model, result, layer: int, head: int | None = None,
-                      colormap: str = "viridis", previous: AnatomyView | None = None) -> AnatomyView:
+                      colormap: str = DEFAULT_COLORMAP, previous: AnatomyView | None = None) -> AnatomyView:
     """The view of `result` (a RunResult with layer_inputs: Model.run(inputs=True)) at `layer`.
     `previous`: a view of the same result and layer (another head) whose numbers are reused."""
     if (previous is not None and previous.result is result and previous.layer == layer
@@ -452,7 +452,7 @@ def layout(view: AnatomyView, width: int) -> AnatomyLayout:
         return format_bytes(n) if unit == "bytes" else format_count(n)
 
     for r in view.costs:
-        color = QColor("#2e7d32") if r.note == "equal" else QColor("#b35c00")
+        color = QColor(GOOD if r.note == "equal" else WARNING)
         table_row((f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
                    fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color])
     p_all, p_full = cost_totals(view.costs, "params")

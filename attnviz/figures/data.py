@@ -22,11 +22,12 @@ import numpy as np
 
 import attnviz
 from attnviz.engine.errors import AttnvizError
-from attnviz.engine.patterns import SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
+from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
 from attnviz.engine.patterns import value_weighted as weigh_by_values
 
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
+DEFAULT_COLORMAP = COLORMAPS[0]
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class ExportView:
 
 
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
-              colormap: str = "viridis", scale_mode: str = "shared",
+              colormap: str = DEFAULT_COLORMAP, scale_mode: str = DEFAULT_SCALE,
               hide_first: bool = False, checkpoint: dict | None = None,
               value_weighted: bool = False) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the

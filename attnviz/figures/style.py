@@ -18,6 +18,10 @@ from attnviz.figures.data import COLORMAPS, ExportError
 BACKGROUND = "#202124"  # the window's heatmap views (dark)
 TEXT = "#e8eaed"  # text on BACKGROUND
 FOCUS = "#ff9e3d"  # the focused head, everywhere (so no KV-group colour is orange)
+GOOD = "#1a5e1a"  # text that says something holds (a head clears the bar, "equal" costs)
+WARNING = "#b35c00"  # text that says something is missing or weaker than asked
+ERROR = "#b00020"  # text that says something failed (a form field, the export dialog)
+ERROR_BACKGROUND = "#8b1a1a"  # the window's error banner (white text)
 # KV-group colours: Tableau 10 without its orange, which FOCUS takes
 GROUP_COLORS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                 "#bcbd22", "#17becf")

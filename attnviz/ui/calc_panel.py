@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollAre
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
 from attnviz.engine.errors import CalcError
 from attnviz.engine.presets import load_presets
+from attnviz.figures.style import ERROR
 from attnviz.ui.calc_views import (
     CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
 )
@@ -22,7 +23,6 @@ from attnviz.ui.calc_views import (
 
 LOADED, CUSTOM = "__loaded__", "__custom__"
 DEFAULT_PRESET = "llama-2-7b"  # the lesson's 4096 / 32 heads
-ERROR_COLOR = "#d93025"
 
 # form field -> (label, tooltip, minimum, maximum)
 FIELDS = {
@@ -248,7 +248,7 @@ class CalcPanel(QWidget):
     def _error_label() -> QLabel:
         label = QLabel()
         label.setWordWrap(True)
-        label.setStyleSheet(f"color: {ERROR_COLOR};")
+        label.setStyleSheet(f"color: {ERROR};")
         label.hide()
         return label
 

@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QSpinBox, QToolButton, QWidget,
 )
 
-from attnviz.ui.state import COLORMAPS
+from attnviz.figures.data import COLORMAPS
 
 
 class ViewControls(QWidget):

@@ -25,12 +25,13 @@ from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar, os_reason,
+    COLORMAPS, FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar, os_reason,
 )
 from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
+from attnviz.figures.style import ERROR
 from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
 from attnviz.ui.settings import app_settings
-from attnviz.ui.state import COLORMAPS, VIEW_MODES
+from attnviz.ui.state import VIEW_MODES
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
            "format_of", "open_sidecar"]
@@ -181,7 +182,7 @@ class ExportDialog(QDialog):
         path_row.addWidget(browse)
         self.error = QLabel()
         self.error.setWordWrap(True)
-        self.error.setStyleSheet("color: #b00020;")
+        self.error.setStyleSheet(f"color: {ERROR};")
         self.error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error.hide()
 

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine import heads as H
 from attnviz.engine.samples import Guide, guide, sample_for_text
+from attnviz.figures.style import GOOD, WARNING
 
 JOB_KIND = "guide"
 
@@ -79,10 +80,10 @@ class GuideBar(QWidget):
         if s is not self.sample or model is not self.state.model:
             return  # the text or model changed while it was scored
         if error is not None:
-            self.answer.setText(f"<span style='color:#b35c00'>{error}</span>")
+            self.answer.setText(f"<span style='color:{WARNING}'>{error}</span>")
             return
         self.current = value
-        color = "#1a5e1a" if value.claimed else "#b35c00"
+        color = GOOD if value.claimed else WARNING
         self.answer.setText(f"<span style='color:{color}'>{value.message}</span>")
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")

@@ -8,8 +8,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject
 from PySide6.QtWidgets import QLabel
 
-WARNING_COLOR = "#b35c00"
-
+from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 
 def sentence(text: str) -> str:
     """A message as one sentence: whatever it ends with, exactly one final period ('?' and '!'
@@ -28,14 +27,14 @@ class Notices(QObject):
         self.kind = ""  # what the banner shows: "compute" is cleared by the next result
         self.banner = QLabel()
         self.banner.setWordWrap(True)
-        self.banner.setStyleSheet("background: #8b1a1a; color: white; padding: 4px;")
+        self.banner.setStyleSheet(f"background: {ERROR_BACKGROUND}; color: white; padding: 4px;")
         self.banner.setToolTip("Click to dismiss")
         self.banner.mousePressEvent = lambda _ev: self.banner.hide()
         self.text = QLabel()
-        self.text.setStyleSheet(f"color: {WARNING_COLOR}; font-weight: bold;")
+        self.text.setStyleSheet(f"color: {WARNING}; font-weight: bold;")
         self.model = QLabel()
         self.model.setWordWrap(True)
-        self.model.setStyleSheet(f"color: {WARNING_COLOR};")
+        self.model.setStyleSheet(f"color: {WARNING};")
         for label in (self.banner, self.text, self.model):
             label.hide()
         state.sigResultChanged.connect(self._on_result)

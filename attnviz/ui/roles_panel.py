@@ -20,6 +20,7 @@ from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
+from attnviz.figures.style import WARNING
 from attnviz.ui.find_panel import FindPanel
 from attnviz.ui.roles_views import RolesOverview, ScoresTable
 from attnviz.ui.worker import Worker
@@ -272,7 +273,7 @@ class RolesPanel(QWidget):
         if probe:
             parts.append(html.escape(self.probe_note))
         if hs.notice:
-            parts.append(f"<b style='color:#b35c00'>{html.escape(hs.notice)}.</b>")
+            parts.append(f"<b style='color:{WARNING}'>{html.escape(hs.notice)}.</b>")
         causal = bool(st.model.config.causal) if st.model is not None else False
         counts = []
         for role in H.ROLES:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSettings
 
-from attnviz.ui.state import COLORMAPS, SCALE_MODES, VIEW_MODES
+from attnviz.engine.patterns import SCALE_MODES
+from attnviz.figures.data import COLORMAPS
+from attnviz.ui.state import DISPLAY_DEFAULTS, VIEW_MODES
+
 
 def app_settings() -> QSettings:
     """The user's settings (~/.config/attnviz/attnviz.conf on Linux): what the window, its export
     dialog and File > Open view share unless a caller gives its own (tests give a temporary file)."""
     return QSettings("attnviz", "attnviz")
-
-
-DEFAULTS = {"colormap": "viridis", "scale_mode": "shared", "view_mode": "layer",
-            "hide_first": False, "value_weighted": False, "layer": 0}
 
 
 def _bool(value, default: bool) -> bool:
@@ -32,7 +31,7 @@ def _choice(value, choices, default: str) -> str:
 def read_display(settings: QSettings) -> dict:
     """The saved display settings, each checked: a bad value (a hand-edited file, an older
     version's name) gives the default, never an exception."""
-    s, d = settings, DEFAULTS
+    s, d = settings, DISPLAY_DEFAULTS
     try:
         layer = max(0, int(s.value("layer", d["layer"])))
     except (TypeError, ValueError):

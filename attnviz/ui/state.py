@@ -8,10 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.patterns import SCALE_MODES, drop_first_key, value_weighted
-from attnviz.figures.data import COLORMAPS  # noqa: F401  (the window's choice of colormaps)
+from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, drop_first_key, value_weighted
+from attnviz.figures.data import DEFAULT_COLORMAP
 
 VIEW_MODES = ("layer", "all")
+# the display options of a first start (settings.restore falls back to these): the one place
+DISPLAY_DEFAULTS = {"colormap": DEFAULT_COLORMAP, "scale_mode": DEFAULT_SCALE, "view_mode": VIEW_MODES[0],
+                    "hide_first": False, "value_weighted": False, "layer": 0}
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,15 @@ class AppState(QObject):
         self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
         self.result = None
-        self.layer = 0
+        self.layer = DISPLAY_DEFAULTS["layer"]
         self.focus: tuple[int, int] | None = None
         self.query_pos: int | None = None
-        self.colormap = "viridis"
-        self.scale_mode = "shared"
-        self.hide_first = False
-        self.value_weighted = False  # heatmaps show a_qk * ||v_k W_O(h)||, rows renormalised
+        self.colormap = DISPLAY_DEFAULTS["colormap"]  # one of COLORMAPS
+        self.scale_mode = DISPLAY_DEFAULTS["scale_mode"]  # one of SCALE_MODES
+        self.hide_first = DISPLAY_DEFAULTS["hide_first"]
+        self.value_weighted = DISPLAY_DEFAULTS["value_weighted"]  # heatmaps show a_qk * ||v_k W_O(h)||, rows renormalised
         self.inputs_wanted = False  # runs keep every layer's input (the Anatomy panel is shown)
-        self.view_mode = "layer"
+        self.view_mode = DISPLAY_DEFAULTS["view_mode"]  # one of VIEW_MODES
         self.head_labels: list[list[str]] | None = None
         self.overlay: np.ndarray | None = None
         self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints

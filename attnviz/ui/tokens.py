@@ -7,6 +7,8 @@ from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from attnviz.figures.style import FOCUS
+
 
 class TokenStrip(QWidget):
     """The tokens as the model sees them, painted as boxes in wrapped lines (a rich-text label cost
@@ -21,7 +23,7 @@ class TokenStrip(QWidget):
     MAX_LINES = 4
     RESIZE_DELAY_MS = 300
     COLORS = ("#fde7c8", "#d6e4ff")  # alternating token backgrounds
-    SPECIAL, QUERY = "#e3e3e3", "#ff9e3d"
+    SPECIAL, QUERY = "#e3e3e3", FOCUS  # the query token: the focus colour, as in the focus view
 
     def __init__(self, state=None, parent: QWidget | None = None):
         """With `state` (AppState) the strip follows its result and query by itself, and a click

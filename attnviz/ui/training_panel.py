@@ -23,8 +23,9 @@ from attnviz.engine.patterns import head_title
 log = logging.getLogger(__name__)
 
 JOB_KIND = "checkpoints"
-ICL_PEN = pg.mkPen("#d95f02", width=2)
-INDUCTION_PEN = pg.mkPen("#1b9e77", width=2)
+ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers
+ICL_PEN = pg.mkPen(ICL_COLOR, width=2)
+INDUCTION_PEN = pg.mkPen(INDUCTION_COLOR, width=2)
 PLOT_HEIGHT = 150
 
 
@@ -57,11 +58,11 @@ class TrainingPanel(QWidget):
         self.plot.hideButtons()
         pi = self.plot.getPlotItem()
         pi.setLabel("bottom", "training step")
-        pi.setLabel("left", "ICL score (nats)", color="#d95f02")
+        pi.setLabel("left", "ICL score (nats)", color=ICL_COLOR)
         pi.showAxis("right")
-        pi.setLabel("right", "best induction", color="#1b9e77")
+        pi.setLabel("right", "best induction", color=INDUCTION_COLOR)
         self.icl_curve = pi.plot([], [], pen=ICL_PEN, symbol="o", symbolSize=4,
-                                 symbolBrush="#d95f02", symbolPen=None, name="ICL score")
+                                 symbolBrush=ICL_COLOR, symbolPen=None, name="ICL score")
         # the induction score (0..1) on its own axis: a second view box on the right axis
         self.right_view = pg.ViewBox()
         pi.scene().addItem(self.right_view)
@@ -70,7 +71,7 @@ class TrainingPanel(QWidget):
         self.right_view.setYRange(0, 1, padding=0.05)
         self.right_view.setMouseEnabled(x=False, y=False)
         self.induction_curve = pg.PlotDataItem([], [], pen=INDUCTION_PEN, symbol="o", symbolSize=4,
-                                               symbolBrush="#1b9e77", symbolPen=None)
+                                               symbolBrush=INDUCTION_COLOR, symbolPen=None)
         self.right_view.addItem(self.induction_curve)
         pi.getViewBox().sigResized.connect(self._sync_views)
         self.marker = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#444", width=1.5))

@@ -36,7 +36,7 @@ def test_bad_saved_values_fall_back_to_the_defaults(qapp, tmp_path):
     for key, value in (("colormap", "no-such-map"), ("scale_mode", 3), ("view_mode", ""),
                        ("hide_first", "maybe"), ("layer", "x"), ("value_weighted", "[1]")):
         s.setValue(key, value)
-    assert S.read_display(s) == S.DEFAULTS
+    assert S.read_display(s) == S.DISPLAY_DEFAULTS
     st = AppState()
     S.restore(st, s)  # never raises
     assert st.colormap == "viridis" and st.layer == 0
