@@ -20,7 +20,7 @@ from PySide6.QtGui import (
 
 from attnviz.engine.patterns import group_size, head_title, max_pool
 from attnviz.figures.data import ExportError, ExportView
-from attnviz.figures.style import group_color, heat_index, heat_table
+from attnviz.figures.style import bar_label, group_color, heat_index, heat_table
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 MIN_WIDTH, MAX_WIDTH = 300, 12000
@@ -452,9 +452,7 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut:
         r = QRectF(bar.right() + 7 * s, y - fm.height() / 2, fm.horizontalAdvance(text) + 2, fm.height())
         painter.drawText(r, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
         tick_w = max(tick_w, r.width())
-    name = "attention weight" if view.scale_mode == "shared" else "weight / head max"
-    if view.value_weighted:  # the window's bar says the same
-        name = "value-weighted attention" if view.scale_mode == "shared" else name + " (value-weighted)"
+    name = bar_label(view.value_weighted, per_head_max=view.scale_mode == "per-head")  # as the window's
     painter.setPen(MUTED)
     painter.save()
     painter.translate(bar.right() + 9 * s + tick_w + fm.height(), bar.center().y())

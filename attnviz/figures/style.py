@@ -49,6 +49,14 @@ def role_text_color(role: str) -> str:
     return "#101010" if role in DARK_ON else "#ffffff"
 
 
+def bar_label(weighted: bool, per_head_max: bool = False) -> str:
+    """A colour bar's title, what its numbers are: the weights (value-weighted or not), or each
+    head's weights over that head's maximum (0..1)."""
+    if per_head_max:
+        return "weight \u00f7 head max" + (" (value-weighted)" if weighted else "")
+    return "value-weighted attention" if weighted else "attention weight"
+
+
 # --- the colormap ---------------------------------------------------------------------------------
 N_COLORS = 255  # colours per colormap; table entry 0 is the gap (no value), 1..255 the colormap
 

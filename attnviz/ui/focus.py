@@ -12,7 +12,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.patterns import group_size, head_title
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, bar_label
 from attnviz.ui.mosaic import cell_readout
 
 _LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
@@ -143,11 +143,9 @@ class FocusView(QWidget):
         kv = int(np.asarray(r.kv_group)[head])
         gqa = group_size(r.kv_group) > 1
         badge = st.badge(layer, head)
-        weighted = st.value_weighted and r.value_norms is not None
         share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
-                 "attention output" if weighted and r.head_share is not None else "")
-        self.cbar.getAxis("right").setLabel("value-weighted attention" if weighted
-                                            else "attention weight", color=TEXT)
+                 "attention output" if data.weighted and r.head_share is not None else "")
+        self.cbar.getAxis("right").setLabel(bar_label(data.weighted), color=TEXT)
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · KV {kv}" if gqa else "")
                            + (f" · {badge}" if badge else "") + share
                            + f" · {st.model_name} · {T} tokens · rows: query, columns: key")

@@ -20,7 +20,7 @@ from attnviz.engine.patterns import group_size, head_title, max_pool
 from attnviz.ui.mosaic import (
     GridLayout, cell_readout, kv_segments, make_layout, tile_index, title_spots, view_geometry,
 )
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, group_color, heat_positions, heat_table
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, bar_label, group_color, heat_positions, heat_table
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -187,14 +187,12 @@ class HeatmapGrid(QWidget):
         if self._fbuf.size < n:
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
-        weighted = st.value_weighted and r.value_norms is not None
         if st.scale_mode == "per-head":
             heat_positions(heads, tops[:, None, None], out=f)
-            bar = (0.0, 1.0, "weight ÷ head max" + (" (value-weighted)" if weighted else ""))
+            bar = (0.0, 1.0, bar_label(data.weighted, per_head_max=True))
         else:
             heat_positions(heads, data.vmax, out=f)
-            bar = (0.0, round(data.vmax, 3), "value-weighted attention" if weighted
-                   else "attention weight")
+            bar = (0.0, round(data.vmax, 3), bar_label(data.weighted))
         if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
             self._bar = bar
             self.cbar.setLevels(bar[:2])

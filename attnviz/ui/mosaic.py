@@ -25,10 +25,11 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     if state.hide_first and k == 0:
         r = state.result
         return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)"
-    value = float(state.display_data().attn[layer, head, q, k])
+    data = state.display_data()
+    value = float(data.attn[layer, head, q, k])
     text = readout(state.result, layer, head, q, k, value, state.badge(layer, head))
     r = state.result
-    if state.value_weighted and r.value_norms is not None:
+    if data.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "
                  f"‖v W_O‖ {float(r.value_norms[layer, head, k]):.3g})")
     return text

@@ -22,6 +22,7 @@ class DisplayData:
     attn: np.ndarray  # [n_layer, n_head, T, T] what the heatmaps show
     vmax: float  # shared colour scale: 0 .. vmax over every layer and head
     head_max: np.ndarray  # [n_layer, n_head] per-head colour scale tops
+    weighted: bool = False  # value-weighted (the result has the value norms the view asked for)
 
 
 class AppState(QObject):
@@ -82,7 +83,7 @@ class AppState(QObject):
             attn = display_attention(attn, self.hide_first)  # [n_layer, n_head, T, T]
             head_max = attn.max(axis=(2, 3)) if attn.size else np.zeros(attn.shape[:2], np.float32)
             vmax = float(head_max.max()) if head_max.size else 0.0
-            self._display = DisplayData(attn, max(vmax, 1e-6), np.maximum(head_max, 1e-6))
+            self._display = DisplayData(attn, max(vmax, 1e-6), np.maximum(head_max, 1e-6), weighted)
             self._display_key = key
         return self._display
 
