@@ -7,11 +7,14 @@ setters, and drops a guide whose text or model is no longer the current one."""
 
 from __future__ import annotations
 
+import html
+
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine import heads as H
 from attnviz.engine.samples import Guide, guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
+from attnviz.ui.worker import describe_error
 
 JOB_KIND = "guide"
 
@@ -80,7 +83,7 @@ class GuideBar(QWidget):
         if s is not self.sample or model is not self.state.model:
             return  # the text or model changed while it was scored
         if error is not None:
-            self.answer.setText(f"<span style='color:{WARNING}'>{error}</span>")
+            self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(describe_error(error))}</span>")
             return
         self.current = value
         color = GOOD if value.claimed else WARNING

@@ -46,9 +46,8 @@ class ModelsMenu(QMenu):
             self.addAction("(no models found)").setEnabled(False)
         current = self.state.model
         for info in infos:
-            kv = f", {info.n_kv_head} KV" if info.n_kv_head != info.n_head else ""
             act = self.addAction(
-                f"{info.name}  ({info.family}, {info.n_layer} layers × {info.n_head} heads{kv})")
+                f"{info.name}  ({model_shape(info.family, info.n_layer, info.n_head, info.n_kv_head)})")
             act.setToolTip(str(info.path))
             act.setCheckable(True)
             act.setChecked(current is not None and (
@@ -121,6 +120,12 @@ def build_menus(w) -> None:
     help_menu.addAction("&About attnviz").triggered.connect(w.show_about)
 
 
+def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
+    """`llama, 30 layers × 9 heads, 3 KV heads` (the KV heads only when fewer than the heads)."""
+    kv = f", {n_kv_head} KV heads" if n_kv_head != n_head else ""
+    return f"{family}, {n_layer} layers × {n_head} heads{kv}"
+
+
 def about_html(model) -> str:
     """Help > About: the version, and the loaded model's name, shape, licence and folder."""
     from attnviz import __version__
@@ -129,8 +134,8 @@ def about_html(model) -> str:
         text = "No model loaded."
     else:
         c = model.config
-        text = (f"Model: <b>{html.escape(model.name)}</b> ({c.family}, {c.n_layer} layers × "
-                f"{c.n_head} heads, {c.n_kv_head} KV heads)<br>Licence: "
+        text = (f"Model: <b>{html.escape(model.name)}</b> "
+                f"({model_shape(c.family, c.n_layer, c.n_head, c.n_kv_head)})<br>Licence: "
                 f"{html.escape(model.license or 'not stated in the model folder')}<br>"
                 f"Folder: {html.escape(str(model.path))}")
         if model.name == textbook.TEXTBOOK_NAME:

@@ -18,12 +18,11 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QTabWid
 
 from attnviz.engine import heads as H
 from attnviz.engine import probes as P
-from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.find_panel import FindPanel
 from attnviz.ui.roles_views import RolesOverview, ScoresTable
-from attnviz.ui.worker import Worker
+from attnviz.ui.worker import Worker, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +156,7 @@ class RolesPanel(QWidget):
 
     def _on_done(self, _request, value, error):
         if error is not None:
-            msg = str(error) if isinstance(error, AttnvizError) else f"{type(error).__name__}: {error}"
+            msg = describe_error(error)
             log.warning("head scores failed: %s", msg)
             self._show_scores(None, f"Scores unavailable: {html.escape(msg)}")
             return

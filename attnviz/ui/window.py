@@ -366,11 +366,13 @@ class MainWindow(QMainWindow):
         else:
             self.state.set_query(None)
 
+    def _what_stays(self) -> str:  # after a load that did not happen
+        return (f"still showing {self.state.model_name}" if self.state.model is not None
+                else "no model is loaded")
+
     def _on_load_cancelled(self, source: str) -> None:
         self._pending_view = None
-        keep = (f"still showing {self.state.model_name}" if self.state.model is not None
-                else "no model is loaded")
-        self.statusBar().showMessage(f"Stopped loading {source}; {keep}.", 8000)
+        self.statusBar().showMessage(f"Stopped loading {source}; {self._what_stays()}.", 8000)
 
     def _on_loaded(self, model) -> None:
         self.clear_error()
@@ -382,8 +384,8 @@ class MainWindow(QMainWindow):
 
     def _on_load_failed(self, source: str, message: str) -> None:
         self._pending_view = None
-        keep = (f"Still showing {self.state.model_name}." if self.state.model is not None
-                else "No model is loaded.")
+        stays = self._what_stays()
+        keep = sentence(stays[0].upper() + stays[1:])
         self.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
 
     # --- shutdown -----------------------------------------------------------------------------
