@@ -13,6 +13,7 @@ from attnviz.engine.calc import (
 )
 from attnviz.engine.errors import CalcError
 from attnviz.engine.presets import Preset, get_preset, load_presets
+from attnviz.engine.validate import read_json_object
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 
@@ -113,28 +114,12 @@ def window_layers_spec(text: str) -> str:
     return ",".join(parts)
 
 
-MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; anything this big is not one
-
-
 def _read_config(path: Path) -> CalcInputs:
+    """A config.json, or the one in a model folder, read by the engine's reader (validate.read_json_object:
+    a regular file, at most MAX_JSON_BYTES, UTF-8, a JSON object; a ModelLoadError naming the file if not)."""
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists():
-        raise CalcError(f"cannot read {path}: there is no such file")
-    if not path.is_file():  # a FIFO or device would block or never end
-        raise CalcError(f"cannot read {path}: not a regular file")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise CalcError(f"cannot read {path}: {path.stat().st_size:,} bytes is too big for a "
-                            "config.json")
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CalcError(f"cannot read {path}: not UTF-8 text, so not a config.json") from None
-    except json.JSONDecodeError as exc:
-        raise CalcError(f"cannot read {path}: not JSON ({exc})") from None
-    except OSError as exc:
-        raise CalcError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return calc_inputs_from_config(raw)
+    return calc_inputs_from_config(read_json_object(path))
 
 
 def cmd_calc(args) -> int:
