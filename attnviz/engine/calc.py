@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
 from attnviz.engine.errors import CalcError
-from attnviz.engine.hf_config import keys, pick, read_fields
+from attnviz.engine.hf_config import default_d_head, keys, kv_heads_divide, pick, read_fields
 
 CONVENTIONS = (
     "weight shapes are [out, in] (nn.Linear layout); a multiply-add is 2 FLOPs; KV cache = keys + "
@@ -227,11 +227,11 @@ def _resolve(inp: CalcInputs) -> _Dims:
         raise _bad("kv_dtype",
                    f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
     if head_dim is None:
-        if d_model % n_head:
+        head_dim = default_d_head(d_model, n_head)
+        if head_dim is None:
             raise _bad("n_head",
                        f"n_head ({n_head}) does not divide d_model ({d_model}): d_model / "
                        f"n_head = {d_model / n_head:g}; give d_head explicitly or change n_head")
-        head_dim = d_model // n_head
     mla = inp.mla
     if mla is not None:
         nope = _whole("qk_nope_head_dim", mla.qk_nope_head_dim or head_dim)
@@ -245,7 +245,7 @@ def _resolve(inp: CalcInputs) -> _Dims:
         d_head, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
     else:
         n_kv_head = n_head if n_kv_head is None else n_kv_head
-        if n_kv_head > n_head or n_head % n_kv_head:
+        if not kv_heads_divide(n_head, n_kv_head):
             raise _bad("n_kv_head",
                        f"n_kv_head ({n_kv_head}) does not divide n_head ({n_head}): every KV "
                        "head must serve the same number of query heads")

@@ -230,7 +230,7 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
     if scaling not in (None, "none"):
         raw["rope_scaling"] = {"type": scaling}
     window = meta("attention.sliding_window")
-    if window is not None and window != 0:
+    if window is not None:  # 0: no window, as in a config.json (hf_config.sliding_window)
         raw["sliding_window"] = window
         raw["use_sliding_window"] = True
     source = _source(reader)
