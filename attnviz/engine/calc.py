@@ -730,7 +730,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
                if c[name] is None]
     if missing:
         raise CalcError(f"config.json (model_type {model_type or '?'}) has no {', '.join(missing)}")
-    head_dim, d_ff, max_positions = c["d_head"], c["d_ff"], c["max_positions"]
+    d_head, d_ff, max_positions = c["d_head"], c["d_ff"], c["max_positions"]
 
     # architecture
     architectures = raw.get("architectures") or [""]
@@ -770,7 +770,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
                   qk_nope_head_dim=raw.get("qk_nope_head_dim"), v_head_dim=raw.get("v_head_dim"),
                   q_lora_rank=raw.get("q_lora_rank"))
         n_kv = None
-        head_dim = None
+        d_head = None
 
     # sliding window: which layers use it
     window, window_layers = c["sliding_window"], None
@@ -788,7 +788,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         window = None  # a window as long as the context (Mistral v0.2: 32768) caps nothing
 
     return CalcInputs(
-        d_model=d_model, n_head=n_head, n_layer=n_layer, n_kv_head=n_kv, d_head=head_dim,
+        d_model=d_model, n_head=n_head, n_layer=n_layer, n_kv_head=n_kv, d_head=d_head,
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)
