@@ -103,3 +103,69 @@ def test_the_anatomy_recomputes_attention_with_the_forward_passs_own_stages():
     body = forward[forward.index("def self_attention("):forward.index("def mlp(")]
     for stage in ("project_qkv(", "attention_pattern(", "attention_output("):
         assert stage in body and stage in text, stage
+
+
+def sources(*folders: str) -> dict[str, str]:
+    """{module path under attnviz/: its text} for the modules of these folders."""
+    return {str(p.relative_to(PACKAGE)): p.read_text(encoding="utf-8")
+            for folder in folders for p in sorted((PACKAGE / folder).rglob("*.py"))}
+
+
+def test_one_config_json_reader():
+    """config.json is read by validate.read_json_object alone (one size cap, one set of messages):
+    the engine's loader and `attnviz calc --config` both call it, and no other module of the engine
+    or the commands parses JSON but for its own file."""
+    from attnviz.commands import calc_cmd
+    from attnviz.engine import config, validate
+
+    assert calc_cmd.read_json_object is config.read_json_object is validate.read_json_object
+    parsing = sorted(name for name, text in sources("engine", "commands").items()
+                     if re.search(r"\bjson\.loads?\(", text))
+    assert parsing == [
+        "engine/presets.py",  # resources/presets.json
+        "engine/registry.py",  # a trained toy model's manifest
+        "engine/textbook.py",  # the textbook model's marker file
+        "engine/validate.py",  # config.json, shard indexes, checkpoint metadata, tokenizer.json
+        "engine/weights.py",  # a safetensors header (bytes, not a file)
+    ]
+    caps = sorted(name for name, text in sources("engine", "commands").items()
+                  if re.search(r"^MAX_\w*(JSON|CONFIG)\w*\s*=", text, flags=re.M))
+    assert caps == ["engine/validate.py"]
+
+
+def test_each_config_rule_has_one_home():
+    """The rules the engine (config.py) and the calculator (calc.py) both apply to a config live in
+    hf_config.py; the others call them and keep no copy."""
+    texts = sources("engine", "commands")
+    for rule in ("window_applies", "sliding_window", "default_d_ff", "default_d_head", "kv_heads_divide",
+                 "attention_biases", "multi_query"):
+        homes = sorted(n for n, t in texts.items() if re.search(rf"^def {rule}\(", t, flags=re.M))
+        assert homes == ["engine/hf_config.py"], (rule, homes)
+    copies = {  # the rule written out again: a window of 0, the head divisions, the MLP width table
+        "window == 0": r"window\S*\s*[!=]=\s*0\b",
+        "n_head % n_kv_head": r"n_head\s*%|%\s*\S*n_kv_head\b",
+        "d_model % n_head": r"d_model\s*%\s*\S*n_head\b",
+        "D_FF_TIMES_D_MODEL": r"D_FF_TIMES_D_MODEL",
+    }
+    for what, pattern in copies.items():
+        found = sorted(n for n, t in texts.items() if re.search(pattern, t))
+        assert found == ["engine/hf_config.py"], (what, found)
+    for user in ("engine/config.py", "engine/calc.py"):
+        assert "kv_heads_divide(" in texts[user] and "default_d_head(" in texts[user], user
+    assert "sliding_window(raw" in texts["engine/config.py"] and "default_d_ff(" in texts["engine/config.py"]
+
+    from attnviz.engine.hf_config import sliding_window
+
+    assert [sliding_window({"sliding_window": w}, "mistral", False) for w in (None, 0, 16)] == [None, None, 16]
+    assert sliding_window({"sliding_window": 16}, "qwen2", False) is None
+    assert sliding_window({"sliding_window": 16}, "qwen2", True) == 16
+
+
+def test_each_gguf_key_is_paired_with_its_config_field_once():
+    """gguf_config builds its config dict from _GGUF_KEYS, the table its messages name keys by."""
+    from attnviz.engine.gguf_model import _GGUF_KEYS
+
+    text = (PACKAGE / "engine" / "gguf_model.py").read_text(encoding="utf-8")
+    for field, key in _GGUF_KEYS.items():
+        assert len(re.findall(rf'"{re.escape(key)}[".]', text)) == 1, key  # the table's, no meta("...")
+        assert not re.search(rf'"{field}"\s*:\s*meta\(', text), field  # no hand-built {field: meta(key)}

@@ -13,11 +13,12 @@ from attnviz.engine.calc import (
 )
 from attnviz.engine.errors import CalcError
 from attnviz.engine.presets import Preset, get_preset, load_presets
+from attnviz.engine.validate import read_json_object
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 
-# flag -> CalcInputs field (the flags keep the names they have always had; --n-head, --n-layer,
-# --n-kv-head work as argparse abbreviations, --d-head is an alias of --head-dim)
+# flag (its argparse dest) -> CalcInputs field: the flags keep the names they have always had, and
+# take the engine's as aliases (--n-head, --n-kv-head, --d-head, --n-layer)
 _FIELDS = {
     "d_model": "d_model", "n_heads": "n_head", "n_kv_heads": "n_kv_head",
     "head_dim": "d_head", "n_layers": "n_layer", "d_ff": "d_ff", "vocab": "vocab_size",
@@ -38,12 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--config", metavar="PATH", help="a config.json, or a model folder holding one")
     p.add_argument("--list-presets", action="store_true", help="list the presets and exit")
     p.add_argument("--d-model", type=int, metavar="N", help="model width")
-    p.add_argument("--n-heads", type=int, metavar="N", help="query heads")
-    p.add_argument("--n-kv-heads", type=int, metavar="N",
+    p.add_argument("--n-heads", "--n-head", type=int, metavar="N", help="query heads")
+    p.add_argument("--n-kv-heads", "--n-kv-head", type=int, metavar="N",
                    help="key/value heads (default n-heads: MHA; 1: MQA; between: GQA)")
     p.add_argument("--head-dim", "--d-head", type=int, metavar="N",
                    help="width per head, d_head (default d-model / n-heads)")
-    p.add_argument("--n-layers", type=int, metavar="N", help="layers")
+    p.add_argument("--n-layers", "--n-layer", type=int, metavar="N", help="layers")
     p.add_argument("--d-ff", type=int, metavar="N", help="MLP hidden width (for the model total)")
     p.add_argument("--vocab", type=int, metavar="N", help="vocabulary size (for the model total)")
     p.add_argument("--max-positions", type=int, metavar="N", help="longest context of the model")
@@ -113,28 +114,12 @@ def window_layers_spec(text: str) -> str:
     return ",".join(parts)
 
 
-MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few kB; anything this big is not one
-
-
 def _read_config(path: Path) -> CalcInputs:
+    """A config.json, or the one in a model folder, read by the engine's reader (validate.read_json_object:
+    a regular file, at most MAX_JSON_BYTES, UTF-8, a JSON object; a ModelLoadError naming the file if not)."""
     if path.is_dir():
         path = path / "config.json"
-    if not path.exists():
-        raise CalcError(f"cannot read {path}: there is no such file")
-    if not path.is_file():  # a FIFO or device would block or never end
-        raise CalcError(f"cannot read {path}: not a regular file")
-    try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise CalcError(f"cannot read {path}: {path.stat().st_size:,} bytes is too big for a "
-                            "config.json")
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise CalcError(f"cannot read {path}: not UTF-8 text, so not a config.json") from None
-    except json.JSONDecodeError as exc:
-        raise CalcError(f"cannot read {path}: not JSON ({exc})") from None
-    except OSError as exc:
-        raise CalcError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return calc_inputs_from_config(raw)
+    return calc_inputs_from_config(read_json_object(path))
 
 
 def cmd_calc(args) -> int:

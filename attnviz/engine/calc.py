@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Iterable, Mapping
 
 from attnviz.engine.errors import CalcError
-from attnviz.engine.hf_config import keys, pick, read_fields
+from attnviz.engine.hf_config import default_d_head, keys, kv_heads_divide, pick, read_fields
 
 CONVENTIONS = (
     "weight shapes are [out, in] (nn.Linear layout); a multiply-add is 2 FLOPs; KV cache = keys + "
@@ -227,11 +227,11 @@ def _resolve(inp: CalcInputs) -> _Dims:
         raise _bad("kv_dtype",
                    f"kv_dtype {inp.kv_dtype!r} is not one of {', '.join(KV_DTYPE_BITS)}")
     if head_dim is None:
-        if d_model % n_head:
+        head_dim = default_d_head(d_model, n_head)
+        if head_dim is None:
             raise _bad("n_head",
                        f"n_head ({n_head}) does not divide d_model ({d_model}): d_model / "
                        f"n_head = {d_model / n_head:g}; give d_head explicitly or change n_head")
-        head_dim = d_model // n_head
     mla = inp.mla
     if mla is not None:
         nope = _whole("qk_nope_head_dim", mla.qk_nope_head_dim or head_dim)
@@ -245,7 +245,7 @@ def _resolve(inp: CalcInputs) -> _Dims:
         d_head, d_v = mla.qk_nope_head_dim + mla.qk_rope_head_dim, mla.v_head_dim
     else:
         n_kv_head = n_head if n_kv_head is None else n_kv_head
-        if n_kv_head > n_head or n_head % n_kv_head:
+        if not kv_heads_divide(n_head, n_kv_head):
             raise _bad("n_kv_head",
                        f"n_kv_head ({n_kv_head}) does not divide n_head ({n_head}): every KV "
                        "head must serve the same number of query heads")
@@ -730,7 +730,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
                if c[name] is None]
     if missing:
         raise CalcError(f"config.json (model_type {model_type or '?'}) has no {', '.join(missing)}")
-    head_dim, d_ff, max_positions = c["d_head"], c["d_ff"], c["max_positions"]
+    d_head, d_ff, max_positions = c["d_head"], c["d_ff"], c["max_positions"]
 
     # architecture
     architectures = raw.get("architectures") or [""]
@@ -770,7 +770,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
                   qk_nope_head_dim=raw.get("qk_nope_head_dim"), v_head_dim=raw.get("v_head_dim"),
                   q_lora_rank=raw.get("q_lora_rank"))
         n_kv = None
-        head_dim = None
+        d_head = None
 
     # sliding window: which layers use it
     window, window_layers = c["sliding_window"], None
@@ -788,7 +788,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         window = None  # a window as long as the context (Mistral v0.2: 32768) caps nothing
 
     return CalcInputs(
-        d_model=d_model, n_head=n_head, n_layer=n_layer, n_kv_head=n_kv, d_head=head_dim,
+        d_model=d_model, n_head=n_head, n_layer=n_layer, n_kv_head=n_kv, d_head=d_head,
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)

@@ -6,7 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.hf_config import D_FF_TIMES_D_MODEL, attention_biases, keys, window_applies
+from attnviz.engine.hf_config import (
+    attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
+)
 from attnviz.engine.layers import ACTIVATIONS
 from attnviz.engine.validate import Fields, exists, is_number, json_kind, read_json_object, show
 
@@ -130,7 +132,7 @@ def config_from_dict(raw: dict, source: str = "config.json",
                                  "supported (only 'absolute')")
     elif family == "gpt2":
         values.update(
-            n_kv_head=n_head, d_ff=size("d_ff", default=D_FF_TIMES_D_MODEL[model_type] * d_model),
+            n_kv_head=n_head, d_ff=size("d_ff", default=default_d_ff(model_type, d_model)),
             causal=True,
             norm_eps=f.positive("layer_norm_epsilon", default=1e-5),
             activation=f.choice("activation_function", choices=ACTIVATIONS, default="gelu_new"),
@@ -138,11 +140,9 @@ def config_from_dict(raw: dict, source: str = "config.json",
         )
     else:  # llama family: llama, mistral, qwen2
         qkv_bias, o_bias = attention_biases(model_type, f.flag("attention_bias", False))
-        window = None
-        if window_applies(model_type, f.flag("use_sliding_window", False)):
-            if raw.get("sliding_window") != 0:  # 0 or null: no window
-                window = f.whole("sliding_window", high=LIMITS["max_positions"],
-                                 what=WHAT["sliding_window"], default=None)
+        window = sliding_window(raw, model_type, f.flag("use_sliding_window", False))
+        if window is not None:
+            window = f.whole("sliding_window", high=LIMITS["max_positions"], what=WHAT["sliding_window"])
         values.update(
             n_kv_head=size("n_kv_head", default=n_head), d_ff=size("d_ff"), causal=True,
             norm_eps=f.positive("rms_norm_eps", default=1e-6),
@@ -159,7 +159,7 @@ def config_from_dict(raw: dict, source: str = "config.json",
                                  "RoPE on part of each head is not supported yet (only 1.0)")
     d_head = _head_dim(f, family, model_type, values)
     n_kv_head = values["n_kv_head"]
-    if n_kv_head > n_head or n_head % n_kv_head:
+    if not kv_heads_divide(n_head, n_kv_head):
         heads = f.name(f.pick(*keys("n_head", model_type))[0])
         raise f.error(f.pick(*keys("n_kv_head", model_type))[0], f"a divisor of {heads} = "
                       f"{n_head} (query heads share key/value heads in equal groups)", n_kv_head)
@@ -175,10 +175,10 @@ def _head_dim(f: Fields, family: str, model_type: str, values: dict) -> int:
     d_head = f.whole(*keys("d_head", model_type), high=LIMITS["d_head"], what=WHAT["d_head"],
                      default=None)
     if d_head is None:
-        if d_model % n_head:
+        d_head = default_d_head(d_model, n_head)
+        if d_head is None:
             raise f.error(width_key, f"a multiple of {heads} = {n_head} (there is no "
                           "head_dim, so each head is hidden size / heads wide)", d_model)
-        d_head = d_model // n_head
     elif family != "llama" and d_head * n_head != d_model:
         raise f.error("head_dim", f"{width} / {heads} = {d_model} / {n_head} ({family.upper()}'s "
                       "attention projections are hidden size wide)", d_head)

@@ -187,6 +187,18 @@ def architecture(reader: GGUFReader) -> str:
     return arch
 
 
+# config.json field -> GGUF key after "<arch>.": gguf_config reads each field from its key (rope_scaling
+# from rope.scaling.type), and a message about the field names the key
+_GGUF_KEYS = {
+    "hidden_size": "embedding_length", "num_attention_heads": "attention.head_count",
+    "num_key_value_heads": "attention.head_count_kv", "num_hidden_layers": "block_count",
+    "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
+    "rms_norm_eps": "attention.layer_norm_rms_epsilon", "rope_theta": "rope.freq_base",
+    "head_dim": "attention.key_length", "rope_scaling": "rope.scaling",
+    "sliding_window": "attention.sliding_window",
+}
+
+
 def gguf_config(reader: GGUFReader) -> ModelConfig:
     """GGUF metadata -> the engine's config, through the same checks as a config.json."""
     arch = architecture(reader)
@@ -195,7 +207,7 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         value = _field(reader, f"{arch}.{key}", default)
         return value.item() if isinstance(value, np.generic) else value  # NumPy scalar -> Python
 
-    n_head = meta("attention.head_count")
+    n_head = meta(_GGUF_KEYS["num_attention_heads"])
     n_vocab = meta("vocab_size")
     vocab_key = f"{arch}.vocab_size"
     tokens = reader.fields.get("tokenizer.ggml.tokens")
@@ -205,33 +217,19 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         emb = _tensor_table(reader).get("token_embd.weight")
         n_vocab = int(emb.shape[-1]) if emb is not None else None
         vocab_key = "the rows of token_embd.weight"
-    raw = {
-        "model_type": ARCHITECTURES[arch],
-        "hidden_size": meta("embedding_length"),
-        "num_attention_heads": n_head,
-        "num_key_value_heads": meta("attention.head_count_kv", n_head),
-        "num_hidden_layers": meta("block_count"),
-        "intermediate_size": meta("feed_forward_length"),
-        "vocab_size": n_vocab,
-        "max_position_embeddings": meta("context_length"),
-        "rms_norm_eps": meta("attention.layer_norm_rms_epsilon", 1e-5),
-        "rope_theta": meta("rope.freq_base", 10000.0),
-        "hidden_act": "silu",
-    }
+    # what a key the file leaves out stands for
+    defaults = {"num_key_value_heads": n_head, "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+    raw = {"model_type": ARCHITECTURES[arch], "vocab_size": n_vocab, "hidden_act": "silu",
+           **{hf: meta(key, defaults.get(hf)) for hf, key in _GGUF_KEYS.items() if hf != "rope_scaling"}}
     # the GGUF key each config field came from, so a message names what the file holds
     names = {"model_type": "general.architecture", "vocab_size": vocab_key,
              **{hf: f"{arch}.{key}" for hf, key in _GGUF_KEYS.items()}}
     # no output.weight: the output head reuses the token embedding (the calculator counts it once)
     raw["tie_word_embeddings"] = "output.weight" not in _tensor_table(reader)
-    key_length = meta("attention.key_length")
-    if key_length is not None:
-        raw["head_dim"] = key_length  # checked by config_from_dict, named by its GGUF key
-    scaling = meta("rope.scaling.type")
+    scaling = meta(f"{_GGUF_KEYS['rope_scaling']}.type")
     if scaling not in (None, "none"):
         raw["rope_scaling"] = {"type": scaling}
-    window = meta("attention.sliding_window")
-    if window is not None and window != 0:
-        raw["sliding_window"] = window
+    if raw["sliding_window"] is not None:  # 0: no window, as in a config.json (hf_config.sliding_window)
         raw["use_sliding_window"] = True
     source = _source(reader)
     raw = {k: v for k, v in raw.items() if v is not None}  # absent from the file: "is missing"
@@ -244,17 +242,6 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         raise ModelLoadError(f"RoPE on {rope_dims} of {cfg.d_head} head dimensions (partial rotary) "
                              "is not supported yet")
     return cfg
-
-
-# config.json field -> GGUF key after "<arch>."
-_GGUF_KEYS = {
-    "hidden_size": "embedding_length", "num_attention_heads": "attention.head_count",
-    "num_key_value_heads": "attention.head_count_kv", "num_hidden_layers": "block_count",
-    "intermediate_size": "feed_forward_length", "max_position_embeddings": "context_length",
-    "rms_norm_eps": "attention.layer_norm_rms_epsilon", "rope_theta": "rope.freq_base",
-    "head_dim": "attention.key_length", "rope_scaling": "rope.scaling",
-    "sliding_window": "attention.sliding_window",
-}
 
 
 def _tensor_table(reader: GGUFReader) -> dict:

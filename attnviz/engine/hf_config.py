@@ -4,8 +4,9 @@ checks every value) and the calculator (calc.py, which takes any model type) sha
 One vocabulary: `n_layer, n_head, n_kv_head, d_model, d_head, d_ff, vocab_size, max_positions`.
 Configs spell these differently (`hidden_size`, GPT-2's `n_embd`, Falcon's `num_kv_heads`, a
 llama2.c export's `dim`); the tables below are the only place those spellings are listed, and the
-rules that are not a spelling (Qwen2's biases and sliding-window switch, Falcon's multi-query flag,
-GPT-2's default MLP width) are the only copies of those rules. Pure Python, no NumPy.
+rules that are not a spelling (Qwen2's biases and sliding-window switch, a window of 0 or null being
+none, Falcon's multi-query flag, GPT-2's default MLP width, d_model / n_head as the head width, KV
+heads in equal groups) are the only copies of those rules. Pure Python, no NumPy.
 """
 
 from __future__ import annotations
@@ -83,6 +84,34 @@ def window_applies(model_type: str, use_sliding_window: bool) -> bool:
     return use_sliding_window or not model_type.startswith("qwen")
 
 
+def sliding_window(raw: Mapping[str, Any], model_type: str, use_sliding_window: bool) -> Any:
+    """config.json's sliding_window as found (unchecked) where the model uses it; None for no window:
+    absent, null or 0, or a window the model type switches off (`window_applies`)."""
+    window = raw.get("sliding_window")
+    if window is None or window == 0 or not window_applies(model_type, use_sliding_window):
+        return None
+    return window
+
+
+def default_d_ff(model_type: str, d_model: Any) -> int | None:
+    """The MLP width of a config that leaves it out (GPT-2's n_inner: null): 4 d_model for the model
+    types of D_FF_TIMES_D_MODEL, else None (no default: the width must be given)."""
+    factor = D_FF_TIMES_D_MODEL.get(model_type)
+    return factor * d_model if factor and isinstance(d_model, int) else None
+
+
+def default_d_head(d_model: int, n_head: int) -> int | None:
+    """The head width of a config without head_dim: d_model / n_head; None when n_head does not
+    divide d_model (then head_dim must be given)."""
+    return None if d_model % n_head else d_model // n_head
+
+
+def kv_heads_divide(n_head: int, n_kv_head: int) -> bool:
+    """Whether n_kv_head key/value heads can serve n_head query heads in equal groups (MHA, GQA, MQA):
+    n_kv_head must be a divisor of n_head."""
+    return n_kv_head <= n_head and n_head % n_kv_head == 0
+
+
 def multi_query(raw: Mapping[str, Any]) -> bool:
     """Falcon-7B, GPT-BigCode: one K/V head shared by all, whatever num_kv_heads says."""
     return bool(raw.get("multi_query")) and not raw.get("new_decoder_architecture")
@@ -92,17 +121,16 @@ def read_fields(raw: Mapping[str, Any], *, aliases: bool = True) -> dict[str, An
     """config.json -> {attnviz name: value as found, None when absent}, the spellings of the tables
     and the rules applied (Qwen's biases and window, multi-query, GPT-2's MLP width), nothing
     checked. Also `model_type` (lower case), `qkv_bias`, `o_bias` and `sliding_window` (None: no
-    window, also for 0). The engine checks each value itself through `keys` (config.py)."""
+    window, also for 0). The engine checks each value itself through `keys` and applies the same
+    rules (`sliding_window`, `default_d_ff`, `default_d_head`, `kv_heads_divide`) to the checked values (config.py)."""
     model_type = str(raw.get("model_type") or "").lower()
     out: dict[str, Any] = {"model_type": model_type}
     for name in NAMES:
         out[name] = pick(raw, keys(name, model_type, aliases=aliases))[1]
     if multi_query(raw):
         out["n_kv_head"] = 1
-    if out["d_ff"] is None and model_type in D_FF_TIMES_D_MODEL and isinstance(out["d_model"], int):
-        out["d_ff"] = D_FF_TIMES_D_MODEL[model_type] * out["d_model"]
+    if out["d_ff"] is None:
+        out["d_ff"] = default_d_ff(model_type, out["d_model"])
     out["qkv_bias"], out["o_bias"] = attention_biases(model_type, bool(out["attention_bias"]))
-    window = raw.get("sliding_window")
-    use = bool(raw.get("use_sliding_window", False))
-    out["sliding_window"] = window if window and window_applies(model_type, use) else None
+    out["sliding_window"] = sliding_window(raw, model_type, bool(raw.get("use_sliding_window", False)))
     return out

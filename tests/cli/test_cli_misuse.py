@@ -182,13 +182,17 @@ MISUSE = [
      ["calc", "--preset", "llama-3-8b", "--sliding-window-layers", "odd"],
      r"given without a sliding_window size"),
     ("calc-config-missing", ["calc", "--config", "{tmp}/nope.json"],
-     r"cannot read .*nope\.json: there is no such file"),
+     r"cannot read .*nope\.json: no such file"),
     ("calc-config-folder-without-config", ["calc", "--config", "{tmp}/empty"],
-     r"empty/config\.json: there is no such file"),
+     r"cannot read .*empty/config\.json: no such file"),
     ("calc-config-pickle", ["calc", "--config", "{tmp}/pytorch_model.bin"],
-     r"not UTF-8 text, so not a config\.json"),
-    ("calc-config-not-json", ["calc", "--config", "{tmp}/notjson.json"], r"not JSON"),
-    ("calc-config-a-list", ["calc", "--config", "{tmp}/list.json"], r"expected a config\.json dict"),
+     r"pytorch_model\.bin is not UTF-8 text \(byte 0 cannot be decoded\)"),
+    ("calc-config-not-json", ["calc", "--config", "{tmp}/notjson.json"],
+     r"notjson\.json is not valid JSON: Expecting property name .* at line 1 column 2"),
+    ("calc-config-a-list", ["calc", "--config", "{tmp}/list.json"],
+     r"list\.json holds a list, expected a JSON object"),
+    ("calc-config-too-big", ["calc", "--config", "{tmp}/big"],
+     r"big/config\.json is 16,777,217 bytes, expected at most 16,777,216 for a config\.json"),
     ("calc-config-wrong-type", ["calc", "--config", "{tmp}/badtype.json"],
      r"d_model must be a whole number, got 'x'"),
     ("calc-config-fifo", ["calc", "--config", "{tmp}/fifo.json"], r"not a regular file"),
@@ -219,6 +223,9 @@ def where(tmp_path_factory):
     os.mkfifo(tmp / "fifo.json")
     (tmp / "notjson.json").write_text("{hidden_size: 1")
     (tmp / "list.json").write_text("[1, 2]")
+    (tmp / "big").mkdir()
+    with open(tmp / "big" / "config.json", "wb") as big:  # sparse: one byte past the cap, none written
+        big.truncate((16 << 20) + 1)
     (tmp / "badtype.json").write_text('{"hidden_size": "x", "num_attention_heads": 2, '
                                       '"num_hidden_layers": 1}')
     return {"tmp": str(tmp), "ids": str(tiny_llama(tmp / "ids-model")),
