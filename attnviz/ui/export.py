@@ -27,12 +27,13 @@ from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar, os_reason,
+    FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar,
 )
 from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
 from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
 from attnviz.ui.settings import app_settings
 from attnviz.ui.state import COLORMAPS, VIEW_MODES
+from attnviz.ui.worker import describe_error
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
            "format_of", "open_sidecar"]
@@ -315,8 +316,7 @@ class ExportDialog(QDialog):
                     hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
                     checkpoint=checkpoint_record(st.model), value_weighted=weighted)
         except (AttnvizError, OSError) as exc:
-            message = (str(exc) if isinstance(exc, AttnvizError)
-                       else f"cannot write {path}: {os_reason(exc)}")
+            message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)
             self.show_error(f"Export failed: {message}")
             return False

@@ -138,3 +138,18 @@ def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
     assert sorted(snapshot(pair)) == ["fig.png", "fig.png.json", "keep.txt"]
     meta = json.loads((pair / "fig.png.json").read_text())
     assert (meta["head"], meta["width"]) == (1, SMALL)
+
+
+def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monkeypatch):
+    import attnviz.ui.export as export_ui
+    from attnviz.ui.worker import describe_error
+
+    def refuse(*_a, **_k):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory")
+    monkeypatch.setattr(export_ui, "export_result", refuse)
+    out = tmp_path / "fig.png"
+    dlg = _dialog(qtbot, state, out)
+    assert dlg.do_export() is False
+    assert dlg.error.text() == f"Export failed: cannot write {out}: a folder has that name"
+    assert describe_error(PermissionError(errno.EACCES, "Permission denied"), writing=out) == (
+        f"cannot write {out}: Permission denied")
