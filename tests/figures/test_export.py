@@ -73,13 +73,6 @@ def test_drop_first_key_renormalises_and_never_nans():
     assert np.isfinite(out).all()
 
 
-def test_hide_first_matches_the_window(run):
-    from attnviz.ui.state import display_attention
-
-    shown = display_attention(run.attentions, True)  # the window keeps a zero column
-    np.testing.assert_allclose(drop_first_key(run.attentions), shown[..., 1:], rtol=1e-6, atol=1e-7)
-
-
 def test_select_patterns_and_bad_indices(run):
     att = run.attentions
     assert select_patterns(att, "head", 3, 1).shape == att.shape[2:]
@@ -409,33 +402,3 @@ def test_cli_bad_layer_is_one_line_and_nonzero(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "layer 6 is out of range" in lines[0] and "0..5" in lines[0]
     assert leftovers(tmp_path) == []
-
-
-@pytest.mark.parametrize("shape,p", [((5, 7), 3), ((2, 3, 10, 10), 4), ((4, 9), 1), ((2, 2), 5)])
-def test_one_max_pool_for_the_grid_and_the_figures(shape, p):
-    from attnviz.engine.patterns import max_pool
-    from attnviz.figures import heatmaps as figure
-    from attnviz.ui import grid
-
-    assert figure.max_pool is max_pool and grid.max_pool is max_pool
-    x = np.random.default_rng(len(shape)).random(shape).astype(np.float32)
-    n_q, n_k = -(-shape[-2] // p), -(-shape[-1] // p)
-    padded = np.zeros((*shape[:-2], n_q * p, n_k * p), np.float32)  # zero padding: weights >= 0
-    padded[..., :shape[-2], :shape[-1]] = x
-    expect = padded.reshape(*shape[:-2], n_q, p, n_k, p).max(axis=(-3, -1))
-    np.testing.assert_array_equal(max_pool(x, p), expect)
-
-
-def test_display_attention_is_drop_first_key_with_a_zero_column(run):
-    from attnviz.ui.state import display_attention
-
-    shown = display_attention(run.attentions, True)
-    assert shown.shape == run.attentions.shape and shown.dtype == np.float32
-    assert (shown[..., 0] == 0).all()
-    np.testing.assert_array_equal(shown[..., 1:], drop_first_key(run.attentions))
-    assert display_attention(run.attentions, False) is run.attentions
-    bos_only = np.zeros((1, 1, 2, 2), np.float32)
-    bos_only[..., 0] = 1.0  # all weight on the first key: the row is left empty, not NaN
-    out = np.full((1, 1, 2, 1), 7.0, np.float32)
-    drop_first_key(bos_only, out=out)
-    assert (out == 0).all() and (display_attention(bos_only, True) == 0).all()
