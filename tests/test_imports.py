@@ -77,4 +77,7 @@ def test_the_tests_mirror_the_layers():
     cli = re.compile(r"attnviz\.cli\b|\"-m\", \"attnviz\"")  # the command line is tests/cli's
     assert [p.name for p in sorted((tests / "engine").glob("test_*.py"))
             if cli.search(p.read_text("utf-8"))] == []
+    window = re.compile(r"^\s*(?:from|import)\s+attnviz\.ui\b", re.M)  # the figures' tests draw without it
+    assert [p.name for p in sorted((tests / "figures").glob("test_*.py"))
+            if window.search(p.read_text("utf-8"))] == []
     assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_imports.py", "test_vocabulary.py"]

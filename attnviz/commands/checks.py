@@ -65,6 +65,14 @@ def check_out(path: str, suffixes: tuple[str, ...], flag: str = "--out") -> Path
     return out
 
 
+def refuse_options(options, where: str, sep: str = ", ") -> None:
+    """InputError naming the options given where they do not apply: `options` is (flag, given)
+    pairs, `where` ends the sentence ("--width, --scale apply only to .png and .svg images")."""
+    given = [flag for flag, on in options if on]
+    if given:
+        raise InputError(f"{sep.join(given)} appl{'y' if len(given) > 1 else 'ies'} {where}")
+
+
 def show_notice(command: str, result) -> None:
     """What a run changed in the input (e.g. lone surrogates replaced), as one line on stderr."""
     if getattr(result, "notice", None):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
+from contextlib import contextmanager
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import check_out, non_negative, show_notice
+from attnviz.commands.checks import check_out, non_negative, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
@@ -49,9 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args) -> int:
-    from attnviz.figures.data import (
-        IMAGE_FORMATS, format_of, make_view, number_bytes, write_atomic,
-    )
+    from attnviz.figures.data import IMAGE_FORMATS, format_of, make_view, write_numbers
 
     if args.head is not None and args.layer is None:
         raise InputError("--head needs --layer (which layer's head?)")
@@ -61,20 +59,10 @@ def cmd_export(args) -> int:
     if getattr(args, "view", "heatmap") == "anatomy":
         return _export_anatomy(args, fmt)
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
-        from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
-        from attnviz.figures.style import heat_table
-
-        width = DEFAULT_WIDTH if args.width is None else args.width
-        if not MIN_WIDTH <= width <= MAX_WIDTH:
-            raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
-        colormap = args.colormap or "viridis"
-        heat_table(colormap)  # an unknown name raises ExportError with the known ones
+        width, colormap = _image_options(args)
     else:
-        given = [f for f, v in (("--width", args.width), ("--colormap", args.colormap),
-                                ("--scale", args.scale)) if v is not None]
-        if given:
-            raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only to "
-                             f".png and .svg images, not .{fmt}")
+        refuse_options((("--width", args.width is not None), ("--colormap", args.colormap is not None),
+                        ("--scale", args.scale is not None)), f"only to .png and .svg images, not .{fmt}")
         width, colormap = DEFAULT_WIDTH, "viridis"
     model = _model(args, args.layer)
     result = model.run(args.text, truncate=args.truncate, values=args.value_weighted)
@@ -84,21 +72,39 @@ def cmd_export(args) -> int:
                      hide_first=args.hide_first, checkpoint=checkpoint_record(model),
                      value_weighted=args.value_weighted)
     if fmt in IMAGE_FORMATS:
-        # rendering needs Qt, but no display: the offscreen platform draws into memory
-        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-        from PySide6.QtGui import QGuiApplication
+        with _offscreen():
+            from attnviz.figures.write import export_view
 
-        from attnviz.figures.write import export_view
-
-        app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
-        written = export_view(view, args.out, fmt=fmt, width=width)
+            written = export_view(view, args.out, fmt=fmt, width=width)
     else:  # numbers need no Qt at all
-        write_atomic([(args.out, number_bytes(view, fmt))])
-        written = [Path(args.out)]
+        written = write_numbers(view, args.out, fmt)
     shape = "x".join(str(n) for n in view.selected().shape)
     print(f"{written[0]}: {scope} of {model.name}, {result.n_tokens} tokens, weights [{shape}]"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0
+
+
+def _image_options(args) -> tuple[int, str]:
+    """(width, colormap) of an image export, --width and --colormap checked before the model loads."""
+    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
+    from attnviz.figures.style import heat_table
+
+    width = DEFAULT_WIDTH if args.width is None else args.width
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
+    colormap = args.colormap or "viridis"
+    heat_table(colormap)  # an unknown name raises ExportError with the known ones
+    return width, colormap
+
+
+@contextmanager
+def _offscreen():
+    """Qt for rendering, with no display: the offscreen platform draws into memory. The
+    QGuiApplication (the one running, or a new one) is kept for the block."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtGui import QGuiApplication
+
+    yield QGuiApplication.instance() or QGuiApplication(["attnviz-export"])
 
 
 def _model(args, layer):
@@ -118,32 +124,19 @@ def _export_anatomy(args, fmt: str) -> int:
 
     if fmt not in IMAGE_FORMATS:
         raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
-    given = [f for f, v in (("--scale", args.scale is not None), ("--hide-first", args.hide_first),
-                            ("--value-weighted", args.value_weighted)) if v]
-    if given:
-        raise InputError(f"{', '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to heatmaps, "
-                         "not to --view anatomy")
-    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
-    from attnviz.figures.style import heat_table
-
-    width = DEFAULT_WIDTH if args.width is None else args.width
-    if not MIN_WIDTH <= width <= MAX_WIDTH:
-        raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
-    colormap = args.colormap or "viridis"
-    heat_table(colormap)
+    refuse_options((("--scale", args.scale is not None), ("--hide-first", args.hide_first),
+                    ("--value-weighted", args.value_weighted)), "to heatmaps, not to --view anatomy")
+    width, colormap = _image_options(args)
     layer = args.layer or 0
     model = _model(args, layer)
     result = model.run(args.text, truncate=args.truncate, inputs=True)
     show_notice("export", result)
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtGui import QGuiApplication
+    with _offscreen():
+        from attnviz.figures.anatomy import make_anatomy_view
+        from attnviz.figures.write import export_view
 
-    from attnviz.figures.anatomy import make_anatomy_view
-    from attnviz.figures.write import export_view
-
-    app = QGuiApplication.instance() or QGuiApplication(["attnviz-export"])  # noqa: F841
-    view = make_anatomy_view(model, result, layer, args.head, colormap)
-    written = export_view(view, args.out, fmt=fmt, width=width)
+        view = make_anatomy_view(model, result, layer, args.head, colormap)
+        written = export_view(view, args.out, fmt=fmt, width=width)
     lit = f", head {args.head} lit" if args.head is not None else ""
     print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {result.n_tokens} tokens "
           f"(+ sidecar {written[1].name})")

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import at_least, non_negative, positive, show_notice
+from attnviz.commands.checks import at_least, non_negative, positive, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
 from attnviz.engine import heads as H
 from attnviz.engine import probes as P
@@ -94,11 +94,8 @@ def cmd_heads(args) -> int:
     if args.probe in TEMPLATE_KIND:
         return _template_probe(args, TEMPLATE_KIND[args.probe])
     if not args.probe:
-        given = [f for f, v in (("--probe-length", args.probe_length), ("--seed", args.seed))
-                 if v is not None]
-        if given:
-            raise InputError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only "
-                             "with --probe")
+        refuse_options((("--probe-length", args.probe_length is not None),
+                        ("--seed", args.seed is not None)), "only with --probe", sep=" and ")
     model = checkpoint_opt.at(load_model(args.model), args)
     if args.probe:
         seed = H.PROBE_SEED if args.seed is None else args.seed

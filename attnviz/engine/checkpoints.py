@@ -165,10 +165,10 @@ class CheckpointSet:
         return out
 
 
-def checkpoint_record(model: Model) -> dict | None:
+def checkpoint_record(model: Model | None) -> dict | None:
     """{index, step, of} for a model that came from a CheckpointSet (what export sidecars
-    record), else None."""
-    got = _WHICH.get(model)
+    record), else None (no model: None)."""
+    got = None if model is None else _WHICH.get(model)
     if got is None:
         return None
     info, n = got

@@ -238,6 +238,14 @@ def number_bytes(view: ExportView, fmt_name: str) -> bytes:
     raise ExportError(f"unknown number format {fmt_name!r}; use one of {', '.join(NUMBER_FORMATS)}")
 
 
+def write_numbers(view: ExportView, path: str | os.PathLike, fmt_name: str) -> list[Path]:
+    """The numbers of `view` as one .npy/.csv/.json file, through write_atomic and without Qt (the
+    command line writes them with no Qt loaded). Returns [path]."""
+    path = Path(path)
+    write_atomic([(path, number_bytes(view, fmt_name))])
+    return [path]
+
+
 # --- sidecar -----------------------------------------------------------------------------------
 
 def sidecar_path(image_path: str | os.PathLike) -> Path:

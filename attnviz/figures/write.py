@@ -16,7 +16,7 @@ from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
     FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
-    number_bytes, sidecar_dict, sidecar_path, write_atomic,
+    sidecar_dict, sidecar_path, write_atomic, write_numbers,
 )
 from attnviz.figures.heatmaps import png_bytes, svg_bytes
 
@@ -35,17 +35,12 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
     if isinstance(view, AnatomyView):
         return _export_anatomy(view, path, fmt, width)
     if fmt in NUMBER_FORMATS:
-        write_atomic([(path, number_bytes(view, fmt))])
-        return [path]
+        return write_numbers(view, path, fmt)
     if fmt not in IMAGE_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     data, lay = (png_bytes if fmt == "png" else svg_bytes)(view, int(width))
     meta = sidecar_dict(view, path, lay.width, lay.height, [b.as_dict() for b in lay.panels])
-    side = sidecar_path(path)
-    write_atomic([(path, data),
-                  (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
-    log.info("exported %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
-    return [path, side]
+    return _write_image(path, data, meta, lay)
 
 
 def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list[Path]:
@@ -54,11 +49,16 @@ def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list
         raise ExportError(f"the anatomy view exports as .png or .svg, not .{fmt}")
     data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
         view, int(width))
-    meta = anatomy_figure.sidecar(view, path, lay)
+    return _write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
+
+
+def _write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:
+    """An image and its sidecar (`meta` as JSON) in one transaction; `lay` gives the size logged.
+    Returns [image, sidecar]."""
     side = sidecar_path(path)
     write_atomic([(path, data),
                   (side, (json.dumps(meta, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))])
-    log.info("exported anatomy %s (%d x %d) and %s", path, lay.width, lay.height, side.name)
+    log.info("exported %s%s (%d x %d) and %s", what, path, lay.width, lay.height, side.name)
     return [path, side]
 
 

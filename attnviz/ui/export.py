@@ -1,5 +1,6 @@
-"""File -> Export (the dialog; the writing is attnviz.figures.write): figures (PNG, SVG) and numbers (NPY, CSV, JSON) of the focus head, the current
-layer or all layers; each image gets a JSON sidecar that File -> Open view reads back.
+"""File -> Export (the dialog; the writing is attnviz.figures.write): figures (PNG, SVG) and numbers
+(NPY, CSV, JSON) of the focus head, the current layer or all layers; each image gets a JSON sidecar
+that File -> Open view reads back.
 
 Public API:
     export_view(view, path, fmt=None, width=DEFAULT_WIDTH) -> list[Path]  # all files or none
@@ -20,18 +21,20 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    COLORMAPS, FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar, os_reason,
+    COLORMAPS, FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar,
 )
 from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
 from attnviz.figures.style import ERROR
 from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
 from attnviz.ui.settings import app_settings
 from attnviz.ui.state import VIEW_MODES
+from attnviz.ui.worker import describe_error
 
 __all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
            "format_of", "open_sidecar"]
@@ -71,14 +74,6 @@ def _run_again(model, r, **wanted):
     if r.text:
         return model.run(r.text, truncate=r.truncated, use_cache=False, **wanted)
     return model.run(ids=r.input_ids, use_cache=False, **wanted)
-
-
-def _checkpoint_record(state) -> dict | None:
-    """{index, step, of} of the training checkpoint the window shows, None without checkpoints."""
-    info = state.checkpoint_info()
-    if info is None:
-        return None
-    return {"index": info.index, "step": info.step, "of": len(state.checkpoints)}
 
 
 def default_folder() -> Path:
@@ -246,7 +241,7 @@ class ExportDialog(QDialog):
         st = self.state
         scope = self.scope.currentData()
         model = (st.model_name or "model").replace("/", "_")
-        ck = _checkpoint_record(st)
+        ck = checkpoint_record(st.model)  # the training checkpoint shown, None without
         if ck is not None:
             model += f"_step{ck['step']}"
         if scope == "head" and st.focus is not None:
@@ -320,10 +315,9 @@ class ExportDialog(QDialog):
                     scope=scope, layer=layer, head=head, width=self.width_box.value(),
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
-                    checkpoint=_checkpoint_record(st), value_weighted=weighted)
+                    checkpoint=checkpoint_record(st.model), value_weighted=weighted)
         except (AttnvizError, OSError) as exc:
-            message = (str(exc) if isinstance(exc, AttnvizError)
-                       else f"cannot write {path}: {os_reason(exc)}")
+            message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)
             self.show_error(f"Export failed: {message}")
             return False

@@ -201,11 +201,16 @@ class _Task(QRunnable):
         _execute(self.job, self.relay, self.is_stale)
 
 
-def describe_error(exc: BaseException) -> str:
+def describe_error(exc: BaseException, writing=None) -> str:
     """A failure as the user reads it: the project's own errors as they are, an OSError as its
-    reason and file, anything else named as unexpected (its traceback is in the log)."""
+    reason and file ("cannot write <writing>: <reason>" for one met writing file `writing`),
+    anything else named as unexpected (its traceback is in the log)."""
     if isinstance(exc, AttnvizError):
         return str(exc)
+    if isinstance(exc, OSError) and writing is not None:
+        from attnviz.figures.data import os_reason  # the words the export writer uses
+
+        return f"cannot write {writing}: {os_reason(exc)}"
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     return f"unexpected {type(exc).__name__}: {exc} (details in the log)"

@@ -78,6 +78,7 @@ def test_checkpoint_indices_count_from_the_end_and_refuse_out_of_range(ckpts):
         with pytest.raises(InputError, match=f"checkpoint {bad} is out of range.*{n} checkpoints"):
             ckpts.model(bad)
     assert checkpoint_record(ckpts.model(3)) == {"index": 3, "step": ckpts.infos[3].step, "of": n}
+    assert checkpoint_record(None) is None  # no model loaded (the export dialog asks)
 
 
 def test_a_model_without_checkpoints_takes_only_0_and_minus_1():

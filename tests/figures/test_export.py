@@ -73,13 +73,6 @@ def test_drop_first_key_renormalises_and_never_nans():
     assert np.isfinite(out).all()
 
 
-def test_hide_first_matches_the_window(run):
-    from attnviz.ui.state import display_attention
-
-    shown = display_attention(run.attentions, True)  # the window keeps a zero column
-    np.testing.assert_allclose(drop_first_key(run.attentions), shown[..., 1:], rtol=1e-6, atol=1e-7)
-
-
 def test_select_patterns_and_bad_indices(run):
     att = run.attentions
     assert select_patterns(att, "head", 3, 1).shape == att.shape[2:]
@@ -373,67 +366,6 @@ def test_open_sidecar_errors(tmp_path):
         open_sidecar(partial)
 
 
-# --- the dialog ---------------------------------------------------------------------------------
-
-@pytest.fixture
-def state(qapp, minilm, run):
-    from attnviz.ui.state import AppState
-
-    st = AppState()
-    st.set_model(minilm)
-    st.set_text(SENTENCE)
-    st.set_result(run)
-    st.set_layer(4)
-    st.set_focus(3, 1)
-    st.set_colormap("plasma")
-    return st
-
-
-def test_dialog_exports_focus_head_and_remembers_folder(qtbot, state, run, tmp_path):
-    from PySide6.QtCore import QSettings, Qt
-
-    from attnviz.ui.export import ExportDialog
-
-    dlg = ExportDialog(state, None)
-    qtbot.addWidget(dlg)
-    assert dlg.scope.currentData() == "head"
-    dlg.format.setCurrentIndex(dlg.format.findData("png"))
-    dlg.width_box.setValue(900)
-    out = tmp_path / "focus.png"
-    dlg.path_edit.setText(str(out))
-    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
-        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
-    assert "focus.png" in status.args[0]
-    assert dlg.result() == dlg.DialogCode.Accepted
-    meta = open_sidecar(out)
-    assert (meta["layer"], meta["head"], meta["colormap"], meta["width"]) == (3, 1, "plasma", 900)
-    assert QSettings("attnviz", "attnviz").value("export/folder") == str(tmp_path.resolve())
-
-    # the next dialog starts in the remembered folder, with the format in the name
-    dlg2 = ExportDialog(state, None)
-    qtbot.addWidget(dlg2)
-    assert Path(dlg2.path_edit.text()).parent == tmp_path.resolve()
-    dlg2.format.setCurrentIndex(dlg2.format.findData("csv"))
-    assert dlg2.path_edit.text().endswith(".csv") and not dlg2.width_box.isEnabled()
-
-
-def test_dialog_shows_why_an_export_failed(qtbot, state, tmp_path):
-    from attnviz.ui.export import ExportDialog
-
-    blocker = tmp_path / "afile"
-    blocker.write_text("x")
-    dlg = ExportDialog(state, None)
-    qtbot.addWidget(dlg)
-    dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
-    dlg.path_edit.setText(str(blocker / "grid.svg"))
-    dlg._path_edited(dlg.path_edit.text())
-    assert dlg.format.currentData() == "svg"
-    assert dlg.do_export() is False
-    assert "is not a folder" in dlg.error.text() and not dlg.error.isHidden()
-    assert dlg.result() != dlg.DialogCode.Accepted
-    assert leftovers(tmp_path) == ["afile"]
-
-
 # --- the command line, headless -----------------------------------------------------------------
 
 def _cli(*args, cwd):
@@ -470,62 +402,3 @@ def test_cli_bad_layer_is_one_line_and_nonzero(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "layer 6 is out of range" in lines[0] and "0..5" in lines[0]
     assert leftovers(tmp_path) == []
-
-
-def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_path, monkeypatch):
-    from PySide6.QtCore import QSettings, Qt
-
-    from attnviz.ui.export import ExportDialog, default_folder
-
-    home = tmp_path / "home"
-    (home / "Pictures").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("XDG_PICTURES_DIR", str(home / "Pictures"))
-    cwd = tmp_path / "launched-here"
-    cwd.mkdir()
-    monkeypatch.chdir(cwd)
-    assert default_folder() in (home / "Pictures", home)
-    settings = QSettings("attnviz", "attnviz")
-    for saved in ("", "relative/sub", str(tmp_path / "gone")):  # none of these is a usable folder
-        settings.setValue("export/folder", saved)
-        dlg = ExportDialog(state, None)
-        qtbot.addWidget(dlg)
-        suggested = Path(dlg.path_edit.text())
-        assert suggested.is_absolute() and suggested.parent == default_folder()
-    dlg.format.setCurrentIndex(dlg.format.findData("csv"))
-    dlg.path_edit.setText("bare-name.csv")  # a relative name also lands in the suggested folder
-    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
-        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
-    out = default_folder() / "bare-name.csv"
-    assert out.is_file() and list(cwd.iterdir()) == []
-    assert status.args[0] == f"Exported {out.resolve()}"
-
-
-@pytest.mark.parametrize("shape,p", [((5, 7), 3), ((2, 3, 10, 10), 4), ((4, 9), 1), ((2, 2), 5)])
-def test_one_max_pool_for_the_grid_and_the_figures(shape, p):
-    from attnviz.engine.patterns import max_pool
-    from attnviz.figures import heatmaps as figure
-    from attnviz.ui import grid
-
-    assert figure.max_pool is max_pool and grid.max_pool is max_pool
-    x = np.random.default_rng(len(shape)).random(shape).astype(np.float32)
-    n_q, n_k = -(-shape[-2] // p), -(-shape[-1] // p)
-    padded = np.zeros((*shape[:-2], n_q * p, n_k * p), np.float32)  # zero padding: weights >= 0
-    padded[..., :shape[-2], :shape[-1]] = x
-    expect = padded.reshape(*shape[:-2], n_q, p, n_k, p).max(axis=(-3, -1))
-    np.testing.assert_array_equal(max_pool(x, p), expect)
-
-
-def test_display_attention_is_drop_first_key_with_a_zero_column(run):
-    from attnviz.ui.state import display_attention
-
-    shown = display_attention(run.attentions, True)
-    assert shown.shape == run.attentions.shape and shown.dtype == np.float32
-    assert (shown[..., 0] == 0).all()
-    np.testing.assert_array_equal(shown[..., 1:], drop_first_key(run.attentions))
-    assert display_attention(run.attentions, False) is run.attentions
-    bos_only = np.zeros((1, 1, 2, 2), np.float32)
-    bos_only[..., 0] = 1.0  # all weight on the first key: the row is left empty, not NaN
-    out = np.full((1, 1, 2, 1), 7.0, np.float32)
-    drop_first_key(bos_only, out=out)
-    assert (out == 0).all() and (display_attention(bos_only, True) == 0).all()

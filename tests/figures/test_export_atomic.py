@@ -1,13 +1,13 @@
 """Exports never destroy what was there (issue 13): every way a write can fail leaves the folder
 exactly as it was (the same names, the same bytes, no temporary files), through the Qt-free writer,
-`export_result`, the command line and the window's dialog; a successful export replaces the pair."""
+`export_result` and the command line (the window's dialog: tests/ui/test_export_dialog.py); a
+successful export replaces the pair."""
 
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import errno  # noqa: E402
-import json  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -16,40 +16,14 @@ import pytest  # noqa: E402
 
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, open_sidecar, write_atomic  # noqa: E402
+from export_files import SENTENCE, SMALL, Calls, export, old_pair, snapshot  # noqa: E402
 
-SENTENCE = "The keys to the cabinet are on the table."
-SMALL = 400  # px: an image of about 12 kB
 BIG = 3000  # px: an image of about 130 kB
 
 
 @pytest.fixture(scope="module")
 def run(minilm):
     return minilm.run(SENTENCE)
-
-
-def snapshot(folder: Path) -> dict[str, object]:
-    """Every name under `folder`, hidden ones included, with its bytes (files), its target
-    (symbolic links) or None (folders)."""
-    out: dict[str, object] = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = Path(root, name)
-            rel = str(p.relative_to(folder))
-            if p.is_symlink():
-                out[rel] = ("link", os.readlink(p))
-            elif p.is_dir():
-                out[rel] = None
-            else:
-                out[rel] = p.read_bytes()
-    return out
-
-
-def export(run, path, *, head=0, width=SMALL, **kw):
-    from attnviz.figures.write import export_result
-
-    scope = kw.pop("scope", "head" if head is not None else "layer")
-    return export_result(run, path, model="m", scope=scope, layer=0, head=head, width=width,
-                         **kw)
 
 
 def check_message(exc: BaseException, path: Path, reason: str) -> None:
@@ -62,25 +36,7 @@ def check_message(exc: BaseException, path: Path, reason: str) -> None:
 @pytest.fixture
 def pair(qapp, run, tmp_path):
     """tmp_path with an earlier export fig.png + fig.png.json (head 0) and an unrelated file."""
-    (tmp_path / "keep.txt").write_text("mine")
-    export(run, tmp_path / "fig.png", head=0)
-    assert open_sidecar(tmp_path / "fig.png")["head"] == 0
-    return tmp_path
-
-
-class Calls:
-    """Replace export_data.<module>.<name> so that its n-th call (1-based) raises `exc`; other
-    calls go through."""
-
-    def __init__(self, monkeypatch, owner, name, n, exc):
-        self.real, self.n, self.exc, self.count = getattr(owner, name), n, exc, 0
-        monkeypatch.setattr(owner, name, self)
-
-    def __call__(self, *args, **kwargs):
-        self.count += 1
-        if self.count == self.n:
-            raise self.exc
-        return self.real(*args, **kwargs)
+    return old_pair(run, tmp_path)
 
 
 def half_then(exc, on_file: int):
@@ -388,7 +344,7 @@ def test_several_number_files_in_one_transaction(tmp_path, monkeypatch):
     assert snapshot(tmp_path) == {name: b"new " + name.encode() for name in names}
 
 
-# --- the same through the command line and the window -------------------------------------------
+# --- the same through the command line -------------------------------------------
 
 def test_cli_sidecar_is_a_folder(pair, capsys):
     from attnviz.cli import main
@@ -420,54 +376,3 @@ def test_cli_numbers_over_an_existing_file_interrupted(pair, capsys, monkeypatch
     assert main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")]) == 0
     assert (pair / "n.csv").read_text().startswith("layer,head,query_pos")
     assert sorted(snapshot(pair)) == sorted(before)
-
-
-@pytest.fixture
-def state(qapp, minilm, run):
-    from attnviz.ui.state import AppState
-
-    st = AppState()
-    st.set_model(minilm)
-    st.set_text(SENTENCE)
-    st.set_result(run)
-    st.set_layer(0)
-    st.set_focus(0, 1)
-    return st
-
-
-def _dialog(qtbot, state, path):
-    from attnviz.ui.export import ExportDialog
-
-    dlg = ExportDialog(state, None)
-    qtbot.addWidget(dlg)
-    dlg.scope.setCurrentIndex(dlg.scope.findData("head"))
-    dlg.width_box.setValue(SMALL)
-    dlg.path_edit.setText(str(path))
-    dlg._path_edited(str(path))
-    return dlg
-
-
-def test_dialog_sidecar_is_a_folder(qtbot, state, pair):
-    (pair / "fig.png.json").unlink()
-    (pair / "fig.png.json").mkdir()
-    before = snapshot(pair)
-    dlg = _dialog(qtbot, state, pair / "fig.png")
-    assert dlg.do_export() is False
-    text = dlg.error.text()
-    assert f"cannot write {pair / 'fig.png.json'}: a folder has that name" in text, text
-    assert "Errno" not in text and not dlg.error.isHidden()
-    assert snapshot(pair) == before
-
-
-def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
-    before = snapshot(pair)
-    dlg = _dialog(qtbot, state, pair / "fig.png")
-    with monkeypatch.context() as m:
-        Calls(m, export_data.os, "replace", 2, PermissionError(errno.EACCES, "Permission denied"))
-        assert dlg.do_export() is False
-    assert "fig.png.json: Permission denied" in dlg.error.text()
-    assert snapshot(pair) == before
-    assert dlg.do_export() is True
-    assert sorted(snapshot(pair)) == ["fig.png", "fig.png.json", "keep.txt"]
-    meta = json.loads((pair / "fig.png.json").read_text())
-    assert (meta["head"], meta["width"]) == (1, SMALL)

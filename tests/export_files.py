@@ -1,0 +1,62 @@
+"""What the export tests of the figures and of the window share: every name under a folder with
+its bytes (to check that a failed export changed nothing), a call that fails on its n-th use, and
+an earlier export to write over."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SENTENCE = "The keys to the cabinet are on the table."
+SMALL = 400  # px: an image of about 12 kB
+
+
+def snapshot(folder: Path) -> dict[str, object]:
+    """Every name under `folder`, hidden ones included, with its bytes (files), its target
+    (symbolic links) or None (folders)."""
+    out: dict[str, object] = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            p = Path(root, name)
+            rel = str(p.relative_to(folder))
+            if p.is_symlink():
+                out[rel] = ("link", os.readlink(p))
+            elif p.is_dir():
+                out[rel] = None
+            else:
+                out[rel] = p.read_bytes()
+    return out
+
+
+def export(run, path, *, head=0, width=SMALL, **kw):
+    """export_result of `run` (model "m", layer 0): head `head`, or the layer when it is None."""
+    from attnviz.figures.write import export_result
+
+    scope = kw.pop("scope", "head" if head is not None else "layer")
+    return export_result(run, path, model="m", scope=scope, layer=0, head=head, width=width,
+                         **kw)
+
+
+def old_pair(run, folder: Path) -> Path:
+    """`folder` with an earlier export fig.png + fig.png.json (head 0) and an unrelated file."""
+    from attnviz.figures.data import open_sidecar
+
+    (folder / "keep.txt").write_text("mine")
+    export(run, folder / "fig.png", head=0)
+    assert open_sidecar(folder / "fig.png")["head"] == 0
+    return folder
+
+
+class Calls:
+    """Replace export_data.<module>.<name> so that its n-th call (1-based) raises `exc`; other
+    calls go through."""
+
+    def __init__(self, monkeypatch, owner, name, n, exc):
+        self.real, self.n, self.exc, self.count = getattr(owner, name), n, exc, 0
+        monkeypatch.setattr(owner, name, self)
+
+    def __call__(self, *args, **kwargs):
+        self.count += 1
+        if self.count == self.n:
+            raise self.exc
+        return self.real(*args, **kwargs)

@@ -1,0 +1,155 @@
+"""The Export dialog (attnviz.ui.export.ExportDialog) on MiniLM: it writes the focus head and
+remembers the folder, starts in a folder that is never the working directory, and a failed export
+shows why in the dialog and leaves the folder exactly as it was."""
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings, Qt
+
+from attnviz.figures import data as export_data
+from attnviz.figures.data import open_sidecar
+from attnviz.ui.export import ExportDialog, default_folder
+from attnviz.ui.state import AppState
+from export_files import SENTENCE, SMALL, Calls, old_pair, snapshot
+
+
+@pytest.fixture(scope="module")
+def run(minilm):
+    return minilm.run(SENTENCE)
+
+
+@pytest.fixture
+def state(qapp, minilm, run):
+    st = AppState()
+    st.set_model(minilm)
+    st.set_text(SENTENCE)
+    st.set_result(run)
+    st.set_layer(4)
+    st.set_focus(3, 1)
+    st.set_colormap("plasma")
+    return st
+
+
+@pytest.fixture
+def pair(qapp, run, tmp_path):
+    """tmp_path with an earlier export fig.png + fig.png.json (head 0) and an unrelated file."""
+    return old_pair(run, tmp_path)
+
+
+def _dialog(qtbot, state, path):
+    """The dialog set to export the focus head, SMALL pixels wide, to `path`."""
+    dlg = ExportDialog(state, None)
+    qtbot.addWidget(dlg)
+    dlg.scope.setCurrentIndex(dlg.scope.findData("head"))
+    dlg.width_box.setValue(SMALL)
+    dlg.path_edit.setText(str(path))
+    dlg._path_edited(str(path))
+    return dlg
+
+
+def test_dialog_exports_focus_head_and_remembers_folder(qtbot, state, run, tmp_path):
+    dlg = ExportDialog(state, None)
+    qtbot.addWidget(dlg)
+    assert dlg.scope.currentData() == "head"
+    dlg.format.setCurrentIndex(dlg.format.findData("png"))
+    dlg.width_box.setValue(900)
+    out = tmp_path / "focus.png"
+    dlg.path_edit.setText(str(out))
+    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
+        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
+    assert "focus.png" in status.args[0]
+    assert dlg.result() == dlg.DialogCode.Accepted
+    meta = open_sidecar(out)
+    assert (meta["layer"], meta["head"], meta["colormap"], meta["width"]) == (3, 1, "plasma", 900)
+    assert QSettings("attnviz", "attnviz").value("export/folder") == str(tmp_path.resolve())
+
+    # the next dialog starts in the remembered folder, with the format in the name
+    dlg2 = ExportDialog(state, None)
+    qtbot.addWidget(dlg2)
+    assert Path(dlg2.path_edit.text()).parent == tmp_path.resolve()
+    dlg2.format.setCurrentIndex(dlg2.format.findData("csv"))
+    assert dlg2.path_edit.text().endswith(".csv") and not dlg2.width_box.isEnabled()
+
+
+def test_dialog_shows_why_an_export_failed(qtbot, state, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    dlg = ExportDialog(state, None)
+    qtbot.addWidget(dlg)
+    dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
+    dlg.path_edit.setText(str(blocker / "grid.svg"))
+    dlg._path_edited(dlg.path_edit.text())
+    assert dlg.format.currentData() == "svg"
+    assert dlg.do_export() is False
+    assert "is not a folder" in dlg.error.text() and not dlg.error.isHidden()
+    assert dlg.result() != dlg.DialogCode.Accepted
+    assert sorted(snapshot(tmp_path)) == ["afile"]
+
+
+def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / "Pictures").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_PICTURES_DIR", str(home / "Pictures"))
+    cwd = tmp_path / "launched-here"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    assert default_folder() in (home / "Pictures", home)
+    settings = QSettings("attnviz", "attnviz")
+    for saved in ("", "relative/sub", str(tmp_path / "gone")):  # none of these is a usable folder
+        settings.setValue("export/folder", saved)
+        dlg = ExportDialog(state, None)
+        qtbot.addWidget(dlg)
+        suggested = Path(dlg.path_edit.text())
+        assert suggested.is_absolute() and suggested.parent == default_folder()
+    dlg.format.setCurrentIndex(dlg.format.findData("csv"))
+    dlg.path_edit.setText("bare-name.csv")  # a relative name also lands in the suggested folder
+    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
+        qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
+    out = default_folder() / "bare-name.csv"
+    assert out.is_file() and list(cwd.iterdir()) == []
+    assert status.args[0] == f"Exported {out.resolve()}"
+
+
+def test_dialog_sidecar_is_a_folder(qtbot, state, pair):
+    (pair / "fig.png.json").unlink()
+    (pair / "fig.png.json").mkdir()
+    before = snapshot(pair)
+    dlg = _dialog(qtbot, state, pair / "fig.png")
+    assert dlg.do_export() is False
+    text = dlg.error.text()
+    assert f"cannot write {pair / 'fig.png.json'}: a folder has that name" in text, text
+    assert "Errno" not in text and not dlg.error.isHidden()
+    assert snapshot(pair) == before
+
+
+def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
+    before = snapshot(pair)
+    dlg = _dialog(qtbot, state, pair / "fig.png")
+    with monkeypatch.context() as m:
+        Calls(m, export_data.os, "replace", 2, PermissionError(errno.EACCES, "Permission denied"))
+        assert dlg.do_export() is False
+    assert "fig.png.json: Permission denied" in dlg.error.text()
+    assert snapshot(pair) == before
+    assert dlg.do_export() is True
+    assert sorted(snapshot(pair)) == ["fig.png", "fig.png.json", "keep.txt"]
+    meta = json.loads((pair / "fig.png.json").read_text())
+    assert (meta["head"], meta["width"]) == (1, SMALL)
+
+
+def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monkeypatch):
+    import attnviz.ui.export as export_ui
+    from attnviz.ui.worker import describe_error
+
+    def refuse(*_a, **_k):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory")
+    monkeypatch.setattr(export_ui, "export_result", refuse)
+    out = tmp_path / "fig.png"
+    dlg = _dialog(qtbot, state, out)
+    assert dlg.do_export() is False
+    assert dlg.error.text() == f"Export failed: cannot write {out}: a folder has that name"
+    assert describe_error(PermissionError(errno.EACCES, "Permission denied"), writing=out) == (
+        f"cannot write {out}: Permission denied")
