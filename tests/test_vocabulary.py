@@ -18,8 +18,12 @@ def test_each_shared_constant_has_one_home():
     assert definitions("DEFAULT_TEXT") == ["engine/registry.py"]
     assert definitions("COLORMAPS") == ["figures/data.py"]
     assert definitions("DEFAULT_COLORMAP") == ["figures/data.py"]
-    assert definitions("DEFAULT_SCALE") == ["engine/patterns.py"]
-    assert definitions("DISPLAY_DEFAULTS") == ["ui/state.py"]  # what a first start shows; settings fall back to it
+    widths = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                    if re.search(r"^(DEFAULT_WIDTH|MIN_WIDTH)\b.*=", p.read_text(encoding="utf-8"), flags=re.M))
+    assert widths == ["figures/data.py"]  # every export's sizes, the command line's --help included
+    spelled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                     if '"viridis"' in p.read_text(encoding="utf-8"))
+    assert spelled == ["figures/data.py"]  # everything else says DEFAULT_COLORMAP
 
 
 def test_the_users_see_the_same_tuple():

@@ -12,9 +12,9 @@ from attnviz.commands.checks import check_out, non_negative, refuse_options, sho
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
 from attnviz.engine.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import SCALE_MODES, check_index
+from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
+from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)
 
-DEFAULT_WIDTH = 2400  # attnviz.figures.write.DEFAULT_WIDTH, without importing Qt to print --help
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
 
 
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", type=non_negative, metavar="N", help="layer index (0-based)")
     p.add_argument("--head", type=non_negative, metavar="N", help="head index (0-based); needs --layer")
     p.add_argument("--width", type=int, metavar="PX",
-                   help=f"image width in pixels, 300..12000 (default: {DEFAULT_WIDTH}); images only")
+                   help=f"image width in pixels, {MIN_WIDTH}..{MAX_WIDTH} (default: {DEFAULT_WIDTH}); images only")
     p.add_argument("--colormap", help="pyqtgraph colormap name (default: viridis); images only")
     p.add_argument("--scale", choices=SCALE_MODES,
                    help="one colour scale for all exported heads (default), or one per head; "
@@ -63,12 +63,12 @@ def cmd_export(args) -> int:
     else:
         refuse_options((("--width", args.width is not None), ("--colormap", args.colormap is not None),
                         ("--scale", args.scale is not None)), f"only to .png and .svg images, not .{fmt}")
-        width, colormap = DEFAULT_WIDTH, "viridis"
+        width, colormap = DEFAULT_WIDTH, DEFAULT_COLORMAP
     model = _model(args, args.layer)
     result = model.run(args.text, truncate=args.truncate, values=args.value_weighted)
     show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
-                     colormap=colormap, scale_mode=args.scale or "shared",
+                     colormap=colormap, scale_mode=args.scale or DEFAULT_SCALE,
                      hide_first=args.hide_first, checkpoint=checkpoint_record(model),
                      value_weighted=args.value_weighted)
     if fmt in IMAGE_FORMATS:
@@ -86,13 +86,12 @@ def cmd_export(args) -> int:
 
 def _image_options(args) -> tuple[int, str]:
     """(width, colormap) of an image export, --width and --colormap checked before the model loads."""
-    from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
     from attnviz.figures.style import heat_table
 
     width = DEFAULT_WIDTH if args.width is None else args.width
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
-    colormap = args.colormap or "viridis"
+    colormap = args.colormap or DEFAULT_COLORMAP
     heat_table(colormap)  # an unknown name raises ExportError with the known ones
     return width, colormap
 

@@ -27,14 +27,13 @@ from attnviz.engine.anatomy import (
 )
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.engine.patterns import check_index, head_title, max_pool
-from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
+from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.heatmaps import (
     FRAME, MUTED, TEXT, _font, _qimage, encode_png, render_svg, render_with,
 )
 from attnviz.figures.style import FOCUS, GOOD, WARNING, group_color, heat_index, heat_table
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
-MIN_WIDTH, MAX_WIDTH = 300, 12000
 MIN_FONT_SCALE = 0.9  # text never smaller than at 0.9 x the design width's
 FOCUS_QCOLOR = QColor(FOCUS)  # the focused head
 SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices

@@ -28,6 +28,8 @@ from attnviz.engine.patterns import value_weighted as weigh_by_values
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
 DEFAULT_COLORMAP = COLORMAPS[0]
+MIN_WIDTH, MAX_WIDTH = 300, 12000  # pixels an exported image may be wide (heatmaps and anatomy)
+DEFAULT_WIDTH = 2400  # pixels of an exported image unless told
 
 log = logging.getLogger(__name__)
 

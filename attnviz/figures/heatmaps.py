@@ -19,11 +19,10 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.patterns import group_size, head_title, max_pool
-from attnviz.figures.data import ExportError, ExportView
+from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
 from attnviz.figures.style import bar_label, group_color, heat_index, heat_table
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
-MIN_WIDTH, MAX_WIDTH = 300, 12000
 MAX_LABEL_CHARS = 16
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
 TEXT = QColor(30, 30, 30)

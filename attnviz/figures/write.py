@@ -15,13 +15,12 @@ from pathlib import Path
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
+    DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
     sidecar_dict, sidecar_path, write_atomic, write_numbers,
 )
 from attnviz.figures.heatmaps import png_bytes, svg_bytes
 
 log = logging.getLogger(__name__)
-DEFAULT_WIDTH = 2400  # pixels of an exported image unless told
 
 
 def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = None,
@@ -63,7 +62,7 @@ def _write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> li
 
 
 def export_result(result, path: str | os.PathLike, *, model: str, scope: str, layer: int,
-                  head: int | None = None, width: int = DEFAULT_WIDTH, colormap: str = "viridis",
+                  head: int | None = None, width: int = DEFAULT_WIDTH, colormap: str = DEFAULT_COLORMAP,
                   scale_mode: str = "shared", hide_first: bool = False,
                   fmt: str | None = None, checkpoint: dict | None = None,
                   value_weighted: bool = False) -> list[Path]:

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollAre
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
 from attnviz.engine.errors import CalcError
+from attnviz.engine.hf_config import default_d_head
 from attnviz.engine.presets import load_presets
 from attnviz.figures.style import ERROR
 from attnviz.ui.calc_views import (
@@ -305,8 +306,7 @@ class CalcPanel(QWidget):
     def _fill_fields(self, inp: CalcInputs) -> None:
         """Show a model's numbers in the fields without treating it as an edit."""
         n_kv = inp.n_kv_head or inp.n_head
-        auto = inp.d_head is None or (inp.d_model % inp.n_head == 0
-                                      and inp.d_head == inp.d_model // inp.n_head)
+        auto = inp.d_head is None or inp.d_head == default_d_head(inp.d_model, inp.n_head)
         values = {"d_model": inp.d_model, "n_head": inp.n_head, "n_kv_head": n_kv,
                   "d_head": 0 if auto else inp.d_head, "n_layer": inp.n_layer,
                   "seq_len": inp.seq_len or inp.max_positions or 4096, "batch": inp.batch}

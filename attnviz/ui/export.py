@@ -1,13 +1,11 @@
-"""File -> Export (the dialog; the writing is attnviz.figures.write): figures (PNG, SVG) and numbers
-(NPY, CSV, JSON) of the focus head, the current layer or all layers; each image gets a JSON sidecar
-that File -> Open view reads back.
+"""File -> Export and File -> Open view in the window: the dialog (the writing is figures.write:
+figures as PNG or SVG, and numbers as NPY, CSV or JSON, of the focus head, the current layer or all
+layers; each image gets a JSON sidecar), the folder new exports start in, and applying a sidecar's
+view (figures.data.open_sidecar reads it) to the state.
 
-Public API:
-    export_view(view, path, fmt=None, width=DEFAULT_WIDTH) -> list[Path]  # all files or none
-    export_result(result, path, *, model, scope, layer, head=None, width, colormap, scale_mode,
-                  hide_first, fmt=None) -> list[Path]
-    open_sidecar(path) -> dict        # image or sidecar path; ExportError says what is wrong
-    ExportDialog(state, parent=None)  # the dialog the window opens
+    ExportDialog(state, parent=None, settings=None)  # the dialog the window opens
+    export_folder(settings=None) -> Path             # where the last export went, else Pictures
+    apply_view(state, view) -> str | None            # all of a view, or nothing and why
 """
 
 from __future__ import annotations
@@ -27,17 +25,13 @@ from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    COLORMAPS, FORMATS, IMAGE_FORMATS, ExportError, format_of, open_sidecar,
+    COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, ExportError,
 )
-from attnviz.figures.heatmaps import MAX_WIDTH, MIN_WIDTH
 from attnviz.figures.style import ERROR
-from attnviz.figures.write import DEFAULT_WIDTH, export_result, export_view
+from attnviz.figures.write import export_result, export_view
 from attnviz.ui.settings import app_settings
 from attnviz.ui.state import VIEW_MODES
 from attnviz.ui.worker import describe_error
-
-__all__ = ["DEFAULT_WIDTH", "ExportDialog", "ExportError", "export_result", "export_view",
-           "format_of", "open_sidecar"]
 
 log = logging.getLogger(__name__)
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",

@@ -257,7 +257,7 @@ class MainWindow(QMainWindow):
 
     def open_view(self, path: str) -> None:
         from attnviz.engine.errors import AttnvizError
-        from attnviz.ui.export import open_sidecar
+        from attnviz.figures.data import open_sidecar
 
         try:
             view = open_sidecar(path)

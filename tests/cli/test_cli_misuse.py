@@ -324,14 +324,6 @@ def test_an_internal_error_is_one_line_and_exit_1(monkeypatch, capsys):
     assert rc == 1 and "Traceback" in err  # asked for
 
 
-def test_export_default_width_is_the_writers():
-    """The command's copy (it prints --help without Qt) of the width the writer and the window use."""
-    from attnviz.commands.export_cmd import DEFAULT_WIDTH
-    from attnviz.figures.write import DEFAULT_WIDTH as WRITER_DEFAULT_WIDTH
-
-    assert DEFAULT_WIDTH == WRITER_DEFAULT_WIDTH
-
-
 # ---- a real process: no traceback reaches stderr -------------------------------------------------
 
 @pytest.mark.parametrize("args, expected", [
