@@ -9,6 +9,7 @@ from pathlib import Path
 
 from attnviz.engine.calc import (
     ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
+    compare_cells,
     exact_bytes, exact_count, format_bytes, format_count, shown_variants,
 )
 from attnviz.engine.errors import CalcError
@@ -236,9 +237,7 @@ def render_table(r: CalcResult, preset: Preset | None = None) -> str:
     lines += ["", "MHA / as given / MQA"]
     rows = [("  variant", "KV heads", "per token", f"at {T:,} tokens x {i.batch}", "reduction")]
     for v in (r.compare[k] for k in shown_variants(r)):
-        rows.append((f"  {v.label}", "latent" if v.n_kv_head is None else str(v.n_kv_head),
-                     format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
-                     f"{v.reduction_vs_mha:.2f}x"))
+        rows.append((f"  {v.label}", *compare_cells(v)))
     lines.append(_columns(rows))
     for w in r.warnings:
         lines.append(f"note: {w}")

@@ -691,6 +691,13 @@ def shown_variants(r: "CalcResult") -> list[str]:
     return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
 
 
+def compare_cells(v: "Variant") -> tuple[str, str, str, str]:
+    """One KV layout's row of the comparison (the window's table and the command line's): KV heads,
+    cache per token, cache at seq_len x batch, reduction vs MHA ("4×")."""
+    return ("latent" if v.n_kv_head is None else str(v.n_kv_head), format_bytes(v.kv_bytes_per_token),
+            format_bytes(v.kv_bytes_total), f"{v.reduction_vs_mha:.3g}\u00d7")
+
+
 def format_count(n: int | float) -> str:
     """`124439808` -> `124.4 M`; `6738415616` -> `6.74 B`."""
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):

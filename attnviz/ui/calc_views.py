@@ -13,7 +13,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
-from attnviz.engine.calc import CalcResult, context_lengths, exact_bytes, format_bytes, format_count, shown_variants
+from attnviz.engine.calc import (
+    CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count, shown_variants,
+)
 from attnviz.figures.style import BACKGROUND, TEXT
 
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
@@ -102,12 +104,9 @@ class CompareTable(ResultTable):
         kind = r.attention_kind
         keys = shown_variants(r)
         variants = [r.compare[key] for key in keys]
-        self.fill([
-            (COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""),
-             "latent" if v.n_kv_head is None else str(v.n_kv_head),
-             format_bytes(v.kv_bytes_per_token), format_bytes(v.kv_bytes_total),
-             f"{v.reduction_vs_mha:.3g}×")
-            for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
+        # the narrow table names a row briefly; its tooltip is the full label the command line prints
+        self.fill([(COMPARE_NAMES[key] + (f" ({kind})" if key == "gqa" else ""), *compare_cells(v))
+                   for key, v in zip(keys, variants)], tooltips=[v.label for v in variants])
         for row, key in enumerate(keys):
             self.item(row, 0).setForeground(pg.mkColor(CURVE_COLORS[key]).darker(130))
 

@@ -40,7 +40,7 @@ def test_cli_table_free_fields_and_overrides(capsys):
     assert main(["calc", "--d-model", "4096", "--n-heads", "32", "--n-kv-heads", "8",
                  "--n-layers", "32", "--seq-len", "8192"]) == 0
     text = capsys.readouterr().out
-    assert "[128, 4096]" in text and "GQA" in text and "4.00x" in text and "32.00x" in text
+    assert "[128, 4096]" in text and "GQA" in text and "4×" in text and "32×" in text
     assert "1 GiB" in text  # 131072 bytes/token · 8192
     assert main(["calc", "--preset", "llama-2-7b", "--n-kv-heads", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["kv_bytes_total"] == 2 * GIB // 4
