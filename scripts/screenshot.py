@@ -38,13 +38,14 @@ def main() -> int:
 
     from attnviz.ui.app import create_window, make_app
     from attnviz.engine import heads
-    from attnviz.ui.window import DEFAULT_TEXT, SAMPLES
+    from attnviz.engine.registry import DEFAULT_TEXT
+    from attnviz.engine.samples import SAMPLES
 
     app = make_app()
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
                          QSettings.Format.IniFormat)
     if args.scene == "induction":
-        model, text = "SmolLM2-135M-Instruct", dict(SAMPLES)["Made-up names, repeated (induction)"]
+        model, text = "SmolLM2-135M-Instruct", {s.title: s.text for s in SAMPLES}["Made-up names, repeated (induction)"]
     else:
         model, text = "all-MiniLM-L6-v2", DEFAULT_TEXT
     w = create_window(model=model, text=text, settings=settings)

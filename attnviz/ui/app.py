@@ -99,13 +99,11 @@ def create_window(model: str | None = None, text: str | None = None,
                   settings: QSettings | None = None, **kw):
     """The main window, with its model already loading: the load starts on the worker thread
     before the widget modules (pyqtgraph: about half a second) are imported, so the two overlap."""
-    from attnviz.ui.settings import app_settings
+    from attnviz.ui.settings import app_settings, saved_model
 
     settings = settings if settings is not None else app_settings()
     state, worker = assemble()
-    from attnviz.engine.registry import WINDOW_MODEL
-
-    source = model or str(settings.value("model", WINDOW_MODEL))
+    source = model or saved_model(settings)
     worker.load(source)
 
     from attnviz.ui.window import MainWindow

@@ -29,7 +29,7 @@ from attnviz.figures.data import (
 )
 from attnviz.figures.style import ERROR
 from attnviz.figures.write import export_result, export_view
-from attnviz.ui.settings import app_settings
+from attnviz.ui.settings import app_settings, export_choices, remember_export
 from attnviz.ui.state import VIEW_MODES
 from attnviz.ui.worker import describe_error
 
@@ -81,7 +81,7 @@ def export_folder(settings: QSettings | None = None) -> Path:
     never the working directory the app was started from. New exports and File → Open view
     start here."""
     settings = settings if settings is not None else app_settings()
-    saved = Path(str(settings.value("export/folder", "") or "."))
+    saved = Path(export_choices(settings)["folder"] or ".")
     return saved if saved.is_absolute() and saved.is_dir() else default_folder()
 
 
@@ -208,17 +208,13 @@ class ExportDialog(QDialog):
         if not has_focus:
             item.setToolTip("Click a head first to choose the focus head")
         default = "head" if has_focus else ("all" if st.view_mode == "all" else "layer")
-        scope = self.settings.value("export/scope", default)
+        last = export_choices(self.settings)
+        scope = last["scope"] or default
         if scope == "head" and not has_focus:
             scope = "layer"
         self.scope.setCurrentIndex(max(0, self.scope.findData(scope)))
-        fmt = self.settings.value("export/format", "png")
-        self.format.setCurrentIndex(max(0, self.format.findData(fmt)))
-        try:
-            width = int(self.settings.value("export/width", DEFAULT_WIDTH))
-        except (TypeError, ValueError):
-            width = DEFAULT_WIDTH
-        self.width_box.setValue(width)
+        self.format.setCurrentIndex(max(0, self.format.findData(last["format"])))
+        self.width_box.setValue(last["width"] or DEFAULT_WIDTH)
         self.scale.setCurrentIndex(max(0, self.scale.findData(st.scale_mode)))
         self.hide_first.setChecked(bool(st.hide_first))
         self.value_weighted.setChecked(bool(st.value_weighted))
@@ -317,13 +313,10 @@ class ExportDialog(QDialog):
             return False
         finally:
             QApplication.restoreOverrideCursor()
-        self.settings.setValue("export/folder", str(path.parent.resolve()))
-        self.settings.setValue("export/format", self.format.currentData())
-        self.settings.setValue("export/scope", scope)
-        self.settings.setValue("export/width", self.width_box.value())
+        remember_export(self.settings, path.parent.resolve(), self.format.currentData(), scope,
+                        self.width_box.value())
         self.show_error("")
-        if hasattr(st, "show_status"):
-            st.show_status(f"Exported {path.resolve()}" + (f" and {self.written[1].name}"
-                                                           if len(self.written) > 1 else ""))
+        st.show_status(f"Exported {path.resolve()}" + (f" and {self.written[1].name}"
+                                                       if len(self.written) > 1 else ""))
         self.accept()
         return True

@@ -1,10 +1,11 @@
 """Remembered settings: one module that binds AppState to QSettings. `restore` applies what was
 saved (anything unreadable falls back to the default), `bind` writes each value back when the state
-says it changed. The window adds only what is its own: geometry, dock layout and the model source."""
+says it changed. Below them, what the window keeps of its own (the model source, geometry and dock
+layout) and the export dialog's last choices: every key the app writes is in this module."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QByteArray, QSettings
 
 from attnviz.engine.patterns import SCALE_MODES
 from attnviz.figures.data import COLORMAPS
@@ -71,3 +72,59 @@ def bind(state, settings: QSettings) -> None:
     state.sigTextChanged.connect(lambda text: settings.setValue("text", text))
     state.sigLayerChanged.connect(lambda layer: settings.setValue("layer", layer))
     state.sigDisplayChanged.connect(lambda: write_display(state, settings))
+
+
+# --- what the window keeps of its own: the model, the text, its geometry and docks -----------------
+
+def saved_model(settings: QSettings) -> str:
+    """The model source the window opens when none is given: the last one loaded, else the
+    registry's WINDOW_MODEL (a first start)."""
+    from attnviz.engine.registry import WINDOW_MODEL
+
+    return str(settings.value("model", WINDOW_MODEL))
+
+
+def remember_model(settings: QSettings, source: str) -> None:
+    settings.setValue("model", str(source))
+
+
+def saved_text(settings: QSettings) -> str:
+    from attnviz.engine.registry import DEFAULT_TEXT
+
+    return str(settings.value("text", DEFAULT_TEXT))
+
+
+def restore_window(window, settings: QSettings) -> bool:
+    """Geometry and dock layout as they were saved; False when there was none (a first start)."""
+    geometry, docks = settings.value("geometry"), settings.value("window_state")
+    if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+        window.restoreGeometry(geometry)
+    if isinstance(docks, QByteArray) and not docks.isEmpty():
+        return bool(window.restoreState(docks))
+    return False
+
+
+def save_window(window, settings: QSettings) -> None:
+    settings.setValue("geometry", window.saveGeometry())
+    settings.setValue("window_state", window.saveState())
+    settings.sync()
+
+
+# --- the export dialog's choices ------------------------------------------------------------------
+def export_choices(settings: QSettings) -> dict:
+    """The last export's folder (a str, "" before the first), format, scope and width (None when
+    unreadable: the dialog picks its own)."""
+    try:
+        width = int(settings.value("export/width"))
+    except (TypeError, ValueError):
+        width = None
+    return {"folder": str(settings.value("export/folder", "") or ""),
+            "format": str(settings.value("export/format", "png")),
+            "scope": settings.value("export/scope"), "width": width}
+
+
+def remember_export(settings: QSettings, folder, fmt: str, scope: str, width: int) -> None:
+    settings.setValue("export/folder", str(folder))
+    settings.setValue("export/format", fmt)
+    settings.setValue("export/scope", scope)
+    settings.setValue("export/width", int(width))

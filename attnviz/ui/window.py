@@ -6,14 +6,13 @@ from __future__ import annotations
 import logging
 import time
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
     QToolButton, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.registry import DEFAULT_TEXT, WINDOW_MODEL
-from attnviz.engine.samples import SAMPLES as GUIDED_SAMPLES
+from attnviz.engine.samples import SAMPLES
 from attnviz.ui import settings as remembered
 from attnviz.ui.app import assemble, install_exception_guard
 from attnviz.ui.controls import LoadBox, ViewControls
@@ -28,9 +27,6 @@ from attnviz.ui.training_panel import TrainingPanel
 from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
-
-
-SAMPLES = tuple((s.title, s.text) for s in GUIDED_SAMPLES)  # (title, text), in menu order
 
 
 class MainWindow(QMainWindow):
@@ -53,7 +49,7 @@ class MainWindow(QMainWindow):
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
-        source = model or str(self.settings.value("model", WINDOW_MODEL))
+        source = model or remembered.saved_model(self.settings)
         if self.state.loading:
             self._load_source = source  # create_window() started this load already
         else:
@@ -75,7 +71,7 @@ class MainWindow(QMainWindow):
         self.text_box.setToolTip("The sentence the model reads. Every edit is recomputed in the background.")
         self.text_box.setFixedHeight(self.text_box.fontMetrics().lineSpacing() * 3 + 12)
         self.samples_menu = QMenu("&Samples", self)
-        for sample in GUIDED_SAMPLES:
+        for sample in SAMPLES:
             act = self.samples_menu.addAction(sample.title)
             act.setToolTip(sample.look_for)
             act.triggered.connect(lambda _=False, s=sample.text: self.set_text(s))
@@ -202,19 +198,12 @@ class MainWindow(QMainWindow):
     def _restore(self, model: str | None, text: str | None) -> None:
         s = self.settings
         st = self.state
-        geometry = s.value("geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 860)
-        window_state = s.value("window_state")
-        if isinstance(window_state, QByteArray) and not window_state.isEmpty():
-            self.restoreState(window_state)
-        else:
+        self.resize(1400, 860)  # a first start's size (a saved geometry replaces it)
+        if not remembered.restore_window(self, s):
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
         remembered.restore(st, s)  # the display options, each value checked
         remembered.bind(st, s)  # from here every change of text, layer or display is written
-        self.set_text(text if text is not None else str(s.value("text", DEFAULT_TEXT)))
+        self.set_text(text if text is not None else remembered.saved_text(s))
         self._update_title()
         if self.state.loading:  # the load started before the signals were connected
             self._on_loading(self.state.loading)
@@ -376,7 +365,7 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, model) -> None:
         self.clear_error()
-        self.settings.setValue("model", self._load_source or model.name)
+        remembered.remember_model(self.settings, self._load_source or model.name)
         self.statusBar().showMessage(f"Loaded {model.name}", 4000)  # (the runner set the state)
         if self._pending_view is not None:
             (view, path), self._pending_view = self._pending_view, None
@@ -390,10 +379,7 @@ class MainWindow(QMainWindow):
 
     # --- shutdown -----------------------------------------------------------------------------
     def save_settings(self) -> None:
-        s = self.settings
-        s.setValue("geometry", self.saveGeometry())
-        s.setValue("window_state", self.saveState())
-        s.sync()
+        remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
         self.save_settings()

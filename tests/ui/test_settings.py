@@ -3,6 +3,7 @@
 from PySide6.QtCore import QSettings
 
 from attnviz.engine import load_model, textbook
+from attnviz.engine.registry import WINDOW_MODEL
 from attnviz.ui import settings as S
 from attnviz.ui.state import AppState
 
@@ -40,3 +41,26 @@ def test_bad_saved_values_fall_back_to_the_defaults(qapp, tmp_path):
     st = AppState()
     S.restore(st, s)  # never raises
     assert st.colormap == "viridis" and st.layer == 0
+
+
+def test_every_key_the_app_writes_is_written_by_the_settings_module():
+    """Issue 11: settings persistence is one module; the window and the export dialog call it."""
+    import re
+    from pathlib import Path
+
+    ui = Path(S.__file__).parent
+    writers = sorted(p.name for p in ui.glob("*.py")
+                     if re.search(r"\b(settings|s)\.(setValue|value)\(", p.read_text("utf-8")))
+    assert writers == ["settings.py"]
+
+
+def test_window_and_export_choices_round_trip(tmp_path):
+    s = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    assert S.saved_model(s) == WINDOW_MODEL and S.export_choices(s) == {
+        "folder": "", "format": "png", "scope": None, "width": None}
+    S.remember_model(s, "/models/x.gguf")
+    S.remember_export(s, tmp_path, "svg", "layer", 1800)
+    assert S.saved_model(s) == "/models/x.gguf"
+    assert S.export_choices(s) == {"folder": str(tmp_path), "format": "svg", "scope": "layer", "width": 1800}
+    s.setValue("export/width", "wide")  # a hand-edited file: the dialog's own default instead
+    assert S.export_choices(s)["width"] is None
