@@ -781,6 +781,9 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
 
     # sliding window: which layers use it
     window, window_layers = c["sliding_window"], None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise _bad("sliding_window", f"config.json's sliding_window must be a whole number of tokens "
+                                     f"(or null), got {window!r}")
     layer_types = raw.get("layer_types")
     if window and isinstance(layer_types, list) and layer_types:
         window_layers = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))

@@ -93,3 +93,11 @@ def test_cli_table_lists_the_layout_a_model_already_has_once(capsys):
     assert main(["calc", "--preset", "llama-3-8b"]) == 0
     rows = capsys.readouterr().out.split("MHA / as given / MQA")[1].splitlines()[2:]
     assert [r.split("(")[0].strip() for r in rows if r.strip()] == ["MHA", "as given: GQA", "MQA"]
+
+
+def test_cli_config_with_a_string_window_is_one_line_not_a_crash(tmp_path, capsys):
+    cfg = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+           "sliding_window": "4096", "max_position_embeddings": 8192}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert main(["calc", "--config", str(tmp_path)]) == 2
+    assert "sliding_window must be a whole number of tokens (or null), got '4096'" in capsys.readouterr().err

@@ -43,11 +43,13 @@ def test_a_guide_for_an_old_text_is_dropped(qtbot, settings_path):
     assert bar.current is None and not bar.isVisible()
 
 
-def test_about_lists_the_textbook_vocabulary(qtbot, settings_path):
+def test_about_lists_the_textbook_vocabulary_and_its_licence(qtbot, settings_path):
+    import html
+
     from attnviz.engine import textbook
 
     w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
-    import html
-
-    assert html.escape(textbook.vocabulary_line()) in about_html(w.state.model)
+    about = about_html(w.state.model)
+    assert html.escape(textbook.vocabulary_line()) in about
+    assert f"Licence: {textbook.TEXTBOOK_LICENSE}" in about and "not stated" not in about  # issue 11
     w.worker.wait_idle()
