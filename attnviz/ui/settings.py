@@ -68,8 +68,9 @@ def write_display(state, settings: QSettings) -> None:
 
 
 def bind(state, settings: QSettings) -> None:
-    """From now on every change of text, layer or a display option is written to `settings`."""
+    """From now on every change of text, layer, a display option or the model is written to `settings`."""
     state.sigTextChanged.connect(lambda text: settings.setValue("text", text))
+    state.sigModelChanged.connect(lambda model: model is not None and remember_model(settings, state.model_source))
     state.sigLayerChanged.connect(lambda layer: settings.setValue("layer", layer))
     state.sigDisplayChanged.connect(lambda: write_display(state, settings))
 

@@ -45,6 +45,7 @@ class AppState(QObject):
         super().__init__(parent)
         self.model = None
         self.model_name = ""
+        self.model_source = ""  # what `model` was opened from (a name, folder or file), as asked
         self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
         self.result = None
@@ -104,12 +105,14 @@ class AppState(QObject):
         return ""
 
     # --- setters ----------------------------------------------------------------------------
-    def set_model(self, model) -> None:
-        """A new model invalidates everything tied to the old one's shape; the text stays."""
+    def set_model(self, model, source: str = "") -> None:
+        """A new model invalidates everything tied to the old one's shape; the text stays.
+        `source`: what it was opened from (the runner's load request), else its name."""
         if model is self.model:
             return
         self.model = model
         self.model_name = model.name if model is not None else ""
+        self.model_source = str(source) if source and model is not None else self.model_name
         self._wanted_checkpoint = None
         if self.checkpoints is not None:
             self.checkpoints, self.checkpoint = None, None

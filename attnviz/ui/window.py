@@ -43,17 +43,13 @@ class MainWindow(QMainWindow):
         for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
-        self._load_source = ""
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None
         self.last_latency_s = 0.0
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
-        source = model or remembered.saved_model(self.settings)
-        if self.state.loading:
-            self._load_source = source  # create_window() started this load already
-        else:
-            self.load_model(source)
+        if not self.state.loading:  # (create_window() started this load already)
+            self.load_model(model or remembered.saved_model(self.settings))
         self._build_widgets()
         self._build_docks(panels)
         build_menus(self)
@@ -216,7 +212,6 @@ class MainWindow(QMainWindow):
 
     def load_model(self, source: str) -> None:
         """Load a model in the background; the current one stays usable until it arrives."""
-        self._load_source = str(source)
         self.worker.load(source)
 
     def cancel_load(self) -> None:
@@ -253,12 +248,13 @@ class MainWindow(QMainWindow):
         except (AttnvizError, OSError, ValueError, KeyError) as exc:
             self.show_error(f"Could not open view {path}: {exc}")
             return
-        model = view.get("model")
-        if model and model not in (self.state.model_name, self._load_source):
-            self._pending_view = (view, path)  # applied once that model is loaded
-            self.load_model(model)
-        else:
+        model, st = view.get("model"), self.state
+        if not model or model in (st.model_name, st.model_source):
             self.apply_view(view, path)
+            return
+        self._pending_view = (view, path)  # applied once that model is loaded
+        if st.loading != model:
+            self.load_model(model)
 
     def apply_view(self, view: dict, path: str = "") -> None:
         """Show a view, all of it or (with a message) nothing of it."""
@@ -364,12 +360,15 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Stopped loading {source}; {self._what_stays()}.", 8000)
 
     def _on_loaded(self, model) -> None:
-        self.clear_error()
-        remembered.remember_model(self.settings, self._load_source or model.name)
-        self.statusBar().showMessage(f"Loaded {model.name}", 4000)  # (the runner set the state)
+        self.clear_error()  # (the runner set the state; the settings remember the model)
+        self.statusBar().showMessage(f"Loaded {model.name}", 4000)
         if self._pending_view is not None:
             (view, path), self._pending_view = self._pending_view, None
-            self.apply_view(view, path)
+            if view.get("model") in (model.name, self.state.model_source):
+                self.apply_view(view, path)
+            else:  # another model was opened while the view waited for its own
+                self.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
+                                             "was not opened", 8000)
 
     def _on_load_failed(self, source: str, message: str) -> None:
         self._pending_view = None

@@ -392,7 +392,7 @@ class Worker(QObject):
         if error is not None:
             self.sigLoadFailed.emit(req.source, describe_error(error))
             return
-        self.state.set_model(model)
+        self.state.set_model(model, source=req.source)
         self.sigLoaded.emit(model)
 
     # --- model discovery ----------------------------------------------------------------------
