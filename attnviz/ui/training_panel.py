@@ -2,47 +2,32 @@
 training-step slider that moves every heatmap through training, beside a plot of the in-context
 learning score and the best induction-head score per checkpoint with the current step marked.
 
-A view of AppState: it loads the checkpoints as a 'checkpoints' job of the window's job runner
-(Worker.submit, a thread of its own: it reads files) and preloads every checkpoint's weights, so a
-slider step costs one forward pass on the pool; it writes back only through set_checkpoints and
-set_checkpoint. The head-roles panel rescores each new result, so its badges follow the slider.
+A view of AppState: the job runner loads a model's checkpoints (Worker.follow_state, preloading
+every checkpoint's weights, so a slider step costs one forward pass on the pool) and hands them to
+the state; the panel shows them and writes back only through set_checkpoint. The head-roles panel
+rescores each new result, so its badges follow the slider.
 """
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
-from attnviz.engine.checkpoints import CHECKPOINTS_FILE
 from attnviz.engine.patterns import head_title
 
-log = logging.getLogger(__name__)
 
-JOB_KIND = "checkpoints"
 ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers
 ICL_PEN = pg.mkPen(ICL_COLOR, width=2)
 INDUCTION_PEN = pg.mkPen(INDUCTION_COLOR, width=2)
 PLOT_HEIGHT = 150
 
 
-def _load_all(model):
-    from attnviz.engine.checkpoints import load_checkpoints
-
-    ckpts = load_checkpoints(model)
-    if ckpts is not None:
-        ckpts.preload()
-    return ckpts
-
-
 class TrainingPanel(QWidget):
-    def __init__(self, state, worker=None, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.worker = worker
         self.slider = QSlider(Qt.Orientation.Horizontal)
         self.slider.setToolTip("Training step: move every heatmap through training "
                                "(arrow keys step one checkpoint)")
@@ -92,12 +77,10 @@ class TrainingPanel(QWidget):
         col.addWidget(self.plot)
         self.hide()
 
-        state.sigModelChanged.connect(self._on_model_changed)
         state.sigCheckpointsChanged.connect(self._on_checkpoints)
         state.sigCheckpointChanged.connect(self._on_checkpoint)
         self.slider.valueChanged.connect(self._on_slider)
-        if state.model is not None:
-            self._on_model_changed(state.model)
+        self._on_checkpoints(state.checkpoints)  # (a model change clears them: the panel hides)
 
     def _sync_views(self, *_):
         vb = self.plot.getPlotItem().getViewBox()
@@ -105,28 +88,6 @@ class TrainingPanel(QWidget):
         self.right_view.linkedViewChanged(vb, self.right_view.XAxis)
 
     # --- from the state ---------------------------------------------------------------------
-    def _on_model_changed(self, model) -> None:
-        path = getattr(model, "path", None)
-        if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
-            if self.worker is not None:
-                self.worker.cancel(JOB_KIND)
-            self.hide()
-            return
-        if self.worker is None:  # a panel on its own (tests): load here
-            self._on_loaded(model, _load_all(model), None)
-            return
-        from attnviz.ui.worker import THREAD
-
-        self.worker.submit(JOB_KIND, lambda: _load_all(model), self._on_loaded, model, THREAD)
-
-    def _on_loaded(self, model, ckpts, error) -> None:
-        if error is not None:
-            log.warning("checkpoints of %s unavailable: %s", getattr(model, "name", model), error)
-            self.state.show_status(f"Training checkpoints unavailable: {error}")
-            return
-        if model is self.state.model:
-            self.state.set_checkpoints(ckpts)
-
     def _on_checkpoints(self, ckpts) -> None:
         if ckpts is None:
             self.hide()

@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.model_notice)
         col.addWidget(self.controls)
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
-        self.training_panel = TrainingPanel(st, self.worker)
+        self.training_panel = TrainingPanel(st)
         col.addWidget(self.training_panel)
         col.addWidget(self.grid, 1)
         self.setCentralWidget(central)

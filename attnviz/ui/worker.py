@@ -201,6 +201,15 @@ class _Task(QRunnable):
         _execute(self.job, self.relay, self.is_stale)
 
 
+def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
+    from attnviz.engine.checkpoints import load_checkpoints
+
+    ckpts = load_checkpoints(model)
+    if ckpts is not None:
+        ckpts.preload()
+    return ckpts
+
+
 def describe_error(exc: BaseException, writing=None) -> str:
     """A failure as the user reads it: the project's own errors as they are, an OSError as its
     reason and file ("cannot write <writing>: <reason>" for one met writing file `writing`),
@@ -319,6 +328,7 @@ class Worker(QObject):
         st.sigTextChanged.connect(lambda _text: self.request_compute())
         st.sigModelChanged.connect(lambda model: model is not None and self.request_compute(immediate=True))
         st.sigCheckpointChanged.connect(lambda _index: self.request_compute(immediate=True))
+        st.sigModelChanged.connect(self._load_checkpoints)
         st.sigDisplayChanged.connect(self._compute_what_is_missing)
         st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
 
@@ -394,6 +404,26 @@ class Worker(QObject):
             return
         self.state.set_model(model, source=req.source)
         self.sigLoaded.emit(model)
+
+    # --- training checkpoints -----------------------------------------------------------------
+    def _load_checkpoints(self, model) -> None:
+        """A model with training checkpoints (a checkpoints.json in its folder: engine/checkpoints)
+        gets them loaded and every checkpoint's weights preloaded on a thread of its own (it reads
+        files); the runner hands them to the state, for the model they belong to only."""
+        from attnviz.engine.checkpoints import CHECKPOINTS_FILE
+
+        path = getattr(model, "path", None)
+        if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
+            self.cancel("checkpoints")
+            return
+        self.submit("checkpoints", lambda: _checkpoints_of(model), self._on_checkpoints, model, THREAD)
+
+    def _on_checkpoints(self, model, ckpts, error) -> None:
+        if error is not None:
+            log.warning("checkpoints of %s unavailable: %s", model.name, error)
+            self.state.show_status(f"Training checkpoints unavailable: {describe_error(error)}")
+        elif model is self.state.model:
+            self.state.set_checkpoints(ckpts)
 
     # --- model discovery ----------------------------------------------------------------------
     def discover(self) -> Job:

@@ -198,3 +198,23 @@ def test_the_sample_guide_follows_the_slider(window, qtbot):
     early = guide_at(0)
     assert not early.claimed and "induction strength 0.71" not in bar.answer.text()
     assert guide_at(window.state.checkpoints.last).claimed
+
+
+def test_the_runner_loads_a_models_checkpoints_into_the_state(qtbot):
+    """No panel involved: the runner (app.assemble) loads the toy model's checkpoints after the
+    model, hands them to the state, and a training step alone starts a run on its weights."""
+    from attnviz.ui.app import assemble
+
+    st, worker = assemble()
+    worker.load(TOY_MODEL)
+    qtbot.waitUntil(lambda: st.checkpoints is not None, timeout=WAIT)
+    assert st.checkpoints.base is st.model and st.checkpoint == len(st.checkpoints) - 1
+    st.set_text(REPEATED)
+    qtbot.waitUntil(lambda: st.result is not None, timeout=WAIT)
+    last = st.result
+    st.set_checkpoint(0)
+    qtbot.waitUntil(lambda: st.result is not last and st.result is not None, timeout=WAIT)
+    assert not np.allclose(st.result.attentions, last.attentions)  # step 0's weights
+    st.set_model(None)
+    assert st.checkpoints is None
+    assert worker.wait_idle(WAIT)
