@@ -1,6 +1,6 @@
-"""What the export tests of the figures and of the window share: every name under a folder with
-its bytes (to check that a failed export changed nothing), a call that fails on its n-th use, and
-an earlier export to write over."""
+"""What the export tests of the figures, the window and the command line share: every name under a
+folder with its bytes (to check that a failed export changed nothing), a call that fails on its
+n-th use, a write that stops half-way, and an earlier export to write over."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def snapshot(folder: Path) -> dict[str, object]:
             else:
                 out[rel] = p.read_bytes()
     return out
+
+
+def leftovers(folder: Path) -> list[str]:
+    """The names directly under `folder`, sorted."""
+    return sorted(p.name for p in folder.iterdir())
 
 
 def export(run, path, *, head=0, width=SMALL, **kw):
@@ -60,3 +65,20 @@ class Calls:
         if self.count == self.n:
             raise self.exc
         return self.real(*args, **kwargs)
+
+
+def half_then(exc, on_file: int):
+    """A stand-in for the writer's write call that writes half of file number `on_file` (1-based)
+    and then raises `exc`, like a disk filling up or Ctrl+C in the middle of a write."""
+    from attnviz.figures import data as export_data
+
+    real = export_data._write_all
+    seen = []
+
+    def write_all(fd, data):
+        seen.append(fd)
+        if len(seen) == on_file:
+            real(fd, data[:len(data) // 2])
+            raise exc
+        real(fd, data)
+    return write_all

@@ -1,6 +1,7 @@
 """attnviz imports its own modules plainly: an ImportError in one of them is a bug to see, never
 swallowed as "not built yet" (issue 11: the importlib scaffolding is gone)."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -65,6 +66,31 @@ def test_an_image_export_from_the_command_line_loads_no_widget_module(tmp_path):
     assert (tmp_path / "a.png").stat().st_size > 0 and (tmp_path / "b.svg").stat().st_size > 0
 
 
+CLI = re.compile(r"attnviz\.(?:cli|__main__)\b"
+                 r"|^\s*from\s+attnviz\s+import\s+(?:\([^)]*|[^\n]*)\bcli\b"
+                 r"|[\"']-m[\"'],\s*[\"']attnviz[\"']", re.M)
+# Tests outside tests/cli that may still run the command line, each with its reason.
+CLI_OUTSIDE_TESTS_CLI = {
+    # `attnviz` without a command opens the window: a launcher test that belongs in tests/cli (as
+    # test_cli_misuse.py's no_window does); it moves there once test_ui_window.py is free to edit.
+    "ui/test_ui_window.py::test_cli_without_a_command_opens_the_window_on_its_default_model",
+}
+
+
+def cli_uses(path: Path) -> list[str]:
+    """The top-level statements of a test file that use the command line, as "folder/file::name"
+    (a function or class, its decorators included) or "folder/file" (anything else)."""
+    text = path.read_text("utf-8")
+    lines = text.splitlines()
+    found = []
+    for node in ast.parse(text).body:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        if CLI.search("\n".join(lines[first - 1:node.end_lineno])):
+            name = f"{path.parent.name}/{path.name}"
+            found.append(f"{name}::{node.name}" if hasattr(node, "name") else name)
+    return found
+
+
 def test_the_tests_mirror_the_layers():
     """tests/engine never touches Qt, as the engine does not; the window's tests live in tests/ui,
     the figures' in tests/figures, the command line's in tests/cli; only whole-project checks
@@ -74,9 +100,12 @@ def test_the_tests_mirror_the_layers():
                     re.M)
     assert [p.name for p in sorted((tests / "engine").glob("test_*.py"))
             if qt.search(p.read_text("utf-8"))] == []
-    cli = re.compile(r"attnviz\.cli\b|\"-m\", \"attnviz\"")  # the command line is tests/cli's
-    assert [p.name for p in sorted((tests / "engine").glob("test_*.py"))
-            if cli.search(p.read_text("utf-8"))] == []
+    # the command line is tests/cli's: no other layer's tests import attnviz.cli (or __main__) or
+    # start `python -m attnviz`
+    assert [use for folder in ("engine", "figures", "ui")
+            for p in sorted((tests / folder).glob("*.py")) for use in cli_uses(p)
+            if use not in CLI_OUTSIDE_TESTS_CLI] == []
+    assert all(use in cli_uses(tests / use.split("::")[0]) for use in CLI_OUTSIDE_TESTS_CLI)
     window = re.compile(r"^\s*(?:from|import)\s+attnviz\.ui\b", re.M)  # the figures' tests draw without it
     assert [p.name for p in sorted((tests / "figures").glob("test_*.py"))
             if window.search(p.read_text("utf-8"))] == []

@@ -1,5 +1,6 @@
 """Export: pixels of the PNG match the attention, SVG is XML with titles and tokens, the sidecar
-round-trips, the numbers equal the engine's, failed writes leave nothing, the CLI runs headless."""
+round-trips, the numbers equal the engine's, failed writes leave nothing (the command line, headless:
+tests/cli/test_export_cli.py)."""
 
 import os
 
@@ -8,10 +9,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import csv  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
 import xml.etree.ElementTree as ET  # noqa: E402
-from pathlib import Path  # noqa: E402
 from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -21,6 +19,7 @@ from attnviz.engine.errors import InputError  # noqa: E402
 from attnviz.engine.patterns import drop_first_key, select_patterns  # noqa: E402
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, make_view, open_sidecar  # noqa: E402
+from export_files import leftovers  # noqa: E402
 
 SENTENCE = "The keys to the cabinet are on the table."
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -55,10 +54,6 @@ def cell_rgb(img, panel, q, k):  # the colour at the centre of cell (q, k) of a 
     y = panel["y"] + (q + 0.5) * panel["cell"]
     c = img.pixelColor(int(x), int(y))
     return c.red(), c.green(), c.blue()
-
-
-def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir())
 
 
 # --- pure data (no Qt needed) ------------------------------------------------------------------
@@ -364,41 +359,3 @@ def test_open_sidecar_errors(tmp_path):
     partial.write_text(json.dumps(doc))
     with pytest.raises(ExportError, match="scale_mode 'log'"):
         open_sidecar(partial)
-
-
-# --- the command line, headless -----------------------------------------------------------------
-
-def _cli(*args, cwd):
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY",
-                                                            "QT_QPA_PLATFORM")}
-    return subprocess.run([sys.executable, "-m", "attnviz", "export", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-@pytest.mark.parametrize("name,args", [("cli.png", ["--layer", "1", "--head", "2", "--width", "700"]),
-                                       ("cli.svg", ["--layer", "0", "--width", "900"]),
-                                       ("cli.npy", [])])
-def test_cli_export_without_display(run, tmp_path, name, args):
-    proc = _cli("--text", SENTENCE, *args, "--out", str(tmp_path / name), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    out = tmp_path / name
-    if name.endswith(".npy"):
-        np.testing.assert_allclose(np.load(out), run.attentions, atol=1e-6)
-        assert leftovers(tmp_path) == [name]
-    else:
-        meta = open_sidecar(out)
-        assert meta["text"] == SENTENCE and out.stat().st_size > 1000
-        if name.endswith(".png"):
-            assert (meta["scope"], meta["layer"], meta["head"], meta["width"]) == ("head", 1, 2, 700)
-        else:
-            ET.parse(out)
-            assert meta["scope"] == "layer"
-        assert leftovers(tmp_path) == [name, name + ".json"]
-
-
-def test_cli_bad_layer_is_one_line_and_nonzero(tmp_path):
-    proc = _cli("--layer", "6", "--out", str(tmp_path / "x.png"), cwd=tmp_path)
-    assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "layer 6 is out of range" in lines[0] and "0..5" in lines[0]
-    assert leftovers(tmp_path) == []

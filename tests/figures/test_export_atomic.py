@@ -1,7 +1,7 @@
 """Exports never destroy what was there (issue 13): every way a write can fail leaves the folder
-exactly as it was (the same names, the same bytes, no temporary files), through the Qt-free writer,
-`export_result` and the command line (the window's dialog: tests/ui/test_export_dialog.py); a
-successful export replaces the pair."""
+exactly as it was (the same names, the same bytes, no temporary files), through the Qt-free writer
+and `export_result` (the window's dialog: tests/ui/test_export_dialog.py; the command line:
+tests/cli/test_export_atomic_cli.py); a successful export replaces the pair."""
 
 import os
 
@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, open_sidecar, write_atomic  # noqa: E402
-from export_files import SENTENCE, SMALL, Calls, export, old_pair, snapshot  # noqa: E402
+from export_files import SENTENCE, SMALL, Calls, export, half_then, old_pair, snapshot  # noqa: E402
 
 BIG = 3000  # px: an image of about 130 kB
 
@@ -37,21 +37,6 @@ def check_message(exc: BaseException, path: Path, reason: str) -> None:
 def pair(qapp, run, tmp_path):
     """tmp_path with an earlier export fig.png + fig.png.json (head 0) and an unrelated file."""
     return old_pair(run, tmp_path)
-
-
-def half_then(exc, on_file: int):
-    """A stand-in for the writer's write call that writes half of file number `on_file` (1-based)
-    and then raises `exc`, like a disk filling up or Ctrl+C in the middle of a write."""
-    real = export_data._write_all
-    seen = []
-
-    def write_all(fd, data):
-        seen.append(fd)
-        if len(seen) == on_file:
-            real(fd, data[:len(data) // 2])
-            raise exc
-        real(fd, data)
-    return write_all
 
 
 # --- the case in the issue ----------------------------------------------------------------------
@@ -342,37 +327,3 @@ def test_several_number_files_in_one_transaction(tmp_path, monkeypatch):
         assert snapshot(tmp_path) == before
     write_atomic([(tmp_path / name, b"new " + name.encode()) for name in names])
     assert snapshot(tmp_path) == {name: b"new " + name.encode() for name in names}
-
-
-# --- the same through the command line -------------------------------------------
-
-def test_cli_sidecar_is_a_folder(pair, capsys):
-    from attnviz.cli import main
-
-    (pair / "fig.png.json").unlink()
-    (pair / "fig.png.json").mkdir()
-    before = snapshot(pair)
-    code = main(["export", "--text", SENTENCE, "--layer", "0", "--head", "1", "--width", "500",
-                 "--out", str(pair / "fig.png")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1, err
-    assert f"cannot write {pair / 'fig.png.json'}: a folder has that name" in err[0]
-    assert "Errno" not in err[0]
-    assert snapshot(pair) == before
-
-
-def test_cli_numbers_over_an_existing_file_interrupted(pair, capsys, monkeypatch):
-    from attnviz.cli import main
-
-    (pair / "n.csv").write_text("old numbers\n")
-    before = snapshot(pair)
-    monkeypatch.setattr(export_data, "_write_all",
-                        half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
-    code = main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code != 0 and len(err) == 1 and "n.csv: No space left on device" in err[0], err
-    assert snapshot(pair) == before
-    monkeypatch.undo()
-    assert main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")]) == 0
-    assert (pair / "n.csv").read_text().startswith("layer,head,query_pos")
-    assert sorted(snapshot(pair)) == sorted(before)

@@ -1,11 +1,8 @@
 """The Anatomy panel in the real window (offscreen) and its export: one focus shared with the grid,
 the layer inputs computed only while the tab is shown, hover read-outs with real numbers, click to
-focus, PNG/SVG pixels and the headless `attnviz export --view anatomy`."""
+focus, PNG/SVG pixels (the headless `attnviz export --view anatomy`: tests/cli/test_anatomy_cli.py)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -183,30 +180,6 @@ def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
     lay = fig.layout(view, 900)
     assert lay.block("w_k").rect.width() < lay.block("w_q").rect.width() / 2  # 3 KV heads of 9
     assert [b.head for b in lay.block("w_k").bands] == [0, 1, 2]
-
-
-def test_headless_cli_export(tmp_path):
-    out = tmp_path / "anatomy.png"
-    env = dict(os.environ)
-    env.pop("QT_QPA_PLATFORM", None)
-    env.pop("DISPLAY", None)
-    proc = subprocess.run([sys.executable, "-m", "attnviz", "export", "--view", "anatomy",
-                           "--model", "all-MiniLM-L6-v2", "--text", TEXT, "--layer", "2",
-                           "--head", "4", "--width", "900", "--out", str(out)],
-                          capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    img = _png(out)
-    assert img.width() == 900
-    side = json.loads((tmp_path / "anatomy.png.json").read_text())
-    wq = next(b for b in side["blocks"] if b["block"] == "w_q")
-    # head 4's slice strip above W_Q is the focus colour
-    x = wq["x"] + wq["w"] * 4.5 / 12
-    c = img.pixelColor(int(x), int(wq["y"] - 1))
-    assert c.name() == fig.FOCUS
-    bad = subprocess.run([sys.executable, "-m", "attnviz", "export", "--view", "anatomy",
-                          "--model", "all-MiniLM-L6-v2", "--out", str(tmp_path / "a.npy")],
-                         capture_output=True, text=True, env=env, timeout=120)
-    assert bad.returncode == 2 and "anatomy" in bad.stderr and len(bad.stderr.splitlines()) == 1
 
 
 def test_shown_with_nothing_computed_says_so(qtbot):

@@ -1,61 +1,17 @@
-"""Value-weighted attention as the window shows it and as `attnviz attention --value-weighted`
-writes it, checked against a direct computation (a_qk * ||v_k W_O(h)||, rows renormalised) on a tiny
-GQA fixture and on MiniLM."""
+"""Value-weighted attention as the window shows it, checked against a direct computation
+(a_qk * ||v_k W_O(h)||, rows renormalised) on a tiny GQA fixture and on MiniLM (what
+`attnviz attention --value-weighted` writes: tests/cli/test_attention_value_weighted_cli.py)."""
 
 import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
 
-from attnviz.cli import main
 from attnviz.engine import load_model
-from attnviz.engine.families import forward_attentions
 from attnviz.ui.window import MainWindow
+from by_hand import direct
 from tiny import FIXTURES
 
 WAIT = 30000
-
-
-def direct(model, ids):
-    """By hand, per head: the key's value row times head h's rows of W_O, its norm, the weights
-    scaled by it and renormalised."""
-    c, w = model.config, model.weights
-    values = []
-    att = forward_attentions(c, w, np.asarray(ids), values_out=values).astype(np.float64)
-    norms = np.zeros(att.shape[:3])
-    for i, layer in enumerate(w.layers):
-        for h in range(c.n_head):
-            f = values[i][h // c.n_group] @ layer.w_o[h * c.d_head:(h + 1) * c.d_head]
-            norms[i, h] = np.linalg.norm(f, axis=-1)
-    vw = att * norms[:, :, None, :]
-    return norms, vw / vw.sum(-1, keepdims=True)
-
-
-def test_cli_writes_value_norms_and_value_weighted_for_a_gqa_model(tmp_path, capsys):
-    out = tmp_path / "a.npz"
-    ids = [3, 1, 4, 1, 5, 9, 2, 6]
-    assert main(["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids",
-                 ",".join(map(str, ids)), "--value-weighted", "--out", str(out)]) == 0
-    d = np.load(out, allow_pickle=False)
-    norms, vw = direct(load_model(FIXTURES / "llama_gqa"), ids)
-    assert d["value_norms"].dtype == np.float32 and d["value_norms"].shape == (2, 8, 8)
-    assert d["value_weighted"].dtype == np.float32 and d["value_weighted"].shape == (2, 8, 8, 8)
-    np.testing.assert_allclose(d["value_norms"], norms, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(d["value_weighted"], vw, atol=1e-5)
-    np.testing.assert_allclose(d["value_weighted"].sum(-1), 1.0, atol=1e-5)
-    assert main(["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4",
-                 "--out", str(tmp_path / "b.npz")]) == 0
-    assert "value_norms" not in np.load(tmp_path / "b.npz").files  # only when asked
-
-
-def test_cli_value_weighted_on_minilm(tmp_path, minilm):
-    out = tmp_path / "m.npz"
-    text = "The keys to the cabinet are on the table."
-    assert main(["attention", "--model", "all-MiniLM-L6-v2", "--text", text, "--value-weighted",
-                 "--out", str(out)]) == 0
-    d = np.load(out, allow_pickle=False)
-    norms, vw = direct(minilm, minilm.run(text).input_ids)
-    np.testing.assert_allclose(d["value_norms"], norms, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(d["value_weighted"], vw, atol=1e-5)
 
 
 @pytest.fixture
