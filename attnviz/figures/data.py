@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 
 import attnviz
-from attnviz.engine.errors import AttnvizError
+from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
 from attnviz.engine.patterns import value_weighted as weigh_by_values
+from attnviz.engine.validate import read_json_object
 
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
@@ -292,16 +293,11 @@ def open_sidecar(path: str | os.PathLike) -> dict:
     if found is None:
         raise ExportError(f"no attnviz view file at {candidates[-1]}"
                           + ("" if p.suffix.lower() == ".json" else f" (the sidecar of {p.name})"))
-    try:
-        doc = json.loads(found.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ExportError(f"{found} is not a text file: {exc.reason} at byte {exc.start}") from None
-    except json.JSONDecodeError as exc:
-        raise ExportError(f"{found} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                          f"column {exc.colno}") from None
-    except OSError as exc:
-        raise ExportError(f"cannot read {found}: {exc.strerror or exc}") from None
-    if not isinstance(doc, dict) or doc.get("kind") != SIDECAR_KIND:
+    try:  # the engine's one reader of JSON files: size cap, file kind, encoding, nesting
+        doc = read_json_object(found)
+    except ModelLoadError as exc:
+        raise ExportError(str(exc)) from None
+    if doc.get("kind") != SIDECAR_KIND:
         raise ExportError(f"{found} is not an attnviz view file (no \"kind\": \"{SIDECAR_KIND}\")")
     if not isinstance(doc.get("version"), int) or doc["version"] > SIDECAR_VERSION:
         raise ExportError(f"{found} has view-file version {doc.get('version')!r}; this attnviz "

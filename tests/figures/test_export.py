@@ -341,6 +341,14 @@ def test_open_sidecar_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ExportError, match=r"not valid JSON: .* line 1"):
         open_sidecar(tmp_path / "bad.png")
+    deep = tmp_path / "deep.json"  # the engine's one JSON reader: nesting and size are refused in words
+    deep.write_text("[" * 100_000)
+    with pytest.raises(ExportError, match="nested too deeply"):
+        open_sidecar(deep)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ExportError, match="expected a JSON object"):
+        open_sidecar(listed)
     other = tmp_path / "numbers.json"
     other.write_text(json.dumps({"weights": [1.0]}))
     with pytest.raises(ExportError, match="not an attnviz view file"):
