@@ -208,6 +208,20 @@ def head_output_share(pattern, f):  # [n_head, T, T], [n_head, T, d_model] -> [n
     """Each head's share of the layer's attention output: ||A_h (V_h W_O(h))||_F over the sum of
     all heads' (the output bias, shared by all heads, is left out)."""
     out = np.matmul(pattern, f)  # [n_head, T, d_model]
-    norms = np.sqrt(np.einsum("htm,htm->h", out, out, dtype=np.float64))
+    return _shares(np.sqrt(np.einsum("htm,htm->h", out, out, dtype=np.float64)))
+
+
+def head_output_share_of_heads(head_out, w_o):  # [n_head, T, d_head], [n_head d_head, d_model] -> [n_head]
+    """The same share from each head's output o_h = A_h V_h (the anatomy has them): ||o_h W_O(h)||_F
+    as sqrt(sum(o_h G_h * o_h)) with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the
+    cost of forming every head's [T, d_model] output."""
+    n_head, _, d_head = head_out.shape
+    wo = w_o.reshape(n_head, d_head, -1)  # [n_head, d_head, d_model]
+    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
+    sq = np.einsum("htd,htd->h", np.matmul(head_out, gram), head_out, dtype=np.float64)
+    return _shares(np.sqrt(np.maximum(sq, 0.0)))
+
+
+def _shares(norms):  # [n_head] float64 -> [n_head] float32, summing to 1 (all 0 when every norm is)
     total = norms.sum()
     return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)

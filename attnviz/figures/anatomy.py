@@ -26,6 +26,7 @@ from attnviz.engine.anatomy import (
     BYTES, CostRow, LayerAnatomy, cost_totals, head_costs, head_dim_note, input_name, layer_anatomy,
 )
 from attnviz.engine.calc import format_bytes, format_count
+from attnviz.engine.layers import head_output_share_of_heads
 from attnviz.engine.patterns import check_index, head_title, max_pool
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.heatmaps import (
@@ -149,19 +150,6 @@ class AnatomyView:
         return f"{self.model} \u00b7 anatomy of layer {self.layer}{focus}"
 
 
-def head_shares(an: LayerAnatomy) -> np.ndarray:  # -> [n_head]
-    """||A_h V_h W_O(h)||_F over the sum of all heads' (what RunResult.head_share gives), as
-    sqrt(sum(o_h G_h * o_h)) with G_h = W_O(h) W_O(h)^T [d_head, d_head]: d_head / d_model of the
-    cost of forming every head's [T, d_model] output."""
-    n_head, T, dh = an.head_out.shape
-    wo = an.w_o.reshape(n_head, dh, -1)  # [n_head, d_head, d_model]
-    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
-    sq = np.einsum("htd,htd->h", np.matmul(an.head_out, gram), an.head_out, dtype=np.float64)
-    norms = np.sqrt(np.maximum(sq, 0.0))
-    total = norms.sum()
-    return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)
-
-
 def make_anatomy_view(model, result, layer: int, head: int | None = None,
                       colormap: str = DEFAULT_COLORMAP, previous: AnatomyView | None = None) -> AnatomyView:
     """The view of `result` (a RunResult with layer_inputs: Model.run(inputs=True)) at `layer`.
@@ -193,7 +181,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
         model=model.name, text=result.text, tokens=list(result.tokens),
         labels=list(result.labels or result.tokens), ids=[int(i) for i in result.input_ids],
         layer=int(layer), n_layer=cfg.n_layer, head=None if head is None else int(head),
-        anatomy=an, costs=head_costs(cfg, len(result.tokens)), share=head_shares(an),
+        anatomy=an, costs=head_costs(cfg, len(result.tokens)), share=head_output_share_of_heads(an.head_out, an.w_o),
         colormap=colormap, family=cfg.family, d_model=cfg.d_model, n_head=cfg.n_head,
         n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, notes=notes, result=result, limits=limits,
         weights=model.weights)

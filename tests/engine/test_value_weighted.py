@@ -59,3 +59,16 @@ def test_value_weighting_moves_weight_off_a_silent_key():
     np.testing.assert_allclose(vw.sum(-1), 1.0, rtol=1e-6)
     assert vw[0, 1] > 0.9 and vw[1, 1] > 0.98
     np.testing.assert_array_equal(value_weighted(att, np.zeros(2, np.float32)), 0)  # never NaN
+
+
+def test_the_two_ways_to_a_heads_share_agree(minilm):
+    """layers.head_output_share (from the pattern and v W_O, what runs give) and
+    head_output_share_of_heads (from each head's output, what the anatomy has) are one number."""
+    from attnviz.engine.anatomy import layer_anatomy
+    from attnviz.engine.layers import head_output_share_of_heads
+
+    r = minilm.run("The keys to the cabinet are on the table.", values=True, inputs=True)
+    for layer in (0, 5):
+        an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[layer], layer, r.attentions[layer])
+        np.testing.assert_allclose(head_output_share_of_heads(an.head_out, an.w_o), r.head_share[layer],
+                                   rtol=1e-4, atol=1e-6)
