@@ -44,9 +44,10 @@ RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
 
 
 class CalcPanel(QWidget):
-    """The shapes / parameters / KV-cache calculator as a side-panel widget.
+    """The shapes / parameters / KV-cache calculator as a side-panel widget: a view of AppState
+    (the loaded model and the current result), or with no state a calculator on its own.
 
-    Public API (the window calls these):
+    What following the state calls (a panel without state can be given these directly):
       set_model_config(raw_config_dict, name)  fill from a loaded model, select "loaded model"
       set_seq_len(T)                            the current sentence's length (line + plot marker)
       set_live_cache(result, model)             what the engine's KV cache holds after this run
