@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from attnviz.engine.calc import (
-    ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
+    ARCH_STYLES, CONVENTIONS, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, CalcInputs, CalcResult, calc_inputs_from_config, calculate,
     compare_cells,
     exact_bytes, exact_count, format_bytes, format_count, shown_variants,
 )
@@ -86,7 +86,7 @@ def inputs_from_args(args) -> tuple[CalcInputs, Preset | None]:
             kv_lora_rank=args.kv_lora_rank if args.kv_lora_rank is not None else
             (old.kv_lora_rank if old else 512),
             qk_rope_head_dim=args.qk_rope_head_dim if args.qk_rope_head_dim is not None else
-            (old.qk_rope_head_dim if old else 64),
+            (old.qk_rope_head_dim if old else MLA_ROPE_HEAD_DIM),
             qk_nope_head_dim=old.qk_nope_head_dim if old else None,
             v_head_dim=old.v_head_dim if old else None,
             q_lora_rank=old.q_lora_rank if old else None)

@@ -41,6 +41,7 @@ MAX_PARAMS = 1 << 60
 JSON_KEYS = {"n_head": "n_heads", "n_kv_head": "n_kv_heads", "n_layer": "n_layers",
              "d_head": "head_dim"}
 
+MLA_ROPE_HEAD_DIM = 64  # DeepSeek-V2/V3's qk_rope_head_dim, where a config or flag leaves it out
 BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
 
@@ -773,7 +774,7 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     # multi-head latent attention
     mla = None
     if raw.get("kv_lora_rank"):
-        mla = MLA(kv_lora_rank=raw["kv_lora_rank"], qk_rope_head_dim=raw.get("qk_rope_head_dim", 64),
+        mla = MLA(kv_lora_rank=raw["kv_lora_rank"], qk_rope_head_dim=raw.get("qk_rope_head_dim", MLA_ROPE_HEAD_DIM),
                   qk_nope_head_dim=raw.get("qk_nope_head_dim"), v_head_dim=raw.get("v_head_dim"),
                   q_lora_rank=raw.get("q_lora_rank"))
         n_kv = None

@@ -41,6 +41,9 @@ SIDECAR_KIND = "attnviz-view"
 SIDECAR_VERSION = 1
 
 
+NOTHING_YET = "nothing to export yet: no attention has been computed"
+
+
 class ExportError(AttnvizError):
     """An export that cannot be made or written; the message says why."""
 
@@ -107,7 +110,7 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
     `value_weighted`: export what the window's Value-weighted view shows (weighted first, then the
     first key hidden, as there); needs a result run with values=True."""
     if result is None:
-        raise ExportError("nothing to export: no attention has been computed yet")
+        raise ExportError(NOTHING_YET)
     att = result.attentions  # [n_layer, n_head, T, T]
     n_layer, n_head, n_tok = att.shape[:3]
     if scope not in SCOPES:

@@ -20,10 +20,9 @@ from PySide6.QtGui import (
 
 from attnviz.engine.patterns import group_size, head_title, max_pool
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
-from attnviz.figures.style import bar_label, group_color, heat_index, heat_table
+from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
-MAX_LABEL_CHARS = 16
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
 TEXT = QColor(30, 30, 30)
 MUTED = QColor(100, 100, 100)
@@ -102,15 +101,6 @@ def grid_cols(n_head: int, group: int = 1) -> int:
 
 def _elide(text: str, font: QFont, width: float) -> str:
     return QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, max(1.0, width))
-
-
-def _clip_label(label: str) -> str:
-    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
-    if label == "":
-        return "\u2423"  # an empty token string still gets a visible label
-    if label.isspace():
-        return "\u2423" * min(len(label), 3)
-    return label if len(label) <= MAX_LABEL_CHARS else label[: MAX_LABEL_CHARS - 1] + "\u2026"
 
 
 def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
@@ -201,8 +191,8 @@ def layout(view: ExportView, width: int) -> FigureLayout:
 
     label_base = (15 if view.scope == "head" else 12) * s
     min_label = max(6.0, 8 * s)
-    labels_q = [_clip_label(t) for t in view.labels]
-    labels_k = [_clip_label(view.labels[k]) for k in view.key_pos]
+    labels_q = [axis_label(t) for t in view.labels]
+    labels_k = [axis_label(view.labels[k]) for k in view.key_pos]
 
     def gutters(px: float, stride: int = 1) -> tuple[float, float]:
         fm = QFontMetricsF(_font(px))
@@ -390,7 +380,7 @@ def _paint_query_labels(painter: QPainter, view: ExportView, lay: FigureLayout, 
     painter.setPen(TEXT)
     pad = 6 * lay.scale + lay.group_pad
     for q in range(0, box.n_q, lay.q_stride):
-        text = _elide(_clip_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
+        text = _elide(axis_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
         r = QRectF(box.x - lay.q_gutter, box.y + q * box.cell + box.cell / 2 - lay.label_px,
                    lay.q_gutter - pad, 2 * lay.label_px)
         painter.drawText(r, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, text)
@@ -403,7 +393,7 @@ def _paint_key_labels(painter: QPainter, view: ExportView, lay: FigureLayout, bo
     pad = 6 * lay.scale + lay.group_pad
     bottom = box.y + box.cell * box.n_q
     for k in range(0, box.n_k, lay.k_stride):
-        text = _elide(_clip_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
+        text = _elide(axis_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
         painter.save()
         painter.translate(box.x + k * box.cell + box.cell / 2, bottom + pad)
         painter.rotate(-90)

@@ -14,6 +14,21 @@ import pyqtgraph as pg
 
 from attnviz.figures.data import COLORMAPS, ExportError
 
+# --- token labels on an axis -----------------------------------------------------------------------
+LABEL_CHARS = 16  # characters of a token on an axis (the hover read-out has it whole)
+
+
+def axis_label(label: str) -> str:
+    """A token as an axis shows it: a newline or tab as a visible mark, an empty or all-space token
+    as open boxes, and at most LABEL_CHARS characters (an ellipsis at the cut)."""
+    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
+    if label == "":
+        return "\u2423"  # an empty token string still gets a visible label
+    if label.isspace():
+        return "\u2423" * min(len(label), 3)
+    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "\u2026"
+
+
 # --- colours --------------------------------------------------------------------------------------
 BACKGROUND = "#202124"  # the window's heatmap views (dark)
 TEXT = "#e8eaed"  # text on BACKGROUND

@@ -14,7 +14,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from attnviz.engine.calc import (
-    CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count, shown_variants,
+    BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count, shown_variants,
 )
 from attnviz.figures.style import BACKGROUND, TEXT
 
@@ -191,11 +191,10 @@ class KVPlot(pg.PlotWidget):
 
 def _unit_for(top: float) -> tuple[int, str]:
     """The binary unit that keeps the plot's largest value between 1 and 1024."""
-    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
     k = 0
-    while k < len(units) - 1 and top >= 1024 ** (k + 1):
+    while k < len(BINARY_UNITS) - 1 and top >= 1024 ** (k + 1):
         k += 1
-    return 1024 ** k, units[k]
+    return 1024 ** k, BINARY_UNITS[k]
 
 
 # -- text lines ------------------------------------------------------------------------------------

@@ -25,10 +25,11 @@ from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, ExportError,
+    COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, NOTHING_YET, ExportError,
 )
 from attnviz.figures.style import ERROR
 from attnviz.figures.write import export_result, export_view
+from attnviz.ui.notices import sentence
 from attnviz.ui.settings import app_settings, export_choices, remember_export
 from attnviz.ui.state import VIEW_MODES
 from attnviz.ui.worker import describe_error
@@ -45,7 +46,7 @@ def anatomy_view(state) -> AnatomyView:
     inputs (the tab was hidden) is run again for them, in full and off the KV cache."""
     r, model = state.result, state.model
     if r is None or model is None:
-        raise ExportError("nothing to export yet: no attention has been computed")
+        raise ExportError(NOTHING_YET)
     if r.layer_inputs is None:
         r = _run_again(model, r, inputs=True)
     focus = state.focus
@@ -220,7 +221,7 @@ class ExportDialog(QDialog):
         self.value_weighted.setChecked(bool(st.value_weighted))
         self.export_button.setEnabled(st.result is not None)
         if st.result is None:
-            self.show_error("Nothing to export yet: no attention has been computed.")
+            self.show_error(sentence(NOTHING_YET.capitalize()))
         self._suggest_name()
 
     def folder(self) -> Path:

@@ -12,15 +12,8 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPen
 from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.patterns import group_size, head_title
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, bar_label
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, axis_label, bar_label
 from attnviz.ui.mosaic import cell_readout
-
-_LABEL_MAX = 18  # characters of a token label shown on an axis (the read-out has it whole)
-
-
-def _short(label: str) -> str:
-    return label if len(label) <= _LABEL_MAX else label[:_LABEL_MAX - 1] + "…"
-
 
 class KeyAxis(pg.AxisItem):
     """Top axis whose tick labels are drawn rotated, so long key tokens never overlap."""
@@ -170,7 +163,7 @@ class FocusView(QWidget):
         ticks = []
         for size, first in ((self.vb.height(), 0), (self.vb.width(), min(self._k0, T))):
             step = max(1, math.ceil(15.0 * max(T, 1) / max(size, 1.0)))
-            ticks.append([(i + 0.5, _short(r.labels[i])) for i in range(first, T, step)])
+            ticks.append([(i + 0.5, axis_label(r.labels[i])) for i in range(first, T, step)])
         self.plot.getAxis("left").setTicks([ticks[0]])
         self.key_axis.setTicks([ticks[1]])
         ticks = ticks[1]
