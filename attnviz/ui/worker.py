@@ -4,8 +4,8 @@ goes through Worker.submit, newest-wins per kind of job.
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
-- POOL: the app's one background thread (`shared_pool`) for CPU work (runs; the head-roles panel's
-  scoring queues there too). A queued job that is already stale when the thread picks it up is
+- POOL: the app's one background thread (`shared_pool`) for CPU work (runs; the head scores queue
+  there too). A queued job that is already stale when the thread picks it up is
   skipped without running.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, discovery). A read
   that blocks (a FIFO, a hung network mount) then holds only that thread: runs keep going on the
@@ -49,7 +49,7 @@ RESCORE_DELAY_MS = 150  # the text is scored once results have paused this long 
 
 
 def shared_pool() -> QThreadPool:
-    """The app's one background thread. The worker's runs and the head-roles panel's scoring
+    """The app's one background thread. The worker's runs and its head scores
     queue here, so background CPU work never competes with itself for the 2 cores."""
     global _POOL
     if _POOL is None:
@@ -381,7 +381,7 @@ class Worker(QObject):
         self._scores_timer.setInterval(RESCORE_DELAY_MS)
         self._scores_timer.timeout.connect(self.request_text_scores)
         self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
-        self._text_flags = None  # the exclusion options of the newest text-scores request
+        self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
         st.sigResultChanged.connect(self._scores_on_result)
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
         st.sigModelChanged.connect(self._scores_on_model)
