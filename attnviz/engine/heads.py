@@ -29,6 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import head_title
 
 log = logging.getLogger(__name__)
 
@@ -403,6 +404,15 @@ def score_result(result, exclude_bos=False, exclude_current_token=False, unknown
     return score_heads(result.attentions, result.input_ids, exclude_bos=exclude_bos,
                        exclude_current_token=exclude_current_token, tokens=result.labels,
                        unknown_ids=unknown_ids)
+
+
+def no_head_clears(hs, role, where="this text"):
+    """The one statement for a role no head clears (the roles panel's summary, the sample guide):
+    its bar, and the strongest head's strength, score and chance score on `where`."""
+    l, h, strength = hs.best_strength(role)
+    return (f"No head of this model clears the {TITLES[role]} threshold ({THRESHOLDS[role]:g}, and chance + "
+            f"{CHANCE_MARGIN:g}) on {where}: the strongest is {head_title(l, h)} at strength {strength:.3f} "
+            f"(score {hs.scores[role][l, h]:.3f}, chance {hs.chance[role][l, h]:.3f}).")
 
 
 def unknown_token_ids(model) -> frozenset:

@@ -216,3 +216,22 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> 
     return TemplateScores(kind=kind, score=d.mean(axis=0), accuracy=(d > 0).mean(axis=0),
                           far=d[far].mean(axis=0), near=d[~far].mean(axis=0), n_items=len(diffs),
                           n_skipped=skipped, examples=examples)
+
+
+def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_token: bool = False,
+                probe=None):
+    """The head scores of one probe source, as the roles panel's runner job computes them: (scores,
+    probe). kind "probe": the seeded random probe repeated twice (heads.run_probe), scored as a typed
+    text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
+    model and seed, is reused, and the one used comes back for the caller's cache. A template kind
+    (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply), probe None."""
+    from attnviz.engine import heads as H
+
+    if kind in KINDS:
+        return run_template_probe(model, kind), None
+    if kind != "probe":
+        raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} and probe")
+    probe = probe or H.run_probe(model)
+    scores = H.score_result(probe[0], exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
+                            unknown_ids=H.unknown_token_ids(model))
+    return scores, probe

@@ -92,14 +92,17 @@ class Guide:
     message: str
 
 
-def guide(sample: Sample, result, unknown_ids=()) -> Guide:
-    """The head that shows `sample`'s behaviour best in `result` (the sample's own run)."""
+def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
+    """The head that shows `sample`'s behaviour best in `result` (the sample's own run). `scores`:
+    the result's HeadScores when they are already computed (the window's state holds the typed
+    text's, scored once per result); else the result is scored here (`unknown_ids`: see
+    heads.unknown_token_ids). A Find sample needs no scores."""
     if result.n_tokens < 2:
         raise InputError("a guide needs at least 2 tokens")
     if sample.find is not None:
         return _guide_find(sample, result)
-    scores = H.score_result(result, unknown_ids=unknown_ids)
-    first = None
+    if scores is None:
+        scores = H.score_result(result, unknown_ids=unknown_ids)
     for role in sample.roles:
         cleared = scores.cleared(role)
         if cleared:
@@ -107,15 +110,11 @@ def guide(sample: Sample, result, unknown_ids=()) -> Guide:
             return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
                          f"(score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared)))
-        if first is None:
-            first = role
-    l, h, s = scores.best_strength(first)
-    why = f" ({scores.notice})" if scores.notice and first in H.IDENTITY_ROLES else ""
-    names = " or ".join(H.TITLES[r] for r in sample.roles)
-    return Guide(l, h, False, f"No head clears {names} here{why}. Strongest {H.TITLES[first]}: "
-                 f"{head_title(l, h)} at {s:.2f} (score {scores.scores[first][l, h]:.2f}, chance "
-                 f"{scores.chance[first][l, h]:.2f}; a label needs {H.THRESHOLDS[first]:g} and "
-                 f"{H.CHANCE_MARGIN:g} over chance).")
+    first, rest = sample.roles[0], sample.roles[1:]
+    l, h, _ = scores.best_strength(first)
+    why = f"{scores.notice}. " if scores.notice and first in H.IDENTITY_ROLES else ""
+    nor = f" Nor does any clear the {' or '.join(H.TITLES[r] for r in rest)} threshold." if rest else ""
+    return Guide(l, h, False, why + H.no_head_clears(scores, first, "this sample") + nor)
 
 
 def _others(n: int) -> str:

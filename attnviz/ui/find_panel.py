@@ -33,12 +33,16 @@ class FindPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.shown = shown
-        self.scores: H.HeadScores | None = None  # the roles panel's, for each head's role in its tooltip
         self.hits: list[H.HeadHit] = []
         self._find_q = None  # the query position of the hits shown
         self._stale = False  # the token lists lag the result while Find is not on screen
         self._build()
         self._connect()
+
+    @property
+    def scores(self) -> H.HeadScores | None:
+        """The state's head scores (the roles panel's source), for each head's role in its tooltip."""
+        return self.state.head_scores
 
     def _build(self):
         self.find_from = QComboBox()

@@ -1,9 +1,12 @@
 """The guide bar under the sentence: while the sentence is one of the samples, it says in one line
 what to look for, and once that sample's heatmaps are computed, which head of the loaded model
-shows it best (`engine.samples.guide`, scored on the job runner). "Show me" focuses that head.
+shows it best (`engine.samples.guide`, on the job runner). "Show me" focuses that head.
 
-A view of AppState: it watches the text, model and result, writes back only through the state's
-setters, and drops a guide whose text or model is no longer the current one."""
+A view of AppState: it watches the text, model, result and head scores, writes back only through
+the state's setters, and drops a guide whose text or model is no longer the current one. A roles
+sample never scores the result itself: it waits for the state's typed-text scores of that result
+(the runner scores every result once, with the roles panel's exclusion options, whatever source the
+panel shows), so its numbers are the roles panel's. A Find sample needs no scores."""
 
 from __future__ import annotations
 
@@ -11,7 +14,6 @@ import html
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
-from attnviz.engine import heads as H
 from attnviz.engine.samples import Guide, guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
 from attnviz.ui.worker import describe_error
@@ -25,6 +27,7 @@ class GuideBar(QWidget):
         self.state, self.worker = state, worker
         self.sample = None
         self.current: Guide | None = None  # the guide for the result on screen
+        self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
         self.look = QLabel()
         self.look.setWordWrap(True)
         self.look.setToolTip("What this sample shows; the head is found on the loaded model's own "
@@ -43,12 +46,14 @@ class GuideBar(QWidget):
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
         state.sigResultChanged.connect(self._on_result)
+        state.sigHeadScoresChanged.connect(lambda: self._on_result(self.state.result))
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         self._on_text(state.text)
 
     # --- state -> view --------------------------------------------------------------------------
     def _forget(self) -> None:  # the guide shown is no longer the current one's
         self.current = None
+        self._asked = None
         self.worker.cancel(JOB_KIND)
         self.show_button.setEnabled(False)
         self.answer.setText("<i>Finding the head in this model…</i>")
@@ -70,12 +75,23 @@ class GuideBar(QWidget):
             self._forget()
 
     def _on_result(self, result) -> None:
-        s, model = self.sample, self.state.model
-        if s is None or result is None or model is None or result.text != s.text \
-                or self.current is not None:
+        s, st, model = self.sample, self.state, self.state.model
+        if s is None or result is None or model is None or result.text != s.text:
             return
-        unknown = H.unknown_token_ids(model)
-        self.worker.submit(JOB_KIND, lambda: guide(s, result, unknown), self._on_guide,
+        scores = None
+        if s.roles:  # the state's scores of this very result, once they are there
+            if st.scores_result is not result or st.scores_stale:
+                return
+            if st.text_scores is None:
+                if st.text_note:
+                    self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(st.text_note)}</span>")
+                return
+            scores = st.text_scores
+        asked = result if scores is None else scores
+        if asked is self._asked:
+            return  # this guide is shown, or on its way
+        self._asked = asked
+        self.worker.submit(JOB_KIND, lambda: guide(s, result, scores=scores), self._on_guide,
                            request=(s, result, model))
 
     def _on_guide(self, request, value, error) -> None:

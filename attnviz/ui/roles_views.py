@@ -3,8 +3,9 @@ coloured by role, its legend, the detection-pattern overlay on the focused head 
 head's note) and the Scores tab (every head's scores, sortable and filterable, beside their
 definitions); with the table items and the click-to-focus they share with Find.
 
-Both are fed by the roles panel: it sets `scores` (HeadScores | None) as they arrive and calls
-`refresh()` while the panel is on screen. Clicking a head writes the focus back to AppState."""
+Both are views of AppState's head scores (`scores` reads `state.head_scores`, HeadScores | None);
+the roles panel calls `refresh()` when new ones arrive while it is on screen. Clicking a head writes
+the focus back to AppState."""
 
 from __future__ import annotations
 
@@ -61,9 +62,13 @@ class RolesOverview(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.scores: H.HeadScores | None = None  # what the map and the focus note show
         self._build()
         self._connect()
+
+    @property
+    def scores(self) -> H.HeadScores | None:
+        """The state's per-role scores of the roles panel's source: what this view draws."""
+        return self.state.head_scores
 
     def _build(self):
         # the map: layers x heads coloured by role
@@ -213,10 +218,14 @@ class ScoresTable(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.scores: H.HeadScores | None = None  # what the table shows
         self._build()
         self.filter.currentIndexChanged.connect(lambda *_: self._apply_filter())
         self.table.cellClicked.connect(self._on_table_clicked)
+
+    @property
+    def scores(self) -> H.HeadScores | None:
+        """The state's per-role scores of the roles panel's source: what this view draws."""
+        return self.state.head_scores
 
     def _build(self):
         self.filter = QComboBox()

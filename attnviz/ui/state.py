@@ -9,6 +9,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, drop_first_key, value_weighted
+from attnviz.engine.probes import KINDS as PROBE_KINDS
 from attnviz.figures.data import DEFAULT_COLORMAP
 
 VIEW_MODES = ("layer", "all")
@@ -65,6 +66,7 @@ class AppState(QObject):
         self._wanted_checkpoint: int | None = None  # asked for before the checkpoints were loaded
         self._display_key = None
         self._display: DisplayData | None = None
+        self._init_head_scores()
 
     def display_data(self) -> "DisplayData | None":
         """The current result as the heatmaps show it (value weighting and hide_first applied), with
@@ -283,6 +285,103 @@ class AppState(QObject):
         self.sigStatus.emit(message)
 
 
+    # === head scores: the roles panel's options and the runner's scores ========================
+    # The typed text's scores are always held (the guide and the grid's badges read them), scored
+    # with the panel's exclusion options; a probe source's scores beside them. The runner computes
+    # both (Worker.follow_scores) and writes them here; the badges (head_labels) follow them here.
+    sigRoleOptionsChanged = Signal(object)  # RoleOptions
+    sigHeadScoresChanged = Signal()  # text or probe scores, their notes, staleness or the source changed
+
+    def _init_head_scores(self) -> None:
+        self.role_options = RoleOptions()
+        self.text_scores = None  # HeadScores of `scores_result` (the typed text's run) under role_options
+        self.scores_result = None  # the RunResult text_scores were computed on
+        self.text_note = ""  # why there are no text scores ("" when none are due or they are on their way)
+        self.scores_stale = False  # text_scores are an older result's; the new ones are on their way
+        self.probe_scores = None  # of a probe source: HeadScores (random probe) or probes.TemplateScores
+        self.probe_note = ""  # the random probe's description, or why the probe has no scores
+        self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
+        self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
+        self.sigResultChanged.connect(self._scores_follow_result)
+
+    @property
+    def head_scores(self):
+        """The per-role HeadScores of the chosen source (the roles tables, Find's tooltips), or None
+        (none yet, or a template probe: see template_scores)."""
+        src = self.role_options.source
+        return self.text_scores if src == "text" else self.probe_scores if src == "probe" else None
+
+    @property
+    def template_scores(self):
+        """The template probe's TemplateScores while one is the source, else None."""
+        return self.probe_scores if self.role_options.source not in ("text", "probe") else None
+
+    @property
+    def scores_note(self) -> str:
+        return self.text_note if self.role_options.source == "text" else self.probe_note
+
+    def set_role_options(self, source: str | None = None, exclude_bos: bool | None = None,
+                         exclude_current: bool | None = None) -> None:
+        """What the heads are scored on (ROLE_SOURCES) and which cells are left out; None keeps one.
+        Another probe (or the random probe's options) drops the probe scores, rescored by the runner."""
+        old = self.role_options
+        opts = RoleOptions(old.source if source is None else str(source),
+                           old.exclude_bos if exclude_bos is None else bool(exclude_bos),
+                           old.exclude_current if exclude_current is None else bool(exclude_current))
+        if opts.source not in ROLE_SOURCES:
+            raise ValueError(f"role source {opts.source!r} is not one of {ROLE_SOURCES}")
+        if opts == old:
+            return
+        self.role_options = opts
+        if opts.probe_key() != old.probe_key():
+            self.probe_scores, self.probe_note = None, ""
+        self.sigRoleOptionsChanged.emit(opts)
+        self._scores_changed()
+
+    def set_text_scores(self, scores, result, note: str = "") -> None:
+        """The runner's scores of the typed text's `result` (None with a note: why there are none)."""
+        self.text_scores, self.scores_result, self.text_note = scores, result, str(note)
+        self.scores_stale = result is not self.result
+        self._scores_changed()
+
+    def set_probe_scores(self, scores, note: str = "") -> None:
+        """The runner's scores of the probe source (None with a note: why there are none)."""
+        self.probe_scores, self.probe_note = scores, str(note)
+        self._scores_changed()
+
+    def _clear_scores(self, text: bool) -> None:  # a new model (text too) or training step (probes)
+        had = self.probe_scores is not None or self.probe_note or (
+            text and (self.text_scores is not None or self.text_note))
+        self.probe_scores, self.probe_note = None, ""
+        if text:
+            self.text_scores, self.scores_result, self.text_note, self.scores_stale = None, None, "", False
+        if had:
+            self._scores_changed()
+
+    def _scores_follow_result(self, result) -> None:
+        """A new result: the old text's scores are not its; they go when the result does, and stay
+        greyed (stale, no badges) until the runner's new ones come."""
+        if result is None:
+            self._clear_text_scores()
+        elif self.text_scores is not None and not self.scores_stale and self.scores_result is not result:
+            self.scores_stale = True
+            self._scores_changed()
+        elif self.text_scores is None and self.text_note:
+            self.text_note = ""
+            self._scores_changed()
+
+    def _clear_text_scores(self) -> None:
+        if self.text_scores is None and self.scores_result is None and not self.text_note:
+            return
+        self.text_scores, self.scores_result, self.text_note, self.scores_stale = None, None, "", False
+        self._scores_changed()
+
+    def _scores_changed(self) -> None:
+        labels = role_badges(self)
+        if labels != self.head_labels:
+            self.set_head_labels(labels)  # the one place the badges follow the scores
+        self.sigHeadScoresChanged.emit()
+
 def same_prefix(a, b, n: int) -> bool:
     """Whether results a and b both start with the same n token ids."""
     if a is None or b is None or len(a.input_ids) < n or len(b.input_ids) < n:
@@ -299,3 +398,41 @@ def display_attention(attn: np.ndarray, hide_first: bool) -> np.ndarray:  # [...
     out[..., 0] = 0.0
     drop_first_key(attn, out=out[..., 1:])
     return out
+
+
+# === head scores: the options and the badges (AppState's head-score section) ========================
+ROLE_SOURCES = ("text", "probe") + PROBE_KINDS  # typed text, the random repeat probe, the template probes
+
+
+@dataclass(frozen=True)
+class RoleOptions:
+    """What the roles panel scores on: a source of ROLE_SOURCES, and the cells left out."""
+
+    source: str = "text"
+    exclude_bos: bool = False  # zero the first key column (TransformerLens exclude_bos)
+    exclude_current: bool = False  # zero the diagonal (exclude_current_token)
+
+    def probe_key(self):
+        """What a probe source's scores depend on: a template probe ignores the exclusion options."""
+        if self.source == "text":
+            return None
+        return (self.source, self.exclude_bos, self.exclude_current) if self.source == "probe" else self.source
+
+
+def role_badges(state) -> list[list[str]] | None:  # -> [n_layer][n_head] badges, or None
+    """The grid's role badges of the state's scores: none while the text's are stale. Labels from a
+    probe are about the probe's sentences, not the typed sentence under them: each badge says so."""
+    src = state.role_options.source
+    if src == "text":
+        hs = state.text_scores
+        return None if hs is None or state.scores_stale else hs.labels
+    if src == "probe":
+        hs = state.probe_scores
+        return None if hs is None else [[f"{label} (probe)" for label in row] for row in hs.labels]
+    ts = state.probe_scores
+    if ts is None:
+        return None
+    labels = [["" for _ in range(ts.score.shape[1])] for _ in range(ts.score.shape[0])]
+    for l, h, *_ in ts.labelled():
+        labels[l][h] = f"{ts.kind} (probe)"
+    return labels

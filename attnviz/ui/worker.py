@@ -4,8 +4,8 @@ goes through Worker.submit, newest-wins per kind of job.
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
-- POOL: the app's one background thread (`shared_pool`) for CPU work (runs; the head-roles panel's
-  scoring queues there too). A queued job that is already stale when the thread picks it up is
+- POOL: the app's one background thread (`shared_pool`) for CPU work (runs; the head scores queue
+  there too). A queued job that is already stale when the thread picks it up is
   skipped without running.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, discovery). A read
   that blocks (a FIFO, a hung network mount) then holds only that thread: runs keep going on the
@@ -43,10 +43,13 @@ _POOL: QThreadPool | None = None
 
 POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
 DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is started afresh
+# head scores (the "head scores" section below): the typed text's and a probe source's, newest of each wins
+SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
+RESCORE_DELAY_MS = 150  # the text is scored once results have paused this long (typing)
 
 
 def shared_pool() -> QThreadPool:
-    """The app's one background thread. The worker's runs and the head-roles panel's scoring
+    """The app's one background thread. The worker's runs and its head scores
     queue here, so background CPU work never competes with itself for the 2 cores."""
     global _POOL
     if _POOL is None:
@@ -331,6 +334,7 @@ class Worker(QObject):
         st.sigModelChanged.connect(self._load_checkpoints)
         st.sigDisplayChanged.connect(self._compute_what_is_missing)
         st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
+        self.follow_scores()
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
@@ -373,6 +377,116 @@ class Worker(QObject):
         self.last_compute_s = result.compute_s
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.sigComputed.emit(req, result)
+
+    # === head scores ('roles' jobs) ============================================================
+    # The typed text's scores follow each result (after RESCORE_DELAY_MS of quiet while typing) and
+    # the exclusion options; a probe source's scores follow the options, the model and the training
+    # step, never the text (typing must not restart a 60-sentence probe). Both are pure engine calls
+    # on the pool, written into the state (set_text_scores, set_probe_scores); the newest of each wins.
+    def follow_scores(self) -> None:
+        """Score what the state's roles options ask for (follow_state connects it)."""
+        st = self.state
+        self._scores_timer = QTimer(self)
+        self._scores_timer.setSingleShot(True)
+        self._scores_timer.setInterval(RESCORE_DELAY_MS)
+        self._scores_timer.timeout.connect(self.request_text_scores)
+        self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
+        self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
+        st.sigResultChanged.connect(self._scores_on_result)
+        st.sigRoleOptionsChanged.connect(self._scores_on_options)
+        st.sigModelChanged.connect(self._scores_on_model)
+        st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
+
+    def _scores_on_result(self, result) -> None:
+        if result is None:  # the state drops the text's scores itself
+            self._scores_timer.stop()
+            self.cancel(SCORES_KIND)
+        else:
+            self._scores_timer.start()  # restarts while results keep coming
+
+    def _scores_on_options(self, opts) -> None:
+        if (opts.exclude_bos, opts.exclude_current) != self._text_flags:
+            self.request_text_scores()
+        self.request_probe_scores()
+
+    def _scores_on_model(self, _model) -> None:
+        self._probe_cache = None
+        self.cancel(PROBE_KIND)
+        self.request_probe_scores()
+
+    def flush_scores(self) -> None:
+        """Score the text now if it waits for typing to pause (tests, before wait_idle)."""
+        timer = getattr(self, "_scores_timer", None)  # None: a runner that does not follow the state
+        if timer is not None and timer.isActive():
+            self.request_text_scores()
+
+    def request_text_scores(self) -> None:
+        """Score the state's result with the roles options on the pool; the state holds them after."""
+        st = self.state
+        self._scores_timer.stop()
+        model, result, opts = st.model, st.result, st.role_options
+        self._text_flags = (opts.exclude_bos, opts.exclude_current)
+        if model is None or result is None:
+            self.cancel(SCORES_KIND)
+            return
+        if result.n_tokens < 2:  # nothing to score: the panel says why
+            self.cancel(SCORES_KIND)
+            st.set_text_scores(None, result)
+            return
+        H = _heads()
+
+        def work():
+            return H.score_result(result, exclude_bos=opts.exclude_bos, exclude_current_token=opts.exclude_current,
+                                  unknown_ids=H.unknown_token_ids(model))
+        self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts))
+
+    def _on_text_scores(self, request, scores, error) -> None:
+        model, result, opts = request
+        st = self.state
+        if model is not st.model or result is not st.result or opts != st.role_options:
+            return  # another result or options are on their way
+        if error is not None:
+            log.warning("head scores failed: %s", describe_error(error))
+            st.set_text_scores(None, result, f"Scores unavailable: {describe_error(error)}")
+            return
+        st.set_text_scores(scores, result)
+
+    def request_probe_scores(self) -> None:
+        """Score the probe source on the pool when the state has no scores of it (the random probe's
+        run is cached per model and seed)."""
+        from attnviz.engine.heads import PROBE_SEED
+        from attnviz.engine.probes import score_probe
+
+        st = self.state
+        model, opts = st.model, st.role_options
+        if model is None or opts.source == "text" or st.probe_scores is not None or st.probe_note:
+            if model is None or opts.source == "text":
+                self.cancel(PROBE_KIND)
+            return
+        job = self.running(PROBE_KIND)
+        if job is not None and job.request[0] is model and job.request[1] == opts:
+            return  # already on its way
+        cache = self._probe_cache
+        cached = cache[2] if cache is not None and cache[0] is model and cache[1] == PROBE_SEED else None
+        work = lambda: score_probe(model, opts.source, opts.exclude_bos, opts.exclude_current,  # noqa: E731
+                                   probe=cached)
+        self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts))
+
+    def _on_probe_scores(self, request, value, error) -> None:
+        from attnviz.engine.heads import PROBE_SEED
+
+        model, opts = request
+        st = self.state
+        if model is not st.model or opts != st.role_options:
+            return  # scored for another model or options: never shown
+        if error is not None:
+            log.warning("probe scores failed: %s", describe_error(error))
+            st.set_probe_scores(None, f"Scores unavailable: {describe_error(error)}")
+            return
+        scores, probe = value
+        if probe is not None:
+            self._probe_cache = (model, PROBE_SEED, probe)
+        st.set_probe_scores(scores, probe[1] if probe is not None else "")
 
     # --- model loads --------------------------------------------------------------------------
     def load(self, source: str) -> LoadRequest:
@@ -442,3 +556,9 @@ class Worker(QObject):
             log.warning("looking for models failed: %s", describe_error(error))
             infos = []
         self.sigModelsFound.emit(list(infos))
+
+
+def _heads():  # the engine's head scores, imported when first scored (not at the window's start)
+    from attnviz.engine import heads
+
+    return heads

@@ -38,8 +38,23 @@ def test_guide_says_no_head_clears_rather_than_inventing_one(book):
     text = "the cat sat on a red mat"
     r = book.run(text)
     g = guide(Sample("t", text, "", roles=("induction", "duplicate")), r, H.unknown_token_ids(book))
-    assert not g.claimed and g.message.startswith("No head clears induction or duplicate token")
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
+    # the roles panel's statement, from its one home (heads.no_head_clears), for the first role tried
+    assert not g.claimed and g.message.startswith(H.no_head_clears(hs, "induction", "this sample"))
+    assert g.message.endswith("Nor does any clear the duplicate token threshold.")
     assert (g.layer, g.head) == H.score_result(r).best_strength("induction")[:2]
+
+
+def test_guide_uses_scores_it_is_given(book, monkeypatch):
+    """Scores computed once per result (the window's state holds them) are used, not computed again."""
+    text = "the cat sat on the mat . the cat sat on the mat"
+    r = book.run(text)
+    hs = H.score_result(r, unknown_ids=H.unknown_token_ids(book))
+    calls = []
+    real = H.score_result
+    monkeypatch.setattr(H, "score_result", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    s = Sample("t", text, "", roles=("induction",))
+    assert guide(s, r, scores=hs) == guide(s, r, H.unknown_token_ids(book)) and len(calls) == 1
 
 
 def test_guide_on_unknown_heavy_text_claims_no_identity_role(book):

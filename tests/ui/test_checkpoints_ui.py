@@ -96,7 +96,7 @@ def test_role_badges_follow_the_slider(window, qtbot):
     def badges_for(i):
         go_to(qtbot, window, i)
         panel.wait_idle()  # scores the new result now (the panel waits for typing to pause)
-        qtbot.waitUntil(lambda: st.head_labels is not None and not panel._updating, timeout=WAIT)
+        qtbot.waitUntil(lambda: st.head_labels is not None and not st.scores_stale, timeout=WAIT)
         return [b for row in st.head_labels for b in row]
 
     late = badges_for(st.checkpoints.last)
@@ -177,8 +177,8 @@ def test_probe_badges_follow_the_slider_too(window, qtbot):
     def badges_for(i):
         go_to(qtbot, window, i)
         panel.wait_idle()
-        qtbot.waitUntil(lambda: st.head_labels is not None and panel.scores is not None
-                        and not panel._updating, timeout=WAIT)
+        qtbot.waitUntil(lambda: st.head_labels is not None and st.head_scores is not None
+                        and not st.scores_stale, timeout=WAIT)
         return [b for row in st.head_labels for b in row]
 
     assert any(b.startswith("induction") for b in badges_for(st.checkpoints.last))

@@ -12,6 +12,7 @@ from attnviz.engine import heads as H  # noqa: E402
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
 from attnviz.figures.style import ROLE_COLORS  # noqa: E402
+from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.roles_panel import RolesPanel  # noqa: E402
 from attnviz.ui.state import AppState  # noqa: E402
 
@@ -23,20 +24,35 @@ def textbook_model():
     return load_model(TEXTBOOK_NAME)
 
 
-def _panel(qtbot, model, text=TEXT):
-    state = AppState()
-    panel = RolesPanel(state)
-    qtbot.addWidget(panel)
-    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
-        state.set_model(model)
-        state.set_text(text)
-        state.set_result(model.run(text))
+def type_text(qtbot, state, text):
+    """Type `text` and wait for the runner's result of it."""
+    state.set_text(text)
+    qtbot.waitUntil(lambda: state.result is not None and state.result.text == text, timeout=30000)
+
+
+def wait_scores(qtbot, state):
+    """Wait until the state holds the chosen source's scores (the text's of the result shown)."""
+    def done():
+        if state.role_options.source == "text":
+            return state.text_scores is not None and state.scores_result is state.result and not state.scores_stale
+        return state.probe_scores is not None
+    qtbot.waitUntil(done, timeout=60000)
+
+
+def _panel(qtbot, model, text=TEXT, parent=None):
+    state, worker = assemble()  # the app's one state and runner: the runner scores, the panel shows
+    panel = RolesPanel(state, worker, parent)
+    if parent is None:
+        qtbot.addWidget(panel)
+    state.set_model(model)
+    type_text(qtbot, state, text)
+    wait_scores(qtbot, state)
     return state, panel
 
 
 def test_scores_labels_and_overview_on_text(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    hs = panel.scores
+    hs = state.head_scores
     expected = H.score_result(state.result)
     assert hs.labels == expected.labels
     assert state.head_labels == expected.labels  # badges for the grid
@@ -69,7 +85,7 @@ def test_sort_and_filter_by_role(qtbot, minilm):
     col = 3 + H.SCORE_NAMES.index("sink")
     panel.score_table.table.sortItems(col, Qt.SortOrder.DescendingOrder)
     top = panel.score_table.visible_heads()[0]
-    assert top == hs_best(panel.scores, "sink")
+    assert top == hs_best(state.head_scores, "sink")
     values = [panel.score_table.table.item(r, col).data(Qt.ItemDataRole.DisplayRole)
               for r in range(panel.score_table.table.rowCount())]
     assert values == sorted(values, reverse=True)
@@ -136,25 +152,27 @@ def test_find_is_its_own_view_of_the_state(qtbot, minilm):
 
 def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
     state, panel = _panel(qtbot, textbook_model, "the cat sat")
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        panel.set_source("probe")
-    assert panel.scores.labels == [["previous", "duplicate", "self"], ["induction", "sink", "mixed"]]
+    panel.set_source("probe")
+    assert state.role_options.source == "probe" and panel.source.currentData() == "probe"
+    wait_scores(qtbot, state)
+    hs = state.head_scores
+    assert hs.labels == [["previous", "duplicate", "self"], ["induction", "sink", "mixed"]]
     # the grid's badges sit on the typed sentence: each says it comes from the probe
-    assert state.head_labels == [[f"{x} (probe)" for x in row] for row in panel.scores.labels]
+    assert state.head_labels == [[f"{x} (probe)" for x in row] for row in hs.labels]
     assert "repeated twice" in panel.summary.text()
     assert "A causal model cannot attend to the next token." in panel.summary.text()
     panel.overview.map.cellClicked.emit(1, 0)
     assert "built as induction" in panel.overview.focus_note.text()
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        panel.set_source("text")
-    assert panel.scores.labels[0][1] == "sink"  # no repeats: the duplicate head parks on BOS
+    panel.set_source("text")  # the typed text's scores are in the state all along
+    assert state.head_scores.labels[0][1] == "sink"  # no repeats: the duplicate head parks on BOS
+    assert panel.overview.map.item(0, 1).text() == "sink"
 
 
 def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        panel.set_source("probe")
-    hs = panel.scores
+    panel.set_source("probe")
+    wait_scores(qtbot, state)
+    hs = state.head_scores
     l, h, strength = hs.best_strength("induction")
     assert (f"No head of this model clears the induction threshold (0.5, and chance + 0.1) on the "
             f"probe: the strongest is L{l} H{h} at strength {strength:.3f} (score "
@@ -163,17 +181,18 @@ def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
 
 
 def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_model):
-    state = AppState()
-    panel = RolesPanel(state)
+    state, worker = assemble()
+    panel = RolesPanel(state, worker)
     qtbot.addWidget(panel)
-    assert panel.scores is None and "Open a model" in panel.summary.text()
-    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
-        state.set_model(minilm)
-        state.set_result(minilm.run(TEXT))
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        state.set_model(textbook_model)
-    assert panel.scores is None and state.head_labels is None
+    assert state.head_scores is None and "Open a model" in panel.summary.text()
+    state.set_model(minilm)
+    type_text(qtbot, state, TEXT)
+    wait_scores(qtbot, state)
+    assert panel.overview.map.rowCount() == 6
+    state.set_model(textbook_model)
+    assert state.head_scores is None and state.head_labels is None
     assert panel.overview.map.rowCount() == 0 and panel.find.find_table.rowCount() == 0
+    panel.wait_idle()
 
 
 def test_table_starts_in_layer_order(qtbot, minilm):
@@ -187,14 +206,11 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
 
     host = QWidget()  # the panel is not its own window and not shown: not on screen
     qtbot.addWidget(host)
-    state = AppState()
-    panel = RolesPanel(state, host)
+    state, panel = _panel(qtbot, minilm, parent=host)
     find = panel.find
-    state.set_model(minilm)
-    state.set_result(minilm.run(TEXT))
     assert find.find_from.count() == 0 and find.find_table.rowCount() == 0
     other = "Mary gave John a book."
-    state.set_result(minilm.run(other))
+    type_text(qtbot, state, other)
     panel.tabs.setCurrentWidget(find)  # not on screen: still waits
     assert find.find_from.count() == 0
     host.show()
@@ -205,7 +221,7 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     T = len(labels)
     assert find.hits == H.find(state.result, T - 1, 0) and find.find_table.rowCount() == 72
     # while shown, each new result refills Find at once (same picks), reusing the table's rows
-    state.set_result(minilm.run(TEXT))
+    type_text(qtbot, state, TEXT)
     assert find.find_from.count() == len(state.result.labels)
     assert find.hits == H.find(state.result, T - 1, 0)
     assert find.find_table.item(0, 1).text() == f"L{find.hits[0].layer} H{find.hits[0].head}"
@@ -221,21 +237,19 @@ def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm
     switch (IndexError in the Find table before)."""
     state, panel = _panel(qtbot, textbook_model, "the cat sat")
     find = panel.find
-    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
-        panel.set_source("probe")
-    assert (panel.scores.n_layer, panel.scores.n_head) == (2, 3)
+    panel.set_source("probe")
+    wait_scores(qtbot, state)
+    assert (state.head_scores.n_layer, state.head_scores.n_head) == (2, 3)
     state.set_model(minilm)
-    assert panel.scores is None and state.head_labels is None  # at once, while the probe reruns
-    state.set_result(minilm.run(TEXT))
+    assert state.head_scores is None and state.head_labels is None  # at once, while the probe reruns
+    type_text(qtbot, state, TEXT)
     hits = find.set_find("keys@2", "the@1")
     assert len(hits) == 72 and find.find_table.rowCount() == 72
-    assert all(find.find_table.item(i, 1).toolTip() == "" for i in range(72))
-    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
-        pass
-    assert (panel.scores.n_layer, panel.scores.n_head) == (6, 12)
+    wait_scores(qtbot, state)
+    assert (state.head_scores.n_layer, state.head_scores.n_head) == (6, 12)
     find.run_find()
     hit = find.hits[5]
-    assert find.find_table.item(5, 1).toolTip() == panel.scores.labels[hit.layer][hit.head]
+    assert find.find_table.item(5, 1).toolTip() == state.head_scores.labels[hit.layer][hit.head]
     panel.wait_idle()
 
 
@@ -244,13 +258,13 @@ def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
     panel.show()
     assert state.head_labels is not None
     new = "Cats sleep on the warm mat."
-    state.set_text(new)
-    state.set_result(minilm.run(new))
+    with qtbot.waitSignal(state.sigResultChanged, timeout=30000,
+                          check_params_cb=lambda r: r is not None and r.text == new):
+        state.set_text(new)
     # the previous text's badges must not sit on the new heatmaps while it is being scored
-    assert state.head_labels is None
+    assert state.head_labels is None and state.scores_stale
     assert not panel.score_table.table.isEnabled() and "Updating" in panel.summary.text()
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        pass
+    wait_scores(qtbot, state)
     assert panel.score_table.table.isEnabled() and "Updating" not in panel.summary.text()
     assert state.head_labels == H.score_result(state.result, unknown_ids=H.unknown_token_ids(minilm)).labels
     panel.wait_idle()
@@ -261,9 +275,10 @@ def test_template_probe_from_the_panel(qtbot, minilm):
 
     state, panel = _panel(qtbot, minilm)
     panel.show()
-    with qtbot.waitSignal(panel.sigScored, timeout=60000, check_params_cb=lambda hs: panel.template is not None):
-        panel.set_source("agreement")
-    ts = panel.template
+    panel.set_source("agreement")
+    assert state.head_scores is None and "Running the agreement probe" in panel.summary.text()
+    qtbot.waitUntil(lambda: state.template_scores is not None, timeout=60000)
+    ts = state.template_scores
     assert ts.kind == "agreement" and ts.n_items + ts.n_skipped == P.N_ITEMS
     text = panel.summary.text()
     assert "Subject-verb agreement" in text and f"{ts.n_items} sentences scored" in text
@@ -276,33 +291,32 @@ def test_template_probe_from_the_panel(qtbot, minilm):
         assert "No head passes" in text
     assert sum(bool(x) for row in state.head_labels for x in row) == len(hits)
     panel.set_source("text")
-    with qtbot.waitSignal(panel.sigScored, timeout=30000):
-        pass
-    assert panel.scores is not None and "agreement (probe)" not in str(state.head_labels)
+    assert state.head_scores is not None and "agreement (probe)" not in str(state.head_labels)
     panel.wait_idle()
 
 
-def test_roles_scores_are_jobs_of_the_windows_one_runner(qtbot):
-    """Issue 11 item 1: the panel has no job machinery of its own; its scores are 'roles' jobs of
-    the runner it is given, and only the newest request's scores arrive."""
-    import attnviz.ui.roles_panel as RP
-    from attnviz.ui.state import AppState
-    from attnviz.ui.worker import Worker
+def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model):
+    """The panel has no job machinery of its own and makes no runner: the scores are jobs of the
+    app's runner, which writes them into the state; the panel only shows them."""
+    import inspect
 
-    assert not hasattr(RP, "_Relay") and not hasattr(RP, "_Task")
-    state = AppState()
-    worker = Worker(state)
-    panel = RP.RolesPanel(state, worker=worker)
-    qtbot.addWidget(panel)
-    assert panel.worker is worker
+    import attnviz.ui.roles_panel as RP
+    from attnviz.ui.worker import PROBE_KIND, SCORES_KIND, Worker
+
+    assert not hasattr(RP, "_Relay") and not hasattr(RP, "_Task") and not hasattr(RP, "Worker")
+    assert inspect.signature(RP.RolesPanel).parameters["worker"].default is inspect.Parameter.empty
+    state, worker = assemble()
     submitted = []
     real = worker.submit
     worker.submit = lambda kind, *a, **k: (submitted.append(kind), real(kind, *a, **k))[1]
-    from attnviz.engine import load_model
-    state.set_model(load_model("attnviz-textbook"))
-    state.set_result(state.model.run("the cat sat on the mat"))
-    panel.rescore()
-    panel.rescore()  # the first one's scores must never be shown after the second's
+    panel = RP.RolesPanel(state, worker)
+    qtbot.addWidget(panel)
+    assert panel.worker is worker and not panel.findChildren(Worker)
+    state.set_model(textbook_model)
+    type_text(qtbot, state, "the cat sat on the mat")
+    wait_scores(qtbot, state)
+    assert SCORES_KIND in submitted and PROBE_KIND not in submitted
+    panel.set_source("probe")
+    wait_scores(qtbot, state)
+    assert PROBE_KIND in submitted and set(submitted) <= {"compute", SCORES_KIND, PROBE_KIND}
     assert panel.wait_idle()
-    qtbot.waitUntil(lambda: panel.scores is not None, timeout=10000)
-    assert submitted and set(submitted) == {RP.JOB_KIND}

@@ -237,3 +237,55 @@ def test_cancel_drops_the_running_jobs_result(qtbot):
     w.submit("load", lambda: "next", lambda r, v, e: heard.append(v), None, THREAD)  # the kind still works
     qtbot.waitUntil(lambda: heard == ["next"], timeout=WAIT)
     assert w.wait_idle(WAIT)
+
+
+# --- head scores: held by the state, computed by the runner -----------------------------------------
+
+def test_head_scores_arrive_in_the_state_and_follow_the_options(qtbot, book, monkeypatch):
+    """Only AppState and the runner: the typed text's scores (with the roles options) arrive in the
+    state after a result, go stale at once with the next one, follow the options; a probe source's
+    scores sit beside the text's (the guide's), its run cached per model and seed; a model change
+    clears them all. The badges follow the scores in the state."""
+    from attnviz.engine import heads as H
+    from attnviz.ui.app import assemble
+
+    st, worker = assemble()
+    unknown = H.unknown_token_ids(book)
+    text = "the cat sat on the mat . the cat sat on the mat"
+    st.set_model(book)
+    st.set_text(text)
+    fresh = lambda: (st.result is not None and st.scores_result is st.result  # noqa: E731
+                     and st.text_scores is not None and not st.scores_stale)
+    qtbot.waitUntil(fresh, timeout=WAIT)
+    assert st.result.text == text and st.head_scores is st.text_scores
+    want = H.score_result(st.result, unknown_ids=unknown)
+    assert st.text_scores.labels == want.labels and st.head_labels == want.labels
+    assert st.badge(1, 0) == want.labels[1][0]
+    # the options
+    st.set_role_options(exclude_bos=True)
+    qtbot.waitUntil(lambda: st.text_scores.exclude_bos, timeout=WAIT)
+    np.testing.assert_allclose(st.text_scores.scores["previous"],
+                               H.score_result(st.result, exclude_bos=True, unknown_ids=unknown).scores["previous"])
+    # a new result: the old text's scores are stale at once (no badges), the new ones follow
+    r = book.run("the mat sat on the cat")
+    st.set_result(r)
+    assert st.scores_stale and st.head_labels is None
+    qtbot.waitUntil(fresh, timeout=WAIT)
+    assert st.scores_result is r and st.text_scores.exclude_bos
+    # the random probe: scored beside the text's, its run cached per model and seed
+    runs = []
+    real = H.run_probe
+    monkeypatch.setattr(H, "run_probe", lambda m, *a, **k: (runs.append(m), real(m, *a, **k))[1])
+    st.set_role_options(source="probe")
+    assert st.head_scores is None and st.text_scores is not None  # the text's stay for the guide
+    qtbot.waitUntil(lambda: st.probe_scores is not None, timeout=WAIT)
+    assert st.head_scores is st.probe_scores and st.probe_scores.exclude_bos
+    assert st.head_labels == [[f"{x} (probe)" for x in row] for row in st.probe_scores.labels]
+    assert "repeated twice" in st.scores_note
+    st.set_role_options(exclude_current=True)
+    qtbot.waitUntil(lambda: st.probe_scores is not None and st.probe_scores.exclude_current_token, timeout=WAIT)
+    assert runs == [book]  # rescored, not run again
+    # a new model clears every score and badge at once
+    st.set_model(None)
+    assert (st.head_scores, st.text_scores, st.probe_scores, st.head_labels) == (None, None, None, None)
+    assert worker.wait_idle()

@@ -123,19 +123,20 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
 
 @pytest.fixture
 def roles_panel(qtbot, minilm):
+    from attnviz.ui.app import assemble
     from attnviz.ui.roles_panel import RolesPanel
 
-    st = AppState()
-    panel = RolesPanel(st)
+    st, worker = assemble()
+    panel = RolesPanel(st, worker)
     qtbot.addWidget(panel)
     panel.resize(420, 800)
     panel.show()
-    with qtbot.waitSignal(panel.sigScored, timeout=30000, check_params_cb=lambda hs: hs is not None):
-        st.set_model(minilm)
-        st.set_text(TEXT)
-        st.set_result(minilm.run(TEXT))
+    st.set_model(minilm)
+    st.set_text(TEXT)
+    qtbot.waitUntil(lambda: st.head_scores is not None and not st.scores_stale, timeout=30000)
     qtbot.waitUntil(lambda: panel.overview.map.rowCount() == 6, timeout=5000)
-    return panel
+    yield panel
+    worker.wait_idle()
 
 
 def test_roles_legend_never_breaks_inside_a_swatch(roles_panel):

@@ -53,3 +53,21 @@ def test_about_lists_the_textbook_vocabulary_and_its_licence(qtbot, settings_pat
     assert html.escape(textbook.vocabulary_line()) in about
     assert f"Licence: {textbook.TEXTBOOK_LICENSE}" in about and "not stated" not in about  # issue 11
     w.worker.wait_idle()
+
+
+def test_a_guided_sample_is_scored_once_per_result(qtbot, settings_path, monkeypatch):
+    """The guide reads the state's typed-text scores: a roles sample's result is scored once (by the
+    runner, for the state), not again by the guide."""
+    calls = []
+    real = H.score_result
+    monkeypatch.setattr(H, "score_result", lambda result, *a, **k: (calls.append(result), real(result, *a, **k))[1])
+    w = open_window(qtbot, settings_path)
+    bar = w.guide_bar
+    s = next(x for x in SAMPLES if x.roles)
+    w.set_text(s.text)
+    wait_for_text(qtbot, w, s.text)
+    qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    assert [r for r in calls if r is w.state.result] == [w.state.result]
+    assert all(calls.count(r) == 1 for r in calls)  # every result scored once
+    assert bar.current == guide(s, w.state.result, scores=w.state.text_scores)
