@@ -134,9 +134,6 @@ def cmd_heads(args) -> int:
         # the number printed is the number tested: strength (score / coverage), beside the score
         # and the head's chance score, which a label must beat by CHANCE_MARGIN
         cleared = hs.cleared(role)
-        l, h, strength = hs.best_strength(role)
-        figures = (f"strength {strength:.3f} at {head_title(l, h)} (score {hs.scores[role][l, h]:.3f}, "
-                   f"chance {hs.chance[role][l, h]:.3f})")
         bar = f"{H.THRESHOLDS[role]:g} and chance + {H.CHANCE_MARGIN:g}"
         if cleared:
             heads = ", ".join(head_title(cl, ch) for cl, ch, _ in cleared[:8])
@@ -150,7 +147,7 @@ def cmd_heads(args) -> int:
         elif role in H.IDENTITY_ROLES and hs.notice:
             print(f"{H.TITLES[role]}: not labelled (too many unknown tokens)")
         else:
-            print(f"{H.TITLES[role]}: no head clears {bar} ({figures})")
+            print(f"{H.TITLES[role]}: {H.no_head_clears(hs, role, 'the probe' if args.probe else 'this text')}")
     if model.name == textbook.TEXTBOOK_NAME:
         print("\nHow the textbook heads were built:")
         for l in range(c.n_layer):

@@ -122,7 +122,7 @@ def apply_view(state, view: dict) -> str | None:
     if view.get("layer") is not None:
         state.set_layer(int(view["layer"]))
         if view.get("head") is not None:
-            state.set_focus(int(view["layer"]), int(view["head"]))
+            state.show_head(int(view["layer"]), int(view["head"]))
     ck = view.get("checkpoint")  # a model with training checkpoints: the step the view shows
     if isinstance(ck, dict) and isinstance(ck.get("index"), int) and not isinstance(
             ck["index"], bool):

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine import heads as H
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
-from attnviz.ui.roles_views import focus_head, num_item
+from attnviz.ui.roles_views import num_item
 
 
 class FindPanel(QWidget):
@@ -170,7 +170,7 @@ class FindPanel(QWidget):
     def _on_find_clicked(self, row, _col):
         if 0 <= row < len(self.hits):
             hit = self.hits[row]
-            focus_head(self.state, hit.layer, hit.head)
+            self.state.show_head(hit.layer, hit.head)
             self.state.set_query(self._find_q)
 
     # --- state changes ------------------------------------------------------------------------

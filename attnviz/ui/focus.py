@@ -218,4 +218,4 @@ class FocusView(QWidget):
         cell = self.cell_at(p.x(), p.y())
         if cell is not None:
             q = cell[2]
-            self.state.set_query(None if self.state.query_pos == q else q)
+            self.state.toggle_query(q)

@@ -394,10 +394,9 @@ class HeatmapGrid(QWidget):
             return
         layer, head, q, _ = cell
         if ev.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-            self.state.set_query(None if self.state.query_pos == q else q)
+            self.state.toggle_query(q)
             return
-        self.state.set_layer(layer)
-        self.state.set_focus(layer, head)
+        self.state.show_head(layer, head)
 
     def keyPressEvent(self, ev):
         st = self.state
@@ -419,5 +418,4 @@ class HeatmapGrid(QWidget):
             head += -lo.ncols if key == Qt.Key.Key_Up else lo.ncols
         if not (0 <= head < n_head and 0 <= layer < n_layer):
             return
-        st.set_layer(layer)
-        st.set_focus(layer, head)
+        st.show_head(layer, head)

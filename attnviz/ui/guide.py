@@ -113,5 +113,4 @@ class GuideBar(QWidget):
         g = self.current
         if g is None:
             return
-        self.state.set_layer(g.layer)
-        self.state.set_focus(g.layer, g.head)
+        self.state.show_head(g.layer, g.head)

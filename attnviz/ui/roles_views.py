@@ -48,14 +48,6 @@ def _role_item(role):
     return item
 
 
-def focus_head(state, layer, head):
-    """Show head (layer, head) in the grid and focus it (a click on a head in any roles tab)."""
-    if state.model is None or not (0 <= layer < state.n_layer and 0 <= head < state.n_head):
-        return
-    state.set_layer(layer)
-    state.set_focus(layer, head)
-
-
 class RolesOverview(QWidget):
     """The Overview tab: a view of AppState's focus and result (overlay, note) and of the scores."""
 
@@ -110,7 +102,7 @@ class RolesOverview(QWidget):
         st.sigResultChanged.connect(lambda *_: self._update_overlay())
         st.sigFocusChanged.connect(self._on_focus_changed)
         self.overlay_role.currentIndexChanged.connect(lambda *_: self._update_overlay())
-        self.map.cellClicked.connect(lambda r, c: focus_head(self.state, r, c))
+        self.map.cellClicked.connect(self.state.show_head)
 
     def refresh(self):
         self._fill_map()
@@ -313,5 +305,5 @@ class ScoresTable(QWidget):
     def _on_table_clicked(self, row, _col):
         item_l, item_h = self.table.item(row, 0), self.table.item(row, 1)
         if item_l is not None and item_h is not None:
-            focus_head(self.state, int(item_l.data(Qt.ItemDataRole.DisplayRole)),
-                       int(item_h.data(Qt.ItemDataRole.DisplayRole)))
+            self.state.show_head(int(item_l.data(Qt.ItemDataRole.DisplayRole)),
+                                 int(item_h.data(Qt.ItemDataRole.DisplayRole)))

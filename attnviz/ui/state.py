@@ -217,6 +217,19 @@ class AppState(QObject):
         self.focus = focus
         self.sigFocusChanged.emit(focus)
 
+    def show_head(self, layer: int, head: int) -> None:
+        """Show head (layer, head) and focus it: its layer on screen, the focus on it (a click on a
+        head anywhere: grid, roles, Find, guide, a saved view). A head the model has not is ignored."""
+        if self.model is None or not (0 <= layer < self.n_layer and 0 <= head < self.n_head):
+            return
+        self.set_layer(layer)
+        self.set_focus(layer, head)
+
+    def toggle_query(self, pos: int) -> None:
+        """Pick token `pos` as the query row of every head, or clear it when it is the one picked
+        (a click on a token in the strip, a row in the grid or the focus view)."""
+        self.set_query(None if self.query_pos == pos else pos)
+
     def set_query(self, pos: int | None) -> None:
         pos = None if pos is None else int(pos)
         if pos == self.query_pos:

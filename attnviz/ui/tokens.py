@@ -48,8 +48,7 @@ class TokenStrip(QWidget):
         if state is not None:
             state.sigResultChanged.connect(self._follow)
             state.sigQueryChanged.connect(self._follow)
-            self.sigClicked.connect(
-                lambda q: state.set_query(None if state.query_pos == q else q))
+            self.sigClicked.connect(state.toggle_query)
             self._follow()
 
     def _follow(self, *_) -> None:  # AppState -> the strip

@@ -289,3 +289,21 @@ def test_head_scores_arrive_in_the_state_and_follow_the_options(qtbot, book, mon
     st.set_model(None)
     assert (st.head_scores, st.text_scores, st.probe_scores, st.head_labels) == (None, None, None, None)
     assert worker.wait_idle()
+
+
+def test_show_head_and_toggle_query_are_the_states_rules(qapp, book):
+    """One rule for a click on a head (its layer on screen, the focus on it; a head the model has
+    not is ignored) and one for a click on a token (pick it, or clear it when it is the one)."""
+    st = AppState()
+    st.set_model(book)
+    st.show_head(1, 2)
+    assert (st.layer, st.focus) == (1, (1, 2))
+    st.show_head(5, 0)  # no such layer: nothing changes
+    st.show_head(0, 9)
+    assert (st.layer, st.focus) == (1, (1, 2))
+    st.set_layer(0)  # the focus follows the one layer on screen
+    assert st.focus == (0, 2)
+    st.toggle_query(3)
+    assert st.query_pos == 3
+    st.toggle_query(3)
+    assert st.query_pos is None
