@@ -69,14 +69,6 @@ def test_an_image_export_from_the_command_line_loads_no_widget_module(tmp_path):
 CLI = re.compile(r"attnviz\.(?:cli|__main__)\b"
                  r"|^\s*from\s+attnviz\s+import\s+(?:\([^)]*|[^\n]*)\bcli\b"
                  r"|[\"']-m[\"'],\s*[\"']attnviz[\"']", re.M)
-# Tests outside tests/cli that may still run the command line, each with its reason.
-CLI_OUTSIDE_TESTS_CLI = {
-    # `attnviz` without a command opens the window: a launcher test that belongs in tests/cli (as
-    # test_cli_misuse.py's no_window does); it moves there once test_ui_window.py is free to edit.
-    "ui/test_ui_window.py::test_cli_without_a_command_opens_the_window_on_its_default_model",
-}
-
-
 def cli_uses(path: Path) -> list[str]:
     """The top-level statements of a test file that use the command line, as "folder/file::name"
     (a function or class, its decorators included) or "folder/file" (anything else)."""
@@ -103,9 +95,7 @@ def test_the_tests_mirror_the_layers():
     # the command line is tests/cli's: no other layer's tests import attnviz.cli (or __main__) or
     # start `python -m attnviz`
     assert [use for folder in ("engine", "figures", "ui")
-            for p in sorted((tests / folder).glob("*.py")) for use in cli_uses(p)
-            if use not in CLI_OUTSIDE_TESTS_CLI] == []
-    assert all(use in cli_uses(tests / use.split("::")[0]) for use in CLI_OUTSIDE_TESTS_CLI)
+            for p in sorted((tests / folder).glob("*.py")) for use in cli_uses(p)] == []
     window = re.compile(r"^\s*(?:from|import)\s+attnviz\.ui\b", re.M)  # the figures' tests draw without it
     assert [p.name for p in sorted((tests / "figures").glob("test_*.py"))
             if window.search(p.read_text("utf-8"))] == []
