@@ -86,7 +86,8 @@ def assemble(debounce_ms: int = 2):
     BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
     Returns (AppState, Worker)."""
     from attnviz.ui.state import AppState
-    from attnviz.ui.worker import Worker, limit_blas_threads
+    from attnviz.ui.runner import limit_blas_threads
+    from attnviz.ui.worker import Worker
 
     limit_blas_threads()
     state = AppState()

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine.samples import Guide, guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
-from attnviz.ui.worker import describe_error
+from attnviz.ui.runner import describe_error
 
 JOB_KIND = "guide"
 

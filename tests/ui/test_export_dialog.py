@@ -142,7 +142,7 @@ def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
 
 def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monkeypatch):
     import attnviz.ui.export as export_ui
-    from attnviz.ui.worker import describe_error
+    from attnviz.ui.runner import describe_error
 
     def refuse(*_a, **_k):
         raise IsADirectoryError(errno.EISDIR, "Is a directory")

@@ -8,7 +8,8 @@ import pytest
 
 from attnviz.engine import load_model, textbook
 from attnviz.ui.state import AppState
-from attnviz.ui.worker import POOL, THREAD, Worker
+from attnviz.ui.runner import POOL, THREAD
+from attnviz.ui.worker import Worker
 
 WAIT = 20000
 
@@ -140,7 +141,7 @@ def test_garbage_is_collected_only_on_the_main_thread(qtbot):
     import gc
     import weakref
 
-    from attnviz.ui import worker as W
+    from attnviz.ui import runner as W
 
     Worker(AppState())
     assert not gc.isenabled() and W._GC_TIMER is not None and W._GC_TIMER.isActive()
