@@ -126,6 +126,9 @@ class Worker(Runner):
         self.last_compute_s = result.compute_s
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.sigComputed.emit(req, result)
+        st = self.state  # a view asked for more while this run was on its way (Value-weighted, Anatomy)
+        if (st.value_weighted and not req.values) or (st.inputs_wanted and not req.inputs):
+            self.request_compute(immediate=True)
 
     # === head scores ('roles' jobs) ============================================================
     # The typed text's scores follow each result (after RESCORE_DELAY_MS of quiet while typing) and
@@ -191,8 +194,10 @@ class Worker(Runner):
 
     def _on_text_scores(self, request, scores, error) -> None:
         model, result, opts = request
-        st = self.state
-        if model is not st.model or result is not st.result or opts != st.role_options:
+        st, now = self.state, self.state.role_options
+        # the text's scores depend on the exclusion flags only: a change of source meanwhile keeps them
+        if (model is not st.model or result is not st.result
+                or (opts.exclude_bos, opts.exclude_current) != (now.exclude_bos, now.exclude_current)):
             return  # another result or options are on their way
         if error is not None:
             log.warning("head scores failed: %s", describe_error(error))

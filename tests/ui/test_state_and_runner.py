@@ -2,6 +2,7 @@
 source of truth, and Worker, the one latest-wins job runner."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -308,3 +309,45 @@ def test_show_head_and_toggle_query_are_the_states_rules(qapp, book):
     assert st.query_pos == 3
     st.toggle_query(3)
     assert st.query_pos is None
+
+
+def test_a_view_asking_for_more_while_a_run_is_on_its_way_gets_it(qtbot, book):
+    """Value-weighted turned on while a run without value norms is queued (the result on screen
+    has them): the runner runs again when that result lands, so the view is never left plain."""
+    from attnviz.ui.app import assemble
+
+    st, w = assemble()
+    st.set_model(book)
+    st.set_value_weighted(True)
+    st.set_text("the cat sat")
+    qtbot.waitUntil(lambda: st.result is not None and st.result.value_norms is not None, timeout=WAIT)
+    st.set_value_weighted(False)  # the result keeps its norms: nothing to run
+    st.set_text("the cat sat on the mat")  # queued without norms ...
+    st.set_value_weighted(True)  # ... and the view wants them again before it lands
+    qtbot.waitUntil(lambda: st.result.text == "the cat sat on the mat" and st.display_data().weighted,
+                    timeout=WAIT)
+    assert w.wait_idle(WAIT)
+
+
+def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtbot, book, monkeypatch):
+    """The typed text's scores depend on the exclusion flags only: switching the source while they
+    are being computed must not drop them (nothing would ask again until the next edit)."""
+    from attnviz.engine import heads as H
+    from attnviz.ui.app import assemble
+
+    real = H.score_result
+    started = threading.Event()
+
+    def slow(*a, **k):
+        started.set()
+        time.sleep(0.4)
+        return real(*a, **k)
+
+    monkeypatch.setattr(H, "score_result", slow)
+    st, w = assemble()
+    st.set_model(book)
+    st.set_text("the cat sat on the mat the cat sat")
+    qtbot.waitUntil(started.is_set, timeout=WAIT)  # the text is being scored now
+    st.set_role_options(source="probe")
+    qtbot.waitUntil(lambda: st.text_scores is not None and st.scores_result is st.result, timeout=WAIT)
+    assert w.wait_idle(WAIT)
