@@ -196,8 +196,9 @@ class ExportDialog(QDialog):
 
         self._load_choices()
         self.format.currentIndexChanged.connect(self._format_changed)
-        self.scope.currentIndexChanged.connect(self._suggest_name)
+        self.scope.currentIndexChanged.connect(self._scope_changed)
         self.path_edit.textEdited.connect(self._path_edited)
+        self._scope_changed()
         self._format_changed()
 
     # --- choices --------------------------------------------------------------------------------
@@ -246,6 +247,18 @@ class ExportDialog(QDialog):
         current = self.path_edit.text().strip()
         folder = Path(current).parent if current else self.folder()
         self.path_edit.setText(str(folder / f"{stem}.{self.format.currentData()}"))
+
+    def _scope_changed(self) -> None:
+        """The anatomy is a figure only (PNG, SVG) and knows no heatmap options: the dialog offers
+        what the scope can export, and moves an image format in when a number format was chosen."""
+        anatomy = self.scope.currentData() == "anatomy"
+        for i in range(self.format.count()):
+            self.format.model().item(i).setEnabled(not anatomy or self.format.itemData(i) in IMAGE_FORMATS)
+        for box in (self.scale, self.hide_first, self.value_weighted):
+            box.setEnabled(not anatomy)
+        if anatomy and self.format.currentData() not in IMAGE_FORMATS:
+            self.format.setCurrentIndex(self.format.findData("png"))  # (-> _format_changed: the name)
+        self._suggest_name()
 
     def _format_changed(self) -> None:
         fmt = self.format.currentData()

@@ -287,10 +287,12 @@ class Worker(Runner):
         self.submit("checkpoints", lambda: _checkpoints_of(model), self._on_checkpoints, model, THREAD)
 
     def _on_checkpoints(self, model, ckpts, error) -> None:
+        if model is not self.state.model:
+            return  # another model is shown now: its checkpoints, if any, are loading
         if error is not None:
             log.warning("checkpoints of %s unavailable: %s", model.name, error)
             self.state.show_status(f"Training checkpoints unavailable: {describe_error(error)}")
-        elif model is self.state.model:
+        else:
             self.state.set_checkpoints(ckpts)
 
     # --- model discovery ----------------------------------------------------------------------

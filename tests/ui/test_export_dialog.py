@@ -153,3 +153,19 @@ def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monk
     assert dlg.error.text() == f"Export failed: cannot write {out}: a folder has that name"
     assert describe_error(PermissionError(errno.EACCES, "Permission denied"), writing=out) == (
         f"cannot write {out}: Permission denied")
+
+
+def test_dialog_offers_the_anatomy_only_as_an_image(qtbot, state):
+    from attnviz.ui.export import ExportDialog
+
+    dlg = ExportDialog(state, None)
+    qtbot.addWidget(dlg)
+    dlg.format.setCurrentIndex(dlg.format.findData("csv"))
+    dlg.scope.setCurrentIndex(dlg.scope.findData("anatomy"))
+    assert dlg.format.currentData() == "png" and dlg.path_edit.text().endswith("_anatomy.png")
+    enabled = {dlg.format.itemData(i): dlg.format.model().item(i).isEnabled() for i in range(dlg.format.count())}
+    assert enabled == {"png": True, "svg": True, "npy": False, "csv": False, "json": False}
+    assert not dlg.value_weighted.isEnabled() and not dlg.hide_first.isEnabled()
+    dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
+    assert all(dlg.format.model().item(i).isEnabled() for i in range(dlg.format.count()))
+    assert dlg.value_weighted.isEnabled()
