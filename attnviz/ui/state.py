@@ -376,6 +376,9 @@ class AppState(QObject):
         greyed (stale, no badges) until the runner's new ones come."""
         if result is None:
             self._clear_text_scores()
+        elif (self.text_scores is not None and not self.scores_stale and self.scores_result is not None
+              and self.scores_result is not result and same_patterns(self.scores_result, result)):
+            self.scores_result = result  # the same patterns run again (for value norms, layer inputs)
         elif self.text_scores is not None and not self.scores_stale and self.scores_result is not result:
             self.scores_stale = True
             self._scores_changed()
@@ -394,6 +397,13 @@ class AppState(QObject):
         if labels != self.head_labels:
             self.set_head_labels(labels)  # the one place the badges follow the scores
         self.sigHeadScoresChanged.emit()
+
+def same_patterns(a, b) -> bool:
+    """Whether results a and b hold the very same attention weights (a rerun of the same text on the
+    same weights for what a view wanted): their head scores are the same."""
+    return (len(a.input_ids) == len(b.input_ids) and bool(np.array_equal(a.input_ids, b.input_ids))
+            and bool(np.array_equal(a.attentions, b.attentions)))
+
 
 def same_prefix(a, b, n: int) -> bool:
     """Whether results a and b both start with the same n token ids."""

@@ -153,8 +153,9 @@ class Worker(Runner):
         if result is None:  # the state drops the text's scores itself
             self._scores_timer.stop()
             self.cancel(SCORES_KIND)
-        else:
+        elif self.state.scores_result is not result or self.state.scores_stale:
             self._scores_timer.start()  # restarts while results keep coming
+        # else: the state kept its scores (the same patterns, run again for a view)
 
     def _scores_on_options(self, opts) -> None:
         if (opts.exclude_bos, opts.exclude_current) != self._text_flags:

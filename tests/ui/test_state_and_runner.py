@@ -351,3 +351,26 @@ def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtb
     st.set_role_options(source="probe")
     qtbot.waitUntil(lambda: st.text_scores is not None and st.scores_result is st.result, timeout=WAIT)
     assert w.wait_idle(WAIT)
+
+
+def test_a_rerun_of_the_same_patterns_keeps_the_badges(qtbot, book):
+    """Value-weighted on reruns the same text for its value norms: the patterns, and so the head
+    scores and the grid's badges, are the same, so they stay up (no flicker, no rescoring)."""
+    from attnviz.ui.app import assemble
+
+    st, w = assemble()
+    st.set_model(book)
+    st.set_text("the cat sat on the mat the cat sat")
+    qtbot.waitUntil(lambda: st.text_scores is not None and not st.scores_stale
+                    and st.scores_result is st.result, timeout=WAIT)
+    badges, scores = st.head_labels, st.text_scores
+    assert badges is not None
+    heard = record(st.sigHeadLabelsChanged)
+    st.set_value_weighted(True)
+    qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
+    assert st.scores_result is st.result and not st.scores_stale and st.text_scores is scores
+    assert heard == [] and st.head_labels == badges
+    st.set_text("the cat sat on the mat")  # another text: stale until rescored
+    qtbot.waitUntil(lambda: st.result.text == "the cat sat on the mat", timeout=WAIT)
+    assert st.scores_stale or st.scores_result is st.result
+    assert w.wait_idle(WAIT)
