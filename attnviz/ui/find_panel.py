@@ -39,10 +39,6 @@ class FindPanel(QWidget):
         self._build()
         self._connect()
 
-    @property
-    def scores(self) -> H.HeadScores | None:
-        """The state's head scores (the roles panel's source), for each head's role in its tooltip."""
-        return self.state.head_scores
 
     def _build(self):
         self.find_from = QComboBox()
@@ -164,7 +160,7 @@ class FindPanel(QWidget):
 
     def _label(self, l, h):
         """The role label of head (l, h), or "" while no scores of this shape are shown."""
-        hs = self.scores
+        hs = self.state.head_scores
         return hs.labels[l][h] if hs is not None and l < hs.n_layer and h < hs.n_head else ""
 
     def _on_find_clicked(self, row, _col):

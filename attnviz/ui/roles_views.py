@@ -57,10 +57,6 @@ class RolesOverview(QWidget):
         self._build()
         self._connect()
 
-    @property
-    def scores(self) -> H.HeadScores | None:
-        """The state's per-role scores of the roles panel's source: what this view draws."""
-        return self.state.head_scores
 
     def _build(self):
         # the map: layers x heads coloured by role
@@ -109,7 +105,7 @@ class RolesOverview(QWidget):
         self._update_focus_note()
 
     def _fill_map(self):
-        hs = self.scores
+        hs = self.state.head_scores
         ov = self.map
         ov.clear()
         if hs is None:
@@ -148,7 +144,7 @@ class RolesOverview(QWidget):
         return super().eventFilter(obj, event)
 
     def _head_tooltip(self, l, h):
-        hs = self.scores
+        hs = self.state.head_scores
         lines = [f"{head_title(l, h)}: {hs.labels[l][h]}"]
         for name in H.SCORE_NAMES:
             v = float(hs.scores[name][l, h])
@@ -182,7 +178,7 @@ class RolesOverview(QWidget):
 
     def _update_focus_note(self):
         st = self.state
-        hs = self.scores
+        hs = self.state.head_scores
         if st.focus is None or hs is None:
             self.focus_note.setText("")
             return
@@ -214,10 +210,6 @@ class ScoresTable(QWidget):
         self.filter.currentIndexChanged.connect(lambda *_: self._apply_filter())
         self.table.cellClicked.connect(self._on_table_clicked)
 
-    @property
-    def scores(self) -> H.HeadScores | None:
-        """The state's per-role scores of the roles panel's source: what this view draws."""
-        return self.state.head_scores
 
     def _build(self):
         self.filter = QComboBox()
@@ -250,7 +242,7 @@ class ScoresTable(QWidget):
         self._show_definitions()
 
     def refresh(self):
-        hs = self.scores
+        hs = self.state.head_scores
         t = self.table
         t.setSortingEnabled(False)
         t.setRowCount(0)
