@@ -39,7 +39,6 @@ class FindPanel(QWidget):
         self._build()
         self._connect()
 
-
     def _build(self):
         self.find_from = QComboBox()
         self.find_to = QComboBox()

@@ -57,7 +57,6 @@ class RolesOverview(QWidget):
         self._build()
         self._connect()
 
-
     def _build(self):
         # the map: layers x heads coloured by role
         self.map = QTableWidget(0, 0)
@@ -209,7 +208,6 @@ class ScoresTable(QWidget):
         self._build()
         self.filter.currentIndexChanged.connect(lambda *_: self._apply_filter())
         self.table.cellClicked.connect(self._on_table_clicked)
-
 
     def _build(self):
         self.filter = QComboBox()
