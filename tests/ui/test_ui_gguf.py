@@ -9,23 +9,14 @@ from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.ui.window import MainWindow
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
-
-WAIT = 30000
+from windows import WAIT, open_window, wait_for_text
 
 
 @pytest.fixture
 def smollm2_window(qtbot, tmp_path, smollm2):
-    w = MainWindow(model=str(smollm2.path), text="The keys to the cabinet are on the",
-                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text="The keys to the cabinet are on the")
     yield w
     w.worker.wait_idle()
-
-
-def _wait_text(qtbot, w, text):
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
 
 
 def test_smollm2_window_bands_kv_groups_and_shows_the_live_cache(smollm2_window, qtbot):
@@ -39,7 +30,7 @@ def test_smollm2_window_bands_kv_groups_and_shows_the_live_cache(smollm2_window,
     w.calc_dock.raise_()
     text = "The keys to the cabinet are on the table"
     w.set_text(text)
-    _wait_text(qtbot, w, text)
+    wait_for_text(qtbot, w, text)
     r = w.state.result
     assert r.cache_reused == first and r.cache_computed == r.n_tokens - first
     qtbot.waitUntil(lambda: "table" in w.token_strip.labels[-1] and w.calc_panel.live_label.text() != "",

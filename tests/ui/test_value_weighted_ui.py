@@ -4,23 +4,16 @@
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings
 
 from attnviz.engine import load_model
-from attnviz.ui.window import MainWindow
 from by_hand import direct
 from tiny import FIXTURES
-
-WAIT = 30000
+from windows import WAIT, open_window
 
 
 @pytest.fixture
 def tiny_window(qtbot, tmp_path):
-    w = MainWindow(model=str(FIXTURES / "llama_gqa"), text="3, 1, 4, 1, 5, 9, 2, 6",
-                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(FIXTURES / "llama_gqa"), text="3, 1, 4, 1, 5, 9, 2, 6")
     yield w
     w.worker.wait_idle()
 
