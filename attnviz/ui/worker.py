@@ -126,9 +126,7 @@ class Worker(Runner):
         self.last_compute_s = result.compute_s
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.sigComputed.emit(req, result)
-        st = self.state  # a view asked for more while this run was on its way (Value-weighted, Anatomy)
-        if (st.value_weighted and not req.values) or (st.inputs_wanted and not req.inputs):
-            self.request_compute(immediate=True)
+        self._compute_what_is_missing()  # a view may have asked for more while this run was on its way
 
     # === head scores ('roles' jobs) ============================================================
     # The typed text's scores follow each result (after RESCORE_DELAY_MS of quiet while typing) and
