@@ -41,7 +41,7 @@ on the made-up names.
 
 Scores recorded per checkpoint (in checkpoints.json):
 - induction_score: the best head's induction strength (attnviz.engine.heads, TransformerLens "mul"
-  score over its coverage) on attnviz's repeated-random probe (heads.probe_ids: 25 random tokens,
+  score over its coverage) on attnviz's repeated-random probe (probes.probe_ids: 25 random tokens,
   seed 0, repeated twice), computed by the attnviz engine from the saved F16 file.
 - icl_score: Olsson et al.'s in-context-learning score: the mean loss on late tokens (positions
   100-127 of the context) minus the mean loss on early tokens (positions 10-19), over held-out
@@ -369,7 +369,7 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     (out / "config.json").write_text(json.dumps(gpt2_config(), indent=2) + "\n", encoding="utf-8")
-    from attnviz.engine.heads import probe_ids
+    from attnviz.engine.probes import probe_ids
     from attnviz.engine.model import load_folder
     from safetensors.numpy import save_file
 

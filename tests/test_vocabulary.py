@@ -138,8 +138,8 @@ def test_one_config_json_reader():
 
 
 def test_each_config_rule_has_one_home():
-    """The rules the engine (config.py) and the calculator (calc.py) both apply to a config live in
-    hf_config.py; the others call them and keep no copy."""
+    """The rules the engine (config.py) and the calculator (calc/inputs.py) both apply to a config
+    live in hf_config.py; the others call them and keep no copy."""
     texts = sources("engine", "commands")
     for rule in ("window_applies", "sliding_window", "default_d_ff", "default_d_head", "kv_heads_divide",
                  "attention_biases", "multi_query"):
@@ -154,7 +154,7 @@ def test_each_config_rule_has_one_home():
     for what, pattern in copies.items():
         found = sorted(n for n, t in texts.items() if re.search(pattern, t))
         assert found == ["engine/hf_config.py"], (what, found)
-    for user in ("engine/config.py", "engine/calc.py"):
+    for user in ("engine/config.py", "engine/calc/inputs.py"):
         assert "kv_heads_divide(" in texts[user] and "default_d_head(" in texts[user], user
     assert "sliding_window(raw" in texts["engine/config.py"] and "default_d_ff(" in texts["engine/config.py"]
 

@@ -10,6 +10,7 @@ import numpy as np
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import at_least, non_negative, positive, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.engine import find as F
 from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine import textbook
@@ -33,10 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "the text), syntactic (subject-verb agreement with an attractor noun) or "
                           f"coreference (pronoun -> antecedent), {P.N_ITEMS} template sentences each")
     p.add_argument("--probe-length", type=at_least(2), metavar="N",
-                   help=f"random tokens before the repeat, at least 2 (default: {H.PROBE_LENGTH}; "
+                   help=f"random tokens before the repeat, at least 2 (default: {P.PROBE_LENGTH}; "
                         "cut to fit); --probe repeat only")
     p.add_argument("--seed", type=non_negative, metavar="N",
-                   help=f"probe seed, >= 0 (default: {H.PROBE_SEED})")
+                   help=f"probe seed, >= 0 (default: {P.PROBE_SEED})")
     p.add_argument("--exclude-bos", action="store_true",
                    help="zero the first-token column before scoring (TransformerLens exclude_bos)")
     p.add_argument("--exclude-current", action="store_true",
@@ -98,9 +99,9 @@ def cmd_heads(args) -> int:
                         ("--seed", args.seed is not None)), "only with --probe", sep=" and ")
     model = checkpoint_opt.at(load_model(args.model), args)
     if args.probe:
-        seed = H.PROBE_SEED if args.seed is None else args.seed
-        n = H.PROBE_LENGTH if args.probe_length is None else args.probe_length
-        result, note = H.run_probe(model, n=n, seed=seed)
+        seed = P.PROBE_SEED if args.seed is None else args.seed
+        n = P.PROBE_LENGTH if args.probe_length is None else args.probe_length
+        result, note = P.run_probe(model, n=n, seed=seed)
         source = {"probe": note, "seed": seed, "text": None}
     else:
         result = model.run(args.text, truncate=args.truncate)
@@ -206,9 +207,9 @@ def cmd_find(args) -> int:
     model = load_model(args.model)
     result = model.run(args.text, truncate=args.truncate)
     show_notice("find", result)
-    q = H.resolve_token(result, args.from_token)
-    k = H.resolve_token(result, args.to_token)
-    hits = H.find(result, q, k)
+    q = F.resolve_token(result, args.from_token)
+    k = F.resolve_token(result, args.to_token)
+    hits = F.find(result, q, k)
     if args.top is not None:
         hits = hits[: args.top]
     if args.json:

@@ -154,8 +154,9 @@ class CheckpointSet:
 
     def induction_scores(self, indices=None) -> list[tuple[int, int, float]]:
         """(layer, head, strength) of the best induction head of each checkpoint on the
-        repeated-random probe (attnviz.engine.heads.run_probe), as checkpoints.json records."""
-        from attnviz.engine.heads import run_probe, score_result, unknown_token_ids
+        repeated-random probe (attnviz.engine.probes.run_probe), as checkpoints.json records."""
+        from attnviz.engine.heads import score_result, unknown_token_ids
+        from attnviz.engine.probes import run_probe
 
         out = []
         for i in range(len(self.infos)) if indices is None else indices:

@@ -1,4 +1,7 @@
-"""Head roles: scores computed from attention patterns, labels, the repeated-random probe, and find.
+"""Head roles: scores computed from attention patterns, and labels.
+
+The repeated-random probe that these scores are usually read on is in probes.py, beside the
+template probes; Find (which heads send one token to another) is in find.py.
 
 Everything here is pure NumPy on `attentions [n_layer, n_head, T, T]` (rows sum to 1,
 `attentions[l, h, q, k]` = weight from query q to key k) and token ids `[T]`.
@@ -21,17 +24,12 @@ in the second half, so a perfect head scores about 0.5 there).
 
 from __future__ import annotations
 
-import logging
-import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.patterns import head_title
-
-log = logging.getLogger(__name__)
 
 # roles a head can be labelled with, in tie-break order
 ROLES = ("previous", "next", "self", "sink", "duplicate", "induction")
@@ -424,151 +422,3 @@ def unknown_token_ids(model) -> frozenset:
     name = getattr(tok.raw.model, "unk_token", None)
     i = tok.raw.token_to_id(name) if name else None
     return frozenset() if i is None else frozenset({int(i)})
-
-
-# ---------------------------------------------------------------- probe
-
-PROBE_LENGTH = 25
-PROBE_SEED = 0
-PROBE_NOTE = ("Probe: {n} token ids drawn at random (seed {seed}, without repeats when the vocabulary "
-              "allows) from the model's vocabulary, leaving out special tokens and bracketed "
-              "placeholders such as [unused5] or <0x0A>; the sequence is repeated twice and framed "
-              "with the special tokens the tokenizer adds to any text ({frame}).")
-
-_PLACEHOLDER = re.compile(r"^(\[.*\]|<.*>)$")
-
-
-def _tokenizer(model):
-    """The model's own tokenizer (loaded once with the model, padding and truncation off)."""
-    if model.tokenizer is None:
-        raise InputError(f"the probe needs the model's tokenizer.json; {model.name} has none")
-    return model.tokenizer.raw
-
-
-def _special_ids(model):
-    ids = model.tokenizer.special_ids()
-    raw = getattr(model.config, "raw", {}) or {}
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id",
-                "sep_token_id", "cls_token_id", "mask_token_id", "decoder_start_token_id"):
-        v = raw.get(key)
-        for x in (v if isinstance(v, list) else [v]):
-            if isinstance(x, int):
-                ids.add(x)
-    return ids
-
-
-def probe_frame(model):
-    """(prefix ids, suffix ids): the special tokens the tokenizer puts around any text."""
-    tok = _tokenizer(model)
-    enc = tok.encode("a", add_special_tokens=True)
-    mask = list(enc.special_tokens_mask)
-    body = [i for i, m in enumerate(mask) if not m]
-    if not body:
-        return [], []
-    return list(enc.ids[: body[0]]), list(enc.ids[body[-1] + 1:])
-
-
-def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
-    """Random sequence repeated twice, framed like text: ([T] ids, note). Shortened to fit."""
-    tok = _tokenizer(model)
-    prefix, suffix = probe_frame(model)
-    room = (int(model.config.max_positions) - len(prefix) - len(suffix)) // 2
-    if room < 2:
-        raise InputError(f"model has {model.config.max_positions} positions: too few for a probe")
-    n = max(2, min(int(n), room))
-    special = _special_ids(model)
-    size = min(int(model.config.vocab_size), tok.get_vocab_size(with_added_tokens=True))
-    pool = []
-    for i in range(size):
-        s = tok.id_to_token(i)
-        if i in special or s is None or _PLACEHOLDER.match(s):
-            continue
-        pool.append(i)
-    if len(pool) < 2:
-        raise InputError(f"only {len(pool)} ordinary tokens in this vocabulary: cannot build a probe")
-    rng = np.random.default_rng(seed)
-    seq = rng.choice(np.array(pool), size=n, replace=len(pool) < n).tolist()
-    ids = prefix + seq + seq + suffix
-    frame = " ... ".join(
-        filter(None, [" ".join(tok.id_to_token(i) for i in prefix),
-                      " ".join(tok.id_to_token(i) for i in suffix)])) or "none"
-    note = PROBE_NOTE.format(n=n, seed=seed, frame=frame)
-    return [int(i) for i in ids], note
-
-
-def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
-    """Run the probe through the model: (RunResult, note)."""
-    ids, note = probe_ids(model, n=n, seed=seed)
-    return model.run(ids=ids, use_cache=False), note  # leaves the typed sentence's KV cache alone
-
-
-# ---------------------------------------------------------------- find
-
-class HeadHit(NamedTuple):
-    layer: int
-    head: int
-    weight: float  # A[query, key]
-    specificity: float = 0.0  # weight minus the mean weight the other queries give the same key
-
-
-def find(result, query_pos, key_pos):
-    """Every (layer, head) ranked by how specifically the query attends to the key, highest first.
-
-    specificity = A[q, k] - mean over the other queries q' that can see k of A[q', k]. A head in
-    which every token attends to k (a sink, a head parked on a noun) gives q -> k a high weight
-    that says nothing about q; its specificity is near 0."""
-    att = np.asarray(result.attentions)
-    T = att.shape[-1]
-    for name, p in (("query", query_pos), ("key", key_pos)):
-        if not 0 <= int(p) < T:
-            raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
-    q, k = int(query_pos), int(key_pos)
-    col = att[:, :, :, k]  # [n_layer, n_head, T]: every query's weight on key k
-    w = col[:, :, q]  # [n_layer, n_head]
-    # the other queries that can see k (in a decoder, q' >= k; a bidirectional model: all)
-    causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
-    others = [i for i in range(T) if i != q and (i >= k or not causal)]
-    base = col[:, :, others].mean(axis=-1) if others else np.zeros_like(w)
-    spec = w - base
-    hits = [HeadHit(l, h, float(w[l, h]), float(spec[l, h]))
-            for l in range(w.shape[0]) for h in range(w.shape[1])]
-    return sorted(hits, key=lambda x: (-x.specificity, -x.weight, x.layer, x.head))
-
-
-def _norm(s):
-    return s.strip().lower()
-
-
-def _listing(labels):
-    return " ".join(f"{lab}@{i}" for i, lab in enumerate(labels))
-
-
-def resolve_token(result, spec):
-    """Position of a token given as its display text, or `text@pos` when it occurs more than once."""
-    labels = list(result.labels)
-    raw = list(getattr(result, "tokens", labels))
-    spec = str(spec)
-    text, pos = spec, None
-    if "@" in spec:
-        head, tail = spec.rsplit("@", 1)
-        digits = tail.strip().lstrip("-")
-        if digits.isascii() and digits.isdigit():  # "²".isdigit() is True, but int("²") fails
-            text, pos = head, int(tail)
-    if pos is not None:
-        if not 0 <= pos < len(labels):
-            raise InputError(f"position {pos} in {spec!r} is outside the {len(labels)} tokens "
-                             f"(0..{len(labels) - 1}): {_listing(labels)}")
-        if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
-            raise InputError(f"position {pos} holds {labels[pos]!r}, not {text!r}: {_listing(labels)}")
-        return pos
-    # case-insensitive on the display label or the tokenizer's own token string
-    exact = [i for i in range(len(labels))
-             if _norm(text) and _norm(text) in (_norm(labels[i]), _norm(raw[i]))]
-    if not exact:
-        raise InputError(f"token {text!r} is not in the text; its {len(labels)} tokens are: "
-                         f"{_listing(labels)}")
-    if len(exact) > 1:
-        where = ", ".join(f"{labels[i]}@{i}" for i in exact)
-        raise InputError(f"token {text!r} occurs {len(exact)} times (at positions "
-                         f"{', '.join(map(str, exact))}); pick one: {where}")
-    return exact[0]

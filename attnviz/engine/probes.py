@@ -1,5 +1,9 @@
-"""Syntactic and coreference probes: sentences built from templates, so the answer is known by
-construction and no parser or labelled data is needed.
+"""Probes: inputs built so that what a head should do on them is known in advance.
+
+- The repeated-random probe: seeded random token ids repeated twice, on which duplicate-token and
+  induction heads show (scored with heads.score_heads like a typed text).
+- Syntactic and coreference probes: sentences built from templates, so the answer is known by
+  construction and no parser or labelled data is needed.
 
 - agreement: "The keys behind the cabinet are" / "The cabinets said the key is": the verb's row
   should weigh its subject's noun ("keys", "key") above the other noun (the attractor), which has the
@@ -11,13 +15,15 @@ Per item and head: d = A[query, target] - A[query, foil]; score = mean d over th
 share of items with d > 0. Position is balanced by construction: the two words stand at the same
 token positions in every item of a probe, and the target is the farther of them in half the items
 and the nearer in the other half, so a head that attends by position alone (the nearest noun, the
-first name) is right in one half and wrong in the other: its score is ~0 and its accuracy ~0.5. A head is labelled when score >= SCORE_MIN, accuracy >= ACCURACY_MIN and its score is positive
+first name) is right in one half and wrong in the other: its score is ~0 and its accuracy ~0.5.
+A head is labelled when score >= SCORE_MIN, accuracy >= ACCURACY_MIN and its score is positive
 in both halves. Items whose key words are not single, known tokens in the model's tokenizer are
 skipped and counted.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -221,7 +227,7 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> 
 def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_token: bool = False,
                 probe=None):
     """The head scores of one probe source, as the roles panel's runner job computes them: (scores,
-    probe). kind "probe": the seeded random probe repeated twice (heads.run_probe), scored as a typed
+    probe). kind "probe": the seeded random probe repeated twice (run_probe), scored as a typed
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
     (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply), probe None."""
@@ -231,7 +237,83 @@ def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_tok
         return run_template_probe(model, kind), None
     if kind != "probe":
         raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} and probe")
-    probe = probe or H.run_probe(model)
+    probe = probe or run_probe(model)
     scores = H.score_result(probe[0], exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
                             unknown_ids=H.unknown_token_ids(model))
     return scores, probe
+
+
+# ---------------------------------------------------------------- the repeated-random probe
+
+PROBE_LENGTH = 25
+PROBE_SEED = 0
+PROBE_NOTE = ("Probe: {n} token ids drawn at random (seed {seed}, without repeats when the vocabulary "
+              "allows) from the model's vocabulary, leaving out special tokens and bracketed "
+              "placeholders such as [unused5] or <0x0A>; the sequence is repeated twice and framed "
+              "with the special tokens the tokenizer adds to any text ({frame}).")
+
+_PLACEHOLDER = re.compile(r"^(\[.*\]|<.*>)$")
+
+
+def _tokenizer(model):
+    """The model's own tokenizer (loaded once with the model, padding and truncation off)."""
+    if model.tokenizer is None:
+        raise InputError(f"the probe needs the model's tokenizer.json; {model.name} has none")
+    return model.tokenizer.raw
+
+
+def _special_ids(model):
+    ids = model.tokenizer.special_ids()
+    raw = getattr(model.config, "raw", {}) or {}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id",
+                "sep_token_id", "cls_token_id", "mask_token_id", "decoder_start_token_id"):
+        v = raw.get(key)
+        for x in (v if isinstance(v, list) else [v]):
+            if isinstance(x, int):
+                ids.add(x)
+    return ids
+
+
+def probe_frame(model):
+    """(prefix ids, suffix ids): the special tokens the tokenizer puts around any text."""
+    tok = _tokenizer(model)
+    enc = tok.encode("a", add_special_tokens=True)
+    mask = list(enc.special_tokens_mask)
+    body = [i for i, m in enumerate(mask) if not m]
+    if not body:
+        return [], []
+    return list(enc.ids[: body[0]]), list(enc.ids[body[-1] + 1:])
+
+
+def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
+    """Random sequence repeated twice, framed like text: ([T] ids, note). Shortened to fit."""
+    tok = _tokenizer(model)
+    prefix, suffix = probe_frame(model)
+    room = (int(model.config.max_positions) - len(prefix) - len(suffix)) // 2
+    if room < 2:
+        raise InputError(f"model has {model.config.max_positions} positions: too few for a probe")
+    n = max(2, min(int(n), room))
+    special = _special_ids(model)
+    size = min(int(model.config.vocab_size), tok.get_vocab_size(with_added_tokens=True))
+    pool = []
+    for i in range(size):
+        s = tok.id_to_token(i)
+        if i in special or s is None or _PLACEHOLDER.match(s):
+            continue
+        pool.append(i)
+    if len(pool) < 2:
+        raise InputError(f"only {len(pool)} ordinary tokens in this vocabulary: cannot build a probe")
+    rng = np.random.default_rng(seed)
+    seq = rng.choice(np.array(pool), size=n, replace=len(pool) < n).tolist()
+    ids = prefix + seq + seq + suffix
+    frame = " ... ".join(
+        filter(None, [" ".join(tok.id_to_token(i) for i in prefix),
+                      " ".join(tok.id_to_token(i) for i in suffix)])) or "none"
+    note = PROBE_NOTE.format(n=n, seed=seed, frame=frame)
+    return [int(i) for i in ids], note
+
+
+def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
+    """Run the probe through the model: (RunResult, note)."""
+    ids, note = probe_ids(model, n=n, seed=seed)
+    return model.run(ids=ids, use_cache=False), note  # leaves the typed sentence's KV cache alone

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from attnviz.engine import heads as H
 from attnviz.engine.errors import InputError
+from attnviz.engine.find import find, resolve_token
 from attnviz.engine.patterns import head_title
 from attnviz.engine.registry import DEFAULT_TEXT
 
@@ -126,8 +127,8 @@ def _others(n: int) -> str:
 def _guide_find(sample: Sample, result) -> Guide:
     frm, to = sample.find
     # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
-    q, k = H.resolve_token(result, frm), H.resolve_token(result, to)
-    hits = H.find(result, q, k)
+    q, k = resolve_token(result, frm), resolve_token(result, to)
+    hits = find(result, q, k)
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
     msg = (f"{head_title(top.layer, top.head)}: {frm!r} -> {to!r} weight {top.weight:.2f}, "

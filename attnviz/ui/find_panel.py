@@ -2,7 +2,7 @@
 
 A view of AppState, placed as a tab of the head-roles panel: it keeps its own token lists (the
 result's tokens), follows the result and the query (a query row picked elsewhere moves its A) and
-writes back the focus and the query when a head is clicked. The search itself (heads.find) is a
+writes back the focus and the query when a head is clicked. The search itself (find.find) is a
 few NumPy reductions, run at once on the main thread; `set_find` and `run_find` return its hits.
 
 While Find is not on screen (`shown()`, asked of its host: its tab and dock), a new result only
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.engine import heads as H
+from attnviz.engine import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
 from attnviz.ui.roles_views import num_item
@@ -33,7 +33,7 @@ class FindPanel(QWidget):
         super().__init__(parent)
         self.state = state
         self.shown = shown
-        self.hits: list[H.HeadHit] = []
+        self.hits: list[F.HeadHit] = []
         self._find_q = None  # the query position of the hits shown
         self._stale = False  # the token lists lag the result while Find is not on screen
         self._build()
@@ -116,8 +116,8 @@ class FindPanel(QWidget):
             self._show_hits(None)
             return None
         try:
-            q = H.resolve_token(r, self.find_from.currentText())
-            k = H.resolve_token(r, self.find_to.currentText())
+            q = F.resolve_token(r, self.find_from.currentText())
+            k = F.resolve_token(r, self.find_to.currentText())
         except AttnvizError as exc:
             self.find_status.setText(str(exc))
             self._show_hits(None)
@@ -126,7 +126,7 @@ class FindPanel(QWidget):
             box.blockSignals(True)
             box.setCurrentIndex(pos)
             box.blockSignals(False)
-        hits = H.find(r, q, k)
+        hits = F.find(r, q, k)
         self.find_status.setText(
             f"From {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} (key), every head ranked by "
             "specificity: its weight minus the mean weight the other queries give that key (a head "

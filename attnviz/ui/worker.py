@@ -207,7 +207,7 @@ class Worker(Runner):
     def request_probe_scores(self) -> None:
         """Score the probe source on the pool when the state has no scores of it (the random probe's
         run is cached per model and seed)."""
-        from attnviz.engine.heads import PROBE_SEED
+        from attnviz.engine.probes import PROBE_SEED
         from attnviz.engine.probes import score_probe
 
         st = self.state
@@ -226,7 +226,7 @@ class Worker(Runner):
         self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts))
 
     def _on_probe_scores(self, request, value, error) -> None:
-        from attnviz.engine.heads import PROBE_SEED
+        from attnviz.engine.probes import PROBE_SEED
 
         model, opts = request
         st = self.state

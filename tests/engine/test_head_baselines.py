@@ -4,6 +4,7 @@ the head's own chance score beside it, a label must beat it, and Find ranks by s
 import numpy as np
 import pytest
 
+from attnviz.engine import find as F
 from attnviz.engine import heads as H
 
 EMOJI_CJK = "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café"
@@ -92,7 +93,7 @@ def test_find_ranks_by_specificity_not_weight():
     att[0, 0, 1:, 0] = 0.1
     att[0, 1] = np.eye(T)
     att[0, 1, 3] = [0.4, 0.6, 0, 0]
-    hits = H.find(_Result(list("abcd"), att), 3, 1)
+    hits = F.find(_Result(list("abcd"), att), 3, 1)
     assert (hits[0].layer, hits[0].head) == (0, 1)
     assert hits[0].specificity == pytest.approx(0.6 - 0.5)  # other queries that see key 1: b, c
     assert hits[1].weight == pytest.approx(0.9) and hits[1].specificity == pytest.approx(0.0)

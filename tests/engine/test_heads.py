@@ -6,7 +6,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from attnviz.engine import find as F
 from attnviz.engine import heads as H
+from attnviz.engine import probes as P
 from attnviz.engine.errors import InputError
 
 # a causal 4-token head: rows sum to 1
@@ -200,30 +202,30 @@ def _fake_result(labels, att):
 def test_find_ranks_every_head_by_weight():
     att = np.zeros((2, 2, 3, 3))
     att[0, 0, 2, 1], att[0, 1, 2, 1], att[1, 0, 2, 1], att[1, 1, 2, 1] = 0.2, 0.7, 0.7, 0.05
-    hits = H.find(_fake_result(["a", "b", "c"], att), 2, 1)
+    hits = F.find(_fake_result(["a", "b", "c"], att), 2, 1)
     assert [(h.layer, h.head) for h in hits] == [(0, 1), (1, 0), (0, 0), (1, 1)]  # tie: lower layer
     assert hits[0].weight == pytest.approx(0.7)
     with pytest.raises(InputError, match="key position 3 is outside the 3 tokens"):
-        H.find(_fake_result(["a", "b", "c"], att), 0, 3)
+        F.find(_fake_result(["a", "b", "c"], att), 0, 3)
 
 
 def test_resolve_token_by_text_position_and_errors():
     r = _fake_result(["[CLS]", "The", "keys", "the", "are"], np.zeros((1, 1, 5, 5)))
-    assert H.resolve_token(r, "keys") == 2
-    assert H.resolve_token(r, "ARE") == 4
-    assert H.resolve_token(r, "the@3") == 3
-    assert H.resolve_token(r, "The@1") == 1
-    assert H.resolve_token(r, "@2") == 2
+    assert F.resolve_token(r, "keys") == 2
+    assert F.resolve_token(r, "ARE") == 4
+    assert F.resolve_token(r, "the@3") == 3
+    assert F.resolve_token(r, "The@1") == 1
+    assert F.resolve_token(r, "@2") == 2
     with pytest.raises(InputError, match=r"occurs 2 times \(at positions 1, 3\).*The@1, the@3"):
-        H.resolve_token(r, "the")
+        F.resolve_token(r, "the")
     with pytest.raises(InputError, match="'cabinet' is not in the text.*keys@2"):
-        H.resolve_token(r, "cabinet")
+        F.resolve_token(r, "cabinet")
     with pytest.raises(InputError, match="position 2 holds 'keys', not 'the'"):
-        H.resolve_token(r, "the@2")
+        F.resolve_token(r, "the@2")
     with pytest.raises(InputError, match="position 9 .* outside the 5 tokens"):
-        H.resolve_token(r, "the@9")
+        F.resolve_token(r, "the@9")
     with pytest.raises(InputError, match="'the@²' is not in the text"):  # not int("²")
-        H.resolve_token(r, "the@²")
+        F.resolve_token(r, "the@²")
 
 
 # ---------------------------------------------------------------- MiniLM (real weights)
@@ -245,26 +247,26 @@ def test_minilm_best_previous_token_head_clears_0_9(minilm, text):
 
 def test_minilm_find_are_to_keys(minilm):
     r = minilm.run("The keys to the cabinet are on the table.")
-    q, k = H.resolve_token(r, "are"), H.resolve_token(r, "keys")
+    q, k = F.resolve_token(r, "are"), F.resolve_token(r, "keys")
     assert (r.labels[q], r.labels[k]) == ("are", "keys")
-    hits = H.find(r, q, k)
+    hits = F.find(r, q, k)
     assert len(hits) == minilm.config.n_layer * minilm.config.n_head
     assert hits[0].weight == pytest.approx(float(r.attentions[hits[0].layer, hits[0].head, q, k]))
     assert hits[0].weight >= 0.5, hits[:3]
 
 
 def test_minilm_probe_is_framed_and_reports_its_induction_score(minilm):
-    ids, note = H.probe_ids(minilm, n=25, seed=0)
+    ids, note = P.probe_ids(minilm, n=25, seed=0)
     assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
     body = ids[1:-1]
     assert body[:25] == body[25:] and len(set(body[:25])) == 25
     assert not {0, 100, 101, 102, 103} & set(body)
-    tok = H._tokenizer(minilm)
+    tok = P._tokenizer(minilm)
     assert not any(tok.id_to_token(i).startswith("[") for i in body)
-    assert ids == H.probe_ids(minilm, n=25, seed=0)[0]
-    assert ids != H.probe_ids(minilm, n=25, seed=1)[0]
+    assert ids == P.probe_ids(minilm, n=25, seed=0)[0]
+    assert ids != P.probe_ids(minilm, n=25, seed=1)[0]
     assert "repeated twice" in note and "[CLS]" in note
-    r, _ = H.run_probe(minilm)
+    r, _ = P.run_probe(minilm)
     hs = H.score_result(r)
     layer, head, score = hs.best("induction")
     # MiniLM is a bidirectional encoder: no head is expected to clear the induction threshold,
@@ -275,7 +277,7 @@ def test_minilm_probe_is_framed_and_reports_its_induction_score(minilm):
 
 
 def test_probe_is_cut_to_fit_the_positions(minilm):
-    ids, note = H.probe_ids(minilm, n=10_000)
+    ids, note = P.probe_ids(minilm, n=10_000)
     assert len(ids) <= minilm.config.max_positions
     assert f"{(len(ids) - 2) // 2} token ids" in note
 

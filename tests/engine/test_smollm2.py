@@ -9,6 +9,7 @@ import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 from attnviz.engine import heads
+from attnviz.engine import probes
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from tiny import FIXTURES
 
@@ -104,7 +105,7 @@ def test_kv_cache_bytes_equal_the_calculator(smollm2):
 
 def test_probe_finds_induction_heads(smollm2):
     """The repeated random sequence labels some heads 'induction'; which ones is the model's business."""
-    result, _ = heads.run_probe(smollm2)
+    result, _ = probes.run_probe(smollm2)
     scores = heads.score_heads(result.attentions, result.input_ids)
     induction = [(l, h) for l, row in enumerate(scores.labels) for h, role in enumerate(row)
                  if role == "induction"]

@@ -9,6 +9,7 @@ from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import find_models, load_model
 from attnviz.engine import heads as H
+from attnviz.engine import probes as P
 from attnviz.engine import textbook as tb
 
 
@@ -24,7 +25,7 @@ def model(folder):
 
 @pytest.fixture(scope="module")
 def probe_scores(model):
-    result, _ = H.run_probe(model)
+    result, _ = P.run_probe(model)
     return result, H.score_result(result)
 
 
@@ -74,7 +75,7 @@ def test_induction_needs_the_previous_token_head(folder, tmp_path):
     save_file(w, str(broken / "model.safetensors"))
     for f in ("config.json", "tokenizer.json"):
         (broken / f).write_bytes((folder / f).read_bytes())
-    result, _ = H.run_probe(load_model(str(broken)))
+    result, _ = P.run_probe(load_model(str(broken)))
     hs = H.score_result(result)
     assert hs.strength["induction"][1, 0] < 0.1
     assert hs.labels[1][0] == "sink"

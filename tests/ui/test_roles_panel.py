@@ -8,6 +8,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
+from attnviz.engine import find as F  # noqa: E402
 from attnviz.engine import heads as H  # noqa: E402
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
@@ -114,7 +115,7 @@ def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
     state, panel = _panel(qtbot, minilm)
     find = panel.find
     hits = find.set_find("are", "keys")
-    assert hits == H.find(state.result, 6, 2)
+    assert hits == F.find(state.result, 6, 2)
     assert hits[0].weight >= 0.5
     assert find.find_table.rowCount() == 72
     assert find.find_table.item(0, 1).text() == f"L{hits[0].layer} H{hits[0].head}"
@@ -128,7 +129,7 @@ def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
     find.set_find("are", "the@4")
     state.set_query(9)
     assert find.find_to.currentIndex() == 4
-    assert find.find_from.currentIndex() == 9 and find.hits == H.find(state.result, 9, 4)
+    assert find.find_from.currentIndex() == 9 and find.hits == F.find(state.result, 9, 4)
 
 
 
@@ -143,9 +144,9 @@ def test_find_is_its_own_view_of_the_state(qtbot, minilm):
     state.set_model(minilm)
     state.set_result(minilm.run(TEXT))
     T = len(state.result.labels)
-    assert find.find_from.count() == T and find.hits == H.find(state.result, T - 1, 0)
+    assert find.find_from.count() == T and find.hits == F.find(state.result, T - 1, 0)
     state.set_query(6)
-    assert find.hits == H.find(state.result, 6, 0)
+    assert find.hits == F.find(state.result, 6, 0)
     find.find_table.cellClicked.emit(0, 1)
     assert state.focus == (find.hits[0].layer, find.hits[0].head) and state.query_pos == 6
     assert find.find_table.item(0, 1).toolTip() == ""  # no scores given: no role in its tooltip
@@ -219,11 +220,11 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     assert [find.find_from.itemText(i) for i in range(find.find_from.count())] == \
         [f"{lab}@{i}" for i, lab in enumerate(labels)]
     T = len(labels)
-    assert find.hits == H.find(state.result, T - 1, 0) and find.find_table.rowCount() == 72
+    assert find.hits == F.find(state.result, T - 1, 0) and find.find_table.rowCount() == 72
     # while shown, each new result refills Find at once (same picks), reusing the table's rows
     type_text(qtbot, state, TEXT)
     assert find.find_from.count() == len(state.result.labels)
-    assert find.hits == H.find(state.result, T - 1, 0)
+    assert find.hits == F.find(state.result, T - 1, 0)
     assert find.find_table.item(0, 1).text() == f"L{find.hits[0].layer} H{find.hits[0].head}"
     assert find.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
         round(float(find.hits[0].specificity), 4)

@@ -276,8 +276,10 @@ def test_head_scores_arrive_in_the_state_and_follow_the_options(qtbot, book, mon
     assert st.scores_result is r and st.text_scores.exclude_bos
     # the random probe: scored beside the text's, its run cached per model and seed
     runs = []
-    real = H.run_probe
-    monkeypatch.setattr(H, "run_probe", lambda m, *a, **k: (runs.append(m), real(m, *a, **k))[1])
+    from attnviz.engine import probes
+
+    real = probes.run_probe
+    monkeypatch.setattr(probes, "run_probe", lambda m, *a, **k: (runs.append(m), real(m, *a, **k))[1])
     st.set_role_options(source="probe")
     assert st.head_scores is None and st.text_scores is not None  # the text's stay for the guide
     qtbot.waitUntil(lambda: st.probe_scores is not None, timeout=WAIT)

@@ -1,0 +1,57 @@
+"""How the calculator's numbers are written, the same in the window and on the command line: binary
+byte units, counts with k / M / B, the MHA / GQA / MQA comparison's rows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnviz.engine.calc.sizing import CalcResult, Variant
+
+BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
+
+
+def format_bytes(n: int) -> str:
+    """`2147483648` -> `2 GiB`; `1152` -> `1.12 KiB`; binary units, labelled so."""
+    if n < 1024:
+        return f"{n} bytes"
+    value, unit = float(n), 0
+    while value >= 1024 and unit < len(BINARY_UNITS) - 1:
+        value /= 1024
+        unit += 1
+    text = f"{value:.0f}" if value == int(value) else f"{value:.3g}" if value < 100 else f"{value:.1f}"
+    return f"{text} {BINARY_UNITS[unit]}"
+
+
+def exact_bytes(n: int) -> str:
+    """`1152` -> `1,152 bytes (1.12 KiB)`: exact, and binary units from 1 KiB."""
+    return f"{n:,} bytes" + (f" ({format_bytes(n)})" if n >= 1024 else "")
+
+
+def exact_count(n: int) -> str:
+    """`6738415616` -> `6,738,415,616 (6.74 B)`."""
+    return f"{n:,}" + (f" ({format_count(n)})" if n >= 1000 else "")
+
+
+def shown_variants(r: "CalcResult") -> list[str]:
+    """The keys of `r.compare` to show (window and command line alike): a model that is MHA (or
+    MQA) as given would list that variant twice with the same numbers (a curve hidden under its
+    own, a second table row), so it is shown once, as given."""
+    given = r.compare["gqa"].n_kv_head
+    return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
+
+
+def compare_cells(v: "Variant") -> tuple[str, str, str, str]:
+    """One KV layout's row of the comparison (the window's table and the command line's): KV heads,
+    cache per token, cache at seq_len x batch, reduction vs MHA ("4×")."""
+    return ("latent" if v.n_kv_head is None else str(v.n_kv_head), format_bytes(v.kv_bytes_per_token),
+            format_bytes(v.kv_bytes_total), f"{v.reduction_vs_mha:.3g}\u00d7")
+
+
+def format_count(n: int | float) -> str:
+    """`124439808` -> `124.4 M`; `6738415616` -> `6.74 B`."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            value = n / scale
+            return f"{value:.3g} {suffix}" if value < 100 else f"{value:.1f} {suffix}"
+    return f"{n:g}" if isinstance(n, float) else str(n)

@@ -1,0 +1,83 @@
+"""Find: which heads send a query token to a key token, ranked by specificity, and the token a
+user names (`are`, `the@3`) resolved to its position.
+
+Pure NumPy on a RunResult's `attentions [n_layer, n_head, T, T]` and its token labels.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+
+
+class HeadHit(NamedTuple):
+    layer: int
+    head: int
+    weight: float  # A[query, key]
+    specificity: float = 0.0  # weight minus the mean weight the other queries give the same key
+
+
+def find(result, query_pos, key_pos):
+    """Every (layer, head) ranked by how specifically the query attends to the key, highest first.
+
+    specificity = A[q, k] - mean over the other queries q' that can see k of A[q', k]. A head in
+    which every token attends to k (a sink, a head parked on a noun) gives q -> k a high weight
+    that says nothing about q; its specificity is near 0."""
+    att = np.asarray(result.attentions)
+    T = att.shape[-1]
+    for name, p in (("query", query_pos), ("key", key_pos)):
+        if not 0 <= int(p) < T:
+            raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
+    q, k = int(query_pos), int(key_pos)
+    col = att[:, :, :, k]  # [n_layer, n_head, T]: every query's weight on key k
+    w = col[:, :, q]  # [n_layer, n_head]
+    # the other queries that can see k (in a decoder, q' >= k; a bidirectional model: all)
+    causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
+    others = [i for i in range(T) if i != q and (i >= k or not causal)]
+    base = col[:, :, others].mean(axis=-1) if others else np.zeros_like(w)
+    spec = w - base
+    hits = [HeadHit(l, h, float(w[l, h]), float(spec[l, h]))
+            for l in range(w.shape[0]) for h in range(w.shape[1])]
+    return sorted(hits, key=lambda x: (-x.specificity, -x.weight, x.layer, x.head))
+
+
+def _norm(s):
+    return s.strip().lower()
+
+
+def _listing(labels):
+    return " ".join(f"{lab}@{i}" for i, lab in enumerate(labels))
+
+
+def resolve_token(result, spec):
+    """Position of a token given as its display text, or `text@pos` when it occurs more than once."""
+    labels = list(result.labels)
+    raw = list(getattr(result, "tokens", labels))
+    spec = str(spec)
+    text, pos = spec, None
+    if "@" in spec:
+        head, tail = spec.rsplit("@", 1)
+        digits = tail.strip().lstrip("-")
+        if digits.isascii() and digits.isdigit():  # "²".isdigit() is True, but int("²") fails
+            text, pos = head, int(tail)
+    if pos is not None:
+        if not 0 <= pos < len(labels):
+            raise InputError(f"position {pos} in {spec!r} is outside the {len(labels)} tokens "
+                             f"(0..{len(labels) - 1}): {_listing(labels)}")
+        if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
+            raise InputError(f"position {pos} holds {labels[pos]!r}, not {text!r}: {_listing(labels)}")
+        return pos
+    # case-insensitive on the display label or the tokenizer's own token string
+    exact = [i for i in range(len(labels))
+             if _norm(text) and _norm(text) in (_norm(labels[i]), _norm(raw[i]))]
+    if not exact:
+        raise InputError(f"token {text!r} is not in the text; its {len(labels)} tokens are: "
+                         f"{_listing(labels)}")
+    if len(exact) > 1:
+        where = ", ".join(f"{labels[i]}@{i}" for i in exact)
+        raise InputError(f"token {text!r} occurs {len(exact)} times (at positions "
+                         f"{', '.join(map(str, exact))}); pick one: {where}")
+    return exact[0]
