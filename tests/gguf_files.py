@@ -79,21 +79,63 @@ def write_gguf(path: Path, cfg: dict, tensors: dict[str, np.ndarray], qtype=Q.F3
         w.add_key_length(d_head)
         w.add_value_length(d_head)
     w.add_vocab_size(cfg["vocab_size"])
-    for key, value in (extra_kv or {}).items():
-        if isinstance(value, str):
-            w.add_string(key, value)
-        elif isinstance(value, bool):
-            w.add_bool(key, value)
-        elif isinstance(value, int):
-            w.add_uint32(key, value)
-        else:
-            w.add_array(key, value)
+    add_kv(w, extra_kv or {})
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     for name, arr in tensors.items():
         if arr.ndim == 2 and qtype != Q.F32 and arr.shape[-1] % block == 0:
             w.add_tensor(name, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, arr if arr.dtype.kind in "iu" else arr.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+SPM_VOCAB = Path(__file__).resolve().parent / "fixtures" / "spm" / "vocab.npz"
+
+
+def spm_vocab_kv(add_space_prefix: bool | None = True, add_bos: bool | None = True) -> dict:
+    """tokenizer.ggml.* of a SentencePiece GGUF, as llama.cpp's converter writes them, from
+    Mistral-7B-v0.1's vocabulary (tests/fixtures/spm/vocab.npz). None leaves a flag out."""
+    with np.load(SPM_VOCAB, allow_pickle=False) as z:
+        kv = {
+            "tokenizer.ggml.model": "llama",
+            "tokenizer.ggml.tokens": [str(t) for t in z["tokens"]],
+            "tokenizer.ggml.scores": [float(s) for s in z["scores"]],
+            "tokenizer.ggml.token_type": [int(t) for t in z["types"]],
+            "tokenizer.ggml.bos_token_id": int(z["bos"]),
+            "tokenizer.ggml.eos_token_id": int(z["eos"]),
+            "tokenizer.ggml.unknown_token_id": int(z["unk"]),
+        }
+    if add_space_prefix is not None:
+        kv["tokenizer.ggml.add_space_prefix"] = add_space_prefix
+    if add_bos is not None:
+        kv["tokenizer.ggml.add_bos_token"] = add_bos
+    return kv
+
+
+def add_kv(w: gguf.GGUFWriter, kv: dict) -> None:
+    """Metadata in the GGUF types llama.cpp's converter uses: strings, bools, uint32 ids, and arrays
+    of strings, float32 scores or int32 token types."""
+    for key, value in kv.items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        elif isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, int):
+            w.add_uint32(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        else:  # a list of Python floats is written as FLOAT32, of ints as INT32
+            w.add_array(key, list(value))
+
+
+def write_vocab_gguf(path: Path, kv: dict, arch: str = "llama") -> Path:
+    """A GGUF of metadata only (no tensors): enough for gguf_tokenizer."""
+    w = gguf.GGUFWriter(str(path), arch)
+    add_kv(w, kv)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
+from tokenizers import processors
 
 from attnviz.engine.config import ModelConfig, config_from_dict
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine import gguf_vocab as vocab
 from attnviz.engine.tokenizer import TextTokenizer
 from attnviz.engine.families import Layer, Weights, _cat_bias
 from attnviz.engine.validate import (
@@ -39,8 +41,6 @@ ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
 # llama.cpp's converter permutes Q/K rows for its interleaved RoPE in these architectures only
 # (Qwen2 uses NeoX-style RoPE, which is already rotate-half).
 PERMUTED_QK = {"llama", "mistral"}
-TOKEN_CONTROL = 3  # tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
-TOKEN_USER_DEFINED = 4
 
 
 def is_gguf(path: Path) -> bool:
@@ -395,27 +395,12 @@ def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:
     return ts.float32_bytes(skip)
 
 
-# tokenizer.ggml.pre -> the pre-tokenizer split regexes, as llama.cpp's llama-vocab.cpp applies them
-# (in order), before byte-level encoding. "gpt2" is GPT-2's own regex, which ByteLevel carries.
-_GPT2_REGEX = None  # ByteLevel(use_regex=True)
-_PRE_SPLITS = {
-    "gpt2": [_GPT2_REGEX],
-    "smollm": [r"\p{N}", _GPT2_REGEX],
-    "llama-bpe": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
-                  r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-    "qwen2": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
-              r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
-}
-SUPPORTED_PRE = tuple(sorted(_PRE_SPLITS))
-
-
 def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
                    ) -> tuple[TextTokenizer | None, str | None]:
-    """The tokenizer that tokenizer.ggml.* describes, or (None, a one-line notice) when attnviz
-    cannot build it (the model then takes typed token ids). Its arrays are checked (types, one
-    entry per token) and, given the embedding's `n_rows`, every id must pick a row of it."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-
+    """The tokenizer that tokenizer.ggml.* describes (byte-level BPE or SentencePiece, gguf_vocab),
+    or (None, a one-line notice) when attnviz cannot build it (the model then takes typed token
+    ids). Its arrays are checked (types, one entry per token) and, given the embedding's `n_rows`,
+    every id must pick a row of it."""
     source = _source(reader)
 
     def typed(key, check, expected, default=None):
@@ -427,23 +412,32 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
     def list_of(*kinds):  # set(map(type)): a C loop, 2 ms for 49k tokens
         return lambda value: isinstance(value, list) and set(map(type, value)) <= set(kinds)
 
+    def flag(key, default):
+        return bool(typed(key, lambda v: isinstance(v, (bool, np.bool_)), "true or false", default))
+
+    def token_id(key):
+        value = typed(key, is_whole, "a token id (a whole number)")
+        if value is not None and not 0 <= value < len(tokens):
+            raise ModelLoadError(f"{source}: {key} is {value:,}, expected a token id in "
+                                 f"0..{len(tokens) - 1:,}")
+        return None if value is None else int(value)
+
     kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
     pre = typed("tokenizer.ggml.pre", lambda v: isinstance(v, str), "a string such as 'llama-bpe'",
                 "gpt2")
-    if kind != "gpt2":
+    if kind not in ("gpt2", "llama"):
         return None, (f"this GGUF's tokenizer ({kind or 'none'}) is not supported yet (byte-level BPE "
-                      "only): type token ids instead, e.g. 5, 17, 3")
-    if pre not in _PRE_SPLITS:
+                      "and SentencePiece only): type token ids instead, e.g. 5, 17, 3")
+    if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
-                      f"{', '.join(SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
+                      f"{', '.join(vocab.SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
     tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
     if not tokens:
         return None, "this GGUF has no vocabulary (tokenizer.ggml.tokens): type token ids instead"
-    merges = typed("tokenizer.ggml.merges", list_of(str), "a list of 'left right' strings") or []
     types = typed("tokenizer.ggml.token_type",
                   list_of(int),
-                  "a list of whole numbers, one per token") or [1] * len(tokens)
-    scores = typed("tokenizer.ggml.scores", lambda v: isinstance(v, list), "a list of numbers")
+                  "a list of whole numbers, one per token") or [vocab.NORMAL] * len(tokens)
+    scores = typed("tokenizer.ggml.scores", list_of(float, int), "a list of numbers")
     for key, values in (("tokenizer.ggml.token_type", types), ("tokenizer.ggml.scores", scores)):
         if values is not None and len(values) != len(tokens):
             raise ModelLoadError(f"{source}: {key} has {len(values):,} entries, expected one per "
@@ -452,41 +446,32 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
         raise ModelLoadError(
             f"{source}: tokenizer.ggml.tokens has {len(tokens):,} tokens, but the embedding "
             f"token_embd.weight has {n_rows:,} rows: expected ids 0..{n_rows - 1:,}")
-    vocab = {t: i for i, t in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges if " " in m]
-    try:
-        tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
-    except Exception as exc:  # tokenizers raises a bare Exception (a merge of unknown tokens)
-        raise ModelLoadError(f"{source}: tokenizer.ggml.merges cannot be used with "
-                             f"tokenizer.ggml.tokens: {exc}") from exc
-    splits = []
-    for regex in _PRE_SPLITS[pre]:
-        if regex is None:
-            splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
-        else:
-            splits.append(pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False))
-    if not any(isinstance(s, pre_tokenizers.ByteLevel) for s in splits):
-        splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
-    tok.pre_tokenizer = pre_tokenizers.Sequence(splits)
-    tok.decoder = decoders.ByteLevel()
-    # control tokens (<|im_start|>, <|endoftext|>) match as whole tokens in typed text, as in
-    # llama.cpp with parse_special; user-defined tokens too, without counting as special
-    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
-                            for i in range(len(tokens)) if types[i] == TOKEN_CONTROL])
-    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
-                    for i in range(len(tokens)) if types[i] == TOKEN_USER_DEFINED])
-    bos = typed("tokenizer.ggml.bos_token_id", is_whole, "a token id (a whole number)")
-    add_bos = typed("tokenizer.ggml.add_bos_token", lambda v: isinstance(v, (bool, np.bool_)),
-                    "true or false", False)
-    if add_bos and bos is not None and not 0 <= bos < len(tokens):
-        raise ModelLoadError(f"{source}: tokenizer.ggml.bos_token_id is {bos:,}, expected a token id "
-                             f"in 0..{len(tokens) - 1:,} (tokenizer.ggml.add_bos_token is true)")
-    if add_bos and bos is not None:
-        name = tokens[int(bos)]
-        tok.post_processor = processors.TemplateProcessing(
-            single=f"{name} $A", pair=f"{name} $A {name} $B", special_tokens=[(name, int(bos))])
+    # llama.cpp's defaults where the file says nothing: a SentencePiece vocabulary adds BOS and
+    # prefixes a space, a byte-level one does neither
+    spm = kind == "llama"
+    add_bos = flag("tokenizer.ggml.add_bos_token", spm)
+    add_eos = flag("tokenizer.ggml.add_eos_token", False)
+    bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
+    if spm:
+        if scores is None:
+            raise ModelLoadError(f"{source}: tokenizer.ggml.scores is missing, expected one score "
+                                 "per token (SentencePiece merges by them)")
+        unk = token_id("tokenizer.ggml.unknown_token_id")
+        tok = vocab.sentencepiece_bpe(tokens, scores, types,
+                                      flag("tokenizer.ggml.add_space_prefix", True), unk)
+        vocab.add_file_tokens(tok, tokens, types, (vocab.CONTROL, vocab.UNKNOWN))
     else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
+        merges = typed("tokenizer.ggml.merges", list_of(str), "a list of 'left right' strings") or []
+        try:
+            tok = vocab.byte_level_bpe(tokens, merges, pre)
+        except Exception as exc:  # tokenizers raises a bare Exception (a merge of unknown tokens)
+            raise ModelLoadError(f"{source}: tokenizer.ggml.merges cannot be used with "
+                                 f"tokenizer.ggml.tokens: {exc}") from exc
+        # control tokens (<|im_start|>, <|endoftext|>) match as whole tokens in typed text, as in
+        # llama.cpp with parse_special; user-defined tokens too, without counting as special
+        vocab.add_file_tokens(tok, tokens, types, (vocab.CONTROL,))
+    vocab.add_bos_eos(tok, tokens, bos if add_bos else None, eos if add_eos else None,
+                      fallback=None if spm else processors.ByteLevel(trim_offsets=False))
     return TextTokenizer(tok), None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.validate import (
     MAX_TOKENIZER_BYTES, check_token_ids, parse_json_object, read_text, tokenizer_ids,
 )
+
+_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 @dataclass(frozen=True)
@@ -77,4 +80,6 @@ class TextTokenizer:
         """The token as the model sees it ("[UNK]" stays "[UNK]"), in readable form."""
         if special or self._readable_tokens:
             return token
-        return self._tok.decode([token_id], skip_special_tokens=False).strip() or token
+        text = self._tok.decode([token_id], skip_special_tokens=False).strip()
+        # a SentencePiece byte-fallback token (<0xE0>) is part of a character: it reads as itself
+        return token if not text or (text == "\ufffd" and _BYTE_TOKEN.fullmatch(token)) else text

@@ -1,0 +1,114 @@
+"""The tokenizer a GGUF file's `tokenizer.ggml.*` metadata describes, built with the `tokenizers`
+library: byte-level BPE (`tokenizer.ggml.model` = gpt2) and SentencePiece (= llama).
+
+What each builds is what llama.cpp's tokenizer (src/llama-vocab.cpp) does with the same metadata:
+- Control, unknown and user-defined tokens are matched whole in the typed text (llama.cpp with
+  parse_special), control and unknown ones as special tokens.
+- SentencePiece: the text between those tokens is one piece each; with `add_space_prefix` every
+  piece gets a leading space (llama.cpp prefixes the first piece and every piece after a special
+  token, and every piece is one of those), then spaces become "▁", and the symbols are merged in
+  the order of their merged token's score, highest first (SentencePiece's BPE). A character that
+  no token spells falls back to its UTF-8 bytes (<0x41>...) or, without byte tokens, the unknown
+  token. The merges `tokenizers` needs are derived from the scores: every split of a token into two
+  tokens, ranked by the whole token's score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import processors
+
+# tokenizer.ggml.token_type (llama.cpp's llama_token_type)
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# tokenizer.ggml.pre -> the pre-tokenizer split regexes, as llama.cpp's llama-vocab.cpp applies them
+# (in order), before byte-level encoding. "gpt2" is GPT-2's own regex, which ByteLevel carries.
+_GPT2_REGEX = None  # ByteLevel(use_regex=True)
+PRE_SPLITS = {
+    "gpt2": [_GPT2_REGEX],
+    "smollm": [r"\p{N}", _GPT2_REGEX],
+    "llama-bpe": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+                  r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+    "qwen2": [r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+              r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"],
+}
+SUPPORTED_PRE = tuple(sorted(PRE_SPLITS))
+SPACE = "\u2581"  # "▁", SentencePiece's visible space
+
+
+def byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
+    """Byte-level BPE (GPT-2 style): the file's merges, the split regexes of `pre` (PRE_SPLITS)."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    pairs = [tuple(m.split(" ", 1)) for m in merges if " " in m]
+    tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
+    splits = []
+    for regex in PRE_SPLITS[pre]:
+        if regex is None:
+            splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True))
+        else:
+            splits.append(pre_tokenizers.Split(Regex(regex), behavior="isolated", invert=False))
+    if not any(isinstance(s, pre_tokenizers.ByteLevel) for s in splits):
+        splits.append(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(splits)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def score_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
+    """SentencePiece BPE's merge order as `tokenizers` merges: for every normal token, each split
+    into two tokens that exist, ranked by the whole token's score (highest first; ties by the
+    token's id, then the parts' ids). Byte, control, unknown and unused tokens are never the result
+    of a merge, as in SentencePiece."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    scores = np.asarray(scores, dtype=np.float64)
+    ranked = []
+    for i, token in enumerate(tokens):
+        if types[i] != NORMAL or len(token) < 2:
+            continue
+        for cut in range(1, len(token)):
+            left, right = vocab.get(token[:cut]), vocab.get(token[cut:])
+            if left is not None and right is not None:
+                ranked.append((-scores[i], i, left, right))
+    ranked.sort()
+    return [(tokens[left], tokens[right]) for _, _, left, right in ranked]
+
+
+def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
+                      unk_id: int | None) -> Tokenizer:
+    """SentencePiece BPE as llama.cpp runs it (see the module's docstring)."""
+    vocab = {t: i for i, t in enumerate(tokens)}
+    has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
+    unk = tokens[unk_id] if unk_id is not None else None
+    tok = Tokenizer(models.BPE(vocab, score_merges(tokens, scores, types), unk_token=unk,
+                               fuse_unk=True, byte_fallback=has_bytes))
+    steps = [normalizers.Prepend(SPACE)] if add_space_prefix else []
+    tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPACE)])
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+        + ([decoders.Strip(" ", 1, 0)] if add_space_prefix else []))
+    return tok
+
+
+def add_file_tokens(tok: Tokenizer, tokens: list[str], types, special_types: tuple[int, ...]) -> None:
+    """Tokens matched whole in typed text, as llama.cpp does with parse_special: those of
+    `special_types` as special tokens, user-defined ones as plain added tokens."""
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i in range(len(tokens)) if types[i] in special_types])
+    tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
+                    for i in range(len(tokens)) if types[i] == USER_DEFINED])
+
+
+def add_bos_eos(tok: Tokenizer, tokens: list[str], bos: int | None, eos: int | None,
+                fallback=None) -> None:
+    """The post-processor: BOS before and EOS after the text where given (None: not added), else
+    `fallback` (the byte-level one keeps offsets as they are)."""
+    if bos is None and eos is None:
+        if fallback is not None:
+            tok.post_processor = fallback
+        return
+    first = f"{tokens[bos]} " if bos is not None else ""
+    last = f" {tokens[eos]}" if eos is not None else ""
+    special = sorted({(tokens[i], int(i)) for i in (bos, eos) if i is not None})
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{first}$A{last}", pair=f"{first}$A{last} {first}$B{last}", special_tokens=special)
