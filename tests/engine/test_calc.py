@@ -93,7 +93,7 @@ def test_gpt2_small_is_124439808_parameters():
 
 def test_every_preset_computes_and_matches_its_known_total():
     presets = load_presets()
-    assert len(presets) == 37
+    assert len(presets) == 45
     ref = json.loads(Path("/work/shared/reference/model-configs.json").read_text()) \
         if Path("/work/shared/reference/model-configs.json").exists() else None
     for p in presets.values():
@@ -355,3 +355,22 @@ def test_presets_ship_inside_a_built_wheel(tmp_path):
     wheel = next(tmp_path.glob("attnviz-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "attnviz/resources/presets.json" in names
+
+
+def test_gemma3_local_layers_cache_only_their_window():
+    """Gemma 3 1B at 32,768 tokens: 4 global layers cache every token, the 22 local ones only the
+    last 512 (sliding_window), as llama.cpp and transformers allocate them."""
+    r = calculate(preset_inputs("gemma-3-1b", seq_len=32768, kv_dtype="bf16"))
+    per_token_layer = 1 * 256 * 2 * 2  # 1 KV head x head_dim x (K, V) x 2 bytes
+    assert r.kv_bytes_total == per_token_layer * (4 * 32768 + 22 * 512)
+    short = calculate(preset_inputs("gemma-3-1b", seq_len=100, kv_dtype="bf16"))
+    assert short.kv_bytes_total == per_token_layer * 26 * 100  # shorter than the window: all kept
+
+
+def test_qwen3_and_gemma3_presets_count_their_qk_norms():
+    """Per-head q/k norms add 2 d_head per layer: Qwen3 0.6B with them and without differ by that."""
+    from dataclasses import replace as _replace
+    p = get_preset("qwen3-0.6b").inputs
+    with_norm = calculate(p).model_params["total"]
+    without = calculate(_replace(p, arch=_replace(p.arch, qk_norm=False))).model_params["total"]
+    assert with_norm - without == 28 * 2 * 128

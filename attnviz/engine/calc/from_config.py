@@ -84,8 +84,8 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
     if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
         raise input_error("sliding_window", f"config.json's sliding_window must be a whole number of tokens "
                                      f"(or null), got {window!r}")
-    layer_types = raw.get("layer_types")
-    if window and isinstance(layer_types, list) and layer_types:
+    layer_types = getattr(cfg, "layer_types", None) or raw.get("layer_types")  # the engine's first
+    if window and isinstance(layer_types, (list, tuple)) and layer_types:
         window_layers = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
         if not window_layers:
             window = None
