@@ -89,19 +89,3 @@ def check_index(what: str, index: int | None, count: int, owner: str = "the mode
     if not 0 <= index < count:
         raise InputError(f"{what} {index} is out of range: {owner} has {count} {what}s{per} "
                          f"(0..{count - 1})")
-
-
-def color_levels(patterns: np.ndarray, mode: str) -> np.ndarray:  # [..., n_q, n_k] -> [..., 2]
-    """Colour-scale levels (low, high) for every pattern: 'shared' gives every pattern 0..max over
-    all of them so they stay comparable; 'per-head' gives each pattern 0..its own max."""
-    if mode not in SCALE_MODES:
-        raise InputError(f"scale mode {mode!r} is not one of {', '.join(SCALE_MODES)}")
-    lead = patterns.shape[:-2]
-    if patterns.shape[-1] * patterns.shape[-2] == 0:
-        high = np.ones(lead, dtype=np.float32)
-    elif mode == "shared":
-        high = np.full(lead, patterns.max(), dtype=np.float32)
-    else:
-        high = patterns.max(axis=(-2, -1)).astype(np.float32)
-    high = np.where(high > 0, high, np.float32(1.0))  # an all-zero pattern still maps to the lowest colour
-    return np.stack([np.zeros_like(high), high], axis=-1)

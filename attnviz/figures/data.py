@@ -22,9 +22,9 @@ import numpy as np
 
 import attnviz
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index, color_levels, drop_first_key, head_title
-from attnviz.engine.patterns import value_weighted as weigh_by_values
+from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, SCOPES, check_index, head_title
 from attnviz.engine.validate import read_json_object
+from attnviz.figures.view import Shown
 
 # the colormaps the window offers (pyqtgraph's names; heatmaps.colormap_colors samples them)
 COLORMAPS = ("viridis", "magma", "inferno", "plasma", "cividis", "turbo", "CET-L1", "CET-L3")
@@ -107,8 +107,8 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
     of}: engine.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
-    `value_weighted`: export what the window's Value-weighted view shows (weighted first, then the
-    first key hidden, as there); needs a result run with values=True."""
+    What is shown (value weighting, the hidden first key, the colour levels) is figures/view.Shown,
+    the window's own: `value_weighted` needs a result run with values=True."""
     if result is None:
         raise ExportError(NOTHING_YET)
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -129,24 +129,19 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         raise ExportError("nothing to export: the text has no tokens")
     if hide_first and n_tok < 2:
         raise ExportError(f"cannot hide the first token: the text has only {n_tok} token")
-    patterns = att[np.ix_(layers, heads)]  # [n_layers, n_heads, T, T]
-    if value_weighted:
-        if result.value_norms is None:
-            raise ExportError("a value-weighted export needs the value norms: run the model with "
-                              "values=True")
-        patterns = weigh_by_values(patterns, result.value_norms[np.ix_(layers, heads)])  # norms [.., T]
-    key_pos = list(range(n_tok))
-    if hide_first:
-        patterns, key_pos = drop_first_key(patterns), key_pos[1:]
-    patterns = np.ascontiguousarray(patterns, dtype=np.float32)
+    if value_weighted and result.value_norms is None:
+        raise ExportError("a value-weighted export needs the value norms: run the model with "
+                          "values=True")
+    shown = Shown(result, hide_first=hide_first, value_weighted=value_weighted)  # what the window shows
+    patterns = np.ascontiguousarray(shown.region(layers, heads).values, dtype=np.float32)  # [n_layers, n_heads, T, n_k]
     labels = list(getattr(result, "labels", None) or result.tokens)
     return ExportView(
         model=model, text=result.text, tokens=list(result.tokens), labels=labels,
         ids=[int(i) for i in result.input_ids], scope=scope, layer=int(layer),
         head=None if head is None else int(head), layers=layers, heads=heads, patterns=patterns,
-        key_pos=key_pos, kv_group=[int(g) for g in result.kv_group], colormap=colormap,
-        scale_mode=scale_mode, hide_first=bool(hide_first),
-        levels=color_levels(patterns, scale_mode),
+        key_pos=[int(k) for k in shown.key_pos], kv_group=[int(g) for g in result.kv_group],
+        colormap=colormap, scale_mode=scale_mode, hide_first=bool(hide_first),
+        levels=shown.levels(scale_mode, layers, heads),
         checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted))
 
 

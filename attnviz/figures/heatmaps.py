@@ -20,6 +20,7 @@ from PySide6.QtGui import (
 
 from attnviz.engine.patterns import group_size, head_title, max_pool
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
+from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
@@ -84,19 +85,6 @@ class FigureLayout:
     strip_h: float  # KV-group colour strip under each title (0 without GQA)
     group_pad: float  # space between a heatmap and its KV-group box (0 without GQA)
     bar: QRectF = field(default_factory=QRectF)  # the colour bar's gradient
-
-
-def grid_cols(n_head: int, group: int = 1) -> int:
-    """Columns for one layer's heads: close to a 4:3 grid, a divisor of n_head when one is near,
-    and a multiple of the KV-group size when possible so groups do not wrap."""
-    target = math.sqrt(n_head * 4 / 3)
-    divisors = [c for c in range(1, n_head + 1) if n_head % c == 0]
-    if group > 1:
-        divisors = [c for c in divisors if c % group == 0] or divisors
-    best = min(divisors, key=lambda c: (abs(c - target), -c))
-    if abs(best - target) <= 0.4 * target:
-        return best
-    return max(1, min(n_head, round(target)))
 
 
 def _elide(text: str, font: QFont, width: float) -> str:
@@ -172,7 +160,8 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     if view.scope == "head":
         n_rows, n_cols = 1, 1
     elif view.scope == "layer":
-        n_cols = grid_cols(len(view.heads), group_size(view.kv_group) if view.grouped else 1)
+        # the window's column rule, fitted to a 4:3 area (the figure's height follows its width)
+        n_cols = layer_columns(len(view.heads), group_size(view.kv_group), EXPORT_ASPECT, 1.0)[0]
         n_rows = math.ceil(len(view.heads) / n_cols)
     else:
         n_rows, n_cols = len(view.layers), len(view.heads)
@@ -262,7 +251,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
 
 def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the table (style.heat_table, the
-    window's; the levels start at 0: patterns.color_levels)."""
+    window's; the levels start at 0: figures/view.Shown.levels)."""
     return lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
 
 

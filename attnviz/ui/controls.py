@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QSpinBox, QToolButton, QWidget,
 )
 
 from attnviz.figures.data import COLORMAPS
+
+QUERY_CHARS = 10  # the query label's room for the token, in wide letters
 
 
 class ViewControls(QWidget):
@@ -40,6 +42,9 @@ class ViewControls(QWidget):
                                     "panel); titles give each head's share of the layer's output")
         self.query_label = QLabel()
         self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
+        # a width of its own, whatever the token: picking one never widens the window
+        self.query_label.setFixedWidth(self.query_label.fontMetrics().horizontalAdvance(
+            "Query: " + "M" * QUERY_CHARS + " (#9999)"))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
@@ -99,8 +104,13 @@ class ViewControls(QWidget):
 
     def _on_query(self, *_) -> None:
         r, q = self.state.result, self.state.query_pos
-        self.query_label.setText(f"Query: {r.labels[q]} (#{q})" if r is not None and q is not None
-                                 else "")
+        if r is None or q is None:
+            self.query_label.setText("")
+            return
+        fm = self.query_label.fontMetrics()
+        token = fm.elidedText(r.labels[q], Qt.TextElideMode.ElideRight,
+                              fm.horizontalAdvance("M" * QUERY_CHARS))
+        self.query_label.setText(f"Query: {token} (#{q})")
 
 
 class LoadBox(QWidget):

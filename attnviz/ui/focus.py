@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, axis_label, bar_label
+from attnviz.ui.grid import colour_bar
 from attnviz.ui.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -69,10 +70,7 @@ class FocusView(QWidget):
         self.plot.getAxis("left").setStyle(tickLength=0)
         self.img = pg.ImageItem(axisOrder="row-major")
         self.plot.addItem(self.img)
-        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(state.colormap),
-                                    interactive=False, width=14, colorMapMenu=False)
-        self.cbar.getAxis("right").setTextPen(pg.mkPen(TEXT))
-        self.cbar.getAxis("right").enableAutoSIPrefix(False)
+        self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
         self.gw.addItem(self.cbar, row=0, col=1)
         self.overlay = pg.ScatterPlotItem(pxMode=False, symbol="s", size=0.8,
@@ -123,22 +121,22 @@ class FocusView(QWidget):
             return
         layer, head = lh
         r = st.result
-        data = st.display_data()
-        attn = data.attn[layer, head]  # [T, T]
-        T = attn.shape[0]
-        top = float(data.head_max[layer, head]) if st.scale_mode == "per-head" else data.vmax
+        shown = st.shown()
+        region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
+        T = shown.n_tok
+        top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
         self.cbar.setColorMap(pg.colormap.get(st.colormap))
-        k0 = 1 if st.hide_first and T > 1 else 0  # a hidden first key is a gap, as in the grid
+        k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
         self._k0 = k0  # (and has no label)
-        self.img.setImage(attn[:, k0:], autoLevels=False)
+        self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
         kv = int(np.asarray(r.kv_group)[head])
         gqa = group_size(r.kv_group) > 1
         badge = st.badge(layer, head)
         share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
-                 "attention output" if data.weighted and r.head_share is not None else "")
-        self.cbar.getAxis("right").setLabel(bar_label(data.weighted), color=TEXT)
+                 "attention output" if shown.weighted and r.head_share is not None else "")
+        self.cbar.getAxis("right").setLabel(bar_label(shown.weighted), color=TEXT)
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · KV {kv}" if gqa else "")
                            + (f" · {badge}" if badge else "") + share
                            + f" · {st.model_name} · {T} tokens · rows: query, columns: key")

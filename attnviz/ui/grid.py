@@ -8,17 +8,19 @@ the small heads."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen, QTransform
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen, QTransform
 from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.patterns import group_size, head_title, max_pool
+from attnviz.engine.patterns import group_size, head_title
 from attnviz.ui.mosaic import (
-    GridLayout, cell_readout, kv_segments, make_layout, tile_index, title_spots, view_geometry,
+    Geometry, GridLayout, cell_readout, kv_segments, make_layout, tile_index, title_spots, view_geometry,
 )
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, bar_label, group_color, heat_positions, heat_table
 
@@ -61,6 +63,31 @@ class Label(QGraphicsSimpleTextItem):
                                                    -ay * r.height() + self.PAD * (1 - 2 * ay)))
 
 
+def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
+    """Whether two layouts put every tile, title and band in the same place."""
+    if a is None or b is None:
+        return a is b
+    scalars = ("mode", "heads", "T", "width", "height", "ncols", "title_h", "caption_h", "left",
+               "n_tok", "pool", "bands", "label_step")
+    return (all(getattr(a, f) == getattr(b, f) for f in scalars)
+            and np.array_equal(a.x0, b.x0) and np.array_equal(a.y0, b.y0))
+
+
+def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
+    """The colour bar of the grid and the focus view, its axis as wide as its ticks ("0.00") and its
+    rotated title need at the widget's font, so they never overlap at a large UI font."""
+    bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(colormap), interactive=False,
+                          width=14, colorMapMenu=False)
+    axis = bar.getAxis("right")
+    axis.setTextPen(pg.mkPen(TEXT))
+    axis.enableAutoSIPrefix(False)
+    fm = QFontMetricsF(font)
+    axis.setStyle(tickFont=font, tickTextOffset=5)
+    axis.label.setFont(font)
+    axis.setWidth(int(math.ceil(fm.horizontalAdvance("0.000") + 2 * fm.height() + 12)))
+    return bar
+
+
 class HeatmapGrid(QWidget):
     """View of AppState: result, layer, view mode, colormap, scale, focus, query, head labels."""
 
@@ -87,10 +114,7 @@ class HeatmapGrid(QWidget):
         self.img = pg.ImageItem(axisOrder="row-major")
         self.img.setZValue(0)
         self.plot.addItem(self.img)
-        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(state.colormap),
-                                    interactive=False, width=14, colorMapMenu=False)
-        self.cbar.getAxis("right").setTextPen(pg.mkPen(TEXT))
-        self.cbar.getAxis("right").enableAutoSIPrefix(False)
+        self.cbar = colour_bar(state.colormap, self.font())
         self.gw.addItem(self.cbar, row=0, col=1)
 
         self.focus_rect = QGraphicsRectItem()
@@ -124,7 +148,6 @@ class HeatmapGrid(QWidget):
         self._mosaic: np.ndarray | None = None
         self._lut = heat_table(state.colormap)
         self._lut_name = state.colormap
-        self._layout_key = None
         self._kv_key: tuple = ()
         self._bar: tuple | None = None
         self.hover_text = ""
@@ -151,33 +174,25 @@ class HeatmapGrid(QWidget):
             self.img.clear()
             self._mosaic = None
             self.layout_ = None
-            self._layout_key = None
             for item in (*self._titles, *self._captions, *self._bands):
                 item.hide()
             self._draw_focus()
             self._draw_query()
             return
-        data = st.display_data()
-        n_layer, n_head, T, _ = data.attn.shape
+        shown = st.shown()
+        n_layer, n_head, T = shown.n_layer, shown.n_head, shown.n_tok
         kv_group = np.asarray(r.kv_group)
         layer = min(st.layer, n_layer - 1)
-        ncols, pool = self._geometry(n_layer, n_head, group_size(kv_group), T)
-        key = (st.view_mode, n_layer, layer if st.view_mode == "layer" else -1,
-               tuple(kv_group.tolist()), T, ncols, pool)
-        if key != self._layout_key:
-            self._layout_key = key
-            self._relayout(make_layout(st.view_mode, n_layer, layer, kv_group, T, ncols, pool),
-                           kv_group)
+        geo = self._geometry(n_layer, n_head, group_size(kv_group), T)
+        lo = make_layout(st.view_mode, n_layer, layer, kv_group, T, geo.ncols, geo.pool, geo.bands,
+                         geo.tile_px)
+        if not same_layout(lo, self.layout_):
+            self._relayout(lo, kv_group)
         lo = self.layout_
 
-        if st.view_mode == "all":
-            heads = data.attn.reshape(n_layer * n_head, T, T)
-            tops = data.head_max.reshape(-1)
-        else:
-            heads = data.attn[layer]
-            tops = data.head_max[layer]
-        if pool > 1:
-            heads = max_pool(heads, pool)
+        layers = None if st.view_mode == "all" else [layer]
+        region = shown.region(layers, pool=geo.pool)  # [n_layers, n_head, rows, cols]
+        heads = region.values.reshape((-1,) + region.values.shape[2:])
         if st.colormap != self._lut_name:
             self._lut = heat_table(st.colormap)
             self._lut_name = st.colormap
@@ -188,11 +203,12 @@ class HeatmapGrid(QWidget):
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
         if st.scale_mode == "per-head":
-            heat_positions(heads, tops[:, None, None], out=f)
-            bar = (0.0, 1.0, bar_label(data.weighted, per_head_max=True))
+            heat_positions(heads, shown.tops("per-head", layers).reshape(-1)[:, None, None], out=f)
+            bar = (0.0, 1.0, bar_label(shown.weighted, per_head_max=True))
         else:
-            heat_positions(heads, data.vmax, out=f)
-            bar = (0.0, round(data.vmax, 3), bar_label(data.weighted))
+            top = shown.shared_top()
+            heat_positions(heads, top, out=f)
+            bar = (0.0, round(top, 3), bar_label(shown.weighted))
         if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
             self._bar = bar
             self.cbar.setLevels(bar[:2])
@@ -200,11 +216,10 @@ class HeatmapGrid(QWidget):
         mosaic = self._mosaic
         mosaic.fill(0)
         side = lo.T
+        c0 = int(region.cols[0]) // region.pool if len(region.cols) else 0  # a hidden first key: a gap
         for i in range(len(lo.heads)):
             y, x = lo.y0[i], lo.x0[i]
-            mosaic[y:y + side, x:x + side] = f[i]  # float -> uint8 truncation: the table index
-            if st.hide_first and pool == 1:
-                mosaic[y:y + side, x] = 0  # the hidden first-key column shows as a gap
+            mosaic[y:y + side, x + c0:x + side] = f[i]  # float -> uint8 truncation: the table index
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         self._draw_titles()
         self.update_count += 1
@@ -225,10 +240,11 @@ class HeatmapGrid(QWidget):
                 text += f"  · {100 * share[l][h]:.0f}% out"
             self._titles[i].setText(text)
 
-    def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> tuple[int, int]:
-        """(columns, pool factor) for the current view size."""
+    def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> Geometry:
+        """How the grid is cut for the current view size."""
         return view_geometry(self.state.view_mode, n_layer, n_head, gs, T,
-                             max(self.gw.width() - 80, 100), max(self.gw.height(), 100))
+                             max(self.gw.width() - self.cbar.getAxis("right").width() - 40, 100),
+                             max(self.gw.height() - 10, 100))
 
     def _relayout(self, lo: GridLayout, kv_group: np.ndarray) -> None:
         self.layout_ = lo
@@ -294,7 +310,7 @@ class HeatmapGrid(QWidget):
         """Fit the mosaic in the view and apply the new view transform now: left to the paint, the
         titles' transforms would change during it and the scene would be painted a second time."""
         lo = self.layout_
-        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.02)
+        self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.005)
         self.plot.scene().prepareForPaint()
 
     def _tile_index(self, layer: int, head: int) -> int | None:
@@ -338,7 +354,10 @@ class HeatmapGrid(QWidget):
         if lo is not None and self.state.result is not None:
             n_layer = self.state.result.attentions.shape[0]
             kv = np.asarray(self._kv_key)
-            if self._geometry(n_layer, len(kv), group_size(kv), lo.n_tok) != (lo.ncols, lo.pool):
+            geo = self._geometry(n_layer, len(kv), group_size(kv), lo.n_tok)
+            layer = lo.heads[0][0]
+            if not same_layout(make_layout(lo.mode, n_layer, layer, kv, lo.n_tok, geo.ncols, geo.pool,
+                                           geo.bands, geo.tile_px), lo):
                 self.refresh()
             else:
                 self._set_range()
@@ -359,9 +378,7 @@ class HeatmapGrid(QWidget):
             return layer, head, q, k
         # a pooled pixel: the cell whose weight it shows (the block's largest)
         p = lo.pool
-        block = self.state.display_data().attn[layer, head, q * p:(q + 1) * p, k * p:(k + 1) * p]
-        dq, dk = np.unravel_index(int(block.argmax()), block.shape)
-        return layer, head, q * p + int(dq), k * p + int(dk)
+        return (layer, head, *self.state.shown().strongest_in_block(layer, head, q * p, k * p, p))
 
     def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
         """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""

@@ -43,12 +43,24 @@ class GuideBar(QWidget):
         row.addWidget(self.look, 3)
         row.addWidget(self.answer, 3)
         row.addWidget(self.show_button, 0)
+        self._fit()
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
         state.sigResultChanged.connect(self._on_result)
         state.sigHeadScoresChanged.connect(lambda: self._on_result(self.state.result))
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         self._on_text(state.text)
+
+    def _fit(self) -> None:
+        """One height per sample and width: what its 'Look for' needs, two lines at least, so an
+        answer that comes or re-wraps never moves the grid under the bar."""
+        lines = max(2, -(-self.look.heightForWidth(max(self.look.width(), 1))
+                         // max(self.fontMetrics().lineSpacing(), 1)))
+        self.setFixedHeight(lines * self.fontMetrics().lineSpacing() + 6)
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        self._fit()
 
     # --- state -> view --------------------------------------------------------------------------
     def _forget(self) -> None:  # the guide shown is no longer the current one's
@@ -66,6 +78,7 @@ class GuideBar(QWidget):
             return
         self.look.setText(f"<b>Look for:</b> {self.sample.look_for}")
         self.show()
+        self._fit()
         self._on_result(self.state.result)
 
     def _on_checkpoint(self, _index: int) -> None:

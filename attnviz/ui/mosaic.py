@@ -1,6 +1,7 @@
 """The heatmap grid's arithmetic, no widgets: where each head's tile, title and KV-group band sits
 in the mosaic (one image pixel per token, or per pooled block of tokens), and the hover read-out of
-one cell, shared by the grid and the focus view. `ui/grid.py` draws what these place."""
+one cell, shared by the grid and the focus view. `ui/grid.py` draws what these place; the shown
+weights and the column rule of one layer are figures/view.py's, the exports' too."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.patterns import group_size, head_title
+from attnviz.figures.view import CAPTION, GAP, GROUP_GAP, TITLE, layer_columns
+
+LEFT = 0.4  # all view: the "L3" row headers left of each band of layers, in head sides
+BAND_GAP = 0.6  # all view: between two bands of layers, in head sides
+LABEL_PX = 30  # all view: screen pixels a header ("H13", "L29") needs
+TITLE_PX, CAPTION_PX = 20, 18  # layer view: screen pixels of a title row, a "KV g" caption row
 
 
 def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: str = "") -> str:
@@ -22,14 +29,12 @@ def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: 
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     """The read-out of one cell as the heatmaps show it (the grid and the focus view): the shown
     weight, or `(hidden)` for the first key column while Hide first token is on."""
-    if state.hide_first and k == 0:
-        r = state.result
+    r, shown = state.result, state.shown()
+    value = shown.weight(layer, head, q, k)
+    if value is None:
         return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)"
-    data = state.display_data()
-    value = float(data.attn[layer, head, q, k])
-    text = readout(state.result, layer, head, q, k, value, state.badge(layer, head))
-    r = state.result
-    if data.weighted:
+    text = readout(r, layer, head, q, k, value, state.badge(layer, head))
+    if shown.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "
                  f"‖v W_O‖ {float(r.value_norms[layer, head, k]):.3g})")
     return text
@@ -46,64 +51,75 @@ class GridLayout:
     T: int  # tile side in image pixels: the token count, or fewer when pooled
     width: int
     height: int
-    ncols: int
+    ncols: int  # heads per row of tiles (all view: of one band of layers)
     title_h: int  # layer view: pixels above each tile row for titles; all view: the header band
     caption_h: int  # pixels under a row ("all": under the mosaic) for "KV g" captions under GQA
-    left: int  # all view: pixels left of the tiles for the "L3" row headers
+    left: int  # all view: pixels left of each band's tiles for the "L3" row headers
     n_tok: int = 0  # tokens per side of a head
     pool: int = 1  # tokens per tile pixel (max-pooled) when the heads are smaller on screen than T
+    bands: int = 1  # all view: bands of layers side by side
+    label_step: int = 1  # all view: every label_step-th head and layer is labelled (room for the text)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """How the grid is cut for a view of a given size."""
+
+    ncols: int  # heads per row (layer view); n_head (all view)
+    pool: int  # tokens per tile pixel
+    bands: int = 1  # all view: bands of layers side by side
+    tile_px: float = 0.0  # a head's side on screen
+
+
+def _parts(T: int, gqa: bool) -> tuple[int, int, int, int]:  # -> gap, group gap, title, caption (pixels)
+    gap = max(1, round(GAP * T))
+    return (gap, round(GROUP_GAP / GAP) * gap if gqa else 0, max(2, round(TITLE * T)),
+            max(2, round(CAPTION * T)) if gqa else 0)
 
 
 def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: int, ncols: int,
-                pool: int = 1) -> GridLayout:
+                pool: int = 1, bands: int = 1, tile_px: float = 0.0) -> GridLayout:
+    """Layer view: one layer's heads in `ncols` columns, a title above each. All view: every head,
+    one row per layer and one column per head, the layers cut into `bands` side by side, with
+    headers every label_step-th head and layer so that `tile_px` screen pixels per head fit them."""
     n_tok = T
     T = -(-T // pool)  # tile side in pixels
     n_head = len(kv_group)
     gs = group_size(kv_group)
-    gqa = gs > 1
-    gap = max(1, round(0.08 * T))
-    group_gap = 3 * gap if gqa else 0
-    title_h = max(2, round(0.3 * T))
-    caption_h = max(2, round(0.25 * T)) if gqa else 0
+    gap, group_gap, title_h, caption_h = _parts(T, gs > 1)
+    col_dx = np.zeros(n_head, np.int64)
+    for c in range(1, n_head):
+        col_dx[c] = col_dx[c - 1] + T + gap + (group_gap if c % gs == 0 else 0)
     if mode == "all":
+        bands = max(1, min(bands, n_layer))
+        per_band = math.ceil(n_layer / bands)
+        px = tile_px / T if tile_px > 0 else 0.0  # screen pixels per image pixel
+        step = max(1, math.ceil(LABEL_PX / (px * (T + gap)))) if px else 1
+        left = max(2, round(LEFT * T), math.ceil(LABEL_PX / px) if px else 0)
+        band_w = left + int(col_dx[-1]) + T
+        band_gap = max(gap, round(BAND_GAP * T))
         heads = tuple((l, h) for l in range(n_layer) for h in range(n_head))
-        ncols = n_head
-        left = max(2, round(0.4 * T))
-    else:
-        heads = tuple((layer, h) for h in range(n_head))
-        ncols = max(1, min(ncols, n_head))
-        left = 0
-    col_x = np.zeros(ncols, np.int64) + left
-    for c in range(1, ncols):
-        col_x[c] = col_x[c - 1] + T + gap + (group_gap if c % gs == 0 else 0)
-    idx = np.arange(len(heads))
+        ls = np.repeat(np.arange(n_layer), n_head)
+        hs = np.tile(np.arange(n_head), n_layer)
+        x0 = (ls // per_band) * (band_w + band_gap) + left + col_dx[hs]
+        y0 = title_h + (ls % per_band) * (T + gap)
+        width = bands * band_w + (bands - 1) * band_gap
+        height = title_h + per_band * (T + gap) - gap + caption_h
+        return GridLayout(mode, heads, x0, y0, T, int(width), int(height), n_head, title_h, caption_h,
+                          left, n_tok, pool, bands, step)
+    heads = tuple((layer, h) for h in range(n_head))
+    if tile_px > 0:  # titles and captions as tall as their text on screen, not a share of the head
+        px = tile_px / T
+        title_h = max(1, round(TITLE_PX / px))
+        caption_h = max(1, round(CAPTION_PX / px)) if gs > 1 else 0
+    ncols = max(1, min(ncols, n_head))
+    col_x = col_dx[:ncols]  # every row as the first: whole KV groups (layer_columns)
+    idx = np.arange(n_head)
     rows, cols = idx // ncols, idx % ncols
-    x0 = col_x[cols]
-    n_rows = int(rows.max()) + 1 if len(heads) else 0
-    if mode == "all":
-        y0 = title_h + rows * (T + gap)
-        height = title_h + n_rows * (T + gap) - gap + caption_h
-    else:
-        row_h = title_h + T + caption_h + gap
-        y0 = rows * row_h + title_h
-        height = n_rows * row_h - gap
-    width = int(col_x[-1] + T)
-    return GridLayout(mode, heads, x0, y0, T, width, int(height), ncols, title_h, caption_h, left,
-                  n_tok, pool)
-
-
-def best_ncols(n_head: int, gs: int, view_w: float, view_h: float) -> tuple[int, float]:
-    """Columns that make the tiles of one layer as large as the view allows, KV groups kept whole;
-    with the tiles' side in screen pixels."""
-    best, best_size = n_head, -1.0
-    for c in range(1, n_head + 1):
-        if gs > 1 and c % gs and gs % c:
-            continue
-        rows = math.ceil(n_head / c)
-        size = min(view_w / (c * 1.1), view_h / (rows * (1.4 + (0.25 if gs > 1 else 0))))
-        if size > best_size * 1.02:
-            best, best_size = c, size
-    return best, best_size
+    row_h = title_h + T + caption_h + gap
+    n_rows = int(rows.max()) + 1
+    return GridLayout(mode, heads, col_x[cols], rows * row_h + title_h, T, int(col_x[-1] + T),
+                      int(n_rows * row_h - gap), ncols, title_h, caption_h, 0, n_tok, pool)
 
 
 def pool_factor(T: int, tile_px: float) -> int:
@@ -112,15 +128,39 @@ def pool_factor(T: int, tile_px: float) -> int:
     return max(1, math.ceil(T / max(tile_px, 8.0) - 0.15))  # a 15% shrink drops almost nothing
 
 
-def view_geometry(mode: str, n_layer: int, n_head: int, gs: int, T: int, w: float, h: float) -> tuple[int, int]:
-    """(columns, pool factor) for a view w x h screen pixels large: the all view shows every head of
-    a layer in one row; the layer view picks the columns that make its tiles largest."""
+def all_extent(n_layer: int, n_head: int, gs: int, bands: int, left: float = LEFT) -> tuple[float, float]:
+    """(width, height) of every layer's heads in `bands` bands, in head sides."""
+    gqa = gs > 1
+    per_band = math.ceil(n_layer / bands)
+    groups = math.ceil(n_head / gs) if gqa else 1
+    band_w = left + n_head + (n_head - 1) * GAP + (groups - 1) * GROUP_GAP
+    return (bands * band_w + (bands - 1) * BAND_GAP,
+            TITLE + per_band * (1 + GAP) - GAP + (CAPTION if gqa else 0))
+
+
+def all_bands(n_layer: int, n_head: int, gs: int, w: float, h: float) -> tuple[int, float]:
+    """Bands of layers for the all view in w x h screen pixels: the count that makes the heads
+    largest, their row headers given room to be read. Returns (bands, a head's side in pixels)."""
+    best, best_side = 1, -1.0
+    for b in range(1, n_layer + 1):
+        ew, eh = all_extent(n_layer, n_head, gs, b)
+        side = min(w / ew, h / eh)
+        ew, eh = all_extent(n_layer, n_head, gs, b, max(LEFT, LABEL_PX / max(side, 1.0)))
+        side = min(w / ew, h / eh)
+        if side > best_side * 1.02:
+            best, best_side = b, side
+    return best, best_side
+
+
+def view_geometry(mode: str, n_layer: int, n_head: int, gs: int, T: int, w: float, h: float) -> Geometry:
+    """How to cut the grid for a view w x h screen pixels large: the all view in the bands of layers
+    that make its heads largest; the layer view in the columns that do (figures/view.layer_columns,
+    the exports' rule)."""
     if mode == "all":
-        extra = 0.25 if gs > 1 else 0.0
-        tile_px = min(w / (n_head * 1.1 + 0.4 + extra * n_head / gs), h / (n_layer * 1.1 + 0.3 + extra))
-        return n_head, pool_factor(T, tile_px)
-    ncols, tile_px = best_ncols(n_head, gs, w, h)
-    return ncols, pool_factor(T, tile_px)
+        bands, tile_px = all_bands(n_layer, n_head, gs, w, h)
+        return Geometry(n_head, pool_factor(T, tile_px), bands, tile_px)
+    ncols, tile_px = layer_columns(n_head, gs, w, h, 0.0, 0.0, TITLE_PX + (CAPTION_PX if gs > 1 else 0))
+    return Geometry(ncols, pool_factor(T, tile_px), 1, tile_px)
 
 
 def tile_index(lo: GridLayout, layer: int, head: int) -> int | None:
@@ -136,15 +176,27 @@ def tile_index(lo: GridLayout, layer: int, head: int) -> int | None:
 
 def title_spots(lo: GridLayout, n_head: int):
     """Where the titles go: [(x, y, anchor)] and their texts. Layer view: one title above each tile,
-    texts None (the window writes "L3 H1" and the role badge per refresh); all view: "H1" over each
-    column and "L3" left of each row."""
+    texts None (the window writes "L3 H1" and the role badge per refresh); all view: "H1" over every
+    label_step-th column of each band and "L3" left of every label_step-th row."""
     T = lo.T
     if lo.mode != "all":
-        return [(float(lo.x0[i]), float(lo.y0[i]) - 0.05 * T, (0, 1)) for i in range(len(lo.heads))], None
+        return [(float(lo.x0[i]), float(lo.y0[i]), (0, 1)) for i in range(len(lo.heads))], None
     n_layer = len(lo.heads) // n_head
-    spots = [(float(lo.x0[h]) + T / 2, lo.title_h * 0.9, (0.5, 1)) for h in range(n_head)]
-    spots += [(lo.left * 0.85, float(lo.y0[l * n_head]) + T / 2, (1, 0.5)) for l in range(n_layer)]
-    return spots, [f"H{h}" for h in range(n_head)] + [f"L{l}" for l in range(n_layer)]
+    per_band = math.ceil(n_layer / lo.bands)
+    spots, texts = [], []
+    for band in range(lo.bands):
+        first = band * per_band * n_head  # the band's first tile
+        if first >= len(lo.heads):
+            break
+        for h in range(0, n_head, lo.label_step):
+            spots.append((float(lo.x0[first + h]) + T / 2, lo.title_h * 0.9, (0.5, 1)))
+            texts.append(f"H{h}")
+    for l in range(0, n_layer):
+        if (l % per_band) % lo.label_step == 0:
+            i = l * n_head
+            spots.append((float(lo.x0[i]) - lo.left * 0.1, float(lo.y0[i]) + T / 2, (1, 0.5)))
+            texts.append(f"L{l}")
+    return spots, texts
 
 
 def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float, float, float, int]]:
@@ -154,9 +206,15 @@ def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float
     pad = max(0.5, 0.04 * T)
     segments = []
     if lo.mode == "all":
-        for g in range(int(kv_group.max()) + 1):
-            cols = np.nonzero(kv_group == g)[0]
-            segments.append((lo.x0[cols[0]] - pad, lo.x0[cols[-1]] + T + pad, lo.title_h - pad, lo.height, g))
+        n_head = len(kv_group)
+        n_layer = len(lo.heads) // n_head
+        per_band = math.ceil(n_layer / lo.bands)
+        for first in range(0, n_layer, per_band):  # one run of columns per group and band
+            last = min(n_layer, first + per_band) - 1
+            for g in range(int(kv_group.max()) + 1):
+                cols = np.nonzero(kv_group == g)[0]
+                segments.append((lo.x0[first * n_head + cols[0]] - pad, lo.x0[first * n_head + cols[-1]] + T + pad,
+                                 lo.title_h - pad, lo.y0[last * n_head] + T + lo.caption_h, g))
         return segments
     row_of = np.arange(len(lo.heads)) // lo.ncols
     for r in range(int(row_of.max()) + 1):

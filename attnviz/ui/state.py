@@ -8,22 +8,15 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, drop_first_key, value_weighted
+from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.engine.probes import KINDS as PROBE_KINDS
 from attnviz.figures.data import DEFAULT_COLORMAP
+from attnviz.figures.view import Shown
 
 VIEW_MODES = ("layer", "all")
 # the display options of a first start (settings.restore falls back to these): the one place
 DISPLAY_DEFAULTS = {"colormap": DEFAULT_COLORMAP, "scale_mode": DEFAULT_SCALE, "view_mode": VIEW_MODES[0],
                     "hide_first": False, "value_weighted": False, "layer": 0}
-
-
-@dataclass(frozen=True)
-class DisplayData:
-    attn: np.ndarray  # [n_layer, n_head, T, T] what the heatmaps show
-    vmax: float  # shared colour scale: 0 .. vmax over every layer and head
-    head_max: np.ndarray  # [n_layer, n_head] per-head colour scale tops
-    weighted: bool = False  # value-weighted (the result has the value norms the view asked for)
 
 
 class AppState(QObject):
@@ -64,31 +57,22 @@ class AppState(QObject):
         self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints
         self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
         self._wanted_checkpoint: int | None = None  # asked for before the checkpoints were loaded
-        self._display_key = None
-        self._display: DisplayData | None = None
+        self._shown: Shown | None = None
         self._init_head_scores()
 
-    def display_data(self) -> "DisplayData | None":
-        """The current result as the heatmaps show it (value weighting and hide_first applied), with
-        its maxima; cached per (result, hide_first, value weighting) so the grid, the focus view and
-        exports share one computation. Value weighting needs a result with value_norms (a run with
-        values=True); until it comes the weights are shown as they are."""
+    def shown(self) -> Shown | None:
+        """The current result as the heatmaps show it (figures/view.Shown: value weighting, the
+        hidden first key, colour levels), one per (result, hide_first, value weighting), so the grid,
+        the focus view and the read-outs share one computation. Value weighting needs a result with
+        value_norms (a run with values=True); until it comes the weights are shown as they are."""
         if self.result is None:
             return None
         weighted = self.value_weighted and self.result.value_norms is not None
-        # the key holds the result itself: an id() could be reused by a later result once this
-        # one is freed (e.g. after a model change cleared it)
-        key = (self.result, (self.hide_first, weighted))
-        if self._display_key is None or self._display_key[0] is not key[0] or self._display_key[1] != key[1]:
-            attn = self.result.attentions
-            if weighted:  # [n_layer, n_head, T, T] x [n_layer, n_head, T]
-                attn = value_weighted(attn, self.result.value_norms)
-            attn = display_attention(attn, self.hide_first)  # [n_layer, n_head, T, T]
-            head_max = attn.max(axis=(2, 3)) if attn.size else np.zeros(attn.shape[:2], np.float32)
-            vmax = float(head_max.max()) if head_max.size else 0.0
-            self._display = DisplayData(attn, max(vmax, 1e-6), np.maximum(head_max, 1e-6), weighted)
-            self._display_key = key
-        return self._display
+        s = self._shown
+        # compared by identity: an id() could be reused by a later result once this one is freed
+        if s is None or s.result is not self.result or s.options != (self.hide_first, weighted):
+            self._shown = Shown(self.result, self.hide_first, weighted)
+        return self._shown
 
     # --- derived, read-only -------------------------------------------------------------------
     @property
@@ -410,17 +394,6 @@ def same_prefix(a, b, n: int) -> bool:
     if a is None or b is None or len(a.input_ids) < n or len(b.input_ids) < n:
         return False
     return bool(np.array_equal(a.input_ids[:n], b.input_ids[:n]))
-
-
-def display_attention(attn: np.ndarray, hide_first: bool) -> np.ndarray:  # [..., T, T] -> [..., T, T]
-    """What the heatmaps show: the weights, or with the first key column zeroed and rows renormalised
-    over the remaining keys (a row with nothing left stays 0, never NaN)."""
-    if not hide_first or attn.shape[-1] == 0:
-        return attn
-    out = np.empty(attn.shape, np.float32)
-    out[..., 0] = 0.0
-    drop_first_key(attn, out=out[..., 1:])
-    return out
 
 
 # === head scores: the options and the badges (AppState's head-score section) ========================

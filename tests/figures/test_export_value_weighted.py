@@ -58,9 +58,10 @@ def test_the_png_is_coloured_by_the_weighted_values_and_the_sidecar_round_trips(
     (panel,) = meta["panels"]
     want = value_weighted(run.attentions[3, 1], run.value_norms[3, 1])
     img, lut = QImage(str(out)), heat_table("viridis")[:, :3]
+    top = float(value_weighted(run.attentions, run.value_norms).max())  # the shared scale: the run's top
     for q, k in ((0, 0), (4, 2), (10, 11)):
         c = img.pixelColor(int(panel["x"] + (k + 0.5) * panel["cell"]), int(panel["y"] + (q + 0.5) * panel["cell"]))
-        assert (c.red(), c.green(), c.blue()) == tuple(lut[heat_index(want[q, k], want.max())])
+        assert (c.red(), c.green(), c.blue()) == tuple(lut[heat_index(want[q, k], top)])
     # an older sidecar has no value_weighted: it opens as the plain view
     side = json.loads(out.with_name("vw.png.json").read_text())
     del side["value_weighted"]

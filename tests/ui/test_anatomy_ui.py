@@ -110,14 +110,14 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     a, n = r.attentions.astype(np.float64), r.value_norms.astype(np.float64)
     direct = a * n[:, :, None, :]
     direct /= direct.sum(-1, keepdims=True)
-    np.testing.assert_allclose(st.display_data().attn, direct, atol=1e-5)
+    np.testing.assert_allclose(st.shown().region().values, direct, atol=1e-5)
     assert window.anatomy_panel.value_check.isChecked()  # the panel's box is a view of the same state
     assert "% out" in window.grid._titles[0].text()
     st.set_focus(st.layer, 4)
     assert f"{100 * r.head_share[st.layer, 4]:.0f}% of the layer" in window.focus_view.title.text()
     st.set_hide_first(True)  # both together: weighted, then the first key dropped and renormalised
     d = direct[..., 1:] / direct[..., 1:].sum(-1, keepdims=True)
-    np.testing.assert_allclose(st.display_data().attn[..., 1:], d, atol=1e-5)
+    np.testing.assert_allclose(st.shown().region().values, d, atol=1e-5)
 
 
 def test_the_anatomy_shares_equal_the_engines(minilm):

@@ -3,7 +3,7 @@
 import numpy as np
 
 from attnviz.engine.layers import kv_group
-from attnviz.ui.mosaic import kv_segments, make_layout, tile_index, title_spots, view_geometry
+from attnviz.ui.mosaic import CAPTION_PX, TITLE_PX, kv_segments, make_layout, tile_index, title_spots, view_geometry
 
 
 def test_tile_index_finds_shown_heads_only():
@@ -35,6 +35,28 @@ def test_titles_and_geometry():
     assert len(spots) == 12 + 6 and texts[0] == "H0" and texts[-1] == "L5"
     spots, texts = title_spots(make_layout("layer", 6, 2, groups, 10, ncols=4), 12)
     assert len(spots) == 12 and texts is None  # the grid writes "L2 H0" and badges per refresh
-    ncols, pool = view_geometry("layer", 6, 12, 1, 10, 1200, 800)
-    assert 12 % ncols == 0 and pool == 1
-    assert view_geometry("all", 30, 9, 3, 500, 600, 400)[1] > 1  # 270 heads of 500 tokens: pooled
+    geo = view_geometry("layer", 6, 12, 1, 10, 1200, 800)
+    assert 12 % geo.ncols == 0 and geo.pool == 1
+    assert view_geometry("all", 30, 9, 3, 500, 600, 400).pool > 1  # 270 heads of 500 tokens: pooled
+
+
+def test_the_window_and_the_export_place_a_layers_heads_by_the_same_rule(qapp):
+    from types import SimpleNamespace
+
+    from attnviz.figures.data import make_view
+    from attnviz.figures.heatmaps import layout
+    from attnviz.figures.view import EXPORT_ASPECT, layer_columns
+
+    for n_head, n_kv in ((12, 12), (9, 3), (8, 2), (16, 4)):
+        groups = kv_group(n_head, n_kv)
+        gs = n_head // n_kv
+        attn = np.full((2, n_head, 6, 6), 1 / 6, np.float32)
+        run = SimpleNamespace(attentions=attn, value_norms=None, text="t", tokens=list("abcdef"),
+                              labels=list("abcdef"), input_ids=np.arange(6), kv_group=groups)
+        view = make_view(run, model="m", scope="layer", layer=0)
+        export_cols = layout(view, 1600).n_cols
+        assert export_cols == layer_columns(n_head, gs, EXPORT_ASPECT, 1)[0]
+        # the window's columns: the same rule, its titles fixed in pixels (whole KV groups, largest heads)
+        window_cols = view_geometry("layer", 2, n_head, gs, 6, 1200, 900).ncols
+        assert window_cols == layer_columns(n_head, gs, 1200, 900, 0, 0, TITLE_PX + (CAPTION_PX if gs > 1 else 0))[0]
+        assert gs == 1 or window_cols % gs == 0 or gs % window_cols == 0

@@ -56,19 +56,19 @@ def test_a_new_model_clears_what_belonged_to_the_old_one(qapp, book, minilm):
     assert st.text == "the cat sat"  # the user's sentence is kept
 
 
-def test_display_data_is_shared_and_follows_result_and_hide_first(qapp, book):
+def test_what_is_shown_is_shared_and_follows_result_and_hide_first(qapp, book):
     st = AppState()
     st.set_model(book)
     st.set_result(book.run("the cat sat on the mat"))
-    d1 = st.display_data()
-    assert st.display_data() is d1  # one computation shared by grid, focus view and exports
-    np.testing.assert_allclose(d1.attn.sum(-1), 1, atol=1e-5)
+    d1 = st.shown()
+    assert st.shown() is d1  # one computation shared by the grid, the focus view and the read-outs
+    np.testing.assert_allclose(d1.region().values.sum(-1), 1, atol=1e-5)
     st.set_hide_first(True)
-    d2 = st.display_data()
-    assert d2 is not d1 and (d2.attn[..., 0] == 0).all()
-    np.testing.assert_allclose(d2.attn[..., 1:, 1:].sum(-1), 1, atol=1e-5)
+    d2 = st.shown()
+    assert d2 is not d1 and list(d2.key_pos) == list(range(1, st.result.n_tokens))  # the first key dropped
+    np.testing.assert_allclose(d2.region().values[..., 1:, :].sum(-1), 1, atol=1e-5)
     st.set_result(book.run("the cat sat on the mat"))  # equal numbers, a new result: recomputed
-    assert st.display_data() is not d2
+    assert st.shown() is not d2
 
 
 def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
@@ -326,7 +326,7 @@ def test_a_view_asking_for_more_while_a_run_is_on_its_way_gets_it(qtbot, book):
     st.set_value_weighted(False)  # the result keeps its norms: nothing to run
     st.set_text("the cat sat on the mat")  # queued without norms ...
     st.set_value_weighted(True)  # ... and the view wants them again before it lands
-    qtbot.waitUntil(lambda: st.result.text == "the cat sat on the mat" and st.display_data().weighted,
+    qtbot.waitUntil(lambda: st.result.text == "the cat sat on the mat" and st.shown().weighted,
                     timeout=WAIT)
     assert w.wait_idle(WAIT)
 

@@ -39,9 +39,9 @@ def test_typing_updates_the_grid_to_the_new_tokens(window, qtbot, minilm):
     assert window.state.result.tokens == expect.tokens == ["[CLS]", "cats", "sleep", ".", "[SEP]"]
     lo = window.grid.layout_
     assert lo.T == 5
-    data = window.state.display_data()
+    shown = window.state.shown().region([0], [0]).values[0, 0]
     tile = window.grid._mosaic[lo.y0[0]:lo.y0[0] + 5, lo.x0[0]:lo.x0[0] + 5]
-    np.testing.assert_allclose(data.attn[0, 0], expect.attentions[0, 0], atol=1e-5)
+    np.testing.assert_allclose(shown, expect.attentions[0, 0], atol=1e-5)
     assert np.unravel_index(tile.argmax(), tile.shape) == np.unravel_index(
         expect.attentions[0, 0].argmax(), (5, 5))
 
@@ -345,8 +345,8 @@ def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(wind
     T = len(st.result.tokens)
     assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(0, 0, T, T)
     st.set_hide_first(True)
-    shown = st.display_data().attn[1, 2]  # what the grid draws, column 0 zeroed
-    np.testing.assert_array_equal(fv.img.image, shown[:, 1:])  # the focus view has no zero column
+    shown = st.shown().region([1], [2]).values[0, 0]  # [T, T - 1]: the first key column dropped
+    np.testing.assert_array_equal(fv.img.image, shown)
     assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(1, 0, T - 1, T)  # a gap at key 0
     lo = g.layout_
     tile = g._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
@@ -357,7 +357,7 @@ def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(wind
     assert fv.hover_text == g.readout_at(1, 2, 3, 0) and fv.hover_text.endswith("(hidden)")
     fv._on_mouse_moved(fv.vb.mapViewToScene(QPointF(4.5, 3.5)))
     assert fv.hover_text == g.readout_at(1, 2, 3, 4)
-    assert fv.hover_text.split("  ")[2].startswith(f"{shown[3, 4]:.2f}")
+    assert fv.hover_text.split("  ")[2].startswith(f"{shown[3, 3]:.2f}")  # key 4 is column 3
     st.set_hide_first(False)
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[1, 2])
     assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(0, 0, T, T)

@@ -21,12 +21,12 @@ def tiny_window(qtbot, tmp_path):
 def test_grid_and_focus_view_show_the_value_weighted_pattern(tiny_window, qtbot):
     w = tiny_window
     st = w.state
-    plain = st.display_data().attn.copy()
+    plain = st.shown().region().values.copy()
     assert st.result.value_norms is None  # off: the runs compute no value norms
     st.set_value_weighted(True)
     qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
     norms, vw = direct(load_model(FIXTURES / "llama_gqa"), st.result.input_ids)
-    np.testing.assert_allclose(st.display_data().attn, vw, atol=1e-5)
+    np.testing.assert_allclose(st.shown().region().values, vw, atol=1e-5)
     assert not np.allclose(plain, vw, atol=1e-3)
     st.set_focus(1, 5)
     qtbot.waitUntil(lambda: w.focus_view._T == 8, timeout=WAIT)
@@ -39,7 +39,7 @@ def test_grid_and_focus_view_show_the_value_weighted_pattern(tiny_window, qtbot)
     qtbot.waitUntil(lambda: len(st.result.tokens) == 5 and st.result.value_norms is not None,
                     timeout=WAIT)
     st.set_value_weighted(False)
-    np.testing.assert_allclose(st.display_data().attn, st.result.attentions, atol=0)
+    np.testing.assert_allclose(st.shown().region().values, st.result.attentions, atol=0)
 
 
 def test_the_export_dialog_writes_what_the_view_shows_and_open_view_brings_it_back(tiny_window, qtbot,
@@ -60,7 +60,7 @@ def test_the_export_dialog_writes_what_the_view_shows_and_open_view_brings_it_ba
     dlg.path_edit.setText(str(tmp_path / "shown.npy"))
     dlg._path_edited(dlg.path_edit.text())
     assert dlg.do_export()
-    np.testing.assert_allclose(np.load(tmp_path / "shown.npy"), st.display_data().attn, rtol=1e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "shown.npy"), st.shown().region().values, rtol=1e-6)
     assert w.settings.value("export/folder") == str(tmp_path.resolve())  # the window's settings
 
     st.set_value_weighted(False)
@@ -81,4 +81,4 @@ def test_the_export_dialog_writes_what_the_view_shows_and_open_view_brings_it_ba
     w.open_view(str(side))
     assert st.value_weighted
     qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
-    np.testing.assert_allclose(st.display_data().attn, vw, atol=1e-5)
+    np.testing.assert_allclose(st.shown().region().values, vw, atol=1e-5)
