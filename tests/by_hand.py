@@ -2,15 +2,16 @@
 
 import numpy as np
 
-from attnviz.engine.families import forward_attentions
+from attnviz.engine.families import forward
+from attnviz.engine.trace import Trace
 
 
 def direct(model, ids):
     """By hand, per head: the key's value row times head h's rows of W_O, its norm, the weights
     scaled by it and renormalised."""
     c, w = model.config, model.weights
-    values = []
-    att = forward_attentions(c, w, np.asarray(ids), values_out=values).astype(np.float64)
+    trace = forward(c, w, np.asarray(ids), Trace(values=True))
+    att, values = trace.attentions.astype(np.float64), trace.v
     norms = np.zeros(att.shape[:3])
     for i, layer in enumerate(w.layers):
         for h in range(c.n_head):

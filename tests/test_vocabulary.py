@@ -105,7 +105,7 @@ def test_the_anatomy_recomputes_attention_with_the_forward_passs_own_stages():
         assert building_block not in text, building_block
     forward = (PACKAGE / "engine" / "families.py").read_text(encoding="utf-8")
     body = forward[forward.index("def self_attention("):forward.index("def mlp(")]
-    for stage in ("project_qkv(", "attention_pattern(", "attention_output("):
+    for stage in ("project_qkv(", "attend(", "head_outputs(", "attention_output("):
         assert stage in body and stage in text, stage
 
 

@@ -8,7 +8,7 @@ loaded model's own weights and activations, and what it costs per head. Pure Num
 
 `x` is the layer's attention input as the forward pass computed it (`Model.run(inputs=True)`:
 after the input norm in a pre-LN model). Everything after it is recomputed here with the stages
-`families.self_attention` is made of (project_qkv, attention_pattern, attention_output), from the
+`families.self_attention` is made of (project_qkv, attend, head_outputs, attention_output), from the
 weights the engine uses (GGUF's Q/K rows already un-permuted), keeping what self_attention drops
 (q, each head's output, the concat); so the pattern equals the one the grid shows (tested) and the
 output exists even for the last layer, whose output projection the forward pass skips.
@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.config import ModelConfig
-from attnviz.engine.families import FAMILY, attention_output, attention_scale, position_terms, project_qkv
-from attnviz.engine.layers import attention_pattern, kv_group, repeat_kv, rms_norm
+from attnviz.engine.families import FAMILY, attend, attention_output, head_outputs, layer_consts, project_qkv
+from attnviz.engine.layers import kv_group, rms_norm
 
 BYTES = 4  # float32: every array here, as the engine holds it
 
@@ -62,11 +62,12 @@ def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
     """Layer input x [T, d_model] -> every stage of that layer's attention (LayerAnatomy).
     `pattern` [n_head, T, T]: the forward pass's own (what the grid shows); computed when None."""
     lw = weights.layers[layer]
-    rope, bias = position_terms(cfg, x.shape[0])  # the forward pass's stages, one at a time
-    q, k, v = project_qkv(x, lw, cfg, rope)  # [n_head, T, d_head], [n_kv_head, T, d_head] x2
+    c = layer_consts(cfg, x.shape[0])[layer]  # the forward pass's stages, one at a time
+    q, k, v = project_qkv(x, lw, c)  # [n_head, T, d_head], [n_kv_head, T, d_head] x2
     if pattern is None:
-        pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), attention_scale(cfg, layer), bias)
-    head_out, concat, out = attention_output(pattern, v, lw, cfg)  # [n_head, T, d_head], [T, ...]
+        pattern = attend(q, k, c)  # [n_head, T, T]
+    head_out = head_outputs(pattern, v, c)  # [n_head, T, d_head]
+    concat, out = attention_output(head_out, lw)  # [T, n_head d_head], [T, d_model]
     w_q, w_k, w_v, w_o = weight_blocks(cfg, lw)
     group = kv_group(cfg.n_head, cfg.n_kv_head)  # [n_head]
     return LayerAnatomy(layer, x, w_q, w_k, w_v, np.ascontiguousarray(q), np.ascontiguousarray(k),

@@ -3,17 +3,20 @@
 Weights are converted once at load into one layout: float32, every projection `[d_in, d_out]`
 (so `x @ w`), Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix.
 
-One forward pass serves every family, in the order data flows: `embed`, then per layer
+One forward pass serves every family, in the order data flows: `embed`, then per layer a block of
 `self_attention` and `mlp` around the residual stream. What differs between families (LayerNorm or
-RMSNorm, pre- or post-LN, a gated MLP, RoPE) is data: one `Family` each, in `FAMILY`.
+RMSNorm, pre- or post-LN, a gated MLP, RoPE) is data: one `Family` each, in `FAMILY`; the config's
+numbers for each layer are its `Consts`.
 
-A causal model's forward pass can take a `KVCache` from the previous run and compute only the tokens
-after the longest common prefix: under the causal mask nothing before a position can see it.
+`forward` fills a `Trace` (engine/trace.py) with what its caller asked for and applies the trace's
+edits (ablation, knockout) at named points; nothing else is recorded. A causal model's forward pass
+can take a `KVCache` from the previous run and compute only the tokens after the longest common
+prefix: under the causal mask nothing before a position can see it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -21,9 +24,10 @@ import numpy as np
 from attnviz.engine.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.layers import (
-    ACTIVATIONS, apply_rope, attention_pattern, causal_mask, layer_norm, linear, mask_bias, merge_heads,
-    qkv_heads, repeat_kv, rms_norm, rope_cos_sin,
+    ACTIVATIONS, apply_rope, attention_scores, causal_mask, layer_norm, linear, mask_bias, merge_heads,
+    qkv_heads, repeat_kv, rms_norm, rope_cos_sin, softmax,
 )
+from attnviz.engine.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.weights import Checkpoint
 
 
@@ -172,216 +176,215 @@ LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama}
 
 
 @dataclass(frozen=True)
+class Consts:
+    """One layer's constants for one run, derived from the config and the family: what the block
+    needs besides its input and weights. The run covers new positions p..T-1 (n = T - p tokens)."""
+    n_head: int
+    n_kv_head: int
+    d_head: int
+    scale: float  # score scale: 1 / sqrt(d_head) (GPT-2's scale_attn_by_inverse_layer_idx: / (i + 1))
+    rope: tuple | None  # (cos, sin) [n, d_head] for the new positions, or None (no RoPE)
+    bias: np.ndarray | None  # [n, T]: 0 where a query may look, -inf where masked; None: sees all
+    norm: Callable  # (x, gain_bias) -> x: the family's norm with the config's epsilon
+    act: Callable  # the MLP's activation
+    gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
+    qk_norm: Callable | None = None  # Family.qk_norm
+
+    @property
+    def n_group(self) -> int:  # query heads per KV head
+        return self.n_head // self.n_kv_head
+
+
+def pre_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
+    """GPT-2, Llama: x + attn(norm(x)), then x + mlp(norm(x))."""
+    x = x + self_attention(c.norm(x, layer.norm1), layer, c, cache)
+    return x + mlp(c.norm(x, layer.norm2), layer, c)
+
+
+def post_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
+    """BERT: norm(x + attn(x)), then norm(x + mlp(x))."""
+    x = c.norm(x + self_attention(x, layer, c, cache), layer.norm1)
+    return c.norm(x + mlp(x, layer, c), layer.norm2)
+
+
+@dataclass(frozen=True)
 class Family:
     """What sets a family's forward pass apart, as data (the weights say which embedding tables
-    it has: learned positions, token types, an embedding norm)."""
+    it has: learned positions, token types, an embedding norm).
+
+    A new family adds a named step as a field holding a callable, with a default that changes
+    nothing, called at that step's one place: a per-head q/k norm (`qk_norm`), a per-layer window
+    or RoPE base (`layer_window`, `layer_rope_theta`, read by `layer_consts`), a scale on the token
+    embedding (`embed_scale`), or another residual layout (`block`, e.g. sandwich norms)."""
     norm: Callable  # layer_norm(x, gain, bias, eps) or rms_norm(x, gain, eps)
-    pre_norm: bool  # norm before attention and MLP (GPT-2, Llama), or after each residual add (BERT)
-    gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
+    block: Callable  # one layer, (x, layer, consts, cache) -> x: pre_norm_block or post_norm_block
+    gated_mlp: bool
     rope: bool  # rotary positions on q and k, or none (learned positions are added to x instead)
+    qk_norm: Callable | None = None  # (q, k, layer, consts) -> q, k, after the projection
+    layer_window: Callable | None = None  # (cfg, i) -> keys a query sees in layer i (default: cfg's)
+    layer_rope_theta: Callable | None = None  # (cfg, i) -> layer i's RoPE base (default: cfg's)
+    embed_scale: Callable | None = None  # (cfg) -> factor on the token embedding
+
+    @property
+    def pre_norm(self) -> bool:  # attention reads norm(x), not the residual itself
+        return self.block is not post_norm_block
 
 
 FAMILY = {
-    "bert": Family(norm=layer_norm, pre_norm=False, gated_mlp=False, rope=False),
-    "gpt2": Family(norm=layer_norm, pre_norm=True, gated_mlp=False, rope=False),
-    "llama": Family(norm=rms_norm, pre_norm=True, gated_mlp=True, rope=True),
+    "bert": Family(norm=layer_norm, block=post_norm_block, gated_mlp=False, rope=False),
+    "gpt2": Family(norm=layer_norm, block=pre_norm_block, gated_mlp=False, rope=False),
+    "llama": Family(norm=rms_norm, block=pre_norm_block, gated_mlp=True, rope=True),
 }
 
 
-@dataclass
-class KVCache:
-    """What one causal run leaves for the next: its ids, every layer's K (after RoPE) and V, and its
-    patterns. Mutable: `forward_attentions` replaces the fields at the end of a run. Not locked here:
-    its owner (a Model) lets one run at a time use it."""
-    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [T]
-    k: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head], not repeated
-    v: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head]
-    h: list = field(default_factory=list)  # per layer [T, d_model] attention input, when captured
-    attentions: np.ndarray | None = None  # [n_layer, n_head, T, T], read-only: results share it
-    nbytes: int = 0  # bytes of K and V held, from the arrays
-    reused: int = 0  # tokens the last run took from the cache
+def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
+    """Every layer's Consts for a run over positions p..T-1 (n = T - p); layers with the same window
+    and RoPE base share their arrays."""
+    fam = FAMILY[cfg.family]
+    positions = np.arange(p, T)  # [n]
+    eps = cfg.norm_eps
 
-    def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
-        n = min(len(ids), len(self.ids))
-        differ = np.flatnonzero(self.ids[:n] != ids[:n])
-        return int(differ[0]) if differ.size else n
+    def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
+        return fam.norm(x, *gain_bias, eps)
 
-    def _store(self, ids, k, v, attentions, reused, h=()):
-        attentions.flags.writeable = False
-        self.ids, self.k, self.v, self.attentions = ids.copy(), k, v, attentions
-        self.h = list(h)
-        self.nbytes = sum(a.nbytes for a in k) + sum(a.nbytes for a in v)
-        self.reused = reused
-
-    def _cut(self, T: int) -> None:  # keep the first T tokens
-        if T < len(self.ids):
-            def cut(a):  # a copy, so the rest is freed
-                return np.ascontiguousarray(a[:, :T])
-            self._store(self.ids[:T], [cut(a) for a in self.k], [cut(a) for a in self.v],
-                        np.ascontiguousarray(self.attentions[:, :, :T, :T]), T,
-                        [np.ascontiguousarray(a[:T]) for a in self.h])
-        else:
-            self.reused = T
+    masks, ropes, out = {}, {}, []
+    for i in range(cfg.n_layer):
+        window = fam.layer_window(cfg, i) if fam.layer_window else cfg.sliding_window
+        theta = fam.layer_rope_theta(cfg, i) if fam.layer_rope_theta else cfg.rope_theta
+        if cfg.causal and window not in masks:
+            masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
+        if fam.rope and theta not in ropes:
+            ropes[theta] = rope_cos_sin(positions, cfg.d_head, theta)  # [n, d_head] x2
+        scale = 1.0 / np.sqrt(cfg.d_head)
+        out.append(Consts(
+            n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head,
+            scale=scale / (i + 1) if cfg.attn_scale_by_layer else scale,
+            rope=ropes.get(theta) if fam.rope else None, bias=masks.get(window) if cfg.causal else None,
+            norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm))
+    return out
 
 
-def forward_attentions(cfg: ModelConfig, w: Weights, ids: np.ndarray,
-                       cache: KVCache | None = None, values_out: list | None = None,
-                       inputs_out: list | None = None) -> np.ndarray:
-    """Token ids [T] -> attention patterns [n_layer, n_head, T, T] (float32).
-
-    With a `cache` (causal models only) the tokens of the common prefix with the cached ids are
-    reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute
-    nothing; ids that are a prefix of the cached ones cut the cache to them. The patterns returned
-    are then a read-only view of the cache's array.
-
-    `values_out` (a list) receives every layer's V [n_kv_head, T, d_head], all T tokens (with a
-    cache, the cache's own arrays). `inputs_out` (a list) receives every layer's attention input
-    [T, d_model] (after the input norm in a pre-LN model), all T tokens; only then are they kept,
-    in the cache too (a cache without them is recomputed in full). The default path keeps none."""
-    T = len(ids)
-    p = 0
-    if cache is not None:
-        assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
-        if cache.attentions is not None:
-            p = cache.prefix(ids)
-            if inputs_out is not None and len(cache.h) != cfg.n_layer:
-                p = 0  # the cached run kept no layer inputs: compute them all
-        if p == T and T:  # same ids, or the text got shorter: every row is known
-            cache._cut(T)
-            if inputs_out is not None:
-                inputs_out.extend(cache.h)
-            if values_out is not None:
-                values_out.extend(cache.v)
-            return cache.attentions.view()
-    out = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
-    if p:  # old query rows cannot see the new keys
-        out[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
-        out[:, :, :p, p:] = 0
-    keys, values = ([], []) if cache is not None else (None, values_out)
-    inputs = inputs_out if inputs_out is None or cache is None else []
-    if T > p:
-        _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs)
-    if cache is None:
-        return out
-    cache._store(ids, keys, values, out, p, inputs or ())
-    if inputs_out is not None:
-        inputs_out.extend(inputs)
-    if values_out is not None:
-        values_out.extend(values)
-    return out.view()
-
-
-def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, eps: float) -> np.ndarray:
+def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     """Token ids [n] at `positions` [n] -> x [n, d_model]: the tables the family has, summed."""
+    fam = FAMILY[cfg.family]
     x = np.asarray(w.tok_emb[ids], dtype=np.float32)  # [n, d_model] token embedding
+    if fam.embed_scale is not None:
+        x = x * np.float32(fam.embed_scale(cfg))
     if w.pos_emb is not None:
         x = x + w.pos_emb[positions]  # [n, d_model] learned positions (BERT, GPT-2)
     if w.type_emb is not None:
         x = x + w.type_emb[0]  # [d_model] BERT: every token is of type 0
     if w.emb_norm is not None:
-        x = layer_norm(x, *w.emb_norm, eps)  # BERT's embedding LayerNorm
+        x = layer_norm(x, *w.emb_norm, cfg.norm_eps)  # BERT's embedding LayerNorm
     return x
 
 
-def attention_scale(cfg: ModelConfig, i: int) -> float:
-    """Layer i's score scale: 1 / sqrt(d_head), and also / (i + 1) with GPT-2's
-    scale_attn_by_inverse_layer_idx."""
-    scale = 1.0 / np.sqrt(cfg.d_head)
-    return scale / (i + 1) if cfg.attn_scale_by_layer else scale
-
-
-def position_terms(cfg: ModelConfig, T: int, p: int = 0):
-    """What the positions of new tokens p..T-1 (n = T - p of them) add to every layer's attention:
-    rope (cos, sin) [n, d_head] or None, and bias [n, T] (0 where a query may look, -inf where
-    masked) or None."""
-    positions = np.arange(p, T)  # [n]
-    bias = mask_bias(causal_mask(T, cfg.sliding_window, start=p)) if cfg.causal else None  # [n, T]
-    rope = rope_cos_sin(positions, cfg.d_head, cfg.rope_theta) if FAMILY[cfg.family].rope else None
-    return rope, bias
-
-
-def project_qkv(h, layer: Layer, cfg: ModelConfig, rope):
-    """h [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
-    position when `rope` is given."""
-    q, k, v = qkv_heads(h, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-                        cfg.n_head, cfg.n_kv_head, cfg.d_head)
-    if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
+def project_qkv(x, layer: Layer, c: Consts):
+    """x [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
+    position when the family has RoPE."""
+    q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
+                        c.n_head, c.n_kv_head, c.d_head)
+    if c.qk_norm is not None:
+        q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
+    if c.rope is not None:
+        q, k = apply_rope(q, *c.rope), apply_rope(k, *c.rope)  # same shapes, rotated by position
     return q, k, v
 
 
-def attention_output(pattern, v, layer: Layer, cfg: ModelConfig):
-    """pattern [n_head, n, T], v [n_kv_head, T, d_head] -> heads [n_head, n, d_head] (each head's
-    weighted values), concat [n, n_head d_head], out [n, d_model]."""
-    heads = pattern @ repeat_kv(v, cfg.n_group)  # [n_head, n, d_head] weighted values
-    concat = merge_heads(heads)  # [n, n_head d_head]
-    return heads, concat, linear(concat, layer.w_o, layer.b_o)  # [n, d_model]
+def attend(q, k, c: Consts, cache=NOTHING):
+    """q [n_head, n, d_head], k [n_kv_head, T, d_head] -> pattern [n_head, n, T]: scores, the
+    cache's edits to them (knockout), softmax. Written into cache.rows when the cache gives them."""
+    scores = attention_scores(q, repeat_kv(k, c.n_group), c.scale, c.bias,  # [n_head, n, T]
+                              out=cache.rows)
+    return softmax(cache.scores(scores))
 
 
-def self_attention(h, layer: Layer, cfg: ModelConfig, scale: float, rope, bias, past, keep: bool,
-                   pattern_out, project: bool = True):
-    """h [n, d_model] -> out [n, d_model], pattern [n_head, n, T], k and v [n_kv_head, T, d_head]:
-    one layer's multi-head attention of n new tokens over all T = p + n.
-
-    `past`: the p cached tokens' (k, v), each [n_kv_head, p, d_head], or None. `keep`: return k
-    and v as arrays of their own, not views of the projection. `rope`, `bias`: position_terms. The
-    pattern is written into `pattern_out`; `out` is None when not `project` (the last layer's
-    output changes no pattern)."""
-    q, k, v = project_qkv(h, layer, cfg, rope)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-    if past is not None:  # cached keys and values first
-        k = np.concatenate([past[0], k], axis=1)  # [n_kv_head, T, d_head]
-        v = np.concatenate([past[1], v], axis=1)  # [n_kv_head, T, d_head]
-    elif keep:
-        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)  # [n_kv_head, T, d_head]
-    pattern = attention_pattern(q, repeat_kv(k, cfg.n_group), scale, bias,  # [n_head, n, T]
-                                out=pattern_out)
-    if not project:
-        return None, pattern, k, v
-    _, _, out = attention_output(pattern, v, layer, cfg)  # [n, d_model]
-    return out, pattern, k, v
+def head_outputs(pattern, v, c: Consts):  # [n_head, n, T], [n_kv_head, T, d_head] -> z [n_head, n, d_head]
+    return pattern @ repeat_kv(v, c.n_group)  # each head's weighted values
 
 
-def mlp(x, layer: Layer, act, gated: bool):  # [n, d_model] -> [n, d_model]
+def attention_output(z, layer: Layer):
+    """z [n_head, n, d_head] -> concat [n, n_head d_head], out [n, d_model]."""
+    concat = merge_heads(z)  # [n, n_head d_head]
+    return concat, linear(concat, layer.w_o, layer.b_o)  # [n, d_model]
+
+
+def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
+    """One layer's multi-head attention of n new tokens over all T = p + n.
+
+    `cache`: this layer's slot of a Trace (trace.LayerCache): it supplies the p cached tokens' k
+    and v, records what the trace asks for and applies its edits, at the named points below."""
+    cache = NOTHING if cache is None else cache
+    cache.input(x)
+    q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
+    k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
+    pattern = attend(q, k, c, cache)  # [n_head, n, T]
+    cache.pattern(pattern)
+    z = cache.z(head_outputs(pattern, v, c))  # [n_head, n, d_head]
+    return attention_output(z, layer)[1]  # [n, d_model]
+
+
+def mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
     hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
-    if gated:
+    if c.gated_mlp:
         gate, up = np.split(hidden, 2, axis=-1)  # [n, d_ff] each
-        hidden = act(gate) * up  # [n, d_ff] SwiGLU
+        hidden = c.act(gate) * up  # [n, d_ff] SwiGLU
     else:
-        hidden = act(hidden)  # [n, d_ff]
+        hidden = c.act(hidden)  # [n, d_ff]
     return linear(hidden, layer.w_out, layer.b_out)  # [n, d_model]
 
 
-def _forward_rows(cfg, w, ids, p, out, cache, keys, values, inputs=None) -> None:
-    """Query rows p..T-1 of every layer's pattern into out[:, :, p:]; K and V of all T tokens
-    appended to `keys` and `values` when they are lists (rows before p come from the cache), and
-    each layer's attention input of all T tokens to `inputs` when it is a list."""
+def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None = None,
+            cache: KVCache | None = None) -> Trace:
+    """Token ids [T] -> the trace, filled with what it asks for (default: the patterns).
+
+    With a `cache` (causal models only; the trace then keeps k and v) the tokens of the common
+    prefix with the cached ids are reused: only rows p..T-1 are computed, and the cache is updated
+    to `ids`. Same ids compute nothing; ids that are a prefix of the cached ones cut the cache to
+    them. The patterns are then a read-only view of the cache's array. A cache that did not keep a
+    record the trace asks for is recomputed in full. A trace with edits or a resume point computes
+    in full from its start layer and never reads or writes a cache."""
+    trace = Trace() if trace is None else trace
+    T = len(ids)
+    p = 0
+    if cache is not None:
+        assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
+        assert not trace.edits and not trace.start, "an edited run leaves the cache alone"
+        trace.want_kv = True
+        if cache.attentions is not None and cache.has(trace):
+            p = cache.prefix(ids)
+        if p == T and T:  # same ids, or the text got shorter: every row is known
+            cache.give(trace, T)
+            return trace
+    trace.begin(cfg.n_layer, ids, p)
+    if trace.want_patterns:
+        trace.attentions = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
+        if p:  # old query rows cannot see the new keys
+            trace.attentions[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
+            trace.attentions[:, :, :p, p:] = 0
+    if T > p:
+        _forward_rows(cfg, w, ids, p, trace, cache if p else None)
+    if cache is not None:
+        cache.store(trace)
+        trace.attentions = trace.attentions.view()
+    return trace
+
+
+def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
+    """Rows p..T-1 of every layer from layer trace.start on, recorded into `trace`; `past` gives
+    rows :p."""
     fam = FAMILY[cfg.family]
     T = len(ids)
-    act = ACTIVATIONS[cfg.activation]
-    x = embed(w, ids[p:], np.arange(p, T), cfg.norm_eps)  # [n, d_model], n = T - p new tokens
-    rope, bias = position_terms(cfg, T, p)  # [n, d_head] x2 | None, [n, T] | None
-    keep = keys is not None or values is not None
-
-    def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
-        return fam.norm(x, *gain_bias, cfg.norm_eps)
-
-    for i, layer in enumerate(w.layers):
-        last = i == cfg.n_layer - 1  # its patterns are the last thing anything here can change
-        h = norm(x, layer.norm1) if fam.pre_norm else x  # [n, d_model] attention input
-        if inputs is not None:  # the layer input the anatomy shows: only when asked
-            inputs.append(np.concatenate([cache.h[i][:p], h]) if p else np.ascontiguousarray(h))
-        past = (cache.k[i][:, :p], cache.v[i][:, :p]) if p else None
-        attn, _, k, v = self_attention(h, layer, cfg, attention_scale(cfg, i), rope, bias, past, keep,
-                                       out[i, :, p:], project=not last)
-        if keys is not None:
-            keys.append(k)
-        if values is not None:
-            values.append(v)
-        if last:
-            break
-        if fam.pre_norm:  # GPT-2, Llama: x + attn(norm(x)), then x + mlp(norm(x))
-            x = x + attn
-            x = x + mlp(norm(x, layer.norm2), layer, act, fam.gated_mlp)
-        else:  # BERT, post-LN: norm(x + attn(x)), then norm(x + mlp(x))
-            x = norm(x + attn, layer.norm1)
-            x = norm(x + mlp(x, layer, act, fam.gated_mlp), layer.norm2)
+    consts = layer_consts(cfg, T, p)
+    if trace.start:
+        x = trace.resume  # [T, d_model] the residual entering layer `start`
+    else:
+        x = embed(w, ids[p:], np.arange(p, T), cfg)  # [n, d_model], n = T - p new tokens
+    try:
+        for i in range(trace.start, cfg.n_layer):
+            trace.record_resid(i, x, past)
+            rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
+            x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))
+        trace.record_resid(cfg.n_layer, x, past)  # the final-norm input
+    except Stop:  # the trace wants nothing after this point
+        pass

@@ -184,15 +184,20 @@ def mask_bias(allowed: np.ndarray) -> np.ndarray:  # bool [T, T] -> float32 [T, 
     return np.where(allowed, np.float32(0), np.float32(-np.inf))
 
 
-def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
-    """Scaled dot-product weights; `bias` [n_q, n_k] is 0 where allowed, -inf where masked.
-    Every row keeps at least its diagonal, so no row is all -inf and none turns into NaN."""
-    # reference: softmax(q kᵀ * scale + bias)
+def attention_scores(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
+    """Scaled dot products q kᵀ * scale, plus `bias` [n_q, n_k]: 0 where allowed, -inf where masked."""
     q = q * np.float32(scale)  # scaling q costs T x d_head, scaling the scores T x T
     scores = np.matmul(q, k.transpose(0, 2, 1), out=out)
     if bias is not None:
         scores += bias
-    return softmax(scores)
+    return scores
+
+
+def attention_pattern(q, k, scale, bias=None, out=None):  # [n_head, n_q, d_head], [n_head, n_k, d_head] -> [n_head, n_q, n_k]
+    """Scaled dot-product weights; `bias` [n_q, n_k] is 0 where allowed, -inf where masked.
+    Every row keeps at least its diagonal, so no row is all -inf and none turns into NaN."""
+    # reference: softmax(q kᵀ * scale + bias)
+    return softmax(attention_scores(q, k, scale, bias, out))
 
 
 def head_value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]

@@ -13,9 +13,10 @@ import numpy as np
 
 from attnviz.engine.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.families import LOADERS, KVCache, Weights, forward_attentions
+from attnviz.engine.families import LOADERS, Weights, forward
 from attnviz.engine.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.tokenizer import Encoded, TextTokenizer
+from attnviz.engine.trace import KVCache, Trace
 from attnviz.engine.validate import exists, regular_file
 from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
 
@@ -41,6 +42,7 @@ class RunResult:
     value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (run(values=True))
     head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
     layer_inputs: tuple | None = None  # per layer float32 [T, d_model]: attention input (run(inputs=True))
+    trace: Trace | None = None  # the run's trace when the caller passed one (run(trace=...))
 
     @property
     def n_tokens(self) -> int:
@@ -79,7 +81,8 @@ class Model:
             self._cache = KVCache()
 
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
-            use_cache: bool = True, values: bool = False, inputs: bool = False) -> RunResult:
+            use_cache: bool = True, values: bool = False, inputs: bool = False,
+            trace: Trace | None = None) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -91,7 +94,11 @@ class Model:
         use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes).
         values=True also returns value_norms and head_share (value-weighted attention); the default
         path computes neither. inputs=True also returns layer_inputs, every layer's attention
-        input (what the anatomy view projects); the default path keeps none."""
+        input (what the anatomy view projects); the default path keeps none.
+
+        `trace`: a Trace asking for more (head outputs z, the residual stream: prediction and
+        attribution read them) or carrying edits; it is filled and returned as result.trace. A
+        trace with edits or a resume point never touches the KV cache."""
         t0 = time.perf_counter()
         text, notice, enc = self._encode(text, ids)
         ids = np.asarray(enc.ids, dtype=np.int64)
@@ -109,22 +116,24 @@ class Model:
                 keep[-1] = n_full - 1
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
-        v_layers = [] if values else None
-        h_layers = [] if inputs else None
-        attentions, reused, held = self._forward(ids, use_cache, v_layers, h_layers)
+        given, trace = trace, Trace() if trace is None else trace
+        trace.want_values |= values
+        trace.want["inputs"] |= inputs
+        attentions, reused, held = self._forward(ids, use_cache, trace)
         try:
             self._check_finite(attentions)
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise
-        norms, share = self._value_norms(attentions, v_layers) if values else (None, None)
+        norms, share = self._value_norms(attentions, trace.v) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
                          cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
                          value_norms=norms, head_share=share,
-                         layer_inputs=tuple(h_layers) if inputs else None)
+                         layer_inputs=tuple(trace.inputs) if inputs else None,
+                         trace=given)
 
     def _encode(self, text, ids) -> tuple[str, str | None, Encoded]:
         """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text
@@ -182,20 +191,17 @@ class Model:
                 f"for this input; the model's weights or config.json are broken (a NaN, inf or "
                 f"huge weight, or a norm epsilon <= 0)")
 
-    def _forward(self, ids: np.ndarray, use_cache: bool, values: list | None = None,
-                 inputs: list | None = None) -> tuple[np.ndarray, int, int]:
-        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held); every
-        layer's V [n_kv_head, T, d_head] appended to `values` and its attention input [T, d_model]
-        to `inputs` when they are lists. The run uses the cache when it may (a causal model,
-        use_cache, and no other run holding it) and computes in full otherwise."""
-        owns = (use_cache and self._cache is not None
+    def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple[np.ndarray, int, int]:
+        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held), with
+        `trace` filled. The run uses the cache when it may (a causal model, use_cache, a trace
+        without edits, and no other run holding it) and computes in full otherwise."""
+        owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:
             cache = self._cache if owns else None  # read under the lock: clear_cache may swap it
-            attentions = forward_attentions(self.config, self.weights, ids, cache,
-                                            values_out=values, inputs_out=inputs)
+            forward(self.config, self.weights, ids, trace, cache)
             kept = cache if cache is not None else self._cache  # the one this run used, or the model's
-            return (attentions, cache.reused if cache is not None else 0,
+            return (trace.attentions, cache.reused if cache is not None else 0,
                     kept.nbytes if kept is not None else 0)
         finally:
             if owns:

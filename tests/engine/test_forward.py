@@ -10,11 +10,12 @@ import pytest
 
 from attnviz.engine import families, load_model
 from attnviz.engine.config import FAMILIES
-from attnviz.engine.families import FAMILY, self_attention
+from attnviz.engine.families import FAMILY, layer_consts, self_attention
 from attnviz.engine.layers import (
-    apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, mask_bias, rms_norm, rope_cos_sin,
+    apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope_cos_sin,
     silu, softmax,
 )
+from attnviz.engine.trace import KVCache, Trace
 from tiny import tiny_llama
 
 RNG = np.random.default_rng(3)
@@ -46,7 +47,8 @@ def test_norms_equal_their_references():
 
 def test_every_family_is_data_and_the_forward_pass_never_asks_for_one_by_name():
     assert set(FAMILY) == set(FAMILIES.values())
-    for fn in (families.embed, families.self_attention, families.mlp, families._forward_rows):
+    for fn in (families.embed, families.self_attention, families.mlp, families.pre_norm_block,
+               families.post_norm_block, families.layer_consts, families._forward_rows):
         assert "family ==" not in inspect.getsource(fn), fn.__name__
 
 
@@ -56,21 +58,26 @@ def test_self_attention_over_a_cached_prefix_equals_the_full_run(tmp_path, n_hea
     cfg, layer = model.config, model.weights.layers[0]
     T, p = 11, 6
     h = RNG.standard_normal((T, cfg.d_model)).astype(np.float32)
-    scale = 1 / math.sqrt(cfg.d_head)
-    rope = rope_cos_sin(np.arange(T), cfg.d_head, cfg.rope_theta)
+    ids = np.arange(T)
     full = np.empty((cfg.n_head, T, T), np.float32)
-    out, pattern, k, v = self_attention(h, layer, cfg, scale, rope, mask_bias(causal_mask(T)),
-                                        None, True, full)
+    whole = Trace(kv=True, z=True, resid=True)
+    whole.begin(1, ids)
+    out = self_attention(h, layer, layer_consts(cfg, T)[0], whole.slot(0, None, full))
+    k, v = whole.k[0], whole.v[0]
     assert out.shape == (T, cfg.d_model) and k.shape == v.shape == (cfg.n_kv_head, T, cfg.d_head)
+    pattern = full
     # the prefix's k, v as the cache holds them, then only the rows p..T-1
     rows = np.empty((cfg.n_head, T - p, T), np.float32)
-    rope_new = tuple(a[p:] for a in rope)
-    out2, _, k2, v2 = self_attention(h[p:], layer, cfg, scale, rope_new,
-                                     mask_bias(causal_mask(T, start=p)), (k[:, :p], v[:, :p]),
-                                     True, rows)
+    part = Trace(kv=True, z=True, resid=True)
+    part.begin(1, ids, p)
+    past = KVCache(ids=ids[:p], k=[k[:, :p]], v=[v[:, :p]], records={"z": whole.z})
+    out2 = self_attention(h[p:], layer, layer_consts(cfg, T, p)[0], part.slot(0, past, rows))
     np.testing.assert_allclose(rows, full[:, p:], atol=1e-6)
     np.testing.assert_allclose(out2, out[p:], atol=1e-5)
-    np.testing.assert_allclose(k2, k, atol=1e-6)
+    np.testing.assert_allclose(part.k[0], k, atol=1e-6)
+    np.testing.assert_allclose(part.z[0], whole.z[0], atol=1e-6)
+    scale = 1 / math.sqrt(cfg.d_head)
+    rope = rope_cos_sin(np.arange(T), cfg.d_head, cfg.rope_theta)
     # each head against a naive loop over its KV group
     group = n_head // n_kv_head
     q = (h @ layer.w_qkv[:, :cfg.n_head * cfg.d_head]).reshape(T, cfg.n_head, -1).transpose(1, 0, 2)

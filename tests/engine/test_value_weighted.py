@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.families import forward_attentions
+from attnviz.engine.families import forward
+from attnviz.engine.trace import Trace
 from attnviz.engine.patterns import value_weighted
 from tiny import FIXTURES
 
@@ -14,8 +15,8 @@ from tiny import FIXTURES
 def _naive(model, ids):
     """Per head, by hand: V from the fused projection (head h reads KV group h // n_group)."""
     c, w = model.config, model.weights
-    values = []
-    att = forward_attentions(c, w, np.asarray(ids), values_out=values)
+    trace = forward(c, w, np.asarray(ids), Trace(values=True))
+    att, values = trace.attentions, trace.v
     norms = np.zeros(att.shape[:3])
     share = np.zeros(att.shape[:2])
     for i, layer in enumerate(w.layers):

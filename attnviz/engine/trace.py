@@ -1,0 +1,257 @@
+"""What one forward pass records and what it changes: the `Trace`, its edits, and the KV cache.
+
+The forward pass (`families.forward`) stays one plain function. A caller says what it wants to see
+by building a Trace (as TransformerLens's `run_with_cache` or an nnsight trace do); nothing else is
+recorded, and the typing path asks for the patterns alone. Each layer's block gets that layer's slot
+of the trace, a `LayerCache`, and calls it at a few named points, in the order data flows:
+
+    input(x)       the attention input x [n, d_model] (after the input norm in a pre-LN model)
+    kv(k, v)       the layer's new keys and values [n_kv_head, n, d_head] -> all T (cached prefix first)
+    scores(s)      the scores [n_head, n, T] before the softmax: knockouts are applied here
+    pattern(a)     the pattern [n_head, n, T]: recorded; the run stops here when nothing later is wanted
+    z(z)           each head's output z [n_head, n, d_head] before W_O: recorded; ablations replace it
+
+and the forward loop records the residual stream entering each block and the final-norm input.
+
+An intervention is an edit the trace applies at one of these points (`ReplaceHead` at `z`,
+`Knockout` at `scores`): the forward pass has no flag per experiment. A run can resume from the
+residual entering layer l of an earlier trace (`Trace(start=l, resume=x)`): the layers before the
+first one an edit changes are reused, as the KV cache reuses a prefix of tokens.
+
+After the run a Trace holds, per layer i (lists of n_layer; None where not asked):
+    attentions [n_layer, n_head, T, T]   patterns (patterns=True)
+    k[i], v[i]  [n_kv_head, T, d_head]   keys and values (kv=True, or values=True for v)
+    inputs[i]   [T, d_model]             attention inputs (inputs=True)
+    z[i]        [n_head, T, d_head]      head outputs before W_O, after any edit (z=True);
+                                         head h's output into the residual is z[i][h] @ W_O[h]
+    resid[i]    [T, d_model]             the residual stream entering block i (resid=True);
+                resid[n_layer]           the final-norm input (what the unembedding reads)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ReplaceHead:
+    """Replace head `head`'s output z [n, d_head] in `layer` by `value` (broadcast to [n, d_head]):
+    0.0 zero-ablates it, a [d_head] mean mean-ablates it."""
+    layer: int
+    head: int
+    value: np.ndarray | float = 0.0
+
+
+@dataclass(frozen=True)
+class Knockout:
+    """Block the edge query position `q` -> key position `k` in `layer`, in every head: its score is
+    -inf before the softmax. The caller keeps at least one key in the row (see ablation.check)."""
+    layer: int
+    q: int
+    k: int
+
+
+class Stop(Exception):
+    """Raised at the point after which a trace wants nothing more (nnsight's early stop)."""
+
+
+RECORDS = ("inputs", "z", "resid")  # per-position records: rows of a cached prefix stay valid
+
+
+class Trace:
+    """Ask for what to record and which edits to apply; the forward pass fills the rest.
+
+    patterns: the attention patterns (the default). values: every layer's V (value norms). kv: keys
+    and values of all T tokens (a run that fills a KV cache). inputs, z, resid: see the module
+    docstring. edits: ReplaceHead and Knockout. start, resume: run layers start.. only, from
+    `resume` [T, d_model], the residual entering layer `start` (an earlier trace's resid[start])."""
+
+    def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
+                 inputs: bool = False, z: bool = False, resid: bool = False, edits=(),
+                 start: int = 0, resume: np.ndarray | None = None):
+        if (start > 0) != (resume is not None):
+            raise ValueError("resume from layer `start` needs the residual entering it, and only then")
+        self.want_patterns, self.want_values, self.want_kv = patterns, values, kv
+        self.want = {"inputs": inputs, "z": z, "resid": resid}
+        self.edits = tuple(edits)
+        self.start, self.resume = start, resume
+        # filled by the forward pass
+        self.ids: np.ndarray | None = None  # int64 [T]
+        self.attentions: np.ndarray | None = None  # [n_layer, n_head, T, T]
+        self.k: list = []
+        self.v: list = []
+        self.inputs: list = []
+        self.z: list = []
+        self.resid: list = []
+        self.reused = 0  # tokens whose rows came from the KV cache
+
+    @property
+    def wants_output(self) -> bool:
+        """Whether anything after the last layer's patterns is wanted (its output, the final stream)."""
+        return self.want["z"] or self.want["resid"]
+
+    def begin(self, n_layer: int, ids: np.ndarray, p: int = 0) -> None:
+        """Empty records for a run of `ids` [T] computing rows p..T-1 (the forward pass calls it)."""
+        self.ids = ids
+        self.reused = p
+        self._p = p
+        self._last = n_layer - 1
+        for name in ("k", "v", "inputs", "z"):
+            setattr(self, name, [None] * n_layer)
+        self.resid = [None] * (n_layer + 1)
+
+    def slot(self, i: int, past: KVCache | None, rows: np.ndarray | None) -> LayerCache:
+        """Layer i's slot: the cached prefix `past` (its first p tokens), `rows` the pattern rows
+        p..T-1 to write into ([n_head, n, T]) or None."""
+        return LayerCache(self, i, past, rows)
+
+    def record_resid(self, i: int, x: np.ndarray, past: KVCache | None) -> None:
+        """The residual entering block i (i = n_layer: the final-norm input), rows p..T-1."""
+        if self.want["resid"]:
+            self.resid[i] = _rows(past.records["resid"][i] if self._p else None, x, self._p, 0)
+
+
+def _rows(cached, new, p: int, axis: int):  # cached rows :p and new rows p: -> all T, contiguous
+    if p and cached is not None:
+        head = cached[(slice(None),) * axis + (slice(None, p),)]
+        return np.concatenate([head, new], axis=axis)
+    return np.ascontiguousarray(new)
+
+
+class LayerCache:
+    """One layer's slot in a trace: the named points self_attention calls (module docstring)."""
+
+    __slots__ = ("trace", "i", "past", "rows", "_p", "_stop_at")
+
+    def __init__(self, trace: Trace, i: int, past: KVCache | None, rows):
+        self.trace, self.i, self.past, self.rows = trace, i, past, rows
+        self._p = trace._p
+        last = i == trace._last
+        self._stop_at = (None if not last else "z" if not trace.want["resid"] and trace.want["z"]
+                         else "pattern" if not trace.wants_output else None)
+
+    def input(self, x):  # [n, d_model]
+        if self.trace.want["inputs"]:
+            cached = self.past.records["inputs"][self.i] if self._p else None
+            self.trace.inputs[self.i] = _rows(cached, x, self._p, 0)
+
+    def kv(self, k, v):  # [n_kv_head, n, d_head] x2 -> [n_kv_head, T, d_head] x2
+        t = self.trace
+        if self._p:  # cached keys and values first
+            k = np.concatenate([self.past.k[self.i][:, :self._p], k], axis=1)
+            v = np.concatenate([self.past.v[self.i][:, :self._p], v], axis=1)
+        elif t.want_kv or t.want_values:  # arrays of their own, not views of the projection
+            k, v = (np.ascontiguousarray(k) if t.want_kv else k), np.ascontiguousarray(v)
+        if t.want_kv:
+            t.k[self.i] = k
+        if t.want_kv or t.want_values:
+            t.v[self.i] = v
+        return k, v
+
+    def scores(self, s):  # [n_head, n, T], in place
+        for e in self.trace.edits:
+            if isinstance(e, Knockout) and e.layer == self.i and e.q >= self._p:
+                s[:, e.q - self._p, e.k] = -np.inf
+        return s
+
+    def pattern(self, a):  # [n_head, n, T]
+        if self._stop_at == "pattern":
+            raise Stop
+
+    def z(self, z):  # [n_head, n, d_head] -> the same, edited
+        edits = [e for e in self.trace.edits if isinstance(e, ReplaceHead) and e.layer == self.i]
+        if edits:
+            z = z.copy()
+            for e in edits:
+                z[e.head] = e.value
+        if self.trace.want["z"]:
+            cached = self.past.records["z"][self.i] if self._p else None
+            self.trace.z[self.i] = _rows(cached, z, self._p, 1)
+        if self._stop_at == "z":
+            raise Stop
+        return z
+
+
+class _Nothing:
+    """The slot of a run that records nothing and edits nothing (anatomy, tests)."""
+
+    rows = None
+
+    def input(self, x):
+        pass
+
+    def kv(self, k, v):
+        return k, v
+
+    def scores(self, s):
+        return s
+
+    def pattern(self, a):
+        pass
+
+    def z(self, z):
+        return z
+
+
+NOTHING = _Nothing()
+
+
+@dataclass
+class KVCache:
+    """What one causal run leaves for the next: its ids, every layer's K (after RoPE) and V, its
+    patterns, and the per-position records its trace kept (RECORDS: their rows stay valid for a
+    prefix). Mutable: `families.forward` replaces the fields at the end of a run. Not locked here:
+    its owner (a Model) lets one run at a time use it."""
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [T]
+    k: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head], not repeated
+    v: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head]
+    records: dict = field(default_factory=dict)  # name in RECORDS -> per layer arrays of all T rows
+    attentions: np.ndarray | None = None  # [n_layer, n_head, T, T], read-only: results share it
+    nbytes: int = 0  # bytes of K and V held, from the arrays
+    reused: int = 0  # tokens the last run took from the cache
+
+    def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
+        n = min(len(ids), len(self.ids))
+        differ = np.flatnonzero(self.ids[:n] != ids[:n])
+        return int(differ[0]) if differ.size else n
+
+    def has(self, trace: Trace) -> bool:
+        """Whether the cached run kept every per-position record `trace` asks for."""
+        return all(self.records.get(name) is not None for name in RECORDS if trace.want[name])
+
+    def store(self, trace: Trace) -> None:
+        """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
+        trace.attentions.flags.writeable = False
+        self.ids, self.k, self.v, self.attentions = trace.ids.copy(), trace.k, trace.v, trace.attentions
+        self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
+        for rows in self.records.values():  # shared with the trace: read-only, like the patterns
+            for a in rows:
+                a.flags.writeable = False
+        self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        self.reused = trace.reused
+
+    def give(self, trace: Trace, T: int) -> None:
+        """Every row is known (same ids, or a prefix of them): cut the cache to T tokens and fill
+        `trace` from it."""
+        if T < len(self.ids):
+            def cut(a, axis):  # a copy, so the rest is freed
+                return np.ascontiguousarray(a[(slice(None),) * axis + (slice(None, T),)])
+            self.ids = self.ids[:T].copy()
+            self.k, self.v = [cut(a, 1) for a in self.k], [cut(a, 1) for a in self.v]
+            self.attentions = np.ascontiguousarray(self.attentions[:, :, :T, :T])
+            self.attentions.flags.writeable = False
+            self.records = {name: [cut(a, 1 if name == "z" else 0) for a in rows]
+                            for name, rows in self.records.items()}
+            for rows in self.records.values():
+                for a in rows:
+                    a.flags.writeable = False
+            self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        self.reused = T
+        trace.ids, trace.reused = self.ids, T
+        trace.attentions = self.attentions.view()
+        trace.k, trace.v = list(self.k), list(self.v)
+        for name in RECORDS:
+            if trace.want[name]:
+                setattr(trace, name, list(self.records[name]))
