@@ -141,3 +141,91 @@ def write_vocab_gguf(path: Path, kv: dict, arch: str = "llama") -> Path:
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+# HF model_type -> llama.cpp architecture whose converter (convert_hf_to_gguf.py) writes it
+GGUF_ARCH = {"qwen3": gguf.MODEL_ARCH.QWEN3, "phi3": gguf.MODEL_ARCH.PHI3,
+             "gemma3_text": gguf.MODEL_ARCH.GEMMA3, "llama": gguf.MODEL_ARCH.LLAMA}
+
+
+def llama3_rope_factors(rope: dict, d_head: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: the llama3 RoPE scaling as
+    one divisor per frequency (the rope_freqs tensor)."""
+    import math
+    base, factor = rope["rope_theta"], rope["factor"]
+    low, high, old = rope["low_freq_factor"], rope["high_freq_factor"], rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (np.arange(0, d_head, 2, dtype=np.float32) / d_head))
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(out, dtype=np.float32)
+
+
+def family_gguf(folder: Path, path: Path, qtype=Q.F32) -> Path:
+    """A GGUF copy of a Qwen3, Phi-3, Gemma 3 or llama3-RoPE Llama checkpoint folder, as llama.cpp's
+    converter writes it: tensor names from gguf's own TensorNameMap, Gemma's norm gains stored as
+    1 + w, Llama's Q/K rows permuted and its llama3 scaling as a rope_freqs tensor, the metadata keys
+    of gguf.constants (no layer pattern for Gemma 3: llama.cpp's converter writes none)."""
+    cfg = json.loads((Path(folder) / "config.json").read_text())
+    model_type = cfg["model_type"]
+    arch = GGUF_ARCH[model_type]
+    n_layer, n_head = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_head)
+    d_head = cfg.get("head_dim") or cfg["hidden_size"] // n_head
+    names = gguf.get_tensor_name_map(arch, n_layer)
+    tensors = {}
+    for name, arr in load_file(str(Path(folder) / "model.safetensors")).items():
+        arr = arr.astype(np.float32)
+        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert new is not None, name
+        if model_type == "gemma3_text" and name.endswith("norm.weight"):
+            arr = arr + 1.0  # Gemma3Model.norm_shift
+        if model_type == "llama" and new.endswith("attn_q.weight"):
+            arr = permute(arr, n_head)
+        elif model_type == "llama" and new.endswith("attn_k.weight"):
+            arr = permute(arr, n_kv)
+        tensors[new] = arr
+    rope = cfg.get("rope_parameters") or {}
+    rope = rope.get("full_attention", rope)
+    if rope.get("rope_type") == "llama3":
+        tensors["rope_freqs.weight"] = llama3_rope_factors(rope, d_head)
+    name = gguf.MODEL_ARCH_NAMES[arch]
+    w = gguf.GGUFWriter(str(path), name)
+    w.add_block_count(n_layer)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    w.add_key_length(d_head)
+    w.add_value_length(d_head)
+    w.add_rope_dimension_count(d_head)
+    w.add_rope_freq_base(float(rope.get("rope_theta", 10000.0)))
+    w.add_vocab_size(cfg["vocab_size"])
+    if rope.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(float(rope["factor"]))
+    if model_type == "phi3":
+        w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
+        w.add_sliding_window(cfg.get("sliding_window") or 0)
+    if model_type == "gemma3_text":
+        w.add_sliding_window(cfg["sliding_window"])
+    block = gguf.GGML_QUANT_SIZES[qtype][0]
+    for tname, arr in tensors.items():
+        if arr.ndim == 2 and qtype != Q.F32 and arr.shape[-1] % block == 0:
+            w.add_tensor(tname, gguf.quants.quantize(arr, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(tname, arr)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)

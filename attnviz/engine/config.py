@@ -10,7 +10,10 @@ from attnviz.engine.hf_config import (
     attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
 )
 from attnviz.engine.layers import ACTIVATIONS
-from attnviz.engine.validate import Fields, exists, is_number, json_kind, read_json_object, show
+from attnviz.engine.rope import KINDS as ROPE_KINDS, Rope
+from attnviz.engine.validate import (
+    Fields, exists, is_number, is_whole, json_kind, read_json_object, show,
+)
 
 # model_type -> family whose forward pass it uses
 FAMILIES = {
@@ -19,7 +22,22 @@ FAMILIES = {
     "llama": "llama",
     "mistral": "llama",
     "qwen2": "llama",
+    "qwen3": "qwen3",
+    "phi3": "llama",
+    "gemma3_text": "gemma3",
+    "gemma3": "gemma3",  # the multimodal config: its text_config is read
 }
+
+# Gemma3TextConfig's defaults (transformers 5.24): what a Gemma 3 config.json means by leaving a key
+# out (the multimodal checkpoints' text_config gives only a few keys)
+GEMMA3_DEFAULTS = {
+    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "max_position_embeddings": 131_072,
+    "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+    "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0, "sliding_window_pattern": 6,
+}
+LOCAL, GLOBAL = "sliding_attention", "full_attention"  # layer_types entries
 
 # Bounds beyond any real checkpoint: a config past them is corrupt, not a big model.
 LIMITS = {
@@ -37,7 +55,7 @@ LIMITS = {
 
 @dataclass(frozen=True)
 class ModelConfig:
-    family: str  # 'bert' | 'gpt2' | 'llama'
+    family: str  # 'bert' | 'gpt2' | 'llama' | 'qwen3' | 'gemma3'
     model_type: str
     n_layer: int
     n_head: int
@@ -57,12 +75,34 @@ class ModelConfig:
     type_vocab_size: int = 0
     sliding_window: int | None = None
     attn_scale_by_layer: bool = False  # GPT-2 scale_attn_by_inverse_layer_idx
+    rope: Rope | None = None  # global layers' RoPE (every layer's, without local layers)
+    rope_local: Rope | None = None  # local (sliding-window) layers' RoPE where it differs (Gemma 3)
+    layer_types: tuple[str, ...] = ()  # per layer LOCAL or GLOBAL; () for a model without RoPE
+    qk_norm: bool = False  # RMSNorm on each head's q and k before RoPE (Qwen3, Gemma 3)
+    query_pre_attn_scalar: float | None = None  # scores x this^-0.5 instead of d_head^-0.5 (Gemma)
     raw: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def n_group(self) -> int:
         """Query heads per KV head."""
         return self.n_head // self.n_kv_head
+
+    def is_local(self, i: int) -> bool:
+        """Whether layer i attends through a sliding window."""
+        return bool(self.layer_types) and self.layer_types[i] == LOCAL
+
+    def window(self, i: int) -> int | None:
+        """Layer i's sliding window (keys a query sees, itself included), None for a global layer."""
+        return self.sliding_window if self.is_local(i) else None
+
+    def rope_of(self, i: int) -> Rope | None:
+        """Layer i's RoPE: local layers may have their own base (Gemma 3: 10,000)."""
+        return self.rope_local if self.is_local(i) and self.rope_local is not None else self.rope
+
+    @property
+    def has_local_layers(self) -> bool:
+        return any(t == LOCAL for t in self.layer_types) and not all(
+            t == LOCAL for t in self.layer_types)
 
 
 WHAT = {  # what each size counts, for messages
@@ -79,20 +119,88 @@ WHAT = {  # what each size counts, for messages
 }
 
 
-def _rope_theta(f: Fields) -> float:
-    """RoPE base from `rope_theta` (older configs) or `rope_parameters` (newer ones)."""
+def _rope(f: Fields, key: str, p: dict, theta: float) -> Rope:
+    """One RoPE from a rope_parameters / rope_scaling object `p` found at `key`: its type (default,
+    linear or llama3; any other is refused by name), base and scaling numbers. `theta` is the base
+    when `p` gives none."""
+    kind_key = "rope_type" if "rope_type" in p else "type"
+    kind = p.get(kind_key) or "default"
+    if not isinstance(kind, str):
+        raise f.error(f"{f.name(key)}.{kind_key}", "a string such as 'default'", kind)
+    if kind not in ROPE_KINDS:
+        raise ModelLoadError(f"{f.source}: {f.name(key)}.{kind_key} {kind!r} is not supported "
+                             f"(supported: {', '.join(ROPE_KINDS)})")
+    if p.get("rope_theta") is not None:
+        theta = f.positive_value(f"{f.name(key)}.rope_theta", p["rope_theta"], None)
+    if kind == "default":
+        return Rope(theta)
+
+    def number(name):
+        value = p.get(name)
+        if value is None:
+            raise f.error(f"{f.name(key)}.{name}", "a positive finite number", Fields.MISSING)
+        return f.positive_value(f"{f.name(key)}.{name}", value, None)
+
+    factor = number("factor")
+    if kind == "linear":
+        return Rope(theta, kind, factor)
+    low, high = number("low_freq_factor"), number("high_freq_factor")
+    if high <= low:
+        raise f.error(f"{f.name(key)}.high_freq_factor", f"more than low_freq_factor = {low:g}", high)
+    original = p.get("original_max_position_embeddings")
+    if not is_whole(original) or original < 1:
+        raise f.error(f"{f.name(key)}.original_max_position_embeddings", "a whole number >= 1",
+                      Fields.MISSING if original is None else original)
+    return Rope(theta, kind, factor, low, high, int(original))
+
+
+def _ropes(f: Fields, default_theta: float) -> tuple[Rope, Rope | None]:
+    """(global RoPE, local RoPE or None) from `rope_parameters` (newer configs: one object, or one
+    per layer type) or `rope_theta` + `rope_scaling` (+ `rope_local_base_freq`, Gemma 3)."""
     params = f.obj("rope_parameters")
-    for key, p in (("rope_parameters", params), ("rope_scaling", f.obj("rope_scaling"))):
-        kind_key = "rope_type" if "rope_type" in p else "type"
-        kind = p.get(kind_key, "default")
-        if kind is not None and not isinstance(kind, str):
-            raise f.error(f"{f.name(key)}.{kind_key}", "a string such as 'default'", kind)
-        if kind not in ("default", None):
-            raise ModelLoadError(f"{f.source}: {f.name(key)}.{kind_key} {kind!r} is not supported "
-                                 "yet (only the default RoPE)")
-    if params.get("rope_theta") is not None:
-        return f.positive_value("rope_parameters.rope_theta", params["rope_theta"], 10000.0)
-    return f.positive("rope_theta", default=10000.0)
+    if isinstance(params.get(GLOBAL), dict) or isinstance(params.get(LOCAL), dict):
+        glob = _rope(f, f"rope_parameters.{GLOBAL}", params.get(GLOBAL) or {}, default_theta)
+        local = params.get(LOCAL)
+        if local is not None and not isinstance(local, dict):
+            raise f.error(f"rope_parameters.{LOCAL}", "an object {...}", local)
+        return glob, _rope(f, f"rope_parameters.{LOCAL}", local, 10_000.0) if local else None
+    theta = f.positive("rope_theta", default=default_theta)
+    if params:
+        glob = _rope(f, "rope_parameters", params, theta)
+    else:
+        glob = _rope(f, "rope_scaling", f.obj("rope_scaling"), theta)
+    if f.raw.get("rope_local_base_freq") is not None:
+        return glob, Rope(f.positive("rope_local_base_freq", default=10_000.0))
+    return glob, None
+
+
+def _refuse_softcapping(f: Fields) -> None:
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        value = f.raw.get(key)
+        if value is not None:
+            raise ModelLoadError(f"{f.source}: {f.name(key)} = {show(value)}: soft-capped logits "
+                                 "are not supported yet (only null)")
+
+
+def _layer_types(f: Fields, n_layer: int, window: int | None, every: int | None) -> tuple[str, ...]:
+    """Which layers are local: `layer_types` when the config lists them, else every `every`-th
+    layer global and the rest local (Gemma 3's sliding_window_pattern), else all local where there
+    is a window and all global where there is none. The list is checked: one known entry per layer."""
+    listed = f.raw.get("layer_types")
+    if listed is None:
+        if every is None:
+            return (LOCAL if window is not None else GLOBAL,) * n_layer
+        return tuple(GLOBAL if (i + 1) % every == 0 else LOCAL for i in range(n_layer))
+    if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+        raise f.error("layer_types", f"a list of '{LOCAL}' or '{GLOBAL}', one per layer", listed)
+    if len(listed) != n_layer:
+        raise f.error("layer_types", f"one entry per layer ({n_layer}, num_hidden_layers), "
+                      f"not {len(listed)}", listed)
+    bad = next((t for t in listed if t not in (LOCAL, GLOBAL)), None)
+    if bad is not None:
+        raise ModelLoadError(f"{f.source}: {f.name('layer_types')} holds {bad!r}, expected "
+                             f"'{LOCAL}' or '{GLOBAL}'")
+    return tuple(listed)
 
 
 def config_from_dict(raw: dict, source: str = "config.json",
@@ -102,6 +210,16 @@ def config_from_dict(raw: dict, source: str = "config.json",
     the field (as `names` maps it, e.g. to a GGUF key), the value found and what was expected."""
     if not isinstance(raw, dict):
         raise ModelLoadError(f"{source} holds {json_kind(raw)}, expected a JSON object {{...}}")
+    if raw.get("model_type") == "gemma3":  # multimodal: the language model is text_config
+        text = raw.get("text_config")
+        if not isinstance(text, dict):
+            raise Fields(raw, source, names).error("text_config", "an object {...} (Gemma 3's "
+                                                   "language model)", text)
+        names = {k: f"text_config.{k}" for k in {**GEMMA3_DEFAULTS, **text}} | (names or {})
+        raw = {**text, "model_type": "gemma3_text"}
+    if raw.get("model_type") == "gemma3_text":
+        raw = {**GEMMA3_DEFAULTS, **{k: v for k, v in raw.items() if v is not None or k not in (
+            "rope_theta", "rope_local_base_freq", "query_pre_attn_scalar")}}
     f = Fields(raw, source, names)
     model_type = raw.get("model_type")
     if not isinstance(model_type, str) or model_type not in FAMILIES:
@@ -138,20 +256,40 @@ def config_from_dict(raw: dict, source: str = "config.json",
             activation=f.choice("activation_function", choices=ACTIVATIONS, default="gelu_new"),
             attn_scale_by_layer=f.flag("scale_attn_by_inverse_layer_idx", False),
         )
-    else:  # llama family: llama, mistral, qwen2
+    else:  # the RoPE families: llama (llama, mistral, qwen2, phi3), qwen3, gemma3
+        gemma = family == "gemma3"
         qkv_bias, o_bias = attention_biases(model_type, f.flag("attention_bias", False))
-        window = sliding_window(raw, model_type, f.flag("use_sliding_window", False))
+        if gemma:  # checked whenever given: 0 is no window only where local layers are optional
+            window = raw.get("sliding_window")
+        else:
+            window = sliding_window(raw, model_type, f.flag("use_sliding_window", False))
         if window is not None:
             window = f.whole("sliding_window", high=LIMITS["max_positions"], what=WHAT["sliding_window"])
+        every = (f.whole("sliding_window_pattern", high=LIMITS["n_layer"], default=None,
+                         what="every how many layers one is global") if gemma else None)
+        glob, local = _ropes(f, 10000.0)
+        _refuse_softcapping(f)
+        if f.flag("use_bidirectional_attention", False):
+            raise ModelLoadError(f"{source}: {f.name('use_bidirectional_attention')} = true: "
+                                 "bidirectional attention is not supported (only causal)")
         values.update(
             n_kv_head=size("n_kv_head", default=n_head), d_ff=size("d_ff"), causal=True,
             norm_eps=f.positive("rms_norm_eps", default=1e-6),
-            rope_theta=_rope_theta(f), qkv_bias=qkv_bias, o_bias=o_bias,
+            rope_theta=glob.theta, rope=glob, rope_local=local, qkv_bias=qkv_bias, o_bias=o_bias,
             mlp_bias=f.flag("mlp_bias", False),
-            activation=f.choice("hidden_act", choices=ACTIVATIONS, default="silu"),
+            activation=f.choice("hidden_activation" if gemma else "hidden_act", choices=ACTIVATIONS,
+                                default="gelu_pytorch_tanh" if gemma else "silu"),
             sliding_window=window,
+            layer_types=_layer_types(f, values["n_layer"], window, every),
+            qk_norm=model_type in ("qwen3", "gemma3_text"),
+            query_pre_attn_scalar=f.positive("query_pre_attn_scalar", default=256) if gemma else None,
         )
-        rotary = raw.get("partial_rotary_factor")
+        if LOCAL not in values["layer_types"]:
+            values["sliding_window"] = None  # no layer uses it
+        elif window is None:
+            raise f.error("sliding_window", "a whole number of tokens (layer_types has local "
+                          "layers)", raw.get("sliding_window"))
+        rotary = raw.get("partial_rotary_factor", f.obj("rope_parameters").get("partial_rotary_factor"))
         if rotary is not None and not is_number(rotary):
             raise f.error("partial_rotary_factor", "a number", rotary)
         if rotary is not None and rotary != 1.0:
@@ -168,7 +306,7 @@ def config_from_dict(raw: dict, source: str = "config.json",
 
 def _head_dim(f: Fields, family: str, model_type: str, values: dict) -> int:
     """d_head: `head_dim` where the config gives it (Gemma, Qwen3: n_head * d_head != d_model, in the
-    Llama family only), else d_model / n_head, which must divide."""
+    RoPE families only), else d_model / n_head, which must divide."""
     d_model, n_head = values["d_model"], values["n_head"]
     width_key = f.pick(*keys("d_model", model_type))[0]
     width, heads = f.name(width_key), f.name(f.pick(*keys("n_head", model_type))[0])
@@ -179,10 +317,10 @@ def _head_dim(f: Fields, family: str, model_type: str, values: dict) -> int:
         if d_head is None:
             raise f.error(width_key, f"a multiple of {heads} = {n_head} (there is no "
                           "head_dim, so each head is hidden size / heads wide)", d_model)
-    elif family != "llama" and d_head * n_head != d_model:
+    elif family in ("bert", "gpt2") and d_head * n_head != d_model:
         raise f.error("head_dim", f"{width} / {heads} = {d_model} / {n_head} ({family.upper()}'s "
                       "attention projections are hidden size wide)", d_head)
-    if family == "llama" and d_head % 2:
+    if family not in ("bert", "gpt2") and d_head % 2:
         raise f.error("head_dim" if "head_dim" in f.raw else width_key,
                       f"an even head width (RoPE rotates the two halves of each head; "
                       f"here d_head = {d_head})", f.raw.get("head_dim", d_model))

@@ -25,8 +25,9 @@ from attnviz.engine.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.layers import (
     ACTIVATIONS, apply_rope, attention_scores, causal_mask, layer_norm, linear, mask_bias, merge_heads,
-    qkv_heads, repeat_kv, rms_norm, rope_cos_sin, softmax,
+    qkv_heads, repeat_kv, rms_norm, softmax,
 )
+from attnviz.engine.rope import rope_tables
 from attnviz.engine.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.weights import Checkpoint
 
@@ -43,6 +44,10 @@ class Layer:
     b_in: np.ndarray | None
     w_out: np.ndarray  # [d_ff, d_model]
     b_out: np.ndarray | None
+    q_norm: np.ndarray | None = None  # [d_head] gain of the per-head RMSNorm on q (Qwen3, Gemma 3)
+    k_norm: np.ndarray | None = None  # [d_head] same on k
+    post_attn_norm: tuple | None = None  # Gemma 3: (gain,) on the attention output, before the add
+    post_mlp_norm: tuple | None = None  # Gemma 3: (gain,) on the MLP output, before the add
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,22 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
                    type_emb=None, emb_norm=None, layers=tuple(layers))
 
 
+def _qkv_gate_up(cfg: ModelConfig, g, a: str):
+    """Layer `a`'s projections [out, in] as q, k, v, gate, up: separate tensors, or Phi-3's fused
+    qkv_proj [(n_head + 2 n_kv_head) d_head, d_model] and gate_up_proj [2 d_ff, d_model] (gate
+    first), cut at the same rows."""
+    d, f = cfg.d_model, cfg.d_ff
+    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    sa = a + "self_attn."
+    if cfg.model_type == "phi3":
+        qkv = g(sa + "qkv_proj.weight", (dq + 2 * dkv, d))
+        gate_up = g(a + "mlp.gate_up_proj.weight", (2 * f, d))
+        return qkv[:dq], qkv[dq:dq + dkv], qkv[dq + dkv:], gate_up[:f], gate_up[f:]
+    return (g(sa + "q_proj.weight", (dq, d)), g(sa + "k_proj.weight", (dkv, d)),
+            g(sa + "v_proj.weight", (dkv, d)), g(a + "mlp.gate_proj.weight", (f, d)),
+            g(a + "mlp.up_proj.weight", (f, d)))
+
+
 def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
@@ -145,19 +166,17 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
     for i in range(cfg.n_layer):
         a = f"layers.{i}."
         sa = a + "self_attn."
-        q = g(sa + "q_proj.weight", (dq, d))
-        k = g(sa + "k_proj.weight", (dkv, d))
-        v = g(sa + "v_proj.weight", (dkv, d))
+        q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
         if cfg.qkv_bias:
             biases = [g(sa + "q_proj.bias", (dq,)), g(sa + "k_proj.bias", (dkv,)),
                       g(sa + "v_proj.bias", (dkv,))]
         else:
             biases = [None, None, None]
-        gate = g(a + "mlp.gate_proj.weight", (f, d))
-        up = g(a + "mlp.up_proj.weight", (f, d))
         b_in = None
         if cfg.mlp_bias:
             b_in = np.concatenate([g(a + "mlp.gate_proj.bias", (f,)), g(a + "mlp.up_proj.bias", (f,))])
+        qk_norms = ((np.array(g(sa + "q_norm.weight", (cfg.d_head,))),
+                     np.array(g(sa + "k_norm.weight", (cfg.d_head,)))) if cfg.qk_norm else (None, None))
         layers.append(Layer(
             w_qkv=_cat([q.T, k.T, v.T]), b_qkv=_cat_bias(biases),
             w_o=_t(g(sa + "o_proj.weight", (d, dq))),
@@ -167,12 +186,54 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             w_in=_cat([gate.T, up.T]), b_in=b_in,
             w_out=_t(g(a + "mlp.down_proj.weight", (d, f))),
             b_out=np.array(g(a + "mlp.down_proj.bias", (d,))) if cfg.mlp_bias else None,
+            q_norm=qk_norms[0], k_norm=qk_norms[1],
         ))
     return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
                    type_emb=None, emb_norm=None, layers=tuple(layers))
 
 
-LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama}
+def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
+    """Gemma's RMSNorm multiplies by (1 + w); folded once here, so the forward pass has one
+    RMSNorm (llama.cpp's converter folds it the same way: a GGUF stores 1 + w)."""
+    return (1.0 + np.asarray(w, dtype=np.float32)).astype(np.float32)
+
+
+def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+    """Gemma 3's language model: four norms per layer (input, post-attention, pre-feedforward,
+    post-feedforward), q/k norms, every gain (1 + w) folded. Multimodal checkpoints keep it under
+    `model.language_model.` (or the older `language_model.model.`); the vision tower is not read."""
+    d, f = cfg.d_model, cfg.d_ff
+    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    p = _prefix(ckpt, "embed_tokens.weight",
+                ("model.", "", "model.language_model.", "language_model.model."))
+    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
+
+    def gain(name, n=d):
+        return (_gemma_gain(g(name, (n,))),)
+
+    layers = []
+    for i in range(cfg.n_layer):
+        a = f"layers.{i}."
+        sa = a + "self_attn."
+        q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
+        layers.append(Layer(
+            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=None,
+            w_o=_t(g(sa + "o_proj.weight", (d, dq))), b_o=None,
+            norm1=gain(a + "input_layernorm.weight"),
+            norm2=gain(a + "pre_feedforward_layernorm.weight"),
+            w_in=_cat([gate.T, up.T]), b_in=None,
+            w_out=_t(g(a + "mlp.down_proj.weight", (d, f))), b_out=None,
+            q_norm=gain(sa + "q_norm.weight", cfg.d_head)[0],
+            k_norm=gain(sa + "k_norm.weight", cfg.d_head)[0],
+            post_attn_norm=gain(a + "post_attention_layernorm.weight"),
+            post_mlp_norm=gain(a + "post_feedforward_layernorm.weight"),
+        ))
+    return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
+                   type_emb=None, emb_norm=None, layers=tuple(layers))
+
+
+LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,
+           "gemma3": load_gemma3}
 
 
 @dataclass(frozen=True)
@@ -207,22 +268,34 @@ def post_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> 
     return c.norm(x + mlp(x, layer, c), layer.norm2)
 
 
+def sandwich_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
+    """Gemma 3: x + norm(attn(norm(x))), then x + norm(mlp(norm(x))): four norms per layer (input,
+    post-attention, pre-feedforward, post-feedforward)."""
+    x = x + c.norm(self_attention(c.norm(x, layer.norm1), layer, c, cache), layer.post_attn_norm)
+    return x + c.norm(mlp(c.norm(x, layer.norm2), layer, c), layer.post_mlp_norm)
+
+
+def head_rms_norm(q, k, layer: Layer, c: Consts):
+    """q [n_head, n, d_head], k [n_kv_head, n, d_head] -> same: each head's q and k RMS-normed over
+    d_head with the layer's gains, before RoPE (Qwen3, Gemma 3)."""
+    return c.norm(q, (layer.q_norm,)), c.norm(k, (layer.k_norm,))
+
+
 @dataclass(frozen=True)
 class Family:
     """What sets a family's forward pass apart, as data (the weights say which embedding tables
     it has: learned positions, token types, an embedding norm).
 
     A new family adds a named step as a field holding a callable, with a default that changes
-    nothing, called at that step's one place: a per-head q/k norm (`qk_norm`), a per-layer window
-    or RoPE base (`layer_window`, `layer_rope_theta`, read by `layer_consts`), a scale on the token
-    embedding (`embed_scale`), or another residual layout (`block`, e.g. sandwich norms)."""
+    nothing, called at that step's one place: a per-head q/k norm (`qk_norm`), a scale on the token
+    embedding (`embed_scale`), or another residual layout (`block`: sandwich norms). What differs
+    per layer (window, RoPE base and scaling, score scale) is the config's (`ModelConfig.window`,
+    `rope_of`, `query_pre_attn_scalar`), read by `layer_consts` for every family alike."""
     norm: Callable  # layer_norm(x, gain, bias, eps) or rms_norm(x, gain, eps)
-    block: Callable  # one layer, (x, layer, consts, cache) -> x: pre_norm_block or post_norm_block
+    block: Callable  # one layer, (x, layer, consts, cache) -> x: pre_norm_block, post_norm_block, ...
     gated_mlp: bool
     rope: bool  # rotary positions on q and k, or none (learned positions are added to x instead)
     qk_norm: Callable | None = None  # (q, k, layer, consts) -> q, k, after the projection
-    layer_window: Callable | None = None  # (cfg, i) -> keys a query sees in layer i (default: cfg's)
-    layer_rope_theta: Callable | None = None  # (cfg, i) -> layer i's RoPE base (default: cfg's)
     embed_scale: Callable | None = None  # (cfg) -> factor on the token embedding
 
     @property
@@ -234,12 +307,19 @@ FAMILY = {
     "bert": Family(norm=layer_norm, block=post_norm_block, gated_mlp=False, rope=False),
     "gpt2": Family(norm=layer_norm, block=pre_norm_block, gated_mlp=False, rope=False),
     "llama": Family(norm=rms_norm, block=pre_norm_block, gated_mlp=True, rope=True),
+    "qwen3": Family(norm=rms_norm, block=pre_norm_block, gated_mlp=True, rope=True,
+                    qk_norm=head_rms_norm),
+    # Gemma's (1 + w) gains are folded at load (_gemma_gain): one RMSNorm serves it
+    "gemma3": Family(norm=rms_norm, block=sandwich_norm_block, gated_mlp=True, rope=True,
+                     qk_norm=head_rms_norm, embed_scale=lambda cfg: np.sqrt(cfg.d_model)),
 }
 
 
 def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
     """Every layer's Consts for a run over positions p..T-1 (n = T - p); layers with the same window
-    and RoPE base share their arrays."""
+    and RoPE share their arrays. Layer i's window and RoPE are the config's (a local layer of
+    Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the
+    config has one (Gemma), else d_head^-0.5."""
     fam = FAMILY[cfg.family]
     positions = np.arange(p, T)  # [n]
     eps = cfg.norm_eps
@@ -249,17 +329,16 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
 
     masks, ropes, out = {}, {}, []
     for i in range(cfg.n_layer):
-        window = fam.layer_window(cfg, i) if fam.layer_window else cfg.sliding_window
-        theta = fam.layer_rope_theta(cfg, i) if fam.layer_rope_theta else cfg.rope_theta
+        window, rope = cfg.window(i), cfg.rope_of(i)
         if cfg.causal and window not in masks:
             masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
-        if fam.rope and theta not in ropes:
-            ropes[theta] = rope_cos_sin(positions, cfg.d_head, theta)  # [n, d_head] x2
-        scale = 1.0 / np.sqrt(cfg.d_head)
+        if fam.rope and rope not in ropes:
+            ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
+        scale = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
         out.append(Consts(
             n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head,
             scale=scale / (i + 1) if cfg.attn_scale_by_layer else scale,
-            rope=ropes.get(theta) if fam.rope else None, bias=masks.get(window) if cfg.causal else None,
+            rope=ropes.get(rope) if fam.rope else None, bias=masks.get(window) if cfg.causal else None,
             norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm))
     return out
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import struct
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,10 @@ log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 # general.architecture -> the model_type whose forward pass serves it
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3",
+                 "phi3": "phi3", "gemma3": "gemma3_text"}
 # llama.cpp's converter permutes Q/K rows for its interleaved RoPE in these architectures only
-# (Qwen2 uses NeoX-style RoPE, which is already rotate-half).
+# (Qwen2, Qwen3, Phi-3 and Gemma 3 use NeoX-style RoPE, which is already rotate-half).
 PERMUTED_QK = {"llama", "mistral"}
 
 
@@ -228,12 +230,22 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
     raw["tie_word_embeddings"] = "output.weight" not in _tensor_table(reader)
     scaling = meta(f"{_GGUF_KEYS['rope_scaling']}.type")
     if scaling not in (None, "none"):
-        raw["rope_scaling"] = {"type": scaling}
-    if raw["sliding_window"] is not None:  # 0: no window, as in a config.json (hf_config.sliding_window)
+        raw["rope_scaling"] = {"type": scaling, "factor": meta(f"{_GGUF_KEYS['rope_scaling']}.factor")}
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):  # refused when set
+        raw[key], names[key] = meta(key), f"{arch}.{key}"
+    if arch == "gemma3":
+        _gemma3_gguf(raw, names, meta, arch)
+    elif raw["sliding_window"] is not None:  # 0: no window, as in a config.json (hf_config.sliding_window)
         raw["use_sliding_window"] = True
     source = _source(reader)
     raw = {k: v for k, v in raw.items() if v is not None}  # absent from the file: "is missing"
     cfg = config_from_dict(raw, source=source, names=names)
+    factors = _tensor_table(reader).get("rope_freqs.weight")
+    if factors is not None:  # Llama 3.1+: llama.cpp's converter stores the llama3 scaling per frequency
+        divisors = GGUFTensors(reader, getattr(reader, "path", Path(source))).get(
+            "rope_freqs.weight", (cfg.d_head // 2,))
+        cfg = replace(cfg, rope=replace(cfg.rope, kind="factors",
+                                        freq_divisors=tuple(float(x) for x in divisors)))
     rope_dims = meta("rope.dimension_count")
     if rope_dims is not None and not is_whole(rope_dims):
         raise ModelLoadError(f"{source}: {arch}.rope.dimension_count is {show(rope_dims)}, expected "
@@ -242,6 +254,38 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         raise ModelLoadError(f"RoPE on {rope_dims} of {cfg.d_head} head dimensions (partial rotary) "
                              "is not supported yet")
     return cfg
+
+
+def _gemma3_gguf(raw: dict, names: dict, meta, arch: str) -> None:
+    """What a Gemma 3 GGUF leaves to the reader, filled in as llama.cpp's LLM_ARCH_GEMMA3 does.
+
+    - Which layers are local: GGUF files of Gemma 3 carry no layer pattern (llama.cpp's converter
+      writes none), so llama.cpp applies the family's documented default, every 6th layer global
+      (`set_swa_pattern(6)`, as sliding_window_pattern 6 in Gemma 3's config.json); a file that
+      does carry `attention.sliding_window_pattern` (a number, or one flag per layer) is read. No
+      window (absent or 0): every layer global.
+    - Local layers' RoPE base: 10,000 (`rope_freq_base_train_swa`), unscaled.
+    - The score scale: llama.cpp does not read query_pre_attn_scalar from the file; it uses
+      d_model / n_head for the 62-layer 27B model and head_dim for the others, as Gemma's configs do.
+    - The norm gains are stored as 1 + w already (its converter adds the 1)."""
+    raw["hidden_activation"] = "gelu_pytorch_tanh"
+    raw["rope_local_base_freq"] = 10_000.0
+    raw.pop("hidden_act")
+    n_layer, window = raw["num_hidden_layers"], raw["sliding_window"]
+    pattern = meta("attention.sliding_window_pattern")
+    names["layer_types"] = names["sliding_window_pattern"] = f"{arch}.attention.sliding_window_pattern"
+    if not window:  # llama.cpp: no sliding window key, or 0 -> no SWA
+        raw["sliding_window"] = None
+        raw["layer_types"] = ["full_attention"] * n_layer if is_whole(n_layer) else None
+    elif isinstance(pattern, list):
+        raw["layer_types"] = ["sliding_attention" if on else "full_attention" for on in pattern]
+    else:
+        raw["sliding_window_pattern"] = 6 if pattern is None else pattern
+    head_dim, d, n_head = raw["head_dim"], raw["hidden_size"], raw["num_attention_heads"]
+    if n_layer == 62 and is_whole(d) and is_whole(n_head) and n_head:
+        raw["query_pre_attn_scalar"] = d / n_head
+    else:
+        raw["query_pre_attn_scalar"] = head_dim
 
 
 def _tensor_table(reader: GGUFReader) -> dict:
@@ -345,17 +389,39 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head d_head, .
     return (w.reshape(n_head, d_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
+def _gguf_qkv_gate_up(cfg: ModelConfig, ts: GGUFTensors, b: str, mlp: bool):
+    """Block `b`'s q, k, v and (when `mlp`) gate, up [out, in]: separate tensors, or Phi-3's fused
+    attn_qkv [(n_head + 2 n_kv_head) d_head, d_model] and ffn_up [2 d_ff, d_model] (gate first, as
+    llama.cpp's SwiGLU splits it)."""
+    d, f = cfg.d_model, cfg.d_ff
+    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    if b + "attn_qkv.weight" in ts:
+        qkv = ts.get(b + "attn_qkv.weight", (dq + 2 * dkv, d))
+        q, k, v = qkv[:dq], qkv[dq:dq + dkv], qkv[dq + dkv:]
+    else:
+        q, k, v = (ts.get(b + "attn_q.weight", (dq, d)), ts.get(b + "attn_k.weight", (dkv, d)),
+                   ts.get(b + "attn_v.weight", (dkv, d)))
+    if not mlp:
+        return q, k, v, None, None
+    if b + "ffn_gate.weight" not in ts and cfg.model_type == "phi3":
+        gate_up = ts.get(b + "ffn_up.weight", (2 * f, d))
+        return q, k, v, gate_up[:f], gate_up[f:]
+    return q, k, v, ts.get(b + "ffn_gate.weight", (f, d)), ts.get(b + "ffn_up.weight", (f, d))
+
+
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
-    """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout."""
+    """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout (Gemma 3 too: its four
+    norms per layer)."""
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
     permuted = arch in PERMUTED_QK
+    gemma = cfg.family == "gemma3"
     layers = []
     for i in range(cfg.n_layer):
         b = f"blk.{i}."
-        q = ts.get(b + "attn_q.weight", (dq, d))
-        k = ts.get(b + "attn_k.weight", (dkv, d))
-        v = ts.get(b + "attn_v.weight", (dkv, d))
+        last = i == cfg.n_layer - 1
+        # nothing after the last layer's attention can change a pattern: its MLP is not loaded
+        q, k, v, gate, up = _gguf_qkv_gate_up(cfg, ts, b, mlp=not last)
         biases = [None, None, None]
         if b + "attn_q.bias" in ts:
             biases = [ts.get(b + "attn_q.bias", (dq,)), ts.get(b + "attn_k.bias", (dkv,)),
@@ -367,20 +433,22 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
             if biases[0] is not None:
                 biases[0], biases[1] = unpermute_qk(biases[0], cfg.n_head), unpermute_qk(
                     biases[1], cfg.n_kv_head)
-        last = i == cfg.n_layer - 1
-        # nothing after the last layer's attention can change a pattern: its MLP is not loaded
-        mlp = None if last else (ts.get(b + "ffn_gate.weight", (f, d)), ts.get(b + "ffn_up.weight", (f, d)),
-                                 ts.get(b + "ffn_down.weight", (d, f)))
+        norm = lambda name, n=d: ts.get(b + name, (n,))  # noqa: E731
+        qk_norm = (norm("attn_q_norm.weight", cfg.d_head), norm("attn_k_norm.weight", cfg.d_head)
+                   ) if cfg.qk_norm else (None, None)
         # [in, out] views of [out, in] arrays (Fortran order): BLAS takes either without a copy,
         # and skipping the transposing copies saves a third of the load time
         layers.append(Layer(
             w_qkv=np.concatenate([q, k, v], axis=0).T, b_qkv=_cat_bias(biases),
             w_o=ts.get(b + "attn_output.weight", (d, dq)).T,
             b_o=ts.get(b + "attn_output.bias", (d,)) if b + "attn_output.bias" in ts else None,
-            norm1=(ts.get(b + "attn_norm.weight", (d,)),),
-            norm2=(ts.get(b + "ffn_norm.weight", (d,)),),
-            w_in=None if mlp is None else np.concatenate(mlp[:2], axis=0).T, b_in=None,
-            w_out=None if mlp is None else mlp[2].T, b_out=None,
+            norm1=(norm("attn_norm.weight"),),
+            norm2=(norm("ffn_norm.weight"),),
+            w_in=None if last else np.concatenate([gate, up], axis=0).T, b_in=None,
+            w_out=None if last else ts.get(b + "ffn_down.weight", (d, f)).T, b_out=None,
+            q_norm=qk_norm[0], k_norm=qk_norm[1],
+            post_attn_norm=(norm("post_attention_norm.weight"),) if gemma else None,
+            post_mlp_norm=(norm("post_ffw_norm.weight"),) if gemma else None,
         ))
     return Weights(tok_emb=ts.rows("token_embd.weight", (cfg.vocab_size, d)), pos_emb=None,
                    type_emb=None, emb_norm=None, layers=tuple(layers))
@@ -390,7 +458,7 @@ def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:
     """What the load will allocate as float32: every layer tensor but the kept-quantised embedding,
     the output head and norm and the last layer's MLP (all unused)."""
     last = cfg.n_layer - 1
-    skip = ("token_embd.weight", "output.weight", "output_norm.weight",
+    skip = ("token_embd.weight", "output.weight", "output_norm.weight", "rope_freqs.weight",
             f"blk.{last}.ffn_gate.weight", f"blk.{last}.ffn_up.weight", f"blk.{last}.ffn_down.weight")
     return ts.float32_bytes(skip)
 

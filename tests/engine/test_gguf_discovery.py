@@ -220,16 +220,16 @@ def test_unsupported_and_split_models_are_listed_only_on_request(home, tmp_path)
     lms = home / ".lmstudio" / "models" / "org"
     lms.mkdir(parents=True)
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    write_gguf(lms.parent / "gem.gguf", cfg, tensors, arch="gemma3")
+    write_gguf(lms.parent / "gem.gguf", cfg, tensors, arch="gemma2")
     _tiny(lms / "big-00001-of-00002.gguf", extra_kv={"split.count": 2, "split.no": 0})
     _tiny(lms / "big-00002-of-00002.gguf", extra_kv={"split.count": 2, "split.no": 1})
     assert not {"gem", "big-00001-of-00002", "big-00002-of-00002"} & set(_found())
     found = _found(include_unsupported=True)
     assert "big-00002-of-00002" not in found  # a later part is never a model of its own
-    assert found["gem"].family == "gemma3" and found["gem"].n_head == 8
-    assert "gemma3" in found["gem"].note and "not supported" in found["gem"].note
+    assert found["gem"].family == "gemma2" and found["gem"].n_head == 8
+    assert "gemma2" in found["gem"].note and "not supported" in found["gem"].note
     assert "split into 2 files" in found["big-00001-of-00002"].note
-    with pytest.raises(ModelLoadError, match="gemma3"):  # by name: the engine's own reason
+    with pytest.raises(ModelLoadError, match="gemma2"):  # by name: the engine's own reason
         load_model("gem")
 
 

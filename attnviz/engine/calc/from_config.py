@@ -89,6 +89,8 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         window_layers = tuple(i for i, t in enumerate(layer_types) if "sliding" in str(t))
         if not window_layers:
             window = None
+        elif len(window_layers) == len(layer_types):
+            window_layers = None  # every layer: as a config without layer_types says it
     elif window and model_type == "gemma2":
         window_layers = "even"
     elif window and raw.get("sliding_window_pattern") and isinstance(n_layer, int):
