@@ -29,8 +29,9 @@ def test_cli_registers_every_command():
 LAYERS = {  # package -> the attnviz packages it may import (engine <- figures <- ui; commands)
     "engine": {"engine"},
     "figures": {"engine", "figures"},
-    "commands": {"engine", "figures", "commands"},
-    "ui": {"engine", "figures", "ui"},
+    "corpus": {"engine", "corpus"},  # a corpus scan's files and tasks: no Qt, no figures
+    "commands": {"engine", "figures", "corpus", "commands"},
+    "ui": {"engine", "figures", "corpus", "ui"},
 }
 
 
