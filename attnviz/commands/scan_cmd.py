@@ -73,13 +73,19 @@ def cmd_scan(args) -> int:
     where = (f"the Dask cluster at {args.scheduler}" if args.scheduler else
              "this process (no Dask)" if in_process else
              f"a LocalCluster of {args.workers or os.cpu_count()} processes, one thread each")
-    print(f"scanning {args.corpus} with {args.model} on {where}", flush=True)
-    print(EXAMPLES_RULE, flush=True)
+
+    def start(plan):
+        m = plan.manifest
+        print(f"scanning {m.n_texts} texts of {args.corpus} in {m.n_batches} batches"
+              f"{f' ({plan.n_done} finished before)' if plan.n_done else ''} with {m.model_name} "
+              f"on {where}", flush=True)
+        print(EXAMPLES_RULE, flush=True)
+
     try:
         manifest, done = scan(args.out, args.model, args.corpus, split=args.split,
                               column=args.column, batch=args.batch, max_tokens=args.max_tokens,
                               examples=args.examples, workers=args.workers,
-                              scheduler=args.scheduler, in_process=in_process)
+                              scheduler=args.scheduler, in_process=in_process, on_plan=start)
     except KeyboardInterrupt:
         _say_resume(args)
         raise
@@ -122,6 +128,9 @@ def cmd_scan_report(args) -> int:
     from attnviz.corpus import store
 
     out = Path(args.dir)
+    png = Path(args.png) if args.png else out / "means.png"
+    if png.suffix.lower() != ".png":
+        raise InputError(f"--png must end in .png, got {png.name}")
     m = store.read_manifest(out)
     c = store.counts(out)
     state = "complete" if m.complete else (
@@ -140,9 +149,6 @@ def cmd_scan_report(args) -> int:
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")
     print("means over the texts stored; entropy in nats, mean_distance in tokens; duplicate and "
           "induction leave out texts with more than 20% unknown tokens")
-    png = Path(args.png) if args.png else out / "means.png"
-    if png.suffix.lower() != ".png":
-        raise InputError(f"--png must end in .png, got {png.name}")
     from attnviz.commands.export_cmd import _offscreen
     from attnviz.figures.data import write_atomic
 

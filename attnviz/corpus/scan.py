@@ -218,8 +218,9 @@ def _batch_of(fut) -> int:
 def scan(out, model_source: str, corpus_path, *, split="lines", column=None,
          batch=DEFAULT_BATCH, max_tokens=None, examples=DEFAULT_EXAMPLES, workers=None,
          scheduler=None, client=None, in_process=False, progress_stream=None,
-         model=None) -> tuple:
-    """The whole scan; -> (Manifest, [BatchDone] of this run)."""
+         model=None, on_plan=None) -> tuple:
+    """The whole scan; -> (Manifest, [BatchDone] of this run). `on_plan(plan)` is called once the
+    folder and the inputs are checked, before any batch runs."""
     from attnviz.engine import load_model
 
     if batch < 1 or examples < 1:
@@ -236,6 +237,8 @@ def scan(out, model_source: str, corpus_path, *, split="lines", column=None,
         plan = plan_scan(out, model, model_source, corpus, options)
         done_texts = sum(len(range(i * batch, min((i + 1) * batch, len(corpus))))
                          for i in store.finished_batches(out, plan.n_batches))
+        if on_plan:
+            on_plan(plan)
         progress = Progress(len(corpus), done_texts, stream=progress_stream)
         try:
             if not plan.todo:
