@@ -25,6 +25,7 @@ from attnviz.engine import heads as H
 from attnviz.engine.errors import InputError
 
 HEAD_STATS = ("first_token_mass", "entropy", "mean_distance", "previous", "duplicate", "induction")
+STAT_UNITS = {"entropy": "nats", "mean_distance": "tokens"}  # the others are shares of a row's weight
 DIAGONAL_LIMIT = 0.5  # a head whose mean diagonal mass is over this has its diagonal left out of its examples
 EXAMPLES_RULE = (
     "examples: each head's top-K cells (query, key) by weight; the first key (position 0, the sink) "

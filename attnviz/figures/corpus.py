@@ -9,11 +9,10 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 
-from attnviz.figures.data import ExportError
+from attnviz.engine.corpus_stats import STAT_UNITS as UNITS
+from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.heatmaps import FRAME, MUTED, TEXT, _font, encode_png
 from attnviz.figures.style import heat_index, heat_table
-
-UNITS = {"entropy": "nats", "mean_distance": "tokens"}
 
 
 def _layout(n_layer: int, n_head: int, n_panel: int, width: int):
@@ -31,7 +30,7 @@ def _layout(n_layer: int, n_head: int, n_panel: int, width: int):
     return cols, pad, panel_w, label_w, cell, panel_h, title_h, head_h, height
 
 
-def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = "viridis") -> bytes:
+def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP) -> bytes:
     """{name: [n_layer, n_head]} for each of `names` -> PNG bytes (needs a QGuiApplication)."""
     arrays = [np.asarray(means[n], dtype=np.float64) for n in names]
     if not arrays or arrays[0].ndim != 2 or 0 in arrays[0].shape:
