@@ -202,7 +202,7 @@ class CorpusPanel(QWidget):
 
     # --- opening a scan -----------------------------------------------------------------------
     def ask_open(self):
-        path = QFileDialog.getExistingDirectory(self, "Open scan folder")
+        path = QFileDialog.getExistingDirectory(self, "Open a scan folder (attnviz scan --out)")
         if path:
             self.open_scan(path)
 

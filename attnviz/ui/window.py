@@ -127,6 +127,7 @@ class MainWindow(QMainWindow):
         self.calc_panel = self.calc_dock = None
         self.roles_panel = self.roles_dock = None
         self.anatomy_panel = self.anatomy_dock = None
+        self.corpus_panel = self.corpus_dock = None  # built when a scan is first opened
         self._panels_wanted = panels
         self.panels_ready = not panels
 
@@ -220,6 +221,22 @@ class MainWindow(QMainWindow):
             self, "Open a model file", "", "GGUF models (*.gguf);;All files (*)")
         if path:
             self.load_model(path)
+
+    def open_scan_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open a scan folder (attnviz scan --out)")
+        if path:
+            self.open_scan(path)
+
+    def open_scan(self, path: str) -> None:
+        """Show a corpus scan in the Corpus panel, built and docked the first time."""
+        if self.corpus_panel is None:
+            from attnviz.ui.corpus_panel import CorpusPanel
+
+            self.corpus_panel = CorpusPanel(self.state, self.worker)
+            self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
+        self.corpus_dock.show()
+        self.corpus_dock.raise_()
+        self.corpus_panel.open_scan(path)
 
     def open_view_dialog(self) -> None:
         from attnviz.ui.export import export_folder

@@ -27,20 +27,15 @@ def scan_dir(tmp_path_factory):
     return root / "out"
 
 
-def _panel(window, qtbot):
-    from attnviz.ui.corpus_panel import CorpusPanel
-
-    panel = CorpusPanel(window.state, window.worker)
-    qtbot.addWidget(panel)
-    panel.resize(900, 700)
-    panel.show()
-    return panel
-
-
-def _open(panel, qtbot, path):
-    with qtbot.waitSignal(panel.sigScanRead, timeout=WAIT) as got:
-        panel.open_scan(path)
-    return got.args[0]
+def _open(window, qtbot, path):
+    """File -> Open scan… with `path` chosen: the Corpus dock, and the scan once read (or None)."""
+    window.open_scan(str(path))
+    panel = window.corpus_panel
+    got = []
+    panel.sigScanRead.connect(got.append)  # the read is delivered later, on the main thread
+    qtbot.waitUntil(lambda: bool(got), timeout=WAIT)
+    panel.sigScanRead.disconnect(got.append)
+    return panel, got[0]
 
 
 def _click_view(qtbot, widget, view_box, p: QPointF):
@@ -52,9 +47,11 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
         window, qtbot, scan_dir):
     from attnviz.corpus import store
 
-    panel = _panel(window, qtbot)
-    scan = _open(panel, qtbot, scan_dir)
+    assert window.menus.open_scan_action.text() == "Open &scan…"
+    assert window.menus.open_scan_action in window.menuBar().actions()[0].menu().actions()
+    panel, scan = _open(window, qtbot, scan_dir)
     assert scan is not None and panel.scan is scan
+    assert window.corpus_dock.isVisible() and window.corpus_dock.widget() is panel
     assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts · 0 errors" in panel.status.text()
     means = store.head_means(scan_dir, 6, 12)
     np.testing.assert_array_equal(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]))
@@ -73,8 +70,7 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
 
 
 def test_an_example_clicked_opens_its_text_head_and_query_in_the_live_view(window, qtbot, scan_dir):
-    panel = _panel(window, qtbot)
-    _open(panel, qtbot, scan_dir)
+    panel, _ = _open(window, qtbot, scan_dir)
     panel.pick_head(1, 3)
     item = panel.examples.item(1)
     e = item.data(Qt.ItemDataRole.UserRole)
@@ -92,8 +88,7 @@ def test_an_example_clicked_opens_its_text_head_and_query_in_the_live_view(windo
 
 
 def test_a_point_of_the_behaviour_scatter_focuses_its_head(window, qtbot, scan_dir):
-    panel = _panel(window, qtbot)
-    scan = _open(panel, qtbot, scan_dir)
+    panel, scan = _open(window, qtbot, scan_dir)
     assert scan.coords.shape == (72, 2) and np.isfinite(scan.coords).all()
     d = np.linalg.norm(scan.coords[:, None] - scan.coords[None, :], axis=-1)
     i = int(np.argmax(np.sort(d, axis=1)[:, 1]))  # the most isolated head: no neighbour under the click
@@ -110,8 +105,7 @@ def test_a_scan_of_another_model_says_so_and_offers_to_load_it(window, qtbot, tm
     corpus.write_text("the cat sat on the mat\nthe dog ran\n")
     scan(tmp_path / "tb", "attnviz-textbook", corpus, in_process=True,
          progress_stream=open("/dev/null", "w"))
-    panel = _panel(window, qtbot)
-    _open(panel, qtbot, tmp_path / "tb")
+    panel, _ = _open(window, qtbot, tmp_path / "tb")
     assert panel.model_note.isVisible() and panel.load_button.isVisible()
     assert "made with attnviz-textbook; the window shows all-MiniLM-L6-v2" in panel.model_note.text()
     panel.pick_head(1, 2)
@@ -126,9 +120,8 @@ def test_a_scan_of_another_model_says_so_and_offers_to_load_it(window, qtbot, tm
 
 def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, qtbot, scan_dir,
                                                                          tmp_path):
-    panel = _panel(window, qtbot)
-    _open(panel, qtbot, scan_dir)
-    assert _open(panel, qtbot, tmp_path) is None
+    panel, _ = _open(window, qtbot, scan_dir)
+    assert _open(window, qtbot, tmp_path)[1] is None
     assert "has no scan.json" in panel.status.text()
     assert f"still showing {scan_dir}" in panel.status.text()
     assert panel.scan is not None and panel.scan.path == scan_dir
