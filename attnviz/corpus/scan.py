@@ -190,9 +190,11 @@ def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None
 
 
 def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
-    from dask.distributed import as_completed
+    from dask.distributed import KilledWorker, as_completed
 
     run_id = uuid.uuid4().hex[:8]
+    if progress:
+        progress.t0 = time.perf_counter()  # the rate from the first task on, not the cluster's start
     futures = [client.submit(run_batch, b, key=f"attnviz-batch-{b.index:06d}-{run_id}",
                              priority=-b.index) for b in plan.todo]
     done = []
@@ -202,6 +204,11 @@ def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
                 d = fut.result()
             except AttnvizError as exc:  # a worker's model is not the scan's
                 raise InputError(f"batch {_batch_of(fut)}: {exc}") from None
+            except KilledWorker:
+                raise InputError(
+                    f"batch {_batch_of(fut)} killed the workers that ran it (out of memory? "
+                    "--max-tokens caps the [n_layer, n_head, T, T] patterns of long texts); the "
+                    "finished batches are kept: rerun to resume") from None
             done.append(d)
             if progress:
                 progress.update(d)
