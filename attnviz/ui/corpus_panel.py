@@ -86,7 +86,7 @@ def example_html(e) -> str:
         return head
     text = " ".join(e.text.split())
     cut = text[:2 * SNIPPET] + ("…" if len(text) > 2 * SNIPPET else "")
-    return f"{head}<br><span style='color:#555'>{html.escape(cut)}</span>"
+    return f"{head}<br><span style='color:gray'>{html.escape(cut)}</span>"
 
 
 class CorpusPanel(QWidget):
@@ -170,7 +170,7 @@ class CorpusPanel(QWidget):
         self.scatter_plot.hideAxis("left")
         self.scatter_plot.hideAxis("bottom")
         self.scatter_w.setToolTip(PROFILE_RULE)
-        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen("#202124"), hoverable=True,
+        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
                                           tip=lambda x, y, data: head_title(*data))
         self.scatter_plot.addItem(self.scatter)
         views.addWidget(self.scatter_w)
