@@ -6,6 +6,7 @@ Dask, pyarrow and DuckDB are imported when these commands run, never at start-up
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -118,8 +119,8 @@ def report_rows(out, manifest):
     rows = []
     for l in range(manifest.n_layer):
         for h in range(manifest.n_head):
-            texts = means["texts"][l, h]
-            rows.append((l, h, 0 if texts != texts else int(texts),
+            texts = means["texts"][l, h]  # NaN: no text stored for this head yet
+            rows.append((l, h, 0 if math.isnan(texts) else int(texts),
                          {n: means[n][l, h] for n in HEAD_STATS}, best.get((l, h))))
     return rows, means
 
@@ -143,7 +144,7 @@ def cmd_scan_report(args) -> int:
     print("layer head  texts " + " ".join(f"{short[n]:>9}" for n in HEAD_STATS)
           + "  top example (query -> key, weight)")
     for l, h, texts, vals, best in rows:
-        nums = " ".join("      nan" if v != v else f"{v:9.3f}" for v in vals.values())
+        nums = " ".join("      nan" if math.isnan(v) else f"{v:9.3f}" for v in vals.values())
         ex = (f"{best.query_token!r}@{best.query_pos} -> {best.key_token!r}@{best.key_pos}, "
               f"{best.weight:.3f} (text {best.text_id})" if best else "-")
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")

@@ -76,17 +76,42 @@ def read_scan(path) -> ScanView:
                     complete=m.complete, means=means, examples=examples, coords=coords)
 
 
-def example_html(e) -> str:
-    """An example's text around its two tokens, the query in orange and the key underlined and
-    bold; when the text is unknown, the two tokens alone."""
+def example_html(e, offsets=None) -> str:
+    """An example: its weight and two tokens, then its text around them, the query in orange and
+    bold, the key bold and underlined. `offsets`: the text's token character spans (the loaded
+    model's tokenizer, when it is the scan's); without them the text is shown unmarked."""
     head = (f"<b>{e.weight:.3f}</b> &nbsp; <span style='color:{FOCUS}'><b>"
             f"{html.escape(e.query_token)}</b></span>@{e.query_pos} → "
             f"<b><u>{html.escape(e.key_token)}</u></b>@{e.key_pos} &nbsp; text {e.text_id}")
     if not e.text:
         return head
-    text = " ".join(e.text.split())
-    cut = text[:2 * SNIPPET] + ("…" if len(text) > 2 * SNIPPET else "")
-    return f"{head}<br><span style='color:gray'>{html.escape(cut)}</span>"
+    return f"{head}<br><span style='color:gray'>{_marked(e, offsets)}</span>"
+
+
+def _marked(e, offsets) -> str:
+    text = e.text
+    spans = []
+    if offsets and max(e.query_pos, e.key_pos) < len(offsets):
+        q, k = tuple(offsets[e.query_pos]), tuple(offsets[e.key_pos])
+        if q[1] > q[0] and k[1] > k[0] and (q == k or q[1] <= k[0] or k[1] <= q[0]):
+            spans = sorted({q: "q", k: "k"}.items()) if q != k else [(q, "qk")]
+    if not spans:
+        cut = text[:2 * SNIPPET]
+        return html.escape(" ".join(cut.split())) + ("…" if len(text) > 2 * SNIPPET else "")
+    lo = max(0, spans[0][0][0] - SNIPPET)
+    hi = min(len(text), spans[-1][0][1] + SNIPPET)
+    out, pos = ["…" if lo > 0 else ""], lo
+    for (a, b), kind in spans:
+        out.append(html.escape(text[pos:a]))
+        word = html.escape(text[a:b])
+        if "k" in kind:
+            word = f"<b><u>{word}</u></b>"
+        if "q" in kind:
+            word = f"<span style='color:{FOCUS}'><b>{word}</b></span>"
+        out.append(word)
+        pos = b
+    out.append(html.escape(text[pos:hi]) + ("…" if hi < len(text) else ""))
+    return "".join(out).replace("\n", " ")
 
 
 class CorpusPanel(QWidget):
@@ -245,6 +270,8 @@ class CorpusPanel(QWidget):
         if s is None or self.model_matches():
             self.model_note.hide()
             self.load_button.hide()
+            if s is not None and self.head is not None:
+                self._list_examples()  # marked with the scan's own tokenizer
             return
         loaded = self.state.model_name or "no model"
         self.model_note.setText(f"This scan was made with {s.model_name}; the window shows "
@@ -253,6 +280,8 @@ class CorpusPanel(QWidget):
         self.load_button.setText(f"Load {s.model_name}")
         self.model_note.show()
         self.load_button.show()
+        if self.head is not None:
+            self._list_examples()  # unmarked: the loaded tokenizer is not the scan's
 
     def load_scan_model(self):
         if self.scan is not None:
@@ -362,13 +391,24 @@ class CorpusPanel(QWidget):
         for e in found:
             item = QListWidgetItem()
             item.setData(Qt.ItemDataRole.UserRole, e)
-            label = QLabel(example_html(e))
+            label = QLabel(example_html(e, self._offsets(e.text)))
             label.setTextFormat(Qt.TextFormat.RichText)
             label.setWordWrap(True)
             label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
             item.setSizeHint(label.sizeHint())
             self.examples.addItem(item)
             self.examples.setItemWidget(item, label)
+
+    def _offsets(self, text):
+        """The text's token character spans from the loaded model's tokenizer, when it is the
+        scan's model (the same tokens, so the same positions); else None."""
+        m = self.state.model
+        if not text or not self.model_matches() or m.tokenizer is None:
+            return None
+        try:
+            return m.tokenizer.encode(text).offsets
+        except Exception:  # noqa: BLE001 - the text is shown unmarked
+            return None
 
     def _on_example(self, item):
         e = item.data(Qt.ItemDataRole.UserRole)

@@ -66,7 +66,13 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
     first = panel.examples.itemWidget(panel.examples.item(0)).text()
     e = want[0]
     assert f"<b><u>{e.key_token}</u></b>@{e.key_pos}" in first and f"@{e.query_pos}" in first
-    assert TEXTS[e.text_id].split()[0] in first
+    # in the text, the spans the loaded (the scan's) tokenizer gives those positions are marked
+    offsets = window.state.model.tokenizer.encode(TEXTS[e.text_id]).offsets
+    (qa, qb), (ka, kb) = offsets[e.query_pos], offsets[e.key_pos]
+    text = TEXTS[e.text_id]
+    assert f"<b><u>{text[ka:kb]}</u></b>" in first.split("<br>")[1]
+    if (qa, qb) != (ka, kb):
+        assert f"<b>{text[qa:qb]}</b></span>" in first.split("<br>")[1]
 
 
 def test_an_example_clicked_opens_its_text_head_and_query_in_the_live_view(window, qtbot, scan_dir):
