@@ -90,11 +90,16 @@ def example_html(e, offsets=None) -> str:
 
 def _marked(e, offsets) -> str:
     text = e.text
-    spans = []
+    spans = []  # [((start, end), "q" | "k" | "qk")]; a special token ([CLS], [SEP]) has no span
     if offsets and max(e.query_pos, e.key_pos) < len(offsets):
         q, k = tuple(offsets[e.query_pos]), tuple(offsets[e.key_pos])
-        if q[1] > q[0] and k[1] > k[0] and (q == k or q[1] <= k[0] or k[1] <= q[0]):
-            spans = sorted({q: "q", k: "k"}.items()) if q != k else [(q, "qk")]
+        marks = {}
+        for span, kind in ((q, "q"), (k, "k")):
+            if span[1] > span[0]:
+                marks[span] = marks.get(span, "") + kind
+        spans = sorted(marks.items())
+        if len(spans) == 2 and spans[0][0][1] > spans[1][0][0]:  # overlapping pieces: unmarked
+            spans = []
     if not spans:
         cut = text[:2 * SNIPPET]
         return html.escape(" ".join(cut.split())) + ("…" if len(text) > 2 * SNIPPET else "")

@@ -278,7 +278,7 @@ def test_paragraphs_split_at_blank_lines(tmp_path):
     assert read_corpus(path).texts == ["the cat", "sat on the mat", "the dog", "ran"]
 
 
-def test_scan_report_prints_each_head_and_draws_the_means(reference, tmp_path, capsys):
+def test_scan_report_prints_each_head_and_draws_the_means(qapp, reference, tmp_path, capsys):
     from PySide6.QtGui import QImage
 
     png = tmp_path / "m.png"
