@@ -99,10 +99,12 @@ class ModelConfig:
         """Layer i's RoPE: local layers may have their own base (Gemma 3: 10,000)."""
         return self.rope_local if self.is_local(i) and self.rope_local is not None else self.rope
 
-    @property
-    def has_local_layers(self) -> bool:
-        return any(t == LOCAL for t in self.layer_types) and not all(
-            t == LOCAL for t in self.layer_types)
+    def layer_kind(self, i: int) -> str | None:
+        """'local (window 512)' or 'global' for layer i of a model with a sliding window; None
+        for a model without one (every layer sees every earlier token)."""
+        if self.sliding_window is None:
+            return None
+        return f"local (window {self.sliding_window:,})" if self.is_local(i) else "global"
 
 
 WHAT = {  # what each size counts, for messages

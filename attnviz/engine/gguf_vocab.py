@@ -61,15 +61,17 @@ def score_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
     token's id, then the parts' ids). Byte, control, unknown and unused tokens are never the result
     of a merge, as in SentencePiece."""
     vocab = {t: i for i, t in enumerate(tokens)}
-    scores = np.asarray(scores, dtype=np.float64)
+    get = vocab.get
     ranked = []
-    for i, token in enumerate(tokens):
-        if types[i] != NORMAL or len(token) < 2:
+    for i, (token, score, kind) in enumerate(zip(tokens, np.asarray(scores, np.float64).tolist(), types)):
+        if kind != NORMAL or len(token) < 2:
             continue
         for cut in range(1, len(token)):
-            left, right = vocab.get(token[:cut]), vocab.get(token[cut:])
-            if left is not None and right is not None:
-                ranked.append((-scores[i], i, left, right))
+            left = get(token[:cut])
+            if left is not None:
+                right = get(token[cut:])
+                if right is not None:
+                    ranked.append((-score, i, left, right))
     ranked.sort()
     return [(tokens[left], tokens[right]) for _, _, left, right in ranked]
 

@@ -33,6 +33,7 @@ def axis_label(label: str) -> str:
 BACKGROUND = "#202124"  # the window's heatmap views (dark)
 TEXT = "#e8eaed"  # text on BACKGROUND
 FOCUS = "#ff9e3d"  # the focused head, everywhere (so no KV-group colour is orange)
+WINDOW_EDGE = "#00e5ff"  # a local layer's sliding-window edge (dashed), in the grid and focus view
 GOOD = "#1a5e1a"  # text that says something holds (a head clears the bar, "equal" costs)
 WARNING = "#b35c00"  # text that says something is missing or weaker than asked
 ERROR = "#b00020"  # text that says something failed (a form field, the export dialog)

@@ -181,3 +181,17 @@ def layer_columns(n_head: int, gs: int, width: float, height: float, title: floa
         if side > best_side * 1.02:
             best, best_side = c, side
     return best, best_side
+
+
+def window_edge(n_tok: int, window: int | None, pool: int = 1) -> list[tuple[float, float]]:
+    """The edge of a causal sliding window over a [T, T] pattern, as a polyline of (key, query)
+    points in cell units (divided by `pool` where cells are pooled): keys left of it are out of the
+    window. Row q sees keys q - window + 1..q, so the first row with a masked key is q = window.
+    [] where the text fits in the window (nothing is masked) or there is no window."""
+    if window is None or n_tok <= window:
+        return []
+    points = []
+    for q in range(window, n_tok):
+        k = q - window + 1  # the row's first key inside the window
+        points += [(k / pool, q / pool), (k / pool, (q + 1) / pool)]
+    return points

@@ -14,7 +14,8 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
 from attnviz.engine.calc import (
-    BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count, shown_variants,
+    BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
+    kv_cache_needed, shown_variants,
 )
 from attnviz.figures.style import BACKGROUND, TEXT
 
@@ -266,7 +267,17 @@ def live_text(result, model) -> str:
     T = result.n_tokens
     if held == 0:
         return "live KV cache: not kept for this run"
-    return (f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
-            f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
-            f"this edit reused {result.cache_reused:,} tokens and computed "
-            f"{result.cache_computed:,}")
+    held_line = (f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
+                 f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
+                 f"this edit reused {result.cache_reused:,} tokens and computed "
+                 f"{result.cache_computed:,}")
+    local = sum(c.is_local(i) for i in range(c.n_layer))
+    if not local or T <= c.sliding_window:
+        return held_line
+    needed = kv_cache_needed(c, T, "fp32")
+    return (f"KV cache needed (the model, as llama.cpp and transformers allocate it; the "
+            f"calculator's count, float32): <b>({c.n_layer - local}·{T:,} + {local}·"
+            f"min({T:,}, {c.sliding_window:,})) tokens × {c.n_kv_head} KV heads × {c.d_head} × 2 "
+            f"(K, V) × 4 B = {exact_bytes(needed)}</b><br>{held_line}, more than needed: on local "
+            f"layers attnviz keeps every token's K and V, not only the last {c.sliding_window:,}, "
+            f"so an edit in the middle of the text can reuse the prefix before it")

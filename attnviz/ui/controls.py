@@ -23,6 +23,13 @@ class ViewControls(QWidget):
         self.layer_spin = QSpinBox()
         self.layer_spin.setPrefix("Layer ")
         self.layer_spin.setToolTip("Layer shown in the grid (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
+        self.layer_kind = QLabel()  # "local (window 512)" / "global", on a model with a window
+        self.layer_kind.setToolTip("Local layers attend through a sliding window of the last W "
+                                   "tokens (and their own RoPE base); global layers see every "
+                                   "earlier token")
+        self.layer_kind.setFixedWidth(self.layer_kind.fontMetrics().horizontalAdvance(
+            "local (window 999,999)"))
+        self.layer_kind.hide()
         self.all_check = QCheckBox("All layers")
         self.all_check.setToolTip("Show every layer × head at once")
         self.cmap_combo = QComboBox()
@@ -47,7 +54,7 @@ class ViewControls(QWidget):
             "Query: " + "M" * QUERY_CHARS + " (#9999)"))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo,
+        for w in (self.layer_spin, self.layer_kind, self.all_check, self.cmap_combo, self.scale_combo,
                   self.hide_first_check, self.value_check, self.query_label):
             row.addWidget(w)
         row.addStretch(1)
@@ -82,12 +89,22 @@ class ViewControls(QWidget):
             f"layers, 0–{c.n_layer - 1} (PgUp / PgDn or Ctrl+Up / Ctrl+Down)")
         self.layer_spin.setValue(self.state.layer)
         self.layer_spin.blockSignals(False)
+        self._show_kind(self.state.layer)
 
     def _on_layer(self, layer: int) -> None:
         if self.layer_spin.value() != layer:
             self.layer_spin.blockSignals(True)
             self.layer_spin.setValue(layer)
             self.layer_spin.blockSignals(False)
+        self._show_kind(layer)
+
+    def _show_kind(self, layer: int) -> None:
+        """The layer's kind beside its number, on a model with a sliding window."""
+        model = self.state.model
+        kind = (model.config.layer_kind(min(layer, model.config.n_layer - 1))
+                if model is not None else None)
+        self.layer_kind.setText(kind or "")
+        self.layer_kind.setVisible(kind is not None)
 
     def _on_display(self) -> None:
         st = self.state

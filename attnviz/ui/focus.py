@@ -8,11 +8,12 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFontMetricsF, QPen
-from PySide6.QtWidgets import QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
+from PySide6.QtGui import QColor, QFontMetricsF, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.patterns import group_size, head_title
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, axis_label, bar_label
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
+from attnviz.figures.view import window_edge
 from attnviz.ui.grid import colour_bar
 from attnviz.ui.mosaic import cell_readout
 
@@ -77,6 +78,13 @@ class FocusView(QWidget):
                                           pen=pg.mkPen("#ff4081", width=2), brush=None)
         self.overlay.setZValue(2)
         self.plot.addItem(self.overlay)
+        self.window_line = QGraphicsPathItem()  # the sliding window's edge on a local layer
+        wpen = QPen(QColor(WINDOW_EDGE), 1.5, Qt.PenStyle.DashLine)
+        wpen.setCosmetic(True)
+        self.window_line.setPen(wpen)
+        self.window_line.setZValue(3)
+        self.window_line.hide()
+        self.plot.addItem(self.window_line)
         self.query_rect = QGraphicsRectItem()
         pen = QPen(QColor(FOCUS), 2)
         pen.setCosmetic(True)
@@ -94,7 +102,7 @@ class FocusView(QWidget):
         state.sigDisplayChanged.connect(self.refresh)
         state.sigOverlayChanged.connect(self._draw_overlay)
         state.sigQueryChanged.connect(self._draw_query)
-        state.sigHeadLabelsChanged.connect(self._draw_title)  # the badge: the title only
+        state.sigHeadLabelsChanged.connect(self.refresh)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -120,6 +128,7 @@ class FocusView(QWidget):
             self.query_rect.hide()
             return
         layer, head = lh
+        r = st.result
         shown = st.shown()
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
@@ -130,36 +139,41 @@ class FocusView(QWidget):
         self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
+        kv = int(np.asarray(r.kv_group)[head])
+        gqa = group_size(r.kv_group) > 1
+        badge = st.badge(layer, head)
+        share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
+                 "attention output" if shown.weighted and r.head_share is not None else "")
         self.cbar.getAxis("right").setLabel(bar_label(shown.weighted), color=TEXT)
-        self._draw_title()
+        kind = st.model.config.layer_kind(layer) if st.model is not None else None
+        self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
+                           + (f" · KV {kv}" if gqa else "")
+                           + (f" · {badge}" if badge else "") + share
+                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
         if T != self._T:
             self._T = T
             self.vb.setRange(QRectF(0, 0, max(T, 1), max(T, 1)), padding=0.01)
         self._set_ticks()
         self._draw_overlay()
         self._draw_query()
+        self._draw_window(layer, T)
 
-    def _draw_title(self, *_) -> None:
-        """The focused head's title: `L3 H1 · KV 0 · badge · ...` (a new badge changes only this)."""
-        st = self.state
-        lh = self._head()
-        if lh is None:
-            return
-        layer, head = lh
-        r, shown = st.result, st.shown()
-        T = shown.n_tok
-        kv = int(np.asarray(r.kv_group)[head])
-        gqa = group_size(r.kv_group) > 1
-        badge = st.badge(layer, head)
-        share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
-                 "attention output" if shown.weighted and r.head_share is not None else "")
-        self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · KV {kv}" if gqa else "")
-                           + (f" · {badge}" if badge else "") + share
-                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
+    def _draw_window(self, layer: int, T: int) -> None:
+        """The sliding window's edge on a local layer, once the text is longer than the window."""
+        model = self.state.model
+        edge = window_edge(T, model.config.window(layer) if model is not None else None)
+        path = QPainterPath()
+        if edge:
+            path.moveTo(*edge[0])
+            for x, y in edge[1:]:
+                path.lineTo(x, y)
+        self.window_line.setPath(path)
+        self.window_line.setVisible(bool(edge))
 
     def _clear(self):
         """No head: an empty frame, no numbered axes."""
         self.img.clear()
+        self.window_line.hide()
         self.title.setText("Click a head in the grid to look at it here.")
         self.plot.getAxis("left").setTicks([[]])
         self.key_axis.setTicks([[]])

@@ -22,7 +22,10 @@ from attnviz.engine.patterns import group_size, head_title
 from attnviz.ui.mosaic import (
     Geometry, GridLayout, cell_readout, kv_segments, make_layout, tile_index, title_spots, view_geometry,
 )
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, bar_label, group_color, heat_positions, heat_table
+from attnviz.figures.style import (
+    BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+)
+from attnviz.figures.view import window_edge
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -133,7 +136,12 @@ class HeatmapGrid(QWidget):
         qpen.setCosmetic(True)
         self.query_line.setPen(qpen)
         self.query_line.setZValue(4)
-        for item in (self.query_dim, self.query_line):
+        self.window_line = QGraphicsPathItem()  # the sliding window's edge on local layers
+        wpen = QPen(QColor(WINDOW_EDGE), 1, Qt.PenStyle.DashLine)
+        wpen.setCosmetic(True)
+        self.window_line.setPen(wpen)
+        self.window_line.setZValue(2)
+        for item in (self.query_dim, self.query_line, self.window_line):
             item.hide()
             self.plot.addItem(item)
         self._titles: list[Label] = []
@@ -222,6 +230,7 @@ class HeatmapGrid(QWidget):
             mosaic[y:y + side, x + c0:x + side] = f[i]  # float -> uint8 truncation: the table index
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         self._draw_titles()
+        self._draw_window()
         self.update_count += 1
 
     def _draw_titles(self, *_):
@@ -233,12 +242,31 @@ class HeatmapGrid(QWidget):
         r = self.state.result
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
+        model = self.state.model
         for i, (l, h) in enumerate(lo.heads):
             badge = self.state.badge(l, h)
-            text = head_title(l, h) + (f"  {badge}" if badge else "")
+            kind = model.config.layer_kind(l) if model is not None else None
+            text = head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
             if share is not None and l < len(share):
                 text += f"  · {100 * share[l][h]:.0f}% out"
             self._titles[i].setText(text)
+
+    def _draw_window(self) -> None:
+        """The sliding window's edge on every tile of a local layer, once the text is longer than
+        the window: keys left of the dashed line are out of the window."""
+        lo, model = self.layout_, self.state.model
+        path = QPainterPath()
+        if lo is not None and model is not None:
+            c = model.config
+            for i, (layer, _) in enumerate(lo.heads):
+                edge = window_edge(lo.n_tok, c.window(layer) if layer < c.n_layer else None, lo.pool)
+                if edge:
+                    x0, y0 = float(lo.x0[i]), float(lo.y0[i])
+                    path.moveTo(x0 + edge[0][0], y0 + edge[0][1])
+                    for x, y in edge[1:]:
+                        path.lineTo(x0 + x, y0 + y)
+        self.window_line.setPath(path)
+        self.window_line.setVisible(not path.isEmpty())
 
     def _geometry(self, n_layer: int, n_head: int, gs: int, T: int) -> Geometry:
         """How the grid is cut for the current view size."""

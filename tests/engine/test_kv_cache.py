@@ -244,3 +244,19 @@ def test_two_threads_share_one_model(folders):
     for th in threads:
         th.join()
     assert not errors, errors
+
+
+def test_local_layers_need_their_window_but_the_engine_holds_every_token():
+    """A tiny Gemma-3-shaped model (7 layers, 6 local with a window of 8, 1 global), 20 tokens:
+    the model needs 6 x 8 + 1 x 20 tokens of K and V (llama.cpp and transformers allocate that,
+    the calculator counts it); the engine holds all 20 on every layer, to reuse prefixes."""
+    from attnviz.engine.calc import kv_cache_needed
+
+    model = load_model(FIXTURES / "gemma3")
+    cfg = model.config
+    assert sum(cfg.is_local(i) for i in range(cfg.n_layer)) == 6 and cfg.sliding_window == 8
+    per_token_layer = cfg.n_kv_head * cfg.d_head * 2 * 4  # K and V, float32
+    r = model.run(ids=list(range(1, 21)))
+    assert r.cache_bytes == 20 * 7 * per_token_layer
+    assert kv_cache_needed(cfg, 20) == (6 * 8 + 1 * 20) * per_token_layer
+    assert kv_cache_needed(cfg, 5) == 5 * 7 * per_token_layer  # shorter than the window

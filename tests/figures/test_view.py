@@ -124,3 +124,22 @@ def test_pooling_keeps_every_blocks_largest_weight(shape, p):
     padded[..., :shape[-2], :shape[-1]] = x
     expect = padded.reshape(*shape[:-2], n_q, p, n_k, p).max(axis=(-3, -1))
     np.testing.assert_array_equal(max_pool(x, p), expect)
+
+
+def test_window_edge_follows_the_mask():
+    """Left of the edge are exactly the keys a causal window of W masks (q - k >= W); no edge
+    while the text fits in the window."""
+    from attnviz.engine.layers import causal_mask
+    from attnviz.figures.view import window_edge
+
+    T, W = 12, 5
+    edge = window_edge(T, W)
+    allowed = causal_mask(T, W)
+    for q in range(T):
+        xs = [k for k, y in edge if y == q + 1 or y == q]
+        first = int(np.argmax(allowed[q]))  # the row's first visible key
+        if q >= W:
+            assert (first, q) in edge and (first, q + 1) in edge and first == q - W + 1
+        else:
+            assert first == 0 and all(x >= 1 for x in xs)
+    assert window_edge(W, W) == [] and window_edge(T, None) == []

@@ -229,3 +229,19 @@ def test_the_panel_is_a_view_of_the_state(qtbot):
     assert w.sentence_len == 7  # hidden: not refilled per result
     w.set_shown(True)
     assert w.sentence_len == 4 and "computed" in w.live_label.text()
+
+
+def test_live_cache_says_needed_and_held_for_local_layers():
+    """On a model with local layers and a text longer than their window, the panel gives what the
+    model needs (the calculator's count) and what attnviz holds, with the reason."""
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import exact_bytes
+    from attnviz.ui.calc_views import live_text
+    from tiny import FIXTURES
+
+    model = load_model(FIXTURES / "gemma3")
+    text = live_text(model.run(ids=list(range(1, 21))), model)
+    assert "KV cache needed" in text and exact_bytes(8704) in text and "(1·20 + 6·min(20, 8))" in text
+    assert "held" in text and exact_bytes(17920) in text and "reuse the prefix" in text
+    short = live_text(model.run(ids=[1, 2, 3]), model)
+    assert "needed" not in short and "held" in short

@@ -19,7 +19,7 @@ The package, by concept: `inputs` (the question and its validation), `sizing` (t
 from attnviz.engine.calc.format import (
     BINARY_UNITS, compare_cells, exact_bytes, exact_count, format_bytes, format_count, shown_variants,
 )
-from attnviz.engine.calc.from_config import calc_inputs_from_config
+from attnviz.engine.calc.from_config import calc_inputs_from_config, kv_cache_needed
 from attnviz.engine.calc.inputs import (
     ARCH_STYLES, KV_DTYPE_BITS, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, arch_from_dict,
 )
@@ -31,5 +31,5 @@ __all__ = [
     "ARCH_STYLES", "BINARY_UNITS", "CONVENTIONS", "JSON_KEYS", "KV_DTYPE_BITS", "MAX_BYTES",
     "MAX_PARAMS", "MLA", "MLA_ROPE_HEAD_DIM", "Arch", "CalcInputs", "CalcResult", "Variant",
     "arch_from_dict", "calc_inputs_from_config", "calculate", "compare_cells", "context_lengths",
-    "exact_bytes", "exact_count", "format_bytes", "format_count", "shown_variants",
+    "exact_bytes", "exact_count", "format_bytes", "format_count", "kv_cache_needed", "shown_variants",
 ]

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any, Mapping
 
 from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, input_error
+from attnviz.engine.calc.sizing import calculate
 from attnviz.engine.errors import CalcError
 from attnviz.engine.hf_config import keys, pick, read_fields
 
@@ -104,3 +105,10 @@ def calc_inputs_from_config(cfg: Any, *, seq_len: int | None = None, batch: int 
         d_ff=d_ff, vocab_size=c["vocab_size"], max_positions=max_positions,
         seq_len=seq_len, batch=batch, kv_dtype=kv_dtype,
         sliding_window=window, sliding_window_layers=window_layers, mla=mla, arch=arch)
+
+
+def kv_cache_needed(cfg: Any, T: int, kv_dtype: str = "fp32") -> int:
+    """Bytes of KV cache a model needs for one sequence of T tokens, as llama.cpp and transformers
+    allocate it: every token on global layers, the last min(T, window) on local ones (the
+    calculator's count, on the model's own config)."""
+    return calculate(calc_inputs_from_config(cfg, seq_len=T, kv_dtype=kv_dtype)).kv_bytes_sequence
