@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 
-from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd
+from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd, scan_cmd
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
 COMMAND_MODULES = (
@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     calc_cmd,  # calc
     heads_cmd,  # heads, find
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
+    scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
 )
 
 

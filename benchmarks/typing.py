@@ -80,10 +80,10 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
     from PySide6.QtTest import QTest
 
     from attnviz.ui.app import make_app
-    from attnviz.ui.window import MainWindow
+    from attnviz.ui.app import create_window
 
     app = make_app()
-    w = MainWindow(model=model, text="", settings=_settings(), panels=panels)
+    w = create_window(model=model, text="", settings=_settings(), panels=panels)
     w.resize(1400, 860)
     w.show()
     st = w.state

@@ -1,5 +1,5 @@
-"""attnviz imports its own modules plainly: an ImportError in one of them is a bug to see, never
-swallowed as "not built yet" (issue 11: the importlib scaffolding is gone)."""
+"""attnviz imports its own modules plainly (an ImportError in one of them is a bug to see, never
+swallowed as "not built yet"), one way between the layers, and with no import circle."""
 
 import ast
 import re
@@ -29,8 +29,9 @@ def test_cli_registers_every_command():
 LAYERS = {  # package -> the attnviz packages it may import (engine <- figures <- ui; commands)
     "engine": {"engine"},
     "figures": {"engine", "figures"},
-    "commands": {"engine", "figures", "commands"},
-    "ui": {"engine", "figures", "ui"},
+    "corpus": {"engine", "corpus"},  # a corpus scan's files and tasks: no Qt, no figures
+    "commands": {"engine", "figures", "corpus", "commands"},
+    "ui": {"engine", "figures", "corpus", "ui"},
 }
 
 
@@ -100,3 +101,81 @@ def test_the_tests_mirror_the_layers():
     assert [p.name for p in sorted((tests / "figures").glob("test_*.py"))
             if window.search(p.read_text("utf-8"))] == []
     assert sorted(p.name for p in tests.glob("test_*.py")) == ["test_imports.py", "test_vocabulary.py"]
+
+
+def runtime_nodes(tree):
+    """Every node of `tree` except those under `if TYPE_CHECKING:` (never imported when run)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                todo.extend(child.orelse)
+                continue
+            todo.append(child)
+
+
+def module_imports(path: Path) -> set[str]:
+    """The attnviz modules a file imports when it runs, at the top or inside a function."""
+    found = set()
+    for node in runtime_nodes(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("attnviz")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("attnviz"):
+            for a in node.names:  # `from attnviz.ui import settings` imports the module attnviz.ui.settings
+                sub = f"{node.module}.{a.name}"
+                found.add(sub if module_file(sub) is not None else node.module)
+    return found
+
+
+def module_file(name: str) -> Path | None:
+    base = PACKAGE.parent / Path(*name.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def import_cycles() -> list[list[str]]:
+    """Every import circle among the package's modules (a package's __init__ importing its own
+    modules is not one: they import the package first)."""
+    names = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in PACKAGE.rglob("*.py")}
+    graph = {n: {m for m in module_imports(p) if m in names and m != n and not n.startswith(m + ".")}
+             for n, p in names.items()}
+    cycles, state = [], {}
+
+    def visit(n, stack):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph[n]):
+            if state.get(m) == 1:
+                cycles.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m, stack)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [])
+    return cycles
+
+
+def test_no_import_cycle_among_the_packages_modules():
+    assert import_cycles() == []
+
+
+def test_the_cycle_check_sees_a_circle_through_a_lazy_import(tmp_path):
+    pkg = tmp_path / "attnviz"
+    (pkg / "ui").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "ui" / "__init__.py").write_text("")
+    (pkg / "ui" / "app.py").write_text("def f():\n    from attnviz.ui.window import W\n")
+    (pkg / "ui" / "window.py").write_text("from attnviz.ui import app\nW = 1\n")
+    globals()["PACKAGE"], old = pkg, PACKAGE
+    try:
+        assert import_cycles() == [["attnviz.ui.app", "attnviz.ui.window", "attnviz.ui.app"]]
+    finally:
+        globals()["PACKAGE"] = old

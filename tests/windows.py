@@ -9,10 +9,10 @@ WAIT = 30000
 def open_window(qtbot, settings_path, **kw):
     """The window on MiniLM (a first start opens SmolLM2: test_ui_gguf.py), its first heatmaps and
     side panels built."""
-    from attnviz.ui.window import MainWindow
+    from attnviz.ui.app import create_window
 
     kw.setdefault("model", "all-MiniLM-L6-v2")
-    w = MainWindow(settings=QSettings(str(settings_path), QSettings.Format.IniFormat), **kw)
+    w = create_window(settings=QSettings(str(settings_path), QSettings.Format.IniFormat), **kw)
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)

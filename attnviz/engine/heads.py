@@ -319,6 +319,14 @@ class HeadScores:
         }
 
 
+def unknown_mask(ids, unknown_ids=()):  # [T], ids -> bool [T]
+    """Which tokens are the tokenizer's unknown token ([UNK]): never repeats of anything."""
+    ids = np.asarray(ids)
+    if not len(unknown_ids):
+        return np.zeros(ids.shape, dtype=bool)
+    return np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64))
+
+
 def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None,
                 unknown_ids=()):
     """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores.
@@ -335,8 +343,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         raise InputError(f"head scores need at least 2 tokens; got {T}")
     if ids.shape != (T,):
         raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
-    unknown = np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64)) if len(unknown_ids) else \
-        np.zeros(T, dtype=bool)
+    unknown = unknown_mask(ids, unknown_ids)
     unknown_share = float(unknown.mean())
     notice = None
     if unknown_share > UNKNOWN_LIMIT:

@@ -82,7 +82,7 @@ class Model:
 
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
             use_cache: bool = True, values: bool = False, inputs: bool = False,
-            trace: Trace | None = None) -> RunResult:
+            trace: Trace | None = None, max_tokens: int | None = None) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -98,19 +98,27 @@ class Model:
 
         `trace`: a Trace asking for more (head outputs z, the residual stream: prediction and
         attribution read them) or carrying edits; it is filled and returned as result.trace. A
-        trace with edits or a resume point never touches the KV cache."""
+        trace with edits or a resume point never touches the KV cache.
+
+        `max_tokens` lowers the limit truncate cuts to (and the limit a text may have without it)
+        below the model's positions."""
         t0 = time.perf_counter()
         text, notice, enc = self._encode(text, ids)
         ids = np.asarray(enc.ids, dtype=np.int64)
         tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
         n_full = len(ids)
         limit = self.config.max_positions
+        if max_tokens is not None:
+            if max_tokens < 1:
+                raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
+            limit = min(limit, int(max_tokens))
         truncated = n_full > limit
         if truncated:
             if not truncate:
-                raise InputError(f"sequence of {n_full} tokens is longer than this model's "
-                                 f"{limit} positions: shorten the text or truncate it "
-                                 "(--truncate, run(..., truncate=True))")
+                what = (f"this model's {limit} positions" if limit == self.config.max_positions
+                        else f"the limit of {limit} tokens")
+                raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
+                                 "text or truncate it (--truncate, run(..., truncate=True))")
             keep = list(range(limit))
             if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
                 keep[-1] = n_full - 1

@@ -288,10 +288,3 @@ def textbook_model_dir(cache_root=None):
             shutil.rmtree(tmp, ignore_errors=True)
     log.info("built %s v%d in %s", TEXTBOOK_NAME, TEXTBOOK_VERSION, folder)
     return folder
-
-
-def load_textbook(cache_root=None):
-    """The textbook model, loaded through the ordinary engine."""
-    from attnviz.engine import load_model
-
-    return load_model(str(textbook_model_dir(cache_root)))

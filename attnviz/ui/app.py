@@ -2,72 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-log = logging.getLogger(__name__)
-
-
-class ExceptionGuard(QObject):
-    """sys.excepthook while the window runs. PySide hands an exception that escapes a Qt slot to
-    sys.excepthook and carries on; the guard turns it into one log record (with the traceback) and
-    sigError, which the window shows in its error banner, instead of a traceback on a terminal the
-    user may not have. A hook that was installed before it (a debugger, pytest-qt) still sees the
-    exception; Python's default one, which would print it again, does not."""
-
-    sigError = Signal(str)
-
-    def __init__(self):
-        super().__init__()
-        self.previous = sys.__excepthook__
-        self._seen: set[str] = set()
-        self._inside = False  # a previous hook that calls back into this one must not loop
-
-    def __call__(self, etype, value, tb) -> None:
-        if self._inside:
-            sys.__excepthook__(etype, value, tb)
-            return
-        if issubclass(etype, (KeyboardInterrupt, SystemExit)):
-            self.previous(etype, value, tb)
-            return
-        self._inside = True
-        try:
-            self._report(etype, value, tb)
-        finally:
-            self._inside = False
-
-    def _report(self, etype, value, tb) -> None:
-        text = str(value)
-        summary = f"{etype.__name__}: {text if len(text) <= 300 else text[:300] + '…'}"
-        if summary not in self._seen:  # a slot that fails on every repaint logs its traceback once
-            self._seen.add(summary)
-            log.error("unexpected error in the window: %s", summary, exc_info=(etype, value, tb))
-        else:
-            log.debug("unexpected error in the window again: %s", summary)
-        try:
-            self.sigError.emit(f"Something went wrong inside attnviz ({summary}); the window carries "
-                               "on, and the details are in the log")
-        except RuntimeError:  # Qt already shut down
-            pass
-        if self.previous is not sys.__excepthook__:
-            self.previous(etype, value, tb)
-
-
-_GUARD: ExceptionGuard | None = None
-
-
-def install_exception_guard() -> ExceptionGuard:
-    """Make the guard sys.excepthook (again, if something replaced it) and return it."""
-    global _GUARD
-    if _GUARD is None:
-        _GUARD = ExceptionGuard()
-    if sys.excepthook is not _GUARD:
-        _GUARD.previous = sys.excepthook
-        sys.excepthook = _GUARD
-    return _GUARD
+from attnviz.ui.guard import ExceptionGuard, install_exception_guard  # noqa: F401 (the app's guard)
 
 
 def make_app() -> QApplication:
@@ -97,19 +37,20 @@ def assemble(debounce_ms: int = 2):
 
 
 def create_window(model: str | None = None, text: str | None = None,
-                  settings: QSettings | None = None, **kw):
-    """The main window, with its model already loading: the load starts on the worker thread
-    before the widget modules (pyqtgraph: about half a second) are imported, so the two overlap."""
+                  settings: QSettings | None = None, debounce_ms: int = 2, **kw):
+    """The main window on the app's one state and runner (assemble), with its model already
+    loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
+    a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
     from attnviz.ui.settings import app_settings, saved_model
 
     settings = settings if settings is not None else app_settings()
-    state, worker = assemble()
+    state, worker = assemble(debounce_ms)
     source = model or saved_model(settings)
     worker.load(source)
 
     from attnviz.ui.window import MainWindow
 
-    return MainWindow(model=source, text=text, settings=settings, state=state, worker=worker, **kw)
+    return MainWindow(state, worker, settings=settings, model=source, text=text, **kw)
 
 
 def run_app(model: str | None = None, text: str | None = None) -> int:

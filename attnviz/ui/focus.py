@@ -102,7 +102,7 @@ class FocusView(QWidget):
         state.sigDisplayChanged.connect(self.refresh)
         state.sigOverlayChanged.connect(self._draw_overlay)
         state.sigQueryChanged.connect(self._draw_query)
-        state.sigHeadLabelsChanged.connect(self.refresh)
+        state.sigHeadLabelsChanged.connect(self._draw_title)  # the badge: the title only
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -128,7 +128,6 @@ class FocusView(QWidget):
             self.query_rect.hide()
             return
         layer, head = lh
-        r = st.result
         shown = st.shown()
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
@@ -139,17 +138,8 @@ class FocusView(QWidget):
         self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
         self.cbar.setLevels((0.0, top))
-        kv = int(np.asarray(r.kv_group)[head])
-        gqa = group_size(r.kv_group) > 1
-        badge = st.badge(layer, head)
-        share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
-                 "attention output" if shown.weighted and r.head_share is not None else "")
         self.cbar.getAxis("right").setLabel(bar_label(shown.weighted), color=TEXT)
-        kind = st.model.config.layer_kind(layer) if st.model is not None else None
-        self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
-                           + (f" · KV {kv}" if gqa else "")
-                           + (f" · {badge}" if badge else "") + share
-                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
+        self._draw_title()
         if T != self._T:
             self._T = T
             self.vb.setRange(QRectF(0, 0, max(T, 1), max(T, 1)), padding=0.01)
@@ -157,6 +147,26 @@ class FocusView(QWidget):
         self._draw_overlay()
         self._draw_query()
         self._draw_window(layer, T)
+
+    def _draw_title(self, *_) -> None:
+        """The focused head's title: `L3 H1 · KV 0 · badge · ...` (a new badge changes only this)."""
+        st = self.state
+        lh = self._head()
+        if lh is None:
+            return
+        layer, head = lh
+        r, shown = st.result, st.shown()
+        T = shown.n_tok
+        kv = int(np.asarray(r.kv_group)[head])
+        gqa = group_size(r.kv_group) > 1
+        badge = st.badge(layer, head)
+        share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
+                 "attention output" if shown.weighted and r.head_share is not None else "")
+        kind = st.model.config.layer_kind(layer) if st.model is not None else None
+        self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
+                           + (f" · KV {kv}" if gqa else "")
+                           + (f" · {badge}" if badge else "") + share
+                           + f" · {st.model_name} · {T} tokens · rows: query, columns: key")
 
     def _draw_window(self, layer: int, T: int) -> None:
         """The sliding window's edge on a local layer, once the text is longer than the window."""

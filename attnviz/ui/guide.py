@@ -14,11 +14,8 @@ import html
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
-from attnviz.engine.samples import Guide, guide, sample_for_text
+from attnviz.engine.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
-from attnviz.ui.runner import describe_error
-
-JOB_KIND = "guide"
 
 
 class GuideBar(QWidget):
@@ -49,6 +46,7 @@ class GuideBar(QWidget):
         state.sigResultChanged.connect(self._on_result)
         state.sigHeadScoresChanged.connect(lambda: self._on_result(self.state.result))
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
+        state.sigGuideChanged.connect(self._on_guide)
         self._on_text(state.text)
 
     def _fit(self) -> None:
@@ -66,7 +64,7 @@ class GuideBar(QWidget):
     def _forget(self) -> None:  # the guide shown is no longer the current one's
         self.current = None
         self._asked = None
-        self.worker.cancel(JOB_KIND)
+        self.worker.cancel_guide()
         self.show_button.setEnabled(False)
         self.answer.setText("<i>Finding the head in this model…</i>")
 
@@ -104,15 +102,13 @@ class GuideBar(QWidget):
         if asked is self._asked:
             return  # this guide is shown, or on its way
         self._asked = asked
-        self.worker.submit(JOB_KIND, lambda: guide(s, result, scores=scores), self._on_guide,
-                           request=(s, result, model))
+        self.worker.request_guide(s, result, scores)
 
-    def _on_guide(self, request, value, error) -> None:
-        s, result, model = request
-        if s is not self.sample or model is not self.state.model:
-            return  # the text or model changed while it was scored
-        if error is not None:
-            self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(describe_error(error))}</span>")
+    def _on_guide(self, sample, value, message: str) -> None:
+        if sample is not self.sample:
+            return  # the text changed while it was found
+        if value is None:
+            self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(message)}</span>")
             return
         self.current = value
         color = GOOD if value.claimed else WARNING

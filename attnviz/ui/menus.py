@@ -58,66 +58,75 @@ class ModelsMenu(QMenu):
             self.addAction(act)
 
 
-def build_menus(w) -> None:
-    """File, Samples, Models, View and Help for MainWindow `w`; every shortcut is also the window's
-    own action, so it works whichever widget has the focus."""
-    mb = w.menuBar()
-    file_menu = mb.addMenu("&File")
-    w.open_folder_action = file_menu.addAction("&Open model folder…")
-    w.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
-    w.open_folder_action.triggered.connect(w.open_model_folder)
-    w.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
-    w.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
-    w.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
-    w.open_file_action.triggered.connect(w.open_model_file)
-    w.open_view_action = file_menu.addAction("Open &view…")
-    w.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
-    w.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
-    w.open_view_action.triggered.connect(w.open_view_dialog)
-    w.export_action = file_menu.addAction("&Export…")
-    w.export_action.setShortcut(QKeySequence("Ctrl+E"))
-    w.export_action.triggered.connect(w.export_dialog)
-    file_menu.addSeparator()
-    quit_action = file_menu.addAction("&Quit")
-    quit_action.setShortcut(QKeySequence.StandardKey.Quit)
-    quit_action.triggered.connect(w.close)
-    # also the window's own actions: a native (global) menu bar does not see key presses, and
-    # the shortcuts must work whichever widget has the focus, the sentence box included
-    for act in (w.open_folder_action, w.open_file_action, w.open_view_action,
-                w.export_action, quit_action):
-        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        w.addAction(act)
+class Menus:
+    """File, Samples, Models, View and Help on window `w`'s menu bar, their actions held here (the
+    window holds this object: `w.menus`). Each calls one of the window's actions or a setter of the
+    state; every shortcut is also the window's own action, so it works whichever widget has the focus."""
 
-    mb.addMenu(w.samples_menu)
+    def __init__(self, w, samples_menu: QMenu):
+        mb = w.menuBar()
+        file_menu = mb.addMenu("&File")
+        self.open_folder_action = file_menu.addAction("&Open model folder…")
+        self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
+        self.open_folder_action.triggered.connect(w.open_model_folder)
+        self.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
+        self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
+        self.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
+        self.open_file_action.triggered.connect(w.open_model_file)
+        self.open_view_action = file_menu.addAction("Open &view…")
+        self.open_view_action.setShortcut(QKeySequence("Ctrl+Shift+O"))
+        self.open_view_action.setToolTip("Restore a view from an exported image's JSON sidecar")
+        self.open_view_action.triggered.connect(w.open_view_dialog)
+        self.open_scan_action = file_menu.addAction("Open &scan…")
+        self.open_scan_action.setToolTip("A corpus scan's folder (attnviz scan): heads across a corpus")
+        self.open_scan_action.triggered.connect(w.open_scan_dialog)
+        self.export_action = file_menu.addAction("&Export…")
+        self.export_action.setShortcut(QKeySequence("Ctrl+E"))
+        self.export_action.triggered.connect(w.export_dialog)
+        file_menu.addSeparator()
+        self.quit_action = file_menu.addAction("&Quit")
+        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        self.quit_action.triggered.connect(w.close)
+        self.file_menu = file_menu
+        # also the window's own actions: a native (global) menu bar does not see key presses, and
+        # the shortcuts must work whichever widget has the focus, the sentence box included
+        for act in (self.open_folder_action, self.open_file_action, self.open_view_action,
+                    self.export_action, self.quit_action):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            w.addAction(act)
 
-    folder = QAction("Open model folder…", w)
-    folder.triggered.connect(w.open_model_folder)
-    gguf = QAction("Open model file (GGUF)…", w)
-    gguf.triggered.connect(w.open_model_file)
-    w.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf), w)
-    mb.addMenu(w.models_menu)
+        mb.addMenu(samples_menu)
 
-    view = w.view_menu = mb.addMenu("&View")
-    w.prev_layer_action = QAction("&Previous layer", w)
-    w.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
-    w.prev_layer_action.triggered.connect(lambda: w.state.set_layer(w.state.layer - 1))
-    w.next_layer_action = QAction("&Next layer", w)
-    w.next_layer_action.setShortcuts([QKeySequence("PgDown"), QKeySequence("Ctrl+Down")])
-    w.next_layer_action.triggered.connect(lambda: w.state.set_layer(w.state.layer + 1))
-    w.clear_query_action = QAction("&Clear query token", w)
-    w.clear_query_action.setShortcut(QKeySequence("Esc"))
-    w.clear_query_action.setToolTip("Esc: while a model loads, stop waiting for it; "
-                                    "otherwise clear the query token")
-    w.clear_query_action.triggered.connect(w._on_escape)
-    for act in (w.prev_layer_action, w.next_layer_action, w.clear_query_action):
-        act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        view.addAction(act)
-        w.addAction(act)
-    view.addSeparator()
-    view.addAction(w.focus_dock.toggleViewAction())
+        folder = QAction("Open model folder…", w)
+        folder.triggered.connect(w.open_model_folder)
+        gguf = QAction("Open model file (GGUF)…", w)
+        gguf.triggered.connect(w.open_model_file)
+        self.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf), w)
+        mb.addMenu(self.models_menu)
 
-    help_menu = mb.addMenu("&Help")
-    help_menu.addAction("&About attnviz").triggered.connect(w.show_about)
+        view = self.view_menu = mb.addMenu("&View")
+        st = w.state
+        self.prev_layer_action = QAction("&Previous layer", w)
+        self.prev_layer_action.setShortcuts([QKeySequence("PgUp"), QKeySequence("Ctrl+Up")])
+        self.prev_layer_action.triggered.connect(lambda: st.set_layer(st.layer - 1))
+        self.next_layer_action = QAction("&Next layer", w)
+        self.next_layer_action.setShortcuts([QKeySequence("PgDown"), QKeySequence("Ctrl+Down")])
+        self.next_layer_action.triggered.connect(lambda: st.set_layer(st.layer + 1))
+        self.clear_query_action = QAction("&Clear query token", w)
+        self.clear_query_action.setShortcut(QKeySequence("Esc"))
+        self.clear_query_action.setToolTip("Esc: while a model loads, stop waiting for it; "
+                                           "otherwise clear the query token")
+        self.clear_query_action.triggered.connect(w.escape)
+        for act in (self.prev_layer_action, self.next_layer_action, self.clear_query_action):
+            act.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            view.addAction(act)
+            w.addAction(act)
+        view.addSeparator()
+        view.addAction(w.focus_dock.toggleViewAction())
+
+        self.help_menu = mb.addMenu("&Help")
+        self.about_action = self.help_menu.addAction("&About attnviz")
+        self.about_action.triggered.connect(w.show_about)
 
 
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:

@@ -1,11 +1,11 @@
 """Remembered settings: one module that binds AppState to QSettings. `restore` applies what was
-saved (anything unreadable falls back to the default), `bind` writes each value back when the state
-says it changed. Below them, what the window keeps of its own (the model source, geometry and dock
+saved (anything unreadable falls back to the default), `bind` writes the values back once the
+state's changes pause, and at exit. Below them, what the window keeps of its own (the model source, geometry and dock
 layout) and the export dialog's last choices: every key the app writes is in this module."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QSettings
+from PySide6.QtCore import QByteArray, QObject, QSettings, QTimer
 
 from attnviz.engine.patterns import SCALE_MODES
 from attnviz.figures.data import COLORMAPS
@@ -67,12 +67,43 @@ def write_display(state, settings: QSettings) -> None:
     s.setValue("value_weighted", state.value_weighted)
 
 
-def bind(state, settings: QSettings) -> None:
-    """From now on every change of text, layer, a display option or the model is written to `settings`."""
-    state.sigTextChanged.connect(lambda text: settings.setValue("text", text))
-    state.sigModelChanged.connect(lambda model: model is not None and remember_model(settings, state.model_source))
-    state.sigLayerChanged.connect(lambda layer: settings.setValue("layer", layer))
-    state.sigDisplayChanged.connect(lambda: write_display(state, settings))
+WRITE_DELAY_MS = 1000  # text, layer and display options are written once changes pause this long
+
+
+class Writer(QObject):
+    """Writes the state's text, layer and display options to `settings` once changes pause
+    (WRITE_DELAY_MS: typing writes nothing per keystroke) and at `flush` (the window's close); a new
+    model is remembered at once."""
+
+    def __init__(self, state, settings: QSettings, parent: QObject | None = None):
+        super().__init__(parent if parent is not None else state)
+        self.state, self.settings = state, settings
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.setInterval(WRITE_DELAY_MS)
+        self.timer.timeout.connect(self.flush)
+        for sig in (state.sigTextChanged, state.sigLayerChanged, state.sigDisplayChanged):
+            sig.connect(self.timer.start)
+        state.sigModelChanged.connect(
+            lambda model: model is not None and remember_model(settings, state.model_source))
+
+    @property
+    def pending(self) -> bool:
+        return self.timer.isActive()
+
+    def flush(self) -> None:
+        """Write what changed now."""
+        self.timer.stop()
+        s, st = self.settings, self.state
+        s.setValue("text", st.text)
+        s.setValue("layer", st.layer)
+        write_display(st, s)
+
+
+def bind(state, settings: QSettings) -> Writer:
+    """From now on the text, layer and display options are written to `settings` once changes
+    pause, and the model at once; the Writer's flush writes at once (at exit)."""
+    return Writer(state, settings)
 
 
 # --- what the window keeps of its own: the model, the text, its geometry and docks -----------------

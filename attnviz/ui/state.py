@@ -34,6 +34,9 @@ class AppState(QObject):
     sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
+    sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
+    sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
+    sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -280,6 +283,22 @@ class AppState(QObject):
 
     def show_status(self, message: str) -> None:
         self.sigStatus.emit(message)
+
+    def set_guide(self, sample, guide, message: str = "") -> None:
+        """The runner's guide for a sample text (engine.samples.Guide: which head shows it best), or
+        None with why; the guide bar shows it while that sample is the text."""
+        self.sigGuideChanged.emit(sample, guide, str(message))
+
+    def report_load(self, source: str, outcome: str, message: str = "") -> None:
+        """The runner's word on a load it was asked for: "loaded" (the model is set already),
+        "failed" (with why) or "cancelled"; the window says so."""
+        assert outcome in ("loaded", "failed", "cancelled"), outcome
+        self.sigLoadReported.emit(str(source), outcome, str(message))
+
+    def report_compute(self, request, message: str = "") -> None:
+        """The runner's word on a run: "" once its result is set, else why it failed (the result
+        shown stays the last good one)."""
+        self.sigComputeReported.emit(request, str(message))
 
 
     # === head scores: the roles panel's options and the runner's scores ========================

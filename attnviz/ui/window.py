@@ -4,7 +4,6 @@ menus, shortcuts and remembered settings. Everything it shows is a view of one A
 from __future__ import annotations
 
 import logging
-import time
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
@@ -14,45 +13,40 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.samples import SAMPLES
 from attnviz.ui import settings as remembered
-from attnviz.ui.app import assemble, install_exception_guard
 from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
+from attnviz.ui.guard import install_exception_guard
 from attnviz.ui.grid import HeatmapGrid
 from attnviz.ui.guide import GuideBar
-from attnviz.ui.menus import about_html, build_menus
+from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.notices import Notices, sentence
-from attnviz.ui.state import AppState
 from attnviz.ui.tokens import TokenStrip
 from attnviz.ui.training_panel import TrainingPanel
-from attnviz.ui.worker import Worker
 
 log = logging.getLogger(__name__)
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, model: str | None = None, text: str | None = None,
-                 settings: QSettings | None = None, parent: QWidget | None = None,
-                 debounce_ms: int = 2, panels: tuple[str, ...] = ("calc", "roles", "anatomy"),
-                 state: AppState | None = None, worker: Worker | None = None):
-        """`state` and `worker` may come from create_window(), with the model already loading."""
+    def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
+                 text: str | None = None, parent: QWidget | None = None,
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy")):
+        """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
+        wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
         self.settings = settings if settings is not None else remembered.app_settings()
-        if state is None:  # (create_window gives both, the model already loading)
-            state, worker = assemble(debounce_ms)
         self.state, self.worker = state, worker
         for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
         self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
-        self.last_request = None
-        self.last_latency_s = 0.0
+        self.last_request = None  # the newest compute request whose outcome came
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
         if not self.state.loading:  # (create_window() started this load already)
             self.load_model(model or remembered.saved_model(self.settings))
         self._build_widgets()
         self._build_docks(panels)
-        build_menus(self)
+        self.menus = Menus(self, self.samples_menu)
         self._connect()
         self._restore(model, text)
         # an exception escaping a slot shows in the banner (make_app installs the guard for the app;
@@ -133,6 +127,7 @@ class MainWindow(QMainWindow):
         self.calc_panel = self.calc_dock = None
         self.roles_panel = self.roles_dock = None
         self.anatomy_panel = self.anatomy_dock = None
+        self.corpus_panel = self.corpus_dock = None  # built when a scan is first opened
         self._panels_wanted = panels
         self.panels_ready = not panels
 
@@ -173,23 +168,20 @@ class MainWindow(QMainWindow):
         if not self.restoreDockWidget(dock):  # where the saved window state had it, else tabbed
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
-        self.view_menu.addAction(dock.toggleViewAction())
+        self.menus.view_menu.addAction(dock.toggleViewAction())
         return dock
 
     def _connect(self) -> None:
-        st, w = self.state, self.worker
+        st = self.state
         self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
-        w.sigLoading.connect(self._on_loading)
-        w.sigLoaded.connect(self._on_loaded)
-        w.sigLoadFailed.connect(self._on_load_failed)
-        w.sigLoadCancelled.connect(self._on_load_cancelled)
-        w.sigComputed.connect(self._on_computed)
-        w.sigComputeFailed.connect(self._on_compute_failed)
+        st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
+        st.sigLoadReported.connect(self._on_load_reported)
+        st.sigComputeReported.connect(self._on_compute_reported)
 
     def _restore(self, model: str | None, text: str | None) -> None:
         s = self.settings
@@ -198,7 +190,7 @@ class MainWindow(QMainWindow):
         if not remembered.restore_window(self, s):
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
         remembered.restore(st, s)  # the display options, each value checked
-        remembered.bind(st, s)  # from here every change of text, layer or display is written
+        self.settings_writer = remembered.bind(st, s)  # from here changes are written once they pause
         self.set_text(text if text is not None else remembered.saved_text(s))
         self._update_title()
         if self.state.loading:  # the load started before the signals were connected
@@ -229,6 +221,22 @@ class MainWindow(QMainWindow):
             self, "Open a model file", "", "GGUF models (*.gguf);;All files (*)")
         if path:
             self.load_model(path)
+
+    def open_scan_dialog(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open a scan folder (attnviz scan --out)")
+        if path:
+            self.open_scan(path)
+
+    def open_scan(self, path: str) -> None:
+        """Show a corpus scan in the Corpus panel, built and docked the first time."""
+        if self.corpus_panel is None:
+            from attnviz.ui.corpus_panel import CorpusPanel
+
+            self.corpus_panel = CorpusPanel(self.state, self.worker)
+            self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
+        self.corpus_dock.show()
+        self.corpus_dock.raise_()
+        self.corpus_panel.open_scan(path)
 
     def open_view_dialog(self) -> None:
         from attnviz.ui.export import export_folder
@@ -301,15 +309,15 @@ class MainWindow(QMainWindow):
         if not self.panels_ready:
             QTimer.singleShot(30, self._build_panel_docks)
 
-    def _on_computed(self, req, result) -> None:
+    def _on_compute_reported(self, req, message: str) -> None:
+        """The outcome of a run (AppState.report_compute): its result is in the state, or `message`
+        says why there is none."""
         self._schedule_panels()
-        self.last_request = req
-        if self.notices.kind == "compute":
-            self.clear_error()
-        self.last_latency_s = time.perf_counter() - req.t_request
-
-    def _on_compute_failed(self, req, message: str) -> None:
-        self._schedule_panels()
+        if not message:
+            self.last_request = req
+            if self.notices.kind == "compute":
+                self.clear_error()
+            return
         if not req.text.strip():  # the empty state (the runner cleared the result)
             return
         # the result on screen stays (never a half or NaN one); the banner says why it is old
@@ -344,7 +352,7 @@ class MainWindow(QMainWindow):
     def _on_loading(self, source: str) -> None:
         self.statusBar().showMessage(f"Loading {source}…")
 
-    def _on_escape(self) -> None:
+    def escape(self) -> None:
         """Esc stops waiting for a model that is loading; otherwise it clears the query token."""
         if self.state.loading:
             self.cancel_load()
@@ -354,6 +362,15 @@ class MainWindow(QMainWindow):
     def _what_stays(self) -> str:  # after a load that did not happen
         return (f"still showing {self.state.model_name}" if self.state.model is not None
                 else "no model is loaded")
+
+    def _on_load_reported(self, source: str, outcome: str, message: str) -> None:
+        """The outcome of a load (AppState.report_load): loaded, failed or cancelled."""
+        if outcome == "loaded":
+            self._on_loaded(self.state.model)
+        elif outcome == "failed":
+            self._on_load_failed(source, message)
+        else:
+            self._on_load_cancelled(source)
 
     def _on_load_cancelled(self, source: str) -> None:
         self._pending_view = None
@@ -378,6 +395,7 @@ class MainWindow(QMainWindow):
 
     # --- shutdown -----------------------------------------------------------------------------
     def save_settings(self) -> None:
+        self.settings_writer.flush()
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:

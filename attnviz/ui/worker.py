@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is started afresh
 # head scores (the "head scores" section below): the typed text's and a probe source's, newest of each wins
 SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
+GUIDE_KIND = "guide"  # the guide bar's head for a sample text
 RESCORE_DELAY_MS = 150  # the text is scored once results have paused this long (typing)
 
 
@@ -52,14 +53,7 @@ def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weigh
 
 
 class Worker(Runner):
-    sigLoading = Signal(str)  # source being loaded
-    sigLoaded = Signal(object)  # model
-    sigLoadFailed = Signal(str, str)  # source, message
-    sigLoadCancelled = Signal(str)  # source the window stopped waiting for
-    sigComputed = Signal(object, object)  # ComputeRequest, RunResult (newest only; already in state)
-    sigComputeFailed = Signal(object, str)  # ComputeRequest, message
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
-    sigBusy = Signal(bool)  # whether any job the window still waits for is running
 
     def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
         super().__init__(parent)
@@ -69,7 +63,6 @@ class Worker(Runner):
         self._timer.setInterval(debounce_ms)
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
-        self.last_compute_s = 0.0
 
     # --- attention runs -----------------------------------------------------------------------
     def follow_state(self) -> None:
@@ -121,11 +114,10 @@ class Worker(Runner):
         if error is not None:
             if not req.text.strip():
                 self.state.set_result(None)  # an empty sentence is a valid, empty state
-            self.sigComputeFailed.emit(req, describe_error(error))
+            self.state.report_compute(req, describe_error(error))
             return
-        self.last_compute_s = result.compute_s
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
-        self.sigComputed.emit(req, result)
+        self.state.report_compute(req)
         self._compute_what_is_missing()  # a view may have asked for more while this run was on its way
 
     # === head scores ('roles' jobs) ============================================================
@@ -241,6 +233,26 @@ class Worker(Runner):
             self._probe_cache = (model, PROBE_SEED, probe)
         st.set_probe_scores(scores, probe[1] if probe is not None else "")
 
+    # --- the guide bar's head ('guide' jobs) ---------------------------------------------------
+    def request_guide(self, sample, result, scores=None) -> None:
+        """Find the head of the state's model that shows `sample` best in `result` (engine.samples
+        .guide, with the state's head scores of that result for a roles sample) on the pool; the
+        newest wins, and its guide lands in the state (set_guide)."""
+        from attnviz.engine.samples import guide
+
+        self.submit(GUIDE_KIND, lambda: guide(sample, result, scores=scores), self._on_guide,
+                    (sample, result, self.state.model))
+
+    def cancel_guide(self) -> None:
+        self.cancel(GUIDE_KIND)
+
+    def _on_guide(self, request, value, error) -> None:
+        sample, _result, model = request
+        if model is not self.state.model:
+            return  # found for a model no longer shown
+        self.state.set_guide(sample, None if error is not None else value,
+                             "" if error is None else describe_error(error))
+
     # --- model loads --------------------------------------------------------------------------
     def load(self, source: str) -> LoadRequest:
         """Load a model (name, folder or file) on a thread of its own; the newest load wins. The
@@ -249,7 +261,6 @@ class Worker(Runner):
 
         req = LoadRequest(self.claim("load"), str(source))
         self.state.set_loading(req.source)
-        self.sigLoading.emit(req.source)
         self.submit("load", lambda: load_model(req.source), self._on_load_done, req, THREAD,
                     job_id=req.id)
         return req
@@ -261,16 +272,16 @@ class Worker(Runner):
         if job is None:
             return None
         self.state.set_loading("")
-        self.sigLoadCancelled.emit(job.request.source)
+        self.state.report_load(job.request.source, "cancelled")
         return job.request.source
 
     def _on_load_done(self, req: LoadRequest, model, error) -> None:
         self.state.set_loading("")
         if error is not None:
-            self.sigLoadFailed.emit(req.source, describe_error(error))
+            self.state.report_load(req.source, "failed", describe_error(error))
             return
         self.state.set_model(model, source=req.source)
-        self.sigLoaded.emit(model)
+        self.state.report_load(req.source, "loaded")
 
     # --- training checkpoints -----------------------------------------------------------------
     def _load_checkpoints(self, model) -> None:

@@ -74,6 +74,20 @@ MISUSE = [
     ("out-is-a-folder", ["attention", *TB, "--text", "a", "--out", "{tmp}/dir.npz"],
      r"is a folder, not a file"),
     ("out-is-a-fifo", ["attention", *TB, "--text", "a", "--out", "{tmp}/fifo.npz"], r"not a regular file"),
+    # -- scan and scan-report (the corpus and the folder checked before anything is written)
+    ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
+    ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
+     r"a corpus is a \.txt, \.jsonl, \.parquet file, not \.bin"),
+    ("scan-missing-corpus", ["scan", *TB, "--corpus", "{tmp}/nope.txt", "--out", "{out}/s"],
+     r"corpus .*nope\.txt: no such file"),
+    ("scan-workers-and-scheduler", ["scan", *TB, "--corpus", "c.txt", "--out", "{out}/s",
+                                    "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"],
+     r"--workers sizes the LocalCluster"),
+    ("scan-batch-zero", ["scan", *TB, "--corpus", "c.txt", "--out", "{out}/s", "--batch", "0"],
+     r"argument --batch: must be a positive integer"),
+    ("scan-report-not-a-scan", ["scan-report", "{out}"], r"is not a scan folder: it has no scan\.json"),
+    ("scan-report-png-suffix", ["scan-report", "{out}", "--png", "{out}/a.jpg"],
+     r"--png must end in \.png, got a\.jpg"),
     ("model-unknown-name", ["attention", "--model", "no-such-model-xyz", "--text", "a", *OUT_NPZ],
      r"no model named 'no-such-model-xyz'.*attnviz models"),
     ("model-missing-folder", ["attention", "--model", "{tmp}/nope/", "--text", "a", *OUT_NPZ],
@@ -262,7 +276,7 @@ def test_misuse_exits_2_with_one_line(argv, expected, where, tmp_path, capsys, n
     assert rc == 2, (rc, err)
     assert len(lines) == 1 and "Traceback" not in err, err
     assert re.search(expected, lines[0]), lines[0]
-    assert re.match(r"attnviz( \w+)?: error: ", lines[0]), lines[0]
+    assert re.match(r"attnviz( [\w-]+)?: error: ", lines[0]), lines[0]
     assert out == ""
     assert list(tmp_path.iterdir()) == []  # nothing written, not even a temporary file
 

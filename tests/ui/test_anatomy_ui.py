@@ -12,7 +12,7 @@ from PySide6.QtGui import QImage
 from attnviz.figures import anatomy as fig
 from attnviz.figures.style import heat_index, heat_table
 from attnviz.figures.write import export_view
-from attnviz.ui.window import MainWindow
+from attnviz.ui.app import create_window
 
 WAIT = 30000
 TEXT = "The keys to the cabinet are on the table."
@@ -20,7 +20,7 @@ TEXT = "The keys to the cabinet are on the table."
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = MainWindow(model="all-MiniLM-L6-v2", text=TEXT,
+    w = create_window(model="all-MiniLM-L6-v2", text=TEXT,
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()

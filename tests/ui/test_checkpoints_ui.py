@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings
 
 from attnviz.engine.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
-from attnviz.ui.window import MainWindow
+from attnviz.ui.app import create_window
 
 WAIT = 30000
 # the window's "Repeated random sequence" sample: in its second half an induction head attends to
@@ -30,7 +30,7 @@ def rss_bytes() -> int:
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = MainWindow(model=TOY_MODEL, text=REPEATED,
+    w = create_window(model=TOY_MODEL, text=REPEATED,
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()

@@ -16,13 +16,15 @@ def test_changes_are_written_and_restored(qapp, tmp_path):
     st = AppState()
     st.set_model(load_model(textbook.TEXTBOOK_NAME))
     s = ini(tmp_path)
-    S.bind(st, s)
+    writer = S.bind(st, s)
     st.set_text("the cat sat")
     st.set_layer(1)
     st.set_colormap("magma")
     st.set_scale_mode("per-head")
     st.set_view_mode("all")
     st.set_hide_first(True)
+    assert writer.pending and s.value("text") is None  # nothing written per keystroke
+    writer.flush()  # once changes pause, or at exit
     s.sync()
     back = AppState()
     back.set_model(st.model)

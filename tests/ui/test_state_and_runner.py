@@ -26,6 +26,13 @@ def record(signal):
     return heard
 
 
+def landed(state):
+    """(request, result) of each run whose result the runner set in `state`, as reported there."""
+    heard = []
+    state.sigComputeReported.connect(lambda req, message: message or heard.append((req, state.result)))
+    return heard
+
+
 def test_setters_emit_once_and_only_on_change(qapp, book):
     st = AppState()
     layers, focus, query = record(st.sigLayerChanged), record(st.sigFocusChanged), record(st.sigQueryChanged)
@@ -76,7 +83,7 @@ def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
     st.set_model(minilm)
     st.set_text("the keys to the cabinet")
     w = Worker(st)
-    computed = record(w.sigComputed)
+    computed = landed(st)
     gate = threading.Event()
     real_run = minilm.run
 
@@ -104,7 +111,7 @@ def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
     st = AppState()
     st.set_model(book)
     w = Worker(st)
-    computed = record(w.sigComputed)
+    computed = landed(st)
     gate = threading.Event()
     w.submit("block", lambda: gate.wait(10), lambda *a: None, None, POOL)  # holds the one thread
     ran = []

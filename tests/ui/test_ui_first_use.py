@@ -78,10 +78,10 @@ def test_token_strip_more_count_fits_inside_the_strip(qtbot):
 def window(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from attnviz.ui.window import MainWindow
+    from attnviz.ui.app import create_window
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    w = MainWindow(model="all-MiniLM-L6-v2", settings=settings, panels=())
+    w = create_window(model="all-MiniLM-L6-v2", settings=settings, panels=())
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=30000)

@@ -6,7 +6,7 @@ import pytest
 from PySide6.QtCore import QSettings
 
 from attnviz.engine.calc import calc_inputs_from_config, calculate
-from attnviz.ui.window import MainWindow
+from attnviz.ui.app import create_window
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 from windows import WAIT, open_window, wait_for_text
@@ -46,7 +46,7 @@ def test_smollm2_window_bands_kv_groups_and_shows_the_live_cache(smollm2_window,
 def test_gguf_without_tokenizer_takes_ids_with_a_notice(qtbot, tmp_path):
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     path = write_gguf(tmp_path / "tiny.gguf", cfg, tensors)
-    w = MainWindow(model=str(path), text="5, 17, 3",
+    w = create_window(model=str(path), text="5, 17, 3",
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()
@@ -64,15 +64,15 @@ def test_gguf_without_tokenizer_takes_ids_with_a_notice(qtbot, tmp_path):
 
 
 def test_a_first_start_opens_smollm2_and_minilm_is_one_click_away(qtbot, tmp_path):
-    w = MainWindow(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    w = create_window(settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     assert w.state.model_name == "SmolLM2-135M-Instruct"
     assert w.settings.value("model") == "SmolLM2-135M-Instruct"
     with qtbot.waitSignal(w.worker.sigModelsFound, timeout=WAIT):  # the scan runs on the worker
-        w.models_menu.aboutToShow.emit()
-    entries = {a.text().split("  ")[0]: a for a in w.models_menu.actions() if a.text()}
+        w.menus.models_menu.aboutToShow.emit()
+    entries = {a.text().split("  ")[0]: a for a in w.menus.models_menu.actions() if a.text()}
     assert entries["SmolLM2-135M-Instruct"].isChecked()
     entries["all-MiniLM-L6-v2"].trigger()
     qtbot.waitUntil(lambda: w.state.model_name == "all-MiniLM-L6-v2" and w.state.result is not None

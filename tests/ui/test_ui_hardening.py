@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QSettings, Qt, QTimer
 
-from attnviz.ui.window import MainWindow
+from attnviz.ui.app import create_window
 from tiny import tiny_llama
 
 from windows import WAIT, open_window, wait_for_text
@@ -205,7 +205,7 @@ def test_a_load_that_outlives_its_window_ends_quietly(qtbot, tmp_path, slow_load
     from PySide6.QtCore import QCoreApplication, QEvent
 
     release, calls = slow_load
-    w = MainWindow(model="attnviz-textbook", panels=(),
+    w = create_window(model="attnviz-textbook", panels=(),
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     w.load_model("slow")
@@ -233,7 +233,7 @@ def test_the_models_menu_scans_on_the_worker_and_shows_a_placeholder_meanwhile(
 
     monkeypatch.setattr(attnviz.engine, "find_models", slow_find_models)
     ticker = Ticker()
-    menu = window.models_menu
+    menu = window.menus.models_menu
     menu.aboutToShow.emit()  # returns at once: the scan waits on its own thread
     texts = [a.text() for a in menu.actions()]
     assert texts[0] == "(looking for models…)" and "Open model folder…" in texts
@@ -367,11 +367,11 @@ def test_a_pasted_lone_surrogate_is_replaced_and_the_window_says_so(window, qtbo
 def test_window_shows_the_empty_state_for_an_empty_text_on_a_decoder_without_bos(qtbot, tmp_path):
     from PySide6.QtCore import QSettings
 
-    from attnviz.ui.window import MainWindow
+    from attnviz.ui.app import create_window
     from tiny import tiny_text_model
 
     folder = tiny_text_model(tmp_path / "m")
-    w = MainWindow(model=str(folder), text="the cat",
+    w = create_window(model=str(folder), text="the cat",
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()
@@ -396,10 +396,10 @@ def test_side_panels_are_built_after_an_empty_first_text_too(qtbot, tmp_path):
     measured on SmolLM2 in benchmarks/typing.py)."""
     from PySide6.QtCore import QSettings
 
-    from attnviz.ui.window import MainWindow
+    from attnviz.ui.app import create_window
     from tiny import tiny_text_model
 
-    w = MainWindow(model=str(tiny_text_model(tmp_path / "m")), text="",
+    w = create_window(model=str(tiny_text_model(tmp_path / "m")), text="",
                    settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     qtbot.addWidget(w)
     w.show()

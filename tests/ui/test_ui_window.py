@@ -202,12 +202,12 @@ def test_samples_menu_shortcuts_and_export_dialog(window, qtbot, monkeypatch):
     window.samples_menu.actions()[1].trigger()
     assert window.text_box.toPlainText().startswith("When Mary and John")
     wait_for_text(qtbot, window, window.text_box.toPlainText())
-    assert window.export_action.shortcut().toString() == "Ctrl+E"
-    assert window.open_folder_action.shortcut().toString() == "Ctrl+O"
+    assert window.menus.export_action.shortcut().toString() == "Ctrl+E"
+    assert window.menus.open_folder_action.shortcut().toString() == "Ctrl+O"
     export = pytest.importorskip("attnviz.ui.export")
     opened = []
     monkeypatch.setattr(export.ExportDialog, "exec", lambda self: opened.append(self) or 0)
-    window.export_action.trigger()
+    window.menus.export_action.trigger()
     assert len(opened) == 1 and opened[0].parent() is window
 
 
@@ -370,7 +370,7 @@ def test_file_shortcuts_work_from_the_sentence_box_and_models_menu_checks_the_cu
     asked = []
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: asked.append("folder") or "")
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: asked.append("view") or ("", ""))
-    assert window.open_view_action.shortcut().toString() == "Ctrl+Shift+O"
+    assert window.menus.open_view_action.shortcut().toString() == "Ctrl+Shift+O"
     window.text_box.setFocus()
     qtbot.keyClick(window.text_box, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
     mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
@@ -379,7 +379,7 @@ def test_file_shortcuts_work_from_the_sentence_box_and_models_menu_checks_the_cu
     assert window.text_box.toPlainText() == DEFAULT_TEXT  # no 'o' typed into the sentence
 
     with qtbot.waitSignal(window.worker.sigModelsFound, timeout=30000):  # the scan runs on the worker
-        window.models_menu.aboutToShow.emit()
-    checked = [a.text() for a in window.models_menu.actions() if a.isChecked()]
+        window.menus.models_menu.aboutToShow.emit()
+    checked = [a.text() for a in window.menus.models_menu.actions() if a.isChecked()]
     assert len(checked) == 1 and checked[0].startswith("all-MiniLM-L6-v2  (bert")
-    assert sum(a.isCheckable() for a in window.models_menu.actions()) >= 2  # MiniLM and the textbook
+    assert sum(a.isCheckable() for a in window.menus.models_menu.actions()) >= 2  # MiniLM and the textbook

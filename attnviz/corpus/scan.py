@@ -1,0 +1,260 @@
+"""A corpus scan: plan the batches (what is left to do in DIR), then run them on Dask (a
+LocalCluster of processes, or an existing cluster by its scheduler address) or in this process.
+
+Dask schedules the batches, reruns the batch of a worker that dies on another worker, and the
+atomic per-batch files make a rerun of the same command continue where an interrupted one stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnviz.corpus import store
+from attnviz.corpus.source import Corpus, read_corpus
+from attnviz.corpus.tasks import Batch, BatchDone, run_batch
+from attnviz.engine.errors import AttnvizError, InputError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 16
+DEFAULT_EXAMPLES = 20
+
+
+@dataclass(frozen=True)
+class Plan:
+    out: Path
+    manifest: store.Manifest
+    todo: list  # [Batch] not finished yet
+    n_done: int  # batches finished before this run
+
+    @property
+    def n_batches(self):
+        return self.manifest.n_batches
+
+
+def make_manifest(model, model_source: str, corpus: Corpus, options: dict) -> store.Manifest:
+    n = len(corpus)
+    b = options["batch"]
+    return store.Manifest(model=model_source, model_name=model.name,
+                          model_sha256=store.model_sha256(model.path),
+                          n_layer=model.config.n_layer, n_head=model.config.n_head,
+                          corpus=str(corpus.path), corpus_sha256=corpus.sha256, n_texts=n,
+                          n_batches=(n + b - 1) // b, options=dict(options))
+
+
+def plan_scan(out, model, model_source: str, corpus: Corpus, options: dict) -> Plan:
+    """Check DIR (new, empty, or a scan of the same model, corpus and options) and list the batches
+    left to run. Writes scan.json for a new scan."""
+    out = Path(out)
+    new = make_manifest(model, model_source, corpus, options)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder")
+    if (out / store.MANIFEST).exists():
+        old = store.read_manifest(out)
+        diff = store.differences(old, new)
+        if diff:
+            raise InputError(f"{out} holds a scan made with {'; '.join(diff)}: give another --out "
+                             "(or remove that folder) to start a new scan")
+    elif out.is_dir() and any(p.name != ".lock" for p in out.iterdir()):
+        raise InputError(f"--out {out} is a folder with files but no {store.MANIFEST}: give a new "
+                         "or empty folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / store.MANIFEST).exists():
+        store.write_manifest(out, new)
+    store.remove_leftovers(out)
+    done = store.finished_batches(out, new.n_batches)
+    b = options["batch"]
+    todo = []
+    for i in range(new.n_batches):
+        if i in done:
+            continue
+        ids = tuple(range(i * b, min((i + 1) * b, len(corpus))))
+        todo.append(Batch(out=str(out.resolve()), index=i, text_ids=ids,
+                          texts=tuple(corpus.texts[t] for t in ids),
+                          read_errors={t: corpus.errors[t] for t in ids if t in corpus.errors},
+                          model=model_source, model_sha256=new.model_sha256,
+                          max_tokens=options.get("max_tokens"), examples=options["examples"]))
+    return Plan(out=out, manifest=new, todo=todo, n_done=len(done))
+
+
+def finish(plan: Plan) -> store.Manifest:
+    """After every batch: DIR/errors.parquet and scan.json marked complete."""
+    n_errors = store.write_errors_file(plan.out)
+    m = store.Manifest(**{**plan.manifest.__dict__, "complete": True, "n_errors": n_errors})
+    store.write_manifest(plan.out, m)
+    return m
+
+
+class Progress:
+    """Texts done, texts/s and an ETA on stderr: one updating line on a terminal, else a line every
+    few seconds."""
+
+    def __init__(self, total_texts: int, done_texts: int = 0, stream=None, every: float = 5.0):
+        self.stream = stream or sys.stderr
+        self.total = total_texts
+        self.done = done_texts
+        self.start_done = done_texts
+        self.tokens = 0
+        self.t0 = time.perf_counter()
+        self.last = 0.0
+        self.every = every
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def rate(self) -> float:
+        dt = time.perf_counter() - self.t0
+        return (self.done - self.start_done) / dt if dt > 0 else 0.0
+
+    def line(self) -> str:
+        r = self.rate()
+        left = self.total - self.done
+        eta = _clock(left / r) if r > 0 else "?"
+        pct = 100.0 * self.done / self.total if self.total else 100.0
+        return (f"{self.done}/{self.total} texts ({pct:.0f}%)  {r:.1f} texts/s  "
+                f"{self.tokens / max(time.perf_counter() - self.t0, 1e-9):.0f} tokens/s  ETA {eta}")
+
+    def update(self, done: BatchDone) -> None:
+        self.done += done.n_texts
+        self.tokens += done.n_tokens
+        now = time.perf_counter()
+        if self.tty:
+            self.stream.write("\r" + self.line() + "\x1b[K")
+            self.stream.flush()
+        elif now - self.last >= self.every or self.done == self.total:
+            self.last = now
+            print(self.line(), file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def run_in_process(plan: Plan, progress: Progress | None = None) -> list:
+    """Every batch left, one after another in this process (no Dask): the reference the cluster's
+    result is checked against, and the benchmark's plain loop."""
+    done = []
+    for batch in plan.todo:
+        d = run_batch(batch)
+        done.append(d)
+        if progress:
+            progress.update(d)
+    return done
+
+
+def local_cluster(n_workers: int):
+    """A LocalCluster of `n_workers` processes, one thread each (one BLAS thread: Dask's nanny
+    sets OMP/MKL/OpenBLAS_NUM_THREADS=1 before a worker starts, and each task caps BLAS again)."""
+    from dask.distributed import LocalCluster
+
+    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                        dashboard_address=None, silence_logs=logging.ERROR)
+
+
+def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None = None,
+                progress: Progress | None = None, client=None) -> list:
+    """Every batch left, as Dask tasks: on `client`, on the cluster at `scheduler`, or on a new
+    LocalCluster of `workers` processes (closed afterwards). A batch that raises stops the scan
+    (the finished batches stay); a worker that dies has its batch rerun elsewhere by Dask."""
+    from dask.distributed import Client
+
+    cluster = None
+    own = client is None
+    try:
+        if client is None:
+            if scheduler:
+                try:
+                    client = Client(scheduler, timeout="15s")
+                except OSError as exc:
+                    raise InputError(f"--scheduler {scheduler}: cannot reach a Dask scheduler "
+                                     f"({exc})") from None
+            else:
+                cluster = local_cluster(workers or os.cpu_count() or 1)
+                client = Client(cluster)
+        return _submit_all(client, plan, progress)
+    finally:
+        if own and client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
+    from dask.distributed import KilledWorker, as_completed
+
+    run_id = uuid.uuid4().hex[:8]
+    if progress:
+        progress.t0 = time.perf_counter()  # the rate from the first task on, not the cluster's start
+    futures = [client.submit(run_batch, b, key=f"attnviz-batch-{b.index:06d}-{run_id}",
+                             priority=-b.index) for b in plan.todo]
+    done = []
+    try:
+        for fut in as_completed(futures):
+            try:
+                d = fut.result()
+            except AttnvizError as exc:  # a worker's model is not the scan's
+                raise InputError(f"batch {_batch_of(fut)}: {exc}") from None
+            except KilledWorker:
+                raise InputError(
+                    f"batch {_batch_of(fut)} killed the workers that ran it (out of memory? "
+                    "--max-tokens caps the [n_layer, n_head, T, T] patterns of long texts); the "
+                    "finished batches are kept: rerun to resume") from None
+            done.append(d)
+            if progress:
+                progress.update(d)
+            fut.release()
+    finally:
+        client.cancel([f for f in futures if not f.done()])
+    return done
+
+
+def _batch_of(fut) -> int:
+    return int(str(fut.key).split("-")[2])
+
+
+def scan(out, model_source: str, corpus_path, *, split="lines", column=None,
+         batch=DEFAULT_BATCH, max_tokens=None, examples=DEFAULT_EXAMPLES, workers=None,
+         scheduler=None, client=None, in_process=False, progress_stream=None,
+         model=None, on_plan=None) -> tuple:
+    """The whole scan; -> (Manifest, [BatchDone] of this run). `on_plan(plan)` is called once the
+    folder and the inputs are checked, before any batch runs."""
+    from attnviz.engine import load_model
+
+    if batch < 1 or examples < 1:
+        raise InputError("--batch and --examples must be at least 1")
+    corpus = read_corpus(corpus_path, split=split, column=column)
+    model = model or load_model(model_source)
+    options = {"split": split if corpus.path.suffix.lower() == ".txt" else None,
+               "column": column, "batch": batch, "max_tokens": max_tokens, "examples": examples}
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    with store.ScanLock(out):
+        plan = plan_scan(out, model, model_source, corpus, options)
+        done_texts = sum(len(range(i * batch, min((i + 1) * batch, len(corpus))))
+                         for i in store.finished_batches(out, plan.n_batches))
+        if on_plan:
+            on_plan(plan)
+        progress = Progress(len(corpus), done_texts, stream=progress_stream)
+        try:
+            if not plan.todo:
+                results = []
+            elif in_process:
+                results = run_in_process(plan, progress)
+            else:
+                results = run_on_dask(plan, scheduler=scheduler, workers=workers,
+                                      progress=progress, client=client)
+        finally:
+            progress.close()
+        return finish(plan), results

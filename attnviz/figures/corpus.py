@@ -1,0 +1,92 @@
+"""The corpus figure: each statistic's per-head mean over a scanned corpus as a layer x head grid
+(rows layers, top to bottom; columns heads), one panel per statistic with its own 0..max scale,
+coloured through the heatmaps' table (style.heat_table), a cell's value written in it when it fits,
+and a grey cell where no text gave a value."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QImage, QPainter
+
+from attnviz.engine.corpus_stats import STAT_UNITS as UNITS
+from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
+from attnviz.figures.heatmaps import FRAME, MUTED, TEXT, _font, encode_png
+from attnviz.figures.style import heat_index, heat_table
+
+
+def _layout(n_layer: int, n_head: int, n_panel: int, width: int):
+    cols = min(3, n_panel)
+    rows = (n_panel + cols - 1) // cols
+    pad = width * 0.02
+    panel_w = (width - pad * (cols + 1)) / cols
+    label_w = panel_w * 0.12
+    cell = min((panel_w - label_w) / n_head, 60.0 * width / 1200)
+    grid_h = cell * n_layer
+    title_h = width * 0.035
+    head_h = width * 0.03
+    panel_h = head_h + grid_h + width * 0.04
+    height = int(title_h + rows * (panel_h + pad) + pad)
+    return cols, pad, panel_w, label_w, cell, panel_h, title_h, head_h, height
+
+
+def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP) -> bytes:
+    """{name: [n_layer, n_head]} for each of `names` -> PNG bytes (needs a QGuiApplication)."""
+    arrays = [np.asarray(means[n], dtype=np.float64) for n in names]
+    if not arrays or arrays[0].ndim != 2 or 0 in arrays[0].shape:
+        raise ExportError("nothing to draw: no head means")
+    n_layer, n_head = arrays[0].shape
+    cols, pad, panel_w, label_w, cell, panel_h, title_h, head_h, height = _layout(
+        n_layer, n_head, len(arrays), width)
+    image = QImage(width, height, QImage.Format.Format_RGB32)
+    if image.isNull():
+        raise ExportError(f"cannot allocate a {width} x {height} image")
+    image.fill(QColor(255, 255, 255))
+    lut = heat_table(colormap)
+    p = QPainter(image)
+    try:
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(TEXT)
+        p.setFont(_font(title_h * 0.5, bold=True))
+        p.drawText(QRectF(pad, 0, width - 2 * pad, title_h), Qt.AlignmentFlag.AlignVCenter, title)
+        for i, (name, a) in enumerate(zip(names, arrays)):
+            x0 = pad + (i % cols) * (panel_w + pad)
+            y0 = title_h + (i // cols) * (panel_h + pad)
+            finite = a[np.isfinite(a)]
+            top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+            unit = f" ({UNITS[name]})" if name in UNITS else ""
+            p.setPen(TEXT)
+            p.setFont(_font(head_h * 0.5, bold=True))
+            p.drawText(QRectF(x0, y0, panel_w, head_h), Qt.AlignmentFlag.AlignVCenter,
+                       f"{name}{unit} 0..{top:.3g}")
+            gx, gy = x0 + label_w, y0 + head_h
+            idx = heat_index(np.nan_to_num(a, nan=0.0), top)
+            small = _font(cell * 0.28)
+            for l in range(n_layer):
+                p.setPen(MUTED)
+                p.setFont(_font(min(cell * 0.4, head_h * 0.5)))
+                p.drawText(QRectF(x0, gy + l * cell, label_w - 4, cell),
+                           Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"L{l}")
+                for h in range(n_head):
+                    r = QRectF(gx + h * cell, gy + l * cell, cell, cell)
+                    if np.isfinite(a[l, h]):
+                        c = lut[idx[l, h]]
+                        col = QColor(int(c[0]), int(c[1]), int(c[2]))
+                    else:
+                        col = QColor(200, 200, 200)
+                    p.fillRect(r, col)
+                    if cell >= 22 and np.isfinite(a[l, h]):
+                        p.setPen(QColor(0, 0, 0) if col.lightness() > 128 else QColor(255, 255, 255))
+                        p.setFont(small)
+                        p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{a[l, h]:.2f}")
+            p.setPen(FRAME)
+            p.drawRect(QRectF(gx, gy, cell * n_head, cell * n_layer))
+            p.setPen(MUTED)
+            p.setFont(_font(min(cell * 0.4, head_h * 0.5)))
+            step = max(1, int(np.ceil(18 / max(cell, 1))))
+            for h in range(0, n_head, step):
+                p.drawText(QRectF(gx + h * cell, gy + n_layer * cell, cell * step, width * 0.02),
+                           Qt.AlignmentFlag.AlignLeft, f"H{h}")
+    finally:
+        p.end()
+    return encode_png(image)

@@ -1,0 +1,444 @@
+"""The Corpus panel: a scan folder (`attnviz scan`) seen from the window.
+
+A view of AppState. A scan is read off the main thread (a THREAD job of the app's one runner:
+DuckDB over the Parquet files, then the heads' distances), and kept here as a `ScanView`: each
+statistic's per-head mean, each head's top examples, and the heads placed by behaviour.
+- a layer x head heatmap of the statistic picked; a click on a head lists its top examples, with
+  the query and key tokens highlighted;
+- a click on an example puts its text in the sentence box, focuses the head and, once the text is
+  computed, picks the example's query token: the live view takes over;
+- the heads as points in 2-D (classical MDS of the Jensen-Shannon distances of their mean
+  statistics, Clark et al. 2019), coloured by layer; a click on a point focuses its head;
+- a scan made with another model than the one loaded says so and offers to load it.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
+    QSplitter, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.corpus_stats import (
+    HEAD_STATS, PROFILE_RULE, STAT_UNITS, classical_mds, head_profiles, js_distance,
+)
+from attnviz.engine.patterns import head_title
+from attnviz.figures.data import DEFAULT_COLORMAP
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
+
+SNIPPET = 60  # characters of text shown either side of an example's tokens
+
+
+@dataclass(frozen=True)
+class ScanView:
+    """What the panel shows of one scan, read once (`read_scan`)."""
+
+    path: Path
+    model: str  # what --model named (loadable by the window)
+    model_name: str
+    n_layer: int
+    n_head: int
+    n_texts: int
+    n_stored: int
+    n_errors: int
+    complete: bool
+    means: dict  # stat -> float64 [n_layer, n_head]
+    examples: dict  # (layer, head) -> [store.Example] strongest first, texts included
+    coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour
+
+    def summary(self) -> str:
+        done = "" if self.complete else " (scan not finished)"
+        return (f"{self.model_name} · {self.n_layer} layers × {self.n_head} heads · "
+                f"{self.n_stored} of {self.n_texts} texts{done} · {self.n_errors} errors")
+
+
+def read_scan(path) -> ScanView:
+    """A scan folder -> ScanView (DuckDB over its Parquet files; run off the main thread)."""
+    from attnviz.corpus import store
+
+    path = Path(path)
+    m = store.read_manifest(path)
+    c = store.counts(path)
+    means = store.head_means(path, m.n_layer, m.n_head)
+    examples: dict = {}
+    for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
+        examples.setdefault((e.layer, e.head), []).append(e)
+    coords = classical_mds(js_distance(head_profiles(means)), 2)
+    return ScanView(path=path, model=m.model, model_name=m.model_name, n_layer=m.n_layer,
+                    n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
+                    complete=m.complete, means=means, examples=examples, coords=coords)
+
+
+def example_html(e, offsets=None) -> str:
+    """An example: its weight and two tokens, then its text around them, the query in orange and
+    bold, the key bold and underlined. `offsets`: the text's token character spans (the loaded
+    model's tokenizer, when it is the scan's); without them the text is shown unmarked."""
+    head = (f"<b>{e.weight:.3f}</b> &nbsp; <span style='color:{FOCUS}'><b>"
+            f"{html.escape(e.query_token)}</b></span>@{e.query_pos} → "
+            f"<b><u>{html.escape(e.key_token)}</u></b>@{e.key_pos} &nbsp; text {e.text_id}")
+    if not e.text:
+        return head
+    return f"{head}<br><span style='color:gray'>{_marked(e, offsets)}</span>"
+
+
+def _marked(e, offsets) -> str:
+    text = e.text
+    spans = []  # [((start, end), "q" | "k" | "qk")]; a special token ([CLS], [SEP]) has no span
+    if offsets and max(e.query_pos, e.key_pos) < len(offsets):
+        q, k = tuple(offsets[e.query_pos]), tuple(offsets[e.key_pos])
+        marks = {}
+        for span, kind in ((q, "q"), (k, "k")):
+            if span[1] > span[0]:
+                marks[span] = marks.get(span, "") + kind
+        spans = sorted(marks.items())
+        if len(spans) == 2 and spans[0][0][1] > spans[1][0][0]:  # overlapping pieces: unmarked
+            spans = []
+    if not spans:
+        cut = text[:2 * SNIPPET]
+        return html.escape(" ".join(cut.split())) + ("…" if len(text) > 2 * SNIPPET else "")
+    lo = max(0, spans[0][0][0] - SNIPPET)
+    hi = min(len(text), spans[-1][0][1] + SNIPPET)
+    out, pos = ["…" if lo > 0 else ""], lo
+    for (a, b), kind in spans:
+        out.append(html.escape(text[pos:a]))
+        word = html.escape(text[a:b])
+        if "k" in kind:
+            word = f"<b><u>{word}</u></b>"
+        if "q" in kind:
+            word = f"<span style='color:{FOCUS}'><b>{word}</b></span>"
+        out.append(word)
+        pos = b
+    out.append(html.escape(text[pos:hi]) + ("…" if hi < len(text) else ""))
+    return "".join(out).replace("\n", " ")
+
+
+class CorpusPanel(QWidget):
+    """The Corpus tab (module docstring). `runner`: the app's job runner (ui/worker.Worker)."""
+
+    sigScanRead = Signal(object)  # ScanView, or None when a read failed
+
+    def __init__(self, state, runner, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.runner = runner
+        self.scan: ScanView | None = None
+        self.stat = HEAD_STATS[0]
+        self.head: tuple | None = None  # the head whose examples are listed
+        self._pending_query = None  # (text, query_pos): picked once that text's result lands
+        self._build()
+        self._connect()
+
+    # --- building -----------------------------------------------------------------------------
+    def _build(self):
+        lay = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.open_button = QPushButton("Open scan…")
+        self.open_button.setToolTip("a folder written by attnviz scan")
+        top.addWidget(self.open_button)
+        self.stat_box = QComboBox()
+        for name in HEAD_STATS:
+            self.stat_box.addItem(name + (f" ({STAT_UNITS[name]})" if name in STAT_UNITS else ""), name)
+        self.stat_box.setToolTip("the statistic the heatmap shows: its mean over the scanned texts")
+        top.addWidget(self.stat_box)
+        top.addStretch(1)
+        lay.addLayout(top)
+        self.status = QLabel("No scan open: File → Open scan…, or attnviz scan --help")
+        self.status.setWordWrap(True)
+        lay.addWidget(self.status)
+        other = QHBoxLayout()
+        self.model_note = QLabel("")
+        self.model_note.setWordWrap(True)
+        self.model_note.setStyleSheet(f"color: {WARNING}")
+        self.load_button = QPushButton("Load it")
+        other.addWidget(self.model_note, 1)
+        other.addWidget(self.load_button)
+        lay.addLayout(other)
+        self.model_note.hide()
+        self.load_button.hide()
+
+        split = QSplitter(Qt.Orientation.Vertical)
+        views = QSplitter(Qt.Orientation.Horizontal)
+        self.heat_w = pg.GraphicsLayoutWidget()
+        self.heat_w.setBackground(BACKGROUND)
+        self.heat_plot = self.heat_w.addPlot()
+        self.heat_plot.setMenuEnabled(False)
+        self.heat_plot.hideButtons()
+        self.heat_plot.setMouseEnabled(False, False)
+        self.heat_plot.setLabel("left", "layer")
+        self.heat_plot.setLabel("bottom", "head")
+        self.heat_vb = self.heat_plot.getViewBox()
+        self.heat_vb.invertY(True)
+        self.heat_img = pg.ImageItem(axisOrder="row-major")
+        self.heat_plot.addItem(self.heat_img)
+        self.heat_mark = pg.QtWidgets.QGraphicsRectItem()
+        pen = pg.mkPen(FOCUS, width=2)
+        pen.setCosmetic(True)
+        self.heat_mark.setPen(pen)
+        self.heat_mark.hide()
+        self.heat_plot.addItem(self.heat_mark)
+        self.cbar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(DEFAULT_COLORMAP),
+                                    interactive=False, width=14, colorMapMenu=False)
+        self.cbar.setImageItem(self.heat_img)
+        self.heat_w.addItem(self.cbar)
+        for ax in ("left", "bottom"):
+            self.heat_plot.getAxis(ax).setTextPen(pg.mkPen(TEXT))
+        views.addWidget(self.heat_w)
+
+        self.scatter_w = pg.GraphicsLayoutWidget()
+        self.scatter_w.setBackground(BACKGROUND)
+        self.scatter_plot = self.scatter_w.addPlot(title="heads by behaviour (JS distance, MDS); colour: layer")
+        self.scatter_plot.setMenuEnabled(False)
+        self.scatter_plot.hideButtons()
+        self.scatter_plot.setMouseEnabled(False, False)
+        self.scatter_plot.hideAxis("left")
+        self.scatter_plot.hideAxis("bottom")
+        self.scatter_w.setToolTip(PROFILE_RULE)
+        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
+                                          tip=lambda x, y, data: head_title(*data))
+        self.scatter_plot.addItem(self.scatter)
+        views.addWidget(self.scatter_w)
+        split.addWidget(views)
+
+        self.examples_title = QLabel("Click a head for its top examples.")
+        self.examples = QListWidget()
+        self.examples.setWordWrap(True)
+        box = QWidget()
+        bl = QVBoxLayout(box)
+        bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.examples_title)
+        bl.addWidget(self.examples)
+        split.addWidget(box)
+        lay.addWidget(split, 1)
+
+    def _connect(self):
+        self.open_button.clicked.connect(self.ask_open)
+        self.stat_box.currentIndexChanged.connect(
+            lambda i: self.set_stat(self.stat_box.itemData(i)))
+        self.load_button.clicked.connect(self.load_scan_model)
+        self.heat_w.scene().sigMouseClicked.connect(self._on_heat_clicked)
+        self.scatter.sigClicked.connect(self._on_point_clicked)
+        self.examples.itemActivated.connect(self._on_example)
+        self.examples.itemClicked.connect(self._on_example)
+        self.state.sigModelChanged.connect(self._check_model)
+        self.state.sigResultChanged.connect(self._on_result)
+        self.state.sigFocusChanged.connect(self._on_focus)
+
+    # --- opening a scan -----------------------------------------------------------------------
+    def ask_open(self):
+        path = QFileDialog.getExistingDirectory(self, "Open a scan folder (attnviz scan --out)")
+        if path:
+            self.open_scan(path)
+
+    def open_scan(self, path) -> None:
+        """Read a scan folder in the background; the last scan shown stays until it is read."""
+        from attnviz.ui.runner import THREAD
+
+        self.status.setText(f"Reading {path}…")
+        self.runner.submit("corpus", lambda: read_scan(path), self._on_read, str(path), THREAD)
+
+    def _on_read(self, path, scan, error) -> None:
+        if error is not None:
+            from attnviz.ui.runner import describe_error
+
+            shown = f"; still showing {self.scan.path}" if self.scan is not None else ""
+            self.status.setText(f"Cannot open scan {path}: {describe_error(error)}{shown}")
+            self.sigScanRead.emit(None)
+            return
+        self.set_scan(scan)
+        self.sigScanRead.emit(scan)
+
+    def set_scan(self, scan: ScanView) -> None:
+        self.scan = scan
+        self.head = None
+        self.status.setText(f"{scan.path}: {scan.summary()}")
+        self._draw_heat()
+        self._draw_scatter()
+        self._list_examples()
+        self._check_model()
+
+    # --- the scan's model against the loaded one ----------------------------------------------
+    def model_matches(self) -> bool:
+        m = self.state.model
+        s = self.scan
+        return (s is not None and m is not None and m.name == s.model_name
+                and m.config.n_layer == s.n_layer and m.config.n_head == s.n_head)
+
+    def _check_model(self, *_):
+        s = self.scan
+        if s is None or self.model_matches():
+            self.model_note.hide()
+            self.load_button.hide()
+            if s is not None and self.head is not None:
+                self._list_examples()  # marked with the scan's own tokenizer
+            return
+        loaded = self.state.model_name or "no model"
+        self.model_note.setText(f"This scan was made with {s.model_name}; the window shows "
+                                f"{loaded}. Its examples open in the live view once "
+                                f"{s.model_name} is loaded.")
+        self.load_button.setText(f"Load {s.model_name}")
+        self.model_note.show()
+        self.load_button.show()
+        if self.head is not None:
+            self._list_examples()  # unmarked: the loaded tokenizer is not the scan's
+
+    def load_scan_model(self):
+        if self.scan is not None:
+            self.runner.load(self.scan.model)
+
+    # --- the heatmap --------------------------------------------------------------------------
+    def set_stat(self, name: str) -> None:
+        if name not in HEAD_STATS:
+            return
+        self.stat = name
+        i = self.stat_box.findData(name)
+        if i != self.stat_box.currentIndex():
+            self.stat_box.setCurrentIndex(i)
+        self._draw_heat()
+
+    def values(self) -> np.ndarray | None:  # [n_layer, n_head] of the statistic shown
+        return None if self.scan is None else self.scan.means[self.stat]
+
+    def _draw_heat(self):
+        v = self.values()
+        if v is None:
+            return
+        finite = v[np.isfinite(v)]
+        top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+        self.heat_img.setImage(np.nan_to_num(v, nan=0.0), levels=(0.0, top), autoLevels=False)
+        self.heat_img.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
+        self.cbar.setLevels((0.0, top))
+        self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
+        n_layer, n_head = v.shape
+        step = max(1, n_head // 12)
+        self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(n_layer)]])
+        self.heat_plot.getAxis("bottom").setTicks(
+            [[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
+        self.heat_plot.setTitle(f"mean {self.stat} per head", color=TEXT)
+        self._mark_head()
+
+    def cell_center(self, layer: int, head: int) -> QPointF:
+        """A head's cell centre in the heatmap's view coordinates (x: head, y: layer)."""
+        return QPointF(head + 0.5, layer + 0.5)
+
+    def _on_heat_clicked(self, ev):
+        if self.scan is None:
+            return
+        p = self.heat_vb.mapSceneToView(ev.scenePos())
+        head, layer = int(np.floor(p.x())), int(np.floor(p.y()))
+        if 0 <= layer < self.scan.n_layer and 0 <= head < self.scan.n_head:
+            ev.accept()
+            self.pick_head(layer, head)
+
+    def pick_head(self, layer: int, head: int) -> None:
+        """List a head's top examples, and focus it in the window when the model is the scan's."""
+        self.head = (int(layer), int(head))
+        self._list_examples()
+        self._mark_head()
+        if self.model_matches():
+            self.state.show_head(layer, head)
+
+    def _mark_head(self):
+        if self.head is None:
+            self.heat_mark.hide()
+            return
+        l, h = self.head
+        self.heat_mark.setRect(QRectF(h, l, 1, 1))
+        self.heat_mark.show()
+
+    def _on_focus(self, focus):
+        if focus is not None and self.scan is not None and self.model_matches() \
+                and tuple(focus) != self.head:
+            self.head = tuple(focus)
+            self._list_examples()
+            self._mark_head()
+
+    # --- the scatter of heads by behaviour ----------------------------------------------------
+    def _draw_scatter(self):
+        s = self.scan
+        n = s.n_layer * s.n_head
+        colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
+        spots = []
+        for i in range(n):
+            l, h = divmod(i, s.n_head)
+            c = colors[l]
+            spots.append({"pos": (float(s.coords[i, 0]), float(s.coords[i, 1])), "data": (l, h),
+                          "brush": pg.mkBrush(int(c[0]), int(c[1]), int(c[2]))})
+        self.scatter.setData(spots)
+        self.scatter_plot.autoRange()
+
+    def point_position(self, layer: int, head: int) -> QPointF:
+        i = layer * self.scan.n_head + head
+        return QPointF(float(self.scan.coords[i, 0]), float(self.scan.coords[i, 1]))
+
+    def _on_point_clicked(self, _item, points, *_):
+        if len(points):
+            l, h = points[0].data()
+            self.pick_head(l, h)
+
+    # --- examples -----------------------------------------------------------------------------
+    def _list_examples(self):
+        self.examples.clear()
+        if self.scan is None or self.head is None:
+            self.examples_title.setText("Click a head (heatmap or scatter) for its top examples.")
+            return
+        l, h = self.head
+        found = self.scan.examples.get((l, h), [])
+        self.examples_title.setText(
+            f"{head_title(l, h)}: top {len(found)} examples by weight (the first token and, for a "
+            "head mostly on itself, the diagonal left out); click one to open it")
+        for e in found:
+            item = QListWidgetItem()
+            item.setData(Qt.ItemDataRole.UserRole, e)
+            label = QLabel(example_html(e, self._offsets(e.text)))
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setWordWrap(True)
+            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+            item.setSizeHint(label.sizeHint())
+            self.examples.addItem(item)
+            self.examples.setItemWidget(item, label)
+
+    def _offsets(self, text):
+        """The text's token character spans from the loaded model's tokenizer, when it is the
+        scan's model (the same tokens, so the same positions); else None."""
+        m = self.state.model
+        if not text or not self.model_matches() or m.tokenizer is None:
+            return None
+        try:
+            return m.tokenizer.encode(text).offsets
+        except Exception:  # noqa: BLE001 - the text is shown unmarked
+            return None
+
+    def _on_example(self, item):
+        e = item.data(Qt.ItemDataRole.UserRole)
+        self.open_example(e)
+
+    def open_example(self, e) -> None:
+        """The example's text into the sentence box, its head focused, and its query token picked
+        when that text's result lands."""
+        if not self.model_matches():
+            self._check_model()
+            self.state.show_status(f"This scan is of {self.scan.model_name}: load it to open its "
+                                   "examples in the live view.")
+            return
+        if e.text is None:
+            self.state.show_status(f"Text {e.text_id} is not in the scan's texts table.")
+            return
+        self._pending_query = (e.text, e.query_pos)
+        self.state.set_text(e.text)
+        self.state.show_head(e.layer, e.head)
+        self._on_result(self.state.result)  # the same text again: its result is already here
+
+    def _on_result(self, result):
+        pending = self._pending_query
+        if pending is None or result is None or result.text != pending[0]:
+            return
+        self._pending_query = None
+        if 0 <= pending[1] < len(result.tokens):
+            self.state.set_query(pending[1])

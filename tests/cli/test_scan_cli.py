@@ -1,0 +1,308 @@
+"""`attnviz scan` and `attnviz scan-report`: a two-worker Dask scan equals the statistics computed
+in one process, a scan interrupted (Ctrl+C of the command, a worker killed) ends with the same
+Parquet content as one that was not, resuming refuses another model, corpus or options, and bad
+corpus files give one clear error or rows in errors.parquet."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.cli import main
+
+pytest.importorskip("distributed")
+
+MODEL = "all-MiniLM-L6-v2"
+WORDS = ("the keys to the cabinet are on the table . a cat sat on the mat and the dog ran "
+         "after it . she saw the bird in the tree near the house ; he read the old book").split()
+
+
+def make_corpus(path: Path, n: int, seed: int = 0) -> Path:
+    """n lines of 6..24 words, some with a repeated span (so duplicate and induction score)."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for i in range(n):
+        words = list(rng.choice(WORDS, size=int(rng.integers(6, 25))))
+        if i % 3 == 0:
+            words += words[:5]
+        lines.append(" ".join(words))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One two-process LocalCluster for the module (starting one costs seconds)."""
+    from dask.distributed import Client, LocalCluster
+
+    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = Client(c)
+    yield c, client
+    client.close()
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return make_corpus(tmp_path_factory.mktemp("corpus") / "c.txt", 24)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, corpus):
+    """The same scan run in this process, without Dask."""
+    out = tmp_path_factory.mktemp("ref") / "scan"
+    assert main(["scan", "--model", MODEL, "--corpus", str(corpus), "--out", str(out),
+                 "--workers", "0", "--batch", "2", "--examples", "5"]) == 0
+    return out
+
+
+def content(out: Path) -> dict:
+    """Every table's rows, sorted, read back with DuckDB."""
+    from attnviz.corpus import store
+
+    return {
+        "heads": store.query(out, "SELECT * FROM heads ORDER BY text_id, layer, head"),
+        "examples": store.query(out, "SELECT * FROM examples ORDER BY layer, head, weight DESC, "
+                                     "text_id, query_pos, key_pos"),
+        "texts": store.query(out, "SELECT * FROM texts ORDER BY text_id"),
+        "errors": store.query(out, "SELECT * FROM errors ORDER BY text_id"),
+    }
+
+
+def assert_same_content(a: Path, b: Path, tol=1e-6):
+    ca, cb = content(a), content(b)
+    for table in ca:
+        assert len(ca[table]) == len(cb[table]), table
+        for ra, rb in zip(ca[table], cb[table]):
+            for x, y in zip(ra, rb):
+                if isinstance(x, float) or isinstance(y, float):
+                    assert (x is None and y is None) or x == pytest.approx(y, abs=tol, nan_ok=True), table
+                else:
+                    assert x == y, table
+
+
+def test_a_two_worker_cluster_scan_equals_each_statistic_computed_in_one_process(
+        cluster, corpus, reference, tmp_path, capsys):
+    from attnviz.corpus import store
+    from attnviz.engine import corpus_stats as S
+    from attnviz.engine import heads as H
+    from attnviz.engine import load_model
+
+    c, client = cluster
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", MODEL, "--corpus", str(corpus), "--out", str(out),
+                 "--scheduler", c.scheduler_address, "--batch", "2", "--examples", "5"]) == 0
+    printed = capsys.readouterr()
+    assert "the corpus top-K is the top-K of the batches'" in printed.out
+    assert "texts/s" in printed.err and "ETA" in printed.err
+    assert_same_content(out, reference)
+    # every statistic against the engine run text by text, here
+    model = load_model(MODEL)
+    unk = H.unknown_token_ids(model)
+    rows = content(out)["heads"]
+    texts = corpus.read_text(encoding="utf-8").splitlines()
+    assert len(rows) == len(texts) * 6 * 12
+    names = ("n_tokens",) + S.HEAD_STATS
+    for i, text in enumerate(texts):
+        r = model.run(text, use_cache=False)
+        want = S.text_statistics(r.attentions, r.input_ids, unk)
+        for row in rows[i * 72:(i + 1) * 72]:
+            text_id, layer, head, n_tokens, *vals = row
+            assert text_id == i and n_tokens == r.n_tokens
+            for name, v in zip(names[1:], vals):
+                assert v == pytest.approx(want[name][layer, head], abs=1e-6), name
+    # the workers kept the model: one load per worker process, not one per task
+    loads = client.run(lambda: len(__import__("attnviz.corpus.tasks", fromlist=["_MODELS"])._MODELS))
+    assert set(loads.values()) <= {0, 1}
+    m = store.read_manifest(out)
+    assert m.complete and m.n_texts == 24 and m.n_batches == 12 and m.n_errors == 0
+
+
+def _scan_process(corpus, out, address, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "attnviz", "scan", "--model", MODEL, "--corpus", str(corpus),
+         "--out", str(out), "--scheduler", address, "--batch", "2", "--examples", "5", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_batches(out: Path, n: int, proc, timeout=60):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if len(list((out / "heads").glob("batch-*.parquet"))) >= n:
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"the scan ended early: {proc.communicate()}")
+        time.sleep(0.01)
+    pytest.fail("no batch finished in time")
+
+
+def test_a_scan_interrupted_with_ctrl_c_resumes_to_the_same_content(cluster, corpus, reference,
+                                                                     tmp_path):
+    from attnviz.corpus import store
+
+    c, _ = cluster
+    out = tmp_path / "scan"
+    proc = _scan_process(corpus, out, c.scheduler_address)
+    _wait_for_batches(out, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    done = store.finished_batches(out, 12)
+    assert 2 <= len(done) < 12, "the interrupt came after the scan had finished"
+    assert "the same command resumes the scan" in err
+    assert not store.read_manifest(out).complete
+    proc = _scan_process(corpus, out, c.scheduler_address)
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    run_now = int(re.search(r"\((\d+) run now\)", stdout).group(1))
+    assert 0 < run_now <= 12 - len(done)  # a batch in flight at the interrupt may have finished since
+    assert_same_content(out, reference)
+
+
+def test_a_worker_killed_mid_scan_has_its_batch_rerun_and_nothing_is_lost_or_doubled(
+        cluster, corpus, reference, tmp_path):
+    c, client = cluster
+    pids = list(client.run(os.getpid).values())
+    out = tmp_path / "scan"
+    proc = _scan_process(corpus, out, c.scheduler_address)
+    _wait_for_batches(out, 1, proc)
+    os.kill(pids[0], signal.SIGKILL)
+    stdout, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert_same_content(out, reference)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next test
+
+
+def test_resuming_into_a_scan_of_other_options_model_or_corpus_names_the_difference(
+        reference, corpus, tmp_path, capsys):
+    base = ["scan", "--corpus", str(corpus), "--out", str(reference), "--workers", "0"]
+    assert main(base + ["--model", MODEL, "--batch", "4", "--examples", "5"]) == 2
+    assert "--batch 2, not 4" in capsys.readouterr().err
+    assert main(base + ["--model", "attnviz-textbook", "--batch", "2", "--examples", "5"]) == 2
+    assert "model all-MiniLM-L6-v2 (sha256" in capsys.readouterr().err
+    other = make_corpus(tmp_path / "other.txt", 5, seed=9)
+    assert main(["scan", "--corpus", str(other), "--out", str(reference), "--workers", "0",
+                 "--model", MODEL, "--batch", "2", "--examples", "5"]) == 2
+    assert "not " + str(other) in capsys.readouterr().err
+    # the same command again: nothing left to run, nothing written twice
+    before = content(reference)
+    assert main(base + ["--model", MODEL, "--batch", "2", "--examples", "5"]) == 0
+    assert "(0 run now)" in capsys.readouterr().out
+    assert content(reference) == before
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("bin.txt", b"abc\x00\x01\x02def", "looks binary (a NUL byte at offset 3)"),
+    ("empty.txt", b"", "is empty"),
+    ("blank.txt", b"\n  \n\n", "holds no texts (only blank lines)"),
+    ("a.jsonl", b'{"body": "x"}\n{"body": "y"}\n', "no line has a 'text' field"),
+    ("a.csv", b"text\nx\n", "a corpus is a .txt, .jsonl, .parquet file"),
+    ("not.parquet", b"PAR1 this is not parquet", "is not a readable Parquet file"),
+])
+def test_a_corpus_file_that_is_no_corpus_gets_one_clear_error(tmp_path, capsys, name, data, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    rc = main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out",
+               str(tmp_path / "out"), "--workers", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_parquet_corpus_without_the_column_names_its_columns(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"body": ["the cat sat", "a dog ran"]}), path)
+    args = ["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--workers", "0"]
+    assert main(args + ["--out", str(tmp_path / "a")]) == 2
+    assert "has no 'text' column (--column names another); its columns: body" in capsys.readouterr().err
+    assert main(args + ["--out", str(tmp_path / "b"), "--column", "body"]) == 0
+
+
+def test_entries_that_cannot_be_run_land_in_errors_parquet_and_the_scan_goes_on(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "c.txt"
+    long = " ".join(["the cat"] * 40)  # 80+ tokens: the textbook model has 64 positions
+    path.write_bytes(b"the cat sat on the mat\n\xff\xfe broken line\nthe dog ran\n"
+                     + long.encode() + b"\nthe\n")
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0", "--batch", "2"]) == 0
+    assert "2 in errors.parquet" in capsys.readouterr().out
+    errors = pq.read_table(out / "errors.parquet").to_pylist()
+    assert [e["text_id"] for e in errors] == [1, 3]
+    assert errors[0]["error"] == "line 2: not UTF-8 (byte 0xff at offset 0)"
+    assert "longer than this model's 64 positions" in errors[1]["error"]
+    from attnviz.corpus import store
+
+    assert [r[0] for r in store.query(out, "SELECT DISTINCT text_id FROM heads ORDER BY 1")] == [0, 2, 4]
+    # --max-tokens cuts the long text instead
+    out2 = tmp_path / "scan2"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out2),
+                 "--workers", "0", "--batch", "2", "--max-tokens", "16"]) == 0
+    assert [r[0] for r in store.query(out2, "SELECT DISTINCT text_id, n_tokens FROM heads "
+                                      "WHERE text_id = 3")] == [3]
+    assert store.query(out2, "SELECT max(n_tokens) FROM heads")[0][0] == 16
+
+
+def test_jsonl_lines_that_are_not_texts_are_recorded_with_their_line(tmp_path, capsys):
+    from attnviz.corpus import store
+
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"text": "the cat sat"}\nnot json\n{"text": 5}\n[1]\n{"text": "a dog ran"}\n')
+    out = tmp_path / "scan"
+    assert main(["scan", "--model", "attnviz-textbook", "--corpus", str(path), "--out", str(out),
+                 "--workers", "0"]) == 0
+    errs = store.query(out, "SELECT text_id, error FROM errors ORDER BY text_id")
+    assert [e[0] for e in errs] == [1, 2, 3]
+    assert errs[0][1].startswith("line 2: not JSON")
+    assert errs[1][1] == "line 3: the 'text' field is int, not a string"
+    assert errs[2][1] == "line 4: a JSON list, not an object with a 'text' field"
+
+
+def test_paragraphs_split_at_blank_lines(tmp_path):
+    from attnviz.corpus.source import read_corpus
+
+    path = tmp_path / "p.txt"
+    path.write_text("the cat\nsat on the mat\n\n \nthe dog\n\n\nran\n")
+    c = read_corpus(path, split="paragraphs")
+    assert c.texts == ["the cat\nsat on the mat", "the dog", "ran"]
+    assert read_corpus(path).texts == ["the cat", "sat on the mat", "the dog", "ran"]
+
+
+def test_scan_report_prints_each_head_and_draws_the_means(qapp, reference, tmp_path, capsys):
+    from PySide6.QtGui import QImage
+
+    png = tmp_path / "m.png"
+    assert main(["scan-report", str(reference), "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "all-MiniLM-L6-v2 (6 layers x 12 heads)" in lines[0] and "24 texts, complete" in lines[0]
+    rows = [l for l in lines if l[:5].strip().isdigit()]
+    assert len(rows) == 72
+    from attnviz.corpus import store
+
+    means = store.head_means(reference, 6, 12)
+    l, h, texts, first = rows[13].split()[:4]
+    assert (int(l), int(h), int(texts)) == (1, 1, 24)
+    assert float(first) == pytest.approx(means["first_token_mass"][1, 1], abs=5e-4)
+    img = QImage(str(png))
+    assert img.width() == 1500
+    colours = {img.pixel(x, y) for x in range(0, img.width(), 7) for y in range(0, img.height(), 7)}
+    assert len(colours) > 50  # heat cells, not a blank page
+
+
+def test_the_command_line_and_the_window_start_without_dask_pyarrow_or_duckdb():
+    code = ("import sys; import attnviz.cli, attnviz.ui.window; attnviz.cli.build_parser(); "
+            "print(sorted(m for m in ('dask', 'distributed', 'pyarrow', 'duckdb') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]

@@ -1,0 +1,133 @@
+"""The Corpus panel on the real window: a scan read off the main thread, its heatmap of any
+statistic, a head clicked to its examples, an example clicked into the live view (text, head,
+query token), the heads' scatter focusing a head, and a scan of another model offering it."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPointF, Qt
+
+from windows import WAIT
+
+TEXTS = ["the keys to the cabinet are on the table .",
+         "a cat sat on the mat and a cat sat on the mat .",
+         "she read the book in the house near the tree .",
+         "the dog ran after the bird and the dog ran after the bird again ."]
+
+
+@pytest.fixture(scope="module")
+def scan_dir(tmp_path_factory):
+    """A MiniLM scan of four texts, run in this process (no Dask)."""
+    from attnviz.corpus.scan import scan
+
+    root = tmp_path_factory.mktemp("scan")
+    corpus = root / "c.txt"
+    corpus.write_text("\n".join(TEXTS) + "\n")
+    scan(root / "out", "all-MiniLM-L6-v2", corpus, batch=2, examples=4, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    return root / "out"
+
+
+def _open(window, qtbot, path):
+    """File -> Open scan… with `path` chosen: the Corpus dock, and the scan once read (or None)."""
+    window.open_scan(str(path))
+    panel = window.corpus_panel
+    got = []
+    panel.sigScanRead.connect(got.append)  # the read is delivered later, on the main thread
+    qtbot.waitUntil(lambda: bool(got), timeout=WAIT)
+    panel.sigScanRead.disconnect(got.append)
+    return panel, got[0]
+
+
+def _click_view(qtbot, widget, view_box, p: QPointF):
+    pos = widget.mapFromScene(view_box.mapViewToScene(p))
+    qtbot.mouseClick(widget.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+
+
+def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_examples(
+        window, qtbot, scan_dir):
+    from attnviz.corpus import store
+
+    assert window.menus.open_scan_action.text() == "Open &scan…"
+    assert window.menus.open_scan_action in window.menuBar().actions()[0].menu().actions()
+    panel, scan = _open(window, qtbot, scan_dir)
+    assert scan is not None and panel.scan is scan
+    assert window.corpus_dock.isVisible() and window.corpus_dock.widget() is panel
+    assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts · 0 errors" in panel.status.text()
+    means = store.head_means(scan_dir, 6, 12)
+    np.testing.assert_allclose(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
+    panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous"))
+    np.testing.assert_allclose(panel.heat_img.image, means["previous"], rtol=1e-12)
+    assert not panel.model_note.isVisible()
+    # a click on head L2 H5 lists its corpus top examples, the tokens marked in the text
+    _click_view(qtbot, panel.heat_w, panel.heat_vb, panel.cell_center(2, 5))
+    assert panel.head == (2, 5) and window.state.focus == (2, 5)
+    want = store.top_examples(scan_dir, 4, 2, 5)
+    assert panel.examples.count() == len(want) == 4
+    first = panel.examples.itemWidget(panel.examples.item(0)).text()
+    e = want[0]
+    assert f"<b><u>{e.key_token}</u></b>@{e.key_pos}" in first and f"@{e.query_pos}" in first
+    # in the text, the spans the loaded (the scan's) tokenizer gives those positions are marked
+    offsets = window.state.model.tokenizer.encode(TEXTS[e.text_id]).offsets
+    (qa, qb), (ka, kb) = offsets[e.query_pos], offsets[e.key_pos]
+    text = TEXTS[e.text_id]
+    assert f"<b><u>{text[ka:kb]}</u></b>" in first.split("<br>")[1]
+    if qb > qa and (qa, qb) != (ka, kb):  # a special token ([SEP]) has no span in the text
+        assert f"<b>{text[qa:qb]}</b></span>" in first.split("<br>")[1]
+
+
+def test_an_example_clicked_opens_its_text_head_and_query_in_the_live_view(window, qtbot, scan_dir):
+    panel, _ = _open(window, qtbot, scan_dir)
+    panel.pick_head(1, 3)
+    item = panel.examples.item(1)
+    e = item.data(Qt.ItemDataRole.UserRole)
+    rect = panel.examples.visualItemRect(item)
+    qtbot.mouseClick(panel.examples.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    st = window.state
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == TEXTS[e.text_id], timeout=WAIT)
+    qtbot.waitUntil(lambda: st.query_pos == e.query_pos, timeout=WAIT)
+    assert window.text_box.toPlainText() == TEXTS[e.text_id]
+    assert st.focus == (1, 3) and st.layer == 1
+    assert st.result.labels[e.query_pos] == e.query_token
+    assert st.result.labels[e.key_pos] == e.key_token
+    # the live pattern gives the weight the scan stored
+    assert float(st.result.attentions[1, 3, e.query_pos, e.key_pos]) == pytest.approx(e.weight, abs=1e-6)
+
+
+def test_a_point_of_the_behaviour_scatter_focuses_its_head(window, qtbot, scan_dir):
+    panel, scan = _open(window, qtbot, scan_dir)
+    assert scan.coords.shape == (72, 2) and np.isfinite(scan.coords).all()
+    d = np.linalg.norm(scan.coords[:, None] - scan.coords[None, :], axis=-1)
+    i = int(np.argmax(np.sort(d, axis=1)[:, 1]))  # the most isolated head: no neighbour under the click
+    layer, head = divmod(i, 12)
+    vb = panel.scatter_plot.getViewBox()
+    _click_view(qtbot, panel.scatter_w, vb, panel.point_position(layer, head))
+    assert window.state.focus == (layer, head) and panel.head == (layer, head)
+
+
+def test_a_scan_of_another_model_says_so_and_offers_to_load_it(window, qtbot, tmp_path):
+    from attnviz.corpus.scan import scan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the cat sat on the mat\nthe dog ran\n")
+    scan(tmp_path / "tb", "attnviz-textbook", corpus, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    panel, _ = _open(window, qtbot, tmp_path / "tb")
+    assert panel.model_note.isVisible() and panel.load_button.isVisible()
+    assert "made with attnviz-textbook; the window shows all-MiniLM-L6-v2" in panel.model_note.text()
+    panel.pick_head(1, 2)
+    assert window.state.focus != (1, 2) or window.state.model_name != "attnviz-textbook"
+    before = window.state.text
+    panel.open_example(panel.scan.examples[(1, 2)][0])
+    assert window.state.text == before  # nothing changed in the live view
+    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.state.model_name == "attnviz-textbook", timeout=WAIT)
+    assert not panel.model_note.isVisible()
+
+
+def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, qtbot, scan_dir,
+                                                                         tmp_path):
+    panel, _ = _open(window, qtbot, scan_dir)
+    assert _open(window, qtbot, tmp_path)[1] is None
+    assert "has no scan.json" in panel.status.text()
+    assert f"still showing {scan_dir}" in panel.status.text()
+    assert panel.scan is not None and panel.scan.path == scan_dir
