@@ -65,7 +65,13 @@ def array_mb(obj, seen=None) -> float:
         return 0.0
     seen.add(id(obj))
     if isinstance(obj, np.ndarray):
-        return obj.nbytes / 2 ** 20 if obj.base is None or not isinstance(obj.base, np.ndarray) else 0.0
+        root = obj
+        while isinstance(root.base, np.ndarray):  # a view: count the array it views, once
+            root = root.base
+        if root is not obj and id(root) in seen:
+            return 0.0
+        seen.add(id(root))
+        return root.nbytes / 2 ** 20
     if isinstance(obj, (list, tuple)):
         return sum(array_mb(x, seen) for x in obj)
     if isinstance(obj, dict):
@@ -135,7 +141,7 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
             plan = plan_for(tmp / f"{name}-dask{n}", model, source, corpus, args.batch, args.max_tokens)
             sha = plan.todo[0].model_sha256
             t0 = time.perf_counter()
-            client.run(warm, source, sha)  # every worker loads the model once, now
+            loaded = client.run(warm, source, sha)  # every worker loads the model once, now
             load_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             done = run_on_dask(plan, client=client)
@@ -154,6 +160,7 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
                            "model_load_s": load_s, "task_s": sum(d.seconds for d in done),
                            "tasks": len(done), "noop_task_ms": noop_ms,
                            "worker_rss_before_model_mb": sorted(base.values()),
+                           "worker_rss_with_model_mb": sorted(loaded.values()),
                            "worker_peak_rss_mb": sorted(peak.values())}
     return res
 
@@ -179,9 +186,10 @@ def report(res: dict, args, load: tuple) -> None:
         d = res[f"dask{n}"]
         print(f"  dask {n}: cluster start {d['cluster_start_s']:.1f} s, model load on the workers "
               f"{d['model_load_s']:.1f} s; worker RSS before the model "
-              f"{', '.join(f'{x:.0f}' for x in d['worker_rss_before_model_mb'])} MB, peak "
-              f"{', '.join(f'{x:.0f}' for x in d['worker_peak_rss_mb'])} MB "
-              f"(model + {max(d['worker_peak_rss_mb']) - res['model_arrays_mb']:.0f} MB); "
+              f"{', '.join(f'{x:.0f}' for x in d['worker_rss_before_model_mb'])} MB, with the "
+              f"model and the imports {', '.join(f'{x:.0f}' for x in d['worker_rss_with_model_mb'])}"
+              f" MB, peak {', '.join(f'{x:.0f}' for x in d['worker_peak_rss_mb'])} MB "
+              f"(model arrays + {max(d['worker_peak_rss_mb']) - res['model_arrays_mb']:.0f} MB); "
               f"a no-op task round trip {d['noop_task_ms']:.1f} ms")
     # projection: 10,000 documents on 16 workers
     per_text = loop["task_s"] / loop["texts"]  # compute + write, one core

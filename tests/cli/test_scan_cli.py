@@ -306,3 +306,46 @@ def test_the_command_line_and_the_window_start_without_dask_pyarrow_or_duckdb():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stderr[-2000:]
+
+
+def test_a_scan_whose_process_is_killed_resumes_to_the_same_content(corpus, reference, tmp_path):
+    """SIGKILL of the scan itself (its LocalCluster's scheduler lives in it): no clean-up runs, and
+    the rerun still ends with every row once."""
+    out = tmp_path / "scan"
+    cmd = [sys.executable, "-m", "attnviz", "scan", "--model", MODEL, "--corpus", str(corpus),
+           "--out", str(out), "--workers", "0", "--batch", "2", "--examples", "5"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for_batches(out, 1, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=300).returncode == 0
+    assert_same_content(out, reference)
+
+
+def test_a_full_disk_stops_the_scan_with_one_line_and_a_rerun_completes_it(
+        corpus, reference, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from attnviz.corpus import store
+
+    real = store.write_parquet_atomic
+    calls = []
+
+    def fill_up(table, path):
+        calls.append(path)
+        if len(calls) == 9:  # in the third batch
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(table, path)
+
+    monkeypatch.setattr(store, "write_parquet_atomic", fill_up)
+    args = ["scan", "--model", MODEL, "--corpus", str(corpus), "--out", str(tmp_path / "scan"),
+            "--workers", "0", "--batch", "2", "--examples", "5"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # after the progress lines
+    assert last.startswith("attnviz scan: error: ") and "No space left on device" in last, err
+    assert store.finished_batches(tmp_path / "scan", 12) == {0, 1}
+    monkeypatch.setattr(store, "write_parquet_atomic", real)
+    assert main(args) == 0
+    assert "(10 run now)" in capsys.readouterr().out
+    assert_same_content(tmp_path / "scan", reference)
