@@ -24,8 +24,8 @@ import numpy as np
 from attnviz.engine.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.layers import (
-    ACTIVATIONS, apply_rope, attention_scores, causal_mask, layer_norm, linear, mask_bias, merge_heads,
-    qkv_heads, repeat_kv, rms_norm, softmax,
+    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, layer_norm, linear,
+    mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine.rope import rope_tables
 from attnviz.engine.trace import NOTHING, KVCache, Stop, Trace
@@ -250,6 +250,7 @@ class Consts:
     act: Callable  # the MLP's activation
     gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
     qk_norm: Callable | None = None  # Family.qk_norm
+    window: int | None = None  # keys a causal query sees (q - k < window), None: all before it
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -339,7 +340,8 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
             n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head,
             scale=scale / (i + 1) if cfg.attn_scale_by_layer else scale,
             rope=ropes.get(rope) if fam.rope else None, bias=masks.get(window) if cfg.causal else None,
-            norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm))
+            norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm,
+            window=window if cfg.causal else None))
     return out
 
 
@@ -397,9 +399,16 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     cache.input(x)
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    pattern = attend(q, k, c, cache)  # [n_head, n, T]
-    cache.pattern(pattern)
-    z = cache.z(head_outputs(pattern, v, c))  # [n_head, n, d_head]
+    if cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/longdoc.py)
+        z, lse = attend_in_blocks(q, k, v, c.scale, c.bias is not None, c.window, c.n_group,
+                                  cache.row_block)  # [n_head, n, d_head], [n_head, n]
+        cache.q(q, lse, c)
+        cache.pattern(None)
+    else:
+        pattern = attend(q, k, c, cache)  # [n_head, n, T]
+        cache.pattern(pattern)
+        z = head_outputs(pattern, v, c)
+    z = cache.z(z)  # [n_head, n, d_head]
     return attention_output(z, layer)[1]  # [n, d_model]
 
 

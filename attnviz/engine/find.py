@@ -28,16 +28,31 @@ def find(result, query_pos, key_pos):
     that says nothing about q; its specificity is near 0."""
     att = np.asarray(result.attentions)
     T = att.shape[-1]
+    q, k = _positions(T, query_pos, key_pos)
+    causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
+    return rank_heads(att[:, :, :, k], q, k, causal)
+
+
+def find_long(patterns, query_pos, key_pos):
+    """find() on a long run's patterns (longdoc.LongPatterns): only key k's column is computed."""
+    q, k = _positions(patterns.T, query_pos, key_pos)
+    return rank_heads(patterns.column(k), q, k, patterns.causal)
+
+
+def _positions(T, query_pos, key_pos):
     for name, p in (("query", query_pos), ("key", key_pos)):
         if not 0 <= int(p) < T:
             raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
-    q, k = int(query_pos), int(key_pos)
-    col = att[:, :, :, k]  # [n_layer, n_head, T]: every query's weight on key k
+    return int(query_pos), int(key_pos)
+
+
+def rank_heads(col, q, k, causal):
+    """col [n_layer, n_head, T]: every query's weight on key k -> HeadHits, most specific first."""
+    T = col.shape[-1]
     w = col[:, :, q]  # [n_layer, n_head]
     # the other queries that can see k (in a decoder, q' >= k; a bidirectional model: all)
-    causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
-    others = [i for i in range(T) if i != q and (i >= k or not causal)]
-    base = col[:, :, others].mean(axis=-1) if others else np.zeros_like(w)
+    others = np.array([i for i in range(k if causal else 0, T) if i != q], dtype=np.int64)
+    base = col[:, :, others].mean(axis=-1) if others.size else np.zeros_like(w)
     spec = w - base
     hits = [HeadHit(l, h, float(w[l, h]), float(spec[l, h]))
             for l in range(w.shape[0]) for h in range(w.shape[1])]

@@ -429,3 +429,148 @@ def unknown_token_ids(model) -> frozenset:
     name = getattr(tok.raw.model, "unk_token", None)
     i = tok.raw.token_to_id(name) if name else None
     return frozenset() if i is None else frozenset({int(i)})
+
+
+# ---------------------------------------------------------------- scores streamed over row blocks
+
+def detection_rows(role, ids, a, b, unknown=None):  # role, [T], rows a..b-1 -> D[a:b] [b - a, T] bool
+    """Rows a..b-1 of detection_pattern(role, ids, unknown), without forming the [T, T] pattern."""
+    ids = np.asarray(ids)
+    T = len(ids)
+    q = np.arange(a, b)[:, None]
+    k = np.arange(T)[None, :]
+    if role == "previous":
+        return k == q - 1
+    if role == "next":
+        return k == q + 1
+    if role == "self":
+        return k == q
+    if role == "sink":
+        return np.broadcast_to(k == 0, (b - a, T)).copy()
+    if role not in IDENTITY_ROLES:
+        raise InputError(f"no detection pattern for {role!r}; roles are {', '.join(ROLES)}")
+    known = np.ones(T, dtype=bool) if unknown is None else ~np.asarray(unknown, dtype=bool)
+    if role == "duplicate":  # an earlier copy of token q: ids[k] == ids[q], k < q
+        return (ids[a:b, None] == ids[None, :]) & (k < q) & known[a:b, None] & known[None, :]
+    d = np.zeros((b - a, T), dtype=bool)  # induction: the token after an earlier copy, k - 1 < q
+    d[:, 1:] = ((ids[a:b, None] == ids[None, :-1]) & (k[:, 1:] <= q) & known[a:b, None]
+                & known[None, :-1])
+    return d
+
+
+class _RowSums:
+    """The sums score_heads reads, gathered over row blocks: per role the mass on its cells and the
+    chance score's numerator, the masses with and without exclusions, distance and entropy."""
+
+    def __init__(self, n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token):
+        self.ids, self.unknown, self.causal = np.asarray(ids), unknown, causal
+        self.bos, self.cur = exclude_bos, exclude_current_token
+        self.T = len(self.ids)
+        z = lambda: np.zeros((n_layer, n_head))  # noqa: E731
+        self.num = {r: z() for r in ROLES}
+        self.chance_num = {r: z() for r in ROLES}
+        self.den = {True: z(), False: z()}  # with the exclusions, without
+        self.distance, self.entropy = z(), z()
+        self._cells = {}  # (a, b) -> per role (cell rows, cell keys, frac [m] plain, frac excluded)
+
+    def _block_cells(self, a, b):
+        if (a, b) in self._cells:
+            return self._cells[(a, b)]
+        T, m = self.T, b - a
+        q = np.arange(a, b)[:, None]
+        keys = (np.arange(T)[None, :] <= q) if self.causal else np.ones((m, T), dtype=bool)
+        excl = np.zeros((m, T), dtype=bool)
+        if self.bos:
+            excl[:, 0] = True
+        if self.cur:
+            excl[np.arange(m), np.arange(a, b)] = True
+        out = {}
+        for role in ROLES:
+            d = detection_rows(role, self.ids, a, b, self.unknown)
+            use = role in _EXCLUDING
+            cells = d & ~excl if use else d
+            ks = keys & ~excl if use else keys
+            n_keys = ks.sum(axis=1)
+            frac = np.where(n_keys > 0, (cells & ks).sum(axis=1) / np.maximum(n_keys, 1), 0.0)
+            qi, ki = np.nonzero(cells)
+            out[role] = (qi, ki, frac)
+        self._cells[(a, b)] = out
+        return out
+
+    def add(self, layer, a, rows):  # rows [n_head, m, w]: weights of rows a.., keys 0..w-1 (rest 0)
+        m, w = rows.shape[1], rows.shape[2]
+        b = a + m
+        cells = self._block_cells(a, b)
+        rowsum = rows.sum(axis=-1, dtype=np.float64)  # [n_head, m]
+        lost = np.zeros_like(rowsum)  # the excluded cells' mass per row
+        if self.bos:
+            lost += rows[:, :, 0]
+        if self.cur:
+            r = np.arange(m)
+            inside = a + r < w
+            lost[:, inside] += rows[:, r[inside], (a + r)[inside]]
+            if self.bos and a == 0:
+                lost[:, 0] -= rows[:, 0, 0]  # counted in both
+        mass = {False: rowsum, True: rowsum - lost}
+        for excluded in (False, True):
+            self.den[excluded][layer] += mass[excluded].sum(axis=-1)
+        for role, (qi, ki, frac) in cells.items():
+            seen = ki < w
+            self.num[role][layer] += rows[:, qi[seen], ki[seen]].sum(axis=-1, dtype=np.float64)
+            self.chance_num[role][layer] += mass[role in _EXCLUDING] @ frac
+        dist = np.abs(np.arange(a, b)[:, None] - np.arange(w)[None, :]).astype(np.float32)  # [m, w]
+        self.distance[layer] += (rows * dist).sum(axis=-1, dtype=np.float64).sum(axis=-1)
+        lg = np.zeros_like(rows)
+        np.log2(rows, out=lg, where=rows > 0)
+        lg *= rows
+        self.entropy[layer] -= lg.sum(axis=-1, dtype=np.float64).sum(axis=-1)
+
+    def ratio(self, num, den):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 1e-12, num / np.where(den > 1e-12, den, 1.0), np.nan)
+
+
+_EXCLUDING = ("previous", "next", "duplicate", "induction")  # roles the exclusions apply to
+
+
+def score_blocks(blocks, n_layer, n_head, ids, causal, exclude_bos=False,
+                 exclude_current_token=False, tokens=None, unknown_ids=()):
+    """score_heads of a pattern too large to hold: the same HeadScores from `blocks`, an iterable
+    of (layer, a, rows [n_head, m, w]) covering every layer's query rows once (keys 0..w-1; the keys
+    after w hold 0), e.g. from LongPatterns.blocks. `causal`: whether the model's queries see only
+    earlier keys."""
+    ids = np.asarray(ids)
+    T = len(ids)
+    if T < 2:
+        raise InputError(f"head scores need at least 2 tokens; got {T}")
+    unknown = np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64)) if len(unknown_ids) else \
+        np.zeros(T, dtype=bool)
+    unknown_share = float(unknown.mean())
+    notice = None
+    if unknown_share > UNKNOWN_LIMIT:
+        notice = (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
+                  f"({unknown_share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
+                  "are not labelled, since the text's words cannot be told apart")
+    sums = _RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
+    for layer, a, rows in blocks:
+        sums.add(layer, a, rows)
+    scores, strength, coverage, chance = {}, {}, {}, {}
+    for role in ROLES:
+        den = sums.den[role in _EXCLUDING]
+        scores[role] = sums.ratio(sums.num[role], den)
+        chance[role] = sums.ratio(sums.chance_num[role], den)
+        rows = sum(int(detection_rows(role, ids, a, min(T, a + 256), unknown).any(axis=1).sum())
+                   for a in range(0, T, 256))
+        coverage[role] = share = rows / T
+        enough = rows >= MIN_ROWS and not (role in IDENTITY_ROLES and notice)
+        s = np.nan_to_num(scores[role] / share, nan=0.0) if enough else np.zeros(scores[role].shape)
+        strength[role] = np.minimum(s, 1.0)
+    scores["distance"] = sums.distance / T
+    scores["entropy"] = sums.entropy / T
+    return HeadScores(
+        scores=scores, strength=strength, coverage=coverage,
+        labels=label_heads(strength, scores=scores, chance=chance),
+        exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
+        tokens=list(tokens) if tokens is not None else [],
+        chance=chance, unknown_share=unknown_share, notice=notice,
+    )

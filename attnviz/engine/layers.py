@@ -230,3 +230,85 @@ def head_output_share_of_heads(head_out, w_o):  # [n_head, T, d_head], [n_head d
 def _shares(norms):  # [n_head] float64 -> [n_head] float32, summing to 1 (all 0 when every norm is)
     total = norms.sum()
     return (norms / total if total > 0 else np.zeros_like(norms)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- attention in row blocks (long texts)
+
+ROW_BLOCK = 256  # query rows per block: [n_head, 256, T] float32 is 75 MB for 9 heads at T = 8,192
+
+
+def key_range(q0: int, q1: int, T: int, causal: bool, window: int | None) -> tuple[int, int]:
+    """Keys lo..hi-1 that query positions q0..q1-1 may see at all (every key when not causal)."""
+    if not causal:
+        return 0, T
+    return (0 if window is None else max(0, q0 - window + 1)), min(T, q1)
+
+
+def band_bias(q0: int, q1: int, lo: int, hi: int, window: int | None) -> np.ndarray:
+    """float32 [q1 - q0, hi - lo]: 0 where query position q may see key position k (k <= q, and
+    q - k < window), -inf elsewhere; the causal mask's block at rows q0.., keys lo.."""
+    q = np.arange(q0, q1)[:, None]
+    k = np.arange(lo, hi)[None, :]
+    allowed = k <= q
+    if window is not None:
+        allowed &= (q - k) < window
+    return mask_bias(allowed)
+
+
+def _grouped(x, n_group):  # [n_head, m, d] -> [n_kv_head, n_group m, d]: query heads by KV head
+    n_head, m, d = x.shape
+    return np.ascontiguousarray(x).reshape(n_head // n_group, n_group * m, d)
+
+
+def block_scores(q, k, scale, q0, lo, hi, causal, window, n_group):
+    """q [n_head, m, d_head] at positions q0..q0+m-1, k [n_kv_head, T, d_head] -> scaled, masked
+    scores [n_head, m, hi - lo] over keys lo..hi-1 (k is read per KV group, not repeated)."""
+    n_head, m, _ = q.shape
+    qs = _grouped(q * np.float32(scale), n_group)  # [n_kv_head, n_group m, d_head]
+    s = np.matmul(qs, k[:, lo:hi].transpose(0, 2, 1)).reshape(n_head, m, hi - lo)
+    if causal:
+        s += band_bias(q0, q0 + m, lo, hi, window)
+    return s
+
+
+def attend_in_blocks(q, k, v, scale, causal, window=None, n_group=1, block=ROW_BLOCK):
+    """Attention of n queries at positions T-n..T-1 over T keys, a block of rows at a time, so no
+    [n_head, n, T] array exists; keys a block cannot see (beyond its last row, outside the window)
+    are skipped. q [n_head, n, d_head], k, v [n_kv_head, T, d_head] -> z [n_head, n, d_head] and
+    each row's log-sum-exp lse [n_head, n] (a weight is then exp(score - lse): patterns_rows)."""
+    n_head, n, _ = q.shape
+    T = k.shape[1]
+    p = T - n
+    z = np.empty((n_head, n, v.shape[-1]), dtype=np.float32)
+    lse = np.empty((n_head, n), dtype=np.float32)
+    for a in range(0, n, block):
+        b = min(n, a + block)
+        lo, hi = key_range(p + a, p + b, T, causal, window)
+        s = block_scores(q[:, a:b], k, scale, p + a, lo, hi, causal, window, n_group)
+        top = s.max(axis=-1, keepdims=True)  # [n_head, m, 1]
+        s -= top
+        np.exp(s, out=s)
+        total = s.sum(axis=-1, keepdims=True)
+        s /= total
+        zb = np.matmul(_grouped(s, n_group), v[:, lo:hi])  # [n_kv_head, n_group m, d_head]
+        z[:, a:b] = zb.reshape(n_head, b - a, -1)
+        lse[:, a:b] = (top + np.log(total))[..., 0]
+    return z, lse
+
+
+def pattern_rows(q, k, lse, scale, q0, causal, window=None, n_group=1, cols=None):
+    """Exact weights of query rows q0..q0+m-1 from their q [n_head, m, d_head], the keys
+    k [n_kv_head, T, d_head] and the rows' log-sum-exp lse [n_head, m] (attend_in_blocks):
+    -> [n_head, m, c1 - c0] for key columns cols = (c0, c1) (default all T), 0 where masked."""
+    n_head, m, _ = q.shape
+    T = k.shape[1]
+    c0, c1 = (0, T) if cols is None else cols
+    lo, hi = key_range(q0, q0 + m, T, causal, window)
+    lo, hi = max(lo, c0), min(hi, c1)
+    out = np.zeros((n_head, m, c1 - c0), dtype=np.float32)
+    if hi > lo:
+        s = block_scores(q, k, scale, q0, lo, hi, causal, window, n_group)
+        s -= lse[..., None]
+        np.exp(s, out=s)
+        out[:, :, lo - c0:hi - c0] = s
+    return out

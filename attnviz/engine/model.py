@@ -15,6 +15,7 @@ from attnviz.engine.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import LOADERS, Weights, forward
 from attnviz.engine.layers import head_output_share, head_value_norms, kv_group
+from attnviz.engine.longdoc import check_dense
 from attnviz.engine.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.trace import KVCache, Trace
 from attnviz.engine.validate import exists, regular_file
@@ -127,9 +128,12 @@ class Model:
         given, trace = trace, Trace() if trace is None else trace
         trace.want_values |= values
         trace.want["inputs"] |= inputs
+        if trace.want_patterns:  # [n_layer, n_head, T, T] at once: refused over longdoc.DENSE_LIMIT
+            check_dense(self.config, len(ids))
         attentions, reused, held = self._forward(ids, use_cache, trace)
         try:
-            self._check_finite(attentions)
+            if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
+                self._check_finite(attentions)
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise

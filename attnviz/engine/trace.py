@@ -7,6 +7,9 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
 
     input(x)       the attention input x [n, d_model] (after the input norm in a pre-LN model)
     kv(k, v)       the layer's new keys and values [n_kv_head, n, d_head] -> all T (cached prefix first)
+    q(q, lse, c)   a slot whose row_block is set (a long text, engine/longdoc.py): q [n_head, n, d_head]
+                   (RoPE applied), each row's log-sum-exp [n_head, n] and the layer's Consts, what a
+                   pattern is recomputed from; attention then runs in row blocks and no pattern exists
     scores(s)      the scores [n_head, n, T] before the softmax: knockouts are applied here
     pattern(a)     the pattern [n_head, n, T]: recorded; the run stops here when nothing later is wanted
     z(z)           each head's output z [n_head, n, d_head] before W_O: recorded; ablations replace it
@@ -124,6 +127,7 @@ class LayerCache:
     """One layer's slot in a trace: the named points self_attention calls (module docstring)."""
 
     __slots__ = ("trace", "i", "past", "rows", "_p", "_stop_at")
+    row_block = None  # query rows per block when attention runs in blocks (see q); None: dense
 
     def __init__(self, trace: Trace, i: int, past: KVCache | None, rows):
         self.trace, self.i, self.past, self.rows = trace, i, past, rows
@@ -149,6 +153,9 @@ class LayerCache:
         if t.want_kv or t.want_values:
             t.v[self.i] = v
         return k, v
+
+    def q(self, q, lse, c):  # [n_head, n, d_head], [n_head, n], Consts: kept by a long trace
+        pass
 
     def scores(self, s):  # [n_head, n, T], in place
         for e in self.trace.edits:
@@ -178,8 +185,12 @@ class _Nothing:
     """The slot of a run that records nothing and edits nothing (anatomy, tests)."""
 
     rows = None
+    row_block = None
 
     def input(self, x):
+        pass
+
+    def q(self, q, lse, c):
         pass
 
     def kv(self, k, v):

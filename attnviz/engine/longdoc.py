@@ -1,0 +1,250 @@
+"""Long texts, up to a model's context: a forward pass that keeps what the patterns are computed
+from, and the patterns computed on demand for what is looked at. Pure NumPy, no Qt.
+
+Every pattern of a run at once is [n_layer, n_head, T, T] float32: 72 GB for SmolLM2 (30 x 9 heads)
+at its 8,192 positions. A long run (`run_long`) instead keeps, per layer,
+
+    q    [n_head, T, d_head]     the queries, RoPE applied
+    k    [n_kv_head, T, d_head]  the keys as cached (RoPE applied, not repeated per group); and V
+    lse  [n_head, T]             each row's log-sum-exp of its scores
+
+(31 MB a layer for SmolLM2 at T = 8,192), and attention runs in row blocks (layers.attend_in_blocks),
+so no [n_head, T, T] array exists either. A weight is then exp(q_i k_j * scale - lse_i): any block of
+rows, one head's rows, one key's column or an overview tile (the max or the mean of each block of
+the pattern at a resolution) is computed when asked, from these alone (`LongPatterns`).
+
+Below DENSE_LIMIT bytes of patterns the dense path (Model.run) stays what the window types on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.layers import ROW_BLOCK, key_range, pattern_rows
+from attnviz.engine.trace import LayerCache, Trace
+
+DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
+
+
+class Cancelled(AttnvizError):
+    """A long run stopped by its caller (a newer request, the Stop button)."""
+
+
+def dense_bytes(n_layer: int, n_head: int, T: int, rows: int | None = None) -> int:
+    """Bytes of float32 patterns [n_layer, n_head, rows, T] (rows: all T by default)."""
+    return 4 * n_layer * n_head * (T if rows is None else rows) * T
+
+
+def size_text(n: int) -> str:  # bytes -> "72.0 GiB"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+class LongTrace(Trace):
+    """A trace for a long text: no dense patterns; each layer keeps q, k, v and the rows'
+    log-sum-exp, and attention runs in row blocks of `row_block`. `progress(i, n_layer)` is called
+    before layer i (and with i = n_layer at the end); it may raise Cancelled to stop the run."""
+
+    def __init__(self, progress: Callable[[int, int], None] | None = None, row_block: int = ROW_BLOCK,
+                 **records):  # records: inputs, z, resid (see Trace)
+        super().__init__(patterns=False, kv=True, **records)
+        self.progress = progress
+        self.row_block = row_block
+        self.queries: list = []  # per layer [n_head, T, d_head]
+        self.lse: list = []  # per layer [n_head, T]
+        self.consts: list = []  # per layer families.Consts
+
+    def begin(self, n_layer, ids, p=0):
+        if p or self.edits or self.start:
+            raise ValueError("a long trace runs every row and layer, without edits")
+        super().begin(n_layer, ids, p)
+        self.queries, self.lse, self.consts = [None] * n_layer, [None] * n_layer, [None] * n_layer
+
+    def slot(self, i, past, rows):
+        if self.progress is not None:
+            self.progress(i, len(self.k))
+        return _LongSlot(self, i, past, rows)
+
+
+class _LongSlot(LayerCache):
+    """A layer's slot in a LongTrace: attention in row blocks; q, lse and the constants kept."""
+
+    @property
+    def row_block(self):
+        return self.trace.row_block
+
+    def q(self, q, lse, c):
+        t = self.trace
+        t.queries[self.i], t.lse[self.i], t.consts[self.i] = np.ascontiguousarray(q), lse, c
+
+
+@dataclass(frozen=True)
+class LongPatterns:
+    """A run's patterns, computed on demand from each layer's q, k and row log-sum-exp (module
+    docstring). Read-only; safe to read from several threads."""
+    q: tuple  # per layer [n_head, T, d_head]
+    k: tuple  # per layer [n_kv_head, T, d_head]
+    lse: tuple  # per layer [n_head, T]
+    scale: tuple  # per layer float
+    window: tuple  # per layer int or None
+    causal: bool
+    n_group: int  # query heads per KV head
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.q)
+
+    @property
+    def n_head(self) -> int:
+        return self.q[0].shape[0]
+
+    @property
+    def T(self) -> int:
+        return self.q[0].shape[1]
+
+    @property
+    def nbytes(self) -> int:  # what is kept: q, k and lse
+        return sum(a.nbytes for a in (*self.q, *self.k, *self.lse))
+
+    def _check(self, layer: int, a: int, b: int, heads=None, cols=None) -> None:
+        if not 0 <= layer < self.n_layer:
+            raise InputError(f"layer {layer} is outside the model's {self.n_layer} layers "
+                             f"(0..{self.n_layer - 1})")
+        for name, (x, y) in (("rows", (a, b)), ("columns", cols or (0, self.T))):
+            if not 0 <= x < y <= self.T:
+                raise InputError(f"{name} {x}:{y} are not a block of the {self.T} tokens "
+                                 f"(0 <= A < B <= {self.T})")
+        if heads is not None and not all(0 <= h < self.n_head for h in heads):
+            raise InputError(f"heads {list(heads)} are not all among the {self.n_head} heads")
+
+    def rows(self, layer: int, a: int, b: int, heads=None, cols=None) -> np.ndarray:
+        """Exact weights of query rows a..b-1 in `layer`: [n_head (or len(heads)), b - a, c1 - c0]
+        for key columns cols = (c0, c1), all T by default."""
+        self._check(layer, a, b, heads, cols)
+        q, lse, k, g = self.q[layer][:, a:b], self.lse[layer][:, a:b], self.k[layer], self.n_group
+        if heads is not None:
+            heads = np.asarray(heads, dtype=np.int64)
+            q, lse, k, g = q[heads], lse[heads], k[heads // self.n_group], 1
+        return pattern_rows(q, k, lse, self.scale[layer], a, self.causal, self.window[layer], g, cols)
+
+    def blocks(self, layer: int, block: int = ROW_BLOCK):
+        """(a, rows [n_head, m, w]) for row blocks a..a+m-1 of `layer`, in order: a whole pattern
+        streamed without holding it. w = T, or, in a causal model, a + m (the keys after the block's
+        last row hold 0 and are left out)."""
+        for a in range(0, self.T, block):
+            b = min(self.T, a + block)
+            yield a, self.rows(layer, a, b, cols=(0, b if self.causal else self.T))
+
+    def dense(self, layers=None, rows=None) -> np.ndarray:
+        """[len(layers), n_head, b - a, T] for rows = (a, b): what a caller asked to hold whole."""
+        layers = range(self.n_layer) if layers is None else layers
+        a, b = (0, self.T) if rows is None else rows
+        return np.stack([self.rows(i, a, b) for i in layers])
+
+    def column(self, key: int) -> np.ndarray:
+        """Every query's weight on key position `key`: [n_layer, n_head, T] (0 where masked), one
+        dot product per query and head, without forming a row."""
+        if not 0 <= key < self.T:
+            raise InputError(f"key position {key} is outside the {self.T} tokens (0..{self.T - 1})")
+        out = np.zeros((self.n_layer, self.n_head, self.T), dtype=np.float32)
+        for i in range(self.n_layer):
+            lo, hi = self._queries_seeing(key, self.window[i])
+            kk = np.repeat(self.k[i][:, key], self.n_group, axis=0)  # [n_head, d_head]
+            qs = self.q[i][:, lo:hi] * np.float32(self.scale[i])  # [n_head, m, d_head]
+            s = np.einsum("hmd,hd->hm", qs, kk) - self.lse[i][:, lo:hi]
+            out[i, :, lo:hi] = np.exp(s)
+        return out
+
+    def _queries_seeing(self, key: int, window) -> tuple[int, int]:  # queries lo..hi-1 that see key
+        if not self.causal:
+            return 0, self.T
+        return key, self.T if window is None else min(self.T, key + window)
+
+    def overview(self, layer: int, shape: tuple[int, int], reduce: str = "max", heads=None,
+                 region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+        """The pattern of rows r0..r1-1 x keys c0..c1-1 (region; default all) at a resolution of at
+        most shape = (H, W) cells: each cell the max or the mean ("max", "mean") of its block of
+        weights (masked weights count as 0 in a mean). Blocks split the region as evenly as whole
+        rows and columns allow. -> [n_head (or len(heads)), H', W'] with H' = min(H, r1 - r0), W'
+        likewise; a region of at most H x W weights comes back exact."""
+        if reduce not in ("max", "mean"):
+            raise InputError(f"an overview cell is the 'max' or the 'mean' of its block, not {reduce!r}")
+        r0, r1, c0, c1 = (0, self.T, 0, self.T) if region is None else region
+        self._check(layer, r0, r1, heads, (c0, c1))
+        H, W = min(int(shape[0]), r1 - r0), min(int(shape[1]), c1 - c0)
+        if H < 1 or W < 1:
+            raise InputError(f"an overview needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
+        row_edges = r0 + (np.arange(H + 1) * (r1 - r0)) // H  # strictly increasing: H <= r1 - r0
+        col_edges = (np.arange(W + 1) * (c1 - c0)) // W  # relative to c0
+        fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
+        n = self.n_head if heads is None else len(heads)
+        out = np.empty((n, H, W), dtype=np.float32)
+        i = 0
+        while i < H:  # cells i..j-1, about ROW_BLOCK rows at a time
+            j = i + 1
+            while j < H and row_edges[j + 1] - row_edges[i] <= ROW_BLOCK:
+                j += 1
+            a, b = int(row_edges[i]), int(row_edges[j])
+            block = self.rows(layer, a, b, heads, (c0, c1))  # [n, m, c1 - c0]
+            by_col = fold(block, col_edges[:-1], axis=2)  # [n, m, W]
+            out[:, i:j] = fold(by_col, row_edges[i:j] - a, axis=1)
+            i = j
+        if reduce == "mean":
+            out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
+        return out
+
+
+@dataclass(frozen=True)
+class LongRun:
+    """A long text's run: the RunResult (tokens, ids, cache figures; its `attentions` is None) and
+    its patterns on demand."""
+    result: object  # model.RunResult
+    patterns: LongPatterns
+
+
+def patterns_of(trace: LongTrace, cfg) -> LongPatterns:
+    """The LongPatterns a finished LongTrace holds."""
+    c = trace.consts
+    return LongPatterns(q=tuple(trace.queries), k=tuple(trace.k), lse=tuple(trace.lse),
+                        scale=tuple(x.scale for x in c), window=tuple(x.window for x in c),
+                        causal=cfg.causal, n_group=cfg.n_head // cfg.n_kv_head)
+
+
+def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False,
+             progress: Callable[[int, int], None] | None = None,
+             row_block: int = ROW_BLOCK) -> LongRun:
+    """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
+    neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
+    LongTrace) may raise Cancelled."""
+    trace = LongTrace(progress, row_block)
+    result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
+    bad = [i for i, lse in enumerate(trace.lse) if not np.isfinite(lse).all()]
+    if bad:
+        raise ModelLoadError(
+            f"{model.name}: layer {bad[0]} gives non-finite attention weights (NaN or inf) for this "
+            "input; the model's weights or config.json are broken (a NaN, inf or huge weight, or a "
+            "norm epsilon <= 0)")
+    if progress is not None:
+        progress(model.config.n_layer, model.config.n_layer)
+    return LongRun(result, patterns_of(trace, model.config))
+
+
+def check_dense(cfg, T: int, instead: str = "run it as a long text (longdoc.run_long), whose "
+                "patterns are computed for the rows asked for") -> None:
+    """InputError when every pattern of T tokens at once exceeds DENSE_LIMIT, naming the size and
+    `instead`, what to ask for."""
+    need = dense_bytes(cfg.n_layer, cfg.n_head, T)
+    if need > DENSE_LIMIT:
+        raise InputError(
+            f"every attention pattern of {T} tokens at once is [{cfg.n_layer}, {cfg.n_head}, {T}, {T}] "
+            f"float32 = {size_text(need)}, over the {size_text(DENSE_LIMIT)} limit: {instead}")
+
+
+__all__ = ["Cancelled", "DENSE_LIMIT", "LongPatterns", "LongRun", "LongTrace", "check_dense",
+           "dense_bytes", "key_range", "patterns_of", "run_long", "size_text"]

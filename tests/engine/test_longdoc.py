@@ -1,0 +1,153 @@
+"""Long texts: attention computed in row blocks from each layer's q, k and row log-sum-exp gives the
+dense path's patterns, residual stream, overview cells, columns, head scores and Find; a long run
+reports progress per layer and stops when cancelled; a dense request over the limit is refused."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, heads, load_model, longdoc
+from attnviz.engine.find import find, find_long
+from attnviz.engine.longdoc import Cancelled, LongTrace, run_long
+from attnviz.engine.trace import Trace
+from tiny import FIXTURES
+
+NAMES = ["gpt2", "bert", "llama_gqa", "llama_mqa", "mistral_window", "qwen2"]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Each fixture on 37 ids from a 12-token alphabet (repeats for duplicate and induction):
+    (model, ids, dense patterns, long patterns in blocks of 5 rows)."""
+    out = {}
+    for name in NAMES:
+        model = load_model(FIXTURES / name)
+        T = min(model.config.max_positions, 37)
+        ids = np.random.default_rng(1).integers(0, 12, T)
+        dense = model.run(ids=ids, use_cache=False).attentions
+        out[name] = (model, ids, dense, run_long(model, ids=ids, row_block=5).patterns)
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_row_blocks_give_the_dense_patterns(runs, name):
+    model, ids, dense, lp = runs[name]
+    assert (lp.n_layer, lp.n_head, lp.T) == dense.shape[:3]
+    np.testing.assert_allclose(lp.dense(), dense, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(lp.rows(1, 7, 19, heads=[0, lp.n_head - 1], cols=(3, 30)),
+                               dense[1][[0, -1], 7:19, 3:30], atol=1e-5, rtol=0)
+    np.testing.assert_allclose(lp.column(4), dense[..., 4], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "mistral_window"])
+def test_the_residual_stream_of_a_long_run_equals_the_dense_run(runs, name):
+    model, ids, _, _ = runs[name]
+    dense = model.run(ids=ids, use_cache=False, trace=Trace(resid=True, z=True)).trace
+    long = run_long(model, ids=ids, row_block=3)  # result.trace is not kept: rerun with records
+    trace = LongTrace(row_block=3, resid=True, z=True)
+    model.run(ids=ids, use_cache=False, trace=trace)
+    assert long.result.attentions is None and trace.attentions is None
+    for a, b in zip(trace.resid + trace.z, dense.resid + dense.z):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_overview_cells_are_the_max_or_mean_of_their_blocks(runs, reduce):
+    model, ids, dense, lp = runs["llama_gqa"]
+    T = lp.T
+    fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
+    rows, cols = (np.arange(8) * T) // 8, (np.arange(6) * T) // 6
+    want = fold(fold(dense[1], cols, axis=2), rows, axis=1)
+    if reduce == "mean":
+        want = want / np.outer(np.diff([*rows, T]), np.diff([*cols, T]))
+    np.testing.assert_allclose(lp.overview(1, (8, 6), reduce), want, atol=1e-5, rtol=0)
+    # one head, a region no larger than the cells: the exact weights
+    np.testing.assert_allclose(lp.overview(0, (50, 50), reduce, heads=[3], region=(10, 30, 2, 25)),
+                               dense[0, [3], 10:30, 2:25], atol=1e-5, rtol=0)
+
+
+def test_overview_refuses_a_bad_region_or_reduction(runs):
+    lp = runs["gpt2"][3]
+    with pytest.raises(InputError, match="max.*mean"):
+        lp.overview(0, (4, 4), "median")
+    with pytest.raises(InputError, match="rows 5:5"):
+        lp.overview(0, (4, 4), region=(5, 5, 0, 3))
+    with pytest.raises(InputError, match="layer 9"):
+        lp.rows(9, 0, 3)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "mistral_window"])
+def test_find_on_a_long_run_ranks_heads_as_on_the_dense_patterns(runs, name):
+    model, ids, dense, lp = runs[name]
+
+    class Dense:
+        attentions = dense
+
+    want, got = find(Dense, 20, 6), find_long(lp, 20, 6)
+    assert [(h.layer, h.head) for h in got] == [(h.layer, h.head) for h in want]
+    np.testing.assert_allclose([h.specificity for h in got], [h.specificity for h in want], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("exclude", [(False, False), (True, True), (True, False)])
+def test_head_scores_streamed_over_row_blocks_equal_the_dense_scores(runs, name, exclude):
+    model, ids, dense, lp = runs[name]
+    want = heads.score_heads(dense, ids, *exclude, unknown_ids={3})
+    dense_blocks = ((layer, a, dense[layer, :, a:a + 4]) for layer in range(lp.n_layer)
+                    for a in range(0, lp.T, 4))
+    long_blocks = ((layer, a, rows) for layer in range(lp.n_layer) for a, rows in lp.blocks(layer, 6))
+    for blocks, tol in ((dense_blocks, 1e-9), (long_blocks, 1e-5)):
+        got = heads.score_blocks(blocks, lp.n_layer, lp.n_head, ids, model.config.causal, *exclude,
+                                 unknown_ids={3})
+        for name_ in heads.SCORE_NAMES:
+            np.testing.assert_allclose(got.scores[name_], want.scores[name_], atol=tol, rtol=0)
+        for role in heads.ROLES:
+            np.testing.assert_allclose(got.chance[role], want.chance[role], atol=tol, rtol=0)
+        assert got.coverage == want.coverage and got.labels == want.labels
+
+
+def test_detection_rows_are_rows_of_the_detection_pattern():
+    ids = np.array([5, 1, 5, 2, 1, 5, 7, 1])
+    unknown = ids == 7
+    for role in heads.ROLES:
+        full = heads.detection_pattern(role, ids, unknown)
+        np.testing.assert_array_equal(heads.detection_rows(role, ids, 2, 6, unknown), full[2:6])
+
+
+def test_a_long_run_reports_each_layer_and_stops_when_cancelled(runs):
+    model, ids = runs["llama_gqa"][:2]
+    seen = []
+    run_long(model, ids=ids, progress=lambda i, n: seen.append((i, n)))
+    n = model.config.n_layer
+    assert seen == [(i, n) for i in range(n + 1)]
+
+    def stop_at_1(i, n):
+        if i == 1:
+            raise Cancelled("newer text")
+
+    with pytest.raises(Cancelled):
+        run_long(model, ids=ids, progress=stop_at_1)
+
+
+def test_a_dense_run_over_the_limit_is_refused_naming_its_size(runs, monkeypatch):
+    model, ids = runs["gpt2"][:2]
+    monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
+    with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1000 B"):
+        model.run(ids=ids, use_cache=False)
+    run_long(model, ids=ids)  # the long path holds no dense patterns
+
+
+STORY = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "
+         "cheese while Mary looked for apples, and later they walked home along the river, talking "
+         "about the old bridge that the town plans to repair next summer. The mayor said that the "
+         "work would start in June and last until the first snow of the winter. ")
+
+
+def test_smollm2_row_blocks_give_the_dense_patterns_at_600_tokens(smollm2):
+    text = "".join(f"Chapter {i}. " + STORY.replace("Saturday", day)
+                   for i, day in enumerate(["Monday", "Tuesday", "Friday", "Sunday"] * 3))
+    ids = smollm2.tokenizer.encode(text).ids[:600]
+    assert len(ids) == 600
+    dense = smollm2.run(ids=ids, use_cache=False).attentions
+    lp = run_long(smollm2, ids=ids).patterns
+    for layer in range(lp.n_layer):
+        np.testing.assert_allclose(lp.rows(layer, 0, 600), dense[layer], atol=1e-5, rtol=0)
