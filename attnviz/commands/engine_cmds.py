@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import check_out, parse_ids, show_notice
+from attnviz.commands.checks import check_out, non_negative, parse_ids, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, find_models, load_model, textbook
+from attnviz.engine.errors import InputError
+from attnviz.engine.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
 from attnviz.engine.registry import TOY_LICENSE, TOY_MODEL
 
 
@@ -36,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also write value_norms (float32 [n_layer, n_head, T]: ||v_j W_O(head)||) "
                         "and value_weighted (float32 [n_layer, n_head, T, T]: each weight times "
                         "its key's value norm, rows renormalised to sum to 1)")
+    p.add_argument("--layer", type=non_negative, metavar="L",
+                   help="write only layer L's patterns: attentions [1, n_head, rows, T]")
+    p.add_argument("--rows", metavar="A:B",
+                   help="write only query rows A..B-1: attentions [n_layer (or 1), n_head, B-A, T]. "
+                        "With --layer or --rows the patterns are computed from each layer's q and k "
+                        "in row blocks, so long texts (up to the model's context) fit in memory")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_attention)
 
@@ -67,13 +75,38 @@ def cmd_models(args) -> int:
     return 0
 
 
+ASK_FOR_LESS = "ask for one layer (--layer L) or a block of query rows (--rows A:B)"
+
+
+def parse_rows(text: str | None) -> tuple[int, int] | None:
+    """`"A:B"` -> (A, B) with 0 <= A < B; checked against T after the run."""
+    if text is None:
+        return None
+    a, sep, b = text.partition(":")
+    if not sep or not a.strip().isdigit() or not b.strip().isdigit() or int(a) >= int(b):
+        raise InputError(f"--rows {text!r}: give a block of query rows as A:B with 0 <= A < B, "
+                         "e.g. --rows 0:256")
+    return int(a), int(b)
+
+
 def cmd_attention(args) -> int:
     out = check_out(args.out, (".npz",))
     ids = parse_ids(args.ids) if args.ids is not None else None  # checked before loading
-    model = checkpoint_opt.at(load_model(args.model), args)
+    rows = parse_rows(getattr(args, "rows", None))
+    layer = getattr(args, "layer", None)
     vw = bool(getattr(args, "value_weighted", False))
-    result = (model.run(ids=ids, truncate=args.truncate, values=vw) if ids is not None
-              else model.run(args.text, truncate=args.truncate, values=vw))
+    part = layer is not None or rows is not None
+    if part:
+        refuse_options([("--value-weighted", vw)], "to every layer's whole patterns, not with "
+                       "--layer or --rows")
+    model = checkpoint_opt.at(load_model(args.model), args)
+    if part:
+        return _attention_part(model, args, ids, layer, rows, out)
+    try:
+        result = (model.run(ids=ids, truncate=args.truncate, values=vw) if ids is not None
+                  else model.run(args.text, truncate=args.truncate, values=vw))
+    except DenseTooLarge as exc:
+        raise InputError(exc.advice(ASK_FOR_LESS)) from None
     show_notice("attention", result)
     extra = {}
     if vw:
@@ -85,6 +118,37 @@ def cmd_attention(args) -> int:
                      attentions=result.attentions, kv_group=result.kv_group, **extra)
     print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}"
           f"{checkpoint_opt.describe(model)}")
+    return 0
+
+
+def _attention_part(model, args, ids, layer, rows, out) -> int:
+    """attention --layer/--rows: the patterns asked for, computed from a long run's q and k."""
+    c = model.config
+    if layer is not None and layer >= c.n_layer:
+        raise InputError(f"--layer {layer} is outside {model.name}'s {c.n_layer} layers "
+                         f"(0..{c.n_layer - 1})")
+    run = (run_long(model, ids=ids, truncate=args.truncate) if ids is not None
+           else run_long(model, args.text, truncate=args.truncate))
+    result, lp = run.result, run.patterns
+    T = result.n_tokens
+    a, b = rows if rows is not None else (0, T)
+    if b > T:
+        raise InputError(f"--rows {a}:{b} runs past the text's {T} tokens (rows 0..{T - 1})")
+    layers = [layer] if layer is not None else list(range(c.n_layer))
+    need = dense_bytes(len(layers), c.n_head, T, b - a)
+    if need > DENSE_LIMIT:
+        raise InputError(f"attentions [{len(layers)}, {c.n_head}, {b - a}, {T}] float32 = "
+                         f"{size_text(need)}, over the {size_text(DENSE_LIMIT)} limit: "
+                         + ("ask for fewer query rows (--rows A:B)" if layer is not None else
+                            ASK_FOR_LESS))
+    show_notice("attention", result)
+    attentions = lp.dense(layers, (a, b))
+    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
+                     attentions=attentions, kv_group=result.kv_group,
+                     layers=np.array(layers, dtype=np.int64), rows=np.array([a, b], dtype=np.int64))
+    print(f"{out}: {T} tokens, attentions {list(attentions.shape)} (layer"
+          f"{f' {layer}' if layer is not None else 's 0..' + str(c.n_layer - 1)}, query rows "
+          f"{a}..{b - 1}){checkpoint_opt.describe(model)}")
     return 0
 
 

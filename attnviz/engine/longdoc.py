@@ -235,16 +235,29 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     return LongRun(result, patterns_of(trace, model.config))
 
 
-def check_dense(cfg, T: int, instead: str = "run it as a long text (longdoc.run_long), whose "
-                "patterns are computed for the rows asked for") -> None:
-    """InputError when every pattern of T tokens at once exceeds DENSE_LIMIT, naming the size and
-    `instead`, what to ask for."""
+class DenseTooLarge(InputError):
+    """Every pattern of a text at once would exceed DENSE_LIMIT. `shape` [n_layer, n_head, T, T] and
+    `nbytes` say how large; `advice(instead)` is the message with another suggestion."""
+
+    def __init__(self, shape: tuple, nbytes: int, instead: str):
+        self.shape, self.nbytes = shape, nbytes
+        super().__init__(self.advice(instead))
+
+    def advice(self, instead: str) -> str:
+        n_layer, n_head, T, _ = self.shape
+        return (f"every attention pattern of {T} tokens at once is [{n_layer}, {n_head}, {T}, {T}] "
+                f"float32 = {size_text(self.nbytes)}, over the {size_text(DENSE_LIMIT)} limit: "
+                f"{instead}")
+
+
+def check_dense(cfg, T: int) -> None:
+    """DenseTooLarge when every pattern of T tokens at once exceeds DENSE_LIMIT."""
     need = dense_bytes(cfg.n_layer, cfg.n_head, T)
     if need > DENSE_LIMIT:
-        raise InputError(
-            f"every attention pattern of {T} tokens at once is [{cfg.n_layer}, {cfg.n_head}, {T}, {T}] "
-            f"float32 = {size_text(need)}, over the {size_text(DENSE_LIMIT)} limit: {instead}")
+        raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), need,
+                            "run it as a long text (longdoc.run_long), whose patterns are computed "
+                            "for the rows asked for")
 
 
-__all__ = ["Cancelled", "DENSE_LIMIT", "LongPatterns", "LongRun", "LongTrace", "check_dense",
+__all__ = ["Cancelled", "DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",
            "dense_bytes", "key_range", "patterns_of", "run_long", "size_text"]
