@@ -8,13 +8,14 @@ import os
 import sys
 import traceback
 
-from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd, scan_cmd
+from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd, predict_cmd, scan_cmd
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
 COMMAND_MODULES = (
     engine_cmds,  # models, attention
     calc_cmd,  # calc
     heads_cmd,  # heads, find
+    predict_cmd,  # predict, ablation-scan
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
     scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
 )

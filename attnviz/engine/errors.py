@@ -15,3 +15,8 @@ class InputError(AttnvizError):
 
 class CalcError(AttnvizError, ValueError):
     """Calculator input that would give a wrong or meaningless number."""
+
+
+class NoPrediction(AttnvizError):
+    """A model that cannot predict the next token: an encoder, or a file without (or with broken)
+    final norm or unembedding. Attention still works."""

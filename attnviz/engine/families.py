@@ -51,12 +51,23 @@ class Layer:
 
 
 @dataclass(frozen=True)
+class Head:
+    """What turns the residual stream into next-token logits: the final norm and the unembedding
+    W_U [vocab, d_model] (rows = tokens; the token embedding itself when tied). `missing`: one line
+    naming what the file lacks or holds broken, when `norm` or `unembed` is None."""
+    norm: tuple | None  # (gain, bias) or (gain,)
+    unembed: object | None  # [vocab, d_model]: an array, a memory map or GGUF QuantRows
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
 class Weights:
     tok_emb: np.ndarray  # [vocab, d_model] (memory-mapped where the file is float32)
     pos_emb: np.ndarray | None  # [max_positions, d_model]
     type_emb: np.ndarray | None  # [type_vocab, d_model]
     emb_norm: tuple | None  # BERT's embedding LayerNorm
     layers: tuple[Layer, ...]
+    head: Head | None = None  # final norm and unembedding (None: the loader reads none)
 
 
 def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
@@ -64,6 +75,26 @@ def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
         if p + probe in ckpt:
             return p
     raise ModelLoadError(f"checkpoint has no tensor {probe!r} (tried prefixes {list(candidates)})")
+
+
+def read_head(get, norm_names: tuple[str, ...], unembed: tuple[str, object], source: str) -> Head:
+    """The final norm (its tensors named `norm_names`, read with `get(name)`) and the unembedding
+    (`unembed`: (its name, a zero-argument reader)). A missing or broken tensor leaves the model
+    usable for attention: Head.missing names it and prediction refuses with that line."""
+    try:
+        norm = tuple(np.array(get(n)) for n in norm_names)
+    except ModelLoadError as exc:
+        return Head(None, None, f"{source}: no final norm for prediction ({_one_line(exc)})")
+    name, read = unembed
+    try:
+        w_u = read()
+    except ModelLoadError as exc:
+        return Head(norm, None, f"{source}: no unembedding {name} for prediction ({_one_line(exc)})")
+    return Head(norm, w_u)
+
+
+def _one_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
@@ -110,6 +141,8 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
         pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
         emb_norm=norm("embeddings.LayerNorm"), layers=tuple(layers),
+        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head: it "
+                              "predicts no next token"),
     )
 
 
@@ -136,9 +169,11 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             w_out=np.ascontiguousarray(g(a + "mlp.c_proj.weight", (f, d)), dtype=np.float32),
             b_out=np.array(g(a + "mlp.c_proj.bias", (d,))),
         ))
-    return Weights(tok_emb=g("wte.weight", (cfg.vocab_size, d)),
-                   pos_emb=g("wpe.weight", (cfg.max_positions, d)),
-                   type_emb=None, emb_norm=None, layers=tuple(layers))
+    tok_emb = g("wte.weight", (cfg.vocab_size, d))
+    head = read_head(lambda n: g(n, (d,)), ("ln_f.weight", "ln_f.bias"),
+                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
+                   type_emb=None, emb_norm=None, layers=tuple(layers), head=head)
 
 
 def _qkv_gate_up(cfg: ModelConfig, g, a: str):
@@ -188,8 +223,20 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             b_out=np.array(g(a + "mlp.down_proj.bias", (d,))) if cfg.mlp_bias else None,
             q_norm=qk_norms[0], k_norm=qk_norms[1],
         ))
-    return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
-                   type_emb=None, emb_norm=None, layers=tuple(layers))
+    tok_emb = g("embed_tokens.weight", (cfg.vocab_size, d))
+    head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
+                     ckpt.files[0].path.name)
+    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=tuple(layers),
+                   head=head)
+
+
+def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool):
+    """(name, reader) of a safetensors model's unembedding: the token embedding when config.json
+    ties them (`tie_word_embeddings`, default per family as in transformers), else lm_head.weight."""
+    tied = cfg.raw.get("tie_word_embeddings", tied_by_default)
+    if tied is True:
+        return "(tied to the token embedding)", lambda: tok_emb
+    return "lm_head.weight", lambda: ckpt.get("lm_head.weight", (cfg.vocab_size, cfg.d_model))
 
 
 def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
@@ -229,7 +276,10 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             post_mlp_norm=gain(a + "post_feedforward_layernorm.weight"),
         ))
     return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
-                   type_emb=None, emb_norm=None, layers=tuple(layers))
+                   type_emb=None, emb_norm=None, layers=tuple(layers),
+                   head=Head(None, None, "Gemma 3's prediction is not supported yet: its heads write "
+                                         "through a norm after attention, which attribution does "
+                                         "not linearise"))
 
 
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,
@@ -450,6 +500,8 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
         if p:  # old query rows cannot see the new keys
             trace.attentions[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
             trace.attentions[:, :, :p, p:] = 0
+        if trace.start:  # the layers before it are the base run's
+            trace.attentions[:trace.start] = trace.base.attentions[:trace.start]
     if T > p:
         _forward_rows(cfg, w, ids, p, trace, cache if p else None)
     if cache is not None:
@@ -465,7 +517,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
     T = len(ids)
     consts = layer_consts(cfg, T, p)
     if trace.start:
-        x = trace.resume  # [T, d_model] the residual entering layer `start`
+        x = trace.base.resid[trace.start]  # [T, d_model] the residual entering layer `start`
     else:
         x = embed(w, ids[p:], np.arange(p, T), cfg)  # [n, d_model], n = T - p new tokens
     try:

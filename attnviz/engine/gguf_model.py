@@ -28,7 +28,7 @@ from attnviz.engine.config import ModelConfig, config_from_dict
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine import gguf_vocab as vocab
 from attnviz.engine.tokenizer import TextTokenizer
-from attnviz.engine.families import Layer, Weights, _cat_bias
+from attnviz.engine.families import Head, Layer, Weights, _cat_bias, read_head
 from attnviz.engine.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
@@ -419,8 +419,9 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
     layers = []
     for i in range(cfg.n_layer):
         b = f"blk.{i}."
-        last = i == cfg.n_layer - 1
-        # nothing after the last layer's attention can change a pattern: its MLP is not loaded
+        # the last layer's MLP changes no pattern: a file without it opens for attention (only
+        # prediction, which reads the final residual stream, needs it)
+        last = i == cfg.n_layer - 1 and b + "ffn_up.weight" not in ts
         q, k, v, gate, up = _gguf_qkv_gate_up(cfg, ts, b, mlp=not last)
         biases = [None, None, None]
         if b + "attn_q.bias" in ts:
@@ -450,17 +451,25 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
             post_attn_norm=(norm("post_attention_norm.weight"),) if gemma else None,
             post_mlp_norm=(norm("post_ffw_norm.weight"),) if gemma else None,
         ))
-    return Weights(tok_emb=ts.rows("token_embd.weight", (cfg.vocab_size, d)), pos_emb=None,
-                   type_emb=None, emb_norm=None, layers=tuple(layers))
+    tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
+    # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
+    # no output.weight means it is tied to the token embedding
+    out = ("output.weight", lambda: ts.rows("output.weight", (cfg.vocab_size, d)))
+    head = read_head(lambda n: ts.get(n, (d,)), ("output_norm.weight",),
+                     out if "output.weight" in ts else ("(tied to token_embd.weight)", lambda: tok_emb),
+                     ts.path.name)
+    if layers[-1].w_in is None and head.missing is None:
+        head = Head(head.norm, head.unembed, f"{ts.path.name}: no tensor "
+                    f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP) for prediction")
+    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=tuple(layers),
+                   head=head)
 
 
 def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:
-    """What the load will allocate as float32: every layer tensor but the kept-quantised embedding,
-    the output head and norm and the last layer's MLP (all unused)."""
-    last = cfg.n_layer - 1
-    skip = ("token_embd.weight", "output.weight", "output_norm.weight", "rope_freqs.weight",
-            f"blk.{last}.ffn_gate.weight", f"blk.{last}.ffn_up.weight", f"blk.{last}.ffn_down.weight")
-    return ts.float32_bytes(skip)
+    """What the load will allocate as float32: every layer tensor but the embedding and the output
+    head, kept quantised (prediction dequantises the output head once, when first asked), and the
+    RoPE frequency table."""
+    return ts.float32_bytes(("token_embd.weight", "output.weight", "rope_freqs.weight"))
 
 
 def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None

@@ -17,9 +17,10 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
 and the forward loop records the residual stream entering each block and the final-norm input.
 
 An intervention is an edit the trace applies at one of these points (`ReplaceHead` at `z`,
-`Knockout` at `scores`): the forward pass has no flag per experiment. A run can resume from the
-residual entering layer l of an earlier trace (`Trace(start=l, resume=x)`): the layers before the
-first one an edit changes are reused, as the KV cache reuses a prefix of tokens.
+`Knockout` at `scores`): the forward pass has no flag per experiment. A run can resume at layer l
+from an earlier trace of the same ids (`Trace(start=l, base=clean)`, the clean trace having kept
+`resid`): the layers before the first one an edit changes are reused (the new trace shares their
+records), as the KV cache reuses a prefix of tokens.
 
 After the run a Trace holds, per layer i (lists of n_layer; None where not asked):
     attentions [n_layer, n_head, T, T]   patterns (patterns=True)
@@ -68,18 +69,19 @@ class Trace:
 
     patterns: the attention patterns (the default). values: every layer's V (value norms). kv: keys
     and values of all T tokens (a run that fills a KV cache). inputs, z, resid: see the module
-    docstring. edits: ReplaceHead and Knockout. start, resume: run layers start.. only, from
-    `resume` [T, d_model], the residual entering layer `start` (an earlier trace's resid[start])."""
+    docstring. edits: ReplaceHead and Knockout. start, base: run layers start.. only, from base's
+    resid[start] (`base`: an earlier trace of the same ids that kept resid); layers before `start`
+    share base's records."""
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False, edits=(),
-                 start: int = 0, resume: np.ndarray | None = None):
-        if (start > 0) != (resume is not None):
-            raise ValueError("resume from layer `start` needs the residual entering it, and only then")
+                 start: int = 0, base: Trace | None = None):
+        if start and (base is None or not base.resid or base.resid[start] is None):
+            raise ValueError("resuming at a layer needs a base trace that kept the residual stream")
         self.want_patterns, self.want_values, self.want_kv = patterns, values, kv
         self.want = {"inputs": inputs, "z": z, "resid": resid}
         self.edits = tuple(edits)
-        self.start, self.resume = start, resume
+        self.start, self.base = start, (base if start else None)
         # filled by the forward pass
         self.ids: np.ndarray | None = None  # int64 [T]
         self.attentions: np.ndarray | None = None  # [n_layer, n_head, T, T]
@@ -104,6 +106,9 @@ class Trace:
         for name in ("k", "v", "inputs", "z"):
             setattr(self, name, [None] * n_layer)
         self.resid = [None] * (n_layer + 1)
+        if self.start:  # the layers before `start` are the base's
+            for name in ("k", "v", "inputs", "z", "resid"):
+                getattr(self, name)[:self.start] = getattr(self.base, name)[:self.start]
 
     def slot(self, i: int, past: KVCache | None, rows: np.ndarray | None) -> LayerCache:
         """Layer i's slot: the cached prefix `past` (its first p tokens), `rows` the pattern rows

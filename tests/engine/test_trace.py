@@ -113,12 +113,12 @@ def test_a_knockout_removes_one_edge_and_renormalises_the_row(models):
 def test_a_run_resumed_from_a_layer_equals_the_whole_edited_run(models, name):
     model = models[name]
     cfg, w = model.config, model.weights
-    clean = forward(cfg, w, IDS, Trace(resid=True))
+    clean = forward(cfg, w, IDS, Trace(resid=True, z=True))
     edits = [ReplaceHead(1, 0, 0.0), Knockout(1, 5, 0)]
     whole = forward(cfg, w, IDS, Trace(resid=True, z=True, edits=edits))
-    resumed = forward(cfg, w, IDS, Trace(resid=True, z=True, edits=edits, start=1,
-                                         resume=clean.resid[1]))
-    assert resumed.z[0] is None and resumed.resid[0] is None  # layer 0 was not run again
+    resumed = forward(cfg, w, IDS, Trace(resid=True, z=True, edits=edits, start=1, base=clean))
+    assert resumed.resid[0] is clean.resid[0]  # layer 0 was not run again
     np.testing.assert_allclose(resumed.resid[-1], whole.resid[-1], rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(resumed.attentions[1:], whole.attentions[1:])
+    np.testing.assert_array_equal(resumed.attentions, whole.attentions)
+    np.testing.assert_array_equal(resumed.z[0], whole.z[0])
     np.testing.assert_array_equal(resumed.z[1][0], 0)

@@ -1,0 +1,209 @@
+"""`attnviz predict` and `attnviz ablation-scan`: what the model predicts, which heads write it, and
+what switching heads off does."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from attnviz.commands import checkpoint_opt
+from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
+from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.engine import ablation as A
+from attnviz.engine import predict as P
+from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import head_title
+from attnviz.engine.probes import probe_ids
+
+CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict", help="the next-token prediction, its logit lens and each head's direct effect",
+        description="The model's top next tokens after one token, the logit lens (raw: the final "
+                    "norm applied to each layer), and the direct logit attribution of "
+                    "logit(target) - logit(alt) to every head, MLP, the embeddings and the biases; "
+                    "optionally with heads ablated or edges knocked out.")
+    _source(p, probe=False)
+    p.add_argument("--position", type=int, metavar="P",
+                   help="token index to predict after (negative: from the end; default: the last)")
+    p.add_argument("--top", type=positive, default=10, metavar="K", help="top tokens (default: 10)")
+    p.add_argument("--target", metavar="TOKEN",
+                   help="token for the DLA and the lens: an id, a vocabulary string or a text that is "
+                        "one token (default: the clean run's top-1)")
+    p.add_argument("--alt", metavar="TOKEN", help="the DLA's other token (default: the clean run's second)")
+    p.add_argument("--ablate", metavar="L.H[,L.H...]", help="heads to switch off, e.g. 3.1,5.0")
+    p.add_argument("--ablate-mode", choices=A.MODES, default="zero",
+                   help="replace the heads' outputs by zero or by their mean over this text's "
+                        "positions (default: zero)")
+    p.add_argument("--knockout", metavar="L:Q-K[,...]",
+                   help="edges to block (score -inf before the softmax): layer or layers a-b, "
+                        "query Q, key K, e.g. 2:7-3 or 2-4:7-3")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser(
+        "ablation-scan", help="zero-ablate every head in turn and rank heads by the loss they save",
+        description="Zero-ablates every head alone and reports the increase in loss (nats): "
+                    "--loss next is -log p(target) after --position; --loss repeat is the mean "
+                    "-log p(token | prefix) over the second copy of a repeated sequence, after its "
+                    "first token (the default for --probe, refused when the ids do not repeat).")
+    _source(p, probe=True)
+    p.add_argument("--loss", choices=A.LOSSES,
+                   help="next (default for --text, --ids) or repeat (default for --probe)")
+    p.add_argument("--position", type=int, metavar="P",
+                   help="--loss next: token index to predict after (default: the last)")
+    p.add_argument("--target", metavar="TOKEN",
+                   help="--loss next: the token whose loss counts (default: the clean top-1)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
+    p.set_defaults(func=cmd_scan)
+
+
+def _source(p, probe: bool) -> None:
+    p.add_argument("--model", default=CAUSAL_DEFAULT, help="model name, folder or .gguf (default: "
+                   "%(default)s)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="text to run (the model's special tokens are added)")
+    src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
+    if probe:
+        src.add_argument("--probe", action="store_true",
+                         help="the random probe: a random token sequence repeated twice (as "
+                              "`attnviz heads --probe`)")
+
+
+def _run(model, args, trace):
+    ids = parse_ids(args.ids) if args.ids is not None else None
+    result = model.run(ids=ids, use_cache=False, trace=trace) if ids is not None else \
+        model.run(args.text, use_cache=False, trace=trace)
+    show_notice(args.command, result)
+    return result
+
+
+def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
+    """The `predict` JSON document for a run's trace (clean, or edited with `edits`)."""
+    head = P.lm_head(model)
+    clean = result.trace
+    trace = A.run_edited(model, clean, edits, patterns=False) if edits else clean
+    q = P.position_index(len(clean.ids), position)
+    clean_pred = P.predict(head, clean, q, max(top, 2))
+    target = int(clean_pred.top_ids[0]) if target is None else target
+    alt = int(clean_pred.top_ids[1]) if alt is None else alt
+    if target == alt:
+        raise InputError(f"target and alt are the same token ({target}): pick two different tokens")
+    pred = P.predict(head, trace, q, top) if edits else clean_pred
+    dla = P.attribute(model, head, trace, q, target, alt)
+    lens = P.logit_lens(head, trace, q, target)
+    doc = {
+        "model": model.name, "tokens": list(result.tokens), "input_ids": result.input_ids.tolist(),
+        "position": q,
+        "top": [{"id": int(i), "token": P.token_text(model, i), "logprob": float(lp)}
+                for i, lp in zip(pred.top_ids[:top], pred.top_logprobs[:top])],
+        "target": target, "alt": alt, "logit_diff": dla.logit_diff,
+        "dla": dla.heads.tolist(),
+        "dla_rest": {"mlp": dla.mlp.tolist(), "embed": dla.embed, "bias": dla.bias},
+        "lens": [{"top_id": int(i), "top_token": P.token_text(model, i), "target_logprob": float(t)}
+                 for i, t in zip(lens.top_ids, lens.target_logprobs)],
+        "target_logprob": float(pred.logprobs[target]),
+    }
+    if edits:
+        doc["changed"] = A.describe(edits)
+        doc["clean_target_logprob"] = float(clean_pred.logprobs[target])
+        doc["delta_target_logprob"] = float(pred.logprobs[target] - clean_pred.logprobs[target])
+    return doc
+
+
+def cmd_predict(args) -> int:
+    if args.ids is not None:
+        parse_ids(args.ids)  # checked before loading
+    model = checkpoint_opt.at(load_model(args.model), args)
+    P.lm_head(model)  # refuses a model that cannot predict, before running anything
+    result = _run(model, args, P.prediction_trace())
+    cfg = model.config
+    target = P.vocab_token(model, args.target) if args.target is not None else None
+    alt = P.vocab_token(model, args.alt) if args.alt is not None else None
+    edits = []
+    if args.ablate:
+        edits += A.head_edits(result.trace, A.parse_heads(args.ablate, cfg.n_layer, cfg.n_head),
+                              args.ablate_mode)
+    elif args.ablate_mode != "zero":
+        raise InputError("--ablate-mode applies only with --ablate")
+    if args.knockout:
+        edits += A.knockout_edits(cfg, result.n_tokens, A.parse_knockouts(args.knockout, cfg.n_layer))
+    doc = predict_report(model, result, args.position, args.top, target, alt, edits)
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    _print_prediction(doc, cfg)
+    return 0
+
+
+def _print_prediction(doc, cfg) -> None:
+    tok = doc["tokens"][doc["position"]]
+    print(f"{doc['model']}: after token {doc['position']} {tok!r}"
+          + (f" ({doc['changed']})" if "changed" in doc else ""))
+    for row in doc["top"]:
+        print(f"  {row['id']:>7}  {row['token']!r:<20} p = {np.exp(row['logprob']):.3f}  "
+              f"log p = {row['logprob']:.3f}")
+    if "changed" in doc:
+        print(f"target {doc['target']}: log p {doc['clean_target_logprob']:.3f} clean, "
+              f"{doc['target_logprob']:.3f} changed (delta {doc['delta_target_logprob']:+.3f})")
+    dla = np.array(doc["dla"])
+    print(f"logit({doc['target']}) - logit({doc['alt']}) = {doc['logit_diff']:.3f}; direct effect: "
+          f"heads {dla.sum():+.3f}, MLPs {sum(doc['dla_rest']['mlp']):+.3f}, embeddings "
+          f"{doc['dla_rest']['embed']:+.3f}, biases {doc['dla_rest']['bias']:+.3f}")
+    order = np.argsort(-np.abs(dla), axis=None)[:5]
+    print("largest heads: " + ", ".join(f"{head_title(i // cfg.n_head, i % cfg.n_head)} {dla.flat[i]:+.3f}"
+                                        for i in order))
+    print("logit lens (raw: the final norm applied to each layer): top-1, log p(target)")
+    for layer, row in enumerate(doc["lens"]):
+        print(f"  {'L' + str(layer):<4} {row['top_token']!r:<20} {row['target_logprob']:8.3f}")
+
+
+def cmd_scan(args) -> int:
+    if args.ids is not None:
+        parse_ids(args.ids)
+    loss = args.loss or ("repeat" if args.probe else "next")
+    if loss == "repeat":
+        refuse_options((("--position", args.position is not None), ("--target", args.target is not None)),
+                       "only with --loss next", sep=" and ")
+    model = checkpoint_opt.at(load_model(args.model), args)
+    head = P.lm_head(model)
+    if args.probe:
+        ids = probe_ids(model)[0]
+        tokens = model.tokenizer.labels_for_ids(ids)[1]
+    else:
+        result = model.run(ids=parse_ids(args.ids), use_cache=False) if args.ids is not None else \
+            model.run(args.text, use_cache=False)
+        show_notice(args.command, result)
+        ids, tokens = result.input_ids.tolist(), list(result.tokens)
+    target = P.vocab_token(model, args.target) if args.target is not None else None
+    progress = _progress if sys.stderr.isatty() and not args.json else None
+    scan = A.ablation_scan(model, head, ids, loss, args.position, target, progress=progress)
+    doc = {"model": model.name, "tokens": tokens, "input_ids": [int(i) for i in ids], "loss": loss,
+           "baseline_loss": scan.baseline_loss, "effect": scan.effect.tolist(),
+           "ranked": [{"layer": l, "head": h, "effect": e} for l, h, e in scan.ranked()],
+           "position": scan.position, "target": scan.target,
+           "repeat": None if scan.span is None else {"start": scan.span[0], "length": scan.span[1]},
+           "seconds": scan.seconds}
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    what = (f"-log p({scan.target}) after token {scan.position}" if loss == "next" else
+            f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
+    print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "
+          f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
+    print("   rank  head      effect (nats)")
+    for n, (l, h, e) in enumerate(scan.ranked()[:15], 1):
+        print(f"  {n:>5}  {head_title(l, h):<9} {e:+.4f}")
+    return 0
+
+
+def _progress(done: int, total: int) -> None:
+    print(f"\rablation scan: {done}/{total} heads", end="\n" if done == total else "",
+          file=sys.stderr, flush=True)

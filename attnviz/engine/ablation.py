@@ -1,0 +1,248 @@
+"""Switching heads off and edges out, and which heads matter. Pure NumPy on Traces, no Qt.
+
+- Ablation replaces the outputs z of chosen heads by zero, or by the mean of that head's output
+  over the positions of this text (`head_edits`); knockout blocks the edge query q -> key k in
+  chosen layers (`knockout_edits`: its score is -inf before the softmax).
+- `run_edited` recomputes from the first layer an edit changes, reusing the clean trace's earlier
+  layers (their residual stream and records), and returns a trace prediction can read.
+- `ablation_scan` zero-ablates every head in turn and measures the increase in a loss: `next`,
+  -log p(target) after one position, or `repeat`, the mean -log p(token | prefix) over the second
+  copy of a repeated sequence, after its first token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+from attnviz.engine.families import forward
+from attnviz.engine.layers import causal_mask
+from attnviz.engine.patterns import head_title
+from attnviz.engine.predict import LMHead, log_softmax, position_index, prediction_trace
+from attnviz.engine.trace import Knockout, ReplaceHead, Trace
+
+MODES = ("zero", "mean")
+LOSSES = ("next", "repeat")
+
+
+class Cancelled(Exception):
+    """The caller's cancel check said stop (a newer request replaced this one)."""
+
+
+def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
+    """"3.1,5.0" (layer.head, comma-separated) -> [(3, 1), (5, 0)], checked against the model."""
+    heads = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            layer, head = (int(x) for x in part.split("."))
+        except ValueError:
+            raise InputError(f"head {part!r} is not LAYER.HEAD, e.g. 3.1") from None
+        check_head(layer, head, n_layer, n_head)
+        heads.append((layer, head))
+    if not heads:
+        raise InputError("no heads given: write LAYER.HEAD[,LAYER.HEAD...], e.g. 3.1,5.0")
+    return heads
+
+
+def check_head(layer: int, head: int, n_layer: int, n_head: int) -> None:
+    if not (0 <= layer < n_layer and 0 <= head < n_head):
+        raise InputError(f"head {layer}.{head} is outside this model's layers 0..{n_layer - 1} "
+                         f"and heads 0..{n_head - 1}")
+
+
+def parse_knockouts(text: str, n_layer: int) -> list[tuple[list[int], int, int]]:
+    """"2:7-3,4-5:9-1" -> [([2], 7, 3), ([4, 5], 9, 1)]: layers (one, or a range a-b), query, key."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            layers, edge = part.split(":")
+            q, k = (int(x) for x in edge.split("-"))
+            a, _, b = layers.partition("-")
+            span = list(range(int(a), int(b or a) + 1))
+        except ValueError:
+            raise InputError(f"knockout {part!r} is not LAYERS:Q-K, e.g. 2:7-3 or 2-4:7-3") from None
+        if not span or not all(0 <= i < n_layer for i in span):
+            raise InputError(f"knockout {part!r}: layers must lie in 0..{n_layer - 1}")
+        out.append((span, q, k))
+    if not out:
+        raise InputError("no knockout given: write LAYERS:Q-K[,...], e.g. 2:7-3")
+    return out
+
+
+def head_edits(clean: Trace, heads, mode: str = "zero") -> list[ReplaceHead]:
+    """ReplaceHead edits for `heads` [(layer, head)]: zero, or the head's mean output over the
+    positions of the clean run (`mode` "mean"; the clean trace kept z)."""
+    if mode not in MODES:
+        raise InputError(f"ablation mode {mode!r}: expected one of {', '.join(MODES)}")
+    if mode == "zero":
+        return [ReplaceHead(layer, head, 0.0) for layer, head in heads]
+    return [ReplaceHead(layer, head, clean.z[layer][head].mean(axis=0)) for layer, head in heads]
+
+
+def knockout_edits(cfg, T: int, knockouts) -> list[Knockout]:
+    """Knockout edits for [(layers, q, k)], each an edge the query sees (k <= q, inside a sliding
+    window), and no row left without a key in any layer."""
+    edits = []
+    for layers, q, k in knockouts:
+        q, k = position_index(T, q), position_index(T, k)
+        if cfg.causal and not causal_mask(T, cfg.sliding_window)[q, k]:
+            raise InputError(f"edge {q}->{k} is not one the query sees (a query sees keys at or "
+                             "before it" + (f", within {cfg.sliding_window}" if cfg.sliding_window
+                                            else "") + "): nothing to knock out")
+        edits += [Knockout(layer, q, k) for layer in layers]
+    seen = causal_mask(T, cfg.sliding_window) if cfg.causal else np.ones((T, T), bool)
+    for layer in {e.layer for e in edits}:
+        left = seen.copy()
+        for e in edits:
+            if e.layer == layer:
+                left[e.q, e.k] = False
+        empty = np.flatnonzero(~left.any(axis=1))
+        if empty.size:
+            raise InputError(f"knocking out every key of query {int(empty[0])} in layer {layer} "
+                             "leaves it nothing to attend to")
+    return edits
+
+
+def describe(edits) -> str:
+    """What was changed, in one line: "zero-ablated L3 H1; knocked out 7->3 in layers 2, 3"."""
+    parts = []
+    heads = [e for e in edits if isinstance(e, ReplaceHead)]
+    if heads:
+        kind = "zero" if all(np.ndim(e.value) == 0 and e.value == 0 for e in heads) else "mean"
+        parts.append(f"{kind}-ablated " + ", ".join(head_title(e.layer, e.head) for e in heads))
+    edges: dict = {}
+    for e in edits:
+        if isinstance(e, Knockout):
+            edges.setdefault((e.q, e.k), []).append(e.layer)
+    for (q, k), layers in edges.items():
+        parts.append(f"knocked out {q}->{k} in layer{'s' if len(layers) > 1 else ''} "
+                     + ", ".join(map(str, sorted(layers))))
+    return "; ".join(parts) or "nothing changed"
+
+
+def first_layer(edits) -> int:
+    """The first layer an edit changes (where an edited run resumes)."""
+    return min(e.layer for e in edits)
+
+
+def run_edited(model, clean: Trace, edits, patterns: bool = True) -> Trace:
+    """The clean run (a trace of the same ids that kept z and resid) with `edits` applied:
+    recomputed from the first layer they change, the layers before it shared with `clean`."""
+    edits = list(edits)
+    if not edits:
+        raise InputError("nothing to change: give heads to ablate or edges to knock out")
+    start = first_layer(edits)
+    if patterns and clean.attentions is None:
+        raise ValueError("the clean trace kept no patterns")
+    trace = prediction_trace(patterns=patterns, edits=edits, start=start, base=clean)
+    return forward(model.config, model.weights, clean.ids, trace)
+
+
+# -- losses ---------------------------------------------------------------------------------------
+
+def next_loss(head: LMHead, trace: Trace, position: int, target: int) -> float:
+    """-log p(target | tokens 0..position)."""
+    return float(-log_softmax(head.logits(trace.resid[-1][position:position + 1])[0])[target])
+
+
+def repeat_span(ids) -> tuple[int, int]:
+    """(start a, length n) of the longest run ids[a:a+n] followed by itself (n >= 2; the earliest
+    such a), or InputError when the ids do not repeat."""
+    ids = np.asarray(ids)
+    T = len(ids)
+    for n in range(T // 2, 1, -1):
+        same = ids[:T - n] == ids[n:]  # [T - n]: ids[j] == ids[j + n]
+        run = np.convolve(same.astype(np.int64), np.ones(n, np.int64), mode="valid")  # [T - 2n + 1]
+        hit = np.flatnonzero(run == n)
+        if hit.size:
+            return int(hit[0]), n
+    raise InputError("the ids do not repeat (no sequence of 2 or more tokens followed by itself): "
+                     "the repeat loss needs a repeated sequence, e.g. --probe; use --loss next")
+
+
+def repeat_loss(head: LMHead, trace: Trace, span: tuple[int, int]) -> float:
+    """Mean -log p(token | prefix) over the second copy's tokens after its first one."""
+    a, n = span
+    targets = trace.ids[a + n + 1:a + 2 * n]  # [n - 1] tokens to predict
+    rows = trace.resid[-1][a + n:a + 2 * n - 1]  # [n - 1, d_model] the positions predicting them
+    lp = log_softmax(head.logits(rows))  # [n - 1, vocab]
+    return float(-lp[np.arange(len(targets)), targets].mean())
+
+
+@dataclass(frozen=True)
+class Scan:
+    """The increase in loss (nats) when each head alone is zero-ablated."""
+    loss: str  # "next" or "repeat"
+    baseline_loss: float
+    effect: np.ndarray  # [n_layer, n_head]
+    position: int | None  # the next loss's position
+    target: int | None  # the next loss's target token id
+    span: tuple[int, int] | None  # the repeat loss's (start, length)
+    seconds: dict  # where the time went: forward (resumed layers), unembedding (losses), total
+
+    def ranked(self) -> list[tuple[int, int, float]]:
+        """(layer, head, effect), largest effect first."""
+        order = np.argsort(-self.effect, axis=None, kind="stable")
+        n_head = self.effect.shape[1]
+        return [(int(i // n_head), int(i % n_head), float(self.effect.flat[i])) for i in order]
+
+
+def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | None = None,
+                  target: int | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  cancelled: Callable[[], bool] | None = None) -> Scan:
+    """Zero-ablate every head in turn; effect = loss(ablated) - loss(clean), in nats.
+
+    `next`: -log p(target) after token `position` (default the last; target default: the clean
+    run's top-1). `repeat`: see repeat_loss (InputError when the ids do not repeat). Only the tokens
+    the loss reads are run (a causal model's later tokens cannot change them), and each head's run
+    resumes at its layer from the clean residual stream. `progress(done, total)` is called before
+    the first head and after each; `cancelled()` is checked between heads and raises Cancelled."""
+    if loss not in LOSSES:
+        raise InputError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
+    cfg, w = model.config, model.weights
+    ids = np.asarray(ids, dtype=np.int64)
+    span = None
+    if loss == "repeat":
+        span = repeat_span(ids)
+        ids = ids[:span[0] + 2 * span[1]]
+    else:
+        position = position_index(len(ids), position)
+        ids = ids[:position + 1]
+    t0 = time.perf_counter()
+    clean = forward(cfg, w, ids, prediction_trace(patterns=False))
+    if loss == "next":
+        if target is None:
+            target = int(np.argmax(head.logits(clean.resid[-1][position:position + 1])[0]))
+        elif not 0 <= target < cfg.vocab_size:
+            raise InputError(f"target token id {target} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+
+    def measure(trace):
+        return next_loss(head, trace, position, target) if loss == "next" else repeat_loss(head, trace, span)
+
+    base = measure(clean)
+    effect = np.zeros((cfg.n_layer, cfg.n_head))
+    total = cfg.n_layer * cfg.n_head
+    t_forward = t_unembed = 0.0
+    if progress:
+        progress(0, total)
+    for layer in range(cfg.n_layer):
+        for h in range(cfg.n_head):
+            if cancelled is not None and cancelled():
+                raise Cancelled
+            t1 = time.perf_counter()
+            edited = forward(cfg, w, ids, Trace(resid=True, patterns=False, start=layer, base=clean,
+                                                edits=[ReplaceHead(layer, h, 0.0)]))
+            t2 = time.perf_counter()
+            effect[layer, h] = measure(edited) - base
+            t_forward += t2 - t1
+            t_unembed += time.perf_counter() - t2
+            if progress:
+                progress(layer * cfg.n_head + h + 1, total)
+    seconds = {"forward": t_forward, "unembedding": t_unembed, "total": time.perf_counter() - t0}
+    return Scan(loss, base, effect, position if loss == "next" else None,
+                target if loss == "next" else None, span, seconds)

@@ -1,0 +1,245 @@
+"""What the model predicts and which parts of it write the prediction: the next-token top-k, the
+logit lens, and direct logit attribution (DLA). Pure arithmetic on a Trace that kept the head
+outputs z and the residual stream (`prediction_trace()`), no Qt.
+
+    final-norm input x = resid[n_layer][q]  [d_model]  at the query position q
+    logits = W_U · norm(x)                    [vocab]    (W_U [vocab, d_model]: the unembedding)
+    lens at layer l:  W_U · norm(resid[l + 1][q])         (raw: the final norm applied to each layer)
+
+DLA splits x into the parts the residual stream is a sum of (pre-LN: the embeddings, every head's
+z_{l,h} W_O[h], each layer's attention output bias and MLP output) and passes each through the final
+norm linearised with its scale frozen from this run, then · (W_U[target] - W_U[alt]):
+    RMSNorm:   part · (g / rms(x)) · u
+    LayerNorm: (part - mean(part)) · (g / std(x)) · u, and the norm's bias b · u in the bias row
+so the parts add up to logit(target) - logit(alt) exactly (up to float rounding).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.errors import InputError, ModelLoadError, NoPrediction
+from attnviz.engine.families import FAMILY
+from attnviz.engine.layers import layer_norm
+from attnviz.engine.trace import Trace
+
+_HEAD_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """A model's final norm and its unembedding as float32, ready for logits."""
+    norm: tuple  # (gain,) RMSNorm or (gain, bias) LayerNorm, [d_model] each
+    centred: bool  # LayerNorm (subtracts the mean) or RMSNorm
+    eps: float
+    w_u: np.ndarray  # [vocab, d_model] float32
+
+    def normed(self, x):  # [..., d_model] -> [..., d_model]
+        return (layer_norm if self.centred else _rms)(x, *self.norm, self.eps)
+
+    def logits(self, x):  # final-norm input [n, d_model] -> logits [n, vocab]
+        return self.normed(x) @ self.w_u.T
+
+
+def _rms(x, gain, eps):
+    return FAMILY["llama"].norm(x, gain, eps)
+
+
+def prediction_trace(**kw) -> Trace:
+    """A trace that keeps what prediction, the lens and DLA read: z and the residual stream."""
+    return Trace(z=True, resid=True, **kw)
+
+
+def lm_head(model) -> LMHead:
+    """The model's LMHead, built once (GGUF's quantised output head is dequantised here, once) and
+    kept on the model. NoPrediction, in one line, for an encoder, a file missing its final norm or
+    unembedding, or non-finite values in them."""
+    head = getattr(model, "_lm_head", None)
+    if head is not None:
+        return head
+    with _HEAD_LOCK:
+        head = getattr(model, "_lm_head", None)
+        if head is None:
+            head = _build_head(model)
+            model._lm_head = head
+    return head
+
+
+def _build_head(model) -> LMHead:
+    cfg, h = model.config, model.weights.head
+    if h is None:
+        raise NoPrediction(f"{model.name}: this model's loader reads no final norm or unembedding")
+    if h.missing:
+        raise NoPrediction(f"{model.name}: {h.missing}")
+    if not cfg.causal or not FAMILY[cfg.family].pre_norm:
+        raise NoPrediction(f"{model.name} is not a causal language model: it predicts no next token")
+    try:
+        w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
+    except ModelLoadError as exc:  # a GGUF row found non-finite as it is dequantised
+        raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: {exc}") from None
+    if w_u.shape != (cfg.vocab_size, cfg.d_model):
+        raise NoPrediction(f"{model.name}: the unembedding is {list(w_u.shape)}, expected "
+                           f"[{cfg.vocab_size}, {cfg.d_model}]")
+    for name, a in (("unembedding", w_u), *(("final norm", g) for g in h.norm)):
+        if not np.isfinite(a).all():
+            raise NoPrediction(f"{model.name}: the {name} holds non-finite values (NaN or inf): "
+                               "prediction needs finite numbers")
+    return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
+                  centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u)
+
+
+def position_index(T: int, position: int | None) -> int:
+    """A token index (negative: from the end; None: the last token) -> 0..T-1, or InputError."""
+    if position is None:
+        return T - 1
+    if not -T <= position < T:
+        raise InputError(f"position {position} is outside the {T} tokens (0..{T - 1}, or -1..-{T} "
+                         "from the end)")
+    return position % T
+
+
+def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
+    x = np.asarray(logits, dtype=np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    position: int
+    logprobs: np.ndarray  # [vocab] float64: log p(token | tokens 0..position)
+    top_ids: np.ndarray  # [k] int64, most likely first
+    top_logprobs: np.ndarray  # [k]
+
+
+def predict(head: LMHead, trace: Trace, position: int | None = None, k: int = 10) -> Prediction:
+    """The top-k next tokens after token `position` (default the last), from the trace's final
+    residual stream."""
+    q = position_index(len(trace.ids), position)
+    logprobs = log_softmax(head.logits(trace.resid[-1][q:q + 1])[0])  # [vocab]
+    k = max(1, min(int(k), logprobs.size))
+    top = np.argpartition(-logprobs, k - 1)[:k]
+    top = top[np.argsort(-logprobs[top], kind="stable")]
+    return Prediction(q, logprobs, top.astype(np.int64), logprobs[top])
+
+
+@dataclass(frozen=True)
+class Lens:
+    """Logit lens (raw: the final norm applied to each layer) at one position, per layer l: the
+    residual after block l through the final norm and the unembedding."""
+    position: int
+    target: int
+    top_ids: np.ndarray  # [n_layer] int64: top-1 token per layer
+    top_logprobs: np.ndarray  # [n_layer]
+    target_logprobs: np.ndarray  # [n_layer]: log p(target) per layer
+    target_ranks: np.ndarray  # [n_layer] int64: 0 = the layer's top-1
+
+
+def logit_lens(head: LMHead, trace: Trace, position: int | None = None,
+               target: int | None = None) -> Lens:
+    """The lens at `position` (default last); `target` defaults to the model's final top-1."""
+    q = position_index(len(trace.ids), position)
+    x = np.stack([r[q] for r in trace.resid[1:]])  # [n_layer, d_model] after each block
+    lp = log_softmax(head.logits(x))  # [n_layer, vocab]
+    if target is None:
+        target = int(np.argmax(lp[-1]))
+    t = lp[:, target]
+    return Lens(q, int(target), lp.argmax(axis=1).astype(np.int64), lp.max(axis=1), t,
+                (lp > t[:, None]).sum(axis=1).astype(np.int64))
+
+
+def lens_grid(head: LMHead, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The full layer x position lens (on demand): top-1 ids [n_layer, T] int64 and their
+    log-probs [n_layer, T]."""
+    ids = np.empty((len(trace.resid) - 1, len(trace.ids)), np.int64)
+    lps = np.empty(ids.shape)
+    for layer, r in enumerate(trace.resid[1:]):
+        lp = log_softmax(head.logits(r))  # [T, vocab]
+        ids[layer], lps[layer] = lp.argmax(axis=1), lp.max(axis=1)
+    return ids, lps
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Direct logit attribution of logit(target) - logit(alt) at one position: heads [n_layer,
+    n_head], mlp [n_layer], embed and bias (attention output biases and the final norm's bias);
+    they add up to logit_diff."""
+    position: int
+    target: int
+    alt: int
+    logit_diff: float  # from the model's own two logits (normed final stream · W_U rows)
+    heads: np.ndarray  # [n_layer, n_head]
+    mlp: np.ndarray  # [n_layer]
+    embed: float
+    bias: float
+
+    def total(self) -> float:
+        return float(self.heads.sum() + self.mlp.sum() + self.embed + self.bias)
+
+
+def attribute(model, head: LMHead, trace: Trace, position: int | None, target: int,
+              alt: int) -> Attribution:
+    """DLA of logit(target) - logit(alt) after token `position` (module docstring)."""
+    cfg = model.config
+    q = position_index(len(trace.ids), position)
+    for name, t in (("target", target), ("alt", alt)):
+        if not 0 <= int(t) < cfg.vocab_size:
+            raise InputError(f"{name} token id {t} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+    x = trace.resid[-1][q].astype(np.float64)  # [d_model] the final-norm input
+    u = head.w_u[target].astype(np.float64) - head.w_u[alt]  # [d_model]
+    gain = head.norm[0].astype(np.float64)
+    if head.centred:  # LayerNorm: centre each part, scale by the frozen std, bias on its own
+        c = x - x.mean()
+        direction = gain * u / np.sqrt(np.mean(c * c) + head.eps)
+        direction -= direction.mean()  # (p - mean p) · d = p · (d - mean d)
+        norm_bias = float(head.norm[1] @ u)
+    else:  # RMSNorm: scale by the frozen 1 / rms
+        direction = gain * u / np.sqrt(np.mean(x * x) + head.eps)
+        norm_bias = 0.0
+    d = direction.astype(np.float32)
+    heads = np.empty((cfg.n_layer, cfg.n_head))
+    mlp = np.empty(cfg.n_layer)
+    bias = norm_bias
+    for layer, lw in enumerate(model.weights.layers):
+        w_o = lw.w_o.reshape(cfg.n_head, cfg.d_head, -1)  # [n_head, d_head, d_model]
+        per_head = w_o @ d  # [n_head, d_head]: W_O[h] · direction
+        heads[layer] = np.einsum("hd,hd->h", trace.z[layer][:, q], per_head)
+        b_o = float(lw.b_o @ d) if lw.b_o is not None else 0.0
+        step = float((trace.resid[layer + 1][q] - trace.resid[layer][q]) @ d)  # attention + MLP
+        mlp[layer] = step - heads[layer].sum() - b_o
+        bias += b_o
+    embed = float(trace.resid[0][q] @ d)
+    diff = float(head.normed(trace.resid[-1][q:q + 1])[0] @ (head.w_u[target] - head.w_u[alt]))
+    return Attribution(q, int(target), int(alt), diff, heads, mlp, embed, bias)
+
+
+def vocab_token(model, spec) -> int:
+    """A token of the vocabulary given as its id ("464"), its tokenizer string ("Ġthe") or a text
+    that is one token ("the", " the") -> its id; InputError otherwise, saying what the text is."""
+    spec = str(spec)
+    V = model.config.vocab_size
+    if spec.strip().lstrip("-").isascii() and spec.strip().lstrip("-").isdigit():
+        i = int(spec)
+        if not 0 <= i < V:
+            raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
+        return i
+    if model.tokenizer is None:
+        raise InputError(f"{model.name} has no tokenizer: give the token as an id (0..{V - 1})")
+    i = model.tokenizer.raw.token_to_id(spec)
+    if i is not None and i < V:
+        return int(i)
+    enc = model.tokenizer.encode(spec, add_special_tokens=False)
+    if len(enc.ids) == 1:
+        return int(enc.ids[0])
+    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(repr, enc.tokens)) or 'none'}), "
+                     "not one: give one token, its tokenizer string or its id")
+
+
+def token_text(model, i: int) -> str:
+    """Token id -> its display label (the id itself for a model without a tokenizer)."""
+    if model.tokenizer is None:
+        return str(i)
+    return model.tokenizer.labels_for_ids([int(i)])[1][0]

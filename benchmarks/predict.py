@@ -1,0 +1,146 @@
+"""Prediction, DLA, the logit lens, ablation and the ablation scan on SmolLM2-135M-Instruct: what
+they cost, side by side in one run (not a test: run it, read the table).
+
+    .venv/bin/python benchmarks/predict.py [--blas-threads 1] [--skip-scan]
+
+1. Per keystroke (typing a sentence token by token, T = 1..64, each run reusing the KV cache): the
+   engine's plain run (patterns only, what the window runs today) against the run that also keeps
+   z and the residual stream, plus the top-k, the DLA and the lens at the last token. The two use
+   separate model objects (each its own cache) and alternate keystroke by keystroke.
+2. One zero-ablation at T = 64 (a head in layer 0, the worst case, and one in layer 15), resumed
+   from the ablated layer, against a full forward of the same ids.
+3. The full scan of the 270 heads on the repeated-random probe (--loss repeat), with the time to
+   the first progress report and where the time goes (resumed forward passes, unembedding).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from attnviz.engine import load_model  # noqa: E402
+from attnviz.engine import ablation as A  # noqa: E402
+from attnviz.engine import predict as P  # noqa: E402
+from attnviz.engine.families import forward  # noqa: E402
+from attnviz.engine.probes import probe_ids  # noqa: E402
+
+MODEL = "SmolLM2-135M-Instruct"
+SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "
+            "cheese while Mary looked for apples, and later they walked home along the river, talking "
+            "about the old bridge that the town plans to repair next summer.")
+
+
+def pct(xs, p):
+    return float(np.percentile(np.asarray(xs) * 1e3, p))
+
+
+def keystrokes(args) -> None:
+    plain, live = load_model(MODEL), load_model(MODEL)
+    head = P.lm_head(live)
+    ids = plain.tokenizer.encode(SENTENCE).ids[:64]
+    t_plain, t_live, parts = [], [], {"run": [], "top-k": [], "dla": [], "lens": []}
+    for rep in range(args.repeat):
+        plain.clear_cache()
+        live.clear_cache()
+        for n in range(1, len(ids) + 1):
+            t0 = time.perf_counter()
+            plain.run(ids=ids[:n])
+            t1 = time.perf_counter()
+            r = live.run(ids=ids[:n], trace=P.prediction_trace())
+            t2 = time.perf_counter()
+            pred = P.predict(head, r.trace, k=10)
+            t3 = time.perf_counter()
+            P.attribute(live, head, r.trace, None, int(pred.top_ids[0]), int(pred.top_ids[1]))
+            t4 = time.perf_counter()
+            P.logit_lens(head, r.trace)
+            t5 = time.perf_counter()
+            t_plain.append(t1 - t0)
+            t_live.append(t5 - t1)
+            for k, dt in zip(parts, (t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                parts[k].append(dt)
+    added = [b - a for a, b in zip(t_plain, t_live)]
+    print(f"1. per keystroke, T = 1..{len(ids)}, {args.repeat} x {len(ids)} keystrokes (ms)")
+    print(f"   {'':<34}{'median':>8}{'p95':>8}{'max':>8}")
+    rows = [("plain run (patterns only)", t_plain), ("run + prediction + DLA + lens", t_live),
+            ("added by prediction (paired)", added)] + \
+        [(f"   of which {k}", v) for k, v in parts.items()]
+    for label, xs in rows:
+        print(f"   {label:<34}{pct(xs, 50):8.1f}{pct(xs, 95):8.1f}{pct(xs, 100):8.1f}")
+
+
+def one_ablation(args) -> None:
+    model = load_model(MODEL)
+    head = P.lm_head(model)
+    cfg, w = model.config, model.weights
+    ids = np.array(model.tokenizer.encode(SENTENCE).ids[:64])
+    clean = forward(cfg, w, ids, P.prediction_trace())
+    cases = {"full forward (z and resid kept)": lambda: forward(cfg, w, ids, P.prediction_trace())}
+    for layer in (0, 15, 29):
+        edits = A.head_edits(clean, [(layer, 4)])
+        cases[f"ablate L{layer} H4, resumed"] = lambda e=edits: A.run_edited(model, clean, e)
+    print(f"2. one zero-ablation at T = {len(ids)} (ms, {args.repeat * 3} runs each, interleaved)")
+    times = {k: [] for k in cases}
+    for _ in range(args.repeat * 3):
+        for k, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    for k, xs in times.items():
+        print(f"   {k:<34}{pct(xs, 50):8.1f} median {min(xs) * 1e3:8.1f} min")
+    pred = P.predict(head, A.run_edited(model, clean, A.head_edits(clean, [(15, 4)])))
+    assert np.isfinite(pred.logprobs).all()
+
+
+def scan(args) -> None:
+    model = load_model(MODEL)
+    head = P.lm_head(model)
+    ids, _ = probe_ids(model)
+    first = []
+    t0 = time.perf_counter()
+
+    def progress(done, total):
+        if done == 1:
+            first.append(time.perf_counter() - t0)
+
+    s = A.ablation_scan(model, head, ids, "repeat", progress=progress)
+    total = time.perf_counter() - t0
+    n = s.effect.size
+    print(f"3. ablation scan, {n} heads, repeated-random probe T = {len(ids)} (loss repeat)")
+    print(f"   total {total:.1f} s; first head done after {first[0]:.2f} s; resumed forward passes "
+          f"{s.seconds['forward']:.1f} s, unembedding for the loss {s.seconds['unembedding']:.1f} s, "
+          f"rest {total - s.seconds['forward'] - s.seconds['unembedding']:.1f} s")
+    top = ", ".join(f"L{l} H{h} {e:+.2f}" for l, h, e in s.ranked()[:5])
+    print(f"   baseline loss {s.baseline_loss:.3f} nats; largest effects: {top}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blas-threads", type=int, default=1,
+                    help="cap BLAS threads (default 1, as the window's runner does)")
+    ap.add_argument("--repeat", type=int, default=2, help="typing runs (default 2)")
+    ap.add_argument("--skip-scan", action="store_true", help="leave out the 270-head scan")
+    args = ap.parse_args()
+    if args.blas_threads:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(limits=args.blas_threads, user_api="blas")
+    print(f"{MODEL}, BLAS threads {args.blas_threads or 'default'}, load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    keystrokes(args)
+    one_ablation(args)
+    if not args.skip_scan:
+        scan(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,252 @@
+"""Prediction, the logit lens and direct logit attribution on the trace: the top-k equal a direct
+computation from the weights, the lens's last layer is the prediction, each family's parts add up
+to the logit difference, a model without a head says why in one line; ablation and knockout
+recompute from the changed layer, and the scan ranks heads by the loss they save."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, load_model
+from attnviz.engine import ablation as A
+from attnviz.engine import predict as P
+from attnviz.engine import textbook
+from attnviz.engine.errors import NoPrediction
+from attnviz.engine.families import forward
+from attnviz.engine.trace import ReplaceHead
+from tiny import FIXTURES, llama_config, llama_tensors, write_model
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+CAUSAL = ["gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "llama_headdim", "qwen3", "phi3"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: load_model(FIXTURES / name) for name in CAUSAL}
+
+
+def _by_hand_logits(model, x):  # final-norm input [d_model] -> logits [vocab], float64, from the weights
+    h = model.weights.head
+    x = x.astype(np.float64)
+    if len(h.norm) == 2:  # LayerNorm
+        c = x - x.mean()
+        y = c / np.sqrt(np.mean(c * c) + model.config.norm_eps) * h.norm[0] + h.norm[1]
+    else:
+        y = x / np.sqrt(np.mean(x * x) + model.config.norm_eps) * h.norm[0]
+    return np.asarray(h.unembed, dtype=np.float64) @ y
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_top_k_and_lens_equal_a_direct_computation(models, name):
+    model = models[name]
+    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    head = P.lm_head(model)
+    pred = P.predict(head, r.trace, position=-3, k=5)
+    assert pred.position == len(IDS) - 3
+    logits = _by_hand_logits(model, r.trace.resid[-1][pred.position])
+    want = logits - np.log(np.exp(logits - logits.max()).sum()) - logits.max()
+    assert pred.top_ids.tolist() == np.argsort(-want)[:5].tolist()
+    np.testing.assert_allclose(pred.top_logprobs, np.sort(want)[::-1][:5], atol=1e-4)
+    lens = P.logit_lens(head, r.trace, position=-3)
+    assert lens.top_ids[-1] == pred.top_ids[0] and lens.target == pred.top_ids[0]
+    np.testing.assert_allclose(lens.target_logprobs[-1], pred.top_logprobs[0], atol=1e-5)
+    assert lens.target_ranks[-1] == 0 and len(lens.top_ids) == model.config.n_layer
+    grid_ids, grid_lp = P.lens_grid(head, r.trace)
+    assert grid_ids.shape == (model.config.n_layer, len(IDS))
+    assert grid_ids[-1, pred.position] == pred.top_ids[0]
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_dla_parts_add_up_to_the_logit_difference(models, name):
+    model = models[name]
+    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    head = P.lm_head(model)
+    pred = P.predict(head, r.trace, k=3)
+    target, alt = int(pred.top_ids[0]), int(pred.top_ids[2])
+    a = P.attribute(model, head, r.trace, None, target, alt)
+    logits = _by_hand_logits(model, r.trace.resid[-1][-1])
+    assert a.logit_diff == pytest.approx(logits[target] - logits[alt], abs=1e-4)
+    assert a.total() == pytest.approx(a.logit_diff, abs=1e-3)
+    assert a.heads.shape == (model.config.n_layer, model.config.n_head)
+    assert np.abs(a.heads).max() > 1e-3 and np.abs(a.mlp).max() > 1e-3  # not all zero
+    if model.weights.layers[0].b_o is None and len(head.norm) == 1:
+        assert a.bias == 0.0  # no attention output bias, RMSNorm: nothing for the bias row
+
+
+def test_dla_of_one_head_is_its_own_output_through_the_frozen_norm(models):
+    """A head's DLA equals what removing exactly its direct path would change, with the norm's scale
+    frozen: (z_h W_O[h]) · (g / rms) · (W_U[t] - W_U[a])."""
+    model = models["llama_gqa"]
+    cfg, w = model.config, model.weights
+    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    head = P.lm_head(model)
+    a = P.attribute(model, head, r.trace, -1, 7, 11)
+    layer, h = 1, 3
+    x = r.trace.resid[-1][-1].astype(np.float64)
+    part = r.trace.z[layer][h, -1] @ w.layers[layer].w_o[h * cfg.d_head:(h + 1) * cfg.d_head]
+    u = np.asarray(head.w_u[7], np.float64) - head.w_u[11]
+    want = part @ (head.norm[0] / np.sqrt(np.mean(x * x) + cfg.norm_eps) * u)
+    assert a.heads[layer, h] == pytest.approx(want, abs=1e-5)
+
+
+def test_the_textbook_model_predicts_with_its_tied_embedding(tmp_path):
+    textbook_model = load_model(str(textbook.write_textbook(tmp_path / "tb")))
+    r = textbook_model.run("the cat sat on the mat . the cat", use_cache=False,
+                           trace=P.prediction_trace())
+    head = P.lm_head(textbook_model)
+    np.testing.assert_array_equal(head.w_u, np.asarray(textbook_model.weights.tok_emb))
+    pred = P.predict(head, r.trace, k=3)
+    a = P.attribute(textbook_model, head, r.trace, None, int(pred.top_ids[0]), int(pred.top_ids[1]))
+    assert a.total() == pytest.approx(a.logit_diff, abs=1e-3)
+
+
+def test_a_model_without_a_head_says_why_in_one_line(tmp_path):
+    bert = load_model(FIXTURES / "bert")
+    with pytest.raises(NoPrediction, match="encoder without a language-model head") as err:
+        P.lm_head(bert)
+    assert "\n" not in str(err.value)
+    cfg = llama_config(n_layer=1)
+    t = llama_tensors(cfg)
+    del t["model.norm.weight"]
+    no_norm = load_model(write_model(tmp_path / "no_norm", cfg, t))
+    assert no_norm.run(ids=[1, 2, 3]).attentions.shape[0] == 1  # attention still works
+    with pytest.raises(NoPrediction, match="model.norm.weight"):
+        P.lm_head(no_norm)
+    untied = load_model(write_model(tmp_path / "untied", cfg, llama_tensors(cfg)))  # no lm_head
+    with pytest.raises(NoPrediction, match="lm_head.weight"):
+        P.lm_head(untied)
+    t = llama_tensors(cfg)
+    t["lm_head.weight"] = np.ones((cfg["vocab_size"], cfg["hidden_size"]), np.float32)
+    t["lm_head.weight"][4, 2] = np.nan
+    with pytest.raises(NoPrediction, match="lm_head.weight"):
+        P.lm_head(load_model(write_model(tmp_path / "nan", cfg, t)))
+
+
+def test_vocab_tokens_and_positions_are_checked(models):
+    model = models["llama_gqa"]  # no tokenizer: ids only
+    assert P.vocab_token(model, "7") == 7
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        P.vocab_token(model, str(model.config.vocab_size))
+    with pytest.raises(InputError, match="no tokenizer"):
+        P.vocab_token(model, "the")
+    with pytest.raises(InputError, match="outside the 11 tokens"):
+        P.position_index(11, 11)
+    assert P.position_index(11, -11) == 0
+
+
+def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smollm2):
+    text = "one two three four five six. one two three four five"
+    r = smollm2.run(text, use_cache=False, trace=P.prediction_trace())
+    head = P.lm_head(smollm2)
+    pred = P.predict(head, r.trace, k=5)
+    assert P.token_text(smollm2, pred.top_ids[0]).strip() == "six"
+    assert P.vocab_token(smollm2, " six") == pred.top_ids[0]
+    a = P.attribute(smollm2, head, r.trace, None, int(pred.top_ids[0]), int(pred.top_ids[1]))
+    assert a.total() == pytest.approx(a.logit_diff, abs=1e-3)
+
+
+# -- ablation and knockout ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_an_edited_run_resumes_and_equals_the_whole_run(models, name):
+    model = models[name]
+    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    edits = A.head_edits(r.trace, [(1, 2)], "mean") + A.knockout_edits(model.config, len(IDS),
+                                                                        [([1], 8, 4)])
+    edited = A.run_edited(model, r.trace, edits)
+    whole = forward(model.config, model.weights, np.array(IDS), P.prediction_trace(edits=edits))
+    np.testing.assert_allclose(edited.resid[-1], whole.resid[-1], rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(edited.attentions[0], r.trace.attentions[0])  # layer 0 reused
+    mean = r.trace.z[1][2].mean(axis=0)
+    np.testing.assert_allclose(edited.z[1][2], np.broadcast_to(mean, edited.z[1][2].shape))
+    assert A.describe(edits) == "mean-ablated L1 H2; knocked out 8->4 in layer 1"
+
+
+def test_knockouts_and_heads_are_checked():
+    cfg = load_model(FIXTURES / "llama_gqa").config
+    with pytest.raises(InputError, match="not one the query sees"):
+        A.knockout_edits(cfg, 6, [([0], 2, 4)])
+    with pytest.raises(InputError, match="nothing to attend to"):
+        A.knockout_edits(cfg, 6, [([0], 0, 0)])
+    assert len(A.knockout_edits(cfg, 6, A.parse_knockouts("0-1:5-2", cfg.n_layer))) == 2
+    with pytest.raises(InputError, match="LAYER.HEAD"):
+        A.parse_heads("3", cfg.n_layer, cfg.n_head)
+    with pytest.raises(InputError, match="outside this model's layers"):
+        A.parse_heads(f"0.{cfg.n_head}", cfg.n_layer, cfg.n_head)
+    with pytest.raises(InputError, match="LAYERS:Q-K"):
+        A.parse_knockouts("1:5", cfg.n_layer)
+
+
+def test_repeat_span_finds_the_repeated_half_or_refuses():
+    assert A.repeat_span([9, 4, 7, 2, 4, 7, 2, 8]) == (1, 3)
+    assert A.repeat_span([0] + list(range(10, 35)) * 2) == (1, 25)
+    with pytest.raises(InputError, match="do not repeat"):
+        A.repeat_span([1, 2, 3, 4, 5])
+
+
+@pytest.mark.parametrize("loss", ["next", "repeat"])
+def test_the_scan_equals_one_ablated_run_per_head(models, loss):
+    model = models["llama_gqa"]
+    cfg = model.config
+    head = P.lm_head(model)
+    ids = [2, 17, 30, 8, 41, 17, 30, 8, 41, 5]
+    seen = []
+    scan = A.ablation_scan(model, head, ids, loss, position=6, progress=lambda d, t: seen.append((d, t)))
+    assert seen[0] == (0, cfg.n_layer * cfg.n_head) and seen[-1] == (cfg.n_layer * cfg.n_head,) * 2
+    clean = forward(cfg, model.weights, np.array(ids), P.prediction_trace())
+    layer, h = 1, 5
+    ablated = forward(cfg, model.weights, np.array(ids), P.prediction_trace(edits=[ReplaceHead(layer, h)]))
+    if loss == "next":
+        target = int(P.predict(head, clean, 6).top_ids[0])
+        assert scan.target == target
+        want = A.next_loss(head, ablated, 6, target) - A.next_loss(head, clean, 6, target)
+    else:
+        assert scan.span == (1, 4)
+        want = A.repeat_loss(head, ablated, (1, 4)) - A.repeat_loss(head, clean, (1, 4))
+    assert scan.effect[layer, h] == pytest.approx(want, abs=1e-4)
+    ranked = scan.ranked()
+    assert len(ranked) == cfg.n_layer * cfg.n_head and ranked[0][2] == scan.effect.max()
+    assert set(scan.seconds) == {"forward", "unembedding", "total"}
+
+
+def test_the_scan_can_be_cancelled(models):
+    model = models["llama_gqa"]
+    calls = []
+
+    def cancelled():
+        calls.append(1)
+        return len(calls) > 3
+
+    with pytest.raises(A.Cancelled):
+        A.ablation_scan(model, P.lm_head(model), IDS, "next", cancelled=cancelled)
+    assert len(calls) == 4
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+def test_a_gguf_predicts_with_its_output_head_and_refuses_without_its_parts(tmp_path, qtype):
+    """A GGUF with output.weight (untied, kept quantised) predicts what the same safetensors model
+    does; without output_norm.weight or the last layer's MLP it opens for attention and prediction
+    names the missing tensor."""
+    import gguf
+
+    from gguf_files import gguf_tensors, write_gguf
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    q = getattr(gguf.GGMLQuantizationType, qtype)
+    model = load_model(write_gguf(tmp_path / "m.gguf", cfg, tensors, q))
+    ref = load_model(FIXTURES / "llama_gqa")
+    preds = []
+    for m in (model, ref):
+        r = m.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+        preds.append(P.predict(P.lm_head(m), r.trace, k=3))
+    assert preds[0].top_ids.tolist() == preds[1].top_ids.tolist()
+    np.testing.assert_allclose(preds[0].top_logprobs, preds[1].top_logprobs,
+                               atol=1e-4 if qtype == "F32" else 0.1)
+    last = cfg["num_hidden_layers"] - 1
+    for drop in ("output_norm.weight", f"blk.{last}.ffn_up.weight"):
+        kept = {k: v for k, v in tensors.items()
+                if k != drop and not (drop.startswith("blk") and k.startswith(f"blk.{last}.ffn_")
+                                      and "norm" not in k)}
+        m = load_model(write_gguf(tmp_path / f"no-{drop}.gguf", cfg, kept, q))
+        assert m.run(ids=IDS).attentions.shape[0] == cfg["num_hidden_layers"]
+        with pytest.raises(NoPrediction, match=drop.replace(".", r"\.")):
+            P.lm_head(m)
