@@ -179,3 +179,15 @@ def test_the_cycle_check_sees_a_circle_through_a_lazy_import(tmp_path):
         assert import_cycles() == [["attnviz.ui.app", "attnviz.ui.window", "attnviz.ui.app"]]
     finally:
         globals()["PACKAGE"] = old
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A name with a leading underscore stays in its module: what two modules share has a public
+    name in one home (figures/render.py holds what the figures draw with)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz"):
+                found += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert found == []

@@ -1,4 +1,4 @@
-"""One home for each shared constant (issue 11): the others import it, none keeps its own copy."""
+"""One home for each shared constant: the others import it, none keeps its own copy."""
 
 import re
 from pathlib import Path
@@ -38,18 +38,27 @@ def test_the_users_see_the_same_tuple():
     assert tuple(scale.choices) == patterns.SCALE_MODES
 
 
-def test_group_size_has_one_home():
+def test_every_view_counts_the_same_query_heads_per_kv_head(tmp_path):
+    """Query heads per KV head, as the model's config, its runs (kv_group), the calculator on its
+    config, the anatomy figure and an export of it say it: one number for one model."""
     import numpy as np
 
-    from attnviz.engine.layers import kv_group
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import calc_inputs_from_config, calculate
     from attnviz.engine.patterns import group_size
+    from attnviz.figures.anatomy import make_anatomy_view
+    from attnviz.figures.data import make_view
+    from tiny import tiny_llama
 
-    for n in [name for name in ("group_size", "_group_size") if definitions(name)]:
-        raise AssertionError(f"{n} assigned at top level")
-    defs = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                  if re.search(r"^def _?group_size\(", p.read_text(encoding="utf-8"), flags=re.M))
-    assert defs == ["engine/patterns.py"]
-    assert [group_size(kv_group(h, kv)) for h, kv in ((12, 12), (9, 3), (8, 1), (32, 8))] == [1, 3, 8, 4]
+    for n_head, n_kv in ((8, 2), (4, 4), (4, 1)):
+        model = load_model(tiny_llama(tmp_path / f"m{n_head}-{n_kv}", n_head=n_head, n_kv_head=n_kv))
+        run = model.run("5, 17, 3, 9", values=True, inputs=True)
+        want = n_head // n_kv
+        assert model.config.n_group == group_size(run.kv_group) == want
+        assert calculate(calc_inputs_from_config(model.config)).group_size == want
+        assert make_anatomy_view(model, run, 0).n_group == want
+        view = make_view(run, model="m", scope="layer", layer=0)
+        assert view.grouped == (want > 1) and np.bincount(view.kv_group).tolist() == [want] * n_kv
     assert group_size(np.zeros(0, dtype=np.int64)) == 1
 
 

@@ -5,14 +5,13 @@ Each check fails before any model is loaded, with one line that names the flag a
 from __future__ import annotations
 
 import argparse
-import re
 import stat
 import sys
 from pathlib import Path
 
 from attnviz.engine.errors import InputError
+from attnviz.engine.model import parse_typed_ids
 
-_ID = re.compile(r"[+-]?[0-9]+")  # ASCII digits: int() also takes "٣"
 
 
 def at_least(minimum: int):
@@ -34,19 +33,25 @@ non_negative = at_least(0)
 
 
 def parse_ids(text: str, flag: str = "--ids") -> list[int]:
-    """`"5, 17,3"` -> [5, 17, 3]. Empty input, empty items and non-integers are refused."""
+    """`"5, 17,3"` -> [5, 17, 3]: each item read as the engine reads typed token ids
+    (model.parse_typed_ids), in the command line's stricter form: comma-separated, no empty item.
+    A refusal names the item and its position."""
     example = f"give comma-separated token ids, e.g. {flag} 5,17,3"
     parts = [p.strip() for p in text.split(",")]
     if not any(parts):
         raise InputError(f"{flag} {text!r} holds no token ids: {example}")
+    ids = []
     for i, p in enumerate(parts):  # positions count from 0, like token positions
         if not p:
             raise InputError(f"{flag} {text!r} has an empty item at position {i}: {example}")
-        if not _ID.fullmatch(p):
+        try:
+            one = parse_typed_ids(p)
+        except InputError:  # thousands of digits: no vocabulary is this big
+            raise InputError(f"{flag}: {p[:20]}... at position {i} is too large to be a token id") from None
+        if one is None or len(one) != 1:
             raise InputError(f"{flag} {text!r}: {p!r} at position {i} is not an integer: {example}")
-        if len(p) > 20:  # int() refuses thousands of digits; no vocabulary is this big
-            raise InputError(f"{flag}: {p[:20]}... at position {i} is too large to be a token id")
-    return [int(p) for p in parts]
+        ids += one
+    return ids
 
 
 def check_out(path: str, suffixes: tuple[str, ...], flag: str = "--out") -> Path:

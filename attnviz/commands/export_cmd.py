@@ -72,7 +72,7 @@ def cmd_export(args) -> int:
                      hide_first=args.hide_first, checkpoint=checkpoint_record(model),
                      value_weighted=args.value_weighted)
     if fmt in IMAGE_FORMATS:
-        with _offscreen():
+        with offscreen():
             from attnviz.figures.write import export_view
 
             written = export_view(view, args.out, fmt=fmt, width=width)
@@ -97,7 +97,7 @@ def _image_options(args) -> tuple[int, str]:
 
 
 @contextmanager
-def _offscreen():
+def offscreen():
     """Qt for rendering, with no display: the offscreen platform draws into memory. The
     QGuiApplication (the one running, or a new one) is kept for the block."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -130,7 +130,7 @@ def _export_anatomy(args, fmt: str) -> int:
     model = _model(args, layer)
     result = model.run(args.text, truncate=args.truncate, inputs=True)
     show_notice("export", result)
-    with _offscreen():
+    with offscreen():
         from attnviz.figures.anatomy import make_anatomy_view
         from attnviz.figures.write import export_view
 

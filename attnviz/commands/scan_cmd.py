@@ -150,10 +150,10 @@ def cmd_scan_report(args) -> int:
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")
     print("means over the texts stored; entropy in nats, mean_distance in tokens; duplicate and "
           "induction leave out texts with more than 20% unknown tokens")
-    from attnviz.commands.export_cmd import _offscreen
+    from attnviz.commands.export_cmd import offscreen
     from attnviz.figures.data import write_atomic
 
-    with _offscreen():
+    with offscreen():
         from attnviz.figures.corpus import means_png
 
         data = means_png(means, HEAD_STATS, f"{m.model_name}: head means over {c['texts']} texts "

@@ -101,7 +101,7 @@ def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b
     return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 
 
-def _cat_bias(parts):
+def cat_bias(parts):
     if all(p is None for p in parts):
         return None
     if any(p is None for p in parts):
@@ -127,7 +127,7 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
         q, k, v = (g(f"{a}attention.self.{n}.weight", (d, d)) for n in ("query", "key", "value"))
         bq, bk, bv = (g(f"{a}attention.self.{n}.bias", (d,)) for n in ("query", "key", "value"))
         layers.append(Layer(
-            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=_cat_bias([bq, bk, bv]),
+            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias([bq, bk, bv]),
             w_o=_t(g(a + "attention.output.dense.weight", (d, d))),
             b_o=np.array(g(a + "attention.output.dense.bias", (d,))),
             norm1=norm(a + "attention.output.LayerNorm"), norm2=norm(a + "output.LayerNorm"),
@@ -213,7 +213,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
         qk_norms = ((np.array(g(sa + "q_norm.weight", (cfg.d_head,))),
                      np.array(g(sa + "k_norm.weight", (cfg.d_head,)))) if cfg.qk_norm else (None, None))
         layers.append(Layer(
-            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=_cat_bias(biases),
+            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias(biases),
             w_o=_t(g(sa + "o_proj.weight", (d, dq))),
             b_o=np.array(g(sa + "o_proj.bias", (d,))) if cfg.o_bias else None,
             norm1=(np.array(g(a + "input_layernorm.weight", (d,))),),

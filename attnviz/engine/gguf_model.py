@@ -28,7 +28,7 @@ from attnviz.engine.config import ModelConfig, config_from_dict
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine import gguf_vocab as vocab
 from attnviz.engine.tokenizer import TextTokenizer
-from attnviz.engine.families import Head, Layer, Weights, _cat_bias, read_head
+from attnviz.engine.families import Head, Layer, Weights, cat_bias, read_head
 from attnviz.engine.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
@@ -440,7 +440,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
         # [in, out] views of [out, in] arrays (Fortran order): BLAS takes either without a copy,
         # and skipping the transposing copies saves a third of the load time
         layers.append(Layer(
-            w_qkv=np.concatenate([q, k, v], axis=0).T, b_qkv=_cat_bias(biases),
+            w_qkv=np.concatenate([q, k, v], axis=0).T, b_qkv=cat_bias(biases),
             w_o=ts.get(b + "attn_output.weight", (d, dq)).T,
             b_o=ts.get(b + "attn_output.bias", (d,)) if b + "attn_output.bias" in ts else None,
             norm1=(norm("attn_norm.weight"),),

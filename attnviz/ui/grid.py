@@ -20,7 +20,8 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.patterns import group_size, head_title
 from attnviz.ui.mosaic import (
-    Geometry, GridLayout, cell_readout, kv_segments, make_layout, tile_index, title_spots, view_geometry,
+    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, tile_index, title_spots,
+    view_geometry,
 )
 from attnviz.figures.style import (
     BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
@@ -176,6 +177,11 @@ class HeatmapGrid(QWidget):
 
     def refresh(self) -> None:
         """Refill the mosaic from the state (and re-lay it out only if its geometry changed)."""
+        if self._draw():
+            self.update_count += 1
+
+    def _draw(self) -> bool:
+        """Draw the state's result; False when there is none (the grid is cleared)."""
         st = self.state
         r = st.result
         if r is None:
@@ -186,7 +192,7 @@ class HeatmapGrid(QWidget):
                 item.hide()
             self._draw_focus()
             self._draw_query()
-            return
+            return False
         shown = st.shown()
         n_layer, n_head, T = shown.n_layer, shown.n_head, shown.n_tok
         kv_group = np.asarray(r.kv_group)
@@ -231,7 +237,7 @@ class HeatmapGrid(QWidget):
         self.img.setImage(mosaic, levels=(0, 255), lut=self._lut, autoLevels=False)
         self._draw_titles()
         self._draw_window()
-        self.update_count += 1
+        return True
 
     def _draw_titles(self, *_):
         """Layer view: `L3 H1` and the role badge above each head (only text changes here); with
@@ -351,7 +357,7 @@ class HeatmapGrid(QWidget):
             self.focus_rect.hide()
             return
         lo = self.layout_
-        m = max(0.5, 0.03 * lo.T)
+        m = focus_margin(lo.T)
         self.focus_rect.setRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
         self.focus_rect.show()
 
@@ -386,7 +392,7 @@ class HeatmapGrid(QWidget):
             layer = lo.heads[0][0]
             if not same_layout(make_layout(lo.mode, n_layer, layer, kv, lo.n_tok, geo.ncols, geo.pool,
                                            geo.bands, geo.tile_px), lo):
-                self.refresh()
+                self._draw()  # the same result, laid out for the new size
             else:
                 self._set_range()
 

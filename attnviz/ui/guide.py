@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 
+from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from attnviz.engine.samples import Guide, sample_for_text
@@ -40,6 +41,7 @@ class GuideBar(QWidget):
         row.addWidget(self.look, 3)
         row.addWidget(self.answer, 3)
         row.addWidget(self.show_button, 0)
+        self._fitted = (None, 0)  # ((sample, width), height) the bar was fitted to
         self._fit()
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
@@ -50,11 +52,18 @@ class GuideBar(QWidget):
         self._on_text(state.text)
 
     def _fit(self) -> None:
-        """One height per sample and width: what its 'Look for' needs, two lines at least, so an
-        answer that comes or re-wraps never moves the grid under the bar."""
-        lines = max(2, -(-self.look.heightForWidth(max(self.look.width(), 1))
-                         // max(self.fontMetrics().lineSpacing(), 1)))
-        self.setFixedHeight(lines * self.fontMetrics().lineSpacing() + 6)
+        """One height per sample and width: what its 'Look for' and its answer need, two lines at
+        least, growing but never shrinking while they stay, so an answer that comes or re-wraps
+        never moves the grid under the bar. The labels get the bar's height (the layout would
+        otherwise give a wrapped label more height than the bar has, and clip it)."""
+        line = self.look.fontMetrics().lineSpacing()
+        need = max(2 * line, *(text_height(lab) for lab in (self.look, self.answer)))
+        key = (self.sample, self.width())
+        h = max(need, self._fitted[1]) if self._fitted[0] == key else need
+        self._fitted = (key, h)
+        for w in (self.look, self.answer):
+            w.setFixedHeight(h)
+        self.setFixedHeight(h + 4)
 
     def resizeEvent(self, ev) -> None:
         super().resizeEvent(ev)
@@ -113,6 +122,7 @@ class GuideBar(QWidget):
         self.current = value
         color = GOOD if value.claimed else WARNING
         self.answer.setText(f"<span style='color:{color}'>{value.message}</span>")
+        self._fit()
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")
         self.show_button.setEnabled(True)
@@ -123,3 +133,13 @@ class GuideBar(QWidget):
         if g is None:
             return
         self.state.show_head(g.layer, g.head)
+
+
+def text_height(label: QLabel) -> int:
+    """Pixels the label's (rich) text needs at the label's width, wrapped."""
+    doc = QTextDocument()
+    doc.setDefaultFont(label.font())
+    doc.setDocumentMargin(0)
+    doc.setHtml(label.text())
+    doc.setTextWidth(max(label.width(), 1))
+    return int(doc.size().height()) + 2

@@ -16,7 +16,7 @@ from attnviz.figures.view import CAPTION, GAP, GROUP_GAP, TITLE, layer_columns
 LEFT = 0.4  # all view: the "L3" row headers left of each band of layers, in head sides
 BAND_GAP = 0.6  # all view: between two bands of layers, in head sides
 LABEL_PX = 30  # all view: screen pixels a header ("H13", "L29") needs
-TITLE_PX, CAPTION_PX = 20, 18  # layer view: screen pixels of a title row, a "KV g" caption row
+TITLE_PX, CAPTION_PX = 24, 18  # layer view: screen pixels of a title row, a "KV g" caption row
 
 
 def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: str = "") -> str:
@@ -174,13 +174,19 @@ def tile_index(lo: GridLayout, layer: int, head: int) -> int | None:
     return i if 0 <= i < len(lo.heads) else None
 
 
+def focus_margin(T: int) -> float:
+    """How far the focus frame stands off a tile, in image pixels."""
+    return max(0.5, 0.03 * T)
+
+
 def title_spots(lo: GridLayout, n_head: int):
     """Where the titles go: [(x, y, anchor)] and their texts. Layer view: one title above each tile,
     texts None (the window writes "L3 H1" and the role badge per refresh); all view: "H1" over every
     label_step-th column of each band and "L3" left of every label_step-th row."""
     T = lo.T
     if lo.mode != "all":
-        return [(float(lo.x0[i]), float(lo.y0[i]), (0, 1)) for i in range(len(lo.heads))], None
+        above = focus_margin(T)  # clear of the focus frame
+        return [(float(lo.x0[i]), float(lo.y0[i]) - above, (0, 1)) for i in range(len(lo.heads))], None
     n_layer = len(lo.heads) // n_head
     per_band = math.ceil(n_layer / lo.bands)
     spots, texts = [], []

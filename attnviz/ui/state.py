@@ -3,15 +3,14 @@ place, and write back only through its setters. A setter that does not change an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES
-from attnviz.engine.probes import KINDS as PROBE_KINDS
 from attnviz.figures.data import DEFAULT_COLORMAP
-from attnviz.figures.view import Shown
+from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
+from attnviz.figures.view import Shown, same_prefix
 
 VIEW_MODES = ("layer", "all")
 # the display options of a first start (settings.restore falls back to these): the one place
@@ -396,58 +395,8 @@ class AppState(QObject):
         self._scores_changed()
 
     def _scores_changed(self) -> None:
-        labels = role_badges(self)
+        labels = role_badges(self.role_options.source, self.text_scores, self.scores_stale,
+                             self.probe_scores)
         if labels != self.head_labels:
             self.set_head_labels(labels)  # the one place the badges follow the scores
         self.sigHeadScoresChanged.emit()
-
-def same_patterns(a, b) -> bool:
-    """Whether results a and b hold the very same attention weights (a rerun of the same text on the
-    same weights for what a view wanted): their head scores are the same."""
-    return (len(a.input_ids) == len(b.input_ids) and bool(np.array_equal(a.input_ids, b.input_ids))
-            and bool(np.array_equal(a.attentions, b.attentions)))
-
-
-def same_prefix(a, b, n: int) -> bool:
-    """Whether results a and b both start with the same n token ids."""
-    if a is None or b is None or len(a.input_ids) < n or len(b.input_ids) < n:
-        return False
-    return bool(np.array_equal(a.input_ids[:n], b.input_ids[:n]))
-
-
-# === head scores: the options and the badges (AppState's head-score section) ========================
-ROLE_SOURCES = ("text", "probe") + PROBE_KINDS  # typed text, the random repeat probe, the template probes
-
-
-@dataclass(frozen=True)
-class RoleOptions:
-    """What the roles panel scores on: a source of ROLE_SOURCES, and the cells left out."""
-
-    source: str = "text"
-    exclude_bos: bool = False  # zero the first key column (TransformerLens exclude_bos)
-    exclude_current: bool = False  # zero the diagonal (exclude_current_token)
-
-    def probe_key(self):
-        """What a probe source's scores depend on: a template probe ignores the exclusion options."""
-        if self.source == "text":
-            return None
-        return (self.source, self.exclude_bos, self.exclude_current) if self.source == "probe" else self.source
-
-
-def role_badges(state) -> list[list[str]] | None:  # -> [n_layer][n_head] badges, or None
-    """The grid's role badges of the state's scores: none while the text's are stale. Labels from a
-    probe are about the probe's sentences, not the typed sentence under them: each badge says so."""
-    src = state.role_options.source
-    if src == "text":
-        hs = state.text_scores
-        return None if hs is None or state.scores_stale else hs.labels
-    if src == "probe":
-        hs = state.probe_scores
-        return None if hs is None else [[f"{label} (probe)" for label in row] for row in hs.labels]
-    ts = state.probe_scores
-    if ts is None:
-        return None
-    labels = [["" for _ in range(ts.score.shape[1])] for _ in range(ts.score.shape[0])]
-    for l, h, *_ in ts.labelled():
-        labels[l][h] = f"{ts.kind} (probe)"
-    return labels

@@ -21,7 +21,7 @@ from attnviz.ui.guide import GuideBar
 from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.notices import Notices, sentence
 from attnviz.ui.tokens import TokenStrip
-from attnviz.ui.training_panel import TrainingPanel
+from attnviz.ui.panels.training_panel import TrainingPanel
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +140,13 @@ class MainWindow(QMainWindow):
         panels = self._panels_wanted
         # imported here, not at the top: the first heatmaps must not wait for these modules
         if "calc" in panels:
-            from attnviz.ui.calc_panel import CalcPanel
+            from attnviz.ui.panels.calc_panel import CalcPanel
 
             self.calc_panel = CalcPanel(self.state)
             self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
             self.calc_dock.visibilityChanged.connect(self.calc_panel.set_shown)
         if "roles" in panels:
-            from attnviz.ui.roles_panel import RolesPanel
+            from attnviz.ui.panels.roles_panel import RolesPanel
 
             self.roles_panel = RolesPanel(self.state, worker=self.worker)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
@@ -154,7 +154,7 @@ class MainWindow(QMainWindow):
             self.roles_dock.visibilityChanged.connect(
                 lambda shown: shown and self.roles_panel.catch_up())
         if "anatomy" in panels:
-            from attnviz.ui.anatomy_panel import AnatomyPanel
+            from attnviz.ui.panels.anatomy_panel import AnatomyPanel
 
             self.anatomy_panel = AnatomyPanel(self.state)
             self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)

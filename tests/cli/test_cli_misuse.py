@@ -1,4 +1,4 @@
-"""Every misuse of the command line (issue 13, item 4): exit status 2, exactly one line on stderr
+"""Every misuse of the command line: exit status 2, exactly one line on stderr
 that says what is wrong, no traceback, nothing on stdout and no file written. Only valid input
 exits 0. Run in-process through `attnviz.cli.main` (fast); a few cases in a subprocess prove that no
 traceback reaches a real stderr."""

@@ -1,4 +1,4 @@
-"""`attnviz export` never destroys what was there (issue 13), as tests/figures/test_export_atomic.py
+"""`attnviz export` never destroys what was there, as tests/figures/test_export_atomic.py
 checks for the writer: a failed export from the command line is one line on stderr and leaves the
 folder exactly as it was; a successful one replaces the file."""
 

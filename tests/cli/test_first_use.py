@@ -1,4 +1,4 @@
-"""Defects a new user hit outside the window (issue 11 item 6), each pinned by a test."""
+"""Defects a new user hit outside the window, each pinned by a test."""
 
 import os
 

@@ -1,4 +1,4 @@
-"""The toy model trained by scripts/train_toy.py and its checkpoints across training (issue 12):
+"""The toy model trained by scripts/train_toy.py and its checkpoints across training:
 they load and run through the engine, checkpoints.json matches what the engine recomputes, the
 registry lists them and the command line takes --checkpoint. No torch, no Qt."""
 

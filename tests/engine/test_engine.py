@@ -46,7 +46,7 @@ def test_minilm_empty_and_ids(minilm):
     assert r.tokens == ["[CLS]", "[SEP]"] and r.attentions.shape == (6, 12, 2, 2)
     r = minilm.run(ids=[1996, 6309])
     assert list(r.input_ids) == [1996, 6309] and r.tokens == ["the", "keys"]
-    with pytest.raises(InputError, match="no token ids"):  # nothing to show (issue 13)
+    with pytest.raises(InputError, match="no token ids"):  # nothing to show
         minilm.run(ids=[])
 
 
@@ -96,9 +96,14 @@ def test_sliding_window_mask():
     assert m[5].tolist() == [False, False, False, False, True, True]
 
 
-def test_softmax_masked_row_never_nan():
-    x = np.array([[0.0, -np.inf, -np.inf], [1e30, -1e30, 0]], np.float32)
-    assert np.isfinite(softmax(x)).all()
+def test_softmax_of_masked_and_huge_rows_is_the_right_distribution():
+    """Masked keys (-inf) get 0 and the rest shares 1, huge scores included (the row max is
+    subtracted first); never NaN, never an empty row."""
+    x = np.array([[0.0, -np.inf, -np.inf], [1e30, -1e30, 0], [1e30, 1e30, -np.inf],
+                  [np.log(3.0), 0.0, -np.inf]], np.float32)
+    out = softmax(x.copy())
+    np.testing.assert_allclose(out, [[1, 0, 0], [1, 0, 0], [0.5, 0.5, 0], [0.75, 0.25, 0]], rtol=1e-6)
+    np.testing.assert_allclose(out.sum(-1), 1.0, rtol=1e-6)
 
 
 def test_rope_rotate_half_is_relative():

@@ -1,4 +1,4 @@
-"""Fuzz (issue 13, item 5): seeded random text, ids and corrupted checkpoints.
+"""Fuzz: seeded random text, ids and corrupted checkpoints.
 
 Every case ends in a result whose attention rows sum to 1 (all finite), or in one of attnviz's own
 errors (an AttnvizError subclass): never a raw Python exception, a NaN or a wrong shape. Seeded, so a
@@ -17,6 +17,8 @@ import pytest
 from safetensors.numpy import save
 
 from attnviz.engine import AttnvizError, load_model
+from attnviz.engine.errors import InputError
+from attnviz.engine.model import parse_typed_ids
 from tiny import byte_level_tokenizer_json, tiny_text_model
 from tiny import llama_config, llama_tensors, tiny_llama
 
@@ -118,18 +120,32 @@ def models(tmp_path_factory):
 
 @pytest.mark.parametrize("name, n_cases", [("byte-level", 150), ("textbook", 50), ("typed-ids", 80)])
 def test_random_text(models, name, n_cases):
+    """Random text gives a valid result or one clear error, and some texts give results. Without a
+    tokenizer the text is token ids: a result exactly when it reads as ids the model knows."""
     model = models[name]
     rng = np.random.default_rng([SEED, n_cases])
     outcomes = {"result": 0, "error": 0}
     for i in range(n_cases):
         huge = i % 10 == 9  # longer than the model's positions: truncated, or refused
         text = random_text(rng, huge=huge)
+        if name == "typed-ids" and i % 4 == 0:  # ids as a person types them, some beyond the vocabulary
+            ids = rng.integers(0, model.config.vocab_size + 3, int(rng.integers(1, 12)))
+            text = rng.choice([", ", " ", ",", "  \n"]).join(str(int(t)) for t in ids)
         case = f"{name} text {i}: {text[:80]!r}"
-        out = check_run(model, case, text=text, truncate=huge or bool(rng.integers(0, 2)))
+        truncate = huge or bool(rng.integers(0, 2))
+        out = check_run(model, case, text=text, truncate=truncate)
         outcomes["result" if not isinstance(out, Exception) else "error"] += 1
         if huge and not isinstance(out, Exception):
             assert out.n_tokens <= model.config.max_positions
-    assert outcomes["result"] > 0 or name == "typed-ids", outcomes
+        if name == "typed-ids":
+            try:
+                ids = parse_typed_ids(text)
+            except InputError:
+                ids = None
+            readable = bool(ids) and all(0 <= t < model.config.vocab_size for t in ids) and (
+                truncate or len(ids) <= model.config.max_positions)
+            assert isinstance(out, Exception) != readable, case
+    assert outcomes["result"] > 0, outcomes
 
 
 def test_random_text_on_minilm(minilm):

@@ -1,4 +1,4 @@
-"""Text and ids at the engine boundary (issue 13): `Model.run` takes any str (lone surrogates become
+"""Text and ids at the engine boundary: `Model.run` takes any str (lone surrogates become
 U+FFFD with a notice), refuses anything else with InputError, never returns a 0-token result, and
 never returns NaN patterns."""
 

@@ -1,4 +1,4 @@
-"""Guided samples (issue 9 item 5): each sample says what to look for, and its guide finds the head
+"""Guided samples: each sample says what to look for, and its guide finds the head
 that shows it best for the loaded model from the result itself; no head numbers in the code."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""One validation layer for everything read from disk (issue 13): each corruption of a tiny
+"""One validation layer for everything read from disk: each corruption of a tiny
 checkpoint gives one ModelLoadError, at load, naming the file, the field, the value found and what
 was expected. A FIFO, device or socket is refused before anything opens it; an unreadable file says
 "permission denied"; NaN/Inf weights are refused naming the tensor."""

@@ -1,4 +1,4 @@
-"""Exports never destroy what was there (issue 13): every way a write can fail leaves the folder
+"""Exports never destroy what was there: every way a write can fail leaves the folder
 exactly as it was (the same names, the same bytes, no temporary files), through the Qt-free writer
 and `export_result` (the window's dialog: tests/ui/test_export_dialog.py; the command line:
 tests/cli/test_export_atomic_cli.py); a successful export replaces the pair."""

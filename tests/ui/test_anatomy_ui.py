@@ -183,7 +183,7 @@ def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
 
 
 def test_shown_with_nothing_computed_says_so(qtbot):
-    from attnviz.ui.anatomy_panel import AnatomyPanel
+    from attnviz.ui.panels.anatomy_panel import AnatomyPanel
     from attnviz.ui.state import AppState
 
     st = AppState()
@@ -240,7 +240,7 @@ def test_export_dialog_writes_the_anatomy_of_the_current_layer(window, qtbot, tm
 def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
     """A training checkpoint swaps the weights and keeps the model's name: no stale colours."""
     from attnviz.engine import load_model
-    from attnviz.ui.anatomy_panel import AnatomyPanel
+    from attnviz.ui.panels.anatomy_panel import AnatomyPanel
     from attnviz.ui.state import AppState
     from tiny import FIXTURES
 

@@ -11,7 +11,7 @@ import pytest  # noqa: E402
 
 from attnviz.engine.calc import calculate  # noqa: E402
 from attnviz.engine.presets import load_presets, preset_inputs  # noqa: E402
-from attnviz.ui.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
+from attnviz.ui.panels.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
 
 
 @pytest.fixture
@@ -211,7 +211,7 @@ def test_controls_have_tooltips(panel):
 
 
 def test_the_panel_is_a_view_of_the_state(qtbot):
-    """Issue 11 item 2: given AppState the calculator follows the loaded model and the sentence by
+    """Given AppState the calculator follows the loaded model and the sentence by
     itself; hidden, it lets results pass and catches up when shown."""
     from attnviz.engine import load_model, textbook
     from attnviz.ui.state import AppState
@@ -236,7 +236,7 @@ def test_live_cache_says_needed_and_held_for_local_layers():
     model needs (the calculator's count) and what attnviz holds, with the reason."""
     from attnviz.engine import load_model
     from attnviz.engine.calc import exact_bytes
-    from attnviz.ui.calc_views import live_text
+    from attnviz.ui.panels.calc_views import live_text
     from tiny import FIXTURES
 
     model = load_model(FIXTURES / "gemma3")

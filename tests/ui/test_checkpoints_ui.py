@@ -1,4 +1,4 @@
-"""The window on the toy model with checkpoints (issue 12): the training-step slider moves every
+"""The window on the toy model with checkpoints: the training-step slider moves every
 heatmap through training, fast; the role badges follow it; export records the step; sweeping all
 steps does not grow memory. Offscreen, settings in a per-test INI file."""
 

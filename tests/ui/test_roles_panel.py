@@ -14,7 +14,7 @@ from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
 from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
-from attnviz.ui.roles_panel import RolesPanel  # noqa: E402
+from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
 from attnviz.ui.state import AppState  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
@@ -136,7 +136,7 @@ def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
 def test_find_is_its_own_view_of_the_state(qtbot, minilm):
     """Find without the roles panel: it follows the state's result and query itself, and a click
     writes the focus and the query back."""
-    from attnviz.ui.find_panel import FindPanel
+    from attnviz.ui.panels.find_panel import FindPanel
 
     state = AppState()
     find = FindPanel(state, shown=lambda: True)
@@ -250,7 +250,8 @@ def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm
     assert (state.head_scores.n_layer, state.head_scores.n_head) == (6, 12)
     find.run_find()
     hit = find.hits[5]
-    assert find.find_table.item(5, 1).toolTip() == state.head_scores.labels[hit.layer][hit.head]
+    # the grid's badge of that head: a label from the probe's sentences says so
+    assert find.find_table.item(5, 1).toolTip() == f"{state.head_scores.labels[hit.layer][hit.head]} (probe)"
     panel.wait_idle()
 
 
@@ -296,28 +297,28 @@ def test_template_probe_from_the_panel(qtbot, minilm):
     panel.wait_idle()
 
 
-def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model):
-    """The panel has no job machinery of its own and makes no runner: the scores are jobs of the
-    app's runner, which writes them into the state; the panel only shows them."""
-    import inspect
+def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, monkeypatch):
+    """Every job behind the panel's scores runs on the app's one runner, which writes them into the
+    state; the panel only shows them (a runner of its own would submit jobs too, and be seen)."""
+    import attnviz.ui.panels.roles_panel as RP
+    from attnviz.ui.runner import Runner
+    from attnviz.ui.worker import PROBE_KIND, SCORES_KIND
 
-    import attnviz.ui.roles_panel as RP
-    from attnviz.ui.worker import PROBE_KIND, SCORES_KIND, Worker
-
-    assert not hasattr(RP, "_Relay") and not hasattr(RP, "_Task") and not hasattr(RP, "Worker")
-    assert inspect.signature(RP.RolesPanel).parameters["worker"].default is inspect.Parameter.empty
-    state, worker = assemble()
     submitted = []
-    real = worker.submit
-    worker.submit = lambda kind, *a, **k: (submitted.append(kind), real(kind, *a, **k))[1]
+    real = Runner.submit
+    monkeypatch.setattr(Runner, "submit", lambda self, kind, *a, **k: (
+        submitted.append((self, kind)), real(self, kind, *a, **k))[1])
+    state, worker = assemble()
     panel = RP.RolesPanel(state, worker)
     qtbot.addWidget(panel)
-    assert panel.worker is worker and not panel.findChildren(Worker)
     state.set_model(textbook_model)
     type_text(qtbot, state, "the cat sat on the mat")
     wait_scores(qtbot, state)
-    assert SCORES_KIND in submitted and PROBE_KIND not in submitted
+    kinds = [kind for _, kind in submitted]
+    assert SCORES_KIND in kinds and PROBE_KIND not in kinds
     panel.set_source("probe")
     wait_scores(qtbot, state)
-    assert PROBE_KIND in submitted and set(submitted) <= {"compute", SCORES_KIND, PROBE_KIND}
+    kinds = [kind for _, kind in submitted]
+    assert PROBE_KIND in kinds and set(kinds) <= {"compute", SCORES_KIND, PROBE_KIND, "checkpoints"}
+    assert {runner for runner, _ in submitted} == {worker}  # one runner: the app's
     assert panel.wait_idle()

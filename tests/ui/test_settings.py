@@ -1,4 +1,4 @@
-"""Remembered settings (issue 11 item 2): one module binds AppState to QSettings."""
+"""Remembered settings: one module binds AppState to QSettings."""
 
 from PySide6.QtCore import QSettings
 
@@ -46,7 +46,7 @@ def test_bad_saved_values_fall_back_to_the_defaults(qapp, tmp_path):
 
 
 def test_every_key_the_app_writes_is_written_by_the_settings_module():
-    """Issue 11: settings persistence is one module; the window and the export dialog call it."""
+    """Settings persistence is one module; the window and the export dialog call it."""
     import re
     from pathlib import Path
 

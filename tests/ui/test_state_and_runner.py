@@ -1,4 +1,4 @@
-"""Unit tests of the window's two pillars, without the window (issue 11 item 5): AppState, the one
+"""Unit tests of the window's two pillars, without the window: AppState, the one
 source of truth, and Worker, the one latest-wins job runner."""
 
 import threading
@@ -195,7 +195,7 @@ def test_the_assembly_caps_blas_at_one_thread(qapp):
 
 
 def test_the_runner_feeds_the_state_itself(qtbot, book):
-    """Issue 11 item 1: no window relays results or requests: a load sets the state's model and a
+    """No window relays results or requests: a load sets the state's model and a
     run its result, and a new text, or a view wanting what the result lacks, starts a run, with
     only the state and the runner in play (wired by app.assemble)."""
     from attnviz.ui.app import assemble

@@ -1,4 +1,4 @@
-"""Defects a new user hit in the window (issue 11 item 6), each pinned by a test, offscreen."""
+"""Defects a new user hit in the window, each pinned by a test, offscreen."""
 
 import pytest
 
@@ -124,7 +124,7 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
 @pytest.fixture
 def roles_panel(qtbot, minilm):
     from attnviz.ui.app import assemble
-    from attnviz.ui.roles_panel import RolesPanel
+    from attnviz.ui.panels.roles_panel import RolesPanel
 
     st, worker = assemble()
     panel = RolesPanel(st, worker)

@@ -212,3 +212,31 @@ def test_max_pool_equals_a_loop_over_blocks(p):
     expect = np.array([[[x[h, i * p:(i + 1) * p, j * p:(j + 1) * p].max() for j in range(n)]
                         for i in range(n)] for h in range(3)])
     np.testing.assert_array_equal(max_pool(x, p), expect)
+
+
+@pytest.mark.parametrize("points", [9, 12, 16])
+def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
+    """At any UI font the colour bar's axis is wide enough for its widest tick label and, beside
+    it, its rotated title (at 12 pt they overlapped)."""
+    from PySide6.QtGui import QFont, QFontMetricsF
+
+    old = qapp.font()
+    font = QFont(old)
+    font.setPointSize(points)
+    qapp.setFont(font)
+    try:
+        st = AppState()
+        g = HeatmapGrid(st)
+        qtbot.addWidget(g)
+        st.set_result(fake_result(random_attn(1, 2, 4)))
+        g.resize(600, 400)
+        g.show()
+        qtbot.wait(20)
+        axis = g.cbar.getAxis("right")
+        fm = QFontMetricsF(axis.style["tickFont"])
+        assert axis.style["tickFont"].pointSize() == points
+        widest = max(fm.horizontalAdvance(f"{v:.1f}") for v in np.linspace(0, 1, 6))
+        title_h = QFontMetricsF(axis.label.font()).height()
+        assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
+    finally:
+        qapp.setFont(old)

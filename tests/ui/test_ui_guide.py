@@ -1,4 +1,4 @@
-"""The guide bar (issue 9 item 5) in the real window on MiniLM: a sample says what to look for,
+"""The guide bar in the real window on MiniLM: a sample says what to look for,
 finds its head on the loaded model after computing, and "Show me" focuses that head."""
 
 from attnviz.engine import heads as H
@@ -51,7 +51,7 @@ def test_about_lists_the_textbook_vocabulary_and_its_licence(qtbot, settings_pat
     w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
     about = about_html(w.state.model)
     assert html.escape(textbook.vocabulary_line()) in about
-    assert f"Licence: {textbook.TEXTBOOK_LICENSE}" in about and "not stated" not in about  # issue 11
+    assert f"Licence: {textbook.TEXTBOOK_LICENSE}" in about and "not stated" not in about
     w.worker.wait_idle()
 
 

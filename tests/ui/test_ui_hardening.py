@@ -1,4 +1,4 @@
-"""The window under hostile input (issue 13): nothing blocks the event loop (model discovery and
+"""The window under hostile input: nothing blocks the event loop (model discovery and
 loading run on the job runner, a load can be cancelled while the previous model stays usable, a
 FIFO model folder does not freeze the window), an exception escaping a slot becomes the error banner
 and a log line, and non-finite attentions are never drawn."""

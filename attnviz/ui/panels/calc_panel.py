@@ -2,7 +2,7 @@
 parameters, KV cache, the MHA / GQA / MQA comparison and a plot of cache size against context length out.
 
 All numbers come from `attnviz.engine.calc`; this widget edits the inputs, recomputes, and hands each
-result to the views in ui/calc_views.py (tables, plot, text lines)."""
+result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from attnviz.engine.errors import CalcError
 from attnviz.engine.hf_config import default_d_head
 from attnviz.engine.presets import load_presets
 from attnviz.figures.style import ERROR
-from attnviz.ui.calc_views import (
+from attnviz.ui.panels.calc_views import (
     CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
 )
 

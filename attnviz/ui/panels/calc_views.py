@@ -2,7 +2,7 @@
 table, the KV-cache-vs-context plot, and the text lines (summary, parameters, KV cache, FLOPs, this
 sentence's cache, and the engine's live cache after a run).
 
-They only show numbers `attnviz.engine.calc` computed; CalcPanel (ui/calc_panel.py) owns the inputs and
+They only show numbers `attnviz.engine.calc` computed; CalcPanel (ui/panels/calc_panel.py) owns the inputs and
 decides when to show a result."""
 
 from __future__ import annotations

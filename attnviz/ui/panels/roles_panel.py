@@ -19,9 +19,9 @@ from attnviz.engine import heads as H
 from attnviz.engine import probes as P
 from attnviz.engine.patterns import head_title
 from attnviz.figures.style import WARNING
-from attnviz.ui.find_panel import FindPanel
-from attnviz.ui.roles_views import RolesOverview, ScoresTable
-from attnviz.ui.state import ROLE_SOURCES as SOURCES
+from attnviz.ui.panels.find_panel import FindPanel
+from attnviz.ui.panels.roles_views import RolesOverview, ScoresTable
+from attnviz.figures.roles import ROLE_SOURCES as SOURCES
 
 
 class RolesPanel(QWidget):

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
-from attnviz.ui.roles_views import num_item
+from attnviz.ui.panels.roles_views import num_item
 
 
 class FindPanel(QWidget):
@@ -148,7 +148,7 @@ class FindPanel(QWidget):
                 t.setItem(i, 3, num_item(0.0, 4))
             head = t.item(i, 1)
             head.setText(head_title(hit.layer, hit.head))
-            head.setToolTip(self._label(hit.layer, hit.head))
+            head.setToolTip(self.state.badge(hit.layer, hit.head))  # the grid's badge of that head
             for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
                 t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
                                        None if np.isnan(value) else round(value, 4))
@@ -156,11 +156,6 @@ class FindPanel(QWidget):
             if self.state.result is None:
                 self.find_status.setText("")
         self.sigFound.emit(hits)
-
-    def _label(self, l, h):
-        """The role label of head (l, h), or "" while no scores of this shape are shown."""
-        hs = self.state.head_scores
-        return hs.labels[l][h] if hs is not None and l < hs.n_layer and h < hs.n_head else ""
 
     def _on_find_clicked(self, row, _col):
         if 0 <= row < len(self.hits):
