@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
-from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.engine import load_model
 from attnviz.engine import ablation as A
 from attnviz.engine import predict as P
 from attnviz.engine.errors import InputError

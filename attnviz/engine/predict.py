@@ -23,7 +23,7 @@ import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError, NoPrediction
 from attnviz.engine.families import FAMILY
-from attnviz.engine.layers import layer_norm
+from attnviz.engine.layers import layer_norm, rms_norm
 from attnviz.engine.trace import Trace
 
 _HEAD_LOCK = threading.Lock()
@@ -38,14 +38,10 @@ class LMHead:
     w_u: np.ndarray  # [vocab, d_model] float32
 
     def normed(self, x):  # [..., d_model] -> [..., d_model]
-        return (layer_norm if self.centred else _rms)(x, *self.norm, self.eps)
+        return (layer_norm if self.centred else rms_norm)(x, *self.norm, self.eps)
 
     def logits(self, x):  # final-norm input [n, d_model] -> logits [n, vocab]
         return self.normed(x) @ self.w_u.T
-
-
-def _rms(x, gain, eps):
-    return FAMILY["llama"].norm(x, gain, eps)
 
 
 def prediction_trace(**kw) -> Trace:
