@@ -1,7 +1,7 @@
 """Prediction, DLA, the logit lens, ablation and the ablation scan on SmolLM2-135M-Instruct: what
 they cost, side by side in one run (not a test: run it, read the table).
 
-    .venv/bin/python benchmarks/predict.py [--blas-threads 1] [--skip-scan]
+    .venv/bin/python benchmarks/predict.py [--blas-threads 1] [--skip-typing] [--skip-scan]
 
 1. Per keystroke (typing a sentence token by token, T = 1..64, each run reusing the KV cache): the
    engine's plain run (patterns only, what the window runs today) against the run that also keeps
@@ -37,6 +37,7 @@ MODEL = "SmolLM2-135M-Instruct"
 SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "
             "cheese while Mary looked for apples, and later they walked home along the river, talking "
             "about the old bridge that the town plans to repair next summer.")
+TEXT = SENTENCE + " " + SENTENCE  # 64 SmolLM2 tokens and more: cut to 64
 
 
 def pct(xs, p):
@@ -46,7 +47,7 @@ def pct(xs, p):
 def keystrokes(args) -> None:
     plain, live = load_model(MODEL), load_model(MODEL)
     head = P.lm_head(live)
-    ids = plain.tokenizer.encode(SENTENCE).ids[:64]
+    ids = plain.tokenizer.encode(TEXT).ids[:64]
     t_plain, t_live, parts = [], [], {"run": [], "top-k": [], "dla": [], "lens": []}
     for rep in range(args.repeat):
         plain.clear_cache()
@@ -81,7 +82,7 @@ def one_ablation(args) -> None:
     model = load_model(MODEL)
     head = P.lm_head(model)
     cfg, w = model.config, model.weights
-    ids = np.array(model.tokenizer.encode(SENTENCE).ids[:64])
+    ids = np.array(model.tokenizer.encode(TEXT).ids[:64])
     clean = forward(cfg, w, ids, P.prediction_trace())
     cases = {"full forward (z and resid kept)": lambda: forward(cfg, w, ids, P.prediction_trace())}
     for layer in (0, 15, 29):
@@ -127,6 +128,7 @@ def main() -> int:
     ap.add_argument("--blas-threads", type=int, default=1,
                     help="cap BLAS threads (default 1, as the window's runner does)")
     ap.add_argument("--repeat", type=int, default=2, help="typing runs (default 2)")
+    ap.add_argument("--skip-typing", action="store_true", help="leave out the keystroke timing")
     ap.add_argument("--skip-scan", action="store_true", help="leave out the 270-head scan")
     args = ap.parse_args()
     if args.blas_threads:
@@ -134,7 +136,8 @@ def main() -> int:
         threadpool_limits(limits=args.blas_threads, user_api="blas")
     print(f"{MODEL}, BLAS threads {args.blas_threads or 'default'}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    keystrokes(args)
+    if not args.skip_typing:
+        keystrokes(args)
     one_ablation(args)
     if not args.skip_scan:
         scan(args)

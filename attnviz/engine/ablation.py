@@ -201,7 +201,7 @@ def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | 
     run's top-1). `repeat`: see repeat_loss (InputError when the ids do not repeat). Only the tokens
     the loss reads are run (a causal model's later tokens cannot change them), and each head's run
     resumes at its layer from the clean residual stream. `progress(done, total)` is called before
-    the first head and after each; `cancelled()` is checked between heads and raises Cancelled."""
+    the clean run and after each head; `cancelled()` is checked between heads and raises Cancelled."""
     if loss not in LOSSES:
         raise InputError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
     cfg, w = model.config, model.weights
@@ -213,6 +213,9 @@ def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | 
     else:
         position = position_index(len(ids), position)
         ids = ids[:position + 1]
+    total = cfg.n_layer * cfg.n_head
+    if progress:  # at once, before the clean run
+        progress(0, total)
     t0 = time.perf_counter()
     clean = forward(cfg, w, ids, prediction_trace(patterns=False))
     if loss == "next":
@@ -226,10 +229,7 @@ def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | 
 
     base = measure(clean)
     effect = np.zeros((cfg.n_layer, cfg.n_head))
-    total = cfg.n_layer * cfg.n_head
     t_forward = t_unembed = 0.0
-    if progress:
-        progress(0, total)
     for layer in range(cfg.n_layer):
         for h in range(cfg.n_head):
             if cancelled is not None and cancelled():
