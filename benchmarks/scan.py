@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import json
 import os
-import resource
 import tempfile
 import time
 
@@ -48,7 +47,13 @@ def write_corpus(path: Path, n: int) -> Path:
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak RSS (VmHWM). Not getrusage's ru_maxrss: Linux carries that across
+    fork and exec, so a worker spawned by a large process would report its parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def current_rss_mb() -> float:
