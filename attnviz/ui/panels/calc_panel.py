@@ -82,15 +82,31 @@ class CalcPanel(QWidget):
             self.set_model_config(model.config.raw, model.name)
 
     def _follow_result(self, result) -> None:
-        if result is not None and self._shown:
+        if self._on_screen():
+            self._show_result(result)
+
+    def _on_screen(self) -> bool:
+        """In a window, whether the panel is on screen now (Qt keeps a dock behind another tab
+        'visible', moved off screen: its visible region is empty), asked of Qt rather than of the
+        last visibilityChanged, which can arrive after the dock is raised again; on its own, what
+        set_shown said."""
+        if self.window() is self:
+            return self._shown
+        return self.isVisible() and not self.visibleRegion().isEmpty()
+
+    def _show_result(self, result) -> None:
+        if result is None:  # an empty sentence (0 tokens), or none computed yet on this model
+            self.sentence_len = 0 if not self.state.text.strip() else None
+            self._show_sentence()
+        else:
             self.set_seq_len(len(result.tokens))
-            self.set_live_cache(result, self.state.model)
+        self.set_live_cache(result, self.state.model)
 
     def set_shown(self, shown: bool) -> None:
         """Whether the panel is on screen; a hidden calculator catches up when shown."""
         self._shown = bool(shown)
         if self._shown and self.state is not None:
-            self._follow_result(self.state.result)
+            self._show_result(self.state.result)
 
     # -- public API ------------------------------------------------------------------------------
 

@@ -180,7 +180,7 @@ class KVPlot(pg.PlotWidget):
 
     def show_sentence(self, r: CalcResult | None, T: int | None) -> None:
         """The sentence marker at `T` tokens (hidden without a result or a sentence)."""
-        if r is None or T is None:
+        if r is None or not T:
             self.sentence_marker.hide()
             return
         if T > self.x_max:
@@ -251,6 +251,8 @@ def sentence_text(r: CalcResult | None, T: int | None) -> str:
     """What the current sentence of `T` tokens takes in the KV cache of `r`'s layout (rich text)."""
     if r is None or T is None:
         return "this sentence: (no sentence yet)"
+    if T == 0:
+        return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
     return (f"this sentence: <b>{T:,} tokens → {size:,} bytes</b> ({format_bytes(size)}) "
             f"of KV cache" + (f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""))

@@ -35,7 +35,7 @@ class FindPanel(QWidget):
         self.shown = shown
         self.hits: list[F.HeadHit] = []
         self._find_q = None  # the query position of the hits shown
-        self._stale = False  # the token lists lag the result while Find is not on screen
+        self._stale = True  # the token lists lag the result (built empty, or Find not on screen)
         self._build()
         self._connect()
 

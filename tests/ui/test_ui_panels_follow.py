@@ -1,0 +1,61 @@
+"""Side panels opened after the first result show that result, and follow the sentence to empty."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+
+from attnviz.engine.registry import WINDOW_MODEL  # noqa: E402
+from windows import WAIT, open_window, wait_for_text  # noqa: E402
+
+TEXT = "The keys to the cabinet are on the table."
+
+
+def test_find_opened_after_the_first_result_lists_its_tokens_and_heads(qtbot, settings_path):
+    """Started with a text, the Find tab shows that text's tokens in both lists and every head ranked,
+    the first time it is opened, before any edit."""
+    w = open_window(qtbot, settings_path, text=TEXT)
+    roles = w.roles_panel
+    if roles is None:
+        pytest.skip("side panels not installed")
+    T = len(w.state.result.labels)
+    w.roles_dock.raise_()
+    roles.tabs.setCurrentWidget(roles.find)
+    find = roles.find
+    qtbot.waitUntil(lambda: find.find_from.count() == T, timeout=WAIT)
+    assert [find.find_to.itemText(i) for i in range(T)] == [f"{lab}@{i}" for i, lab in
+                                                            enumerate(w.state.result.labels)]
+    n_heads = w.state.model.config.n_layer * w.state.model.config.n_head
+    assert find.find_table.rowCount() == n_heads
+    assert find.find_table.item(0, 1).text().startswith("L")  # a head title, painted in the table
+    assert "every head ranked" in find.find_status.text()
+    roles.wait_idle()
+    w.worker.wait_idle()
+
+
+def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
+    """After the sentence is cleared (Ctrl+A, Backspace) the Calculator's sentence line says 0 tokens
+    and its live-cache line no longer describes the old sentence's tokens."""
+    w = open_window(qtbot, settings_path, model=WINDOW_MODEL, text="Return the sum of a and b.")
+    calc = w.calc_panel
+    if calc is None:
+        pytest.skip("side panels not installed")
+    w.calc_dock.raise_()
+    T = len(w.state.result.tokens)
+    qtbot.waitUntil(lambda: f"{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
+    qtbot.waitUntil(lambda: f"held (engine, float32): <b>{T} tokens" in calc.live_label.text(),
+                    timeout=WAIT)
+    w.text_box.setFocus()
+    qtbot.keyClick(w.text_box, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(w.text_box, Qt.Key.Key_Backspace)
+    qtbot.waitUntil(lambda: w.tokens_label.text() == "0 tokens", timeout=WAIT)
+    qtbot.waitUntil(lambda: "0 tokens" in calc.sentence_label.text(), timeout=WAIT)
+    assert f"{T} tokens" not in calc.sentence_label.text()
+    assert not (calc.live_label.isVisible() and f"{T} tokens" in calc.live_label.text())
+    # typing again brings both lines back
+    w.text_box.setPlainText("the sum")
+    wait_for_text(qtbot, w, "the sum")
+    qtbot.waitUntil(lambda: f"{len(w.state.result.tokens)} tokens" in calc.sentence_label.text(), timeout=WAIT)
+    w.worker.wait_idle()
