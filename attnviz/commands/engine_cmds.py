@@ -114,7 +114,8 @@ def cmd_attention(args) -> int:
 
         extra = {"value_norms": result.value_norms.astype(np.float32),
                  "value_weighted": value_weighted(result.attentions, result.value_norms)}
-    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
+    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str),
+                     labels=np.array(result.labels, dtype=str), input_ids=result.input_ids,
                      attentions=result.attentions, kv_group=result.kv_group, **extra)
     print(f"{out}: {result.n_tokens} tokens, attentions {list(result.attentions.shape)}"
           f"{checkpoint_opt.describe(model)}")

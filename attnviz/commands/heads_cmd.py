@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 
 import numpy as np
 
@@ -70,6 +71,42 @@ def _fmt(v):
     return "   nan" if np.isnan(v) else f"{v:6.3f}"
 
 
+UNDER_CHANCE = "*"  # a strength that clears its threshold while the score does not beat chance
+
+
+def heads_table(hs):
+    """The per-head table: for each role the number its label is tested on (strength, marked
+    UNDER_CHANCE where it clears the threshold but the score does not beat chance by the margin),
+    then mean distance and entropy. Headers say which number each column holds."""
+    names = list(H.SCORE_NAMES)
+    units = {**{r: "strength" for r in H.ROLES}, "distance": "tokens", "entropy": "bits"}
+    legend = (
+        "Role columns hold each role's strength (score / share of query rows with a pattern cell, "
+        "capped at 1): the number a label is tested on. A head gets the role of its highest "
+        "strength that clears the threshold ("
+        + ", ".join(sorted({f"{t:g}" for t in H.THRESHOLDS.values()})) + f") with a score that beats "
+        f"the head's chance score by {H.CHANCE_MARGIN:g}; '{UNDER_CHANCE}' marks a strength that "
+        "clears the threshold while its score does not beat chance. Scores and chance scores: --json.")
+    lines = textwrap.wrap(legend, 100) + [
+        "",
+        "layer head  label      " + " ".join(f"{n[:9]:>9}" for n in names),
+        "                       " + " ".join(f"{units[n]:>9}" for n in names),
+    ]
+    for l in range(hs.n_layer):
+        for h in range(hs.n_head):
+            cells = []
+            for n in names:
+                if n in H.ROLES:
+                    v = float(hs.strength[n][l, h])
+                    passes = H.passes(n, hs.strength[n], hs.scores[n], hs.chance.get(n))[l, h]
+                    mark = UNDER_CHANCE if v >= H.THRESHOLDS[n] and not passes else " "
+                    cells.append(f"{_fmt(v)}{mark}".rjust(9))
+                else:
+                    cells.append(f"{_fmt(hs.scores[n][l, h])} ".rjust(9))
+            lines.append(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} " + " ".join(cells))
+    return lines
+
+
 def heads_report(model, hs, source):
     """The `heads` JSON document."""
     doc = {"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
@@ -125,11 +162,8 @@ def cmd_heads(args) -> int:
         print(f"note: {hs.notice}.")
     print()
     names = list(H.SCORE_NAMES)
-    print("layer head  label      " + " ".join(f"{n[:9]:>9}" for n in names))
-    for l in range(c.n_layer):
-        for h in range(c.n_head):
-            vals = " ".join(f"{_fmt(hs.scores[n][l, h]):>9}" for n in names)
-            print(f"{l:5d} {h:4d}  {hs.labels[l][h]:<10} {vals}")
+    for line in heads_table(hs):
+        print(line)
     print()
     for role in H.ROLES:
         # the number printed is the number tested: strength (score / coverage), beside the score

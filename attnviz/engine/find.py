@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import InputError
+from attnviz.engine.token_text import plain
 
 
 class HeadHit(NamedTuple):
@@ -59,8 +60,8 @@ def rank_heads(col, q, k, causal):
     return sorted(hits, key=lambda x: (-x.specificity, -x.weight, x.layer, x.head))
 
 
-def _norm(s):
-    return s.strip().lower()
+def _norm(s):  # a token as typed: no space marks ("·keys" and "keys" alike), any case
+    return plain(s).lower()
 
 
 def _listing(labels):
@@ -68,7 +69,8 @@ def _listing(labels):
 
 
 def resolve_token(result, spec):
-    """Position of a token given as its display text, or `text@pos` when it occurs more than once."""
+    """Position of a token given as its display text ("keys", "·keys" or "Ġkeys"), or `text@pos`
+    when it occurs more than once."""
     labels = list(result.labels)
     raw = list(getattr(result, "tokens", labels))
     spec = str(spec)

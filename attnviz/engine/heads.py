@@ -276,7 +276,7 @@ class HeadScores:
         """Heads labelled-worthy for `role` (strength clears the threshold and the score beats the
         head's chance score by CHANCE_MARGIN), strongest first: [(layer, head, strength)]."""
         s = self.strength[role]
-        idx = np.argwhere(_passes(role, s, self.scores[role], self.chance.get(role)))
+        idx = np.argwhere(passes(role, s, self.scores[role], self.chance.get(role)))
         hits = [(int(l), int(h), float(s[l, h])) for l, h in idx]
         return sorted(hits, key=lambda t: (-t[2], t[0], t[1]))
 
@@ -378,7 +378,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
     )
 
 
-def _passes(role, strength, score, chance, thresholds=THRESHOLDS):  # [n_layer, n_head] -> bool
+def passes(role, strength, score, chance, thresholds=THRESHOLDS):  # [n_layer, n_head] -> bool
     ok = strength >= thresholds[role]
     if chance is not None:
         with np.errstate(invalid="ignore"):
@@ -392,7 +392,7 @@ def label_heads(strength, thresholds=THRESHOLDS, scores=None, chance=None):
     role -> [n_layer, n_head] -> [n_layer][n_head]."""
     stack = np.stack([strength[r] for r in ROLES])  # [n_role, n_layer, n_head]
     if scores is not None and chance is not None:
-        ok = np.stack([_passes(r, strength[r], scores[r], chance[r], thresholds) for r in ROLES])
+        ok = np.stack([passes(r, strength[r], scores[r], chance[r], thresholds) for r in ROLES])
     else:
         limits = np.array([thresholds[r] for r in ROLES])[:, None, None]
         ok = stack >= limits

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.token_text import BYTE_LEVEL, SENTENCEPIECE, TEXT, readable_tokens
 from attnviz.engine.validate import (
     MAX_TOKENIZER_BYTES, check_token_ids, parse_json_object, read_text, tokenizer_ids,
 )
-
-_BYTE_TOKEN = re.compile(r"<0x[0-9A-F]{2}>")
 
 
 @dataclass(frozen=True)
 class Encoded:
     ids: list[int]
     tokens: list[str]  # the tokenizer's own token strings
-    labels: list[str]  # readable, as the model sees it: "the", "##lip", "[UNK]", " world" -> "world"
+    labels: list[str]  # as a person reads them (token_text): "the", "##lip", "[UNK]", "Ġworld" -> "·world"
     offsets: list[tuple[int, int]]  # character spans into the text; (0, 0) for special tokens
     special: list[bool]
 
@@ -46,9 +44,7 @@ class TextTokenizer:
         tok.no_padding()
         tok.no_truncation()
         self._tok = tok
-        # WordPiece ("##lip") and word-level token strings read as they are; byte-level BPE ("Ġthe")
-        # and SentencePiece ("▁the") strings are decoded to text
-        self._readable_tokens = type(tok.model).__name__ in ("WordPiece", "WordLevel")
+        self.kind = piece_kind(tok)  # how token_text reads this tokenizer's pieces
 
     def check_ids(self, n_rows: int, rows_from: str = "config.json vocab_size") -> None:
         """Refuse, at load, a tokenizer.json that can produce an id the embedding has no row for
@@ -60,13 +56,14 @@ class TextTokenizer:
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
-        labels = [self._label(i, t, sp) for i, t, sp in zip(enc.ids, enc.tokens, special)]
+        labels = self._labels(list(enc.ids), list(enc.tokens), special)
         return Encoded(list(enc.ids), list(enc.tokens), labels, offsets, special)
 
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:
         """Token strings and readable labels for raw ids."""
         tokens = [self._tok.id_to_token(i) or f"<{i}>" for i in ids]
-        return tokens, [self._label(i, t, False) for i, t in zip(ids, tokens)]
+        special_ids = self.special_ids()
+        return tokens, self._labels(list(ids), tokens, [i in special_ids for i in ids])
 
     @property
     def raw(self) -> Tokenizer:
@@ -76,10 +73,26 @@ class TextTokenizer:
     def special_ids(self) -> set[int]:
         return {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
 
-    def _label(self, token_id: int, token: str, special: bool) -> str:
-        """The token as the model sees it ("[UNK]" stays "[UNK]"), in readable form."""
-        if special or self._readable_tokens:
-            return token
-        text = self._tok.decode([token_id], skip_special_tokens=False).strip()
-        # a SentencePiece byte-fallback token (<0xE0>) is part of a character: it reads as itself
-        return token if not text or (text == "\ufffd" and _BYTE_TOKEN.fullmatch(token)) else text
+    def _labels(self, ids: list[int], tokens: list[str], special: list[bool]) -> list[str]:
+        """The tokens as a person reads them (token_text.readable_tokens; "[UNK]" stays "[UNK]")."""
+        if self.kind == UNKNOWN_DECODER:  # pieces only the tokenizer's own decoder can read
+            pieces = [t if sp else self._tok.decode([i], skip_special_tokens=False)
+                      for i, t, sp in zip(ids, tokens, special)]
+            return readable_tokens(pieces, TEXT, special)
+        return readable_tokens(tokens, self.kind, special)
+
+
+UNKNOWN_DECODER = "decoder"  # a decoder token_text does not know: each piece decoded on its own
+
+
+def piece_kind(tok: Tokenizer) -> str:
+    """How a tokenizer spells its pieces: token_text.BYTE_LEVEL ("Ġthe"), SENTENCEPIECE ("▁the",
+    "<0x0A>"), TEXT (WordPiece "##lip", word level), or UNKNOWN_DECODER."""
+    if type(tok.model).__name__ in ("WordPiece", "WordLevel"):
+        return TEXT
+    decoder = tok.decoder.__getstate__().decode("utf-8", "replace") if tok.decoder is not None else ""
+    if '"ByteLevel"' in decoder:
+        return BYTE_LEVEL
+    if any(mark in decoder for mark in ('"Metaspace"', '"ByteFallback"', "\u2581", "\\u2581")):  # ▁, raw or escaped
+        return SENTENCEPIECE
+    return UNKNOWN_DECODER if decoder else TEXT

@@ -19,13 +19,8 @@ LABEL_CHARS = 16  # characters of a token on an axis (the hover read-out has it 
 
 
 def axis_label(label: str) -> str:
-    """A token as an axis shows it: a newline or tab as a visible mark, an empty or all-space token
-    as open boxes, and at most LABEL_CHARS characters (an ellipsis at the cut)."""
-    label = label.replace("\n", "\u21b5").replace("\t", "\u2192")
-    if label == "":
-        return "\u2423"  # an empty token string still gets a visible label
-    if label.isspace():
-        return "\u2423" * min(len(label), 3)
+    """A token label (engine/token_text made it readable: whitespace already shows as marks) as an
+    axis shows it: at most LABEL_CHARS characters, an ellipsis at the cut."""
     return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "\u2026"
 
 

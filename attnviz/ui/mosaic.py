@@ -23,7 +23,16 @@ def readout(result, layer: int, head: int, q: int, k: int, value: float, badge: 
     """`L3 H1  are → keys  0.79` (the weight from query token q to key token k), then the head's
     role badge if the roles panel gave it one."""
     tag = f"  · {badge}" if badge else ""
-    return f"{head_title(layer, head)}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
+    return (f"{head_title(layer, head)}  {result.labels[q]} → {result.labels[k]}  {value:.2f}{tag}"
+            + raw_pieces(result, q, k))
+
+
+def raw_pieces(result, q: int, k: int) -> str:
+    """`  [Ġare → Ġkeys]`: the tokenizer's own pieces, where they differ from the labels shown."""
+    raw, labels = getattr(result, "tokens", None), result.labels
+    if not raw or (raw[q] == labels[q] and raw[k] == labels[k]):
+        return ""
+    return f"  [{raw[q]} → {raw[k]}]"
 
 
 def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
@@ -32,7 +41,7 @@ def cell_readout(state, layer: int, head: int, q: int, k: int) -> str:
     r, shown = state.result, state.shown()
     value = shown.weight(layer, head, q, k)
     if value is None:
-        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)"
+        return f"{head_title(layer, head)}  {r.labels[q]} → {r.labels[k]}  (hidden)" + raw_pieces(r, q, k)
     text = readout(r, layer, head, q, k, value, state.badge(layer, head))
     if shown.weighted:
         text += (f"  (value-weighted; weight {float(r.attentions[layer, head, q, k]):.2f}, "

@@ -203,11 +203,18 @@ class TokenStrip(QWidget):
         if i is not None:
             self.sigClicked.emit(i)
 
+    def _piece(self, i: int) -> str:
+        """`, piece 'Ġkeys', id 7` : the tokenizer's own piece and id behind label i."""
+        r = self.state.result if self.state is not None else None
+        if r is None or r.labels is not self.labels:
+            return ""
+        return f", piece {r.tokens[i]!r}, id {int(r.input_ids[i])}"
+
     def event(self, ev) -> bool:
         if ev.type() == QEvent.Type.ToolTip:
             i = self.index_at(ev.pos())
-            text = (f"#{i}: {self.labels[i]!r} (click: show this query row in every head)"
-                    if i is not None else self.toolTip())
+            text = (f"#{i}: {self.labels[i]!r}{self._piece(i)} (click: show this query row in "
+                    "every head)" if i is not None else self.toolTip())
             QToolTip.showText(ev.globalPos(), text, self)
             return True
         return super().event(ev)

@@ -85,3 +85,41 @@ def test_cli_heads_unknown_heavy_text_says_why_no_repeat_roles(capsys):
     assert "induction: not labelled (too many unknown tokens)" in out
     rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
     assert not any(r[2] in ("duplicate", "induction") for r in rows)
+
+
+def _table(out):
+    """{(layer, head): (label, {column: (number, marked)})} from the `heads` table, and its two
+    header rows."""
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("layer head  label"))
+    names, units = lines[at].split()[3:], lines[at + 1].split()
+    rows = {}
+    for line in lines[at + 2:]:
+        parts = line.split()
+        if len(parts) != 3 + len(names) or not parts[0].isdigit():
+            break
+        cells = {n: (float(c.rstrip("*")), c.endswith("*")) for n, c in zip(names, parts[3:])}
+        rows[int(parts[0]), int(parts[1])] = (parts[2], cells)
+    return names, units, rows
+
+
+def test_heads_table_prints_the_number_each_label_is_tested_on(capsys, smollm2):
+    """On SmolLM2's probe, every row's label is the role whose printed number is highest among those
+    that clear the threshold (unmarked), 'mixed' when none does; the headers name the number."""
+    rc, out, _ = _cli(capsys, "heads", "--model", "SmolLM2-135M-Instruct", "--probe")
+    assert rc == 0
+    names, units, rows = _table(out)
+    assert len(rows) == 30 * 9
+    assert units == ["strength"] * len(H.ROLES) + ["tokens", "bits"]
+    assert "strength" in out.split("layer head")[0] and "tested on" in out.split("layer head")[0]
+    checked = 0
+    for (l, h), (label, cells) in rows.items():
+        near = any(abs(cells[r][0] - H.THRESHOLDS[r]) < 1e-3 for r in H.ROLES)
+        if near:
+            continue  # the printed rounding cannot decide this row
+        ok = [r for r in H.ROLES if cells[r][0] >= H.THRESHOLDS[r] and not cells[r][1]]
+        expect = max(ok, key=lambda r: (cells[r][0], -H.ROLES.index(r))) if ok else H.MIXED
+        assert label == expect, (l, h, label, cells)
+        checked += 1
+    assert checked > 250
+    assert any(label == "induction" for label, _ in rows.values())

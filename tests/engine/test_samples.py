@@ -7,6 +7,7 @@ import pytest
 from attnviz.engine import heads as H
 from attnviz.engine import load_model, textbook
 from attnviz.engine.samples import SAMPLES, SPECIFICITY_MIN, Sample, guide, sample_for_text
+from attnviz.engine.token_text import plain
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
         r = model.run(s.text)
         g = guide(s, r, unknown)
         if s.find is not None:
-            labels = [x.strip().lower() for x in r.labels]
+            labels = [plain(x).lower() for x in r.labels]
             q, k = labels.index(s.find[0]), labels.index(s.find[1])
             spec = _direct_specificity(r.attentions.astype(np.float64), q, k)
             assert (g.layer, g.head) == np.unravel_index(np.argmax(spec), spec.shape)
@@ -94,7 +95,7 @@ def test_guides_on_real_models_match_a_direct_computation(which, request):
             assert g.claimed == (role is not None)
             if role is not None:  # the strongest head that clears the first role any head clears
                 st = sc.strength[role]
-                ok = H._passes(role, st, sc.scores[role], sc.chance[role])
+                ok = H.passes(role, st, sc.scores[role], sc.chance[role])
                 assert ok[g.layer, g.head]
                 assert st[g.layer, g.head] == st[ok].max()
         assert f"L{g.layer} H{g.head}" in g.message

@@ -71,3 +71,24 @@ def test_a_guided_sample_is_scored_once_per_result(qtbot, settings_path, monkeyp
     assert [r for r in calls if r is w.state.result] == [w.state.result]
     assert all(calls.count(r) == 1 for r in calls)  # every result scored once
     assert bar.current == guide(s, w.state.result, scores=w.state.text_scores)
+
+
+def test_the_guide_bar_keeps_its_height_while_its_texts_change(qtbot, settings_path):
+    """'Finding the head…', the answer, and the next sample's texts all show in one bar height, and
+    every text fits in it (nothing cut)."""
+    w = open_window(qtbot, settings_path)
+    w.resize(1920, 1080)
+    bar = w.guide_bar
+    heights = []
+    for s in SAMPLES[:4]:
+        w.set_text(s.text)
+        qtbot.waitUntil(lambda: bar.isVisible(), timeout=WAIT)
+        qtbot.wait(20)
+        heights.append(bar.height())
+        qtbot.waitUntil(lambda: bar.current is not None or "Finding" not in bar.answer.text(), timeout=WAIT)
+        qtbot.wait(20)
+        heights.append(bar.height())
+        for label in (bar.look, bar.answer):
+            assert label.heightForWidth(label.width()) <= label.height(), label.text()
+    assert len(set(heights)) == 1, heights
+    w.worker.wait_idle()

@@ -1,0 +1,114 @@
+"""Tokens as a person reads them: byte-level BPE decoded, spaces and whitespace visible, split
+characters shown as their bytes and completed, on every tokenizer kind the project ships."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model, textbook
+from attnviz.engine.find import resolve_token
+from attnviz.engine.token_text import (
+    BYTE_LEVEL, SENTENCEPIECE, TEXT, byte_level_alphabet, piece_bytes, plain, readable_tokens,
+)
+from attnviz.engine.tokenizer import piece_kind
+
+# one text with what broke: a space token, digits, a capital after a space, runs of whitespace,
+# a CJK character, Arabic, an emoji
+TEXT_ALL = "around 1450, The  cat\n\n\tsat 杰 مرحبا 🙂 end."
+
+
+def byte_piece(data: bytes) -> str:
+    """A byte-level BPE piece spelling `data` (GPT-2's alphabet)."""
+    inverse = {b: c for c, b in byte_level_alphabet().items()}
+    return "".join(inverse[b] for b in data)
+
+
+def test_byte_level_alphabet_is_gpt2s():
+    table = byte_level_alphabet()
+    assert len(table) == 256 and sorted(table.values()) == list(range(256))
+    assert table["Ġ"] == 0x20 and table["Ċ"] == 0x0A and table["ĉ"] == 0x09 and table["a"] == ord("a")
+    assert piece_bytes("Ġthe", BYTE_LEVEL) == b" the"
+    assert piece_bytes("<0x0A>", SENTENCEPIECE) == b"\n"
+    assert piece_bytes("\u2581the", SENTENCEPIECE) == b" the"
+
+
+@pytest.mark.parametrize("kind, pieces, labels", [
+    # a leading space is a dot; a token that is only whitespace is its marks
+    (BYTE_LEVEL, ["Ġthe", "Ġ", "ĊĊ", "ĉ", "ĠĠĠ", "Ċ", "end", "."], ["·the", "␣", "↵↵", "⇥", "␣␣␣", "↵", "end", "."]),
+    (SENTENCEPIECE, ["\u2581the", "\u2581", "<0x0A>", "cat"], ["·the", "␣", "↵", "cat"]),
+    (TEXT, ["the", "##lip", "[UNK]", " "], ["the", "##lip", "[UNK]", "␣"]),
+])
+def test_spaces_and_whitespace_tokens_show_as_marks(kind, pieces, labels):
+    assert readable_tokens(pieces, kind) == labels
+
+
+def test_a_character_split_over_tokens_shows_its_bytes_then_the_character():
+    ji = "杰".encode()  # E6 9D B0
+    smile = "🙂".encode()  # F0 9F 99 82
+    pieces = [byte_piece(b" " + ji[:2]), byte_piece(ji[2:]), byte_piece(smile[:1]), byte_piece(smile[1:3]),
+              byte_piece(smile[3:] + b"ok")]
+    assert readable_tokens(pieces, BYTE_LEVEL) == ["·<E6 9D>", "<B0>杰", "<F0>", "<9F 99>", "<82>🙂ok"]
+    # SentencePiece byte fallback: one byte per piece
+    sp = [f"<0x{b:02X}>" for b in ji]
+    assert readable_tokens(sp, SENTENCEPIECE) == ["<E6>", "<9D>", "<B0>杰"]
+    # bytes that are not UTF-8, and a character cut short, are shown as bytes, never as "�"
+    assert readable_tokens([byte_piece(b"\xff"), byte_piece(ji[:2]), "a"], BYTE_LEVEL) == ["<FF>", "<E6 9D>", "a"]
+    # a special token between the halves breaks the character
+    assert readable_tokens([byte_piece(ji[:2]), "<|endoftext|>", byte_piece(ji[2:])], BYTE_LEVEL,
+                           [False, True, False]) == ["<E6 9D>", "<|endoftext|>", "<B0>"]
+
+
+def test_labels_never_hold_replacement_characters_or_raw_byte_letters(smollm2, toy):
+    for model in (smollm2, toy):
+        r = model.run(TEXT_ALL)
+        body = [lab for lab, (a, b) in zip(r.labels, r.offsets) if b > a]
+        assert not any("\ufffd" in lab for lab in body), r.labels
+        assert not any(c in lab for lab in body for c in "ĠĊĉ"), r.labels
+        # every character of the text shows on the token that completes it
+        shown = "".join(r.labels)
+        for ch in "杰مرحبا🙂":
+            assert ch in shown, (ch, r.labels)
+        # the raw pieces stay in the result, for hover
+        assert any("Ġ" in t for t in r.tokens)
+
+
+def test_smollm2_tokens_read_as_the_text(smollm2):
+    """The bundled decoder (a byte-level BPE built from GGUF metadata)."""
+    assert piece_kind(smollm2.tokenizer.raw) == BYTE_LEVEL
+    r = smollm2.run(TEXT_ALL)
+    assert r.labels[:8] == ["around", "␣", "1", "4", "5", "0", ",", "·The"]
+    assert "↵↵" in r.labels and "⇥" in r.labels and "·<E6>" in r.labels and "<B0>杰" in r.labels
+    assert "·🙂" in r.labels and "·end" in r.labels
+
+
+def test_toy_gpt2_tokens_read_as_the_text(toy):
+    """The toy model's tokenizer.json (GPT-2 byte-level BPE): a lone space token is ␣, not Ġ."""
+    assert piece_kind(toy.tokenizer.raw) == BYTE_LEVEL
+    r = toy.run("The cat. The dog")
+    assert "Ġ" not in "".join(r.labels)
+    assert r.labels[0] == "<|endoftext|>"  # a special token keeps its spelling
+    assert all(not lab.startswith("Ġ") for lab in r.labels)
+
+
+def test_wordpiece_and_word_level_read_as_they_are(minilm):
+    """MiniLM's WordPiece ("##" continues a word) and the textbook's word-level tokens."""
+    assert piece_kind(minilm.tokenizer.raw) == TEXT
+    r = minilm.run("The keys to the cabinet are on the table.")
+    assert r.labels == r.tokens
+    book = load_model(textbook.TEXTBOOK_NAME)
+    assert piece_kind(book.tokenizer.raw) == TEXT
+    r = book.run("the cat sat on the mat")
+    assert r.labels == r.tokens == ["<|bos|>", "the", "cat", "sat", "on", "the", "mat"]
+
+
+def test_ids_run_without_text_get_the_same_labels(smollm2):
+    r = smollm2.run(TEXT_ALL)
+    by_ids = smollm2.run(ids=[int(i) for i in r.input_ids])
+    assert by_ids.labels == r.labels
+    assert np.array_equal(by_ids.input_ids, r.input_ids)
+
+
+def test_find_takes_a_token_with_or_without_its_space_mark(smollm2):
+    r = smollm2.run("The keys to the cabinet are on the table.")
+    assert r.labels[1] == "·keys"
+    assert resolve_token(r, "keys") == resolve_token(r, "·keys") == resolve_token(r, "Ġkeys") == 1
+    assert plain("·keys") == "keys" and plain("␣") == "␣"
