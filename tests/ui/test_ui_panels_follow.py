@@ -13,6 +13,13 @@ from windows import WAIT, open_window, wait_for_text  # noqa: E402
 TEXT = "The keys to the cabinet are on the table."
 
 
+def raise_dock(qtbot, w, dock):
+    """Select a side panel's dock tab as a user would, until it is on screen (a raise in the same
+    moment the docks are first laid out does not take)."""
+    qtbot.waitUntil(lambda: (dock.raise_(), not dock.widget().visibleRegion().isEmpty())[1],
+                    timeout=WAIT)
+
+
 def test_find_opened_after_the_first_result_lists_its_tokens_and_heads(qtbot, settings_path):
     """Started with a text, the Find tab shows that text's tokens in both lists and every head ranked,
     the first time it is opened, before any edit."""
@@ -21,7 +28,7 @@ def test_find_opened_after_the_first_result_lists_its_tokens_and_heads(qtbot, se
     if roles is None:
         pytest.skip("side panels not installed")
     T = len(w.state.result.labels)
-    w.roles_dock.raise_()
+    raise_dock(qtbot, w, w.roles_dock)
     roles.tabs.setCurrentWidget(roles.find)
     find = roles.find
     qtbot.waitUntil(lambda: find.find_from.count() == T, timeout=WAIT)
@@ -42,7 +49,7 @@ def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
     calc = w.calc_panel
     if calc is None:
         pytest.skip("side panels not installed")
-    w.calc_dock.raise_()
+    raise_dock(qtbot, w, w.calc_dock)
     T = len(w.state.result.tokens)
     qtbot.waitUntil(lambda: f"{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
     qtbot.waitUntil(lambda: f"held (engine, float32): <b>{T} tokens" in calc.live_label.text(),
@@ -58,4 +65,40 @@ def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
     w.text_box.setPlainText("the sum")
     wait_for_text(qtbot, w, "the sum")
     qtbot.waitUntil(lambda: f"{len(w.state.result.tokens)} tokens" in calc.sentence_label.text(), timeout=WAIT)
+    w.worker.wait_idle()
+
+
+def _whole_or_scrollable(label):
+    """The label's text is all on screen, or it sits in a scroll area that reaches its last line."""
+    from PySide6.QtWidgets import QScrollArea
+
+    need = label.heightForWidth(label.width())
+    area = label.parentWidget()
+    while area is not None and not isinstance(area, QScrollArea):
+        area = area.parentWidget()
+    if area is None:
+        return label.height() >= need
+    bar = area.verticalScrollBar()
+    return label.height() >= need and area.viewport().height() + bar.maximum() >= need
+
+
+def test_head_roles_summary_is_never_cut_after_a_probe(qtbot, settings_path):
+    """After the agreement probe, the summary is whole in a tall window and scrollable to its end in
+    a short one; the window keeps the size it was given."""
+    w = open_window(qtbot, settings_path)
+    roles = w.roles_panel
+    if roles is None:
+        pytest.skip("side panels not installed")
+    w.resize(1280, 560)
+    raise_dock(qtbot, w, w.roles_dock)
+    roles.set_source("agreement")
+    label = roles.summary
+    qtbot.waitUntil(lambda: "sentences scored" in label.text(), timeout=120000)
+    qtbot.wait(100)
+    assert _whole_or_scrollable(label)
+    assert w.height() == 560
+    w.resize(1920, 1080)
+    qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()), timeout=WAIT)
+    assert label.visibleRegion().boundingRect().height() >= label.heightForWidth(label.width())
+    roles.wait_idle()
     w.worker.wait_idle()

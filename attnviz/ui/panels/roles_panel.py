@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget,
+)
 
 from attnviz.engine import heads as H
 from attnviz.engine import probes as P
@@ -22,6 +24,39 @@ from attnviz.figures.style import WARNING
 from attnviz.ui.panels.find_panel import FindPanel
 from attnviz.ui.panels.roles_views import RolesOverview, ScoresTable
 from attnviz.figures.roles import ROLE_SOURCES as SOURCES
+
+
+class SummaryBox(QScrollArea):
+    """The summary, whole where the panel has room for it, else scrollable: never cut mid-sentence.
+    It asks for the height its text needs at its width (the tabs below take what is left, down to
+    their minimum), and gives it up down to MIN_LINES lines."""
+
+    MIN_LINES = 4
+
+    def __init__(self, label: QLabel):
+        super().__init__()
+        self.setWidget(label)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+
+    def _text_height(self) -> int:
+        label = self.widget()
+        return label.heightForWidth(max(self.viewport().width(), 50)) + 2
+
+    def sizeHint(self) -> QSize:
+        return QSize(super().sizeHint().width(), self._text_height())
+
+    def minimumSizeHint(self) -> QSize:
+        lines = self.widget().fontMetrics().lineSpacing() * self.MIN_LINES
+        return QSize(super().minimumSizeHint().width(), min(lines, self._text_height()))
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        if ev.size().width() != ev.oldSize().width():
+            self.updateGeometry()  # another width wraps the text to another height
 
 
 class RolesPanel(QWidget):
@@ -77,7 +112,12 @@ class RolesPanel(QWidget):
         lay.setContentsMargins(4, 4, 4, 4)
         lay.addLayout(opts)
         lay.addLayout(opts2)
-        lay.addWidget(self.summary)
+        self.summary_box = SummaryBox(self.summary)
+        lay.addWidget(self.summary_box)
+        # the tabs take the height the summary leaves (their size hint, e.g. a 30-layer map, would
+        # otherwise squeeze the summary to its minimum), down to their own minimum
+        self.tabs.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Ignored)
+        self.tabs.setMinimumHeight(self.tabs.minimumSizeHint().height())
         lay.addWidget(self.tabs, 1)
 
     def _connect(self):
@@ -171,18 +211,37 @@ class RolesPanel(QWidget):
     def _find_shown(self):
         return self._on_screen() and self.tabs.currentWidget() is self.find
 
+    def _set_summary(self, text: str) -> None:
+        self.summary.setText(text)
+        self._fit_summary()
+
+    def _fit_summary(self) -> None:
+        """The summary box's height: its whole text where the panel has room beside the options
+        and the tabs' minimum, else what is left (it scrolls), MIN_LINES lines at least."""
+        box, lay = self.summary_box, self.layout()
+        m = lay.contentsMargins()
+        others = sum(lay.itemAt(i).sizeHint().height() for i in range(lay.count())
+                     if lay.itemAt(i).widget() not in (box, self.tabs))
+        room = (self.height() - m.top() - m.bottom() - lay.spacing() * (lay.count() - 1) - others
+                - self.tabs.minimumHeight())
+        box.setMinimumHeight(max(box.minimumSizeHint().height(), min(box.sizeHint().height(), room)))
+
+    def resizeEvent(self, event):
+        super().resizeEvent(event)
+        self._fit_summary()
+
     def _write_summary(self):
         st = self.state
         source = st.role_options.source
         hs = st.head_scores
         if st.template_scores is not None:
-            self.summary.setText(self._template_summary(st.template_scores))
+            self._set_summary(self._template_summary(st.template_scores))
             return
         if hs is None or st.model is None:
-            self.summary.setText(self._waiting())
+            self._set_summary(self._waiting())
             return
         if source == "text" and st.scores_stale:
-            self.summary.setText("Updating: scoring the new text…")
+            self._set_summary("Updating: scoring the new text…")
             return
         probe = source == "probe"
         where = "the probe" if probe else "this text"
@@ -215,7 +274,7 @@ class RolesPanel(QWidget):
             plain.append(H.no_head_clears(hs, role, where))
         if plain:
             parts.append("<br>".join(html.escape(p) for p in plain))
-        self.summary.setText("<br>".join(parts))
+        self._set_summary("<br>".join(parts))
 
     def _waiting(self):
         """The summary while there are no scores to show: why, or what is on its way."""
