@@ -8,7 +8,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.token_text import BYTE_LEVEL, SENTENCEPIECE, TEXT, readable_tokens
+from attnviz.engine.token_text import BYTE_LEVEL, SENTENCEPIECE, SPACE_MARK, TEXT, readable_tokens
 from attnviz.engine.validate import (
     MAX_TOKENIZER_BYTES, check_token_ids, parse_json_object, read_text, tokenizer_ids,
 )
@@ -57,6 +57,11 @@ class TextTokenizer:
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
         labels = self._labels(list(enc.ids), list(enc.tokens), special)
+        # a space the tokenizer put before the text (SentencePiece's add_space_prefix, GPT-2's
+        # add_prefix_space) is none of the text's: the first word reads "Hello", not "·Hello"
+        first = next((i for i, sp in enumerate(special) if not sp), None)
+        if first is not None and not text[:1].isspace() and labels[first].startswith(SPACE_MARK):
+            labels[first] = labels[first][1:]
         return Encoded(list(enc.ids), list(enc.tokens), labels, offsets, special)
 
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:

@@ -61,11 +61,12 @@ def test_ids_match_sentencepiece(spm_gguf, kind):
 
 
 def test_prefix_space_bos_and_byte_fallback(spm_gguf):
-    """The space prefix makes the first word '▁Hello'; BOS comes first; a character the vocabulary
-    lacks falls back to its UTF-8 bytes, each labelled as its byte token; offsets index the text."""
+    """The space prefix makes the first word '▁Hello' (labelled 'Hello': the text has no space there);
+    BOS comes first; a character the vocabulary lacks falls back to its UTF-8 bytes, labelled as
+    the bytes each holds and, on the last, the character; offsets index the text."""
     enc = spm_gguf["prefix"].encode("Hello x\u0D9E")
     assert enc.tokens == ["<s>", "▁Hello", "▁x", "<0xE0>", "<0xB6>", "<0x9E>"]
-    assert enc.labels == ["<s>", "Hello", "x", "<0xE0>", "<0xB6>", "<0x9E>"]
+    assert enc.labels == ["<s>", "Hello", "·x", "<E0>", "<B6>", "<9E>\u0D9E"]
     assert enc.offsets[1:3] == [(0, 5), (5, 7)] and enc.special[0]
     assert spm_gguf["noprefix"].encode("Hello world").tokens == ["Hello", "▁world"]
 
@@ -113,4 +114,4 @@ def test_a_model_with_a_sentencepiece_gguf_runs_text(tmp_path):
     assert model.notice is None
     result = model.run("The keys to the cabinet")
     assert result.input_ids.tolist() == [1, 415, 8148, 298, 272, 18266]
-    assert result.labels[:3] == ["<s>", "The", "keys"]
+    assert result.labels[:3] == ["<s>", "The", "·keys"]
