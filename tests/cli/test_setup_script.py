@@ -1,0 +1,81 @@
+"""scripts/setup.sh leaves a complete, up-to-date .venv alone and silent (the relaunch path of
+run-app.sh), and sets up again when pyproject.toml or the script change or the .venv is incomplete.
+Run in a copy of the repository's two files with stand-in python, pip and dpkg-query that only log
+their calls: no network, no packages."""
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _exe(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/usr/bin/env bash\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A checkout with pyproject.toml and scripts/setup.sh, a .venv whose python logs its calls."""
+    if shutil.which("bash") is None or shutil.which("sha256sum") is None:
+        pytest.skip("needs bash and sha256sum")
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    log = tmp_path / "calls.log"
+    _exe(tmp_path / ".venv" / "bin" / "python", f'echo "python $*" >> "{log}"\n')
+    _exe(tmp_path / ".venv" / "bin" / "attnviz", "exit 0\n")
+    # every system library reads as installed: the test never reaches apt-get
+    _exe(tmp_path / "fakebin" / "dpkg-query", "echo 'install ok installed'\n")
+    return tmp_path, log
+
+
+def _setup(root: Path, mode: str):
+    env = {**os.environ, "PATH": f"{root / 'fakebin'}:{os.environ['PATH']}", "PYTHON": "false"}
+    return subprocess.run(["bash", str(root / "scripts" / "setup.sh"), mode], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def _calls(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_completed_setup_is_skipped_silently_until_pyproject_changes(checkout):
+    root, log = checkout
+    first = _setup(root, "app")
+    assert first.returncode == 0, first.stderr
+    assert any("pip install" in c and "-e ." in c for c in _calls(log))
+    assert "setting up .venv" in first.stderr
+    log.unlink()
+    again = _setup(root, "app")  # the relaunch
+    assert again.returncode == 0 and again.stdout == "" and again.stderr == ""
+    assert _calls(log) == []
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
+    changed = _setup(root, "app")
+    assert changed.returncode == 0 and any("pip install" in c for c in _calls(log))
+
+
+def test_a_test_setup_covers_the_app_but_not_the_reverse(checkout):
+    root, log = checkout
+    assert _setup(root, "app").returncode == 0
+    log.unlink()
+    assert _setup(root, "test").returncode == 0
+    assert any('-e .[test]' in c for c in _calls(log))  # the app set-up lacks pytest
+    log.unlink()
+    assert _setup(root, "app").returncode == 0 and _calls(log) == []
+    assert _setup(root, "test").returncode == 0 and _calls(log) == []
+
+
+def test_an_incomplete_venv_is_set_up_again(checkout):
+    root, log = checkout
+    assert _setup(root, "app").returncode == 0
+    (root / ".venv" / "bin" / "attnviz").unlink()  # e.g. an install that was interrupted
+    log.unlink()
+    assert _setup(root, "app").returncode == 0
+    assert any("pip install" in c for c in _calls(log))
