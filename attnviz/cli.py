@@ -8,6 +8,7 @@ import os
 import sys
 import traceback
 
+from attnviz import __version__
 from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd, predict_cmd, scan_cmd
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -47,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="model to open in the window (name, folder or .gguf file)")
     parser.add_argument("--text", dest="window_text", help="sentence to open the window with")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
+    desktop = parser.add_mutually_exclusive_group()
+    desktop.add_argument("--install-desktop", action="store_true",
+                         help="add attnviz to the desktop's application menu (a .desktop entry and "
+                              "its icon under $XDG_DATA_HOME, default ~/.local/share)")
+    desktop.add_argument("--uninstall-desktop", action="store_true",
+                         help="remove that menu entry and icon")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -69,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     prog = "attnviz" if args.command is None else f"attnviz {args.command}"
+    if args.install_desktop or args.uninstall_desktop:
+        flag = "--install-desktop" if args.install_desktop else "--uninstall-desktop"
+        if args.command is not None or args.window_model is not None or args.window_text is not None:
+            parser.error(f"{flag} takes no command, --model or --text")
     if args.command is not None:
         given = [f for f, v in (("--model", args.window_model), ("--text", args.window_text))
                  if v is not None]
@@ -77,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"the window; put {'it' if len(given) == 1 else 'them'} after it: "
                          f"attnviz {args.command} {given[0]} ...")
     try:
+        if args.install_desktop or args.uninstall_desktop:
+            from attnviz.commands import desktop
+
+            return desktop.install() if args.install_desktop else desktop.uninstall()
         if args.command is None:
             return open_window(args)
         import numpy as np

@@ -16,6 +16,7 @@ def make_app() -> QApplication:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setOrganizationName("attnviz")
     app.setApplicationName("attnviz")
+    app.setDesktopFileName("attnviz")  # the menu entry `attnviz --install-desktop` writes
     install_exception_guard()
     return app
 
