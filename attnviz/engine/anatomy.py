@@ -105,7 +105,9 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     """The lesson's arithmetic for one layer on T tokens, exact integers. A multiply-add is 2
     FLOPs; memory is float32, as the engine holds it; K/V weights and activations of a KV head
     shared by n_group query heads count 1 / n_group per query head (rounded down). Each row's note
-    says "equal" when all heads together cost what one d_model-wide head costs, else why not."""
+    says "equal" when all heads together cost what one d_model-wide head costs, else why not.
+    The parameter rows add up to the Calculator's attention parameters per layer: W_Q, W_K, W_V,
+    W_O and their biases (W_O's bias in a row of its own: it is the layer's, not a head's)."""
     d, dh, nh, nkv, g = cfg.d_model, cfg.d_head, cfg.n_head, cfg.n_kv_head, cfg.n_group
     D, Dkv = nh * dh, nkv * dh
     qb, fb = (dh, d) if cfg.qkv_bias else (0, 0)
@@ -123,6 +125,8 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     add("W_K + W_V", 2 * (d * dh + qb) // g, 2 * (d * Dkv + nkv * qb), 2 * (d * d + fb),
         "params", gqa, wide)
     add("W_O", dh * d, D * d, d * d, "params", wide)
+    if cfg.o_bias:  # the layer's, added once after the heads are merged: no head's share
+        add("W_O bias (no head's)", 0, d, d, "params")
     add("Q, K, V projections", 2 * T * d * dh + (4 * T * d * dh) // g, 2 * T * d * (D + 2 * Dkv),
         6 * T * d * d, "FLOPs", gqa, wide)
     add("scores q\u00b7k", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)

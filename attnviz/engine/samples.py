@@ -109,7 +109,7 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
         if cleared:
             l, h, s = cleared[0]
             return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
-                         f"(score {scores.scores[role][l, h]:.2f}, chance "
+                         f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
                          f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared)))
     first, rest = sample.roles[0], sample.roles[1:]
     l, h, _ = scores.best_strength(first)

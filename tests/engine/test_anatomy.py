@@ -116,7 +116,19 @@ def test_costs_all_heads_equal_one_full_width_head_in_the_projections():
     assert rows["Q, K, V projections"].all_heads == 2 * T * d * 3 * d
     assert head_dim_note(cfg) is None
     params, full = cost_totals(head_costs(cfg, T), "params")
-    assert params == full == 4 * d * d + 3 * d  # BERT has Q/K/V biases; W_O's is not a head's
+    assert params == full == 4 * d * d + 4 * d  # BERT has Q/K/V and W_O biases
+    assert rows["W_O bias (no head's)"].per_head == 0  # the layer's bias: no head's share
+
+
+def test_anatomy_and_calculator_count_the_same_attention_parameters(minilm, smollm2):
+    """One definition in both places: W_Q, W_K, W_V, W_O and their biases (MiniLM: 591,360)."""
+    from attnviz.engine.calc import calc_inputs_from_config, calculate
+
+    for model in (minilm, smollm2):
+        params, _ = cost_totals(head_costs(model.config, 5), "params")
+        calc = calculate(calc_inputs_from_config(model.config.raw, seq_len=5))
+        assert params == calc.attn_params_per_layer, model.name
+    assert cost_totals(head_costs(minilm.config, 5), "params")[0] == 591_360
 
 
 def test_costs_say_where_gqa_and_head_dim_differ():

@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+import re  # noqa: E402
+
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
@@ -37,6 +39,12 @@ def test_find_opened_after_the_first_result_lists_its_tokens_and_heads(qtbot, se
     n_heads = w.state.model.config.n_layer * w.state.model.config.n_head
     assert find.find_table.rowCount() == n_heads
     assert find.find_table.item(0, 1).text().startswith("L")  # a head title, painted in the table
+    # every number painted with three decimals (0.800 beside 0.876, never 0.8 or 0.7998)
+    t = find.find_table
+    delegate = t.itemDelegate()
+    painted = [delegate.displayText(t.item(r, c).data(Qt.ItemDataRole.DisplayRole), t.locale())
+               for r in range(t.rowCount()) for c in (2, 3)]
+    assert all(re.fullmatch(r"-?\d+\.\d{3}", x) for x in painted), painted[:10]
     assert "every head ranked" in find.find_status.text()
     roles.wait_idle()
     w.worker.wait_idle()
@@ -61,10 +69,19 @@ def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
     qtbot.waitUntil(lambda: "0 tokens" in calc.sentence_label.text(), timeout=WAIT)
     assert f"{T} tokens" not in calc.sentence_label.text()
     assert not (calc.live_label.isVisible() and f"{T} tokens" in calc.live_label.text())
-    # typing again brings both lines back
-    w.text_box.setPlainText("the sum")
-    wait_for_text(qtbot, w, "the sum")
-    qtbot.waitUntil(lambda: f"{len(w.state.result.tokens)} tokens" in calc.sentence_label.text(), timeout=WAIT)
+    # typing again brings both lines back; an edit that keeps one token says so in the singular
+    w.text_box.setPlainText("The")
+    wait_for_text(qtbot, w, "The")
+    qtbot.waitUntil(lambda: "this sentence: <b>1 token →" in calc.sentence_label.text(), timeout=WAIT)
+    w.text_box.setPlainText("The keys")
+    wait_for_text(qtbot, w, "The keys")
+    assert w.state.result.cache_reused == 1
+    qtbot.waitUntil(lambda: "this edit reused 1 token and computed 1" in calc.live_label.text(),
+                    timeout=WAIT)
+    # the footer: one sentence per note
+    lines = calc.notes_label.text().splitlines()
+    assert lines and all(line[0].isupper() and line.endswith(".") for line in lines), lines
+    assert any("[out, in]" in line and "[in, out]" in line for line in lines)
     w.worker.wait_idle()
 
 

@@ -43,6 +43,15 @@ FIELDS = {
 RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
 
 
+def as_sentence(note: str) -> str:
+    """A footer note as a sentence of its own: a capital first letter and a full stop."""
+    note = note.strip()
+    if not note:
+        return note
+    note = note[0].upper() + note[1:]
+    return note if note.endswith((".", "!", "?")) else note + "."
+
+
 class CalcPanel(QWidget):
     """The shapes / parameters / KV-cache calculator as a side-panel widget: a view of AppState
     (the loaded model and the current result), or with no state a calculator on its own.
@@ -246,6 +255,7 @@ class CalcPanel(QWidget):
         res.addWidget(self.flops_label)
 
         self.notes_label = QLabel()
+        self.notes_label.setTextFormat(Qt.TextFormat.PlainText)
         self.notes_label.setWordWrap(True)
         self.notes_label.setStyleSheet("color: gray;")
         self.notes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -381,8 +391,9 @@ class CalcPanel(QWidget):
             if p.notes:
                 notes.append(p.notes)
             notes.append(f"source: {p.source}")
-        notes.append("Shapes [out, in]; KiB/MiB/GiB = 1024-based.")
-        self.notes_label.setText("\n".join(notes))
+        notes.append("Shapes are [out, in], as nn.Linear stores them (the Anatomy tab draws the "
+                     "same weights [in, out], as x @ W multiplies them); KiB/MiB/GiB = 1024-based.")
+        self.notes_label.setText("\n".join(as_sentence(n) for n in notes))
         self.plot.show_result(r, self.sentence_len)
         self._show_sentence()
 

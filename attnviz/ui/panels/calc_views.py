@@ -78,7 +78,8 @@ class ShapesTable(ResultTable):
     def __init__(self) -> None:
         super().__init__(["", "shape", "formula"])
         self.setToolTip("Weights are [out, in], as nn.Linear stores them and the lesson "
-                        "writes them; activations are [T, width]. T = seq_len.")
+                        "writes them (the Anatomy tab draws them [in, out], as x @ W multiplies "
+                        "them); activations are [T, width]. T = seq_len.")
 
     def show_result(self, r: CalcResult) -> None:
         f = r.formulas
@@ -254,8 +255,13 @@ def sentence_text(r: CalcResult | None, T: int | None) -> str:
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
-    return (f"this sentence: <b>{T:,} tokens → {size:,} bytes</b> ({format_bytes(size)}) "
+    return (f"this sentence: <b>{tokens(T)} → {size:,} bytes</b> ({format_bytes(size)}) "
             f"of KV cache" + (f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""))
+
+
+def tokens(n: int) -> str:
+    """`1 token`, `41 tokens`."""
+    return f"{n:,} token" + ("" if n == 1 else "s")
 
 
 def live_text(result, model) -> str:
@@ -269,9 +275,9 @@ def live_text(result, model) -> str:
     T = result.n_tokens
     if held == 0:
         return "live KV cache: not kept for this run"
-    held_line = (f"live KV cache held (engine, float32): <b>{T:,} tokens × {c.n_layer} layers × "
+    held_line = (f"live KV cache held (engine, float32): <b>{tokens(T)} × {c.n_layer} layers × "
                  f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
-                 f"this edit reused {result.cache_reused:,} tokens and computed "
+                 f"this edit reused {tokens(result.cache_reused)} and computed "
                  f"{result.cache_computed:,}")
     local = sum(c.is_local(i) for i in range(c.n_layer))
     if not local or T <= c.sliding_window:

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.patterns import head_title
-from attnviz.ui.panels.roles_views import num_item
+from attnviz.ui.panels.roles_views import Decimals, num_item
 
 
 class FindPanel(QWidget):
@@ -60,6 +60,7 @@ class FindPanel(QWidget):
         self.find_table.verticalHeader().setVisible(False)
         self.find_table.horizontalHeader().setStretchLastSection(True)
         self.find_table.verticalHeader().setDefaultSectionSize(22)
+        self.find_table.setItemDelegate(Decimals(3, self.find_table))
         fdl = QVBoxLayout(self)
         ff = QFormLayout()
         ff.addRow("from (query)", self.find_from)

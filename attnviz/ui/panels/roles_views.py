@@ -15,8 +15,8 @@ import numpy as np
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QTableWidget,
-    QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
+    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
+    QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine import heads as H
@@ -31,6 +31,20 @@ _ALL = "all roles"
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
     short = ROLE_SHORT[role]
     return short if short == role else f"{short}&nbsp;=&nbsp;{role}"
+
+
+class Decimals(QStyledItemDelegate):
+    """A table's numbers as it paints them: every float with the same number of decimals (0.800 beside
+    0.876, never 0.8), ints as they are; the items keep the numbers, so columns sort as numbers."""
+
+    def __init__(self, digits: int = 3, parent=None):
+        super().__init__(parent)
+        self.digits = digits
+
+    def displayText(self, value, locale):
+        if isinstance(value, float):
+            return f"{value:.{self.digits}f}"
+        return super().displayText(value, locale)
 
 
 def num_item(value, digits=3):
@@ -226,6 +240,7 @@ class ScoresTable(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
         self.table.setSortingEnabled(True)
+        self.table.setItemDelegate(Decimals(3, self.table))
         self.table.verticalHeader().setDefaultSectionSize(22)
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)

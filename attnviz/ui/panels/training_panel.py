@@ -129,7 +129,7 @@ class TrainingPanel(QWidget):
         if info.induction_score is not None:
             head = (f" ({head_title(*info.induction_head)})"
                     if info.induction_head else "")
-            parts.append(f"best induction {info.induction_score:.2f}{head}")
+            parts.append(f"best induction {info.induction_score:.2f}{head} on the random probe")
         self.score_label.setText(" · ".join(parts))
         self.marker.setValue(info.step)
 
