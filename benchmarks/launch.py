@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -28,10 +29,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+WINDOW = re.compile(r'"attnviz[^"]*":\s+\(.*?\)\s+(\d+)x(\d+)\+')
+
+
 def window_mapped(display: str) -> bool:
+    """An attnviz top-level window of a real size is on the display (Qt also maps a 1x1 helper
+    window named after the app before the main window)."""
     out = subprocess.run(["xwininfo", "-root", "-tree"], env={**os.environ, "DISPLAY": display},
                          capture_output=True, text=True).stdout
-    return any('"attnviz' in line and "x" in line for line in out.splitlines())
+    return any(int(m.group(1)) >= 300 and int(m.group(2)) >= 200
+               for m in map(WINDOW.search, out.splitlines()) if m)
 
 
 def time_to_window(cmd: list[str], display: str, timeout: float = 120.0) -> float:

@@ -91,7 +91,7 @@ def _image_options(args) -> tuple[int, str]:
     width = DEFAULT_WIDTH if args.width is None else args.width
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise InputError(f"--width {width} is outside {MIN_WIDTH}..{MAX_WIDTH} pixels")
-    colormap = args.colormap or DEFAULT_COLORMAP
+    colormap = DEFAULT_COLORMAP if args.colormap is None else args.colormap  # '' is a name, refused
     heat_table(colormap)  # an unknown name raises ExportError with the known ones
     return width, colormap
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
+from attnviz.engine.model import clean_text
 from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
@@ -165,9 +166,14 @@ class AppState(QObject):
         self.sigLoadingChanged.emit(source)
 
     def set_text(self, text: str) -> None:
+        """The sentence, as the box shows it and the model reads it: a lone surrogate (not a
+        character; Qt shows U+FFFD for it) becomes U+FFFD here too, with a status line."""
+        text, notice = clean_text(text)
         if text == self.text:
             return
         self.text = text
+        if notice:
+            self.sigStatus.emit(f"Sentence: {notice}")
         self.sigTextChanged.emit(text)
 
     def set_result(self, result) -> None:

@@ -257,11 +257,9 @@ class Worker(Runner):
     def load(self, source: str) -> LoadRequest:
         """Load a model (name, folder or file) on a thread of its own; the newest load wins. The
         model shown until then stays usable: runs on it go on in the pool."""
-        from attnviz.engine import load_model
-
         req = LoadRequest(self.claim("load"), str(source))
         self.state.set_loading(req.source)
-        self.submit("load", lambda: load_model(req.source), self._on_load_done, req, THREAD,
+        self.submit("load", lambda: load_checked(req.source), self._on_load_done, req, THREAD,
                     job_id=req.id)
         return req
 
@@ -322,6 +320,24 @@ class Worker(Runner):
             log.warning("looking for models failed: %s", describe_error(error))
             infos = []
         self.sigModelsFound.emit(list(infos))
+
+
+TRIAL_IDS = 3  # token ids a freshly loaded model runs before the window takes it
+
+
+def load_checked(source: str):
+    """load_model, then a trial run on a few token ids: a model whose weights are finite but give
+    non-finite patterns (a 1e38 weight overflows in q.k) is refused here, as a load that failed, so
+    the window keeps the model, sentence and heatmaps it had, rather than take a model it cannot
+    show."""
+    import numpy as np
+
+    from attnviz.engine import load_model
+
+    model = load_model(source)
+    with np.errstate(all="ignore"):  # the engine names the broken layer itself
+        model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))), use_cache=False)
+    return model
 
 
 def _heads():  # the engine's head scores, imported when first scored (not at the window's start)

@@ -173,6 +173,8 @@ MISUSE = [
                                          "--out", "{out}/h.csv"], r"--colormap, --scale apply only to"),
     ("export-unknown-colormap", ["export", *TB, "--colormap", "nope", "--out", "{out}/h.png"],
      r"unknown colormap 'nope'"),
+    ("export-empty-colormap", ["export", *TB, "--colormap", "", "--out", "{out}/h.png"],
+     r"unknown colormap ''"),
     ("export-bad-scale", ["export", *TB, "--scale", "log", "--out", "{out}/h.png"],
      r"argument --scale: invalid choice: 'log'"),
     ("export-out-suffix", ["export", *TB, "--out", "{out}/h.gif"],
