@@ -66,7 +66,11 @@ class Notices(QObject):
             max_pos = model.config.max_positions if model is not None else T
             lines.append(f"Text is {result.n_tokens_full} tokens; {self.state.model_name} reads at "
                          f"most {max_pos} positions, so only the first {T} are shown.")
-        if result is not None and result.notice:  # e.g. lone surrogates from a clipboard, replaced
-            lines.append(sentence(result.notice))
+        st = self.state
+        notice = result.notice if result is not None else None
+        if result is not None and not notice and result.text == st.text:
+            notice = st.text_notice  # the state replaced them before the run: the same notice
+        if notice:  # e.g. lone surrogates from a clipboard, replaced
+            lines.append(sentence(notice))
         self.text.setText("\n".join(lines))
         self.text.setVisible(bool(lines))

@@ -45,6 +45,7 @@ class AppState(QObject):
         self.model_source = ""  # what `model` was opened from (a name, folder or file), as asked
         self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
+        self.text_notice: str | None = None  # what set_text changed in the text given (lone surrogates)
         self.result = None
         self.layer = DISPLAY_DEFAULTS["layer"]
         self.focus: tuple[int, int] | None = None
@@ -167,13 +168,12 @@ class AppState(QObject):
 
     def set_text(self, text: str) -> None:
         """The sentence, as the box shows it and the model reads it: a lone surrogate (not a
-        character; Qt shows U+FFFD for it) becomes U+FFFD here too, with a status line."""
+        character; Qt shows U+FFFD for it) becomes U+FFFD here too, and `text_notice` says so
+        (the text's notice under the token strip shows it with the result of this text)."""
         text, notice = clean_text(text)
         if text == self.text:
             return
-        self.text = text
-        if notice:
-            self.sigStatus.emit(f"Sentence: {notice}")
+        self.text, self.text_notice = text, notice
         self.sigTextChanged.emit(text)
 
     def set_result(self, result) -> None:

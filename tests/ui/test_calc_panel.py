@@ -76,7 +76,7 @@ def test_context_batch_and_kv_dtype_keep_the_preset_name(panel):
     panel.dtype_combo.setCurrentIndex(panel.dtype_combo.findData("fp8"))
     assert panel.preset_combo.currentData() == "llama-3-8b"
     assert panel.result.kv_bytes_total == 32_768 * 4 * 131_072 // 2
-    assert "source:" in panel.notes_label.text()  # still the preset's notes
+    assert "Source:" in panel.notes_label.text()  # still the preset's notes
     panel.spins["n_layer"].setValue(16)  # another model: Custom
     assert panel.preset_combo.currentData() == CUSTOM
 
