@@ -50,7 +50,8 @@ class Decimals(QStyledItemDelegate):
 def num_item(value, digits=3):
     item = QTableWidgetItem()
     v = float(value)
-    item.setData(Qt.ItemDataRole.DisplayRole, None if np.isnan(v) else round(v, digits))
+    shown = None if np.isnan(v) else int(round(v)) if digits == 0 else round(v, digits)
+    item.setData(Qt.ItemDataRole.DisplayRole, shown)  # an int reads "3", a float "0.800" (Decimals)
     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
 
