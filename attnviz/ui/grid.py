@@ -24,7 +24,7 @@ from attnviz.ui.mosaic import (
     view_geometry,
 )
 from attnviz.figures.style import (
-    BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+    ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
 )
 from attnviz.figures.view import window_edge
 
@@ -100,7 +100,8 @@ class HeatmapGrid(QWidget):
         self.state = state
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setToolTip("Hover a cell to read its weight; click a head to focus it; "
-                        "Shift+click a row to pick that query token in every head")
+                        "Shift+click a row to pick that query token in every head; Alt+click or "
+                        "right-click a head to switch it off")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
         self.gw.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -145,6 +146,13 @@ class HeatmapGrid(QWidget):
         for item in (self.query_dim, self.query_line, self.window_line):
             item.hide()
             self.plot.addItem(item)
+        self.off_marks = QGraphicsPathItem()  # switched-off heads (state.effects.ablation): crossed out
+        off_pen = QPen(QColor(OFF), 2)
+        off_pen.setCosmetic(True)
+        self.off_marks.setPen(off_pen)
+        self.off_marks.setZValue(5)
+        self.off_marks.hide()
+        self.plot.addItem(self.off_marks)
         self._titles: list[Label] = []
         self._captions: list[Label] = []
         self._bands: list[QGraphicsRectItem] = []
@@ -168,6 +176,7 @@ class HeatmapGrid(QWidget):
         state.sigFocusChanged.connect(self._draw_focus)
         state.sigQueryChanged.connect(self._draw_query)
         state.sigHeadLabelsChanged.connect(self._draw_titles)
+        state.effects.sigAblationChanged.connect(self._draw_off)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -253,6 +262,8 @@ class HeatmapGrid(QWidget):
             badge = self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
             text = head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
+            if (l, h) in self.state.effects.ablation.heads:
+                text += "  · off"
             if share is not None and l < len(share):
                 text += f"  · {100 * share[l][h]:.0f}% out"
             self._titles[i].setText(text)
@@ -339,6 +350,7 @@ class HeatmapGrid(QWidget):
         self._set_range()
         self._draw_focus()
         self._draw_query()
+        self._draw_off()
 
     def _set_range(self) -> None:
         """Fit the mosaic in the view and apply the new view transform now: left to the paint, the
@@ -360,6 +372,22 @@ class HeatmapGrid(QWidget):
         m = focus_margin(lo.T)
         self.focus_rect.setRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
         self.focus_rect.show()
+
+    def _draw_off(self, *_):
+        """A cross over each switched-off head shown, and its title says so (layer view)."""
+        lo = self.layout_
+        path = QPainterPath()
+        for l, h in self.state.effects.ablation.heads:
+            i = None if lo is None else self._tile_index(l, h)
+            if i is not None:
+                x, y, T = float(lo.x0[i]), float(lo.y0[i]), float(lo.T)
+                path.moveTo(x, y)
+                path.lineTo(x + T, y + T)
+                path.moveTo(x + T, y)
+                path.lineTo(x, y + T)
+        self.off_marks.setPath(path)
+        self.off_marks.setVisible(not path.isEmpty())
+        self._draw_titles()
 
     def _draw_query(self, *_):
         q = self.state.query_pos
@@ -443,7 +471,15 @@ class HeatmapGrid(QWidget):
         cell = self.cell_at(p.x(), p.y())
         if cell is None:
             return
-        layer, head, q, _ = cell
+        layer, head, q, k = cell
+        if ev.button() == Qt.MouseButton.RightButton:  # switch it off, knock out this edge
+            from attnviz.ui.ablation_panel import head_menu
+
+            head_menu(self.state, layer, head, q, k, self).popup(ev.screenPos().toPoint())
+            return
+        if ev.modifiers() & Qt.KeyboardModifier.AltModifier:
+            self.state.effects.toggle_head(layer, head)
+            return
         if ev.modifiers() & Qt.KeyboardModifier.ShiftModifier:
             self.state.toggle_query(q)
             return

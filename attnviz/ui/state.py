@@ -12,6 +12,7 @@ from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
 from attnviz.figures.view import Shown, same_prefix
+from attnviz.ui.effects_state import Effects
 
 VIEW_MODES = ("layer", "all")
 # the display options of a first start (settings.restore falls back to these): the one place
@@ -63,6 +64,7 @@ class AppState(QObject):
         self._wanted_checkpoint: int | None = None  # asked for before the checkpoints were loaded
         self._shown: Shown | None = None
         self._init_head_scores()
+        self.effects = Effects(self)  # what heads do: ablation, prediction, lens, DLA (effects_state.py)
 
     def shown(self) -> Shown | None:
         """The current result as the heatmaps show it (figures/view.Shown: value weighting, the

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class MainWindow(QMainWindow):
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
-                 panels: tuple[str, ...] = ("calc", "roles", "anatomy")):
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
         wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
@@ -104,6 +104,10 @@ class MainWindow(QMainWindow):
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
         self.training_panel = TrainingPanel(st)
         col.addWidget(self.training_panel)
+        from attnviz.ui.ablation_panel import AblationBar
+
+        self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
+        col.addWidget(self.ablation_bar)
         col.addWidget(self.grid, 1)
         self.setCentralWidget(central)
 
@@ -128,6 +132,7 @@ class MainWindow(QMainWindow):
         self.roles_panel = self.roles_dock = None
         self.anatomy_panel = self.anatomy_dock = None
         self.corpus_panel = self.corpus_dock = None  # built when a scan is first opened
+        self.predict_panel = self.predict_dock = None
         self._panels_wanted = panels
         self.panels_ready = not panels
 
@@ -159,6 +164,12 @@ class MainWindow(QMainWindow):
             self.anatomy_panel = AnatomyPanel(self.state)
             self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)
             self.anatomy_dock.visibilityChanged.connect(self._on_anatomy_visible)
+        if "predict" in panels:
+            from attnviz.ui.predict_panel import PredictPanel
+
+            self.predict_panel = PredictPanel(self.state, self.worker)
+            self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)
+            self.predict_dock.visibilityChanged.connect(self.predict_panel.set_shown)
         self.focus_dock.raise_()
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
@@ -339,8 +350,9 @@ class MainWindow(QMainWindow):
         self.anatomy_panel.set_shown(shown)
 
     def _on_focus(self, focus) -> None:
-        if focus is not None and not (self.anatomy_panel is not None and self.anatomy_panel.shown):
-            # (the Anatomy tab stays up: it lights the focused head's slices)
+        if focus is not None and not any(p is not None and p.shown for p in (self.anatomy_panel,
+                                                                             self.predict_panel)):
+            # (the Anatomy tab stays up: it lights the focused head's slices; so does What heads do)
             self.focus_dock.show()
             self.focus_dock.raise_()
 

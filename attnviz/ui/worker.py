@@ -35,6 +35,8 @@ class ComputeRequest:
     t_request: float  # perf_counter at the edit, for latency measurements
     values: bool = False  # also value norms and head shares (value-weighted heatmaps)
     inputs: bool = False  # also every layer's input (the Anatomy panel)
+    trace: bool = False  # keep what prediction reads (z, the residual stream): effects.window_run
+    ablation: Any = None  # effects.Ablation to apply (the grid then shows the changed run)
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,17 @@ class Worker(Runner):
         st.sigModelChanged.connect(self._load_checkpoints)
         st.sigDisplayChanged.connect(self._compute_what_is_missing)
         st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
+        st.effects.sigAblationChanged.connect(self._compute_what_is_missing)
+        st.effects.sigWantedChanged.connect(self._compute_what_is_missing)
         self.follow_scores()
+        from attnviz.ui.effects_jobs import EffectsJobs
+
+        self.effects_jobs = EffectsJobs(self)  # prediction, lens, DLA, the scan: what heads do
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
         if r is not None and ((st.value_weighted and r.value_norms is None)
-                              or (st.inputs_wanted and r.layer_inputs is None)):
+                              or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)):
             self.request_compute(immediate=True)
 
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
@@ -89,8 +96,11 @@ class Worker(Runner):
         if self.state.model is None:
             return None
         st = self.state
+        eff = st.effects
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
-                             values=st.value_weighted, inputs=st.inputs_wanted)
+                             values=st.value_weighted, inputs=st.inputs_wanted,
+                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal),
+                             ablation=eff.ablation)
         self._pending = req
         if immediate:
             self._timer.stop()
@@ -105,6 +115,11 @@ class Worker(Runner):
             return
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
+            if req.trace:  # clean and changed runs (engine/effects.py): a WindowRun
+                from attnviz.engine.effects import window_run
+
+                return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
+                                  ablation=req.ablation)
             return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
@@ -116,6 +131,11 @@ class Worker(Runner):
                 self.state.set_result(None)  # an empty sentence is a valid, empty state
             self.state.report_compute(req, describe_error(error))
             return
+        from attnviz.engine.effects import WindowRun
+
+        if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
+            self.state.effects.set_run(result)
+            result = result.result
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.state.report_compute(req)
         self._compute_what_is_missing()  # a view may have asked for more while this run was on its way

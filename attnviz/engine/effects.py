@@ -1,0 +1,282 @@
+"""What heads do, as one window (or one saved view) asks it: an ablation state (which heads are
+switched off and how, which edges are knocked out), the run shown under it, and one analysis of a
+query position (the prediction, the logit lens and DLA) of the clean and the changed run.
+
+Pure NumPy on the engine's prediction (engine/predict.py) and ablation (engine/ablation.py)
+arithmetic, no Qt:
+
+    window_run(model, text, ...)   -> WindowRun: the clean run (a trace with z and the residual
+                                      stream) and, under an ablation, the changed run recomputed
+                                      from the first layer it changes; `result` is what the grid shows
+    analyse(model, run, ...)       -> Analysis: top-k of both runs, Δ log p(target), the lens and
+                                      DLA of the run shown
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.ablation import MODES, first_layer, head_edits, knockout_edits
+from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.families import forward
+from attnviz.engine.layers import head_output_share, head_value_norms
+from attnviz.engine.predict import (
+    Attribution, Lens, Prediction, attribute, lm_head, logit_lens, predict, prediction_trace,
+)
+from attnviz.engine.trace import Trace
+
+TOP_K = 10
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """Heads switched off (`mode`: their output z zeroed, or replaced by its mean over the positions
+    of this text) and edges knocked out (query q -> key k in `layers`: score -inf before the softmax).
+    Heads are (layer, head); knockouts (layers, q, k). Sorted, so equal states compare equal."""
+    heads: tuple = ()
+    mode: str = "zero"
+    knockouts: tuple = ()
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise InputError(f"ablation mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        object.__setattr__(self, "heads", tuple(sorted({(int(l), int(h)) for l, h in self.heads})))
+        object.__setattr__(self, "knockouts", tuple(sorted(
+            {(tuple(sorted({int(i) for i in layers})), int(q), int(k)) for layers, q, k in self.knockouts})))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.heads or self.knockouts)
+
+    def toggled(self, layer: int, head: int) -> Ablation:
+        """The same with head (layer, head) switched off, or back on when it was off."""
+        key = (int(layer), int(head))
+        heads = [h for h in self.heads if h != key] if key in self.heads else [*self.heads, key]
+        return dataclasses.replace(self, heads=tuple(heads))
+
+    def with_knockout(self, layers, q: int, k: int) -> Ablation:
+        """The same with edge q -> k knocked out in `layers` (or restored, when exactly that was)."""
+        ko = (tuple(sorted({int(i) for i in layers})), int(q), int(k))
+        kos = [x for x in self.knockouts if x != ko] if ko in self.knockouts else [*self.knockouts, ko]
+        return dataclasses.replace(self, knockouts=tuple(kos))
+
+    def describe(self) -> str:
+        """What is switched off, in one line: "zero-ablated L3 H1, L5 H0; knocked out 7→3 in layers 2-4"."""
+        parts = []
+        if self.heads:
+            parts.append(f"{self.mode}-ablated " + ", ".join(f"L{l} H{h}" for l, h in self.heads))
+        for layers, q, k in self.knockouts:
+            parts.append(f"knocked out {q}→{k} in {_layers_text(layers)}")
+        return "; ".join(parts) or "nothing switched off"
+
+    def to_json(self) -> dict:
+        return {"heads": [list(h) for h in self.heads], "mode": self.mode,
+                "knockouts": [{"layers": list(l), "q": q, "k": k} for l, q, k in self.knockouts]}
+
+    @staticmethod
+    def from_json(d, n_layer: int, n_head: int) -> Ablation:
+        """A saved view's ablation, checked against the model (InputError naming what is wrong)."""
+        if not isinstance(d, dict):
+            raise InputError("ablation must be an object with heads, mode and knockouts")
+        try:
+            heads = [(int(l), int(h)) for l, h in d.get("heads", [])]
+            kos = [(tuple(int(i) for i in x["layers"]), int(x["q"]), int(x["k"]))
+                   for x in d.get("knockouts", [])]
+        except (TypeError, ValueError, KeyError):
+            raise InputError("ablation: heads must be [layer, head] pairs and knockouts "
+                             "{layers, q, k}") from None
+        for l, h in heads:
+            if not (0 <= l < n_layer and 0 <= h < n_head):
+                raise InputError(f"ablation: head L{l} H{h} is not one of this model's "
+                                 f"{n_layer} layers × {n_head} heads")
+        for layers, q, k in kos:
+            if not layers or not all(0 <= i < n_layer for i in layers):
+                raise InputError(f"ablation: knockout layers {list(layers)} are not in 0..{n_layer - 1}")
+        return Ablation(tuple(heads), str(d.get("mode", "zero")), tuple(kos))
+
+
+def _layers_text(layers) -> str:
+    layers = list(layers)
+    if len(layers) == 1:
+        return f"layer {layers[0]}"
+    if layers == list(range(layers[0], layers[-1] + 1)):
+        return f"layers {layers[0]}-{layers[-1]}"
+    return "layers " + ", ".join(map(str, layers))
+
+
+CLEAN = Ablation()
+
+
+def edits_of(model, clean: Trace, ablation: Ablation) -> list:
+    """The trace edits of `ablation` on the clean run (InputError when a knocked-out edge is not
+    in this text, e.g. after an edit made it shorter)."""
+    edits = head_edits(clean, ablation.heads, ablation.mode) if ablation.heads else []
+    if ablation.knockouts:
+        T = len(clean.ids)
+        for _layers, q, k in ablation.knockouts:
+            if not (0 <= q < T and 0 <= k < T):
+                raise InputError(f"knockout {q}→{k} is outside this text's {T} tokens")
+        edits += knockout_edits(model.config, T, [(list(l), q, k) for l, q, k in ablation.knockouts])
+    return edits
+
+
+@dataclass(frozen=True)
+class WindowRun:
+    """One run as the window shows it. `result`: what the grid shows (the changed run's patterns
+    under an ablation); `clean`, `changed`: the traces (changed None when nothing is switched off
+    or the ablation does not apply: `note` says why)."""
+    result: object  # RunResult
+    clean: Trace
+    changed: Trace | None
+    ablation: Ablation
+    note: str = ""
+
+    @property
+    def shown(self) -> Trace:
+        return self.changed if self.changed is not None else self.clean
+
+
+def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool = False,
+               ablation: Ablation = CLEAN, truncate: bool = True) -> WindowRun:
+    """Run `text` (or `ids`) keeping what prediction reads; under an active `ablation` the changed
+    run too, from the first layer it changes, with the clean run's earlier layers reused. An
+    ablation that does not apply to this text (an edge past its end) leaves the clean run shown,
+    with a note."""
+    clean = prediction_trace()
+    kw = {"ids": ids} if ids is not None else {"text": text}
+    result = model.run(**kw, truncate=truncate, values=values, inputs=inputs, trace=clean)
+    if not ablation.active:
+        return WindowRun(result, clean, None, ablation)
+    try:
+        edits = edits_of(model, clean, ablation)
+    except InputError as exc:
+        return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}")
+    changed = Trace(z=True, resid=True, values=values, inputs=inputs, edits=edits,
+                    start=first_layer(edits), base=clean)
+    forward(model.config, model.weights, clean.ids, changed)
+    _check_finite(model, changed.attentions)
+    norms = share = None
+    if values:
+        norms, share = _value_norms(model, changed)
+    shown = dataclasses.replace(result, attentions=changed.attentions, value_norms=norms,
+                                head_share=share, trace=changed,
+                                layer_inputs=tuple(changed.inputs) if inputs else None)
+    return WindowRun(shown, clean, changed, ablation)
+
+
+def _value_norms(model, trace: Trace):  # -> [n_layer, n_head, T], [n_layer, n_head]
+    c = model.config
+    norms = np.empty(trace.attentions.shape[:3], dtype=np.float32)
+    share = np.empty(trace.attentions.shape[:2], dtype=np.float32)
+    for i, (v, layer) in enumerate(zip(trace.v, model.weights.layers)):
+        norms[i], f = head_value_norms(v, layer.w_o, c.n_group)
+        share[i] = head_output_share(trace.attentions[i], f)
+    return norms, share
+
+
+def _check_finite(model, attentions) -> None:
+    if not np.isfinite(attentions.sum(dtype=np.float64)):
+        raise ModelLoadError(f"{model.name}: the changed run gives non-finite attention weights")
+
+
+# === tokens the user types ==========================================================================
+_ID = re.compile(r"#\s*([0-9]{1,12})")
+
+
+def token_id(model, spec: str) -> int:
+    """A token the user typed -> its id: `#123` is id 123; otherwise the token as the vocabulary
+    spells it (`ĠParis`), or text that is one token, as it is or after a space (` Paris`).
+    InputError in one line otherwise."""
+    spec = str(spec)
+    V = model.config.vocab_size
+    m = _ID.fullmatch(spec.strip())
+    if m:
+        i = int(m.group(1))
+        if not 0 <= i < V:
+            raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
+        return i
+    if not spec:
+        raise InputError("type a token, or #id")
+    tok = model.tokenizer
+    if tok is None:
+        raise InputError(f"{model.name} has no tokenizer: type a token id as #id")
+    i = tok.raw.token_to_id(spec)
+    if i is not None and i < V:
+        return int(i)
+    for text in (spec, " " + spec.lstrip()):
+        enc = tok.encode(text, add_special_tokens=False)
+        if len(enc.ids) == 1:
+            return int(enc.ids[0])
+    enc = tok.encode(spec, add_special_tokens=False)
+    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({' '.join(enc.tokens)}): type one token, "
+                     "or #id")
+
+
+def token_text(model, i: int) -> str:
+    """Token id i as a prediction shows it: its text with a leading space as ␣ (" The" and "The"
+    are two tokens), a newline as ↵ and a tab as →; the vocabulary's spelling when it decodes to
+    nothing; `#i` without a tokenizer."""
+    if model.tokenizer is None:
+        return f"#{i}"
+    text = model.tokenizer.raw.decode([int(i)], skip_special_tokens=False)
+    if not text:
+        return model.tokenizer.labels_for_ids([int(i)])[0][0]
+    lead = len(text) - len(text.lstrip(" "))
+    return "␣" * lead + text[lead:].replace("\n", "↵").replace("\t", "→")
+
+
+# === one analysis of a position ======================================================================
+@dataclass(frozen=True)
+class Analysis:
+    """The prediction after token `position`, of the clean run and (under an ablation) the changed
+    one; the lens and DLA of the run shown. target/alt default to the clean run's top two."""
+    position: int
+    clean: Prediction
+    changed: Prediction | None
+    target: int
+    alt: int
+    lens: Lens  # of the run shown, for `target`
+    dla: Attribution  # of the run shown
+    ablation: Ablation
+    tokens: dict  # id -> label, for every id shown
+
+    @property
+    def shown(self) -> Prediction:
+        return self.changed if self.changed is not None else self.clean
+
+    def delta_target(self) -> float | None:
+        """Δ log p(target) of the changed run against the clean one (None without a change)."""
+        if self.changed is None:
+            return None
+        return float(self.changed.logprobs[self.target] - self.clean.logprobs[self.target])
+
+    def label(self, i: int) -> str:
+        return self.tokens.get(int(i), f"#{int(i)}")
+
+
+def analyse(model, run: WindowRun, position: int | None = None, target: str = "", alt: str = "",
+            k: int = TOP_K) -> Analysis:
+    """Prediction, lens and DLA at `position` (None: the last token). `target`, `alt`: typed tokens
+    ('' for the clean top-1 and second). NoPrediction for a model that predicts nothing."""
+    head = lm_head(model)
+    clean = predict(head, run.clean, position, max(k, 2))
+    changed = predict(head, run.changed, position, max(k, 2)) if run.changed is not None else None
+    t = token_id(model, target) if target.strip() else int(clean.top_ids[0])
+    a = token_id(model, alt) if alt.strip() else int(clean.top_ids[1] if clean.top_ids[0] == t
+                                                      else clean.top_ids[0])
+    if a == t:
+        raise InputError("the target and the alternative are the same token: DLA compares two")
+    shown = run.shown
+    lens = logit_lens(head, shown, clean.position, t)
+    dla = attribute(model, head, shown, clean.position, t, a)
+    ids = {t, a, *clean.top_ids.tolist(), *lens.top_ids.tolist()}
+    if changed is not None:
+        ids |= set(changed.top_ids.tolist())
+    labels = {i: token_text(model, i) for i in sorted(ids)}
+    cut = lambda p: dataclasses.replace(p, top_ids=p.top_ids[:k], top_logprobs=p.top_logprobs[:k])  # noqa: E731
+    return Analysis(clean.position, cut(clean), None if changed is None else cut(changed), t, a, lens, dla,
+                    run.ablation, labels)

@@ -1,0 +1,193 @@
+"""A layer x head map of one signed number per head (DLA: each head's direct contribution to
+logit(target) - logit(alt); the ablation scan: the increase in loss when a head is switched off),
+with the rest of the model as cells of their own: a column (the MLP of each layer) and a bottom row
+(embeddings, biases). QPainter only, no widgets: the window's DLA and scan views paint it, and an
+export writes the same picture.
+
+Heads sit where the grid puts them: layer l is row l (top to bottom), head h column h (left to
+right), a gap between KV groups. Colours: the anatomy's diverging blue-white-red, symmetric around
+0, its limit the largest |value| of the heads (the other cells are clipped to it: an MLP often
+writes ten times more than any head; the read-out gives every number)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+
+from attnviz.figures.anatomy import DIVERGING
+from attnviz.figures.style import FOCUS
+
+TEXT_DARK = QColor("#202124")
+GRID_LINE = QColor(0, 0, 0, 40)
+MARK = QColor("#b00020")  # a switched-off head: crossed out
+
+
+@dataclass(frozen=True)
+class HeadMap:
+    """What is drawn: values [n_layer, n_head], a per-layer column and bottom-row cells."""
+    title: str
+    values: np.ndarray  # [n_layer, n_head]
+    unit: str  # what a number is ("logit", "nats")
+    kv_group: np.ndarray | None = None  # [n_head]: a gap between groups
+    column: tuple | None = None  # (name, [n_layer]) e.g. ("MLP", mlp)
+    extras: tuple = ()  # ((name, value), ...) the bottom row
+    marked: tuple = ()  # (layer, head) crossed out (switched off)
+    focus: tuple | None = None  # (layer, head) outlined
+
+    @property
+    def limit(self) -> float:
+        lim = float(np.abs(self.values).max(initial=0.0))
+        return lim if lim > 0 else 1.0
+
+
+@dataclass
+class HeadMapLayout:
+    width: int
+    height: int
+    cell: float
+    x_heads: np.ndarray  # [n_head] left edge of each head's column
+    y_layers: np.ndarray  # [n_layer] top of each layer's row
+    x_column: float  # left edge of the per-layer column (when there is one)
+    extra_rects: list = field(default_factory=list)  # [QRectF] the bottom row's cells
+    title_h: float = 0.0
+    left: float = 0.0
+
+
+def _font(px: float, bold: bool = False) -> QFont:
+    f = QFont()
+    f.setPixelSize(max(7, int(round(px))))
+    f.setBold(bold)
+    return f
+
+
+def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
+    """Place every cell in a width x height picture (cells square, as large as fit)."""
+    n_layer, n_head = hm.values.shape
+    groups = (np.asarray(hm.kv_group) if hm.kv_group is not None and len(hm.kv_group) == n_head
+              else np.zeros(n_head, np.int64))
+    n_gaps = int(len(np.unique(groups)) - 1)
+    fm = QFontMetricsF(_font(11))
+    left = fm.horizontalAdvance("L00 ") + 4
+    title_h = fm.height() * 3 + 6  # two lines of title, one of head names
+    n_cols = n_head + (1.4 if hm.column is not None else 0) + 0.4 * n_gaps
+    n_rows = n_layer + (1.6 if hm.extras else 0)
+    cell = max(2.0, min((width - left - 6) / max(n_cols, 1), (height - title_h - 6) / max(n_rows, 1)))
+    x, xs = left, []
+    for h in range(n_head):
+        if h and groups[h] != groups[h - 1]:
+            x += 0.4 * cell
+        xs.append(x)
+        x += cell
+    x_column = x + 0.4 * cell
+    ys = title_h + np.arange(n_layer) * cell
+    extras = []
+    y = title_h + (n_layer + 0.6) * cell
+    ex = left
+    w_extra = max(cell * 2.5, fm.horizontalAdvance("embed") + 8)
+    for _ in hm.extras:
+        extras.append(QRectF(ex, y, w_extra, cell))
+        ex += w_extra + 0.4 * cell
+    return HeadMapLayout(int(width), int(height), cell, np.asarray(xs), ys, x_column, extras,
+                         title_h, left)
+
+
+def colour(value: float, lim: float) -> QColor:
+    i = int(np.clip((value / lim + 1) * 127.5, 0, 255))
+    r, g, b = DIVERGING[i]
+    return QColor(int(r), int(g), int(b))
+
+
+def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | None = None,
+          text: QColor = TEXT_DARK) -> None:
+    n_layer, n_head = hm.values.shape
+    if background is not None:
+        p.fillRect(QRectF(0, 0, lay.width, lay.height), background)
+    c, lim = lay.cell, hm.limit
+    f = _font(min(11, max(7, c * 0.8)))
+    p.setFont(_font(11, bold=True))
+    p.setPen(text)
+    lh = QFontMetricsF(_font(11)).height()
+    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, hm.title)
+    p.setFont(_font(10))
+    p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
+               Qt.AlignmentFlag.AlignLeft,
+               f"blue < 0 < red, ±{lim:.3g} {hm.unit}; rows layers, columns heads"
+               + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
+    p.setPen(Qt.PenStyle.NoPen)
+    for l in range(n_layer):
+        y = lay.y_layers[l]
+        for h in range(n_head):
+            p.fillRect(QRectF(lay.x_heads[h], y, c, c), colour(float(hm.values[l, h]), lim))
+        if hm.column is not None:
+            p.fillRect(QRectF(lay.x_column, y, c, c), colour(float(hm.column[1][l]), lim))
+    for r, (_name, v) in zip(lay.extra_rects, hm.extras):
+        p.fillRect(r, colour(float(v), lim))
+    # labels: a layer every few rows, heads on top
+    p.setFont(f)
+    p.setPen(text)
+    step = max(1, int(np.ceil(QFontMetricsF(f).height() / max(c, 1))))
+    for l in range(0, n_layer, step):
+        p.drawText(QRectF(0, lay.y_layers[l], lay.left - 4, c),
+                   Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"L{l}")
+    hstep = max(1, int(np.ceil(QFontMetricsF(f).horizontalAdvance("H00") / max(c, 1))))
+    for h in range(0, n_head, hstep):
+        p.drawText(QRectF(lay.x_heads[h] - c, lay.title_h - QFontMetricsF(f).height() - 1, 3 * c,
+                          QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, f"H{h}")
+    if hm.column is not None:
+        p.drawText(QRectF(lay.x_column - c, lay.title_h - QFontMetricsF(f).height() - 1, 3 * c,
+                          QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
+    for r, (name, _v) in zip(lay.extra_rects, hm.extras):
+        p.setPen(QColor("#000000") if abs(_v) < 0.6 * lim else QColor("#ffffff"))
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
+    # switched-off heads crossed out, the focused head outlined
+    pen = QPen(MARK, max(1.5, c * 0.12))
+    p.setPen(pen)
+    for l, h in hm.marked:
+        if 0 <= l < n_layer and 0 <= h < n_head:
+            x, y = lay.x_heads[h], lay.y_layers[l]
+            p.drawLine(x + 1, y + 1, x + c - 1, y + c - 1)
+            p.drawLine(x + c - 1, y + 1, x + 1, y + c - 1)
+    if hm.focus is not None:
+        l, h = hm.focus
+        if 0 <= l < n_layer and 0 <= h < n_head:
+            p.setPen(QPen(QColor(FOCUS), 2))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRect(QRectF(lay.x_heads[h] - 1, lay.y_layers[l] - 1, c + 2, c + 2))
+
+
+def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float):
+    """What is under (x, y): ("head", layer, head), ("column", layer), ("extra", i) or None."""
+    n_layer, n_head = hm.values.shape
+    c = lay.cell
+    for i, r in enumerate(lay.extra_rects):
+        if r.contains(x, y):
+            return ("extra", i)
+    l = int(np.floor((y - lay.title_h) / c)) if y >= lay.title_h else -1
+    if not 0 <= l < n_layer:
+        return None
+    if hm.column is not None and lay.x_column <= x < lay.x_column + c:
+        return ("column", l)
+    h = np.flatnonzero((x >= lay.x_heads) & (x < lay.x_heads + c))
+    return ("head", l, int(h[0])) if h.size else None
+
+
+def readout(hm: HeadMap, what) -> str:
+    """The number under a hit, as the hover says it: `L18 H6: +1.234 logit`."""
+    if what is None:
+        return ""
+    if what[0] == "head":
+        _, l, h = what
+        off = "  (switched off)" if (l, h) in hm.marked else ""
+        return f"L{l} H{h}: {float(hm.values[l, h]):+.4f} {hm.unit}{off}"
+    if what[0] == "column":
+        return f"L{what[1]} {hm.column[0]}: {float(hm.column[1][what[1]]):+.4f} {hm.unit}"
+    name, v = hm.extras[what[1]]
+    return f"{name}: {float(v):+.4f} {hm.unit}"
+
+
+def cell_center(hm: HeadMap, lay: HeadMapLayout, layer: int, head: int) -> tuple[float, float]:
+    """The centre of head (layer, head)'s cell (tests aim the mouse with it)."""
+    return float(lay.x_heads[head] + lay.cell / 2), float(lay.y_layers[layer] + lay.cell / 2)

@@ -1,0 +1,294 @@
+"""Switching heads off and edges out, and which heads matter: views of `state.effects`.
+
+- AblationBar: above the grid while a changed run is shown, naming what is switched off, with the
+  one button that restores the clean run.
+- AblationPanel: the switched-off heads (a list; add one by name, remove, zero or mean), knockout
+  of an edge q -> k in chosen layers, and the scan (progress, cancel, a layer x head map and a
+  ranked table with each head's role badge)."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView, QComboBox, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QListWidget,
+    QListWidgetItem, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.ablation import MODES
+from attnviz.engine.errors import InputError
+from attnviz.figures.style import WARNING
+from attnviz.ui.dla_view import HeadMapView, scan_map
+
+RANKED_ROWS = 20
+
+
+class AblationBar(QWidget):
+    """One line above the grid while heads are switched off: what, and Restore clean run."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.restore_button = QPushButton("Restore clean run")
+        self.restore_button.clicked.connect(state.effects.restore_clean)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(6, 2, 6, 2)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(self.restore_button)
+        self.setStyleSheet(f"AblationBar {{ background: {WARNING}; }} QLabel {{ color: white; }}")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        state.effects.sigAblationChanged.connect(self._follow)
+        state.effects.sigRunChanged.connect(self._follow)
+        self._follow()
+
+    def _follow(self, *_) -> None:
+        eff = self.state.effects
+        ab = eff.ablation
+        self.setVisible(ab.active)
+        if not ab.active:
+            return
+        run = eff.run
+        note = f" ({run.note})" if run is not None and run.note else ""
+        self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. "
+                           "The grid, prediction, lens and DLA show it.")
+
+
+class AblationPanel(QWidget):
+    def __init__(self, state, worker, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        eff = self.effects = state.effects
+        col = QVBoxLayout(self)
+        col.setContentsMargins(2, 2, 2, 2)
+        col.addWidget(QLabel("Switched off (Alt+click a head in the grid or DLA, or its context menu):"))
+        self.head_list = QListWidget()
+        self.head_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.head_list.setMaximumHeight(110)
+        col.addWidget(self.head_list)
+        g = QGridLayout()
+        self.head_edit = QLineEdit()
+        self.head_edit.setPlaceholderText("L.H, e.g. 18.6")
+        self.head_edit.returnPressed.connect(self._add_head)
+        add = QPushButton("Switch off")
+        add.clicked.connect(self._add_head)
+        self.remove_button = QPushButton("Switch back on")
+        self.remove_button.clicked.connect(self._remove_selected)
+        self.mode_combo = QComboBox()
+        for m in MODES:
+            self.mode_combo.addItem({"zero": "zero (z = 0)", "mean": "mean over this text"}[m], m)
+        self.mode_combo.currentIndexChanged.connect(lambda _i: eff.set_mode(self.mode_combo.currentData()))
+        g.addWidget(self.head_edit, 0, 0)
+        g.addWidget(add, 0, 1)
+        g.addWidget(self.remove_button, 0, 2)
+        g.addWidget(QLabel("Ablation:"), 1, 0)
+        g.addWidget(self.mode_combo, 1, 1, 1, 2)
+        self.knock_edit = QLineEdit()
+        self.knock_edit.setPlaceholderText("knock out Q-K in layers A-B, e.g. 44-33 in 0-29")
+        self.knock_edit.returnPressed.connect(self._add_knockout)
+        knock = QPushButton("Knock out")
+        knock.clicked.connect(self._add_knockout)
+        g.addWidget(self.knock_edit, 2, 0, 1, 2)
+        g.addWidget(knock, 2, 2)
+        col.addLayout(g)
+        self.message = QLabel()
+        self.message.setStyleSheet(f"color: {WARNING}")
+        self.message.setWordWrap(True)
+        col.addWidget(self.message)
+        self.restore_button = QPushButton("Restore clean run")
+        self.restore_button.clicked.connect(eff.restore_clean)
+        col.addWidget(self.restore_button)
+
+        # the scan
+        row = QHBoxLayout()
+        self.source_combo = QComboBox()
+        self.source_combo.addItem("typed text: −log p(target) after the query", "text")
+        self.source_combo.addItem("repeated-random probe: repeat loss", "probe")
+        self.scan_button = QPushButton("Scan every head")
+        self.scan_button.setToolTip("Zero-ablate each head alone and measure how much the loss rises")
+        self.scan_button.clicked.connect(lambda: worker.effects_jobs.request_scan(self.source_combo.currentData()))
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(worker.effects_jobs.cancel_scan)
+        row.addWidget(self.source_combo, 1)
+        row.addWidget(self.scan_button)
+        row.addWidget(self.cancel_button)
+        col.addLayout(row)
+        self.progress = QProgressBar()
+        col.addWidget(self.progress)
+        self.scan_label = QLabel()
+        self.scan_label.setWordWrap(True)
+        col.addWidget(self.scan_label)
+        self.scan_view = HeadMapView(state, "No scan yet.")
+        self.scan_view.setMinimumHeight(240)
+        col.addWidget(self.scan_view, 2)
+        self.ranked = QTableWidget(0, 3)
+        self.ranked.setHorizontalHeaderLabels(["head", "Δ loss (nats)", "role"])
+        self.ranked.verticalHeader().setVisible(False)
+        self.ranked.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.ranked.horizontalHeader().setStretchLastSection(True)
+        self.ranked.cellClicked.connect(self._ranked_clicked)
+        col.addWidget(self.ranked, 2)
+
+        eff.sigAblationChanged.connect(self._follow)
+        eff.sigScanChanged.connect(self._show_scan)
+        eff.sigScanProgress.connect(self._on_progress)
+        state.sigHeadLabelsChanged.connect(self._show_scan)
+        self._follow()
+        self._show_scan()
+
+    # --- widgets -> state -------------------------------------------------------------------------
+    def _add_head(self) -> None:
+        from attnviz.engine.ablation import parse_heads
+
+        st = self.state
+        if st.model is None:
+            return
+        try:
+            heads = parse_heads(self.head_edit.text(), st.n_layer, st.n_head)
+        except InputError as exc:
+            self.message.setText(str(exc))
+            return
+        self.message.setText("")
+        ab = self.effects.ablation
+        for l, h in heads:
+            if (l, h) not in ab.heads:
+                ab = ab.toggled(l, h)
+        self.effects.set_ablation(ab)
+        self.head_edit.clear()
+
+    def _remove_selected(self) -> None:
+        ab = self.effects.ablation
+        for item in self.head_list.selectedItems():
+            kind, *key = item.data(Qt.ItemDataRole.UserRole)
+            ab = ab.toggled(*key) if kind == "head" else ab.with_knockout(*key)
+        self.effects.set_ablation(ab)
+
+    def _add_knockout(self) -> None:
+        """"Q-K in A-B" (or "Q-K in L", or "Q-K" for every layer)."""
+        st = self.state
+        if st.model is None:
+            return
+        text = self.knock_edit.text().strip()
+        edge, _, layers = text.partition(" in ")
+        try:
+            q, k = (int(x) for x in edge.replace("→", "-").split("-"))
+            a, _, b = layers.strip().partition("-")
+            span = (list(range(int(a), int(b or a) + 1)) if layers.strip()
+                    else list(range(st.n_layer)))
+        except ValueError:
+            self.message.setText(f"{text!r} is not Q-K in A-B, e.g. 44-33 in 0-29")
+            return
+        if not span or not all(0 <= i < st.n_layer for i in span):
+            self.message.setText(f"layers must lie in 0..{st.n_layer - 1}")
+            return
+        T = st.result.n_tokens if st.result is not None else 0
+        if not (0 <= k <= q < T):
+            self.message.setText(f"the edge {q}→{k} is not one a query sees in this text's {T} "
+                                 "tokens (keys at or before the query)")
+            return
+        self.message.setText("")
+        self.effects.toggle_knockout(span, q, k)
+        self.knock_edit.clear()
+
+    def _ranked_clicked(self, row: int, _col: int) -> None:
+        item = self.ranked.item(row, 0)
+        if item is not None:
+            self.state.show_head(*item.data(Qt.ItemDataRole.UserRole))
+
+    # --- state -> widgets -------------------------------------------------------------------------
+    def _follow(self, *_) -> None:
+        ab = self.effects.ablation
+        self.head_list.clear()
+        for l, h in ab.heads:
+            item = QListWidgetItem(f"L{l} H{h}  ({ab.mode})")
+            item.setData(Qt.ItemDataRole.UserRole, ("head", l, h))
+            self.head_list.addItem(item)
+        for layers, q, k in ab.knockouts:
+            from attnviz.engine.effects import _layers_text
+
+            item = QListWidgetItem(f"edge {q}→{k} knocked out in {_layers_text(layers)}")
+            item.setData(Qt.ItemDataRole.UserRole, ("edge", layers, q, k))
+            self.head_list.addItem(item)
+        i = self.mode_combo.findData(ab.mode)
+        if i != self.mode_combo.currentIndex():
+            self.mode_combo.blockSignals(True)
+            self.mode_combo.setCurrentIndex(i)
+            self.mode_combo.blockSignals(False)
+        self.restore_button.setEnabled(ab.active)
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.progress.setFormat(f"{done} / {total} heads")
+
+    def _show_scan(self, *_) -> None:
+        eff, st = self.effects, self.state
+        self.cancel_button.setEnabled(eff.scan_running)
+        self.scan_button.setText("Scan again" if eff.scan is not None else "Scan every head")
+        if eff.scan_running:
+            self.progress.setRange(0, 0)  # busy until the first head is counted
+        scan = eff.scan
+        if scan is None:
+            self.scan_label.setText(eff.scan_note)
+            self.scan_view.set_map(None)
+            self.ranked.setRowCount(0)
+            if not eff.scan_running:
+                self.progress.setRange(0, 1)
+                self.progress.setValue(0)
+            return
+        if not eff.scan_running:
+            n = scan.effect.size
+            self.progress.setRange(0, n)
+            self.progress.setValue(n)
+            self.progress.setFormat(f"{n} / {n} heads")
+        secs = scan.seconds.get("total", 0.0)
+        self.scan_label.setText(f"Scanned {html.escape(eff.scan_what)}: baseline loss "
+                                f"{scan.baseline_loss:.3f} nats, {secs:.1f} s. "
+                                + (f"<span style='color:{WARNING}'>{html.escape(eff.scan_note)}</span>"
+                                   if eff.scan_note else ""))
+        self.scan_view.set_map(scan_map(st, scan, eff.scan_what))
+        ranked = scan.ranked()[:RANKED_ROWS]
+        self.ranked.setRowCount(len(ranked))
+        for r, (l, h, e) in enumerate(ranked):
+            cells = [f"L{l} H{h}", f"{e:+.4f}", st.badge(l, h)]
+            for c, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if c == 0:
+                    item.setData(Qt.ItemDataRole.UserRole, (l, h))
+                self.ranked.setItem(r, c, item)
+
+
+def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | None = None):
+    """The grid's context menu on head (layer, head) at cell q -> k: switch the head off (zero or
+    mean) or back on, knock out the edge q -> k in this layer or in every layer, restore the clean
+    run. Returns the QMenu (the grid pops it up; tests trigger its actions)."""
+    from PySide6.QtWidgets import QMenu
+
+    eff = state.effects
+    ab = eff.ablation
+    menu = QMenu(parent)
+    if (layer, head) in ab.heads:
+        menu.addAction(f"Switch L{layer} H{head} back on").triggered.connect(
+            lambda: eff.toggle_head(layer, head))
+    else:
+        for mode in MODES:
+            def off(_=False, mode=mode):
+                from dataclasses import replace
+
+                eff.set_ablation(replace(ab.toggled(layer, head), mode=mode))
+            menu.addAction(f"Switch L{layer} H{head} off ({mode}"
+                           + (", every head switched off follows" if ab.heads and mode != ab.mode
+                              else "") + ")").triggered.connect(off)
+    r = state.result
+    if r is not None and k <= q < r.n_tokens:
+        edge = f"{q} {r.labels[q]!r} → {k} {r.labels[k]!r}"
+        menu.addAction(f"Knock out {edge} in layer {layer}").triggered.connect(
+            lambda: eff.toggle_knockout([layer], q, k))
+        menu.addAction(f"Knock out {edge} in every layer").triggered.connect(
+            lambda: eff.toggle_knockout(range(state.n_layer), q, k))
+    if ab.active:
+        menu.addSeparator()
+        menu.addAction("Restore clean run").triggered.connect(eff.restore_clean)
+    return menu

@@ -1,0 +1,182 @@
+"""The runner's kinds of job for what heads do (the state's section is ui/effects_state.py): the
+analysis of the query position (prediction, lens, DLA) after each run these views asked for, the
+full lens grid on demand, and the ablation scan. All go through the app's one runner (Worker),
+newest wins per kind; results are written into `state.effects`.
+
+- analysis ('effects'): on the pool, ANALYSIS_DELAY_MS after a new run (typing on restarts the
+  wait, and a keystroke makes a queued analysis stale, so a burst of typing costs the grid nothing),
+  at once for a new query position or typed token.
+- lens grid ('lens-grid'): on the pool, when the user asks.
+- scan ('scan'): a thread of its own, not the pool: 270 forward passes would hold the typing runs
+  up for seconds. It reports progress from its first head, and checks between heads whether it is
+  still the newest scan (cancel, or a new scan, stops it there)."""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.ui.runner import POOL, THREAD, describe_error
+
+log = logging.getLogger(__name__)
+
+ANALYSIS_KIND, LENS_GRID_KIND, SCAN_KIND = "effects", "lens-grid", "scan"
+ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this long (typing)
+SCAN_SOURCES = ("text", "probe")  # the typed text (next-token loss) or the repeated-random probe
+
+
+class EffectsJobs(QObject):
+    _sigProgress = Signal(int, int, int)  # job id, done, total (emitted from the scan's thread)
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.worker = worker
+        self.state = st = worker.state
+        eff = st.effects
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(ANALYSIS_DELAY_MS)
+        self._timer.timeout.connect(self.request_analysis)
+        self._scan_job = None
+        self._sigProgress.connect(self._on_progress)
+        eff.sigRunChanged.connect(lambda _run: self._timer.start())
+        eff.sigTokensChanged.connect(self.request_analysis)
+        eff.sigWantedChanged.connect(lambda on: on and self.request_analysis())
+        st.sigQueryChanged.connect(lambda _q: self.request_analysis())
+        st.sigTextChanged.connect(lambda _t: self.worker.claim(ANALYSIS_KIND))  # a queued one is stale
+        st.sigModelChanged.connect(lambda _m: (self.worker.cancel(SCAN_KIND), self.worker.cancel(ANALYSIS_KIND)))
+
+    def flush(self) -> None:
+        """Analyse now if the analysis waits for results to pause (tests, before wait_idle)."""
+        if self._timer.isActive():
+            self.request_analysis()
+
+    # --- the analysis of the query position ------------------------------------------------------
+    def request_analysis(self) -> None:
+        from attnviz.engine.effects import analyse
+
+        self._timer.stop()
+        st, eff = self.state, self.state.effects
+        run = eff.run_of(st.result)
+        if not eff.wanted or run is None:
+            self.worker.cancel(ANALYSIS_KIND)
+            return
+        model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
+
+        def work():
+            try:
+                return analyse(model, run, pos, target, alt), ""
+            except InputError as exc:
+                if not (target.strip() or alt.strip()):
+                    raise
+                return analyse(model, run, pos), f"{exc}; showing the top two instead"
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL)
+
+    def _on_analysis(self, request, value, error) -> None:
+        model, run = request
+        st, eff = self.state, self.state.effects
+        if model is not st.model or run is not eff.run:
+            return
+        if error is not None:
+            eff.set_analysis(None, describe_error(error))
+            if not isinstance(error, (NoPrediction, InputError)):
+                log.warning("analysis failed: %s", describe_error(error))
+            return
+        analysis, note = value
+        eff.set_analysis(analysis, note)
+
+    # --- the full lens grid, on demand -------------------------------------------------------------
+    def request_lens_grid(self) -> None:
+        from attnviz.engine.effects import token_text
+        from attnviz.engine.predict import lens_grid, lm_head
+
+        st, eff = self.state, self.state.effects
+        run = eff.run_of(st.result)
+        if run is None:
+            return
+        model = st.model
+
+        def work():
+            ids, lps = lens_grid(lm_head(model), run.shown)
+            labels = {int(i): token_text(model, int(i)) for i in set(ids.reshape(-1).tolist())}
+            return ids, lps, labels
+        self.worker.submit(LENS_GRID_KIND, work, self._on_lens_grid, run, POOL)
+
+    def _on_lens_grid(self, run, value, error) -> None:
+        eff = self.state.effects
+        if run is not eff.run:
+            return
+        if error is not None:
+            eff.set_note(f"Lens grid: {describe_error(error)}")
+            return
+        eff.set_lens_grid(value)
+
+    # --- the scan -------------------------------------------------------------------------------
+    def request_scan(self, source: str = "text") -> None:
+        """Zero-ablate every head in turn on the typed text (loss: -log p(target) at the query
+        position) or on the repeated-random probe (loss: the repeat loss), on a thread of its own."""
+        from attnviz.engine.ablation import Cancelled, ablation_scan
+        from attnviz.engine.effects import token_id
+        from attnviz.engine.predict import lm_head
+        from attnviz.engine.probes import probe_ids
+
+        st, eff = self.state, self.state.effects
+        model = st.model
+        if model is None:
+            return
+        if source == "text" and st.result is None:
+            eff.set_scan(None, note="Nothing to scan yet: type a text")
+            return
+        ids = None if source == "probe" else st.result.input_ids.copy()
+        pos, target = st.query_pos, eff.target
+        holder = {}
+
+        def work():
+            head = lm_head(model)
+            if source == "probe":
+                probe, _note = probe_ids(model)
+                what = "the repeated-random probe, repeat loss (mean −log p over the second copy)"
+                return ablation_scan(model, head, probe, "repeat", progress=progress,
+                                     cancelled=cancelled), what
+            t = token_id(model, target) if target.strip() else None
+            scan = ablation_scan(model, head, ids, "next", pos, t, progress=progress, cancelled=cancelled)
+            return scan, "the typed text, −log p(target) after the query token"
+
+        def progress(done, total):
+            job = holder.get("job")
+            if job is not None:
+                self._sigProgress.emit(job.id, done, total)
+
+        def cancelled():
+            job = holder.get("job")
+            return job is not None and not self.worker.is_current(job)
+
+        eff.set_scan(eff.scan, eff.scan_what, running=True)
+        job = self.worker.submit(SCAN_KIND, work, self._on_scan, (model, Cancelled), THREAD)
+        holder["job"] = job
+        self._scan_job = job
+
+    def cancel_scan(self) -> None:
+        if self.worker.cancel(SCAN_KIND) is not None:
+            eff = self.state.effects
+            eff.set_scan(eff.scan, eff.scan_what, note="Scan cancelled")
+
+    def _on_progress(self, job_id: int, done: int, total: int) -> None:
+        job = self._scan_job
+        if job is not None and job.id == job_id and self.worker.is_current(job):
+            self.state.effects.sigScanProgress.emit(done, total)
+
+    def _on_scan(self, request, value, error) -> None:
+        model, cancelled_type = request
+        eff = self.state.effects
+        if model is not self.state.model:
+            return
+        if error is not None:
+            if isinstance(error, cancelled_type):
+                return
+            eff.set_scan(None, note=f"Scan failed: {describe_error(error)}")
+            return
+        scan, what = value
+        eff.set_scan(scan, what)

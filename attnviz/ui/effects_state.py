@@ -1,0 +1,130 @@
+"""AppState's section on what heads do (`state.effects`): which heads are switched off and which
+edges knocked out (the ablation the grid, the prediction, the lens and DLA then show), the tokens
+DLA compares, and what the runner computed for them: the run (clean and changed traces), the
+analysis of the query position, the full lens grid and the ablation scan. Widgets read it and
+write back only through its setters; the runner (ui/effects_jobs.py, ui/worker.py) fills it.
+A setter that changes nothing emits nothing."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from attnviz.engine.effects import CLEAN, Ablation
+
+
+class Effects(QObject):
+    sigAblationChanged = Signal(object)  # Ablation
+    sigWantedChanged = Signal(bool)  # whether a view shows prediction, lens or DLA
+    sigTokensChanged = Signal()  # the typed target / alternative
+    sigRunChanged = Signal(object)  # WindowRun or None
+    sigAnalysisChanged = Signal()  # analysis or its note
+    sigLensGridChanged = Signal()
+    sigScanChanged = Signal()  # scan result, note or running
+    sigScanProgress = Signal(int, int)  # heads done, heads in all
+
+    def __init__(self, state):
+        super().__init__(state)
+        self.state = state
+        self.ablation: Ablation = CLEAN
+        self.wanted = False
+        self.target = ""  # typed target token ("" = the clean top-1)
+        self.alt = ""  # typed alternative ("" = the clean second)
+        self.run = None  # WindowRun of state.result (when it was run for these views)
+        self.analysis = None  # effects.Analysis of the query position
+        self.note = ""  # why there is no analysis, or what is wrong with the typed tokens
+        self.lens_grid = None  # (top ids [n_layer, T], log-probs [n_layer, T], labels) of `run`
+        self.scan = None  # ablation.Scan
+        self.scan_what = ""  # what the scan ran on, one line
+        self.scan_note = ""  # why the scan failed
+        self.scan_running = False
+        state.sigModelChanged.connect(self._on_model)
+
+    # --- setters --------------------------------------------------------------------------------
+    def set_wanted(self, on: bool) -> None:
+        on = bool(on)
+        if on != self.wanted:
+            self.wanted = on
+            self.sigWantedChanged.emit(on)
+
+    def set_ablation(self, ablation: Ablation) -> None:
+        if ablation == self.ablation:
+            return
+        self.ablation = ablation
+        self.sigAblationChanged.emit(ablation)
+
+    def toggle_head(self, layer: int, head: int) -> None:
+        """Switch head (layer, head) off, or back on (a modifier-click, the context menu, the list)."""
+        st = self.state
+        if st.model is None or not (0 <= layer < st.n_layer and 0 <= head < st.n_head):
+            return
+        self.set_ablation(self.ablation.toggled(layer, head))
+
+    def toggle_knockout(self, layers, q: int, k: int) -> None:
+        self.set_ablation(self.ablation.with_knockout(layers, q, k))
+
+    def set_mode(self, mode: str) -> None:
+        from dataclasses import replace
+
+        self.set_ablation(replace(self.ablation, mode=mode))
+
+    def restore_clean(self) -> None:
+        """Switch everything back on: the clean run is shown again."""
+        self.set_ablation(CLEAN)
+
+    def set_tokens(self, target: str | None = None, alt: str | None = None) -> None:
+        target = self.target if target is None else str(target)
+        alt = self.alt if alt is None else str(alt)
+        if (target, alt) != (self.target, self.alt):
+            self.target, self.alt = target, alt
+            self.sigTokensChanged.emit()
+
+    # --- the runner's results -------------------------------------------------------------------
+    def set_run(self, run) -> None:
+        if run is self.run:
+            return
+        self.run = run
+        if self.lens_grid is not None:
+            self.lens_grid = None
+            self.sigLensGridChanged.emit()
+        self.sigRunChanged.emit(run)
+
+    def set_analysis(self, analysis, note: str = "") -> None:
+        self.analysis, self.note = analysis, str(note)
+        self.sigAnalysisChanged.emit()
+
+    def set_note(self, note: str) -> None:
+        """A message about the typed tokens; the last good analysis stays."""
+        self.note = str(note)
+        self.sigAnalysisChanged.emit()
+
+    def set_lens_grid(self, grid) -> None:
+        self.lens_grid = grid
+        self.sigLensGridChanged.emit()
+
+    def set_scan(self, scan, what: str = "", note: str = "", running: bool = False) -> None:
+        self.scan, self.scan_what, self.scan_note, self.scan_running = scan, what, note, running
+        self.sigScanChanged.emit()
+
+    # --- derived ----------------------------------------------------------------------------
+    def run_of(self, result):
+        """The run behind `result` when the runner made it for these views, else None."""
+        run = self.run
+        return run if run is not None and run.result is result else None
+
+    def lacks(self, result) -> bool:
+        """Whether `result` is not what these views need: a run that kept what prediction reads
+        while they are shown, and the current ablation applied."""
+        if result is None or self.state.model is None:
+            return False
+        run = self.run_of(result)
+        if run is None:
+            return self.ablation.active or (self.wanted and self.state.model.config.causal)
+        return run.ablation != self.ablation
+
+    def _on_model(self, _model) -> None:
+        self.set_run(None)
+        self.set_ablation(CLEAN)  # heads of another shape
+        if self.analysis is not None or self.note:
+            self.set_analysis(None)
+        if self.scan is not None or self.scan_note or self.scan_running:
+            self.set_scan(None)

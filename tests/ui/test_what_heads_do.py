@@ -1,0 +1,211 @@
+"""The "What heads do" panel in the real window (offscreen): the prediction at the query token with
+the numbers the engine gives, the logit lens with its label, DLA whose hover gives each head's number
+and whose click focuses the head in the grid, switching heads off from the grid (Alt+click, the
+context menu) and the panel's list, with the changed run marked and named everywhere and one click
+back to the clean run; an encoder says in one line that it predicts nothing; the scan reports
+progress, ranks heads and can be cancelled."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+
+from attnviz.engine.effects import Ablation, analyse, window_run
+from attnviz.engine.predict import attribute, lm_head
+from attnviz.engine.samples import SAMPLES
+from windows import WAIT, open_window, wait_for_text
+
+NAMES = next(s.text for s in SAMPLES if "induction" in s.title)
+
+
+def _table(t):
+    return [[t.item(r, c).text() if t.item(r, c) else "" for c in range(t.columnCount())]
+            for r in range(t.rowCount())]
+
+
+def _shown(w):
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    return w.predict_panel
+
+
+def _analysed(qtbot, w, changed=None):
+    eff = w.state.effects
+
+    def ready():
+        w.worker.effects_jobs.flush()
+        a = eff.analysis
+        return (a is not None and eff.run is not None and eff.run.result is w.state.result
+                and (changed is None or (a.changed is not None) == changed)
+                and a.ablation == eff.ablation)
+    qtbot.waitUntil(ready, timeout=WAIT)
+    w.worker.wait_idle()
+    return eff.analysis
+
+
+@pytest.fixture
+def smol(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=NAMES,
+                    panels=("predict",))
+    yield w
+    w.worker.wait_idle()
+
+
+def test_the_prediction_shows_the_engines_top_tokens_at_the_query(smol, qtbot, smollm2):
+    w = smol
+    panel = _shown(w)
+    _analysed(qtbot, w)
+    model = w.state.model
+    ref = analyse(model, window_run(model, NAMES))  # the engine on its own, last token
+    rows = _table(panel.top_table)
+    assert rows[0][:2] == [ref.label(ref.clean.top_ids[0]), f"{np.exp(ref.clean.top_logprobs[0]):.3f}"]
+    assert [r[0] for r in rows] == [ref.label(i) for i in ref.clean.top_ids]
+    assert panel.top_table.isColumnHidden(2)
+    # the token strip's query picks another position: the second "ok" of Plumbrook predicts "."
+    labels = w.state.result.labels
+    q = max(i for i, t in enumerate(labels) if t == "ok")
+    w.state.toggle_query(q)
+    qtbot.waitUntil(lambda: f"(token {q})" in panel.header.text(), timeout=WAIT)
+    ref = analyse(model, window_run(model, NAMES), position=q)
+    assert _table(panel.top_table)[0][0] == ref.label(ref.clean.top_ids[0]) == "."
+    # the lens: labelled, one row per layer, its last layer the prediction itself
+    assert panel.lens_title.text().startswith("logit lens (raw: the final norm applied to each layer)")
+    lens = _table(panel.lens_table)
+    assert len(lens) == model.config.n_layer and lens[-1][1] == "."
+    assert lens[-1][3] == f"{np.exp(ref.clean.logprobs[ref.target]):.3f}" and lens[-1][4] == "1"
+    # the full layer x position grid, on demand
+    assert not panel.grid_table.isVisible()
+    qtbot.mouseClick(panel.grid_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(panel.grid_table.isVisible, timeout=WAIT)
+    assert panel.grid_table.rowCount() == model.config.n_layer
+    assert panel.grid_table.columnCount() == len(labels)
+    assert panel.grid_table.item(model.config.n_layer - 1, q).text().startswith(". ")
+
+
+def test_dla_hover_gives_each_heads_number_and_a_click_focuses_it(smol, qtbot):
+    w = smol
+    panel = _shown(w)
+    panel.tabs.setCurrentWidget(panel.dla_view)
+    a = _analysed(qtbot, w)
+    view = panel.dla_view
+    qtbot.waitUntil(lambda: view.map is not None, timeout=WAIT)
+    model = w.state.model
+    run = window_run(model, NAMES)
+    ref = attribute(model, lm_head(model), run.clean, None, a.target, a.alt)
+    assert abs(ref.total() - ref.logit_diff) < 1e-3
+    x, y = view.cell_center(18, 6)
+    qtbot.mouseMove(view, QPoint(int(x), int(y)))
+    qtbot.waitUntil(lambda: view.hover_text.startswith("L18 H6:"), timeout=WAIT)
+    assert view.hover_text == f"L18 H6: {ref.heads[18, 6]:+.4f} logit"
+    qtbot.mouseClick(view, Qt.MouseButton.LeftButton, pos=QPoint(int(x), int(y)))
+    assert w.state.focus == (18, 6) and w.state.layer == 18
+    assert panel.isVisible()  # the panel stays up: the grid shows the head
+    assert w.grid.focus_rect.isVisible()
+    img = view.grab().toImage()
+    assert img.pixelColor(int(x), int(y)).name() != "#ffffff"  # the cell is painted
+
+
+def test_switching_a_head_off_shows_the_changed_run_everywhere_and_restores(smol, qtbot):
+    w = smol
+    panel = _shown(w)
+    clean = _analysed(qtbot, w)
+    clean_attn = w.state.result.attentions.copy()
+    w.state.set_layer(18)
+    qtbot.waitUntil(lambda: w.grid.layout_ is not None and w.grid.layout_.heads[0][0] == 18, timeout=WAIT)
+    # Alt+click on L18 H6 in the grid
+    x, y = w.grid.cell_center(18, 6, 20, 3)
+    pos = w.grid.vb.mapViewToScene(QPointF(x, y))
+    view_pos = w.grid.gw.mapFromScene(pos)
+    qtbot.mouseClick(w.grid.gw.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.AltModifier,
+                     view_pos)
+    assert w.state.effects.ablation == Ablation(heads=((18, 6),))
+    a = _analysed(qtbot, w, changed=True)
+    assert w.ablation_bar.isVisible() and "zero-ablated L18 H6" in w.ablation_bar.label.text()
+    assert "Changed run: zero-ablated L18 H6" in panel.header.text()
+    assert any(t.text() == "L18 H6  induction  · off" or t.text().startswith("L18 H6") and "off" in t.text()
+               for t in w.grid._titles if t.isVisible())
+    assert w.grid.off_marks.isVisible()
+    # the grid shows the changed run: layer 18 head 6 writes nothing, so later layers differ
+    r = w.state.result
+    np.testing.assert_array_equal(r.attentions[:19], clean_attn[:19])
+    assert not np.allclose(r.attentions[19:], clean_attn[19:])
+    ref = window_run(w.state.model, NAMES, ablation=Ablation(heads=((18, 6),)))
+    np.testing.assert_allclose(r.attentions, ref.result.attentions, atol=1e-6)
+    # the clean prediction stays beside the changed one, with Δ log p of the target
+    assert not panel.top_table.isColumnHidden(2)
+    rows = _table(panel.top_table)
+    assert rows[0][0] == clean.label(clean.clean.top_ids[0])
+    d = float(a.changed.logprobs[a.target] - a.clean.logprobs[a.target])
+    assert f"= {d:+.3f} nats" in panel.delta_label.text()
+    assert "changed run" in panel.lens_title.text()
+    assert panel.ablation_panel.head_list.item(0).text() == "L18 H6  (zero)"
+    # one click restores the clean run
+    qtbot.mouseClick(w.ablation_bar.restore_button, Qt.MouseButton.LeftButton)
+    _analysed(qtbot, w, changed=False)
+    assert not w.ablation_bar.isVisible() and not w.grid.off_marks.isVisible()
+    np.testing.assert_allclose(w.state.result.attentions, clean_attn, atol=1e-6)
+    assert panel.top_table.isColumnHidden(2) and panel.delta_label.text() == ""
+
+
+def test_the_context_menu_and_the_list_switch_heads_off_and_knock_out_edges(smol, qtbot):
+    from attnviz.ui.ablation_panel import head_menu
+
+    w = smol
+    panel = _shown(w)
+    _analysed(qtbot, w)
+    eff = w.state.effects
+    menu = head_menu(w.state, 18, 6, 40, 20, w)
+    texts = [a.text() for a in menu.actions()]
+    assert "Switch L18 H6 off (mean)" in texts
+    next(a for a in menu.actions() if a.text() == "Switch L18 H6 off (mean)").trigger()
+    assert eff.ablation == Ablation(heads=((18, 6),), mode="mean")
+    menu = head_menu(w.state, 18, 6, 40, 20, w)
+    edge = next(a for a in menu.actions() if a.text().startswith("Knock out") and "every layer" in a.text())
+    edge.trigger()
+    assert eff.ablation.knockouts == ((tuple(range(30)), 40, 20),)
+    a = _analysed(qtbot, w, changed=True)
+    assert "mean-ablated L18 H6; knocked out 40→20 in layers 0-29" in w.ablation_bar.label.text()
+    assert w.state.result.attentions[:, :, 40, 20].max() == 0
+    # the panel's list: add a head by name, remove the first entry
+    ab = panel.ablation_panel
+    ab.head_edit.setText("3.1")
+    qtbot.keyClick(ab.head_edit, Qt.Key.Key_Return)
+    assert (3, 1) in eff.ablation.heads
+    ab.head_edit.setText("99.1")
+    qtbot.keyClick(ab.head_edit, Qt.Key.Key_Return)
+    assert "outside this model's layers" in ab.message.text()
+    ab.head_list.item(0).setSelected(True)  # L3 H1 sorts first
+    qtbot.mouseClick(ab.remove_button, Qt.MouseButton.LeftButton)
+    assert eff.ablation.heads == ((18, 6),)
+    assert a.ablation.active
+
+
+def test_an_encoder_says_in_one_line_that_it_predicts_no_next_token(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "m.ini", panels=("predict",))
+    panel = _shown(w)
+    qtbot.waitUntil(lambda: "encoder" in panel.header.text(), timeout=WAIT)
+    assert "predicts no next token" in panel.header.text() and panel.top_table.rowCount() == 0
+    w.worker.wait_idle()
+
+
+def test_the_scan_shows_progress_ranks_heads_and_can_be_cancelled(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "t.ini", model="attnviz-textbook", panels=("predict",),
+                    text="the cat sat on the mat . the cat sat on the")
+    panel = _shown(w)
+    ab = panel.ablation_panel
+    eff = w.state.effects
+    progress = []
+    eff.sigScanProgress.connect(lambda done, total: progress.append((done, total)))
+    w.worker.effects_jobs.request_scan("text")
+    w.worker.effects_jobs.cancel_scan()  # cancelled before it could report: nothing comes
+    assert ab.scan_label.text() == "Scan cancelled"
+    qtbot.mouseClick(ab.scan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: eff.scan is not None and not eff.scan_running, timeout=WAIT)
+    n = w.state.n_layer * w.state.n_head
+    assert progress and progress[-1] == (n, n) and progress[0][0] == 0
+    assert ab.progress.value() == n
+    ranked = eff.scan.ranked()
+    assert ab.ranked.rowCount() == min(n, 20)
+    l, h, e = ranked[0]
+    assert ab.ranked.item(0, 0).text() == f"L{l} H{h}" and ab.ranked.item(0, 1).text() == f"{e:+.4f}"
+    assert ab.scan_view.map is not None and "baseline" in ab.scan_view.map.title
+    w.worker.wait_idle()
