@@ -5,6 +5,9 @@ stall, and cold start to first heatmaps.
     .venv/bin/python benchmarks/typing.py [--repeat N]
     .venv/bin/python benchmarks/typing.py --model PATH.gguf --modes layer --sentence all --json
 
+--effects both: type each view twice in one run, without and with the What heads do panel shown
+(the prediction, the logit lens and DLA follow every result; the sentence is typed the same way), and
+print the difference (goal: <= 10 ms added to keystroke -> repaint p95, no stall over 16 ms).
 --model: the model the window opens (name or path; default all-MiniLM-L6-v2), for typing and cold
 start alike. --modes: the views to type in. --sentence: type this SENTENCES entry in every view
 (default: each view's own). --json: also print the rows and cold-start runs as one JSON line.
@@ -75,7 +78,7 @@ def _pct(values, p):
 
 
 def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
-               anatomy: str = "off") -> dict:
+               anatomy: str = "off", effects: bool = False) -> dict:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
     from PySide6.QtTest import QTest
 
@@ -105,6 +108,19 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         while time.perf_counter() < settle:
             app.processEvents()
             time.sleep(0.002)
+    analyses = []  # (perf_counter, the analysis job's own seconds) per analysis shown while typing
+    if effects:  # the What heads do panel shown: prediction, lens and DLA follow every result
+        if not w.panels_ready:
+            w._build_panel_docks()
+        w.predict_dock.show()
+        w.predict_dock.raise_()
+        end = time.perf_counter() + 30
+        while w.state.effects.analysis is None and time.perf_counter() < end:
+            app.processEvents()
+            time.sleep(0.002)
+        jobs = w.worker.effects_jobs
+        st.effects.sigAnalysisChanged.connect(
+            lambda: analyses.append((time.perf_counter(), jobs.last_analysis_s)))
     panel = getattr(w, "anatomy_panel", None)
     draws = []  # the Anatomy panel's rebuild + repaint per result while shown
     if anatomy != "off":  # "none": the same window and focused head, without the Anatomy panel
@@ -174,6 +190,11 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         pause = QEventLoop()  # idle in Qt's loop (QTest.qWait sleeps in 10 ms steps: false stalls)
         QTimer.singleShot(40, pause.quit)
         pause.exec()
+    if effects:  # the last key's analysis: it comes once typing pauses
+        end = time.perf_counter() + 10
+        while (not analyses or analyses[-1][0] < key_times[-1]) and time.perf_counter() < end:
+            app.processEvents()
+            time.sleep(0.001)
     timer.stop()
     switches = anatomy_switches(app, w) if anatomy == "shown" else []  # (total, panel, panel CPU)
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
@@ -191,6 +212,8 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "p50": _pct(latencies, 50), "p95": _pct(latencies, 95), "max": max(latencies),
         "compute_p50": _pct(computes, 50), "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
         "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
+        "effects": effects, "analyses": len(analyses),
+        "analysis_p50": _pct([a[1] for a in analyses], 50), "analysis_p95": _pct([a[1] for a in analyses], 95),
         **{f"anatomy_draw{cpu}_p{p}": _pct([d[i] for d in draws], p)
            for i, cpu in ((0, ""), (1, "_cpu")) for p in (50, 95)},
         **{f"switch{part}_p{p}": _pct([x[i] for x in switches], p)
@@ -276,6 +299,8 @@ def main() -> int:
                          "hidden / shown: the same with the Anatomy panel, its tab behind Focus "
                          "head or shown while typing (shown: also time head / layer switches; "
                          "goals <= 20 ms extra per result, <= 50 ms p95 per switch)")
+    ap.add_argument("--effects", choices=("off", "both"), default="off",
+                    help="both: each view typed without and then with the What heads do panel shown")
     ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     quiet_qt()
@@ -288,18 +313,21 @@ def main() -> int:
     if args.anatomy in ("hidden", "shown") and "anatomy" not in panels:
         panels += ("anatomy",)
     modes = [m for m in args.modes.split(",") if m]
-    rows = [run_typing(mode, SENTENCES[args.sentence or mode], panels, args.model, args.anatomy)
-            for mode in modes for _ in range(args.repeat)]
+    rows = [run_typing(mode, SENTENCES[args.sentence or mode],
+                       panels + (("predict",) if effects else ()), args.model, args.anatomy, effects)
+            for mode in modes for _ in range(args.repeat)
+            for effects in ((False, True) if args.effects == "both" else (False,))]
     model_desc = "all-MiniLM-L6-v2 (6 layers x 12 heads)" if args.model is None else args.model
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model {model_desc}, "
           f"side panels: {', '.join(panels) or 'none'}")
     print()
-    print(f"{'view':<12}{'keys':>5}{'max T':>7}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
+    print(f"{'view':<22}{'keys':>5}{'max T':>7}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
           f"{'engine p50':>12}{'stall ms':>10}{'goal p95':>10}")
     for r in rows:
         max_t, goal = GOALS[r["mode"]]
-        name = "one layer" if r["mode"] == "layer" else "all layers"
-        print(f"{name:<12}{r['keys']:>5}{r['max_T']:>7}{r['p50'] * 1e3:>9.1f}{r['p95'] * 1e3:>9.1f}"
+        name = ("one layer" if r["mode"] == "layer" else "all layers") + (
+            " + what heads do" if r["effects"] else "")
+        print(f"{name:<22}{r['keys']:>5}{r['max_T']:>7}{r['p50'] * 1e3:>9.1f}{r['p95'] * 1e3:>9.1f}"
               f"{r['max'] * 1e3:>9.1f}{r['compute_p50'] * 1e3:>10.1f}ms{r['stall'] * 1e3:>10.1f}"
               f"{'<= %d' % (goal * 1e3):>10}")
     print()
@@ -321,6 +349,14 @@ def main() -> int:
                   f" (goal p95 <= 50); the panel's part p50 {ms['switch_panel_p50']:.1f}, p95 "
                   f"{ms['switch_panel_p95']:.1f} (CPU {ms['switch_panel_cpu_p50']:.1f} / "
                   f"{ms['switch_panel_cpu_p95']:.1f})")
+    if args.effects == "both":
+        for off, on in zip(rows[::2], rows[1::2]):
+            print(f"what heads do shown ({on['mode']}): keystroke -> repaint p95 {on['p95'] * 1e3:.1f} ms "
+                  f"against {off['p95'] * 1e3:.1f} without, added {(on['p95'] - off['p95']) * 1e3:+.1f} ms "
+                  f"(goal <= 10); p50 added {(on['p50'] - off['p50']) * 1e3:+.1f} ms; stall "
+                  f"{on['stall'] * 1e3:.1f} ms (goal <= 16); {on['analyses']} analyses shown for "
+                  f"{on['keys']} keys, the analysis job p50 {on['analysis_p50'] * 1e3:.1f} ms, "
+                  f"p95 {on['analysis_p95'] * 1e3:.1f} ms (on the pool, not the main thread)")
     print("goals: stall <= 16 ms")
     if args.json:
         import json

@@ -7,6 +7,9 @@ induction (default): opens SmolLM2 on the made-up-names sample, scores every hea
 the strongest induction head and shows its layer, with the query on the last token of the repeated
 name. agreement: opens MiniLM on the agreement sentence, picks the query token "are", focuses the
 head that sends "are" most strongly to "keys" (subject-verb agreement), and shows that head's layer.
+--panel prediction|dla shows the What heads do panel (the next token at the query with the logit
+lens, or DLA); --ablate N switches off the N strongest induction heads first, so the grid, the
+prediction, the lens and DLA show the changed run beside the clean prediction.
 No head number is written here: each comes from the model's own patterns."""
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ def main() -> int:
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
     ap.add_argument("--scene", choices=("induction", "agreement"), default="induction")
-    ap.add_argument("--panel", choices=("focus", "anatomy"), default="focus",
-                    help="side panel shown: the focus head (default) or the Anatomy of its layer")
+    ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla"), default="focus",
+                    help="side panel shown: the focus head (default), the Anatomy of its layer, or "
+                         "What heads do (prediction and lens, or DLA)")
+    ap.add_argument("--ablate", type=int, default=0,
+                    help="switch off the N strongest induction heads (induction scene)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
     args = ap.parse_args()
 
@@ -40,6 +46,7 @@ def main() -> int:
     from attnviz.engine import heads
     from attnviz.engine.registry import DEFAULT_TEXT
     from attnviz.engine.samples import SAMPLES
+    import numpy as np
 
     app = make_app()
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
@@ -71,6 +78,7 @@ def main() -> int:
         q = len(r.labels) - 2  # last piece of the repeated place name, before the final "."
         k = int(r.attentions[layer, head, q].argmax())
         what = f"induction score {scores[layer, head]:.2f}"
+        strongest = [divmod(int(i), scores.shape[1]) for i in np.argsort(-scores, axis=None)[:args.ablate]]
     else:
         q, k = r.labels.index("are"), r.labels.index("keys")
         weights = r.attentions[:, :, q, k]  # [n_layer, n_head]
@@ -88,6 +96,22 @@ def main() -> int:
         dock = w.anatomy_dock
         dock.raise_()
         settle(1.0)  # the run that keeps the layer inputs
+    if args.panel in ("prediction", "dla"):
+        dock = w.predict_dock
+        dock.raise_()
+        panel = w.predict_panel
+        panel.tabs.setCurrentIndex(0 if args.panel == "prediction" else 1)
+        if args.ablate and args.scene == "induction":
+            from attnviz.engine.effects import Ablation
+
+            st.effects.set_ablation(Ablation(heads=tuple(strongest)))
+            what += "; switched off " + st.effects.ablation.describe()
+        end = time.perf_counter() + 60
+        while time.perf_counter() < end and not (
+                st.effects.analysis is not None and st.effects.analysis.ablation == st.effects.ablation
+                and st.effects.run is not None and st.effects.run.result is st.result):
+            settle(0.05)
+        settle(0.5)
     if args.dock_width:
         from PySide6.QtCore import Qt
 

@@ -40,10 +40,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the head), rows renormalised: the window's Value-weighted view")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--out", required=True, help="output file: .png, .svg, .npy, .csv or .json")
-    p.add_argument("--view", choices=("heatmap", "anatomy"), default="heatmap",
+    p.add_argument("--view", choices=("heatmap", "anatomy", "prediction", "lens", "dla"), default="heatmap",
                    help="heatmap (default): the attention patterns; anatomy: layer --layer (default "
                         "0) drawn as the pipeline x -> W_Q/W_K/W_V -> heads -> concat -> W_O with "
-                        "its real weights and costs, head --head lit (.png or .svg)")
+                        "its real weights and costs, head --head lit (.png or .svg); prediction, "
+                        "lens, dla: the window's What heads do views at --position (any format)")
+    p.add_argument("--position", type=int, metavar="P",
+                   help="prediction, lens, dla: the query token (default: the last; negative from the end)")
+    p.add_argument("--target", default="", help="prediction, lens, dla: the target token (default: top-1)")
+    p.add_argument("--alt", default="", help="dla: the alternative token (default: the second)")
+    p.add_argument("--ablate", default="", metavar="L.H[,L.H...]",
+                   help="prediction, lens, dla: switch these heads off first")
+    p.add_argument("--ablate-mode", choices=("zero", "mean"), default="zero")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_export)
 
@@ -58,6 +66,8 @@ def cmd_export(args) -> int:
     fmt = format_of(args.out)
     if getattr(args, "view", "heatmap") == "anatomy":
         return _export_anatomy(args, fmt)
+    if getattr(args, "view", "heatmap") in ("prediction", "lens", "dla"):
+        return _export_effects(args, fmt)
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
         width, colormap = _image_options(args)
     else:
@@ -139,4 +149,34 @@ def _export_anatomy(args, fmt: str) -> int:
     lit = f", head {args.head} lit" if args.head is not None else ""
     print(f"{written[0]}: anatomy of layer {layer}{lit}, {model.name}, {result.n_tokens} tokens "
           f"(+ sidecar {written[1].name})")
+    return 0
+
+
+def _export_effects(args, fmt: str) -> int:
+    """`--view prediction|lens|dla`: the What heads do views, as the window exports them."""
+    from attnviz.engine.ablation import parse_heads
+    from attnviz.engine.effects import Ablation, analyse, window_run
+    from attnviz.figures.data import IMAGE_FORMATS
+
+    refuse_options((("--scale", args.scale is not None), ("--hide-first", args.hide_first),
+                    ("--value-weighted", args.value_weighted), ("--layer", args.layer is not None),
+                    ("--head", args.head is not None)), f"to heatmaps, not to --view {args.view}")
+    width = _image_options(args)[0] if fmt in IMAGE_FORMATS else DEFAULT_WIDTH
+    model = checkpoint_opt.at(load_model(args.model), args)
+    cfg = model.config
+    heads = parse_heads(args.ablate, cfg.n_layer, cfg.n_head) if args.ablate.strip() else []
+    run = window_run(model, args.text, truncate=args.truncate,
+                     ablation=Ablation(tuple(heads), args.ablate_mode))
+    show_notice("export", run.result)
+    analysis = analyse(model, run, args.position, args.target, args.alt)
+    with _offscreen():
+        from attnviz.figures.effects import effects_view
+        from attnviz.figures.write import export_view
+
+        view = effects_view(args.view, analysis, model=model.name, result=run.result,
+                            kv_group=model.kv_group, typed=(args.target, args.alt))
+        written = export_view(view, args.out, fmt=fmt, width=width)
+    changed = f", {analysis.ablation.describe()}" if analysis.changed is not None else ""
+    print(f"{written[0]}: {args.view} after token {analysis.position} of {model.name}{changed}"
+          + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from attnviz.figures import anatomy as anatomy_figure
+from attnviz.figures import effects as effects_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
     DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
@@ -33,6 +34,8 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
     fmt = fmt or format_of(path)
     if isinstance(view, AnatomyView):
         return _export_anatomy(view, path, fmt, width)
+    if isinstance(view, effects_figure.EffectsView):
+        return _export_effects(view, path, fmt, width)
     if fmt in NUMBER_FORMATS:
         return write_numbers(view, path, fmt)
     if fmt not in IMAGE_FORMATS:
@@ -49,6 +52,17 @@ def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list
     data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
         view, int(width))
     return _write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
+
+
+def _export_effects(view, path: Path, fmt: str, width: int) -> list[Path]:
+    """A What heads do view (prediction, lens, DLA): the figure with its sidecar, or its numbers."""
+    if fmt in NUMBER_FORMATS:
+        write_atomic([(path, effects_figure.number_bytes(view, fmt))])
+        return [path]
+    if fmt not in IMAGE_FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    data, lay = (effects_figure.png_bytes if fmt == "png" else effects_figure.svg_bytes)(view, int(width))
+    return _write_image(path, data, effects_figure.sidecar(view, path, lay), lay, f"{view.kind} ")
 
 
 def _write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:

@@ -14,6 +14,7 @@ newest wins per kind; results are written into `state.effects`.
 from __future__ import annotations
 
 import logging
+import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -40,6 +41,7 @@ class EffectsJobs(QObject):
         self._timer.setInterval(ANALYSIS_DELAY_MS)
         self._timer.timeout.connect(self.request_analysis)
         self._scan_job = None
+        self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._sigProgress.connect(self._on_progress)
         eff.sigRunChanged.connect(lambda _run: self._timer.start())
         eff.sigTokensChanged.connect(self.request_analysis)
@@ -66,12 +68,14 @@ class EffectsJobs(QObject):
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
 
         def work():
+            t0 = time.perf_counter()
             try:
-                return analyse(model, run, pos, target, alt), ""
+                out = analyse(model, run, pos, target, alt), ""
             except InputError as exc:
                 if not (target.strip() or alt.strip()):
                     raise
-                return analyse(model, run, pos), f"{exc}; showing the top two instead"
+                out = analyse(model, run, pos), f"{exc}; showing the top two instead"
+            return (*out, time.perf_counter() - t0)
         self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL)
 
     def _on_analysis(self, request, value, error) -> None:
@@ -84,7 +88,7 @@ class EffectsJobs(QObject):
             if not isinstance(error, (NoPrediction, InputError)):
                 log.warning("analysis failed: %s", describe_error(error))
             return
-        analysis, note = value
+        analysis, note, self.last_analysis_s = value
         eff.set_analysis(analysis, note)
 
     # --- the full lens grid, on demand -------------------------------------------------------------

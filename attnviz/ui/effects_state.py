@@ -37,7 +37,9 @@ class Effects(QObject):
         self.scan_what = ""  # what the scan ran on, one line
         self.scan_note = ""  # why the scan failed
         self.scan_running = False
+        self._query_wanted = None  # (text, position): a saved view's query, set once its result is in
         state.sigModelChanged.connect(self._on_model)
+        state.sigResultChanged.connect(self._query_follows)
 
     # --- setters --------------------------------------------------------------------------------
     def set_wanted(self, on: bool) -> None:
@@ -77,6 +79,24 @@ class Effects(QObject):
         if (target, alt) != (self.target, self.alt):
             self.target, self.alt = target, alt
             self.sigTokensChanged.emit()
+
+    def query_when(self, text: str, pos: int) -> None:
+        """Pick token `pos` as the query once the result of `text` is shown (a saved view's)."""
+        r = self.state.result
+        if r is not None and r.text == text:
+            self._query_wanted = None
+            if pos < r.n_tokens:
+                self.state.set_query(pos)
+        else:
+            self._query_wanted = (text, int(pos))
+
+    def _query_follows(self, result) -> None:
+        wanted = self._query_wanted
+        if wanted is None or result is None or result.text != wanted[0]:
+            return
+        self._query_wanted = None
+        if wanted[1] < result.n_tokens:
+            self.state.set_query(wanted[1])
 
     # --- the runner's results -------------------------------------------------------------------
     def set_run(self, run) -> None:

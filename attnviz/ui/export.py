@@ -36,7 +36,10 @@ from attnviz.ui.runner import describe_error
 
 log = logging.getLogger(__name__)
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",
-               "anatomy": "Anatomy of the current layer (PNG, SVG)"}
+               "anatomy": "Anatomy of the current layer (PNG, SVG)",
+               "prediction": "Next-token prediction (What heads do)",
+               "lens": "Logit lens (What heads do)", "dla": "Direct logit attribution (What heads do)"}
+EFFECT_VIEWS = ("prediction", "lens", "dla")
 FORMAT_NAMES = {"png": "PNG image", "svg": "SVG vector image", "npy": "NumPy array (.npy)",
                 "csv": "CSV table", "json": "JSON (tokens, ids, weights)"}
 
@@ -52,6 +55,26 @@ def anatomy_view(state) -> AnatomyView:
     focus = state.focus
     head = focus[1] if focus is not None and focus[0] == state.layer else None
     return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
+
+
+def effects_view(state, kind: str):
+    """The What heads do panel's `kind` view (prediction, lens, dla) as shown, with the window's
+    layer, focus and heatmap options for its sidecar."""
+    from attnviz.figures.effects import effects_view as make
+
+    eff, r = state.effects, state.result
+    if r is None or state.model is None:
+        raise ExportError(NOTHING_YET)
+    if eff.analysis is None:
+        raise ExportError(eff.note or "no prediction to export yet: show the What heads do panel on "
+                                      "a causal model")
+    layer, head = state.focus if state.focus is not None else (state.layer, None)
+    return make(kind, eff.analysis, model=state.model_name, result=r, kv_group=r.kv_group,
+                typed=(eff.target, eff.alt),
+                display={"layer": layer, "head": head, "scope": "head" if head is not None else "layer",
+                         "view_mode": state.view_mode, "colormap": state.colormap,
+                         "scale_mode": state.scale_mode, "hide_first": state.hide_first,
+                         "value_weighted": state.value_weighted})
 
 
 def _with_values(state):
@@ -107,6 +130,10 @@ def apply_view(state, view: dict) -> str | None:
     problem = view_problem(state, view)
     if problem is not None:
         return problem
+    try:
+        ablation = _ablation_of(state, view)
+    except InputError as exc:
+        return str(exc)
     if view.get("text") is not None:
         state.set_text(str(view["text"]))
     if view.get("colormap") in COLORMAPS:
@@ -123,11 +150,37 @@ def apply_view(state, view: dict) -> str | None:
         state.set_layer(int(view["layer"]))
         if view.get("head") is not None:
             state.show_head(int(view["layer"]), int(view["head"]))
+    if ablation is not None:
+        _apply_effects(state, view, ablation)
     ck = view.get("checkpoint")  # a model with training checkpoints: the step the view shows
     if isinstance(ck, dict) and isinstance(ck.get("index"), int) and not isinstance(
             ck["index"], bool):
         state.request_checkpoint(ck["index"])
     return None
+
+
+def _ablation_of(state, view: dict):
+    """The ablation a What heads do view records (checked against the model: InputError), or None
+    for another view."""
+    from attnviz.engine.effects import CLEAN, Ablation
+
+    if view.get("view") not in EFFECT_VIEWS and "ablation" not in view:
+        return None
+    return CLEAN if view.get("ablation") is None else Ablation.from_json(
+        view["ablation"], state.n_layer, state.n_head)
+
+
+def _apply_effects(state, view: dict, ablation) -> None:
+    """A What heads do view's part: the ablation, the typed tokens and the query position (set
+    once the view's text has its result)."""
+    eff = state.effects
+    eff.set_ablation(ablation)
+    typed = view.get("typed")
+    if isinstance(typed, dict):
+        eff.set_tokens(str(typed.get("target", "")), str(typed.get("alt", "")))
+    pos = view.get("position")
+    if isinstance(pos, int) and not isinstance(pos, bool) and pos >= 0:
+        eff.query_when(str(view.get("text", state.text)), pos)
 
 
 class ExportDialog(QDialog):
@@ -242,6 +295,8 @@ class ExportDialog(QDialog):
             stem = f"{model}_L{st.layer}"
         elif scope == "anatomy":
             stem = f"{model}_L{st.layer}_anatomy"
+        elif scope in EFFECT_VIEWS:
+            stem = f"{model}_{scope}"
         else:
             stem = f"{model}_all"
         current = self.path_edit.text().strip()
@@ -255,7 +310,7 @@ class ExportDialog(QDialog):
         for i in range(self.format.count()):
             self.format.model().item(i).setEnabled(not anatomy or self.format.itemData(i) in IMAGE_FORMATS)
         for box in (self.scale, self.hide_first, self.value_weighted):
-            box.setEnabled(not anatomy)
+            box.setEnabled(not anatomy and self.scope.currentData() not in EFFECT_VIEWS)
         if anatomy and self.format.currentData() not in IMAGE_FORMATS:
             self.format.setCurrentIndex(self.format.findData("png"))  # (-> _format_changed: the name)
         self._suggest_name()
@@ -311,6 +366,9 @@ class ExportDialog(QDialog):
         try:
             if scope == "anatomy":
                 self.written = export_view(anatomy_view(st), path, fmt=self.format.currentData(),
+                                           width=self.width_box.value())
+            elif scope in EFFECT_VIEWS:
+                self.written = export_view(effects_view(st, scope), path, fmt=self.format.currentData(),
                                            width=self.width_box.value())
             else:
                 weighted = self.value_weighted.isChecked()

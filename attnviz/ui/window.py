@@ -285,6 +285,11 @@ class MainWindow(QMainWindow):
             self.show_error(f"Could not open view{where}: {problem}; the view was left as it was")
         else:
             self.clear_error()
+            kind = view.get("view")
+            if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
+                self.predict_dock.show()
+                self.predict_dock.raise_()
+                self.predict_panel.tabs.setCurrentIndex(1 if kind == "dla" else 0)
 
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog

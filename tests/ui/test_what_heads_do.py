@@ -209,3 +209,42 @@ def test_the_scan_shows_progress_ranks_heads_and_can_be_cancelled(qtbot, tmp_pat
     assert ab.ranked.item(0, 0).text() == f"L{l} H{h}" and ab.ranked.item(0, 1).text() == f"{e:+.4f}"
     assert ab.scan_view.map is not None and "baseline" in ab.scan_view.map.title
     w.worker.wait_idle()
+
+
+def test_the_views_export_and_open_view_restores_the_ablation_query_and_tokens(qtbot, tmp_path):
+    from attnviz.figures.data import open_sidecar
+    from attnviz.ui.export import ExportDialog
+
+    text = "the cat sat on the mat . the cat sat on the"
+    w = open_window(qtbot, tmp_path / "e.ini", model="attnviz-textbook", panels=("predict",), text=text)
+    panel = _shown(w)
+    eff = w.state.effects
+    eff.set_ablation(Ablation(heads=((1, 0),), mode="mean"))
+    w.state.toggle_query(5)
+    eff.set_tokens("cat", "")
+    a = _analysed(qtbot, w, changed=True)
+    assert a.position == 5 and a.label(a.target) == "cat"
+    dialog = ExportDialog(w.state, w, w.settings)
+    dialog.scope.setCurrentIndex(dialog.scope.findData("dla"))
+    dialog.format.setCurrentIndex(dialog.format.findData("png"))
+    dialog.path_edit.setText(str(tmp_path / "dla.png"))
+    assert dialog.do_export(), dialog.error.text()
+    meta = open_sidecar(tmp_path / "dla.png")
+    assert meta["view"] == "dla" and meta["position"] == 5 and meta["target"] == a.target
+    # back to a clean run on another text, then File -> Open view
+    eff.restore_clean()
+    eff.set_tokens("", "")
+    w.set_text("the dog ran")
+    wait_for_text(qtbot, w, "the dog ran")
+    w.open_view(str(tmp_path / "dla.png"))
+    qtbot.waitUntil(lambda: w.state.query_pos == 5, timeout=WAIT)
+    assert eff.ablation == Ablation(heads=((1, 0),), mode="mean")
+    assert panel.target_edit.text() == "cat"
+    assert panel.tabs.currentWidget() is panel.dla_view and w.ablation_bar.isVisible()
+    b = _analysed(qtbot, w, changed=True)
+    assert (b.position, b.target, b.alt) == (a.position, a.target, a.alt)
+    # an ablation the model does not have: nothing of the view is applied
+    bad = dict(meta, ablation={"heads": [[7, 0]], "mode": "zero", "knockouts": []})
+    w.apply_view(bad)
+    assert "L7 H0" in w.error_banner.text() and eff.ablation == Ablation(heads=((1, 0),), mode="mean")
+    w.worker.wait_idle()

@@ -1,0 +1,283 @@
+"""The What heads do views as files: the prediction (top-k of the clean run, the changed run's
+beside it), the logit lens (per layer) and DLA (the layer x head map of figures/headmap.py), each as
+PNG or SVG with a JSON sidecar that File -> Open view restores (the text, the query position, the
+typed tokens and the ablation), or as numbers (JSON, CSV, NPY). QPainter only, no widgets.
+
+    effects_view(kind, analysis, model=..., result=..., kv_group=...) -> EffectsView
+    numbers(view) -> dict                    # what the JSON holds (the CLI's `predict` key names)
+    png_bytes / svg_bytes(view, width)       # the figure
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
+
+from attnviz.figures import headmap
+from attnviz.figures.data import ExportError
+from attnviz.figures.heatmaps import encode_png, render_svg, render_with
+
+VIEWS = ("prediction", "lens", "dla")
+TEXT = QColor(30, 30, 30)
+MUTED = QColor(100, 100, 100)
+CLEAN_BAR = QColor("#4c78a8")
+CHANGED_BAR = QColor("#b35c00")
+LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
+MAP_WIDTH = 520  # the DLA map's design width (its cells and text scale together from it)
+
+
+@dataclass(frozen=True)
+class EffectsView:
+    kind: str  # one of VIEWS
+    model: str
+    text: str
+    tokens: list
+    labels: list
+    ids: list
+    analysis: object  # engine.effects.Analysis
+    kv_group: np.ndarray
+    typed: tuple = ("", "")  # the target and alternative as typed ("": the top two)
+    display: dict | None = None  # the heatmap options the sidecar records (layer, colormap, ...)
+
+    def title(self) -> str:
+        a = self.analysis
+        where = f"after {self.labels[a.position]!r} (token {a.position})"
+        name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[self.kind]
+        return f"{name} {where}, {self.model}"
+
+    def changed_line(self) -> str:
+        ab = self.analysis.ablation
+        line = f"Changed run: {ab.describe()}" if self.analysis.changed is not None else "Clean run"
+        return f"{LENS_LABEL}; {line}" if self.kind == "lens" else line
+
+
+DISPLAY = {"layer": 0, "head": None, "scope": "layer", "view_mode": "layer", "colormap": "viridis",
+           "scale_mode": "shared", "hide_first": False, "value_weighted": False}
+
+
+def effects_view(kind: str, analysis, *, model: str, result, kv_group, typed=("", ""),
+                 display: dict | None = None) -> EffectsView:
+    """`display`: the window's layer, focus and heatmap options, kept in the sidecar (DISPLAY's keys)."""
+    if kind not in VIEWS:
+        raise ExportError(f"unknown view {kind!r}; one of {', '.join(VIEWS)}")
+    if analysis is None:
+        raise ExportError("no prediction to export yet: show the What heads do panel on a causal model")
+    return EffectsView(kind, model, result.text, list(result.tokens), list(result.labels),
+                       [int(i) for i in result.input_ids], analysis, np.asarray(kv_group),
+                       (str(typed[0]), str(typed[1])), {**DISPLAY, **(display or {})})
+
+
+def _top(a, p) -> list:
+    return [{"id": int(i), "token": a.label(i), "logprob": float(lp)} for i, lp in zip(p.top_ids, p.top_logprobs)]
+
+
+def numbers(view: EffectsView) -> dict:
+    """Every number the view shows, with what it was computed on (the keys of `attnviz predict`)."""
+    a = view.analysis
+    out = {"model": view.model, "text": view.text, "tokens": view.tokens, "input_ids": view.ids,
+           "position": a.position, "target": a.target, "alt": a.alt,
+           "target_token": a.label(a.target), "alt_token": a.label(a.alt),
+           "ablation": a.ablation.to_json() if a.ablation.active else None,
+           "changed": a.changed is not None}
+    if view.kind == "prediction":
+        out["top"] = _top(a, a.clean)
+        if a.changed is not None:
+            out["changed_top"] = _top(a, a.changed)
+            out["delta_target_logprob"] = a.delta_target()
+    elif view.kind == "lens":
+        L = a.lens
+        out["lens"] = [{"top_id": int(L.top_ids[l]), "top_token": a.label(L.top_ids[l]),
+                        "top_logprob": float(L.top_logprobs[l]),
+                        "target_logprob": float(L.target_logprobs[l]), "target_rank": int(L.target_ranks[l])}
+                       for l in range(len(L.top_ids))]
+    else:
+        d = a.dla
+        out.update({"logit_diff": d.logit_diff, "dla": np.asarray(d.heads).tolist(),
+                    "dla_rest": {"mlp": np.asarray(d.mlp).tolist(), "embed": d.embed, "bias": d.bias}})
+    return out
+
+
+def csv_text(view: EffectsView) -> str:
+    a = view.analysis
+    if view.kind == "prediction":
+        rows = [["rank", "id", "token", "logprob"] + (["changed_id", "changed_token", "changed_logprob"]
+                                                      if a.changed is not None else [])]
+        for r in range(len(a.clean.top_ids)):
+            row = [r + 1, int(a.clean.top_ids[r]), a.label(a.clean.top_ids[r]), f"{a.clean.top_logprobs[r]:.6f}"]
+            if a.changed is not None:
+                row += [int(a.changed.top_ids[r]), a.label(a.changed.top_ids[r]),
+                        f"{a.changed.top_logprobs[r]:.6f}"]
+            rows.append(row)
+    elif view.kind == "lens":
+        L = a.lens
+        rows = [["layer", "top_id", "top_token", "top_logprob", "target_logprob", "target_rank"]]
+        rows += [[l, int(L.top_ids[l]), a.label(L.top_ids[l]), f"{L.top_logprobs[l]:.6f}",
+                  f"{L.target_logprobs[l]:.6f}", int(L.target_ranks[l])] for l in range(len(L.top_ids))]
+    else:
+        d = a.dla
+        n_head = d.heads.shape[1]
+        rows = [["layer"] + [f"H{h}" for h in range(n_head)] + ["mlp"]]
+        rows += [[l] + [f"{x:.6f}" for x in d.heads[l]] + [f"{d.mlp[l]:.6f}"] for l in range(len(d.mlp))]
+        rows += [["embed", f"{d.embed:.6f}"], ["bias", f"{d.bias:.6f}"]]
+    buf = io.StringIO()
+    import csv
+
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+def npy_array(view: EffectsView) -> np.ndarray:
+    """The view's main array: top-k log-probs [k] (with the changed run's: [2, k]), the lens's
+    [n_layer, 3] (top log p, target log p, target rank) or DLA's heads [n_layer, n_head]."""
+    a = view.analysis
+    if view.kind == "prediction":
+        lp = a.clean.top_logprobs
+        return np.stack([lp, a.changed.top_logprobs]) if a.changed is not None else np.asarray(lp)
+    if view.kind == "lens":
+        L = a.lens
+        return np.stack([L.top_logprobs, L.target_logprobs, L.target_ranks.astype(np.float64)], axis=1)
+    return np.asarray(a.dla.heads)
+
+
+def number_bytes(view: EffectsView, fmt: str) -> bytes:
+    if fmt == "json":
+        return (json.dumps(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+    if fmt == "csv":
+        return csv_text(view).encode("utf-8")
+    buf = io.BytesIO()
+    np.save(buf, npy_array(view), allow_pickle=False)
+    return buf.getvalue()
+
+
+# --- the figure ---------------------------------------------------------------------------------
+@dataclass
+class EffectsLayout:
+    width: int
+    height: int
+    scale: float
+    map_layout: object = None  # headmap.HeadMapLayout (dla)
+
+
+def _font(px: float, bold: bool = False) -> QFont:
+    f = QFont()
+    f.setFamilies(["DejaVu Sans", "Helvetica", "Arial"])
+    f.setPixelSize(max(6, int(round(px))))
+    f.setBold(bold)
+    return f
+
+
+def head_map(view: EffectsView) -> headmap.HeadMap:
+    a = view.analysis
+    d = a.dla
+    return headmap.HeadMap(
+        f"DLA: logit({a.label(d.target)}) − logit({a.label(d.alt)}) = {d.logit_diff:+.3f}; "
+        f"parts add to {d.total():+.3f}", np.asarray(d.heads), "logit", view.kv_group,
+        ("MLP", np.asarray(d.mlp)), (("embed", d.embed), ("bias", d.bias)), tuple(a.ablation.heads))
+
+
+def _rows(view: EffectsView) -> int:
+    a = view.analysis
+    return len(a.clean.top_ids) if view.kind == "prediction" else len(a.lens.top_ids)
+
+
+def layout(view: EffectsView, width: int) -> EffectsLayout:
+    s = width / 800.0
+    header = 3 * 22 * s
+    if view.kind == "dla":  # the map laid out at MAP_WIDTH and scaled, its text with it
+        n_layer, n_head = view.analysis.dla.heads.shape
+        cell = (MAP_WIDTH - 60) / (n_head + 3)
+        map_h = int(cell * (n_layer + 6))
+        lay = EffectsLayout(width, int(header + map_h * width / MAP_WIDTH), s)
+        lay.map_layout = headmap.layout(head_map(view), MAP_WIDTH, map_h)
+        return lay
+    return EffectsLayout(width, int(header + (_rows(view) + 2) * 24 * s), s)
+
+
+def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
+    s, a = lay.scale, view.analysis
+    p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    p.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+    p.setPen(TEXT)
+    p.setFont(_font(15 * s, bold=True))
+    p.drawText(QRectF(10 * s, 4 * s, lay.width - 20 * s, 22 * s), Qt.AlignmentFlag.AlignLeft, view.title())
+    p.setFont(_font(12 * s))
+    p.setPen(CHANGED_BAR if a.changed is not None else MUTED)
+    sub = view.changed_line()
+    if a.changed is not None and view.kind == "prediction":
+        sub += f";  Δ log p({a.label(a.target)}) = {a.delta_target():+.3f} nats"
+    p.drawText(QRectF(10 * s, 28 * s, lay.width - 20 * s, 20 * s), Qt.AlignmentFlag.AlignLeft, sub)
+    top = 3 * 22 * s
+    if view.kind == "dla":
+        p.save()
+        p.translate(0, top)
+        p.scale(lay.width / MAP_WIDTH, lay.width / MAP_WIDTH)
+        headmap.paint(p, head_map(view), lay.map_layout)
+        p.restore()
+        return
+    row_h = 24 * s
+    p.setFont(_font(12 * s))
+    fm = QFontMetricsF(_font(12 * s))
+    x_tok, x_bar = 10 * s, 10 * s + max(fm.horizontalAdvance("L00  ") + fm.horizontalAdvance("W" * 9), 140 * s)
+    bar_w = (lay.width - x_bar - 20 * s) / (2 if view.kind == "prediction" and a.changed is not None else 1)
+    p.setPen(MUTED)
+    if view.kind == "prediction":
+        heads = ["token", "p (clean)"] + (["p (changed) of the same rank"] if a.changed is not None else [])
+    else:
+        heads = ["layer  top-1", f"p of top-1 (blue) and of {a.label(a.target)} (orange), rank of it"]
+    p.drawText(QRectF(x_tok, top, x_bar - x_tok, row_h), Qt.AlignmentFlag.AlignVCenter, heads[0])
+    p.drawText(QRectF(x_bar, top, lay.width - x_bar, row_h), Qt.AlignmentFlag.AlignVCenter, "   ".join(heads[1:]))
+    for r in range(_rows(view)):
+        y = top + (r + 1) * row_h
+        p.setPen(TEXT)
+        if view.kind == "prediction":
+            bars = [(a.label(a.clean.top_ids[r]), float(np.exp(a.clean.top_logprobs[r])), CLEAN_BAR)]
+            if a.changed is not None:
+                bars.append((a.label(a.changed.top_ids[r]), float(np.exp(a.changed.top_logprobs[r])),
+                             CHANGED_BAR))
+            p.drawText(QRectF(x_tok, y, x_bar - x_tok, row_h), Qt.AlignmentFlag.AlignVCenter, bars[0][0])
+            for i, (label, prob, colour) in enumerate(bars):
+                x = x_bar + i * bar_w
+                p.fillRect(QRectF(x, y + 4 * s, (bar_w - 90 * s) * prob, row_h - 8 * s), colour)
+                p.setPen(TEXT)
+                p.drawText(QRectF(x + (bar_w - 90 * s) * prob + 4 * s, y, 200 * s, row_h),
+                           Qt.AlignmentFlag.AlignVCenter, f"{prob:.3f}" + (f" {label}" if i else ""))
+        else:
+            L = a.lens
+            p.drawText(QRectF(x_tok, y, x_bar - x_tok, row_h), Qt.AlignmentFlag.AlignVCenter,
+                       f"L{r}  {a.label(L.top_ids[r])}")
+            w = bar_w - 140 * s
+            for i, (lp, colour) in enumerate(((L.top_logprobs[r], CLEAN_BAR), (L.target_logprobs[r], CHANGED_BAR))):
+                p.fillRect(QRectF(x_bar, y + 3 * s + i * (row_h - 6 * s) / 2, w * float(np.exp(lp)),
+                                  (row_h - 6 * s) / 2), colour)
+            p.setPen(TEXT)
+            p.drawText(QRectF(x_bar + w + 6 * s, y, 140 * s, row_h), Qt.AlignmentFlag.AlignVCenter,
+                       f"{np.exp(L.top_logprobs[r]):.2f} / {np.exp(L.target_logprobs[r]):.2f}  #{int(L.target_ranks[r]) + 1}")
+
+
+def png_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
+    image, lay = render_with(layout, paint, view, width)
+    return encode_png(image), lay
+
+
+def svg_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
+    lay = layout(view, width)
+    return render_svg(lay.width, lay.height, view.title(), f"attnviz {view.kind}: {view.text}",
+                      lambda painter: paint(painter, view, lay)), lay
+
+
+def sidecar(view: EffectsView, image_path, lay: EffectsLayout) -> dict:
+    """The image's sidecar: File -> Open view restores the text, the query position, the typed
+    tokens (as #id) and the ablation; the numbers are in it too."""
+    import attnviz
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+
+    return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+            "view": view.kind, "image": Path(image_path).name, "width": lay.width, "height": lay.height,
+            "labels": view.labels, "ids": view.ids, **view.display,
+            "typed": {"target": view.typed[0], "alt": view.typed[1]}, **numbers(view)}

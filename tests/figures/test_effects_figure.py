@@ -1,0 +1,67 @@
+"""The What heads do views as files: the numbers of the prediction, the lens and DLA are the
+analysis's own (DLA's parts add up to the logit difference), a DLA PNG paints each head's cell in
+the colour of its sign, and an image's sidecar opens as a view that names the ablation."""
+
+import json
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+
+from attnviz.engine import load_model
+from attnviz.engine.effects import Ablation, analyse, window_run
+from attnviz.figures import effects as fig
+from attnviz.figures import headmap
+from attnviz.figures.data import open_sidecar
+from attnviz.figures.write import export_view
+from tiny import FIXTURES
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+
+
+@pytest.fixture(scope="module")
+def views():
+    model = load_model(FIXTURES / "gpt2")
+    run = window_run(model, "", ids=IDS, ablation=Ablation(heads=((1, 0),)))
+    a = analyse(model, run, position=8)
+    return {k: fig.effects_view(k, a, model=model.name, result=run.result, kv_group=model.kv_group)
+            for k in fig.VIEWS}
+
+
+def test_the_numbers_are_the_analysis_own(views, tmp_path):
+    dla = views["dla"]
+    a = dla.analysis
+    doc = json.loads(fig.number_bytes(dla, "json"))
+    assert doc["position"] == 8 and doc["ablation"] == {"heads": [[1, 0]], "mode": "zero", "knockouts": []}
+    rest = doc["dla_rest"]
+    total = np.sum(doc["dla"]) + np.sum(rest["mlp"]) + rest["embed"] + rest["bias"]
+    assert total == pytest.approx(doc["logit_diff"], abs=1e-3)
+    np.testing.assert_array_equal(np.asarray(doc["dla"]), a.dla.heads)
+    pred = json.loads(fig.number_bytes(views["prediction"], "json"))
+    assert [t["id"] for t in pred["top"]] == a.clean.top_ids.tolist()
+    assert pred["delta_target_logprob"] == pytest.approx(a.delta_target())
+    lens = json.loads(fig.number_bytes(views["lens"], "json"))["lens"]
+    assert len(lens) == 2 and lens[-1]["target_logprob"] == pytest.approx(float(a.changed.logprobs[a.target]))
+    (tmp_path / "l.npy").write_bytes(fig.number_bytes(views["lens"], "npy"))
+    assert np.load(tmp_path / "l.npy").shape == (2, 3)
+    assert fig.csv_text(views["prediction"]).splitlines()[0].startswith("rank,id,token,logprob,changed_id")
+
+
+def test_a_dla_png_paints_each_head_by_its_sign_and_its_sidecar_opens(qapp, views, tmp_path):
+    view = views["dla"]
+    out = tmp_path / "dla.png"
+    written = export_view(view, out, width=800)
+    assert written == [out, tmp_path / "dla.png.json"]
+    img = QImage(str(out))
+    lay = fig.layout(view, 800)
+    k = 800 / fig.MAP_WIDTH
+    heads = view.analysis.dla.heads
+    for (l, h) in [(0, 0), (0, 1), (1, 1)]:
+        cx, cy = headmap.cell_center(fig.head_map(view), lay.map_layout, l, h)
+        c = img.pixelColor(int(cx * k), int(3 * 22 * lay.scale + cy * k))
+        if abs(heads[l, h]) > 0.2 * np.abs(heads).max():
+            assert (c.red() > c.blue()) == (heads[l, h] > 0), (l, h, c.name())
+    meta = open_sidecar(out)
+    assert meta["view"] == "dla" and meta["ablation"]["heads"] == [[1, 0]] and meta["position"] == 8
+    svg = export_view(views["lens"], tmp_path / "lens.svg", width=700)
+    assert b"logit lens (raw: the final norm applied to each layer)" in svg[0].read_bytes()
