@@ -24,6 +24,7 @@ from attnviz.engine.ablation import MODES, first_layer, head_edits, knockout_edi
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.families import forward
 from attnviz.engine.layers import head_output_share, head_value_norms
+from attnviz.engine.patterns import head_title
 from attnviz.engine.predict import (
     Attribution, Lens, Prediction, attribute, lm_head, logit_lens, predict, prediction_trace,
 )
@@ -68,7 +69,7 @@ class Ablation:
         """What is switched off, in one line: "zero-ablated L3 H1, L5 H0; knocked out 7→3 in layers 2-4"."""
         parts = []
         if self.heads:
-            parts.append(f"{self.mode}-ablated " + ", ".join(f"L{l} H{h}" for l, h in self.heads))
+            parts.append(f"{self.mode}-ablated " + ", ".join(head_title(l, h) for l, h in self.heads))
         for layers, q, k in self.knockouts:
             parts.append(f"knocked out {q}→{k} in {_layers_text(layers)}")
         return "; ".join(parts) or "nothing switched off"
@@ -91,7 +92,7 @@ class Ablation:
                              "{layers, q, k}") from None
         for l, h in heads:
             if not (0 <= l < n_layer and 0 <= h < n_head):
-                raise InputError(f"ablation: head L{l} H{h} is not one of this model's "
+                raise InputError(f"ablation: head {head_title(l, h)} is not one of this model's "
                                  f"{n_layer} layers × {n_head} heads")
         for layers, q, k in kos:
             if not layers or not all(0 <= i < n_layer for i in layers):

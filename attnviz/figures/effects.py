@@ -20,14 +20,15 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
 
 from attnviz.figures import headmap
-from attnviz.figures.data import ExportError
+from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.heatmaps import encode_png, render_svg, render_with
+from attnviz.figures.style import WARNING
 
 VIEWS = ("prediction", "lens", "dla")
 TEXT = QColor(30, 30, 30)
 MUTED = QColor(100, 100, 100)
 CLEAN_BAR = QColor("#4c78a8")
-CHANGED_BAR = QColor("#b35c00")
+CHANGED_BAR = QColor(WARNING)  # the changed run, as the window marks it
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
 MAP_WIDTH = 520  # the DLA map's design width (its cells and text scale together from it)
 
@@ -57,7 +58,7 @@ class EffectsView:
         return f"{LENS_LABEL}; {line}" if self.kind == "lens" else line
 
 
-DISPLAY = {"layer": 0, "head": None, "scope": "layer", "view_mode": "layer", "colormap": "viridis",
+DISPLAY = {"layer": 0, "head": None, "scope": "layer", "view_mode": "layer", "colormap": DEFAULT_COLORMAP,
            "scale_mode": "shared", "hide_first": False, "value_weighted": False}
 
 

@@ -17,12 +17,13 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
 
+from attnviz.engine.patterns import head_title
 from attnviz.figures.anatomy import DIVERGING
-from attnviz.figures.style import FOCUS
+from attnviz.figures.style import ERROR, FOCUS
 
-TEXT_DARK = QColor("#202124")
+TEXT_DARK = QColor(30, 30, 30)
 GRID_LINE = QColor(0, 0, 0, 40)
-MARK = QColor("#b00020")  # a switched-off head: crossed out
+MARK = QColor(ERROR)  # a switched-off head: crossed out
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
         p.drawText(QRectF(lay.x_column - c, lay.title_h - QFontMetricsF(f).height() - 1, 3 * c,
                           QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
     for r, (name, _v) in zip(lay.extra_rects, hm.extras):
-        p.setPen(QColor("#000000") if abs(_v) < 0.6 * lim else QColor("#ffffff"))
+        p.setPen(QColor(Qt.GlobalColor.black) if abs(_v) < 0.6 * lim else QColor(Qt.GlobalColor.white))
         p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
     # switched-off heads crossed out, the focused head outlined
     pen = QPen(MARK, max(1.5, c * 0.12))
@@ -181,7 +182,7 @@ def readout(hm: HeadMap, what) -> str:
     if what[0] == "head":
         _, l, h = what
         off = "  (switched off)" if (l, h) in hm.marked else ""
-        return f"L{l} H{h}: {float(hm.values[l, h]):+.4f} {hm.unit}{off}"
+        return f"{head_title(l, h)}: {float(hm.values[l, h]):+.4f} {hm.unit}{off}"
     if what[0] == "column":
         return f"L{what[1]} {hm.column[0]}: {float(hm.column[1][what[1]]):+.4f} {hm.unit}"
     name, v = hm.extras[what[1]]

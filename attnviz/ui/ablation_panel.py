@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.ablation import MODES
 from attnviz.engine.errors import InputError
+from attnviz.engine.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.dla_view import HeadMapView, scan_map
 
@@ -121,7 +122,7 @@ class AblationPanel(QWidget):
         self.scan_label.setWordWrap(True)
         col.addWidget(self.scan_label)
         self.scan_view = HeadMapView(state, "No scan yet.")
-        self.scan_view.setMinimumHeight(240)
+        self.scan_view.setMinimumHeight(160)
         col.addWidget(self.scan_view, 2)
         self.ranked = QTableWidget(0, 3)
         self.ranked.setHorizontalHeaderLabels(["head", "Δ loss (nats)", "role"])
@@ -202,7 +203,7 @@ class AblationPanel(QWidget):
         ab = self.effects.ablation
         self.head_list.clear()
         for l, h in ab.heads:
-            item = QListWidgetItem(f"L{l} H{h}  ({ab.mode})")
+            item = QListWidgetItem(f"{head_title(l, h)}  ({ab.mode})")
             item.setData(Qt.ItemDataRole.UserRole, ("head", l, h))
             self.head_list.addItem(item)
         for layers, q, k in ab.knockouts:
@@ -252,7 +253,7 @@ class AblationPanel(QWidget):
         ranked = scan.ranked()[:RANKED_ROWS]
         self.ranked.setRowCount(len(ranked))
         for r, (l, h, e) in enumerate(ranked):
-            cells = [f"L{l} H{h}", f"{e:+.4f}", st.badge(l, h)]
+            cells = [head_title(l, h), f"{e:+.4f}", st.badge(l, h)]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 0:
@@ -270,7 +271,7 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
     ab = eff.ablation
     menu = QMenu(parent)
     if (layer, head) in ab.heads:
-        menu.addAction(f"Switch L{layer} H{head} back on").triggered.connect(
+        menu.addAction(f"Switch {head_title(layer, head)} back on").triggered.connect(
             lambda: eff.toggle_head(layer, head))
     else:
         for mode in MODES:
@@ -278,7 +279,7 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                 from dataclasses import replace
 
                 eff.set_ablation(replace(ab.toggled(layer, head), mode=mode))
-            menu.addAction(f"Switch L{layer} H{head} off ({mode}"
+            menu.addAction(f"Switch {head_title(layer, head)} off ({mode}"
                            + (", every head switched off follows" if ab.heads and mode != ab.mode
                               else "") + ")").triggered.connect(off)
     r = state.result

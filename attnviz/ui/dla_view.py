@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.figures import headmap as fig
 
-BACKGROUND = QColor("#ffffff")
+PAPER = QColor(Qt.GlobalColor.white)  # the maps are drawn as on paper, like the exports
 
 
 class HeadMapView(QWidget):
@@ -26,7 +26,7 @@ class HeadMapView(QWidget):
         self.empty_text = empty_text
         self.hover_text = ""
         self.setMouseTracking(True)
-        self.setMinimumSize(220, 200)
+        self.setMinimumSize(160, 120)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         state.sigFocusChanged.connect(self._on_focus)
 
@@ -54,10 +54,10 @@ class HeadMapView(QWidget):
     def paintEvent(self, _ev) -> None:
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-        p.fillRect(self.rect(), BACKGROUND)
+        p.fillRect(self.rect(), PAPER)
         lay = self._layout()
         if lay is None:
-            p.setPen(QColor("#5f6368"))
+            p.setPen(QColor(Qt.GlobalColor.darkGray))
             p.drawText(self.rect().adjusted(8, 8, -8, -8),
                        Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap,
                        self.empty_text)

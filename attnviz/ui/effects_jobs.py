@@ -40,7 +40,7 @@ class EffectsJobs(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(ANALYSIS_DELAY_MS)
         self._timer.timeout.connect(self.request_analysis)
-        self._scan_job = None
+        self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._sigProgress.connect(self._on_progress)
         eff.sigRunChanged.connect(lambda _run: self._timer.start())
@@ -48,7 +48,7 @@ class EffectsJobs(QObject):
         eff.sigWantedChanged.connect(lambda on: on and self.request_analysis())
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(lambda _t: self.worker.claim(ANALYSIS_KIND))  # a queued one is stale
-        st.sigModelChanged.connect(lambda _m: (self.worker.cancel(SCAN_KIND), self.worker.cancel(ANALYSIS_KIND)))
+        st.sigModelChanged.connect(lambda _m: (self.cancel_scan(), self.worker.cancel(ANALYSIS_KIND)))
 
     def flush(self) -> None:
         """Analyse now if the analysis waits for results to pause (tests, before wait_idle)."""
@@ -135,9 +135,15 @@ class EffectsJobs(QObject):
             return
         ids = None if source == "probe" else st.result.input_ids.copy()
         pos, target = st.query_pos, eff.target
-        holder = {}
+        job_id = self._scan_id = self.worker.claim(SCAN_KIND)  # before the thread starts: it reads it
 
         def work():
+            try:
+                return scan()
+            except Cancelled:  # stopped between heads: nothing to report (its result is dropped)
+                return None
+
+        def scan():
             head = lm_head(model)
             if source == "probe":
                 probe, _note = probe_ids(model)
@@ -149,37 +155,30 @@ class EffectsJobs(QObject):
             return scan, "the typed text, −log p(target) after the query token"
 
         def progress(done, total):
-            job = holder.get("job")
-            if job is not None:
-                self._sigProgress.emit(job.id, done, total)
+            self._sigProgress.emit(job_id, done, total)
 
-        def cancelled():
-            job = holder.get("job")
-            return job is not None and not self.worker.is_current(job)
+        def cancelled():  # (read on the scan's thread: one attribute)
+            return self._scan_id != job_id
 
         eff.set_scan(eff.scan, eff.scan_what, running=True)
-        job = self.worker.submit(SCAN_KIND, work, self._on_scan, (model, Cancelled), THREAD)
-        holder["job"] = job
-        self._scan_job = job
+        self.worker.submit(SCAN_KIND, work, self._on_scan, model, THREAD, job_id=job_id)
 
     def cancel_scan(self) -> None:
+        self._scan_id = None
         if self.worker.cancel(SCAN_KIND) is not None:
             eff = self.state.effects
             eff.set_scan(eff.scan, eff.scan_what, note="Scan cancelled")
 
     def _on_progress(self, job_id: int, done: int, total: int) -> None:
-        job = self._scan_job
-        if job is not None and job.id == job_id and self.worker.is_current(job):
+        if job_id == self._scan_id:
             self.state.effects.sigScanProgress.emit(done, total)
 
-    def _on_scan(self, request, value, error) -> None:
-        model, cancelled_type = request
+    def _on_scan(self, model, value, error) -> None:
         eff = self.state.effects
-        if model is not self.state.model:
+        if model is not self.state.model or (error is None and value is None):
             return
+        self._scan_id = None
         if error is not None:
-            if isinstance(error, cancelled_type):
-                return
             eff.set_scan(None, note=f"Scan failed: {describe_error(error)}")
             return
         scan, what = value

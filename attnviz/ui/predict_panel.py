@@ -11,7 +11,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QAbstractItemView, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPushButton,
-    QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
+    QScrollArea, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
 )
 
 from attnviz.figures.style import WARNING
@@ -105,7 +105,10 @@ class PredictPanel(QWidget):
                                  "the grid; Alt+click switches it off")
         self.tabs.addTab(self.dla_view, "DLA")
         self.ablation_panel = AblationPanel(state, worker)
-        self.tabs.addTab(self.ablation_panel, "Ablation")
+        scroll = QScrollArea()  # its controls, map and table need more height than a small window has
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.ablation_panel)
+        self.tabs.addTab(scroll, "Ablation")
 
         eff.sigAnalysisChanged.connect(self._show)
         eff.sigLensGridChanged.connect(self._show_grid)
