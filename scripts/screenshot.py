@@ -98,7 +98,10 @@ def main() -> int:
         settle(1.0)  # the run that keeps the layer inputs
     if args.panel in ("prediction", "dla"):
         dock = w.predict_dock
+        dock.show()
         dock.raise_()
+        settle(0.3)
+        dock.raise_()  # (a dock tab raised while the window still lays out its docks can lose)
         panel = w.predict_panel
         panel.tabs.setCurrentIndex(0 if args.panel == "prediction" else 1)
         if args.ablate and args.scene == "induction":

@@ -32,7 +32,8 @@ def _table(columns: list[str]) -> QTableWidget:
     return t
 
 
-def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
+def _fill(table: QTableWidget, rows: list[list[str]], numbers=()) -> None:
+    """Rows of text into `table`; the columns in `numbers` right-aligned."""
     table.setRowCount(len(rows))
     for r, row in enumerate(rows):
         for c, text in enumerate(row):
@@ -41,7 +42,7 @@ def _fill(table: QTableWidget, rows: list[list[str]]) -> None:
                 item = QTableWidgetItem()
                 table.setItem(r, c, item)
             item.setText(text)
-            if c and text[:1] in "0123456789+−-":
+            if c in numbers:
                 item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
 
@@ -154,8 +155,8 @@ class PredictPanel(QWidget):
         what = (f"<br><b style='color:{WARNING}'>Changed run: {html.escape(a.ablation.describe())}"
                 "</b>" if changed else "")
         self.header.setText(f"Next token after {after} (token {a.position}); target "
-                            f"<b>{html.escape(a.label(a.target))}</b> vs "
-                            f"<b>{html.escape(a.label(a.alt))}</b>{what}{note}")
+                            f"<b>‘{html.escape(a.label(a.target))}’</b> vs "
+                            f"<b>‘{html.escape(a.label(a.alt))}’</b>{what}{note}")
         self.target_edit.setPlaceholderText(f"top-1: {a.label(a.clean.top_ids[0])}")
         self.alt_edit.setPlaceholderText(f"second: {a.label(a.clean.top_ids[1])}" if len(a.clean.top_ids) > 1
                                          else "")
@@ -169,7 +170,7 @@ class PredictPanel(QWidget):
         self.top_table.setColumnHidden(3, not changed)
         self.top_table.setHorizontalHeaderLabels(["clean: token" if changed else "token", "p",
                                                   "changed: token", "p"])
-        _fill(self.top_table, rows)
+        _fill(self.top_table, rows, numbers=(1, 3))
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
@@ -180,7 +181,7 @@ class PredictPanel(QWidget):
                                 + (" — changed run" if changed else ""))
         _fill(self.lens_table, [[str(l), a.label(lens.top_ids[l]), _p(lens.top_logprobs[l]),
                                  _p(lens.target_logprobs[l]), str(int(lens.target_ranks[l]) + 1)]
-                                for l in range(len(lens.top_ids))])
+                                for l in range(len(lens.top_ids))], numbers=(0, 2, 3, 4))
         self.dla_view.set_map(dla_map(st, a))
 
     def _show_grid(self) -> None:
