@@ -169,7 +169,7 @@ def _export_effects(args, fmt: str) -> int:
                      ablation=Ablation(tuple(heads), args.ablate_mode))
     show_notice("export", run.result)
     analysis = analyse(model, run, args.position, args.target, args.alt)
-    with _offscreen():
+    with offscreen():
         from attnviz.figures.effects import effects_view
         from attnviz.figures.write import export_view
 

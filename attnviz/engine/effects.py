@@ -71,7 +71,7 @@ class Ablation:
         if self.heads:
             parts.append(f"{self.mode}-ablated " + ", ".join(head_title(l, h) for l, h in self.heads))
         for layers, q, k in self.knockouts:
-            parts.append(f"knocked out {q}→{k} in {_layers_text(layers)}")
+            parts.append(f"knocked out {q}→{k} in {layers_text(layers)}")
         return "; ".join(parts) or "nothing switched off"
 
     def to_json(self) -> dict:
@@ -100,7 +100,7 @@ class Ablation:
         return Ablation(tuple(heads), str(d.get("mode", "zero")), tuple(kos))
 
 
-def _layers_text(layers) -> str:
+def layers_text(layers) -> str:
     layers = list(layers)
     if len(layers) == 1:
         return f"layer {layers[0]}"

@@ -17,16 +17,14 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.figures import headmap
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
-from attnviz.figures.heatmaps import encode_png, render_svg, render_with
+from attnviz.figures.render import MUTED, TEXT, encode_png, figure_font, render_svg, render_with
 from attnviz.figures.style import WARNING
 
 VIEWS = ("prediction", "lens", "dla")
-TEXT = QColor(30, 30, 30)
-MUTED = QColor(100, 100, 100)
 CLEAN_BAR = QColor("#4c78a8")
 CHANGED_BAR = QColor(WARNING)  # the changed run, as the window marks it
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
@@ -165,14 +163,6 @@ class EffectsLayout:
     map_layout: object = None  # headmap.HeadMapLayout (dla)
 
 
-def _font(px: float, bold: bool = False) -> QFont:
-    f = QFont()
-    f.setFamilies(["DejaVu Sans", "Helvetica", "Arial"])
-    f.setPixelSize(max(6, int(round(px))))
-    f.setBold(bold)
-    return f
-
-
 def head_map(view: EffectsView) -> headmap.HeadMap:
     a = view.analysis
     d = a.dla
@@ -205,9 +195,9 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
     p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
     p.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
     p.setPen(TEXT)
-    p.setFont(_font(15 * s, bold=True))
+    p.setFont(figure_font(15 * s, bold=True))
     p.drawText(QRectF(10 * s, 4 * s, lay.width - 20 * s, 22 * s), Qt.AlignmentFlag.AlignLeft, view.title())
-    p.setFont(_font(12 * s))
+    p.setFont(figure_font(12 * s))
     p.setPen(CHANGED_BAR if a.changed is not None else MUTED)
     sub = view.changed_line()
     if a.changed is not None and view.kind == "prediction":
@@ -222,8 +212,8 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
         p.restore()
         return
     row_h = 24 * s
-    p.setFont(_font(12 * s))
-    fm = QFontMetricsF(_font(12 * s))
+    p.setFont(figure_font(12 * s))
+    fm = QFontMetricsF(figure_font(12 * s))
     x_tok, x_bar = 10 * s, 10 * s + max(fm.horizontalAdvance("L00  ") + fm.horizontalAdvance("W" * 9), 140 * s)
     bar_w = (lay.width - x_bar - 20 * s) / (2 if view.kind == "prediction" and a.changed is not None else 1)
     p.setPen(MUTED)

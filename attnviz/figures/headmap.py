@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.patterns import head_title
 from attnviz.figures.anatomy import DIVERGING
+from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
 
-TEXT_DARK = QColor(30, 30, 30)
+TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
 GRID_LINE = QColor(0, 0, 0, 40)
 MARK = QColor(ERROR)  # a switched-off head: crossed out
 
@@ -57,20 +58,13 @@ class HeadMapLayout:
     left: float = 0.0
 
 
-def _font(px: float, bold: bool = False) -> QFont:
-    f = QFont()
-    f.setPixelSize(max(7, int(round(px))))
-    f.setBold(bold)
-    return f
-
-
 def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     """Place every cell in a width x height picture (cells square, as large as fit)."""
     n_layer, n_head = hm.values.shape
     groups = (np.asarray(hm.kv_group) if hm.kv_group is not None and len(hm.kv_group) == n_head
               else np.zeros(n_head, np.int64))
     n_gaps = int(len(np.unique(groups)) - 1)
-    fm = QFontMetricsF(_font(11))
+    fm = QFontMetricsF(figure_font(11))
     left = fm.horizontalAdvance("L00 ") + 4
     title_h = fm.height() * 3 + 6  # two lines of title, one of head names
     n_cols = n_head + (1.4 if hm.column is not None else 0) + 0.4 * n_gaps
@@ -107,12 +101,12 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     if background is not None:
         p.fillRect(QRectF(0, 0, lay.width, lay.height), background)
     c, lim = lay.cell, hm.limit
-    f = _font(min(11, max(7, c * 0.8)))
-    p.setFont(_font(11, bold=True))
+    f = figure_font(min(11, max(7, c * 0.8)))
+    p.setFont(figure_font(11, bold=True))
     p.setPen(text)
-    lh = QFontMetricsF(_font(11)).height()
+    lh = QFontMetricsF(figure_font(11)).height()
     p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, hm.title)
-    p.setFont(_font(10))
+    p.setFont(figure_font(10))
     p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
                Qt.AlignmentFlag.AlignLeft,
                f"blue < 0 < red, ±{lim:.3g} {hm.unit}; rows layers, columns heads"

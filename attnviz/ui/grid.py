@@ -473,7 +473,7 @@ class HeatmapGrid(QWidget):
             return
         layer, head, q, k = cell
         if ev.button() == Qt.MouseButton.RightButton:  # switch it off, knock out this edge
-            from attnviz.ui.ablation_panel import head_menu
+            from attnviz.ui.panels.ablation_panel import head_menu
 
             head_menu(self.state, layer, head, q, k, self).popup(ev.screenPos().toPoint())
             return

@@ -104,7 +104,7 @@ class MainWindow(QMainWindow):
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
         self.training_panel = TrainingPanel(st)
         col.addWidget(self.training_panel)
-        from attnviz.ui.ablation_panel import AblationBar
+        from attnviz.ui.panels.ablation_panel import AblationBar
 
         self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
         col.addWidget(self.ablation_bar)
@@ -165,7 +165,7 @@ class MainWindow(QMainWindow):
             self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)
             self.anatomy_dock.visibilityChanged.connect(self._on_anatomy_visible)
         if "predict" in panels:
-            from attnviz.ui.predict_panel import PredictPanel
+            from attnviz.ui.panels.predict_panel import PredictPanel
 
             self.predict_panel = PredictPanel(self.state, self.worker)
             self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)

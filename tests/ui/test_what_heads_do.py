@@ -147,7 +147,7 @@ def test_switching_a_head_off_shows_the_changed_run_everywhere_and_restores(smol
 
 
 def test_the_context_menu_and_the_list_switch_heads_off_and_knock_out_edges(smol, qtbot):
-    from attnviz.ui.ablation_panel import head_menu
+    from attnviz.ui.panels.ablation_panel import head_menu
 
     w = smol
     panel = _shown(w)

@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.figures.style import WARNING
-from attnviz.ui.ablation_panel import AblationPanel
-from attnviz.ui.dla_view import HeadMapView, dla_map
+from attnviz.ui.panels.ablation_panel import AblationPanel
+from attnviz.ui.panels.dla_view import HeadMapView, dla_map
 
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
 

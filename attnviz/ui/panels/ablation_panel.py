@@ -17,10 +17,11 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.ablation import MODES
+from attnviz.engine.effects import layers_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.patterns import head_title
 from attnviz.figures.style import WARNING
-from attnviz.ui.dla_view import HeadMapView, scan_map
+from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 
 RANKED_ROWS = 20
 
@@ -207,9 +208,7 @@ class AblationPanel(QWidget):
             item.setData(Qt.ItemDataRole.UserRole, ("head", l, h))
             self.head_list.addItem(item)
         for layers, q, k in ab.knockouts:
-            from attnviz.engine.effects import _layers_text
-
-            item = QListWidgetItem(f"edge {q}→{k} knocked out in {_layers_text(layers)}")
+            item = QListWidgetItem(f"edge {q}→{k} knocked out in {layers_text(layers)}")
             item.setData(Qt.ItemDataRole.UserRole, ("edge", layers, q, k))
             self.head_list.addItem(item)
         i = self.mode_combo.findData(ab.mode)
