@@ -489,7 +489,7 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
         assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
         assert not trace.edits and not trace.start, "an edited run leaves the cache alone"
         trace.want_kv = True
-        if cache.attentions is not None and cache.has(trace):
+        if cache.usable(trace):
             p = cache.prefix(ids)
         if p == T and T:  # same ids, or the text got shorter: every row is known
             cache.give(trace, T)
@@ -506,7 +506,8 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
         _forward_rows(cfg, w, ids, p, trace, cache if p else None)
     if cache is not None:
         cache.store(trace)
-        trace.attentions = trace.attentions.view()
+        if trace.attentions is not None:
+            trace.attentions = trace.attentions.view()
     return trace
 
 

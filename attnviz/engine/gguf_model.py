@@ -228,6 +228,8 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
              **{hf: f"{arch}.{key}" for hf, key in _GGUF_KEYS.items()}}
     # no output.weight: the output head reuses the token embedding (the calculator counts it once)
     raw["tie_word_embeddings"] = "output.weight" not in _tensor_table(reader)
+    eos = _field(reader, "tokenizer.ggml.eos_token_id")  # where generation stops
+    raw["eos_token_id"] = int(eos) if isinstance(eos, (int, np.integer)) else None
     scaling = meta(f"{_GGUF_KEYS['rope_scaling']}.type")
     if scaling not in (None, "none"):
         raw["rope_scaling"] = {"type": scaling, "factor": meta(f"{_GGUF_KEYS['rope_scaling']}.factor")}

@@ -233,13 +233,20 @@ class KVCache:
         differ = np.flatnonzero(self.ids[:n] != ids[:n])
         return int(differ[0]) if differ.size else n
 
+    def usable(self, trace: Trace) -> bool:
+        """Whether a run of `trace` may reuse this cache's rows: it holds a run that kept the
+        patterns, if the trace wants them, and every record the trace asks for."""
+        return (len(self.ids) > 0 and (self.attentions is not None or not trace.want_patterns)
+                and self.has(trace))
+
     def has(self, trace: Trace) -> bool:
         """Whether the cached run kept every per-position record `trace` asks for."""
         return all(self.records.get(name) is not None for name in RECORDS if trace.want[name])
 
     def store(self, trace: Trace) -> None:
         """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
-        trace.attentions.flags.writeable = False
+        if trace.attentions is not None:  # a run without patterns (a generation step) keeps none
+            trace.attentions.flags.writeable = False
         self.ids, self.k, self.v, self.attentions = trace.ids.copy(), trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
@@ -256,8 +263,9 @@ class KVCache:
                 return np.ascontiguousarray(a[(slice(None),) * axis + (slice(None, T),)])
             self.ids = self.ids[:T].copy()
             self.k, self.v = [cut(a, 1) for a in self.k], [cut(a, 1) for a in self.v]
-            self.attentions = np.ascontiguousarray(self.attentions[:, :, :T, :T])
-            self.attentions.flags.writeable = False
+            if self.attentions is not None:
+                self.attentions = np.ascontiguousarray(self.attentions[:, :, :T, :T])
+                self.attentions.flags.writeable = False
             self.records = {name: [cut(a, 1 if name == "z" else 0) for a in rows]
                             for name, rows in self.records.items()}
             for rows in self.records.values():
@@ -266,7 +274,7 @@ class KVCache:
             self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
         self.reused = T
         trace.ids, trace.reused = self.ids, T
-        trace.attentions = self.attentions.view()
+        trace.attentions = self.attentions.view() if self.attentions is not None else None
         trace.k, trace.v = list(self.k), list(self.v)
         for name in RECORDS:
             if trace.want[name]:

@@ -1,0 +1,171 @@
+"""Generation: new tokens from a prompt, one KV-cached step each, and what each step read. Pure
+NumPy, no Qt.
+
+Step s (0-based) reads T = len(prompt) + s tokens: the prompt and the tokens chosen before it. The
+prompt is run once (prefill); every later step runs only its one new token against the model's KV
+cache (Model.run reuses the common prefix). From the final-norm input of the last position the
+model's head (predict.lm_head: final norm and unembedding) gives the next-token log-probabilities;
+the token is their argmax (greedy, the default), or a draw at a temperature from the smallest set
+of tokens whose probability reaches top_p, with a seeded generator so a run can be repeated.
+
+Each Step keeps the token, the top-k it was drawn from, the bytes of K and V the engine held when
+it was chosen (T tokens: the calculator's kv_bytes_sequence at T), and, when asked, the last
+position's row in every head [n_layer, n_head, T]: what the token that chose it read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from attnviz.engine.errors import InputError
+from attnviz.engine.predict import lm_head, log_softmax, token_text
+from attnviz.engine.trace import LayerCache, Trace
+
+TOP_K = 5
+
+
+class _StepTrace(Trace):
+    """What a generation step asks of the forward pass: K and V for the cache, the final-norm input
+    of the last position, and (rows=True) the last position's pattern row in every layer; no
+    dense patterns and no per-position records."""
+
+    def __init__(self, rows: bool):
+        super().__init__(patterns=False)
+        self.keep_rows = rows
+        self.final: np.ndarray | None = None  # [1, d_model]
+        self.last_rows: list = []  # per layer [n_head, T]
+
+    @property
+    def wants_output(self) -> bool:  # every layer runs to the end: the logits need its output
+        return True
+
+    def begin(self, n_layer, ids, p=0):
+        super().begin(n_layer, ids, p)
+        self.last_rows = [None] * n_layer
+
+    def record_resid(self, i, x, past):
+        if i == len(self.last_rows):
+            self.final = np.array(x[-1:])
+
+    def slot(self, i, past, rows):
+        return _StepSlot(self, i, past, rows)
+
+
+class _StepSlot(LayerCache):
+    def pattern(self, a):  # [n_head, n, T]: keep the last query row
+        if self.trace.keep_rows:
+            self.trace.last_rows[self.i] = np.array(a[:, -1])
+
+
+@dataclass(frozen=True)
+class Step:
+    id: int  # the chosen token
+    token: str  # its label
+    T: int  # tokens read to choose it (len(prompt) + step index)
+    kv_bytes: int  # bytes of K and V the engine held when it was chosen (T tokens)
+    top_ids: np.ndarray  # [k] int64, most likely first
+    top_logprobs: np.ndarray  # [k] float64
+    top_tokens: list  # [k] labels
+    rows: np.ndarray | None = None  # [n_layer, n_head, T]: the last position's row in every head
+
+    def top_json(self) -> list[dict]:  # as `attnviz predict --json` writes its top
+        return [{"id": int(i), "token": t, "logprob": float(lp)}
+                for i, t, lp in zip(self.top_ids, self.top_tokens, self.top_logprobs)]
+
+
+@dataclass
+class Generation:
+    prompt_ids: list[int]
+    steps: list[Step] = field(default_factory=list)
+    stopped: str = ""  # "eos", "max_new", "context" (the model's positions), "stopped" (should_stop)
+    notice: str | None = None  # what was changed in the prompt text, if anything (RunResult.notice)
+
+    @property
+    def new_ids(self) -> list[int]:
+        return [s.id for s in self.steps]
+
+
+def eos_ids(model) -> frozenset:
+    """The model's end-of-sequence token ids (config.json's eos_token_id, an int or a list; GGUF's
+    tokenizer.ggml.eos_token_id)."""
+    v = (getattr(model.config, "raw", {}) or {}).get("eos_token_id")
+    return frozenset(int(x) for x in (v if isinstance(v, list) else [v])
+                     if isinstance(x, int) and not isinstance(x, bool))
+
+
+def check_sampling(temperature: float, top_p: float, max_new: int) -> None:
+    if not (isinstance(max_new, int) and max_new >= 1):
+        raise InputError(f"max_new must be a whole number >= 1, got {max_new!r}")
+    if not np.isfinite(temperature) or temperature < 0:
+        raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if not (np.isfinite(top_p) and 0 < top_p <= 1):
+        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
+    """logprobs [vocab] -> a token: the argmax (lowest id on a tie) at temperature 0; otherwise a
+    draw from softmax(logprobs / temperature) cut to the smallest most-likely set whose
+    probability reaches top_p."""
+    if temperature == 0:
+        return int(np.argmax(logprobs))
+    p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
+    order = np.argsort(-p, kind="stable")
+    cum = np.cumsum(p[order])
+    keep = order[:int(np.searchsorted(cum, top_p * cum[-1])) + 1]  # at least one token
+    kept = p[keep] / p[keep].sum()
+    return int(keep[min(int(np.searchsorted(np.cumsum(kept), rng.random())), len(keep) - 1)])
+
+
+def generate(model, text: str | None = None, *, ids=None, max_new: int, temperature: float = 0.0,
+             top_p: float = 1.0, seed: int | None = None, ignore_eos: bool = False,
+             rows: bool = False, k: int = TOP_K, on_step: Callable[[Step], None] | None = None,
+             should_stop: Callable[[], bool] | None = None) -> Generation:
+    """Up to `max_new` tokens after `text` (with the model's special tokens) or `ids`, one cached
+    step each (module docstring). Stops at the model's end-of-sequence token (kept as the last
+    step) unless ignore_eos, at the model's context, or when should_stop() says so (checked before
+    each step). on_step(step) is called as each token arrives."""
+    check_sampling(temperature, top_p, max_new)
+    head = lm_head(model)  # NoPrediction for an encoder or a file without a head, before any run
+    rng = np.random.default_rng(seed)
+    eos = frozenset() if ignore_eos else eos_ids(model)
+    model.clear_cache()  # the prefill computes the prompt: its last position gives the first token
+    first = model.run(text, ids=ids, trace=_StepTrace(rows))
+    gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
+    seq = list(gen.prompt_ids)
+    limit = model.config.max_positions
+    result = first
+    while True:
+        trace = result.trace
+        logprobs = log_softmax(head.logits(trace.final)[0])  # [vocab] float64
+        top = np.argpartition(-logprobs, k - 1)[:k]
+        top = top[np.argsort(-logprobs[top], kind="stable")]
+        token = choose(logprobs, temperature, top_p, rng)
+        labels = [token_text(model, i) for i in [token, *top.tolist()]]
+        step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=result.cache_bytes,
+                    top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
+                    rows=np.stack(trace.last_rows) if rows else None)
+        gen.steps.append(step)
+        seq.append(token)
+        if on_step is not None:
+            on_step(step)
+        if token in eos:
+            gen.stopped = "eos"
+            break
+        if len(gen.steps) >= max_new or len(seq) >= limit:
+            gen.stopped = "max_new" if len(gen.steps) >= max_new else "context"
+            break
+        if should_stop is not None and should_stop():
+            gen.stopped = "stopped"
+            break
+        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows))
+    return gen
+
+
+def decode(model, ids: list[int]) -> str:
+    """The text of `ids` (special tokens written out), or the ids themselves without a tokenizer."""
+    if model.tokenizer is None:
+        return ", ".join(map(str, ids))
+    return model.tokenizer.raw.decode(list(ids), skip_special_tokens=False)

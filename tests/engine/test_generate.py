@@ -1,0 +1,116 @@
+"""Generation: greedy SmolLM2 equals transformers' generate(do_sample=False); every cached step
+equals a full recompute of the tokens it read (its top-k and the last row of every head); the K
+and V bytes of every step equal the calculator's figure for that T; sampling is repeatable by
+seed; it stops at the end-of-sequence token unless told to go on, at max_new, or when asked."""
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, load_model
+from attnviz.engine import generate as G
+from attnviz.engine.calc import calc_inputs_from_config, calculate
+from attnviz.engine.errors import NoPrediction
+from attnviz.engine.predict import lm_head, log_softmax
+from attnviz.engine.trace import Trace
+from tiny import FIXTURES
+
+PROMPT = [3, 1, 4, 1, 5, 9, 2]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {name: load_model(FIXTURES / name) for name in ("gpt2", "llama_gqa", "mistral_window")}
+
+
+def _recompute(model, ids):  # -> (logprobs [vocab], last rows [n_layer, n_head, T]) from scratch
+    r = model.run(ids=np.asarray(ids), use_cache=False, trace=Trace(resid=True))
+    return log_softmax(lm_head(model).logits(r.trace.resid[-1][-1:])[0]), r.attentions[:, :, -1]
+
+
+def _kv_bytes(model, T):
+    return calculate(calc_inputs_from_config(model.config, seq_len=T, kv_dtype="fp32")).kv_bytes_sequence
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "mistral_window"])
+def test_each_cached_step_equals_a_full_recompute_and_the_calculator(models, name):
+    model = models[name]
+    gen = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True)
+    assert len(gen.steps) == 6 and gen.stopped == "max_new"
+    seq = PROMPT + gen.new_ids
+    for s, step in enumerate(gen.steps):
+        T = len(PROMPT) + s
+        assert step.T == T
+        logprobs, rows = _recompute(model, seq[:T])
+        assert step.id == int(np.argmax(logprobs))
+        np.testing.assert_allclose(step.top_logprobs, np.sort(logprobs)[::-1][:5], atol=1e-4)
+        assert step.rows.shape == (model.config.n_layer, model.config.n_head, T)
+        np.testing.assert_allclose(step.rows, rows, atol=1e-5, rtol=0)
+        c = model.config
+        assert step.kv_bytes == T * c.n_layer * c.n_kv_head * c.d_head * 2 * 4  # every token's K, V
+        if c.sliding_window is None:
+            assert step.kv_bytes == _kv_bytes(model, T)
+        else:  # the calculator counts a window's keys only; the engine keeps every row's
+            assert step.kv_bytes >= _kv_bytes(model, T)
+
+
+def test_smollm2_greedy_equals_transformers_generate(smollm2):
+    ref = json.loads((FIXTURES / "smollm2" / "generate.json").read_text())
+    for case in ref["cases"][:2]:
+        gen = G.generate(smollm2, ids=case["ids"], max_new=case["max_new"])
+        assert gen.new_ids == case["new_ids"], case["prompt"]
+        assert gen.stopped == ("eos" if case["new_ids"][-1] == 2 else "max_new")
+        for s, step in enumerate(gen.steps):
+            assert step.kv_bytes == _kv_bytes(smollm2, len(case["ids"]) + s)
+
+
+def test_smollm2_stops_at_its_end_of_sequence_token_unless_told_to_go_on(smollm2):
+    assert G.eos_ids(smollm2) == {2}  # <|im_end|>, from the GGUF's tokenizer.ggml.eos_token_id
+    ref = json.loads((FIXTURES / "smollm2" / "generate.json").read_text())
+    case = next(c for c in ref["cases"] if c["new_ids"][-1] == 2)
+    n = len(case["new_ids"])
+    gen = G.generate(smollm2, ids=case["ids"], max_new=n + 3, ignore_eos=True)
+    assert gen.new_ids[:n] == case["new_ids"] and len(gen.new_ids) == n + 3
+
+
+def test_sampling_is_repeatable_by_seed_and_top_p_near_zero_is_greedy(models):
+    model = models["llama_gqa"]
+    a = G.generate(model, ids=PROMPT, max_new=8, temperature=1.5, seed=7, ignore_eos=True)
+    b = G.generate(model, ids=PROMPT, max_new=8, temperature=1.5, seed=7, ignore_eos=True)
+    assert a.new_ids == b.new_ids
+    others = [G.generate(model, ids=PROMPT, max_new=8, temperature=1.5, seed=s, ignore_eos=True).new_ids
+              for s in range(4)]
+    assert any(o != a.new_ids for o in others)  # the seed matters
+    greedy = G.generate(model, ids=PROMPT, max_new=8, ignore_eos=True)
+    tight = G.generate(model, ids=PROMPT, max_new=8, temperature=1.5, top_p=1e-9, seed=3, ignore_eos=True)
+    assert tight.new_ids == greedy.new_ids
+
+
+def test_choose_draws_only_from_the_top_p_set():
+    logprobs = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    rng = np.random.default_rng(0)
+    draws = {G.choose(logprobs, 1.0, 0.75, rng) for _ in range(300)}
+    assert draws == {0, 1}  # 0.5 + 0.3 reaches 0.75
+    assert G.choose(logprobs, 0.0, 0.1, rng) == 0
+
+
+def test_generation_stops_at_eos_or_when_asked(models, monkeypatch):
+    model = models["llama_gqa"]
+    greedy = G.generate(model, ids=PROMPT, max_new=5, ignore_eos=True).new_ids
+    monkeypatch.setattr(G, "eos_ids", lambda m: frozenset({greedy[2]}))
+    stop = G.generate(model, ids=PROMPT, max_new=5)
+    assert stop.new_ids == greedy[:3] and stop.stopped == "eos"
+    asked = []
+    gen = G.generate(model, ids=PROMPT, max_new=5, ignore_eos=True, on_step=asked.append,
+                     should_stop=lambda: len(asked) >= 2)
+    assert gen.new_ids == greedy[:2] and gen.stopped == "stopped" and len(asked) == 2
+
+
+def test_bad_settings_and_encoders_are_refused(models):
+    with pytest.raises(InputError, match="temperature must be >= 0"):
+        G.generate(models["gpt2"], ids=PROMPT, max_new=2, temperature=-1)
+    with pytest.raises(InputError, match="top_p must be in"):
+        G.generate(models["gpt2"], ids=PROMPT, max_new=2, top_p=0)
+    with pytest.raises(NoPrediction):
+        G.generate(load_model(FIXTURES / "bert"), ids=PROMPT, max_new=2)
