@@ -9,7 +9,9 @@ import sys
 import traceback
 
 from attnviz import __version__
-from attnviz.commands import calc_cmd, engine_cmds, export_cmd, heads_cmd, predict_cmd, scan_cmd
+from attnviz.commands import (
+    calc_cmd, engine_cmds, export_cmd, generate_cmd, heads_cmd, predict_cmd, scan_cmd,
+)
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
 COMMAND_MODULES = (
@@ -17,6 +19,7 @@ COMMAND_MODULES = (
     calc_cmd,  # calc
     heads_cmd,  # heads, find
     predict_cmd,  # predict, ablation-scan
+    generate_cmd,  # generate
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
     scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
 )

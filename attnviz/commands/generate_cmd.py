@@ -1,0 +1,62 @@
+"""`attnviz generate`: new tokens from a prompt, one KV-cached step each, with what each step cost."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from attnviz.commands import checkpoint_opt
+from attnviz.commands.checks import parse_ids, positive, show_notice
+from attnviz.engine import DEFAULT_MODEL, load_model
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate", help="generate tokens from a prompt, one cached step each",
+        description="Generate up to --max-new tokens after the prompt, one KV-cached step each: "
+                    "greedy by default, or drawn at --temperature from the --top-p most likely "
+                    "tokens with --seed. Stops at the model's end-of-sequence token unless "
+                    "--ignore-eos. Each step reports its token, the top-5 it was drawn from and "
+                    "the bytes of K and V the engine held when it was chosen.")
+    p.add_argument("--model", default=DEFAULT_MODEL, help="a causal model's name or folder")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="the prompt (the model's special tokens are added)")
+    src.add_argument("--ids", help="comma-separated prompt token ids, run as given")
+    p.add_argument("--max-new", type=positive, required=True, metavar="N",
+                   help="the most new tokens to generate")
+    p.add_argument("--temperature", type=float, default=0.0, metavar="X",
+                   help="0 (the default): greedy; above 0: sample at this temperature")
+    p.add_argument("--top-p", type=float, default=1.0, metavar="P",
+                   help="sample from the smallest set of most likely tokens whose probability "
+                        "reaches P (default 1: all)")
+    p.add_argument("--seed", type=int, default=None, metavar="S", help="seed of the sampler")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="go on past the model's end-of-sequence token")
+    p.add_argument("--json", action="store_true", help="print the run as JSON")
+    checkpoint_opt.add(p)
+    p.set_defaults(func=cmd_generate)
+
+
+def cmd_generate(args) -> int:
+    from attnviz.engine.generate import check_sampling, decode, generate
+
+    check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
+    ids = parse_ids(args.ids) if args.ids is not None else None
+    model = checkpoint_opt.at(load_model(args.model), args)
+    gen = generate(model, args.text, ids=ids, max_new=args.max_new, temperature=args.temperature,
+                   top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    show_notice("generate", gen)
+    text = decode(model, gen.prompt_ids + gen.new_ids)
+    if args.json:
+        print(json.dumps({
+            "model": model.name, "prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids,
+            "new_tokens": [s.token for s in gen.steps], "text": text, "stopped": gen.stopped,
+            "steps": [{"id": s.id, "token": s.token, "T": s.T, "kv_bytes": s.kv_bytes,
+                       "top": s.top_json()} for s in gen.steps],
+        }, ensure_ascii=False, indent=1))
+        return 0
+    print(text)
+    last = gen.steps[-1]
+    print(f"-- {len(gen.steps)} new tokens ({gen.stopped}); K and V held at the last step: "
+          f"{last.kv_bytes:,} bytes for {last.T} tokens")
+    return 0
