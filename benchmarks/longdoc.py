@@ -1,0 +1,176 @@
+"""Long documents and generation on SmolLM2-135M-Instruct (the bundled Q4_1 GGUF), side by side in
+one run. Not a test: run it, read the table.
+
+    .venv/bin/python benchmarks/longdoc.py [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
+
+1. sgemm peak: the best of a few [2048, 2048] @ [2048, 2048] float32 products at BLAS's default
+   threads, measured first, in this run.
+2. Full forward of a long text (longdoc.run_long: row-block attention, no dense patterns) at each T,
+   each in a fresh child process: wall time, peak RSS (VmHWM, whole process: weights included), and
+   FLOP/s as a fraction of (1). FLOPs counted: the projections and MLP (2 T d_in d_out each) and the
+   attention pairs a causal model needs (T (T + 1) / 2 per head, 2 d_head for q.k and 2 d_head for
+   a.v); the engine's row blocks compute at most a block's worth of masked pairs more.
+3. Generation: per T, a prompt of T - 1 random ids, then 16 greedy steps with the KV cache
+   (engine/generate.py); median seconds per step vs the weight-streaming floor of benchmarks/
+   smollm2.py (one matrix-vector product with each of the model's float32 layer matrices). The
+   unembedding (49,152 x 576, 113 MB as float32) is part of each step but not of that floor: the
+   floor with it is shown too.
+
+The machine is shared: each section reports the CPU time other processes took while it ran
+(`other_cpu_s`) and the load average; on 2 cores shared with other work, read the figures with it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_HERE)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]  # typing.py lives here
+sys.path.insert(0, _ROOT)
+sys.path.insert(1, _HERE)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from smollm2 import Foreign, matvec_floor, smollm2_path  # noqa: E402
+
+GOALS = {"peak_fraction_4096": 0.5, "rss_gib_8192": 3.0, "floor_ratio_512": 2.0}
+N_STEPS = 16
+
+
+def sgemm_peak(n: int = 2048, runs: int = 5) -> float:
+    a = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    a @ b  # warm-up
+    best = min(_timed(lambda: a @ b) for _ in range(runs))
+    return 2 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def forward_flops(cfg, T: int) -> float:
+    d, dh = cfg.d_model, cfg.d_head
+    proj = 2 * T * d * (cfg.n_head + 2 * cfg.n_kv_head) * dh + 2 * T * cfg.n_head * dh * d
+    mlp = 2 * T * d * 2 * cfg.d_ff + 2 * T * cfg.d_ff * d
+    attn = 4 * dh * cfg.n_head * T * (T + 1) / 2
+    return cfg.n_layer * (proj + mlp + attn)
+
+
+def _status() -> dict:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                out[k] = int(v.split()[0]) * 1024
+    return out
+
+
+def child_forward(T: int) -> dict:
+    from attnviz.engine import load_model
+    from attnviz.engine.longdoc import run_long
+
+    model = load_model(smollm2_path())
+    loaded = _status()
+    ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
+    layers = []
+    with Foreign() as f:
+        t0 = time.perf_counter()
+        run = run_long(model, ids=ids, progress=lambda i, n: layers.append(time.perf_counter() - t0))
+        wall = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run.patterns.overview(model.config.n_layer // 2, (512, 512), "max")
+    overview_s = time.perf_counter() - t0
+    return {"T": T, "wall_s": wall, "other_cpu_s": f.other_cpu_s, "flops": forward_flops(model.config, T),
+            "rss_after_load": loaded["VmRSS"], "hwm": _status()["VmHWM"], "kept_bytes": run.patterns.nbytes,
+            "overview_512_s": overview_s, "load": os.getloadavg()[0]}
+
+
+def child_generate(T: int) -> dict:
+    from attnviz.engine import load_model
+    from attnviz.engine.generate import generate
+    from attnviz.engine.predict import lm_head
+
+    model = load_model(smollm2_path())
+    head = lm_head(model)
+    floor_fn, floor_bytes, _ = matvec_floor(model.weights)
+    x = np.random.default_rng(0).standard_normal((1, model.config.d_model), dtype=np.float32)
+    floor_fn()
+    floor = statistics.median(_timed(floor_fn) for _ in range(9))
+    unembed = statistics.median(_timed(lambda: head.logits(x)) for _ in range(9))
+    ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T - 1)
+    stamps = []
+    with Foreign() as f:
+        generate(model, ids=ids, max_new=N_STEPS + 1, ignore_eos=True,
+                 on_step=lambda s: stamps.append(time.perf_counter()))
+    step = statistics.median(np.diff(stamps))  # the steps after the prefill: T .. T + 16 tokens read
+    return {"T": T, "step_s": step, "tokens_per_s": 1 / step, "floor_s": floor, "floor_bytes": floor_bytes,
+            "floor_with_unembed_s": floor + unembed, "floor_ratio": step / floor,
+            "floor_ratio_with_unembed": step / (floor + unembed), "other_cpu_s": f.other_cpu_s,
+            "load": os.getloadavg()[0]}
+
+
+def spawn(kind: str, T: int) -> dict:
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--T", str(T)],
+                          capture_output=True, text=True, timeout=3600, cwd=_ROOT)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode or not lines:
+        raise RuntimeError(f"{kind} child failed: {proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def report(res: dict) -> None:
+    peak = res["sgemm_flops"]
+    print(f"sgemm peak {peak / 1e9:.1f} GFLOP/s (2048^3, best of 5); load average at start {res['load']:.1f}")
+    print(f"{'T':>6} {'forward s':>10} {'GFLOP/s':>8} {'of peak':>8} {'peak RSS':>9} {'kept':>8} "
+          f"{'overview':>9} {'other CPU s':>11}")
+    for r in res["forward"]:
+        rate = r["flops"] / r["wall_s"]
+        print(f"{r['T']:>6} {r['wall_s']:>10.1f} {rate / 1e9:>8.1f} {rate / peak:>7.0%} "
+              f"{r['hwm'] / 2**30:>7.2f} G {r['kept_bytes'] / 2**20:>6.0f} M {r['overview_512_s']:>8.2f}s "
+              f"{r['other_cpu_s']:>11.1f}")
+    print(f"{'T':>6} {'step ms':>8} {'tok/s':>7} {'floor ms':>9} {'ratio':>6} {'+unembed':>9} "
+          f"{'ratio':>6} {'other CPU s':>11}")
+    for r in res["generate"]:
+        print(f"{r['T']:>6} {r['step_s'] * 1e3:>8.1f} {r['tokens_per_s']:>7.1f} {r['floor_s'] * 1e3:>9.1f} "
+              f"{r['floor_ratio']:>5.2f}x {r['floor_with_unembed_s'] * 1e3:>9.1f} "
+              f"{r['floor_ratio_with_unembed']:>5.2f}x {r['other_cpu_s']:>11.1f}")
+    print("goals: >= 50 % of the sgemm peak at T = 4,096; peak RSS <= 3 GiB at 8,192; a step <= 2x the "
+          "floor at T <= 512")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--child")
+    ap.add_argument("--T", default="1024,4096,8192")
+    ap.add_argument("--gen-T", default="64,512,2048")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if args.child:
+        fn = child_forward if args.child == "forward" else child_generate
+        print(json.dumps(fn(int(args.T))))
+        return 0
+    res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": []}
+    for T in map(int, args.T.split(",")):
+        res["forward"].append(spawn("forward", T))
+        print(res["forward"][-1], file=sys.stderr, flush=True)
+    for T in map(int, args.gen_T.split(",")):
+        res["generate"].append(spawn("generate", T))
+        print(res["generate"][-1], file=sys.stderr, flush=True)
+    print(json.dumps(res, indent=1)) if args.json else report(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
