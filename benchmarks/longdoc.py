@@ -165,10 +165,10 @@ def main() -> int:
         print(json.dumps(fn(int(args.T))))
         return 0
     res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": []}
-    for T in map(int, args.T.split(",")):
+    for T in (int(t) for t in args.T.split(",") if t):
         res["forward"].append(spawn("forward", T))
         print(res["forward"][-1], file=sys.stderr, flush=True)
-    for T in map(int, args.gen_T.split(",")):
+    for T in (int(t) for t in args.gen_T.split(",") if t):
         res["generate"].append(spawn("generate", T))
         print(res["generate"][-1], file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1)) if args.json else report(res)
