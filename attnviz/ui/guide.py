@@ -56,8 +56,7 @@ class GuideBar(QWidget):
         least, growing but never shrinking while they stay, so an answer that comes or re-wraps
         never moves the grid under the bar. The labels get the bar's height (the layout would
         otherwise give a wrapped label more height than the bar has, and clip it)."""
-        line = self.look.fontMetrics().lineSpacing()
-        need = max(2 * line, *(text_height(lab) for lab in (self.look, self.answer)))
+        need = max(two_lines(self.look), *(text_height(lab) for lab in (self.look, self.answer)))
         key = (self.sample, self.width())
         h = max(need, self._fitted[1]) if self._fitted[0] == key else need
         self._fitted = (key, h)
@@ -135,11 +134,17 @@ class GuideBar(QWidget):
         self.state.show_head(g.layer, g.head)
 
 
-def text_height(label: QLabel) -> int:
-    """Pixels the label's (rich) text needs at the label's width, wrapped."""
+def text_height(label: QLabel, html: str | None = None) -> int:
+    """Pixels the label's (rich) text, or `html`, needs at the label's width, wrapped."""
     doc = QTextDocument()
     doc.setDefaultFont(label.font())
     doc.setDocumentMargin(0)
-    doc.setHtml(label.text())
+    doc.setHtml(label.text() if html is None else html)
     doc.setTextWidth(max(label.width(), 1))
     return int(doc.size().height()) + 2
+
+
+def two_lines(label: QLabel) -> int:
+    """Pixels two lines of the guide's rich text need (bold and italic lines are taller than the
+    plain line spacing): the bar's least height, so a two-line answer never grows it."""
+    return text_height(label, "<b>Ag</b><br><i>Ag</i>")
