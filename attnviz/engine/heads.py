@@ -327,6 +327,18 @@ def unknown_mask(ids, unknown_ids=()):  # [T], ids -> bool [T]
     return np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64))
 
 
+def unknown_notice(unknown) -> tuple[float, str | None]:  # bool [T] -> share, why identity roles go unlabelled
+    """The share of unknown tokens, and the one-line reason duplicate and induction are not
+    labelled when it is over UNKNOWN_LIMIT (None otherwise)."""
+    T = len(unknown)
+    share = float(unknown.mean())
+    if share <= UNKNOWN_LIMIT:
+        return share, None
+    return share, (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
+                   f"({share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
+                   "are not labelled, since the text's words cannot be told apart")
+
+
 def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None,
                 unknown_ids=()):
     """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores.
@@ -344,12 +356,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
     if ids.shape != (T,):
         raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
     unknown = unknown_mask(ids, unknown_ids)
-    unknown_share = float(unknown.mean())
-    notice = None
-    if unknown_share > UNKNOWN_LIMIT:
-        notice = (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
-                  f"({unknown_share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
-                  "are not labelled, since the text's words cannot be told apart")
+    unknown_share, notice = unknown_notice(unknown)
     # a causal model's heads never look ahead: its keys are k <= q
     causal = not np.triu(attentions, 1).any()
     allowed = np.tril(np.ones((T, T), dtype=bool)) if causal else np.ones((T, T), dtype=bool)
@@ -543,14 +550,8 @@ def score_blocks(blocks, n_layer, n_head, ids, causal, exclude_bos=False,
     T = len(ids)
     if T < 2:
         raise InputError(f"head scores need at least 2 tokens; got {T}")
-    unknown = np.isin(ids, np.fromiter(unknown_ids, dtype=np.int64)) if len(unknown_ids) else \
-        np.zeros(T, dtype=bool)
-    unknown_share = float(unknown.mean())
-    notice = None
-    if unknown_share > UNKNOWN_LIMIT:
-        notice = (f"{int(unknown.sum())} of the {T} tokens are unknown to the vocabulary "
-                  f"({unknown_share:.0%}, more than {UNKNOWN_LIMIT:.0%}): duplicate and induction "
-                  "are not labelled, since the text's words cannot be told apart")
+    unknown = unknown_mask(ids, unknown_ids)
+    unknown_share, notice = unknown_notice(unknown)
     sums = _RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
     for layer, a, rows in blocks:
         sums.add(layer, a, rows)
