@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine import heads as H
-from attnviz.engine.errors import InputError
 
 HEAD_STATS = ("first_token_mass", "entropy", "mean_distance", "previous", "duplicate", "induction")
 STAT_UNITS = {"entropy": "nats", "mean_distance": "tokens"}  # the others are shares of a row's weight
@@ -67,15 +66,7 @@ def identity_scores(attentions, ids, unknown_ids=()):  # [n_layer, n_head, T, T]
 def text_statistics(attentions, ids, unknown_ids=()):
     """One text's statistics: [n_layer, n_head, T, T], ids [T] -> {name: float64 [n_layer, n_head]}
     for every name in HEAD_STATS. Needs T >= 2 (as `attnviz heads` does)."""
-    attentions = np.asarray(attentions)
-    ids = np.asarray(ids)
-    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
-        raise InputError(f"attention patterns must be [n_layer, n_head, T, T]; got {attentions.shape}")
-    T = attentions.shape[-1]
-    if T < 2:
-        raise InputError(f"head statistics need at least 2 tokens; the text gives {T}")
-    if ids.shape != (T,):
-        raise InputError(f"{ids.size} token ids for {T} attention positions")
+    attentions, ids = H.check_patterns(attentions, ids, "head statistics")
     duplicate, induction = identity_scores(attentions, ids, unknown_ids)
     return {
         "first_token_mass": first_token_mass(attentions),

@@ -339,6 +339,21 @@ def unknown_notice(unknown) -> tuple[float, str | None]:  # bool [T] -> share, w
                    "are not labelled, since the text's words cannot be told apart")
 
 
+def check_patterns(attentions, ids, what: str = "head scores"):
+    """-> (attentions [n_layer, n_head, T, T], ids [T]) as arrays, T >= 2; InputError naming the
+    shape otherwise."""
+    attentions = np.asarray(attentions)
+    ids = np.asarray(ids)
+    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
+        raise InputError(f"attention patterns must be [n_layer, n_head, T, T]; got {attentions.shape}")
+    T = attentions.shape[-1]
+    if T < 2:
+        raise InputError(f"{what} need at least 2 tokens; the text gives {T}")
+    if ids.shape != (T,):
+        raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
+    return attentions, ids
+
+
 def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None,
                 unknown_ids=()):
     """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores.
@@ -346,15 +361,8 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
     `unknown_ids`: the tokenizer's unknown-token ids ([UNK]), which never count as repeats; when
     more than UNKNOWN_LIMIT of the tokens are unknown, no role that depends on token identity
     (duplicate, induction) is labelled at all."""
-    attentions = np.asarray(attentions)
-    ids = np.asarray(ids)
-    if attentions.ndim != 4 or attentions.shape[-1] != attentions.shape[-2]:
-        raise InputError(f"attention patterns must be [n_layer, n_head, T, T]; got {attentions.shape}")
+    attentions, ids = check_patterns(attentions, ids)
     T = attentions.shape[-1]
-    if T < 2:
-        raise InputError(f"head scores need at least 2 tokens; got {T}")
-    if ids.shape != (T,):
-        raise InputError(f"{ids.shape[0] if ids.ndim else 0} token ids for {T} attention positions")
     unknown = unknown_mask(ids, unknown_ids)
     unknown_share, notice = unknown_notice(unknown)
     # a causal model's heads never look ahead: its keys are k <= q

@@ -3,11 +3,6 @@ byte units, counts with k / M / B, the MHA / GQA / MQA comparison's rows."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from attnviz.engine.calc.sizing import CalcResult, Variant
-
 BINARY_UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB")
 
 
@@ -33,7 +28,7 @@ def exact_count(n: int) -> str:
     return f"{n:,}" + (f" ({format_count(n)})" if n >= 1000 else "")
 
 
-def shown_variants(r: "CalcResult") -> list[str]:
+def shown_variants(r) -> list[str]:  # r: a sizing.CalcResult
     """The keys of `r.compare` to show (window and command line alike): a model that is MHA (or
     MQA) as given would list that variant twice with the same numbers (a curve hidden under its
     own, a second table row), so it is shown once, as given."""
@@ -41,7 +36,7 @@ def shown_variants(r: "CalcResult") -> list[str]:
     return [k for k in r.compare if k == "gqa" or r.compare[k].n_kv_head != given]
 
 
-def compare_cells(v: "Variant") -> tuple[str, str, str, str]:
+def compare_cells(v) -> tuple[str, str, str, str]:  # v: a sizing.Variant
     """One KV layout's row of the comparison (the window's table and the command line's): KV heads,
     cache per token, cache at seq_len x batch, reduction vs MHA ("4×")."""
     return ("latent" if v.n_kv_head is None else str(v.n_kv_head), format_bytes(v.kv_bytes_per_token),
