@@ -121,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def open_window(args) -> int:
     """The launcher: its own arguments are checked before any window opens."""
-    from attnviz.engine.model import clean_text
-    from attnviz.engine.registry import resolve
+    from attnviz.engine.computing.model import clean_text
+    from attnviz.engine.reading.registry import resolve
 
     text = None
     if args.window_text is not None:

@@ -29,7 +29,7 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 
 from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.registry import DEFAULT_MODEL, resolve  # noqa: E402
+from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve  # noqa: E402
 
 
 def median_time(fn, min_runs=5, budget_s=2.0) -> float:

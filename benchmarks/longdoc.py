@@ -11,7 +11,7 @@ one run. Not a test: run it, read the table.
    attention pairs a causal model needs (T (T + 1) / 2 per head, 2 d_head for q.k and 2 d_head for
    a.v); the engine's row blocks compute at most a block's worth of masked pairs more.
 3. Generation: per T, a prompt of T - 1 random ids, then 16 greedy steps with the KV cache
-   (engine/generate.py); median seconds per step vs the weight-streaming floor of benchmarks/
+   (engine/computing/generate.py); median seconds per step vs the weight-streaming floor of benchmarks/
    smollm2.py (one matrix-vector product with each of the model's float32 layer matrices). The
    unembedding (49,152 x 576, 113 MB as float32) is part of each step but not of that floor: the
    floor with it is shown too.
@@ -82,7 +82,7 @@ def _status() -> dict:
 
 def child_forward(T: int) -> dict:
     from attnviz.engine import load_model
-    from attnviz.engine.longdoc import run_long
+    from attnviz.engine.computing.longdoc import run_long
 
     model = load_model(smollm2_path())
     loaded = _status()
@@ -102,8 +102,8 @@ def child_forward(T: int) -> dict:
 
 def child_generate(T: int) -> dict:
     from attnviz.engine import load_model
-    from attnviz.engine.generate import generate
-    from attnviz.engine.predict import lm_head
+    from attnviz.engine.computing.generate import generate
+    from attnviz.engine.analysing.predict import lm_head
 
     model = load_model(smollm2_path())
     head = lm_head(model)

@@ -28,10 +28,9 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine import ablation as A  # noqa: E402
-from attnviz.engine import predict as P  # noqa: E402
-from attnviz.engine.families import forward  # noqa: E402
-from attnviz.engine.probes import probe_ids  # noqa: E402
+from attnviz.engine.analysing import ablation as A, predict as P
+from attnviz.engine.computing.families import forward  # noqa: E402
+from attnviz.engine.analysing.probes import probe_ids  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "

@@ -14,7 +14,7 @@ keystroke -> repaint in the window. Not a test: run it, read the table.
    prefix each time; cache_computed must be 1) vs a full recompute of the 64 tokens, and vs the
    physical floor: one matrix-vector product with each of the model's own float32 weight matrices.
 3. Cold start in fresh processes (the project venv's Python when there is one): interpreter up,
-   imports, then load_model() broken down by wrapping attnviz.engine.gguf_model's steps (header
+   imports, then load_model() broken down by wrapping attnviz.engine.reading.gguf_model's steps (header
    parse, config, tensor table, dequantise + layout, tokenizer), then the first forward on the
    default sentence. Time to first painted heatmaps comes from benchmarks/typing.py --model.
 4. VmRSS / VmHWM of a fresh process after loading SmolLM2 and running 64 tokens.
@@ -292,7 +292,7 @@ def child_cold(path: str, t_spawn: float) -> dict:
     import tokenizers  # noqa: F401
     p2 = time.perf_counter()
     import attnviz.engine as engine
-    import attnviz.engine.gguf_model as gm
+    import attnviz.engine.reading.gguf_model as gm
     p3 = time.perf_counter()
 
     spent: dict[str, float] = {}

@@ -43,9 +43,9 @@ def main() -> int:
     from PySide6.QtCore import QSettings
 
     from attnviz.ui.app import create_window, make_app
-    from attnviz.engine import heads
-    from attnviz.engine.registry import DEFAULT_TEXT
-    from attnviz.engine.samples import SAMPLES
+    from attnviz.engine.analysing import heads
+    from attnviz.engine.reading.registry import DEFAULT_TEXT
+    from attnviz.engine.analysing.samples import SAMPLES
     import numpy as np
 
     app = make_app()
@@ -105,7 +105,7 @@ def main() -> int:
         panel = w.predict_panel
         panel.tabs.setCurrentIndex(0 if args.panel == "prediction" else 1)
         if args.ablate and args.scene == "induction":
-            from attnviz.engine.effects import Ablation
+            from attnviz.engine.analysing.effects import Ablation
 
             st.effects.set_ablation(Ablation(heads=tuple(strongest)))
             what += "; switched off " + st.effects.ablation.describe()

@@ -40,7 +40,7 @@ a span of the text itself (the default) gives a rise over steps 900-1240, 0.89 a
 on the made-up names.
 
 Scores recorded per checkpoint (in checkpoints.json):
-- induction_score: the best head's induction strength (attnviz.engine.heads, TransformerLens "mul"
+- induction_score: the best head's induction strength (attnviz.engine.analysing.heads, TransformerLens "mul"
   score over its coverage) on attnviz's repeated-random probe (probes.probe_ids: 25 random tokens,
   seed 0, repeated twice), computed by the attnviz engine from the saved F16 file.
 - icl_score: Olsson et al.'s in-context-learning score: the mean loss on late tokens (positions
@@ -264,7 +264,7 @@ def icl_score(model, batch):  # [n, N_POS] -> late loss - early loss
 
 @torch.no_grad()
 def torch_induction(model, probe):  # probe ids [T] -> best induction strength (torch patterns)
-    from attnviz.engine.heads import score_heads
+    from attnviz.engine.analysing.heads import score_heads
 
     _, pats = model(torch.tensor([probe]), want_patterns=True)
     attn = torch.stack([p[0] for p in pats]).numpy()  # [n_layer, n_head, T, T]
@@ -369,8 +369,8 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(out / "tokenizer.json"))
     (out / "config.json").write_text(json.dumps(gpt2_config(), indent=2) + "\n", encoding="utf-8")
-    from attnviz.engine.probes import probe_ids
-    from attnviz.engine.model import load_folder
+    from attnviz.engine.analysing.probes import probe_ids
+    from attnviz.engine.computing.model import load_folder
     from safetensors.numpy import save_file
 
     model = ToyGPT(sin_pos=args.sin_pos)
@@ -430,7 +430,7 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
                       n_held):
     from safetensors.numpy import save_file
 
-    from attnviz.engine.checkpoints import CHECKPOINTS_FILE, load_checkpoints
+    from attnviz.engine.reading.checkpoints import CHECKPOINTS_FILE, load_checkpoints
 
     entries = []
     ck_dir = out / "checkpoints"

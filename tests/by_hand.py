@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from attnviz.engine.families import forward
-from attnviz.engine.trace import Trace
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.trace import Trace
 
 
 def direct(model, ids):

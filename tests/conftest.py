@@ -43,7 +43,7 @@ def smollm2():
 def toy():
     """The project's toy model (attnviz-toy-stdlib), its last checkpoint."""
     from attnviz.engine import load_model
-    from attnviz.engine.registry import TOY_MODEL
+    from attnviz.engine.reading.registry import TOY_MODEL
 
     return load_model(TOY_MODEL)
 
@@ -51,6 +51,6 @@ def toy():
 @pytest.fixture(scope="session")
 def ckpts(toy):
     """The toy model's training checkpoints (a CheckpointSet)."""
-    from attnviz.engine.checkpoints import load_checkpoints
+    from attnviz.engine.reading.checkpoints import load_checkpoints
 
     return load_checkpoints(toy)

@@ -13,9 +13,9 @@ def definitions(name: str) -> list[str]:
 
 
 def test_each_shared_constant_has_one_home():
-    assert definitions("SCALE_MODES") == ["engine/patterns.py"]
-    assert definitions("DEFAULT_MODEL") == ["engine/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
-    assert definitions("DEFAULT_TEXT") == ["engine/registry.py"]
+    assert definitions("SCALE_MODES") == ["engine/computing/patterns.py"]
+    assert definitions("DEFAULT_MODEL") == ["engine/reading/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
+    assert definitions("DEFAULT_TEXT") == ["engine/reading/registry.py"]
     assert definitions("COLORMAPS") == ["figures/data.py"]
     assert definitions("DEFAULT_COLORMAP") == ["figures/data.py"]
     widths = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
@@ -28,7 +28,7 @@ def test_each_shared_constant_has_one_home():
 
 def test_the_users_see_the_same_tuple():
     from attnviz.cli import build_parser
-    from attnviz.engine import patterns
+    from attnviz.engine.computing import patterns
     from attnviz.figures import data as export_data
     from attnviz.ui import state
 
@@ -45,7 +45,7 @@ def test_every_view_counts_the_same_query_heads_per_kv_head(tmp_path):
 
     from attnviz.engine import load_model
     from attnviz.engine.calc import calc_inputs_from_config, calculate
-    from attnviz.engine.patterns import group_size
+    from attnviz.engine.computing.patterns import group_size
     from attnviz.figures.anatomy import make_anatomy_view
     from attnviz.figures.data import make_view
     from tiny import tiny_llama
@@ -99,20 +99,20 @@ def test_colours_and_head_titles_have_one_home():
             assert not [c for c in shared if c.lower() in text], f"{p.name} spells out a colour of figures/style.py"
     titled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                     if re.search(r"L\{[^}]+\} ?H\{", p.read_text(encoding="utf-8")))
-    assert titled == ["engine/patterns.py"]  # patterns.head_title; everything else calls it
-    from attnviz.engine.patterns import head_title
+    assert titled == ["engine/computing/patterns.py"]  # patterns.head_title; everything else calls it
+    from attnviz.engine.computing.patterns import head_title
 
     assert head_title(3, 1) == "L3 H1"
 
 
 def test_the_anatomy_recomputes_attention_with_the_forward_passs_own_stages():
-    """engine/anatomy.py keeps what self_attention drops (q, head outputs, concat) by calling the
+    """engine/analysing/anatomy.py keeps what self_attention drops (q, head outputs, concat) by calling the
     stages self_attention is made of, not its own copy of them."""
-    text = (PACKAGE / "engine" / "anatomy.py").read_text(encoding="utf-8")
+    text = (PACKAGE / "engine" / "analysing" / "anatomy.py").read_text(encoding="utf-8")
     for building_block in ("qkv_heads(", "apply_rope(", "rope_cos_sin(", "mask_bias(", "merge_heads(",
                            "linear(", "sqrt("):
         assert building_block not in text, building_block
-    forward = (PACKAGE / "engine" / "families.py").read_text(encoding="utf-8")
+    forward = (PACKAGE / "engine" / "computing" / "families.py").read_text(encoding="utf-8")
     body = forward[forward.index("def self_attention("):forward.index("def mlp(")]
     for stage in ("project_qkv(", "attend(", "head_outputs(", "attention_output("):
         assert stage in body and stage in text, stage
@@ -129,21 +129,21 @@ def test_one_config_json_reader():
     the engine's loader and `attnviz calc --config` both call it, and no other module of the engine
     or the commands parses JSON but for its own file."""
     from attnviz.commands import calc_cmd
-    from attnviz.engine import config, validate
+    from attnviz.engine.reading import config, validate
 
     assert calc_cmd.read_json_object is config.read_json_object is validate.read_json_object
     parsing = sorted(name for name, text in sources("engine", "commands").items()
                      if re.search(r"\bjson\.loads?\(", text))
     assert parsing == [
-        "engine/presets.py",  # resources/presets.json
-        "engine/registry.py",  # a trained toy model's manifest
-        "engine/textbook.py",  # the textbook model's marker file
-        "engine/validate.py",  # config.json, shard indexes, checkpoint metadata, tokenizer.json
-        "engine/weights.py",  # a safetensors header (bytes, not a file)
+        "engine/calc/presets.py",  # resources/presets.json
+        "engine/reading/registry.py",  # a trained toy model's manifest
+        "engine/reading/textbook.py",  # the textbook model's marker file
+        "engine/reading/validate.py",  # config.json, shard indexes, checkpoint metadata, tokenizer.json
+        "engine/reading/weights.py",  # a safetensors header (bytes, not a file)
     ]
     caps = sorted(name for name, text in sources("engine", "commands").items()
                   if re.search(r"^MAX_\w*(JSON|CONFIG)\w*\s*=", text, flags=re.M))
-    assert caps == ["engine/validate.py"]
+    assert caps == ["engine/reading/validate.py"]
 
 
 def test_each_config_rule_has_one_home():
@@ -153,7 +153,7 @@ def test_each_config_rule_has_one_home():
     for rule in ("window_applies", "sliding_window", "default_d_ff", "default_d_head", "kv_heads_divide",
                  "attention_biases", "multi_query"):
         homes = sorted(n for n, t in texts.items() if re.search(rf"^def {rule}\(", t, flags=re.M))
-        assert homes == ["engine/hf_config.py"], (rule, homes)
+        assert homes == ["engine/reading/hf_config.py"], (rule, homes)
     copies = {  # the rule written out again: a window of 0, the head divisions, the MLP width table
         "window == 0": r"window\S*\s*[!=]=\s*0\b",
         "n_head % n_kv_head": r"n_head\s*%|%\s*\S*n_kv_head\b",
@@ -162,12 +162,12 @@ def test_each_config_rule_has_one_home():
     }
     for what, pattern in copies.items():
         found = sorted(n for n, t in texts.items() if re.search(pattern, t))
-        assert found == ["engine/hf_config.py"], (what, found)
-    for user in ("engine/config.py", "engine/calc/inputs.py"):
+        assert found == ["engine/reading/hf_config.py"], (what, found)
+    for user in ("engine/reading/config.py", "engine/calc/inputs.py"):
         assert "kv_heads_divide(" in texts[user] and "default_d_head(" in texts[user], user
-    assert "sliding_window(raw" in texts["engine/config.py"] and "default_d_ff(" in texts["engine/config.py"]
+    assert "sliding_window(raw" in texts["engine/reading/config.py"] and "default_d_ff(" in texts["engine/reading/config.py"]
 
-    from attnviz.engine.hf_config import sliding_window
+    from attnviz.engine.reading.hf_config import sliding_window
 
     assert [sliding_window({"sliding_window": w}, "mistral", False) for w in (None, 0, 16)] == [None, None, 16]
     assert sliding_window({"sliding_window": 16}, "qwen2", False) is None
@@ -176,9 +176,9 @@ def test_each_config_rule_has_one_home():
 
 def test_each_gguf_key_is_paired_with_its_config_field_once():
     """gguf_config builds its config dict from _GGUF_KEYS, the table its messages name keys by."""
-    from attnviz.engine.gguf_model import _GGUF_KEYS
+    from attnviz.engine.reading.gguf_model import _GGUF_KEYS
 
-    text = (PACKAGE / "engine" / "gguf_model.py").read_text(encoding="utf-8")
+    text = (PACKAGE / "engine" / "reading" / "gguf_model.py").read_text(encoding="utf-8")
     for field, key in _GGUF_KEYS.items():
         assert len(re.findall(rf'"{re.escape(key)}[".]', text)) == 1, key  # the table's, no meta("...")
         assert not re.search(rf'"{field}"\s*:\s*meta\(', text), field  # no hand-built {field: meta(key)}

@@ -13,8 +13,8 @@ from attnviz.engine.calc import (
     exact_bytes, exact_count, format_bytes, format_count, shown_variants,
 )
 from attnviz.engine.errors import CalcError
-from attnviz.engine.presets import Preset, get_preset, load_presets
-from attnviz.engine.validate import read_json_object
+from attnviz.engine.calc.presets import Preset, get_preset, load_presets
+from attnviz.engine.reading.validate import read_json_object
 
 DEFAULT_SEQ_LEN = 4096  # free fields with no --max-positions
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.model import parse_typed_ids
+from attnviz.engine.computing.model import parse_typed_ids
 
 
 

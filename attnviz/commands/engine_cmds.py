@@ -10,10 +10,11 @@ import numpy as np
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, non_negative, parse_ids, refuse_options, show_notice
-from attnviz.engine import DEFAULT_MODEL, find_models, load_model, textbook
+from attnviz.engine import DEFAULT_MODEL, find_models, load_model
+from attnviz.engine.reading import textbook
 from attnviz.engine.errors import InputError
-from attnviz.engine.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
-from attnviz.engine.registry import TOY_LICENSE, TOY_MODEL
+from attnviz.engine.computing.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
+from attnviz.engine.reading.registry import TOY_LICENSE, TOY_MODEL
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -110,7 +111,7 @@ def cmd_attention(args) -> int:
     show_notice("attention", result)
     extra = {}
     if vw:
-        from attnviz.engine.patterns import value_weighted
+        from attnviz.engine.computing.patterns import value_weighted
 
         extra = {"value_norms": result.value_norms.astype(np.float32),
                  "value_weighted": value_weighted(result.attentions, result.value_norms)}

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, non_negative, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
-from attnviz.engine.checkpoints import checkpoint_record
+from attnviz.engine.reading.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
+from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
 from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)
 
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
@@ -154,8 +154,8 @@ def _export_anatomy(args, fmt: str) -> int:
 
 def _export_effects(args, fmt: str) -> int:
     """`--view prediction|lens|dla`: the What heads do views, as the window exports them."""
-    from attnviz.engine.ablation import parse_heads
-    from attnviz.engine.effects import Ablation, analyse, window_run
+    from attnviz.engine.analysing.ablation import parse_heads
+    from attnviz.engine.analysing.effects import Ablation, analyse, window_run
     from attnviz.figures.data import IMAGE_FORMATS
 
     refuse_options((("--scale", args.scale is not None), ("--hide-first", args.hide_first),

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_generate(args) -> int:
-    from attnviz.engine.generate import check_sampling, decode, generate
+    from attnviz.engine.computing.generate import check_sampling, decode, generate
 
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None

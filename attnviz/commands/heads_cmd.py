@@ -11,13 +11,11 @@ import numpy as np
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import at_least, non_negative, positive, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
-from attnviz.engine import find as F
-from attnviz.engine import heads as H
-from attnviz.engine import probes as P
-from attnviz.engine import textbook
-from attnviz.engine.checkpoints import checkpoint_record
+from attnviz.engine.analysing import find as F, heads as H, probes as P
+from attnviz.engine.reading import textbook
+from attnviz.engine.reading.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -12,11 +12,10 @@ import numpy as np
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
 from attnviz.engine import load_model
-from attnviz.engine import ablation as A
-from attnviz.engine import predict as P
+from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import head_title
-from attnviz.engine.probes import probe_ids
+from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.analysing.probes import probe_ids
 
 CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 

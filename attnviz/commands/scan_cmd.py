@@ -13,7 +13,7 @@ from pathlib import Path
 
 from attnviz.commands.checks import non_negative, positive
 from attnviz.engine import DEFAULT_MODEL
-from attnviz.engine.corpus_stats import EXAMPLES_RULE, HEAD_STATS
+from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
 from attnviz.engine.errors import InputError
 
 DEFAULT_BATCH = 16

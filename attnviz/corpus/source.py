@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.validate import exists, regular_file
+from attnviz.engine.reading.validate import exists, regular_file
 
 SUFFIXES = (".txt", ".jsonl", ".parquet")
 SPLITS = ("lines", "paragraphs")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.corpus_stats import HEAD_STATS
+from attnviz.engine.analysing.corpus_stats import HEAD_STATS
 from attnviz.engine.errors import InputError
 
 SCAN_KIND = "attnviz-scan"
@@ -170,7 +170,7 @@ class Manifest:
 
 def read_manifest(out: Path) -> Manifest:
     """DIR/scan.json -> Manifest; InputError when it is missing or not a scan's."""
-    from attnviz.engine.validate import read_json_object
+    from attnviz.engine.reading.validate import read_json_object
 
     path = Path(out) / MANIFEST
     if not path.is_file():

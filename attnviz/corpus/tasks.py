@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine import corpus_stats as S
+from attnviz.engine.analysing import corpus_stats as S
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def compute_batch(model, batch: Batch) -> dict:
     import pyarrow as pa
 
     from attnviz.corpus.store import schemas
-    from attnviz.engine.heads import unknown_token_ids
+    from attnviz.engine.analysing.heads import unknown_token_ids
 
     unk = unknown_token_ids(model)
     c = model.config

@@ -1,9 +1,9 @@
 """The attnviz engine: pure NumPy tokenizing, loading, forward pass and attention weights. No Qt."""
 
-from attnviz.engine.config import ModelConfig, config_from_dict, read_config
+from attnviz.engine.reading.config import ModelConfig, config_from_dict, read_config
 from attnviz.engine.errors import AttnvizError, CalcError, InputError, ModelLoadError
-from attnviz.engine.model import Model, RunResult, load_folder
-from attnviz.engine.registry import (
+from attnviz.engine.computing.model import Model, RunResult, load_folder
+from attnviz.engine.reading.registry import (
     DEFAULT_MODEL, DEFAULT_TEXT, WINDOW_MODEL, ModelInfo, find_models, load_model, resolve,
 )
 

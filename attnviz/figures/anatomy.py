@@ -22,12 +22,12 @@ import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QImage, QPainter, QPen
 
-from attnviz.engine.anatomy import (
+from attnviz.engine.analysing.anatomy import (
     BYTES, CostRow, LayerAnatomy, cost_totals, head_costs, head_dim_note, input_name, layer_anatomy,
 )
 from attnviz.engine.calc import format_bytes, format_count
-from attnviz.engine.layers import head_output_share_of_heads
-from attnviz.engine.patterns import check_index, group_size, head_title, max_pool
+from attnviz.engine.computing.layers import head_output_share_of_heads
+from attnviz.engine.computing.patterns import check_index, group_size, head_title, max_pool
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,

@@ -9,7 +9,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QImage, QPainter
 
-from attnviz.engine.corpus_stats import STAT_UNITS as UNITS
+from attnviz.engine.analysing.corpus_stats import STAT_UNITS as UNITS
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font
 from attnviz.figures.style import heat_index, heat_table

@@ -39,7 +39,7 @@ class EffectsView:
     tokens: list
     labels: list
     ids: list
-    analysis: object  # engine.effects.Analysis
+    analysis: object  # engine.analysing.effects.Analysis
     kv_group: np.ndarray
     typed: tuple = ("", "")  # the target and alternative as typed ("": the top two)
     display: dict | None = None  # the heatmap options the sidecar records (layer, colormap, ...)

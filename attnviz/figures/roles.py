@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.probes import KINDS as PROBE_KINDS
+from attnviz.engine.analysing.probes import KINDS as PROBE_KINDS
 
 ROLE_SOURCES = ("text", "probe") + PROBE_KINDS  # typed text, the random repeat probe, the template probes
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.patterns import SCALE_MODES, drop_first_key, max_pool, value_weighted
+from attnviz.engine.computing.patterns import SCALE_MODES, drop_first_key, max_pool, value_weighted
 
 EMPTY_TOP = 1.0  # the colour-scale top when nothing shown is above 0
 

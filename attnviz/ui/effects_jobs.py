@@ -57,7 +57,7 @@ class EffectsJobs(QObject):
 
     # --- the analysis of the query position ------------------------------------------------------
     def request_analysis(self) -> None:
-        from attnviz.engine.effects import analyse
+        from attnviz.engine.analysing.effects import analyse
 
         self._timer.stop()
         st, eff = self.state, self.state.effects
@@ -93,8 +93,8 @@ class EffectsJobs(QObject):
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
-        from attnviz.engine.effects import token_text
-        from attnviz.engine.predict import lens_grid, lm_head
+        from attnviz.engine.analysing.effects import token_text
+        from attnviz.engine.analysing.predict import lens_grid, lm_head
 
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
@@ -121,10 +121,10 @@ class EffectsJobs(QObject):
     def request_scan(self, source: str = "text") -> None:
         """Zero-ablate every head in turn on the typed text (loss: -log p(target) at the query
         position) or on the repeated-random probe (loss: the repeat loss), on a thread of its own."""
-        from attnviz.engine.ablation import Cancelled, ablation_scan
-        from attnviz.engine.effects import token_id
-        from attnviz.engine.predict import lm_head
-        from attnviz.engine.probes import probe_ids
+        from attnviz.engine.analysing.ablation import Cancelled, ablation_scan
+        from attnviz.engine.analysing.effects import token_id
+        from attnviz.engine.analysing.predict import lm_head
+        from attnviz.engine.analysing.probes import probe_ids
 
         st, eff = self.state, self.state.effects
         model = st.model

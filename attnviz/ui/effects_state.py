@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.effects import CLEAN, Ablation
+from attnviz.engine.analysing.effects import CLEAN, Ablation
 
 
 class Effects(QObject):

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.checkpoints import checkpoint_record
+from attnviz.engine.reading.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
-from attnviz.engine.patterns import SCALE_MODES, check_index, head_title
+from attnviz.engine.computing.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
@@ -162,7 +162,7 @@ def apply_view(state, view: dict) -> str | None:
 def _ablation_of(state, view: dict):
     """The ablation a What heads do view records (checked against the model: InputError), or None
     for another view."""
-    from attnviz.engine.effects import CLEAN, Ablation
+    from attnviz.engine.analysing.effects import CLEAN, Ablation
 
     if view.get("view") not in EFFECT_VIEWS and "ablation" not in view:
         return None

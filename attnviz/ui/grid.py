@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.patterns import group_size, head_title
+from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.mosaic import (
     Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, tile_index, title_spots,
     view_geometry,

@@ -1,6 +1,6 @@
 """The guide bar under the sentence: while the sentence is one of the samples, it says in one line
 what to look for, and once that sample's heatmaps are computed, which head of the loaded model
-shows it best (`engine.samples.guide`, on the job runner). "Show me" focuses that head.
+shows it best (`engine.analysing.samples.guide`, on the job runner). "Show me" focuses that head.
 
 A view of AppState: it watches the text, model, result and head scores, writes back only through
 the state's setters, and drops a guide whose text or model is no longer the current one. A roles
@@ -15,7 +15,7 @@ import html
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
-from attnviz.engine.samples import Guide, sample_for_text
+from attnviz.engine.analysing.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
 
 

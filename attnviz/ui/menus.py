@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
 
-from attnviz.engine import textbook
+from attnviz.engine.reading import textbook
 
 
 class ModelsMenu(QMenu):

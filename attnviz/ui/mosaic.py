@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.patterns import group_size, head_title
+from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.view import CAPTION, GAP, GROUP_GAP, TITLE, layer_columns
 
 LEFT = 0.4  # all view: the "L3" row headers left of each band of layers, in head sides

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QObject, QSettings, QTimer
 
-from attnviz.engine.patterns import SCALE_MODES
+from attnviz.engine.computing.patterns import SCALE_MODES
 from attnviz.figures.data import COLORMAPS
 from attnviz.ui.state import DISPLAY_DEFAULTS, VIEW_MODES
 
@@ -111,7 +111,7 @@ def bind(state, settings: QSettings) -> Writer:
 def saved_model(settings: QSettings) -> str:
     """The model source the window opens when none is given: the last one loaded, else the
     registry's WINDOW_MODEL (a first start)."""
-    from attnviz.engine.registry import WINDOW_MODEL
+    from attnviz.engine.reading.registry import WINDOW_MODEL
 
     return str(settings.value("model", WINDOW_MODEL))
 
@@ -121,7 +121,7 @@ def remember_model(settings: QSettings, source: str) -> None:
 
 
 def saved_text(settings: QSettings) -> str:
-    from attnviz.engine.registry import DEFAULT_TEXT
+    from attnviz.engine.reading.registry import DEFAULT_TEXT
 
     return str(settings.value("text", DEFAULT_TEXT))
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.engine.model import clean_text
-from attnviz.engine.patterns import DEFAULT_SCALE, SCALE_MODES
+from attnviz.engine.computing.model import clean_text
+from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
 from attnviz.figures.view import Shown, same_prefix
@@ -32,7 +32,7 @@ class AppState(QObject):
     sigOverlayChanged = Signal(object)
     sigStatus = Signal(str)
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
-    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.checkpoints) or None
+    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.reading.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
@@ -292,7 +292,7 @@ class AppState(QObject):
         self.sigStatus.emit(message)
 
     def set_guide(self, sample, guide, message: str = "") -> None:
-        """The runner's guide for a sample text (engine.samples.Guide: which head shows it best), or
+        """The runner's guide for a sample text (engine.analysing.samples.Guide: which head shows it best), or
         None with why; the guide bar shows it while that sample is the text."""
         self.sigGuideChanged.emit(sample, guide, str(message))
 

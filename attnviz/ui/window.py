@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
     QToolButton, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.samples import SAMPLES
+from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.ui import settings as remembered
 from attnviz.ui.controls import LoadBox, ViewControls
 from attnviz.ui.focus import FocusView
@@ -241,7 +241,7 @@ class MainWindow(QMainWindow):
     def open_scan(self, path: str) -> None:
         """Show a corpus scan in the Corpus panel, built and docked the first time."""
         if self.corpus_panel is None:
-            from attnviz.ui.corpus_panel import CorpusPanel
+            from attnviz.ui.panels.corpus_panel import CorpusPanel
 
             self.corpus_panel = CorpusPanel(self.state, self.worker)
             self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)

@@ -46,7 +46,7 @@ class LoadRequest:
 
 
 def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
-    from attnviz.engine.checkpoints import load_checkpoints
+    from attnviz.engine.reading.checkpoints import load_checkpoints
 
     ckpts = load_checkpoints(model)
     if ckpts is not None:
@@ -115,8 +115,8 @@ class Worker(Runner):
             return
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
-            if req.trace:  # clean and changed runs (engine/effects.py): a WindowRun
-                from attnviz.engine.effects import window_run
+            if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
+                from attnviz.engine.analysing.effects import window_run
 
                 return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
                                   ablation=req.ablation)
@@ -131,7 +131,7 @@ class Worker(Runner):
                 self.state.set_result(None)  # an empty sentence is a valid, empty state
             self.state.report_compute(req, describe_error(error))
             return
-        from attnviz.engine.effects import WindowRun
+        from attnviz.engine.analysing.effects import WindowRun
 
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)
@@ -219,8 +219,7 @@ class Worker(Runner):
     def request_probe_scores(self) -> None:
         """Score the probe source on the pool when the state has no scores of it (the random probe's
         run is cached per model and seed)."""
-        from attnviz.engine.probes import PROBE_SEED
-        from attnviz.engine.probes import score_probe
+        from attnviz.engine.analysing.probes import PROBE_SEED, score_probe
 
         st = self.state
         model, opts = st.model, st.role_options
@@ -238,7 +237,7 @@ class Worker(Runner):
         self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts))
 
     def _on_probe_scores(self, request, value, error) -> None:
-        from attnviz.engine.probes import PROBE_SEED
+        from attnviz.engine.analysing.probes import PROBE_SEED
 
         model, opts = request
         st = self.state
@@ -255,10 +254,10 @@ class Worker(Runner):
 
     # --- the guide bar's head ('guide' jobs) ---------------------------------------------------
     def request_guide(self, sample, result, scores=None) -> None:
-        """Find the head of the state's model that shows `sample` best in `result` (engine.samples
+        """Find the head of the state's model that shows `sample` best in `result` (engine.analysing.samples
         .guide, with the state's head scores of that result for a roles sample) on the pool; the
         newest wins, and its guide lands in the state (set_guide)."""
-        from attnviz.engine.samples import guide
+        from attnviz.engine.analysing.samples import guide
 
         self.submit(GUIDE_KIND, lambda: guide(sample, result, scores=scores), self._on_guide,
                     (sample, result, self.state.model))
@@ -306,7 +305,7 @@ class Worker(Runner):
         """A model with training checkpoints (a checkpoints.json in its folder: engine/checkpoints)
         gets them loaded and every checkpoint's weights preloaded on a thread of its own (it reads
         files); the runner hands them to the state, for the model they belong to only."""
-        from attnviz.engine.checkpoints import CHECKPOINTS_FILE
+        from attnviz.engine.reading.checkpoints import CHECKPOINTS_FILE
 
         path = getattr(model, "path", None)
         if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
@@ -361,6 +360,6 @@ def load_checked(source: str):
 
 
 def _heads():  # the engine's head scores, imported when first scored (not at the window's start)
-    from attnviz.engine import heads
+    from attnviz.engine.analysing import heads
 
     return heads

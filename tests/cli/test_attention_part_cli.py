@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
-from attnviz.engine import load_model, longdoc
+from attnviz.engine import load_model
+from attnviz.engine.computing import longdoc
 from tiny import FIXTURES
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import pytest
 from attnviz.cli import main
-from attnviz.engine.presets import load_presets
+from attnviz.engine.calc.presets import load_presets
 
 GIB = 1 << 30
 

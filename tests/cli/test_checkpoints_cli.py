@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 from attnviz.cli import main
-from attnviz.engine.registry import TOY_MODEL
+from attnviz.engine.reading.registry import TOY_MODEL
 
 REPEATED = "The parser reads the token stream. The parser reads the token stream."
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 from attnviz.engine import load_model
-from attnviz.engine.effects import Ablation, analyse, window_run
+from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.figures.data import open_sidecar
 from tiny import FIXTURES
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from attnviz.cli import main
-from attnviz.engine.patterns import value_weighted
+from attnviz.engine.computing.patterns import value_weighted
 
 SENTENCE = "The keys to the cabinet are on the table."
 

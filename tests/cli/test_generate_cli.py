@@ -7,7 +7,7 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.engine import load_model
-from attnviz.engine import generate as G
+from attnviz.engine.computing import generate as G
 from tiny import FIXTURES
 
 

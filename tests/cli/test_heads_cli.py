@@ -1,7 +1,7 @@
 """`attnviz heads` and `attnviz find` on the command line: tables, JSON, probes, errors."""
 
 import numpy as np
-from attnviz.engine import heads as H
+from attnviz.engine.analysing import heads as H
 
 
 def _cli(capsys, *argv):
@@ -66,7 +66,7 @@ def test_cli_find_json_and_errors(capsys):
 def test_cli_heads_syntactic_and_coreference_probes(capsys):
     import json
 
-    from attnviz.engine import probes as P
+    from attnviz.engine.analysing import probes as P
 
     rc, out, _ = _cli(capsys, "heads", "--probe", "syntactic", "--json")
     assert rc == 0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine import predict as P
+from attnviz.engine.analysing import predict as P
 from tiny import FIXTURES
 
 GPT2 = str(FIXTURES / "gpt2")

@@ -90,8 +90,7 @@ def assert_same_content(a: Path, b: Path, tol=1e-6):
 def test_a_two_worker_cluster_scan_equals_each_statistic_computed_in_one_process(
         cluster, corpus, reference, tmp_path, capsys):
     from attnviz.corpus import store
-    from attnviz.engine import corpus_stats as S
-    from attnviz.engine import heads as H
+    from attnviz.engine.analysing import corpus_stats as S, heads as H
     from attnviz.engine import load_model
 
     c, client = cluster

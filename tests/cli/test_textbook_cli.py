@@ -4,7 +4,7 @@
 
 def test_models_listing_names_the_textbook_vocabulary(capsys):
     from attnviz.cli import main
-    from attnviz.engine import textbook
+    from attnviz.engine.reading import textbook
 
     assert main(["models"]) == 0
     out = capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The anatomy's data (engine/anatomy.py): the layer inputs the forward pass keeps only when
+"""The anatomy's data (engine/analysing/anatomy.py): the layer inputs the forward pass keeps only when
 asked, and every stage recomputed from them checked against the engine's own patterns and a naive
 per-head loop on the checkpoint's tensors. No Qt."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.anatomy import cost_totals, head_costs, head_dim_note, layer_anatomy
-from attnviz.engine.layers import apply_rope, rope_cos_sin
+from attnviz.engine.analysing.anatomy import cost_totals, head_costs, head_dim_note, layer_anatomy
+from attnviz.engine.computing.layers import apply_rope, rope_cos_sin
 from tiny import FIXTURES
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6]

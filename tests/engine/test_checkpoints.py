@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.checkpoints import (
+from attnviz.engine.reading.checkpoints import (
     CHECKPOINTS_FILE, check_index, checkpoint_record, load_checkpoints, model_at,
 )
 from attnviz.engine.errors import InputError
-from attnviz.engine.registry import TOY_MODEL, find_models
+from attnviz.engine.reading.registry import TOY_MODEL, find_models
 
 REPEATED = "The parser reads the token stream. The parser reads the token stream."
 

@@ -4,8 +4,7 @@
 import numpy as np
 import pytest
 
-from attnviz.engine import corpus_stats as S
-from attnviz.engine import heads as H
+from attnviz.engine.analysing import corpus_stats as S, heads as H
 from attnviz.engine.errors import InputError
 
 

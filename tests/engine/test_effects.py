@@ -1,4 +1,4 @@
-"""What heads do, as the window runs it (engine/effects.py): the run shown under an ablation equals
+"""What heads do, as the window runs it (engine/analysing/effects.py): the run shown under an ablation equals
 the same edits run from the first layer, with the layers before it the clean run's; an ablation that
 does not fit the text leaves the clean run with a note; the analysis's defaults, its Δ log p and its
 DLA add up; typed tokens resolve to one id or are refused in one line; ablation states compare,
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.effects import Ablation, analyse, token_id, token_text, window_run
+from attnviz.engine.analysing.effects import Ablation, analyse, token_id, token_text, window_run
 from attnviz.engine.errors import InputError
-from attnviz.engine.families import forward
-from attnviz.engine.predict import lm_head, log_softmax
-from attnviz.engine.trace import Knockout, ReplaceHead, Trace
+from attnviz.engine.computing.families import forward
+from attnviz.engine.analysing.predict import lm_head, log_softmax
+from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, ModelLoadError, config_from_dict, load_model
-from attnviz.engine.layers import (
+from attnviz.engine.computing.layers import (
     apply_rope, attention_pattern, causal_mask, erf, kv_group, mask_bias, repeat_kv, rope_cos_sin,
     softmax,
 )
-from attnviz.engine.weights import bf16_to_f32
+from attnviz.engine.reading.weights import bf16_to_f32
 from tiny import llama_config, llama_tensors, tiny_llama, write_model
 
 SENTENCE = "The keys to the cabinet are on the table."
 
 
 def test_engine_import_loads_no_qt():
-    code = ("import sys, attnviz.engine, attnviz.engine.registry, attnviz.commands.engine_cmds; "
+    code = ("import sys, attnviz.engine, attnviz.engine.reading.registry, attnviz.commands.engine_cmds; "
             "bad = [m for m in sys.modules if m.startswith(('PySide6', 'pyqtgraph', 'attnviz.ui'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -238,7 +238,7 @@ def test_model_without_tokenizer_takes_typed_ids(tmp_path):
 
 
 def test_model_too_big_for_memory_is_refused_before_loading(tmp_path, monkeypatch):
-    import attnviz.engine.weights as W
+    import attnviz.engine.reading.weights as W
     folder = tiny_llama(tmp_path / "m")
     monkeypatch.setattr(W, "available_memory", lambda: 1000)
     with pytest.raises(ModelLoadError, match=r"needs about .* GiB as float32 .* GiB of memory"):

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.config import FAMILIES
-from attnviz.engine.families import FAMILY, layer_consts, self_attention
-from attnviz.engine.layers import (
+from attnviz.engine.reading.config import FAMILIES
+from attnviz.engine.computing.families import FAMILY, layer_consts, self_attention
+from attnviz.engine.computing.layers import (
     apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope_cos_sin,
     silu, softmax,
 )
-from attnviz.engine.trace import KVCache, Trace
+from attnviz.engine.computing.trace import KVCache, Trace
 from tiny import tiny_llama
 
 RNG = np.random.default_rng(3)

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, load_model
-from attnviz.engine import generate as G
+from attnviz.engine.computing import generate as G
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.engine.errors import NoPrediction
-from attnviz.engine.predict import lm_head, log_softmax
-from attnviz.engine.trace import Trace
+from attnviz.engine.analysing.predict import lm_head, log_softmax
+from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2]

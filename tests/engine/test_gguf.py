@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import ModelLoadError, load_model
-from attnviz.engine.gguf_model import is_gguf, load_gguf, unpermute_qk
+from attnviz.engine.reading.gguf_model import is_gguf, load_gguf, unpermute_qk
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, permute, write_gguf
 
@@ -75,7 +75,7 @@ def test_tiny_gguf_matches_transformers(tmp_path, fixture, qtype):
 
 def test_without_unpermute_the_patterns_are_wrong(tmp_path, monkeypatch):
     """The permutation matters: loading the llama.cpp layout as if it were HF's gives other patterns."""
-    import attnviz.engine.gguf_model as gm
+    import attnviz.engine.reading.gguf_model as gm
 
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     path = write_gguf(tmp_path / "m.gguf", cfg, tensors)
@@ -209,7 +209,7 @@ def test_unsupported_tensor_type_is_named(tmp_path, good_gguf):
 
 
 def test_memory_check_refuses_before_dequantising(tmp_path, good_gguf, monkeypatch):
-    import attnviz.engine.weights as weights
+    import attnviz.engine.reading.weights as weights
 
     monkeypatch.setattr(weights, "available_memory", lambda: 1000)
     with pytest.raises(ModelLoadError, match=r"needs about .* GiB .* only .* GiB"):

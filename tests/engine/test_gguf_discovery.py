@@ -13,8 +13,9 @@ import gguf
 import numpy as np
 import pytest
 
-from attnviz.engine import ModelLoadError, find_models, load_model, registry, resolve
-from attnviz.engine.gguf_model import gguf_config, open_gguf
+from attnviz.engine import ModelLoadError, find_models, load_model, resolve
+from attnviz.engine.reading import registry
+from attnviz.engine.reading.gguf_model import gguf_config, open_gguf
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 from tests.engine.test_registry import _fake_hf_cache_entry
@@ -202,7 +203,7 @@ def test_broken_files_are_skipped_with_a_log_line(home, tmp_path, caplog):
     (ollama / "manifests" / "registry.ollama.ai" / "library" / "bad" / "latest").write_text("{not json")
     _ollama_manifest(ollama, "registry.ollama.ai/library/gone/latest", [(MODEL, "sha256:" + "a" * 64)])
     _ollama_manifest(ollama, "registry.ollama.ai/library/evil/latest", [(MODEL, "sha256:../../x")])
-    with caplog.at_level(logging.INFO, logger="attnviz.engine.registry"):
+    with caplog.at_level(logging.INFO, logger="attnviz.engine.reading.registry"):
         found = _found(include_unsupported=True)
     gguf = [n for n, m in found.items() if m.source in ("llama.cpp", "ollama")]
     assert gguf == ["good"]
@@ -243,8 +244,8 @@ def test_headers_are_read_once_per_file_version_and_nothing_is_dequantised(home,
     def forbidden(*a, **k):
         raise AssertionError("listing must not load weights or dequantise")
 
-    monkeypatch.setattr("attnviz.engine.gguf_model.dequantize", forbidden)
-    monkeypatch.setattr("attnviz.engine.gguf_model.load_llama_gguf", forbidden)
+    monkeypatch.setattr("attnviz.engine.reading.gguf_model.dequantize", forbidden)
+    monkeypatch.setattr("attnviz.engine.reading.gguf_model.load_llama_gguf", forbidden)
     assert "m" in _found() and "m" in _found()
     assert calls == [path]
     os.utime(path, ns=(0, path.stat().st_mtime_ns + 10**9))  # changed on disk: read again

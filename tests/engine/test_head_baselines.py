@@ -4,8 +4,7 @@ the head's own chance score beside it, a label must beat it, and Find ranks by s
 import numpy as np
 import pytest
 
-from attnviz.engine import find as F
-from attnviz.engine import heads as H
+from attnviz.engine.analysing import find as F, heads as H
 
 EMOJI_CJK = "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café"
 

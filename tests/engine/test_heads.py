@@ -6,9 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from attnviz.engine import find as F
-from attnviz.engine import heads as H
-from attnviz.engine import probes as P
+from attnviz.engine.analysing import find as F, heads as H, probes as P
 from attnviz.engine.errors import InputError
 
 # a causal 4-token head: rows sum to 1

@@ -1,11 +1,11 @@
-"""The one config.json reader (engine/hf_config.py): the engine and the calculator read the same
+"""The one config.json reader (engine/reading/hf_config.py): the engine and the calculator read the same
 sizes and apply the same rules to a config."""
 
 import pytest
 
 from attnviz.engine.calc import calc_inputs_from_config
-from attnviz.engine.config import config_from_dict
-from attnviz.engine.hf_config import keys, read_fields
+from attnviz.engine.reading.config import config_from_dict
+from attnviz.engine.reading.hf_config import keys, read_fields
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
          "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 96,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, ModelLoadError, load_model
-from attnviz.engine.model import clean_text, parse_typed_ids
+from attnviz.engine.computing.model import clean_text, parse_typed_ids
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
 
 SURROGATE_NOTICE = "lone surrogate"
@@ -187,7 +187,7 @@ def test_typed_ids_misuse_is_an_input_error(ids_model):
 def test_tokenizer_ids_beyond_the_embedding_are_a_clear_error(tmp_path):
     """A tokenizer.json with more tokens than the model's embedding rows (the loader refuses it
     too): a run never reaches an IndexError."""
-    from attnviz.engine.tokenizer import TextTokenizer
+    from attnviz.engine.reading.tokenizer import TextTokenizer
 
     model = load_model(tiny_llama(tmp_path / "small", vocab=50))
     (tmp_path / "tokenizer.json").write_text(byte_level_tokenizer_json(), encoding="utf-8")

@@ -5,11 +5,13 @@ reports progress per layer and stops when cancelled; a dense request over the li
 import numpy as np
 import pytest
 
-from attnviz.engine import InputError, heads, load_model, longdoc
-from attnviz.engine.find import find, find_long
-from attnviz.engine.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
-from attnviz.engine.longdoc import Cancelled, LongTrace, run_long
-from attnviz.engine.trace import Trace
+from attnviz.engine import InputError, load_model
+from attnviz.engine.analysing import heads
+from attnviz.engine.computing import longdoc
+from attnviz.engine.analysing.find import find, find_long
+from attnviz.engine.computing.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
+from attnviz.engine.computing.longdoc import Cancelled, LongTrace, run_long
+from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
 
 NAMES = ["gpt2", "bert", "llama_gqa", "llama_mqa", "mistral_window", "qwen2", "gemma3", "qwen3", "phi3"]

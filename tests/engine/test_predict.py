@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, load_model
-from attnviz.engine import ablation as A
-from attnviz.engine import predict as P
-from attnviz.engine import textbook
+from attnviz.engine.analysing import ablation as A, predict as P
+from attnviz.engine.reading import textbook
 from attnviz.engine.errors import NoPrediction
-from attnviz.engine.families import forward
-from attnviz.engine.trace import ReplaceHead
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.trace import ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]

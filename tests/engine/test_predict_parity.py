@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine import ablation as A
-from attnviz.engine import predict as P
-from attnviz.engine import textbook
-from attnviz.engine.layers import layer_norm, softmax
+from attnviz.engine.analysing import ablation as A, predict as P
+from attnviz.engine.reading import textbook
+from attnviz.engine.computing.layers import layer_norm, softmax
 from tiny import FIXTURES
 
 REF = FIXTURES / "predict"
@@ -103,6 +102,6 @@ def test_the_textbook_prediction_equals_numpy_by_hand(tmp_path):
 
 
 def _act(x, cfg):
-    from attnviz.engine.layers import ACTIVATIONS
+    from attnviz.engine.computing.layers import ACTIVATIONS
 
     return ACTIVATIONS[cfg.activation](x.astype(np.float32)).astype(np.float64)

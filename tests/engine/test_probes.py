@@ -5,7 +5,8 @@ are right in one half of the items only and are not."""
 import numpy as np
 import pytest
 
-from attnviz.engine import InputError, probes as P
+from attnviz.engine import InputError
+from attnviz.engine.analysing import probes as P
 
 
 class _Result:

@@ -4,10 +4,11 @@ that shows it best for the loaded model from the result itself; no head numbers 
 import numpy as np
 import pytest
 
-from attnviz.engine import heads as H
-from attnviz.engine import load_model, textbook
-from attnviz.engine.samples import SAMPLES, SPECIFICITY_MIN, Sample, guide, sample_for_text
-from attnviz.engine.token_text import plain
+from attnviz.engine.analysing import heads as H
+from attnviz.engine import load_model
+from attnviz.engine.reading import textbook
+from attnviz.engine.analysing.samples import SAMPLES, SPECIFICITY_MIN, Sample, guide, sample_for_text
+from attnviz.engine.reading.token_text import plain
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from attnviz.engine import heads
-from attnviz.engine import probes
+from attnviz.engine.analysing import heads, probes
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from tiny import FIXTURES
 

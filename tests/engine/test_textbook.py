@@ -8,9 +8,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import find_models, load_model
-from attnviz.engine import heads as H
-from attnviz.engine import probes as P
-from attnviz.engine import textbook as tb
+from attnviz.engine.analysing import heads as H, probes as P
+from attnviz.engine.reading import textbook as tb
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,13 @@ characters shown as their bytes and completed, on every tokenizer kind the proje
 import numpy as np
 import pytest
 
-from attnviz.engine import load_model, textbook
-from attnviz.engine.find import resolve_token
-from attnviz.engine.token_text import (
+from attnviz.engine import load_model
+from attnviz.engine.reading import textbook
+from attnviz.engine.analysing.find import resolve_token
+from attnviz.engine.reading.token_text import (
     BYTE_LEVEL, SENTENCEPIECE, TEXT, byte_level_alphabet, piece_bytes, plain, readable_tokens,
 )
-from attnviz.engine.tokenizer import piece_kind
+from attnviz.engine.reading.tokenizer import piece_kind
 
 # one text with what broke: a space token, digits, a capital after a space, runs of whitespace,
 # a CJK character, Arabic, an emoji

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.families import forward, layer_consts, mlp
-from attnviz.engine.trace import Knockout, ReplaceHead, Trace
+from attnviz.engine.computing.families import forward, layer_consts, mlp
+from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], dtype=np.int64)

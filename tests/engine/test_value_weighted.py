@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.families import forward
-from attnviz.engine.trace import Trace
-from attnviz.engine.patterns import value_weighted
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.trace import Trace
+from attnviz.engine.computing.patterns import value_weighted
 from tiny import FIXTURES
 
 
@@ -65,8 +65,8 @@ def test_value_weighting_moves_weight_off_a_silent_key():
 def test_the_two_ways_to_a_heads_share_agree(minilm):
     """layers.head_output_share (from the pattern and v W_O, what runs give) and
     head_output_share_of_heads (from each head's output, what the anatomy has) are one number."""
-    from attnviz.engine.anatomy import layer_anatomy
-    from attnviz.engine.layers import head_output_share_of_heads
+    from attnviz.engine.analysing.anatomy import layer_anatomy
+    from attnviz.engine.computing.layers import head_output_share_of_heads
 
     r = minilm.run("The keys to the cabinet are on the table.", values=True, inputs=True)
     for layer in (0, 5):

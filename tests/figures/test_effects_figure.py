@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from attnviz.engine import load_model
-from attnviz.engine.effects import Ablation, analyse, window_run
+from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.figures import effects as fig
 from attnviz.figures import headmap
 from attnviz.figures.data import open_sidecar

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from attnviz.engine.errors import InputError  # noqa: E402
-from attnviz.engine.patterns import drop_first_key, select_patterns  # noqa: E402
+from attnviz.engine.computing.patterns import drop_first_key, select_patterns  # noqa: E402
 from attnviz.figures import data as export_data  # noqa: E402
 from attnviz.figures.data import ExportError, make_view, open_sidecar  # noqa: E402
 from export_files import leftovers  # noqa: E402

@@ -11,7 +11,7 @@ import json  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attnviz.engine.patterns import drop_first_key, value_weighted  # noqa: E402
+from attnviz.engine.computing.patterns import drop_first_key, value_weighted  # noqa: E402
 from attnviz.figures.data import ExportError, csv_text, json_text, make_view, open_sidecar  # noqa: E402
 
 SENTENCE = "The keys to the cabinet are on the table."

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from attnviz.engine.layers import kv_group
-from attnviz.engine.patterns import drop_first_key, max_pool, value_weighted
+from attnviz.engine.computing.layers import kv_group
+from attnviz.engine.computing.patterns import drop_first_key, max_pool, value_weighted
 from attnviz.figures.data import make_view
 from attnviz.figures.view import EMPTY_TOP, EXPORT_ASPECT, Shown, layer_columns, layer_extent
 
@@ -129,7 +129,7 @@ def test_pooling_keeps_every_blocks_largest_weight(shape, p):
 def test_window_edge_follows_the_mask():
     """Left of the edge are exactly the keys a causal window of W masks (q - k >= W); no edge
     while the text fits in the window."""
-    from attnviz.engine.layers import causal_mask
+    from attnviz.engine.computing.layers import causal_mask
     from attnviz.figures.view import window_edge
 
     T, W = 12, 5

@@ -10,7 +10,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from attnviz.engine.calc import calculate  # noqa: E402
-from attnviz.engine.presets import load_presets, preset_inputs  # noqa: E402
+from attnviz.engine.calc.presets import load_presets, preset_inputs  # noqa: E402
 from attnviz.ui.panels.calc_panel import CUSTOM, LOADED, CalcPanel  # noqa: E402
 
 
@@ -213,7 +213,8 @@ def test_controls_have_tooltips(panel):
 def test_the_panel_is_a_view_of_the_state(qtbot):
     """Given AppState the calculator follows the loaded model and the sentence by
     itself; hidden, it lets results pass and catches up when shown."""
-    from attnviz.engine import load_model, textbook
+    from attnviz.engine import load_model
+    from attnviz.engine.reading import textbook
     from attnviz.ui.state import AppState
 
     st = AppState()

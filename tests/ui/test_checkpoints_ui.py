@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QSettings
 
-from attnviz.engine.registry import TOY_MODEL
+from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
 from attnviz.ui.app import create_window
 

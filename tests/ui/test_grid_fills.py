@@ -4,7 +4,7 @@ put while the text changes, and a window whose width a picked query token never 
 
 import pytest
 
-from attnviz.engine.samples import SAMPLES
+from attnviz.engine.analysing.samples import SAMPLES
 from windows import WAIT, open_window, wait_for_text
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from attnviz.engine.layers import kv_group
+from attnviz.engine.computing.layers import kv_group
 from attnviz.ui.mosaic import CAPTION_PX, TITLE_PX, kv_segments, make_layout, tile_index, title_spots, view_geometry
 
 

@@ -8,10 +8,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from attnviz.engine import find as F  # noqa: E402
-from attnviz.engine import heads as H  # noqa: E402
+from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.textbook import TEXTBOOK_NAME  # noqa: E402
+from attnviz.engine.reading.textbook import TEXTBOOK_NAME  # noqa: E402
 from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
@@ -273,7 +272,7 @@ def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
 
 
 def test_template_probe_from_the_panel(qtbot, minilm):
-    from attnviz.engine import probes as P
+    from attnviz.engine.analysing import probes as P
 
     state, panel = _panel(qtbot, minilm)
     panel.show()

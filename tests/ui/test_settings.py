@@ -2,8 +2,9 @@
 
 from PySide6.QtCore import QSettings
 
-from attnviz.engine import load_model, textbook
-from attnviz.engine.registry import WINDOW_MODEL
+from attnviz.engine import load_model
+from attnviz.engine.reading import textbook
+from attnviz.engine.reading.registry import WINDOW_MODEL
 from attnviz.ui import settings as S
 from attnviz.ui.state import AppState
 

@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from attnviz.engine import load_model, textbook
+from attnviz.engine import load_model
+from attnviz.engine.reading import textbook
 from attnviz.ui.state import AppState
 from attnviz.ui.runner import POOL, THREAD
 from attnviz.ui.worker import Worker
@@ -255,7 +256,7 @@ def test_head_scores_arrive_in_the_state_and_follow_the_options(qtbot, book, mon
     state after a result, go stale at once with the next one, follow the options; a probe source's
     scores sit beside the text's (the guide's), its run cached per model and seed; a model change
     clears them all. The badges follow the scores in the state."""
-    from attnviz.engine import heads as H
+    from attnviz.engine.analysing import heads as H
     from attnviz.ui.app import assemble
 
     st, worker = assemble()
@@ -283,7 +284,7 @@ def test_head_scores_arrive_in_the_state_and_follow_the_options(qtbot, book, mon
     assert st.scores_result is r and st.text_scores.exclude_bos
     # the random probe: scored beside the text's, its run cached per model and seed
     runs = []
-    from attnviz.engine import probes
+    from attnviz.engine.analysing import probes
 
     real = probes.run_probe
     monkeypatch.setattr(probes, "run_probe", lambda m, *a, **k: (runs.append(m), real(m, *a, **k))[1])
@@ -341,7 +342,7 @@ def test_a_view_asking_for_more_while_a_run_is_on_its_way_gets_it(qtbot, book):
 def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtbot, book, monkeypatch):
     """The typed text's scores depend on the exclusion flags only: switching the source while they
     are being computed must not drop them (nothing would ask again until the next edit)."""
-    from attnviz.engine import heads as H
+    from attnviz.engine.analysing import heads as H
     from attnviz.ui.app import assemble
 
     real = H.score_result

@@ -12,7 +12,7 @@ pytest.importorskip("pytestqt")
 from attnviz.figures.style import heat_table  # noqa: E402
 from attnviz.ui.grid import HeatmapGrid  # noqa: E402
 from attnviz.ui.mosaic import make_layout  # noqa: E402
-from attnviz.engine.patterns import drop_first_key  # noqa: E402
+from attnviz.engine.computing.patterns import drop_first_key  # noqa: E402
 from attnviz.ui.state import AppState  # noqa: E402
 
 
@@ -205,7 +205,7 @@ def test_heads_larger_than_the_screen_are_max_pooled(grid):
 
 @pytest.mark.parametrize("p", [2, 3, 4, 10])
 def test_max_pool_equals_a_loop_over_blocks(p):
-    from attnviz.engine.patterns import max_pool
+    from attnviz.engine.computing.patterns import max_pool
 
     x = np.random.default_rng(p).random((3, 10, 10)).astype(np.float32)
     n = -(-10 // p)

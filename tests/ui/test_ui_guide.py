@@ -1,8 +1,8 @@
 """The guide bar in the real window on MiniLM: a sample says what to look for,
 finds its head on the loaded model after computing, and "Show me" focuses that head."""
 
-from attnviz.engine import heads as H
-from attnviz.engine.samples import SAMPLES, guide
+from attnviz.engine.analysing import heads as H
+from attnviz.engine.analysing.samples import SAMPLES, guide
 from attnviz.ui.menus import about_html
 from windows import WAIT, open_window, wait_for_text
 
@@ -46,7 +46,7 @@ def test_a_guide_for_an_old_text_is_dropped(qtbot, settings_path):
 def test_about_lists_the_textbook_vocabulary_and_its_licence(qtbot, settings_path):
     import html
 
-    from attnviz.engine import textbook
+    from attnviz.engine.reading import textbook
 
     w = open_window(qtbot, settings_path, model=textbook.TEXTBOOK_NAME)
     about = about_html(w.state.model)

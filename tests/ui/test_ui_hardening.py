@@ -138,7 +138,7 @@ def slow_load(monkeypatch, minilm):
     """load_model replaced by one that waits for `release` (as a read from a stalled disk would),
     then returns a second MiniLM (any model other than the window's)."""
     import attnviz.engine
-    from attnviz.engine.model import Model
+    from attnviz.engine.computing.model import Model
 
     release = threading.Event()
     calls = []

@@ -9,7 +9,7 @@ import re  # noqa: E402
 import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
-from attnviz.engine.registry import WINDOW_MODEL  # noqa: E402
+from attnviz.engine.reading.registry import WINDOW_MODEL  # noqa: E402
 from windows import WAIT, open_window, wait_for_text  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."

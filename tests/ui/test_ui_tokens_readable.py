@@ -7,7 +7,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QPointF  # noqa: E402
 
-from attnviz.engine.registry import WINDOW_MODEL  # noqa: E402
+from attnviz.engine.reading.registry import WINDOW_MODEL  # noqa: E402
 from attnviz.ui.tokens import TokenStrip  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
 
-from attnviz.engine.registry import DEFAULT_TEXT
+from attnviz.engine.reading.registry import DEFAULT_TEXT
 
 from windows import WAIT, open_window, wait_for_text
 

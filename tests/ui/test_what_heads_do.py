@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 
-from attnviz.engine.effects import Ablation, analyse, window_run
-from attnviz.engine.predict import attribute, lm_head
-from attnviz.engine.samples import SAMPLES
+from attnviz.engine.analysing.effects import Ablation, analyse, window_run
+from attnviz.engine.analysing.predict import attribute, lm_head
+from attnviz.engine.analysing.samples import SAMPLES
 from windows import WAIT, open_window, wait_for_text
 
 NAMES = next(s.text for s in SAMPLES if "induction" in s.title)

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 from attnviz.engine.calc.inputs import ARCH_STYLES, MLA, MLA_ROPE_HEAD_DIM, Arch, CalcInputs, input_error
 from attnviz.engine.calc.sizing import calculate
 from attnviz.engine.errors import CalcError
-from attnviz.engine.hf_config import keys, pick, read_fields
+from attnviz.engine.reading.hf_config import keys, pick, read_fields
 
 # Hugging Face defaults for tie_word_embeddings where config.json leaves it out
 _TIED_BY_DEFAULT = {"gpt2": True, "gemma": True, "gemma2": True, "gemma3_text": True,

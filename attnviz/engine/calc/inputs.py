@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from attnviz.engine.errors import CalcError
-from attnviz.engine.hf_config import default_d_head, kv_heads_divide
+from attnviz.engine.reading.hf_config import default_d_head, kv_heads_divide
 
 # bits per cached element
 KV_DTYPE_BITS = {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "int8": 8, "int4": 4}

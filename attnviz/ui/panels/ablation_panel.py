@@ -16,10 +16,10 @@ from PySide6.QtWidgets import (
     QListWidgetItem, QProgressBar, QPushButton, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.ablation import MODES
-from attnviz.engine.effects import layers_text
+from attnviz.engine.analysing.ablation import MODES
+from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 
@@ -142,7 +142,7 @@ class AblationPanel(QWidget):
 
     # --- widgets -> state -------------------------------------------------------------------------
     def _add_head(self) -> None:
-        from attnviz.engine.ablation import parse_heads
+        from attnviz.engine.analysing.ablation import parse_heads
 
         st = self.state
         if st.model is None:

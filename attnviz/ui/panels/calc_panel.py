@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollAre
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
 from attnviz.engine.errors import CalcError
-from attnviz.engine.hf_config import default_d_head
-from attnviz.engine.presets import load_presets
+from attnviz.engine.reading.hf_config import default_d_head
+from attnviz.engine.calc.presets import load_presets
 from attnviz.figures.style import ERROR
 from attnviz.ui.panels.calc_views import (
     CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,

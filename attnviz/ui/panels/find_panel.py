@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from attnviz.engine import find as F
+from attnviz.engine.analysing import find as F
 from attnviz.engine.errors import AttnvizError
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 from attnviz.ui.panels.roles_views import Decimals, num_item
 
 

@@ -17,9 +17,8 @@ from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QFrame, QHBoxLayout, QLabel, QScrollArea, QSizePolicy, QTabWidget, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine import heads as H
-from attnviz.engine import probes as P
-from attnviz.engine.patterns import head_title
+from attnviz.engine.analysing import heads as H, probes as P
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.find_panel import FindPanel
 from attnviz.ui.panels.roles_views import RolesOverview, ScoresTable

@@ -19,9 +19,9 @@ from PySide6.QtWidgets import (
     QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine import heads as H
-from attnviz.engine import textbook
-from attnviz.engine.patterns import head_title
+from attnviz.engine.analysing import heads as H
+from attnviz.engine.reading import textbook
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES

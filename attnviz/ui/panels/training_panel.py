@@ -1,4 +1,4 @@
-"""The training panel: for a model with checkpoints across training (engine/checkpoints.py), a
+"""The training panel: for a model with checkpoints across training (engine/reading/checkpoints.py), a
 training-step slider that moves every heatmap through training, beside a plot of the in-context
 learning score and the best induction-head score per checkpoint with the current step marked.
 
@@ -15,7 +15,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 
 
 ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers

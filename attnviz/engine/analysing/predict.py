@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError, NoPrediction
-from attnviz.engine.families import FAMILY
-from attnviz.engine.layers import layer_norm, rms_norm
-from attnviz.engine.trace import Trace
+from attnviz.engine.computing.families import FAMILY
+from attnviz.engine.computing.layers import layer_norm, rms_norm
+from attnviz.engine.computing.trace import Trace
 
 _HEAD_LOCK = threading.Lock()
 

@@ -2,7 +2,7 @@
 switched off and how, which edges are knocked out), the run shown under it, and one analysis of a
 query position (the prediction, the logit lens and DLA) of the clean and the changed run.
 
-Pure NumPy on the engine's prediction (engine/predict.py) and ablation (engine/ablation.py)
+Pure NumPy on the engine's prediction (engine/analysing/predict.py) and ablation (engine/analysing/ablation.py)
 arithmetic, no Qt:
 
     window_run(model, text, ...)   -> WindowRun: the clean run (a trace with z and the residual
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.ablation import MODES, first_layer, head_edits, knockout_edits
+from attnviz.engine.analysing.ablation import MODES, first_layer, head_edits, knockout_edits
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.families import forward
-from attnviz.engine.layers import head_output_share, head_value_norms
-from attnviz.engine.patterns import head_title
-from attnviz.engine.predict import (
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.layers import head_output_share, head_value_norms
+from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.analysing.predict import (
     Attribution, Lens, Prediction, attribute, lm_head, logit_lens, predict, prediction_trace,
 )
-from attnviz.engine.trace import Trace
+from attnviz.engine.computing.trace import Trace
 
 TOP_K = 10
 

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.hf_config import (
+from attnviz.engine.reading.hf_config import (
     attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
 )
-from attnviz.engine.layers import ACTIVATIONS
-from attnviz.engine.rope import KINDS as ROPE_KINDS, Rope
-from attnviz.engine.validate import (
+from attnviz.engine.computing.layers import ACTIVATIONS
+from attnviz.engine.computing.rope import KINDS as ROPE_KINDS, Rope
+from attnviz.engine.reading.validate import (
     Fields, exists, is_number, is_whole, json_kind, read_json_object, show,
 )
 

@@ -15,13 +15,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz.engine.checkpoints import count_checkpoints
-from attnviz.engine.config import read_config
+from attnviz.engine.reading.checkpoints import count_checkpoints
+from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
-from attnviz.engine.model import Model, load_folder
-from attnviz.engine.textbook import TEXTBOOK_NAME, textbook_model_dir
-from attnviz.engine.weights import PICKLE_SUFFIXES, refuse_pickle
+from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
+from attnviz.engine.computing.model import Model, load_folder
+from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
+from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _smollm2_file() -> Path | None:
 
 def _toy_dir() -> Path | None:
     """resources/toy-stdlib-gpt2: beside the package in a checkout, inside it once installed."""
-    checkout = Path(__file__).resolve().parents[2] / "resources" / TOY_FOLDER
+    checkout = Path(__file__).resolve().parents[3] / "resources" / TOY_FOLDER
     if (checkout / "config.json").is_file():
         return checkout
     try:

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.config import ModelConfig, read_config
+from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.families import LOADERS, Weights, forward
-from attnviz.engine.layers import head_output_share, head_value_norms, kv_group
-from attnviz.engine.longdoc import check_dense
-from attnviz.engine.tokenizer import Encoded, TextTokenizer
-from attnviz.engine.trace import KVCache, Trace
-from attnviz.engine.validate import exists, regular_file
-from attnviz.engine.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
+from attnviz.engine.computing.families import LOADERS, Weights, forward
+from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
+from attnviz.engine.computing.longdoc import check_dense
+from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
+from attnviz.engine.computing.trace import KVCache, Trace
+from attnviz.engine.reading.validate import exists, regular_file
+from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
-from attnviz.engine.layers import ROW_BLOCK, key_range, pattern_rows
-from attnviz.engine.trace import LayerCache, Trace
+from attnviz.engine.computing.layers import ROW_BLOCK, key_range, pattern_rows
+from attnviz.engine.computing.trace import LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
 

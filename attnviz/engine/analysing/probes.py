@@ -194,7 +194,7 @@ def _diff(result, item, unknown) -> np.ndarray | None:  # -> [n_layer, n_head] o
 
 def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> TemplateScores:
     """Run one probe's items through `model` and score every head."""
-    from attnviz.engine.heads import unknown_token_ids
+    from attnviz.engine.analysing.heads import unknown_token_ids
 
     if kind not in ITEMS:
         raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} (and repeat)")
@@ -231,7 +231,7 @@ def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_tok
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
     (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply), probe None."""
-    from attnviz.engine import heads as H
+    from attnviz.engine.analysing import heads as H
 
     if kind in KINDS:
         return run_template_probe(model, kind), None

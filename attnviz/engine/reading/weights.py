@@ -15,7 +15,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.validate import (
+from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, json_kind, read_json_object, regular_file, show,
 )
 

@@ -8,7 +8,7 @@ One forward pass serves every family, in the order data flows: `embed`, then per
 RMSNorm, pre- or post-LN, a gated MLP, RoPE) is data: one `Family` each, in `FAMILY`; the config's
 numbers for each layer are its `Consts`.
 
-`forward` fills a `Trace` (engine/trace.py) with what its caller asked for and applies the trace's
+`forward` fills a `Trace` (engine/computing/trace.py) with what its caller asked for and applies the trace's
 edits (ablation, knockout) at named points; nothing else is recorded. A causal model's forward pass
 can take a `KVCache` from the previous run and compute only the tokens after the longest common
 prefix: under the causal mask nothing before a position can see it.
@@ -21,15 +21,15 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.config import ModelConfig
+from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.layers import (
+from attnviz.engine.computing.layers import (
     ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, layer_norm, linear,
     mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
-from attnviz.engine.rope import rope_tables
-from attnviz.engine.trace import NOTHING, KVCache, Stop, Trace
-from attnviz.engine.weights import Checkpoint
+from attnviz.engine.computing.rope import rope_tables
+from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
+from attnviz.engine.reading.weights import Checkpoint
 
 
 @dataclass(frozen=True)
@@ -449,7 +449,7 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     cache.input(x)
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    if cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/longdoc.py)
+    if cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
         z, lse = attend_in_blocks(q, k, v, c.scale, c.bias is not None, c.window, c.n_group,
                                   cache.row_block)  # [n_head, n, d_head], [n_head, n]
         cache.q(q, lse, c)

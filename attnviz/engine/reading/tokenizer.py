@@ -8,8 +8,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.token_text import BYTE_LEVEL, SENTENCEPIECE, SPACE_MARK, TEXT, readable_tokens
-from attnviz.engine.validate import (
+from attnviz.engine.reading.token_text import BYTE_LEVEL, SENTENCEPIECE, SPACE_MARK, TEXT, readable_tokens
+from attnviz.engine.reading.validate import (
     MAX_TOKENIZER_BYTES, check_token_ids, parse_json_object, read_text, tokenizer_ids,
 )
 

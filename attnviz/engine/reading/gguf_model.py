@@ -24,15 +24,15 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.quants import dequantize
 from tokenizers import processors
 
-from attnviz.engine.config import ModelConfig, config_from_dict
+from attnviz.engine.reading.config import ModelConfig, config_from_dict
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine import gguf_vocab as vocab
-from attnviz.engine.tokenizer import TextTokenizer
-from attnviz.engine.families import Head, Layer, Weights, cat_bias, read_head
-from attnviz.engine.validate import (
+from attnviz.engine.reading import gguf_vocab as vocab
+from attnviz.engine.reading.tokenizer import TextTokenizer
+from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
+from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
-from attnviz.engine.weights import check_fits_in_memory
+from attnviz.engine.reading.weights import check_fits_in_memory
 
 log = logging.getLogger(__name__)
 
@@ -556,7 +556,7 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
 
 def load_gguf(path: Path, name: str | None = None, license: str | None = None):
     """Load a GGUF model file: config from its metadata, weights dequantised, tokenizer built."""
-    from attnviz.engine.model import Model
+    from attnviz.engine.computing.model import Model
 
     path = Path(path).expanduser()
     reader = open_gguf(path)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 
 # roles a head can be labelled with, in tie-break order
 ROLES = ("previous", "next", "self", "sink", "duplicate", "induction")

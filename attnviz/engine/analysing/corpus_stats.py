@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine import heads as H
+from attnviz.engine.analysing import heads as H
 
 HEAD_STATS = ("first_token_mass", "entropy", "mean_distance", "previous", "duplicate", "induction")
 STAT_UNITS = {"entropy": "nats", "mean_distance": "tokens"}  # the others are shares of a row's weight

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.config import ModelConfig
-from attnviz.engine.families import FAMILY, attend, attention_output, head_outputs, layer_consts, project_qkv
-from attnviz.engine.layers import kv_group, rms_norm
+from attnviz.engine.reading.config import ModelConfig
+from attnviz.engine.computing.families import FAMILY, attend, attention_output, head_outputs, layer_consts, project_qkv
+from attnviz.engine.computing.layers import kv_group, rms_norm
 
 BYTES = 4  # float32: every array here, as the engine holds it
 

@@ -14,7 +14,7 @@ from attnviz.engine.errors import CalcError
 
 def _presets_path() -> Path:
     """resources/presets.json: beside the package in a checkout, inside it once installed."""
-    checkout = Path(__file__).resolve().parents[2] / "resources" / "presets.json"
+    checkout = Path(__file__).resolve().parents[3] / "resources" / "presets.json"
     if checkout.is_file():
         return checkout
     return Path(str(importlib.resources.files("attnviz.resources") / "presets.json"))

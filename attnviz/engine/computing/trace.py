@@ -7,7 +7,7 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
 
     input(x)       the attention input x [n, d_model] (after the input norm in a pre-LN model)
     kv(k, v)       the layer's new keys and values [n_kv_head, n, d_head] -> all T (cached prefix first)
-    q(q, lse, c)   a slot whose row_block is set (a long text, engine/longdoc.py): q [n_head, n, d_head]
+    q(q, lse, c)   a slot whose row_block is set (a long text, engine/computing/longdoc.py): q [n_head, n, d_head]
                    (RoPE applied), each row's log-sum-exp [n_head, n] and the layer's Consts, what a
                    pattern is recomputed from; attention then runs in row blocks and no pattern exists
     scores(s)      the scores [n_head, n, T] before the softmax: knockouts are applied here

@@ -119,7 +119,7 @@ def build_config():
         "bos_token_id": 0,
         "eos_token_id": 0,
         "attnviz_textbook_version": TEXTBOOK_VERSION,
-        "attnviz_note": "Constructed, not trained: see attnviz/engine/textbook.py.",
+        "attnviz_note": "Constructed, not trained: see attnviz/engine/reading/textbook.py.",
     }
 
 

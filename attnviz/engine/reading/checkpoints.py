@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.families import LOADERS
-from attnviz.engine.model import Model, load_folder
-from attnviz.engine.validate import exists, read_json_object, show
-from attnviz.engine.weights import Checkpoint
+from attnviz.engine.computing.families import LOADERS
+from attnviz.engine.computing.model import Model, load_folder
+from attnviz.engine.reading.validate import exists, read_json_object, show
+from attnviz.engine.reading.weights import Checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,9 @@ class CheckpointSet:
 
     def induction_scores(self, indices=None) -> list[tuple[int, int, float]]:
         """(layer, head, strength) of the best induction head of each checkpoint on the
-        repeated-random probe (attnviz.engine.probes.run_probe), as checkpoints.json records."""
-        from attnviz.engine.heads import score_result, unknown_token_ids
-        from attnviz.engine.probes import run_probe
+        repeated-random probe (attnviz.engine.analysing.probes.run_probe), as checkpoints.json records."""
+        from attnviz.engine.analysing.heads import score_result, unknown_token_ids
+        from attnviz.engine.analysing.probes import run_probe
 
         out = []
         for i in range(len(self.infos)) if indices is None else indices:

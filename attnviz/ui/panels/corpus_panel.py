@@ -26,10 +26,10 @@ from PySide6.QtWidgets import (
     QSplitter, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.corpus_stats import (
+from attnviz.engine.analysing.corpus_stats import (
     HEAD_STATS, PROFILE_RULE, STAT_UNITS, classical_mds, head_profiles, js_distance,
 )
-from attnviz.engine.patterns import head_title
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.token_text import plain
+from attnviz.engine.reading.token_text import plain
 
 
 class HeadHit(NamedTuple):

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.hf_config import pick
+from attnviz.engine.reading.hf_config import pick
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),

@@ -19,11 +19,11 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.families import forward
-from attnviz.engine.layers import causal_mask
-from attnviz.engine.patterns import head_title
-from attnviz.engine.predict import LMHead, log_softmax, position_index, prediction_trace
-from attnviz.engine.trace import Knockout, ReplaceHead, Trace
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.layers import causal_mask
+from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.analysing.predict import LMHead, log_softmax, position_index, prediction_trace
+from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 
 MODES = ("zero", "mean")
 LOSSES = ("next", "repeat")

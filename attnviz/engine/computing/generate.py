@@ -21,8 +21,8 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.predict import lm_head, log_softmax, token_text
-from attnviz.engine.trace import LayerCache, Trace
+from attnviz.engine.analysing.predict import lm_head, log_softmax, token_text
+from attnviz.engine.computing.trace import LayerCache, Trace
 
 TOP_K = 5
 

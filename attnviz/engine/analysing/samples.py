@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from attnviz.engine import heads as H
+from attnviz.engine.analysing import heads as H
 from attnviz.engine.errors import InputError
-from attnviz.engine.find import find, resolve_token
-from attnviz.engine.patterns import head_title
-from attnviz.engine.registry import DEFAULT_TEXT
+from attnviz.engine.analysing.find import find, resolve_token
+from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.registry import DEFAULT_TEXT
 
 # a Find hit is claimed only when the query's weight on the key beats the mean weight the other
 # queries give that key by this much (the same margin a role needs over its chance score)
