@@ -238,7 +238,11 @@ class Runner(QObject):
         return job
 
     def is_current(self, job: Job) -> bool:
-        return self._newest.get(job.kind) == job.id
+        return self.is_newest(job.kind, job.id)
+
+    def is_newest(self, kind: str, job_id: int) -> bool:
+        """Whether job_id is still the newest of its kind (a job's own cancel check, any thread)."""
+        return self._newest.get(kind) == job_id
 
     def running(self, kind: str) -> Job | None:
         """The job of this kind the window still waits for, if one is running."""

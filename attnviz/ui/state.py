@@ -13,6 +13,7 @@ from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
 from attnviz.figures.view import Shown, same_prefix
 from attnviz.ui.effects_state import Effects
+from attnviz.ui.long_state import GenerationState, LongState
 
 VIEW_MODES = ("layer", "all")
 # the display options of a first start (settings.restore falls back to these): the one place
@@ -65,6 +66,8 @@ class AppState(QObject):
         self._shown: Shown | None = None
         self._init_head_scores()
         self.effects = Effects(self)  # what heads do: ablation, prediction, lens, DLA (effects_state.py)
+        # a long text's run and view, and a generation from the sentence (long_state.py)
+        self.long, self.generation = LongState(self), GenerationState(self)
 
     def shown(self) -> Shown | None:
         """The current result as the heatmaps show it (figures/view.Shown: value weighting, the

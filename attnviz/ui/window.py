@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class MainWindow(QMainWindow):
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
-                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict")):
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
         wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
@@ -108,7 +108,11 @@ class MainWindow(QMainWindow):
 
         self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
         col.addWidget(self.ablation_bar)
-        col.addWidget(self.grid, 1)
+        from attnviz.ui.long_view import GridOrLong
+
+        self.grid_stack = GridOrLong(st, self.grid)  # the grid, or the long view of a long text
+        self.long_view = self.grid_stack.long_view
+        col.addWidget(self.grid_stack, 1)
         self.setCentralWidget(central)
 
         sb = self.statusBar()
@@ -133,6 +137,7 @@ class MainWindow(QMainWindow):
         self.anatomy_panel = self.anatomy_dock = None
         self.corpus_panel = self.corpus_dock = None  # built when a scan is first opened
         self.predict_panel = self.predict_dock = None
+        self.generate_panel = self.generate_dock = None
         self._panels_wanted = panels
         self.panels_ready = not panels
 
@@ -170,6 +175,11 @@ class MainWindow(QMainWindow):
             self.predict_panel = PredictPanel(self.state, self.worker)
             self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)
             self.predict_dock.visibilityChanged.connect(self.predict_panel.set_shown)
+        if "generate" in panels:
+            from attnviz.ui.panels.generate_panel import GeneratePanel
+
+            self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
+            self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         self.focus_dock.raise_()
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
@@ -343,7 +353,10 @@ class MainWindow(QMainWindow):
 
     def _on_result(self, result) -> None:
         if result is None:
-            self.tokens_label.setText("0 tokens")
+            run = self.state.long.run  # a long text: its tokens are in the long view
+            self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
+            if run is not None:
+                self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms")
             return
         self.tokens_label.setText(f"{len(result.tokens)} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")

@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
 from attnviz.ui.runner import POOL, THREAD, Job, Runner, describe_error
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,9 @@ class Worker(Runner):
         from attnviz.ui.effects_jobs import EffectsJobs
 
         self.effects_jobs = EffectsJobs(self)  # prediction, lens, DLA, the scan: what heads do
+        from attnviz.ui.long_jobs import LongJobs
+
+        self.long_jobs = LongJobs(self)  # long texts (overviews) and generation
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
@@ -114,13 +118,22 @@ class Worker(Runner):
         if req is None:
             return
 
-        def run():  # Model.run refuses non-finite weights itself, naming the layer
-            if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
-                from attnviz.engine.analysing.effects import window_run
+        long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
 
-                return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
-                                  ablation=req.ablation)
-            return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
+        def run():  # Model.run refuses non-finite weights itself, naming the layer
+            if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
+                return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
+            try:
+                if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
+                    from attnviz.engine.analysing.effects import window_run
+
+                    return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
+                                      ablation=req.ablation)
+                return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
+            except DenseTooLarge:
+                if long_jobs is None:
+                    raise
+                return long_jobs.run_long(req)
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
     def _on_computed(self, req: ComputeRequest, result, error) -> None:
@@ -133,6 +146,12 @@ class Worker(Runner):
             return
         from attnviz.engine.analysing.effects import WindowRun
 
+        if isinstance(result, LongRun):  # shown by the long view; the dense views show none
+            self.state.long.set_run(result)
+            self.state.set_result(None)
+            self.state.report_compute(req)
+            return
+        self.state.long.set_run(None)
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)
             result = result.result

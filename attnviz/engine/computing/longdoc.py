@@ -167,12 +167,14 @@ class LongPatterns:
         return key, self.T if window is None else min(self.T, key + window)
 
     def overview(self, layer: int, shape: tuple[int, int], reduce: str = "max", heads=None,
-                 region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+                 region: tuple[int, int, int, int] | None = None,
+                 stop: Callable[[], bool] | None = None) -> np.ndarray:
         """The pattern of rows r0..r1-1 x keys c0..c1-1 (region; default all) at a resolution of at
         most shape = (H, W) cells: each cell the max or the mean ("max", "mean") of its block of
         weights (masked weights count as 0 in a mean). Blocks split the region as evenly as whole
         rows and columns allow. -> [n_head (or len(heads)), H', W'] with H' = min(H, r1 - r0), W'
-        likewise; a region of at most H x W weights comes back exact."""
+        likewise; a region of at most H x W weights comes back exact. `stop()`, asked before each
+        block of rows, ends the work with Cancelled when it says so (a newer view is wanted)."""
         if reduce not in ("max", "mean"):
             raise InputError(f"an overview cell is the 'max' or the 'mean' of its block, not {reduce!r}")
         r0, r1, c0, c1 = (0, self.T, 0, self.T) if region is None else region
@@ -187,6 +189,8 @@ class LongPatterns:
         out = np.empty((n, H, W), dtype=np.float32)
         i = 0
         while i < H:  # cells i..j-1, about ROW_BLOCK rows at a time
+            if stop is not None and stop():
+                raise Cancelled("a newer overview was asked for")
             j = i + 1
             while j < H and row_edges[j + 1] - row_edges[i] <= ROW_BLOCK:
                 j += 1

@@ -1,0 +1,190 @@
+"""The runner's jobs for long texts and generation (state in ui/long_state.py):
+
+- a text whose patterns at once would pass the engine's dense limit (longdoc.DENSE_LIMIT, the
+  limit Model.run refuses over) runs as a long run (longdoc.run_long), with progress per layer and
+  cancelled between layers once a newer run is asked for (`run_long`, called from the worker's
+  compute job);
+- the overviews the long view shows ('overview-pane': the focused head at the pane's size, first;
+  'overview-tiles': every head of the layer), newest wins, cancelled between row blocks when stale;
+  the last good images stay until the new ones come;
+- a generation ('generate', on a thread of its own: it streams its steps to the main thread as they
+  come; Stop and an edit of the text end it after the step under way)."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from attnviz.engine.computing.longdoc import DENSE_LIMIT, Cancelled, dense_bytes
+from attnviz.ui.runner import POOL, THREAD, describe_error
+
+PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
+TOP_K = 10  # the predictions each step keeps (the panel lists them)
+OVERVIEW_DELAY_MS = 15  # view changes (a wheel turning) are gathered this long into one overview
+
+
+def new_text(model, prompt_text: str, prompt_ids: list[int], new_ids: list[int]) -> str:
+    """The sentence with the generated tokens: the prompt as typed and what the new tokens add to
+    its decoding (special tokens such as the end of text left out). A model without a tokenizer
+    types ids: they are appended as ids."""
+    if model.tokenizer is None:
+        return prompt_text + "".join(f", {i}" for i in new_ids)
+    dec = model.tokenizer.raw.decode
+    before = dec(list(prompt_ids), skip_special_tokens=True)
+    after = dec(list(prompt_ids) + list(new_ids), skip_special_tokens=True)
+    return prompt_text + (after[len(before):] if after.startswith(before) else
+                          dec(list(new_ids), skip_special_tokens=True))
+
+
+class LongJobs(QObject):
+    """The long text's and the generation's jobs on the worker (ui/worker.py), following its state."""
+
+    sigStep = Signal(int, object)  # job id, generate.Step (from the generation's thread)
+    sigLayer = Signal(int, int, int)  # compute job id, layer i, n_layer (from the pool's thread)
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.worker = worker
+        self.state = worker.state
+        self.long, self.gen = self.state.long, self.state.generation
+        self.dense_limit = DENSE_LIMIT  # bytes of patterns over which the window runs a text as long
+        self._stop = threading.Event()  # the running generation's Stop
+        self._gen: dict | None = None  # the running generation: job id, model, prompt, its ids
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(OVERVIEW_DELAY_MS)
+        self._timer.timeout.connect(self.request_overviews)
+        st, lg = self.state, self.long
+        lg.sigRunChanged.connect(self._on_run)
+        lg.sigViewChanged.connect(self._timer.start)
+        st.sigLayerChanged.connect(lambda _l: lg.run is not None and self._timer.start())
+        st.sigFocusChanged.connect(lambda _f: lg.run is not None and self._timer.start())
+        self.sigStep.connect(self._on_step)
+        self.sigLayer.connect(self._on_layer)
+        self.gen.sigStopWanted.connect(self._stop_generation)
+
+    # --- long runs ----------------------------------------------------------------------------
+    def wants_long(self, model, text: str) -> bool:
+        """Whether the text's dense patterns would pass dense_limit (counted with the tokenizer;
+        a model without one types ids, which Model.run counts: DenseTooLarge sends those here)."""
+        if model.tokenizer is None:
+            return False
+        cfg = model.config
+        T = min(len(model.tokenizer.encode(text).ids), cfg.max_positions)
+        return dense_bytes(cfg.n_layer, cfg.n_head, T) > self.dense_limit
+
+    def run_long(self, req):
+        """The worker's compute request as a long run (on the pool): progress per layer, and
+        Cancelled once a newer run is asked for."""
+        from attnviz.engine.computing.longdoc import run_long
+
+        def progress(i, n):
+            job = self.worker.running("compute")
+            if job is None or job.id != req.id:
+                raise Cancelled("a newer text is being computed")
+            self.sigLayer.emit(req.id, i, n)
+        return run_long(req.model, req.text, truncate=True, progress=progress)
+
+    def _on_layer(self, job_id: int, i: int, n: int) -> None:
+        job = self.worker.running("compute")
+        if job is not None and job.id == job_id:
+            self.long.set_progress(i, 0 if i >= n else n)
+
+    def _on_run(self, run) -> None:
+        self.long.set_progress(0, 0)
+        if run is None:
+            self.worker.cancel(PANE_KIND)
+            self.worker.cancel(TILES_KIND)
+        else:
+            self.request_overviews()
+
+    # --- overviews ----------------------------------------------------------------------------
+    def request_overviews(self) -> None:
+        """The focused head at the pane's size, then every head of the layer at the tiles' size,
+        for the state's region, reduction and layer."""
+        from attnviz.figures.overview import compute_overview
+
+        self._timer.stop()
+        lg, st = self.long, self.state
+        run = lg.run
+        if run is None:
+            return
+        lp, layer, region, reduce = run.patterns, min(st.layer, run.patterns.n_layer - 1), lg.region, lg.reduce
+        head = lg.head()
+        for kind, shape, heads in ((PANE_KIND, lg.pane_px, [head]),
+                                   (TILES_KIND, (lg.tile_px, lg.tile_px), None)):
+            job_id = self.worker.claim(kind)
+            stale = (lambda k, j: lambda: not self.worker.is_newest(k, j))(kind, job_id)
+            work = (lambda s, h, st_: lambda: compute_overview(lp, layer, region, s, reduce, h, st_))(
+                shape, heads, stale)
+            self.worker.submit(kind, work, self._on_overview, (kind, run), POOL, job_id=job_id)
+
+    def _on_overview(self, request, value, error) -> None:
+        kind, run = request
+        if run is not self.long.run:
+            return
+        if error is not None:
+            if not isinstance(error, Cancelled):
+                self.state.show_status(f"Overview unavailable: {describe_error(error)}")
+            return
+        self.long.set_images(**({"pane": value} if kind == PANE_KIND else {"tiles": value}))
+
+    # --- generation ---------------------------------------------------------------------------
+    def generate(self, max_new: int, temperature: float = 0.0, top_p: float = 1.0,
+                 seed: int | None = None, ignore_eos: bool = False) -> None:
+        """Generate up to max_new tokens after the state's sentence on a thread of its own; each step
+        reaches the state as it comes (GenerationState.add_step writes the text)."""
+        from attnviz.engine.computing.generate import check_sampling, generate
+
+        st, model = self.state, self.state.model
+        if model is None:
+            return
+        check_sampling(temperature, top_p, max_new)  # InputError before anything starts
+        self._stop_generation()
+        stop = self._stop = threading.Event()
+        prompt = st.text
+        job_id = self.worker.claim(GENERATE_KIND)
+        self.gen.begin(prompt)
+
+        def work():
+            return generate(model, prompt, max_new=max_new, temperature=temperature, top_p=top_p,
+                            seed=seed, ignore_eos=ignore_eos, rows=True, k=TOP_K,
+                            on_step=lambda s: self.sigStep.emit(job_id, s),
+                            should_stop=lambda: stop.is_set() or not self.worker.is_newest(GENERATE_KIND, job_id))
+        self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": None}
+        self.worker.submit(GENERATE_KIND, work, self._on_generated, (job_id, model, prompt), THREAD,
+                           job_id=job_id)
+
+    def _on_step(self, job_id: int, step) -> None:
+        g = self._gen
+        if g is None or g["job"] != job_id or not self.gen.running:
+            return
+        model = g["model"]
+        if g["ids"] is None:  # the prompt's ids: the tokens the first step read
+            g["ids"] = self._prompt_ids(model, g["prompt"], step.T)
+        ids = g["ids"]
+        new = [s.id for s in self.gen.steps] + [step.id]
+        self.gen.add_step(step, ids, new_text(model, g["prompt"], ids, new))
+
+    @staticmethod
+    def _prompt_ids(model, prompt: str, T: int) -> list[int]:
+        if model.tokenizer is None:
+            from attnviz.engine.computing.model import parse_typed_ids
+
+            return list(parse_typed_ids(prompt))[:T]
+        return list(model.tokenizer.encode(prompt).ids)[:T]
+
+    def _on_generated(self, request, gen, error) -> None:
+        job_id, _model, _prompt = request
+        g = self._gen
+        if g is None or g["job"] != job_id:
+            return
+        if error is not None:
+            self.gen.finish(f"failed: {describe_error(error)}")
+            return
+        self.gen.finish(gen.stopped)
+
+    def _stop_generation(self) -> None:
+        self._stop.set()
+        self.worker.cancel(GENERATE_KIND)

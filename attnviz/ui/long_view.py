@@ -1,0 +1,510 @@
+"""The long view: what the window shows instead of the heatmap grid while the text is a long run
+(AppState.long; figures/overview.py says what a cell is). Every head of the layer as a tile, and
+the focused head large, both an overview of the same region of the T x T pattern at screen
+resolution: the max or the mean of each block, linear or log colours. The wheel zooms about the
+pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no more
+tokens than the pane has pixels the cells are the exact weights and the token labels appear; the
+token strip under the pane lists the region's keys. Hover reads the exact weight of the token
+pair under the pointer at any zoom. A local layer's window edge is drawn (dashed) where it passes
+through the region. Until a new overview arrives the last one stays, moved and scaled to the new
+region at once (the runner's 'overview-*' jobs, ui/long_jobs.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
+from PySide6.QtWidgets import (
+    QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QSplitter,
+    QStackedWidget, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.overview import (
+    REDUCES, colour_index, exact_weight, to_tokens, token_at, tops, window_segment,
+)
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, heat_table
+
+LABEL_MAX = 48  # tokens a side up to which the pane labels each token
+STRIP_MAX = 64  # keys the token strip lists
+DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
+REDUCE_NAMES = {"max": "block max", "mean": "block mean"}
+
+
+def colour_table(name: str) -> list[int]:
+    """The colormap's table (style.heat_table) as a QImage colour table."""
+    return [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
+            for r, g, b, _a in heat_table(name, gap=(0, 0, 0, 255))]
+
+
+def indexed_image(idx: np.ndarray, table: list[int]) -> QImage:
+    """[H, W] uint8 colour indices -> a QImage that owns its pixels."""
+    idx = np.ascontiguousarray(idx, dtype=np.uint8)
+    h, w = idx.shape
+    img = QImage(idx.data, w, h, w, QImage.Format.Format_Indexed8)
+    img.setColorTable(table)
+    return img.copy()
+
+
+def region_text(region) -> str:
+    r0, r1, c0, c1 = region
+    return f"queries {r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,}"
+
+
+class _PatternArea(QWidget):
+    """A widget that draws overviews of the state's region and maps its points to tokens: the base
+    of the large pane and the tiles."""
+
+    sigHover = Signal(str)
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state, self.long = state, state.long
+        self.setMouseTracking(True)
+        self._press: QPointF | None = None
+        self._drag: QPointF | None = None
+        self._table_name = ""
+        self._table: list[int] = []
+        self.paint_count = 0
+
+    # subclasses: the rect of head h's image, and which head a point is over
+    def head_rect(self, h: int) -> QRectF:
+        raise NotImplementedError
+
+    def head_at(self, p: QPointF) -> int | None:
+        raise NotImplementedError
+
+    def table(self) -> list[int]:
+        if self._table_name != self.state.colormap:
+            self._table_name, self._table = self.state.colormap, colour_table(self.state.colormap)
+        return self._table
+
+    def images(self, ov, scale_mode: str) -> list[QImage]:
+        if ov is None:
+            return []
+        idx = colour_index(ov.values, tops(ov.values, scale_mode), self.long.log)
+        return [indexed_image(i, self.table()) for i in idx]
+
+    def draw_image(self, p: QPainter, img: QImage, ov_region, rect: QRectF) -> None:
+        """Draw an image of ov_region into `rect`, which shows the state's region: the same region
+        fills it; another (an older overview while the new one is computed) is moved and scaled
+        to where its tokens are now, clipped to the rect."""
+        r0, r1, c0, c1 = self.long.region
+        o0, o1, k0, k1 = ov_region
+        sy, sx = rect.height() / (r1 - r0), rect.width() / (c1 - c0)
+        target = QRectF(rect.left() + (k0 - c0) * sx, rect.top() + (o0 - r0) * sy,
+                        (k1 - k0) * sx, (o1 - o0) * sy)
+        p.save()
+        p.setClipRect(rect)
+        p.drawImage(target, img, QRectF(img.rect()))
+        p.restore()
+
+    def draw_window(self, p: QPainter, rect: QRectF, layer: int) -> None:
+        lp = self.long.patterns
+        seg = window_segment(self.long.region, lp.window[layer], lp.causal)
+        if seg is None:
+            return
+        r0, r1, c0, c1 = self.long.region
+        pts = [QPointF(rect.left() + (k - c0) * rect.width() / (c1 - c0),
+                       rect.top() + (q - r0) * rect.height() / (r1 - r0)) for q, k in seg]
+        pen = QPen(QColor(WINDOW_EDGE), 1, Qt.PenStyle.DashLine)
+        p.setPen(pen)
+        p.drawLine(pts[0], pts[1])
+
+    def tokens_at(self, pos: QPointF):
+        """(head, q, k) under a point, or None."""
+        h = self.head_at(pos)
+        if h is None or self.long.run is None:
+            return None
+        rect = self.head_rect(h)
+        qk = token_at(self.long.region, (rect.height(), rect.width()), pos.y() - rect.top(),
+                      pos.x() - rect.left())
+        return None if qk is None else (h, *qk)
+
+    def readout(self, pos: QPointF) -> str:
+        """'L3 H1  ·are → ·keys  (q 41, k 17)  0.0123', the exact weight, with the cell's value
+        where a cell holds a block of tokens."""
+        at = self.tokens_at(pos)
+        if at is None:
+            return ""
+        h, q, k = at
+        lg, layer = self.long, self.layer()
+        labels = lg.run.result.labels
+        w = exact_weight(lg.patterns, layer, h, q, k)
+        text = f"L{layer} H{h}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  {w:.4g}"
+        ov = self.overview_of(h)
+        if ov is not None and not ov.exact and ov.region == lg.region:
+            rect = self.head_rect(h)
+            H, W = ov.values.shape[1:]
+            cy = min(H - 1, int((pos.y() - rect.top()) * H / rect.height()))
+            cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
+            i = ov.heads.index(h)
+            text += (f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over "
+                     f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens)")
+        return text
+
+    def overview_of(self, h: int):
+        raise NotImplementedError
+
+    def layer(self) -> int:
+        lp = self.long.patterns
+        return min(self.state.layer, lp.n_layer - 1)
+
+    # --- mouse: wheel zoom, drag a rectangle, hover -----------------------------------------------
+    def _token_coords(self, pos: QPointF, h: int | None = None):
+        h = self.head_at(pos) if h is None else h
+        if h is None:
+            return None
+        rect = self.head_rect(h)
+        return to_tokens(self.long.region, (rect.height(), rect.width()), pos.y() - rect.top(),
+                         pos.x() - rect.left())
+
+    def wheelEvent(self, ev) -> None:
+        at = self._token_coords(ev.position())
+        if at is None or self.long.run is None:
+            return
+        self.long.zoom(ev.angleDelta().y() / 120.0, at)
+        ev.accept()
+
+    def mousePressEvent(self, ev) -> None:
+        if ev.button() == Qt.MouseButton.LeftButton:
+            self._press, self._drag = ev.position(), None
+
+    def mouseMoveEvent(self, ev) -> None:
+        pos = ev.position()
+        if self._press is not None and (pos - self._press).manhattanLength() >= DRAG_PX:
+            self._drag = pos
+            self.update()
+        text = self.readout(pos)
+        if text:
+            self.sigHover.emit(text)
+
+    def mouseReleaseEvent(self, ev) -> None:
+        press, drag, self._press, self._drag = self._press, self._drag, None, None
+        if press is None:
+            return
+        h = self.head_at(press)
+        if drag is not None and h is not None:
+            a, b = self._token_coords(press, h), self._token_coords(ev.position(), h)
+            self.long.zoom_to(a, b)
+            self.update()
+        elif h is not None:
+            self.clicked(h)
+
+    def clicked(self, h: int) -> None:
+        pass
+
+    def mouseDoubleClickEvent(self, ev) -> None:
+        self.long.reset_zoom()
+
+    def paint_drag(self, p: QPainter) -> None:
+        if self._press is not None and self._drag is not None:
+            pen = QPen(QColor("#ffffff"), 1, Qt.PenStyle.DashLine)
+            p.setPen(pen)
+            p.setBrush(QColor(255, 255, 255, 40))
+            p.drawRect(QRectF(self._press, self._drag).normalized())
+
+
+class PatternPane(_PatternArea):
+    """The focused head large, its token labels once the region is small enough."""
+
+    MARGIN = 8
+
+    def __init__(self, state, parent=None):
+        super().__init__(state, parent)
+        self.setMinimumSize(240, 240)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self._font = QFont()
+        self._font.setPointSize(8)
+        self._cache = (None, None, None, None)  # (overview, colormap, log, image)
+
+    def label_room(self) -> tuple[float, float]:
+        """(left, bottom) pixels for token labels: only while the region is labelled."""
+        r = self.long.region
+        if r is None:
+            return 0.0, 0.0
+        return (90.0 if r[1] - r[0] <= LABEL_MAX else 0.0, 70.0 if r[3] - r[2] <= LABEL_MAX else 0.0)
+
+    def head_rect(self, h: int = 0) -> QRectF:
+        left, bottom = self.label_room()
+        m = self.MARGIN
+        side = max(1.0, min(self.width() - left - 2 * m, self.height() - bottom - 2 * m))
+        return QRectF(left + m, m, side, side)
+
+    def head_at(self, p: QPointF):
+        return self.long.head() if self.long.run is not None and self.head_rect().contains(p) else None
+
+    def overview_of(self, h):
+        return self.long.pane
+
+    def pixels(self) -> tuple[int, int]:  # the cells the pane has room for (its pixels)
+        r = self.head_rect()
+        return int(r.height()), int(r.width())
+
+    def image(self):
+        ov = self.long.pane
+        key = (ov, self.state.colormap, self.long.log)
+        if self._cache[:3] != key:
+            imgs = self.images(ov, "per-head")
+            self._cache = (*key, imgs[0] if imgs else None)
+        return self._cache[3]
+
+    def paintEvent(self, ev) -> None:
+        p = QPainter(self)
+        try:
+            self.paint(p)
+        finally:
+            p.end()
+        self.paint_count += 1
+
+    def paint(self, p: QPainter) -> None:
+        p.fillRect(self.rect(), QColor(BACKGROUND))
+        lg = self.long
+        if lg.run is None:
+            return
+        rect = self.head_rect()
+        img = self.image()
+        if img is not None and lg.pane.layer == self.layer():
+            self.draw_image(p, img, lg.pane.region, rect)
+        self.draw_window(p, rect, self.layer())
+        pen = QPen(QColor(FOCUS), 1)
+        p.setPen(pen)
+        p.setBrush(Qt.BrushStyle.NoBrush)
+        p.drawRect(rect)
+        self.draw_labels(p, rect)
+        self.paint_drag(p)
+
+    def draw_labels(self, p: QPainter, rect: QRectF) -> None:
+        r0, r1, c0, c1 = self.long.region
+        labels = self.long.run.result.labels
+        p.setFont(self._font)
+        p.setPen(QColor(TEXT))
+        if r1 - r0 <= LABEL_MAX:
+            step = rect.height() / (r1 - r0)
+            for i, q in enumerate(range(r0, r1)):
+                p.drawText(QRectF(0, rect.top() + i * step, rect.left() - 3, step),
+                           Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, labels[q][:12])
+        if c1 - c0 <= LABEL_MAX:
+            step = rect.width() / (c1 - c0)
+            for i, k in enumerate(range(c0, c1)):
+                p.save()
+                p.translate(rect.left() + (i + 0.5) * step, rect.bottom() + 3)
+                p.rotate(90)
+                p.drawText(QRectF(0, -step / 2, 66, step),
+                           Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, labels[k][:12])
+                p.restore()
+
+
+class HeadTiles(_PatternArea):
+    """Every head of the layer, one tile each over the same region; a click focuses a head."""
+
+    GAP, TITLE = 6, 16
+
+    def __init__(self, state, parent=None):
+        super().__init__(state, parent)
+        self.setMinimumSize(200, 200)
+        self._font = QFont()
+        self._font.setPointSize(8)
+        self._cache = (None, None, None, None, [])  # (overview, colormap, log, scale mode, images)
+
+    def n_head(self) -> int:
+        return 0 if self.long.run is None else self.long.patterns.n_head
+
+    def columns(self) -> int:
+        n = max(1, self.n_head())
+        best, best_side = 1, 0.0
+        for c in range(1, n + 1):
+            side = self._side(c)
+            if side > best_side:
+                best, best_side = c, side
+        return best
+
+    def _side(self, c: int) -> float:
+        n = max(1, self.n_head())
+        rows = -(-n // c)
+        return min((self.width() - (c + 1) * self.GAP) / c,
+                   (self.height() - rows * (self.GAP + self.TITLE) - self.GAP) / rows)
+
+    def tile_px(self) -> int:
+        return max(8, int(self._side(self.columns())))
+
+    def head_rect(self, h: int) -> QRectF:
+        c = self.columns()
+        side = self.tile_px()
+        row, col = divmod(h, c)
+        x = self.GAP + col * (side + self.GAP)
+        y = self.GAP + row * (side + self.GAP + self.TITLE) + self.TITLE
+        return QRectF(x, y, side, side)
+
+    def head_at(self, p: QPointF):
+        for h in range(self.n_head()):
+            if self.head_rect(h).contains(p):
+                return h
+        return None
+
+    def overview_of(self, h):
+        return self.long.tiles
+
+    def clicked(self, h: int) -> None:
+        self.state.set_focus(self.layer(), h)
+
+    def images(self, ov, scale_mode):
+        key = (ov, self.state.colormap, self.long.log, scale_mode)
+        if self._cache[:4] != key:
+            self._cache = (*key, super().images(ov, scale_mode))
+        return self._cache[4]
+
+    def paintEvent(self, ev) -> None:
+        p = QPainter(self)
+        try:
+            self.paint(p)
+        finally:
+            p.end()
+        self.paint_count += 1
+
+    def paint(self, p: QPainter) -> None:
+        p.fillRect(self.rect(), QColor(BACKGROUND))
+        lg = self.long
+        if lg.run is None:
+            return
+        layer = self.layer()
+        ov = lg.tiles if lg.tiles is not None and lg.tiles.layer == layer else None
+        imgs = self.images(ov, self.state.scale_mode)
+        focus = lg.head()
+        p.setFont(self._font)
+        for h in range(self.n_head()):
+            rect = self.head_rect(h)
+            if ov is not None and h in ov.heads:
+                self.draw_image(p, imgs[ov.heads.index(h)], ov.region, rect)
+            self.draw_window(p, rect, layer)
+            p.setPen(QColor(TEXT))
+            p.drawText(QRectF(rect.left(), rect.top() - self.TITLE, rect.width(), self.TITLE),
+                       Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                       head_title(layer, h))
+            p.setPen(QPen(QColor(FOCUS if h == focus else "#5f6368"), 2 if h == focus else 1))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRect(rect)
+        self.paint_drag(p)
+
+
+class LongView(QWidget):
+    """The long view (module docstring): a bar of options, the tiles and the large pane."""
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state, self.long = state, state.long
+        self.info = QLabel()
+        self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.reduce_combo = QComboBox()
+        for r in REDUCES:
+            self.reduce_combo.addItem(REDUCE_NAMES[r], r)
+        self.reduce_combo.setToolTip("What each pixel of the overview shows of its block of weights")
+        self.log_check = QCheckBox("Log colours")
+        self.log_check.setToolTip("Colours on a log scale over 4 decades below the top: long-range "
+                                  "weights are small")
+        self.whole_button = QPushButton("Whole pattern")
+        self.whole_button.setToolTip("Zoom out to every token (double-click does too)")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(220)
+        self.progress.setFormat("layer %v of %m")
+        self.progress.hide()
+        bar = QHBoxLayout()
+        bar.addWidget(self.info, 1)
+        bar.addWidget(self.progress)
+        bar.addWidget(self.reduce_combo)
+        bar.addWidget(self.log_check)
+        bar.addWidget(self.whole_button)
+
+        self.tiles = HeadTiles(state)
+        self.pane = PatternPane(state)
+        self.key_strip = QLabel()
+        self.key_strip.setWordWrap(True)
+        self.key_strip.setToolTip("The keys of the region shown, as the model reads them")
+        self.readout = QLabel(" ")
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        right = QWidget()
+        rcol = QVBoxLayout(right)
+        rcol.setContentsMargins(0, 0, 0, 0)
+        rcol.addWidget(self.pane, 1)
+        rcol.addWidget(self.key_strip)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.tiles)
+        split.addWidget(right)
+        split.setSizes([500, 500])
+        self.splitter = split
+
+        col = QVBoxLayout(self)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addLayout(bar)
+        col.addWidget(split, 1)
+        col.addWidget(self.readout)
+
+        lg = self.long
+        self.reduce_combo.currentIndexChanged.connect(
+            lambda i: lg.set_reduce(self.reduce_combo.itemData(i)))
+        self.log_check.toggled.connect(lg.set_log)
+        self.whole_button.clicked.connect(lg.reset_zoom)
+        for area in (self.tiles, self.pane):
+            area.sigHover.connect(self.readout.setText)
+        lg.sigRunChanged.connect(lambda _r: self.refresh())
+        lg.sigViewChanged.connect(self.refresh)
+        lg.sigImagesChanged.connect(self.refresh)
+        lg.sigProgress.connect(self._on_progress)
+        for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigHeadLabelsChanged):
+            sig.connect(lambda *_: self.refresh())
+        state.sigDisplayChanged.connect(self.refresh)
+
+    def _on_progress(self, i: int, n: int) -> None:
+        self.progress.setVisible(n > 0)
+        if n > 0:
+            self.progress.setRange(0, n)
+            self.progress.setValue(i)
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        self._send_screen()
+
+    def showEvent(self, ev) -> None:
+        super().showEvent(ev)
+        self._send_screen()
+
+    def _send_screen(self) -> None:
+        self.long.set_screen(self.tiles.tile_px(), self.pane.pixels())
+
+    def refresh(self) -> None:
+        lg = self.long
+        self.reduce_combo.setCurrentIndex(REDUCES.index(lg.reduce))
+        self.log_check.setChecked(lg.log)
+        if lg.run is None:
+            self.info.setText("")
+            self.key_strip.setText("")
+        else:
+            lp, r = lg.patterns, lg.region
+            layer = min(self.state.layer, lp.n_layer - 1)
+            ov = lg.pane
+            res = ("exact weights" if ov is not None and ov.region == r and ov.exact else
+                   f"{REDUCE_NAMES[lg.reduce]} of blocks of "
+                   f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if ov is not None and ov.region == r
+                   else "computing…")
+            self.info.setText(f"Long text: {lp.T:,} tokens, patterns computed for what is shown · "
+                              f"layer {layer} · {region_text(r)} · {res}")
+            labels = lg.run.result.labels
+            keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
+            more = " …" if r[3] - r[2] > STRIP_MAX else ""
+            self.key_strip.setText(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
+        self._send_screen()
+        self.tiles.update()
+        self.pane.update()
+
+
+class GridOrLong(QStackedWidget):
+    """The heatmap grid, or the long view while the text is a long run."""
+
+    def __init__(self, state, grid, parent=None):
+        super().__init__(parent)
+        self.grid = grid
+        self.long_view = LongView(state)
+        self.addWidget(grid)
+        self.addWidget(self.long_view)
+        state.long.sigRunChanged.connect(
+            lambda run: self.setCurrentWidget(self.grid if run is None else self.long_view))

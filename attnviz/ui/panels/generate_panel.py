@@ -1,0 +1,265 @@
+"""The Generate panel (a causal model): N new tokens from the sentence, one KV-cached step each
+(engine/computing/generate.py, run by the runner's 'generate' job, ui/long_jobs.py). Greedy by
+default; a temperature above 0 draws from the top-p set with a seed, so a run can be repeated. It
+stops at the model's end of text unless told to go on, or at Stop; editing the sentence ends it.
+The sentence grows in the box as tokens arrive (the new ones marked) and the heatmaps follow it.
+
+The step slider shows, at step s: the generated token's row in every head of the layer shown (what
+the position that chose it read), the top-10 it was drawn from, and the bytes of K and V the
+engine held when it was chosen, with the calculator's figure for that many tokens beside it; a
+plot draws those bytes against the step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
+    QSlider, QSpinBox, QTextEdit, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.calc.format import format_bytes
+from attnviz.engine.calc.from_config import kv_cache_needed
+from attnviz.figures.overview import colour_index, tops
+from attnviz.figures.style import BACKGROUND, TEXT
+from attnviz.ui.long_view import colour_table, indexed_image
+
+NEW_MARK = QColor(255, 214, 102, 110)  # the generated tokens in the sentence box
+MAX_NEW = 256
+STOP_WORDS = {"eos": "stopped at the end-of-text token", "max_new": "made the tokens asked for",
+              "context": "reached the model's context", "stopped": "stopped",
+              "edited": "ended: the sentence was edited"}
+
+
+def utf16_len(text: str) -> int:  # a Python string's length in a Qt document's positions
+    return len(text.encode("utf-16-le")) // 2
+
+
+class RowsView(QWidget):
+    """The generated token's row in every head of one layer: [n_head, T] as one strip per head,
+    each head on its own colour scale; hover names the key and the weight."""
+
+    ROW = 14
+
+    def __init__(self, state, parent=None):
+        super().__init__(parent)
+        self.state = state
+        self.rows: np.ndarray | None = None  # [n_head, T]
+        self.labels: list[str] = []
+        self.layer = 0
+        self.setMouseTracking(True)
+        self.setMinimumHeight(60)
+        self.hover_text = ""
+
+    def set_rows(self, rows, labels, layer) -> None:
+        self.rows, self.labels, self.layer = rows, labels, layer
+        self.setMinimumHeight(self.ROW * (0 if rows is None else rows.shape[0]) + 4)
+        self.update()
+
+    def _area(self) -> QRectF:
+        return QRectF(34, 2, max(1, self.width() - 38), self.ROW * (0 if self.rows is None else len(self.rows)))
+
+    def paintEvent(self, ev) -> None:
+        p = QPainter(self)
+        p.fillRect(self.rect(), QColor(BACKGROUND))
+        if self.rows is not None and self.rows.size:
+            r = self.rows[:, None, :]  # [n_head, 1, T]
+            idx = colour_index(r, tops(r, "per-head"))[:, 0, :]
+            img = indexed_image(idx, colour_table(self.state.colormap))
+            area = self._area()
+            p.drawImage(area, img, QRectF(img.rect()))
+            p.setPen(QColor(TEXT))
+            for h in range(len(self.rows)):
+                p.drawText(QRectF(0, area.top() + h * self.ROW, 32, self.ROW),
+                           Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"H{h}")
+        p.end()
+
+    def mouseMoveEvent(self, ev) -> None:
+        area = self._area()
+        pos = ev.position()
+        if self.rows is None or not area.contains(pos):
+            return
+        h = min(len(self.rows) - 1, int((pos.y() - area.top()) / self.ROW))
+        k = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
+        label = self.labels[k] if k < len(self.labels) else str(k)
+        self.hover_text = f"L{self.layer} H{h} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
+        self.setToolTip(self.hover_text)
+
+
+class GeneratePanel(QWidget):
+    """View of AppState.generation, with the controls that start and stop one (module docstring)."""
+
+    def __init__(self, state, worker, text_box: QPlainTextEdit | None = None, parent=None):
+        super().__init__(parent)
+        self.state, self.worker, self.gen = state, worker, state.generation
+        self.text_box = text_box
+        self.n_spin = QSpinBox()
+        self.n_spin.setRange(1, MAX_NEW)
+        self.n_spin.setValue(20)
+        self.temp_spin = QDoubleSpinBox()
+        self.temp_spin.setRange(0.0, 5.0)
+        self.temp_spin.setSingleStep(0.1)
+        self.temp_spin.setToolTip("0: greedy (the most likely token each step)")
+        self.top_p_spin = QDoubleSpinBox()
+        self.top_p_spin.setRange(0.01, 1.0)
+        self.top_p_spin.setSingleStep(0.05)
+        self.top_p_spin.setValue(1.0)
+        self.seed_spin = QSpinBox()
+        self.seed_spin.setRange(0, 2 ** 31 - 1)
+        self.go_on_check = QCheckBox("Go on past the end-of-text token")
+        self.generate_button = QPushButton("Generate")
+        self.stop_button = QPushButton("Stop")
+        form = QFormLayout()
+        form.addRow("New tokens", self.n_spin)
+        form.addRow("Temperature", self.temp_spin)
+        form.addRow("Top-p", self.top_p_spin)
+        form.addRow("Seed", self.seed_spin)
+        form.addRow(self.go_on_check)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.generate_button)
+        buttons.addWidget(self.stop_button)
+        self.status = QLabel()
+        self.status.setWordWrap(True)
+        self.slider = QSlider(Qt.Orientation.Horizontal)
+        self.slider.setEnabled(False)
+        self.step_label = QLabel()
+        self.step_label.setWordWrap(True)
+        self.kv_label = QLabel()
+        self.kv_label.setWordWrap(True)
+        self.rows_view = RowsView(state)
+        self.top_label = QLabel()
+        self.top_label.setTextFormat(Qt.TextFormat.RichText)
+        self.plot = pg.PlotWidget(background=BACKGROUND)
+        self.plot.setMinimumHeight(140)
+        self.plot.setLabel("bottom", "step")
+        self.plot.setLabel("left", "KV held (MiB)")
+        self.plot.setMouseEnabled(False, False)
+        self.plot.getAxis("left").enableAutoSIPrefix(False)
+        self.curve = self.plot.plot([], [], pen=pg.mkPen("#8ab4f8", width=2), symbol="o", symbolSize=4)
+        self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff9e3d"))
+        self.plot.addItem(self.marker)
+
+        col = QVBoxLayout(self)
+        col.addLayout(form)
+        col.addLayout(buttons)
+        col.addWidget(self.status)
+        col.addWidget(QLabel("Step"))
+        col.addWidget(self.slider)
+        col.addWidget(self.step_label)
+        col.addWidget(self.kv_label)
+        col.addWidget(self.rows_view)
+        col.addWidget(self.top_label)
+        col.addWidget(self.plot, 1)
+
+        self.generate_button.clicked.connect(self.start)
+        self.stop_button.clicked.connect(self.gen.stop)
+        self.slider.valueChanged.connect(self.gen.show_step)
+        self.gen.sigChanged.connect(self.refresh)
+        self.gen.sigStepShown.connect(self._show_step)
+        state.sigModelChanged.connect(lambda _m: self.refresh())
+        state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
+        self.refresh()
+
+    def start(self) -> None:
+        """Generate with the panel's settings (the Generate button)."""
+        from attnviz.engine.errors import AttnvizError
+
+        t = float(self.temp_spin.value())
+        try:
+            self.worker.long_jobs.generate(int(self.n_spin.value()), temperature=t,
+                                           top_p=float(self.top_p_spin.value()),
+                                           seed=int(self.seed_spin.value()) if t > 0 else None,
+                                           ignore_eos=self.go_on_check.isChecked())
+        except AttnvizError as exc:
+            self.status.setText(str(exc))
+
+    def refresh(self) -> None:
+        st, g = self.state, self.gen
+        model = st.model
+        causal = model is not None and model.config.causal
+        self.generate_button.setEnabled(causal and not g.running)
+        self.stop_button.setEnabled(g.running)
+        n = len(g.steps)
+        if model is not None and not causal:
+            self.status.setText(f"{model.name} is an encoder: it predicts no next token.")
+        elif g.running:
+            self.status.setText(f"Generating: {n} token{'s' * (n != 1)} so far…")
+        elif g.stopped:
+            self.status.setText(f"{n} new token{'s' * (n != 1)}: "
+                                f"{STOP_WORDS.get(g.stopped, g.stopped)}.")
+        else:
+            self.status.setText("")
+        self.slider.blockSignals(True)
+        self.slider.setRange(0, max(0, n - 1))
+        self.slider.setValue(max(0, g.shown))
+        self.slider.blockSignals(False)
+        self.slider.setEnabled(n > 1)
+        if n:
+            self.curve.setData(np.arange(n), [s.kv_bytes / 2 ** 20 for s in g.steps])
+        else:
+            self.curve.setData([], [])
+        self._mark_new()
+
+    def _mark_new(self) -> None:
+        box = self.text_box
+        if box is None:
+            return
+        span = self.gen.marked()
+        sels = []
+        if span is not None:
+            cur = QTextCursor(box.document())
+            cur.setPosition(utf16_len(self.gen.text[:span[0]]))
+            cur.setPosition(utf16_len(self.gen.text[:span[1]]), QTextCursor.MoveMode.KeepAnchor)
+            sel = QTextEdit.ExtraSelection()
+            sel.cursor = cur
+            fmt = QTextCharFormat()
+            fmt.setBackground(NEW_MARK)
+            sel.format = fmt
+            sels.append(sel)
+        box.setExtraSelections(sels)
+
+    def kv_text(self, step) -> str:
+        """'KV held: 1.2 MiB for 37 tokens (calculator: 1.2 MiB)': the engine's cache at that step
+        and the calculator's figure for the same T (equal: tests/engine/test_generate.py)."""
+        calc = kv_cache_needed(self.state.model.config, step.T)
+        return (f"KV held: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes) for {step.T:,} "
+                f"tokens; calculator: {format_bytes(calc)} ({calc:,} bytes)")
+
+    def _show_step(self, s: int) -> None:
+        g = self.gen
+        if s < 0 or s >= len(g.steps) or self.state.model is None:
+            self.step_label.setText("")
+            self.kv_label.setText("")
+            self.top_label.setText("")
+            self.rows_view.set_rows(None, [], 0)
+            self.marker.hide()
+            return
+        step = g.steps[s]
+        if self.slider.value() != s:
+            self.slider.blockSignals(True)
+            self.slider.setValue(s)
+            self.slider.blockSignals(False)
+        self.step_label.setText(f"Step {s} of {len(g.steps) - 1}: {step.token!r} "
+                                f"(read {step.T:,} tokens)")
+        self.kv_label.setText(self.kv_text(step))
+        rows_top = ["<table>"] + [
+            f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{t}</td>"
+            f"<td align='right'>{np.exp(lp):.3f}</td></tr>"
+            for i, t, lp in zip(step.top_ids, step.top_tokens, step.top_logprobs)] + ["</table>"]
+        chosen = "" if step.id in step.top_ids else f"<br>drawn: {step.token} (outside the top {len(step.top_ids)})"
+        self.top_label.setText("Top predictions it was drawn from:" + "".join(rows_top) + chosen)
+        layer = min(self.state.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
+        labels = self._labels(step.T)
+        self.rows_view.set_rows(None if step.rows is None else step.rows[layer], labels, layer)
+        self.marker.setValue(s)
+        self.marker.show()
+
+    def _labels(self, T: int) -> list[str]:
+        """The labels of the first T tokens the step read (the prompt and the tokens before it)."""
+        model, g = self.state.model, self.gen
+        ids = (list(g.prompt_ids) + [st.id for st in g.steps])[:T]
+        if model.tokenizer is None:
+            return [str(i) for i in ids]
+        return list(model.tokenizer.labels_for_ids(ids)[1])
