@@ -420,7 +420,12 @@ class LongView(QWidget):
         self.key_strip = QLabel()
         self.key_strip.setWordWrap(True)
         self.key_strip.setToolTip("The keys of the region shown, as the model reads them")
+        self.key_strip.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.key_strip.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 4)
         self.readout = QLabel(" ")
+        # text that changes with each view must not move the views (their sizes are the overviews')
+        for label in (self.info, self.key_strip, self.readout):
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, label.sizePolicy().verticalPolicy())
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         right = QWidget()
         rcol = QVBoxLayout(right)

@@ -1,0 +1,150 @@
+"""The window on SmolLM2: the Generate panel drives a generation (the tokens equal the engine's greedy
+ones, the text grows in the box with the new tokens marked, the heatmaps follow), the step slider
+scrubs the steps (the token's row in every head of the layer, its top-10, the KV bytes equal to the
+calculator's), Stop and an edit of the text end it; a text over the dense limit shows as the long
+view, whose tiles are the block maxima of the dense pattern, whose wheel and dragged rectangle zoom
+to the exact weights, and whose hover reads the exact weight."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QPointF, Qt
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication
+
+from attnviz.engine.calc.from_config import kv_cache_needed
+from attnviz.engine.computing.generate import generate
+from attnviz.engine.computing.longdoc import dense_bytes
+from attnviz.ui.long_jobs import new_text
+from windows import WAIT, open_window
+
+PROMPT = "The keys to the cabinet are on the"
+LONG = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly "
+        "normal, thank you very much. They were the last people you'd expect to be involved in "
+        "anything strange or mysterious, because they just didn't hold with such nonsense. ") * 8
+
+
+@pytest.fixture
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
+    yield w
+    w.state.generation.stop()
+    w.worker.wait_idle()
+
+
+def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, smollm2):
+    w, gen, panel = win, win.state.generation, win.generate_panel
+    panel.n_spin.setValue(4)
+    qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    want = generate(smollm2, PROMPT, max_new=4)
+    assert [s.id for s in gen.steps] == want.new_ids and gen.stopped == want.stopped == "max_new"
+    text = new_text(smollm2, PROMPT, want.prompt_ids, want.new_ids)
+    assert len(text) > len(PROMPT) and w.text_box.toPlainText() == gen.text == text
+    sels = w.text_box.extraSelections()  # the new tokens marked in the box
+    assert len(sels) == 1 and sels[0].cursor.selectedText() == text[len(PROMPT):]
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+
+    cfg = smollm2.config
+    panel.slider.setValue(1)
+    step = gen.steps[1]
+    assert gen.shown == 1 and step.T == len(want.prompt_ids) + 1
+    assert step.kv_bytes == kv_cache_needed(cfg, step.T)
+    assert f"{step.kv_bytes:,} bytes" in panel.kv_label.text() and "calculator" in panel.kv_label.text()
+    assert all(t in panel.top_label.text() for t in step.top_tokens[:3])
+    # the row the step's token was chosen from, in every head of the layer: a full recompute's last row
+    full = smollm2.run(ids=want.prompt_ids + want.new_ids[:1], use_cache=False).attentions
+    for layer in (0, 17):
+        w.state.set_layer(layer)
+        np.testing.assert_allclose(panel.rows_view.rows, full[layer, :, -1], atol=1e-5, rtol=0)
+    _, y = panel.curve.getData()
+    assert np.allclose(y, [s.kv_bytes / 2 ** 20 for s in gen.steps])
+    assert panel.marker.value() == 1
+
+
+def test_stop_and_an_edit_end_a_generation(win, qtbot):
+    w, gen, panel = win, win.state.generation, win.generate_panel
+    panel.n_spin.setValue(200)
+    panel.go_on_check.setChecked(True)
+    panel.start()
+    qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)
+    qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
+    assert not gen.running and gen.stopped == "stopped" and panel.generate_button.isEnabled()
+    n = len(gen.steps)
+    qtbot.wait(300)
+    assert len(gen.steps) == n < 200
+
+    panel.start()
+    qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)
+    w.text_box.setPlainText("Something else")
+    assert not gen.running and gen.stopped == "edited" and w.text_box.extraSelections() == []
+    qtbot.wait(300)
+    assert w.state.text == "Something else"
+
+
+def wheel(widget, pos: QPointF, notches: int) -> None:
+    ev = QWheelEvent(pos, widget.mapToGlobal(pos), QPoint(0, 0), QPoint(0, 120 * notches),
+                     Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier, Qt.ScrollPhase.NoScrollPhase,
+                     False)
+    QApplication.sendEvent(widget, ev)
+
+
+def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, smollm2):
+    w, lg = win, win.state.long
+    cfg = smollm2.config
+    w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    w.state.set_layer(3)
+    w.set_text(LONG)
+    ready = lambda: (lg.run is not None and lg.pane is not None and lg.tiles is not None  # noqa: E731
+                     and lg.pane.region == lg.region and lg.tiles.region == lg.region)
+    qtbot.waitUntil(ready, timeout=WAIT)
+    assert w.grid_stack.currentWidget() is w.long_view and w.state.result is None
+    dense = smollm2.run(LONG, use_cache=False).attentions  # [n_layer, n_head, T, T]
+    T = lg.T
+    assert T == dense.shape[-1] > 100
+    n = lg.tiles.values.shape[1]  # the tiles: each cell the max of its block of the whole pattern
+    assert n < T and lg.tiles.values.shape == (cfg.n_head, n, n)
+    edges = (np.arange(n) * T) // n
+    want = np.maximum.reduceat(np.maximum.reduceat(dense[3], edges, axis=2), edges, axis=1)
+    np.testing.assert_allclose(lg.tiles.values, want, atol=1e-5, rtol=0)
+
+    pane = w.long_view.pane
+    rect = pane.head_rect()
+    old = lg.pane
+    wheel(pane, rect.center(), 3)  # zoom in about the pane's centre
+    r0, r1, c0, c1 = lg.region
+    assert r1 - r0 < T and c1 - c0 < T and r0 <= T // 2 < r1 and c0 <= T // 2 < c1
+    assert lg.pane is old  # the last image stays until the new one is computed
+    qtbot.waitUntil(ready, timeout=WAIT)
+
+    a = rect.topLeft() + QPointF(rect.width() * 0.30, rect.height() * 0.40)  # drag a small rectangle
+    b = rect.topLeft() + QPointF(rect.width() * 0.45, rect.height() * 0.55)
+    qtbot.mousePress(pane, Qt.MouseButton.LeftButton, pos=a.toPoint())
+    qtbot.mouseMove(pane, pos=b.toPoint())
+    qtbot.mouseRelease(pane, Qt.MouseButton.LeftButton, pos=b.toPoint())
+    qtbot.waitUntil(ready, timeout=WAIT)
+    r0, r1, c0, c1 = lg.region
+    assert r1 - r0 < 40 and c1 - c0 < 40 and lg.pane.exact
+    head = lg.head()
+    np.testing.assert_allclose(lg.pane.values[0], dense[3, head, r0:r1, c0:c1], atol=1e-5, rtol=0)
+    labels = lg.run.result.labels
+    assert " ".join(labels[c0:c1]) in w.long_view.key_strip.text()  # the token strip follows
+    assert "exact weights" in w.long_view.info.text()
+
+    p = rect.topLeft() + QPointF(rect.width() * 0.7, rect.height() * 0.8)  # hover: the exact weight
+    qtbot.mouseMove(pane, pos=p.toPoint())
+    _, q, k = pane.tokens_at(QPointF(p.toPoint()))
+    assert f"(q {q:,}, k {k:,})  {float(dense[3, head, q, k]):.4g}" in w.long_view.readout.text()
+
+    w.long_view.whole_button.click()  # the whole pattern again, now each cell a block's mean
+    w.long_view.reduce_combo.setCurrentIndex(1)
+    qtbot.waitUntil(lambda: ready() and lg.tiles.reduce == "mean", timeout=WAIT)
+    assert lg.region == (0, T, 0, T)
+    n = lg.tiles.values.shape[1]
+    edges = (np.arange(n) * T) // n
+    sums = np.add.reduceat(np.add.reduceat(dense[3], edges, axis=2), edges, axis=1)
+    sizes = np.diff([*edges, T])
+    np.testing.assert_allclose(lg.tiles.values, sums / np.outer(sizes, sizes), atol=1e-5, rtol=0)
+
+    w.set_text(PROMPT)  # a short text: the dense grid again
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
+    assert lg.run is None and w.grid_stack.currentWidget() is w.grid
