@@ -131,7 +131,7 @@ class _PatternArea(QWidget):
         lg, layer = self.long, self.layer()
         labels = lg.run.result.labels
         w = exact_weight(lg.patterns, layer, h, q, k)
-        text = f"L{layer} H{h}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  {w:.4g}"
+        text = f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  {w:.4g}"
         ov = self.overview_of(h)
         if ov is not None and not ov.exact and ov.region == lg.region:
             rect = self.head_rect(h)
@@ -212,7 +212,7 @@ class PatternPane(_PatternArea):
 
     def __init__(self, state, parent=None):
         super().__init__(state, parent)
-        self.setMinimumSize(240, 240)
+        self.setMinimumSize(120, 120)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
         self._font = QFont()
         self._font.setPointSize(8)
@@ -302,7 +302,7 @@ class HeadTiles(_PatternArea):
 
     def __init__(self, state, parent=None):
         super().__init__(state, parent)
-        self.setMinimumSize(200, 200)
+        self.setMinimumSize(120, 120)
         self._font = QFont()
         self._font.setPointSize(8)
         self._cache = (None, None, None, None, [])  # (overview, colormap, log, scale mode, images)
@@ -381,7 +381,10 @@ class HeadTiles(_PatternArea):
             p.drawText(QRectF(rect.left(), rect.top() - self.TITLE, rect.width(), self.TITLE),
                        Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
                        head_title(layer, h))
-            p.setPen(QPen(QColor(FOCUS if h == focus else "#5f6368"), 2 if h == focus else 1))
+            frame = QColor(FOCUS) if h == focus else QColor(TEXT)
+            if h != focus:
+                frame.setAlpha(80)
+            p.setPen(QPen(frame, 2 if h == focus else 1))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRect(rect)
         self.paint_drag(p)
@@ -421,7 +424,7 @@ class LongView(QWidget):
         self.key_strip.setWordWrap(True)
         self.key_strip.setToolTip("The keys of the region shown, as the model reads them")
         self.key_strip.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.key_strip.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 4)
+        self.key_strip.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
         self.readout = QLabel(" ")
         # text that changes with each view must not move the views (their sizes are the overviews')
         for label in (self.info, self.key_strip, self.readout):

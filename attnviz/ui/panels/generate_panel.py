@@ -17,13 +17,14 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-    QSlider, QSpinBox, QTextEdit, QVBoxLayout, QWidget,
+    QScrollArea, QSlider, QSpinBox, QTextEdit, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.from_config import kv_cache_needed
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import colour_index, tops
-from attnviz.figures.style import BACKGROUND, TEXT
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
 from attnviz.ui.long_view import colour_table, indexed_image
 
 NEW_MARK = QColor(255, 214, 102, 110)  # the generated tokens in the sentence box
@@ -59,7 +60,7 @@ class RowsView(QWidget):
         self.update()
 
     def _area(self) -> QRectF:
-        return QRectF(34, 2, max(1, self.width() - 38), self.ROW * (0 if self.rows is None else len(self.rows)))
+        return QRectF(48, 2, max(1, self.width() - 52), self.ROW * (0 if self.rows is None else len(self.rows)))
 
     def paintEvent(self, ev) -> None:
         p = QPainter(self)
@@ -72,8 +73,8 @@ class RowsView(QWidget):
             p.drawImage(area, img, QRectF(img.rect()))
             p.setPen(QColor(TEXT))
             for h in range(len(self.rows)):
-                p.drawText(QRectF(0, area.top() + h * self.ROW, 32, self.ROW),
-                           Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"H{h}")
+                p.drawText(QRectF(0, area.top() + h * self.ROW, 44, self.ROW),
+                           Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, head_title(self.layer, h))
         p.end()
 
     def mouseMoveEvent(self, ev) -> None:
@@ -84,7 +85,7 @@ class RowsView(QWidget):
         h = min(len(self.rows) - 1, int((pos.y() - area.top()) / self.ROW))
         k = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
         label = self.labels[k] if k < len(self.labels) else str(k)
-        self.hover_text = f"L{self.layer} H{h} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
+        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
         self.setToolTip(self.hover_text)
 
 
@@ -138,10 +139,11 @@ class GeneratePanel(QWidget):
         self.plot.setMouseEnabled(False, False)
         self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#8ab4f8", width=2), symbol="o", symbolSize=4)
-        self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff9e3d"))
+        self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen(FOCUS))
         self.plot.addItem(self.marker)
 
-        col = QVBoxLayout(self)
+        body = QWidget()  # in a scroll area: a short window still fits (the docks are tabbed)
+        col = QVBoxLayout(body)
         col.addLayout(form)
         col.addLayout(buttons)
         col.addWidget(self.status)
@@ -152,6 +154,12 @@ class GeneratePanel(QWidget):
         col.addWidget(self.rows_view)
         col.addWidget(self.top_label)
         col.addWidget(self.plot, 1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(body)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
 
         self.generate_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.gen.stop)
