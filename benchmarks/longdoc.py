@@ -2,6 +2,7 @@
 one run. Not a test: run it, read the table.
 
     .venv/bin/python benchmarks/longdoc.py [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
+                                           [--zoom-T 8192]
 
 1. sgemm peak: the best of a few [2048, 2048] @ [2048, 2048] float32 products at BLAS's default
    threads, measured first, in this run.
@@ -15,6 +16,13 @@ one run. Not a test: run it, read the table.
    smollm2.py (one matrix-vector product with each of the model's float32 layer matrices). The
    unembedding (49,152 x 576, 113 MB as float32) is part of each step but not of that floor: the
    floor with it is shown too.
+4. The window's long view after a zoom, at T = 8,192 (a fresh child process, offscreen Qt): the
+   pane and the tiles of ui/long_view.py on a long run's patterns, ZOOM_STEPS wheel notches in
+   (about points spread over the pattern) and back out. Per notch: `repaint`, the pane painted
+   at once with the last image moved and scaled to the new region (what the screen shows first);
+   `pane`, the new overview of the focused head at the pane's pixels computed and painted (the
+   runner gathers view changes for OVERVIEW_DELAY_MS before it starts: not counted); `tiles`, the
+   same for every head of the layer. p50 and p95 of each.
 
 The machine is shared: each section reports the CPU time other processes took while it ran
 (`other_cpu_s`) and the load average; on 2 cores shared with other work, read the figures with it.
@@ -44,8 +52,9 @@ _smollm2 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_smollm2)  # its Foreign, matvec_floor and smollm2_path, shared
 Foreign, matvec_floor, smollm2_path = _smollm2.Foreign, _smollm2.matvec_floor, _smollm2.smollm2_path
 
-GOALS = {"peak_fraction_4096": 0.5, "rss_gib_8192": 3.0, "floor_ratio_512": 2.0}
+GOALS = {"peak_fraction_4096": 0.5, "rss_gib_8192": 3.0, "floor_ratio_512": 2.0, "zoom_p95_ms": 50}
 N_STEPS = 16
+ZOOM_STEPS = 12  # wheel notches in, then as many out
 
 
 def sgemm_peak(n: int = 2048, runs: int = 5) -> float:
@@ -124,6 +133,67 @@ def child_generate(T: int) -> dict:
             "load": os.getloadavg()[0]}
 
 
+def child_zoom(T: int) -> dict:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from attnviz.engine import load_model
+    from attnviz.engine.computing.longdoc import run_long
+    from attnviz.figures.overview import compute_overview
+    from attnviz.ui.app import make_app
+    from attnviz.ui.long_view import LongView
+    from attnviz.ui.state import AppState
+
+    from attnviz.ui.runner import limit_blas_threads
+
+    model = load_model(smollm2_path())
+    ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
+    run = run_long(model, ids=ids)
+    app = make_app()
+    limit_blas_threads()  # the window's jobs run on one BLAS thread (app.assemble)
+    state = AppState()
+    state.set_model(model)
+    state.set_layer(model.config.n_layer // 2)
+    view = LongView(state)
+    view.resize(1200, 800)
+    view.show()
+    lg = state.long
+    lg.set_run(run)
+    app.processEvents()
+    lp, layer = run.patterns, state.layer
+
+    def new_images():
+        t0 = time.perf_counter()
+        pane = compute_overview(lp, layer, lg.region, lg.pane_px, lg.reduce, [lg.head()])
+        lg.set_images(pane=pane)
+        view.pane.repaint()
+        t1 = time.perf_counter()
+        tiles = compute_overview(lp, layer, lg.region, (lg.tile_px, lg.tile_px), lg.reduce)
+        lg.set_images(tiles=tiles)
+        view.tiles.repaint()
+        return t1 - t0, time.perf_counter() - t1
+
+    new_images()
+    rng = np.random.default_rng(0)
+    out = {"repaint": [], "pane": [], "tiles": []}
+    with Foreign() as f:
+        for notch in [1] * ZOOM_STEPS + [-1] * ZOOM_STEPS:
+            r0, r1, c0, c1 = lg.region
+            at = (r0 + rng.random() * (r1 - r0), c0 + rng.random() * (c1 - c0))
+            at = (at[0], min(at[1], at[0]))  # a point of the causal pattern's lower half
+            t0 = time.perf_counter()
+            lg.zoom(notch, at)
+            view.pane.repaint()  # the last image, moved and scaled to the new region
+            out["repaint"].append(time.perf_counter() - t0)
+            pane_s, tiles_s = new_images()
+            out["pane"].append(pane_s)
+            out["tiles"].append(tiles_s)
+    res = {"T": T, "pane_px": list(lg.pane_px), "tile_px": lg.tile_px, "n_head": lp.n_head,
+           "other_cpu_s": f.other_cpu_s, "load": os.getloadavg()[0]}
+    for k, v in out.items():
+        res[k + "_p50_ms"] = 1e3 * float(np.percentile(v, 50))
+        res[k + "_p95_ms"] = 1e3 * float(np.percentile(v, 95))
+    return res
+
+
 def spawn(kind: str, T: int) -> dict:
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--T", str(T)],
                           capture_output=True, text=True, timeout=3600, cwd=_ROOT)
@@ -149,8 +219,13 @@ def report(res: dict) -> None:
         print(f"{r['T']:>6} {r['step_s'] * 1e3:>8.1f} {r['tokens_per_s']:>7.1f} {r['floor_s'] * 1e3:>9.1f} "
               f"{r['floor_ratio']:>5.2f}x {r['floor_with_unembed_s'] * 1e3:>9.1f} "
               f"{r['floor_ratio_with_unembed']:>5.2f}x {r['other_cpu_s']:>11.1f}")
+    for r in res.get("zoom", []):
+        print(f"zoom at T = {r['T']:,} (pane {r['pane_px'][1]}x{r['pane_px'][0]} px, {r['n_head']} tiles of "
+              f"{r['tile_px']} px), ms p50 / p95: repaint with the last image {r['repaint_p50_ms']:.1f} / "
+              f"{r['repaint_p95_ms']:.1f}; new pane {r['pane_p50_ms']:.0f} / {r['pane_p95_ms']:.0f}; new tiles "
+              f"{r['tiles_p50_ms']:.0f} / {r['tiles_p95_ms']:.0f}; other CPU {r['other_cpu_s']:.1f} s")
     print("goals: >= 50 % of the sgemm peak at T = 4,096; peak RSS <= 3 GiB at 8,192; a step <= 2x the "
-          "floor at T <= 512")
+          "floor at T <= 512; overview repaint after a zoom at 8,192 p95 <= 50 ms")
 
 
 def main() -> int:
@@ -158,19 +233,23 @@ def main() -> int:
     ap.add_argument("--child")
     ap.add_argument("--T", default="1024,4096,8192")
     ap.add_argument("--gen-T", default="64,512,2048")
+    ap.add_argument("--zoom-T", default="8192")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.child:
-        fn = child_forward if args.child == "forward" else child_generate
+        fn = {"forward": child_forward, "generate": child_generate, "zoom": child_zoom}[args.child]
         print(json.dumps(fn(int(args.T))))
         return 0
-    res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": []}
+    res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": [], "zoom": []}
     for T in (int(t) for t in args.T.split(",") if t):
         res["forward"].append(spawn("forward", T))
         print(res["forward"][-1], file=sys.stderr, flush=True)
     for T in (int(t) for t in args.gen_T.split(",") if t):
         res["generate"].append(spawn("generate", T))
         print(res["generate"][-1], file=sys.stderr, flush=True)
+    for T in (int(t) for t in args.zoom_T.split(",") if t):
+        res["zoom"].append(spawn("zoom", T))
+        print(res["zoom"][-1], file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1)) if args.json else report(res)
     return 0
 

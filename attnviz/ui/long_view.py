@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import (
-    REDUCES, colour_index, exact_weight, to_tokens, token_at, tops, window_segment,
+    LOG_DECADES, REDUCES, colour_index, exact_weight, to_tokens, token_at, tops, window_segment,
 )
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, heat_table
 
@@ -411,8 +411,11 @@ class LongView(QWidget):
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
         self.progress.hide()
+        self.scale_label = QLabel()
+        self.scale_label.setToolTip("The colour scale of the large pane: from its lowest colour to "
+                                    "its top, the largest cell shown")
         bar = QHBoxLayout()
-        bar.addWidget(self.info, 1)
+        bar.addWidget(self.scale_label, 1)
         bar.addWidget(self.progress)
         bar.addWidget(self.reduce_combo)
         bar.addWidget(self.log_check)
@@ -427,7 +430,7 @@ class LongView(QWidget):
         self.key_strip.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
         self.readout = QLabel(" ")
         # text that changes with each view must not move the views (their sizes are the overviews')
-        for label in (self.info, self.key_strip, self.readout):
+        for label in (self.info, self.key_strip, self.readout, self.scale_label):
             label.setSizePolicy(QSizePolicy.Policy.Ignored, label.sizePolicy().verticalPolicy())
         self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         right = QWidget()
@@ -443,6 +446,7 @@ class LongView(QWidget):
 
         col = QVBoxLayout(self)
         col.setContentsMargins(0, 0, 0, 0)
+        col.addWidget(self.info)
         col.addLayout(bar)
         col.addWidget(split, 1)
         col.addWidget(self.readout)
@@ -461,6 +465,16 @@ class LongView(QWidget):
         for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigHeadLabelsChanged):
             sig.connect(lambda *_: self.refresh())
         state.sigDisplayChanged.connect(self.refresh)
+
+    def scale_text(self) -> str:
+        """The pane's colour scale: 0 (or, log, LOG_DECADES below the top) to its top."""
+        ov = self.long.pane
+        if ov is None:
+            return ""
+        top = float(tops(ov.values, "per-head")[0])
+        if self.long.log:
+            return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}"
+        return f"colours: 0 .. {top:.3g}"
 
     def _on_progress(self, i: int, n: int) -> None:
         self.progress.setVisible(n > 0)
@@ -496,6 +510,7 @@ class LongView(QWidget):
                    else "computing…")
             self.info.setText(f"Long text: {lp.T:,} tokens, patterns computed for what is shown · "
                               f"layer {layer} · {region_text(r)} · {res}")
+            self.scale_label.setText(self.scale_text())
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
