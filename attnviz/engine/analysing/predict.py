@@ -35,13 +35,19 @@ class LMHead:
     norm: tuple  # (gain,) RMSNorm or (gain, bias) LayerNorm, [d_model] each
     centred: bool  # LayerNorm (subtracts the mean) or RMSNorm
     eps: float
-    w_u: np.ndarray  # [vocab, d_model] float32
+    w_u: np.ndarray  # [vocab, d_model] float32, or the file's table (QuantRows) under a memory budget
 
     def normed(self, x):  # [..., d_model] -> [..., d_model]
         return (layer_norm if self.centred else rms_norm)(x, *self.norm, self.eps)
 
     def logits(self, x):  # final-norm input [n, d_model] -> logits [n, vocab]
-        return self.normed(x) @ self.w_u.T
+        """In blocks of UNEMBED_ROWS tokens, whether w_u is float32 or kept in the file's type:
+        the same products either way, so a budget changes no logit (not even in the last bit)."""
+        h = self.normed(x)  # [n, d_model]
+        out = np.empty((*h.shape[:-1], self.w_u.shape[0]), dtype=np.float32)  # [n, vocab]
+        for a in range(0, out.shape[-1], UNEMBED_ROWS):  # [rows, d_model] float32 at a time
+            out[..., a:a + UNEMBED_ROWS] = h @ np.asarray(self.w_u[a:a + UNEMBED_ROWS]).T
+        return out
 
 
 def prediction_trace(**kw) -> Trace:
@@ -73,18 +79,40 @@ def _build_head(model) -> LMHead:
     if not cfg.causal or not FAMILY[cfg.family].pre_norm:
         raise NoPrediction(f"{model.name} is not a causal language model: it predicts no next token")
     try:
-        w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
+        if _fits(model, h.unembed):
+            w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
+        else:  # kept in the file's type, dequantised UNEMBED_ROWS rows at a time (checked here)
+            w_u = h.unembed
+            for a in range(0, w_u.shape[0], UNEMBED_ROWS):
+                w_u[a:a + UNEMBED_ROWS]
     except ModelLoadError as exc:  # a GGUF row found non-finite as it is dequantised
         raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: {exc}") from None
     if w_u.shape != (cfg.vocab_size, cfg.d_model):
         raise NoPrediction(f"{model.name}: the unembedding is {list(w_u.shape)}, expected "
                            f"[{cfg.vocab_size}, {cfg.d_model}]")
-    for name, a in (("unembedding", w_u), *(("final norm", g) for g in h.norm)):
+    for name, a in ((("unembedding", w_u),) if isinstance(w_u, np.ndarray) else ()) + tuple(
+            ("final norm", g) for g in h.norm):
         if not np.isfinite(a).all():
             raise NoPrediction(f"{model.name}: the {name} holds non-finite values (NaN or inf): "
                                "prediction needs finite numbers")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
                   centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u)
+
+
+UNEMBED_ROWS = 8192  # rows of an unembedding kept in the file's type dequantised at a time
+
+
+def _fits(model, unembed) -> bool:
+    """Whether the unembedding may be held as float32: it is one already (an array), or the
+    model's memory budget holds every layer expanded and it besides (engine/reading/budget.py)."""
+    if isinstance(unembed, np.ndarray):
+        return True
+    layers = model.weights.layers
+    budget = getattr(layers, "budget", None)
+    if budget is None:
+        return True
+    need = 4 * int(np.prod(unembed.shape, dtype=np.int64))
+    return sum(layers.sizes) + need <= budget
 
 
 def position_index(T: int, position: int | None) -> int:

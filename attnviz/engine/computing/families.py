@@ -1,7 +1,9 @@
 """Per-family weight conversion and forward passes: BERT, GPT-2, and the Llama family.
 
-Weights are converted once at load into one layout: float32, every projection `[d_in, d_out]`
-(so `x @ w`), Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix.
+Weights are converted into one layout: float32, every projection `[d_in, d_out]` (so `x @ w`),
+Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix. A layer is converted when it
+is first asked for and kept as the memory budget allows (`Weights.layers` is a LayerStore,
+engine/reading/budget.py): the loaders here say how to build layer i, the store when.
 
 One forward pass serves every family, in the order data flows: `embed`, then per layer a block of
 `self_attention` and `mlp` around the residual stream. What differs between families (LayerNorm or
@@ -17,6 +19,7 @@ prefix: under the causal mask nothing before a position can see it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Callable
 
 import numpy as np
@@ -29,6 +32,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine.computing.rope import rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
+from attnviz.engine.reading.budget import LayerStore, resolve_budget
 from attnviz.engine.reading.weights import Checkpoint
 
 
@@ -66,7 +70,7 @@ class Weights:
     pos_emb: np.ndarray | None  # [max_positions, d_model]
     type_emb: np.ndarray | None  # [type_vocab, d_model]
     emb_norm: tuple | None  # BERT's embedding LayerNorm
-    layers: tuple[Layer, ...]
+    layers: Sequence[Layer]  # a LayerStore (expanded within the memory budget) or a tuple
     head: Head | None = None  # final norm and unembedding (None: the loader reads none)
 
 
@@ -97,6 +101,30 @@ def _one_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: int | None,
+            name: str | None) -> LayerStore:
+    """A safetensors model's layers within the memory budget (engine/reading/budget.py).
+    `one(i, g)` builds layer i, reading tensor `p + name` with `g(name, shape)`. Every layer's
+    tensors are checked at load (present, their shapes, float types) without reading them, and
+    counted: the float32 bytes of the tensors a layer reads are its size expanded."""
+    sizes = []
+    for i in range(cfg.n_layer):
+        read = []
+
+        def dry(n, shape):
+            read.append(4 * int(np.prod(shape, dtype=np.int64)))
+            return ckpt.check(p + n, shape)
+
+        one(i, dry)
+        sizes.append(sum(read))
+    source = ckpt.files[0].path.name
+    other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head, read as float32
+    store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
+                       sizes, resolve_budget(name or source, sizes, other, budget), source)
+    store.expand_kept()  # a model that fits: every layer read and checked at load, as before
+    return store
+
+
 def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
     return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
 
@@ -113,20 +141,21 @@ def _t(w):  # nn.Linear [out, in] -> [in, out], contiguous float32
     return np.ascontiguousarray(w.T, dtype=np.float32)
 
 
-def load_bert(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
+              name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
     p = _prefix(ckpt, "embeddings.word_embeddings.weight", ("", "bert."))
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
-    def norm(name):
-        return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
-
-    layers = []
-    for i in range(cfg.n_layer):
+    def one(i, g):
         a = f"encoder.layer.{i}."
+
+        def norm(name):
+            return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
+
         q, k, v = (g(f"{a}attention.self.{n}.weight", (d, d)) for n in ("query", "key", "value"))
         bq, bk, bv = (g(f"{a}attention.self.{n}.bias", (d,)) for n in ("query", "key", "value"))
-        layers.append(Layer(
+        return Layer(
             w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias([bq, bk, bv]),
             w_o=_t(g(a + "attention.output.dense.weight", (d, d))),
             b_o=np.array(g(a + "attention.output.dense.bias", (d,))),
@@ -135,30 +164,34 @@ def load_bert(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             b_in=np.array(g(a + "intermediate.dense.bias", (f,))),
             w_out=_t(g(a + "output.dense.weight", (d, f))),
             b_out=np.array(g(a + "output.dense.bias", (d,))),
-        ))
+        )
+
+    layers = _layers(cfg, ckpt, p, one, budget, name)
     return Weights(
         tok_emb=g("embeddings.word_embeddings.weight", (cfg.vocab_size, d)),
         pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
         type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
-        emb_norm=norm("embeddings.LayerNorm"), layers=tuple(layers),
+        emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
+        layers=layers,
         head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head: it "
                               "predicts no next token"),
     )
 
 
-def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
+              name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
     p = _prefix(ckpt, "wte.weight", ("", "transformer."))
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
-    def norm(name):
-        return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
-
-    layers = []
-    for i in range(cfg.n_layer):
+    def one(i, g):
         a = f"h.{i}."
+
+        def norm(name):
+            return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
+
         # Conv1D stores [in, out] already
-        layers.append(Layer(
+        return Layer(
             w_qkv=np.ascontiguousarray(g(a + "attn.c_attn.weight", (d, 3 * d)), dtype=np.float32),
             b_qkv=np.array(g(a + "attn.c_attn.bias", (3 * d,))),
             w_o=np.ascontiguousarray(g(a + "attn.c_proj.weight", (d, d)), dtype=np.float32),
@@ -168,12 +201,14 @@ def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             b_in=np.array(g(a + "mlp.c_fc.bias", (f,))),
             w_out=np.ascontiguousarray(g(a + "mlp.c_proj.weight", (f, d)), dtype=np.float32),
             b_out=np.array(g(a + "mlp.c_proj.bias", (d,))),
-        ))
+        )
+
+    layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = g("wte.weight", (cfg.vocab_size, d))
     head = read_head(lambda n: g(n, (d,)), ("ln_f.weight", "ln_f.bias"),
                      _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
     return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
-                   type_emb=None, emb_norm=None, layers=tuple(layers), head=head)
+                   type_emb=None, emb_norm=None, layers=layers, head=head)
 
 
 def _qkv_gate_up(cfg: ModelConfig, g, a: str):
@@ -192,13 +227,14 @@ def _qkv_gate_up(cfg: ModelConfig, g, a: str):
             g(a + "mlp.up_proj.weight", (f, d)))
 
 
-def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
+               name: str | None = None) -> Weights:
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
-    layers = []
-    for i in range(cfg.n_layer):
+
+    def one(i, g):
         a = f"layers.{i}."
         sa = a + "self_attn."
         q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
@@ -212,7 +248,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             b_in = np.concatenate([g(a + "mlp.gate_proj.bias", (f,)), g(a + "mlp.up_proj.bias", (f,))])
         qk_norms = ((np.array(g(sa + "q_norm.weight", (cfg.d_head,))),
                      np.array(g(sa + "k_norm.weight", (cfg.d_head,)))) if cfg.qk_norm else (None, None))
-        layers.append(Layer(
+        return Layer(
             w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias(biases),
             w_o=_t(g(sa + "o_proj.weight", (d, dq))),
             b_o=np.array(g(sa + "o_proj.bias", (d,))) if cfg.o_bias else None,
@@ -222,11 +258,13 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             w_out=_t(g(a + "mlp.down_proj.weight", (d, f))),
             b_out=np.array(g(a + "mlp.down_proj.bias", (d,))) if cfg.mlp_bias else None,
             q_norm=qk_norms[0], k_norm=qk_norms[1],
-        ))
+        )
+
+    layers = _layers(cfg, ckpt, p, one, budget, name)
     tok_emb = g("embed_tokens.weight", (cfg.vocab_size, d))
     head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
                      ckpt.files[0].path.name)
-    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=tuple(layers),
+    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 
 
@@ -245,25 +283,26 @@ def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w 
     return (1.0 + np.asarray(w, dtype=np.float32)).astype(np.float32)
 
 
-def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
+def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
+                name: str | None = None) -> Weights:
     """Gemma 3's language model: four norms per layer (input, post-attention, pre-feedforward,
     post-feedforward), q/k norms, every gain (1 + w) folded. Multimodal checkpoints keep it under
     `model.language_model.` (or the older `language_model.model.`); the vision tower is not read."""
     d, f = cfg.d_model, cfg.d_ff
-    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    dq = cfg.n_head * cfg.d_head
     p = _prefix(ckpt, "embed_tokens.weight",
                 ("model.", "", "model.language_model.", "language_model.model."))
     g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
 
-    def gain(name, n=d):
-        return (_gemma_gain(g(name, (n,))),)
-
-    layers = []
-    for i in range(cfg.n_layer):
+    def one(i, g):
         a = f"layers.{i}."
         sa = a + "self_attn."
+
+        def gain(name, n=d):
+            return (_gemma_gain(g(name, (n,))),)
+
         q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
-        layers.append(Layer(
+        return Layer(
             w_qkv=_cat([q.T, k.T, v.T]), b_qkv=None,
             w_o=_t(g(sa + "o_proj.weight", (d, dq))), b_o=None,
             norm1=gain(a + "input_layernorm.weight"),
@@ -274,9 +313,11 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint) -> Weights:
             k_norm=gain(sa + "k_norm.weight", cfg.d_head)[0],
             post_attn_norm=gain(a + "post_attention_layernorm.weight"),
             post_mlp_norm=gain(a + "post_feedforward_layernorm.weight"),
-        ))
+        )
+
+    layers = _layers(cfg, ckpt, p, one, budget, name)
     return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
-                   type_emb=None, emb_norm=None, layers=tuple(layers),
+                   type_emb=None, emb_norm=None, layers=layers,
                    head=Head(None, None, "Gemma 3's prediction is not supported yet: its heads write "
                                          "through a norm after attention, which attribution does "
                                          "not linearise"))

@@ -19,7 +19,8 @@ from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.validate import exists, regular_file
-from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, check_fits_in_memory, refuse_pickle
+from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,21 @@ class Model:
         c = self.config
         return (f"Model({self.name!r}, {c.model_type}, {c.n_layer} layers x {c.n_head} heads, "
                 f"{c.n_kv_head} KV heads)")
+
+    def set_memory_budget(self, n_bytes: int | None) -> None:
+        """Keep as many expanded layers as `n_bytes` allow (None: all of them); InputError for less
+        than one layer. Prediction's unembedding is rebuilt under the new budget when next asked."""
+        layers = self.weights.layers
+        if not isinstance(layers, LayerStore):
+            return  # built in memory (the textbook model): nothing to expand
+        layers.set_budget(n_bytes)
+        self.__dict__.pop("_lm_head", None)
+
+    @property
+    def memory(self) -> str | None:
+        """One line: the memory budget and the layers it keeps expanded (None: not budgeted)."""
+        layers = self.weights.layers
+        return layers.describe() if isinstance(layers, LayerStore) else None
 
     def clear_cache(self) -> None:
         """Forget the KV cache. A run in progress finishes on the old one, which is then dropped."""
@@ -281,8 +297,11 @@ def parse_typed_ids(text: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-def load_folder(path: Path, name: str | None = None, license: str | None = None) -> Model:
-    """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json])."""
+def load_folder(path: Path, name: str | None = None, license: str | None = None,
+                budget: int | None = None) -> Model:
+    """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json]); its layers are
+    expanded to float32 within the memory budget (`budget` bytes, else the one chosen with
+    budget.set_memory_budget, else the default from the memory available)."""
     path = Path(path).expanduser()
     if path.is_file():
         if path.suffix in PICKLE_SUFFIXES:
@@ -301,8 +320,7 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None)
     else:
         tokenizer.check_ids(config.vocab_size)
     ckpt = Checkpoint(path)
-    check_fits_in_memory(ckpt, name or path.name)
-    weights = LOADERS[config.family](config, ckpt)
+    weights = LOADERS[config.family](config, ckpt, budget, name or path.name)
     if not license:
         try:
             license = _read_license(path)

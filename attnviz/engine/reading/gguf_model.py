@@ -5,9 +5,11 @@ tensor type it knows (`gguf.quants`); this module maps the metadata to a `ModelC
 llama.cpp's Q/K row permutation so the engine keeps one RoPE (rotate-half), and builds the
 tokenizer from `tokenizer.ggml.*` with the `tokenizers` library.
 
-Memory: layer weights are dequantised once to float32; the token embedding stays quantised and only
-the rows a run needs are dequantised (`QuantRows`), so SmolLM2's 49,152 x 576 table costs 30 MB,
-not 113 MB.
+Memory: the tensors stay in the file's type, memory-mapped. Each layer is dequantised to float32
+when it runs, and as many expanded layers are kept as the memory budget allows (`LayerStore`,
+engine/reading/budget.py: all of them for a model that fits, read at load as before). The token
+embedding stays quantised and only the rows a run needs are dequantised (`QuantRows`), so SmolLM2's
+49,152 x 576 table costs 30 MB, not 113 MB.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, re
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
-from attnviz.engine.reading.weights import check_fits_in_memory
+from attnviz.engine.reading.budget import LayerStore, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +337,8 @@ class GGUFTensors:
     def shape(self, name: str) -> tuple[int, ...]:  # NumPy order: [rows, cols] = [out, in]
         return tuple(int(n) for n in reversed(self._table[name].shape.tolist()))
 
-    def _check(self, name: str, shape: tuple[int, ...]):
+    def check(self, name: str, shape: tuple[int, ...]):
+        """Tensor `name`'s table entry, refused unless present, of `shape` and a float type."""
         t = self._table.get(name)
         if t is None:
             raise ModelLoadError(f"{self.path.name} has no tensor {name!r}")
@@ -344,9 +347,10 @@ class GGUFTensors:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
         return t
 
-    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
-        """Float32 tensor `name` [out, in], checked against the shape the metadata implies."""
-        t = self._check(name, shape)
+    def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
+        """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
+        `check`, its values finite)."""
+        t = self.check(name, shape)
         try:
             out = dequantize(t.data, t.tensor_type)
         except NotImplementedError:
@@ -355,12 +359,44 @@ class GGUFTensors:
         except ValueError as exc:
             raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
         out = np.asarray(out, dtype=np.float32).reshape(shape)
-        check_finite(out, name, self.path.name)
+        if check:
+            check_finite(out, name, self.path.name)
         return out
+
+    def fill(self, name: str, shape: tuple[int, int], out: np.ndarray, rows: np.ndarray | None = None,
+             check: bool = True) -> np.ndarray:
+        """Tensor `name` [out, in] (checked against `shape`) dequantised into `out` [out, in], a
+        C-contiguous float32 array, FILL_VALUES values at a time: the transient arrays stay small
+        whatever the tensor's size. `rows`: out[r] = tensor[rows[r]] (a permutation). Values as
+        get() gives them, bit for bit (each value is dequantised from its own block alone)."""
+        t = self.check(name, shape)
+        data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
+        step = max(1, FILL_VALUES // max(1, shape[1]))
+        try:
+            for a in range(0, shape[0], step):
+                src = data[a:a + step] if rows is None else data[rows[a:a + step]]
+                out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise") from None
+        except ValueError as exc:
+            raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
+        if check:
+            try:
+                check_finite(out, name, self.path.name)
+            except ModelLoadError:  # name the position as the file stores it
+                check_finite(out if rows is None else out[np.argsort(rows)], name, self.path.name)
+                raise
+        return out
+
+    def nbytes32(self, name: str) -> int:
+        """Bytes of tensor `name` as float32 (0 when the file has none)."""
+        t = self._table.get(name)
+        return 0 if t is None else 4 * int(t.n_elements)
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A [rows, cols] table kept quantised (F32 stays a memory-mapped view)."""
-        t = self._check(name, shape)
+        t = self.check(name, shape)
         if t.tensor_type == GGMLQuantizationType.F32:
             table = np.asarray(t.data).reshape(shape)
             check_finite(table, name, self.path.name)
@@ -372,6 +408,9 @@ class GGUFTensors:
 
     def float32_bytes(self, skip: tuple[str, ...] = ()) -> int:
         return sum(4 * int(t.n_elements) for n, t in self._table.items() if n not in skip)
+
+
+FILL_VALUES = 1 << 22  # values dequantised at a time into a layer's arrays (16 MiB as float32)
 
 
 def _dequantisable() -> set:
@@ -391,68 +430,131 @@ def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head d_head, .
     return (w.reshape(n_head, d_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
 
 
-def _gguf_qkv_gate_up(cfg: ModelConfig, ts: GGUFTensors, b: str, mlp: bool):
-    """Block `b`'s q, k, v and (when `mlp`) gate, up [out, in]: separate tensors, or Phi-3's fused
-    attn_qkv [(n_head + 2 n_kv_head) d_head, d_model] and ffn_up [2 d_ff, d_model] (gate first, as
-    llama.cpp's SwiGLU splits it)."""
-    d, f = cfg.d_model, cfg.d_ff
+def unpermuted_rows(n_rows: int, n_head: int) -> np.ndarray:  # [n_rows] int64
+    """The file row each row of unpermute_qk's result comes from: unpermute_qk(w) == w[rows]."""
+    return unpermute_qk(np.arange(n_rows).reshape(n_rows, 1), n_head).reshape(-1)
+
+
+@dataclass(frozen=True)
+class _Fill:  # one tensor written into rows at..at + shape[0] of a layer matrix [out, in]
+    name: str
+    shape: tuple[int, int]
+    at: int
+    rows: np.ndarray | None = None  # out[r] = tensor[rows[r]] (llama.cpp's Q/K permutation undone)
+
+
+@dataclass(frozen=True)
+class _LayerPlan:
+    """Where layer i's matrices come from in the file, each checked (name, shape, type) at load.
+    Matrices [out, in]; the engine uses their [in, out] transposed views (Fortran order: BLAS takes
+    either without a copy)."""
+    qkv: tuple  # _Fill parts of [(n_head + 2 n_kv_head) d_head, d_model]
+    o: tuple  # [d_model, n_head d_head]
+    gate_up: tuple | None  # [2 d_ff, d_model] (gate | up), None: the last layer has no MLP
+    down: tuple | None  # [d_model, d_ff]
+    small: dict  # Layer field -> tensor name, shape of the vectors (biases, norm gains)
+
+
+def _qkv_plan(cfg: ModelConfig, ts: GGUFTensors, b: str, permuted: bool) -> tuple:
+    """Block `b`'s q, k, v rows: separate tensors, or Phi-3's fused attn_qkv
+    [(n_head + 2 n_kv_head) d_head, d_model]."""
+    d = cfg.d_model
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    rq = unpermuted_rows(dq, cfg.n_head) if permuted else None
+    rk = unpermuted_rows(dkv, cfg.n_kv_head) if permuted else None
     if b + "attn_qkv.weight" in ts:
-        qkv = ts.get(b + "attn_qkv.weight", (dq + 2 * dkv, d))
-        q, k, v = qkv[:dq], qkv[dq:dq + dkv], qkv[dq + dkv:]
-    else:
-        q, k, v = (ts.get(b + "attn_q.weight", (dq, d)), ts.get(b + "attn_k.weight", (dkv, d)),
-                   ts.get(b + "attn_v.weight", (dkv, d)))
-    if not mlp:
-        return q, k, v, None, None
+        rows = None if not permuted else np.concatenate([rq, dq + rk, np.arange(dq + dkv, dq + 2 * dkv)])
+        return (_Fill(b + "attn_qkv.weight", (dq + 2 * dkv, d), 0, rows),)
+    return (_Fill(b + "attn_q.weight", (dq, d), 0, rq), _Fill(b + "attn_k.weight", (dkv, d), dq, rk),
+            _Fill(b + "attn_v.weight", (dkv, d), dq + dkv))
+
+
+def _gate_up_plan(cfg: ModelConfig, ts: GGUFTensors, b: str) -> tuple:
+    """Block `b`'s gate and up rows: separate tensors, or Phi-3's fused ffn_up [2 d_ff, d_model]
+    (gate first, as llama.cpp's SwiGLU splits it)."""
+    d, f = cfg.d_model, cfg.d_ff
     if b + "ffn_gate.weight" not in ts and cfg.model_type == "phi3":
-        gate_up = ts.get(b + "ffn_up.weight", (2 * f, d))
-        return q, k, v, gate_up[:f], gate_up[f:]
-    return q, k, v, ts.get(b + "ffn_gate.weight", (f, d)), ts.get(b + "ffn_up.weight", (f, d))
+        return (_Fill(b + "ffn_up.weight", (2 * f, d), 0),)
+    return (_Fill(b + "ffn_gate.weight", (f, d), 0), _Fill(b + "ffn_up.weight", (f, d), f))
 
 
-def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
-    """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout (Gemma 3 too: its four
-    norms per layer)."""
+def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerPlan:
+    """Layer i's plan, every tensor it names checked against the file (present, its shape, a
+    float or quantised type): a file missing one is refused at load, not in a later run."""
     d, f = cfg.d_model, cfg.d_ff
     dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
+    b = f"blk.{i}."
+    # the last layer's MLP changes no pattern: a file without it opens for attention (only
+    # prediction, which reads the final residual stream, needs it)
+    last = i == cfg.n_layer - 1 and b + "ffn_up.weight" not in ts
+    small = {}
+    if b + "attn_q.bias" in ts:
+        small.update(b_q=(b + "attn_q.bias", (dq,)), b_k=(b + "attn_k.bias", (dkv,)),
+                     b_v=(b + "attn_v.bias", (dkv,)))
+    elif cfg.qkv_bias:
+        raise ModelLoadError(f"{ts.path.name} has no tensor {b + 'attn_q.bias'!r}")
+    if b + "attn_output.bias" in ts:
+        small["b_o"] = (b + "attn_output.bias", (d,))
+    small.update(norm1=(b + "attn_norm.weight", (d,)), norm2=(b + "ffn_norm.weight", (d,)))
+    if cfg.qk_norm:
+        small.update(q_norm=(b + "attn_q_norm.weight", (cfg.d_head,)),
+                     k_norm=(b + "attn_k_norm.weight", (cfg.d_head,)))
+    if cfg.family == "gemma3":
+        small.update(post_attn_norm=(b + "post_attention_norm.weight", (d,)),
+                     post_mlp_norm=(b + "post_ffw_norm.weight", (d,)))
+    plan = _LayerPlan(qkv=_qkv_plan(cfg, ts, b, arch in PERMUTED_QK),
+                      o=(_Fill(b + "attn_output.weight", (d, dq), 0),),
+                      gate_up=None if last else _gate_up_plan(cfg, ts, b),
+                      down=None if last else (_Fill(b + "ffn_down.weight", (d, f), 0),), small=small)
+    for fills in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()):
+        for fill in fills:
+            ts.check(fill.name, fill.shape)
+    for name, shape in small.values():
+        ts.check(name, shape)
+    return plan
+
+
+def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool) -> Layer:
+    """A layer's float32 arrays from the file, as its plan says."""
+    def matrix(fills):  # -> [out, in] float32, C order
+        if fills is None:
+            return None
+        out = np.empty((sum(f.shape[0] for f in fills), fills[0].shape[1]), dtype=np.float32)
+        for f in fills:
+            ts.fill(f.name, f.shape, out[f.at:f.at + f.shape[0]], f.rows, check)
+        return out
+
+    vec = {k: ts.get(name, shape, check) for k, (name, shape) in plan.small.items()}
+    biases = [vec.get("b_q"), vec.get("b_k"), vec.get("b_v")]
+    if permuted and biases[0] is not None:
+        biases[0], biases[1] = (unpermute_qk(biases[0], cfg.n_head),
+                                unpermute_qk(biases[1], cfg.n_kv_head))
+    w_in, w_out = matrix(plan.gate_up), matrix(plan.down)
+    norm = lambda key: (vec[key],) if key in vec else None  # noqa: E731
+    return Layer(
+        w_qkv=matrix(plan.qkv).T, b_qkv=cat_bias(biases), w_o=matrix(plan.o).T, b_o=vec.get("b_o"),
+        norm1=norm("norm1"), norm2=norm("norm2"),
+        w_in=None if w_in is None else w_in.T, b_in=None,
+        w_out=None if w_out is None else w_out.T, b_out=None,
+        q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
+        post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"))
+
+
+def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
+                    name: str | None = None) -> Weights:
+    """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout (Gemma 3 too: its four
+    norms per layer). The layers stay in the file's type and are expanded to float32 within the
+    memory budget (engine/reading/budget.py): `budget` bytes, else the one chosen, else the default."""
+    d = cfg.d_model
     permuted = arch in PERMUTED_QK
-    gemma = cfg.family == "gemma3"
-    layers = []
-    for i in range(cfg.n_layer):
-        b = f"blk.{i}."
-        # the last layer's MLP changes no pattern: a file without it opens for attention (only
-        # prediction, which reads the final residual stream, needs it)
-        last = i == cfg.n_layer - 1 and b + "ffn_up.weight" not in ts
-        q, k, v, gate, up = _gguf_qkv_gate_up(cfg, ts, b, mlp=not last)
-        biases = [None, None, None]
-        if b + "attn_q.bias" in ts:
-            biases = [ts.get(b + "attn_q.bias", (dq,)), ts.get(b + "attn_k.bias", (dkv,)),
-                      ts.get(b + "attn_v.bias", (dkv,))]
-        elif cfg.qkv_bias:
-            raise ModelLoadError(f"{ts.path.name} has no tensor {b + 'attn_q.bias'!r}")
-        if permuted:
-            q, k = unpermute_qk(q, cfg.n_head), unpermute_qk(k, cfg.n_kv_head)
-            if biases[0] is not None:
-                biases[0], biases[1] = unpermute_qk(biases[0], cfg.n_head), unpermute_qk(
-                    biases[1], cfg.n_kv_head)
-        norm = lambda name, n=d: ts.get(b + name, (n,))  # noqa: E731
-        qk_norm = (norm("attn_q_norm.weight", cfg.d_head), norm("attn_k_norm.weight", cfg.d_head)
-                   ) if cfg.qk_norm else (None, None)
-        # [in, out] views of [out, in] arrays (Fortran order): BLAS takes either without a copy,
-        # and skipping the transposing copies saves a third of the load time
-        layers.append(Layer(
-            w_qkv=np.concatenate([q, k, v], axis=0).T, b_qkv=cat_bias(biases),
-            w_o=ts.get(b + "attn_output.weight", (d, dq)).T,
-            b_o=ts.get(b + "attn_output.bias", (d,)) if b + "attn_output.bias" in ts else None,
-            norm1=(norm("attn_norm.weight"),),
-            norm2=(norm("ffn_norm.weight"),),
-            w_in=None if last else np.concatenate([gate, up], axis=0).T, b_in=None,
-            w_out=None if last else ts.get(b + "ffn_down.weight", (d, f)).T, b_out=None,
-            q_norm=qk_norm[0], k_norm=qk_norm[1],
-            post_attn_norm=(norm("post_attention_norm.weight"),) if gemma else None,
-            post_mlp_norm=(norm("post_ffw_norm.weight"),) if gemma else None,
-        ))
+    plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
+    sizes = [sum(ts.nbytes32(f.name) for part in (p.qkv, p.o, p.gate_up or (), p.down or ())
+                 for f in part) + sum(ts.nbytes32(n) for n, _ in p.small.values()) for p in plans]
+    budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes),
+                            budget)
+    layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
+                        ts.path.name)
+    layers.expand_kept()  # as before for a model that fits: every layer read and checked at load
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
     # no output.weight means it is tied to the token embedding
@@ -460,17 +562,17 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors) -> Weights:
     head = read_head(lambda n: ts.get(n, (d,)), ("output_norm.weight",),
                      out if "output.weight" in ts else ("(tied to token_embd.weight)", lambda: tok_emb),
                      ts.path.name)
-    if layers[-1].w_in is None and head.missing is None:
+    if plans[-1].gate_up is None and head.missing is None:
         head = Head(head.norm, head.unembed, f"{ts.path.name}: no tensor "
                     f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP) for prediction")
-    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=tuple(layers),
+    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
                    head=head)
 
 
 def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:
-    """What the load will allocate as float32: every layer tensor but the embedding and the output
-    head, kept quantised (prediction dequantises the output head once, when first asked), and the
-    RoPE frequency table."""
+    """What the model's tensors take as float32, but the embedding and the output head, kept
+    quantised (prediction dequantises the output head when first asked), and the RoPE frequency
+    table."""
     return ts.float32_bytes(("token_embd.weight", "output.weight", "rope_freqs.weight"))
 
 
@@ -554,8 +656,10 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
     return TextTokenizer(tok), None
 
 
-def load_gguf(path: Path, name: str | None = None, license: str | None = None):
-    """Load a GGUF model file: config from its metadata, weights dequantised, tokenizer built."""
+def load_gguf(path: Path, name: str | None = None, license: str | None = None,
+              budget: int | None = None):
+    """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
+    within the memory budget (`budget` bytes, else the one chosen, else the default)."""
     from attnviz.engine.computing.model import Model
 
     path = Path(path).expanduser()
@@ -566,20 +670,11 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None):
     if notice:
         log.info("%s: %s", path.name, notice)
     ts = GGUFTensors(reader, path)
-    check_fits_in_memory(_Needs(float32_bytes_needed(cfg, ts)), name or path.name)
-    weights = load_llama_gguf(cfg, arch, ts)
+    weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name)
     file_license = _field(reader, "general.license")
     return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
                  license=license or (file_license if isinstance(file_license, str) else None),
                  notice=notice)
-
-
-class _Needs:  # what check_fits_in_memory asks of a checkpoint
-    def __init__(self, n: int):
-        self.n = n
-
-    def float32_bytes(self) -> int:
-        return self.n
 
 
 def gguf_display_name(reader: GGUFReader, path: Path) -> str:

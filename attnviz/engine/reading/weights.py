@@ -185,13 +185,26 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
-    def get(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name`, checked against the shape the config implies, its dtype (a float)
-        and its values (finite: a NaN or Inf would turn every pattern after it into NaN)."""
+        and (`check`) its values (finite: a NaN or Inf would turn every pattern after it into NaN)."""
         tf = self._where.get(name)
         if tf is None:
             raise ModelLoadError(f"checkpoint has no tensor {name!r}")
         check_shape(name, tf.shape(name), shape, "config.json")
         arr = tf.get(name)
-        check_finite(arr, name, tf.path.name)
+        if check:
+            check_finite(arr, name, tf.path.name)
         return arr
+
+    def check(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        """What get() checks before reading (present, of `shape`, a float type), nothing read: a
+        zero placeholder with one element per axis."""
+        tf = self._where.get(name)
+        if tf is None:
+            raise ModelLoadError(f"checkpoint has no tensor {name!r}")
+        check_shape(name, tf.shape(name), shape, "config.json")
+        if not tf.is_float(name):
+            raise ModelLoadError(f"{tf.path.name}: tensor {name} is stored as {tf.dtype(name)}, "
+                                 f"expected a float type ({', '.join(FLOAT_DTYPES)})")
+        return np.zeros((1,) * len(shape), dtype=np.float32)

@@ -1,0 +1,217 @@
+"""A memory budget for a model's expanded (float32) layers.
+
+A file keeps each layer's matrices in their own type (GGUF's quantised blocks, F16/BF16
+safetensors), memory-mapped. A layer runs as float32: `LayerStore` expands it when it is asked for
+and keeps as many expanded layers as the budget allows. A model whose layers all fit keeps every
+one, expanded at load, as before; a bigger one keeps some and expands the others each time they
+run. The results are the same either way: a layer is expanded by the same code into the same
+layout, whatever the budget (tests/engine/test_budget.py).
+
+Which layers stay: a forward pass visits every layer in order, every run. A least-recently-used
+set smaller than the model would then drop each layer just before it is needed again and keep
+none for the next run. So the store keeps a fixed set (the last layers: a run resumed from a layer,
+as ablation does, runs the layers after it) and passes the others through what is left of the
+budget, least recently used first out.
+
+The budget is the model's float32 layers only: the file's pages (the page cache, counted in RSS as
+they are read), the KV cache and the run's activations come on top.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Callable
+
+from attnviz.engine.errors import InputError, ModelLoadError
+
+GIB = 1 << 30
+HEADROOM = 1 * GIB  # left out of the default budget: the app, the activations, the KV cache
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+_chosen: int | None = None  # set_memory_budget's bytes; None: the default from the memory available
+
+
+def parse_budget(text: str) -> int | None:
+    """'2G', '512 MiB', '1.5GB', '3000000000' -> bytes (K, M, G, T are powers of 1024, as
+    `free -g`); 'auto' -> None (the default). InputError otherwise."""
+    s = str(text).strip()
+    if s.lower() == "auto":
+        return None
+    m = _SIZE.fullmatch(s)
+    if m is None:
+        raise InputError(f"memory budget {text!r} is not a size: give e.g. 2G, 512M, 8GiB or auto")
+    n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise InputError(f"memory budget {text!r} is zero: give e.g. 2G, 512M, 8GiB or auto")
+    return n
+
+
+def format_bytes(n: int) -> str:
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
+
+
+def set_memory_budget(n_bytes: int | None) -> None:
+    """The budget models loaded from now on get (None: the default from the memory available)."""
+    global _chosen
+    if n_bytes is not None and n_bytes <= 0:
+        raise InputError(f"a memory budget must be more than 0 bytes, got {n_bytes}")
+    _chosen = None if n_bytes is None else int(n_bytes)
+
+
+def chosen_budget() -> int | None:
+    return _chosen
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the OS can still give this process (Linux MemAvailable), or None if unknown."""
+    from attnviz.engine.reading import weights  # tests replace weights.available_memory
+
+    return weights.available_memory()
+
+
+def default_budget(other_bytes: int = 0) -> int | None:
+    """The memory available now, less what the model needs besides its layers (`other_bytes`) and
+    HEADROOM; None (no limit) where the OS does not say."""
+    have = available_memory()
+    if have is None:
+        return None
+    return max(0, have - int(other_bytes) - HEADROOM)
+
+
+def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
+                   budget: int | None = None) -> int | None:
+    """The budget a model loads with: `budget`, else the one set_memory_budget chose, else the
+    default. Refuses, with the numbers, a model that cannot run one layer within it (chosen) or
+    within the memory available (default). None: no limit."""
+    largest = max(layer_bytes, default=0)
+    budget = budget if budget is not None else _chosen
+    if budget is not None:
+        if budget < largest:
+            raise ModelLoadError(
+                f"{name}: a memory budget of {format_bytes(budget)} is less than one layer expanded "
+                f"to float32 ({format_bytes(largest)}); give at least that much (--memory-budget)")
+        return budget
+    have = available_memory()
+    if have is None:
+        return None
+    need = largest + int(other_bytes)
+    if need > have:
+        raise ModelLoadError(
+            f"{name} needs about {need / GIB:.1f} GiB as float32 weights to run even one layer at a "
+            f"time, but only {have / GIB:.1f} GiB of memory is available; pick a smaller model")
+    return max(largest, default_budget(other_bytes))
+
+
+class LayerStore(Sequence):
+    """A model's layers, expanded to float32 on demand within a memory budget (module docstring).
+
+    `build(i, check)` expands layer i from the file (`check`: scan its values for NaN or Inf, done
+    the first time only); `sizes[i]` are its float32 bytes. Indexing returns the expanded layer;
+    safe across threads (two threads asking for a layer that is not held may both expand it)."""
+
+    def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str):
+        self._build, self.sizes, self.source = build, tuple(int(s) for s in sizes), source
+        self._lock = threading.Lock()
+        self._checked: set[int] = set()
+        self._kept: dict = {}  # i -> layer: the fixed set
+        self._passing: OrderedDict = OrderedDict()  # i -> layer: the others, oldest use first
+        self.expansions = 0  # layers expanded so far (a count for benchmarks and the status line)
+        self.set_budget(budget)
+
+    def set_budget(self, budget: int | None) -> None:
+        """Choose the fixed set for `budget` bytes (None: every layer) and drop what no longer fits;
+        layers newly in the set are expanded when next asked for."""
+        total = sum(self.sizes)
+        if budget is not None and budget < max(self.sizes, default=0):
+            raise InputError(f"{self.source}: a memory budget of {format_bytes(budget)} is less than "
+                             f"one layer expanded to float32 ({format_bytes(max(self.sizes))})")
+        if budget is None or budget >= total:
+            keep = set(range(len(self.sizes)))
+        else:  # the last layers, leaving room for the largest other layer to pass through
+            keep, used, slot = set(), 0, max(self.sizes)
+            for i in reversed(range(len(self.sizes))):
+                if used + self.sizes[i] + slot > budget:
+                    break
+                keep.add(i)
+                used += self.sizes[i]
+        with self._lock:
+            self.budget = budget
+            self._keep = frozenset(keep)
+            old = {**self._passing, **self._kept}
+            self._kept = {i: old[i] for i in keep if i in old}
+            self._passing = OrderedDict()
+            self._room = (budget - sum(self.sizes[i] for i in keep)) if budget is not None else 0
+            for i in sorted(old):  # layers that leave the set may stay in the passing room
+                if i not in keep:
+                    self._pass(i, old[i])
+
+    def _pass(self, i: int, layer) -> None:  # under _lock: hold layer i in the room, oldest out
+        self._passing[i] = layer
+        used = sum(self.sizes[j] for j in self._passing)
+        while used > self._room and len(self._passing) > 1:
+            j, _ = self._passing.popitem(last=False)
+            used -= self.sizes[j]
+        if used > self._room:  # the room holds no layer at all: this one runs and goes
+            self._passing.clear()
+
+    def expand_kept(self) -> None:
+        """Expand every layer of the fixed set now (at load: their files are checked then)."""
+        for i in sorted(self._keep):
+            self[i]
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[j] for j in range(*i.indices(len(self))))
+        layer = self._kept.get(i)
+        if layer is not None:
+            return layer
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"layer {i} of {len(self)}")
+        i %= len(self)
+        with self._lock:
+            layer = self._kept.get(i) or self._passing.get(i)
+            if layer is not None and i in self._passing:
+                self._passing.move_to_end(i)
+        if layer is not None:
+            return layer
+        layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
+        with self._lock:
+            self._checked.add(i)
+            self.expansions += 1
+            if i in self._keep:
+                layer = self._kept.setdefault(i, layer)
+            else:
+                self._pass(i, layer)
+        return layer
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def kept(self) -> int:
+        """Layers the budget keeps expanded between runs."""
+        return len(self._keep)
+
+    def held_bytes(self) -> int:
+        with self._lock:
+            return sum(self.sizes[i] for i in (*self._kept, *self._passing))
+
+    def describe(self) -> str:
+        """One line: the budget and what it keeps."""
+        n, total = len(self), sum(self.sizes)
+        if self.budget is None:
+            return f"all {n} layers expanded ({format_bytes(total)} float32; no memory limit known)"
+        if self.kept == n:
+            return (f"all {n} layers expanded ({format_bytes(total)} float32, within the "
+                    f"{format_bytes(self.budget)} memory budget)")
+        return (f"{self.kept} of {n} layers kept expanded within the {format_bytes(self.budget)} "
+                f"memory budget (all: {format_bytes(total)} float32); the other {n - self.kept} are "
+                "expanded from the file each time they run")
