@@ -10,7 +10,7 @@ import traceback
 
 from attnviz import __version__
 from attnviz.commands import (
-    calc_cmd, engine_cmds, export_cmd, generate_cmd, heads_cmd, predict_cmd, scan_cmd,
+    calc_cmd, checkpoint_opt, engine_cmds, export_cmd, generate_cmd, heads_cmd, predict_cmd, scan_cmd,
 )
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", dest="window_model",
                         help="model to open in the window (name, folder or .gguf file)")
     parser.add_argument("--text", dest="window_text", help="sentence to open the window with")
+    checkpoint_opt.add_memory_budget(parser, default=None)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     desktop = parser.add_mutually_exclusive_group()
@@ -91,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{' and '.join(given)} before the command open{'s' if len(given) == 1 else ''} "
                          f"the window; put {'it' if len(given) == 1 else 'them'} after it: "
                          f"attnviz {args.command} {given[0]} ...")
+    if args.memory_budget is not None:  # before any model loads (the window's setting yields)
+        from attnviz.engine.reading.budget import set_memory_budget
+
+        set_memory_budget(args.memory_budget, command_line=True)
     try:
         if args.install_desktop or args.uninstall_desktop:
             from attnviz.commands import desktop

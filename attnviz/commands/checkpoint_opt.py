@@ -15,10 +15,33 @@ def checkpoint_index(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def memory_budget(text: str) -> int | None:
+    """An argparse `type`: a size such as 2G or 512M (bytes), or auto (None)."""
+    from attnviz.engine.errors import InputError
+    from attnviz.engine.reading.budget import parse_budget
+
+    try:
+        return parse_budget(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+MEMORY_BUDGET_HELP = ("float32 layers to keep expanded, e.g. 2G, 512M (K, M, G: powers of 1024), or "
+                      "auto (default: the memory available, less 1 GiB); a bigger model expands the "
+                      "others from its file as they run. The results are the same")
+
+
+def add_memory_budget(p: argparse.ArgumentParser, default=argparse.SUPPRESS) -> None:
+    """--memory-budget SIZE (engine/reading/budget.py); cli.main applies it before any load."""
+    p.add_argument("--memory-budget", type=memory_budget, metavar="SIZE", default=default,
+                   help=MEMORY_BUDGET_HELP)
+
+
 def add(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", type=checkpoint_index, metavar="I",
                    help="training checkpoint of a model that has them (attnviz models: CHECKPOINTS): "
                         "0 is the first, -1 the last (default: the last)")
+    add_memory_budget(p)
 
 
 def describe(model) -> str:

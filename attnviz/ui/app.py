@@ -42,9 +42,10 @@ def create_window(model: str | None = None, text: str | None = None,
     """The main window on the app's one state and runner (assemble), with its model already
     loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
-    from attnviz.ui.settings import app_settings, saved_model
+    from attnviz.ui.settings import app_settings, apply_memory_budget, saved_model
 
     settings = settings if settings is not None else app_settings()
+    apply_memory_budget(settings)  # before the first load
     state, worker = assemble(debounce_ms)
     source = model or saved_model(settings)
     worker.load(source)

@@ -101,7 +101,11 @@ class Menus:
         folder.triggered.connect(w.open_model_folder)
         gguf = QAction("Open model file (GGUF)…", w)
         gguf.triggered.connect(w.open_model_file)
-        self.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf), w)
+        budget = self.memory_budget_action = QAction("Memory &budget…", w)
+        budget.setToolTip("How much memory the model's layers may take as float32; a bigger model "
+                          "expands the others from its file as they run")
+        budget.triggered.connect(lambda: ask_memory_budget(w))
+        self.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf, budget), w)
         mb.addMenu(self.models_menu)
 
         view = self.view_menu = mb.addMenu("&View")
@@ -127,6 +131,34 @@ class Menus:
         self.help_menu = mb.addMenu("&Help")
         self.about_action = self.help_menu.addAction("&About attnviz")
         self.about_action.triggered.connect(w.show_about)
+
+
+def ask_memory_budget(w) -> None:
+    """Models > Memory budget: a size (2G, 512M) or auto, applied to the loaded model at once and
+    to the models opened later, and remembered (ui/settings.py)."""
+    from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+    from attnviz.engine.errors import AttnvizError
+    from attnviz.engine.reading.budget import parse_budget, set_memory_budget
+    from attnviz.ui import settings as remembered
+
+    model = w.state.model
+    now = (model.memory if model is not None else None) or "no model loaded"
+    text, ok = QInputDialog.getText(
+        w, "Memory budget", "Float32 layers to keep expanded: a size such as 2G or 512M, or auto "
+        f"(the memory available, less 1 GiB). The results are the same.\nNow: {now}",
+        text=remembered.saved_memory_budget(w.settings))
+    if not ok:
+        return
+    try:
+        n = parse_budget(text)
+        if model is not None:
+            model.set_memory_budget(n)
+    except AttnvizError as exc:
+        QMessageBox.warning(w, "Memory budget", str(exc))
+        return
+    set_memory_budget(n)
+    remembered.remember_memory_budget(w.settings, text)
 
 
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:

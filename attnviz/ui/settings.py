@@ -160,3 +160,29 @@ def remember_export(settings: QSettings, folder, fmt: str, scope: str, width: in
     settings.setValue("export/format", fmt)
     settings.setValue("export/scope", scope)
     settings.setValue("export/width", int(width))
+
+
+# --- the memory budget for a model's expanded layers (engine/reading/budget.py) -------------------
+def saved_memory_budget(settings: QSettings) -> str:
+    """The remembered budget as typed ('4G', 'auto'); anything unreadable gives 'auto'."""
+    from attnviz.engine.errors import InputError
+    from attnviz.engine.reading.budget import parse_budget
+
+    text = str(settings.value("memory_budget", "auto") or "auto").strip()
+    try:
+        parse_budget(text)
+    except InputError:
+        return "auto"
+    return text
+
+
+def remember_memory_budget(settings: QSettings, text: str) -> None:
+    settings.setValue("memory_budget", str(text).strip() or "auto")
+
+
+def apply_memory_budget(settings: QSettings) -> None:
+    """Models loaded from now on get the remembered budget, unless the command line chose one."""
+    from attnviz.engine.reading.budget import chosen_by_command_line, parse_budget, set_memory_budget
+
+    if not chosen_by_command_line():
+        set_memory_budget(parse_budget(saved_memory_budget(settings)))

@@ -67,3 +67,25 @@ def test_window_and_export_choices_round_trip(tmp_path):
     assert S.export_choices(s) == {"folder": str(tmp_path), "format": "svg", "scope": "layer", "width": 1800}
     s.setValue("export/width", "wide")  # a hand-edited file: the dialog's own default instead
     assert S.export_choices(s)["width"] is None
+
+
+def test_the_memory_budget_is_remembered_and_applied_unless_the_command_line_chose_one(tmp_path):
+    from attnviz.engine.reading import budget as B
+
+    s = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    try:
+        assert S.saved_memory_budget(s) == "auto"
+        S.remember_memory_budget(s, " 4G ")
+        assert S.saved_memory_budget(s) == "4G"
+        S.apply_memory_budget(s)
+        assert B.chosen_budget() == 4 << 30
+        B.set_memory_budget(2 << 30, command_line=True)  # --memory-budget 2G wins for the session
+        S.apply_memory_budget(s)
+        assert B.chosen_budget() == 2 << 30
+        B.set_memory_budget(None)
+        s.setValue("memory_budget", "lots")  # a hand-edited file: auto
+        assert S.saved_memory_budget(s) == "auto"
+        S.apply_memory_budget(s)
+        assert B.chosen_budget() is None
+    finally:
+        B.set_memory_budget(None)

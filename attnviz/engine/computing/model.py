@@ -19,7 +19,7 @@ from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.validate import exists, regular_file
-from attnviz.engine.reading.budget import LayerStore
+from attnviz.engine.reading.budget import LayerStore, default_budget
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
 
 log = logging.getLogger(__name__)
@@ -78,11 +78,15 @@ class Model:
                 f"{c.n_kv_head} KV heads)")
 
     def set_memory_budget(self, n_bytes: int | None) -> None:
-        """Keep as many expanded layers as `n_bytes` allow (None: all of them); InputError for less
-        than one layer. Prediction's unembedding is rebuilt under the new budget when next asked."""
+        """Keep as many expanded layers as `n_bytes` allow (None: the default, from the memory
+        available now, the layers this model holds counted in); InputError for less than one layer.
+        Prediction's unembedding is rebuilt under the new budget when next asked."""
         layers = self.weights.layers
         if not isinstance(layers, LayerStore):
             return  # built in memory (the textbook model): nothing to expand
+        if n_bytes is None:
+            free = default_budget()
+            n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
         layers.set_budget(n_bytes)
         self.__dict__.pop("_lm_head", None)
 

