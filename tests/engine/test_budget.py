@@ -130,13 +130,20 @@ def test_safetensors_folders_under_a_budget(name):
 
 def test_the_last_layers_are_kept_and_the_others_pass_through():
     sizes = [100] * 6
-    built = []
-    store = LayerStore(lambda i, check: built.append((i, check)) or object(), sizes, 350, "m")
+    built, held = [], []
+
+    def build(i, check):
+        built.append((i, check))
+        held.append(store.held_bytes() + sizes[i])  # with the one being expanded
+        return object()
+
+    store = LayerStore(build, sizes, 350, "m")
     assert sorted(store._keep) == [4, 5] and store.kept == 2  # 2 kept + room for 1 passing
     first = [store[i] for i in range(6)]
     second = [store[i] for i in range(6)]
     assert [i for i, _ in built] == [0, 1, 2, 3, 4, 5, 0, 1, 2, 3]  # 4 and 5 stay expanded
     assert [c for _, c in built] == [True] * 6 + [False] * 4  # values are checked once
+    assert max(held) == 300  # a passing layer leaves before the next one is expanded
     assert first[4] is second[4] and first[3] is not second[3]
     assert store.held_bytes() <= 350
     store.set_budget(None)

@@ -168,6 +168,12 @@ class LayerStore(Sequence):
         if used > self._room:  # the room holds no layer at all: this one runs and goes
             self._passing.clear()
 
+    def _make_room(self, size: int) -> None:  # under _lock: drop passing layers, oldest first
+        used = sum(self.sizes[j] for j in self._passing)
+        while self._passing and used + size > self._room:
+            j, _ = self._passing.popitem(last=False)
+            used -= self.sizes[j]
+
     def expand_kept(self) -> None:
         """Expand every layer of the fixed set now (at load: their files are checked then)."""
         for i in sorted(self._keep):
@@ -189,6 +195,8 @@ class LayerStore(Sequence):
             layer = self._kept.get(i) or self._passing.get(i)
             if layer is not None and i in self._passing:
                 self._passing.move_to_end(i)
+            if layer is None and i not in self._keep:  # room first: held + this one <= budget
+                self._make_room(self.sizes[i])
         if layer is not None:
             return layer
         layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
