@@ -308,7 +308,6 @@ def child_cold(path: str, t_spawn: float) -> dict:
 
     for attr, label in (("open_gguf", "header parse (open_gguf)"), ("architecture", "config"),
                         ("gguf_config", "config"), ("GGUFTensors", "tensor table (GGUFTensors)"),
-                        ("check_fits_in_memory", "memory check"),
                         ("load_llama_gguf", "weights (load_llama_gguf)"),
                         ("dequantize", "  of which gguf dequantize()"),
                         ("gguf_tokenizer", "tokenizer (gguf_tokenizer)")):

@@ -86,6 +86,18 @@ def test_smollm2_under_a_budget_of_two_layers_equals_the_whole_model():
     assert "1 of 30 layers kept expanded" in small.memory
 
 
+def test_a_model_bigger_than_the_memory_available_opens_within_it(monkeypatch, smollm2):
+    """The default budget is the memory available less 1 GiB and what is not a layer: here ten of
+    SmolLM2's layers, so it keeps some and passes the others through."""
+    from attnviz.engine.reading import weights
+
+    sizes = smollm2.weights.layers.sizes
+    monkeypatch.setattr(weights, "available_memory", lambda: B.HEADROOM + 10 * max(sizes))
+    model = load_model(smollm2_path())
+    assert 0 < model.weights.layers.kept < 10 and model.weights.layers.budget < 10 * max(sizes)
+    np.testing.assert_array_equal(model.run(TEXT).attentions, smollm2.run(TEXT, use_cache=False).attentions)
+
+
 def test_changing_the_budget_of_a_loaded_model_keeps_its_results(smollm2):
     model = load_model(smollm2_path())
     want = smollm2.run(TEXT, use_cache=False).attentions

@@ -43,18 +43,6 @@ def available_memory() -> int | None:
     return None
 
 
-def check_fits_in_memory(ckpt: "Checkpoint", name: str) -> None:
-    """Refuse, with both numbers, a model whose float32 weights cannot fit: better than the OS
-    killing the app halfway through the load."""
-    need = ckpt.float32_bytes()
-    have = available_memory()
-    if have is not None and need > have:
-        gib = 1 << 30
-        raise ModelLoadError(
-            f"{name} needs about {need / gib:.1f} GiB as float32 weights, but only {have / gib:.1f} GiB "
-            "of memory is available; pick a smaller model")
-
-
 def refuse_pickle(path: Path) -> ModelLoadError:
     return ModelLoadError(f"{path.name} is a PyTorch pickle checkpoint. {CONVERT_HINT}")
 
