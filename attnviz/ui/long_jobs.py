@@ -21,6 +21,7 @@ from attnviz.ui.runner import POOL, THREAD, describe_error
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
 TOP_K = 10  # the predictions each step keeps (the panel lists them)
+ROWS_LIMIT = 1 << 30  # bytes of the steps' attention rows a generation may keep
 OVERVIEW_DELAY_MS = 15  # view changes (a wheel turning) are gathered this long into one overview
 
 
@@ -63,6 +64,8 @@ class LongJobs(QObject):
         self.sigStep.connect(self._on_step)
         self.sigLayer.connect(self._on_layer)
         self.gen.sigStopWanted.connect(self._stop_generation)
+        st.sigComputeReported.connect(  # a run that failed or gave way: no progress under way
+            lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
 
     # --- long runs ----------------------------------------------------------------------------
     def wants_long(self, model, text: str) -> bool:
@@ -90,6 +93,8 @@ class LongJobs(QObject):
         job = self.worker.running("compute")
         if job is not None and job.id == job_id:
             self.long.set_progress(i, 0 if i >= n else n)
+            if i < n:  # (the status bar says it too while the grid still shows a dense text)
+                self.state.show_status(f"Long text: computing layer {i + 1} of {n}…")
 
     def _on_run(self, run) -> None:
         self.long.set_progress(0, 0)
@@ -141,6 +146,7 @@ class LongJobs(QObject):
         if model is None:
             return
         check_sampling(temperature, top_p, max_new)  # InputError before anything starts
+        self.check_rows(model, st.text, max_new)
         self._stop_generation()
         stop = self._stop = threading.Event()
         prompt = st.text
@@ -155,6 +161,29 @@ class LongJobs(QObject):
         self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": None}
         self.worker.submit(GENERATE_KIND, work, self._on_generated, (job_id, model, prompt), THREAD,
                            job_id=job_id)
+
+    def check_rows(self, model, prompt: str, max_new: int) -> None:
+        """Each step keeps its row in every head, [n_layer, n_head, T] float32 (the slider shows
+        them): an InputError, before anything runs, when max_new steps after this prompt would keep
+        more than ROWS_LIMIT bytes of them."""
+        from attnviz.engine.computing.longdoc import size_text
+        from attnviz.engine.errors import InputError
+
+        cfg = model.config
+        if model.tokenizer is not None:
+            T = len(model.tokenizer.encode(prompt).ids)
+        else:
+            from attnviz.engine.computing.model import parse_typed_ids
+
+            T = len(parse_typed_ids(prompt) or [])
+        T = min(T, cfg.max_positions)
+        n = max(0, min(max_new, cfg.max_positions - T))
+        need = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
+        if need > ROWS_LIMIT:
+            fit = max(1, int(ROWS_LIMIT // (4 * cfg.n_layer * cfg.n_head * max(T, 1))))
+            raise InputError(f"{max_new} steps after {T:,} tokens would keep {size_text(need)} of "
+                             f"attention rows (every head's row at every step), over the "
+                             f"{size_text(ROWS_LIMIT)} limit: ask for at most about {fit} new tokens")
 
     def _on_step(self, job_id: int, step) -> None:
         g = self._gen

@@ -148,3 +148,14 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     w.set_text(PROMPT)  # a short text: the dense grid again
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
     assert lg.run is None and w.grid_stack.currentWidget() is w.grid
+
+
+def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
+    import attnviz.ui.long_jobs as long_jobs
+
+    w, gen, panel = win, win.state.generation, win.generate_panel
+    monkeypatch.setattr(long_jobs, "ROWS_LIMIT", 100_000)  # SmolLM2: 1,080 bytes a token and step
+    panel.n_spin.setValue(20)
+    panel.start()
+    assert not gen.running and gen.steps == [] and w.state.text == PROMPT
+    assert "over the 97.7 KiB limit: ask for at most about 11 new tokens" in panel.status.text()
