@@ -20,3 +20,7 @@ class CalcError(AttnvizError, ValueError):
 class NoPrediction(AttnvizError):
     """A model that cannot predict the next token: an encoder, or a file without (or with broken)
     final norm or unembedding. Attention still works."""
+
+
+class Cancelled(AttnvizError):
+    """A computation stopped by its caller's check (a newer request replaced it, or Stop)."""

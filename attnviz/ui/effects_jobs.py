@@ -66,17 +66,19 @@ class EffectsJobs(QObject):
             self.worker.cancel(ANALYSIS_KIND)
             return
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
+        job_id = self.worker.claim(ANALYSIS_KIND)
+        stale = lambda: not self.worker.is_newest(ANALYSIS_KIND, job_id)  # noqa: E731  (a keystroke)
 
-        def work():
+        def work():  # stops between blocks of the unembedding once stale (Cancelled, unheard)
             t0 = time.perf_counter()
             try:
-                out = analyse(model, run, pos, target, alt), ""
+                out = analyse(model, run, pos, target, alt, stop=stale), ""
             except InputError as exc:
                 if not (target.strip() or alt.strip()):
                     raise
-                out = analyse(model, run, pos), f"{exc}; showing the top two instead"
+                out = analyse(model, run, pos, stop=stale), f"{exc}; showing the top two instead"
             return (*out, time.perf_counter() - t0)
-        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL)
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL, job_id=job_id)
 
     def _on_analysis(self, request, value, error) -> None:
         model, run = request
@@ -121,7 +123,8 @@ class EffectsJobs(QObject):
     def request_scan(self, source: str = "text") -> None:
         """Zero-ablate every head in turn on the typed text (loss: -log p(target) at the query
         position) or on the repeated-random probe (loss: the repeat loss), on a thread of its own."""
-        from attnviz.engine.analysing.ablation import Cancelled, ablation_scan
+        from attnviz.engine.analysing.ablation import ablation_scan
+        from attnviz.engine.errors import Cancelled
         from attnviz.engine.analysing.effects import token_id
         from attnviz.engine.analysing.predict import lm_head
         from attnviz.engine.analysing.probes import probe_ids

@@ -244,6 +244,11 @@ class Runner(QObject):
         """Whether job_id is still the newest of its kind (a job's own cancel check, any thread)."""
         return self._newest.get(kind) == job_id
 
+    def is_newest(self, kind: str, job_id: int) -> bool:
+        """Whether job `job_id` (from claim) is still the newest of its kind: a long job asks this
+        between its steps and stops once it is stale (read from any thread: one dict lookup)."""
+        return self._newest.get(kind) == job_id
+
     def running(self, kind: str) -> Job | None:
         """The job of this kind the window still waits for, if one is running."""
         job = self._live.get(self._newest.get(kind) or 0)

@@ -10,7 +10,8 @@ from attnviz.engine.analysing import heads
 from attnviz.engine.computing import longdoc
 from attnviz.engine.analysing.find import find, find_long
 from attnviz.engine.computing.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
-from attnviz.engine.computing.longdoc import Cancelled, LongTrace, run_long
+from attnviz.engine.computing.longdoc import LongTrace, run_long
+from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
 

@@ -9,7 +9,7 @@ import pytest
 from attnviz.engine import InputError, load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.reading import textbook
-from attnviz.engine.errors import NoPrediction
+from attnviz.engine.errors import Cancelled, NoPrediction
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.trace import ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
@@ -215,7 +215,7 @@ def test_the_scan_can_be_cancelled(models):
         calls.append(1)
         return len(calls) > 3
 
-    with pytest.raises(A.Cancelled):
+    with pytest.raises(Cancelled):
         A.ablation_scan(model, P.lm_head(model), IDS, "next", cancelled=cancelled)
     assert len(calls) == 4
 
@@ -249,3 +249,42 @@ def test_a_gguf_predicts_with_its_output_head_and_refuses_without_its_parts(tmp_
         assert m.run(ids=IDS).attentions.shape[0] == cfg["num_hidden_layers"]
         with pytest.raises(NoPrediction, match=drop.replace(".", r"\.")):
             P.lm_head(m)
+
+
+def test_the_unembedding_in_blocks_equals_one_product_and_stops_between_blocks(monkeypatch):
+    """vocab_logits (blocks of VOCAB_BLOCK rows, a stop check before each) gives the logits of the
+    whole unembedding at once; a stop that turns true after two blocks raises Cancelled there."""
+    model = load_model("SmolLM2-135M-Instruct")
+    head = P.lm_head(model)
+    r = model.run(text="The keys to the cabinet are", trace=P.prediction_trace())
+    rows = P.lens_rows(r.trace, len(r.trace.ids) - 1)  # [n_layer, d_model]
+    whole = head.logits(rows)  # [n_layer, vocab]
+    blocks = P.vocab_logits(head, rows)
+    assert blocks.shape == whole.shape and np.abs(blocks - whole).max() < 1e-4
+    asked = []
+
+    def stop():
+        asked.append(1)
+        return len(asked) > 2
+
+    with pytest.raises(Cancelled):
+        P.vocab_logits(head, rows, stop)
+    assert len(asked) == 3 and head.w_u.shape[0] > 2 * P.VOCAB_BLOCK
+
+
+def test_the_lens_from_float32_logits_matches_a_float64_log_softmax():
+    """lens_of (log-sum-exp in float64 over float32 logits, rank by counting larger logits) gives
+    the log-probs and ranks of a plain float64 log-softmax."""
+    model = load_model("SmolLM2-135M-Instruct")
+    head = P.lm_head(model)
+    r = model.run(text="one two three four one two three", trace=P.prediction_trace())
+    L = P.vocab_logits(head, P.lens_rows(r.trace, 4))
+    lp = P.log_softmax(L)
+    target = int(np.argmax(lp[-1]))
+    lens = P.lens_of(L, 4)
+    assert lens.target == target
+    assert np.array_equal(lens.top_ids, lp.argmax(axis=1))
+    assert np.abs(lens.top_logprobs - lp.max(axis=1)).max() < 1e-6
+    assert np.abs(lens.target_logprobs - lp[:, target]).max() < 1e-6
+    assert np.array_equal(lens.target_ranks, (lp > lp[:, target:target + 1]).sum(axis=1))
+    assert lens.target_ranks[-1] == 0

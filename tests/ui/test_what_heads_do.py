@@ -248,3 +248,32 @@ def test_the_views_export_and_open_view_restores_the_ablation_query_and_tokens(q
     w.apply_view(bad)
     assert "L7 H0" in w.error_banner.text() and eff.ablation == Ablation(heads=((1, 0),), mode="mean")
     w.worker.wait_idle()
+
+
+def test_a_keystroke_stops_the_running_analysis_between_blocks(smol, qtbot, monkeypatch):
+    """The analysis job asks its stop check between blocks of the unembedding: it says go on while
+    the job is the newest, and stop once the text changes, so typing never waits for a whole lens.
+    The stopped job's result is never shown."""
+    import attnviz.engine.analysing.effects as E
+
+    w = smol
+    _shown(w)
+    _analysed(qtbot, w)
+    seen = []
+
+    def analyse_and_watch(model, run, position=None, target="", alt="", k=10, stop=None):
+        seen.append(stop)
+        return analyse(model, run, position, target, alt, k)
+    monkeypatch.setattr(E, "analyse", analyse_and_watch)
+    shown_before = w.state.effects.analysis
+    w.worker.effects_jobs.request_analysis()
+    w.worker.wait_idle()
+    assert len(seen) == 1 and seen[0] is not None and seen[0]() is False
+    qtbot.waitUntil(lambda: w.state.effects.analysis is not shown_before, timeout=WAIT)
+    w.worker.effects_jobs.request_analysis()
+    qtbot.waitUntil(lambda: len(seen) == 2, timeout=WAIT)
+    stop = seen[-1]
+    assert seen[0]() is True and stop() is False  # a newer analysis made the first one stale
+    w.state.set_text(NAMES + " and")  # a keystroke
+    assert stop() is True
+    w.worker.wait_idle()

@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.layers import causal_mask
 from attnviz.engine.computing.patterns import head_title
@@ -27,10 +27,6 @@ from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 
 MODES = ("zero", "mean")
 LOSSES = ("next", "repeat")
-
-
-class Cancelled(Exception):
-    """The caller's cancel check said stop (a newer request replaced this one)."""
 
 
 def parse_heads(text: str, n_layer: int, n_head: int) -> list[tuple[int, int]]:
@@ -233,7 +229,7 @@ def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | 
     for layer in range(cfg.n_layer):
         for h in range(cfg.n_head):
             if cancelled is not None and cancelled():
-                raise Cancelled
+                raise Cancelled("a newer scan or Cancel replaced this one")
             t1 = time.perf_counter()
             edited = forward(cfg, w, ids, Trace(resid=True, patterns=False, start=layer, base=clean,
                                                 edits=[ReplaceHead(layer, h, 0.0)]))

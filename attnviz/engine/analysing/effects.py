@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,8 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.layers import head_output_share, head_value_norms
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
-    Attribution, Lens, Prediction, attribute, lm_head, logit_lens, predict, prediction_trace,
+    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, lm_head, position_index,
+    prediction_of, prediction_trace, vocab_logits,
 )
 from attnviz.engine.computing.trace import Trace
 
@@ -260,24 +262,34 @@ class Analysis:
 
 
 def analyse(model, run: WindowRun, position: int | None = None, target: str = "", alt: str = "",
-            k: int = TOP_K) -> Analysis:
+            k: int = TOP_K, stop: Callable[[], bool] | None = None) -> Analysis:
     """Prediction, lens and DLA at `position` (None: the last token). `target`, `alt`: typed tokens
-    ('' for the clean top-1 and second). NoPrediction for a model that predicts nothing."""
+    ('' for the clean top-1 and second). NoPrediction for a model that predicts nothing.
+
+    One pass over the unembedding serves the prediction and the lens (the lens's last layer is the
+    shown run's prediction; under an ablation the clean run's final row rides along), in blocks
+    with `stop()` asked between them (Cancelled: a newer keystroke does not wait for the rest)."""
     head = lm_head(model)
-    clean = predict(head, run.clean, position, max(k, 2))
-    changed = predict(head, run.changed, position, max(k, 2)) if run.changed is not None else None
+    shown = run.shown
+    q = position_index(len(shown.ids), position)
+    rows = lens_rows(shown, q)  # [n_layer, d_model]
+    if run.changed is not None:
+        rows = np.concatenate([rows, run.clean.resid[-1][q:q + 1]])  # + the clean final row
+    L = vocab_logits(head, rows, stop)  # [n_layer (+1), vocab]
+    n_layer = len(shown.resid) - 1
+    clean = prediction_of(L[-1], q, max(k, 2))
+    changed = prediction_of(L[n_layer - 1], q, max(k, 2)) if run.changed is not None else None
     t = token_id(model, target) if target.strip() else int(clean.top_ids[0])
     a = token_id(model, alt) if alt.strip() else int(clean.top_ids[1] if clean.top_ids[0] == t
                                                       else clean.top_ids[0])
     if a == t:
         raise InputError("the target and the alternative are the same token: DLA compares two")
-    shown = run.shown
-    lens = logit_lens(head, shown, clean.position, t)
-    dla = attribute(model, head, shown, clean.position, t, a)
+    lens = lens_of(L[:n_layer], q, t)
+    dla = attribute(model, head, shown, q, t, a)
     ids = {t, a, *clean.top_ids.tolist(), *lens.top_ids.tolist()}
     if changed is not None:
         ids |= set(changed.top_ids.tolist())
     labels = {i: token_text(model, i) for i in sorted(ids)}
     cut = lambda p: dataclasses.replace(p, top_ids=p.top_ids[:k], top_logprobs=p.top_logprobs[:k])  # noqa: E731
-    return Analysis(clean.position, cut(clean), None if changed is None else cut(changed), t, a, lens, dla,
+    return Analysis(q, cut(clean), None if changed is None else cut(changed), t, a, lens, dla,
                     run.ablation, labels)

@@ -17,11 +17,12 @@ so the parts add up to logit(target) - logit(alt) exactly (up to float rounding)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.errors import InputError, ModelLoadError, NoPrediction
+from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
 from attnviz.engine.computing.families import FAMILY
 from attnviz.engine.computing.layers import layer_norm, rms_norm
 from attnviz.engine.computing.trace import Trace
@@ -131,6 +132,23 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
     return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
 
 
+VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`: a stop check between blocks
+
+
+def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.ndarray:
+    """Final-norm inputs x [n, d_model] -> logits [n, vocab] float32, computed in blocks of
+    VOCAB_BLOCK unembedding rows. `stop()` is asked before each block and raises Cancelled when it
+    says so: a newer keystroke waits for one block (a few ms), not for the whole unembedding."""
+    xn = np.ascontiguousarray(head.normed(np.asarray(x, dtype=np.float32)), dtype=np.float32)
+    V = head.w_u.shape[0]
+    out_t = np.empty((V, xn.shape[0]), np.float32)  # [vocab, n]: each block a contiguous slice
+    for v0 in range(0, V, VOCAB_BLOCK):
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        np.matmul(head.w_u[v0:v0 + VOCAB_BLOCK], xn.T, out=out_t[v0:v0 + VOCAB_BLOCK])
+    return out_t.T
+
+
 @dataclass(frozen=True)
 class Prediction:
     position: int
@@ -139,15 +157,20 @@ class Prediction:
     top_logprobs: np.ndarray  # [k]
 
 
+def prediction_of(logits, position: int, k: int = 10) -> Prediction:
+    """One position's logits [vocab] -> its Prediction (the top-k next tokens)."""
+    logprobs = log_softmax(logits)  # [vocab]
+    k = max(1, min(int(k), logprobs.size))
+    top = np.argpartition(-logprobs, k - 1)[:k]
+    top = top[np.argsort(-logprobs[top], kind="stable")]
+    return Prediction(position, logprobs, top.astype(np.int64), logprobs[top])
+
+
 def predict(head: LMHead, trace: Trace, position: int | None = None, k: int = 10) -> Prediction:
     """The top-k next tokens after token `position` (default the last), from the trace's final
     residual stream."""
     q = position_index(len(trace.ids), position)
-    logprobs = log_softmax(head.logits(trace.resid[-1][q:q + 1])[0])  # [vocab]
-    k = max(1, min(int(k), logprobs.size))
-    top = np.argpartition(-logprobs, k - 1)[:k]
-    top = top[np.argsort(-logprobs[top], kind="stable")]
-    return Prediction(q, logprobs, top.astype(np.int64), logprobs[top])
+    return prediction_of(vocab_logits(head, trace.resid[-1][q:q + 1])[0], q, k)
 
 
 @dataclass(frozen=True)
@@ -162,17 +185,32 @@ class Lens:
     target_ranks: np.ndarray  # [n_layer] int64: 0 = the layer's top-1
 
 
+def lens_rows(trace: Trace, q: int) -> np.ndarray:
+    """The lens's final-norm inputs at position q: the residual after each block [n_layer, d_model]
+    (the last row is the model's own final-norm input: the lens's last layer is the prediction)."""
+    return np.stack([r[q] for r in trace.resid[1:]])
+
+
+def lens_of(logits, position: int, target: int | None = None) -> Lens:
+    """The lens from its rows' logits [n_layer, vocab] (float32; log-sum-exp in float64);
+    `target` defaults to the last layer's top-1."""
+    L = np.asarray(logits)
+    top = L.argmax(axis=1)  # [n_layer]
+    rows = np.arange(L.shape[0])
+    m = L[rows, top].astype(np.float64)  # [n_layer] the row maxima
+    lse = m + np.log(np.exp(L - m[:, None].astype(L.dtype)).sum(axis=1, dtype=np.float64))
+    if target is None:
+        target = int(top[-1])
+    t = L[:, target]  # [n_layer]
+    return Lens(position, int(target), top.astype(np.int64), m - lse, t.astype(np.float64) - lse,
+                (L > t[:, None]).sum(axis=1).astype(np.int64))
+
+
 def logit_lens(head: LMHead, trace: Trace, position: int | None = None,
                target: int | None = None) -> Lens:
     """The lens at `position` (default last); `target` defaults to the model's final top-1."""
     q = position_index(len(trace.ids), position)
-    x = np.stack([r[q] for r in trace.resid[1:]])  # [n_layer, d_model] after each block
-    lp = log_softmax(head.logits(x))  # [n_layer, vocab]
-    if target is None:
-        target = int(np.argmax(lp[-1]))
-    t = lp[:, target]
-    return Lens(q, int(target), lp.argmax(axis=1).astype(np.int64), lp.max(axis=1), t,
-                (lp > t[:, None]).sum(axis=1).astype(np.int64))
+    return lens_of(vocab_logits(head, lens_rows(trace, q)), q, target)
 
 
 def lens_grid(head: LMHead, trace: Trace) -> tuple[np.ndarray, np.ndarray]:

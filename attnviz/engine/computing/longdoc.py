@@ -23,15 +23,11 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
 from attnviz.engine.computing.layers import ROW_BLOCK, key_range, pattern_rows
 from attnviz.engine.computing.trace import LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
-
-
-class Cancelled(AttnvizError):
-    """A long run stopped by its caller (a newer request, the Stop button)."""
 
 
 def dense_bytes(n_layer: int, n_head: int, T: int, rows: int | None = None) -> int:
@@ -263,5 +259,5 @@ def check_dense(cfg, T: int) -> None:
                             "for the rows asked for")
 
 
-__all__ = ["Cancelled", "DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",
+__all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",
            "dense_bytes", "key_range", "patterns_of", "run_long", "size_text"]
