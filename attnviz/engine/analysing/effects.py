@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.analysing.ablation import MODES, first_layer, head_edits, knockout_edits
-from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.layers import head_output_share, head_value_norms
 from attnviz.engine.computing.patterns import head_title
@@ -284,7 +284,9 @@ def analyse(model, run: WindowRun, position: int | None = None, target: str = ""
                                                       else clean.top_ids[0])
     if a == t:
         raise InputError("the target and the alternative are the same token: DLA compares two")
-    lens = lens_of(L[:n_layer], q, t)
+    lens = lens_of(L[:n_layer], q, t, stop)
+    if stop is not None and stop():
+        raise Cancelled("a newer request replaced this one")
     dla = attribute(model, head, shown, q, t, a)
     ids = {t, a, *clean.top_ids.tolist(), *lens.top_ids.tolist()}
     if changed is not None:

@@ -141,12 +141,12 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     says so: a newer keystroke waits for one block (a few ms), not for the whole unembedding."""
     xn = np.ascontiguousarray(head.normed(np.asarray(x, dtype=np.float32)), dtype=np.float32)
     V = head.w_u.shape[0]
-    out_t = np.empty((V, xn.shape[0]), np.float32)  # [vocab, n]: each block a contiguous slice
+    out = np.empty((xn.shape[0], V), np.float32)  # [n, vocab], rows contiguous for the reductions
     for v0 in range(0, V, VOCAB_BLOCK):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
-        np.matmul(head.w_u[v0:v0 + VOCAB_BLOCK], xn.T, out=out_t[v0:v0 + VOCAB_BLOCK])
-    return out_t.T
+        out[:, v0:v0 + VOCAB_BLOCK] = xn @ head.w_u[v0:v0 + VOCAB_BLOCK].T  # [n, block]
+    return out
 
 
 @dataclass(frozen=True)
@@ -191,19 +191,26 @@ def lens_rows(trace: Trace, q: int) -> np.ndarray:
     return np.stack([r[q] for r in trace.resid[1:]])
 
 
-def lens_of(logits, position: int, target: int | None = None) -> Lens:
+def lens_of(logits, position: int, target: int | None = None,
+            stop: Callable[[], bool] | None = None) -> Lens:
     """The lens from its rows' logits [n_layer, vocab] (float32; log-sum-exp in float64);
-    `target` defaults to the last layer's top-1."""
+    `target` defaults to the last layer's top-1. `stop()` is asked between groups of 8 layers."""
     L = np.asarray(logits)
+    n = L.shape[0]
     top = L.argmax(axis=1)  # [n_layer]
-    rows = np.arange(L.shape[0])
-    m = L[rows, top].astype(np.float64)  # [n_layer] the row maxima
-    lse = m + np.log(np.exp(L - m[:, None].astype(L.dtype)).sum(axis=1, dtype=np.float64))
+    m = L[np.arange(n), top].astype(np.float64)  # [n_layer] the row maxima
     if target is None:
         target = int(top[-1])
     t = L[:, target]  # [n_layer]
-    return Lens(position, int(target), top.astype(np.int64), m - lse, t.astype(np.float64) - lse,
-                (L > t[:, None]).sum(axis=1).astype(np.int64))
+    lse, ranks = np.empty(n), np.empty(n, np.int64)
+    for a in range(0, n, 8):
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        b = min(n, a + 8)
+        block = L[a:b]
+        lse[a:b] = m[a:b] + np.log(np.exp(block - m[a:b, None].astype(L.dtype)).sum(axis=1, dtype=np.float64))
+        ranks[a:b] = (block > t[a:b, None]).sum(axis=1)
+    return Lens(position, int(target), top.astype(np.int64), m - lse, t.astype(np.float64) - lse, ranks)
 
 
 def logit_lens(head: LMHead, trace: Trace, position: int | None = None,
