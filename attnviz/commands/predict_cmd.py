@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
@@ -59,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--loss next: token index to predict after (default: the last)")
     p.add_argument("--target", metavar="TOKEN",
                    help="--loss next: the token whose loss counts (default: the clean top-1)")
+    p.add_argument("--threads", type=positive, default=os.cpu_count() or 1, metavar="N",
+                   help="a layer's heads run on N threads, one BLAS thread each (default: the "
+                        f"cores, {os.cpu_count() or 1} here)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_scan)
@@ -183,7 +188,9 @@ def cmd_scan(args) -> int:
         ids, tokens = result.input_ids.tolist(), list(result.tokens)
     target = P.vocab_token(model, args.target) if args.target is not None else None
     progress = _progress if sys.stderr.isatty() and not args.json else None
-    scan = A.ablation_scan(model, head, ids, loss, args.position, target, progress=progress)
+    with threadpool_limits(limits=1, user_api="blas"):  # the threads are the parallelism
+        scan = A.ablation_scan(model, head, ids, loss, args.position, target, progress=progress,
+                               threads=args.threads)
     doc = {"model": model.name, "tokens": tokens, "input_ids": [int(i) for i in ids], "loss": loss,
            "baseline_loss": scan.baseline_loss, "effect": scan.effect.tolist(),
            "ranked": [{"layer": l, "head": h, "effect": e} for l, h, e in scan.ranked()],

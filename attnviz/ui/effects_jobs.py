@@ -14,6 +14,7 @@ newest wins per kind; results are written into `state.effects`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -25,7 +26,10 @@ log = logging.getLogger(__name__)
 
 ANALYSIS_KIND, LENS_GRID_KIND, SCAN_KIND = "effects", "lens-grid", "scan"
 ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this long (typing)
-SCAN_SOURCES = ("text", "probe")  # the typed text (next-token loss) or the repeated-random probe
+SCAN_SOURCES = ("text", "probe")
+# The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
+# for the typing runs and the main thread (1 on a 2-core machine).
+SCAN_THREADS = max(1, (os.cpu_count() or 1) - 1)  # the typed text (next-token loss) or the repeated-random probe
 
 
 class EffectsJobs(QObject):
@@ -43,12 +47,18 @@ class EffectsJobs(QObject):
         self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._sigProgress.connect(self._on_progress)
-        eff.sigRunChanged.connect(lambda _run: self._timer.start())
+        eff.sigRunChanged.connect(self._on_run)
         eff.sigTokensChanged.connect(self.request_analysis)
         eff.sigWantedChanged.connect(lambda on: on and self.request_analysis())
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(lambda _t: self.worker.claim(ANALYSIS_KIND))  # a queued one is stale
         st.sigModelChanged.connect(lambda _m: (self.cancel_scan(), self.worker.cancel(ANALYSIS_KIND)))
+
+    def _on_run(self, _run) -> None:
+        """A new run: an analysis of the previous one still running is stale (it stops at its next
+        check), and this run's follows once results pause."""
+        self.worker.claim(ANALYSIS_KIND)
+        self._timer.start()
 
     def flush(self) -> None:
         """Analyse now if the analysis waits for results to pause (tests, before wait_idle)."""
@@ -152,9 +162,10 @@ class EffectsJobs(QObject):
                 probe, _note = probe_ids(model)
                 what = "the repeated-random probe, repeat loss (mean −log p over the second copy)"
                 return ablation_scan(model, head, probe, "repeat", progress=progress,
-                                     cancelled=cancelled), what
+                                     cancelled=cancelled, threads=SCAN_THREADS), what
             t = token_id(model, target) if target.strip() else None
-            scan = ablation_scan(model, head, ids, "next", pos, t, progress=progress, cancelled=cancelled)
+            scan = ablation_scan(model, head, ids, "next", pos, t, progress=progress, cancelled=cancelled,
+                                 threads=SCAN_THREADS)
             return scan, "the typed text, −log p(target) after the query token"
 
         def progress(done, total):

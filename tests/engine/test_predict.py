@@ -288,3 +288,16 @@ def test_the_lens_from_float32_logits_matches_a_float64_log_softmax():
     assert np.abs(lens.target_logprobs - lp[:, target]).max() < 1e-6
     assert np.array_equal(lens.target_ranks, (lp > lp[:, target:target + 1]).sum(axis=1))
     assert lens.target_ranks[-1] == 0
+
+
+@pytest.mark.parametrize("loss", ["next", "repeat"])
+def test_the_scan_on_two_threads_equals_the_scan_on_one(models, loss):
+    """Heads of a layer run on two threads and their loss rows share one unembedding product: the
+    effects are those of the one-thread scan, and the repeat loss equals repeat_loss per trace."""
+    model = models["llama_gqa"]
+    head = P.lm_head(model)
+    ids = [2, 17, 30, 8, 41, 17, 30, 8, 41, 5]
+    one = A.ablation_scan(model, head, ids, loss, position=6, threads=1)
+    two = A.ablation_scan(model, head, ids, loss, position=6, threads=2)
+    assert np.abs(one.effect - two.effect).max() < 1e-9 and one.baseline_loss == two.baseline_loss
+    assert np.abs(one.effect).max() > 1e-4  # the heads matter here: the comparison can fail

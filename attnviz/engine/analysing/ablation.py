@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,7 +24,9 @@ from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.layers import causal_mask
 from attnviz.engine.computing.patterns import head_title
-from attnviz.engine.analysing.predict import LMHead, log_softmax, position_index, prediction_trace
+from attnviz.engine.analysing.predict import (
+    LMHead, log_softmax, position_index, prediction_trace, vocab_logits,
+)
 from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 
 MODES = ("zero", "mean")
@@ -145,6 +149,16 @@ def next_loss(head: LMHead, trace: Trace, position: int, target: int) -> float:
     return float(-log_softmax(head.logits(trace.resid[-1][position:position + 1])[0])[target])
 
 
+def token_losses(head: LMHead, x, targets) -> np.ndarray:
+    """-log p(targets[i] | row i) for final-norm inputs x [n, d_model]: one pass over the
+    unembedding for all n rows (float32 logits, log-sum-exp in float64) -> [n] float64."""
+    L = vocab_logits(head, x)  # [n, vocab]
+    rows = np.arange(L.shape[0])
+    m = L.max(axis=1).astype(np.float64)  # [n]
+    lse = m + np.log(np.exp(L - m[:, None].astype(L.dtype)).sum(axis=1, dtype=np.float64))
+    return lse - L[rows, np.asarray(targets)].astype(np.float64)
+
+
 def repeat_span(ids) -> tuple[int, int]:
     """(start a, length n) of the longest run ids[a:a+n] followed by itself (n >= 2; the earliest
     such a), or InputError when the ids do not repeat."""
@@ -162,11 +176,19 @@ def repeat_span(ids) -> tuple[int, int]:
 
 def repeat_loss(head: LMHead, trace: Trace, span: tuple[int, int]) -> float:
     """Mean -log p(token | prefix) over the second copy's tokens after its first one."""
+    rows, targets = loss_rows(trace.ids, "repeat", span=span)
+    return float(token_losses(head, trace.resid[-1][rows], targets).mean())
+
+
+def loss_rows(ids, loss: str, position: int | None = None, target: int | None = None,
+              span: tuple[int, int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The positions a loss reads [r] and the token each must predict [r]: `next`, the one
+    position and its target; `repeat`, the second copy's positions a+n .. a+2n-2 and the tokens after
+    them."""
+    if loss == "next":
+        return np.array([position]), np.array([target])
     a, n = span
-    targets = trace.ids[a + n + 1:a + 2 * n]  # [n - 1] tokens to predict
-    rows = trace.resid[-1][a + n:a + 2 * n - 1]  # [n - 1, d_model] the positions predicting them
-    lp = log_softmax(head.logits(rows))  # [n - 1, vocab]
-    return float(-lp[np.arange(len(targets)), targets].mean())
+    return np.arange(a + n, a + 2 * n - 1), np.asarray(ids)[a + n + 1:a + 2 * n]
 
 
 @dataclass(frozen=True)
@@ -190,13 +212,15 @@ class Scan:
 def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | None = None,
                   target: int | None = None,
                   progress: Callable[[int, int], None] | None = None,
-                  cancelled: Callable[[], bool] | None = None) -> Scan:
+                  cancelled: Callable[[], bool] | None = None, threads: int = 1) -> Scan:
     """Zero-ablate every head in turn; effect = loss(ablated) - loss(clean), in nats.
 
     `next`: -log p(target) after token `position` (default the last; target default: the clean
     run's top-1). `repeat`: see repeat_loss (InputError when the ids do not repeat). Only the tokens
     the loss reads are run (a causal model's later tokens cannot change them), and each head's run
-    resumes at its layer from the clean residual stream. `progress(done, total)` is called before
+    resumes at its layer from the clean residual stream. A layer's heads run on `threads` threads
+    (NumPy releases the GIL in its kernels; give each thread one BLAS thread), and their loss rows
+    go through the unembedding together, in one product. `progress(done, total)` is called before
     the clean run and after each head; `cancelled()` is checked between heads and raises Cancelled."""
     if loss not in LOSSES:
         raise InputError(f"loss {loss!r}: expected one of {', '.join(LOSSES)}")
@@ -219,26 +243,38 @@ def ablation_scan(model, head: LMHead, ids, loss: str = "next", position: int | 
             target = int(np.argmax(head.logits(clean.resid[-1][position:position + 1])[0]))
         elif not 0 <= target < cfg.vocab_size:
             raise InputError(f"target token id {target} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+    rows, targets = loss_rows(ids, loss, position, target, span)  # [r], [r]
+    base = float(token_losses(head, clean.resid[-1][rows], targets).mean())
 
-    def measure(trace):
-        return next_loss(head, trace, position, target) if loss == "next" else repeat_loss(head, trace, span)
+    stopped = threading.Event()  # once cancelled() says stop, no later head runs or asks again
 
-    base = measure(clean)
+    def ablated(layer, h):  # the final-norm input at the loss's rows with head h zeroed: [r, d_model]
+        if stopped.is_set() or (cancelled is not None and cancelled()):
+            stopped.set()
+            raise Cancelled("a newer scan or Cancel replaced this one")
+        edited = forward(cfg, w, ids, Trace(resid=True, patterns=False, start=layer, base=clean,
+                                            edits=[ReplaceHead(layer, h, 0.0)]))
+        return edited.resid[-1][rows]
+
     effect = np.zeros((cfg.n_layer, cfg.n_head))
     t_forward = t_unembed = 0.0
-    for layer in range(cfg.n_layer):
-        for h in range(cfg.n_head):
-            if cancelled is not None and cancelled():
-                raise Cancelled("a newer scan or Cancel replaced this one")
+    pool = ThreadPoolExecutor(max(1, int(threads)), thread_name_prefix="attnviz-scan")
+    try:
+        for layer in range(cfg.n_layer):
             t1 = time.perf_counter()
-            edited = forward(cfg, w, ids, Trace(resid=True, patterns=False, start=layer, base=clean,
-                                                edits=[ReplaceHead(layer, h, 0.0)]))
+            futures = [pool.submit(ablated, layer, h) for h in range(cfg.n_head)]
+            finals = []
+            for h, f in enumerate(futures):
+                finals.append(f.result())  # Cancelled (or an error) raised here, in order
+                if progress:
+                    progress(layer * cfg.n_head + h + 1, total)
             t2 = time.perf_counter()
-            effect[layer, h] = measure(edited) - base
+            losses = token_losses(head, np.concatenate(finals), np.tile(targets, cfg.n_head))
+            effect[layer] = losses.reshape(cfg.n_head, len(rows)).mean(axis=1) - base
             t_forward += t2 - t1
             t_unembed += time.perf_counter() - t2
-            if progress:
-                progress(layer * cfg.n_head + h + 1, total)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     seconds = {"forward": t_forward, "unembedding": t_unembed, "total": time.perf_counter() - t0}
     return Scan(loss, base, effect, position if loss == "next" else None,
                 target if loss == "next" else None, span, seconds)
