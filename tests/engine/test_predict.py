@@ -15,7 +15,8 @@ from attnviz.engine.computing.trace import ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
-CAUSAL = ["gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "llama_headdim", "qwen3", "phi3"]
+CAUSAL = ["gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "llama_headdim", "qwen3", "phi3", "gemma3",
+          "gemma3_old"]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """Prediction, DLA and zero-ablation against transformers (references made by
 tests/make_predict_fixtures.py): top-k ids and log-probs, each head's direct effect from HF's o_proj
-input and final-norm input, and a head zeroed in HF's o_proj input, all within 1e-3; the lens's last
+input and final-norm input (Gemma 3: and its post-attention norm's), and a head zeroed in HF's o_proj
+input, all within 1e-3; the lens's last
 layer is the prediction. The textbook model is checked against a direct NumPy computation."""
 
 import numpy as np
@@ -18,10 +19,10 @@ REF = FIXTURES / "predict"
 @pytest.fixture(scope="module")
 def models(smollm2):
     return {"gpt2": load_model(FIXTURES / "gpt2"), "llama_gqa": load_model(FIXTURES / "llama_gqa"),
-            "smollm2": smollm2}
+            "gemma3": load_model(FIXTURES / "gemma3"), "smollm2": smollm2}
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "smollm2"])
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "gemma3", "smollm2"])
 def test_prediction_dla_and_ablation_match_transformers(models, name):
     ref = np.load(REF / f"{name}.npz")
     model = models[name]

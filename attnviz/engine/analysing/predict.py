@@ -11,7 +11,9 @@ z_{l,h} W_O[h], each layer's attention output bias and MLP output) and passes ea
 norm linearised with its scale frozen from this run, then · (W_U[target] - W_U[alt]):
     RMSNorm:   part · (g / rms(x)) · u
     LayerNorm: (part - mean(part)) · (g / std(x)) · u, and the norm's bias b · u in the bias row
-so the parts add up to logit(target) - logit(alt) exactly (up to float rounding).
+so the parts add up to logit(target) - logit(alt) exactly (up to float rounding). Gemma 3 writes
+the heads' sum through a norm of its own (post-attention RMSNorm, gain g_l) before the residual:
+that norm is linearised the same way, each head's part · (g_l / rms(attention output)).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
 from attnviz.engine.computing.families import FAMILY
-from attnviz.engine.computing.layers import layer_norm, rms_norm
+from attnviz.engine.computing.layers import layer_norm, merge_heads, rms_norm
 from attnviz.engine.computing.trace import Trace
 
 _HEAD_LOCK = threading.Lock()
@@ -274,9 +276,18 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
     bias = norm_bias
     for layer, lw in enumerate(model.weights.layers):
         w_o = lw.w_o.reshape(cfg.n_head, cfg.d_head, -1)  # [n_head, d_head, d_model]
-        per_head = w_o @ d  # [n_head, d_head]: W_O[h] · direction
+        d_l = d
+        if lw.post_attn_norm is not None:  # Gemma 3: the heads' sum passes an RMSNorm before the
+            # residual; linearised like the final norm, its 1 / rms frozen from this run
+            out = merge_heads(trace.z[layer][:, q:q + 1])[0] @ lw.w_o  # [d_model] attention output
+            if lw.b_o is not None:
+                out = out + lw.b_o
+            out = out.astype(np.float64)
+            d_l = (lw.post_attn_norm[0] / np.sqrt(np.mean(out * out) + cfg.norm_eps) * direction
+                   ).astype(np.float32)
+        per_head = w_o @ d_l  # [n_head, d_head]: W_O[h] · direction
         heads[layer] = np.einsum("hd,hd->h", trace.z[layer][:, q], per_head)
-        b_o = float(lw.b_o @ d) if lw.b_o is not None else 0.0
+        b_o = float(lw.b_o @ d_l) if lw.b_o is not None else 0.0
         step = float((trace.resid[layer + 1][q] - trace.resid[layer][q]) @ d)  # attention + MLP
         mlp[layer] = step - heads[layer].sum() - b_o
         bias += b_o

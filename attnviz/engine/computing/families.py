@@ -316,11 +316,11 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         )
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
-    return Weights(tok_emb=g("embed_tokens.weight", (cfg.vocab_size, d)), pos_emb=None,
-                   type_emb=None, emb_norm=None, layers=layers,
-                   head=Head(None, None, "Gemma 3's prediction is not supported yet: its heads write "
-                                         "through a norm after attention, which attribution does "
-                                         "not linearise"))
+    tok_emb = g("embed_tokens.weight", (cfg.vocab_size, d))
+    head = read_head(lambda n: _gemma_gain(g(n, (d,))), ("norm.weight",),  # gain 1 + w folded too
+                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
+    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
+                   head=head)
 
 
 LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,
