@@ -43,14 +43,8 @@ class LMHead:
     def normed(self, x):  # [..., d_model] -> [..., d_model]
         return (layer_norm if self.centred else rms_norm)(x, *self.norm, self.eps)
 
-    def logits(self, x):  # final-norm input [n, d_model] -> logits [n, vocab]
-        """In blocks of UNEMBED_ROWS tokens, whether w_u is float32 or kept in the file's type:
-        the same products either way, so a budget changes no logit (not even in the last bit)."""
-        h = self.normed(x)  # [n, d_model]
-        out = np.empty((*h.shape[:-1], self.w_u.shape[0]), dtype=np.float32)  # [n, vocab]
-        for a in range(0, out.shape[-1], UNEMBED_ROWS):  # [rows, d_model] float32 at a time
-            out[..., a:a + UNEMBED_ROWS] = h @ np.asarray(self.w_u[a:a + UNEMBED_ROWS]).T
-        return out
+    def logits(self, x):  # final-norm input [n, d_model] -> logits [n, vocab] (vocab_logits)
+        return vocab_logits(self, x)
 
 
 def prediction_trace(**kw) -> Trace:
@@ -84,10 +78,10 @@ def _build_head(model) -> LMHead:
     try:
         if _fits(model, h.unembed):
             w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
-        else:  # kept in the file's type, dequantised UNEMBED_ROWS rows at a time (checked here)
+        else:  # kept in the file's type, dequantised VOCAB_BLOCK rows at a time (checked here)
             w_u = h.unembed
-            for a in range(0, w_u.shape[0], UNEMBED_ROWS):
-                w_u[a:a + UNEMBED_ROWS]
+            for a in range(0, w_u.shape[0], VOCAB_BLOCK):
+                w_u[a:a + VOCAB_BLOCK]
     except ModelLoadError as exc:  # a GGUF row found non-finite as it is dequantised
         raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: {exc}") from None
     if w_u.shape != (cfg.vocab_size, cfg.d_model):
@@ -100,9 +94,6 @@ def _build_head(model) -> LMHead:
                                "prediction needs finite numbers")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
                   centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u)
-
-
-UNEMBED_ROWS = 8192  # rows of an unembedding kept in the file's type dequantised at a time
 
 
 def _fits(model, unembed) -> bool:
@@ -134,20 +125,22 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
     return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
 
 
-VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`: a stop check between blocks
+VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
 
 
 def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.ndarray:
-    """Final-norm inputs x [n, d_model] -> logits [n, vocab] float32, computed in blocks of
-    VOCAB_BLOCK unembedding rows. `stop()` is asked before each block and raises Cancelled when it
-    says so: a newer keystroke waits for one block (a few ms), not for the whole unembedding."""
-    xn = np.ascontiguousarray(head.normed(np.asarray(x, dtype=np.float32)), dtype=np.float32)
+    """Final-norm inputs x [..., d_model] -> logits [..., vocab] float32, in blocks of VOCAB_BLOCK
+    unembedding rows, whether w_u is float32 or kept in the file's type under a memory budget (a
+    block dequantised at a time): the same products either way, so a budget changes no logit, not
+    even in the last bit. `stop()` is asked before each block and raises Cancelled when it says
+    so: a newer keystroke waits for one block (a few ms), not for the whole unembedding."""
+    xn = head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
     V = head.w_u.shape[0]
-    out = np.empty((xn.shape[0], V), np.float32)  # [n, vocab], rows contiguous for the reductions
+    out = np.empty((*xn.shape[:-1], V), np.float32)  # [..., vocab], rows contiguous for reductions
     for v0 in range(0, V, VOCAB_BLOCK):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
-        out[:, v0:v0 + VOCAB_BLOCK] = xn @ head.w_u[v0:v0 + VOCAB_BLOCK].T  # [n, block]
+        out[..., v0:v0 + VOCAB_BLOCK] = xn @ np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK]).T  # [..., block]
     return out
 
 
