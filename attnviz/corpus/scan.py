@@ -154,11 +154,13 @@ def run_in_process(plan: Plan, progress: Progress | None = None) -> list:
 
 def local_cluster(n_workers: int):
     """A LocalCluster of `n_workers` processes, one thread each (one BLAS thread: Dask's nanny
-    sets OMP/MKL/OpenBLAS_NUM_THREADS=1 before a worker starts, and each task caps BLAS again)."""
+    sets OMP/MKL/OpenBLAS_NUM_THREADS=1 before a worker starts, and each task caps BLAS again).
+    No dashboard: the scheduler's HTTP server (which it starts even with dashboard_address=None,
+    on 8787, warning when that port is taken) gets a free port of the system's choosing."""
     from dask.distributed import LocalCluster
 
     return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                        dashboard_address=None, silence_logs=logging.ERROR)
+                        dashboard_address=":0", silence_logs=logging.ERROR)
 
 
 def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None = None,

@@ -39,9 +39,11 @@ def make_corpus(path: Path, n: int, seed: int = 0) -> Path:
 @pytest.fixture(scope="module")
 def cluster():
     """One two-process LocalCluster for the module (starting one costs seconds)."""
-    from dask.distributed import Client, LocalCluster
+    from dask.distributed import Client
 
-    c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    from attnviz.corpus.scan import local_cluster
+
+    c = local_cluster(2)
     client = Client(c)
     yield c, client
     client.close()
