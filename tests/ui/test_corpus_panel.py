@@ -1,6 +1,9 @@
 """The Corpus panel on the real window: a scan read off the main thread, its heatmap of any
 statistic, a head clicked to its examples, an example clicked into the live view (text, head,
-query token), the heads' scatter focusing a head, and a scan of another model offering it."""
+query token), the heads' scatter focusing a head, and a scan of another model (told by the hash of
+its files, not by its name) offering it."""
+
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -121,7 +124,81 @@ def test_a_scan_of_another_model_says_so_and_offers_to_load_it(window, qtbot, tm
     assert window.state.text == before  # nothing changed in the live view
     qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.state.model_name == "attnviz-textbook", timeout=WAIT)
+    qtbot.waitUntil(lambda: panel.model_state() == "same", timeout=WAIT)  # its files hashed
     assert not panel.model_note.isVisible()
+
+
+def _minilm_copy(folder: Path, query_scale: float | None = None) -> Path:
+    """MiniLM's files linked into `folder` (its name is the model's name), or with layer 0's
+    query weights scaled by `query_scale` (other weights, so other patterns)."""
+    from safetensors.numpy import load_file, save_file
+
+    from attnviz.engine.reading.registry import resolve
+
+    _, src, _ = resolve("all-MiniLM-L6-v2")
+    folder.mkdir(parents=True)
+    for f in Path(src).iterdir():
+        if query_scale is None or f.name != "model.safetensors":
+            (folder / f.name).symlink_to(f)
+    if query_scale is not None:
+        w = load_file(str(Path(src) / "model.safetensors"))
+        w["encoder.layer.0.attention.self.query.weight"] *= np.float32(query_scale)
+        save_file(w, str(folder / "model.safetensors"))
+    return folder
+
+
+def _scan_of(model: Path, root: Path) -> Path:
+    from attnviz.corpus.scan import scan
+
+    corpus = root / "c.txt"
+    corpus.write_text("\n".join(TEXTS[:2]) + "\n")
+    scan(root / "scan", str(model), corpus, batch=2, examples=4, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    return root / "scan"
+
+
+def test_a_scan_of_other_weights_under_the_loaded_models_name_is_another_model(window, qtbot,
+                                                                              tmp_path):
+    """The scan's model is told by the hash of its files: a folder named all-MiniLM-L6-v2 whose
+    layer 0 queries are scaled is not the loaded all-MiniLM-L6-v2; the panel says so, keeps the
+    live view, and its Load button loads that folder, after which an example opens with the
+    weight the scan stored."""
+    other = _minilm_copy(tmp_path / "other" / "all-MiniLM-L6-v2", query_scale=2.0)
+    panel, scan = _open(window, qtbot, _scan_of(other, tmp_path))
+    st = window.state
+    assert scan.model_name == st.model_name == "all-MiniLM-L6-v2"
+    assert panel.model_state() == "other"
+    assert panel.model_note.isVisible() and panel.load_button.isVisible()
+    note = panel.model_note.text()
+    assert "other files under the name all-MiniLM-L6-v2" in note and scan.model_sha256[:12] in note
+    e = panel.scan.examples[(0, 1)][0]
+    # the loaded model's own pattern at that cell is not what the scan stored
+    live = st.model.run(TEXTS[e.text_id], use_cache=False).attentions[0, 1, e.query_pos, e.key_pos]
+    assert abs(float(live) - e.weight) > 1e-3
+    focus, text = st.focus, st.text
+    panel.pick_head(0, 1)
+    panel.open_example(e)
+    assert st.focus == focus and st.text == text  # the live view is left alone
+    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: panel.model_state() == "same", timeout=WAIT)
+    assert Path(st.model.path) == other and not panel.model_note.isVisible()
+    panel.open_example(e)
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == TEXTS[e.text_id]
+                    and st.query_pos == e.query_pos, timeout=WAIT)
+    assert st.focus == (0, 1)
+    assert float(st.result.attentions[0, 1, e.query_pos, e.key_pos]) == pytest.approx(e.weight, abs=1e-6)
+
+
+def test_a_scan_of_the_same_files_under_another_name_is_the_loaded_model(window, qtbot, tmp_path):
+    """MiniLM's own files in a folder named minilm-copy: the scan records that name, and the
+    panel still treats the loaded all-MiniLM-L6-v2 as the scan's model (no note; a head clicked is
+    focused in the window)."""
+    copy = _minilm_copy(tmp_path / "minilm-copy")
+    panel, scan = _open(window, qtbot, _scan_of(copy, tmp_path))
+    assert scan.model_name == "minilm-copy" != window.state.model_name
+    assert panel.model_state() == "same" and not panel.model_note.isVisible()
+    panel.pick_head(2, 5)
+    assert window.state.focus == (2, 5)
 
 
 def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, qtbot, scan_dir,

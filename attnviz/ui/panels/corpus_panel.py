@@ -9,7 +9,11 @@ statistic's per-head mean, each head's top examples, and the heads placed by beh
   computed, picks the example's query token: the live view takes over;
 - the heads as points in 2-D (classical MDS of the Jensen-Shannon distances of their mean
   statistics, Clark et al. 2019), coloured by layer; a click on a point focuses its head;
-- a scan made with another model than the one loaded says so and offers to load it.
+- a scan made with another model than the one loaded says so and offers to load it. "Another
+  model" is told by the sha256 of the model's files that scan.json records (store.model_sha256),
+  not by its name: a copy of the scan's model under another name is the same model, and a model
+  that has the scan's name but other weights is not (its patterns are not the scan's). The loaded
+  model's files are hashed off the main thread, once per model loaded.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class ScanView:
     path: Path
     model: str  # what --model named (loadable by the window)
     model_name: str
+    model_sha256: str  # of the model's files (store.model_sha256), as scan.json records it
     n_layer: int
     n_head: int
     n_texts: int
@@ -71,9 +76,17 @@ def read_scan(path) -> ScanView:
     for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
         examples.setdefault((e.layer, e.head), []).append(e)
     coords = classical_mds(js_distance(head_profiles(means)), 2)
-    return ScanView(path=path, model=m.model, model_name=m.model_name, n_layer=m.n_layer,
+    return ScanView(path=path, model=m.model, model_name=m.model_name,
+                    model_sha256=m.model_sha256, n_layer=m.n_layer,
                     n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
                     complete=m.complete, means=means, examples=examples, coords=coords)
+
+
+def _files_hash(model) -> str:
+    """The sha256 of a model's files, as attnviz scan records it (run off the main thread)."""
+    from attnviz.corpus.store import model_sha256
+
+    return model_sha256(model.path)
 
 
 def example_html(e, offsets=None) -> str:
@@ -123,6 +136,7 @@ class CorpusPanel(QWidget):
     """The Corpus tab (module docstring). `runner`: the app's job runner (ui/worker.Worker)."""
 
     sigScanRead = Signal(object)  # ScanView, or None when a read failed
+    sigModelChecked = Signal(str)  # model_state() once the loaded model is compared with the scan's
 
     def __init__(self, state, runner, parent: QWidget | None = None):
         super().__init__(parent)
@@ -132,6 +146,7 @@ class CorpusPanel(QWidget):
         self.stat = HEAD_STATS[0]
         self.head: tuple | None = None  # the head whose examples are listed
         self._pending_query = None  # (text, query_pos): picked once that text's result lands
+        self._model_hash = (None, None)  # (the Model object, the sha256 of its files) once known
         self._build()
         self._connect()
 
@@ -237,13 +252,21 @@ class CorpusPanel(QWidget):
             self.open_scan(path)
 
     def open_scan(self, path) -> None:
-        """Read a scan folder in the background; the last scan shown stays until it is read."""
+        """Read a scan folder in the background, and hash the loaded model's files there unless
+        known; the last scan shown stays until it is read."""
         from attnviz.ui.runner import THREAD
 
         self.status.setText(f"Reading {path}…")
-        self.runner.submit("corpus", lambda: read_scan(path), self._on_read, str(path), THREAD)
+        model = self.state.model
+        known = self._known_hash(model)
 
-    def _on_read(self, path, scan, error) -> None:
+        def job():
+            scan = read_scan(path)
+            return scan, (model, known if known or model is None else _files_hash(model))
+
+        self.runner.submit("corpus", job, self._on_read, str(path), THREAD)
+
+    def _on_read(self, path, got, error) -> None:
         if error is not None:
             from attnviz.ui.runner import describe_error
 
@@ -251,6 +274,9 @@ class CorpusPanel(QWidget):
             self.status.setText(f"Cannot open scan {path}: {describe_error(error)}{shown}")
             self.sigScanRead.emit(None)
             return
+        scan, (model, sha) = got
+        if model is not None and sha:
+            self._model_hash = (model, sha)
         self.set_scan(scan)
         self.sigScanRead.emit(scan)
 
@@ -264,29 +290,83 @@ class CorpusPanel(QWidget):
         self._check_model()
 
     # --- the scan's model against the loaded one ----------------------------------------------
+    def _known_hash(self, model) -> str | None:
+        held, sha = self._model_hash
+        return sha if model is not None and held is model else None
+
+    def model_state(self) -> str:
+        """"none" (no scan, or no model loaded), "checking" (the loaded model's files are being
+        hashed), "same" (the loaded model's files hash as the scan's model's did) or "other"."""
+        m, s = self.state.model, self.scan
+        if s is None or m is None:
+            return "none"
+        sha = self._known_hash(m)
+        if sha is None:
+            return "checking"
+        return "same" if sha == s.model_sha256 else "other"
+
     def model_matches(self) -> bool:
-        m = self.state.model
-        s = self.scan
-        return (s is not None and m is not None and m.name == s.model_name
-                and m.config.n_layer == s.n_layer and m.config.n_head == s.n_head)
+        return self.model_state() == "same"
 
     def _check_model(self, *_):
-        s = self.scan
-        if s is None or self.model_matches():
+        s, m = self.scan, self.state.model
+        if s is not None and m is not None and self._known_hash(m) is None:
+            self._hash_loaded_model()
+        state = self.model_state()
+        if s is None or state == "same":
             self.model_note.hide()
             self.load_button.hide()
             if s is not None and self.head is not None:
                 self._list_examples()  # marked with the scan's own tokenizer
+            if s is not None:
+                self.sigModelChecked.emit(state)
             return
-        loaded = self.state.model_name or "no model"
-        self.model_note.setText(f"This scan was made with {s.model_name}; the window shows "
-                                f"{loaded}. Its examples open in the live view once "
-                                f"{s.model_name} is loaded.")
+        if state == "checking":
+            self.model_note.setText(f"Comparing the files of {m.name} with the scan's model…")
+            self.model_note.show()
+            self.load_button.hide()
+            return
+        if m is None:
+            self.model_note.setText(f"This scan was made with {s.model_name}; no model is loaded. "
+                                    "Its examples open in the live view once it is.")
+        elif m.name == s.model_name:
+            self.model_note.setText(
+                f"This scan was made with other files under the name {s.model_name} (sha256 "
+                f"{s.model_sha256[:12]}, the loaded model's {self._known_hash(m)[:12]}): its "
+                "patterns are not the loaded model's. Its examples open in the live view once "
+                f"the scan's model ({s.model}) is loaded.")
+        else:
+            self.model_note.setText(f"This scan was made with {s.model_name}; the window shows "
+                                    f"{m.name}. Its examples open in the live view once "
+                                    f"{s.model_name} is loaded.")
         self.load_button.setText(f"Load {s.model_name}")
         self.model_note.show()
         self.load_button.show()
         if self.head is not None:
             self._list_examples()  # unmarked: the loaded tokenizer is not the scan's
+        self.sigModelChecked.emit(state)
+
+    def _hash_loaded_model(self) -> None:
+        """Hash the loaded model's files on a thread of their own (the newest model's wins)."""
+        from attnviz.ui.runner import THREAD
+
+        model = self.state.model
+        job = self.runner.running("corpus-model-hash")
+        if job is not None and job.request is model:
+            return
+        self.runner.submit("corpus-model-hash", lambda: _files_hash(model), self._on_hashed,
+                           model, THREAD)
+
+    def _on_hashed(self, model, sha, error) -> None:
+        if error is not None or not sha:
+            from attnviz.ui.runner import describe_error
+
+            self.model_note.setText(f"Cannot read the files of {model.name} to compare them with "
+                                    f"the scan's model: {describe_error(error)}")
+            return
+        self._model_hash = (model, sha)
+        if model is self.state.model:
+            self._check_model()
 
     def load_scan_model(self):
         if self.scan is not None:
