@@ -143,6 +143,51 @@ def _wait_for_batches(out: Path, n: int, proc, timeout=60):
     pytest.fail("no batch finished in time")
 
 
+HEAP_CHECK = """
+import ctypes, sys
+import numpy as np
+from attnviz.corpus.tasks import worker_model
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                                               "usmblks", "fsmblks", "uordblks", "fordblks",
+                                               "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = MallInfo2
+
+def where_2mb_goes():
+    before = libc.mallinfo2().hblks  # blocks malloc got from mmap
+    a = np.ones(1 << 18)
+    after = libc.mallinfo2().hblks
+    del a
+    return "mmap" if after > before else "heap"
+
+first = where_2mb_goes()
+worker_model("attnviz-textbook")  # what every task calls first
+print(first, where_2mb_goes())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or
+                    __import__("platform").libc_ver()[0] != "glibc", reason="glibc's malloc")
+def test_a_worker_given_dasks_malloc_trim_threshold_keeps_large_arrays_on_its_heap(cluster):
+    """Dask's nanny starts each worker with MALLOC_TRIM_THRESHOLD_ set, which pins glibc's mmap
+    threshold at 128 KiB (every larger array a fresh, zero-filled mmap); the task code's
+    worker_model undoes that: in a process started with the variable, a 2 MB array is mmapped
+    before the first task's model lookup and comes from the heap after it."""
+    _, client = cluster
+    assert set(client.run(os.getenv, "MALLOC_TRIM_THRESHOLD_").values()) == {"65536"}
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536"}
+    out = subprocess.run([sys.executable, "-c", HEAP_CHECK], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["mmap", "heap"]
+    env.pop("MALLOC_TRIM_THRESHOLD_")  # a process without it (the in-process loop) is left alone
+    out = subprocess.run([sys.executable, "-c", HEAP_CHECK], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[1] == "heap"
+
+
 def test_a_scan_interrupted_with_ctrl_c_resumes_to_the_same_content(cluster, corpus, reference,
                                                                      tmp_path):
     from attnviz.corpus import store
