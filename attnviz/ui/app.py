@@ -21,7 +21,7 @@ def make_app() -> QApplication:
     return app
 
 
-def assemble(debounce_ms: int = 2):
+def assemble(debounce_ms: int = 0):
     """The app's one state and one job runner, wired together here and only here: the runner
     follows what the state asks of it and writes its results back into it, and its jobs get one
     BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
@@ -38,7 +38,7 @@ def assemble(debounce_ms: int = 2):
 
 
 def create_window(model: str | None = None, text: str | None = None,
-                  settings: QSettings | None = None, debounce_ms: int = 2, **kw):
+                  settings: QSettings | None = None, debounce_ms: int = 0, **kw):
     """The main window on the app's one state and runner (assemble), with its model already
     loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QPainterPath, QPen, QTransform
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainterPath, QPen, QTransform
 from PySide6.QtWidgets import (
     QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
 )
@@ -67,6 +67,20 @@ class Label(QGraphicsSimpleTextItem):
                                                    -ay * r.height() + self.PAD * (1 - 2 * ay)))
 
 
+class MosaicImage(pg.ImageItem):
+    """The mosaic's image item: pyqtgraph makes an 8-bit image with a colour table of the uint8
+    mosaic and its table, which Qt's raster engine scales onto the screen about ten times slower
+    than the same pixels as premultiplied ARGB (2.4 against 0.24 ms for a 110 x 80 mosaic over
+    1100 x 800 px, every repaint). So it is converted once per new mosaic, and each paint is a
+    plain scaled copy."""
+
+    def render(self):
+        super().render()
+        q = self.qimage
+        if q is not None and q.format() == QImage.Format.Format_Indexed8:
+            self.qimage = q.convertToFormat(QImage.Format.Format_ARGB32_Premultiplied)
+
+
 def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
     """Whether two layouts put every tile, title and band in the same place."""
     if a is None or b is None:
@@ -116,7 +130,7 @@ class HeatmapGrid(QWidget):
         self.vb.invertY(True)
         self.vb.disableAutoRange()
 
-        self.img = pg.ImageItem(axisOrder="row-major")
+        self.img = MosaicImage(axisOrder="row-major")
         self.img.setZValue(0)
         self.plot.addItem(self.img)
         self.cbar = colour_bar(state.colormap, self.font())

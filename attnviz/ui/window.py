@@ -181,6 +181,9 @@ class MainWindow(QMainWindow):
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         self.focus_dock.raise_()
+        from attnviz.ui.runner import freeze_start_up_objects
+
+        QTimer.singleShot(0, freeze_start_up_objects)  # start-up is done: out of the collector's way
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         dock = QDockWidget(title, self)
@@ -431,6 +434,9 @@ class MainWindow(QMainWindow):
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
+        from attnviz.ui.runner import thaw_objects
+
+        thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()
         self.worker.cancel_load()  # a load blocked on a file must not hold the window open
         self.worker.wait_idle(10000)

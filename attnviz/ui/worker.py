@@ -3,7 +3,9 @@ ui/runner.py): attention runs, head scores, model loads, training checkpoints an
 `follow_state` connects it to what the state asks for (app.assemble calls it); it writes its results
 into the state itself (set_model, set_result, set_checkpoints, the head scores).
 
-Compute requests are debounced by a single restartable QTimer. Each is a snapshot (id, model,
+Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
+pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
+starts at once; a 2 ms wait was a sixth of a MiniLM keystroke's frame). Each is a snapshot (id, model,
 text, what the views want computed); Model.run refuses non-finite weights, so the window never
 receives NaN heatmaps."""
 
@@ -25,7 +27,8 @@ DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is start
 # head scores (the "head scores" section below): the typed text's and a probe source's, newest of each wins
 SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
 GUIDE_KIND = "guide"  # the guide bar's head for a sample text
-RESCORE_DELAY_MS = 150  # the text is scored once results have paused this long (typing)
+RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
+SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow each result at once
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weigh
 class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
 
-    def __init__(self, state, debounce_ms: int = 2, parent: QObject | None = None):
+    def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
         self.state = state
         self._timer = QTimer(self)
@@ -160,10 +163,14 @@ class Worker(Runner):
         self._compute_what_is_missing()  # a view may have asked for more while this run was on its way
 
     # === head scores ('roles' jobs) ============================================================
-    # The typed text's scores follow each result (after RESCORE_DELAY_MS of quiet while typing) and
-    # the exclusion options; a probe source's scores follow the options, the model and the training
-    # step, never the text (typing must not restart a 60-sentence probe). Both are pure engine calls
-    # on the pool, written into the state (set_text_scores, set_probe_scores); the newest of each wins.
+    # The typed text's scores follow each result and the exclusion options: right after the result
+    # (the next job on the pool, so the badges come back within a few ms, and only the titles
+    # change) when the last scores of this model, scaled to the new length, took at most
+    # SCORE_AT_ONCE_S; otherwise once results have paused for RESCORE_DELAY_MS (a long text: a
+    # keystroke must not queue behind its scores). A probe source's scores follow the options, the
+    # model and the training step, never the text (typing must not restart a 60-sentence probe).
+    # Both are pure engine calls on the pool, written into the state (set_text_scores,
+    # set_probe_scores); the newest of each wins.
     def follow_scores(self) -> None:
         """Score what the state's roles options ask for (follow_state connects it)."""
         st = self.state
@@ -172,6 +179,7 @@ class Worker(Runner):
         self._scores_timer.setInterval(RESCORE_DELAY_MS)
         self._scores_timer.timeout.connect(self.request_text_scores)
         self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
+        self._score_cost = None  # (model, seconds, T): how long the text's last scores took
         self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
         st.sigResultChanged.connect(self._scores_on_result)
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
@@ -183,8 +191,23 @@ class Worker(Runner):
             self._scores_timer.stop()
             self.cancel(SCORES_KIND)
         elif self.state.scores_result is not result or self.state.scores_stale:
-            self._scores_timer.start()  # restarts while results keep coming
+            if self.scores_at_once(result):
+                # after the result's repaint (posted events go first): a job on the pool while the
+                # main thread paints would slow the paint through the GIL
+                self._scores_timer.start(0)
+            else:
+                self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
+
+    def scores_at_once(self, result) -> bool:
+        """Whether the text's scores of `result` are expected quick enough to follow it at once:
+        the last scores of this model took at most SCORE_AT_ONCE_S, scaled by T² for a longer
+        text (a model's first scores are taken at once: that measures them)."""
+        cost = self._score_cost
+        if cost is None or cost[0] is not self.state.model:
+            return True
+        _model, seconds, T = cost
+        return seconds * max(1.0, (result.n_tokens / max(T, 1)) ** 2) <= SCORE_AT_ONCE_S
 
     def _scores_on_options(self, opts) -> None:
         if (opts.exclude_bos, opts.exclude_current) != self._text_flags:
@@ -217,13 +240,20 @@ class Worker(Runner):
             return
         H = _heads()
 
-        def work():
-            return H.score_result(result, exclude_bos=opts.exclude_bos, exclude_current_token=opts.exclude_current,
-                                  unknown_ids=H.unknown_token_ids(model))
+        def work():  # -> (HeadScores, seconds taken)
+            t0 = time.perf_counter()
+            scores = H.score_result(result, exclude_bos=opts.exclude_bos,
+                                    exclude_current_token=opts.exclude_current,
+                                    unknown_ids=H.unknown_token_ids(model))
+            return scores, time.perf_counter() - t0
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts))
 
-    def _on_text_scores(self, request, scores, error) -> None:
+    def _on_text_scores(self, request, value, error) -> None:
         model, result, opts = request
+        scores = None
+        if error is None:
+            scores, seconds = value
+            self._score_cost = (model, seconds, result.n_tokens)
         st, now = self.state, self.state.role_options
         # the text's scores depend on the exclusion flags only: a change of source meanwhile keeps them
         if (model is not st.model or result is not st.result

@@ -28,9 +28,10 @@ from attnviz.figures.roles import ROLE_SOURCES as SOURCES
 class SummaryBox(QScrollArea):
     """The summary, whole where the panel has room for it, else scrollable: never cut mid-sentence.
     It asks for the height its text needs at its width (the tabs below take what is left, down to
-    their minimum), and gives it up down to MIN_LINES lines."""
+    their minimum), and gives it up down to MIN_LINES lines (the dock's least height sets the
+    window's: with four lines, a summary's arrival made a 480 px window grow to 497 px)."""
 
-    MIN_LINES = 4
+    MIN_LINES = 2
 
     def __init__(self, label: QLabel):
         super().__init__()
@@ -216,14 +217,17 @@ class RolesPanel(QWidget):
 
     def _fit_summary(self) -> None:
         """The summary box's height: its whole text where the panel has room beside the options
-        and the tabs' minimum, else what is left (it scrolls), MIN_LINES lines at least."""
+        and the tabs' minimum, else what is left (it scrolls), MIN_LINES lines at least. The tabs
+        are capped at what the summary leaves them; the summary's own least height stays
+        MIN_LINES lines, so the panel, and the window, can still be made smaller."""
         box, lay = self.summary_box, self.layout()
         m = lay.contentsMargins()
         others = sum(lay.itemAt(i).sizeHint().height() for i in range(lay.count())
                      if lay.itemAt(i).widget() not in (box, self.tabs))
-        room = (self.height() - m.top() - m.bottom() - lay.spacing() * (lay.count() - 1) - others
-                - self.tabs.minimumHeight())
-        box.setMinimumHeight(max(box.minimumSizeHint().height(), min(box.sizeHint().height(), room)))
+        room = self.height() - m.top() - m.bottom() - lay.spacing() * (lay.count() - 1) - others
+        least = self.tabs.minimumHeight()
+        want = max(box.minimumSizeHint().height(), min(box.sizeHint().height(), room - least))
+        self.tabs.setMaximumHeight(max(least, room - want))
 
     def resizeEvent(self, event):
         super().resizeEvent(event)

@@ -1,0 +1,50 @@
+"""What a keystroke costs the window, checked by what it shows and what it runs (never by time): a
+new result's head scores come back as the titles' badges without the mosaic being drawn again, a
+quick model's scores follow each result at once while a long text's wait until typing pauses, and
+the objects made at start-up stay out of the garbage collector's way until the window closes."""
+
+import gc
+
+from attnviz.engine.computing.patterns import head_title
+
+from windows import WAIT
+
+
+def _fresh(st):
+    return st.text_scores is not None and st.scores_result is st.result and not st.scores_stale
+
+
+def test_a_new_results_badges_come_back_in_the_titles_alone(window, qtbot):
+    st, g = window.state, window.grid
+    qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)
+    new = "The keys to the cabinet are on the kitchen table."
+    with qtbot.waitSignal(st.sigResultChanged, timeout=WAIT,
+                          check_params_cb=lambda r: r is not None and r.text == new):
+        window.set_text(new)
+    drawn = g.update_count
+    shown = [(l, h) for l, h in g.layout_.heads]
+    titles = [t.text() for t in g._titles[:len(shown)]]
+    # the old text's badges are gone with its heatmaps
+    assert titles == [head_title(l, h) for l, h in shown]
+    qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)
+    badges = [st.badge(l, h) for l, h in shown]
+    assert any(badges)
+    assert [t.text() for t in g._titles[:len(shown)]] == [
+        head_title(l, h) + (f"  {b}" if b else "") for (l, h), b in zip(shown, badges)]
+    assert g.update_count == drawn  # the scores changed the titles, not the mosaic
+
+
+def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, minilm):
+    st, worker = window.state, window.worker
+    qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)  # scores of this model have been timed
+    assert worker.scores_at_once(st.result)
+    # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
+    long = minilm.run("the cat sat on the mat " * 80, truncate=True)
+    assert long.n_tokens > 30 * st.result.n_tokens
+    assert not worker.scores_at_once(long)
+
+
+def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):
+    qtbot.waitUntil(lambda: gc.get_freeze_count() > 0, timeout=WAIT)
+    window.close()
+    assert gc.get_freeze_count() == 0
