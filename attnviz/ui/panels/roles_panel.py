@@ -1,7 +1,7 @@
 """The head-roles panel: a view of AppState's head scores. Its controls write what to score on
 (the typed text, the repeat probe, a template probe; first-token and current-token exclusion) into
 the state (set_role_options); the job runner scores it (Worker.follow_scores: 'roles' jobs for the
-text after typing pauses, probe jobs when the options, model or training step change) and writes
+text right after each result, or once typing pauses when its scores are slow; probe jobs when the options, model or training step change) and writes
 the scores into the state, which keeps the grid's role badges in step with them. The panel writes
 the summary and holds three tabs: the Overview and Scores views of the state's scores
 (roles_views.py) and Find (find_panel.py, its own view of AppState).
