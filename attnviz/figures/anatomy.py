@@ -36,6 +36,8 @@ from attnviz.figures.style import FOCUS, GOOD, WARNING, group_color, heat_index,
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
 MIN_FONT_SCALE = 0.9  # text never smaller than at 0.9 x the design width's
+DESIGN_TEXT_PX = 12.0  # the prose size the design's fonts sit beside (captions 11 px, notes 10 px)
+MIN_FIT = 0.65  # a caption wider than its place is set smaller, down to this share of its size
 FOCUS_QCOLOR = QColor(FOCUS)  # the focused head
 SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices
 
@@ -206,6 +208,11 @@ class AnatomyLayout:
     share_bars: list[tuple[int, QRectF]]  # (head, bar rect)
     table: list[tuple[QRectF, str, QFont, QColor, Qt.AlignmentFlag]]
     lines: list[tuple[QPointF, QPointF]]  # connectors (arrows)
+    text_scale: float = 1.0  # the fonts' size against the design's (caption font: 11 px x this)
+    caption_fonts: dict = field(default_factory=dict)  # block key -> its caption's font, set smaller to fit
+
+    def caption_font(self, b: "Block") -> QFont:
+        return self.caption_fonts.get(b.key) or figure_font(11 * self.text_scale)
 
     def block(self, key: str) -> Block | None:
         return next((b for b in self.blocks if b.key == key), None)
@@ -237,6 +244,7 @@ class Cursor:
 
     view: AnatomyView
     s: float  # scale: width / BASE_WIDTH
+    fs: float  # the fonts' scale against the design's
     m: float  # margin
     inner: float  # width inside the margins
     cap_font: QFont
@@ -251,6 +259,16 @@ class Cursor:
     lines: list[tuple[QPointF, QPointF]] = field(default_factory=list)
     share_bars: list[tuple[int, QRectF]] = field(default_factory=list)
     table: list[tuple[QRectF, str, QFont, QColor, Qt.AlignmentFlag]] = field(default_factory=list)
+    caption_fonts: dict = field(default_factory=dict)  # block key -> a smaller caption font
+
+    def fitted(self, t: str, font: QFont, width: float) -> QFont:
+        """`font`, or the same set smaller (down to MIN_FIT of its size) so `t` fits in `width`:
+        a caption over a narrow block must not run into its neighbour's, or be cut."""
+        need = QFontMetricsF(font).horizontalAdvance(t)
+        if need <= width:
+            return font
+        px = max(font.pixelSize() * MIN_FIT, font.pixelSize() * width / need)
+        return figure_font(max(1, math.floor(px)), font.bold())  # whole pixels: rounding up overflows
 
     @property
     def cap_h(self) -> float:  # a caption and the head strips
@@ -309,20 +327,25 @@ def wrap(t: str, font: QFont, width: float) -> list[str]:
     return out + [line] if line else out
 
 
-def layout(view: AnatomyView, width: int) -> AnatomyLayout:
+def layout(view: AnatomyView, width: int, text_px: float | None = None) -> AnatomyLayout:
     """Place every block for a figure `width` pixels wide; the height follows. One section after
-    another, top to bottom, as the data flows through the layer."""
+    another, top to bottom, as the data flows through the layer.
+
+    `text_px`: the prose beside the figure (the panel's font, in pixels): the figure's text is
+    sized to it (captions 11/12 of it, notes 10/12), whatever the width, and lines wrap instead.
+    Without it (an export), text scales with the width, never below MIN_FONT_SCALE."""
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
     s = width / BASE_WIDTH
-    fs = max(s, MIN_FONT_SCALE)  # text stays readable in a narrow dock; lines wrap instead
-    c = Cursor(view, s, 12 * s, width - 24 * s, figure_font(11 * fs), figure_font(10 * fs),
+    # text stays readable in a narrow dock; lines wrap instead
+    fs = text_px / DESIGN_TEXT_PX if text_px else max(s, MIN_FONT_SCALE)
+    c = Cursor(view, s, fs, 12 * s, width - 24 * s, figure_font(11 * fs), figure_font(10 * fs),
                figure_font(15 * fs, True), figure_font(11 * fs, True))
     c.y = c.m
     for section in (_header, _input, _projections, _heads, _focused_head, _output, _shares, _costs):
         section(c)
     return AnatomyLayout(int(width), int(math.ceil(c.y + c.m)), s, c.blocks, c.texts, c.share_bars,
-                         c.table, c.lines)
+                         c.table, c.lines, fs, c.caption_fonts)
 
 
 def _header(c: Cursor) -> None:
@@ -381,6 +404,9 @@ def _projections(c: Cursor) -> None:
              wkv_w, kv_bands)):
         c.blocks.append(Block(key, cap, shape, data, QRectF(x, c.y + c.cap_h, w, w_h),
                               bands=list(bands), weight=True))
+        font = c.fitted(cap, c.cap_font, w + gap - 2 * s if key != "w_v" else m + c.inner - x)
+        if font is not c.cap_font:
+            c.caption_fonts[key] = font
     c.y += c.cap_h + w_h + 2 * s
     c.wrapped(f"coloured by {'KV group: query heads that share a KV head share its colour' if g > 1 else 'head'}"
               f"; click a slice to focus its head", c.small, MUTED)
@@ -405,8 +431,9 @@ def _heads(c: Cursor) -> None:
     x = m
     for name, n in (("q", nh), ("k", nkv), ("v", nkv)):
         w = n * cell_w + (n - 1) * hgap
-        c.texts.append(Text(f"{name} {n}\u00d7{_shape_text((T, dh))}", QRectF(x, c.y, w, c.cap_h),
-                            c.cap_font, TEXT))
+        cap = f"{name} {n}\u00d7{_shape_text((T, dh))}"
+        c.texts.append(Text(cap, QRectF(x, c.y, w + sgap, c.cap_h), c.fitted(cap, c.cap_font, w + sgap),
+                            TEXT))
         x += w + sgap
     c.y += c.cap_h + c.act_h
     h_sel = c.h_sel
@@ -427,8 +454,11 @@ def _focused_head(c: Cursor) -> None:
     ho_x = m + max(side, QFontMetricsF(c.cap_font).horizontalAdvance(pat_cap) + 8 * s) + 24 * s
     c.act_block("pattern", pat_cap, (T, T), an.pattern[h_sel], m, side, side, kind="pattern",
                 head=h_sel)
-    c.act_block("head_out", f"head output {_shape_text((T, dh))}", (T, dh), an.head_out[h_sel],
-                ho_x, ho_w, side, head=h_sel)
+    ho_cap = f"head output {_shape_text((T, dh))}"
+    c.act_block("head_out", ho_cap, (T, dh), an.head_out[h_sel], ho_x, ho_w, side, head=h_sel)
+    font = c.fitted(ho_cap, c.cap_font, m + c.inner - ho_x)
+    if font is not c.cap_font:
+        c.caption_fonts["head_out"] = font
     c.lines.append((QPointF(ho_x - 20 * s, c.y + c.cap_h + side / 2),
                     QPointF(ho_x - 4 * s, c.y + c.cap_h + side / 2)))
     c.y += c.cap_h + side
@@ -479,42 +509,68 @@ def _shares(c: Cursor) -> None:
     c.y += lab_h + 6 * s
 
 
-COST_COLUMNS = (0.30, 0.15, 0.15, 0.15, 0.25)  # the cost table's column widths, shares of the width
+def _cost_columns(c: Cursor, rows) -> tuple[list[float], bool]:
+    """The cost table's column widths, from what they hold: each number column as wide as its
+    widest cell, the names and the notes the rest. Where names and notes do not both fit on one
+    line, the notes go under their row (second result True) and the names get the rest; a name
+    still too long wraps. Nothing is cut."""
+    pad = 4 * c.s + QFontMetricsF(c.small).height() * 0.5  # between two columns
+    need = [max(QFontMetricsF(f).horizontalAdvance(cells[i]) for cells, f, _ in rows) + pad
+            for i in range(5)]
+    rest = max(c.inner - sum(need[1:4]), c.inner * 0.25)
+    below = need[0] + need[4] > rest
+    name_w = min(need[0], rest) if below else need[0]
+    note_w = 0.0 if below else rest - name_w
+    return [name_w, *need[1:4], note_w], below
 
 
-def _cost_row(c: Cursor, cells, font: QFont, colors) -> None:
-    """One row of the cost table at the cursor: names and notes left, numbers right."""
+def _cost_row(c: Cursor, cells, font: QFont, colors, widths, notes_below: bool) -> None:
+    """One row of the cost table at the cursor: the name (wrapped to its column), the numbers
+    right-aligned, the note in its column or on lines of its own under the row."""
     s = c.s
-    row_h = QFontMetricsF(c.small).height() * 1.3
+    line_h = QFontMetricsF(font).height() * 1.25
     right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
     left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-    x = c.m
-    for i, (cell, f) in enumerate(zip(cells, COST_COLUMNS)):
-        w = c.inner * f
-        pad = 4 * s
-        r = QRectF(x + (pad if i == 4 else 0), c.y, w - pad, row_h)
-        cell = QFontMetricsF(font).elidedText(cell, Qt.TextElideMode.ElideRight, r.width())
-        c.table.append((r, cell, font, colors[i], left if i in (0, 4) else right))
-        x += w
-    c.y += row_h
+    pad = 4 * s
+    names = wrap(cells[0], font, widths[0] - pad) or [""]
+    notes = wrap(cells[4], font, c.inner - 4 * pad if notes_below else widths[4] - pad) if cells[4] else []
+    lines = max(len(names), 1 if notes_below else len(notes), 1)
+    for k, name in enumerate(names):
+        c.table.append((QRectF(c.m, c.y + k * line_h, widths[0] - pad, line_h), name, font,
+                        colors[0], left))
+    x = c.m + widths[0]
+    for i in (1, 2, 3):
+        c.table.append((QRectF(x, c.y, widths[i] - pad, line_h), cells[i], font, colors[i], right))
+        x += widths[i]
+    c.y += lines * line_h
+    for k, note in enumerate(notes):
+        if notes_below:
+            c.table.append((QRectF(c.m + 4 * pad, c.y, c.inner - 4 * pad, line_h), note, font,
+                            colors[4], left))
+            c.y += line_h
+        else:
+            c.table.append((QRectF(x + pad, c.y - lines * line_h + k * line_h, widths[4] - pad, line_h),
+                            note, font, colors[4], left))
 
 
 def _costs(c: Cursor) -> None:
     """The lesson's arithmetic: parameters, FLOPs and memory of one head, all heads and one wide head."""
     view, s, small = c.view, c.s, c.small
     T, d, nh, g = view.T, view.d_model, view.n_head, view.n_group
-    fs = max(s, MIN_FONT_SCALE)
     c.wrapped(f"The lesson's arithmetic for this layer on these {T} tokens", c.bold, TEXT)
-    _cost_row(c, ("", "one head", f"all {nh} heads", f"1 head of {d}", ""), figure_font(10 * fs, True),
-              [TEXT] * 5)
 
     def fmt(n: int, unit: str) -> str:
         return format_bytes(n) if unit == "bytes" else format_count(n)
 
+    rows = [(("", "one head", f"all {nh} heads", f"1 head of {d}", ""), figure_font(10 * c.fs, True),
+             [TEXT] * 5)]
     for r in view.costs:
         color = QColor(GOOD if r.note == "equal" else WARNING)
-        _cost_row(c, (f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
-                      fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color])
+        rows.append(((f"{r.what} ({r.unit})", fmt(r.per_head, r.unit), fmt(r.all_heads, r.unit),
+                      fmt(r.full_head, r.unit), r.note), small, [TEXT, TEXT, TEXT, TEXT, color]))
+    widths, below = _cost_columns(c, rows)
+    for cells, font, colors in rows:
+        _cost_row(c, cells, font, colors, widths, below)
     p_all, p_full = cost_totals(view.costs, "params")
     f_all, f_full = cost_totals(view.costs, "FLOPs")
     c.y += 2 * s
@@ -581,18 +637,18 @@ def paint(painter: QPainter, view: AnatomyView, lay: AnatomyLayout, cache: dict 
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)  # axis-aligned from here: crisp, fast
     h_sel = view.head
     g_sel = int(view.anatomy.kv_group[h_sel]) if h_sel is not None else None
-    cap_font = figure_font(11 * max(s, MIN_FONT_SCALE))
     for b in lay.blocks:
         if not seen(b.rect):
             continue
         _paint_block(painter, view, b, lay, cache, images)
         if b.caption:
+            cap_font = lay.caption_font(b)
             painter.setFont(cap_font)
             painter.setPen(TEXT)
             fm = QFontMetricsF(cap_font)
             lift = 3 * s if any(band.axis == 1 for band in b.bands) else 0  # above the head strips
             painter.drawText(QRectF(b.rect.x(), b.rect.y() - lift - fm.height() * 1.15,
-                                    max(b.rect.width(), 200 * s), fm.height() * 1.15),
+                                    max(b.rect.width(), lay.width - b.rect.x()), fm.height() * 1.15),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, b.caption)
         # head blocks: outline in the head's (KV group's) colour, the focused one lit
         if b.head is not None and b.key[0] in "qkv" and b.key[1:].isdigit():

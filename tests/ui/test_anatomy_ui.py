@@ -259,3 +259,58 @@ def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
     assert view_b.weights is b.weights  # not the previous view's numbers
     canvas.set_view(view_b)
     assert not canvas._images and not canvas._colors
+
+
+def test_at_the_default_dock_width_and_a_16_px_font_nothing_is_cut_and_text_matches_the_prose(
+        qtbot, tmp_path):
+    """The Anatomy tab at the window's default dock width, with a 16 px UI font: every cost table
+    cell (row names, numbers, notes) and every caption is painted whole, not elided or clipped, and
+    the figure's text is the size of the panel's prose (notes at least 0.8 of it), not half."""
+    from PySide6.QtGui import QFont, QFontInfo, QFontMetricsF
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance()
+    old = app.font()
+    big = QFont(old)
+    big.setPixelSize(16)
+    app.setFont(big)
+    try:
+        w = create_window(model="all-MiniLM-L6-v2", text=TEXT,
+                          settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+        qtbot.addWidget(w)
+        w.show()
+        qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+        panel = show_anatomy(qtbot, w)
+        drawn(qtbot, panel)
+        canvas, lay = panel.canvas, panel.canvas.lay
+        assert canvas.width() <= 480  # the default dock, not a wide one
+        prose = QFontInfo(panel.definition.font()).pixelSize()
+        assert prose == 16
+        names = [f"{r.what} ({r.unit})" for r in panel.canvas.view.costs]
+        cells = [(rect, text, font) for rect, text, font, _c, _a in lay.table]
+        for rect, text, font in cells:
+            assert "\u2026" not in text
+            assert QFontMetricsF(font).horizontalAdvance(text) <= rect.width() + 0.5, text
+            assert rect.right() <= lay.width
+        painted = " ".join(text for _r, text, _f in cells)
+        for name in names:  # each row name whole, on one line or wrapped over two
+            assert " ".join(name.split()) in " ".join(painted.split()), name
+        for t in lay.texts:
+            assert QFontMetricsF(t.font).horizontalAdvance(t.text) <= t.rect.width() + 0.5, t.text
+        for b in lay.blocks:
+            if b.caption:
+                right = min([o.rect.x() for o in lay.blocks if o.caption and o.rect.x() > b.rect.x()
+                             and abs(o.rect.y() - b.rect.y()) < 1] + [lay.width])
+                assert QFontMetricsF(lay.caption_font(b)).horizontalAdvance(b.caption) <= right - b.rect.x()
+        notes = [t.font.pixelSize() for t in lay.texts]
+        assert min(notes) >= 0.8 * prose and max(notes) <= 1.5 * prose
+        assert min(f.pixelSize() for _r, _t, f in cells) >= 0.8 * prose
+        img = canvas.grab().toImage()  # and it is what the panel paints: its cost table is not blank
+        rect = cells[len(cells) // 2][0]
+        ys = range(int(rect.top()), int(rect.bottom()))
+        assert any(img.pixelColor(x, y).lightness() < 128 for y in ys for x in range(int(rect.left()),
+                                                                                     int(rect.right())))
+        w.worker.wait_idle()
+        w.close()
+    finally:
+        app.setFont(old)

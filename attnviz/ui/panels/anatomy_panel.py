@@ -13,7 +13,7 @@ import logging
 import time
 
 from PySide6.QtCore import QEvent, QRectF, Qt, QTimer
-from PySide6.QtGui import QPainter
+from PySide6.QtGui import QFontInfo, QPainter
 from PySide6.QtWidgets import QCheckBox, QLabel, QScrollArea, QToolTip, QVBoxLayout, QWidget
 
 from attnviz.engine.errors import AttnvizError
@@ -66,7 +66,8 @@ class AnatomyCanvas(QWidget):
             self.update()
             return
         width = max(fig.MIN_WIDTH, min(self.width(), fig.MAX_WIDTH))
-        self.lay = fig.layout(self.view, width)
+        # the figure's text is sized to the panel's prose, not shrunk with a narrow dock
+        self.lay = fig.layout(self.view, width, text_px=QFontInfo(self.font()).pixelSize())
         if self.height() != self.lay.height:
             self.setFixedHeight(self.lay.height)
         self.update()
@@ -75,6 +76,11 @@ class AnatomyCanvas(QWidget):
         super().resizeEvent(ev)
         if self.view is not None and (self.lay is None or self.lay.width != max(fig.MIN_WIDTH, self.width())):
             self._relayout()
+
+    def changeEvent(self, ev) -> None:
+        super().changeEvent(ev)
+        if ev.type() == QEvent.Type.FontChange and self.view is not None:
+            self._relayout()  # another UI font: the figure's text follows it
 
     def paintEvent(self, ev) -> None:
         if self.lay is None:
