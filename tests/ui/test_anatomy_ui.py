@@ -280,6 +280,8 @@ def test_at_the_default_dock_width_and_a_16_px_font_nothing_is_cut_and_text_matc
         qtbot.addWidget(w)
         w.show()
         qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+        # the new docks are tabbed behind Focus head once the window has laid them out
+        qtbot.waitUntil(lambda: w.anatomy_dock in w.tabifiedDockWidgets(w.focus_dock), timeout=WAIT)
         panel = show_anatomy(qtbot, w)
         drawn(qtbot, panel)
         canvas, lay = panel.canvas, panel.canvas.lay
