@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import logging
 import threading
 import time
@@ -63,6 +64,17 @@ def limit_blas_threads(n: int = BLAS_THREADS):
     if _BLAS_LIMIT is None:
         _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
     return _BLAS_LIMIT
+
+
+def wide_blas(on: bool = True):
+    """A context in which BLAS uses every core (a long run: a pasted paragraph's [400, 576] x
+    [576, 1536] products are big enough to gain from it, and the window waits for that run);
+    otherwise nothing changes. Back to the cap after."""
+    import contextlib
+
+    if not on or (os.cpu_count() or 1) <= BLAS_THREADS:
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=os.cpu_count(), user_api="blas")
 
 
 _GC_TIMER: QTimer | None = None

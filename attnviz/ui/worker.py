@@ -12,6 +12,7 @@ receives NaN heatmaps."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
-from attnviz.ui.runner import POOL, THREAD, Job, Runner, describe_error
+from attnviz.ui.runner import POOL, THREAD, Job, Runner, describe_error, wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is start
 # head scores (the "head scores" section below): the typed text's and a probe source's, newest of each wins
 SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
 GUIDE_KIND = "guide"  # the guide bar's head for a sample text
+LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs on every core
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
 SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow each result at once
 
@@ -69,6 +71,7 @@ class Worker(Runner):
         self._timer.setInterval(debounce_ms)
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
+        self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
 
     # --- attention runs -----------------------------------------------------------------------
     def follow_state(self) -> None:
@@ -122,17 +125,20 @@ class Worker(Runner):
             return
 
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
+        long = len(req.text) - len(os.path.commonprefix([req.text, self._last_text])) > LONG_RUN_CHARS
+        self._last_text = req.text
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
                 return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
             try:
-                if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
-                    from attnviz.engine.analysing.effects import window_run
+                with wide_blas(long):
+                    if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
+                        from attnviz.engine.analysing.effects import window_run
 
-                    return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
-                                      ablation=req.ablation)
-                return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
+                        return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
+                                          ablation=req.ablation)
+                    return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
             except DenseTooLarge:
                 if long_jobs is None:
                     raise

@@ -48,3 +48,26 @@ def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):
     qtbot.waitUntil(lambda: gc.get_freeze_count() > 0, timeout=WAIT)
     window.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_long_run_has_blas_on_every_core_and_typing_keeps_one(qapp):
+    import os
+
+    import pytest
+    from threadpoolctl import threadpool_info
+
+    from attnviz.ui.runner import BLAS_THREADS, limit_blas_threads, wide_blas
+
+    if (os.cpu_count() or 1) <= BLAS_THREADS:
+        pytest.skip("one core: nothing to widen")
+    limit_blas_threads()
+
+    def threads():
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    assert threads() == {BLAS_THREADS}
+    with wide_blas(False):
+        assert threads() == {BLAS_THREADS}
+    with wide_blas(True):
+        assert threads() == {os.cpu_count()}
+    assert threads() == {BLAS_THREADS}
