@@ -317,6 +317,7 @@ class AppState(QObject):
     # both (Worker.follow_scores) and writes them here; the badges (head_labels) follow them here.
     sigRoleOptionsChanged = Signal(object)  # RoleOptions
     sigHeadScoresChanged = Signal()  # text or probe scores, their notes, staleness or the source changed
+    sigProbeProgress = Signal(int, int)  # a template probe under way: sentences done, sentences
 
     def _init_head_scores(self) -> None:
         self.role_options = RoleOptions()
@@ -326,6 +327,7 @@ class AppState(QObject):
         self.scores_stale = False  # text_scores are an older result's; the new ones are on their way
         self.probe_scores = None  # of a probe source: HeadScores (random probe) or probes.TemplateScores
         self.probe_note = ""  # the random probe's description, or why the probe has no scores
+        self.probe_progress: tuple[int, int] | None = None  # (done, n) of the probe under way
         self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
         self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
         self.sigResultChanged.connect(self._scores_follow_result)
@@ -360,7 +362,7 @@ class AppState(QObject):
             return
         self.role_options = opts
         if opts.probe_key() != old.probe_key():
-            self.probe_scores, self.probe_note = None, ""
+            self.probe_scores, self.probe_note, self.probe_progress = None, "", None
         self.sigRoleOptionsChanged.emit(opts)
         self._scores_changed()
 
@@ -370,15 +372,20 @@ class AppState(QObject):
         self.scores_stale = result is not self.result
         self._scores_changed()
 
+    def set_probe_progress(self, done: int, n: int) -> None:
+        """The runner's count of the probe's sentences run so far (the roles panel shows it)."""
+        self.probe_progress = (int(done), int(n))
+        self.sigProbeProgress.emit(int(done), int(n))
+
     def set_probe_scores(self, scores, note: str = "") -> None:
         """The runner's scores of the probe source (None with a note: why there are none)."""
-        self.probe_scores, self.probe_note = scores, str(note)
+        self.probe_scores, self.probe_note, self.probe_progress = scores, str(note), None
         self._scores_changed()
 
     def _clear_scores(self, text: bool) -> None:  # a new model (text too) or training step (probes)
         had = self.probe_scores is not None or self.probe_note or (
             text and (self.text_scores is not None or self.text_note))
-        self.probe_scores, self.probe_note = None, ""
+        self.probe_scores, self.probe_note, self.probe_progress = None, "", None
         if text:
             self.text_scores, self.scores_result, self.text_note, self.scores_stale = None, None, "", False
         if had:

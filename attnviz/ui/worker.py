@@ -62,6 +62,7 @@ def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weigh
 
 class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
+    _sigProbeProgress = Signal(int, int, int)  # job id, items done, items: from the pool, queued
 
     def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
@@ -191,6 +192,7 @@ class Worker(Runner):
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
         st.sigModelChanged.connect(self._scores_on_model)
         st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
+        self._sigProbeProgress.connect(self._on_probe_progress)
 
     def _scores_on_result(self, result) -> None:
         if result is None:  # the state drops the text's scores itself
@@ -287,9 +289,16 @@ class Worker(Runner):
             return  # already on its way
         cache = self._probe_cache
         cached = cache[2] if cache is not None and cache[0] is model and cache[1] == PROBE_SEED else None
+        job_id = self.claim(PROBE_KIND)
+        report = lambda done, n: self._sigProbeProgress.emit(job_id, done, n)  # noqa: E731
         work = lambda: score_probe(model, opts.source, opts.exclude_bos, opts.exclude_current,  # noqa: E731
-                                   probe=cached)
-        self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts))
+                                   probe=cached, progress=report)
+        self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts), job_id=job_id)
+
+    def _on_probe_progress(self, job_id: int, done: int, n: int) -> None:
+        job = self.running(PROBE_KIND)
+        if job is not None and job.id == job_id:  # a cancelled or older probe's count is not shown
+            self.state.set_probe_progress(done, n)
 
     def _on_probe_scores(self, request, value, error) -> None:
         from attnviz.engine.analysing.probes import PROBE_SEED

@@ -276,9 +276,13 @@ def test_template_probe_from_the_panel(qtbot, minilm):
 
     state, panel = _panel(qtbot, minilm)
     panel.show()
+    shown = []  # the summary as each sentence's progress reaches it
+    state.sigProbeProgress.connect(lambda done, n: shown.append((done, n, panel.summary.text())))
     panel.set_source("agreement")
-    assert state.head_scores is None and "Running the agreement probe" in panel.summary.text()
+    assert state.head_scores is None and "Running the agreement probe: 0 of 60 sentences" in panel.summary.text()
     qtbot.waitUntil(lambda: state.template_scores is not None, timeout=60000)
+    assert [d for d, _n, _t in shown] == list(range(1, P.N_ITEMS + 1))  # every sentence, in order
+    assert all(f"Running the agreement probe: {d} of {n} sentences" in t for d, n, t in shown)
     ts = state.template_scores
     assert ts.kind == "agreement" and ts.n_items + ts.n_skipped == P.N_ITEMS
     text = panel.summary.text()

@@ -192,8 +192,10 @@ def _diff(result, item, unknown) -> np.ndarray | None:  # -> [n_layer, n_head] o
     return a[:, :, q, t] - a[:, :, q, f]
 
 
-def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> TemplateScores:
-    """Run one probe's items through `model` and score every head."""
+def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
+                       progress=None) -> TemplateScores:
+    """Run one probe's items through `model` and score every head. `progress(done, n)` is called
+    after each item (the window's progress)."""
     from attnviz.engine.analysing.heads import unknown_token_ids
 
     if kind not in ITEMS:
@@ -205,8 +207,10 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> 
     unknown = unknown_token_ids(model)
     diffs, far, examples = [], [], []
     skipped = 0
-    for item in ITEMS[kind](n, seed):
+    for i, item in enumerate(ITEMS[kind](n, seed)):
         d = _diff(model.run(item.text, use_cache=False), item, unknown)
+        if progress is not None:
+            progress(i + 1, n)
         if d is None:
             skipped += 1
             continue
@@ -225,16 +229,17 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED) -> 
 
 
 def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_token: bool = False,
-                probe=None):
+                probe=None, progress=None):
     """The head scores of one probe source, as the roles panel's runner job computes them: (scores,
     probe). kind "probe": the seeded random probe repeated twice (run_probe), scored as a typed
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
-    (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply), probe None."""
+    (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply; `progress`
+    hears each item), probe None."""
     from attnviz.engine.analysing import heads as H
 
     if kind in KINDS:
-        return run_template_probe(model, kind), None
+        return run_template_probe(model, kind, progress=progress), None
     if kind != "probe":
         raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} and probe")
     probe = probe or run_probe(model)

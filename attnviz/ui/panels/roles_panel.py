@@ -123,6 +123,7 @@ class RolesPanel(QWidget):
     def _connect(self):
         st = self.state
         st.sigHeadScoresChanged.connect(self._on_scores)
+        st.sigProbeProgress.connect(lambda *_: self._on_screen() and self._write_summary())
         st.sigModelChanged.connect(lambda _m: self._on_scores())
         st.sigRoleOptionsChanged.connect(self._show_options)
         self.source.currentIndexChanged.connect(lambda *_: self._write_options())
@@ -290,7 +291,8 @@ class RolesPanel(QWidget):
         if source == "probe":
             return "Running the probe…"
         if source != "text":
-            return f"Running the {source} probe ({P.N_ITEMS} sentences)…"
+            done, n = st.probe_progress or (0, P.N_ITEMS)
+            return f"Running the {source} probe: {done} of {n} sentences…"
         if r is None:
             return "Type a text to score the heads."
         return "Head scores need at least 2 tokens." if r.n_tokens < 2 else "Scoring the heads…"
