@@ -66,6 +66,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--display", default=":97")
+    ap.add_argument("--ways", default="setup,relaunch,main",
+                    help="which starts to time (comma list): setup (run-app.sh's set-up pass), "
+                         "relaunch (run-app.sh, set-up skipped), main (.venv/bin/python main.py)")
     args = ap.parse_args()
     if not shutil.which("Xvfb") or not shutil.which("xwininfo"):
         print("needs Xvfb and xwininfo (x11-utils)", file=sys.stderr)
@@ -82,6 +85,8 @@ def main() -> int:
             "run-app.sh, relaunch": (["bash", "scripts/run-app.sh"], False),
             ".venv/bin/python main.py": ([str(ROOT / ".venv" / "bin" / "python"), "main.py"], False),
         }
+        keys = dict(zip(("setup", "relaunch", "main"), ways))
+        ways = {keys[k]: ways[keys[k]] for k in args.ways.split(",") if k}
         for name, (cmd, setup) in ways.items():
             times = []
             for _ in range(args.runs):
