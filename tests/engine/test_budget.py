@@ -207,3 +207,18 @@ def test_a_nan_in_a_layer_expanded_as_it_runs_is_named_then(tmp_path):
     model = load_model(path, budget=max(sizes))  # layer 0 is not kept: read when it runs
     with pytest.raises(ModelLoadError, match=r"blk.0.attn_v.weight holds 1 non-finite .* at \[2, 3\]"):
         model.run(ids=IDS)
+
+
+def test_dla_and_value_norms_read_w_o_alone_under_a_budget():
+    """A layer the budget does not hold gives its w_o (and b_o) without being expanded, the same
+    bits as the expanded layer's."""
+    full = load_model(smollm2_path(), budget=None)
+    small = load_model(smollm2_path(), budget=tight(full))
+    store = small.weights.layers
+    before = store.expansions
+    for i in range(small.config.n_layer):
+        w_o, b_o, post = store.output(i)
+        np.testing.assert_array_equal(w_o, full.weights.layers[i].w_o)
+        assert w_o.flags.f_contiguous == full.weights.layers[i].w_o.flags.f_contiguous
+        assert b_o is None and full.weights.layers[i].b_o is None and post is None
+    assert store.expansions == before  # no layer expanded for them

@@ -23,7 +23,7 @@ import numpy as np
 
 from attnviz.engine.analysing.ablation import MODES, first_layer, head_edits, knockout_edits
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
-from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.families import forward, output_projection
 from attnviz.engine.computing.layers import head_output_share, head_value_norms
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
@@ -175,8 +175,8 @@ def _value_norms(model, trace: Trace):  # -> [n_layer, n_head, T], [n_layer, n_h
     c = model.config
     norms = np.empty(trace.attentions.shape[:3], dtype=np.float32)
     share = np.empty(trace.attentions.shape[:2], dtype=np.float32)
-    for i, (v, layer) in enumerate(zip(trace.v, model.weights.layers)):
-        norms[i], f = head_value_norms(v, layer.w_o, c.n_group)
+    for i, v in enumerate(trace.v):
+        norms[i], f = head_value_norms(v, output_projection(model.weights.layers, i)[0], c.n_group)
         share[i] = head_output_share(trace.attentions[i], f)
     return norms, share
 

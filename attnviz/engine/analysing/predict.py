@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
-from attnviz.engine.computing.families import FAMILY
+from attnviz.engine.computing.families import FAMILY, output_projection
 from attnviz.engine.computing.layers import layer_norm, merge_heads, rms_norm
 from attnviz.engine.computing.trace import Trace
 
@@ -267,20 +267,22 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
     heads = np.empty((cfg.n_layer, cfg.n_head))
     mlp = np.empty(cfg.n_layer)
     bias = norm_bias
-    for layer, lw in enumerate(model.weights.layers):
-        w_o = lw.w_o.reshape(cfg.n_head, cfg.d_head, -1)  # [n_head, d_head, d_model]
+    for layer in range(cfg.n_layer):
+        # under a memory budget, W_O and what follows it alone, not the whole layer
+        w_out, b_out, post_norm = output_projection(model.weights.layers, layer)
+        w_o = w_out.reshape(cfg.n_head, cfg.d_head, -1)  # [n_head, d_head, d_model]
         d_l = d
-        if lw.post_attn_norm is not None:  # Gemma 3: the heads' sum passes an RMSNorm before the
+        if post_norm is not None:  # Gemma 3: the heads' sum passes an RMSNorm before the
             # residual; linearised like the final norm, its 1 / rms frozen from this run
-            out = merge_heads(trace.z[layer][:, q:q + 1])[0] @ lw.w_o  # [d_model] attention output
-            if lw.b_o is not None:
-                out = out + lw.b_o
+            out = merge_heads(trace.z[layer][:, q:q + 1])[0] @ w_out  # [d_model] attention output
+            if b_out is not None:
+                out = out + b_out
             out = out.astype(np.float64)
-            d_l = (lw.post_attn_norm[0] / np.sqrt(np.mean(out * out) + cfg.norm_eps) * direction
+            d_l = (post_norm[0] / np.sqrt(np.mean(out * out) + cfg.norm_eps) * direction
                    ).astype(np.float32)
         per_head = w_o @ d_l  # [n_head, d_head]: W_O[h] · direction
         heads[layer] = np.einsum("hd,hd->h", trace.z[layer][:, q], per_head)
-        b_o = float(lw.b_o @ d_l) if lw.b_o is not None else 0.0
+        b_o = float(b_out @ d_l) if b_out is not None else 0.0
         step = float((trace.resid[layer + 1][q] - trace.resid[layer][q]) @ d)  # attention + MLP
         mlp[layer] = step - heads[layer].sum() - b_o
         bias += b_o

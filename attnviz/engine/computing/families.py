@@ -74,6 +74,16 @@ class Weights:
     head: Head | None = None  # final norm and unembedding (None: the loader reads none)
 
 
+def output_projection(layers, i: int):
+    """Layer i's w_o [n_head d_head, d_model], b_o [d_model] (or None) and post_attn_norm (Gemma 3's
+    (gain,), or None), from a LayerStore without expanding the rest of a layer it does not hold,
+    or from a tuple of layers."""
+    output = getattr(layers, "output", None)
+    if output is not None:
+        return output(i)
+    return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
+
+
 def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
     for p in candidates:
         if p + probe in ckpt:

@@ -13,7 +13,7 @@ import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.computing.families import LOADERS, Weights, forward
+from attnviz.engine.computing.families import LOADERS, Weights, forward, output_projection
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
@@ -207,8 +207,8 @@ class Model:
         c = self.config
         norms = np.empty(attentions.shape[:3], dtype=np.float32)
         share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, (v, layer) in enumerate(zip(v_layers, self.weights.layers)):
-            norms[i], f = head_value_norms(v, layer.w_o, c.n_group)
+        for i, v in enumerate(v_layers):
+            norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
             share[i] = head_output_share(attentions[i], f)
         return norms, share
 

@@ -123,8 +123,10 @@ class LayerStore(Sequence):
     the first time only); `sizes[i]` are its float32 bytes. Indexing returns the expanded layer;
     safe across threads (two threads asking for a layer that is not held may both expand it)."""
 
-    def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str):
+    def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
+                 output: Callable | None = None):
         self._build, self.sizes, self.source = build, tuple(int(s) for s in sizes), source
+        self._build_output = output  # (i, check) -> (w_o, b_o) read alone, or None: the whole layer
         self._lock = threading.Lock()
         self._checked: set[int] = set()
         self._kept: dict = {}  # i -> layer: the fixed set
@@ -178,6 +180,19 @@ class LayerStore(Sequence):
         """Expand every layer of the fixed set now (at load: their files are checked then)."""
         for i in sorted(self._keep):
             self[i]
+
+    def output(self, i: int):
+        """Layer i's w_o [n_head d_head, d_model], b_o and post_attn_norm (or None): the held
+        layer's, else read alone from the file when the loader can (a tenth of a layer; not kept),
+        else the layer's. The same arrays, bit for bit, as the expanded layer holds."""
+        layer = self._kept.get(i)
+        if layer is None:
+            with self._lock:
+                layer = self._passing.get(i)
+        if layer is None and self._build_output is not None:
+            return self._build_output(i, i not in self._checked)
+        layer = layer if layer is not None else self[i]
+        return layer.w_o, layer.b_o, layer.post_attn_norm
 
     def __len__(self) -> int:
         return len(self.sizes)

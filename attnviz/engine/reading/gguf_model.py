@@ -514,15 +514,28 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
     return plan
 
 
+def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [out, in] float32, C order (None: no fills)
+    if fills is None:
+        return None
+    out = np.empty((sum(f.shape[0] for f in fills), fills[0].shape[1]), dtype=np.float32)
+    for f in fills:
+        ts.fill(f.name, f.shape, out[f.at:f.at + f.shape[0]], f.rows, check)
+    return out
+
+
+def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
+    """A layer's w_o [n_head d_head, d_model], b_o [d_model] and post_attn_norm (Gemma 3's (gain,))
+    alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
+    tenth of a layer."""
+    b_o, post = plan.small.get("b_o"), plan.small.get("post_attn_norm")
+    return (_matrix(plan.o, ts, check).T, None if b_o is None else ts.get(*b_o, check),
+            None if post is None else (ts.get(*post, check),))
+
+
 def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool) -> Layer:
     """A layer's float32 arrays from the file, as its plan says."""
-    def matrix(fills):  # -> [out, in] float32, C order
-        if fills is None:
-            return None
-        out = np.empty((sum(f.shape[0] for f in fills), fills[0].shape[1]), dtype=np.float32)
-        for f in fills:
-            ts.fill(f.name, f.shape, out[f.at:f.at + f.shape[0]], f.rows, check)
-        return out
+    def matrix(fills):
+        return _matrix(fills, ts, check)
 
     vec = {k: ts.get(name, shape, check) for k, (name, shape) in plan.small.items()}
     biases = [vec.get("b_q"), vec.get("b_k"), vec.get("b_v")]
@@ -553,7 +566,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes),
                             budget)
     layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
-                        ts.path.name)
+                        ts.path.name, output=lambda i, check: _output(plans[i], ts, check))
     layers.expand_kept()  # as before for a model that fits: every layer read and checked at load
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
