@@ -222,3 +222,38 @@ def test_dla_and_value_norms_read_w_o_alone_under_a_budget():
         assert w_o.flags.f_contiguous == full.weights.layers[i].w_o.flags.f_contiguous
         assert b_o is None and full.weights.layers[i].b_o is None and post is None
     assert store.expansions == before  # no layer expanded for them
+
+
+def test_f16_and_bf16_tables_stay_in_the_file_and_give_the_converted_rows(tmp_path):
+    """A BF16 or F16 embedding and unembedding stay memory-mapped: a row is the converted
+    table's row, bit for bit, and a NaN in them is refused at load, named with its position."""
+    import json
+
+    from safetensors.numpy import save_file
+
+    from attnviz.engine.reading.weights import RowTable
+    from tiny import llama_config, llama_tensors, write_model
+
+    model = load_model(FIXTURES / "llama_bf16", budget=None)
+    emb, w_u = model.weights.tok_emb, model.weights.head.unembed
+    assert isinstance(emb, RowTable) and isinstance(w_u, RowTable)
+    blob = (FIXTURES / "llama_bf16" / "model.safetensors").read_bytes()  # read by hand here
+    n = int.from_bytes(blob[:8], "little")
+    info = json.loads(blob[8:8 + n])["model.embed_tokens.weight"]
+    a, b = info["data_offsets"]
+    bits = np.frombuffer(blob[8 + n + a:8 + n + b], dtype="<u2").reshape(info["shape"])
+    want = (bits.astype(np.uint32) << 16).view(np.float32)
+    np.testing.assert_array_equal(emb[[5, 0, 5]], want[[5, 0, 5]])
+    np.testing.assert_array_equal(np.asarray(emb), want)
+    cfg = llama_config()
+    t = llama_tensors(cfg)
+    t["model.embed_tokens.weight"] = t["model.embed_tokens.weight"].astype(np.float16)
+    folder = write_model(tmp_path / "f16", cfg, t)
+    f16 = load_model(folder)
+    np.testing.assert_array_equal(f16.weights.tok_emb[[3, 7]],
+                                  t["model.embed_tokens.weight"][[3, 7]].astype(np.float32))
+    t["model.embed_tokens.weight"][9, 4] = np.nan
+    save_file(t, str(folder / "model.safetensors"))
+    with pytest.raises(ModelLoadError, match=r"tensor model.embed_tokens.weight holds 1 non-finite "
+                                             r"value \(the first, nan at \[9, 4\]\)"):
+        load_model(folder)

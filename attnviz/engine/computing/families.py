@@ -66,7 +66,8 @@ class Head:
 
 @dataclass(frozen=True)
 class Weights:
-    tok_emb: np.ndarray  # [vocab, d_model] (memory-mapped where the file is float32)
+    tok_emb: np.ndarray  # [vocab, d_model]: memory-mapped (F32), or a RowTable / QuantRows that
+    # converts the rows a run uses (F16, BF16, GGUF's quantised types)
     pos_emb: np.ndarray | None  # [max_positions, d_model]
     type_emb: np.ndarray | None  # [type_vocab, d_model]
     emb_norm: tuple | None  # BERT's embedding LayerNorm
@@ -128,7 +129,7 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
         one(i, dry)
         sizes.append(sum(read))
     source = ckpt.files[0].path.name
-    other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head, read as float32
+    other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head as float32 (at most)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
                        sizes, resolve_budget(name or source, sizes, other, budget), source)
     store.expand_kept()  # a model that fits: every layer read and checked at load, as before
@@ -271,7 +272,7 @@ def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         )
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
-    tok_emb = g("embed_tokens.weight", (cfg.vocab_size, d))
+    tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
     head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
                      ckpt.files[0].path.name)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
@@ -284,7 +285,7 @@ def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool)
     tied = cfg.raw.get("tie_word_embeddings", tied_by_default)
     if tied is True:
         return "(tied to the token embedding)", lambda: tok_emb
-    return "lm_head.weight", lambda: ckpt.get("lm_head.weight", (cfg.vocab_size, cfg.d_model))
+    return "lm_head.weight", lambda: ckpt.rows("lm_head.weight", (cfg.vocab_size, cfg.d_model))
 
 
 def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
@@ -326,7 +327,7 @@ def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
         )
 
     layers = _layers(cfg, ckpt, p, one, budget, name)
-    tok_emb = g("embed_tokens.weight", (cfg.vocab_size, d))
+    tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
     head = read_head(lambda n: _gemma_gain(g(n, (d,))), ("norm.weight",),  # gain 1 + w folded too
                      _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,

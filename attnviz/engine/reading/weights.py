@@ -131,8 +131,8 @@ class TensorFile:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self._header[name]["shape"])
 
-    def get(self, name: str) -> np.ndarray:
-        """The tensor as float32 (a zero-copy view for F32 files)."""
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's stored values, a memory-mapped view (BF16 as its uint16 bits)."""
         info = self._header[name]
         dtype = FLOAT_DTYPES.get(info["dtype"])
         if dtype is None:
@@ -140,10 +140,36 @@ class TensorFile:
                                  f"expected a float type ({', '.join(FLOAT_DTYPES)})")
         begin, end = info["data_offsets"]
         raw = self._mmap[self._data_start + begin:self._data_start + end].view(dtype)
-        raw = raw.reshape(info["shape"])
+        return raw.reshape(info["shape"])
+
+    def get(self, name: str) -> np.ndarray:
+        """The tensor as float32 (a zero-copy view for F32 files)."""
+        info = self._header[name]
+        raw = self.raw(name)
+        dtype = FLOAT_DTYPES[info["dtype"]]
         if info["dtype"] == "BF16":
             return bf16_to_f32(raw)
         return raw if dtype is np.float32 else raw.astype(np.float32)
+
+
+class RowTable:
+    """A [rows, cols] F16 or BF16 table kept memory-mapped; indexing converts just those rows to
+    float32 (exactly: both widen without rounding), so a row equals the converted table's."""
+
+    def __init__(self, name: str, raw: np.ndarray, bf16: bool):
+        self.name, self._raw, self._bf16 = name, raw, bf16
+        self.shape, self.dtype = tuple(raw.shape), np.dtype(np.float32)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        picked = self._raw[rows]
+        return bf16_to_f32(picked) if self._bf16 else picked.astype(np.float32)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self[:], dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._raw.nbytes)
 
 
 class Checkpoint:
@@ -184,6 +210,21 @@ class Checkpoint:
         if check:
             check_finite(arr, name, tf.path.name)
         return arr
+
+    def rows(self, name: str, shape: tuple[int, int]):
+        """A [rows, cols] table (an embedding, an unembedding): float32 as get() gives it, or, stored
+        as F16 or BF16, a RowTable that stays memory-mapped and converts only the rows asked for.
+        Its values are checked here either way, a block of rows at a time."""
+        tf = self._where.get(name)
+        if tf is None or tf.dtype(name) not in ("F16", "BF16"):
+            return self.get(name, shape)
+        check_shape(name, tf.shape(name), shape, "config.json")
+        table = RowTable(name, tf.raw(name), tf.dtype(name) == "BF16")
+        step = max(1, (1 << 22) // max(1, shape[1]))
+        for a in range(0, shape[0], step):
+            if not np.isfinite(table[a:a + step]).all():
+                check_finite(np.asarray(table), name, tf.path.name)  # names the first, as get() does
+        return table
 
     def check(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
         """What get() checks before reading (present, of `shape`, a float type), nothing read: a
