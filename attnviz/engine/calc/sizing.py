@@ -8,6 +8,7 @@ from typing import Any, Iterable
 
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.inputs import Arch, CalcInputs, Dims, input_error, resolve, whole
+from attnviz.engine.computing.layers import group_size
 from attnviz.engine.errors import CalcError
 
 CONVENTIONS = (
@@ -394,7 +395,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
                        mla=d.mla)
     return CalcResult(
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
-        group_size=d.n_head // d.n_kv_head, shapes=shapes, activation_shapes=activation_shapes,
+        group_size=group_size(d.n_head, d.n_kv_head), shapes=shapes, activation_shapes=activation_shapes,
         attn_params_per_layer=attn_per_layer, attn_params_total=attn_per_layer * d.n_layer,
         model_params=model_params, flops=_flops(d, shapes),
         kv_bits_per_element=d.kv_bits,

@@ -27,7 +27,7 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, layer_norm, linear,
+    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, layer_norm, linear,
     mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine.computing.rope import rope_tables
@@ -356,7 +356,7 @@ class Consts:
 
     @property
     def n_group(self) -> int:  # query heads per KV head
-        return self.n_head // self.n_kv_head
+        return group_size(self.n_head, self.n_kv_head)
 
 
 def pre_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]

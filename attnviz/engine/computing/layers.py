@@ -148,8 +148,14 @@ def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head):
     return q, k, v
 
 
+def group_size(n_head: int, n_kv_head: int) -> int:
+    """Query heads per KV head (1: multi-head; n_head: multi-query; between: grouped-query). The
+    one place this is computed: the config, the forward pass, long texts and the calculator call it."""
+    return n_head // n_kv_head
+
+
 def kv_group(n_head: int, n_kv_head: int) -> np.ndarray:  # [n_head]: the KV head each query head reads
-    return np.arange(n_head, dtype=np.int64) // (n_head // n_kv_head)
+    return np.arange(n_head, dtype=np.int64) // group_size(n_head, n_kv_head)
 
 
 def repeat_kv(x, n_group):  # [n_kv_head, T, d_head] -> [n_kv_head * n_group, T, d_head]

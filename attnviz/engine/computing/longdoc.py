@@ -213,7 +213,7 @@ def patterns_of(trace: LongTrace, cfg) -> LongPatterns:
     c = trace.consts
     return LongPatterns(q=tuple(trace.queries), k=tuple(trace.k), lse=tuple(trace.lse),
                         scale=tuple(x.scale for x in c), window=tuple(x.window for x in c),
-                        causal=cfg.causal, n_group=cfg.n_head // cfg.n_kv_head)
+                        causal=cfg.causal, n_group=cfg.n_group)
 
 
 def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False,

@@ -9,7 +9,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.hf_config import (
     attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
 )
-from attnviz.engine.computing.layers import ACTIVATIONS
+from attnviz.engine.computing.layers import ACTIVATIONS, group_size
 from attnviz.engine.computing.rope import KINDS as ROPE_KINDS, Rope
 from attnviz.engine.reading.validate import (
     Fields, exists, is_number, is_whole, json_kind, read_json_object, show,
@@ -85,7 +85,7 @@ class ModelConfig:
     @property
     def n_group(self) -> int:
         """Query heads per KV head."""
-        return self.n_head // self.n_kv_head
+        return group_size(self.n_head, self.n_kv_head)
 
     def is_local(self, i: int) -> bool:
         """Whether layer i attends through a sliding window."""
