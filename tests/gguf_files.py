@@ -213,6 +213,10 @@ def family_gguf(folder: Path, path: Path, qtype=Q.F32) -> Path:
     if rope.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(float(rope["factor"]))
+    if rope.get("rope_type") == "yarn":  # as convert_hf_to_gguf.py's Qwen2/Qwen3 set_gguf_parameters
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(float(rope["factor"]))
+        w.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
     if model_type == "phi3":
         w.add_rope_scaling_orig_ctx_len(cfg["original_max_position_embeddings"])
         w.add_sliding_window(cfg.get("sliding_window") or 0)

@@ -18,6 +18,9 @@ with eager attention. Every window here is 8 tokens, so the 20-token input cross
 | `phi3`              | Phi3ForCausalLM: fused qkv_proj and gate_up_proj, sliding_window 8 |
 | `llama_rope_llama3` | Llama with rope_type llama3 (factor 8, original 16 positions) |
 | `llama_rope_linear` | Llama with rope_type linear (factor 4) |
+| `qwen3_yarn`        | Qwen3 with rope_type yarn (factor 4, original 16 positions: the ramp between kept and divided frequencies falls inside d_head, and cos/sin are scaled by 0.1 ln 4 + 1) |
+
+`.devvenv/bin/python tests/make_family_fixtures.py NAME ...` remakes only those (each keeps its seed).
 """
 
 import json
@@ -75,6 +78,11 @@ SPECS = {
          "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), None),
     "llama_rope_linear": (LlamaForCausalLM, _llama(
         {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}), None),
+    "qwen3_yarn": (Qwen3ForCausalLM, Qwen3Config(
+        vocab_size=48, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, intermediate_size=48, max_position_embeddings=64, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                         "original_max_position_embeddings": 16}), None),
 }
 
 
@@ -133,8 +141,10 @@ def make(name, index):
 def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     transformers.utils.logging.set_verbosity_error()
+    wanted = sys.argv[1:] or list(SPECS)
     for index, name in enumerate(SPECS):
-        make(name, index)
+        if name in wanted:
+            make(name, index)
     return 0
 
 

@@ -69,6 +69,9 @@ def test_qwen3_and_phi3_configs():
 def test_rope_scaling_kinds_are_read():
     assert read_config(FIXTURES / "llama_rope_linear").rope == Rope(10_000.0, "linear", 4.0)
     assert read_config(FIXTURES / "llama_rope_llama3").rope == Rope(10_000.0, "llama3", 8.0, 1.0, 4.0, 16)
+    yarn = read_config(FIXTURES / "qwen3_yarn").rope  # the attention factor is 0.1 ln(factor) + 1
+    assert (yarn.kind, yarn.factor, yarn.original_max_positions) == ("yarn", 4.0, 16)
+    assert yarn.attention_factor == pytest.approx(0.1 * np.log(4.0) + 1)
 
 
 def test_llama_cpp_rope_freqs_equal_the_llama3_scaling():
@@ -97,9 +100,9 @@ BAD = [
     ("gemma3_old", {"sliding_window_pattern": 0},
      "config.json: sliding_window_pattern is 0, expected a whole number"),
     ("gemma3_old", {"rope_scaling": {"rope_type": "dynamic", "factor": 2.0}},
-     "config.json: rope_scaling.rope_type 'dynamic' is not supported (supported: default, linear, llama3)"),
-    ("gemma3_old", {"rope_scaling": {"rope_type": "yarn", "factor": 2.0}},
-     "config.json: rope_scaling.rope_type 'yarn' is not supported"),
+     "config.json: rope_scaling.rope_type 'dynamic' is not supported (supported: default, linear, llama3, yarn)"),
+    ("gemma3_old", {"rope_scaling": {"rope_type": "longrope", "factor": 2.0}},
+     "config.json: rope_scaling.rope_type 'longrope' is not supported"),
     ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4}},
      "config.json: rope_parameters.rope_type 'longrope' is not supported"),
     ("gemma3_old", {"rope_scaling": {"rope_type": "linear"}},
@@ -160,13 +163,18 @@ GGUF_BAD = [
     ("gemma3", lambda kv, a: kv.update({f"{a}.attention.sliding_window_pattern": (
         [True, True, False], (V.ARRAY, V.BOOL))}),
      "bad.gguf: gemma3.attention.sliding_window_pattern is ['sliding_attention', "),
-    ("gemma3", lambda kv, a: kv.update({f"{a}.rope.scaling.type": ("yarn", (V.STRING,)),
+    ("gemma3", lambda kv, a: kv.update({f"{a}.rope.scaling.type": ("longrope", (V.STRING,)),
                                         f"{a}.rope.scaling.factor": (4.0, (V.FLOAT32,))}),
-     "bad.gguf: gemma3.rope.scaling.type 'yarn' is not supported"),
+     "bad.gguf: gemma3.rope.scaling.type 'longrope' is not supported"),
     ("gemma3", lambda kv, a: kv.update({f"{a}.attn_logit_softcapping": (50.0, (V.FLOAT32,))}),
      "bad.gguf: gemma3.attn_logit_softcapping = 50.0: soft-capped logits are not supported yet"),
     ("phi3", lambda kv, a: kv.update({f"{a}.attention.sliding_window": (-3, (V.INT32,))}),
      "bad.gguf: phi3.attention.sliding_window is -3, expected a whole number"),
+    ("qwen3", lambda kv, a: kv.update({f"{a}.rope.scaling.type": ("yarn", (V.STRING,)),
+                                       f"{a}.rope.scaling.factor": (4.0, (V.FLOAT32,)),
+                                       f"{a}.rope.scaling.yarn_attn_factor": (0.5, (V.FLOAT32,))}),
+     "bad.gguf: qwen3.rope.scaling.yarn_attn_factor = 0.5: YaRN with llama.cpp's attn_factor is not "
+     "supported (only 1)"),
 ]
 
 

@@ -14,9 +14,9 @@ from tiny import FIXTURES
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gguf_files import family_gguf  # noqa: E402
 
-NEW = ("gemma3", "gemma3_old", "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear")
+NEW = ("gemma3", "gemma3_old", "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear", "qwen3_yarn")
 # Gemma 3's GGUF is read with llama.cpp's score scale (head_dim), which gemma3_old's 24 is not
-GGUF = ("gemma3", "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear")
+GGUF = ("gemma3", "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear", "qwen3_yarn")
 ATOL = 1e-4
 WINDOW = 8
 

@@ -26,7 +26,7 @@ def _cases(npz):
 def test_all_families_are_covered():
     expected = {"gpt2", "gpt2_noprefix", "bert", "llama_gqa", "llama_mqa", "llama_headdim", "mistral",
                 "qwen2", "llama_bf16", "llama_sharded", "mistral_window", "gemma3", "gemma3_old",
-                "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear"}
+                "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear", "qwen3_yarn"}
     assert expected <= set(TINY)
 
 

@@ -55,7 +55,7 @@ CONFIG_CASES = [
     ("llama", _set(rope_parameters="x"), "rope_parameters is 'x', expected an object"),
     ("llama", _set(rope_scaling=[1, 2]), "rope_scaling is [1, 2], expected an object"),
     ("llama", _set(rope_parameters={"rope_type": 5}), "rope_parameters.rope_type is 5, expected a string"),
-    ("llama", _set(rope_parameters={"rope_type": "yarn"}), "rope_parameters.rope_type 'yarn' is not supported"),
+    ("llama", _set(rope_parameters={"rope_type": "dynamic"}), "rope_parameters.rope_type 'dynamic' is not supported"),
     ("llama", _set(rope_parameters={"rope_theta": "big"}),
      "rope_parameters.rope_theta is 'big', expected a positive finite number"),
     ("llama", _set(rope_theta=-1.0), "rope_theta is -1.0, expected a positive finite number"),

@@ -1,5 +1,5 @@
 """Rotary position frequencies: the base, and the scalings of them that configs name
-(`rope_type` default, linear, llama3), as transformers' ROPE_INIT_FUNCTIONS compute them.
+(`rope_type` default, linear, llama3, yarn), as transformers' ROPE_INIT_FUNCTIONS compute them.
 
 A `Rope` is what one layer's RoPE needs; a model with local and global layers (Gemma 3) has one
 of each. Pure NumPy.
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("default", "linear", "llama3")
+KINDS = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,10 @@ class Rope:
     high_freq_factor: float = 4.0  # llama3
     original_max_positions: int = 8192  # llama3: the context the model was trained on first
     freq_divisors: tuple[float, ...] = ()  # "factors": one divisor per frequency (a GGUF's rope_freqs)
+    beta_fast: float = 32.0  # yarn: rotations over the original context above which a frequency is kept
+    beta_slow: float = 1.0  # yarn: ... below which it is divided by factor (a ramp between the two)
+    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it (0.1 ln(factor) + 1)
 
     def describe(self) -> str:
         """One line: 'base 10,000' or 'base 1,000,000, linear ÷ 8'."""
@@ -35,6 +39,9 @@ class Rope:
         if self.kind == "llama3":
             return (f"{base}, llama3 ÷ {self.factor:g} (low {self.low_freq_factor:g}, high "
                     f"{self.high_freq_factor:g}, original {self.original_max_positions:,})")
+        if self.kind == "yarn":
+            return (f"{base}, yarn ÷ {self.factor:g} (original {self.original_max_positions:,}, "
+                    f"beta {self.beta_fast:g}/{self.beta_slow:g}, attention x {self.attention_factor:.4g})")
         return base
 
 
@@ -57,6 +64,18 @@ def inv_freq(rope: Rope, d_head: int) -> np.ndarray:  # -> float64 [d_head / 2]
         blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
         return np.where(medium, blended, scaled)
+    if rope.kind == "yarn":  # keep the fast frequencies, divide the slow ones, ramp in between
+        def dim_at(rotations):  # the dimension that turns `rotations` times over the original context
+            return (d_head * math.log(rope.original_max_positions / (rotations * 2 * math.pi))
+                    / (2 * math.log(rope.theta)))
+        low, high = dim_at(rope.beta_fast), dim_at(rope.beta_slow)
+        if rope.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d_head - 1)
+        if low == high:
+            high += 0.001  # as transformers: no division by zero
+        ramp = np.clip((np.arange(d_head // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+        return base / rope.factor * ramp + base * (1 - ramp)  # [d_head / 2]
     raise ValueError(f"unknown RoPE kind {rope.kind!r}")
 
 
@@ -64,4 +83,7 @@ def rope_tables(positions: np.ndarray, d_head: int, rope: Rope):  # [T] -> cos, 
     """cos and sin of every position's angles, in the rotate-half layout (both halves alike)."""
     freqs = np.outer(positions.astype(np.float64), inv_freq(rope, d_head)).astype(np.float32)
     emb = np.concatenate([freqs, freqs], axis=-1)  # [T, d_head]
+    if rope.attention_factor != 1.0:  # yarn: both scaled, so every score grows by its square
+        return (np.cos(emb) * np.float32(rope.attention_factor),
+                np.sin(emb) * np.float32(rope.attention_factor))
     return np.cos(emb), np.sin(emb)

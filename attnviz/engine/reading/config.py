@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,6 +144,8 @@ def _rope(f: Fields, key: str, p: dict, theta: float) -> Rope:
             raise f.error(f"{f.name(key)}.{name}", "a positive finite number", Fields.MISSING)
         return f.positive_value(f"{f.name(key)}.{name}", value, None)
 
+    if kind == "yarn":
+        return _yarn(f, key, p, theta, number)
     factor = number("factor")
     if kind == "linear":
         return Rope(theta, kind, factor)
@@ -154,6 +157,41 @@ def _rope(f: Fields, key: str, p: dict, theta: float) -> Rope:
         raise f.error(f"{f.name(key)}.original_max_position_embeddings", "a whole number >= 1",
                       Fields.MISSING if original is None else original)
     return Rope(theta, kind, factor, low, high, int(original))
+
+
+def _yarn(f: Fields, key: str, p: dict, theta: float, number) -> Rope:
+    """YaRN as transformers reads it: original_max_position_embeddings from the scaling object, else
+    the config's own field, else max_position_embeddings; factor, else the ratio of the two;
+    attention_factor, else 0.1 ln(factor) + 1 (or the ratio of mscale and mscale_all_dim's)."""
+    name = f"{f.name(key)}.original_max_position_embeddings"
+    original = p.get("original_max_position_embeddings",
+                     f.raw.get("original_max_position_embeddings", f.raw.get("max_position_embeddings")))
+    if not is_whole(original) or original < 1:
+        raise f.error(name, "a whole number >= 1", Fields.MISSING if original is None else original)
+    if p.get("factor") is not None or f.raw.get("max_position_embeddings") is None:
+        factor = number("factor")  # (missing: says so, naming the field)
+    else:
+        factor = f.positive("max_position_embeddings", default=None) / int(original)
+
+    def optional(field, default):
+        return default if p.get(field) is None else number(field)
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = p.get("attention_factor")
+    if attention is not None:
+        attention = number("attention_factor")
+    elif p.get("mscale") and p.get("mscale_all_dim"):
+        attention = mscale(factor, number("mscale")) / mscale(factor, number("mscale_all_dim"))
+    else:
+        attention = mscale(factor)
+    truncate = p.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise f.error(f"{f.name(key)}.truncate", "true or false", truncate)
+    return Rope(theta, "yarn", factor, original_max_positions=int(original),
+                beta_fast=optional("beta_fast", 32.0), beta_slow=optional("beta_slow", 1.0),
+                truncate=truncate, attention_factor=float(attention))
 
 
 def _ropes(f: Fields, default_theta: float) -> tuple[Rope, Rope | None]:

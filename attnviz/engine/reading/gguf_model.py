@@ -235,6 +235,8 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
     scaling = meta(f"{_GGUF_KEYS['rope_scaling']}.type")
     if scaling not in (None, "none"):
         raw["rope_scaling"] = {"type": scaling, "factor": meta(f"{_GGUF_KEYS['rope_scaling']}.factor")}
+    if scaling == "yarn":
+        _yarn_gguf(raw, names, meta, arch, _source(reader))
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):  # refused when set
         raw[key], names[key] = meta(key), f"{arch}.{key}"
     if arch == "gemma3":
@@ -258,6 +260,27 @@ def gguf_config(reader: GGUFReader) -> ModelConfig:
         raise ModelLoadError(f"RoPE on {rope_dims} of {cfg.d_head} head dimensions (partial rotary) "
                              "is not supported yet")
     return cfg
+
+
+def _yarn_gguf(raw: dict, names: dict, meta, arch: str, source: str) -> None:
+    """YaRN's numbers as llama.cpp's converter writes them (rope.scaling.original_context_length,
+    yarn_beta_fast/slow) into the config's rope_scaling, which transformers' YaRN then computes.
+    llama.cpp's own extra knobs, where a file sets them to anything but their neutral value
+    (ext_factor 1, attn_factor 1, log_multiplier 0), are refused by key: they change the rotation
+    or its scale in ways the config has no field for."""
+    s, k = raw["rope_scaling"], f"{arch}.rope.scaling."
+    for gguf_key, field_name in (("original_context_length", "original_max_position_embeddings"),
+                                 ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+        if meta(f"rope.scaling.{gguf_key}") is not None:
+            s[field_name] = meta(f"rope.scaling.{gguf_key}")
+            names[f"rope_scaling.{field_name}"] = k + gguf_key
+    for gguf_key, neutral in (("yarn_ext_factor", (1.0, -1.0)), ("yarn_attn_factor", (1.0,)),
+                              ("yarn_log_multiplier", (0.0,))):
+        value = meta(f"rope.scaling.{gguf_key}")
+        if value is not None and float(value) not in neutral:
+            raise ModelLoadError(f"{source}: {k}{gguf_key} = {show(value)}: YaRN with llama.cpp's "
+                                 f"{gguf_key.removeprefix('yarn_')} is not supported (only "
+                                 f"{' or '.join(f'{n:g}' for n in neutral)})")
 
 
 def _gemma3_gguf(raw: dict, names: dict, meta, arch: str) -> None:
