@@ -268,15 +268,16 @@ def _yarn_gguf(raw: dict, names: dict, meta, arch: str, source: str) -> None:
     llama.cpp's own extra knobs, where a file sets them to anything but their neutral value
     (ext_factor 1, attn_factor 1, log_multiplier 0), are refused by key: they change the rotation
     or its scale in ways the config has no field for."""
-    s, k = raw["rope_scaling"], f"{arch}.rope.scaling."
+    scaling = _GGUF_KEYS["rope_scaling"]
+    s, k = raw["rope_scaling"], f"{arch}.{scaling}."
     for gguf_key, field_name in (("original_context_length", "original_max_position_embeddings"),
                                  ("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-        if meta(f"rope.scaling.{gguf_key}") is not None:
-            s[field_name] = meta(f"rope.scaling.{gguf_key}")
+        if meta(f"{scaling}.{gguf_key}") is not None:
+            s[field_name] = meta(f"{scaling}.{gguf_key}")
             names[f"rope_scaling.{field_name}"] = k + gguf_key
     for gguf_key, neutral in (("yarn_ext_factor", (1.0, -1.0)), ("yarn_attn_factor", (1.0,)),
                               ("yarn_log_multiplier", (0.0,))):
-        value = meta(f"rope.scaling.{gguf_key}")
+        value = meta(f"{scaling}.{gguf_key}")
         if value is not None and float(value) not in neutral:
             raise ModelLoadError(f"{source}: {k}{gguf_key} = {show(value)}: YaRN with llama.cpp's "
                                  f"{gguf_key.removeprefix('yarn_')} is not supported (only "
