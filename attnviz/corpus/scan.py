@@ -156,11 +156,15 @@ def local_cluster(n_workers: int):
     """A LocalCluster of `n_workers` processes, one thread each (one BLAS thread: Dask's nanny
     sets OMP/MKL/OpenBLAS_NUM_THREADS=1 before a worker starts, and each task caps BLAS again).
     No dashboard: the scheduler's HTTP server (which it starts even with dashboard_address=None,
-    on 8787, warning when that port is taken) gets a free port of the system's choosing."""
+    on 8787, warning when that port is taken) gets a free port of the system's choosing, and the
+    workers do not sample their task's stack every 10 ms for the dashboard's profile (a thread
+    that takes the GIL from the task 100 times a second, for a page nobody opens)."""
+    import dask
     from dask.distributed import LocalCluster
 
-    return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                        dashboard_address=":0", silence_logs=logging.ERROR)
+    with dask.config.set({"distributed.worker.profile.enabled": False}):  # the nannies keep it
+        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                            dashboard_address=":0", silence_logs=logging.ERROR)
 
 
 def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None = None,

@@ -188,6 +188,17 @@ def test_a_worker_given_dasks_malloc_trim_threshold_keeps_large_arrays_on_its_he
     assert out[1] == "heap"
 
 
+def test_the_scans_local_workers_sample_no_profile_for_a_dashboard(cluster):
+    """The scan's LocalCluster serves no dashboard, so its workers do not sample the running
+    task's stack for one (a thread taking the GIL every 10 ms)."""
+    _, client = cluster
+    enabled = client.run(lambda: __import__("dask").config.get("distributed.worker.profile.enabled"))
+    assert len(enabled) == 2 and set(enabled.values()) == {False}
+    import dask
+
+    assert dask.config.get("distributed.worker.profile.enabled")  # this process's config untouched
+
+
 def test_a_scan_interrupted_with_ctrl_c_resumes_to_the_same_content(cluster, corpus, reference,
                                                                      tmp_path):
     from attnviz.corpus import store
