@@ -120,11 +120,14 @@ class Others:
     nannies). On 2 cores shared with other work, each mode's time is read with it."""
 
     def __enter__(self):
-        self.busy, self.own = self._busy(), self._own()
+        self.busy, (self.me, self.tree) = self._busy(), self._own()
         return self
 
     def __exit__(self, *exc):
-        self.cpu_s = max(0.0, (self._busy() - self.busy) - (self._own() - self.own))
+        me, tree = self._own()
+        self.me_cpu_s = me - self.me  # this process: the loop, or the scheduler and the client
+        self.tree_cpu_s = tree - self.tree  # the workers and their nannies
+        self.cpu_s = max(0.0, (self._busy() - self.busy) - self.me_cpu_s - self.tree_cpu_s)
         return False
 
     @staticmethod
@@ -134,18 +137,20 @@ class Others:
         return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
 
     @staticmethod
-    def _own() -> float:
+    def _own() -> tuple:
+        """(this process's CPU seconds, its descendants')."""
         import psutil
 
         me = psutil.Process()
-        total = 0.0
-        for p in [me] + me.children(recursive=True):
+        t = me.cpu_times()
+        tree = 0.0
+        for p in me.children(recursive=True):
             try:
-                t = p.cpu_times()
-                total += t.user + t.system
+                c = p.cpu_times()
+                tree += c.user + c.system
             except psutil.Error:
                 pass
-        return total
+        return t.user + t.system, tree
 
 
 def timed(run) -> dict:
@@ -158,7 +163,8 @@ def timed(run) -> dict:
     return {"s": wall, "texts": texts, "tokens": tokens, "tasks": len(done),
             "task_s": sum(d.seconds for d in done), "task_cpu_s": sum(d.cpu_seconds for d in done),
             "each_task_s": [round(d.seconds, 4) for d in sorted(done, key=lambda d: d.index)],
-            "others_cpu_s": o.cpu_s}
+            "others_cpu_s": o.cpu_s, "this_process_cpu_s": o.me_cpu_s,
+            "workers_cpu_s": o.tree_cpu_s}
 
 
 def best(runs: list) -> dict:
@@ -270,7 +276,9 @@ def report(res: dict, args, load: tuple) -> None:
               f"model and the imports {', '.join(f'{x:.0f}' for x in d['worker_rss_with_model_mb'])}"
               f" MB, peak {', '.join(f'{x:.0f}' for x in d['worker_peak_rss_mb'])} MB; "
               f"{d['tasks']} tasks, the workers idle {(n * d['s'] - d['task_s']) / d['tasks'] * 1000:.1f} ms "
-              f"per task; 200 no-op tasks {d['noop_task_ms']:.1f} ms each")
+              f"per task; 200 no-op tasks {d['noop_task_ms']:.1f} ms each; CPU s in the fastest "
+              f"run: the scheduler and client process {d['this_process_cpu_s']:.2f}, the worker "
+              f"and nanny processes {d['workers_cpu_s']:.2f} (in tasks {d['task_cpu_s']:.2f})")
     # the goals, as measured (a figure that misses its goal says so)
     model_mb = res["model_arrays_mb"]
     if one:
