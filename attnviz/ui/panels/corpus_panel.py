@@ -262,7 +262,13 @@ class CorpusPanel(QWidget):
 
         def job():
             scan = read_scan(path)
-            return scan, (model, known if known or model is None else _files_hash(model))
+            sha = known
+            if sha is None and model is not None:
+                try:
+                    sha = _files_hash(model)
+                except OSError:  # the panel hashes it again and says why it cannot
+                    sha = None
+            return scan, (model, sha)
 
         self.runner.submit("corpus", job, self._on_read, str(path), THREAD)
 
@@ -361,8 +367,11 @@ class CorpusPanel(QWidget):
         if error is not None or not sha:
             from attnviz.ui.runner import describe_error
 
-            self.model_note.setText(f"Cannot read the files of {model.name} to compare them with "
-                                    f"the scan's model: {describe_error(error)}")
+            if model is self.state.model and self.scan is not None:
+                self.model_note.setText(f"Cannot read the files of {model.name} to compare them "
+                                        f"with the scan's model: {describe_error(error)}")
+                self.load_button.setText(f"Load {self.scan.model_name}")
+                self.load_button.show()
             return
         self._model_hash = (model, sha)
         if model is self.state.model:
