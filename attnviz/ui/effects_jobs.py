@@ -105,7 +105,7 @@ class EffectsJobs(QObject):
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
-        from attnviz.engine.analysing.effects import token_text
+        from attnviz.engine.analysing.predict import token_text
         from attnviz.engine.analysing.predict import lens_grid, lm_head
 
         st, eff = self.state, self.state.effects

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.effects import Ablation, analyse, token_id, token_text, window_run
+from attnviz.engine.analysing.effects import Ablation, analyse, token_id, window_run
+from attnviz.engine.analysing.predict import token_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.analysing.predict import lm_head, log_softmax
@@ -81,7 +82,10 @@ def test_the_analysis_defaults_to_the_top_two_and_its_parts_add_up(models):
 def test_typed_tokens_resolve_to_one_id_or_are_refused_in_one_line(models):
     model = load_model("SmolLM2-135M-Instruct")
     the = token_id(model, " The")
-    assert token_text(model, the) == "␣The"
+    assert token_text(model, the) == "·The" == model.run("a The").labels[-1]  # the token strip's label
+    assert token_id(model, "The") == the or token_text(model, token_id(model, "The")) == "The"
+    two = token_id(model, "2")  # digits typed in the window are text, "#2" the id 2
+    assert token_text(model, two) in ("2", "·2") and token_id(model, "#2") == 2
     assert token_id(model, "ĠThe") == the  # as the vocabulary spells it
     assert token_id(model, f"#{the}") == the
     assert token_text(model, token_id(model, "\n")) == "↵"

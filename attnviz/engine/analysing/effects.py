@@ -15,7 +15,6 @@ arithmetic, no Qt:
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,7 +27,7 @@ from attnviz.engine.computing.layers import head_output_share, head_value_norms
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
     Attribution, Lens, Prediction, attribute, lens_of, lens_rows, lm_head, position_index,
-    prediction_of, prediction_trace, vocab_logits,
+    prediction_of, prediction_trace, token_text, vocab_logits, vocab_token,
 )
 from attnviz.engine.computing.trace import Trace
 
@@ -187,49 +186,10 @@ def _check_finite(model, attentions) -> None:
 
 
 # === tokens the user types ==========================================================================
-_ID = re.compile(r"#\s*([0-9]{1,12})")
-
-
 def token_id(model, spec: str) -> int:
-    """A token the user typed -> its id: `#123` is id 123; otherwise the token as the vocabulary
-    spells it (`ĠParis`), or text that is one token, as it is or after a space (` Paris`).
-    InputError in one line otherwise."""
-    spec = str(spec)
-    V = model.config.vocab_size
-    m = _ID.fullmatch(spec.strip())
-    if m:
-        i = int(m.group(1))
-        if not 0 <= i < V:
-            raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
-        return i
-    if not spec:
-        raise InputError("type a token, or #id")
-    tok = model.tokenizer
-    if tok is None:
-        raise InputError(f"{model.name} has no tokenizer: type a token id as #id")
-    i = tok.raw.token_to_id(spec)
-    if i is not None and i < V:
-        return int(i)
-    for text in (spec, " " + spec.lstrip()):
-        enc = tok.encode(text, add_special_tokens=False)
-        if len(enc.ids) == 1:
-            return int(enc.ids[0])
-    enc = tok.encode(spec, add_special_tokens=False)
-    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({' '.join(enc.tokens)}): type one token, "
-                     "or #id")
-
-
-def token_text(model, i: int) -> str:
-    """Token id i as a prediction shows it: its text with a leading space as ␣ (" The" and "The"
-    are two tokens), a newline as ↵ and a tab as →; the vocabulary's spelling when it decodes to
-    nothing; `#i` without a tokenizer."""
-    if model.tokenizer is None:
-        return f"#{i}"
-    text = model.tokenizer.raw.decode([int(i)], skip_special_tokens=False)
-    if not text:
-        return model.tokenizer.labels_for_ids([int(i)])[0][0]
-    lead = len(text) - len(text.lstrip(" "))
-    return "␣" * lead + text[lead:].replace("\n", "↵").replace("\t", "→")
+    """A token the user typed in the window -> its id (predict.vocab_token: `#123` is an id, digits
+    alone are text)."""
+    return vocab_token(model, spec, digits_are_ids=False)
 
 
 # === one analysis of a position ======================================================================
@@ -291,7 +251,7 @@ def analyse(model, run: WindowRun, position: int | None = None, target: str = ""
     ids = {t, a, *clean.top_ids.tolist(), *lens.top_ids.tolist()}
     if changed is not None:
         ids |= set(changed.top_ids.tolist())
-    labels = {i: token_text(model, i) for i in sorted(ids)}
+    labels = {i: token_text(model, i) for i in sorted(ids)}  # the token strip's labels
     cut = lambda p: dataclasses.replace(p, top_ids=p.top_ids[:k], top_logprobs=p.top_logprobs[:k])  # noqa: E731
     return Analysis(q, cut(clean), None if changed is None else cut(changed), t, a, lens, dla,
                     run.ablation, labels)

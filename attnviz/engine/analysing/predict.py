@@ -18,6 +18,7 @@ that norm is linearised the same way, each head's part · (g_l / rms(attention o
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -291,26 +292,38 @@ def attribute(model, head: LMHead, trace: Trace, position: int | None, target: i
     return Attribution(q, int(target), int(alt), diff, heads, mlp, embed, bias)
 
 
-def vocab_token(model, spec) -> int:
-    """A token of the vocabulary given as its id ("464"), its tokenizer string ("Ġthe") or a text
-    that is one token ("the", " the") -> its id; InputError otherwise, saying what the text is."""
+_HASH_ID = re.compile(r"#\s*([0-9]{1,12})")
+
+
+def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
+    """A token of the vocabulary as a person gives it -> its id: `#464` (and, where
+    `digits_are_ids`, as on the command line, a bare `464`) is the id; otherwise the tokenizer's own
+    spelling ("Ġthe"), or a text that is one token, as given or after a space ("the" -> " the").
+    InputError in one line otherwise, saying what the text is. The window types digits as text
+    ("2024" may be a token), the command line as ids."""
     spec = str(spec)
     V = model.config.vocab_size
-    if spec.strip().lstrip("-").isascii() and spec.strip().lstrip("-").isdigit():
-        i = int(spec)
+    m = _HASH_ID.fullmatch(spec.strip())
+    digits = spec.strip().lstrip("-")
+    if m or (digits_are_ids and digits.isascii() and digits.isdigit()):
+        i = int(m.group(1) if m else spec)
         if not 0 <= i < V:
             raise InputError(f"token id {i} is outside the vocabulary 0..{V - 1}")
         return i
+    if not spec:
+        raise InputError("give a token, or #id")
     if model.tokenizer is None:
-        raise InputError(f"{model.name} has no tokenizer: give the token as an id (0..{V - 1})")
+        raise InputError(f"{model.name} has no tokenizer: give the token as an id, #id (0..{V - 1})")
     i = model.tokenizer.raw.token_to_id(spec)
     if i is not None and i < V:
         return int(i)
+    for text in dict.fromkeys((spec, " " + spec.lstrip())):
+        enc = model.tokenizer.encode(text, add_special_tokens=False)
+        if len(enc.ids) == 1:
+            return int(enc.ids[0])
     enc = model.tokenizer.encode(spec, add_special_tokens=False)
-    if len(enc.ids) == 1:
-        return int(enc.ids[0])
     raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(repr, enc.tokens)) or 'none'}), "
-                     "not one: give one token, its tokenizer string or its id")
+                     "not one: give one token, its tokenizer string or #id")
 
 
 def token_text(model, i: int) -> str:
