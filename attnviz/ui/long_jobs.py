@@ -16,7 +16,8 @@ import threading
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.longdoc import DENSE_LIMIT, Cancelled, dense_bytes
+from attnviz.engine.computing.longdoc import DENSE_LIMIT, dense_bytes
+from attnviz.engine.errors import Cancelled
 from attnviz.ui.runner import POOL, THREAD, describe_error
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"

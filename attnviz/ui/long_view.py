@@ -508,7 +508,10 @@ class LongView(QWidget):
                    f"{REDUCE_NAMES[lg.reduce]} of blocks of "
                    f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if ov is not None and ov.region == r
                    else "computing…")
-            self.info.setText(f"Long text: {lp.T:,} tokens, patterns computed for what is shown · "
+            res_ = lg.run.result
+            cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"
+                   if res_.truncated else "")
+            self.info.setText(f"Long text: {lp.T:,} tokens{cut}, patterns computed for what is shown · "
                               f"layer {layer} · {region_text(r)} · {res}")
             self.scale_label.setText(self.scale_text())
             labels = lg.run.result.labels

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.computing.longdoc import Cancelled, run_long
+from attnviz.engine.computing.longdoc import run_long
+from attnviz.engine.errors import Cancelled
 from attnviz.figures import overview as ov
 from tiny import FIXTURES
 
@@ -40,6 +41,20 @@ def test_overview_cells_are_a_numpy_reduction_of_the_dense_pattern(run, reduce):
     assert got.values.shape == (lp.n_head, 7, 5) and not got.exact
     np.testing.assert_allclose(got.values, want, atol=1e-5, rtol=0)
     assert got.cell_tokens(0) == 5 and got.cell_tokens(1) == 6
+
+
+def test_block_maxima_are_the_very_numbers_of_reducing_the_exact_rows(run):
+    """The max is taken over the scores before exp (LongPatterns._row_maxima): the same float32s,
+    blocks no row may see (above the diagonal, left of a window) included."""
+    _, lp = run
+    for region in [(0, lp.T, 0, lp.T), (5, 30, 20, 37), (20, 37, 0, 9), (0, 3, 0, lp.T)]:
+        r0, r1, c0, c1 = region
+        H, W = min(6, r1 - r0), 5
+        got = ov.compute_overview(lp, 1, region, (H, W), "max", heads=[0, lp.n_head - 1]).values
+        rows = lp.rows(1, r0, r1, heads=[0, lp.n_head - 1], cols=(c0, c1))
+        want = blocks_of(rows, (np.arange(H) * (r1 - r0)) // H, (np.arange(W) * (c1 - c0)) // W,
+                         np.maximum.reduceat)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_region_no_larger_than_the_cells_is_exact(run):
