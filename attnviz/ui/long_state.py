@@ -134,6 +134,7 @@ class GenerationState(QObject):
         self.stopped = ""  # generate.Generation.stopped, "edited", or "failed: ..." once it ended
         self.shown = -1
         state.sigTextChanged.connect(self._on_text)
+        state.sigModelChanged.connect(self._on_model)
 
     def begin(self, prompt_text: str) -> None:
         self.prompt_text, self.prompt_ids, self.steps = prompt_text, [], []
@@ -172,6 +173,17 @@ class GenerationState(QObject):
         if not self.steps or self.state.text != self.text or len(self.text) <= len(self.prompt_text):
             return None
         return len(self.prompt_text), len(self.text)
+
+    def _on_model(self, _model) -> None:
+        """Another model: a generation under way ends, and the steps go (they are the old model's)."""
+        if self.running:
+            self.sigStopWanted.emit()
+        had = self.running or self.steps
+        self.prompt_text, self.prompt_ids, self.steps, self.text = "", [], [], ""
+        self.running, self.stopped, self.shown = False, "", -1
+        if had:
+            self.sigChanged.emit()
+            self.sigStepShown.emit(-1)
 
     def _on_text(self, text: str) -> None:
         if self.running and text != self.text:  # the user edited the sentence: generation ends

@@ -60,6 +60,9 @@ def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, s
     assert np.allclose(y, [s.kv_bytes / 2 ** 20 for s in gen.steps])
     assert panel.marker.value() == 1
 
+    w.state.set_model(None)  # another model: the steps were this one's, and go
+    assert gen.steps == [] and gen.shown == -1 and panel.kv_label.text() == ""
+
 
 def test_stop_and_an_edit_end_a_generation(win, qtbot):
     w, gen, panel = win, win.state.generation, win.generate_panel
