@@ -99,6 +99,8 @@ class LongJobs(QObject):
 
     def _on_run(self, run) -> None:
         self.long.set_progress(0, 0)
+        if run is not None:
+            self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
         if run is None:
             self.worker.cancel(PANE_KIND)
             self.worker.cancel(TILES_KIND)

@@ -139,7 +139,7 @@ class _PatternArea(QWidget):
             cy = min(H - 1, int((pos.y() - rect.top()) * H / rect.height()))
             cx = min(W - 1, int((pos.x() - rect.left()) * W / rect.width()))
             i = ov.heads.index(h)
-            text += (f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over "
+            text += (f"   (cell: {REDUCE_NAMES[ov.reduce]} {float(ov.values[i, cy, cx]):.4g} over up to "
                      f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens)")
         return text
 
@@ -505,7 +505,7 @@ class LongView(QWidget):
             layer = min(self.state.layer, lp.n_layer - 1)
             ov = lg.pane
             res = ("exact weights" if ov is not None and ov.region == r and ov.exact else
-                   f"{REDUCE_NAMES[lg.reduce]} of blocks of "
+                   f"{REDUCE_NAMES[lg.reduce]} of blocks of up to "
                    f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if ov is not None and ov.region == r
                    else "computing…")
             res_ = lg.run.result
