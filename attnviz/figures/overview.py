@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.computing.patterns import SCALE_MODES
-from attnviz.figures.style import N_COLORS, heat_positions
+from attnviz.figures.style import heat_positions
 from attnviz.figures.view import EMPTY_TOP
 
 REDUCES = ("max", "mean")  # what a cell shows of its block of weights
@@ -168,6 +168,3 @@ def window_segment(region, window: int | None, causal: bool) -> tuple[tuple[floa
     if q0 >= q1:
         return None
     return (q0, q0 - window + 1), (q1, q1 - window + 1)
-
-
-N_LEVELS = N_COLORS  # (the colour bar reads the same table)

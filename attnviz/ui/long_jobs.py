@@ -99,12 +99,11 @@ class LongJobs(QObject):
 
     def _on_run(self, run) -> None:
         self.long.set_progress(0, 0)
-        if run is not None:
-            self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
         if run is None:
             self.worker.cancel(PANE_KIND)
             self.worker.cancel(TILES_KIND)
         else:
+            self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
             self.request_overviews()
 
     # --- overviews ----------------------------------------------------------------------------
@@ -120,13 +119,17 @@ class LongJobs(QObject):
             return
         lp, layer, region, reduce = run.patterns, min(st.layer, run.patterns.n_layer - 1), lg.region, lg.reduce
         head = lg.head()
-        for kind, shape, heads in ((PANE_KIND, lg.pane_px, [head]),
-                                   (TILES_KIND, (lg.tile_px, lg.tile_px), None)):
+        def job(kind, shape, heads):  # one overview, stopped between row blocks once stale
             job_id = self.worker.claim(kind)
-            stale = (lambda k, j: lambda: not self.worker.is_newest(k, j))(kind, job_id)
-            work = (lambda s, h, st_: lambda: compute_overview(lp, layer, region, s, reduce, h, st_))(
-                shape, heads, stale)
+
+            def stale():
+                return not self.worker.is_newest(kind, job_id)
+
+            def work():
+                return compute_overview(lp, layer, region, shape, reduce, heads, stale)
             self.worker.submit(kind, work, self._on_overview, (kind, run), POOL, job_id=job_id)
+        job(PANE_KIND, lg.pane_px, [head])
+        job(TILES_KIND, (lg.tile_px, lg.tile_px), None)
 
     def _on_overview(self, request, value, error) -> None:
         kind, run = request

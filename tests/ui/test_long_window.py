@@ -64,6 +64,23 @@ def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, s
     assert gen.steps == [] and gen.shown == -1 and panel.kv_label.text() == ""
 
 
+def test_a_seeded_draw_repeats_the_engines_tokens(win, qtbot, smollm2):
+    gen, panel = win.state.generation, win.generate_panel
+    panel.n_spin.setValue(3)
+    panel.temp_spin.setValue(0.8)
+    panel.top_p_spin.setValue(0.9)
+    panel.seed_spin.setValue(7)
+    panel.start()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    want = generate(smollm2, PROMPT, max_new=3, temperature=0.8, top_p=0.9, seed=7)
+    assert [s.id for s in gen.steps] == want.new_ids
+
+
+def test_an_encoder_generates_nothing(window):
+    panel = window.generate_panel
+    assert not panel.generate_button.isEnabled() and "encoder" in panel.status.text()
+
+
 def test_stop_and_an_edit_end_a_generation(win, qtbot):
     w, gen, panel = win, win.state.generation, win.generate_panel
     panel.n_spin.setValue(200)
