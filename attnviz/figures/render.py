@@ -48,12 +48,17 @@ def render_with(layout_fn, paint_fn, view, width: int):
     return image, lay
 
 
+PNG_QUALITY = 80  # Qt's PNG "quality" is zlib's effort, 100 - 10 x level: a light level
+
+
 def encode_png(image: QImage) -> bytes:
-    """A rendered figure (the heatmaps' or the anatomy's) as PNG bytes."""
+    """A rendered figure (the heatmaps' or the anatomy's) as PNG bytes, lightly compressed: the
+    weight images are noise to zlib, so its default level took 2.7 x as long (247 against 92 ms
+    for a 1200 px anatomy) for a file 0.5 % smaller."""
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    ok = image.save(buf, "PNG")
+    ok = image.save(buf, "PNG", PNG_QUALITY)
     buf.close()
     if not ok:
         raise ExportError(f"Qt could not encode a {image.width()} x {image.height()} PNG")
