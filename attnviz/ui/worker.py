@@ -31,6 +31,7 @@ GUIDE_KIND = "guide"  # the guide bar's head for a sample text
 LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs on every core
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
 SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow each result at once
+SCORES_AFTER_MS = 10  # ... once the result's frame is painted and the main thread is idle again
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,10 @@ class Worker(Runner):
             self.cancel(SCORES_KIND)
         elif self.state.scores_result is not result or self.state.scores_stale:
             if self.scores_at_once(result):
-                # after the result's repaint (posted events go first): a job on the pool while the
-                # main thread paints would slow the paint through the GIL
-                self._scores_timer.start(0)
+                # after the result's frame: submitting the job costs the main thread 1-2 ms (the
+                # pool thread takes the GIL at once), and the job's Python slows whatever the main
+                # thread does meanwhile; started at 0 ms, both fell on the frame's own events
+                self._scores_timer.start(SCORES_AFTER_MS)
             else:
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
