@@ -17,7 +17,7 @@ one run. Not a test: run it, read the table.
    unembedding (49,152 x 576, 113 MB as float32) is part of each step but not of that floor: the
    floor with it is shown too.
 4. The window's long view after a zoom, at T = 8,192 (a fresh child process, offscreen Qt): the
-   pane and the tiles of ui/long_view.py on a long run's patterns, ZOOM_STEPS wheel notches in
+   pane and the tiles of ui/views/long_view.py on a long run's patterns, ZOOM_STEPS wheel notches in
    (about points spread over the pattern) and back out. Per notch: `repaint`, the pane painted
    at once with the last image moved and scaled to the new region (what the screen shows first);
    `pane`, the new overview of the focused head at the pane's pixels computed and painted (the
@@ -139,10 +139,10 @@ def child_zoom(T: int) -> dict:
     from attnviz.engine.computing.longdoc import run_long
     from attnviz.figures.overview import compute_overview
     from attnviz.ui.app import make_app
-    from attnviz.ui.long_view import LongView
-    from attnviz.ui.state import AppState
+    from attnviz.ui.views.long_view import LongView
+    from attnviz.ui.machinery.state import AppState
 
-    from attnviz.ui.runner import limit_blas_threads
+    from attnviz.ui.machinery.runner import limit_blas_threads
 
     model = load_model(smollm2_path())
     ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)

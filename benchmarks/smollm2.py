@@ -127,7 +127,7 @@ def _threadpoolctl():
     for f in glob.glob(os.path.join(_ROOT, ".venv", "lib", "python*", "site-packages", "threadpoolctl.py")):
         spec = importlib.util.spec_from_file_location("threadpoolctl", f)
         mod = importlib.util.module_from_spec(spec)
-        sys.modules["threadpoolctl"] = mod  # attnviz.ui.runner imports it by name
+        sys.modules["threadpoolctl"] = mod  # attnviz.ui.machinery.runner imports it by name
         spec.loader.exec_module(mod)
         return mod
     return None

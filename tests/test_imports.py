@@ -123,7 +123,7 @@ def module_imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("attnviz")}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("attnviz"):
-            for a in node.names:  # `from attnviz.ui import settings` imports the module attnviz.ui.settings
+            for a in node.names:  # `from attnviz.ui import settings` imports the module attnviz.ui.machinery.settings
                 sub = f"{node.module}.{a.name}"
                 found.add(sub if module_file(sub) is not None else node.module)
     return found

@@ -30,7 +30,7 @@ def test_the_users_see_the_same_tuple():
     from attnviz.cli import build_parser
     from attnviz.engine.computing import patterns
     from attnviz.figures import data as export_data
-    from attnviz.ui import state
+    from attnviz.ui.machinery import state
 
     assert state.SCALE_MODES is patterns.SCALE_MODES is export_data.SCALE_MODES
     export = build_parser()._subparsers._group_actions[0].choices["export"]

@@ -1,6 +1,6 @@
 """What the heads are scored on and the badges the grid writes on them, without Qt: the roles
 panel's options (a source of ROLE_SOURCES and the cells left out), the badges of a set of scores,
-and when a result's scores still hold for another result. AppState (ui/state.py) holds the options
+and when a result's scores still hold for another result. AppState (ui/machinery/state.py) holds the options
 and the scores and calls these."""
 
 from __future__ import annotations

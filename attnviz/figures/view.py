@@ -153,7 +153,7 @@ class Shown:
 
 
 # --- where one layer's heads go --------------------------------------------------------------------
-# a mosaic's parts in head sides (ui/mosaic.py lays the window's grid out with these)
+# a mosaic's parts in head sides (ui/views/mosaic.py lays the window's grid out with these)
 GAP = 0.08  # between heads
 GROUP_GAP = 3 * GAP  # more between KV groups
 TITLE = 0.3  # a title above each head

@@ -7,7 +7,7 @@ import sys
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from attnviz.ui.guard import ExceptionGuard, install_exception_guard  # noqa: F401 (the app's guard)
+from attnviz.ui.machinery.guard import ExceptionGuard, install_exception_guard  # noqa: F401 (the app's guard)
 
 
 def make_app() -> QApplication:
@@ -26,9 +26,9 @@ def assemble(debounce_ms: int = 0):
     follows what the state asks of it and writes its results back into it, and its jobs get one
     BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
     Returns (AppState, Worker)."""
-    from attnviz.ui.state import AppState
-    from attnviz.ui.runner import limit_blas_threads
-    from attnviz.ui.worker import Worker
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.worker import Worker
 
     limit_blas_threads()
     state = AppState()
@@ -42,7 +42,7 @@ def create_window(model: str | None = None, text: str | None = None,
     """The main window on the app's one state and runner (assemble), with its model already
     loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
-    from attnviz.ui.settings import app_settings, apply_memory_budget, saved_model
+    from attnviz.ui.machinery.settings import app_settings, apply_memory_budget, saved_model
 
     settings = settings if settings is not None else app_settings()
     apply_memory_budget(settings)  # before the first load

@@ -29,10 +29,10 @@ from attnviz.figures.data import (
 )
 from attnviz.figures.style import ERROR
 from attnviz.figures.write import export_result, export_view
-from attnviz.ui.notices import sentence
-from attnviz.ui.settings import app_settings, export_choices, remember_export
-from attnviz.ui.state import VIEW_MODES
-from attnviz.ui.runner import describe_error
+from attnviz.ui.views.notices import sentence
+from attnviz.ui.machinery.settings import app_settings, export_choices, remember_export
+from attnviz.ui.machinery.state import VIEW_MODES
+from attnviz.ui.machinery.runner import describe_error
 
 log = logging.getLogger(__name__)
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",

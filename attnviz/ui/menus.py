@@ -135,12 +135,12 @@ class Menus:
 
 def ask_memory_budget(w) -> None:
     """Models > Memory budget: a size (2G, 512M) or auto, applied to the loaded model at once and
-    to the models opened later, and remembered (ui/settings.py)."""
+    to the models opened later, and remembered (ui/machinery/settings.py)."""
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
     from attnviz.engine.reading.budget import parse_budget, set_memory_budget
-    from attnviz.ui import settings as remembered
+    from attnviz.ui.machinery import settings as remembered
 
     model = w.state.model
     now = (model.memory if model is not None else None) or "no model loaded"

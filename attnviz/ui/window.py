@@ -12,15 +12,15 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
-from attnviz.ui import settings as remembered
-from attnviz.ui.controls import LoadBox, ViewControls
-from attnviz.ui.focus import FocusView
-from attnviz.ui.guard import install_exception_guard
-from attnviz.ui.grid import HeatmapGrid
-from attnviz.ui.guide import GuideBar
+from attnviz.ui.machinery import settings as remembered
+from attnviz.ui.views.controls import LoadBox, ViewControls
+from attnviz.ui.views.focus import FocusView
+from attnviz.ui.machinery.guard import install_exception_guard
+from attnviz.ui.views.grid import HeatmapGrid
+from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.menus import Menus, about_html
-from attnviz.ui.notices import Notices, sentence
-from attnviz.ui.tokens import TokenStrip
+from attnviz.ui.views.notices import Notices, sentence
+from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class MainWindow(QMainWindow):
 
         self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
         col.addWidget(self.ablation_bar)
-        from attnviz.ui.long_view import GridOrLong
+        from attnviz.ui.views.long_view import GridOrLong
 
         self.grid_stack = GridOrLong(st, self.grid)  # the grid, or the long view of a long text
         self.long_view = self.grid_stack.long_view
@@ -181,7 +181,7 @@ class MainWindow(QMainWindow):
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         self.focus_dock.raise_()
-        from attnviz.ui.runner import freeze_start_up_objects
+        from attnviz.ui.machinery.runner import freeze_start_up_objects
 
         QTimer.singleShot(0, freeze_start_up_objects)  # start-up is done: out of the collector's way
 
@@ -434,7 +434,7 @@ class MainWindow(QMainWindow):
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
-        from attnviz.ui.runner import thaw_objects
+        from attnviz.ui.machinery.runner import thaw_objects
 
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()

@@ -184,7 +184,7 @@ def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
 
 def test_shown_with_nothing_computed_says_so(qtbot):
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
-    from attnviz.ui.state import AppState
+    from attnviz.ui.machinery.state import AppState
 
     st = AppState()
     panel = AnatomyPanel(st)
@@ -241,7 +241,7 @@ def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
     """A training checkpoint swaps the weights and keeps the model's name: no stale colours."""
     from attnviz.engine import load_model
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
-    from attnviz.ui.state import AppState
+    from attnviz.ui.machinery.state import AppState
     from tiny import FIXTURES
 
     a, b = load_model(FIXTURES / "llama_gqa"), load_model(FIXTURES / "llama_gqa")

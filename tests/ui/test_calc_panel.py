@@ -215,7 +215,7 @@ def test_the_panel_is_a_view_of_the_state(qtbot):
     itself; hidden, it lets results pass and catches up when shown."""
     from attnviz.engine import load_model
     from attnviz.engine.reading import textbook
-    from attnviz.ui.state import AppState
+    from attnviz.ui.machinery.state import AppState
 
     st = AppState()
     w = CalcPanel(st)

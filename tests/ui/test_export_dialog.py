@@ -12,7 +12,7 @@ from PySide6.QtCore import QSettings, Qt
 from attnviz.figures import data as export_data
 from attnviz.figures.data import open_sidecar
 from attnviz.ui.export import ExportDialog, default_folder
-from attnviz.ui.state import AppState
+from attnviz.ui.machinery.state import AppState
 from export_files import SENTENCE, SMALL, Calls, old_pair, snapshot
 
 
@@ -142,7 +142,7 @@ def test_dialog_failed_move_then_success(qtbot, state, pair, monkeypatch):
 
 def test_dialog_says_an_os_error_as_the_writer_does(qtbot, state, tmp_path, monkeypatch):
     import attnviz.ui.export as export_ui
-    from attnviz.ui.runner import describe_error
+    from attnviz.ui.machinery.runner import describe_error
 
     def refuse(*_a, **_k):
         raise IsADirectoryError(errno.EISDIR, "Is a directory")

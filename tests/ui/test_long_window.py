@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 from attnviz.engine.calc.from_config import kv_cache_needed
 from attnviz.engine.computing.generate import generate
 from attnviz.engine.computing.longdoc import dense_bytes
-from attnviz.ui.long_jobs import new_text
+from attnviz.ui.machinery.long_jobs import new_text
 from windows import WAIT, open_window
 
 PROMPT = "The keys to the cabinet are on the"
@@ -171,7 +171,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
 
 
 def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
-    import attnviz.ui.long_jobs as long_jobs
+    import attnviz.ui.machinery.long_jobs as long_jobs
 
     w, gen, panel = win, win.state.generation, win.generate_panel
     monkeypatch.setattr(long_jobs, "ROWS_LIMIT", 100_000)  # SmolLM2: 1,080 bytes a token and step

@@ -1,9 +1,9 @@
-"""ui/mosaic.py: where the grid's tiles, titles and KV-group bands go (no widgets needed)."""
+"""ui/views/mosaic.py: where the grid's tiles, titles and KV-group bands go (no widgets needed)."""
 
 import numpy as np
 
 from attnviz.engine.computing.layers import kv_group
-from attnviz.ui.mosaic import CAPTION_PX, TITLE_PX, kv_segments, make_layout, tile_index, title_spots, view_geometry
+from attnviz.ui.views.mosaic import CAPTION_PX, TITLE_PX, kv_segments, make_layout, tile_index, title_spots, view_geometry
 
 
 def test_tile_index_finds_shown_heads_only():

@@ -14,7 +14,7 @@ from attnviz.engine.reading.textbook import TEXTBOOK_NAME  # noqa: E402
 from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
-from attnviz.ui.state import AppState  # noqa: E402
+from attnviz.ui.machinery.state import AppState  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -304,8 +304,8 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     """Every job behind the panel's scores runs on the app's one runner, which writes them into the
     state; the panel only shows them (a runner of its own would submit jobs too, and be seen)."""
     import attnviz.ui.panels.roles_panel as RP
-    from attnviz.ui.runner import Runner
-    from attnviz.ui.worker import PROBE_KIND, SCORES_KIND
+    from attnviz.ui.machinery.runner import Runner
+    from attnviz.ui.machinery.worker import PROBE_KIND, SCORES_KIND
 
     submitted = []
     real = Runner.submit

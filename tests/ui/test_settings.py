@@ -5,8 +5,8 @@ from PySide6.QtCore import QSettings
 from attnviz.engine import load_model
 from attnviz.engine.reading import textbook
 from attnviz.engine.reading.registry import WINDOW_MODEL
-from attnviz.ui import settings as S
-from attnviz.ui.state import AppState
+from attnviz.ui.machinery import settings as S
+from attnviz.ui.machinery.state import AppState
 
 
 def ini(tmp_path):

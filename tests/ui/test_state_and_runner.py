@@ -9,9 +9,9 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.reading import textbook
-from attnviz.ui.state import AppState
-from attnviz.ui.runner import POOL, THREAD
-from attnviz.ui.worker import Worker
+from attnviz.ui.machinery.state import AppState
+from attnviz.ui.machinery.runner import POOL, THREAD
+from attnviz.ui.machinery.worker import Worker
 
 WAIT = 20000
 
@@ -150,7 +150,7 @@ def test_garbage_is_collected_only_on_the_main_thread(qtbot):
     import gc
     import weakref
 
-    from attnviz.ui import runner as W
+    from attnviz.ui.machinery import runner as W
 
     Worker(AppState())
     assert not gc.isenabled() and W._GC_TIMER is not None and W._GC_TIMER.isActive()

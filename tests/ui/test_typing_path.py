@@ -56,7 +56,7 @@ def test_a_long_run_has_blas_on_every_core_and_typing_keeps_one(qapp):
     import pytest
     from threadpoolctl import threadpool_info
 
-    from attnviz.ui.runner import BLAS_THREADS, limit_blas_threads, wide_blas
+    from attnviz.ui.machinery.runner import BLAS_THREADS, limit_blas_threads, wide_blas
 
     if (os.cpu_count() or 1) <= BLAS_THREADS:
         pytest.skip("one core: nothing to widen")

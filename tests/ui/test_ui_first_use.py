@@ -2,8 +2,8 @@
 
 import pytest
 
-from attnviz.ui.focus import FocusView
-from attnviz.ui.state import AppState
+from attnviz.ui.views.focus import FocusView
+from attnviz.ui.machinery.state import AppState
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -54,7 +54,7 @@ def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
 
 
 def test_token_strip_more_count_fits_inside_the_strip(qtbot):
-    from attnviz.ui.tokens import TokenStrip
+    from attnviz.ui.views.tokens import TokenStrip
 
     words = ("The history of the printing press is a story about attention as much as about "
              "machines. Before Gutenberg, a scribe could copy a few pages a day, and a library of "

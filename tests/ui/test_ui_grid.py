@@ -10,10 +10,10 @@ from tiny import FIXTURES
 pytest.importorskip("pytestqt")
 
 from attnviz.figures.style import heat_table  # noqa: E402
-from attnviz.ui.grid import HeatmapGrid  # noqa: E402
-from attnviz.ui.mosaic import make_layout  # noqa: E402
+from attnviz.ui.views.grid import HeatmapGrid  # noqa: E402
+from attnviz.ui.views.mosaic import make_layout  # noqa: E402
 from attnviz.engine.computing.patterns import drop_first_key  # noqa: E402
-from attnviz.ui.state import AppState  # noqa: E402
+from attnviz.ui.machinery.state import AppState  # noqa: E402
 
 
 def fake_result(attn, kv_group=None):  # attn [n_layer, n_head, T, T]

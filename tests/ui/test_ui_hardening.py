@@ -315,9 +315,9 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
 
 
 def test_the_job_runner_delivers_only_the_newest_job_of_a_kind(qtbot):
-    from attnviz.ui.state import AppState
-    from attnviz.ui.runner import POOL, THREAD
-    from attnviz.ui.worker import Worker
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.machinery.runner import POOL, THREAD
+    from attnviz.ui.machinery.worker import Worker
 
     worker = Worker(AppState())
     heard = []

@@ -8,7 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from PySide6.QtCore import QPointF  # noqa: E402
 
 from attnviz.engine.reading.registry import WINDOW_MODEL  # noqa: E402
-from attnviz.ui.tokens import TokenStrip  # noqa: E402
+from attnviz.ui.views.tokens import TokenStrip  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table. 杰 🙂"

@@ -254,7 +254,7 @@ class CorpusPanel(QWidget):
     def open_scan(self, path) -> None:
         """Read a scan folder in the background, and hash the loaded model's files there unless
         known; the last scan shown stays until it is read."""
-        from attnviz.ui.runner import THREAD
+        from attnviz.ui.machinery.runner import THREAD
 
         self.status.setText(f"Reading {path}…")
         model = self.state.model
@@ -274,7 +274,7 @@ class CorpusPanel(QWidget):
 
     def _on_read(self, path, got, error) -> None:
         if error is not None:
-            from attnviz.ui.runner import describe_error
+            from attnviz.ui.machinery.runner import describe_error
 
             shown = f"; still showing {self.scan.path}" if self.scan is not None else ""
             self.status.setText(f"Cannot open scan {path}: {describe_error(error)}{shown}")
@@ -354,7 +354,7 @@ class CorpusPanel(QWidget):
 
     def _hash_loaded_model(self) -> None:
         """Hash the loaded model's files on a thread of their own (the newest model's wins)."""
-        from attnviz.ui.runner import THREAD
+        from attnviz.ui.machinery.runner import THREAD
 
         model = self.state.model
         job = self.runner.running("corpus-model-hash")
@@ -365,7 +365,7 @@ class CorpusPanel(QWidget):
 
     def _on_hashed(self, model, sha, error) -> None:
         if error is not None or not sha:
-            from attnviz.ui.runner import describe_error
+            from attnviz.ui.machinery.runner import describe_error
 
             if model is self.state.model and self.scan is not None:
                 self.model_note.setText(f"Cannot read the files of {model.name} to compare them "

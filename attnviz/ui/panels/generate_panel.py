@@ -1,5 +1,5 @@
 """The Generate panel (a causal model): N new tokens from the sentence, one KV-cached step each
-(engine/computing/generate.py, run by the runner's 'generate' job, ui/long_jobs.py). Greedy by
+(engine/computing/generate.py, run by the runner's 'generate' job, ui/machinery/long_jobs.py). Greedy by
 default; a temperature above 0 draws from the top-p set with a seed, so a run can be repeated. It
 stops at the model's end of text unless told to go on, or at Stop; editing the sentence ends it.
 The sentence grows in the box as tokens arrive (the new ones marked) and the heatmaps follow it.
@@ -25,7 +25,7 @@ from attnviz.engine.calc.from_config import kv_cache_needed
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.long_view import colour_table, indexed_image
+from attnviz.ui.views.long_view import colour_table, indexed_image
 
 NEW_MARK = QColor(255, 214, 102, 110)  # the generated tokens in the sentence box
 MAX_NEW = 256

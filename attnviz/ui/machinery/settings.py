@@ -9,7 +9,7 @@ from PySide6.QtCore import QByteArray, QObject, QSettings, QTimer
 
 from attnviz.engine.computing.patterns import SCALE_MODES
 from attnviz.figures.data import COLORMAPS
-from attnviz.ui.state import DISPLAY_DEFAULTS, VIEW_MODES
+from attnviz.ui.machinery.state import DISPLAY_DEFAULTS, VIEW_MODES
 
 
 def app_settings() -> QSettings:

@@ -1,5 +1,5 @@
 """The app's one job runner, its machinery: every background job goes through Runner.submit,
-newest-wins per kind of job (ui/worker.py's Worker is the runner with the app's kinds of job).
+newest-wins per kind of job (ui/machinery/worker.py's Worker is the runner with the app's kinds of job).
 
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late

@@ -1,6 +1,6 @@
 """The heatmap grid's arithmetic, no widgets: where each head's tile, title and KV-group band sits
 in the mosaic (one image pixel per token, or per pooled block of tokens), and the hover read-out of
-one cell, shared by the grid and the focus view. `ui/grid.py` draws what these place; the shown
+one cell, shared by the grid and the focus view. `ui/views/grid.py` draws what these place; the shown
 weights and the column rule of one layer are figures/view.py's, the exports' too."""
 
 from __future__ import annotations

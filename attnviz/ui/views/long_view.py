@@ -7,7 +7,7 @@ tokens than the pane has pixels the cells are the exact weights and the token la
 token strip under the pane lists the region's keys. Hover reads the exact weight of the token
 pair under the pointer at any zoom. A local layer's window edge is drawn (dashed) where it passes
 through the region. Until a new overview arrives the last one stays, moved and scaled to the new
-region at once (the runner's 'overview-*' jobs, ui/long_jobs.py)."""
+region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
 
 from __future__ import annotations
 

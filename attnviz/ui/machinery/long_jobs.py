@@ -1,4 +1,4 @@
-"""The runner's jobs for long texts and generation (state in ui/long_state.py):
+"""The runner's jobs for long texts and generation (state in ui/machinery/long_state.py):
 
 - a text whose patterns at once would pass the engine's dense limit (longdoc.DENSE_LIMIT, the
   limit Model.run refuses over) runs as a long run (longdoc.run_long), with progress per layer and
@@ -18,7 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DENSE_LIMIT, dense_bytes
 from attnviz.engine.errors import Cancelled
-from attnviz.ui.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
 TOP_K = 10  # the predictions each step keeps (the panel lists them)
@@ -40,7 +40,7 @@ def new_text(model, prompt_text: str, prompt_ids: list[int], new_ids: list[int])
 
 
 class LongJobs(QObject):
-    """The long text's and the generation's jobs on the worker (ui/worker.py), following its state."""
+    """The long text's and the generation's jobs on the worker (ui/machinery/worker.py), following its state."""
 
     sigStep = Signal(int, object)  # job id, generate.Step (from the generation's thread)
     sigLayer = Signal(int, int, int)  # compute job id, layer i, n_layer (from the pool's thread)

@@ -1,4 +1,4 @@
-"""The runner's kinds of job for what heads do (the state's section is ui/effects_state.py): the
+"""The runner's kinds of job for what heads do (the state's section is ui/machinery/effects_state.py): the
 analysis of the query position (prediction, lens, DLA) after each run these views asked for, the
 full lens grid on demand, and the ablation scan. All go through the app's one runner (Worker),
 newest wins per kind; results are written into `state.effects`.
@@ -20,7 +20,7 @@ import time
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.errors import InputError, NoPrediction
-from attnviz.ui.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
 log = logging.getLogger(__name__)
 

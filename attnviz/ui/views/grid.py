@@ -3,7 +3,7 @@
 Per update only the reused uint8 buffer is refilled and handed to `setImage` with a 256-entry lookup
 table (style.heat_table: entry 0 is the transparent gap, 1..255 the colormap). Items around the image
 (titles, KV-group bands, the focus frame, the query-row highlight) are pooled and only moved; where they
-go is computed in ui/mosaic.py. Token labels live in the focus view and in the hover read-out, never on
+go is computed in ui/views/mosaic.py. Token labels live in the focus view and in the hover read-out, never on
 the small heads."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.computing.patterns import group_size, head_title
-from attnviz.ui.mosaic import (
+from attnviz.ui.views.mosaic import (
     Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, tile_index, title_spots,
     view_geometry,
 )

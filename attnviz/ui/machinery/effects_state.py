@@ -2,7 +2,7 @@
 edges knocked out (the ablation the grid, the prediction, the lens and DLA then show), the tokens
 DLA compares, and what the runner computed for them: the run (clean and changed traces), the
 analysis of the query position, the full lens grid and the ablation scan. Widgets read it and
-write back only through its setters; the runner (ui/effects_jobs.py, ui/worker.py) fills it.
+write back only through its setters; the runner (ui/machinery/effects_jobs.py, ui/machinery/worker.py) fills it.
 A setter that changes nothing emits nothing."""
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.roles import ROLE_SOURCES, RoleOptions, role_badges, same_patterns
 from attnviz.figures.view import Shown, same_prefix
-from attnviz.ui.effects_state import Effects
-from attnviz.ui.long_state import GenerationState, LongState
+from attnviz.ui.machinery.effects_state import Effects
+from attnviz.ui.machinery.long_state import GenerationState, LongState
 
 VIEW_MODES = ("layer", "all")
 # the display options of a first start (settings.restore falls back to these): the one place

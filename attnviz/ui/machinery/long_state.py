@@ -1,7 +1,7 @@
 """The window's state of a long text and of a generation (AppState.long and AppState.generation):
 what the runner computed (a long run, its overview images, the generated steps) and what the views
 ask for (the region, the reduction, the log scale, the step shown). The runner's jobs for them are
-ui/long_jobs.py; the views are ui/long_view.py and ui/panels/generate_panel.py."""
+ui/machinery/long_jobs.py; the views are ui/views/long_view.py and ui/panels/generate_panel.py."""
 
 from __future__ import annotations
 

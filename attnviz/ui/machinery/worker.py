@@ -1,5 +1,5 @@
 """The app's job runner with its kinds of job (the machinery, newest-wins per kind and the lanes, is
-ui/runner.py): attention runs, head scores, model loads, training checkpoints and model discovery.
+ui/machinery/runner.py): attention runs, head scores, model loads, training checkpoints and model discovery.
 `follow_state` connects it to what the state asks for (app.assemble calls it); it writes its results
 into the state itself (set_model, set_result, set_checkpoints, the head scores).
 
@@ -20,7 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
-from attnviz.ui.runner import POOL, THREAD, Job, Runner, describe_error, wide_blas
+from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error, wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +90,10 @@ class Worker(Runner):
         st.effects.sigAblationChanged.connect(self._compute_what_is_missing)
         st.effects.sigWantedChanged.connect(self._compute_what_is_missing)
         self.follow_scores()
-        from attnviz.ui.effects_jobs import EffectsJobs
+        from attnviz.ui.machinery.effects_jobs import EffectsJobs
 
         self.effects_jobs = EffectsJobs(self)  # prediction, lens, DLA, the scan: what heads do
-        from attnviz.ui.long_jobs import LongJobs
+        from attnviz.ui.machinery.long_jobs import LongJobs
 
         self.long_jobs = LongJobs(self)  # long texts (overviews) and generation
 
