@@ -118,6 +118,8 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
                      and lg.pane.region == lg.region and lg.tiles.region == lg.region)
     qtbot.waitUntil(ready, timeout=WAIT)
     assert w.grid_stack.currentWidget() is w.long_view and w.state.result is None
+    for box in (w.controls.hide_first_check, w.controls.value_check):  # options it does not apply
+        assert not box.isEnabled() and "Not applied to a long text" in box.toolTip()
     dense = smollm2.run(LONG, use_cache=False).attentions  # [n_layer, n_head, T, T]
     T = lg.T
     assert T == dense.shape[-1] > 100
@@ -168,6 +170,8 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     w.set_text(PROMPT)  # a short text: the dense grid again
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
     assert lg.run is None and w.grid_stack.currentWidget() is w.grid
+    assert w.controls.hide_first_check.isEnabled() and w.controls.value_check.isEnabled()
+    assert "Not applied" not in w.controls.hide_first_check.toolTip()
 
 
 def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
