@@ -294,7 +294,8 @@ def test_the_lens_from_float32_logits_matches_a_float64_log_softmax():
 @pytest.mark.parametrize("loss", ["next", "repeat"])
 def test_the_scan_on_two_threads_equals_the_scan_on_one(models, loss):
     """Heads of a layer run on two threads and their loss rows share one unembedding product: the
-    effects are those of the one-thread scan, and the repeat loss equals repeat_loss per trace."""
+    effects and the baseline are those of the one-thread scan (the per-head runs themselves are
+    checked against next_loss and repeat_loss in test_the_scan_equals_one_ablated_run_per_head)."""
     model = models["llama_gqa"]
     head = P.lm_head(model)
     ids = [2, 17, 30, 8, 41, 17, 30, 8, 41, 5]

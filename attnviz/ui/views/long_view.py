@@ -197,6 +197,14 @@ class _PatternArea(QWidget):
     def mouseDoubleClickEvent(self, ev) -> None:
         self.long.reset_zoom()
 
+    def paintEvent(self, ev) -> None:  # each area draws itself in paint(p)
+        p = QPainter(self)
+        try:
+            self.paint(p)
+        finally:
+            p.end()
+        self.paint_count += 1
+
     def paint_drag(self, p: QPainter) -> None:
         if self._press is not None and self._drag is not None:
             pen = QPen(QColor("#ffffff"), 1, Qt.PenStyle.DashLine)
@@ -248,14 +256,6 @@ class PatternPane(_PatternArea):
             imgs = self.images(ov, "per-head")
             self._cache = (*key, imgs[0] if imgs else None)
         return self._cache[3]
-
-    def paintEvent(self, ev) -> None:
-        p = QPainter(self)
-        try:
-            self.paint(p)
-        finally:
-            p.end()
-        self.paint_count += 1
 
     def paint(self, p: QPainter) -> None:
         p.fillRect(self.rect(), QColor(BACKGROUND))
@@ -353,14 +353,6 @@ class HeadTiles(_PatternArea):
         if self._cache[:4] != key:
             self._cache = (*key, super().images(ov, scale_mode))
         return self._cache[4]
-
-    def paintEvent(self, ev) -> None:
-        p = QPainter(self)
-        try:
-            self.paint(p)
-        finally:
-            p.end()
-        self.paint_count += 1
 
     def paint(self, p: QPainter) -> None:
         p.fillRect(self.rect(), QColor(BACKGROUND))
