@@ -137,7 +137,6 @@ def child_zoom(T: int) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from attnviz.engine import load_model
     from attnviz.engine.computing.longdoc import run_long
-    from attnviz.figures.overview import compute_overview
     from attnviz.ui.app import make_app
     from attnviz.ui.views.long_view import LongView
     from attnviz.ui.machinery.state import AppState
@@ -159,14 +158,15 @@ def child_zoom(T: int) -> dict:
     lg.set_run(run)
     app.processEvents()
     lp, layer = run.patterns, state.layer
+    shown = lg.shown()  # the one display model, as the window's overview jobs ask it
 
     def new_images():
         t0 = time.perf_counter()
-        pane = compute_overview(lp, layer, lg.region, lg.pane_px, lg.reduce, [lg.head()])
+        pane = shown.cells(layer, lg.region, lg.pane_px, lg.reduce, [lg.head()])
         lg.set_images(pane=pane)
         view.pane.repaint()
         t1 = time.perf_counter()
-        tiles = compute_overview(lp, layer, lg.region, (lg.tile_px, lg.tile_px), lg.reduce)
+        tiles = shown.cells(layer, lg.region, (lg.tile_px, lg.tile_px), lg.reduce)
         lg.set_images(tiles=tiles)
         view.tiles.repaint()
         return t1 - t0, time.perf_counter() - t1

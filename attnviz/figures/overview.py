@@ -1,23 +1,24 @@
-"""A long text's heatmaps, without Qt: what the window shows of a pattern too large to hold (a long
-run's patterns on demand, engine/computing/longdoc.LongPatterns).
+"""A long text's view, without Qt: the geometry and the colours of the long view (ui/views/
+long_view.py), which shows regions of a pattern too large to hold. What its cells are is the one
+display model's (figures/view.Shown.cells, for a long run as for a dense one: the same options,
+Hide first token and Value-weighted included); this module says where they are and how they look.
 
 - A view is a region of the T x T pattern, rows r0..r1-1 (queries) x keys c0..c1-1, drawn at the
-  resolution of the screen: each cell the max or the mean of its block of weights (`REDUCES`).
-  Once the region has no more tokens than the area has pixels, each cell is one weight: exact.
+  resolution of the screen: each cell the max or the mean of its block of shown weights
+  (view.REDUCES). Once the region has no more tokens than the area has pixels, each cell is one
+  weight: exact.
 - Zoom keeps the token under the pointer where it is (`zoom_region`), a dragged rectangle becomes
   the region (`rect_region`); no region is smaller than MIN_SPAN tokens a side or leaves 0..T.
-- Colours: levels from 0 to a top (each head's own top, or one for the layer's heads: the state's
-  scale mode), linear, or on a log scale over LOG_DECADES decades below the top (long-range
-  weights are small), through the one colour table (figures/style).
-- Hover reads the exact weight of the token pair under the pointer (`exact_weight`), whatever the
-  resolution.
+  `token_at` and `to_tokens` map an area's points to tokens.
+- Colours: levels from 0 to a top (`tops` of the cells shown: each head's own top, or one for the
+  layer's heads: the state's scale mode), linear, or on a log scale over LOG_DECADES decades below
+  the top (long-range weights are small), through the one colour table (figures/style).
+- A causal local layer's window edge inside a region (`window_segment`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -25,7 +26,6 @@ from attnviz.engine.computing.patterns import SCALE_MODES
 from attnviz.figures.style import heat_positions
 from attnviz.figures.view import EMPTY_TOP
 
-REDUCES = ("max", "mean")  # what a cell shows of its block of weights
 MIN_SPAN = 4  # tokens: the smallest side a zoom goes to
 LOG_DECADES = 4  # the log colour scale spans top * 1e-4 .. top
 WHEEL_STEP = 0.8  # one wheel notch scales each side of the region by this
@@ -82,37 +82,6 @@ def to_tokens(region, size, y: float, x: float) -> tuple[float, float]:
     return (r0 + min(max(y, 0.0), h) * (r1 - r0) / h, c0 + min(max(x, 0.0), w) * (c1 - c0) / w)
 
 
-@dataclass(frozen=True, eq=False)  # (compared by identity: one per computation)
-class Overview:
-    """The cells of one layer's heads over a region: values [n_heads, H, W] float32, each the max or
-    the mean of its block of weights (`reduce`); exact when each cell is one weight."""
-    layer: int
-    heads: tuple
-    region: tuple
-    reduce: str
-    values: np.ndarray  # [n_heads, H, W] float32
-
-    @property
-    def exact(self) -> bool:
-        r0, r1, c0, c1 = self.region
-        return self.values.shape[1:] == (r1 - r0, c1 - c0)
-
-    def cell_tokens(self, axis: int) -> int:
-        """Tokens per cell along rows (axis 0) or keys (1), rounded up."""
-        r0, r1, c0, c1 = self.region
-        n = (r1 - r0) if axis == 0 else (c1 - c0)
-        return -(-n // self.values.shape[1 + axis])
-
-
-def compute_overview(patterns, layer: int, region, shape: tuple[int, int], reduce: str = "max",
-                     heads=None, stop: Callable[[], bool] | None = None) -> Overview:
-    """The overview of `layer`'s heads (all, or `heads`) over `region` at most shape = (H, W)
-    cells (LongPatterns.overview). stop() may end it with longdoc.Cancelled."""
-    heads = tuple(range(patterns.n_head)) if heads is None else tuple(int(h) for h in heads)
-    values = patterns.overview(layer, shape, reduce, heads=list(heads), region=tuple(region), stop=stop)
-    return Overview(int(layer), heads, tuple(int(v) for v in region), reduce, values)
-
-
 def tops(values: np.ndarray, scale_mode: str) -> np.ndarray:  # [n, H, W] -> [n] float32
     """Each head's colour-scale top: its own largest cell ('per-head'), or the largest of the heads
     shown ('shared'); EMPTY_TOP where that is 0."""
@@ -149,11 +118,6 @@ def level_at(weight: float, top: float, log: bool) -> float:
     if log:
         return float(log_levels(np.float32(weight), np.float32(top)) / top)
     return min(1.0, max(0.0, weight / top))
-
-
-def exact_weight(patterns, layer: int, head: int, q: int, k: int) -> float:
-    """The weight from query q to key k in one head: one dot product, at any zoom."""
-    return float(patterns.rows(layer, q, q + 1, heads=[head], cols=(k, k + 1))[0, 0, 0])
 
 
 def window_segment(region, window: int | None, causal: bool) -> tuple[tuple[float, float], tuple[float, float]] | None:

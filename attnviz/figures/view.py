@@ -1,21 +1,34 @@
 """What the heatmaps show, without Qt: one run's attention under the view options, and where one
-layer's heads go. The window's grid and focus view (through AppState.shown) and every export
-(figures/data.make_view) read this module, so they cannot disagree. The rules, each with a test in
-tests/figures/test_view.py:
+layer's heads go. Every view reads this module: the window's grid and focus view (through
+AppState.shown), the long view of a long text (LongState.shown), every export
+(figures/data.make_view), so none can disagree. The run is dense (a RunResult with attentions
+[n_layer, n_head, T, T]) or long (engine/computing/longdoc.LongRun: patterns computed on demand from
+each layer's q, k and row log-sum-exp); the rules are the same. Each has a test in
+tests/figures/test_view.py (dense) and tests/figures/test_shown_long.py (long against dense):
 
-- Value-weighted: each weight a_qk times ||v_k W_O(h)||, rows renormalised (patterns.value_weighted),
-  once the run has the value norms; until then the weights as they are.
-- Hide first token: the first key column is dropped, not zeroed. The shown keys are `key_pos`
-  (1..T-1) and each row is renormalised over them (patterns.drop_first_key): no view shows a value
-  for the hidden column, and it takes no part in the colour levels. The window leaves its place
-  blank so every column stays under its token; an export leaves it out.
+- Value-weighted: each weight a_qk times w_k = ||v_k W_O(h)||, rows renormalised
+  (patterns.value_weighted), once the run has the value norms (a dense run with values=True; a
+  long run always has them); until then the weights as they are.
+- Hide first token: the first key column is hidden, not zeroed: its key weight w_0 is 0 and each
+  row is renormalised over the other keys (patterns.drop_first_key). Both options are one rule:
+  shown_qk = a_qk w_k / sum_j a_qj w_j (`key_weights`, patterns.reweigh), a row whose total is 0
+  all zeros; with neither, the weights as stored. No view shows a value for the hidden key, and it
+  takes no part in the colour levels. A dense region at one cell per token leaves its column out
+  (`key_pos`: 1..T-1; the window leaves its place blank, an export leaves it out); a region of
+  cells (`cells`) and a pooled one are in token coordinates, where the hidden key counts as a 0,
+  like a masked one.
 - Colour levels start at 0. 'shared': one top for every head of the run, every layer, so heads and
   layers stay comparable and an export of one head has the window's colour bar; 'per-head': each
   head's own top. A top of 0 (nothing left to show) becomes 1.0: an empty pattern is the lowest
-  colour, with an ordinary 0..1 bar.
-- A view asks for a region: which heads, which query rows, at which resolution (`pool` tokens per
-  pixel, max-pooled so no peak is lost), never for the dense [n_layer, n_head, T, T]. For now the
-  region is cut from the dense shown array, computed once per result and options.
+  colour, with an ordinary 0..1 bar. A view of a part of a long text levels what it shows
+  (figures/overview.tops of its cells).
+- A view asks for a region, never for the dense [n_layer, n_head, T, T]: `cells(layer, region,
+  shape, reduce)`, rows r0..r1-1 x keys c0..c1-1 at most H x W cells, each the max or the mean of
+  its block of shown weights (`REDUCES`; blocks split the region as evenly as whole tokens allow:
+  `cell_edges`), exact once the region is no larger than the cells; or `region(layers, heads,
+  rows, pool)`, `pool` tokens per cell, max-pooled. A dense run's shown weights are computed once
+  per result and options; a long run's are streamed a block of rows at a time, each row's total
+  (the renormalisation) kept per layer once computed.
 - One layer's heads are placed by one column rule (`layer_columns`): a row holds whole KV groups,
   and of those the columns that give the largest heads in the area win.
 """
@@ -24,12 +37,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.computing.patterns import SCALE_MODES, drop_first_key, max_pool, value_weighted
+from attnviz.engine.computing.layers import ROW_BLOCK
+from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
+from attnviz.engine.errors import Cancelled, InputError
 
 EMPTY_TOP = 1.0  # the colour-scale top when nothing shown is above 0
+REDUCES = ("max", "mean")  # what a cell shows of its block of weights
+TOP_CELLS = 64  # a long head's top is the largest of its cells at up to this many a side
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,42 @@ class Region:
     pool: int  # tokens per row / column (1: one cell per token)
 
 
+@dataclass(frozen=True, eq=False)  # (compared by identity: one per computation)
+class Overview:
+    """The cells of one layer's heads over a region (Shown.cells): values [n_heads, H, W] float32,
+    each the max or the mean of its block of shown weights (`reduce`), under `options`
+    (hide_first, value-weighted) as applied; exact when each cell is one weight."""
+    layer: int
+    heads: tuple
+    region: tuple
+    reduce: str
+    values: np.ndarray  # [n_heads, H, W] float32
+    options: tuple = (False, False)
+
+    @property
+    def exact(self) -> bool:
+        r0, r1, c0, c1 = self.region
+        return self.values.shape[1:] == (r1 - r0, c1 - c0)
+
+    def cell_tokens(self, axis: int) -> int:
+        """Tokens per cell along rows (axis 0) or keys (1), rounded up."""
+        r0, r1, c0, c1 = self.region
+        n = (r1 - r0) if axis == 0 else (c1 - c0)
+        return -(-n // self.values.shape[1 + axis])
+
+    def edges(self, axis: int) -> np.ndarray:
+        """The first token of each cell along rows (axis 0) or keys (1), and the region's end."""
+        r0, r1, c0, c1 = self.region
+        lo, hi = (r0, r1) if axis == 0 else (c0, c1)
+        return cell_edges(lo, hi, self.values.shape[1 + axis])
+
+
+def cell_edges(lo: int, hi: int, n: int) -> np.ndarray:  # -> [n + 1] strictly increasing (n <= hi - lo)
+    """Tokens lo..hi-1 split into n blocks as evenly as whole tokens allow: block j is
+    edges[j]..edges[j+1]-1 (the same split as LongPatterns.overview)."""
+    return lo + (np.arange(n + 1) * (hi - lo)) // n
+
+
 def same_prefix(a, b, n: int) -> bool:
     """Whether results a and b both start with the same n token ids (a picked query token stays
     only where it is the same token after the same tokens)."""
@@ -51,41 +105,121 @@ def same_prefix(a, b, n: int) -> bool:
 
 
 class Shown:
-    """One run's attention as the heatmaps show it under (hide_first, value_weighted)."""
+    """One run's attention as every view shows it under (hide_first, value_weighted). `result`: a
+    dense RunResult (attentions [n_layer, n_head, T, T]) or a long run (longdoc.LongRun)."""
 
     def __init__(self, result, hide_first: bool = False, value_weighted: bool = False):
         self.result = result
         self.options = (bool(hide_first), bool(value_weighted))  # as asked
-        att = result.attentions  # [n_layer, n_head, T, T]
-        self.n_layer, self.n_head, self.n_tok = (int(n) for n in att.shape[:3])
-        self.weighted = bool(value_weighted and result.value_norms is not None)
+        self.patterns = getattr(result, "patterns", None)  # LongPatterns of a long run, else None
+        run = result if self.patterns is None else result.result
+        if self.patterns is None:
+            self.n_layer, self.n_head, self.n_tok = (int(n) for n in run.attentions.shape[:3])
+        else:
+            lp = self.patterns
+            self.n_layer, self.n_head, self.n_tok = lp.n_layer, lp.n_head, lp.T
+        self.norms = getattr(run, "value_norms", None)  # [n_layer, n_head, T] or None
+        self.weighted = bool(value_weighted and self.norms is not None)
         self.hide_first = bool(hide_first and self.n_tok > 0)
+        self.applied = (self.hide_first, self.weighted)  # the options that change what is shown
         self.key_pos = np.arange(1 if self.hide_first else 0, self.n_tok)  # [n_k] shown key columns
         self._dense: np.ndarray | None = None
         self._head_top: np.ndarray | None = None
+        self._weights: dict = {}  # layer -> key weights [n_head, T]
+        self._totals: dict = {}  # layer -> (row totals [n_head, T], which are computed [n_head, T])
 
-    def _shown(self) -> np.ndarray:  # -> [n_layer, n_head, T, n_k]
+    @property
+    def long(self) -> bool:
+        return self.patterns is not None
+
+    # --- the rule ---------------------------------------------------------------------------------
+    def key_weights(self, layer: int) -> np.ndarray | None:  # -> [n_head, T] float32
+        """What each key's weight is multiplied by before its row is renormalised: ||v_k W_O(h)||
+        when value-weighted, else 1; 0 for a hidden first key. None: the weights as stored."""
+        if not (self.weighted or self.hide_first):
+            return None
+        w = self._weights.get(layer)
+        if w is None:
+            w = (self.norms[layer].astype(np.float32) if self.weighted
+                 else np.ones((self.n_head, self.n_tok), np.float32))
+            if self.hide_first:
+                w[:, 0] = 0.0
+            self._weights[layer] = w
+        return w
+
+    def _shown(self) -> np.ndarray:  # a dense run -> [n_layer, n_head, T, T], token coordinates
         if self._dense is None:
             att = self.result.attentions
-            if self.weighted:  # [n_layer, n_head, T, T] x [n_layer, n_head, T]
-                att = value_weighted(att, self.result.value_norms)
-            if self.hide_first:
-                att = drop_first_key(att)
+            if self.weighted or self.hide_first:
+                w = np.stack([self.key_weights(i) for i in range(self.n_layer)])  # [n_layer, n_head, T]
+                att = reweigh(att, w, key_totals(att, w))
             self._dense = att
         return self._dense
 
+    def _row_totals(self, layer: int, heads: np.ndarray, a: int, b: int, stop=None,
+                    full: np.ndarray | None = None) -> np.ndarray:  # a long run -> [n, b - a]
+        """Each row's total sum_k a_qk w_k over every key, rows a..b-1 of `heads`, computed a block
+        of rows at a time where not yet known and kept (`full`: rows a..b-1 of those heads over
+        every key, when the caller has them)."""
+        if layer not in self._totals:
+            self._totals[layer] = (np.zeros((self.n_head, self.n_tok), np.float32),
+                                   np.zeros((self.n_head, self.n_tok), bool))
+        totals, known = self._totals[layer]
+        w = self.key_weights(layer)[heads]
+        if full is not None:
+            totals[heads, a:b] = key_totals(full, w)
+            known[heads, a:b] = True
+        for s in range(a, b, ROW_BLOCK):
+            e = min(b, s + ROW_BLOCK)
+            if known[heads, s:e].all():
+                continue
+            if stop is not None and stop():
+                raise Cancelled("a newer view was asked for")
+            totals[heads, s:e] = key_totals(self.patterns.rows(layer, s, e, heads), w)
+            known[heads, s:e] = True
+        return totals[heads, a:b]
+
+    def rows(self, layer: int, a: int, b: int, heads=None, cols=None, stop=None) -> np.ndarray:
+        """Exact shown weights of query rows a..b-1 in `layer`: [n_heads, b - a, c1 - c0] for key
+        columns cols = (c0, c1) (all T by default), in token coordinates (a hidden key: 0)."""
+        heads = np.arange(self.n_head) if heads is None else np.asarray(heads, dtype=np.int64)
+        c0, c1 = (0, self.n_tok) if cols is None else (int(cols[0]), int(cols[1]))
+        if not self.long:
+            return self._shown()[layer][heads, a:b, c0:c1]
+        return self._long_rows(layer, heads, a, b, c0, c1, stop)
+
+    def _long_rows(self, layer, heads, a, b, c0, c1, stop=None) -> np.ndarray:
+        lp, w = self.patterns, self.key_weights(layer)
+        if w is None:
+            return lp.rows(layer, a, b, heads, (c0, c1))
+        totals, known = self._totals.get(layer, (None, None))
+        if known is not None and known[heads, a:b].all():
+            raw, full = lp.rows(layer, a, b, heads, (c0, c1)), None
+        else:  # every key of these rows: their totals, and the columns asked for
+            full = lp.rows(layer, a, b, heads)
+            raw = full[:, :, c0:c1]
+        t = self._row_totals(layer, heads, a, b, stop, full)
+        return reweigh(raw, w[heads][:, c0:c1], t)
+
     # --- colour levels ----------------------------------------------------------------------------
     def head_top(self) -> np.ndarray:  # -> [n_layer, n_head]
-        """Each head's colour-scale top: its largest shown weight, EMPTY_TOP where that is 0."""
+        """Each head's colour-scale top: its largest shown weight, EMPTY_TOP where that is 0 (a
+        long run: a pass over every layer's pattern)."""
         if self._head_top is None:
-            d = self._shown()
-            top = (d.max(axis=(2, 3)) if d.shape[2] * d.shape[3] else
-                   np.zeros(d.shape[:2], np.float32)).astype(np.float32)
+            if self.long:
+                top = np.stack([self.cells(i, (0, self.n_tok, 0, self.n_tok), (TOP_CELLS, TOP_CELLS))
+                                .values.max(axis=(1, 2)) for i in range(self.n_layer)])
+            else:
+                d = self._shown()
+                top = (d.max(axis=(2, 3)) if d.shape[2] * d.shape[3] else
+                       np.zeros(d.shape[:2], np.float32)).astype(np.float32)
             self._head_top = np.where(top > 0, top, np.float32(EMPTY_TOP))
         return self._head_top
 
     def shared_top(self) -> float:
         """The one top of the shared scale: the largest shown weight of the run, EMPTY_TOP if 0."""
+        if self.long:
+            return float(self.head_top().max())
         d = self._shown()
         top = float(d.max()) if d.size else 0.0
         return top if top > 0 else EMPTY_TOP
@@ -114,40 +248,94 @@ class Shown:
                pool: int = 1) -> Region:
         """The shown weights of `layers` x `heads` (None: all), query rows a..b (None: all), at
         `pool` tokens per cell. Pooled blocks are in token coordinates: block j holds the keys
-        j*pool .. (j+1)*pool - 1 that are shown (a hidden first key is simply absent)."""
+        j*pool .. (j+1)*pool - 1 (a hidden first key counts as 0); at one cell per token the
+        columns are the shown keys (`key_pos`)."""
         layers, heads = self._select(layers, heads)
         a, b = (0, self.n_tok) if rows is None else (max(0, int(rows[0])), min(self.n_tok, int(rows[1])))
         b = max(a, b)
-        d = self._shown()
-        every_head = heads == list(range(self.n_head))
-        if every_head and layers == list(range(self.n_layer)):
-            part = d  # (views, no copies, for the window's two views)
-        elif every_head and len(layers) == 1:
-            part = d[layers[0]][None]
+        if self.long:
+            part = np.stack([self.rows(i, a, b, heads) for i in layers])
         else:
-            part = d[np.ix_(layers, heads)]
-        part = part[:, :, a:b] if (a, b) != (0, self.n_tok) else part
+            d = self._shown()
+            every_head = heads == list(range(self.n_head))
+            if every_head and layers == list(range(self.n_layer)):
+                part = d  # (views, no copies, for the window's two views)
+            elif every_head and len(layers) == 1:
+                part = d[layers[0]][None]
+            else:
+                part = d[np.ix_(layers, heads)]
+            part = part[:, :, a:b] if (a, b) != (0, self.n_tok) else part
         pool = max(1, int(pool))
         if pool == 1:
-            return Region(part, np.arange(a, b), self.key_pos, 1)
-        if self.hide_first:  # back into token coordinates: a 0 in the hidden column's place
-            part = np.concatenate([np.zeros(part.shape[:-1] + (1,), part.dtype), part], axis=-1)
+            return Region(part[..., int(self.key_pos[0]):] if self.hide_first else part,
+                          np.arange(a, b), self.key_pos, 1)
         return Region(max_pool(part, pool), np.arange(a, b, pool), np.arange(0, self.n_tok, pool), pool)
+
+    def cells(self, layer: int, region=None, shape: tuple[int, int] = (1, 1), reduce: str = "max",
+              heads=None, stop: Callable[[], bool] | None = None) -> Overview:
+        """The shown weights of `layer`'s heads (all, or `heads`) over region = (r0, r1, c0, c1)
+        (rows r0..r1-1 x keys c0..c1-1; None: all) at most shape = (H, W) cells, each the max or
+        the mean of its block (`cell_edges`) in token coordinates; a region of at most H x W
+        weights comes back exact. stop(), asked before each block of rows, ends the work with
+        Cancelled when it says so (a newer view is wanted)."""
+        if reduce not in REDUCES:
+            raise InputError(f"a cell is the 'max' or the 'mean' of its block, not {reduce!r}")
+        r0, r1, c0, c1 = (0, self.n_tok, 0, self.n_tok) if region is None else (int(v) for v in region)
+        region = (r0, r1, c0, c1)
+        heads = tuple(range(self.n_head)) if heads is None else tuple(int(h) for h in heads)
+        if not (0 <= r0 < r1 <= self.n_tok and 0 <= c0 < c1 <= self.n_tok):
+            raise InputError(f"region {region} is not a block of the {self.n_tok} tokens")
+        H, W = min(int(shape[0]), r1 - r0), min(int(shape[1]), c1 - c0)
+        if H < 1 or W < 1:
+            raise InputError(f"a view needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
+        if self.long and not (self.weighted or self.hide_first):  # the stored weights: the engine's
+            values = self.patterns.overview(layer, (H, W), reduce, heads=list(heads), region=region,
+                                            stop=stop)  # (block maxima over the scores)
+        else:
+            values = self._fold_cells(layer, np.asarray(heads, dtype=np.int64), region, (H, W),
+                                      reduce, stop)
+        return Overview(int(layer), heads, region, reduce, values, self.applied)
+
+    def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> np.ndarray:
+        """Cells of exact shown rows, at most ROW_BLOCK rows at a time."""
+        r0, r1, c0, c1 = region
+        H, W = shape
+        row_edges, col_edges = cell_edges(r0, r1, H), cell_edges(0, c1 - c0, W)
+        fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
+        out = np.zeros((len(heads), H, W), dtype=np.float32)
+        a = r0
+        while a < r1:
+            if stop is not None and stop():
+                raise Cancelled("a newer view was asked for")
+            b = min(r1, a + ROW_BLOCK)
+            i = int(np.searchsorted(row_edges, a, side="right")) - 1  # the cell of row a
+            j = int(np.searchsorted(row_edges, b, side="left"))  # cells i..j-1 meet rows a..b-1
+            starts = np.concatenate([[a], row_edges[i + 1:j]]) - a
+            rows = self.rows(layer, a, b, heads, (c0, c1), stop)  # [n, b - a, c1 - c0]
+            part = fold(fold(rows, col_edges[:-1], axis=2), starts, axis=1)  # [n, j - i, W]
+            if reduce == "max":
+                np.maximum(out[:, i:j], part, out=out[:, i:j])
+            else:
+                out[:, i:j] += part
+            a = b
+        if reduce == "mean":
+            out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
+        return out
 
     def weight(self, layer: int, head: int, q: int, k: int) -> float | None:
         """The shown weight from query q to key k, or None for a hidden key."""
         if self.hide_first and k == 0:
             return None
-        return float(self._shown()[layer, head, q, k - int(self.key_pos[0]) if len(self.key_pos) else k])
+        return float(self.rows(layer, q, q + 1, [head], (k, k + 1))[0, 0, 0])
 
     def strongest_in_block(self, layer: int, head: int, q0: int, k0: int, pool: int) -> tuple[int, int]:
         """(q, k) of the largest shown weight in the pool x pool block starting at (q0, k0): the cell
         a pooled pixel shows."""
-        k_first = int(self.key_pos[0]) if len(self.key_pos) else 0
-        lo = max(k0, k_first)
-        block = self._shown()[layer, head, q0:q0 + pool, lo - k_first:k0 + pool - k_first]
-        if block.size == 0:
+        lo = max(k0, int(self.key_pos[0]) if len(self.key_pos) else 0)
+        q1, k1 = min(self.n_tok, q0 + pool), min(self.n_tok, k0 + pool)
+        if q1 <= q0 or k1 <= lo:
             return q0, k0
+        block = self.rows(layer, q0, q1, [head], (lo, k1))[0]
         dq, dk = np.unravel_index(int(block.argmax()), block.shape)
         return q0 + int(dq), lo + int(dk)
 

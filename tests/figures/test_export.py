@@ -145,7 +145,7 @@ def test_hidden_first_numbers_drop_column_zero(run, tmp_path):
     export_result(run, out, model="m", scope="layer", layer=1, hide_first=True)
     arr = np.load(out)
     assert arr.shape == (12, 12, 11)
-    np.testing.assert_array_equal(arr, drop_first_key(run.attentions[1]))
+    np.testing.assert_allclose(arr, drop_first_key(run.attentions[1]), atol=1e-6, rtol=0)
     np.testing.assert_allclose(arr.sum(-1), 1.0, atol=1e-5)
     csv_path = tmp_path / "h.csv"
     export_result(run, csv_path, model="m", scope="all", layer=0, hide_first=True)

@@ -1,8 +1,9 @@
-"""The long view's display model (figures/overview.py): an overview's cells are the max or the mean
-of their blocks of the dense pattern, exact once a region is no larger than the cells; zoom keeps
-the token under the pointer and stays inside the text; a dragged rectangle covers every token it
-touches; the log colour scale spans LOG_DECADES below the top; hover's weight and the window edge
-match the dense pattern."""
+"""The long view's cells (figures/view.Shown.cells of a long run, no options) and its geometry and
+colours (figures/overview.py): a cell is the max or the mean of its block of the dense pattern,
+exact once a region is no larger than the cells; zoom keeps the token under the pointer and stays
+inside the text; a dragged rectangle covers every token it touches; the log colour scale spans
+LOG_DECADES below the top; hover's weight and the window edge match the dense pattern. The options
+on a long run: tests/figures/test_shown_long.py."""
 
 import numpy as np
 import pytest
@@ -11,16 +12,18 @@ from attnviz.engine import load_model
 from attnviz.engine.computing.longdoc import run_long
 from attnviz.engine.errors import Cancelled
 from attnviz.figures import overview as ov
+from attnviz.figures.view import Shown
 from tiny import FIXTURES
 
 
 @pytest.fixture(scope="module", params=["llama_gqa", "mistral_window"])
 def run(request):
-    """A fixture decoder on 37 ids: (dense patterns [n_layer, n_head, T, T], long patterns)."""
+    """A fixture decoder on 37 ids: (dense patterns [n_layer, n_head, T, T], the long run as shown
+    with no options)."""
     model = load_model(FIXTURES / request.param)
     ids = np.random.default_rng(3).integers(0, 12, min(37, model.config.max_positions))
     dense = model.run(ids=ids, use_cache=False).attentions
-    return dense, run_long(model, ids=ids, row_block=4).patterns
+    return dense, Shown(run_long(model, ids=ids, row_block=4))
 
 
 def blocks_of(a, edges_r, edges_c, fold):  # a [n, R, C] -> [n, len(edges_r), len(edges_c)]
@@ -29,9 +32,10 @@ def blocks_of(a, edges_r, edges_c, fold):  # a [n, R, C] -> [n, len(edges_r), le
 
 @pytest.mark.parametrize("reduce", ["max", "mean"])
 def test_overview_cells_are_a_numpy_reduction_of_the_dense_pattern(run, reduce):
-    dense, lp = run
+    dense, shown = run
+    lp = shown.patterns
     region = (3, 34, 1, 30)  # 31 rows x 29 keys into 7 x 5 cells: blocks of 4 or 5 by 5 or 6
-    got = ov.compute_overview(lp, 1, region, (7, 5), reduce)
+    got = shown.cells(1, region, (7, 5), reduce)
     part = dense[1][:, 3:34, 1:30]
     rows, cols = (np.arange(7) * 31) // 7, (np.arange(5) * 29) // 5
     fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
@@ -46,11 +50,12 @@ def test_overview_cells_are_a_numpy_reduction_of_the_dense_pattern(run, reduce):
 def test_block_maxima_are_the_very_numbers_of_reducing_the_exact_rows(run):
     """The max is taken over the scores before exp (LongPatterns._row_maxima): the same float32s,
     blocks no row may see (above the diagonal, left of a window) included."""
-    _, lp = run
+    _, shown = run
+    lp = shown.patterns
     for region in [(0, lp.T, 0, lp.T), (5, 30, 20, 37), (20, 37, 0, 9), (0, 3, 0, lp.T)]:
         r0, r1, c0, c1 = region
         H, W = min(6, r1 - r0), 5
-        got = ov.compute_overview(lp, 1, region, (H, W), "max", heads=[0, lp.n_head - 1]).values
+        got = shown.cells(1, region, (H, W), "max", heads=[0, lp.n_head - 1]).values
         rows = lp.rows(1, r0, r1, heads=[0, lp.n_head - 1], cols=(c0, c1))
         want = blocks_of(rows, (np.arange(H) * (r1 - r0)) // H, (np.arange(W) * (c1 - c0)) // W,
                          np.maximum.reduceat)
@@ -58,22 +63,25 @@ def test_block_maxima_are_the_very_numbers_of_reducing_the_exact_rows(run):
 
 
 def test_a_region_no_larger_than_the_cells_is_exact(run):
-    dense, lp = run
-    got = ov.compute_overview(lp, 0, (10, 22, 4, 20), (64, 64), "max", heads=[1, 3])
+    dense, shown = run
+    got = shown.cells(0, (10, 22, 4, 20), (64, 64), "max", heads=[1, 3])
     assert got.exact and got.heads == (1, 3)
     np.testing.assert_allclose(got.values, dense[0][[1, 3], 10:22, 4:20], atol=1e-5, rtol=0)
 
 
 def test_a_stale_overview_stops_with_cancelled(run):
-    _, lp = run
-    with pytest.raises(Cancelled):
-        ov.compute_overview(lp, 0, ov.full_region(lp.T), (8, 8), stop=lambda: True)
+    _, shown = run
+    for hide_first in (False, True):  # the engine's block maxima, and exact rows of shown weights
+        with pytest.raises(Cancelled):
+            Shown(shown.result, hide_first).cells(0, ov.full_region(shown.n_tok), (8, 8),
+                                                  stop=lambda: True)
 
 
 def test_hover_reads_the_exact_weight_and_the_window_edge_lies_on_the_mask(run):
-    dense, lp = run
+    dense, shown = run
+    lp = shown.patterns
     for layer, h, q, k in [(0, 0, 30, 2), (1, lp.n_head - 1, 36, 36), (1, 2, 20, 11)]:
-        assert ov.exact_weight(lp, layer, h, q, k) == pytest.approx(float(dense[layer, h, q, k]), abs=1e-6)
+        assert shown.weight(layer, h, q, k) == pytest.approx(float(dense[layer, h, q, k]), abs=1e-6)
     window = lp.window[0]
     seg = ov.window_segment(ov.full_region(lp.T), window, lp.causal)
     if window is None or window >= lp.T:

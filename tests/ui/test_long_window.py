@@ -3,7 +3,8 @@ ones, the text grows in the box with the new tokens marked, the heatmaps follow)
 scrubs the steps (the token's row in every head of the layer, its top-10, the KV bytes equal to the
 calculator's), Stop and an edit of the text end it; a text over the dense limit shows as the long
 view, whose tiles are the block maxima of the dense pattern, whose wheel and dragged rectangle zoom
-to the exact weights, and whose hover reads the exact weight."""
+to the exact weights, and whose hover reads the exact weight; Hide first token and Value-weighted
+change what the long view shows and paints as they change the grid."""
 
 import numpy as np
 import pytest
@@ -14,6 +15,9 @@ from PySide6.QtWidgets import QApplication
 from attnviz.engine.calc.from_config import kv_cache_needed
 from attnviz.engine.computing.generate import generate
 from attnviz.engine.computing.longdoc import dense_bytes
+from attnviz.engine.computing.patterns import drop_first_key, value_weighted
+from attnviz.figures.overview import colour_index, tops
+from attnviz.ui.views.long_view import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
 from windows import WAIT, open_window
 
@@ -118,8 +122,6 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
                      and lg.pane.region == lg.region and lg.tiles.region == lg.region)
     qtbot.waitUntil(ready, timeout=WAIT)
     assert w.grid_stack.currentWidget() is w.long_view and w.state.result is None
-    for box in (w.controls.hide_first_check, w.controls.value_check):  # options it does not apply
-        assert not box.isEnabled() and "Not applied to a long text" in box.toolTip()
     dense = smollm2.run(LONG, use_cache=False).attentions  # [n_layer, n_head, T, T]
     T = lg.T
     assert T == dense.shape[-1] > 100
@@ -170,8 +172,80 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     w.set_text(PROMPT)  # a short text: the dense grid again
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
     assert lg.run is None and w.grid_stack.currentWidget() is w.grid
-    assert w.controls.hide_first_check.isEnabled() and w.controls.value_check.isEnabled()
-    assert "Not applied" not in w.controls.hide_first_check.toolTip()
+
+
+def shown_pattern(full, layer: int, hide_first: bool, weighted: bool) -> np.ndarray:
+    """[n_head, T, T]: a dense run's layer as the grid shows it (patterns.value_weighted, then
+    drop_first_key), a hidden first key as 0 (token coordinates)."""
+    att = full.attentions[layer]
+    if weighted:
+        att = value_weighted(att, full.value_norms[layer])
+    if hide_first:
+        att = np.concatenate([np.zeros_like(att[..., :1]), drop_first_key(att)], axis=-1)
+    return att
+
+
+def pixel_of_cell(pane, region, q: int, k: int) -> int:
+    """The ARGB the pane paints at the centre of token pair (q, k) of `region`."""
+    r0, r1, c0, c1 = region
+    rect = pane.head_rect()
+    x = rect.left() + (k - c0 + 0.5) * rect.width() / (c1 - c0)
+    y = rect.top() + (q - r0 + 0.5) * rect.height() / (r1 - r0)
+    return pane.grab().toImage().pixel(int(x), int(y))
+
+
+def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, smollm2):
+    """The two boxes act on a long text as on the grid: the tiles and the pane are the dense run's
+    shown pattern under them, the hidden key's column is painted blank, each painted cell has its
+    value's colour, hover reads the shown weight."""
+    w, lg, view = win, win.state.long, win.long_view
+    cfg = smollm2.config
+    w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
+    w.state.set_layer(5)
+    w.set_text(LONG)
+    boxes = {"hide": w.controls.hide_first_check, "weighted": w.controls.value_check}
+    full = smollm2.run(LONG, use_cache=False, values=True)  # [n_layer, n_head, T, T], value norms
+
+    def shows(options):
+        return lambda: (lg.run is not None and lg.pane is not None and lg.tiles is not None
+                        and lg.pane.region == lg.region == lg.tiles.region
+                        and lg.pane.options == lg.tiles.options == options)
+
+    qtbot.waitUntil(shows((False, False)), timeout=WAIT)
+    assert all(b.isEnabled() for b in boxes.values())
+    T = lg.T
+    assert T == full.attentions.shape[-1]
+    n = lg.tiles.values.shape[1]
+    edges = (np.arange(n) * T) // n
+    region = (20, 50, 0, 30)  # the first key in its own column: exact cells
+    head = lg.head()
+    for hide, weighted in [(True, False), (True, True), (False, True), (False, False)]:
+        boxes["hide"].setChecked(hide)
+        boxes["weighted"].setChecked(weighted)
+        lg.reset_zoom()
+        qtbot.waitUntil(shows((hide, weighted)), timeout=WAIT)
+        want = shown_pattern(full, 5, hide, weighted)
+        tiles = np.maximum.reduceat(np.maximum.reduceat(want, edges, axis=2), edges, axis=1)
+        np.testing.assert_allclose(lg.tiles.values, tiles, atol=1e-5, rtol=0)
+        assert ("first key hidden" in view.info.text()) == hide
+        assert ("value-weighted" in view.info.text()) == weighted
+
+        lg.set_region(region)
+        qtbot.waitUntil(lambda: shows((hide, weighted))() and lg.pane.exact, timeout=WAIT)
+        np.testing.assert_allclose(lg.pane.values[0], want[head, 20:50, :30], atol=1e-5, rtol=0)
+        table = colour_table(w.state.colormap)
+        idx = colour_index(lg.pane.values, tops(lg.pane.values, "per-head"))[0]
+        for q, k in [(25, 0), (30, 1), (44, 7), (49, 29)]:  # painted: each cell its value's colour
+            colour = table[0] if hide and k == 0 else table[idx[q - 20, k]]  # 0: blank
+            assert pixel_of_cell(view.pane, region, q, k) == colour, (q, k)
+        rect = view.pane.head_rect()
+        for k in (0, 9):  # hover: the shown weight, or (hidden)
+            p = QPointF(rect.left() + (k + 0.5) * rect.width() / 30, rect.top() + 10.5 * rect.height() / 30)
+            qtbot.mouseMove(view.pane, pos=p.toPoint())
+            text = view.readout.text()
+            assert f"(q 30, k {k})" in text
+            assert (text.endswith("(hidden)") if hide and k == 0 else
+                    text.endswith(f"{float(want[head, 30, k]):.4g}")), text
 
 
 def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):

@@ -11,20 +11,26 @@ at its 8,192 positions. A long run (`run_long`) instead keeps, per layer,
 (31 MB a layer for SmolLM2 at T = 8,192), and attention runs in row blocks (layers.attend_in_blocks),
 so no [n_head, T, T] array exists either. A weight is then exp(q_i k_j * scale - lse_i): any block of
 rows, one head's rows, one key's column or an overview tile (the max or the mean of each block of
-the pattern at a resolution) is computed when asked, from these alone (`LongPatterns`).
+the pattern at a resolution) is computed when asked, from these alone (`LongPatterns`). From V and
+each layer's W_O the run also gives its value norms ||v_k W_O(h)|| [n_layer, n_head, T]
+(result.value_norms, what Value-weighted reads: layers.value_norms_by_gram).
 
 Below DENSE_LIMIT bytes of patterns the dense path (Model.run) stays what the window types on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
-from attnviz.engine.computing.layers import ROW_BLOCK, block_scores, key_range, pattern_rows
+from attnviz.engine.computing.families import output_projection
+from attnviz.engine.computing.layers import (
+    ROW_BLOCK, block_scores, key_range, pattern_rows, value_norms_by_gram,
+)
 from attnviz.engine.computing.trace import LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -228,8 +234,8 @@ class LongPatterns:
 
 @dataclass(frozen=True)
 class LongRun:
-    """A long text's run: the RunResult (tokens, ids, cache figures; its `attentions` is None) and
-    its patterns on demand."""
+    """A long text's run: the RunResult (tokens, ids, cache figures, value_norms; its `attentions`
+    is None) and its patterns on demand."""
     result: object  # model.RunResult
     patterns: LongPatterns
 
@@ -256,9 +262,12 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
             f"{model.name}: layer {bad[0]} gives non-finite attention weights (NaN or inf) for this "
             "input; the model's weights or config.json are broken (a NaN, inf or huge weight, or a "
             "norm epsilon <= 0)")
+    cfg = model.config  # ||v_k W_O(h)|| [n_layer, n_head, T], what Value-weighted reads
+    norms = np.stack([value_norms_by_gram(v, output_projection(model.weights.layers, i)[0], cfg.n_group)
+                      for i, v in enumerate(trace.v)])
     if progress is not None:
-        progress(model.config.n_layer, model.config.n_layer)
-    return LongRun(result, patterns_of(trace, model.config))
+        progress(cfg.n_layer, cfg.n_layer)
+    return LongRun(dataclasses.replace(result, value_norms=norms), patterns_of(trace, cfg))
 
 
 class DenseTooLarge(InputError):

@@ -23,15 +23,30 @@ def drop_first_key(att: np.ndarray, out: np.ndarray | None = None) -> np.ndarray
     return np.multiply(rest, inv, out=out)
 
 
+def key_totals(att: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """[..., n_q, n_k] x key weights [..., n_k] -> [..., n_q]: each row's sum of a_qk * w_k, the
+    total a row is renormalised by (`reweigh`). Row blocks of a pattern give their rows' totals."""
+    att = np.asarray(att, dtype=np.float32)
+    w = np.asarray(weights, dtype=np.float32)[..., None]
+    return np.matmul(att, w)[..., 0]
+
+
+def reweigh(att: np.ndarray, weights: np.ndarray, totals: np.ndarray) -> np.ndarray:
+    """[..., n_q, n_k] x key weights [..., n_k] x row totals [..., n_q] (`key_totals` of the whole
+    rows) -> [..., n_q, n_k]: a_qk * w_k / total_q, a row whose total is 0 all zeros (never NaN).
+    `att` may be a block of a row's keys: its totals are still the whole row's."""
+    w = np.asarray(att, dtype=np.float32) * np.asarray(weights, dtype=np.float32)[..., None, :]
+    t = np.asarray(totals, dtype=np.float32)[..., None]
+    inv = np.divide(1.0, t, out=np.zeros_like(t), where=t > 0)
+    return np.multiply(w, inv, out=w)
+
+
 def value_weighted(att: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """[..., n_q, n_k] x value norms [..., n_k] -> [..., n_q, n_k]: each weight a_qk scaled by
     ||v_k W_O(h)||, the size of what key k sends through this head, then each row renormalised to
     sum to 1 (a row whose keys all send nothing stays 0). Kobayashi et al. (2020): a head can put
     weight 0.9 on a key that writes almost nothing."""
-    w = np.asarray(att, dtype=np.float32) * np.asarray(norms, dtype=np.float32)[..., None, :]
-    total = w.sum(axis=-1, keepdims=True)
-    inv = np.divide(1.0, total, out=np.zeros_like(total), where=total > 0)
-    return np.multiply(w, inv, out=w)
+    return reweigh(att, norms, key_totals(att, norms))
 
 
 def max_pool(x: np.ndarray, p: int) -> np.ndarray:  # [..., n_q, n_k] -> [..., ceil(n_q/p), ceil(n_k/p)]

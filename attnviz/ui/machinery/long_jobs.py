@@ -5,8 +5,9 @@
   cancelled between layers once a newer run is asked for (`run_long`, called from the worker's
   compute job);
 - the overviews the long view shows ('overview-pane': the focused head at the pane's size, first;
-  'overview-tiles': every head of the layer), newest wins, cancelled between row blocks when stale;
-  the last good images stay until the new ones come;
+  'overview-tiles': every head of the layer), cells of the one display model (LongState.shown:
+  figures/view.Shown.cells under the state's Hide first token and Value-weighted), newest wins,
+  cancelled between row blocks when stale; the last good images stay until the new ones come;
 - a generation ('generate', on a thread of its own: it streams its steps to the main thread as they
   come; Stop and an edit of the text end it after the step under way)."""
 
@@ -53,6 +54,7 @@ class LongJobs(QObject):
         self.dense_limit = DENSE_LIMIT  # bytes of patterns over which the window runs a text as long
         self._stop = threading.Event()  # the running generation's Stop
         self._gen: dict | None = None  # the running generation: job id, model, prompt, its ids
+        self._asked = None  # the figures.view.Shown the last overviews were asked of
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(OVERVIEW_DELAY_MS)
@@ -62,6 +64,7 @@ class LongJobs(QObject):
         lg.sigViewChanged.connect(self._timer.start)
         st.sigLayerChanged.connect(lambda _l: lg.run is not None and self._timer.start())
         st.sigFocusChanged.connect(lambda _f: lg.run is not None and self._timer.start())
+        st.sigDisplayChanged.connect(self._on_display)  # Hide first token, Value-weighted
         self.sigStep.connect(self._on_step)
         self.sigLayer.connect(self._on_layer)
         self.gen.sigStopWanted.connect(self._stop_generation)
@@ -110,14 +113,13 @@ class LongJobs(QObject):
     def request_overviews(self) -> None:
         """The focused head at the pane's size, then every head of the layer at the tiles' size,
         for the state's region, reduction and layer."""
-        from attnviz.figures.overview import compute_overview
-
         self._timer.stop()
         lg, st = self.long, self.state
         run = lg.run
         if run is None:
             return
-        lp, layer, region, reduce = run.patterns, min(st.layer, run.patterns.n_layer - 1), lg.region, lg.reduce
+        shown = self._asked = lg.shown()  # the state's Hide first token and Value-weighted
+        layer, region, reduce = min(st.layer, shown.n_layer - 1), lg.region, lg.reduce
         head = lg.head()
         def job(kind, shape, heads):  # one overview, stopped between row blocks once stale
             job_id = self.worker.claim(kind)
@@ -126,10 +128,15 @@ class LongJobs(QObject):
                 return not self.worker.is_newest(kind, job_id)
 
             def work():
-                return compute_overview(lp, layer, region, shape, reduce, heads, stale)
+                return shown.cells(layer, region, shape, reduce, heads, stale)
             self.worker.submit(kind, work, self._on_overview, (kind, run), POOL, job_id=job_id)
         job(PANE_KIND, lg.pane_px, [head])
         job(TILES_KIND, (lg.tile_px, lg.tile_px), None)
+
+    def _on_display(self) -> None:
+        """New overviews when the options change what is shown (not for a colormap or a scale)."""
+        if self.long.run is not None and self.long.shown() is not self._asked:
+            self._timer.start()
 
     def _on_overview(self, request, value, error) -> None:
         kind, run = request

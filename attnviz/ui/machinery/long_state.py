@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.figures.overview import REDUCES, WHEEL_STEP, full_region, rect_region, zoom_region
+from attnviz.figures.overview import WHEEL_STEP, full_region, rect_region, zoom_region
+from attnviz.figures.view import REDUCES, Shown
 
 
 class LongState(QObject):
@@ -28,9 +29,10 @@ class LongState(QObject):
         self.log = False
         self.tile_px = 96  # cells a side of each head's tile, and of the large pane (the screen's)
         self.pane_px = (512, 512)
-        self.tiles = None  # figures.overview.Overview of the layer's heads
+        self.tiles = None  # figures.view.Overview of the layer's heads (Shown.cells)
         self.pane = None  # Overview of the focused head at the pane's size
         self.progress = (0, 0)
+        self._shown: dict = {}  # (hide_first, value_weighted) -> Shown of `run`
 
     @property
     def patterns(self):
@@ -39,6 +41,19 @@ class LongState(QObject):
     @property
     def T(self) -> int:
         return 0 if self.run is None else self.run.patterns.T
+
+    def shown(self) -> Shown | None:
+        """The long run as the long view shows it (figures/view.Shown: the state's Hide first token
+        and Value-weighted applied as in the dense grid), one per (run, options), so the overview
+        jobs and the hover read-out share the rows' totals once computed (kept while the run is
+        shown: turning an option off and on again computes nothing twice)."""
+        if self.run is None:
+            return None
+        options = (self.state.hide_first, self.state.value_weighted)
+        s = self._shown.get(options)
+        if s is None or s.result is not self.run:
+            s = self._shown[options] = Shown(self.run, *options)
+        return s
 
     def head(self) -> int:
         """The head the large pane shows: the focused one when it is on the layer shown, else 0."""
@@ -52,6 +67,7 @@ class LongState(QObject):
         if run is self.run:
             return
         self.run = run
+        self._shown = {}
         if run is None:
             self.region, self.tiles, self.pane = None, None, None
         elif self.region is None or self.region[1] > run.patterns.T or self.region[3] > run.patterns.T:

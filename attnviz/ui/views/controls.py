@@ -72,18 +72,7 @@ class ViewControls(QWidget):
         st.sigDisplayChanged.connect(self._on_display)
         st.sigQueryChanged.connect(self._on_query)
         st.sigResultChanged.connect(self._on_query)
-        st.long.sigRunChanged.connect(self._on_long)
-        self._tips = {w: w.toolTip() for w in (self.hide_first_check, self.value_check)}
         self._on_model(st.model)
-
-    def _on_long(self, run) -> None:
-        """While a long text's overview is shown, the options it does not apply are off-limits and
-        say so: it shows every key's stored weight, unweighted."""
-        for w, tip in self._tips.items():
-            w.setEnabled(run is None)
-            w.setToolTip(tip if run is None else
-                         f"{tip}. Not applied to a long text's overview, which shows the stored "
-                         "weights of every key: shorten the text to use it.")
         self._on_display()
         self._on_query()
 

@@ -1,13 +1,15 @@
 """The long view: what the window shows instead of the heatmap grid while the text is a long run
-(AppState.long; figures/overview.py says what a cell is). Every head of the layer as a tile, and
-the focused head large, both an overview of the same region of the T x T pattern at screen
-resolution: the max or the mean of each block, linear or log colours. The wheel zooms about the
-pointer and a dragged rectangle zooms to it, in the large pane or a tile; once the region has no more
-tokens than the pane has pixels the cells are the exact weights and the token labels appear; the
-token strip under the pane lists the region's keys. Hover reads the exact weight of the token
-pair under the pointer at any zoom. A local layer's window edge is drawn (dashed) where it passes
-through the region. Until a new overview arrives the last one stays, moved and scaled to the new
-region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
+(AppState.long). Every head of the layer as a tile, and the focused head large, both cells of the
+same region of the T x T pattern at screen resolution from the one display model
+(LongState.shown: figures/view.Shown.cells, under Hide first token and Value-weighted as the grid
+shows them; figures/overview.py for the geometry and the colours): the max or the mean of each
+block, linear or log colours. The wheel zooms about the pointer and a dragged rectangle zooms to
+it, in the large pane or a tile; once the region has no more tokens than the pane has pixels the
+cells are the exact weights (a hidden first key's column blank) and the token labels appear; the
+token strip under the pane lists the region's keys. Hover reads the exact shown weight of the
+token pair under the pointer at any zoom. A local layer's window edge is drawn (dashed) where it
+passes through the region. Until a new overview arrives the last one stays, moved and scaled to
+the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.py)."""
 
 from __future__ import annotations
 
@@ -21,14 +23,16 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import (
-    LOG_DECADES, REDUCES, colour_index, exact_weight, to_tokens, token_at, tops, window_segment,
+    LOG_DECADES, colour_index, to_tokens, token_at, tops, window_segment,
 )
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, heat_table
+from attnviz.figures.view import REDUCES
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 STRIP_MAX = 64  # keys the token strip lists
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
 REDUCE_NAMES = {"max": "block max", "mean": "block mean"}
+OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the info line says them
 
 
 def colour_table(name: str) -> list[int]:
@@ -83,6 +87,8 @@ class _PatternArea(QWidget):
         if ov is None:
             return []
         idx = colour_index(ov.values, tops(ov.values, scale_mode), self.long.log)
+        if ov.options[0] and ov.region[2] == 0 and ov.edges(1)[1] == 1:
+            idx[:, :, 0] = 0  # a hidden first key's own column: blank, as in the grid
         return [indexed_image(i, self.table()) for i in idx]
 
     def draw_image(self, p: QPainter, img: QImage, ov_region, rect: QRectF) -> None:
@@ -130,8 +136,9 @@ class _PatternArea(QWidget):
         h, q, k = at
         lg, layer = self.long, self.layer()
         labels = lg.run.result.labels
-        w = exact_weight(lg.patterns, layer, h, q, k)
-        text = f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  {w:.4g}"
+        w = lg.shown().weight(layer, h, q, k)  # the shown weight, under the view's options
+        text = (f"{head_title(layer, h)}  {labels[q]} → {labels[k]}  (q {q:,}, k {k:,})  "
+                + ("(hidden)" if w is None else f"{w:.4g}"))
         ov = self.overview_of(h)
         if ov is not None and not ov.exact and ov.region == lg.region:
             rect = self.head_rect(h)
@@ -495,11 +502,12 @@ class LongView(QWidget):
         else:
             lp, r = lg.patterns, lg.region
             layer = min(self.state.layer, lp.n_layer - 1)
-            ov = lg.pane
-            res = ("exact weights" if ov is not None and ov.region == r and ov.exact else
+            ov, applied = lg.pane, lg.shown().applied
+            now = ov is not None and ov.region == r and ov.options == applied
+            res = ("exact weights" if now and ov.exact else
                    f"{REDUCE_NAMES[lg.reduce]} of blocks of up to "
-                   f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if ov is not None and ov.region == r
-                   else "computing…")
+                   f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if now else "computing…")
+            res += "".join(f", {name}" for on, name in zip(applied, OPTION_NAMES) if on)
             res_ = lg.run.result
             cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"
                    if res_.truncated else "")
