@@ -144,7 +144,7 @@ class Shown:
                  else np.ones((self.n_head, self.n_tok), np.float32))
             if self.hide_first:
                 w[:, 0] = 0.0
-            self._weights[layer] = w
+            w = self._weights.setdefault(layer, w)  # (one per layer, whichever thread came first)
         return w
 
     def _shown(self) -> np.ndarray:  # a dense run -> [n_layer, n_head, T, T], token coordinates
@@ -161,10 +161,8 @@ class Shown:
         """Each row's total sum_k a_qk w_k over every key, rows a..b-1 of `heads`, computed a block
         of rows at a time where not yet known and kept (`full`: rows a..b-1 of those heads over
         every key, when the caller has them)."""
-        if layer not in self._totals:
-            self._totals[layer] = (np.zeros((self.n_head, self.n_tok), np.float32),
-                                   np.zeros((self.n_head, self.n_tok), bool))
-        totals, known = self._totals[layer]
+        totals, known = self._totals.get(layer) or self._totals.setdefault(
+            layer, (np.zeros((self.n_head, self.n_tok), np.float32), np.zeros((self.n_head, self.n_tok), bool)))
         w = self.key_weights(layer)[heads]
         if full is not None:
             totals[heads, a:b] = key_totals(full, w)

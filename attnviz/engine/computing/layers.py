@@ -215,18 +215,6 @@ def head_value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head
     return np.sqrt(np.einsum("htm,htm->ht", f, f)), f
 
 
-def value_norms_by_gram(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
-    """head_value_norms without forming each head's [T, d_model] output (a long text's):
-    ||v_j W_O(h)||^2 = v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model
-    of the cost."""
-    vh = repeat_kv(v, n_group)  # [n_head, T, d_head]
-    n_head, _, d_head = vh.shape
-    wo = np.asarray(w_o, dtype=np.float32).reshape(n_head, d_head, -1)
-    gram = np.matmul(wo, wo.transpose(0, 2, 1))  # [n_head, d_head, d_head]
-    sq = np.einsum("htd,htd->ht", np.matmul(vh, gram), vh)
-    return np.sqrt(np.maximum(sq, 0.0, out=sq), out=sq)
-
-
 def head_output_share(pattern, f):  # [n_head, T, T], [n_head, T, d_model] -> [n_head]
     """Each head's share of the layer's attention output: ||A_h (V_h W_O(h))||_F over the sum of
     all heads' (the output bias, shared by all heads, is left out)."""
