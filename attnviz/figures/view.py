@@ -173,7 +173,8 @@ class Shown:
                 continue
             if stop is not None and stop():
                 raise Cancelled("a newer view was asked for")
-            totals[heads, s:e] = key_totals(self.patterns.rows(layer, s, e, heads), w)
+            every = None if np.array_equal(heads, np.arange(self.n_head)) else heads
+            totals[heads, s:e] = key_totals(self.patterns.rows(layer, s, e, every), w)
             known[heads, s:e] = True
         return totals[heads, a:b]
 
@@ -188,13 +189,14 @@ class Shown:
 
     def _long_rows(self, layer, heads, a, b, c0, c1, stop=None) -> np.ndarray:
         lp, w = self.patterns, self.key_weights(layer)
+        every = None if np.array_equal(heads, np.arange(self.n_head)) else heads  # (k not repeated)
         if w is None:
-            return lp.rows(layer, a, b, heads, (c0, c1))
+            return lp.rows(layer, a, b, every, (c0, c1))
         totals, known = self._totals.get(layer, (None, None))
         if known is not None and known[heads, a:b].all():
-            raw, full = lp.rows(layer, a, b, heads, (c0, c1)), None
+            raw, full = lp.rows(layer, a, b, every, (c0, c1)), None
         else:  # every key of these rows: their totals, and the columns asked for
-            full = lp.rows(layer, a, b, heads)
+            full = lp.rows(layer, a, b, every)
             raw = full[:, :, c0:c1]
         t = self._row_totals(layer, heads, a, b, stop, full)
         return reweigh(raw, w[heads][:, c0:c1], t)
