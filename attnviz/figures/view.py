@@ -289,8 +289,9 @@ class Shown:
         if H < 1 or W < 1:
             raise InputError(f"a view needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
         if self.long and not (self.weighted or self.hide_first):  # the stored weights: the engine's
-            values = self.patterns.overview(layer, (H, W), reduce, heads=list(heads), region=region,
-                                            stop=stop)  # (block maxima over the scores)
+            every = heads == tuple(range(self.n_head))  # (then its keys are not repeated per head)
+            values = self.patterns.overview(layer, (H, W), reduce, heads=None if every else list(heads),
+                                            region=region, stop=stop)  # (block maxima over the scores)
         else:
             values = self._fold_cells(layer, np.asarray(heads, dtype=np.int64), region, (H, W),
                                       reduce, stop)
