@@ -9,8 +9,9 @@ so it says where the time goes before anything is cut.
 - probe: the agreement probe (60 template sentences) on SmolLM2, the engine call the roles panel's
   job makes (probes.score_probe; goal <= 5 s). Parts: the model runs, the rest.
 - export: `attnviz export --view anatomy` on SmolLM2 as a fresh process, as a user runs it (goal
-  <= 1.5 s). Parts (the same steps in this process, the second time): load the model, run the
-  sentence with the layer inputs, draw and write the PNG; and the command's own Python start-up
+  <= 1.5 s). Parts (the same steps in this process, the second time): open the model, run the
+  sentence through layers 0..3 with their inputs (expanding those layers from the file), draw and
+  write the PNG; and the command's own Python start-up
   and imports (`-X importtime` is the tool for those).
 
 Run it under the shared lock (flock /tmp/heavy.lock ...) and report `uptime` with the figures: on
@@ -166,9 +167,9 @@ from attnviz.figures.anatomy import make_anatomy_view, png_bytes
 from PySide6.QtGui import QGuiApplication
 t1 = time.perf_counter()
 app = QGuiApplication([])
-m = load_model({MODEL!r})
+m = load_model({MODEL!r}, eager=False)  # as the command: layers expanded as the run reaches them
 t2 = time.perf_counter()
-r = m.run("The keys to the cabinet are on the table.", inputs=True)
+r = m.run("The keys to the cabinet are on the table.", inputs=True, layers=4)
 t3 = time.perf_counter()
 data, lay = png_bytes(make_anatomy_view(m, r, 3, None), 1200)
 open({str(out_dir / 'b.png')!r}, "wb").write(data)

@@ -116,9 +116,10 @@ def offscreen():
     yield QGuiApplication.instance() or QGuiApplication(["attnviz-export"])
 
 
-def _model(args, layer):
-    """The model (at --checkpoint), with --layer and --head checked against it."""
-    model = checkpoint_opt.at(load_model(args.model), args)
+def _model(args, layer, eager: bool = True):
+    """The model (at --checkpoint), with --layer and --head checked against it. `eager=False`: a
+    GGUF file's layers are expanded as the run reaches them (engine load_model)."""
+    model = checkpoint_opt.at(load_model(args.model, eager=eager), args)
     cfg = model.config
     if layer is not None:
         check_index("layer", layer, cfg.n_layer, model.name)
@@ -137,8 +138,8 @@ def _export_anatomy(args, fmt: str) -> int:
                     ("--value-weighted", args.value_weighted)), "to heatmaps, not to --view anatomy")
     width, colormap = _image_options(args)
     layer = args.layer or 0
-    model = _model(args, layer)
-    result = model.run(args.text, truncate=args.truncate, inputs=True)
+    model = _model(args, layer, eager=False)  # the layers after `layer` are never read
+    result = model.run(args.text, truncate=args.truncate, inputs=True, layers=layer + 1)
     show_notice("export", result)
     with offscreen():
         from attnviz.figures.anatomy import make_anatomy_view

@@ -257,3 +257,27 @@ def test_f16_and_bf16_tables_stay_in_the_file_and_give_the_converted_rows(tmp_pa
     with pytest.raises(ModelLoadError, match=r"tensor model.embed_tokens.weight holds 1 non-finite "
                                              r"value \(the first, nan at \[9, 4\]\)"):
         load_model(folder)
+
+
+def test_a_lazy_load_expands_only_the_layers_a_run_reaches(tmp_path):
+    """eager=False: no layer is expanded at load; a run of the first k layers expands k of them and
+    gives the whole model's first k layers, bit for bit; a NaN in a later layer is only met (and
+    named) by a run that reaches it."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    whole = load_model(write_gguf(tmp_path / "ok.gguf", cfg, tensors))
+    tensors = dict(tensors)
+    last = whole.config.n_layer - 1
+    name = f"blk.{last}.attn_v.weight"
+    tensors[name] = tensors[name].copy()
+    tensors[name][2, 3] = np.nan
+    lazy = load_model(write_gguf(tmp_path / "nan.gguf", cfg, tensors), eager=False)
+    assert lazy.weights.layers.expansions == 0
+    part = lazy.run(ids=IDS, inputs=True, layers=last)
+    assert lazy.weights.layers.expansions == last
+    full = whole.run(ids=IDS, inputs=True, use_cache=False)
+    np.testing.assert_array_equal(part.attentions, full.attentions[:last])
+    assert part.attentions.shape[0] == last and len(part.layer_inputs) == last
+    for a, b in zip(part.layer_inputs, full.layer_inputs):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ModelLoadError, match=rf"{name} holds 1 non-finite .* at \[2, 3\]"):
+        lazy.run(ids=IDS)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
+from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward, layer_consts, mlp
 from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
@@ -122,3 +123,32 @@ def test_a_run_resumed_from_a_layer_equals_the_whole_edited_run(models, name):
     np.testing.assert_array_equal(resumed.attentions, whole.attentions)
     np.testing.assert_array_equal(resumed.z[0], whole.z[0])
     np.testing.assert_array_equal(resumed.z[1][0], 0)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
+def test_a_run_of_the_first_layers_equals_those_layers_of_the_whole_run(models, name):
+    """Model.run(layers=n): the first n layers' patterns, inputs and value norms as the whole run
+    has them, nothing after; the KV cache is neither read nor changed; n outside 1..n_layer is
+    refused."""
+    model = models[name]
+    n_layer = model.config.n_layer
+    ids = IDS.tolist()
+    whole = model.run(ids=ids, inputs=True, values=True, use_cache=False)
+    for n in range(1, n_layer + 1):
+        part = model.run(ids=ids, inputs=True, values=True, layers=n)
+        assert part.attentions.shape == (n,) + whole.attentions.shape[1:]
+        np.testing.assert_array_equal(part.attentions, whole.attentions[:n])
+        np.testing.assert_array_equal(part.value_norms, whole.value_norms[:n])
+        assert len(part.layer_inputs) == n
+        for a, b in zip(part.layer_inputs, whole.layer_inputs):
+            np.testing.assert_array_equal(a, b)
+        assert part.cache_reused == 0
+    if model.config.causal:
+        model.run(ids=ids)  # fills the cache
+        model.run(ids=ids[:-1], layers=1)
+        assert model.run(ids=ids).cache_reused == len(ids)  # the early-ending run left it alone
+    for bad in (0, n_layer + 1):
+        with pytest.raises(InputError, match=f"layers must be 1..{n_layer}"):
+            model.run(ids=ids, layers=bad)
+    with pytest.raises(ValueError, match="must start before it"):
+        Trace(end=0)

@@ -540,6 +540,7 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
     if cache is not None:
         assert cfg.causal, "only a causal model's earlier rows stay valid when tokens follow"
         assert not trace.edits and not trace.start, "an edited run leaves the cache alone"
+        assert trace.end is None, "a cache holds every layer: a run that ends early leaves it alone"
         trace.want_kv = True
         if cache.usable(trace):
             p = cache.prefix(ids)
@@ -548,7 +549,7 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
             return trace
     trace.begin(cfg.n_layer, ids, p)
     if trace.want_patterns:
-        trace.attentions = np.empty((cfg.n_layer, cfg.n_head, T, T), dtype=np.float32)
+        trace.attentions = np.empty((trace.n_run(cfg.n_layer), cfg.n_head, T, T), dtype=np.float32)
         if p:  # old query rows cannot see the new keys
             trace.attentions[:, :, :p, :p] = cache.attentions[:, :, :p, :p]
             trace.attentions[:, :, :p, p:] = 0
@@ -574,10 +575,12 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
     else:
         x = embed(w, ids[p:], np.arange(p, T), cfg)  # [n, d_model], n = T - p new tokens
     try:
-        for i in range(trace.start, cfg.n_layer):
+        n_run = trace.n_run(cfg.n_layer)
+        for i in range(trace.start, n_run):
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
             x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))
-        trace.record_resid(cfg.n_layer, x, past)  # the final-norm input
+        if n_run == cfg.n_layer:
+            trace.record_resid(cfg.n_layer, x, past)  # the final-norm input
     except Stop:  # the trace wants nothing after this point
         pass

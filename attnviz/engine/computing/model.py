@@ -103,7 +103,8 @@ class Model:
 
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
             use_cache: bool = True, values: bool = False, inputs: bool = False,
-            trace: Trace | None = None, max_tokens: int | None = None) -> RunResult:
+            trace: Trace | None = None, max_tokens: int | None = None,
+            layers: int | None = None) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -122,7 +123,11 @@ class Model:
         trace with edits or a resume point never touches the KV cache.
 
         `max_tokens` lowers the limit truncate cuts to (and the limit a text may have without it)
-        below the model's positions."""
+        below the model's positions.
+
+        `layers`: run only the first `layers` layers (one layer's anatomy needs none after it): the
+        patterns are then [layers, n_head, T, T], layer_inputs has `layers` entries, and the run
+        neither reads nor updates the KV cache."""
         t0 = time.perf_counter()
         text, notice, enc = self._encode(text, ids)
         ids = np.asarray(enc.ids, dtype=np.int64)
@@ -146,6 +151,10 @@ class Model:
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
         given, trace = trace, Trace() if trace is None else trace
+        if layers is not None:
+            if not 1 <= layers <= self.config.n_layer:
+                raise InputError(f"layers must be 1..{self.config.n_layer} for {self.name}, got {layers}")
+            trace.end, use_cache = int(layers), False
         trace.want_values |= values
         trace.want["inputs"] |= inputs
         if trace.want_patterns:  # [n_layer, n_head, T, T] at once: refused over longdoc.DENSE_LIMIT
@@ -164,7 +173,7 @@ class Model:
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
                          cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
                          value_norms=norms, head_share=share,
-                         layer_inputs=tuple(trace.inputs) if inputs else None,
+                         layer_inputs=tuple(trace.inputs[:trace.n_run(len(trace.inputs))]) if inputs else None,
                          trace=given)
 
     def _encode(self, text, ids) -> tuple[str, str | None, Encoded]:
@@ -207,7 +216,7 @@ class Model:
         c = self.config
         norms = np.empty(attentions.shape[:3], dtype=np.float32)
         share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, v in enumerate(v_layers):
+        for i, v in enumerate(v_layers[:len(norms)]):  # (a run that ended early: its layers)
             norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
             share[i] = head_output_share(attentions[i], f)
         return norms, share

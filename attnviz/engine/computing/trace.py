@@ -71,13 +71,17 @@ class Trace:
     and values of all T tokens (a run that fills a KV cache). inputs, z, resid: see the module
     docstring. edits: ReplaceHead and Knockout. start, base: run layers start.. only, from base's
     resid[start] (`base`: an earlier trace of the same ids that kept resid); layers before `start`
-    share base's records."""
+    share base's records. end: run only the layers before it (what one layer's anatomy needs);
+    the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False, edits=(),
-                 start: int = 0, base: Trace | None = None):
+                 start: int = 0, base: Trace | None = None, end: int | None = None):
         if start and (base is None or not base.resid or base.resid[start] is None):
             raise ValueError("resuming at a layer needs a base trace that kept the residual stream")
+        if end is not None and end <= start:
+            raise ValueError(f"a run that ends before layer {end} must start before it, not at {start}")
+        self.end = end
         self.want_patterns, self.want_values, self.want_kv = patterns, values, kv
         self.want = {"inputs": inputs, "z": z, "resid": resid}
         self.edits = tuple(edits)
@@ -102,13 +106,19 @@ class Trace:
         self.ids = ids
         self.reused = p
         self._p = p
-        self._last = n_layer - 1
+        if self.end is not None and self.end > n_layer:
+            raise ValueError(f"a run of {n_layer} layers cannot end before layer {self.end}")
+        self._last = self.n_run(n_layer) - 1
         for name in ("k", "v", "inputs", "z"):
             setattr(self, name, [None] * n_layer)
         self.resid = [None] * (n_layer + 1)
         if self.start:  # the layers before `start` are the base's
             for name in ("k", "v", "inputs", "z", "resid"):
                 getattr(self, name)[:self.start] = getattr(self.base, name)[:self.start]
+
+    def n_run(self, n_layer: int) -> int:
+        """Layers the run goes through: all n_layer, or those before `end`."""
+        return n_layer if self.end is None else self.end
 
     def slot(self, i: int, past: KVCache | None, rows: np.ndarray | None) -> LayerCache:
         """Layer i's slot: the cached prefix `past` (its first p tokens), `rows` the pattern rows

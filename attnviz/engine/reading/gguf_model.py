@@ -578,10 +578,12 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
-                    name: str | None = None) -> Weights:
+                    name: str | None = None, eager: bool = True) -> Weights:
     """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout (Gemma 3 too: its four
     norms per layer). The layers stay in the file's type and are expanded to float32 within the
-    memory budget (engine/reading/budget.py): `budget` bytes, else the one chosen, else the default."""
+    memory budget (engine/reading/budget.py): `budget` bytes, else the one chosen, else the default.
+    `eager`: expand (and check) the layers the budget keeps now; otherwise each layer is expanded
+    and checked when a run first reaches it (a one-shot command that needs a few layers)."""
     d = cfg.d_model
     permuted = arch in PERMUTED_QK
     plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
@@ -591,7 +593,8 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
                             budget)
     layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
                         ts.path.name, output=lambda i, check: _output(plans[i], ts, check))
-    layers.expand_kept()  # as before for a model that fits: every layer read and checked at load
+    if eager:  # as before for a model that fits: every layer read and checked at load
+        layers.expand_kept()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
     # no output.weight means it is tied to the token embedding
@@ -694,9 +697,10 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
 
 
 def load_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None):
+              budget: int | None = None, eager: bool = True):
     """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
-    within the memory budget (`budget` bytes, else the one chosen, else the default)."""
+    within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
+    leaves each layer in the file until a run first needs it."""
     from attnviz.engine.computing.model import Model
 
     path = Path(path).expanduser()
@@ -707,7 +711,7 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     if notice:
         log.info("%s: %s", path.name, notice)
     ts = GGUFTensors(reader, path)
-    weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name)
+    weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager)
     file_license = _field(reader, "general.license")
     return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
                  license=license or (file_license if isinstance(file_license, str) else None),

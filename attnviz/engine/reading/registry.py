@@ -477,11 +477,14 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         "LM Studio or Ollama folders); `attnviz models` lists what is available")
 
 
-def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None) -> Model:
+def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,
+               eager: bool = True) -> Model:
     """Load a model by name (see find_models), from a folder holding config.json + safetensors, or
     from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default: the budget
-    chosen with budget.set_memory_budget, else from the memory available)."""
+    chosen with budget.set_memory_budget, else from the memory available). `eager=False`: a GGUF
+    file's layers are expanded when a run first reaches them, not at load (safetensors layers
+    always are: they are memory-mapped)."""
     name, where, license = resolve(name_or_dir)
     if where.is_file():  # resolve() gives a file only for GGUF
-        return load_gguf(where, name=name, license=license, budget=budget)
+        return load_gguf(where, name=name, license=license, budget=budget, eager=eager)
     return load_folder(where, name=name, license=license, budget=budget)
