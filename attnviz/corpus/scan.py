@@ -158,13 +158,29 @@ def local_cluster(n_workers: int):
     No dashboard: the scheduler's HTTP server (which it starts even with dashboard_address=None,
     on 8787, warning when that port is taken) gets a free port of the system's choosing, and the
     workers do not sample their task's stack every 10 ms for the dashboard's profile (a thread
-    that takes the GIL from the task 100 times a second, for a page nobody opens)."""
+    that takes the GIL from the task 100 times a second, for a page nobody opens).
+    This process's environment is left as it was: each nanny writes its workers' variables
+    (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_, ...) into os.environ before it spawns a worker, and
+    writes them again before a restart, so they are taken back out once the workers are up."""
     import dask
     from dask.distributed import LocalCluster
 
-    with dask.config.set({"distributed.worker.profile.enabled": False}):  # the nannies keep it
-        return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                            dashboard_address=":0", silence_logs=logging.ERROR)
+    before = dict(os.environ)
+    try:
+        with dask.config.set({"distributed.worker.profile.enabled": False}):  # the nannies keep it
+            return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                dashboard_address=":0", silence_logs=logging.ERROR)
+    finally:
+        restore_environment(before)
+
+
+def restore_environment(before: dict) -> None:
+    """Make os.environ equal `before` again (what a LocalCluster's nannies added or changed)."""
+    for key in set(os.environ) - set(before):
+        del os.environ[key]
+    for key, value in before.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None = None,
@@ -176,6 +192,7 @@ def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None
 
     cluster = None
     own = client is None
+    before = dict(os.environ)  # a worker restarted mid-scan writes its variables again
     try:
         if client is None:
             if scheduler:
@@ -193,6 +210,7 @@ def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None
             client.close()
         if cluster is not None:
             cluster.close()
+            restore_environment(before)
 
 
 def _submit_all(client, plan: Plan, progress: Progress | None) -> list:

@@ -43,7 +43,10 @@ def cluster():
 
     from attnviz.corpus.scan import local_cluster
 
+    before = dict(os.environ)
     c = local_cluster(2)
+    c.environment_changes = {k: (before.get(k), os.environ.get(k))
+                             for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k)}
     client = Client(c)
     yield c, client
     client.close()
@@ -186,6 +189,16 @@ def test_a_worker_given_dasks_malloc_trim_threshold_keeps_large_arrays_on_its_he
     out = subprocess.run([sys.executable, "-c", HEAP_CHECK], env=env, capture_output=True,
                          text=True, check=True).stdout.split()
     assert out[1] == "heap"
+
+
+def test_starting_the_local_cluster_leaves_this_processs_environment_alone(cluster):
+    """The nannies write their workers' variables (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_) into
+    os.environ to spawn them; this process (the CLI, the window, pytest) gets its own back, while
+    the workers keep theirs."""
+    c, client = cluster
+    assert c.environment_changes == {}
+    threads = client.run(lambda: __import__("os").environ.get("OMP_NUM_THREADS"))
+    assert set(threads.values()) == {"1"}
 
 
 def test_the_scans_local_workers_sample_no_profile_for_a_dashboard(cluster):

@@ -268,10 +268,6 @@ class Runner(QObject):
         return self.is_newest(job.kind, job.id)
 
     def is_newest(self, kind: str, job_id: int) -> bool:
-        """Whether job_id is still the newest of its kind (a job's own cancel check, any thread)."""
-        return self._newest.get(kind) == job_id
-
-    def is_newest(self, kind: str, job_id: int) -> bool:
         """Whether job `job_id` (from claim) is still the newest of its kind: a long job asks this
         between its steps and stops once it is stale (read from any thread: one dict lookup)."""
         return self._newest.get(kind) == job_id
