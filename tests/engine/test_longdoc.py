@@ -167,3 +167,44 @@ def test_smollm2_row_blocks_give_the_dense_patterns_at_600_tokens(smollm2):
     lp = run_long(smollm2, ids=ids).patterns
     for layer in range(lp.n_layer):
         np.testing.assert_allclose(lp.rows(layer, 0, 600), dense[layer], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window", "bert"])
+def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns(runs, name, monkeypatch):
+    """Row chunks of 8 for the projections and the MLP and blocks of 16 rows for attention, on two
+    threads: the residual stream of one thread within float32 rounding (products of other shapes
+    sum in another order; streams of size ~10), and the dense path's patterns."""
+    from attnviz.engine.computing import layers, parallel
+
+    model, ids, dense, _ = runs[name]
+    monkeypatch.setattr(parallel, "ROW_CHUNK", 8)
+    monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # group_rows' floor: 16 rows a block
+    one, two = (LongTrace(workers=w, resid=True) for w in (1, 2))
+    for trace in (one, two):
+        model.run(ids=ids, use_cache=False, trace=trace)
+    for a, b in zip(two.resid, one.resid):
+        np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-5)
+    lp = longdoc.patterns_of(two, model.config)
+    np.testing.assert_allclose(lp.dense(), dense, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_an_overview_on_two_threads_is_the_same_float32s_as_on_one(runs, reduce, monkeypatch):
+    from attnviz.engine.computing import layers
+
+    lp = runs["mistral_window"][3]
+    monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # blocks of 16 rows: 3 blocks of 37
+    for heads in (None, [1], [0, lp.n_head - 1]):
+        one = lp.overview(1, (30, 7), reduce, heads=heads, workers=1)
+        two = lp.overview(1, (30, 7), reduce, heads=heads, workers=2)
+        np.testing.assert_array_equal(one, two)
+
+
+def test_fold_segments_is_a_reduceat_over_segments_of_any_width():
+    x = np.random.default_rng(0).standard_normal((200, 3, 5)).astype(np.float32)
+    for edges in ([0, 1, 2, 40, 41, 199, 200], [0, 7, 14, 21, 200], list(range(0, 201, 25))):
+        starts, stops = np.array(edges[:-1]), np.array(edges[1:])
+        np.testing.assert_array_equal(longdoc.fold_segments(x, starts, stops, np.maximum),
+                                      np.maximum.reduceat(x, starts, axis=0))
+        np.testing.assert_allclose(longdoc.fold_segments(x, starts, stops, np.add),
+                                   np.add.reduceat(x, starts, axis=0), rtol=1e-5, atol=1e-5)

@@ -30,6 +30,8 @@ from attnviz.engine.computing.layers import (
     ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, layer_norm, linear,
     mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
+from attnviz.engine.computing import parallel
+from attnviz.engine.computing.parallel import for_row_chunks
 from attnviz.engine.computing.rope import rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.budget import LayerStore, resolve_budget
@@ -348,11 +350,14 @@ class Consts:
     scale: float  # score scale: 1 / sqrt(d_head) (GPT-2's scale_attn_by_inverse_layer_idx: / (i + 1))
     rope: tuple | None  # (cos, sin) [n, d_head] for the new positions, or None (no RoPE)
     bias: np.ndarray | None  # [n, T]: 0 where a query may look, -inf where masked; None: sees all
+    # (or a long run's, whose attention masks each block itself: layers.scores_t)
     norm: Callable  # (x, gain_bias) -> x: the family's norm with the config's epsilon
     act: Callable  # the MLP's activation
     gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
     qk_norm: Callable | None = None  # Family.qk_norm
     window: int | None = None  # keys a causal query sees (q - k < window), None: all before it
+    causal: bool = False  # a query sees no key after it
+    workers: int = 1  # threads the row-wise steps (projections, MLP) share a long run's rows over
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -418,11 +423,13 @@ FAMILY = {
 }
 
 
-def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
+def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
+                 workers: int = 1) -> list[Consts]:
     """Every layer's Consts for a run over positions p..T-1 (n = T - p); layers with the same window
     and RoPE share their arrays. Layer i's window and RoPE are the config's (a local layer of
     Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the
-    config has one (Gemma), else d_head^-0.5."""
+    config has one (Gemma), else d_head^-0.5. masks=False: no [n, T] mask (a long run's attention
+    masks its blocks itself); `workers`: threads for the row-wise steps (Consts.workers)."""
     fam = FAMILY[cfg.family]
     positions = np.arange(p, T)  # [n]
     eps = cfg.norm_eps
@@ -430,10 +437,10 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
         return fam.norm(x, *gain_bias, eps)
 
-    masks, ropes, out = {}, {}, []
+    masks, ropes, out = ({} if masks else None), {}, []
     for i in range(cfg.n_layer):
         window, rope = cfg.window(i), cfg.rope_of(i)
-        if cfg.causal and window not in masks:
+        if cfg.causal and masks is not None and window not in masks:
             masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
         if fam.rope and rope not in ropes:
             ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
@@ -441,9 +448,10 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0) -> list[Consts]:
         out.append(Consts(
             n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head,
             scale=scale / (i + 1) if cfg.attn_scale_by_layer else scale,
-            rope=ropes.get(rope) if fam.rope else None, bias=masks.get(window) if cfg.causal else None,
+            rope=ropes.get(rope) if fam.rope else None,
+            bias=masks.get(window) if cfg.causal and masks is not None else None,
             norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm,
-            window=window if cfg.causal else None))
+            window=window if cfg.causal else None, causal=cfg.causal, workers=max(1, int(workers))))
     return out
 
 
@@ -462,15 +470,34 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) 
     return x
 
 
+def in_row_chunks(x, c: Consts) -> bool:
+    """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
+    return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
+
+
 def project_qkv(x, layer: Layer, c: Consts):
     """x [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
-    position when the family has RoPE."""
+    position when the family has RoPE (a long run's rows in chunks, on c.workers threads)."""
+    if in_row_chunks(x, c):
+        n = x.shape[0]
+        q = np.empty((c.n_head, n, c.d_head), dtype=np.float32)
+        k, v = (np.empty((c.n_kv_head, n, c.d_head), dtype=np.float32) for _ in range(2))
+
+        def rows(a, b):
+            rope = None if c.rope is None else (c.rope[0][a:b], c.rope[1][a:b])
+            q[:, a:b], k[:, a:b], v[:, a:b] = _project_qkv(x[a:b], layer, c, rope)
+        for_row_chunks(n, rows, c.workers)
+        return q, k, v
+    return _project_qkv(x, layer, c, c.rope)
+
+
+def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
     q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
                         c.n_head, c.n_kv_head, c.d_head)
     if c.qk_norm is not None:
         q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
-    if c.rope is not None:
-        q, k = apply_rope(q, *c.rope), apply_rope(k, *c.rope)  # same shapes, rotated by position
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
     return q, k, v
 
 
@@ -502,8 +529,8 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
     if cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
-        z, lse = attend_in_blocks(q, k, v, c.scale, c.bias is not None, c.window, c.n_group,
-                                  cache.row_block)  # [n_head, n, d_head], [n_head, n]
+        z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group,
+                                  cache.row_block, c.workers)  # [n_head, n, d_head], [n_head, n]
         cache.q(q, lse, c)
         cache.pattern(None)
     else:
@@ -511,14 +538,33 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
         cache.pattern(pattern)
         z = head_outputs(pattern, v, c)
     z = cache.z(z)  # [n_head, n, d_head]
+    if in_row_chunks(x, c):
+        out = np.empty((z.shape[1], layer.w_o.shape[1]), dtype=np.float32)
+
+        def rows(a, b):
+            out[a:b] = attention_output(z[:, a:b], layer)[1]
+        for_row_chunks(z.shape[1], rows, c.workers)
+        return out
     return attention_output(z, layer)[1]  # [n, d_model]
 
 
 def mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
+    if in_row_chunks(x, c):  # a long run: chunks of rows, [chunk, d_ff] in cache, on c.workers threads
+        out = np.empty((x.shape[0], layer.w_out.shape[1]), dtype=np.float32)
+
+        def rows(a, b):
+            out[a:b] = _mlp(x[a:b], layer, c)
+        for_row_chunks(x.shape[0], rows, c.workers)
+        return out
+    return _mlp(x, layer, c)
+
+
+def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
     hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
     if c.gated_mlp:
         gate, up = np.split(hidden, 2, axis=-1)  # [n, d_ff] each
-        hidden = c.act(gate) * up  # [n, d_ff] SwiGLU
+        hidden = c.act(gate)
+        hidden *= up  # [n, d_ff] SwiGLU
     else:
         hidden = c.act(hidden)  # [n, d_ff]
     return linear(hidden, layer.w_out, layer.b_out)  # [n, d_model]
@@ -569,7 +615,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
     rows :p."""
     fam = FAMILY[cfg.family]
     T = len(ids)
-    consts = layer_consts(cfg, T, p)
+    consts = layer_consts(cfg, T, p, masks=trace.row_block is None, workers=trace.workers)
     if trace.start:
         x = trace.base.resid[trace.start]  # [T, d_model] the residual entering layer `start`
     else:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnviz.engine.computing.parallel import in_parallel
+
 SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
 
@@ -98,7 +100,11 @@ def gelu_tanh(x):  # [..., n] -> [..., n], tanh approximation (GPT-2 "gelu_new")
 
 def silu(x):  # [..., n] -> [..., n]
     # reference: x * sigmoid(x) = x / (1 + exp(-x))
-    return x / (1.0 + np.exp(-x))
+    # tuned: the same operations in one new array, no temporaries
+    out = np.negative(x)
+    np.exp(out, out=out)
+    out += np.float32(1.0)
+    return np.divide(x, out, out=out)
 
 
 def relu(x):
@@ -240,7 +246,16 @@ def _shares(norms):  # [n_head] float64 -> [n_head] float32, summing to 1 (all 0
 
 # ---------------------------------------------------------------- attention in row blocks (long texts)
 
-ROW_BLOCK = 256  # query rows per block: [n_head, 256, T] float32 is 75 MB for 9 heads at T = 8,192
+ROW_BLOCK = 256  # query rows per block at most (see group_rows: fewer where T is long)
+BLOCK_BYTES = 4 << 20  # a block's scores of one KV group at most: [keys, group rows] float32, in cache
+
+
+def group_rows(n_keys: int, n_group: int, block: int = ROW_BLOCK) -> int:
+    """Query rows per block so that one KV group's scores [n_keys, n_group * rows] float32 stay
+    within BLOCK_BYTES (at least 16 rows, at most `block`): each pass over them (mask, max, exp,
+    sum, the product with V) then reads the cache, not memory."""
+    fit = BLOCK_BYTES // (4 * max(1, n_keys) * n_group)
+    return max(1, min(block, max(16, fit)))
 
 
 def key_range(q0: int, q1: int, T: int, causal: bool, window: int | None) -> tuple[int, int]:
@@ -261,60 +276,113 @@ def band_bias(q0: int, q1: int, lo: int, hi: int, window: int | None) -> np.ndar
     return mask_bias(allowed)
 
 
-def _grouped(x, n_group):  # [n_head, m, d] -> [n_kv_head, n_group m, d]: query heads by KV head
-    n_head, m, d = x.shape
-    return np.ascontiguousarray(x).reshape(n_head // n_group, n_group * m, d)
+def _mask_t(st, q0: int, lo: int, window: int | None) -> None:
+    """-inf into scores st [n_keys, s, m] (keys lo.., queries q0..q0+m-1 of s heads) where the
+    causal mask (and the window) hides the key: only the keys of the block's diagonal (k > q0) and
+    of the window's edge (k <= q0 + m - 1 - window) are touched, at most m keys each."""
+    n_keys, _, m = st.shape
+    hi = lo + n_keys
+    spans = [(max(lo, q0 + 1), hi)]  # keys after some row of the block
+    if window is not None:
+        spans.append((lo, min(hi, q0 + m - window)))  # keys before some row's window
+    for k0, k1 in spans:
+        if k1 > k0:
+            st[k0 - lo:k1 - lo] += band_bias(q0, q0 + m, k0, k1, window).T[:, None, :]
 
 
-def block_scores(q, k, scale, q0, lo, hi, causal, window, n_group):
-    """q [n_head, m, d_head] at positions q0..q0+m-1, k [n_kv_head, T, d_head] -> scaled, masked
-    scores [n_head, m, hi - lo] over keys lo..hi-1 (k is read per KV group, not repeated)."""
-    n_head, m, _ = q.shape
-    qs = _grouped(q * np.float32(scale), n_group)  # [n_kv_head, n_group m, d_head]
-    s = np.matmul(qs, k[:, lo:hi].transpose(0, 2, 1)).reshape(n_head, m, hi - lo)
+def work_buffer(buf, shape) -> np.ndarray:
+    """A C-contiguous float32 array of `shape` in the flat work array buf (None or too small: a new
+    one): products written into memory already touched, not a fresh allocation's pages each
+    block. -> (the array, the work array to pass next time)."""
+    n = int(np.prod(shape))
+    if buf is None or buf.size < n:
+        buf = np.empty(n, dtype=np.float32)
+    return buf[:n].reshape(shape), buf
+
+
+def scores_t(qs, k, q0: int, lo: int, hi: int, causal: bool, window: int | None, out=None):
+    """Scaled queries qs [s, m, d_head] of s heads that read one KV head, at positions q0..q0+m-1,
+    and that head's keys k [T, d_head] -> the masked scores over keys lo..hi-1, keys as rows:
+    [hi - lo, s * m], column h * m + i for head h's query q0 + i (-inf where masked); written into
+    `out` when given. One product per KV head; a key's row then meets every query of the block, so
+    the reductions over keys (softmax, block maxima) run along axis 0, each a pass over whole rows."""
+    s, m, d = qs.shape
+    st = np.matmul(k[lo:hi], qs.reshape(s * m, d).T, out=out)  # [hi - lo, s m]
     if causal:
-        s += band_bias(q0, q0 + m, lo, hi, window)
-    return s
+        _mask_t(st.reshape(hi - lo, s, m), q0, lo, window)
+    return st
 
 
-def attend_in_blocks(q, k, v, scale, causal, window=None, n_group=1, block=ROW_BLOCK):
-    """Attention of n queries at positions T-n..T-1 over T keys, a block of rows at a time, so no
-    [n_head, n, T] array exists; keys a block cannot see (beyond its last row, outside the window)
-    are skipped. q [n_head, n, d_head], k, v [n_kv_head, T, d_head] -> z [n_head, n, d_head] and
-    each row's log-sum-exp lse [n_head, n] (a weight is then exp(score - lse): patterns_rows)."""
+def attend_in_blocks(q, k, v, scale, causal, window=None, n_group=1, block=ROW_BLOCK, workers=1):
+    """Attention of n queries at positions T-n..T-1 over T keys, a block of rows and one KV group
+    at a time (group_rows), so no [n_head, n, T] array exists; keys a block cannot see (beyond its
+    last row, outside the window) are skipped. q [n_head, n, d_head], k, v [n_kv_head, T, d_head] ->
+    z [n_head, n, d_head] and each row's log-sum-exp lse [n_head, n] (a weight is then
+    exp(score - lse): pattern_rows). The weights are not normalised in place: z is the product
+    with exp(score - max) divided by the row's sum, one [rows, d_head] division. The blocks are
+    shared out to `workers` threads (parallel.in_parallel)."""
     n_head, n, _ = q.shape
+    n_kv = k.shape[0]
     T = k.shape[1]
     p = T - n
     z = np.empty((n_head, n, v.shape[-1]), dtype=np.float32)
     lse = np.empty((n_head, n), dtype=np.float32)
-    for a in range(0, n, block):
-        b = min(n, a + block)
+    tasks, a = [], 0
+    while a < n:  # (rows a..b-1, keys lo..hi-1, KV head g), the longest rows first
+        lo, hi = key_range(p + a, p + min(n, a + block), T, causal, window)
+        b = min(n, a + group_rows(hi - lo, n_group, block))
         lo, hi = key_range(p + a, p + b, T, causal, window)
-        s = block_scores(q[:, a:b], k, scale, p + a, lo, hi, causal, window, n_group)
-        top = s.max(axis=-1, keepdims=True)  # [n_head, m, 1]
-        s -= top
-        np.exp(s, out=s)
-        total = s.sum(axis=-1, keepdims=True)
-        s /= total
-        zb = np.matmul(_grouped(s, n_group), v[:, lo:hi])  # [n_kv_head, n_group m, d_head]
-        z[:, a:b] = zb.reshape(n_head, b - a, -1)
-        lse[:, a:b] = (top + np.log(total))[..., 0]
+        tasks += [(a, b, lo, hi, g) for g in range(n_kv)]
+        a = b
+    tasks.reverse()  # (a block's cost grows with its keys: the large ones first, the small fill in)
+
+    def task(t, buf):
+        a, b, lo, hi, g = tasks[t]
+        heads = slice(g * n_group, (g + 1) * n_group)
+        st, buf = work_buffer(buf, (hi - lo, n_group * (b - a)))
+        st = scores_t(q[heads, a:b] * np.float32(scale), k[g], p + a, lo, hi, causal, window, st)
+        top = st.max(axis=0)  # [n_group m]
+        st -= top
+        np.exp(st, out=st)
+        total = st.sum(axis=0)
+        zg = np.matmul(st.T, v[g, lo:hi])  # [n_group m, d_head]
+        zg /= total[:, None]
+        z[heads, a:b] = zg.reshape(n_group, b - a, -1)
+        np.log(total, out=total)
+        total += top
+        lse[heads, a:b] = total.reshape(n_group, b - a)
+        return buf
+
+    in_parallel(len(tasks), task, workers)
     return z, lse
 
 
-def pattern_rows(q, k, lse, scale, q0, causal, window=None, n_group=1, cols=None):
+def kv_heads(kv) -> list:
+    """[n] the KV head each of n query heads reads -> [(KV head, indices of the query heads that
+    read it)], KV heads in order: the query heads one product serves (scores_t)."""
+    kv = np.asarray(kv, dtype=np.int64)
+    return [(int(g), np.flatnonzero(kv == g)) for g in np.unique(kv)]
+
+
+def pattern_rows(q, k, lse, scale, q0, causal, window=None, kv=None, cols=None):
     """Exact weights of query rows q0..q0+m-1 from their q [n_head, m, d_head], the keys
     k [n_kv_head, T, d_head] and the rows' log-sum-exp lse [n_head, m] (attend_in_blocks):
-    -> [n_head, m, c1 - c0] for key columns cols = (c0, c1) (default all T), 0 where masked."""
+    -> [n_head, m, c1 - c0] for key columns cols = (c0, c1) (default all T), 0 where masked.
+    kv [n_head]: the KV head each query head reads (default: grouped-query order, head h reads
+    h // (n_head / n_kv_head)). The scores are scores_t's, one product per KV head."""
     n_head, m, _ = q.shape
     T = k.shape[1]
+    if kv is None:
+        kv = np.arange(n_head) // (n_head // k.shape[0])
     c0, c1 = (0, T) if cols is None else cols
     lo, hi = key_range(q0, q0 + m, T, causal, window)
     lo, hi = max(lo, c0), min(hi, c1)
     out = np.zeros((n_head, m, c1 - c0), dtype=np.float32)
     if hi > lo:
-        s = block_scores(q, k, scale, q0, lo, hi, causal, window, n_group)
-        s -= lse[..., None]
-        np.exp(s, out=s)
-        out[:, :, lo - c0:hi - c0] = s
+        for g, idx in kv_heads(kv):
+            st = scores_t(q[idx] * np.float32(scale), k[g], q0, lo, hi, causal, window)
+            st = st.reshape(hi - lo, len(idx), m)  # [keys, s, m]
+            st -= lse[idx]
+            np.exp(st, out=st)
+            out[idx, :, lo - c0:hi - c0] = st.transpose(1, 2, 0)
     return out

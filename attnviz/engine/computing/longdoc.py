@@ -28,7 +28,10 @@ import numpy as np
 
 from attnviz.engine.computing.families import output_projection
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
-from attnviz.engine.computing.layers import ROW_BLOCK, block_scores, key_range, pattern_rows
+from attnviz.engine.computing.layers import (
+    ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
+)
+from attnviz.engine.computing.parallel import cores, in_parallel
 from attnviz.engine.computing.trace import LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -52,10 +55,11 @@ class LongTrace(Trace):
     before layer i (and with i = n_layer at the end); it may raise Cancelled to stop the run."""
 
     def __init__(self, progress: Callable[[int, int], None] | None = None, row_block: int = ROW_BLOCK,
-                 **records):  # records: inputs, z, resid (see Trace)
+                 workers: int | None = None, **records):  # records: inputs, z, resid (see Trace)
         super().__init__(patterns=False, kv=True, **records)
         self.progress = progress
         self.row_block = row_block
+        self.workers = cores() if workers is None else max(1, int(workers))
         self.queries: list = []  # per layer [n_head, T, d_head]
         self.lse: list = []  # per layer [n_head, T]
         self.consts: list = []  # per layer families.Consts
@@ -82,6 +86,28 @@ class _LongSlot(LayerCache):
     def q(self, q, lse, c):
         t = self.trace
         t.queries[self.i], t.lse[self.i], t.consts[self.i] = np.ascontiguousarray(q), lse, c
+
+
+def fold_segments(x: np.ndarray, starts: np.ndarray, stops: np.ndarray, op) -> np.ndarray:
+    """x [n, ...] folded along axis 0 over segments starts[j]..stops[j]-1 (each at least one row)
+    with op (np.maximum or np.add) -> [len(starts), ...]; as op.reduceat, which walks each
+    segment's rows one column at a time. Narrow segments (a zoomed overview's cells): one gathered
+    row per segment at a time, whole-array ops; wide ones: one reduce over each slice."""
+    widths = stops - starts
+    if op is np.add and int(widths.max()) > 16:
+        out = np.empty((len(starts),) + x.shape[1:], dtype=x.dtype)
+        for j, (a, b) in enumerate(zip(starts.tolist(), stops.tolist())):
+            np.add.reduce(x[a:b], axis=0, out=out[j])
+        return out
+    out = x[starts]
+    valid = (slice(None),) + (None,) * (x.ndim - 1)
+    for i in range(1, int(widths.max())):
+        row = x[np.minimum(starts + i, stops - 1)]  # a segment's last row again once it is done
+        if op is np.maximum:
+            np.maximum(out, row, out=out)
+        else:
+            np.add(out, row, out=out, where=(i < widths)[valid])
+    return out
 
 
 @dataclass(frozen=True)
@@ -123,15 +149,23 @@ class LongPatterns:
         if heads is not None and not all(0 <= h < self.n_head for h in heads):
             raise InputError(f"heads {list(heads)} are not all among the {self.n_head} heads")
 
+    def _heads(self, layer: int, a: int, b: int, heads):
+        """q [n, b - a, d_head], lse [n, b - a] and the KV head each reads, kv [n], of rows a..b-1
+        of every head (heads None) or of `heads`."""
+        q, lse = self.q[layer][:, a:b], self.lse[layer][:, a:b]
+        kv = np.arange(self.n_head) // self.n_group
+        if heads is not None:
+            heads = np.asarray(heads, dtype=np.int64)
+            q, lse, kv = q[heads], lse[heads], kv[heads]
+        return q, lse, kv
+
     def rows(self, layer: int, a: int, b: int, heads=None, cols=None) -> np.ndarray:
         """Exact weights of query rows a..b-1 in `layer`: [n_head (or len(heads)), b - a, c1 - c0]
         for key columns cols = (c0, c1), all T by default."""
         self._check(layer, a, b, heads, cols)
-        q, lse, k, g = self.q[layer][:, a:b], self.lse[layer][:, a:b], self.k[layer], self.n_group
-        if heads is not None:
-            heads = np.asarray(heads, dtype=np.int64)
-            q, lse, k, g = q[heads], lse[heads], k[heads // self.n_group], 1
-        return pattern_rows(q, k, lse, self.scale[layer], a, self.causal, self.window[layer], g, cols)
+        q, lse, kv = self._heads(layer, a, b, heads)
+        return pattern_rows(q, self.k[layer], lse, self.scale[layer], a, self.causal,
+                            self.window[layer], kv, cols)
 
     def blocks(self, layer: int, block: int = ROW_BLOCK):
         """(a, rows [n_head, m, w]) for row blocks a..a+m-1 of `layer`, in order: a whole pattern
@@ -166,39 +200,57 @@ class LongPatterns:
             return 0, self.T
         return key, self.T if window is None else min(self.T, key + window)
 
-    def _row_maxima(self, layer: int, a: int, b: int, heads, edges: np.ndarray) -> np.ndarray:
-        """Each query row a..b-1's largest weight in each block of keys edges[j]..edges[j+1]-1
-        (absolute positions, strictly increasing): [n_head (or len(heads)), b - a, len(edges) - 1].
-        The max is taken over the scores and only the maxima are exponentiated: exp(max_k s_k -
-        lse) = max_k exp(s_k - lse) (exp and the one subtraction keep the order), the same float32
-        numbers as reducing rows() at a fraction of the exp calls."""
-        q, lse, k, g = self.q[layer][:, a:b], self.lse[layer][:, a:b], self.k[layer], self.n_group
-        if heads is not None:
-            heads = np.asarray(heads, dtype=np.int64)
-            q, lse, k, g = q[heads], lse[heads], k[heads // self.n_group], 1
-        out = np.zeros((q.shape[0], b - a, len(edges) - 1), dtype=np.float32)
+    def _cells(self, layer: int, a: int, b: int, heads, col_edges: np.ndarray, row_starts: np.ndarray,
+               reduce: str, out: np.ndarray, buf=None):
+        """Query rows a..b-1 folded into cells: rows row_starts[i].. (relative to a) x keys
+        col_edges[j]..col_edges[j+1]-1 (absolute, strictly increasing), each cell the max or the sum
+        ("max", "mean") of its weights, written into out [n_head (or len(heads)), len(row_starts),
+        len(col_edges) - 1]; buf: a work array (layers.work_buffer), returned for the next block.
+        One product per KV head (layers.scores_t: keys as rows), so each block of keys folds along
+        axis 0, a pass over whole rows. For the max, the max is taken over the scores and only the
+        blocks' maxima are exponentiated: exp(max_k s_k - lse) = max_k exp(s_k - lse) (exp and the
+        one subtraction keep the order), the same float32 numbers as reducing rows() at a fraction
+        of the exp calls."""
+        q, lse, kv = self._heads(layer, a, b, heads)
+        m = b - a
         lo, hi = key_range(a, b, self.T, self.causal, self.window[layer])
-        lo, hi = max(lo, int(edges[0])), min(hi, int(edges[-1]))
+        lo, hi = max(lo, int(col_edges[0])), min(hi, int(col_edges[-1]))
+        out[...] = 0
         if hi <= lo:
-            return out
-        j0 = int(np.searchsorted(edges, lo, side="right")) - 1  # blocks j0..j1-1 meet keys lo..hi-1
-        j1 = int(np.searchsorted(edges, hi, side="left"))
-        s = block_scores(q, k, self.scale[layer], a, lo, hi, self.causal, self.window[layer], g)
-        top = np.maximum.reduceat(s, np.maximum(edges[j0:j1], lo) - lo, axis=2)  # [n, m, j1 - j0]
-        top -= lse[..., None]
-        np.exp(top, out=top)  # a block no key of which a row may see: exp(-inf) = 0
-        out[:, :, j0:j1] = top
-        return out
+            return buf
+        j0 = int(np.searchsorted(col_edges, lo, side="right")) - 1  # blocks j0..j1-1 meet keys lo..hi-1
+        j1 = int(np.searchsorted(col_edges, hi, side="left"))
+        starts = np.maximum(col_edges[j0:j1], lo) - lo  # each block's keys, relative to lo
+        stops = np.minimum(col_edges[j0 + 1:j1 + 1], hi) - lo
+        row_stops = np.append(row_starts[1:], m)
+        op = np.maximum if reduce == "max" else np.add
+        for g, idx in kv_heads(kv):
+            st, buf = work_buffer(buf, (hi - lo, len(idx) * m))
+            st = scores_t(q[idx] * np.float32(self.scale[layer]), self.k[layer][g], a, lo, hi,
+                          self.causal, self.window[layer], st)  # [hi - lo, s m]
+            if reduce == "mean":  # the weights themselves, summed
+                st3 = st.reshape(hi - lo, len(idx), m)
+                st3 -= lse[idx]
+                np.exp(st, out=st)
+            by_col = fold_segments(st, starts, stops, op).reshape(j1 - j0, len(idx), m)  # [J, s, m]
+            by_row = np.ascontiguousarray(by_col.transpose(2, 1, 0))  # [m, s, J]
+            if reduce == "max":  # a block no key of which a row may see: exp(-inf) = 0
+                by_row -= lse[idx].T[..., None]
+                np.exp(by_row, out=by_row)
+            out[idx, :, j0:j1] = fold_segments(by_row, row_starts, row_stops, op).transpose(1, 0, 2)
+        return buf
 
     def overview(self, layer: int, shape: tuple[int, int], reduce: str = "max", heads=None,
                  region: tuple[int, int, int, int] | None = None,
-                 stop: Callable[[], bool] | None = None) -> np.ndarray:
+                 stop: Callable[[], bool] | None = None, workers: int | None = None) -> np.ndarray:
         """The pattern of rows r0..r1-1 x keys c0..c1-1 (region; default all) at a resolution of at
         most shape = (H, W) cells: each cell the max or the mean ("max", "mean") of its block of
         weights (masked weights count as 0 in a mean). Blocks split the region as evenly as whole
         rows and columns allow. -> [n_head (or len(heads)), H', W'] with H' = min(H, r1 - r0), W'
         likewise; a region of at most H x W weights comes back exact. `stop()`, asked before each
-        block of rows, ends the work with Cancelled when it says so (a newer view is wanted)."""
+        block of rows, ends the work with Cancelled when it says so (a newer view is wanted).
+        The blocks of rows are shared out to `workers` threads (None: one per core; see
+        in_parallel), each with one BLAS thread; the cells are the same float32s for any number."""
         if reduce not in ("max", "mean"):
             raise InputError(f"an overview cell is the 'max' or the 'mean' of its block, not {reduce!r}")
         r0, r1, c0, c1 = (0, self.T, 0, self.T) if region is None else region
@@ -207,24 +259,25 @@ class LongPatterns:
         if H < 1 or W < 1:
             raise InputError(f"an overview needs at least 1 x 1 cells, not {shape[0]} x {shape[1]}")
         row_edges = r0 + (np.arange(H + 1) * (r1 - r0)) // H  # strictly increasing: H <= r1 - r0
-        col_edges = (np.arange(W + 1) * (c1 - c0)) // W  # relative to c0
-        fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
+        col_edges = c0 + (np.arange(W + 1) * (c1 - c0)) // W
         n = self.n_head if heads is None else len(heads)
         out = np.empty((n, H, W), dtype=np.float32)
-        i = 0
-        while i < H:  # cells i..j-1, about ROW_BLOCK rows at a time
-            if stop is not None and stop():
-                raise Cancelled("a newer overview was asked for")
+        share = max(len(idx) for _, idx in kv_heads(self._heads(layer, 0, 0, heads)[2]))
+        rows = group_rows(c1 - c0, share)  # rows per block, so that a KV head's scores stay in cache
+        cells, i = [], 0
+        while i < H:  # cells i..j-1, about `rows` rows at a time
             j = i + 1
-            while j < H and row_edges[j + 1] - row_edges[i] <= ROW_BLOCK:
+            while j < H and row_edges[j + 1] - row_edges[i] <= rows:
                 j += 1
-            a, b = int(row_edges[i]), int(row_edges[j])
-            if reduce == "max":  # [n, m, W]
-                by_col = self._row_maxima(layer, a, b, heads, c0 + col_edges)
-            else:
-                by_col = fold(self.rows(layer, a, b, heads, (c0, c1)), col_edges[:-1], axis=2)
-            out[:, i:j] = fold(by_col, row_edges[i:j] - a, axis=1)
+            cells.append((i, j))
             i = j
+
+        def block(t, buf):  # rows of cells i..j-1
+            i, j = cells[t]
+            a, b = int(row_edges[i]), int(row_edges[j])
+            return self._cells(layer, a, b, heads, col_edges, row_edges[i:j] - a, reduce, out[:, i:j], buf)
+
+        in_parallel(len(cells), block, workers, stop)
         if reduce == "mean":
             out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
         return out
@@ -260,11 +313,12 @@ def value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_m
 
 def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None,
-             row_block: int = ROW_BLOCK) -> LongRun:
+             row_block: int = ROW_BLOCK, workers: int | None = None) -> LongRun:
     """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
-    LongTrace) may raise Cancelled."""
-    trace = LongTrace(progress, row_block)
+    LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
+    core), each with one BLAS thread (engine/computing/parallel.py)."""
+    trace = LongTrace(progress, row_block, workers)
     result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
     bad = [i for i, lse in enumerate(trace.lse) if not np.isfinite(lse).all()]
     if bad:

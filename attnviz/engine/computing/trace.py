@@ -74,6 +74,9 @@ class Trace:
     share base's records. end: run only the layers before it (what one layer's anatomy needs);
     the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
+    row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
+    workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
+
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False, edits=(),
                  start: int = 0, base: Trace | None = None, end: int | None = None):

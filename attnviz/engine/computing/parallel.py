@@ -1,0 +1,81 @@
+"""Work shared out to threads: NumPy's products and element-wise passes release the GIL, so a
+long text's blocks of rows (engine/computing/longdoc.py) run on every core, each thread with one
+BLAS thread (threads of NumPy and BLAS, not of BLAS alone: a BLAS thread pool parallelises only its
+products, and the passes between them, the softmax's exp, the MLP's activation, would run on one
+core). Pure Python threads, no Qt."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from threadpoolctl import threadpool_limits
+
+from attnviz.engine.errors import Cancelled
+
+ROW_CHUNK = 128  # rows of a row-wise step (a projection, the MLP) per task: [128, 3072] in cache
+
+
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def in_parallel(n: int, task: Callable, workers: int | None = None,
+                stop: Callable[[], bool] | None = None) -> None:
+    """task(t, buf) -> buf for t = 0..n-1, taken in order by `workers` threads (None: one per core;
+    the caller's thread is one of them), each passing its own work array from one task to its
+    next; BLAS runs one thread per worker meanwhile (threads of NumPy and BLAS, not of BLAS alone:
+    the element-wise passes are shared too). `stop()`, asked before each task, ends the work with
+    Cancelled, once every worker has left its task."""
+    global _POOL
+    workers = min(n, cores() if workers is None else max(1, int(workers)))
+    lock, state = threading.Lock(), {"next": 0, "error": None}
+
+    def loop():
+        buf = None
+        while True:
+            with lock:
+                t, state["next"] = state["next"], state["next"] + 1
+                if t >= n or state["error"] is not None:
+                    return
+            try:
+                if stop is not None and stop():
+                    raise Cancelled("stopped: a newer result was asked for")
+                buf = task(t, buf)
+            except BaseException as exc:  # the others stop before their next task
+                with lock:
+                    state["error"] = state["error"] or exc
+                return
+
+    if workers <= 1:
+        loop()
+    else:
+        with _POOL_LOCK:
+            if _POOL is None:
+                _POOL = ThreadPoolExecutor(max_workers=max(1, cores() - 1),
+                                           thread_name_prefix="attnviz-rows")
+        with threadpool_limits(limits=1, user_api="blas"):
+            helpers = [_POOL.submit(loop) for _ in range(workers - 1)]
+            loop()
+            for f in helpers:
+                f.result()
+    if state["error"] is not None:
+        raise state["error"]
+
+
+def for_row_chunks(n: int, fn: Callable[[int, int], None], workers: int | None = None,
+                   rows: int | None = None) -> None:
+    """fn(a, b) for rows a..b-1 of n, `rows` (default ROW_CHUNK) at a time, on `workers` threads
+    (in_parallel); fn writes its rows' results itself (disjoint rows: no lock)."""
+    rows = ROW_CHUNK if rows is None else rows
+
+    def task(t, buf):
+        fn(t * rows, min(n, (t + 1) * rows))
+        return buf
+    in_parallel(-(-n // rows), task, workers)

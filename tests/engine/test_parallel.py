@@ -1,0 +1,47 @@
+"""Work shared out to threads (engine/computing/parallel.py): every task runs once, on at most the
+workers asked for; an error in one task reaches the caller once every worker has stopped; stop()
+ends the work with Cancelled."""
+
+import threading
+
+import pytest
+
+from attnviz.engine.computing import parallel
+from attnviz.engine.errors import Cancelled
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_every_task_runs_once_and_each_worker_keeps_its_buffer(workers):
+    seen, threads, lock = [], set(), threading.Lock()
+
+    def task(t, buf):
+        with lock:
+            seen.append(t)
+            threads.add(threading.get_ident())
+        assert buf is None or buf[0] == threading.get_ident()  # its own thread's buffer
+        return (threading.get_ident(),)
+
+    parallel.in_parallel(50, task, workers)
+    assert sorted(seen) == list(range(50)) and len(threads) <= workers
+
+
+def test_an_error_in_a_task_reaches_the_caller_and_stops_the_rest():
+    ran = []
+
+    def task(t, buf):
+        ran.append(t)
+        if t == 3:
+            raise ValueError("task 3")
+        return buf
+
+    with pytest.raises(ValueError, match="task 3"):
+        parallel.in_parallel(1000, task, 2)
+    assert len(ran) < 1000
+    with pytest.raises(Cancelled):
+        parallel.in_parallel(10, lambda t, buf: buf, 2, stop=lambda: True)
+
+
+def test_row_chunks_cover_every_row_once():
+    got = []
+    parallel.for_row_chunks(1000, lambda a, b: got.append((a, b)), 2, rows=128)
+    assert sorted(got) == [(a, min(1000, a + 128)) for a in range(0, 1000, 128)]
