@@ -260,3 +260,25 @@ def test_local_layers_need_their_window_but_the_engine_holds_every_token():
     assert r.cache_bytes == 20 * 7 * per_token_layer
     assert kv_cache_needed(cfg, 20) == (6 * 8 + 1 * 20) * per_token_layer
     assert kv_cache_needed(cfg, 5) == 5 * 7 * per_token_layer  # shorter than the window
+
+
+def test_appended_positions_are_written_in_place_without_changing_earlier_views():
+    """A generation step's K and V go after the cached ones in the same array while it has room;
+    a view handed out before never changes, and another prefix gets an array of its own."""
+    from attnviz.engine.computing.trace import KV_ROOM, append_positions
+
+    rng = np.random.default_rng(0)
+    first = np.ascontiguousarray(rng.standard_normal((2, 5, 3), dtype=np.float32))
+    a = append_positions(first, 5, rng.standard_normal((2, 1, 3), dtype=np.float32))  # copied, with room
+    kept = a.copy()
+    b = append_positions(a, 6, rng.standard_normal((2, 2, 3), dtype=np.float32))  # in place
+    assert b.base is a.base and b.shape == (2, 8, 3) and b.nbytes == 2 * 8 * 3 * 4
+    np.testing.assert_array_equal(a, kept)  # a view handed out earlier is unchanged
+    np.testing.assert_array_equal(b[:, :6], kept)
+    b_before = b.copy()
+    c = append_positions(b, 7, np.zeros((2, 1, 3), np.float32))  # a shorter prefix: a new array
+    assert c.base is not b.base
+    np.testing.assert_array_equal(b, b_before)  # b's position 7 is not overwritten
+    np.testing.assert_array_equal(c[:, :7], b[:, :7])
+    d = append_positions(b, 8, np.zeros((2, KV_ROOM, 3), np.float32))  # no room left: a new array
+    assert d.base is not b.base and d.shape == (2, 8 + KV_ROOM, 3)

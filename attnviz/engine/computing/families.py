@@ -503,13 +503,25 @@ def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_he
 
 def attend(q, k, c: Consts, cache=NOTHING):
     """q [n_head, n, d_head], k [n_kv_head, T, d_head] -> pattern [n_head, n, T]: scores, the
-    cache's edits to them (knockout), softmax. Written into cache.rows when the cache gives them."""
-    scores = attention_scores(q, repeat_kv(k, c.n_group), c.scale, c.bias,  # [n_head, n, T]
-                              out=cache.rows)
+    cache's edits to them (knockout), softmax. Written into cache.rows when the cache gives them;
+    otherwise, under grouped-query attention, one product per KV head (k is not repeated: a
+    generation step's product reads the cache once, not n_group times)."""
+    if c.n_group > 1 and cache.rows is None:
+        n_head, n, d = q.shape
+        qg = np.ascontiguousarray(q).reshape(c.n_kv_head, c.n_group * n, d)  # heads by KV head
+        scores = attention_scores(qg, k, c.scale).reshape(n_head, n, -1)  # [n_head, n, T]
+        if c.bias is not None:
+            scores += c.bias
+    else:
+        scores = attention_scores(q, repeat_kv(k, c.n_group), c.scale, c.bias,  # [n_head, n, T]
+                                  out=cache.rows)
     return softmax(cache.scores(scores))
 
 
 def head_outputs(pattern, v, c: Consts):  # [n_head, n, T], [n_kv_head, T, d_head] -> z [n_head, n, d_head]
+    if c.n_group > 1 and pattern.flags.c_contiguous:  # one product per KV head, v not repeated
+        n_head, n, T = pattern.shape
+        return (pattern.reshape(c.n_kv_head, c.n_group * n, T) @ v).reshape(n_head, n, -1)
     return pattern @ repeat_kv(v, c.n_group)  # each head's weighted values
 
 

@@ -132,7 +132,7 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
     model.clear_cache()  # the prefill computes the prompt: its last position gives the first token
-    first = model.run(text, ids=ids, trace=_StepTrace(rows))
+    first = model.run(text, ids=ids, trace=_StepTrace(rows), labels=False)
     gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
     seq = list(gen.prompt_ids)
     limit = model.config.max_positions
@@ -160,7 +160,7 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
         if should_stop is not None and should_stop():
             gen.stopped = "stopped"
             break
-        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows))
+        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows), labels=False)
     return gen
 
 

@@ -104,7 +104,7 @@ class Model:
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
             use_cache: bool = True, values: bool = False, inputs: bool = False,
             trace: Trace | None = None, max_tokens: int | None = None,
-            layers: int | None = None) -> RunResult:
+            layers: int | None = None, labels: bool = True) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -127,9 +127,12 @@ class Model:
 
         `layers`: run only the first `layers` layers (one layer's anatomy needs none after it): the
         patterns are then [layers, n_head, T, T], layer_inputs has `layers` entries, and the run
-        neither reads nor updates the KV cache."""
+        neither reads nor updates the KV cache.
+
+        labels=False (ids only): every token's piece and label in the result is "" (a generation
+        step reads neither; labelling all T ids is Python per token)."""
         t0 = time.perf_counter()
-        text, notice, enc = self._encode(text, ids)
+        text, notice, enc = self._encode(text, ids, labels)
         ids = np.asarray(enc.ids, dtype=np.int64)
         tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
         n_full = len(ids)
@@ -176,9 +179,10 @@ class Model:
                          layer_inputs=tuple(trace.inputs[:trace.n_run(len(trace.inputs))]) if inputs else None,
                          trace=given)
 
-    def _encode(self, text, ids) -> tuple[str, str | None, Encoded]:
+    def _encode(self, text, ids, labels: bool = True) -> tuple[str, str | None, Encoded]:
         """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text
-        of a model without a tokenizer, come without special tokens; text gets the model's."""
+        of a model without a tokenizer, come without special tokens; text gets the model's.
+        labels=False: ids get "" as their pieces and labels."""
         if (text is None) == (ids is None):
             raise InputError("give text or ids to run" if text is None else
                              "give text or ids, not both")
@@ -192,11 +196,13 @@ class Model:
                                      "e.g. 5, 17, 3")
         if ids is not None:
             ids = self._check_ids(ids)
-            if self.tokenizer is not None:
-                tokens, labels = self.tokenizer.labels_for_ids(ids.tolist())
+            if not labels:
+                tokens = names = [""] * len(ids)
+            elif self.tokenizer is not None:
+                tokens, names = self.tokenizer.labels_for_ids(ids.tolist())
             else:
-                tokens = labels = [str(i) for i in ids]
-            return text or "", notice, Encoded(ids, tokens, labels, [(0, 0)] * len(ids),
+                tokens = names = [str(i) for i in ids]
+            return text or "", notice, Encoded(ids, tokens, names, [(0, 0)] * len(ids),
                                                [False] * len(ids))
         enc = self.tokenizer.encode(text)
         if not enc.ids:

@@ -141,6 +141,29 @@ def _rows(cached, new, p: int, axis: int):  # cached rows :p and new rows p: -> 
     return np.ascontiguousarray(new)
 
 
+KV_ROOM = 64  # positions a new K or V array of a cached run has room for after its own
+
+
+def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
+    """A layer's cached keys (or values) :p, then `new` [n_kv_head, n, d_head] -> [n_kv_head, p + n,
+    d_head]. Written in place after them when `cached` is exactly p positions at the start of an
+    array with room for n more (a generation step copies nothing; no view already handed out
+    reaches past p, so none changes); otherwise copied into a new array with room for KV_ROOM
+    positions more. The result is a view of that array: its nbytes count the p + n positions."""
+    n = new.shape[1]
+    base = cached.base
+    if (cached.shape[1] == p and isinstance(base, np.ndarray) and base.ndim == 3
+            and base.shape[0] == cached.shape[0] and base.shape[2] == cached.shape[2]
+            and base.shape[1] >= p + n and base.strides == cached.strides
+            and base.ctypes.data == cached.ctypes.data):
+        base[:, p:p + n] = new
+        return base[:, :p + n]
+    out = np.empty((new.shape[0], p + n + KV_ROOM, new.shape[2]), dtype=new.dtype)
+    out[:, :p] = cached[:, :p]
+    out[:, p:p + n] = new
+    return out[:, :p + n]
+
+
 class LayerCache:
     """One layer's slot in a trace: the named points self_attention calls (module docstring)."""
 
@@ -162,8 +185,8 @@ class LayerCache:
     def kv(self, k, v):  # [n_kv_head, n, d_head] x2 -> [n_kv_head, T, d_head] x2
         t = self.trace
         if self._p:  # cached keys and values first
-            k = np.concatenate([self.past.k[self.i][:, :self._p], k], axis=1)
-            v = np.concatenate([self.past.v[self.i][:, :self._p], v], axis=1)
+            k = append_positions(self.past.k[self.i], self._p, k)
+            v = append_positions(self.past.v[self.i], self._p, v)
         elif t.want_kv or t.want_values:  # arrays of their own, not views of the projection
             k, v = (np.ascontiguousarray(k) if t.want_kv else k), np.ascontiguousarray(v)
         if t.want_kv:
