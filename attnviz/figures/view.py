@@ -41,13 +41,14 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.computing.layers import ROW_BLOCK
+from attnviz.engine.computing.parallel import in_parallel
 from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
 from attnviz.engine.errors import Cancelled, InputError
 
 EMPTY_TOP = 1.0  # the colour-scale top when nothing shown is above 0
 REDUCES = ("max", "mean")  # what a cell shows of its block of weights
 TOP_CELLS = 64  # a long head's top is the largest of its cells at up to this many a side
+ROW_BLOCK = 128  # rows of shown weights at a time: a long run's [9, 128, 8,192] float32 is 38 MB
 
 
 @dataclass(frozen=True)
@@ -298,27 +299,31 @@ class Shown:
         return Overview(int(layer), heads, region, reduce, values, self.applied)
 
     def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> np.ndarray:
-        """Cells of exact shown rows, at most ROW_BLOCK rows at a time."""
+        """Cells of exact shown rows, ROW_BLOCK rows at a time; a long run's blocks shared out to
+        threads (engine/computing/parallel.in_parallel), each block's cells combined after."""
         r0, r1, c0, c1 = region
         H, W = shape
         row_edges, col_edges = cell_edges(r0, r1, H), cell_edges(0, c1 - c0, W)
         fold = np.maximum.reduceat if reduce == "max" else np.add.reduceat
-        out = np.zeros((len(heads), H, W), dtype=np.float32)
-        a = r0
-        while a < r1:
-            if stop is not None and stop():
-                raise Cancelled("a newer view was asked for")
-            b = min(r1, a + ROW_BLOCK)
+        blocks = [(a, min(r1, a + ROW_BLOCK)) for a in range(r0, r1, ROW_BLOCK)]
+        parts: list = [None] * len(blocks)
+
+        def block(t, buf):  # rows a..b-1 into the cells they meet, i..j-1
+            a, b = blocks[t]
             i = int(np.searchsorted(row_edges, a, side="right")) - 1  # the cell of row a
-            j = int(np.searchsorted(row_edges, b, side="left"))  # cells i..j-1 meet rows a..b-1
+            j = int(np.searchsorted(row_edges, b, side="left"))
             starts = np.concatenate([[a], row_edges[i + 1:j]]) - a
-            rows = self.rows(layer, a, b, heads, (c0, c1), stop)  # [n, b - a, c1 - c0]
-            part = fold(fold(rows, col_edges[:-1], axis=2), starts, axis=1)  # [n, j - i, W]
+            rows = self.rows(layer, a, b, heads, (c0, c1))  # [n, b - a, c1 - c0]
+            parts[t] = (i, j, fold(fold(rows, col_edges[:-1], axis=2), starts, axis=1))  # [n, j - i, W]
+            return buf
+
+        in_parallel(len(blocks), block, None if self.long else 1, stop)
+        out = np.zeros((len(heads), H, W), dtype=np.float32)
+        for i, j, part in parts:
             if reduce == "max":
                 np.maximum(out[:, i:j], part, out=out[:, i:j])
             else:
                 out[:, i:j] += part
-            a = b
         if reduce == "mean":
             out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
         return out
