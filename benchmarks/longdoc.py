@@ -2,7 +2,7 @@
 one run. Not a test: run it, read the table.
 
     .venv/bin/python benchmarks/longdoc.py [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
-                                           [--zoom-T 8192]
+                                           [--zoom-T 8192] [--zoom-options]
 
 1. sgemm peak: the best of a few [2048, 2048] @ [2048, 2048] float32 products at BLAS's default
    threads, measured first, in this run.
@@ -22,7 +22,9 @@ one run. Not a test: run it, read the table.
    at once with the last image moved and scaled to the new region (what the screen shows first);
    `pane`, the new overview of the focused head at the pane's pixels computed and painted (the
    runner gathers view changes for OVERVIEW_DELAY_MS before it starts: not counted); `tiles`, the
-   same for every head of the layer. p50 and p95 of each.
+   same for every head of the layer. p50 and p95 of each. With --zoom-options, a second run with
+   Hide first token and Value-weighted on (figures/view.Shown: cells of exact shown rows, each
+   row's total over every key computed once and kept).
 
 The machine is shared: each section reports the CPU time other processes took while it ran
 (`other_cpu_s`) and the load average; on 2 cores shared with other work, read the figures with it.
@@ -133,7 +135,7 @@ def child_generate(T: int) -> dict:
             "load": os.getloadavg()[0]}
 
 
-def child_zoom(T: int) -> dict:
+def child_zoom(T: int, options: bool = False) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from attnviz.engine import load_model
     from attnviz.engine.computing.longdoc import run_long
@@ -151,6 +153,8 @@ def child_zoom(T: int) -> dict:
     state = AppState()
     state.set_model(model)
     state.set_layer(model.config.n_layer // 2)
+    state.set_hide_first(options)  # --zoom-options: Hide first token and Value-weighted on
+    state.set_value_weighted(options)
     view = LongView(state)
     view.resize(1200, 800)
     view.show()
@@ -187,7 +191,7 @@ def child_zoom(T: int) -> dict:
             out["pane"].append(pane_s)
             out["tiles"].append(tiles_s)
     res = {"T": T, "pane_px": list(lg.pane_px), "tile_px": lg.tile_px, "n_head": lp.n_head,
-           "other_cpu_s": f.other_cpu_s, "load": os.getloadavg()[0]}
+           "other_cpu_s": f.other_cpu_s, "load": os.getloadavg()[0], "options": options}
     for k, v in out.items():
         res[k + "_p50_ms"] = 1e3 * float(np.percentile(v, 50))
         res[k + "_p95_ms"] = 1e3 * float(np.percentile(v, 95))
@@ -220,7 +224,7 @@ def report(res: dict) -> None:
               f"{r['floor_ratio']:>5.2f}x {r['floor_with_unembed_s'] * 1e3:>9.1f} "
               f"{r['floor_ratio_with_unembed']:>5.2f}x {r['other_cpu_s']:>11.1f}")
     for r in res.get("zoom", []):
-        print(f"zoom at T = {r['T']:,} (pane {r['pane_px'][1]}x{r['pane_px'][0]} px, {r['n_head']} tiles of "
+        print(f"zoom{' (Hide first token, Value-weighted)' if r.get('options') else ''} at T = {r['T']:,} (pane {r['pane_px'][1]}x{r['pane_px'][0]} px, {r['n_head']} tiles of "
               f"{r['tile_px']} px), ms p50 / p95: repaint with the last image {r['repaint_p50_ms']:.1f} / "
               f"{r['repaint_p95_ms']:.1f}; new pane {r['pane_p50_ms']:.0f} / {r['pane_p95_ms']:.0f}; new tiles "
               f"{r['tiles_p50_ms']:.0f} / {r['tiles_p95_ms']:.0f}; other CPU {r['other_cpu_s']:.1f} s")
@@ -234,10 +238,13 @@ def main() -> int:
     ap.add_argument("--T", default="1024,4096,8192")
     ap.add_argument("--gen-T", default="64,512,2048")
     ap.add_argument("--zoom-T", default="8192")
+    ap.add_argument("--zoom-options", action="store_true",
+                    help="also the zoom with Hide first token and Value-weighted on")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.child:
-        fn = {"forward": child_forward, "generate": child_generate, "zoom": child_zoom}[args.child]
+        fn = {"forward": child_forward, "generate": child_generate, "zoom": child_zoom,
+              "zoom-options": lambda T: child_zoom(T, options=True)}[args.child]
         print(json.dumps(fn(int(args.T))))
         return 0
     res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": [], "zoom": []}
@@ -248,8 +255,9 @@ def main() -> int:
         res["generate"].append(spawn("generate", T))
         print(res["generate"][-1], file=sys.stderr, flush=True)
     for T in (int(t) for t in args.zoom_T.split(",") if t):
-        res["zoom"].append(spawn("zoom", T))
-        print(res["zoom"][-1], file=sys.stderr, flush=True)
+        for kind in ("zoom", "zoom-options") if args.zoom_options else ("zoom",):
+            res["zoom"].append(spawn(kind, T))
+            print(res["zoom"][-1], file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1)) if args.json else report(res)
     return 0
 
