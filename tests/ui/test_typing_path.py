@@ -71,3 +71,38 @@ def test_a_long_run_has_blas_on_every_core_and_typing_keeps_one(qapp):
     with wide_blas(True):
         assert threads() == {os.cpu_count()}
     assert threads() == {BLAS_THREADS}
+
+
+WIDE_IN_A_JOB = """
+import threading
+from threadpoolctl import threadpool_info
+from attnviz.ui.machinery.runner import limit_blas_threads, wide_blas
+limit_blas_threads()  # as the app does at start-up, before any BLAS call
+seen = []
+def job():  # a pool job's thread, as the worker's paste run
+    with wide_blas(True):
+        seen.append({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"})
+t = threading.Thread(target=job)
+t.start()
+t.join()
+print(sorted(seen[0]))
+"""
+
+
+def test_a_long_run_on_a_background_thread_gets_every_core():
+    """wide_blas on the worker's thread (where a pasted paragraph runs) raises BLAS to every core,
+    in a fresh process where the app capped BLAS at start-up (OpenBLAS took no raise made off the
+    main thread unless the main thread had raised it once)."""
+    import os
+    import subprocess
+    import sys
+
+    import pytest
+
+    from attnviz.ui.machinery.runner import BLAS_THREADS
+
+    if (os.cpu_count() or 1) <= BLAS_THREADS:
+        pytest.skip("one core: nothing to widen")
+    out = subprocess.run([sys.executable, "-c", WIDE_IN_A_JOB], capture_output=True, text=True,
+                         check=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}).stdout
+    assert out.strip() == str([os.cpu_count()])

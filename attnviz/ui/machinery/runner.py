@@ -63,6 +63,12 @@ def limit_blas_threads(n: int = BLAS_THREADS):
     global _BLAS_LIMIT
     if _BLAS_LIMIT is None:
         _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
+        # Raise the cap once here, on the main thread, and lower it again. Measured with the
+        # OpenBLAS NumPy ships (0.3.31, pthreads): unless the main thread has raised it once after
+        # lowering it, a raise made on another thread (wide_blas in a pool job) is not taken: the
+        # job reads 1 thread back and runs on one core (a pasted paragraph took twice as long).
+        with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+            pass
     return _BLAS_LIMIT
 
 
