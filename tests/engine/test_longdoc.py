@@ -208,3 +208,42 @@ def test_fold_segments_is_a_reduceat_over_segments_of_any_width():
                                       np.maximum.reduceat(x, starts, axis=0))
         np.testing.assert_allclose(longdoc.fold_segments(x, starts, stops, np.add),
                                    np.add.reduceat(x, starts, axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_a_heads_key_block_table_gives_its_later_overviews_within_float32_rounding(runs, monkeypatch):
+    """Once one head's whole pattern has been drawn, its table of key-block maxima is kept and a
+    later region's cells read it, computing only the keys at each block's two ends: the cells of
+    computing every key within float32 rounding (the table's scores come from other products),
+    a windowed layer's included; the dense pattern's block maxima within 1e-5."""
+    calls = []
+    real = longdoc.LongPatterns._table_maxima
+
+    def counted(self, *a, **kw):
+        calls.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(longdoc, "TABLE_MIN_T", 1)
+    monkeypatch.setattr(longdoc, "TABLE_KEYS", 2)
+    monkeypatch.setattr(longdoc.LongPatterns, "_table_maxima", counted)
+    for name in ("llama_gqa", "mistral_window"):
+        _, _, dense, lp = runs[name]
+        T = lp.T
+        fresh, plain = (longdoc.LongPatterns(q=lp.q, k=lp.k, lse=lp.lse, scale=lp.scale, window=lp.window,
+                                             causal=lp.causal, n_group=lp.n_group) for _ in range(2))
+        for layer in range(lp.n_layer):
+            head = lp.n_head - 1
+            whole = fresh.overview(layer, (37, 9), "max", heads=[head])  # keys in cells of 4 or 5
+            assert (layer, head) in fresh.tables and len(fresh.tables) <= longdoc.TABLES_KEPT
+            np.testing.assert_array_equal(whole, plain.overview(layer, (37, 9), "max", heads=[head]))
+            for region, shape in [((0, T, 0, T), (6, 5)), ((5, 30, 3, 33), (7, 4)), ((20, 37, 0, 37), (3, 4))]:
+                before = len(calls)
+                got = fresh.overview(layer, shape, "max", heads=[head], region=region)
+                assert len(calls) > before  # read from the table
+                np.testing.assert_allclose(got, plain.overview(layer, shape, "max", heads=[head], region=region),
+                                           rtol=1e-6, atol=1e-7)
+                r0, r1, c0, c1 = region
+                H, W = shape
+                want = np.maximum.reduceat(np.maximum.reduceat(
+                    dense[layer, head, r0:r1, c0:c1], (np.arange(W) * (c1 - c0)) // W, axis=1),
+                    (np.arange(H) * (r1 - r0)) // H, axis=0)
+                np.testing.assert_allclose(got[0], want, atol=1e-5, rtol=0)

@@ -21,7 +21,8 @@ Below DENSE_LIMIT bytes of patterns the dense path (Model.run) stays what the wi
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -35,6 +36,9 @@ from attnviz.engine.computing.parallel import cores, in_parallel
 from attnviz.engine.computing.trace import LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
+TABLE_KEYS = 4  # keys per entry of a head's key-block table (LongPatterns.overview)
+TABLE_MIN_T = 2048  # tokens from which a head's whole overview keeps its table
+TABLES_KEPT = 2  # tables kept per run: [T / TABLE_KEYS, T] float32 each (64 MB at T = 8,192)
 
 
 def dense_bytes(n_layer: int, n_head: int, T: int, rows: int | None = None) -> int:
@@ -88,6 +92,29 @@ class _LongSlot(LayerCache):
         t.queries[self.i], t.lse[self.i], t.consts[self.i] = np.ascontiguousarray(q), lse, c
 
 
+def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """starts[j]..starts[j]+lengths[j]-1 for every j, one after the other: int64 [sum(lengths)]."""
+    total = int(lengths.sum())
+    if not total:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return offsets + np.arange(total)
+
+
+def _fill_table(table, st, lo: int, hi: int) -> None:
+    """table [ceil(T / TABLE_KEYS), m] (rows a..b-1's columns) <- the max of each table block of
+    the scores st [hi - lo, m] of keys lo..hi-1 (blocks partly outside lo..hi: the keys inside;
+    the others hidden from these rows, as -inf from the start)."""
+    B = TABLE_KEYS
+    f0, f1 = -(-lo // B) * B, hi // B * B  # whole blocks f0..f1-1
+    if f1 > f0:
+        np.max(st[f0 - lo:f1 - lo].reshape((f1 - f0) // B, B, -1), axis=1, out=table[f0 // B:f1 // B])
+    if f0 > lo:  # the block lo falls in
+        np.maximum(table[lo // B], st[:min(f0, hi) - lo].max(axis=0), out=table[lo // B])
+    if hi > max(f1, f0):  # the block hi falls in
+        np.maximum(table[f1 // B], st[max(f1, lo) - lo:].max(axis=0), out=table[f1 // B])
+
+
 def fold_segments(x: np.ndarray, starts: np.ndarray, stops: np.ndarray, op) -> np.ndarray:
     """x [n, ...] folded along axis 0 over segments starts[j]..stops[j]-1 (each at least one row)
     with op (np.maximum or np.add) -> [len(starts), ...]; as op.reduceat, which walks each
@@ -121,6 +148,10 @@ class LongPatterns:
     window: tuple  # per layer int or None
     causal: bool
     n_group: int  # query heads per KV head
+    # (layer, head) -> [ceil(T / TABLE_KEYS), T] float32: entry [j, q] the max of query q's scores
+    # over keys j TABLE_KEYS.. (j + 1) TABLE_KEYS - 1 (-inf where all are masked); see overview
+    tables: dict = field(default_factory=dict, compare=False, repr=False)
+    _tables_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
     def n_layer(self) -> int:
@@ -201,7 +232,7 @@ class LongPatterns:
         return key, self.T if window is None else min(self.T, key + window)
 
     def _cells(self, layer: int, a: int, b: int, heads, col_edges: np.ndarray, row_starts: np.ndarray,
-               reduce: str, out: np.ndarray, buf=None):
+               reduce: str, out: np.ndarray, buf=None, table=None, use_table: bool = False):
         """Query rows a..b-1 folded into cells: rows row_starts[i].. (relative to a) x keys
         col_edges[j]..col_edges[j+1]-1 (absolute, strictly increasing), each cell the max or the sum
         ("max", "mean") of its weights, written into out [n_head (or len(heads)), len(row_starts),
@@ -210,7 +241,8 @@ class LongPatterns:
         axis 0, a pass over whole rows. For the max, the max is taken over the scores and only the
         blocks' maxima are exponentiated: exp(max_k s_k - lse) = max_k exp(s_k - lse) (exp and the
         one subtraction keep the order), the same float32 numbers as reducing rows() at a fraction
-        of the exp calls."""
+        of the exp calls. `table` (one head, the max): a key-block table (LongPatterns.tables) this
+        block fills (use_table False: all keys computed) or reads (True: see _table_maxima)."""
         q, lse, kv = self._heads(layer, a, b, heads)
         m = b - a
         lo, hi = key_range(a, b, self.T, self.causal, self.window[layer])
@@ -225,20 +257,65 @@ class LongPatterns:
         row_stops = np.append(row_starts[1:], m)
         op = np.maximum if reduce == "max" else np.add
         for g, idx in kv_heads(kv):
-            st, buf = work_buffer(buf, (hi - lo, len(idx) * m))
-            st = scores_t(q[idx] * np.float32(self.scale[layer]), self.k[layer][g], a, lo, hi,
-                          self.causal, self.window[layer], st)  # [hi - lo, s m]
-            if reduce == "mean":  # the weights themselves, summed
-                st3 = st.reshape(hi - lo, len(idx), m)
-                st3 -= lse[idx]
-                np.exp(st, out=st)
-            by_col = fold_segments(st, starts, stops, op).reshape(j1 - j0, len(idx), m)  # [J, s, m]
-            by_row = np.ascontiguousarray(by_col.transpose(2, 1, 0))  # [m, s, J]
-            if reduce == "max":  # a block no key of which a row may see: exp(-inf) = 0
+            qs = q[idx] * np.float32(self.scale[layer])
+            if use_table:
+                by_col = self._table_maxima(table[:, a:b], qs, self.k[layer][g], a, lo + starts,
+                                            lo + stops, self.window[layer])  # [J, m]
+            else:
+                st, buf = work_buffer(buf, (hi - lo, len(idx) * m))
+                st = scores_t(qs, self.k[layer][g], a, lo, hi, self.causal, self.window[layer], st)
+                if table is not None:  # [hi - lo, m]: fill the table's entries of rows a..b-1
+                    _fill_table(table[:, a:b], st, lo, hi)
+                if reduce == "mean":  # the weights themselves, summed
+                    st3 = st.reshape(hi - lo, len(idx), m)
+                    st3 -= lse[idx]
+                    np.exp(st, out=st)
+                by_col = fold_segments(st, starts, stops, op)  # [J, s m]
+            by_row = np.ascontiguousarray(by_col.reshape(j1 - j0, len(idx), m).transpose(2, 1, 0))
+            if reduce == "max":  # [m, s, J]; a block no key of which a row may see: exp(-inf) = 0
                 by_row -= lse[idx].T[..., None]
                 np.exp(by_row, out=by_row)
             out[idx, :, j0:j1] = fold_segments(by_row, row_starts, row_stops, op).transpose(1, 0, 2)
         return buf
+
+    def _table_maxima(self, table, qs, k, a: int, s: np.ndarray, e: np.ndarray, window) -> np.ndarray:
+        """Each query row a..a+m-1's largest score over keys s[j]..e[j]-1 (absolute) -> [J, m]: the
+        key-block table's entries [m rows] for the whole blocks of TABLE_KEYS keys inside each
+        block of keys, and the scores of the keys left over at its two ends computed (one product:
+        qs [1, m, d_head] with those keys, k [T, d_head]); the same numbers as computing every
+        key, but for float32 rounding (the table's come from other products)."""
+        B, m = TABLE_KEYS, qs.shape[1]
+        J = len(s)
+        i0, i1 = -(-s // B), e // B  # whole table blocks i0..i1-1 inside each block of keys
+        inner = i1 > i0
+        left = np.where(inner, i0 * B, e) - s  # keys s.. before the whole blocks (all when none)
+        right = np.where(inner, e - i1 * B, 0)  # keys after them
+        top = np.full((J, m), -np.inf, dtype=np.float32)
+        if inner.any():
+            top[inner] = fold_segments(table, i0[inner], i1[inner], np.maximum)
+        n = left + right
+        if n.sum():
+            keys = np.concatenate([_spans(s, left), _spans(np.where(inner, i1 * B, e), right)])
+            cell = np.concatenate([np.repeat(np.arange(J), left), np.repeat(np.arange(J), right)])
+            order = np.argsort(keys, kind="stable")  # a block's keys are one run of rows
+            keys, cell = keys[order], cell[order]
+            st = np.matmul(k[keys], qs[0].T)  # [n keys, m]
+            rows = np.arange(a, a + m)
+            spans = [(int(np.searchsorted(keys, a, side="right")), len(keys))]  # keys after row a
+            if window is not None:  # keys before the last row's window
+                spans.append((0, int(np.searchsorted(keys, a + m - window, side="right"))))
+            for x, y in spans:
+                if y > x:
+                    ks = keys[x:y, None]
+                    hidden = ks > rows[None, :]
+                    if window is not None:
+                        hidden |= rows[None, :] - ks >= window
+                    np.putmask(st[x:y], hidden, np.float32(-np.inf))
+            has = n > 0
+            first = np.concatenate([[0], np.cumsum(n[has])[:-1]])
+            part = fold_segments(st, first, first + n[has], np.maximum)
+            top[has] = np.maximum(top[has], part)
+        return top
 
     def overview(self, layer: int, shape: tuple[int, int], reduce: str = "max", heads=None,
                  region: tuple[int, int, int, int] | None = None,
@@ -272,12 +349,29 @@ class LongPatterns:
             cells.append((i, j))
             i = j
 
+        table, use_table = None, False
+        if reduce == "max" and heads is not None and len(heads) == 1 and self.T >= TABLE_MIN_T:
+            key = (layer, int(heads[0]))
+            with self._tables_lock:
+                table = self.tables.get(key)
+            use_table = table is not None and int(np.diff(col_edges).min()) >= 2 * TABLE_KEYS
+            if table is None and (r0, r1, c0, c1) == (0, self.T, 0, self.T):  # the whole pattern:
+                table = np.full((-(-self.T // TABLE_KEYS), self.T), -np.inf, dtype=np.float32)
+            elif not use_table:
+                table = None
+
         def block(t, buf):  # rows of cells i..j-1
             i, j = cells[t]
             a, b = int(row_edges[i]), int(row_edges[j])
-            return self._cells(layer, a, b, heads, col_edges, row_edges[i:j] - a, reduce, out[:, i:j], buf)
+            return self._cells(layer, a, b, heads, col_edges, row_edges[i:j] - a, reduce,
+                               out[:, i:j], buf, table, use_table)
 
         in_parallel(len(cells), block, workers, stop)
+        if table is not None and not use_table:  # filled: kept for the zooms that follow
+            with self._tables_lock:
+                self.tables[key] = table
+                for old in list(self.tables)[:-TABLES_KEPT]:
+                    del self.tables[old]
         if reduce == "mean":
             out /= np.outer(np.diff(row_edges), np.diff(col_edges)).astype(np.float32)
         return out
