@@ -247,3 +247,25 @@ def test_a_heads_key_block_table_gives_its_later_overviews_within_float32_roundi
                     dense[layer, head, r0:r1, c0:c1], (np.arange(W) * (c1 - c0)) // W, axis=1),
                     (np.arange(H) * (r1 - r0)) // H, axis=0)
                 np.testing.assert_allclose(got[0], want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window", "gemma3"])
+def test_a_long_run_reusing_an_earlier_runs_prefix_equals_a_fresh_run(runs, name):
+    """The new text's first tokens are the earlier run's (a keystroke at the end, an edit in the
+    middle, a shorter text): their q, k, v and log-sum-exp are taken, the rest computed, and the
+    run equals one from scratch (patterns, row log-sum-exp, the last layer's q; Gemma 3's sandwich
+    norms carry float32 rounding further, as above); the earlier run is left as it was."""
+    model, ids, _, _ = runs[name]
+    first = run_long(model, ids=ids[:30])
+    kept = [a.copy() for a in first.patterns.k + first.patterns.q]
+    for new in (ids, np.concatenate([ids[:12], ids[20:]]), ids[:20], ids[:30]):
+        got = run_long(model, ids=new, reuse=first)
+        want = run_long(model, ids=new)
+        shared = int(np.argmin(np.append(new[:30] == ids[:len(new[:30])], False)))
+        assert got.result.cache_reused == min(shared, len(new) - 1)
+        np.testing.assert_allclose(got.patterns.dense(), want.patterns.dense(),
+                                   atol=2e-5 if name == "gemma3" else 1e-5, rtol=0)
+        for a, b in zip(got.patterns.lse + got.patterns.q[-1:], want.patterns.lse + want.patterns.q[-1:]):
+            np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-5)  # (values up to ~5; float32 rounding)
+    for a, b in zip(first.patterns.k + first.patterns.q, kept):
+        np.testing.assert_array_equal(a, b)

@@ -3,8 +3,9 @@ ones, the text grows in the box with the new tokens marked, the heatmaps follow)
 scrubs the steps (the token's row in every head of the layer, its top-10, the KV bytes equal to the
 calculator's), Stop and an edit of the text end it; a text over the dense limit shows as the long
 view, whose tiles are the block maxima of the dense pattern, whose wheel and dragged rectangle zoom
-to the exact weights, and whose hover reads the exact weight; Hide first token and Value-weighted
-change what the long view shows and paints as they change the grid."""
+to the exact weights, and whose hover reads the exact weight, and a keystroke at its end runs
+its new tokens only; Hide first token and Value-weighted change what the long view shows and
+paints as they change the grid."""
 
 import numpy as np
 import pytest
@@ -172,6 +173,24 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     w.set_text(PROMPT)  # a short text: the dense grid again
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
     assert lg.run is None and w.grid_stack.currentWidget() is w.grid
+
+
+def test_typing_at_the_end_of_a_long_text_runs_only_its_new_tokens(win, qtbot, smollm2):
+    """The second long run takes the first's tokens up to the edit (at most its last one or two
+    change with the new text's tokens) and its patterns are the dense run's of the new text."""
+    w, lg = win, win.state.long
+    cfg = smollm2.config
+    w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
+    w.set_text(LONG)
+    qtbot.waitUntil(lambda: lg.run is not None and lg.run.result.text == LONG, timeout=WAIT)
+    first = lg.run
+    w.set_text(LONG + "The end")
+    qtbot.waitUntil(lambda: lg.run is not None and lg.run.result.text == LONG + "The end", timeout=WAIT)
+    run = lg.run
+    assert 0 < run.result.cache_reused < run.patterns.T and run.result.cache_reused >= first.patterns.T - 2
+    dense = smollm2.run(LONG + "The end", use_cache=False).attentions
+    for layer in (0, 29):
+        np.testing.assert_allclose(run.patterns.rows(layer, 0, run.patterns.T), dense[layer], atol=1e-5, rtol=0)
 
 
 def shown_pattern(full, layer: int, hide_first: bool, weighted: bool) -> np.ndarray:

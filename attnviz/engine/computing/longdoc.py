@@ -33,7 +33,7 @@ from attnviz.engine.computing.layers import (
     ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
 from attnviz.engine.computing.parallel import cores, in_parallel
-from attnviz.engine.computing.trace import LayerCache, Trace
+from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
 TABLE_KEYS = 4  # keys per entry of a head's key-block table (LongPatterns.overview)
@@ -69,8 +69,9 @@ class LongTrace(Trace):
         self.consts: list = []  # per layer families.Consts
 
     def begin(self, n_layer, ids, p=0):
-        if p or self.edits or self.start:
-            raise ValueError("a long trace runs every row and layer, without edits")
+        if (p and self.past is None) or self.edits or self.start:
+            raise ValueError("a long trace runs every row and layer (but an earlier run's prefix), "
+                             "without edits")
         super().begin(n_layer, ids, p)
         self.queries, self.lse, self.consts = [None] * n_layer, [None] * n_layer, [None] * n_layer
 
@@ -89,7 +90,24 @@ class _LongSlot(LayerCache):
 
     def q(self, q, lse, c):
         t = self.trace
+        if self._p:  # the earlier run's rows first
+            q = np.concatenate([self.past.queries[self.i][:, :self._p], q], axis=1)
+            lse = np.concatenate([self.past.lse[self.i][:, :self._p], lse], axis=1)
         t.queries[self.i], t.lse[self.i], t.consts[self.i] = np.ascontiguousarray(q), lse, c
+
+
+class _LongPast(KVCache):
+    """An earlier long run as the cache of the next (run_long's reuse): its ids, K, V, and the q and
+    row log-sum-exp of each layer; at least the last token is computed again (a text the same or
+    shorter runs its last row, so every record of the new run is whole)."""
+
+    def __init__(self, run: LongRun):
+        lp, trace = run.patterns, run.result.trace
+        super().__init__(ids=np.asarray(run.result.input_ids), k=list(lp.k), v=list(trace.v))
+        self.queries, self.lse = lp.q, lp.lse
+
+    def prefix(self, ids: np.ndarray) -> int:
+        return min(super().prefix(ids), len(ids) - 1)
 
 
 def _spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -407,12 +425,20 @@ def value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_m
 
 def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False,
              progress: Callable[[int, int], None] | None = None,
-             row_block: int = ROW_BLOCK, workers: int | None = None) -> LongRun:
+             row_block: int = ROW_BLOCK, workers: int | None = None,
+             reuse: LongRun | None = None) -> LongRun:
     """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
     LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
-    core), each with one BLAS thread (engine/computing/parallel.py)."""
+    core), each with one BLAS thread (engine/computing/parallel.py). `reuse`: an earlier long run
+    of this model (a causal one): the tokens it shares with this text at the start are not
+    computed again, their K, V, q and log-sum-exp are its (as the dense path's KV cache;
+    result.cache_reused says how many)."""
     trace = LongTrace(progress, row_block, workers)
+    cfg = model.config
+    if (reuse is not None and cfg.causal and isinstance(reuse.result.trace, LongTrace)
+            and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
+        trace.past = _LongPast(reuse)
     result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
     bad = [i for i, lse in enumerate(trace.lse) if not np.isfinite(lse).all()]
     if bad:

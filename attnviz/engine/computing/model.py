@@ -242,6 +242,9 @@ class Model:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held), with
         `trace` filled. The run uses the cache when it may (a causal model, use_cache, a trace
         without edits, and no other run holding it) and computes in full otherwise."""
+        if trace.past is not None:  # the trace's own cache (longdoc.run_long's reuse): the model's untouched
+            forward(self.config, self.weights, ids, trace, trace.past)
+            return trace.attentions, trace.past.reused, self._cache.nbytes if self._cache is not None else 0
         owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:

@@ -75,6 +75,7 @@ class Trace:
     the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
     row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
+    past: KVCache | None = None  # a cache the trace brings (a long run's earlier run), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,

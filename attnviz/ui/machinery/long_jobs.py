@@ -55,6 +55,7 @@ class LongJobs(QObject):
         self._stop = threading.Event()  # the running generation's Stop
         self._gen: dict | None = None  # the running generation: job id, model, prompt, its ids
         self._asked = None  # the figures.view.Shown the last overviews were asked of
+        self._last_long = None  # (model, longdoc.LongRun): the pool's last long run, the next one's prefix
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(OVERVIEW_DELAY_MS)
@@ -83,7 +84,9 @@ class LongJobs(QObject):
 
     def run_long(self, req):
         """The worker's compute request as a long run (on the pool): progress per layer, and
-        Cancelled once a newer run is asked for."""
+        Cancelled once a newer run is asked for. The tokens it shares at the start with the last
+        long run of the same model are not computed again (a keystroke at the end of a long text
+        runs its last tokens only)."""
         from attnviz.engine.computing.longdoc import run_long
 
         def progress(i, n):
@@ -91,7 +94,11 @@ class LongJobs(QObject):
             if job is None or job.id != req.id:
                 raise Cancelled("a newer text is being computed")
             self.sigLayer.emit(req.id, i, n)
-        return run_long(req.model, req.text, truncate=True, progress=progress)
+        last = self._last_long  # (read and written on the pool's one thread)
+        reuse = last[1] if last is not None and last[0] is req.model else None
+        run = run_long(req.model, req.text, truncate=True, progress=progress, reuse=reuse)
+        self._last_long = (req.model, run)
+        return run
 
     def _on_layer(self, job_id: int, i: int, n: int) -> None:
         job = self.worker.running("compute")
