@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -55,7 +56,8 @@ class LongJobs(QObject):
         self._stop = threading.Event()  # the running generation's Stop
         self._gen: dict | None = None  # the running generation: job id, model, prompt, its ids
         self._asked = None  # the figures.view.Shown the last overviews were asked of
-        self._last_long = None  # (model, longdoc.LongRun): the pool's last long run, the next one's prefix
+        self._last_long = None  # (model, weakref to longdoc.LongRun): the pool's last long run,
+        # the next one's prefix while the window still holds it (a dropped run is not kept alive)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(OVERVIEW_DELAY_MS)
@@ -95,9 +97,9 @@ class LongJobs(QObject):
                 raise Cancelled("a newer text is being computed")
             self.sigLayer.emit(req.id, i, n)
         last = self._last_long  # (read and written on the pool's one thread)
-        reuse = last[1] if last is not None and last[0] is req.model else None
+        reuse = last[1]() if last is not None and last[0] is req.model else None
         run = run_long(req.model, req.text, truncate=True, progress=progress, reuse=reuse)
-        self._last_long = (req.model, run)
+        self._last_long = (req.model, weakref.ref(run))
         return run
 
     def _on_layer(self, job_id: int, i: int, n: int) -> None:
