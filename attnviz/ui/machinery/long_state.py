@@ -33,6 +33,7 @@ class LongState(QObject):
         self.pane = None  # Overview of the focused head at the pane's size
         self.progress = (0, 0)
         self._shown: dict = {}  # (hide_first, value_weighted) -> Shown of `run`
+        state.sigModelChanged.connect(lambda _m: self.set_run(None))  # the run was the old model's
 
     @property
     def patterns(self):

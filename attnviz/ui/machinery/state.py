@@ -39,6 +39,7 @@ class AppState(QObject):
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
     sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
+    sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -64,10 +65,13 @@ class AppState(QObject):
         self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
         self._wanted_checkpoint: int | None = None  # asked for before the checkpoints were loaded
         self._shown: Shown | None = None
+        self._text_result = None  # text_result as last announced (sigTextResultChanged)
+        self.sigResultChanged.connect(self._follow_text_result)  # first: the scores go stale first
         self._init_head_scores()
         self.effects = Effects(self)  # what heads do: ablation, prediction, lens, DLA (effects_state.py)
         # a long text's run and view, and a generation from the sentence (long_state.py)
         self.long, self.generation = LongState(self), GenerationState(self)
+        self.long.sigRunChanged.connect(self._follow_text_result)
 
     def shown(self) -> Shown | None:
         """The current result as the heatmaps show it (figures/view.Shown: value weighting, the
@@ -84,6 +88,20 @@ class AppState(QObject):
         return self._shown
 
     # --- derived, read-only -------------------------------------------------------------------
+    @property
+    def text_result(self):
+        """The RunResult of the text shown: the long run's while a long text is shown (its
+        `attentions` is None: its patterns are long.patterns, computed on demand), else `result`.
+        What the head scores, Find and the calculator read."""
+        run = self.long.run
+        return run.result if run is not None else self.result
+
+    def _follow_text_result(self, *_) -> None:
+        r = self.text_result
+        if r is not self._text_result:
+            self._text_result = r
+            self.sigTextResultChanged.emit(r)
+
     @property
     def n_layer(self) -> int:
         return self.model.config.n_layer if self.model is not None else 0
@@ -330,7 +348,7 @@ class AppState(QObject):
         self.probe_progress: tuple[int, int] | None = None  # (done, n) of the probe under way
         self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
         self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
-        self.sigResultChanged.connect(self._scores_follow_result)
+        self.sigTextResultChanged.connect(self._scores_follow_result)
 
     @property
     def head_scores(self):
@@ -369,7 +387,7 @@ class AppState(QObject):
     def set_text_scores(self, scores, result, note: str = "") -> None:
         """The runner's scores of the typed text's `result` (None with a note: why there are none)."""
         self.text_scores, self.scores_result, self.text_note = scores, result, str(note)
-        self.scores_stale = result is not self.result
+        self.scores_stale = result is not self.text_result
         self._scores_changed()
 
     def set_probe_progress(self, done: int, n: int) -> None:
@@ -392,12 +410,13 @@ class AppState(QObject):
             self._scores_changed()
 
     def _scores_follow_result(self, result) -> None:
-        """A new result: the old text's scores are not its; they go when the result does, and stay
-        greyed (stale, no badges) until the runner's new ones come."""
+        """A new text_result (dense or long): the old text's scores are not its; they go when the
+        result does, and stay greyed (stale, no badges) until the runner's new ones come."""
         if result is None:
             self._clear_text_scores()
         elif (self.text_scores is not None and not self.scores_stale and self.scores_result is not None
-              and self.scores_result is not result and same_patterns(self.scores_result, result)):
+              and self.scores_result is not result and result.attentions is not None
+              and self.scores_result.attentions is not None and same_patterns(self.scores_result, result)):
             self.scores_result = result  # the same patterns run again (for value norms, layer inputs)
         elif self.text_scores is not None and not self.scores_stale and self.scores_result is not result:
             self.scores_stale = True

@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
+from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error, wide_blas
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ class Worker(Runner):
         self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
         self._score_cost = None  # (model, seconds, T): how long the text's last scores took
         self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
-        st.sigResultChanged.connect(self._scores_on_result)
+        st.sigTextResultChanged.connect(self._scores_on_result)  # a dense result or a long run's
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
         st.sigModelChanged.connect(self._scores_on_model)
         st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
@@ -200,7 +201,7 @@ class Worker(Runner):
             self._scores_timer.stop()
             self.cancel(SCORES_KIND)
         elif self.state.scores_result is not result or self.state.scores_stale:
-            if self.scores_at_once(result):
+            if self.state.long.run is None and self.scores_at_once(result):
                 # after the result's frame: submitting the job costs the main thread 1-2 ms (the
                 # pool thread takes the GIL at once), and the job's Python slows whatever the main
                 # thread does meanwhile; started at 0 ms, both fell on the frame's own events
@@ -239,7 +240,7 @@ class Worker(Runner):
         """Score the state's result with the roles options on the pool; the state holds them after."""
         st = self.state
         self._scores_timer.stop()
-        model, result, opts = st.model, st.result, st.role_options
+        model, result, opts = st.model, st.text_result, st.role_options
         self._text_flags = (opts.exclude_bos, opts.exclude_current)
         if model is None or result is None:
             self.cancel(SCORES_KIND)
@@ -249,6 +250,9 @@ class Worker(Runner):
             st.set_text_scores(None, result)
             return
         H = _heads()
+        if st.long.run is not None:  # a long text: its patterns streamed in row blocks
+            self._score_long(model, st.long.run, opts)
+            return
 
         def work():  # -> (HeadScores, seconds taken)
             t0 = time.perf_counter()
@@ -258,15 +262,37 @@ class Worker(Runner):
             return scores, time.perf_counter() - t0
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts))
 
+    def _score_long(self, model, run, opts) -> None:
+        """A long run's text scores (heads.score_blocks over each layer's row blocks, no [T, T]
+        pattern held), stopped between blocks once a newer request is made."""
+        H, patterns, result = _heads(), run.patterns, run.result
+        job_id = self.claim(SCORES_KIND)
+
+        def blocks():  # (layer, a, rows [n_head, m, w]) of every layer, in order
+            for layer in range(patterns.n_layer):
+                for a, rows in patterns.blocks(layer):
+                    if not self.is_newest(SCORES_KIND, job_id):
+                        raise Cancelled("newer head scores are asked for")
+                    yield layer, a, rows
+
+        def work():  # -> (HeadScores, None: the dense scores' cost model does not apply)
+            scores = H.score_blocks(blocks(), patterns.n_layer, patterns.n_head, result.input_ids,
+                                    patterns.causal, exclude_bos=opts.exclude_bos,
+                                    exclude_current_token=opts.exclude_current, tokens=result.labels,
+                                    unknown_ids=H.unknown_token_ids(model))
+            return scores, None
+        self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), job_id=job_id)
+
     def _on_text_scores(self, request, value, error) -> None:
         model, result, opts = request
         scores = None
         if error is None:
             scores, seconds = value
-            self._score_cost = (model, seconds, result.n_tokens)
+            if seconds is not None:
+                self._score_cost = (model, seconds, result.n_tokens)
         st, now = self.state, self.state.role_options
         # the text's scores depend on the exclusion flags only: a change of source meanwhile keeps them
-        if (model is not st.model or result is not st.result
+        if (model is not st.model or result is not st.text_result
                 or (opts.exclude_bos, opts.exclude_current) != (now.exclude_bos, now.exclude_current)):
             return  # another result or options are on their way
         if error is not None:

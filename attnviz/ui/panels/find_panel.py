@@ -4,6 +4,8 @@ A view of AppState, placed as a tab of the head-roles panel: it keeps its own to
 result's tokens), follows the result and the query (a query row picked elsewhere moves its A) and
 writes back the focus and the query when a head is clicked. The search itself (find.find) is a
 few NumPy reductions, run at once on the main thread; `set_find` and `run_find` return its hits.
+A long text (state.long: no dense patterns) is searched with find.find_long, which computes the key's
+column of every head only.
 
 While Find is not on screen (`shown()`, asked of its host: its tab and dock), a new result only
 marks its token lists stale; they are refilled when it is shown (`catch_up`) or used (`set_find`)."""
@@ -71,7 +73,7 @@ class FindPanel(QWidget):
 
     def _connect(self):
         st = self.state
-        st.sigResultChanged.connect(self._on_result_changed)
+        st.sigTextResultChanged.connect(self._on_result_changed)  # a dense result or a long run's
         st.sigQueryChanged.connect(self._on_query_changed)
         self.find_from.activated.connect(lambda *_: self.run_find())
         self.find_to.activated.connect(lambda *_: self.run_find())
@@ -86,7 +88,7 @@ class FindPanel(QWidget):
 
     def _fill_find_tokens(self):
         self._stale = False
-        r = self.state.result
+        r = self.state.text_result
         old = (self.find_from.currentIndex(), self.find_to.currentIndex())
         for box in (self.find_from, self.find_to):
             box.blockSignals(True)
@@ -112,7 +114,7 @@ class FindPanel(QWidget):
         return self.run_find()
 
     def run_find(self):
-        r = self.state.result
+        r = self.state.text_result
         if r is None:
             self._show_hits(None)
             return None
@@ -127,7 +129,8 @@ class FindPanel(QWidget):
             box.blockSignals(True)
             box.setCurrentIndex(pos)
             box.blockSignals(False)
-        hits = F.find(r, q, k)
+        patterns = self.state.long.patterns  # a long text's, computed on demand
+        hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         self.find_status.setText(
             f"From {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} (key), every head ranked by "
             "specificity: its weight minus the mean weight the other queries give that key (a head "
@@ -154,7 +157,7 @@ class FindPanel(QWidget):
                 t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
                                        None if np.isnan(value) else round(value, 4))
         if hits is None:
-            if self.state.result is None:
+            if self.state.text_result is None:
                 self.find_status.setText("")
         self.sigFound.emit(hits)
 
@@ -172,7 +175,7 @@ class FindPanel(QWidget):
             self._stale = True  # filled when Find is shown or used
 
     def _on_query_changed(self, pos):
-        r = self.state.result
+        r = self.state.text_result
         if pos is None or r is None or not 0 <= pos < len(r.labels) or self._stale:
             return  # (a stale Find starts from the query when it catches up)
         if self.find_from.currentIndex() != pos:

@@ -283,7 +283,7 @@ class RolesPanel(QWidget):
     def _waiting(self):
         """The summary while there are no scores to show: why, or what is on its way."""
         st = self.state
-        source, note, r = st.role_options.source, st.scores_note, st.result
+        source, note, r = st.role_options.source, st.scores_note, st.text_result
         if st.model is None:
             return "Open a model to score its heads."
         if note:

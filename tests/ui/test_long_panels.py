@@ -1,0 +1,158 @@
+"""The side panels on a long text (shown by the long view; its patterns are computed on demand): the
+Head roles panel's scores, labels and map are the dense scores of the same text, under the exclusion
+options too, and go stale when the text changes; Find ranks every head as on the dense run."""
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from attnviz.engine.analysing import find as F, heads as H
+from attnviz.engine.computing.longdoc import dense_bytes
+from attnviz.ui.panels.roles_views import COLUMNS
+from windows import WAIT, open_window
+
+PROMPT = "The keys to the cabinet are on the"
+LONG = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly "
+        "normal, thank you very much. They were the last people you'd expect to be involved in "
+        "anything strange or mysterious, because they just didn't hold with such nonsense. ") * 4
+
+
+@pytest.fixture
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
+    if w.roles_panel is None:
+        pytest.skip("side panels not installed")
+    cfg = smollm2.config
+    w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    qtbot.waitUntil(lambda: (w.roles_dock.raise_(), not w.roles_panel.visibleRegion().isEmpty())[1],
+                    timeout=WAIT)
+    yield w
+    w.worker.wait_idle()
+
+
+def show_long(qtbot, w, text):
+    """Type `text` (over the lowered dense limit) and wait until the long view shows its run."""
+    w.set_text(text)
+    qtbot.waitUntil(lambda: w.state.long.run is not None and w.state.long.run.result.text == text,
+                    timeout=WAIT)
+    assert w.state.result is None and w.grid_stack.currentWidget() is w.long_view
+
+
+def wait_scored(qtbot, w, excluded=(False, False)):
+    """Wait until the roles panel shows the scores of the text shown (not greyed), scored with the
+    exclusions `excluded` (first token, current token)."""
+    panel, st = w.roles_panel, w.state
+    panel.wait_idle()
+    qtbot.waitUntil(lambda: (st.head_scores is not None and not st.scores_stale
+                             and (st.head_scores.exclude_bos, st.head_scores.exclude_current_token)
+                             == excluded
+                             and panel.score_table.table.isEnabled()
+                             and panel.score_table.table.rowCount() > 0), timeout=WAIT)
+
+
+def table_scores(panel):
+    """{(layer, head): (role label, {score name: value shown})} from the Scores tab's rows."""
+    t, out = panel.score_table.table, {}
+    for row in range(t.rowCount()):
+        cell = lambda c: t.item(row, c).data(Qt.ItemDataRole.DisplayRole)  # noqa: E731
+        out[(int(cell(0)), int(cell(1)))] = (t.item(row, 2).text(),
+                                            {name: cell(3 + j) for j, name in enumerate(COLUMNS[3:])})
+    return out
+
+
+def check_shown(w, dense, hs):
+    """The panel shows `dense`'s scores: every table row (3 decimals), the map's size, the summary's
+    counts; and the state's scores (what the table rounds) equal them: the role scores within 1e-5,
+    distance and entropy within 1e-6 of their size."""
+    panel = w.roles_panel
+    for name in H.ROLES:  # shares of each row's weight
+        np.testing.assert_allclose(hs.scores[name], dense.scores[name], atol=1e-5, rtol=0,
+                                   err_msg=name)
+    for name in H.METRICS:  # tokens and bits (up to ~100): float32 weights, 1e-6 of their size
+        np.testing.assert_allclose(hs.scores[name], dense.scores[name], atol=1e-5, rtol=1e-6,
+                                   err_msg=name)
+    for role in H.ROLES:
+        np.testing.assert_allclose(hs.chance[role], dense.chance[role], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(hs.strength[role], dense.strength[role], atol=1e-5, rtol=0)
+    assert hs.labels == dense.labels and w.state.head_labels == dense.labels  # the badges
+    shown = table_scores(panel)
+    n_layer, n_head = len(dense.labels), len(dense.labels[0])
+    assert len(shown) == n_layer * n_head
+    for (l, h), (label, values) in shown.items():
+        assert label == dense.labels[l][h]
+        for name, v in values.items():
+            assert abs(v - float(dense.scores[name][l, h])) <= 5e-4 + 1e-5, (l, h, name)
+    ov = panel.overview.map
+    assert (ov.rowCount(), ov.columnCount()) == (n_layer, n_head)
+    counts = ", ".join(f"{n} {r}" for r in H.ROLES if (n := sum(row.count(r) for row in dense.labels)))
+    assert f"Labels on this text: {counts or 'none'}" in panel.summary.text()
+
+
+def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2):
+    w, st, panel = win, win.state, win.roles_panel
+    show_long(qtbot, w, LONG)
+    wait_scored(qtbot, w)
+    full = smollm2.run(LONG, use_cache=False)  # [n_layer, n_head, T, T]
+    assert full.n_tokens == st.long.T > 100
+    unknown = H.unknown_token_ids(smollm2)
+    check_shown(w, H.score_result(full, unknown_ids=unknown), st.head_scores)
+    assert "induction" in [b for row in st.head_labels for b in row]  # the text repeats itself
+
+    panel.exclude_bos.setChecked(True)  # the exclusion options rescore the long run
+    panel.exclude_current.setChecked(True)
+    wait_scored(qtbot, w, (True, True))
+    check_shown(w, H.score_result(full, exclude_bos=True, exclude_current_token=True,
+                                  unknown_ids=unknown), st.head_scores)
+
+    longer = LONG + "The end."  # another long text: the old scores grey until the new ones come
+    w.set_text(longer)
+    qtbot.waitUntil(lambda: st.long.run.result.text == longer, timeout=WAIT)
+    assert not panel.score_table.table.isEnabled() or st.scores_result is st.text_result
+    wait_scored(qtbot, w, (True, True))
+    full2 = smollm2.run(longer, use_cache=False)
+    assert full2.n_tokens == st.long.T > full.n_tokens
+    check_shown(w, H.score_result(full2, exclude_bos=True, exclude_current_token=True,
+                                  unknown_ids=unknown), st.head_scores)
+
+    w.set_text(PROMPT)  # a short text again: the dense run's scores
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == PROMPT, timeout=WAIT)
+    wait_scored(qtbot, w, (True, True))
+    assert st.long.run is None
+    check_shown(w, H.score_result(st.result, exclude_bos=True, exclude_current_token=True,
+                                  unknown_ids=unknown), st.head_scores)
+
+
+def find_rows(find):
+    """(head title, specificity, weight) of every row of Find's table, top to bottom."""
+    t = find.find_table
+    return [(t.item(i, 1).text(), t.item(i, 2).data(Qt.ItemDataRole.DisplayRole),
+             t.item(i, 3).data(Qt.ItemDataRole.DisplayRole)) for i in range(t.rowCount())]
+
+
+def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smollm2):
+    w, st, panel = win, win.state, win.roles_panel
+    panel.tabs.setCurrentWidget(panel.find)
+    show_long(qtbot, w, LONG)
+    find = panel.find
+    labels = st.long.run.result.labels
+    T = len(labels)
+    qtbot.waitUntil(lambda: find.find_from.count() == T, timeout=WAIT)  # the long text's tokens
+    assert [find.find_to.itemText(i) for i in range(T)] == [f"{lab}@{i}" for i, lab in enumerate(labels)]
+    full = smollm2.run(LONG, use_cache=False)
+    cfg = smollm2.config
+    for q, k in [(T - 1, 0), (T // 2 + 7, T // 2 - 30), (60, 59)]:
+        hits = find.set_find(f"{labels[q]}@{q}", f"@{k}")
+        want = F.find(full, q, k)
+        assert hits is not None and len(hits) == cfg.n_layer * cfg.n_head
+        assert f"{labels[q]!r}@{q} (query) to {labels[k]!r}@{k} (key)" in find.find_status.text()
+        rows = find_rows(find)
+        assert [r[0] for r in rows[:10]] == [f"L{h.layer} H{h.head}" for h in want[:10]]
+        shown = {r[0]: (r[1], r[2]) for r in rows}
+        for h in want:  # every head's specificity and weight as on the dense run
+            spec, weight = shown[f"L{h.layer} H{h.head}"]
+            assert abs(spec - h.specificity) <= 5e-5 + 1e-5 and abs(weight - h.weight) <= 5e-5 + 1e-5
+
+    st.set_query(T - 3)  # a query row picked elsewhere moves Find's query
+    assert find.find_from.currentIndex() == T - 3
+    best = F.find(full, T - 3, find.find_to.currentIndex())[0]
+    assert find_rows(find)[0][0] == f"L{best.layer} H{best.head}"
