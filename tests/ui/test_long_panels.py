@@ -1,6 +1,7 @@
 """The side panels on a long text (shown by the long view; its patterns are computed on demand): the
 Head roles panel's scores, labels and map are the dense scores of the same text, under the exclusion
-options too, and go stale when the text changes; Find ranks every head as on the dense run."""
+options too, and go stale when the text changes; Find ranks every head as on the dense run; the
+calculator's sentence line counts the long text's tokens."""
 
 import numpy as np
 import pytest
@@ -156,3 +157,25 @@ def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smo
     assert find.find_from.currentIndex() == T - 3
     best = F.find(full, T - 3, find.find_to.currentIndex())[0]
     assert find_rows(find)[0][0] == f"L{best.layer} H{best.head}"
+
+
+def test_the_calculator_counts_the_long_texts_tokens(win, qtbot):
+    w, panel = win, win.calc_panel
+    if panel is None:
+        pytest.skip("side panels not installed")
+    qtbot.waitUntil(lambda: (w.calc_dock.raise_(), not panel.visibleRegion().isEmpty())[1], timeout=WAIT)
+    short = w.state.result.n_tokens
+    assert f"this sentence: <b>{short} tokens" in panel.sentence_label.text()
+    assert "live KV cache held" in panel.live_label.text()
+    show_long(qtbot, w, LONG)
+    T = w.state.long.T
+    assert T > 100
+    assert f"this sentence: <b>{T:,} tokens" in panel.sentence_label.text()
+    assert panel.plot.sentence_marker.value() == T
+    live = panel.live_label.text()  # the model's cache (the short text's) is not paired with T
+    assert f"the long text's {T:,} tokens keep their own K and V" in live and "held" not in live
+
+    w.set_text(PROMPT)  # the short text again
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
+    assert f"this sentence: <b>{short} tokens" in panel.sentence_label.text()
+    assert panel.plot.sentence_marker.value() == short

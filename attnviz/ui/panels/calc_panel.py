@@ -19,6 +19,7 @@ from attnviz.engine.calc.presets import load_presets
 from attnviz.figures.style import ERROR
 from attnviz.ui.panels.calc_views import (
     CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
+    tokens,
 )
 
 
@@ -80,9 +81,9 @@ class CalcPanel(QWidget):
         self._select(DEFAULT_PRESET)
         if state is not None:
             state.sigModelChanged.connect(self._follow_model)
-            state.sigResultChanged.connect(self._follow_result)
+            state.sigTextResultChanged.connect(self._follow_result)  # a dense result or a long run's
             self._follow_model(state.model)
-            self._follow_result(state.result)
+            self._follow_result(state.text_result)
 
     # -- a view of AppState ----------------------------------------------------------------------
 
@@ -109,13 +110,22 @@ class CalcPanel(QWidget):
             self._show_sentence()
         else:
             self.set_seq_len(len(result.tokens))
+        run = self.state.long.run
+        if run is not None and result is run.result and self.state.model is not None:
+            # a long text runs apart from the model's KV cache (its cache_bytes are the model's own,
+            # an earlier text's): say so rather than pair its T with those bytes
+            self.live_label.setText(f"live KV cache: the long text's {tokens(len(result.tokens))} "
+                                    "keep their own K and V, with their patterns (the model's "
+                                    "cache is not used)")
+            self.live_label.setVisible(True)
+            return
         self.set_live_cache(result, self.state.model)
 
     def set_shown(self, shown: bool) -> None:
         """Whether the panel is on screen; a hidden calculator catches up when shown."""
         self._shown = bool(shown)
         if self._shown and self.state is not None:
-            self._show_result(self.state.result)
+            self._show_result(self.state.text_result)
 
     # -- public API ------------------------------------------------------------------------------
 
