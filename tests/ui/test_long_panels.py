@@ -179,3 +179,31 @@ def test_the_calculator_counts_the_long_texts_tokens(win, qtbot):
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)
     assert f"this sentence: <b>{short} tokens" in panel.sentence_label.text()
     assert panel.plot.sentence_marker.value() == short
+
+
+def test_a_long_texts_scores_never_hold_up_the_next_run(win, qtbot, monkeypatch):
+    """The long text's scores run beside the window's runs: while they are under way (held here
+    at their start), the next text's run arrives; the scores shown then are the new text's."""
+    import threading
+
+    w, st = win, win.state
+    started, release = threading.Event(), threading.Event()
+    real = H.score_blocks
+
+    def held(*args, **kw):
+        started.set()
+        release.wait(120)
+        return real(*args, **kw)
+    monkeypatch.setattr(H, "score_blocks", held)
+    show_long(qtbot, w, LONG)
+    w.worker.flush_scores()
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    longer = LONG + "The end."
+    try:
+        show_long(qtbot, w, longer)  # computed while the first text's scores are under way
+        assert st.head_scores is None or st.scores_stale
+    finally:
+        release.set()
+    wait_scored(qtbot, w)
+    assert st.scores_result is st.text_result and st.text_result.text == longer
+    assert st.head_scores.tokens == list(st.long.run.result.labels)

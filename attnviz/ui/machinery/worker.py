@@ -33,6 +33,7 @@ LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
 SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow each result at once
 SCORES_AFTER_MS = 10  # ... once the result's frame is painted and the main thread is idle again
+LONG_SCORES_YIELD_S = 0.01  # a long text's scores wait in steps of this while the pool runs a job
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,8 @@ class Worker(Runner):
     # keystroke must not queue behind its scores). A probe source's scores follow the options, the
     # model and the training step, never the text (typing must not restart a 60-sentence probe).
     # Both are pure engine calls on the pool, written into the state (set_text_scores,
-    # set_probe_scores); the newest of each wins.
+    # set_probe_scores); the newest of each wins. A long text's scores (state.long: its patterns
+    # streamed in row blocks) run on a thread of their own that gives way to the pool (_score_long).
     def follow_scores(self) -> None:
         """Score what the state's roles options ask for (follow_state connects it)."""
         st = self.state
@@ -264,13 +266,19 @@ class Worker(Runner):
 
     def _score_long(self, model, run, opts) -> None:
         """A long run's text scores (heads.score_blocks over each layer's row blocks, no [T, T]
-        pattern held), stopped between blocks once a newer request is made."""
+        pattern held: every weight computed once, seconds to a minute at thousands of tokens), on
+        a thread of its own that gives way to the pool: before each block it waits while the pool
+        runs a job (the next keystroke's run, an overview after a zoom), which would otherwise
+        queue behind the scores on the pool's one thread; stopped between blocks once stale."""
         H, patterns, result = _heads(), run.patterns, run.result
         job_id = self.claim(SCORES_KIND)
+        pool = self.pool
 
         def blocks():  # (layer, a, rows [n_head, m, w]) of every layer, in order
             for layer in range(patterns.n_layer):
                 for a, rows in patterns.blocks(layer):
+                    while self.is_newest(SCORES_KIND, job_id) and pool.activeThreadCount():
+                        time.sleep(LONG_SCORES_YIELD_S)
                     if not self.is_newest(SCORES_KIND, job_id):
                         raise Cancelled("newer head scores are asked for")
                     yield layer, a, rows
@@ -281,7 +289,8 @@ class Worker(Runner):
                                     exclude_current_token=opts.exclude_current, tokens=result.labels,
                                     unknown_ids=H.unknown_token_ids(model))
             return scores, None
-        self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), job_id=job_id)
+        self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), THREAD,
+                    job_id=job_id)
 
     def _on_text_scores(self, request, value, error) -> None:
         model, result, opts = request
