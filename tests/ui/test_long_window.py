@@ -123,8 +123,15 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
                      and lg.pane.region == lg.region and lg.tiles.region == lg.region)
     qtbot.waitUntil(ready, timeout=WAIT)
     assert w.grid_stack.currentWidget() is w.long_view and w.state.result is None
-    dense = smollm2.run(LONG, use_cache=False).attentions  # [n_layer, n_head, T, T]
+    dense_run = smollm2.run(LONG, use_cache=False)
+    dense = dense_run.attentions  # [n_layer, n_head, T, T]
     T = lg.T
+    # the token strip shows the long text's tokens (it said "no tokens" while the long view showed)
+    strip = w.token_strip
+    assert strip.labels == dense_run.labels and len(strip.labels) == T
+    painted = strip.grab().toImage()
+    assert len({painted.pixel(x, y) for x in range(0, painted.width(), 7)
+                for y in range(0, painted.height(), 3)}) > 3  # token boxes, not one grey line
     assert T == dense.shape[-1] > 100
     n = lg.tiles.values.shape[1]  # the tiles: each cell the max of its block of the whole pattern
     assert n < T and lg.tiles.values.shape == (cfg.n_head, n, n)

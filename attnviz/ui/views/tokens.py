@@ -45,14 +45,14 @@ class TokenStrip(QWidget):
         policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
-        if state is not None:
-            state.sigResultChanged.connect(self._follow)
+        if state is not None:  # the text's tokens: the dense result's, or a long run's
+            state.sigTextResultChanged.connect(self._follow)
             state.sigQueryChanged.connect(self._follow)
             self.sigClicked.connect(state.toggle_query)
             self._follow()
 
     def _follow(self, *_) -> None:  # AppState -> the strip
-        r, q = self.state.result, self.state.query_pos
+        r, q = self.state.text_result, self.state.query_pos
         if r is None:
             self.set_tokens([], [], None)
         elif self.labels is not r.labels:
