@@ -132,6 +132,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     painted = strip.grab().toImage()
     assert len({painted.pixel(x, y) for x in range(0, painted.width(), 7)
                 for y in range(0, painted.height(), 3)}) > 3  # token boxes, not one grey line
+    assert "long view" in w.focus_view.title.text()  # not "click a head": one is focused there
     assert T == dense.shape[-1] > 100
     n = lg.tiles.values.shape[1]  # the tiles: each cell the max of its block of the whole pattern
     assert n < T and lg.tiles.values.shape == (cfg.n_head, n, n)
@@ -241,8 +242,6 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
     assert all(b.isEnabled() for b in boxes.values())
     T = lg.T
     assert T == full.attentions.shape[-1]
-    n = lg.tiles.values.shape[1]
-    edges = (np.arange(n) * T) // n
     region = (20, 50, 0, 30)  # the first key in its own column: exact cells
     head = lg.head()
     for hide, weighted in [(True, False), (True, True), (False, True), (False, False)]:
@@ -251,6 +250,8 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
         lg.reset_zoom()
         qtbot.waitUntil(shows((hide, weighted)), timeout=WAIT)
         want = shown_pattern(full, 5, hide, weighted)
+        n = lg.tiles.values.shape[1]  # cells a side: the area's pixels (the layout may settle)
+        edges = (np.arange(n) * T) // n
         tiles = np.maximum.reduceat(np.maximum.reduceat(want, edges, axis=2), edges, axis=1)
         np.testing.assert_allclose(lg.tiles.values, tiles, atol=1e-5, rtol=0)
         assert ("first key hidden" in view.info.text()) == hide

@@ -99,6 +99,7 @@ class FocusView(QWidget):
 
         state.sigFocusChanged.connect(self.refresh)
         state.sigResultChanged.connect(self.refresh)
+        state.long.sigRunChanged.connect(self.refresh)  # a long text: the long view shows its head
         state.sigDisplayChanged.connect(self.refresh)
         state.sigOverlayChanged.connect(self._draw_overlay)
         state.sigQueryChanged.connect(self._draw_query)
@@ -120,6 +121,7 @@ class FocusView(QWidget):
         st = self.state
         lh = self._head()
         if lh is None:
+            self.title.setText(self._empty_text())
             if self._T == -1:
                 return  # already empty: nothing to repaint while the user types
             self._T = -1
@@ -180,11 +182,17 @@ class FocusView(QWidget):
         self.window_line.setPath(path)
         self.window_line.setVisible(bool(edge))
 
+    def _empty_text(self) -> str:
+        if self.state.long.run is not None:
+            return ("A long text: its focused head is the large pane of the long view, beside the "
+                    "grid (zoom there for the exact weights).")
+        return "Click a head in the grid to look at it here."
+
     def _clear(self):
         """No head: an empty frame, no numbered axes."""
         self.img.clear()
         self.window_line.hide()
-        self.title.setText("Click a head in the grid to look at it here.")
+        self.title.setText(self._empty_text())
         self.plot.getAxis("left").setTicks([[]])
         self.key_axis.setTicks([[]])
 
