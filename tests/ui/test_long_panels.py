@@ -207,3 +207,33 @@ def test_a_long_texts_scores_never_hold_up_the_next_run(win, qtbot, monkeypatch)
     wait_scored(qtbot, w)
     assert st.scores_result is st.text_result and st.text_result.text == longer
     assert st.head_scores.tokens == list(st.long.run.result.labels)
+
+
+def test_the_roles_summary_counts_the_layers_a_long_texts_scores_have_done(win, qtbot, monkeypatch):
+    import itertools
+    import threading
+
+    w, st, panel = win, win.state, win.roles_panel
+    release = threading.Event()
+    real = H.score_blocks
+
+    def held(blocks, *args, **kw):  # read up to layer 2's first block, then wait
+        blocks = iter(blocks)
+        taken = []
+        for item in blocks:
+            taken.append(item)
+            if item[0] == 2:
+                break
+        release.wait(120)
+        return real(itertools.chain(taken, blocks), *args, **kw)
+    monkeypatch.setattr(H, "score_blocks", held)
+    try:
+        show_long(qtbot, w, LONG)
+        w.worker.flush_scores()
+        n = st.model.config.n_layer
+        qtbot.waitUntil(lambda: (f"Updating: scoring the new text (a long text: layer 3 of {n})…"
+                                 == panel.summary.text()), timeout=WAIT)  # the short text's scores greyed
+    finally:
+        release.set()
+    wait_scored(qtbot, w)
+    assert "a long text: layer" not in panel.summary.text() and "Labels on this text" in panel.summary.text()

@@ -336,6 +336,7 @@ class AppState(QObject):
     sigRoleOptionsChanged = Signal(object)  # RoleOptions
     sigHeadScoresChanged = Signal()  # text or probe scores, their notes, staleness or the source changed
     sigProbeProgress = Signal(int, int)  # a template probe under way: sentences done, sentences
+    sigTextProgress = Signal(int, int)  # a long text's scores under way: layers done, layers
 
     def _init_head_scores(self) -> None:
         self.role_options = RoleOptions()
@@ -346,6 +347,7 @@ class AppState(QObject):
         self.probe_scores = None  # of a probe source: HeadScores (random probe) or probes.TemplateScores
         self.probe_note = ""  # the random probe's description, or why the probe has no scores
         self.probe_progress: tuple[int, int] | None = None  # (done, n) of the probe under way
+        self.text_progress: tuple[int, int] | None = None  # (layers done, n) of a long text's scores
         self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
         self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
         self.sigTextResultChanged.connect(self._scores_follow_result)
@@ -384,8 +386,14 @@ class AppState(QObject):
         self.sigRoleOptionsChanged.emit(opts)
         self._scores_changed()
 
+    def set_text_progress(self, done: int, n: int) -> None:
+        """The runner's count of the layers a long text's scores have done (the roles panel shows it)."""
+        self.text_progress = (int(done), int(n))
+        self.sigTextProgress.emit(int(done), int(n))
+
     def set_text_scores(self, scores, result, note: str = "") -> None:
         """The runner's scores of the typed text's `result` (None with a note: why there are none)."""
+        self.text_progress = None
         self.text_scores, self.scores_result, self.text_note = scores, result, str(note)
         self.scores_stale = result is not self.text_result
         self._scores_changed()
@@ -412,6 +420,7 @@ class AppState(QObject):
     def _scores_follow_result(self, result) -> None:
         """A new text_result (dense or long): the old text's scores are not its; they go when the
         result does, and stay greyed (stale, no badges) until the runner's new ones come."""
+        self.text_progress = None  # (the count of an older text's scores)
         if result is None:
             self._clear_text_scores()
         elif (self.text_scores is not None and not self.scores_stale and self.scores_result is not None

@@ -66,6 +66,7 @@ def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weigh
 class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
     _sigProbeProgress = Signal(int, int, int)  # job id, items done, items: from the pool, queued
+    _sigTextProgress = Signal(int, int, int)  # job id, layers done, layers: a long text's scores
 
     def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
@@ -197,6 +198,7 @@ class Worker(Runner):
         st.sigModelChanged.connect(self._scores_on_model)
         st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
         self._sigProbeProgress.connect(self._on_probe_progress)
+        self._sigTextProgress.connect(self._on_text_progress)
 
     def _scores_on_result(self, result) -> None:
         if result is None:  # the state drops the text's scores itself
@@ -276,6 +278,7 @@ class Worker(Runner):
 
         def blocks():  # (layer, a, rows [n_head, m, w]) of every layer, in order
             for layer in range(patterns.n_layer):
+                self._sigTextProgress.emit(job_id, layer, patterns.n_layer)
                 for a, rows in patterns.blocks(layer):
                     while self.is_newest(SCORES_KIND, job_id) and pool.activeThreadCount():
                         time.sleep(LONG_SCORES_YIELD_S)
@@ -291,6 +294,10 @@ class Worker(Runner):
             return scores, None
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), THREAD,
                     job_id=job_id)
+
+    def _on_text_progress(self, job_id: int, done: int, n: int) -> None:
+        if self.is_newest(SCORES_KIND, job_id):  # a cancelled or older job's count is not shown
+            self.state.set_text_progress(done, n)
 
     def _on_text_scores(self, request, value, error) -> None:
         model, result, opts = request

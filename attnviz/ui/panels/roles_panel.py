@@ -124,6 +124,7 @@ class RolesPanel(QWidget):
         st = self.state
         st.sigHeadScoresChanged.connect(self._on_scores)
         st.sigProbeProgress.connect(lambda *_: self._on_screen() and self._write_summary())
+        st.sigTextProgress.connect(lambda *_: self._on_screen() and self._write_summary())
         st.sigModelChanged.connect(lambda _m: self._on_scores())
         st.sigRoleOptionsChanged.connect(self._show_options)
         self.source.currentIndexChanged.connect(lambda *_: self._write_options())
@@ -245,7 +246,7 @@ class RolesPanel(QWidget):
             self._set_summary(self._waiting())
             return
         if source == "text" and st.scores_stale:
-            self._set_summary("Updating: scoring the new text…")
+            self._set_summary("Updating: scoring the new text" + self._layers_done() + "…")
             return
         probe = source == "probe"
         where = "the probe" if probe else "this text"
@@ -295,4 +296,10 @@ class RolesPanel(QWidget):
             return f"Running the {source} probe: {done} of {n} sentences…"
         if r is None:
             return "Type a text to score the heads."
-        return "Head scores need at least 2 tokens." if r.n_tokens < 2 else "Scoring the heads…"
+        return ("Head scores need at least 2 tokens." if r.n_tokens < 2
+                else "Scoring the heads" + self._layers_done() + "…")
+
+    def _layers_done(self) -> str:
+        """A long text's scores under way: how far they are (its rows are streamed layer by layer)."""
+        p = self.state.text_progress
+        return "" if p is None else f" (a long text: layer {p[0] + 1} of {p[1]})"
