@@ -277,3 +277,27 @@ def test_a_keystroke_stops_the_running_analysis_between_blocks(smol, qtbot, monk
     w.state.set_text(NAMES + " and")  # a keystroke
     assert stop() is True
     w.worker.wait_idle()
+
+
+def test_a_keystroke_leaves_the_run_before_it_unanalysed(smol, qtbot, monkeypatch):
+    """Once the text has changed, no analysis of the previous text's run starts (it would hold up
+    the keystroke's own run on the pool): the analysis waiting for results to pause is dropped,
+    and the next analysis is the new text's."""
+    import attnviz.engine.analysing.effects as E
+
+    w = smol
+    _shown(w)
+    _analysed(qtbot, w)
+    seen = []
+
+    def analyse_and_watch(model, run, position=None, target="", alt="", k=10, stop=None):
+        seen.append(run.result.text)
+        return analyse(model, run, position, target, alt, k)
+    monkeypatch.setattr(E, "analyse", analyse_and_watch)
+    w.set_text(NAMES + " and")
+    qtbot.waitUntil(lambda: w.state.result.text == NAMES + " and", timeout=WAIT)
+    w.set_text(NAMES + " and the")  # a keystroke before the analysis of " and" has started
+    w.worker.effects_jobs.request_analysis()  # what the pause timer would call
+    w.worker.wait_idle()
+    assert seen == []
+    qtbot.waitUntil(lambda: seen == [NAMES + " and the"], timeout=WAIT)

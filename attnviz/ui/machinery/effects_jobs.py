@@ -51,8 +51,15 @@ class EffectsJobs(QObject):
         eff.sigTokensChanged.connect(self.request_analysis)
         eff.sigWantedChanged.connect(lambda on: on and self.request_analysis())
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
-        st.sigTextChanged.connect(lambda _t: self.worker.claim(ANALYSIS_KIND))  # a queued one is stale
+        st.sigTextChanged.connect(self._on_text)
         st.sigModelChanged.connect(lambda _m: (self.cancel_scan(), self.worker.cancel(ANALYSIS_KIND)))
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: a queued or running analysis is stale, and one waiting for results to pause
+        is not started (it would analyse the run of the text before the keystroke, holding up the
+        keystroke's own run on the pool)."""
+        self.worker.claim(ANALYSIS_KIND)
+        self._timer.stop()
 
     def _on_run(self, _run) -> None:
         """A new run: an analysis of the previous one still running is stale (it stops at its next
@@ -72,7 +79,7 @@ class EffectsJobs(QObject):
         self._timer.stop()
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
-        if not eff.wanted or run is None:
+        if not eff.wanted or run is None or st.result.text != st.text:  # (a newer text is on its way)
             self.worker.cancel(ANALYSIS_KIND)
             return
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
