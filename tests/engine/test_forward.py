@@ -11,6 +11,7 @@ from attnviz.engine import load_model
 from attnviz.engine.reading.config import FAMILIES
 from attnviz.engine.computing.families import FAMILY, layer_consts, self_attention
 from attnviz.engine.computing.layers import (
+    GEMV_ROWS, linear,
     apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope_cos_sin,
     silu, softmax,
 )
@@ -117,3 +118,20 @@ def test_run_takes_one_path_for_text_ids_and_typed_ids(tmp_path):
         np.testing.assert_allclose(a.value_norms, b.value_norms, rtol=1e-5)
         for x, y in zip(a.layer_inputs, b.layer_inputs):
             np.testing.assert_allclose(x, y, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, 3, GEMV_ROWS, GEMV_ROWS + 1, 40])
+def test_linear_of_a_few_rows_is_each_rows_product(n_rows):
+    """A cached keystroke's few new rows go through one matrix-vector product each (a matrix
+    product of 2-5 rows packed the weights first and took 2.4-4.8x one product): each row equal to
+    its own product, the whole within float32 rounding of x @ w, the bias added once."""
+    rng = np.random.default_rng(n_rows)
+    x = rng.standard_normal((n_rows, 48), dtype=np.float32)
+    w = rng.standard_normal((48, 80), dtype=np.float32)
+    b = rng.standard_normal(80, dtype=np.float32)
+    y = linear(x, w, b)
+    assert y.shape == (n_rows, 80) and y.dtype == np.float32
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+    if n_rows <= GEMV_ROWS:
+        for i in range(n_rows):
+            np.testing.assert_array_equal(y[i], x[i] @ w + b)
