@@ -203,8 +203,7 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
         plan = plan_for(tmp / f"{name}-loop-{r}", model, source, corpus, args.batch, args.max_tokens)
         runs["loop"].append(timed(lambda: run_in_process(plan)))
         for n in args.workers:
-            environ = dict(os.environ)  # a LocalCluster's nannies run in this process and write
-            t0 = time.perf_counter()    # into its environment (distributed.nanny.pre-spawn-environ)
+            t0 = time.perf_counter()  # (local_cluster gives this process its environment back)
             cluster = local_cluster(n)
             client = Client(cluster)
             start_s = time.perf_counter() - t0
@@ -225,8 +224,6 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
             finally:
                 client.close()
                 cluster.close()
-                os.environ.clear()
-                os.environ.update(environ)
             clusters[f"dask{n}"].append({
                 "cluster_start_s": start_s, "model_load_s": load_s, "noop_task_ms": noop_ms,
                 "worker_rss_before_model_mb": sorted(base.values()),

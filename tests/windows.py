@@ -4,6 +4,13 @@ in an INI file, never the user's."""
 from PySide6.QtCore import QSettings
 
 WAIT = 30000
+# the long-text window tests (test_long_window.py, test_long_panels.py): a short prompt, and a
+# paragraph they repeat past a lowered dense limit
+PROMPT = "The keys to the cabinet are on the"
+PARAGRAPH = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were "
+             "perfectly normal, thank you very much. They were the last people you'd expect to be "
+             "involved in anything strange or mysterious, because they just didn't hold with such "
+             "nonsense. ")
 
 
 def open_window(qtbot, settings_path, **kw):

@@ -10,12 +10,9 @@ from PySide6.QtCore import Qt
 from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.ui.panels.roles_views import COLUMNS
-from windows import WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, open_window
 
-PROMPT = "The keys to the cabinet are on the"
-LONG = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly "
-        "normal, thank you very much. They were the last people you'd expect to be involved in "
-        "anything strange or mysterious, because they just didn't hold with such nonsense. ") * 4
+LONG = PARAGRAPH * 4
 
 
 @pytest.fixture

@@ -20,12 +20,9 @@ from attnviz.engine.computing.patterns import drop_first_key, value_weighted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.ui.views.long_view import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
-from windows import WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, open_window
 
-PROMPT = "The keys to the cabinet are on the"
-LONG = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to say that they were perfectly "
-        "normal, thank you very much. They were the last people you'd expect to be involved in "
-        "anything strange or mysterious, because they just didn't hold with such nonsense. ") * 8
+LONG = PARAGRAPH * 8
 
 
 @pytest.fixture

@@ -176,7 +176,7 @@ class Model:
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
                          cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
                          value_norms=norms, head_share=share,
-                         layer_inputs=tuple(trace.inputs[:trace.n_run(len(trace.inputs))]) if inputs else None,
+                         layer_inputs=tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if inputs else None,
                          trace=given)
 
     def _encode(self, text, ids, labels: bool = True) -> tuple[str, str | None, Encoded]:
