@@ -121,12 +121,19 @@ def compute_batch(model, batch: Batch) -> dict:
     heads_cols = {name: [] for name in ("text_id", "n_tokens") + S.HEAD_STATS}
     errors, parts, labels = [], [], {}
     n_tokens = 0
+    kept = [(i, t) for i, t in zip(batch.text_ids, batch.texts) if i not in batch.read_errors]
+    runs = {}  # text_id -> RunResult or the error of its run, as the batch's passes end
+    results = _run_many(model, [t for _, t in kept], batch.max_tokens)  # (position, result), lazily
     for text_id, text in zip(batch.text_ids, batch.texts):
         why = batch.read_errors.get(text_id)
         if why is None:
             try:
-                result = model.run(text, truncate=batch.max_tokens is not None,
-                                   max_tokens=batch.max_tokens, use_cache=False)
+                while text_id not in runs:  # the texts' rows go through the weights together
+                    j, r = next(results)
+                    runs[kept[j][0]] = r
+                result = runs.pop(text_id)
+                if isinstance(result, BaseException):
+                    raise result
                 stats = S.text_statistics(result.attentions, result.input_ids, unk)
             except AttnvizError as exc:
                 why = str(exc)
@@ -166,6 +173,26 @@ def compute_batch(model, batch: Batch) -> dict:
         "errors": pa.Table.from_pylist(errors, schema=sch["errors"]),
         "n_tokens": n_tokens,
     }
+
+
+def _run_many(model, texts, max_tokens):
+    """(position in texts, RunResult or the error its run raised) for every text, a pass at a time
+    (Model.iter_many: one pass's patterns held at most). Where a pass fails as a whole, its texts
+    run one at a time, so that one text's failure stays its own."""
+    kw = {"truncate": max_tokens is not None, "max_tokens": max_tokens}
+    given = set()
+    try:
+        for j, result in model.iter_many(texts, **kw):
+            given.add(j)
+            yield j, result
+    except Exception:  # noqa: BLE001 - each text left alone, to record which one fails and why
+        for j, text in enumerate(texts):
+            if j in given:
+                continue
+            try:
+                yield j, model.run(text, use_cache=False, **kw)
+            except Exception as exc:  # noqa: BLE001
+                yield j, exc
 
 
 def _cat(parts, dtype):

@@ -18,7 +18,7 @@ prefix: under the causal mask nothing before a position can see it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from typing import Callable
 
@@ -358,6 +358,9 @@ class Consts:
     window: int | None = None  # keys a causal query sees (q - k < window), None: all before it
     causal: bool = False  # a query sees no key after it
     workers: int = 1  # threads the row-wise steps (projections, MLP) share a long run's rows over
+    # several texts in one run (forward_packed): (a, b, bias [b - a, b - a] or None, patterns out
+    # [n_head, b - a, b - a]) per text, rows a..b-1; each text's rows attend to its own keys only
+    segments: tuple = ()
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -424,7 +427,7 @@ FAMILY = {
 
 
 def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
-                 workers: int = 1) -> list[Consts]:
+                 workers: int = 1, positions: np.ndarray | None = None) -> list[Consts]:
     """Every layer's Consts for a run over positions p..T-1 (n = T - p); layers with the same window
     and RoPE share their arrays. Layer i's window and RoPE are the config's (a local layer of
     Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the
@@ -540,7 +543,13 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     cache.input(x)
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    if cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
+    if c.segments:  # several texts in one run (forward_packed): each attends within itself
+        z = np.empty((c.n_head, q.shape[1], v.shape[-1]), dtype=np.float32)  # [n_head, n, d_head]
+        for a, b, bias, out in c.segments:
+            one = replace(c, bias=bias, segments=())
+            out[...] = attend(q[:, a:b], k[:, a:b], one)  # [n_head, b - a, b - a]
+            z[:, a:b] = head_outputs(out, v[:, a:b], one)
+    elif cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
         z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group,
                                   cache.row_block, c.workers)  # [n_head, n, d_head], [n_head, n]
         cache.q(q, lse, c)
@@ -620,6 +629,42 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
         if trace.attentions is not None:
             trace.attentions = trace.attentions.view()
     return trace
+
+
+PACK_ROWS = 256  # forward_packed: rows (tokens of all texts) per run at most
+
+
+def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Several texts' ids [T_j] -> each text's patterns float32 [n_layer, n_head, T_j, T_j], the same
+    as a run of each text alone (positions from 0, its own mask), in one pass over the weights.
+
+    The row-wise steps (embeddings, norms, projections, MLP) take every text's rows at once,
+    [N, d_model] with N = sum T_j: one product per weight for all the texts instead of one per
+    text, each of a few rows (a scan's short texts: the weights are read once, the products are
+    big enough for BLAS to run at speed). Attention runs per text, on its own rows (Consts.segments).
+    Nothing is recorded but the patterns; no cache is read or written."""
+    fam = FAMILY[cfg.family]
+    lens = [len(s) for s in seqs]
+    ends = np.cumsum(lens)
+    positions = np.concatenate([np.arange(n) for n in lens])  # [N]
+    consts = layer_consts(cfg, len(positions), masks=False, positions=positions)
+    out = [np.empty((cfg.n_layer, cfg.n_head, n, n), dtype=np.float32) for n in lens]
+    masks = {}  # (T_j, window) -> [T_j, T_j] bias
+
+    def bias(n, window):
+        if not cfg.causal:
+            return None
+        if (n, window) not in masks:
+            masks[n, window] = mask_bias(causal_mask(n, window))
+        return masks[n, window]
+
+    x = embed(w, np.concatenate(seqs), positions, cfg)  # [N, d_model]
+    for i in range(cfg.n_layer):
+        c = consts[i]
+        segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i])
+                         for j, (n, e) in enumerate(zip(lens, ends)))
+        x = fam.block(x, w.layers[i], replace(c, segments=segments), None)
+    return out
 
 
 def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:

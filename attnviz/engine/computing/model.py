@@ -8,12 +8,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig, read_config
-from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.computing.families import LOADERS, Weights, forward, output_projection
+from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.computing.families import (
+    LOADERS, PACK_ROWS, Weights, forward, forward_packed, output_projection,
+)
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
@@ -23,6 +26,17 @@ from attnviz.engine.reading.budget import LayerStore, default_budget
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
 
 log = logging.getLogger(__name__)
+
+
+class _Prepared(NamedTuple):  # Model._prepare: a text's ids as they will run
+    text: str
+    notice: str | None
+    ids: np.ndarray  # int64 [T]
+    tokens: list
+    labels: list
+    offsets: list
+    truncated: bool
+    n_full: int  # tokens before truncation
 
 
 @dataclass(frozen=True)
@@ -132,27 +146,8 @@ class Model:
         labels=False (ids only): every token's piece and label in the result is "" (a generation
         step reads neither; labelling all T ids is Python per token)."""
         t0 = time.perf_counter()
-        text, notice, enc = self._encode(text, ids, labels)
-        ids = np.asarray(enc.ids, dtype=np.int64)
-        tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
-        n_full = len(ids)
-        limit = self.config.max_positions
-        if max_tokens is not None:
-            if max_tokens < 1:
-                raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
-            limit = min(limit, int(max_tokens))
-        truncated = n_full > limit
-        if truncated:
-            if not truncate:
-                what = (f"this model's {limit} positions" if limit == self.config.max_positions
-                        else f"the limit of {limit} tokens")
-                raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
-                                 "text or truncate it (--truncate, run(..., truncate=True))")
-            keep = list(range(limit))
-            if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
-                keep[-1] = n_full - 1
-            ids = ids[keep]
-            tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
+        text, notice, ids, tokens, labels, offsets, truncated, n_full = self._prepare(
+            text, ids, truncate, max_tokens, labels)
         given, trace = trace, Trace() if trace is None else trace
         if layers is not None:
             if not 1 <= layers <= self.config.n_layer:
@@ -178,6 +173,81 @@ class Model:
                          value_norms=norms, head_share=share,
                          layer_inputs=tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if inputs else None,
                          trace=given)
+
+    def run_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None) -> list:
+        """Several texts' patterns, as run(text, truncate=..., max_tokens=..., use_cache=False) gives
+        each, computed together: the texts' rows go through the weights in one pass (PACK_ROWS
+        rows at most per pass; families.forward_packed), which for short texts (a corpus scan)
+        takes a fraction of the time of one run per text. -> one entry per text, in order: its
+        RunResult, or the AttnvizError its run would raise (the others are still computed)."""
+        out: list = [None] * len(texts)
+        for i, result in self.iter_many(texts, truncate=truncate, max_tokens=max_tokens):
+            out[i] = result
+        return out
+
+    def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None):
+        """run_many one pass at a time: yields (index, RunResult or AttnvizError) as each pass ends,
+        so a caller that drops each result holds one pass's patterns at most (errors first)."""
+        ready = []  # (index, _Prepared)
+        for i, text in enumerate(texts):
+            try:
+                prep = self._prepare(text, None, truncate, max_tokens, True)
+                check_dense(self.config, len(prep.ids))
+                ready.append((i, prep))
+            except AttnvizError as exc:
+                yield i, exc
+        packs, rows = [[]], 0
+        for item in ready:
+            n = len(item[1].ids)
+            if packs[-1] and rows + n > PACK_ROWS:
+                packs.append([])
+                rows = 0
+            packs[-1].append(item)
+            rows += n
+        for pack in packs:
+            if not pack:
+                continue
+            t0 = time.perf_counter()
+            patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack])
+            spent = (time.perf_counter() - t0) / len(pack)
+            for k, (i, prep) in enumerate(pack):
+                attentions, patterns[k] = patterns[k], None  # the caller's to keep or drop
+                try:
+                    self._check_finite(attentions)
+                except ModelLoadError as exc:
+                    yield i, exc
+                    continue
+                yield i, RunResult(
+                    text=prep.text, tokens=prep.tokens, labels=prep.labels, offsets=prep.offsets,
+                    input_ids=prep.ids, attentions=attentions, kv_group=self.kv_group.copy(),
+                    truncated=prep.truncated, n_tokens_full=prep.n_full, compute_s=spent,
+                    cache_computed=len(prep.ids), notice=prep.notice)
+
+    def _prepare(self, text, ids, truncate: bool, max_tokens: int | None, labels: bool) -> "_Prepared":
+        """text or ids -> the ids to run (cut to the limit when `truncate`), with their tokens;
+        InputError for a text over the limit without `truncate` (see run)."""
+        text, notice, enc = self._encode(text, ids, labels)
+        ids = np.asarray(enc.ids, dtype=np.int64)
+        tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
+        n_full = len(ids)
+        limit = self.config.max_positions
+        if max_tokens is not None:
+            if max_tokens < 1:
+                raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
+            limit = min(limit, int(max_tokens))
+        truncated = n_full > limit
+        if truncated:
+            if not truncate:
+                what = (f"this model's {limit} positions" if limit == self.config.max_positions
+                        else f"the limit of {limit} tokens")
+                raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
+                                 "text or truncate it (--truncate, run(..., truncate=True))")
+            keep = list(range(limit))
+            if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
+                keep[-1] = n_full - 1
+            ids = ids[keep]
+            tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
+        return _Prepared(text, notice, ids, list(tokens), list(labels), list(offsets), truncated, n_full)
 
     def _encode(self, text, ids, labels: bool = True) -> tuple[str, str | None, Encoded]:
         """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text

@@ -1,0 +1,60 @@
+"""Model.run_many: several texts through the weights together give each text's run alone.
+
+A scan's texts are short: one run per text makes one product of a few rows per weight, which reads
+every weight once per text. run_many packs the texts' rows into one pass (families.forward_packed)
+and runs attention per text. Every family is checked against run(text) within 1e-5, with texts
+spread over several passes, and a text that cannot run gives its own error in its place."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, load_model
+from attnviz.engine.computing import model as model_module
+from tiny import FIXTURES, tiny_llama
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=["bert", "gpt2", "llama_gqa", "mistral_window", "qwen3",
+                                        "gemma3", "phi3"])
+def model(request, tmp_path_factory):
+    name = request.param
+    if name == "llama_gqa":
+        return load_model(tiny_llama(tmp_path_factory.mktemp("gqa"), seed=3, n_head=8, n_kv_head=2))
+    return load_model(FIXTURES / name)
+
+
+def typed(ids) -> str:  # a model without tokenizer.json reads typed ids
+    return ", ".join(str(i) for i in ids)
+
+
+def test_every_family_packed_equals_each_text_run_alone(model, monkeypatch):
+    monkeypatch.setattr(model_module, "PACK_ROWS", 16)  # several passes, and texts longer than one
+    rng = np.random.default_rng(0)
+    V = model.config.vocab_size
+    lengths = [1, 7, 3, 20, 2, 9, 9, 5]
+    texts = [typed(rng.integers(0, V, n)) for n in lengths]
+    texts.insert(3, typed([V + 5]))  # outside the vocabulary: its own error, the others still run
+    many = model.run_many(texts)
+    assert len(many) == len(texts)
+    assert isinstance(many[3], InputError) and str(V + 5) in str(many[3])
+    for text, got in zip(texts, many):
+        if text == typed([V + 5]):
+            continue
+        want = model.run(text, use_cache=False)
+        assert got.attentions.shape == want.attentions.shape
+        np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
+        np.testing.assert_array_equal(got.input_ids, want.input_ids)
+
+
+def test_texts_are_truncated_and_labelled_as_run_does_it(minilm):
+    texts = ["The keys to the cabinet are on the table.", "word " * 80, "", "Hello there."]
+    many = minilm.run_many(texts, truncate=True, max_tokens=32)
+    for text, got in zip(texts, many):
+        want = minilm.run(text, truncate=True, max_tokens=32, use_cache=False)
+        assert (got.labels, got.tokens, got.offsets, got.truncated, got.n_tokens_full) == \
+            (want.labels, want.tokens, want.offsets, want.truncated, want.n_tokens_full)
+        np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
+    assert many[1].truncated and many[1].n_tokens == 32
+    with_limit = minilm.run_many(["word " * 80], max_tokens=32)  # without truncate: refused
+    assert isinstance(with_limit[0], InputError) and "32" in str(with_limit[0])
