@@ -24,6 +24,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import argparse
 import importlib.util
 import json
+import statistics
 import os
 import tempfile
 import time
@@ -286,6 +287,12 @@ def report(res: dict, args, load: tuple) -> None:
         print(f"  goal 2 workers >= 1.8x one: {r:.3f}x {'met' if r >= 1.8 else 'NOT met'} "
               f"({os.cpu_count()} cores for the 2 workers, their nannies, the scheduler and this "
               "process)")
+        # the same ratio round by round (a round runs every mode back to back, so a host that
+        # slows down for minutes slows both of its runs): the fastest runs above may come from
+        # different rounds
+        rounds = [a / b for a, b in zip(one["walls"], res["dask2"]["walls"])]
+        print(f"  2 workers against one, round by round: {', '.join(f'{x:.3f}x' for x in rounds)}"
+              f" (median {statistics.median(rounds):.3f}x)")
     peak = max(max(res[f"dask{n}"]["worker_peak_rss_mb"]) for n in args.workers)
     print(f"  goal peak RSS per worker <= model + 300 MB: {peak:.0f} MB = model arrays "
           f"{model_mb:.0f} MB + {peak - model_mb:.0f} MB {'met' if peak <= model_mb + 300 else 'NOT met'}"
