@@ -63,7 +63,7 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     n_layer, n_head = hm.values.shape
     groups = (np.asarray(hm.kv_group) if hm.kv_group is not None and len(hm.kv_group) == n_head
               else np.zeros(n_head, np.int64))
-    n_gaps = int(len(np.unique(groups)) - 1)
+    n_gaps = len({int(g) for g in np.asarray(groups).reshape(-1)}) - 1  # (np.unique imports numpy.ma)
     fm = QFontMetricsF(figure_font(11))
     left = fm.horizontalAdvance("L00 ") + 4
     title_h = fm.height() * 3 + 6  # two lines of title, one of head names

@@ -282,3 +282,24 @@ def test_appended_positions_are_written_in_place_without_changing_earlier_views(
     np.testing.assert_array_equal(c[:, :7], b[:, :7])
     d = append_positions(b, 8, np.zeros((2, KV_ROOM, 3), np.float32))  # no room left: a new array
     assert d.base is not b.base and d.shape == (2, 8 + KV_ROOM, 3)
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_a_runs_first_layers_are_handed_over_early_and_equal_the_runs_own(folders, name):
+    """Model.run(early=(k, fn)): fn gets layers 0..k-1 before the run goes on, the same numbers the
+    run returns for them, on a full run and on a cached step; and nothing when the cache held
+    every token (nothing was computed)."""
+    model = load_model(folders[name])
+    V = model.config.vocab_size
+    seen = []
+    full = model.run(ids=list(range(1, 9)), early=(1, seen.append))
+    assert len(seen) == 1 and seen[0].attentions.shape == (1,) + full.attentions.shape[1:]
+    np.testing.assert_array_equal(seen[0].attentions, full.attentions[:1])
+    step = model.run(ids=list(range(1, 9)) + [V - 1], early=(1, seen.append))
+    assert step.cache_reused == 8 and len(seen) == 2
+    np.testing.assert_array_equal(seen[1].attentions, step.attentions[:1])
+    assert seen[1].n_tokens == 9 and seen[1].cache_reused == 8
+    model.run(ids=list(range(1, 9)) + [V - 1], early=(1, seen.append))  # all cached: no call
+    assert len(seen) == 2
+    model.run(ids=[1, 2, 3], early=(model.config.n_layer, seen.append))  # every layer: the run itself
+    assert len(seen) == 2

@@ -60,3 +60,20 @@ def test_the_window_and_the_export_place_a_layers_heads_by_the_same_rule(qapp):
         window_cols = view_geometry("layer", 2, n_head, gs, 6, 1200, 900).ncols
         assert window_cols == layer_columns(n_head, gs, 1200, 900, 0, 0, TITLE_PX + (CAPTION_PX if gs > 1 else 0))[0]
         assert gs == 1 or window_cols % gs == 0 or gs % window_cols == 0
+
+
+def test_the_kv_bands_leave_numpy_ma_unimported():
+    """The first layout of a grouped-query model (the first key typed into an empty window) must
+    not import numpy.ma on the main thread: np.unique does, on its first call, and that took 40 ms
+    of the 45 ms stall at that keystroke. A fresh process, so nothing imported it before."""
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from attnviz.ui.views import mosaic\n"
+            "kv = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])\n"
+            "mosaic.kv_segments(mosaic.make_layout('layer', 30, 0, kv, 5, 3), kv)\n"
+            "print('numpy.ma' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

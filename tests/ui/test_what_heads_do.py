@@ -12,6 +12,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.analysing.predict import attribute, lm_head
 from attnviz.engine.analysing.samples import SAMPLES
+from attnviz.ui.machinery.runner import wide_blas
 from windows import WAIT, open_window, wait_for_text
 
 NAMES = next(s.text for s in SAMPLES if "induction" in s.title)
@@ -128,7 +129,9 @@ def test_switching_a_head_off_shows_the_changed_run_everywhere_and_restores(smol
     r = w.state.result
     np.testing.assert_array_equal(r.attentions[:19], clean_attn[:19])
     assert not np.allclose(r.attentions[19:], clean_attn[19:])
-    ref = window_run(w.state.model, NAMES, ablation=Ablation(heads=((18, 6),)))
+    with wide_blas(True):  # BLAS on every core, as the window runs a causal model (another
+        # thread count splits the products' sums otherwise: 1.6e-6 apart)
+        ref = window_run(w.state.model, NAMES, ablation=Ablation(heads=((18, 6),)))
     np.testing.assert_allclose(r.attentions, ref.result.attentions, atol=1e-6)
     # the clean prediction stays beside the changed one, with Δ log p of the target
     assert not panel.top_table.isColumnHidden(2)

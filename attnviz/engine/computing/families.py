@@ -683,6 +683,8 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
             x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))
+            if trace.early is not None and i + 1 == trace.early[0]:
+                trace.early[1](trace)  # layers 0..i are final: a caller may show them now
         if n_run == cfg.n_layer:
             trace.record_resid(cfg.n_layer, x, past)  # the final-norm input
     except Stop:  # the trace wants nothing after this point

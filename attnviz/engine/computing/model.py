@@ -118,7 +118,8 @@ class Model:
     def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
             use_cache: bool = True, values: bool = False, inputs: bool = False,
             trace: Trace | None = None, max_tokens: int | None = None,
-            layers: int | None = None, labels: bool = True) -> RunResult:
+            layers: int | None = None, labels: bool = True,
+            early: tuple | None = None) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -144,7 +145,13 @@ class Model:
         neither reads nor updates the KV cache.
 
         labels=False (ids only): every token's piece and label in the result is "" (a generation
-        step reads neither; labelling all T ids is Python per token)."""
+        step reads neither; labelling all T ids is Python per token).
+
+        `early` (k, fn): once layers 0..k-1 are computed, fn(partial) is called, on this thread,
+        with a RunResult of those layers only (patterns [k, n_head, T, T], final: the rest of the
+        run never writes them), before the run goes on through the others: a window paints the
+        layer it shows before the layers after it are computed. Not called when the run computes
+        nothing (the KV cache holds every token), nor when those layers' patterns are not finite."""
         t0 = time.perf_counter()
         text, notice, ids, tokens, labels, offsets, truncated, n_full = self._prepare(
             text, ids, truncate, max_tokens, labels)
@@ -157,6 +164,19 @@ class Model:
         trace.want["inputs"] |= inputs
         if trace.want_patterns:  # [n_layer, n_head, T, T] at once: refused over longdoc.DENSE_LIMIT
             check_dense(self.config, len(ids))
+        if early is not None and trace.want_patterns and 1 <= early[0] < trace.n_run(self.config.n_layer):
+            k, tell = early
+
+            def partial(tr):
+                part = tr.attentions[:k]
+                if np.isfinite(part.reshape(k, -1).max(axis=1)).all():  # (the full run refuses it)
+                    tell(RunResult(text=text, tokens=list(tokens), labels=list(labels),
+                                   offsets=list(offsets), input_ids=ids, attentions=part,
+                                   kv_group=self.kv_group.copy(), truncated=truncated,
+                                   n_tokens_full=n_full, compute_s=time.perf_counter() - t0,
+                                   cache_reused=tr.reused, cache_computed=len(ids) - tr.reused,
+                                   notice=notice))
+            trace.early = (k, partial)
         attentions, reused, held = self._forward(ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)

@@ -77,6 +77,9 @@ class Trace:
     row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
     past: KVCache | None = None  # a cache the trace brings (a long run's earlier run), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
+    # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
+    # a window shows one layer before the layers after it are computed (Model.run(early=...))
+    early: tuple | None = None
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False, edits=(),

@@ -40,6 +40,7 @@ class AppState(QObject):
     sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
     sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
+    sigPreviewChanged = Signal(object)  # the running text's first layers, before its result (or None)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -50,6 +51,10 @@ class AppState(QObject):
         self.text = ""
         self.text_notice: str | None = None  # what set_text changed in the text given (lone surrogates)
         self.result = None
+        # a run's first layers (a RunResult of layers 0..k-1), handed over before the run ends so
+        # the grid shows the layer on screen while the layers after it are computed (preview_depth)
+        self.preview = None
+        self._preview_shown: Shown | None = None
         self.layer = DISPLAY_DEFAULTS["layer"]
         self.focus: tuple[int, int] | None = None
         self.query_pos: int | None = None
@@ -86,6 +91,45 @@ class AppState(QObject):
         if s is None or s.result is not self.result or s.options != (self.hide_first, weighted):
             self._shown = Shown(self.result, self.hide_first, weighted)
         return self._shown
+
+    def preview_depth(self) -> int | None:
+        """Layers a run hands over early (Model.run(early=...)) for the grid to paint before the
+        run ends: the layer on screen and those before it. Only where what the grid paints from
+        them is what it paints from the whole run: one layer on screen (not the last), weights as
+        they are (value weighting needs every layer's values), and a colour scale known without
+        the other layers (per head, or the shared top of a causal model, which is 1: its first
+        query sees only the first key; with that key hidden the top is every layer's). None:
+        no early hand-over (a causal model's runs are where the time goes: each streams every
+        weight; an encoder's whole run takes a few ms)."""
+        m = self.model
+        if (m is None or not self._preview_allowed()
+                or self.layer >= m.config.n_layer - 1):
+            return None
+        return self.layer + 1
+
+    def _preview_allowed(self) -> bool:
+        m = self.model
+        return (m is not None and m.config.causal and self.view_mode == "layer"
+                and not self.value_weighted and not (self.hide_first and self.scale_mode == "shared"))
+
+    def shown_preview(self) -> Shown | None:
+        """The preview as the grid shows it, while it holds the layer on screen and the options
+        still allow it (preview_depth); else None (the grid shows `result`)."""
+        p = self.preview
+        if p is None or not self._preview_allowed() or self.layer >= p.attentions.shape[0]:
+            return None
+        s = self._preview_shown
+        if s is None or s.result is not p or s.options != (self.hide_first, False):
+            self._preview_shown = Shown(p, self.hide_first, False)
+        return self._preview_shown
+
+    def set_preview(self, partial) -> None:
+        """The running text's first layers (the runner calls it between the run's start and its
+        result); set_result, a failed run and a new model drop it."""
+        if partial is self.preview:
+            return
+        self.preview, self._preview_shown = partial, None
+        self.sigPreviewChanged.emit(partial)
 
     # --- derived, read-only -------------------------------------------------------------------
     @property
@@ -202,6 +246,7 @@ class AppState(QObject):
     def set_result(self, result) -> None:
         if result is self.result:
             return
+        self.preview, self._preview_shown = None, None  # (the grid redraws for the result anyway)
         old, self.result = self.result, result
         n_tok = len(result.tokens) if result is not None else 0
         # the query stays only where it is the same token after the same tokens (typing on at the
@@ -326,6 +371,8 @@ class AppState(QObject):
     def report_compute(self, request, message: str = "") -> None:
         """The runner's word on a run: "" once its result is set, else why it failed (the result
         shown stays the last good one)."""
+        if message:
+            self.set_preview(None)  # the failed run's first layers are not shown either
         self.sigComputeReported.emit(request, str(message))
 
 

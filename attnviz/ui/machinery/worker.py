@@ -67,6 +67,7 @@ class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
     _sigProbeProgress = Signal(int, int, int)  # job id, items done, items: from the pool, queued
     _sigTextProgress = Signal(int, int, int)  # job id, layers done, layers: a long text's scores
+    _sigPreview = Signal(object, object)  # ComputeRequest, RunResult of its first layers: from the pool
 
     def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
@@ -77,6 +78,7 @@ class Worker(Runner):
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
+        self._sigPreview.connect(self._on_preview)  # (queued: emitted on the pool's thread)
 
     # --- attention runs -----------------------------------------------------------------------
     def follow_state(self) -> None:
@@ -132,23 +134,36 @@ class Worker(Runner):
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
         long = len(req.text) - len(os.path.commonprefix([req.text, self._last_text])) > LONG_RUN_CHARS
         self._last_text = req.text
+        depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
+        early = None if depth is None else (depth, lambda part: self._sigPreview.emit(req, part))
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
                 return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
             try:
-                with wide_blas(long):
+                # a causal model's run streams every weight (a keystroke's few rows: one product
+                # of a row per weight matrix), and two cores read memory faster than one: 48 ms
+                # against 64 (engine p50, SmolLM2, benchmarks/typing.py)
+                with wide_blas(long or req.model.config.causal):
                     if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                         from attnviz.engine.analysing.effects import window_run
 
                         return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
                                           ablation=req.ablation)
-                    return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs)
+                    return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs,
+                                         early=early)
             except DenseTooLarge:
                 if long_jobs is None:
                     raise
                 return long_jobs.run_long(req)
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
+
+    def _on_preview(self, req: ComputeRequest, partial) -> None:
+        """A run's first layers, on the main thread: shown while it is still the newest run of the
+        state's model and text (its result replaces them)."""
+        st = self.state
+        if self.is_newest("compute", req.id) and req.model is st.model and req.text == st.text:
+            st.set_preview(partial)
 
     def _on_computed(self, req: ComputeRequest, result, error) -> None:
         if req.model is not self.state.model:

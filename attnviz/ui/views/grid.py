@@ -183,8 +183,10 @@ class HeatmapGrid(QWidget):
         self._bar: tuple | None = None
         self.hover_text = ""
         self.update_count = 0  # results drawn, for tests and benchmarks
+        self.drawn = None  # the RunResult on screen: the state's result, or a preview of its run
 
         state.sigResultChanged.connect(self._on_data)
+        state.sigPreviewChanged.connect(self._on_data)
         state.sigLayerChanged.connect(self._on_data)
         state.sigDisplayChanged.connect(self._on_data)
         state.sigFocusChanged.connect(self._draw_focus)
@@ -206,7 +208,9 @@ class HeatmapGrid(QWidget):
     def _draw(self) -> bool:
         """Draw the state's result; False when there is none (the grid is cleared)."""
         st = self.state
-        r = st.result
+        preview = st.shown_preview()  # the running text's first layers, before its result
+        r = st.result if preview is None else st.preview
+        self.drawn = r
         if r is None:
             self.img.clear()
             self._mosaic = None
@@ -216,8 +220,10 @@ class HeatmapGrid(QWidget):
             self._draw_focus()
             self._draw_query()
             return False
-        shown = st.shown()
+        shown = st.shown() if preview is None else preview
         n_layer, n_head, T = shown.n_layer, shown.n_head, shown.n_tok
+        if preview is not None:
+            n_layer = st.n_layer  # laid out as the whole run will be: no re-layout when it comes
         kv_group = np.asarray(r.kv_group)
         layer = min(st.layer, n_layer - 1)
         geo = self._geometry(n_layer, n_head, group_size(kv_group), T)
@@ -454,7 +460,9 @@ class HeatmapGrid(QWidget):
             return layer, head, q, k
         # a pooled pixel: the cell whose weight it shows (the block's largest)
         p = lo.pool
-        return (layer, head, *self.state.shown().strongest_in_block(layer, head, q * p, k * p, p))
+        shown = (self.state.shown_preview() if self.drawn is not self.state.result else None) \
+            or self.state.shown()  # what is on screen
+        return (layer, head, *shown.strongest_in_block(layer, head, q * p, k * p, p))
 
     def cell_center(self, layer: int, head: int, q: int, k: int) -> tuple[float, float]:
         """View point (x, y) at the centre of one cell (tests use it to aim the mouse)."""
@@ -471,7 +479,9 @@ class HeatmapGrid(QWidget):
             return
         p = self.vb.mapSceneToView(scene_pos)
         cell = self.cell_at(p.x(), p.y())
-        text = self.readout_at(*cell) if cell else ""
+        # no read-out over a preview (the read-outs read the state's result, another text's): a
+        # few ms later the result is in and the read-out with it
+        text = self.readout_at(*cell) if cell and self.drawn is self.state.result else ""
         if text != self.hover_text:
             self.hover_text = text
             self.gw.setToolTip(text)

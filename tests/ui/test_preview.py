@@ -1,0 +1,121 @@
+"""The layer on screen before the run ends: on a causal model (a keystroke's run streams every
+weight) the runner hands the grid the run's first layers as soon as the layer on screen is
+computed, and the layers after it follow. What the grid paints from them is what it paints from
+the result; while it shows them there is no hover read-out (the read-outs read the result); and
+where the other layers could change the picture (value weighting, the shared scale with the first
+key hidden, all layers shown) no preview is made."""
+
+import numpy as np
+import pytest
+
+from test_ui_window import view_to_widget
+from windows import WAIT, open_window, wait_for_text
+
+TEXT = "The keys to the cabinet are on the"
+
+
+@pytest.fixture
+def smollm2_window(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
+    yield w
+    w.worker.wait_idle()
+
+
+def painted(w):
+    return np.array(w.grid.img.image, copy=True)
+
+
+def test_a_keystroke_paints_the_layer_on_screen_before_the_result_and_the_result_the_same(
+        smollm2_window, qtbot):
+    w = smollm2_window
+    st = w.state
+    st.set_layer(4)
+    w.worker.wait_idle()
+    seen = []  # (preview, what the grid painted from it, whether the grid drew it)
+    st.sigPreviewChanged.connect(
+        lambda p: p is not None and seen.append((p, painted(w), w.grid.drawn is p)))
+    for text in (TEXT + " t", TEXT + " ta", TEXT + " table"):
+        w.set_text(text)
+        wait_for_text(qtbot, w, text)
+        w.worker.wait_idle()
+        qtbot.wait(20)
+        p, image, drawn = seen[-1]
+        r = st.result
+        assert p.text == text and drawn  # the grid painted this text's preview first
+        assert p.attentions.shape == (5,) + r.attentions.shape[1:]  # layers 0..4: the one on screen
+        np.testing.assert_array_equal(p.attentions, r.attentions[:5])
+        assert w.grid.drawn is r
+        np.testing.assert_array_equal(image, painted(w))  # the result paints the same picture
+        assert p.cache_reused == r.cache_reused > 0  # a keystroke's cached step, both
+    assert st.preview is None  # the result took its place
+
+
+def test_there_is_no_read_out_over_a_preview(smollm2_window, qtbot):
+    w, g = smollm2_window, smollm2_window.grid
+    st = w.state
+    text = TEXT + " table"
+    partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the next text
+    st.set_preview(partial)
+    assert g.drawn is partial
+    x, y = g.cell_center(0, 3, 6, 2)
+    qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
+    qtbot.wait(50)
+    assert g.hover_text == ""
+    w.set_text(text)
+    wait_for_text(qtbot, w, text)
+    assert g.drawn is st.result
+    x, y = g.cell_center(0, 3, 6, 3)  # the next cell: a move the grid sees
+    qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
+    want = f"L0 H3  ·on → ·the  {st.result.attentions[0, 3, 6, 3]:.2f}"
+    qtbot.waitUntil(lambda: g.hover_text.startswith(want), timeout=5000)
+
+
+@pytest.mark.parametrize("change", ["value weighted", "hidden first key, shared scale", "all layers",
+                                    "last layer"])
+def test_no_preview_where_the_other_layers_could_change_the_picture(smollm2_window, qtbot, change):
+    w = smollm2_window
+    st = w.state
+    st.set_layer(2)
+    assert st.preview_depth() == 3
+    if change == "value weighted":
+        st.set_value_weighted(True)
+    elif change == "hidden first key, shared scale":
+        st.set_scale_mode("shared")
+        st.set_hide_first(True)
+    elif change == "all layers":
+        st.set_view_mode("all")
+    else:
+        st.set_layer(st.n_layer - 1)
+    assert st.preview_depth() is None
+    w.worker.wait_idle()
+    seen = []
+    st.sigPreviewChanged.connect(lambda p: p is not None and seen.append(p))
+    w.set_text(TEXT + " table")
+    wait_for_text(qtbot, w, TEXT + " table")
+    w.worker.wait_idle()
+    assert seen == []
+    st.set_preview(st.model.run(TEXT, layers=st.n_layer - 1, use_cache=False))
+    assert w.grid.drawn is st.result  # a preview given all the same is not painted
+
+
+def test_per_head_scale_keeps_the_preview_with_the_first_key_hidden(smollm2_window, qtbot):
+    w = smollm2_window
+    st = w.state
+    st.set_scale_mode("per-head")
+    st.set_hide_first(True)
+    st.set_layer(1)
+    assert st.preview_depth() == 2
+    w.worker.wait_idle()
+    seen = []
+    st.sigPreviewChanged.connect(lambda p: p is not None and seen.append((p, painted(w))))
+    w.set_text(TEXT + " table")
+    wait_for_text(qtbot, w, TEXT + " table")
+    w.worker.wait_idle()
+    qtbot.wait(20)
+    assert len(seen) == 1
+    np.testing.assert_array_equal(seen[0][1], painted(w))
+
+
+def test_an_encoder_makes_no_preview(window):
+    st = window.state
+    assert not st.model.config.causal and st.preview_depth() is None
