@@ -278,8 +278,11 @@ class HeatmapGrid(QWidget):
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
         model = self.state.model
+        # over a preview (another text than the scores'), badges from the typed text's scores would
+        # be the last text's: none, as while the scores are stale; a probe's are about the probe
+        text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
         for i, (l, h) in enumerate(lo.heads):
-            badge = self.state.badge(l, h)
+            badge = "" if text_badges_stale else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
             text = head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
             if (l, h) in self.state.effects.ablation.heads:
