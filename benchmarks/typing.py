@@ -16,8 +16,13 @@ start alike. --modes: the views to type in. --sentence: type this SENTENCES entr
 
 Per keystroke: the key event is sent with QTest, then the event loop runs until the state holds the
 result for exactly the typed text and the grid's viewport has finished painting it (an event filter
-sees the paint; the time is taken right after it). The next key follows 40 ms later (idle event loop). Stall: the longest gap between
-ticks of a 1 ms precise timer on the main thread, over the whole typing run, minus 1 ms.
+sees the paint; the time is taken right after it). The next key follows 40 ms later (idle event
+loop). Also per keystroke, the first paint of the typed text: on a causal model with one layer
+shown the grid paints the run's first layers before the run ends (--layer: the layer on screen);
+otherwise it is the result's paint. Stall: the longest gap between ticks of a 1 ms precise timer
+on the main thread, over the whole typing run, minus 1 ms. Before typing, one word is typed into
+the empty window and taken back: a window's first heatmaps build the grid's titles and the colour
+bar's ticks, once per window; that stall is printed apart.
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
@@ -114,6 +119,31 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         while time.perf_counter() < settle:
             app.processEvents()
             time.sleep(0.002)
+    # One word typed and taken back first: the window's first heatmaps after opening empty build
+    # the grid's titles and the colour bar's ticks, once per window; that stall is reported apart
+    warm_ticks = []
+    warm_timer = QTimer()
+    warm_timer.setTimerType(Qt.TimerType.PreciseTimer)
+    warm_timer.setInterval(1)
+    warm_timer.timeout.connect(lambda: warm_ticks.append(time.perf_counter()))
+    warm_timer.start()
+    word = sentence.split()[0]
+    w.text_box.setPlainText(word)
+    end = time.perf_counter() + 30
+    while (st.result is None or st.result.text != word) and time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.001)
+    end = time.perf_counter() + 0.3
+    while time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.001)
+    warm_timer.stop()
+    warm_gaps = [b - a for a, b in zip(warm_ticks, warm_ticks[1:])]
+    w.text_box.setPlainText("")
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end:
+        app.processEvents()
+        time.sleep(0.002)
     analyses = []  # (perf_counter, the analysis job's own seconds) per analysis shown while typing
     if effects:  # the What heads do panel shown: prediction, lens and DLA follow every result
         if not w.panels_ready:
@@ -228,6 +258,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "previews": sum(f < x - 1e-4 for f, x in zip(firsts, latencies)),
         "layer": st.layer,
         "compute_p50": _pct(computes, 50), "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
+        "first_heatmaps_stall": max(max(warm_gaps) - 0.001, 0.0) if warm_gaps else float("nan"),
         "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
         "effects": effects, "analyses": len(analyses),
         "analysis_p50": _pct([a[1] for a in analyses], 50), "analysis_p95": _pct([a[1] for a in analyses], 95),
@@ -371,7 +402,9 @@ def main() -> int:
                   f"the grid's first paint of the text {r['first_p95'] * 1e3:.1f} ms "
                   f"{'met' if r['first_p95'] <= goal else 'NOT met'}; its whole result "
                   f"{r['p95'] * 1e3:.1f} ms {'met' if r['p95'] <= goal else 'NOT met'}; stall "
-                  f"{r['stall'] * 1e3:.1f} ms {'met' if r['stall'] <= 0.016 else 'NOT met'} (<= 16)")
+                  f"{r['stall'] * 1e3:.1f} ms {'met' if r['stall'] <= 0.016 else 'NOT met'} (<= 16); "
+                  f"the window's first heatmaps (a word typed into it empty, before the typing "
+                  f"timed): stall {r['first_heatmaps_stall'] * 1e3:.1f} ms, once per window")
     print()
     if cold:  # --cold-runs 0 skips it
         best = min(c[0] for c in cold)
