@@ -40,6 +40,9 @@ class ConstructedModel:
         att[0, 2, q, q - 4] = 1.0  # the farther word in both probes' templates
         return _Result(enc, att)
 
+    def iter_many(self, texts):  # Model.iter_many's contract: (index, result) for every text
+        return ((i, self.run(t, use_cache=False)) for i, t in enumerate(texts))
+
     @staticmethod
     def _grammar(words):
         last = words[-1]
