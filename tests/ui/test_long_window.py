@@ -262,12 +262,15 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
         for q, k in [(25, 0), (30, 1), (44, 7), (49, 29)]:  # painted: each cell its value's colour
             colour = table[0] if hide and k == 0 else table[idx[q - 20, k]]  # 0: blank
             assert pixel_of_cell(view.pane, region, q, k) == colour, (q, k)
-        rect = view.pane.head_rect()
         for k in (0, 9):  # hover: the shown weight, or (hidden)
-            p = QPointF(rect.left() + (k + 0.5) * rect.width() / 30, rect.top() + 10.5 * rect.height() / 30)
-            qtbot.mouseMove(view.pane, pos=p.toPoint())
+            def hover(k=k):  # (aimed again while the pane's layout settles)
+                rect = view.pane.head_rect()
+                p = QPointF(rect.left() + (k + 0.5) * rect.width() / 30,
+                            rect.top() + 10.5 * rect.height() / 30)
+                qtbot.mouseMove(view.pane, pos=p.toPoint())
+                return f"(q 30, k {k})" in view.readout.text()
+            qtbot.waitUntil(hover, timeout=5000)
             text = view.readout.text()
-            assert f"(q 30, k {k})" in text
             assert (text.endswith("(hidden)") if hide and k == 0 else
                     text.endswith(f"{float(want[head, 30, k]):.4g}")), text
 
