@@ -86,6 +86,27 @@ def _pct(values, p):
     return float(np.percentile(np.asarray(values), p)) if values else float("nan")
 
 
+def _tick_timer():
+    """A 1 ms precise timer on the main thread, started: (the timer, the list of its tick times)."""
+    from PySide6.QtCore import Qt, QTimer
+
+    ticks = []
+    timer = QTimer()
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.setInterval(1)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    return timer, ticks
+
+
+def _spin(app, seconds: float, until=None) -> None:
+    """Run the event loop for `seconds`, or until `until()` holds."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end and not (until is not None and until()):
+        app.processEvents()
+        time.sleep(0.001)
+
+
 def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
                anatomy: str = "off", effects: bool = False, layer: int | None = None) -> dict:
     from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
@@ -121,29 +142,15 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
             time.sleep(0.002)
     # One word typed and taken back first: the window's first heatmaps after opening empty build
     # the grid's titles and the colour bar's ticks, once per window; that stall is reported apart
-    warm_ticks = []
-    warm_timer = QTimer()
-    warm_timer.setTimerType(Qt.TimerType.PreciseTimer)
-    warm_timer.setInterval(1)
-    warm_timer.timeout.connect(lambda: warm_ticks.append(time.perf_counter()))
-    warm_timer.start()
+    warm_timer, warm_ticks = _tick_timer()
     word = sentence.split()[0]
     w.text_box.setPlainText(word)
-    end = time.perf_counter() + 30
-    while (st.result is None or st.result.text != word) and time.perf_counter() < end:
-        app.processEvents()
-        time.sleep(0.001)
-    end = time.perf_counter() + 0.3
-    while time.perf_counter() < end:
-        app.processEvents()
-        time.sleep(0.001)
+    _spin(app, 30, until=lambda: st.result is not None and st.result.text == word)
+    _spin(app, 0.3)
     warm_timer.stop()
     warm_gaps = [b - a for a, b in zip(warm_ticks, warm_ticks[1:])]
     w.text_box.setPlainText("")
-    end = time.perf_counter() + 1.0
-    while time.perf_counter() < end:
-        app.processEvents()
-        time.sleep(0.002)
+    _spin(app, 1.0)
     analyses = []  # (perf_counter, the analysis job's own seconds) per analysis shown while typing
     if effects:  # the What heads do panel shown: prediction, lens and DLA follow every result
         if not w.panels_ready:
@@ -206,12 +213,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
 
     watch = PaintWatch()
     viewport.installEventFilter(watch)
-    ticks = []
-    timer = QTimer()
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.setInterval(1)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
-    timer.start()
+    timer, ticks = _tick_timer()
     guard = QTimer()
     guard.setSingleShot(True)
     guard.timeout.connect(waiting.quit)
