@@ -106,3 +106,20 @@ def test_a_long_run_on_a_background_thread_gets_every_core():
     out = subprocess.run([sys.executable, "-c", WIDE_IN_A_JOB], capture_output=True, text=True,
                          check=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}).stdout
     assert out.strip() == str([os.cpu_count()])
+
+
+def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):
+    """A decoder's run keeps both cores busy; the pool's thread runs nicer than the main thread, so
+    the main thread gets a core at once to paint (read from the job's own thread)."""
+    import os
+    import threading
+
+    from attnviz.ui.machinery.runner import POOL, POOL_NICE
+
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = []
+    window.worker.submit("nice-check", lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()),
+                         lambda _req, value, error: seen.append((value, error)), None, POOL)
+    qtbot.waitUntil(lambda: len(seen) == 1, timeout=WAIT)
+    assert seen == [(min(19, main + POOL_NICE), None)]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the main thread's own
