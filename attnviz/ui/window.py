@@ -201,6 +201,7 @@ class MainWindow(QMainWindow):
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
+        st.sigPreviewChanged.connect(self._on_preview)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
@@ -363,6 +364,16 @@ class MainWindow(QMainWindow):
             return
         self.tokens_label.setText(f"{len(result.tokens)} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
+
+    def _on_preview(self, _partial) -> None:
+        """The grid shows the running text's first layers: the status bar counts that text's tokens
+        and says the rest is on its way (the result's figures replace both)."""
+        p = self.state.shown_preview()
+        if p is None or self.state.model is None:
+            return
+        k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
+        self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
+        self.time_label.setText(f"computing layers {k}\u2013{n - 1}\u2026")
 
     def _on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it

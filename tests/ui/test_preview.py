@@ -7,6 +7,7 @@ key hidden, all layers shown) no preview is made."""
 
 import numpy as np
 import pytest
+from PySide6.QtCore import Qt
 
 from test_ui_window import view_to_widget
 from windows import WAIT, open_window, wait_for_text
@@ -128,3 +129,39 @@ def test_per_head_scale_keeps_the_preview_with_the_first_key_hidden(smollm2_wind
 def test_an_encoder_makes_no_preview(window):
     st = window.state
     assert not st.model.config.causal and st.preview_depth() is None
+
+
+def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_window, qtbot):
+    """While the grid shows a preview of a pasted text, nothing beside it shows the last text:
+    the token strip holds the preview's tokens (a click waits for the result: a query is a position
+    in the whole run), the status bar counts them and says the rest is being computed, and the
+    focused head (in the layer on screen) is the preview's, without the last text's badge."""
+    w = smollm2_window
+    st, strip, focus = w.state, w.token_strip, w.focus_view
+    st.set_focus(0, 3)
+    qtbot.waitUntil(lambda: st.head_labels is not None and st.badge(0, 3) is not None, timeout=WAIT)
+    st.set_query(2)  # "·to": the same token after the same tokens in the pasted text
+    qtbot.waitUntil(lambda: focus.title.text().count(st.badge(0, 3)) == 1, timeout=WAIT)
+    before = list(strip.labels)
+    text = TEXT + " kitchen table, next to the old radio that still works."
+    partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the pasted text
+    st.set_preview(partial)
+    T = len(partial.tokens)
+    assert len(partial.tokens) > len(before) + 5
+    assert strip.labels == partial.labels and strip.query == 2
+    assert w.tokens_label.text() == f"{T} tokens"
+    assert w.time_label.text() == "computing layers 1\u201329\u2026"
+    assert f" · {T} tokens · " in focus.title.text() and st.badge(0, 3) not in focus.title.text()
+    np.testing.assert_array_equal(focus.img.image, partial.attentions[0, 3])
+    # a click on the strip's last token while the rest is computed picks nothing
+    qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(T - 1).center())
+    assert st.query_pos == 2
+    # the result follows: every view shows it, and the strip takes clicks again
+    w.set_text(text)
+    wait_for_text(qtbot, w, text)
+    r = st.result
+    assert strip.labels is r.labels and w.tokens_label.text() == f"{T} tokens"
+    assert w.time_label.text() == f"compute {r.compute_s * 1000:.0f} ms"
+    np.testing.assert_array_equal(focus.img.image, r.attentions[0, 3])
+    qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(T - 1).center())
+    assert st.query_pos == T - 1

@@ -124,6 +124,14 @@ class AppState(QObject):
             self._preview_shown = Shown(p, self.hide_first, False)
         return self._preview_shown
 
+    def preview_query(self) -> int | None:
+        """The query as it stands over the preview on screen: kept where set_result would keep it
+        for that text (the same token after the same tokens), else None."""
+        p, q = self.shown_preview(), self.query_pos
+        if p is None or q is None or not same_prefix(self.result, p.result, q + 1):
+            return None
+        return q
+
     def set_preview(self, partial) -> None:
         """The running text's first layers (the runner calls it between the run's start and its
         result); set_result, a failed run and a new model drop it."""

@@ -99,6 +99,7 @@ class FocusView(QWidget):
 
         state.sigFocusChanged.connect(self.refresh)
         state.sigResultChanged.connect(self.refresh)
+        state.sigPreviewChanged.connect(self.refresh)  # the running text's first layers: the focused one among them
         state.long.sigRunChanged.connect(self.refresh)  # a long text: the long view shows its head
         state.sigDisplayChanged.connect(self.refresh)
         state.sigOverlayChanged.connect(self._draw_overlay)
@@ -107,12 +108,20 @@ class FocusView(QWidget):
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
+    def _on_screen(self):
+        """(Shown, previewing): the focused head comes from the preview while the grid shows one
+        (one layer on screen, the focus follows it: the preview holds that layer, final), else
+        from the result."""
+        p = self.state.shown_preview()
+        return (p, True) if p is not None else (self.state.shown(), False)
+
     def _head(self):
         st = self.state
         if st.focus is None or st.result is None:
             return None
         layer, head = st.focus
-        n_layer, n_head = st.result.attentions.shape[:2]
+        p = st.shown_preview()
+        n_layer, n_head = (st.result if p is None else p.result).attentions.shape[:2]
         if layer >= n_layer or head >= n_head:
             return None
         return layer, head
@@ -130,7 +139,7 @@ class FocusView(QWidget):
             self.query_rect.hide()
             return
         layer, head = lh
-        shown = st.shown()
+        shown, _ = self._on_screen()
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
         top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
@@ -157,11 +166,12 @@ class FocusView(QWidget):
         if lh is None:
             return
         layer, head = lh
-        r, shown = st.result, st.shown()
+        shown, previewing = self._on_screen()
+        r = shown.result
         T = shown.n_tok
         kv = int(np.asarray(r.kv_group)[head])
         gqa = group_size(r.kv_group) > 1
-        badge = st.badge(layer, head)
+        badge = None if previewing else st.badge(layer, head)  # (the badges are the result's text's)
         share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
                  "attention output" if shown.weighted and r.head_share is not None else "")
         kind = st.model.config.layer_kind(layer) if st.model is not None else None
@@ -197,7 +207,7 @@ class FocusView(QWidget):
         self.key_axis.setTicks([[]])
 
     def _set_ticks(self):
-        r = self.state.result
+        r = self._on_screen()[0].result
         T = len(r.labels)
         # every label when rows / columns are at least 15 px apart, else every step-th
         ticks = []
@@ -212,16 +222,16 @@ class FocusView(QWidget):
         self.key_axis.setHeight(int(longest) + 12)
 
     def _draw_overlay(self, *_):
-        mask = self.state.overlay
+        mask = self.state.overlay  # (Find's matches in the result's text: not over a preview)
         lh = self._head()
-        if mask is None or lh is None or mask.shape != (self._T, self._T):
+        if mask is None or lh is None or self._on_screen()[1] or mask.shape != (self._T, self._T):
             self.overlay.clear()
             return
         q, k = np.nonzero(mask)
         self.overlay.setData(x=k + 0.5, y=q + 0.5)
 
     def _draw_query(self, *_):
-        q = self.state.query_pos
+        q = self.state.preview_query() if self._on_screen()[1] else self.state.query_pos
         if q is None or self._head() is None or q >= self._T:
             self.query_rect.hide()
             return
@@ -244,7 +254,7 @@ class FocusView(QWidget):
             return
         p = self.vb.mapSceneToView(scene_pos)
         cell = self.cell_at(p.x(), p.y())
-        if cell is None:
+        if cell is None or self._on_screen()[1]:  # no read-out over a preview (it reads the result)
             return
         st = self.state
         text = cell_readout(st, *cell)
@@ -256,6 +266,6 @@ class FocusView(QWidget):
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
-        if cell is not None:
+        if cell is not None and not self._on_screen()[1]:  # a query is a position in the whole result
             q = cell[2]
             self.state.toggle_query(q)

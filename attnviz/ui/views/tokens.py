@@ -1,5 +1,7 @@
 """The token strip: the tokens as the model reads them, a view of AppState's result and query;
-clicking a token picks (or clears) the query through the state's setter."""
+clicking a token picks (or clears) the query through the state's setter. While the grid shows a
+preview (the running text's first layers), the strip shows that text's tokens too, and a click
+waits for the whole result."""
 
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class TokenStrip(QWidget):
         self._first = 0  # tokens before it are summed up in the "… N" box (_head_rect)
         self._head_rect: QRect | None = None
         self._more = 0  # tokens that did not fit in MAX_LINES
+        self.previewing = False  # the tokens are a preview's (the grid shows the running text's first layers)
         self._height = self._layout(400, self.MAX_LINES)
         self._resize_timer = QTimer(self)
         self._resize_timer.setSingleShot(True)
@@ -48,16 +51,21 @@ class TokenStrip(QWidget):
         if state is not None:  # the text's tokens: the dense result's, or a long run's
             state.sigTextResultChanged.connect(self._follow)
             state.sigQueryChanged.connect(self._follow)
+            state.sigPreviewChanged.connect(self._follow)
             self.sigClicked.connect(state.toggle_query)
             self._follow()
 
     def _follow(self, *_) -> None:  # AppState -> the strip
-        r, q = self.state.text_result, self.state.query_pos
+        st = self.state
+        preview = st.shown_preview()  # the text the grid shows, before its result
+        self.previewing = preview is not None
+        r, q = (preview.result, st.preview_query()) if preview is not None else (st.text_result, st.query_pos)
         if r is None:
             self.set_tokens([], [], None)
-        elif self.labels is not r.labels:
+        elif self.labels is not r.labels and self.labels != r.labels:
             self.set_tokens(r.labels, [a == b for a, b in r.offsets], q)
-        else:
+        else:  # the same tokens (a result after its preview): no new layout
+            self.labels, self.special = r.labels, [a == b for a, b in r.offsets]
             self.set_query(q)
 
     def set_tokens(self, labels: list[str], special: list[bool], query: int | None) -> None:
@@ -200,7 +208,7 @@ class TokenStrip(QWidget):
 
     def mousePressEvent(self, ev) -> None:
         i = self.index_at(ev.position().toPoint())
-        if i is not None:
+        if i is not None and not self.previewing:  # (a query is a position in the whole result)
             self.sigClicked.emit(i)
 
     def _piece(self, i: int) -> str:
@@ -213,8 +221,9 @@ class TokenStrip(QWidget):
     def event(self, ev) -> bool:
         if ev.type() == QEvent.Type.ToolTip:
             i = self.index_at(ev.pos())
-            text = (f"#{i}: {self.labels[i]!r}{self._piece(i)} (click: show this query row in "
-                    "every head)" if i is not None else self.toolTip())
+            click = ("the layers after the one shown are being computed" if self.previewing
+                     else "click: show this query row in every head")
+            text = f"#{i}: {self.labels[i]!r}{self._piece(i)} ({click})" if i is not None else self.toolTip()
             QToolTip.showText(ev.globalPos(), text, self)
             return True
         return super().event(ev)
