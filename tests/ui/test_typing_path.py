@@ -50,7 +50,7 @@ def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):
     assert gc.get_freeze_count() == 0
 
 
-def test_a_long_run_has_blas_on_every_core_and_typing_keeps_one(qapp):
+def test_a_window_run_has_blas_on_every_core_and_the_rest_keeps_one(qapp):
     import os
 
     import pytest

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
 
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController, threadpool_limits
 
 from attnviz.engine.errors import AttnvizError
 
@@ -80,7 +80,19 @@ def wide_blas(on: bool = True):
 
     if not on or (os.cpu_count() or 1) <= BLAS_THREADS:
         return contextlib.nullcontext()
-    return threadpool_limits(limits=os.cpu_count(), user_api="blas")
+    return _controller().limit(limits=os.cpu_count(), user_api="blas")
+
+
+_CONTROLLER: ThreadpoolController | None = None
+
+
+def _controller() -> ThreadpoolController:
+    """The process's thread pools, found once: threadpool_limits looks them up again at each call
+    (0.3 ms, on a keystroke's run)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
 
 
 _GC_TIMER: QTimer | None = None

@@ -141,10 +141,12 @@ class Worker(Runner):
             if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
                 return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
             try:
-                # a causal model's run streams every weight (a keystroke's few rows: one product
-                # of a row per weight matrix), and two cores read memory faster than one: 48 ms
-                # against 64 (engine p50, SmolLM2, benchmarks/typing.py)
-                with wide_blas(long or req.model.config.causal):
+                # BLAS on every core for the window's runs: a causal model's keystroke streams
+                # every weight (one product of a row per weight matrix), and two cores read memory
+                # faster than one (engine p50 48 ms against 64, SmolLM2); an encoder's whole run
+                # went from 11.4-12.9 to 8.5-9.3 ms, keystroke -> repaint p95 from 21.8-23.9 to
+                # 16.9-20.5 ms (MiniLM, benchmarks/typing.py, turns of 1 and 2 threads)
+                with wide_blas():
                     if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                         from attnviz.engine.analysing.effects import window_run
 
