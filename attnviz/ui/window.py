@@ -373,7 +373,8 @@ class MainWindow(QMainWindow):
             return
         k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
         self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
-        self.time_label.setText(f"computing layers {k}\u2013{n - 1}\u2026")
+        rest = f"layer {k}" if k == n - 1 else f"layers {k}\u2013{n - 1}"
+        self.time_label.setText(f"computing {rest}\u2026")
 
     def _on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it

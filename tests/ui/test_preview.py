@@ -165,3 +165,14 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     np.testing.assert_array_equal(focus.img.image, r.attentions[0, 3])
     qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(T - 1).center())
     assert st.query_pos == T - 1
+
+
+def test_the_status_bar_names_the_one_layer_left(smollm2_window, qtbot):
+    w = smollm2_window
+    st = w.state
+    st.set_layer(28)  # SmolLM2's last layer is 29: one layer comes after the preview
+    w.worker.wait_idle()
+    partial = st.model.run(TEXT + " table", layers=29, use_cache=False)
+    st.set_preview(partial)
+    assert w.grid.drawn is partial
+    assert w.time_label.text() == "computing layer 29\u2026"
