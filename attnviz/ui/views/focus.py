@@ -254,14 +254,16 @@ class FocusView(QWidget):
             return
         p = self.vb.mapSceneToView(scene_pos)
         cell = self.cell_at(p.x(), p.y())
-        if cell is None or self._on_screen()[1]:  # no read-out over a preview (it reads the result)
+        if cell is None:
             return
         st = self.state
-        text = cell_readout(st, *cell)
+        # no read-out over a preview (the read-outs read the state's result, another text's)
+        text = "" if self._on_screen()[1] else cell_readout(st, *cell)
         if text != self.hover_text:
             self.hover_text = text
             self.gw.setToolTip(text)
-            st.show_status(text)
+            if text:
+                st.show_status(text)
 
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
