@@ -2,7 +2,7 @@
 one run. Not a test: run it, read the table.
 
     .venv/bin/python benchmarks/longdoc.py [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
-                                           [--zoom-T 8192] [--zoom-options]
+                                           [--zoom-T 8192] [--zoom-options] [--scores-T 2048]
 
 1. sgemm peak: the best of a few [2048, 2048] @ [2048, 2048] float32 products at BLAS's default
    threads, measured first, in this run.
@@ -25,6 +25,11 @@ one run. Not a test: run it, read the table.
    same for every head of the layer. p50 and p95 of each. With --zoom-options, a second run with
    Hide first token and Value-weighted on (figures/view.Shown: cells of exact shown rows, each
    row's total over every key computed once and kept).
+5. A long text's head scores (the roles panel's badges), per T in --scores-T (a fresh child
+   process, BLAS capped at one thread as in the window): heads.score_blocks on one thread (the
+   window's way until 2026-12-03) against heads.score_layers with the layers shared out to one
+   thread per core (the window's way now), in turns, twice each; the two must give the same
+   scores, and the ratio is measured in the same run.
 
 The machine is shared: each section reports the CPU time other processes took while it ran
 (`other_cpu_s`) and the load average; on 2 cores shared with other work, read the figures with it.
@@ -198,6 +203,38 @@ def child_zoom(T: int, options: bool = False) -> dict:
     return res
 
 
+def child_scores(T: int) -> dict:
+    from threadpoolctl import threadpool_limits
+
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing import heads as H
+    from attnviz.engine.computing.longdoc import run_long
+
+    threadpool_limits(limits=1, user_api="blas")  # the window's cap (ui/machinery/runner.py)
+    model = load_model(smollm2_path())
+    ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
+    run = run_long(model, ids=ids)
+    p = run.patterns
+    args = (p.n_layer, p.n_head, ids, p.causal)
+    one = lambda: H.score_blocks(((layer, a, rows) for layer in range(p.n_layer)  # noqa: E731
+                                  for a, rows in p.blocks(layer)), *args)
+    many = lambda: H.score_layers(p.blocks, *args, threads=os.cpu_count())  # noqa: E731
+    times = {"one_thread": [], "every_core": []}
+    results = {}
+    with Foreign() as f:
+        for _ in range(2):
+            for name, fn in (("one_thread", one), ("every_core", many)):
+                t0 = time.perf_counter()
+                results[name] = fn()
+                times[name].append(time.perf_counter() - t0)
+    same = all(np.array_equal(results["one_thread"].scores[k], results["every_core"].scores[k])
+               for k in H.SCORE_NAMES)
+    best = {k: min(v) for k, v in times.items()}
+    return {"T": T, **{f"{k}_s": v for k, v in best.items()}, "runs": times,
+            "speedup": best["one_thread"] / best["every_core"], "same_scores": same,
+            "cores": os.cpu_count(), "other_cpu_s": f.other_cpu_s, "load": os.getloadavg()[0]}
+
+
 def spawn(kind: str, T: int) -> dict:
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--T", str(T)],
                           capture_output=True, text=True, timeout=3600, cwd=_ROOT)
@@ -228,6 +265,12 @@ def report(res: dict) -> None:
               f"{r['tile_px']} px), ms p50 / p95: repaint with the last image {r['repaint_p50_ms']:.1f} / "
               f"{r['repaint_p95_ms']:.1f}; new pane {r['pane_p50_ms']:.0f} / {r['pane_p95_ms']:.0f}; new tiles "
               f"{r['tiles_p50_ms']:.0f} / {r['tiles_p95_ms']:.0f}; other CPU {r['other_cpu_s']:.1f} s")
+    for r in res.get("scores", []):
+        print(f"head scores of a long text at T = {r['T']:,}: one thread {r['one_thread_s']:.1f} s, the layers "
+              f"over {r['cores']} cores {r['every_core_s']:.1f} s ({r['speedup']:.2f}x; best of 2 each, in "
+              f"turns: {', '.join(f'{a:.1f}' for a in r['runs']['one_thread'])} against "
+              f"{', '.join(f'{a:.1f}' for a in r['runs']['every_core'])}); the same scores: {r['same_scores']}; "
+              f"other CPU {r['other_cpu_s']:.1f} s")
     print("goals: >= 50 % of the sgemm peak at T = 4,096; peak RSS <= 3 GiB at 8,192; a step <= 2x the "
           "floor at T <= 512; overview repaint after a zoom at 8,192 p95 <= 50 ms")
 
@@ -240,14 +283,16 @@ def main() -> int:
     ap.add_argument("--zoom-T", default="8192")
     ap.add_argument("--zoom-options", action="store_true",
                     help="also the zoom with Hide first token and Value-weighted on")
+    ap.add_argument("--scores-T", default="2048", help="T of the long-text head scores (empty: none)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.child:
         fn = {"forward": child_forward, "generate": child_generate, "zoom": child_zoom,
-              "zoom-options": lambda T: child_zoom(T, options=True)}[args.child]
+              "zoom-options": lambda T: child_zoom(T, options=True), "scores": child_scores}[args.child]
         print(json.dumps(fn(int(args.T))))
         return 0
-    res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": [], "zoom": []}
+    res = {"load": os.getloadavg()[0], "sgemm_flops": sgemm_peak(), "forward": [], "generate": [], "zoom": [],
+           "scores": []}
     for T in (int(t) for t in args.T.split(",") if t):
         res["forward"].append(spawn("forward", T))
         print(res["forward"][-1], file=sys.stderr, flush=True)
@@ -258,6 +303,9 @@ def main() -> int:
         for kind in ("zoom", "zoom-options") if args.zoom_options else ("zoom",):
             res["zoom"].append(spawn(kind, T))
             print(res["zoom"][-1], file=sys.stderr, flush=True)
+    for T in (int(t) for t in args.scores_T.split(",") if t):
+        res["scores"].append(spawn("scores", T))
+        print(res["scores"][-1], file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1)) if args.json else report(res)
     return 0
 

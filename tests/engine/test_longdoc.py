@@ -2,6 +2,8 @@
 dense path's patterns, residual stream, overview cells, columns, head scores and Find; a long run
 reports progress per layer and stops when cancelled; a dense request over the limit is refused."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -269,3 +271,41 @@ def test_a_long_run_reusing_an_earlier_runs_prefix_equals_a_fresh_run(runs, name
             np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-5)  # (values up to ~5; float32 rounding)
     for a, b in zip(first.patterns.k + first.patterns.q, kept):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_head_scores_with_the_layers_shared_out_to_threads_equal_one_threads(runs, name):
+    """score_layers (a long text's scores in the window, on every core) gives exactly what
+    score_blocks gives on one thread: each layer's sums are its own, added in the same order."""
+    model, ids, dense, lp = runs[name]
+    one = heads.score_blocks(((layer, a, rows) for layer in range(lp.n_layer) for a, rows in lp.blocks(layer, 6)),
+                             lp.n_layer, lp.n_head, ids, model.config.causal, True, True, unknown_ids={3})
+    seen = set()
+
+    def layer_blocks(layer):
+        seen.add((layer, threading.get_ident()))
+        return lp.blocks(layer, 6)
+    many = heads.score_layers(layer_blocks, lp.n_layer, lp.n_head, ids, model.config.causal, True, True,
+                              unknown_ids={3}, threads=3)
+    assert sorted(layer for layer, _ in seen) == list(range(lp.n_layer))
+    for key in heads.SCORE_NAMES:
+        np.testing.assert_array_equal(many.scores[key], one.scores[key])
+    for role in heads.ROLES:
+        np.testing.assert_array_equal(many.chance[role], one.chance[role])
+        np.testing.assert_array_equal(many.strength[role], one.strength[role])
+    assert many.labels == one.labels and many.coverage == one.coverage
+
+
+def test_a_threads_error_stops_the_others_and_is_raised(runs):
+    model, ids, dense, lp = runs["llama_gqa"]
+    taken = []
+
+    def layer_blocks(layer):
+        taken.append(layer)
+        if layer == 1:
+            raise Cancelled("a newer text")
+        return lp.blocks(layer, 6)
+    before = threading.active_count()
+    with pytest.raises(Cancelled, match="a newer text"):
+        heads.score_layers(layer_blocks, lp.n_layer, lp.n_head, ids, True, threads=2)
+    assert 1 in taken and threading.active_count() == before  # the helper thread has ended

@@ -185,13 +185,13 @@ def test_a_long_texts_scores_never_hold_up_the_next_run(win, qtbot, monkeypatch)
 
     w, st = win, win.state
     started, release = threading.Event(), threading.Event()
-    real = H.score_blocks
+    real = H.score_layers
 
     def held(*args, **kw):
         started.set()
         release.wait(120)
         return real(*args, **kw)
-    monkeypatch.setattr(H, "score_blocks", held)
+    monkeypatch.setattr(H, "score_layers", held)
     show_long(qtbot, w, LONG)
     w.worker.flush_scores()
     qtbot.waitUntil(started.is_set, timeout=WAIT)
@@ -207,30 +207,53 @@ def test_a_long_texts_scores_never_hold_up_the_next_run(win, qtbot, monkeypatch)
 
 
 def test_the_roles_summary_counts_the_layers_a_long_texts_scores_have_done(win, qtbot, monkeypatch):
-    import itertools
     import threading
 
     w, st, panel = win, win.state, win.roles_panel
     release = threading.Event()
-    real = H.score_blocks
+    real = H.score_layers
 
-    def held(blocks, *args, **kw):  # read up to layer 2's first block, then wait
-        blocks = iter(blocks)
-        taken = []
-        for item in blocks:
-            taken.append(item)
-            if item[0] == 2:
-                break
-        release.wait(120)
-        return real(itertools.chain(taken, blocks), *args, **kw)
-    monkeypatch.setattr(H, "score_blocks", held)
+    def held(layer_blocks, *args, **kw):  # layers 0 and 1 scored, then every thread waits
+        def gated(layer):
+            if layer >= 2:
+                release.wait(120)
+            return layer_blocks(layer)
+        return real(gated, *args, **kw)
+    monkeypatch.setattr(H, "score_layers", held)
     try:
         show_long(qtbot, w, LONG)
         w.worker.flush_scores()
         n = st.model.config.n_layer
-        qtbot.waitUntil(lambda: (f"Updating: scoring the new text (a long text: layer 3 of {n})…"
+        qtbot.waitUntil(lambda: (f"Updating: scoring the new text (a long text: 2 of {n} layers done)…"
                                  == panel.summary.text()), timeout=WAIT)  # the short text's scores greyed
     finally:
         release.set()
     wait_scored(qtbot, w)
-    assert "a long text: layer" not in panel.summary.text() and "Labels on this text" in panel.summary.text()
+    assert "a long text:" not in panel.summary.text() and "Labels on this text" in panel.summary.text()
+
+
+def test_a_long_texts_scores_run_on_every_core_below_the_main_thread(win, qtbot, monkeypatch):
+    """The long text's layers are shared out to one thread per core, each below the main thread
+    (as the pool's), so the window keeps a core for its paint while they run."""
+    import os
+    import threading
+
+    from attnviz.ui.machinery import runner
+
+    w, st = win, win.state
+    seen = {}  # thread id -> its nice value, read while it scores a layer
+    real = H.score_layers
+
+    def watched(layer_blocks, *args, **kw):
+        def blocks(layer):
+            seen[threading.get_native_id()] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return layer_blocks(layer)
+        return real(blocks, *args, **kw)
+    monkeypatch.setattr(H, "score_layers", watched)
+    show_long(qtbot, w, LONG)
+    w.worker.flush_scores()
+    wait_scored(qtbot, w)
+    assert st.scores_result is st.text_result
+    assert len(seen) == min(os.cpu_count(), st.model.config.n_layer)
+    if runner._MAIN_NICE is not None and runner._MAIN_NICE + runner.POOL_NICE <= 19:
+        assert set(seen.values()) == {runner._MAIN_NICE + runner.POOL_NICE}

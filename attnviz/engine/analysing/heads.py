@@ -554,15 +554,43 @@ def score_blocks(blocks, n_layer, n_head, ids, causal, exclude_bos=False,
     of (layer, a, rows [n_head, m, w]) covering every layer's query rows once (keys 0..w-1; the keys
     after w hold 0), e.g. from LongPatterns.blocks. `causal`: whether the model's queries see only
     earlier keys."""
-    ids = np.asarray(ids)
-    T = len(ids)
-    if T < 2:
-        raise InputError(f"head scores need at least 2 tokens; got {T}")
-    unknown = unknown_mask(ids, unknown_ids)
-    unknown_share, notice = unknown_notice(unknown)
-    sums = _RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
+    sums = _row_sums(n_layer, n_head, ids, causal, exclude_bos, exclude_current_token, unknown_ids)
     for layer, a, rows in blocks:
         sums.add(layer, a, rows)
+    return _scores_of(sums, tokens)
+
+
+def score_layers(layer_blocks, n_layer, n_head, ids, causal, exclude_bos=False,
+                 exclude_current_token=False, tokens=None, unknown_ids=(), threads=1):
+    """score_blocks with the layers shared out to `threads` threads (the caller's one of them;
+    parallel.in_threads): layer_blocks(layer) gives that layer's (a, rows [n_head, m, w]) blocks,
+    on the thread that took the layer. A layer's sums are rows of their own, so the threads share
+    only the order of the layers; NumPy's passes over a block release the GIL. An error from
+    layer_blocks (Cancelled: a newer text) stops the other threads before their next layer and is
+    raised here."""
+    from attnviz.engine.computing.parallel import in_threads
+
+    sums = _row_sums(n_layer, n_head, ids, causal, exclude_bos, exclude_current_token, unknown_ids)
+
+    def layer_task(layer):
+        for a, rows in layer_blocks(layer):
+            sums.add(layer, a, rows)
+    in_threads(n_layer, layer_task, threads)
+    return _scores_of(sums, tokens)
+
+
+def _row_sums(n_layer, n_head, ids, causal, exclude_bos, exclude_current_token, unknown_ids):
+    ids = np.asarray(ids)
+    if len(ids) < 2:
+        raise InputError(f"head scores need at least 2 tokens; got {len(ids)}")
+    unknown = unknown_mask(ids, unknown_ids)
+    return _RowSums(n_layer, n_head, ids, unknown, causal, exclude_bos, exclude_current_token)
+
+
+def _scores_of(sums, tokens) -> HeadScores:
+    """HeadScores from the row sums of every layer (score_blocks, score_layers)."""
+    ids, unknown, T = sums.ids, sums.unknown, sums.T
+    unknown_share, notice = unknown_notice(unknown)
     scores, strength, coverage, chance = {}, {}, {}, {}
     for role in ROLES:
         den = sums.den[role in _EXCLUDING]
@@ -579,7 +607,7 @@ def score_blocks(blocks, n_layer, n_head, ids, causal, exclude_bos=False,
     return HeadScores(
         scores=scores, strength=strength, coverage=coverage,
         labels=label_heads(strength, scores=scores, chance=chance),
-        exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
+        exclude_bos=sums.bos, exclude_current_token=sums.cur,
         tokens=list(tokens) if tokens is not None else [],
         chance=chance, unknown_share=unknown_share, notice=notice,
     )

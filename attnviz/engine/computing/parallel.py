@@ -79,3 +79,37 @@ def for_row_chunks(n: int, fn: Callable[[int, int], None], workers: int | None =
         fn(t * rows, min(n, (t + 1) * rows))
         return buf
     in_parallel(-(-n // rows), task, workers)
+
+
+def in_threads(n: int, task: Callable[[int], None], threads: int | None = None) -> None:
+    """task(t) for t = 0..n-1 on `threads` threads of their own (None: one per core; the caller's
+    thread is one of them), each taking the next t in turn. Unlike in_parallel, no shared pool and
+    BLAS's thread count left as it is: for a long job that runs beside the window's own runs (a
+    long text's head scores), which would otherwise wait for a pool thread it holds, or have their
+    BLAS threads changed under them. A helper thread inherits the caller's scheduling priority. The
+    first error a thread meets stops the others before their next t and is raised here."""
+    threads = min(n, cores() if threads is None else max(1, int(threads)))
+    lock, state = threading.Lock(), {"next": 0, "error": None}
+
+    def loop():
+        while True:
+            with lock:
+                t, state["next"] = state["next"], state["next"] + 1
+                if t >= n or state["error"] is not None:
+                    return
+            try:
+                task(t)
+            except BaseException as exc:
+                with lock:
+                    state["error"] = state["error"] or exc
+                return
+
+    helpers = [threading.Thread(target=loop, name=f"attnviz-threads-{i}", daemon=True)
+               for i in range(threads - 1)]
+    for h in helpers:
+        h.start()
+    loop()
+    for h in helpers:
+        h.join()
+    if state["error"] is not None:
+        raise state["error"]

@@ -222,7 +222,7 @@ class _Task(QRunnable):
         self.job, self.relay, self.is_stale = job, relay, is_stale
 
     def run(self) -> None:
-        _below_the_main_thread()
+        below_the_main_thread()
         _execute(self.job, self.relay, self.is_stale)
 
 
@@ -240,7 +240,7 @@ def _own_nice() -> int | None:
 _MAIN_NICE = _own_nice()  # (imported on the main thread, before any pool thread exists)
 
 
-def _below_the_main_thread() -> None:
+def below_the_main_thread() -> None:
     """Lower this pool thread's scheduling priority once (Linux: a thread's own nice value, +5),
     so the main thread, woken to paint a result while a run goes on, gets a core at once. On 2
     cores a decoder's run keeps both busy (BLAS on both); at equal priority the main thread waited

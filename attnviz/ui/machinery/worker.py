@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,9 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
 from attnviz.engine.errors import Cancelled
-from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error, wide_blas
+from attnviz.ui.machinery.runner import (
+    POOL, THREAD, Job, Runner, below_the_main_thread, describe_error, wide_blas,
+)
 
 log = logging.getLogger(__name__)
 
@@ -284,30 +287,36 @@ class Worker(Runner):
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts))
 
     def _score_long(self, model, run, opts) -> None:
-        """A long run's text scores (heads.score_blocks over each layer's row blocks, no [T, T]
+        """A long run's text scores (heads.score_layers over each layer's row blocks, no [T, T]
         pattern held: every weight computed once, seconds to a minute at thousands of tokens), on
-        a thread of its own that gives way to the pool: before each block it waits while the pool
-        runs a job (the next keystroke's run, an overview after a zoom), which would otherwise
-        queue behind the scores on the pool's one thread; stopped between blocks once stale."""
+        threads of their own, one per core, below the main thread (as the pool's), that give way to
+        the pool: before each block a thread waits while the pool runs a job (the next keystroke's
+        run, an overview after a zoom), which would otherwise queue behind the scores; stopped
+        between blocks once stale. The roles panel counts the layers done."""
         H, patterns, result = _heads(), run.patterns, run.result
         job_id = self.claim(SCORES_KIND)
         pool = self.pool
+        n = patterns.n_layer
+        lock, done = threading.Lock(), [0]
 
-        def blocks():  # (layer, a, rows [n_head, m, w]) of every layer, in order
-            for layer in range(patterns.n_layer):
-                self._sigTextProgress.emit(job_id, layer, patterns.n_layer)
-                for a, rows in patterns.blocks(layer):
-                    while self.is_newest(SCORES_KIND, job_id) and pool.activeThreadCount():
-                        time.sleep(LONG_SCORES_YIELD_S)
-                    if not self.is_newest(SCORES_KIND, job_id):
-                        raise Cancelled("newer head scores are asked for")
-                    yield layer, a, rows
+        def layer_blocks(layer):  # (a, rows [n_head, m, w]) of one layer, in order
+            for a, rows in patterns.blocks(layer):
+                while self.is_newest(SCORES_KIND, job_id) and pool.activeThreadCount():
+                    time.sleep(LONG_SCORES_YIELD_S)
+                if not self.is_newest(SCORES_KIND, job_id):
+                    raise Cancelled("newer head scores are asked for")
+                yield a, rows
+            with lock:
+                done[0] += 1
+                self._sigTextProgress.emit(job_id, done[0], n)
 
         def work():  # -> (HeadScores, None: the dense scores' cost model does not apply)
-            scores = H.score_blocks(blocks(), patterns.n_layer, patterns.n_head, result.input_ids,
+            below_the_main_thread()  # (the helper threads inherit it)
+            self._sigTextProgress.emit(job_id, 0, n)
+            scores = H.score_layers(layer_blocks, n, patterns.n_head, result.input_ids,
                                     patterns.causal, exclude_bos=opts.exclude_bos,
                                     exclude_current_token=opts.exclude_current, tokens=result.labels,
-                                    unknown_ids=H.unknown_token_ids(model))
+                                    unknown_ids=H.unknown_token_ids(model), threads=os.cpu_count())
             return scores, None
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), THREAD,
                     job_id=job_id)

@@ -300,6 +300,7 @@ class RolesPanel(QWidget):
                 else "Scoring the heads" + self._layers_done() + "…")
 
     def _layers_done(self) -> str:
-        """A long text's scores under way: how far they are (its rows are streamed layer by layer)."""
+        """A long text's scores under way: how far they are (its rows are streamed layer by layer,
+        the layers shared out to the cores)."""
         p = self.state.text_progress
-        return "" if p is None else f" (a long text: layer {p[0] + 1} of {p[1]})"
+        return "" if p is None else f" (a long text: {p[0]} of {p[1]} layers done)"
