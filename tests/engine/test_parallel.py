@@ -3,6 +3,7 @@ workers asked for; an error in one task reaches the caller once every worker has
 ends the work with Cancelled."""
 
 import threading
+import time
 
 import pytest
 
@@ -32,6 +33,7 @@ def test_an_error_in_a_task_reaches_the_caller_and_stops_the_rest():
         ran.append(t)
         if t == 3:
             raise ValueError("task 3")
+        time.sleep(0.001)  # (trivial tasks: the other thread could take all 1,000 before the raise lands)
         return buf
 
     with pytest.raises(ValueError, match="task 3"):

@@ -26,6 +26,28 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+def _turns(n: int, step: Callable):
+    """(loop, state): loop() takes t = 0..n-1 in turn with the other threads running it, carry =
+    step(t, carry) (a thread's own work array, None at first); the first error a thread meets is
+    kept in state["error"] and stops the others before their next t."""
+    lock, state = threading.Lock(), {"next": 0, "error": None}
+
+    def loop():
+        carry = None
+        while True:
+            with lock:
+                t, state["next"] = state["next"], state["next"] + 1
+                if t >= n or state["error"] is not None:
+                    return
+            try:
+                carry = step(t, carry)
+            except BaseException as exc:  # the others stop before their next t
+                with lock:
+                    state["error"] = state["error"] or exc
+                return
+    return loop, state
+
+
 def in_parallel(n: int, task: Callable, workers: int | None = None,
                 stop: Callable[[], bool] | None = None) -> None:
     """task(t, buf) -> buf for t = 0..n-1, taken in order by `workers` threads (None: one per core;
@@ -35,23 +57,12 @@ def in_parallel(n: int, task: Callable, workers: int | None = None,
     Cancelled, once every worker has left its task."""
     global _POOL
     workers = min(n, cores() if workers is None else max(1, int(workers)))
-    lock, state = threading.Lock(), {"next": 0, "error": None}
 
-    def loop():
-        buf = None
-        while True:
-            with lock:
-                t, state["next"] = state["next"], state["next"] + 1
-                if t >= n or state["error"] is not None:
-                    return
-            try:
-                if stop is not None and stop():
-                    raise Cancelled("stopped: a newer result was asked for")
-                buf = task(t, buf)
-            except BaseException as exc:  # the others stop before their next task
-                with lock:
-                    state["error"] = state["error"] or exc
-                return
+    def step(t, buf):
+        if stop is not None and stop():
+            raise Cancelled("stopped: a newer result was asked for")
+        return task(t, buf)
+    loop, state = _turns(n, step)
 
     if workers <= 1:
         loop()
@@ -89,21 +100,7 @@ def in_threads(n: int, task: Callable[[int], None], threads: int | None = None) 
     BLAS threads changed under them. A helper thread inherits the caller's scheduling priority. The
     first error a thread meets stops the others before their next t and is raised here."""
     threads = min(n, cores() if threads is None else max(1, int(threads)))
-    lock, state = threading.Lock(), {"next": 0, "error": None}
-
-    def loop():
-        while True:
-            with lock:
-                t, state["next"] = state["next"], state["next"] + 1
-                if t >= n or state["error"] is not None:
-                    return
-            try:
-                task(t)
-            except BaseException as exc:
-                with lock:
-                    state["error"] = state["error"] or exc
-                return
-
+    loop, state = _turns(n, lambda t, _carry: task(t))
     helpers = [threading.Thread(target=loop, name=f"attnviz-threads-{i}", daemon=True)
                for i in range(threads - 1)]
     for h in helpers:
