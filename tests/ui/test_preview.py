@@ -182,3 +182,27 @@ def test_the_status_bar_names_the_one_layer_left(smollm2_window, qtbot):
     st.set_preview(partial)
     assert w.grid.drawn is partial
     assert w.time_label.text() == "computing layer 29\u2026"
+
+
+def test_the_focused_head_is_not_drawn_again_when_its_preview_is_followed_by_the_result(
+        smollm2_window, qtbot, monkeypatch):
+    """A keystroke's result after its preview is the same picture in the layer on screen: the focus
+    view keeps its image and changes only its title (one image a keystroke, not two)."""
+    w = smollm2_window
+    st, focus = w.state, w.focus_view
+    st.set_focus(0, 3)
+    w.worker.wait_idle()
+    text = TEXT + " table"
+    partial = st.model.run(text, layers=1, use_cache=False)
+    st.set_preview(partial)
+    assert f" · {len(partial.tokens)} tokens · " in focus.title.text()
+    drawn = []
+    real = focus.img.setImage
+    monkeypatch.setattr(focus.img, "setImage", lambda *a, **kw: (drawn.append(a), real(*a, **kw)))
+    result = st.model.run(text, use_cache=False)
+    st.set_result(result)
+    assert drawn == [] and focus.title.text().startswith("<b>L0 H3</b>")
+    np.testing.assert_array_equal(focus.img.image, result.attentions[0, 3])
+    st.set_focus(0, 4)  # another head: drawn
+    assert sum(1 for a in drawn if a) == 1
+    np.testing.assert_array_equal(focus.img.image, result.attentions[0, 4])

@@ -93,6 +93,7 @@ class FocusView(QWidget):
         self.query_rect.hide()
         self.plot.addItem(self.query_rect)
         self._T = -1
+        self._drawn_preview = None  # what the image shows when it was drawn from a preview
         self._k0 = 0  # first key column drawn: 1 with Hide first token
         self.hover_text = ""
         self._clear()
@@ -130,6 +131,7 @@ class FocusView(QWidget):
         st = self.state
         lh = self._head()
         if lh is None:
+            self._drawn_preview = None
             self.title.setText(self._empty_text())
             if self._T == -1:
                 return  # already empty: nothing to repaint while the user types
@@ -139,7 +141,18 @@ class FocusView(QWidget):
             self.query_rect.hide()
             return
         layer, head = lh
-        shown, _ = self._on_screen()
+        shown, previewing = self._on_screen()
+        # a result after its preview: the same text's layer on screen, final in the preview, so the
+        # same picture (a keystroke's second redraw): only the title, the marks and the query change
+        drawn = (shown.result.text, shown.n_tok, layer, head, st.scale_mode, st.colormap,
+                 shown.hide_first, shown.weighted)
+        same = self._drawn_preview == drawn and not previewing
+        self._drawn_preview = drawn if previewing else None
+        if same:
+            self._draw_title()
+            self._draw_overlay()
+            self._draw_query()
+            return
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
         top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
