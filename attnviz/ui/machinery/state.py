@@ -124,6 +124,12 @@ class AppState(QObject):
             self._preview_shown = Shown(p, self.hide_first, False)
         return self._preview_shown
 
+    def on_screen(self) -> tuple[Shown | None, bool]:
+        """(Shown, previewing): what the grid paints, and the views beside it follow: the preview
+        while the grid shows one (shown_preview), else the result (shown; None without one)."""
+        p = self.shown_preview()
+        return (p, True) if p is not None else (self.shown(), False)
+
     def preview_query(self) -> int | None:
         """The query as it stands over the preview on screen: kept where set_result would keep it
         for that text (the same token after the same tokens), else None."""

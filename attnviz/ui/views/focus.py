@@ -109,20 +109,15 @@ class FocusView(QWidget):
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
-    def _on_screen(self):
-        """(Shown, previewing): the focused head comes from the preview while the grid shows one
-        (one layer on screen, the focus follows it: the preview holds that layer, final), else
-        from the result."""
-        p = self.state.shown_preview()
-        return (p, True) if p is not None else (self.state.shown(), False)
-
     def _head(self):
         st = self.state
         if st.focus is None or st.result is None:
             return None
         layer, head = st.focus
-        p = st.shown_preview()
-        n_layer, n_head = (st.result if p is None else p.result).attentions.shape[:2]
+        # the preview while the grid shows one (one layer on screen, the focus follows it: the
+        # preview holds that layer, final), else the result
+        shown = st.on_screen()[0]
+        n_layer, n_head = shown.n_layer, shown.n_head
         if layer >= n_layer or head >= n_head:
             return None
         return layer, head
@@ -141,7 +136,7 @@ class FocusView(QWidget):
             self.query_rect.hide()
             return
         layer, head = lh
-        shown, previewing = self._on_screen()
+        shown, previewing = self.state.on_screen()
         # a result after its preview: the same text's layer on screen, final in the preview, so the
         # same picture (a keystroke's second redraw): only the title, the marks and the query change
         drawn = (shown.result.text, shown.n_tok, layer, head, st.scale_mode, st.colormap,
@@ -179,7 +174,7 @@ class FocusView(QWidget):
         if lh is None:
             return
         layer, head = lh
-        shown, previewing = self._on_screen()
+        shown, previewing = self.state.on_screen()
         r = shown.result
         T = shown.n_tok
         kv = int(np.asarray(r.kv_group)[head])
@@ -220,7 +215,7 @@ class FocusView(QWidget):
         self.key_axis.setTicks([[]])
 
     def _set_ticks(self):
-        r = self._on_screen()[0].result
+        r = self.state.on_screen()[0].result
         T = len(r.labels)
         # every label when rows / columns are at least 15 px apart, else every step-th
         ticks = []
@@ -237,14 +232,14 @@ class FocusView(QWidget):
     def _draw_overlay(self, *_):
         mask = self.state.overlay  # (Find's matches in the result's text: not over a preview)
         lh = self._head()
-        if mask is None or lh is None or self._on_screen()[1] or mask.shape != (self._T, self._T):
+        if mask is None or lh is None or self.state.on_screen()[1] or mask.shape != (self._T, self._T):
             self.overlay.clear()
             return
         q, k = np.nonzero(mask)
         self.overlay.setData(x=k + 0.5, y=q + 0.5)
 
     def _draw_query(self, *_):
-        q = self.state.preview_query() if self._on_screen()[1] else self.state.query_pos
+        q = self.state.preview_query() if self.state.on_screen()[1] else self.state.query_pos
         if q is None or self._head() is None or q >= self._T:
             self.query_rect.hide()
             return
@@ -271,7 +266,7 @@ class FocusView(QWidget):
             return
         st = self.state
         # no read-out over a preview (the read-outs read the state's result, another text's)
-        text = "" if self._on_screen()[1] else cell_readout(st, *cell)
+        text = "" if self.state.on_screen()[1] else cell_readout(st, *cell)
         if text != self.hover_text:
             self.hover_text = text
             self.gw.setToolTip(text)
@@ -281,6 +276,6 @@ class FocusView(QWidget):
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
-        if cell is not None and not self._on_screen()[1]:  # a query is a position in the whole result
+        if cell is not None and not self.state.on_screen()[1]:  # a query is a position in the whole result
             q = cell[2]
             self.state.toggle_query(q)

@@ -208,8 +208,8 @@ class HeatmapGrid(QWidget):
     def _draw(self) -> bool:
         """Draw the state's result; False when there is none (the grid is cleared)."""
         st = self.state
-        preview = st.shown_preview()  # the running text's first layers, before its result
-        r = st.result if preview is None else st.preview
+        shown, previewing = st.on_screen()  # a preview: the running text's first layers
+        r = None if shown is None else shown.result
         self.drawn = r
         if r is None:
             self.img.clear()
@@ -220,9 +220,8 @@ class HeatmapGrid(QWidget):
             self._draw_focus()
             self._draw_query()
             return False
-        shown = st.shown() if preview is None else preview
         n_layer, n_head, T = shown.n_layer, shown.n_head, shown.n_tok
-        if preview is not None:
+        if previewing:
             n_layer = st.n_layer  # laid out as the whole run will be: no re-layout when it comes
         kv_group = np.asarray(r.kv_group)
         layer = min(st.layer, n_layer - 1)

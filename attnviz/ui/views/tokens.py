@@ -64,8 +64,9 @@ class TokenStrip(QWidget):
             self.set_tokens([], [], None)
         elif self.labels is not r.labels and self.labels != r.labels:
             self.set_tokens(r.labels, [a == b for a, b in r.offsets], q)
-        else:  # the same tokens (a result after its preview): no new layout
-            self.labels, self.special = r.labels, [a == b for a, b in r.offsets]
+        else:
+            if self.labels is not r.labels:  # the same tokens (a result after its preview): no new layout
+                self.labels, self.special = r.labels, [a == b for a, b in r.offsets]
             self.set_query(q)
 
     def set_tokens(self, labels: list[str], special: list[bool], query: int | None) -> None:
