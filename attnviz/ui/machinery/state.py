@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.model import clean_text
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES
@@ -413,6 +413,16 @@ class AppState(QObject):
         self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
         self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
         self.sigTextResultChanged.connect(self._scores_follow_result)
+        # A new result's stale scores are told to the views after the frame that shows it (a
+        # zero-interval timer fires after the posted events, the grid's paint among them): the
+        # grid and the focus view read head_labels as they draw the result, so no old badge is
+        # painted over it; the panels (the roles tables greyed, Find, the ablation list) follow
+        # a few ms later, off the keystroke's path (0.6-0.7 ms a keystroke on MiniLM)
+        self._scores_later = QTimer(self)
+        self._scores_later.setSingleShot(True)
+        self._scores_later.setInterval(2)
+        self._scores_later.timeout.connect(self._announce_scores)
+        self._labels_untold = False  # head_labels changed after the frame: not yet emitted
 
     @property
     def head_scores(self):
@@ -491,7 +501,7 @@ class AppState(QObject):
             self.scores_result = result  # the same patterns run again (for value norms, layer inputs)
         elif self.text_scores is not None and not self.scores_stale and self.scores_result is not result:
             self.scores_stale = True
-            self._scores_changed()
+            self._scores_changed(after_frame=True)
         elif self.text_scores is None and self.text_note:
             self.text_note = ""
             self._scores_changed()
@@ -502,9 +512,26 @@ class AppState(QObject):
         self.text_scores, self.scores_result, self.text_note, self.scores_stale = None, None, "", False
         self._scores_changed()
 
-    def _scores_changed(self) -> None:
+    def _scores_changed(self, after_frame: bool = False) -> None:
+        """The badges follow the scores (the one place they do), and the views are told. With
+        after_frame (a new result made the scores stale) head_labels changes now, for the views
+        that draw the result, and the signals wait for the frame (_announce_scores)."""
         labels = role_badges(self.role_options.source, self.text_scores, self.scores_stale,
                              self.probe_scores)
-        if labels != self.head_labels:
-            self.set_head_labels(labels)  # the one place the badges follow the scores
+        if after_frame:
+            if labels != self.head_labels:
+                self.head_labels, self._labels_untold = labels, True
+            self._scores_later.start()
+            return
+        self._scores_later.stop()  # told now, with what is newest
+        untold, self._labels_untold = self._labels_untold, False
+        if labels != self.head_labels or untold:
+            self.head_labels = labels
+            self.sigHeadLabelsChanged.emit(labels)
+        self.sigHeadScoresChanged.emit()
+
+    def _announce_scores(self) -> None:
+        untold, self._labels_untold = self._labels_untold, False
+        if untold:
+            self.sigHeadLabelsChanged.emit(self.head_labels)
         self.sigHeadScoresChanged.emit()
