@@ -240,3 +240,33 @@ def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
         assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
     finally:
         qapp.setFont(old)
+
+
+@pytest.mark.parametrize("colormap", ["viridis", "inferno", "CET-L4"])
+def test_the_mosaics_short_render_draws_pyqtgraphs_pixels(grid, colormap):
+    """MosaicImage.render makes the window's uint8 mosaic into premultiplied ARGB with one table
+    lookup; pyqtgraph's own render (8-bit image, colour table, converted) gives the same bytes."""
+    from attnviz.ui.views.grid import MosaicImage
+
+    st, g = grid
+    st.set_colormap(colormap)
+    st.set_result(fake_result(random_attn(2, 4, 9)))
+    img, lut = g.img.image, g.img.lut
+    assert img.dtype == np.uint8 and (img == 0).any() and (img == 255).any()  # the gap and the top
+    g.img.render()
+    ours = g.img.qimage
+    assert getattr(g.img, "_argb", None) is not None  # the short road was taken
+    ref = MosaicImage(axisOrder="row-major")
+    ref.setImage(img, levels=(0, 255), lut=lut, autoLevels=False)
+    ref.render_by_pyqtgraph()
+    assert ours.format() == ref.qimage.format() and ours.size() == ref.qimage.size()
+    assert bytes(ours.constBits()) == bytes(ref.qimage.constBits())
+    # another table: the short road is taken for it too, not a cached one of the first
+    every = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    for table in (lut, heat_table("CET-L1")):
+        a, b = MosaicImage(axisOrder="row-major"), MosaicImage(axisOrder="row-major")
+        for item in (a, b):
+            item.setImage(every, levels=(0, 255), lut=table, autoLevels=False)
+        a.render()
+        b.render_by_pyqtgraph()
+        assert bytes(a.qimage.constBits()) == bytes(b.qimage.constBits())
