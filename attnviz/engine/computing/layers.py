@@ -43,10 +43,20 @@ def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row
 
 def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
     # reference: (x - mean(x)) / sqrt(var(x) + eps) * gain + bias
-    mean = x.mean(axis=-1, keepdims=True)
-    centered = x - mean
-    var = np.mean(centered * centered, axis=-1, keepdims=True)
-    return centered / np.sqrt(var + np.float32(eps)) * gain + bias
+    # tuned: np.mean's own arithmetic (a sum, divided by d), in place: the same bits, without
+    # np.mean's Python wrapper and two temporaries (a norm of 24 x 384: 64 -> 30 us)
+    d = x.shape[-1]
+    mean = np.add.reduce(x, axis=-1, keepdims=True)
+    np.true_divide(mean, d, out=mean)
+    centered = np.subtract(x, mean)
+    var = np.add.reduce(np.multiply(centered, centered), axis=-1, keepdims=True)
+    np.true_divide(var, d, out=var)
+    var += np.float32(eps)
+    np.sqrt(var, out=var)
+    centered /= var
+    centered *= gain
+    centered += bias
+    return centered
 
 
 def rms_norm(x, gain, eps):  # [T, d] -> [T, d]
@@ -77,20 +87,38 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 def gelu_erf(x):  # [..., n] -> [..., n], exact GELU (BERT)
     # reference: 0.5 * x * (1 + erf(x / sqrt(2)))
-    # tuned: x * (1 - erfc(|x| / sqrt 2) / 2) for x >= 0, x * erfc(|x| / sqrt 2) / 2 below, in
-    # cache-sized blocks (no cancellation in 1 + erf for large negative x)
+    # tuned: max(x, 0) - |x| erfc(|x| / sqrt 2) / 2, the same for either sign (x >= 0: x - x Q;
+    # below: x Q, with Q = erfc(|x| / sqrt 2) / 2; no cancellation in 1 + erf for large negative
+    # x), with A & S 7.1.26's constants folded (its t from |x| directly, its polynomial halved,
+    # exp(-x^2 / 2)): 17 NumPy passes a block instead of 22, and no np.where; in cache-sized blocks
     out = np.empty_like(x)
     x2 = x.reshape(-1, x.shape[-1])
     o2 = out.reshape(-1, x.shape[-1])
 
     def block(rows):  # a cache-sized piece of a long element-wise chain
-        xs = x2[rows]
-        half_tail = _erfc_abs(np.abs(xs) * SQRT_HALF)
-        half_tail *= np.float32(0.5)
-        np.multiply(xs, np.where(xs >= 0, np.float32(1.0) - half_tail, half_tail), out=o2[rows])
+        xs, o = x2[rows], o2[rows]
+        a = np.abs(xs)
+        t = np.multiply(a, _GELU_P)
+        t += np.float32(1.0)
+        np.reciprocal(t, out=t)
+        tail = np.multiply(t, _GELU_C[0])
+        for c in _GELU_C[1:]:
+            tail += c
+            tail *= t
+        e = np.multiply(a, a)
+        e *= np.float32(-0.5)
+        np.exp(e, out=e)
+        tail *= e
+        tail *= a  # |x| Q(|x|)
+        np.maximum(xs, np.float32(0.0), out=o)
+        o -= tail
 
     _for_row_chunks(block, x2.shape[0], x2.shape[1])
     return out
+
+
+_GELU_P = np.float32(0.3275911 * np.sqrt(0.5))  # t = 1 / (1 + p z) with z = |x| / sqrt 2
+_GELU_C = tuple(np.float32(0.5 * c) for c in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592))
 
 
 def gelu_tanh(x):  # [..., n] -> [..., n], tanh approximation (GPT-2 "gelu_new")
