@@ -270,3 +270,24 @@ def test_the_mosaics_short_render_draws_pyqtgraphs_pixels(grid, colormap):
         a.render()
         b.render_by_pyqtgraph()
         assert bytes(a.qimage.constBits()) == bytes(b.qimage.constBits())
+
+
+def test_the_layout_follows_the_view_size_and_the_text_not_the_last_draw(grid, qtbot):
+    """A result with as many tokens, on a grid of the same size, keeps the layout; another token
+    count or a resize gets a new one (tiles as large as the area allows)."""
+    st, g = grid
+    st.set_result(fake_result(random_attn(2, 4, 7)))
+    first = g.layout_
+    st.set_result(fake_result(random_attn(2, 4, 7, seed=1)))
+    assert g.layout_ is first
+    st.set_result(fake_result(random_attn(2, 4, 8)))
+    assert g.layout_.T == 8 and g.layout_ is not first
+    small = g._geo.tile_px
+    g.resize(1800, 1000)
+    qtbot.waitUntil(lambda: g.gw.width() > 1500)
+    st.set_result(fake_result(random_attn(2, 4, 8, seed=2)))
+    assert g._geo.tile_px > small
+    g.resize(900, 500)
+    qtbot.waitUntil(lambda: g.gw.width() < 1000)
+    st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))
+    assert g._geo.tile_px == small
