@@ -74,6 +74,31 @@ def test_token_strip_more_count_fits_inside_the_strip(qtbot):
         assert last.right() + 8 + fm.horizontalAdvance(f"… {more} more") <= width - 2, width
 
 
+
+def test_token_boxes_are_measured_at_the_strips_font(qtbot):
+    """Each box is as wide as its label at the strip's font: another font (a larger UI font, set
+    while the app runs) measures the labels again rather than reuse the last font's widths."""
+    from attnviz.ui.views.tokens import TokenStrip
+
+    words = ["The", "keys", "to", "the", "cabinet", "keys"]
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.resize(900, 200)
+
+    def widths():
+        strip.set_tokens(words, [False] * len(words), None)
+        strip._fit_height()
+        return [r.width() for r in strip._rects]
+
+    fm = strip.fontMetrics()
+    assert widths() == [fm.horizontalAdvance(w) + 10 for w in words]
+    font = strip.font()
+    font.setPointSizeF(font.pointSizeF() * 2)
+    strip.setFont(font)
+    big = strip.fontMetrics()
+    assert widths() == [big.horizontalAdvance(w) + 10 for w in words]
+    assert big.horizontalAdvance("cabinet") > fm.horizontalAdvance("cabinet")
+
 @pytest.fixture
 def window(qtbot, tmp_path):
     from PySide6.QtCore import QSettings

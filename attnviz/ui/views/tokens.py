@@ -40,6 +40,7 @@ class TokenStrip(QWidget):
         self._head_rect: QRect | None = None
         self._more = 0  # tokens that did not fit in MAX_LINES
         self.previewing = False  # the tokens are a preview's (the grid shows the running text's first layers)
+        self._width_cache: tuple = (None, {})  # (font key, label -> box width): _box_widths
         self._height = self._layout(400, self.MAX_LINES)
         self._resize_timer = QTimer(self)
         self._resize_timer.setSingleShot(True)
@@ -98,13 +99,30 @@ class TokenStrip(QWidget):
         height, self._rects, self._first, self._head_rect, self._more = self._wrap(width, max_lines, tail)
         return height
 
+    def _box_widths(self, fm) -> list[int]:
+        """Each token's box width at the strip's font; a label measured once per font (a keystroke
+        lays the strip out twice, and its tokens are mostly the last text's)."""
+        key = fm.height(), fm.averageCharWidth(), self.font().key()
+        if self._width_cache[0] != key:
+            self._width_cache = (key, {})
+        known = self._width_cache[1]
+        out = []
+        for label in self.labels:
+            w = known.get(label)
+            if w is None:
+                if len(known) > 4096:  # a long text's tokens come and go: keep the cache small
+                    known.clear()
+                w = known[label] = fm.horizontalAdvance(label or " ") + 10
+            out.append(w)
+        return out
+
     def _wrap(self, width: int, max_lines: int, tail: bool = False):
         """Wrap the token boxes into at most max_lines lines: (height, rects, first token shown,
         "… N" box or None, tokens left out at the end). With tail, the lines are filled from the last
         token backwards, so the newest tokens stay shown."""
         fm = self.fontMetrics()
         h = fm.height() + 4
-        widths = [fm.horizontalAdvance(label or " ") + 10 for label in self.labels]
+        widths = self._box_widths(fm)
         if tail and max_lines < self.MAX_LINES and self._lines_needed(widths, width) > max_lines:
             # backwards: the first shown line starts with a "… N" box for the tokens before it
             lines: list[list[int]] = [[]]
