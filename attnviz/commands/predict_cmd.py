@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 import numpy as np
@@ -16,6 +15,7 @@ from attnviz.commands.checks import parse_ids, positive, refuse_options, show_no
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 
@@ -61,9 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="--loss next: token index to predict after (default: the last)")
     p.add_argument("--target", metavar="TOKEN",
                    help="--loss next: the token whose loss counts (default: the clean top-1)")
-    p.add_argument("--threads", type=positive, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--threads", type=positive, default=cores(), metavar="N",
                    help="a layer's heads run on N threads, one BLAS thread each (default: the "
-                        f"cores, {os.cpu_count() or 1} here)")
+                        f"cores, {cores()} here)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_scan)

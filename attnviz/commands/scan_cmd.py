@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
 from attnviz.commands.checks import non_negative, positive
 from attnviz.engine import DEFAULT_MODEL
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import InputError
 
 DEFAULT_BATCH = 16
@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "the same scan's to resume it)")
     p.add_argument("--workers", type=non_negative, metavar="N",
                    help="processes of the LocalCluster (default: the cores, here "
-                        f"{os.cpu_count()}); 0 runs in this process without Dask")
+                        f"{cores()}); 0 runs in this process without Dask")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="an existing Dask cluster's scheduler, e.g. tcp://host:8786")
     p.add_argument("--batch", type=positive, default=DEFAULT_BATCH, metavar="B",
@@ -73,7 +73,7 @@ def cmd_scan(args) -> int:
     in_process = args.workers == 0
     where = (f"the Dask cluster at {args.scheduler}" if args.scheduler else
              "this process (no Dask)" if in_process else
-             f"a LocalCluster of {args.workers or os.cpu_count()} processes, one thread each")
+             f"a LocalCluster of {args.workers or cores()} processes, one thread each")
 
     def start(plan):
         m = plan.manifest

@@ -18,6 +18,7 @@ from pathlib import Path
 from attnviz.corpus import store
 from attnviz.corpus.source import Corpus, read_corpus
 from attnviz.corpus.tasks import Batch, BatchDone, run_batch
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None
                     raise InputError(f"--scheduler {scheduler}: cannot reach a Dask scheduler "
                                      f"({exc})") from None
             else:
-                cluster = local_cluster(workers or os.cpu_count() or 1)
+                cluster = local_cluster(workers or cores())
                 client = Client(cluster)
         return _submit_all(client, plan, progress)
     finally:

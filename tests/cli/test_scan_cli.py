@@ -444,3 +444,14 @@ def test_a_full_disk_stops_the_scan_with_one_line_and_a_rerun_completes_it(
     assert main(args) == 0
     assert "(10 run now)" in capsys.readouterr().out
     assert_same_content(tmp_path / "scan", reference)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity here")
+def test_scan_defaults_to_the_cores_this_process_may_use():
+    """Held to one core (taskset, a container's CPU set), `attnviz scan` offers one worker per core
+    it may run on, not per core of the machine."""
+    code = ("import os, runpy, sys; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "sys.argv = ['attnviz', 'scan', '--help']; runpy.run_module('attnviz', run_name='__main__')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "(default: the cores, here 1)" in " ".join(out.stdout.split())

@@ -47,3 +47,21 @@ def test_row_chunks_cover_every_row_once():
     got = []
     parallel.for_row_chunks(1000, lambda a, b: got.append((a, b)), 2, rows=128)
     assert sorted(got) == [(a, min(1000, a + 128)) for a in range(0, 1000, 128)]
+
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")
+def test_cores_are_the_ones_this_process_may_run_on():
+    """A process held to one core (a container's or taskset's CPU set) counts one core, so the
+    window's BLAS, a long text's threads and the scan's LocalCluster do not put a thread per core of
+    the whole machine on it."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
+            "from attnviz.engine.computing.parallel import cores; print(cores())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
+    assert parallel.cores() == len(os.sched_getaffinity(0))

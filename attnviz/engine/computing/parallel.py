@@ -19,7 +19,13 @@ ROW_CHUNK = 128  # rows of a row-wise step (a projection, the MLP) per task: [12
 
 
 def cores() -> int:
-    return os.cpu_count() or 1
+    """The cores this process may run on: its CPU affinity where the system gives one (a container
+    or `taskset` that leaves it fewer cores than the machine has: a thread or a worker per core of
+    the machine would then share the few), else the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # (no sched_getaffinity: macOS, Windows)
+        return os.cpu_count() or 1
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -14,11 +14,11 @@ newest wins per kind; results are written into `state.effects`.
 from __future__ import annotations
 
 import logging
-import os
 import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
@@ -29,7 +29,7 @@ ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this
 SCAN_SOURCES = ("text", "probe")
 # The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
 # for the typing runs and the main thread (1 on a 2-core machine).
-SCAN_THREADS = max(1, (os.cpu_count() or 1) - 1)  # the typed text (next-token loss) or the repeated-random probe
+SCAN_THREADS = max(1, cores() - 1)  # the typed text (next-token loss) or the repeated-random probe
 
 
 class EffectsJobs(QObject):

@@ -32,6 +32,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QT
 
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import AttnvizError
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def limit_blas_threads(n: int = BLAS_THREADS):
         # OpenBLAS NumPy ships (0.3.31, pthreads): unless the main thread has raised it once after
         # lowering it, a raise made on another thread (wide_blas in a pool job) is not taken: the
         # job reads 1 thread back and runs on one core (a pasted paragraph took twice as long).
-        with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+        with threadpool_limits(limits=cores(), user_api="blas"):
             pass
     return _BLAS_LIMIT
 
@@ -78,9 +79,9 @@ def wide_blas(on: bool = True):
     otherwise nothing changes. Back to the cap after."""
     import contextlib
 
-    if not on or (os.cpu_count() or 1) <= BLAS_THREADS:
+    if not on or cores() <= BLAS_THREADS:
         return contextlib.nullcontext()
-    return _controller().limit(limits=os.cpu_count(), user_api="blas")
+    return _controller().limit(limits=cores(), user_api="blas")
 
 
 _CONTROLLER: ThreadpoolController | None = None

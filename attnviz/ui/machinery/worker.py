@@ -21,6 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
+from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import (
     POOL, THREAD, Job, Runner, below_the_main_thread, describe_error, wide_blas,
@@ -316,7 +317,7 @@ class Worker(Runner):
             scores = H.score_layers(layer_blocks, n, patterns.n_head, result.input_ids,
                                     patterns.causal, exclude_bos=opts.exclude_bos,
                                     exclude_current_token=opts.exclude_current, tokens=result.labels,
-                                    unknown_ids=H.unknown_token_ids(model), threads=os.cpu_count())
+                                    unknown_ids=H.unknown_token_ids(model), threads=cores())
             return scores, None
         self.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), THREAD,
                     job_id=job_id)
