@@ -281,3 +281,29 @@ def test_a_lazy_load_expands_only_the_layers_a_run_reaches(tmp_path):
         np.testing.assert_array_equal(a, b)
     with pytest.raises(ModelLoadError, match=rf"{name} holds 1 non-finite .* at \[2, 3\]"):
         lazy.run(ids=IDS)
+
+
+@pytest.mark.parametrize("name", ["all-MiniLM-L6-v2", "smollm2"])
+def test_kept_layers_share_one_buffer_and_run_bit_for_bit_as_before(name, monkeypatch):
+    """At load the kept layers' matrices move into one buffer (huge pages: _Arena), each in the
+    layout it came in (C order, or the transposed view of a GGUF [out, in] matrix): the patterns
+    and a KV-cached keystroke equal, bit for bit, those of the layers as they were built."""
+    source = str(smollm2_path()) if name == "smollm2" else name
+    packed = load_model(source)
+    monkeypatch.setattr(B, "ARENA_MIN", 1 << 62)  # no arena: each matrix its own array
+    plain = load_model(source)
+    bases = set()
+    for lp, lq in zip(packed.weights.layers, plain.weights.layers):
+        for field in ("w_qkv", "w_o", "w_in", "w_out"):
+            a, b = getattr(lp, field), getattr(lq, field)
+            if b is None:
+                continue
+            assert a.flags.c_contiguous == b.flags.c_contiguous and a.flags.f_contiguous == b.flags.f_contiguous
+            np.testing.assert_array_equal(a, b)
+            root = a
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            bases.add(id(root))
+    assert len(bases) == 1  # one buffer for every layer
+    for text in (TEXT, TEXT + " was"):  # the second: the cache's keystroke on a causal model
+        np.testing.assert_array_equal(packed.run(text).attentions, plain.run(text).attentions)

@@ -19,11 +19,14 @@ they are read), the KV cache and the run's activations come on top.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Callable
+
+import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError
 
@@ -116,6 +119,49 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     return max(largest, default_budget(other_bytes))
 
 
+HUGE_PAGE = 2 << 20  # bytes: the arena starts on a boundary of Linux's transparent huge pages
+ARENA_MIN = 4 << 20  # NumPy advises huge pages for arrays from 4 MiB on: smaller models keep their arrays
+
+
+class _Arena:
+    """One float32 buffer for the matrices of the layers kept at load, each a view into it, in the
+    layout it came in (a C-order array, or the transposed view of one: the same products, bit for
+    bit). One buffer of huge pages (NumPy advises them for a buffer this large) instead of a few
+    hundred arrays of 4 KiB pages: a keystroke's products miss the TLB far less. Measured with the
+    bundled models' matrices, two BLAS threads: one row through every SmolLM2 matrix 17.4-20.6 ->
+    15.9-17.7 ms, 24 MiniLM rows 6.1-6.5 -> 5.8-6.0 ms. The layers are packed one at a time as they
+    are expanded, so memory holds one layer's arrays twice at most."""
+
+    def __init__(self, n_bytes: int):
+        raw = np.empty(n_bytes // 4 + HUGE_PAGE // 4, np.float32)
+        start = (-raw.ctypes.data % HUGE_PAGE) // 4
+        self._buf = raw[start:start + n_bytes // 4]
+        self._pos = 0
+
+    def _take(self, shape: tuple) -> np.ndarray | None:
+        n = int(np.prod(shape, dtype=np.int64))
+        if self._pos + n > self._buf.size:
+            return None
+        view = self._buf[self._pos:self._pos + n].reshape(shape)
+        self._pos = -(-(self._pos + n) // 16) * 16  # the next one on a 64-byte line
+        return view
+
+    def pack(self, layer):
+        """The layer (a dataclass) with each float32 matrix moved into the arena, same layout."""
+        moved = {}
+        for f in dataclasses.fields(layer):
+            a = getattr(layer, f.name)
+            if not (isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == np.float32):
+                continue
+            base = a if a.flags.c_contiguous else a.T if a.T.flags.c_contiguous else None
+            slot = None if base is None else self._take(base.shape)
+            if slot is None:
+                continue
+            np.copyto(slot, base)
+            moved[f.name] = slot if base is a else slot.T
+        return dataclasses.replace(layer, **moved) if moved else layer
+
+
 class LayerStore(Sequence):
     """A model's layers, expanded to float32 on demand within a memory budget (module docstring).
 
@@ -132,6 +178,7 @@ class LayerStore(Sequence):
         self._kept: dict = {}  # i -> layer: the fixed set
         self._passing: OrderedDict = OrderedDict()  # i -> layer: the others, oldest use first
         self.expansions = 0  # layers expanded so far (a count for benchmarks and the status line)
+        self._arena: _Arena | None = None  # while expand_kept packs the kept layers' matrices
         self.set_budget(budget)
 
     def set_budget(self, budget: int | None) -> None:
@@ -177,9 +224,15 @@ class LayerStore(Sequence):
             used -= self.sizes[j]
 
     def expand_kept(self) -> None:
-        """Expand every layer of the fixed set now (at load: their files are checked then)."""
-        for i in sorted(self._keep):
-            self[i]
+        """Expand every layer of the fixed set now (at load: their files are checked then), their
+        matrices packed into one buffer (_Arena) where that is large enough for huge pages."""
+        need = sum(self.sizes[i] for i in self._keep if i not in self._kept)
+        self._arena = _Arena(need) if need >= ARENA_MIN else None
+        try:
+            for i in sorted(self._keep):
+                self[i]
+        finally:
+            self._arena = None  # (the packed layers' views keep the buffer)
 
     def output(self, i: int):
         """Layer i's w_o [n_head d_head, d_model], b_o and post_attn_norm (or None): the held
@@ -215,6 +268,9 @@ class LayerStore(Sequence):
         if layer is not None:
             return layer
         layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
+        arena = self._arena
+        if arena is not None and i in self._keep:
+            layer = arena.pack(layer)
         with self._lock:
             self._checked.add(i)
             self.expansions += 1
