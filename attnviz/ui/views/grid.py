@@ -417,7 +417,7 @@ class HeatmapGrid(QWidget):
         self._set_range()
         self._draw_focus()
         self._draw_query()
-        self._draw_off()
+        self._draw_off_marks()
 
     def _set_range(self) -> None:
         """Fit the mosaic in the view and apply the new view transform now: left to the paint, the
@@ -442,6 +442,10 @@ class HeatmapGrid(QWidget):
 
     def _draw_off(self, *_):
         """A cross over each switched-off head shown, and its title says so (layer view)."""
+        self._draw_off_marks()
+        self._draw_titles()
+
+    def _draw_off_marks(self) -> None:  # the crosses alone (a re-layout: _draw writes the titles)
         lo = self.layout_
         path = QPainterPath()
         for l, h in self.state.effects.ablation.heads:
@@ -454,7 +458,6 @@ class HeatmapGrid(QWidget):
                 path.lineTo(x, y + T)
         self.off_marks.setPath(path)
         self.off_marks.setVisible(not path.isEmpty())
-        self._draw_titles()
 
     def _draw_query(self, *_):
         q = self.state.query_pos
