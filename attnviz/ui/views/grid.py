@@ -76,8 +76,8 @@ class MosaicImage(pg.ImageItem):
 
     The window's own mosaics (uint8, row-major, levels 0..255, a [256, 4] uint8 table) take a
     shorter road to the same pixels: one NumPy lookup in the table as Qt converts it (argb_table),
-    about 0.05 against 0.4 ms a result for pyqtgraph's render, which rebuilds its colour table in
-    Python each time. A test holds the two equal byte for byte."""
+    0.02 against 0.14 ms a result for pyqtgraph's render (a 110 x 80 mosaic), which rebuilds its
+    colour table in Python each time. A test holds the two equal byte for byte."""
 
     _tables: dict[bytes, np.ndarray] = {}  # RGBA table bytes -> [256] uint32 premultiplied ARGB
 
