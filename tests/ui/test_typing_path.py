@@ -123,3 +123,21 @@ def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):
     qtbot.waitUntil(lambda: len(seen) == 1, timeout=WAIT)
     assert seen == [(min(19, main + POOL_NICE), None)]
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the main thread's own
+
+
+def test_a_keystrokes_run_counts_tokens_only_where_a_text_could_be_long(window, monkeypatch):
+    """wants_long (on every keystroke's run, before the forward pass) tokenises the text only where
+    the model takes a text whose patterns would pass the dense limit; MiniLM's longest (512
+    tokens) fits, so its runs tokenise once, in Model.run."""
+    from attnviz.engine.computing.longdoc import dense_bytes
+
+    jobs, model = window.worker.long_jobs, window.state.model
+    cfg, tok = model.config, model.tokenizer
+    calls = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text, *a, **k: calls.append(text) or encode(text, *a, **k))
+    long_text = "word " * 600  # over 512 tokens
+    assert jobs.wants_long(model, long_text) is False and calls == []
+    jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # now over 40 tokens is long
+    assert jobs.wants_long(model, long_text) is True and calls == [long_text]
+    assert jobs.wants_long(model, "The keys to the cabinet.") is False and len(calls) == 2
