@@ -48,21 +48,41 @@ def render_with(layout_fn, paint_fn, view, width: int):
     return image, lay
 
 
-PNG_QUALITY = 80  # Qt's PNG "quality" is zlib's effort, 100 - 10 x level: a light level
+PNG_LEVEL = 1  # zlib's level for a figure's pixels
 
 
 def encode_png(image: QImage) -> bytes:
-    """A rendered figure (the heatmaps' or the anatomy's) as PNG bytes, lightly compressed: the
-    weight images are noise to zlib, so its default level took 2.7 x as long (247 against 92 ms
-    for a 1200 px anatomy) for a file 0.5 % smaller."""
-    data = QByteArray()
-    buf = QBuffer(data)
-    buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    ok = image.save(buf, "PNG", PNG_QUALITY)
-    buf.close()
-    if not ok:
+    """A rendered figure (the heatmaps', the anatomy's) as PNG bytes: 8-bit RGB (RGBA where the
+    image has an alpha channel), every row unfiltered, zlib at level 1, and the image's resolution
+    (pHYs). Qt's PNG writer (libpng) tries every row filter on every row: a 2400 x 4455 anatomy
+    took 0.40 s at its lightest useful setting and gave 4.2 MB; this takes about 0.15 s and gives
+    2.7 MB (figures are flat paper, text and heatmap cells: the row filters buy little)."""
+    import struct
+    import zlib
+
+    alpha = image.hasAlphaChannel()
+    fmt, channels, colour_type = ((QImage.Format.Format_RGBA8888, 4, 6) if alpha
+                                  else (QImage.Format.Format_RGB888, 3, 2))
+    px = image.convertToFormat(fmt)
+    w, h = px.width(), px.height()
+    if px.isNull() or w == 0 or h == 0:
         raise ExportError(f"Qt could not encode a {image.width()} x {image.height()} PNG")
-    return bytes(data.data())
+    rows = np.frombuffer(px.constBits(), np.uint8, count=px.sizeInBytes()).reshape(
+        h, px.bytesPerLine())[:, :channels * w]  # [h, w * channels], each row's padding dropped
+    raw = np.empty((h, 1 + channels * w), np.uint8)  # each row: its filter byte (0: none), pixels
+    raw[:, 0] = 0
+    raw[:, 1:] = rows
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    dpm = (max(0, image.dotsPerMeterX()), max(0, image.dotsPerMeterY()))
+    return b"".join((
+        b"\x89PNG\r\n\x1a\n",
+        chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, colour_type, 0, 0, 0)),
+        chunk(b"pHYs", struct.pack(">IIB", *dpm, 1)) if all(dpm) else b"",  # 1: per metre
+        chunk(b"IDAT", zlib.compress(raw, PNG_LEVEL)),
+        chunk(b"IEND", b"")))
 
 
 def render_svg(width: int, height: int, title: str, description: str, draw) -> bytes:
