@@ -5,7 +5,9 @@ layout) and the export dialog's last choices: every key the app writes is in thi
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QObject, QSettings, QTimer
+import atexit
+
+from PySide6.QtCore import QByteArray, QObject, QSettings, QThread, QTimer, Signal, Slot
 
 from attnviz.engine.computing.patterns import SCALE_MODES
 from attnviz.figures.data import COLORMAPS
@@ -58,22 +60,83 @@ def restore(state, settings: QSettings) -> None:
     state.set_layer(v["layer"])
 
 
-def write_display(state, settings: QSettings) -> None:
-    s = settings
-    s.setValue("colormap", state.colormap)
-    s.setValue("scale_mode", state.scale_mode)
-    s.setValue("view_mode", state.view_mode)
-    s.setValue("hide_first", state.hide_first)
-    s.setValue("value_weighted", state.value_weighted)
+def display_values(state) -> dict:
+    """The display options as the settings keep them."""
+    return {"colormap": state.colormap, "scale_mode": state.scale_mode, "view_mode": state.view_mode,
+            "hide_first": state.hide_first, "value_weighted": state.value_weighted}
 
 
 WRITE_DELAY_MS = 1000  # text, layer and display options are written once changes pause this long
 
 
+class _Sink(QObject):
+    """The settings written while the window runs, on a thread of their own (Background).
+
+    A QSettings file is written by Qt through QSaveFile: the bytes, fsync, a rename. PySide holds
+    the GIL through QSettings.sync() (measured with fsync slowed to 200 ms: another thread's
+    Python waited 404 ms), and on a busy disk that fsync took 60-190 ms on the window's thread,
+    right as typing resumed. Here each file's QSettings lives on this thread and Qt syncs it from
+    this thread's event loop in C++ (QSettings's own update event), without the GIL: the window's
+    thread only hands over the values."""
+
+    sigValues = Signal(str, object, object)  # file name, QSettings.Format, {key: value}
+    sigClose = Signal()
+
+    def __init__(self):
+        super().__init__()
+        self._files: dict = {}  # (file name, format) -> QSettings, made on this thread
+        self.sigValues.connect(self._write)
+        self.sigClose.connect(self._close)
+
+    @Slot(str, object, object)
+    def _write(self, name: str, fmt, values: dict) -> None:
+        s = self._files.get((name, fmt))
+        if s is None:
+            s = self._files[name, fmt] = QSettings(name, fmt)
+        for key, value in values.items():
+            s.setValue(key, value)  # Qt syncs the file from this thread's event loop
+
+    @Slot()
+    def _close(self) -> None:  # the last values synced (each QSettings' destructor), then the loop ends
+        self._files.clear()
+        QThread.currentThread().quit()
+
+
+class Background:
+    """The one thread that writes settings while the window runs (_Sink), started when first used
+    and finished by `finish` (a window's close, Writer.flush, the interpreter's exit)."""
+
+    _thread: QThread | None = None
+    _sink: _Sink | None = None
+
+    @classmethod
+    def write(cls, settings: QSettings, values: dict) -> None:
+        if cls._thread is None:
+            cls._sink, cls._thread = _Sink(), QThread()
+            cls._sink.moveToThread(cls._thread)
+            cls._thread.start()
+        cls._sink.sigValues.emit(settings.fileName(), settings.format(), dict(values))
+
+    @classmethod
+    def finish(cls) -> None:
+        """Every value handed over is in its file when this returns, and the thread is gone."""
+        thread, sink = cls._thread, cls._sink
+        if thread is None:
+            return
+        cls._thread = cls._sink = None
+        sink.sigClose.emit()  # after every write handed over before it (one queue, in order)
+        thread.wait()
+        sink.deleteLater()
+
+
+atexit.register(Background.finish)
+
+
 class Writer(QObject):
     """Writes the state's text, layer and display options to `settings` once changes pause
-    (WRITE_DELAY_MS: typing writes nothing per keystroke) and at `flush` (the window's close); a new
-    model is remembered at once."""
+    (WRITE_DELAY_MS: typing writes nothing per keystroke), on the settings thread (_Sink: no fsync
+    on the window's thread), and at `flush` (the window's close) on the caller's thread, after
+    the settings thread's writes; a new model is remembered at once."""
 
     def __init__(self, state, settings: QSettings, parent: QObject | None = None):
         super().__init__(parent if parent is not None else state)
@@ -81,7 +144,7 @@ class Writer(QObject):
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(WRITE_DELAY_MS)
-        self.timer.timeout.connect(self.flush)
+        self.timer.timeout.connect(self._write_later)
         for sig in (state.sigTextChanged, state.sigLayerChanged, state.sigDisplayChanged):
             sig.connect(self.timer.start)
         state.sigModelChanged.connect(
@@ -91,13 +154,22 @@ class Writer(QObject):
     def pending(self) -> bool:
         return self.timer.isActive()
 
+    def values(self) -> dict:
+        st = self.state
+        return {"text": st.text, "layer": st.layer, **display_values(st)}
+
+    def _write_later(self) -> None:  # changes paused: the settings thread writes them
+        if self.settings.fileName():
+            Background.write(self.settings, self.values())
+        else:
+            self.flush()
+
     def flush(self) -> None:
-        """Write what changed now."""
+        """Write what changed now, on this thread, after what the settings thread was given."""
         self.timer.stop()
-        s, st = self.settings, self.state
-        s.setValue("text", st.text)
-        s.setValue("layer", st.layer)
-        write_display(st, s)
+        Background.finish()
+        for key, value in self.values().items():
+            self.settings.setValue(key, value)
 
 
 def bind(state, settings: QSettings) -> Writer:
