@@ -156,3 +156,21 @@ def test_a_typing_pause_writes_the_settings_off_the_window_thread(tmp_path):
     assert float(direct) >= 0.2  # the shim works: a sync on this thread waits
     assert text.strip() == "typed, then a pause"
     assert float(worst) < 0.05, f"the window's thread waited {float(worst) * 1e3:.0f} ms"
+
+
+def test_a_layer_change_leaves_the_write_delay_alone(qapp, qtbot, tmp_path):
+    """Changing the layer (sigLayerChanged carries the layer) restarts the pause timer with its own
+    delay: before, the layer became the timer's interval in ms (layer 29 on SmolLM2: the settings
+    were written, fsync and all, on every keystroke)."""
+    st = AppState()
+    st.set_model(load_model(textbook.TEXTBOOK_NAME))
+    s = ini(tmp_path)
+    writer = S.bind(st, s)
+    st.set_layer(1)
+    for text in ("t", "th", "the"):
+        st.set_text(text)
+        assert writer.pending and writer.timer.interval() == S.WRITE_DELAY_MS
+    qtbot.wait(100)  # a keystroke's pause: nothing written yet
+    assert writer.pending and s.value("text") is None
+    writer.flush()
+    assert s.value("text") == "the" and int(s.value("layer")) == 1

@@ -146,7 +146,9 @@ class Writer(QObject):
         self.timer.setInterval(WRITE_DELAY_MS)
         self.timer.timeout.connect(self._write_later)
         for sig in (state.sigTextChanged, state.sigLayerChanged, state.sigDisplayChanged):
-            sig.connect(self.timer.start)
+            # not connected to timer.start itself: sigLayerChanged's int went to start(msec) and
+            # made the new layer the delay (layer 29: a write, and its fsync, on every keystroke)
+            sig.connect(lambda *_: self.timer.start())
         state.sigModelChanged.connect(
             lambda model: model is not None and remember_model(settings, state.model_source))
 
