@@ -126,7 +126,6 @@ class Background:
         cls._thread = cls._sink = None
         sink.sigClose.emit()  # after every write handed over before it (one queue, in order)
         thread.wait()
-        sink.deleteLater()
 
 
 atexit.register(Background.finish)
