@@ -134,7 +134,7 @@ def test_a_typing_pause_writes_the_settings_off_the_window_thread(tmp_path):
     """Every fsync made 200 ms slow (a preloaded shim, as a busy disk made it: 60-190 ms stalls
     while typing): a direct QSettings.sync() on the window's thread waits for it, the text written
     once typing pauses reaches the file all the same, and the window's thread never waits over
-    50 ms meanwhile (its timer ticks on)."""
+    100 ms meanwhile (its timer ticks on; it waited 403 ms when the sync ran on it)."""
     import os
     import shutil
     import subprocess
@@ -155,7 +155,7 @@ def test_a_typing_pause_writes_the_settings_off_the_window_thread(tmp_path):
     direct, worst, text = out.stdout.split(maxsplit=2)
     assert float(direct) >= 0.2  # the shim works: a sync on this thread waits
     assert text.strip() == "typed, then a pause"
-    assert float(worst) < 0.05, f"the window's thread waited {float(worst) * 1e3:.0f} ms"
+    assert float(worst) < 0.1, f"the window's thread waited {float(worst) * 1e3:.0f} ms"
 
 
 def test_a_layer_change_leaves_the_write_delay_alone(qapp, qtbot, tmp_path):
