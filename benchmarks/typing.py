@@ -279,6 +279,10 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
     probed, _, _, _, key_times, ticks = passes[True]
     switches = anatomy_switches(app, w) if anatomy == "shown" else []  # (total, panel, panel CPU)
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    if os.environ.get("ATTNVIZ_BENCH_KEYS"):  # each key of the probe-free pass: what its time was made of
+        for k, (lat, n, c) in enumerate(zip(latencies, tokens, computes)):
+            print(f"  key {k:3d} {sentence[k]!r:5} T={n:3d} latency {lat * 1e3:5.1f} ms, run {c * 1e3:5.1f} ms, "
+                  f"rest {(lat - c) * 1e3:5.1f} ms")
     if os.environ.get("ATTNVIZ_BENCH_TRACE"):
         import bisect
 

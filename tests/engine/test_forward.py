@@ -43,6 +43,11 @@ def test_norms_equal_their_references():
     np.testing.assert_allclose(layer_norm(X, g, b, 1e-5), ln, rtol=1e-4, atol=1e-4)
     rms = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-6) * g
     np.testing.assert_allclose(rms_norm(X, g, 1e-6), rms, rtol=1e-4, atol=1e-4)
+    # the tuned RMSNorm keeps the float32 formula's bits (np.mean's sum, then its division)
+    for x in (X, X[:1], X.reshape(7, 3, 100)):
+        gain = g[:x.shape[-1]]
+        ref = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(1e-6)) * gain
+        assert np.array_equal(rms_norm(x, gain, 1e-6), ref)
 
 
 def test_every_family_is_data_and_the_forward_pass_never_asks_for_one_by_name(tmp_path, monkeypatch):

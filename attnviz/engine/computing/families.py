@@ -583,7 +583,8 @@ def mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
 def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
     hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
     if c.gated_mlp:
-        gate, up = np.split(hidden, 2, axis=-1)  # [n, d_ff] each
+        d_ff = hidden.shape[-1] // 2
+        gate, up = hidden[:, :d_ff], hidden[:, d_ff:]  # [n, d_ff] each
         hidden = c.act(gate)
         hidden *= up  # [n, d_ff] SwiGLU
     else:
