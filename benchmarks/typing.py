@@ -299,7 +299,13 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "first_p50": _pct(firsts, 50), "first_p95": _pct(firsts, 95), "first_max": max(firsts),
         "previews": sum(f < x - 1e-4 for f, x in zip(firsts, latencies)),
         "layer": st.layer,
-        "compute_p50": _pct(computes, 50), "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
+        "compute_p50": _pct(computes, 50),
+        # the run at the sentence's end (its last tokens: the slowest keys), and what a keystroke
+        # takes besides its run (the key, the job's start, the result's slots, the paint)
+        "compute_end_p50": _pct([c for c, n in zip(computes, tokens) if n >= max(tokens) - 2], 50),
+        "rest_p50": _pct([x - c for x, c in zip(latencies, computes)], 50),
+        "rest_p95": _pct([x - c for x, c in zip(latencies, computes)], 95),
+        "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
         "first_heatmaps_stall": max(max(warm_gaps) - 0.001, 0.0) if warm_gaps else float("nan"),
         "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
         "effects": effects, "analyses": len(analyses),
@@ -371,6 +377,38 @@ def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
             raise RuntimeError(f"cold-start child failed: {proc.stderr[-2000:]}")
         out.append([float(x) for x in line.split()])
     return out
+
+
+def products_floor(model: str, max_t: int):
+    """(seconds, rows, MB, matrices): the median time of one product of a keystroke's rows with
+    each of the model's weight matrices (a causal model's cached keystroke computes 1 new row, an
+    encoder's all T), on every core as the window's runs (ui/machinery/runner.wide_blas): what a
+    keystroke's run cannot go below with these weights and this BLAS. None if it cannot load."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from attnviz.engine import load_model
+    from attnviz.engine.computing.parallel import cores
+
+    try:
+        m = load_model(model)
+    except Exception:  # noqa: BLE001 - a benchmark's reference line, not its result
+        return None
+    layers = m.weights.layers  # every layer's four products, but the last layer's QKV only: a
+    # run for the patterns stops at the last layer's pattern (trace.LayerCache: "pattern")
+    mats = [w for layer in layers[:-1] for w in (layer.w_qkv, layer.w_o, layer.w_in, layer.w_out)
+            if w is not None] + [layers[-1].w_qkv]
+    n_rows = 1 if m.config.causal else max_t
+    rng = np.random.default_rng(1)
+    xs = {a.shape[0]: rng.standard_normal((n_rows, a.shape[0]), dtype=np.float32) for a in mats}
+    times = []
+    with threadpool_limits(limits=cores(), user_api="blas"):
+        for _ in range(11):
+            t0 = time.perf_counter()
+            for a in mats:
+                xs[a.shape[0]] @ a
+            times.append(time.perf_counter() - t0)
+    return sorted(times)[5], n_rows, sum(a.nbytes for a in mats) / 1e6, len(mats)
 
 
 def main() -> int:
@@ -476,6 +514,18 @@ def main() -> int:
                   f"{on['stall'] * 1e3:.1f} ms (goal <= 16); {on['analyses']} analyses shown for "
                   f"{on['keys']} keys, the analysis job p50 {on['analysis_p50'] * 1e3:.1f} ms, "
                   f"p95 {on['analysis_p95'] * 1e3:.1f} ms (on the pool, not the main thread)")
+    floor = products_floor(args.model, max(r["max_T"] for r in rows))
+    if floor is not None:
+        floor_s, n_rows, mb, n_mats = floor
+        for r in rows:
+            print(f"reference ({r['mode']}): the products alone, one {n_rows}-row product with each of "
+                  f"the {n_mats} weight matrices a run reads ({mb:.0f} MB of float32) on every core, as a "
+                  f"keystroke's run makes them, timed in this run: {floor_s * 1e3:.1f} ms; the run at "
+                  f"the sentence's end p50 {r['compute_end_p50'] * 1e3:.1f} ms "
+                  f"({r['compute_end_p50'] / floor_s:.2f}x those products); the rest of a keystroke "
+                  f"(key, job start, the result's slots, paint) p50 {r['rest_p50'] * 1e3:.1f} ms, p95 "
+                  f"{r['rest_p95'] * 1e3:.1f} ms: the products plus the rest's p50 "
+                  f"{(floor_s + r['rest_p50']) * 1e3:.1f} ms")
     print("goals: stall <= 16 ms")
     if args.json:
         import json
