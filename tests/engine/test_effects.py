@@ -53,6 +53,27 @@ def test_a_clean_run_keeps_what_prediction_reads_and_equals_a_plain_run(models):
     assert run.changed is None and run.shown is run.clean and run.clean.resid[-1] is not None
 
 
+def test_a_window_run_stops_in_either_run_once_asked(models):
+    """window_run(stop=fn): asked before each layer of the clean run and then of the changed run;
+    True stops it there with Cancelled."""
+    from attnviz.engine.errors import Cancelled
+
+    model = models["llama_gqa"]
+    n_layer = model.config.n_layer
+    ab = Ablation(heads=((1, 0),))  # the changed run starts at layer 1
+    for stop_at, where in ((1, "before layer 1"), (n_layer + 1, "before layer 2")):
+        asked = []
+        model.clear_cache()  # (a cached text would compute no layer of the clean run)
+        with pytest.raises(Cancelled, match=where):
+            window_run(model, "", ids=IDS, ablation=ab,
+                       stop=lambda: asked.append(1) or len(asked) > stop_at)
+        assert len(asked) == stop_at + 1
+    asked = []
+    model.clear_cache()
+    run = window_run(model, "", ids=IDS, ablation=ab, stop=lambda: asked.append(1) and False)
+    assert run.changed is not None and len(asked) == n_layer + (n_layer - 1)  # clean, then from 1
+
+
 def test_a_knockout_past_the_end_of_the_text_leaves_the_clean_run_with_a_note(models):
     model = models["llama_gqa"]
     run = window_run(model, "", ids=IDS[:5], ablation=Ablation(knockouts=(((0,), 8, 3),)))

@@ -303,3 +303,32 @@ def test_a_runs_first_layers_are_handed_over_early_and_equal_the_runs_own(folder
     assert len(seen) == 2
     model.run(ids=[1, 2, 3], early=(model.config.n_layer, seen.append))  # every layer: the run itself
     assert len(seen) == 2
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_a_stopped_run_stops_at_a_layer_and_leaves_the_cache_with_the_last_whole_run(folders, name):
+    """Model.run(stop=fn): fn is asked before each layer; once it says True the run raises
+    Cancelled there, having computed no later layer, and the KV cache still holds the last whole
+    run: the next runs equal a fresh model's."""
+    from attnviz.engine.errors import Cancelled
+
+    model, fresh = load_model(folders[name]), load_model(folders[name])
+    V, n_layer = model.config.vocab_size, model.config.n_layer
+    base = list(range(1, 9))
+    model.run(ids=base)  # the cache holds 8 tokens
+    asked, seen = [], []
+
+    def stop():
+        asked.append(1)
+        return len(asked) > 1  # go through layer 0, stop before layer 1
+
+    with pytest.raises(Cancelled, match="before layer 1"):
+        model.run(ids=base + [V - 1, V - 2], stop=stop, early=(1, seen.append))
+    assert len(asked) == 2 and len(seen) == 1  # layer 0 done (handed over early), then stopped
+    for ids in (base + [V - 1], base + [V - 3, 5], base[:5]):
+        got, want = model.run(ids=ids), fresh.run(ids=ids, use_cache=False)
+        np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
+    assert model.run(ids=base[:5] + [7]).cache_reused == 5
+    calls = []
+    full = model.run(ids=base, stop=lambda: calls.append(1) and False)  # never stops: every layer
+    assert len(calls) == n_layer and full.attentions.shape[0] == n_layer

@@ -132,6 +132,47 @@ def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
     assert ran == ["the cat sat"]  # the two older requests were stale when the thread got to them
 
 
+def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
+    """A keystroke's run asks, before each layer, whether it is still the newest: once a newer text
+    is asked for it stops there (Cancelled, never shown) instead of computing its other layers,
+    and the newer text's result lands."""
+    book.clear_cache()  # (a causal model: a cached text would compute no layer at all)
+    st = AppState()
+    st.set_model(book)
+    w = Worker(st)
+    computed = landed(st)
+    gate, waiting = threading.Event(), threading.Event()
+    asked = {}  # text -> answers its stop() gave, one per layer reached
+    real_run = book.run
+
+    def run(text, **k):
+        stop = k.pop("stop")
+
+        def gated():  # the first text waits before its layer 1 until the newer text is asked for
+            if text == "the cat" and len(asked.setdefault(text, [])) == 1:
+                waiting.set()
+                gate.wait(10)
+            answer = stop()
+            asked.setdefault(text, []).append(answer)
+            return answer
+        return real_run(text, stop=gated, **k)
+    try:
+        book.run = run
+        st.set_text("the cat")
+        w.request_compute(immediate=True)
+        assert waiting.wait(10)  # layer 0 of "the cat" is done, layer 1 not begun
+        st.set_text("the cat sat")
+        w.request_compute(immediate=True)
+        gate.set()
+        qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
+        assert w.wait_idle(WAIT)
+    finally:
+        del book.run
+    assert asked["the cat"] == [False, True]  # stopped before its layer 1 of 2
+    assert asked["the cat sat"] == [False] * book.config.n_layer
+    assert [r.text for _, r in computed] == ["the cat sat"] and st.result.text == "the cat sat"
+
+
 def test_an_error_reaches_only_the_newest_jobs_owner(qtbot, book):
     w = Worker(AppState())
     heard = []

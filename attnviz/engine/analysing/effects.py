@@ -143,14 +143,14 @@ class WindowRun:
 
 
 def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool = False,
-               ablation: Ablation = CLEAN, truncate: bool = True) -> WindowRun:
+               ablation: Ablation = CLEAN, truncate: bool = True, stop=None) -> WindowRun:
     """Run `text` (or `ids`) keeping what prediction reads; under an active `ablation` the changed
     run too, from the first layer it changes, with the clean run's earlier layers reused. An
     ablation that does not apply to this text (an edge past its end) leaves the clean run shown,
-    with a note."""
+    with a note. `stop`: as Model.run's, asked before each layer of both runs."""
     clean = prediction_trace()
     kw = {"ids": ids} if ids is not None else {"text": text}
-    result = model.run(**kw, truncate=truncate, values=values, inputs=inputs, trace=clean)
+    result = model.run(**kw, truncate=truncate, values=values, inputs=inputs, trace=clean, stop=stop)
     if not ablation.active:
         return WindowRun(result, clean, None, ablation)
     try:
@@ -159,6 +159,7 @@ def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool
         return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}")
     changed = Trace(z=True, resid=True, values=values, inputs=inputs, edits=edits,
                     start=first_layer(edits), base=clean)
+    changed.stop = stop
     forward(model.config, model.weights, clean.ids, changed)
     _check_finite(model, changed.attentions)
     norms = share = None

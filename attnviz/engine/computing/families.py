@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig
-from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.errors import Cancelled, ModelLoadError
 from attnviz.engine.computing.layers import (
     ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, layer_norm, linear,
     mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
@@ -681,6 +681,8 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
     try:
         n_run = trace.n_run(cfg.n_layer)
         for i in range(trace.start, n_run):
+            if trace.stop is not None and trace.stop():
+                raise Cancelled(f"stopped before layer {i}: a newer run was asked for")
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
             x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))

@@ -119,7 +119,7 @@ class Model:
             use_cache: bool = True, values: bool = False, inputs: bool = False,
             trace: Trace | None = None, max_tokens: int | None = None,
             layers: int | None = None, labels: bool = True,
-            early: tuple | None = None) -> RunResult:
+            early: tuple | None = None, stop=None) -> RunResult:
         """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
 
         Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
@@ -151,11 +151,18 @@ class Model:
         with a RunResult of those layers only (patterns [k, n_head, T, T], final: the rest of the
         run never writes them), before the run goes on through the others: a window paints the
         layer it shows before the layers after it are computed. Not called when the run computes
-        nothing (the KV cache holds every token), nor when those layers' patterns are not finite."""
+        nothing (the KV cache holds every token), nor when those layers' patterns are not finite.
+
+        `stop`: () -> bool, asked before each layer (from this thread): once it is True the run
+        stops there with Cancelled, and a causal model's KV cache still holds its last whole run
+        (a window's keystroke run that a newer keystroke replaced: a large model's run need not go
+        through its remaining layers for a text nobody will see)."""
         t0 = time.perf_counter()
         text, notice, ids, tokens, labels, offsets, truncated, n_full = self._prepare(
             text, ids, truncate, max_tokens, labels)
         given, trace = trace, Trace() if trace is None else trace
+        if stop is not None:
+            trace.stop = stop
         if layers is not None:
             if not 1 <= layers <= self.config.n_layer:
                 raise InputError(f"layers must be 1..{self.config.n_layer} for {self.name}, got {layers}")

@@ -35,6 +35,7 @@ After the run a Trace holds, per layer i (lists of n_layer; None where not asked
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -80,6 +81,9 @@ class Trace:
     # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
     # a window shows one layer before the layers after it are computed (Model.run(early=...))
     early: tuple | None = None
+    # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
+    # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
+    stop: Callable[[], bool] | None = None
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False, edits=(),

@@ -141,6 +141,10 @@ class Worker(Runner):
         depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
         early = None if depth is None else (depth, lambda part: self._sigPreview.emit(req, part))
 
+        # a run that a newer keystroke replaced stops at its next layer (its result would be
+        # dropped): on a large model the newest text's run starts a layer later, not a run later
+        stale = lambda: not self.is_newest("compute", req.id)  # noqa: E731
+
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
                 return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
@@ -155,9 +159,9 @@ class Worker(Runner):
                         from attnviz.engine.analysing.effects import window_run
 
                         return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
-                                          ablation=req.ablation)
+                                          ablation=req.ablation, stop=stale)
                     return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs,
-                                         early=early)
+                                         early=early, stop=stale)
             except DenseTooLarge:
                 if long_jobs is None:
                     raise

@@ -1,0 +1,140 @@
+"""Fast typing (not a test): words typed with keys closer together than a run lasts, in the real
+window offscreen. Each word is typed key by key `--gap` ms apart without waiting for results, then
+the window is left until the word's result is painted; the figure is the time from the word's last
+key to that paint. Before each run of a keystroke's text, the runs still going for older keystrokes
+are stale: their results would be dropped. With the stop (the app: Model.run(stop=...) asks before
+each layer whether its keystroke is still the newest), such a run stops at its next layer; the
+reference, timed in turns in the same process, is the same window with Model.run ignoring `stop`,
+so a stale run goes through every layer before the newest keystroke's run can start.
+
+    .venv/bin/python benchmarks/burst.py [--model SmolLM2-135M-Instruct] [--layer 29] [--gap 20]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# This folder holds typing.py, which would shadow the standard library's typing module when a script
+# here is run: take the folder off sys.path and put the repository root on instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+_spec = importlib.util.spec_from_file_location("bench_typing", os.path.join(_HERE, "typing.py"))
+_typing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_typing)  # its quiet_qt, shared
+
+SENTENCE = ("The keys to the cabinet that my grandmother left us are on the kitchen table, next to "
+            "the old radio.")
+
+
+def _spin(app, seconds: float, until=None) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end and not (until is not None and until()):
+        app.processEvents()
+        time.sleep(0.0005)
+
+
+def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
+    """Type SENTENCE a word at a time, keys gap_s apart: per word, last key -> its result painted;
+    and the runs that started, stopped early (Cancelled) or went through every layer."""
+    from PySide6.QtCore import QEvent, QObject, QSettings
+    from PySide6.QtTest import QTest
+
+    from attnviz.engine.computing import model as engine_model
+    from attnviz.engine.errors import Cancelled
+    from attnviz.ui.app import create_window, make_app
+
+    app = make_app()
+    settings = QSettings(tempfile.mktemp(suffix=".ini"), QSettings.Format.IniFormat)
+    w = create_window(model=model, text="", settings=settings, panels=("calc", "roles"))
+    w.resize(1400, 860)
+    w.show()
+    st = w.state
+    _spin(app, 60, until=lambda: w.panels_ready)
+    _spin(app, 1.0)
+    if layer is not None:
+        st.set_layer(layer)
+    counts = {"runs": 0, "stopped": 0}
+    real_run = engine_model.Model.run
+
+    def run(self, *a, stop=None, **k):  # counts the runs; the reference drops `stop`
+        counts["runs"] += 1
+        try:
+            return real_run(self, *a, stop=stop if with_stop else None, **k)
+        except Cancelled:
+            counts["stopped"] += 1
+            raise
+    painted = {}
+
+    class Watch(QObject):
+        def eventFilter(self, obj, ev):
+            drawn = w.grid.drawn
+            if ev.type() == QEvent.Type.Paint and drawn is not None and drawn is st.result:
+                painted.setdefault(drawn.text, time.perf_counter())
+            return False
+    watch = Watch()
+    w.grid.gw.viewport().installEventFilter(watch)
+    latencies = []
+    engine_model.Model.run = run
+    try:
+        w.text_box.setFocus()
+        for word in SENTENCE.split(" "):
+            keys = (" " if w.text_box.toPlainText() else "") + word
+            for ch in keys:
+                t_key = time.perf_counter()
+                QTest.keyClick(w.text_box, ch)
+                _spin(app, gap_s - (time.perf_counter() - t_key))
+            text = w.text_box.toPlainText()
+            _spin(app, 10, until=lambda: text in painted)
+            latencies.append(painted[text] - t_key)
+            _spin(app, 0.3)  # a pause between words: every run done
+    finally:
+        engine_model.Model.run = real_run
+        w.close()
+    return {"latencies": latencies, **counts}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct")
+    ap.add_argument("--layer", type=int, default=None, help="the layer on screen (default: the last)")
+    ap.add_argument("--gap", type=float, default=20, help="ms between keys within a word")
+    ap.add_argument("--rounds", type=int, default=3, help="sentences typed per variant, in turns")
+    args = ap.parse_args()
+    _typing.quiet_qt()
+    from attnviz.engine import load_model
+
+    n_layer = load_model(args.model).config.n_layer
+    layer = n_layer - 1 if args.layer is None else args.layer
+    out = {True: [], False: []}
+    for r in range(args.rounds):
+        for with_stop in ((True, False) if r % 2 == 0 else (False, True)):
+            out[with_stop].append(burst(args.model, layer, args.gap / 1000, with_stop))
+    print(f"{args.model}, layer {layer} of {n_layer} on screen, keys {args.gap:.0f} ms apart within "
+          f"a word, {args.rounds} sentences per variant in turns")
+    rows = {}
+    for with_stop, name in ((True, "stale runs stop (the app)"), (False, "stale runs finish (reference)")):
+        lat = sorted(x for res in out[with_stop] for x in res["latencies"])
+        runs = sum(res["runs"] for res in out[with_stop])
+        stopped = sum(res["stopped"] for res in out[with_stop])
+        p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))]
+        rows[with_stop] = (statistics.median(lat), p95)
+        print(f"  {name:<31} word's last key -> its result painted: p50 {rows[with_stop][0] * 1e3:6.1f} ms, "
+              f"p95 {p95 * 1e3:6.1f} ms ({len(lat)} words); runs {runs}, stopped early {stopped}")
+    print(f"  ratio p50 {rows[True][0] / rows[False][0]:.2f}x, p95 {rows[True][1] / rows[False][1]:.2f}x "
+          "the reference (below 1: sooner)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
