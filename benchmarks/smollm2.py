@@ -310,6 +310,7 @@ def child_cold(path: str, t_spawn: float) -> dict:
                         ("gguf_config", "config"), ("GGUFTensors", "tensor table (GGUFTensors)"),
                         ("load_llama_gguf", "weights (load_llama_gguf)"),
                         ("dequantize", "  of which gguf dequantize()"),
+                        ("dequantize_into", "  of which dequantize_into (ours)"),
                         ("gguf_tokenizer", "tokenizer (gguf_tokenizer)")):
         if hasattr(gm, attr):
             setattr(gm, attr, timed(label, getattr(gm, attr)))

@@ -214,3 +214,25 @@ def test_memory_check_refuses_before_dequantising(tmp_path, good_gguf, monkeypat
     monkeypatch.setattr(weights, "available_memory", lambda: 1000)
     with pytest.raises(ModelLoadError, match=r"needs about .* GiB .* only .* GiB"):
         load_model(good_gguf[0])
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
+    """dequant.dequantize_into (the loader's path for these types) writes exactly what
+    gguf.quants.dequantize returns: real quantised weights, and blocks of any bytes whatever
+    (odd scales: subnormal, zero, negative zero, the largest, NaN and Inf included), over more
+    blocks than one pass takes; another type is left to gguf's."""
+    from attnviz.engine.reading.dequant import BYTES, PIECE_BLOCKS, dequantize_into
+
+    rng = np.random.default_rng(int(qtype))
+    weights = (rng.standard_normal((40, 256)) * 0.05).astype(np.float32)
+    raw = rng.integers(0, 256, size=(PIECE_BLOCKS // 8 + 3, 8 * BYTES[qtype]), dtype=np.uint8)
+    odd = np.array([6e-8, 0, -0.0, 65504, -3.5, np.nan, np.inf, -np.inf], np.float16)
+    raw.reshape(-1, BYTES[qtype])[:8, 0:2] = odd.view(np.uint8).reshape(-1, 2)
+    for src in (gguf.quants.quantize(weights, qtype), raw):
+        with np.errstate(all="ignore"):  # (NaN and Inf scales)
+            want = gguf.quants.dequantize(src, qtype)
+            got = np.full(want.shape, 7.0, np.float32)
+            assert dequantize_into(src, qtype, got)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert not dequantize_into(gguf.quants.quantize(weights, Q.Q5_0), Q.Q5_0, got)

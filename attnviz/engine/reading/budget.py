@@ -146,20 +146,40 @@ class _Arena:
         self._pos = -(-(self._pos + n) // 16) * 16  # the next one on a 64-byte line
         return view
 
+    def holds(self, a: np.ndarray) -> bool:
+        """Whether array `a` lies in this arena's buffer (a slot given out by float32_array)."""
+        lo = self._buf.ctypes.data
+        return lo <= a.ctypes.data < lo + self._buf.nbytes
+
     def pack(self, layer):
-        """The layer (a dataclass) with each float32 matrix moved into the arena, same layout."""
+        """The layer (a dataclass) with each float32 matrix moved into the arena, same layout (one
+        already in it, written there by its build, stays)."""
         moved = {}
         for f in dataclasses.fields(layer):
             a = getattr(layer, f.name)
             if not (isinstance(a, np.ndarray) and a.ndim == 2 and a.dtype == np.float32):
                 continue
             base = a if a.flags.c_contiguous else a.T if a.T.flags.c_contiguous else None
+            if base is not None and self.holds(base):
+                continue
             slot = None if base is None else self._take(base.shape)
             if slot is None:
                 continue
             np.copyto(slot, base)
             moved[f.name] = slot if base is a else slot.T
         return dataclasses.replace(layer, **moved) if moved else layer
+
+
+_BUILDING = threading.local()  # .arena: the _Arena a layer being built on this thread fills, or None
+
+
+def float32_array(shape: tuple) -> np.ndarray:
+    """An uninitialised float32 C-order array for a matrix of the layer being built on this thread:
+    a slot of the load's arena when it is filling one (the layer's values are then written where
+    they stay: no second array, no copy, no second round of page faults), else a new array."""
+    arena = getattr(_BUILDING, "arena", None)
+    slot = arena._take(tuple(int(n) for n in shape)) if arena is not None else None
+    return slot if slot is not None else np.empty(shape, dtype=np.float32)
 
 
 class LayerStore(Sequence):
@@ -267,10 +287,14 @@ class LayerStore(Sequence):
                 self._make_room(self.sizes[i])
         if layer is not None:
             return layer
-        layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
-        arena = self._arena
-        if arena is not None and i in self._keep:
-            layer = arena.pack(layer)
+        arena = self._arena if i in self._keep else None
+        _BUILDING.arena = arena  # the build's float32_array() takes its matrices from it
+        try:
+            layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
+        finally:
+            _BUILDING.arena = None
+        if arena is not None:
+            layer = arena.pack(layer)  # (what the build already wrote into it stays where it is)
         with self._lock:
             self._checked.add(i)
             self.expansions += 1

@@ -27,6 +27,7 @@ from gguf.quants import dequantize
 from tokenizers import processors
 
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
+from attnviz.engine.reading.dequant import dequantize_into
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
@@ -34,7 +35,7 @@ from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, re
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
-from attnviz.engine.reading.budget import LayerStore, resolve_budget
+from attnviz.engine.reading.budget import LayerStore, float32_array, resolve_budget
 
 log = logging.getLogger(__name__)
 
@@ -399,7 +400,8 @@ class GGUFTensors:
         try:
             for a in range(0, shape[0], step):
                 src = data[a:a + step] if rows is None else data[rows[a:a + step]]
-                out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+                if not dequantize_into(src, t.tensor_type, out[a:a + step]):  # (Q4_0, Q4_1, Q8_0)
+                    out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
         except NotImplementedError:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
                                  "package cannot dequantise") from None
@@ -541,7 +543,7 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
 def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [out, in] float32, C order (None: no fills)
     if fills is None:
         return None
-    out = np.empty((sum(f.shape[0] for f in fills), fills[0].shape[1]), dtype=np.float32)
+    out = float32_array((sum(f.shape[0] for f in fills), fills[0].shape[1]))  # (in the load's arena)
     for f in fills:
         ts.fill(f.name, f.shape, out[f.at:f.at + f.shape[0]], f.rows, check)
     return out
