@@ -514,7 +514,7 @@ def main() -> int:
                   f"{on['stall'] * 1e3:.1f} ms (goal <= 16); {on['analyses']} analyses shown for "
                   f"{on['keys']} keys, the analysis job p50 {on['analysis_p50'] * 1e3:.1f} ms, "
                   f"p95 {on['analysis_p95'] * 1e3:.1f} ms (on the pool, not the main thread)")
-    floor = products_floor(args.model, max(r["max_T"] for r in rows))
+    floor = products_floor(args.model, max(r["max_T"] for r in rows)) if rows else None
     if floor is not None:
         floor_s, n_rows, mb, n_mats = floor
         for r in rows:
