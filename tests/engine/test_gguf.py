@@ -236,3 +236,5 @@ def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
             assert dequantize_into(src, qtype, got)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert not dequantize_into(gguf.quants.quantize(weights, Q.Q5_0), Q.Q5_0, got)
+    with pytest.raises(ValueError, match="C-contiguous float32"):  # its writes would be lost
+        dequantize_into(src, qtype, np.empty(want.shape[::-1], np.float32).T)

@@ -4,7 +4,7 @@ The values are the gguf package's (gguf.quants.dequantize), bit for bit: its for
 each a float32 product (and sum) of the block's float16 scale with the stored integers. It spends
 most of its time in Python and copies (a list of 16-row groups, concatenated, then copied again
 into the caller's array): a SmolLM2 load dequantised its 106 M weights in 0.65-0.7 s. Here a
-block's values are written in place in cache-sized pieces. Any other type: None (the caller uses
+block's values are written in place in cache-sized pieces. Any other type: False (the caller uses
 gguf's). No Qt, no file access: bytes in, floats out.
 
 A block of 32 weights, as llama.cpp lays it out:
@@ -31,8 +31,10 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     size = BYTES.get(qtype)
     if size is None:
         return False
+    if not (out.dtype == np.float32 and out.flags.c_contiguous):  # (a reshape would copy: lost writes)
+        raise ValueError(f"dequantize_into writes a C-contiguous float32 array, not {out.dtype} {out.strides}")
     blocks = np.ascontiguousarray(src, dtype=np.uint8).reshape(-1, size)  # [n_blocks, size]
-    flat = out.reshape(-1, BLOCK)  # [n_blocks, 32] (a view: out is C-contiguous)
+    flat = out.reshape(-1, BLOCK)  # [n_blocks, 32], a view
     if flat.shape[0] != blocks.shape[0]:
         raise ValueError(f"{blocks.shape[0]} blocks of {qtype.name} do not fill {out.shape}")
     with np.errstate(all="ignore"):  # a bad scale's NaN or Inf is the caller's check to name
