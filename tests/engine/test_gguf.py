@@ -218,10 +218,10 @@ def test_memory_check_refuses_before_dequantising(tmp_path, good_gguf, monkeypat
 
 @pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
 def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
-    """dequant.dequantize_into (the loader's path for these types) writes exactly what
-    gguf.quants.dequantize returns: real quantised weights, and blocks of any bytes whatever
-    (odd scales: subnormal, zero, negative zero, the largest, NaN and Inf included), over more
-    blocks than one pass takes; another type is left to gguf's."""
+    """dequant.dequantize_into (the loader's path for these types: the code of its own) writes
+    exactly what gguf.quants.dequantize returns: real quantised weights, and blocks of any bytes
+    whatever (odd scales: subnormal, zero, negative zero, the largest, NaN and Inf included), over
+    more blocks than one pass takes; a plain float type is left to gguf's cast."""
     from attnviz.engine.reading.dequant import BYTES, PIECE_BLOCKS, dequantize_into
 
     rng = np.random.default_rng(int(qtype))
@@ -235,6 +235,33 @@ def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
             got = np.full(want.shape, 7.0, np.float32)
             assert dequantize_into(src, qtype, got)
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    assert not dequantize_into(gguf.quants.quantize(weights, Q.Q5_0), Q.Q5_0, got)
+    assert not dequantize_into(weights.astype(np.float16).view(np.uint8), Q.F16, got)  # gguf's cast
     with pytest.raises(ValueError, match="C-contiguous float32"):  # its writes would be lost
         dequantize_into(src, qtype, np.empty(want.shape[::-1], np.float32).T)
+
+
+def _gguf_dequantises(qtype) -> bool:
+    try:
+        with np.errstate(all="ignore"):
+            gguf.quants.dequantize(np.zeros((1, gguf.GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+        return True
+    except NotImplementedError:
+        return False
+
+
+@pytest.mark.parametrize("qtype", [q for q in Q if q in gguf.GGML_QUANT_SIZES and q not in (Q.F32, Q.F16)
+                                   and _gguf_dequantises(q)], ids=lambda q: q.name)
+def test_every_other_block_type_goes_through_ggufs_block_function_bit_for_bit(qtype):
+    """The K-quants, Q5_x, the IQ types (their lookup grids), BF16 ...: dequantize_into calls
+    gguf's own block function a piece at a time; the values are gguf.quants.dequantize's, bit for
+    bit, over more blocks than one piece."""
+    from attnviz.engine.reading.dequant import dequantize_into
+
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(int(qtype))
+    raw = rng.integers(0, 256, size=(7, max(1, 70_000 // block // 7 + 1) * size), dtype=np.uint8)
+    with np.errstate(all="ignore"):
+        want = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32)
+        got = np.full(want.shape, 7.0, np.float32)
+        assert dequantize_into(raw, qtype, got)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
