@@ -251,10 +251,11 @@ def _gguf_dequantises(qtype) -> bool:
 
 @pytest.mark.parametrize("qtype", [q for q in Q if q in gguf.GGML_QUANT_SIZES and q not in (Q.F32, Q.F16)
                                    and _gguf_dequantises(q)], ids=lambda q: q.name)
-def test_every_other_block_type_goes_through_ggufs_block_function_bit_for_bit(qtype):
-    """The K-quants, Q5_x, the IQ types (their lookup grids), BF16 ...: dequantize_into calls
-    gguf's own block function a piece at a time; the values are gguf.quants.dequantize's, bit for
-    bit, over more blocks than one piece."""
+def test_every_block_type_gives_ggufs_values_bit_for_bit(qtype):
+    """Every type gguf dequantises but F32/F16 (the K-quants: Q4_K by code of our own, the others
+    by gguf's own block function a piece at a time; Q5_x, the IQ types with their lookup grids,
+    BF16 ...): the values are gguf.quants.dequantize's, bit for bit, on arbitrary bytes, over more
+    blocks than one piece."""
     from attnviz.engine.reading.dequant import dequantize_into
 
     block, size = gguf.GGML_QUANT_SIZES[qtype]

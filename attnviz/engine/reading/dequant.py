@@ -35,6 +35,8 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     on pieces of blocks (the same values by construction, without its per-16-rows grouping and its
     concatenated copy: 2-3x faster on Q4_K, Q5_K, Q6_K). False (out untouched) for any other type
     (F32, F16, BF16: gguf's plain views and casts)."""
+    if qtype == Q.Q4_K:
+        return _into(src, qtype, out, 256, 144, _fill_q4k)
     size = BYTES.get(qtype)
     gguf_blocks = None if size is not None else _gguf_blocks(qtype)
     if size is None and gguf_blocks is None:
@@ -54,6 +56,47 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
             for a in range(0, len(blocks), step):
                 flat[a:a + step] = gguf_blocks(blocks[a:a + step])
     return True
+
+
+def _into(src, qtype, out, block: int, size: int, fill) -> bool:  # the checks, then fill(blocks, flat)
+    if not (out.dtype == np.float32 and out.flags.c_contiguous):
+        raise ValueError(f"dequantize_into writes a C-contiguous float32 array, not {out.dtype} {out.strides}")
+    blocks = np.ascontiguousarray(src, dtype=np.uint8).reshape(-1, size)
+    flat = out.reshape(-1, block)
+    if flat.shape[0] != blocks.shape[0]:
+        raise ValueError(f"{blocks.shape[0]} blocks of {qtype.name} do not fill {out.shape}")
+    with np.errstate(all="ignore"):
+        fill(blocks, flat)
+    return True
+
+
+def _fill_q4k(blocks, flat):  # [n_blocks, 144] uint8 -> [n_blocks, 256] float32, in place
+    """Q4_K (256 weights, 144 bytes): d, dmin (f16), 12 bytes of eight 6-bit scales and mins, 128
+    bytes of 4-bit q (each 32 bytes: low nibbles one sub-block of 32, high nibbles the next):
+    w = (d * scale_j) * q - (dmin * min_j), as gguf's Q4_K, in its order."""
+    step = max(1, PIECE_BLOCKS * BLOCK // 256)
+    nib = np.empty((min(step, len(blocks)), 4, 32), np.uint8)
+    for a in range(0, len(blocks), step):
+        b = blocks[a:a + step]
+        n = len(b)
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+        s = b[:, 4:16].reshape(n, 3, 4)  # gguf's Q4_K.get_scale_min, the same integer steps
+        lo, mid, hi = s[:, 0], s[:, 1], s[:, 2]
+        sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)  # [n, 8]
+        mn = np.concatenate([mid & 0x3F, (hi >> 4) | ((mid >> 2) & 0x30)], axis=-1)
+        dsub = d * sc.astype(np.float32)  # [n, 8]
+        dm = dmin * mn.astype(np.float32)
+        qs = b[:, 16:].reshape(n, 4, 32)
+        o = flat[a:a + step].reshape(n, 4, 2, 32)
+        q = nib[:n]
+        np.bitwise_and(qs, np.uint8(0x0F), out=q)
+        np.copyto(o[:, :, 0], q, casting="unsafe")
+        np.right_shift(qs, np.uint8(4), out=q)
+        np.copyto(o[:, :, 1], q, casting="unsafe")
+        o8 = o.reshape(n, 8, 32)
+        o8 *= dsub[:, :, None]
+        o8 -= dm[:, :, None]
 
 
 def _gguf_blocks(qtype):
