@@ -24,14 +24,13 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import importlib.util  # noqa: E402
 import statistics  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 _spec = importlib.util.spec_from_file_location("bench_typing", os.path.join(_HERE, "typing.py"))
 _typing = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_typing)  # its quiet_qt, shared
+_spec.loader.exec_module(_typing)  # its quiet_qt and _settings, shared
 
 SENTENCE = ("The keys to the cabinet that my grandmother left us are on the kitchen table, next to "
             "the old radio.")
@@ -47,7 +46,7 @@ def _spin(app, seconds: float, until=None) -> None:
 def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     """Type SENTENCE a word at a time, keys gap_s apart: per word, last key -> its result painted;
     and the runs that started, stopped early (Cancelled) or went through every layer."""
-    from PySide6.QtCore import QEvent, QObject, QSettings
+    from PySide6.QtCore import QEvent, QObject
     from PySide6.QtTest import QTest
 
     from attnviz.engine.computing import model as engine_model
@@ -55,8 +54,7 @@ def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
-    settings = QSettings(tempfile.mktemp(suffix=".ini"), QSettings.Format.IniFormat)
-    w = create_window(model=model, text="", settings=settings, panels=("calc", "roles"))
+    w = create_window(model=model, text="", settings=_typing._settings(), panels=("calc", "roles"))
     w.resize(1400, 860)
     w.show()
     st = w.state

@@ -222,7 +222,9 @@ def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
     exactly what gguf.quants.dequantize returns: real quantised weights, and blocks of any bytes
     whatever (odd scales: subnormal, zero, negative zero, the largest, NaN and Inf included), over
     more blocks than one pass takes; a plain float type is left to gguf's cast."""
-    from attnviz.engine.reading.dequant import BYTES, PIECE_BLOCKS, dequantize_into
+    from attnviz.engine.reading.dequant import PIECE_BLOCKS, dequantize_into
+
+    BYTES = {q: gguf.GGML_QUANT_SIZES[q][1] for q in (Q.Q4_0, Q.Q4_1, Q.Q8_0)}
 
     rng = np.random.default_rng(int(qtype))
     weights = (rng.standard_normal((40, 256)) * 0.05).astype(np.float32)

@@ -23,58 +23,46 @@ import gguf.quants as gguf_quants
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
-BLOCK = 32  # weights per block, every type here
-BYTES = {Q.Q4_0: 18, Q.Q4_1: 20, Q.Q8_0: 34}  # bytes per block
-PIECE_BLOCKS = 2048  # blocks a pass (64 Ki weights, 256 KiB of float32): each pass's arrays in cache
+BLOCK = 32  # weights per block of Q4_0, Q4_1, Q8_0
+PIECE_BLOCKS = 2048  # 32-weight blocks a pass (64 Ki weights, 256 KiB of float32): each pass in cache
 
 
 def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     """src: uint8 [rows, row bytes] of `qtype` blocks -> out: float32 [rows, row bytes / type size *
-    block size], C-contiguous, written in place. Q4_0, Q4_1, Q8_0: this module's code; another
-    block type gguf.quants knows (the K-quants, Q5_0, Q5_1, the IQ types): gguf's own block function
-    on pieces of blocks (the same values by construction, without its per-16-rows grouping and its
-    concatenated copy: 2-3x faster on Q4_K, Q5_K, Q6_K). False (out untouched) for any other type
-    (F32, F16, BF16: gguf's plain views and casts)."""
-    if qtype == Q.Q4_K:
-        return _into(src, qtype, out, 256, 144, _fill_q4k)
-    size = BYTES.get(qtype)
-    gguf_blocks = None if size is not None else _gguf_blocks(qtype)
-    if size is None and gguf_blocks is None:
-        return False
+    block size], C-contiguous, written in place. Q4_0, Q4_1, Q8_0 and Q4_K: this module's code;
+    another block type gguf.quants knows (Q5_x, the other K-quants, the IQ types, BF16): gguf's own
+    block function on pieces of blocks (the same values by construction, without its per-16-rows
+    grouping and its concatenated copy; benchmarks/dequant.py). False (out untouched) for F32 and
+    F16 (gguf's plain view and cast) and any type gguf has no block function for."""
+    fill = _OWN.get(qtype)
+    if fill is None:
+        blocks_of = _gguf_blocks(qtype)
+        if blocks_of is None:
+            return False
+        fill = lambda blocks, flat, _q: _gguf_pieces(blocks_of, blocks, flat)  # noqa: E731
     if not (out.dtype == np.float32 and out.flags.c_contiguous):  # (a reshape would copy: lost writes)
         raise ValueError(f"dequantize_into writes a C-contiguous float32 array, not {out.dtype} {out.strides}")
-    block, size = (BLOCK, size) if gguf_blocks is None else GGML_QUANT_SIZES[qtype]
+    block, size = GGML_QUANT_SIZES[qtype]
     blocks = np.ascontiguousarray(src, dtype=np.uint8).reshape(-1, size)  # [n_blocks, size]
     flat = out.reshape(-1, block)  # [n_blocks, block], a view
     if flat.shape[0] != blocks.shape[0]:
         raise ValueError(f"{blocks.shape[0]} blocks of {qtype.name} do not fill {out.shape}")
     with np.errstate(all="ignore"):  # a bad scale's NaN or Inf is the caller's check to name
-        if gguf_blocks is None:
-            _fill(blocks, qtype, flat)
-        else:
-            step = max(1, PIECE_BLOCKS * BLOCK // block)
-            for a in range(0, len(blocks), step):
-                flat[a:a + step] = gguf_blocks(blocks[a:a + step])
+        fill(blocks, flat, qtype)
     return True
 
 
-def _into(src, qtype, out, block: int, size: int, fill) -> bool:  # the checks, then fill(blocks, flat)
-    if not (out.dtype == np.float32 and out.flags.c_contiguous):
-        raise ValueError(f"dequantize_into writes a C-contiguous float32 array, not {out.dtype} {out.strides}")
-    blocks = np.ascontiguousarray(src, dtype=np.uint8).reshape(-1, size)
-    flat = out.reshape(-1, block)
-    if flat.shape[0] != blocks.shape[0]:
-        raise ValueError(f"{blocks.shape[0]} blocks of {qtype.name} do not fill {out.shape}")
-    with np.errstate(all="ignore"):
-        fill(blocks, flat)
-    return True
+def _gguf_pieces(blocks_of, blocks, flat) -> None:  # gguf's block function, a cache-sized piece a call
+    step = max(1, PIECE_BLOCKS * BLOCK // flat.shape[1])
+    for a in range(0, len(blocks), step):
+        flat[a:a + step] = blocks_of(blocks[a:a + step])
 
 
-def _fill_q4k(blocks, flat):  # [n_blocks, 144] uint8 -> [n_blocks, 256] float32, in place
+def _fill_q4k(blocks, flat, _qtype):  # [n_blocks, 144] uint8 -> [n_blocks, 256] float32, in place
     """Q4_K (256 weights, 144 bytes): d, dmin (f16), 12 bytes of eight 6-bit scales and mins, 128
     bytes of 4-bit q (each 32 bytes: low nibbles one sub-block of 32, high nibbles the next):
     w = (d * scale_j) * q - (dmin * min_j), as gguf's Q4_K, in its order."""
-    step = max(1, PIECE_BLOCKS * BLOCK // 256)
+    step = PIECE_BLOCKS * BLOCK // 256
     nib = np.empty((min(step, len(blocks)), 4, 32), np.uint8)
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
@@ -112,7 +100,7 @@ def _gguf_blocks(qtype):
     return fn
 
 
-def _fill(blocks, qtype, flat):  # [n_blocks, size] uint8 -> [n_blocks, 32] float32, in place
+def _fill32(blocks, flat, qtype):  # Q4_0, Q4_1, Q8_0: [n_blocks, size] uint8 -> [n_blocks, 32] float32
     step = PIECE_BLOCKS
     q8 = np.empty((min(step, len(blocks)), 16), np.uint8)
     for a in range(0, len(blocks), step):
@@ -136,3 +124,6 @@ def _fill(blocks, qtype, flat):  # [n_blocks, size] uint8 -> [n_blocks, 32] floa
         else:
             o *= d  # d * q
             o += b[:, 2:4].copy().view(np.float16).astype(np.float32)  # + m
+
+
+_OWN = {Q.Q4_0: _fill32, Q.Q4_1: _fill32, Q.Q8_0: _fill32, Q.Q4_K: _fill_q4k}  # the code of this module
