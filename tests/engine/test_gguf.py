@@ -268,3 +268,83 @@ def test_every_block_type_gives_ggufs_values_bit_for_bit(qtype):
         got = np.full(want.shape, 7.0, np.float32)
         assert dequantize_into(raw, qtype, got)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_metadata_reads_as_ggufs_own_reader(tmp_path):
+    """The reader's string arrays (made when asked for, decoded from one copy of their bytes) read
+    as gguf's stock GGUFReader reads them: every field's contents, an index and a slice, the
+    parts a field lists (its own, then a length and the bytes of each string), an empty array,
+    strings of several bytes a character, and an array of string arrays (left to the stock code)."""
+    from gguf import GGUFReader, GGUFValueType
+    from gguf_files import write_vocab_gguf
+
+    from attnviz.engine.reading.gguf_model import _field, open_gguf
+
+    kv = {"tokenizer.ggml.tokens": ["a", "Ġthe", "", "日本", "😀x", "é" * 300] * 30,
+          "tokenizer.ggml.merges": ["Ġ t", "h e"], "general.name": "tiny", "x.ids": [3, 1, 2],
+          "x.empty": []}
+    path = write_vocab_gguf(tmp_path / "meta.gguf", {k: v for k, v in kv.items() if k != "x.empty"})
+    w = gguf.GGUFWriter(str(tmp_path / "nested.gguf"), "llama")
+    w.add_array("x.nested", [["p", "qr"], ["日"]])
+    w.add_array("x.empty", [])
+    w.add_array("tokenizer.ggml.tokens", ["z", "y"])
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    for p in (path, tmp_path / "nested.gguf"):
+        ours, stock = open_gguf(p), GGUFReader(p)
+        assert list(ours.fields) == list(stock.fields)
+        for key, mine in ours.fields.items():
+            theirs = stock.fields[key]
+            assert mine.types == theirs.types, key
+            got, want = mine.contents(), theirs.contents()
+            assert (got == want) if not isinstance(want, np.ndarray) else (got == want).all(), key
+            if mine.types[:1] == [GGUFValueType.ARRAY] and mine.types[-1] == GGUFValueType.STRING:
+                assert list(mine.data) == list(theirs.data) and len(mine.parts) == len(theirs.parts)
+                for i in range(len(mine.parts)):
+                    assert bytes(mine.parts[i]) == bytes(theirs.parts[i]), (key, i)
+                    assert mine.parts[i].dtype == theirs.parts[i].dtype, (key, i)
+                if len(mine.data) > 4:
+                    assert mine.contents(3) == theirs.contents(3) == want[3]
+                    assert mine.contents(slice(1, 4)) == want[1:4]
+                got.append("caller's own")  # a list the caller may change: not the reader's
+                assert mine.contents() == want
+    assert _field(open_gguf(path), "tokenizer.ggml.tokens")[3:6] == ["日本", "😀x", "é" * 300]
+
+    bad = bytearray(path.read_bytes())  # a token that is not UTF-8: named when it is read
+    at = bytes(bad).index("日本".encode())
+    bad[at] = 0xFF
+    (tmp_path / "bad.gguf").write_bytes(bytes(bad))
+    with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens cannot be read"):
+        _field(open_gguf(tmp_path / "bad.gguf"), "tokenizer.ggml.tokens")
+
+
+def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):
+    """GGUFTensors.fill shares a tensor's row blocks out to threads (one per core): the same bits
+    as one block on one thread, with and without a row permutation, and a NaN is still named at
+    its position in the file."""
+    from attnviz.engine.reading import gguf_model as G
+
+    rng = np.random.default_rng(5)
+    tensors = {"a.weight": (rng.standard_normal((96, 64)) * 0.1).astype(np.float32)}
+    w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    w.add_tensor("a.weight", gguf.quants.quantize(tensors["a.weight"], Q.Q4_1), raw_dtype=Q.Q4_1)
+    bad = tensors["a.weight"].copy()
+    bad[70, 5] = np.nan
+    w.add_tensor("b.weight", bad)
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    ts = G.GGUFTensors(G.open_gguf(tmp_path / "t.gguf"), tmp_path / "t.gguf")
+    perm = rng.permutation(96)
+    results = {}
+    for cores, fill_values in ((1, 1 << 22), (2, 1 << 22), (3, 64 * 7)):  # 1 block; 2; 14 blocks of 7 rows
+        monkeypatch.setattr(G, "cores", lambda c=cores: c)
+        monkeypatch.setattr(G, "FILL_VALUES", fill_values)
+        for rows in (None, perm):
+            out = np.full((96, 64), 7.0, np.float32)
+            results.setdefault(rows is None, []).append(ts.fill("a.weight", (96, 64), out, rows).view(np.uint32))
+        with pytest.raises(ModelLoadError, match=r"b.weight holds 1 non-finite value .* at \[70, 5\]"):
+            ts.fill("b.weight", (96, 64), np.empty((96, 64), np.float32), perm)
+    for same in results.values():
+        for r in same[1:]:
+            np.testing.assert_array_equal(r, same[0])
+    np.testing.assert_array_equal(results[False][0], results[True][0][perm])

@@ -52,6 +52,13 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     return True
 
 
+def prepare(qtype) -> None:
+    """Make what dequantize_into needs for `qtype` once (gguf's lookup grids of the IQ types),
+    before threads dequantise pieces of one tensor side by side."""
+    if qtype not in _OWN:
+        _gguf_blocks(qtype)
+
+
 def _gguf_pieces(blocks_of, blocks, flat) -> None:  # gguf's block function, a cache-sized piece a call
     step = max(1, PIECE_BLOCKS * BLOCK // flat.shape[1])
     for a in range(0, len(blocks), step):

@@ -17,21 +17,24 @@ from __future__ import annotations
 import logging
 import struct
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.gguf_reader import ReaderField
 from gguf.quants import dequantize
 from tokenizers import processors
 
 from attnviz.engine.reading.config import ModelConfig, config_from_dict
-from attnviz.engine.reading.dequant import dequantize_into
+from attnviz.engine.reading.dequant import dequantize_into, prepare
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
+from attnviz.engine.computing.parallel import cores, in_threads
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
@@ -120,23 +123,94 @@ class _Reader(GGUFReader):
             values = self._get(offs, scalar, n)
             return 12 + int(values.nbytes), [raw_itype, alen, values], [2], [GGUFValueType.ARRAY, gtype]
         if gtype != GGUFValueType.STRING:  # arrays of arrays: rare, left to the stock reader
-            return super()._get_field_parts(orig_offs, raw_type)
+            self._nested = getattr(self, "_nested", 0) + 1  # (its string arrays: parts made now)
+            try:
+                return super()._get_field_parts(orig_offs, raw_type)
+            finally:
+                self._nested -= 1
         host_little = sys.byteorder == "little"
         order = "<" if (self.byte_order == "I") == host_little else ">"
         unpack = struct.Struct(order + "Q").unpack_from
         data, size = self._data, self._data.size
-        parts, idxs = [raw_itype, alen], []
+        ends = []  # where each string ends (the next one's length starts there)
         for _ in range(n):
             if offs + 8 > size:
                 raise _Corrupt(f"a string array runs past the end of the file ({size:,} bytes)")
             end = offs + 8 + unpack(data, offs)[0]
             if end > size:
                 raise _Corrupt(f"a string at byte {offs:,} runs past the end of the file ({size:,} bytes)")
-            parts.append(data[offs:offs + 8])
-            parts.append(data[offs + 8:end])
-            idxs.append(len(parts) - 1)
+            ends.append(end)
             offs = end
-        return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY, GGUFValueType.STRING]
+        if getattr(self, "_nested", 0):  # an item of an array of arrays: the stock reader's parts
+            parts, idxs, begin = [raw_itype, alen], [], orig_offs + 12
+            for end in ends:
+                parts += [self._get(begin, np.uint64), data[begin + 8:end]]
+                idxs.append(len(parts) - 1)
+                begin = end
+            return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY, GGUFValueType.STRING]
+        # its (length, bytes) parts are made when asked for, and contents() decodes the strings
+        # from one copy of the array's bytes: a view per part (two per string) took most of
+        # SmolLM2's header parse and their decoding most of its tokenizer's build (_push_field)
+        self._strings = _StringParts(self, orig_offs + 12, ends)
+        return offs - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, GGUFValueType.STRING]
+
+    def _push_field(self, field, skip_sum: bool = False) -> int:
+        strings, self._strings = getattr(self, "_strings", None), None
+        if strings is not None and field.types == [GGUFValueType.ARRAY, GGUFValueType.STRING]:
+            parts = strings.after(field.parts)
+            field = _StringArrayField(field.offset, field.name, parts,
+                                      range(len(field.parts) + 1, len(parts), 2), field.types)
+        return super()._push_field(field, skip_sum)
+
+
+class _StringParts(Sequence):
+    """A metadata string array's parts as gguf's reader lists them (the field's own parts, then a
+    length and a bytes view of the file per string), each made when indexed; `strings()` decodes
+    every string once (UTF-8, strict, as gguf's contents()) from one copy of the array's bytes."""
+
+    def __init__(self, reader: _Reader, start: int, ends: list[int], head: tuple = ()):
+        self._reader, self._start, self._ends, self._head = reader, start, ends, head
+        self._decoded: list[str] | None = None
+
+    def after(self, head) -> _StringParts:  # the same strings behind the field's own parts
+        return _StringParts(self._reader, self._start, self._ends, tuple(head))
+
+    def __len__(self) -> int:
+        return len(self._head) + 2 * len(self._ends)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if i < len(self._head):
+            return self._head[i]
+        k, is_bytes = divmod(i - len(self._head), 2)
+        begin = self._start if k == 0 else self._ends[k - 1]
+        if is_bytes:
+            return self._reader.data[begin + 8:self._ends[k]]
+        return self._reader._get(begin, np.uint64)
+
+    def strings(self) -> list[str]:
+        if self._decoded is None:
+            start, ends = self._start, self._ends
+            blob = self._reader.data[start:ends[-1] if ends else start].tobytes()
+            begin, out = 8, []
+            for end in ends:
+                out.append(blob[begin:end - start].decode("utf-8"))
+                begin = end - start + 8
+            self._decoded = out
+        return self._decoded
+
+
+class _StringArrayField(ReaderField):
+    """A ReaderField whose contents() reads the decoded strings (_StringParts)."""
+    __slots__ = ()
+
+    def contents(self, index_or_slice: int | slice = slice(None)) -> Any:
+        return self.parts.strings()[index_or_slice]  # (a slice: a new list, the caller's own)
 
 
 class _Corrupt(ValueError):
@@ -391,28 +465,34 @@ class GGUFTensors:
     def fill(self, name: str, shape: tuple[int, int], out: np.ndarray, rows: np.ndarray | None = None,
              check: bool = True) -> np.ndarray:
         """Tensor `name` [out, in] (checked against `shape`) dequantised into `out` [out, in], a
-        C-contiguous float32 array, FILL_VALUES values at a time: the transient arrays stay small
-        whatever the tensor's size. `rows`: out[r] = tensor[rows[r]] (a permutation). Values as
-        get() gives them, bit for bit (each value is dequantised from its own block alone)."""
+        C-contiguous float32 array, in row blocks of at most FILL_VALUES values (the transient arrays
+        stay small whatever the tensor's size) shared out to one thread per core (NumPy's passes
+        release the GIL: SmolLM2's layers took 0.40 s on one core). `rows`: out[r] =
+        tensor[rows[r]] (a permutation). Values as get() gives them, bit for bit (each value is
+        dequantised from its own block alone; the blocks' split changes no value)."""
         t = self.check(name, shape)
         data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
-        step = max(1, FILL_VALUES // max(1, shape[1]))
+        step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
+        starts = range(0, shape[0], step)
+        finite = [True] * len(starts)
+
+        def block(k):  # rows a..a+step-1, on whichever thread takes it
+            a = starts[k]
+            src = data[a:a + step] if rows is None else data[rows[a:a + step]]
+            if not dequantize_into(src, t.tensor_type, out[a:a + step]):  # (F32, F16)
+                out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+            if check:
+                finite[k] = bool(np.isfinite(out[a:a + step]).all())
         try:
-            for a in range(0, shape[0], step):
-                src = data[a:a + step] if rows is None else data[rows[a:a + step]]
-                if not dequantize_into(src, t.tensor_type, out[a:a + step]):  # (Q4_0, Q4_1, Q8_0)
-                    out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+            prepare(t.tensor_type)  # (gguf's lookup grids made once, before the threads)
+            in_threads(len(starts), block)
         except NotImplementedError:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
                                  "package cannot dequantise") from None
         except ValueError as exc:
             raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
-        if check:
-            try:
-                check_finite(out, name, self.path.name)
-            except ModelLoadError:  # name the position as the file stores it
-                check_finite(out if rows is None else out[np.argsort(rows)], name, self.path.name)
-                raise
+        if check and not all(finite):  # named as the file stores it: count, first position
+            check_finite(out if rows is None else out[np.argsort(rows)], name, self.path.name)
         return out
 
     def nbytes32(self, name: str) -> int:
