@@ -11,7 +11,7 @@ from attnviz.engine import load_model
 from attnviz.engine.reading.config import FAMILIES
 from attnviz.engine.computing.families import FAMILY, layer_consts, self_attention
 from attnviz.engine.computing.layers import (
-    GEMV_ROWS, linear,
+    GEMV_ROWS, STORED_ROWS_FIRST, linear,
     apply_rope, causal_mask, gelu_erf, gelu_tanh, layer_norm, rms_norm, rope_cos_sin,
     silu, softmax,
 )
@@ -140,3 +140,24 @@ def test_linear_of_a_few_rows_is_each_rows_product(n_rows):
     if n_rows <= GEMV_ROWS:
         for i in range(n_rows):
             np.testing.assert_array_equal(y[i], x[i] @ w + b)
+
+
+@pytest.mark.parametrize("n_rows", [1, 2, GEMV_ROWS + 1, 24, STORED_ROWS_FIRST, STORED_ROWS_FIRST + 1])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_linear_of_stored_rows_times_columns(n_rows, order):
+    """w as the [in, out] view of [out, in] rows (F order: a GGUF file's matrices): from
+    GEMV_ROWS + 1 to STORED_ROWS_FIRST rows the product is made as w.T @ x.T (the stored rows times
+    x's rows as columns; faster there, benchmarks/row_products.py), equal to that product bit for bit,
+    C-contiguous, and within float32 rounding of x @ w; a C-order w and other row counts as before."""
+    rng = np.random.default_rng(n_rows)
+    x = rng.standard_normal((n_rows, 48), dtype=np.float32)
+    stored = rng.standard_normal((80, 48), dtype=np.float32)  # [out, in]
+    w = stored.T if order == "F" else np.ascontiguousarray(stored.T)
+    b = rng.standard_normal(80, dtype=np.float32)
+    y = linear(x, w, b)
+    assert y.shape == (n_rows, 80) and y.dtype == np.float32 and y.flags.c_contiguous
+    np.testing.assert_allclose(y, x.astype(np.float64) @ w + b, rtol=1e-5, atol=1e-5)
+    if order == "F" and GEMV_ROWS < n_rows <= STORED_ROWS_FIRST:
+        np.testing.assert_array_equal(y, (stored @ x.T).T + b)
+    elif n_rows == 1 or n_rows > GEMV_ROWS:
+        np.testing.assert_array_equal(y, x @ w + b)

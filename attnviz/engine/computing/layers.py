@@ -158,16 +158,26 @@ ACTIVATIONS = {
 
 
 GEMV_ROWS = 5  # up to this many rows, linear() makes one matrix-vector product per row
+STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [out, in] rows is
+# multiplied as those rows times x's rows as columns (linear)
 
 
 def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
-    if x.ndim == 2 and 1 < x.shape[0] <= GEMV_ROWS:  # a cached keystroke's new rows (2: it
-        # re-tokenised the last token). One matrix-vector product a row: OpenBLAS's product of a few
-        # rows packs w first and took 2.4-4.8x one matrix-vector product; the rows' products,
-        # reading w again from cache, 1.6-3.3x (benchmarks/gemv_rows.py)
-        y = np.empty((x.shape[0], w.shape[1]), dtype=np.result_type(x, w))
-        for i in range(x.shape[0]):
+    n = x.shape[0] if x.ndim == 2 else 0
+    if 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
+        # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first and took
+        # 2.4-4.8x one matrix-vector product; the rows' products, reading w again from cache,
+        # 1.6-3.3x (benchmarks/gemv_rows.py)
+        y = np.empty((n, w.shape[1]), dtype=np.result_type(x, w))
+        for i in range(n):
             np.matmul(x[i], w, out=y[i])
+    elif n <= STORED_ROWS_FIRST and n > 1 and w.flags.f_contiguous and not w.flags.c_contiguous:
+        # w is the [d_in, d_out] view of [d_out, d_in] rows, as GGUF files store them: BLAS
+        # multiplies those rows by x's rows as columns in 0.62-0.90x the time of x @ w from 2 to 64
+        # rows (the same at 128, slower beyond; benchmarks/row_products.py, SmolLM2 on two cores):
+        # a run of a sentence, an edit inside the text, a paste. The result's copy to C order is
+        # [T, d_out] floats.
+        y = np.ascontiguousarray(np.matmul(w.T, x.T).T)
     else:
         y = x @ w
     if b is not None:
