@@ -425,3 +425,28 @@ def test_a_rerun_of_the_same_patterns_keeps_the_badges(qtbot, book):
     qtbot.waitUntil(lambda: st.result.text == "the cat sat on the mat", timeout=WAIT)
     assert st.scores_stale or st.scores_result is st.result
     assert w.wait_idle(WAIT)
+
+
+def test_a_job_that_ends_after_its_relay_is_gone_ends_quietly(qapp):
+    """Python closing down deletes the runner's relay (the QObject that carries outcomes to the main
+    thread) while a pool job may still run: its end is dropped without an error (it printed
+    "Signal source has been deleted" from QRunnable::run on the way out); an emit that fails on a
+    relay that still exists is not hidden."""
+    import shiboken6
+
+    from attnviz.ui.machinery import runner
+
+    ran = []
+    job = runner.Job(1, "compute", None, lambda: ran.append(1) or 7, lambda *a: None, POOL, None)
+    relay = runner._Relay()
+    shiboken6.delete(relay)
+    runner._execute(job, relay, lambda: False)  # no error
+    assert ran == [1]
+
+    class Broken:
+        class done:
+            @staticmethod
+            def emit(*_):
+                raise RuntimeError("not about a deleted relay")
+    with pytest.raises(RuntimeError, match="not about a deleted relay"):
+        runner._execute(job, Broken, lambda: False)

@@ -213,7 +213,11 @@ def _execute(job: Job, relay: _Relay, is_stale: Callable[[], bool]) -> None:
             if not isinstance(exc, AttnvizError):
                 log.warning("%r failed unexpectedly", job, exc_info=True)
             outcome = (None, exc)
-    relay.done.emit(job, *outcome)
+    try:
+        relay.done.emit(job, *outcome)
+    except RuntimeError:  # the relay was deleted: Python is closing down with this job still
+        if shiboken6.isValid(relay):  # running (nobody waits for its outcome any more); a job
+            raise  # finished then printed "Signal source has been deleted" on the way out
 
 
 class _Task(QRunnable):
