@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.engine.analysing import corpus_stats as S
+from attnviz.engine.computing.parallel import limit_cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ def worker_model(source: str, sha256: str = ""):
         from attnviz.engine import load_model
 
         threadpool_limits(limits=1)  # one BLAS thread per worker: the workers are the parallelism
+        if in_dask_worker():  # and one core for the engine's own threads (a GGUF load's
+            limit_cores(1)  # dequantising), not one per core in each of the workers
         malloc_like_default()
         model = load_model(source)
         if sha256:
@@ -74,6 +77,17 @@ def worker_model(source: str, sha256: str = ""):
         _MODELS.clear()  # keep one model per process
         _MODELS[key] = model
     return model
+
+
+def in_dask_worker() -> bool:
+    """Whether this code runs in a Dask worker's task (the in-process loop is none)."""
+    try:
+        from distributed import get_worker
+
+        get_worker()
+        return True
+    except (ImportError, ValueError):
+        return False
 
 
 # glibc's mallopt parameters (malloc.h) and the ceiling of its own dynamic mmap threshold on 64-bit

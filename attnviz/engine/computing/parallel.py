@@ -18,14 +18,25 @@ from attnviz.engine.errors import Cancelled
 ROW_CHUNK = 128  # rows of a row-wise step (a projection, the MLP) per task: [128, 3072] in cache
 
 
+_LIMIT: int | None = None  # limit_cores()
+
+
 def cores() -> int:
     """The cores this process may run on: its CPU affinity where the system gives one (a container
     or `taskset` that leaves it fewer cores than the machine has: a thread or a worker per core of
-    the machine would then share the few), else the machine's count."""
+    the machine would then share the few), else the machine's count; at most limit_cores()'s."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # (no sched_getaffinity: macOS, Windows)
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    return n if _LIMIT is None else min(n, _LIMIT)
+
+
+def limit_cores(n: int | None) -> None:
+    """Make cores() at most `n` for this process (None: no limit): a process that is one of several
+    sharing the machine's cores (a scan's Dask worker) runs the engine's threads on one core."""
+    global _LIMIT
+    _LIMIT = None if n is None else max(1, int(n))
 
 
 _POOL: ThreadPoolExecutor | None = None
