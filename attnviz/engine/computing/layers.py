@@ -171,12 +171,12 @@ def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
         y = np.empty((n, w.shape[1]), dtype=np.result_type(x, w))
         for i in range(n):
             np.matmul(x[i], w, out=y[i])
-    elif n <= STORED_ROWS_FIRST and n > 1 and w.flags.f_contiguous and not w.flags.c_contiguous:
+    elif GEMV_ROWS < n <= STORED_ROWS_FIRST and w.flags.f_contiguous and not w.flags.c_contiguous:
         # w is the [d_in, d_out] view of [d_out, d_in] rows, as GGUF files store them: BLAS
         # multiplies those rows by x's rows as columns in 0.62-0.90x the time of x @ w from 2 to 64
-        # rows (the same at 128, slower beyond; benchmarks/row_products.py, SmolLM2 on two cores):
-        # a run of a sentence, an edit inside the text, a paste. The result's copy to C order is
-        # [T, d_out] floats.
+        # rows (the same at 128, slower beyond; up to GEMV_ROWS the rows' own products are faster
+        # still; benchmarks/row_products.py, SmolLM2 on two cores): a run of a sentence, an edit
+        # inside the text, a paste. The result's copy to C order is [T, d_out] floats.
         y = np.ascontiguousarray(np.matmul(w.T, x.T).T)
     else:
         y = x @ w
