@@ -339,12 +339,44 @@ def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):
     for cores, fill_values in ((1, 1 << 22), (2, 1 << 22), (3, 64 * 7)):  # 1 block; 2; 14 blocks of 7 rows
         monkeypatch.setattr(G, "cores", lambda c=cores: c)
         monkeypatch.setattr(G, "FILL_VALUES", fill_values)
-        for rows in (None, perm):
-            out = np.full((96, 64), 7.0, np.float32)
-            results.setdefault(rows is None, []).append(ts.fill("a.weight", (96, 64), out, rows).view(np.uint32))
-        with pytest.raises(ModelLoadError, match=r"b.weight holds 1 non-finite value .* at \[70, 5\]"):
-            ts.fill("b.weight", (96, 64), np.empty((96, 64), np.float32), perm)
+        for columns in (False, True):  # out [96, 64], or [64, 96] written as columns (blocks of 5 rows)
+            monkeypatch.setattr(G, "COLUMN_BLOCK_VALUES", 64 * 5)
+            for rows in (None, perm):
+                out = np.full((64, 200) if columns else (96, 64), 7.0, np.float32)
+                part = out[:, 50:146] if columns else out  # columns of a larger matrix
+                ts.fill("a.weight", (96, 64), part, rows, columns=columns)
+                if columns:
+                    assert (out[:, :50] == 7).all() and (out[:, 146:] == 7).all()
+                got = part.T if columns else part
+                results.setdefault(rows is None, []).append(np.ascontiguousarray(got).view(np.uint32))
+            with pytest.raises(ModelLoadError, match=r"b.weight holds 1 non-finite value .* at \[70, 5\]"):
+                ts.fill("b.weight", (96, 64), np.empty((64, 96) if columns else (96, 64), np.float32),
+                        perm, columns=columns)
     for same in results.values():
+        assert len(same) == 6
         for r in same[1:]:
             np.testing.assert_array_equal(r, same[0])
     np.testing.assert_array_equal(results[False][0], results[True][0][perm])
+
+
+def test_layer_matrices_keep_their_longer_side_contiguous(tmp_path):
+    """A GGUF layer's matrices, [in, out] for the engine, are laid out with the longer side
+    contiguous (the faster matrix-vector product): the fused QKV, the output projection and gate|up
+    in C order, the down projection as the file's rows (Fortran order), every one in the load's
+    shared buffer; the values as the file's rows, bit for bit."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "m.gguf", cfg, tensors, Q.Q8_0)
+    model = load_gguf(path)
+    layer = model.weights.layers[0]
+    for name in ("w_qkv", "w_o", "w_in", "w_out"):
+        w = getattr(layer, name)
+        longer_out = w.shape[1] >= w.shape[0]
+        assert (w.flags.c_contiguous if longer_out else w.flags.f_contiguous), (name, w.shape)
+    reader = gguf.GGUFReader(path)
+    down = next(t for t in reader.tensors if t.name == "blk.0.ffn_down.weight")
+    up = next(t for t in reader.tensors if t.name == "blk.0.ffn_up.weight")
+    d_ff = layer.w_in.shape[1] // 2
+    for t, got in ((down, layer.w_out.T), (up, layer.w_in[:, d_ff:].T)):  # (Q8_0, or F32 where rows
+        want = gguf.quants.dequantize(t.data, t.tensor_type).reshape(got.shape)  # do not divide)
+        np.testing.assert_array_equal(got, want)
+    assert up.tensor_type == Q.Q8_0

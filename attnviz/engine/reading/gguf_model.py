@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import struct
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -463,26 +464,40 @@ class GGUFTensors:
         return out
 
     def fill(self, name: str, shape: tuple[int, int], out: np.ndarray, rows: np.ndarray | None = None,
-             check: bool = True) -> np.ndarray:
+             check: bool = True, columns: bool = False) -> np.ndarray:
         """Tensor `name` [out, in] (checked against `shape`) dequantised into `out` [out, in], a
         C-contiguous float32 array, in row blocks of at most FILL_VALUES values (the transient arrays
         stay small whatever the tensor's size) shared out to one thread per core (NumPy's passes
         release the GIL: SmolLM2's layers took 0.40 s on one core). `rows`: out[r] =
-        tensor[rows[r]] (a permutation). Values as get() gives them, bit for bit (each value is
-        dequantised from its own block alone; the blocks' split changes no value)."""
+        tensor[rows[r]] (a permutation). `columns`: `out` is [in, out] instead (C order, or columns
+        of such an array): each row block is dequantised into a scratch block in cache and copied
+        into its columns. Values as get() gives them, bit for bit (each value is dequantised from
+        its own block alone; the blocks' split changes no value)."""
         t = self.check(name, shape)
         data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
         step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
+        if columns:  # a scratch block of rows that stays in cache
+            step = min(step, max(1, COLUMN_BLOCK_VALUES // max(1, shape[1])))
         starts = range(0, shape[0], step)
         finite = [True] * len(starts)
+        scratch = threading.local()
 
         def block(k):  # rows a..a+step-1, on whichever thread takes it
             a = starts[k]
             src = data[a:a + step] if rows is None else data[rows[a:a + step]]
-            if not dequantize_into(src, t.tensor_type, out[a:a + step]):  # (F32, F16)
-                out[a:a + step] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+            if columns:
+                dst = getattr(scratch, "rows", None)
+                if dst is None:
+                    dst = scratch.rows = np.empty((step, shape[1]), np.float32)
+                dst = dst[:len(src)]
+            else:
+                dst = out[a:a + step]
+            if not dequantize_into(src, t.tensor_type, dst):  # (F32, F16)
+                dst[...] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
             if check:
-                finite[k] = bool(np.isfinite(out[a:a + step]).all())
+                finite[k] = bool(np.isfinite(dst).all())
+            if columns:
+                np.copyto(out[:, a:a + len(src)], dst.T)
         try:
             prepare(t.tensor_type)  # (gguf's lookup grids made once, before the threads)
             in_threads(len(starts), block)
@@ -492,7 +507,8 @@ class GGUFTensors:
         except ValueError as exc:
             raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
         if check and not all(finite):  # named as the file stores it: count, first position
-            check_finite(out if rows is None else out[np.argsort(rows)], name, self.path.name)
+            rows_out = out.T if columns else out
+            check_finite(rows_out if rows is None else rows_out[np.argsort(rows)], name, self.path.name)
         return out
 
     def nbytes32(self, name: str) -> int:
@@ -517,6 +533,7 @@ class GGUFTensors:
 
 
 FILL_VALUES = 1 << 22  # values dequantised at a time into a layer's arrays (16 MiB as float32)
+COLUMN_BLOCK_VALUES = 1 << 16  # ... into a scratch block first, for an [in, out] matrix (256 KiB)
 
 
 def _dequantisable() -> set:
@@ -552,8 +569,8 @@ class _Fill:  # one tensor written into rows at..at + shape[0] of a layer matrix
 @dataclass(frozen=True)
 class _LayerPlan:
     """Where layer i's matrices come from in the file, each checked (name, shape, type) at load.
-    Matrices [out, in]; the engine uses their [in, out] transposed views (Fortran order: BLAS takes
-    either without a copy)."""
+    The file's matrices are [out, in] rows; the engine multiplies by [in, out], laid out with the
+    longer side contiguous (_matrix)."""
     qkv: tuple  # _Fill parts of [(n_head + 2 n_kv_head) d_head, d_model]
     o: tuple  # [d_model, n_head d_head]
     gate_up: tuple | None  # [2 d_ff, d_model] (gate | up), None: the last layer has no MLP
@@ -620,13 +637,23 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
     return plan
 
 
-def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [out, in] float32, C order (None: no fills)
+def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None: no fills)
+    """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows:
+    C order (written as columns) where out >= in, else the transposed view of the rows as read
+    (Fortran order). The longer side contiguous is the layout OpenBLAS's matrix-vector product
+    streams fastest, which is a cached keystroke's product: SmolLM2's gate|up [576, 3072] 6.4
+    against 9.7 ms a keystroke, its output projection [576, 576] 2.9 against 3.6, its down
+    projection [1536, 576] 3.8 against 6.7 the other way round; a keystroke's run 24.8 against
+    28.4 ms p50 (benchmarks/row_products.py, --layouts). Written in the load's arena."""
     if fills is None:
         return None
-    out = float32_array((sum(f.shape[0] for f in fills), fills[0].shape[1]))  # (in the load's arena)
+    n_out, n_in = sum(f.shape[0] for f in fills), fills[0].shape[1]
+    columns = n_out >= n_in
+    out = float32_array((n_in, n_out) if columns else (n_out, n_in))
     for f in fills:
-        ts.fill(f.name, f.shape, out[f.at:f.at + f.shape[0]], f.rows, check)
-    return out
+        part = out[:, f.at:f.at + f.shape[0]] if columns else out[f.at:f.at + f.shape[0]]
+        ts.fill(f.name, f.shape, part, f.rows, check, columns=columns)
+    return out if columns else out.T
 
 
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
@@ -634,7 +661,7 @@ def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
     alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
     tenth of a layer."""
     b_o, post = plan.small.get("b_o"), plan.small.get("post_attn_norm")
-    return (_matrix(plan.o, ts, check).T, None if b_o is None else ts.get(*b_o, check),
+    return (_matrix(plan.o, ts, check), None if b_o is None else ts.get(*b_o, check),
             None if post is None else (ts.get(*post, check),))
 
 
@@ -651,10 +678,8 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
     w_in, w_out = matrix(plan.gate_up), matrix(plan.down)
     norm = lambda key: (vec[key],) if key in vec else None  # noqa: E731
     return Layer(
-        w_qkv=matrix(plan.qkv).T, b_qkv=cat_bias(biases), w_o=matrix(plan.o).T, b_o=vec.get("b_o"),
-        norm1=norm("norm1"), norm2=norm("norm2"),
-        w_in=None if w_in is None else w_in.T, b_in=None,
-        w_out=None if w_out is None else w_out.T, b_out=None,
+        w_qkv=matrix(plan.qkv), b_qkv=cat_bias(biases), w_o=matrix(plan.o), b_o=vec.get("b_o"),
+        norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
         q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
         post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"))
 
