@@ -84,3 +84,39 @@ def test_kv_cache_edits_equal_a_full_recompute(name):
         full = model.run(ids=ids, use_cache=False)
         np.testing.assert_allclose(cached.attentions, full.attentions, atol=1e-5, rtol=0)
     assert cached.cache_reused > 0
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "qwen3", "gemma3"])
+def test_a_decoders_matrices_keep_their_longer_side_contiguous(name, tmp_path):
+    """A safetensors decoder's [in, out] matrices have their longer side contiguous, as GGUF
+    layers are kept (the faster matrix-vector product for a cached keystroke): C order where
+    out >= in, else the view of the file's rows (Fortran order: a down projection wider than the
+    model). The fixtures' own MLPs are narrower than the model; a copy with d_ff = 2 d_model is
+    loaded too. The values are the file's."""
+    from safetensors.numpy import load_file, save_file
+    import json
+    import shutil
+
+    wide = tmp_path / name
+    shutil.copytree(FIXTURES / name, wide)
+    cfg = json.loads((wide / "config.json").read_text())
+    d, f = cfg["hidden_size"], cfg["intermediate_size"]
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for k, v in load_file(str(wide / "model.safetensors")).items():
+        if k.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+            v = np.concatenate([v, (rng.standard_normal((2 * d - f, d)) * 0.02).astype(v.dtype)])
+        elif k.endswith("mlp.down_proj.weight"):
+            v = np.concatenate([v, (rng.standard_normal((d, 2 * d - f)) * 0.02).astype(v.dtype)], axis=1)
+        tensors[k] = np.ascontiguousarray(v)
+    save_file(tensors, str(wide / "model.safetensors"))
+    (wide / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 2 * d}))
+    for folder in (FIXTURES / name, wide):
+        layer = load_model(folder).weights.layers[0]
+        for w in (layer.w_qkv, layer.w_o, layer.w_in, layer.w_out):
+            n_in, n_out = w.shape
+            assert w.flags.c_contiguous if n_out >= n_in else (w.flags.f_contiguous and not w.flags.c_contiguous)
+        down = next(v for k, v in load_file(str(folder / "model.safetensors")).items()
+                    if k.endswith("layers.0.mlp.down_proj.weight"))
+        np.testing.assert_array_equal(layer.w_out.T, down.astype(np.float32))
+    assert layer.w_out.flags.f_contiguous and layer.w_out.shape == (2 * d, d)

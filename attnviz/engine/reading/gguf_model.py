@@ -641,10 +641,11 @@ def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None:
     """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows:
     C order (written as columns) where out >= in, else the transposed view of the rows as read
     (Fortran order). The longer side contiguous is the layout OpenBLAS's matrix-vector product
-    streams fastest, which is a cached keystroke's product: SmolLM2's gate|up [576, 3072] 6.4
-    against 9.7 ms a keystroke, its output projection [576, 576] 2.9 against 3.6, its down
-    projection [1536, 576] 3.8 against 6.7 the other way round; a keystroke's run 24.8 against
-    28.4 ms p50 (benchmarks/row_products.py, --layouts). Written in the load's arena."""
+    streams fastest, which is a cached keystroke's product: one row through SmolLM2's 30 gate|up
+    [576, 3072] 6.4-8.3 against 9.7-13.7 ms, its output projections [576, 576] 2.5-2.9 against
+    3.2-3.6, its down projections [1536, 576] 3.8-4.7 against 5.8-6.7 the other way round; a
+    typed sentence's keystrokes p50 23.9 against 27.3 ms (benchmarks/row_products.py --layouts).
+    Written in the load's arena."""
     if fills is None:
         return None
     n_out, n_in = sum(f.shape[0] for f in fills), fills[0].shape[1]
