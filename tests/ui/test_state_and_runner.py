@@ -1,6 +1,7 @@
 """Unit tests of the window's two pillars, without the window: AppState, the one
 source of truth, and Worker, the one latest-wins job runner."""
 
+import contextlib
 import threading
 import time
 
@@ -108,6 +109,23 @@ def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
     assert computed[0][0] is req2 and computed[0][1].text == "the keys to the cabinet"
 
 
+@contextlib.contextmanager
+def run_replaced(model, run):
+    """model.run replaced by `run` (an attribute of the instance) for the block."""
+    model.run = run
+    try:
+        yield
+    finally:
+        del model.run
+
+
+def release_and_land_one(qtbot, w, gate, computed) -> None:
+    """Let the held job go, then wait for exactly one result to land and the runner to be idle."""
+    gate.set()
+    qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
+    assert w.wait_idle(WAIT)
+
+
 def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
     st = AppState()
     st.set_model(book)
@@ -117,17 +135,11 @@ def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
     w.submit("block", lambda: gate.wait(10), lambda *a: None, None, POOL)  # holds the one thread
     ran = []
     real_run = book.run
-    book_run = lambda text, **k: (ran.append(text), real_run(text, **k))[1]  # noqa: E731
-    try:
-        book.run = book_run
+    with run_replaced(book, lambda text, **k: (ran.append(text), real_run(text, **k))[1]):
         for text in ("the", "the cat", "the cat sat"):
             st.set_text(text)
             w.request_compute(immediate=True)
-        gate.set()
-        qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
-        assert w.wait_idle(WAIT)
-    finally:
-        del book.run
+        release_and_land_one(qtbot, w, gate, computed)
     assert [r.text for _, r in computed] == ["the cat sat"]
     assert ran == ["the cat sat"]  # the two older requests were stale when the thread got to them
 
@@ -156,18 +168,13 @@ def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
             asked.setdefault(text, []).append(answer)
             return answer
         return real_run(text, stop=gated, **k)
-    try:
-        book.run = run
+    with run_replaced(book, run):
         st.set_text("the cat")
         w.request_compute(immediate=True)
         assert waiting.wait(10)  # layer 0 of "the cat" is done, layer 1 not begun
         st.set_text("the cat sat")
         w.request_compute(immediate=True)
-        gate.set()
-        qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
-        assert w.wait_idle(WAIT)
-    finally:
-        del book.run
+        release_and_land_one(qtbot, w, gate, computed)
     assert asked["the cat"] == [False, True]  # stopped before its layer 1 of 2
     assert asked["the cat sat"] == [False] * book.config.n_layer
     assert [r.text for _, r in computed] == ["the cat sat"] and st.result.text == "the cat sat"
