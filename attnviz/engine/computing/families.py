@@ -27,8 +27,8 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled, ModelLoadError
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, layer_norm, linear,
-    mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
+    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, kept_in_c_order,
+    layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine.computing import parallel
 from attnviz.engine.computing.parallel import for_row_chunks
@@ -154,14 +154,11 @@ def _t(w):  # nn.Linear [out, in] -> [in, out], contiguous float32
     return np.ascontiguousarray(w.T, dtype=np.float32)
 
 
-def _in_out(w):  # nn.Linear [out, in] -> [in, out] float32, its longer side contiguous
-    """C order where out >= in, else the [in, out] view of the rows as stored (Fortran order): the
-    layout OpenBLAS's matrix-vector product (a cached keystroke's) streams fastest, as GGUF layers
-    are kept (gguf_model._matrix; one row through SmolLM2's 30 down projections [1536, 576]: 3.8-4.7
-    against 5.8-6.7 ms, benchmarks/row_products.py --layouts). An encoder's many-row products showed
-    no difference (MiniLM: 8.6 against 8.8 ms a keystroke's run): it keeps C order."""
+def _in_out(w):  # nn.Linear [out, in] -> [in, out] float32, laid out by kept_in_c_order
+    """As GGUF layers are kept (gguf_model._matrix). An encoder keeps C order (_t): its many-row
+    products showed no difference (MiniLM: 8.6 against 8.8 ms a keystroke's run)."""
     out, inp = w.shape
-    return _t(w) if out >= inp else np.ascontiguousarray(w, dtype=np.float32).T
+    return _t(w) if kept_in_c_order(inp, out) else np.ascontiguousarray(w, dtype=np.float32).T
 
 
 def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,

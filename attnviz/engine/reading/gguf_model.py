@@ -35,6 +35,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
+from attnviz.engine.computing.layers import kept_in_c_order
 from attnviz.engine.computing.parallel import cores, in_threads
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
@@ -638,18 +639,13 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
 
 
 def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None: no fills)
-    """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows:
-    C order (written as columns) where out >= in, else the transposed view of the rows as read
-    (Fortran order). The longer side contiguous is the layout OpenBLAS's matrix-vector product
-    streams fastest, which is a cached keystroke's product: one row through SmolLM2's 30 gate|up
-    [576, 3072] 6.4-8.3 against 9.7-13.7 ms, its output projections [576, 576] 2.5-2.9 against
-    3.2-3.6, its down projections [1536, 576] 3.8-4.7 against 5.8-6.7 the other way round; a
-    typed sentence's keystrokes p50 23.9 against 27.3 ms (benchmarks/row_products.py --layouts).
-    Written in the load's arena."""
+    """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows,
+    laid out by layers.kept_in_c_order: C order (written as columns), else the transposed view of
+    the rows as read (Fortran order). Written in the load's arena."""
     if fills is None:
         return None
     n_out, n_in = sum(f.shape[0] for f in fills), fills[0].shape[1]
-    columns = n_out >= n_in
+    columns = kept_in_c_order(n_in, n_out)
     out = float32_array((n_in, n_out) if columns else (n_out, n_in))
     for f in fills:
         part = out[:, f.at:f.at + f.shape[0]] if columns else out[f.at:f.at + f.shape[0]]
