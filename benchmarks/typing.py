@@ -27,6 +27,10 @@ stall from the pass with it, whose p50 / p95 are printed too ("with probe"); the
 turns being first over the runs. Before typing, one word is typed into
 the empty window and taken back: a window's first heatmaps build the grid's titles and the colour
 bar's ticks, once per window; that stall is printed apart.
+On a causal model the keys are also reported by what their run computed (by_rows): the first
+key, the keys whose run computed one new row (the KV cache kept the rest), and those that computed
+two or more (the tokenizer re-split the last tokens): a p95 over 100 keys falls among the few
+slowest, which are often these.
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
@@ -99,6 +103,21 @@ def _pct(values, p):
     import numpy as np
 
     return float(np.percentile(np.asarray(values), p)) if values else float("nan")
+
+
+def by_rows(latencies, rows, tokens) -> dict | None:
+    """A causal model's keys by what their run computed (its KV cache keeps the tokens before the
+    first that changed): the first key (typed into the empty box: a run from nothing), the keys
+    that computed one new row, and those that computed two or more (the tokenizer re-split the
+    last tokens: a typed letter joined the token before it). -> {group: (keys, p50, p95, max)};
+    None where every key computed every row (an encoder: no cache)."""
+    if all(r == t for r, t in zip(rows, tokens)):
+        return None
+    groups = {"first": [latencies[0]],
+              "1 row": [x for k, (x, r) in enumerate(zip(latencies, rows)) if k and r == 1],
+              "2+ rows": [x for k, (x, r) in enumerate(zip(latencies, rows)) if k and r >= 2]}
+    return {g: (len(v), _pct(v, 50), _pct(v, 95), max(v) if v else float("nan"))
+            for g, v in groups.items()}
 
 
 def _tick_timer():
@@ -235,11 +254,12 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
 
     def type_sentence(probe: bool):
         """Type the sentence into the empty box, key by key: (latencies, firsts, tokens, computes,
-        key times, the stall probe's ticks). probe: with the 1 ms timer running (the stall pass)."""
+        key times, the stall probe's ticks, rows each key's run computed). probe: with the 1 ms
+        timer running (the stall pass)."""
         shown.clear()
         first.clear()
         timer, ticks = _tick_timer() if probe else (None, [])
-        latencies, firsts, tokens, computes, key_times = [], [], [], [], []
+        latencies, firsts, tokens, computes, key_times, rows = [], [], [], [], [], []
         w.text_box.setFocus()
         for ch in sentence:
             t_key = time.perf_counter()
@@ -254,6 +274,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
             firsts.append(first[text] - t_key)
             tokens.append(len(st.result.tokens))
             computes.append(st.result.compute_s)
+            rows.append(st.result.cache_computed)  # T without a KV cache (an encoder: every row)
             pause = QEventLoop()  # idle in Qt's loop (QTest.qWait sleeps in 10 ms steps: false stalls)
             QTimer.singleShot(40, pause.quit)
             pause.exec()
@@ -264,7 +285,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
                 time.sleep(0.001)
         if timer is not None:
             timer.stop()
-        return latencies, firsts, tokens, computes, key_times, ticks
+        return latencies, firsts, tokens, computes, key_times, ticks, rows
 
     # Two passes of the same keys: the latencies without the stall probe (its 1 ms Python timer wakes
     # the main thread, which takes the GIL from the engine's thread: it is the benchmark's, not the
@@ -275,8 +296,8 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         passes[probe] = type_sentence(probe)
         w.text_box.setPlainText("")
         _spin(app, 1.0)
-    latencies, firsts, tokens, computes, _, _ = passes[False]
-    probed, _, _, _, key_times, ticks = passes[True]
+    latencies, firsts, tokens, computes, _, _, rows = passes[False]
+    probed, _, _, _, key_times, ticks, _ = passes[True]
     switches = anatomy_switches(app, w) if anatomy == "shown" else []  # (total, panel, panel CPU)
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
     if os.environ.get("ATTNVIZ_BENCH_KEYS"):  # each key of the probe-free pass: what its time was made of
@@ -305,6 +326,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "compute_end_p50": _pct([c for c, n in zip(computes, tokens) if n >= max(tokens) - 2], 50),
         "rest_p50": _pct([x - c for x, c in zip(latencies, computes)], 50),
         "rest_p95": _pct([x - c for x, c in zip(latencies, computes)], 95),
+        "by_rows": by_rows(latencies, rows, tokens),
         "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
         "first_heatmaps_stall": max(max(warm_gaps) - 0.001, 0.0) if warm_gaps else float("nan"),
         "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
@@ -487,6 +509,15 @@ def main() -> int:
                   f"{r['stall'] * 1e3:.1f} ms {'met' if r['stall'] <= 0.016 else 'NOT met'} (<= 16); "
                   f"the window's first heatmaps (a word typed into it empty, before the typing "
                   f"timed): stall {r['first_heatmaps_stall'] * 1e3:.1f} ms, once per window")
+            if r["by_rows"]:
+                print("  the same keys by what their run computed: " + "; ".join(
+                    f"{g}: {n} key{'s' * (n != 1)}" + (f", p50 {p50 * 1e3:.1f}, p95 {p95 * 1e3:.1f}, "
+                                                      f"max {mx * 1e3:.1f} ms" if n > 1 else
+                                                      f" {mx * 1e3:.1f} ms" if n else "")
+                    for g, (n, p50, p95, mx) in r["by_rows"].items())
+                    + " (first: typed into the empty box, a run from nothing; 1 row: the KV cache "
+                    "kept every token before the new one; 2+ rows: the tokenizer re-split the last "
+                    "tokens)")
     print()
     if cold:  # --cold-runs 0 skips it
         best = min(c[0] for c in cold)

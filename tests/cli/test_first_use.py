@@ -56,6 +56,23 @@ def test_typing_benchmark_holds_smollm2_to_its_own_goal_however_it_is_named():
     assert goal("all-MiniLM-L6-v2") == 0.016 and goal("/models/gpt2") == 0.050
 
 
+def test_typing_benchmark_groups_a_decoders_keys_by_the_rows_their_runs_computed():
+    """The first key, the one-row keys and the re-split keys apart (the first key out of the one-row
+    group though its run computed one row); an encoder's keys, every row each, are not grouped."""
+    import runpy
+    from pathlib import Path
+
+    by_rows = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"))["by_rows"]
+    latencies = [0.040, 0.020, 0.030, 0.050, 0.022]
+    groups = by_rows(latencies, rows=[1, 1, 1, 2, 1], tokens=[1, 2, 2, 3, 3])
+    assert list(groups) == ["first", "1 row", "2+ rows"]
+    assert groups["first"] == (1, 0.040, 0.040, 0.040)
+    n, p50, _p95, top = groups["1 row"]
+    assert (n, top) == (3, 0.030) and abs(p50 - 0.022) < 1e-12
+    assert groups["2+ rows"][0] == 1 and groups["2+ rows"][3] == 0.050
+    assert by_rows(latencies, rows=[3, 3, 4, 4, 5], tokens=[3, 3, 4, 4, 5]) is None
+
+
 def readme_commands() -> list[str]:
     """The attnviz lines of the README's ```bash blocks, as a reader would paste them."""
     import re
