@@ -120,6 +120,15 @@ def by_rows(latencies, rows, tokens) -> dict | None:
             for g, v in groups.items()}
 
 
+def _group_line(group: str, n: int, p50: float, p95: float, top: float) -> str:
+    """One by_rows group as printed: 'first: 1 key 26.0 ms', '1 row: 95 keys, p50 .., p95 .., max ..'."""
+    if n == 0:
+        return f"{group}: no keys"
+    if n == 1:
+        return f"{group}: 1 key {top * 1e3:.1f} ms"
+    return f"{group}: {n} keys, p50 {p50 * 1e3:.1f}, p95 {p95 * 1e3:.1f}, max {top * 1e3:.1f} ms"
+
+
 def _tick_timer():
     """A 1 ms precise timer on the main thread, started: (the timer, the list of its tick times)."""
     from PySide6.QtCore import Qt, QTimer
@@ -510,14 +519,11 @@ def main() -> int:
                   f"the window's first heatmaps (a word typed into it empty, before the typing "
                   f"timed): stall {r['first_heatmaps_stall'] * 1e3:.1f} ms, once per window")
             if r["by_rows"]:
-                print("  the same keys by what their run computed: " + "; ".join(
-                    f"{g}: {n} key{'s' * (n != 1)}" + (f", p50 {p50 * 1e3:.1f}, p95 {p95 * 1e3:.1f}, "
-                                                      f"max {mx * 1e3:.1f} ms" if n > 1 else
-                                                      f" {mx * 1e3:.1f} ms" if n else "")
-                    for g, (n, p50, p95, mx) in r["by_rows"].items())
-                    + " (first: typed into the empty box, a run from nothing; 1 row: the KV cache "
-                    "kept every token before the new one; 2+ rows: the tokenizer re-split the last "
-                    "tokens)")
+                print("  the same keys by what their run computed: "
+                      + "; ".join(_group_line(g, *v) for g, v in r["by_rows"].items())
+                      + " (first: typed into the empty box, a run from nothing; 1 row: the KV cache "
+                      "kept every token before the new one; 2+ rows: the tokenizer re-split the last "
+                      "tokens)")
     print()
     if cold:  # --cold-runs 0 skips it
         best = min(c[0] for c in cold)
