@@ -28,9 +28,9 @@ turns being first over the runs. Before typing, one word is typed into
 the empty window and taken back: a window's first heatmaps build the grid's titles and the colour
 bar's ticks, once per window; that stall is printed apart.
 On a causal model the keys are also reported by what their run computed (by_rows): the first
-key, the keys whose run computed one new row (the KV cache kept the rest), and those that computed
-two or more (the tokenizer re-split the last tokens): a p95 over 100 keys falls among the few
-slowest, which are often these.
+key, the keys whose run computed nothing (a run the KV cache kept held every token), one new row
+(a kept run held the rest), or two or more (the tokenizer re-split the last tokens and no kept run
+held the new prefix): a p95 over 100 keys falls among the few slowest, which are often these.
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
@@ -106,14 +106,16 @@ def _pct(values, p):
 
 
 def by_rows(latencies, rows, tokens) -> dict | None:
-    """A causal model's keys by what their run computed (its KV cache keeps the tokens before the
-    first that changed): the first key (typed into the empty box: a run from nothing), the keys
-    that computed one new row, and those that computed two or more (the tokenizer re-split the
-    last tokens: a typed letter joined the token before it). -> {group: (keys, p50, p95, max)};
-    None where every key computed every row (an encoder: no cache)."""
+    """A causal model's keys by what their run computed (its KV cache starts from the kept run
+    sharing the longest prefix): the first key (typed into the empty box), the keys that computed
+    no row (a kept run held every token), one new row, and two or more (the tokenizer re-split
+    the last tokens: a typed letter joined the token before it, and no kept run held the new
+    prefix). -> {group: (keys, p50, p95, max)}; None where every key computed every row (an
+    encoder: no cache)."""
     if all(r == t for r, t in zip(rows, tokens)):
         return None
     groups = {"first": [latencies[0]],
+              "0 rows": [x for k, (x, r) in enumerate(zip(latencies, rows)) if k and r == 0],
               "1 row": [x for k, (x, r) in enumerate(zip(latencies, rows)) if k and r == 1],
               "2+ rows": [x for k, (x, r) in enumerate(zip(latencies, rows)) if k and r >= 2]}
     return {g: (len(v), _pct(v, 50), _pct(v, 95), max(v) if v else float("nan"))
@@ -521,9 +523,9 @@ def main() -> int:
             if r["by_rows"]:
                 print("  the same keys by what their run computed: "
                       + "; ".join(_group_line(g, *v) for g, v in r["by_rows"].items())
-                      + " (first: typed into the empty box, a run from nothing; 1 row: the KV cache "
-                      "kept every token before the new one; 2+ rows: the tokenizer re-split the last "
-                      "tokens)")
+                      + " (first: typed into the empty box; 0 rows: a run the KV cache kept held "
+                      "every token; 1 row: a kept run held every token before the new one; 2+ rows: "
+                      "the tokenizer re-split the last tokens and no kept run held the new prefix)")
     print()
     if cold:  # --cold-runs 0 skips it
         best = min(c[0] for c in cold)

@@ -57,16 +57,18 @@ def test_typing_benchmark_holds_smollm2_to_its_own_goal_however_it_is_named():
 
 
 def test_typing_benchmark_groups_a_decoders_keys_by_the_rows_their_runs_computed():
-    """The first key, the one-row keys and the re-split keys apart (the first key out of the one-row
-    group though its run computed one row); an encoder's keys, every row each, are not grouped."""
+    """The first key, the keys that computed no row, one row and two or more apart (the first key
+    out of the one-row group though its run computed one row); an encoder's keys, every row each,
+    are not grouped."""
     import runpy
     from pathlib import Path
 
     by_rows = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"))["by_rows"]
-    latencies = [0.040, 0.020, 0.030, 0.050, 0.022]
-    groups = by_rows(latencies, rows=[1, 1, 1, 2, 1], tokens=[1, 2, 2, 3, 3])
-    assert list(groups) == ["first", "1 row", "2+ rows"]
+    latencies = [0.040, 0.020, 0.030, 0.050, 0.022, 0.004]
+    groups = by_rows(latencies, rows=[1, 1, 1, 2, 1, 0], tokens=[1, 2, 2, 3, 3, 3])
+    assert list(groups) == ["first", "0 rows", "1 row", "2+ rows"]
     assert groups["first"] == (1, 0.040, 0.040, 0.040)
+    assert groups["0 rows"] == (1, 0.004, 0.004, 0.004)
     n, p50, _p95, top = groups["1 row"]
     assert (n, top) == (3, 0.030) and abs(p50 - 0.022) < 1e-12
     assert groups["2+ rows"][0] == 1 and groups["2+ rows"][3] == 0.050

@@ -25,6 +25,9 @@ def folders(tmp_path_factory):
                                      model_type="mistral", sliding_window=4),
         "gpt2": FIXTURES / "gpt2",
         "qwen2": FIXTURES / "qwen2",  # q/k/v biases
+        # one KV head: a cut of its K [1, T, d_head] is contiguous (the earlier runs' arrays must
+        # not be shared with the current one's, which appends in place)
+        "llama_mqa": tiny_llama(root / "mqa", seed=5, n_head=4, n_kv_head=1),
     }
 
 
@@ -81,13 +84,14 @@ def kv_formula(cfg, T):
     return cfg.n_layer * cfg.n_kv_head * cfg.d_head * 2 * 4 * T
 
 
-@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window", "gpt2", "qwen2"])
+@pytest.mark.parametrize("name", ["llama_gqa", "mistral_window", "gpt2", "qwen2", "llama_mqa"])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_edits_match_full_recompute(folders, name, seed):
     model = load_model(folders[name])
     fresh = load_model(folders[name])  # never caches here: use_cache=False
     cfg = model.config
     prev: list[int] = []
+    seen: list[list[int]] = []  # every run before this one (the cache keeps the last few)
     for ids in edits(min(cfg.vocab_size, 48), min(cfg.max_positions, 40), seed):
         if not ids:  # everything deleted: refused (nothing to show), the cache left as it was
             with pytest.raises(InputError, match="no token ids"):
@@ -99,11 +103,14 @@ def test_edits_match_full_recompute(folders, name, seed):
         assert got.attentions.shape == want.attentions.shape == (cfg.n_layer, cfg.n_head, T, T)
         if T:
             assert np.abs(got.attentions - want.attentions).max() <= ATOL, (ids, prev)
-        p = common_prefix(prev, ids)
-        assert (got.cache_reused, got.cache_computed) == (p, T - p), (prev, ids)
+        # at least the last run's common prefix; at most the longest any earlier run shares
+        p, best = common_prefix(prev, ids), max((common_prefix(h, ids) for h in seen), default=0)
+        assert p <= got.cache_reused <= best, (prev, ids)
+        assert got.cache_computed == T - got.cache_reused
         assert (want.cache_reused, want.cache_computed, want.cache_bytes) == (0, T, 0)
         assert got.cache_bytes == kv_formula(cfg, T)
         prev = ids
+        seen.append(ids)
 
 
 def test_window_shorter_than_text_is_used(folders):
@@ -330,5 +337,70 @@ def test_a_stopped_run_stops_at_a_layer_and_leaves_the_cache_with_the_last_whole
         np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
     assert model.run(ids=base[:5] + [7]).cache_reused == 5
     calls = []
-    full = model.run(ids=base, stop=lambda: calls.append(1) and False)  # never stops: every layer
+    # never stops: every layer (a new first token: no kept run shares a prefix)
+    full = model.run(ids=[V - 4] + base, stop=lambda: calls.append(1) and False)
     assert len(calls) == n_layer and full.attentions.shape[0] == n_layer
+
+
+def test_a_run_starts_from_the_earlier_run_with_the_longest_prefix(folders):
+    """Typing into a byte-level BPE re-splits the last word as it grows: ids ending X, then X Y,
+    then Z (the letters merged), then X W. The last run shares two tokens with the one before it;
+    the run before that shares three: the cache starts from it and computes one row."""
+    model, fresh = load_model(folders["llama_gqa"]), load_model(folders["llama_gqa"])
+    base = [3, 9, 4, 7]
+    for ids, reused in ((base + [11], 0), (base + [11, 12], 5), (base + [13], 4), (base + [11, 14], 5)):
+        got = model.run(ids=ids)
+        assert (got.cache_reused, got.cache_computed) == (reused, len(ids) - reused), ids
+        np.testing.assert_allclose(got.attentions, fresh.run(ids=ids, use_cache=False).attentions,
+                                   atol=ATOL)
+    # a token deleted and typed again: its run is kept whole, nothing is computed
+    model.run(ids=base + [11])
+    again = model.run(ids=base + [11, 14])
+    assert (again.cache_reused, again.cache_computed) == (6, 0)
+    np.testing.assert_allclose(again.attentions, fresh.run(ids=base + [11, 14], use_cache=False).attentions,
+                               atol=ATOL)
+    # the current run is what the model holds: its bytes are this text's K and V
+    assert again.cache_bytes == kv_formula(model.config, 6)
+
+
+@pytest.mark.parametrize("name", ["llama_mqa", "llama_gqa"])
+def test_an_earlier_run_is_never_written_by_a_later_one(folders, name):
+    """A shorter text cuts the current run and keeps the whole one among the earlier runs; the next
+    token is then appended to the cut in place: the whole run's rows stay as they were."""
+    model, fresh = load_model(folders[name]), load_model(folders[name])
+    whole = [5, 6, 7, 8, 9, 10]
+    model.run(ids=whole)
+    k_before = [a.copy() for a in model._cache.k]
+    model.run(ids=whole[:4])  # cut to 4 tokens
+    model.run(ids=whole[:4] + [20])  # appended after the cut
+    model.run(ids=whole[:4] + [20, 21])  # and in place after that
+    back = model.run(ids=whole)
+    assert (back.cache_reused, back.cache_computed) == (6, 0)
+    for a, b in zip(model._cache.k, k_before):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(back.attentions, fresh.run(ids=whole, use_cache=False).attentions, atol=ATOL)
+
+
+def test_the_earlier_runs_kept_are_few_and_small(folders, monkeypatch):
+    from attnviz.engine.computing import trace
+
+    model = load_model(folders["llama_gqa"])
+    runs = [[1, 2, 3, 10 + j] for j in range(trace.EARLIER_RUNS + 2)]  # each shares [1, 2, 3] only
+    for ids in runs:
+        model.run(ids=ids)
+    assert [list(r.ids) for r in model._cache.earlier] == runs[-2::-1][:trace.EARLIER_RUNS]
+    assert model.run(ids=runs[0]).cache_reused == 3  # the oldest was let go
+    assert model.run(ids=runs[-3]).cache_reused == 4  # a newer one is kept
+    # a run whose ids the current run holds is dropped: it could give nothing more
+    model.run(ids=[1, 2, 3, 10, 30])
+    assert all(list(r.ids) != runs[0] for r in model._cache.earlier)
+    # the byte limit: runs beyond it are let go, the newest first kept
+    one = model._cache.held_bytes()  # the current run's, kept first at the next run
+    monkeypatch.setattr(trace, "EARLIER_BYTES", one)
+    model.run(ids=[40, 41, 42])
+    assert len(model._cache.earlier) == 1
+    monkeypatch.setattr(trace, "EARLIER_BYTES", model._cache.held_bytes() - 1)
+    model.run(ids=[45, 41, 42])
+    assert model._cache.earlier == []
+    model.clear_cache()  # forgets the earlier runs too
+    assert model.run(ids=[40, 41, 42]).cache_reused == 0

@@ -112,3 +112,17 @@ def test_probe_finds_induction_heads(smollm2):
     # an induction head's weight on the token after the earlier copy beats a uniform spread by far
     l, h = induction[0]
     assert scores.scores["induction"][l, h] > 5 / result.n_tokens
+
+
+def test_typing_a_word_computes_one_row_a_key(smollm2):
+    """The byte-level BPE re-splits a growing word (" cabin" then " cab" + "ine"): the KV cache's
+    earlier runs hold the prefix, so each key's run computes one row, and the patterns are a fresh
+    run's."""
+    smollm2.clear_cache()
+    text = "The keys to the cabinet"
+    rows = [smollm2.run(text[:i]).cache_computed for i in range(1, len(text) + 1)]
+    assert max(rows[1:]) == 1
+    got = smollm2.run(text[:-1] + "e")
+    want = smollm2.run(text[:-1] + "e", use_cache=False)
+    assert got.cache_computed <= 1
+    np.testing.assert_allclose(got.attentions, want.attentions, atol=1e-5)

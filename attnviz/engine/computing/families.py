@@ -603,9 +603,9 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
             cache: KVCache | None = None) -> Trace:
     """Token ids [T] -> the trace, filled with what it asks for (default: the patterns).
 
-    With a `cache` (causal models only; the trace then keeps k and v) the tokens of the common
-    prefix with the cached ids are reused: only rows p..T-1 are computed, and the cache is updated
-    to `ids`. Same ids compute nothing; ids that are a prefix of the cached ones cut the cache to
+    With a `cache` (causal models only; the trace then keeps k and v) the tokens of the longest
+    common prefix with a cached run's ids (its current run or one of the few earlier ones it keeps:
+    KVCache.reuse) are reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute nothing; ids that are a prefix of the cached ones cut the cache to
     them. The patterns are then a read-only view of the cache's array. A cache that did not keep a
     record the trace asks for is recomputed in full. A trace with edits or a resume point computes
     in full from its start layer and never reads or writes a cache."""
@@ -617,8 +617,7 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
         assert not trace.edits and not trace.start, "an edited run leaves the cache alone"
         assert trace.end is None, "a cache holds every layer: a run that ends early leaves it alone"
         trace.want_kv = True
-        if cache.usable(trace):
-            p = cache.prefix(ids)
+        p = cache.reuse(ids, trace)  # the longest prefix a kept run holds (it becomes the current one)
         if p == T and T:  # same ids, or the text got shorter: every row is known
             cache.give(trace, T)
             return trace

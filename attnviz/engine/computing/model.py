@@ -66,7 +66,7 @@ class RunResult:
 
 
 class Model:
-    """A loaded model: weights, tokenizer and, for a causal model, the KV cache of its last run.
+    """A loaded model: weights, tokenizer and, for a causal model, the KV cache of its last runs.
     Safe across threads: one run at a time uses the cache, any other computes in full."""
 
     def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,

@@ -258,12 +258,24 @@ class _Nothing:
 NOTHING = _Nothing()
 
 
+EARLIER_RUNS = 4  # earlier runs a KVCache keeps beside its current one (KVCache.earlier)
+EARLIER_BYTES = 64 << 20  # ... as long as their arrays hold at most this many bytes together
+
+
 @dataclass
 class KVCache:
     """What one causal run leaves for the next: its ids, every layer's K (after RoPE) and V, its
     patterns, and the per-position records its trace kept (RECORDS: their rows stay valid for a
     prefix). Mutable: `families.forward` replaces the fields at the end of a run. Not locked here:
-    its owner (a Model) lets one run at a time use it."""
+    its owner (a Model) lets one run at a time use it.
+
+    Beside that current run it keeps a few earlier ones (`earlier`, newest first: EARLIER_RUNS at
+    most, EARLIER_BYTES of arrays together), and a run starts from whichever shares the longest
+    prefix with its ids (`reuse`), as a serving engine's prefix tree does. Typing needs it: a
+    byte-level BPE re-splits the last word as it grows (" cab" + "in" -> " cabin" -> " cab" + "ine"),
+    so the current run's prefix ends before the last token while a run two or three keys back
+    holds it; a letter deleted and typed again finds its run whole. An earlier run whose ids are a
+    prefix of the current one's is dropped (the current one holds all it could give)."""
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # int64 [T]
     k: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head], not repeated
     v: list = field(default_factory=list)  # per layer [n_kv_head, T, d_head]
@@ -271,11 +283,59 @@ class KVCache:
     attentions: np.ndarray | None = None  # [n_layer, n_head, T, T], read-only: results share it
     nbytes: int = 0  # bytes of K and V held, from the arrays
     reused: int = 0  # tokens the last run took from the cache
+    earlier: list = field(default_factory=list)  # KVCache of earlier runs, newest first (see above)
 
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
         differ = np.flatnonzero(self.ids[:n] != ids[:n])
         return int(differ[0]) if differ.size else n
+
+    def reuse(self, ids: np.ndarray, trace: Trace) -> int:
+        """Tokens of `ids` [T] a kept run gives `trace` (0: none it may use): the current run's
+        common prefix, or an earlier run's longer one, which then becomes the current run (the
+        current one kept among the earlier)."""
+        p = self.prefix(ids) if self.usable(trace) else 0
+        best = None
+        for j, run in enumerate(self.earlier):
+            n = run.prefix(ids) if run.usable(trace) else 0
+            if n > p:
+                p, best = n, j
+        if best is not None:
+            run = self.earlier.pop(best)
+            current = self._run()
+            self._set(run)
+            self._remember(current)
+        return p
+
+    def _run(self) -> KVCache:  # the current run alone, as an entry of `earlier`
+        return KVCache(ids=self.ids, k=self.k, v=self.v, records=self.records,
+                       attentions=self.attentions, nbytes=self.nbytes, reused=self.reused)
+
+    def _set(self, run: KVCache) -> None:  # make `run` the current one
+        self.ids, self.k, self.v, self.records = run.ids, run.k, run.v, run.records
+        self.attentions, self.nbytes, self.reused = run.attentions, run.nbytes, run.reused
+
+    def held_bytes(self) -> int:
+        """Bytes of the current run's arrays: K, V, patterns and records (K and V as their T
+        positions, not counting the room for KV_ROOM more their arrays may have)."""
+        arrays = [*self.k, *self.v, *(a for rows in self.records.values() for a in rows)]
+        return (sum(a.nbytes for a in arrays if a is not None)
+                + (self.attentions.nbytes if self.attentions is not None else 0))
+
+    def _remember(self, run: KVCache | None) -> None:
+        """Keep `run` (a former current run) among the earlier ones unless the current run holds
+        its ids; drop those the current one now holds, then the oldest beyond the limits."""
+        def covered(r):  # its ids a prefix of the current run's
+            return len(r.ids) <= len(self.ids) and self.prefix(r.ids) == len(r.ids)
+
+        kept = ([run] if run is not None and len(run.ids) and not covered(run) else [])
+        kept += [r for r in self.earlier if not covered(r)]
+        total, self.earlier = 0, []
+        for r in kept[:EARLIER_RUNS]:
+            total += r.held_bytes()
+            if total > EARLIER_BYTES:
+                break
+            self.earlier.append(r)
 
     def usable(self, trace: Trace) -> bool:
         """Whether a run of `trace` may reuse this cache's rows: it holds a run that kept the
@@ -291,6 +351,7 @@ class KVCache:
         """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
         if trace.attentions is not None:  # a run without patterns (a generation step) keeps none
             trace.attentions.flags.writeable = False
+        before = self._run()
         self.ids, self.k, self.v, self.attentions = trace.ids.copy(), trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
@@ -298,13 +359,16 @@ class KVCache:
                 a.flags.writeable = False
         self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
         self.reused = trace.reused
+        self._remember(before)
 
     def give(self, trace: Trace, T: int) -> None:
         """Every row is known (same ids, or a prefix of them): cut the cache to T tokens and fill
         `trace` from it."""
         if T < len(self.ids):
-            def cut(a, axis):  # a copy, so the rest is freed
-                return np.ascontiguousarray(a[(slice(None),) * axis + (slice(None, T),)])
+            def cut(a, axis):  # a copy of its own: the whole run is kept among the earlier ones,
+                # and append_positions may write after the cut's T positions in place
+                return a[(slice(None),) * axis + (slice(None, T),)].copy()
+            whole = self._run()
             self.ids = self.ids[:T].copy()
             self.k, self.v = [cut(a, 1) for a in self.k], [cut(a, 1) for a in self.v]
             if self.attentions is not None:
@@ -316,6 +380,7 @@ class KVCache:
                 for a in rows:
                     a.flags.writeable = False
             self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+            self._remember(whole)
         self.reused = T
         trace.ids, trace.reused = self.ids, T
         trace.attentions = self.attentions.view() if self.attentions is not None else None
