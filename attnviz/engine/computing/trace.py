@@ -332,7 +332,9 @@ class KVCache:
         kept += [r for r in self.earlier if not covered(r)]
         total, self.earlier = 0, []
         for r in kept[:EARLIER_RUNS]:
-            total += r.held_bytes()
+            if "_held" not in r.__dict__:  # an earlier run's arrays never change: counted once
+                r._held = r.held_bytes()
+            total += r._held
             if total > EARLIER_BYTES:
                 break
             self.earlier.append(r)
