@@ -246,3 +246,24 @@ def test_live_cache_says_needed_and_held_for_local_layers():
     assert "held" in text and exact_bytes(17920) in text and "reuse the prefix" in text
     short = live_text(model.run(ids=[1, 2, 3]), model)
     assert "needed" not in short and "held" in short
+
+
+def test_live_cache_counts_the_earlier_texts_kept_beside_this_one(tmp_path):
+    """The KV cache keeps a few earlier texts' runs (a re-split word starts from them): the panel's
+    held figure is this text's K and V, and the earlier ones are counted beside it, not hidden."""
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import exact_bytes
+    from attnviz.ui.panels.calc_views import live_text
+    from tiny import tiny_llama
+
+    model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2))
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    first = live_text(model.run(ids=[1, 2, 3, 4, 5]), model)
+    assert "earlier" not in first and exact_bytes(5 * per_token) in first
+    model.run(ids=[1, 2, 3, 9])  # the first text is kept: it is not a prefix of this one
+    r = model.run(ids=[1, 2, 3, 4, 7])  # starts from the first text's 4 tokens
+    text = live_text(r, model)
+    assert r.cache_reused == 4 and r.cache_earlier == (2, 9 * per_token)
+    assert exact_bytes(5 * per_token) in text  # this text's
+    assert f"2 earlier texts, {exact_bytes(9 * per_token)}" in text  # [1, 2, 3, 9] and [1, 2, 3, 4, 5]

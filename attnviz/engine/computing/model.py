@@ -53,7 +53,9 @@ class RunResult:
     compute_s: float = 0.0
     cache_reused: int = 0  # tokens whose rows came from the KV cache
     cache_computed: int = 0  # tokens computed this run (T for a full run)
-    cache_bytes: int = 0  # bytes of K and V the model holds after this run (0: it keeps no cache)
+    cache_bytes: int = 0  # bytes of K and V the model holds for this text after this run (0: it keeps no cache)
+    # the earlier texts' runs the KV cache keeps beside this one (KVCache.earlier), and their K and V bytes
+    cache_earlier: tuple[int, int] = (0, 0)
     notice: str | None = None  # one line for the user about what was changed in the text, if anything
     value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (run(values=True))
     head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
@@ -184,7 +186,7 @@ class Model:
                                    cache_reused=tr.reused, cache_computed=len(ids) - tr.reused,
                                    notice=notice))
             trace.early = (k, partial)
-        attentions, reused, held = self._forward(ids, use_cache, trace)
+        attentions, reused, held, earlier = self._forward(ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
                 self._check_finite(attentions)
@@ -196,7 +198,8 @@ class Model:
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
                          compute_s=time.perf_counter() - t0, cache_reused=reused,
-                         cache_computed=len(ids) - reused, cache_bytes=held, notice=notice,
+                         cache_computed=len(ids) - reused, cache_bytes=held,
+                         cache_earlier=earlier, notice=notice,
                          value_norms=norms, head_share=share,
                          layer_inputs=tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if inputs else None,
                          trace=given)
@@ -337,13 +340,16 @@ class Model:
                 f"for this input; the model's weights or config.json are broken (a NaN, inf or "
                 f"huge weight, or a norm epsilon <= 0)")
 
-    def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple[np.ndarray, int, int]:
-        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held), with
-        `trace` filled. The run uses the cache when it may (a causal model, use_cache, a trace
-        without edits, and no other run holding it) and computes in full otherwise."""
+    def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
+        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held, (earlier
+        runs kept, their K and V bytes)), with `trace` filled. The run uses the cache when it may
+        (a causal model, use_cache, a trace without edits, and no other run holding it) and
+        computes in full otherwise."""
         if trace.past is not None:  # the trace's own cache (longdoc.run_long's reuse): the model's untouched
             forward(self.config, self.weights, ids, trace, trace.past)
-            return trace.attentions, trace.past.reused, self._cache.nbytes if self._cache is not None else 0
+            kept = self._cache
+            return (trace.attentions, trace.past.reused, kept.nbytes if kept is not None else 0,
+                    kept.earlier_kv() if kept is not None else (0, 0))
         owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:
@@ -351,7 +357,8 @@ class Model:
             forward(self.config, self.weights, ids, trace, cache)
             kept = cache if cache is not None else self._cache  # the one this run used, or the model's
             return (trace.attentions, cache.reused if cache is not None else 0,
-                    kept.nbytes if kept is not None else 0)
+                    kept.nbytes if kept is not None else 0,
+                    kept.earlier_kv() if kept is not None else (0, 0))
         finally:
             if owns:
                 self._cache_lock.release()

@@ -315,6 +315,11 @@ class KVCache:
         self.ids, self.k, self.v, self.records = run.ids, run.k, run.v, run.records
         self.attentions, self.nbytes, self.reused = run.attentions, run.nbytes, run.reused
 
+    def earlier_kv(self) -> tuple[int, int]:
+        """(earlier runs kept, the bytes of their K and V)."""
+        earlier = list(self.earlier)  # (a snapshot: a run on another thread may replace the list)
+        return len(earlier), sum(r.nbytes for r in earlier)
+
     def held_bytes(self) -> int:
         """Bytes of the current run's arrays: K, V, patterns and records (K and V as their T
         positions, not counting the room for KV_ROOM more their arrays may have)."""

@@ -279,6 +279,12 @@ def live_text(result, model) -> str:
                  f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
                  f"this edit reused {tokens(result.cache_reused)} and computed "
                  f"{result.cache_computed:,}")
+    n_earlier, earlier_bytes = getattr(result, "cache_earlier", (0, 0))
+    if n_earlier:
+        held_line += (f"; beside it, the K and V of {n_earlier} earlier "
+                      f"{'text' if n_earlier == 1 else 'texts'}, {exact_bytes(earlier_bytes)}, "
+                      f"kept so that a word the tokenizer splits anew or a letter typed again "
+                      f"starts from the longest prefix already computed")
     local = sum(c.is_local(i) for i in range(c.n_layer))
     if not local or T <= c.sliding_window:
         return held_line
