@@ -294,10 +294,10 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
     real_forward = model._forward
 
     def nan_forward(*a, **kw):  # the model gives NaN weights: Model.run refuses them
-        att, reused, held = real_forward(*a, **kw)
+        att, *rest = real_forward(*a, **kw)
         att = att.copy()
         att[2, 5, 1, :] = np.nan
-        return att, reused, held
+        return att, *rest
 
     monkeypatch.setattr(model, "_forward", nan_forward)
     window.set_text("This run goes wrong.")
