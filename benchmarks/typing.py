@@ -26,7 +26,9 @@ a second and takes the GIL from the engine's thread: the benchmark's load, not t
 stall from the pass with it, whose p50 / p95 are printed too ("with probe"); the two passes take
 turns being first over the runs. Before typing, one word is typed into
 the empty window and taken back: a window's first heatmaps build the grid's titles and the colour
-bar's ticks, once per window; that stall is printed apart.
+bar's ticks, once per window; that stall is printed apart. Each pass starts with the model's KV
+cache cleared: it keeps a few earlier texts' runs, and the warm-up word's or the other pass's
+would give some keys their rows for free.
 On a causal model the keys are also reported by what their run computed (by_rows): the first
 key, the keys whose run computed nothing (a run the KV cache kept held every token), one new row
 (a kept run held the rest), or two or more (the tokenizer re-split the last tokens and no kept run
@@ -269,6 +271,9 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         timer running (the stall pass)."""
         shown.clear()
         first.clear()
+        if st.model is not None:  # typed as a new text: the KV cache keeps earlier texts' runs, and
+            # the warm-up word's or the other pass's would give some keys their rows for free
+            st.model.clear_cache()
         timer, ticks = _tick_timer() if probe else (None, [])
         latencies, firsts, tokens, computes, key_times, rows = [], [], [], [], [], []
         w.text_box.setFocus()
