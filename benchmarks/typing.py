@@ -11,7 +11,8 @@ print the difference (goal: <= 10 ms added to keystroke -> repaint p95, no stall
 Before typing with the panel, one word is typed and taken back so the first analysis (it dequantises
 the unembedding, once per model) is not counted as a keystroke's.
 --model: the model the window opens (name or path; default all-MiniLM-L6-v2), for typing and cold
-start alike. --modes: the views to type in. --sentence: type this SENTENCES entry in every view
+start alike. --kept-runs 0: the KV cache keeps the last run only (the reference for its earlier
+runs, timed in turns with the default). --modes: the views to type in. --sentence: type this SENTENCES entry in every view
 (default: each view's own). --json: also print the rows and cold-start runs as one JSON line.
 
 Per keystroke: the key event is sent with QTest, then the event loop runs until the state holds the
@@ -469,9 +470,16 @@ def main() -> int:
                          "goals <= 20 ms extra per result, <= 50 ms p95 per switch)")
     ap.add_argument("--effects", choices=("off", "both"), default="off",
                     help="both: each view typed without and then with the What heads do panel shown")
+    ap.add_argument("--kept-runs", type=int, default=None,
+                    help="earlier texts' runs the KV cache keeps (default: the engine's, "
+                         "trace.EARLIER_RUNS; 0: the last run only, the reference for them)")
     ap.add_argument("--cold-child", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args()
     quiet_qt()
+    if args.kept_runs is not None:
+        from attnviz.engine.computing import trace
+
+        trace.EARLIER_RUNS = max(0, args.kept_runs)
     if args.cold_child is not None:
         cold_child(args.cold_child, args.model)
         return 0
@@ -492,8 +500,11 @@ def main() -> int:
             for mode in modes for i in range(args.repeat)
             for effects in ((False, True) if args.effects == "both" else (False,))]
     model_desc = "all-MiniLM-L6-v2 (6 layers x 12 heads)" if args.model == DEFAULT_MODEL else args.model
+    from attnviz.engine.computing import trace
+
     print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, model {model_desc}, "
-          f"side panels: {', '.join(panels) or 'none'}")
+          f"side panels: {', '.join(panels) or 'none'}, earlier runs the KV cache keeps: "
+          f"{trace.EARLIER_RUNS}")
     print()
     print(f"{'view':<22}{'keys':>5}{'max T':>7}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
           f"{'engine p50':>12}{'stall ms':>10}{'with probe':>12}{'goal p95':>10}   first paint of the text: p50, p95, "
