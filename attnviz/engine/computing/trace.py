@@ -335,14 +335,15 @@ class KVCache:
 
         kept = ([run] if run is not None and len(run.ids) and not covered(run) else [])
         kept += [r for r in self.earlier if not covered(r)]
-        total, self.earlier = 0, []
+        total, earlier = 0, []
         for r in kept[:EARLIER_RUNS]:
             if "_held" not in r.__dict__:  # an earlier run's arrays never change: counted once
                 r._held = r.held_bytes()
             total += r._held
             if total > EARLIER_BYTES:
                 break
-            self.earlier.append(r)
+            earlier.append(r)
+        self.earlier = earlier  # one assignment: a reader on another thread sees the old list or this
 
     def usable(self, trace: Trace) -> bool:
         """Whether a run of `trace` may reuse this cache's rows: it holds a run that kept the
