@@ -272,7 +272,7 @@ class KVCache:
     Beside that current run it keeps a few earlier ones (`earlier`, newest first: EARLIER_RUNS at
     most, EARLIER_BYTES of arrays together), and a run starts from whichever shares the longest
     prefix with its ids (`reuse`), as a serving engine's prefix tree does. Typing needs it: a
-    byte-level BPE re-splits the last word as it grows (" cab" + "in" -> " cabin" -> " cab" + "ine"),
+    byte-level BPE re-splits the last word as it grows (" cab" + "i" -> " cabin" -> " cab" + "ine"),
     so the current run's prefix ends before the last token while a run two or three keys back
     holds it; a letter deleted and typed again finds its run whole. An earlier run whose ids are a
     prefix of the current one's is dropped (the current one holds all it could give)."""
