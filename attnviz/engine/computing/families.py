@@ -605,9 +605,10 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
 
     With a `cache` (causal models only; the trace then keeps k and v) the tokens of the longest
     common prefix with a cached run's ids (its current run or one of the few earlier ones it keeps:
-    KVCache.reuse) are reused: only rows p..T-1 are computed, and the cache is updated to `ids`. Same ids compute nothing; ids that are a prefix of the cached ones cut the cache to
-    them. The patterns are then a read-only view of the cache's array. A cache that did not keep a
-    record the trace asks for is recomputed in full. A trace with edits or a resume point computes
+    KVCache.reuse) are reused: only rows p..T-1 are computed, and the cache is updated to `ids`.
+    Same ids compute nothing; ids that are a prefix of the cached ones cut the cache to them. The
+    patterns are then a read-only view of the cache's array. A cache that did not keep a record
+    the trace asks for is recomputed in full. A trace with edits or a resume point computes
     in full from its start layer and never reads or writes a cache."""
     trace = Trace() if trace is None else trace
     T = len(ids)
