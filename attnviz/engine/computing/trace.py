@@ -34,7 +34,7 @@ After the run a Trace holds, per layer i (lists of n_layer; None where not asked
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import numpy as np
@@ -308,12 +308,11 @@ class KVCache:
         return p
 
     def _run(self) -> KVCache:  # the current run alone, as an entry of `earlier`
-        return KVCache(ids=self.ids, k=self.k, v=self.v, records=self.records,
-                       attentions=self.attentions, nbytes=self.nbytes, reused=self.reused)
+        return KVCache(**{name: getattr(self, name) for name in _RUN_FIELDS})
 
     def _set(self, run: KVCache) -> None:  # make `run` the current one
-        self.ids, self.k, self.v, self.records = run.ids, run.k, run.v, run.records
-        self.attentions, self.nbytes, self.reused = run.attentions, run.nbytes, run.reused
+        for name in _RUN_FIELDS:
+            setattr(self, name, getattr(run, name))
 
     def earlier_kv(self) -> tuple[int, int]:
         """(earlier runs kept, the bytes of their K and V)."""
@@ -396,3 +395,6 @@ class KVCache:
         for name in RECORDS:
             if trace.want[name]:
                 setattr(trace, name, list(self.records[name]))
+
+
+_RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name != "earlier")  # what one run is
