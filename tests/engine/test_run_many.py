@@ -58,3 +58,17 @@ def test_texts_are_truncated_and_labelled_as_run_does_it(minilm):
     assert many[1].truncated and many[1].n_tokens == 32
     with_limit = minilm.run_many(["word " * 80], max_tokens=32)  # without truncate: refused
     assert isinstance(with_limit[0], InputError) and "32" in str(with_limit[0])
+
+
+def test_packed_texts_rotate_each_texts_rows_from_position_0():
+    """forward_packed gives layer_consts every row's own position: two texts of two tokens are
+    rotated as positions 0, 1, 0, 1 (RoPE's scores depend on the distance only, so the patterns
+    alone would not show a shifted second text)."""
+    from attnviz.engine.computing.families import layer_consts
+
+    cfg = load_model(FIXTURES / "qwen3").config
+    cos, sin = layer_consts(cfg, 4, masks=False, positions=np.array([0, 1, 0, 1]))[0].rope
+    np.testing.assert_array_equal(cos[2:], cos[:2])
+    np.testing.assert_array_equal(sin[2:], sin[:2])
+    plain = layer_consts(cfg, 4, masks=False)[0].rope[0]  # no positions given: 0..3
+    assert not np.array_equal(plain[2:], plain[:2])

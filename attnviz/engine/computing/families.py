@@ -439,9 +439,10 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     and RoPE share their arrays. Layer i's window and RoPE are the config's (a local layer of
     Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the
     config has one (Gemma), else d_head^-0.5. masks=False: no [n, T] mask (a long run's attention
-    masks its blocks itself); `workers`: threads for the row-wise steps (Consts.workers)."""
+    masks its blocks itself); `workers`: threads for the row-wise steps (Consts.workers);
+    `positions` [n]: the rows' positions where they are not p..T-1 (packed texts, each from 0)."""
     fam = FAMILY[cfg.family]
-    positions = np.arange(p, T)  # [n]
+    positions = np.arange(p, T) if positions is None else positions  # [n]
     eps = cfg.norm_eps
 
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
