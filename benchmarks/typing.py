@@ -12,8 +12,9 @@ Before typing with the panel, one word is typed and taken back so the first anal
 the unembedding, once per model) is not counted as a keystroke's.
 --model: the model the window opens (name or path; default all-MiniLM-L6-v2), for typing and cold
 start alike. --kept-runs 0: the KV cache keeps the last run only (the reference for its earlier
-runs, timed in turns with the default). --modes: the views to type in. --sentence: type this SENTENCES entry in every view
-(default: each view's own). --json: also print the rows and cold-start runs as one JSON line.
+runs, timed in turns with the default). --modes: the views to type in. --sentence: type this
+SENTENCES entry in every view (default: each view's own). --json: also print the rows and
+cold-start runs as one JSON line.
 
 Per keystroke: the key event is sent with QTest, then the event loop runs until the state holds the
 result for exactly the typed text and the grid's viewport has finished painting it (an event filter

@@ -284,6 +284,7 @@ class KVCache:
     nbytes: int = 0  # bytes of K and V held, from the arrays
     reused: int = 0  # tokens the last run took from the cache
     earlier: list = field(default_factory=list)  # KVCache of earlier runs, newest first (see above)
+    held: int = -1  # an earlier run's bytes (held_bytes), counted once when first kept; -1: not yet
 
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
@@ -336,9 +337,9 @@ class KVCache:
         kept += [r for r in self.earlier if not covered(r)]
         total, earlier = 0, []
         for r in kept[:EARLIER_RUNS]:
-            if "_held" not in r.__dict__:  # an earlier run's arrays never change: counted once
-                r._held = r.held_bytes()
-            total += r._held
+            if r.held < 0:  # an earlier run's arrays never change: counted once
+                r.held = r.held_bytes()
+            total += r.held
             if total > EARLIER_BYTES:
                 break
             earlier.append(r)
@@ -397,4 +398,5 @@ class KVCache:
                 setattr(trace, name, list(self.records[name]))
 
 
-_RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name != "earlier")  # what one run is
+# what one run is: every field but the earlier runs and the count of an earlier run's bytes
+_RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name not in ("earlier", "held"))
