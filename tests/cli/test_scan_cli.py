@@ -201,7 +201,7 @@ def test_a_worker_given_dasks_malloc_trim_threshold_keeps_large_arrays_on_its_he
 
 
 def test_starting_the_local_cluster_leaves_this_processs_environment_alone(cluster):
-    """The nannies write their workers' variables (OMP_NUM_THREADS=1, MALLOC_TRIM_THRESHOLD_) into
+    """The nannies write their workers' variables (OMP_NUM_THREADS=1, ...) into
     os.environ to spawn them; this process (the CLI, the window, pytest) gets its own back, while
     the workers keep theirs."""
     c, client = cluster
