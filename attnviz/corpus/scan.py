@@ -182,8 +182,8 @@ def local_cluster(n_workers: int):
     workers do not sample their task's stack every 10 ms for the dashboard's profile (a thread
     that takes the GIL from the task 100 times a second, for a page nobody opens).
     This process's environment is left as it was: each nanny writes its workers' variables
-    (OMP_NUM_THREADS=1, ...) into os.environ before it spawns a worker, and
-    writes them again before a restart, so they are taken back out once the workers are up."""
+    (OMP_NUM_THREADS=1, ...) into os.environ before it spawns a worker, and writes them again
+    before a restart, so they are taken back out once the workers are up."""
     import dask
     from dask.distributed import LocalCluster
 

@@ -201,9 +201,9 @@ def test_a_worker_given_dasks_malloc_trim_threshold_keeps_large_arrays_on_its_he
 
 
 def test_starting_the_local_cluster_leaves_this_processs_environment_alone(cluster):
-    """The nannies write their workers' variables (OMP_NUM_THREADS=1, ...) into
-    os.environ to spawn them; this process (the CLI, the window, pytest) gets its own back, while
-    the workers keep theirs."""
+    """The nannies write their workers' variables (OMP_NUM_THREADS=1, ...) into os.environ to spawn
+    them; this process (the CLI, the window, pytest) gets its own back, while the workers keep
+    theirs."""
     c, client = cluster
     assert c.environment_changes == {}
     threads = client.run(lambda: __import__("os").environ.get("OMP_NUM_THREADS"))
@@ -241,10 +241,10 @@ def test_the_scans_local_cluster_keeps_its_upkeep_timers_slow(cluster):
 
 
 def test_the_scans_workers_keep_glibcs_own_malloc_tuning(cluster):
-    """Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536 for their workers, which turns off glibc's
-    moving mmap threshold: every array over 128 KiB a forward pass makes would be a fresh mmap, and
-    two workers' page faults slow each other's tasks. The scan's workers do without it (while
-    their BLAS stays at one thread)."""
+    """Dask's nannies set MALLOC_TRIM_THRESHOLD_=65536 for their workers, which freezes glibc's
+    moving mmap threshold (worker_model's mallopt sets it high again, but the tasks still took
+    4-8 % more CPU time than without the variable). The scan's workers do without it (while their
+    BLAS stays at one thread)."""
     if "MALLOC_TRIM_THRESHOLD_" in os.environ:
         pytest.skip("this environment sets MALLOC_TRIM_THRESHOLD_ itself, which the workers inherit")
     _, client = cluster
