@@ -12,12 +12,12 @@ import os
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from attnviz.corpus import store
 from attnviz.corpus.source import Corpus, read_corpus
-from attnviz.corpus.tasks import Batch, BatchDone, run_batch
+from attnviz.corpus.tasks import Batch, BatchDone, run_batch, run_batch_and_report
 from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import AttnvizError, InputError
 
@@ -242,28 +242,45 @@ def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
     if progress:
         progress.t0 = time.perf_counter()  # the rate from the first task on, not the cluster's start
     # the longest batches first (their texts' characters, for their tokens): the last tasks to
-    # start are short ones, and workers finish together instead of one waiting on a long last task
-    futures = [client.submit(run_batch, b, key=f"attnviz-batch-{b.index:06d}-{run_id}",
-                             priority=sum(map(len, b.texts))) for b in plan.todo]
+    # start are short ones, and workers finish together instead of one waiting on a long last task.
+    # One client.map sends them all in one message, and the scheduler runs them in its list's order.
+    order = sorted(plan.todo, key=lambda b: -sum(map(len, b.texts)))
+    topic = f"attnviz-scan-{run_id}"
+    reported = {}  # batch index -> BatchDone, from the workers' events (run_batch_and_report)
+    client.subscribe_topic(topic, lambda event: _note_done(reported, event[1]))
+    futures = client.map(run_batch_and_report, order, topic=topic, pure=False,
+                         key=[f"attnviz-batch-{b.index:06d}-{run_id}" for b in order])
     done = []
     try:
         for fut in as_completed(futures):
-            try:
-                d = fut.result()
-            except AttnvizError as exc:  # a worker's model is not the scan's
-                raise InputError(f"batch {_batch_of(fut)}: {exc}") from None
-            except KilledWorker:
-                raise InputError(
-                    f"batch {_batch_of(fut)} killed the workers that ran it (out of memory? "
-                    "--max-tokens caps the [n_layer, n_head, T, T] patterns of long texts); the "
-                    "finished batches are kept: rerun to resume") from None
+            d = reported.pop(_batch_of(fut), None) if fut.status == "finished" else None
+            if d is None:  # an error, or no event (yet): the result itself, from the worker
+                try:
+                    d = fut.result()
+                except AttnvizError as exc:  # a worker's model is not the scan's
+                    raise InputError(f"batch {_batch_of(fut)}: {exc}") from None
+                except KilledWorker:
+                    raise InputError(
+                        f"batch {_batch_of(fut)} killed the workers that ran it (out of memory? "
+                        "--max-tokens caps the [n_layer, n_head, T, T] patterns of long texts); "
+                        "the finished batches are kept: rerun to resume") from None
             done.append(d)
             if progress:
                 progress.update(d)
             fut.release()
     finally:
         client.cancel([f for f in futures if not f.done()])
+        client.unsubscribe_topic(topic)
     return done
+
+
+def _note_done(reported: dict, msg: dict) -> None:
+    """A worker's event: the BatchDone of a batch it finished (in the client's event loop). The
+    scheduler adds the worker's address to the message; only BatchDone's fields are read."""
+    reported[msg["index"]] = BatchDone(**{f: msg[f] for f in BATCH_DONE_FIELDS})
+
+
+BATCH_DONE_FIELDS = tuple(f.name for f in fields(BatchDone))
 
 
 def _batch_of(fut) -> int:

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -225,3 +225,16 @@ def run_batch(batch: Batch) -> BatchDone:
     return BatchDone(index=batch.index, n_texts=len(batch.texts), n_tokens=n_tokens,
                      n_errors=tables["errors"].num_rows, seconds=time.perf_counter() - t0,
                      host=socket.gethostname(), cpu_seconds=time.thread_time() - c0)
+
+
+def run_batch_and_report(batch: Batch, topic: str) -> BatchDone:
+    """run_batch in a Dask worker, its BatchDone also sent to the client as an event on `topic`
+    (Worker.log_event: a message on the worker's open stream to the scheduler, which passes it
+    on). The client reads it there instead of fetching each task's result from its worker (a
+    request and answer per task, in the client, the scheduler's process and the worker), and only
+    fetches the result where no event came."""
+    from distributed import get_worker
+
+    done = run_batch(batch)
+    get_worker().log_event(topic, asdict(done))
+    return done

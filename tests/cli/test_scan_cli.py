@@ -221,6 +221,45 @@ def test_the_scans_local_workers_sample_no_profile_for_a_dashboard(cluster):
     assert dask.config.get("distributed.worker.profile.enabled")  # this process's config untouched
 
 
+def test_the_cluster_runs_the_longest_batches_first_and_reports_each_by_an_event(
+        cluster, corpus, reference, tmp_path, monkeypatch):
+    """The batches go to Dask in one message, longest first (each worker starts its tasks in that
+    order), and each task's BatchDone comes back as an event on the worker's open stream: the
+    client asks no worker for a task's result (Future.result) unless the event is missing."""
+    import distributed
+    from dask.distributed import get_task_stream
+
+    from attnviz.corpus import store
+    from attnviz.corpus.scan import scan
+
+    c, client = cluster
+    asked = []
+    result = distributed.Future.result
+    monkeypatch.setattr(distributed.Future, "result",
+                        lambda self, *a, **k: asked.append(self.key) or result(self, *a, **k))
+    out = tmp_path / "scan"
+    with get_task_stream(client) as stream:
+        manifest, done = scan(out, MODEL, corpus, batch=2, examples=5, client=client)
+    assert manifest.complete and asked == []
+    assert sorted(d.index for d in done) == list(range(12))
+    n_tokens = dict(store.query(out, "SELECT text_id // 2, sum(n_tokens) // 72 FROM heads GROUP BY 1"))
+    assert {d.index: (d.n_texts, d.n_tokens, d.n_errors) for d in done} == {
+        i: (2, n_tokens[i], 0) for i in range(12)}
+    assert all(d.seconds > 0 and d.cpu_seconds > 0 for d in done)
+    assert_same_content(out, reference)
+    texts = corpus.read_text(encoding="utf-8").splitlines()
+    length = {i: len(texts[2 * i]) + len(texts[2 * i + 1]) for i in range(12)}
+    started = {}
+    for task in stream.data:
+        if str(task["key"]).startswith("attnviz-batch-"):
+            start = min(s["start"] for s in task["startstops"] if s["action"] == "compute")
+            started.setdefault(task["worker"], []).append((start, int(str(task["key"]).split("-")[2])))
+    assert sum(map(len, started.values())) == 12
+    for runs in started.values():
+        lengths = [length[i] for _, i in sorted(runs)]
+        assert lengths == sorted(lengths, reverse=True), lengths
+
+
 def test_the_scans_local_cluster_keeps_its_upkeep_timers_slow(cluster):
     """Dask's defaults tick every process's event-loop monitor every 20 ms, check each worker's
     memory every 100 ms and try work stealing every 100 ms: 7 % of a 2-core machine while idle.
