@@ -9,7 +9,9 @@ Each mode runs the same batches (--batch, --max-tokens) of the same texts into a
 computes the same tables (run_batch, the task code). The models are loaded and one task of one text
 is run before the clock starts (in this process for the loop; in every worker for Dask), so the
 times are a warm scan's: tasks, statistics, Parquet writes and, for Dask, scheduling; cluster start
-and model load are timed apart. The modes take turns --repeat times and each reports its fastest
+and model load are timed apart. The baseline without Dask, 2 plain processes (a
+multiprocessing Pool, set up like the workers), shows what the machine itself gives two processes
+against the loop. The modes take turns --repeat times and each reports its fastest
 run, with the CPU time other processes took meanwhile (the machine is shared: read the figures
 with it, and with the load average printed)."""
 
@@ -89,17 +91,58 @@ def array_mb(obj, seen=None) -> float:
     return sum(array_mb(x, seen) for x in (d or {}).values())
 
 
-def warm(source: str, sha: str, text: str, max_tokens: int) -> float:
+def warm(source: str, sha: str, texts: tuple, max_tokens: int) -> float:
     """In a worker (and in this process, for the loop): load the model the way a task does (kept
-    by the process) and run one task of one text into a scratch folder, so that the timed runs
-    all start warm (imports, first Parquet write); -> RSS MB."""
+    by the process) and run one task of `texts` (the corpus's longest batch) into a scratch folder,
+    so that the timed runs all start warm (imports, first Parquet write, the heap grown to a
+    batch's arrays: a process's first large batch took twice as long as the same batch later);
+    -> RSS MB."""
     from attnviz.corpus.tasks import Batch, run_batch, worker_model
 
     worker_model(source, sha)
     with tempfile.TemporaryDirectory(prefix="attnviz-bench-warm-") as scratch:
-        run_batch(Batch(out=scratch, index=0, text_ids=(0,), texts=(text,), model=source,
-                        model_sha256=sha, max_tokens=max_tokens))
+        run_batch(Batch(out=scratch, index=0, text_ids=tuple(range(len(texts))), texts=tuple(texts),
+                        model=source, model_sha256=sha, max_tokens=max_tokens))
     return current_rss_mb()
+
+
+def plain_init(source: str, sha: str, texts: tuple, max_tokens: int) -> None:
+    """A plain process of the baseline pool: as a Dask worker is set up (one BLAS thread, one core
+    for the engine's threads, the model loaded once and kept, warm)."""
+    from attnviz.engine.computing.parallel import limit_cores
+
+    limit_cores(1)
+    warm(source, sha, texts, max_tokens)
+
+
+def _pid(_) -> int:
+    return os.getpid()
+
+
+def plain_processes(n: int, source: str, sha: str, texts: tuple, max_tokens: int):
+    """The machine's own scaling, without Dask: a multiprocessing Pool of `n` spawned processes
+    (BLAS at one thread from the start, as Dask's nanny sets it), each warm."""
+    import multiprocessing
+
+    before = dict(os.environ)
+    os.environ.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    try:
+        pool = multiprocessing.get_context("spawn").Pool(
+            n, initializer=plain_init, initargs=(source, sha, texts, max_tokens))
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+    pool.map(_pid, range(4 * n), chunksize=1)  # every process up and warm
+    return pool
+
+
+def run_plain(pool, plan) -> list:
+    """The plan's batches on the pool, longest first (as the scan hands them to Dask), one at a
+    time to whichever process is free."""
+    from attnviz.corpus.tasks import run_batch
+
+    order = sorted(plan.todo, key=lambda b: -sum(map(len, b.texts)))
+    return list(pool.imap_unordered(run_batch, order, chunksize=1))
 
 
 def plan_for(out: Path, model, source: str, corpus: Path, batch: int, max_tokens: int):
@@ -188,21 +231,38 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
     res = {"model": model.name}
     import pyarrow.parquet  # noqa: F401 - as the workers' warm-up does
 
+    # the model's hash, as the plan gives it to every task: a process's model is kept under
+    # (source, hash), so a warm-up with another hash would leave the first timed task a load
+    sha = plan_for(tmp / f"{name}-hash", model, source, corpus, args.batch,
+                   args.max_tokens).todo[0].model_sha256
     rss0 = current_rss_mb()
     t0 = time.perf_counter()
-    m = worker_model(source, "")  # the loop's model, loaded as a task does
+    m = worker_model(source, sha)  # the loop's model, loaded (and its hash checked) as a task does
     res["load_s"] = time.perf_counter() - t0
     res["model_arrays_mb"] = array_mb(m.weights)
     res["rss_with_model_mb"] = current_rss_mb()
     res["rss_before_model_mb"] = rss0
-    first = read_corpus(corpus).texts[0]
-    warm(source, "", first, args.max_tokens)
+    texts = read_corpus(corpus).texts
+    first = tuple(max((texts[i:i + args.batch] for i in range(0, len(texts), args.batch)),
+                      key=lambda b: sum(map(len, b))))  # the longest batch, to warm up on
+    warm(source, sha, first, args.max_tokens)
     runs = {"loop": []}
     runs.update({f"dask{n}": [] for n in args.workers})
+    plain = [n for n in args.workers if n > 1]
+    runs.update({f"plain{n}": [] for n in plain})
     clusters = {f"dask{n}": [] for n in args.workers}
     for r in range(args.repeat):  # the modes take turns, so a burst of other work hits them alike
         plan = plan_for(tmp / f"{name}-loop-{r}", model, source, corpus, args.batch, args.max_tokens)
         runs["loop"].append(timed(lambda: run_in_process(plan)))
+        for n in plain:  # the same batches on n plain processes: what the machine gives, no Dask
+            pool = plain_processes(n, source, sha, first, args.max_tokens)
+            try:
+                plan = plan_for(tmp / f"{name}-plain{n}-{r}", model, source, corpus, args.batch,
+                                args.max_tokens)
+                runs[f"plain{n}"].append(timed(lambda: run_plain(pool, plan)))
+            finally:
+                pool.close()
+                pool.join()
         for n in args.workers:
             t0 = time.perf_counter()  # (local_cluster gives this process its environment back)
             cluster = local_cluster(n)
@@ -212,7 +272,6 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
                 base = client.run(current_rss_mb)
                 plan = plan_for(tmp / f"{name}-dask{n}-{r}", model, source, corpus, args.batch,
                                 args.max_tokens)
-                sha = plan.todo[0].model_sha256
                 t0 = time.perf_counter()
                 loaded = client.run(warm, source, sha, first, args.max_tokens)  # each worker, once
                 load_s = time.perf_counter() - t0
@@ -231,6 +290,8 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
                 "worker_rss_with_model_mb": sorted(loaded.values()),
                 "worker_peak_rss_mb": sorted(peak.values())})
     res["loop"] = best(runs["loop"])
+    for n in plain:
+        res[f"plain{n}"] = best(runs[f"plain{n}"])
     res["loop_peak_rss_mb"] = rss_mb()
     for n in args.workers:
         key, cs = f"dask{n}", clusters[f"dask{n}"]
@@ -254,12 +315,13 @@ def report(res: dict, args, load: tuple) -> None:
           "own wall and CPU seconds; 'others': CPU seconds other processes took meanwhile")
     print(f"  {'mode':<15} {'wall s':>7} {'texts/s':>8} {'tokens/s':>9} {'vs loop':>8} "
           f"{'vs 1 worker':>12} {'in tasks':>13} {'others':>7}  every run's wall s")
-    rows = [("loop", loop)] + [(f"dask {n} worker{'s' if n > 1 else ''}", res[f"dask{n}"])
-                               for n in args.workers]
+    rows = [("loop", loop)] + [(f"{n} plain procs", res[f"plain{n}"]) for n in args.workers
+                               if f"plain{n}" in res]
+    rows += [(f"dask {n} worker{'s' if n > 1 else ''}", res[f"dask{n}"]) for n in args.workers]
     one = res.get("dask1")
     for label, r in rows:
         vs_loop = loop["s"] / r["s"]
-        vs_one = f"{one['s'] / r['s']:.3f}x" if one and label != "loop" else ""
+        vs_one = f"{one['s'] / r['s']:.3f}x" if one and label.startswith("dask") else ""
         print(f"  {label:<15} {r['s']:7.2f} {r['texts'] / r['s']:8.1f} {r['tokens'] / r['s']:9.0f} "
               f"{vs_loop:7.3f}x {vs_one:>12} {r['task_s']:6.2f} {r['task_cpu_s']:6.2f} "
               f"{r['others_cpu_s']:7.1f}  {', '.join(f'{w:.2f}' for w in r['walls'])}")
@@ -293,6 +355,16 @@ def report(res: dict, args, load: tuple) -> None:
         rounds = [a / b for a, b in zip(one["walls"], res["dask2"]["walls"])]
         print(f"  2 workers against one, round by round: {', '.join(f'{x:.3f}x' for x in rounds)}"
               f" (median {statistics.median(rounds):.3f}x)")
+        if "plain2" in res:  # the baseline: what 2 processes give on this machine without Dask
+            p2 = res["plain2"]
+            plain_rounds = [a / b for a, b in zip(loop["walls"], p2["walls"])]
+            print(f"  baseline, no Dask: 2 plain processes (multiprocessing, the same batches, "
+                  f"longest first) against the loop {loop['s'] / p2['s']:.3f}x; round by round "
+                  f"{', '.join(f'{x:.3f}x' for x in plain_rounds)} (median "
+                  f"{statistics.median(plain_rounds):.3f}x). Their tasks' CPU s "
+                  f"{p2['task_cpu_s']:.2f} against the loop's {loop['task_cpu_s']:.2f} (two busy "
+                  "cores slow each other's work); 2 Dask workers against the 2 plain processes "
+                  f"{p2['s'] / res['dask2']['s']:.3f}x")
     peak = max(max(res[f"dask{n}"]["worker_peak_rss_mb"]) for n in args.workers)
     print(f"  goal peak RSS per worker <= model + 300 MB: {peak:.0f} MB = model arrays "
           f"{model_mb:.0f} MB + {peak - model_mb:.0f} MB {'met' if peak <= model_mb + 300 else 'NOT met'}"
