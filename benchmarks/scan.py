@@ -400,11 +400,14 @@ def project(res: dict, args, n_docs: int = 10_000, n_workers: int = 16) -> None:
 
 
 def main(argv=None) -> int:
+    from attnviz.corpus.scan import DEFAULT_BATCH
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="minilm,smollm2")
     ap.add_argument("--texts", type=int, default=0,
-                    help="texts per model (default: 384 MiniLM, 128 SmolLM2: 24 and 8 tasks of 16)")
-    ap.add_argument("--batch", type=int, default=16)
+                    help="texts per model (default: 384 MiniLM, 256 SmolLM2: 12 and 8 tasks of 32)")
+    ap.add_argument("--batch", type=int, default=DEFAULT_BATCH,
+                    help="texts per task (default: attnviz scan's, %(default)s)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each mode, taking turns; the "
@@ -419,7 +422,7 @@ def main(argv=None) -> int:
         tmp = Path(tmp)
         for name in args.models.split(","):
             source = MODELS[name] or smollm2_path()
-            n = args.texts or (384 if name == "minilm" else 128)
+            n = args.texts or (384 if name == "minilm" else 256)
             corpus = write_corpus(tmp / f"{name}.txt", n)
             res = bench_model(name, source, corpus, args, tmp)
             report(res, args, load)

@@ -16,7 +16,7 @@ from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
 from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import InputError
 
-DEFAULT_BATCH = 16
+DEFAULT_BATCH = 32
 DEFAULT_EXAMPLES = 20
 
 

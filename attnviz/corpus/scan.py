@@ -23,7 +23,7 @@ from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH = 16
+DEFAULT_BATCH = 32
 DEFAULT_EXAMPLES = 20
 
 
