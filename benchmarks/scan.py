@@ -6,8 +6,9 @@ peak RSS per worker; and a projection for 10,000 documents on 16 workers.
     .venv/bin/python benchmarks/scan.py --models minilm --texts 128 --repeat 1
 
 Each mode runs the same batches (--batch, --max-tokens) of the same texts into a fresh folder and
-computes the same tables (run_batch, the task code). The models are loaded and one task of one text
-is run before the clock starts (in this process for the loop; in every worker for Dask), so the
+computes the same tables (run_batch, the task code). The models are loaded and one task of the
+corpus's longest batch is run before the clock starts (in this process for the loop; in every
+worker and plain process otherwise), so the
 times are a warm scan's: tasks, statistics, Parquet writes and, for Dask, scheduling; cluster start
 and model load are timed apart. The baseline without Dask, 2 plain processes (a
 multiprocessing Pool, set up like the workers), shows what the machine itself gives two processes
