@@ -96,8 +96,7 @@ def warm(source: str, sha: str, texts: tuple, max_tokens: int) -> float:
     """In a worker (and in this process, for the loop): load the model the way a task does (kept
     by the process) and run one task of `texts` (the corpus's longest batch) into a scratch folder,
     so that the timed runs all start warm (imports, first Parquet write, the heap grown to a
-    batch's arrays: a process's first large batch took twice as long as the same batch later);
-    -> RSS MB."""
+    batch's arrays); -> RSS MB. `sha` must be the plan's: a model is kept under (source, hash)."""
     from attnviz.corpus.tasks import Batch, run_batch, worker_model
 
     worker_model(source, sha)
@@ -140,10 +139,10 @@ def plain_processes(n: int, source: str, sha: str, texts: tuple, max_tokens: int
 def run_plain(pool, plan) -> list:
     """The plan's batches on the pool, longest first (as the scan hands them to Dask), one at a
     time to whichever process is free."""
+    from attnviz.corpus.scan import longest_first
     from attnviz.corpus.tasks import run_batch
 
-    order = sorted(plan.todo, key=lambda b: -sum(map(len, b.texts)))
-    return list(pool.imap_unordered(run_batch, order, chunksize=1))
+    return list(pool.imap_unordered(run_batch, longest_first(plan.todo), chunksize=1))
 
 
 def plan_for(out: Path, model, source: str, corpus: Path, batch: int, max_tokens: int):

@@ -235,16 +235,20 @@ def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None
             restore_environment(before)
 
 
+def longest_first(batches) -> list:
+    """The batches, longest first (their texts' characters, for their tokens): the last tasks to
+    start are short ones, and workers finish together instead of one waiting on a long last task."""
+    return sorted(batches, key=lambda b: -sum(map(len, b.texts)))
+
+
 def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
     from dask.distributed import KilledWorker, as_completed
 
     run_id = uuid.uuid4().hex[:8]
     if progress:
         progress.t0 = time.perf_counter()  # the rate from the first task on, not the cluster's start
-    # the longest batches first (their texts' characters, for their tokens): the last tasks to
-    # start are short ones, and workers finish together instead of one waiting on a long last task.
-    # One client.map sends them all in one message, and the scheduler runs them in its list's order.
-    order = sorted(plan.todo, key=lambda b: -sum(map(len, b.texts)))
+    # one client.map sends them all in one message, and the scheduler runs them in its list's order
+    order = longest_first(plan.todo)
     topic = f"attnviz-scan-{run_id}"
     reported = {}  # batch index -> BatchDone, from the workers' events (run_batch_and_report)
     client.subscribe_topic(topic, lambda event: _note_done(reported, event[1]))
