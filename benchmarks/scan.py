@@ -400,7 +400,7 @@ def project(res: dict, args, n_docs: int = 10_000, n_workers: int = 16) -> None:
 
 
 def main(argv=None) -> int:
-    from attnviz.corpus.scan import DEFAULT_BATCH
+    from attnviz.corpus import DEFAULT_BATCH
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="minilm,smollm2")

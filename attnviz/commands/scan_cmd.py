@@ -11,13 +11,11 @@ import sys
 from pathlib import Path
 
 from attnviz.commands.checks import non_negative, positive
+from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine import DEFAULT_MODEL
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
 from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import InputError
-
-DEFAULT_BATCH = 32
-DEFAULT_EXAMPLES = 20
 
 
 def register(sub: argparse._SubParsersAction) -> None:
