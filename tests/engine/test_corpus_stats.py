@@ -91,6 +91,21 @@ def test_top_examples_leave_out_the_sink_and_a_self_heads_diagonal():
     assert (ex.query_pos[self_head] != ex.key_pos[self_head]).all() and self_head.sum() == 4
 
 
+@pytest.mark.parametrize("chunk_heads", [1, 4, 100])
+def test_top_examples_taken_a_few_heads_at_a_time_are_those_of_all_heads_at_once(monkeypatch,
+                                                                                  chunk_heads):
+    # the heads go through in chunks of EXAMPLE_CHUNK_CELLS cells (a long text's temporaries stay
+    # small): one head, chunks that cross a layer's end (4 of 3 heads per layer), all at once
+    rng = np.random.default_rng(4)
+    a = _patterns(rng, n_layer=3, n_head=3, T=9)
+    a[2, 1] = 0.8 * np.eye(9, dtype=np.float32) + 0.2 / 9  # a self head in the last chunk
+    monkeypatch.setattr(S, "EXAMPLE_CHUNK_CELLS", chunk_heads * 81)
+    ex = S.text_examples(a, 7, k=6)
+    assert _rows(ex) == _brute_examples(a, 7, 6)
+    self_head = (ex.layer == 2) & (ex.head == 1)
+    assert self_head.sum() == 6 and (ex.query_pos[self_head] != ex.key_pos[self_head]).all()
+
+
 def test_the_top_examples_of_batches_merge_into_the_top_examples_of_all_texts():
     rng = np.random.default_rng(3)
     texts = [_patterns(rng, T=int(t)) for t in rng.integers(3, 9, size=12)]

@@ -72,3 +72,26 @@ def test_packed_texts_rotate_each_texts_rows_from_position_0():
     np.testing.assert_array_equal(sin[2:], sin[:2])
     plain = layer_consts(cfg, 4, masks=False)[0].rope[0]  # no positions given: 0..3
     assert not np.array_equal(plain[2:], plain[:2])
+
+
+def test_passes_hold_at_most_their_rows_and_pattern_bytes_and_keep_the_texts_order():
+    from attnviz.engine.computing.families import pack_texts
+
+    lengths = [5, 5, 30, 1, 1, 12, 40, 10, 10, 3, 3, 3]
+    per_row = 4 * 2 * 3  # n_layer 2, n_head 3, float32: a text of n tokens holds 24 n^2 bytes
+    packs = pack_texts(lengths, 2, 3, max_rows=20, max_pattern_bytes=per_row * 150)
+    assert [j for p in packs for j in p] == list(range(len(lengths)))  # each once, in order
+    for p in packs:
+        rows = sum(lengths[j] for j in p)
+        held = sum(per_row * lengths[j] ** 2 for j in p)
+        if len(p) > 1:  # a text over a limit runs alone; a pass of several is under both
+            assert rows <= 20 and held <= per_row * 150
+    # the rows bound [5, 5] | 30 and [1, 1, 12] | 40; the bytes bound 10 | 10 (20 rows, but
+    # 200 squared rows of patterns)
+    assert packs == [[0, 1], [2], [3, 4, 5], [6], [7], [8, 9, 10, 11]]
+    # each pass as full as it may be: the next text would break a limit
+    for a, b in zip(packs, packs[1:]):
+        n = lengths[b[0]]
+        assert (sum(lengths[j] for j in a) + n > 20
+                or sum(per_row * lengths[j] ** 2 for j in a) + per_row * n * n > per_row * 150)
+    assert pack_texts([], 2, 3) == []

@@ -102,39 +102,55 @@ def _empty_examples() -> Examples:
     return Examples(z, z, z, z, z, np.zeros(0, dtype=np.float32))
 
 
-def example_cells(attentions):  # [n_layer, n_head, T, T] -> float32 [n_layer, n_head, T, T]
-    """The weights examples are chosen from; left-out cells are -1: the first key (the sink) always,
-    and the diagonal of heads whose mean diagonal mass is over DIAGONAL_LIMIT."""
-    w = np.array(attentions, dtype=np.float32)
-    w[..., :, 0] = -1.0
-    selfish = diagonal_mass(attentions) > DIAGONAL_LIMIT  # [n_layer, n_head]
-    T = w.shape[-1]
-    diag = np.arange(T)
-    l, h = np.nonzero(selfish)
-    w[l[:, None], h[:, None], diag[None, :], diag[None, :]] = -1.0
+# text_examples takes the heads this many cells at a time: its temporaries (a float32 copy, the
+# argpartition's int64 indices) are a few times a chunk, not a few times a whole text's patterns
+# (a 128-token text's SmolLM2 patterns are 17.7 MB: ~70 MB of temporaries at once before)
+EXAMPLE_CHUNK_CELLS = 2 ** 20
+
+
+def example_cells(flat, selfish, T):  # [n, T*T], [n] bool, T -> float32 [n, T*T]
+    """The weights examples are chosen from, for `n` heads' patterns flattened (query, then key);
+    left-out cells are -1: the first key (the sink) always, and the diagonal of the heads marked
+    `selfish` (mean diagonal mass over DIAGONAL_LIMIT)."""
+    w = np.array(flat, dtype=np.float32)
+    w[:, ::T] = -1.0  # key 0 of every query row: cells q*T
+    w[np.flatnonzero(selfish)[:, None], np.arange(0, T * T, T + 1)[None, :]] = -1.0  # cells q*T + q
     return w
 
 
-def text_examples(attentions, text_id, k):  # [n_layer, n_head, T, T], int, K -> Examples
-    """One text's top-k cells per head by weight (weight > 0, after example_cells' exclusions)."""
-    w = example_cells(attentions)
-    n_layer, n_head, T, _ = w.shape
-    flat = w.reshape(n_layer * n_head, T * T)
-    k = min(k, T * T)
-    if k <= 0:
-        return _empty_examples()
+def _top_cells(flat, selfish, T, k):  # [n, T*T], [n], T, K -> (head rows, cells, weights)
+    """Each of n heads' top-k cells by weight (weight > 0, after example_cells' exclusions),
+    ordered by head, weight descending, then cell."""
+    w = example_cells(flat, selfish, T)
     # top-k per head: the weight descending, then the lower flat index (query, then key)
-    part = np.argpartition(-flat, k - 1, axis=1)[:, :k] if k < T * T else \
-        np.broadcast_to(np.arange(T * T), flat.shape)
+    part = np.argpartition(w, T * T - k, axis=1)[:, T * T - k:] if k < T * T else \
+        np.broadcast_to(np.arange(T * T), w.shape)
     # argpartition may cut inside a tie: take every cell tied with the k-th weight, then sort
-    kth = np.take_along_axis(flat, part, axis=1).min(axis=1, keepdims=True)  # [n_heads, 1]
-    rows, cells = np.nonzero(flat >= kth)
-    weight = flat[rows, cells]
+    kth = np.take_along_axis(w, part, axis=1).min(axis=1, keepdims=True)  # [n, 1]
+    rows, cells = np.nonzero(w >= kth)
+    weight = w[rows, cells]
     order = np.lexsort((cells, -weight, rows))
     rows, cells, weight = rows[order], cells[order], weight[order]
     rank = np.arange(len(rows)) - np.searchsorted(rows, rows)  # position within the head
     keep = (rank < k) & (weight > 0)
-    rows, cells, weight = rows[keep], cells[keep], weight[keep]
+    return rows[keep], cells[keep], weight[keep]
+
+
+def text_examples(attentions, text_id, k):  # [n_layer, n_head, T, T], int, K -> Examples
+    """One text's top-k cells per head by weight (weight > 0, after example_cells' exclusions),
+    EXAMPLE_CHUNK_CELLS of the heads' cells at a time."""
+    n_layer, n_head, T, _ = attentions.shape
+    k = min(k, T * T)
+    if k <= 0:
+        return _empty_examples()
+    flat = np.reshape(attentions, (n_layer * n_head, T * T))  # [n_heads, T*T]
+    selfish = (diagonal_mass(attentions) > DIAGONAL_LIMIT).reshape(-1)  # [n_heads]
+    step = max(1, EXAMPLE_CHUNK_CELLS // (T * T))
+    found = []
+    for a in range(0, len(flat), step):
+        rows, cells, weight = _top_cells(flat[a:a + step], selfish[a:a + step], T, k)
+        found.append((rows + a, cells, weight))
+    rows, cells, weight = (np.concatenate(c) for c in zip(*found))
     return Examples(layer=(rows // n_head).astype(np.int64), head=(rows % n_head).astype(np.int64),
                     text_id=np.full(len(rows), text_id, dtype=np.int64),
                     query_pos=(cells // T).astype(np.int64), key_pos=(cells % T).astype(np.int64),

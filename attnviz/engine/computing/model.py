@@ -15,7 +15,8 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig, read_config
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.computing.families import (
-    LOADERS, PACK_ROWS, Weights, forward, forward_packed, output_projection,
+    LOADERS, PACK_PATTERN_BYTES, PACK_ROWS, Weights, forward, forward_packed, output_projection,
+    pack_texts,
 )
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.longdoc import check_dense
@@ -207,8 +208,8 @@ class Model:
     def run_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None) -> list:
         """Several texts' patterns, as run(text, truncate=..., max_tokens=..., use_cache=False) gives
         each, computed together: the texts' rows go through the weights in one pass (PACK_ROWS
-        rows at most per pass; families.forward_packed), which for short texts (a corpus scan)
-        takes a fraction of the time of one run per text. -> one entry per text, in order: its
+        rows and PACK_PATTERN_BYTES of patterns at most per pass; families.pack_texts), which for
+        short texts (a corpus scan) takes a fraction of the time of one run per text. -> one entry per text, in order: its
         RunResult, or the AttnvizError its run would raise (the others are still computed)."""
         out: list = [None] * len(texts)
         for i, result in self.iter_many(texts, truncate=truncate, max_tokens=max_tokens):
@@ -226,17 +227,10 @@ class Model:
                 ready.append((i, prep))
             except AttnvizError as exc:
                 yield i, exc
-        packs, rows = [[]], 0
-        for item in ready:
-            n = len(item[1].ids)
-            if packs[-1] and rows + n > PACK_ROWS:
-                packs.append([])
-                rows = 0
-            packs[-1].append(item)
-            rows += n
+        c = self.config
+        packs = [[ready[k] for k in ks] for ks in pack_texts(
+            [len(prep.ids) for _, prep in ready], c.n_layer, c.n_head, PACK_ROWS, PACK_PATTERN_BYTES)]
         for pack in packs:
-            if not pack:
-                continue
             t0 = time.perf_counter()
             patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack])
             spent = (time.perf_counter() - t0) / len(pack)
