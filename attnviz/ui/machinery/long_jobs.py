@@ -82,8 +82,9 @@ class LongJobs(QObject):
             return False
         cfg = model.config
         if dense_bytes(cfg.n_layer, cfg.n_head, cfg.max_positions) <= self.dense_limit:
-            return False  # no text this model takes is long: no need to count (a second
-            # tokenisation on every keystroke's run, 0.17-0.3 ms of MiniLM's, before the forward pass)
+            return False  # no text this model takes is long: no need to count
+        # (the tokenizer keeps this text's tokens, which the run then takes without a second
+        # tokenisation)
         T = min(len(model.tokenizer.encode(text).ids), cfg.max_positions)
         return dense_bytes(cfg.n_layer, cfg.n_head, T) > self.dense_limit
 
