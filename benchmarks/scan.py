@@ -10,11 +10,11 @@ computes the same tables (run_batch, the task code). The models are loaded and o
 corpus's longest batch is run before the clock starts (in this process for the loop; in every
 worker and plain process otherwise), so the
 times are a warm scan's: tasks, statistics, Parquet writes and, for Dask, scheduling; cluster start
-and model load are timed apart. The baseline without Dask, 2 plain processes (a
+and model load are timed apart. The baseline without Dask, 1 and 2 plain processes (a
 multiprocessing Pool, set up like the workers), shows what the machine itself gives two processes
-against the loop. The modes take turns --repeat times and each reports its fastest
-run, with the CPU time other processes took meanwhile (the machine is shared: read the figures
-with it, and with the load average printed)."""
+against one. The modes take turns --repeat times (every other round in the reverse order) and
+each reports its fastest run, with the CPU time other processes took meanwhile (the machine is
+shared: read the figures with it, and with the load average printed)."""
 
 from __future__ import annotations
 
@@ -247,50 +247,60 @@ def bench_model(name: str, source: str, corpus: Path, args, tmp: Path) -> dict:
                       key=lambda b: sum(map(len, b))))  # the longest batch, to warm up on
     warm(source, sha, first, args.max_tokens)
     runs = {"loop": []}
+    runs.update({f"plain{n}": [] for n in args.workers})
     runs.update({f"dask{n}": [] for n in args.workers})
-    plain = [n for n in args.workers if n > 1]
-    runs.update({f"plain{n}": [] for n in plain})
     clusters = {f"dask{n}": [] for n in args.workers}
-    for r in range(args.repeat):  # the modes take turns, so a burst of other work hits them alike
+
+    def run_loop(r):
         plan = plan_for(tmp / f"{name}-loop-{r}", model, source, corpus, args.batch, args.max_tokens)
         runs["loop"].append(timed(lambda: run_in_process(plan)))
-        for n in plain:  # the same batches on n plain processes: what the machine gives, no Dask
-            pool = plain_processes(n, source, sha, first, args.max_tokens)
-            try:
-                plan = plan_for(tmp / f"{name}-plain{n}-{r}", model, source, corpus, args.batch,
-                                args.max_tokens)
-                runs[f"plain{n}"].append(timed(lambda: run_plain(pool, plan)))
-            finally:
-                pool.close()
-                pool.join()
-        for n in args.workers:
-            t0 = time.perf_counter()  # (local_cluster gives this process its environment back)
-            cluster = local_cluster(n)
-            client = Client(cluster)
-            start_s = time.perf_counter() - t0
-            try:
-                base = client.run(current_rss_mb)
-                plan = plan_for(tmp / f"{name}-dask{n}-{r}", model, source, corpus, args.batch,
-                                args.max_tokens)
-                t0 = time.perf_counter()
-                loaded = client.run(warm, source, sha, first, args.max_tokens)  # each worker, once
-                load_s = time.perf_counter() - t0
-                runs[f"dask{n}"].append(timed(lambda: run_on_dask(plan, client=client)))
-                peak = client.run(rss_mb)
-                # the scheduler's own cost per task: 200 trivial tasks at once
-                t0 = time.perf_counter()
-                client.gather(client.map(lambda i: i, range(200), pure=False))
-                noop_ms = (time.perf_counter() - t0) / 200 * 1000
-            finally:
-                client.close()
-                cluster.close()
-            clusters[f"dask{n}"].append({
-                "cluster_start_s": start_s, "model_load_s": load_s, "noop_task_ms": noop_ms,
-                "worker_rss_before_model_mb": sorted(base.values()),
-                "worker_rss_with_model_mb": sorted(loaded.values()),
-                "worker_peak_rss_mb": sorted(peak.values())})
+
+    def run_pool(r, n):  # the same batches on n plain processes: what the machine gives, no Dask
+        pool = plain_processes(n, source, sha, first, args.max_tokens)
+        try:
+            plan = plan_for(tmp / f"{name}-plain{n}-{r}", model, source, corpus, args.batch,
+                            args.max_tokens)
+            runs[f"plain{n}"].append(timed(lambda: run_plain(pool, plan)))
+        finally:
+            pool.close()
+            pool.join()
+
+    def run_cluster(r, n):
+        t0 = time.perf_counter()  # (local_cluster gives this process its environment back)
+        cluster = local_cluster(n)
+        client = Client(cluster)
+        start_s = time.perf_counter() - t0
+        try:
+            base = client.run(current_rss_mb)
+            plan = plan_for(tmp / f"{name}-dask{n}-{r}", model, source, corpus, args.batch,
+                            args.max_tokens)
+            t0 = time.perf_counter()
+            loaded = client.run(warm, source, sha, first, args.max_tokens)  # each worker, once
+            load_s = time.perf_counter() - t0
+            runs[f"dask{n}"].append(timed(lambda: run_on_dask(plan, client=client)))
+            peak = client.run(rss_mb)
+            # the scheduler's own cost per task: 200 trivial tasks at once
+            t0 = time.perf_counter()
+            client.gather(client.map(lambda i: i, range(200), pure=False))
+            noop_ms = (time.perf_counter() - t0) / 200 * 1000
+        finally:
+            client.close()
+            cluster.close()
+        clusters[f"dask{n}"].append({
+            "cluster_start_s": start_s, "model_load_s": load_s, "noop_task_ms": noop_ms,
+            "worker_rss_before_model_mb": sorted(base.values()),
+            "worker_rss_with_model_mb": sorted(loaded.values()),
+            "worker_peak_rss_mb": sorted(peak.values())})
+
+    modes = [run_loop] + [lambda r, n=n: run_pool(r, n) for n in args.workers] + \
+        [lambda r, n=n: run_cluster(r, n) for n in args.workers]
+    # the modes take turns, so that a burst of other work hits them alike; every other round in
+    # the reverse order, so that a host that speeds up or slows down over the rounds favours no mode
+    for r in range(args.repeat):
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
+            mode(r)
     res["loop"] = best(runs["loop"])
-    for n in plain:
+    for n in args.workers:
         res[f"plain{n}"] = best(runs[f"plain{n}"])
     res["loop_peak_rss_mb"] = rss_mb()
     for n in args.workers:
@@ -314,14 +324,16 @@ def report(res: dict, args, load: tuple) -> None:
     print(f"  fastest of {args.repeat} runs per mode, the modes taking turns; 'in tasks': the tasks' "
           "own wall and CPU seconds; 'others': CPU seconds other processes took meanwhile")
     print(f"  {'mode':<15} {'wall s':>7} {'texts/s':>8} {'tokens/s':>9} {'vs loop':>8} "
-          f"{'vs 1 worker':>12} {'in tasks':>13} {'others':>7}  every run's wall s")
-    rows = [("loop", loop)] + [(f"{n} plain procs", res[f"plain{n}"]) for n in args.workers
-                               if f"plain{n}" in res]
-    rows += [(f"dask {n} worker{'s' if n > 1 else ''}", res[f"dask{n}"]) for n in args.workers]
+          f"{'vs 1 of its kind':>17} {'in tasks':>13} {'others':>7}  every run's wall s")
+    rows = [("loop", loop, None)]
+    rows += [(f"{n} plain proc{'s' if n > 1 else ''}", res[f"plain{n}"], res.get("plain1"))
+             for n in args.workers]
+    rows += [(f"dask {n} worker{'s' if n > 1 else ''}", res[f"dask{n}"], res.get("dask1"))
+             for n in args.workers]
     one = res.get("dask1")
-    for label, r in rows:
+    for label, r, first in rows:
         vs_loop = loop["s"] / r["s"]
-        vs_one = f"{one['s'] / r['s']:.3f}x" if one and label.startswith("dask") else ""
+        vs_one = f"{first['s'] / r['s']:.3f}x" if first else ""
         print(f"  {label:<15} {r['s']:7.2f} {r['texts'] / r['s']:8.1f} {r['tokens'] / r['s']:9.0f} "
               f"{vs_loop:7.3f}x {vs_one:>12} {r['task_s']:6.2f} {r['task_cpu_s']:6.2f} "
               f"{r['others_cpu_s']:7.1f}  {', '.join(f'{w:.2f}' for w in r['walls'])}")
@@ -355,16 +367,17 @@ def report(res: dict, args, load: tuple) -> None:
         rounds = [a / b for a, b in zip(one["walls"], res["dask2"]["walls"])]
         print(f"  2 workers against one, round by round: {', '.join(f'{x:.3f}x' for x in rounds)}"
               f" (median {statistics.median(rounds):.3f}x)")
-        if "plain2" in res:  # the baseline: what 2 processes give on this machine without Dask
-            p2 = res["plain2"]
-            plain_rounds = [a / b for a, b in zip(loop["walls"], p2["walls"])]
-            print(f"  baseline, no Dask: 2 plain processes (multiprocessing, the same batches, "
-                  f"longest first) against the loop {loop['s'] / p2['s']:.3f}x; round by round "
-                  f"{', '.join(f'{x:.3f}x' for x in plain_rounds)} (median "
+        if "plain2" in res and "plain1" in res:  # the baseline: the machine's own, no Dask
+            p1, p2 = res["plain1"], res["plain2"]
+            plain_rounds = [a / b for a, b in zip(p1["walls"], p2["walls"])]
+            print(f"  baseline, no Dask: 2 plain processes (multiprocessing, set up as the workers "
+                  f"are, the same batches, longest first) against 1 {p1['s'] / p2['s']:.3f}x; "
+                  f"round by round {', '.join(f'{x:.3f}x' for x in plain_rounds)} (median "
                   f"{statistics.median(plain_rounds):.3f}x). Their tasks' CPU s "
-                  f"{p2['task_cpu_s']:.2f} against the loop's {loop['task_cpu_s']:.2f} (two busy "
+                  f"{p2['task_cpu_s']:.2f} against 1 process's {p1['task_cpu_s']:.2f} (two busy "
                   "cores slow each other's work); 2 Dask workers against the 2 plain processes "
-                  f"{p2['s'] / res['dask2']['s']:.3f}x")
+                  f"{p2['s'] / res['dask2']['s']:.3f}x, 1 worker against 1 plain process "
+                  f"{p1['s'] / one['s']:.3f}x")
     peak = max(max(res[f"dask{n}"]["worker_peak_rss_mb"]) for n in args.workers)
     print(f"  goal peak RSS per worker <= model + 300 MB: {peak:.0f} MB = model arrays "
           f"{model_mb:.0f} MB + {peak - model_mb:.0f} MB {'met' if peak <= model_mb + 300 else 'NOT met'}"
@@ -410,7 +423,7 @@ def main(argv=None) -> int:
                     help="texts per task (default: attnviz scan's, %(default)s)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--workers", default="1,2")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each mode, taking turns; the "
+    ap.add_argument("--repeat", type=int, default=4, help="runs of each mode, taking turns; the "
                     "fastest is reported (default: %(default)s)")
     ap.add_argument("--json", help="also write the numbers to this file")
     args = ap.parse_args(argv)
