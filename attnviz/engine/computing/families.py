@@ -656,10 +656,10 @@ def pack_texts(lengths: Sequence[int], n_layer: int, n_head: int, max_rows: int 
     """Texts of `lengths` tokens -> passes of forward_packed: lists of positions in `lengths`, in
     order, each pass as many texts as fit under both limits (a text over a limit alone)."""
     packs: list[list[int]] = []
-    rows = held = max_rows + 1  # no pass open yet
+    rows = held = 0  # the open pass's rows and pattern bytes
     for j, n in enumerate(lengths):
         size = 4 * n_layer * n_head * n * n  # its patterns, float32
-        if rows + n > max_rows or held + size > max_pattern_bytes:
+        if not packs or rows + n > max_rows or held + size > max_pattern_bytes:
             packs.append([])
             rows = held = 0
         packs[-1].append(j)
