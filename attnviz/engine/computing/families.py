@@ -640,7 +640,7 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
     return trace
 
 
-# forward_packed's passes (pack_texts): at most PACK_ROWS rows (tokens of all the texts), and at most
+# forward_packed's passes (pack_texts): at most PACK_ROWS rows (all the texts' tokens), and at most
 # PACK_PATTERN_BYTES of patterns held ([n_layer, n_head, T_j, T_j] float32 per text). Measured with
 # a scan's short texts (benchmarks/scan.py's corpora, ~30 tokens each, batch 32; the in-process
 # loop, fastest of 3, 1024 and 256 rows in turns, three times): 1024 rows took 2-7 % less time on

@@ -209,8 +209,9 @@ class Model:
         """Several texts' patterns, as run(text, truncate=..., max_tokens=..., use_cache=False) gives
         each, computed together: the texts' rows go through the weights in one pass (PACK_ROWS
         rows and PACK_PATTERN_BYTES of patterns at most per pass; families.pack_texts), which for
-        short texts (a corpus scan) takes a fraction of the time of one run per text. -> one entry per text, in order: its
-        RunResult, or the AttnvizError its run would raise (the others are still computed)."""
+        short texts (a corpus scan) takes a fraction of the time of one run per text. -> one entry
+        per text, in order: its RunResult, or the AttnvizError its run would raise (the others are
+        still computed)."""
         out: list = [None] * len(texts)
         for i, result in self.iter_many(texts, truncate=truncate, max_tokens=max_tokens):
             out[i] = result
@@ -228,9 +229,9 @@ class Model:
             except AttnvizError as exc:
                 yield i, exc
         c = self.config
-        packs = [[ready[k] for k in ks] for ks in pack_texts(
-            [len(prep.ids) for _, prep in ready], c.n_layer, c.n_head, PACK_ROWS, PACK_PATTERN_BYTES)]
-        for pack in packs:
+        passes = pack_texts([len(prep.ids) for _, prep in ready], c.n_layer, c.n_head, PACK_ROWS,
+                            PACK_PATTERN_BYTES)
+        for pack in ([ready[k] for k in ks] for ks in passes):
             t0 = time.perf_counter()
             patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack])
             spent = (time.perf_counter() - t0) / len(pack)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -59,13 +59,11 @@ class TextTokenizer:
         dense limit) and once to run it."""
         last = self._last  # (one read: another thread may replace it)
         if last is not None and last[0] == text and last[1] == add_special_tokens:
-            e = last[2]
-            return Encoded(list(e.ids), list(e.tokens), list(e.labels), list(e.offsets),
-                           list(e.special))
-        enc = self._encode(text, add_special_tokens)
-        self._last = (text, add_special_tokens, enc)
-        return Encoded(list(enc.ids), list(enc.tokens), list(enc.labels), list(enc.offsets),
-                       list(enc.special))
+            enc = last[2]
+        else:
+            enc = self._encode(text, add_special_tokens)
+            self._last = (text, add_special_tokens, enc)
+        return Encoded(*(list(getattr(enc, f.name)) for f in fields(Encoded)))  # the caller's own
 
     def _encode(self, text: str, add_special_tokens: bool) -> Encoded:
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
