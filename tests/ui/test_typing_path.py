@@ -125,6 +125,23 @@ def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the main thread's own
 
 
+def test_a_lone_surrogate_is_counted_as_the_run_reads_it(window, monkeypatch):
+    """wants_long counts the text the run will tokenise (lone surrogates made U+FFFD, as
+    Model.run does): the raw text made the tokenizer raise TypeError on a model whose texts can
+    be long, instead of the run's notice."""
+    from attnviz.engine.computing.longdoc import dense_bytes
+
+    jobs, model = window.worker.long_jobs, window.state.model
+    cfg, tok = model.config, model.tokenizer
+    calls = []
+    encode = tok.encode
+    monkeypatch.setattr(tok, "encode", lambda text, *a, **k: calls.append(text) or encode(text, *a, **k))
+    jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
+    assert jobs.wants_long(model, "The cat \ud83d sat") is False
+    assert calls == ["The cat \ufffd sat"]
+    assert jobs.wants_long(model, "The cat \ud83d sat " + "word " * 60) is True
+
+
 def test_a_keystrokes_run_counts_tokens_only_where_a_text_could_be_long(window, monkeypatch):
     """wants_long (on every keystroke's run, before the forward pass) tokenises the text only where
     the model takes a text whose patterns would pass the dense limit; MiniLM's longest (512

@@ -19,6 +19,7 @@ import weakref
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DENSE_LIMIT, dense_bytes
+from attnviz.engine.computing.model import clean_text
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
@@ -83,9 +84,10 @@ class LongJobs(QObject):
         cfg = model.config
         if dense_bytes(cfg.n_layer, cfg.n_head, cfg.max_positions) <= self.dense_limit:
             return False  # no text this model takes is long: no need to count
-        # (the tokenizer keeps this text's tokens, which the run then takes without a second
-        # tokenisation)
-        T = min(len(model.tokenizer.encode(text).ids), cfg.max_positions)
+        # the text as the run will tokenise it (a lone surrogate, which the tokenizer refuses,
+        # made U+FFFD): the tokenizer keeps its tokens, and the run takes them without a second
+        # tokenisation
+        T = min(len(model.tokenizer.encode(clean_text(text)[0]).ids), cfg.max_positions)
         return dense_bytes(cfg.n_layer, cfg.n_head, T) > self.dense_limit
 
     def run_long(self, req):
