@@ -1,0 +1,132 @@
+"""Two runs of one shape side by side: the object comparison and activation patching share.
+
+A `Pair` holds two `Run`s with the same token count, layers and heads, each with its own Trace.
+- Comparison: one token list through model A and model B (`models_pair`): a model against its
+  quantization, a fine-tune or another checkpoint.
+- Patching: one model on a clean and a corrupted text of one length (`texts_pair`).
+The metrics on a pair are pure functions of the two traces (`engine/analysing/compare.py`,
+`engine/analysing/patching.py`); a run against itself gives each metric's identity value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.trace import Trace
+from attnviz.engine.errors import InputError
+
+
+@dataclass(frozen=True)
+class Run:
+    """One side of a pair: what ran (`model`), on which ids [T], and the trace it filled."""
+    label: str  # how the window and the command line name this side: "A", "B", "clean", "corrupt"
+    model: object  # an attnviz Model
+    ids: np.ndarray  # int64 [T]
+    trace: Trace
+
+    @property
+    def attentions(self) -> np.ndarray:  # [n_layer, n_head, T, T]
+        return self.trace.attentions
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two runs of one shape: a.ids and b.ids have the same length, both models the same layers
+    and heads (checked when the pair is made)."""
+    a: Run
+    b: Run
+
+    @property
+    def T(self) -> int:
+        return len(self.a.ids)
+
+    @property
+    def n_layer(self) -> int:
+        return self.a.model.config.n_layer
+
+    @property
+    def n_head(self) -> int:
+        return self.a.model.config.n_head
+
+    def swapped(self) -> Pair:
+        """The same two runs, b first (patching's `noise` direction reads the pair this way)."""
+        return Pair(self.b, self.a)
+
+
+def check_same_shape(a, b) -> None:
+    """InputError, in one line naming both models and both numbers, unless the models have the same
+    layers, heads, KV heads and causality (what a head-by-head comparison needs)."""
+    ca, cb = a.config, b.config
+    for what, x, y in (("layers", ca.n_layer, cb.n_layer), ("query heads", ca.n_head, cb.n_head),
+                       ("KV heads", ca.n_kv_head, cb.n_kv_head)):
+        if x != y:
+            raise InputError(f"{a.name} has {x} {what} and {b.name} has {y}: a pair needs models "
+                             "of one shape")
+    if ca.causal != cb.causal:
+        raise InputError(f"{a.name} is {'causal' if ca.causal else 'an encoder'} and {b.name} "
+                         f"is {'causal' if cb.causal else 'an encoder'}: a pair needs one kind")
+
+
+def vocabulary(model) -> list[str]:
+    """The model's token strings by id [vocab] (its tokenizer's; InputError without one)."""
+    if model.tokenizer is None:
+        raise InputError(f"{model.name} has no tokenizer: its vocabulary cannot be compared")
+    raw = model.tokenizer.raw
+    size = raw.get_vocab_size(with_added_tokens=True)
+    return [raw.id_to_token(i) for i in range(size)]
+
+
+def check_same_vocab(a, b) -> None:
+    """InputError, in one line naming both sizes and the first differing token, unless the two
+    models' vocabularies hold the same token strings in the same order. Two models without a
+    tokenizer (raw ids only) need the same number of embedding rows."""
+    if a.tokenizer is None and b.tokenizer is None:
+        if a.config.vocab_size != b.config.vocab_size:
+            raise InputError(f"{a.name} has {a.config.vocab_size:,} token ids and {b.name} "
+                             f"{b.config.vocab_size:,}: a pair needs one vocabulary")
+        return
+    va, vb = vocabulary(a), vocabulary(b)
+    for i, (x, y) in enumerate(zip(va, vb)):
+        if x != y:
+            raise InputError(f"{a.name} ({len(va):,} tokens) and {b.name} ({len(vb):,} tokens) "
+                             f"have different vocabularies: token {i} is {x!r} in one and {y!r} "
+                             "in the other")
+    if len(va) != len(vb):
+        i = min(len(va), len(vb))
+        extra = (va if len(va) > len(vb) else vb)[i]
+        raise InputError(f"{a.name} ({len(va):,} tokens) and {b.name} ({len(vb):,} tokens) have "
+                         f"different vocabularies: token {i} ({extra!r}) is in only one")
+
+
+def check_same_length(label_a: str, ids_a, label_b: str, ids_b) -> None:
+    """InputError with both lengths unless the two id lists are equally long."""
+    if len(ids_a) != len(ids_b):
+        raise InputError(f"the {label_a} text is {len(ids_a)} tokens and the {label_b} text "
+                         f"{len(ids_b)}: a pair needs texts of one length")
+
+
+def run_side(label: str, model, ids, trace: Trace) -> Run:
+    """One side: `ids` [T] through `model`'s forward pass, filling `trace` (no KV cache, so the
+    model's own cache and a window's typing runs are left alone)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    return Run(label, model, ids, forward(model.config, model.weights, ids, trace))
+
+
+def models_pair(a, b, ids, make_trace: Callable[[], Trace], labels=("A", "B")) -> Pair:
+    """The same ids [T] through models a and b (same shape and vocabulary, checked first); each
+    side gets a fresh trace from `make_trace`."""
+    check_same_shape(a, b)
+    check_same_vocab(a, b)
+    return Pair(run_side(labels[0], a, ids, make_trace()), run_side(labels[1], b, ids, make_trace()))
+
+
+def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
+               labels=("clean", "corrupt")) -> Pair:
+    """Two id lists of one length through one model; each side gets a fresh trace."""
+    check_same_length(labels[0], ids_a, labels[1], ids_b)
+    return Pair(run_side(labels[0], model, ids_a, make_trace()),
+                run_side(labels[1], model, ids_b, make_trace()))
