@@ -1,0 +1,100 @@
+"""Benchmark results as data: every script in benchmarks/ writes benchmarks/results/<name>.json.
+
+One file per benchmark, rewritten by each run, holding the latest run's figures on this machine:
+
+    {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
+     "command": "python -m benchmarks.typing --runs 3",
+     "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
+                 "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-..."},
+     "figures": [{"name": "keystroke p95, SmolLM2", "value": 17.2, "unit": "ms",
+                  "goal": 16.0, "goal_is": "max", "met": false, "runs": [17.2, 18.0, 17.9],
+                  "headline": true, "note": "layer 29 on screen"}]}
+
+`goal_is` says which side of the goal passes: "max" (value <= goal) or "min" (value >= goal);
+a figure without a goal has goal null and met null. `value` is the figure the goal is read
+against (a benchmark says in its `note` whether that is the fastest, the median...), `runs` every
+run's value. `python -m benchmarks.report` renders docs/benchmarks.md and the README's summary
+from these files. History lives in git, not here.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = RESULTS.parent.parent
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _blas() -> tuple[str, int | None]:
+    try:
+        from threadpoolctl import threadpool_info
+        import numpy  # noqa: F401  (loads its BLAS so threadpoolctl can see it)
+
+        for pool in threadpool_info():
+            if pool.get("user_api") == "blas":
+                return f"{pool.get('internal_api')} {pool.get('version')}", pool.get("num_threads")
+    except Exception:  # a machine without threadpoolctl still records the rest
+        pass
+    return "unknown", None
+
+
+def machine() -> dict:
+    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads."""
+    import numpy
+
+    blas, threads = _blas()
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "blas": blas, "blas_threads": threads,
+            "platform": platform.platform()}
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def figure(name: str, value: float, unit: str, *, runs=None, goal: float | None = None,
+           goal_is: str = "max", headline: bool = False, note: str = "") -> dict:
+    """One figure: its value, every run's value, and whether it meets its goal."""
+    if goal_is not in ("max", "min"):
+        raise ValueError(f"goal_is must be 'max' or 'min', not {goal_is!r}")
+    value = float(value)
+    met = None if goal is None else (value <= goal if goal_is == "max" else value >= goal)
+    return {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
+            "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
+            "headline": headline, "note": note}
+
+
+def write(benchmark: str, figures: list[dict], *, command: str | None = None,
+          folder: Path = RESULTS) -> Path:
+    """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date."""
+    doc = {"benchmark": benchmark, "commit": _git("rev-parse", "--short", "HEAD"),
+           "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+           "date": _dt.date.today().isoformat(),
+           "command": command or "python -m benchmarks." + benchmark + " " + " ".join(sys.argv[1:]),
+           "machine": machine(), "figures": figures}
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{benchmark}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)
+    return path
