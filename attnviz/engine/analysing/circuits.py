@@ -43,6 +43,7 @@ from attnviz.engine.errors import InputError, NoPrediction
 
 MODES = ("q", "k", "v")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
+CHUNK_BYTES = 96 << 20  # packed reader Grams held at once: each read of the writers serves them all
 
 
 @dataclass(frozen=True)
@@ -180,21 +181,32 @@ def composition_scores(model) -> dict:
     writers = np.empty((max(L - 1, 0) * H, len(iu[0])), np.float32)  # packed AᵀA of each earlier head
     writer_norm = np.empty(max(L - 1, 0) * H)  # ‖A‖_F²
     out = {mode: np.zeros((L, H, L, H)) for mode in MODES}
+    rows = 3 * H * len(iu[0]) * 4  # bytes of one layer's packed readers
+    chunk = max(1, CHUNK_BYTES // rows)  # later layers whose readers share one read of the writers
+    pending = []  # (layer, reader factors, packed B Bᵀ [3 n_head, D])
     for layer in range(L):
         m = head_matrices(model, layer)
         if layer:
-            n = layer * H
-            for mode, S in _reader_factors(m).items():
-                Y = _grams(S)  # [n_head, d_model, d_model]: B Bᵀ
-                dots = _packed(Y, iu, 1.0) @ writers[:n].T  # [n_head, n]: ‖A B‖_F²
-                reader_norm = np.einsum("hmd,hmd->h", S, S)  # [n_head]: ‖B‖_F² = tr(S Sᵀ)
-                denom = np.sqrt(np.outer(reader_norm, writer_norm[:n]))
-                score = np.sqrt(np.maximum(dots, 0.0)) / np.where(denom > 0, denom, 1.0)
-                out[mode][:layer, :, layer, :] = score.T.reshape(layer, H, H)
+            factors = _reader_factors(m)  # mode -> S [n_head, d_model, d_head]
+            pending.append((layer, factors,
+                            np.concatenate([_packed(_grams(factors[mode]), iu, 1.0) for mode in MODES])))
         if layer < L - 1:
             P = _t(_r(m.v) @ m.o)  # [n_head, d_model, d_head]: AᵀA = P Pᵀ
             writers[layer * H:(layer + 1) * H] = _packed(_grams(P), iu, twice)
             writer_norm[layer * H:(layer + 1) * H] = np.einsum("hmd,hmd->h", P, P)
+        if pending and (len(pending) == chunk or layer == L - 1):
+            n = pending[-1][0] * H
+            dots = np.concatenate([Y for _, _, Y in pending]) @ writers[:n].T  # ‖A B‖_F²
+            for j, (later, factors, _) in enumerate(pending):
+                for k, mode in enumerate(MODES):
+                    S = factors[mode]
+                    reader_norm = np.einsum("hmd,hmd->h", S, S)  # [n_head]: ‖B‖_F² = tr(S Sᵀ)
+                    nl = later * H
+                    d2 = dots[(3 * j + k) * H:(3 * j + k + 1) * H, :nl]  # [n_head, earlier heads]
+                    denom = np.sqrt(np.outer(reader_norm, writer_norm[:nl]))
+                    score = np.sqrt(np.maximum(d2, 0.0)) / np.where(denom > 0, denom, 1.0)
+                    out[mode][:later, :, later, :] = score.T.reshape(later, H, H)
+            pending = []
     return out
 
 
