@@ -68,18 +68,22 @@ def explain(model, text=None, ids=None, copying=None, n_side=5):
         top_head = {"component": top_head["component"], "k_composition": round(float(comp[i, j]), 4),
                     "k_composition_rank": int((comp > comp[i, j]).sum()) + 1,
                     "earlier_heads": int(l * comp.shape[1])}
+    best = np.unravel_index(int(np.argmax(comp)), comp.shape) if l else None
     ind = [(i, j) for i, j, _ in cleared]
     ranked = sorted(ind, key=lambda t: -copying[t])
     return {
         "head": f"L{l}H{h}", "induction_strength": round(strength, 4), "claimed": bool(cleared),
         "query": q, "key": k, "query_token": result.tokens[q], "key_token": result.tokens[k],
         "weight": round(weight, 4), "score": round(a.score, 4), "table_sum": round(a.total(), 4),
-        "key_side": side(a.key_side), "key_side_top_head": top_head, "query_side": side(a.query_side),
+        "key_side": side(a.key_side), "key_side_top_head": top_head,
+        "k_composition_best": None if best is None else
+        {"head": f"L{best[0]}H{best[1]}", "value": round(float(comp[best]), 4)}, "query_side": side(a.query_side),
         "copying": round(float(copying[l, h]), 4),
         "induction_heads": len(ind),
         "copying_rank_among_induction": (ranked.index((l, h)) + 1) if (l, h) in ind else None,
         "induction_copying": {f"L{i}H{j}": round(float(copying[i, j]), 4) for i, j in ranked},
         "copying_rank_among_all": int((copying > copying[l, h]).sum()) + 1,
+        "copying_min": round(float(copying.min()), 4), "copying_max": round(float(copying.max()), 4),
         "n_heads": int(copying.size),
     }
 
