@@ -146,18 +146,27 @@ def copying_scores(model) -> np.ndarray:
     return out
 
 
-def _packed(gram, iu, weight):  # [n, d, d] symmetric -> [n, d (d + 1) / 2] float32
-    """The upper triangle of each symmetric matrix, off-diagonal entries times `weight` (2 on one
-    side of an inner product, 1 on the other): ⟨X, Y⟩ = packed(X, 2) · packed(Y, 1)."""
-    return (gram[:, iu[0], iu[1]] * weight).astype(np.float32)
+def _packed(gram, flat, weight=None):  # [n, d, d] symmetric -> [n, d (d + 1) / 2] float32
+    """The upper triangle of each symmetric matrix (`flat`: its indices in the flattened d x d),
+    off-diagonal entries times `weight` (2 on one side of an inner product, none on the other):
+    ⟨X, Y⟩ = packed(X, 2) · packed(Y)."""
+    out = np.take(gram.reshape(len(gram), -1), flat, axis=1)
+    if weight is not None:
+        out *= weight
+    return out
 
 
 def _t(a):  # [n, a, b] -> contiguous [n, b, a]
     return np.ascontiguousarray(a.transpose(0, 2, 1))
 
 
-def _r(a):  # [n, m, d_head] -> R [n, d_head, d_head] with aᵀ a = Rᵀ R (thin QR)
-    return np.linalg.qr(a, mode="r")
+def _r(a):  # [n, m, d_head] -> R [n, d_head, d_head] with aᵀ a = Rᵀ R
+    """Cholesky of aᵀ a (d_head x d_head), or the thin QR of a where aᵀ a is singular (a head
+    with zero weights)."""
+    try:
+        return _t(np.linalg.cholesky(_t(a) @ a))
+    except np.linalg.LinAlgError:
+        return np.linalg.qr(a, mode="r")
 
 
 def _grams(factors):  # [n, d_model, d_head] -> S Sᵀ [n, d_model, d_model] float32
@@ -177,6 +186,7 @@ def composition_scores(model) -> dict:
     cfg = model.config
     L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
     iu = np.triu_indices(d)
+    flat = iu[0] * d + iu[1]  # the upper triangle in a flattened d_model x d_model
     twice = np.where(iu[0] == iu[1], 1.0, 2.0).astype(np.float32)
     writers = np.empty((max(L - 1, 0) * H, len(iu[0])), np.float32)  # packed AᵀA of each earlier head
     writer_norm = np.empty(max(L - 1, 0) * H)  # ‖A‖_F²
@@ -189,10 +199,10 @@ def composition_scores(model) -> dict:
         if layer:
             factors = _reader_factors(m)  # mode -> S [n_head, d_model, d_head]
             pending.append((layer, factors,
-                            np.concatenate([_packed(_grams(factors[mode]), iu, 1.0) for mode in MODES])))
+                            np.concatenate([_packed(_grams(factors[mode]), flat) for mode in MODES])))
         if layer < L - 1:
             P = _t(_r(m.v) @ m.o)  # [n_head, d_model, d_head]: AᵀA = P Pᵀ
-            writers[layer * H:(layer + 1) * H] = _packed(_grams(P), iu, twice)
+            writers[layer * H:(layer + 1) * H] = _packed(_grams(P), flat, twice)
             writer_norm[layer * H:(layer + 1) * H] = np.einsum("hmd,hmd->h", P, P)
         if pending and (len(pending) == chunk or layer == L - 1):
             n = pending[-1][0] * H
