@@ -28,7 +28,8 @@ LayerNorms are linearised in turn, so each component is centred and scaled throu
 
 Row totals (`query_side[a]` = scale · q_a · k) say how much component a at the query reads the
 whole key; column totals (`key_side[b]` = scale · q · k_b) how much component b at the key is read.
-Pure arithmetic on a Trace that kept z and the residual stream (predict.prediction_trace()).
+Arithmetic on a Trace that kept z and the residual stream (qk_trace()), at the two positions only;
+a post-norm model's MLP outputs are recomputed there, as its trace keeps no MLP input.
 """
 
 from __future__ import annotations
