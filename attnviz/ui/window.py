@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 class MainWindow(QMainWindow):
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
-                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate")):
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
         wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
@@ -180,6 +180,10 @@ class MainWindow(QMainWindow):
 
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
+        if "why" in panels:  # Why here? below the focus view, and the Circuits tab
+            from attnviz.ui.panels.why_panel import install
+
+            install(self)
         self.focus_dock.raise_()
         from attnviz.ui.machinery.runner import freeze_start_up_objects
 
