@@ -389,9 +389,9 @@ class MainWindow(QMainWindow):
     def _on_focus(self, focus) -> None:
         if self.state.long.run is not None:
             return  # a long text: the long view's own pane shows the focused head
-        if focus is not None and not any(p is not None and p.shown for p in (self.anatomy_panel,
-                                                                             self.predict_panel)):
-            # (the Anatomy tab stays up: it lights the focused head's slices; so does What heads do)
+        if focus is not None and not any(p is not None and p.shown for p in (
+                self.anatomy_panel, self.predict_panel, getattr(self, "circuits_panel", None))):
+            # (the Anatomy tab stays up: it lights the focused head's slices; so do What heads do, Circuits)
             self.focus_dock.show()
             self.focus_dock.raise_()
 

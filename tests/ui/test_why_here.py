@@ -188,7 +188,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     L, H = ref.copying.shape
     st.show_head(L - 1, 0)
     qtbot.waitUntil(lambda: "top partners" in panel.partners.text(), timeout=WAIT)
-    best = C.MODES and ref.composition["k"][:L - 1, :, L - 1, 0]
+    best = ref.composition["k"][:L - 1, :, L - 1, 0]
     l1, h1 = np.unravel_index(int(np.argmax(best)), best.shape)
     assert f"{head_title(int(l1), int(h1))} {best[l1, h1]:.3f}" in panel.partners.text()
     # the map is painted: each head's cell in its colour
@@ -211,5 +211,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[1]), 10)
     assert repr(top[0][1]) in panel.ov.text()
     png, side = panel.export_to(str(tmp_path / "c.png"))
-    assert json.loads(side.read_text())["copying"] == pytest.approx(ref.copying.tolist())
+    np.testing.assert_allclose(json.loads(side.read_text())["copying"], ref.copying)
+    (csv,) = panel.export_to(str(tmp_path / "c.csv"))
+    assert csv.read_text().splitlines()[0] == "layer," + ",".join(f"H{h}" for h in range(H))
     w.worker.wait_idle()

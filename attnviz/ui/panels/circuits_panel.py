@@ -51,6 +51,7 @@ class CircuitsPanel(QWidget):
         jobs.sigChanged.connect(self.refresh)
         jobs.sigProgress.connect(self._on_progress)
         jobs.sigOvChanged.connect(self._draw_lines)
+        state.sigFocusChanged.connect(self._draw_lines)  # the focused head's partners
         state.sigFocusChanged.connect(self._on_pick)
         state.sigQueryChanged.connect(self._on_pick)
         state.sigResultChanged.connect(self._on_pick)
