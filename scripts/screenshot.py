@@ -8,7 +8,10 @@ the strongest induction head and shows its layer, with the query on the last tok
 name. agreement: opens MiniLM on the agreement sentence, picks the query token "are", focuses the
 head that sends "are" most strongly to "keys" (subject-verb agreement), and shows that head's layer.
 --panel prediction|dla shows the What heads do panel (the next token at the query with the logit
-lens, or DLA); --ablate N switches off the N strongest induction heads first, so the grid, the
+lens, or DLA); --panel why opens Why here? on the focused cell (the query on the repeated name, the
+key it attends to most) with its strongest head component hovered, so the grid outlines that head;
+--panel circuits shows the Circuits tab (copying map, the focused head's partners, and what it
+writes for the query token); --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.
 No head number is written here: each comes from the model's own patterns."""
 
@@ -32,7 +35,8 @@ def main() -> int:
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
     ap.add_argument("--scene", choices=("induction", "agreement"), default="induction")
-    ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla"), default="focus",
+    ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla", "why", "circuits"),
+                    default="focus",
                     help="side panel shown: the focus head (default), the Anatomy of its layer, or "
                          "What heads do (prediction and lens, or DLA)")
     ap.add_argument("--ablate", type=int, default=0,
@@ -115,6 +119,37 @@ def main() -> int:
                 and st.effects.run is not None and st.effects.run.result is st.result):
             settle(0.05)
         settle(0.5)
+    if args.panel == "why":
+        from attnviz.figures.why import heads_of
+
+        dock = w.focus_dock
+        w.why_dock.show()
+        w.why_jobs.set_cell(layer, head, q, k)
+        end = time.perf_counter() + 60
+        while time.perf_counter() < end and (w.why_jobs.attribution is None or w.why_jobs.busy):
+            settle(0.05)
+        if w.why_jobs.attribution is None:
+            raise SystemExit(f"no Why here? list: {w.why_jobs.note}")
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([w.focus_dock, w.why_dock], [height // 3, height], Qt.Orientation.Vertical)
+        settle(0.3)
+        canvas = w.why_panel.canvas  # hover the key side's largest head: the grid outlines it
+        rests = [i for i, b in enumerate(canvas.lay.rows) if not b.row.components]
+        box = next((b for b in canvas.lay.rows[rests[1] + 1:] if heads_of(b.row.components)), None)
+        if box is not None:
+            canvas.hover_row(box.rect.center().y())
+            what += f"; hovered {box.row.label}"
+        settle(0.3)
+    if args.panel == "circuits":
+        dock = w.circuits_dock
+        dock.show()
+        dock.raise_()
+        end = time.perf_counter() + 120
+        while time.perf_counter() < end and (w.circuits_jobs.circuits is None
+                                             or w.circuits_jobs.ov is None):
+            settle(0.1)
+        settle(0.3)
     if args.dock_width:
         from PySide6.QtCore import Qt
 

@@ -25,7 +25,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font, render_svg, render_with
 
-PAIRS, SIDE = 10, 8  # rows of the pair list and of each side's list, before the rest
+PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
 HIGHLIGHT = QColor(255, 200, 0, 90)  # the row under the mouse
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")

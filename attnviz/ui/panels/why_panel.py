@@ -209,6 +209,19 @@ def focus_menu(window, jobs, dock, cell, pos) -> QMenu:
     return menu
 
 
+def hovered(window, heads) -> None:
+    """Outline the hovered row's heads in the grid, and say where a head the grid does not show is."""
+    hl = window.grid_highlight
+    hl.set_heads(heads)
+    hidden = [lh for lh in heads if lh not in hl.shown_heads()]
+    if hidden:
+        names = ", ".join(f"L{l}H{h}" for l, h in hidden)
+        window.state.show_status(f"{names}: not in the grid's layer {window.state.layer}; tick All "
+                                 "layers to see it outlined")
+    elif heads:
+        window.state.show_status(", ".join(f"L{l}H{h}" for l, h in heads) + ": outlined in the grid")
+
+
 def install(window) -> None:
     """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
     (the window calls this once it builds its panels)."""
@@ -223,14 +236,14 @@ def install(window) -> None:
     window.why_dock = dock = QDockWidget("Why here?", window)
     dock.setObjectName("why_dock")
     dock.setWidget(window.why_panel)
-    if not window.restoreDockWidget(dock):  # below the focus view: both stay in sight
-        window.splitDockWidget(window.focus_dock, dock, Qt.Orientation.Vertical)
+    if not window.restoreDockWidget(dock):  # below the focus view and its tabs: both in sight
+        window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
         dock.hide()  # until a cell asks for it
     window.menus.view_menu.addAction(dock.toggleViewAction())
     dock.visibilityChanged.connect(window.why_panel.set_shown)
     window.why_panel.set_shown(dock.isVisible())
     window.grid_highlight = GridHighlight(window.grid, st)
-    window.why_panel.canvas.sigHover.connect(window.grid_highlight.set_heads)
+    window.why_panel.canvas.sigHover.connect(lambda heads: hovered(window, heads))
 
     window.circuits_jobs = CircuitsJobs(st, window.worker, window)
     window.circuits_panel = CircuitsPanel(st, window.circuits_jobs)
