@@ -69,6 +69,11 @@ class CircuitsView:
         if self.focus is None:
             return ["Focus a head (click it in the grid) for its composition partners."]
         name = head_title(*self.focus)
+        if self.copying is not None:
+            c = np.asarray(self.copying)
+            v = float(c[self.focus])
+            rank = int((c > v).sum()) + 1
+            out.append(f"{name}: OV copying {v:+.3f}, rank {rank} of {c.size} heads.")
         parts = self.partners()
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
