@@ -4,7 +4,8 @@
 
 docs/benchmarks.md gets one table of every figure: its goal, the latest value, its spread over
 runs, the machine, the commit and whether the goal is met. The README gets the same table cut to
-the headline figures, between the two marker lines below, rewritten in place. The output depends
+the headline figures (the commit without its date), between the two marker lines below, rewritten
+in place. The output depends
 only on the results files (no clock, no machine of its own), so the same files give the same pages.
 """
 
@@ -73,6 +74,8 @@ def spread_text(fig: dict) -> str:
         return "1 run"
     if len(runs) == 1:
         return f"{n} runs (each not recorded)"
+    if min(runs) == max(runs):
+        return f"{_with_unit(runs[0], fig['unit'])} in all {n} runs"
     return f"{number(min(runs))}–{_with_unit(max(runs), fig['unit'])} ({n} runs)"
 
 
@@ -98,9 +101,9 @@ def rows(docs: list[dict], headline_only: bool = False) -> list[list[str]]:
             name = f"{fig['name']} (`{doc['benchmark']}`)"
             if fig.get("note") and not headline_only:
                 name += f": {fig['note']}"
+            when = commit if headline_only else f"{commit}, {where.get('date') or '?'}"
             out.append([name, goal_text(fig), _with_unit(fig["value"], fig["unit"]),
-                        spread_text(fig), machine_text(where.get("machine")),
-                        f"{commit}, {where.get('date') or '?'}", met_text(fig)])
+                        spread_text(fig), machine_text(where.get("machine")), when, met_text(fig)])
     return out
 
 

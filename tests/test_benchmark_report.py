@@ -76,6 +76,7 @@ def test_the_readme_summary_is_rewritten_between_its_markers_in_place(tmp_path):
     summary = text.split(report.BEGIN)[1].split(report.END)[0]
     assert "keystroke p95" in summary and "2 workers against 1" in summary  # the headline figures
     assert "stall" not in summary and "plain against 1" not in summary  # and only those
+    assert "abc1234 |" in summary and "2026-12-01" not in summary  # the README holds no dates
     assert report.main(argv) == 0 and readme.read_text() == text  # a second run changes nothing
     assert "| stall (`typing`)" in doc.read_text()
 
