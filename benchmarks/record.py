@@ -5,7 +5,8 @@ One file per benchmark, rewritten by each run, holding the latest run's figures 
     {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
      "command": "python -m benchmarks.typing --runs 3",
      "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
-                 "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-..."},
+                 "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-...",
+                 "load_average": 0.8},
      "figures": [{"name": "keystroke p95, SmolLM2", "value": 17.2, "unit": "ms",
                   "goal": 16.0, "goal_is": "max", "met": false, "runs": [17.2, 18.0, 17.9],
                   "headline": true, "note": "layer 29 on screen"}]}
@@ -60,13 +61,15 @@ def _blas() -> tuple[str, int | None]:
 
 
 def machine() -> dict:
-    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads."""
+    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads, and
+    the load average over the last minute when the results were written (other work on a shared
+    machine slows every timing)."""
     import numpy
 
     blas, threads = _blas()
     return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": numpy.__version__, "blas": blas, "blas_threads": threads,
-            "platform": platform.platform()}
+            "platform": platform.platform(), "load_average": round(os.getloadavg()[0], 2)}
 
 
 def _git(*args: str) -> str:

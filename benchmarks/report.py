@@ -87,6 +87,8 @@ def machine_text(machine: dict | None) -> str:
         text += f", {machine['blas']}"
         if machine.get("blas_threads"):
             text += f" ({machine['blas_threads']} threads)"
+    if machine.get("load_average") is not None:
+        text += f", load {machine['load_average']:g}"
     return text
 
 

@@ -11,7 +11,7 @@ head that sends "are" most strongly to "keys" (subject-verb agreement), and show
 --panel prediction|dla shows the What heads do panel (the next token at the query with the logit
 lens, or DLA); --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.
-long: SmolLM2 on the long paragraph said four times (past the dense limit), shown in the long
+long: SmolLM2 on the long paragraph said ten times (past the dense limit), shown in the long
 view. generate: SmolLM2 generates eight greedy tokens after a short prompt, the Generate panel
 shown. corpus: MiniLM on the agreement sentence with a scan of 60 standard-library docstring
 paragraphs (made in a temporary folder, in this process) open in the Corpus panel, its strongest
@@ -117,7 +117,7 @@ def main() -> int:
     elif args.scene == "toy":
         model, text = "attnviz-toy-stdlib", texts["Repeated random sequence"]
     elif args.scene == "long":
-        model, text = "SmolLM2-135M-Instruct", " ".join([texts["Long paragraph"]] * 4)
+        model, text = "SmolLM2-135M-Instruct", " ".join([texts["Long paragraph"]] * 10)
     elif args.scene == "generate":
         model, text = "SmolLM2-135M-Instruct", "The capital of France is"
     else:
@@ -150,8 +150,13 @@ def main() -> int:
         except SystemExit:
             raise SystemExit(f"long: run {st.long.run is not None}, progress {st.long.progress}, pane "
                              f"{st.long.pane is not None}, model {st.model_name}, text {len(st.text)} chars") from None
+        w.roles_dock.show()  # a long text's head scores, streamed layer by layer
+        w.roles_dock.raise_()
+        st.long.set_log(True)  # long-range weights are small: four decades below the top
         settle(1.0)
-        return _grab(w, args.out, f"long view, {st.long.T} tokens")
+        wait(lambda: st.long.pane is not None and st.long.tiles is not None)
+        settle(5.0)  # the head scores stream in
+        return _grab(w, args.out, f"long view, {st.long.T} tokens, log colours")
     wait(lambda: st.result is not None, 60)
     r = st.result
     if args.scene == "generate":

@@ -7,7 +7,7 @@ import pytest
 from benchmarks import record, report
 
 MACHINE = {"cpu": "Test CPU", "cores": 2, "python": "3.11", "numpy": "2", "blas": "openblas 0.3",
-           "blas_threads": 2, "platform": "Linux"}
+           "blas_threads": 2, "platform": "Linux", "load_average": 0.5}
 WHERE = {"machine": MACHINE, "commit": "abc1234", "dirty": False, "date": "2026-12-01",
          "command": "python -m benchmarks.fake"}
 
@@ -41,13 +41,14 @@ def test_the_report_renders_every_figure_with_goal_spread_machine_commit_and_met
     lines = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines() if line.startswith("| ")}
     typing = lines["keystroke p95 (`typing`)"]
     assert "| ≤ 16 ms | 17.2 ms | 15–17.2 ms (3 runs) |" in typing
-    assert "Test CPU, 2 cores, openblas 0.3 (2 threads)" in typing and "abc1234, 2026-12-01" in typing
+    assert "Test CPU, 2 cores, openblas 0.3 (2 threads), load 0.5" in typing
+    assert "abc1234, 2026-12-01" in typing
     assert typing.endswith("| **not met** |")
     assert lines["stall (`typing`)"].endswith("| met |") and "4.4–7 ms (11 runs)" in lines["stall (`typing`)"]
     scan = lines["2 workers against 1 (`scan`)"]
     assert "| ≥ 1.8x | 1.9x | 1 run |" in scan and "def5678" in scan and scan.endswith("| met |")
-    assert lines["plain against 1 (`scan`)"].endswith("| — | 1.95x | 1 run | Test CPU, 2 cores, "
-                                                       "openblas 0.3 (2 threads) | def5678, 2026-12-01 | — |")
+    assert lines["plain against 1 (`scan`)"].endswith("| — | 1.95x | 1 run | Test CPU, 2 cores, openblas "
+                                                       "0.3 (2 threads), load 0.5 | def5678, 2026-12-01 | — |")
     # rows in file order (scan.json before typing.json), figures in their file's order
     names = [n for n in lines if n != "figure"]
     assert names == ["2 workers against 1 (`scan`)", "plain against 1 (`scan`)",
