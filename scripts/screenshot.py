@@ -150,14 +150,17 @@ def main() -> int:
         except SystemExit:
             raise SystemExit(f"long: run {st.long.run is not None}, progress {st.long.progress}, pane "
                              f"{st.long.pane is not None}, model {st.model_name}, text {len(st.text)} chars") from None
+        wait(lambda: w.panels_ready)
         w.roles_dock.show()  # a long text's head scores, streamed layer by layer
         w.roles_dock.raise_()
         st.long.set_log(True)  # long-range weights are small: four decades below the top
         settle(1.0)
         wait(lambda: st.long.pane is not None and st.long.tiles is not None)
-        settle(5.0)  # the head scores stream in
+        # the head scores stream in, a layer at a time
+        wait(lambda: "Scoring the heads" not in w.roles_panel.summary.text(), 300)
+        settle(1.0)
         return _grab(w, args.out, f"long view, {st.long.T} tokens, log colours")
-    wait(lambda: st.result is not None, 60)
+    wait(lambda: st.result is not None and w.panels_ready, 60)  # the side panels follow the first heatmaps
     r = st.result
     if args.scene == "generate":
         return _generate(w, settle, wait, args)
@@ -195,7 +198,10 @@ def main() -> int:
     if args.panel == "anatomy":
         dock = w.anatomy_dock
         dock.raise_()
-        settle(1.0)  # the run that keeps the layer inputs
+        # the run that keeps the layer inputs, then the panel's drawing
+        wait(lambda: st.result is not None and st.result.layer_inputs is not None
+             and w.anatomy_panel.canvas.view is not None and not w.anatomy_panel.pending)
+        settle(0.5)
     if args.panel in ("calc", "roles", "find", "corpus"):
         dock = {"calc": w.calc_dock, "roles": w.roles_dock, "find": w.roles_dock,
                 "corpus": w.corpus_dock}[args.panel]
