@@ -109,7 +109,7 @@ def warm(source: str, sha: str, texts: tuple, max_tokens: int) -> float:
 def plain_init(source: str, sha: str, texts: tuple, max_tokens: int) -> None:
     """A plain process of the baseline pool: as a Dask worker is set up (one BLAS thread, one core
     for the engine's threads, the model loaded once and kept, warm)."""
-    from attnviz.engine.computing.parallel import limit_cores
+    from attnviz.engine.parallel import limit_cores
 
     limit_cores(1)
     warm(source, sha, texts, max_tokens)

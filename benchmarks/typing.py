@@ -428,7 +428,7 @@ def products_floor(model: str, max_t: int):
     from threadpoolctl import threadpool_limits
 
     from attnviz.engine import load_model
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     try:
         m = load_model(model)

@@ -15,7 +15,7 @@ from attnviz.commands.checks import parse_ids, positive, refuse_options, show_no
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES, store
 from attnviz.corpus.source import Corpus, read_corpus
 from attnviz.corpus.tasks import Batch, BatchDone, run_batch, run_batch_and_report
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)

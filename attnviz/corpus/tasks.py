@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.engine.analysing import corpus_stats as S
-from attnviz.engine.computing.parallel import limit_cores
+from attnviz.engine.parallel import limit_cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ from attnviz.engine.computing.layers import (
     ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, kept_in_c_order,
     layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
-from attnviz.engine.computing import parallel
-from attnviz.engine.computing.parallel import for_row_chunks
+from attnviz.engine import parallel
+from attnviz.engine.parallel import for_row_chunks
 from attnviz.engine.computing.rope import rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.budget import LayerStore, resolve_budget

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.engine.computing.parallel import in_parallel
+from attnviz.engine.parallel import in_parallel
 
 SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))

@@ -32,7 +32,7 @@ from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
 from attnviz.engine.computing.layers import (
     ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
-from attnviz.engine.computing.parallel import cores, in_parallel
+from attnviz.engine.parallel import cores, in_parallel
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -430,7 +430,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
     LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
-    core), each with one BLAS thread (engine/computing/parallel.py). `reuse`: an earlier long run
+    core), each with one BLAS thread (engine/parallel.py). `reuse`: an earlier long run
     of this model (a causal one): the tokens it shares with this text at the start are not
     computed again, their K, V, q and log-sum-exp are its (as the dense path's KV cache;
     result.cache_reused says how many)."""

@@ -36,7 +36,7 @@ from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
 from attnviz.engine.computing.layers import kept_in_c_order
-from attnviz.engine.computing.parallel import cores, in_threads
+from attnviz.engine.parallel import cores, in_threads
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )

@@ -18,7 +18,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 

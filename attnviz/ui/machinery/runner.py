@@ -32,7 +32,7 @@ from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QT
 
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import AttnvizError
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import (
     POOL, THREAD, Job, Runner, below_the_main_thread, describe_error, wide_blas,
