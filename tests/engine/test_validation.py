@@ -126,6 +126,13 @@ def test_unknown_activation_fails_at_load_not_at_the_first_run(tmp_path):
         load_model(folder)
 
 
+def test_every_activation_a_config_may_name_has_a_function_in_the_forward_pass():
+    from attnviz.engine.computing.layers import ACTIVATIONS as FUNCTIONS
+    from attnviz.engine.reading.config import ACTIVATIONS as NAMES
+
+    assert set(NAMES) == set(FUNCTIONS)
+
+
 @pytest.mark.parametrize("content, message", [
     (b"[1, 2]", "holds a list, expected a JSON object"),
     (b"{\"model_type\": ", "is not valid JSON: Expecting value at line 1 column 16"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnviz.engine.parallel import in_parallel
+from attnviz.engine.reading.config import group_size
 
 SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
@@ -219,12 +220,6 @@ def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head):
     k = split_heads(qkv[:, q_end:k_end], n_kv_head)
     v = split_heads(qkv[:, k_end:], n_kv_head)
     return q, k, v
-
-
-def group_size(n_head: int, n_kv_head: int) -> int:
-    """Query heads per KV head (1: multi-head; n_head: multi-query; between: grouped-query). The
-    one place this is computed: the config, the forward pass, long texts and the calculator call it."""
-    return n_head // n_kv_head
 
 
 def kv_group(n_head: int, n_kv_head: int) -> np.ndarray:  # [n_head]: the KV head each query head reads
