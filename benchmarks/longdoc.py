@@ -119,10 +119,9 @@ def child_forward(T: int) -> dict:
 def child_generate(T: int) -> dict:
     from attnviz.engine import load_model
     from attnviz.engine.computing.generate import generate
-    from attnviz.engine.analysing.predict import lm_head
 
     model = load_model(smollm2_path())
-    head = lm_head(model)
+    head = model.lm_head()
     floor_fn, floor_bytes, _ = matvec_floor(model.weights)
     x = np.random.default_rng(0).standard_normal((1, model.config.d_model), dtype=np.float32)
     floor_fn()

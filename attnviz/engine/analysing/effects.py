@@ -26,9 +26,11 @@ from attnviz.engine.computing.families import forward, output_projection
 from attnviz.engine.computing.layers import head_output_share, head_value_norms
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
-    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, lm_head, position_index,
-    prediction_of, prediction_trace, token_text, vocab_logits, vocab_token,
+    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, position_index, prediction_of,
+    prediction_trace, vocab_token,
 )
+from attnviz.engine.computing.logits import vocab_logits
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
 
 TOP_K = 10
@@ -230,7 +232,7 @@ def analyse(model, run: WindowRun, position: int | None = None, target: str = ""
     One pass over the unembedding serves the prediction and the lens (the lens's last layer is the
     shown run's prediction; under an ablation the clean run's final row rides along), in blocks
     with `stop()` asked between them (Cancelled: a newer keystroke does not wait for the rest)."""
-    head = lm_head(model)
+    head = model.lm_head()
     shown = run.shown
     q = position_index(len(shown.ids), position)
     rows = lens_rows(shown, q)  # [n_layer, d_model]

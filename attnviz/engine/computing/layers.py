@@ -158,17 +158,6 @@ ACTIVATIONS = {
 }
 
 
-def kept_in_c_order(n_in: int, n_out: int) -> bool:
-    """The one rule for how a layer matrix [in, out] is kept: C order where out >= in, else as
-    [out, in] rows (its Fortran-order view): its longer side contiguous, the layout OpenBLAS's
-    matrix-vector product (a cached keystroke's) streams fastest. One row through SmolLM2's 30
-    gate|up [576, 3072] 6.4-8.3 against 9.7-13.7 ms, output projections [576, 576] 2.5-2.9 against
-    3.2-3.6, down projections [1536, 576] 3.8-4.7 against 5.8-6.7 the other way round; a typed
-    sentence's keystrokes p50 23.9 against 27.3 ms (benchmarks/row_products.py --layouts). The
-    loaders of decoders apply it (gguf_model._matrix, families._in_out)."""
-    return n_out >= n_in
-
-
 GEMV_ROWS = 5  # up to this many rows, linear() makes one matrix-vector product per row
 STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [out, in] rows is
 # multiplied as those rows times x's rows as columns (linear)

@@ -34,9 +34,10 @@ from attnviz.engine.reading.dequant import dequantize_into, prepare
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
-from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
-from attnviz.engine.computing.layers import kept_in_c_order
 from attnviz.engine.parallel import cores, in_threads
+from attnviz.engine.reading.layout import (
+    Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
+)
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
@@ -640,7 +641,7 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
 
 def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None: no fills)
     """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows,
-    laid out by layers.kept_in_c_order: C order (written as columns), else the transposed view of
+    laid out by layout.kept_in_c_order: C order (written as columns), else the transposed view of
     the rows as read (Fortran order). Written in the load's arena."""
     if fills is None:
         return None
@@ -800,13 +801,11 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
     return TextTokenizer(tok), None
 
 
-def load_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None, eager: bool = True):
-    """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
+def read_gguf(path: Path, name: str | None = None, license: str | None = None,
+              budget: int | None = None, eager: bool = True) -> ReadModel:
+    """Read a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it."""
-    from attnviz.engine.computing.model import Model
-
     path = Path(path).expanduser()
     reader = open_gguf(path)
     arch = architecture(reader)
@@ -817,9 +816,9 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     ts = GGUFTensors(reader, path)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager)
     file_license = _field(reader, "general.license")
-    return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
-                 license=license or (file_license if isinstance(file_license, str) else None),
-                 notice=notice)
+    return ReadModel(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
+                     license=license or (file_license if isinstance(file_license, str) else None),
+                     notice=notice)
 
 
 def gguf_display_name(reader: GGUFReader, path: Path) -> str:

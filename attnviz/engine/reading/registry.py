@@ -15,11 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz.engine.reading.checkpoints import count_checkpoints
+from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
-from attnviz.engine.computing.model import Model, load_folder
+from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -475,16 +474,3 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     raise ModelLoadError(
         f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "
         "LM Studio or Ollama folders); `attnviz models` lists what is available")
-
-
-def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,
-               eager: bool = True) -> Model:
-    """Load a model by name (see find_models), from a folder holding config.json + safetensors, or
-    from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default: the budget
-    chosen with budget.set_memory_budget, else from the memory available). `eager=False`: a GGUF
-    file's layers are expanded when a run first reaches them, not at load (safetensors layers
-    always are: they are memory-mapped)."""
-    name, where, license = resolve(name_or_dir)
-    if where.is_file():  # resolve() gives a file only for GGUF
-        return load_gguf(where, name=name, license=license, budget=budget, eager=eager)
-    return load_folder(where, name=name, license=license, budget=budget)

@@ -33,7 +33,7 @@ class AppState(QObject):
     sigOverlayChanged = Signal(object)
     sigStatus = Signal(str)
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
-    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.reading.checkpoints) or None
+    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.computing.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message

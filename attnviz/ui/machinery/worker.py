@@ -59,7 +59,7 @@ class LoadRequest:
 
 
 def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
-    from attnviz.engine.reading.checkpoints import load_checkpoints
+    from attnviz.engine.computing.checkpoints import load_checkpoints
 
     ckpts = load_checkpoints(model)
     if ckpts is not None:
@@ -444,7 +444,7 @@ class Worker(Runner):
         """A model with training checkpoints (a checkpoints.json in its folder: engine/checkpoints)
         gets them loaded and every checkpoint's weights preloaded on a thread of its own (it reads
         files); the runner hands them to the state, for the model they belong to only."""
-        from attnviz.engine.reading.checkpoints import CHECKPOINTS_FILE
+        from attnviz.engine.computing.checkpoints import CHECKPOINTS_FILE
 
         path = getattr(model, "path", None)
         if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
