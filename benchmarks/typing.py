@@ -159,7 +159,7 @@ def _spin(app, seconds: float, until=None) -> None:
 def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
                anatomy: str = "off", effects: bool = False, layer: int | None = None,
                probe_first: bool = False) -> dict:
-    from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
     from PySide6.QtTest import QTest
 
     from attnviz.ui.app import make_app

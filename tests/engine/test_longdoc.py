@@ -196,9 +196,9 @@ def test_an_overview_on_two_threads_is_the_same_float32s_as_on_one(runs, reduce,
 
     lp = runs["mistral_window"][3]
     monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # blocks of 16 rows: 3 blocks of 37
-    for heads in (None, [1], [0, lp.n_head - 1]):
-        one = lp.overview(1, (30, 7), reduce, heads=heads, workers=1)
-        two = lp.overview(1, (30, 7), reduce, heads=heads, workers=2)
+    for shown in (None, [1], [0, lp.n_head - 1]):
+        one = lp.overview(1, (30, 7), reduce, heads=shown, workers=1)
+        two = lp.overview(1, (30, 7), reduce, heads=shown, workers=2)
         np.testing.assert_array_equal(one, two)
 
 

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.computing.families import output_projection
-from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
+from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.computing.layers import (
     ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )

@@ -12,7 +12,6 @@ receives NaN heatmaps."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -136,7 +135,6 @@ class Worker(Runner):
             return
 
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
-        long = len(req.text) - len(os.path.commonprefix([req.text, self._last_text])) > LONG_RUN_CHARS
         self._last_text = req.text
         depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
         early = None if depth is None else (depth, lambda part: self._sigPreview.emit(req, part))
