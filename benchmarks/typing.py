@@ -422,7 +422,7 @@ def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
 def products_floor(model: str, max_t: int):
     """(seconds, rows, MB, matrices): the median time of one product of a keystroke's rows with
     each of the model's weight matrices (a causal model's cached keystroke computes 1 new row, an
-    encoder's all T), on every core as the window's runs (ui/machinery/runner.wide_blas): what a
+    encoder's all T), on every core as the window's runs (ui/machinery/tuning.wide_blas): what a
     keystroke's run cannot go below with these weights and this BLAS. None if it cannot load."""
     import numpy as np
     from threadpoolctl import threadpool_limits

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.analysing.predict import attribute
 from attnviz.engine.analysing.samples import SAMPLES
-from attnviz.ui.machinery.runner import wide_blas
+from attnviz.ui.machinery.tuning import wide_blas
 from windows import WAIT, open_window, wait_for_text
 
 NAMES = next(s.text for s in SAMPLES if "induction" in s.title)
