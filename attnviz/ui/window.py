@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
 
     def _build_panel_docks(self) -> None:
         """The side panels of other modules, built after the first heatmaps are painted: importing
-        and building them costs about 0.3 s that the first view should not wait for."""
+        and building them takes time that the first view should not wait for (benchmarks/launch.py)."""
         if self.panels_ready:
             return
         self.panels_ready = True

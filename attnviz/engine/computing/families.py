@@ -337,12 +337,10 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
 
 
 # forward_packed's passes (pack_texts): at most PACK_ROWS rows (all the texts' tokens), and at most
-# PACK_PATTERN_BYTES of patterns held ([n_layer, n_head, T_j, T_j] float32 per text). Measured with
-# a scan's short texts (benchmarks/scan.py's corpora, ~30 tokens each, batch 32; the in-process
-# loop, fastest of 3, 1024 and 256 rows in turns, three times): 1024 rows took 2-7 % less time on
-# MiniLM (3.49-3.94 s against 3.64-4.10 s) and 1-11 % less on SmolLM2 (13.7-15.7 s against
-# 15.5-16.4 s; each pass reads all 30 layers' weights). The pattern budget keeps a pass of long
-# texts (a 128-token text's SmolLM2 patterns are 17.7 MB) from holding much more than one of short.
+# PACK_PATTERN_BYTES of patterns held ([n_layer, n_head, T_j, T_j] float32 per text). More rows a
+# pass read the weights fewer times for a scan's short texts (benchmarks/scan.py measures it); the
+# pattern budget keeps a pass of long texts (a 128-token text's SmolLM2 patterns are 17.7 MB) from
+# holding much more than one of short.
 PACK_ROWS = 1024
 PACK_PATTERN_BYTES = 32 * 2 ** 20
 

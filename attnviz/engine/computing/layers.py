@@ -20,7 +20,7 @@ CHUNK = 1 << 16  # elements per pass of an element-wise chain: about 256 KiB of 
 
 def _for_row_chunks(fn, n_rows: int, row_len: int) -> None:
     """fn(slice) over cache-sized row blocks, so a chain of element-wise passes stays in cache.
-    (Sharing the blocks out to threads was measured slower: they compete with BLAS's threads.)"""
+    (Not shared out to threads: they would compete with BLAS's threads.)"""
     step = max(1, CHUNK // max(1, row_len))
     for i in range(0, n_rows, step):
         fn(slice(i, i + step))
@@ -45,7 +45,7 @@ def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row
 def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
     # reference: (x - mean(x)) / sqrt(var(x) + eps) * gain + bias
     # tuned: np.mean's own arithmetic (a sum, divided by d), in place: the same bits, without
-    # np.mean's Python wrapper and two temporaries (a MiniLM run's 11 norms 0.71 -> 0.45 ms)
+    # np.mean's Python wrapper and two temporaries (benchmarks/engine.py measures the run)
     d = x.shape[-1]
     mean = np.add.reduce(x, axis=-1, keepdims=True)
     np.true_divide(mean, d, out=mean)
@@ -166,18 +166,16 @@ STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [o
 def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
     n = x.shape[0] if x.ndim == 2 else 0
     if 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
-        # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first and took
-        # 2.4-4.8x one matrix-vector product; the rows' products, reading w again from cache,
-        # 1.6-3.3x (benchmarks/gemv_rows.py)
+        # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first, slower
+        # than the rows' products reading w again from cache (benchmarks/gemv_rows.py)
         y = np.empty((n, w.shape[1]), dtype=np.result_type(x, w))
         for i in range(n):
             np.matmul(x[i], w, out=y[i])
     elif GEMV_ROWS < n <= STORED_ROWS_FIRST and w.flags.f_contiguous and not w.flags.c_contiguous:
         # w is the [d_in, d_out] view of [d_out, d_in] rows, as GGUF files store them: BLAS
-        # multiplies those rows by x's rows as columns in 0.62-0.90x the time of x @ w from 2 to 64
-        # rows (the same at 128, slower beyond; up to GEMV_ROWS the rows' own products are faster
-        # still; benchmarks/row_products.py, SmolLM2 on two cores): a run of a sentence, an edit
-        # inside the text, a paste. The result's copy to C order is [T, d_out] floats.
+        # multiplies those rows by x's rows as columns faster than x @ w up to STORED_ROWS_FIRST
+        # rows (benchmarks/row_products.py measures it): a run of a sentence, an edit inside the
+        # text, a paste. The result's copy to C order is [T, d_out] floats.
         y = np.ascontiguousarray(np.matmul(w.T, x.T).T)
     else:
         y = x @ w

@@ -413,8 +413,7 @@ def patterns_of(trace: LongTrace, cfg) -> LongPatterns:
 
 def value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
     """layers.head_value_norms without forming each head's [T, d_model] output: ||v_j W_O(h)||^2 =
-    v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the cost (0.3 s
-    for SmolLM2's 30 layers at T = 8,192)."""
+    v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the cost."""
     vh = v if n_group == 1 else np.repeat(v, n_group, axis=0)  # [n_head, T, d_head]
     n_head, _, d_head = vh.shape
     wo = np.asarray(w_o, dtype=np.float32).reshape(n_head, d_head, -1)

@@ -32,10 +32,9 @@ TOY_ALIASES = ("toy", TOY_FOLDER)
 TOY_LICENSE = "toy model trained by attnviz on Python stdlib docstrings (PSF-2.0)"
 SMOLLM2_MODEL = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The window opens on the decoder the lesson is about. Measured (benchmarks/smollm2.py, 2 cores): its
-# forward beats transformers eager (0.46-0.79x), a typed token costs one cached step (5.7-5.9x
-# faster than a full run at the window's one BLAS thread), 0.58 GiB peak RSS, first heatmaps in
-# 1.9-2.1 s on a quiet machine; MiniLM stays one click away (Models menu).
+# The window opens on the decoder the lesson is about: a typed token costs one cached step, and
+# benchmarks/smollm2.py measures its forward, memory and first heatmaps; MiniLM stays one click
+# away (Models menu).
 WINDOW_MODEL = SMOLLM2_MODEL
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", SMOLLM2_FILE, SMOLLM2_FILE[:-5])
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")  # Linux installs run as user `ollama`
@@ -125,8 +124,8 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
 
 
 # ---- GGUF headers, read without building the vocabulary ------------------------------------------
-# gguf.GGUFReader turns every metadata array into NumPy parts: about 1 s for SmolLM2's 49k-token
-# vocabulary, several for a 128k one. Listing needs a dozen numbers, so this walks the header in a
+# gguf.GGUFReader turns every metadata array into NumPy parts, slow for a vocabulary of tens of
+# thousands of tokens. Listing needs a dozen numbers, so this walks the header in a
 # memory map and steps over the arrays (a string array still costs one length read per item).
 
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split

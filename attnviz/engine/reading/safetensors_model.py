@@ -56,7 +56,7 @@ def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: i
     other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head as float32 (at most)
     store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
                        sizes, resolve_budget(name or source, sizes, other, budget), source)
-    store.expand_kept()  # a model that fits: every layer read and checked at load, as before
+    store.expand_kept()  # a model that fits: every layer read and checked at load
     return store
 
 
