@@ -9,7 +9,7 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing.effects import Ablation, analyse, token_id, window_run
-from attnviz.engine.analysing.predict import token_text
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.logits import log_softmax

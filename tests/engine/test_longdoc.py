@@ -176,7 +176,8 @@ def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns
     """Row chunks of 8 for the projections and the MLP and blocks of 16 rows for attention, on two
     threads: the residual stream of one thread within float32 rounding (products of other shapes
     sum in another order; streams of size ~10), and the dense path's patterns."""
-    from attnviz.engine.computing import layers, parallel
+    from attnviz.engine import parallel
+    from attnviz.engine.computing import layers
 
     model, ids, dense, _ = runs[name]
     monkeypatch.setattr(parallel, "ROW_CHUNK", 8)

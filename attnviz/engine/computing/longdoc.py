@@ -28,10 +28,11 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.computing.families import output_projection
-from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.errors import InputError
 from attnviz.engine.computing.layers import (
     ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
+from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.parallel import cores, in_parallel
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
@@ -439,12 +440,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
             and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
         trace.past = _LongPast(reuse)
     result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
-    bad = [i for i, lse in enumerate(trace.lse) if not np.isfinite(lse).all()]
-    if bad:
-        raise ModelLoadError(
-            f"{model.name}: layer {bad[0]} gives non-finite attention weights (NaN or inf) for this "
-            "input; the model's weights or config.json are broken (a NaN, inf or huge weight, or a "
-            "norm epsilon <= 0)")
+    check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
     norms = np.stack([value_norms(v, output_projection(model.weights.layers, i)[0], model.config.n_group)
                       for i, v in enumerate(trace.v)])  # [n_layer, n_head, T]: Value-weighted
     result = dataclasses.replace(result, value_norms=norms)

@@ -20,6 +20,7 @@ from attnviz.engine.computing.families import (
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.longdoc import check_dense
+from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.computing.trace import KVCache, Trace
@@ -192,7 +193,7 @@ class Model:
 
             def partial(tr):
                 part = tr.attentions[:k]
-                if np.isfinite(part.reshape(k, -1).max(axis=1)).all():  # (the full run refuses it)
+                if non_finite_layer(part) is None:  # (the full run refuses it)
                     tell(RunResult(text=text, tokens=list(tokens), labels=list(labels),
                                    offsets=list(offsets), input_ids=ids, attentions=part,
                                    kv_group=self.kv_group.copy(), truncated=truncated,
@@ -203,11 +204,11 @@ class Model:
         attentions, reused, held, earlier = self._forward(ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
-                self._check_finite(attentions)
+                check_finite(self.name, attentions)
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise
-        norms, share = self._value_norms(attentions, trace.v) if values else (None, None)
+        norms, share = self.value_norms(attentions, trace.v) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
@@ -251,7 +252,7 @@ class Model:
             for k, (i, prep) in enumerate(pack):
                 attentions, patterns[k] = patterns[k], None  # the caller's to keep or drop
                 try:
-                    self._check_finite(attentions)
+                    check_finite(self.name, attentions)
                 except ModelLoadError as exc:
                     yield i, exc
                     continue
@@ -325,28 +326,17 @@ class Model:
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc
 
-    def _value_norms(self, attentions, v_layers):
-        """-> value norms [n_layer, n_head, T], head shares [n_layer, n_head] from each layer's V."""
+    def value_norms(self, attentions, v_layers):
+        """Patterns [n_layer, n_head, T, T] and each layer's V [n_kv_head, T, d_head] -> value norms
+        ||v_j W_O(h)|| [n_layer, n_head, T] and head shares [n_layer, n_head] (value-weighted
+        attention), for the layers the patterns hold (a run that ended early: its layers)."""
         c = self.config
         norms = np.empty(attentions.shape[:3], dtype=np.float32)
         share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, v in enumerate(v_layers[:len(norms)]):  # (a run that ended early: its layers)
+        for i, v in enumerate(v_layers[:len(norms)]):
             norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
             share[i] = head_output_share(attentions[i], f)
         return norms, share
-
-    def _check_finite(self, attentions: np.ndarray) -> None:
-        """A broken model (a NaN, inf or huge weight; a norm epsilon <= 0) gives NaN patterns: refuse
-        them, naming the first layer, rather than let a NaN reach a heatmap or a file."""
-        # NaN and +inf survive a max (weights are >= 0: no -inf), in float32: cheaper than a
-        # float64 sum, on every run
-        per_layer = attentions.reshape(attentions.shape[0], -1).max(axis=1)
-        bad = np.flatnonzero(~np.isfinite(per_layer))
-        if bad.size:
-            raise ModelLoadError(
-                f"{self.name}: layer {int(bad[0])} gives non-finite attention weights (NaN or inf) "
-                f"for this input; the model's weights or config.json are broken (a NaN, inf or "
-                f"huge weight, or a norm epsilon <= 0)")
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held, (earlier
