@@ -90,7 +90,7 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     unembedding rows, whether w_u is float32 or kept in the file's type under a memory budget (a
     block dequantised at a time): the same products either way, so a budget changes no logit, not
     even in the last bit. `stop()` is asked before each block and raises Cancelled when it says
-    so: a newer keystroke waits for one block (a few ms), not for the whole unembedding."""
+    so: a newer keystroke waits for one block, not for the whole unembedding."""
     xn = head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
     V = head.w_u.shape[0]
     out = np.empty((*xn.shape[:-1], V), np.float32)  # [..., vocab], rows contiguous for reductions
