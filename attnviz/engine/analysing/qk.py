@@ -41,7 +41,7 @@ import numpy as np
 from attnviz.engine.computing.families import (
     FAMILY, Layer, layer_consts, mlp, output_projection, project_qkv,
 )
-from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm, merge_heads
+from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError
 
