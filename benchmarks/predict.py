@@ -52,7 +52,7 @@ def pct(xs, p):
 
 def keystrokes(args) -> list[dict]:
     plain, live = load_model(MODEL), load_model(MODEL)
-    P.lm_head(live)
+    live.lm_head()
     ids = plain.tokenizer.encode(TEXT).ids[:64]
     t_plain, t_live, t_analysis, waits = [], [], [], []
     for rep in range(args.repeat):
@@ -96,7 +96,7 @@ def keystrokes(args) -> list[dict]:
 
 def one_ablation(args) -> list[dict]:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     cfg, w = model.config, model.weights
     ids = np.array(model.tokenizer.encode(TEXT).ids[:64])
     clean = forward(cfg, w, ids, P.prediction_trace())
@@ -121,7 +121,7 @@ def one_ablation(args) -> list[dict]:
 
 def scan(args) -> list[dict]:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     ids, _ = probe_ids(model)
     figures = []
     for threads in sorted({1, os.cpu_count() or 1}):

@@ -43,7 +43,8 @@ def command_lines(page: Path) -> list[str]:
     """What a reader pastes: the lines of ```bash blocks, and inline `.venv/bin/attnviz COMMAND ...`
     or `.venv/bin/python scripts/...` spans (the README's command table)."""
     text = _text(page)
-    lines = [line.strip() for block in _blocks(text, ("bash", "sh")) for line in block.splitlines()]
+    blocks = [block.replace("\\\n", " ") for block in _blocks(text, ("bash", "sh"))]  # continuations
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
     lines = [line for line in lines if line and not line.startswith("#")]
     for span in re.findall(r"`([^`\n]+)`", _prose_blocks_removed(text)):
         words = span.split()
