@@ -7,12 +7,13 @@ import logging
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
+    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
     QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.ui.machinery import settings as remembered
+from attnviz.ui.views.compute_figures import ComputeFigures
 from attnviz.ui.views.controls import LoadBox, ViewControls
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.guard import install_exception_guard
@@ -118,10 +119,8 @@ class MainWindow(QMainWindow):
         sb = self.statusBar()
         self.load_box = LoadBox(st, self.worker)
         self.load_label, self.cancel_button = self.load_box.label, self.load_box.cancel_button
-        self.tokens_label = QLabel()
-        self.time_label = QLabel()
-        self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
-        self.time_label.setToolTip("Time the engine took for the last result")
+        figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
+        self.tokens_label, self.time_label = figures.tokens_label, figures.time_label
         sb.addPermanentWidget(self.load_box)
         sb.addPermanentWidget(self.tokens_label)
         sb.addPermanentWidget(self.time_label)
@@ -204,8 +203,6 @@ class MainWindow(QMainWindow):
         self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
-        st.sigResultChanged.connect(self._on_result)
-        st.sigPreviewChanged.connect(self._on_preview)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
@@ -358,27 +355,6 @@ class MainWindow(QMainWindow):
         kept = (" The heatmaps show the last sentence that could be computed."
                 if self.state.result is not None else "")
         self.show_error(sentence(f"Could not compute: {message}") + kept, kind="compute")
-
-    def _on_result(self, result) -> None:
-        if result is None:
-            run = self.state.long.run  # a long text: its tokens are in the long view
-            self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
-            if run is not None:
-                self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms")
-            return
-        self.tokens_label.setText(f"{len(result.tokens)} tokens")
-        self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
-
-    def _on_preview(self, _partial) -> None:
-        """The grid shows the running text's first layers: the status bar counts that text's tokens
-        and says the rest is on its way (the result's figures replace both)."""
-        p = self.state.shown_preview()
-        if p is None or self.state.model is None:
-            return
-        k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
-        self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
-        rest = f"layer {k}" if k == n - 1 else f"layers {k}\u2013{n - 1}"
-        self.time_label.setText(f"computing {rest}\u2026")
 
     def _on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it
