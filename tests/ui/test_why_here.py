@@ -112,6 +112,24 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     assert "gone" in w.why_panel.note.text()
 
 
+def test_why_here_from_the_cells_menu_opens_the_panel_at_that_cell(smol, qtbot):
+    from attnviz.ui.panels.why_panel import focus_menu
+
+    w = smol
+    assert not w.why_dock.isVisible()  # closed until a cell asks for it
+    T = len(w.state.result.tokens)
+    cell = (5, 4, T - 1, 1)
+    menu = focus_menu(w, w.why_jobs, w.why_dock, cell)
+    why, pick = menu.actions()
+    assert why.text().startswith("Why here?")
+    why.trigger()
+    assert w.why_dock.isVisible()
+    _wait_attribution(qtbot, w, cell)
+    assert w.why_panel.canvas.lines()
+    pick.trigger()  # the menu's other item picks the query row, as a click does
+    assert w.state.query_pos == T - 1
+
+
 def test_a_key_after_the_query_gets_one_line(smol, qtbot):
     w = smol
     w.why_dock.show()

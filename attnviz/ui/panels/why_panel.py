@@ -197,7 +197,7 @@ class WhyPanel(QWidget):
         return written
 
 
-def focus_menu(window, jobs, dock, cell, pos) -> QMenu:
+def focus_menu(window, jobs, dock, cell) -> QMenu:
     """The focus view's right-click menu on a cell: Why here?, and the query row as a click picks it."""
     st = window.state
     layer, head, q, k = cell
@@ -258,7 +258,7 @@ def install(window) -> None:
         if cell is None or st.on_screen()[1]:
             return
         if ev.button() == Qt.MouseButton.RightButton:
-            focus_menu(window, jobs, dock, cell, ev.screenPos()).popup(ev.screenPos().toPoint())
+            focus_menu(window, jobs, dock, cell).popup(ev.screenPos().toPoint())
         elif ev.button() == Qt.MouseButton.LeftButton:
             jobs.set_cell(*cell)  # (the focus view picks the query row itself)
     fv.plot.scene().sigMouseClicked.connect(clicked)
