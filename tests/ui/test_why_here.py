@@ -185,6 +185,9 @@ def test_the_why_list_exports_as_image_and_numbers(smol, qtbot, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     meta = json.loads(side.read_text())
     assert meta["view"] == "why" and meta["layer"] == 3 and meta["head"] == 2
+    from attnviz.figures.data import open_sidecar
+
+    assert open_sidecar(side)["text"] == w.state.result.text  # File -> Open view reads it
     (js,) = w.why_panel.export_to(str(tmp_path / "why.json"))
     doc = json.loads(js.read_text())
     assert doc["score"] == pytest.approx(a.score)
