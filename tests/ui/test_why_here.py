@@ -79,6 +79,8 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     _click_focus_cell(qtbot, w, q, k)
     assert st.query_pos == q  # the click still picks the query row
     a = _wait_attribution(qtbot, w, (layer, head, q, k))
+    marker = w.why_marker  # the explained cell is framed in the focus view
+    assert marker.isVisible() and marker.rect().getRect() == (k, q, 1, 1)
     # the engine on its own agrees
     trace = qk_trace()
     st.model.run(ids=st.result.input_ids, truncate=True, trace=trace)

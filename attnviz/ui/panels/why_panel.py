@@ -2,7 +2,8 @@
 focus view picks its query row, as it always did, and this panel follows the clicked cell; a right
 click offers "Why here?", which opens the panel at that cell. The panel lists the largest query ×
 key component pairs with their share of the score, and the query-side and key-side totals
-(figures/why.py paints them); hovering a row outlines its heads in the grid (GridHighlight). The
+(figures/why.py paints them); the cell is framed in the focus view, and hovering a row outlines
+its heads in the grid (GridHighlight). The
 attribution is computed off the main thread (ui/machinery/why_jobs.py) and follows typing."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import (
-    QFileDialog, QGraphicsPathItem, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
+    QFileDialog, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
     QSizePolicy, QVBoxLayout, QWidget,
 )
 
@@ -222,6 +223,28 @@ def hovered(window, heads) -> None:
         window.state.show_status(", ".join(f"L{l}H{h}" for l, h in heads) + ": outlined in the grid")
 
 
+def cell_marker(window, jobs, dock) -> QGraphicsRectItem:
+    """A frame on the explained cell in the focus view, while the panel is open on the focused head."""
+    fv, st = window.focus_view, window.state
+    marker = QGraphicsRectItem()
+    pen = QPen(HIGHLIGHT, 2)
+    pen.setCosmetic(True)
+    marker.setPen(pen)
+    marker.setZValue(4)
+    marker.hide()
+    fv.plot.addItem(marker)
+
+    def mark(*_):
+        c = jobs.cell
+        on = c is not None and st.focus == c[:2] and dock.isVisible() and st.result is not None
+        if on:
+            marker.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
+        marker.setVisible(on)
+    for sig in (jobs.sigChanged, st.sigFocusChanged, st.sigResultChanged, dock.visibilityChanged):
+        sig.connect(mark)
+    return marker
+
+
 def install(window) -> None:
     """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
     (the window calls this once it builds its panels)."""
@@ -242,6 +265,7 @@ def install(window) -> None:
     window.menus.view_menu.addAction(dock.toggleViewAction())
     dock.visibilityChanged.connect(window.why_panel.set_shown)
     window.why_panel.set_shown(dock.isVisible())
+    window.why_marker = cell_marker(window, jobs, dock)
     window.grid_highlight = GridHighlight(window.grid, st)
     window.why_panel.canvas.sigHover.connect(lambda heads: hovered(window, heads))
 
