@@ -201,6 +201,8 @@ class MainWindow(QMainWindow):
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
+        # a long run after a long run leaves the result None (no signal): its count follows the run
+        st.long.sigRunChanged.connect(lambda run: run is not None and self._on_result(None))
         st.sigPreviewChanged.connect(self._on_preview)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
