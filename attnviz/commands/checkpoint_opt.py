@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 
 
 def checkpoint_index(text: str) -> int:
@@ -53,7 +53,7 @@ def describe(model) -> str:
 def at(model, args):
     """`model` (loaded from --model) at --checkpoint (out of range: InputError, exit 2)."""
     from attnviz.engine.errors import InputError
-    from attnviz.engine.reading.checkpoints import load_checkpoints
+    from attnviz.engine.computing.checkpoints import load_checkpoints
     from attnviz.engine.reading.registry import TOY_MODEL
 
     try:

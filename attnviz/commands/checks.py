@@ -99,11 +99,10 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 def prediction_head(model, command: str):
     """The model's unembedding (predict.lm_head) for a command that predicts the next token; a
     model without one is refused in one line that names a model that has one."""
-    from attnviz.engine.analysing.predict import lm_head
     from attnviz.engine.errors import NoPrediction
 
     try:
-        return lm_head(model)
+        return model.lm_head()
     except NoPrediction as exc:
         if model.name == WINDOW_MODEL:
             raise

@@ -13,7 +13,7 @@ from attnviz.commands.checks import add_model, at_least, non_negative, positive,
 from attnviz.engine import load_model
 from attnviz.engine.analysing import find as F, heads as H, probes as P
 from attnviz.engine.reading import textbook
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 

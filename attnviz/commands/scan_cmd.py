@@ -13,7 +13,7 @@ from pathlib import Path
 from attnviz.commands.checks import add_model, non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError
 
 
