@@ -30,12 +30,12 @@ from attnviz.engine.reading.gguf_model import (
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
-    dequantize_rows,
     is_quantized,
     quant_type,
     quantize_rows,
     round_trip,
     stored_type,
+    tensor_values,
 )
 from attnviz.engine.reading.validate import check_finite
 from attnviz.engine.reading.weights import Checkpoint
@@ -154,9 +154,8 @@ class QuantizedGGUFTensors(GGUFTensors):
         t = self.check(name, shape)
         if not is_quantized(name, shape):
             return t
-        n_rows, n_cols = shape
         try:
-            w = dequantize_rows(np.asarray(t.data).reshape(n_rows, -1), t.tensor_type, n_cols)
+            w = tensor_values(t, shape)
         except NotImplementedError:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
                                  "package cannot dequantise") from None

@@ -31,11 +31,12 @@ KEPT_F32_SUFFIXES = ("position_embeddings.weight", "token_type_embeddings.weight
 CHUNK_VALUES = 1 << 20  # values a thread quantizes at a time (4 MiB of float32)
 
 
-def quant_type(name) -> GGMLQuantizationType:
-    """'Q8_0' (any case) -> GGMLQuantizationType.Q8_0; InputError naming the types otherwise."""
+def quant_type(name, allowed: tuple[str, ...] = QUANT_TYPES) -> GGMLQuantizationType:
+    """'Q8_0' (any case) -> GGMLQuantizationType.Q8_0; InputError naming the `allowed` types
+    otherwise."""
     key = str(name).strip().upper()
-    if key not in QUANT_TYPES:
-        raise InputError(f"cannot quantize to {str(name)!r}: the types are {', '.join(QUANT_TYPES)}")
+    if key not in allowed:
+        raise InputError(f"cannot quantize to {str(name)!r}: the types are {', '.join(allowed)}")
     return GGMLQuantizationType[key]
 
 
@@ -104,3 +105,10 @@ def round_trip(w: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarray, 
     """w [rows, cols] -> (float32 [rows, cols] as a file of `qtype` gives it back, the type used)."""
     data, used = quantize_rows(w, qtype)
     return dequantize_rows(data, used, w.shape[1]), used
+
+
+def tensor_values(t, shape: tuple) -> np.ndarray:
+    """A GGUF file's tensor (a gguf ReaderTensor) -> float32 of `shape` (NumPy order), dequantized."""
+    n_rows = int(np.prod(shape[:-1], dtype=np.int64))
+    data = np.asarray(t.data).reshape(n_rows, -1)  # [rows, row bytes] (F32, F16: [rows, cols])
+    return dequantize_rows(data, t.tensor_type, shape[-1]).reshape(shape)
