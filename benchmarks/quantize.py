@@ -20,6 +20,7 @@ Writes benchmarks/results/quantize.json (benchmarks/record.py).
 from __future__ import annotations
 
 import argparse
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -89,8 +90,6 @@ def main() -> int:
     from attnviz.engine.computing import parallel
     from attnviz.engine.computing.quantized import quantized_model
 
-    import os
-
     model = load_model("SmolLM2")
     n_weights = sum(int(np.prod(t.shape)) for t in __import__("gguf").GGUFReader(model.path).tensors
                     if len(t.shape) == 2)
@@ -111,7 +110,7 @@ def main() -> int:
                                           f"of {args.runs} runs; load average at the end "
                                           f"{os.getloadavg()[0]:.1f}"))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"\nwhere the time goes, one thread (the parts add up to the whole):")
+    print("\nwhere the time goes, one thread (the parts add up to the whole):")
     parallel.limit_cores(1)
     try:
         for qtype in TYPES:
