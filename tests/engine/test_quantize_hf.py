@@ -35,3 +35,20 @@ def test_smollm2_q8_0_matches_transformers_reading_the_same_file(tmp_path, smoll
     np.testing.assert_allclose(np.take_along_axis(logprobs, reference["lp_ids"], axis=-1),
                                reference["lp"], atol=1e-4, rtol=0)
     assert (logprobs.argmax(-1) == reference["lp_ids"][:, 0]).all()  # the same top-1 everywhere
+
+
+FAMILIES = FIXTURES / "quantize" / "families_f32.npz"
+with np.load(FAMILIES, allow_pickle=False) as _z:
+    HF_FAMILIES = [str(f) for f in _z["families"]]
+
+
+@pytest.mark.parametrize("family", HF_FAMILIES)
+def test_a_family_written_at_f32_runs_in_attnviz_as_in_transformers(tmp_path, family):
+    """transformers' GGUF loader on the file attnviz writes, for the families it reads as their
+    safetensors (tests/make_quantize_fixtures.py says why the others are left out)."""
+    with np.load(FAMILIES, allow_pickle=False) as z:
+        digest, ids, want = str(z[f"{family}_sha256"]), z[f"{family}_ids"], z[f"{family}_attn"]
+    path = write_gguf(FIXTURES / family, "F32", tmp_path / f"{family}.gguf").path
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, (
+        "the writer's file changed: rerun tests/make_quantize_fixtures.py in the dev venv")
+    np.testing.assert_allclose(load_model(path).run(ids=ids).attentions, want, atol=1e-4, rtol=0)
