@@ -174,7 +174,8 @@ def test_a_failure_while_writing_leaves_no_partial_file_and_the_old_file_as_it_w
 
 @pytest.mark.parametrize("source_type", [Q.Q5_0, Q.Q8_0, Q.F16])
 def test_a_gguf_source_of_another_type_is_written_again_at_the_type(tmp_path, source_type):
-    from tests.gguf_files import gguf_tensors, write_gguf as write_test_gguf
+    from tests.gguf_files import gguf_tensors
+    from tests.gguf_files import write_gguf as write_test_gguf
 
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     source = write_test_gguf(tmp_path / "src.gguf", cfg, tensors, source_type)
