@@ -137,7 +137,7 @@ def test_bad_type_output_and_source(tmp_path):
     with pytest.raises(InputError, match="the folder .*missing does not exist"):
         write_gguf(src, "Q8_0", tmp_path / "missing" / "m.gguf")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="the folder .*file is not a folder"):
         write_gguf(src, "Q8_0", tmp_path / "file" / "m.gguf")
     with pytest.raises(InputError, match="it is a folder"):
         write_gguf(src, "Q8_0", tmp_path)
