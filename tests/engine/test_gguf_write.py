@@ -194,6 +194,6 @@ def test_a_tokenizer_with_more_ids_than_the_embedding_is_not_written(tmp_path):
     (folder / "tokenizer.json").write_text(json.dumps(tok))
     cfg = json.loads((folder / "config.json").read_text())
     w = write_gguf(folder, "F32", tmp_path / "m.gguf")
-    assert w.notices == [f"tokenizer not written: tokenizer.json has token id 400, past the model's "
-                         f"{cfg['vocab_size']} embedding rows; the file takes token ids"]
+    assert w.notices == [(f"tokenizer not written: tokenizer.json has token id 400, past the model's "
+                         f"{cfg['vocab_size']} embedding rows; the file takes token ids")]
     assert "tokenizer.ggml.tokens" not in gguf.GGUFReader(w.path).fields
