@@ -151,10 +151,10 @@ def print_report(doc: dict) -> None:
     print(f"{len(doc['tokens'])} tokens: {' '.join(map(repr, doc['tokens'][:24]))}"
           + (" ..." if len(doc["tokens"]) > 24 else ""))
     jsd, top = np.array(doc["heads_jsd"]), np.array(doc["heads_jsd_max"])
-    print(f"attention JSD (bits), mean over heads {jsd.mean():.4f}; the {min(MOVED, jsd.size)} heads "
+    print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the {min(MOVED, jsd.size)} heads "
           "that moved most (mean over query rows, largest row):")
     for l, h, v in C.moved_most(jsd, MOVED):
-        print(f"  {head_title(l, h):<9} {v:.4f}   max {top[l, h]:.4f}")
+        print(f"  {head_title(l, h):<9} {v:<10.3g} max {top[l, h]:.3g}")
     cos = np.array(doc["resid_cos"])
     print(f"residual stream cosine: lowest {cos.min():.6f} after L{int(cos.argmin())}, "
           f"after the last block {cos[-1]:.6f}")
@@ -163,8 +163,8 @@ def print_report(doc: dict) -> None:
     else:
         s = doc["kld_stats"]
         T = len(doc["tokens"])
-        print(f"next-token KL(A||B), nats: mean {s['mean']:.5f}  median {s['median']:.5f}  "
-              f"p99 {s['p99']:.5f}  max {s['max']:.5f}")
+        print(f"next-token KL(A||B), nats: mean {s['mean']:.3g}  median {s['median']:.3g}  "
+              f"p99 {s['p99']:.3g}  max {s['max']:.3g}")
         same = round(doc["same_top1"] * T)
         print(f"same top-1: {doc['same_top1']:.1%} ({same} of {T} positions)")
         for f in doc["flips"][:MOVED]:

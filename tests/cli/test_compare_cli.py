@@ -72,9 +72,9 @@ def test_the_report_lists_moved_heads_kld_top1_flips_and_induction(capsys, nudge
     lines = out.splitlines()
     (l, h, v), *_ = C.moved_most(doc["heads_jsd"], 10)
     start = next(i for i, s in enumerate(lines) if "moved most" in s)
-    assert lines[start + 1].split()[:3] == [f"L{l}", f"H{h}", f"{v:.4f}"]
+    assert lines[start + 1].split()[:3] == [f"L{l}", f"H{h}", f"{v:.3g}"]
     assert len([s for s in lines[start + 1:start + 11] if s.startswith("  L")]) == 10
-    assert f"mean {doc['kld_stats']['mean']:.5f}" in out and f"p99 {doc['kld_stats']['p99']:.5f}" in out
+    assert f"mean {doc['kld_stats']['mean']:.3g}" in out and f"p99 {doc['kld_stats']['p99']:.3g}" in out
     assert f"same top-1: {doc['same_top1']:.1%}" in out
     assert out.count("flip after token") == min(10, len(doc["flips"]))
     assert "lost in B: 0" in out
@@ -180,3 +180,26 @@ def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(capsys, nudged):
 def test_b_must_be_given(capsys):
     err = _refused(capsys, "--model", LLAMA, "--ids", IDS)
     assert "--against B, --quantize TYPE" in err
+
+
+def test_a_quantized_twin_is_named_with_its_source_files_and_bad_types_are_refused(capsys, toy):
+    rc, out, _ = _cli(capsys, "compare", "--model", "attnviz-toy-stdlib", "--quantize", "q8_0", "--probe",
+                      "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["b"]["quantized"] == "Q8_0" and doc["b"]["files"] == doc["a"]["files"]
+    assert doc["b"]["name"].endswith("quantized to Q8_0")
+    assert 0 < np.max(doc["heads_jsd"]) < 0.01 and doc["induction"]["lost"] == []
+    assert doc["induction"]["survived"]  # the toy model's induction heads survive Q8_0
+    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q3_K", "--probe")
+    assert "cannot quantize to 'Q3_K'" in err
+    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--against-checkpoint", "0",
+                   "--probe")
+    assert "--against-checkpoint" in err
+
+
+def test_the_windows_quantize_menu_offers_the_types_attnviz_writes():
+    from attnviz.engine.reading.quantize import QUANT_TYPES
+    from attnviz.ui.panels.compare_menu import QUANT_TYPES as MENU
+
+    assert MENU == QUANT_TYPES
