@@ -137,9 +137,9 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     _spin(app, 300, until=lambda: jobs.induction is not None)
     panel = w.compare_panel
 
-    def compared_text():
+    def compared_text():  # (a one-token text's comparison has no numbers: its panel is painted empty)
         c = jobs.comparison
-        return c.result.text if c is not None and c.doc is not None else None
+        return c.result.text if c is not None else None
     paired = PaintWatch(panel.tiles, compared_text)
     timer, ticks = _ticks()
     lat_ab = type_pass(app, w, sentence, paired)

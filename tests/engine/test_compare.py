@@ -200,3 +200,13 @@ def test_a_decoder_without_an_unembedding_has_no_next_token_numbers(tiny):
     doc = C.compare(models_pair(*tiny, IDS, C.compare_trace))
     assert doc["kld"] is None and doc["kld_stats"] is None and doc["same_top1"] is None
     assert doc["induction"] is None and len(doc["heads_jsd"]) == 2
+
+
+def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
+    first = models_pair(*llama_pair, IDS[:8], C.compare_trace)
+    _, known = C.compare_with(first)
+    longer = np.concatenate([IDS[:8], [7, 7]])
+    pair = models_pair(*llama_pair, longer, C.compare_trace)
+    doc, seen = C.compare_with(pair, known=known)
+    assert doc == C.compare(pair) and (seen[0] == longer).all()
+    assert C.shared_prefix(IDS, longer) == 8 and C.shared_prefix(IDS, IDS) == len(IDS)

@@ -127,17 +127,30 @@ class NextTokens:
     top_b: np.ndarray  # [T] int64 B's
 
 
-def next_tokens(pair: Pair, stop=None) -> NextTokens:
+def shared_prefix(ids_a, ids_b) -> int:
+    """The number of leading ids two id lists share."""
+    n = min(len(ids_a), len(ids_b))
+    differ = np.flatnonzero(np.asarray(ids_a[:n]) != np.asarray(ids_b[:n]))
+    return int(differ[0]) if differ.size else n
+
+
+def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
     """KL(P_A || P_B) and both top-1 ids at every position, from each side's final-norm input
     through its own final norm and unembedding (float32 logits, float64 log-softmax), KLD_ROWS
-    positions at a time. NoPrediction for a model that predicts no next token."""
+    positions at a time. NoPrediction for a model that predicts no next token.
+    `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of the
+    prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
     ha, hb = P.lm_head(pair.a.model), P.lm_head(pair.b.model)
     xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
     T = pair.T
     kld = np.empty(T)
     top_a = np.empty(T, np.int64)
     top_b = np.empty(T, np.int64)
-    for t0 in range(0, T, KLD_ROWS):
+    p = 0
+    if known is not None and pair.a.model.config.causal:
+        p = min(shared_prefix(known[0], pair.a.ids), T - 1)
+        kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
+    for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
         la = P.log_softmax(P.vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
         lb = P.log_softmax(P.vocab_logits(hb, xb[t0:t1], stop))
@@ -221,16 +234,25 @@ def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_
     """Every metric of the module docstring, keyed as the command line's JSON: heads_jsd,
     heads_jsd_max, resid_cos, kld, kld_stats, same_top1, flips (None where the models predict no
     next token) and induction (None without a probe pair)."""
+    return compare_with(pair, probe, threshold)[0]
+
+
+def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
+                 known=None, stop=None) -> tuple[dict, tuple | None]:
+    """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
+    keystroke computes the next-token numbers of its new positions only. None for an encoder."""
     rows = jsd_rows(pair)
     doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
            "resid_cos": resid_cos(pair).tolist(),
            "kld": None, "kld_stats": None, "same_top1": None, "flips": None}
+    seen = None
     if predicts(pair.a.model) and predicts(pair.b.model):
-        nt = next_tokens(pair)
+        nt = next_tokens(pair, stop, known)
         doc.update(kld=nt.kld.tolist(), kld_stats=kld_stats(nt.kld), same_top1=same_top1(nt),
                    flips=flips(nt, lambda i: P.token_text(pair.a.model, i)))
+        seen = (pair.a.ids.copy(), nt)
     doc["induction"] = induction(probe, threshold) if probe is not None else None
-    return doc
+    return doc, seen
 
 
 def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, Signal
 
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ class CompareJobs(QObject):
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
+        self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
         st = self.state
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigModelChanged.connect(lambda _m: self.close())
@@ -138,7 +139,7 @@ class CompareJobs(QObject):
             return
         self.b, self.identity = value
         self.source, self.note = source, ""
-        self.comparison = self.induction = None
+        self.comparison = self.induction = self._known = None
         self.sigChanged.emit()
         self._request_probe()
         if self.lacks(self.state.result):
@@ -152,7 +153,7 @@ class CompareJobs(QObject):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
         self.b = self.identity = self.source = self.loading = None
-        self.comparison = self.induction = None
+        self.comparison = self.induction = self._known = None
         self.note = ""
         if had:
             self.sigChanged.emit()
@@ -176,16 +177,19 @@ class CompareJobs(QObject):
         job_id = self.worker.claim(COMPARE_KIND)
         stale = lambda: not self.worker.is_newest(COMPARE_KIND, job_id)  # noqa: E731
 
+        known = self._known
+
         def work():
             t0 = time.perf_counter()
             trace = C.compare_trace()
-            b.run(ids=ids, trace=trace, stop=stale)
-            pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            if a.config.causal and len(ids) < 2:
-                doc = None
-            else:
-                doc = C.compare(pair)
-            return Comparison(result, trace.attentions, doc, time.perf_counter() - t0)
+            with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
+                b.run(ids=ids, trace=trace, stop=stale)
+                pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
+                if a.config.causal and len(ids) < 2:
+                    doc, seen = None, known
+                else:
+                    doc, seen = C.compare_with(pair, known=known, stop=stale)
+            return Comparison(result, trace.attentions, doc, time.perf_counter() - t0), seen
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
     def _on_compared(self, request, value, error) -> None:
@@ -196,6 +200,7 @@ class CompareJobs(QObject):
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
             return
+        value, self._known = value
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()
