@@ -144,11 +144,22 @@ def test_a_b_that_does_not_open_changes_nothing_and_leaving_frees_b(window, qtbo
     panel = w.compare_panel
     panel.export(tmp_path / "cmp.png")
     side = json.loads((tmp_path / "cmp.png.json").read_text())
-    assert side["b"]["name"] == jobs.identity["name"] and side["b"]["files"][0]["sha256"]
-    assert side["b_source"] == {"kind": "model", "value": str(nudged)}
-    assert side["heads_jsd"] == jobs.comparison.doc["heads_jsd"] and side["text"] == TEXT
+    cmp = side["compare"]
+    assert cmp["b"]["name"] == jobs.identity["name"] and cmp["b"]["files"][0]["sha256"]
+    assert cmp["b_source"] == {"kind": "model", "value": str(nudged)}
+    assert cmp["heads_jsd"] == jobs.comparison.doc["heads_jsd"] and side["text"] == TEXT
+    from PySide6.QtGui import QImage
+
+    assert QImage(str(tmp_path / "cmp.png")).width() == panel.width()
+    jobs.set_mode("B")
     panel.stop_button.click()
     assert jobs.b is None and jobs.comparison is None
     w.worker.wait_idle()
     gc.collect()
     assert gone() is None
+
+    # File > Open view brings Compare back with the same B, mode and text
+    w.set_text("something else")
+    w.open_view(str(tmp_path / "cmp.png"))
+    compared(qtbot, w, TEXT)
+    assert jobs.identity["name"] == cmp["b"]["name"] and jobs.mode == "A-B"

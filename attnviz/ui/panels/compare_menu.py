@@ -73,3 +73,15 @@ def open_compare(w, source: BSource) -> None:
     w.compare_dock.show()
     w.compare_dock.raise_()
     w.worker.compare_jobs.open(source)
+
+
+def restore_compare(w, view: dict) -> None:
+    """File > Open view of an exported comparison: Compare with the B it records, in its mode (the
+    text, layer and head are applied as for any view); the banner says so when it records none."""
+    rec = view.get("compare")
+    src = rec.get("b_source") if isinstance(rec, dict) else None
+    if not isinstance(src, dict) or src.get("kind") not in ("model", "checkpoint", "quantized"):
+        w.show_error("This comparison view records no model B: A alone is shown")
+        return
+    open_compare(w, BSource(src["kind"], src.get("value")))
+    w.worker.compare_jobs.set_mode(str(rec.get("mode", "A-B")))

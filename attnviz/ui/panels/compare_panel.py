@@ -309,17 +309,23 @@ class ComparePanel(QWidget):
         return [path, side]
 
     def sidecar(self, path) -> dict:
+        """An attnviz view file (File > Open view restores the text, the layer, the focused head
+        and Compare with the same B) with the comparison's identities and numbers under "compare"."""
         import attnviz
+        from attnviz.engine.analysing.compare import identity
+        from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
 
-        c, st = self.jobs.comparison, self.state
-        return {"kind": "attnviz-compare", "version": 1, "attnviz": attnviz.__version__,
+        c, st, j = self.jobs.comparison, self.state, self.jobs
+        focus = st.focus
+        return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
                 "view": "compare", "image": Path(path).name, "model": st.model_name,
-                "text": c.result.text, "layer": st.layer, "focus": st.focus, "mode": self.jobs.mode,
-                "b_source": self.jobs.source.to_json(), "tokens": list(c.result.tokens),
-                "input_ids": c.result.input_ids.tolist(),
-                "a": __import__("attnviz.engine.analysing.compare", fromlist=["identity"]).identity(
-                    st.model, st.model_name), "b": self.jobs.identity,
-                **c.doc, "induction": self.jobs.induction}
+                "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
+                "head": focus[1] if focus is not None and focus[0] == st.layer else None,
+                "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
+                "hide_first": st.hide_first,
+                "compare": {"b_source": j.source.to_json(), "mode": j.mode,
+                            "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, st.model_name),
+                            "b": j.identity, **c.doc, "induction": j.induction}}
 
 
 def F_moved(jsd):
