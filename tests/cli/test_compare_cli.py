@@ -203,3 +203,11 @@ def test_the_windows_quantize_menu_offers_the_types_attnviz_writes():
     from attnviz.ui.panels.compare_menu import QUANT_TYPES as MENU
 
     assert MENU == QUANT_TYPES
+
+
+def test_a_quantized_b_keeps_to_what_the_budget_leaves(capsys, toy):
+    # the toy model's layers are 270,864 bytes as float32: A holds both of them in 700K, which
+    # leaves B less than one
+    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--probe",
+                   "--memory-budget", "700K")
+    assert "quantized to Q8_0" in err and "memory budget" in err

@@ -57,8 +57,10 @@ def nudged(tmp_path_factory):
 
 def compared(qtbot, w, text):
     jobs = w.worker.compare_jobs
+    # the attention comparison follows each run, the next-token numbers once typing pauses
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
-                    and jobs.comparison.doc is not None and jobs.induction is not None, timeout=WAIT)
+                    and jobs.comparison.doc is not None and jobs.comparison.doc["kld"] is not None
+                    and jobs.induction is not None, timeout=WAIT)
     return jobs.comparison
 
 
@@ -155,8 +157,8 @@ def test_a_b_that_does_not_open_changes_nothing_and_leaving_frees_b(window, qtbo
     panel.stop_button.click()
     assert jobs.b is None and jobs.comparison is None
     w.worker.wait_idle()
-    gc.collect()
-    assert gone() is None
+    # freed once the last job's delivery (queued to the main thread) has been dropped
+    qtbot.waitUntil(lambda: gc.collect() is not None and gone() is None, timeout=WAIT)
 
     # File > Open view brings Compare back with the same B, mode and text
     w.set_text("something else")

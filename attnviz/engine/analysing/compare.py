@@ -238,21 +238,31 @@ def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_
 
 
 def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
-                 known=None, stop=None) -> tuple[dict, tuple | None]:
+                 known=None, stop=None, predictions: bool = True) -> tuple[dict, tuple | None]:
     """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
-    keystroke computes the next-token numbers of its new positions only. None for an encoder."""
+    keystroke computes the next-token numbers of its new positions only (None: an encoder, or
+    predictions=False, which leaves kld, kld_stats, same_top1 and flips None: a window computes
+    them once typing pauses, with next_token_numbers)."""
     rows = jsd_rows(pair)
     doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
            "resid_cos": resid_cos(pair).tolist(),
            "kld": None, "kld_stats": None, "same_top1": None, "flips": None}
     seen = None
-    if predicts(pair.a.model) and predicts(pair.b.model):
-        nt = next_tokens(pair, stop, known)
-        doc.update(kld=nt.kld.tolist(), kld_stats=kld_stats(nt.kld), same_top1=same_top1(nt),
-                   flips=flips(nt, lambda i: P.token_text(pair.a.model, i)))
-        seen = (pair.a.ids.copy(), nt)
+    if predictions:
+        numbers, seen = next_token_numbers(pair, known, stop)
+        doc.update(numbers)
     doc["induction"] = induction(probe, threshold) if probe is not None else None
     return doc, seen
+
+
+def next_token_numbers(pair: Pair, known=None, stop=None) -> tuple[dict, tuple | None]:
+    """({kld, kld_stats, same_top1, flips}, (ids, NextTokens)); all None, and None, where either
+    model predicts no next token."""
+    if not (predicts(pair.a.model) and predicts(pair.b.model)):
+        return {"kld": None, "kld_stats": None, "same_top1": None, "flips": None}, None
+    nt = next_tokens(pair, stop, known)
+    return ({"kld": nt.kld.tolist(), "kld_stats": kld_stats(nt.kld), "same_top1": same_top1(nt),
+             "flips": flips(nt, lambda i: P.token_text(pair.a.model, i))}, (pair.a.ids.copy(), nt))
 
 
 def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:

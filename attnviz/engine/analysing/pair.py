@@ -154,7 +154,10 @@ def load_second(load: Callable[[int | None], object], a, what: str):
                          f"all held by {a.name}'s float32 layers; give a larger --memory-budget "
                          "for two models")
     try:
-        return load(left)
+        b = load(left)
+        if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
+            b.set_memory_budget(left)
+        return b
     except AttnvizError as exc:
         room = "" if left is None else (f" ({B.format_bytes(left)} of the {B.format_bytes(B.chosen_budget())} "
                                         f"memory budget left beside {a.name}'s float32 layers)")

@@ -12,18 +12,22 @@ model A, frees B."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, wide_blas
 
 log = logging.getLogger(__name__)
 
-COMPARE_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-load", "compare-probe"
+COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
+# the next-token numbers (KL over the whole vocabulary: both unembeddings read) follow a comparison
+# once results pause this long, as What heads do's analysis does: typing pays for the attention only
+NEXT_DELAY_MS = 50
 MODES = ("A", "B", "A-B")
 
 
@@ -48,10 +52,12 @@ class BSource:
 @dataclass(frozen=True)
 class Comparison:
     """One keystroke's comparison: A's shown result, B's patterns on the same ids, the metrics."""
-    result: object  # A's RunResult (tokens, labels, patterns)
+    result: object  # A's RunResult (its text, tokens and labels)
+    a_attentions: np.ndarray  # [n_layer, n_head, T, T] A's clean run (no heads switched off)
     b_attentions: np.ndarray  # [n_layer, n_head, T, T]
-    doc: dict  # compare.compare(pair) without induction
+    doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
+    pair: object = None  # the engine's Pair (its traces), for the next-token numbers
 
 
 def load_b(a, source: BSource):
@@ -105,7 +111,12 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
+        self._next_timer = QTimer(self)
+        self._next_timer.setSingleShot(True)
+        self._next_timer.setInterval(NEXT_DELAY_MS)
+        self._next_timer.timeout.connect(self._request_next)
         st = self.state
+        st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigModelChanged.connect(lambda _m: self.close())
 
@@ -149,7 +160,8 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
-        for kind in (COMPARE_KIND, PROBE_KIND, LOAD_KIND):
+        self._next_timer.stop()
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
         self.b = self.identity = self.source = self.loading = None
@@ -177,20 +189,22 @@ class CompareJobs(QObject):
         job_id = self.worker.claim(COMPARE_KIND)
         stale = lambda: not self.worker.is_newest(COMPARE_KIND, job_id)  # noqa: E731
 
-        known = self._known
-
         def work():
             t0 = time.perf_counter()
             trace = C.compare_trace()
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, stop=stale)
-                pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-                if a.config.causal and len(ids) < 2:
-                    doc, seen = None, known
-                else:
-                    doc, seen = C.compare_with(pair, known=known, stop=stale)
-            return Comparison(result, trace.attentions, doc, time.perf_counter() - t0), seen
+            pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
+            doc = None if a.config.causal and len(ids) < 2 else C.compare_with(pair, predictions=False)[0]
+            return Comparison(result, run.clean.attentions, trace.attentions, doc,
+                              time.perf_counter() - t0, pair)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: the next-token numbers of the text before it are not started (they would
+        hold up its runs on the pool)."""
+        self._next_timer.stop()
+        self.worker.claim(NEXT_KIND)
 
     def _on_compared(self, request, value, error) -> None:
         a, b = request
@@ -200,9 +214,37 @@ class CompareJobs(QObject):
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        value, self._known = value
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
+        self.sigChanged.emit()
+        if value.doc is not None:
+            self._next_timer.start()
+
+    def _request_next(self) -> None:
+        """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
+        shared prefix with the last ones reused."""
+        from attnviz.engine.analysing import compare as C
+
+        c, known = self.comparison, self._known
+        if c is None or c.doc is None:
+            return
+        job_id = self.worker.claim(NEXT_KIND)
+        stale = lambda: not self.worker.is_newest(NEXT_KIND, job_id)  # noqa: E731
+
+        def work():
+            with wide_blas():
+                return C.next_token_numbers(c.pair, known, stale)
+        self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)
+
+    def _on_next(self, c, value, error) -> None:
+        if c is not self.comparison:
+            return
+        if error is not None:
+            self.note = f"No next-token numbers: {describe_error(error)}"
+            self.sigChanged.emit()
+            return
+        numbers, self._known = value
+        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
         self.sigChanged.emit()
 
     def _request_probe(self) -> None:
@@ -229,4 +271,4 @@ class CompareJobs(QObject):
         c = self.comparison
         if c is None:
             return None
-        return c.result.attentions[layer] - c.b_attentions[layer]
+        return c.a_attentions[layer] - c.b_attentions[layer]

@@ -147,7 +147,7 @@ class ComparePanel(QWidget):
             return ""
         jsd = np.asarray(d["heads_jsd"])
         parts = [f"mean head JSD {jsd.mean():.4f} bits"]
-        l, h, v = F_moved(jsd)
+        l, h, v = _most_moved(jsd)
         parts.append(f"moved most {head_title(l, h)} ({v:.4f})")
         if d["kld_stats"] is not None:
             s = d["kld_stats"]
@@ -175,7 +175,7 @@ class ComparePanel(QWidget):
             d = self.jobs.difference(layer)
             lim = F.signed_limit(d)
             return [F.signed_rgb(x, lim) for x in d], lim
-        mats = c.result.attentions[layer] if mode == "A" else c.b_attentions[layer]
+        mats = c.a_attentions[layer] if mode == "A" else c.b_attentions[layer]
         return [F.weight_rgb(x, self.state.colormap) for x in mats], None
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
@@ -207,7 +207,7 @@ class ComparePanel(QWidget):
                 T = self.tile_T
                 q, k = int((y - r.top()) / r.height() * T), int((x - r.left()) / r.width() * T)
                 layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
-                a, b = float(c.result.attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
+                a, b = float(c.a_attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
                 lab = c.result.labels
                 return (f"{head_title(layer, hd)}  {lab[q]!r} \u2192 {lab[k]!r}: A {a:.4f}, B {b:.4f}, "
                         f"A \u2212 B {a - b:+.4f}")
@@ -250,7 +250,7 @@ class ComparePanel(QWidget):
         if c is None or c.doc is None or focus is None:
             return
         l, hd = focus
-        a, b = c.result.attentions[l, hd], c.b_attentions[l, hd]
+        a, b = c.a_attentions[l, hd], c.b_attentions[l, hd]
         lim = F.signed_limit(a - b)
         rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
                 F.signed_rgb(a - b, lim)]
@@ -328,7 +328,7 @@ class ComparePanel(QWidget):
                             "b": j.identity, **c.doc, "induction": j.induction}}
 
 
-def F_moved(jsd):
+def _most_moved(jsd):
     from attnviz.engine.analysing.compare import moved_most
 
     return moved_most(jsd, 1)[0]
