@@ -98,7 +98,7 @@ def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
         t0 = time.perf_counter()
         QTest.keyClick(w.text_box, ch)
         text = w.text_box.toPlainText()
-        if not _spin(app, 60, until=lambda: text in watch.seen):
+        if not _spin(app, 60, until=lambda text=text: text in watch.seen):
             raise RuntimeError(f"no paint of {text!r} within 60 s")
         out.append(watch.seen[text] - t0)
         _spin(app, 0.04)

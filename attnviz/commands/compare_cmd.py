@@ -12,7 +12,12 @@ from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, load_model
 from attnviz.engine.analysing import compare as C
-from attnviz.engine.analysing.pair import check_same_shape, check_same_vocab, load_second, models_pair
+from attnviz.engine.analysing.pair import (
+    check_same_shape,
+    check_same_vocab,
+    load_second,
+    models_pair,
+)
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.checkpoints import checkpoint_record, model_at

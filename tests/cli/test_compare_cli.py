@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from tiny import FIXTURES, tiny_llama
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.reading import budget as B
-from tiny import FIXTURES, tiny_llama
 
 LLAMA = str(FIXTURES / "llama_gqa")
 IDS = "3,1,4,1,5,9,2,6,5,3,5,8"
@@ -108,7 +108,8 @@ def test_out_writes_the_jsd_map(capsys, nudged, tmp_path, suffix):
         from PySide6.QtGui import QImage
 
         from attnviz.commands.export_cmd import offscreen
-        from attnviz.figures import compare as F, headmap
+        from attnviz.figures import compare as F
+        from attnviz.figures import headmap
 
         with offscreen():
             img = QImage(str(out))
@@ -157,8 +158,9 @@ def test_an_output_that_cannot_be_written_leaves_no_file(capsys, nudged, tmp_pat
 def test_a_write_that_fails_halfway_leaves_no_partial_file(capsys, nudged, tmp_path, monkeypatch):
     import errno
 
-    from attnviz.figures import data as export_data
     from export_files import half_then
+
+    from attnviz.figures import data as export_data
 
     monkeypatch.setattr(export_data, "_write_all",
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))

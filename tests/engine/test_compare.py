@@ -2,11 +2,11 @@
 two runs' patterns, residual streams and logits, and a run against itself on every family."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from tiny import FIXTURES, tiny_llama
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
@@ -14,7 +14,6 @@ from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.errors import InputError
-from tiny import FIXTURES, tiny_llama
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], dtype=np.int64)
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").exists())

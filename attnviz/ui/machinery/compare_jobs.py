@@ -64,7 +64,11 @@ def load_b(a, source: BSource):
     """(model B, its identity) beside A; InputError / ModelLoadError in one line."""
     from attnviz.engine import load_model
     from attnviz.engine.analysing import compare as C
-    from attnviz.engine.analysing.pair import check_same_shape, check_same_vocab, load_second
+    from attnviz.engine.analysing.pair import (
+        check_same_shape,
+        check_same_vocab,
+        load_second,
+    )
     from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
 
     what = source.describe(a.name)
@@ -187,7 +191,7 @@ class CompareJobs(QObject):
         result = run.result
         ids = result.input_ids
         job_id = self.worker.claim(COMPARE_KIND)
-        stale = lambda: not self.worker.is_newest(COMPARE_KIND, job_id)  # noqa: E731
+        stale = lambda: not self.worker.is_newest(COMPARE_KIND, job_id)
 
         def work():
             t0 = time.perf_counter()
@@ -229,7 +233,7 @@ class CompareJobs(QObject):
         if c is None or c.doc is None:
             return
         job_id = self.worker.claim(NEXT_KIND)
-        stale = lambda: not self.worker.is_newest(NEXT_KIND, job_id)  # noqa: E731
+        stale = lambda: not self.worker.is_newest(NEXT_KIND, job_id)
 
         def work():
             with wide_blas():

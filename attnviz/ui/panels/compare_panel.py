@@ -19,12 +19,20 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import (
-    QButtonGroup, QFileDialog, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QToolButton, QVBoxLayout,
+    QButtonGroup,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures import compare as F, headmap
+from attnviz.figures import compare as F
+from attnviz.figures import headmap
 from attnviz.ui.machinery.compare_jobs import MODES
 
 PAPER, INK = QColor("white"), QColor("#202124")
@@ -161,7 +169,7 @@ class ComparePanel(QWidget):
         if ind is None:
             return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
         a, b = np.asarray(ind["a"]), np.asarray(ind["b"])
-        fmt = lambda lst: ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)  # noqa: E731
+        fmt = lambda lst: ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)
         return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
                 f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
                 f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
