@@ -149,7 +149,8 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     out = {"single_p95": float(np.percentile(lat_a, 95)), "compare_p95": float(np.percentile(lat_ab, 95)),
            "single_p50": float(np.percentile(lat_a, 50)), "compare_p50": float(np.percentile(lat_ab, 50)),
            "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "open_s": open_s,
-           "rss_a": rss_a, "b_layers": b_layers, "peak_rss": peak_rss_bytes(), "keys": len(sentence)}
+           "rss_a": rss_a, "b_layers": b_layers, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
+           "keys": len(sentence)}
     jobs.close()
     w.close()
     return out
@@ -190,6 +191,11 @@ def main() -> None:
                runs=[o / 2**20 for o in over], goal=0.0,
                note="ru_maxrss after the Compare pass minus (RSS with A loaded) minus B's expanded layer bytes; "
                     "the lowest run"),
+        figure("RSS after the Compare pass over A alone + B's float32 layers",
+               min(r["rss_after"] - r["rss_a"] - r["b_layers"] for r in runs) / 2**20, "MiB",
+               runs=[(r["rss_after"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
+               note="the resident set once typing is done (both unembeddings, the KV caches, the "
+                    "comparison), against the same sum; no goal"),
         figure("open B (quantize in memory, probe)", min(r["open_s"] for r in runs), "s",
                runs=[r["open_s"] for r in runs], note="Models > Compare with > quantized, until B is loaded"),
     ]

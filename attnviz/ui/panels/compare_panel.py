@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt, Signal
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -36,6 +36,7 @@ from attnviz.figures import headmap
 from attnviz.ui.machinery.compare_jobs import MODES
 
 PAPER, INK = QColor("white"), QColor("#202124")
+LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}
 
 
@@ -121,6 +122,10 @@ class ComparePanel(QWidget):
         self.tile_T = 0
         self.strip_cells: list[QRectF] = []
         self.map_layout = None
+        self._later = QTimer(self)
+        self._later.setSingleShot(True)
+        self._later.setInterval(LATER_MS)
+        self._later.timeout.connect(lambda: (self.map.update(), self.focus.update()))
         self.jobs.sigChanged.connect(self.refresh)
         for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigDisplayChanged):
             sig.connect(lambda *_: self.refresh())
@@ -142,8 +147,11 @@ class ComparePanel(QWidget):
         self.export_button.setEnabled(self.doc() is not None)
         self.summary.setText(self.summary_text())
         self.induction.setText(self.induction_text())
-        for c in (self.tiles, self.map, self.focus, self.strip):
-            c.update()
+        self.tiles.update()
+        self.strip.update()
+        # the map and the focused head in a later paint of their own: one paint of all four would
+        # hold the main thread twice as long (typing's frame)
+        self._later.start()
 
     def doc(self) -> dict | None:
         c = self.jobs.comparison
