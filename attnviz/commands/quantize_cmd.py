@@ -7,6 +7,7 @@ import json
 import sys
 import time
 
+from attnviz.commands.checks import check_out
 from attnviz.engine.reading.budget import format_bytes
 from attnviz.engine.reading.gguf_write import WRITE_TYPES, write_gguf
 from attnviz.engine.reading.quantize import quant_type
@@ -29,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_quantize(args) -> int:
-    quant_type(args.qtype, WRITE_TYPES)  # an unknown type before the model is looked up
+    quant_type(args.qtype, WRITE_TYPES)  # an unknown type or output before the model is looked up
+    check_out(args.out, (".gguf",))
     name, where, _ = resolve(args.model)
     t0 = time.perf_counter()
     w = write_gguf(where, args.qtype, args.out, name=name)

@@ -137,7 +137,7 @@ def test_bad_type_output_and_source(tmp_path):
     with pytest.raises(InputError, match="the folder .*missing does not exist"):
         write_gguf(src, "Q8_0", tmp_path / "missing" / "m.gguf")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(InputError, match="does not exist"):
+    with pytest.raises(InputError, match="the folder .*file is not a folder"):
         write_gguf(src, "Q8_0", tmp_path / "file" / "m.gguf")
     with pytest.raises(InputError, match="it is a folder"):
         write_gguf(src, "Q8_0", tmp_path)
@@ -170,3 +170,18 @@ def test_a_failure_while_writing_leaves_no_partial_file_and_the_old_file_as_it_w
         write_gguf(FIXTURES / "llama_gqa", "Q8_0", out)
     assert out.read_bytes() == b"the old file"
     assert [p.name for p in tmp_path.iterdir()] == ["m.gguf"]
+
+
+@pytest.mark.parametrize("source_type", [Q.Q5_0, Q.Q8_0, Q.F16])
+def test_a_gguf_source_of_another_type_is_written_again_at_the_type(tmp_path, source_type):
+    from tests.gguf_files import gguf_tensors
+    from tests.gguf_files import write_gguf as write_test_gguf
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    source = write_test_gguf(tmp_path / "src.gguf", cfg, tensors, source_type)
+    written = write_gguf(source, "Q4_0", tmp_path / "out.gguf")
+    np.testing.assert_array_equal(load_model(written.path).run(ids=IDS).attentions,
+                                  quantized_model(load_model(source), "Q4_0").run(ids=IDS).attentions)
+    out_types = {t.name: t.tensor_type for t in gguf.GGUFReader(written.path).tensors}
+    assert out_types["blk.0.attn_q.weight"] == Q.Q4_0 and out_types["blk.0.ffn_down.weight"] == Q.F16
+    assert out_types["blk.0.attn_norm.weight"] == Q.F32

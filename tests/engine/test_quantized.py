@@ -13,7 +13,7 @@ from attnviz.engine import load_model
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading import budget as B
-from attnviz.engine.reading.quantize import QUANT_TYPES, quant_type, round_trip
+from attnviz.engine.reading.quantize import QUANT_TYPES, quant_type, quantize_rows, round_trip
 from tests.gguf_files import family_gguf, gguf_tensors, write_gguf
 from tests.tiny import FIXTURES
 
@@ -37,7 +37,9 @@ def test_an_unknown_type_is_refused_in_one_line_naming_the_types(tmp_path):
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES)
 def test_round_trip_equals_gguf_on_the_whole_matrix(qtype):
-    w = np.random.default_rng(0).normal(size=(300, 96)).astype(np.float32)
+    w = np.random.default_rng(0).normal(size=(3000, 96)).astype(np.float32)  # several pieces
+    data, used = quantize_rows(w, Q[qtype])
+    np.testing.assert_array_equal(data, quantize(w, Q[qtype]))  # gguf's bytes, bit for bit
     got, used = round_trip(w, Q[qtype])
     assert used == Q[qtype]
     np.testing.assert_array_equal(got, gguf_round_trip(w, Q[qtype]))

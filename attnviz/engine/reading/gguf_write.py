@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,9 +138,13 @@ def check_output(out: Path) -> None:
     if out.is_dir():
         raise InputError(f"cannot write {out}: it is a folder; give a file name such as model.Q8_0.gguf")
     if not folder.is_dir():
-        raise InputError(f"cannot write {out}: the folder {folder} does not exist")
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InputError(f"cannot write {out}: the folder {folder} {what}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InputError(f"cannot write {out}: the folder {folder} is not writable")
+    if out.exists() and not stat.S_ISREG(out.stat().st_mode):
+        raise InputError(f"cannot write {out}: it exists and is not a regular file (a FIFO, device "
+                         "or socket)")
 
 
 def _nbytes(shape: tuple, stored: GGMLQuantizationType) -> int:

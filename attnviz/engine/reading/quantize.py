@@ -9,11 +9,14 @@ attnviz reads back from a file of that type:
 - norms, biases and other 1-D tensors stay float32, and so do learned position and token-type
   embeddings (as llama.cpp's llama-quantize leaves them).
 
-The work is cut into row blocks shared out to one thread per core: each block is quantized (and
-dequantized) on its own, so the bytes and values equal gguf's on the whole matrix."""
+The work is cut into row blocks shared out to one thread per core, and each block into pieces
+that stay in cache for gguf's quantizer: every 32-value block is quantized (and dequantized) on its
+own, so the bytes and values equal gguf's quantize() on the whole matrix (tests/engine/
+test_quantized.py)."""
 
 from __future__ import annotations
 
+import gguf.quants as gguf_quants
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
@@ -29,6 +32,7 @@ FALLBACK = GGMLQuantizationType.F16  # a matrix whose rows do not fit the type's
 KEPT_F32_SUFFIXES = ("position_embeddings.weight", "token_type_embeddings.weight", "wpe.weight",
                      "position_embd.weight", "token_types.weight")
 CHUNK_VALUES = 1 << 20  # values a thread quantizes at a time (4 MiB of float32)
+PIECE_VALUES = 1 << 16  # values one call of gguf's quantizer takes (256 KiB: stays in cache)
 
 
 def quant_type(name, allowed: tuple[str, ...] = QUANT_TYPES) -> GGMLQuantizationType:
@@ -66,19 +70,34 @@ def quantize_rows(w: np.ndarray, qtype: GGMLQuantizationType) -> tuple[np.ndarra
     w = np.asarray(w)
     n_rows, n_cols = w.shape
     used = stored_type(qtype, n_cols)
-    if used == GGMLQuantizationType.F16:
-        return np.asarray(w, dtype=np.float32).astype(np.float16), used
+    if used in (GGMLQuantizationType.F16, GGMLQuantizationType.F32):  # plain casts
+        dtype = np.float16 if used == GGMLQuantizationType.F16 else np.float32
+        return np.asarray(w, dtype=np.float32).astype(dtype), used
     block, size = GGML_QUANT_SIZES[used]
     out = np.empty((n_rows, n_cols // block * size), dtype=np.uint8)
     starts = _row_chunks(n_rows, n_cols)
     step = starts.step
 
-    def one(k):  # rows a..a+step-1 on whichever thread takes them
-        a = starts[k]
-        out[a:a + step] = quantize(np.ascontiguousarray(w[a:a + step], dtype=np.float32), used)
+    rows_of = _quantize_rows_of(used)
+    piece = max(1, PIECE_VALUES // max(1, n_cols))
+
+    def one(k):  # rows a..a+step-1 on whichever thread takes them, a cache-sized piece a call
+        end = min(starts[k] + step, n_rows)
+        for a in range(starts[k], end, piece):
+            b = min(a + piece, end)
+            out[a:b] = rows_of(np.ascontiguousarray(w[a:b], dtype=np.float32))
 
     in_threads(len(starts), one)
     return out, used
+
+
+def _quantize_rows_of(qtype: GGMLQuantizationType):
+    """gguf's quantizer for `qtype` on [rows, cols] -> [rows, row bytes]: its type's own
+    quantize_rows where gguf has one (the blocks' formulas, without quantize()'s split into
+    16-row groups, whose many small NumPy calls cost more than the arithmetic), else quantize()."""
+    cls = getattr(gguf_quants, "_type_traits", {}).get(qtype)
+    rows_of = getattr(cls, "quantize_rows", None)
+    return rows_of if rows_of is not None else (lambda rows: quantize(rows, qtype))
 
 
 def dequantize_rows(data: np.ndarray, qtype: GGMLQuantizationType, n_cols: int,
