@@ -109,7 +109,9 @@ class Menus:
         from attnviz.ui.panels.compare_menu import CompareMenu
 
         self.compare_menu = CompareMenu(w, self.models_menu)  # model B beside this one
-        self.models_menu.extra.append(self.compare_menu.menuAction())
+        compare = self.compare_action = QAction("&Compare with\u2026", w)  # the window's: a refill keeps it
+        compare.setMenu(self.compare_menu)
+        self.models_menu.extra.append(compare)
         self.models_menu.fill()
         mb.addMenu(self.models_menu)
 

@@ -165,3 +165,22 @@ def test_a_b_that_does_not_open_changes_nothing_and_leaving_frees_b(window, qtbo
     w.open_view(str(tmp_path / "cmp.png"))
     compared(qtbot, w, TEXT)
     assert jobs.identity["name"] == cmp["b"]["name"] and jobs.mode == "A-B"
+
+
+def test_models_compare_with_offers_quantized_twins_and_checkpoints(window, qtbot):
+    from attnviz.engine.reading.quantize import QUANT_TYPES
+
+    w = window
+    menu = w.menus.compare_menu
+    w.menus.models_menu.aboutToShow.emit()
+    assert w.menus.compare_action in w.menus.models_menu.actions()
+    menu.aboutToShow.emit()
+    subs = {a.text(): a.menu() for a in menu.actions() if a.menu() is not None}
+    quant = subs[f"{w.state.model.name} quantized to"]
+    assert tuple(a.text() for a in quant.actions()) == QUANT_TYPES
+    assert len(subs["A training checkpoint"].actions()) == len(w.state.checkpoints)
+    next(a for a in quant.actions() if a.text() == "Q8_0").trigger()
+    compared(qtbot, w, TEXT)
+    jobs = w.worker.compare_jobs
+    assert jobs.identity["quantized"] == "Q8_0" and jobs.b.quantization == "Q8_0"
+    assert np.max(jobs.comparison.doc["heads_jsd"]) < 1e-3
