@@ -91,7 +91,7 @@ def test_checkpoints_of_one_model_lose_the_induction_heads(capsys, toy):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json", ".png"])
-def test_out_writes_the_jsd_map(capsys, nudged, tmp_path, suffix):
+def test_out_writes_the_jsd_map(qapp, capsys, nudged, tmp_path, suffix):  # (qapp: before offscreen())
     out = tmp_path / f"map{suffix}"
     rc, stdout, _ = _cli(capsys, "compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                          "--json", "--out", str(out))
