@@ -153,6 +153,11 @@ def test_a_b_that_does_not_open_changes_nothing_and_leaving_frees_b(window, qtbo
     from PySide6.QtGui import QImage
 
     assert QImage(str(tmp_path / "cmp.png")).width() == panel.width()
+    svg, _ = panel.export(tmp_path / "cmp.svg")
+    assert svg.read_bytes().startswith(b"<?xml") and b"<image" in svg.read_bytes()
+    panel.export(tmp_path / "map.csv")
+    rows = (tmp_path / "map.csv").read_text().splitlines()
+    assert rows[0] == "layer,head,jsd,jsd_max" and float(rows[1].split(",")[2]) == cmp["heads_jsd"][0][0]
     jobs.set_mode("B")
     panel.stop_button.click()
     assert jobs.b is None and jobs.comparison is None

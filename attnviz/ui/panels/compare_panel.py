@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPoint, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QImage, QPainter
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -302,8 +302,9 @@ class ComparePanel(QWidget):
 
     # --- export -----------------------------------------------------------------------------------
     def export_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export the comparison", "compare.png",
-                                              "PNG image (*.png)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export the comparison", "compare.png",
+            "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;JSD map (*.csv)")
         if path:
             try:
                 self.export(path)
@@ -312,16 +313,31 @@ class ComparePanel(QWidget):
                 self.refresh()
 
     def export(self, path) -> list[Path]:
-        """The panel's pictures as one PNG and its sidecar `<path>.json` (the text, A's and B's
-        identity and every number), written all or nothing."""
+        """The panel as a .png or .svg picture with its sidecar `<path>.json` (an attnviz view file:
+        the text, A's and B's identity and every number), or the numbers alone (.json: the
+        sidecar's content; .csv: the JSD map), written all or nothing."""
         from attnviz.figures.data import sidecar_path, write_atomic
-        from attnviz.figures.render import encode_png
+        from attnviz.figures.render import encode_png, render_svg
 
         path = Path(path)
-        image = self.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+        fmt = path.suffix.lower()
+        meta = (json.dumps(self.sidecar(path), ensure_ascii=False) + "\n").encode("utf-8")
+        if fmt == ".json":
+            write_atomic([(path, meta)])
+            return [path]
+        if fmt == ".csv":
+            d = self.doc()
+            write_atomic([(path, F.csv_text(d["heads_jsd"], d["heads_jsd_max"]).encode("utf-8"))])
+            return [path]
+        if fmt == ".svg":
+            data = render_svg(self.width(), self.height(), "attnviz compare", self.title.text(),
+                              lambda p: self.render(p, QPoint(0, 0)))
+        elif fmt == ".png":
+            data = encode_png(self.grab().toImage().convertToFormat(QImage.Format.Format_RGB32))
+        else:
+            raise ValueError(f"export as .png, .svg, .json or .csv, not {fmt or 'no suffix'}")
         side = sidecar_path(path)
-        write_atomic([(path, encode_png(image)),
-                      (side, (json.dumps(self.sidecar(path), ensure_ascii=False) + "\n").encode("utf-8"))])
+        write_atomic([(path, data), (side, meta)])
         return [path, side]
 
     def sidecar(self, path) -> dict:
