@@ -14,6 +14,7 @@ from attnviz.commands.checks import non_negative, parse_ids, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 
 CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "query-side x key-side components",
         description="Splits head L.H's pre-softmax score from query position Q to key position K "
                     "into query-side x key-side components of the residual stream entering the "
-                    "block (embed, each earlier head L{i}H{j}, each earlier MLP L{i}.mlp, bias), "
+                    "block (embed, each earlier head, e.g. L3H1, each earlier MLP, e.g. L3.mlp, bias), "
                     "through the input norm with its scale frozen from this run, W_Q / W_K, the "
                     "q/k norms and RoPE at the true positions. The table adds up to the score.")
     p.add_argument("--model", default=CAUSAL_DEFAULT,
@@ -87,7 +88,7 @@ def cmd_qk(args) -> int:
         print(json.dumps(doc))
         return 0
     toks = doc["tokens"]
-    print(f"{model.name}: L{args.layer}H{args.head}, query {args.query} {toks[args.query]!r} -> key "
+    print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} {toks[args.query]!r} -> key "
           f"{args.key} {toks[args.key]!r}: score {doc['score']:+.4f} (table sum "
           f"{float(np.sum(doc['table'])):+.4f}, bias terms {doc['bias']:+.4f})")
     print("largest query x key pairs:")
@@ -152,7 +153,7 @@ def cmd_circuits(args) -> int:
         order = np.argsort(-s, axis=None)[:5]
         pairs = [np.unravel_index(i, s.shape) for i in order]
         print(f"{mode}-composition, strongest: " + ", ".join(
-            f"L{a}H{b} -> L{c}H{d} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
+            f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
         print(f"head {args.head} attending to {args.token!r} writes: "
               + ", ".join(f"{t!r} {v:+.2f}" for _, t, v in ov))
