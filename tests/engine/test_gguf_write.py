@@ -49,12 +49,12 @@ def test_a_family_written_at_f32_runs_as_its_safetensors(tmp_path, family):
     assert list(tmp_path.iterdir()) == [w.path]  # no temporary file left beside it
 
 
-@pytest.mark.parametrize("family", ["llama_gqa", "phi3", "gemma3", "qwen2"])
+@pytest.mark.parametrize("family", ["llama_gqa", "phi3", "gemma3", "qwen2", "qwen3", "mistral_window"])
 def test_a_quantized_file_holds_what_the_in_memory_quantization_gives(tmp_path, family):
     w = write_gguf(FIXTURES / family, "Q4_1", tmp_path / "m.gguf")
     from_file = load_model(w.path).run(ids=IDS).attentions
     in_memory = quantized_model(load_model(FIXTURES / family), "Q4_1").run(ids=IDS).attentions
-    np.testing.assert_allclose(from_file, in_memory, atol=1e-6)
+    np.testing.assert_array_equal(from_file, in_memory)
     reader = gguf.GGUFReader(w.path)
     types = {t.name: t.tensor_type for t in reader.tensors}
     assert all(types[n] == Q.F32 for n in types if n.endswith("norm.weight"))
@@ -185,3 +185,15 @@ def test_a_gguf_source_of_another_type_is_written_again_at_the_type(tmp_path, so
     out_types = {t.name: t.tensor_type for t in gguf.GGUFReader(written.path).tensors}
     assert out_types["blk.0.attn_q.weight"] == Q.Q4_0 and out_types["blk.0.ffn_down.weight"] == Q.F16
     assert out_types["blk.0.attn_norm.weight"] == Q.F32
+
+
+def test_a_tokenizer_with_more_ids_than_the_embedding_is_not_written(tmp_path):
+    folder = tiny_text_model(tmp_path / "m")
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    tok["added_tokens"] = [{"id": 400, "content": "<extra>", "special": True}]
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    cfg = json.loads((folder / "config.json").read_text())
+    w = write_gguf(folder, "F32", tmp_path / "m.gguf")
+    assert w.notices == [(f"tokenizer not written: tokenizer.json has token id 400, past the model's "
+                         f"{cfg['vocab_size']} embedding rows; the file takes token ids")]
+    assert "tokenizer.ggml.tokens" not in gguf.GGUFReader(w.path).fields

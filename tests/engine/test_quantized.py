@@ -33,6 +33,9 @@ def test_an_unknown_type_is_refused_in_one_line_naming_the_types(tmp_path):
     assert "\n" not in str(err.value) and "'Q3_K'" in str(err.value)
     assert all(t in str(err.value) for t in QUANT_TYPES)
     assert quant_type("q8_0") == Q.Q8_0  # any case
+    with pytest.raises(InputError, match="llama_gqa as Q8_0 is a copy quantized in memory: quantize "
+                                         "the model it was made from instead"):
+        quantized_model(quantized_model(model, "Q8_0"), "Q4_0")
 
 
 @pytest.mark.parametrize("qtype", QUANT_TYPES)

@@ -19,7 +19,7 @@ from gguf import GGMLQuantizationType
 
 from attnviz.engine.computing.families import LOADERS
 from attnviz.engine.computing.model import Model
-from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_model import (
     GGUFTensors,
     QuantRows,
@@ -49,9 +49,13 @@ def quantized_model(model: Model, qtype: str) -> Model:
     dequantized back to float32, as a GGUF file of that type gives it; norms and other 1-D tensors
     unchanged. A new Model of the same config and tokenizer, named "<name> as <TYPE>", read from
     the same source as `model`; its notice names the matrices kept at F16 because their rows do not
-    fit the type's blocks. InputError for an unknown type; ModelLoadError when the source no longer
-    opens or the memory budget cannot hold one more layer."""
+    fit the type's blocks. InputError for an unknown type or a model that is itself a quantized
+    copy (its values are not in its source); ModelLoadError when the source no longer opens or the
+    memory budget cannot hold one more layer."""
     qt = quant_type(qtype)
+    if model.quantization is not None:
+        raise InputError(f"{model.name} is a copy quantized in memory: quantize the model it was "
+                         "made from instead")
     path = Path(model.path)
     name = f"{model.name} as {qt.name}"
     if path.is_file():  # a GGUF file (a safetensors model is a folder)

@@ -380,6 +380,11 @@ def hf_tokenizer_kv(folder: Path, cfg: ModelConfig) -> tuple[list, str | None]:
         return [], ("tokenizer not written: only byte-level BPE tokenizers with a pre-tokenizer "
                     f"attnviz reads ({', '.join(vocab.SUPPORTED_PRE)}) are; the file takes token ids")
     n = cfg.vocab_size
+    ids = [i for i in model["vocab"].values() if isinstance(i, int)]
+    ids += [a.get("id") for a in tok.get("added_tokens") or [] if isinstance(a.get("id"), int)]
+    if ids and max(ids) >= n:
+        return [], (f"tokenizer not written: tokenizer.json has token id {max(ids):,}, past the "
+                    f"model's {n:,} embedding rows; the file takes token ids")
     tokens: list = [None] * n
     types = [vocab.NORMAL] * n
     for text, i in model["vocab"].items():
