@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     from attnviz.engine import load_model
-    from attnviz.engine.computing import parallel
+    from attnviz.engine import parallel
     from attnviz.engine.computing.quantized import quantized_model
 
     model = load_model("SmolLM2")

@@ -21,7 +21,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from attnviz.engine.computing.parallel import cores, in_threads
+from attnviz.engine.parallel import cores, in_threads
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.dequant import dequantize_into, prepare
 
