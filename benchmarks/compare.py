@@ -188,7 +188,7 @@ def main() -> None:
     what = f"{args.model} against its {args.type} twin quantized in memory, '{args.sentence}' typed key by key"
     figures = [
         figure("compare keystroke p95 / single-model p95", ratios[mid], "x", runs=ratios, goal=RATIO_GOAL,
-               headline=True, note=f"{what}; the median run's ratio, each run against its own single-model pass"),
+               note=f"{what}; the median run's ratio, each run against its own single-model pass"),
         figure("compare keystroke p95", runs[mid]["compare_p95"] * 1e3, "ms",
                runs=[r["compare_p95"] * 1e3 for r in runs], note="key -> Compare panel painted with that text's comparison"),
         figure("single-model keystroke p95", runs[mid]["single_p95"] * 1e3, "ms",

@@ -20,7 +20,7 @@ from attnviz.engine.analysing.pair import (
 )
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 
 OUT_SUFFIXES = (".csv", ".json", ".png")
 MOVED = 10  # heads listed in the plain report

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.analysing import heads as H
-from attnviz.engine.analysing import predict as P
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
+from attnviz.engine.computing.logits import log_softmax, vocab_logits
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError, NoPrediction
 
@@ -140,7 +141,7 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
     positions at a time. NoPrediction for a model that predicts no next token.
     `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of the
     prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
-    ha, hb = P.lm_head(pair.a.model), P.lm_head(pair.b.model)
+    ha, hb = pair.a.model.lm_head(), pair.b.model.lm_head()
     xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
     T = pair.T
     kld = np.empty(T)
@@ -152,8 +153,8 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        la = P.log_softmax(P.vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
-        lb = P.log_softmax(P.vocab_logits(hb, xb[t0:t1], stop))
+        la = log_softmax(vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
+        lb = log_softmax(vocab_logits(hb, xb[t0:t1], stop))
         kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", np.exp(la), la - lb), 0.0)
         top_a[t0:t1], top_b[t0:t1] = la.argmax(axis=1), lb.argmax(axis=1)
     return NextTokens(kld, top_a, top_b)
@@ -224,7 +225,7 @@ def probe_pair(a, b) -> Pair:
 def predicts(model) -> bool:
     """Whether the model has a next-token distribution (a decoder with an unembedding)."""
     try:
-        P.lm_head(model)
+        model.lm_head()
     except NoPrediction:
         return False
     return True
@@ -262,7 +263,7 @@ def next_token_numbers(pair: Pair, known=None, stop=None) -> tuple[dict, tuple |
         return {"kld": None, "kld_stats": None, "same_top1": None, "flips": None}, None
     nt = next_tokens(pair, stop, known)
     return ({"kld": nt.kld.tolist(), "kld_stats": kld_stats(nt.kld), "same_top1": same_top1(nt),
-             "flips": flips(nt, lambda i: P.token_text(pair.a.model, i))}, (pair.a.ids.copy(), nt))
+             "flips": flips(nt, lambda i: token_text(pair.a.model, i))}, (pair.a.ids.copy(), nt))
 
 
 def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from attnviz.engine.computing.families import LOADERS
+from attnviz.engine.reading.safetensors_model import LOADERS
 from attnviz.engine.computing.model import Model
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_model import (

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.ui.machinery.runner import POOL, THREAD, describe_error, wide_blas
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def load_b(a, source: BSource):
         check_same_vocab,
         load_second,
     )
-    from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
+    from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 
     what = source.describe(a.name)
     if source.kind == "quantized":
@@ -81,7 +82,7 @@ def load_b(a, source: BSource):
         ident = C.identity(a, what, quantized=str(source.value), checkpoint=checkpoint_record(a))
     else:
         if source.kind == "checkpoint":
-            from attnviz.engine.reading.checkpoints import load_checkpoints
+            from attnviz.engine.computing.checkpoints import load_checkpoints
 
             ckpts = load_checkpoints(a)
             if ckpts is None:
