@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.predict import lm_head, log_softmax, prediction_trace
+from attnviz.engine.analysing.predict import prediction_trace
+from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import gguf_write
@@ -28,7 +29,7 @@ IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4])  # 
 def logprobs(model, ids=IDS):  # -> [T, vocab] log p(next token), float64
     trace = prediction_trace()
     model.run(ids=ids, trace=trace, use_cache=False)
-    return log_softmax(lm_head(model).logits(trace.resid[-1]))
+    return log_softmax(model.lm_head().logits(trace.resid[-1]))
 
 
 def test_the_readable_fixtures_are_every_fixture_but_the_refused():

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing.predict import lm_head, log_softmax, prediction_trace
+from attnviz.engine.analysing.predict import prediction_trace
+from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.reading.gguf_write import write_gguf
 from tests.tiny import FIXTURES
 
@@ -31,7 +32,7 @@ def test_smollm2_q8_0_matches_transformers_reading_the_same_file(tmp_path, smoll
     trace = prediction_trace()
     result = model.run(ids=ids, trace=trace, use_cache=False)
     np.testing.assert_allclose(result.attentions, reference["attn"], atol=1e-4, rtol=0)
-    logprobs = log_softmax(lm_head(model).logits(trace.resid[-1]))  # [T, vocab]
+    logprobs = log_softmax(model.lm_head().logits(trace.resid[-1]))  # [T, vocab]
     np.testing.assert_allclose(np.take_along_axis(logprobs, reference["lp_ids"], axis=-1),
                                reference["lp"], atol=1e-4, rtol=0)
     assert (logprobs.argmax(-1) == reference["lp_ids"][:, 0]).all()  # the same top-1 everywhere

@@ -17,6 +17,7 @@ the same folder and renamed into place at the end: a failure at any point leaves
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -30,10 +31,9 @@ import gguf
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from attnviz.engine.computing.rope import inv_freq
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
-from attnviz.engine.reading.config import ModelConfig, read_config
+from attnviz.engine.reading.config import ModelConfig, Rope, read_config
 from attnviz.engine.reading.gguf_model import (
     ARCHITECTURES,
     architecture,
@@ -263,15 +263,35 @@ def _from_folder(folder: Path, qt: GGMLQuantizationType, name: str):
     tensors = _folder_tensors(cfg, arch, ckpt, qt)
     rope = cfg.rope
     if rope is not None and rope.kind == "llama3":  # llama.cpp stores it as one divisor a frequency
-        divisors = (inv_freq(type(rope)(rope.theta), cfg.d_head) / inv_freq(rope, cfg.d_head)).astype(np.float32)
+        divisors = llama3_divisors(rope, cfg.d_head)
         tensors.append(_Tensor("rope_freqs.weight", divisors.shape, Q.F32, lambda d=divisors: d))
     return arch, kv, tensors, cfg, notices
+
+
+def llama3_divisors(rope: Rope, d_head: int) -> np.ndarray:  # -> float32 [d_head / 2]
+    """llama.cpp's convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: the llama3 RoPE scaling
+    as one divisor per frequency (the rope_freqs tensor): 1 for the fast frequencies, `factor` for
+    the slow ones, a blend between."""
+    freqs = 1.0 / (rope.theta ** (np.arange(0, d_head, 2, dtype=np.float32) / d_head))
+    old, low, high = rope.original_max_positions, rope.low_freq_factor, rope.high_freq_factor
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(rope.factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / rope.factor + smooth))
+    return np.asarray(out, dtype=np.float32)
 
 
 def _config_kv(cfg: ModelConfig, arch: str, name: str) -> list:
     """The architecture's metadata, the keys llama.cpp's converter writes (gguf.Keys)."""
     K, U32, F32 = gguf.Keys, GGUFValueType.UINT32, GGUFValueType.FLOAT32
-    a = lambda key: key.format(arch=arch)
+    def a(key):
+        return key.format(arch=arch)
     kv = [_kv(K.General.NAME, name, GGUFValueType.STRING),
           _kv(a(K.LLM.BLOCK_COUNT), cfg.n_layer, U32),
           _kv(a(K.LLM.CONTEXT_LENGTH), cfg.max_positions, U32),
@@ -322,11 +342,14 @@ def _folder_tensors(cfg: ModelConfig, arch: str, ckpt: Checkpoint, qt: GGMLQuant
                                  f"{arch} architecture, so it cannot be written to GGUF")
         change = None
         if arch == "llama" and new.endswith(("attn_q.weight", "attn_q.bias")):
-            change = lambda w: permute(w, cfg.n_head)
+            def change(w):
+                return permute(w, cfg.n_head)
         elif arch == "llama" and new.endswith(("attn_k.weight", "attn_k.bias")):
-            change = lambda w: permute(w, cfg.n_kv_head)
+            def change(w):
+                return permute(w, cfg.n_kv_head)
         elif cfg.family == "gemma3" and hf.endswith("norm.weight"):
-            change = lambda w: w + np.float32(1.0)
+            def change(w):
+                return w + np.float32(1.0)
         shape = ckpt.shape(hf)
 
         def values(hf=hf, shape=shape, change=change):
@@ -444,14 +467,34 @@ def _config_fields(a: ModelConfig, b: ModelConfig):
                   "activation"):
         x, y = getattr(a, label), getattr(b, label)
         yield label, (float(x) if isinstance(x, float) else x), (float(y) if isinstance(y, float) else y)
-    scale = lambda c: float(c.query_pre_attn_scalar or c.d_head)
+    def scale(c):
+        return float(c.query_pre_attn_scalar or c.d_head)
     yield "query_pre_attn_scalar", scale(a), scale(b)
     for label in ("rope", "rope_local"):
         x, y = getattr(a, label), getattr(b, label)
-        if (x is None) != (y is None):
-            yield label, x, y
-        elif x is not None:
-            fx, fy = inv_freq(x, a.d_head), inv_freq(y, b.d_head)
-            yield f"{label} frequencies", x.describe(), (x.describe() if np.allclose(fx, fy, rtol=1e-6)
-                                                         else y.describe())
-            yield f"{label} attention factor", float(x.attention_factor), float(y.attention_factor)
+        yield label, _rope_line(x), (_rope_line(x) if _same_rope(x, y, a.d_head) else _rope_line(y))
+
+
+def _rope_line(rope: Rope | None) -> str:
+    return "none" if rope is None else rope.describe()
+
+
+def _same_rope(x: Rope | None, y: Rope | None, d_head: int) -> bool:
+    """Whether a read-back RoPE `y` is the written `x`: every field alike (floats to float32's
+    precision), llama3 scaling read back as the rope_freqs divisors llama3_divisors wrote."""
+    if x is None or y is None:
+        return x is y
+    if x.kind == "llama3":
+        return (y.kind == "factors" and math.isclose(x.theta, y.theta, rel_tol=1e-6)
+                and np.allclose(y.freq_divisors, llama3_divisors(x, d_head), rtol=1e-6))
+    for f in dataclasses.fields(Rope):
+        u, v = getattr(x, f.name), getattr(y, f.name)
+        if isinstance(u, float) and isinstance(v, (int, float)):
+            if not math.isclose(u, float(v), rel_tol=1e-6):
+                return False
+        elif isinstance(u, tuple):
+            if len(u) != len(v) or not np.allclose(u, v, rtol=1e-6):
+                return False
+        elif u != v:
+            return False
+    return True
