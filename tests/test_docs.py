@@ -23,7 +23,7 @@ SLOW = {
     ("scan-report", None): "reads the scan the line before makes",
 }
 # pictures not of the window, and what makes them
-OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py"}
+OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py"}
 
 
 def _text(page: Path) -> str:

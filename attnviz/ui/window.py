@@ -8,7 +8,7 @@ import logging
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
-    QToolButton, QVBoxLayout, QWidget,
+    QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
@@ -19,6 +19,7 @@ from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.guard import install_exception_guard
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
+from attnviz.ui.views.load_outcome import report_load
 from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
@@ -126,6 +127,11 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.time_label)
 
     def _build_docks(self, panels: tuple[str, ...]) -> None:
+        # The side panels' tabs run down the window's edge, each name whole: a bar along the
+        # bottom of a 440 px dock cut six names to "Calc…"; past the height the bar scrolls.
+        for area in (Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.LeftDockWidgetArea):
+            self.setTabPosition(area, QTabWidget.TabPosition.East if area == Qt.DockWidgetArea.RightDockWidgetArea
+                                else QTabWidget.TabPosition.West)
         self.focus_view = FocusView(self.state)
         self.focus_dock = QDockWidget("Focus head", self)
         self.focus_dock.setObjectName("focus_dock")
@@ -196,7 +202,19 @@ class MainWindow(QMainWindow):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
         self.menus.view_menu.addAction(dock.toggleViewAction())
+        dock.dockLocationChanged.connect(lambda _area: QTimer.singleShot(0, self.tabs_readable))
+        self.tabs_readable()
+        QTimer.singleShot(0, self.tabs_readable)  # (a bar Qt makes at its next layout)
         return dock
+
+    def tabs_readable(self) -> None:
+        """Every tab bar of the docks shows whole names, scrolling when they outgrow it (Qt makes
+        a bar for each group of tabbed docks, and again when docks move)."""
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is self:
+                bar.setElideMode(Qt.TextElideMode.ElideNone)
+                bar.setUsesScrollButtons(True)
+                bar.setExpanding(False)
 
     def _connect(self) -> None:
         st = self.state
@@ -206,7 +224,7 @@ class MainWindow(QMainWindow):
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
-        st.sigLoadReported.connect(self._on_load_reported)
+        st.sigLoadReported.connect(lambda *outcome: report_load(self, *outcome))
         st.sigComputeReported.connect(self._on_compute_reported)
 
     def _restore(self, model: str | None, text: str | None) -> None:
@@ -301,6 +319,10 @@ class MainWindow(QMainWindow):
         else:
             self.clear_error()
             kind = view.get("view")
+            if kind == "compare":  # model B too (ui/panels/compare_menu.py)
+                from attnviz.ui.panels.compare_menu import restore_compare
+
+                restore_compare(self, view)
             if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
@@ -385,40 +407,6 @@ class MainWindow(QMainWindow):
             self.cancel_load()
         else:
             self.state.set_query(None)
-
-    def _what_stays(self) -> str:  # after a load that did not happen
-        return (f"still showing {self.state.model_name}" if self.state.model is not None
-                else "no model is loaded")
-
-    def _on_load_reported(self, source: str, outcome: str, message: str) -> None:
-        """The outcome of a load (AppState.report_load): loaded, failed or cancelled."""
-        if outcome == "loaded":
-            self._on_loaded(self.state.model)
-        elif outcome == "failed":
-            self._on_load_failed(source, message)
-        else:
-            self._on_load_cancelled(source)
-
-    def _on_load_cancelled(self, source: str) -> None:
-        self._pending_view = None
-        self.statusBar().showMessage(f"Stopped loading {source}; {self._what_stays()}.", 8000)
-
-    def _on_loaded(self, model) -> None:
-        self.clear_error()  # (the runner set the state; the settings remember the model)
-        self.statusBar().showMessage(f"Loaded {model.name}", 4000)
-        if self._pending_view is not None:
-            (view, path), self._pending_view = self._pending_view, None
-            if view.get("model") in (model.name, self.state.model_source):
-                self.apply_view(view, path)
-            else:  # another model was opened while the view waited for its own
-                self.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
-                                             "was not opened", 8000)
-
-    def _on_load_failed(self, source: str, message: str) -> None:
-        self._pending_view = None
-        stays = self._what_stays()
-        keep = sentence(stays[0].upper() + stays[1:])
-        self.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
 
     # --- shutdown -----------------------------------------------------------------------------
     def save_settings(self) -> None:

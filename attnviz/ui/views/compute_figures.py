@@ -16,6 +16,8 @@ class ComputeFigures:
         self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
         self.time_label.setToolTip("Time the engine took for the last result")
         state.sigResultChanged.connect(self._on_result)
+        # a long run after a long run leaves the result None (no signal): its count follows the run
+        state.long.sigRunChanged.connect(lambda run: run is not None and self._on_result(None))
         state.sigPreviewChanged.connect(self._on_preview)
 
     def _on_result(self, result) -> None:
