@@ -70,7 +70,7 @@ def _wait_attribution(qtbot, w, cell):
 def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query(smol, qtbot):
     w = smol
     st = w.state
-    w.why_dock.show()
+    assert not w.why_dock.isVisible()  # the first click on a cell opens it
     layer, head = 4, 3
     st.show_head(layer, head)
     qtbot.waitUntil(lambda: w.focus_view._head() == (layer, head), timeout=WAIT)
@@ -78,6 +78,7 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     q, k = T - 1, 2
     _click_focus_cell(qtbot, w, q, k)
     assert st.query_pos == q  # the click still picks the query row
+    assert w.why_dock.isVisible()
     a = _wait_attribution(qtbot, w, (layer, head, q, k))
     marker = w.why_marker  # the explained cell is framed in the focus view
     assert marker.isVisible() and marker.rect().getRect() == (k, q, 1, 1)
@@ -99,6 +100,15 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     assert [lab for lab, _, _ in sections[1][:6]] == [ref.components[i] for i in qs]
     title = w.why_panel.view().title()
     assert head_title(layer, head) in title and f"({q})" in title and f"({k})" in title
+
+    # closed by the user, a later click leaves it closed (and still picks the query row)
+    w.why_dock.close()
+    _click_focus_cell(qtbot, w, q - 1, k)
+    assert st.query_pos == q - 1 and not w.why_dock.isVisible()
+    w.why_dock.show()
+    qtbot.waitUntil(lambda: w.why_jobs.cell == (layer, head, q - 1, k), timeout=WAIT)
+    _click_focus_cell(qtbot, w, q, k)
+    a = _wait_attribution(qtbot, w, (layer, head, q, k))
 
     # typing on: the cell is kept by position and recomputed on the new text
     new = TEXT + " and"

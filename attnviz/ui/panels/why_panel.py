@@ -1,6 +1,7 @@
 """Why here?: why the focused head attends from one token to another. A left click on a cell of the
-focus view picks its query row, as it always did, and this panel follows the clicked cell; a right
-click offers "Why here?", which opens the panel at that cell. The panel lists the largest query ×
+focus view picks its query row, as it always did, and this panel follows the clicked cell (the first
+click opens it; once closed it stays closed); a right click offers "Why here?", which opens the
+panel at that cell. The panel lists the largest query ×
 key component pairs with their share of the score, and the query-side and key-side totals
 (figures/why.py paints them); the cell is framed in the focus view, and hovering a row outlines
 its heads in the grid (GridHighlight). The
@@ -275,6 +276,7 @@ def install(window) -> None:
     window.circuits_dock.visibilityChanged.connect(window.circuits_panel.set_shown)
 
     fv = window.focus_view
+    offered = [False]  # whether a click has opened the panel yet in this window
 
     def clicked(ev):
         p = fv.vb.mapSceneToView(ev.scenePos())
@@ -284,6 +286,9 @@ def install(window) -> None:
         if ev.button() == Qt.MouseButton.RightButton:
             focus_menu(window, jobs, dock, cell).popup(ev.screenPos().toPoint())
         elif ev.button() == Qt.MouseButton.LeftButton:
+            if not offered[0] and not dock.isVisible():  # the first click opens it; closed, it stays so
+                dock.show()
+            offered[0] = True
             jobs.set_cell(*cell)  # (the focus view picks the query row itself)
     fv.plot.scene().sigMouseClicked.connect(clicked)
 
