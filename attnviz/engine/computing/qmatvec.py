@@ -89,28 +89,25 @@ def _q8_0(blocks, x, table, y):
 @_jit
 def _q4(blocks, x, xs, table, y, size):
     """Q4_0 (size 18: w = d q - 8 d) and Q4_1 (size 20: w = d q + m): d (sum q x) + c (sum x),
-    c = -8 d or m; xs [m, n_in / 32] the blocks' sums of x."""
+    c = -8 d or m; xs [m, n_in / 32] the blocks' sums of x. A byte's nibbles are split in float32
+    (hi = floor(v / 16), lo = v - 16 hi: exact for 0..255), which LLVM vectorises."""
     n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 32
-    for c in prange((n_out + CHUNK - 1) // CHUNK):
-        w = np.empty(32, np.float32)
-        for r in range(c * CHUNK, min(n_out, (c + 1) * CHUNK)):
-            row = blocks[r]
-            for i in range(m):
-                y[i, r] = 0.0
+    for r in prange(n_out):
+        row = blocks[r]
+        for i in range(m):
+            acc = np.float32(0.0)
             for b in range(nb):
                 o = b * size
                 d = _f16(row, o, table)
                 k = _f16(row, o + 2, table) if size == 20 else np.float32(-8.0) * d
                 q = o + size - 16
+                s = np.float32(0.0)
                 for j in range(16):
-                    v = np.int64(row[q + j])
-                    w[j] = np.float32(v & 15)
-                    w[j + 16] = np.float32(v >> 4)
-                for i in range(m):
-                    s = np.float32(0.0)
-                    for j in range(32):
-                        s += w[j] * x[i, b * 32 + j]
-                    y[i, r] += d * s + k * xs[i, b]
+                    v = np.float32(row[q + j])
+                    hi = np.floor(v * np.float32(0.0625))
+                    s += (v - np.float32(16.0) * hi) * x[i, b * 32 + j] + hi * x[i, b * 32 + 16 + j]
+                acc += d * s + k * xs[i, b]
+            y[i, r] = acc
 
 
 @_jit
