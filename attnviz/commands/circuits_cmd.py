@@ -10,14 +10,13 @@ import json
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import non_negative, parse_ids, show_notice
+from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import vocab_token
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 
-CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
 
@@ -31,8 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "block (embed, each earlier head, e.g. L3H1, each earlier MLP, e.g. L3.mlp, bias), "
                     "through the input norm with its scale frozen from this run, W_Q / W_K, the "
                     "q/k norms and RoPE at the true positions. The table adds up to the score.")
-    p.add_argument("--model", default=CAUSAL_DEFAULT,
-                   help="model name, folder or .gguf (default: %(default)s)")
+    add_model(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
@@ -50,8 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "fold_ln does: copying [layer][head] = Re(sum of eigenvalues) / sum of |eigenvalues| "
                     "of W_E W_V W_O W_U; composition q, k, v [earlier layer][earlier head][later "
                     f"layer][later head]; with --head and --token, ov_top. {ROPE_NOTE}.")
-    p.add_argument("--model", default=CAUSAL_DEFAULT,
-                   help="model name, folder or .gguf (default: %(default)s)")
+    add_model(p)
     p.add_argument("--head", metavar="L.H", help="head for ov_top, e.g. 3.1 (with --token)")
     p.add_argument("--token", metavar="TOK",
                    help="source token for ov_top: an id, a vocabulary string or a text that is one token")
