@@ -192,7 +192,8 @@ class CompareJobs(QObject):
         result = run.result
         ids = result.input_ids
         job_id = self.worker.claim(COMPARE_KIND)
-        stale = lambda: not self.worker.is_newest(COMPARE_KIND, job_id)
+        def stale():
+            return not self.worker.is_newest(COMPARE_KIND, job_id)
 
         def work():
             t0 = time.perf_counter()
@@ -234,7 +235,8 @@ class CompareJobs(QObject):
         if c is None or c.doc is None:
             return
         job_id = self.worker.claim(NEXT_KIND)
-        stale = lambda: not self.worker.is_newest(NEXT_KIND, job_id)
+        def stale():
+            return not self.worker.is_newest(NEXT_KIND, job_id)
 
         def work():
             with wide_blas():

@@ -177,7 +177,8 @@ class ComparePanel(QWidget):
         if ind is None:
             return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
         a, b = np.asarray(ind["a"]), np.asarray(ind["b"])
-        fmt = lambda lst: ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)
+        def fmt(lst):
+            return ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)
         return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
                 f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
                 f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
