@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from attnviz.figures.data import IMAGE_FORMATS, ExportError, format_of, write_atomic
-from attnviz.figures.write import _write_image
+from attnviz.figures.write import write_image
 
 
 def export_figure(module, view, path: str | os.PathLike, width: int) -> list[Path]:
@@ -22,6 +22,6 @@ def export_figure(module, view, path: str | os.PathLike, width: int) -> list[Pat
     fmt = format_of(path)
     if fmt in IMAGE_FORMATS:
         data, lay = (module.png_bytes if fmt == "png" else module.svg_bytes)(view, int(width))
-        return _write_image(path, data, module.sidecar(view, path, lay), lay)
+        return write_image(path, data, module.sidecar(view, path, lay), lay)
     write_atomic([(path, module.number_bytes(view, fmt))])
     return [path]
