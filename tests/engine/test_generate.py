@@ -114,3 +114,64 @@ def test_bad_settings_and_encoders_are_refused(models):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, top_p=0)
     with pytest.raises(NoPrediction):
         G.generate(load_model(FIXTURES / "bert"), ids=PROMPT, max_new=2)
+
+
+class _HeldRun:
+    """Another run of the model (the window's run of the growing text) that holds the model's KV
+    cache lock until released: Model.run asks its stop() before each layer, inside the lock."""
+
+    def __init__(self, model, ids):
+        import threading
+
+        self.inside, self.release = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(model, ids))
+
+    def _run(self, model, ids):
+        from attnviz.engine.errors import Cancelled
+
+        def stop():
+            self.inside.set()
+            self.release.wait()
+            return True  # cancelled, as a keystroke run a newer one replaced: the cache keeps its last run
+        try:
+            model.run(ids=ids, stop=stop)
+        except Cancelled:
+            pass
+
+    def start(self):
+        self.thread.start()
+        assert self.inside.wait(30)  # it holds the lock now
+
+    def end(self):
+        self.release.set()
+        self.thread.join(30)
+
+
+@pytest.mark.parametrize("when", ["before the prompt", "after the first step"])
+def test_kv_bytes_are_the_generations_own_while_another_run_holds_the_models_cache(models, when):
+    """A run of another text holding the model's cache lock (deterministically: it waits inside
+    the lock) changes neither the tokens nor the bytes each step reports: T tokens' K and V, as
+    counted from the config, every step."""
+    model = models["llama_gqa"]
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4  # K and V, float32
+    alone = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True)
+    other = _HeldRun(model, PROMPT[:3] + [7, 7, 7, 7, 7])
+    held = []
+
+    def on_step(step):
+        if when == "after the first step" and not held:
+            held.append(other.start())
+
+    if when == "before the prompt":
+        model.run(ids=PROMPT[:4])  # the cache holds another text's run
+        other.start()
+    try:
+        gen = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True, on_step=on_step)
+    finally:
+        other.end()
+    assert gen.new_ids == alone.new_ids
+    for s, (step, ref) in enumerate(zip(gen.steps, alone.steps)):
+        assert step.T == len(PROMPT) + s
+        assert step.kv_bytes == step.T * per_token == ref.kv_bytes, (s, step.kv_bytes)
+        np.testing.assert_allclose(step.rows, ref.rows, atol=1e-6, rtol=0)
