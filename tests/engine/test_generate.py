@@ -14,6 +14,7 @@ from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.engine.errors import NoPrediction
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Trace
+from held_run import HeldRun
 from tiny import FIXTURES
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2]
@@ -116,47 +117,16 @@ def test_bad_settings_and_encoders_are_refused(models):
         G.generate(load_model(FIXTURES / "bert"), ids=PROMPT, max_new=2)
 
 
-class _HeldRun:
-    """Another run of the model (the window's run of the growing text) that holds the model's KV
-    cache lock until released: Model.run asks its stop() before each layer, inside the lock."""
-
-    def __init__(self, model, ids):
-        import threading
-
-        self.inside, self.release = threading.Event(), threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(model, ids))
-
-    def _run(self, model, ids):
-        from attnviz.engine.errors import Cancelled
-
-        def stop():
-            self.inside.set()
-            self.release.wait()
-            return True  # cancelled, as a keystroke run a newer one replaced: the cache keeps its last run
-        try:
-            model.run(ids=ids, stop=stop)
-        except Cancelled:
-            pass
-
-    def start(self):
-        self.thread.start()
-        assert self.inside.wait(30)  # it holds the lock now
-
-    def end(self):
-        self.release.set()
-        self.thread.join(30)
-
-
 @pytest.mark.parametrize("when", ["before the prompt", "after the first step"])
 def test_kv_bytes_are_the_generations_own_while_another_run_holds_the_models_cache(models, when):
     """A run of another text holding the model's cache lock (deterministically: it waits inside
-    the lock) changes neither the tokens nor the bytes each step reports: T tokens' K and V, as
-    counted from the config, every step."""
+    the lock, tests/held_run.py) changes neither the tokens nor the bytes each step reports: its T
+    tokens' K and V, as counted from the config, every step (not a snapshot of the model's cache)."""
     model = models["llama_gqa"]
     c = model.config
     per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4  # K and V, float32
     alone = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True)
-    other = _HeldRun(model, PROMPT[:3] + [7, 7, 7, 7, 7])
+    other = HeldRun(model, PROMPT[:3] + [7, 7, 7, 7, 7])
     held = []
 
     def on_step(step):
@@ -170,7 +140,7 @@ def test_kv_bytes_are_the_generations_own_while_another_run_holds_the_models_cac
         gen = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True, on_step=on_step)
     finally:
         other.end()
-    assert gen.new_ids == alone.new_ids
+    assert gen.new_ids == alone.new_ids and len(gen.steps) == 6
     for s, (step, ref) in enumerate(zip(gen.steps, alone.steps)):
         assert step.T == len(PROMPT) + s
         assert step.kv_bytes == step.T * per_token == ref.kv_bytes, (s, step.kv_bytes)
