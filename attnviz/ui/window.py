@@ -319,6 +319,10 @@ class MainWindow(QMainWindow):
         else:
             self.clear_error()
             kind = view.get("view")
+            if kind == "compare":  # model B too (ui/panels/compare_menu.py)
+                from attnviz.ui.panels.compare_menu import restore_compare
+
+                restore_compare(self, view)
             if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
