@@ -345,7 +345,7 @@ class Model:
         runs kept, their K and V bytes)), with `trace` filled. The run uses the cache when it may
         (a causal model, use_cache, a trace without edits, and no other run holding it) and
         computes in full otherwise."""
-        if trace.past is not None:  # the trace's own cache (longdoc.run_long's reuse): the model's untouched
+        if trace.past is not None:  # the trace's own (run_long's reuse, a generation's): the model's untouched
             forward(self.config, self.weights, ids, trace, trace.past)
             kept = self._cache
             return (trace.attentions, trace.past.reused, kept.nbytes if kept is not None else 0,

@@ -76,7 +76,7 @@ class Trace:
     the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
     row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
-    past: KVCache | None = None  # a cache the trace brings (a long run's earlier run), not the model's
+    past: KVCache | None = None  # a cache the trace brings (run_long's reuse, a generation's), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
     # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
     # a window shows one layer before the layers after it are computed (Model.run(early=...))
