@@ -10,8 +10,8 @@ import traceback
 
 from attnviz import __version__
 from attnviz.commands import (
-    calc_cmd, checkpoint_opt, engine_cmds, export_cmd, generate_cmd, heads_cmd, patch_cmd, predict_cmd,
-    scan_cmd,
+    calc_cmd, checkpoint_opt, circuits_cmd, engine_cmds, export_cmd, generate_cmd, heads_cmd,
+    patch_cmd, predict_cmd, scan_cmd,
 )
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     predict_cmd,  # predict, ablation-scan
     patch_cmd,  # patch
     generate_cmd,  # generate
+    circuits_cmd,  # qk-attribution, circuits
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
     scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
 )

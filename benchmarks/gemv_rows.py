@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=None, help="BLAS threads (default: every core)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     threads = args.threads or cores()
     threadpool_limits(threads, user_api="blas")

@@ -119,10 +119,9 @@ def child_forward(T: int) -> dict:
 def child_generate(T: int) -> dict:
     from attnviz.engine import load_model
     from attnviz.engine.computing.generate import generate
-    from attnviz.engine.analysing.predict import lm_head
 
     model = load_model(smollm2_path())
-    head = lm_head(model)
+    head = model.lm_head()
     floor_fn, floor_bytes, _ = matvec_floor(model.weights)
     x = np.random.default_rng(0).standard_normal((1, model.config.d_model), dtype=np.float32)
     floor_fn()
@@ -148,7 +147,7 @@ def child_zoom(T: int, options: bool = False) -> dict:
     from attnviz.ui.views.long_view import LongView
     from attnviz.ui.machinery.state import AppState
 
-    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.tuning import limit_blas_threads
 
     model = load_model(smollm2_path())
     ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
@@ -210,7 +209,7 @@ def child_scores(T: int) -> dict:
     from attnviz.engine.analysing import heads as H
     from attnviz.engine.computing.longdoc import run_long
 
-    threadpool_limits(limits=1, user_api="blas")  # the window's cap (ui/machinery/runner.py)
+    threadpool_limits(limits=1, user_api="blas")  # the window's cap (ui/machinery/tuning.py)
     model = load_model(smollm2_path())
     ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
     run = run_long(model, ids=ids)

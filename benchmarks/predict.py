@@ -51,7 +51,7 @@ def pct(xs, p):
 
 def keystrokes(args) -> None:
     plain, live = load_model(MODEL), load_model(MODEL)
-    P.lm_head(live)
+    live.lm_head()
     ids = plain.tokenizer.encode(TEXT).ids[:64]
     t_plain, t_live, t_analysis, waits = [], [], [], []
     for rep in range(args.repeat):
@@ -90,7 +90,7 @@ def keystrokes(args) -> None:
 
 def one_ablation(args) -> None:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     cfg, w = model.config, model.weights
     ids = np.array(model.tokenizer.encode(TEXT).ids[:64])
     clean = forward(cfg, w, ids, P.prediction_trace())
@@ -113,7 +113,7 @@ def one_ablation(args) -> None:
 
 def scan(args) -> None:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     ids, _ = probe_ids(model)
     for threads in sorted({1, os.cpu_count() or 1}):
         first = []

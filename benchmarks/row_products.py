@@ -179,7 +179,7 @@ def main() -> None:
     ap.add_argument("--layouts", action="store_true", help="also: C against Fortran order, and keystrokes")
     args = ap.parse_args()
     from attnviz.engine import load_model
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     loaded, rows_model = load_model(smollm2_path()), as_file_rows(load_model(smollm2_path()))
     rng = np.random.default_rng(0)

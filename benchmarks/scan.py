@@ -24,13 +24,13 @@ from pathlib import Path
 # benchmarks/typing.py would shadow the standard library's typing module for dask
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import argparse
-import importlib.util
-import json
-import statistics
-import os
-import tempfile
-import time
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -109,7 +109,7 @@ def warm(source: str, sha: str, texts: tuple, max_tokens: int) -> float:
 def plain_init(source: str, sha: str, texts: tuple, max_tokens: int) -> None:
     """A plain process of the baseline pool: as a Dask worker is set up (one BLAS thread, one core
     for the engine's threads, the model loaded once and kept, warm)."""
-    from attnviz.engine.computing.parallel import limit_cores
+    from attnviz.engine.parallel import limit_cores
 
     limit_cores(1)
     warm(source, sha, texts, max_tokens)

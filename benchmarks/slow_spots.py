@@ -126,7 +126,7 @@ def time_paragraph(runs: int, layer: int | None = None) -> list[dict]:
 def time_probe(runs: int) -> list[dict]:
     from attnviz.engine import load_model
     from attnviz.engine.analysing import probes
-    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.tuning import limit_blas_threads
 
     limit_blas_threads()  # as the window's jobs run
     model = load_model(MODEL)

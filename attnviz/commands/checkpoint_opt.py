@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 
 
 def checkpoint_index(text: str) -> int:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import check_out, non_negative, refuse_options, show_notice
 from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
 from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)

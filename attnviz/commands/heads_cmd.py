@@ -13,7 +13,7 @@ from attnviz.commands.checks import at_least, non_negative, positive, refuse_opt
 from attnviz.engine import DEFAULT_MODEL, load_model
 from attnviz.engine.analysing import find as F, heads as H, probes as P
 from attnviz.engine.reading import textbook
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 

@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
-import numpy as np
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import parse_ids
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
-from attnviz.engine.analysing.predict import token_text, vocab_token
+from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 

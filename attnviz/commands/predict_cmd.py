@@ -15,7 +15,8 @@ from attnviz.commands.checks import parse_ids, positive, refuse_options, show_no
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 
@@ -91,7 +92,7 @@ def _run(model, args, trace):
 
 def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     """The `predict` JSON document for a run's trace (clean, or edited with `edits`)."""
-    head = P.lm_head(model)
+    head = model.lm_head()
     clean = result.trace
     trace = A.run_edited(model, clean, edits, patterns=False) if edits else clean
     q = P.position_index(len(clean.ids), position)
@@ -106,12 +107,12 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     doc = {
         "model": model.name, "tokens": list(result.tokens), "input_ids": result.input_ids.tolist(),
         "position": q,
-        "top": [{"id": int(i), "token": P.token_text(model, i), "logprob": float(lp)}
+        "top": [{"id": int(i), "token": token_text(model, i), "logprob": float(lp)}
                 for i, lp in zip(pred.top_ids[:top], pred.top_logprobs[:top])],
         "target": target, "alt": alt, "logit_diff": dla.logit_diff,
         "dla": dla.heads.tolist(),
         "dla_rest": {"mlp": dla.mlp.tolist(), "embed": dla.embed, "bias": dla.bias},
-        "lens": [{"top_id": int(i), "top_token": P.token_text(model, i), "target_logprob": float(t)}
+        "lens": [{"top_id": int(i), "top_token": token_text(model, i), "target_logprob": float(t)}
                  for i, t in zip(lens.top_ids, lens.target_logprobs)],
         "target_logprob": float(pred.logprobs[target]),
     }
@@ -126,7 +127,7 @@ def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
-    P.lm_head(model)  # refuses a model that cannot predict, before running anything
+    model.lm_head()  # refuses a model that cannot predict, before running anything
     result = _run(model, args, P.prediction_trace())
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
@@ -177,7 +178,7 @@ def cmd_scan(args) -> int:
         refuse_options((("--position", args.position is not None), ("--target", args.target is not None)),
                        "only with --loss next", sep=" and ")
     model = checkpoint_opt.at(load_model(args.model), args)
-    head = P.lm_head(model)
+    head = model.lm_head()
     if args.probe:
         ids = probe_ids(model)[0]
         tokens = model.tokenizer.labels_for_ids(ids)[1]

@@ -14,7 +14,7 @@ from attnviz.commands.checks import non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine import DEFAULT_MODEL
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError
 
 

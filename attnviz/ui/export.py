@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.computing.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure

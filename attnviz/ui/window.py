@@ -143,7 +143,7 @@ class MainWindow(QMainWindow):
 
     def _build_panel_docks(self) -> None:
         """The side panels of other modules, built after the first heatmaps are painted: importing
-        and building them costs about 0.3 s that the first view should not wait for."""
+        and building them takes time that the first view should not wait for (benchmarks/launch.py)."""
         if self.panels_ready:
             return
         self.panels_ready = True
@@ -181,7 +181,7 @@ class MainWindow(QMainWindow):
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         self.focus_dock.raise_()
-        from attnviz.ui.machinery.runner import freeze_start_up_objects
+        from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
         QTimer.singleShot(0, freeze_start_up_objects)  # start-up is done: out of the collector's way
 
@@ -446,7 +446,7 @@ class MainWindow(QMainWindow):
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
-        from attnviz.ui.machinery.runner import thaw_objects
+        from attnviz.ui.machinery.tuning import thaw_objects
 
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()

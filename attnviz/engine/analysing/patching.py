@@ -35,7 +35,8 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.analysing.pair import Pair, texts_pair
-from attnviz.engine.analysing.predict import lm_head, position_index, vocab_logits
+from attnviz.engine.analysing.predict import position_index
+from attnviz.engine.computing.logits import vocab_logits
 from attnviz.engine.computing.families import forward, forward_batch
 from attnviz.engine.computing.trace import Patch, Trace
 from attnviz.engine.errors import Cancelled, InputError, NoPrediction
@@ -84,7 +85,7 @@ def logit_diff(head, x, target: int, alt: int) -> np.ndarray:
 def check_model(model):
     """The model's LMHead, or InputError: patching measures a prediction."""
     try:
-        return lm_head(model)
+        return model.lm_head()
     except NoPrediction as exc:
         raise InputError(f"{exc}: patching needs a prediction") from None
 

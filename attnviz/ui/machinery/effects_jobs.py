@@ -18,7 +18,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
@@ -112,8 +112,8 @@ class EffectsJobs(QObject):
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
-        from attnviz.engine.analysing.predict import token_text
-        from attnviz.engine.analysing.predict import lens_grid, lm_head
+        from attnviz.engine.analysing.predict import lens_grid
+        from attnviz.engine.computing.model import token_text
 
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
@@ -122,7 +122,7 @@ class EffectsJobs(QObject):
         model = st.model
 
         def work():
-            ids, lps = lens_grid(lm_head(model), run.shown)
+            ids, lps = lens_grid(model.lm_head(), run.shown)
             labels = {int(i): token_text(model, int(i)) for i in set(ids.reshape(-1).tolist())}
             return ids, lps, labels
         self.worker.submit(LENS_GRID_KIND, work, self._on_lens_grid, run, POOL)
@@ -143,7 +143,6 @@ class EffectsJobs(QObject):
         from attnviz.engine.analysing.ablation import ablation_scan
         from attnviz.engine.errors import Cancelled
         from attnviz.engine.analysing.effects import token_id
-        from attnviz.engine.analysing.predict import lm_head
         from attnviz.engine.analysing.probes import probe_ids
 
         st, eff = self.state, self.state.effects
@@ -164,7 +163,7 @@ class EffectsJobs(QObject):
                 return None
 
         def scan():
-            head = lm_head(model)
+            head = model.lm_head()
             if source == "probe":
                 probe, _note = probe_ids(model)
                 what = "the repeated-random probe, repeat loss (mean −log p over the second copy)"
