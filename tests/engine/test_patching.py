@@ -192,3 +192,15 @@ def test_a_patch_is_recorded_where_it_is_put_in():
     np.testing.assert_array_equal(t.attentions[1, 3], pair.a.trace.attentions[1, 3])
     np.testing.assert_array_equal(t.attentions[1, 2], pair.b.trace.attentions[1, 2])
     assert t.mlp_out[0] is pair.b.trace.mlp_out[0]  # the layer before is the base run's
+
+
+def test_corrupt_proposes_the_indirect_object_swap_and_says_what_it_swapped(smollm2):
+    text = "When Mary and John went to the store, John gave a drink to"
+    p = PT.propose_corrupt(smollm2, text)
+    assert p.text == "When Mary and John went to the store, Mary gave a drink to"
+    assert p.describe() == "swapped 'John' (characters 38-42) for 'Mary'"
+    assert len(smollm2.encode(p.text)[0]) == len(smollm2.encode(text)[0])
+    p = PT.propose_corrupt(smollm2, "the cat sat on the mat")  # a repeated word, no name
+    assert (p.old, p.start) == ("the", 15) and len(smollm2.encode(p.text)[0]) == 6
+    with pytest.raises(InputError, match="no name or repeated word"):
+        PT.propose_corrupt(smollm2, "The keys to the cabinet are")

@@ -28,6 +28,7 @@ exactly and they are not run. The patches of one layer run as rows of one forwar
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -275,3 +276,59 @@ def ranked(result: Patching, n: int = 10) -> list[tuple[tuple, float]]:
     order = np.argsort(-flat, kind="stable")[:n]
     return [(tuple(int(i) for i in np.unravel_index(k, result.effect.shape)), float(result.effect.flat[k]))
             for k in order if flat[k] >= 0]
+
+
+# -- a corrupted text proposed from the clean one ----------------------------------------------------
+
+NAMES = ("Mary", "John", "Anna", "Paul", "Kate", "Mark", "Emma", "Tom", "Sarah", "David", "Alice", "Bob")
+_WORD = re.compile(r"[A-Za-z][A-Za-z']*")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A corrupted text and what was swapped to make it."""
+    text: str
+    old: str
+    new: str
+    start: int  # the swapped word's characters start..end in the clean text
+    end: int
+
+    def describe(self) -> str:
+        return f"swapped {self.old!r} (characters {self.start}-{self.end}) for {self.new!r}"
+
+
+def propose_corrupt(model, text: str) -> Proposal:
+    """A corrupted text of the clean one's token count: the last occurrence of a repeated word (a
+    name first: capitalised inside a sentence), else the last name, swapped for the first word
+    that keeps the token count: another name of the text or a common one (NAMES) for a name,
+    another lower-case word of the text for a word. InputError when none does."""
+    if model.tokenizer is None:
+        raise InputError(f"{model.name} has no tokenizer: type the corrupted ids")
+    n = len(model.encode(text)[0])
+    words = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+    counts: dict = {}
+    for w, _, _ in words:
+        counts[w] = counts.get(w, 0) + 1
+
+    def name(a, word):  # capitalised inside a sentence
+        return word[0].isupper() and text[:a].rstrip()[-1:] not in ("", ".", "!", "?")
+    names = [x for x in words if name(x[1], x[0])]
+    repeated = [x for x in words if counts[x[0]] > 1]
+    tried = set()
+    for group in ([x for x in repeated if name(x[1], x[0])], repeated, names):
+        for word, a, b in reversed(group):
+            if word in tried:
+                continue
+            tried.add(word)
+            if word[0].isupper():
+                others = [w for _, w in sorted((x[1], x[0]) for x in names)] + list(NAMES)
+            else:
+                others = [w for w, _, _ in words if w.islower()]
+            for new in dict.fromkeys(others):
+                if new == word:
+                    continue
+                candidate = text[:a] + new + text[b:]
+                if len(model.encode(candidate)[0]) == n:
+                    return Proposal(candidate, word, new, a, b)
+    raise InputError("no name or repeated word in the text can be swapped for one of the same "
+                     "token count: type the corrupted text")
