@@ -11,7 +11,7 @@ import traceback
 from attnviz import __version__
 from attnviz.commands import (
     calc_cmd, checkpoint_opt, circuits_cmd, engine_cmds, export_cmd, generate_cmd, heads_cmd,
-    patch_cmd, predict_cmd, scan_cmd,
+    patch_cmd, predict_cmd, quantize_cmd, scan_cmd,
 )
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     circuits_cmd,  # qk-attribution, circuits
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
     scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
+    quantize_cmd,  # quantize
 )
 
 

@@ -451,6 +451,45 @@ def products_floor(model: str, max_t: int):
     return sorted(times)[5], n_rows, sum(a.nbytes for a in mats) / 1e6, len(mats)
 
 
+def model_label(model: str) -> str:
+    low = model.lower()
+    if "minilm" in low:
+        return "MiniLM"
+    if "smollm2" in low:
+        return "SmolLM2"
+    return os.path.basename(model.rstrip("/"))
+
+
+def figures(rows: list[dict], cold: list, model: str, record) -> list[dict]:
+    """Per view: the keystroke's p95 (the worst run's: a goal is met where every run met it), the
+    first paint's for a previewed layer, and the stall; the cold start's best run."""
+    label, out, groups = model_label(model), [], {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["effects"], r.get("layer")), []).append(r)
+    for (mode, effects, layer), runs in groups.items():
+        goal = layer_goal(model) if mode == "layer" else GOALS[mode][1]
+        view = (f"layer {layer} on screen" if mode == "layer" and layer is not None else
+                "one layer" if mode == "layer" else "all layers") + (
+            ", What heads do shown" if effects else "")
+        note = f"the worst of {len(runs)} run(s)"
+        p95s = [r["p95"] * 1e3 for r in runs]
+        out.append(record.figure(f"typing, {label}, {view}: keystroke to the whole result painted, p95",
+                                 max(p95s), "ms", runs=p95s, goal=goal * 1e3, note=note,
+                                 headline=mode == "layer" and not effects))
+        firsts = [r["first_p95"] * 1e3 for r in runs if r.get("previews")]
+        if firsts:
+            out.append(record.figure(f"typing, {label}, {view}: keystroke to the first paint, p95",
+                                     max(firsts), "ms", runs=firsts, goal=goal * 1e3, note=note))
+        stalls = [r["stall"] * 1e3 for r in runs]
+        out.append(record.figure(f"typing, {label}, {view}: main-thread stall", max(stalls), "ms",
+                                 runs=stalls, goal=16.0, note=note, headline=mode == "layer" and not effects))
+    if cold:
+        starts = [c[0] for c in cold]
+        out.append(record.figure(f"typing, {label}: cold start to the first painted heatmaps",
+                                 min(starts), "s", runs=starts, goal=1.5, note="the best run"))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="typing runs per mode")
@@ -583,6 +622,9 @@ def main() -> int:
                   f"{r['rest_p95'] * 1e3:.1f} ms: the products plus the rest's p50 "
                   f"{(floor_s + r['rest_p50']) * 1e3:.1f} ms")
     print("goals: stall <= 16 ms")
+    from benchmarks import record
+
+    record.write("typing", figures(rows, cold, args.model, record))
     if args.json:
         import json
 

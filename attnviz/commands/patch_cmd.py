@@ -8,7 +8,7 @@ import sys
 
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import parse_ids
+from attnviz.commands.checks import add_model, parse_ids, prediction_head
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
 from attnviz.engine.analysing.predict import vocab_token
@@ -16,7 +16,6 @@ from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 
-CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 TOP = 10  # rows of the table of largest effects
 
 
@@ -28,8 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "diff = logit(target) - logit(alt) and effect = (diff_patched - diff_corrupt) "
                     "/ (diff_clean - diff_corrupt): 1 the clean answer fully back, 0 no change. "
                     "The two texts must give the same number of tokens.")
-    p.add_argument("--model", default=CAUSAL_DEFAULT,
-                   help="model name, folder or .gguf (default: %(default)s)")
+    add_model(p, "a causal language model: patching measures its prediction")
     clean = p.add_mutually_exclusive_group(required=True)
     clean.add_argument("--clean", metavar="TEXT", help="the clean text (the model's special tokens are added)")
     clean.add_argument("--ids-clean", metavar="IDS", help="the clean text as comma-separated token ids")
@@ -102,7 +100,7 @@ def cmd_patch(args) -> int:
         if value is not None:
             parse_ids(value, flag)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
-    PT.check_model(model)  # refuses a model that cannot predict, before running anything
+    prediction_head(model, "patch")  # refuses a model that cannot predict, before running anything
     ids_clean, tokens_clean = _side(model, "clean", args.clean, args.ids_clean, "--ids-clean")
     ids_corrupt, tokens_corrupt = _side(model, "corrupted", args.corrupt, args.ids_corrupt,
                                         "--ids-corrupt")

@@ -11,7 +11,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
+from attnviz.commands.checks import add_model, parse_ids, positive, prediction_head, refuse_options, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
@@ -19,8 +19,6 @@ from attnviz.engine.parallel import cores
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
-
-CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -71,8 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _source(p, probe: bool) -> None:
-    p.add_argument("--model", default=CAUSAL_DEFAULT, help="model name, folder or .gguf (default: "
-                   "%(default)s)")
+    add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
@@ -127,7 +124,7 @@ def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
-    model.lm_head()  # refuses a model that cannot predict, before running anything
+    prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
     result = _run(model, args, P.prediction_trace())
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
@@ -178,7 +175,7 @@ def cmd_scan(args) -> int:
         refuse_options((("--position", args.position is not None), ("--target", args.target is not None)),
                        "only with --loss next", sep=" and ")
     model = checkpoint_opt.at(load_model(args.model), args)
-    head = model.lm_head()
+    head = prediction_head(model, args.command)
     if args.probe:
         ids = probe_ids(model)[0]
         tokens = model.tokenizer.labels_for_ids(ids)[1]

@@ -74,6 +74,20 @@ MISUSE = [
     ("out-is-a-folder", ["attention", *TB, "--text", "a", "--out", "{tmp}/dir.npz"],
      r"is a folder, not a file"),
     ("out-is-a-fifo", ["attention", *TB, "--text", "a", "--out", "{tmp}/fifo.npz"], r"not a regular file"),
+    # -- quantize (the type and --out checked before the model is read)
+    ("quantize-unknown-type", ["quantize", *TB, "--type", "Q3_K", "--out", "{out}/m.gguf"],
+     r"cannot quantize to 'Q3_K': the types are Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16, F32"),
+    ("quantize-no-out", ["quantize", *TB, "--type", "Q8_0"], r"required: --out"),
+    ("quantize-out-wrong-suffix", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/m.bin"],
+     r"--out must end in \.gguf, got 'm\.bin'"),
+    ("quantize-out-missing-folder", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/no/m.gguf"],
+     r"the folder .*no does not exist"),
+    ("quantize-out-parent-is-a-file", ["quantize", *TB, "--type", "Q8_0", "--out", "{tmp}/file.txt/m.gguf"],
+     r"the folder .*file\.txt is not a folder"),
+    ("quantize-unknown-model", ["quantize", "--model", "no-such-model-xyz", "--type", "Q8_0", "--out",
+                                "{out}/m.gguf"], r"no model named 'no-such-model-xyz'"),
+    ("quantize-a-family-gguf-cannot-hold", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/m.gguf"],
+     r"a gpt2 model is not written to GGUF"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
@@ -172,7 +186,7 @@ MISUSE = [
     ("patch-unknown-target", ["patch", *TB, "--clean", "the cat", "--corrupt", "the dog", "--what",
                               "resid", "--target", "the cat"], r"'the cat' is 2 tokens"),
     ("patch-encoder", ["patch", "--model", "all-MiniLM-L6-v2", "--clean", "a", "--corrupt", "b",
-                       "--what", "resid"], r"encoder without a language-model head.*patching needs a prediction"),
+                       "--what", "resid"], r"encoder without a language-model head.*`attnviz patch` needs a causal language model"),
     # -- qk-attribution and circuits
     ("qk-key-after-query", ["qk-attribution", *TB, "--text", "the cat sat", "--layer", "1",
                             "--head", "0", "--query", "1", "--key", "3"], r"key 3 comes after query 1"),
@@ -282,6 +296,7 @@ VALID = [  # only these exit 0
     ("circuits-ov-top", ["circuits", *TB, "--head", "0.0", "--token", "cat", "--json"]),
     ("calc-preset", ["calc", "--preset", "gpt2", "--seq-len", "16"]),
     ("calc-list", ["calc", "--list-presets", "--json"]),
+    ("quantize-q8_0", ["quantize", "--model", "{bytes}", "--type", "q8_0", "--out", "{out}/m.gguf"]),
 ]
 
 

@@ -115,7 +115,8 @@ def test_text_refusals_name_the_text(capsys, text_model):
 def test_an_encoder_is_refused_saying_patching_needs_a_prediction(capsys):
     rc, _, err = _cli(capsys, "patch", "--model", str(FIXTURES / "bert"), "--ids-clean", CLEAN,
                       "--ids-corrupt", CORRUPT, "--what", "resid")
-    assert rc == 2 and "patching needs a prediction" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "bert is an encoder" in err and "`attnviz patch` needs a causal language model, such as --model" in err
 
 
 def test_the_what_is_required_and_checked(capsys):

@@ -72,6 +72,8 @@ class Model:
     """A loaded model: weights, tokenizer and, for a causal model, the KV cache of its last runs.
     Safe across threads: one run at a time uses the cache, any other computes in full."""
 
+    quantization: str | None = None  # the type a quantized copy was made at (computing/quantized.py)
+
     def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,
                  tokenizer: TextTokenizer | None, license: str | None = None,
                  notice: str | None = None):

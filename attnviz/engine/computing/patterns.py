@@ -90,6 +90,11 @@ def head_title(layer: int, head: int) -> str:
     return f"L{layer} H{head}"
 
 
+def head_key(layer: int, head: int) -> str:
+    """`L3H1`: one head's name as a key (QK attribution's component names, JSON keys)."""
+    return f"L{layer}H{head}"
+
+
 def group_size(kv_group) -> int:  # kv_group [n_head] -> query heads per KV head (1: plain MHA)
     """How many query heads read each KV head, from the KV head each query head reads."""
     counts = np.bincount(np.asarray(kv_group, dtype=np.int64))

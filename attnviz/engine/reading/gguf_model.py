@@ -449,10 +449,16 @@ class GGUFTensors:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
         return t
 
+    def stored(self, name: str, shape: tuple[int, ...]):
+        """Tensor `name`'s entry as get, fill and rows read it (type, data), checked as check()
+        checks it. (A quantized copy of the file gives its tensors at another type here:
+        engine/computing/quantized.py.)"""
+        return self.check(name, shape)
+
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
         `check`, its values finite)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         try:
             out = dequantize(t.data, t.tensor_type)
         except NotImplementedError:
@@ -475,7 +481,7 @@ class GGUFTensors:
         of such an array): each row block is dequantised into a scratch block in cache and copied
         into its columns. Values as get() gives them, bit for bit (each value is dequantised from
         its own block alone; the blocks' split changes no value)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
         step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
         if columns:  # a scratch block of rows that stays in cache
@@ -520,7 +526,7 @@ class GGUFTensors:
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A [rows, cols] table kept quantised (F32 stays a memory-mapped view)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         if t.tensor_type == GGMLQuantizationType.F32:
             table = np.asarray(t.data).reshape(shape)
             check_finite(table, name, self.path.name)

@@ -32,6 +32,19 @@ SCAN_SOURCES = ("text", "probe")
 SCAN_THREADS = max(1, cores() - 1)  # the typed text (next-token loss) or the repeated-random probe
 
 
+def analyse_typed(model, run, pos, target: str, alt: str, stop=None) -> tuple:
+    """effects.analyse at query `pos` for the typed tokens -> (analysis, note); tokens that do not
+    fit this model fall back to the top two, with the note saying why."""
+    from attnviz.engine.analysing.effects import analyse
+
+    try:
+        return analyse(model, run, pos, target, alt, stop=stop), ""
+    except InputError as exc:
+        if not (target.strip() or alt.strip()):
+            raise
+        return analyse(model, run, pos, stop=stop), f"{exc}; showing the top two instead"
+
+
 class EffectsJobs(QObject):
     _sigProgress = Signal(int, int, int)  # job id, done, total (emitted from the scan's thread)
 
@@ -74,8 +87,6 @@ class EffectsJobs(QObject):
 
     # --- the analysis of the query position ------------------------------------------------------
     def request_analysis(self) -> None:
-        from attnviz.engine.analysing.effects import analyse
-
         self._timer.stop()
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
@@ -88,17 +99,12 @@ class EffectsJobs(QObject):
 
         def work():  # stops between blocks of the unembedding once stale (Cancelled, unheard)
             t0 = time.perf_counter()
-            try:
-                out = analyse(model, run, pos, target, alt, stop=stale), ""
-            except InputError as exc:
-                if not (target.strip() or alt.strip()):
-                    raise
-                out = analyse(model, run, pos, stop=stale), f"{exc}; showing the top two instead"
-            return (*out, time.perf_counter() - t0)
-        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL, job_id=job_id)
+            return (*analyse_typed(model, run, pos, target, alt, stop=stale), time.perf_counter() - t0)
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), POOL,
+                           job_id=job_id)
 
     def _on_analysis(self, request, value, error) -> None:
-        model, run = request
+        model, run = request[:2]
         st, eff = self.state, self.state.effects
         if model is not st.model or run is not eff.run:
             return
@@ -108,7 +114,7 @@ class EffectsJobs(QObject):
                 log.warning("analysis failed: %s", describe_error(error))
             return
         analysis, note, self.last_analysis_s = value
-        eff.set_analysis(analysis, note)
+        eff.set_analysis(analysis, note, of=request[1:])
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:

@@ -189,14 +189,19 @@ class AppState(QObject):
         if self.checkpoints is not None:
             self.checkpoints, self.checkpoint = None, None
             self.sigCheckpointsChanged.emit(None)
-        self.sigModelChanged.emit(model)
+        # The old model's result goes and the layer is clamped to the new model's range before
+        # any view hears of the new model: a redraw on its signal must not read a layer it lacks.
         self.set_result(None)
+        clamped = model is not None and self.layer >= model.config.n_layer
+        if clamped:
+            self.layer = model.config.n_layer - 1
+        self.sigModelChanged.emit(model)
         self.set_head_labels(None)
         self.set_overlay(None)
         self.set_focus(None)
         self.set_query(None)
-        if model is not None and self.layer >= model.config.n_layer:
-            self.set_layer(model.config.n_layer - 1)
+        if clamped:
+            self.sigLayerChanged.emit(self.layer)
 
     def set_checkpoints(self, checkpoints) -> None:
         """The training checkpoints of the current model (a CheckpointSet whose `base` is `model`);
