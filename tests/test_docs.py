@@ -21,9 +21,11 @@ SLOW = {
     ("ablation-scan", "SmolLM2-135M-Instruct"): "zero-ablates 270 heads",
     ("scan", "all-MiniLM-L6-v2"): "starts a Dask cluster and scans a corpus",
     ("scan-report", None): "reads the scan the line before makes",
+    ("patch", None): "re-runs SmolLM2 hundreds of times",
 }
 # pictures not of the window, and what makes them
-OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py"}
+OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py",
+                  "patching.png": "scripts/plot_patching.py"}
 
 
 def _text(page: Path) -> str:
