@@ -10,8 +10,8 @@ import traceback
 
 from attnviz import __version__
 from attnviz.commands import (
-    calc_cmd, checkpoint_opt, circuits_cmd, engine_cmds, export_cmd, generate_cmd, heads_cmd,
-    patch_cmd, predict_cmd, quantize_cmd, scan_cmd,
+    calc_cmd, checkpoint_opt, circuits_cmd, compare_cmd, engine_cmds, export_cmd, generate_cmd,
+    heads_cmd, patch_cmd, predict_cmd, quantize_cmd, scan_cmd,
 )
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     heads_cmd,  # heads, find
     predict_cmd,  # predict, ablation-scan
     patch_cmd,  # patch
+    compare_cmd,  # compare
     generate_cmd,  # generate
     circuits_cmd,  # qk-attribution, circuits
     export_cmd,  # export (renders offscreen with Qt, imported only when it runs)

@@ -88,6 +88,17 @@ MISUSE = [
                                 "{out}/m.gguf"], r"no model named 'no-such-model-xyz'"),
     ("quantize-a-family-gguf-cannot-hold", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/m.gguf"],
      r"a gpt2 model is not written to GGUF"),
+    # -- compare (--ids and --out checked before any model is read; B refused in one line)
+    ("compare-no-b", ["compare", *TB, "--ids", "1,2"], r"give model B: --against B, --quantize TYPE"),
+    ("compare-b-and-quantize", ["compare", *TB, "--against", "x", "--quantize", "Q8_0", "--ids", "1"],
+     r"not allowed with argument"),
+    ("compare-bad-ids", ["compare", *TB, "--against", "x", "--ids", "1,,2"], r"empty item at position 1"),
+    ("compare-out-wrong-suffix", ["compare", *TB, "--against", "x", "--ids", "1,2", "--out", "{out}/m.txt"],
+     r"--out must end in \.csv, \.json, \.png"),
+    ("compare-unknown-b", ["compare", *TB, "--against", "no-such-model-xyz", "--ids", "1,2"],
+     r"model B \(no-such-model-xyz\): no model named 'no-such-model-xyz'"),
+    ("compare-unknown-type", ["compare", *TB, "--quantize", "Q3_K", "--ids", "1,2"],
+     r"cannot quantize to 'Q3_K'"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
@@ -297,6 +308,7 @@ VALID = [  # only these exit 0
     ("calc-preset", ["calc", "--preset", "gpt2", "--seq-len", "16"]),
     ("calc-list", ["calc", "--list-presets", "--json"]),
     ("quantize-q8_0", ["quantize", "--model", "{bytes}", "--type", "q8_0", "--out", "{out}/m.gguf"]),
+    ("compare-itself", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the cat"]),
 ]
 
 

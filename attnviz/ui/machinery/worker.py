@@ -104,12 +104,21 @@ class Worker(Runner):
         from attnviz.ui.machinery.long_jobs import LongJobs
 
         self.long_jobs = LongJobs(self)  # long texts (overviews) and generation
+        from attnviz.ui.machinery.compare_jobs import CompareJobs
+
+        self.compare_jobs = CompareJobs(self)  # model B beside A, per keystroke
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
         if r is not None and ((st.value_weighted and r.value_norms is None)
-                              or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)):
+                              or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)
+                              or self._compare_lacks(r)):
             self.request_compute(immediate=True)
+
+    def _compare_lacks(self, result) -> bool:
+        """Compare is open: runs keep A's residual stream (`result`: whether this one lacks it)."""
+        compare = getattr(self, "compare_jobs", None)
+        return compare is not None and compare.active and (result is None or compare.lacks(result))
 
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
         """Snapshot the state's model and text now; run it after the debounce interval."""
@@ -119,7 +128,8 @@ class Worker(Runner):
         eff = st.effects
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
                              values=st.value_weighted, inputs=st.inputs_wanted,
-                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal),
+                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal)
+                             or self._compare_lacks(None),
                              ablation=eff.ablation)
         self._pending = req
         if immediate:
