@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 class MainWindow(QMainWindow):
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
-                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why")):
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why",
+                            "patching")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
         wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
@@ -189,6 +190,10 @@ class MainWindow(QMainWindow):
             from attnviz.ui.panels.why_panel import install
 
             install(self)
+        if "patching" in panels:  # the Patching tab (ui/panels/patching_panel.py)
+            from attnviz.ui.panels.patching_panel import install as install_patching
+
+            install_patching(self)
         self.focus_dock.raise_()
         from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
@@ -323,6 +328,8 @@ class MainWindow(QMainWindow):
                 from attnviz.ui.panels.compare_menu import restore_compare
 
                 restore_compare(self, view)
+            if kind == "patching" and getattr(self, "patching_panel", None) is not None:
+                self.patching_panel.restore(view)
             if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
