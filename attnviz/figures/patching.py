@@ -59,6 +59,12 @@ class PatchView:
     text: str = ""  # the clean text and the corrupted one (the sidecar restores them)
     corrupt: str = ""
     display: tuple = ()  # (key, value) of the window's view the sidecar records (layer, colormap...)
+    labels_clean: tuple = ()  # readable labels of the tokens (the grid's); () : the tokens
+    labels_corrupt: tuple = ()
+
+    def label(self, t: int, corrupt: bool = False) -> str:
+        labels = (self.labels_corrupt or self.tokens_corrupt) if corrupt else (self.labels_clean or self.tokens_clean)
+        return labels[t]
 
     @property
     def values(self) -> np.ndarray:
@@ -74,14 +80,14 @@ class PatchView:
     def row_labels(self) -> list[str]:
         n = self.values.shape[0]
         if self.what == "head_out_by_pos":
-            return [f"{t} {axis_label(self.tokens_clean[t])}" for t in range(n)]
+            return [f"{t} {axis_label(self.label(t))}" for t in range(n)]
         return [f"L{l}" for l in range(n)]
 
     def col_labels(self) -> list[str]:
         n = self.values.shape[1]
         if self.what in HEAD_WHATS:
             return [f"H{h}" for h in range(n)]
-        return [axis_label(self.tokens_clean[t]) for t in range(n)]
+        return [axis_label(self.label(t)) for t in range(n)]
 
     def head_of(self, row: int, col: int) -> tuple[int, int] | None:
         """The (layer, head) of a cell, where the columns are heads."""
@@ -94,21 +100,21 @@ class PatchView:
         return f"Patching {self.what}{scope} ({self.direction}), {self.model}"
 
     def metric_line(self) -> str:
-        return (f"at {self.position} {self.tokens_clean[self.position]!r}: diff = logit({self.target_text!r}) "
+        return (f"at {self.position} {self.label(self.position)!r}: diff = logit({self.target_text!r}) "
                 f"\u2212 logit({self.alt_text!r}); clean {self.diff_clean:+.4f}, corrupted "
                 f"{self.diff_corrupt:+.4f}; effect 1 = clean answer back, 0 = unchanged")
 
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
                alt_text: str, layer: int | None = None, kv_group=None, focus=None, text: str = "",
-               corrupt: str = "", display: dict | None = None) -> PatchView:
+               corrupt: str = "", display: dict | None = None, labels=((), ())) -> PatchView:
     m = result.metric
     return PatchView(model_name, result.what, result.direction, np.asarray(result.effect, np.float64),
                      tuple(tokens_clean), tuple(tokens_corrupt), m.position, m.target, m.alt,
                      target_text, alt_text, m.diff_clean, m.diff_corrupt,
                      layer if result.what == "head_out_by_pos" else None,
                      None if kv_group is None else np.asarray(kv_group), focus, text, corrupt,
-                     tuple((display or {}).items()))
+                     tuple((display or {}).items()), tuple(labels[0]), tuple(labels[1]))
 
 
 @dataclass
@@ -228,7 +234,7 @@ def cell_center(lay: PatchLayout, row: int, col: int) -> tuple[float, float]:
 def where(view: PatchView, row: int, col: int) -> str:
     """A cell's place, as `attnviz patch` names it: "L3 H1", "L3 at 5 ' John'/' Mary'"."""
     def at(t):
-        a, b = view.tokens_clean[t], view.tokens_corrupt[t]
+        a, b = view.label(t), view.label(t, corrupt=True)
         return f"at {t} {a!r}" + (f"/{b!r}" if a != b else "")
     if view.what in ("head_out", "head_pattern"):
         return head_title(row, col)

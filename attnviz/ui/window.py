@@ -395,8 +395,10 @@ class MainWindow(QMainWindow):
         if self.state.long.run is not None:
             return  # a long text: the long view's own pane shows the focused head
         if focus is not None and not any(p is not None and p.shown for p in (
-                self.anatomy_panel, self.predict_panel, getattr(self, "circuits_panel", None))):
-            # (the Anatomy tab stays up: it lights the focused head's slices; so do What heads do, Circuits)
+                self.anatomy_panel, self.predict_panel, getattr(self, "circuits_panel", None),
+                getattr(self, "patching_panel", None))):
+            # (the Anatomy tab stays up: it lights the focused head's slices; so do What heads do,
+            # Circuits, Patching)
             self.focus_dock.show()
             self.focus_dock.raise_()
 

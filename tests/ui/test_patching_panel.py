@@ -16,7 +16,7 @@ from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
-from attnviz.ui.machinery.patch_jobs import SEP
+from attnviz.ui.machinery.patch_jobs import SEP, readable
 from windows import WAIT, open_window
 
 TEXT = "When Mary and John went to the store, John gave a drink to"
@@ -73,7 +73,7 @@ def test_corrupt_proposes_a_swap_and_says_what(qtbot, win):
     qtbot.mouseClick(p.corrupt_button, Qt.MouseButton.LeftButton)
     want = PT.propose_corrupt(win.state.model, TEXT)
     assert p.corrupt_box.text() == want.text
-    assert p.swapped.text() == want.describe().capitalize()
+    assert p.swapped.text() == "S" + want.describe()[1:]
     assert p.clean_label.text() == TEXT
 
 
@@ -83,6 +83,7 @@ def test_texts_of_different_lengths_are_refused_with_the_tokens_aligned(qtbot, w
     corrupt = "When Mary and John went to the big store, John gave a drink to"
     p.corrupt_box.setText(corrupt)
     tc, td = m.encode(TEXT)[1], m.encode(corrupt)[1]
+    lc, ld = readable(m, m.encode(TEXT)[0], tc), readable(m, m.encode(corrupt)[0], td)
     assert len(tc) != len(td)
     qtbot.waitUntil(lambda: p.aligned.text() != "", timeout=WAIT)
     assert p.note.text() == (f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
@@ -96,8 +97,8 @@ def test_texts_of_different_lengths_are_refused_with_the_tokens_aligned(qtbot, w
     first = next(i for i, (a, b) in enumerate(zip(tc, td)) if a != b)
     cols_c = lines[0][len("corrupted "):].split(SEP)
     cols_d = lines[1][len("corrupted "):].split(SEP)
-    assert [c.strip() for c in cols_c[:first]] == [repr(t)[1:-1] for t in tc[:first]]
-    assert [c.strip() for c in cols_d] == [repr(t)[1:-1] for t in td]
+    assert [c.strip() for c in cols_c[:first]] == [repr(t)[1:-1] for t in lc[:first]]
+    assert [c.strip() for c in cols_d] == [repr(t)[1:-1] for t in ld]
     assert [len(a) for a in cols_c] == [len(b) for b in cols_d]
     start = len("corrupted ") + sum(len(c) + 1 for c in cols_c[:first])
     assert lines[2][:start].strip() == "" and lines[2][start] == "^"
@@ -127,6 +128,7 @@ def test_head_out_map_is_painted_with_the_engine_effects_and_a_click_shows_the_h
     # a click: the head focused in the grid, its pattern on both texts painted side by side
     qtbot.mouseClick(p.map, Qt.MouseButton.LeftButton, pos=QPoint(int(x), int(y)))
     assert win.state.focus == (l, h)
+    assert p.shown  # the tab stays up: the click does not raise the focus view over it
     image = p.patterns.grab().toImage()  # (paints it)
     assert len(p.patterns.rects) == 2
     s = win.patch_jobs.sides
@@ -151,7 +153,9 @@ def test_resid_and_by_pos_maps_have_token_labels_and_the_engine_numbers(qtbot, w
     want = _engine(win, "resid")
     np.testing.assert_array_equal(p.map.view.values, want.effect)
     _assert_painted(p, want.effect, float(np.abs(want.effect).max()))
-    toks = win.state.model.encode(TEXT)[1]
+    m = win.state.model
+    toks = readable(m, *m.encode(TEXT)[:2])
+    assert toks == list(win.state.result.labels)  # the grid's labels
     assert p.map.view.col_labels() == [fig.axis_label(t) for t in toks]
     p = _run(qtbot, win, "head_out_by_pos", layer=1)
     want = _engine(win, "head_out_by_pos", layer=1)

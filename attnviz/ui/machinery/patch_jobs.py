@@ -40,6 +40,8 @@ class Ask:
     direction: str
     target: int | None
     alt: int | None
+    labels_clean: tuple  # the tokens' readable labels (the grid's)
+    labels_corrupt: tuple
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,25 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
             ids, tokens, _notice = model.encode(text)
         except InputError as exc:
             raise InputError(f"the {label} text: {exc}") from None
-        sides.append((ids, tuple(tokens)))
-    (ic, tc), (id_, td) = sides
+        sides.append((ids, tuple(tokens), tuple(readable(model, ids, tokens))))
+    (ic, tc, lc), (id_, td, ld) = sides
     try:
         check_ids(ic, id_)
     except InputError as exc:
-        raise LengthError(str(exc), alignment(tc, td) if len(ic) and len(id_) else "") from None
+        raise LengthError(str(exc), alignment(lc, ld) if len(ic) and len(id_) else "") from None
     target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
     alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
-    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, target, alt)
+    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, target, alt, lc, ld)
+
+
+def readable(model, ids, tokens) -> list[str]:
+    """The tokens' labels as the grid shows them (a space as ·), the tokens themselves without a
+    tokenizer."""
+    if model.tokenizer is None:
+        return list(tokens)
+    return list(model.tokenizer.labels_for_ids([int(i) for i in ids])[1])
 
 
 class LengthError(InputError):

@@ -29,6 +29,10 @@ PAPER, INK = QColor("white"), QColor("#202124")
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 
 
+def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped names)
+    return text[:1].upper() + text[1:]
+
+
 class PatchMap(QWidget):
     """Paints a PatchView at the widget's size; hover reads a cell; a click on a head picks it."""
 
@@ -125,6 +129,7 @@ class PatchingPanel(QWidget):
 
         super().__init__(parent)
         self.state, self.jobs = state, jobs
+        self.shown = False  # the tab in sight (a head clicked here leaves it up)
         self.clean_label = QLabel()
         self.clean_label.setWordWrap(True)
         self.corrupt_box = QLineEdit()
@@ -233,27 +238,27 @@ class PatchingPanel(QWidget):
             self.swapped.setText(str(exc))
             return
         self.corrupt_box.setText(proposal.text)
-        self.swapped.setText(proposal.describe().capitalize())
+        self.swapped.setText(_sentence(proposal.describe()))
 
     def check_lengths(self) -> None:
         """One line with both lengths and the aligned tokens when the two texts differ in length."""
         from attnviz.engine.errors import InputError
-        from attnviz.ui.machinery.patch_jobs import alignment
+        from attnviz.ui.machinery.patch_jobs import alignment, readable
 
         m, corrupt = self.state.model, self.corrupt_box.text()
         self.aligned.setText("")
         if m is None or not corrupt or not self.state.text or self.jobs.running:
             return
         try:
-            _, tc, _ = m.encode(self.state.text)
-            _, td, _ = m.encode(corrupt)
+            ic, tc, _ = m.encode(self.state.text)
+            id_, td, _ = m.encode(corrupt)
         except InputError as exc:
             self.note.setText(str(exc))
             return
         if len(tc) != len(td):
             self.note.setText(f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
                               "patching needs texts of one length")
-            self.aligned.setText(alignment(tc, td))
+            self.aligned.setText(alignment(readable(m, ic, tc), readable(m, id_, td)))
         elif self.note.text().startswith("the clean text is "):
             self.note.setText("")
 
@@ -297,7 +302,8 @@ class PatchingPanel(QWidget):
         return fig.patch_view(j.result, st.model_name, a.tokens_clean, a.tokens_corrupt, j.sides.target_text,
                               j.sides.alt_text, a.layer, a.model.kv_group, st.focus, a.clean, a.corrupt,
                               {"layer": st.layer, "head": st.focus[1] if st.focus and st.focus[0] == st.layer else None,
-                               "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first})
+                               "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first},
+                              (a.labels_clean, a.labels_corrupt))
 
     def pick_head(self, layer: int, head: int) -> None:
         """Its pattern on both texts, and the head focused in the grid."""
@@ -344,4 +350,5 @@ def install(window) -> None:
 
     window.patch_jobs = PatchJobs(window.state, window.worker, window)
     window.patching_panel = PatchingPanel(window.state, window.patch_jobs)
-    window.patching_dock = window._add_panel_dock("Patching", "patching_dock", window.patching_panel)
+    window.patching_dock = dock = window._add_panel_dock("Patching", "patching_dock", window.patching_panel)
+    dock.visibilityChanged.connect(lambda shown: setattr(window.patching_panel, "shown", bool(shown)))
