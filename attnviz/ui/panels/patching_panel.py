@@ -349,6 +349,12 @@ def install(window) -> None:
     from attnviz.ui.machinery.patch_jobs import PatchJobs
 
     window.patch_jobs = PatchJobs(window.state, window.worker, window)
+    from PySide6.QtWidgets import QFrame, QScrollArea
+
     window.patching_panel = PatchingPanel(window.state, window.patch_jobs)
-    window.patching_dock = dock = window._add_panel_dock("Patching", "patching_dock", window.patching_panel)
+    scroll = QScrollArea()  # (the tab's form and two maps must not raise the window's least height)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setWidget(window.patching_panel)
+    window.patching_dock = dock = window._add_panel_dock("Patching", "patching_dock", scroll)
     dock.visibilityChanged.connect(lambda shown: setattr(window.patching_panel, "shown", bool(shown)))
