@@ -56,7 +56,7 @@ SHOTS = {
     "why-here.png": ["--panel", "why", "--view", "all", "--size", "1400x1000"],
     "circuits.png": ["--panel", "circuits", "--size", "1400x1000", "--dock-width", "560"],
     "compare.png": ["--panel", "compare", "--size", "1600x1000", "--dock-width", "700"],
-    "patching.png": ["--panel", "patching", "--size", "1600x1000", "--dock-width", "760"],
+    "patching-tab.png": ["--panel", "patching", "--size", "1600x1000", "--dock-width", "760"],
 }
 
 

@@ -29,6 +29,12 @@ PAPER, INK = QColor("white"), QColor("#202124")
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 
 
+def _say(label: QLabel, text: str) -> None:
+    """A line that takes no room while it is empty."""
+    label.setText(text)
+    label.setVisible(bool(text))
+
+
 def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped names)
     return text[:1].upper() + text[1:]
 
@@ -140,6 +146,7 @@ class PatchingPanel(QWidget):
         self.corrupt_button.clicked.connect(self.propose)
         self.swapped = QLabel()
         self.swapped.setWordWrap(True)
+        self.swapped.hide()
         self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
         self.target_edit.setPlaceholderText("the clean top-1")
         self.alt_edit.setPlaceholderText("the corrupted top-1 (its 2nd if the same)")
@@ -161,8 +168,10 @@ class PatchingPanel(QWidget):
         self.progress.setFormat("Patched runs: %v of %m")
         self.progress.hide()
         self.note = QLabel()
+        self.note.hide()
         self.note.setWordWrap(True)
         self.aligned = QLabel()
+        self.aligned.hide()
         self.aligned.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.aligned.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.sides_label = QLabel()
@@ -235,10 +244,10 @@ class PatchingPanel(QWidget):
         try:
             proposal = propose_corrupt(self.state.model, self.state.text)
         except InputError as exc:
-            self.swapped.setText(str(exc))
+            _say(self.swapped, str(exc))
             return
         self.corrupt_box.setText(proposal.text)
-        self.swapped.setText(_sentence(proposal.describe()))
+        _say(self.swapped, _sentence(proposal.describe()))
 
     def check_lengths(self) -> None:
         """One line with both lengths and the aligned tokens when the two texts differ in length."""
@@ -246,21 +255,21 @@ class PatchingPanel(QWidget):
         from attnviz.ui.machinery.patch_jobs import alignment, readable
 
         m, corrupt = self.state.model, self.corrupt_box.text()
-        self.aligned.setText("")
+        _say(self.aligned, "")
         if m is None or not corrupt or not self.state.text or self.jobs.running:
             return
         try:
             ic, tc, _ = m.encode(self.state.text)
             id_, td, _ = m.encode(corrupt)
         except InputError as exc:
-            self.note.setText(str(exc))
+            _say(self.note, str(exc))
             return
         if len(tc) != len(td):
-            self.note.setText(f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
+            _say(self.note, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
                               "patching needs texts of one length")
-            self.aligned.setText(alignment(readable(m, ic, tc), readable(m, id_, td)))
+            _say(self.aligned, alignment(readable(m, ic, tc), readable(m, id_, td)))
         elif self.note.text().startswith("the clean text is "):
-            self.note.setText("")
+            _say(self.note, "")
 
     def run(self) -> bool:
         return self.jobs.run(self.state.text, self.corrupt_box.text(), self.what_box.currentText(),
@@ -274,8 +283,8 @@ class PatchingPanel(QWidget):
         if j.running and j.progress[1] == 0:
             self.progress.setRange(0, 0)  # busy until the two runs are made
         self.cancel_button.setEnabled(j.running)
-        self.note.setText(j.note)
-        self.aligned.setText(j.aligned)
+        _say(self.note, j.note)
+        _say(self.aligned, j.aligned)
         self.sides_label.setText(self.sides_text())
         self.map.set_view(self.view())
         self.export_button.setEnabled(self.map.view is not None)
@@ -336,7 +345,7 @@ class PatchingPanel(QWidget):
             try:
                 self.export(path)
             except Exception as exc:  # noqa: BLE001  (one line in the tab; the app goes on)
-                self.note.setText(f"Could not export {path}: {exc}")
+                _say(self.note, f"Could not export {path}: {exc}")
 
     def export(self, path, width: int | None = None):
         from attnviz.figures.panel_export import export_figure
