@@ -207,3 +207,32 @@ def test_export_writes_the_picture_its_sidecar_and_the_numbers(qtbot, win, tmp_p
     p.what_box.setCurrentText("resid")
     win.open_view(str(written[1]))
     assert p.corrupt_box.text() == side["corrupt"] and p.what_box.currentText() == "head_out"
+
+
+def test_progress_counts_every_patched_run_on_a_thread_of_its_own(qtbot, win):
+    from attnviz.ui.machinery.patch_jobs import PATCH_KIND
+    from attnviz.ui.machinery.runner import THREAD
+
+    p = win.patching_panel
+    qtbot.mouseClick(p.corrupt_button, Qt.MouseButton.LeftButton)
+    seen = []
+    win.patch_jobs.sigProgress.connect(lambda done, total: seen.append((done, total)))
+    p.what_box.setCurrentText("mlp_out")
+    assert p.run()
+    assert win.worker.running(PATCH_KIND).lane == THREAD  # not the pool typing runs on
+    assert p.progress.isVisible()
+    qtbot.waitUntil(lambda: win.patch_jobs.result is not None, timeout=WAIT)
+    m = win.state.model
+    total = m.config.n_layer * len(m.encode(TEXT)[0])  # every layer, every position up to the last
+    assert seen[0] == (0, total) and seen[-1] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert p.progress.isHidden()
+
+
+def test_an_encoder_is_refused_in_one_line(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "e.ini", text=TEXT, panels=("patching",))  # MiniLM
+    p = w.patching_panel
+    p.corrupt_box.setText(TEXT.replace("John gave", "Mary gave"))
+    assert not p.run()
+    assert "patching needs a prediction" in p.note.text() and "\n" not in p.note.text()
+    assert w.patch_jobs.result is None and not w.patch_jobs.running
