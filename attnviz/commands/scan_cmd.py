@@ -84,7 +84,8 @@ def cmd_scan(args) -> int:
         manifest, done = scan(args.out, args.model, args.corpus, split=args.split,
                               column=args.column, batch=args.batch, max_tokens=args.max_tokens,
                               examples=args.examples, workers=args.workers,
-                              scheduler=args.scheduler, in_process=in_process, on_plan=start)
+                              scheduler=args.scheduler, in_process=in_process, on_plan=start,
+                              verbose=args.verbose)
     except KeyboardInterrupt:
         _say_resume(args)
         raise
