@@ -29,6 +29,7 @@ from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPredi
 from attnviz.engine.computing.families import FAMILY, output_projection
 from attnviz.engine.computing.layers import layer_norm, merge_heads, rms_norm
 from attnviz.engine.computing.trace import Trace
+from attnviz.engine.reading.token_text import quoted
 
 _HEAD_LOCK = threading.Lock()
 
@@ -322,7 +323,7 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
         if len(enc.ids) == 1:
             return int(enc.ids[0])
     enc = model.tokenizer.encode(spec, add_special_tokens=False)
-    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(repr, enc.tokens)) or 'none'}), "
+    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(quoted, enc.labels)) or 'none'}), "
                      "not one: give one token, its tokenizer string or #id")
 
 

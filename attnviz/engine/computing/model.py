@@ -21,6 +21,7 @@ from attnviz.engine.computing.families import (
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
+from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.validate import exists, regular_file
 from attnviz.engine.reading.budget import LayerStore, default_budget
@@ -307,7 +308,7 @@ class Model:
         if max(enc.ids) >= self.config.vocab_size:  # a tokenizer.json that is not this model's
             i = next(n for n, t in enumerate(enc.ids) if t >= self.config.vocab_size)
             raise ModelLoadError(
-                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({enc.tokens[i]!r}), but "
+                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({quoted(enc.labels[i])}), but "
                 f"the model has {self.config.vocab_size} embedding rows "
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc
