@@ -15,6 +15,7 @@ from attnviz.commands.checks import parse_ids, positive, refuse_options, show_no
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.longdoc import DenseTooLarge, LongTrace
 from attnviz.engine.computing.parallel import cores
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
@@ -90,6 +91,19 @@ def _run(model, args, trace):
     return result
 
 
+def _run_prediction(model, args):
+    """The run predict reads (z and the residual stream); a text whose patterns would not fit at
+    once runs as a long text, its attention in row blocks (the same z and residuals, no dense
+    patterns). Edits need the whole run's patterns: refused there, with the sizes."""
+    try:
+        return _run(model, args, P.prediction_trace())
+    except DenseTooLarge as exc:
+        if args.ablate or args.knockout:
+            raise InputError(exc.advice("--ablate and --knockout need every pattern at once: "
+                                        "give a shorter text")) from None
+    return _run(model, args, LongTrace(z=True, resid=True))
+
+
 def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     """The `predict` JSON document for a run's trace (clean, or edited with `edits`)."""
     head = P.lm_head(model)
@@ -129,7 +143,7 @@ def cmd_predict(args) -> int:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
     P.lm_head(model)  # refuses a model that cannot predict, before running anything
-    result = _run(model, args, P.prediction_trace())
+    result = _run_prediction(model, args)
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
     alt = P.vocab_token(model, args.alt) if args.alt is not None else None
