@@ -77,21 +77,24 @@ def figure(name: str, value: float, unit: str, *, runs=None, goal: float | None 
     """One figure: its value, every run's value, and whether it meets its goal."""
     if goal_is not in ("max", "min"):
         raise ValueError(f"goal_is must be 'max' or 'min', not {goal_is!r}")
-    value = float(value)
-    met = None if goal is None else (value <= goal if goal_is == "max" else value >= goal)
+    value = None if value is None else float(value)  # None: not measured (the note says why)
+    met = None if goal is None or value is None else (value <= goal if goal_is == "max" else value >= goal)
     return {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
             "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
             "headline": headline, "note": note}
 
 
 def write(benchmark: str, figures: list[dict], *, command: str | None = None,
-          folder: Path = RESULTS) -> Path:
-    """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date."""
+          folder: Path = RESULTS, details: dict | None = None) -> Path:
+    """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date;
+    `details`: what else the run found (a profile, a reason a figure is absent), kept as given."""
     doc = {"benchmark": benchmark, "commit": _git("rev-parse", "--short", "HEAD"),
            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
            "date": _dt.date.today().isoformat(),
            "command": command or "python -m benchmarks." + benchmark + " " + " ".join(sys.argv[1:]),
            "machine": machine(), "figures": figures}
+    if details is not None:
+        doc["details"] = details
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{benchmark}.json"
     tmp = path.with_suffix(".json.tmp")

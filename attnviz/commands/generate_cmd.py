@@ -6,7 +6,7 @@ import argparse
 import json
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import parse_ids, positive, show_notice
+from attnviz.commands.checks import blas_for, parse_ids, positive, show_notice
 from attnviz.engine import DEFAULT_MODEL, load_model
 
 
@@ -43,8 +43,9 @@ def cmd_generate(args) -> int:
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None
     model = checkpoint_opt.at(load_model(args.model), args)
-    gen = generate(model, args.text, ids=ids, max_new=args.max_new, temperature=args.temperature,
-                   top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
+    with blas_for(model, args.text, ids):
+        gen = generate(model, args.text, ids=ids, max_new=args.max_new, temperature=args.temperature,
+                       top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
     show_notice("generate", gen)
     text = decode(model, gen.prompt_ids + gen.new_ids)
     if args.json:

@@ -11,7 +11,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import parse_ids, positive, refuse_options, show_notice
+from attnviz.commands.checks import blas_for, parse_ids, positive, refuse_options, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
@@ -143,6 +143,11 @@ def cmd_predict(args) -> int:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
     P.lm_head(model)  # refuses a model that cannot predict, before running anything
+    with blas_for(model, args.text, parse_ids(args.ids) if args.ids is not None else None):
+        return _predict(model, args)
+
+
+def _predict(model, args) -> int:
     result = _run_prediction(model, args)
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
