@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import sys
@@ -31,7 +30,24 @@ COMMANDS = {"models": "engine_cmds", "attention": "engine_cmds", "calc": "calc_c
 
 
 def command_module(name: str):
-    return importlib.import_module(f"attnviz.commands.{name}")
+    """One of COMMAND_MODULES, imported now (plainly: an ImportError in it is a bug to see)."""
+    if name == "engine_cmds":
+        from attnviz.commands import engine_cmds as module
+    elif name == "calc_cmd":
+        from attnviz.commands import calc_cmd as module
+    elif name == "heads_cmd":
+        from attnviz.commands import heads_cmd as module
+    elif name == "predict_cmd":
+        from attnviz.commands import predict_cmd as module
+    elif name == "generate_cmd":
+        from attnviz.commands import generate_cmd as module
+    elif name == "export_cmd":
+        from attnviz.commands import export_cmd as module
+    elif name == "scan_cmd":
+        from attnviz.commands import scan_cmd as module
+    else:
+        raise KeyError(name)
+    return module
 
 
 class OneLineParser(argparse.ArgumentParser):
