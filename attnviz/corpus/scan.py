@@ -178,8 +178,9 @@ def local_cluster(n_workers: int):
     Every process listens on the loopback interface only, the scheduler's HTTP server included
     (Dask binds that one to every interface unless told a host; it starts it even with
     dashboard_address=None, on 8787, warning when that port is taken): it gets a free port of the
-    system's choosing, and the workers do not sample their task's stack every 10 ms for the dashboard's profile (a thread
-    that takes the GIL from the task 100 times a second, for a page nobody opens).
+    system's choosing. The workers do not sample their task's stack every 10 ms for the
+    dashboard's profile (a thread that takes the GIL from the task 100 times a second, for a page
+    nobody opens).
     This process's environment is left as it was: each nanny writes its workers' variables
     (OMP_NUM_THREADS=1, ...) into os.environ before it spawns a worker, and writes them again
     before a restart, so they are taken back out once the workers are up."""
