@@ -20,13 +20,15 @@ COMMAND_MODULES = (
     "heads_cmd",  # heads, find
     "predict_cmd",  # predict, ablation-scan
     "generate_cmd",  # generate
+    "circuits_cmd",  # qk-attribution, circuits
     "export_cmd",  # export (renders offscreen with Qt, imported only when it runs)
     "scan_cmd",  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
 )
 COMMANDS = {"models": "engine_cmds", "attention": "engine_cmds", "calc": "calc_cmd",
             "heads": "heads_cmd", "find": "heads_cmd", "predict": "predict_cmd",
-            "ablation-scan": "predict_cmd", "generate": "generate_cmd", "export": "export_cmd",
-            "scan": "scan_cmd", "scan-report": "scan_cmd"}
+            "ablation-scan": "predict_cmd", "generate": "generate_cmd",
+            "qk-attribution": "circuits_cmd", "circuits": "circuits_cmd", "export": "export_cmd",
+            "scan": "scan_cmd", "scan-report": "scan_cmd"}  # (a command not here: every module)
 
 
 def command_module(name: str):
@@ -41,6 +43,8 @@ def command_module(name: str):
         from attnviz.commands import predict_cmd as module
     elif name == "generate_cmd":
         from attnviz.commands import generate_cmd as module
+    elif name == "circuits_cmd":
+        from attnviz.commands import circuits_cmd as module
     elif name == "export_cmd":
         from attnviz.commands import export_cmd as module
     elif name == "scan_cmd":

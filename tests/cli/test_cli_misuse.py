@@ -158,6 +158,15 @@ MISUSE = [
      r"the ids do not repeat"),
     ("scan-position-with-repeat", ["ablation-scan", *TB, "--probe", "--position", "1"],
      r"--position applies only with --loss next"),
+    # -- qk-attribution and circuits
+    ("qk-key-after-query", ["qk-attribution", *TB, "--text", "the cat sat", "--layer", "1",
+                            "--head", "0", "--query", "1", "--key", "3"], r"key 3 comes after query 1"),
+    ("qk-query-out-of-range", ["qk-attribution", *TB, "--text", "the cat", "--layer", "1", "--head",
+                               "0", "--query", "5", "--key", "0"], r"query position 5 is outside the 3 tokens"),
+    ("qk-layer-outside", ["qk-attribution", *TB, "--text", "the cat", "--layer", "2", "--head", "0",
+                          "--query", "1", "--key", "0"], r"layer 2 is outside this model's layers 0\.\.1"),
+    ("circuits-head-alone", ["circuits", *TB, "--head", "1.0"], r"--head and --token go together"),
+    ("circuits-bad-token", ["circuits", *TB, "--head", "1.0", "--token", "the cat"], r"'the cat' is 2 tokens"),
     # -- export
     ("export-head-without-layer", ["export", *TB, "--head", "0", "--out", "{out}/h.npy"],
      r"--head needs --layer"),
@@ -252,6 +261,9 @@ VALID = [  # only these exit 0
     ("predict-ablated", ["predict", *TB, "--text", "the cat", "--ablate", "1.0", "--json"]),
     ("generate-json", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--ignore-eos", "--json"]),
     ("scan-probe", ["ablation-scan", *TB, "--probe", "--json"]),
+    ("qk-attribution", ["qk-attribution", *TB, "--text", "the cat sat", "--layer", "1", "--head", "0",
+                        "--query", "3", "--key", "2", "--json"]),
+    ("circuits-ov-top", ["circuits", *TB, "--head", "0.0", "--token", "cat", "--json"]),
     ("calc-preset", ["calc", "--preset", "gpt2", "--seq-len", "16"]),
     ("calc-list", ["calc", "--list-presets", "--json"]),
 ]

@@ -80,3 +80,11 @@ def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smol
     assert got["new_ids"] == gen.new_ids
     assert [s["top"] for s in got["steps"]] == [json.loads(json.dumps(s.top_json())) for s in gen.steps]
     assert np.all([s["kv_bytes"] for s in got["steps"]] == [s.kv_bytes for s in gen.steps])
+
+
+def test_every_command_is_mapped_to_the_module_that_registers_it():
+    from attnviz.cli import COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    owners = {name: p.get_default("func").__module__.rsplit(".", 1)[-1] for name, p in sub.choices.items()}
+    assert owners == COMMANDS

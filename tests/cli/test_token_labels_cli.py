@@ -85,3 +85,14 @@ def test_find_and_refusals_name_tokens_by_label(tiny, capsys):
     rc, _, err = _cli(capsys, "find", "--model", tiny, "--text", TEXT, "--from", "the@0",
                       "--to", "the")
     assert rc == 2 and "position 0 holds '<C3>', not 'the'" in err
+
+
+def test_qk_attribution_names_its_cell_by_labels(tiny, capsys):
+    rc, out, err = _cli(capsys, "qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
+                        "--head", "0", "--query", "2", "--key", "1")
+    assert rc == 0, err
+    _no_raw_piece(out)
+    assert "query 2 '·the' -> key 1 '<A9>é'" in out.splitlines()[0]
+    doc = json.loads(_cli(capsys, "qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
+                          "--head", "0", "--query", "2", "--key", "1", "--json")[1])
+    assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]

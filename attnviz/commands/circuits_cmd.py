@@ -1,0 +1,160 @@
+"""`attnviz qk-attribution` and `attnviz circuits`: why a head attends where it does (one score
+split into query-side x key-side parts of the residual stream), and the weight-space circuit scores
+(OV copying, Q/K/V-composition, what a head writes for a token)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from attnviz.commands import checkpoint_opt
+from attnviz.commands.checks import non_negative, parse_ids, show_notice
+from attnviz.engine import load_model
+from attnviz.engine.analysing import circuits as C, qk as Q
+from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.errors import InputError
+
+CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
+ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
+ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "qk-attribution", help="why a head attends from one token to another: its score split into "
+                               "query-side x key-side components",
+        description="Splits head L.H's pre-softmax score from query position Q to key position K "
+                    "into query-side x key-side components of the residual stream entering the "
+                    "block (embed, each earlier head L{i}H{j}, each earlier MLP L{i}.mlp, bias), "
+                    "through the input norm with its scale frozen from this run, W_Q / W_K, the "
+                    "q/k norms and RoPE at the true positions. The table adds up to the score.")
+    p.add_argument("--model", default=CAUSAL_DEFAULT,
+                   help="model name, folder or .gguf (default: %(default)s)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--text", help="text to run (the model's special tokens are added)")
+    src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
+    p.add_argument("--layer", type=non_negative, required=True, metavar="L")
+    p.add_argument("--head", type=non_negative, required=True, metavar="H")
+    p.add_argument("--query", type=non_negative, required=True, metavar="Q", help="query position")
+    p.add_argument("--key", type=non_negative, required=True, metavar="K", help="key position")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
+    p.set_defaults(func=cmd_qk)
+
+    p = sub.add_parser(
+        "circuits", help="OV copying scores, Q/K/V-composition, and what a head writes for a token",
+        description="Weight-space scores (no text), norm gains folded in as TransformerLens' "
+                    "fold_ln does: copying [layer][head] = Re(sum of eigenvalues) / sum of |eigenvalues| "
+                    "of W_E W_V W_O W_U; composition q, k, v [earlier layer][earlier head][later "
+                    f"layer][later head]; with --head and --token, ov_top. {ROPE_NOTE}.")
+    p.add_argument("--model", default=CAUSAL_DEFAULT,
+                   help="model name, folder or .gguf (default: %(default)s)")
+    p.add_argument("--head", metavar="L.H", help="head for ov_top, e.g. 3.1 (with --token)")
+    p.add_argument("--token", metavar="TOK",
+                   help="source token for ov_top: an id, a vocabulary string or a text that is one token")
+    p.add_argument("--top", type=non_negative, default=10, metavar="K",
+                   help="ov_top length (default: 10)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
+    p.set_defaults(func=cmd_circuits)
+
+
+def qk_report(model, result, layer: int, head: int, query: int, key: int) -> dict:
+    """The `qk-attribution` JSON document for a run whose trace kept z and the residual stream."""
+    a = Q.qk_attribution(model, result.trace, layer, head, query, key)
+    return {
+        "model": model.name, "tokens": list(result.tokens), "labels": list(result.labels),
+        "input_ids": result.input_ids.tolist(), "layer": layer, "head": head, "query": query, "key": key,
+        "score": a.score, "components": list(a.components), "table": a.table.tolist(),
+        "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
+        "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top(Q.TOP)],
+    }
+
+
+def cmd_qk(args) -> int:
+    ids = parse_ids(args.ids) if args.ids is not None else None  # checked before loading
+    model = checkpoint_opt.at(load_model(args.model), args)
+    cfg = model.config
+    Q.check_cell(cfg, max(args.query, args.key) + 1, args.layer, args.head, args.query, args.key)
+    trace = Q.qk_trace()
+    result = (model.run(ids=ids, use_cache=False, trace=trace) if ids is not None
+              else model.run(args.text, use_cache=False, trace=trace))
+    show_notice(args.command, result)
+    doc = qk_report(model, result, args.layer, args.head, args.query, args.key)
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
+    print(f"{model.name}: L{args.layer}H{args.head}, query {args.query} {quoted(toks[args.query])} "
+          f"-> key {args.key} {quoted(toks[args.key])}: score {doc['score']:+.4f} (table sum "
+          f"{float(np.sum(doc['table'])):+.4f}, bias terms {doc['bias']:+.4f})")
+    print("largest query x key pairs:")
+    for row in doc["top"][:10]:
+        print(f"  {row['query']:>10} x {row['key']:<10} {row['value']:+.4f}")
+    for side in ("query_side", "key_side"):
+        vals = np.array(doc[side])
+        order = np.argsort(-np.abs(vals))[:5]
+        print(f"{side.replace('_', ' ')}: " + ", ".join(f"{doc['components'][i]} {vals[i]:+.3f}"
+                                                        for i in order))
+    return 0
+
+
+def parse_head(text: str, n_layer: int, n_head: int) -> tuple[int, int]:
+    """`"3.1"` -> (3, 1), within the model's layers and heads; InputError in one line otherwise."""
+    parts = text.strip().split(".")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise InputError(f"--head {text!r}: give layer.head, e.g. --head 3.1")
+    layer, head = int(parts[0]), int(parts[1])
+    if layer >= n_layer or head >= n_head:
+        raise InputError(f"--head {text}: this model has layers 0..{n_layer - 1} and heads "
+                         f"0..{n_head - 1}")
+    return layer, head
+
+
+def circuits_report(model, circ: C.Circuits, ov=None) -> dict:
+    doc = {
+        "model": model.name, "note": ROPE_NOTE, "order": ORDER,
+        "copying": None if circ.copying is None else circ.copying.tolist(),
+        "composition": {mode: circ.composition[mode].tolist() for mode in C.MODES},
+    }
+    if circ.copying is None:
+        doc["no_copying"] = circ.no_copying
+    if ov is not None:
+        doc["ov_top"] = [{"id": i, "token": t, "value": v} for i, t, v in ov]
+    return doc
+
+
+def cmd_circuits(args) -> int:
+    if (args.head is None) != (args.token is None):
+        raise InputError("--head and --token go together: ov_top needs a head and a source token")
+    model = checkpoint_opt.at(load_model(args.model), args)
+    cfg = model.config
+    ov = None
+    if args.head is not None:  # refusals (an encoder, a bad head or token) before the long part
+        layer, head = parse_head(args.head, cfg.n_layer, cfg.n_head)
+        ov = C.ov_top(model, layer, head, vocab_token(model, args.token), max(1, args.top))
+    circ = C.circuits(model)
+    doc = circuits_report(model, circ, ov)
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    print(f"{model.name}: {ROPE_NOTE}")
+    if circ.copying is None:
+        print(f"copying: none ({circ.no_copying})")
+    else:
+        print("copying [layer x head]:")
+        for layer, row in enumerate(circ.copying):
+            print(f"  L{layer:<3}" + " ".join(f"{v:+.2f}" for v in row))
+    for mode in C.MODES:
+        s = circ.composition[mode]
+        order = np.argsort(-s, axis=None)[:5]
+        pairs = [np.unravel_index(i, s.shape) for i in order]
+        print(f"{mode}-composition, strongest: " + ", ".join(
+            f"L{a}H{b} -> L{c}H{d} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
+    if ov is not None:
+        print(f"head {args.head} attending to {args.token!r} writes: "
+              + ", ".join(f"{quoted(t)} {v:+.2f}" for _, t, v in ov))
+    return 0

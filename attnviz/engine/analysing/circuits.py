@@ -1,0 +1,248 @@
+"""Weight-space circuit scores ("A Mathematical Framework for Transformer Circuits"): OV copying,
+Q-, K- and V-composition, and what a head writes when it attends to a token. No text is needed.
+
+Each head's matrices, row vectors times matrices as everywhere in attnviz (x @ W), with the norm
+gains folded in as TransformerLens' `fold_ln` does:
+
+    W_Q, W_K, W_V [d_model, d_head]   diag(g) W with g the block's input-norm gain (a LayerNorm's
+                                      reading weights are also centred over d_model, as its input
+                                      is); the per-head q/k norm gains (Qwen3, Gemma 3) on W_Q, W_K's
+                                      columns. A KV group's shared W_K and W_V serve each query head.
+    W_O [d_head, d_model]             its rows of the output projection (Gemma 3: times the
+                                      post-attention norm's gain)
+    W_E [vocab, d_model]              the token embedding (times the family's embedding scale)
+    W_U [d_model, vocab]              the unembedding with the final norm's gain folded (centred
+                                      over d_model for a LayerNorm)
+
+A post-norm model (BERT) has no input norm before attention: its weights are used as stored.
+
+    copying(h) = Re(Σλ) / Σ|λ|,  λ the eigenvalues of W_E W_V W_O W_U [vocab, vocab], computed from
+                 the d_head × d_head matrix W_O W_U W_E W_V (the same nonzero eigenvalues). 1: every
+                 eigenvalue positive, the head copies what it attends to.
+    composition(mode)[l1, h1, l2, h2] = ‖A B‖_F / (‖A‖_F ‖B‖_F), A = W_V W_O of the earlier head
+                 (l1, h1), B of the later head (l2, h2): W_Q W_Kᵀ (q), W_K W_Qᵀ (k), W_V W_O (v);
+                 0 unless l1 < l2.
+
+The norms are computed in factored form: ‖A B‖_F² = ⟨AᵀA, B Bᵀ⟩, with AᵀA = W_Oᵀ (W_Vᵀ W_V) W_O
+and B Bᵀ = W_Q (W_Kᵀ W_K) W_Qᵀ (and so on) built once per head, never per pair.
+
+These scores ignore RoPE (as TransformerLens' do): a rotary model's real query-key product also
+depends on the two positions. QK attribution (engine/analysing/qk.py) includes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.analysing.predict import lm_head, token_text
+from attnviz.engine.computing.families import FAMILY, output_projection
+from attnviz.engine.computing.layers import kv_group, layer_norm
+from attnviz.engine.errors import InputError, NoPrediction
+
+MODES = ("q", "k", "v")
+VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
+CHUNK_BYTES = 96 << 20  # packed reader Grams held at once: each read of the writers serves them all
+
+
+@dataclass(frozen=True)
+class HeadMatrices:
+    """One layer's folded per-head matrices (module docstring), float64."""
+    q: np.ndarray  # [n_head, d_model, d_head]
+    k: np.ndarray  # [n_head, d_model, d_head] (a KV group's shared W_K for each query head)
+    v: np.ndarray  # [n_head, d_model, d_head]
+    o: np.ndarray  # [n_head, d_head, d_model]
+
+
+@dataclass(frozen=True)
+class Circuits:
+    copying: np.ndarray | None  # [n_layer, n_head]; None: the model has no unembedding
+    composition: dict  # mode -> [n_layer, n_head, n_layer, n_head]: [earlier head, later head]
+    no_copying: str | None = None  # why copying is None, in one line
+
+
+def head_matrices(model, layer: int) -> HeadMatrices:
+    """Layer `layer`'s W_Q, W_K, W_V, W_O per query head with the norm gains folded in."""
+    cfg = model.config
+    fam = FAMILY[cfg.family]
+    lw = model.weights.layers[layer]
+    n, nkv, dh = cfg.n_head, cfg.n_kv_head, cfg.d_head
+    w = lw.w_qkv.astype(np.float64)  # [d_model, (n_head + 2 n_kv_head) d_head]
+    if fam.pre_norm:  # the input norm's gain on every reading row
+        w = w * lw.norm1[0].astype(np.float64)[:, None]
+        if fam.norm is layer_norm:  # LayerNorm's input is centred: so are its reading weights
+            w = w - w.mean(axis=0, keepdims=True)
+    q = w[:, :n * dh].reshape(-1, n, dh).transpose(1, 0, 2)  # [n_head, d_model, d_head]
+    k = w[:, n * dh:(n + nkv) * dh].reshape(-1, nkv, dh).transpose(1, 0, 2)  # [n_kv_head, ...]
+    v = w[:, (n + nkv) * dh:].reshape(-1, nkv, dh).transpose(1, 0, 2)
+    if fam.qk_norm is not None:
+        q = q * lw.q_norm.astype(np.float64)
+        k = k * lw.k_norm.astype(np.float64)
+    group = kv_group(n, nkv)
+    w_out, _, post_norm = output_projection(model.weights.layers, layer)
+    o = w_out.astype(np.float64).reshape(n, dh, -1)  # [n_head, d_head, d_model]
+    if post_norm is not None:  # Gemma 3: the post-attention norm's gain on what heads write
+        o = o * post_norm[0].astype(np.float64)
+    c = np.ascontiguousarray  # batched products of contiguous stacks go to BLAS
+    return HeadMatrices(q=c(q), k=c(k[group]), v=c(v[group]), o=c(o))
+
+
+def unembed_vector(model, w) -> np.ndarray:
+    """A residual direction w [d_model] -> its logits through the folded W_U [vocab] (float32)."""
+    head = _head(model)
+    g = head.norm[0].astype(np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    d = g * (w - w.mean()) if head.centred else g * w  # (W_U folded) · w = W_U · d
+    d = d.astype(np.float32)
+    V = head.w_u.shape[0]
+    out = np.empty(V, np.float32)
+    for a in range(0, V, VOCAB_BLOCK):
+        out[a:a + VOCAB_BLOCK] = np.asarray(head.w_u[a:a + VOCAB_BLOCK]) @ d
+    return out
+
+
+def _head(model):
+    try:
+        return lm_head(model)
+    except NoPrediction as exc:
+        raise InputError(f"{exc}: what a head writes in tokens needs its unembedding") from None
+
+
+def embed_scale(model) -> float:
+    f = FAMILY[model.config.family].embed_scale
+    return 1.0 if f is None else float(np.float32(f(model.config)))
+
+
+def unembed_embed(model) -> np.ndarray:
+    """W_U W_E [d_model, d_model] float64 (W_U folded, W_E scaled), summed over the vocabulary in
+    blocks: what the copying matrices W_O (W_U W_E) W_V share."""
+    head = _head(model)
+    emb = model.weights.tok_emb
+    V, d = head.w_u.shape
+    s = embed_scale(model)
+    acc = np.zeros((d, d))
+    for a in range(0, V, VOCAB_BLOCK):
+        u = np.asarray(head.w_u[a:a + VOCAB_BLOCK], dtype=np.float32)  # [block, d_model]
+        e = np.asarray(emb[a:a + VOCAB_BLOCK], dtype=np.float32)
+        acc += (u.T @ u if np.array_equal(u, e) else u.T @ e)  # tied: uᵀ u, half the work (syrk)
+    acc *= s * head.norm[0].astype(np.float64)[:, None]
+    if head.centred:
+        acc -= acc.mean(axis=0, keepdims=True)
+    return acc
+
+
+def copying_scores(model) -> np.ndarray:
+    """[n_layer, n_head]: Re(Σλ) / Σ|λ| of each head's OV circuit (module docstring)."""
+    cfg = model.config
+    G = unembed_embed(model)  # [d_model, d_model]
+    out = np.zeros((cfg.n_layer, cfg.n_head))
+    for layer in range(cfg.n_layer):
+        m = head_matrices(model, layer)
+        M = (m.o @ G) @ m.v  # [n_head, d_head, d_head]: W_O W_U W_E W_V
+        lam = np.linalg.eigvals(M)  # [n_head, d_head]
+        total = np.abs(lam).sum(axis=-1)
+        out[layer] = np.where(total > 0, lam.sum(axis=-1).real / np.where(total > 0, total, 1), 0.0)
+    return out
+
+
+def _packed(gram, flat, weight=None):  # [n, d, d] symmetric -> [n, d (d + 1) / 2] float32
+    """The upper triangle of each symmetric matrix (`flat`: its indices in the flattened d x d),
+    off-diagonal entries times `weight` (2 on one side of an inner product, none on the other):
+    ⟨X, Y⟩ = packed(X, 2) · packed(Y)."""
+    out = np.take(gram.reshape(len(gram), -1), flat, axis=1)
+    if weight is not None:
+        out *= weight
+    return out
+
+
+def _t(a):  # [n, a, b] -> contiguous [n, b, a]
+    return np.ascontiguousarray(a.transpose(0, 2, 1))
+
+
+def _r(a):  # [n, m, d_head] -> R [n, d_head, d_head] with aᵀ a = Rᵀ R
+    """Cholesky of aᵀ a (d_head x d_head), or the thin QR of a where aᵀ a is singular (a head
+    with zero weights)."""
+    try:
+        return _t(np.linalg.cholesky(_t(a) @ a))
+    except np.linalg.LinAlgError:
+        return np.linalg.qr(a, mode="r")
+
+
+def _grams(factors):  # [n, d_model, d_head] -> S Sᵀ [n, d_model, d_model] float32
+    f = factors.astype(np.float32)
+    return np.stack([s @ s.T for s in f])
+
+
+def _reader_factors(m: HeadMatrices) -> dict:  # -> mode: S [n_head, d_model, d_head], B Bᵀ = S Sᵀ
+    """Q (KᵀK) Qᵀ = (Q R_Kᵀ)(Q R_Kᵀ)ᵀ and likewise: each reader's B Bᵀ from a d_model × d_head factor."""
+    r_k, r_q, r_o = _r(m.k), _r(m.q), _r(_t(m.o))
+    return {"q": m.q @ _t(r_k), "k": m.k @ _t(r_q), "v": m.v @ _t(r_o)}
+
+
+def composition_scores(model) -> dict:
+    """mode -> [n_layer, n_head, n_layer, n_head]: composition of earlier head [l1, h1] into
+    later head [l2, h2] (module docstring); 0 unless l1 < l2."""
+    cfg = model.config
+    L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
+    iu = np.triu_indices(d)
+    flat = iu[0] * d + iu[1]  # the upper triangle in a flattened d_model x d_model
+    twice = np.where(iu[0] == iu[1], 1.0, 2.0).astype(np.float32)
+    writers = np.empty((max(L - 1, 0) * H, len(iu[0])), np.float32)  # packed AᵀA of each earlier head
+    writer_norm = np.empty(max(L - 1, 0) * H)  # ‖A‖_F²
+    out = {mode: np.zeros((L, H, L, H)) for mode in MODES}
+    rows = 3 * H * len(iu[0]) * 4  # bytes of one layer's packed readers
+    chunk = max(1, CHUNK_BYTES // rows)  # later layers whose readers share one read of the writers
+    pending = []  # (layer, reader factors, packed B Bᵀ [3 n_head, D])
+    for layer in range(L):
+        m = head_matrices(model, layer)
+        if layer:
+            factors = _reader_factors(m)  # mode -> S [n_head, d_model, d_head]
+            pending.append((layer, factors,
+                            np.concatenate([_packed(_grams(factors[mode]), flat) for mode in MODES])))
+        if layer < L - 1:
+            P = _t(_r(m.v) @ m.o)  # [n_head, d_model, d_head]: AᵀA = P Pᵀ
+            writers[layer * H:(layer + 1) * H] = _packed(_grams(P), flat, twice)
+            writer_norm[layer * H:(layer + 1) * H] = np.einsum("hmd,hmd->h", P, P)
+        if pending and (len(pending) == chunk or layer == L - 1):
+            n = pending[-1][0] * H
+            dots = np.concatenate([Y for _, _, Y in pending]) @ writers[:n].T  # ‖A B‖_F²
+            for j, (later, factors, _) in enumerate(pending):
+                for k, mode in enumerate(MODES):
+                    S = factors[mode]
+                    reader_norm = np.einsum("hmd,hmd->h", S, S)  # [n_head]: ‖B‖_F² = tr(S Sᵀ)
+                    nl = later * H
+                    d2 = dots[(3 * j + k) * H:(3 * j + k + 1) * H, :nl]  # [n_head, earlier heads]
+                    denom = np.sqrt(np.outer(reader_norm, writer_norm[:nl]))
+                    score = np.sqrt(np.maximum(d2, 0.0)) / np.where(denom > 0, denom, 1.0)
+                    out[mode][:later, :, later, :] = score.T.reshape(later, H, H)
+            pending = []
+    return out
+
+
+def circuits(model) -> Circuits:
+    """Copying (None with the reason when the model has no unembedding) and composition."""
+    try:
+        copying, why = copying_scores(model), None
+    except InputError as exc:
+        copying, why = None, str(exc)
+    return Circuits(copying, composition_scores(model), why)
+
+
+def ov_top(model, layer: int, head: int, token: int, k: int = 10) -> list[tuple[int, str, float]]:
+    """What head (layer, head) writes when it attends to `token`: the top k tokens of
+    W_E[token] W_V W_O W_U (folded), as (id, token text, logit), largest first."""
+    cfg = model.config
+    if not 0 <= layer < cfg.n_layer or not 0 <= head < cfg.n_head:
+        raise InputError(f"head {layer}.{head} is outside this model's {cfg.n_layer} layers x "
+                         f"{cfg.n_head} heads (0..{cfg.n_layer - 1}.0..{cfg.n_head - 1})")
+    if not 0 <= token < cfg.vocab_size:
+        raise InputError(f"token id {token} is outside the vocabulary 0..{cfg.vocab_size - 1}")
+    _head(model)  # an encoder: one line before any arithmetic
+    m = head_matrices(model, layer)
+    e = np.asarray(model.weights.tok_emb[np.array([token])], dtype=np.float64)[0] * embed_scale(model)
+    logits = unembed_vector(model, e @ m.v[head] @ m.o[head])  # [vocab]
+    k = max(1, min(int(k), logits.size))
+    top = np.argpartition(-logits, k - 1)[:k]
+    top = top[np.argsort(-logits[top], kind="stable")]
+    return [(int(i), token_text(model, int(i)), float(logits[i])) for i in top]

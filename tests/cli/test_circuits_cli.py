@@ -1,0 +1,106 @@
+"""`attnviz qk-attribution` and `attnviz circuits`: their JSON keys and the engine's numbers, the
+short tables, and one-line refusals (a key after the query, a position out of range, an encoder
+asked for ov_top)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import circuits as C, qk as Q
+from tiny import FIXTURES
+
+GPT2 = str(FIXTURES / "gpt2")
+IDS = "3,1,4,1,5,9,2,6"
+
+
+def _cli(capsys, *argv):
+    from attnviz.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_qk_attribution_json_has_the_interface_keys_and_adds_up(capsys):
+    rc, out, _ = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
+                      "--head", "2", "--query", "6", "--key", "3", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    for key in ("tokens", "score", "components", "table", "query_side", "key_side", "bias", "top"):
+        assert key in doc, key
+    model = load_model(GPT2)
+    n = 2 + model.config.n_head + 1
+    assert doc["components"][0] == "embed" and doc["components"][-1] == "bias" and len(doc["components"]) == n
+    table = np.array(doc["table"])
+    assert table.shape == (n, n)
+    assert table.sum() == pytest.approx(doc["score"], rel=1e-4)
+    np.testing.assert_allclose(doc["query_side"], table.sum(axis=1))
+    np.testing.assert_allclose(doc["key_side"], table.sum(axis=0))
+    assert len(doc["top"]) == 20 and set(doc["top"][0]) == {"query", "key", "value"}
+    assert abs(doc["top"][0]["value"]) == pytest.approx(np.abs(table).max())
+    r = model.run(ids=[int(i) for i in IDS.split(",")], trace=Q.qk_trace())
+    a = Q.qk_attribution(model, r.trace, 1, 2, 6, 3)
+    assert doc["score"] == pytest.approx(a.score) and doc["bias"] == pytest.approx(a.bias)
+
+
+def test_qk_attribution_prints_a_short_table(capsys):
+    rc, out, _ = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
+                      "--head", "0", "--query", "5", "--key", "5")
+    assert rc == 0
+    assert "L1H0, query 5" in out and "largest query x key pairs" in out
+    assert "query side:" in out and "key side:" in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--query", "2", "--key", "5"), "key 5 comes after query 2"),
+    (("--query", "8", "--key", "1"), "query position 8 is outside the 8 tokens"),
+])
+def test_qk_attribution_refuses_bad_cells_in_one_line(capsys, argv, words):
+    rc, out, err = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "0",
+                        "--head", "0", *argv)
+    assert rc == 2 and out == ""
+    assert words in err and err.count("\n") == 1
+
+
+def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(capsys):
+    rc, out, _ = _cli(capsys, "circuits", "--model", GPT2, "--head", "1.2", "--token", "7", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    model = load_model(GPT2)
+    cfg = model.config
+    np.testing.assert_allclose(doc["copying"], C.copying_scores(model))
+    assert set(doc["composition"]) == {"q", "k", "v"}
+    comp = C.composition_scores(model)
+    for mode in "qkv":
+        assert np.shape(doc["composition"][mode]) == (cfg.n_layer, cfg.n_head) * 2
+        np.testing.assert_allclose(doc["composition"][mode], comp[mode])
+    assert [row["id"] for row in doc["ov_top"]] == [i for i, _, _ in C.ov_top(model, 1, 2, 7)]
+    assert set(doc["ov_top"][0]) == {"id", "token", "value"}
+    assert "ignore RoPE" in doc["note"]
+
+
+def test_circuits_without_a_head_prints_the_copying_map(capsys):
+    rc, out, _ = _cli(capsys, "circuits", "--model", GPT2)
+    assert rc == 0
+    assert "copying [layer x head]" in out and "k-composition, strongest" in out
+    assert "ov_top" not in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (("--model", str(FIXTURES / "bert"), "--head", "0.0", "--token", "5"), "needs its unembedding"),
+    (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
+    (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head 9.0: this model has layers 0..1"),
+])
+def test_circuits_refusals_are_one_line(capsys, argv, words):
+    rc, out, err = _cli(capsys, "circuits", *argv)
+    assert rc == 2 and out == ""
+    assert words in err and err.count("\n") == 1
+
+
+def test_an_encoders_circuits_have_no_copying(capsys):
+    rc, out, _ = _cli(capsys, "circuits", "--model", str(FIXTURES / "bert"), "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["copying"] is None and "encoder" in doc["no_copying"]

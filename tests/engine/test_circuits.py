@@ -1,0 +1,148 @@
+"""Weight-space circuit scores: copying, Q/K/V-composition and ov_top equal a direct dense NumPy
+computation from the weights (full [vocab, vocab] OV circuits, [d_model, d_model] products) on
+the tiny fixtures; a copy-only head of the textbook model scores copying 1; an encoder has no
+copying and refuses ov_top in one line."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import InputError, load_model
+from attnviz.engine.analysing import circuits as C
+from attnviz.engine.computing.families import FAMILY
+from attnviz.engine.computing.layers import layer_norm
+from attnviz.engine.reading import textbook
+from tiny import FIXTURES
+
+DECODERS = ["gpt2", "llama_gqa", "llama_mqa", "qwen3", "gemma3", "phi3"]
+
+
+def _dense(model):
+    """Per layer, per head: folded W_Q, W_K, W_V [d_model, d_head] and W_O [d_head, d_model],
+    written out from the stored weights with one loop per head."""
+    cfg = model.config
+    fam = FAMILY[cfg.family]
+    dh, n, nkv = cfg.d_head, cfg.n_head, cfg.n_kv_head
+    out = []
+    for i in range(cfg.n_layer):
+        lw = model.weights.layers[i]
+        w = np.array(lw.w_qkv, dtype=np.float64)
+        if fam.pre_norm:
+            w = np.diag(lw.norm1[0].astype(np.float64)) @ w
+            if fam.norm is layer_norm:
+                w = (np.eye(cfg.d_model) - 1.0 / cfg.d_model) @ w  # centring projector
+        heads = []
+        for h in range(n):
+            g = h // (n // nkv)
+            wq = w[:, h * dh:(h + 1) * dh]
+            wk = w[:, (n + g) * dh:(n + g + 1) * dh]
+            wv = w[:, (n + nkv + g) * dh:(n + nkv + g + 1) * dh]
+            if fam.qk_norm is not None:
+                wq, wk = wq @ np.diag(lw.q_norm), wk @ np.diag(lw.k_norm)
+            wo = np.array(lw.w_o, dtype=np.float64)[h * dh:(h + 1) * dh]
+            if lw.post_attn_norm is not None:
+                wo = wo @ np.diag(lw.post_attn_norm[0])
+            heads.append((wq, wk, wv, wo))
+        out.append(heads)
+    return out
+
+
+def _dense_embed_unembed(model):  # W_E [vocab, d_model], folded W_U [d_model, vocab]
+    cfg = model.config
+    fam = FAMILY[cfg.family]
+    w_e = np.array(model.weights.tok_emb, dtype=np.float64)
+    if fam.embed_scale is not None:
+        w_e = w_e * float(np.float32(fam.embed_scale(cfg)))
+    h = model.weights.head
+    w_u = np.diag(h.norm[0].astype(np.float64)) @ np.array(h.unembed, dtype=np.float64).T
+    if len(h.norm) == 2:
+        w_u = (np.eye(cfg.d_model) - 1.0 / cfg.d_model) @ w_u
+    return w_e, w_u
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_copying_equals_the_eigenvalues_of_the_full_ov_circuit(name):
+    model = load_model(FIXTURES / name)
+    w_e, w_u = _dense_embed_unembed(model)
+    got = C.copying_scores(model)
+    for i, heads in enumerate(_dense(model)):
+        for h, (_, _, wv, wo) in enumerate(heads):
+            lam = np.linalg.eigvals(w_e @ wv @ wo @ w_u)  # [vocab] (vocab x vocab, dense)
+            assert got[i, h] == pytest.approx(lam.sum().real / np.abs(lam).sum(), abs=1e-6)
+    assert np.abs(got).max() > 0.05
+
+
+@pytest.mark.parametrize("name", DECODERS + ["bert"])
+def test_composition_equals_dense_products(name):
+    model = load_model(FIXTURES / name)
+    got = C.composition_scores(model)
+    dense = _dense(model)
+    cfg = model.config
+    fro = np.linalg.norm
+    for l2 in range(cfg.n_layer):
+        for h2, (wq, wk, wv, wo) in enumerate(dense[l2]):
+            later = {"q": wq @ wk.T, "k": wk @ wq.T, "v": wv @ wo}  # [d_model, d_model] each
+            for l1 in range(cfg.n_layer):
+                for h1, (_, _, v1, o1) in enumerate(dense[l1]):
+                    a = v1 @ o1
+                    for mode, b in later.items():
+                        want = fro(a @ b) / (fro(a) * fro(b)) if l1 < l2 else 0.0
+                        assert got[mode][l1, h1, l2, h2] == pytest.approx(want, rel=1e-4, abs=1e-6), \
+                            (mode, l1, h1, l2, h2)
+    assert got["q"].max() > 0.01
+
+
+def test_ov_top_equals_the_dense_row():
+    model = load_model(FIXTURES / "gpt2")
+    w_e, w_u = _dense_embed_unembed(model)
+    _, _, wv, wo = _dense(model)[1][2]
+    row = w_e[7] @ wv @ wo @ w_u  # [vocab]
+    top = C.ov_top(model, 1, 2, 7, k=5)
+    assert [i for i, _, _ in top] == np.argsort(-row)[:5].tolist()
+    np.testing.assert_allclose([v for _, _, v in top], np.sort(row)[::-1][:5], rtol=1e-4, atol=1e-5)
+
+
+def _copying_textbook(tmp_path):
+    """The textbook model with its uniform head L1 H2 given a copying OV circuit: its value reads
+    the token block and its output writes the same token back (+1 and the -1 mirror)."""
+    from safetensors.numpy import save_file
+
+    folder = textbook.write_textbook(tmp_path / "tb")
+    w = textbook.build_weights()
+    V, _, dh, d = textbook._dims()
+    qkv = w["h.1.attn.c_attn.weight"]
+    wo = w["h.1.attn.c_proj.weight"]
+    cols = 2 * dh + np.arange(V)  # head 2's first V dims
+    qkv[np.arange(V), 2 * d + cols] = 1.0  # W_V: token one-hot in
+    wo[cols, np.arange(V)] = 1.0  # W_O: the same token out, and its mirror
+    wo[cols, V + np.arange(V)] = -1.0
+    save_file(w, str(folder / "model.safetensors"), metadata={"format": "np"})
+    return load_model(folder)
+
+
+def test_a_copy_only_textbook_head_scores_copying_one(tmp_path):
+    model = _copying_textbook(tmp_path)
+    c = C.copying_scores(model)
+    assert c[1, 2] == pytest.approx(1.0, abs=1e-6)
+    assert c[1, 0] == 0.0  # no value weights: nothing written
+    top = C.ov_top(model, 1, 2, textbook.VOCAB.index("cat"), k=1)
+    assert top[0][0] == textbook.VOCAB.index("cat")
+    comp = C.composition_scores(model)
+    assert comp["k"][0, 0, 1, 0] > comp["k"][0, 2, 1, 0]  # the induction key reads the previous-token head
+
+
+def test_an_encoder_has_no_copying_and_refuses_ov_top_in_one_line():
+    model = load_model(FIXTURES / "bert")
+    c = C.circuits(model)
+    assert c.copying is None and "encoder" in c.no_copying
+    assert c.composition["k"].shape == (model.config.n_layer, model.config.n_head) * 2
+    with pytest.raises(InputError, match="needs its unembedding") as e:
+        C.ov_top(model, 0, 0, 5)
+    assert "\n" not in str(e.value)
+
+
+def test_ov_top_checks_its_head_and_token():
+    model = load_model(FIXTURES / "gpt2")
+    with pytest.raises(InputError, match="head 2.0 is outside"):
+        C.ov_top(model, 2, 0, 1)
+    with pytest.raises(InputError, match="token id 999 is outside the vocabulary"):
+        C.ov_top(model, 0, 0, 999)
