@@ -2,7 +2,7 @@
 processes (interpreter up to exit), with the OS page cache warm and dropped, and where the time
 goes.
 
-    python -m benchmarks.cold_start [--runs 5] [--no-cold] [--no-profile]
+    python -m benchmarks.cold_start [--runs 5] [--no-cold] [--no-profile] [--baseline DIR]
 
 - warm cache: one untimed run first (the files read into the page cache), then --runs runs; the
   figure is the median.
@@ -16,6 +16,10 @@ goes.
   layers expanded to float32), run (Model.run: the forward pass), unembedding (the head's table
   made usable and every vocab_logits product) and the rest. cProfile slows Python-heavy parts more
   than NumPy's products, so the phases are shares of a profiled run, not the figures.
+
+- baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
+  DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
+  that a busy machine's changing load falls on both alike; DIR's medians are recorded beside.
 
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured when `attnviz models` lists a
 model whose name holds "gemma-3-270m"; otherwise its rows say it was not found.
@@ -66,15 +70,16 @@ def argv_of(command: str, model: str) -> list[str]:
     return ["generate", "--model", model, "--text", TEXT, "--max-new", "8"]
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _env(root: str = _ROOT) -> dict:
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def timed_process(argv: list[str]) -> float:
-    """Seconds from spawning `python -m attnviz ARGV` to its exit (checked: exit status 0)."""
+def timed_process(argv: list[str], root: str = _ROOT) -> float:
+    """Seconds from spawning `python -m attnviz ARGV` (the code in `root`) to its exit (checked:
+    exit status 0)."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
-                          env=_env(), cwd=_ROOT)
+                          env=_env(root), cwd=root)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
@@ -142,7 +147,12 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
+    ap.add_argument("--baseline", metavar="DIR", help="another checkout whose warm runs alternate "
+                    "with this one's")
     args = ap.parse_args()
+    baseline = os.path.abspath(args.baseline) if args.baseline else None
+    base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
+                                  capture_output=True, text=True).stdout.strip() if baseline else None)
 
     gemma = find_gemma()
     cases = [("predict", SMOLLM2), ("generate", SMOLLM2), ("predict", gemma), ("generate", gemma)]
@@ -162,7 +172,18 @@ def main() -> int:
             continue
         argv = argv_of(command, model)
         timed_process(argv)  # the files into the page cache
-        warm = [timed_process(argv) for _ in range(args.runs)]
+        warm, base = [], []
+        for _ in range(args.runs):
+            if baseline:
+                base.append(timed_process(argv, baseline))
+            warm.append(timed_process(argv))
+        if baseline:
+            figures.append(record.figure(f"{command}, {short}, warm cache, baseline {base_commit}",
+                                         statistics.median(base), "s", runs=base,
+                                         note=f"the code of {base_commit}, whole process, median of "
+                                              f"{args.runs}, run for run alternating with this commit's"))
+            print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
+                  f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
         figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
                                      runs=warm, goal=warm_goal, headline=True,
                                      note=f"whole process, median of {args.runs}"))
