@@ -172,6 +172,8 @@ def main() -> int:
             continue
         argv = argv_of(command, model)
         timed_process(argv)  # the files into the page cache
+        if baseline:
+            timed_process(argv, baseline)
         warm, base = [], []
         for _ in range(args.runs):
             if baseline:
