@@ -19,16 +19,19 @@ COMMAND_MODULES = (
     "calc_cmd",  # calc
     "heads_cmd",  # heads, find
     "predict_cmd",  # predict, ablation-scan
+    "compare_cmd",  # compare
     "generate_cmd",  # generate
     "circuits_cmd",  # qk-attribution, circuits
     "export_cmd",  # export (renders offscreen with Qt, imported only when it runs)
     "scan_cmd",  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
+    "quantize_cmd",  # quantize
 )
 COMMANDS = {"models": "engine_cmds", "attention": "engine_cmds", "calc": "calc_cmd",
             "heads": "heads_cmd", "find": "heads_cmd", "predict": "predict_cmd",
-            "ablation-scan": "predict_cmd", "generate": "generate_cmd",
+            "ablation-scan": "predict_cmd", "compare": "compare_cmd", "generate": "generate_cmd",
             "qk-attribution": "circuits_cmd", "circuits": "circuits_cmd", "export": "export_cmd",
-            "scan": "scan_cmd", "scan-report": "scan_cmd"}  # (a command not here: every module)
+            "scan": "scan_cmd", "scan-report": "scan_cmd",
+            "quantize": "quantize_cmd"}  # (a command not here: every module)
 
 
 def command_module(name: str):
@@ -41,6 +44,8 @@ def command_module(name: str):
         from attnviz.commands import heads_cmd as module
     elif name == "predict_cmd":
         from attnviz.commands import predict_cmd as module
+    elif name == "compare_cmd":
+        from attnviz.commands import compare_cmd as module
     elif name == "generate_cmd":
         from attnviz.commands import generate_cmd as module
     elif name == "circuits_cmd":
@@ -49,6 +54,8 @@ def command_module(name: str):
         from attnviz.commands import export_cmd as module
     elif name == "scan_cmd":
         from attnviz.commands import scan_cmd as module
+    elif name == "quantize_cmd":
+        from attnviz.commands import quantize_cmd as module
     else:
         raise KeyError(name)
     return module

@@ -36,6 +36,8 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from benchmarks import record  # noqa: E402
+
 GIB = 1 << 30
 SHAPE = dict(d_model=3072, n_layer=28, n_head=24, n_kv_head=8, d_ff=8192, vocab=128_256)
 
@@ -188,6 +190,7 @@ def main() -> int:
               f"T = {args.T}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.2f}")
         print(f"{'budget':>7} {'load s':>7} {'run s':>7} {'first s':>8} {'window s':>9} {'key s':>7} "
               f"{'kept':>6} {'peak RSS':>9} {'goal':>9}  ok")
+        figures = []
         for budget in args.budgets.split(","):
             out = subprocess.run([sys.executable, __file__, "--child", str(path), budget, "--T",
                                   str(args.T)], capture_output=True, text=True)
@@ -208,6 +211,14 @@ def main() -> int:
                   f"(anonymous {r['RssAnon'] / GIB:.2f}, file {r['RssFile'] / GIB:.2f} at the end); "
                   f"{r['expansions']} layer expansions in all")
             print("        json " + json.dumps(r))
+            figures += [
+                record.figure(f"budget {budget}: peak RSS, a 3.2B Q4_0 model", r["VmHWM"] / GIB, "GiB",
+                              goal=None if goal is None else goal / GIB, headline=True,
+                              note=f"goal: the file + the budget + 0.5 GiB; T = {args.T}"),
+                record.figure(f"budget {budget}: load to the first heatmaps (engine)",
+                              r["first_heatmaps_s"], "s", note=f"{r['kept']} of {r['n_layer']} layers kept"),
+                record.figure(f"budget {budget}: a keystroke (1 token, KV cache)", r["keystroke_s"], "s")]
+        record.write("budget", figures)
     finally:
         if not args.keep and not args.dir:
             shutil.rmtree(folder, ignore_errors=True)

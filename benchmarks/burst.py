@@ -131,6 +131,14 @@ def main() -> int:
               f"p95 {p95 * 1e3:6.1f} ms ({len(lat)} words); runs {runs}, stopped early {stopped}")
     print(f"  ratio p50 {rows[True][0] / rows[False][0]:.2f}x, p95 {rows[True][1] / rows[False][1]:.2f}x "
           "the reference (below 1: sooner)")
+    from benchmarks import record
+
+    note = f"layer {layer} on screen, keys {args.gap:.0f} ms apart, {args.rounds} sentences per variant in turns"
+    record.write("burst", [
+        record.figure(f"fast typing, {args.model}: a word's last key to its result painted, p95",
+                      rows[True][1] * 1e3, "ms", note=note),
+        record.figure("fast typing: p95 with stale runs stopping / finishing", rows[True][1] / rows[False][1],
+                      "x", headline=True, note=note)])
     return 0
 
 

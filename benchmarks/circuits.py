@@ -64,7 +64,7 @@ def qk_cell(model, runs: int) -> dict:
 
 
 def circuits_all(model, runs: int) -> dict:
-    C.lm_head(model)  # the unembedding dequantised once, as a model that predicts holds it
+    model.lm_head()  # the unembedding dequantised once, as a model that predicts holds it
     ts = []
     for _ in range(runs):
         t = time.perf_counter()

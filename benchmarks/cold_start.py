@@ -58,10 +58,10 @@ GOALS = {  # (warm, cold) seconds, from issue 44
 
 # phase -> the functions (file suffix, function name) whose cumulative time it is
 PHASES = {
-    "load": [("reading/registry.py", "load_model")],
+    "load": [("computing/load.py", "load_model")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
-    "unembedding": [("analysing/predict.py", "_build_head"), ("analysing/predict.py", "vocab_logits")],
+    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits")],
     "command": [("commands/predict_cmd.py", "cmd_predict"), ("commands/generate_cmd.py", "cmd_generate")],
 }
 

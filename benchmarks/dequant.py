@@ -23,6 +23,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks import record  # noqa: E402
+
 # where each type keeps its float16 scales (byte offsets in a block): set to a sane value, so no
 # NaN, Inf or subnormal slows either side
 SCALES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q5_0": (0,), "Q5_1": (0, 2),
@@ -42,6 +44,7 @@ def main() -> int:
     rng = np.random.default_rng(0)
     print(f"{rows} x {cols} weights per matrix, median of {args.rounds} rounds, the two in turns")
     print(f"{'type':<6}{'gguf ns/weight':>16}{'ours ns/weight':>16}{'ratio':>8}")
+    figures = []
     for name, offsets in SCALES.items():
         qtype = Q[name]
         block, size = GGML_QUANT_SIZES[qtype]
@@ -63,6 +66,11 @@ def main() -> int:
         assert np.array_equal(out.view(np.uint32), np.asarray(want, np.float32).view(np.uint32)), name
         a, b = statistics.median(theirs), statistics.median(ours)
         print(f"{name:<6}{a / (rows * cols) * 1e9:>16.2f}{b / (rows * cols) * 1e9:>16.2f}{a / b:>7.2f}x")
+        figures.append(record.figure(
+            f"{name}: gguf's dequantize time / the loader's", a / b, "x",
+            runs=[x / y for x, y in zip(theirs, ours)],
+            note=f"median of {args.rounds} rounds in turns, {rows} x {cols} weights"))
+    record.write("dequant", figures)
     return 0
 
 

@@ -30,6 +30,7 @@ import numpy as np  # noqa: E402
 
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve  # noqa: E402
+from benchmarks import record  # noqa: E402
 
 
 def median_time(fn, min_runs=5, budget_s=2.0) -> float:
@@ -121,6 +122,12 @@ def main() -> int:
         folder = write_gpt2_small(Path(tmp) / "gpt2-small-random")
         bench("gpt2-small (random)", folder, [16, 64] if args.quick else [16, 64, 256, 1024],
               args.threads, 50257, rows)
+    figures = [record.figure(f"{label} full forward, T = {T}", ours * 1e3, "ms", note="median")
+               for label, T, ours, _ in rows]
+    figures += [record.figure(f"{label} full forward, T = {T}: attnviz / HF eager", ours / theirs, "x",
+                              goal=1.0, note=f"torch {args.threads} threads")
+                for label, T, ours, theirs in rows if theirs]
+    record.write("engine", figures)
     return 0
 
 

@@ -100,6 +100,14 @@ def main() -> int:
         for name, times in results.items():
             print(f"{name:28s} median {statistics.median(times):5.2f} s   runs: "
                   + ", ".join(f"{t:.2f}" for t in times))
+        sys.path.insert(0, str(ROOT))
+        from benchmarks import record
+
+        record.write("launch", [record.figure(
+            f"{name} to a mapped window", statistics.median(times), "s", runs=times,
+            goal=None if ways[name][1] else 2.0,
+            headline=name == "run-app.sh, relaunch", note=f"median of {len(times)} runs on Xvfb")
+            for name, times in results.items()])
     finally:
         xvfb.terminate()
         xvfb.wait()

@@ -54,6 +54,8 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from benchmarks import record  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("bench_smollm2", os.path.join(_HERE, "smollm2.py"))
 _smollm2 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_smollm2)  # its Foreign, matvec_floor and smollm2_path, shared
@@ -119,10 +121,9 @@ def child_forward(T: int) -> dict:
 def child_generate(T: int) -> dict:
     from attnviz.engine import load_model
     from attnviz.engine.computing.generate import generate
-    from attnviz.engine.analysing.predict import lm_head
 
     model = load_model(smollm2_path())
-    head = lm_head(model)
+    head = model.lm_head()
     floor_fn, floor_bytes, _ = matvec_floor(model.weights)
     x = np.random.default_rng(0).standard_normal((1, model.config.d_model), dtype=np.float32)
     floor_fn()
@@ -148,7 +149,7 @@ def child_zoom(T: int, options: bool = False) -> dict:
     from attnviz.ui.views.long_view import LongView
     from attnviz.ui.machinery.state import AppState
 
-    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.tuning import limit_blas_threads
 
     model = load_model(smollm2_path())
     ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
@@ -210,7 +211,7 @@ def child_scores(T: int) -> dict:
     from attnviz.engine.analysing import heads as H
     from attnviz.engine.computing.longdoc import run_long
 
-    threadpool_limits(limits=1, user_api="blas")  # the window's cap (ui/machinery/runner.py)
+    threadpool_limits(limits=1, user_api="blas")  # the window's cap (ui/machinery/tuning.py)
     model = load_model(smollm2_path())
     ids = np.random.default_rng(T).integers(0, model.config.vocab_size, T)
     run = run_long(model, ids=ids)
@@ -307,7 +308,38 @@ def main() -> int:
         res["scores"].append(spawn("scores", T))
         print(res["scores"][-1], file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1)) if args.json else report(res)
+    record.write("longdoc", figures(res))
     return 0
+
+
+def figures(res: dict) -> list[dict]:
+    """The goals' figures: share of the sgemm peak, peak RSS, a generated step against the floor,
+    the new pane after a zoom; and the long head scores' speed-up."""
+    peak, out = res["sgemm_flops"], []
+    for r in res["forward"]:
+        out.append(record.figure(
+            f"long forward at T = {r['T']:,}, share of the sgemm peak", 100 * r["flops"] / r["wall_s"] / peak,
+            "%", goal=50.0 if r["T"] == 4096 else None, goal_is="min", headline=r["T"] == 4096,
+            note=f"{r['wall_s']:.1f} s; peak {peak / 1e9:.0f} GFLOP/s measured in the same run"))
+        out.append(record.figure(
+            f"long forward at T = {r['T']:,}, peak RSS", r["hwm"] / 2 ** 30, "GiB",
+            goal=3.0 if r["T"] == 8192 else None, headline=r["T"] == 8192, note="whole process"))
+    for r in res["generate"]:
+        out.append(record.figure(
+            f"a generated step at T = {r['T']:,}, against the weight-streaming floor", r["floor_ratio"],
+            "x", goal=2.0 if r["T"] <= 512 else None, headline=r["T"] == 512,
+            note=f"median of 16 greedy steps, {r['step_s'] * 1e3:.1f} ms a step"))
+    for r in res["zoom"]:
+        opts = ", Hide first token and Value-weighted" if r.get("options") else ""
+        out.append(record.figure(
+            f"long view at T = {r['T']:,}: the new pane after a zoom{opts}, p95", r["pane_p95_ms"], "ms",
+            goal=50.0, headline=not opts, note=f"p50 {r['pane_p50_ms']:.0f} ms"))
+    for r in res["scores"]:
+        out.append(record.figure(
+            f"a long text's head scores at T = {r['T']:,}, every core against one thread",
+            r["speedup"], "x", note=f"{r['every_core_s']:.1f} s against {r['one_thread_s']:.1f} s, "
+            f"best of 2 each in turns"))
+    return out
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.analysing import ablation as A, effects as E, predict as P  # noqa: E402
 from attnviz.engine.computing.families import forward  # noqa: E402
 from attnviz.engine.analysing.probes import probe_ids  # noqa: E402
+from benchmarks import record  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "
@@ -49,9 +50,9 @@ def pct(xs, p):
     return float(np.percentile(np.asarray(xs) * 1e3, p))
 
 
-def keystrokes(args) -> None:
+def keystrokes(args) -> list[dict]:
     plain, live = load_model(MODEL), load_model(MODEL)
-    P.lm_head(live)
+    live.lm_head()
     ids = plain.tokenizer.encode(TEXT).ids[:64]
     t_plain, t_live, t_analysis, waits = [], [], [], []
     for rep in range(args.repeat):
@@ -86,11 +87,16 @@ def keystrokes(args) -> None:
         print(f"   {label:<46}{pct(xs, 50):8.1f}{pct(xs, 95):8.1f}{pct(xs, 100):8.1f}")
     print("   The analysis runs on the runner's thread after results pause; a keystroke makes it "
           "stale and it stops at its next check, so a keystroke waits at most the longest step.")
+    note = f"p95 over {args.repeat} x {len(ids)} keystrokes, T = 1..{len(ids)}"
+    return [record.figure("the analysis job (prediction, lens, DLA) per keystroke, p95",
+                          pct(t_analysis, 95), "ms", runs=[pct(t_analysis, 95)], note=note),
+            record.figure("a keystroke's wait for a stale analysis (longest step between stop "
+                          "checks), p95", pct(waits, 95), "ms", note=note)]
 
 
-def one_ablation(args) -> None:
+def one_ablation(args) -> list[dict]:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     cfg, w = model.config, model.weights
     ids = np.array(model.tokenizer.encode(TEXT).ids[:64])
     clean = forward(cfg, w, ids, P.prediction_trace())
@@ -109,12 +115,15 @@ def one_ablation(args) -> None:
         print(f"   {k:<34}{pct(xs, 50):8.1f} median {min(xs) * 1e3:8.1f} min")
     pred = P.predict(head, A.run_edited(model, clean, A.head_edits(clean, [(15, 4)])))
     assert np.isfinite(pred.logprobs).all()
+    return [record.figure(f"{k}, T = {len(ids)}", pct(xs, 50), "ms", runs=[x * 1e3 for x in xs],
+                          note="median, the cases in turns") for k, xs in times.items()]
 
 
-def scan(args) -> None:
+def scan(args) -> list[dict]:
     model = load_model(MODEL)
-    head = P.lm_head(model)
+    head = model.lm_head()
     ids, _ = probe_ids(model)
+    figures = []
     for threads in sorted({1, os.cpu_count() or 1}):
         first = []
         t0 = time.perf_counter()
@@ -132,8 +141,13 @@ def scan(args) -> None:
         print(f"   total {total:.1f} s; first head done after {first[0]:.2f} s; resumed forward passes "
               f"{s.seconds['forward']:.1f} s, unembedding for the loss {s.seconds['unembedding']:.1f} s, "
               f"rest {total - s.seconds['forward'] - s.seconds['unembedding']:.1f} s")
+        figures.append(record.figure(
+            f"ablation scan of every head on the probe, {threads} thread{'s' * (threads > 1)}",
+            total, "s", goal=30.0, headline=threads > 1,
+            note=f"{n} heads, T = {len(ids)}, loss repeat; first head after {first[0]:.2f} s"))
     top = ", ".join(f"L{l} H{h} {e:+.2f}" for l, h, e in s.ranked()[:5])
     print(f"   baseline loss {s.baseline_loss:.3f} nats; largest effects: {top}")
+    return figures
 
 
 def main() -> int:
@@ -149,11 +163,11 @@ def main() -> int:
         threadpool_limits(limits=args.blas_threads, user_api="blas")
     print(f"{MODEL}, BLAS threads {args.blas_threads or 'default'}, load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    if not args.skip_typing:
-        keystrokes(args)
-    one_ablation(args)
+    figures = keystrokes(args) if not args.skip_typing else []
+    figures += one_ablation(args)
     if not args.skip_scan:
-        scan(args)
+        figures += scan(args)
+    record.write("predict", figures)
     return 0
 
 

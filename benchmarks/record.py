@@ -5,16 +5,22 @@ One file per benchmark, rewritten by each run, holding the latest run's figures 
     {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
      "command": "python -m benchmarks.typing --runs 3",
      "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
-                 "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-..."},
+                 "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-...",
+                 "load_average": 0.8},
      "figures": [{"name": "keystroke p95, SmolLM2", "value": 17.2, "unit": "ms",
                   "goal": 16.0, "goal_is": "max", "met": false, "runs": [17.2, 18.0, 17.9],
                   "headline": true, "note": "layer 29 on screen"}]}
 
 `goal_is` says which side of the goal passes: "max" (value <= goal) or "min" (value >= goal);
 a figure without a goal has goal null and met null. `value` is the figure the goal is read
-against (a benchmark says in its `note` whether that is the fastest, the median...), `runs` every
-run's value. `python -m benchmarks.report` renders docs/benchmarks.md and the README's summary
-from these files. History lives in git, not here.
+against (a benchmark says in its `note` whether that is the fastest, the median, the worst of
+several runs...), `runs` every run's value. `python -m benchmarks.report` renders
+docs/benchmarks.md and the README's summary from these files. History lives in git, not here.
+
+A run that measures only some of a benchmark's figures (one model of two, `--only probe`) keeps
+the others: `write` carries each figure it does not replace over from the file, with that
+figure's own `commit`, `dirty`, `date`, `command` and `machine` stored in the figure, so every
+figure still says where and when it was measured. `provenance(doc, fig)` reads them back.
 """
 
 from __future__ import annotations
@@ -55,13 +61,15 @@ def _blas() -> tuple[str, int | None]:
 
 
 def machine() -> dict:
-    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads."""
+    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads, and
+    the load average over the last minute when the results were written (other work on a shared
+    machine slows every timing)."""
     import numpy
 
     blas, threads = _blas()
     return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": numpy.__version__, "blas": blas, "blas_threads": threads,
-            "platform": platform.platform()}
+            "platform": platform.platform(), "load_average": round(os.getloadavg()[0], 2)}
 
 
 def _git(*args: str) -> str:
@@ -73,31 +81,65 @@ def _git(*args: str) -> str:
 
 
 def figure(name: str, value: float, unit: str, *, runs=None, goal: float | None = None,
-           goal_is: str = "max", headline: bool = False, note: str = "") -> dict:
-    """One figure: its value, every run's value, and whether it meets its goal."""
+           goal_is: str = "max", headline: bool = False, note: str = "",
+           n_runs: int | None = None) -> dict:
+    """One figure: its value, every run's value, and whether it meets its goal.
+
+    `n_runs`: how many runs there were where `runs` holds fewer (figures entered by hand from
+    notes that kept only a range, or a median)."""
     if goal_is not in ("max", "min"):
         raise ValueError(f"goal_is must be 'max' or 'min', not {goal_is!r}")
     value = None if value is None else float(value)  # None: not measured (the note says why)
     met = None if goal is None or value is None else (value <= goal if goal_is == "max" else value >= goal)
-    return {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
-            "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
-            "headline": headline, "note": note}
+    fig = {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
+           "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
+           "headline": headline, "note": note}
+    if n_runs is not None and n_runs > len(fig["runs"]):
+        fig["n_runs"] = int(n_runs)
+    return fig
+
+
+PROVENANCE = ("commit", "dirty", "date", "command", "machine")
+
+
+def provenance(doc: dict, fig: dict) -> dict:
+    """Where and when `fig` was measured: its own fields where it was carried over, else the run's."""
+    return {key: fig.get(key, doc.get(key)) for key in PROVENANCE}
+
+
+def _merged(path: Path, figures: list[dict]) -> list[dict]:
+    """These figures, and those of an earlier file at `path` that this run does not measure (each
+    with its own provenance), in the file's order with new names last."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return list(figures)
+    new = {fig["name"]: fig for fig in figures}
+    kept = [new.pop(fig["name"]) if fig.get("name") in new else {**fig, **provenance(old, fig)}
+            for fig in old.get("figures", [])]
+    return kept + list(new.values())
 
 
 def write(benchmark: str, figures: list[dict], *, command: str | None = None,
-          folder: Path = RESULTS, details: dict | None = None) -> Path:
+          folder: Path = RESULTS, measured: dict | None = None, details: dict | None = None) -> Path:
     """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date;
-    `details`: what else the run found (a profile, a reason a figure is absent), kept as given."""
+    `details`: what else the run found (a profile, a reason a figure is absent), kept as given.
+
+    `measured` overrides the provenance (`commit`, `dirty`, `date`, `command`, `machine`) for
+    figures measured elsewhere and entered by hand."""
+    folder = Path(folder)
+    path = folder / f"{benchmark}.json"
     doc = {"benchmark": benchmark, "commit": _git("rev-parse", "--short", "HEAD"),
            "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
            "date": _dt.date.today().isoformat(),
            "command": command or "python -m benchmarks." + benchmark + " " + " ".join(sys.argv[1:]),
-           "machine": machine(), "figures": figures}
+           "machine": machine()}
+    doc.update(measured or {})
+    doc["figures"] = _merged(path, figures)
     if details is not None:
         doc["details"] = details
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{benchmark}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     tmp.replace(path)
     return path

@@ -41,6 +41,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
+from benchmarks import record  # noqa: E402
+
 NAMES = ("w_qkv", "w_o", "w_in", "w_out")
 TEXT = "The keys to the cabinet that my grandmother left us are on the kitchen table, next to the old radio."
 
@@ -80,7 +82,7 @@ def median_ms(times) -> float:
     return statistics.median(times) * 1e3
 
 
-def products(model, rows: str, repeat: int, rng) -> None:
+def products(model, rows: str, repeat: int, rng) -> list[dict]:
     mats = [getattr(layer, n) for layer in model.weights.layers for n in NAMES]
     ways = {
         "x @ w": lambda x, w: x @ w,
@@ -90,6 +92,7 @@ def products(model, rows: str, repeat: int, rng) -> None:
     print(f"1. one run's products, every matrix as the file's rows ({len(mats)} matrices, "
           f"{sum(w.nbytes for w in mats) / 2 ** 20:.0f} MiB, Fortran order), ms")
     print(f"  {'M':>4} " + "".join(f"{name:>17}" for name in ways) + "   (w.T @ x.T).T / x @ w")
+    figures = []
     for m in (int(r) for r in rows.split(",")):
         xs = {d: rng.standard_normal((m, d), dtype=np.float32) for d in {w.shape[0] for w in mats}}
         use = [k for k in ways if k != "M x (x[i] @ w)" or m <= 8]
@@ -104,14 +107,20 @@ def products(model, rows: str, repeat: int, rng) -> None:
         med = {k: median_ms(v) for k, v in times.items()}
         cells = "".join(f"{med[k]:17.1f}" if k in med else f"{'':>17}" for k in ways)
         print(f"  {m:>4} {cells}   {med['(w.T @ x.T).T'] / med['x @ w']:.2f}x")
+        figures.append(record.figure(
+            f"{m} rows through every matrix: (w.T @ x.T).T time / x @ w", med["(w.T @ x.T).T"] /
+            med["x @ w"], "x", runs=[a / b for a, b in zip(times["(w.T @ x.T).T"], times["x @ w"])],
+            note=f"medians of {repeat} rounds, the file's rows (Fortran order)"))
+    return figures
 
 
-def whole_runs(model, runs: str, repeat: int, rng) -> None:
+def whole_runs(model, runs: str, repeat: int, rng) -> list[dict]:
     from attnviz.engine.computing import layers
 
     rule = layers.STORED_ROWS_FIRST
     print(f"2. whole runs without the cache on the model as loaded (model.run(ids=..., "
           f"use_cache=False)), median of {repeat} turns")
+    figures = []
     try:
         for T in (int(t) for t in runs.split(",")):
             ids = rng.integers(100, model.config.vocab_size, T).tolist()
@@ -125,11 +134,15 @@ def whole_runs(model, runs: str, repeat: int, rng) -> None:
             a, b = median_ms(times[0]), median_ms(times[rule])
             print(f"  T = {T:>3}: x @ w {a:6.1f} ms, (w.T @ x.T).T for a Fortran-order matrix up to "
                   f"{rule} rows {b:6.1f} ms ({b / a:.2f}x)")
+            figures.append(record.figure(
+                f"a whole run of T = {T}, the engine's products / x @ w", b / a, "x",
+                note=f"medians of {repeat} turns, no cache"))
     finally:
         layers.STORED_ROWS_FIRST = rule
+    return figures
 
 
-def layouts(loaded, rows_model, repeat: int, rng) -> None:
+def layouts(loaded, rows_model, repeat: int, rng) -> list[dict]:
     order = lambda w: "C" if w.flags.c_contiguous else "F"  # noqa: E731
     L = len(loaded.weights.layers)
     print("3. one row through each kind of matrix, every layer, the run's other products between, ms")
@@ -169,6 +182,9 @@ def layouts(loaded, rows_model, repeat: int, rng) -> None:
     for name, v in res.items():
         print(f"  {name:19s} p50 {np.median(v) * 1e3:6.2f} ms, p95 {np.percentile(v, 95) * 1e3:6.2f} ms "
               f"({len(v)} keystrokes)")
+    return [record.figure(f"a cached keystroke's run, matrices {name}, p50", float(np.median(v)) * 1e3,
+                          "ms", note=f"{len(v)} keystrokes, the two layouts in turns")
+            for name, v in res.items()]
 
 
 def main() -> None:
@@ -179,18 +195,20 @@ def main() -> None:
     ap.add_argument("--layouts", action="store_true", help="also: C against Fortran order, and keystrokes")
     args = ap.parse_args()
     from attnviz.engine import load_model
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     loaded, rows_model = load_model(smollm2_path()), as_file_rows(load_model(smollm2_path()))
     rng = np.random.default_rng(0)
     print(f"{os.cpu_count()} CPUs, {cores()} BLAS threads; {loaded.name}")
+    figures = []
     with threadpool_limits(cores(), user_api="blas"):
         if args.rows:
-            products(rows_model, args.rows, args.repeat, rng)
+            figures += products(rows_model, args.rows, args.repeat, rng)
         if args.runs:
-            whole_runs(loaded, args.runs, args.repeat, rng)
+            figures += whole_runs(loaded, args.runs, args.repeat, rng)
         if args.layouts:
-            layouts(loaded, rows_model, args.repeat, rng)
+            figures += layouts(loaded, rows_model, args.repeat, rng)
+    record.write("row_products", figures)
 
 
 if __name__ == "__main__":

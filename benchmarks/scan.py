@@ -24,16 +24,18 @@ from pathlib import Path
 # benchmarks/typing.py would shadow the standard library's typing module for dask
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import argparse
-import importlib.util
-import json
-import statistics
-import os
-import tempfile
-import time
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import statistics  # noqa: E402
+import os  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+if str(ROOT) not in sys.path:  # benchmarks.record, run as a script too
+    sys.path.append(str(ROOT))
 
 
 def smollm2_path() -> str:
@@ -109,7 +111,7 @@ def warm(source: str, sha: str, texts: tuple, max_tokens: int) -> float:
 def plain_init(source: str, sha: str, texts: tuple, max_tokens: int) -> None:
     """A plain process of the baseline pool: as a Dask worker is set up (one BLAS thread, one core
     for the engine's threads, the model loaded once and kept, warm)."""
-    from attnviz.engine.computing.parallel import limit_cores
+    from attnviz.engine.parallel import limit_cores
 
     limit_cores(1)
     warm(source, sha, texts, max_tokens)
@@ -412,6 +414,38 @@ def project(res: dict, args, n_docs: int = 10_000, n_workers: int = 16) -> None:
           "worker writes into --out).")
 
 
+LABELS = {"minilm": "MiniLM", "smollm2": "SmolLM2"}
+
+
+def figures(name: str, res: dict, args) -> list[dict]:
+    """The scan's three goals for one model, as the report above reads them."""
+    label, out = LABELS.get(name, name), []
+    note = f"fastest of {args.repeat} runs per mode, the modes in turns, batch {args.batch}"
+    one = res.get("dask1")
+    if one:
+        out.append(record_figure(f"scan, {label}: 1 Dask worker against the in-process loop",
+                                 res["loop"]["s"] / one["s"], "x", goal=0.9, goal_is="min", note=note))
+    if one and "dask2" in res:
+        rounds = [a / b for a, b in zip(one["walls"], res["dask2"]["walls"])]
+        out.append(record_figure(f"scan, {label}: 2 Dask workers against 1", one["s"] / res["dask2"]["s"],
+                                 "x", goal=1.8, goal_is="min", headline=True, runs=rounds,
+                                 note=note + "; runs: the ratio round by round"))
+        if "plain2" in res and "plain1" in res:
+            out.append(record_figure(f"scan, {label}: 2 plain processes against 1 (the machine's own)",
+                                     res["plain1"]["s"] / res["plain2"]["s"], "x", note=note))
+    model_mb = res["model_arrays_mb"]
+    peak = max(max(res[f"dask{n}"]["worker_peak_rss_mb"]) for n in args.workers)
+    out.append(record_figure(f"scan, {label}: peak RSS per worker", peak, "MB", goal=model_mb + 300,
+                             note=f"goal: the model's {model_mb:.0f} MB of arrays + 300 MB"))
+    return out
+
+
+def record_figure(*args, **kw) -> dict:
+    from benchmarks import record  # imported here: the workers' processes import this module too
+
+    return record.figure(*args, **kw)
+
+
 def main(argv=None) -> int:
     from attnviz.corpus import DEFAULT_BATCH
 
@@ -440,6 +474,9 @@ def main(argv=None) -> int:
             res = bench_model(name, source, corpus, args, tmp)
             report(res, args, load)
             out[name] = res
+    from benchmarks import record
+
+    record.write("scan", [f for name, res in out.items() for f in figures(name, res, args)])
     end = os.getloadavg()
     print(f"\nload average at the end {end[0]:.2f} {end[1]:.2f} {end[2]:.2f}")
     if args.json:

@@ -38,6 +38,8 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchm
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from benchmarks import record  # noqa: E402
+
 MODEL = "SmolLM2-135M-Instruct"
 GOALS = {"paragraph": 1.2, "probe": 5.0, "export": 1.5}
 WORDS = ("the river that runs past our town rises every spring when snow melts in the hills and "
@@ -126,7 +128,7 @@ def time_paragraph(runs: int, layer: int | None = None) -> list[dict]:
 def time_probe(runs: int) -> list[dict]:
     from attnviz.engine import load_model
     from attnviz.engine.analysing import probes
-    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.tuning import limit_blas_threads
 
     limit_blas_threads()  # as the window's jobs run
     model = load_model(MODEL)
@@ -233,7 +235,27 @@ def main() -> int:
                   f"it); the whole result painted: median {statistics.median(totals):.2f} s")
     if args.json:
         print(json.dumps(results))
+    record.write("slow_spots", figures(results))
     return 0
+
+
+NAMES = {"paragraph": "a pasted 400-word paragraph to its first heatmaps, SmolLM2",
+         "probe": "the agreement probe, SmolLM2",
+         "export": "`attnviz export --view anatomy`, a fresh process"}
+
+
+def figures(results: dict) -> list[dict]:
+    """The medians the goals are read against (the paragraph's: its first heatmaps)."""
+    out = []
+    for name, rows in results.items():
+        key = "first_heatmaps" if name == "paragraph" else "total"
+        runs = [r[key] for r in rows]
+        note = f"median of {len(runs)} runs"
+        if name == "paragraph":
+            note += f", layer {rows[0]['layer']} on screen"
+        out.append(record.figure(NAMES[name], statistics.median(runs), "s", runs=runs,
+                                 goal=GOALS[name], headline=True, note=note))
+    return out
 
 
 if __name__ == "__main__":

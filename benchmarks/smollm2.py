@@ -535,7 +535,35 @@ def main() -> int:
     report(res)
     if args.json:
         print(json.dumps(res))
+    from benchmarks import record
+
+    record.write("smollm2", figures(res, record))
     return 0
+
+
+def figures(res: dict, record) -> list[dict]:
+    """The goals' figures: HF's eager ratio, the cached step against the floor and the full run,
+    the load in a fresh process, and the peak RSS."""
+    out = []
+    for row in res["inprocess"]["settings"]:
+        for f in row["forward"]:
+            if f["ratio"]:
+                out.append(record.figure(
+                    f"SmolLM2 full forward at T = {f['T']}, {row['threads']} thread(s): attnviz / HF eager",
+                    f["ratio"], "x", goal=GOALS["ratio_hf"], note="medians"))
+        c = row["cache"]
+        out.append(record.figure(f"SmolLM2 cached step at T = 64, {row['threads']} thread(s): against "
+                                 "the weight-streaming floor", c["floor_ratio"], "x",
+                                 goal=GOALS["floor_ratio"], note=f"{c['step_s'] * 1e3:.1f} ms a step"))
+        out.append(record.figure(f"SmolLM2 cached step at T = 64, {row['threads']} thread(s): speed-up "
+                                 "over the full run", c["speedup"], "x", goal=GOALS["cache_speedup"],
+                                 goal_is="min"))
+    loads = [c["load_model_s"] for c in res["cold"]]
+    out.append(record.figure("SmolLM2 load_model in a fresh process", statistics.median(loads), "s",
+                             runs=loads, headline=True, note=f"median of {len(loads)}"))
+    gib = res["rss"]["after_run"]["VmHWM"] / 2 ** 30
+    out.append(record.figure("SmolLM2 peak RSS after a run", gib, "GiB", goal=GOALS["rss_gib"]))
+    return out
 
 
 if __name__ == "__main__":

@@ -159,7 +159,7 @@ def _spin(app, seconds: float, until=None) -> None:
 def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | None = None,
                anatomy: str = "off", effects: bool = False, layer: int | None = None,
                probe_first: bool = False) -> dict:
-    from PySide6.QtCore import QEvent, QEventLoop, QObject, Qt, QTimer
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
     from PySide6.QtTest import QTest
 
     from attnviz.ui.app import make_app
@@ -422,13 +422,13 @@ def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
 def products_floor(model: str, max_t: int):
     """(seconds, rows, MB, matrices): the median time of one product of a keystroke's rows with
     each of the model's weight matrices (a causal model's cached keystroke computes 1 new row, an
-    encoder's all T), on every core as the window's runs (ui/machinery/runner.wide_blas): what a
+    encoder's all T), on every core as the window's runs (ui/machinery/tuning.wide_blas): what a
     keystroke's run cannot go below with these weights and this BLAS. None if it cannot load."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
     from attnviz.engine import load_model
-    from attnviz.engine.computing.parallel import cores
+    from attnviz.engine.parallel import cores
 
     try:
         m = load_model(model)
@@ -449,6 +449,45 @@ def products_floor(model: str, max_t: int):
                 xs[a.shape[0]] @ a
             times.append(time.perf_counter() - t0)
     return sorted(times)[5], n_rows, sum(a.nbytes for a in mats) / 1e6, len(mats)
+
+
+def model_label(model: str) -> str:
+    low = model.lower()
+    if "minilm" in low:
+        return "MiniLM"
+    if "smollm2" in low:
+        return "SmolLM2"
+    return os.path.basename(model.rstrip("/"))
+
+
+def figures(rows: list[dict], cold: list, model: str, record) -> list[dict]:
+    """Per view: the keystroke's p95 (the worst run's: a goal is met where every run met it), the
+    first paint's for a previewed layer, and the stall; the cold start's best run."""
+    label, out, groups = model_label(model), [], {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["effects"], r.get("layer")), []).append(r)
+    for (mode, effects, layer), runs in groups.items():
+        goal = layer_goal(model) if mode == "layer" else GOALS[mode][1]
+        view = (f"layer {layer} on screen" if mode == "layer" and layer is not None else
+                "one layer" if mode == "layer" else "all layers") + (
+            ", What heads do shown" if effects else "")
+        note = f"the worst of {len(runs)} run(s)"
+        p95s = [r["p95"] * 1e3 for r in runs]
+        out.append(record.figure(f"typing, {label}, {view}: keystroke to the whole result painted, p95",
+                                 max(p95s), "ms", runs=p95s, goal=goal * 1e3, note=note,
+                                 headline=mode == "layer" and not effects))
+        firsts = [r["first_p95"] * 1e3 for r in runs if r.get("previews")]
+        if firsts:
+            out.append(record.figure(f"typing, {label}, {view}: keystroke to the first paint, p95",
+                                     max(firsts), "ms", runs=firsts, goal=goal * 1e3, note=note))
+        stalls = [r["stall"] * 1e3 for r in runs]
+        out.append(record.figure(f"typing, {label}, {view}: main-thread stall", max(stalls), "ms",
+                                 runs=stalls, goal=16.0, note=note, headline=mode == "layer" and not effects))
+    if cold:
+        starts = [c[0] for c in cold]
+        out.append(record.figure(f"typing, {label}: cold start to the first painted heatmaps",
+                                 min(starts), "s", runs=starts, goal=1.5, note="the best run"))
+    return out
 
 
 def main() -> int:
@@ -583,6 +622,9 @@ def main() -> int:
                   f"{r['rest_p95'] * 1e3:.1f} ms: the products plus the rest's p50 "
                   f"{(floor_s + r['rest_p50']) * 1e3:.1f} ms")
     print("goals: stall <= 16 ms")
+    from benchmarks import record
+
+    record.write("typing", figures(rows, cold, args.model, record))
     if args.json:
         import json
 

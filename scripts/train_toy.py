@@ -370,7 +370,7 @@ def main(argv=None):
     tok.save(str(out / "tokenizer.json"))
     (out / "config.json").write_text(json.dumps(gpt2_config(), indent=2) + "\n", encoding="utf-8")
     from attnviz.engine.analysing.probes import probe_ids
-    from attnviz.engine.computing.model import load_folder
+    from attnviz.engine.computing.load import load_folder
     from safetensors.numpy import save_file
 
     model = ToyGPT(sin_pos=args.sin_pos)
@@ -430,7 +430,8 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
                       n_held):
     from safetensors.numpy import save_file
 
-    from attnviz.engine.reading.checkpoints import CHECKPOINTS_FILE, load_checkpoints
+    from attnviz.engine.analysing.training import induction_scores
+    from attnviz.engine.computing.checkpoints import CHECKPOINTS_FILE, load_checkpoints
 
     entries = []
     ck_dir = out / "checkpoints"
@@ -498,7 +499,7 @@ def write_checkpoints(out, trace, snaps, picked, span, probe, train_s, n_train_t
         f"{CHECKPOINTS_FILE} lists them with their scores and the definitions.\n", encoding="utf-8")
     # the induction scores recorded are the engine's, from the stored F16 files
     ckpts = load_checkpoints(out)
-    for e, (layer, head, s) in zip(entries, ckpts.induction_scores()):
+    for e, (layer, head, s) in zip(entries, induction_scores(ckpts)):
         e["induction_score"], e["induction_head"] = round(s, 5), [layer, head]
     for e, i in zip(entries, picked):
         assert abs(e["induction_score"] - trace[i]["induction_torch"]) < 0.02, (e, trace[i])

@@ -22,7 +22,7 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, heads as H, qk as Q
 from attnviz.engine.analysing.probes import run_probe
 from attnviz.engine.analysing.samples import SAMPLES
-from attnviz.engine.reading.checkpoints import load_checkpoints
+from attnviz.engine.computing.checkpoints import load_checkpoints
 from attnviz.engine.reading.registry import TOY_MODEL
 
 SMOLLM2 = "SmolLM2-135M-Instruct"

@@ -51,6 +51,6 @@ def toy():
 @pytest.fixture(scope="session")
 def ckpts(toy):
     """The toy model's training checkpoints (a CheckpointSet)."""
-    from attnviz.engine.reading.checkpoints import load_checkpoints
+    from attnviz.engine.computing.checkpoints import load_checkpoints
 
     return load_checkpoints(toy)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnviz.engine.reading.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
 
 
 def checkpoint_index(text: str) -> int:
@@ -52,4 +52,13 @@ def describe(model) -> str:
 
 def at(model, args):
     """`model` (loaded from --model) at --checkpoint (out of range: InputError, exit 2)."""
-    return model_at(model, getattr(args, "checkpoint", None))
+    from attnviz.engine.errors import InputError
+    from attnviz.engine.computing.checkpoints import load_checkpoints
+    from attnviz.engine.reading.registry import TOY_MODEL
+
+    try:
+        return model_at(model, getattr(args, "checkpoint", None))
+    except InputError as exc:
+        if load_checkpoints(model) is not None:
+            raise
+        raise InputError(f"{exc}; {TOY_MODEL} has them: --model {TOY_MODEL}") from None

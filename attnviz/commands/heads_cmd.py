@@ -9,11 +9,11 @@ import textwrap
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import at_least, non_negative, positive, refuse_options, show_notice
-from attnviz.engine import DEFAULT_MODEL, load_model
+from attnviz.commands.checks import add_model, at_least, non_negative, positive, refuse_options, show_notice
+from attnviz.engine import load_model
 from attnviz.engine.analysing import find as F, heads as H, probes as P
 from attnviz.engine.reading import textbook
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Score every head of a model on a text or on the repeated-random "
                                    "probe, label it with its strongest role, and print the "
                                    "definitions beside the numbers.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    add_model(p)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to score (the model's special tokens are added)")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
@@ -49,7 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("find", help="rank every head by the weight from one token to another",
                        description="Rank every head in every layer by the attention weight from "
                                    "the --from token (query) to the --to token (key).")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model name or folder (default: %(default)s)")
+    add_model(p)
     p.add_argument("--text", required=True, help="text to run")
     p.add_argument("--truncate", action="store_true", help="cut text longer than the model's positions")
     p.add_argument("--from", dest="from_token", required=True, metavar="TOKEN",

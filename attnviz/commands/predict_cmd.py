@@ -11,17 +11,18 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import blas_for, parse_ids, positive, refuse_options, show_notice
+from attnviz.commands.checks import (
+    add_model, blas_for, parse_ids, positive, prediction_head, refuse_options, show_notice,
+)
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongTrace
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.reading.token_text import quoted
-
-CAUSAL_DEFAULT = "SmolLM2-135M-Instruct"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,8 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _source(p, probe: bool) -> None:
-    p.add_argument("--model", default=CAUSAL_DEFAULT, help="model name, folder or .gguf (default: "
-                   "%(default)s)")
+    add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--text", help="text to run (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated token ids, run as given (no special tokens)")
@@ -106,7 +106,7 @@ def _run_prediction(model, args):
 
 def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     """The `predict` JSON document for a run's trace (clean, or edited with `edits`)."""
-    head = P.lm_head(model)
+    head = model.lm_head()
     clean = result.trace
     trace = A.run_edited(model, clean, edits, patterns=False) if edits else clean
     q = P.position_index(len(clean.ids), position)
@@ -121,13 +121,13 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     doc = {
         "model": model.name, "tokens": list(result.tokens), "labels": list(result.labels),
         "input_ids": result.input_ids.tolist(), "position": q,
-        "top": [{"id": int(i), "token": P.token_text(model, i), "logprob": float(lp)}
+        "top": [{"id": int(i), "token": token_text(model, i), "logprob": float(lp)}
                 for i, lp in zip(pred.top_ids[:top], pred.top_logprobs[:top])],
-        "target": target, "alt": alt, "target_token": P.token_text(model, target),
-        "alt_token": P.token_text(model, alt), "logit_diff": dla.logit_diff,
+        "target": target, "alt": alt, "target_token": token_text(model, target),
+        "alt_token": token_text(model, alt), "logit_diff": dla.logit_diff,
         "dla": dla.heads.tolist(),
         "dla_rest": {"mlp": dla.mlp.tolist(), "embed": dla.embed, "bias": dla.bias},
-        "lens": [{"top_id": int(i), "top_token": P.token_text(model, i), "target_logprob": float(t)}
+        "lens": [{"top_id": int(i), "top_token": token_text(model, i), "target_logprob": float(t)}
                  for i, t in zip(lens.top_ids, lens.target_logprobs)],
         "target_logprob": float(pred.logprobs[target]),
     }
@@ -142,7 +142,7 @@ def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
-    P.lm_head(model)  # refuses a model that cannot predict, before running anything
+    prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
     with blas_for(model, args.text, parse_ids(args.ids) if args.ids is not None else None):
         return _predict(model, args)
 
@@ -201,7 +201,7 @@ def cmd_scan(args) -> int:
         refuse_options((("--position", args.position is not None), ("--target", args.target is not None)),
                        "only with --loss next", sep=" and ")
     model = checkpoint_opt.at(load_model(args.model), args)
-    head = P.lm_head(model)
+    head = prediction_head(model, args.command)
     if args.probe:
         ids = probe_ids(model)[0]
         tokens, labels = model.tokenizer.labels_for_ids(ids)
@@ -225,7 +225,7 @@ def cmd_scan(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    what = (f"-log p({quoted(P.token_text(model, scan.target))} ({scan.target})) after token "
+    what = (f"-log p({quoted(token_text(model, scan.target))} ({scan.target})) after token "
             f"{scan.position} {quoted(labels[scan.position])}" if loss == "next" else
             f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
     print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "

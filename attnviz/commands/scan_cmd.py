@@ -10,11 +10,10 @@ import math
 import sys
 from pathlib import Path
 
-from attnviz.commands.checks import non_negative, positive
+from attnviz.commands.checks import add_model, non_negative, positive
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
-from attnviz.engine import DEFAULT_MODEL
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading.token_text import quoted
 
@@ -27,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "and induction, and each head's top examples, as Parquet files in --out. Batches "
                     "of texts are Dask tasks, on a LocalCluster of processes or on the cluster at "
                     "--scheduler. Rerunning the same command after an interrupt resumes it.")
-    p.add_argument("--model", default=DEFAULT_MODEL, help="model name, folder or .gguf file "
-                   "(default: %(default)s); on --scheduler every worker must be able to open it")
+    add_model(p, "on --scheduler every worker must be able to open it")
     p.add_argument("--corpus", required=True, metavar="FILE",
                    help=".txt (one text per line, or paragraphs: --split), .jsonl (a 'text' field) "
                         "or .parquet (a 'text' column)")

@@ -19,7 +19,7 @@ from pathlib import Path
 from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES, store
 from attnviz.corpus.source import Corpus, read_corpus
 from attnviz.corpus.tasks import Batch, BatchDone, run_batch, run_batch_and_report
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
@@ -151,12 +151,10 @@ def run_in_process(plan: Plan, progress: Progress | None = None) -> list:
     return done
 
 
-# The local cluster's own upkeep, slowed down: with Dask's defaults an idle 2-worker LocalCluster
-# took 1.47 CPU s every 10 s (7 % of a 2-core machine, taken from the workers' tasks), with these
-# 0.33 (its processes' CPU times over 10 idle seconds). The event-loop tick monitor (every 20 ms
-# in every process), the system monitor (500 ms), the nanny's memory check (100 ms) and work
-# stealing (100 ms) run rarer; none is needed that often for batches of seconds each (a worker
-# over its memory limit is still stopped, within a second).
+# The local cluster's own upkeep, slowed down: Dask's defaults spend CPU that a small machine's
+# workers need on checks that batches of seconds each do not need that often (the event-loop tick
+# monitor, the system monitor, the nanny's memory check, work stealing); a worker over its memory
+# limit is still stopped, within a second (benchmarks/scan.py measures the scan).
 QUIET_CLUSTER = {
     "distributed.worker.profile.enabled": False,
     "distributed.admin.tick.interval": "200ms",
@@ -165,9 +163,8 @@ QUIET_CLUSTER = {
     "distributed.scheduler.work-stealing-interval": "1s",
     # glibc's own malloc tuning instead of Dask's MALLOC_TRIM_THRESHOLD_=65536: setting any malloc
     # threshold freezes glibc's moving mmap threshold (worker_model's mallopt only sets it high
-    # again, for a cluster given with --scheduler). Measured in turns with benchmarks/scan.py on
-    # MiniLM: the tasks' CPU seconds 3.54-3.67 without the variable, 3.83-3.85 with it and the
-    # mallopt; 2 workers against one the same (1.87-1.89x) either way.
+    # again, for a cluster given with --scheduler): the tasks take less CPU without the variable
+    # (benchmarks/scan.py measures it).
     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
 }
 

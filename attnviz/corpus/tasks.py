@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.engine.analysing import corpus_stats as S
-from attnviz.engine.computing.parallel import limit_cores
+from attnviz.engine.parallel import limit_cores
 from attnviz.engine.errors import AttnvizError, InputError
 
 log = logging.getLogger(__name__)
@@ -103,8 +103,8 @@ def malloc_like_default() -> bool:
     distributed.nanny.pre-spawn-environ). Setting any glibc malloc threshold also freezes the mmap
     threshold at 128 KiB, which otherwise rises to the size of the largest block freed (up to
     32 MiB): so in a worker every array over 128 KiB (a layer's [n_head, T, T] patterns, the
-    statistics' temporaries) is a fresh mmap, zero-filled page by page and unmapped when freed, and
-    a MiniLM task took about 1.5x as long as in a plain process. This sets the mmap
+    statistics' temporaries) is a fresh mmap, zero-filled page by page and unmapped when freed, so
+    a task runs slower than in a plain process (benchmarks/scan.py). This sets the mmap
     threshold to glibc's own ceiling and the trim threshold to twice it, as glibc's dynamic rule
     does, so a worker reuses its heap like the in-process loop. A process without the variable
     (the in-process loop, the window) is left alone."""

@@ -106,7 +106,7 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
               value_weighted: bool = False) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
-    of}: engine.reading.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
+    of}: engine.computing.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
     What is shown (value weighting, the hidden first key, the colour levels) is figures/view.Shown,
     the window's own: `value_weighted` needs a result run with values=True."""
     if result is None:

@@ -67,6 +67,9 @@ def effects_view(kind: str, analysis, *, model: str, result, kv_group, typed=(""
         raise ExportError(f"unknown view {kind!r}; one of {', '.join(VIEWS)}")
     if analysis is None:
         raise ExportError("no prediction to export yet: show the What heads do panel on a causal model")
+    if analysis.position >= len(result.tokens):
+        raise ExportError(f"the prediction is after token {analysis.position}, past the {len(result.tokens)} "
+                          "tokens of the text shown: it is of another text")
     return EffectsView(kind, model, result.text, list(result.tokens), list(result.labels),
                        [int(i) for i in result.input_ids], analysis, np.asarray(kv_group),
                        (str(typed[0]), str(typed[1])), {**DISPLAY, **(display or {})})

@@ -54,9 +54,8 @@ PNG_LEVEL = 1  # zlib's level for a figure's pixels
 def encode_png(image: QImage) -> bytes:
     """A rendered figure (the heatmaps', the anatomy's) as PNG bytes: 8-bit RGB (RGBA where the
     image has an alpha channel), every row unfiltered, zlib at level 1, and the image's resolution
-    (pHYs). Qt's PNG writer (libpng) tries every row filter on every row: a 2400 x 4455 anatomy
-    took 0.40 s at its lightest useful setting and gave 4.2 MB; this takes about 0.15 s and gives
-    2.7 MB (figures are flat paper, text and heatmap cells: the row filters buy little)."""
+    (pHYs). Qt's PNG writer (libpng) tries every row filter on every row, slower and larger for
+    figures, which are flat paper, text and heatmap cells: the row filters buy little."""
     import struct
     import zlib
 

@@ -80,7 +80,8 @@ def colormap_colors(name: str, n: int) -> np.ndarray:  # -> [n, 3] uint8
     """The one place a colormap is sampled: pyqtgraph's map at n evenly spaced points, 0 to 1, as
     `pg.colormap.get(name).getLookupTable(0, 1, n)` gives it (tests/figures/test_colormap_file.py
     holds the two equal for every map pyqtgraph ships). Read from pyqtgraph's own map file, without
-    importing pyqtgraph: its package import (QtWidgets and all) was 0.4 s of an image export."""
+    importing pyqtgraph: its package import (QtWidgets and all) would be a large share of an image
+    export."""
     pos, stops = _map_stops(name)  # [k], [k, 3] uint8
     x = np.linspace(0.0, 1.0, n)
     lut = np.empty((n, 3), np.uint8)

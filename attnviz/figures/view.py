@@ -41,7 +41,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.computing.parallel import in_parallel
+from attnviz.engine.parallel import in_parallel
 from attnviz.engine.computing.patterns import SCALE_MODES, key_totals, max_pool, reweigh
 from attnviz.engine.errors import Cancelled, InputError
 
@@ -300,7 +300,7 @@ class Shown:
 
     def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> np.ndarray:
         """Cells of exact shown rows, ROW_BLOCK rows at a time; a long run's blocks shared out to
-        threads (engine/computing/parallel.in_parallel), each block's cells combined after."""
+        threads (engine/parallel.in_parallel), each block's cells combined after."""
         r0, r1, c0, c1 = region
         H, W = shape
         row_edges, col_edges = cell_edges(r0, r1, H), cell_edges(0, c1 - c0, W)

@@ -27,7 +27,7 @@ def assemble(debounce_ms: int = 0):
     BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
     Returns (AppState, Worker)."""
     from attnviz.ui.machinery.state import AppState
-    from attnviz.ui.machinery.runner import limit_blas_threads
+    from attnviz.ui.machinery.tuning import limit_blas_threads
     from attnviz.ui.machinery.worker import Worker
 
     limit_blas_threads()

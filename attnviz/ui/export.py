@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.reading.checkpoints import checkpoint_record
+from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.computing.patterns import SCALE_MODES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
@@ -65,16 +65,30 @@ def effects_view(state, kind: str):
     eff, r = state.effects, state.result
     if r is None or state.model is None:
         raise ExportError(NOTHING_YET)
-    if eff.analysis is None:
-        raise ExportError(eff.note or "no prediction to export yet: show the What heads do panel on "
-                                      "a causal model")
+    analysis = eff.analysis_of(r) or _analyse_now(state)
     layer, head = state.focus if state.focus is not None else (state.layer, None)
-    return make(kind, eff.analysis, model=state.model_name, result=r, kv_group=r.kv_group,
+    return make(kind, analysis, model=state.model_name, result=r, kv_group=r.kv_group,
                 typed=(eff.target, eff.alt),
                 display={"layer": layer, "head": head, "scope": "head" if head is not None else "layer",
                          "view_mode": state.view_mode, "colormap": state.colormap,
                          "scale_mode": state.scale_mode, "hide_first": state.hide_first,
                          "value_weighted": state.value_weighted})
+
+
+def _analyse_now(state):
+    """The prediction, lens and DLA of the window's text, query, typed tokens and ablation, run
+    here: the panel's own analysis is of an earlier text when the text changed while it was hidden."""
+    from attnviz.engine.analysing.effects import window_run
+    from attnviz.ui.machinery.effects_jobs import analyse_typed
+
+    eff, r, model = state.effects, state.result, state.model
+    if not model.config.causal:
+        raise ExportError(eff.note or f"{state.model_name} predicts no next token: the prediction, "
+                                      "lens and DLA need a causal language model")
+    run = eff.run_of(r)
+    if run is None or run.ablation != eff.ablation:
+        run = window_run(model, r.text, ids=None if r.text else r.input_ids, ablation=eff.ablation)
+    return analyse_typed(model, run, state.query_pos, eff.target, eff.alt)[0]
 
 
 def _with_values(state):

@@ -106,6 +106,13 @@ class Menus:
                           "expands the others from its file as they run")
         budget.triggered.connect(lambda: ask_memory_budget(w))
         self.models_menu = ModelsMenu(w.state, w.worker, w.load_model, (folder, gguf, budget), w)
+        from attnviz.ui.panels.compare_menu import CompareMenu
+
+        self.compare_menu = CompareMenu(w, self.models_menu)  # model B beside this one
+        compare = self.compare_action = QAction("&Compare with\u2026", w)  # the window's: a refill keeps it
+        compare.setMenu(self.compare_menu)
+        self.models_menu.extra.append(compare)
+        self.models_menu.fill()
         mb.addMenu(self.models_menu)
 
         view = self.view_menu = mb.addMenu("&View")

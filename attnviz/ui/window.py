@@ -8,7 +8,7 @@ import logging
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
-    QToolButton, QVBoxLayout, QWidget,
+    QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
@@ -127,6 +127,11 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.time_label)
 
     def _build_docks(self, panels: tuple[str, ...]) -> None:
+        # The side panels' tabs run down the window's edge, each name whole: a bar along the
+        # bottom of a 440 px dock cut six names to "Calc…"; past the height the bar scrolls.
+        for area in (Qt.DockWidgetArea.RightDockWidgetArea, Qt.DockWidgetArea.LeftDockWidgetArea):
+            self.setTabPosition(area, QTabWidget.TabPosition.East if area == Qt.DockWidgetArea.RightDockWidgetArea
+                                else QTabWidget.TabPosition.West)
         self.focus_view = FocusView(self.state)
         self.focus_dock = QDockWidget("Focus head", self)
         self.focus_dock.setObjectName("focus_dock")
@@ -143,7 +148,7 @@ class MainWindow(QMainWindow):
 
     def _build_panel_docks(self) -> None:
         """The side panels of other modules, built after the first heatmaps are painted: importing
-        and building them costs about 0.3 s that the first view should not wait for."""
+        and building them takes time that the first view should not wait for (benchmarks/launch.py)."""
         if self.panels_ready:
             return
         self.panels_ready = True
@@ -181,7 +186,7 @@ class MainWindow(QMainWindow):
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         self.focus_dock.raise_()
-        from attnviz.ui.machinery.runner import freeze_start_up_objects
+        from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
         QTimer.singleShot(0, freeze_start_up_objects)  # start-up is done: out of the collector's way
 
@@ -193,7 +198,19 @@ class MainWindow(QMainWindow):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
         self.menus.view_menu.addAction(dock.toggleViewAction())
+        dock.dockLocationChanged.connect(lambda _area: QTimer.singleShot(0, self.tabs_readable))
+        self.tabs_readable()
+        QTimer.singleShot(0, self.tabs_readable)  # (a bar Qt makes at its next layout)
         return dock
+
+    def tabs_readable(self) -> None:
+        """Every tab bar of the docks shows whole names, scrolling when they outgrow it (Qt makes
+        a bar for each group of tabbed docks, and again when docks move)."""
+        for bar in self.findChildren(QTabBar):
+            if bar.parent() is self:
+                bar.setElideMode(Qt.TextElideMode.ElideNone)
+                bar.setUsesScrollButtons(True)
+                bar.setExpanding(False)
 
     def _connect(self) -> None:
         st = self.state
@@ -201,6 +218,8 @@ class MainWindow(QMainWindow):
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigResultChanged.connect(self._on_result)
+        # a long run after a long run leaves the result None (no signal): its count follows the run
+        st.long.sigRunChanged.connect(lambda run: run is not None and self._on_result(None))
         st.sigPreviewChanged.connect(self._on_preview)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
@@ -300,6 +319,10 @@ class MainWindow(QMainWindow):
         else:
             self.clear_error()
             kind = view.get("view")
+            if kind == "compare":  # model B too (ui/panels/compare_menu.py)
+                from attnviz.ui.panels.compare_menu import restore_compare
+
+                restore_compare(self, view)
             if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
@@ -446,7 +469,7 @@ class MainWindow(QMainWindow):
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
-        from attnviz.ui.machinery.runner import thaw_objects
+        from attnviz.ui.machinery.tuning import thaw_objects
 
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()

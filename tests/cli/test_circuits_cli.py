@@ -49,7 +49,7 @@ def test_qk_attribution_prints_a_short_table(capsys):
     rc, out, _ = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
                       "--head", "0", "--query", "5", "--key", "5")
     assert rc == 0
-    assert "L1H0, query 5" in out and "largest query x key pairs" in out
+    assert "L1 H0, query 5" in out and "largest query x key pairs" in out
     assert "query side:" in out and "key side:" in out
 
 

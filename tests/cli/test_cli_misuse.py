@@ -74,6 +74,31 @@ MISUSE = [
     ("out-is-a-folder", ["attention", *TB, "--text", "a", "--out", "{tmp}/dir.npz"],
      r"is a folder, not a file"),
     ("out-is-a-fifo", ["attention", *TB, "--text", "a", "--out", "{tmp}/fifo.npz"], r"not a regular file"),
+    # -- quantize (the type and --out checked before the model is read)
+    ("quantize-unknown-type", ["quantize", *TB, "--type", "Q3_K", "--out", "{out}/m.gguf"],
+     r"cannot quantize to 'Q3_K': the types are Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, F16, BF16, F32"),
+    ("quantize-no-out", ["quantize", *TB, "--type", "Q8_0"], r"required: --out"),
+    ("quantize-out-wrong-suffix", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/m.bin"],
+     r"--out must end in \.gguf, got 'm\.bin'"),
+    ("quantize-out-missing-folder", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/no/m.gguf"],
+     r"the folder .*no does not exist"),
+    ("quantize-out-parent-is-a-file", ["quantize", *TB, "--type", "Q8_0", "--out", "{tmp}/file.txt/m.gguf"],
+     r"the folder .*file\.txt is not a folder"),
+    ("quantize-unknown-model", ["quantize", "--model", "no-such-model-xyz", "--type", "Q8_0", "--out",
+                                "{out}/m.gguf"], r"no model named 'no-such-model-xyz'"),
+    ("quantize-a-family-gguf-cannot-hold", ["quantize", *TB, "--type", "Q8_0", "--out", "{out}/m.gguf"],
+     r"a gpt2 model is not written to GGUF"),
+    # -- compare (--ids and --out checked before any model is read; B refused in one line)
+    ("compare-no-b", ["compare", *TB, "--ids", "1,2"], r"give model B: --against B, --quantize TYPE"),
+    ("compare-b-and-quantize", ["compare", *TB, "--against", "x", "--quantize", "Q8_0", "--ids", "1"],
+     r"not allowed with argument"),
+    ("compare-bad-ids", ["compare", *TB, "--against", "x", "--ids", "1,,2"], r"empty item at position 1"),
+    ("compare-out-wrong-suffix", ["compare", *TB, "--against", "x", "--ids", "1,2", "--out", "{out}/m.txt"],
+     r"--out must end in \.csv, \.json, \.png"),
+    ("compare-unknown-b", ["compare", *TB, "--against", "no-such-model-xyz", "--ids", "1,2"],
+     r"model B \(no-such-model-xyz\): no model named 'no-such-model-xyz'"),
+    ("compare-unknown-type", ["compare", *TB, "--quantize", "Q3_K", "--ids", "1,2"],
+     r"cannot quantize to 'Q3_K'"),
     # -- scan and scan-report (the corpus and the folder checked before anything is written)
     ("scan-no-corpus", ["scan", *TB, "--out", "{out}/s"], r"required: --corpus"),
     ("scan-binary-corpus", ["scan", *TB, "--corpus", "{tmp}/pytorch_model.bin", "--out", "{out}/s"],
@@ -266,6 +291,8 @@ VALID = [  # only these exit 0
     ("circuits-ov-top", ["circuits", *TB, "--head", "0.0", "--token", "cat", "--json"]),
     ("calc-preset", ["calc", "--preset", "gpt2", "--seq-len", "16"]),
     ("calc-list", ["calc", "--list-presets", "--json"]),
+    ("quantize-q8_0", ["quantize", "--model", "{bytes}", "--type", "q8_0", "--out", "{out}/m.gguf"]),
+    ("compare-itself", ["compare", *TB, "--against", "attnviz-textbook", "--text", "the cat"]),
 ]
 
 

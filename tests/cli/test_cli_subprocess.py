@@ -15,13 +15,13 @@ def _cli(*args):
 
 def test_cli_attention_npz(tmp_path):
     out = tmp_path / "a.npz"
-    proc = _cli("attention", "--text", SENTENCE, "--out", str(out))
+    proc = _cli("attention", "--model", "all-MiniLM-L6-v2", "--text", SENTENCE, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     data = np.load(out)
     assert list(data["tokens"])[:3] == ["[CLS]", "the", "keys"]
     assert data["attentions"].dtype == np.float32 and data["attentions"].shape[:2] == (6, 12)
     assert data["kv_group"].tolist() == list(range(12))
-    proc = _cli("attention", "--ids", "1996,6309,2000", "--out", str(out))
+    proc = _cli("attention", "--model", "all-MiniLM-L6-v2", "--ids", "1996,6309,2000", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert np.load(out)["input_ids"].tolist() == [1996, 6309, 2000]
 
@@ -59,10 +59,11 @@ def test_cli_window_without_display_says_so():
 
 
 def test_cli_truncate_flag(tmp_path):
-    long_text = "word " * 600
-    proc = _cli("find", "--text", long_text, "--from", "word@1", "--to", "word@2")
+    long_text = "word " * 600  # past MiniLM's 512 positions
+    proc = _cli("find", "--model", "all-MiniLM-L6-v2", "--text", long_text, "--from", "word@1", "--to", "word@2")
     assert proc.returncode == 2 and "--truncate" in proc.stderr
-    proc = _cli("find", "--text", long_text, "--from", "word@1", "--to", "word@2", "--truncate", "--top", "1")
+    proc = _cli("find", "--model", "all-MiniLM-L6-v2", "--text", long_text, "--from", "word@1", "--to", "word@2",
+                "--truncate", "--top", "1")
     assert proc.returncode == 0, proc.stderr
 
 

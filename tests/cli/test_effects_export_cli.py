@@ -48,5 +48,6 @@ def test_prediction_and_dla_exports_carry_the_engines_numbers(tmp_path):
 def test_an_encoder_is_refused_in_one_line(tmp_path):
     proc = _cli("--model", "all-MiniLM-L6-v2", "--view", "lens", "--out", str(tmp_path / "l.json"), cwd=tmp_path)
     assert proc.returncode != 0
-    assert proc.stderr.strip().splitlines()[-1].endswith("predicts no next token")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "predicts no next token" in last and last.endswith("--model SmolLM2-135M-Instruct")
     assert not (tmp_path / "l.json").exists()

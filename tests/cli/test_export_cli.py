@@ -21,7 +21,8 @@ def run(minilm):
 def _cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY",
                                                             "QT_QPA_PLATFORM")}
-    return subprocess.run([sys.executable, "-m", "attnviz", "export", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "attnviz", "export", "--model", "all-MiniLM-L6-v2", *args],
+                          cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -6,7 +6,7 @@ from gguf_files import gguf_tensors, write_gguf
 from tests.engine.test_gguf_discovery import home, stores  # noqa: F401  (fixtures)
 
 
-def test_cli_lists_gguf_models_and_says_what_is_hidden(stores, home, capsys):
+def test_cli_lists_gguf_models_and_says_what_is_hidden(stores, home, capsys):  # noqa: F811
     from attnviz.cli import main
 
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")

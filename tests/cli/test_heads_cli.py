@@ -5,9 +5,12 @@ from attnviz.engine.analysing import heads as H
 
 
 def _cli(capsys, *argv):
+    """`attnviz ARGV` on MiniLM unless ARGV names a model (these tests' numbers are MiniLM's; the
+    commands default to the window's model)."""
     from attnviz.cli import main
 
-    rc = main(list(argv))
+    argv = list(argv) if "--model" in argv else [argv[0], "--model", "all-MiniLM-L6-v2", *argv[1:]]
+    rc = main(argv)
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -31,7 +31,7 @@ def test_predict_json_has_the_interface_keys_and_the_engines_numbers(capsys):
         assert key in doc, key
     model = load_model(GPT2)
     r = model.run(ids=[3, 1, 4, 1, 5, 9, 2], trace=P.prediction_trace())
-    pred = P.predict(P.lm_head(model), r.trace, -2, 4)
+    pred = P.predict(model.lm_head(), r.trace, -2, 4)
     assert doc["position"] == 5 and doc["input_ids"] == [3, 1, 4, 1, 5, 9, 2]
     assert [t["id"] for t in doc["top"]] == pred.top_ids.tolist()
     np.testing.assert_allclose([t["logprob"] for t in doc["top"]], pred.top_logprobs, atol=1e-6)

@@ -132,7 +132,7 @@ def test_a_two_worker_cluster_scan_equals_each_statistic_computed_in_one_process
     assert set(loads.values()) <= {0, 1}
     # a worker that loaded the model runs the engine's own threads on one core (BLAS too)
     cores = client.run(lambda: (len(__import__("attnviz.corpus.tasks", fromlist=["_MODELS"])._MODELS),
-                                __import__("attnviz.engine.computing.parallel", fromlist=["cores"]).cores()))
+                                __import__("attnviz.engine.parallel", fromlist=["cores"]).cores()))
     assert {n for loaded, n in cores.values() if loaded} == {1}
     m = store.read_manifest(out)
     assert m.complete and m.n_texts == 24 and m.n_batches == 12 and m.n_errors == 0

@@ -79,3 +79,35 @@ def test_an_incomplete_venv_is_set_up_again(checkout):
     log.unlink()
     assert _setup(root, "app").returncode == 0
     assert any("pip install" in c for c in _calls(log))
+
+
+def _installed_by(tmp_path: Path, mode: str) -> set[str]:
+    """The system packages `setup.sh MODE` installs on a machine that has none of them, as root."""
+    root = tmp_path / mode
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(ROOT / "scripts" / "setup.sh", root / "scripts" / "setup.sh")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    log = root / "apt.log"
+    _exe(root / ".venv" / "bin" / "python", "exit 0\n")
+    _exe(root / ".venv" / "bin" / "attnviz", "exit 0\n")
+    _exe(root / "fakebin" / "dpkg-query", "exit 1\n")  # nothing is installed
+    _exe(root / "fakebin" / "id", "echo 0\n")  # root: the script installs instead of asking
+    _exe(root / "fakebin" / "apt-get", f'echo "$*" >> "{log}"\n')
+    result = _setup(root, mode)
+    assert result.returncode == 0, result.stderr
+    installs = [line.split() for line in log.read_text().splitlines() if line.startswith("install")]
+    return {word for line in installs for word in line if not word.startswith("-") and word != "install"}
+
+
+def test_whichever_set_up_runs_first_installs_what_the_window_needs(tmp_path):
+    """run-app.sh accepts a finished test set-up, so the test set-up installs the X libraries and
+    fonts as well: running the tests first must not leave a window that cannot start."""
+    app = _installed_by(tmp_path, "app")
+    test = _installed_by(tmp_path, "test")
+    assert {"libxcb-cursor0", "libxcb-icccm4", "libxcb-keysyms1", "fonts-noto-cjk"} <= app
+    assert app <= test, f"the test set-up lacks {sorted(app - test)}"
+
+
+def test_the_set_up_installs_fonts_for_the_scripts_the_window_shows(tmp_path):
+    # Devanagari, Arabic, Hebrew, Thai, Bengali, Tamil... are in fonts-noto-core (Debian 12)
+    assert "fonts-noto-core" in _installed_by(tmp_path, "app")

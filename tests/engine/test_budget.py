@@ -15,7 +15,6 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
-from attnviz.engine.analysing.predict import lm_head
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.budget import LayerStore, parse_budget
@@ -81,7 +80,7 @@ def test_smollm2_under_a_budget_of_two_layers_equals_the_whole_model():
     assert_same_runs(full, small, text=TEXT, heads=((18, 6), (20, 1)))
     assert_same_runs(full, small, ids=[1, 504, 2354, 327, 260, 8692, 30, 504, 2354], heads=((5, 2),))
     # the unembedding (tied to the Q4_1 embedding) stays quantised under the budget
-    assert isinstance(lm_head(small).w_u, QuantRows) and isinstance(lm_head(full).w_u, np.ndarray)
+    assert isinstance(small.lm_head().w_u, QuantRows) and isinstance(full.lm_head().w_u, np.ndarray)
     assert store.held_bytes() <= store.budget
     assert "1 of 30 layers kept expanded" in small.memory
 

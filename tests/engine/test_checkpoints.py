@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
-from attnviz.engine.reading.checkpoints import (
+from attnviz.engine.analysing.training import induction_scores
+from attnviz.engine.computing.checkpoints import (
     CHECKPOINTS_FILE, check_index, checkpoint_record, load_checkpoints, model_at,
 )
 from attnviz.engine.errors import InputError
@@ -47,7 +48,7 @@ def test_every_checkpoint_loads_and_runs(ckpts):
 def test_recorded_induction_scores_match_the_engine(ckpts):
     n = len(ckpts)
     picks = [0, n // 3, n // 2, 2 * n // 3, n - 1]
-    for i, (layer, head, s) in zip(picks, ckpts.induction_scores(picks)):
+    for i, (layer, head, s) in zip(picks, induction_scores(ckpts, picks)):
         info = ckpts.infos[i]
         assert s == pytest.approx(info.induction_score, abs=1e-4), i
         assert (layer, head) == info.induction_head

@@ -9,10 +9,10 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing.effects import Ablation, analyse, token_id, window_run
-from attnviz.engine.analysing.predict import token_text
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward
-from attnviz.engine.analysing.predict import lm_head, log_softmax
+from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
 
@@ -91,7 +91,7 @@ def test_the_analysis_defaults_to_the_top_two_and_its_parts_add_up(models):
     assert a.lens.target == a.target and len(a.lens.top_ids) == model.config.n_layer
     run = window_run(model, "", ids=IDS, ablation=Ablation(heads=((0, 1), (1, 0))))
     b = analyse(model, run, position=6)
-    logits = lm_head(model).logits(run.changed.resid[-1][6:7])[0]
+    logits = model.lm_head().logits(run.changed.resid[-1][6:7])[0]
     assert b.target == a.target  # the clean run's top-1, so the change is measured on it
     np.testing.assert_allclose(b.changed.logprobs, log_softmax(logits), atol=1e-6)
     assert b.delta_target() == pytest.approx(

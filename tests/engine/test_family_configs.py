@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import ModelLoadError, config_from_dict, load_model
-from attnviz.engine.reading.config import GLOBAL, LOCAL, read_config
-from attnviz.engine.computing.rope import Rope, inv_freq
+from attnviz.engine.reading.config import GLOBAL, LOCAL, Rope, read_config
+from attnviz.engine.computing.rope import inv_freq
 from tiny import FIXTURES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

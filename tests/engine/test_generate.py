@@ -12,7 +12,7 @@ from attnviz.engine import InputError, load_model
 from attnviz.engine.computing import generate as G
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.engine.errors import NoPrediction
-from attnviz.engine.analysing.predict import lm_head, log_softmax
+from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
 
@@ -26,7 +26,7 @@ def models():
 
 def _recompute(model, ids):  # -> (logprobs [vocab], last rows [n_layer, n_head, T]) from scratch
     r = model.run(ids=np.asarray(ids), use_cache=False, trace=Trace(resid=True))
-    return log_softmax(lm_head(model).logits(r.trace.resid[-1][-1:])[0]), r.attentions[:, :, -1]
+    return log_softmax(model.lm_head().logits(r.trace.resid[-1][-1:])[0]), r.attentions[:, :, -1]
 
 
 def _kv_bytes(model, T):

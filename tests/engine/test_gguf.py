@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from attnviz.engine import ModelLoadError, load_model
-from attnviz.engine.reading.gguf_model import is_gguf, load_gguf, unpermute_qk
+from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.reading.gguf_model import is_gguf, unpermute_qk
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, permute, write_gguf
 

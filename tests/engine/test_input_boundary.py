@@ -7,6 +7,7 @@ import pytest
 
 from attnviz.engine import InputError, ModelLoadError, load_model
 from attnviz.engine.computing.model import clean_text, parse_typed_ids
+from attnviz.engine.computing.patterns import check_finite
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
 
 SURROGATE_NOTICE = "lone surrogate"
@@ -198,11 +199,11 @@ def test_tokenizer_ids_beyond_the_embedding_are_a_clear_error(tmp_path):
 
 def test_nan_patterns_are_refused_naming_the_first_layer(tmp_path, text_model):
     att = np.full((3, 2, 4, 4), 0.25, dtype=np.float32)
-    text_model._check_finite(att)
+    check_finite(text_model.name, att)
     att[1, 1, 2, 0] = np.nan
     att[2, 0, 0, 0] = np.inf
     with pytest.raises(ModelLoadError, match="layer 1 gives non-finite attention weights"):
-        text_model._check_finite(att)
+        check_finite(text_model.name, att)
     # a NaN weight in layer 1: refused at load, or at the first run naming the layer
     cfg = llama_config()
     t = llama_tensors(cfg)

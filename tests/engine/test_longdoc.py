@@ -176,7 +176,8 @@ def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns
     """Row chunks of 8 for the projections and the MLP and blocks of 16 rows for attention, on two
     threads: the residual stream of one thread within float32 rounding (products of other shapes
     sum in another order; streams of size ~10), and the dense path's patterns."""
-    from attnviz.engine.computing import layers, parallel
+    from attnviz.engine import parallel
+    from attnviz.engine.computing import layers
 
     model, ids, dense, _ = runs[name]
     monkeypatch.setattr(parallel, "ROW_CHUNK", 8)
@@ -196,9 +197,9 @@ def test_an_overview_on_two_threads_is_the_same_float32s_as_on_one(runs, reduce,
 
     lp = runs["mistral_window"][3]
     monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # blocks of 16 rows: 3 blocks of 37
-    for heads in (None, [1], [0, lp.n_head - 1]):
-        one = lp.overview(1, (30, 7), reduce, heads=heads, workers=1)
-        two = lp.overview(1, (30, 7), reduce, heads=heads, workers=2)
+    for shown in (None, [1], [0, lp.n_head - 1]):
+        one = lp.overview(1, (30, 7), reduce, heads=shown, workers=1)
+        two = lp.overview(1, (30, 7), reduce, heads=shown, workers=2)
         np.testing.assert_array_equal(one, two)
 
 

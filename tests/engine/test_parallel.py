@@ -1,4 +1,4 @@
-"""Work shared out to threads (engine/computing/parallel.py): every task runs once, on at most the
+"""Work shared out to threads (engine/parallel.py): every task runs once, on at most the
 workers asked for; an error in one task reaches the caller once every worker has stopped; stop()
 ends the work with Cancelled."""
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from attnviz.engine.computing import parallel
+from attnviz.engine import parallel
 from attnviz.engine.errors import Cancelled
 
 
@@ -60,7 +60,7 @@ def test_cores_are_the_ones_this_process_may_run_on():
     import sys
 
     code = ("import os; os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]}); "
-            "from attnviz.engine.computing.parallel import cores; print(cores())")
+            "from attnviz.engine.parallel import cores; print(cores())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"

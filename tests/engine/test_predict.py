@@ -11,6 +11,8 @@ from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.reading import textbook
 from attnviz.engine.errors import Cancelled, NoPrediction
 from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.logits import VOCAB_BLOCK
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
 
@@ -39,7 +41,7 @@ def _by_hand_logits(model, x):  # final-norm input [d_model] -> logits [vocab], 
 def test_top_k_and_lens_equal_a_direct_computation(models, name):
     model = models[name]
     r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(model)
+    head = model.lm_head()
     pred = P.predict(head, r.trace, position=-3, k=5)
     assert pred.position == len(IDS) - 3
     logits = _by_hand_logits(model, r.trace.resid[-1][pred.position])
@@ -59,7 +61,7 @@ def test_top_k_and_lens_equal_a_direct_computation(models, name):
 def test_dla_parts_add_up_to_the_logit_difference(models, name):
     model = models[name]
     r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(model)
+    head = model.lm_head()
     pred = P.predict(head, r.trace, k=3)
     target, alt = int(pred.top_ids[0]), int(pred.top_ids[2])
     a = P.attribute(model, head, r.trace, None, target, alt)
@@ -78,7 +80,7 @@ def test_dla_of_one_head_is_its_own_output_through_the_frozen_norm(models):
     model = models["llama_gqa"]
     cfg, w = model.config, model.weights
     r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(model)
+    head = model.lm_head()
     a = P.attribute(model, head, r.trace, -1, 7, 11)
     layer, h = 1, 3
     x = r.trace.resid[-1][-1].astype(np.float64)
@@ -92,7 +94,7 @@ def test_the_textbook_model_predicts_with_its_tied_embedding(tmp_path):
     textbook_model = load_model(str(textbook.write_textbook(tmp_path / "tb")))
     r = textbook_model.run("the cat sat on the mat . the cat", use_cache=False,
                            trace=P.prediction_trace())
-    head = P.lm_head(textbook_model)
+    head = textbook_model.lm_head()
     np.testing.assert_array_equal(head.w_u, np.asarray(textbook_model.weights.tok_emb))
     pred = P.predict(head, r.trace, k=3)
     a = P.attribute(textbook_model, head, r.trace, None, int(pred.top_ids[0]), int(pred.top_ids[1]))
@@ -102,7 +104,7 @@ def test_the_textbook_model_predicts_with_its_tied_embedding(tmp_path):
 def test_a_model_without_a_head_says_why_in_one_line(tmp_path):
     bert = load_model(FIXTURES / "bert")
     with pytest.raises(NoPrediction, match="encoder without a language-model head") as err:
-        P.lm_head(bert)
+        bert.lm_head()
     assert "\n" not in str(err.value)
     cfg = llama_config(n_layer=1)
     t = llama_tensors(cfg)
@@ -110,15 +112,15 @@ def test_a_model_without_a_head_says_why_in_one_line(tmp_path):
     no_norm = load_model(write_model(tmp_path / "no_norm", cfg, t))
     assert no_norm.run(ids=[1, 2, 3]).attentions.shape[0] == 1  # attention still works
     with pytest.raises(NoPrediction, match="model.norm.weight"):
-        P.lm_head(no_norm)
+        no_norm.lm_head()
     untied = load_model(write_model(tmp_path / "untied", cfg, llama_tensors(cfg)))  # no lm_head
     with pytest.raises(NoPrediction, match="lm_head.weight"):
-        P.lm_head(untied)
+        untied.lm_head()
     t = llama_tensors(cfg)
     t["lm_head.weight"] = np.ones((cfg["vocab_size"], cfg["hidden_size"]), np.float32)
     t["lm_head.weight"][4, 2] = np.nan
     with pytest.raises(NoPrediction, match="lm_head.weight"):
-        P.lm_head(load_model(write_model(tmp_path / "nan", cfg, t)))
+        load_model(write_model(tmp_path / "nan", cfg, t)).lm_head()
 
 
 def test_vocab_tokens_and_positions_are_checked(models):
@@ -136,9 +138,9 @@ def test_vocab_tokens_and_positions_are_checked(models):
 def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smollm2):
     text = "one two three four five six. one two three four five"
     r = smollm2.run(text, use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(smollm2)
+    head = smollm2.lm_head()
     pred = P.predict(head, r.trace, k=5)
-    assert P.token_text(smollm2, pred.top_ids[0]) == "·six"  # the readable label: a leading space shows as ·
+    assert token_text(smollm2, pred.top_ids[0]) == "·six"  # the readable label: a leading space shows as ·
     assert P.vocab_token(smollm2, " six") == pred.top_ids[0]
     a = P.attribute(smollm2, head, r.trace, None, int(pred.top_ids[0]), int(pred.top_ids[1]))
     assert a.total() == pytest.approx(a.logit_diff, abs=1e-3)
@@ -187,7 +189,7 @@ def test_repeat_span_finds_the_repeated_half_or_refuses():
 def test_the_scan_equals_one_ablated_run_per_head(models, loss):
     model = models["llama_gqa"]
     cfg = model.config
-    head = P.lm_head(model)
+    head = model.lm_head()
     ids = [2, 17, 30, 8, 41, 17, 30, 8, 41, 5]
     seen = []
     scan = A.ablation_scan(model, head, ids, loss, position=6, progress=lambda d, t: seen.append((d, t)))
@@ -217,7 +219,7 @@ def test_the_scan_can_be_cancelled(models):
         return len(calls) > 3
 
     with pytest.raises(Cancelled):
-        A.ablation_scan(model, P.lm_head(model), IDS, "next", cancelled=cancelled)
+        A.ablation_scan(model, model.lm_head(), IDS, "next", cancelled=cancelled)
     assert len(calls) == 4
 
 
@@ -237,7 +239,7 @@ def test_a_gguf_predicts_with_its_output_head_and_refuses_without_its_parts(tmp_
     preds = []
     for m in (model, ref):
         r = m.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
-        preds.append(P.predict(P.lm_head(m), r.trace, k=3))
+        preds.append(P.predict(m.lm_head(), r.trace, k=3))
     assert preds[0].top_ids.tolist() == preds[1].top_ids.tolist()
     np.testing.assert_allclose(preds[0].top_logprobs, preds[1].top_logprobs,
                                atol=1e-4 if qtype == "F32" else 0.1)
@@ -249,14 +251,14 @@ def test_a_gguf_predicts_with_its_output_head_and_refuses_without_its_parts(tmp_
         m = load_model(write_gguf(tmp_path / f"no-{drop}.gguf", cfg, kept, q))
         assert m.run(ids=IDS).attentions.shape[0] == cfg["num_hidden_layers"]
         with pytest.raises(NoPrediction, match=drop.replace(".", r"\.")):
-            P.lm_head(m)
+            m.lm_head()
 
 
 def test_the_unembedding_in_blocks_equals_one_product_and_stops_between_blocks(monkeypatch):
     """vocab_logits (blocks of VOCAB_BLOCK rows, a stop check before each) gives the logits of the
     whole unembedding at once; a stop that turns true after two blocks raises Cancelled there."""
     model = load_model("SmolLM2-135M-Instruct")
-    head = P.lm_head(model)
+    head = model.lm_head()
     r = model.run(text="The keys to the cabinet are", trace=P.prediction_trace())
     rows = P.lens_rows(r.trace, len(r.trace.ids) - 1)  # [n_layer, d_model]
     whole = head.logits(rows)  # [n_layer, vocab]
@@ -270,14 +272,14 @@ def test_the_unembedding_in_blocks_equals_one_product_and_stops_between_blocks(m
 
     with pytest.raises(Cancelled):
         P.vocab_logits(head, rows, stop)
-    assert len(asked) == 3 and head.w_u.shape[0] > 2 * P.VOCAB_BLOCK
+    assert len(asked) == 3 and head.w_u.shape[0] > 2 * VOCAB_BLOCK
 
 
 def test_the_lens_from_float32_logits_matches_a_float64_log_softmax():
     """lens_of (log-sum-exp in float64 over float32 logits, rank by counting larger logits) gives
     the log-probs and ranks of a plain float64 log-softmax."""
     model = load_model("SmolLM2-135M-Instruct")
-    head = P.lm_head(model)
+    head = model.lm_head()
     r = model.run(text="one two three four one two three", trace=P.prediction_trace())
     L = P.vocab_logits(head, P.lens_rows(r.trace, 4))
     lp = P.log_softmax(L)
@@ -297,7 +299,7 @@ def test_the_scan_on_two_threads_equals_the_scan_on_one(models, loss):
     effects and the baseline are those of the one-thread scan (the per-head runs themselves are
     checked against next_loss and repeat_loss in test_the_scan_equals_one_ablated_run_per_head)."""
     model = models["llama_gqa"]
-    head = P.lm_head(model)
+    head = model.lm_head()
     ids = [2, 17, 30, 8, 41, 17, 30, 8, 41, 5]
     one = A.ablation_scan(model, head, ids, loss, position=6, threads=1)
     two = A.ablation_scan(model, head, ids, loss, position=6, threads=2)

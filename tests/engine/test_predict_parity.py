@@ -27,7 +27,7 @@ def test_prediction_dla_and_ablation_match_transformers(models, name):
     ref = np.load(REF / f"{name}.npz")
     model = models[name]
     r = model.run(ids=ref["ids"], use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(model)
+    head = model.lm_head()
     k = len(ref["top_ids"])
     pred = P.predict(head, r.trace, k=k)
     assert pred.top_ids.tolist() == ref["top_ids"].tolist()
@@ -84,7 +84,7 @@ def test_the_textbook_prediction_equals_numpy_by_hand(tmp_path):
     logits = np.asarray(w.tok_emb, np.float64) @ (c / s * g + b)
     lp = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
     r = model.run(ids=ids, use_cache=False, trace=P.prediction_trace())
-    head = P.lm_head(model)
+    head = model.lm_head()
     pred = P.predict(head, r.trace, k=3)
     np.testing.assert_allclose(pred.logprobs, lp, atol=1e-3)
     t, a = int(pred.top_ids[0]), int(pred.top_ids[1])

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
 from attnviz.engine.analysing import heads, probes
 from attnviz.engine.calc import calc_inputs_from_config, calculate

@@ -18,7 +18,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import ModelLoadError, config_from_dict, load_model
-from attnviz.engine.reading.gguf_model import is_gguf, load_gguf
+from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.reading.gguf_model import is_gguf
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import llama_config, llama_tensors, tiny_llama, write_model
@@ -124,6 +125,13 @@ def test_unknown_activation_fails_at_load_not_at_the_first_run(tmp_path):
     folder = tiny_llama(tmp_path / "m", hidden_act="quick_gelu")
     with pytest.raises(ModelLoadError, match="hidden_act is 'quick_gelu'"):
         load_model(folder)
+
+
+def test_every_activation_a_config_may_name_has_a_function_in_the_forward_pass():
+    from attnviz.engine.computing.layers import ACTIVATIONS as FUNCTIONS
+    from attnviz.engine.reading.config import ACTIVATIONS as NAMES
+
+    assert set(NAMES) == set(FUNCTIONS)
 
 
 @pytest.mark.parametrize("content, message", [

@@ -5,7 +5,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from attnviz.engine.computing.layers import kv_group
 from attnviz.engine.computing.patterns import drop_first_key, max_pool, value_weighted
 from attnviz.figures.data import make_view
 from attnviz.figures.view import EMPTY_TOP, EXPORT_ASPECT, Shown, layer_columns, layer_extent

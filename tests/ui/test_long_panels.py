@@ -238,7 +238,7 @@ def test_a_long_texts_scores_run_on_every_core_below_the_main_thread(win, qtbot,
     import os
     import threading
 
-    from attnviz.ui.machinery import runner
+    from attnviz.ui.machinery import tuning
 
     w, st = win, win.state
     seen = {}  # thread id -> its nice value, read while it scores a layer
@@ -255,5 +255,5 @@ def test_a_long_texts_scores_run_on_every_core_below_the_main_thread(win, qtbot,
     wait_scored(qtbot, w)
     assert st.scores_result is st.text_result
     assert len(seen) == min(os.cpu_count(), st.model.config.n_layer)
-    if runner._MAIN_NICE is not None and runner._MAIN_NICE + runner.POOL_NICE <= 19:
-        assert set(seen.values()) == {runner._MAIN_NICE + runner.POOL_NICE}
+    if tuning._MAIN_NICE is not None and tuning._MAIN_NICE + tuning.POOL_NICE <= 19:
+        assert set(seen.values()) == {tuning._MAIN_NICE + tuning.POOL_NICE}

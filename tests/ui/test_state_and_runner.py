@@ -198,7 +198,7 @@ def test_garbage_is_collected_only_on_the_main_thread(qtbot):
     import gc
     import weakref
 
-    from attnviz.ui.machinery import runner as W
+    from attnviz.ui.machinery import tuning as W
 
     Worker(AppState())
     assert not gc.isenabled() and W._GC_TIMER is not None and W._GC_TIMER.isActive()

@@ -56,7 +56,7 @@ def test_a_window_run_has_blas_on_every_core_and_the_rest_keeps_one(qapp):
     import pytest
     from threadpoolctl import threadpool_info
 
-    from attnviz.ui.machinery.runner import BLAS_THREADS, limit_blas_threads, wide_blas
+    from attnviz.ui.machinery.tuning import BLAS_THREADS, limit_blas_threads, wide_blas
 
     if (os.cpu_count() or 1) <= BLAS_THREADS:
         pytest.skip("one core: nothing to widen")
@@ -76,7 +76,7 @@ def test_a_window_run_has_blas_on_every_core_and_the_rest_keeps_one(qapp):
 WIDE_IN_A_JOB = """
 import threading
 from threadpoolctl import threadpool_info
-from attnviz.ui.machinery.runner import limit_blas_threads, wide_blas
+from attnviz.ui.machinery.tuning import limit_blas_threads, wide_blas
 limit_blas_threads()  # as the app does at start-up, before any BLAS call
 seen = []
 def job():  # a pool job's thread, as the worker's paste run
@@ -99,7 +99,7 @@ def test_a_long_run_on_a_background_thread_gets_every_core():
 
     import pytest
 
-    from attnviz.ui.machinery.runner import BLAS_THREADS
+    from attnviz.ui.machinery.tuning import BLAS_THREADS
 
     if (os.cpu_count() or 1) <= BLAS_THREADS:
         pytest.skip("one core: nothing to widen")
@@ -114,7 +114,8 @@ def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):
     import os
     import threading
 
-    from attnviz.ui.machinery.runner import POOL, POOL_NICE
+    from attnviz.ui.machinery.runner import POOL
+    from attnviz.ui.machinery.tuning import POOL_NICE
 
     main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     seen = []

@@ -10,9 +10,9 @@ import pytest
 from PySide6.QtCore import QPoint, QPointF, Qt
 
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
-from attnviz.engine.analysing.predict import attribute, lm_head
+from attnviz.engine.analysing.predict import attribute
 from attnviz.engine.analysing.samples import SAMPLES
-from attnviz.ui.machinery.runner import wide_blas
+from attnviz.ui.machinery.tuning import wide_blas
 from windows import WAIT, open_window, wait_for_text
 
 NAMES = next(s.text for s in SAMPLES if "induction" in s.title)
@@ -91,7 +91,7 @@ def test_dla_hover_gives_each_heads_number_and_a_click_focuses_it(smol, qtbot):
     qtbot.waitUntil(lambda: view.map is not None, timeout=WAIT)
     model = w.state.model
     run = window_run(model, NAMES)
-    ref = attribute(model, lm_head(model), run.clean, None, a.target, a.alt)
+    ref = attribute(model, model.lm_head(), run.clean, None, a.target, a.alt)
     assert abs(ref.total() - ref.logit_diff) < 1e-3
     x, y = view.cell_center(18, 6)
     qtbot.mouseMove(view, QPoint(int(x), int(y)))

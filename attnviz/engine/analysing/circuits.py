@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.analysing.predict import lm_head, token_text
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.families import FAMILY, output_projection
 from attnviz.engine.computing.layers import kv_group, layer_norm
 from attnviz.engine.errors import InputError, NoPrediction
@@ -104,7 +104,7 @@ def unembed_vector(model, w) -> np.ndarray:
 
 def _head(model):
     try:
-        return lm_head(model)
+        return model.lm_head()
     except NoPrediction as exc:
         raise InputError(f"{exc}: what a head writes in tokens needs its unembedding") from None
 

@@ -104,7 +104,7 @@ def _empty_examples() -> Examples:
 
 # text_examples takes the heads this many cells at a time: its temporaries (a float32 copy, the
 # argpartition's int64 indices) are a few times a chunk, not a few times a whole text's patterns
-# (a 128-token text's SmolLM2 patterns are 17.7 MB: ~70 MB of temporaries at once before)
+# (a 128-token text's SmolLM2 patterns are 17.7 MB)
 EXAMPLE_CHUNK_CELLS = 2 ** 20
 
 

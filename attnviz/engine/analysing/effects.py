@@ -21,14 +21,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.analysing.ablation import MODES, first_layer, head_edits, knockout_edits
-from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
-from attnviz.engine.computing.families import forward, output_projection
-from attnviz.engine.computing.layers import head_output_share, head_value_norms
+from attnviz.engine.errors import Cancelled, InputError
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.predict import (
-    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, lm_head, position_index,
-    prediction_of, prediction_trace, token_text, vocab_logits, vocab_token,
+    Attribution, Lens, Prediction, attribute, lens_of, lens_rows, position_index, prediction_of,
+    prediction_trace, vocab_token,
 )
+from attnviz.engine.computing.logits import vocab_logits
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
 
 TOP_K = 10
@@ -161,29 +163,14 @@ def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool
                     start=first_layer(edits), base=clean)
     changed.stop = stop
     forward(model.config, model.weights, clean.ids, changed)
-    _check_finite(model, changed.attentions)
+    check_finite(model.name, changed.attentions)
     norms = share = None
     if values:
-        norms, share = _value_norms(model, changed)
+        norms, share = model.value_norms(changed.attentions, changed.v)
     shown = dataclasses.replace(result, attentions=changed.attentions, value_norms=norms,
                                 head_share=share, trace=changed,
                                 layer_inputs=tuple(changed.inputs) if inputs else None)
     return WindowRun(shown, clean, changed, ablation)
-
-
-def _value_norms(model, trace: Trace):  # -> [n_layer, n_head, T], [n_layer, n_head]
-    c = model.config
-    norms = np.empty(trace.attentions.shape[:3], dtype=np.float32)
-    share = np.empty(trace.attentions.shape[:2], dtype=np.float32)
-    for i, v in enumerate(trace.v):
-        norms[i], f = head_value_norms(v, output_projection(model.weights.layers, i)[0], c.n_group)
-        share[i] = head_output_share(trace.attentions[i], f)
-    return norms, share
-
-
-def _check_finite(model, attentions) -> None:
-    if not np.isfinite(attentions.sum(dtype=np.float64)):
-        raise ModelLoadError(f"{model.name}: the changed run gives non-finite attention weights")
 
 
 # === tokens the user types ==========================================================================
@@ -230,7 +217,7 @@ def analyse(model, run: WindowRun, position: int | None = None, target: str = ""
     One pass over the unembedding serves the prediction and the lens (the lens's last layer is the
     shown run's prediction; under an ablation the clean run's final row rides along), in blocks
     with `stop()` asked between them (Cancelled: a newer keystroke does not wait for the rest)."""
-    head = lm_head(model)
+    head = model.lm_head()
     shown = run.shown
     q = position_index(len(shown.ids), position)
     rows = lens_rows(shown, q)  # [n_layer, d_model]

@@ -568,7 +568,7 @@ def score_layers(layer_blocks, n_layer, n_head, ids, causal, exclude_bos=False,
     only the order of the layers; NumPy's passes over a block release the GIL. An error from
     layer_blocks (Cancelled: a newer text) stops the other threads before their next layer and is
     raised here."""
-    from attnviz.engine.computing.parallel import in_threads
+    from attnviz.engine.parallel import in_threads
 
     sums = _row_sums(n_layer, n_head, ids, causal, exclude_bos, exclude_current_token, unknown_ids)
 

@@ -17,7 +17,8 @@ import numpy as np
 
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.reading import budget as B
 
 
 @dataclass(frozen=True)
@@ -130,3 +131,35 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
     check_same_length(labels[0], ids_a, labels[1], ids_b)
     return Pair(run_side(labels[0], model, ids_a, make_trace()),
                 run_side(labels[1], model, ids_b, make_trace()))
+
+
+def budget_left(a) -> int | None:
+    """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
+    beside `a`: the budget less a's float32 layers held now. None: no budget was chosen, and the
+    second model sizes its own from the memory available, which a's layers already use."""
+    chosen = B.chosen_budget()
+    if chosen is None:
+        return None
+    held = getattr(a.weights.layers, "held_bytes", lambda: 0)()
+    return chosen - held
+
+
+def load_second(load: Callable[[int | None], object], a, what: str):
+    """Model B beside model `a`: `load(budget)` gets what the memory budget leaves (budget_left).
+    Any refusal (the file does not open, the budget holds none of B's layers) comes back as one
+    line naming `what` B is and, under a chosen budget, the numbers."""
+    left = budget_left(a)
+    if left is not None and left <= 0:
+        raise InputError(f"{what}: the memory budget of {B.format_bytes(B.chosen_budget())} is "
+                         f"all held by {a.name}'s float32 layers; give a larger --memory-budget "
+                         "for two models")
+    try:
+        b = load(left)
+        if left is not None:  # a loader that takes no budget (A quantized in memory) keeps to it too
+            b.set_memory_budget(left)
+        return b
+    except AttnvizError as exc:
+        room = "" if left is None else (f" ({B.format_bytes(left)} of the {B.format_bytes(B.chosen_budget())} "
+                                        f"memory budget left beside {a.name}'s float32 layers)")
+        kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
+        raise kind(f"{what}{room}: {exc}") from None

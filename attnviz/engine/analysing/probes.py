@@ -207,7 +207,7 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
     unknown = unknown_token_ids(model)
     items = list(ITEMS[kind](n, seed))
     # the items' rows go through the weights together (Model.iter_many: a few passes over the
-    # weights instead of one per item): 60 short sentences on SmolLM2 took 7.7 s one by one
+    # weights instead of one per item; benchmarks/scan.py measures the packed passes)
     per_item = {}
     for done, (j, result) in enumerate(model.iter_many([item.text for item in items]), start=1):
         if isinstance(result, BaseException):

@@ -4,8 +4,8 @@ The residual stream entering block l is a sum of components, at every position:
 
     embed      the embedding layer's output (token, with any scale the family applies, plus learned
                positions and token types where the family has them), less BERT's embedding-norm β
-    L{i}H{j}   head j of an earlier layer i: z_{i,j} W_O[j]
-    L{i}.mlp   layer i's MLP output, less its output bias
+    LiHj       head j of an earlier layer i (L3H1): z_{i,j} W_O[j]
+    Li.mlp     layer i's MLP output, less its output bias
     bias       every bias and norm offset: attention and MLP output biases, LayerNorm β
 
 Each component passes the block's input norm with the norm's scale frozen from this run, so the norm
@@ -41,7 +41,8 @@ import numpy as np
 from attnviz.engine.computing.families import (
     FAMILY, Layer, layer_consts, mlp, output_projection, project_qkv,
 )
-from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm, merge_heads
+from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm
+from attnviz.engine.computing.patterns import head_key
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError
 
@@ -133,7 +134,7 @@ def residual_parts(model, trace: Trace, layer: int, rows) -> tuple[list[str], np
             out = heads.sum(axis=0) + b_o  # [n, d_model] the attention output
             r = post_norm[0] / np.sqrt(np.mean(out * out, axis=-1, keepdims=True) + cfg.norm_eps)
             heads, b_o = heads * r, b_o * r
-        names += [f"L{i}H{j}" for j in range(cfg.n_head)] + [f"L{i}.mlp"]
+        names += [head_key(i, j) for j in range(cfg.n_head)] + [f"L{i}.mlp"]
         if pre:
             b_mlp = _bias(model.weights.layers[i].b_out, x0.shape)
             step = (trace.resid[i + 1][rows].astype(np.float64)

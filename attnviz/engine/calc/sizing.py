@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.inputs import Arch, CalcInputs, Dims, input_error, resolve, whole
-from attnviz.engine.computing.layers import group_size
+from attnviz.engine.reading.config import group_size
 from attnviz.engine.errors import CalcError
 
 CONVENTIONS = (

@@ -1,9 +1,5 @@
-"""Per-family weight conversion and forward passes: BERT, GPT-2, and the Llama family.
-
-Weights are converted into one layout: float32, every projection `[d_in, d_out]` (so `x @ w`),
-Q/K/V fused into one `[d_model, (n_head + 2 n_kv_head) d_head]` matrix. A layer is converted when it
-is first asked for and kept as the memory budget allows (`Weights.layers` is a LayerStore,
-engine/reading/budget.py): the loaders here say how to build layer i, the store when.
+"""The forward pass of every family: BERT, GPT-2, the Llama family and Gemma 3, on weights in the
+engine's one layout (engine/reading/layout.py; the loaders that build it are in engine/reading/).
 
 One forward pass serves every family, in the order data flows: `embed`, then per layer a block of
 `self_attention` and `mlp` around the residual stream. What differs between families (LayerNorm or
@@ -25,56 +21,16 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig
-from attnviz.engine.errors import Cancelled, ModelLoadError
+from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size, kept_in_c_order,
+    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size,
     layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
-from attnviz.engine.computing import parallel
-from attnviz.engine.computing.parallel import for_row_chunks
+from attnviz.engine import parallel
+from attnviz.engine.parallel import for_row_chunks
 from attnviz.engine.computing.rope import rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
-from attnviz.engine.reading.budget import LayerStore, resolve_budget
-from attnviz.engine.reading.weights import Checkpoint
-
-
-@dataclass(frozen=True)
-class Layer:
-    w_qkv: np.ndarray  # [d_model, (n_head + 2 n_kv_head) d_head]
-    b_qkv: np.ndarray | None
-    w_o: np.ndarray  # [n_head d_head, d_model]
-    b_o: np.ndarray | None
-    norm1: tuple  # (gain, bias) or (gain,)
-    norm2: tuple
-    w_in: np.ndarray  # [d_model, d_ff] (llama: [d_model, 2 d_ff], gate | up)
-    b_in: np.ndarray | None
-    w_out: np.ndarray  # [d_ff, d_model]
-    b_out: np.ndarray | None
-    q_norm: np.ndarray | None = None  # [d_head] gain of the per-head RMSNorm on q (Qwen3, Gemma 3)
-    k_norm: np.ndarray | None = None  # [d_head] same on k
-    post_attn_norm: tuple | None = None  # Gemma 3: (gain,) on the attention output, before the add
-    post_mlp_norm: tuple | None = None  # Gemma 3: (gain,) on the MLP output, before the add
-
-
-@dataclass(frozen=True)
-class Head:
-    """What turns the residual stream into next-token logits: the final norm and the unembedding
-    W_U [vocab, d_model] (rows = tokens; the token embedding itself when tied). `missing`: one line
-    naming what the file lacks or holds broken, when `norm` or `unembed` is None."""
-    norm: tuple | None  # (gain, bias) or (gain,)
-    unembed: object | None  # [vocab, d_model]: an array, a memory map or GGUF QuantRows
-    missing: str | None = None
-
-
-@dataclass(frozen=True)
-class Weights:
-    tok_emb: np.ndarray  # [vocab, d_model]: memory-mapped (F32), or a RowTable / QuantRows that
-    # converts the rows a run uses (F16, BF16, GGUF's quantised types)
-    pos_emb: np.ndarray | None  # [max_positions, d_model]
-    type_emb: np.ndarray | None  # [type_vocab, d_model]
-    emb_norm: tuple | None  # BERT's embedding LayerNorm
-    layers: Sequence[Layer]  # a LayerStore (expanded within the memory budget) or a tuple
-    head: Head | None = None  # final norm and unembedding (None: the loader reads none)
+from attnviz.engine.reading.layout import Layer, Weights
 
 
 def output_projection(layers, i: int):
@@ -85,266 +41,6 @@ def output_projection(layers, i: int):
     if output is not None:
         return output(i)
     return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
-
-
-def _prefix(ckpt: Checkpoint, probe: str, candidates: tuple[str, ...]) -> str:
-    for p in candidates:
-        if p + probe in ckpt:
-            return p
-    raise ModelLoadError(f"checkpoint has no tensor {probe!r} (tried prefixes {list(candidates)})")
-
-
-def read_head(get, norm_names: tuple[str, ...], unembed: tuple[str, object], source: str) -> Head:
-    """The final norm (its tensors named `norm_names`, read with `get(name)`) and the unembedding
-    (`unembed`: (its name, a zero-argument reader)). A missing or broken tensor leaves the model
-    usable for attention: Head.missing names it and prediction refuses with that line."""
-    try:
-        norm = tuple(np.array(get(n)) for n in norm_names)
-    except ModelLoadError as exc:
-        return Head(None, None, f"{source}: no final norm for prediction ({_one_line(exc)})")
-    name, read = unembed
-    try:
-        w_u = read()
-    except ModelLoadError as exc:
-        return Head(norm, None, f"{source}: no unembedding {name} for prediction ({_one_line(exc)})")
-    return Head(norm, w_u)
-
-
-def _one_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-
-
-def _layers(cfg: ModelConfig, ckpt: Checkpoint, p: str, one: Callable, budget: int | None,
-            name: str | None) -> LayerStore:
-    """A safetensors model's layers within the memory budget (engine/reading/budget.py).
-    `one(i, g)` builds layer i, reading tensor `p + name` with `g(name, shape)`. Every layer's
-    tensors are checked at load (present, their shapes, float types) without reading them, and
-    counted: the float32 bytes of the tensors a layer reads are its size expanded."""
-    sizes = []
-    for i in range(cfg.n_layer):
-        read = []
-
-        def dry(n, shape):
-            read.append(4 * int(np.prod(shape, dtype=np.int64)))
-            return ckpt.check(p + n, shape)
-
-        one(i, dry)
-        sizes.append(sum(read))
-    source = ckpt.files[0].path.name
-    other = ckpt.float32_bytes() - sum(sizes)  # the embeddings and the head as float32 (at most)
-    store = LayerStore(lambda i, check: one(i, lambda n, shape: ckpt.get(p + n, shape, check)),
-                       sizes, resolve_budget(name or source, sizes, other, budget), source)
-    store.expand_kept()  # a model that fits: every layer read and checked at load, as before
-    return store
-
-
-def _cat(parts):  # [d_in, a], [d_in, b], ... -> contiguous float32 [d_in, a + b + ...]
-    return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
-
-
-def cat_bias(parts):
-    if all(p is None for p in parts):
-        return None
-    if any(p is None for p in parts):
-        raise ModelLoadError("checkpoint has biases for some of Q/K/V but not all")
-    return np.concatenate(parts).astype(np.float32)
-
-
-def _t(w):  # nn.Linear [out, in] -> [in, out], contiguous float32
-    return np.ascontiguousarray(w.T, dtype=np.float32)
-
-
-def _in_out(w):  # nn.Linear [out, in] -> [in, out] float32, laid out by kept_in_c_order
-    """As GGUF layers are kept (gguf_model._matrix). An encoder keeps C order (_t): its many-row
-    products showed no difference (MiniLM: 8.6 against 8.8 ms a keystroke's run)."""
-    out, inp = w.shape
-    return _t(w) if kept_in_c_order(inp, out) else np.ascontiguousarray(w, dtype=np.float32).T
-
-
-def load_bert(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
-              name: str | None = None) -> Weights:
-    d, f = cfg.d_model, cfg.d_ff
-    p = _prefix(ckpt, "embeddings.word_embeddings.weight", ("", "bert."))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
-
-    def one(i, g):
-        a = f"encoder.layer.{i}."
-
-        def norm(name):
-            return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
-
-        q, k, v = (g(f"{a}attention.self.{n}.weight", (d, d)) for n in ("query", "key", "value"))
-        bq, bk, bv = (g(f"{a}attention.self.{n}.bias", (d,)) for n in ("query", "key", "value"))
-        return Layer(
-            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias([bq, bk, bv]),
-            w_o=_t(g(a + "attention.output.dense.weight", (d, d))),
-            b_o=np.array(g(a + "attention.output.dense.bias", (d,))),
-            norm1=norm(a + "attention.output.LayerNorm"), norm2=norm(a + "output.LayerNorm"),
-            w_in=_t(g(a + "intermediate.dense.weight", (f, d))),
-            b_in=np.array(g(a + "intermediate.dense.bias", (f,))),
-            w_out=_t(g(a + "output.dense.weight", (d, f))),
-            b_out=np.array(g(a + "output.dense.bias", (d,))),
-        )
-
-    layers = _layers(cfg, ckpt, p, one, budget, name)
-    return Weights(
-        tok_emb=g("embeddings.word_embeddings.weight", (cfg.vocab_size, d)),
-        pos_emb=g("embeddings.position_embeddings.weight", (cfg.max_positions, d)),
-        type_emb=g("embeddings.token_type_embeddings.weight", (cfg.type_vocab_size, d)),
-        emb_norm=(g("embeddings.LayerNorm.weight", (d,)), g("embeddings.LayerNorm.bias", (d,))),
-        layers=layers,
-        head=Head(None, None, f"{cfg.model_type} is an encoder without a language-model head: it "
-                              "predicts no next token"),
-    )
-
-
-def load_gpt2(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
-              name: str | None = None) -> Weights:
-    d, f = cfg.d_model, cfg.d_ff
-    p = _prefix(ckpt, "wte.weight", ("", "transformer."))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
-
-    def one(i, g):
-        a = f"h.{i}."
-
-        def norm(name):
-            return (g(name + ".weight", (d,)), g(name + ".bias", (d,)))
-
-        # Conv1D stores [in, out] already
-        return Layer(
-            w_qkv=np.ascontiguousarray(g(a + "attn.c_attn.weight", (d, 3 * d)), dtype=np.float32),
-            b_qkv=np.array(g(a + "attn.c_attn.bias", (3 * d,))),
-            w_o=np.ascontiguousarray(g(a + "attn.c_proj.weight", (d, d)), dtype=np.float32),
-            b_o=np.array(g(a + "attn.c_proj.bias", (d,))),
-            norm1=norm(a + "ln_1"), norm2=norm(a + "ln_2"),
-            w_in=np.ascontiguousarray(g(a + "mlp.c_fc.weight", (d, f)), dtype=np.float32),
-            b_in=np.array(g(a + "mlp.c_fc.bias", (f,))),
-            w_out=np.ascontiguousarray(g(a + "mlp.c_proj.weight", (f, d)), dtype=np.float32),
-            b_out=np.array(g(a + "mlp.c_proj.bias", (d,))),
-        )
-
-    layers = _layers(cfg, ckpt, p, one, budget, name)
-    tok_emb = g("wte.weight", (cfg.vocab_size, d))
-    head = read_head(lambda n: g(n, (d,)), ("ln_f.weight", "ln_f.bias"),
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
-    return Weights(tok_emb=tok_emb, pos_emb=g("wpe.weight", (cfg.max_positions, d)),
-                   type_emb=None, emb_norm=None, layers=layers, head=head)
-
-
-def _qkv_gate_up(cfg: ModelConfig, g, a: str):
-    """Layer `a`'s projections [out, in] as q, k, v, gate, up: separate tensors, or Phi-3's fused
-    qkv_proj [(n_head + 2 n_kv_head) d_head, d_model] and gate_up_proj [2 d_ff, d_model] (gate
-    first), cut at the same rows."""
-    d, f = cfg.d_model, cfg.d_ff
-    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
-    sa = a + "self_attn."
-    if cfg.model_type == "phi3":
-        qkv = g(sa + "qkv_proj.weight", (dq + 2 * dkv, d))
-        gate_up = g(a + "mlp.gate_up_proj.weight", (2 * f, d))
-        return qkv[:dq], qkv[dq:dq + dkv], qkv[dq + dkv:], gate_up[:f], gate_up[f:]
-    return (g(sa + "q_proj.weight", (dq, d)), g(sa + "k_proj.weight", (dkv, d)),
-            g(sa + "v_proj.weight", (dkv, d)), g(a + "mlp.gate_proj.weight", (f, d)),
-            g(a + "mlp.up_proj.weight", (f, d)))
-
-
-def load_llama(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
-               name: str | None = None) -> Weights:
-    d, f = cfg.d_model, cfg.d_ff
-    dq, dkv = cfg.n_head * cfg.d_head, cfg.n_kv_head * cfg.d_head
-    p = _prefix(ckpt, "embed_tokens.weight", ("model.", ""))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
-
-    def one(i, g):
-        a = f"layers.{i}."
-        sa = a + "self_attn."
-        q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
-        if cfg.qkv_bias:
-            biases = [g(sa + "q_proj.bias", (dq,)), g(sa + "k_proj.bias", (dkv,)),
-                      g(sa + "v_proj.bias", (dkv,))]
-        else:
-            biases = [None, None, None]
-        b_in = None
-        if cfg.mlp_bias:
-            b_in = np.concatenate([g(a + "mlp.gate_proj.bias", (f,)), g(a + "mlp.up_proj.bias", (f,))])
-        qk_norms = ((np.array(g(sa + "q_norm.weight", (cfg.d_head,))),
-                     np.array(g(sa + "k_norm.weight", (cfg.d_head,)))) if cfg.qk_norm else (None, None))
-        return Layer(
-            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=cat_bias(biases),
-            w_o=_in_out(g(sa + "o_proj.weight", (d, dq))),
-            b_o=np.array(g(sa + "o_proj.bias", (d,))) if cfg.o_bias else None,
-            norm1=(np.array(g(a + "input_layernorm.weight", (d,))),),
-            norm2=(np.array(g(a + "post_attention_layernorm.weight", (d,))),),
-            w_in=_cat([gate.T, up.T]), b_in=b_in,
-            w_out=_in_out(g(a + "mlp.down_proj.weight", (d, f))),
-            b_out=np.array(g(a + "mlp.down_proj.bias", (d,))) if cfg.mlp_bias else None,
-            q_norm=qk_norms[0], k_norm=qk_norms[1],
-        )
-
-    layers = _layers(cfg, ckpt, p, one, budget, name)
-    tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: g(n, (d,)), ("norm.weight",), _unembed(cfg, ckpt, tok_emb, False),
-                     ckpt.files[0].path.name)
-    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head)
-
-
-def _unembed(cfg: ModelConfig, ckpt: Checkpoint, tok_emb, tied_by_default: bool):
-    """(name, reader) of a safetensors model's unembedding: the token embedding when config.json
-    ties them (`tie_word_embeddings`, default per family as in transformers), else lm_head.weight."""
-    tied = cfg.raw.get("tie_word_embeddings", tied_by_default)
-    if tied is True:
-        return "(tied to the token embedding)", lambda: tok_emb
-    return "lm_head.weight", lambda: ckpt.rows("lm_head.weight", (cfg.vocab_size, cfg.d_model))
-
-
-def _gemma_gain(w: np.ndarray) -> np.ndarray:  # stored w [n] -> the gain 1 + w [n], float32
-    """Gemma's RMSNorm multiplies by (1 + w); folded once here, so the forward pass has one
-    RMSNorm (llama.cpp's converter folds it the same way: a GGUF stores 1 + w)."""
-    return (1.0 + np.asarray(w, dtype=np.float32)).astype(np.float32)
-
-
-def load_gemma3(cfg: ModelConfig, ckpt: Checkpoint, budget: int | None = None,
-                name: str | None = None) -> Weights:
-    """Gemma 3's language model: four norms per layer (input, post-attention, pre-feedforward,
-    post-feedforward), q/k norms, every gain (1 + w) folded. Multimodal checkpoints keep it under
-    `model.language_model.` (or the older `language_model.model.`); the vision tower is not read."""
-    d, f = cfg.d_model, cfg.d_ff
-    dq = cfg.n_head * cfg.d_head
-    p = _prefix(ckpt, "embed_tokens.weight",
-                ("model.", "", "model.language_model.", "language_model.model."))
-    g = lambda name, shape: ckpt.get(p + name, shape)  # noqa: E731
-
-    def one(i, g):
-        a = f"layers.{i}."
-        sa = a + "self_attn."
-
-        def gain(name, n=d):
-            return (_gemma_gain(g(name, (n,))),)
-
-        q, k, v, gate, up = _qkv_gate_up(cfg, g, a)
-        return Layer(
-            w_qkv=_cat([q.T, k.T, v.T]), b_qkv=None,
-            w_o=_in_out(g(sa + "o_proj.weight", (d, dq))), b_o=None,
-            norm1=gain(a + "input_layernorm.weight"),
-            norm2=gain(a + "pre_feedforward_layernorm.weight"),
-            w_in=_cat([gate.T, up.T]), b_in=None,
-            w_out=_in_out(g(a + "mlp.down_proj.weight", (d, f))), b_out=None,
-            q_norm=gain(sa + "q_norm.weight", cfg.d_head)[0],
-            k_norm=gain(sa + "k_norm.weight", cfg.d_head)[0],
-            post_attn_norm=gain(a + "post_attention_layernorm.weight"),
-            post_mlp_norm=gain(a + "post_feedforward_layernorm.weight"),
-        )
-
-    layers = _layers(cfg, ckpt, p, one, budget, name)
-    tok_emb = ckpt.rows(p + "embed_tokens.weight", (cfg.vocab_size, d))  # F16/BF16: kept so
-    head = read_head(lambda n: _gemma_gain(g(n, (d,))), ("norm.weight",),  # gain 1 + w folded too
-                     _unembed(cfg, ckpt, tok_emb, True), ckpt.files[0].path.name)
-    return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head)
-
-
-LOADERS = {"bert": load_bert, "gpt2": load_gpt2, "llama": load_llama, "qwen3": load_llama,
-           "gemma3": load_gemma3}
 
 
 @dataclass(frozen=True)
@@ -427,7 +123,7 @@ FAMILY = {
     "llama": Family(norm=rms_norm, block=pre_norm_block, gated_mlp=True, rope=True),
     "qwen3": Family(norm=rms_norm, block=pre_norm_block, gated_mlp=True, rope=True,
                     qk_norm=head_rms_norm),
-    # Gemma's (1 + w) gains are folded at load (_gemma_gain): one RMSNorm serves it
+    # Gemma's (1 + w) gains are folded at load (safetensors_model._gemma_gain): one RMSNorm serves it
     "gemma3": Family(norm=rms_norm, block=sandwich_norm_block, gated_mlp=True, rope=True,
                      qk_norm=head_rms_norm, embed_scale=lambda cfg: np.sqrt(cfg.d_model)),
 }
@@ -641,12 +337,10 @@ def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None =
 
 
 # forward_packed's passes (pack_texts): at most PACK_ROWS rows (all the texts' tokens), and at most
-# PACK_PATTERN_BYTES of patterns held ([n_layer, n_head, T_j, T_j] float32 per text). Measured with
-# a scan's short texts (benchmarks/scan.py's corpora, ~30 tokens each, batch 32; the in-process
-# loop, fastest of 3, 1024 and 256 rows in turns, three times): 1024 rows took 2-7 % less time on
-# MiniLM (3.49-3.94 s against 3.64-4.10 s) and 1-11 % less on SmolLM2 (13.7-15.7 s against
-# 15.5-16.4 s; each pass reads all 30 layers' weights). The pattern budget keeps a pass of long
-# texts (a 128-token text's SmolLM2 patterns are 17.7 MB) from holding much more than one of short.
+# PACK_PATTERN_BYTES of patterns held ([n_layer, n_head, T_j, T_j] float32 per text). More rows a
+# pass read the weights fewer times for a scan's short texts (benchmarks/scan.py measures it); the
+# pattern budget keeps a pass of long texts (a 128-token text's SmolLM2 patterns are 17.7 MB) from
+# holding much more than one of short.
 PACK_ROWS = 1024
 PACK_PATTERN_BYTES = 32 * 2 ** 20
 

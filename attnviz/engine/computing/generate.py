@@ -4,7 +4,7 @@ NumPy, no Qt.
 Step s (0-based) reads T = len(prompt) + s tokens: the prompt and the tokens chosen before it. The
 prompt is run once (prefill); every later step runs only its one new token against the model's KV
 cache (Model.run reuses the common prefix). From the final-norm input of the last position the
-model's head (predict.lm_head: final norm and unembedding) gives the next-token log-probabilities;
+model's head (Model.lm_head: final norm and unembedding) gives the next-token log-probabilities;
 the token is their argmax (greedy, the default), or a draw at a temperature from the smallest set
 of tokens whose probability reaches top_p, with a seeded generator so a run can be repeated.
 
@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.analysing.predict import lm_head, log_softmax, token_text
+from attnviz.engine.computing.logits import log_softmax
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import LayerCache, Trace
 
 TOP_K = 5
@@ -128,7 +129,7 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
     step) unless ignore_eos, at the model's context, or when should_stop() says so (checked before
     each step). on_step(step) is called as each token arrives."""
     check_sampling(temperature, top_p, max_new)
-    head = lm_head(model)  # NoPrediction for an encoder or a file without a head, before any run
+    head = model.lm_head()  # NoPrediction for an encoder or a file without a head, before any run
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
     model.clear_cache()  # the prefill computes the prompt: its last position gives the first token

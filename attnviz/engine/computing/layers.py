@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnviz.engine.computing.parallel import in_parallel
+from attnviz.engine.parallel import in_parallel
+from attnviz.engine.reading.config import group_size
 
 SQRT_HALF = np.float32(np.sqrt(0.5))
 SQRT_2_OVER_PI = np.float32(np.sqrt(2.0 / np.pi))
@@ -19,7 +20,7 @@ CHUNK = 1 << 16  # elements per pass of an element-wise chain: about 256 KiB of 
 
 def _for_row_chunks(fn, n_rows: int, row_len: int) -> None:
     """fn(slice) over cache-sized row blocks, so a chain of element-wise passes stays in cache.
-    (Sharing the blocks out to threads was measured slower: they compete with BLAS's threads.)"""
+    (Not shared out to threads: they would compete with BLAS's threads.)"""
     step = max(1, CHUNK // max(1, row_len))
     for i in range(0, n_rows, step):
         fn(slice(i, i + step))
@@ -44,7 +45,7 @@ def softmax(x: np.ndarray) -> np.ndarray:  # [..., n] -> [..., n], in place, row
 def layer_norm(x, gain, bias, eps):  # [T, d] -> [T, d]
     # reference: (x - mean(x)) / sqrt(var(x) + eps) * gain + bias
     # tuned: np.mean's own arithmetic (a sum, divided by d), in place: the same bits, without
-    # np.mean's Python wrapper and two temporaries (a MiniLM run's 11 norms 0.71 -> 0.45 ms)
+    # np.mean's Python wrapper and two temporaries (benchmarks/engine.py measures the run)
     d = x.shape[-1]
     mean = np.add.reduce(x, axis=-1, keepdims=True)
     np.true_divide(mean, d, out=mean)
@@ -157,17 +158,6 @@ ACTIVATIONS = {
 }
 
 
-def kept_in_c_order(n_in: int, n_out: int) -> bool:
-    """The one rule for how a layer matrix [in, out] is kept: C order where out >= in, else as
-    [out, in] rows (its Fortran-order view): its longer side contiguous, the layout OpenBLAS's
-    matrix-vector product (a cached keystroke's) streams fastest. One row through SmolLM2's 30
-    gate|up [576, 3072] 6.4-8.3 against 9.7-13.7 ms, output projections [576, 576] 2.5-2.9 against
-    3.2-3.6, down projections [1536, 576] 3.8-4.7 against 5.8-6.7 the other way round; a typed
-    sentence's keystrokes p50 23.9 against 27.3 ms (benchmarks/row_products.py --layouts). The
-    loaders of decoders apply it (gguf_model._matrix, families._in_out)."""
-    return n_out >= n_in
-
-
 GEMV_ROWS = 5  # up to this many rows, linear() makes one matrix-vector product per row
 STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [out, in] rows is
 # multiplied as those rows times x's rows as columns (linear)
@@ -176,18 +166,16 @@ STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [o
 def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
     n = x.shape[0] if x.ndim == 2 else 0
     if 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
-        # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first and took
-        # 2.4-4.8x one matrix-vector product; the rows' products, reading w again from cache,
-        # 1.6-3.3x (benchmarks/gemv_rows.py)
+        # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first, slower
+        # than the rows' products reading w again from cache (benchmarks/gemv_rows.py)
         y = np.empty((n, w.shape[1]), dtype=np.result_type(x, w))
         for i in range(n):
             np.matmul(x[i], w, out=y[i])
     elif GEMV_ROWS < n <= STORED_ROWS_FIRST and w.flags.f_contiguous and not w.flags.c_contiguous:
         # w is the [d_in, d_out] view of [d_out, d_in] rows, as GGUF files store them: BLAS
-        # multiplies those rows by x's rows as columns in 0.62-0.90x the time of x @ w from 2 to 64
-        # rows (the same at 128, slower beyond; up to GEMV_ROWS the rows' own products are faster
-        # still; benchmarks/row_products.py, SmolLM2 on two cores): a run of a sentence, an edit
-        # inside the text, a paste. The result's copy to C order is [T, d_out] floats.
+        # multiplies those rows by x's rows as columns faster than x @ w up to STORED_ROWS_FIRST
+        # rows (benchmarks/row_products.py measures it): a run of a sentence, an edit inside the
+        # text, a paste. The result's copy to C order is [T, d_out] floats.
         y = np.ascontiguousarray(np.matmul(w.T, x.T).T)
     else:
         y = x @ w
@@ -219,12 +207,6 @@ def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head):
     k = split_heads(qkv[:, q_end:k_end], n_kv_head)
     v = split_heads(qkv[:, k_end:], n_kv_head)
     return q, k, v
-
-
-def group_size(n_head: int, n_kv_head: int) -> int:
-    """Query heads per KV head (1: multi-head; n_head: multi-query; between: grouped-query). The
-    one place this is computed: the config, the forward pass, long texts and the calculator call it."""
-    return n_head // n_kv_head
 
 
 def kv_group(n_head: int, n_kv_head: int) -> np.ndarray:  # [n_head]: the KV head each query head reads

@@ -28,11 +28,12 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.computing.families import output_projection
-from attnviz.engine.errors import Cancelled, InputError, ModelLoadError
+from attnviz.engine.errors import InputError
 from attnviz.engine.computing.layers import (
     ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
-from attnviz.engine.computing.parallel import cores, in_parallel
+from attnviz.engine.computing.patterns import check_finite
+from attnviz.engine.parallel import cores, in_parallel
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -413,8 +414,7 @@ def patterns_of(trace: LongTrace, cfg) -> LongPatterns:
 
 def value_norms(v, w_o, n_group):  # [n_kv_head, T, d_head], [n_head d_head, d_model] -> [n_head, T]
     """layers.head_value_norms without forming each head's [T, d_model] output: ||v_j W_O(h)||^2 =
-    v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the cost (0.3 s
-    for SmolLM2's 30 layers at T = 8,192)."""
+    v_j G_h v_j^T with G_h = W_O(h) W_O(h)^T [d_head, d_head], d_head / d_model of the cost."""
     vh = v if n_group == 1 else np.repeat(v, n_group, axis=0)  # [n_head, T, d_head]
     n_head, _, d_head = vh.shape
     wo = np.asarray(w_o, dtype=np.float32).reshape(n_head, d_head, -1)
@@ -430,7 +430,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
     LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
-    core), each with one BLAS thread (engine/computing/parallel.py). `reuse`: an earlier long run
+    core), each with one BLAS thread (engine/parallel.py). `reuse`: an earlier long run
     of this model (a causal one): the tokens it shares with this text at the start are not
     computed again, their K, V, q and log-sum-exp are its (as the dense path's KV cache;
     result.cache_reused says how many)."""
@@ -440,12 +440,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
             and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
         trace.past = _LongPast(reuse)
     result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
-    bad = [i for i, lse in enumerate(trace.lse) if not np.isfinite(lse).all()]
-    if bad:
-        raise ModelLoadError(
-            f"{model.name}: layer {bad[0]} gives non-finite attention weights (NaN or inf) for this "
-            "input; the model's weights or config.json are broken (a NaN, inf or huge weight, or a "
-            "norm epsilon <= 0)")
+    check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
     norms = np.stack([value_norms(v, output_projection(model.weights.layers, i)[0], model.config.n_group)
                       for i, v in enumerate(trace.v)])  # [n_layer, n_head, T]: Value-weighted
     result = dataclasses.replace(result, value_norms=norms)

@@ -12,20 +12,20 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attnviz.engine.reading.config import ModelConfig, read_config
+from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.computing.families import (
-    LOADERS, PACK_PATTERN_BYTES, PACK_ROWS, Weights, forward, forward_packed, output_projection,
-    pack_texts,
+    PACK_PATTERN_BYTES, PACK_ROWS, forward, forward_packed, output_projection, pack_texts,
 )
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
+from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.longdoc import check_dense
+from attnviz.engine.computing.patterns import check_finite, non_finite_layer
+from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.trace import KVCache, Trace
-from attnviz.engine.reading.validate import exists, regular_file
 from attnviz.engine.reading.budget import LayerStore, default_budget
-from attnviz.engine.reading.weights import PICKLE_SUFFIXES, Checkpoint, refuse_pickle
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,8 @@ class Model:
     """A loaded model: weights, tokenizer and, for a causal model, the KV cache of its last runs.
     Safe across threads: one run at a time uses the cache, any other computes in full."""
 
+    quantization: str | None = None  # the type a quantized copy was made at (computing/quantized.py)
+
     def __init__(self, name: str, path: Path, config: ModelConfig, weights: Weights,
                  tokenizer: TextTokenizer | None, license: str | None = None,
                  notice: str | None = None):
@@ -89,6 +91,8 @@ class Model:
         # lock taken computes in full and leaves the cache alone: it never waits.
         self._cache = KVCache() if config.causal else None
         self._cache_lock = threading.Lock()
+        self._head: LMHead | None = None  # lm_head(): built on first use
+        self._head_lock = threading.Lock()
 
     def __repr__(self):
         c = self.config
@@ -106,7 +110,19 @@ class Model:
             free = default_budget()
             n_bytes = None if free is None else max(max(layers.sizes), free + layers.held_bytes())
         layers.set_budget(n_bytes)
-        self.__dict__.pop("_lm_head", None)
+        self._head = None
+
+    def lm_head(self) -> LMHead:
+        """This model's final norm and unembedding, ready for logits (engine/computing/logits.py),
+        built on first use and kept until the memory budget changes. NoPrediction, in one line,
+        for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
+        head = self._head
+        if head is None:
+            with self._head_lock:
+                if self._head is None:
+                    self._head = build_head(self)
+                head = self._head
+        return head
 
     @property
     def memory(self) -> str | None:
@@ -180,7 +196,7 @@ class Model:
 
             def partial(tr):
                 part = tr.attentions[:k]
-                if np.isfinite(part.reshape(k, -1).max(axis=1)).all():  # (the full run refuses it)
+                if non_finite_layer(part) is None:  # (the full run refuses it)
                     tell(RunResult(text=text, tokens=list(tokens), labels=list(labels),
                                    offsets=list(offsets), input_ids=ids, attentions=part,
                                    kv_group=self.kv_group.copy(), truncated=truncated,
@@ -191,11 +207,11 @@ class Model:
         attentions, reused, held, earlier = self._forward(ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
-                self._check_finite(attentions)
+                check_finite(self.name, attentions)
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise
-        norms, share = self._value_norms(attentions, trace.v) if values else (None, None)
+        norms, share = self.value_norms(attentions, trace.v) if values else (None, None)
         return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
                          input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
                          truncated=truncated, n_tokens_full=n_full,
@@ -239,7 +255,7 @@ class Model:
             for k, (i, prep) in enumerate(pack):
                 attentions, patterns[k] = patterns[k], None  # the caller's to keep or drop
                 try:
-                    self._check_finite(attentions)
+                    check_finite(self.name, attentions)
                 except ModelLoadError as exc:
                     yield i, exc
                     continue
@@ -313,28 +329,17 @@ class Model:
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc
 
-    def _value_norms(self, attentions, v_layers):
-        """-> value norms [n_layer, n_head, T], head shares [n_layer, n_head] from each layer's V."""
+    def value_norms(self, attentions, v_layers):
+        """Patterns [n_layer, n_head, T, T] and each layer's V [n_kv_head, T, d_head] -> value norms
+        ||v_j W_O(h)|| [n_layer, n_head, T] and head shares [n_layer, n_head] (value-weighted
+        attention), for the layers the patterns hold (a run that ended early: its layers)."""
         c = self.config
         norms = np.empty(attentions.shape[:3], dtype=np.float32)
         share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, v in enumerate(v_layers[:len(norms)]):  # (a run that ended early: its layers)
+        for i, v in enumerate(v_layers[:len(norms)]):
             norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
             share[i] = head_output_share(attentions[i], f)
         return norms, share
-
-    def _check_finite(self, attentions: np.ndarray) -> None:
-        """A broken model (a NaN, inf or huge weight; a norm epsilon <= 0) gives NaN patterns: refuse
-        them, naming the first layer, rather than let a NaN reach a heatmap or a file."""
-        # NaN and +inf survive a max (weights are >= 0: no -inf), in float32: 6 ms for SmolLM2's
-        # [30, 9, 430, 430] where a float64 sum took 29 ms
-        per_layer = attentions.reshape(attentions.shape[0], -1).max(axis=1)
-        bad = np.flatnonzero(~np.isfinite(per_layer))
-        if bad.size:
-            raise ModelLoadError(
-                f"{self.name}: layer {int(bad[0])} gives non-finite attention weights (NaN or inf) "
-                f"for this input; the model's weights or config.json are broken (a NaN, inf or "
-                f"huge weight, or a norm epsilon <= 0)")
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held, (earlier
@@ -421,43 +426,8 @@ def parse_typed_ids(text: str) -> list[int] | None:
     return [int(p) for p in parts]
 
 
-def load_folder(path: Path, name: str | None = None, license: str | None = None,
-                budget: int | None = None) -> Model:
-    """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json]); its layers are
-    expanded to float32 within the memory budget (`budget` bytes, else the one chosen with
-    budget.set_memory_budget, else the default from the memory available)."""
-    path = Path(path).expanduser()
-    if path.is_file():
-        if path.suffix in PICKLE_SUFFIXES:
-            raise refuse_pickle(path)
-        path = path.parent
-    if not path.is_dir():
-        if exists(path):
-            regular_file(path)  # names what is there instead: a FIFO, a device, a socket
-        raise ModelLoadError(f"no model folder at {path}")
-    # the small files first, each checked whole (validate.py), then the weights
-    config = read_config(path)
-    tok_path = path / "tokenizer.json"
-    tokenizer = TextTokenizer(tok_path) if exists(tok_path) else None
-    if tokenizer is None:
-        log.info("%s has no tokenizer.json: only token ids can be run", path)
-    else:
-        tokenizer.check_ids(config.vocab_size)
-    ckpt = Checkpoint(path)
-    weights = LOADERS[config.family](config, ckpt, budget, name or path.name)
-    if not license:
-        try:
-            license = _read_license(path)
-        except OSError as exc:  # the licence line is optional: an unreadable README is no reason
-            log.warning("cannot read %s: %s", path / "README.md", exc)
-    return Model(name or path.name, path, config, weights, tokenizer, license=license)
-
-
-def _read_license(path: Path) -> str | None:
-    readme = path / "README.md"
-    if not readme.is_file():
-        return None
-    for line in readme.read_text(encoding="utf-8", errors="replace").splitlines()[:40]:
-        if line.strip().lower().startswith("license:"):
-            return line.split(":", 1)[1].strip()
-    return None
+def token_text(model, i: int) -> str:
+    """Token id -> its display label (the id itself for a model without a tokenizer)."""
+    if model.tokenizer is None:
+        return str(i)
+    return model.tokenizer.labels_for_ids([int(i)])[1][0]

@@ -1,10 +1,11 @@
-"""Pure NumPy operations on attention patterns that views and exports share. No Qt."""
+"""Pure NumPy operations on attention patterns that views and exports share, and the one check that
+a run's patterns are finite. No Qt."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import InputError, ModelLoadError
 
 SCOPES = ("head", "layer", "all")
 SCALE_MODES = ("shared", "per-head")  # colour scale: one for all heads shown, or one per head
@@ -89,6 +90,11 @@ def head_title(layer: int, head: int) -> str:
     return f"L{layer} H{head}"
 
 
+def head_key(layer: int, head: int) -> str:
+    """`L3H1`: one head's name as a key (QK attribution's component names, JSON keys)."""
+    return f"L{layer}H{head}"
+
+
 def group_size(kv_group) -> int:  # kv_group [n_head] -> query heads per KV head (1: plain MHA)
     """How many query heads read each KV head, from the KV head each query head reads."""
     counts = np.bincount(np.asarray(kv_group, dtype=np.int64))
@@ -104,3 +110,24 @@ def check_index(what: str, index: int | None, count: int, owner: str = "the mode
     if not 0 <= index < count:
         raise InputError(f"{what} {index} is out of range: {owner} has {count} {what}s{per} "
                          f"(0..{count - 1})")
+
+
+def non_finite_layer(layers) -> int | None:
+    """The first layer whose patterns ([n_layer, ...], or a sequence of per-layer arrays) hold NaN
+    or inf, else None. NaN and +inf survive a max (weights are >= 0: no -inf), in float32:
+    cheaper than a float64 sum, on every run."""
+    for i, a in enumerate(layers):
+        if not np.isfinite(np.max(a)):
+            return i
+    return None
+
+
+def check_finite(name: str, layers) -> None:
+    """A broken model (a NaN, inf or huge weight; a norm epsilon <= 0) gives NaN patterns: refuse
+    them, naming the first layer, rather than let a NaN reach a heatmap or a file."""
+    i = non_finite_layer(layers)
+    if i is not None:
+        raise ModelLoadError(
+            f"{name}: layer {i} gives non-finite attention weights (NaN or inf) for this input; "
+            "the model's weights or config.json are broken (a NaN, inf or huge weight, or a norm "
+            "epsilon <= 0)")

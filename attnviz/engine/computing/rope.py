@@ -1,48 +1,17 @@
 """Rotary position frequencies: the base, and the scalings of them that configs name
 (`rope_type` default, linear, llama3, yarn), as transformers' ROPE_INIT_FUNCTIONS compute them.
 
-A `Rope` is what one layer's RoPE needs; a model with local and global layers (Gemma 3) has one
-of each. Pure NumPy.
+A `Rope` (engine/reading/config.py, read with the config) is what one layer's RoPE needs; a model
+with local and global layers (Gemma 3) has one of each. Pure NumPy.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("default", "linear", "llama3", "yarn")
-
-
-@dataclass(frozen=True)
-class Rope:
-    theta: float  # the base: inv_freq_i = theta^(-2i / d_head)
-    kind: str = "default"  # one of KINDS
-    factor: float = 1.0  # linear, llama3: how much longer the context is made
-    low_freq_factor: float = 1.0  # llama3
-    high_freq_factor: float = 4.0  # llama3
-    original_max_positions: int = 8192  # llama3: the context the model was trained on first
-    freq_divisors: tuple[float, ...] = ()  # "factors": one divisor per frequency (a GGUF's rope_freqs)
-    beta_fast: float = 32.0  # yarn: rotations over the original context above which a frequency is kept
-    beta_slow: float = 1.0  # yarn: ... below which it is divided by factor (a ramp between the two)
-    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
-    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it (0.1 ln(factor) + 1)
-
-    def describe(self) -> str:
-        """One line: 'base 10,000' or 'base 1,000,000, linear ÷ 8'."""
-        base = f"base {self.theta:,.0f}"
-        if self.kind == "linear":
-            return f"{base}, linear ÷ {self.factor:g}"
-        if self.kind == "factors":
-            return f"{base}, per-frequency factors (rope_freqs)"
-        if self.kind == "llama3":
-            return (f"{base}, llama3 ÷ {self.factor:g} (low {self.low_freq_factor:g}, high "
-                    f"{self.high_freq_factor:g}, original {self.original_max_positions:,})")
-        if self.kind == "yarn":
-            return (f"{base}, yarn ÷ {self.factor:g} (original {self.original_max_positions:,}, "
-                    f"beta {self.beta_fast:g}/{self.beta_slow:g}, attention x {self.attention_factor:.4g})")
-        return base
+from attnviz.engine.reading.config import Rope
 
 
 def inv_freq(rope: Rope, d_head: int) -> np.ndarray:  # -> float64 [d_head / 2]

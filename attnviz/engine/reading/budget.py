@@ -127,9 +127,8 @@ class _Arena:
     """One float32 buffer for the matrices of the layers kept at load, each a view into it, in the
     layout it came in (a C-order array, or the transposed view of one: the same products, bit for
     bit). One buffer of huge pages (NumPy advises them for a buffer this large) instead of a few
-    hundred arrays of 4 KiB pages: a keystroke's products miss the TLB far less. Measured with the
-    bundled models' matrices, two BLAS threads: one row through every SmolLM2 matrix 17.4-20.6 ->
-    15.9-17.7 ms, 24 MiniLM rows 6.1-6.5 -> 5.8-6.0 ms. The layers are packed one at a time as they
+    hundred arrays of 4 KiB pages: a keystroke's products miss the TLB far less
+    (benchmarks/row_products.py measures them). The layers are packed one at a time as they
     are expanded, so memory holds one layer's arrays twice at most."""
 
     def __init__(self, n_bytes: int):

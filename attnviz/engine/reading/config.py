@@ -10,8 +10,6 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.hf_config import (
     attention_biases, default_d_ff, default_d_head, keys, kv_heads_divide, sliding_window,
 )
-from attnviz.engine.computing.layers import ACTIVATIONS, group_size
-from attnviz.engine.computing.rope import KINDS as ROPE_KINDS, Rope
 from attnviz.engine.reading.validate import (
     Fields, exists, is_number, is_whole, json_kind, read_json_object, show,
 )
@@ -52,6 +50,51 @@ LIMITS = {
     "max_positions": 1 << 24,
     "type_vocab_size": 1 << 16,
 }
+
+
+# the MLP activations the forward pass has (engine/computing/layers.ACTIVATIONS holds their functions)
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "silu", "swish", "relu")
+
+
+def group_size(n_head: int, n_kv_head: int) -> int:
+    """Query heads per KV head (1: multi-head; n_head: multi-query; between: grouped-query). The
+    one place this is computed: the config, the forward pass, long texts and the calculator call it."""
+    return n_head // n_kv_head
+
+
+ROPE_KINDS = ("default", "linear", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class Rope:
+    """What one layer's RoPE needs, as the config gives it (engine/computing/rope.py makes its
+    tables)."""
+    theta: float  # the base: inv_freq_i = theta^(-2i / d_head)
+    kind: str = "default"  # one of ROPE_KINDS
+    factor: float = 1.0  # linear, llama3: how much longer the context is made
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    original_max_positions: int = 8192  # llama3: the context the model was trained on first
+    freq_divisors: tuple[float, ...] = ()  # "factors": one divisor per frequency (a GGUF's rope_freqs)
+    beta_fast: float = 32.0  # yarn: rotations over the original context above which a frequency is kept
+    beta_slow: float = 1.0  # yarn: ... below which it is divided by factor (a ramp between the two)
+    truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it (0.1 ln(factor) + 1)
+
+    def describe(self) -> str:
+        """One line: 'base 10,000' or 'base 1,000,000, linear ÷ 8'."""
+        base = f"base {self.theta:,.0f}"
+        if self.kind == "linear":
+            return f"{base}, linear ÷ {self.factor:g}"
+        if self.kind == "factors":
+            return f"{base}, per-frequency factors (rope_freqs)"
+        if self.kind == "llama3":
+            return (f"{base}, llama3 ÷ {self.factor:g} (low {self.low_freq_factor:g}, high "
+                    f"{self.high_freq_factor:g}, original {self.original_max_positions:,})")
+        if self.kind == "yarn":
+            return (f"{base}, yarn ÷ {self.factor:g} (original {self.original_max_positions:,}, "
+                    f"beta {self.beta_fast:g}/{self.beta_slow:g}, attention x {self.attention_factor:.4g})")
+        return base
 
 
 @dataclass(frozen=True)

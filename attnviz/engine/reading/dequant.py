@@ -4,7 +4,7 @@ code here; the other block types by gguf's own block functions, a piece at a tim
 The values are the gguf package's (gguf.quants.dequantize), bit for bit: its formulas in its order,
 each a float32 product (and sum) of the block's float16 scale with the stored integers. It spends
 most of its time in Python and copies (a list of 16-row groups, concatenated, then copied again
-into the caller's array): a SmolLM2 load dequantised its 106 M weights in 0.65-0.7 s. Here a
+into the caller's array; benchmarks/dequant.py measures both). Here a
 block's values are written in place in cache-sized pieces. Any other type: False (the caller uses
 gguf's). No Qt, no file access: bytes in, floats out.
 

@@ -7,9 +7,9 @@ tokenizer from `tokenizer.ggml.*` with the `tokenizers` library.
 
 Memory: the tensors stay in the file's type, memory-mapped. Each layer is dequantised to float32
 when it runs, and as many expanded layers are kept as the memory budget allows (`LayerStore`,
-engine/reading/budget.py: all of them for a model that fits, read at load as before). The token
-embedding stays quantised and only the rows a run needs are dequantised (`QuantRows`), so SmolLM2's
-49,152 x 576 table costs 30 MB, not 113 MB.
+engine/reading/budget.py: all of them for a model that fits, read at load). The token embedding
+stays quantised and only the rows a run needs are dequantised (`QuantRows`): SmolLM2's 49,152 x 576
+table is 30 MB in Q4_1, 113 MB as float32.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from attnviz.engine.reading.dequant import dequantize_into, prepare
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.tokenizer import TextTokenizer
-from attnviz.engine.computing.families import Head, Layer, Weights, cat_bias, read_head
-from attnviz.engine.computing.layers import kept_in_c_order
-from attnviz.engine.computing.parallel import cores, in_threads
+from attnviz.engine.parallel import cores, in_threads
+from attnviz.engine.reading.layout import (
+    Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
+)
 from attnviz.engine.reading.validate import (
     cannot_read, check_finite, check_shape, exists, file_kind, is_whole, regular_file, show,
 )
@@ -77,7 +78,7 @@ class _Reader(GGUFReader):
     The checks turn a truncated file or an absurd length into one clear error before anything large
     is allocated (the stock reader can loop for a very long time over a corrupt array length). The
     plain view skips np.memmap's per-slice bookkeeping, and metadata arrays are read in one pass
-    (below): SmolLM2's header, with 98k vocabulary strings, parses in 0.1 s instead of 2.8 s.
+    (below), not item by item (benchmarks/smollm2.py measures the header's parse).
     """
 
     def __init__(self, path, *args, **kwargs):
@@ -117,8 +118,8 @@ class _Reader(GGUFReader):
         if n * min_size > room:
             raise _Corrupt(f"a metadata array claims {n:,} items, more than the {room:,} bytes "
                            "left in the file can hold")
-        # The stock reader walks arrays item by item through NumPy (10 us an item: 1 s for a
-        # 49k-token vocabulary). Same parts, made faster: scalars as one array part (contents()
+        # The stock reader walks arrays item by item through NumPy, slow for a vocabulary of tens
+        # of thousands of tokens. Same parts, made faster: scalars as one array part (contents()
         # returns the same list), strings as (length, bytes) parts found with struct.
         offs = orig_offs + 12
         if scalar is not None:
@@ -151,8 +152,8 @@ class _Reader(GGUFReader):
                 begin = end
             return offs - orig_offs, parts, idxs, [GGUFValueType.ARRAY, GGUFValueType.STRING]
         # its (length, bytes) parts are made when asked for, and contents() decodes the strings
-        # from one copy of the array's bytes: a view per part (two per string) took most of
-        # SmolLM2's header parse and their decoding most of its tokenizer's build (_push_field)
+        # from one copy of the array's bytes: a view per part (two per string) would be most of
+        # a header's parse and their decoding most of its tokenizer's build (_push_field)
         self._strings = _StringParts(self, orig_offs + 12, ends)
         return offs - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, GGUFValueType.STRING]
 
@@ -423,8 +424,8 @@ class QuantRows:
         in_threads(len(starts), block)
         out = out.reshape((*np.shape(rows), self.shape[1]) if not isinstance(rows, slice)
                           else (-1, self.shape[1]))
-        # kept quantised, this table is not scanned at load (dequantising all of SmolLM2's took
-        # 0.11 s, a tenth of its load): the rows a run uses are checked as they are dequantised
+        # kept quantised, this table is not scanned at load (dequantising it all would be a large
+        # share of the load): the rows a run uses are checked as they are dequantised
         if not np.isfinite(out).all():
             bad = np.flatnonzero(~np.isfinite(out.reshape(-1, self.shape[1])).all(axis=1))[0]
             row = np.arange(self.shape[0])[rows].reshape(-1)[bad]
@@ -463,10 +464,16 @@ class GGUFTensors:
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
         return t
 
+    def stored(self, name: str, shape: tuple[int, ...]):
+        """Tensor `name`'s entry as get, fill and rows read it (type, data), checked as check()
+        checks it. (A quantized copy of the file gives its tensors at another type here:
+        engine/computing/quantized.py.)"""
+        return self.check(name, shape)
+
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
         `check`, its values finite)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         try:
             out = dequantize(t.data, t.tensor_type)
         except NotImplementedError:
@@ -484,12 +491,12 @@ class GGUFTensors:
         """Tensor `name` [out, in] (checked against `shape`) dequantised into `out` [out, in], a
         C-contiguous float32 array, in row blocks of at most FILL_VALUES values (the transient arrays
         stay small whatever the tensor's size) shared out to one thread per core (NumPy's passes
-        release the GIL: SmolLM2's layers took 0.40 s on one core). `rows`: out[r] =
+        release the GIL; benchmarks/dequant.py measures it). `rows`: out[r] =
         tensor[rows[r]] (a permutation). `columns`: `out` is [in, out] instead (C order, or columns
         of such an array): each row block is dequantised into a scratch block in cache and copied
         into its columns. Values as get() gives them, bit for bit (each value is dequantised from
         its own block alone; the blocks' split changes no value)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
         step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
         if columns:  # a scratch block of rows that stays in cache
@@ -534,7 +541,7 @@ class GGUFTensors:
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A [rows, cols] table kept quantised (F32 stays a memory-mapped view)."""
-        t = self.check(name, shape)
+        t = self.stored(name, shape)
         if t.tensor_type == GGMLQuantizationType.F32:
             table = np.asarray(t.data).reshape(shape)
             check_finite(table, name, self.path.name)
@@ -655,7 +662,7 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
 
 def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None: no fills)
     """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows,
-    laid out by layers.kept_in_c_order: C order (written as columns), else the transposed view of
+    laid out by layout.kept_in_c_order: C order (written as columns), else the transposed view of
     the rows as read (Fortran order). Written in the load's arena."""
     if fills is None:
         return None
@@ -712,7 +719,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
                             budget)
     layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
                         ts.path.name, output=lambda i, check: _output(plans[i], ts, check))
-    if eager:  # as before for a model that fits: every layer read and checked at load
+    if eager:  # a model that fits: every layer read and checked at load
         layers.expand_kept()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);
@@ -749,7 +756,7 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
             raise ModelLoadError(f"{source}: {key} is {show(value)}, expected {expected}")
         return value
 
-    def list_of(*kinds):  # set(map(type)): a C loop, 2 ms for 49k tokens
+    def list_of(*kinds):  # set(map(type)): a C loop, no Python per token
         return lambda value: isinstance(value, list) and set(map(type, value)) <= set(kinds)
 
     def flag(key, default):
@@ -815,13 +822,11 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
     return TextTokenizer(tok), None
 
 
-def load_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None, eager: bool = True):
-    """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
+def read_gguf(path: Path, name: str | None = None, license: str | None = None,
+              budget: int | None = None, eager: bool = True) -> ReadModel:
+    """Read a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it."""
-    from attnviz.engine.computing.model import Model
-
     path = Path(path).expanduser()
     reader = open_gguf(path)
     arch = architecture(reader)
@@ -832,9 +837,9 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     ts = GGUFTensors(reader, path)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager)
     file_license = _field(reader, "general.license")
-    return Model(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
-                 license=license or (file_license if isinstance(file_license, str) else None),
-                 notice=notice)
+    return ReadModel(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
+                     license=license or (file_license if isinstance(file_license, str) else None),
+                     notice=notice)
 
 
 def gguf_display_name(reader: GGUFReader, path: Path) -> str:

@@ -15,11 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnviz.engine.reading.checkpoints import count_checkpoints
+from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, load_gguf, open_gguf
-from attnviz.engine.computing.model import Model, load_folder
+from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -33,10 +32,9 @@ TOY_ALIASES = ("toy", TOY_FOLDER)
 TOY_LICENSE = "toy model trained by attnviz on Python stdlib docstrings (PSF-2.0)"
 SMOLLM2_MODEL = "SmolLM2-135M-Instruct"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The window opens on the decoder the lesson is about. Measured (benchmarks/smollm2.py, 2 cores): its
-# forward beats transformers eager (0.46-0.79x), a typed token costs one cached step (5.7-5.9x
-# faster than a full run at the window's one BLAS thread), 0.58 GiB peak RSS, first heatmaps in
-# 1.9-2.1 s on a quiet machine; MiniLM stays one click away (Models menu).
+# The window opens on the decoder the lesson is about: a typed token costs one cached step, and
+# benchmarks/smollm2.py measures its forward, memory and first heatmaps; MiniLM stays one click
+# away (Models menu).
 WINDOW_MODEL = SMOLLM2_MODEL
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m", SMOLLM2_FILE, SMOLLM2_FILE[:-5])
 OLLAMA_SYSTEM_DIR = Path("/usr/share/ollama/.ollama/models")  # Linux installs run as user `ollama`
@@ -126,8 +124,8 @@ def _info(name, path, source, license=None) -> ModelInfo | None:
 
 
 # ---- GGUF headers, read without building the vocabulary ------------------------------------------
-# gguf.GGUFReader turns every metadata array into NumPy parts: about 1 s for SmolLM2's 49k-token
-# vocabulary, several for a 128k one. Listing needs a dozen numbers, so this walks the header in a
+# gguf.GGUFReader turns every metadata array into NumPy parts, slow for a vocabulary of tens of
+# thousands of tokens. Listing needs a dozen numbers, so this walks the header in a
 # memory map and steps over the arrays (a string array still costs one length read per item).
 
 _SPLIT_PART = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$", re.IGNORECASE)  # llama.cpp's gguf-split
@@ -480,16 +478,3 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     raise ModelLoadError(
         f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "
         "LM Studio or Ollama folders); `attnviz models` lists what is available")
-
-
-def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,
-               eager: bool = True) -> Model:
-    """Load a model by name (see find_models), from a folder holding config.json + safetensors, or
-    from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default: the budget
-    chosen with budget.set_memory_budget, else from the memory available). `eager=False`: a GGUF
-    file's layers are expanded when a run first reaches them, not at load (safetensors layers
-    always are: they are memory-mapped)."""
-    name, where, license = resolve(name_or_dir)
-    if where.is_file():  # resolve() gives a file only for GGUF
-        return load_gguf(where, name=name, license=license, budget=budget, eager=eager)
-    return load_folder(where, name=name, license=license, budget=budget)

@@ -243,7 +243,7 @@ def tokenizer_ids(spec: dict, path: Path) -> list[tuple[str, str, int]]:
     out: list[tuple[str, str, int]] = []
     if isinstance(vocab, dict):  # BPE, WordPiece, WordLevel: token -> id
         ids = vocab.values()
-        if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0):  # C loops: 30k ids in 1 ms
+        if ids and (not set(map(type, ids)) <= {int} or min(ids) < 0):  # C loops, no Python per id
             token, i = next((t, i) for t, i in vocab.items() if not is_whole(i) or i < 0)
             raise ModelLoadError(f"{path}: model.vocab[{show(token)}] is {show(i)}, "
                                  "expected a token id (a whole number >= 0)")
@@ -328,8 +328,8 @@ def check_shape(name: str, got: tuple[int, ...], want: tuple[int, ...], implied_
 
 
 def check_finite(arr: np.ndarray, name: str, source: str) -> None:
-    """Refuse a tensor holding NaN or Inf, naming it, the count and the first position.
-    (Measured: SmolLM2's 104M float32 values in 31 ms, MiniLM's 23M in 8 ms.)"""
+    """Refuse a tensor holding NaN or Inf, naming it, the count and the first position (in
+    SCAN_CHUNK passes: a load checks every weight, benchmarks/smollm2.py measures the load)."""
     flat = np.asarray(arr).reshape(-1)
     for start in range(0, flat.size, SCAN_CHUNK):
         if not np.isfinite(flat[start:start + SCAN_CHUNK]).all():

@@ -199,6 +199,10 @@ class Checkpoint:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        """Tensor `name`'s shape as stored (KeyError: no such tensor)."""
+        return self._where[name].shape(name)
+
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name`, checked against the shape the config implies, its dtype (a float)
         and (`check`) its values (finite: a NaN or Inf would turn every pattern after it into NaN)."""

@@ -18,7 +18,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 
@@ -30,6 +30,19 @@ SCAN_SOURCES = ("text", "probe")
 # The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
 # for the typing runs and the main thread (1 on a 2-core machine).
 SCAN_THREADS = max(1, cores() - 1)  # the typed text (next-token loss) or the repeated-random probe
+
+
+def analyse_typed(model, run, pos, target: str, alt: str, stop=None) -> tuple:
+    """effects.analyse at query `pos` for the typed tokens -> (analysis, note); tokens that do not
+    fit this model fall back to the top two, with the note saying why."""
+    from attnviz.engine.analysing.effects import analyse
+
+    try:
+        return analyse(model, run, pos, target, alt, stop=stop), ""
+    except InputError as exc:
+        if not (target.strip() or alt.strip()):
+            raise
+        return analyse(model, run, pos, stop=stop), f"{exc}; showing the top two instead"
 
 
 class EffectsJobs(QObject):
@@ -74,8 +87,6 @@ class EffectsJobs(QObject):
 
     # --- the analysis of the query position ------------------------------------------------------
     def request_analysis(self) -> None:
-        from attnviz.engine.analysing.effects import analyse
-
         self._timer.stop()
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
@@ -88,17 +99,12 @@ class EffectsJobs(QObject):
 
         def work():  # stops between blocks of the unembedding once stale (Cancelled, unheard)
             t0 = time.perf_counter()
-            try:
-                out = analyse(model, run, pos, target, alt, stop=stale), ""
-            except InputError as exc:
-                if not (target.strip() or alt.strip()):
-                    raise
-                out = analyse(model, run, pos, stop=stale), f"{exc}; showing the top two instead"
-            return (*out, time.perf_counter() - t0)
-        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run), POOL, job_id=job_id)
+            return (*analyse_typed(model, run, pos, target, alt, stop=stale), time.perf_counter() - t0)
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), POOL,
+                           job_id=job_id)
 
     def _on_analysis(self, request, value, error) -> None:
-        model, run = request
+        model, run = request[:2]
         st, eff = self.state, self.state.effects
         if model is not st.model or run is not eff.run:
             return
@@ -108,12 +114,12 @@ class EffectsJobs(QObject):
                 log.warning("analysis failed: %s", describe_error(error))
             return
         analysis, note, self.last_analysis_s = value
-        eff.set_analysis(analysis, note)
+        eff.set_analysis(analysis, note, of=request[1:])
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
-        from attnviz.engine.analysing.predict import token_text
-        from attnviz.engine.analysing.predict import lens_grid, lm_head
+        from attnviz.engine.analysing.predict import lens_grid
+        from attnviz.engine.computing.model import token_text
 
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
@@ -122,7 +128,7 @@ class EffectsJobs(QObject):
         model = st.model
 
         def work():
-            ids, lps = lens_grid(lm_head(model), run.shown)
+            ids, lps = lens_grid(model.lm_head(), run.shown)
             labels = {int(i): token_text(model, int(i)) for i in set(ids.reshape(-1).tolist())}
             return ids, lps, labels
         self.worker.submit(LENS_GRID_KIND, work, self._on_lens_grid, run, POOL)
@@ -143,7 +149,6 @@ class EffectsJobs(QObject):
         from attnviz.engine.analysing.ablation import ablation_scan
         from attnviz.engine.errors import Cancelled
         from attnviz.engine.analysing.effects import token_id
-        from attnviz.engine.analysing.predict import lm_head
         from attnviz.engine.analysing.probes import probe_ids
 
         st, eff = self.state, self.state.effects
@@ -164,7 +169,7 @@ class EffectsJobs(QObject):
                 return None
 
         def scan():
-            head = lm_head(model)
+            head = model.lm_head()
             if source == "probe":
                 probe, _note = probe_ids(model)
                 what = "the repeated-random probe, repeat loss (mean −log p over the second copy)"

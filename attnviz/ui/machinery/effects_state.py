@@ -31,6 +31,7 @@ class Effects(QObject):
         self.alt = ""  # typed alternative ("" = the clean second)
         self.run = None  # WindowRun of state.result (when it was run for these views)
         self.analysis = None  # effects.Analysis of the query position
+        self.analysed = None  # (run, query, target, alt) that `analysis` was computed for
         self.note = ""  # why there is no analysis, or what is wrong with the typed tokens
         self.lens_grid = None  # (top ids [n_layer, T], log-probs [n_layer, T], labels) of `run`
         self.scan = None  # ablation.Scan
@@ -108,8 +109,9 @@ class Effects(QObject):
             self.sigLensGridChanged.emit()
         self.sigRunChanged.emit(run)
 
-    def set_analysis(self, analysis, note: str = "") -> None:
-        self.analysis, self.note = analysis, str(note)
+    def set_analysis(self, analysis, note: str = "", of=None) -> None:
+        """`of`: the (run, query, target, alt) the analysis was computed for (analysis_of)."""
+        self.analysis, self.note, self.analysed = analysis, str(note), of if analysis is not None else None
         self.sigAnalysisChanged.emit()
 
     def set_note(self, note: str) -> None:
@@ -130,6 +132,14 @@ class Effects(QObject):
         """The run behind `result` when the runner made it for these views, else None."""
         run = self.run
         return run if run is not None and run.result is result else None
+
+    def analysis_of(self, result):
+        """The analysis when it is of `result` at the query, typed tokens and ablation the window
+        has now, else None (the panel was hidden while the text, query or tokens changed)."""
+        run = self.run_of(result)
+        if self.analysis is None or run is None or run.ablation != self.ablation:
+            return None
+        return self.analysis if self.analysed == (run, self.state.query_pos, self.target, self.alt) else None
 
     def lacks(self, result) -> bool:
         """Whether `result` is not what these views need: a run that kept what prediction reads

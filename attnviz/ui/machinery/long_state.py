@@ -63,16 +63,19 @@ class LongState(QObject):
 
     # --- setters ------------------------------------------------------------------------------
     def set_run(self, run) -> None:
-        """A new long run (None: the text is shown densely). The region stays while it fits the
-        new text (typing on at the end), else the whole pattern is shown."""
+        """A new long run (None: the text is shown densely). A view of the whole pattern shows the
+        whole new one (a longer paste reaches its end); a zoomed region stays while it fits the new
+        text (typing on at the end), else the whole pattern is shown."""
         if run is self.run:
             return
+        whole = self.region is None or self.region == full_region(self.T)
         self.run = run
         self._shown = {}
+        T = self.T
         if run is None:
             self.region, self.tiles, self.pane = None, None, None
-        elif self.region is None or self.region[1] > run.patterns.T or self.region[3] > run.patterns.T:
-            self.region = full_region(run.patterns.T)
+        elif whole or self.region[1] > T or self.region[3] > T:
+            self.region = full_region(T)
         self.sigRunChanged.emit(run)
 
     def set_region(self, region) -> None:

@@ -14,26 +14,22 @@ result, and the result of a job that was cancelled, are dropped. Two lanes:
   as a native library's open(), still stalls every thread: refusing such files before opening them
   is the engine's job.)
 
-Here too: the BLAS-thread cap (app.assemble sets it) and Python's garbage collection kept on the
-main thread, with what start-up made frozen out of its way (freeze_start_up_objects)."""
+The process's tuning the runner relies on (the BLAS-thread cap, garbage collection kept on the main
+thread, the pool's thread below the main one) is ui/machinery/tuning.py's."""
 
 from __future__ import annotations
 
-import gc
 import itertools
-import os
 import logging
 import threading
 import time
 from typing import Any, Callable
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
-from threadpoolctl import ThreadpoolController, threadpool_limits
-
-from attnviz.engine.computing.parallel import cores
 from attnviz.engine.errors import AttnvizError
+from attnviz.ui.machinery.tuning import below_the_main_thread, collect_garbage_on_the_main_thread
 
 log = logging.getLogger(__name__)
 
@@ -51,102 +47,6 @@ def shared_pool() -> QThreadPool:
         _POOL.setMaxThreadCount(1)
         _POOL.destroyed.connect(_forget_pool)
     return _POOL
-
-
-BLAS_THREADS = 1
-_BLAS_LIMIT = None
-
-
-def limit_blas_threads(n: int = BLAS_THREADS):
-    """Cap this process's BLAS thread pools at `n` (kept for the app's life). The runner's jobs
-    are small matrices (T up to a few hundred), where more BLAS threads cost more than they give,
-    and on 2 cores their spinning takes the core the UI thread needs (stalls of 100-200 ms)."""
-    global _BLAS_LIMIT
-    if _BLAS_LIMIT is None:
-        _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
-        # Raise the cap once here, on the main thread, and lower it again. Measured with the
-        # OpenBLAS NumPy ships (0.3.31, pthreads): unless the main thread has raised it once after
-        # lowering it, a raise made on another thread (wide_blas in a pool job) is not taken: the
-        # job reads 1 thread back and runs on one core (a pasted paragraph took twice as long).
-        with threadpool_limits(limits=cores(), user_api="blas"):
-            pass
-    return _BLAS_LIMIT
-
-
-def wide_blas(on: bool = True):
-    """A context in which BLAS uses every core (a long run: a pasted paragraph's [400, 576] x
-    [576, 1536] products are big enough to gain from it, and the window waits for that run);
-    otherwise nothing changes. Back to the cap after."""
-    import contextlib
-
-    if not on or cores() <= BLAS_THREADS:
-        return contextlib.nullcontext()
-    return _controller().limit(limits=cores(), user_api="blas")
-
-
-_CONTROLLER: ThreadpoolController | None = None
-
-
-def _controller() -> ThreadpoolController:
-    """The process's thread pools, found once: threadpool_limits looks them up again at each call
-    (0.3 ms, on a keystroke's run)."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER
-
-
-_GC_TIMER: QTimer | None = None
-GC_INTERVAL_MS = 500
-
-
-def collect_garbage_on_the_main_thread() -> None:
-    """Python's cyclic garbage collector runs in whichever thread happens to allocate. Run on a job
-    thread, it can free a Qt object left in a reference cycle (a closed window's widgets), whose
-    destructor takes a Qt lock and then waits for the GIL, while the main thread holds the GIL and
-    waits for that lock: the window freezes for good (seen in the test suite: a model load thread
-    in gc_collect_main -> QObject::~QObject, the main thread in QMetaObject::disconnect). So, as
-    pyqtgraph's GarbageCollector does, automatic collection is switched off and a timer on the
-    main thread collects each generation once it passes its usual threshold."""
-    global _GC_TIMER
-    if _GC_TIMER is not None:
-        return
-    app = QCoreApplication.instance()
-    assert app is not None, "the job runner needs the QApplication"
-    _GC_TIMER = QTimer(app)
-    _GC_TIMER.timeout.connect(_collect)
-    _GC_TIMER.destroyed.connect(_gc_timer_gone)
-    gc.disable()
-    _GC_TIMER.start(GC_INTERVAL_MS)
-
-
-def _collect() -> None:  # on the main thread: generation g once its count passes its threshold
-    counts, limits = gc.get_count(), gc.get_threshold()
-    for g in range(3):
-        if counts[g] <= limits[g]:
-            break
-        gc.collect(g)
-
-
-def freeze_start_up_objects() -> None:
-    """One full collection, then every object alive (the modules, the window's widgets and
-    pyqtgraph's items: about 85,000) moves to the collector's permanent generation, which no
-    collection walks: a full collection then takes a few ms where it took 40-50 ms on the main
-    thread (the longest stall while typing). Called once a window's start-up is done; a window
-    that closes calls thaw_objects(), so its own reference cycles are collected after all."""
-    gc.collect()
-    gc.freeze()
-
-
-def thaw_objects() -> None:
-    """Objects frozen at start-up are collected again like any other (a window closed)."""
-    gc.unfreeze()
-
-
-def _gc_timer_gone(*_):  # the application is gone: Python collects on its own again
-    global _GC_TIMER
-    _GC_TIMER = None
-    gc.enable()
 
 
 def _forget_pool(*_):
@@ -229,34 +129,6 @@ class _Task(QRunnable):
     def run(self) -> None:
         below_the_main_thread()
         _execute(self.job, self.relay, self.is_stale)
-
-
-_NICED = threading.local()
-POOL_NICE = 5  # the pool's threads run this much nicer than the thread that imported this module
-
-
-def _own_nice() -> int | None:
-    try:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    except (AttributeError, OSError):
-        return None
-
-
-_MAIN_NICE = _own_nice()  # (imported on the main thread, before any pool thread exists)
-
-
-def below_the_main_thread() -> None:
-    """Lower this pool thread's scheduling priority once (Linux: a thread's own nice value, +5),
-    so the main thread, woken to paint a result while a run goes on, gets a core at once. On 2
-    cores a decoder's run keeps both busy (BLAS on both); at equal priority the main thread waited
-    for one: SmolLM2 typing's longest stall 13-18 ms, 9-11 ms with this (benchmarks/typing.py)."""
-    if getattr(_NICED, "done", False) or _MAIN_NICE is None:
-        return
-    _NICED.done = True
-    try:  # (absolute: a pool thread started from another one inherits its value)
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, _MAIN_NICE + POOL_NICE))
-    except OSError:  # not allowed here: the order stays the OS's
-        pass
 
 
 def describe_error(exc: BaseException, writing=None) -> str:

@@ -73,9 +73,8 @@ class _Sink(QObject):
     """The settings written while the window runs, on a thread of their own (Background).
 
     A QSettings file is written by Qt through QSaveFile: the bytes, fsync, a rename. PySide holds
-    the GIL through QSettings.sync() (measured with fsync slowed to 200 ms: another thread's
-    Python waited 404 ms), and on a busy disk that fsync took 60-190 ms on the window's thread,
-    right as typing resumed. Here each file's QSettings lives on this thread and Qt syncs it from
+    the GIL through QSettings.sync(), so every other thread's Python waits for the fsync, and on a
+    busy disk that fsync would stall the window's thread right as typing resumed. Here each file's QSettings lives on this thread and Qt syncs it from
     this thread's event loop in C++ (QSettings's own update event), without the GIL: the window's
     thread only hands over the values."""
 
@@ -145,8 +144,8 @@ class Writer(QObject):
         self.timer.setInterval(WRITE_DELAY_MS)
         self.timer.timeout.connect(self._write_later)
         for sig in (state.sigTextChanged, state.sigLayerChanged, state.sigDisplayChanged):
-            # not connected to timer.start itself: sigLayerChanged's int went to start(msec) and
-            # made the new layer the delay (layer 29: a write, and its fsync, on every keystroke)
+            # not connected to timer.start itself: sigLayerChanged's int would go to start(msec)
+            # and make the new layer the delay (a write, and its fsync, on every keystroke)
             sig.connect(lambda *_: self.timer.start())
         state.sigModelChanged.connect(
             lambda model: model is not None and remember_model(settings, state.model_source))

@@ -33,7 +33,7 @@ class AppState(QObject):
     sigOverlayChanged = Signal(object)
     sigStatus = Signal(str)
     sigLoadingChanged = Signal(str)  # the model source being loaded, "" when none is
-    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.reading.checkpoints) or None
+    sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.computing.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
@@ -189,14 +189,19 @@ class AppState(QObject):
         if self.checkpoints is not None:
             self.checkpoints, self.checkpoint = None, None
             self.sigCheckpointsChanged.emit(None)
-        self.sigModelChanged.emit(model)
+        # The old model's result goes and the layer is clamped to the new model's range before
+        # any view hears of the new model: a redraw on its signal must not read a layer it lacks.
         self.set_result(None)
+        clamped = model is not None and self.layer >= model.config.n_layer
+        if clamped:
+            self.layer = model.config.n_layer - 1
+        self.sigModelChanged.emit(model)
         self.set_head_labels(None)
         self.set_overlay(None)
         self.set_focus(None)
         self.set_query(None)
-        if model is not None and self.layer >= model.config.n_layer:
-            self.set_layer(model.config.n_layer - 1)
+        if clamped:
+            self.sigLayerChanged.emit(self.layer)
 
     def set_checkpoints(self, checkpoints) -> None:
         """The training checkpoints of the current model (a CheckpointSet whose `base` is `model`);
@@ -416,8 +421,8 @@ class AppState(QObject):
         # A new result's stale scores are told to the views after the frame that shows it: the
         # grid and the focus view read head_labels as they draw the result, so no old badge is
         # painted over it; the panels (the roles tables greyed, Find, the ablation list) follow
-        # 2 ms later, off the keystroke's path (0.6-0.7 ms a keystroke on MiniLM). (A 0 ms timer
-        # fired before the grid's paint in 47 of 100 keystrokes, 2 ms in 2-4.)
+        # 2 ms later, off the keystroke's path (a 0 ms timer often fires before the grid's paint;
+        # benchmarks/typing.py measures the keystroke's frame).
         self._scores_later = QTimer(self)
         self._scores_later.setSingleShot(True)
         self._scores_later.setInterval(2)

@@ -5,14 +5,14 @@ into the state itself (set_model, set_result, set_checkpoints, the head scores).
 
 Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
 pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
-starts at once; a 2 ms wait was a sixth of a MiniLM keystroke's frame). Each is a snapshot (id, model,
+starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing.py
+measures it). Each is a snapshot (id, model,
 text, what the views want computed); Model.run refuses non-finite weights, so the window never
 receives NaN heatmaps."""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -21,11 +21,10 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
-from attnviz.engine.computing.parallel import cores
+from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
-from attnviz.ui.machinery.runner import (
-    POOL, THREAD, Job, Runner, below_the_main_thread, describe_error, wide_blas,
-)
+from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
+from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class LoadRequest:
 
 
 def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
-    from attnviz.engine.reading.checkpoints import load_checkpoints
+    from attnviz.engine.computing.checkpoints import load_checkpoints
 
     ckpts = load_checkpoints(model)
     if ckpts is not None:
@@ -105,12 +104,21 @@ class Worker(Runner):
         from attnviz.ui.machinery.long_jobs import LongJobs
 
         self.long_jobs = LongJobs(self)  # long texts (overviews) and generation
+        from attnviz.ui.machinery.compare_jobs import CompareJobs
+
+        self.compare_jobs = CompareJobs(self)  # model B beside A, per keystroke
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
         if r is not None and ((st.value_weighted and r.value_norms is None)
-                              or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)):
+                              or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)
+                              or self._compare_lacks(r)):
             self.request_compute(immediate=True)
+
+    def _compare_lacks(self, result) -> bool:
+        """Compare is open: runs keep A's residual stream (`result`: whether this one lacks it)."""
+        compare = getattr(self, "compare_jobs", None)
+        return compare is not None and compare.active and (result is None or compare.lacks(result))
 
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
         """Snapshot the state's model and text now; run it after the debounce interval."""
@@ -120,7 +128,8 @@ class Worker(Runner):
         eff = st.effects
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
                              values=st.value_weighted, inputs=st.inputs_wanted,
-                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal),
+                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal)
+                             or self._compare_lacks(None),
                              ablation=eff.ablation)
         self._pending = req
         if immediate:
@@ -136,7 +145,6 @@ class Worker(Runner):
             return
 
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
-        long = len(req.text) - len(os.path.commonprefix([req.text, self._last_text])) > LONG_RUN_CHARS
         self._last_text = req.text
         depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
         early = None if depth is None else (depth, lambda part: self._sigPreview.emit(req, part))
@@ -151,9 +159,8 @@ class Worker(Runner):
             try:
                 # BLAS on every core for the window's runs: a causal model's keystroke streams
                 # every weight (one product of a row per weight matrix), and two cores read memory
-                # faster than one (engine p50 48 ms against 64, SmolLM2); an encoder's whole run
-                # went from 11.4-12.9 to 8.5-9.3 ms, keystroke -> repaint p95 from 21.8-23.9 to
-                # 16.9-20.5 ms (MiniLM, benchmarks/typing.py, turns of 1 and 2 threads)
+                # faster than one; an encoder's run is shorter too (benchmarks/typing.py measures
+                # both, in turns of 1 and 2 threads)
                 with wide_blas():
                     if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                         from attnviz.engine.analysing.effects import window_run
@@ -231,9 +238,9 @@ class Worker(Runner):
             self.cancel(SCORES_KIND)
         elif self.state.scores_result is not result or self.state.scores_stale:
             if self.state.long.run is None and self.scores_at_once(result):
-                # after the result's frame: submitting the job costs the main thread 1-2 ms (the
+                # after the result's frame: submitting the job costs the main thread time (the
                 # pool thread takes the GIL at once), and the job's Python slows whatever the main
-                # thread does meanwhile; started at 0 ms, both fell on the frame's own events
+                # thread does meanwhile; started at once, both would fall on the frame's own events
                 self._scores_timer.start(SCORES_AFTER_MS)
             else:
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
@@ -444,7 +451,7 @@ class Worker(Runner):
         """A model with training checkpoints (a checkpoints.json in its folder: engine/checkpoints)
         gets them loaded and every checkpoint's weights preloaded on a thread of its own (it reads
         files); the runner hands them to the state, for the model they belong to only."""
-        from attnviz.engine.reading.checkpoints import CHECKPOINTS_FILE
+        from attnviz.engine.computing.checkpoints import CHECKPOINTS_FILE
 
         path = getattr(model, "path", None)
         if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():

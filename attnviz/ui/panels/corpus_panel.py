@@ -38,6 +38,7 @@ from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
 
 SNIPPET = 60  # characters of text shown either side of an example's tokens
+SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,10 @@ class CorpusPanel(QWidget):
         self.model_note.hide()
         self.load_button.hide()
 
+        # heatmap, scatter and examples one above the other, each the dock's full width: side by
+        # side, a 440 px dock cut the heatmap's last heads, both titles and the scatter's edge
         split = QSplitter(Qt.Orientation.Vertical)
-        views = QSplitter(Qt.Orientation.Horizontal)
+        split.setChildrenCollapsible(False)
         self.heat_w = pg.GraphicsLayoutWidget()
         self.heat_w.setBackground(BACKGROUND)
         self.heat_plot = self.heat_w.addPlot()
@@ -204,11 +207,12 @@ class CorpusPanel(QWidget):
         self.heat_w.addItem(self.cbar)
         for ax in ("left", "bottom"):
             self.heat_plot.getAxis(ax).setTextPen(pg.mkPen(TEXT))
-        views.addWidget(self.heat_w)
+        self.heat_w.setMinimumHeight(220)
+        split.addWidget(self.heat_w)
 
         self.scatter_w = pg.GraphicsLayoutWidget()
         self.scatter_w.setBackground(BACKGROUND)
-        self.scatter_plot = self.scatter_w.addPlot(title="heads by behaviour (JS distance, MDS); colour: layer")
+        self.scatter_plot = self.scatter_w.addPlot(title=SCATTER_TITLE)
         self.scatter_plot.setMenuEnabled(False)
         self.scatter_plot.hideButtons()
         self.scatter_plot.setMouseEnabled(False, False)
@@ -218,8 +222,8 @@ class CorpusPanel(QWidget):
         self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
                                           tip=lambda x, y, data: head_title(*data))
         self.scatter_plot.addItem(self.scatter)
-        views.addWidget(self.scatter_w)
-        split.addWidget(views)
+        self.scatter_w.setMinimumHeight(160)
+        split.addWidget(self.scatter_w)
 
         self.examples_title = QLabel("Click a head for its top examples.")
         self.examples = QListWidget()
@@ -229,7 +233,11 @@ class CorpusPanel(QWidget):
         bl.setContentsMargins(0, 0, 0, 0)
         bl.addWidget(self.examples_title)
         bl.addWidget(self.examples)
+        box.setMinimumHeight(90)
         split.addWidget(box)
+        split.setStretchFactor(0, 5)
+        split.setStretchFactor(1, 3)
+        split.setStretchFactor(2, 2)
         lay.addWidget(split, 1)
 
     def _connect(self):

@@ -35,7 +35,7 @@ def _table(columns: list[str]) -> QTableWidget:
 def _fill(table: QTableWidget, rows: list[list[str]], numbers=()) -> None:
     """Rows of text into `table`; the columns in `numbers` right-aligned. The header sizes its
     columns to their contents once, after the fill: with ResizeToContents on while filling, every
-    setText re-measured the whole column (tens of ms a lens on the main thread)."""
+    setText would measure the whole column again, on the main thread."""
     header = table.horizontalHeader()
     modes = [header.sectionResizeMode(c) for c in range(table.columnCount())]
     header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)

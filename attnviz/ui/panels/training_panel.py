@@ -1,4 +1,4 @@
-"""The training panel: for a model with checkpoints across training (engine/reading/checkpoints.py), a
+"""The training panel: for a model with checkpoints across training (engine/computing/checkpoints.py), a
 training-step slider that moves every heatmap through training, beside a plot of the in-context
 learning score and the best induction-head score per checkpoint with the current step marked.
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFontMetricsF, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
@@ -39,6 +39,18 @@ class KeyAxis(pg.AxisItem):
             p.restore()
 
 
+MIN_LABEL_PT = 7.0  # the smallest label font tried before labelling every n-th token
+
+
+def labelled_text(row_step: int, col_step: int) -> str:
+    """What the axes label: '' when every token, else which ones (hover names every cell)."""
+    if max(row_step, col_step) == 1:
+        return ""
+    nth = lambda n: "every" if n == 1 else f"every {n}{'nd' if n == 2 else 'rd' if n == 3 else 'th'}"  # noqa: E731
+    return (f"Labelled: {nth(row_step)} query, {nth(col_step)} key (no room for each at this size); "
+            "hover a cell for its tokens")
+
+
 class FocusView(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
@@ -51,8 +63,15 @@ class FocusView(QWidget):
         self.gw.setBackground(BACKGROUND)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(2, 2, 2, 2)
+        # which tokens the axes name when there is no room for each: the rest read on hover
+        self.label_note = QLabel("")
+        self.label_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.label_note.setWordWrap(True)
+        self.label_note.hide()
+        self.label_steps = (1, 1)  # (rows, columns): every n-th token labelled
         lay.addWidget(self.title)
         lay.addWidget(self.gw, 1)
+        lay.addWidget(self.label_note)
 
         self.key_axis = KeyAxis()
         self.plot = self.gw.addPlot(row=0, col=0, axisItems={"top": self.key_axis})
@@ -213,19 +232,34 @@ class FocusView(QWidget):
         self.title.setText(self._empty_text())
         self.plot.getAxis("left").setTicks([[]])
         self.key_axis.setTicks([[]])
+        self.label_steps = (1, 1)
+        self.label_note.hide()
 
     def _set_ticks(self):
         r = self.state.on_screen()[0].result
         T = len(r.labels)
-        # every label when rows / columns are at least 15 px apart, else every step-th
-        ticks = []
-        for size, first in ((self.vb.height(), 0), (self.vb.width(), min(self._k0, T))):
-            step = max(1, math.ceil(15.0 * max(T, 1) / max(size, 1.0)))
-            ticks.append([(i + 0.5, axis_label(r.labels[i])) for i in range(first, T, step)])
+        # every token labelled while rows / columns are a line of label text apart (in the
+        # window's font, or a smaller one when that labels each), else every step-th in the
+        # window's font; columns' labels are turned upright, so both need the line's height
+        small = QFont(self.font())
+        small.setPointSizeF(max(MIN_LABEL_PT, 0.8 * self.font().pointSizeF()))
+        for font in (self.font(), small, self.font()):
+            line = QFontMetricsF(font).height() + 1
+            steps = [max(1, math.ceil(line * max(T, 1) / max(size, 1.0)))
+                     for size in (self.vb.height(), self.vb.width())]
+            if max(steps) == 1:
+                break
+        ticks = [[(i + 0.5, axis_label(r.labels[i])) for i in range(first, T, step)]
+                 for first, step in zip((0, min(self._k0, T)), steps)]
+        self.label_steps = tuple(steps)
+        self.label_note.setText(labelled_text(*steps))
+        self.label_note.setVisible(max(steps) > 1)
+        for axis in (self.plot.getAxis("left"), self.key_axis):
+            axis.setStyle(tickFont=font)
         self.plot.getAxis("left").setTicks([ticks[0]])
         self.key_axis.setTicks([ticks[1]])
         ticks = ticks[1]
-        fm = QFontMetricsF(self.key_axis.font() if hasattr(self.key_axis, "font") else self.font())
+        fm = QFontMetricsF(font)
         longest = max((fm.horizontalAdvance(t) for _, t in ticks), default=10)
         self.key_axis.setHeight(int(longest) + 12)
 

@@ -34,7 +34,7 @@ BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint o
 class Label(QGraphicsSimpleTextItem):
     """A title pinned to a point of the mosaic and drawn unscaled in screen pixels by Qt itself
     (ItemIgnoresTransformations): a re-layout or a paint recomputes no per-label transform in Python,
-    as pg.TextItem does (about 0.15 ms per label and change)."""
+    as pg.TextItem does for every label and change."""
 
     PAD = 2  # screen pixels between the label and its anchor point
 
@@ -69,15 +69,14 @@ class Label(QGraphicsSimpleTextItem):
 
 class MosaicImage(pg.ImageItem):
     """The mosaic's image item: pyqtgraph makes an 8-bit image with a colour table of the uint8
-    mosaic and its table, which Qt's raster engine scales onto the screen about ten times slower
-    than the same pixels as premultiplied ARGB (2.4 against 0.24 ms for a 110 x 80 mosaic over
-    1100 x 800 px, every repaint). So it is converted once per new mosaic, and each paint is a
-    plain scaled copy.
+    mosaic and its table, which Qt's raster engine scales onto the screen far slower than the same
+    pixels as premultiplied ARGB, at every repaint. So it is converted once per new mosaic, and
+    each paint is a plain scaled copy.
 
     The window's own mosaics (uint8, row-major, levels 0..255, a [256, 4] uint8 table) take a
     shorter road to the same pixels: one NumPy lookup in the table as Qt converts it (argb_table),
-    0.02 against 0.14 ms a result for pyqtgraph's render (a 110 x 80 mosaic), which rebuilds its
-    colour table in Python each time. A test holds the two equal byte for byte."""
+    where pyqtgraph's render rebuilds its colour table in Python each time. A test holds the two
+    equal byte for byte."""
 
     _tables: dict[bytes, np.ndarray] = {}  # RGBA table bytes -> [256] uint32 premultiplied ARGB
 
@@ -264,7 +263,7 @@ class HeatmapGrid(QWidget):
         kv_group = np.asarray(r.kv_group)
         layer = min(st.layer, n_layer - 1)
         # what the layout depends on: the same as the last draw's (a keystroke that adds no token)
-        # keeps its layout without computing it again (0.2 ms a keystroke)
+        # keeps its layout without computing it again
         key = (st.view_mode, n_layer, n_head, layer, T, kv_group.tobytes(), self._view_size())
         if key != self._layout_key or self.layout_ is None:
             geo = self._geometry(n_layer, n_head, group_size(kv_group), T)

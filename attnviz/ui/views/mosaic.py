@@ -234,7 +234,7 @@ def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float
     row_of = np.arange(len(lo.heads)) // lo.ncols
     for r in range(int(row_of.max()) + 1):
         in_row = np.nonzero(row_of == r)[0]
-        # (not np.unique: its first call imports numpy.ma, 40 ms, on the main thread at the first
+        # (not np.unique: its first call imports numpy.ma, on the main thread at the first
         # keystroke into an empty window)
         for g in sorted({int(kv_group[lo.heads[i][1]]) for i in in_row}):
             tiles = [i for i in in_row if kv_group[lo.heads[i][1]] == g]

@@ -13,11 +13,11 @@ from attnviz.figures.style import FOCUS
 
 
 class TokenStrip(QWidget):
-    """The tokens as the model sees them, painted as boxes in wrapped lines (a rich-text label cost
-    5-10 ms per result to lay out); clicking a token picks it as the query.
+    """The tokens as the model sees them, painted as boxes in wrapped lines (a rich-text label is
+    slow to lay out at every result); clicking a token picks it as the query.
 
     The strip's height follows its line count only once results pause (RESIZE_DELAY_MS): a height
-    change re-lays out the window and repaints the whole grid (20-30 ms measured), which would
+    change re-lays out the window and repaints the whole grid, which would
     stall typing each time the text wraps. Until then a strip with too few lines shows the newest
     tokens (the ones being typed), after a "… N" box counting the tokens before them."""
 

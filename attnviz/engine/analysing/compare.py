@@ -1,0 +1,316 @@
+"""What changes between two models on the same tokens: pure functions of a Pair (pair.py).
+
+Model A (the loaded one) and model B (another file, a checkpoint, A quantized) run the same ids
+[T]; each side's trace kept its patterns and its residual stream (`compare_trace()`). Definitions
+(logs base 2 for attention, in bits; base e for next-token distributions, in nats):
+
+    JSD(p, q) = 1/2 sum_k p_k log2(p_k / m_k) + 1/2 sum_k q_k log2(q_k / m_k),  m = (p + q) / 2
+        over the keys k a query row can see (k <= q in a decoder, every key in an encoder); a term
+        with p_k = 0 is 0. 0 for equal rows, at most 1.
+    heads_jsd[l, h]      mean over query rows of JSD(A[l, h, q, :], B[l, h, q, :]): rows 1..T-1 in
+                         a decoder (row 0 has one key, so its JSD is always 0), rows 0..T-1 in an
+                         encoder.                                                  [n_layer, n_head]
+    heads_jsd_max[l, h]  the largest of those row values.                        [n_layer, n_head]
+    resid_cos[l]         mean over positions t of cos(x_A[t], x_B[t]), x the residual stream after
+                         block l (trace.resid[l + 1]), cos(x, y) = x.y / sqrt((x.x)(y.y)).  [n_layer]
+    kld[t]               KL(P_A || P_B) = sum_v P_A(v | 0..t) (log P_A(v | 0..t) - log P_B(v | 0..t)),
+                         the next-token distributions after token t over the whole vocabulary, in
+                         nats (decoders with an unembedding; absent otherwise).          [T]
+    kld_stats            mean, median, 99th percentile (linear interpolation between the two
+                         nearest positions, NumPy's default) and max of kld over the T positions.
+    same_top1            the share of the T positions where A's and B's most likely next token is
+                         the same (argmax; the lowest id wins a tie).
+    flips                the positions where it is not: {position, a_id, a_token, b_id, b_token}.
+    induction            on the model's repeated-random probe (probes.probe_ids: the Head roles
+                         panel's probe and score), each head's induction strength in A and in B
+                         (heads.score_heads(...).strength["induction"]); a head at or above
+                         `threshold` in A survived when it is at or above it in B too, and is lost
+                         when it falls below it.
+
+A run compared with itself gives exactly 0 (JSD, KLD), 1.0 (resid_cos, same_top1), no flips and
+nothing lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.analysing import heads as H
+from attnviz.engine.analysing.pair import Pair, models_pair
+from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
+from attnviz.engine.computing.logits import log_softmax, vocab_logits
+from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.trace import Trace
+from attnviz.engine.errors import InputError, NoPrediction
+
+INDUCTION_THRESHOLD = 0.4
+KLD_ROWS = 64  # positions whose [rows, vocab] log-probabilities are held at once
+
+
+def compare_trace(**kw) -> Trace:
+    """A trace that keeps what the comparison reads: the patterns and the residual stream."""
+    return Trace(resid=True, **kw)
+
+
+# ---------------------------------------------------------------- attention
+
+def row_jsd(p, q):  # [..., n_k] x2 -> [...] in bits
+    """Jensen-Shannon divergence in bits between rows p and q (float64; 0 * log 0 = 0)."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    m = 0.5 * (p + q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tp = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1.0) / np.where(m > 0, m, 1.0)), 0.0)
+        tq = np.where(q > 0, q * np.log2(np.where(q > 0, q, 1.0) / np.where(m > 0, m, 1.0)), 0.0)
+    return np.clip(0.5 * tp.sum(axis=-1) + 0.5 * tq.sum(axis=-1), 0.0, 1.0)
+
+
+def query_rows(T: int, causal: bool) -> np.ndarray:
+    """The query rows the head JSD averages over: 1..T-1 in a decoder, 0..T-1 in an encoder."""
+    return np.arange(1 if causal else 0, T)
+
+
+def jsd_rows(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head, n_rows] in bits
+    """Every head's JSD per query row (query_rows), one layer at a time. The keys a row cannot see
+    hold 0 in both patterns, so summing over all T keys is the sum over the visible ones."""
+    causal = pair.a.model.config.causal
+    T = pair.T
+    if causal and T < 2:
+        raise InputError("a decoder's heads are compared on at least 2 tokens (row 0 has one key); "
+                         f"the text gives {T}")
+    rows = query_rows(T, causal)
+    A, B = pair.a.attentions, pair.b.attentions
+    return np.stack([row_jsd(A[l][:, rows], B[l][:, rows]) for l in range(A.shape[0])])
+
+
+def heads_jsd(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head] in bits
+    """Mean over query rows of the JSD between A's and B's attention rows (module docstring)."""
+    return jsd_rows(pair).mean(axis=-1)
+
+
+def heads_jsd_max(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head] in bits
+    """The largest row JSD of each head."""
+    return jsd_rows(pair).max(axis=-1)
+
+
+# ---------------------------------------------------------------- residual stream
+
+def cosine_rows(x, y):  # [T, d] x2 -> [T]
+    """cos(x[t], y[t]) = x.y / sqrt((x.x)(y.y)) in float64 (exactly 1.0 for equal rows); a zero row
+    against a zero row is 1, against anything else 0."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    dot = np.einsum("td,td->t", x, y)
+    den = np.sqrt(np.einsum("td,td->t", x, x) * np.einsum("td,td->t", y, y))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cos = np.where(den > 0, dot / np.where(den > 0, den, 1.0), 0.0)
+    both_zero = (den == 0) & ~np.any(x, axis=1) & ~np.any(y, axis=1)
+    return np.clip(np.where(both_zero, 1.0, cos), -1.0, 1.0)
+
+
+def resid_cos(pair: Pair) -> np.ndarray:  # -> [n_layer]
+    """Mean over positions of the cosine between A's and B's residual stream after each block."""
+    ra, rb = pair.a.trace.resid, pair.b.trace.resid
+    if not ra or ra[-1] is None or not rb or rb[-1] is None:
+        raise ValueError("resid_cos needs traces that kept the residual stream (compare_trace())")
+    return np.array([cosine_rows(ra[l + 1], rb[l + 1]).mean() for l in range(len(ra) - 1)])
+
+
+# ---------------------------------------------------------------- next-token distributions
+
+@dataclass(frozen=True)
+class NextTokens:
+    """What the two next-token distributions say at each position."""
+    kld: np.ndarray  # [T] KL(P_A || P_B) in nats
+    top_a: np.ndarray  # [T] int64 A's most likely next token
+    top_b: np.ndarray  # [T] int64 B's
+
+
+def shared_prefix(ids_a, ids_b) -> int:
+    """The number of leading ids two id lists share."""
+    n = min(len(ids_a), len(ids_b))
+    differ = np.flatnonzero(np.asarray(ids_a[:n]) != np.asarray(ids_b[:n]))
+    return int(differ[0]) if differ.size else n
+
+
+def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
+    """KL(P_A || P_B) and both top-1 ids at every position, from each side's final-norm input
+    through its own final norm and unembedding (float32 logits, float64 log-softmax), KLD_ROWS
+    positions at a time. NoPrediction for a model that predicts no next token.
+    `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of the
+    prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
+    ha, hb = pair.a.model.lm_head(), pair.b.model.lm_head()
+    xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
+    T = pair.T
+    kld = np.empty(T)
+    top_a = np.empty(T, np.int64)
+    top_b = np.empty(T, np.int64)
+    p = 0
+    if known is not None and pair.a.model.config.causal:
+        p = min(shared_prefix(known[0], pair.a.ids), T - 1)
+        kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
+    for t0 in range(p, T, KLD_ROWS):
+        t1 = min(T, t0 + KLD_ROWS)
+        la = log_softmax(vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
+        lb = log_softmax(vocab_logits(hb, xb[t0:t1], stop))
+        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", np.exp(la), la - lb), 0.0)
+        top_a[t0:t1], top_b[t0:t1] = la.argmax(axis=1), lb.argmax(axis=1)
+    return NextTokens(kld, top_a, top_b)
+
+
+def kld_stats(kld) -> dict:
+    """{mean, median, p99, max} of the per-position KLD [T]."""
+    kld = np.asarray(kld, dtype=np.float64)
+    return {"mean": float(kld.mean()), "median": float(np.median(kld)),
+            "p99": float(np.percentile(kld, 99)), "max": float(kld.max())}
+
+
+def same_top1(nt: NextTokens) -> float:
+    """The share of positions whose top-1 next tokens agree."""
+    return float((nt.top_a == nt.top_b).mean())
+
+
+def flips(nt: NextTokens, token_text=str) -> list[dict]:
+    """The positions whose top-1 differs: {position, a_id, a_token, b_id, b_token}; `token_text`
+    labels an id."""
+    return [{"position": int(t), "a_id": int(nt.top_a[t]), "a_token": token_text(int(nt.top_a[t])),
+             "b_id": int(nt.top_b[t]), "b_token": token_text(int(nt.top_b[t]))}
+            for t in np.flatnonzero(nt.top_a != nt.top_b)]
+
+
+# ---------------------------------------------------------------- induction heads
+
+def raw_probe_ids(vocab_size: int, n: int = PROBE_LENGTH, seed: int = PROBE_SEED) -> list[int]:
+    """A model without a tokenizer's probe: n ids drawn at random (seeded, without repeats when the
+    vocabulary allows) from 0..vocab_size-1, repeated twice, no special tokens."""
+    rng = np.random.default_rng(seed)
+    seq = rng.choice(vocab_size, size=n, replace=vocab_size < n).tolist()
+    return [int(i) for i in seq + seq]
+
+
+def induction_probe(model) -> list[int]:
+    """The ids the induction comparison runs: the model's repeated-random probe (the Head roles
+    panel's), or raw_probe_ids for a model without a tokenizer (fitted to its positions)."""
+    if model.tokenizer is not None:
+        return probe_ids(model)[0]
+    n = min(PROBE_LENGTH, int(model.config.max_positions) // 2)
+    return raw_probe_ids(int(model.config.vocab_size), n)
+
+
+def induction_strength(run) -> np.ndarray:  # Run -> [n_layer, n_head]
+    """Each head's induction strength on the run's ids, as the Head roles panel scores it."""
+    unknown = H.unknown_token_ids(run.model) if run.model.tokenizer is not None else ()
+    return H.score_heads(run.attentions, run.ids, unknown_ids=unknown).strength["induction"]
+
+
+def induction(probe_pair: Pair, threshold: float = INDUCTION_THRESHOLD) -> dict:
+    """{a, b: [n_layer][n_head] strengths, threshold, survived, lost: [[layer, head], ...]} on a
+    pair run on the probe (induction_probe)."""
+    a, b = induction_strength(probe_pair.a), induction_strength(probe_pair.b)
+    strong = a >= threshold
+    return {"a": a.tolist(), "b": b.tolist(), "threshold": float(threshold),
+            "survived": [[int(l), int(h)] for l, h in np.argwhere(strong & (b >= threshold))],
+            "lost": [[int(l), int(h)] for l, h in np.argwhere(strong & (b < threshold))]}
+
+
+def probe_pair(a, b) -> Pair:
+    """A and B on A's induction probe (patterns only)."""
+    return models_pair(a, b, induction_probe(a), lambda: Trace())
+
+
+# ---------------------------------------------------------------- all of it
+
+def predicts(model) -> bool:
+    """Whether the model has a next-token distribution (a decoder with an unembedding)."""
+    try:
+        model.lm_head()
+    except NoPrediction:
+        return False
+    return True
+
+
+def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD) -> dict:
+    """Every metric of the module docstring, keyed as the command line's JSON: heads_jsd,
+    heads_jsd_max, resid_cos, kld, kld_stats, same_top1, flips (None where the models predict no
+    next token) and induction (None without a probe pair)."""
+    return compare_with(pair, probe, threshold)[0]
+
+
+def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
+                 known=None, stop=None, predictions: bool = True) -> tuple[dict, tuple | None]:
+    """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
+    keystroke computes the next-token numbers of its new positions only (None: an encoder, or
+    predictions=False, which leaves kld, kld_stats, same_top1 and flips None: a window computes
+    them once typing pauses, with next_token_numbers)."""
+    rows = jsd_rows(pair)
+    doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
+           "resid_cos": resid_cos(pair).tolist(),
+           "kld": None, "kld_stats": None, "same_top1": None, "flips": None}
+    seen = None
+    if predictions:
+        numbers, seen = next_token_numbers(pair, known, stop)
+        doc.update(numbers)
+    doc["induction"] = induction(probe, threshold) if probe is not None else None
+    return doc, seen
+
+
+def next_token_numbers(pair: Pair, known=None, stop=None) -> tuple[dict, tuple | None]:
+    """({kld, kld_stats, same_top1, flips}, (ids, NextTokens)); all None, and None, where either
+    model predicts no next token."""
+    if not (predicts(pair.a.model) and predicts(pair.b.model)):
+        return {"kld": None, "kld_stats": None, "same_top1": None, "flips": None}, None
+    nt = next_tokens(pair, stop, known)
+    return ({"kld": nt.kld.tolist(), "kld_stats": kld_stats(nt.kld), "same_top1": same_top1(nt),
+             "flips": flips(nt, lambda i: token_text(pair.a.model, i))}, (pair.a.ids.copy(), nt))
+
+
+def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:
+    """The n heads with the largest JSD, largest first: [(layer, head, jsd)]."""
+    jsd = np.asarray(jsd)
+    order = np.argsort(-jsd, axis=None, kind="stable")[:n]
+    return [(int(i // jsd.shape[1]), int(i % jsd.shape[1]), float(jsd.flat[i])) for i in order]
+
+
+# ---------------------------------------------------------------- which models these were
+
+_SHA: dict = {}  # (path, size, mtime_ns) -> sha256 hex: a window's repeated exports hash once
+
+
+def file_sha256(path) -> str:
+    """The file's sha256 (hex), read in 1 MiB blocks; kept per path, size and modification time."""
+    import hashlib
+    from pathlib import Path
+
+    path = Path(path)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _SHA:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _SHA[key] = h.hexdigest()
+    return _SHA[key]
+
+
+def model_files(model) -> list:
+    """The files a model's weights were read from: its GGUF file, or its folder's .safetensors."""
+    from pathlib import Path
+
+    path = getattr(model, "path", None)
+    if path is None:
+        return []
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    return sorted(path.glob("*.safetensors")) if path.is_dir() else []
+
+
+def identity(model, name: str | None = None, quantized: str | None = None, checkpoint=None) -> dict:
+    """{name, path, files: [{file, sha256}], quantized, checkpoint}: which model one side was.
+    `quantized`: the type a model was quantized to in memory (its files are the source's)."""
+    return {"name": name or model.name, "path": None if model.path is None else str(model.path),
+            "files": [{"file": str(p), "sha256": file_sha256(p)} for p in model_files(model)],
+            "quantized": quantized, "checkpoint": checkpoint}

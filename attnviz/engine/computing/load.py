@@ -1,0 +1,47 @@
+"""Opening a model: what a loader read (engine/reading/safetensors_model.py from a folder,
+engine/reading/gguf_model.py from a GGUF file) made into a `Model`, found by name or path
+(engine/reading/registry.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnviz.engine.computing.model import Model
+from attnviz.engine.reading.gguf_model import read_gguf
+from attnviz.engine.reading.layout import ReadModel
+from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve
+from attnviz.engine.reading.safetensors_model import read_folder
+
+
+def model_of(read: ReadModel) -> Model:
+    return Model(read.name, read.path, read.config, read.weights, read.tokenizer,
+                 license=read.license, notice=read.notice)
+
+
+def load_folder(path: Path, name: str | None = None, license: str | None = None,
+                budget: int | None = None) -> Model:
+    """Load a checkpoint folder (config.json + safetensors [+ tokenizer.json]); its layers are
+    expanded to float32 within the memory budget (`budget` bytes, else the one chosen with
+    budget.set_memory_budget, else the default from the memory available)."""
+    return model_of(read_folder(path, name=name, license=license, budget=budget))
+
+
+def load_gguf(path: Path, name: str | None = None, license: str | None = None,
+              budget: int | None = None, eager: bool = True) -> Model:
+    """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
+    within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
+    leaves each layer in the file until a run first needs it."""
+    return model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager))
+
+
+def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,
+               eager: bool = True) -> Model:
+    """Load a model by name (see registry.find_models), from a folder holding config.json +
+    safetensors, or from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default:
+    the budget chosen with budget.set_memory_budget, else from the memory available).
+    `eager=False`: a GGUF file's layers are expanded when a run first reaches them, not at load
+    (safetensors layers always are: they are memory-mapped)."""
+    name, where, license = resolve(name_or_dir)
+    if where.is_file():  # resolve() gives a file only for GGUF
+        return load_gguf(where, name=name, license=license, budget=budget, eager=eager)
+    return load_folder(where, name=name, license=license, budget=budget)

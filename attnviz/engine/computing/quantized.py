@@ -1,0 +1,167 @@
+"""A loaded model quantized in memory: the values a GGUF file of that type would give attnviz.
+
+The quantization happens where the tensors are read, before any layer is built: the model's source
+(its safetensors folder or GGUF file, memory-mapped) is read through a wrapper that hands out each
+weight matrix quantized to the type and dequantized back to float32 (engine/reading/quantize.py
+says which tensors and how), and the family's own loader builds the layers from it as for any
+model. The layers therefore live in the same memory budget (engine/reading/budget.py): a layer is
+quantized when the store expands it, and one the budget drops is quantized again from the source
+when a run next needs it. The token embedding (and an untied output head) of the Llama family
+stays in its quantized bytes and only the rows a run uses are dequantized, as from a GGUF file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType
+
+from attnviz.engine.reading.safetensors_model import LOADERS
+from attnviz.engine.computing.model import Model
+from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.reading.gguf_model import (
+    GGUFTensors,
+    QuantRows,
+    architecture,
+    load_llama_gguf,
+    open_gguf,
+)
+from attnviz.engine.reading.quantize import (
+    FALLBACK,
+    block_size,
+    is_quantized,
+    quant_type,
+    quantize_rows,
+    round_trip,
+    stored_type,
+    tensor_values,
+)
+from attnviz.engine.reading.validate import check_finite
+from attnviz.engine.reading.weights import Checkpoint
+
+# GPT-2's Conv1D matrices are stored [in, out]: a GGUF row (one output's weights) is a column here
+_CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+
+
+def quantized_model(model: Model, qtype: str) -> Model:
+    """`model` with every 2-D weight matrix quantized to `qtype` (one of quantize.QUANT_TYPES) and
+    dequantized back to float32, as a GGUF file of that type gives it; norms and other 1-D tensors
+    unchanged. A new Model of the same config and tokenizer, named "<name> as <TYPE>", read from
+    the same source as `model`; its notice names the matrices kept at F16 because their rows do not
+    fit the type's blocks. InputError for an unknown type or a model that is itself a quantized
+    copy (its values are not in its source); ModelLoadError when the source no longer opens or the
+    memory budget cannot hold one more layer."""
+    qt = quant_type(qtype)
+    if model.quantization is not None:
+        raise InputError(f"{model.name} is a copy quantized in memory: quantize the model it was "
+                         "made from instead")
+    path = Path(model.path)
+    name = f"{model.name} as {qt.name}"
+    if path.is_file():  # a GGUF file (a safetensors model is a folder)
+        reader = open_gguf(path)
+        ts = QuantizedGGUFTensors(reader, path, qt)
+        weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
+        kept = ts.kept_f16
+    else:
+        ckpt = QuantizedCheckpoint(Checkpoint(path), qt, model.config.family == "gpt2")
+        weights = LOADERS[model.config.family](model.config, ckpt, None, name)
+        kept = ckpt.kept_f16
+    notice = "; ".join(n for n in (model.notice, kept_notice(kept, qt)) if n) or None
+    out = Model(name, path, model.config, weights, model.tokenizer, license=model.license,
+                notice=notice)
+    out.quantization = qt.name
+    return out
+
+
+def kept_notice(kept: dict, qtype: GGMLQuantizationType) -> str | None:
+    """{tensor name: row length} of the matrices kept at F16 -> one line for the user (None: none)."""
+    if not kept:
+        return None
+    shown = ", ".join(f"{n} ({c} a row)" for n, c in list(kept.items())[:3])
+    more = f" and {len(kept) - 3} more" if len(kept) > 3 else ""
+    return (f"{len(kept)} matri{'ces' if len(kept) > 1 else 'x'} kept at F16: rows not a whole "
+            f"number of {qtype.name}'s {block_size(qtype)}-value blocks: {shown}{more}")
+
+
+def _kept_f16(shapes: dict, qtype: GGMLQuantizationType, row_axis) -> dict:
+    """{name: row length} of the quantized matrices among `shapes` (name -> shape) that fall back
+    to F16; `row_axis(name)`: the axis that runs along a GGUF row."""
+    out = {}
+    for n, shape in shapes.items():
+        if is_quantized(n, shape):
+            cols = shape[row_axis(n)]
+            if stored_type(qtype, cols) == FALLBACK != qtype:
+                out[n] = cols
+    return out
+
+
+class QuantizedCheckpoint:
+    """A safetensors Checkpoint whose weight matrices read back quantized (as Checkpoint's methods,
+    which the family loaders call)."""
+
+    def __init__(self, ckpt: Checkpoint, qtype: GGMLQuantizationType, conv1d: bool):
+        self._ckpt, self.qtype, self.files = ckpt, qtype, ckpt.files
+        self._conv1d = conv1d  # GPT-2: its Conv1D matrices are [in, out]
+        self.kept_f16 = _kept_f16({n: ckpt.shape(n) for n in ckpt.names()}, qtype,
+                                  lambda n: 0 if self._transposed(n) else -1)
+
+    def _transposed(self, name: str) -> bool:
+        return self._conv1d and name.endswith(_CONV1D)
+
+    def names(self) -> list[str]:
+        return self._ckpt.names()
+
+    def float32_bytes(self) -> int:
+        return self._ckpt.float32_bytes()
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._ckpt
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._ckpt.shape(name)
+
+    def check(self, name: str, shape: tuple[int, ...]) -> np.ndarray:
+        return self._ckpt.check(name, shape)
+
+    def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
+        """Float32 tensor `name`, a weight matrix quantized and back (checked finite after)."""
+        w = self._ckpt.get(name, shape, check)
+        if not is_quantized(name, shape):
+            return w
+        if self._transposed(name):  # [in, out]: quantized along in, as a GGUF row
+            out = round_trip(w.T, self.qtype)[0].T
+        else:
+            out = round_trip(w, self.qtype)[0]
+        if check:  # (F16 turns a value beyond 65504 into inf)
+            check_finite(out, name, self._ckpt.files[0].path.name)
+        return out
+
+    def rows(self, name: str, shape: tuple[int, int]):
+        """An embedding or unembedding [rows, cols] kept in its quantized bytes (QuantRows)."""
+        if not is_quantized(name, shape):
+            return self._ckpt.rows(name, shape)
+        data, used = quantize_rows(self._ckpt.get(name, shape), self.qtype)
+        return QuantRows(name, data, used, shape)
+
+
+class QuantizedGGUFTensors(GGUFTensors):
+    """A GGUF file's tensors with every 2-D one given at `qtype` (F16 where its rows do not fit the
+    type's blocks): its values dequantized from the file, quantized again."""
+
+    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType):
+        super().__init__(reader, path)
+        self.qtype = qtype
+        self.kept_f16 = _kept_f16({n: self.shape(n) for n in self._table}, qtype, lambda n: -1)
+
+    def stored(self, name: str, shape: tuple[int, ...]):
+        t = self.check(name, shape)
+        if not is_quantized(name, shape):
+            return t
+        try:
+            w = tensor_values(t, shape)
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise") from None
+        data, used = quantize_rows(w, self.qtype)
+        return t._replace(tensor_type=used, data=data, n_bytes=int(data.nbytes))

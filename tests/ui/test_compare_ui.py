@@ -1,0 +1,191 @@
+"""Compare in the window: model B beside A, following typing. The A − B tiles are painted with the
+difference of the two runs' patterns in a map symmetric about 0, the token strip frames the
+positions whose top-1 flips, the JSD map focuses a head; a B that does not open changes nothing;
+leaving Compare frees B; an export writes the picture and a sidecar with B's identity."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import weakref
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings
+from safetensors.numpy import load_file, save_file
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing.pair import models_pair
+from attnviz.engine.reading.registry import TOY_MODEL, resolve
+from attnviz.figures import compare as F
+from attnviz.figures.style import ERROR
+from attnviz.ui.app import create_window
+from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.panels.compare_menu import open_compare
+
+WAIT = 30000
+TEXT = "the cat sat on the mat and the cat"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = create_window(model=TOY_MODEL, text=TEXT,
+                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
+                    and w.panels_ready, timeout=WAIT)
+    yield w
+    w.worker.compare_jobs.close()
+    w.worker.wait_idle()
+
+
+@pytest.fixture(scope="module")
+def nudged(tmp_path_factory):
+    """The toy model with every weight nudged, its tokenizer and config kept: a B of one shape."""
+    src = resolve(TOY_MODEL)[1]
+    folder = tmp_path_factory.mktemp("toy_b")
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copy(src / name, folder / name)
+    rng = np.random.default_rng(1)
+    save_file({k: v + (rng.standard_normal(v.shape) * 0.3).astype(v.dtype)
+               for k, v in load_file(src / "model.safetensors").items()}, folder / "model.safetensors")
+    return folder
+
+
+def compared(qtbot, w, text):
+    jobs = w.worker.compare_jobs
+    # the attention comparison follows each run, the next-token numbers once typing pauses
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
+                    and jobs.comparison.doc is not None and jobs.comparison.doc["kld"] is not None
+                    and jobs.induction is not None, timeout=WAIT)
+    return jobs.comparison
+
+
+def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
+    w = window
+    open_compare(w, BSource("checkpoint", 0))
+    c = compared(qtbot, w, TEXT)
+    panel, jobs = w.compare_panel, w.worker.compare_jobs
+    # the engine's numbers for A (the last step) against step 0 on the same ids
+    a, b = w.state.model, w.state.checkpoints.model(0)
+    want = C.compare(models_pair(a, b, c.result.input_ids, C.compare_trace))
+    np.testing.assert_allclose(c.doc["heads_jsd"], want["heads_jsd"], atol=1e-6)
+    assert [f["position"] for f in c.doc["flips"]] == [f["position"] for f in want["flips"]]
+    assert c.doc["flips"], "step 0 predicts otherwise at some position"
+    assert jobs.identity["checkpoint"]["index"] == 0
+
+    w.state.set_layer(1)
+    jobs.set_mode("A-B")
+    qtbot.waitUntil(lambda: panel.tile_rects != [], timeout=WAIT)
+    image = panel.tiles.grab().toImage()
+    d = a.run(ids=c.result.input_ids, use_cache=False).attentions[1] - \
+        b.run(ids=c.result.input_ids, use_cache=False).attentions[1]
+    lim = F.signed_limit(d)
+    dpr = image.devicePixelRatio()
+    checked = 0
+    for head in (0, 3, 7):
+        for q, k in ((5, 1), (8, 7), (3, 3), (2, 6)):
+            x, y = panel.tile_cell(head, q, k)
+            want_rgb = F.signed_rgb(d[head, q, k], lim)
+            got = image.pixelColor(int(x * dpr), int(y * dpr))
+            assert (got.red(), got.green(), got.blue()) == tuple(int(v) for v in want_rgb), (head, q, k)
+            checked += 1
+    assert checked == 12
+    assert lim == pytest.approx(np.abs(d).max())
+    # (2, 6) is above the diagonal: both patterns are 0 there, the map's middle (near white)
+    x, y = panel.tile_cell(0, 2, 6)
+    zero = image.pixelColor(int(x * dpr), int(y * dpr))
+    assert d[0, 2, 6] == 0 and min(zero.red(), zero.green(), zero.blue()) > 240
+
+    strip = panel.strip.grab().toImage()
+    flipped = {f["position"] for f in c.doc["flips"]}
+    for t, r in enumerate(panel.strip_cells):
+        edge = strip.pixelColor(int((r.left() + 1.5) * dpr), int(r.center().y() * dpr))
+        assert (edge.name() == ERROR.lower()) == (t in flipped), t
+    assert panel._strip_readout(*panel.strip_cells[min(flipped)].center().toTuple()).count("flips") == 1
+
+
+def test_the_jsd_map_focuses_a_head_and_typing_is_followed(window, qtbot, nudged):
+    w = window
+    open_compare(w, BSource("model", str(nudged)))
+    compared(qtbot, w, TEXT)
+    panel = w.compare_panel
+    qtbot.waitUntil(lambda: panel.map_layout is not None, timeout=WAIT)
+    from attnviz.figures import headmap
+
+    x, y = headmap.cell_center(panel.head_map(), panel.map_layout, 1, 2)
+    panel._on_map_click(x, y)
+    assert w.state.focus == (1, 2)
+    w.set_text(TEXT + " sat")
+    c = compared(qtbot, w, TEXT + " sat")
+    b = load_model(nudged)
+    want = C.compare(models_pair(w.state.model, b, c.result.input_ids, C.compare_trace))
+    np.testing.assert_allclose(c.doc["kld"], want["kld"], rtol=1e-5, atol=1e-7)
+    assert "A:" in panel.title.text() and "mean head JSD" in panel.summary.text()
+
+
+def test_a_b_that_does_not_open_changes_nothing_and_leaving_frees_b(window, qtbot, nudged, tmp_path):
+    w = window
+    jobs = w.worker.compare_jobs
+    a = w.state.model
+    open_compare(w, BSource("model", str(tmp_path / "nothing-here")))
+    qtbot.waitUntil(lambda: jobs.loading is None and bool(jobs.note), timeout=WAIT)
+    assert jobs.note.startswith("Could not compare with") and "\n" not in jobs.note
+    assert jobs.b is None and w.state.model is a
+    open_compare(w, BSource("model", "all-MiniLM-L6-v2"))  # another shape and vocabulary
+    qtbot.waitUntil(lambda: jobs.loading is None and "a pair needs" in jobs.note, timeout=WAIT)
+    assert "2 layers" in jobs.note and "6" in jobs.note
+    assert jobs.b is None
+
+    open_compare(w, BSource("model", str(nudged)))
+    compared(qtbot, w, TEXT)
+    gone = weakref.ref(jobs.b)
+    panel = w.compare_panel
+    panel.export(tmp_path / "cmp.png")
+    side = json.loads((tmp_path / "cmp.png.json").read_text())
+    cmp = side["compare"]
+    assert cmp["b"]["name"] == jobs.identity["name"] and cmp["b"]["files"][0]["sha256"]
+    assert cmp["b_source"] == {"kind": "model", "value": str(nudged)}
+    assert cmp["heads_jsd"] == jobs.comparison.doc["heads_jsd"] and side["text"] == TEXT
+    from PySide6.QtGui import QImage
+
+    assert QImage(str(tmp_path / "cmp.png")).width() == panel.width()
+    svg, _ = panel.export(tmp_path / "cmp.svg")
+    assert svg.read_bytes().startswith(b"<?xml") and b"<image" in svg.read_bytes()
+    panel.export(tmp_path / "map.csv")
+    rows = (tmp_path / "map.csv").read_text().splitlines()
+    assert rows[0] == "layer,head,jsd,jsd_max" and float(rows[1].split(",")[2]) == cmp["heads_jsd"][0][0]
+    jobs.set_mode("B")
+    panel.stop_button.click()
+    assert jobs.b is None and jobs.comparison is None
+    w.worker.wait_idle()
+    # freed once the last job's delivery (queued to the main thread) has been dropped
+    qtbot.waitUntil(lambda: gc.collect() is not None and gone() is None, timeout=WAIT)
+
+    # File > Open view brings Compare back with the same B, mode and text
+    w.set_text("something else")
+    w.open_view(str(tmp_path / "cmp.png"))
+    compared(qtbot, w, TEXT)
+    assert jobs.identity["name"] == cmp["b"]["name"] and jobs.mode == "A-B"
+
+
+def test_models_compare_with_offers_quantized_twins_and_checkpoints(window, qtbot):
+    from attnviz.engine.reading.quantize import QUANT_TYPES
+
+    w = window
+    menu = w.menus.compare_menu
+    w.menus.models_menu.aboutToShow.emit()
+    assert w.menus.compare_action in w.menus.models_menu.actions()
+    menu.aboutToShow.emit()
+    subs = {a.text(): a.menu() for a in menu.actions() if a.menu() is not None}
+    quant = subs[f"{w.state.model.name} quantized to"]
+    assert tuple(a.text() for a in quant.actions()) == QUANT_TYPES
+    assert len(subs["A training checkpoint"].actions()) == len(w.state.checkpoints)
+    next(a for a in quant.actions() if a.text() == "Q8_0").trigger()
+    compared(qtbot, w, TEXT)
+    jobs = w.worker.compare_jobs
+    assert jobs.identity["quantized"] == "Q8_0" and jobs.b.quantization == "Q8_0"
+    assert np.max(jobs.comparison.doc["heads_jsd"]) < 1e-3
