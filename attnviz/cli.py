@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "calc_cmd",  # calc
     "heads_cmd",  # heads, find
     "predict_cmd",  # predict, ablation-scan
+    "patch_cmd",  # patch
     "compare_cmd",  # compare
     "generate_cmd",  # generate
     "circuits_cmd",  # qk-attribution, circuits
@@ -28,7 +29,8 @@ COMMAND_MODULES = (
 )
 COMMANDS = {"models": "engine_cmds", "attention": "engine_cmds", "calc": "calc_cmd",
             "heads": "heads_cmd", "find": "heads_cmd", "predict": "predict_cmd",
-            "ablation-scan": "predict_cmd", "compare": "compare_cmd", "generate": "generate_cmd",
+            "ablation-scan": "predict_cmd", "patch": "patch_cmd", "compare": "compare_cmd",
+            "generate": "generate_cmd",
             "qk-attribution": "circuits_cmd", "circuits": "circuits_cmd", "export": "export_cmd",
             "scan": "scan_cmd", "scan-report": "scan_cmd",
             "quantize": "quantize_cmd"}  # (a command not here: every module)
@@ -44,6 +46,8 @@ def command_module(name: str):
         from attnviz.commands import heads_cmd as module
     elif name == "predict_cmd":
         from attnviz.commands import predict_cmd as module
+    elif name == "patch_cmd":
+        from attnviz.commands import patch_cmd as module
     elif name == "compare_cmd":
         from attnviz.commands import compare_cmd as module
     elif name == "generate_cmd":
