@@ -96,3 +96,19 @@ def test_qk_attribution_names_its_cell_by_labels(tiny, capsys):
     doc = json.loads(_cli(capsys, "qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
                           "--head", "0", "--query", "2", "--key", "1", "--json")[1])
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
+
+
+def test_patch_and_compare_name_tokens_by_labels(tiny, capsys):
+    rc, out, err = _cli(capsys, "patch", "--model", tiny, "--clean", "é the", "--corrupt", "é t",
+                        "--what", "resid", "--position", "2")
+    assert rc == 0, err
+    _no_raw_piece(out)
+    assert "at token 2 '·the'" in out.splitlines()[0]
+    assert "L0 at 2 '·the'/'·t'" in out, out  # the swapped position, both tokens
+    rc, out, err = _cli(capsys, "compare", "--model", tiny, "--against", tiny, "--text", TEXT)
+    assert rc == 0, err
+    _no_raw_piece(out)
+    assert "3 tokens: '<C3>' '<A9>é' '·the'" in out
+    doc = json.loads(_cli(capsys, "compare", "--model", tiny, "--against", tiny, "--text", TEXT,
+                          "--json")[1])
+    assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
