@@ -191,7 +191,7 @@ def main() -> int:
             print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
                   f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
         figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
-                                     runs=warm, goal=warm_goal, headline=True,
+                                     runs=warm, goal=warm_goal,
                                      note=f"whole process, median of {args.runs}"))
         print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
               f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
@@ -204,7 +204,7 @@ def main() -> int:
                 cold.append(timed_process(argv))
         if cold:
             figures.append(record.figure(f"{command}, {short}, cold cache", statistics.median(cold), "s",
-                                         runs=cold, goal=cold_goal, headline=True,
+                                         runs=cold, goal=cold_goal,
                                          note=f"whole process after dropping the page cache, median "
                                               f"of {len(cold)}"))
             print(f"{command:8} {short:13} cold: median {statistics.median(cold):.2f} s  "
