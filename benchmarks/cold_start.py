@@ -38,8 +38,6 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, _ROOT)
 
 import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import json  # noqa: E402
 import pstats  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
