@@ -21,9 +21,7 @@ FILES_OVER = {
     "ui/views/long_view.py",
 }
 # functions still over MAX_FUNCTION_LINES, as "file:Qualified.name"
-FUNCTIONS_OVER = {
-    "ui/panels/calc_panel.py:CalcPanel._build",
-}
+FUNCTIONS_OVER: set[str] = set()
 WINDOW_OVER = True  # ui/window.py is over MAX_WINDOW_LINES
 
 
