@@ -18,7 +18,8 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.computing.patterns import group_size, head_title, max_pool
-from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
+from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
+from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
 )
