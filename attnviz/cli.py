@@ -11,7 +11,7 @@ import traceback
 from attnviz import __version__
 from attnviz.commands import (
     calc_cmd, checkpoint_opt, circuits_cmd, compare_cmd, engine_cmds, export_cmd, generate_cmd,
-    heads_cmd, predict_cmd, quantize_cmd, scan_cmd,
+    heads_cmd, patch_cmd, predict_cmd, quantize_cmd, scan_cmd,
 )
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     calc_cmd,  # calc
     heads_cmd,  # heads, find
     predict_cmd,  # predict, ablation-scan
+    patch_cmd,  # patch
     compare_cmd,  # compare
     generate_cmd,  # generate
     circuits_cmd,  # qk-attribution, circuits

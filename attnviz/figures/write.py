@@ -43,7 +43,7 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     data, lay = (png_bytes if fmt == "png" else svg_bytes)(view, int(width))
     meta = sidecar_dict(view, path, lay.width, lay.height, [b.as_dict() for b in lay.panels])
-    return _write_image(path, data, meta, lay)
+    return write_image(path, data, meta, lay)
 
 
 def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list[Path]:
@@ -52,7 +52,7 @@ def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list
         raise ExportError(f"the anatomy view exports as .png or .svg, not .{fmt}")
     data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
         view, int(width))
-    return _write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
+    return write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
 
 
 def _export_effects(view, path: Path, fmt: str, width: int) -> list[Path]:
@@ -63,10 +63,10 @@ def _export_effects(view, path: Path, fmt: str, width: int) -> list[Path]:
     if fmt not in IMAGE_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     data, lay = (effects_figure.png_bytes if fmt == "png" else effects_figure.svg_bytes)(view, int(width))
-    return _write_image(path, data, effects_figure.sidecar(view, path, lay), lay, f"{view.kind} ")
+    return write_image(path, data, effects_figure.sidecar(view, path, lay), lay, f"{view.kind} ")
 
 
-def _write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:
+def write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:
     """An image and its sidecar (`meta` as JSON) in one transaction; `lay` gives the size logged.
     Returns [image, sidecar]."""
     side = sidecar_path(path)
