@@ -18,7 +18,6 @@ FILES_OVER = {
 }
 # functions still over MAX_FUNCTION_LINES, as "file:Qualified.name"
 FUNCTIONS_OVER: set[str] = set()
-WINDOW_OVER = True  # ui/window.py is over MAX_WINDOW_LINES
 
 
 def _files():
@@ -78,8 +77,7 @@ def test_allowed_functions_are_still_over_the_limit():
 
 
 def test_window_size():
-    over = _line_count(PACKAGE / "ui" / "window.py") > MAX_WINDOW_LINES
-    assert over == WINDOW_OVER
+    assert _line_count(PACKAGE / "ui" / "window.py") <= MAX_WINDOW_LINES
 
 
 def test_function_lengths_are_measured():
