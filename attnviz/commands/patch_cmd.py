@@ -8,6 +8,7 @@ import sys
 
 
 from attnviz.commands import checkpoint_opt
+from attnviz.engine.reading.token_text import quoted
 from attnviz.commands.checks import add_model, parse_ids, prediction_head
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
@@ -69,6 +70,13 @@ def _side(model, label: str, text, ids, flag: str):
     return ids, tokens
 
 
+def _labels(model, ids, tokens) -> list[str]:
+    """The tokens of one side as the window labels them (token_text), read as one sequence."""
+    if model.tokenizer is None:
+        return list(tokens)
+    return model.tokenizer.labels_for_ids([int(i) for i in ids])[1]
+
+
 def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> dict:
     """The `patch --json` document."""
     m = result.metric
@@ -87,7 +95,7 @@ def describe_index(what: str, index: tuple, tokens_clean, tokens_corrupt) -> str
 
     def at(t):
         a, b = tokens_clean[t], tokens_corrupt[t]
-        return f"at {t} {a!r}" + (f"/{b!r}" if a != b else "")
+        return f"at {t} {quoted(a)}" + (f"/{quoted(b)}" if a != b else "")
     if what == "head_out_by_pos":
         layer, t, h = index
         return f"{head_title(layer, h)} {at(t)}"
@@ -115,13 +123,16 @@ def cmd_patch(args) -> int:
         print(json.dumps(doc))
         return 0
     m = result.metric
+    # the tables show tokens as the window labels them; the raw pieces are in --json
+    clean, corrupt = _labels(model, ids_clean, tokens_clean), _labels(model, ids_corrupt, tokens_corrupt)
     print(f"{model.name}: {args.what}, {args.direction}, {result.runs} patched runs in "
-          f"{result.seconds['total']:.1f} s; at token {m.position} {tokens_clean[m.position]!r}")
-    print(f"diff = logit({m.target} {token_text(model, m.target)!r}) - logit({m.alt} "
-          f"{token_text(model, m.alt)!r}): clean {m.diff_clean:+.3f}, corrupted {m.diff_corrupt:+.3f}")
+          f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
+    print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
+          f"{quoted(token_text(model, m.alt))}): clean {m.diff_clean:+.3f}, corrupted "
+          f"{m.diff_corrupt:+.3f}")
     print("effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt); largest:")
     for index, e in PT.ranked(result, TOP):
-        print(f"  {describe_index(args.what, index, tokens_clean, tokens_corrupt):<32} {e:+.3f}")
+        print(f"  {describe_index(args.what, index, clean, corrupt):<32} {e:+.3f}")
     return 0
 
 

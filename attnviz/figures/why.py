@@ -73,7 +73,7 @@ def why_view(attribution: QKAttribution, *, model: str, result, display: dict | 
 
 
 def heads_of(components) -> tuple[tuple[int, int], ...]:
-    """The heads among component names (L{i}H{j}) as (layer, head)."""
+    """The heads among component names (e.g. L3H1) as (layer, head)."""
     out = []
     for name in components:
         m = HEAD_NAME.match(name)

@@ -118,7 +118,7 @@ MISUSE = [
     ("model-missing-folder", ["attention", "--model", "{tmp}/nope/", "--text", "a", *OUT_NPZ],
      r"no model folder at"),
     ("model-empty-folder", ["attention", "--model", "{tmp}/empty", "--text", "a", *OUT_NPZ],
-     r"empty has no config\.json"),
+     r"empty is not a model folder: it has no config\.json"),
     ("model-pickle", ["attention", "--model", "{tmp}/pytorch_model.bin", "--text", "a", *OUT_NPZ],
      r"pickle"),
     # -- heads
@@ -165,7 +165,7 @@ MISUSE = [
     ("generate-negative-temperature", ["generate", *TB, "--text", "the cat", "--max-new", "2",
                                        "--temperature", "-1"], r"temperature must be >= 0"),
     ("generate-top-p-zero", ["generate", *TB, "--text", "the cat", "--max-new", "2", "--top-p", "0"],
-     r"top_p must be in \(0, 1\]"),
+     r"top-p must be in \(0, 1\]"),
     # -- predict and ablation-scan
     ("predict-no-source", ["predict", *TB], r"one of the arguments --text --ids is required"),
     ("predict-position-out-of-range", ["predict", *TB, "--text", "the cat", "--position", "9"],

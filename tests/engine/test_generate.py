@@ -111,7 +111,7 @@ def test_generation_stops_at_eos_or_when_asked(models, monkeypatch):
 def test_bad_settings_and_encoders_are_refused(models):
     with pytest.raises(InputError, match="temperature must be >= 0"):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, temperature=-1)
-    with pytest.raises(InputError, match="top_p must be in"):
+    with pytest.raises(InputError, match="top-p must be in"):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, top_p=0)
     with pytest.raises(NoPrediction):
         G.generate(load_model(FIXTURES / "bert"), ids=PROMPT, max_new=2)

@@ -383,3 +383,31 @@ def test_layer_matrices_keep_their_longer_side_contiguous(tmp_path):
         want = gguf.quants.dequantize(t.data, t.tensor_type).reshape(got.shape)  # do not divide)
         np.testing.assert_array_equal(got, want)
     assert up.tensor_type == Q.Q8_0
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda q: q.name)
+def test_a_quantised_tables_rows_are_ggufs_values_bit_for_bit(qtype):
+    """QuantRows (an embedding or unembedding kept in its GGUF encoding) dequantises the rows
+    asked for with the loader's own code, in row blocks on threads for the whole table: every row,
+    slice, index array, 2-D index and single row is gguf.quants.dequantize's values, bit for bit."""
+    from attnviz.engine.reading.gguf_tensors import QuantRows
+
+    rows, cols = 3000, 256  # the whole table: several row blocks
+    rng = np.random.default_rng(int(qtype))
+    if qtype == Q.F16:
+        raw = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float16).view(np.uint8)
+    else:
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+        for at in FP16_SCALES.get(qtype, (0,) if qtype != Q.Q4_1 else (0, 2)):  # finite scales
+            raw[:, :, at:at + 2] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
+        raw = raw.reshape(rows, -1)
+    want = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32).reshape(rows, cols)
+    table = QuantRows("token_embd.weight", raw, qtype, (rows, cols))
+    ids = np.array([5, 2999, 0, 5, 1234])
+    for key, expect in ((slice(None), want), (slice(100, 2100), want[100:2100]), (ids, want[ids]),
+                        (ids.reshape(5, 1), want[ids.reshape(5, 1)]), (7, want[7])):
+        got = table[key]
+        assert got.dtype == np.float32 and got.shape == expect.shape
+        np.testing.assert_array_equal(got.view(np.uint32), expect.view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(table).view(np.uint32), want.view(np.uint32))

@@ -103,11 +103,11 @@ def eos_ids(model) -> frozenset:
 
 def check_sampling(temperature: float, top_p: float, max_new: int) -> None:
     if not (isinstance(max_new, int) and max_new >= 1):
-        raise InputError(f"max_new must be a whole number >= 1, got {max_new!r}")
+        raise InputError(f"the number of new tokens must be a whole number >= 1, got {max_new!r}")
     if not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
     if not (np.isfinite(top_p) and 0 < top_p <= 1):
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+        raise InputError(f"top-p must be in (0, 1], got {top_p}")
 
 
 def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:

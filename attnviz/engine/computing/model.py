@@ -23,6 +23,7 @@ from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
+from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore, default_budget
 
@@ -329,7 +330,7 @@ class Model:
         if max(enc.ids) >= self.config.vocab_size:  # a tokenizer.json that is not this model's
             i = next(n for n, t in enumerate(enc.ids) if t >= self.config.vocab_size)
             raise ModelLoadError(
-                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({enc.tokens[i]!r}), but "
+                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({quoted(enc.labels[i])}), but "
                 f"the model has {self.config.vocab_size} embedding rows "
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc

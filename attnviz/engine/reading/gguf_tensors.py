@@ -32,9 +32,24 @@ class QuantRows:
         self.dtype = np.dtype(np.float32)
 
     def __getitem__(self, rows) -> np.ndarray:
-        picked = self._data[rows]
-        out = np.asarray(dequantize(picked, self._qtype), dtype=np.float32).reshape(
-            (*np.shape(rows), self.shape[1]) if not isinstance(rows, slice) else (-1, self.shape[1]))
+        src = np.asarray(self._data[rows]).reshape(-1, self._data.shape[-1])  # [n, row bytes]
+        out = np.empty((src.shape[0], self.shape[1]), np.float32)
+        # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
+        # a layer's worth of weights) in row blocks on one thread per core, a text's rows on this one
+        step = max(1, min(FILL_VALUES // max(1, self.shape[1]), -(-len(src) // cores())))
+        if len(src) * self.shape[1] <= COLUMN_BLOCK_VALUES:
+            step = max(1, len(src))
+        starts = range(0, len(src), step)
+
+        def block(k):
+            a = starts[k]
+            if not dequantize_into(src[a:a + step], self._qtype, out[a:a + step]):  # (F16)
+                out[a:a + step] = np.asarray(dequantize(src[a:a + step], self._qtype),
+                                             dtype=np.float32).reshape(-1, self.shape[1])
+        prepare(self._qtype)
+        in_threads(len(starts), block)
+        out = out.reshape((*np.shape(rows), self.shape[1]) if not isinstance(rows, slice)
+                          else (-1, self.shape[1]))
         # kept quantised, this table is not scanned at load (dequantising it all would be a large
         # share of the load): the rows a run uses are checked as they are dequantised
         if not np.isfinite(out).all():

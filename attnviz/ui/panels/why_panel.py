@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QSizePolicy, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.computing.patterns import head_key, head_title
 from attnviz.figures import why as fig
 from attnviz.ui.views.mosaic import tile_index
 
@@ -176,7 +177,7 @@ class WhyPanel(QWidget):
         if v is None:
             return
         a = v.attribution
-        stem = f"{(self.state.model_name or 'model').replace('/', '_')}_L{a.layer}H{a.head}_q{a.query}k{a.key}_why"
+        stem = f"{(self.state.model_name or 'model').replace('/', '_')}_{head_key(a.layer, a.head)}_q{a.query}k{a.key}_why"
         path, _ = QFileDialog.getSaveFileName(
             self, "Export Why here?", str(export_folder() / f"{stem}.png"),
             "PNG image (*.png);;SVG vector image (*.svg);;JSON (*.json);;CSV table (*.csv)")
@@ -217,11 +218,11 @@ def hovered(window, heads) -> None:
     hl.set_heads(heads)
     hidden = [lh for lh in heads if lh not in hl.shown_heads()]
     if hidden:
-        names = ", ".join(f"L{l}H{h}" for l, h in hidden)
+        names = ", ".join(head_title(l, h) for l, h in hidden)
         window.state.show_status(f"{names}: not in the grid's layer {window.state.layer}; tick All "
                                  "layers to see it outlined")
     elif heads:
-        window.state.show_status(", ".join(f"L{l}H{h}" for l, h in heads) + ": outlined in the grid")
+        window.state.show_status(", ".join(head_title(l, h) for l, h in heads) + ": outlined in the grid")
 
 
 def cell_marker(window, jobs, dock) -> QGraphicsRectItem:
