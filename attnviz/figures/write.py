@@ -16,9 +16,10 @@ from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures import effects as effects_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
+    DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, format_of, make_view,
     sidecar_dict, sidecar_path, write_atomic, write_numbers,
 )
+from attnviz.figures.export_view import ExportView
 from attnviz.figures.heatmaps import png_bytes, svg_bytes
 
 log = logging.getLogger(__name__)

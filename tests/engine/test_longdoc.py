@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, load_model
-from attnviz.engine.analysing import heads
+from attnviz.engine.analysing import head_patterns, heads
 from attnviz.engine.computing import longdoc
 from attnviz.engine.analysing.find import find, find_long
 from attnviz.engine.computing.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
@@ -128,7 +128,7 @@ def test_detection_rows_are_rows_of_the_detection_pattern():
     unknown = ids == 7
     for role in heads.ROLES:
         full = heads.detection_pattern(role, ids, unknown)
-        np.testing.assert_array_equal(heads.detection_rows(role, ids, 2, 6, unknown), full[2:6])
+        np.testing.assert_array_equal(head_patterns.detection_rows(role, ids, 2, 6, unknown), full[2:6])
 
 
 def test_a_long_run_reports_each_layer_and_stops_when_cancelled(runs):

@@ -18,7 +18,7 @@ from pathlib import Path
 from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
+from attnviz.engine.reading.gguf_file import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
