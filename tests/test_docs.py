@@ -146,9 +146,10 @@ def test_every_command_line_parses_as_pasted():
     assert n >= 30
 
 
-def test_every_command_line_runs_as_pasted(tmp_path, monkeypatch, capsys):
+def test_every_command_line_runs_as_pasted(tmp_path, monkeypatch, capsys, qapp):
     """Each page's lines in order in one folder, a page's corpus made first (as its reader does);
-    the lines in SLOW only parse (above)."""
+    the lines in SLOW only parse (above). The session's QApplication exists first (qapp): an export
+    would otherwise make a bare QGuiApplication that the window tests after it cannot use."""
     from attnviz.cli import main
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))

@@ -24,8 +24,9 @@ from PySide6.QtWidgets import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
+from attnviz.figures.style import BACKGROUND
 
-PAPER, INK = QColor("white"), QColor("#202124")
+PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 
 
