@@ -178,10 +178,13 @@ def test_roles_overview_fills_its_box(roles_panel, qtbot):
     ov = roles_panel.overview.map
     for width, height in ((420, 800), (600, 700)):
         roles_panel.resize(width, height)
-        qtbot.wait(20)
-        vp = ov.viewport()
-        rows = sum(ov.rowHeight(r) for r in range(ov.rowCount()))
-        cols = sum(ov.columnWidth(c) for c in range(ov.columnCount()))
-        assert rows >= vp.height() - ov.rowCount() and cols >= vp.width() - ov.columnCount()
-        # and no label is cut short ("pr…") to get there
-        assert all(ov.columnWidth(c) >= ov.sizeHintForColumn(c) for c in range(ov.columnCount()))
+
+        def filled():
+            vp = ov.viewport()
+            rows = sum(ov.rowHeight(r) for r in range(ov.rowCount()))
+            cols = sum(ov.columnWidth(c) for c in range(ov.columnCount()))
+            assert rows >= vp.height() - ov.rowCount() and cols >= vp.width() - ov.columnCount()
+            # and no label is cut short ("pr…") to get there
+            assert all(ov.columnWidth(c) >= ov.sizeHintForColumn(c) for c in range(ov.columnCount()))
+
+        qtbot.waitUntil(filled, timeout=5000)  # (the table refits from the event loop)

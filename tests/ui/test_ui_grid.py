@@ -61,19 +61,21 @@ def test_rendered_pixel_orientation(grid, qtbot):
     attn = np.zeros((1, 2, 6, 6), np.float32)
     attn[0, 0, 1, 4] = 1.0  # query 1 -> key 4 only
     st.set_result(fake_result(attn))
-    qtbot.wait(50)
-    img = g.gw.grab().toImage()
     lut = heat_table(st.colormap)
 
-    def pixel(q, k):
+    def pixel(img, q, k):
         x, y = g.cell_center(0, 0, q, k)
         p = g.vb.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(x, y))
         wp = g.gw.mapFromScene(p)
         c = img.pixelColor(wp.x(), wp.y())
         return np.array([c.red(), c.green(), c.blue()])
 
-    assert np.abs(pixel(1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
-    assert np.abs(pixel(4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
+    def painted():
+        img = g.gw.grab().toImage()
+        assert np.abs(pixel(img, 1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
+        assert np.abs(pixel(img, 4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
+
+    qtbot.waitUntil(painted, timeout=5000)  # (the view's range settles from the event loop)
 
 
 def test_per_head_scale_and_hide_first(grid):
@@ -231,13 +233,16 @@ def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
         st.set_result(fake_result(random_attn(1, 2, 4)))
         g.resize(600, 400)
         g.show()
-        qtbot.wait(20)
         axis = g.cbar.getAxis("right")
-        fm = QFontMetricsF(axis.style["tickFont"])
-        assert axis.style["tickFont"].pointSize() == points
-        widest = max(fm.horizontalAdvance(f"{v:.1f}") for v in np.linspace(0, 1, 6))
-        title_h = QFontMetricsF(axis.label.font()).height()
-        assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
+
+        def wide_enough():
+            fm = QFontMetricsF(axis.style["tickFont"])
+            assert axis.style["tickFont"].pointSize() == points
+            widest = max(fm.horizontalAdvance(f"{v:.1f}") for v in np.linspace(0, 1, 6))
+            title_h = QFontMetricsF(axis.label.font()).height()
+            assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
+
+        qtbot.waitUntil(wide_enough, timeout=5000)
     finally:
         qapp.setFont(old)
 

@@ -7,7 +7,7 @@ from PySide6.QtCore import QPointF, Qt
 
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 
 
 def view_to_widget(view_box, graphics_view, x, y):
@@ -53,7 +53,7 @@ def test_three_rapid_edits_end_with_the_last_text(window, qtbot):
         window.set_text(text)
     wait_for_text(qtbot, window, "A dog barks at the moon.")
     window.worker.wait_idle()
-    qtbot.wait(100)  # anything still queued would arrive now
+    drain_events()  # anything still queued arrives now
     assert window.state.result.text == "A dog barks at the moon."
     assert shown[-1] == "A dog barks at the moon."
     assert "A dog" not in shown and "A dog barks" not in shown  # stale results never reach the state
