@@ -112,7 +112,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     direct /= direct.sum(-1, keepdims=True)
     np.testing.assert_allclose(st.shown().region().values, direct, atol=1e-5)
     assert window.anatomy_panel.value_check.isChecked()  # the panel's box is a view of the same state
-    assert "% out" in window.grid._titles[0].text()
+    assert "% out" in window.grid.titles()[0]
     st.set_focus(st.layer, 4)
     assert f"{100 * r.head_share[st.layer, 4]:.0f}% of the layer" in window.focus_view.title.text()
     st.set_hide_first(True)  # both together: weighted, then the first key dropped and renormalised

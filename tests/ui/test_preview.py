@@ -55,13 +55,13 @@ def test_there_is_no_read_out_nor_the_last_texts_badge_over_a_preview(smollm2_wi
     w, g = smollm2_window, smollm2_window.grid
     st = w.state
     qtbot.waitUntil(lambda: st.head_labels is not None and any(map(any, st.head_labels)), timeout=WAIT)
-    badged = [t.text() for t in g._titles if t.isVisible()]
+    badged = g.titles()
     assert any(len(t.split("  ")) > 1 for t in badged)  # "L0 H5  self": the typed text's badges
     text = TEXT + " table"
     partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the next text
     st.set_preview(partial)
     assert g.drawn is partial
-    assert [t.text() for t in g._titles if t.isVisible()] == [f"L0 H{h}" for h in range(9)]
+    assert g.titles() == [f"L0 H{h}" for h in range(9)]
     x, y = g.cell_center(0, 3, 6, 2)
     with qtbot.waitSignal(g.plot.scene().sigMouseMoved, timeout=5000):  # the grid saw the move
         qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))

@@ -142,7 +142,7 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
     assert window.layer_spin.text() == "Layer 0 (0–5)"
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)  # the second of six layers
     assert window.layer_spin.text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
-    assert window.grid._titles[0].toPlainText().startswith("L1 H0")
+    assert window.grid.titles()[0].startswith("L1 H0")
     assert "6 layers" in window.layer_spin.toolTip()
 
 

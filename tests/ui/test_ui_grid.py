@@ -47,10 +47,10 @@ def test_tiles_hold_quantised_weights_query_rows_key_columns(grid):
     lo = g.layout_
     vmax = attn.max()
     for i, (layer, head) in enumerate(lo.heads):
-        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 7, lo.x0[i]:lo.x0[i] + 7]
+        tile = g.img.image[lo.y0[i]:lo.y0[i] + 7, lo.x0[i]:lo.x0[i] + 7]
         expect = (np.minimum(attn[layer, head] * (254 / vmax), 254) + 1.5).astype(np.uint8)
         np.testing.assert_array_equal(tile, expect)
-    assert (g._mosaic == 0).any()  # gaps are index 0 (transparent)
+    assert (g.img.image == 0).any()  # gaps are index 0 (transparent)
     # cell_at inverts the layout: (x = key column, y = query row)
     x, y = g.cell_center(0, 2, 5, 1)
     assert g.cell_at(x, y) == (0, 2, 5, 1)
@@ -86,12 +86,12 @@ def test_per_head_scale_and_hide_first(grid):
     st.set_scale_mode("per-head")
     lo = g.layout_
     for i in range(3):
-        assert g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5].max() == 255
+        assert g.img.image[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5].max() == 255
     st.set_hide_first(True)
     shown = drop_first_key(attn)  # [.., T, T - 1]: the keys after the first
     np.testing.assert_allclose(shown.sum(-1), 1.0, rtol=1e-5)
     for i in range(3):
-        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5]
+        tile = g.img.image[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5]
         assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
     assert "(hidden)" in g.readout_at(0, 1, 2, 0)
     assert g.readout_at(0, 1, 2, 3).endswith(f"{shown[0, 1, 2, 2]:.2f}")
@@ -101,10 +101,10 @@ def test_buffers_reused_and_only_lut_changes_with_colormap(grid):
     st, g = grid
     st.set_result(fake_result(random_attn(2, 4, 9)))
     base = g._flat
-    before = g._mosaic.copy()
+    before = g.img.image.copy()
     st.set_colormap("magma")
     assert g._flat is base
-    np.testing.assert_array_equal(g._mosaic, before)
+    np.testing.assert_array_equal(g.img.image, before)
     np.testing.assert_array_equal(g.img.lut, heat_table("magma"))
     st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))  # fewer tokens: same storage
     assert g._flat is base and g.layout_.T == 8
@@ -116,12 +116,12 @@ def test_all_layers_view_and_headers(grid):
     st.set_view_mode("all")
     lo = g.layout_
     assert len(lo.heads) == 12 and lo.ncols == 4
-    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    titles = g.titles()
     assert titles == ["H0", "H1", "H2", "H3", "L0", "L1", "L2"]
     assert lo.y0[4] > lo.y0[3] and lo.x0[4] == lo.x0[0]  # layer 1 starts a new row
     st.set_view_mode("layer")
     st.set_layer(2)
-    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    titles = g.titles()
     assert titles == ["L2 H0", "L2 H1", "L2 H2", "L2 H3"]
 
 
@@ -176,7 +176,7 @@ def test_role_badges_go_into_titles_and_readout_without_refilling(grid):
     st.set_result(fake_result(random_attn(2, 3, 5)))
     count = g.update_count
     st.set_head_labels([["sink", "", "prev"], ["", "", ""]])
-    assert [t.toPlainText() for t in g._titles[:3]] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
+    assert g.titles()[:3] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
     assert g.update_count == count  # titles only: the mosaic is not refilled
     assert g.readout_at(0, 2, 3, 1).endswith("  · prev")
 
@@ -192,10 +192,10 @@ def test_heads_larger_than_the_screen_are_max_pooled(grid):
     p = lo.pool
     assert p > 1 and lo.T == -(-300 // p) and lo.n_tok == 300
     i = lo.heads.index((0, 1))
-    tile = g._mosaic[lo.y0[i]:lo.y0[i] + lo.T, lo.x0[i]:lo.x0[i] + lo.T]
+    tile = g.img.image[lo.y0[i]:lo.y0[i] + lo.T, lo.x0[i]:lo.x0[i] + lo.T]
     assert tile[200 // p, 101 // p] == 255 and (tile == 255).sum() == 1
     j = lo.heads.index((2, 3))
-    diag = g._mosaic[lo.y0[j]:lo.y0[j] + lo.T, lo.x0[j]:lo.x0[j] + lo.T]
+    diag = g.img.image[lo.y0[j]:lo.y0[j] + lo.T, lo.x0[j]:lo.x0[j] + lo.T]
     assert (np.diag(diag) == 255).all()
     # the read-out names the cell the pooled pixel shows
     x, y = g.cell_center(0, 1, 200, 101)

@@ -40,7 +40,7 @@ def test_typing_updates_the_grid_to_the_new_tokens(window, qtbot, minilm):
     lo = window.grid.layout_
     assert lo.T == 5
     shown = window.state.shown().region([0], [0]).values[0, 0]
-    tile = window.grid._mosaic[lo.y0[0]:lo.y0[0] + 5, lo.x0[0]:lo.x0[0] + 5]
+    tile = window.grid.img.image[lo.y0[0]:lo.y0[0] + 5, lo.x0[0]:lo.x0[0] + 5]
     np.testing.assert_allclose(shown, expect.attentions[0, 0], atol=1e-5)
     assert np.unravel_index(tile.argmax(), tile.shape) == np.unravel_index(
         expect.attentions[0, 0].argmax(), (5, 5))
@@ -81,10 +81,10 @@ def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):
     st = window.state
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
     assert st.layer == 1 and window.layer_spin.value() == 1
-    assert window.grid._titles[0].toPlainText().split("  ")[0] == "L1 H0"  # then a role badge
+    assert window.grid.titles()[0].split("  ")[0] == "L1 H0"  # then a role badge
     lo = window.grid.layout_
     T = lo.T
-    tile = window.grid._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
+    tile = window.grid.img.image[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
     assert np.unravel_index(tile.argmax(), tile.shape) == np.unravel_index(
         st.result.attentions[1, 2].argmax(), (T, T))
     qtbot.keyClick(window.text_box, Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier)
@@ -349,7 +349,7 @@ def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(wind
     np.testing.assert_array_equal(fv.img.image, shown)
     assert fv.img.mapRectToParent(fv.img.boundingRect()) == QRectF(1, 0, T - 1, T)  # a gap at key 0
     lo = g.layout_
-    tile = g._mosaic[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
+    tile = g.img.image[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
     assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
     # both read-outs name the hidden column and give the same numbers elsewhere
     focus_pt = fv.vb.mapViewToScene(QPointF(0.5, 3.5))
