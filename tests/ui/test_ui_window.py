@@ -251,7 +251,7 @@ def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, q
     if calc is None or roles is None:
         pytest.skip("side panels not installed")
     window.focus_dock.raise_()
-    qtbot.waitUntil(lambda: not calc._shown, timeout=WAIT)
+    qtbot.waitUntil(lambda: calc.visibleRegion().isEmpty(), timeout=WAIT)  # nothing of it on screen
     text = "Mary gave John a book."
     window.set_text(text)
     wait_for_text(qtbot, window, text)
