@@ -9,24 +9,60 @@ import sys
 import traceback
 
 from attnviz import __version__
-from attnviz.commands import (
-    calc_cmd, checkpoint_opt, circuits_cmd, compare_cmd, engine_cmds, export_cmd, generate_cmd,
-    heads_cmd, predict_cmd, quantize_cmd, scan_cmd,
-)
+from attnviz.commands import checkpoint_opt
 
 # Each module has `register(subparsers)`, which adds its commands and sets `func(args) -> int`.
+# A command imports only its own module (a command's start-up does not wait for the others'
+# imports); --help and a missing or unknown command import them all.
 COMMAND_MODULES = (
-    engine_cmds,  # models, attention
-    calc_cmd,  # calc
-    heads_cmd,  # heads, find
-    predict_cmd,  # predict, ablation-scan
-    compare_cmd,  # compare
-    generate_cmd,  # generate
-    circuits_cmd,  # qk-attribution, circuits
-    export_cmd,  # export (renders offscreen with Qt, imported only when it runs)
-    scan_cmd,  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
-    quantize_cmd,  # quantize
+    "engine_cmds",  # models, attention
+    "calc_cmd",  # calc
+    "heads_cmd",  # heads, find
+    "predict_cmd",  # predict, ablation-scan
+    "patch_cmd",  # patch
+    "compare_cmd",  # compare
+    "generate_cmd",  # generate
+    "circuits_cmd",  # qk-attribution, circuits
+    "export_cmd",  # export (renders offscreen with Qt, imported only when it runs)
+    "scan_cmd",  # scan, scan-report (Dask, pyarrow and DuckDB imported only when they run)
+    "quantize_cmd",  # quantize
 )
+COMMANDS = {"models": "engine_cmds", "attention": "engine_cmds", "calc": "calc_cmd",
+            "heads": "heads_cmd", "find": "heads_cmd", "predict": "predict_cmd",
+            "ablation-scan": "predict_cmd", "patch": "patch_cmd", "compare": "compare_cmd",
+            "generate": "generate_cmd",
+            "qk-attribution": "circuits_cmd", "circuits": "circuits_cmd", "export": "export_cmd",
+            "scan": "scan_cmd", "scan-report": "scan_cmd",
+            "quantize": "quantize_cmd"}  # (a command not here: every module)
+
+
+def command_module(name: str):
+    """One of COMMAND_MODULES, imported now (plainly: an ImportError in it is a bug to see)."""
+    if name == "engine_cmds":
+        from attnviz.commands import engine_cmds as module
+    elif name == "calc_cmd":
+        from attnviz.commands import calc_cmd as module
+    elif name == "heads_cmd":
+        from attnviz.commands import heads_cmd as module
+    elif name == "predict_cmd":
+        from attnviz.commands import predict_cmd as module
+    elif name == "patch_cmd":
+        from attnviz.commands import patch_cmd as module
+    elif name == "compare_cmd":
+        from attnviz.commands import compare_cmd as module
+    elif name == "generate_cmd":
+        from attnviz.commands import generate_cmd as module
+    elif name == "circuits_cmd":
+        from attnviz.commands import circuits_cmd as module
+    elif name == "export_cmd":
+        from attnviz.commands import export_cmd as module
+    elif name == "scan_cmd":
+        from attnviz.commands import scan_cmd as module
+    elif name == "quantize_cmd":
+        from attnviz.commands import quantize_cmd as module
+    else:
+        raise KeyError(name)
+    return module
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -46,7 +82,9 @@ def no_display_reason() -> str | None:
             "or use the command line, e.g. `attnviz export --out heads.png` (attnviz --help)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line's parser; with `argv`, one whose only command is the one argv names (when
+    it names one), so that only that command's module is imported."""
     parser = OneLineParser(
         prog="attnviz",
         description="See multi-head attention. With no command, opens the desktop window.",
@@ -64,9 +102,26 @@ def build_parser() -> argparse.ArgumentParser:
     desktop.add_argument("--uninstall-desktop", action="store_true",
                          help="remove that menu entry and icon")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    named = COMMANDS.get(named_command(parser, argv)) if argv is not None else None
+    for name in (named,) if named else COMMAND_MODULES:
+        command_module(name).register(sub)
     return parser
+
+
+def named_command(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The command argv names: its first word that is neither an option nor an option's value."""
+    takes_value = {o for a in parser._actions if a.option_strings and a.nargs != 0
+                   for o in a.option_strings}
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--"):
+            return None
+        if word.startswith("-"):
+            if word in takes_value:
+                next(words, None)
+            continue
+        return word
+    return None
 
 
 def one_line(message: object) -> str:
@@ -80,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     1 an internal error (one line; -v logs the traceback); 130 interrupted; 141 output pipe closed."""
     from attnviz.engine.errors import AttnvizError
 
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")

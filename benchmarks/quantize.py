@@ -37,7 +37,7 @@ GOAL_S = 3.0
 @contextmanager
 def timed(parts: dict, lock: threading.Lock):
     """Wrap the functions the parts are read from; parts[key] sums the seconds spent in each."""
-    import attnviz.engine.reading.gguf_model as G
+    import attnviz.engine.reading.gguf_tensors as G
     import attnviz.engine.reading.quantize as Qm
 
     def wrap(f, key):
@@ -69,7 +69,7 @@ def whole_matrix_quantizer(path, qtype: str) -> float:
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
-    from attnviz.engine.reading.gguf_model import open_gguf
+    from attnviz.engine.reading.gguf_file import open_gguf
     from attnviz.engine.reading.quantize import tensor_values
 
     spent = 0.0

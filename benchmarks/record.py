@@ -89,8 +89,8 @@ def figure(name: str, value: float, unit: str, *, runs=None, goal: float | None 
     notes that kept only a range, or a median)."""
     if goal_is not in ("max", "min"):
         raise ValueError(f"goal_is must be 'max' or 'min', not {goal_is!r}")
-    value = float(value)
-    met = None if goal is None else (value <= goal if goal_is == "max" else value >= goal)
+    value = None if value is None else float(value)  # None: not measured (the note says why)
+    met = None if goal is None or value is None else (value <= goal if goal_is == "max" else value >= goal)
     fig = {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
            "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
            "headline": headline, "note": note}
@@ -121,8 +121,9 @@ def _merged(path: Path, figures: list[dict]) -> list[dict]:
 
 
 def write(benchmark: str, figures: list[dict], *, command: str | None = None,
-          folder: Path = RESULTS, measured: dict | None = None) -> Path:
-    """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date.
+          folder: Path = RESULTS, measured: dict | None = None, details: dict | None = None) -> Path:
+    """benchmarks/results/<benchmark>.json with these figures, the machine, commit and date;
+    `details`: what else the run found (a profile, a reason a figure is absent), kept as given.
 
     `measured` overrides the provenance (`commit`, `dirty`, `date`, `command`, `machine`) for
     figures measured elsewhere and entered by hand."""
@@ -135,6 +136,8 @@ def write(benchmark: str, figures: list[dict], *, command: str | None = None,
            "machine": machine()}
     doc.update(measured or {})
     doc["figures"] = _merged(path, figures)
+    if details is not None:
+        doc["details"] = details
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")

@@ -61,13 +61,15 @@ def goal_text(fig: dict) -> str:
 def met_text(fig: dict) -> str:
     """Met or not, recomputed from value and goal (a file cannot claim a goal it misses)."""
     goal = fig.get("goal")
-    if goal is None:
+    if goal is None or fig["value"] is None:  # (no value: not measured, the note says why)
         return "—"
     ok = fig["value"] <= goal if fig.get("goal_is", "max") == "max" else fig["value"] >= goal
     return "met" if ok else "**not met**"
 
 
 def spread_text(fig: dict) -> str:
+    if fig["value"] is None:
+        return "not measured"
     runs = fig.get("runs") or [fig["value"]]
     n = max(len(runs), fig.get("n_runs") or 0)
     if n == 1:
@@ -104,7 +106,8 @@ def rows(docs: list[dict], headline_only: bool = False) -> list[list[str]]:
             if fig.get("note") and not headline_only:
                 name += f": {fig['note']}"
             when = commit if headline_only else f"{commit}, {where.get('date') or '?'}"
-            out.append([name, goal_text(fig), _with_unit(fig["value"], fig["unit"]),
+            value = "not measured" if fig["value"] is None else _with_unit(fig["value"], fig["unit"])
+            out.append([name, goal_text(fig), value,
                         spread_text(fig), machine_text(where.get("machine")), when, met_text(fig)])
     return out
 

@@ -293,6 +293,7 @@ def child_cold(path: str, t_spawn: float) -> dict:
     p2 = time.perf_counter()
     import attnviz.engine as engine
     import attnviz.engine.reading.gguf_model as gm
+    import attnviz.engine.reading.gguf_tensors as gt
     p3 = time.perf_counter()
 
     spent: dict[str, float] = {}
@@ -312,8 +313,9 @@ def child_cold(path: str, t_spawn: float) -> dict:
                         ("dequantize", "  of which gguf dequantize()"),
                         ("dequantize_into", "  of which dequantize_into (ours)"),
                         ("gguf_tokenizer", "tokenizer (gguf_tokenizer)")):
-        if hasattr(gm, attr):
-            setattr(gm, attr, timed(label, getattr(gm, attr)))
+        for module in (gm, gt):  # where the load looks each step up
+            if hasattr(module, attr):
+                setattr(module, attr, timed(label, getattr(module, attr)))
     t = time.perf_counter()
     model = engine.load_model(path)
     load = time.perf_counter() - t

@@ -10,7 +10,12 @@ name. agreement: opens MiniLM on the agreement sentence, picks the query token "
 head that sends "are" most strongly to "keys" (subject-verb agreement), and shows that head's layer.
 --panel compare opens Compare with this model quantized to --compare-type (default Q4_0) and shows
 its panel on A − B, the focused head's layer. --panel prediction|dla shows the What heads do panel (the next token at the query with the logit
-lens, or DLA); --ablate N switches off the N strongest induction heads first, so the grid, the
+lens, or DLA); --panel why opens Why here? on the focused cell (the query on the repeated name, the
+key it attends to most) with its strongest head component hovered, so the grid outlines that head;
+--panel circuits shows the Circuits tab (copying map, the focused head's partners, and what it
+writes for the query token); --panel patching opens SmolLM2 on the indirect-object sentence, lets
+Corrupt propose the corrupted text, patches every head's output (head_out) and clicks the head with
+the largest effect, so its clean and corrupted patterns show and the grid focuses it; --ablate N switches off the N strongest induction heads first, so the grid, the
 prediction, the lens and DLA show the changed run beside the clean prediction.
 long: SmolLM2 on the long paragraph said ten times (past the dense limit), shown in the long
 view. generate: SmolLM2 generates eight greedy tokens after a short prompt, the Generate panel
@@ -48,7 +53,10 @@ SHOTS = {
     "generate.png": ["--scene", "generate", "--panel", "generate", "--dock-width", "560"],
     "corpus.png": ["--scene", "corpus", "--panel", "corpus", "--dock-width", "700"],
     "toy.png": ["--scene", "toy"],
+    "why-here.png": ["--panel", "why", "--view", "all", "--size", "1400x1000"],
+    "circuits.png": ["--panel", "circuits", "--size", "1400x1000", "--dock-width", "560"],
     "compare.png": ["--panel", "compare", "--size", "1600x1000", "--dock-width", "700"],
+    "patching-tab.png": ["--panel", "patching", "--size", "1600x1000", "--dock-width", "760"],
 }
 
 
@@ -91,10 +99,11 @@ def main() -> int:
     ap.add_argument("--scene", choices=("induction", "agreement", "long", "generate", "corpus", "toy"),
                     default="induction")
     ap.add_argument("--panel", choices=("focus", "anatomy", "prediction", "dla", "calc", "roles",
-                                        "find", "generate", "corpus", "compare"), default="focus",
+                                        "find", "generate", "corpus", "compare", "why", "circuits", "patching"),
+                    default="focus",
                     help="side panel shown: the focus head (default), the Anatomy of its layer, "
                          "What heads do (prediction and lens, or DLA), the Calculator, Head roles "
-                         "(its scores, or Find), Generate, Corpus or Compare")
+                         "(its scores, or Find), Generate, Corpus, Compare, Why here?, Circuits or Patching")
     ap.add_argument("--ablate", type=int, default=0,
                     help="switch off the N strongest induction heads (induction scene)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
@@ -125,6 +134,8 @@ def main() -> int:
         model, text = "SmolLM2-135M-Instruct", "The capital of France is"
     else:
         model, text = "all-MiniLM-L6-v2", DEFAULT_TEXT
+    if args.panel == "patching":
+        model, text = "SmolLM2-135M-Instruct", IOI_TEXT
     scan = _corpus_scan(Path(tempfile.mkdtemp(prefix="attnviz-shot-scan-"))) \
         if args.scene == "corpus" else None
     w = create_window(model=model, text=text, settings=settings)
@@ -167,6 +178,8 @@ def main() -> int:
     r = st.result
     if args.scene == "generate":
         return _generate(w, settle, wait, args)
+    if args.panel == "patching":
+        return _patching(w, settle, wait, args)
     if args.scene in ("induction", "toy"):
         scores = heads.score_heads(r.attentions, r.input_ids).scores["induction"]  # [n_layer, n_head]
         layer, head = (int(i) for i in divmod(int(scores.argmax()), scores.shape[1]))
@@ -233,6 +246,30 @@ def main() -> int:
                 and st.effects.run is not None and st.effects.run.result is st.result):
             settle(0.05)
         settle(0.5)
+    if args.panel == "why":
+        from attnviz.figures.why import heads_of
+
+        dock = w.focus_dock
+        w.why_dock.show()
+        w.why_jobs.set_cell(layer, head, q, k)
+        wait(lambda: w.why_jobs.attribution is not None and not w.why_jobs.busy, 60)
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([w.focus_dock, w.why_dock], [height // 3, height], Qt.Orientation.Vertical)
+        settle(0.3)
+        canvas = w.why_panel.canvas  # hover the key side's largest head: the grid outlines it
+        rests = [i for i, b in enumerate(canvas.lay.rows) if not b.row.components]
+        box = next((b for b in canvas.lay.rows[rests[1] + 1:] if heads_of(b.row.components)), None)
+        if box is not None:
+            canvas.hover_row(box.rect.center().y())
+            what += f"; hovered {box.row.label}"
+        settle(0.3)
+    if args.panel == "circuits":
+        dock = w.circuits_dock
+        dock.show()
+        dock.raise_()
+        wait(lambda: w.circuits_jobs.circuits is not None and w.circuits_jobs.ov is not None)
+        settle(0.3)
     if args.panel == "compare":
         from attnviz.ui.machinery.compare_jobs import BSource
         from attnviz.ui.panels.compare_menu import open_compare
@@ -275,6 +312,33 @@ def _find(panel, settle) -> None:
     settle(0.3)
     panel.find.set_find("are", "keys")
     settle(1.0)
+
+
+IOI_TEXT = "When Mary and John went to the store, John gave a drink to"
+
+
+def _patching(w, settle, wait, args) -> int:
+    """The Patching tab on the indirect-object pair: head_out patched, the largest head clicked."""
+    from attnviz.engine.analysing.patching import ranked
+
+    dock, panel, jobs = w.patching_dock, w.patching_panel, w.patch_jobs
+    dock.show()
+    dock.raise_()
+    if args.dock_width:
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([dock], [args.dock_width], Qt.Orientation.Horizontal)
+    settle(0.3)
+    panel.propose()
+    panel.what_box.setCurrentText("head_out")
+    if not panel.run():
+        raise SystemExit(f"patching did not start: {jobs.note}")
+    wait(lambda: jobs.result is not None and not jobs.running, 600)
+    (layer, head), effect = ranked(jobs.result, 1)[0]
+    w.state.set_layer(layer)
+    panel.pick_head(layer, head)
+    settle(1.5)
+    return _grab(w, args.out, f"head_out, largest L{layer} H{head} effect {effect:+.3f}; {panel.swapped.text()}")
 
 
 def _generate(w, settle, wait, args) -> int:

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 from attnviz.engine import load_model
-from attnviz.engine.analysing import circuits as C, heads as H, qk as Q
+from attnviz.engine.analysing import circuits as C, head_patterns as HP, heads as H, qk as Q
 from attnviz.engine.analysing.probes import run_probe
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.engine.computing.checkpoints import load_checkpoints
@@ -32,7 +32,7 @@ SAMPLE = next(s for s in SAMPLES if s.title.startswith("Made-up names"))
 def induction_cell(result, layer, head):
     """(query, key) of the induction cell the head weights most: key = the token after an earlier
     copy of the query's token."""
-    D = H.induction_pattern(result.input_ids)  # [T, T] bool
+    D = HP.induction_pattern(result.input_ids)  # [T, T] bool
     a = np.where(D, result.attentions[layer, head], -1.0)
     q, k = np.unravel_index(int(np.argmax(a)), a.shape)
     return int(q), int(k), float(result.attentions[layer, head, q, k])

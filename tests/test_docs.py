@@ -21,12 +21,16 @@ SLOW = {
     ("ablation-scan", "SmolLM2-135M-Instruct"): "zero-ablates 270 heads",
     ("scan", "all-MiniLM-L6-v2"): "starts a Dask cluster and scans a corpus",
     ("scan-report", None): "reads the scan the line before makes",
+    ("patch", None): "re-runs SmolLM2 hundreds of times",
     ("compare", "SmolLM2-135M-Instruct"): "quantizes SmolLM2 in memory and runs both",
+    ("compare", None): "quantizes SmolLM2 in memory and runs both",
     ("quantize", "SmolLM2-135M-Instruct"): "writes a GGUF file of SmolLM2",
+    ("quantize", "smollm2.Q8_0.gguf"): "reads the file the line before writes",
     ("circuits", "SmolLM2-135M-Instruct"): "scores 270 heads against 270",
 }
 # pictures not of the window, and what makes them
-OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py"}
+OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py",
+                  "patching.png": "scripts/plot_patching.py"}
 
 
 def _text(page: Path) -> str:

@@ -163,9 +163,9 @@ def test_each_config_rule_has_one_home():
 
 def test_each_gguf_key_is_paired_with_its_config_field_once():
     """gguf_config builds its config dict from _GGUF_KEYS, the table its messages name keys by."""
-    from attnviz.engine.reading.gguf_model import _GGUF_KEYS
+    from attnviz.engine.reading.gguf_file import _GGUF_KEYS
 
-    text = (PACKAGE / "engine" / "reading" / "gguf_model.py").read_text(encoding="utf-8")
+    text = (PACKAGE / "engine" / "reading" / "gguf_file.py").read_text(encoding="utf-8")
     for field, key in _GGUF_KEYS.items():
         assert len(re.findall(rf'"{re.escape(key)}[".]', text)) == 1, key  # the table's, no meta("...")
         assert not re.search(rf'"{field}"\s*:\s*meta\(', text), field  # no hand-built {field: meta(key)}

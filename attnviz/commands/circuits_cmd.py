@@ -15,6 +15,7 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import vocab_token
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
@@ -63,8 +64,8 @@ def qk_report(model, result, layer: int, head: int, query: int, key: int) -> dic
     """The `qk-attribution` JSON document for a run whose trace kept z and the residual stream."""
     a = Q.qk_attribution(model, result.trace, layer, head, query, key)
     return {
-        "model": model.name, "tokens": list(result.tokens), "input_ids": result.input_ids.tolist(),
-        "layer": layer, "head": head, "query": query, "key": key,
+        "model": model.name, "tokens": list(result.tokens), "labels": list(result.labels),
+        "input_ids": result.input_ids.tolist(), "layer": layer, "head": head, "query": query, "key": key,
         "score": a.score, "components": list(a.components), "table": a.table.tolist(),
         "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
         "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top(Q.TOP)],
@@ -84,9 +85,10 @@ def cmd_qk(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    toks = doc["tokens"]
-    print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} {toks[args.query]!r} -> key "
-          f"{args.key} {toks[args.key]!r}: score {doc['score']:+.4f} (table sum "
+    toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
+    print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
+          f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
+          f"{doc['score']:+.4f} (table sum "
           f"{float(np.sum(doc['table'])):+.4f}, bias terms {doc['bias']:+.4f})")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
@@ -153,5 +155,5 @@ def cmd_circuits(args) -> int:
             f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
         print(f"head {args.head} attending to {args.token!r} writes: "
-              + ", ".join(f"{t!r} {v:+.2f}" for _, t, v in ov))
+              + ", ".join(f"{quoted(t)} {v:+.2f}" for _, t, v in ov))
     return 0

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from attnviz.commands import checkpoint_opt
+from attnviz.engine.reading.token_text import quoted
 from attnviz.commands.checks import check_out, parse_ids, refuse_options, show_notice
 from attnviz.engine import WINDOW_MODEL, load_model
 from attnviz.engine.analysing import compare as C
@@ -87,8 +88,8 @@ def side_name(model) -> str:
     return model.name + checkpoint_opt.describe(model)
 
 
-def source_ids(a, args) -> tuple[list[int], list[str]]:
-    """(ids [T], their token labels) from --text, --ids or --probe, as model A reads them."""
+def source_ids(a, args) -> tuple[list[int], list[str], list[str]]:
+    """(ids [T], their tokens, their labels) from --text, --ids or --probe, as model A reads them."""
     if args.probe:
         ids = C.induction_probe(a)
         result = a.run(ids=ids, use_cache=False, layers=1)
@@ -97,7 +98,7 @@ def source_ids(a, args) -> tuple[list[int], list[str]]:
     else:
         result = a.run(args.text, use_cache=False, layers=1)
     show_notice(args.command, result)
-    return result.input_ids.tolist(), list(result.tokens)
+    return result.input_ids.tolist(), list(result.tokens), list(result.labels)
 
 
 def compare_report(a, b, ids, tokens, a_id, b_id, threshold=C.INDUCTION_THRESHOLD, probe_run=False) -> dict:
@@ -116,9 +117,11 @@ def cmd_compare(args) -> int:
     b, b_id = load_b(a, args)
     check_same_shape(a, b)
     check_same_vocab(a, b)
-    ids, tokens = source_ids(a, args)
+    ids, tokens, labels = source_ids(a, args)
     doc = compare_report(a, b, ids, tokens, C.identity(a, side_name(a), checkpoint=checkpoint_record(a)),
                          b_id, args.threshold, probe_run=args.probe)
+    # the tokens as the window labels them (the tables' spelling), beside the raw pieces
+    doc = {"tokens": doc["tokens"], "labels": labels, **doc}
     if out is not None:
         write_out(out, doc, a)
     if args.json:
@@ -153,7 +156,8 @@ def print_report(doc: dict) -> None:
         d = doc[side]
         files = ", ".join(f"{Path(f['file']).name} sha256 {f['sha256'][:12]}" for f in d["files"])
         print(f"{side.upper()}: {d['name']}" + (f" ({files})" if files else ""))
-    print(f"{len(doc['tokens'])} tokens: {' '.join(map(repr, doc['tokens'][:24]))}"
+    labels = doc.get("labels", doc["tokens"])
+    print(f"{len(doc['tokens'])} tokens: {' '.join(map(quoted, labels[:24]))}"
           + (" ..." if len(doc["tokens"]) > 24 else ""))
     jsd, top = np.array(doc["heads_jsd"]), np.array(doc["heads_jsd_max"])
     print(f"attention JSD (bits), mean over heads {jsd.mean():.3g}; the {min(MOVED, jsd.size)} heads "
@@ -173,8 +177,8 @@ def print_report(doc: dict) -> None:
         same = round(doc["same_top1"] * T)
         print(f"same top-1: {doc['same_top1']:.1%} ({same} of {T} positions)")
         for f in doc["flips"][:MOVED]:
-            print(f"  flip after token {f['position']} {doc['tokens'][f['position']]!r}: "
-                  f"A {f['a_token']!r} (#{f['a_id']}), B {f['b_token']!r} (#{f['b_id']})")
+            print(f"  flip after token {f['position']} {quoted(labels[f['position']])}: "
+                  f"A {quoted(f['a_token'])} (#{f['a_id']}), B {quoted(f['b_token'])} (#{f['b_id']})")
         if len(doc["flips"]) > MOVED:
             print(f"  ... and {len(doc['flips']) - MOVED} more flips (--json lists them all)")
     ind = doc["induction"]

@@ -16,6 +16,7 @@ from attnviz.engine.reading import textbook
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -251,7 +252,7 @@ def cmd_find(args) -> int:
                "heads": [h._asdict() for h in hits]}
         print(json.dumps(doc))
         return 0
-    print(f"{model.name}: from {result.labels[q]!r}@{q} (query) to {result.labels[k]!r}@{k} (key), "
+    print(f"{model.name}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "
           "every head ranked by specificity (weight minus the mean weight of the other queries on "
           "that key)")
     print("rank layer head  specificity  weight")

@@ -11,14 +11,18 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
-from attnviz.commands.checks import add_model, parse_ids, positive, prediction_head, refuse_options, show_notice
+from attnviz.commands.checks import (
+    add_model, blas_for, parse_ids, positive, prediction_head, refuse_options, show_notice,
+)
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.longdoc import DenseTooLarge, LongTrace
 from attnviz.engine.parallel import cores
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
+from attnviz.engine.reading.token_text import quoted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,6 +91,19 @@ def _run(model, args, trace):
     return result
 
 
+def _run_prediction(model, args):
+    """The run predict reads (z and the residual stream); a text whose patterns would not fit at
+    once runs as a long text, its attention in row blocks (the same z and residuals, no dense
+    patterns). Edits need the whole run's patterns: refused there, with the sizes."""
+    try:
+        return _run(model, args, P.prediction_trace())
+    except DenseTooLarge as exc:
+        if args.ablate or args.knockout:
+            raise InputError(exc.advice("--ablate and --knockout need every pattern at once: "
+                                        "give a shorter text")) from None
+    return _run(model, args, LongTrace(z=True, resid=True))
+
+
 def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     """The `predict` JSON document for a run's trace (clean, or edited with `edits`)."""
     head = model.lm_head()
@@ -102,11 +119,12 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     dla = P.attribute(model, head, trace, q, target, alt)
     lens = P.logit_lens(head, trace, q, target)
     doc = {
-        "model": model.name, "tokens": list(result.tokens), "input_ids": result.input_ids.tolist(),
-        "position": q,
+        "model": model.name, "tokens": list(result.tokens), "labels": list(result.labels),
+        "input_ids": result.input_ids.tolist(), "position": q,
         "top": [{"id": int(i), "token": token_text(model, i), "logprob": float(lp)}
                 for i, lp in zip(pred.top_ids[:top], pred.top_logprobs[:top])],
-        "target": target, "alt": alt, "logit_diff": dla.logit_diff,
+        "target": target, "alt": alt, "target_token": token_text(model, target),
+        "alt_token": token_text(model, alt), "logit_diff": dla.logit_diff,
         "dla": dla.heads.tolist(),
         "dla_rest": {"mlp": dla.mlp.tolist(), "embed": dla.embed, "bias": dla.bias},
         "lens": [{"top_id": int(i), "top_token": token_text(model, i), "target_logprob": float(t)}
@@ -125,7 +143,12 @@ def cmd_predict(args) -> int:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
     prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
-    result = _run(model, args, P.prediction_trace())
+    with blas_for(model, args.text, parse_ids(args.ids) if args.ids is not None else None):
+        return _predict(model, args)
+
+
+def _predict(model, args) -> int:
+    result = _run_prediction(model, args)
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
     alt = P.vocab_token(model, args.alt) if args.alt is not None else None
@@ -146,17 +169,20 @@ def cmd_predict(args) -> int:
 
 
 def _print_prediction(doc, cfg) -> None:
-    tok = doc["tokens"][doc["position"]]
-    print(f"{doc['model']}: after token {doc['position']} {tok!r}"
+    """The table: tokens as the window labels them (token_text); the raw pieces are in --json."""
+    tok = doc["labels"][doc["position"]]
+    target = f"{quoted(doc['target_token'])} ({doc['target']})"
+    print(f"{doc['model']}: after token {doc['position']} {quoted(tok)}"
           + (f" ({doc['changed']})" if "changed" in doc else ""))
     for row in doc["top"]:
-        print(f"  {row['id']:>7}  {row['token']!r:<20} p = {np.exp(row['logprob']):.3f}  "
+        print(f"  {row['id']:>7}  {row['token']:<20} p = {np.exp(row['logprob']):.3f}  "
               f"log p = {row['logprob']:.3f}")
     if "changed" in doc:
-        print(f"target {doc['target']}: log p {doc['clean_target_logprob']:.3f} clean, "
+        print(f"target {target}: log p {doc['clean_target_logprob']:.3f} clean, "
               f"{doc['target_logprob']:.3f} changed (delta {doc['delta_target_logprob']:+.3f})")
     dla = np.array(doc["dla"])
-    print(f"logit({doc['target']}) - logit({doc['alt']}) = {doc['logit_diff']:.3f}; direct effect: "
+    print(f"logit({target}) - logit({quoted(doc['alt_token'])} ({doc['alt']})) = "
+          f"{doc['logit_diff']:.3f}; direct effect: "
           f"heads {dla.sum():+.3f}, MLPs {sum(doc['dla_rest']['mlp']):+.3f}, embeddings "
           f"{doc['dla_rest']['embed']:+.3f}, biases {doc['dla_rest']['bias']:+.3f}")
     order = np.argsort(-np.abs(dla), axis=None)[:5]
@@ -164,7 +190,7 @@ def _print_prediction(doc, cfg) -> None:
                                         for i in order))
     print("logit lens (raw: the final norm applied to each layer): top-1, log p(target)")
     for layer, row in enumerate(doc["lens"]):
-        print(f"  {'L' + str(layer):<4} {row['top_token']!r:<20} {row['target_logprob']:8.3f}")
+        print(f"  {'L' + str(layer):<4} {row['top_token']:<20} {row['target_logprob']:8.3f}")
 
 
 def cmd_scan(args) -> int:
@@ -178,18 +204,19 @@ def cmd_scan(args) -> int:
     head = prediction_head(model, args.command)
     if args.probe:
         ids = probe_ids(model)[0]
-        tokens = model.tokenizer.labels_for_ids(ids)[1]
+        tokens, labels = model.tokenizer.labels_for_ids(ids)
     else:
         result = model.run(ids=parse_ids(args.ids), use_cache=False) if args.ids is not None else \
             model.run(args.text, use_cache=False)
         show_notice(args.command, result)
-        ids, tokens = result.input_ids.tolist(), list(result.tokens)
+        ids, tokens, labels = result.input_ids.tolist(), list(result.tokens), list(result.labels)
     target = P.vocab_token(model, args.target) if args.target is not None else None
     progress = _progress if sys.stderr.isatty() and not args.json else None
     with threadpool_limits(limits=1, user_api="blas"):  # the threads are the parallelism
         scan = A.ablation_scan(model, head, ids, loss, args.position, target, progress=progress,
                                threads=args.threads)
-    doc = {"model": model.name, "tokens": tokens, "input_ids": [int(i) for i in ids], "loss": loss,
+    doc = {"model": model.name, "tokens": tokens, "labels": labels, "input_ids": [int(i) for i in ids],
+           "loss": loss,
            "baseline_loss": scan.baseline_loss, "effect": scan.effect.tolist(),
            "ranked": [{"layer": l, "head": h, "effect": e} for l, h, e in scan.ranked()],
            "position": scan.position, "target": scan.target,
@@ -198,7 +225,8 @@ def cmd_scan(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
-    what = (f"-log p({scan.target}) after token {scan.position}" if loss == "next" else
+    what = (f"-log p({quoted(token_text(model, scan.target))} ({scan.target})) after token "
+            f"{scan.position} {quoted(labels[scan.position])}" if loss == "next" else
             f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
     print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "
           f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")

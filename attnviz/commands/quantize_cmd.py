@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from attnviz.commands.checks import check_out
+from attnviz.commands.checks import add_model, check_out
 from attnviz.engine.reading.budget import format_bytes
 from attnviz.engine.reading.gguf_write import WRITE_TYPES, write_gguf
 from attnviz.engine.reading.quantize import quant_type
@@ -21,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "file: its 2-D weight matrices at --type (F16 where a row does not fit the "
                     "type's blocks), norms and other 1-D tensors at F32, its architecture metadata "
                     "and tokenizer kept. The file opens in attnviz, llama.cpp and transformers.")
-    p.add_argument("--model", required=True, help="model name, folder or .gguf file")
+    add_model(p, "the model to write")
     p.add_argument("--type", required=True, metavar="TYPE", dest="qtype",
                    help=f"one of {', '.join(WRITE_TYPES)} (F32: converted without rounding)")
     p.add_argument("--out", required=True, metavar="FILE.gguf", help="the GGUF file to write")

@@ -15,6 +15,7 @@ from attnviz.corpus import DEFAULT_BATCH, DEFAULT_EXAMPLES
 from attnviz.engine.analysing.corpus_stats import EXAMPLES_RULE, HEAD_STATS
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError
+from attnviz.engine.reading.token_text import quoted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,7 +83,8 @@ def cmd_scan(args) -> int:
         manifest, done = scan(args.out, args.model, args.corpus, split=args.split,
                               column=args.column, batch=args.batch, max_tokens=args.max_tokens,
                               examples=args.examples, workers=args.workers,
-                              scheduler=args.scheduler, in_process=in_process, on_plan=start)
+                              scheduler=args.scheduler, in_process=in_process, on_plan=start,
+                              verbose=args.verbose)
     except KeyboardInterrupt:
         _say_resume(args)
         raise
@@ -141,7 +143,7 @@ def cmd_scan_report(args) -> int:
           + "  top example (query -> key, weight)")
     for l, h, texts, vals, best in rows:
         nums = " ".join("      nan" if math.isnan(v) else f"{v:9.3f}" for v in vals.values())
-        ex = (f"{best.query_token!r}@{best.query_pos} -> {best.key_token!r}@{best.key_pos}, "
+        ex = (f"{quoted(best.query_token)}@{best.query_pos} -> {quoted(best.key_token)}@{best.key_pos}, "
               f"{best.weight:.3f} (text {best.text_id})" if best else "-")
         print(f"{l:5d} {h:4d} {texts:6d} {nums}  {ex}")
     print("means over the texts stored; entropy in nats, mean_distance in tokens; duplicate and "

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -171,10 +172,12 @@ QUIET_CLUSTER = {
 def local_cluster(n_workers: int):
     """A LocalCluster of `n_workers` processes, one thread each (one BLAS thread: Dask's nanny
     sets OMP/MKL/OpenBLAS_NUM_THREADS=1 before a worker starts, and each task caps BLAS again).
-    No dashboard: the scheduler's HTTP server (which it starts even with dashboard_address=None,
-    on 8787, warning when that port is taken) gets a free port of the system's choosing, and the
-    workers do not sample their task's stack every 10 ms for the dashboard's profile (a thread
-    that takes the GIL from the task 100 times a second, for a page nobody opens).
+    Every process listens on the loopback interface only, the scheduler's HTTP server included
+    (Dask binds that one to every interface unless told a host; it starts it even with
+    dashboard_address=None, on 8787, warning when that port is taken): it gets a free port of the
+    system's choosing. The workers do not sample their task's stack every 10 ms for the
+    dashboard's profile (a thread that takes the GIL from the task 100 times a second, for a page
+    nobody opens).
     This process's environment is left as it was: each nanny writes its workers' variables
     (OMP_NUM_THREADS=1, ...) into os.environ before it spawns a worker, and writes them again
     before a restart, so they are taken back out once the workers are up."""
@@ -185,7 +188,8 @@ def local_cluster(n_workers: int):
     try:
         with dask.config.set(QUIET_CLUSTER):  # the nannies keep it for their workers
             return LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                dashboard_address=":0", silence_logs=logging.ERROR)
+                                host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                                silence_logs=logging.ERROR)
     finally:
         restore_environment(before)
 
@@ -199,11 +203,34 @@ def restore_environment(before: dict) -> None:
             os.environ[key] = value
 
 
+@contextmanager
+def dask_logs(verbose: bool):
+    """Dask's own INFO lines (a cluster starting, connecting, closing) only when `verbose`: they
+    would reach stderr through the handler the command line sets on the root logger. Its warnings
+    and errors (a worker that died, a port taken) are shown either way."""
+    import distributed  # noqa: F401 - its import sets the logger's level from Dask's config
+
+    logger = logging.getLogger("distributed")
+    old = logger.level
+    if not verbose:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(old)
+
+
 def run_on_dask(plan: Plan, *, scheduler: str | None = None, workers: int | None = None,
-                progress: Progress | None = None, client=None) -> list:
+                progress: Progress | None = None, client=None, verbose: bool = False) -> list:
     """Every batch left, as Dask tasks: on `client`, on the cluster at `scheduler`, or on a new
     LocalCluster of `workers` processes (closed afterwards). A batch that raises stops the scan
-    (the finished batches stay); a worker that dies has its batch rerun elsewhere by Dask."""
+    (the finished batches stay); a worker that dies has its batch rerun elsewhere by Dask. Dask's
+    own INFO lines only when `verbose`."""
+    with dask_logs(verbose):
+        return _run_on_dask(plan, scheduler, workers, progress, client)
+
+
+def _run_on_dask(plan: Plan, scheduler, workers, progress, client) -> list:
     from dask.distributed import Client
 
     cluster = None
@@ -267,7 +294,9 @@ def _submit_all(client, plan: Plan, progress: Progress | None) -> list:
                 progress.update(d)
             fut.release()
     finally:
-        client.cancel([f for f in futures if not f.done()])
+        left = [f for f in futures if not f.done()]
+        if left:  # (cancelling none still asks the scheduler, whose answer then meets a closed client)
+            client.cancel(left)
         client.unsubscribe_topic(topic)
     return done
 
@@ -288,9 +317,10 @@ def _batch_of(fut) -> int:
 def scan(out, model_source: str, corpus_path, *, split="lines", column=None,
          batch=DEFAULT_BATCH, max_tokens=None, examples=DEFAULT_EXAMPLES, workers=None,
          scheduler=None, client=None, in_process=False, progress_stream=None,
-         model=None, on_plan=None) -> tuple:
+         model=None, on_plan=None, verbose=False) -> tuple:
     """The whole scan; -> (Manifest, [BatchDone] of this run). `on_plan(plan)` is called once the
-    folder and the inputs are checked, before any batch runs."""
+    folder and the inputs are checked, before any batch runs. Dask's own INFO lines only when
+    `verbose`."""
     from attnviz.engine import load_model
 
     if batch < 1 or examples < 1:
@@ -317,7 +347,7 @@ def scan(out, model_source: str, corpus_path, *, split="lines", column=None,
                 results = run_in_process(plan, progress)
             else:
                 results = run_on_dask(plan, scheduler=scheduler, workers=workers,
-                                      progress=progress, client=client)
+                                      progress=progress, client=client, verbose=verbose)
         finally:
             progress.close()
         return finish(plan), results

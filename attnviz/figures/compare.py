@@ -9,7 +9,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
 from attnviz.figures import headmap
-from attnviz.figures.anatomy import DIVERGING
+from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors

@@ -18,7 +18,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.anatomy import DIVERGING
+from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
 

@@ -18,7 +18,8 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.computing.patterns import group_size, head_title, max_pool
-from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError, ExportView
+from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
+from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
 )
@@ -135,25 +136,115 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
     return ticks
 
 
-def layout(view: ExportView, width: int) -> FigureLayout:
-    """Place every part of the figure for an image `width` pixels wide; the height follows."""
+@dataclass(frozen=True)
+class _Frame:
+    """What the panels' cell size depends on, for one figure width."""
+    width: int
+    scale: float
+    inner_w: float  # the width inside the margins
+    n_cols: int
+    n_k: int
+    gap_x: float
+    axis_title: float  # room for the "query" / "key" axis names
+    bar_block: float  # the colour bar with its ticks
+    group_pad: float
+    min_label: float  # the smallest label font, pixels
+
+
+def _check_width(width: int) -> None:
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
     if QGuiApplication.instance() is None:
         raise ExportError("rendering a figure needs a QGuiApplication (create one first)")
+
+
+def _grid(view: ExportView) -> tuple[int, int]:  # (n_rows, n_cols)
+    if view.scope == "head":
+        return 1, 1
+    if view.scope == "layer":
+        # the window's column rule, fitted to a 4:3 area (the figure's height follows its width)
+        n_cols = layer_columns(len(view.heads), group_size(view.kv_group), EXPORT_ASPECT, 1.0)[0]
+        return math.ceil(len(view.heads) / n_cols), n_cols
+    return len(view.layers), len(view.heads)
+
+
+def _gutters(view: ExportView, f: _Frame, px: float, stride: int = 1) -> tuple[float, float]:
+    """Width of the query labels and height of the (rotated) key labels at `px` pixels."""
+    fm = QFontMetricsF(figure_font(px))
+    pad = 6 * f.scale + f.group_pad
+    labels_q = [axis_label(t) for t in view.labels]
+    labels_k = [axis_label(view.labels[k]) for k in view.key_pos]
+    qw = max(fm.horizontalAdvance(t) for t in labels_q[::stride]) + pad
+    kw = max(fm.horizontalAdvance(t) for t in labels_k[::stride]) + pad
+    return min(qw, 0.22 * f.width), min(kw, 0.22 * f.width)
+
+
+def _cell_for(f: _Frame, q_gutter: float) -> float:
+    free = f.inner_w - f.axis_title - q_gutter - f.bar_block - (f.n_cols - 1) * f.gap_x
+    cell = free / (f.n_cols * f.n_k)
+    # whole-pixel cells are crisp; keep them unless rounding down wastes over a tenth
+    whole = math.floor(cell)
+    return float(whole) if whole >= 4 and cell - whole <= 0.1 * cell else cell
+
+
+def _cells_and_labels(view: ExportView, f: _Frame) -> tuple[float, float, int, float, float]:
+    """(cell, label_px, stride, q_gutter, k_gutter): labels as large as the cells allow, every
+    stride-th one shown where even the smallest font is too large for a cell."""
+    label_base = (15 if view.scope == "head" else 12) * f.scale
+    q_gutter, _ = _gutters(view, f, label_base)
+    cell = _cell_for(f, q_gutter)
+    label_px = min(label_base, cell * 0.8)
+    stride = 1
+    if label_px < f.min_label:
+        stride = math.ceil(f.min_label / max(cell * 0.8, 1e-6))
+        label_px = f.min_label
+    q_gutter, k_gutter = _gutters(view, f, label_px, stride)
+    cell = _cell_for(f, q_gutter)
+    if cell <= 0:
+        raise ExportError(f"width {f.width} px is too narrow for {f.n_cols} heads of {f.n_k} keys")
+    return cell, label_px, stride, q_gutter, k_gutter
+
+
+def _panel_font(view: ExportView, f: _Frame, cell: float) -> tuple[QFont, float]:
+    """The panels' title font, shrunk until the longest title fits a panel, and the title height."""
+    with_max = view.scale_mode == "per-head"
+    pf_px = min(14 * f.scale, max(f.min_label, cell * f.n_k / 7))
+    panel_font = figure_font(pf_px, bold=True)
+    longest = max((panel_title(view, l, h, with_max) for l in view.layers for h in view.heads),
+                  key=len)
+    fm = QFontMetricsF(panel_font)
+    while fm.horizontalAdvance(longest) > cell * f.n_k and panel_font.pixelSize() > f.min_label:
+        panel_font.setPixelSize(panel_font.pixelSize() - 1)
+        fm = QFontMetricsF(panel_font)
+    return panel_font, fm.height() * 1.3
+
+
+def _panels(view: ExportView, top_left: tuple[float, float], cell: float, title_h: float,
+            strip_h: float, gaps: tuple[float, float], n_cols: int) -> list[PanelBox]:
+    """Every (layer, head) heatmap placed row by row, n_cols to a row, below its title and
+    KV-group strip."""
+    (x0, y0), (gap_x, gap_y) = top_left, gaps
+    n_q, n_k = view.patterns.shape[2:]
+    row_h = title_h + strip_h + cell * n_q
+    panels: list[PanelBox] = []
+    order = [(l, h) for l in view.layers for h in view.heads]
+    for idx, (l, h) in enumerate(order):
+        row, col = divmod(idx, n_cols)
+        x = x0 + col * (n_k * cell + gap_x)
+        y = y0 + row * (row_h + gap_y) + title_h + strip_h
+        panels.append(PanelBox(l, h, row, col, round(x), round(y), cell, n_q, n_k))
+    return panels
+
+
+def layout(view: ExportView, width: int) -> FigureLayout:
+    """Place every part of the figure for an image `width` pixels wide; the height follows."""
+    _check_width(width)
     s = width / BASE_WIDTH
     m = round(24 * s)
     n_q, n_k = view.patterns.shape[2:]
     n_panels = len(view.layers) * len(view.heads)
     grouped = view.grouped and n_panels > 1
-    if view.scope == "head":
-        n_rows, n_cols = 1, 1
-    elif view.scope == "layer":
-        # the window's column rule, fitted to a 4:3 area (the figure's height follows its width)
-        n_cols = layer_columns(len(view.heads), group_size(view.kv_group), EXPORT_ASPECT, 1.0)[0]
-        n_rows = math.ceil(len(view.heads) / n_cols)
-    else:
-        n_rows, n_cols = len(view.layers), len(view.heads)
+    n_rows, n_cols = _grid(view)
     inner_w = width - 2 * m
     lines = header_lines(view, s, inner_w)
     header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
@@ -161,69 +252,27 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     tick_font = figure_font(13 * s)
     tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
     bar_w = 18 * s
-    bar_block = 20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height()
     group_pad = round(6 * s) if grouped else 0  # room for the KV-group boxes around heads
-    gap_x = 14 * s + group_pad if n_panels > 1 else 0
     gap_y = 10 * s + 2 * group_pad if n_panels > 1 else 0
-    axis_title = QFontMetricsF(tick_font).height() * 1.2  # "query" / "key" axis names
-
-    label_base = (15 if view.scope == "head" else 12) * s
-    min_label = max(6.0, 8 * s)
-    labels_q = [axis_label(t) for t in view.labels]
-    labels_k = [axis_label(view.labels[k]) for k in view.key_pos]
-
-    def gutters(px: float, stride: int = 1) -> tuple[float, float]:
-        fm = QFontMetricsF(figure_font(px))
-        pad = 6 * s + group_pad
-        qw = max(fm.horizontalAdvance(t) for t in labels_q[::stride]) + pad
-        kw = max(fm.horizontalAdvance(t) for t in labels_k[::stride]) + pad
-        return min(qw, 0.22 * width), min(kw, 0.22 * width)
-
-    def cell_for(q_gutter: float) -> float:
-        free = inner_w - axis_title - q_gutter - bar_block - (n_cols - 1) * gap_x
-        cell = free / (n_cols * n_k)
-        # whole-pixel cells are crisp; keep them unless rounding down wastes over a tenth
-        whole = math.floor(cell)
-        return float(whole) if whole >= 4 and cell - whole <= 0.1 * cell else cell
-
-    q_gutter, k_gutter = gutters(label_base)
-    cell = cell_for(q_gutter)
-    label_px = min(label_base, cell * 0.8)
-    stride = 1
-    if label_px < min_label:
-        stride = math.ceil(min_label / max(cell * 0.8, 1e-6))
-        label_px = min_label
-    q_gutter, k_gutter = gutters(label_px, stride)
-    cell = cell_for(q_gutter)
-    if cell <= 0:
-        raise ExportError(f"width {width} px is too narrow for {n_cols} heads of {n_k} keys")
-
-    with_max = view.scale_mode == "per-head"
-    pf_px = min(14 * s, max(min_label, cell * n_k / 7))
-    panel_font = figure_font(pf_px, bold=True)
-    longest = max((panel_title(view, l, h, with_max) for l in view.layers for h in view.heads),
-                  key=len)
-    fm = QFontMetricsF(panel_font)
-    while fm.horizontalAdvance(longest) > cell * n_k and panel_font.pixelSize() > min_label:
-        panel_font.setPixelSize(panel_font.pixelSize() - 1)
-        fm = QFontMetricsF(panel_font)
-    title_h = fm.height() * 1.3
+    frame = _Frame(
+        width=width, scale=s, inner_w=inner_w, n_cols=n_cols, n_k=n_k,
+        gap_x=14 * s + group_pad if n_panels > 1 else 0,
+        axis_title=QFontMetricsF(tick_font).height() * 1.2,
+        bar_block=20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height(),
+        group_pad=group_pad, min_label=max(6.0, 8 * s))
+    cell, label_px, stride, q_gutter, k_gutter = _cells_and_labels(view, frame)
+    panel_font, title_h = _panel_font(view, frame, cell)
     strip_h = round(4 * s) if grouped else 0
 
     # leftover width (integer cells) goes to both sides so the figure stays centred
-    used = axis_title + q_gutter + n_cols * n_k * cell + (n_cols - 1) * gap_x + bar_block
-    x0 = m + (inner_w - used) / 2 + axis_title + q_gutter
+    gap_x = frame.gap_x
+    used = frame.axis_title + q_gutter + n_cols * n_k * cell + (n_cols - 1) * gap_x + frame.bar_block
+    x0 = m + (inner_w - used) / 2 + frame.axis_title + q_gutter
     y0 = m + header_h
-    panels: list[PanelBox] = []
-    order = [(l, h) for l in view.layers for h in view.heads]
     row_h = title_h + strip_h + cell * n_q
-    for idx, (l, h) in enumerate(order):
-        row, col = divmod(idx, n_cols)
-        x = x0 + col * (n_k * cell + gap_x)
-        y = y0 + row * (row_h + gap_y) + title_h + strip_h
-        panels.append(PanelBox(l, h, row, col, round(x), round(y), cell, n_q, n_k))
+    panels = _panels(view, (x0, y0), cell, title_h, strip_h, (gap_x, gap_y), n_cols)
     grid_bottom = y0 + n_rows * row_h + (n_rows - 1) * gap_y
-    height = math.ceil(grid_bottom + k_gutter + axis_title + m)
+    height = math.ceil(grid_bottom + k_gutter + frame.axis_title + m)
     top = panels[0].y
     bar_h = grid_bottom - top
     if view.scope != "head":

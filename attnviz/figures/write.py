@@ -16,9 +16,10 @@ from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures import effects as effects_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
-    DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, ExportView, format_of, make_view,
+    DEFAULT_COLORMAP, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, NUMBER_FORMATS, ExportError, format_of, make_view,
     sidecar_dict, sidecar_path, write_atomic, write_numbers,
 )
+from attnviz.figures.export_view import ExportView
 from attnviz.figures.heatmaps import png_bytes, svg_bytes
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def export_view(view: ExportView, path: str | os.PathLike, fmt: str | None = Non
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     data, lay = (png_bytes if fmt == "png" else svg_bytes)(view, int(width))
     meta = sidecar_dict(view, path, lay.width, lay.height, [b.as_dict() for b in lay.panels])
-    return _write_image(path, data, meta, lay)
+    return write_image(path, data, meta, lay)
 
 
 def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list[Path]:
@@ -51,7 +52,7 @@ def _export_anatomy(view: AnatomyView, path: Path, fmt: str, width: int) -> list
         raise ExportError(f"the anatomy view exports as .png or .svg, not .{fmt}")
     data, lay = (anatomy_figure.png_bytes if fmt == "png" else anatomy_figure.svg_bytes)(
         view, int(width))
-    return _write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
+    return write_image(path, data, anatomy_figure.sidecar(view, path, lay), lay, "anatomy ")
 
 
 def _export_effects(view, path: Path, fmt: str, width: int) -> list[Path]:
@@ -62,10 +63,10 @@ def _export_effects(view, path: Path, fmt: str, width: int) -> list[Path]:
     if fmt not in IMAGE_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
     data, lay = (effects_figure.png_bytes if fmt == "png" else effects_figure.svg_bytes)(view, int(width))
-    return _write_image(path, data, effects_figure.sidecar(view, path, lay), lay, f"{view.kind} ")
+    return write_image(path, data, effects_figure.sidecar(view, path, lay), lay, f"{view.kind} ")
 
 
-def _write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:
+def write_image(path: Path, data: bytes, meta: dict, lay, what: str = "") -> list[Path]:
     """An image and its sidecar (`meta` as JSON) in one transaction; `lay` gives the size logged.
     Returns [image, sidecar]."""
     side = sidecar_path(path)

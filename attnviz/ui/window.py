@@ -7,17 +7,19 @@ import logging
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
+    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
     QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.ui.machinery import settings as remembered
+from attnviz.ui.views.compute_figures import ComputeFigures
 from attnviz.ui.views.controls import LoadBox, ViewControls
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.guard import install_exception_guard
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
+from attnviz.ui.views.load_outcome import report_load
 from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
@@ -29,7 +31,8 @@ log = logging.getLogger(__name__)
 class MainWindow(QMainWindow):
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
-                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate")):
+                 panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why",
+                            "patching")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
         wires the two; app.create_window also starts the model's load)."""
         super().__init__(parent)
@@ -118,10 +121,8 @@ class MainWindow(QMainWindow):
         sb = self.statusBar()
         self.load_box = LoadBox(st, self.worker)
         self.load_label, self.cancel_button = self.load_box.label, self.load_box.cancel_button
-        self.tokens_label = QLabel()
-        self.time_label = QLabel()
-        self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
-        self.time_label.setToolTip("Time the engine took for the last result")
+        figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
+        self.tokens_label, self.time_label = figures.tokens_label, figures.time_label
         sb.addPermanentWidget(self.load_box)
         sb.addPermanentWidget(self.tokens_label)
         sb.addPermanentWidget(self.time_label)
@@ -185,6 +186,14 @@ class MainWindow(QMainWindow):
 
             self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
+        if "why" in panels:  # Why here? below the focus view, and the Circuits tab
+            from attnviz.ui.panels.why_panel import install
+
+            install(self)
+        if "patching" in panels:  # the Patching tab (ui/panels/patching_panel.py)
+            from attnviz.ui.panels.patching_panel import install as install_patching
+
+            install_patching(self)
         self.focus_dock.raise_()
         from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
@@ -217,14 +226,10 @@ class MainWindow(QMainWindow):
         self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
         st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
-        st.sigResultChanged.connect(self._on_result)
-        # a long run after a long run leaves the result None (no signal): its count follows the run
-        st.long.sigRunChanged.connect(lambda run: run is not None and self._on_result(None))
-        st.sigPreviewChanged.connect(self._on_preview)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
         st.sigLoadingChanged.connect(lambda source: source and self._on_loading(source))
-        st.sigLoadReported.connect(self._on_load_reported)
+        st.sigLoadReported.connect(lambda *outcome: report_load(self, *outcome))
         st.sigComputeReported.connect(self._on_compute_reported)
 
     def _restore(self, model: str | None, text: str | None) -> None:
@@ -323,6 +328,8 @@ class MainWindow(QMainWindow):
                 from attnviz.ui.panels.compare_menu import restore_compare
 
                 restore_compare(self, view)
+            if kind == "patching" and getattr(self, "patching_panel", None) is not None:
+                self.patching_panel.restore(view)
             if self.predict_panel is not None and kind in ("prediction", "lens", "dla"):
                 self.predict_dock.show()
                 self.predict_dock.raise_()
@@ -378,27 +385,6 @@ class MainWindow(QMainWindow):
                 if self.state.result is not None else "")
         self.show_error(sentence(f"Could not compute: {message}") + kept, kind="compute")
 
-    def _on_result(self, result) -> None:
-        if result is None:
-            run = self.state.long.run  # a long text: its tokens are in the long view
-            self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
-            if run is not None:
-                self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms")
-            return
-        self.tokens_label.setText(f"{len(result.tokens)} tokens")
-        self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
-
-    def _on_preview(self, _partial) -> None:
-        """The grid shows the running text's first layers: the status bar counts that text's tokens
-        and says the rest is on its way (the result's figures replace both)."""
-        p = self.state.shown_preview()
-        if p is None or self.state.model is None:
-            return
-        k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
-        self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
-        rest = f"layer {k}" if k == n - 1 else f"layers {k}\u2013{n - 1}"
-        self.time_label.setText(f"computing {rest}\u2026")
-
     def _on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it
         is; hidden, typing computes nothing for it."""
@@ -408,9 +394,11 @@ class MainWindow(QMainWindow):
     def _on_focus(self, focus) -> None:
         if self.state.long.run is not None:
             return  # a long text: the long view's own pane shows the focused head
-        if focus is not None and not any(p is not None and p.shown for p in (self.anatomy_panel,
-                                                                             self.predict_panel)):
-            # (the Anatomy tab stays up: it lights the focused head's slices; so does What heads do)
+        if focus is not None and not any(p is not None and p.shown for p in (
+                self.anatomy_panel, self.predict_panel, getattr(self, "circuits_panel", None),
+                getattr(self, "patching_panel", None))):
+            # (the Anatomy tab stays up: it lights the focused head's slices; so do What heads do,
+            # Circuits, Patching)
             self.focus_dock.show()
             self.focus_dock.raise_()
 
@@ -428,40 +416,6 @@ class MainWindow(QMainWindow):
             self.cancel_load()
         else:
             self.state.set_query(None)
-
-    def _what_stays(self) -> str:  # after a load that did not happen
-        return (f"still showing {self.state.model_name}" if self.state.model is not None
-                else "no model is loaded")
-
-    def _on_load_reported(self, source: str, outcome: str, message: str) -> None:
-        """The outcome of a load (AppState.report_load): loaded, failed or cancelled."""
-        if outcome == "loaded":
-            self._on_loaded(self.state.model)
-        elif outcome == "failed":
-            self._on_load_failed(source, message)
-        else:
-            self._on_load_cancelled(source)
-
-    def _on_load_cancelled(self, source: str) -> None:
-        self._pending_view = None
-        self.statusBar().showMessage(f"Stopped loading {source}; {self._what_stays()}.", 8000)
-
-    def _on_loaded(self, model) -> None:
-        self.clear_error()  # (the runner set the state; the settings remember the model)
-        self.statusBar().showMessage(f"Loaded {model.name}", 4000)
-        if self._pending_view is not None:
-            (view, path), self._pending_view = self._pending_view, None
-            if view.get("model") in (model.name, self.state.model_source):
-                self.apply_view(view, path)
-            else:  # another model was opened while the view waited for its own
-                self.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
-                                             "was not opened", 8000)
-
-    def _on_load_failed(self, source: str, message: str) -> None:
-        self._pending_view = None
-        stays = self._what_stays()
-        keep = sentence(stays[0].upper() + stays[1:])
-        self.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
 
     # --- shutdown -----------------------------------------------------------------------------
     def save_settings(self) -> None:

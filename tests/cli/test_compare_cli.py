@@ -17,7 +17,7 @@ from attnviz.engine.reading import budget as B
 
 LLAMA = str(FIXTURES / "llama_gqa")
 IDS = "3,1,4,1,5,9,2,6,5,3,5,8"
-KEYS = ["tokens", "input_ids", "a", "b", "heads_jsd", "heads_jsd_max", "resid_cos", "kld",
+KEYS = ["tokens", "labels", "input_ids", "a", "b", "heads_jsd", "heads_jsd_max", "resid_cos", "kld",
         "kld_stats", "same_top1", "flips", "induction"]
 
 
@@ -56,7 +56,7 @@ def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, nudged):
     ids = [int(i) for i in IDS.split(",")]
     want = C.compare(models_pair(a, b, ids, C.compare_trace), C.probe_pair(a, b))
     assert doc["input_ids"] == ids and doc["tokens"] == [str(i) for i in ids]
-    for key in KEYS[4:]:
+    for key in KEYS[5:]:
         assert doc[key] == want[key], key
     assert doc["flips"] and 0 < doc["same_top1"] < 1 and np.min(doc["heads_jsd"]) > 0
     sha = hashlib.sha256((nudged / "model.safetensors").read_bytes()).hexdigest()

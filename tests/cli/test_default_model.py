@@ -38,6 +38,7 @@ def test_generate_runs_on_the_default_model(capsys):
     ["generate", "--text", "Hi", "--max-new", "3"],
     ["predict", "--text", "Hi"],
     ["ablation-scan", "--text", "Hi there"],
+    ["patch", "--clean", "Hi", "--corrupt", "Yo", "--what", "resid"],
     ["export", "--view", "prediction", "--text", "Hi", "--out", "p.json"],
 ])
 def test_a_command_that_predicts_names_a_model_that_can_on_an_encoder(argv, capsys, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.budget import LayerStore, parse_budget
-from attnviz.engine.reading.gguf_model import QuantRows
+from attnviz.engine.reading.gguf_tensors import QuantRows
 from tiny import FIXTURES, tiny_llama
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -146,3 +146,24 @@ def test_ov_top_checks_its_head_and_token():
         C.ov_top(model, 2, 0, 1)
     with pytest.raises(InputError, match="token id 999 is outside the vocabulary"):
         C.ov_top(model, 0, 0, 999)
+
+
+def test_progress_counts_each_layer_twice_and_can_stop_the_scores():
+    model = load_model(FIXTURES / DECODERS[0])
+    L = model.config.n_layer
+    seen = []
+    got = C.circuits(model, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(i, 2 * L) for i in range(1, 2 * L + 1)]  # copying's layers, then composition's
+    ref = C.circuits(model)
+    np.testing.assert_array_equal(got.copying, ref.copying)
+    for mode in C.MODES:
+        np.testing.assert_array_equal(got.composition[mode], ref.composition[mode])
+
+    class Stop(Exception):
+        pass
+
+    def stop(done, _total):
+        if done == L + 1:  # the window's job: stale once another model is loaded
+            raise Stop
+    with pytest.raises(Stop):
+        C.circuits(model, progress=stop)

@@ -14,6 +14,7 @@ from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.engine.errors import NoPrediction
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Trace
+from held_run import HeldRun
 from tiny import FIXTURES
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2]
@@ -110,7 +111,37 @@ def test_generation_stops_at_eos_or_when_asked(models, monkeypatch):
 def test_bad_settings_and_encoders_are_refused(models):
     with pytest.raises(InputError, match="temperature must be >= 0"):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, temperature=-1)
-    with pytest.raises(InputError, match="top_p must be in"):
+    with pytest.raises(InputError, match="top-p must be in"):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, top_p=0)
     with pytest.raises(NoPrediction):
         G.generate(load_model(FIXTURES / "bert"), ids=PROMPT, max_new=2)
+
+
+@pytest.mark.parametrize("when", ["before the prompt", "after the first step"])
+def test_kv_bytes_are_the_generations_own_while_another_run_holds_the_models_cache(models, when):
+    """A run of another text holding the model's cache lock (deterministically: it waits inside
+    the lock, tests/held_run.py) changes neither the tokens nor the bytes each step reports: its T
+    tokens' K and V, as counted from the config, every step (not a snapshot of the model's cache)."""
+    model = models["llama_gqa"]
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4  # K and V, float32
+    alone = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True)
+    other = HeldRun(model, PROMPT[:3] + [7, 7, 7, 7, 7])
+    held = []
+
+    def on_step(step):
+        if when == "after the first step" and not held:
+            held.append(other.start())
+
+    if when == "before the prompt":
+        model.run(ids=PROMPT[:4])  # the cache holds another text's run
+        other.start()
+    try:
+        gen = G.generate(model, ids=PROMPT, max_new=6, rows=True, ignore_eos=True, on_step=on_step)
+    finally:
+        other.end()
+    assert gen.new_ids == alone.new_ids and len(gen.steps) == 6
+    for s, (step, ref) in enumerate(zip(gen.steps, alone.steps)):
+        assert step.T == len(PROMPT) + s
+        assert step.kv_bytes == step.T * per_token == ref.kv_bytes, (s, step.kv_bytes)
+        np.testing.assert_allclose(step.rows, ref.rows, atol=1e-6, rtol=0)

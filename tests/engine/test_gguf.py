@@ -9,7 +9,8 @@ import pytest
 
 from attnviz.engine import ModelLoadError, load_model
 from attnviz.engine.computing.load import load_gguf
-from attnviz.engine.reading.gguf_model import is_gguf, unpermute_qk
+from attnviz.engine.reading.gguf_file import is_gguf
+from attnviz.engine.reading.gguf_tensors import unpermute_qk
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, permute, write_gguf
 
@@ -279,7 +280,7 @@ def test_metadata_reads_as_ggufs_own_reader(tmp_path):
     from gguf import GGUFReader, GGUFValueType
     from gguf_files import write_vocab_gguf
 
-    from attnviz.engine.reading.gguf_model import _field, open_gguf
+    from attnviz.engine.reading.gguf_file import metadata, open_gguf
 
     kv = {"tokenizer.ggml.tokens": ["a", "Ġthe", "", "日本", "😀x", "é" * 300] * 30,
           "tokenizer.ggml.merges": ["Ġ t", "h e"], "general.name": "tiny", "x.ids": [3, 1, 2],
@@ -309,21 +310,22 @@ def test_metadata_reads_as_ggufs_own_reader(tmp_path):
                     assert mine.contents(slice(1, 4)) == want[1:4]
                 got.append("caller's own")  # a list the caller may change: not the reader's
                 assert mine.contents() == want
-    assert _field(open_gguf(path), "tokenizer.ggml.tokens")[3:6] == ["日本", "😀x", "é" * 300]
+    assert metadata(open_gguf(path), "tokenizer.ggml.tokens")[3:6] == ["日本", "😀x", "é" * 300]
 
     bad = bytearray(path.read_bytes())  # a token that is not UTF-8: named when it is read
     at = bytes(bad).index("日本".encode())
     bad[at] = 0xFF
     (tmp_path / "bad.gguf").write_bytes(bytes(bad))
     with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens cannot be read"):
-        _field(open_gguf(tmp_path / "bad.gguf"), "tokenizer.ggml.tokens")
+        metadata(open_gguf(tmp_path / "bad.gguf"), "tokenizer.ggml.tokens")
 
 
 def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):
     """GGUFTensors.fill shares a tensor's row blocks out to threads (one per core): the same bits
     as one block on one thread, with and without a row permutation, and a NaN is still named at
     its position in the file."""
-    from attnviz.engine.reading import gguf_model as G
+    from attnviz.engine.reading import gguf_file
+    from attnviz.engine.reading import gguf_tensors as G
 
     rng = np.random.default_rng(5)
     tensors = {"a.weight": (rng.standard_normal((96, 64)) * 0.1).astype(np.float32)}
@@ -334,7 +336,7 @@ def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):
     w.add_tensor("b.weight", bad)
     for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
         step()
-    ts = G.GGUFTensors(G.open_gguf(tmp_path / "t.gguf"), tmp_path / "t.gguf")
+    ts = G.GGUFTensors(gguf_file.open_gguf(tmp_path / "t.gguf"), tmp_path / "t.gguf")
     perm = rng.permutation(96)
     results = {}
     for cores, fill_values in ((1, 1 << 22), (2, 1 << 22), (3, 64 * 7)):  # 1 block; 2; 14 blocks of 7 rows
@@ -381,3 +383,31 @@ def test_layer_matrices_keep_their_longer_side_contiguous(tmp_path):
         want = gguf.quants.dequantize(t.data, t.tensor_type).reshape(got.shape)  # do not divide)
         np.testing.assert_array_equal(got, want)
     assert up.tensor_type == Q.Q8_0
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1, Q.Q4_K, Q.Q6_K, Q.F16], ids=lambda q: q.name)
+def test_a_quantised_tables_rows_are_ggufs_values_bit_for_bit(qtype):
+    """QuantRows (an embedding or unembedding kept in its GGUF encoding) dequantises the rows
+    asked for with the loader's own code, in row blocks on threads for the whole table: every row,
+    slice, index array, 2-D index and single row is gguf.quants.dequantize's values, bit for bit."""
+    from attnviz.engine.reading.gguf_tensors import QuantRows
+
+    rows, cols = 3000, 256  # the whole table: several row blocks
+    rng = np.random.default_rng(int(qtype))
+    if qtype == Q.F16:
+        raw = (rng.standard_normal((rows, cols)) * 0.05).astype(np.float16).view(np.uint8)
+    else:
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        raw = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+        for at in FP16_SCALES.get(qtype, (0,) if qtype != Q.Q4_1 else (0, 2)):  # finite scales
+            raw[:, :, at:at + 2] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)
+        raw = raw.reshape(rows, -1)
+    want = np.asarray(gguf.quants.dequantize(raw, qtype), np.float32).reshape(rows, cols)
+    table = QuantRows("token_embd.weight", raw, qtype, (rows, cols))
+    ids = np.array([5, 2999, 0, 5, 1234])
+    for key, expect in ((slice(None), want), (slice(100, 2100), want[100:2100]), (ids, want[ids]),
+                        (ids.reshape(5, 1), want[ids.reshape(5, 1)]), (7, want[7])):
+        got = table[key]
+        assert got.dtype == np.float32 and got.shape == expect.shape
+        np.testing.assert_array_equal(got.view(np.uint32), expect.view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(table).view(np.uint32), want.view(np.uint32))

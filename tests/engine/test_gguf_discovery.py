@@ -15,7 +15,7 @@ import pytest
 
 from attnviz.engine import ModelLoadError, find_models, load_model, resolve
 from attnviz.engine.reading import registry
-from attnviz.engine.reading.gguf_model import gguf_config, open_gguf
+from attnviz.engine.reading.gguf_file import gguf_config, open_gguf
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
 from tests.engine.test_registry import _fake_hf_cache_entry
@@ -244,7 +244,7 @@ def test_headers_are_read_once_per_file_version_and_nothing_is_dequantised(home,
     def forbidden(*a, **k):
         raise AssertionError("listing must not load weights or dequantise")
 
-    monkeypatch.setattr("attnviz.engine.reading.gguf_model.dequantize", forbidden)
+    monkeypatch.setattr("attnviz.engine.reading.gguf_tensors.dequantize", forbidden)
     monkeypatch.setattr("attnviz.engine.reading.gguf_model.load_llama_gguf", forbidden)
     assert "m" in _found() and "m" in _found()
     assert calls == [path]

@@ -18,7 +18,8 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.errors import ModelLoadError
-from attnviz.engine.reading.gguf_model import gguf_tokenizer, open_gguf
+from attnviz.engine.reading.gguf_file import open_gguf
+from attnviz.engine.reading.gguf_model import gguf_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gguf_files import spm_vocab_kv, write_gguf, write_vocab_gguf  # noqa: E402

@@ -4,7 +4,7 @@ the head's own chance score beside it, a label must beat it, and Find ranks by s
 import numpy as np
 import pytest
 
-from attnviz.engine.analysing import find as F, heads as H
+from attnviz.engine.analysing import find as F, head_patterns as HP, heads as H
 
 EMOJI_CJK = "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café"
 
@@ -19,9 +19,9 @@ class _Result:
 def test_unknown_tokens_are_never_repeats():
     ids = np.array([5, 100, 7, 100, 5])
     unk = ids == 100
-    d = H.duplicate_token_pattern(ids, unk)
+    d = HP.duplicate_token_pattern(ids, unk)
     assert d[4, 0] and not d[3, 1]  # 5 repeats 5; [UNK] does not repeat [UNK]
-    assert not H.induction_pattern(ids, unk)[3, 2]
+    assert not HP.induction_pattern(ids, unk)[3, 2]
 
 
 def test_minilm_unknown_heavy_text_labels_no_identity_role(minilm):
@@ -74,8 +74,8 @@ def test_chance_matches_a_direct_count():
     att = rng.random((2, 3, T, T)) * np.tril(np.ones((T, T)))
     att /= att.sum(-1, keepdims=True)
     ids = rng.integers(0, 3, T)
-    d = H.duplicate_token_pattern(ids)
-    got = H.chance_score(att, d, np.tril(np.ones((T, T), bool)))
+    d = HP.duplicate_token_pattern(ids)
+    got = HP.chance_score(att, d, np.tril(np.ones((T, T), bool)))
     mass = att.sum(-1)  # every row's mass is 1 here
     frac = d.sum(-1) / np.arange(1, T + 1)
     np.testing.assert_allclose(got, (mass * frac).sum(-1) / mass.sum(-1), rtol=1e-6)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from attnviz.engine.analysing import find as F, heads as H, probes as P
+from attnviz.engine.analysing import find as F, head_patterns as HP, heads as H, probes as P
 from attnviz.engine.errors import InputError
 
 # a causal 4-token head: rows sum to 1
@@ -50,7 +50,7 @@ def _tl_mul(attn, det, exclude_bos, exclude_current_token):
     (True, True, 1.4 / 1.5),
 ])
 def test_previous_token_mul_score_by_hand(exclude_bos, exclude_current, expected):
-    s = H.mul_score(A4, H.previous_token_pattern(4), exclude_bos=exclude_bos,
+    s = HP.mul_score(A4, HP.previous_token_pattern(4), exclude_bos=exclude_bos,
                     exclude_current_token=exclude_current)
     assert s == pytest.approx(expected, abs=1e-12)
     assert s == pytest.approx(_tl_mul(A4, _tl_patterns([1, 2, 3, 4])[0], exclude_bos, exclude_current))
@@ -58,7 +58,7 @@ def test_previous_token_mul_score_by_hand(exclude_bos, exclude_current, expected
 
 def test_exclusions_leave_the_callers_pattern_alone():
     a = A4.copy()
-    H.mul_score(a, H.previous_token_pattern(4), exclude_bos=True, exclude_current_token=True)
+    HP.mul_score(a, HP.previous_token_pattern(4), exclude_bos=True, exclude_current_token=True)
     np.testing.assert_array_equal(a, A4)
 
 
@@ -67,15 +67,15 @@ def test_detection_patterns_match_transformerlens():
     for _ in range(20):
         ids = rng.integers(0, 4, size=rng.integers(2, 12))  # small vocabulary: many repeats
         prev, dup, ind = _tl_patterns(ids)
-        np.testing.assert_array_equal(H.previous_token_pattern(len(ids)), prev.astype(bool))
-        np.testing.assert_array_equal(H.duplicate_token_pattern(ids), dup.astype(bool))
-        np.testing.assert_array_equal(H.induction_pattern(ids), ind.astype(bool))
+        np.testing.assert_array_equal(HP.previous_token_pattern(len(ids)), prev.astype(bool))
+        np.testing.assert_array_equal(HP.duplicate_token_pattern(ids), dup.astype(bool))
+        np.testing.assert_array_equal(HP.induction_pattern(ids), ind.astype(bool))
 
 
 def test_duplicate_and_induction_cells_by_hand():
     ids = [7, 3, 7, 3, 7]
-    dup = {tuple(c) for c in np.argwhere(H.duplicate_token_pattern(ids))}
-    ind = {tuple(c) for c in np.argwhere(H.induction_pattern(ids))}
+    dup = {tuple(c) for c in np.argwhere(HP.duplicate_token_pattern(ids))}
+    ind = {tuple(c) for c in np.argwhere(HP.induction_pattern(ids))}
     assert dup == {(2, 0), (3, 1), (4, 0), (4, 2)}
     assert ind == {(2, 1), (3, 2), (4, 1), (4, 3)}
 
@@ -94,7 +94,7 @@ def _rows(T, cells, rest=0):
 
 def test_perfect_induction_head_scores_share_of_rows_and_full_strength():
     ids = [7, 3, 7, 3, 7]
-    cells = [tuple(c) for c in np.argwhere(H.induction_pattern(ids))]
+    cells = [tuple(c) for c in np.argwhere(HP.induction_pattern(ids))]
     attn = _rows(5, cells)[None, None]  # [1, 1, T, T]
     hs = H.score_heads(attn, ids)
     assert hs.scores["induction"][0, 0] == pytest.approx(3 / 5)  # 3 rows of 5 can match

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import InputError, load_model
-from attnviz.engine.analysing import heads
+from attnviz.engine.analysing import head_patterns, heads
 from attnviz.engine.computing import longdoc
 from attnviz.engine.analysing.find import find, find_long
 from attnviz.engine.computing.layers import attention_pattern, causal_mask, mask_bias, repeat_kv
@@ -128,7 +128,7 @@ def test_detection_rows_are_rows_of_the_detection_pattern():
     unknown = ids == 7
     for role in heads.ROLES:
         full = heads.detection_pattern(role, ids, unknown)
-        np.testing.assert_array_equal(heads.detection_rows(role, ids, 2, 6, unknown), full[2:6])
+        np.testing.assert_array_equal(head_patterns.detection_rows(role, ids, 2, 6, unknown), full[2:6])
 
 
 def test_a_long_run_reports_each_layer_and_stops_when_cancelled(runs):
@@ -149,7 +149,7 @@ def test_a_long_run_reports_each_layer_and_stops_when_cancelled(runs):
 def test_a_dense_run_over_the_limit_is_refused_naming_its_size(runs, monkeypatch):
     model, ids = runs["gpt2"][:2]
     monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
-    with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1000 B limit: run it as a long"):
+    with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1000 B limit: the window shows a text this long in its long view"):
         model.run(ids=ids, use_cache=False)
     run_long(model, ids=ids)  # the long path holds no dense patterns
 

@@ -19,7 +19,7 @@ from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import ModelLoadError, config_from_dict, load_model
 from attnviz.engine.computing.load import load_gguf
-from attnviz.engine.reading.gguf_model import is_gguf
+from attnviz.engine.reading.gguf_file import is_gguf
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import llama_config, llama_tensors, tiny_llama, write_model

@@ -267,3 +267,28 @@ def test_live_cache_counts_the_earlier_texts_kept_beside_this_one(tmp_path):
     assert r.cache_reused == 4 and r.cache_earlier == (2, 9 * per_token)
     assert exact_bytes(5 * per_token) in text  # this text's
     assert f"2 earlier texts, {exact_bytes(9 * per_token)}" in text  # [1, 2, 3, 9] and [1, 2, 3, 4, 5]
+
+
+def test_live_cache_never_pairs_this_text_with_another_runs_bytes(tmp_path):
+    """A run that finds the cache held by another run computes in full without it: the line says
+    so, and never writes an equation of this text's tokens that equals another text's bytes."""
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import exact_bytes
+    from attnviz.ui.panels.calc_views import live_text
+    from held_run import HeldRun
+    from tiny import tiny_llama
+
+    model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2))
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    model.run(ids=[1, 2, 3, 4, 5])  # the cache holds these 5 tokens
+    held = HeldRun(model, [1, 2, 3, 4, 5, 6, 7])
+    held.start()
+    try:
+        r = model.run(ids=[1, 2, 3, 4, 5, 6, 7, 8])  # 8 tokens, computed without the cache
+    finally:
+        held.end()
+    text = live_text(r, model)
+    assert exact_bytes(8 * per_token) not in text and f"= {exact_bytes(5 * per_token)}" not in text
+    assert "without the cache" in text and "8 tokens" in text
+    assert f"holds {exact_bytes(5 * per_token)}" in text

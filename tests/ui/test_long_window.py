@@ -60,7 +60,7 @@ def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, s
         np.testing.assert_allclose(panel.rows_view.rows, full[layer, :, -1], atol=1e-5, rtol=0)
     _, y = panel.curve.getData()
     assert np.allclose(y, [s.kv_bytes / 2 ** 20 for s in gen.steps])
-    assert panel.marker.value() == 1
+    assert panel.marker.value() == 2  # the second step, counted from 1 as the label and the axis count
 
     w.state.set_model(None)  # another model: the steps were this one's, and go
     assert gen.steps == [] and gen.shown == -1 and panel.kv_label.text() == ""

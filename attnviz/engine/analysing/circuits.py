@@ -132,8 +132,9 @@ def unembed_embed(model) -> np.ndarray:
     return acc
 
 
-def copying_scores(model) -> np.ndarray:
-    """[n_layer, n_head]: Re(Σλ) / Σ|λ| of each head's OV circuit (module docstring)."""
+def copying_scores(model, progress=None) -> np.ndarray:
+    """[n_layer, n_head]: Re(Σλ) / Σ|λ| of each head's OV circuit (module docstring).
+    progress(layers done, n_layer) after each layer (it may raise to stop)."""
     cfg = model.config
     G = unembed_embed(model)  # [d_model, d_model]
     out = np.zeros((cfg.n_layer, cfg.n_head))
@@ -143,6 +144,8 @@ def copying_scores(model) -> np.ndarray:
         lam = np.linalg.eigvals(M)  # [n_head, d_head]
         total = np.abs(lam).sum(axis=-1)
         out[layer] = np.where(total > 0, lam.sum(axis=-1).real / np.where(total > 0, total, 1), 0.0)
+        if progress is not None:
+            progress(layer + 1, cfg.n_layer)
     return out
 
 
@@ -180,9 +183,10 @@ def _reader_factors(m: HeadMatrices) -> dict:  # -> mode: S [n_head, d_model, d_
     return {"q": m.q @ _t(r_k), "k": m.k @ _t(r_q), "v": m.v @ _t(r_o)}
 
 
-def composition_scores(model) -> dict:
+def composition_scores(model, progress=None) -> dict:
     """mode -> [n_layer, n_head, n_layer, n_head]: composition of earlier head [l1, h1] into
-    later head [l2, h2] (module docstring); 0 unless l1 < l2."""
+    later head [l2, h2] (module docstring); 0 unless l1 < l2. progress(layers done, n_layer)
+    after each layer (it may raise to stop)."""
     cfg = model.config
     L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
     iu = np.triu_indices(d)
@@ -217,16 +221,21 @@ def composition_scores(model) -> dict:
                     score = np.sqrt(np.maximum(d2, 0.0)) / np.where(denom > 0, denom, 1.0)
                     out[mode][:later, :, later, :] = score.T.reshape(later, H, H)
             pending = []
+        if progress is not None:
+            progress(layer + 1, L)
     return out
 
 
-def circuits(model) -> Circuits:
-    """Copying (None with the reason when the model has no unembedding) and composition."""
+def circuits(model, progress=None) -> Circuits:
+    """Copying (None with the reason when the model has no unembedding) and composition.
+    progress(steps done, 2 n_layer): a layer of copying, then of composition, is a step."""
+    L = model.config.n_layer
+    each = None if progress is None else (lambda base: lambda done, _n: progress(base + done, 2 * L))
     try:
-        copying, why = copying_scores(model), None
+        copying, why = copying_scores(model, None if each is None else each(0)), None
     except InputError as exc:
         copying, why = None, str(exc)
-    return Circuits(copying, composition_scores(model), why)
+    return Circuits(copying, composition_scores(model, None if each is None else each(L)), why)
 
 
 def ov_top(model, layer: int, head: int, token: int, k: int = 10) -> list[tuple[int, str, float]]:

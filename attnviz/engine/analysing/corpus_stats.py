@@ -9,7 +9,7 @@ Per text and head (the `heads` table's columns):
 - entropy: mean over query rows of -sum_k A[q, k] ln A[q, k], in nats;
 - mean_distance: mean over query rows of sum_k A[q, k] |q - k|, in tokens;
 - previous: mean of A[q, q-1] over rows q >= 1;
-- duplicate, induction: the scores `attnviz heads` reports (heads.mul_score on heads'
+- duplicate, induction: the scores `attnviz heads` reports (head_patterns.mul_score on the
   detection patterns, no exclusions), where unknown tokens ([UNK]) never count as repeats; null
   when more than heads.UNKNOWN_LIMIT of the text's tokens are unknown (heads gives those roles no
   label there: the words cannot be told apart).
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnviz.engine.analysing import heads as H
+from attnviz.engine.analysing import head_patterns as HP, heads as H
 
 HEAD_STATS = ("first_token_mass", "entropy", "mean_distance", "previous", "duplicate", "induction")
 STAT_UNITS = {"entropy": "nats", "mean_distance": "tokens"}  # the others are shares of a row's weight
@@ -41,7 +41,7 @@ def first_token_mass(attn):  # [..., T, T] -> [...]
 
 
 def entropy_nats(attn):  # [..., T, T] -> [...], in nats
-    return H.entropy(attn) * np.log(2.0)
+    return HP.entropy(attn) * np.log(2.0)
 
 
 def previous_mass(attn):  # [..., T, T] -> [...]; mean of A[q, q-1] over q >= 1
@@ -59,7 +59,7 @@ def identity_scores(attentions, ids, unknown_ids=()):  # [n_layer, n_head, T, T]
     if unknown.mean() > H.UNKNOWN_LIMIT:
         nan = np.full(attentions.shape[:2], np.nan)
         return nan, nan.copy()
-    return tuple(H.mul_score(attentions, H.detection_pattern(role, ids, unknown))
+    return tuple(HP.mul_score(attentions, H.detection_pattern(role, ids, unknown))
                  for role in H.IDENTITY_ROLES)
 
 
@@ -71,7 +71,7 @@ def text_statistics(attentions, ids, unknown_ids=()):
     return {
         "first_token_mass": first_token_mass(attentions),
         "entropy": entropy_nats(attentions),
-        "mean_distance": H.mean_distance(attentions),
+        "mean_distance": HP.mean_distance(attentions),
         "previous": previous_mass(attentions),
         "duplicate": duplicate,
         "induction": induction,

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.reading.token_text import plain
+from attnviz.engine.reading.token_text import plain, quoted
 
 
 class HeadHit(NamedTuple):
@@ -85,7 +85,7 @@ def resolve_token(result, spec):
             raise InputError(f"position {pos} in {spec!r} is outside the {len(labels)} tokens "
                              f"(0..{len(labels) - 1}): {_listing(labels)}")
         if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
-            raise InputError(f"position {pos} holds {labels[pos]!r}, not {text!r}: {_listing(labels)}")
+            raise InputError(f"position {pos} holds {quoted(labels[pos])}, not {text!r}: {_listing(labels)}")
         return pos
     # case-insensitive on the display label or the tokenizer's own token string
     exact = [i for i in range(len(labels))

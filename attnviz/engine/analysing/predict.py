@@ -29,6 +29,7 @@ from attnviz.engine.computing.families import output_projection
 from attnviz.engine.computing.layers import merge_heads
 from attnviz.engine.computing.logits import LMHead, log_softmax, vocab_logits
 from attnviz.engine.computing.trace import Trace
+from attnviz.engine.reading.token_text import quoted
 
 
 def prediction_trace(**kw) -> Trace:
@@ -223,5 +224,5 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
         if len(enc.ids) == 1:
             return int(enc.ids[0])
     enc = model.tokenizer.encode(spec, add_special_tokens=False)
-    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(repr, enc.tokens)) or 'none'}), "
+    raise InputError(f"{spec!r} is {len(enc.ids)} tokens ({', '.join(map(quoted, enc.labels)) or 'none'}), "
                      "not one: give one token, its tokenizer string or #id")

@@ -286,34 +286,30 @@ def _flops(d: Dims, shapes: dict[str, tuple[int, int]]) -> dict[str, Any]:
     }
 
 
-def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
-    """Everything the calculator shows for one question; CalcError names any bad value.
-
-    `calculate(CalcInputs(...))`, or `calculate(d_model=4096, n_head=32, n_layer=32, ...)`,
-    or both (keywords override fields of the given inputs).
-    """
+def _given(inputs: CalcInputs | None, values: dict[str, Any]) -> CalcInputs:
+    """The inputs asked about: `inputs`, its fields overridden by `values`, or `values` alone."""
     if inputs is None:
         try:
-            inputs = CalcInputs(**values)
+            return CalcInputs(**values)
         except TypeError as exc:
             raise CalcError(f"calculator inputs: {exc}") from None
-    elif values:
-        inputs = replace(inputs, **values)
-    d = resolve(inputs)
-    arch = inputs.arch
-    warnings: list[str] = []
+    return replace(inputs, **values) if values else inputs
 
-    shapes, formulas = _shapes(d)
+
+def _d_head_formula(d: Dims) -> str:
     if d.mla is not None:
-        formulas["d_head"] = (f"qk_nope + qk_rope = {d.mla.qk_nope_head_dim} + "
-                              f"{d.mla.qk_rope_head_dim} = {d.d_head} (values: {d.d_v})")
-    elif d.n_head * d.d_head == d.d_model:
-        formulas["d_head"] = f"d_model / n_head = {d.d_model} / {d.n_head} = {d.d_head}"
-    else:
-        formulas["d_head"] = (f"d_head given = {d.d_head} (n_head·d_head = "
-                              f"{d.n_head * d.d_head} ≠ d_model {d.d_model})")
+        return (f"qk_nope + qk_rope = {d.mla.qk_nope_head_dim} + "
+                f"{d.mla.qk_rope_head_dim} = {d.d_head} (values: {d.d_v})")
+    if d.n_head * d.d_head == d.d_model:
+        return f"d_model / n_head = {d.d_model} / {d.n_head} = {d.d_head}"
+    return (f"d_head given = {d.d_head} (n_head·d_head = "
+            f"{d.n_head * d.d_head} ≠ d_model {d.d_model})")
+
+
+def _activations(d: Dims) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """One sequence's activation shapes, and the formulas of those the calculator explains."""
     T = d.seq_len
-    activation_shapes = {
+    shapes = {
         "x": (T, d.d_model),
         "q_head": (T, d.d_head),
         "scores_head": (T, T),
@@ -321,29 +317,36 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
         "concat": (T, d.n_head * d.d_v),
         "scores": (d.n_head, T, T),
     }
-    formulas["x"] = f"[T, d_model] = [{T}, {d.d_model}]"
-    formulas["head_output"] = f"[T, d_head] = [{T}, {d.d_v}]"
-    formulas["concat"] = f"[T, n_head·d_head] = [{T}, {d.n_head}·{d.d_v}]"
-    formulas["scores"] = f"[n_head, T, T] = [{d.n_head}, {T}, {T}]"
+    formulas = {
+        "x": f"[T, d_model] = [{T}, {d.d_model}]",
+        "head_output": f"[T, d_head] = [{T}, {d.d_v}]",
+        "concat": f"[T, n_head·d_head] = [{T}, {d.n_head}·{d.d_v}]",
+        "scores": f"[n_head, T, T] = [{d.n_head}, {T}, {T}]",
+    }
+    return shapes, formulas
 
-    attn_per_layer = _attn_params(d, arch, shapes)
-    formulas["attn_params_per_layer"] = (
-        "W_Q + W_K + W_V + W_O" + (" + biases" if arch.qkv_bias or arch.o_bias else "")
-        if d.mla is None else "W_DQ + W_UQ + W_DKV + W_UKV + W_O + latent norms")
+
+def _checked_model_params(inputs: CalcInputs, d: Dims, attn_per_layer: int) -> dict[str, int] | None:
     model_params = _model_params(inputs, d, attn_per_layer)
     if model_params is not None and model_params["total"] > MAX_PARAMS:
         raise CalcError(f"{model_params['total']:,} parameters is beyond any real memory "
                         f"(limit 2^60); check d_model ({d.d_model}), d_ff ({inputs.d_ff}), "
                         f"vocab_size ({inputs.vocab_size}) and n_layer ({d.n_layer})")
+    return model_params
 
-    bits_tl = _kv_elements_per_token_layer(d, None) * d.kv_bits
-    tokens_cached = _cached_token_layers(d, T)
-    kv_total_bits = bits_tl * tokens_cached * d.batch
+
+def _check_kv_total(d: Dims, kv_total_bits: int) -> None:
     if _bytes(kv_total_bits) > MAX_BYTES:
         raise input_error("seq_len",
-                   f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {T} tokens × "
+                   f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {d.seq_len} tokens × "
                    f"{d.n_layer} layers) is beyond any real memory (limit 1 EiB); check seq_len "
-                   f"({T}) and batch ({d.batch})")
+                   f"({d.seq_len}) and batch ({d.batch})")
+
+
+def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:
+    """How each KV-cache figure is made, with this question's numbers."""
+    T = d.seq_len
+    formulas = {}
     if d.mla is None:
         formulas["kv_bytes_per_token_per_layer"] = (
             f"2 (K and V) · n_kv_head · d_head · bytes = 2·{d.n_kv_head}·{d.d_head}·"
@@ -361,7 +364,11 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     else:
         formulas["kv_bytes_sequence"] = f"per token · T = {bits_tl * d.n_layer / 8:g} · {T}"
     formulas["kv_bytes_total"] = f"sequence · batch = sequence · {d.batch}"
+    return formulas
 
+
+def _compare(d: Dims, tokens_cached: int) -> dict[str, Variant]:
+    """The same model's KV cache with every head its own K/V (MHA), as given, and one (MQA)."""
     compare = {}
     mha_bits = _variant_bits(d, "mha")
     for key in ("mha", "gqa", "mqa"):
@@ -379,9 +386,13 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
             kv_bytes_per_token=_bytes(bits * d.n_layer),
             kv_bytes_total=_bytes(bits * tokens_cached * d.batch),
             reduction_vs_mha=mha_bits / bits)
-    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_head / n_kv_head"
+    return compare
 
-    if not arch.causal:
+
+def _warnings(inputs: CalcInputs, d: Dims) -> tuple[str, ...]:
+    T = d.seq_len
+    warnings: list[str] = []
+    if not inputs.arch.causal:
         warnings.append("encoder (bidirectional): no KV cache in normal use; the figures are what "
                         "a decoder of this shape would cache")
     if inputs.max_positions is not None and T > int(inputs.max_positions):
@@ -389,9 +400,40 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
     if d.window and T > d.window:
         warnings.append(f"{len(d.window_layers)} of {d.n_layer} layers keep only the last "
                         f"{d.window} tokens")
+    return tuple(warnings)
+
+
+def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
+    """Everything the calculator shows for one question; CalcError names any bad value.
+
+    `calculate(CalcInputs(...))`, or `calculate(d_model=4096, n_head=32, n_layer=32, ...)`,
+    or both (keywords override fields of the given inputs).
+    """
+    inputs = _given(inputs, values)
+    d = resolve(inputs)
+    arch = inputs.arch
+
+    shapes, formulas = _shapes(d)
+    formulas["d_head"] = _d_head_formula(d)
+    activation_shapes, activation_formulas = _activations(d)
+    formulas.update(activation_formulas)
+
+    attn_per_layer = _attn_params(d, arch, shapes)
+    formulas["attn_params_per_layer"] = (
+        "W_Q + W_K + W_V + W_O" + (" + biases" if arch.qkv_bias or arch.o_bias else "")
+        if d.mla is None else "W_DQ + W_UQ + W_DKV + W_UKV + W_O + latent norms")
+    model_params = _checked_model_params(inputs, d, attn_per_layer)
+
+    bits_tl = _kv_elements_per_token_layer(d, None) * d.kv_bits
+    tokens_cached = _cached_token_layers(d, d.seq_len)
+    kv_total_bits = bits_tl * tokens_cached * d.batch
+    _check_kv_total(d, kv_total_bits)
+    formulas.update(_kv_formulas(d, bits_tl))
+    compare = _compare(d, tokens_cached)
+    formulas["reduction_vs_mha"] = "MHA cache / this cache = n_head / n_kv_head"
 
     resolved = replace(inputs, n_kv_head=d.n_kv_head if d.mla is None else inputs.n_kv_head,
-                       d_head=d.d_head if d.mla is None else inputs.d_head, seq_len=T,
+                       d_head=d.d_head if d.mla is None else inputs.d_head, seq_len=d.seq_len,
                        mla=d.mla)
     return CalcResult(
         inputs=resolved, attention_kind=_kind(d), d_head=d.d_head, d_v=d.d_v,
@@ -404,7 +446,7 @@ def calculate(inputs: CalcInputs | None = None, **values: Any) -> CalcResult:
         kv_tokens_cached=tokens_cached,
         kv_bytes_sequence=_bytes(bits_tl * tokens_cached),
         kv_bytes_total=_bytes(kv_total_bits),
-        compare=compare, formulas=formulas, warnings=tuple(warnings), _dims=d)
+        compare=compare, formulas=formulas, warnings=_warnings(inputs, d), _dims=d)
 
 
 def context_lengths(max_len: int, n: int = 256, extra: Iterable[int] = ()) -> list[int]:

@@ -73,20 +73,20 @@ class Consts:
 def pre_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
     """GPT-2, Llama: x + attn(norm(x)), then x + mlp(norm(x))."""
     x = x + self_attention(c.norm(x, layer.norm1), layer, c, cache)
-    return x + mlp(c.norm(x, layer.norm2), layer, c)
+    return x + mlp(c.norm(x, layer.norm2), layer, c, cache)
 
 
 def post_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
     """BERT: norm(x + attn(x)), then norm(x + mlp(x))."""
     x = c.norm(x + self_attention(x, layer, c, cache), layer.norm1)
-    return c.norm(x + mlp(x, layer, c), layer.norm2)
+    return c.norm(x + mlp(x, layer, c, cache), layer.norm2)
 
 
 def sandwich_norm_block(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
     """Gemma 3: x + norm(attn(norm(x))), then x + norm(mlp(norm(x))): four norms per layer (input,
     post-attention, pre-feedforward, post-feedforward)."""
     x = x + c.norm(self_attention(c.norm(x, layer.norm1), layer, c, cache), layer.post_attn_norm)
-    return x + c.norm(mlp(c.norm(x, layer.norm2), layer, c), layer.post_mlp_norm)
+    return x + c.norm(mlp(c.norm(x, layer.norm2), layer, c, cache), layer.post_mlp_norm)
 
 
 def head_rms_norm(q, k, layer: Layer, c: Consts):
@@ -247,12 +247,18 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     cache.input(x)
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    if c.segments:  # several texts in one run (forward_packed): each attends within itself
+    if c.segments:  # several texts or copies in one run (forward_packed, forward_batch)
         z = np.empty((c.n_head, q.shape[1], v.shape[-1]), dtype=np.float32)  # [n_head, n, d_head]
-        for a, b, bias, out in c.segments:
+        for a, b, bias, out, past in c.segments:
             one = replace(c, bias=bias, segments=())
-            out[...] = attend(q[:, a:b], k[:, a:b], one)  # [n_head, b - a, b - a]
-            z[:, a:b] = head_outputs(out, v[:, a:b], one)
+            ks, vs = k[:, a:b], v[:, a:b]  # [n_kv_head, b - a, d_head] x2
+            if past is not None:  # a copy's unchanged first positions: their keys and values
+                ks, vs = np.concatenate([past[0], ks], axis=1), np.concatenate([past[1], vs], axis=1)
+            pattern = attend(q[:, a:b], ks, one)  # [n_head, b - a, n_k]
+            cache.pattern(pattern, a)
+            if out is not None:
+                out[...] = pattern
+            z[:, a:b] = head_outputs(pattern, vs, one)
     elif cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
         z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group,
                                   cache.row_block, c.workers)  # [n_head, n, d_head], [n_head, n]
@@ -273,15 +279,17 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     return attention_output(z, layer)[1]  # [n, d_model]
 
 
-def mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
+def mlp(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
+    """The MLP's output; `cache` (the layer's trace slot) records or patches it (its mlp_out)."""
+    cache = NOTHING if cache is None else cache
     if in_row_chunks(x, c):  # a long run: chunks of rows, [chunk, d_ff] in cache, on c.workers threads
         out = np.empty((x.shape[0], layer.w_out.shape[1]), dtype=np.float32)
 
         def rows(a, b):
             out[a:b] = _mlp(x[a:b], layer, c)
         for_row_chunks(x.shape[0], rows, c.workers)
-        return out
-    return _mlp(x, layer, c)
+        return cache.mlp_out(out)
+    return cache.mlp_out(_mlp(x, layer, c))
 
 
 def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
@@ -388,10 +396,50 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
     x = embed(w, np.concatenate(seqs), positions, cfg)  # [N, d_model]
     for i in range(cfg.n_layer):
         c = consts[i]
-        segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i])
+        segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i], None)
                          for j, (n, e) in enumerate(zip(lens, ends)))
         x = fam.block(x, w.layers[i], replace(c, segments=segments), None)
     return out
+
+
+def forward_batch(cfg: ModelConfig, w: Weights, base: Trace, start: int, spans, trace: Trace,
+                  stop: Callable[[], bool] | None = None) -> np.ndarray:
+    """B copies of `base`'s run resumed at layer `start`, each with its own edits, as rows of one
+    forward -> the final-norm input of every copy's rows [N, d_model], N = sum(e_b - s_b).
+
+    Copy b runs positions s_b..e_b-1 (`spans` [(s_b, e_b)]; causal models): its first s_b
+    positions are the base run's (nothing later changes them under the causal mask), read as the
+    base's keys and values (base kept kv and resid), and the positions from e_b on cannot change
+    the ones before. The row-wise steps take every copy's rows at once; attention runs per copy.
+    `trace` applies its edits at the named points, its rows the batch's rows (copy b's from
+    sum(e_j - s_j, j < b)); it records what it asks for except the residual stream (its rows
+    only). `stop()`, asked before each layer, raises Cancelled."""
+    assert cfg.causal, "a copy resumed at a later position needs the causal mask"
+    fam = FAMILY[cfg.family]
+    spans = [(int(s), int(e)) for s, e in spans]
+    starts = np.cumsum([0] + [e - s for s, e in spans])  # [B + 1] each copy's first row
+    positions = np.concatenate([np.arange(s, e) for s, e in spans])  # [N]
+    ids = np.concatenate([base.ids[s:e] for s, e in spans])
+    consts = layer_consts(cfg, len(positions), masks=False, positions=positions)
+    masks = {}  # (s, e, window) -> [e - s, e] bias
+
+    def bias(s, e, window):
+        if (s, e, window) not in masks:
+            masks[s, e, window] = mask_bias(causal_mask(e, window, start=s))
+        return masks[s, e, window]
+
+    trace.begin(cfg.n_layer, ids, 0)
+    x = np.concatenate([base.resid[start][s:e] for s, e in spans])  # [N, d_model]
+    for i in range(start, cfg.n_layer):
+        if stop is not None and stop():
+            raise Cancelled(f"stopped before layer {i}: cancelled")
+        x = trace.at_resid(i, x)
+        c = consts[i]
+        segments = tuple((int(a), int(a + e - s), bias(s, e, c.window), None,
+                          (base.k[i][:, :s], base.v[i][:, :s]) if s else None)
+                         for a, (s, e) in zip(starts, spans))
+        x = fam.block(x, w.layers[i], replace(c, segments=segments), trace.slot(i, None, None))
+    return x
 
 
 def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
@@ -409,6 +457,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
         for i in range(trace.start, n_run):
             if trace.stop is not None and trace.stop():
                 raise Cancelled(f"stopped before layer {i}: a newer run was asked for")
+            x = trace.at_resid(i, x)  # its patches (activation patching)
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
             x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))

@@ -2,14 +2,17 @@
 NumPy, no Qt.
 
 Step s (0-based) reads T = len(prompt) + s tokens: the prompt and the tokens chosen before it. The
-prompt is run once (prefill); every later step runs only its one new token against the model's KV
-cache (Model.run reuses the common prefix). From the final-norm input of the last position the
-model's head (Model.lm_head: final norm and unembedding) gives the next-token log-probabilities;
-the token is their argmax (greedy, the default), or a draw at a temperature from the smallest set
-of tokens whose probability reaches top_p, with a seeded generator so a run can be repeated.
+prompt is run once (prefill); every later step runs only its one new token against the
+generation's own KV cache (a KVCache its traces bring, Trace.past), never the model's: that one
+serves the window's runs of the text, which may hold it at any moment. From the final-norm input
+of the last position the model's head (Model.lm_head: final norm and unembedding) gives the
+next-token log-probabilities; the token is their argmax (greedy, the default), or a draw at a
+temperature from the smallest set of tokens whose probability reaches top_p, with a seeded
+generator so a run can be repeated.
 
-Each Step keeps the token, the top-k it was drawn from, the bytes of K and V the engine held when
-it was chosen (T tokens: the calculator's kv_bytes_sequence at T), and, when asked, the last
+Each Step keeps the token, the top-k it was drawn from, the bytes of K and V the generation's
+cache held when it was chosen (its T tokens, counted from the arrays: the calculator's
+kv_bytes_sequence at T for a model without a sliding window), and, when asked, the last
 position's row in every head [n_layer, n_head, T]: what the token that chose it read.
 """
 
@@ -23,7 +26,7 @@ import numpy as np
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.model import token_text
-from attnviz.engine.computing.trace import LayerCache, Trace
+from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 TOP_K = 5
 
@@ -33,8 +36,9 @@ class _StepTrace(Trace):
     of the last position, and (rows=True) the last position's pattern row in every layer; no
     dense patterns and no per-position records."""
 
-    def __init__(self, rows: bool):
+    def __init__(self, rows: bool, past: KVCache):
         super().__init__(patterns=False)
+        self.past = past  # the generation's own cache (see the module docstring)
         self.keep_rows = rows
         self.final: np.ndarray | None = None  # [1, d_model]
         self.last_rows: list = []  # per layer [n_head, T]
@@ -66,7 +70,7 @@ class Step:
     id: int  # the chosen token
     token: str  # its label
     T: int  # tokens read to choose it (len(prompt) + step index)
-    kv_bytes: int  # bytes of K and V the engine held when it was chosen (T tokens)
+    kv_bytes: int  # bytes of K and V the generation's cache held when it was chosen (its T tokens)
     top_ids: np.ndarray  # [k] int64, most likely first
     top_logprobs: np.ndarray  # [k] float64
     top_tokens: list  # [k] labels
@@ -99,11 +103,11 @@ def eos_ids(model) -> frozenset:
 
 def check_sampling(temperature: float, top_p: float, max_new: int) -> None:
     if not (isinstance(max_new, int) and max_new >= 1):
-        raise InputError(f"max_new must be a whole number >= 1, got {max_new!r}")
+        raise InputError(f"the number of new tokens must be a whole number >= 1, got {max_new!r}")
     if not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
     if not (np.isfinite(top_p) and 0 < top_p <= 1):
-        raise InputError(f"top_p must be in (0, 1], got {top_p}")
+        raise InputError(f"top-p must be in (0, 1], got {top_p}")
 
 
 def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
@@ -132,8 +136,8 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
     head = model.lm_head()  # NoPrediction for an encoder or a file without a head, before any run
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
-    model.clear_cache()  # the prefill computes the prompt: its last position gives the first token
-    first = model.run(text, ids=ids, trace=_StepTrace(rows), labels=False)
+    cache = KVCache()  # the prefill computes the prompt: its last position gives the first token
+    first = model.run(text, ids=ids, trace=_StepTrace(rows, cache), labels=False)
     gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
     seq = list(gen.prompt_ids)
     limit = model.config.max_positions
@@ -145,7 +149,7 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
         top = top[np.argsort(-logprobs[top], kind="stable")]
         token = choose(logprobs, temperature, top_p, rng)
         labels = [token_text(model, i) for i in [token, *top.tolist()]]
-        step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=result.cache_bytes,
+        step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
                     top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
                     rows=np.stack(trace.last_rows) if rows else None)
         gen.steps.append(step)
@@ -161,8 +165,17 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
         if should_stop is not None and should_stop():
             gen.stopped = "stopped"
             break
-        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows), labels=False)
+        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows, cache),
+                           labels=False)
     return gen
+
+
+def held_kv(cache: KVCache, T: int) -> int:
+    """Bytes of K and V `cache` holds, which must be those of the T tokens just run (its arrays
+    [n_kv_head, T, d_head] per layer, without the room they keep for later positions)."""
+    if len(cache.ids) != T or any(a.shape[1] != T for a in (*cache.k, *cache.v)):
+        raise RuntimeError(f"the generation's KV cache holds {len(cache.ids)} tokens, not the {T} just run")
+    return sum(a.nbytes for a in (*cache.k, *cache.v))
 
 
 def decode(model, ids: list[int]) -> str:

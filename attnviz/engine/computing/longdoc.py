@@ -464,13 +464,17 @@ class DenseTooLarge(InputError):
                 f"{instead}")
 
 
+# what a person can do instead, in words they can type or click (no Python names)
+LONG_TEXT_ADVICE = ("the window shows a text this long in its long view; on the command line, "
+                    "`attnviz attention --layer L` or `--rows A:B` writes a part of its patterns")
+
+
 def check_dense(cfg, T: int) -> None:
     """DenseTooLarge when every pattern of T tokens at once exceeds DENSE_LIMIT."""
     need = dense_bytes(cfg.n_layer, cfg.n_head, T)
     if need > DENSE_LIMIT:
         raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), need,
-                            "run it as a long text (longdoc.run_long), whose patterns are computed "
-                            "for the rows asked for")
+                            LONG_TEXT_ADVICE)
 
 
 __all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",

@@ -23,6 +23,7 @@ from attnviz.engine.computing.longdoc import check_dense
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
+from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore, default_budget
 
@@ -264,6 +265,12 @@ class Model:
                     truncated=prep.truncated, n_tokens_full=prep.n_full, compute_s=spent,
                     cache_computed=len(prep.ids), notice=prep.notice)
 
+    def encode(self, text: str | None = None, *, ids=None) -> tuple[np.ndarray, list[str], str | None]:
+        """Text (with the model's special tokens) or ids (without) -> (ids int64 [T], their token
+        labels, a notice or None), checked as run checks them, without running anything."""
+        prep = self._prepare(text, ids, truncate=False, max_tokens=None, labels=True)
+        return prep.ids, list(prep.tokens), prep.notice
+
     def _prepare(self, text, ids, truncate: bool, max_tokens: int | None, labels: bool) -> "_Prepared":
         """text or ids -> the ids to run (cut to the limit when `truncate`), with their tokens;
         InputError for a text over the limit without `truncate` (see run)."""
@@ -323,7 +330,7 @@ class Model:
         if max(enc.ids) >= self.config.vocab_size:  # a tokenizer.json that is not this model's
             i = next(n for n, t in enumerate(enc.ids) if t >= self.config.vocab_size)
             raise ModelLoadError(
-                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({enc.tokens[i]!r}), but "
+                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({quoted(enc.labels[i])}), but "
                 f"the model has {self.config.vocab_size} embedding rows "
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc
@@ -345,7 +352,7 @@ class Model:
         runs kept, their K and V bytes)), with `trace` filled. The run uses the cache when it may
         (a causal model, use_cache, a trace without edits, and no other run holding it) and
         computes in full otherwise."""
-        if trace.past is not None:  # the trace's own cache (longdoc.run_long's reuse): the model's untouched
+        if trace.past is not None:  # the trace's own (run_long's reuse, a generation's): the model's untouched
             forward(self.config, self.weights, ids, trace, trace.past)
             kept = self._cache
             return (trace.attentions, trace.past.reused, kept.nbytes if kept is not None else 0,

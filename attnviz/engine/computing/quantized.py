@@ -20,13 +20,9 @@ from gguf import GGMLQuantizationType
 from attnviz.engine.reading.safetensors_model import LOADERS
 from attnviz.engine.computing.model import Model
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.reading.gguf_model import (
-    GGUFTensors,
-    QuantRows,
-    architecture,
-    load_llama_gguf,
-    open_gguf,
-)
+from attnviz.engine.reading.gguf_file import architecture, open_gguf
+from attnviz.engine.reading.gguf_model import load_llama_gguf
+from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,

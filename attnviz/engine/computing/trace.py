@@ -13,11 +13,15 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
     scores(s)      the scores [n_head, n, T] before the softmax: knockouts are applied here
     pattern(a)     the pattern [n_head, n, T]: recorded; the run stops here when nothing later is wanted
     z(z)           each head's output z [n_head, n, d_head] before W_O: recorded; ablations replace it
+    mlp_out(m)     the MLP's output m [n, d_model] before it joins the residual (Gemma 3: before
+                   its post-feedforward norm): recorded; patches replace rows of it
 
-and the forward loop records the residual stream entering each block and the final-norm input.
+and the forward loop records the residual stream entering each block (and patches rows of it,
+`at_resid`) and the final-norm input.
 
 An intervention is an edit the trace applies at one of these points (`ReplaceHead` at `z`,
-`Knockout` at `scores`): the forward pass has no flag per experiment. A run can resume at layer l
+`Knockout` at `scores`, `Patch` at `resid`, `z`, `pattern` or `mlp_out`): the forward pass has no
+flag per experiment. A run can resume at layer l
 from an earlier trace of the same ids (`Trace(start=l, base=clean)`, the clean trace having kept
 `resid`): the layers before the first one an edit changes are reused (the new trace shares their
 records), as the KV cache reuses a prefix of tokens.
@@ -30,6 +34,7 @@ After the run a Trace holds, per layer i (lists of n_layer; None where not asked
                                          head h's output into the residual is z[i][h] @ W_O[h]
     resid[i]    [T, d_model]             the residual stream entering block i (resid=True);
                 resid[n_layer]           the final-norm input (what the unembedding reads)
+    mlp_out[i]  [T, d_model]             the MLP's output, after any patch (mlp_out=True)
 """
 
 from __future__ import annotations
@@ -58,25 +63,51 @@ class Knockout:
     k: int
 
 
+POINTS = ("resid", "z", "pattern", "mlp_out")  # where a Patch may put a value in
+
+
+@dataclass(frozen=True, eq=False)
+class Patch:
+    """Put `value` in at named point `point` of `layer`, at the block's rows `rows` [r] (the
+    positions of a plain run; a batched run's rows, families.forward_batch): activation patching.
+        resid    the residual entering block `layer`     value [r, d_model]
+        z        head `head`'s output before W_O          value [r, d_head]
+        pattern  head `head`'s attention weights          value [r, n_k]   (the values stay the run's)
+        mlp_out  the MLP's output                         value [r, d_model]"""
+    point: str
+    layer: int
+    rows: np.ndarray  # int [r]
+    value: np.ndarray
+    head: int | None = None
+
+    def __post_init__(self):
+        assert self.point in POINTS, self.point
+        assert (self.head is None) == (self.point in ("resid", "mlp_out")), "a head for z and pattern only"
+
+
+def _patches(edits, point: str, layer: int) -> list[Patch]:
+    return [e for e in edits if isinstance(e, Patch) and e.point == point and e.layer == layer]
+
+
 class Stop(Exception):
     """Raised at the point after which a trace wants nothing more (nnsight's early stop)."""
 
 
-RECORDS = ("inputs", "z", "resid")  # per-position records: rows of a cached prefix stay valid
+RECORDS = ("inputs", "z", "resid", "mlp_out")  # per-position records: rows of a cached prefix stay valid
 
 
 class Trace:
     """Ask for what to record and which edits to apply; the forward pass fills the rest.
 
     patterns: the attention patterns (the default). values: every layer's V (value norms). kv: keys
-    and values of all T tokens (a run that fills a KV cache). inputs, z, resid: see the module
-    docstring. edits: ReplaceHead and Knockout. start, base: run layers start.. only, from base's
+    and values of all T tokens (a run that fills a KV cache). inputs, z, resid, mlp_out: see the
+    module docstring. edits: ReplaceHead, Knockout and Patch. start, base: run layers start.. only, from base's
     resid[start] (`base`: an earlier trace of the same ids that kept resid); layers before `start`
     share base's records. end: run only the layers before it (what one layer's anatomy needs);
     the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
     row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
-    past: KVCache | None = None  # a cache the trace brings (a long run's earlier run), not the model's
+    past: KVCache | None = None  # a cache the trace brings (run_long's reuse, a generation's), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
     # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
     # a window shows one layer before the layers after it are computed (Model.run(early=...))
@@ -86,7 +117,8 @@ class Trace:
     stop: Callable[[], bool] | None = None
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
-                 inputs: bool = False, z: bool = False, resid: bool = False, edits=(),
+                 inputs: bool = False, z: bool = False, resid: bool = False,
+                 mlp_out: bool = False, edits=(),
                  start: int = 0, base: Trace | None = None, end: int | None = None):
         if start and (base is None or not base.resid or base.resid[start] is None):
             raise ValueError("resuming at a layer needs a base trace that kept the residual stream")
@@ -94,7 +126,7 @@ class Trace:
             raise ValueError(f"a run that ends before layer {end} must start before it, not at {start}")
         self.end = end
         self.want_patterns, self.want_values, self.want_kv = patterns, values, kv
-        self.want = {"inputs": inputs, "z": z, "resid": resid}
+        self.want = {"inputs": inputs, "z": z, "resid": resid, "mlp_out": mlp_out}
         self.edits = tuple(edits)
         self.start, self.base = start, (base if start else None)
         # filled by the forward pass
@@ -105,12 +137,13 @@ class Trace:
         self.inputs: list = []
         self.z: list = []
         self.resid: list = []
+        self.mlp_out: list = []
         self.reused = 0  # tokens whose rows came from the KV cache
 
     @property
     def wants_output(self) -> bool:
         """Whether anything after the last layer's patterns is wanted (its output, the final stream)."""
-        return self.want["z"] or self.want["resid"]
+        return self.want["z"] or self.want["resid"] or self.want["mlp_out"]
 
     def begin(self, n_layer: int, ids: np.ndarray, p: int = 0) -> None:
         """Empty records for a run of `ids` [T] computing rows p..T-1 (the forward pass calls it)."""
@@ -120,11 +153,11 @@ class Trace:
         if self.end is not None and self.end > n_layer:
             raise ValueError(f"a run of {n_layer} layers cannot end before layer {self.end}")
         self._last = self.n_run(n_layer) - 1
-        for name in ("k", "v", "inputs", "z"):
+        for name in ("k", "v", "inputs", "z", "mlp_out"):
             setattr(self, name, [None] * n_layer)
         self.resid = [None] * (n_layer + 1)
         if self.start:  # the layers before `start` are the base's
-            for name in ("k", "v", "inputs", "z", "resid"):
+            for name in ("k", "v", "inputs", "z", "resid", "mlp_out"):
                 getattr(self, name)[:self.start] = getattr(self.base, name)[:self.start]
 
     def n_run(self, n_layer: int) -> int:
@@ -135,6 +168,15 @@ class Trace:
         """Layer i's slot: the cached prefix `past` (its first p tokens), `rows` the pattern rows
         p..T-1 to write into ([n_head, n, T]) or None."""
         return LayerCache(self, i, past, rows)
+
+    def at_resid(self, i: int, x: np.ndarray) -> np.ndarray:
+        """The residual entering block i [n, d_model] with the trace's resid patches of layer i."""
+        patches = _patches(self.edits, "resid", i)
+        if patches:
+            x = x.copy()
+            for e in patches:
+                x[e.rows] = e.value
+        return x
 
     def record_resid(self, i: int, x: np.ndarray, past: KVCache | None) -> None:
         """The residual entering block i (i = n_layer: the final-norm input), rows p..T-1."""
@@ -182,7 +224,8 @@ class LayerCache:
         self.trace, self.i, self.past, self.rows = trace, i, past, rows
         self._p = trace._p
         last = i == trace._last
-        self._stop_at = (None if not last else "z" if not trace.want["resid"] and trace.want["z"]
+        after_z = trace.want["resid"] or trace.want["mlp_out"]  # wanted after the last z
+        self._stop_at = (None if not last else "z" if not after_z and trace.want["z"]
                          else "pattern" if not trace.wants_output else None)
 
     def input(self, x):  # [n, d_model]
@@ -212,22 +255,39 @@ class LayerCache:
                 s[:, e.q - self._p, e.k] = -np.inf
         return s
 
-    def pattern(self, a):  # [n_head, n, T]
+    def pattern(self, a, row0: int = 0):  # [n_head, n, n_k], in place: rows row0..row0+n-1
+        for e in _patches(self.trace.edits, "pattern", self.i):
+            inside = (e.rows >= row0) & (e.rows < row0 + a.shape[1])
+            a[e.head, e.rows[inside] - row0] = e.value[inside]
         if self._stop_at == "pattern":
             raise Stop
 
     def z(self, z):  # [n_head, n, d_head] -> the same, edited
         edits = [e for e in self.trace.edits if isinstance(e, ReplaceHead) and e.layer == self.i]
-        if edits:
+        patches = _patches(self.trace.edits, "z", self.i)
+        if edits or patches:
             z = z.copy()
             for e in edits:
                 z[e.head] = e.value
+            for e in patches:
+                z[e.head, e.rows] = e.value
         if self.trace.want["z"]:
             cached = self.past.records["z"][self.i] if self._p else None
             self.trace.z[self.i] = _rows(cached, z, self._p, 1)
         if self._stop_at == "z":
             raise Stop
         return z
+
+    def mlp_out(self, m):  # [n, d_model] -> the same, patched
+        patches = _patches(self.trace.edits, "mlp_out", self.i)
+        if patches:
+            m = m.copy()
+            for e in patches:
+                m[e.rows] = e.value
+        if self.trace.want["mlp_out"]:
+            cached = self.past.records["mlp_out"][self.i] if self._p else None
+            self.trace.mlp_out[self.i] = _rows(cached, m, self._p, 0)
+        return m
 
 
 class _Nothing:
@@ -248,11 +308,14 @@ class _Nothing:
     def scores(self, s):
         return s
 
-    def pattern(self, a):
+    def pattern(self, a, row0=0):
         pass
 
     def z(self, z):
         return z
+
+    def mlp_out(self, m):
+        return m
 
 
 NOTHING = _Nothing()

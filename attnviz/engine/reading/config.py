@@ -414,5 +414,7 @@ def read_config(folder: Path) -> ModelConfig:
     """config.json of a checkpoint folder, read and checked (a FIFO or device is refused unopened)."""
     path = Path(folder) / "config.json"
     if not exists(path):
-        raise ModelLoadError(f"{folder} has no config.json")
+        raise ModelLoadError(f"{folder} is not a model folder: it has no config.json (a model "
+                             "folder holds config.json and .safetensors weights; a GGUF model is "
+                             "one .gguf file)")
     return config_from_dict(read_json_object(path), source=str(path))

@@ -34,7 +34,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.config import ModelConfig, Rope, read_config
-from attnviz.engine.reading.gguf_model import (
+from attnviz.engine.reading.gguf_file import (
     ARCHITECTURES,
     architecture,
     gguf_config,
@@ -238,7 +238,7 @@ def _from_gguf(path: Path, qt: GGMLQuantizationType):
 
 def permute(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head d_head, ...] -> same shape
     """llama.cpp's convert_hf_to_gguf.py LlamaModel.permute: each head's rows from Hugging Face's
-    rotate-half order to the adjacent pairs its RoPE rotates (gguf_model.unpermute_qk undoes it)."""
+    rotate-half order to the adjacent pairs its RoPE rotates (gguf_tensors.unpermute_qk undoes it)."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
 

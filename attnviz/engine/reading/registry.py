@@ -18,7 +18,7 @@ from pathlib import Path
 from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_model import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
+from attnviz.engine.reading.gguf_file import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -439,6 +439,11 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
             return _ollama_blob_name(path) or gguf_display_name(None, path), path, None
         folder = path.parent if path.is_file() else path
+        if path.is_file() and not (folder / "config.json").exists():
+            raise ModelLoadError(
+                f"{path} is not a model: give a GGUF file (.gguf), or a model folder (or a file in "
+                f"one) holding config.json and .safetensors weights; {folder.resolve()} has no "
+                "config.json")
         return folder.name, folder, None
     key = text.lower()
     if key in (DEFAULT_MODEL.lower(), "minilm", "sentence-transformers/all-minilm-l6-v2"):

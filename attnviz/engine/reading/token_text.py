@@ -201,6 +201,12 @@ def readable_tokens(pieces: Sequence[str], kind: str,
     return labels
 
 
+def quoted(label: str) -> str:
+    """A label inside a sentence, between quotes and otherwise as the window shows it: no escapes
+    ("'·five'", "'<E6 9D>'"; repr would write a backslash or a quote as an escape)."""
+    return f"'{label}'"
+
+
 def plain(label: str) -> str:
     """A label without its space marks, as a person types the token ("·keys" -> "keys")."""
     return label.strip(SPACE_MARK).strip()

@@ -169,7 +169,16 @@ class CalcPanel(QWidget):
         lay = QVBoxLayout(body)
         lay.setContentsMargins(8, 8, 8, 8)
         lay.setSpacing(6)
+        lay.addWidget(self._build_presets())
+        lay.addLayout(self._build_fields())
+        self.general_error = self._error_label()
+        lay.addWidget(self.general_error)
+        self.results = QWidget()
+        self._build_results(QVBoxLayout(self.results))
+        lay.addWidget(self.results)
+        lay.addStretch(1)
 
+    def _build_presets(self) -> QComboBox:
         self.preset_combo = QComboBox()
         self.preset_combo.setToolTip(
             "Fill the fields from the loaded model's config.json or from a real model (each "
@@ -183,8 +192,10 @@ class CalcPanel(QWidget):
             self.preset_combo.setItemData(self.preset_combo.count() - 1,
                                           f"{p.attention_type}\nsource: {p.source}",
                                           Qt.ItemDataRole.ToolTipRole)
-        lay.addWidget(self.preset_combo)
+        return self.preset_combo
 
+    def _build_fields(self) -> QFormLayout:
+        """One spin box per shape field and the KV dtype, each with its error line."""
         form = QFormLayout()
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         form.setVerticalSpacing(3)
@@ -207,20 +218,13 @@ class CalcPanel(QWidget):
         self.dtype_combo.setToolTip("Data type of the cached keys and values. Quantised caches "
                                     "(fp8, int8, int4) are counted without their scales.")
         form.addRow("KV dtype", self._with_error("kv_dtype", self.dtype_combo))
-        lay.addLayout(form)
+        return form
 
-        self.general_error = self._error_label()
-        lay.addWidget(self.general_error)
-
-        self.results = QWidget()
-        res = QVBoxLayout(self.results)
+    def _build_results(self, res: QVBoxLayout) -> None:
+        """The figures: summary, shapes, parameters, KV cache, the comparison, FLOPs, notes."""
         res.setContentsMargins(0, 0, 0, 0)
         res.setSpacing(6)
-        lay.addWidget(self.results)
-
-        self.summary_label = QLabel()
-        self.summary_label.setWordWrap(True)
-        self.summary_label.setTextFormat(Qt.TextFormat.RichText)
+        self.summary_label = self._rich_label()
         res.addWidget(self.summary_label)
 
         res.addWidget(self._heading("Shapes [out, in]"))
@@ -228,24 +232,16 @@ class CalcPanel(QWidget):
         res.addWidget(self.shapes_table)
 
         res.addWidget(self._heading("Parameters"))
-        self.params_label = QLabel()
-        self.params_label.setWordWrap(True)
-        self.params_label.setTextFormat(Qt.TextFormat.RichText)
+        self.params_label = self._rich_label()
         res.addWidget(self.params_label)
 
         res.addWidget(self._heading("KV cache"))
-        self.kv_label = QLabel()
-        self.kv_label.setWordWrap(True)
-        self.kv_label.setTextFormat(Qt.TextFormat.RichText)
+        self.kv_label = self._rich_label()
         res.addWidget(self.kv_label)
-        self.sentence_label = QLabel()
-        self.sentence_label.setWordWrap(True)
-        self.sentence_label.setTextFormat(Qt.TextFormat.RichText)
+        self.sentence_label = self._rich_label()
         self.sentence_label.setToolTip("The sentence in the text box, cached by this model layout.")
         res.addWidget(self.sentence_label)
-        self.live_label = QLabel()
-        self.live_label.setWordWrap(True)
-        self.live_label.setTextFormat(Qt.TextFormat.RichText)
+        self.live_label = self._rich_label()
         self.live_label.setToolTip(
             "The keys and values (after RoPE) that attnviz's own engine keeps from the last run, in "
             "float32, measured from its arrays. An edit reuses the longest unchanged token prefix: "
@@ -259,9 +255,7 @@ class CalcPanel(QWidget):
         self.plot = KVPlot()
         res.addWidget(self.plot)
 
-        self.flops_label = QLabel()
-        self.flops_label.setWordWrap(True)
-        self.flops_label.setTextFormat(Qt.TextFormat.RichText)
+        self.flops_label = self._rich_label()
         res.addWidget(self.flops_label)
 
         self.notes_label = QLabel()
@@ -270,7 +264,13 @@ class CalcPanel(QWidget):
         self.notes_label.setStyleSheet("color: gray;")
         self.notes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         res.addWidget(self.notes_label)
-        lay.addStretch(1)
+
+    @staticmethod
+    def _rich_label() -> QLabel:
+        label = QLabel()
+        label.setWordWrap(True)
+        label.setTextFormat(Qt.TextFormat.RichText)
+        return label
 
     def _with_error(self, key: str, field: QWidget) -> QWidget:
         box = QWidget()

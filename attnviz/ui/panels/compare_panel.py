@@ -33,9 +33,10 @@ from PySide6.QtWidgets import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
+from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODES
 
-PAPER, INK = QColor("white"), QColor("#202124")
+PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}
 

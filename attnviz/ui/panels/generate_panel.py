@@ -4,12 +4,15 @@ default; a temperature above 0 draws from the top-p set with a seed, so a run ca
 stops at the model's end of text unless told to go on, or at Stop; editing the sentence ends it.
 The sentence grows in the box as tokens arrive (the new ones marked) and the heatmaps follow it.
 
-The step slider shows, at step s: the generated token's row in every head of the layer shown (what
-the position that chose it read), the top-10 it was drawn from, and the bytes of K and V the
-engine held when it was chosen, with the calculator's figure for that many tokens beside it; a
-plot draws those bytes against the step."""
+The step slider shows step s of n (counted from 1, as the label and the plot's axis read): the
+generated token's row in every head of the layer shown (what the position that chose it read), the
+top-10 it was drawn from, and the bytes of K and V the generation held when it was chosen (its T
+tokens), with the calculator's figure for that many tokens beside it; a plot draws those bytes
+against the step."""
 
 from __future__ import annotations
+
+import html
 
 import numpy as np
 import pyqtgraph as pg
@@ -205,7 +208,7 @@ class GeneratePanel(QWidget):
         self.slider.blockSignals(False)
         self.slider.setEnabled(n > 1)
         if n:
-            self.curve.setData(np.arange(n), [s.kv_bytes / 2 ** 20 for s in g.steps])
+            self.curve.setData(np.arange(1, n + 1), [s.kv_bytes / 2 ** 20 for s in g.steps])
         else:
             self.curve.setData([], [])
         self._mark_new()
@@ -229,8 +232,9 @@ class GeneratePanel(QWidget):
         box.setExtraSelections(sels)
 
     def kv_text(self, step) -> str:
-        """'KV held: 1.2 MiB for 37 tokens (calculator: 1.2 MiB)': the engine's cache at that step
-        and the calculator's figure for the same T (equal: tests/engine/test_generate.py)."""
+        """'KV held: 270 KiB (276,480 bytes) for 6 tokens; calculator: ...': the generation's
+        cache at that step and the calculator's figure for the same T (equal without a sliding
+        window: tests/engine/test_generate.py)."""
         calc = kv_cache_needed(self.state.model.config, step.T)
         return (f"KV held: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes) for {step.T:,} "
                 f"tokens; calculator: {format_bytes(calc)} ({calc:,} bytes)")
@@ -249,19 +253,20 @@ class GeneratePanel(QWidget):
             self.slider.blockSignals(True)
             self.slider.setValue(s)
             self.slider.blockSignals(False)
-        self.step_label.setText(f"Step {s} of {len(g.steps) - 1}: {step.token!r} "
+        self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {step.token!r} "
                                 f"(read {step.T:,} tokens)")
         self.kv_label.setText(self.kv_text(step))
         rows_top = ["<table>"] + [
-            f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{t}</td>"
+            f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
             f"<td align='right'>{np.exp(lp):.3f}</td></tr>"
             for i, t, lp in zip(step.top_ids, step.top_tokens, step.top_logprobs)] + ["</table>"]
-        chosen = "" if step.id in step.top_ids else f"<br>drawn: {step.token} (outside the top {len(step.top_ids)})"
+        chosen = ("" if step.id in step.top_ids else
+                  f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
         self.top_label.setText("Top predictions it was drawn from:" + "".join(rows_top) + chosen)
         layer = min(self.state.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
         labels = self._labels(step.T)
         self.rows_view.set_rows(None if step.rows is None else step.rows[layer], labels, layer)
-        self.marker.setValue(s)
+        self.marker.setValue(s + 1)
         self.marker.show()
 
     def _labels(self, T: int) -> list[str]:

@@ -310,6 +310,8 @@ class FocusView(QWidget):
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
+        if ev.button() != Qt.MouseButton.LeftButton:  # (a right click opens the cell's menu: Why here?)
+            return
         if cell is not None and not self.state.on_screen()[1]:  # a query is a position in the whole result
             q = cell[2]
             self.state.toggle_query(q)

@@ -1,0 +1,207 @@
+"""A GGUF file's tensors by name: dequantised to float32 on request (`gguf.quants` knows every
+type), in parallel row blocks into a layer's arrays, or kept quantised as a table whose rows are
+dequantised when indexed (`QuantRows`: SmolLM2's 49,152 x 576 embedding is 30 MB in Q4_1, 113 MB as
+float32). llama.cpp's Q/K row permutation is undone here too (`unpermute_qk`), so the engine keeps
+one RoPE (rotate-half).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.parallel import cores, in_threads
+from attnviz.engine.reading.dequant import dequantize_into, prepare
+from attnviz.engine.reading.validate import check_finite, check_shape
+
+
+def tensor_table(reader: GGUFReader) -> dict:
+    return {t.name: t for t in reader.tensors}
+
+
+class QuantRows:
+    """A [rows, cols] table kept in its GGUF encoding; indexing dequantises just those rows."""
+
+    def __init__(self, name: str, data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, int]):
+        self.name, self._data, self._qtype, self.shape = name, data, qtype, shape
+        self.dtype = np.dtype(np.float32)
+
+    def __getitem__(self, rows) -> np.ndarray:
+        src = np.asarray(self._data[rows]).reshape(-1, self._data.shape[-1])  # [n, row bytes]
+        out = np.empty((src.shape[0], self.shape[1]), np.float32)
+        # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
+        # a layer's worth of weights) in row blocks on one thread per core, a text's rows on this one
+        step = max(1, min(FILL_VALUES // max(1, self.shape[1]), -(-len(src) // cores())))
+        if len(src) * self.shape[1] <= COLUMN_BLOCK_VALUES:
+            step = max(1, len(src))
+        starts = range(0, len(src), step)
+
+        def block(k):
+            a = starts[k]
+            if not dequantize_into(src[a:a + step], self._qtype, out[a:a + step]):  # (F16)
+                out[a:a + step] = np.asarray(dequantize(src[a:a + step], self._qtype),
+                                             dtype=np.float32).reshape(-1, self.shape[1])
+        prepare(self._qtype)
+        in_threads(len(starts), block)
+        out = out.reshape((*np.shape(rows), self.shape[1]) if not isinstance(rows, slice)
+                          else (-1, self.shape[1]))
+        # kept quantised, this table is not scanned at load (dequantising it all would be a large
+        # share of the load): the rows a run uses are checked as they are dequantised
+        if not np.isfinite(out).all():
+            bad = np.flatnonzero(~np.isfinite(out.reshape(-1, self.shape[1])).all(axis=1))[0]
+            row = np.arange(self.shape[0])[rows].reshape(-1)[bad]
+            raise ModelLoadError(f"tensor {self.name} row {int(row)} (token id {int(row)}) holds "
+                                 "non-finite values, expected finite numbers: the file is damaged")
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self[:], dtype=dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._data.nbytes)
+
+
+class GGUFTensors:
+    """The tensors of a GGUF file by name, dequantised to float32 on request."""
+
+    def __init__(self, reader: GGUFReader, path: Path):
+        self.path = path
+        self._table = tensor_table(reader)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._table
+
+    def shape(self, name: str) -> tuple[int, ...]:  # NumPy order: [rows, cols] = [out, in]
+        return tuple(int(n) for n in reversed(self._table[name].shape.tolist()))
+
+    def check(self, name: str, shape: tuple[int, ...]):
+        """Tensor `name`'s table entry, refused unless present, of `shape` and a float type."""
+        t = self._table.get(name)
+        if t is None:
+            raise ModelLoadError(f"{self.path.name} has no tensor {name!r}")
+        check_shape(name, self.shape(name), shape, "the GGUF metadata")
+        if t.tensor_type in _INTEGER_TYPES:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, not a float type")
+        return t
+
+    def stored(self, name: str, shape: tuple[int, ...]):
+        """Tensor `name`'s entry as get, fill and rows read it (type, data), checked as check()
+        checks it. (A quantized copy of the file gives its tensors at another type here:
+        engine/computing/quantized.py.)"""
+        return self.check(name, shape)
+
+    def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
+        """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
+        `check`, its values finite)."""
+        t = self.stored(name, shape)
+        try:
+            out = dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise") from None
+        except ValueError as exc:
+            raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
+        out = np.asarray(out, dtype=np.float32).reshape(shape)
+        if check:
+            check_finite(out, name, self.path.name)
+        return out
+
+    def fill(self, name: str, shape: tuple[int, int], out: np.ndarray, rows: np.ndarray | None = None,
+             check: bool = True, columns: bool = False) -> np.ndarray:
+        """Tensor `name` [out, in] (checked against `shape`) dequantised into `out` [out, in], a
+        C-contiguous float32 array, in row blocks of at most FILL_VALUES values (the transient arrays
+        stay small whatever the tensor's size) shared out to one thread per core (NumPy's passes
+        release the GIL; benchmarks/dequant.py measures it). `rows`: out[r] =
+        tensor[rows[r]] (a permutation). `columns`: `out` is [in, out] instead (C order, or columns
+        of such an array): each row block is dequantised into a scratch block in cache and copied
+        into its columns. Values as get() gives them, bit for bit (each value is dequantised from
+        its own block alone; the blocks' split changes no value)."""
+        t = self.stored(name, shape)
+        data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
+        step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
+        if columns:  # a scratch block of rows that stays in cache
+            step = min(step, max(1, COLUMN_BLOCK_VALUES // max(1, shape[1])))
+        starts = range(0, shape[0], step)
+        finite = [True] * len(starts)
+        scratch = threading.local()
+
+        def block(k):  # rows a..a+step-1, on whichever thread takes it
+            a = starts[k]
+            src = data[a:a + step] if rows is None else data[rows[a:a + step]]
+            if columns:
+                dst = getattr(scratch, "rows", None)
+                if dst is None:
+                    dst = scratch.rows = np.empty((step, shape[1]), np.float32)
+                dst = dst[:len(src)]
+            else:
+                dst = out[a:a + step]
+            if not dequantize_into(src, t.tensor_type, dst):  # (F32, F16)
+                dst[...] = dequantize(src, t.tensor_type).reshape(-1, shape[1])
+            if check:
+                finite[k] = bool(np.isfinite(dst).all())
+            if columns:
+                np.copyto(out[:, a:a + len(src)], dst.T)
+        try:
+            prepare(t.tensor_type)  # (gguf's lookup grids made once, before the threads)
+            in_threads(len(starts), block)
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise") from None
+        except ValueError as exc:
+            raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
+        if check and not all(finite):  # named as the file stores it: count, first position
+            rows_out = out.T if columns else out
+            check_finite(rows_out if rows is None else rows_out[np.argsort(rows)], name, self.path.name)
+        return out
+
+    def nbytes32(self, name: str) -> int:
+        """Bytes of tensor `name` as float32 (0 when the file has none)."""
+        t = self._table.get(name)
+        return 0 if t is None else 4 * int(t.n_elements)
+
+    def rows(self, name: str, shape: tuple[int, int]):
+        """A [rows, cols] table kept quantised (F32 stays a memory-mapped view)."""
+        t = self.stored(name, shape)
+        if t.tensor_type == GGMLQuantizationType.F32:
+            table = np.asarray(t.data).reshape(shape)
+            check_finite(table, name, self.path.name)
+            return table
+        if t.tensor_type not in _DEQUANTISABLE:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise")
+        return QuantRows(name, np.asarray(t.data), t.tensor_type, shape)
+
+    def float32_bytes(self, skip: tuple[str, ...] = ()) -> int:
+        return sum(4 * int(t.n_elements) for n, t in self._table.items() if n not in skip)
+
+
+FILL_VALUES = 1 << 22  # values dequantised at a time into a layer's arrays (16 MiB as float32)
+COLUMN_BLOCK_VALUES = 1 << 16  # ... into a scratch block first, for an [in, out] matrix (256 KiB)
+
+
+def _dequantisable() -> set:
+    import gguf.quants as q
+    return set(q._type_traits) | {GGMLQuantizationType.F32, GGMLQuantizationType.F16}
+
+
+_DEQUANTISABLE = _dequantisable()
+_INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
+                  GGMLQuantizationType.I64}
+
+
+def unpermute_qk(w: np.ndarray, n_head: int) -> np.ndarray:  # [n_head d_head, ...] -> same shape
+    """Undo llama.cpp's `permute` of Q/K rows (its RoPE rotates adjacent pairs): back to the
+    Hugging Face rotate-half layout. Within each head, llama.cpp stored rows (0, h, 1, h+1, ...)."""
+    d_head = w.shape[0] // n_head
+    return (w.reshape(n_head, d_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape))
+
+
+def unpermuted_rows(n_rows: int, n_head: int) -> np.ndarray:  # [n_rows] int64
+    """The file row each row of unpermute_qk's result comes from: unpermute_qk(w) == w[rows]."""
+    return unpermute_qk(np.arange(n_rows).reshape(n_rows, 1), n_head).reshape(-1)

@@ -1,0 +1,221 @@
+"""The Circuits view (engine/analysing/circuits.py's weight-space scores) as a figure: the OV copying
+map (layers x heads, in the grid's head order: figures/headmap.py), the focused head's top Q-, K-
+and V-composition partners among earlier heads with their role badges, and what the focused head
+writes for a picked token (OV top tokens). QPainter only: the window's Circuits tab paints the map,
+and an export writes the whole view (PNG or SVG with a JSON sidecar) or its numbers (JSON with
+`attnviz circuits`'s keys, CSV of the copying map).
+
+    circuits_view(circuits, model=..., kv_group=..., focus=..., badge=..., ov=...) -> CircuitsView
+    partners(composition, layer, head, n) -> {mode: [(layer, head, score)]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter
+
+from attnviz.engine.analysing.circuits import MODES
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures import headmap
+from attnviz.figures.data import ExportError
+from attnviz.figures.render import MUTED, TEXT, encode_png, figure_font, render_svg, render_with
+
+PARTNERS = 3  # partners listed per mode
+MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
+              "k": "K-composition (reads them in its keys)",
+              "v": "V-composition (reads them in its values)"}
+ROPE_NOTE = ("These weight-space scores ignore RoPE (as TransformerLens' do); Why here? includes it.")
+MAP_WIDTH = 520
+
+
+def partners(composition: dict, layer: int, head: int, n: int = PARTNERS) -> dict:
+    """mode -> the n earlier heads with the largest composition into (layer, head), largest first,
+    as (layer, head, score); none for a head of the first layer."""
+    out = {}
+    for mode in MODES:
+        c = np.asarray(composition[mode])[:layer, :, layer, head]  # [layer, n_head] earlier heads
+        flat = c.reshape(-1)
+        order = np.argsort(-flat, kind="stable")[:n]
+        H = c.shape[1] if c.ndim == 2 else 1
+        out[mode] = [(int(i // H), int(i % H), float(flat[i])) for i in order]
+    return out
+
+
+@dataclass(frozen=True)
+class CircuitsView:
+    model: str
+    copying: np.ndarray | None  # [n_layer, n_head]
+    no_copying: str  # why there is no copying map
+    composition: dict
+    kv_group: np.ndarray | None
+    focus: tuple | None  # (layer, head)
+    badges: dict  # (layer, head) -> role badge ('' none), for the listed partners
+    ov: tuple | None = None  # (layer, head, token id, token text, [(id, text, logit)])
+
+    def title(self) -> str:
+        return f"Circuits of {self.model}: OV copying, composition, OV top tokens"
+
+    def partners(self) -> dict:
+        return {} if self.focus is None else partners(self.composition, *self.focus)
+
+    def lines(self) -> list[str]:
+        """The partner and OV lines, as the tab and the figure show them."""
+        out = []
+        if self.focus is None:
+            return ["Focus a head (click it in the grid) for its composition partners."]
+        name = head_title(*self.focus)
+        if self.copying is not None:
+            c = np.asarray(self.copying)
+            v = float(c[self.focus])
+            rank = int((c > v).sum()) + 1
+            out.append(f"{name}: OV copying {v:+.3f}, rank {rank} of {c.size} heads.")
+        parts = self.partners()
+        if self.focus[0] == 0:
+            out.append(f"{name} is in the first layer: no earlier heads compose into it.")
+        else:
+            out.append(f"{name}'s top partners among earlier heads:")
+            for mode in MODES:
+                items = [f"{head_title(l, h)} {s:.3f}" + (f" [{self.badges.get((l, h))}]"
+                                                          if self.badges.get((l, h)) else "")
+                         for l, h, s in parts[mode]]
+                out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
+        if self.ov is not None:
+            layer, head, _tid, text, top = self.ov
+            out.append(f"{head_title(layer, head)} attending to {text!r} writes: "
+                       + ", ".join(f"{t!r} {v:+.2f}" for _i, t, v in top))
+        return out
+
+
+def circuits_view(circuits, *, model: str, kv_group=None, focus=None, badge=None, ov=None) -> CircuitsView:
+    if circuits is None:
+        raise ExportError("no circuit scores yet: show the Circuits tab and wait for them")
+    view = CircuitsView(model, circuits.copying, circuits.no_copying or "", circuits.composition,
+                        None if kv_group is None else np.asarray(kv_group),
+                        None if focus is None else tuple(focus), {}, ov)
+    if badge is not None and view.focus is not None:
+        view.badges.update({(l, h): badge(l, h) for ps in view.partners().values() for l, h, _ in ps})
+    return view
+
+
+def copying_map(view: CircuitsView) -> headmap.HeadMap | None:
+    if view.copying is None:
+        return None
+    return headmap.HeadMap("OV copying score: Re(Σλ) / Σ|λ| of W_E W_V W_O W_U (1: copies)",
+                           np.asarray(view.copying), "copying", view.kv_group, focus=view.focus)
+
+
+@dataclass
+class CircuitsLayout:
+    width: int
+    height: int
+    scale: float
+    map_h: int = 0
+    map_layout: headmap.HeadMapLayout | None = None
+    line_h: float = 18.0
+    extra: dict = field(default_factory=dict)
+
+
+def layout(view: CircuitsView, width: int) -> CircuitsLayout:
+    s = width / 800.0
+    lay = CircuitsLayout(width, 0, s, line_h=20 * s)
+    hm = copying_map(view)
+    if hm is not None:
+        n_layer, n_head = hm.values.shape
+        cell = (MAP_WIDTH - 60) / (n_head + 2)
+        lay.map_h = int(cell * (n_layer + 4))
+        lay.map_layout = headmap.layout(hm, MAP_WIDTH, lay.map_h)
+    map_px = lay.map_h * width / MAP_WIDTH if hm is not None else 2 * lay.line_h
+    lay.height = int(50 * s + map_px + (len(view.lines()) + 2) * lay.line_h)
+    return lay
+
+
+def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
+    s = lay.scale
+    p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    p.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+    left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    p.setPen(TEXT)
+    p.setFont(figure_font(15 * s, bold=True))
+    p.drawText(QRectF(10 * s, 4 * s, lay.width - 20 * s, 22 * s), left, view.title())
+    p.setFont(figure_font(12 * s))
+    p.setPen(MUTED)
+    p.drawText(QRectF(10 * s, 26 * s, lay.width - 20 * s, 20 * s), left, ROPE_NOTE)
+    y = 50 * s
+    hm = copying_map(view)
+    if hm is not None:
+        p.save()
+        p.translate(0, y)
+        p.scale(lay.width / MAP_WIDTH, lay.width / MAP_WIDTH)
+        headmap.paint(p, hm, lay.map_layout)
+        p.restore()
+        y += lay.map_h * lay.width / MAP_WIDTH
+    else:
+        p.setPen(TEXT)
+        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, 2 * lay.line_h), left,
+                   f"No copying map: {view.no_copying}")
+        y += 2 * lay.line_h
+    p.setPen(TEXT)
+    fm = QFontMetricsF(figure_font(12 * s))
+    for line in view.lines():
+        p.drawText(QRectF(10 * s, y, lay.width - 20 * s, lay.line_h), left,
+                   fm.elidedText(line, Qt.TextElideMode.ElideRight, lay.width - 20 * s))
+        y += lay.line_h
+
+
+def png_bytes(view: CircuitsView, width: int):
+    image, lay = render_with(layout, paint, view, width)
+    return encode_png(image), lay
+
+
+def svg_bytes(view: CircuitsView, width: int):
+    lay = layout(view, width)
+    return render_svg(lay.width, lay.height, view.title(), "attnviz circuits",
+                      lambda painter: paint(painter, view, lay)), lay
+
+
+def numbers(view: CircuitsView) -> dict:
+    """`attnviz circuits --json`'s keys, with the focused head's partners and the note."""
+    out = {"model": view.model, "note": ROPE_NOTE,
+           "copying": None if view.copying is None else np.asarray(view.copying).tolist(),
+           "composition": {m: np.asarray(view.composition[m]).tolist() for m in MODES}}
+    if view.copying is None:
+        out["no_copying"] = view.no_copying
+    if view.focus is not None:
+        out["focus"] = {"layer": view.focus[0], "head": view.focus[1]}
+        out["partners"] = {m: [{"layer": l, "head": h, "score": v, "role": view.badges.get((l, h), "")}
+                               for l, h, v in ps] for m, ps in view.partners().items()}
+    if view.ov is not None:
+        layer, head, tid, text, top = view.ov
+        out["ov_head"] = {"layer": layer, "head": head, "token_id": tid, "token": text}
+        out["ov_top"] = [{"id": int(i), "token": t, "value": float(v)} for i, t, v in top]
+    return out
+
+
+def number_bytes(view: CircuitsView, fmt: str) -> bytes:
+    if fmt == "json":
+        return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
+    if fmt == "csv":
+        if view.copying is None:
+            raise ExportError(f"no copying map to write as CSV: {view.no_copying}")
+        c = np.asarray(view.copying)
+        lines = [",".join(["layer", *(f"H{h}" for h in range(c.shape[1]))])]
+        lines += [",".join([f"L{l}", *(repr(float(v)) for v in c[l])]) for l in range(c.shape[0])]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    raise ExportError(f"the Circuits view exports as .png, .svg, .json or .csv, not .{fmt}")
+
+
+def sidecar(view: CircuitsView, image_path, lay: CircuitsLayout) -> dict:
+    """The image's sidecar: what it shows and its numbers (the copying map and the partners)."""
+    import attnviz
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+
+    nums = numbers(view)
+    nums.pop("composition")  # (the JSON export holds it: [L, H, L, H] three times)
+    return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+            "view": "circuits", "image": Path(image_path).name, "width": lay.width,
+            "height": lay.height, **nums}

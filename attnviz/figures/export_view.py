@@ -1,0 +1,62 @@
+"""`ExportView`: the one description of an export, without Qt (figures/data.make_view makes it;
+the figure painter, figures/heatmaps.py, and the number writers in figures/data.py read only it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnviz.engine.computing.patterns import head_title
+
+
+@dataclass(frozen=True, eq=False)
+class ExportView:
+    """One export: which heads, which numbers and how they are coloured."""
+    model: str
+    text: str
+    tokens: list[str]
+    labels: list[str]  # readable token strings for axes
+    ids: list[int]
+    scope: str  # "head" | "layer" | "all"
+    layer: int  # the focus layer (head scope) or the current layer
+    head: int | None  # the focus head (head scope), else None
+    layers: list[int]  # layers of the exported panels, one row each
+    heads: list[int]  # heads of the exported panels, the same in every row
+    patterns: np.ndarray  # [n_layers, n_heads, T, n_k] float32; n_k = T - 1 when hide_first
+    key_pos: list[int]  # [n_k] original position of each key column
+    kv_group: list[int]  # [n_head] KV head each query head reads
+    colormap: str
+    scale_mode: str
+    hide_first: bool
+    levels: np.ndarray  # [n_layers, n_heads, 2] (low, high) per panel
+    checkpoint: dict | None = None  # {index, step, of}: the training checkpoint shown, if any
+    value_weighted: bool = False  # patterns are a_qk * ||v_k W_O(h)||, rows renormalised (Kobayashi et al.)
+
+    @property
+    def n_query(self) -> int:
+        return self.patterns.shape[2]
+
+    @property
+    def grouped(self) -> bool:
+        """True under grouped-query or multi-query attention (fewer KV heads than query heads)."""
+        return len(set(self.kv_group)) < len(self.kv_group)
+
+    def selected(self) -> np.ndarray:
+        """The exported array: head [T, n_k], layer [n_head, T, n_k], all [n_layer, n_head, T, n_k]."""
+        if self.scope == "head":
+            return self.patterns[0, 0]
+        if self.scope == "layer":
+            return self.patterns[0]
+        return self.patterns
+
+    def title(self) -> str:
+        if self.scope == "head":
+            where = head_title(self.layer, self.head)
+        elif self.scope == "layer":
+            where = f"layer {self.layer}, all {len(self.heads)} heads"
+        else:
+            where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
+        step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
+        weighted = " \u00b7 value-weighted" if self.value_weighted else ""
+        return f"{self.model}{step} \u00b7 {where}{weighted}"

@@ -1,0 +1,300 @@
+"""The Patching view (engine/analysing/patching.py's effects) as a figure: one map of the effect in a
+diverging colour map symmetric about 0 (blue below, white at 0, red above; patching can also push
+the answer away), with its colour bar, and the metric above it. QPainter only: the window's
+Patching tab paints it and an export writes the same picture (PNG or SVG with a JSON sidecar) or
+its numbers (JSON with `attnviz patch --json`'s keys, or the map as CSV).
+
+The map, by `what`:
+    resid, mlp_out    rows layers, columns positions (the clean tokens)
+    head_out,
+    head_pattern      rows layers, columns heads in the grid's order (a gap between KV groups)
+    head_out_by_pos   one layer: rows positions (the clean tokens), columns heads
+Cells not measured (NaN) are grey.
+
+    patch_view(...) -> PatchView;  layout(view, width, height=None) -> PatchLayout
+    paint(p, view, lay);  hit(view, lay, x, y) -> (row, col) | None;  readout(view, row, col)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
+
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.compare import paint_colour_bar
+from attnviz.figures.data import ExportError
+from attnviz.figures.headmap import colour
+from attnviz.figures.render import TEXT, encode_png, figure_font, render_svg, render_with
+from attnviz.figures.style import FOCUS, axis_label
+
+NAN_CELL = QColor("#c8c8c8")  # a cell not measured
+HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
+BAR_W = 80.0  # the colour bar and its labels
+
+
+@dataclass(frozen=True)
+class PatchView:
+    """What the tab shows of one patching result."""
+    model: str
+    what: str
+    direction: str
+    effect: np.ndarray  # float64, the engine's shape (patching.effect_shape)
+    tokens_clean: tuple
+    tokens_corrupt: tuple
+    position: int
+    target: int
+    alt: int
+    target_text: str
+    alt_text: str
+    diff_clean: float
+    diff_corrupt: float
+    layer: int | None = None  # head_out_by_pos: the layer shown
+    kv_group: np.ndarray | None = None  # [n_head]
+    focus: tuple | None = None  # (layer, head) outlined
+    text: str = ""  # the clean text and the corrupted one (the sidecar restores them)
+    corrupt: str = ""
+    display: tuple = ()  # (key, value) of the window's view the sidecar records (layer, colormap...)
+    labels_clean: tuple = ()  # readable labels of the tokens (the grid's); () : the tokens
+    labels_corrupt: tuple = ()
+
+    def label(self, t: int, corrupt: bool = False) -> str:
+        labels = (self.labels_corrupt or self.tokens_corrupt) if corrupt else (self.labels_clean or self.tokens_clean)
+        return labels[t]
+
+    @property
+    def values(self) -> np.ndarray:
+        """The map shown [rows, cols]."""
+        return self.effect[self.layer] if self.what == "head_out_by_pos" else self.effect
+
+    @property
+    def limit(self) -> float:
+        v = np.abs(self.values[np.isfinite(self.values)])
+        lim = float(v.max(initial=0.0))
+        return lim if lim > 0 else 1.0
+
+    def row_labels(self) -> list[str]:
+        n = self.values.shape[0]
+        if self.what == "head_out_by_pos":
+            return [f"{t} {axis_label(self.label(t))}" for t in range(n)]
+        return [f"L{l}" for l in range(n)]
+
+    def col_labels(self) -> list[str]:
+        n = self.values.shape[1]
+        if self.what in HEAD_WHATS:
+            return [f"H{h}" for h in range(n)]
+        return [axis_label(self.label(t)) for t in range(n)]
+
+    def head_of(self, row: int, col: int) -> tuple[int, int] | None:
+        """The (layer, head) of a cell, where the columns are heads."""
+        if self.what == "head_out_by_pos":
+            return (int(self.layer), col)
+        return (row, col) if self.what in HEAD_WHATS else None
+
+    def title(self) -> str:
+        scope = f" of L{self.layer}" if self.what == "head_out_by_pos" else ""
+        return f"Patching {self.what}{scope} ({self.direction}), {self.model}"
+
+    def metric_line(self) -> str:
+        return (f"at {self.position} {self.label(self.position)!r}: diff = logit({self.target_text!r}) "
+                f"\u2212 logit({self.alt_text!r}); clean {self.diff_clean:+.4f}, corrupted "
+                f"{self.diff_corrupt:+.4f}; effect 1 = clean answer back, 0 = unchanged")
+
+
+def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
+               alt_text: str, layer: int | None = None, kv_group=None, focus=None, text: str = "",
+               corrupt: str = "", display: dict | None = None, labels=((), ())) -> PatchView:
+    m = result.metric
+    return PatchView(model_name, result.what, result.direction, np.asarray(result.effect, np.float64),
+                     tuple(tokens_clean), tuple(tokens_corrupt), m.position, m.target, m.alt,
+                     target_text, alt_text, m.diff_clean, m.diff_corrupt,
+                     layer if result.what == "head_out_by_pos" else None,
+                     None if kv_group is None else np.asarray(kv_group), focus, text, corrupt,
+                     tuple((display or {}).items()), tuple(labels[0]), tuple(labels[1]))
+
+
+@dataclass
+class PatchLayout:
+    width: int
+    height: int
+    cell_w: float
+    cell_h: float
+    xs: np.ndarray  # [cols] left edge of each column
+    ys: np.ndarray  # [rows] top of each row
+    top: float  # the title and column labels end here
+    left: float
+    bar: QRectF = field(default_factory=QRectF)
+
+
+def _fm(size=10) -> QFontMetricsF:
+    return QFontMetricsF(figure_font(size))
+
+
+def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayout:
+    """Every cell placed in a picture `width` wide (and `height` high when given, else as high as
+    the rows need)."""
+    rows, cols = view.values.shape
+    fm = _fm(9)
+    left = max(fm.horizontalAdvance(s) for s in view.row_labels()) + 8
+    heads = view.what in HEAD_WHATS
+    col_h = fm.height() + 4 if heads else max(fm.horizontalAdvance(s) for s in view.col_labels()) + 8
+    top = _fm(11).height() * 2 + 8 + col_h
+    groups = (np.asarray(view.kv_group) if heads and view.kv_group is not None and len(view.kv_group) == cols
+              else np.zeros(cols, np.int64))
+    n_gaps = int(np.count_nonzero(groups[1:] != groups[:-1])) if cols > 1 else 0
+    cell_w = max(3.0, (width - left - BAR_W - 10) / max(cols + 0.4 * n_gaps, 1))
+    if height is None:
+        cell_h = min(max(cell_w, 10.0), 28.0)
+        height = int(top + rows * cell_h + 30)
+    else:
+        cell_h = max(2.0, (height - top - 10) / max(rows, 1))
+    if heads and height is not None:  # square head cells
+        cell_w = cell_h = min(cell_w, cell_h)
+    x, xs = left, []
+    for c in range(cols):
+        if c and groups[c] != groups[c - 1]:
+            x += 0.4 * cell_w
+        xs.append(x)
+        x += cell_w
+    ys = top + np.arange(rows) * cell_h
+    bar = QRectF(x + 12, top, 14, max(40.0, min(rows * cell_h, height - top - 30)))
+    return PatchLayout(int(width), int(height), cell_w, cell_h, np.asarray(xs), ys, top, left, bar)
+
+
+def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -> None:
+    vals, lim = view.values, view.limit
+    rows, cols = vals.shape
+    p.setPen(text)
+    p.setFont(figure_font(11, bold=True))
+    lh = _fm(11).height()
+    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, view.title())
+    p.setFont(figure_font(9))
+    p.drawText(QRectF(4, 4 + lh, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, view.metric_line())
+    p.setPen(Qt.PenStyle.NoPen)
+    for r in range(rows):
+        for c in range(cols):
+            v = float(vals[r, c])
+            p.fillRect(QRectF(lay.xs[c], lay.ys[r], lay.cell_w, lay.cell_h),
+                       colour(v, lim) if np.isfinite(v) else NAN_CELL)
+    p.setPen(text)
+    fm = _fm(9)
+    step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
+    for r, lab in enumerate(view.row_labels()):
+        if r % step == 0:
+            p.drawText(QRectF(0, lay.ys[r], lay.left - 4, lay.cell_h),
+                       Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, lab)
+    labels = view.col_labels()
+    if view.what in HEAD_WHATS:
+        hstep = max(1, int(np.ceil(fm.horizontalAdvance("H00") / max(lay.cell_w, 1))))
+        for c in range(0, cols, hstep):
+            p.drawText(QRectF(lay.xs[c] - lay.cell_w, lay.top - fm.height() - 2, 3 * lay.cell_w, fm.height()),
+                       Qt.AlignmentFlag.AlignHCenter, labels[c])
+    else:  # tokens upright along the columns
+        cstep = max(1, int(np.ceil(fm.height() / max(lay.cell_w, 1))))
+        for c in range(0, cols, cstep):
+            p.save()
+            p.translate(lay.xs[c] + lay.cell_w / 2 + fm.ascent() / 2 - 1, lay.top - 4)
+            p.rotate(-90)
+            p.drawText(0, 0, labels[c])
+            p.restore()
+    if view.focus is not None:
+        cell = _focus_cell(view)
+        if cell is not None:
+            r, c = cell
+            p.setPen(QPen(QColor(FOCUS), 2))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRect(QRectF(lay.xs[c] - 1, lay.ys[r] - 1, lay.cell_w + 2, lay.cell_h + 2))
+    paint_colour_bar(p, lay.bar, lim, "effect", text)
+
+
+def _focus_cell(view: PatchView):
+    l, h = view.focus
+    rows, cols = view.values.shape
+    if view.what in ("head_out", "head_pattern") and 0 <= l < rows and 0 <= h < cols:
+        return l, h
+    return None
+
+
+def hit(view: PatchView, lay: PatchLayout, x: float, y: float):
+    """The (row, col) under (x, y), or None."""
+    rows, _ = view.values.shape
+    r = int(np.floor((y - lay.top) / lay.cell_h)) if y >= lay.top else -1
+    c = np.flatnonzero((x >= lay.xs) & (x < lay.xs + lay.cell_w))
+    return (r, int(c[0])) if 0 <= r < rows and c.size else None
+
+
+def cell_center(lay: PatchLayout, row: int, col: int) -> tuple[float, float]:
+    return float(lay.xs[col] + lay.cell_w / 2), float(lay.ys[row] + lay.cell_h / 2)
+
+
+def where(view: PatchView, row: int, col: int) -> str:
+    """A cell's place, as `attnviz patch` names it: "L3 H1", "L3 at 5 ' John'/' Mary'"."""
+    def at(t):
+        a, b = view.label(t), view.label(t, corrupt=True)
+        return f"at {t} {a!r}" + (f"/{b!r}" if a != b else "")
+    if view.what in ("head_out", "head_pattern"):
+        return head_title(row, col)
+    if view.what == "head_out_by_pos":
+        return f"{head_title(view.layer, col)} {at(row)}"
+    return f"{'MLP ' if view.what == 'mlp_out' else ''}L{row} {at(col)}"
+
+
+def readout(view: PatchView, row: int, col: int) -> str:
+    v = float(view.values[row, col])
+    return f"{where(view, row, col)}: effect {v:+.4f}" if np.isfinite(v) else f"{where(view, row, col)}: not run"
+
+
+# ---------------------------------------------------------------- the file
+def numbers(view: PatchView) -> dict:
+    """`attnviz patch --json`'s keys (JSON null for a cell not run)."""
+    eff = np.where(np.isfinite(view.effect), view.effect, np.nan)
+    return {"model": view.model, "tokens_clean": list(view.tokens_clean),
+            "tokens_corrupt": list(view.tokens_corrupt), "position": view.position,
+            "target": view.target, "alt": view.alt, "diff_clean": view.diff_clean,
+            "diff_corrupt": view.diff_corrupt, "direction": view.direction, "what": view.what,
+            "patch_layer": view.layer,
+            "effect": json.loads(json.dumps(eff.tolist()).replace("NaN", "null"))}
+
+
+def number_bytes(view: PatchView, fmt: str) -> bytes:
+    if fmt == "json":
+        return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
+    if fmt == "csv":
+        vals = view.values
+        lines = [",".join(["row", *(f'"{s}"' for s in view.col_labels())])]
+        lines += [",".join([f'"{lab}"', *(repr(float(v)) for v in vals[r])])
+                  for r, lab in enumerate(view.row_labels())]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    raise ExportError(f"the Patching view exports as .png, .svg, .json or .csv, not .{fmt}")
+
+
+def _paper_paint(p: QPainter, view: PatchView, lay: PatchLayout) -> None:
+    p.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+    paint(p, view, lay)
+
+
+def png_bytes(view: PatchView, width: int):
+    image, lay = render_with(layout, _paper_paint, view, width)
+    return encode_png(image), lay
+
+
+def svg_bytes(view: PatchView, width: int):
+    lay = layout(view, width)
+    return render_svg(lay.width, lay.height, view.title(), "attnviz patching",
+                      lambda painter: _paper_paint(painter, view, lay)), lay
+
+
+def sidecar(view: PatchView, image_path, lay: PatchLayout) -> dict:
+    """The image's sidecar: an attnviz view file (File > Open view restores the clean text, the
+    corrupted one and what was patched) with the numbers."""
+    import attnviz
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+
+    return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+            "view": "patching", "image": Path(image_path).name, "width": lay.width,
+            "height": lay.height, "scope": "layer", **dict(view.display), "text": view.text,
+            "tokens": list(view.tokens_clean), "corrupt": view.corrupt, **numbers(view)}

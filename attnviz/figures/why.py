@@ -1,0 +1,243 @@
+"""Why here?: one cell's QK attribution (engine/analysing/qk.py) as bar lists: the largest query ×
+key component pairs with their share of the score, then the query-side and the key-side totals.
+Each list ends with a row for everything it leaves out, so its shares add up to the whole score.
+QPainter only, no widgets: the window's Why here? panel paints it, and an export writes the same
+picture (PNG or SVG with a JSON sidecar) or its numbers (JSON with the `qk-attribution` keys, CSV).
+
+    why_view(attribution, model=..., result=...) -> WhyView
+    sections(view) -> [Section]               # what the lists hold
+    layout(view, width) -> WhyLayout          # every row's rectangle, text and heads
+    paint(p, view, lay); png_bytes / svg_bytes(view, width); number_bytes(view, fmt); sidecar(...)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from PySide6.QtCore import QRectF, Qt
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
+
+from attnviz.engine.analysing.qk import QKAttribution
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.data import ExportError
+from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font, render_svg, render_with
+
+PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
+POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
+HIGHLIGHT = QColor(255, 200, 0, 90)  # the row under the mouse
+HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+NUMBER_FORMATS = ("json", "csv")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: float  # its part of the score
+    share: float | None  # value / score (None when the score is 0)
+    components: tuple[str, ...]  # the component names it is made of (() for the rest)
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    rows: tuple[Row, ...]
+
+
+@dataclass(frozen=True)
+class WhyView:
+    model: str
+    text: str
+    tokens: list  # the tokens' labels
+    ids: list
+    attribution: QKAttribution
+    display: dict | None = None  # the window's heatmap options, for the sidecar (effects.DISPLAY's keys)
+
+    def title(self) -> str:
+        a = self.attribution
+        return (f"Why {head_title(a.layer, a.head)} attends from {self.tokens[a.query]!r} ({a.query}) "
+                f"to {self.tokens[a.key]!r} ({a.key})")
+
+    def subtitle(self) -> str:
+        return (f"score {self.attribution.score:+.4f} (before the softmax); parts add to "
+                f"{self.attribution.total():+.4f} · {self.model}")
+
+
+def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None) -> WhyView:
+    if attribution is None or result is None:
+        raise ExportError("no Why here? cell yet: click a cell of the focused head")
+    return WhyView(model, result.text, list(result.labels), [int(i) for i in result.input_ids],
+                   attribution, display)
+
+
+def heads_of(components) -> tuple[tuple[int, int], ...]:
+    """The heads among component names (e.g. L3H1) as (layer, head)."""
+    out = []
+    for name in components:
+        m = HEAD_NAME.match(name)
+        if m:
+            out.append((int(m.group(1)), int(m.group(2))))
+    return tuple(dict.fromkeys(out))
+
+
+def _share(value: float, total: float) -> float | None:
+    return value / total if total != 0 else None
+
+
+def _rest(rows: list[Row], total: float, n_all: int, what: str) -> Row:
+    """Everything a list leaves out, so that the list adds up to the score."""
+    rest = total - sum(r.value for r in rows)
+    return Row(f"the other {n_all - len(rows)} {what}", rest, _share(rest, total), ())
+
+
+def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Section]:
+    """The three lists; every one's values (and shares) add up to the score."""
+    a = view.attribution
+    total = a.total()
+    names = a.components
+    top = [Row(f"{q} · {k}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
+    out = [Section("Largest pairs: query-side component · key-side component",
+                   tuple(top + [_rest(top, total, a.table.size, "pairs")]))]
+    for title, values in (("Query side: each part at the query, times the whole key", a.query_side),
+                          ("Key side: each part at the key, times the whole query", a.key_side)):
+        order = sorted(range(len(names)), key=lambda i: -abs(float(values[i])))[:side]
+        rows = [Row(names[i], float(values[i]), _share(float(values[i]), total), (names[i],))
+                for i in order]
+        out.append(Section(title, tuple(rows + [_rest(rows, total, len(names), "components")])))
+    return out
+
+
+def row_text(row: Row) -> str:
+    share = "" if row.share is None else f"  {100 * row.share:+.1f}%"
+    return f"{row.label}  {row.value:+.4f}{share}"
+
+
+@dataclass
+class RowBox:
+    rect: QRectF
+    text: str  # what the row reads: label, value, share
+    row: Row
+
+
+@dataclass
+class WhyLayout:
+    width: int
+    height: int
+    scale: float
+    rows: list = field(default_factory=list)  # [RowBox]
+    headers: list = field(default_factory=list)  # [(QRectF, title)]
+    label_w: float = 0.0
+    limit: float = 1.0  # |value| a full bar stands for
+
+
+def layout(view: WhyView, width: int) -> WhyLayout:
+    s = max(0.5, width / 520.0)
+    row_h, head_h = 19 * s, 24 * s
+    secs = sections(view)
+    fm = QFontMetricsF(figure_font(12 * s))
+    label_w = min(width * 0.45, max(fm.horizontalAdvance(r.label) for sec in secs for r in sec.rows) + 12 * s)
+    lay = WhyLayout(width, 0, s, label_w=label_w)
+    lay.limit = max((abs(r.value) for sec in secs for r in sec.rows), default=0.0) or 1.0
+    y = 50 * s
+    for sec in secs:
+        lay.headers.append((QRectF(8 * s, y, width - 16 * s, head_h), sec.title))
+        y += head_h
+        for r in sec.rows:
+            lay.rows.append(RowBox(QRectF(0, y, width, row_h), row_text(r), r))
+            y += row_h
+        y += 6 * s
+    lay.height = int(y + 8 * s)
+    return lay
+
+
+def row_at(lay: WhyLayout, y: float) -> RowBox | None:
+    for box in lay.rows:
+        if box.rect.top() <= y < box.rect.bottom():
+            return box
+    return None
+
+
+def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = None) -> None:
+    s = lay.scale
+    p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    p.fillRect(QRectF(0, 0, lay.width, lay.height), QColor("white"))
+    p.setPen(TEXT)
+    p.setFont(figure_font(13 * s, bold=True))
+    left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
+    p.drawText(QRectF(8 * s, 4 * s, lay.width - 16 * s, 22 * s), left, view.title())
+    p.setFont(figure_font(11 * s))
+    p.setPen(MUTED)
+    p.drawText(QRectF(8 * s, 26 * s, lay.width - 16 * s, 20 * s), left, view.subtitle())
+    p.setFont(figure_font(11.5 * s, bold=True))
+    for rect, title in lay.headers:
+        p.setPen(TEXT)
+        p.drawText(rect, left, title)
+    text_w = 120 * s  # value and share, right of the bars
+    x0 = lay.label_w + 8 * s
+    bar_w = max(20 * s, lay.width - x0 - text_w - 8 * s)
+    mid = x0 + bar_w / 2
+    p.setFont(figure_font(12 * s))
+    for box in lay.rows:
+        r, rect = box.row, box.rect
+        if hover is not None and box.rect == hover.rect:
+            p.fillRect(rect, HIGHLIGHT)
+        p.setPen(TEXT if r.components else MUTED)
+        p.drawText(QRectF(8 * s, rect.top(), lay.label_w - 8 * s, rect.height()), left, r.label)
+        w = bar_w / 2 * min(1.0, abs(r.value) / lay.limit)
+        bar = QRectF(mid if r.value >= 0 else mid - w, rect.top() + 3 * s, w, rect.height() - 6 * s)
+        p.fillRect(bar, (POSITIVE if r.value >= 0 else NEGATIVE) if r.components else MUTED)
+        pen = QPen(FRAME)
+        pen.setCosmetic(True)
+        p.setPen(pen)
+        p.drawLine(int(mid), int(rect.top()), int(mid), int(rect.bottom()))
+        p.setPen(TEXT)
+        share = "" if r.share is None else f"{100 * r.share:+.1f}%"
+        p.drawText(QRectF(x0 + bar_w + 6 * s, rect.top(), text_w, rect.height()), left,
+                   f"{r.value:+.3f}  {share}")
+
+
+def png_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
+    image, lay = render_with(layout, paint, view, width)
+    return encode_png(image), lay
+
+
+def svg_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
+    lay = layout(view, width)
+    return render_svg(lay.width, lay.height, view.title(), f"attnviz why here: {view.text}",
+                      lambda painter: paint(painter, view, lay)), lay
+
+
+def numbers(view: WhyView) -> dict:
+    """What `attnviz qk-attribution --json` prints for this cell."""
+    a = view.attribution
+    return {"model": view.model, "tokens": view.tokens, "input_ids": view.ids, "layer": a.layer,
+            "head": a.head, "query": a.query, "key": a.key, "score": a.score,
+            "components": list(a.components), "table": a.table.tolist(),
+            "query_side": a.query_side.tolist(), "key_side": a.key_side.tolist(), "bias": a.bias,
+            "top": [{"query": q, "key": k, "value": v} for q, k, v in a.top()]}
+
+
+def number_bytes(view: WhyView, fmt: str) -> bytes:
+    if fmt == "json":
+        return (json.dumps(numbers(view), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+    if fmt == "csv":  # the table: one row per query-side component, one column per key-side one
+        a = view.attribution
+        lines = [",".join(["query \\ key", *a.components])]
+        lines += [",".join([name, *(repr(float(v)) for v in row)])
+                  for name, row in zip(a.components, a.table)]
+        return ("\n".join(lines) + "\n").encode("utf-8")
+    raise ExportError(f"the Why here? view exports as .png, .svg, .json or .csv, not .{fmt}")
+
+
+def sidecar(view: WhyView, image_path, lay: WhyLayout) -> dict:
+    """File -> Open view restores the text and focuses the head; the numbers are in it too."""
+    import attnviz
+    from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
+    from attnviz.figures.effects import DISPLAY
+
+    return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
+            "view": "why", "image": Path(image_path).name, "width": lay.width, "height": lay.height,
+            "text": view.text, "labels": view.tokens, **DISPLAY, **(view.display or {}),
+            "scope": "head", **numbers(view)}

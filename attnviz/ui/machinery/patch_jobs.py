@@ -1,0 +1,230 @@
+"""Patching: the runs behind the Patching tab (ui/panels/patching_panel.py; the engine is
+engine/analysing/patching.py).
+
+Run checks the two texts on the main thread (tokenising is quick): texts of different lengths are
+refused in one line and the two token lists kept aligned for the tab, and nothing runs. Otherwise a
+'patching' job runs on a thread of its own (THREAD: a patching run takes minutes on a large model,
+and the pool's one thread must stay free for typing), reporting progress; Run again or Cancel
+makes it stale, and it stops before its next batch (newest wins). The clean and corrupted
+predictions and their diff come as soon as the two runs are made, before the patched runs."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from PySide6.QtCore import QObject, Signal
+
+from attnviz.engine.errors import Cancelled, InputError
+from attnviz.ui.machinery.runner import THREAD, describe_error
+
+log = logging.getLogger(__name__)
+
+PATCH_KIND = "patching"
+SEP = "\u2502"  # between the columns of the aligned token lists
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What one Run asks, checked: both sides' ids and tokens, what to patch, the metric's tokens."""
+    model: object
+    clean: str
+    corrupt: str
+    ids_clean: np.ndarray
+    tokens_clean: tuple
+    ids_corrupt: np.ndarray
+    tokens_corrupt: tuple
+    what: str
+    layer: int
+    direction: str
+    target: int | None
+    alt: int | None
+    labels_clean: tuple  # the tokens' readable labels (the grid's)
+    labels_corrupt: tuple
+
+
+@dataclass(frozen=True)
+class Sides:
+    """The clean and corrupted runs' predictions at P and the metric (before any patched run)."""
+    metric: object  # patching.Metric
+    top_clean: str  # the top-1 next token's text at P
+    top_corrupt: str
+    target_text: str
+    alt_text: str
+    attentions_clean: np.ndarray  # [n_layer, n_head, T, T]
+    attentions_corrupt: np.ndarray
+
+
+def alignment(tokens_a, tokens_b, labels=("clean", "corrupted")) -> str:
+    """Two token lists one above the other, each column as wide as its wider token, with a ^ under
+    every position where they differ (and where one list has run out); columns part at │ (tokens
+    such as <|endoftext|> hold a |)."""
+    n = max(len(tokens_a), len(tokens_b))
+    a = [repr(t)[1:-1] for t in tokens_a] + [""] * (n - len(tokens_a))
+    b = [repr(t)[1:-1] for t in tokens_b] + [""] * (n - len(tokens_b))
+    w = [max(len(x), len(y), 1) for x, y in zip(a, b)]
+    pad = max(len(s) for s in labels) + 1
+    row = lambda name, xs: name.ljust(pad) + SEP.join(x.ljust(k) for x, k in zip(xs, w))  # noqa: E731
+    marks = " " * pad + " ".join(("^" if (i >= len(tokens_a) or i >= len(tokens_b) or tokens_a[i] != tokens_b[i])
+                                  else " ") * k for i, k in enumerate(w))
+    return "\n".join([row(labels[0], a), row(labels[1], b), marks.rstrip()])
+
+
+def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str,
+          target_text: str, alt_text: str) -> Ask:
+    """Ask, or InputError in one line (a LengthError carries the alignment)."""
+    from attnviz.engine.analysing.patching import WHATS, check_ids, check_model
+    from attnviz.engine.analysing.predict import vocab_token
+
+    if what not in WHATS:
+        raise InputError(f"what {what!r}: expected one of {', '.join(WHATS)}")
+    check_model(model)
+    sides = []
+    for label, text in (("clean", clean), ("corrupted", corrupt)):
+        try:
+            ids, tokens, _notice = model.encode(text)
+        except InputError as exc:
+            raise InputError(f"the {label} text: {exc}") from None
+        sides.append((ids, tuple(tokens), tuple(readable(model, ids, tokens))))
+    (ic, tc, lc), (id_, td, ld) = sides
+    try:
+        check_ids(ic, id_)
+    except InputError as exc:
+        raise LengthError(str(exc), alignment(lc, ld) if len(ic) and len(id_) else "") from None
+    target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
+    alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
+    if not 0 <= layer < model.config.n_layer:
+        raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
+    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, target, alt, lc, ld)
+
+
+def readable(model, ids, tokens) -> list[str]:
+    """The tokens' labels as the grid shows them (a space as ·), the tokens themselves without a
+    tokenizer."""
+    if model.tokenizer is None:
+        return list(tokens)
+    return list(model.tokenizer.labels_for_ids([int(i) for i in ids])[1])
+
+
+class LengthError(InputError):
+    """Two texts of different lengths, with their tokens aligned (PatchJobs.alignment)."""
+
+    def __init__(self, message: str, aligned: str):
+        super().__init__(message)
+        self.aligned = aligned
+
+
+class PatchJobs(QObject):
+    """The Patching session: the newest run's sides, progress and result, or why there is none."""
+    sigChanged = Signal()  # a new result, sides, note, running
+    sigProgress = Signal(int, int)  # patched runs done, in all
+    _sigProgress = Signal(int, int, int)  # job id, done, total (from the job's thread)
+    _sigSides = Signal(int, object)  # job id, Sides (from the job's thread)
+
+    def __init__(self, state, worker, parent: QObject | None = None):
+        super().__init__(parent)
+        self.state, self.worker = state, worker
+        self.ask: Ask | None = None
+        self.sides: Sides | None = None
+        self.result = None  # patching.Patching of self.ask
+        self.note = ""
+        self.aligned = ""  # the two token lists aligned, when their lengths differ
+        self.running = False
+        self.progress = (0, 0)
+        self._job_id = None
+        self._sigProgress.connect(self._on_progress)
+        self._sigSides.connect(self._on_sides)
+        state.sigModelChanged.connect(lambda _m: self.cancel(clear=True))
+
+    def run(self, clean: str, corrupt: str, what: str, layer: int = 0, direction: str = "denoise",
+            target_text: str = "", alt_text: str = "") -> bool:
+        """Check and start a patching run (the one before it stops); False with a note if refused."""
+        from attnviz.engine.analysing import patching as PT
+        from attnviz.engine.analysing.pair import texts_pair
+        from attnviz.engine.computing.model import token_text
+
+        model = self.state.model
+        self.cancel()
+        self.aligned = ""
+        if model is None:
+            self.note = "Load a model first"
+            self.sigChanged.emit()
+            return False
+        try:
+            ask = check(model, clean, corrupt, what, layer, direction, target_text, alt_text)
+        except InputError as exc:
+            self.note = str(exc)
+            self.aligned = getattr(exc, "aligned", "")
+            self.sigChanged.emit()
+            return False
+        self.ask, self.sides, self.result, self.note = ask, None, None, ""
+        job_id = self._job_id = self.worker.claim(PATCH_KIND)
+
+        def stale():
+            return self._job_id != job_id
+
+        def progress(done, total):  # (on the job's thread)
+            self._sigProgress.emit(job_id, done, total)
+
+        def work():
+            head = PT.check_model(model)
+            pair = texts_pair(model, ask.ids_clean, ask.ids_corrupt, PT.source_trace)
+            m = PT.metric_of(model, head, pair, None, ask.target, ask.alt)
+            q = m.position
+            from attnviz.engine.computing.logits import vocab_logits
+
+            logits = vocab_logits(head, np.stack([pair.a.trace.resid[-1][q], pair.b.trace.resid[-1][q]]))
+            self._sigSides.emit(job_id, Sides(
+                m, token_text(model, int(np.argmax(logits[0]))), token_text(model, int(np.argmax(logits[1]))),
+                token_text(model, m.target), token_text(model, m.alt),
+                pair.a.trace.attentions, pair.b.trace.attentions))
+            layers = [ask.layer] if ask.what == "head_out_by_pos" else None
+            try:
+                return PT.patch(model, ask.ids_clean, ask.ids_corrupt, ask.what, None, m.target, m.alt,
+                                ask.direction, progress=progress, cancelled=stale, layers=layers, pair=pair)
+            except Cancelled:
+                return None
+
+        self.running, self.progress = True, (0, 0)
+        self.sigChanged.emit()
+        self.worker.submit(PATCH_KIND, work, self._on_done, (ask, job_id), THREAD, job_id=job_id)
+        return True
+
+    def cancel(self, clear: bool = False) -> None:
+        """Stop the run under way (it stops before its next batch); `clear` forgets the result too."""
+        was = self.running
+        if self._job_id is not None:
+            self._job_id = None
+            self.worker.cancel(PATCH_KIND)
+        self.running = False
+        if clear:
+            self.ask = self.sides = self.result = None
+            self.note = self.aligned = ""
+        if was:
+            self.note = self.note or "Cancelled"
+        if was or clear:
+            self.sigChanged.emit()
+
+    def _on_progress(self, job_id: int, done: int, total: int) -> None:
+        if job_id == self._job_id:
+            self.progress = (done, total)
+            self.sigProgress.emit(done, total)
+
+    def _on_sides(self, job_id: int, sides) -> None:
+        if job_id == self._job_id:
+            self.sides = sides
+            self.sigChanged.emit()
+
+    def _on_done(self, request, value, error) -> None:
+        ask, job_id = request
+        if job_id != self._job_id or ask.model is not self.state.model:
+            return
+        self.running, self._job_id = False, None
+        if error is not None:
+            self.note = f"Patching failed: {describe_error(error)}"
+            if not isinstance(error, InputError):
+                log.warning("patching failed: %s", self.note)
+        elif value is not None:
+            self.result = value
+        self.sigChanged.emit()

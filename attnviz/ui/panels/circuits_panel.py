@@ -1,0 +1,142 @@
+"""The Circuits tab: the model's weight-space circuit scores (engine/analysing/circuits.py),
+computed once per model in the background (ui/machinery/why_jobs.py) with progress. It shows the
+OV copying map (layers x heads, in the grid's head order; click a head to focus it), the focused
+head's top Q-, K- and V-composition partners among earlier heads with their role badges, and what
+the focused head writes when it attends to the token picked in the token strip."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QLabel, QProgressBar, QPushButton, QVBoxLayout, QWidget,
+)
+
+from attnviz.figures import circuits as fig
+from attnviz.ui.panels.dla_view import HeadMapView
+
+
+class CircuitsPanel(QWidget):
+    def __init__(self, state, jobs, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state, self.jobs = state, jobs
+        self.shown = False
+        self.note = QLabel(fig.ROPE_NOTE)
+        self.note.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setFormat("Circuit scores: %v of %m steps")
+        self.progress.hide()
+        self.map_view = HeadMapView(state, "The copying map appears here once the scores are computed.")
+        self.map_view.setToolTip("OV copying score of each head (1: it copies the token it attends "
+                                 "to). Hover: the number; click: focus the head")
+        self.partners = QLabel()
+        self.partners.setWordWrap(True)
+        self.partners.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.ov = QLabel()
+        self.ov.setWordWrap(True)
+        self.ov.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.export_button = QPushButton("Export\u2026")
+        self.export_button.setToolTip("The tab as PNG or SVG (with a JSON sidecar); the scores as "
+                                      "JSON (attnviz circuits' keys) or the copying map as CSV")
+        self.export_button.clicked.connect(self.export_dialog)
+        top = QHBoxLayout()
+        top.addWidget(self.note, 1)
+        top.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(top)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.map_view, 1)
+        lay.addWidget(self.partners)
+        lay.addWidget(self.ov)
+        jobs.sigChanged.connect(self.refresh)
+        jobs.sigProgress.connect(self._on_progress)
+        jobs.sigOvChanged.connect(self._draw_lines)
+        state.sigFocusChanged.connect(self._draw_lines)  # the focused head's partners
+        state.sigFocusChanged.connect(self._on_pick)
+        state.sigQueryChanged.connect(self._on_pick)
+        state.sigResultChanged.connect(self._on_pick)
+        state.sigHeadLabelsChanged.connect(self._draw_lines)
+        state.sigModelChanged.connect(lambda _m: self.shown and self.jobs.request())
+        self.refresh()
+
+    def set_shown(self, shown: bool) -> None:
+        self.shown = bool(shown)
+        if self.shown:
+            self.jobs.request()  # (once per model: held after the first time)
+            self._on_pick()
+
+    def view(self) -> fig.CircuitsView | None:
+        st, c = self.state, self.jobs.circuits
+        if c is None:
+            return None
+        kv = st.model.kv_group if st.model is not None else None
+        return fig.circuits_view(c, model=st.model_name, kv_group=kv, focus=st.focus,
+                                 badge=st.badge, ov=self.jobs.ov)
+
+    def refresh(self) -> None:
+        j = self.jobs
+        self.progress.setVisible(j.running)
+        if j.running and self.progress.maximum() == 0:
+            self.progress.setRange(0, 0)  # busy until the first step reports
+        v = self.view()
+        self.note.setText(j.note or fig.ROPE_NOTE)
+        self.map_view.set_map(None if v is None else fig.copying_map(v))
+        if v is not None and v.copying is None:
+            self.map_view.empty_text = f"No copying map: {v.no_copying}"
+        self.export_button.setEnabled(v is not None)
+        self._draw_lines()
+        self._on_pick()
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+
+    def _on_pick(self, *_) -> None:
+        """The focused head and the token picked in the strip: what that head writes for it."""
+        st = self.state
+        if not self.shown or st.focus is None or st.query_pos is None or st.result is None:
+            return
+        q = st.query_pos
+        if q >= len(st.result.input_ids):
+            return
+        tid = int(st.result.input_ids[q])
+        ov = self.jobs.ov
+        if ov is not None and ov[:3] == (*st.focus, tid):
+            return
+        self.jobs.request_ov(*st.focus, tid, st.result.labels[q])
+
+    def _draw_lines(self, *_) -> None:
+        v = self.view()
+        if v is None:
+            self.partners.setText("")
+            self.ov.setText("")
+            return
+        lines = v.lines()
+        ov_line = lines.pop() if v.ov is not None else (
+            self.jobs.ov_note or "Pick a token in the strip (click it) to see what the focused head "
+                                 "writes when it attends to that token.")
+        self.partners.setText("\n".join(lines))
+        self.ov.setText(ov_line)
+
+    def export_dialog(self) -> None:
+        from attnviz.ui.export import export_folder
+
+        stem = f"{(self.state.model_name or 'model').replace('/', '_')}_circuits"
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export Circuits", str(export_folder() / f"{stem}.png"),
+            "PNG image (*.png);;SVG vector image (*.svg);;JSON (*.json);;CSV table (*.csv)")
+        if path:
+            self.export_to(path)
+
+    def export_to(self, path: str, width: int = 1200) -> list:
+        from attnviz.figures.data import ExportError
+        from attnviz.figures.panel_export import export_figure
+        from attnviz.ui.machinery.runner import describe_error
+
+        try:
+            written = export_figure(fig, self.view(), path, width)
+        except (OSError, ExportError) as exc:
+            self.state.show_status(f"Export failed: {describe_error(exc, writing=path)}")
+            return []
+        self.state.show_status(f"Exported {written[0]}")
+        return written

@@ -1,0 +1,108 @@
+"""A corpus scan as the Corpus panel shows it, without widgets: the scan read once (`read_scan`:
+each statistic's per-head mean, each head's top examples, the heads placed by behaviour) and an
+example as rich text with its query and key tokens marked."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine.analysing.corpus_stats import classical_mds, head_profiles, js_distance
+from attnviz.figures.style import FOCUS
+
+SNIPPET = 60  # characters of text shown either side of an example's tokens
+
+
+@dataclass(frozen=True)
+class ScanView:
+    """What the panel shows of one scan, read once (`read_scan`)."""
+
+    path: Path
+    model: str  # what --model named (loadable by the window)
+    model_name: str
+    model_sha256: str  # of the model's files (store.model_sha256), as scan.json records it
+    n_layer: int
+    n_head: int
+    n_texts: int
+    n_stored: int
+    n_errors: int
+    complete: bool
+    means: dict  # stat -> float64 [n_layer, n_head]
+    examples: dict  # (layer, head) -> [store.Example] strongest first, texts included
+    coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour
+
+    def summary(self) -> str:
+        done = "" if self.complete else " (scan not finished)"
+        return (f"{self.model_name} · {self.n_layer} layers × {self.n_head} heads · "
+                f"{self.n_stored} of {self.n_texts} texts{done} · {self.n_errors} errors")
+
+
+def read_scan(path) -> ScanView:
+    """A scan folder -> ScanView (DuckDB over its Parquet files; run off the main thread)."""
+    from attnviz.corpus import store
+
+    path = Path(path)
+    m = store.read_manifest(path)
+    c = store.counts(path)
+    means = store.head_means(path, m.n_layer, m.n_head)
+    examples: dict = {}
+    for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
+        examples.setdefault((e.layer, e.head), []).append(e)
+    coords = classical_mds(js_distance(head_profiles(means)), 2)
+    return ScanView(path=path, model=m.model, model_name=m.model_name,
+                    model_sha256=m.model_sha256, n_layer=m.n_layer,
+                    n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
+                    complete=m.complete, means=means, examples=examples, coords=coords)
+
+
+def files_hash(model) -> str:
+    """The sha256 of a model's files, as attnviz scan records it (run off the main thread)."""
+    from attnviz.corpus.store import model_sha256
+
+    return model_sha256(model.path)
+
+
+def example_html(e, offsets=None) -> str:
+    """An example: its weight and two tokens, then its text around them, the query in orange and
+    bold, the key bold and underlined. `offsets`: the text's token character spans (the loaded
+    model's tokenizer, when it is the scan's); without them the text is shown unmarked."""
+    head = (f"<b>{e.weight:.3f}</b> &nbsp; <span style='color:{FOCUS}'><b>"
+            f"{html.escape(e.query_token)}</b></span>@{e.query_pos} → "
+            f"<b><u>{html.escape(e.key_token)}</u></b>@{e.key_pos} &nbsp; text {e.text_id}")
+    if not e.text:
+        return head
+    return f"{head}<br><span style='color:gray'>{marked_text(e, offsets)}</span>"
+
+
+def marked_text(e, offsets) -> str:
+    text = e.text
+    spans = []  # [((start, end), "q" | "k" | "qk")]; a special token ([CLS], [SEP]) has no span
+    if offsets and max(e.query_pos, e.key_pos) < len(offsets):
+        q, k = tuple(offsets[e.query_pos]), tuple(offsets[e.key_pos])
+        marks = {}
+        for span, kind in ((q, "q"), (k, "k")):
+            if span[1] > span[0]:
+                marks[span] = marks.get(span, "") + kind
+        spans = sorted(marks.items())
+        if len(spans) == 2 and spans[0][0][1] > spans[1][0][0]:  # overlapping pieces: unmarked
+            spans = []
+    if not spans:
+        cut = text[:2 * SNIPPET]
+        return html.escape(" ".join(cut.split())) + ("…" if len(text) > 2 * SNIPPET else "")
+    lo = max(0, spans[0][0][0] - SNIPPET)
+    hi = min(len(text), spans[-1][0][1] + SNIPPET)
+    out, pos = ["…" if lo > 0 else ""], lo
+    for (a, b), kind in spans:
+        out.append(html.escape(text[pos:a]))
+        word = html.escape(text[a:b])
+        if "k" in kind:
+            word = f"<b><u>{word}</u></b>"
+        if "q" in kind:
+            word = f"<span style='color:{FOCUS}'><b>{word}</b></span>"
+        out.append(word)
+        pos = b
+    out.append(html.escape(text[pos:hi]) + ("…" if hi < len(text) else ""))
+    return "".join(out).replace("\n", " ")

@@ -1,0 +1,369 @@
+"""The Patching tab: activation patching between the clean text (the sentence box) and a corrupted
+one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
+
+- The corrupted text has a box of its own; "Corrupt" proposes one (a name or a repeated word
+  swapped for a word of the same token length) and says what it swapped. Two texts of different
+  lengths get one line with both lengths and their token lists aligned, a ^ where they part.
+- Target and alt are typed as tokens (empty: the engine's defaults); the clean and corrupted
+  predictions at the last position and their diff show as soon as the two runs are made.
+- What to patch, Run, Cancel, a progress bar; the run is off the main thread, newest wins.
+- The map (figures/patching.py) in a diverging colour map about 0 with its colour bar; hover reads
+  a cell's effect; a click on a head shows its pattern on the clean and the corrupted text side by
+  side and focuses it in the grid.
+- Export: PNG/SVG with a sidecar that File > Open view restores, or the numbers (JSON, CSV)."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, QTimer
+from PySide6.QtGui import QColor, QFontDatabase, QPainter
+from PySide6.QtWidgets import (
+    QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
+    QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures import compare as C
+from attnviz.figures import patching as fig
+
+PAPER, INK = QColor("white"), QColor("#202124")
+CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
+
+
+def _say(label: QLabel, text: str) -> None:
+    """A line that takes no room while it is empty."""
+    label.setText(text)
+    label.setVisible(bool(text))
+
+
+def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped names)
+    return text[:1].upper() + text[1:]
+
+
+class PatchMap(QWidget):
+    """Paints a PatchView at the widget's size; hover reads a cell; a click on a head picks it."""
+
+    def __init__(self, on_head, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.view: fig.PatchView | None = None
+        self.lay: fig.PatchLayout | None = None
+        self.on_head = on_head
+        self.hover_text = ""
+        self.setMouseTracking(True)
+        self.setMinimumSize(200, 160)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+    def sizeHint(self) -> QSize:
+        return QSize(420, 360)
+
+    def set_view(self, view) -> None:
+        self.view, self.lay = view, None
+        self.update()
+
+    def layout_(self):
+        if self.view is None:
+            return None
+        if self.lay is None or (self.lay.width, self.lay.height) != (self.width(), self.height()):
+            self.lay = fig.layout(self.view, self.width(), self.height())
+        return self.lay
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        try:
+            p.fillRect(self.rect(), PAPER)
+            lay = self.layout_()
+            if lay is None:
+                p.setPen(QColor(Qt.GlobalColor.darkGray))
+                p.drawText(self.rect().adjusted(8, 8, -8, -8), Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap,
+                           "The map of effects appears here after Run.")
+                return
+            fig.paint(p, self.view, lay, INK)
+        finally:
+            p.end()
+
+    def cell_center(self, row: int, col: int) -> tuple[float, float]:
+        return fig.cell_center(self.layout_(), row, col)
+
+    def hit_at(self, x: float, y: float):
+        lay = self.layout_()
+        return None if lay is None else fig.hit(self.view, lay, x, y)
+
+    def mouseMoveEvent(self, ev) -> None:
+        cell = self.hit_at(ev.position().x(), ev.position().y())
+        text = "" if cell is None else fig.readout(self.view, *cell)
+        if text != self.hover_text:
+            self.hover_text = text
+            self.setToolTip(text)
+
+    def mousePressEvent(self, ev) -> None:
+        cell = self.hit_at(ev.position().x(), ev.position().y())
+        if ev.button() == Qt.MouseButton.LeftButton and cell is not None:
+            head = self.view.head_of(*cell)
+            if head is not None:
+                self.on_head(*head)
+
+
+class PatternPair(QWidget):
+    """The picked head's attention on the clean and on the corrupted text, side by side."""
+
+    def __init__(self, panel, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.panel = panel
+        self.head: tuple[int, int] | None = None
+        self.rects: list[QRectF] = []
+        self.setMinimumHeight(120)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        try:
+            p.fillRect(self.rect(), PAPER)
+            sides, self.rects = self.panel.jobs.sides, []
+            if sides is None or self.head is None:
+                return
+            l, h = self.head
+            cmap = self.panel.state.colormap
+            rgbs = [C.weight_rgb(sides.attentions_clean[l, h], cmap), C.weight_rgb(sides.attentions_corrupt[l, h], cmap)]
+            self.rects = C.tile_rects(QRectF(6, 6, self.width() - 12, self.height() - 12), 2)
+            C.paint_tiles(p, rgbs, self.rects, [f"clean {head_title(l, h)}", f"corrupted {head_title(l, h)}"], INK)
+        finally:
+            p.end()
+
+
+class PatchingPanel(QWidget):
+    def __init__(self, state, jobs, parent: QWidget | None = None):
+        from attnviz.engine.analysing.patching import DIRECTIONS, WHATS
+
+        super().__init__(parent)
+        self.state, self.jobs = state, jobs
+        self.shown = False  # the tab in sight (a head clicked here leaves it up)
+        self.clean_label = QLabel()
+        self.clean_label.setWordWrap(True)
+        self.corrupt_box = QLineEdit()
+        self.corrupt_box.setPlaceholderText("The corrupted text (same number of tokens)")
+        self.corrupt_button = QPushButton("Corrupt")
+        self.corrupt_button.setToolTip("Propose a corrupted text: a name or a repeated word swapped for "
+                                       "a word of the same token length")
+        self.corrupt_button.clicked.connect(self.propose)
+        self.swapped = QLabel()
+        self.swapped.setWordWrap(True)
+        self.swapped.hide()
+        self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
+        self.target_edit.setPlaceholderText("the clean top-1")
+        self.alt_edit.setPlaceholderText("the corrupted top-1 (its 2nd if the same)")
+        self.what_box = QComboBox()
+        self.what_box.addItems(list(WHATS))
+        self.what_box.setCurrentText("head_out")
+        self.layer_box = QSpinBox()
+        self.layer_box.setPrefix("layer ")
+        self.direction_box = QComboBox()
+        self.direction_box.addItems(list(DIRECTIONS))
+        self.run_button, self.cancel_button = QPushButton("Run"), QPushButton("Cancel")
+        self.run_button.clicked.connect(self.run)
+        self.cancel_button.clicked.connect(lambda: self.jobs.cancel())
+        self.export_button = QPushButton("Export\u2026")
+        self.export_button.setToolTip("The map as PNG or SVG (with a JSON sidecar that File \u25b8 Open "
+                                      "view restores); the numbers as JSON (attnviz patch's keys) or CSV")
+        self.export_button.clicked.connect(self.export_dialog)
+        self.progress = QProgressBar()
+        self.progress.setFormat("Patched runs: %v of %m")
+        self.progress.hide()
+        self.note = QLabel()
+        self.note.hide()
+        self.note.setWordWrap(True)
+        self.aligned = QLabel()
+        self.aligned.hide()
+        self.aligned.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.aligned.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.sides_label = QLabel()
+        self.sides_label.setWordWrap(True)
+        self.sides_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.map = PatchMap(self.pick_head)
+        self.patterns = PatternPair(self)
+
+        form = QGridLayout()
+        form.addWidget(QLabel("Clean:"), 0, 0)
+        form.addWidget(self.clean_label, 0, 1, 1, 3)
+        form.addWidget(QLabel("Corrupted:"), 1, 0)
+        form.addWidget(self.corrupt_box, 1, 1, 1, 2)
+        form.addWidget(self.corrupt_button, 1, 3)
+        form.addWidget(QLabel("Target:"), 2, 0)
+        form.addWidget(self.target_edit, 2, 1)
+        form.addWidget(QLabel("Alt:"), 2, 2)
+        form.addWidget(self.alt_edit, 2, 3)
+        row = QHBoxLayout()
+        for wdg in (self.what_box, self.layer_box, self.direction_box, self.run_button, self.cancel_button):
+            row.addWidget(wdg)
+        row.addStretch(1)
+        row.addWidget(self.export_button)
+        col = QVBoxLayout(self)
+        col.setContentsMargins(4, 4, 4, 4)
+        col.addLayout(form)
+        col.addWidget(self.swapped)
+        col.addLayout(row)
+        col.addWidget(self.progress)
+        col.addWidget(self.note)
+        col.addWidget(self.aligned)
+        col.addWidget(self.sides_label)
+        col.addWidget(self.map, 3)
+        col.addWidget(self.patterns, 2)
+
+        self._check = QTimer(self)
+        self._check.setSingleShot(True)
+        self._check.setInterval(CHECK_MS)
+        self._check.timeout.connect(self.check_lengths)
+        self.corrupt_box.textChanged.connect(lambda _t: self._check.start())
+        state.sigTextChanged.connect(self._on_text)
+        state.sigModelChanged.connect(lambda _m: self._on_model())
+        state.sigFocusChanged.connect(self._on_focus)
+        self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
+        jobs.sigChanged.connect(self.refresh)
+        jobs.sigProgress.connect(self._on_progress)
+        self._on_model()
+
+    # --- input ------------------------------------------------------------------------------------
+    def _on_text(self, text: str) -> None:
+        self.clean_label.setText(text)
+        self._check.start()
+
+    def _on_model(self) -> None:
+        m = self.state.model
+        self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
+        self.clean_label.setText(self.state.text)
+        self._sync_layer()
+        self.refresh()
+
+    def _sync_layer(self) -> None:
+        self.layer_box.setEnabled(self.what_box.currentText() == "head_out_by_pos")
+
+    def propose(self) -> None:
+        from attnviz.engine.analysing.patching import propose_corrupt
+        from attnviz.engine.errors import InputError
+
+        if self.state.model is None:
+            return
+        try:
+            proposal = propose_corrupt(self.state.model, self.state.text)
+        except InputError as exc:
+            _say(self.swapped, str(exc))
+            return
+        self.corrupt_box.setText(proposal.text)
+        _say(self.swapped, _sentence(proposal.describe()))
+
+    def check_lengths(self) -> None:
+        """One line with both lengths and the aligned tokens when the two texts differ in length."""
+        from attnviz.engine.errors import InputError
+        from attnviz.ui.machinery.patch_jobs import alignment, readable
+
+        m, corrupt = self.state.model, self.corrupt_box.text()
+        _say(self.aligned, "")
+        if m is None or not corrupt or not self.state.text or self.jobs.running:
+            return
+        try:
+            ic, tc, _ = m.encode(self.state.text)
+            id_, td, _ = m.encode(corrupt)
+        except InputError as exc:
+            _say(self.note, str(exc))
+            return
+        if len(tc) != len(td):
+            _say(self.note, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
+                              "patching needs texts of one length")
+            _say(self.aligned, alignment(readable(m, ic, tc), readable(m, id_, td)))
+        elif self.note.text().startswith("the clean text is "):
+            _say(self.note, "")
+
+    def run(self) -> bool:
+        return self.jobs.run(self.state.text, self.corrupt_box.text(), self.what_box.currentText(),
+                             self.layer_box.value(), self.direction_box.currentText(),
+                             self.target_edit.text(), self.alt_edit.text())
+
+    # --- state -> widgets ---------------------------------------------------------------------------
+    def refresh(self) -> None:
+        j = self.jobs
+        self.progress.setVisible(j.running)
+        if j.running and j.progress[1] == 0:
+            self.progress.setRange(0, 0)  # busy until the two runs are made
+        self.cancel_button.setEnabled(j.running)
+        _say(self.note, j.note)
+        _say(self.aligned, j.aligned)
+        self.sides_label.setText(self.sides_text())
+        self.map.set_view(self.view())
+        self.export_button.setEnabled(self.map.view is not None)
+        self.patterns.update()
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+
+    def sides_text(self) -> str:
+        s = self.jobs.sides
+        if s is None:
+            return ""
+        m = s.metric
+        return (f"At {m.position}: clean top-1 {s.top_clean!r}, corrupted top-1 {s.top_corrupt!r}. "
+                f"diff = logit({s.target_text!r}) \u2212 logit({s.alt_text!r}): clean {m.diff_clean:+.4f}, "
+                f"corrupted {m.diff_corrupt:+.4f}")
+
+    def view(self) -> fig.PatchView | None:
+        j, st = self.jobs, self.state
+        if j.result is None or j.sides is None or j.ask is None:
+            return None
+        a = j.ask
+        return fig.patch_view(j.result, st.model_name, a.tokens_clean, a.tokens_corrupt, j.sides.target_text,
+                              j.sides.alt_text, a.layer, a.model.kv_group, st.focus, a.clean, a.corrupt,
+                              {"layer": st.layer, "head": st.focus[1] if st.focus and st.focus[0] == st.layer else None,
+                               "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first},
+                              (a.labels_clean, a.labels_corrupt))
+
+    def pick_head(self, layer: int, head: int) -> None:
+        """Its pattern on both texts, and the head focused in the grid."""
+        self.patterns.head = (layer, head)
+        self.patterns.update()
+        self.state.show_head(layer, head)
+
+    def _on_focus(self, focus) -> None:
+        if self.map.view is not None and self.map.view.focus != focus:
+            from dataclasses import replace
+
+            self.map.set_view(replace(self.map.view, focus=focus))
+
+    def restore(self, view: dict) -> None:
+        """What an exported view's sidecar records: the corrupted text, what was patched, the tokens."""
+        self.corrupt_box.setText(str(view.get("corrupt") or ""))
+        if view.get("what") in [self.what_box.itemText(i) for i in range(self.what_box.count())]:
+            self.what_box.setCurrentText(view["what"])
+        if view.get("direction") in ("denoise", "noise"):
+            self.direction_box.setCurrentText(view["direction"])
+        if isinstance(view.get("patch_layer"), int):
+            self.layer_box.setValue(view["patch_layer"])
+
+    # --- export -------------------------------------------------------------------------------------
+    def export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export the patching map", "patching.png",
+            "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;Map (*.csv)")
+        if path:
+            try:
+                self.export(path)
+            except Exception as exc:  # noqa: BLE001  (one line in the tab; the app goes on)
+                _say(self.note, f"Could not export {path}: {exc}")
+
+    def export(self, path, width: int | None = None):
+        from attnviz.figures.panel_export import export_figure
+
+        return export_figure(fig, self.map.view, path, width or max(480, self.map.width()))
+
+
+def install(window) -> None:
+    """The Patching tab beside the other panels (the window calls this once it builds its panels)."""
+    from attnviz.ui.machinery.patch_jobs import PatchJobs
+
+    window.patch_jobs = PatchJobs(window.state, window.worker, window)
+    from PySide6.QtWidgets import QFrame, QScrollArea
+
+    window.patching_panel = PatchingPanel(window.state, window.patch_jobs)
+    scroll = QScrollArea()  # (the tab's form and two maps must not raise the window's least height)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setWidget(window.patching_panel)
+    window.patching_dock = dock = window._add_panel_dock("Patching", "patching_dock", scroll)
+    dock.visibilityChanged.connect(lambda shown: setattr(window.patching_panel, "shown", bool(shown)))

@@ -1,0 +1,295 @@
+"""Why here?: why the focused head attends from one token to another. A left click on a cell of the
+focus view picks its query row, as it always did, and this panel follows the clicked cell (the first
+click opens it; once closed it stays closed); a right click offers "Why here?", which opens the
+panel at that cell. The panel lists the largest query ×
+key component pairs with their share of the score, and the query-side and key-side totals
+(figures/why.py paints them); the cell is framed in the focus view, and hovering a row outlines
+its heads in the grid (GridHighlight). The
+attribution is computed off the main thread (ui/machinery/why_jobs.py) and follows typing."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import (
+    QFileDialog, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
+    QSizePolicy, QVBoxLayout, QWidget,
+)
+
+from attnviz.engine.computing.patterns import head_key, head_title
+from attnviz.figures import why as fig
+from attnviz.ui.views.mosaic import tile_index
+
+HIGHLIGHT = QColor("#ffd400")  # a hovered component's head in the grid (not the focus colour)
+
+
+class GridHighlight:
+    """Outlines heads in the heatmap grid (those a hovered row names); redrawn when the grid is."""
+
+    def __init__(self, grid, state):
+        self.grid = grid
+        self.heads: tuple[tuple[int, int], ...] = ()
+        self.item = QGraphicsPathItem()
+        pen = QPen(HIGHLIGHT, 3)
+        pen.setCosmetic(True)
+        self.item.setPen(pen)
+        self.item.setZValue(6)
+        self.item.hide()
+        grid.plot.addItem(self.item)
+        for sig in (state.sigResultChanged, state.sigPreviewChanged, state.sigLayerChanged,
+                    state.sigDisplayChanged):  # (connected after the grid's own: drawn after it)
+            sig.connect(lambda *_: self._draw())
+
+    def set_heads(self, heads) -> None:
+        heads = tuple(heads)
+        if heads != self.heads:
+            self.heads = heads
+            self._draw()
+
+    def shown_heads(self) -> list[tuple[int, int]]:
+        """The highlighted heads the grid shows now."""
+        lo = self.grid.layout_
+        return [lh for lh in self.heads if lo is not None and tile_index(lo, *lh) is not None]
+
+    def _draw(self) -> None:
+        lo, path = self.grid.layout_, QPainterPath()
+        for lh in self.shown_heads():
+            i = tile_index(lo, *lh)
+            m = max(1.0, 0.06 * lo.T)
+            path.addRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
+        self.item.setPath(path)
+        self.item.setVisible(not path.isEmpty())
+
+
+class WhyCanvas(QWidget):
+    """Paints a WhyView at the widget's width; hovering a row emits the heads it names."""
+
+    sigHover = Signal(object)  # tuple of (layer, head)
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.view: fig.WhyView | None = None
+        self.lay: fig.WhyLayout | None = None
+        self.hover: fig.RowBox | None = None
+        self.setMouseTracking(True)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(420, self.lay.height if self.lay is not None else 80)
+
+    def set_view(self, view: fig.WhyView | None) -> None:
+        self.view, self.hover = view, None
+        self._relayout()
+
+    def _relayout(self) -> None:
+        self.lay = None if self.view is None else fig.layout(self.view, max(240, self.width()))
+        self.setFixedHeight(self.lay.height if self.lay is not None else 0)
+        self.update()
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        if self.view is not None and (self.lay is None or self.lay.width != max(240, self.width())):
+            self._relayout()
+
+    def lines(self) -> list[str]:
+        """Every row as painted: label, value and share (tests, the read-out)."""
+        return [] if self.lay is None else [box.text for box in self.lay.rows]
+
+    def paintEvent(self, _ev) -> None:
+        if self.view is None or self.lay is None:
+            return
+        p = QPainter(self)
+        fig.paint(p, self.view, self.lay, self.hover)
+        p.end()
+
+    def hover_row(self, y: float) -> None:
+        box = None if self.lay is None else fig.row_at(self.lay, y)
+        if box is not self.hover:
+            self.hover = box
+            self.update()
+            self.sigHover.emit(() if box is None else fig.heads_of(box.row.components))
+            self.setToolTip("" if box is None else box.text)
+
+    def mouseMoveEvent(self, ev) -> None:
+        self.hover_row(ev.position().y())
+
+    def leaveEvent(self, _ev) -> None:
+        self.hover_row(-1.0)
+
+
+class WhyPanel(QWidget):
+    def __init__(self, state, jobs, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state, self.jobs = state, jobs
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.canvas = WhyCanvas()
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(self.canvas)
+        scroll.setFrameShape(QScrollArea.Shape.NoFrame)
+        self.export_button = QPushButton("Export\u2026")
+        self.export_button.setToolTip("The lists as PNG or SVG (with a JSON sidecar), or the whole "
+                                      "table as JSON (the qk-attribution keys) or CSV")
+        self.export_button.clicked.connect(self.export_dialog)
+        row = QHBoxLayout()
+        row.addWidget(self.note, 1)
+        row.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addLayout(row)
+        lay.addWidget(scroll, 1)
+        self.setToolTip("Why the head attends here: its score split into query-side x key-side parts "
+                        "of the residual stream. Hover a row to outline its heads in the grid.")
+        jobs.sigChanged.connect(self.refresh)
+        self.refresh()
+
+    def set_shown(self, shown: bool) -> None:
+        self.jobs.set_shown(shown)
+
+    def view(self) -> fig.WhyView | None:
+        a, st = self.jobs.attribution, self.state
+        if a is None or st.result is None:
+            return None
+        return fig.why_view(a, model=st.model_name, result=st.result,
+                            display={"colormap": st.colormap, "scale_mode": st.scale_mode,
+                                     "hide_first": st.hide_first, "view_mode": st.view_mode})
+
+    def refresh(self) -> None:
+        j = self.jobs
+        v = self.view() if j.note == "" else None
+        if v is not None:
+            self.canvas.set_view(v)
+            self.note.setText("Updating\u2026" if j.busy else
+                              "Shares are of the score; each list ends with what it leaves out, so "
+                              "it adds up to 100%. Red raises the score, blue lowers it.")
+        else:
+            if j.note or not j.busy:
+                self.canvas.set_view(None)
+            self.note.setText("Computing\u2026" if j.busy and not j.note else j.note)
+        self.export_button.setEnabled(v is not None)
+
+    def export_dialog(self) -> None:
+        from attnviz.ui.export import export_folder
+
+        v = self.view()
+        if v is None:
+            return
+        a = v.attribution
+        stem = f"{(self.state.model_name or 'model').replace('/', '_')}_{head_key(a.layer, a.head)}_q{a.query}k{a.key}_why"
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export Why here?", str(export_folder() / f"{stem}.png"),
+            "PNG image (*.png);;SVG vector image (*.svg);;JSON (*.json);;CSV table (*.csv)")
+        if path:
+            self.export_to(path)
+
+    def export_to(self, path: str, width: int = 1200) -> list:
+        """Write the shown lists to `path` (the extension picks the format); the status bar says
+        what was written or why not."""
+        from attnviz.figures.panel_export import export_figure
+        from attnviz.ui.machinery.runner import describe_error
+
+        v = self.view()
+        try:
+            written = export_figure(fig, v, path, width)
+        except (OSError, fig.ExportError) as exc:
+            self.state.show_status(f"Export failed: {describe_error(exc, writing=path)}")
+            return []
+        self.state.show_status(f"Exported {written[0]}")
+        return written
+
+
+def focus_menu(window, jobs, dock, cell) -> QMenu:
+    """The focus view's right-click menu on a cell: Why here?, and the query row as a click picks it."""
+    st = window.state
+    layer, head, q, k = cell
+    menu = QMenu(window)
+    why = menu.addAction(f"Why here? (query {q} \u2192 key {k})")
+    why.triggered.connect(lambda: (dock.show(), dock.raise_(), jobs.set_cell(*cell)))
+    pick = menu.addAction("Clear the query row" if st.query_pos == q else f"Pick query row {q}")
+    pick.triggered.connect(lambda: st.toggle_query(q))
+    return menu
+
+
+def hovered(window, heads) -> None:
+    """Outline the hovered row's heads in the grid, and say where a head the grid does not show is."""
+    hl = window.grid_highlight
+    hl.set_heads(heads)
+    hidden = [lh for lh in heads if lh not in hl.shown_heads()]
+    if hidden:
+        names = ", ".join(head_title(l, h) for l, h in hidden)
+        window.state.show_status(f"{names}: not in the grid's layer {window.state.layer}; tick All "
+                                 "layers to see it outlined")
+    elif heads:
+        window.state.show_status(", ".join(head_title(l, h) for l, h in heads) + ": outlined in the grid")
+
+
+def cell_marker(window, jobs, dock) -> QGraphicsRectItem:
+    """A frame on the explained cell in the focus view, while the panel is open on the focused head."""
+    fv, st = window.focus_view, window.state
+    marker = QGraphicsRectItem()
+    pen = QPen(HIGHLIGHT, 2)
+    pen.setCosmetic(True)
+    marker.setPen(pen)
+    marker.setZValue(4)
+    marker.hide()
+    fv.plot.addItem(marker)
+
+    def mark(*_):
+        c = jobs.cell
+        on = c is not None and st.focus == c[:2] and dock.isVisible() and st.result is not None
+        if on:
+            marker.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
+        marker.setVisible(on)
+    for sig in (jobs.sigChanged, st.sigFocusChanged, st.sigResultChanged, dock.visibilityChanged):
+        sig.connect(mark)
+    return marker
+
+
+def install(window) -> None:
+    """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
+    (the window calls this once it builds its panels)."""
+    from PySide6.QtWidgets import QDockWidget
+
+    from attnviz.ui.machinery.why_jobs import CircuitsJobs, WhyJobs
+    from attnviz.ui.panels.circuits_panel import CircuitsPanel
+
+    st = window.state
+    window.why_jobs = jobs = WhyJobs(st, window.worker, window)
+    window.why_panel = WhyPanel(st, jobs)
+    window.why_dock = dock = QDockWidget("Why here?", window)
+    dock.setObjectName("why_dock")
+    dock.setWidget(window.why_panel)
+    if not window.restoreDockWidget(dock):  # below the focus view and its tabs: both in sight
+        window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
+        dock.hide()  # until a cell asks for it
+    window.menus.view_menu.addAction(dock.toggleViewAction())
+    dock.visibilityChanged.connect(window.why_panel.set_shown)
+    window.why_panel.set_shown(dock.isVisible())
+    window.why_marker = cell_marker(window, jobs, dock)
+    window.grid_highlight = GridHighlight(window.grid, st)
+    window.why_panel.canvas.sigHover.connect(lambda heads: hovered(window, heads))
+
+    window.circuits_jobs = CircuitsJobs(st, window.worker, window)
+    window.circuits_panel = CircuitsPanel(st, window.circuits_jobs)
+    window.circuits_dock = window._add_panel_dock("Circuits", "circuits_dock", window.circuits_panel)
+    window.circuits_dock.visibilityChanged.connect(window.circuits_panel.set_shown)
+
+    fv = window.focus_view
+    offered = [False]  # whether a click has opened the panel yet in this window
+
+    def clicked(ev):
+        p = fv.vb.mapSceneToView(ev.scenePos())
+        cell = fv.cell_at(p.x(), p.y())
+        if cell is None or st.on_screen()[1]:
+            return
+        if ev.button() == Qt.MouseButton.RightButton:
+            focus_menu(window, jobs, dock, cell).popup(ev.screenPos().toPoint())
+        elif ev.button() == Qt.MouseButton.LeftButton:
+            if not offered[0] and not dock.isVisible():  # the first click opens it; closed, it stays so
+                dock.show()
+            offered[0] = True
+            jobs.set_cell(*cell)  # (the focus view picks the query row itself)
+    fv.plot.scene().sigMouseClicked.connect(clicked)
+

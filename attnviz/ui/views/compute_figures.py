@@ -1,0 +1,42 @@
+"""The status bar's two figures of the last run: how many tokens the sentence is, and how long the
+engine took (while a run's first layers are shown: which layers are still on their way)."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QLabel
+
+
+class ComputeFigures:
+    """Two status-bar labels that follow the state's result and preview."""
+
+    def __init__(self, state):
+        self.state = state
+        self.tokens_label = QLabel()
+        self.time_label = QLabel()
+        self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
+        self.time_label.setToolTip("Time the engine took for the last result")
+        state.sigResultChanged.connect(self._on_result)
+        # a long run after a long run leaves the result None (no signal): its count follows the run
+        state.long.sigRunChanged.connect(lambda run: run is not None and self._on_result(None))
+        state.sigPreviewChanged.connect(self._on_preview)
+
+    def _on_result(self, result) -> None:
+        if result is None:
+            run = self.state.long.run  # a long text: its tokens are in the long view
+            self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
+            if run is not None:
+                self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms")
+            return
+        self.tokens_label.setText(f"{len(result.tokens)} tokens")
+        self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")
+
+    def _on_preview(self, _partial) -> None:
+        """The grid shows the running text's first layers: the status bar counts that text's tokens
+        and says the rest is on its way (the result's figures replace both)."""
+        p = self.state.shown_preview()
+        if p is None or self.state.model is None:
+            return
+        k, n = p.result.attentions.shape[0], self.state.model.config.n_layer
+        self.tokens_label.setText(f"{len(p.result.tokens)} tokens")
+        rest = f"layer {k}" if k == n - 1 else f"layers {k}\u2013{n - 1}"
+        self.time_label.setText(f"computing {rest}\u2026")

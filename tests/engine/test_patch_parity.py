@@ -1,0 +1,38 @@
+"""Activation patching against Hugging Face forward hooks on SmolLM2 (tests/make_patch_fixtures.py):
+the residual entering a decoder layer at one position, and one head's slice of o_proj's input."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine.analysing import patching as PT
+from tiny import FIXTURES
+
+REF = FIXTURES / "patch" / "smollm2.npz"
+
+
+@pytest.fixture(scope="module")
+def ref():
+    with np.load(REF, allow_pickle=False) as f:
+        return {k: f[k] for k in f.files}
+
+
+def diffs(result):  # effect -> diff_patched
+    m = result.metric
+    return m.diff_corrupt + result.effect * (m.diff_clean - m.diff_corrupt)
+
+
+def test_the_pair_and_its_metric_match(smollm2, ref):
+    got = PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], "resid", layers=[0])
+    assert (got.metric.target, got.metric.alt) == (int(ref["target"]), int(ref["alt"]))
+    assert got.metric.diff_clean == pytest.approx(float(ref["diff_clean"]), abs=1e-3)
+    assert got.metric.diff_corrupt == pytest.approx(float(ref["diff_corrupt"]), abs=1e-3)
+
+
+@pytest.mark.parametrize("what, layers, key", [("resid", "resid_layers", "resid_diff"),
+                                               ("head_out", "head_layers", "head_diff")])
+def test_patched_logit_differences_match_transformers(smollm2, ref, what, layers, key):
+    layers = ref[layers].tolist()
+    got = PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], what, layers=layers,
+                   target=int(ref["target"]), alt=int(ref["alt"]))
+    np.testing.assert_allclose(diffs(got)[layers], ref[key], rtol=0, atol=1e-3)
+    assert np.ptp(ref[key]) > 0.1  # the patches change the answer: a test that can fail
