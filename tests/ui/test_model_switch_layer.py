@@ -33,7 +33,7 @@ def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smol
                     and st.result.text == PROMPT, timeout=WAIT)
     w.worker.wait_idle()
     assert st.layer == 1
-    titles = [t.text() for t in w.grid._titles if t.isVisible()]
+    titles = w.grid.titles()
     assert titles and all(t.startswith("L1 H") and "local (window 4)" in t for t in titles)
     assert not w.error_banner.isVisible()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

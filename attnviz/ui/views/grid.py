@@ -520,6 +520,10 @@ class HeatmapGrid(QWidget):
         p = self.layout_.pool
         return float(self.layout_.x0[i] + k // p + 0.5), float(self.layout_.y0[i] + q // p + 0.5)
 
+    def titles(self) -> list[str]:
+        """The head titles on screen ("L0 H5  self"), in the order of the layout's heads."""
+        return [t.text() for t in self._titles if t.isVisible()]
+
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
         return cell_readout(self.state, layer, head, q, k)
 
