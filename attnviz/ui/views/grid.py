@@ -319,6 +319,9 @@ class HeatmapGrid(QWidget):
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
         model = self.state.model
+        if model is not None and any(l >= model.config.n_layer or h >= model.config.n_head
+                                     for l, h in lo.heads):
+            return  # the last model's layout, until the new model's first result lays it out
         # over a preview (another text than the scores'), badges from the typed text's scores would
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
