@@ -76,3 +76,16 @@ def tiny_text_model(folder, positions=64, seed=0):
     write_model(folder, cfg, llama_tensors(cfg, seed))
     (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
     return folder
+
+
+def tiny_text_decoder(folder: Path, **cfg_kw) -> Path:
+    """A tiny Llama-family decoder with a byte-level tokenizer and an unembedding (it takes text and
+    predicts)."""
+    folder = Path(folder)
+    tok = byte_level_tokenizer_json()
+    cfg = llama_config(vocab=len(json.loads(tok)["model"]["vocab"]), **cfg_kw)
+    tensors = llama_tensors(cfg)
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    write_model(folder, cfg, tensors)
+    (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
+    return folder

@@ -10,7 +10,7 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.engine.computing import longdoc
-from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, write_model
+from tiny import tiny_text_decoder
 
 TEXT = "the cat sat on the mat and the dog ran after it"
 PYTHON_NAME = re.compile(r"\b[a-z]+\.[a-z]+_[a-z_]+\b|\b[a-z]+_[a-z_]+\(|\(\)")  # longdoc.run_long, f(), ...
@@ -18,15 +18,7 @@ PYTHON_NAME = re.compile(r"\b[a-z]+\.[a-z]+_[a-z_]+\b|\b[a-z]+_[a-z_]+\(|\(\)") 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny Llama-family decoder with a byte-level tokenizer and an unembedding."""
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = byte_level_tokenizer_json()
-    cfg = llama_config(vocab=len(json.loads(tok)["model"]["vocab"]))
-    tensors = llama_tensors(cfg)
-    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
-    write_model(folder, cfg, tensors)
-    (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
-    return str(folder)
+    return str(tiny_text_decoder(tmp_path_factory.mktemp("tiny")))
 
 
 def _cli(capsys, *argv):

@@ -8,7 +8,7 @@ import pytest
 
 from attnviz.cli import main
 from attnviz.engine import load_model
-from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, write_model
+from tiny import tiny_text_decoder
 
 TEXT = "é the"  # é is two byte tokens (Ã ©: <C3> <A9>é), " the" one (Ġthe: ·the)
 RAW_ONLY = {chr(c) for c in range(0x100, 0x144)}  # the byte-level alphabet's stand-ins (Ġ, Ċ, ...)
@@ -16,15 +16,7 @@ RAW_ONLY = {chr(c) for c in range(0x100, 0x144)}  # the byte-level alphabet's st
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny Llama-family decoder with a byte-level tokenizer and an unembedding (it predicts)."""
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = byte_level_tokenizer_json()
-    cfg = llama_config(vocab=len(json.loads(tok)["model"]["vocab"]))
-    tensors = llama_tensors(cfg)
-    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
-    write_model(folder, cfg, tensors)
-    (folder / "tokenizer.json").write_text(tok, encoding="utf-8")
-    return str(folder)
+    return str(tiny_text_decoder(tmp_path_factory.mktemp("tiny")))
 
 
 def _cli(capsys, *argv):
