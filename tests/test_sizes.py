@@ -13,7 +13,6 @@ MAX_WINDOW_LINES = 450
 FILES_OVER = {
     "ui/machinery/state.py",
     "ui/machinery/worker.py",
-    "ui/views/grid.py",
 }
 # functions still over MAX_FUNCTION_LINES, as "file:Qualified.name"
 FUNCTIONS_OVER: set[str] = set()
