@@ -105,19 +105,6 @@ def test_colours_and_head_titles_have_one_home():
     assert head_title(3, 1) == "L3 H1"
 
 
-def test_the_anatomy_recomputes_attention_with_the_forward_passs_own_stages():
-    """engine/analysing/anatomy.py keeps what self_attention drops (q, head outputs, concat) by calling the
-    stages self_attention is made of, not its own copy of them."""
-    text = (PACKAGE / "engine" / "analysing" / "anatomy.py").read_text(encoding="utf-8")
-    for building_block in ("qkv_heads(", "apply_rope(", "rope_cos_sin(", "mask_bias(", "merge_heads(",
-                           "linear(", "sqrt("):
-        assert building_block not in text, building_block
-    forward = (PACKAGE / "engine" / "computing" / "families.py").read_text(encoding="utf-8")
-    body = forward[forward.index("def self_attention("):forward.index("def mlp(")]
-    for stage in ("project_qkv(", "attend(", "head_outputs(", "attention_output("):
-        assert stage in body and stage in text, stage
-
-
 def sources(*folders: str) -> dict[str, str]:
     """{module path under attnviz/: its text} for the modules of these folders."""
     return {str(p.relative_to(PACKAGE)): p.read_text(encoding="utf-8")

@@ -28,3 +28,13 @@ def open_window(qtbot, settings_path, **kw):
 
 def wait_for_text(qtbot, w, text):
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+
+
+def drain_events():
+    """Deliver every event already posted to the main thread: the results of jobs that have ended
+    (they arrive queued), pending layouts and geometry changes. After this, a result that has not
+    arrived never will from those jobs; no fixed wait can say as much."""
+    from PySide6.QtCore import QCoreApplication
+
+    QCoreApplication.sendPostedEvents()
+    QCoreApplication.processEvents()

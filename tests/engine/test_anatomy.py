@@ -141,3 +141,43 @@ def test_costs_say_where_gqa_and_head_dim_differ():
     note = head_dim_note(hd)
     assert "head_dim = 16" in note and "48 / 4 = 12" in note
     assert {r.what: r for r in head_costs(hd, 5)}["W_Q"].note == "heads 64 wide, d_model 48"
+
+
+STAGES = ("project_qkv", "attend", "head_outputs", "attention_output")
+
+
+def test_the_anatomy_is_made_of_the_forward_passs_own_stages(monkeypatch):
+    """The anatomy keeps what self_attention drops (q, head outputs, concat) by calling the stages
+    self_attention is made of: each stage is called by both, and what the anatomy shows is what
+    those calls returned (no copy of its own)."""
+    from attnviz.engine.analysing import anatomy
+    from attnviz.engine.computing import families
+
+    returned = {}
+
+    def spy(module, name):
+        real = getattr(families, name)
+
+        def stage(*a, **k):
+            out = real(*a, **k)
+            returned.setdefault((module.__name__, name), []).append(out)
+            return out
+        monkeypatch.setattr(module, name, stage)
+
+    for module in (families, anatomy):
+        for name in STAGES:
+            spy(module, name)
+    model = load_model(FIXTURES / "llama_gqa")
+    r = model.run(ids=IDS, inputs=True, use_cache=False)
+    assert all(returned.get((families.__name__, name)) for name in STAGES)  # the forward pass's stages
+    an = layer_anatomy(model.config, model.weights, r.layer_inputs[1], 1)
+    mine = {name: returned.pop((anatomy.__name__, name)) for name in STAGES}
+    assert all(len(calls) == 1 for calls in mine.values())
+    q, k, v = mine["project_qkv"][0]
+    np.testing.assert_array_equal(an.q, q)
+    np.testing.assert_array_equal(an.k, k)
+    np.testing.assert_array_equal(an.v, v)
+    assert an.pattern is mine["attend"][0] and an.head_out is mine["head_outputs"][0]
+    concat, out = mine["attention_output"][0]
+    assert an.concat is concat and an.out is out
+    np.testing.assert_allclose(an.pattern, r.attentions[1], atol=2e-6)  # = the grid's

@@ -72,7 +72,7 @@ def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
     qtbot.mouseClick(canvas, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
     assert st.focus == (2, 3)
     drawn(qtbot, panel)
-    assert canvas.view.head == 3 and window.grid._tile_index(2, 3) is not None
+    assert canvas.view.head == 3 and "L2 H3" in [t.split("  ")[0] for t in window.grid.titles()]  # on the grid
     # the pixels: head 3's slice outline is the focus colour now
     img = canvas.grab().toImage()
     strip_y = int(wq.rect.top() - 1.5 * canvas.lay.scale)
@@ -112,7 +112,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     direct /= direct.sum(-1, keepdims=True)
     np.testing.assert_allclose(st.shown().region().values, direct, atol=1e-5)
     assert window.anatomy_panel.value_check.isChecked()  # the panel's box is a view of the same state
-    assert "% out" in window.grid._titles[0].text()
+    assert "% out" in window.grid.titles()[0]
     st.set_focus(st.layer, 4)
     assert f"{100 * r.head_share[st.layer, 4]:.0f}% of the layer" in window.focus_view.title.text()
     st.set_hide_first(True)  # both together: weighted, then the first key dropped and renormalised

@@ -70,7 +70,7 @@ def test_the_slider_moves_every_heatmap_through_training(window, qtbot):
     expect = st.checkpoints.model(0).run(REPEATED, use_cache=False).attentions
     np.testing.assert_allclose(st.result.attentions, expect, atol=1e-5)
     assert not np.allclose(st.result.attentions, final, atol=1e-3)
-    tile = window.grid._mosaic  # the grid repainted with the new step's patterns
+    tile = window.grid.img.image  # the grid repainted with the new step's patterns
     assert tile is not None
     go_to(qtbot, window, st.checkpoints.last)
     np.testing.assert_allclose(st.result.attentions, final, atol=1e-5)

@@ -7,10 +7,10 @@ when they fit, else says which ones it labels. Any tab other sessions add is che
 import pytest
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtWidgets import (
-    QAbstractScrollArea, QApplication, QDockWidget, QStyleOptionTab, QTabBar, QWidget,
+    QAbstractScrollArea, QDockWidget, QStyleOptionTab, QTabBar, QWidget,
 )
 
-from windows import WAIT, open_window
+from windows import WAIT, drain_events, open_window
 
 SIZES = [(1400, 860), (1280, 800)]
 # 46 tokens on SmolLM2 (the case: the focus view labelled every other column)
@@ -34,8 +34,8 @@ def scan_dir(tmp_path_factory):
 
 def _settle(qtbot, w):
     w.worker.wait_idle()
-    qtbot.wait(50)  # (layouts and pyqtgraph's deferred geometry run from the event loop)
-    QApplication.processEvents()
+    drain_events()  # (layouts and pyqtgraph's deferred geometry run from the event loop)
+    drain_events()  # (and what those post in turn)
 
 
 def _outside(widget: QWidget, frame: QWidget) -> list[str]:

@@ -46,7 +46,7 @@ def _dialog(qtbot, state, path):
     dlg.scope.setCurrentIndex(dlg.scope.findData("head"))
     dlg.width_box.setValue(SMALL)
     dlg.path_edit.setText(str(path))
-    dlg._path_edited(str(path))
+    dlg.path_edit.textEdited.emit(str(path))  # as typing it does
     return dlg
 
 
@@ -81,7 +81,7 @@ def test_dialog_shows_why_an_export_failed(qtbot, state, tmp_path):
     qtbot.addWidget(dlg)
     dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
     dlg.path_edit.setText(str(blocker / "grid.svg"))
-    dlg._path_edited(dlg.path_edit.text())
+    dlg.path_edit.textEdited.emit(dlg.path_edit.text())  # as typing it does
     assert dlg.format.currentData() == "svg"
     assert dlg.do_export() is False
     assert "is not a folder" in dlg.error.text() and not dlg.error.isHidden()

@@ -5,7 +5,7 @@ put while the text changes, and a window whose width a picked query token never 
 import pytest
 
 from attnviz.engine.analysing.samples import SAMPLES
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 
 
 def covered(grid) -> float:
@@ -24,7 +24,7 @@ def big_window(qtbot, settings_path):
 
 def show(w, qtbot, mode):
     w.state.set_view_mode(mode)
-    qtbot.wait(20)
+    drain_events()
     w.grid.refresh()
     return covered(w.grid)
 
@@ -33,7 +33,7 @@ def show(w, qtbot, mode):
 def test_heads_cover_the_grid(big_window, qtbot, smollm2, size):
     w = big_window
     w.resize(*size)
-    qtbot.wait(50)
+    drain_events()
     assert show(w, qtbot, "layer") >= 0.55  # MiniLM: 12 heads
     assert show(w, qtbot, "all") >= 0.4  # 6 layers x 12 heads
     w.state.set_view_mode("layer")
@@ -57,19 +57,19 @@ def test_the_layout_stays_while_the_text_changes_and_a_query_never_widens_the_wi
         wait_for_text(qtbot, w, sample.text)
         w.worker.flush_scores()
         w.worker.wait_idle(WAIT)
-        qtbot.wait(50)
+        drain_events()
         seen.add((w.grid.layout_.ncols, w.guide_bar.height()))
         width = w.width()
         for q in (0, len(w.state.result.tokens) - 1):
             w.state.toggle_query(q)
-            qtbot.wait(10)
+            drain_events()  # a wider label would have resized the window by now
             assert w.width() == width and w.controls.query_label.text().startswith("Query: ")
     assert len({ncols for ncols, _ in seen}) == 1, seen
     w.state.set_query(None)
     w.resize(w.minimumSizeHint().width(), 900)  # as narrow as it goes: any wider label would widen it
-    qtbot.wait(50)
+    drain_events()
     width, least = w.width(), w.minimumSizeHint().width()
     for q in range(len(w.state.result.tokens)):
         w.state.toggle_query(q)
-        qtbot.wait(5)
+        drain_events()
         assert (w.width(), w.minimumSizeHint().width()) == (width, least)

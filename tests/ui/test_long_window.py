@@ -20,7 +20,7 @@ from attnviz.engine.computing.patterns import drop_first_key, value_weighted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.ui.views.long_panes import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
-from windows import PARAGRAPH, PROMPT, WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window
 
 LONG = PARAGRAPH * 8
 
@@ -92,14 +92,16 @@ def test_stop_and_an_edit_end_a_generation(win, qtbot):
     qtbot.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     assert not gen.running and gen.stopped == "stopped" and panel.generate_button.isEnabled()
     n = len(gen.steps)
-    qtbot.wait(300)
+    w.worker.wait_idle()
+    drain_events()  # a step still in flight lands now, or never
     assert len(gen.steps) == n < 200
 
     panel.start()
     qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)
     w.text_box.setPlainText("Something else")
     assert not gen.running and gen.stopped == "edited" and w.text_box.extraSelections() == []
-    qtbot.wait(300)
+    w.worker.wait_idle()
+    drain_events()
     assert w.state.text == "Something else"
 
 

@@ -33,7 +33,27 @@ def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smol
                     and st.result.text == PROMPT, timeout=WAIT)
     w.worker.wait_idle()
     assert st.layer == 1
-    titles = [t.text() for t in w.grid._titles if t.isVisible()]
+    titles = w.grid.titles()
     assert titles and all(t.startswith("L1 H") and "local (window 4)" in t for t in titles)
+    assert not w.error_banner.isVisible()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_the_last_models_layout_is_not_titled_with_the_new_models_layers(qtbot, tmp_path, smollm2,
+                                                                        caplog):
+    """Between the switch and the new model's first result the grid still holds the old layout:
+    a redraw of its titles then (the head labels are reset with the model) must not read the new
+    model's layers at the old layout's heads."""
+    from attnviz.engine import load_model
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
+    st = w.state
+    st.set_layer(20)
+    qtbot.waitUntil(lambda: st.result is not None and w.grid.titles()
+                    and w.grid.titles()[0].startswith("L20 H"), timeout=WAIT)
+    w.worker.wait_idle()
+    caplog.set_level(logging.WARNING)
+    st.set_model(load_model(sliding_text_model(tmp_path / "sliding")))  # no result for it yet
+    assert st.layer == 1 and not any(t.startswith("L1 H") for t in w.grid.titles())
     assert not w.error_banner.isVisible()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from test_ui_window import view_to_widget
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 
 TEXT = "The keys to the cabinet are on the"
 
@@ -39,7 +39,7 @@ def test_a_keystroke_paints_the_layer_on_screen_before_the_result_and_the_result
         w.set_text(text)
         wait_for_text(qtbot, w, text)
         w.worker.wait_idle()
-        qtbot.wait(20)
+        drain_events()
         p, image, drawn = seen[-1]
         r = st.result
         assert p.text == text and drawn  # the grid painted this text's preview first
@@ -55,16 +55,16 @@ def test_there_is_no_read_out_nor_the_last_texts_badge_over_a_preview(smollm2_wi
     w, g = smollm2_window, smollm2_window.grid
     st = w.state
     qtbot.waitUntil(lambda: st.head_labels is not None and any(map(any, st.head_labels)), timeout=WAIT)
-    badged = [t.text() for t in g._titles if t.isVisible()]
+    badged = g.titles()
     assert any(len(t.split("  ")) > 1 for t in badged)  # "L0 H5  self": the typed text's badges
     text = TEXT + " table"
     partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the next text
     st.set_preview(partial)
     assert g.drawn is partial
-    assert [t.text() for t in g._titles if t.isVisible()] == [f"L0 H{h}" for h in range(9)]
+    assert g.titles() == [f"L0 H{h}" for h in range(9)]
     x, y = g.cell_center(0, 3, 6, 2)
-    qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
-    qtbot.wait(50)
+    with qtbot.waitSignal(g.plot.scene().sigMouseMoved, timeout=5000):  # the grid saw the move
+        qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
     assert g.hover_text == ""
     w.set_text(text)
     wait_for_text(qtbot, w, text)
@@ -121,7 +121,7 @@ def test_per_head_scale_keeps_the_preview_with_the_first_key_hidden(smollm2_wind
     w.set_text(TEXT + " table")
     wait_for_text(qtbot, w, TEXT + " table")
     w.worker.wait_idle()
-    qtbot.wait(20)
+    drain_events()
     assert len(seen) == 1
     np.testing.assert_array_equal(seen[0][1], painted(w))
 

@@ -7,6 +7,7 @@ from attnviz.engine.reading import textbook
 from attnviz.engine.reading.registry import WINDOW_MODEL
 from attnviz.ui.machinery import settings as S
 from attnviz.ui.machinery.state import AppState
+from windows import drain_events
 
 
 def ini(tmp_path):
@@ -170,7 +171,7 @@ def test_a_layer_change_leaves_the_write_delay_alone(qapp, qtbot, tmp_path):
     for text in ("t", "th", "the"):
         st.set_text(text)
         assert writer.pending and writer.timer.interval() == S.WRITE_DELAY_MS
-    qtbot.wait(100)  # a keystroke's pause: nothing written yet
-    assert writer.pending and s.value("text") is None
+    drain_events()  # everything due now has run: nothing written before the pause
+    assert writer.pending and writer.timer.isActive() and s.value("text") is None
     writer.flush()
     assert s.value("text") == "the" and int(s.value("layer")) == 1

@@ -3,7 +3,6 @@ source of truth, and Worker, the one latest-wins job runner."""
 
 import contextlib
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ from attnviz.engine.reading import textbook
 from attnviz.ui.machinery.state import AppState
 from attnviz.ui.machinery.runner import POOL, THREAD
 from attnviz.ui.machinery.worker import Worker
+from windows import drain_events
 
 WAIT = 20000
 
@@ -102,7 +102,7 @@ def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
     st.set_model(book)  # the user opens another model while the run is in flight
     gate.set()
     assert w.wait_idle(WAIT)
-    qtbot.wait(50)
+    drain_events()
     assert computed == []  # dropped: it was computed for a model no longer shown
     req2 = w.request_compute(immediate=True)
     qtbot.waitUntil(lambda: len(computed) == 1, timeout=WAIT)
@@ -186,8 +186,7 @@ def test_an_error_reaches_only_the_newest_jobs_owner(qtbot, book):
     w.submit("job", lambda: 1 / 0, lambda r, v, e: heard.append(("old", e)), None, POOL)
     w.submit("job", lambda: 2, lambda r, v, e: heard.append(("new", v, e)), None, POOL)
     assert w.wait_idle(WAIT)
-    qtbot.waitUntil(lambda: bool(heard), timeout=WAIT)
-    qtbot.wait(30)
+    drain_events()
     assert heard == [("new", 2, None)]
 
 
@@ -290,7 +289,7 @@ def test_cancel_drops_the_running_jobs_result(qtbot):
     assert w.cancel("load") is job and w.running("load") is None and w.cancel("load") is None
     gate.set()
     job.thread.join(10)
-    qtbot.wait(50)
+    drain_events()
     assert heard == []
     w.submit("load", lambda: "next", lambda r, v, e: heard.append(v), None, THREAD)  # the kind still works
     qtbot.waitUntil(lambda: heard == ["next"], timeout=WAIT)
@@ -394,11 +393,11 @@ def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtb
     from attnviz.ui.app import assemble
 
     real = H.score_result
-    started = threading.Event()
+    started, go_on = threading.Event(), threading.Event()
 
     def slow(*a, **k):
         started.set()
-        time.sleep(0.4)
+        go_on.wait(10)  # held until the source has changed
         return real(*a, **k)
 
     monkeypatch.setattr(H, "score_result", slow)
@@ -407,6 +406,7 @@ def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtb
     st.set_text("the cat sat on the mat the cat sat")
     qtbot.waitUntil(started.is_set, timeout=WAIT)  # the text is being scored now
     st.set_role_options(source="probe")
+    go_on.set()
     qtbot.waitUntil(lambda: st.text_scores is not None and st.scores_result is st.result, timeout=WAIT)
     assert w.wait_idle(WAIT)
 

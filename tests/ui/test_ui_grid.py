@@ -10,7 +10,8 @@ from tiny import FIXTURES
 pytest.importorskip("pytestqt")
 
 from attnviz.figures.style import heat_table  # noqa: E402
-from attnviz.ui.views.grid import HeatmapGrid  # noqa: E402
+from attnviz.ui.views.grid import HeatmapGrid, Label  # noqa: E402
+from PySide6.QtWidgets import QGraphicsRectItem  # noqa: E402
 from attnviz.ui.views.mosaic import make_layout  # noqa: E402
 from attnviz.engine.computing.patterns import drop_first_key  # noqa: E402
 from attnviz.ui.machinery.state import AppState  # noqa: E402
@@ -47,10 +48,10 @@ def test_tiles_hold_quantised_weights_query_rows_key_columns(grid):
     lo = g.layout_
     vmax = attn.max()
     for i, (layer, head) in enumerate(lo.heads):
-        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 7, lo.x0[i]:lo.x0[i] + 7]
+        tile = g.img.image[lo.y0[i]:lo.y0[i] + 7, lo.x0[i]:lo.x0[i] + 7]
         expect = (np.minimum(attn[layer, head] * (254 / vmax), 254) + 1.5).astype(np.uint8)
         np.testing.assert_array_equal(tile, expect)
-    assert (g._mosaic == 0).any()  # gaps are index 0 (transparent)
+    assert (g.img.image == 0).any()  # gaps are index 0 (transparent)
     # cell_at inverts the layout: (x = key column, y = query row)
     x, y = g.cell_center(0, 2, 5, 1)
     assert g.cell_at(x, y) == (0, 2, 5, 1)
@@ -61,19 +62,21 @@ def test_rendered_pixel_orientation(grid, qtbot):
     attn = np.zeros((1, 2, 6, 6), np.float32)
     attn[0, 0, 1, 4] = 1.0  # query 1 -> key 4 only
     st.set_result(fake_result(attn))
-    qtbot.wait(50)
-    img = g.gw.grab().toImage()
     lut = heat_table(st.colormap)
 
-    def pixel(q, k):
+    def pixel(img, q, k):
         x, y = g.cell_center(0, 0, q, k)
         p = g.vb.mapViewToScene(__import__("PySide6.QtCore", fromlist=["QPointF"]).QPointF(x, y))
         wp = g.gw.mapFromScene(p)
         c = img.pixelColor(wp.x(), wp.y())
         return np.array([c.red(), c.green(), c.blue()])
 
-    assert np.abs(pixel(1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
-    assert np.abs(pixel(4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
+    def painted():
+        img = g.gw.grab().toImage()
+        assert np.abs(pixel(img, 1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
+        assert np.abs(pixel(img, 4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
+
+    qtbot.waitUntil(painted, timeout=5000)  # (the view's range settles from the event loop)
 
 
 def test_per_head_scale_and_hide_first(grid):
@@ -84,12 +87,12 @@ def test_per_head_scale_and_hide_first(grid):
     st.set_scale_mode("per-head")
     lo = g.layout_
     for i in range(3):
-        assert g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5].max() == 255
+        assert g.img.image[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5].max() == 255
     st.set_hide_first(True)
     shown = drop_first_key(attn)  # [.., T, T - 1]: the keys after the first
     np.testing.assert_allclose(shown.sum(-1), 1.0, rtol=1e-5)
     for i in range(3):
-        tile = g._mosaic[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5]
+        tile = g.img.image[lo.y0[i]:lo.y0[i] + 5, lo.x0[i]:lo.x0[i] + 5]
         assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
     assert "(hidden)" in g.readout_at(0, 1, 2, 0)
     assert g.readout_at(0, 1, 2, 3).endswith(f"{shown[0, 1, 2, 2]:.2f}")
@@ -99,10 +102,10 @@ def test_buffers_reused_and_only_lut_changes_with_colormap(grid):
     st, g = grid
     st.set_result(fake_result(random_attn(2, 4, 9)))
     base = g._flat
-    before = g._mosaic.copy()
+    before = g.img.image.copy()
     st.set_colormap("magma")
     assert g._flat is base
-    np.testing.assert_array_equal(g._mosaic, before)
+    np.testing.assert_array_equal(g.img.image, before)
     np.testing.assert_array_equal(g.img.lut, heat_table("magma"))
     st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))  # fewer tokens: same storage
     assert g._flat is base and g.layout_.T == 8
@@ -114,12 +117,12 @@ def test_all_layers_view_and_headers(grid):
     st.set_view_mode("all")
     lo = g.layout_
     assert len(lo.heads) == 12 and lo.ncols == 4
-    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    titles = g.titles()
     assert titles == ["H0", "H1", "H2", "H3", "L0", "L1", "L2"]
     assert lo.y0[4] > lo.y0[3] and lo.x0[4] == lo.x0[0]  # layer 1 starts a new row
     st.set_view_mode("layer")
     st.set_layer(2)
-    titles = [t.toPlainText() for t in g._titles if t.isVisible()]
+    titles = g.titles()
     assert titles == ["L2 H0", "L2 H1", "L2 H2", "L2 H3"]
 
 
@@ -137,6 +140,12 @@ def test_query_row_highlight_in_every_head(grid):
     assert not g.query_line.isVisible()
 
 
+def kv_captions(g) -> list[str]:
+    """The KV group captions drawn over the grid."""
+    return sorted({i.toPlainText() for i in g.plot.addedItems
+                   if isinstance(i, Label) and i.isVisible() and i.toPlainText().startswith("KV ")})
+
+
 def test_gqa_model_groups_its_heads(grid):
     from attnviz.engine import load_model
 
@@ -146,9 +155,8 @@ def test_gqa_model_groups_its_heads(grid):
     st.set_model(model)
     st.set_result(model.run(ids=[1, 5, 7, 9, 11, 3]))
     lo = g.layout_
-    bands = [b for b in g._bands if b.isVisible()]
-    captions = sorted({c.toPlainText() for c in g._captions if c.isVisible()})
-    assert captions == ["KV 0", "KV 1"]
+    bands = [b for b in g.plot.addedItems if isinstance(b, QGraphicsRectItem) and b.isVisible()]  # as drawn
+    assert kv_captions(g) == ["KV 0", "KV 1"]
     assert len(bands) >= 2
     # heads 0-3 read KV 0, heads 4-7 KV 1: each band contains exactly its group's tiles
     for b in bands:
@@ -159,7 +167,7 @@ def test_gqa_model_groups_its_heads(grid):
     if lo.ncols == 8:  # one row: a wider gap between the groups than inside them
         assert lo.x0[4] - lo.x0[3] > lo.x0[1] - lo.x0[0]
     st.set_view_mode("all")
-    assert sorted({c.toPlainText() for c in g._captions if c.isVisible()}) == ["KV 0", "KV 1"]
+    assert kv_captions(g) == ["KV 0", "KV 1"]
     assert g.layout_.x0[4] - g.layout_.x0[3] > g.layout_.x0[1] - g.layout_.x0[0]
 
 
@@ -174,7 +182,7 @@ def test_role_badges_go_into_titles_and_readout_without_refilling(grid):
     st.set_result(fake_result(random_attn(2, 3, 5)))
     count = g.update_count
     st.set_head_labels([["sink", "", "prev"], ["", "", ""]])
-    assert [t.toPlainText() for t in g._titles[:3]] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
+    assert g.titles()[:3] == ["L0 H0  sink", "L0 H1", "L0 H2  prev"]
     assert g.update_count == count  # titles only: the mosaic is not refilled
     assert g.readout_at(0, 2, 3, 1).endswith("  · prev")
 
@@ -190,10 +198,10 @@ def test_heads_larger_than_the_screen_are_max_pooled(grid):
     p = lo.pool
     assert p > 1 and lo.T == -(-300 // p) and lo.n_tok == 300
     i = lo.heads.index((0, 1))
-    tile = g._mosaic[lo.y0[i]:lo.y0[i] + lo.T, lo.x0[i]:lo.x0[i] + lo.T]
+    tile = g.img.image[lo.y0[i]:lo.y0[i] + lo.T, lo.x0[i]:lo.x0[i] + lo.T]
     assert tile[200 // p, 101 // p] == 255 and (tile == 255).sum() == 1
     j = lo.heads.index((2, 3))
-    diag = g._mosaic[lo.y0[j]:lo.y0[j] + lo.T, lo.x0[j]:lo.x0[j] + lo.T]
+    diag = g.img.image[lo.y0[j]:lo.y0[j] + lo.T, lo.x0[j]:lo.x0[j] + lo.T]
     assert (np.diag(diag) == 255).all()
     # the read-out names the cell the pooled pixel shows
     x, y = g.cell_center(0, 1, 200, 101)
@@ -231,13 +239,16 @@ def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
         st.set_result(fake_result(random_attn(1, 2, 4)))
         g.resize(600, 400)
         g.show()
-        qtbot.wait(20)
         axis = g.cbar.getAxis("right")
-        fm = QFontMetricsF(axis.style["tickFont"])
-        assert axis.style["tickFont"].pointSize() == points
-        widest = max(fm.horizontalAdvance(f"{v:.1f}") for v in np.linspace(0, 1, 6))
-        title_h = QFontMetricsF(axis.label.font()).height()
-        assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
+
+        def wide_enough():
+            fm = QFontMetricsF(axis.style["tickFont"])
+            assert axis.style["tickFont"].pointSize() == points
+            widest = max(fm.horizontalAdvance(f"{v:.1f}") for v in np.linspace(0, 1, 6))
+            title_h = QFontMetricsF(axis.label.font()).height()
+            assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
+
+        qtbot.waitUntil(wide_enough, timeout=5000)
     finally:
         qapp.setFont(old)
 

@@ -4,7 +4,7 @@ finds its head on the loaded model after computing, and "Show me" focuses that h
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.samples import SAMPLES, guide
 from attnviz.ui.menus import about_html
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 
 
 def test_samples_menu_tooltips_say_what_to_look_for(qtbot, settings_path):
@@ -39,7 +39,7 @@ def test_a_guide_for_an_old_text_is_dropped(qtbot, settings_path):
     w.set_text(s.text)
     w.set_text("my own words")  # before the sample's guide can arrive
     w.worker.wait_idle()
-    qtbot.wait(50)
+    drain_events()
     assert bar.current is None and not bar.isVisible()
 
 
@@ -82,13 +82,18 @@ def test_the_guide_bar_keeps_its_height_while_its_texts_change(qtbot, settings_p
     heights = []
     for s in SAMPLES[:4]:
         w.set_text(s.text)
-        qtbot.waitUntil(lambda: bar.isVisible(), timeout=WAIT)
-        qtbot.wait(20)
+
+        def fits():  # every text whole in the bar, as laid out
+            assert bar.isVisible()
+            for label in (bar.look, bar.answer):
+                assert label.heightForWidth(label.width()) <= label.height(), label.text()
+
+        qtbot.waitUntil(fits, timeout=WAIT)
+        drain_events()
         heights.append(bar.height())
         qtbot.waitUntil(lambda: bar.current is not None or "Finding" not in bar.answer.text(), timeout=WAIT)
-        qtbot.wait(20)
+        qtbot.waitUntil(fits, timeout=WAIT)
+        drain_events()
         heights.append(bar.height())
-        for label in (bar.look, bar.answer):
-            assert label.heightForWidth(label.width()) <= label.height(), label.text()
     assert len(set(heights)) == 1, heights
     w.worker.wait_idle()

@@ -18,7 +18,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from attnviz.ui.app import create_window
 from tiny import tiny_llama
 
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 WATCHDOG_S = 15  # a reader still blocked on the test's FIFO after this long is released from outside
 
 
@@ -112,8 +112,9 @@ def test_a_fifo_model_folder_never_freezes_the_window_and_cancel_restores_it(
     qtbot.keyClicks(window.text_box, "Typing goes on.")
     wait_for_text(qtbot, window, "Typing goes on.")
     assert st.model is model and st.result is not result
-    qtbot.wait(300)
-    if fifo_loader == "python-reader" or st.loading:  # the load is blocked on the FIFO
+    if fifo_loader == "python-reader":  # the load is blocked on the FIFO
+        turned = len(ticker.ticks) + 10
+        qtbot.waitUntil(lambda: len(ticker.ticks) >= turned, timeout=WAIT)  # the loop turns meanwhile
         assert st.loading and "Loading" in window.load_label.text()
         job = window.worker.running("load")
         assert job.thread.is_alive()
@@ -181,7 +182,7 @@ def test_cancel_keeps_the_model_and_the_late_result_is_ignored(window, qtbot, sl
     release.set()
     job.thread.join(10)
     assert not job.thread.is_alive()
-    qtbot.wait(100)
+    drain_events()
     assert st.model is model and st.model_name == "all-MiniLM-L6-v2"
     assert not window.error_banner.isVisible() and st.loading == ""
 
@@ -196,7 +197,7 @@ def test_the_newest_load_wins_over_a_slow_one(window, qtbot, slow_load, tmp_path
     qtbot.waitUntil(lambda: st.model_name == "tiny" and st.loading == "", timeout=WAIT)
     release.set()
     job.thread.join(10)
-    qtbot.wait(100)
+    drain_events()
     assert st.model_name == "tiny"
 
 
@@ -216,7 +217,7 @@ def test_a_load_that_outlives_its_window_ends_quietly(qtbot, tmp_path, slow_load
     assert not shiboken6.isValid(worker)
     release.set()  # the load finishes after its window is gone: dropped, no error, no Qt warning
     job.thread.join(10)
-    qtbot.wait(100)
+    drain_events()
     assert calls == ["slow"]
 
 
@@ -237,7 +238,7 @@ def test_the_models_menu_scans_on_the_worker_and_shows_a_placeholder_meanwhile(
     menu.aboutToShow.emit()  # returns at once: the scan waits on its own thread
     texts = [a.text() for a in menu.actions()]
     assert texts[0] == "(looking for models…)" and "Open model folder…" in texts
-    qtbot.wait(200)
+    drain_events()  # the scan is held: nothing it could post replaces the placeholder
     assert [a.text() for a in menu.actions()][0] == "(looking for models…)"
     with qtbot.waitSignal(window.worker.sigModelsFound, timeout=WAIT):
         release.set()
@@ -347,7 +348,7 @@ def test_the_job_runner_delivers_only_the_newest_job_of_a_kind(qtbot):
     qtbot.waitUntil(lambda: ("other", "ok", None) in heard, timeout=WAIT)
     gates[2].set()
     third.thread.join(10)
-    qtbot.wait(50)
+    drain_events()
     assert [h[0] for h in heard] == ["second", "other"]
 
 

@@ -114,8 +114,7 @@ def test_head_roles_summary_is_never_cut_after_a_probe(qtbot, settings_path):
     roles.set_source("agreement")
     label = roles.summary
     qtbot.waitUntil(lambda: "sentences scored" in label.text(), timeout=120000)
-    qtbot.wait(100)
-    assert _whole_or_scrollable(label)
+    qtbot.waitUntil(lambda: _whole_or_scrollable(label), timeout=WAIT)
     assert w.height() == 560
     w.resize(1920, 1080)
     qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()), timeout=WAIT)

@@ -16,7 +16,7 @@ def test_local_and_global_layers_are_named_and_the_window_edge_drawn(qtbot, tmp_
     st.set_focus(0, 1)
     qtbot.waitUntil(lambda: w.controls.layer_kind.text() == "local (window 8)", timeout=5000)
     assert w.controls.layer_kind.isVisible()
-    assert any("L0 H1 · local (window 8)" in t.text() for t in w.grid._titles if t.isVisible())
+    assert any("L0 H1 · local (window 8)" in t for t in w.grid.titles())
     assert "local (window 8)" in w.focus_view.title.text()
     assert w.grid.window_line.isVisible() and w.focus_view.window_line.isVisible()
     # the grid's edge: 12 rows have a masked key (q = 8..19), two points each, on each of 4 heads
@@ -39,4 +39,4 @@ def test_local_and_global_layers_are_named_and_the_window_edge_drawn(qtbot, tmp_
 def test_a_model_without_a_window_names_no_layer_kind(qtbot, tmp_path):
     w = open_window(qtbot, tmp_path / "s.ini")
     assert not w.controls.layer_kind.isVisible()
-    assert not any("local" in t.text() or "global" in t.text() for t in w.grid._titles)
+    assert not any("local" in t or "global" in t for t in w.grid.titles())

@@ -58,7 +58,7 @@ def test_the_export_dialog_writes_what_the_view_shows_and_open_view_brings_it_ba
     assert dlg.value_weighted.isChecked()
     dlg.scope.setCurrentIndex(dlg.scope.findData("all"))
     dlg.path_edit.setText(str(tmp_path / "shown.npy"))
-    dlg._path_edited(dlg.path_edit.text())
+    dlg.path_edit.textEdited.emit(dlg.path_edit.text())  # as typing it does
     assert dlg.do_export()
     np.testing.assert_allclose(np.load(tmp_path / "shown.npy"), st.shown().region().values, rtol=1e-6)
     assert w.settings.value("export/folder") == str(tmp_path.resolve())  # the window's settings

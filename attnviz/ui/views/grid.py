@@ -216,6 +216,9 @@ class HeatmapGrid(QWidget):
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
         model = self.state.model
+        if model is not None and any(l >= model.config.n_layer or h >= model.config.n_head
+                                     for l, h in lo.heads):
+            return  # the last model's layout, until the new model's first result lays it out
         # over a preview (another text than the scores'), badges from the typed text's scores would
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
@@ -416,6 +419,10 @@ class HeatmapGrid(QWidget):
         assert i is not None, f"{head_title(layer, head)} is not shown"
         p = self.layout_.pool
         return float(self.layout_.x0[i] + k // p + 0.5), float(self.layout_.y0[i] + q // p + 0.5)
+
+    def titles(self) -> list[str]:
+        """The head titles on screen ("L0 H5  self"), in the order of the layout's heads."""
+        return [t.text() for t in self._titles if t.isVisible()]
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
         return cell_readout(self.state, layer, head, q, k)
