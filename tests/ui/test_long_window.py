@@ -18,7 +18,7 @@ from attnviz.engine.computing.generate import generate
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.engine.computing.patterns import drop_first_key, value_weighted
 from attnviz.figures.overview import colour_index, tops
-from attnviz.ui.views.long_view import colour_table
+from attnviz.ui.views.long_panes import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
 from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window
 

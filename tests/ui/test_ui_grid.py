@@ -257,7 +257,7 @@ def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
 def test_the_mosaics_short_render_draws_pyqtgraphs_pixels(grid, colormap):
     """MosaicImage.render makes the window's uint8 mosaic into premultiplied ARGB with one table
     lookup; pyqtgraph's own render (8-bit image, colour table, converted) gives the same bytes."""
-    from attnviz.ui.views.grid import MosaicImage
+    from attnviz.ui.views.grid_items import MosaicImage
 
     st, g = grid
     st.set_colormap(colormap)

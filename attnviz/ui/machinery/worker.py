@@ -23,6 +23,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
+from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
 from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
 
@@ -49,21 +50,6 @@ class ComputeRequest:
     inputs: bool = False  # also every layer's input (the Anatomy panel)
     trace: bool = False  # keep what prediction reads (z, the residual stream): effects.window_run
     ablation: Any = None  # effects.Ablation to apply (the grid then shows the changed run)
-
-
-@dataclass(frozen=True)
-class LoadRequest:
-    id: int
-    source: str  # a model name or a folder
-
-
-def _checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
-    from attnviz.engine.computing.checkpoints import load_checkpoints
-
-    ckpts = load_checkpoints(model)
-    if ckpts is not None:
-        ckpts.preload()
-    return ckpts
 
 
 class Worker(Runner):
@@ -457,7 +443,7 @@ class Worker(Runner):
         if model is None or path is None or not (path / CHECKPOINTS_FILE).is_file():
             self.cancel("checkpoints")
             return
-        self.submit("checkpoints", lambda: _checkpoints_of(model), self._on_checkpoints, model, THREAD)
+        self.submit("checkpoints", lambda: checkpoints_of(model), self._on_checkpoints, model, THREAD)
 
     def _on_checkpoints(self, model, ckpts, error) -> None:
         if model is not self.state.model:
@@ -485,24 +471,6 @@ class Worker(Runner):
             log.warning("looking for models failed: %s", describe_error(error))
             infos = []
         self.sigModelsFound.emit(list(infos))
-
-
-TRIAL_IDS = 3  # token ids a freshly loaded model runs before the window takes it
-
-
-def load_checked(source: str):
-    """load_model, then a trial run on a few token ids: a model whose weights are finite but give
-    non-finite patterns (a 1e38 weight overflows in q.k) is refused here, as a load that failed, so
-    the window keeps the model, sentence and heatmaps it had, rather than take a model it cannot
-    show."""
-    import numpy as np
-
-    from attnviz.engine import load_model
-
-    model = load_model(source)
-    with np.errstate(all="ignore"):  # the engine names the broken layer itself
-        model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))), use_cache=False)
-    return model
 
 
 def _heads():  # the engine's head scores, imported when first scored (not at the window's start)

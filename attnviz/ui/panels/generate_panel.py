@@ -28,7 +28,7 @@ from attnviz.engine.calc.from_config import kv_cache_needed
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.views.long_view import colour_table, indexed_image
+from attnviz.ui.views.long_panes import colour_table, indexed_image
 
 NEW_MARK = QColor(255, 214, 102, 110)  # the generated tokens in the sentence box
 MAX_NEW = 256

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid import colour_bar
+from attnviz.ui.views.grid_items import colour_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):

@@ -8,15 +8,11 @@ the small heads."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainterPath, QPen, QTransform
-from PySide6.QtWidgets import (
-    QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem, QVBoxLayout, QWidget,
-)
+from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
@@ -27,93 +23,9 @@ from attnviz.figures.style import (
     ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
 )
 from attnviz.figures.view import window_edge
+from attnviz.ui.views.grid_items import Label, MosaicImage, colour_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
-
-
-class Label(QGraphicsSimpleTextItem):
-    """A title pinned to a point of the mosaic and drawn unscaled in screen pixels by Qt itself
-    (ItemIgnoresTransformations): a re-layout or a paint recomputes no per-label transform in Python,
-    as pg.TextItem does for every label and change."""
-
-    PAD = 2  # screen pixels between the label and its anchor point
-
-    def __init__(self, font: QFont, anchor: tuple[float, float] = (0, 0)):
-        super().__init__()
-        self.setFlag(QGraphicsItem.GraphicsItemFlag.ItemIgnoresTransformations)
-        self.setFont(font)
-        self.setBrush(QBrush(QColor(TEXT)))
-        self.setZValue(2)
-        self._anchor = anchor
-        self._place()
-
-    def setAnchor(self, anchor: tuple[float, float]) -> None:  # (0, 0) top left .. (1, 1) bottom right
-        if anchor != self._anchor:
-            self._anchor = anchor
-            self._place()
-
-    def setText(self, text: str) -> None:
-        if text != self.text():
-            super().setText(text)
-            self._place()
-
-    def toPlainText(self) -> str:
-        return self.text()
-
-    def _place(self) -> None:
-        r = super().boundingRect()
-        ax, ay = self._anchor
-        self.setTransform(QTransform.fromTranslate(-ax * r.width() + self.PAD * (1 - 2 * ax),
-                                                   -ay * r.height() + self.PAD * (1 - 2 * ay)))
-
-
-class MosaicImage(pg.ImageItem):
-    """The mosaic's image item: pyqtgraph makes an 8-bit image with a colour table of the uint8
-    mosaic and its table, which Qt's raster engine scales onto the screen far slower than the same
-    pixels as premultiplied ARGB, at every repaint. So it is converted once per new mosaic, and
-    each paint is a plain scaled copy.
-
-    The window's own mosaics (uint8, row-major, levels 0..255, a [256, 4] uint8 table) take a
-    shorter road to the same pixels: one NumPy lookup in the table as Qt converts it (argb_table),
-    where pyqtgraph's render rebuilds its colour table in Python each time. A test holds the two
-    equal byte for byte."""
-
-    _tables: dict[bytes, np.ndarray] = {}  # RGBA table bytes -> [256] uint32 premultiplied ARGB
-
-    def render(self):
-        img, lut, levels = self.image, self.lut, self.levels
-        if (isinstance(img, np.ndarray) and img.dtype == np.uint8 and img.ndim == 2 and img.size
-                and self.axisOrder == "row-major" and not self.autoDownsample
-                and isinstance(lut, np.ndarray) and lut.dtype == np.uint8 and lut.shape == (256, 4)
-                and levels is not None and np.array_equal(np.asarray(levels, float).ravel(), (0, 255))):
-            argb = argb_table(lut)[img]  # [h, w] uint32
-            h, w = argb.shape
-            self._argb = argb  # the QImage reads this buffer: kept as long as the image is
-            self.qimage = QImage(argb.data, w, h, 4 * w, QImage.Format.Format_ARGB32_Premultiplied)
-            self._renderRequired = self._unrenderable = False
-            return
-        self.render_by_pyqtgraph()
-
-    def render_by_pyqtgraph(self):
-        super().render()
-        q = self.qimage
-        if q is not None and q.format() == QImage.Format.Format_Indexed8:
-            self.qimage = q.convertToFormat(QImage.Format.Format_ARGB32_Premultiplied)
-
-
-def argb_table(lut: np.ndarray) -> np.ndarray:  # [256, 4] uint8 RGBA -> [256] uint32
-    """The premultiplied ARGB32 pixel of each entry of an RGBA table, as Qt converts an 8-bit image
-    with that colour table (the image pyqtgraph makes); cached per table."""
-    key = lut.tobytes()
-    table = MosaicImage._tables.get(key)
-    if table is None:
-        index = np.arange(256, dtype=np.uint8).reshape(1, 256)
-        q = QImage(index.data, 256, 1, 256, QImage.Format.Format_Indexed8)
-        q.setColorTable([int(a) << 24 | int(r) << 16 | int(g) << 8 | int(b) for r, g, b, a in lut])
-        q = q.convertToFormat(QImage.Format.Format_ARGB32_Premultiplied)
-        table = np.frombuffer(q.constBits(), np.uint32, 256).copy()
-        MosaicImage._tables[key] = table
-    return table
 
 
 def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
@@ -124,21 +36,6 @@ def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
                "n_tok", "pool", "bands", "label_step")
     return (all(getattr(a, f) == getattr(b, f) for f in scalars)
             and np.array_equal(a.x0, b.x0) and np.array_equal(a.y0, b.y0))
-
-
-def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
-    """The colour bar of the grid and the focus view, its axis as wide as its ticks ("0.00") and its
-    rotated title need at the widget's font, so they never overlap at a large UI font."""
-    bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(colormap), interactive=False,
-                          width=14, colorMapMenu=False)
-    axis = bar.getAxis("right")
-    axis.setTextPen(pg.mkPen(TEXT))
-    axis.enableAutoSIPrefix(False)
-    fm = QFontMetricsF(font)
-    axis.setStyle(tickFont=font, tickTextOffset=5)
-    axis.label.setFont(font)
-    axis.setWidth(int(math.ceil(fm.horizontalAdvance("0.000") + 2 * fm.height() + 12)))
-    return bar
 
 
 class HeatmapGrid(QWidget):
