@@ -43,6 +43,7 @@ from attnviz.engine.errors import InputError, NoPrediction
 
 MODES = ("q", "k", "v")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
+GRAM_BLOCK = 32  # rows of a packed Gram's blocks: smaller packs tighter, in more products
 CHUNK_BYTES = 96 << 20  # packed reader Grams held at once: each read of the writers serves them all
 
 
@@ -149,13 +150,28 @@ def copying_scores(model, progress=None) -> np.ndarray:
     return out
 
 
-def _packed(gram, flat, weight=None):  # [n, d, d] symmetric -> [n, d (d + 1) / 2] float32
-    """The upper triangle of each symmetric matrix (`flat`: its indices in the flattened d x d),
-    off-diagonal entries times `weight` (2 on one side of an inner product, none on the other):
-    ⟨X, Y⟩ = packed(X, 2) · packed(Y)."""
-    out = np.take(gram.reshape(len(gram), -1), flat, axis=1)
-    if weight is not None:
-        out *= weight
+def _layout(d: int, block: int = GRAM_BLOCK) -> list[tuple[int, int]]:
+    """Row blocks (start, stop) of a d x d symmetric matrix, each kept from its diagonal on: the
+    blocks' trapezoids cover the upper triangle, and each diagonal block whole."""
+    return [(a, min(a + block, d)) for a in range(0, d, block)]
+
+
+def _packed_grams(s, layout, twice=False):  # [n, d, m] -> S Sᵀ packed [n, D] float32
+    """Each S Sᵀ kept only in the `layout` trapezoids (rows a:b, columns a:), straight from the
+    factor: no d x d matrix formed. With `twice`, entries right of each diagonal block times 2,
+    the side of an inner product they are counted once on: ⟨X, Y⟩ = packed(X, twice) · packed(Y)."""
+    s = s.astype(np.float32)
+    st = _t(s)  # [n, m, d]
+    n, d = len(s), s.shape[1]
+    out = np.empty((n, sum((b - a) * (d - a) for a, b in layout)), np.float32)
+    at = 0
+    for a, b in layout:
+        size = (b - a) * (d - a)
+        part = out[:, at:at + size].reshape(n, b - a, d - a)
+        np.matmul(s[:, a:b], st[:, :, a:], out=part)
+        if twice:
+            part[:, :, b - a:] *= 2
+        at += size
     return out
 
 
@@ -172,11 +188,6 @@ def _r(a):  # [n, m, d_head] -> R [n, d_head, d_head] with aᵀ a = Rᵀ R
         return np.linalg.qr(a, mode="r")
 
 
-def _grams(factors):  # [n, d_model, d_head] -> S Sᵀ [n, d_model, d_model] float32
-    f = factors.astype(np.float32)
-    return np.stack([s @ s.T for s in f])
-
-
 def _reader_factors(m: HeadMatrices) -> dict:  # -> mode: S [n_head, d_model, d_head], B Bᵀ = S Sᵀ
     """Q (KᵀK) Qᵀ = (Q R_Kᵀ)(Q R_Kᵀ)ᵀ and likewise: each reader's B Bᵀ from a d_model × d_head factor."""
     r_k, r_q, r_o = _r(m.k), _r(m.q), _r(_t(m.o))
@@ -189,13 +200,12 @@ def composition_scores(model, progress=None) -> dict:
     after each layer (it may raise to stop)."""
     cfg = model.config
     L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
-    iu = np.triu_indices(d)
-    flat = iu[0] * d + iu[1]  # the upper triangle in a flattened d_model x d_model
-    twice = np.where(iu[0] == iu[1], 1.0, 2.0).astype(np.float32)
-    writers = np.empty((max(L - 1, 0) * H, len(iu[0])), np.float32)  # packed AᵀA of each earlier head
+    layout = _layout(d)
+    D = sum((b - a) * (d - a) for a, b in layout)  # packed length of a d_model x d_model Gram
+    writers = np.empty((max(L - 1, 0) * H, D), np.float32)  # packed AᵀA of each earlier head
     writer_norm = np.empty(max(L - 1, 0) * H)  # ‖A‖_F²
     out = {mode: np.zeros((L, H, L, H)) for mode in MODES}
-    rows = 3 * H * len(iu[0]) * 4  # bytes of one layer's packed readers
+    rows = 3 * H * D * 4  # bytes of one layer's packed readers
     chunk = max(1, CHUNK_BYTES // rows)  # later layers whose readers share one read of the writers
     pending = []  # (layer, reader factors, packed B Bᵀ [3 n_head, D])
     for layer in range(L):
@@ -203,10 +213,10 @@ def composition_scores(model, progress=None) -> dict:
         if layer:
             factors = _reader_factors(m)  # mode -> S [n_head, d_model, d_head]
             pending.append((layer, factors,
-                            np.concatenate([_packed(_grams(factors[mode]), flat) for mode in MODES])))
+                            np.concatenate([_packed_grams(factors[mode], layout) for mode in MODES])))
         if layer < L - 1:
             P = _t(_r(m.v) @ m.o)  # [n_head, d_model, d_head]: AᵀA = P Pᵀ
-            writers[layer * H:(layer + 1) * H] = _packed(_grams(P), flat, twice)
+            writers[layer * H:(layer + 1) * H] = _packed_grams(P, layout, twice=True)
             writer_norm[layer * H:(layer + 1) * H] = np.einsum("hmd,hmd->h", P, P)
         if pending and (len(pending) == chunk or layer == L - 1):
             n = pending[-1][0] * H
