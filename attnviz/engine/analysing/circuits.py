@@ -141,7 +141,9 @@ def copying_scores(model, progress=None) -> np.ndarray:
     out = np.zeros((cfg.n_layer, cfg.n_head))
     for layer in range(cfg.n_layer):
         m = head_matrices(model, layer)
-        M = (m.o @ G) @ m.v  # [n_head, d_head, d_head]: W_O W_U W_E W_V
+        n, dh, d = m.o.shape
+        og = (m.o.reshape(n * dh, d) @ G).reshape(n, dh, d)  # every head's W_O in one product
+        M = og @ m.v  # [n_head, d_head, d_head]: W_O W_U W_E W_V
         lam = np.linalg.eigvals(M)  # [n_head, d_head]
         total = np.abs(lam).sum(axis=-1)
         out[layer] = np.where(total > 0, lam.sum(axis=-1).real / np.where(total > 0, total, 1), 0.0)
