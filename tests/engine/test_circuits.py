@@ -167,3 +167,13 @@ def test_progress_counts_each_layer_twice_and_can_stop_the_scores():
             raise Stop
     with pytest.raises(Stop):
         C.circuits(model, progress=stop)
+
+
+@pytest.mark.parametrize("d, block", [(13, 5), (13, 13), (12, 4), (7, 64)])
+def test_packed_grams_give_the_inner_product_of_the_dense_grams(d, block):
+    rng = np.random.default_rng(d + block)
+    p, s = rng.standard_normal((2, 3, d, 4))  # [n, d, m] factors of X = P Pᵀ and Y = S Sᵀ
+    layout = C._layout(d, block)
+    got = C._packed_grams(p, layout, twice=True) @ C._packed_grams(s, layout).T  # [n, n]
+    want = np.einsum("aij,bij->ab", p @ p.transpose(0, 2, 1), s @ s.transpose(0, 2, 1))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

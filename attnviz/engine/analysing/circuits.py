@@ -43,7 +43,7 @@ from attnviz.engine.errors import InputError, NoPrediction
 
 MODES = ("q", "k", "v")
 VOCAB_BLOCK = 4096  # embedding and unembedding rows read at a time
-GRAM_BLOCK = 32  # rows of a packed Gram's blocks: smaller packs tighter, in more products
+GRAM_BLOCK = 64  # rows of a packed Gram's blocks: smaller packs tighter, in more, smaller products
 CHUNK_BYTES = 96 << 20  # packed reader Grams held at once: each read of the writers serves them all
 
 
