@@ -56,13 +56,64 @@ class HeadMapLayout:
     extra_rects: list = field(default_factory=list)  # [QRectF] the bottom row's cells
     title_h: float = 0.0
     left: float = 0.0
+    across: bool = False  # layers left to right, heads top to bottom (layout_fit's wide boxes)
+    x_layers: np.ndarray | None = None  # across: [n_layer] left edge of each layer's column
+    y_heads: np.ndarray | None = None  # across: [n_head] top of each head's row
+
+    def origin(self, layer: int, head: int) -> tuple[float, float]:
+        """The top-left corner of head (layer, head)'s cell."""
+        if self.across:
+            return float(self.x_layers[layer]), float(self.y_heads[head])
+        return float(self.x_heads[head]), float(self.y_layers[layer])
+
+
+def _groups(hm: HeadMap) -> np.ndarray:
+    n_head = hm.values.shape[1]
+    return (np.asarray(hm.kv_group) if hm.kv_group is not None and len(hm.kv_group) == n_head
+            else np.zeros(n_head, np.int64))
+
+
+def _gapped(start: float, groups: np.ndarray, cell: float) -> np.ndarray:
+    """Each head's offset along its axis, a gap of 0.4 cell between KV groups."""
+    x, xs = start, []
+    for h in range(len(groups)):
+        if h and groups[h] != groups[h - 1]:
+            x += 0.4 * cell
+        xs.append(x)
+        x += cell
+    return np.asarray(xs, dtype=np.float64)
+
+
+def layout_across(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
+    """The map turned a quarter: layers left to right, heads top to bottom (cells square, as large
+    as fit). For maps of heads alone (no per-layer column, no bottom row)."""
+    n_layer, n_head = hm.values.shape
+    groups = _groups(hm)
+    n_gaps = len({int(g) for g in groups.reshape(-1)}) - 1
+    fm = QFontMetricsF(figure_font(11))
+    left = fm.horizontalAdvance("H00 ") + 4
+    title_h = fm.height() * 3 + 6  # two lines of title, one of layer names
+    cell = max(2.0, min((width - left - 6) / max(n_layer, 1),
+                        (height - title_h - 6) / max(n_head + 0.4 * n_gaps, 1)))
+    ys = _gapped(title_h, groups, cell)
+    return HeadMapLayout(int(width), int(height), cell, np.zeros(0), np.zeros(0), 0.0, [], title_h,
+                         left, True, left + np.arange(n_layer) * cell, ys)
+
+
+def layout_fit(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
+    """The orientation with the larger cells in width x height: layers down (layout) or, for a map
+    of heads alone in a wide box, layers across (layout_across)."""
+    down = layout(hm, width, height)
+    if hm.column is not None or hm.extras:
+        return down
+    across = layout_across(hm, width, height)
+    return across if across.cell > down.cell else down
 
 
 def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     """Place every cell in a width x height picture (cells square, as large as fit)."""
     n_layer, n_head = hm.values.shape
-    groups = (np.asarray(hm.kv_group) if hm.kv_group is not None and len(hm.kv_group) == n_head
-              else np.zeros(n_head, np.int64))
+    groups = _groups(hm)
     n_gaps = len({int(g) for g in np.asarray(groups).reshape(-1)}) - 1  # (np.unique imports numpy.ma)
     fm = QFontMetricsF(figure_font(11))
     left = fm.horizontalAdvance("L00 ") + 4
@@ -70,13 +121,8 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     n_cols = n_head + (1.4 if hm.column is not None else 0) + 0.4 * n_gaps
     n_rows = n_layer + (1.6 if hm.extras else 0)
     cell = max(2.0, min((width - left - 6) / max(n_cols, 1), (height - title_h - 6) / max(n_rows, 1)))
-    x, xs = left, []
-    for h in range(n_head):
-        if h and groups[h] != groups[h - 1]:
-            x += 0.4 * cell
-        xs.append(x)
-        x += cell
-    x_column = x + 0.4 * cell
+    xs = _gapped(left, groups, cell)
+    x_column = (xs[-1] if n_head else left - cell) + 1.4 * cell
     ys = title_h + np.arange(n_layer) * cell
     extras = []
     y = title_h + (n_layer + 0.6) * cell
@@ -85,8 +131,7 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
     for _ in hm.extras:
         extras.append(QRectF(ex, y, w_extra, cell))
         ex += w_extra + 0.4 * cell
-    return HeadMapLayout(int(width), int(height), cell, np.asarray(xs), ys, x_column, extras,
-                         title_h, left)
+    return HeadMapLayout(int(width), int(height), cell, xs, ys, x_column, extras, title_h, left)
 
 
 def colour(value: float, lim: float) -> QColor:
@@ -104,25 +149,70 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     f = figure_font(min(11, max(7, c * 0.8)))
     p.setFont(figure_font(11, bold=True))
     p.setPen(text)
+    fm = QFontMetricsF(figure_font(11, bold=True))
     lh = QFontMetricsF(figure_font(11)).height()
-    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, hm.title)
+    # a title wider than the picture ends in an ellipsis, not cut mid-letter
+    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft,
+               fm.elidedText(hm.title, Qt.TextElideMode.ElideRight, lay.width - 8))
     p.setFont(figure_font(10))
     p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
                Qt.AlignmentFlag.AlignLeft,
-               f"blue < 0 < red, ±{lim:.3g} {hm.unit}; rows layers, columns heads"
+               f"blue < 0 < red, ±{lim:.3g} {hm.unit}"
+               + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
                + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
     p.setPen(Qt.PenStyle.NoPen)
     for l in range(n_layer):
-        y = lay.y_layers[l]
         for h in range(n_head):
-            p.fillRect(QRectF(lay.x_heads[h], y, c, c), colour(float(hm.values[l, h]), lim))
+            x, y = lay.origin(l, h)
+            p.fillRect(QRectF(x, y, c, c), colour(float(hm.values[l, h]), lim))
         if hm.column is not None:
-            p.fillRect(QRectF(lay.x_column, y, c, c), colour(float(hm.column[1][l]), lim))
+            p.fillRect(QRectF(lay.x_column, lay.y_layers[l], c, c), colour(float(hm.column[1][l]), lim))
     for r, (_name, v) in zip(lay.extra_rects, hm.extras):
         p.fillRect(r, colour(float(v), lim))
     # labels: a layer every few rows, heads on top
     p.setFont(f)
     p.setPen(text)
+    if lay.across:
+        _paint_across_labels(p, lay, f, n_layer, n_head)
+    else:
+        _paint_down_labels(p, hm, lay, f, n_layer, n_head)
+    for r, (name, _v) in zip(lay.extra_rects, hm.extras):
+        p.setPen(QColor(Qt.GlobalColor.black) if abs(_v) < 0.6 * lim else QColor(Qt.GlobalColor.white))
+        p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
+    # switched-off heads crossed out, the focused head outlined
+    pen = QPen(MARK, max(1.5, c * 0.12))
+    p.setPen(pen)
+    for l, h in hm.marked:
+        if 0 <= l < n_layer and 0 <= h < n_head:
+            x, y = lay.origin(l, h)
+            p.drawLine(x + 1, y + 1, x + c - 1, y + c - 1)
+            p.drawLine(x + c - 1, y + 1, x + 1, y + c - 1)
+    if hm.focus is not None:
+        l, h = hm.focus
+        if 0 <= l < n_layer and 0 <= h < n_head:
+            x, y = lay.origin(l, h)
+            p.setPen(QPen(QColor(FOCUS), 2))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawRect(QRectF(x - 1, y - 1, c + 2, c + 2))
+
+
+def _paint_across_labels(p: QPainter, lay: HeadMapLayout, f, n_layer: int, n_head: int) -> None:
+    """Heads down the left, a layer every few columns on top."""
+    c, fm = lay.cell, QFontMetricsF(f)
+    step = max(1, int(np.ceil(fm.height() / max(c, 1))))
+    for h in range(0, n_head, step):
+        p.drawText(QRectF(0, lay.y_heads[h], lay.left - 4, c),
+                   Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, f"H{h}")
+    lstep = max(1, int(np.ceil((fm.horizontalAdvance("L00") + 2) / max(c, 1))))
+    for l in range(0, n_layer, lstep):
+        p.drawText(QRectF(lay.x_layers[l] - c, lay.title_h - fm.height() - 1, 3 * c, fm.height()),
+                   Qt.AlignmentFlag.AlignHCenter, f"L{l}")
+
+
+def _paint_down_labels(p: QPainter, hm: HeadMap, lay: HeadMapLayout, f, n_layer: int,
+                       n_head: int) -> None:
+    """A layer every few rows on the left, heads on top."""
+    c = lay.cell
     step = max(1, int(np.ceil(QFontMetricsF(f).height() / max(c, 1))))
     for l in range(0, n_layer, step):
         p.drawText(QRectF(0, lay.y_layers[l], lay.left - 4, c),
@@ -134,23 +224,6 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     if hm.column is not None:
         p.drawText(QRectF(lay.x_column - c, lay.title_h - QFontMetricsF(f).height() - 1, 3 * c,
                           QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
-    for r, (name, _v) in zip(lay.extra_rects, hm.extras):
-        p.setPen(QColor(Qt.GlobalColor.black) if abs(_v) < 0.6 * lim else QColor(Qt.GlobalColor.white))
-        p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
-    # switched-off heads crossed out, the focused head outlined
-    pen = QPen(MARK, max(1.5, c * 0.12))
-    p.setPen(pen)
-    for l, h in hm.marked:
-        if 0 <= l < n_layer and 0 <= h < n_head:
-            x, y = lay.x_heads[h], lay.y_layers[l]
-            p.drawLine(x + 1, y + 1, x + c - 1, y + c - 1)
-            p.drawLine(x + c - 1, y + 1, x + 1, y + c - 1)
-    if hm.focus is not None:
-        l, h = hm.focus
-        if 0 <= l < n_layer and 0 <= h < n_head:
-            p.setPen(QPen(QColor(FOCUS), 2))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawRect(QRectF(lay.x_heads[h] - 1, lay.y_layers[l] - 1, c + 2, c + 2))
 
 
 def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float):
@@ -160,6 +233,10 @@ def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float):
     for i, r in enumerate(lay.extra_rects):
         if r.contains(x, y):
             return ("extra", i)
+    if lay.across:
+        l = np.flatnonzero((x >= lay.x_layers) & (x < lay.x_layers + c))
+        h = np.flatnonzero((y >= lay.y_heads) & (y < lay.y_heads + c))
+        return ("head", int(l[0]), int(h[0])) if l.size and h.size else None
     l = int(np.floor((y - lay.title_h) / c)) if y >= lay.title_h else -1
     if not 0 <= l < n_layer:
         return None
@@ -185,4 +262,5 @@ def readout(hm: HeadMap, what) -> str:
 
 def cell_center(hm: HeadMap, lay: HeadMapLayout, layer: int, head: int) -> tuple[float, float]:
     """The centre of head (layer, head)'s cell (tests aim the mouse with it)."""
-    return float(lay.x_heads[head] + lay.cell / 2), float(lay.y_layers[layer] + lay.cell / 2)
+    x, y = lay.origin(layer, head)
+    return x + lay.cell / 2, y + lay.cell / 2

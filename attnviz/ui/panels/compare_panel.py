@@ -237,7 +237,8 @@ class ComparePanel(QWidget):
         if d is None:
             return
         hm = self.head_map()
-        self.map_layout = lay = headmap.layout(hm, w, h)
+        # layers across in a wide box: 30 layers x 9 heads fill the panel's width, not its corner
+        self.map_layout = lay = headmap.layout_fit(hm, w, h)
         headmap.paint(p, hm, lay, background=PAPER)
 
     def head_map(self) -> headmap.HeadMap:

@@ -1,0 +1,47 @@
+"""The layer x head map turned a quarter (layers across, heads down) for wide boxes: layout_fit
+picks the orientation with the larger cells, every head's cell centre hits that head in both
+orientations (KV gaps included), and the painted cells carry their heads' colours."""
+
+import numpy as np
+from PySide6.QtGui import QColor, QImage, QPainter
+
+from attnviz.figures import headmap
+
+
+def _map(n_layer=30, n_head=9, **kw):
+    values = np.random.default_rng(0).uniform(-1, 1, (n_layer, n_head))
+    return headmap.HeadMap(title="t", values=values, unit="bits",
+                           kv_group=np.repeat(np.arange(3), n_head // 3), **kw)
+
+
+def test_a_wide_box_lays_the_layers_across_with_larger_cells(qapp):
+    hm = _map()
+    down, across = headmap.layout(hm, 560, 180), headmap.layout_across(hm, 560, 180)
+    fit = headmap.layout_fit(hm, 560, 180)
+    assert fit.across and fit.cell == across.cell > down.cell
+    tall = headmap.layout_fit(hm, 300, 900)
+    assert not tall.across and tall.cell == headmap.layout(hm, 300, 900).cell
+    # a map with an MLP column keeps its layers down whatever the box
+    with_column = _map(column=("MLP", np.zeros(30)))
+    assert not headmap.layout_fit(with_column, 560, 180).across
+
+
+def test_every_cell_centre_hits_its_head_and_is_painted_its_colour(qapp):
+    hm = _map()
+    for lay in (headmap.layout(hm, 300, 900), headmap.layout_across(hm, 560, 180)):
+        image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+        p = QPainter(image)
+        headmap.paint(p, hm, lay, background=QColor("white"))
+        p.end()
+        for l in range(30):
+            for h in range(9):
+                x, y = headmap.cell_center(hm, lay, l, h)
+                assert headmap.hit(hm, lay, x, y) == ("head", l, h)
+                want = headmap.colour(float(hm.values[l, h]), hm.limit)
+                assert image.pixelColor(int(x), int(y)).name() == want.name(), (lay.across, l, h)
+        # the cells lie inside the picture; the KV gap between H2 and H3 is no head
+        x, y = headmap.cell_center(hm, lay, 29, 8)
+        assert x + lay.cell / 2 <= lay.width and y + lay.cell / 2 <= lay.height
+        x2, y2 = headmap.cell_center(hm, lay, 0, 2)
+        gap = (x2, y2 + 0.7 * lay.cell) if lay.across else (x2 + 0.7 * lay.cell, y2)
+        assert headmap.hit(hm, lay, *gap) is None
