@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.typing import tick_timer  # the main thread's 1 ms ticks, as the typing benchmark reads stalls
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 SENTENCE = "Dr Zorblax met Mrs Okkadine in Plumbrook."
@@ -49,18 +51,6 @@ def _spin(app, seconds: float, until=None) -> bool:
         app.processEvents()
         time.sleep(0.0005)
     return until is None
-
-
-def _ticks():
-    from PySide6.QtCore import Qt, QTimer
-
-    ticks = []
-    timer = QTimer()
-    timer.setTimerType(Qt.TimerType.PreciseTimer)
-    timer.setInterval(1)
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
-    timer.start()
-    return timer, ticks
 
 
 class PaintWatch:
@@ -123,7 +113,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     st = w.state
     single = PaintWatch(w.grid.gw.viewport(),
                         lambda: w.grid.drawn.text if w.grid.drawn is not None and w.grid.drawn is st.result else None)
-    timer, ticks = _ticks()
+    timer, ticks = tick_timer()
     lat_a = type_pass(app, w, sentence, single)
     timer.stop()
     stall_a = max(0.0, float(np.diff(ticks).max()) * 1e3 - 1.0) if len(ticks) > 1 else 0.0
@@ -145,7 +135,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
         c = jobs.comparison
         return c.result.text if c is not None else None
     paired = PaintWatch(panel.tiles, compared_text)
-    timer, ticks = _ticks()
+    timer, ticks = tick_timer()
     lat_ab = type_pass(app, w, sentence, paired)
     timer.stop()
     gaps = np.diff(ticks) if len(ticks) > 1 else np.array([0.0])

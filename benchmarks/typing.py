@@ -135,7 +135,7 @@ def _group_line(group: str, n: int, p50: float, p95: float, top: float) -> str:
     return f"{group}: {n} keys, p50 {p50 * 1e3:.1f}, p95 {p95 * 1e3:.1f}, max {top * 1e3:.1f} ms"
 
 
-def _tick_timer():
+def tick_timer():
     """A 1 ms precise timer on the main thread, started: (the timer, the list of its tick times)."""
     from PySide6.QtCore import Qt, QTimer
 
@@ -192,7 +192,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
             time.sleep(0.002)
     # One word typed and taken back first: the window's first heatmaps after opening empty build
     # the grid's titles and the colour bar's ticks, once per window; that stall is reported apart
-    warm_timer, warm_ticks = _tick_timer()
+    warm_timer, warm_ticks = tick_timer()
     word = sentence.split()[0]
     w.text_box.setPlainText(word)
     _spin(app, 30, until=lambda: st.result is not None and st.result.text == word)
@@ -276,7 +276,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         if st.model is not None:  # typed as a new text: the KV cache keeps earlier texts' runs, and
             # the warm-up word's or the other pass's would give some keys their rows for free
             st.model.clear_cache()
-        timer, ticks = _tick_timer() if probe else (None, [])
+        timer, ticks = tick_timer() if probe else (None, [])
         latencies, firsts, tokens, computes, key_times, rows = [], [], [], [], [], []
         w.text_box.setFocus()
         for ch in sentence:
