@@ -128,7 +128,10 @@ class _Task(QRunnable):
 
     def run(self) -> None:
         below_the_main_thread()
-        _execute(self.job, self.relay, self.is_stale)
+        try:
+            _execute(self.job, self.relay, self.is_stale)
+        finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
+            self.job = self.relay = self.is_stale = None
 
 
 def describe_error(exc: BaseException, writing=None) -> str:
