@@ -215,10 +215,10 @@ class HeatmapGrid(QWidget):
         r = self.state.result
         share = (r.head_share if self.state.value_weighted and r is not None
                  and r.head_share is not None else None)
+        shown, _ = self.state.on_screen()
+        if self.drawn is not (shown.result if shown is not None else None):
+            return  # a label change heard before the grid's own redraw for a new result (or model)
         model = self.state.model
-        if model is not None and any(l >= model.config.n_layer or h >= model.config.n_head
-                                     for l, h in lo.heads):
-            return  # the last model's layout, until the new model's first result lays it out
         # over a preview (another text than the scores'), badges from the typed text's scores would
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
