@@ -88,7 +88,8 @@ def machine_text(machine: dict | None) -> str:
     if machine.get("blas") and machine.get("blas") != "unknown":
         text += f", {machine['blas']}"
         if machine.get("blas_threads"):
-            text += f" ({machine['blas_threads']} threads)"
+            n = machine['blas_threads']
+            text += f" ({n} thread{'' if n == 1 else 's'})"
     if machine.get("load_average") is not None:
         text += f", load {machine['load_average']:g}"
     return text
