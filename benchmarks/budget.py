@@ -11,7 +11,7 @@ same shape there is reused). The free disk space is checked first. It has no tok
 take 64 random token ids.
 
 Each budget runs in a fresh process: load_model(budget=...), the window's trial run over 3 ids
-(ui/worker.load_checked: a pass over every layer), the first run over the T ids (every pattern
+(ui/machinery/loading.load_checked: a pass over every layer), the first run over the T ids (every pattern
 computed: the first heatmaps), then the same ids with one more token (the KV cache computes the
 new row: a keystroke). Reported per budget: load, first run, load + first run (time to first
 heatmaps; "window": with the trial run), the keystroke, layers kept, peak RSS (VmHWM, the file's
@@ -124,7 +124,7 @@ def child(path: str, budget: str, T: int) -> None:
     t1 = time.perf_counter()
     c = model.config
     ids = np.random.default_rng(1).integers(0, c.vocab_size, T + 1)
-    model.run(ids=ids[:3], use_cache=False)  # the window's trial run (ui/worker.load_checked)
+    model.run(ids=ids[:3], use_cache=False)  # the window's trial run (ui/machinery/loading.load_checked)
     t_trial = time.perf_counter() - t1
     t1 = time.perf_counter()
     r = model.run(ids=ids[:T])

@@ -98,7 +98,7 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 
 
 def prediction_head(model, command: str):
-    """The model's unembedding (predict.lm_head) for a command that predicts the next token; a
+    """The model's unembedding (Model.lm_head) for a command that predicts the next token; a
     model without one is refused in one line that names a model that has one."""
     from attnviz.engine.errors import NoPrediction
 

@@ -37,7 +37,7 @@ SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two
 
 
 class CorpusPanel(QWidget):
-    """The Corpus tab (module docstring). `runner`: the app's job runner (ui/worker.Worker)."""
+    """The Corpus tab (module docstring). `runner`: the app's job runner (ui/machinery/worker.Worker)."""
 
     sigScanRead = Signal(object)  # ScanView, or None when a read failed
     sigModelChecked = Signal(str)  # model_state() once the loaded model is compared with the scan's
