@@ -33,20 +33,21 @@ nothing lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import log_softmax, vocab_logits
+from attnviz.engine.computing.logits import VOCAB_BLOCK, LMHead, build_head
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.engine.errors import Cancelled, InputError, NoPrediction
 
 INDUCTION_THRESHOLD = 0.4
-KLD_ROWS = 64  # positions whose [rows, vocab] log-probabilities are held at once
+KLD_ROWS = 16  # positions whose [rows, vocab] log-probabilities are held at once
 
 
 def compare_trace(**kw) -> Trace:
@@ -135,13 +136,78 @@ def shared_prefix(ids_a, ids_b) -> int:
     return int(differ[0]) if differ.size else n
 
 
+_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> table_head(model)
+
+
+def table_head(model) -> LMHead:
+    """The model's final norm and unembedding as the comparison reads them: an unembedding kept in
+    its file's type stays so (its logits are computed a block of rows at a time, each dequantized
+    as it is used: no float32 copy of either model's table is held), a float32 one is the model's
+    own. Kept per model. NoPrediction as Model.lm_head."""
+    head = _HEADS.get(model)
+    if head is None:
+        head = _HEADS[model] = build_head(model, table=True)
+    return head
+
+
+def same_table(u, v) -> bool:
+    """Whether two unembedding tables hold the same bytes (the same object, or equal arrays or
+    quantized tables of one type)."""
+    if u is v:
+        return True
+    if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
+        return isinstance(u, np.ndarray) and isinstance(v, np.ndarray) and np.array_equal(u, v)
+    return (u.shape == v.shape and getattr(u, "qtype", None) == getattr(v, "qtype", 0)
+            and np.array_equal(u.data, v.data))
+
+
+def pair_heads(a, b) -> tuple[LMHead, LMHead]:
+    """table_head of A and of B, B's reading A's table where the two tables are the same bytes (a
+    quantized copy that left the table as it was, a fine-tune with the embedding frozen): one table
+    held, and dequantized once for both sides' logits."""
+    ha, hb = table_head(a), table_head(b)
+    if hb.w_u is not ha.w_u and same_table(ha.w_u, hb.w_u):
+        hb = _HEADS[b] = replace(hb, w_u=ha.w_u)
+    return ha, hb
+
+
+def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides' logits [n, vocab] float32 from their final-norm inputs xa, xb [n, d_model], as
+    logits.vocab_logits computes each (the same products, bit for bit), VOCAB_BLOCK rows of the
+    unembedding at a time; a table the two heads share is read (and dequantized) once per block.
+    `stop()` raises Cancelled between blocks."""
+    xs = [h.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
+          for h, x in ((ha, xa), (hb, xb))]
+    V = ha.w_u.shape[0]
+    outs = [np.empty((x.shape[0], V), np.float32) for x in xs]
+    for v0 in range(0, V, VOCAB_BLOCK):
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        blk_a = np.asarray(ha.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
+        blk_b = blk_a if hb.w_u is ha.w_u else np.asarray(hb.w_u[v0:v0 + VOCAB_BLOCK])
+        outs[0][:, v0:v0 + VOCAB_BLOCK] = xs[0] @ blk_a.T
+        outs[1][:, v0:v0 + VOCAB_BLOCK] = xs[1] @ blk_b.T
+    return outs[0], outs[1]
+
+
+def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] float64
+    """logits.log_softmax's values bit for bit, with one float64 scratch array besides the result."""
+    x = np.array(logits, dtype=np.float64)  # (a copy: the result is written into it)
+    m = x.max(axis=-1, keepdims=True)
+    t = np.subtract(x, m)
+    np.exp(t, out=t)
+    lse = m + np.log(t.sum(axis=-1, keepdims=True))
+    del t
+    return np.subtract(x, lse, out=x)
+
+
 def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
     """KL(P_A || P_B) and both top-1 ids at every position, from each side's final-norm input
     through its own final norm and unembedding (float32 logits, float64 log-softmax), KLD_ROWS
-    positions at a time. NoPrediction for a model that predicts no next token.
-    `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of the
-    prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
-    ha, hb = pair.a.model.lm_head(), pair.b.model.lm_head()
+    positions at a time (pair_heads, pair_logits). NoPrediction for a model that predicts no next
+    token. `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of
+    the prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
+    ha, hb = pair_heads(pair.a.model, pair.b.model)
     xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
     T = pair.T
     kld = np.empty(T)
@@ -153,10 +219,15 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        la = log_softmax(vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
-        lb = log_softmax(vocab_logits(hb, xb[t0:t1], stop))
-        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", np.exp(la), la - lb), 0.0)
+        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)
+        la = log_softmax64(za)  # [n, vocab]
+        del za
+        lb = log_softmax64(zb)
+        del zb
         top_a[t0:t1], top_b[t0:t1] = la.argmax(axis=1), lb.argmax(axis=1)
+        np.subtract(la, lb, out=lb)  # log P_A - log P_B
+        np.exp(la, out=la)  # P_A
+        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", la, lb), 0.0)
     return NextTokens(kld, top_a, top_b)
 
 
@@ -225,7 +296,7 @@ def probe_pair(a, b) -> Pair:
 def predicts(model) -> bool:
     """Whether the model has a next-token distribution (a decoder with an unembedding)."""
     try:
-        model.lm_head()
+        table_head(model)
     except NoPrediction:
         return False
     return True

@@ -31,9 +31,10 @@ class LMHead:
         return vocab_logits(self, x)
 
 
-def build_head(model) -> LMHead:
+def build_head(model, table: bool = False) -> LMHead:
     """The model's final norm and unembedding as an LMHead (GGUF's quantised output head is
-    dequantised here, once). NoPrediction, in one line, for an encoder, a file missing its final
+    dequantised here, once; with `table`, it is kept in the file's type instead, as under a memory
+    budget: a comparison of two models holds no float32 copy of either). NoPrediction, in one line, for an encoder, a file missing its final
     norm or unembedding, or non-finite values in them."""
     cfg, h = model.config, model.weights.head
     if h is None:
@@ -43,7 +44,7 @@ def build_head(model) -> LMHead:
     if not cfg.causal or not FAMILY[cfg.family].pre_norm:
         raise NoPrediction(f"{model.name} is not a causal language model: it predicts no next token")
     try:
-        if _fits(model, h.unembed):
+        if (not table or isinstance(h.unembed, np.ndarray)) and _fits(model, h.unembed):
             w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
         else:  # kept in the file's type, dequantised VOCAB_BLOCK rows at a time (checked here)
             w_u = h.unembed
