@@ -3,8 +3,9 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
-(with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
-keystroke makes the running job stale and it stops at B's next layer). The induction heads are
+(with B's own KV cache) and compares the two traces, the next-token numbers (KL over the whole
+vocabulary) included: both runs per keystroke, newest wins (a keystroke makes the running job
+stale and it stops at B's next layer or the unembedding's next block). The induction heads are
 compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
@@ -12,23 +13,19 @@ model A, frees B."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import wide_blas
 
 log = logging.getLogger(__name__)
 
-COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
-# the next-token numbers (KL over the whole vocabulary: both unembeddings read) follow a comparison
-# once results pause this long, as What heads do's analysis does: typing pays for the attention only
-NEXT_DELAY_MS = 50
+COMPARE_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-load", "compare-probe"
 MODES = ("A", "B", "A-B")
 
 
@@ -58,7 +55,8 @@ class Comparison:
     b_attentions: np.ndarray  # [n_layer, n_head, T, T]
     doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
-    pair: object = None  # the engine's Pair (its traces), for the next-token numbers
+    pair: object = None  # the engine's Pair (its traces)
+    seen: tuple | None = None  # (ids, NextTokens): the next comparison reuses its shared prefix
 
 
 def load_b(a, source: BSource):
@@ -116,12 +114,7 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
-        self._next_timer = QTimer(self)
-        self._next_timer.setSingleShot(True)
-        self._next_timer.setInterval(NEXT_DELAY_MS)
-        self._next_timer.timeout.connect(self._request_next)
         st = self.state
-        st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigModelChanged.connect(lambda _m: self.close())
 
@@ -165,8 +158,7 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
-        self._next_timer.stop()
-        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
+        for kind in (COMPARE_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
         self.b = self.identity = self.source = self.loading = None
@@ -191,6 +183,7 @@ class CompareJobs(QObject):
         a, b = self.state.model, self.b
         result = run.result
         ids = result.input_ids
+        known = self._known
         job_id = self.worker.claim(COMPARE_KIND)
         def stale():
             return not self.worker.is_newest(COMPARE_KIND, job_id)
@@ -201,16 +194,13 @@ class CompareJobs(QObject):
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, stop=stale)
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            doc = None if a.config.causal and len(ids) < 2 else C.compare_with(pair, predictions=False)[0]
+            doc, seen = None, known
+            if not (a.config.causal and len(ids) < 2):
+                with wide_blas():  # the unembeddings' blocks: as the layers
+                    doc, seen = C.compare_with(pair, known=known, stop=stale)
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
-                              time.perf_counter() - t0, pair)
+                              time.perf_counter() - t0, pair, seen)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
-
-    def _on_text(self, _text) -> None:
-        """A keystroke: the next-token numbers of the text before it are not started (they would
-        hold up its runs on the pool)."""
-        self._next_timer.stop()
-        self.worker.claim(NEXT_KIND)
 
     def _on_compared(self, request, value, error) -> None:
         a, b = request
@@ -220,38 +210,8 @@ class CompareJobs(QObject):
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        self.comparison, self.last_s = value, value.seconds
+        self.comparison, self.last_s, self._known = value, value.seconds, value.seen
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        self.sigChanged.emit()
-        if value.doc is not None:
-            self._next_timer.start()
-
-    def _request_next(self) -> None:
-        """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
-        shared prefix with the last ones reused."""
-        from attnviz.engine.analysing import compare as C
-
-        c, known = self.comparison, self._known
-        if c is None or c.doc is None:
-            return
-        job_id = self.worker.claim(NEXT_KIND)
-        def stale():
-            return not self.worker.is_newest(NEXT_KIND, job_id)
-
-        def work():
-            with wide_blas():
-                return C.next_token_numbers(c.pair, known, stale)
-        self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)
-
-    def _on_next(self, c, value, error) -> None:
-        if c is not self.comparison:
-            return
-        if error is not None:
-            self.note = f"No next-token numbers: {describe_error(error)}"
-            self.sigChanged.emit()
-            return
-        numbers, self._known = value
-        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
         self.sigChanged.emit()
 
     def _request_probe(self) -> None:
