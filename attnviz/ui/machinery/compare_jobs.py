@@ -21,7 +21,7 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
-from attnviz.ui.machinery.tuning import wide_blas
+from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ def load_b(a, source: BSource):
         ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
     check_same_shape(a, b)
     check_same_vocab(a, b)
+    from attnviz.ui.machinery.tuning import release_free_memory
+
+    release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
     return b, ident
 
 
@@ -196,8 +199,8 @@ class CompareJobs(QObject):
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc, seen = None, known
             if not (a.config.causal and len(ids) < 2):
-                with wide_blas():  # the unembeddings' blocks: as the layers
-                    doc, seen = C.compare_with(pair, known=known, stop=stale)
+                doc, seen = C.compare_with(pair, known=known, stop=stale)
+            release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair, seen)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
