@@ -203,3 +203,34 @@ def test_open_view_restores_the_position_target_and_alt(qtbot, win, tmp_path):
     p.alt_edit.setText("#3")
     win.open_view(str(written[1]))
     assert p.position_box.value() == 5 and p.target_edit.text() == "#7" and p.alt_edit.text() == ""
+
+
+def test_typing_goes_on_while_a_run_works_and_its_map_then_shows_dimmed(qtbot, win, monkeypatch):
+    """The patched runs held at their first batch: the sentence box's text still reaches the grid
+    meanwhile; the run, let go, shows its map dimmed under the texts it was computed for."""
+    import threading
+
+    gate = threading.Event()
+    run_batch = PT.run_batch
+
+    def held(*args, **kw):
+        gate.wait(3 * WAIT / 1000)  # (longer than any wait here: a blocked grid fails, not races)
+        return run_batch(*args, **kw)
+
+    monkeypatch.setattr(PT, "run_batch", held)
+    try:
+        p = win.patching_panel
+        p.what_box.setCurrentText("head_out")
+        assert p.run()
+        qtbot.waitUntil(lambda: win.patch_jobs.sides is not None, timeout=WAIT)  # the two runs are made
+        win.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClicks(win.text_box, " her")
+        qtbot.waitUntil(lambda: win.state.result is not None and win.state.result.text == TEXT + " her", timeout=WAIT)
+        assert win.patch_jobs.running and p.progress.isVisible()
+        assert p.stale.text().endswith("The clean text has changed since: Run computes it for the new ones.")
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not win.patch_jobs.running and p.map.view is not None, timeout=WAIT)
+    assert win.patch_jobs.ask.clean == TEXT and p.map.dim and p.stale.isVisible()
+    got, want = _painted(p, win.patch_jobs.result.effect, dim=True)
+    assert got == want
