@@ -10,8 +10,9 @@ import json
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPoint, QPointF, Qt
-from PySide6.QtGui import QColor, QImage, QPainter, QTextCursor
+from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
+from PySide6.QtGui import QColor, QImage, QMouseEvent, QPainter, QTextCursor
+from PySide6.QtWidgets import QApplication
 
 from attnviz.engine.analysing import patching as PT
 from attnviz.figures.headmap import colour
@@ -145,6 +146,11 @@ def test_a_map_of_texts_changed_since_is_dimmed_and_says_which_texts(qtbot, win)
     assert not p.sides_label.isEnabled()
     got, want = _painted(p, values, dim=True)
     assert got == want and got != _painted(p, values)[1]
+    x, y = p.map.cell_center(0, 0)  # the hover read-out says so too
+    QApplication.sendEvent(p.map, QMouseEvent(QEvent.Type.MouseMove, QPointF(x, y), p.map.mapToGlobal(QPointF(x, y)),
+                                              Qt.MouseButton.NoButton, Qt.MouseButton.NoButton,
+                                              Qt.KeyboardModifier.NoModifier))
+    assert p.map.hover_text == f"L0 H0: effect {values[0, 0]:+.4f} (for the earlier texts)"
     # back to the texts it was computed for: bright again
     p.corrupt_box.setText(CORRUPT)
     assert p.stale.isHidden() and p.sides_label.isEnabled()

@@ -4,8 +4,12 @@ one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
 - The corrupted text has a box of its own; "Corrupt" proposes one (a name or a repeated word
   swapped for a word of the same token length) and says what it swapped. Two texts of different
   lengths get one line with both lengths and their token lists aligned, a ^ where they part.
-- Target and alt are typed as tokens (empty: the engine's defaults); the clean and corrupted
-  predictions at the last position and their diff show as soon as the two runs are made.
+- Target and alt are typed as tokens (empty: the engine's defaults), the position P picked in its
+  box (default: the last token, the clean token at P shown beside it); the clean and corrupted
+  predictions at P and their diff show as soon as the two runs are made.
+- When either text changes after a run, the map, the patterns and the predictions are dimmed
+  under a line naming the texts they were computed for, until Run (no re-run on typing: a
+  patching run is many forward passes, and the texts pass through unequal lengths while edited).
 - What to patch, Run, Cancel, a progress bar; the run is off the main thread, newest wins.
 - The map (figures/patching.py) in a diverging colour map about 0 with its colour bar; hover reads
   a cell's effect; a click on a head shows its pattern on the clean and the corrupted text side by
