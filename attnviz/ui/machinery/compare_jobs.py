@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 COMPARE_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-load", "compare-probe"
 MODES = ("A", "B", "A-B")
+MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,8 @@ from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QW
 
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
-from attnviz.ui.machinery.compare_jobs import MODES
+from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 
-MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}
 
 
 def signed_colormap() -> pg.ColorMap:
