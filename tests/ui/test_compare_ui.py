@@ -260,3 +260,16 @@ def test_the_grid_offers_a_b_and_a_minus_b_and_leaving_restores_a(window, qtbot)
     tile = g.img.image[lo.y0[i]:lo.y0[i] + T, lo.x0[i]:lo.x0[i] + T]
     top = w.state.shown().shared_top()
     assert np.abs(tile.astype(int) - (np.minimum(aw[2] * (254 / top), 254) + 1.5).astype(int)).max() <= 1
+
+
+def test_a_pooled_cell_of_a_minus_b_is_its_blocks_largest_difference_with_its_sign():
+    from attnviz.ui.views.grid_compare import signed_pool
+
+    d = np.zeros((1, 1, 5, 5), np.float32)
+    d[0, 0, 0, 1], d[0, 0, 1, 0] = 0.2, -0.5  # block (0, 0): -0.5 is the larger
+    d[0, 0, 4, 4] = 0.3  # the last, partial block
+    d[0, 0, 2, 3] = 0.1
+    got = signed_pool(d, 2)
+    assert got.shape == (1, 1, 3, 3)
+    assert got[0, 0, 0, 0] == np.float32(-0.5) and got[0, 0, 2, 2] == np.float32(0.3)
+    assert got[0, 0, 1, 1] == np.float32(0.1) and got[0, 0, 0, 2] == 0

@@ -173,7 +173,7 @@ class HeatmapGrid(QWidget):
         layers = None if st.view_mode == "all" else [layer]
         region = shown.region(layers, pool=geo.pool)  # [n_layers, n_head, rows, cols]
         cmp = None if self.compare is None else GC.compare_values(self.compare, r, shown, layers, geo.pool)
-        self.shown_mode = GC.compared_mode(self.compare)
+        self.shown_mode = "A" if cmp is None else GC.compared_mode(self.compare)
         values = region.values if cmp is None else cmp.values
         heads = values.reshape((-1,) + values.shape[2:])
         signed = cmp is not None and cmp.lim is not None

@@ -77,10 +77,10 @@ def compared_mode(jobs) -> str:
 def pending(jobs, result, shown: Shown) -> bool:
     """Whether the grid shows B or A − B but the comparison of `result` (A's) is not in yet: the
     grid then keeps its picture (a keystroke's A is drawn before B has run on its ids)."""
-    if compared_mode(jobs) == "A":
+    if compared_mode(jobs) == "A" or shown.long:  # (a long text's run is A's alone: shown as A)
         return False
     c = jobs.comparison
-    return c is None or c.doc is None or c.result is not result or shown.long
+    return c is None or c.doc is None or c.result is not result
 
 
 @dataclass(frozen=True)
@@ -93,11 +93,11 @@ class Compared:
 
 def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | None:
     """In place of A's shown region (Shown.region(layers, pool=pool)): B's weights (mode "B") or
-    A − B (mode "A-B"); None in mode "A". Not pending (pending()). Both sides are A's clean run and
+    A − B (mode "A-B"); None in mode "A" and for a long text. Not pending (pending()). Both sides are A's clean run and
     B's (no head switched off, weights as they are, the first key hidden where the grid hides it);
     a pooled cell of A − B is its block's difference of largest size, its sign kept."""
     mode = compared_mode(jobs)
-    if mode == "A":
+    if mode == "A" or shown.long:
         return None
     c = jobs.comparison
     hide = shown.hide_first
