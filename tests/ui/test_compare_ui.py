@@ -57,7 +57,7 @@ def nudged(tmp_path_factory):
 
 def compared(qtbot, w, text):
     jobs = w.worker.compare_jobs
-    # the attention comparison follows each run, the next-token numbers once typing pauses
+    # the comparison, next-token numbers included, follows each run; the induction heads once per B
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
                     and jobs.comparison.doc is not None and jobs.comparison.doc["kld"] is not None
                     and jobs.induction is not None, timeout=WAIT)
