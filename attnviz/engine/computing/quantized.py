@@ -63,6 +63,7 @@ def quantized_model(model: Model, qtype: str) -> Model:
         ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
         weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
         kept = ts.kept_f16
+        release_pages(reader.data)  # the header and small tensors read at load (read back if used)
     else:
         ckpt = QuantizedCheckpoint(Checkpoint(path), qt, model.config.family == "gpt2")
         weights = LOADERS[model.config.family](model.config, ckpt, None, name)
