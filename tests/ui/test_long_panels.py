@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.ui.panels.roles_views import COLUMNS
-from windows import PARAGRAPH, PROMPT, WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, open_window, widget
 
 LONG = PARAGRAPH * 4
 
@@ -33,7 +33,7 @@ def show_long(qtbot, w, text):
     w.set_text(text)
     qtbot.waitUntil(lambda: w.state.long.run is not None and w.state.long.run.result.text == text,
                     timeout=WAIT)
-    assert w.state.result is None and w.grid_stack.currentWidget() is w.long_view
+    assert w.state.result is None and w.grid_stack.currentWidget() is widget(w, "long_view")
 
 
 def wait_scored(qtbot, w, excluded=(False, False)):

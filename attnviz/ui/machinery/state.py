@@ -41,6 +41,7 @@ class AppState(QObject, HeadScoresState):
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
     sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
     sigPreviewChanged = Signal(object)  # the running text's first layers, before its result (or None)
+    sigTextMarksChanged = Signal(object)  # text_marks: character ranges of the text to mark
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -50,6 +51,9 @@ class AppState(QObject, HeadScoresState):
         self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
         self.text_notice: str | None = None  # what set_text changed in the text given (lone surrogates)
+        # (start, end) character ranges of `text` that a generation wrote (the sentence box marks
+        # them); they belong to this text: a new text drops them
+        self.text_marks: tuple[tuple[int, int], ...] = ()
         self.result = None
         # a run's first layers (a RunResult of layers 0..k-1), handed over before the run ends so
         # the grid shows the layer on screen while the layers after it are computed (preview_depth)
@@ -261,7 +265,19 @@ class AppState(QObject, HeadScoresState):
         if text == self.text:
             return
         self.text, self.text_notice = text, notice
+        self.set_text_marks(())
         self.sigTextChanged.emit(text)
+
+    def set_text_marks(self, marks) -> None:
+        """Character ranges (start, end) of the text to mark as generated (GenerationState sets
+        them as the tokens arrive); each clipped to the text."""
+        n = len(self.text)
+        marks = tuple((max(0, min(int(a), n)), max(0, min(int(b), n))) for a, b in marks)
+        marks = tuple((a, b) for a, b in marks if a < b)
+        if marks == self.text_marks:
+            return
+        self.text_marks = marks
+        self.sigTextMarksChanged.emit(marks)
 
     def set_result(self, result) -> None:
         if result is self.result:

@@ -1,0 +1,128 @@
+"""The window's widgets act through the state: a generation's new tokens are a range the state
+carries (text_marks) and the sentence box paints them itself, with or without the Generate panel;
+the panels ask the state for work (a generation, the lens grid, the ablation scan) and the
+runner's answer comes back there."""
+
+import pytest
+from PySide6.QtGui import QColor, QTextCursor
+
+from attnviz.engine.computing.generate import generate
+from attnviz.engine.reading import textbook
+from attnviz.ui.app import assemble
+from attnviz.ui.machinery.long_jobs import new_text
+from attnviz.ui.panels.generate_panel import GeneratePanel
+from attnviz.ui.views.controls import TEXT_MARK, SentenceBox
+from windows import WAIT, open_window, widget
+
+PROMPT = "the cat sat"
+
+
+@pytest.fixture
+def app(qtbot):
+    """The app's state and runner on the textbook decoder, the prompt computed."""
+    st, worker = assemble(debounce_ms=2)
+    worker.load(textbook.TEXTBOOK_NAME)
+    qtbot.waitUntil(lambda: st.model is not None, timeout=WAIT)
+    st.set_text(PROMPT)
+    yield st, worker
+    st.generation.stop()
+    worker.wait_idle(WAIT)
+
+
+def marked_pixels(box, a: int, b: int) -> tuple[int, int]:
+    """(pixels of the mark's colour over the base in the box's characters a..b, pixels in all)."""
+    img = box.viewport().grab().toImage()
+    base, mark = box.palette().base().color(), TEXT_MARK
+    alpha = mark.alphaF()
+    want = [round(getattr(base, c)() * (1 - alpha) + getattr(mark, c)() * alpha)
+            for c in ("red", "green", "blue")]
+    cur = QTextCursor(box.document())
+    cur.setPosition(a)
+    left = box.cursorRect(cur)
+    cur.setPosition(b)
+    right = box.cursorRect(cur)
+    assert left.top() == right.top(), "the span is on one line"
+    hits = total = 0
+    for y in range(left.top() + 1, left.bottom()):
+        for x in range(left.left() + 1, right.left() - 1):
+            px = QColor(img.pixel(x, y))
+            total += 1
+            hits += all(abs(v - w) <= 3 for v, w in zip((px.red(), px.green(), px.blue()), want))
+    return hits, total
+
+
+def test_the_sentence_box_paints_the_generated_range_the_state_carries(app, qtbot):
+    """No Generate panel at all: a generation asked of the state grows the text, the state says
+    which characters are new, and the box paints exactly those; an edit drops the marks."""
+    st, _worker = app
+    gen = st.generation
+    box = SentenceBox(st)
+    qtbot.addWidget(box)
+    box.resize(600, box.height())
+    box.show()
+    assert box.toPlainText() == PROMPT  # (the state's text is written into the box)
+    gen.request(3)
+    qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == 3, timeout=WAIT)
+    want = generate(st.model, PROMPT, max_new=3)
+    text = new_text(st.model, PROMPT, want.prompt_ids, want.new_ids)
+    assert len(text) > len(PROMPT) and box.toPlainText() == st.text == text
+    assert st.text_marks == ((len(PROMPT), len(text)),)
+    sels = box.extraSelections()
+    assert len(sels) == 1 and sels[0].cursor.selectedText() == text[len(PROMPT):]
+    hits, total = marked_pixels(box, len(PROMPT), len(text))
+    assert total and hits > total // 3  # the new characters sit on the mark's colour
+    assert marked_pixels(box, 0, len("the cat"))[0] == 0  # the prompt does not
+
+    box.setPlainText(PROMPT + " down")  # typing: the text is no longer the generated one
+    assert st.text_marks == () and box.extraSelections() == []
+    assert marked_pixels(box, len(PROMPT), len(PROMPT + " down"))[0] == 0
+
+
+def test_the_generate_panel_asks_the_state_and_shows_the_runners_refusal(app, qtbot):
+    """The panel is built on the state alone; what it asks for reaches the runner through the
+    state, and a request the runner refuses comes back there, one line in the panel."""
+    st, _worker = app
+    panel = GeneratePanel(st)
+    qtbot.addWidget(panel)
+    gen = st.generation
+    heard = []
+    gen.sigStartWanted.connect(heard.append)
+    panel.n_spin.setValue(2)
+    panel.start()
+    assert [r.max_new for r in heard] == [2]
+    qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == 2, timeout=WAIT)
+    assert panel.status.text() == "2 new tokens: made the tokens asked for."
+
+    gen.request(2, temperature=0.5, top_p=0.0)  # a top-p the engine refuses before any step
+    assert not gen.running and len(gen.steps) == 2
+    assert gen.refused and "top" in gen.refused.lower() and panel.status.text() == gen.refused
+    panel.start()  # asked again with good options: the refusal goes
+    assert gen.running and gen.refused == ""
+    qtbot.waitUntil(lambda: not gen.running and bool(gen.stopped), timeout=WAIT)
+    assert panel.status.text().startswith("2 new tokens")
+
+
+def test_a_window_without_the_generate_panel_still_marks_a_generation(qtbot, tmp_path):
+    """The marks belong to the sentence box (found by its object name), not to a panel."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=textbook.TEXTBOOK_NAME, text=PROMPT,
+                    panels=())
+    try:
+        assert w.generate_panel is None
+        box, gen = widget(w, "sentence_box"), w.state.generation
+        gen.request(2)
+        qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == 2, timeout=WAIT)
+        sels = box.extraSelections()
+        assert len(sels) == 1 and sels[0].cursor.selectedText() == gen.text[len(PROMPT):]
+    finally:
+        w.state.generation.stop()
+        w.worker.wait_idle(WAIT)
+
+
+def test_the_main_window_keeps_its_childrens_widgets_to_them(window):
+    """Each of these is found in the window by its object name, and the window has no attribute
+    of its own for it (the controls, notices, status figures and long view own theirs)."""
+    for name in ("error_banner", "text_notice", "model_notice", "layer_spin", "all_check",
+                 "cmap_combo", "scale_combo", "hide_first_check", "value_check", "query_label",
+                 "long_view", "load_label", "load_cancel", "tokens_label", "time_label"):
+        assert widget(window, name) is not None
+        assert not any(v is widget(window, name) for v in vars(window).values()), name
