@@ -36,6 +36,12 @@ def widget(w, name: str):
     return found[0]
 
 
+def scores_settled(worker, msecs: int = WAIT) -> bool:
+    """Score now what waits for typing to pause, and wait for the runner's jobs to end."""
+    worker.flush_scores()
+    return worker.wait_idle(msecs)
+
+
 def wait_for_text(qtbot, w, text):
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
 

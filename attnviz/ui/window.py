@@ -150,7 +150,7 @@ class MainWindow(QMainWindow):
         if "roles" in panels:
             from attnviz.ui.panels.roles_panel import RolesPanel
 
-            self.roles_panel = RolesPanel(self.state, worker=self.worker)
+            self.roles_panel = RolesPanel(self.state)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
             # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
             self.roles_dock.visibilityChanged.connect(
@@ -164,7 +164,7 @@ class MainWindow(QMainWindow):
         if "predict" in panels:
             from attnviz.ui.panels.predict_panel import PredictPanel
 
-            self.predict_panel = PredictPanel(self.state, self.worker)
+            self.predict_panel = PredictPanel(self.state)
             self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)
             self.predict_dock.visibilityChanged.connect(self.predict_panel.set_shown)
         if "generate" in panels:
@@ -263,9 +263,10 @@ class MainWindow(QMainWindow):
     def open_scan(self, path: str) -> None:
         """Show a corpus scan in the Corpus panel, built and docked the first time."""
         if self.corpus_panel is None:
+            from attnviz.ui.machinery.corpus_jobs import CorpusJobs
             from attnviz.ui.panels.corpus_panel import CorpusPanel
 
-            self.corpus_panel = CorpusPanel(self.state, self.worker)
+            self.corpus_panel = CorpusPanel(self.state, CorpusJobs(self.worker, self))
             self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
         self.corpus_dock.show()
         self.corpus_dock.raise_()

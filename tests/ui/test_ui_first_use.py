@@ -153,7 +153,7 @@ def roles_panel(qtbot, minilm):
     from attnviz.ui.panels.roles_panel import RolesPanel
 
     st, worker = assemble()
-    panel = RolesPanel(st, worker)
+    panel = RolesPanel(st)
     qtbot.addWidget(panel)
     panel.resize(420, 800)
     panel.show()

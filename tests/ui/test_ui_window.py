@@ -7,7 +7,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 
-from windows import WAIT, drain_events, open_window, wait_for_text, widget
+from windows import WAIT, drain_events, open_window, scores_settled, wait_for_text, widget
 
 
 def view_to_widget(view_box, graphics_view, x, y):
@@ -265,7 +265,7 @@ def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, q
     assert roles.find.find_from.count() != T  # Find waits while the roles tab is not selected
     window.roles_dock.raise_()
     qtbot.waitUntil(lambda: roles.find.find_from.count() == T, timeout=WAIT)
-    roles.wait_idle()
+    scores_settled(window.worker)
 
 
 def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):

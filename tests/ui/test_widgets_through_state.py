@@ -4,6 +4,7 @@ the panels ask the state for work (a generation, the lens grid, the ablation sca
 runner's answer comes back there."""
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QTextCursor
 
 from attnviz.engine.computing.generate import generate
@@ -11,6 +12,7 @@ from attnviz.engine.reading import textbook
 from attnviz.ui.app import assemble
 from attnviz.ui.machinery.long_jobs import new_text
 from attnviz.ui.panels.generate_panel import GeneratePanel
+from attnviz.ui.panels.predict_panel import PredictPanel
 from attnviz.ui.views.controls import TEXT_MARK, SentenceBox
 from windows import WAIT, open_window, widget
 
@@ -100,6 +102,35 @@ def test_the_generate_panel_asks_the_state_and_shows_the_runners_refusal(app, qt
     assert gen.running and gen.refused == ""
     qtbot.waitUntil(lambda: not gen.running and bool(gen.stopped), timeout=WAIT)
     assert panel.status.text().startswith("2 new tokens")
+
+
+def test_what_heads_do_asks_the_state_for_the_lens_grid_and_the_scan(app, qtbot):
+    """Built on the state alone, the panel's buttons reach the runner through state.effects, and
+    what the runner computes comes back there and into the panel."""
+    st, _worker = app
+    panel = PredictPanel(st)
+    qtbot.addWidget(panel)
+    eff, asked = st.effects, []
+    eff.sigLensGridWanted.connect(lambda: asked.append("grid"))
+    eff.sigScanWanted.connect(asked.append)
+    eff.sigScanStopWanted.connect(lambda: asked.append("stop"))
+    panel.set_shown(True)
+    qtbot.waitUntil(lambda: st.result is not None and eff.run_of(st.result) is not None, timeout=WAIT)
+    qtbot.mouseClick(panel.grid_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: eff.lens_grid is not None, timeout=WAIT)
+    ids, lps, _labels = eff.lens_grid
+    assert ids.shape == lps.shape == (st.n_layer, len(st.result.tokens))
+
+    ab = panel.ablation_panel
+    ab.source_combo.setCurrentIndex(ab.source_combo.findData("text"))
+    qtbot.mouseClick(ab.scan_button, Qt.MouseButton.LeftButton)
+    assert eff.scan_running
+    qtbot.mouseClick(ab.cancel_button, Qt.MouseButton.LeftButton)
+    assert not eff.scan_running and ab.scan_label.text() == "Scan cancelled"
+    qtbot.mouseClick(ab.scan_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: eff.scan is not None and not eff.scan_running, timeout=WAIT)
+    assert asked == ["grid", "text", "stop", "text"]
+    assert ab.ranked.rowCount() == min(st.n_layer * st.n_head, 20)
 
 
 def test_a_window_without_the_generate_panel_still_marks_a_generation(qtbot, tmp_path):
