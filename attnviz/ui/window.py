@@ -107,7 +107,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         sb = self.statusBar()
-        self.load_box = LoadBox(st, self.worker)
+        self.load_box = LoadBox(st, self.cancel_load)
         figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
         sb.addPermanentWidget(self.load_box)
         sb.addPermanentWidget(figures.tokens_label)

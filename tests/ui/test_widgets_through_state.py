@@ -3,8 +3,9 @@ carries (text_marks) and the sentence box paints them itself, with or without th
 the panels ask the state for work (a generation, the lens grid, the ablation scan) and the
 runner's answer comes back there."""
 
+import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QTextCursor
 
 from attnviz.engine.computing.generate import generate
@@ -14,6 +15,10 @@ from attnviz.ui.machinery.long_jobs import new_text
 from attnviz.ui.panels.generate_panel import GeneratePanel
 from attnviz.ui.panels.predict_panel import PredictPanel
 from attnviz.ui.views.controls import TEXT_MARK, SentenceBox
+from attnviz.ui.views.focus import FocusView
+from attnviz.ui.views.grid import HeatmapGrid
+from attnviz.ui.views.grid_items import HIGHLIGHT
+from attnviz.ui.views.mosaic import tile_index
 from windows import WAIT, open_window, widget
 
 PROMPT = "the cat sat"
@@ -131,6 +136,56 @@ def test_what_heads_do_asks_the_state_for_the_lens_grid_and_the_scan(app, qtbot)
     qtbot.waitUntil(lambda: eff.scan is not None and not eff.scan_running, timeout=WAIT)
     assert asked == ["grid", "text", "stop", "text"]
     assert ab.ranked.rowCount() == min(st.n_layer * st.n_head, 20)
+
+
+def highlight_pixels(gw, vb, points) -> int:
+    """How many of the view points (and the pixels above and below each) are painted HIGHLIGHT."""
+    img, found = gw.grab().toImage(), 0
+    for x, y in points:
+        p = gw.mapFromScene(vb.mapViewToScene(QPointF(x, y)))
+        for dy in (-1, 0, 1):
+            c = QColor(img.pixel(p.x(), p.y() + dy))
+            found += (abs(c.red() - HIGHLIGHT.red()) < 40 and abs(c.green() - HIGHLIGHT.green()) < 40
+                      and c.blue() < 90)
+    return found
+
+
+def test_the_grid_outlines_and_the_focus_view_frames_what_the_state_names(app, qtbot):
+    """No Why here? panel: the state's outlined heads are outlined by the grid itself (and a head
+    it does not show is named in the status line), the state's marked cell framed by the focus
+    view while it shows that head."""
+    st, _worker = app
+    grid, fv = HeatmapGrid(st), FocusView(st)
+    for view in (grid, fv):
+        qtbot.addWidget(view)
+        view.resize(600, 500)
+        view.show()
+    qtbot.waitUntil(lambda: st.result is not None and grid.layout_ is not None, timeout=WAIT)
+    said = []
+    st.sigStatus.connect(said.append)
+    st.set_outlined([(0, 1)])
+    lo = grid.layout_
+    i, m = tile_index(lo, 0, 1), max(1.0, 0.06 * lo.T)
+    above = [(lo.x0[i] + t * lo.T, lo.y0[i] - m) for t in np.linspace(0.1, 0.9, 9)]
+    assert grid.outline.item.isVisible() and highlight_pixels(grid.gw, grid.vb, above) >= 5
+    assert said[-1] == "L0 H1: outlined in the grid"
+    st.set_outlined([(1, 0)])  # a head of the layer not on screen
+    assert not grid.outline.item.isVisible() and highlight_pixels(grid.gw, grid.vb, above) == 0
+    assert said[-1].startswith("L1 H0: not in the grid's layer 0")
+
+    st.set_focus(0, 1)
+    T = len(st.result.tokens)
+    edge = [(1 + t, T - 1) for t in np.linspace(0.2, 0.8, 7)]  # the frame's top edge
+    before = highlight_pixels(fv.gw, fv.vb, edge)  # (a colormap's yellow end is near HIGHLIGHT)
+    st.set_marked_cell((0, 1, T - 1, 1))
+    assert fv.cell_rect.isVisible() and fv.cell_rect.rect().getRect() == (1, T - 1, 1, 1)
+    assert highlight_pixels(fv.gw, fv.vb, edge) >= before + 4
+    st.set_focus(0, 0)  # another head: not its cell
+    assert not fv.cell_rect.isVisible()
+    st.set_focus(0, 1)
+    assert fv.cell_rect.isVisible()
+    st.set_marked_cell(None)
+    assert not fv.cell_rect.isVisible() and highlight_pixels(fv.gw, fv.vb, edge) == before
 
 
 def test_a_window_without_the_generate_panel_still_marks_a_generation(qtbot, tmp_path):

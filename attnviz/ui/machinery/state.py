@@ -42,6 +42,8 @@ class AppState(QObject, HeadScoresState):
     sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
     sigPreviewChanged = Signal(object)  # the running text's first layers, before its result (or None)
     sigTextMarksChanged = Signal(object)  # text_marks: character ranges of the text to mark
+    sigOutlinedChanged = Signal(object)  # outlined: heads the grid outlines (a hovered Why here? row)
+    sigMarkedCellChanged = Signal(object)  # marked_cell: the cell the focus view frames, or None
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -69,6 +71,8 @@ class AppState(QObject, HeadScoresState):
         self.inputs_wanted = False  # runs keep every layer's input (the Anatomy panel is shown)
         self.view_mode = DISPLAY_DEFAULTS["view_mode"]  # one of VIEW_MODES
         self.head_labels: list[list[str]] | None = None
+        self.outlined: tuple[tuple[int, int], ...] = ()  # (layer, head) the grid outlines
+        self.marked_cell: tuple[int, int, int, int] | None = None  # (layer, head, q, k) explained
         self.overlay: np.ndarray | None = None
         self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints
         self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
@@ -383,6 +387,21 @@ class AppState(QObject, HeadScoresState):
             return
         self.head_labels = labels
         self.sigHeadLabelsChanged.emit(labels)
+
+    def set_outlined(self, heads) -> None:
+        """Heads the grid outlines, (layer, head) each: those a hovered Why here? row names."""
+        heads = tuple((int(l), int(h)) for l, h in heads)
+        if heads != self.outlined:
+            self.outlined = heads
+            self.sigOutlinedChanged.emit(heads)
+
+    def set_marked_cell(self, cell) -> None:
+        """The cell (layer, head, q, k) that Why here? explains, framed by the focus view while it
+        shows that head; None: no frame."""
+        cell = None if cell is None else tuple(int(v) for v in cell)
+        if cell != self.marked_cell:
+            self.marked_cell = cell
+            self.sigMarkedCellChanged.emit(cell)
 
     def set_overlay(self, mask: np.ndarray | None) -> None:
         if mask is None and self.overlay is None:

@@ -180,11 +180,11 @@ class ViewControls(QWidget):
 
 class LoadBox(QWidget):
     """While a model loads (state.loading): what, for how long, a busy bar (loads give no fraction)
-    and Cancel, which stops waiting through the job runner; the current model stays usable."""
+    and Cancel, which calls `cancel` (the window's cancel_load); the current model stays usable."""
 
-    def __init__(self, state, worker, parent: QWidget | None = None):
+    def __init__(self, state, cancel, parent: QWidget | None = None):
         super().__init__(parent)
-        self.state, self.worker = state, worker
+        self.state = state
         box = QHBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         self.label = QLabel()
@@ -197,7 +197,7 @@ class LoadBox(QWidget):
         self.cancel_button.setText("Cancel")
         self.cancel_button.setObjectName("load_cancel")
         self.cancel_button.setToolTip("Stop waiting for this model (Esc); the current model stays")
-        self.cancel_button.clicked.connect(worker.cancel_load)
+        self.cancel_button.clicked.connect(lambda: cancel())
         for w in (self.label, self.progress, self.cancel_button):
             box.addWidget(w)
         self._started = 0.0  # monotonic time the shown load began
