@@ -88,7 +88,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.notices.banner)
         col.addLayout(top)
         col.addWidget(self.token_strip)
-        self.guide_bar = GuideBar(st, self.worker)
+        self.guide_bar = GuideBar(st)
         col.addWidget(self.guide_bar)
         col.addWidget(self.notices.text)
         col.addWidget(self.notices.model)

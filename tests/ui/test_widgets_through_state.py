@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QTextCursor
 
+from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.engine.computing.generate import generate
 from attnviz.engine.reading import textbook
 from attnviz.ui.app import assemble
@@ -18,6 +19,7 @@ from attnviz.ui.views.controls import TEXT_MARK, SentenceBox
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.grid_items import HIGHLIGHT
+from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.mosaic import tile_index
 from windows import WAIT, open_window, widget
 
@@ -136,6 +138,25 @@ def test_what_heads_do_asks_the_state_for_the_lens_grid_and_the_scan(app, qtbot)
     qtbot.waitUntil(lambda: eff.scan is not None and not eff.scan_running, timeout=WAIT)
     assert asked == ["grid", "text", "stop", "text"]
     assert ab.ranked.rowCount() == min(st.n_layer * st.n_head, 20)
+
+
+def test_the_guide_bar_asks_the_state_for_its_head(app, qtbot):
+    """Built on the state alone, the guide bar asks the state for a sample's head, the runner finds
+    it and answers there; another text drops the question."""
+    st, _worker = app
+    bar = GuideBar(st)
+    qtbot.addWidget(bar)
+    asked, dropped = [], []
+    st.sigGuideWanted.connect(lambda sample, result, _scores: asked.append((sample, result)))
+    st.sigGuideDropped.connect(lambda: dropped.append(True))
+    s = SAMPLES[0]
+    st.set_text(s.text)
+    qtbot.waitUntil(lambda: bar.current is not None, timeout=WAIT)
+    assert asked == [(s, st.result)] and bar.current.message in bar.answer.text()
+    bar.show_button.click()
+    assert st.focus == (bar.current.layer, bar.current.head)
+    st.set_text("my own words")
+    assert dropped and bar.current is None and not bar.show_button.isEnabled()
 
 
 def highlight_pixels(gw, vb, points) -> int:

@@ -38,6 +38,8 @@ class AppState(QObject, HeadScoresState):
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
     sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
+    sigGuideWanted = Signal(object, object, object)  # sample, result, its head scores (or None)
+    sigGuideDropped = Signal()  # the guide asked for last is wanted no more
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
     sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
     sigPreviewChanged = Signal(object)  # the running text's first layers, before its result (or None)
@@ -411,6 +413,15 @@ class AppState(QObject, HeadScoresState):
 
     def show_status(self, message: str) -> None:
         self.sigStatus.emit(message)
+
+    def want_guide(self, sample, result, scores=None) -> None:
+        """Ask for the head of the model that shows `sample` best in `result` (the guide bar); the
+        runner answers in set_guide."""
+        self.sigGuideWanted.emit(sample, result, scores)
+
+    def drop_guide(self) -> None:
+        """The guide asked for is no longer wanted (the text or the weights changed)."""
+        self.sigGuideDropped.emit()
 
     def set_guide(self, sample, guide, message: str = "") -> None:
         """The runner's guide for a sample text (engine.analysing.samples.Guide: which head shows it best), or
