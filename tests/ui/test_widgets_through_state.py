@@ -140,6 +140,26 @@ def test_what_heads_do_asks_the_state_for_the_lens_grid_and_the_scan(app, qtbot)
     assert ab.ranked.rowCount() == min(st.n_layer * st.n_head, 20)
 
 
+def test_every_side_panel_is_built_on_the_state_alone(app, qtbot):
+    """No panel is handed the runner or another panel's widget: each is built on the state and
+    shows what the runner wrote there."""
+    from attnviz.ui.panels.anatomy_panel import AnatomyPanel
+    from attnviz.ui.panels.calc_panel import CalcPanel
+    from attnviz.ui.panels.roles_panel import RolesPanel
+    from attnviz.ui.panels.training_panel import TrainingPanel
+
+    st, _worker = app
+    panels = [cls(st) for cls in (CalcPanel, RolesPanel, AnatomyPanel, PredictPanel, GeneratePanel,
+                                  TrainingPanel)]
+    for panel in panels:
+        qtbot.addWidget(panel)
+    roles, generate_panel = panels[1], panels[4]
+    roles.show()
+    qtbot.waitUntil(lambda: st.head_scores is not None and not st.scores_stale, timeout=WAIT)
+    qtbot.waitUntil(lambda: roles.overview.map.rowCount() == st.n_layer, timeout=WAIT)
+    assert generate_panel.generate_button.isEnabled()  # a decoder: it can generate
+
+
 def test_the_guide_bar_asks_the_state_for_its_head(app, qtbot):
     """Built on the state alone, the guide bar asks the state for a sample's head, the runner finds
     it and answers there; another text drops the question."""
