@@ -33,6 +33,7 @@ nothing lost.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass, replace
 
@@ -41,10 +42,12 @@ import numpy as np
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import VOCAB_BLOCK, LMHead, build_head
+from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import Cancelled, InputError, NoPrediction
+from attnviz.engine.parallel import in_threads
+from attnviz.engine.reading.dequant import dequantize_into, prepare
 
 INDUCTION_THRESHOLD = 0.4
 KLD_ROWS = 16  # positions whose [rows, vocab] log-probabilities are held at once
@@ -171,22 +174,52 @@ def pair_heads(a, b) -> tuple[LMHead, LMHead]:
     return ha, hb
 
 
+PAIR_BLOCK = 1024  # unembedding rows a thread dequantizes at a time (a [block, d_model] scratch)
+
+
+def table_rows(w_u, v0: int, v1: int, scratch: np.ndarray) -> np.ndarray:  # -> [v1 - v0, d_model]
+    """Rows v0..v1-1 of an unembedding as float32: a view of a float32 table; a GGUF table's
+    (QuantRows) rows dequantized into `scratch` (float32 [>= v1 - v0, d_model]), the values QuantRows gives
+    (its finiteness was checked once, when table_head built the head)."""
+    if isinstance(w_u, np.ndarray):
+        return w_u[v0:v1]
+    qtype = getattr(w_u, "qtype", None)
+    if qtype is None:  # another kind of table (a bfloat16 one): its own rows
+        return np.asarray(w_u[v0:v1], dtype=np.float32)
+    out = scratch[:v1 - v0]
+    prepare(qtype)
+    if not dequantize_into(np.asarray(w_u.data[v0:v1]), qtype, out):  # (F16: gguf's cast)
+        out[...] = np.asarray(w_u[v0:v1])
+    return out
+
+
 def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, np.ndarray]:
-    """Both sides' logits [n, vocab] float32 from their final-norm inputs xa, xb [n, d_model], as
-    logits.vocab_logits computes each (the same products, bit for bit), VOCAB_BLOCK rows of the
-    unembedding at a time; a table the two heads share is read (and dequantized) once per block.
-    `stop()` raises Cancelled between blocks."""
+    """Both sides' logits [n, vocab] float32 from their final-norm inputs xa, xb [n, d_model]: each
+    row the product logits.vocab_logits computes, PAIR_BLOCK rows of the unembedding at a time, the
+    blocks shared out to one thread per core, each dequantizing into a scratch of its own; a table
+    the two heads share is read (and dequantized) once per block for both. `stop()` is asked
+    before each block and raises Cancelled when it says so."""
     xs = [h.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
           for h, x in ((ha, xa), (hb, xb))]
-    V = ha.w_u.shape[0]
+    V, d = ha.w_u.shape
     outs = [np.empty((x.shape[0], V), np.float32) for x in xs]
-    for v0 in range(0, V, VOCAB_BLOCK):
+    starts = range(0, V, PAIR_BLOCK)
+    local = threading.local()
+
+    def block(k):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
-        blk_a = np.asarray(ha.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
-        blk_b = blk_a if hb.w_u is ha.w_u else np.asarray(hb.w_u[v0:v0 + VOCAB_BLOCK])
-        outs[0][:, v0:v0 + VOCAB_BLOCK] = xs[0] @ blk_a.T
-        outs[1][:, v0:v0 + VOCAB_BLOCK] = xs[1] @ blk_b.T
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = np.empty((2, PAIR_BLOCK, d), np.float32)
+        v0 = starts[k]
+        v1 = min(V, v0 + PAIR_BLOCK)
+        blk_a = table_rows(ha.w_u, v0, v1, scratch[0])  # [block, d_model]
+        blk_b = blk_a if hb.w_u is ha.w_u else table_rows(hb.w_u, v0, v1, scratch[1])
+        outs[0][:, v0:v1] = xs[0] @ blk_a.T
+        outs[1][:, v0:v1] = xs[1] @ blk_b.T
+
+    in_threads(len(starts), block)
     return outs[0], outs[1]
 
 
