@@ -115,9 +115,10 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     new = TEXT + " and"
     w.set_text(new)
     wait_for_text(qtbot, w, new)
-    qtbot.waitUntil(lambda: w.why_jobs.attribution is not None and w.why_jobs.attribution is not a
-                    and not w.why_jobs.busy
-                    and w.why_panel.view().text == new, timeout=WAIT)  # (`a` stays until the rerun)
+    # until the rerun the old numbers are shown (and exported) with the old text, never the new one
+    assert w.why_panel.view().text == (TEXT if w.why_jobs.attribution is a else new)
+    qtbot.waitUntil(lambda: w.why_jobs.attribution is not None and not w.why_jobs.busy
+                    and w.why_panel.view().text == new, timeout=WAIT)
     assert w.why_jobs.cell == (layer, head, q, k)
     # a cell past the end of a shorter text is dropped, with a line that says so
     w.set_text("Harry")
