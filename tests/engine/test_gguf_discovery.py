@@ -60,7 +60,8 @@ LICENSE = "application/vnd.ollama.image.license"
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """HOME, XDG_CACHE_HOME and the stores' env vars pointed into tmp_path; header cache emptied."""
+    """HOME, XDG_CACHE_HOME and the stores' env vars pointed into tmp_path (fresh paths: the
+    header cache, keyed by path, size and mtime, has none of them)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -68,7 +69,6 @@ def home(tmp_path, monkeypatch):
     for var in ("LLAMA_CACHE", "OLLAMA_MODELS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(registry, "OLLAMA_SYSTEM_DIR", tmp_path / "no-system-ollama")
-    monkeypatch.setattr(registry, "_HEADERS", {})
     return home
 
 
