@@ -38,3 +38,16 @@ def drain_events():
 
     QCoreApplication.sendPostedEvents()
     QCoreApplication.processEvents()
+
+
+def hover(widget, pos) -> None:
+    """The pointer moved to `pos` (widget coordinates, no button held), delivered to the widget as
+    Qt delivers a move (QTest.mouseMove may send none after a click at the same point)."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    local = QPointF(pos)
+    event = QMouseEvent(QEvent.Type.MouseMove, local, QPointF(widget.mapToGlobal(local)),
+                        Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, event)
