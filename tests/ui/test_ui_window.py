@@ -106,7 +106,7 @@ def test_click_opens_focus_view_and_arrows_move_it(window, qtbot):
     assert window.focus_dock.isVisible()
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 4])
     assert "L0 H4" in fv.title.text()
-    left = [t for _, t in fv.plot.getAxis("left")._tickLevels[0]]
+    left = fv.axis_labels()[0]
     assert left[:3] == ["[CLS]", "the", "keys"]
     qtbot.keyClick(g, Qt.Key.Key_Right)
     assert st.focus == (0, 5)
