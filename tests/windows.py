@@ -52,3 +52,22 @@ def hover(widget, pos) -> None:
                         Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(widget, event)
 
+
+
+
+def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
+    """The pointer moved over point (x, y) of a pyqtgraph view box (its data coordinates): moved
+    again until the scene takes a move (pyqtgraph drops moves closer together than its rate limit)."""
+    from PySide6.QtCore import QPointF
+
+    def move() -> bool:  # (aimed again each time: a layout may move the view meanwhile)
+        pos = graphics_view.mapFromScene(view_box.mapViewToScene(QPointF(x, y)))
+        hover(graphics_view.viewport(), pos)
+        return bool(taken)
+
+    scene, taken = graphics_view.scene(), []
+    scene.sigMouseMoved.connect(taken.append)  # after the views' own slots
+    try:
+        qtbot.waitUntil(move, timeout=5000)
+    finally:
+        scene.sigMouseMoved.disconnect(taken.append)
