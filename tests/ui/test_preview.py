@@ -7,7 +7,7 @@ key hidden, all layers shown) no preview is made."""
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 
 from test_ui_window import view_to_widget
 from windows import WAIT, drain_events, hover_plot, open_window, wait_for_text
