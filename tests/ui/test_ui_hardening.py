@@ -78,7 +78,7 @@ def fifo_model(tmp_path):
     deadline = time.monotonic() + 10
     while any(t.is_alive() for t in loaders) and time.monotonic() < deadline:
         _release_readers(fifo)
-        time.sleep(0.02)
+        next(t for t in loaders if t.is_alive()).join(0.02)  # until it ends, or a reader opens again
     assert not any(t.is_alive() for t in loaders), "a load thread is still blocked on the FIFO"
 
 
