@@ -64,7 +64,7 @@ def test_every_setting_the_window_reads_or_writes_goes_through_the_settings_modu
             return _real(self, *args, **kwargs)
         monkeypatch.setattr(QSettings, name, spy)
     w = open_window(qtbot, tmp_path / "s.ini", model=textbook.TEXTBOOK_NAME, text="the cat sat",
-                    panels=())  # (the side panels too: the same, in 4 s more)
+                    panels=())  # (the side panels keep no settings: the same with them built)
     st = w.state
     st.set_layer(1)
     st.set_colormap("magma")
