@@ -40,7 +40,7 @@ def assert_same_numbers(model, streamed: L.LMHead, whole: L.LMHead, text=None, i
     r = model.run(text, ids=ids, trace=P.prediction_trace())
     q = len(r.trace.ids) - 1
     one, rows = r.trace.resid[-1][q:q + 1], P.lens_rows(r.trace, q)  # [1, d_model], [n_layer, d_model]
-    for _ in range(L.HOLD_AFTER + 2):
+    for _ in range(L.HOLD_AFTER // 2 + 2):  # two passes a turn
         assert np.array_equal(L.vocab_logits(streamed, one), L.vocab_logits(whole, one))
         assert np.array_equal(L.vocab_logits(streamed, rows), L.vocab_logits(whole, rows))
     a, b = P.predict(streamed, r.trace, q), P.predict(whole, r.trace, q)

@@ -5,7 +5,7 @@ unembedding W_U [vocab, d_model]) as an `LMHead`, which Model.lm_head builds onc
 
 A quantised unembedding (GGUF) is not dequantised whole when the head is built: a pass over the
 vocabulary dequantises VOCAB_BLOCK rows, multiplies by them while they are in cache and lets them
-go (`Unembedding`). A head used for more than HOLD_AFTER passes (the window, a generation) keeps
+go (`Unembedding`). A head used for more than HOLD_AFTER passes (the window, a long generation) keeps
 the float32 rows from its next pass on, where the memory budget allows. Either way each block's
 product is the same call on the same float32 values: the logits are the same bits.
 """
@@ -86,7 +86,9 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
-HOLD_AFTER = 2  # passes over a quantised unembedding before its float32 rows are kept (Unembedding)
+# passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
+# copy touches a table's worth of new memory, which costs several streamed passes
+HOLD_AFTER = 8
 
 
 class Unembedding:
