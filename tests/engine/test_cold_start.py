@@ -159,3 +159,18 @@ def test_a_tokenizer_built_from_the_cache_encodes_as_one_built_without_it(spm):
     for case in SPM_CASES:
         a, b = fresh.encode(case["text"]), cached.encode(case["text"])
         assert (a.ids, a.offsets) == (b.ids, b.offsets) and a.ids == case["prefix"]
+
+
+def test_the_prediction_and_the_lens_from_one_pass_are_those_of_two(smollm2):
+    """predict's table reads the unembedding once for its prediction and its lens: the same bits
+    as a pass for each, with the lens's target given or the prediction's top-1."""
+    r = smollm2.run(TEXT, trace=P.prediction_trace(), use_cache=False)
+    head = smollm2.lm_head()
+    for q, target in ((None, None), (3, 11)):
+        pred, lens = P.prediction_and_lens(head, r.trace, q, 10, target)
+        want_pred = P.predict(head, r.trace, q, 10)
+        want_lens = P.logit_lens(head, r.trace, q, int(want_pred.top_ids[0]) if target is None else target)
+        assert np.array_equal(pred.logprobs, want_pred.logprobs) and np.array_equal(pred.top_ids, want_pred.top_ids)
+        for field in ("top_ids", "top_logprobs", "target_logprobs", "target_ranks"):
+            assert np.array_equal(getattr(lens, field), getattr(want_lens, field)), field
+        assert lens.target == want_lens.target

@@ -150,15 +150,23 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     logit, not even in the last bit. `stop()` is asked before each block and raises Cancelled when
     it says so: a newer keystroke waits for one block, not for the whole unembedding. A
     non-finite row met in a quantised table: NoPrediction, naming it."""
-    xn = head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
+    return vocab_logits_of(head, [x], stop)[0]
+
+
+def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
+    """vocab_logits of each of `xs` in one pass over the unembedding: each block is read (or
+    dequantised) once and multiplied by each x in turn, the same product as vocab_logits(head, x)
+    makes, so each result is the same bits as its own pass would give."""
+    xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
-    out = np.empty((*xn.shape[:-1], V), np.float32)  # [..., vocab], rows contiguous for reductions
+    outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
     for v0 in range(0, V, VOCAB_BLOCK):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
         try:
-            w = head.w_u[v0:v0 + VOCAB_BLOCK]  # [block, d_model]
+            w = np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
         except ModelLoadError as exc:
             raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
-        out[..., v0:v0 + VOCAB_BLOCK] = xn @ np.asarray(w).T  # [..., block]
-    return out
+        for xn, out in zip(xns, outs):
+            out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
+    return outs
