@@ -65,7 +65,7 @@ PHASES = {
     "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
-    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits")],
+    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],
     "command": [("commands/predict_cmd.py", "cmd_predict"), ("commands/generate_cmd.py", "cmd_generate")],
 }
 
