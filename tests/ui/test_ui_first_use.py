@@ -4,6 +4,7 @@ import pytest
 
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.state import AppState
+from windows import widget
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -35,7 +36,7 @@ def test_a_query_stays_only_on_the_same_token_after_the_same_prefix(state, minil
 
 
 def key_labels(fv):
-    return [t for _, t in fv.key_axis._tickLevels[0]]
+    return fv.axis_labels()[1]
 
 
 def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
@@ -48,7 +49,7 @@ def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
     state.set_hide_first(True)
     # the hidden column stays a gap, as in the grid, but no label hangs over it
     assert key_labels(fv) == state.result.labels[1:]
-    assert [t for _, t in fv.plot.getAxis("left")._tickLevels[0]] == state.result.labels
+    assert fv.axis_labels()[0] == state.result.labels
     state.set_hide_first(False)
     assert key_labels(fv) == state.result.labels
 
@@ -66,11 +67,11 @@ def test_token_strip_more_count_fits_inside_the_strip(qtbot):
     widths = range(300, 600, 7)  # four lines hold these tokens from about 640 px on
     for width in widths:
         strip.resize(width, 200)
-        strip.set_tokens(words, [False] * len(words), None)
-        strip._fit_height()
-        more = strip._more
-        assert more > 0 and more == len(words) - len(strip._rects), width
-        last = strip._rects[-1]
+        strip.set_tokens(words, [False] * len(words), None)  # (hidden: laid out at once)
+        more = strip.more
+        shown = len(words) - more  # the boxes of tokens 0..shown-1, inside the strip
+        assert more > 0 and all(strip.rect().contains(strip.token_rect(i)) for i in range(shown)), width
+        last = strip.token_rect(shown - 1)
         assert last.right() + 8 + fm.horizontalAdvance(f"… {more} more") <= width - 2, width
 
 
@@ -86,9 +87,8 @@ def test_token_boxes_are_measured_at_the_strips_font(qtbot):
     strip.resize(900, 200)
 
     def widths():
-        strip.set_tokens(words, [False] * len(words), None)
-        strip._fit_height()
-        return [r.width() for r in strip._rects]
+        strip.set_tokens(words, [False] * len(words), None)  # (hidden: laid out at once)
+        return [strip.token_rect(i).width() for i in range(len(words))]
 
     fm = strip.fontMetrics()
     assert widths() == [fm.horizontalAdvance(w) + 10 for w in words]
@@ -139,11 +139,11 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
     from PySide6.QtCore import Qt
 
     assert window.state.n_layer == 6
-    assert window.layer_spin.text() == "Layer 0 (0–5)"
+    assert widget(window, "layer_spin").text() == "Layer 0 (0–5)"
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)  # the second of six layers
-    assert window.layer_spin.text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
+    assert widget(window, "layer_spin").text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
     assert window.grid.titles()[0].startswith("L1 H0")
-    assert "6 layers" in window.layer_spin.toolTip()
+    assert "6 layers" in widget(window, "layer_spin").toolTip()
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def roles_panel(qtbot, minilm):
     from attnviz.ui.panels.roles_panel import RolesPanel
 
     st, worker = assemble()
-    panel = RolesPanel(st, worker)
+    panel = RolesPanel(st)
     qtbot.addWidget(panel)
     panel.resize(420, 800)
     panel.show()

@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import colour_bar
+from attnviz.ui.views.grid_items import HIGHLIGHT, colour_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -52,6 +52,9 @@ def labelled_text(row_step: int, col_step: int) -> str:
 
 
 class FocusView(QWidget):
+    # a click on a cell of the result shown: (layer, head, q, k), the button, the screen point
+    sigCellClicked = Signal(object, object, object)
+
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -69,6 +72,7 @@ class FocusView(QWidget):
         self.label_note.setWordWrap(True)
         self.label_note.hide()
         self.label_steps = (1, 1)  # (rows, columns): every n-th token labelled
+        self._labels: tuple[list[str], list[str]] = ([], [])  # what the axes show (axis_labels)
         lay.addWidget(self.title)
         lay.addWidget(self.gw, 1)
         lay.addWidget(self.label_note)
@@ -111,6 +115,13 @@ class FocusView(QWidget):
         self.query_rect.setZValue(3)
         self.query_rect.hide()
         self.plot.addItem(self.query_rect)
+        self.cell_rect = QGraphicsRectItem()  # the state's marked cell (the one Why here? explains)
+        cpen = QPen(HIGHLIGHT, 2)
+        cpen.setCosmetic(True)
+        self.cell_rect.setPen(cpen)
+        self.cell_rect.setZValue(4)
+        self.cell_rect.hide()
+        self.plot.addItem(self.cell_rect)
         self._T = -1
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
         self._k0 = 0  # first key column drawn: 1 with Hide first token
@@ -125,6 +136,8 @@ class FocusView(QWidget):
         state.sigOverlayChanged.connect(self._draw_overlay)
         state.sigQueryChanged.connect(self._draw_query)
         state.sigHeadLabelsChanged.connect(self._draw_title)  # the badge: the title only
+        for sig in (state.sigMarkedCellChanged, state.sigFocusChanged, state.sigResultChanged):
+            sig.connect(self._draw_cell)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -232,8 +245,14 @@ class FocusView(QWidget):
         self.title.setText(self._empty_text())
         self.plot.getAxis("left").setTicks([[]])
         self.key_axis.setTicks([[]])
+        self._labels = ([], [])
         self.label_steps = (1, 1)
         self.label_note.hide()
+
+    def axis_labels(self) -> tuple[list[str], list[str]]:
+        """(rows, columns): the token labels the left and top axes show, top to bottom and left to
+        right (every label_steps-th token; none without a head)."""
+        return self._labels
 
     def _set_ticks(self):
         r = self.state.on_screen()[0].result
@@ -258,6 +277,7 @@ class FocusView(QWidget):
             axis.setStyle(tickFont=font)
         self.plot.getAxis("left").setTicks([ticks[0]])
         self.key_axis.setTicks([ticks[1]])
+        self._labels = tuple([text for _, text in level] for level in ticks)
         ticks = ticks[1]
         fm = QFontMetricsF(font)
         longest = max((fm.horizontalAdvance(t) for _, t in ticks), default=10)
@@ -279,6 +299,14 @@ class FocusView(QWidget):
             return
         self.query_rect.setRect(QRectF(0, q, self._T, 1))
         self.query_rect.show()
+
+    def _draw_cell(self, *_) -> None:
+        """Frame the state's marked cell while this view shows its head."""
+        st, c = self.state, self.state.marked_cell
+        on = c is not None and st.focus == c[:2] and st.result is not None
+        if on:
+            self.cell_rect.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
+        self.cell_rect.setVisible(on)
 
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
@@ -310,8 +338,10 @@ class FocusView(QWidget):
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
-        if ev.button() != Qt.MouseButton.LeftButton:  # (a right click opens the cell's menu: Why here?)
+        if cell is None or self.state.on_screen()[1]:  # a query is a position in the whole result
             return
-        if cell is not None and not self.state.on_screen()[1]:  # a query is a position in the whole result
-            q = cell[2]
-            self.state.toggle_query(q)
+        if ev.button() == Qt.MouseButton.LeftButton:
+            self.state.toggle_query(cell[2])
+        # then whoever offers more on a cell (Why here?: a left click explains it, a right click
+        # opens its menu)
+        self.sigCellClicked.emit(cell, ev.button(), ev.screenPos().toPoint())
