@@ -42,10 +42,10 @@ import numpy as np
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import LMHead, build_head
+from attnviz.engine.computing.logits import VOCAB_BLOCK, LMHead, build_head
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import Cancelled, InputError, NoPrediction
+from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
 from attnviz.engine.parallel import in_threads
 from attnviz.engine.reading.dequant import dequantize_into, prepare
 
@@ -144,12 +144,22 @@ _HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> tabl
 
 def table_head(model) -> LMHead:
     """The model's final norm and unembedding as the comparison reads them: an unembedding kept in
-    its file's type stays so (its logits are computed a block of rows at a time, each dequantized
-    as it is used: no float32 copy of either model's table is held), a float32 one is the model's
-    own. Kept per model. NoPrediction as Model.lm_head."""
+    its file's type stays so, never held as float32 (its logits are computed a block of rows at a
+    time, each dequantized as it is used), its rows checked finite once here; a float32 one is the
+    model's own. Kept per model. NoPrediction as Model.lm_head."""
     head = _HEADS.get(model)
     if head is None:
-        head = _HEADS[model] = build_head(model, table=True)
+        head = build_head(model)
+        table = getattr(head.w_u, "table", None)  # (an Unembedding: the file's table inside)
+        if table is not None:
+            try:
+                for a in range(0, table.shape[0], VOCAB_BLOCK):
+                    table[a:a + VOCAB_BLOCK]
+            except ModelLoadError as exc:  # a row found non-finite as it is dequantized
+                raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: "
+                                   f"{exc}") from None
+            head = replace(head, w_u=table)
+        head = _HEADS[model] = head
     return head
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from attnviz.engine.reading.user_cache import cache_root as user_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ def describe_head(layer, head):
     return None if item is None else f"built as {item[0]}: {item[1]}"
 
 
-def _dims():
+def dims():
+    """(V, P, d_head, d_model): the textbook model's vocabulary, positions, head and model widths."""
     V, P = len(VOCAB), N_POS
     d_head = V + P  # the duplicate head needs V token dims + P position dims
     d_model = N_HEAD * d_head
@@ -103,7 +105,7 @@ def _ln_scale(norm_sq, d_model):  # LayerNorm of a zero-mean vector with |x|^2 =
 
 
 def build_config():
-    V, P, _, d_model = _dims()
+    V, P, _, d_model = dims()
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -125,7 +127,7 @@ def build_config():
 
 def build_weights():
     """GPT-2 tensors (Conv1D layout [in, out]), float32, keyed like Hugging Face's GPT2Model."""
-    V, P, dh, d = _dims()
+    V, P, dh, d = dims()
     TOK, TOKN, POS, POSN = 0, V, 2 * V, 2 * V + P
     PREV, PREVN = 2 * V + 2 * P, 3 * V + 2 * P
     sq = np.sqrt(dh)
@@ -248,14 +250,6 @@ def write_textbook(folder):
     return folder
 
 
-def _cache_root():
-    base = os.environ.get("ATTNVIZ_CACHE")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "attnviz"
-
-
 def _current(folder):
     try:
         marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
@@ -267,7 +261,7 @@ def _current(folder):
 
 def textbook_model_dir(cache_root=None):
     """The textbook checkpoint folder, built on first use and rebuilt when TEXTBOOK_VERSION changes."""
-    root = Path(cache_root) if cache_root is not None else _cache_root()
+    root = Path(cache_root) if cache_root is not None else user_cache_root()
     folder = root / "textbook"
     if _current(folder):
         return folder
