@@ -5,8 +5,9 @@ in the real window offscreen, both in one run on one machine.
 
 Per run the sentence is typed key by key twice into one window: first with model A alone (the
 reference: key -> the grid painted with that text's result), then with Compare open on B (key ->
-the Compare panel painted with that text's comparison: both runs, A | B | A - B, the JSD map and
-the next-token numbers, KL over the whole vocabulary included). The next key
+the Compare panel painted with that text's comparison: both runs, A | B | A - B and the JSD map;
+the next-token numbers, KL over the whole vocabulary, follow in a job of their own started as that
+comparison is in, which the next key stops at its next block). The next key
 follows 40 ms after a paint. Stall: the longest gap between ticks of a 1 ms precise timer on the
 main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass). Peak RSS: the process's peak resident set after
 the Compare pass, against A's alone (the resident set once A is loaded and the single pass is

@@ -353,15 +353,20 @@ def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_
 
 
 def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
-                 known=None, stop=None) -> tuple[dict, tuple | None]:
+                 known=None, stop=None, predictions: bool = True) -> tuple[dict, tuple | None]:
     """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
     keystroke computes the next-token numbers of its new positions only (None: a model that
-    predicts no next token). `stop()` raises Cancelled between the unembedding's blocks."""
+    predicts no next token). `stop()` raises Cancelled between the unembedding's blocks.
+    predictions=False leaves kld, kld_stats, same_top1 and flips None (a window computes them in
+    a job of their own, with next_token_numbers)."""
     rows = jsd_rows(pair)
     doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
-           "resid_cos": resid_cos(pair).tolist()}
-    numbers, seen = next_token_numbers(pair, known, stop)
-    doc.update(numbers)
+           "resid_cos": resid_cos(pair).tolist(),
+           "kld": None, "kld_stats": None, "same_top1": None, "flips": None}
+    seen = None
+    if predictions:
+        numbers, seen = next_token_numbers(pair, known, stop)
+        doc.update(numbers)
     doc["induction"] = induction(probe, threshold) if probe is not None else None
     return doc, seen
 

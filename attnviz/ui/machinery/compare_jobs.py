@@ -3,9 +3,12 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
-(with B's own KV cache) and compares the two traces, the next-token numbers (KL over the whole
-vocabulary) included: both runs per keystroke, newest wins (a keystroke makes the running job
-stale and it stops at B's next layer or the unembedding's next block). The induction heads are
+(with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
+keystroke makes the running job stale and it stops at B's next layer). The next-token numbers (KL
+over the whole vocabulary, same top-1, flips) follow as a job of their own the moment that
+comparison is in, no pause: the next keystroke stops it at the unembedding's next block, so a
+keystroke's runs wait for one block at most, and while typing is fast only the newest text's
+numbers are computed. The induction heads are
 compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
@@ -13,6 +16,7 @@ model A, frees B."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -25,7 +29,7 @@ from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 
 log = logging.getLogger(__name__)
 
-COMPARE_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-load", "compare-probe"
+COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
@@ -56,8 +60,7 @@ class Comparison:
     b_attentions: np.ndarray  # [n_layer, n_head, T, T]
     doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
-    pair: object = None  # the engine's Pair (its traces)
-    seen: tuple | None = None  # (ids, NextTokens): the next comparison reuses its shared prefix
+    pair: object = None  # the engine's Pair (its traces), for the next-token numbers
 
 
 def load_b(a, source: BSource):
@@ -119,6 +122,7 @@ class CompareJobs(QObject):
         self.last_s = 0.0
         self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
         st = self.state
+        st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
         st.sigModelChanged.connect(lambda _m: self.close())
 
@@ -162,7 +166,7 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
-        for kind in (COMPARE_KIND, PROBE_KIND, LOAD_KIND):
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
         self.b = self.identity = self.source = self.loading = None
@@ -187,7 +191,6 @@ class CompareJobs(QObject):
         a, b = self.state.model, self.b
         result = run.result
         ids = result.input_ids
-        known = self._known
         job_id = self.worker.claim(COMPARE_KIND)
         def stale():
             return not self.worker.is_newest(COMPARE_KIND, job_id)
@@ -198,12 +201,12 @@ class CompareJobs(QObject):
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, stop=stale)
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            doc, seen = None, known
+            doc = None
             if not (a.config.causal and len(ids) < 2):
-                doc, seen = C.compare_with(pair, known=known, stop=stale)
+                doc = C.compare_with(pair, predictions=False)[0]
             release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
-                              time.perf_counter() - t0, pair, seen)
+                              time.perf_counter() - t0, pair)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
     def _on_compared(self, request, value, error) -> None:
@@ -214,8 +217,42 @@ class CompareJobs(QObject):
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
             return
-        self.comparison, self.last_s, self._known = value, value.seconds, value.seen
+        self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
+        self.sigChanged.emit()
+        if value.doc is not None:
+            self._request_next()
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: the next-token numbers of the text before it stop at their next block (they
+        would hold up its runs on the pool)."""
+        self.worker.claim(NEXT_KIND)
+
+    def _request_next(self) -> None:
+        """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
+        shared prefix with the last ones reused."""
+        from attnviz.engine.analysing import compare as C
+
+        c, known = self.comparison, self._known
+        job_id = self.worker.claim(NEXT_KIND)
+        def stale():
+            return not self.worker.is_newest(NEXT_KIND, job_id)
+
+        def work():
+            out = C.next_token_numbers(c.pair, known, stale)
+            release_free_memory()
+            return out
+        self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)
+
+    def _on_next(self, c, value, error) -> None:
+        if c is not self.comparison:
+            return
+        if error is not None:
+            self.note = f"No next-token numbers: {describe_error(error)}"
+            self.sigChanged.emit()
+            return
+        numbers, self._known = value
+        self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
         self.sigChanged.emit()
 
     def _request_probe(self) -> None:

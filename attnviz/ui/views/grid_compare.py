@@ -58,14 +58,21 @@ class ModeSelector(QWidget):
 
 def attach(grid, jobs) -> None:
     """The grid follows the Compare session: a selector A | B | A − B above its mosaic while B is
-    open, and a redraw when B opens or closes, a comparison comes in or the mode changes."""
+    open, and a redraw when B closes, a comparison of new patterns comes in or the mode changes."""
     grid.compare = jobs
     grid.mode_selector = ModeSelector(jobs, grid)
     grid.layout().insertWidget(0, grid.mode_selector)
 
-    def changed():
-        if compared_mode(jobs) != "A" or grid.shown_mode != "A":
-            grid.refresh()
+    seen = [None]
+
+    def changed():  # (the next-token numbers coming in change nothing the grid shows)
+        c = jobs.comparison
+        key = (compared_mode(jobs), None if c is None else c.b_attentions)
+        if key[0] == "A" and grid.shown_mode == "A" or seen[0] is not None and \
+                seen[0][0] == key[0] and seen[0][1] is key[1]:
+            return
+        seen[0] = key
+        grid.refresh()
     jobs.sigChanged.connect(changed)
 
 
