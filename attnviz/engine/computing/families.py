@@ -177,6 +177,11 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) 
     return x
 
 
+def packed(layer: Layer, name: str):
+    """Layer matrix `name` in its file's blocks (qpack.PackedMatrix), or None (float32 only)."""
+    return None if layer.packed is None else getattr(layer.packed, name)
+
+
 def in_row_chunks(x, c: Consts) -> bool:
     """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
     return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
@@ -200,7 +205,7 @@ def project_qkv(x, layer: Layer, c: Consts):
 
 def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
     q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-                        c.n_head, c.n_kv_head, c.d_head)
+                        c.n_head, c.n_kv_head, c.d_head, packed(layer, "w_qkv"))
     if c.qk_norm is not None:
         q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
     if rope is not None:
@@ -235,7 +240,7 @@ def head_outputs(pattern, v, c: Consts):  # [n_head, n, T], [n_kv_head, T, d_hea
 def attention_output(z, layer: Layer):
     """z [n_head, n, d_head] -> concat [n, n_head d_head], out [n, d_model]."""
     concat = merge_heads(z)  # [n, n_head d_head]
-    return concat, linear(concat, layer.w_o, layer.b_o)  # [n, d_model]
+    return concat, linear(concat, layer.w_o, layer.b_o, packed(layer, "w_o"))  # [n, d_model]
 
 
 def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
@@ -293,7 +298,8 @@ def mlp(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
 
 
 def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
-    hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
+    # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
+    hidden = linear(x, layer.w_in, layer.b_in, packed(layer, "w_in"))
     if c.gated_mlp:
         d_ff = hidden.shape[-1] // 2
         gate, up = hidden[:, :d_ff], hidden[:, d_ff:]  # [n, d_ff] each
@@ -301,7 +307,7 @@ def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
         hidden *= up  # [n, d_ff] SwiGLU
     else:
         hidden = c.act(hidden)  # [n, d_ff]
-    return linear(hidden, layer.w_out, layer.b_out)  # [n, d_model]
+    return linear(hidden, layer.w_out, layer.b_out, packed(layer, "w_out"))  # [n, d_model]
 
 
 def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None = None,

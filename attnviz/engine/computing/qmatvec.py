@@ -27,7 +27,7 @@ import time
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from attnviz.engine.reading.qpack import LANES, PACKED, Packed, pack
+from attnviz.engine.reading.qpack import LANES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +202,25 @@ if numba:
 KERNELS = PACKED
 _NO_OFFSET = np.zeros(0, np.float32)
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
+
+
+ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
+
+
+def takes(pm: PackedMatrix, n_rows: int) -> bool:
+    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on, and fewer
+    rows than every part's type's crossover (ROWS)."""
+    return ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
+
+
+def qlinear(x: np.ndarray, pm: PackedMatrix) -> np.ndarray:
+    """x [n, n_in] -> x Wᵀ [n, n_out] from the packed parts."""
+    if len(pm.parts) == 1 and pm.parts[0][1].n_out == pm.n_out:
+        return qmatvec(pm.parts[0][1], x)
+    y = np.empty((x.shape[0], pm.n_out), np.float32)
+    for at, p in pm.parts:
+        y[:, at:at + p.n_out] = qmatvec(p, x)
+    return y
 
 
 def has_kernel(qtype) -> bool:

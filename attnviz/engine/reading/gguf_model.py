@@ -33,6 +33,7 @@ from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unper
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
+from attnviz.engine.reading.qpack import PackedLayer, kernels_installed, pack_parts
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import is_whole, show
 
@@ -133,6 +134,25 @@ def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None:
     return out if columns else out.T
 
 
+def _packed_matrix(fills, ts: GGUFTensors):  # -> qpack.PackedMatrix (None: no fills, or no kernel)
+    """A layer matrix's tensors in the kernels' layout (engine/reading/qpack.py), rows in the
+    engine's order (llama.cpp's Q/K permutation undone)."""
+    if fills is None:
+        return None
+    parts = []
+    for f in fills:
+        t = ts.stored(f.name, f.shape)
+        rows = np.asarray(t.data).reshape(f.shape[0], -1)  # [out, row bytes]
+        parts.append((t.tensor_type, rows if f.rows is None else rows[f.rows], f.at))
+    return pack_parts(parts)
+
+
+def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer | None:
+    if not kernels_installed():
+        return None
+    return PackedLayer(*(_packed_matrix(f, ts) for f in (plan.qkv, plan.o, plan.gate_up, plan.down)))
+
+
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
     """A layer's w_o [n_head d_head, d_model], b_o [d_model] and post_attn_norm (Gemma 3's (gain,))
     alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
@@ -158,7 +178,8 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
         w_qkv=matrix(plan.qkv), b_qkv=cat_bias(biases), w_o=matrix(plan.o), b_o=vec.get("b_o"),
         norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
         q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
-        post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"))
+        post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"),
+        packed=_packed_layer(plan, ts))
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,

@@ -20,12 +20,16 @@ No file access: arrays in, arrays out.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 from dataclasses import dataclass
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import Q4_K as _Q4K
+
+log = logging.getLogger(__name__)
 
 LANES = 16  # output rows a group holds: one 512-bit vector of float32 (two 256-bit ones)
 NIBBLES = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
@@ -147,3 +151,68 @@ def dequantized(p: Packed) -> np.ndarray:
     if p.offset is not None:
         w += rows(p.offset)[..., None]
     return w.reshape(p.n_out, p.n_in)
+
+
+@dataclass(frozen=True)
+class PackedMatrix:
+    """A layer matrix [n_out, n_in] (the engine multiplies by its [n_in, n_out] transpose) as
+    packed parts: parts[k] = (at, Packed) gives outputs at..at + Packed.n_out (a fused Q | K | V or
+    gate | up whose tensors have different block types has one part each)."""
+    parts: tuple
+    n_out: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for _, p in self.parts)
+
+    @property
+    def qtypes(self) -> set:
+        return {p.qtype for _, p in self.parts}
+
+
+@dataclass(frozen=True)
+class PackedLayer:
+    """A layer's matrices packed for the kernels, named as layout.Layer's (None: kept float32 only)."""
+    w_qkv: PackedMatrix | None
+    w_o: PackedMatrix | None
+    w_in: PackedMatrix | None
+    w_out: PackedMatrix | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(m.nbytes for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None)
+
+
+def kernels_installed() -> bool:
+    """Whether the kernels can run here (numba importable): packing is pointless otherwise."""
+    return importlib.util.find_spec("numba") is not None
+
+
+def pack_parts(parts) -> PackedMatrix | None:
+    """[(qtype, rows uint8 [n, row bytes], at)] (a layer matrix's tensors, outputs at..at + n) ->
+    PackedMatrix, neighbours of one type packed together; None (the float32 path) when a type
+    has no kernel layout, said once a type in the log."""
+    out, n_out, run = [], 0, []
+    for qtype, rows, at in parts:
+        if qtype not in PACKED:
+            if qtype not in _said:
+                _said.add(qtype)
+                log.info("no quantised kernel for %s: its matrices keep the float32 path",
+                         getattr(qtype, "name", qtype))
+            return None
+        if run and (run[0][0] != qtype or run[-1][2] + run[-1][1].shape[0] != at):
+            out.append(_packed_run(run))
+            run = []
+        run.append((qtype, rows, at))
+        n_out = max(n_out, at + rows.shape[0])
+    if run:
+        out.append(_packed_run(run))
+    return PackedMatrix(tuple(out), n_out)
+
+
+def _packed_run(run) -> tuple:
+    rows = run[0][1] if len(run) == 1 else np.concatenate([r for _, r, _ in run])
+    return run[0][2], pack(rows, run[0][0])
+
+
+_said: set = set()  # block types already named in the log as without a kernel
