@@ -105,7 +105,7 @@ def main() -> None:
 
     from attnviz.engine.computing import qmatvec as qm
     from attnviz.engine.computing.layers import linear
-    from attnviz.engine.parallel import cores
+    from attnviz.engine.parallel import cores, limit_kernel_threads
 
     figs = []
     if not args.no_compile:
@@ -120,7 +120,7 @@ def main() -> None:
     qm.warm()
     threads = args.threads or cores()
     threadpool_limits(threads, user_api="blas")
-    qm.numba.set_num_threads(threads)
+    limit_kernel_threads(threads)
 
     reader = gguf.GGUFReader(_smollm2())
     by_name = {t.name: t for t in reader.tensors}

@@ -25,8 +25,10 @@ import threading
 import time
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
+from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
@@ -136,71 +138,94 @@ if numba:
 
 
 # The four kernels share one body, written out for each (numba caches a function from its source):
-# for every group g of 16 rows (in parallel), every sub-block s and row i of x: t = dot(q[g, s],
-# x[i, s]) (16 lanes), acc[i] += scale[g, s] t + offset[g, s] xs[i, s]; then y[i, g] = acc[i].
+# xs[i, s] = the sum of x[i] over sub-block s; for every group g of 16 rows (in parallel), every
+# sub-block s and row i of x: t = dot(q[g, s], x[i, s]) (16 lanes), acc[i] += scale[g, s] t +
+# offset[g, s] xs[i, s]; then y[i, g] = acc[i]. q, scale, offset, x, y: C-contiguous, read by flat
+# offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 [G, n_sub, 16] (offset of size 0:
+# none), x float32 [m, n_in], y float32 [m, G 16]).
 if numba:
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib(q, scale, offset, x, xs, y, m, n_sub, n_groups):
-        n_in = n_sub * 32
+    def _k_nib(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
             for s in range(n_sub):
                 b = g * n_sub + s
                 for i in range(m):
-                    _dot_nib(q, b * 16 * LANES, x, i * n_in + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i * n_sub + s])
+                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
             for i in range(m):
                 for lane in range(LANES):
-                    y[(i * n_groups + g) * LANES + lane] = acc[i * LANES + lane]
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib8(q, scale, offset, x, xs, y, m, n_sub, n_groups):
-        n_in = n_sub * 32
+    def _k_nib8(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
             for s in range(n_sub):
                 b = g * n_sub + s
                 for i in range(m):
-                    _dot_nib8(q, b * 16 * LANES, x, i * n_in + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i * n_sub + s])
+                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
             for i in range(m):
                 for lane in range(LANES):
-                    y[(i * n_groups + g) * LANES + lane] = acc[i * LANES + lane]
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_b32(q, scale, offset, x, xs, y, m, n_sub, n_groups):
-        n_in = n_sub * 32
+    def _k_b32(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
             for s in range(n_sub):
                 b = g * n_sub + s
                 for i in range(m):
-                    _dot_b32(q, b * 32 * LANES, x, i * n_in + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i * n_sub + s])
+                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
             for i in range(m):
                 for lane in range(LANES):
-                    y[(i * n_groups + g) * LANES + lane] = acc[i * LANES + lane]
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_b16(q, scale, offset, x, xs, y, m, n_sub, n_groups):
-        n_in = n_sub * 16
+    def _k_b16(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(16):
+                    xs[i, s] += x[i, s * 16 + j]
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
             for s in range(n_sub):
                 b = g * n_sub + s
                 for i in range(m):
-                    _dot_b16(q, b * 16 * LANES, x, i * n_in + s * 16, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i * n_sub + s])
+                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
             for i in range(m):
                 for lane in range(LANES):
-                    y[(i * n_groups + g) * LANES + lane] = acc[i * LANES + lane]
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
 
 KERNELS = PACKED
-_NO_OFFSET = np.zeros(0, np.float32)
+_NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
 
 
@@ -245,19 +270,20 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     m = x2.shape[0]
     if x2.ndim != 2 or x2.shape[1] != p.n_in:
         raise ValueError(f"x {x.shape} does not match a {p.qtype.name} matrix of {p.n_in} inputs")
-    n_groups, n_sub = p.q.shape[0], p.q.shape[1]
-    xs = x2.reshape(m, n_sub, p.sub).sum(axis=2, dtype=np.float32)  # [m, n_sub]
+    n_groups = p.q.shape[0]
     padded = n_groups * LANES != p.n_out
-    y = np.empty((m, n_groups * LANES), np.float32) if padded or out is None else out
-    offset = _NO_OFFSET if p.offset is None else p.offset.reshape(-1)
+    direct = out is not None and not padded and out.flags.c_contiguous and out.dtype == np.float32
+    y = out if direct else np.empty((m, n_groups * LANES), np.float32)
+    threads = min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)
     with _lock:
-        _kernel_of(p)(p.q.reshape(-1), p.scale.reshape(-1), offset, x2.reshape(-1),
-                      xs.reshape(-1), y.reshape(-1), m, n_sub, n_groups)
+        if numba.get_num_threads() != threads:  # (numba's count is per calling thread)
+            numba.set_num_threads(threads)
+        _kernel_of(p)(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
     if padded:
         y = y[:, :p.n_out]
-        if out is not None:
-            out[...] = y
-            y = out
+    if out is not None and not direct:
+        out[...] = y
+        y = out
     return y[0] if one and out is None else y
 
 
@@ -272,9 +298,8 @@ def warm(qtypes=KERNELS) -> dict:
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
-        block = 256 if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K) else 32
-        from gguf import GGML_QUANT_SIZES
-        p = pack(np.zeros((1, GGML_QUANT_SIZES[qtype][1]), np.uint8), qtype)
+        block, size = GGML_QUANT_SIZES[qtype]
+        p = pack(np.zeros((1, size), np.uint8), qtype)
         kernel = _kernel_of(p)
         with _warm_lock:
             if kernel not in _warmed:

@@ -12,7 +12,7 @@ import threading
 from PySide6.QtCore import QCoreApplication, QTimer
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from attnviz.engine.parallel import cores
+from attnviz.engine.parallel import cores, limit_kernel_threads
 
 BLAS_THREADS = 1
 _BLAS_LIMIT = None
@@ -24,6 +24,7 @@ def limit_blas_threads(n: int = BLAS_THREADS):
     and on 2 cores their spinning takes the core the UI thread needs (the window stalls)."""
     global _BLAS_LIMIT
     if _BLAS_LIMIT is None:
+        limit_kernel_threads(n)  # the quantised kernels' few-row products likewise
         _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
         # Raise the cap once here, on the main thread, and lower it again: with the OpenBLAS
         # NumPy ships (pthreads), unless the main thread has raised it once after lowering it, a
