@@ -62,7 +62,7 @@ def test_smollm2_cached_steps_on_its_q4_1_blocks_match_transformers(smollm2, ker
 
 
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
-def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel_calls):
+def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel_calls, monkeypatch):
     """Kernels on for the one-row steps, off for the reference: the same patterns to float32
     rounding (the file's values are the same either way)."""
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
@@ -71,7 +71,8 @@ def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
     got = _step_by_step(model, ids, 6).attentions
     assert kernel_calls
-    want = model.run(ids=ids, use_cache=False).attentions  # 10 rows: the float32 product
+    monkeypatch.setattr(qm, "ENABLED", False)
+    want = model.run(ids=ids, use_cache=False).attentions  # the float32 product
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
@@ -105,3 +106,17 @@ def test_a_type_without_a_kernel_keeps_float32_and_says_so_once(caplog, monkeypa
         assert pack_parts([(Q.Q4_0, np.zeros((4, 18), np.uint8), 0), (Q.Q2_K, rows, 4)]) is None
     said = [r.getMessage() for r in caplog.records]
     assert said == ["no quantised kernel for Q2_K: its matrices keep the float32 path"]
+
+
+def test_the_kernels_follow_the_thread_cap(monkeypatch):
+    """The window caps the kernels' threads as it caps BLAS's (ui/machinery/tuning.py)."""
+    import numba
+
+    from attnviz.engine import parallel
+    monkeypatch.setattr(parallel, "_KERNEL_THREADS", None)
+    assert parallel.kernel_threads() == parallel.cores()
+    parallel.limit_kernel_threads(1)
+    p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
+    np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
+                               qpack.dequantized(p).sum(axis=1), rtol=1e-6)
+    assert numba.get_num_threads() == 1
