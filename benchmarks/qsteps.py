@@ -9,7 +9,10 @@ in one process, in turns (not a test).
   unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
   bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
-- memory: the packed bytes the layers hold beside their float32 copies.
+- memory: the packed bytes the layers hold beside their float32 copies, and VmRSS of a fresh
+  process after loading SmolLM2 and typing a sentence key by key (one run a key, as the window's
+  engine does), with the kernels and without them (packing off). Goal: <= 350 MB (the window's
+  RSS after typing; the engine's alone is measured here, the window adds Qt's).
 
     python -m benchmarks.qsteps [--repeat 15] [--threads 1]
 
@@ -20,8 +23,11 @@ load average (other work on a shared machine slows both paths, not always alike)
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -60,6 +66,28 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
             linear(xs[m.shape[0]], m)
         best = min(best, (time.perf_counter() - t0) * 1e3)
     return best, sum(int(m.nbytes) for m in mats)
+
+
+def _rss_child(kernels: bool) -> dict:
+    """VmRSS / VmHWM (MiB) of a fresh process: SmolLM2 loaded, a sentence typed key by key."""
+    code = f"""
+import json
+kernels = {kernels}
+if not kernels:  # no packed copies: the float32 path alone, as without numba
+    from attnviz.engine.reading import gguf_model
+    gguf_model.kernels_installed = lambda: False
+    from attnviz.engine.computing import load
+    load.kernels_installed = lambda: False
+from attnviz.engine.computing.load import load_model
+m = load_model("SmolLM2-135M-Instruct")
+text = "The quick brown fox jumps over the lazy dog, then naps."
+for i in range(1, len(text) + 1):
+    m.run(text[:i])
+st = dict(l.split(":", 1) for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM")))
+print(json.dumps({{k: int(v.split()[0]) / 1024 for k, v in st.items()}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -153,6 +181,16 @@ def main() -> None:
         print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
               f"({a / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  load {load:.1f}",
               flush=True)
+    if os.path.exists("/proc/self/status"):
+        on, off = _rss_child(True), _rss_child(False)
+        load = os.getloadavg()[0]
+        figs += [figure("RSS after typing, kernels (packed copies beside float32)", on["VmRSS"], "MiB",
+                        goal=350 / 1.048576, headline=True,
+                        note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
+                             f"{load:.1f}"),
+                 figure("RSS after typing, float32 only", off["VmRSS"], "MiB",
+                        note=f"the same without packing or numba; peak {off['VmHWM']:.0f} MiB")]
+        print(f"RSS after typing: kernels {on['VmRSS']:.0f} MiB, float32 only {off['VmRSS']:.0f} MiB")
     print(f"wrote {write('qsteps', figs)}")
 
 
