@@ -120,3 +120,24 @@ def test_the_kernels_follow_the_thread_cap(monkeypatch):
     np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
                                qpack.dequantized(p).sum(axis=1), rtol=1e-6)
     assert numba.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)
+def test_the_budget_counts_the_packed_bytes_pack_gives(qtype):
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    for n_out in (16, 37):
+        rows = np.zeros((n_out, 2 * size), np.uint8)
+        assert qpack.pack(rows, qtype).nbytes == qpack.packed_nbytes(qtype, n_out, 2 * block)
+    assert qpack.packed_nbytes(Q.Q2_K, 16, 256) == 0
+
+
+def test_layers_expanded_anew_each_run_are_not_packed(tmp_path, kernel_calls):
+    """Under a budget that keeps some layers only, the others are expanded for each run: packing
+    them each time would cost more than the kernels save, so the model keeps the float32 path."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    whole = load_gguf(path).weights.layers
+    assert all(layer.packed is not None for layer in whole)
+    small = load_gguf(path, budget=max(whole.sizes)).weights.layers
+    assert small.kept < len(small)
+    assert all(layer.packed is None for layer in small)

@@ -33,7 +33,7 @@ from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unper
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
-from attnviz.engine.reading.qpack import PackedLayer, kernels_installed, pack_parts
+from attnviz.engine.reading.qpack import PackedLayer, kernels_installed, pack_parts, packed_nbytes
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import is_whole, show
 
@@ -147,10 +147,14 @@ def _packed_matrix(fills, ts: GGUFTensors):  # -> qpack.PackedMatrix (None: no f
     return pack_parts(parts)
 
 
-def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer | None:
-    if not kernels_installed():
-        return None
+def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer:
     return PackedLayer(*(_packed_matrix(f, ts) for f in (plan.qkv, plan.o, plan.gate_up, plan.down)))
+
+
+def _packed_bytes(plan: _LayerPlan, ts: GGUFTensors) -> int:
+    """What _packed_layer holds for the layer (its quantised matrices in the kernels' layout)."""
+    return sum(packed_nbytes(ts.stored(f.name, f.shape).tensor_type, *f.shape)
+               for part in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()) for f in part)
 
 
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
@@ -162,8 +166,10 @@ def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
             None if post is None else (ts.get(*post, check),))
 
 
-def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool) -> Layer:
-    """A layer's float32 arrays from the file, as its plan says."""
+def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool,
+            pack: bool = False) -> Layer:
+    """A layer's float32 arrays from the file, as its plan says; `pack`: its quantised matrices
+    also in the kernels' layout (Layer.packed)."""
     def matrix(fills):
         return _matrix(fills, ts, check)
 
@@ -179,7 +185,7 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
         norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
         q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
         post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"),
-        packed=_packed_layer(plan, ts))
+        packed=_packed_layer(plan, ts) if pack else None)
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
@@ -194,10 +200,18 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
     sizes = [sum(ts.nbytes32(f.name) for part in (p.qkv, p.o, p.gate_up or (), p.down or ())
                  for f in part) + sum(ts.nbytes32(n) for n, _ in p.small.values()) for p in plans]
-    budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes),
-                            budget)
-    layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
-                        ts.path.name, output=lambda i, check: _output(plans[i], ts, check))
+    # the few-row runs' quantised kernels read the layers' blocks packed beside the float32 copies
+    # (engine/computing/qmatvec.py): held for a model whose layers the budget all keeps (a layer
+    # expanded anew for each run would be packed anew too), counted beside the layers
+    packing = kernels_installed()
+    packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
+    budget = resolve_budget(name or ts.path.name, sizes,
+                            float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
+
+    def expand(i, check):
+        return _expand(plans[i], ts, cfg, permuted, check, packing and layers.kept == len(plans))
+    layers = LayerStore(expand, sizes, budget, ts.path.name,
+                        output=lambda i, check: _output(plans[i], ts, check))
     if eager:  # a model that fits: every layer read and checked at load
         layers.expand_kept()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))

@@ -183,6 +183,16 @@ class PackedLayer:
         return sum(m.nbytes for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None)
 
 
+def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
+    """Bytes pack() gives an [n_out, n_in] `qtype` matrix (0 for a type it does not pack)."""
+    if qtype not in PACKED:
+        return 0
+    rows = -(-n_out // LANES) * LANES
+    sub = 16 if qtype == Q.Q6_K else 32
+    per_scale = 8 if qtype in (Q.Q4_1, Q.Q4_K, Q.Q5_1, Q.Q5_K) else 4  # scale (and offset) float32
+    return rows * (n_in // 2 if qtype in NIBBLES else n_in) + rows * (n_in // sub) * per_scale
+
+
 def kernels_installed() -> bool:
     """Whether the kernels can run here (numba importable): packing is pointless otherwise."""
     return importlib.util.find_spec("numba") is not None
