@@ -167,9 +167,9 @@ def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
 
 
 def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool,
-            pack: bool = False) -> Layer:
-    """A layer's float32 arrays from the file, as its plan says; `pack`: its quantised matrices
-    also in the kernels' layout (Layer.packed)."""
+            packed: PackedLayer | None = None) -> Layer:
+    """A layer's float32 arrays from the file, as its plan says, with `packed` (its quantised
+    matrices in the kernels' layout) beside them."""
     def matrix(fills):
         return _matrix(fills, ts, check)
 
@@ -185,7 +185,7 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
         norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
         q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
         post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"),
-        packed=_packed_layer(plan, ts) if pack else None)
+        packed=packed)
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
@@ -201,15 +201,20 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     sizes = [sum(ts.nbytes32(f.name) for part in (p.qkv, p.o, p.gate_up or (), p.down or ())
                  for f in part) + sum(ts.nbytes32(n) for n, _ in p.small.values()) for p in plans]
     # the few-row runs' quantised kernels read the layers' blocks packed beside the float32 copies
-    # (engine/computing/qmatvec.py): held for a model whose layers the budget all keeps (a layer
-    # expanded anew for each run would be packed anew too), counted beside the layers
+    # (engine/computing/qmatvec.py): each layer's packed once and held for the model's life (the
+    # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
+    # beside the layers
     packing = kernels_installed()
     packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
+    packs: dict = {}  # layer -> PackedLayer
 
     def expand(i, check):
-        return _expand(plans[i], ts, cfg, permuted, check, packing and layers.kept == len(plans))
+        pk = packs.get(i) if packing else None
+        if packing and pk is None:
+            pk = packs.setdefault(i, _packed_layer(plans[i], ts))
+        return _expand(plans[i], ts, cfg, permuted, check, pk)
     layers = LayerStore(expand, sizes, budget, ts.path.name,
                         output=lambda i, check: _output(plans[i], ts, check))
     if eager:  # a model that fits: every layer read and checked at load
