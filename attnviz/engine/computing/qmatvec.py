@@ -9,13 +9,16 @@ y float32 [m, n_out]:
 
 The inner sum is float32 fused multiply-adds over 16 rows at once, written as LLVM vector code
 (numba intrinsics below: 16-lane loads of the integers, widened, converted, multiplied by one
-broadcast x), so the compiler cannot pick a worse vectorisation; the groups of rows are split over
-every core (numba's prange). y equals dequantise-then-float32-matmul to float32 rounding
-(tests/engine/test_qmatvec.py).
+broadcast x), so the compiler cannot pick a worse vectorisation (left to itself, LLVM vectorised
+the loop over inputs and summed lanes across); the groups of rows are split over
+parallel.kernel_threads() (numba's prange: every core, one in the window as BLAS). y equals
+dequantise-then-float32-matmul to float32 rounding (tests/engine/test_qmatvec.py).
 
-Compiler: numba (wheels for every platform CPython has, `cache=True`: compiled once, loaded from
-its cache at later starts; `warm` runs them while a model loads). Without numba, `has_kernel` says
-no and the engine keeps its float32 path. No Qt, no file access: arrays in, arrays out.
+Compiler: numba (binary wheels, so the README's pip install needs no C compiler; `cache=True`:
+compiled once, loaded from its cache at later starts; `warm` runs them while a model loads). Its
+vector code comes from LLVM for the machine it runs on (AVX-512, AVX2 or NEON alike). Without
+numba, `has_kernel` says no and the engine keeps its float32 path. No Qt, no file access: arrays
+in, arrays out.
 """
 
 from __future__ import annotations
