@@ -10,6 +10,7 @@ eps sum_j |x_j w_rj|, whatever y_r itself is; a bound relative to |y_r| alone fa
 that cancels to about 0, where any reordering changes its last bits."""
 
 import importlib.util
+import time
 from pathlib import Path
 
 import gguf
@@ -125,7 +126,9 @@ def test_warm_in_background_leaves_every_kernel_ready():
     thread = qm.warm_in_background([Q.Q8_0, Q.Q6_K])
     thread.join(timeout=600)
     assert not thread.is_alive()
-    assert {qm._k_b32, qm._k_b16} <= set(qm._warmed)
+    t0 = time.perf_counter()
+    took = qm.warm([Q.Q8_0, Q.Q6_K])  # ready: the first call's times, nothing compiled now
+    assert time.perf_counter() - t0 < min(took.values())
 
 
 def _smollm2_file() -> Path | None:

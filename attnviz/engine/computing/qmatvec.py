@@ -32,7 +32,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.parallel import kernel_threads
-from attnviz.engine.reading.qpack import LANES, PACKED, Packed, PackedMatrix, pack
+from attnviz.engine.reading.qpack import LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +263,12 @@ def _kernel_of(p: Packed):
     return _k_b32 if p.sub == 32 else _k_b16
 
 
+def _kernel_for(qtype):  # the kernel pack(.., qtype)'s matrices run on
+    if qtype in NIBBLES:
+        return _k_nib8 if qtype == Q.Q4_0 else _k_nib
+    return _k_b16 if qtype == Q.Q6_K else _k_b32
+
+
 def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """y [m, n_out] = x [m, n_in] @ Wᵀ, W the packed matrix (a vector x gives a vector).
     `out`: a C-contiguous float32 [m, n_out] to write y into."""
@@ -302,11 +308,11 @@ def warm(qtypes=KERNELS) -> dict:
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
-        block, size = GGML_QUANT_SIZES[qtype]
-        p = pack(np.zeros((1, size), np.uint8), qtype)
-        kernel = _kernel_of(p)
+        kernel = _kernel_for(qtype)
         with _warm_lock:
             if kernel not in _warmed:
+                block, size = GGML_QUANT_SIZES[qtype]
+                p = pack(np.zeros((1, size), np.uint8), qtype)
                 t0 = time.perf_counter()
                 qmatvec(p, np.zeros(block, np.float32))
                 _warmed[kernel] = time.perf_counter() - t0
