@@ -59,9 +59,10 @@ if numba:
         one = builder.insert_element(undef, value, ir.Constant(_I32, 0))
         return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
 
-    def _fma(builder, a, b, c):  # a b + c, lane by lane, one rounding
+    def _fma(builder, a, b, c):  # a b + c, lane by lane: fused where the CPU has FMA (fmuladd:
+        # a CPU without it gets a multiply and an add, not a libm call a lane)
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF] * 3),
-                                            f"llvm.fma.v{LANES}f32")
+                                            f"llvm.fmuladd.v{LANES}f32")
         return builder.call(fn, [a, b, c])
 
     def _at(context, builder, aryty, ary, offset):  # &ary[offset]
