@@ -45,10 +45,10 @@ try:
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
-# the fewest rows of x at which the float32 product is as fast, per type, at one thread
-# (benchmarks/qmatvec.py --threads 1 prints it): at and above it linear() takes the float32 path
-ROWS = {Q.Q4_0: 16, Q.Q4_1: 16, Q.Q4_K: 16, Q.Q8_0: 16, Q.Q5_0: 16, Q.Q5_1: 16, Q.Q5_K: 16,
-        Q.Q6_K: 16}
+# the fewest rows of x at which linear() takes the float32 product again, per type: below the
+# crossover benchmarks/qmatvec.py --threads 1 prints (16 to 32 rows measured on a loaded machine,
+# where the float32 side is slowed most), as a kernel's work grows with the rows and BLAS's does not
+ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K: 8, Q.Q6_K: 8}
 
 if numba:
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
