@@ -24,6 +24,7 @@ in, arrays out.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -46,8 +47,8 @@ except ImportError:  # the float32 path is always there; has_kernel() then says 
     numba = None
 
 # the fewest rows of x at which linear() takes the float32 product again, per type: below the
-# crossover benchmarks/qmatvec.py --threads 1 prints (16 to 32 rows measured on a loaded machine,
-# where the float32 side is slowed most), as a kernel's work grows with the rows and BLAS's does not
+# crossover benchmarks/qmatvec.py --threads 1 finds, with a margin (a kernel's work grows with the
+# rows, BLAS's much less)
 ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K: 8, Q.Q6_K: 8}
 
 if numba:
@@ -325,6 +326,17 @@ def warm_in_background(qtypes) -> threading.Thread | None:
     """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile."""
     if numba is None:
         return None
-    t = threading.Thread(target=warm, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
     t.start()
     return t
+
+
+def _warm_nicely(qtypes) -> None:
+    """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
+    comes before the kernels it does not need yet."""
+    try:
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))
+    except (AttributeError, OSError):  # (no per-thread priority here)
+        pass
+    warm(qtypes)
