@@ -1,19 +1,22 @@
 """Quantised kernels against the float32 path (not a test): x [M, n_in] @ Wᵀ over every matrix of
 SmolLM2's 30 layers (q, k, v, o, gate, up, down: 106 M weights, too many for any cache), M = 1..8
-rows, as a keystroke's or a generation step's few new rows make them.
+rows (--rows), as a keystroke's or a generation step's few new rows make them.
 
-- float32: the engine's product (layers.linear) on the matrices expanded as the loader keeps them (425 MB), on every
-  core as the window's runs.
-- per block type: engine/computing/qmatvec.py on the blocks, on every core (numba's threads). Q4_1
-  is SmolLM2's own file, memory-mapped; the other types are random blocks of the same shapes (their
-  speed does not depend on the values). The K-quants' 256-weight blocks do not divide SmolLM2's
-  d_model (576), so they run on its ffn_down matrices only (n_in = 1536), float32 beside them.
+- float32: the engine's product (layers.linear) on the matrices expanded as the loader keeps them
+  (425 MB).
+- per block type: engine/computing/qmatvec.py on the blocks packed as the loader packs them
+  (engine/reading/qpack.py). Q4_1 is SmolLM2's own file; the other types are random blocks of the
+  same shapes (their speed does not depend on the values).
+- threads: both sides every core (default) or --threads N; the window gives a keystroke one
+  (--threads 1), and ROWS in qmatvec.py comes from that run's crossover.
+- The K-quants' 256-weight blocks do not divide SmolLM2's d_model (576), so they run on its
+  ffn_down matrices only (n_in = 1536), float32 beside them.
 - the memory floor: the quantised bytes a pass reads, at the bandwidth the float32 pass reached
   (its 425 MB over its time): what a kernel bound by memory alone would take.
 - first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
   second process loading them from that cache.
 
-    python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--no-compile]
+    python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--threads N] [--no-compile]
 
 Writes benchmarks/results/qmatvec.json (benchmarks/record.py). The machine's load average is in
 each figure's note: other work on a shared machine slows both paths, not always alike.
