@@ -2,6 +2,7 @@
 
 import re
 from pathlib import Path
+from attnviz.engine.computing.request import RunRequest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
 
@@ -52,7 +53,7 @@ def test_every_view_counts_the_same_query_heads_per_kv_head(tmp_path):
 
     for n_head, n_kv in ((8, 2), (4, 4), (4, 1)):
         model = load_model(tiny_llama(tmp_path / f"m{n_head}-{n_kv}", n_head=n_head, n_kv_head=n_kv))
-        run = model.run("5, 17, 3, 9", values=True, inputs=True)
+        run = model.run("5, 17, 3, 9", request=RunRequest(values=True, inputs=True))
         want = n_head // n_kv
         assert model.config.n_group == group_size(run.kv_group) == want
         assert calculate(calc_inputs_from_config(model.config)).group_size == want

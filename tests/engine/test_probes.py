@@ -7,6 +7,7 @@ import pytest
 
 from attnviz.engine import InputError
 from attnviz.engine.analysing import probes as P
+from attnviz.engine.computing.request import RunRequest
 
 
 class _Result:
@@ -41,7 +42,7 @@ class ConstructedModel:
         return _Result(enc, att)
 
     def iter_many(self, texts):  # Model.iter_many's contract: (index, result) for every text
-        return ((i, self.run(t, use_cache=False)) for i, t in enumerate(texts))
+        return ((i, self.run(t, request=RunRequest(use_cache=False))) for i, t in enumerate(texts))
 
     @staticmethod
     def _grammar(words):

@@ -13,6 +13,7 @@ from attnviz.figures import anatomy as fig
 from attnviz.figures.style import heat_index, heat_table
 from attnviz.figures.write import export_view
 from attnviz.ui.app import create_window
+from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
 TEXT = "The keys to the cabinet are on the table."
@@ -106,7 +107,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     assert not st.value_weighted and not window.value_check.isChecked()  # off by default
     window.value_check.setChecked(True)
     qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
-    r = minilm.run(TEXT, values=True)
+    r = minilm.run(TEXT, request=RunRequest(values=True))
     a, n = r.attentions.astype(np.float64), r.value_norms.astype(np.float64)
     direct = a * n[:, :, None, :]
     direct /= direct.sum(-1, keepdims=True)
@@ -121,7 +122,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
 
 
 def test_the_anatomy_shares_equal_the_engines(minilm):
-    r = minilm.run(TEXT, values=True, inputs=True)
+    r = minilm.run(TEXT, request=RunRequest(values=True, inputs=True))
     for layer in range(minilm.config.n_layer):
         view = fig.make_anatomy_view(minilm, r, layer, 0)
         np.testing.assert_allclose(view.share, r.head_share[layer], rtol=1e-4, atol=1e-6)
@@ -134,7 +135,7 @@ def _png(path):
 
 
 def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
-    r = minilm.run(TEXT, inputs=True)
+    r = minilm.run(TEXT, request=RunRequest(inputs=True))
     view = fig.make_anatomy_view(minilm, r, 3, 5)
     written = export_view(view, tmp_path / "a.png", width=1280)
     img = _png(written[0])
@@ -172,7 +173,7 @@ def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
 
 def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
     r = smollm2.run("Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine.",
-                    inputs=True)
+                    request=RunRequest(inputs=True))
     last = smollm2.config.n_layer - 1
     view = fig.make_anatomy_view(smollm2, r, last, 4)
     assert any("last layer" in n for n in view.notes)
@@ -251,10 +252,10 @@ def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
     canvas = panel.canvas
     canvas.resize(500, 400)
     ids = [3, 1, 4, 1, 5]
-    canvas.set_view(fig.make_anatomy_view(a, a.run(ids=ids, inputs=True), 0, 1))
+    canvas.set_view(fig.make_anatomy_view(a, a.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
     canvas.grab()  # paints: fills the colour caches
     assert any(k[0] == "w" for k in canvas._images)
-    view_b = fig.make_anatomy_view(b, b.run(ids=ids, inputs=True), 0, 1,
+    view_b = fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1,
                                    previous=canvas.view)
     assert view_b.weights is b.weights  # not the previous view's numbers
     canvas.set_view(view_b)

@@ -8,6 +8,7 @@ import gc
 from attnviz.engine.computing.patterns import head_title
 
 from windows import WAIT
+from attnviz.engine.computing.request import RunRequest
 
 
 def _fresh(st):
@@ -39,7 +40,7 @@ def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, mi
     qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)  # scores of this model have been timed
     assert worker.scores_at_once(st.result)
     # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
-    long = minilm.run("the cat sat on the mat " * 80, truncate=True)
+    long = minilm.run("the cat sat on the mat " * 80, request=RunRequest(truncate=True))
     assert long.n_tokens > 30 * st.result.n_tokens
     assert not worker.scores_at_once(long)
 

@@ -34,6 +34,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.parallel import cores, in_parallel
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -427,7 +428,8 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
              progress: Callable[[int, int], None] | None = None,
              row_block: int = ROW_BLOCK, workers: int | None = None,
              reuse: LongRun | None = None) -> LongRun:
-    """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
+    """Run `text` or `ids` (as Model.run reads them, or a Prepared text) without dense patterns:
+    LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
     LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
     core), each with one BLAS thread (engine/parallel.py). `reuse`: an earlier long run
@@ -439,7 +441,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     if (reuse is not None and cfg.causal and isinstance(reuse.result.trace, LongTrace)
             and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
         trace.past = _LongPast(reuse)
-    result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
+    result = model.run(text, ids=ids, request=RunRequest(truncate=truncate, use_cache=False), trace=trace)
     check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
     norms = np.stack([value_norms(v, output_projection(model.weights.layers, i)[0], model.config.n_group)
                       for i, v in enumerate(trace.v)])  # [n_layer, n_head, T]: Value-weighted
@@ -453,14 +455,15 @@ class DenseTooLarge(InputError):
     """Every pattern of a text at once would exceed DENSE_LIMIT. `shape` [n_layer, n_head, T, T] and
     `nbytes` say how large; `advice(instead)` is the message with another suggestion."""
 
-    def __init__(self, shape: tuple, nbytes: int, instead: str):
+    def __init__(self, shape: tuple, nbytes: int, instead: str, limit: int | None = None):
         self.shape, self.nbytes = shape, nbytes
+        self.limit = DENSE_LIMIT if limit is None else limit
         super().__init__(self.advice(instead))
 
     def advice(self, instead: str) -> str:
         n_layer, n_head, T, _ = self.shape
         return (f"every attention pattern of {T} tokens at once is [{n_layer}, {n_head}, {T}, {T}] "
-                f"float32 = {size_text(self.nbytes)}, over the {size_text(DENSE_LIMIT)} limit: "
+                f"float32 = {size_text(self.nbytes)}, over the {size_text(self.limit)} limit: "
                 f"{instead}")
 
 
@@ -469,13 +472,18 @@ LONG_TEXT_ADVICE = ("the window shows a text this long in its long view; on the 
                     "`attnviz attention --layer L` or `--rows A:B` writes a part of its patterns")
 
 
-def check_dense(cfg, T: int) -> None:
-    """DenseTooLarge when every pattern of T tokens at once exceeds DENSE_LIMIT."""
-    need = dense_bytes(cfg.n_layer, cfg.n_head, T)
-    if need > DENSE_LIMIT:
-        raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), need,
-                            LONG_TEXT_ADVICE)
+def is_long(cfg, T: int, limit: int | None = None) -> bool:
+    """Whether every pattern of T tokens at once [n_layer, n_head, T, T] would pass `limit` bytes
+    (None: DENSE_LIMIT): the one test of dense against long (Model.run makes it, once per run)."""
+    return dense_bytes(cfg.n_layer, cfg.n_head, T) > (DENSE_LIMIT if limit is None else limit)
+
+
+def check_dense(cfg, T: int, limit: int | None = None) -> None:
+    """DenseTooLarge when every pattern of T tokens at once passes `limit` (None: DENSE_LIMIT)."""
+    if is_long(cfg, T, limit):
+        raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), dense_bytes(cfg.n_layer, cfg.n_head, T),
+                            LONG_TEXT_ADVICE, limit)
 
 
 __all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",
-           "dense_bytes", "key_range", "patterns_of", "run_long", "size_text", "value_norms"]
+           "dense_bytes", "is_long", "key_range", "patterns_of", "run_long", "size_text", "value_norms"]

@@ -18,10 +18,10 @@ import weakref
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.longdoc import DENSE_LIMIT, dense_bytes
-from attnviz.engine.computing.model import clean_text
-from attnviz.engine.errors import Cancelled
+from attnviz.engine.computing.longdoc import DENSE_LIMIT
+from attnviz.engine.errors import AttnvizError, Cancelled
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import capped_blas
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
 TOP_K = 10  # the predictions each step keeps (the panel lists them)
@@ -76,25 +76,20 @@ class LongJobs(QObject):
             lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
 
     # --- long runs ----------------------------------------------------------------------------
-    def wants_long(self, model, text: str) -> bool:
-        """Whether the text's dense patterns would pass dense_limit (counted with the tokenizer;
-        a model without one types ids, which Model.run counts: DenseTooLarge sends those here)."""
-        if model.tokenizer is None:
-            return False
-        cfg = model.config
-        if dense_bytes(cfg.n_layer, cfg.n_head, cfg.max_positions) <= self.dense_limit:
-            return False  # no text this model takes is long: no need to count
-        # the text as the run will tokenise it (a lone surrogate, which the tokenizer refuses,
-        # made U+FFFD): the tokenizer keeps its tokens, and the run takes them without a second
-        # tokenisation
-        T = min(len(model.tokenizer.encode(clean_text(text)[0]).ids), cfg.max_positions)
-        return dense_bytes(cfg.n_layer, cfg.n_head, T) > self.dense_limit
+    def long_run(self, req):
+        """What the worker's compute request runs as when the engine finds its text long
+        (RunRequest.long): prepared -> run_long(req, prepared), BLAS back at its cap (the long
+        run shares its rows out to threads of one BLAS thread each)."""
+        def long(prepared):
+            with capped_blas():
+                return self.run_long(req, prepared)
+        return long
 
-    def run_long(self, req):
-        """The worker's compute request as a long run (on the pool): progress per layer, and
-        Cancelled once a newer run is asked for. The tokens it shares at the start with the last
-        long run of the same model are not computed again (a keystroke at the end of a long text
-        runs its last tokens only)."""
+    def run_long(self, req, text=None):
+        """The worker's compute request (or `text`: its text already prepared) as a long run (on
+        the pool): progress per layer, and Cancelled once a newer run is asked for. The tokens it
+        shares at the start with the last long run of the same model are not computed again (a
+        keystroke at the end of a long text runs its last tokens only)."""
         from attnviz.engine.computing.longdoc import run_long
 
         def progress(i, n):
@@ -104,7 +99,8 @@ class LongJobs(QObject):
             self.sigLayer.emit(req.id, i, n)
         last = self._last_long  # (read and written on the pool's one thread)
         reuse = last[1]() if last is not None and last[0] is req.model else None
-        run = run_long(req.model, req.text, truncate=True, progress=progress, reuse=reuse)
+        run = run_long(req.model, req.text if text is None else text, truncate=True,
+                       progress=progress, reuse=reuse)
         self._last_long = (req.model, weakref.ref(run))
         return run
 
@@ -198,13 +194,10 @@ class LongJobs(QObject):
         from attnviz.engine.errors import InputError
 
         cfg = model.config
-        if model.tokenizer is not None:
-            T = len(model.tokenizer.encode(prompt).ids)
-        else:
-            from attnviz.engine.computing.model import parse_typed_ids
-
-            T = len(parse_typed_ids(prompt) or [])
-        T = min(T, cfg.max_positions)
+        try:
+            T = len(model.encode(prompt)[0])
+        except AttnvizError:  # a prompt the run cannot take: the generation says so
+            return
         n = max(0, min(max_new, cfg.max_positions - T))
         need = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
         if need > ROWS_LIMIT:
@@ -226,11 +219,7 @@ class LongJobs(QObject):
 
     @staticmethod
     def _prompt_ids(model, prompt: str, T: int) -> list[int]:
-        if model.tokenizer is None:
-            from attnviz.engine.computing.model import parse_typed_ids
-
-            return list(parse_typed_ids(prompt))[:T]
-        return list(model.tokenizer.encode(prompt).ids)[:T]
+        return model.encode(prompt)[0].tolist()[:T]
 
     def _on_generated(self, request, gen, error) -> None:
         job_id, _model, _prompt = request
