@@ -30,7 +30,7 @@ import numpy as np
 from attnviz.engine.computing.families import output_projection
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.layers import (
-    ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
+    ROW_BLOCK, attend_in_blocks, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
 from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.parallel import cores, in_parallel
@@ -77,18 +77,28 @@ class LongTrace(Trace):
         super().begin(n_layer, ids, p)
         self.queries, self.lse, self.consts = [None] * n_layer, [None] * n_layer, [None] * n_layer
 
+    def attention(self, q, k, v, c, cache):  # the run's strategy (families.Consts.attention)
+        return block_attention(q, k, v, c, cache, self.row_block)
+
     def slot(self, i, past, rows):
         if self.progress is not None:
             self.progress(i, len(self.k))
         return _LongSlot(self, i, past, rows)
 
 
-class _LongSlot(LayerCache):
-    """A layer's slot in a LongTrace: attention in row blocks; q, lse and the constants kept."""
+def block_attention(q, k, v, c, cache, row_block: int = ROW_BLOCK):
+    """families.dense_attention in blocks of `row_block` query rows: q [n_head, n, d_head], k and v
+    [n_kv_head, T, d_head] -> z [n_head, n, d_head], with no [n_head, n, T] pattern; q and each
+    row's log-sum-exp [n_head, n] go to cache.q, what a pattern is recomputed from."""
+    z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group, row_block,
+                              c.workers)  # [n_head, n, d_head], [n_head, n]
+    cache.q(q, lse, c)
+    cache.pattern(None)
+    return z
 
-    @property
-    def row_block(self):
-        return self.trace.row_block
+
+class _LongSlot(LayerCache):
+    """A layer's slot in a LongTrace: q, lse and the constants kept."""
 
     def q(self, q, lse, c):
         t = self.trace
