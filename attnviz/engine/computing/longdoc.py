@@ -27,7 +27,6 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.computing.families import output_projection
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.layers import (
     ROW_BLOCK, attend_in_blocks, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
@@ -453,8 +452,7 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
         trace.past = _LongPast(reuse)
     result = model.run(text, ids=ids, request=RunRequest(truncate=truncate, use_cache=False), trace=trace)
     check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
-    norms = np.stack([value_norms(v, output_projection(model.weights.layers, i)[0], model.config.n_group)
-                      for i, v in enumerate(trace.v)])  # [n_layer, n_head, T]: Value-weighted
+    norms = model.value_norms(None, trace.v)[0]  # [n_layer, n_head, T]: Value-weighted
     result = dataclasses.replace(result, value_norms=norms)
     if progress is not None:
         progress(model.config.n_layer, model.config.n_layer)

@@ -18,7 +18,7 @@ from attnviz.engine.computing.families import (
 )
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
-from attnviz.engine.computing.longdoc import check_dense, is_long
+from attnviz.engine.computing.longdoc import check_dense, is_long, value_norms as long_value_norms
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
@@ -299,13 +299,21 @@ class Model:
     def value_norms(self, attentions, v_layers):
         """Patterns [n_layer, n_head, T, T] and each layer's V [n_kv_head, T, d_head] -> value norms
         ||v_j W_O(h)|| [n_layer, n_head, T] and head shares [n_layer, n_head] (value-weighted
-        attention), for the layers the patterns hold (a run that ended early: its layers)."""
+        attention), for the layers the patterns hold (a run that ended early: its layers).
+        attentions None (a long run keeps no patterns): the norms of every layer in v_layers from
+        each head's W_O Gram (longdoc.value_norms: no [n_head, T, d_model] output formed), no shares."""
         c = self.config
-        norms = np.empty(attentions.shape[:3], dtype=np.float32)
-        share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, v in enumerate(v_layers[:len(norms)]):
-            norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
-            share[i] = head_output_share(attentions[i], f)
+        shape = (len(v_layers), c.n_head, v_layers[0].shape[1]) if attentions is None else attentions.shape[:3]
+        norms = np.empty(shape, dtype=np.float32)
+        share = None if attentions is None else np.empty(attentions.shape[:2], dtype=np.float32)
+        n = len(norms)
+        for i, v in enumerate(v_layers[:n]):
+            w_o = output_projection(self.weights.layers, i)[0]
+            if attentions is None:
+                norms[i] = long_value_norms(v, w_o, c.n_group)
+            else:
+                norms[i], f = head_value_norms(v, w_o, c.n_group)
+                share[i] = head_output_share(attentions[i], f)
         return norms, share
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
