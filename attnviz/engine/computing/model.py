@@ -229,6 +229,13 @@ class Model:
         prep = self.prepare(text, ids=ids)
         return prep.ids, list(prep.tokens), prep.notice
 
+    def labels(self, ids) -> list[str]:
+        """Token ids -> their labels as the window shows them (the ids themselves, as text, for a
+        model without a tokenizer)."""
+        if self.tokenizer is None:
+            return [str(int(i)) for i in ids]
+        return self.tokenizer.labels_for_ids([int(i) for i in ids])[1]
+
     def prepare(self, text: str | None = None, *, ids=None, request: RunRequest = PLAIN) -> Prepared:
         """text or ids -> the ids to run, tokenised once (cut to the limit when request.truncate),
         with their tokens; InputError for a text over the limit without truncate. Text is taken as
@@ -280,7 +287,7 @@ class Model:
             elif self.tokenizer is not None:
                 tokens, names = self.tokenizer.labels_for_ids(ids.tolist())
             else:
-                tokens = names = [str(i) for i in ids]
+                tokens = names = self.labels(ids)
             return text or "", notice, Encoded(ids, tokens, names, [(0, 0)] * len(ids),
                                                [False] * len(ids))
         enc = self.tokenizer.encode(text)
@@ -402,7 +409,5 @@ def parse_typed_ids(text: str) -> list[int] | None:
 
 
 def token_text(model, i: int) -> str:
-    """Token id -> its display label (the id itself for a model without a tokenizer)."""
-    if model.tokenizer is None:
-        return str(i)
-    return model.tokenizer.labels_for_ids([int(i)])[1][0]
+    """Token id -> its display label (Model.labels)."""
+    return model.labels([i])[0]
