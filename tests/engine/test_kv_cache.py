@@ -297,7 +297,7 @@ def test_appended_positions_are_written_in_place_without_changing_earlier_views(
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
 def test_a_runs_first_layers_are_handed_over_early_and_equal_the_runs_own(folders, name):
-    """Model.run(early=(k, fn)): fn gets layers 0..k-1 before the run goes on, the same numbers the
+    """RunRequest(early=(k, fn)): fn gets layers 0..k-1 before the run goes on, the same numbers the
     run returns for them, on a full run and on a cached step; and nothing when the cache held
     every token (nothing was computed)."""
     model = load_model(folders[name])
@@ -318,7 +318,7 @@ def test_a_runs_first_layers_are_handed_over_early_and_equal_the_runs_own(folder
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
 def test_a_stopped_run_stops_at_a_layer_and_leaves_the_cache_with_the_last_whole_run(folders, name):
-    """Model.run(stop=fn): fn is asked before each layer; once it says True the run raises
+    """RunRequest(stop=fn): fn is asked before each layer; once it says True the run raises
     Cancelled there, having computed no later layer, and the KV cache still holds the last whole
     run: the next runs equal a fresh model's."""
     from attnviz.engine.errors import Cancelled

@@ -136,7 +136,7 @@ def test_a_run_resumed_from_a_layer_equals_the_whole_edited_run(models, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_a_run_of_the_first_layers_equals_those_layers_of_the_whole_run(models, name):
-    """Model.run(layers=n): the first n layers' patterns, inputs and value norms as the whole run
+    """RunRequest(layers=n): the first n layers' patterns, inputs and value norms as the whole run
     has them, nothing after; the KV cache is neither read nor changed; n outside 1..n_layer is
     refused."""
     model = models[name]

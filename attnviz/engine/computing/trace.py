@@ -112,7 +112,7 @@ class Trace:
     past: KVCache | None = None  # a cache the trace brings (run_long's reuse, a generation's), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
     # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
-    # a window shows one layer before the layers after it are computed (Model.run(early=...))
+    # a window shows one layer before the layers after it are computed (RunRequest(early=...))
     early: tuple | None = None
     # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
     # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
