@@ -79,8 +79,8 @@ def cmd_qk(args) -> int:
     cfg = model.config
     Q.check_cell(cfg, max(args.query, args.key) + 1, args.layer, args.head, args.query, args.key)
     trace = Q.qk_trace()
-    result = (model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False)) if ids is not None
-              else model.run(args.text, trace=trace, request=RunRequest(use_cache=False)))
+    result = model.run(args.text if ids is None else None, ids=ids, trace=trace,
+                       request=RunRequest(use_cache=False))
     show_notice(args.command, result)
     doc = qk_report(model, result, args.layer, args.head, args.query, args.key)
     if args.json:

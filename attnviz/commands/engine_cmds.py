@@ -105,8 +105,8 @@ def cmd_attention(args) -> int:
     if part:
         return _attention_part(model, args, ids, layer, rows, out)
     try:
-        result = (model.run(ids=ids, request=RunRequest(truncate=args.truncate, values=vw)) if ids is not None
-                  else model.run(args.text, request=RunRequest(truncate=args.truncate, values=vw)))
+        result = model.run(args.text if ids is None else None, ids=ids,
+                           request=RunRequest(truncate=args.truncate, values=vw))
     except DenseTooLarge as exc:
         raise InputError(exc.advice(ASK_FOR_LESS)) from None
     show_notice("attention", result)

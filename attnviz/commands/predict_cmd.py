@@ -96,7 +96,8 @@ def _run_prediction(model, args, prepared):
             except DenseTooLarge as exc:
                 raise InputError(exc.advice("--ablate and --knockout need every pattern at once: "
                                             "give a shorter text")) from None
-        return model.run(prep, request=RunRequest(use_cache=False), trace=LongTrace(z=True, resid=True))
+        return model.run(prep, request=RunRequest(use_cache=False),
+                         trace=LongTrace(z=True, resid=True))
     result = model.run(prepared, request=RunRequest(use_cache=False, long=long),
                        trace=P.prediction_trace())
     show_notice(args.command, result)
@@ -207,8 +208,8 @@ def cmd_scan(args) -> int:
         ids = probe_ids(model)[0]
         tokens, labels = model.tokenizer.labels_for_ids(ids)
     else:
-        result = model.run(ids=parse_ids(args.ids), request=RunRequest(use_cache=False)) if args.ids is not None else \
-            model.run(args.text, request=RunRequest(use_cache=False))
+        ids = parse_ids(args.ids) if args.ids is not None else None
+        result = model.run(args.text if ids is None else None, ids=ids, request=RunRequest(use_cache=False))
         show_notice(args.command, result)
         ids, tokens, labels = result.input_ids.tolist(), list(result.tokens), list(result.labels)
     target = P.vocab_token(model, args.target) if args.target is not None else None

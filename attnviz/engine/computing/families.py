@@ -410,7 +410,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
         c = consts[i]
         segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i], None)
                          for j, (n, e) in enumerate(zip(lens, ends)))
-        x = fam.block(x, w.layers[i], replace(c, segments=segments, attention=segment_attention), None)
+        c = replace(c, segments=segments, attention=segment_attention)
+        x = fam.block(x, w.layers[i], c, None)
     return out
 
 

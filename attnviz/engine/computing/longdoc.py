@@ -450,7 +450,8 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     if (reuse is not None and cfg.causal and isinstance(reuse.result.trace, LongTrace)
             and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
         trace.past = _LongPast(reuse)
-    result = model.run(text, ids=ids, request=RunRequest(truncate=truncate, use_cache=False), trace=trace)
+    result = model.run(text, ids=ids, request=RunRequest(truncate=truncate, use_cache=False),
+                       trace=trace)
     check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
     norms = model.value_norms(None, trace.v)[0]  # [n_layer, n_head, T]: Value-weighted
     result = dataclasses.replace(result, value_norms=norms)

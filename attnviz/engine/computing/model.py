@@ -133,6 +133,8 @@ class Model:
         it is filled and returned as result.trace. A text whose patterns at once would pass the
         dense limit runs as request.long says (a longdoc.LongRun is returned) or is refused."""
         t0 = time.perf_counter()
+        if isinstance(text, Prepared) and ids is not None:
+            raise InputError("give a prepared text or ids, not both")
         prep = text if isinstance(text, Prepared) else self.prepare(text, ids=ids, request=request)
         given, trace = trace, Trace() if trace is None else trace
         if trace.want_patterns and is_long(self.config, len(prep.ids), request.dense_limit):
@@ -310,7 +312,8 @@ class Model:
         attentions None (a long run keeps no patterns): the norms of every layer in v_layers from
         each head's W_O Gram (longdoc.value_norms: no [n_head, T, d_model] output formed), no shares."""
         c = self.config
-        shape = (len(v_layers), c.n_head, v_layers[0].shape[1]) if attentions is None else attentions.shape[:3]
+        shape = attentions.shape[:3] if attentions is not None else (
+            len(v_layers), c.n_head, v_layers[0].shape[1])
         norms = np.empty(shape, dtype=np.float32)
         share = None if attentions is None else np.empty(attentions.shape[:2], dtype=np.float32)
         n = len(norms)

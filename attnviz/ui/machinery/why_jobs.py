@@ -126,8 +126,8 @@ class WhyJobs(QObject):
             trace = held
             if trace is None:  # the run as the window made it, keeping z and the stream
                 trace = qk_trace()
-                model.run(ids=ids, trace=trace,
-                          request=RunRequest(truncate=True, stop=lambda: not self.worker.is_newest(WHY_KIND, job_id)))
+                stale = lambda: not self.worker.is_newest(WHY_KIND, job_id)  # noqa: E731
+                model.run(ids=ids, trace=trace, request=RunRequest(truncate=True, stop=stale))
             return trace, qk_attribution(model, trace, *cell)
 
         self.busy = True
