@@ -182,10 +182,11 @@ class Model:
                          notice=prep.notice, **more)
 
     def run_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None) -> list:
-        """Several texts' patterns, as run(text, truncate=..., max_tokens=..., use_cache=False) gives
-        each, computed together: the texts' rows go through the weights in one pass (PACK_ROWS
-        rows and PACK_PATTERN_BYTES of patterns at most per pass; families.pack_texts), which for
-        short texts (a corpus scan) takes a fraction of the time of one run per text. -> one entry
+        """Several texts' patterns, as run(text, request=RunRequest(truncate=..., max_tokens=...,
+        use_cache=False)) gives each, computed together: the texts' rows go through the weights in
+        one pass (PACK_ROWS rows and PACK_PATTERN_BYTES of patterns at most per pass;
+        families.pack_texts), which for short texts (a corpus scan) takes a fraction of the time of
+        one run per text. -> one entry
         per text, in order: its RunResult, or the AttnvizError its run would raise (the others are
         still computed)."""
         out: list = [None] * len(texts)
