@@ -19,7 +19,7 @@ import weakref
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
-from attnviz.engine.errors import AttnvizError, Cancelled
+from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import capped_blas
 
@@ -170,34 +170,31 @@ class LongJobs(QObject):
         if model is None:
             return
         check_sampling(temperature, top_p, max_new)  # InputError before anything starts
-        self.check_rows(model, st.text, max_new)
+        prompt = st.text
+        prepared = model.prepare(prompt)  # tokenised once: the rows' check, the run and the steps read it
+        self.check_rows(model, len(prepared.ids), max_new)
         self._stop_generation()
         stop = self._stop = threading.Event()
-        prompt = st.text
         job_id = self.worker.claim(GENERATE_KIND)
         self.gen.begin(prompt)
 
         def work():
-            return generate(model, prompt, max_new=max_new, temperature=temperature, top_p=top_p,
+            return generate(model, prepared, max_new=max_new, temperature=temperature, top_p=top_p,
                             seed=seed, ignore_eos=ignore_eos, rows=True, k=TOP_K,
                             on_step=lambda s: self.sigStep.emit(job_id, s),
                             should_stop=lambda: stop.is_set() or not self.worker.is_newest(GENERATE_KIND, job_id))
-        self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": None}
+        self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": prepared.ids.tolist()}
         self.worker.submit(GENERATE_KIND, work, self._on_generated, (job_id, model, prompt), THREAD,
                            job_id=job_id)
 
-    def check_rows(self, model, prompt: str, max_new: int) -> None:
+    def check_rows(self, model, T: int, max_new: int) -> None:
         """Each step keeps its row in every head, [n_layer, n_head, T] float32 (the slider shows
-        them): an InputError, before anything runs, when max_new steps after this prompt would keep
-        more than ROWS_LIMIT bytes of them."""
+        them): an InputError, before anything runs, when max_new steps after a prompt of T tokens
+        would keep more than ROWS_LIMIT bytes of them."""
         from attnviz.engine.computing.longdoc import size_text
         from attnviz.engine.errors import InputError
 
         cfg = model.config
-        try:
-            T = len(model.encode(prompt)[0])
-        except AttnvizError:  # a prompt the run cannot take: the generation says so
-            return
         n = max(0, min(max_new, cfg.max_positions - T))
         need = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
         if need > ROWS_LIMIT:
@@ -210,16 +207,9 @@ class LongJobs(QObject):
         g = self._gen
         if g is None or g["job"] != job_id or not self.gen.running:
             return
-        model = g["model"]
-        if g["ids"] is None:  # the prompt's ids: the tokens the first step read
-            g["ids"] = self._prompt_ids(model, g["prompt"], step.T)
-        ids = g["ids"]
+        model, ids = g["model"], g["ids"]  # the prompt's ids: the tokens the first step read
         new = [s.id for s in self.gen.steps] + [step.id]
         self.gen.add_step(step, ids, new_text(model, g["prompt"], ids, new))
-
-    @staticmethod
-    def _prompt_ids(model, prompt: str, T: int) -> list[int]:
-        return model.encode(prompt)[0].tolist()[:T]
 
     def _on_generated(self, request, gen, error) -> None:
         job_id, _model, _prompt = request
