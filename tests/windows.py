@@ -26,6 +26,22 @@ def open_window(qtbot, settings_path, **kw):
     return w
 
 
+def widget(w, name: str):
+    """The one widget of window `w` with object name `name` (the sentence box, the error banner,
+    the layer spin box...), found in the window as a user finds it, not through an attribute."""
+    from PySide6.QtWidgets import QWidget
+
+    found = w.findChildren(QWidget, name)
+    assert len(found) == 1, f"{len(found)} widgets named {name!r} in the window"
+    return found[0]
+
+
+def scores_settled(worker, msecs: int = WAIT) -> bool:
+    """Score now what waits for typing to pause, and wait for the runner's jobs to end."""
+    worker.flush_scores()
+    return worker.wait_idle(msecs)
+
+
 def wait_for_text(qtbot, w, text):
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
 

@@ -7,14 +7,14 @@ import logging
 
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox, QPlainTextEdit,
+    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox,
     QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.views.compute_figures import ComputeFigures
-from attnviz.ui.views.controls import LoadBox, ViewControls
+from attnviz.ui.views.controls import LoadBox, SentenceBox, ViewControls
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.guard import install_exception_guard
 from attnviz.ui.views.grid import HeatmapGrid
@@ -59,10 +59,7 @@ class MainWindow(QMainWindow):
     # --- construction ---------------------------------------------------------------------------
     def _build_widgets(self) -> None:
         st = self.state
-        self.text_box = QPlainTextEdit()
-        self.text_box.setPlaceholderText("Type a sentence; every head updates as you type.")
-        self.text_box.setToolTip("The sentence the model reads. Every edit is recomputed in the background.")
-        self.text_box.setFixedHeight(self.text_box.fontMetrics().lineSpacing() * 3 + 12)
+        self.text_box = SentenceBox(st)  # writes the state's text and paints its marks
         self.samples_menu = QMenu("&Samples", self)
         for sample in SAMPLES:
             act = self.samples_menu.addAction(sample.title)
@@ -79,15 +76,7 @@ class MainWindow(QMainWindow):
         self.token_strip.setToolTip("The tokens as the model sees them. Click one to show its "
                                     "attention row in every head; click again to clear.")
         self.notices = Notices(st, self)
-        self.error_banner, self.trunc_notice, self.model_notice = (
-            self.notices.banner, self.notices.text, self.notices.model)
-
         self.controls = ViewControls(st)
-        c = self.controls  # (the window's names for them, as menus and tests use them)
-        self.layer_spin, self.all_check, self.cmap_combo, self.scale_combo = (
-            c.layer_spin, c.all_check, c.cmap_combo, c.scale_combo)
-        self.hide_first_check, self.value_check, self.query_label = (
-            c.hide_first_check, c.value_check, c.query_label)
         top = QHBoxLayout()
         top.addWidget(self.text_box, 1)
         top.addWidget(self.samples_button, 0, Qt.AlignmentFlag.AlignTop)
@@ -96,13 +85,13 @@ class MainWindow(QMainWindow):
         central = QWidget()
         col = QVBoxLayout(central)
         col.setContentsMargins(6, 6, 6, 0)
-        col.addWidget(self.error_banner)
+        col.addWidget(self.notices.banner)
         col.addLayout(top)
         col.addWidget(self.token_strip)
-        self.guide_bar = GuideBar(st, self.worker)
+        self.guide_bar = GuideBar(st)
         col.addWidget(self.guide_bar)
-        col.addWidget(self.trunc_notice)
-        col.addWidget(self.model_notice)
+        col.addWidget(self.notices.text)
+        col.addWidget(self.notices.model)
         col.addWidget(self.controls)
         # a model with training checkpoints: the step slider and its curves (hidden otherwise)
         self.training_panel = TrainingPanel(st)
@@ -114,18 +103,15 @@ class MainWindow(QMainWindow):
         from attnviz.ui.views.long_view import GridOrLong
 
         self.grid_stack = GridOrLong(st, self.grid)  # the grid, or the long view of a long text
-        self.long_view = self.grid_stack.long_view
         col.addWidget(self.grid_stack, 1)
         self.setCentralWidget(central)
 
         sb = self.statusBar()
-        self.load_box = LoadBox(st, self.worker)
-        self.load_label, self.cancel_button = self.load_box.label, self.load_box.cancel_button
+        self.load_box = LoadBox(st, self.cancel_load)
         figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
-        self.tokens_label, self.time_label = figures.tokens_label, figures.time_label
         sb.addPermanentWidget(self.load_box)
-        sb.addPermanentWidget(self.tokens_label)
-        sb.addPermanentWidget(self.time_label)
+        sb.addPermanentWidget(figures.tokens_label)
+        sb.addPermanentWidget(figures.time_label)
 
     def _build_docks(self, panels: tuple[str, ...]) -> None:
         # The side panels' tabs run down the window's edge, each name whole: a bar along the
@@ -164,7 +150,7 @@ class MainWindow(QMainWindow):
         if "roles" in panels:
             from attnviz.ui.panels.roles_panel import RolesPanel
 
-            self.roles_panel = RolesPanel(self.state, worker=self.worker)
+            self.roles_panel = RolesPanel(self.state)
             self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
             # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
             self.roles_dock.visibilityChanged.connect(
@@ -178,13 +164,13 @@ class MainWindow(QMainWindow):
         if "predict" in panels:
             from attnviz.ui.panels.predict_panel import PredictPanel
 
-            self.predict_panel = PredictPanel(self.state, self.worker)
+            self.predict_panel = PredictPanel(self.state)
             self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)
             self.predict_dock.visibilityChanged.connect(self.predict_panel.set_shown)
         if "generate" in panels:
             from attnviz.ui.panels.generate_panel import GeneratePanel
 
-            self.generate_panel = GeneratePanel(self.state, self.worker, self.text_box)
+            self.generate_panel = GeneratePanel(self.state)
             self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
         if "why" in panels:  # Why here? below the focus view, and the Circuits tab
             from attnviz.ui.panels.why_panel import install
@@ -223,8 +209,6 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         st = self.state
-        self.text_box.textChanged.connect(lambda: st.set_text(self.text_box.toPlainText()))
-        st.sigTextChanged.connect(self._on_text_changed)
         st.sigModelChanged.connect(self._on_model_changed)
         st.sigFocusChanged.connect(self._on_focus)
         st.sigStatus.connect(lambda msg: self.statusBar().showMessage(msg, 8000))
@@ -279,9 +263,10 @@ class MainWindow(QMainWindow):
     def open_scan(self, path: str) -> None:
         """Show a corpus scan in the Corpus panel, built and docked the first time."""
         if self.corpus_panel is None:
+            from attnviz.ui.machinery.corpus_jobs import CorpusJobs
             from attnviz.ui.panels.corpus_panel import CorpusPanel
 
-            self.corpus_panel = CorpusPanel(self.state, self.worker)
+            self.corpus_panel = CorpusPanel(self.state, CorpusJobs(self.worker, self))
             self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
         self.corpus_dock.show()
         self.corpus_dock.raise_()
@@ -355,10 +340,6 @@ class MainWindow(QMainWindow):
         self.show_error(message)
 
     # --- state -> widgets ---------------------------------------------------------------------
-    def _on_text_changed(self, text: str) -> None:
-        if self.text_box.toPlainText() != text:
-            self.text_box.setPlainText(text)
-
     def _on_model_changed(self, _model) -> None:
         self._update_title()
 

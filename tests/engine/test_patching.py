@@ -61,9 +61,13 @@ def test_noise_direction_full_patch_gives_0(family):
 
 
 def test_last_layer_heads_and_mlp_patched_give_the_clean_block_on_the_corrupted_stream(family):
-    """Every head output and the MLP output of the last layer, at every position, give the clean
-    logits once the stream they are added to is the clean one; on the corrupted stream the final-
-    norm input is the corrupted stream entering the block plus the clean block's whole change."""
+    """Issue 41, item 3 says: "patching every head's output and every MLP output of the last layer
+    at every position gives the clean logits". That is false as written: the last block adds its
+    heads' and MLP's outputs to the residual stream entering it, and the skip connection carries the
+    corrupted run's stream past them, so the final norm reads corrupted stream + clean change. This
+    test pins what is true instead: (1) with the stream entering the last block patched too, the
+    logits are the clean ones; (2) without it, the final-norm input is exactly the corrupted stream
+    entering the block plus the clean block's whole change (docs/patching.md says so to users)."""
     model, head, pair, metric = family
     cfg, L = model.config, model.config.n_layer - 1
     every = np.arange(T)

@@ -13,6 +13,7 @@ from attnviz.figures import anatomy as fig
 from attnviz.figures.style import heat_index, heat_table
 from attnviz.figures.write import export_view
 from attnviz.ui.app import create_window
+from windows import widget
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -104,8 +105,8 @@ def test_hover_gives_shape_bytes_and_the_value_under_the_cursor(window, qtbot):
 
 def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     st = window.state
-    assert not st.value_weighted and not window.value_check.isChecked()  # off by default
-    window.value_check.setChecked(True)
+    assert not st.value_weighted and not widget(window, "value_check").isChecked()  # off by default
+    widget(window, "value_check").setChecked(True)
     qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
     r = minilm.run(TEXT, request=RunRequest(values=True))
     a, n = r.attentions.astype(np.float64), r.value_norms.astype(np.float64)

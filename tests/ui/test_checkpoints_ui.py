@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings
 from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
 from attnviz.ui.app import create_window
+from windows import scores_settled
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -96,7 +97,7 @@ def test_role_badges_follow_the_slider(window, qtbot):
 
     def badges_for(i):
         go_to(qtbot, window, i)
-        panel.wait_idle()  # scores the new result now (the panel waits for typing to pause)
+        scores_settled(window.worker)  # scores the new result now (the panel waits for typing to pause)
         qtbot.waitUntil(lambda: st.head_labels is not None and not st.scores_stale, timeout=WAIT)
         return [b for row in st.head_labels for b in row]
 
@@ -177,7 +178,7 @@ def test_probe_badges_follow_the_slider_too(window, qtbot):
 
     def badges_for(i):
         go_to(qtbot, window, i)
-        panel.wait_idle()
+        scores_settled(window.worker)
         qtbot.waitUntil(lambda: st.head_labels is not None and st.head_scores is not None
                         and not st.scores_stale, timeout=WAIT)
         return [b for row in st.head_labels for b in row]

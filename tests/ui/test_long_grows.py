@@ -4,7 +4,7 @@ and the status bar counts the new text's tokens; a zoomed region that fits the n
 import pytest
 
 from attnviz.engine.computing.longdoc import dense_bytes
-from windows import PARAGRAPH, PROMPT, WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, open_window, widget
 
 
 @pytest.fixture
@@ -28,12 +28,12 @@ def _long(qtbot, w, text):
 def test_a_longer_paste_shows_the_whole_new_pattern_and_counts_its_tokens(win, qtbot):
     w, lg = win, win.state.long
     first = _long(qtbot, w, PARAGRAPH * 3)
-    assert lg.region == (0, first, 0, first) and w.tokens_label.text() == f"{first:,} tokens"
+    assert lg.region == (0, first, 0, first) and widget(w, "tokens_label").text() == f"{first:,} tokens"
     T = _long(qtbot, w, PARAGRAPH * 5)  # a longer paste
     assert T > first
     assert lg.region == (0, T, 0, T)
-    assert w.tokens_label.text() == f"{T:,} tokens"
-    assert f"{T:,} tokens" in w.long_view.info.text() and f"0..{T - 1:,}" in w.long_view.info.text()
+    assert widget(w, "tokens_label").text() == f"{T:,} tokens"
+    assert f"{T:,} tokens" in widget(w, "long_view").info.text() and f"0..{T - 1:,}" in widget(w, "long_view").info.text()
 
 
 def test_a_zoomed_region_stays_while_the_text_grows(win, qtbot):
@@ -42,4 +42,4 @@ def test_a_zoomed_region_stays_while_the_text_grows(win, qtbot):
     lg.set_region((10, 30, 5, 25))
     T = _long(qtbot, w, PARAGRAPH * 4)
     assert T > first and lg.region == (10, 30, 5, 25)
-    assert w.tokens_label.text() == f"{T:,} tokens"
+    assert widget(w, "tokens_label").text() == f"{T:,} tokens"

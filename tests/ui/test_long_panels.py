@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.ui.panels.roles_views import COLUMNS
-from windows import PARAGRAPH, PROMPT, WAIT, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, open_window, scores_settled, widget
 from attnviz.engine.computing.request import RunRequest
 
 LONG = PARAGRAPH * 4
@@ -34,14 +34,14 @@ def show_long(qtbot, w, text):
     w.set_text(text)
     qtbot.waitUntil(lambda: w.state.long.run is not None and w.state.long.run.result.text == text,
                     timeout=WAIT)
-    assert w.state.result is None and w.grid_stack.currentWidget() is w.long_view
+    assert w.state.result is None and w.grid_stack.currentWidget() is widget(w, "long_view")
 
 
 def wait_scored(qtbot, w, excluded=(False, False)):
     """Wait until the roles panel shows the scores of the text shown (not greyed), scored with the
     exclusions `excluded` (first token, current token)."""
     panel, st = w.roles_panel, w.state
-    panel.wait_idle()
+    scores_settled(w.worker)
     qtbot.waitUntil(lambda: (st.head_scores is not None and not st.scores_stale
                              and (st.head_scores.exclude_bos, st.head_scores.exclude_current_token)
                              == excluded

@@ -20,7 +20,7 @@ from attnviz.engine.computing.patterns import drop_first_key, value_weighted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.ui.views.long_panes import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
-from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window
+from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window, widget
 from attnviz.engine.computing.request import RunRequest
 
 LONG = PARAGRAPH * 8
@@ -122,7 +122,8 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     ready = lambda: (lg.run is not None and lg.pane is not None and lg.tiles is not None  # noqa: E731
                      and lg.pane.region == lg.region and lg.tiles.region == lg.region)
     qtbot.waitUntil(ready, timeout=WAIT)
-    assert w.grid_stack.currentWidget() is w.long_view and w.state.result is None
+    view = widget(w, "long_view")
+    assert w.grid_stack.currentWidget() is view and w.state.result is None
     dense_run = smollm2.run(LONG, request=RunRequest(use_cache=False))
     dense = dense_run.attentions  # [n_layer, n_head, T, T]
     T = lg.T
@@ -140,7 +141,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     want = np.maximum.reduceat(np.maximum.reduceat(dense[3], edges, axis=2), edges, axis=1)
     np.testing.assert_allclose(lg.tiles.values, want, atol=1e-5, rtol=0)
 
-    pane = w.long_view.pane
+    pane = view.pane
     rect = pane.head_rect()
     old = lg.pane
     wheel(pane, rect.center(), 3)  # zoom in about the pane's centre
@@ -160,16 +161,16 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     head = lg.head()
     np.testing.assert_allclose(lg.pane.values[0], dense[3, head, r0:r1, c0:c1], atol=1e-5, rtol=0)
     labels = lg.run.result.labels
-    assert " ".join(labels[c0:c1]) in w.long_view.key_strip.text()  # the token strip follows
-    assert "exact weights" in w.long_view.info.text()
+    assert " ".join(labels[c0:c1]) in view.key_strip.text()  # the token strip follows
+    assert "exact weights" in view.info.text()
 
     p = rect.topLeft() + QPointF(rect.width() * 0.7, rect.height() * 0.8)  # hover: the exact weight
     qtbot.mouseMove(pane, pos=p.toPoint())
     _, q, k = pane.tokens_at(QPointF(p.toPoint()))
-    assert f"(q {q:,}, k {k:,})  {float(dense[3, head, q, k]):.4g}" in w.long_view.readout.text()
+    assert f"(q {q:,}, k {k:,})  {float(dense[3, head, q, k]):.4g}" in view.readout.text()
 
-    w.long_view.whole_button.click()  # the whole pattern again, now each cell a block's mean
-    w.long_view.reduce_combo.setCurrentIndex(1)
+    view.whole_button.click()  # the whole pattern again, now each cell a block's mean
+    view.reduce_combo.setCurrentIndex(1)
     qtbot.waitUntil(lambda: ready() and lg.tiles.reduce == "mean", timeout=WAIT)
     assert lg.region == (0, T, 0, T)
     n = lg.tiles.values.shape[1]
@@ -225,7 +226,7 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
     """The two boxes act on a long text as on the grid: the tiles and the pane are the dense run's
     shown pattern under them, the hidden key's column is painted blank, each painted cell has its
     value's colour, hover reads the shown weight."""
-    w, lg, view = win, win.state.long, win.long_view
+    w, lg, view = win, win.state.long, widget(win, "long_view")
     cfg = smollm2.config
     w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
     w.state.set_layer(5)

@@ -7,7 +7,7 @@ import json
 import logging
 
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, write_model
-from windows import PROMPT, WAIT, open_window
+from windows import PROMPT, WAIT, open_window, widget
 
 
 def sliding_text_model(folder):
@@ -35,7 +35,7 @@ def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smol
     assert st.layer == 1
     titles = w.grid.titles()
     assert titles and all(t.startswith("L1 H") and "local (window 4)" in t for t in titles)
-    assert not w.error_banner.isVisible()
+    assert not widget(w, "error_banner").isVisible()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
@@ -55,5 +55,5 @@ def test_the_last_models_layout_is_not_titled_with_the_new_models_layers(qtbot, 
     caplog.set_level(logging.WARNING)
     st.set_model(load_model(sliding_text_model(tmp_path / "sliding")))  # no result for it yet
     assert st.layer == 1 and not any(t.startswith("L1 H") for t in w.grid.titles())
-    assert not w.error_banner.isVisible()
+    assert not widget(w, "error_banner").isVisible()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []

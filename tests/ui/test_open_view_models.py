@@ -6,7 +6,7 @@ import json
 
 from PySide6.QtCore import QSettings
 
-from windows import WAIT
+from windows import WAIT, widget
 
 
 def sidecar(window, tmp_path, model: str, layer: int) -> str:
@@ -27,8 +27,8 @@ def test_a_view_of_a_model_that_fails_to_load_is_never_applied_to_the_current_on
     path = sidecar(window, tmp_path, str(tmp_path / "no-such-model"), layer=3)
     for attempt in range(2):  # the second try loads again, and fails again: never applied here
         window.open_view(path)
-        qtbot.waitUntil(lambda: window.error_banner.isVisible() and not st.loading, timeout=WAIT)
-        assert "no-such-model" in window.error_banner.text()
+        qtbot.waitUntil(lambda: widget(window, "error_banner").isVisible() and not st.loading, timeout=WAIT)
+        assert "no-such-model" in widget(window, "error_banner").text()
         assert st.layer == 0 and st.model_name == "all-MiniLM-L6-v2"
         window.clear_error()
 

@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from test_ui_window import view_to_widget
-from windows import WAIT, drain_events, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text, widget
 from attnviz.engine.computing.request import RunRequest
 
 TEXT = "The keys to the cabinet are on the"
@@ -153,8 +153,8 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     T = len(partial.tokens)
     assert len(partial.tokens) > len(before) + 5
     assert strip.labels == partial.labels and strip.query == 2
-    assert w.tokens_label.text() == f"{T} tokens"
-    assert w.time_label.text() == "computing layers 1\u201329\u2026"
+    assert widget(w, "tokens_label").text() == f"{T} tokens"
+    assert widget(w, "time_label").text() == "computing layers 1\u201329\u2026"
     assert f" · {T} tokens · " in focus.title.text() and st.badge(0, 3) not in focus.title.text()
     np.testing.assert_array_equal(focus.img.image, partial.attentions[0, 3])
     focus._on_mouse_moved(focus.vb.mapViewToScene(QPointF(1.5, T - 0.5)))  # the preview's last row
@@ -166,8 +166,8 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     w.set_text(text)
     wait_for_text(qtbot, w, text)
     r = st.result
-    assert strip.labels is r.labels and w.tokens_label.text() == f"{T} tokens"
-    assert w.time_label.text() == f"compute {r.compute_s * 1000:.0f} ms"
+    assert strip.labels is r.labels and widget(w, "tokens_label").text() == f"{T} tokens"
+    assert widget(w, "time_label").text() == f"compute {r.compute_s * 1000:.0f} ms"
     np.testing.assert_array_equal(focus.img.image, r.attentions[0, 3])
     focus._on_mouse_moved(focus.vb.mapViewToScene(QPointF(1.5, T - 0.5)))
     assert focus.hover_text == w.grid.readout_at(0, 3, T - 1, 1)
@@ -183,7 +183,7 @@ def test_the_status_bar_names_the_one_layer_left(smollm2_window, qtbot):
     partial = st.model.run(TEXT + " table", request=RunRequest(layers=29, use_cache=False))
     st.set_preview(partial)
     assert w.grid.drawn is partial
-    assert w.time_label.text() == "computing layer 29\u2026"
+    assert widget(w, "time_label").text() == "computing layer 29\u2026"
 
 
 def test_the_focused_head_is_not_drawn_again_when_its_preview_is_followed_by_the_result(

@@ -15,6 +15,7 @@ from attnviz.figures.style import ROLE_COLORS  # noqa: E402
 from attnviz.ui.app import assemble  # noqa: E402
 from attnviz.ui.panels.roles_panel import RolesPanel  # noqa: E402
 from attnviz.ui.machinery.state import AppState  # noqa: E402
+from windows import scores_settled  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -41,17 +42,17 @@ def wait_scores(qtbot, state):
 
 def _panel(qtbot, model, text=TEXT, parent=None):
     state, worker = assemble()  # the app's one state and runner: the runner scores, the panel shows
-    panel = RolesPanel(state, worker, parent)
+    panel = RolesPanel(state, parent)
     if parent is None:
         qtbot.addWidget(panel)
     state.set_model(model)
     type_text(qtbot, state, text)
     wait_scores(qtbot, state)
-    return state, panel
+    return state, panel, worker
 
 
 def test_scores_labels_and_overview_on_text(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     hs = state.head_scores
     expected = H.score_result(state.result)
     assert hs.labels == expected.labels
@@ -75,7 +76,7 @@ def test_scores_labels_and_overview_on_text(qtbot, minilm):
 
 
 def test_sort_and_filter_by_role(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     panel.score_table.filter.setCurrentIndex(panel.score_table.filter.findData("previous"))
     assert panel.score_table.visible_heads() == [(0, 2)]
     assert "Previous token: D[q, q-1]" in panel.score_table.definitions.toPlainText()
@@ -96,7 +97,7 @@ def hs_best(hs, name):
 
 
 def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     panel.overview.map.cellClicked.emit(0, 2)
     assert state.focus == (0, 2) and state.layer == 0
     assert state.overlay is None  # no role picked yet
@@ -111,7 +112,7 @@ def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
 
 
 def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     find = panel.find
     hits = find.set_find("are", "keys")
     assert hits == F.find(state.result, 6, 2)
@@ -151,7 +152,7 @@ def test_find_is_its_own_view_of_the_state(qtbot, minilm):
     assert find.find_table.item(0, 1).toolTip() == ""  # no scores given: no role in its tooltip
 
 def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
-    state, panel = _panel(qtbot, textbook_model, "the cat sat")
+    state, panel, worker = _panel(qtbot, textbook_model, "the cat sat")
     panel.set_source("probe")
     assert state.role_options.source == "probe" and panel.source.currentData() == "probe"
     wait_scores(qtbot, state)
@@ -169,7 +170,7 @@ def test_probe_on_textbook_labels_every_head(qtbot, textbook_model):
 
 
 def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     panel.set_source("probe")
     wait_scores(qtbot, state)
     hs = state.head_scores
@@ -182,7 +183,7 @@ def test_probe_on_minilm_says_no_induction_head(qtbot, minilm):
 
 def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_model):
     state, worker = assemble()
-    panel = RolesPanel(state, worker)
+    panel = RolesPanel(state)
     qtbot.addWidget(panel)
     assert state.head_scores is None and "Open a model" in panel.summary.text()
     state.set_model(minilm)
@@ -192,11 +193,11 @@ def test_no_model_and_model_change_clear_everything(qtbot, minilm, textbook_mode
     state.set_model(textbook_model)
     assert state.head_scores is None and state.head_labels is None
     assert panel.overview.map.rowCount() == 0 and panel.find.find_table.rowCount() == 0
-    panel.wait_idle()
+    scores_settled(worker)
 
 
 def test_table_starts_in_layer_order(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     assert panel.score_table.visible_heads()[:3] == [(0, 0), (0, 1), (0, 2)]
 
 
@@ -206,7 +207,7 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
 
     host = QWidget()  # the panel is not its own window and not shown: not on screen
     qtbot.addWidget(host)
-    state, panel = _panel(qtbot, minilm, parent=host)
+    state, panel, worker = _panel(qtbot, minilm, parent=host)
     find = panel.find
     assert find.find_from.count() == 0 and find.find_table.rowCount() == 0
     other = "Mary gave John a book."
@@ -229,13 +230,13 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
         round(float(find.hits[0].specificity), 4)
     assert find.find_table.item(0, 3).data(Qt.ItemDataRole.DisplayRole) == \
         round(float(find.hits[0].weight), 4)
-    panel.wait_idle()
+    scores_settled(worker)
 
 
 def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm, textbook_model):
     """Probe scores of a 2x3 model must not label the hits of a 6x12 model found right after the
     switch (IndexError in the Find table before)."""
-    state, panel = _panel(qtbot, textbook_model, "the cat sat")
+    state, panel, worker = _panel(qtbot, textbook_model, "the cat sat")
     find = panel.find
     panel.set_source("probe")
     wait_scores(qtbot, state)
@@ -251,11 +252,11 @@ def test_probe_scores_of_the_old_model_are_dropped_on_model_change(qtbot, minilm
     hit = find.hits[5]
     # the grid's badge of that head: a label from the probe's sentences says so
     assert find.find_table.item(5, 1).toolTip() == f"{state.head_scores.labels[hit.layer][hit.head]} (probe)"
-    panel.wait_idle()
+    scores_settled(worker)
 
 
 def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     panel.show()
     assert state.head_labels is not None
     new = "Cats sleep on the warm mat."
@@ -272,13 +273,13 @@ def test_stale_labels_go_at_once_and_come_back_for_the_new_text(qtbot, minilm):
     assert seen[0] == (False, True)  # greyed and "Updating" until the new text's scores came
     assert panel.score_table.table.isEnabled() and "Updating" not in panel.summary.text()
     assert state.head_labels == H.score_result(state.result, unknown_ids=H.unknown_token_ids(minilm)).labels
-    panel.wait_idle()
+    scores_settled(worker)
 
 
 def test_template_probe_from_the_panel(qtbot, minilm):
     from attnviz.engine.analysing import probes as P
 
-    state, panel = _panel(qtbot, minilm)
+    state, panel, worker = _panel(qtbot, minilm)
     panel.show()
     shown = []  # the summary as each sentence's progress reaches it
     state.sigProbeProgress.connect(lambda done, n: shown.append((done, n, panel.summary.text())))
@@ -301,7 +302,7 @@ def test_template_probe_from_the_panel(qtbot, minilm):
     assert sum(bool(x) for row in state.head_labels for x in row) == len(hits)
     panel.set_source("text")
     assert state.head_scores is not None and "agreement (probe)" not in str(state.head_labels)
-    panel.wait_idle()
+    scores_settled(worker)
 
 
 def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, monkeypatch):
@@ -316,7 +317,7 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     monkeypatch.setattr(Runner, "submit", lambda self, kind, *a, **k: (
         submitted.append((self, kind)), real(self, kind, *a, **k))[1])
     state, worker = assemble()
-    panel = RP.RolesPanel(state, worker)
+    panel = RP.RolesPanel(state)
     qtbot.addWidget(panel)
     state.set_model(textbook_model)
     type_text(qtbot, state, "the cat sat on the mat")
@@ -328,4 +329,4 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     kinds = [kind for _, kind in submitted]
     assert PROBE_KIND in kinds and set(kinds) <= {"compute", SCORES_KIND, PROBE_KIND, "checkpoints"}
     assert {runner for runner, _ in submitted} == {worker}  # one runner: the app's
-    assert panel.wait_idle()
+    assert scores_settled(worker)

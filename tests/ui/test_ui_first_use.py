@@ -4,6 +4,7 @@ import pytest
 
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.state import AppState
+from windows import widget
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -139,11 +140,11 @@ def test_layer_box_counts_from_zero_like_the_head_titles(window, qtbot):
     from PySide6.QtCore import Qt
 
     assert window.state.n_layer == 6
-    assert window.layer_spin.text() == "Layer 0 (0–5)"
+    assert widget(window, "layer_spin").text() == "Layer 0 (0–5)"
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)  # the second of six layers
-    assert window.layer_spin.text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
+    assert widget(window, "layer_spin").text() == "Layer 1 (0–5)"  # not "Layer 1 / 5"
     assert window.grid.titles()[0].startswith("L1 H0")
-    assert "6 layers" in window.layer_spin.toolTip()
+    assert "6 layers" in widget(window, "layer_spin").toolTip()
 
 
 @pytest.fixture
@@ -152,7 +153,7 @@ def roles_panel(qtbot, minilm):
     from attnviz.ui.panels.roles_panel import RolesPanel
 
     st, worker = assemble()
-    panel = RolesPanel(st, worker)
+    panel = RolesPanel(st)
     qtbot.addWidget(panel)
     panel.resize(420, 800)
     panel.show()

@@ -9,7 +9,7 @@ from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.ui.app import create_window
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, open_window, wait_for_text, widget
 
 
 @pytest.fixture
@@ -52,13 +52,13 @@ def test_gguf_without_tokenizer_takes_ids_with_a_notice(qtbot, tmp_path):
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     assert w.state.result.input_ids.tolist() == [5, 17, 3]
-    assert w.model_notice.isVisible() and "type token ids" in w.model_notice.text()
+    assert widget(w, "model_notice").isVisible() and "type token ids" in widget(w, "model_notice").text()
     # a bad GGUF: a clear banner, and the tiny model stays
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(path.read_bytes()[:100])
     w.load_model(str(bad))
-    qtbot.waitUntil(lambda: w.error_banner.isVisible(), timeout=WAIT)
-    assert "truncated" in w.error_banner.text() and "Still showing tiny" in w.error_banner.text()
+    qtbot.waitUntil(lambda: widget(w, "error_banner").isVisible(), timeout=WAIT)
+    assert "truncated" in widget(w, "error_banner").text() and "Still showing tiny" in widget(w, "error_banner").text()
     assert w.state.model.path == path
     w.worker.wait_idle()
 

@@ -18,7 +18,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer
 from attnviz.ui.app import create_window
 from tiny import tiny_llama
 
-from windows import WAIT, drain_events, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text, widget
 WATCHDOG_S = 15  # a reader still blocked on the test's FIFO after this long is released from outside
 
 
@@ -115,18 +115,18 @@ def test_a_fifo_model_folder_never_freezes_the_window_and_cancel_restores_it(
     if fifo_loader == "python-reader":  # the load is blocked on the FIFO
         turned = len(ticker.ticks) + 10
         qtbot.waitUntil(lambda: len(ticker.ticks) >= turned, timeout=WAIT)  # the loop turns meanwhile
-        assert st.loading and "Loading" in window.load_label.text()
+        assert st.loading and "Loading" in widget(window, "load_label").text()
         job = window.worker.running("load")
         assert job.thread.is_alive()
-        qtbot.mouseClick(window.cancel_button, Qt.MouseButton.LeftButton)
+        qtbot.mouseClick(widget(window, "load_cancel"), Qt.MouseButton.LeftButton)
         assert st.loading == "" and not window.load_box.isVisible()
         assert "Stopped loading" in window.statusBar().currentMessage()
-        assert not window.error_banner.isVisible()
+        assert not widget(window, "error_banner").isVisible()
         assert job.thread.is_alive()  # blocked still, unheard; the fixture releases it
     else:  # the engine refused the FIFO without opening it
-        qtbot.waitUntil(window.error_banner.isVisible, timeout=WAIT)
-        assert str(fifo_model) in window.error_banner.text()
-        assert any(w in window.error_banner.text() for w in ("FIFO", "regular file"))
+        qtbot.waitUntil(widget(window, "error_banner").isVisible, timeout=WAIT)
+        assert str(fifo_model) in widget(window, "error_banner").text()
+        assert any(w in widget(window, "error_banner").text() for w in ("FIFO", "regular file"))
         assert not window.load_box.isVisible()
     assert ticker.longest_gap() < 1.0, "the event loop stopped while the FIFO model loaded"
     assert st.model is model and window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
@@ -165,7 +165,7 @@ def test_cancel_keeps_the_model_and_the_late_result_is_ignored(window, qtbot, sl
     st.set_query(2)
     window.load_model("slow")
     qtbot.waitUntil(lambda: calls == ["slow"], timeout=WAIT)
-    assert window.load_box.isVisible() and window.cancel_button.isVisible()
+    assert window.load_box.isVisible() and widget(window, "load_cancel").isVisible()
     job = window.worker.running("load")
     assert job is not None and job.thread.is_alive()
     window.set_text("The keys are here.")
@@ -184,7 +184,7 @@ def test_cancel_keeps_the_model_and_the_late_result_is_ignored(window, qtbot, sl
     assert not job.thread.is_alive()
     drain_events()
     assert st.model is model and st.model_name == "all-MiniLM-L6-v2"
-    assert not window.error_banner.isVisible() and st.loading == ""
+    assert not widget(window, "error_banner").isVisible() and st.loading == ""
 
 
 def test_the_newest_load_wins_over_a_slow_one(window, qtbot, slow_load, tmp_path):
@@ -265,8 +265,8 @@ def test_an_exception_escaping_a_slot_shows_the_banner_and_a_log_line(qtbot, tmp
 
     with caplog.at_level(logging.ERROR, logger="attnviz.ui.app"):
         QTimer.singleShot(0, broken_slot)
-        qtbot.waitUntil(w.error_banner.isVisible, timeout=WAIT)
-    text = w.error_banner.text()
+        qtbot.waitUntil(widget(w, "error_banner").isVisible, timeout=WAIT)
+    text = widget(w, "error_banner").text()
     assert "ZeroDivisionError: a bug in a slot" in text and "details are in the log" in text
     records = [r for r in caplog.records if "a bug in a slot" in r.getMessage()]
     assert len(records) == 1 and records[0].exc_info[0] is ZeroDivisionError
@@ -302,8 +302,8 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
 
     monkeypatch.setattr(model, "_forward", nan_forward)
     window.set_text("This run goes wrong.")
-    qtbot.waitUntil(window.error_banner.isVisible, timeout=WAIT)
-    text = window.error_banner.text()
+    qtbot.waitUntil(widget(window, "error_banner").isVisible, timeout=WAIT)
+    text = widget(window, "error_banner").text()
     assert "non-finite" in text and "layer 2" in text and "last sentence" in text
     assert st.result is good and window.grid.update_count == drawn
     np.testing.assert_array_equal(window.grid.img.image, mosaic)
@@ -312,7 +312,7 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
     monkeypatch.setattr(model, "_forward", real_forward)
     window.set_text("This run goes right.")
     wait_for_text(qtbot, window, "This run goes right.")
-    assert not window.error_banner.isVisible()  # the next good result clears it
+    assert not widget(window, "error_banner").isVisible()  # the next good result clears it
 
 
 def test_the_job_runner_delivers_only_the_newest_job_of_a_kind(qtbot):
@@ -356,11 +356,11 @@ def test_a_pasted_lone_surrogate_is_replaced_and_the_window_says_so(window, qtbo
     text = "The cat \ud83d sat"  # a clipboard can carry half of a surrogate pair
     window.set_text(text)
     wait_for_text(qtbot, window, text.replace("\ud83d", "\ufffd"))
-    assert not window.error_banner.isVisible()
-    assert window.trunc_notice.isVisible() and "1 lone surrogate" in window.trunc_notice.text()
+    assert not widget(window, "error_banner").isVisible()
+    assert widget(window, "text_notice").isVisible() and "1 lone surrogate" in widget(window, "text_notice").text()
     window.set_text("The cat sat")
     wait_for_text(qtbot, window, "The cat sat")
-    assert not window.trunc_notice.isVisible()
+    assert not widget(window, "text_notice").isVisible()
 
 
 # ---- the window keeps its empty state --------------------------------------------------------------
@@ -382,9 +382,9 @@ def test_window_shows_the_empty_state_for_an_empty_text_on_a_decoder_without_bos
     w.state.sigStatus.connect(statuses.append)
     w.set_text("")
     qtbot.waitUntil(lambda: w.state.result is None, timeout=30000)
-    assert w.tokens_label.text() == "0 tokens"
+    assert widget(w, "tokens_label").text() == "0 tokens"
     assert not any("Could not compute" in s for s in statuses), statuses
-    assert not w.error_banner.isVisible()
+    assert not widget(w, "error_banner").isVisible()
     w.set_text("the dog")
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "the dog",
                     timeout=30000)

@@ -11,7 +11,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import numpy as np  # noqa: E402
 from safetensors.numpy import load_file, save_file  # noqa: E402
 
-from windows import WAIT, open_window, wait_for_text  # noqa: E402
+from windows import WAIT, open_window, wait_for_text, widget  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +42,8 @@ def test_a_model_that_overflows_in_its_scores_is_refused_and_the_last_one_kept(q
     before = w.state.model
     text, result = w.state.text, w.state.result
     w.load_model(str(broken))
-    qtbot.waitUntil(lambda: w.error_banner.isVisible(), timeout=WAIT)
-    assert "non-finite" in w.error_banner.text()
+    qtbot.waitUntil(lambda: widget(w, "error_banner").isVisible(), timeout=WAIT)
+    assert "non-finite" in widget(w, "error_banner").text()
     assert w.state.model is before and w.state.model_name == "all-MiniLM-L6-v2"
     assert w.state.text == text and w.state.result is result
     assert w.windowTitle().endswith("all-MiniLM-L6-v2")

@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
 from attnviz.engine.reading.registry import WINDOW_MODEL  # noqa: E402
-from windows import WAIT, open_window, wait_for_text  # noqa: E402
+from windows import WAIT, open_window, scores_settled, wait_for_text, widget  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -49,7 +49,7 @@ def test_find_opened_after_the_first_result_lists_its_tokens_and_heads(qtbot, se
              for r in range(3)]
     assert ranks == ["1", "2", "3"]  # counts stay whole numbers
     assert "every head ranked" in find.find_status.text()
-    roles.wait_idle()
+    scores_settled(w.worker)
     w.worker.wait_idle()
 
 
@@ -68,7 +68,7 @@ def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
     w.text_box.setFocus()
     qtbot.keyClick(w.text_box, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
     qtbot.keyClick(w.text_box, Qt.Key.Key_Backspace)
-    qtbot.waitUntil(lambda: w.tokens_label.text() == "0 tokens", timeout=WAIT)
+    qtbot.waitUntil(lambda: widget(w, "tokens_label").text() == "0 tokens", timeout=WAIT)
     qtbot.waitUntil(lambda: "0 tokens" in calc.sentence_label.text(), timeout=WAIT)
     assert f"{T} tokens" not in calc.sentence_label.text()
     assert not (calc.live_label.isVisible() and f"{T} tokens" in calc.live_label.text())
@@ -119,5 +119,5 @@ def test_head_roles_summary_is_never_cut_after_a_probe(qtbot, settings_path):
     w.resize(1920, 1080)
     qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()), timeout=WAIT)
     assert label.visibleRegion().boundingRect().height() >= label.heightForWidth(label.width())
-    roles.wait_idle()
+    scores_settled(w.worker)
     w.worker.wait_idle()

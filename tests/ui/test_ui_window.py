@@ -7,7 +7,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 
-from windows import WAIT, drain_events, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, scores_settled, wait_for_text, widget
 
 
 def view_to_widget(view_box, graphics_view, x, y):
@@ -22,7 +22,7 @@ def test_window_opens_on_minilm_with_the_sentence_computed(window):
     assert st.result.labels[2] == "keys"
     T = len(st.result.tokens)
     assert window.grid.layout_.T == T and window.grid.update_count >= 1
-    assert window.tokens_label.text() == f"{T} tokens"
+    assert widget(window, "tokens_label").text() == f"{T} tokens"
     assert window.token_strip.labels[:3] == ["[CLS]", "the", "keys"]
     assert window.windowTitle() == "attnviz — all-MiniLM-L6-v2"
     from attnviz.ui.menus import about_html
@@ -80,7 +80,7 @@ def test_hover_readout_equals_the_engines_number(window, qtbot):
 def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):
     st = window.state
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
-    assert st.layer == 1 and window.layer_spin.value() == 1
+    assert st.layer == 1 and widget(window, "layer_spin").value() == 1
     assert window.grid.titles()[0].split("  ")[0] == "L1 H0"  # then a role badge
     lo = window.grid.layout_
     T = lo.T
@@ -90,7 +90,7 @@ def test_layer_switch_by_keyboard_and_spinbox(window, qtbot):
     qtbot.keyClick(window.text_box, Qt.Key.Key_Down, Qt.KeyboardModifier.ControlModifier)
     assert st.layer == 2
     qtbot.keyClick(window.text_box, Qt.Key.Key_Up, Qt.KeyboardModifier.ControlModifier)
-    window.layer_spin.setValue(5)
+    widget(window, "layer_spin").setValue(5)
     assert st.layer == 5
     qtbot.keyClick(window.grid, Qt.Key.Key_PageDown)
     assert st.layer == 5  # the last layer stays the last
@@ -121,7 +121,7 @@ def test_token_strip_picks_the_query_row(window, qtbot):
     qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(6).center())
     assert window.state.query_pos == 6
     assert window.grid.query_line.isVisible()
-    assert window.query_label.text() == "Query: are (#6)"
+    assert widget(window, "query_label").text() == "Query: are (#6)"
     qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(6).center())
     assert window.state.query_pos is None
 
@@ -132,8 +132,8 @@ def test_failed_model_load_keeps_the_previous_model(window, qtbot, tmp_path):
     (bad / "config.json").write_text("{ this is not json")
     before = window.state.result
     window.load_model(str(bad))
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
-    msg = window.error_banner.text()
+    qtbot.waitUntil(lambda: widget(window, "error_banner").isVisible(), timeout=WAIT)
+    msg = widget(window, "error_banner").text()
     assert str(bad) in msg and "Still showing all-MiniLM-L6-v2" in msg
     assert window.state.model_name == "all-MiniLM-L6-v2" and window.state.result is before
     window.set_text("Still works.")
@@ -143,12 +143,12 @@ def test_failed_model_load_keeps_the_previous_model(window, qtbot, tmp_path):
 def test_long_text_is_truncated_with_a_notice_and_empty_text_is_valid(window, qtbot):
     window.set_text("word " * 600)
     qtbot.waitUntil(lambda: window.state.result.truncated, timeout=WAIT)
-    assert window.trunc_notice.isVisible()
-    assert "512" in window.trunc_notice.text() and "602" in window.trunc_notice.text()
+    assert widget(window, "text_notice").isVisible()
+    assert "512" in widget(window, "text_notice").text() and "602" in widget(window, "text_notice").text()
     window.set_text("")
     wait_for_text(qtbot, window, "")
     assert window.state.result.tokens == ["[CLS]", "[SEP]"]
-    assert not window.trunc_notice.isVisible()
+    assert not widget(window, "text_notice").isVisible()
     assert window.grid.layout_.T == 2
 
 
@@ -167,9 +167,9 @@ def test_settings_persist_across_a_restart(qtbot, settings_path):
     w2 = open_window(qtbot, settings_path)
     wait_for_text(qtbot, w2, "Settings survive.")
     assert w2.text_box.toPlainText() == "Settings survive."
-    assert w2.state.layer == 3 and w2.layer_spin.value() == 3
-    assert w2.state.colormap == "magma" and w2.cmap_combo.currentText() == "magma"
-    assert w2.state.view_mode == "all" and w2.all_check.isChecked()
+    assert w2.state.layer == 3 and widget(w2, "layer_spin").value() == 3
+    assert w2.state.colormap == "magma" and widget(w2, "cmap_combo").currentText() == "magma"
+    assert w2.state.view_mode == "all" and widget(w2, "all_check").isChecked()
     assert w2.state.model_name == "all-MiniLM-L6-v2"
     assert w2.height() == 480
     w2.close()
@@ -192,7 +192,7 @@ def test_open_view_restores_a_sidecar(window, qtbot, tmp_path):
         4, (4, 7), "inferno", "per-head", True)
     assert window.focus_view.title.text().startswith("<b>L4 H7</b>")
     window.open_view(str(tmp_path / "missing.png"))
-    assert window.error_banner.isVisible() and "missing.png" in window.error_banner.text()
+    assert widget(window, "error_banner").isVisible() and "missing.png" in widget(window, "error_banner").text()
 
 
 def test_samples_menu_shortcuts_and_export_dialog(window, qtbot, monkeypatch):
@@ -265,7 +265,7 @@ def test_side_panels_behind_other_tabs_wait_and_catch_up_when_selected(window, q
     assert roles.find.find_from.count() != T  # Find waits while the roles tab is not selected
     window.roles_dock.raise_()
     qtbot.waitUntil(lambda: roles.find.find_from.count() == T, timeout=WAIT)
-    roles.wait_idle()
+    scores_settled(window.worker)
 
 
 def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):
@@ -280,7 +280,7 @@ def test_focus_follows_a_layer_change_in_the_one_layer_view(window, qtbot):
     assert st.focus == (5, 1)
     qtbot.keyClick(g, Qt.Key.Key_Right)
     assert (st.layer, st.focus) == (5, (5, 2))  # stays on the layer shown
-    window.layer_spin.setValue(0)
+    widget(window, "layer_spin").setValue(0)
     assert st.focus == (0, 2)
 
 
@@ -294,7 +294,7 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
     bad.mkdir()
     (bad / "config.json").write_text("{ this is not json")
     window.load_model(str(bad))
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: widget(window, "error_banner").isVisible(), timeout=WAIT)
 
     doc = {"kind": export_data.SIDECAR_KIND, "version": export_data.SIDECAR_VERSION,
            "model": "all-MiniLM-L6-v2", "text": "Half a view.", "tokens": [], "layer": 99,
@@ -304,19 +304,19 @@ def test_out_of_range_view_says_so_and_changes_nothing_and_success_clears_the_ba
     path.write_text(json.dumps(doc))
     before = (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first)
     window.open_view(str(path))
-    msg = window.error_banner.text()
-    assert window.error_banner.isVisible() and str(path) in msg
+    msg = widget(window, "error_banner").text()
+    assert widget(window, "error_banner").isVisible() and str(path) in msg
     assert "layer 99 is out of range" in msg and "6 layers (0..5)" in msg and msg.endswith(".")
     assert (st.text, st.layer, st.focus, st.colormap, st.scale_mode, st.hide_first) == before
     doc.update(layer=2, head=50)
     path.write_text(json.dumps(doc))
     window.open_view(str(path))
-    assert "head 50 is out of range" in window.error_banner.text() and st.layer == before[1]
+    assert "head 50 is out of range" in widget(window, "error_banner").text() and st.layer == before[1]
 
     doc.update(layer=2, head=3)
     path.write_text(json.dumps(doc))
     window.open_view(str(path))  # a success clears the stale banner
-    assert not window.error_banner.isVisible() and window.error_banner.text() == ""
+    assert not widget(window, "error_banner").isVisible() and widget(window, "error_banner").text() == ""
     assert (st.layer, st.focus, st.colormap) == (2, (2, 3), "inferno")
 
 
@@ -332,8 +332,8 @@ def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
     (folder / "config.json").write_text(json.dumps(window.state.model.config.raw))
     (folder / "pytorch_model.bin").write_bytes(b"never unpickled")
     window.load_model(str(folder))
-    qtbot.waitUntil(lambda: window.error_banner.isVisible(), timeout=WAIT)
-    msg = window.error_banner.text()
+    qtbot.waitUntil(lambda: widget(window, "error_banner").isVisible(), timeout=WAIT)
+    msg = widget(window, "error_banner").text()
     assert "never unpickles" in msg and "open the folder again. Still showing" in msg
     assert ".." not in msg and msg.endswith("Still showing all-MiniLM-L6-v2.")
 

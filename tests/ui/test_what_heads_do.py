@@ -13,7 +13,7 @@ from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.analysing.predict import attribute
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.ui.machinery.tuning import wide_blas
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, open_window, wait_for_text, widget
 
 NAMES = next(s.text for s in SAMPLES if "induction" in s.title)
 
@@ -249,7 +249,7 @@ def test_the_views_export_and_open_view_restores_the_ablation_query_and_tokens(q
     # an ablation the model does not have: nothing of the view is applied
     bad = dict(meta, ablation={"heads": [[7, 0]], "mode": "zero", "knockouts": []})
     w.apply_view(bad)
-    assert "L7 H0" in w.error_banner.text() and eff.ablation == Ablation(heads=((1, 0),), mode="mean")
+    assert "L7 H0" in widget(w, "error_banner").text() and eff.ablation == Ablation(heads=((1, 0),), mode="mean")
     w.worker.wait_idle()
 
 

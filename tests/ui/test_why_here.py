@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor
 from attnviz.engine.analysing import circuits as C
 from attnviz.engine.analysing.qk import qk_attribution, qk_trace
 from attnviz.engine.computing.patterns import head_title
-from attnviz.ui.panels.why_panel import HIGHLIGHT
+from attnviz.ui.views.grid_items import HIGHLIGHT
 from windows import WAIT, open_window, wait_for_text
 from attnviz.engine.computing.request import RunRequest
 
@@ -81,7 +81,8 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     assert st.query_pos == q  # the click still picks the query row
     assert w.why_dock.isVisible()
     a = _wait_attribution(qtbot, w, (layer, head, q, k))
-    marker = w.why_marker  # the explained cell is framed in the focus view
+    assert st.marked_cell == (layer, head, q, k)
+    marker = w.focus_view.cell_rect  # the explained cell is framed in the focus view
     assert marker.isVisible() and marker.rect().getRect() == (k, q, 1, 1)
     # the engine on its own agrees
     trace = qk_trace()
@@ -166,8 +167,8 @@ def test_hovering_a_component_outlines_its_head_in_the_grid(smol, qtbot):
                and len(b.row.components) == 1)
     layer, head = map(int, re.match(r"L(\d+)H(\d+)", box.row.label).groups())
     _move(canvas, box.rect.center())
-    qtbot.waitUntil(lambda: w.grid_highlight.heads == ((layer, head),), timeout=WAIT)
-    assert w.grid_highlight.item.isVisible()
+    qtbot.waitUntil(lambda: st.outlined == ((layer, head),), timeout=WAIT)
+    assert w.grid.outline.item.isVisible()
     # painted: the outline's colour just outside the head's tile, where the grid has background
     grid = w.grid
     from attnviz.ui.views.mosaic import tile_index
@@ -185,7 +186,7 @@ def test_hovering_a_component_outlines_its_head_in_the_grid(smol, qtbot):
                 and c.blue() < 90
     assert found >= 5
     _move(canvas, QPointF(2, 2))  # off the rows (the title): the outline goes
-    qtbot.waitUntil(lambda: not w.grid_highlight.item.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not w.grid.outline.item.isVisible(), timeout=WAIT)
 
 
 def test_the_why_list_exports_as_image_and_numbers(smol, qtbot, tmp_path):

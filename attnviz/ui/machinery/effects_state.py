@@ -21,6 +21,10 @@ class Effects(QObject):
     sigLensGridChanged = Signal()
     sigScanChanged = Signal()  # scan result, note or running
     sigScanProgress = Signal(int, int)  # heads done, heads in all
+    # what a view asks of the runner (ui/machinery/effects_jobs.py answers in the setters below)
+    sigLensGridWanted = Signal()
+    sigScanWanted = Signal(str)  # "text" (the typed text) or "probe" (the repeated-random probe)
+    sigScanStopWanted = Signal()
 
     def __init__(self, state):
         super().__init__(state)
@@ -118,6 +122,18 @@ class Effects(QObject):
         """A message about the typed tokens; the last good analysis stays."""
         self.note = str(note)
         self.sigAnalysisChanged.emit()
+
+    def want_lens_grid(self) -> None:
+        """Ask for the lens's top-1 at every layer and position of the run shown (lens_grid)."""
+        self.sigLensGridWanted.emit()
+
+    def want_scan(self, source: str = "text") -> None:
+        """Ask for the ablation scan of every head on `source` ("text" or "probe")."""
+        self.sigScanWanted.emit(str(source))
+
+    def stop_scan(self) -> None:
+        """Stop the scan under way (the Cancel button); the last scan stays."""
+        self.sigScanStopWanted.emit()
 
     def set_lens_grid(self, grid) -> None:
         self.lens_grid = grid

@@ -72,6 +72,7 @@ class LongJobs(QObject):
         self.sigStep.connect(self._on_step)
         self.sigLayer.connect(self._on_layer)
         self.gen.sigStopWanted.connect(self._stop_generation)
+        self.gen.sigStartWanted.connect(self._on_start_wanted)
         st.sigComputeReported.connect(  # a run that failed or gave way: no progress under way
             lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
 
@@ -160,6 +161,14 @@ class LongJobs(QObject):
         self.long.set_images(**({"pane": value} if kind == PANE_KIND else {"tiles": value}))
 
     # --- generation ---------------------------------------------------------------------------
+    def _on_start_wanted(self, req) -> None:
+        from attnviz.engine.errors import AttnvizError
+
+        try:
+            self.generate(*req)
+        except AttnvizError as exc:  # refused before anything started: the panel says why
+            self.gen.refuse(str(exc))
+
     def generate(self, max_new: int, temperature: float = 0.0, top_p: float = 1.0,
                  seed: int | None = None, ignore_eos: bool = False) -> None:
         """Generate up to max_new tokens after the state's sentence on a thread of its own; each step

@@ -5,6 +5,8 @@ ui/machinery/long_jobs.py; the views are ui/views/long_view.py and ui/panels/gen
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.figures.overview import WHEEL_STEP, full_region, rect_region, zoom_region
@@ -135,6 +137,15 @@ class LongState(QObject):
             self.sigProgress.emit(i, n)
 
 
+class GenerateRequest(NamedTuple):
+    """What the Generate panel asks for (engine/computing/generate.generate's options)."""
+    max_new: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    ignore_eos: bool = False
+
+
 class GenerationState(QObject):
     """A generation from the sentence (engine/computing/generate.py): its steps as they arrive,
     the text they make, and the step shown. Editing the text ends it (sigStopWanted)."""
@@ -142,6 +153,7 @@ class GenerationState(QObject):
     sigChanged = Signal()  # a step arrived, a generation began or ended
     sigStepShown = Signal(int)  # the step the views show (-1: none)
     sigStopWanted = Signal()  # the user pressed Stop or edited the text
+    sigStartWanted = Signal(object)  # a GenerateRequest from the sentence (the runner starts it)
 
     def __init__(self, state):
         super().__init__(state)
@@ -153,14 +165,28 @@ class GenerationState(QObject):
         self.running = False
         self.stopped = ""  # generate.Generation.stopped, "edited", or "failed: ..." once it ended
         self.shown = -1
+        self.refused = ""  # why the last request started nothing (the runner's one-line message)
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(self._on_model)
 
     def begin(self, prompt_text: str) -> None:
         self.prompt_text, self.prompt_ids, self.steps = prompt_text, [], []
         self.text, self.running, self.stopped, self.shown = prompt_text, True, "", -1
+        self.refused = ""
+        self._show_marks()
         self.sigChanged.emit()
         self.sigStepShown.emit(-1)
+
+    def request(self, max_new: int, temperature: float = 0.0, top_p: float = 1.0,
+                seed: int | None = None, ignore_eos: bool = False) -> None:
+        """Ask for up to max_new tokens after the sentence: the runner begins it, or refuses."""
+        self.sigStartWanted.emit(GenerateRequest(int(max_new), float(temperature), float(top_p),
+                                                 seed, bool(ignore_eos)))
+
+    def refuse(self, message: str) -> None:
+        """The runner's word on a request it did not start (bad options, too many rows)."""
+        self.refused = str(message)
+        self.sigChanged.emit()
 
     def add_step(self, step, prompt_ids, text: str) -> None:
         """A new token: the step, and the sentence with it (written into the box, the heatmaps follow)."""
@@ -168,6 +194,7 @@ class GenerationState(QObject):
         self.steps.append(step)
         self.text = text
         self.state.set_text(text)
+        self._show_marks()
         self.sigChanged.emit()
         self.show_step(len(self.steps) - 1)
 
@@ -194,6 +221,11 @@ class GenerationState(QObject):
             return None
         return len(self.prompt_text), len(self.text)
 
+    def _show_marks(self) -> None:
+        """The state's text marks: the new tokens while the text is the generated one."""
+        span = self.marked()
+        self.state.set_text_marks(() if span is None else (span,))
+
     def _on_model(self, _model) -> None:
         """Another model: a generation under way ends, and the steps go (they are the old model's)."""
         if self.running:
@@ -201,6 +233,7 @@ class GenerationState(QObject):
         had = self.running or self.steps
         self.prompt_text, self.prompt_ids, self.steps, self.text = "", [], [], ""
         self.running, self.stopped, self.shown = False, "", -1
+        self._show_marks()
         if had:
             self.sigChanged.emit()
             self.sigStepShown.emit(-1)
@@ -210,4 +243,5 @@ class GenerationState(QObject):
             self.sigStopWanted.emit()
             self.finish("edited")
         elif not self.running and self.steps:
-            self.sigChanged.emit()  # (the marks go once the text is no longer the generated one)
+            self._show_marks()  # (back to the generated text, as by undo: marked again)
+            self.sigChanged.emit()

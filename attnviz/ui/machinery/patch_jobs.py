@@ -38,6 +38,8 @@ class Ask:
     what: str
     layer: int
     direction: str
+    position: int  # P, 0..T-1 (the last token unless the user picked one)
+    position_asked: int | None  # as the user gave it (None: the last token)
     target: int | None
     alt: int | None
     labels_clean: tuple  # the tokens' readable labels (the grid's)
@@ -72,10 +74,10 @@ def alignment(tokens_a, tokens_b, labels=("clean", "corrupted")) -> str:
 
 
 def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str,
-          target_text: str, alt_text: str) -> Ask:
+          target_text: str, alt_text: str, position: int | None = None) -> Ask:
     """Ask, or InputError in one line (a LengthError carries the alignment)."""
     from attnviz.engine.analysing.patching import WHATS, check_ids, check_model
-    from attnviz.engine.analysing.predict import vocab_token
+    from attnviz.engine.analysing.predict import position_index, vocab_token
 
     if what not in WHATS:
         raise InputError(f"what {what!r}: expected one of {', '.join(WHATS)}")
@@ -92,11 +94,12 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
         check_ids(ic, id_)
     except InputError as exc:
         raise LengthError(str(exc), alignment(lc, ld) if len(ic) and len(id_) else "") from None
+    P = position_index(len(ic), position)
     target = vocab_token(model, target_text, digits_are_ids=False) if target_text.strip() else None
     alt = vocab_token(model, alt_text, digits_are_ids=False) if alt_text.strip() else None
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
-    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, target, alt, lc, ld)
+    return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld)
 
 
 def readable(model, ids, tokens) -> list[str]:
@@ -135,7 +138,7 @@ class PatchJobs(QObject):
         state.sigModelChanged.connect(lambda _m: self.cancel(clear=True))
 
     def run(self, clean: str, corrupt: str, what: str, layer: int = 0, direction: str = "denoise",
-            target_text: str = "", alt_text: str = "") -> bool:
+            target_text: str = "", alt_text: str = "", position: int | None = None) -> bool:
         """Check and start a patching run (the one before it stops); False with a note if refused."""
         from attnviz.engine.analysing import patching as PT
         from attnviz.engine.analysing.pair import texts_pair
@@ -149,7 +152,7 @@ class PatchJobs(QObject):
             self.sigChanged.emit()
             return False
         try:
-            ask = check(model, clean, corrupt, what, layer, direction, target_text, alt_text)
+            ask = check(model, clean, corrupt, what, layer, direction, target_text, alt_text, position)
         except InputError as exc:
             self.note = str(exc)
             self.aligned = getattr(exc, "aligned", "")
@@ -167,7 +170,7 @@ class PatchJobs(QObject):
         def work():
             head = PT.check_model(model)
             pair = texts_pair(model, ask.ids_clean, ask.ids_corrupt, PT.source_trace)
-            m = PT.metric_of(model, head, pair, None, ask.target, ask.alt)
+            m = PT.metric_of(model, head, pair, ask.position, ask.target, ask.alt)
             q = m.position
             from attnviz.engine.computing.logits import vocab_logits
 
@@ -178,7 +181,7 @@ class PatchJobs(QObject):
                 pair.a.trace.attentions, pair.b.trace.attentions))
             layers = [ask.layer] if ask.what == "head_out_by_pos" else None
             try:
-                return PT.patch(model, ask.ids_clean, ask.ids_corrupt, ask.what, None, m.target, m.alt,
+                return PT.patch(model, ask.ids_clean, ask.ids_corrupt, ask.what, ask.position, m.target, m.alt,
                                 ask.direction, progress=progress, cancelled=stale, layers=layers, pair=pair)
             except Cancelled:
                 return None

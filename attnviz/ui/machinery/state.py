@@ -38,9 +38,14 @@ class AppState(QObject, HeadScoresState):
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
     sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
+    sigGuideWanted = Signal(object, object, object)  # sample, result, its head scores (or None)
+    sigGuideDropped = Signal()  # the guide asked for last is wanted no more
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
     sigTextResultChanged = Signal(object)  # text_result: the dense result's or the long run's RunResult
     sigPreviewChanged = Signal(object)  # the running text's first layers, before its result (or None)
+    sigTextMarksChanged = Signal(object)  # text_marks: character ranges of the text to mark
+    sigOutlinedChanged = Signal(object)  # outlined: heads the grid outlines (a hovered Why here? row)
+    sigMarkedCellChanged = Signal(object)  # marked_cell: the cell the focus view frames, or None
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -50,6 +55,9 @@ class AppState(QObject, HeadScoresState):
         self.loading = ""  # a model being loaded in the background; `model` stays usable meanwhile
         self.text = ""
         self.text_notice: str | None = None  # what set_text changed in the text given (lone surrogates)
+        # (start, end) character ranges of `text` that a generation wrote (the sentence box marks
+        # them); they belong to this text: a new text drops them
+        self.text_marks: tuple[tuple[int, int], ...] = ()
         self.result = None
         # a run's first layers (a RunResult of layers 0..k-1), handed over before the run ends so
         # the grid shows the layer on screen while the layers after it are computed (preview_depth)
@@ -65,6 +73,8 @@ class AppState(QObject, HeadScoresState):
         self.inputs_wanted = False  # runs keep every layer's input (the Anatomy panel is shown)
         self.view_mode = DISPLAY_DEFAULTS["view_mode"]  # one of VIEW_MODES
         self.head_labels: list[list[str]] | None = None
+        self.outlined: tuple[tuple[int, int], ...] = ()  # (layer, head) the grid outlines
+        self.marked_cell: tuple[int, int, int, int] | None = None  # (layer, head, q, k) explained
         self.overlay: np.ndarray | None = None
         self.checkpoints = None  # CheckpointSet of the loaded model when it has training checkpoints
         self.checkpoint: int | None = None  # the checkpoint `model` is (an index into checkpoints)
@@ -261,7 +271,19 @@ class AppState(QObject, HeadScoresState):
         if text == self.text:
             return
         self.text, self.text_notice = text, notice
+        self.set_text_marks(())
         self.sigTextChanged.emit(text)
+
+    def set_text_marks(self, marks) -> None:
+        """Character ranges (start, end) of the text to mark as generated (GenerationState sets
+        them as the tokens arrive); each clipped to the text."""
+        n = len(self.text)
+        marks = tuple((max(0, min(int(a), n)), max(0, min(int(b), n))) for a, b in marks)
+        marks = tuple((a, b) for a, b in marks if a < b)
+        if marks == self.text_marks:
+            return
+        self.text_marks = marks
+        self.sigTextMarksChanged.emit(marks)
 
     def set_result(self, result) -> None:
         if result is self.result:
@@ -368,6 +390,21 @@ class AppState(QObject, HeadScoresState):
         self.head_labels = labels
         self.sigHeadLabelsChanged.emit(labels)
 
+    def set_outlined(self, heads) -> None:
+        """Heads the grid outlines, (layer, head) each: those a hovered Why here? row names."""
+        heads = tuple((int(l), int(h)) for l, h in heads)
+        if heads != self.outlined:
+            self.outlined = heads
+            self.sigOutlinedChanged.emit(heads)
+
+    def set_marked_cell(self, cell) -> None:
+        """The cell (layer, head, q, k) that Why here? explains, framed by the focus view while it
+        shows that head; None: no frame."""
+        cell = None if cell is None else tuple(int(v) for v in cell)
+        if cell != self.marked_cell:
+            self.marked_cell = cell
+            self.sigMarkedCellChanged.emit(cell)
+
     def set_overlay(self, mask: np.ndarray | None) -> None:
         if mask is None and self.overlay is None:
             return
@@ -376,6 +413,15 @@ class AppState(QObject, HeadScoresState):
 
     def show_status(self, message: str) -> None:
         self.sigStatus.emit(message)
+
+    def want_guide(self, sample, result, scores=None) -> None:
+        """Ask for the head of the model that shows `sample` best in `result` (the guide bar); the
+        runner answers in set_guide."""
+        self.sigGuideWanted.emit(sample, result, scores)
+
+    def drop_guide(self) -> None:
+        """The guide asked for is no longer wanted (the text or the weights changed)."""
+        self.sigGuideDropped.emit()
 
     def set_guide(self, sample, guide, message: str = "") -> None:
         """The runner's guide for a sample text (engine.analysing.samples.Guide: which head shows it best), or

@@ -84,6 +84,8 @@ class Worker(Runner):
         st.sigInputsWantedChanged.connect(self._compute_what_is_missing)
         st.effects.sigAblationChanged.connect(self._compute_what_is_missing)
         st.effects.sigWantedChanged.connect(self._compute_what_is_missing)
+        st.sigGuideWanted.connect(self.request_guide)
+        st.sigGuideDropped.connect(self.cancel_guide)
         self.follow_scores()
         from attnviz.ui.machinery.effects_jobs import EffectsJobs
 

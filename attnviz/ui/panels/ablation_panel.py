@@ -59,9 +59,9 @@ class AblationBar(QWidget):
 
 
 class AblationPanel(QWidget):
-    def __init__(self, state, worker, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
-        self.state, self.worker = state, worker
+        self.state = state
         eff = self.effects = state.effects
         col = QVBoxLayout(self)
         col.setContentsMargins(2, 2, 2, 2)
@@ -110,9 +110,9 @@ class AblationPanel(QWidget):
         self.source_combo.addItem("repeated-random probe: repeat loss", "probe")
         self.scan_button = QPushButton("Scan every head")
         self.scan_button.setToolTip("Zero-ablate each head alone and measure how much the loss rises")
-        self.scan_button.clicked.connect(lambda: worker.effects_jobs.request_scan(self.source_combo.currentData()))
+        self.scan_button.clicked.connect(lambda: eff.want_scan(self.source_combo.currentData()))
         self.cancel_button = QPushButton("Cancel")
-        self.cancel_button.clicked.connect(worker.effects_jobs.cancel_scan)
+        self.cancel_button.clicked.connect(eff.stop_scan)
         row.addWidget(self.source_combo, 1)
         row.addWidget(self.scan_button)
         row.addWidget(self.cancel_button)

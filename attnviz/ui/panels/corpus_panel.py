@@ -1,7 +1,7 @@
 """The Corpus panel: a scan folder (`attnviz scan`) seen from the window.
 
-A view of AppState. A scan is read off the main thread (a THREAD job of the app's one runner:
-DuckDB over the Parquet files, then the heads' distances), and kept here as a `ScanView`: each
+A view of AppState. A scan is read off the main thread (ui/machinery/corpus_jobs.py: DuckDB over
+the Parquet files, then the heads' distances), and kept here as a `ScanView`: each
 statistic's per-head mean, each head's top examples, and the heads placed by behaviour.
 - a layer x head heatmap of the statistic picked; a click on a head lists its top examples, with
   the query and key tokens highlighted;
@@ -31,21 +31,22 @@ from attnviz.engine.analysing.corpus_stats import HEAD_STATS, PROFILE_RULE, STAT
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
-from attnviz.ui.panels.corpus_scan import ScanView, example_html, files_hash, read_scan
+from attnviz.ui.panels.corpus_scan import ScanView, example_html
 
 SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
 
 
 class CorpusPanel(QWidget):
-    """The Corpus tab (module docstring). `runner`: the app's job runner (ui/machinery/worker.Worker)."""
+    """The Corpus tab (module docstring). `jobs`: its reads, hashes and loads
+    (ui/machinery/corpus_jobs.CorpusJobs)."""
 
     sigScanRead = Signal(object)  # ScanView, or None when a read failed
     sigModelChecked = Signal(str)  # model_state() once the loaded model is compared with the scan's
 
-    def __init__(self, state, runner, parent: QWidget | None = None):
+    def __init__(self, state, jobs, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
-        self.runner = runner
+        self.jobs = jobs
         self.scan: ScanView | None = None
         self.stat = HEAD_STATS[0]
         self.head: tuple | None = None  # the head whose examples are listed
@@ -165,23 +166,9 @@ class CorpusPanel(QWidget):
     def open_scan(self, path) -> None:
         """Read a scan folder in the background, and hash the loaded model's files there unless
         known; the last scan shown stays until it is read."""
-        from attnviz.ui.machinery.runner import THREAD
-
         self.status.setText(f"Reading {path}…")
         model = self.state.model
-        known = self._known_hash(model)
-
-        def job():
-            scan = read_scan(path)
-            sha = known
-            if sha is None and model is not None:
-                try:
-                    sha = files_hash(model)
-                except OSError:  # the panel hashes it again and says why it cannot
-                    sha = None
-            return scan, (model, sha)
-
-        self.runner.submit("corpus", job, self._on_read, str(path), THREAD)
+        self.jobs.read(path, model, self._known_hash(model), self._on_read)
 
     def _on_read(self, path, got, error) -> None:
         if error is not None:
@@ -265,14 +252,7 @@ class CorpusPanel(QWidget):
 
     def _hash_loaded_model(self) -> None:
         """Hash the loaded model's files on a thread of their own (the newest model's wins)."""
-        from attnviz.ui.machinery.runner import THREAD
-
-        model = self.state.model
-        job = self.runner.running("corpus-model-hash")
-        if job is not None and job.request is model:
-            return
-        self.runner.submit("corpus-model-hash", lambda: files_hash(model), self._on_hashed,
-                           model, THREAD)
+        self.jobs.hash_model(self.state.model, self._on_hashed)
 
     def _on_hashed(self, model, sha, error) -> None:
         if error is not None or not sha:
@@ -290,7 +270,7 @@ class CorpusPanel(QWidget):
 
     def load_scan_model(self):
         if self.scan is not None:
-            self.runner.load(self.scan.model)
+            self.jobs.load(self.scan.model)
 
     # --- the heatmap --------------------------------------------------------------------------
     def set_stat(self, name: str) -> None:

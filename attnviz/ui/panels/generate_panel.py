@@ -2,7 +2,8 @@
 (engine/computing/generate.py, run by the runner's 'generate' job, ui/machinery/long_jobs.py). Greedy by
 default; a temperature above 0 draws from the top-p set with a seed, so a run can be repeated. It
 stops at the model's end of text unless told to go on, or at Stop; editing the sentence ends it.
-The sentence grows in the box as tokens arrive (the new ones marked) and the heatmaps follow it.
+The sentence grows in the box as tokens arrive (the state marks the new ones: state.text_marks,
+painted by the sentence box) and the heatmaps follow it.
 
 The step slider shows step s of n (counted from 1, as the label and the plot's axis read): the
 generated token's row in every head of the layer shown (what the position that chose it read), the
@@ -17,10 +18,10 @@ import html
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
-    QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPlainTextEdit, QPushButton,
-    QScrollArea, QSlider, QSpinBox, QTextEdit, QVBoxLayout, QWidget,
+    QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSlider,
+    QSpinBox, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.calc.format import format_bytes
@@ -30,15 +31,10 @@ from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
 from attnviz.ui.views.long_panes import colour_table, indexed_image
 
-NEW_MARK = QColor(255, 214, 102, 110)  # the generated tokens in the sentence box
 MAX_NEW = 256
 STOP_WORDS = {"eos": "stopped at the end-of-text token", "max_new": "made the tokens asked for",
               "context": "reached the model's context", "stopped": "stopped",
               "edited": "ended: the sentence was edited"}
-
-
-def utf16_len(text: str) -> int:  # a Python string's length in a Qt document's positions
-    return len(text.encode("utf-16-le")) // 2
 
 
 class RowsView(QWidget):
@@ -95,10 +91,9 @@ class RowsView(QWidget):
 class GeneratePanel(QWidget):
     """View of AppState.generation, with the controls that start and stop one (module docstring)."""
 
-    def __init__(self, state, worker, text_box: QPlainTextEdit | None = None, parent=None):
+    def __init__(self, state, parent=None):
         super().__init__(parent)
-        self.state, self.worker, self.gen = state, worker, state.generation
-        self.text_box = text_box
+        self.state, self.gen = state, state.generation
         self.n_spin = QSpinBox()
         self.n_spin.setRange(1, MAX_NEW)
         self.n_spin.setValue(20)
@@ -174,17 +169,12 @@ class GeneratePanel(QWidget):
         self.refresh()
 
     def start(self) -> None:
-        """Generate with the panel's settings (the Generate button)."""
-        from attnviz.engine.errors import AttnvizError
-
+        """Ask the state for a generation with the panel's settings (the Generate button); the
+        runner starts it, or says in the state why not (shown in the status line)."""
         t = float(self.temp_spin.value())
-        try:
-            self.worker.long_jobs.generate(int(self.n_spin.value()), temperature=t,
-                                           top_p=float(self.top_p_spin.value()),
-                                           seed=int(self.seed_spin.value()) if t > 0 else None,
-                                           ignore_eos=self.go_on_check.isChecked())
-        except AttnvizError as exc:
-            self.status.setText(str(exc))
+        self.gen.request(int(self.n_spin.value()), temperature=t, top_p=float(self.top_p_spin.value()),
+                         seed=int(self.seed_spin.value()) if t > 0 else None,
+                         ignore_eos=self.go_on_check.isChecked())
 
     def refresh(self) -> None:
         st, g = self.state, self.gen
@@ -197,6 +187,8 @@ class GeneratePanel(QWidget):
             self.status.setText(f"{model.name} is an encoder: it predicts no next token.")
         elif g.running:
             self.status.setText(f"Generating: {n} token{'s' * (n != 1)} so far…")
+        elif g.refused:
+            self.status.setText(g.refused)
         elif g.stopped:
             self.status.setText(f"{n} new token{'s' * (n != 1)}: "
                                 f"{STOP_WORDS.get(g.stopped, g.stopped)}.")
@@ -211,25 +203,6 @@ class GeneratePanel(QWidget):
             self.curve.setData(np.arange(1, n + 1), [s.kv_bytes / 2 ** 20 for s in g.steps])
         else:
             self.curve.setData([], [])
-        self._mark_new()
-
-    def _mark_new(self) -> None:
-        box = self.text_box
-        if box is None:
-            return
-        span = self.gen.marked()
-        sels = []
-        if span is not None:
-            cur = QTextCursor(box.document())
-            cur.setPosition(utf16_len(self.gen.text[:span[0]]))
-            cur.setPosition(utf16_len(self.gen.text[:span[1]]), QTextCursor.MoveMode.KeepAnchor)
-            sel = QTextEdit.ExtraSelection()
-            sel.cursor = cur
-            fmt = QTextCharFormat()
-            fmt.setBackground(NEW_MARK)
-            sel.format = fmt
-            sels.append(sel)
-        box.setExtraSelections(sels)
 
     def kv_text(self, step) -> str:
         """'KV held: 270 KiB (276,480 bytes) for 6 tokens; calculator: ...': the generation's

@@ -4,8 +4,12 @@ one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
 - The corrupted text has a box of its own; "Corrupt" proposes one (a name or a repeated word
   swapped for a word of the same token length) and says what it swapped. Two texts of different
   lengths get one line with both lengths and their token lists aligned, a ^ where they part.
-- Target and alt are typed as tokens (empty: the engine's defaults); the clean and corrupted
-  predictions at the last position and their diff show as soon as the two runs are made.
+- Target and alt are typed as tokens (empty: the engine's defaults), the position P picked in its
+  box (default: the last token, the clean token at P shown beside it); the clean and corrupted
+  predictions at P and their diff show as soon as the two runs are made.
+- When either text changes after a run, the map, the patterns and the predictions are dimmed
+  under a line naming the texts they were computed for, until Run (no re-run on typing: a
+  patching run is many forward passes, and the texts pass through unequal lengths while edited).
 - What to patch, Run, Cancel, a progress bar; the run is off the main thread, newest wins.
 - The map (figures/patching.py) in a diverging colour map about 0 with its colour bar; hover reads
   a cell's effect; a click on a head shows its pattern on the clean and the corrupted text side by
@@ -24,16 +28,27 @@ from PySide6.QtWidgets import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
-from attnviz.figures.style import BACKGROUND
+from attnviz.figures.style import BACKGROUND, WARNING
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
+DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
+LAST, POSITION_MAX = -1, 99_999  # the position box: -1 reads "last token" (any text's last)
+ELIDE = 60  # characters of a text quoted in the stale line
 
 
 def _say(label: QLabel, text: str) -> None:
     """A line that takes no room while it is empty."""
     label.setText(text)
     label.setVisible(bool(text))
+
+
+def _quote(text: str) -> str:
+    return "\u201c" + (text if len(text) <= ELIDE else text[:ELIDE - 1] + "\u2026") + "\u201d"
+
+
+def _id_text(token: int | None) -> str:  # a token as the Target and Alt boxes take an id
+    return "" if token is None else f"#{token}"
 
 
 def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped names)
@@ -49,6 +64,7 @@ class PatchMap(QWidget):
         self.lay: fig.PatchLayout | None = None
         self.on_head = on_head
         self.hover_text = ""
+        self.dim = False  # the texts have changed since (PatchingPanel.stale_line)
         self.setMouseTracking(True)
         self.setMinimumSize(200, 160)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -78,6 +94,8 @@ class PatchMap(QWidget):
                            "The map of effects appears here after Run.")
                 return
             fig.paint(p, self.view, lay, INK)
+            if self.dim:
+                p.fillRect(self.rect(), DIM)
         finally:
             p.end()
 
@@ -90,7 +108,7 @@ class PatchMap(QWidget):
 
     def mouseMoveEvent(self, ev) -> None:
         cell = self.hit_at(ev.position().x(), ev.position().y())
-        text = "" if cell is None else fig.readout(self.view, *cell)
+        text = "" if cell is None else fig.readout(self.view, *cell) + (" (for the earlier texts)" if self.dim else "")
         if text != self.hover_text:
             self.hover_text = text
             self.setToolTip(text)
@@ -111,6 +129,7 @@ class PatternPair(QWidget):
         self.panel = panel
         self.head: tuple[int, int] | None = None
         self.rects: list[QRectF] = []
+        self.dim = False
         self.setMinimumHeight(120)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
 
@@ -126,17 +145,37 @@ class PatternPair(QWidget):
             rgbs = [C.weight_rgb(sides.attentions_clean[l, h], cmap), C.weight_rgb(sides.attentions_corrupt[l, h], cmap)]
             self.rects = C.tile_rects(QRectF(6, 6, self.width() - 12, self.height() - 12), 2)
             C.paint_tiles(p, rgbs, self.rects, [f"clean {head_title(l, h)}", f"corrupted {head_title(l, h)}"], INK)
+            if self.dim:
+                p.fillRect(self.rect(), DIM)
         finally:
             p.end()
 
 
 class PatchingPanel(QWidget):
     def __init__(self, state, jobs, parent: QWidget | None = None):
-        from attnviz.engine.analysing.patching import DIRECTIONS, WHATS
-
         super().__init__(parent)
         self.state, self.jobs = state, jobs
         self.shown = False  # the tab in sight (a head clicked here leaves it up)
+        self._labels = None  # the clean text's token labels, once tokenised (the position's readout)
+        self._build()
+        self._lay_out()
+        self._check = QTimer(self)
+        self._check.setSingleShot(True)
+        self._check.setInterval(CHECK_MS)
+        self._check.timeout.connect(self.check_lengths)
+        self.corrupt_box.textChanged.connect(self._on_corrupt)
+        state.sigTextChanged.connect(self._on_text)
+        state.sigModelChanged.connect(lambda _m: self._on_model())
+        state.sigFocusChanged.connect(self._on_focus)
+        self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
+        self.position_box.valueChanged.connect(lambda _v: self._say_position())
+        jobs.sigChanged.connect(self.refresh)
+        jobs.sigProgress.connect(self._on_progress)
+        self._on_model()
+
+    def _build(self) -> None:
+        from attnviz.engine.analysing.patching import DIRECTIONS, WHATS
+
         self.clean_label = QLabel()
         self.clean_label.setWordWrap(True)
         self.corrupt_box = QLineEdit()
@@ -151,6 +190,13 @@ class PatchingPanel(QWidget):
         self.target_edit, self.alt_edit = QLineEdit(), QLineEdit()
         self.target_edit.setPlaceholderText("the clean top-1")
         self.alt_edit.setPlaceholderText("the corrupted top-1 (its 2nd if the same)")
+        self.position_box = QSpinBox()  # P: -1 is the last token, whatever the text's length
+        self.position_box.setRange(LAST, POSITION_MAX)
+        self.position_box.setSpecialValueText("last token")
+        self.position_box.setValue(LAST)
+        self.position_box.setToolTip("The position P whose next-token logits the metric reads "
+                                     "(attnviz patch --position)")
+        self.position_label = QLabel()
         self.what_box = QComboBox()
         self.what_box.addItems(list(WHATS))
         self.what_box.setCurrentText("head_out")
@@ -168,9 +214,11 @@ class PatchingPanel(QWidget):
         self.progress = QProgressBar()
         self.progress.setFormat("Patched runs: %v of %m")
         self.progress.hide()
-        self.note = QLabel()
-        self.note.hide()
-        self.note.setWordWrap(True)
+        self.note, self.stale = QLabel(), QLabel()
+        for label in (self.note, self.stale):
+            label.hide()
+            label.setWordWrap(True)
+        self.stale.setStyleSheet(f"color: {WARNING}")
         self.aligned = QLabel()
         self.aligned.hide()
         self.aligned.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
@@ -181,16 +229,23 @@ class PatchingPanel(QWidget):
         self.map = PatchMap(self.pick_head)
         self.patterns = PatternPair(self)
 
+    def _lay_out(self) -> None:
         form = QGridLayout()
         form.addWidget(QLabel("Clean:"), 0, 0)
         form.addWidget(self.clean_label, 0, 1, 1, 3)
         form.addWidget(QLabel("Corrupted:"), 1, 0)
         form.addWidget(self.corrupt_box, 1, 1, 1, 2)
         form.addWidget(self.corrupt_button, 1, 3)
-        form.addWidget(QLabel("Target:"), 2, 0)
-        form.addWidget(self.target_edit, 2, 1)
-        form.addWidget(QLabel("Alt:"), 2, 2)
-        form.addWidget(self.alt_edit, 2, 3)
+        form.addWidget(self.swapped, 2, 1, 1, 3)  # what Corrupt swapped, under the box it filled
+        form.addWidget(QLabel("Target:"), 3, 0)
+        form.addWidget(self.target_edit, 3, 1)
+        form.addWidget(QLabel("Alt:"), 3, 2)
+        form.addWidget(self.alt_edit, 3, 3)
+        form.addWidget(QLabel("Position:"), 4, 0)
+        at = QHBoxLayout()
+        at.addWidget(self.position_box)
+        at.addWidget(self.position_label, 1)
+        form.addLayout(at, 4, 1, 1, 3)
         row = QHBoxLayout()
         for wdg in (self.what_box, self.layer_box, self.direction_box, self.run_button, self.cancel_button):
             row.addWidget(wdg)
@@ -199,42 +254,53 @@ class PatchingPanel(QWidget):
         col = QVBoxLayout(self)
         col.setContentsMargins(4, 4, 4, 4)
         col.addLayout(form)
-        col.addWidget(self.swapped)
         col.addLayout(row)
         col.addWidget(self.progress)
         col.addWidget(self.note)
         col.addWidget(self.aligned)
+        col.addWidget(self.stale)
         col.addWidget(self.sides_label)
         col.addWidget(self.map, 3)
         col.addWidget(self.patterns, 2)
-
-        self._check = QTimer(self)
-        self._check.setSingleShot(True)
-        self._check.setInterval(CHECK_MS)
-        self._check.timeout.connect(self.check_lengths)
-        self.corrupt_box.textChanged.connect(lambda _t: self._check.start())
-        state.sigTextChanged.connect(self._on_text)
-        state.sigModelChanged.connect(lambda _m: self._on_model())
-        state.sigFocusChanged.connect(self._on_focus)
-        self.what_box.currentTextChanged.connect(lambda _t: self._sync_layer())
-        jobs.sigChanged.connect(self.refresh)
-        jobs.sigProgress.connect(self._on_progress)
-        self._on_model()
 
     # --- input ------------------------------------------------------------------------------------
     def _on_text(self, text: str) -> None:
         self.clean_label.setText(text)
         self._check.start()
+        self._show_stale()
+
+    def _on_corrupt(self, _text: str) -> None:
+        self._check.start()
+        self._show_stale()
 
     def _on_model(self) -> None:
         m = self.state.model
         self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
         self.clean_label.setText(self.state.text)
         self._sync_layer()
+        self._check.start()
         self.refresh()
 
     def _sync_layer(self) -> None:
         self.layer_box.setEnabled(self.what_box.currentText() == "head_out_by_pos")
+
+    def position(self) -> int | None:
+        """P as asked: None for the last token."""
+        v = self.position_box.value()
+        return None if v == LAST else v
+
+    def _say_position(self) -> None:
+        """The clean token at P beside the box, or that P is outside the text."""
+        labels, v = self._labels, self.position_box.value()
+        if labels is None:
+            self.position_label.setText("")
+            return
+        T = len(labels)
+        if v >= T:
+            self.position_label.setText(f"outside the {T} tokens (0..{T - 1})")
+            return
+        P = T - 1 if v == LAST else v
+        self.position_label.setText(f"P = {P} {labels[P]!r}: the next token after it is scored")
 
     def propose(self) -> None:
         from attnviz.engine.analysing.patching import propose_corrupt
@@ -251,31 +317,38 @@ class PatchingPanel(QWidget):
         _say(self.swapped, _sentence(proposal.describe()))
 
     def check_lengths(self) -> None:
-        """One line with both lengths and the aligned tokens when the two texts differ in length."""
+        """The clean token at P; one line with both lengths and the aligned tokens when the two texts
+        differ in length."""
         from attnviz.engine.errors import InputError
         from attnviz.ui.machinery.patch_jobs import alignment, readable
 
         m, corrupt = self.state.model, self.corrupt_box.text()
         _say(self.aligned, "")
-        if m is None or not corrupt or not self.state.text or self.jobs.running:
-            return
+        self._labels = None
         try:
-            ic, tc, _ = m.encode(self.state.text)
+            ic, tc, _ = m.encode(self.state.text) if m is not None and self.state.text else (None, None, None)
+            if ic is not None:
+                self._labels = readable(m, ic, tc)
+            self._say_position()
+            if ic is None or not corrupt or self.jobs.running:
+                return
             id_, td, _ = m.encode(corrupt)
         except InputError as exc:
-            _say(self.note, str(exc))
+            self._say_position()
+            if corrupt and not self.jobs.running:
+                _say(self.note, str(exc))
             return
         if len(tc) != len(td):
             _say(self.note, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
                               "patching needs texts of one length")
-            _say(self.aligned, alignment(readable(m, ic, tc), readable(m, id_, td)))
+            _say(self.aligned, alignment(self._labels, readable(m, id_, td)))
         elif self.note.text().startswith("the clean text is "):
             _say(self.note, "")
 
     def run(self) -> bool:
         return self.jobs.run(self.state.text, self.corrupt_box.text(), self.what_box.currentText(),
                              self.layer_box.value(), self.direction_box.currentText(),
-                             self.target_edit.text(), self.alt_edit.text())
+                             self.target_edit.text(), self.alt_edit.text(), self.position())
 
     # --- state -> widgets ---------------------------------------------------------------------------
     def refresh(self) -> None:
@@ -290,6 +363,31 @@ class PatchingPanel(QWidget):
         self.map.set_view(self.view())
         self.export_button.setEnabled(self.map.view is not None)
         self.patterns.update()
+        self._show_stale()
+
+    def stale_line(self) -> str:
+        """Which texts the map and predictions shown were computed for, when a box has changed since
+        ('' when they are the texts in the boxes, or nothing is shown)."""
+        a = self.jobs.ask
+        if a is None or (self.jobs.result is None and self.jobs.sides is None):
+            return ""
+        changed = [name for name, was, now in (("clean", a.clean, self.state.text),
+                                               ("corrupted", a.corrupt, self.corrupt_box.text())) if was != now]
+        if not changed:
+            return ""
+        texts = "texts have" if len(changed) == 2 else "text has"
+        return (f"Shown for the clean text {_quote(a.clean)} and the corrupted text {_quote(a.corrupt)}. "
+                f"The {' and the '.join(changed)} {texts} changed since: Run computes it for the new ones.")
+
+    def _show_stale(self) -> None:
+        """Dims the map, the patterns and the predictions of texts no longer in the boxes."""
+        line = self.stale_line()
+        _say(self.stale, line)
+        self.sides_label.setEnabled(not line)
+        for canvas in (self.map, self.patterns):
+            if canvas.dim != bool(line):
+                canvas.dim = bool(line)
+                canvas.update()
 
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, max(total, 1))
@@ -312,7 +410,9 @@ class PatchingPanel(QWidget):
         return fig.patch_view(j.result, st.model_name, a.tokens_clean, a.tokens_corrupt, j.sides.target_text,
                               j.sides.alt_text, a.layer, a.model.kv_group, st.focus, a.clean, a.corrupt,
                               {"layer": st.layer, "head": st.focus[1] if st.focus and st.focus[0] == st.layer else None,
-                               "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first},
+                               "colormap": st.colormap, "scale_mode": st.scale_mode, "hide_first": st.hide_first,
+                               "patch_position": a.position_asked, "patch_target": _id_text(a.target),
+                               "patch_alt": _id_text(a.alt)},
                               (a.labels_clean, a.labels_corrupt))
 
     def pick_head(self, layer: int, head: int) -> None:
@@ -328,8 +428,15 @@ class PatchingPanel(QWidget):
             self.map.set_view(replace(self.map.view, focus=focus))
 
     def restore(self, view: dict) -> None:
-        """What an exported view's sidecar records: the corrupted text, what was patched, the tokens."""
+        """What an exported view's sidecar records: the corrupted text, what was patched, the position
+        and the target and alt as asked."""
         self.corrupt_box.setText(str(view.get("corrupt") or ""))
+        if "patch_position" in view:
+            at = view["patch_position"]
+            self.position_box.setValue(at if isinstance(at, int) and 0 <= at <= POSITION_MAX else LAST)
+        for key, edit in (("patch_target", self.target_edit), ("patch_alt", self.alt_edit)):
+            if key in view:
+                edit.setText(str(view[key] or ""))
         if view.get("what") in [self.what_box.itemText(i) for i in range(self.what_box.count())]:
             self.what_box.setCurrentText(view["what"])
         if view.get("direction") in ("denoise", "noise"):

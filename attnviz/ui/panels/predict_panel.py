@@ -63,9 +63,9 @@ def _p(logprob: float) -> str:
 
 
 class PredictPanel(QWidget):
-    def __init__(self, state, worker, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
-        self.state, self.worker = state, worker
+        self.state = state
         self.effects = eff = state.effects
         self.shown = False
         self.tabs = QTabWidget()
@@ -106,7 +106,7 @@ class PredictPanel(QWidget):
         self.grid_button = QPushButton("Full layer × position grid")
         self.grid_button.setToolTip("The lens's top-1 token at every layer and every position "
                                     "(computed when asked)")
-        self.grid_button.clicked.connect(self.worker.effects_jobs.request_lens_grid)
+        self.grid_button.clicked.connect(state.effects.want_lens_grid)
         col.addWidget(self.grid_button)
         self.grid_table = _table([])
         self.grid_table.hide()
@@ -117,7 +117,7 @@ class PredictPanel(QWidget):
         self.dla_view.setToolTip("Hover: a part's direct contribution; click a head to focus it in "
                                  "the grid; Alt+click switches it off")
         self.tabs.addTab(self.dla_view, "DLA")
-        self.ablation_panel = AblationPanel(state, worker)
+        self.ablation_panel = AblationPanel(state)
         scroll = QScrollArea()  # its controls, map and table need more height than a small window has
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.ablation_panel)

@@ -60,11 +60,10 @@ class SummaryBox(QScrollArea):
 
 
 class RolesPanel(QWidget):
-    def __init__(self, state, worker, parent: QWidget | None = None):
-        """`worker`: the app's one job runner (app.assemble), which computes the state's scores."""
+    def __init__(self, state, parent: QWidget | None = None):
+        """A view of `state`: the app's runner computes its scores (Worker.follow_scores)."""
         super().__init__(parent)
         self.state = state
-        self.worker = worker
         self._view_stale = False  # the tables wait for the panel to come on screen
         self._drawn = None  # the scores the tables show (they are refilled only for new ones)
         self._build()
@@ -149,11 +148,6 @@ class RolesPanel(QWidget):
         self.exclude_current.setChecked(opts.exclude_current)
         for w in (self.source, self.exclude_bos, self.exclude_current):
             w.blockSignals(False)
-
-    def wait_idle(self, msecs=30000):
-        """Score now what waits for typing to pause, and wait for the runner (tests)."""
-        self.worker.flush_scores()
-        return self.worker.wait_idle(msecs)
 
     # --- showing scores -----------------------------------------------------------------------
     def _on_screen(self):

@@ -3,62 +3,21 @@ focus view picks its query row, as it always did, and this panel follows the cli
 click opens it; once closed it stays closed); a right click offers "Why here?", which opens the
 panel at that cell. The panel lists the largest query ×
 key component pairs with their share of the score, and the query-side and key-side totals
-(figures/why.py paints them); the cell is framed in the focus view, and hovering a row outlines
-its heads in the grid (GridHighlight). The
+(figures/why.py paints them); the state's marked cell is the one explained (the focus view frames
+it), and hovering a row sets the state's outlined heads (the grid outlines them). The
 attribution is computed off the main thread (ui/machinery/why_jobs.py) and follows typing."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
-    QFileDialog, QGraphicsPathItem, QGraphicsRectItem, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
+    QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
     QSizePolicy, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.computing.patterns import head_key, head_title
+from attnviz.engine.computing.patterns import head_key
 from attnviz.figures import why as fig
-from attnviz.ui.views.mosaic import tile_index
-
-HIGHLIGHT = QColor("#ffd400")  # a hovered component's head in the grid (not the focus colour)
-
-
-class GridHighlight:
-    """Outlines heads in the heatmap grid (those a hovered row names); redrawn when the grid is."""
-
-    def __init__(self, grid, state):
-        self.grid = grid
-        self.heads: tuple[tuple[int, int], ...] = ()
-        self.item = QGraphicsPathItem()
-        pen = QPen(HIGHLIGHT, 3)
-        pen.setCosmetic(True)
-        self.item.setPen(pen)
-        self.item.setZValue(6)
-        self.item.hide()
-        grid.plot.addItem(self.item)
-        for sig in (state.sigResultChanged, state.sigPreviewChanged, state.sigLayerChanged,
-                    state.sigDisplayChanged):  # (connected after the grid's own: drawn after it)
-            sig.connect(lambda *_: self._draw())
-
-    def set_heads(self, heads) -> None:
-        heads = tuple(heads)
-        if heads != self.heads:
-            self.heads = heads
-            self._draw()
-
-    def shown_heads(self) -> list[tuple[int, int]]:
-        """The highlighted heads the grid shows now."""
-        lo = self.grid.layout_
-        return [lh for lh in self.heads if lo is not None and tile_index(lo, *lh) is not None]
-
-    def _draw(self) -> None:
-        lo, path = self.grid.layout_, QPainterPath()
-        for lh in self.shown_heads():
-            i = tile_index(lo, *lh)
-            m = max(1.0, 0.06 * lo.T)
-            path.addRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
-        self.item.setPath(path)
-        self.item.setVisible(not path.isEmpty())
 
 
 class WhyCanvas(QWidget):
@@ -212,41 +171,6 @@ def focus_menu(window, jobs, dock, cell) -> QMenu:
     return menu
 
 
-def hovered(window, heads) -> None:
-    """Outline the hovered row's heads in the grid, and say where a head the grid does not show is."""
-    hl = window.grid_highlight
-    hl.set_heads(heads)
-    hidden = [lh for lh in heads if lh not in hl.shown_heads()]
-    if hidden:
-        names = ", ".join(head_title(l, h) for l, h in hidden)
-        window.state.show_status(f"{names}: not in the grid's layer {window.state.layer}; tick All "
-                                 "layers to see it outlined")
-    elif heads:
-        window.state.show_status(", ".join(head_title(l, h) for l, h in heads) + ": outlined in the grid")
-
-
-def cell_marker(window, jobs, dock) -> QGraphicsRectItem:
-    """A frame on the explained cell in the focus view, while the panel is open on the focused head."""
-    fv, st = window.focus_view, window.state
-    marker = QGraphicsRectItem()
-    pen = QPen(HIGHLIGHT, 2)
-    pen.setCosmetic(True)
-    marker.setPen(pen)
-    marker.setZValue(4)
-    marker.hide()
-    fv.plot.addItem(marker)
-
-    def mark(*_):
-        c = jobs.cell
-        on = c is not None and st.focus == c[:2] and dock.isVisible() and st.result is not None
-        if on:
-            marker.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
-        marker.setVisible(on)
-    for sig in (jobs.sigChanged, st.sigFocusChanged, st.sigResultChanged, dock.visibilityChanged):
-        sig.connect(mark)
-    return marker
-
-
 def install(window) -> None:
     """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
     (the window calls this once it builds its panels)."""
@@ -267,29 +191,27 @@ def install(window) -> None:
     window.menus.view_menu.addAction(dock.toggleViewAction())
     dock.visibilityChanged.connect(window.why_panel.set_shown)
     window.why_panel.set_shown(dock.isVisible())
-    window.why_marker = cell_marker(window, jobs, dock)
-    window.grid_highlight = GridHighlight(window.grid, st)
-    window.why_panel.canvas.sigHover.connect(lambda heads: hovered(window, heads))
+
+    def mark(*_):  # the explained cell, while the panel is open
+        st.set_marked_cell(jobs.cell if dock.isVisible() else None)
+    for sig in (jobs.sigChanged, dock.visibilityChanged):
+        sig.connect(mark)
+    window.why_panel.canvas.sigHover.connect(st.set_outlined)
 
     window.circuits_jobs = CircuitsJobs(st, window.worker, window)
     window.circuits_panel = CircuitsPanel(st, window.circuits_jobs)
     window.circuits_dock = window._add_panel_dock("Circuits", "circuits_dock", window.circuits_panel)
     window.circuits_dock.visibilityChanged.connect(window.circuits_panel.set_shown)
 
-    fv = window.focus_view
     offered = [False]  # whether a click has opened the panel yet in this window
 
-    def clicked(ev):
-        p = fv.vb.mapSceneToView(ev.scenePos())
-        cell = fv.cell_at(p.x(), p.y())
-        if cell is None or st.on_screen()[1]:
-            return
-        if ev.button() == Qt.MouseButton.RightButton:
-            focus_menu(window, jobs, dock, cell).popup(ev.screenPos().toPoint())
-        elif ev.button() == Qt.MouseButton.LeftButton:
+    def clicked(cell, button, screen_pos):
+        if button == Qt.MouseButton.RightButton:
+            focus_menu(window, jobs, dock, cell).popup(screen_pos)
+        elif button == Qt.MouseButton.LeftButton:
             if not offered[0] and not dock.isVisible():  # the first click opens it; closed, it stays so
                 dock.show()
             offered[0] = True
             jobs.set_cell(*cell)  # (the focus view picks the query row itself)
-    fv.plot.scene().sigMouseClicked.connect(clicked)
+    window.focus_view.sigCellClicked.connect(clicked)
 

@@ -13,6 +13,8 @@ class ComputeFigures:
         self.state = state
         self.tokens_label = QLabel()
         self.time_label = QLabel()
+        self.tokens_label.setObjectName("tokens_label")
+        self.time_label.setObjectName("time_label")
         self.tokens_label.setToolTip("Tokens in the sentence, as the model reads them")
         self.time_label.setToolTip("Time the engine took for the last result")
         state.sigResultChanged.connect(self._on_result)

@@ -1,19 +1,65 @@
-"""The row of view controls over the grid (layer, all layers, colormap, scale, hide first token,
-value weighting, the query read-out) and the load box in the status bar. Both are views of AppState:
-each gets the state, connects in one place and writes back only through its setters."""
+"""The sentence box, the row of view controls over the grid (layer, all layers, colormap, scale,
+hide first token, value weighting, the query read-out) and the load box in the status bar. Each is a
+view of AppState: it gets the state, connects in one place and writes back only through its setters."""
 
 from __future__ import annotations
 
 import time
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
-    QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QSpinBox, QToolButton, QWidget,
+    QCheckBox, QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QSpinBox, QTextEdit,
+    QToolButton, QWidget,
 )
 
 from attnviz.figures.data import COLORMAPS
 
 QUERY_CHARS = 10  # the query label's room for the token, in wide letters
+TEXT_MARK = QColor(255, 214, 102, 110)  # behind the state's text marks (a generation's new tokens)
+
+
+def utf16_len(text: str) -> int:  # a Python string's length in a Qt document's positions
+    return len(text.encode("utf-16-le")) // 2
+
+
+class SentenceBox(QPlainTextEdit):
+    """The sentence the model reads. Typing writes state.set_text; the state's text (a sample, a
+    saved view, a generation's tokens) is written back; the state's text_marks are painted behind
+    their characters."""
+
+    def __init__(self, state, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.state = state
+        self.setObjectName("sentence_box")
+        self.setPlaceholderText("Type a sentence; every head updates as you type.")
+        self.setToolTip("The sentence the model reads. Every edit is recomputed in the background.")
+        self.setFixedHeight(self.fontMetrics().lineSpacing() * 3 + 12)
+        self.textChanged.connect(lambda: state.set_text(self.toPlainText()))
+        state.sigTextChanged.connect(self._on_text)
+        state.sigTextMarksChanged.connect(self._paint_marks)
+        self._on_text(state.text)
+
+    def _on_text(self, text: str) -> None:
+        if self.toPlainText() != text:
+            self.setPlainText(text)
+        self._paint_marks()
+
+    def _paint_marks(self, *_) -> None:
+        """The marks, while the box shows the state's text (they are ranges of that text)."""
+        text, sels = self.state.text, []
+        if self.toPlainText() == text:
+            for a, b in self.state.text_marks:
+                cur = QTextCursor(self.document())
+                cur.setPosition(utf16_len(text[:a]))
+                cur.setPosition(utf16_len(text[:b]), QTextCursor.MoveMode.KeepAnchor)
+                sel = QTextEdit.ExtraSelection()
+                sel.cursor = cur
+                fmt = QTextCharFormat()
+                fmt.setBackground(TEXT_MARK)
+                sel.format = fmt
+                sels.append(sel)
+        self.setExtraSelections(sels)
 
 
 class ViewControls(QWidget):
@@ -54,8 +100,10 @@ class ViewControls(QWidget):
             "Query: " + "M" * QUERY_CHARS + " (#9999)"))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        for w in (self.layer_spin, self.layer_kind, self.all_check, self.cmap_combo, self.scale_combo,
-                  self.hide_first_check, self.value_check, self.query_label):
+        for name in ("layer_spin", "layer_kind", "all_check", "cmap_combo", "scale_combo",
+                     "hide_first_check", "value_check", "query_label"):
+            w = getattr(self, name)
+            w.setObjectName(name)  # (how tests find it, as a user finds it: by what it is)
             row.addWidget(w)
         row.addStretch(1)
         # view -> state
@@ -132,22 +180,24 @@ class ViewControls(QWidget):
 
 class LoadBox(QWidget):
     """While a model loads (state.loading): what, for how long, a busy bar (loads give no fraction)
-    and Cancel, which stops waiting through the job runner; the current model stays usable."""
+    and Cancel, which calls `cancel` (the window's cancel_load); the current model stays usable."""
 
-    def __init__(self, state, worker, parent: QWidget | None = None):
+    def __init__(self, state, cancel, parent: QWidget | None = None):
         super().__init__(parent)
-        self.state, self.worker = state, worker
+        self.state = state
         box = QHBoxLayout(self)
         box.setContentsMargins(0, 0, 0, 0)
         self.label = QLabel()
+        self.label.setObjectName("load_label")
         self.label.setToolTip("The model being loaded; the current one stays usable meanwhile")
         self.progress = QProgressBar()
         self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(140)
         self.cancel_button = QToolButton()
         self.cancel_button.setText("Cancel")
+        self.cancel_button.setObjectName("load_cancel")
         self.cancel_button.setToolTip("Stop waiting for this model (Esc); the current model stays")
-        self.cancel_button.clicked.connect(worker.cancel_load)
+        self.cancel_button.clicked.connect(lambda: cancel())
         for w in (self.label, self.progress, self.cancel_button):
             box.addWidget(w)
         self._started = 0.0  # monotonic time the shown load began

@@ -7,14 +7,14 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF, QPainterPath, QPen
 from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import colour_bar
+from attnviz.ui.views.grid_items import HIGHLIGHT, colour_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -52,6 +52,9 @@ def labelled_text(row_step: int, col_step: int) -> str:
 
 
 class FocusView(QWidget):
+    # a click on a cell of the result shown: (layer, head, q, k), the button, the screen point
+    sigCellClicked = Signal(object, object, object)
+
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
         self.state = state
@@ -111,6 +114,13 @@ class FocusView(QWidget):
         self.query_rect.setZValue(3)
         self.query_rect.hide()
         self.plot.addItem(self.query_rect)
+        self.cell_rect = QGraphicsRectItem()  # the state's marked cell (the one Why here? explains)
+        cpen = QPen(HIGHLIGHT, 2)
+        cpen.setCosmetic(True)
+        self.cell_rect.setPen(cpen)
+        self.cell_rect.setZValue(4)
+        self.cell_rect.hide()
+        self.plot.addItem(self.cell_rect)
         self._T = -1
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
         self._k0 = 0  # first key column drawn: 1 with Hide first token
@@ -125,6 +135,8 @@ class FocusView(QWidget):
         state.sigOverlayChanged.connect(self._draw_overlay)
         state.sigQueryChanged.connect(self._draw_query)
         state.sigHeadLabelsChanged.connect(self._draw_title)  # the badge: the title only
+        for sig in (state.sigMarkedCellChanged, state.sigFocusChanged, state.sigResultChanged):
+            sig.connect(self._draw_cell)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
 
@@ -280,6 +292,14 @@ class FocusView(QWidget):
         self.query_rect.setRect(QRectF(0, q, self._T, 1))
         self.query_rect.show()
 
+    def _draw_cell(self, *_) -> None:
+        """Frame the state's marked cell while this view shows its head."""
+        st, c = self.state, self.state.marked_cell
+        on = c is not None and st.focus == c[:2] and st.result is not None
+        if on:
+            self.cell_rect.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
+        self.cell_rect.setVisible(on)
+
     def resizeEvent(self, ev):
         super().resizeEvent(ev)
         if self._head() is not None:
@@ -310,8 +330,10 @@ class FocusView(QWidget):
     def _on_mouse_clicked(self, ev):
         p = self.vb.mapSceneToView(ev.scenePos())
         cell = self.cell_at(p.x(), p.y())
-        if ev.button() != Qt.MouseButton.LeftButton:  # (a right click opens the cell's menu: Why here?)
+        if cell is None or self.state.on_screen()[1]:  # a query is a position in the whole result
             return
-        if cell is not None and not self.state.on_screen()[1]:  # a query is a position in the whole result
-            q = cell[2]
-            self.state.toggle_query(q)
+        if ev.button() == Qt.MouseButton.LeftButton:
+            self.state.toggle_query(cell[2])
+        # then whoever offers more on a cell (Why here?: a left click explains it, a right click
+        # opens its menu)
+        self.sigCellClicked.emit(cell, ev.button(), ev.screenPos().toPoint())

@@ -23,7 +23,7 @@ from attnviz.figures.style import (
     ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
 )
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import Label, MosaicImage, colour_bar
+from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, colour_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -129,6 +129,7 @@ class HeatmapGrid(QWidget):
         state.effects.sigAblationChanged.connect(self._draw_off)
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
+        self.outline = HeadOutline(self, state)  # the state's outlined heads (after the redraws above)
 
     # --- drawing --------------------------------------------------------------------------------
     def _on_data(self, *_):

@@ -1,6 +1,7 @@
 """The graphics items of the heatmap mosaic (ui/views/grid.py) and the focus view: titles pinned to
 the mosaic and drawn unscaled (Label), the mosaic's image item converted once per mosaic to
-premultiplied ARGB (MosaicImage, argb_table), and the colour bar sized to its font (colour_bar)."""
+premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), and
+the outline of the state's outlined heads (HeadOutline)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,58 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QTransform
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsSimpleTextItem
+from PySide6.QtCore import QRectF
+from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainterPath, QPen, QTransform
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
 
+from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import TEXT
+from attnviz.ui.views.mosaic import tile_index
+
+HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
+
+
+class HeadOutline:
+    """The grid's outline of state.outlined (the heads a hovered Why here? row names), redrawn
+    with the grid; an outlined head the grid does not show is named in the status line."""
+
+    def __init__(self, grid, state):
+        self.grid, self.state = grid, state
+        self.item = QGraphicsPathItem()
+        pen = QPen(HIGHLIGHT, 3)
+        pen.setCosmetic(True)
+        self.item.setPen(pen)
+        self.item.setZValue(6)
+        self.item.hide()
+        grid.plot.addItem(self.item)
+        for sig in (state.sigResultChanged, state.sigPreviewChanged, state.sigLayerChanged,
+                    state.sigDisplayChanged):  # (connected after the grid's own: drawn after it)
+            sig.connect(lambda *_: self.draw())
+        state.sigOutlinedChanged.connect(self._on_outlined)
+
+    def shown_heads(self) -> list[tuple[int, int]]:
+        """The outlined heads the grid shows now."""
+        lo = self.grid.layout_
+        return [lh for lh in self.state.outlined if lo is not None and tile_index(lo, *lh) is not None]
+
+    def _on_outlined(self, heads) -> None:
+        self.draw()
+        hidden = [lh for lh in heads if lh not in self.shown_heads()]
+        names = ", ".join(head_title(l, h) for l, h in (hidden or heads))
+        if hidden:
+            self.state.show_status(f"{names}: not in the grid's layer {self.state.layer}; tick "
+                                   "All layers to see it outlined")
+        elif heads:
+            self.state.show_status(f"{names}: outlined in the grid")
+
+    def draw(self) -> None:
+        lo, path = self.grid.layout_, QPainterPath()
+        for lh in self.shown_heads():
+            i = tile_index(lo, *lh)
+            m = max(1.0, 0.06 * lo.T)
+            path.addRect(QRectF(lo.x0[i] - m, lo.y0[i] - m, lo.T + 2 * m, lo.T + 2 * m))
+        self.item.setPath(path)
+        self.item.setVisible(not path.isEmpty())
 
 
 class Label(QGraphicsSimpleTextItem):

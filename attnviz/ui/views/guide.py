@@ -20,9 +20,9 @@ from attnviz.figures.style import GOOD, WARNING
 
 
 class GuideBar(QWidget):
-    def __init__(self, state, worker, parent: QWidget | None = None):
+    def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
-        self.state, self.worker = state, worker
+        self.state = state
         self.sample = None
         self.current: Guide | None = None  # the guide for the result on screen
         self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
@@ -72,7 +72,7 @@ class GuideBar(QWidget):
     def _forget(self) -> None:  # the guide shown is no longer the current one's
         self.current = None
         self._asked = None
-        self.worker.cancel_guide()
+        self.state.drop_guide()
         self.show_button.setEnabled(False)
         self.answer.setText("<i>Finding the head in this model…</i>")
 
@@ -110,7 +110,7 @@ class GuideBar(QWidget):
         if asked is self._asked:
             return  # this guide is shown, or on its way
         self._asked = asked
-        self.worker.request_guide(s, result, scores)
+        self.state.want_guide(s, result, scores)
 
     def _on_guide(self, sample, value, message: str) -> None:
         if sample is not self.sample:

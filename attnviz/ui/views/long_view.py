@@ -173,6 +173,7 @@ class GridOrLong(QStackedWidget):
         super().__init__(parent)
         self.grid = grid
         self.long_view = LongView(state)
+        self.long_view.setObjectName("long_view")
         self.addWidget(grid)
         self.addWidget(self.long_view)
         state.long.sigRunChanged.connect(

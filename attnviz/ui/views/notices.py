@@ -35,7 +35,9 @@ class Notices(QObject):
         self.model = QLabel()
         self.model.setWordWrap(True)
         self.model.setStyleSheet(f"color: {WARNING};")
-        for label in (self.banner, self.text, self.model):
+        for label, name in ((self.banner, "error_banner"), (self.text, "text_notice"),
+                            (self.model, "model_notice")):
+            label.setObjectName(name)
             label.hide()
         state.sigResultChanged.connect(self._on_result)
         state.sigModelChanged.connect(self._on_model)
