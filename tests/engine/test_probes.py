@@ -28,7 +28,7 @@ class ConstructedModel:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
 
-    def run(self, text, use_cache=True):
+    def run(self, text, *, request=None):
         enc = self.tokenizer.encode(text)
         T = len(enc.ids)
         att = np.zeros((1, 3, T, T), np.float32)
