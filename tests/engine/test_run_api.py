@@ -187,3 +187,12 @@ def test_labels_with_and_without_a_tokenizer_come_from_the_model(tmp_path):
     raw = load_model(FIXTURES / "llama_gqa")
     assert raw.tokenizer is None
     assert raw.labels(ids) == ["5", "17", "3"] == raw.run("5, 17, 3").labels
+
+
+def test_decode_with_and_without_a_tokenizer_comes_from_the_model(tmp_path):
+    """Model.decode: the tokenizer's text, or the ids as a model without one reads them typed."""
+    text_model = load_model(tiny_text_model(tmp_path / "t"))
+    ids = text_model.encode("a cab")[0].tolist()
+    assert text_model.decode(ids) == text_model.tokenizer.raw.decode(ids, skip_special_tokens=False)
+    raw = load_model(FIXTURES / "llama_gqa")
+    assert raw.decode([5, 17, 3]) == "5, 17, 3" and raw.run(raw.decode([5, 17, 3])).input_ids.tolist() == [5, 17, 3]

@@ -182,7 +182,6 @@ def held_kv(cache: KVCache, T: int) -> int:
 
 
 def decode(model, ids: list[int]) -> str:
-    """The text of `ids` (special tokens written out), or the ids themselves without a tokenizer."""
-    if model.tokenizer is None:
-        return ", ".join(map(str, ids))
-    return model.tokenizer.raw.decode(list(ids), skip_special_tokens=False)
+    """The text of `ids` (special tokens written out), or the ids themselves without a tokenizer
+    (Model.decode)."""
+    return model.decode(ids)

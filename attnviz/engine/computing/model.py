@@ -239,6 +239,13 @@ class Model:
             return [str(int(i)) for i in ids]
         return self.tokenizer.labels_for_ids([int(i) for i in ids])[1]
 
+    def decode(self, ids, skip_special: bool = False) -> str:
+        """Token ids -> their text (special tokens written out unless skip_special); the ids as a
+        model without a tokenizer reads them typed ("5, 17, 3")."""
+        if self.tokenizer is None:
+            return ", ".join(str(int(i)) for i in ids)
+        return self.tokenizer.raw.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
     def prepare(self, text: str | None = None, *, ids=None, request: RunRequest = PLAIN) -> Prepared:
         """text or ids -> the ids to run, tokenised once (cut to the limit when request.truncate),
         with their tokens; InputError for a text over the limit without truncate. Text is taken as

@@ -32,14 +32,11 @@ OVERVIEW_DELAY_MS = 15  # view changes (a wheel turning) are gathered this long 
 def new_text(model, prompt_text: str, prompt_ids: list[int], new_ids: list[int]) -> str:
     """The sentence with the generated tokens: the prompt as typed and what the new tokens add to
     its decoding (special tokens such as the end of text left out). A model without a tokenizer
-    types ids: they are appended as ids."""
-    if model.tokenizer is None:
-        return prompt_text + "".join(f", {i}" for i in new_ids)
-    dec = model.tokenizer.raw.decode
-    before = dec(list(prompt_ids), skip_special_tokens=True)
-    after = dec(list(prompt_ids) + list(new_ids), skip_special_tokens=True)
+    types ids: they are appended as ids (Model.decode)."""
+    before = model.decode(prompt_ids, skip_special=True)
+    after = model.decode(list(prompt_ids) + list(new_ids), skip_special=True)
     return prompt_text + (after[len(before):] if after.startswith(before) else
-                          dec(list(new_ids), skip_special_tokens=True))
+                          model.decode(new_ids, skip_special=True))
 
 
 class LongJobs(QObject):
