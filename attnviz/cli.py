@@ -66,7 +66,10 @@ def command_module(name: str):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """Usage mistakes print one line (and how to get help), not the whole usage block."""
+    """Usage mistakes print one line (and how to get help), not the whole usage block. build_parser
+    sets `commands`: each command's own parser by name (its options, defaults and --help)."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -82,7 +85,7 @@ def no_display_reason() -> str | None:
             "or use the command line, e.g. `attnviz export --out heads.png` (attnviz --help)")
 
 
-def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> OneLineParser:
     """The command line's parser; with `argv`, one whose only command is the one argv names (when
     it names one), so that only that command's module is imported."""
     parser = OneLineParser(
@@ -105,6 +108,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     named = COMMANDS.get(named_command(parser, argv)) if argv is not None else None
     for name in (named,) if named else COMMAND_MODULES:
         command_module(name).register(sub)
+    parser.commands = dict(sub.choices)
     return parser
 
 

@@ -72,7 +72,7 @@ def half_then(exc, on_file: int):
     and then raises `exc`, like a disk filling up or Ctrl+C in the middle of a write."""
     from attnviz.figures import data as export_data
 
-    real = export_data._write_all
+    real = export_data.write_all
     seen = []
 
     def write_all(fd, data):

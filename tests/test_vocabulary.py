@@ -1,30 +1,34 @@
-"""One home for each shared constant: the others import it, none keeps its own copy."""
+"""One home for each shared constant and rule: what the users of each see (the command line, the
+window's state, the exports, the engine and the calculator) is the same value, and a broken input
+is refused alike on every path."""
 
-import re
-from pathlib import Path
+import pytest
 from attnviz.engine.computing.request import RunRequest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
+from attnviz.cli import main
 
 
-def definitions(name: str) -> list[str]:
-    """Modules that assign `name` at the top level."""
-    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                  if re.search(rf"^{name}\s*=", p.read_text(encoding="utf-8"), flags=re.M))
+def test_the_shared_defaults_are_what_the_users_get(tmp_path, capsys):
+    """An export left to its defaults has the shared text, colormap and width (the window's state
+    starts on the same colormap); a width under MIN_WIDTH and an unknown colormap are refused naming
+    the shared limits."""
+    from attnviz.engine.reading import textbook
+    from attnviz.engine.reading.registry import DEFAULT_TEXT
+    from attnviz.figures.data import COLORMAPS, DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH, open_sidecar
+    from attnviz.ui.machinery.state import AppState
 
-
-def test_each_shared_constant_has_one_home():
-    assert definitions("SCALE_MODES") == ["engine/computing/patterns.py"]
-    assert definitions("DEFAULT_MODEL") == ["engine/reading/registry.py"]  # the CLI's; the window's is WINDOW_MODEL
-    assert definitions("DEFAULT_TEXT") == ["engine/reading/registry.py"]
-    assert definitions("COLORMAPS") == ["figures/data.py"]
-    assert definitions("DEFAULT_COLORMAP") == ["figures/data.py"]
-    widths = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                    if re.search(r"^(DEFAULT_WIDTH|MIN_WIDTH)\b.*=", p.read_text(encoding="utf-8"), flags=re.M))
-    assert widths == ["figures/data.py"]  # every export's sizes, the command line's --help included
-    spelled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if '"viridis"' in p.read_text(encoding="utf-8"))
-    assert spelled == ["figures/data.py"]  # everything else says DEFAULT_COLORMAP
+    assert main(["export", "--model", textbook.TEXTBOOK_NAME, "--out", str(tmp_path / "a.png")]) == 0
+    side = open_sidecar(tmp_path / "a.png")
+    assert (side["text"], side["colormap"], side["width"]) == (DEFAULT_TEXT, DEFAULT_COLORMAP, DEFAULT_WIDTH)
+    assert AppState().colormap == DEFAULT_COLORMAP
+    capsys.readouterr()
+    assert main(["export", "--model", textbook.TEXTBOOK_NAME, "--out", str(tmp_path / "b.png"),
+                 "--width", str(MIN_WIDTH - 1)]) == 2
+    assert f"outside {MIN_WIDTH}..{MAX_WIDTH}" in capsys.readouterr().err
+    assert main(["export", "--model", textbook.TEXTBOOK_NAME, "--out", str(tmp_path / "b.png"),
+                 "--colormap", "nope"]) == 2
+    assert f"try {', '.join(COLORMAPS)} (" in capsys.readouterr().err
+    assert not (tmp_path / "b.png").exists()
 
 
 def test_the_users_see_the_same_tuple():
@@ -34,9 +38,8 @@ def test_the_users_see_the_same_tuple():
     from attnviz.ui.machinery import state
 
     assert state.SCALE_MODES is patterns.SCALE_MODES is export_data.SCALE_MODES
-    export = build_parser()._subparsers._group_actions[0].choices["export"]
-    scale = next(a for a in export._actions if a.dest == "scale")
-    assert tuple(scale.choices) == patterns.SCALE_MODES
+    export = build_parser().commands["export"]
+    assert "--scale {" + ",".join(patterns.SCALE_MODES) + "}" in export.format_usage()
 
 
 def test_every_view_counts_the_same_query_heads_per_kv_head(tmp_path):
@@ -70,9 +73,6 @@ def test_a_colormap_is_sampled_and_indexed_in_one_place():
 
     from attnviz.figures.style import colormap_colors, heat_index, heat_positions, heat_table
 
-    sampled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if "getLookupTable(" in p.read_text(encoding="utf-8"))
-    assert sampled == ["figures/style.py"]
     lut = heat_table("magma")
     assert lut.shape == (256, 4) and lut[0, 3] == 0 and (lut[1:, 3] == 255).all()
     np.testing.assert_array_equal(lut[1:, :3], colormap_colors("magma", 255))
@@ -81,92 +81,95 @@ def test_a_colormap_is_sampled_and_indexed_in_one_place():
     dest[...] = heat_positions(w, w.max())  # the window's path: positions truncated into its mosaic
     np.testing.assert_array_equal(dest, heat_index(w, w.max()))
     assert dest.min() >= 1 and heat_index(np.float32(w.max()), w.max()) == 255
-    # nothing else scales weights onto a colour table by hand
-    by_hand = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                     if any(s in p.read_text(encoding="utf-8") for s in ("* 256)", "254.0 /")))
-    assert by_hand == []
 
 
-def test_colours_and_head_titles_have_one_home():
-    for name in ("GROUP_COLORS", "ROLE_COLORS", "ROLE_SHORT", "FOCUS", "BACKGROUND"):
-        assert definitions(name) == ["figures/style.py"], name
-    from attnviz.figures import style
+def test_head_titles_have_one_spelling(tmp_path):
+    """patterns.head_title names a head: an exported layer's picture titles each head with it."""
+    import re
 
-    shared = {style.FOCUS, style.GOOD, style.WARNING, style.ERROR, style.ERROR_BACKGROUND, style.BACKGROUND,
-              style.TEXT, *style.GROUP_COLORS, *style.ROLE_COLORS.values()}
-    for p in PACKAGE.rglob("*.py"):
-        if p.name != "style.py":
-            text = p.read_text(encoding="utf-8").lower()
-            assert not [c for c in shared if c.lower() in text], f"{p.name} spells out a colour of figures/style.py"
-    titled = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                    if re.search(r"L\{[^}]+\} ?H\{", p.read_text(encoding="utf-8")))
-    assert titled == ["engine/computing/patterns.py"]  # patterns.head_title; everything else calls it
     from attnviz.engine.computing.patterns import head_title
+    from tiny import tiny_llama
 
     assert head_title(3, 1) == "L3 H1"
+    folder = tiny_llama(tmp_path / "m", n_layer=2, n_head=4, n_kv_head=2)
+    assert main(["export", "--model", str(folder), "--text", "5, 17, 3", "--layer", "1",
+                 "--out", str(tmp_path / "layer.svg")]) == 0
+    drawn = re.findall(r">\s*(L\d+ H\d+)", (tmp_path / "layer.svg").read_text(encoding="utf-8"))
+    assert drawn == [head_title(1, h) for h in range(4)]
 
 
-def sources(*folders: str) -> dict[str, str]:
-    """{module path under attnviz/: its text} for the modules of these folders."""
-    return {str(p.relative_to(PACKAGE)): p.read_text(encoding="utf-8")
-            for folder in folders for p in sorted((PACKAGE / folder).rglob("*.py"))}
-
-
-def test_one_config_json_reader():
+def test_one_config_json_reader(tmp_path, capsys):
     """config.json is read by validate.read_json_object alone (one size cap, one set of messages):
-    the engine's loader and `attnviz calc --config` both call it, and no other module of the engine
-    or the commands parses JSON but for its own file."""
+    the engine's loader and `attnviz calc --config` refuse a broken file in the same words."""
     from attnviz.commands import calc_cmd
+    from attnviz.engine import ModelLoadError, load_model
     from attnviz.engine.reading import config, validate
 
     assert calc_cmd.read_json_object is config.read_json_object is validate.read_json_object
-    parsing = sorted(name for name, text in sources("engine", "commands").items()
-                     if re.search(r"\bjson\.loads?\(", text))
-    assert parsing == [
-        "engine/calc/presets.py",  # resources/presets.json
-        "engine/reading/registry.py",  # a trained toy model's manifest
-        "engine/reading/textbook.py",  # the textbook model's marker file
-        "engine/reading/validate.py",  # config.json, shard indexes, checkpoint metadata, tokenizer.json
-        "engine/reading/weights.py",  # a safetensors header (bytes, not a file)
-    ]
-    caps = sorted(name for name, text in sources("engine", "commands").items()
-                  if re.search(r"^MAX_\w*(JSON|CONFIG)\w*\s*=", text, flags=re.M))
-    assert caps == ["engine/reading/validate.py"]
+    path = tmp_path / "config.json"
+    for broken in ('{"hidden_size": ', "[1, 2]", " " * validate.MAX_JSON_BYTES + "{}"):  # the cap
+        path.write_text(broken)
+        try:
+            load_model(tmp_path)
+        except ModelLoadError as exc:
+            engine = str(exc)
+        assert main(["calc", "--config", str(path)]) == 2
+        calc = capsys.readouterr().err.strip()
+        assert calc == f"attnviz calc: error: {engine}", (broken[:20], calc, engine)
 
 
-def test_each_config_rule_has_one_home():
-    """The rules the engine (config.py) and the calculator (calc/inputs.py) both apply to a config
-    live in hf_config.py; the others call them and keep no copy."""
-    texts = sources("engine", "commands")
-    for rule in ("window_applies", "sliding_window", "default_d_ff", "default_d_head", "kv_heads_divide",
-                 "attention_biases", "multi_query"):
-        homes = sorted(n for n, t in texts.items() if re.search(rf"^def {rule}\(", t, flags=re.M))
-        assert homes == ["engine/reading/hf_config.py"], (rule, homes)
-    copies = {  # the rule written out again: a window of 0, the head divisions, the MLP width table
-        "window == 0": r"window\S*\s*[!=]=\s*0\b",
-        "n_head % n_kv_head": r"n_head\s*%|%\s*\S*n_kv_head\b",
-        "d_model % n_head": r"d_model\s*%\s*\S*n_head\b",
-        "D_FF_TIMES_D_MODEL": r"D_FF_TIMES_D_MODEL",
-    }
-    for what, pattern in copies.items():
-        found = sorted(n for n, t in texts.items() if re.search(pattern, t))
-        assert found == ["engine/reading/hf_config.py"], (what, found)
-    for user in ("engine/reading/config.py", "engine/calc/inputs.py"):
-        assert "kv_heads_divide(" in texts[user] and "default_d_head(" in texts[user], user
-    assert "sliding_window(raw" in texts["engine/reading/config.py"] and "default_d_ff(" in texts["engine/reading/config.py"]
-
-    from attnviz.engine.reading.hf_config import sliding_window
-
-    assert [sliding_window({"sliding_window": w}, "mistral", False) for w in (None, 0, 16)] == [None, None, 16]
-    assert sliding_window({"sliding_window": 16}, "qwen2", False) is None
-    assert sliding_window({"sliding_window": 16}, "qwen2", True) == 16
+RAW = {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 8, "num_hidden_layers": 2,
+       "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 50,
+       "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "hidden_act": "silu"}
 
 
-def test_each_gguf_key_is_paired_with_its_config_field_once():
-    """gguf_config builds its config dict from _GGUF_KEYS, the table its messages name keys by."""
-    from attnviz.engine.reading.gguf_file import _GGUF_KEYS
+def test_the_engine_and_the_calculator_read_a_config_alike():
+    """The rules both apply to a config (hf_config.py: the window, the head width, the MLP width,
+    the KV heads) give the engine's ModelConfig and the calculator's inputs the same numbers, and
+    a config both must refuse is refused by both."""
+    from attnviz.engine.calc import calc_inputs_from_config, calculate
+    from attnviz.engine.errors import CalcError, ModelLoadError
+    from attnviz.engine.reading.config import config_from_dict
 
-    text = (PACKAGE / "engine" / "reading" / "gguf_file.py").read_text(encoding="utf-8")
-    for field, key in _GGUF_KEYS.items():
-        assert len(re.findall(rf'"{re.escape(key)}[".]', text)) == 1, key  # the table's, no meta("...")
-        assert not re.search(rf'"{field}"\s*:\s*meta\(', text), field  # no hand-built {field: meta(key)}
+    drop = lambda *keys: {k: v for k, v in RAW.items() if k not in keys}  # noqa: E731
+    cases = [RAW, {**RAW, "sliding_window": None}, {**RAW, "sliding_window": 0},
+             {**RAW, "sliding_window": 16}, {**RAW, "head_dim": 16},
+             {**RAW, "model_type": "qwen2", "sliding_window": 16, "use_sliding_window": False},
+             drop("num_key_value_heads"), {**RAW, "num_key_value_heads": 1}]
+    for raw in cases:
+        cfg = config_from_dict(dict(raw))
+        got = calculate(calc_inputs_from_config(dict(raw), seq_len=32))
+        inp = got.inputs
+        assert (inp.n_kv_head, got.d_head, inp.d_ff) == (cfg.n_kv_head, cfg.d_head, cfg.d_ff), raw
+        assert (inp.sliding_window or None) == cfg.sliding_window, raw
+    for bad in ({**RAW, "num_key_value_heads": 3}, {**RAW, "hidden_size": 60}):
+        with pytest.raises(ModelLoadError):
+            config_from_dict(dict(bad))
+        with pytest.raises(CalcError):
+            calculate(calc_inputs_from_config(dict(bad), seq_len=32))
+
+
+def test_a_gguf_config_reads_as_its_source_and_its_messages_name_gguf_keys(tmp_path):
+    """gguf_config reads each config field from its GGUF key (one table): a GGUF written from a
+    config.json reads back as that config, and a bad value is named by its GGUF key."""
+    import dataclasses
+
+    from attnviz.engine import ModelLoadError, load_model
+    from attnviz.engine.reading.config import read_config
+    from attnviz.engine.reading.gguf_file import gguf_config, open_gguf
+    from gguf_files import gguf_tensors, write_gguf
+    from tiny import FIXTURES
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    want = read_config(FIXTURES / "llama_gqa")
+    got = gguf_config(open_gguf(write_gguf(tmp_path / "m.gguf", cfg, tensors)))
+    for f in dataclasses.fields(want):
+        if f.name == "raw":
+            continue
+        a, b = getattr(got, f.name), getattr(want, f.name)
+        assert a == b or a == pytest.approx(b, rel=1e-6), f.name  # (eps stored as float32)
+    for field, value, key in (("num_key_value_heads", 3, "llama.attention.head_count_kv"),
+                              ("rms_norm_eps", -1.0, "llama.attention.layer_norm_rms_epsilon")):
+        path = write_gguf(tmp_path / f"{field}.gguf", {**cfg, field: value}, tensors)
+        with pytest.raises(ModelLoadError, match=f"{key} is {value}"):
+            load_model(path)

@@ -54,3 +54,36 @@ def drain_events():
 
     QCoreApplication.sendPostedEvents()
     QCoreApplication.processEvents()
+
+
+def hover(widget, pos) -> None:
+    """The pointer moved to `pos` (widget coordinates, no button held), delivered to the widget as
+    Qt delivers a move (QTest.mouseMove may send none after a click at the same point)."""
+    from PySide6.QtCore import QEvent, QPointF, Qt
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    local = QPointF(pos)
+    event = QMouseEvent(QEvent.Type.MouseMove, local, QPointF(widget.mapToGlobal(local)),
+                        Qt.MouseButton.NoButton, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(widget, event)
+
+
+
+
+def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
+    """The pointer moved over point (x, y) of a pyqtgraph view box (its data coordinates): moved
+    again until the scene takes a move (pyqtgraph drops moves closer together than its rate limit)."""
+    from PySide6.QtCore import QPointF
+
+    def move() -> bool:  # (aimed again each time: a layout may move the view meanwhile)
+        pos = graphics_view.mapFromScene(view_box.mapViewToScene(QPointF(x, y)))
+        hover(graphics_view.viewport(), pos)
+        return bool(taken)
+
+    scene, taken = graphics_view.scene(), []
+    scene.sigMouseMoved.connect(taken.append)  # after the views' own slots
+    try:
+        qtbot.waitUntil(move, timeout=5000)
+    finally:
+        scene.sigMouseMoved.disconnect(taken.append)

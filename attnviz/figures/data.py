@@ -307,8 +307,9 @@ def _check_target(path: Path) -> None:
         raise ExportError(f"cannot write {path}: {os_reason(exc)}") from None
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written (a write may take only part of the data)."""
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (a write may take only part of the data): every
+    export's bytes go through it."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
@@ -321,7 +322,7 @@ def _stage(path: Path, data: bytes, temps: list[Path]) -> Path:
     temps.append(Path(tmp))
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; exports are normal files
-        _write_all(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

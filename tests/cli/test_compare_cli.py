@@ -162,7 +162,7 @@ def test_a_write_that_fails_halfway_leaves_no_partial_file(capsys, nudged, tmp_p
 
     from attnviz.figures import data as export_data
 
-    monkeypatch.setattr(export_data, "_write_all",
+    monkeypatch.setattr(export_data, "write_all",
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
     err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.csv"))

@@ -1,8 +1,6 @@
 """One default model: every command opens the window's model (SmolLM2) unless told, and a command
 that needs what a model lacks says so in one line naming a model that has it."""
 
-import argparse
-
 import pytest
 
 from attnviz.cli import build_parser, main
@@ -10,17 +8,14 @@ from attnviz.engine.reading.registry import TOY_MODEL, WINDOW_MODEL
 
 
 def _subcommands():
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices
+    return build_parser().commands
 
 
 def test_every_command_with_a_model_defaults_to_the_windows_model():
     with_model = {}
     for name, p in _subcommands().items():
-        for action in p._actions:
-            if action.dest == "model":
-                with_model[name] = action.default
+        if "--model" in p.format_usage():
+            with_model[name] = p.get_default("model")
     # the commands that run a model (a new command with --model joins the check by itself)
     assert {"attention", "export", "generate", "heads", "find", "predict", "ablation-scan",
             "scan"} <= set(with_model)

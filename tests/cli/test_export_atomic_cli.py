@@ -41,7 +41,7 @@ def test_cli_numbers_over_an_existing_file_interrupted(pair, capsys, monkeypatch
 
     (pair / "n.csv").write_text("old numbers\n")
     before = snapshot(pair)
-    monkeypatch.setattr(export_data, "_write_all",
+    monkeypatch.setattr(export_data, "write_all",
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
     code = main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")])
     err = capsys.readouterr().err.strip().splitlines()

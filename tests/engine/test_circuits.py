@@ -108,7 +108,7 @@ def _copying_textbook(tmp_path):
 
     folder = textbook.write_textbook(tmp_path / "tb")
     w = textbook.build_weights()
-    V, _, dh, d = textbook._dims()
+    V, _, dh, d = textbook.dims()
     qkv = w["h.1.attn.c_attn.weight"]
     wo = w["h.1.attn.c_proj.weight"]
     cols = 2 * dh + np.arange(V)  # head 2's first V dims
@@ -173,7 +173,7 @@ def test_progress_counts_each_layer_twice_and_can_stop_the_scores():
 def test_packed_grams_give_the_inner_product_of_the_dense_grams(d, block):
     rng = np.random.default_rng(d + block)
     p, s = rng.standard_normal((2, 3, d, 4))  # [n, d, m] factors of X = P Pᵀ and Y = S Sᵀ
-    layout = C._layout(d, block)
-    got = C._packed_grams(p, layout, twice=True) @ C._packed_grams(s, layout).T  # [n, n]
+    layout = C.gram_layout(d, block)
+    got = C.packed_grams(p, layout, twice=True) @ C.packed_grams(s, layout).T  # [n, n]
     want = np.einsum("aij,bij->ab", p @ p.transpose(0, 2, 1), s @ s.transpose(0, 2, 1))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -16,6 +16,7 @@ from attnviz.engine.computing.layers import (
     silu, softmax,
 )
 from attnviz.engine.computing.trace import KVCache, Trace
+from held_run import HeldRun
 from tiny import tiny_llama
 from attnviz.engine.computing.request import RunRequest
 
@@ -116,8 +117,12 @@ def test_run_takes_one_path_for_text_ids_and_typed_ids(tmp_path):
     np.testing.assert_array_equal(typed.attentions, by_ids.attentions)
     # with the cache, a busy cache (another run holds it) and values/inputs: the same numbers
     cached = model.run(ids=[5, 17, 3, 9], request=RunRequest(values=True, inputs=True))
-    with model._cache_lock:
+    held = HeldRun(model, [5, 17, 3, 1])  # another thread's run holds the cache
+    held.start()
+    try:
         busy = model.run(ids=[5, 17, 3, 9], request=RunRequest(values=True, inputs=True))
+    finally:
+        held.end()
     assert busy.cache_reused == 0 and busy.cache_bytes == cached.cache_bytes > 0
     for a, b in ((cached, busy), (cached, model.run(ids=[5, 17, 3, 9],
                                                     request=RunRequest(values=True, inputs=True)))):

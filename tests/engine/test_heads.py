@@ -259,7 +259,7 @@ def test_minilm_probe_is_framed_and_reports_its_induction_score(minilm):
     body = ids[1:-1]
     assert body[:25] == body[25:] and len(set(body[:25])) == 25
     assert not {0, 100, 101, 102, 103} & set(body)
-    tok = P._tokenizer(minilm)
+    tok = minilm.tokenizer.raw
     assert not any(tok.id_to_token(i).startswith("[") for i in body)
     assert ids == P.probe_ids(minilm, n=25, seed=0)[0]
     assert ids != P.probe_ids(minilm, n=25, seed=1)[0]

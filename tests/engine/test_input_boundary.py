@@ -220,15 +220,16 @@ def test_a_non_finite_run_clears_the_kv_cache(tmp_path, monkeypatch):
     model = load_model(tiny_llama(tmp_path / "m"))
     model.run(ids=[1, 2, 3])
     assert model.run(ids=[1, 2, 3]).cache_reused == 3  # cached
-    forward = model._forward
+    from attnviz.engine.computing import model as model_module
 
-    def broken(*args, **kwargs):
-        att, *rest = forward(*args, **kwargs)
-        att = att.copy()
-        att[1, 0, -1, 0] = np.nan  # layer 1, the new token's row
-        return att, *rest
+    forward = model_module.forward
 
-    monkeypatch.setattr(model, "_forward", broken)
+    def broken(config, weights, ids, trace, *rest):  # the forward pass, with a NaN in layer 1
+        forward(config, weights, ids, trace, *rest)
+        trace.attentions = trace.attentions.copy()
+        trace.attentions[1, 0, -1, 0] = np.nan  # the new token's row
+
+    monkeypatch.setattr(model_module, "forward", broken)
     with pytest.raises(ModelLoadError, match="layer 1 gives non-finite attention weights"):
         model.run(ids=[1, 2, 3, 4])
     monkeypatch.undo()

@@ -10,6 +10,8 @@ import pytest
 
 from attnviz.engine import InputError, load_model
 from attnviz.engine.calc import calc_inputs_from_config, calculate
+from attnviz.engine.computing.trace import Trace
+from held_run import HeldRun
 from tiny import FIXTURES
 from tiny import tiny_llama
 from attnviz.engine.computing.request import RunRequest
@@ -130,12 +132,12 @@ def test_cache_bytes_match_the_calculator(folders, name):
     model = load_model(folders[name])
     cfg = model.config
     T = 23
-    r = model.run(ids=list(range(1, T + 1)))
+    r = model.run(ids=list(range(1, T + 1)), trace=Trace(kv=True))
     calc = calculate(calc_inputs_from_config(cfg, seq_len=T, kv_dtype="fp32"))
     assert r.cache_bytes == kv_formula(cfg, T) == calc.kv_bytes_sequence == calc.kv_bytes_total
-    assert r.cache_bytes == sum(a.nbytes for a in model._cache.k + model._cache.v)
-    assert len(model._cache.k) == cfg.n_layer  # the last layer's K and V too
-    assert model._cache.k[0].shape == (cfg.n_kv_head, T, cfg.d_head)
+    assert r.cache_bytes == sum(a.nbytes for a in r.trace.k + r.trace.v)
+    assert len(r.trace.k) == cfg.n_layer  # the last layer's K and V too
+    assert r.trace.k[0].shape == (cfg.n_kv_head, T, cfg.d_head)
 
 
 def test_window_model_keeps_every_token(folders):
@@ -220,8 +222,12 @@ def test_clear_cache(folders):
 def test_busy_lock_computes_in_full_without_the_cache(folders):
     model = load_model(folders["llama_gqa"])
     model.run(ids=[5, 6, 7])
-    with model._cache_lock:  # another thread's run holds the cache
+    held = HeldRun(model, [5, 6, 7, 1])  # another thread's run holds the cache
+    held.start()
+    try:
         r = model.run(ids=[5, 6, 7, 8])
+    finally:
+        held.end()
     assert (r.cache_reused, r.cache_computed) == (0, 4)
     after = model.run(ids=[5, 6, 7, 9])  # the full run left the cache as it was: [5, 6, 7]
     assert (after.cache_reused, after.cache_computed) == (3, 1)
@@ -395,20 +401,21 @@ def test_the_earlier_runs_kept_are_few_and_small(folders, monkeypatch):
     model = load_model(folders["llama_gqa"])
     runs = [[1, 2, 3, 10 + j] for j in range(trace.EARLIER_RUNS + 2)]  # each shares [1, 2, 3] only
     for ids in runs:
-        model.run(ids=ids)
-    assert [list(r.ids) for r in model._cache.earlier] == runs[-2::-1][:trace.EARLIER_RUNS]
+        last = model.run(ids=ids)
+    assert last.cache_earlier[0] == trace.EARLIER_RUNS
     assert model.run(ids=runs[0]).cache_reused == 3  # the oldest was let go
     assert model.run(ids=runs[-3]).cache_reused == 4  # a newer one is kept
     # a run whose ids the current run holds is dropped: it could give nothing more
-    model.run(ids=[1, 2, 3, 10, 30])
-    assert all(list(r.ids) != runs[0] for r in model._cache.earlier)
-    # the byte limit: runs beyond it are let go, the newest first kept
-    one = model._cache.held_bytes()  # the current run's, kept first at the next run
-    monkeypatch.setattr(trace, "EARLIER_BYTES", one)
+    model.clear_cache()
+    model.run(ids=[1, 2, 3])
+    assert model.run(ids=[1, 2, 3, 4]).cache_earlier == (0, 0)
+    assert model.run(ids=[7, 8]).cache_earlier[0] == 1  # [1, 2, 3, 4] kept
+    # the byte limit: with no room, no earlier run is kept and a text typed again is computed again
+    monkeypatch.setattr(trace, "EARLIER_BYTES", 0)
     model.run(ids=[40, 41, 42])
-    assert len(model._cache.earlier) == 1
-    monkeypatch.setattr(trace, "EARLIER_BYTES", model._cache.held_bytes() - 1)
-    model.run(ids=[45, 41, 42])
-    assert model._cache.earlier == []
+    assert model.run(ids=[45, 41, 42]).cache_earlier == (0, 0)
+    assert model.run(ids=[40, 41, 42]).cache_reused == 0
+    monkeypatch.undo()
+    model.run(ids=[40, 41, 42])
     model.clear_cache()  # forgets the earlier runs too
     assert model.run(ids=[40, 41, 42]).cache_reused == 0

@@ -219,16 +219,16 @@ def test_a_heads_key_block_table_gives_its_later_overviews_within_float32_roundi
     later region's cells read it, computing only the keys at each block's two ends: the cells of
     computing every key within float32 rounding (the table's scores come from other products),
     a windowed layer's included; the dense pattern's block maxima within 1e-5."""
-    calls = []
-    real = longdoc.LongPatterns._table_maxima
+    calls = []  # every block of scores computed key by key (what the table spares)
+    real = longdoc.scores_t
 
-    def counted(self, *a, **kw):
+    def counted(*a, **kw):
         calls.append(1)
-        return real(self, *a, **kw)
+        return real(*a, **kw)
 
     monkeypatch.setattr(longdoc, "TABLE_MIN_T", 1)
     monkeypatch.setattr(longdoc, "TABLE_KEYS", 2)
-    monkeypatch.setattr(longdoc.LongPatterns, "_table_maxima", counted)
+    monkeypatch.setattr(longdoc, "scores_t", counted)
     for name in ("llama_gqa", "mistral_window"):
         _, _, dense, lp = runs[name]
         T = lp.T
@@ -236,13 +236,15 @@ def test_a_heads_key_block_table_gives_its_later_overviews_within_float32_roundi
                                              causal=lp.causal, n_group=lp.n_group) for _ in range(2))
         for layer in range(lp.n_layer):
             head = lp.n_head - 1
+            drawn = len(calls)
             whole = fresh.overview(layer, (37, 9), "max", heads=[head])  # keys in cells of 4 or 5
+            assert len(calls) > drawn  # the whole pattern's scores were computed (and the table filled)
             assert (layer, head) in fresh.tables and len(fresh.tables) <= longdoc.TABLES_KEPT
             np.testing.assert_array_equal(whole, plain.overview(layer, (37, 9), "max", heads=[head]))
             for region, shape in [((0, T, 0, T), (6, 5)), ((5, 30, 3, 33), (7, 4)), ((20, 37, 0, 37), (3, 4))]:
                 before = len(calls)
                 got = fresh.overview(layer, shape, "max", heads=[head], region=region)
-                assert len(calls) > before  # read from the table
+                assert len(calls) == before  # read from the table: no key computed block by block
                 np.testing.assert_allclose(got, plain.overview(layer, shape, "max", heads=[head], region=region),
                                            rtol=1e-6, atol=1e-7)
                 r0, r1, c0, c1 = region

@@ -3,7 +3,6 @@ workers asked for; an error in one task reaches the caller once every worker has
 ends the work with Cancelled."""
 
 import threading
-import time
 
 import pytest
 
@@ -27,13 +26,15 @@ def test_every_task_runs_once_and_each_worker_keeps_its_buffer(workers):
 
 
 def test_an_error_in_a_task_reaches_the_caller_and_stops_the_rest():
-    ran = []
+    ran, raised = [], threading.Event()
 
     def task(t, buf):
         ran.append(t)
         if t == 3:
+            raised.set()
             raise ValueError("task 3")
-        time.sleep(0.001)  # (trivial tasks: the other thread could take all 1,000 before the raise lands)
+        if t > 3:  # the tasks after it wait for the raise, so the other thread cannot take all 1,000 first
+            assert raised.wait(10)
         return buf
 
     with pytest.raises(ValueError, match="task 3"):

@@ -2,6 +2,8 @@
 the grammar is labelled; heads that attend by position alone (the previous token, the first noun)
 are right in one half of the items only and are not."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -48,15 +50,15 @@ class ConstructedModel:
     def _grammar(words):
         last = words[-1]
         if last in ("she", "he"):
-            return next(w for w in words[:-1] if (w in P._WOMEN) == (last == "she") and
-                        (w in P._WOMEN or w in P._MEN))
-        plural = last in {v[1] for v in P._VERBS}
-        nouns = {n[int(plural)] for n in P._NOUNS + P._ATTRACTORS}
+            return next(w for w in words[:-1] if (w in P.WOMEN) == (last == "she") and
+                        (w in P.WOMEN or w in P.MEN))
+        plural = last in {v[1] for v in P.VERBS}
+        nouns = {n[int(plural)] for n in P.NOUNS + P.ATTRACTORS}
         return next(w for w in words[:-1] if w in nouns)
 
     @staticmethod
     def _pos(enc, text, word):
-        start = P._find_word(text, word, 0)
+        start = re.search(rf"\b{word}\b", text).start()  # the word, not a word holding it
         return next(i for i, (a, b) in enumerate(enc.offsets) if a <= start < b)
 
 
@@ -87,9 +89,9 @@ def test_items_are_seeded_balanced_and_position_matched():
             assert len(words) == len(items[0].text.split())  # same positions in every item
     agree = P.agreement_items(60)
     for i in agree:  # the verb agrees with its subject, and the attractor has the other number
-        plural_verb = i.query in {v[1] for v in P._VERBS}
-        plural_target = i.target in {n[1] for n in P._NOUNS + P._ATTRACTORS}
-        plural_foil = i.foil in {n[1] for n in P._NOUNS + P._ATTRACTORS}
+        plural_verb = i.query in {v[1] for v in P.VERBS}
+        plural_target = i.target in {n[1] for n in P.NOUNS + P.ATTRACTORS}
+        plural_foil = i.foil in {n[1] for n in P.NOUNS + P.ATTRACTORS}
         assert plural_verb == plural_target != plural_foil
 
 

@@ -7,6 +7,7 @@ each output is held to 1e-5 of that sum (1e-5 relative to the output's own magni
 output near zero by cancellation is held to the same absolute bound, not to its own tiny size."""
 
 import importlib.util
+import time
 from pathlib import Path
 
 import gguf
@@ -108,7 +109,9 @@ def test_warm_in_background_leaves_every_kernel_ready():
     thread = qm.warm_in_background([Q.Q8_0, Q.Q6_K])
     thread.join(timeout=600)
     assert not thread.is_alive()
-    assert {Q.Q8_0, Q.Q6_K} <= set(qm._warmed)
+    t0 = time.perf_counter()
+    took = qm.warm([Q.Q8_0, Q.Q6_K])  # ready: the first call's times, nothing compiled now
+    assert time.perf_counter() - t0 < min(took.values())
 
 
 def _smollm2_file() -> Path | None:

@@ -11,7 +11,7 @@ from attnviz.engine import ModelLoadError, find_models, load_model
 from tiny import FIXTURES
 
 
-def _fake_hf_cache_entry(repo_id: str, source: Path) -> Path:
+def fake_hf_cache_entry(repo_id: str, source: Path) -> Path:
     """Lay out a model the way huggingface_hub's cache does: blobs, refs/main, snapshots/<rev>/."""
     cache = Path(os.environ["HF_HUB_CACHE"])
     repo = cache / ("models--" + repo_id.replace("/", "--"))
@@ -37,7 +37,7 @@ def test_default_model_found_first():
 
 
 def test_hf_cache_models_are_found_and_loaded_offline():
-    snap = _fake_hf_cache_entry("tiny-org/tiny-gqa", FIXTURES / "llama_gqa")
+    snap = fake_hf_cache_entry("tiny-org/tiny-gqa", FIXTURES / "llama_gqa")
     found = {m.name: m for m in find_models()}
     assert "tiny-org/tiny-gqa" in found
     info = found["tiny-org/tiny-gqa"]

@@ -53,7 +53,9 @@ def test_hidden_tab_computes_nothing_and_shown_tab_keeps_the_layer_inputs(window
     qtbot.waitUntil(lambda: not panel.shown, timeout=WAIT)
     window.set_text("Cats sleep.")
     qtbot.waitUntil(lambda: window.state.result.text == "Cats sleep.", timeout=WAIT)
-    assert window.state.result.layer_inputs is None and panel._dirty
+    assert window.state.result.layer_inputs is None and panel.canvas.view.text == TEXT  # not redrawn
+    show_anatomy(qtbot, window)  # shown again: the new text's inputs, and its drawing
+    qtbot.waitUntil(lambda: panel.canvas.view.text == "Cats sleep.", timeout=WAIT)
 
 
 def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
@@ -239,28 +241,34 @@ def test_export_dialog_writes_the_anatomy_of_the_current_layer(window, qtbot, tm
     assert not dlg2.do_export() and ".png or .svg" in dlg2.error.text()
 
 
-def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot):
+def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot, tmp_path):
     """A training checkpoint swaps the weights and keeps the model's name: no stale colours."""
     from attnviz.engine import load_model
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
     from attnviz.ui.machinery.state import AppState
-    from tiny import FIXTURES
+    from tiny import tiny_llama
 
-    a, b = load_model(FIXTURES / "llama_gqa"), load_model(FIXTURES / "llama_gqa")
-    assert a.name == b.name and a.weights is not b.weights
-    panel = AnatomyPanel(AppState())
-    qtbot.addWidget(panel)
-    canvas = panel.canvas
-    canvas.resize(500, 400)
+    a = load_model(tiny_llama(tmp_path / "a" / "m", seed=0))
+    b = load_model(tiny_llama(tmp_path / "b" / "m", seed=1))  # a checkpoint: new weights, same name
+    assert a.name == b.name
     ids = [3, 1, 4, 1, 5]
-    canvas.set_view(fig.make_anatomy_view(a, a.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
-    canvas.grab()  # paints: fills the colour caches
-    assert any(k[0] == "w" for k in canvas._images)
-    view_b = fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1,
-                                   previous=canvas.view)
+
+    def canvas():
+        panel = AnatomyPanel(AppState())
+        qtbot.addWidget(panel)
+        panel.canvas.resize(500, 400)
+        return panel.canvas
+
+    shown = canvas()
+    shown.set_view(fig.make_anatomy_view(a, a.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
+    before = shown.grab().toImage()
+    view_b = fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1, previous=shown.view)
     assert view_b.weights is b.weights  # not the previous view's numbers
-    canvas.set_view(view_b)
-    assert not canvas._images and not canvas._colors
+    shown.set_view(view_b)
+    fresh = canvas()  # b's view on a canvas that never drew a
+    fresh.set_view(fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
+    after = shown.grab().toImage()
+    assert after == fresh.grab().toImage() and after != before
 
 
 def test_at_the_default_dock_width_and_a_16_px_font_nothing_is_cut_and_text_matches_the_prose(

@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QPointF, QSettings, Qt
 from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import load_model
@@ -24,6 +24,7 @@ from attnviz.figures.style import ERROR
 from attnviz.ui.app import create_window
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
+from windows import hover
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -106,7 +107,8 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
     for t, r in enumerate(panel.strip_cells):
         edge = strip.pixelColor(int((r.left() + 1.5) * dpr), int(r.center().y() * dpr))
         assert (edge.name() == ERROR.lower()) == (t in flipped), t
-    assert panel._strip_readout(*panel.strip_cells[min(flipped)].center().toTuple()).count("flips") == 1
+    hover(panel.strip, panel.strip_cells[min(flipped)].center())
+    assert panel.strip.toolTip().count("flips") == 1  # the hover's text
 
 
 def test_the_jsd_map_focuses_a_head_and_typing_is_followed(window, qtbot, nudged):
@@ -118,7 +120,7 @@ def test_the_jsd_map_focuses_a_head_and_typing_is_followed(window, qtbot, nudged
     from attnviz.figures import headmap
 
     x, y = headmap.cell_center(panel.head_map(), panel.map_layout, 1, 2)
-    panel._on_map_click(x, y)
+    qtbot.mouseClick(panel.map, Qt.MouseButton.LeftButton, pos=QPointF(x, y).toPoint())
     assert w.state.focus == (1, 2)
     w.set_text(TEXT + " sat")
     c = compared(qtbot, w, TEXT + " sat")

@@ -97,7 +97,7 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
 
     assert "<|im_end|>" in shown(panel.top_label)  # the last step's token, as text
     view, rows = panel.rows_view, panel.rows_view.rows  # the last step: hover head 2, key 5
-    area = view._area()
+    area = view.area()
     pos = QPointF(area.left() + (5.5 / rows.shape[1]) * area.width(), area.top() + 2.5 * view.ROW)
     QApplication.sendEvent(view, QMouseEvent(QEvent.Type.MouseMove, pos, view.mapToGlobal(pos),
                                              Qt.MouseButton.NoButton, Qt.MouseButton.NoButton,

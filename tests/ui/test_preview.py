@@ -7,10 +7,10 @@ key hidden, all layers shown) no preview is made."""
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, Qt
+from PySide6.QtCore import Qt
 
 from test_ui_window import view_to_widget
-from windows import WAIT, drain_events, open_window, wait_for_text, widget
+from windows import WAIT, drain_events, hover_plot, open_window, wait_for_text, widget
 from attnviz.engine.computing.request import RunRequest
 
 TEXT = "The keys to the cabinet are on the"
@@ -145,7 +145,7 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     st.set_query(2)  # "·to": the same token after the same tokens in the pasted text
     qtbot.waitUntil(lambda: focus.title.text().count(st.badge(0, 3)) == 1, timeout=WAIT)
     before = list(strip.labels)
-    focus._on_mouse_moved(focus.vb.mapViewToScene(QPointF(1.5, 2.5)))
+    hover_plot(qtbot, focus.vb, focus.gw, 1.5, 2.5)
     assert focus.hover_text.startswith("L0 H3")  # the last text's read-out, before the preview
     text = TEXT + " kitchen table, next to the old radio that still works."
     partial = st.model.run(text, request=RunRequest(layers=1, use_cache=False))  # layer 0 of the pasted text
@@ -157,7 +157,7 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     assert widget(w, "time_label").text() == "computing layers 1\u201329\u2026"
     assert f" · {T} tokens · " in focus.title.text() and st.badge(0, 3) not in focus.title.text()
     np.testing.assert_array_equal(focus.img.image, partial.attentions[0, 3])
-    focus._on_mouse_moved(focus.vb.mapViewToScene(QPointF(1.5, T - 0.5)))  # the preview's last row
+    hover_plot(qtbot, focus.vb, focus.gw, 1.5, T - 0.5)  # the preview's last row
     assert focus.hover_text == ""  # no read-out: the read-outs read the result
     # a click on the strip's last token while the rest is computed picks nothing
     qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(T - 1).center())
@@ -169,7 +169,7 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     assert strip.labels is r.labels and widget(w, "tokens_label").text() == f"{T} tokens"
     assert widget(w, "time_label").text() == f"compute {r.compute_s * 1000:.0f} ms"
     np.testing.assert_array_equal(focus.img.image, r.attentions[0, 3])
-    focus._on_mouse_moved(focus.vb.mapViewToScene(QPointF(1.5, T - 0.5)))
+    hover_plot(qtbot, focus.vb, focus.gw, 1.5, T - 0.5)
     assert focus.hover_text == w.grid.readout_at(0, 3, T - 1, 1)
     qtbot.mouseClick(strip, Qt.MouseButton.LeftButton, pos=strip.token_rect(T - 1).center())
     assert st.query_pos == T - 1

@@ -47,15 +47,37 @@ def test_bad_saved_values_fall_back_to_the_defaults(qapp, tmp_path):
     assert st.colormap == "viridis" and st.layer == 0
 
 
-def test_every_key_the_app_writes_is_written_by_the_settings_module():
-    """Settings persistence is one module; the window and the export dialog call it."""
-    import re
-    from pathlib import Path
+def test_every_setting_the_window_reads_or_writes_goes_through_the_settings_module(qtbot, tmp_path,
+                                                                                  monkeypatch):
+    """Settings persistence is one module: a window opened, changed, exporting and closed reads
+    and writes its QSettings only from attnviz.ui.machinery.settings (the window and the export
+    dialog call it)."""
+    import inspect
 
-    ui = Path(S.__file__).parent
-    writers = sorted(p.name for p in ui.glob("*.py")
-                     if re.search(r"\b(settings|s)\.(setValue|value)\(", p.read_text("utf-8")))
-    assert writers == ["settings.py"]
+    from attnviz.ui.export import ExportDialog
+    from windows import open_window
+
+    callers = []
+    for name in ("value", "setValue", "remove", "contains"):
+        def spy(self, *args, _real=getattr(QSettings, name), **kwargs):
+            callers.append(inspect.currentframe().f_back.f_globals.get("__name__"))
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(QSettings, name, spy)
+    w = open_window(qtbot, tmp_path / "s.ini", model=textbook.TEXTBOOK_NAME, text="the cat sat",
+                    panels=())  # (the side panels keep no settings: the same with them built)
+    st = w.state
+    st.set_layer(1)
+    st.set_colormap("magma")
+    st.set_hide_first(True)
+    dialog = ExportDialog(st, w, settings=ini(tmp_path))
+    qtbot.addWidget(dialog)
+    dialog.path_edit.setText(str(tmp_path / "heads.png"))
+    assert dialog.do_export()
+    w.close()
+    w.worker.wait_idle()
+    assert "attnviz.ui.machinery.settings" in callers
+    assert set(callers) == {"attnviz.ui.machinery.settings"}
+    assert ini(tmp_path).value("colormap") == "magma"  # (written: the spy saw the writes)
 
 
 def test_window_and_export_choices_round_trip(tmp_path):

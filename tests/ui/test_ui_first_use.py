@@ -36,7 +36,7 @@ def test_a_query_stays_only_on_the_same_token_after_the_same_prefix(state, minil
 
 
 def key_labels(fv):
-    return [t for _, t in fv.key_axis._tickLevels[0]]
+    return fv.axis_labels()[1]
 
 
 def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
@@ -49,7 +49,7 @@ def test_focus_view_with_hide_first_token_has_no_cls_column_label(state, qtbot):
     state.set_hide_first(True)
     # the hidden column stays a gap, as in the grid, but no label hangs over it
     assert key_labels(fv) == state.result.labels[1:]
-    assert [t for _, t in fv.plot.getAxis("left")._tickLevels[0]] == state.result.labels
+    assert fv.axis_labels()[0] == state.result.labels
     state.set_hide_first(False)
     assert key_labels(fv) == state.result.labels
 
@@ -67,11 +67,11 @@ def test_token_strip_more_count_fits_inside_the_strip(qtbot):
     widths = range(300, 600, 7)  # four lines hold these tokens from about 640 px on
     for width in widths:
         strip.resize(width, 200)
-        strip.set_tokens(words, [False] * len(words), None)
-        strip._fit_height()
-        more = strip._more
-        assert more > 0 and more == len(words) - len(strip._rects), width
-        last = strip._rects[-1]
+        strip.set_tokens(words, [False] * len(words), None)  # (hidden: laid out at once)
+        more = strip.more
+        shown = len(words) - more  # the boxes of tokens 0..shown-1, inside the strip
+        assert more > 0 and all(strip.rect().contains(strip.token_rect(i)) for i in range(shown)), width
+        last = strip.token_rect(shown - 1)
         assert last.right() + 8 + fm.horizontalAdvance(f"… {more} more") <= width - 2, width
 
 
@@ -87,9 +87,8 @@ def test_token_boxes_are_measured_at_the_strips_font(qtbot):
     strip.resize(900, 200)
 
     def widths():
-        strip.set_tokens(words, [False] * len(words), None)
-        strip._fit_height()
-        return [r.width() for r in strip._rects]
+        strip.set_tokens(words, [False] * len(words), None)  # (hidden: laid out at once)
+        return [strip.token_rect(i).width() for i in range(len(words))]
 
     fm = strip.fontMetrics()
     assert widths() == [fm.horizontalAdvance(w) + 10 for w in words]

@@ -78,7 +78,7 @@ def fifo_model(tmp_path):
     deadline = time.monotonic() + 10
     while any(t.is_alive() for t in loaders) and time.monotonic() < deadline:
         _release_readers(fifo)
-        time.sleep(0.02)
+        next(t for t in loaders if t.is_alive()).join(0.02)  # until it ends, or a reader opens again
     assert not any(t.is_alive() for t in loaders), "a load thread is still blocked on the FIFO"
 
 
@@ -287,20 +287,20 @@ def test_make_app_installs_the_guard(monkeypatch):
 def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(window, qtbot,
                                                                            monkeypatch):
     st = window.state
-    model = st.model
     good = st.result
     st.set_focus(2, 5)
     mosaic, focus = window.grid.img.image.copy(), window.focus_view.img.image.copy()
     drawn = window.grid.update_count
-    real_forward = model._forward
+    from attnviz.engine.computing import model as model_module
 
-    def nan_forward(*a, **kw):  # the model gives NaN weights: Model.run refuses them
-        att, *rest = real_forward(*a, **kw)
-        att = att.copy()
-        att[2, 5, 1, :] = np.nan
-        return att, *rest
+    real_forward = model_module.forward
 
-    monkeypatch.setattr(model, "_forward", nan_forward)
+    def nan_forward(config, weights, ids, trace, *rest):  # NaN weights: Model.run refuses them
+        real_forward(config, weights, ids, trace, *rest)
+        trace.attentions = trace.attentions.copy()
+        trace.attentions[2, 5, 1, :] = np.nan
+
+    monkeypatch.setattr(model_module, "forward", nan_forward)
     window.set_text("This run goes wrong.")
     qtbot.waitUntil(widget(window, "error_banner").isVisible, timeout=WAIT)
     text = widget(window, "error_banner").text()
@@ -309,7 +309,7 @@ def test_non_finite_attentions_show_a_banner_and_keep_the_last_good_heatmaps(win
     np.testing.assert_array_equal(window.grid.img.image, mosaic)
     np.testing.assert_array_equal(window.focus_view.img.image, focus)
     assert np.isfinite(window.focus_view.img.image).all()
-    monkeypatch.setattr(model, "_forward", real_forward)
+    monkeypatch.setattr(model_module, "forward", real_forward)
     window.set_text("This run goes right.")
     wait_for_text(qtbot, window, "This run goes right.")
     assert not widget(window, "error_banner").isVisible()  # the next good result clears it

@@ -24,8 +24,8 @@ def test_tokens_read_as_text_in_strip_axes_and_hover(qtbot, settings_path):
     # the focus view's axes
     w.state.set_focus(0, 0)
     fv = w.focus_view
-    qtbot.waitUntil(lambda: len(fv.plot.getAxis("left")._tickLevels or []) > 0, timeout=WAIT)
-    left = [t for _, t in fv.plot.getAxis("left")._tickLevels[0]]
+    qtbot.waitUntil(lambda: len(fv.axis_labels()[0]) > 0, timeout=WAIT)
+    left = fv.axis_labels()[0]
     assert "·keys" in left and not any("Ġ" in t for t in left)
     # hover over L0 H0, query "·keys" (1), key "The" (0): labels, then the raw pieces
     g = w.grid

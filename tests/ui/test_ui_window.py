@@ -7,7 +7,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 
 from attnviz.engine.reading.registry import DEFAULT_TEXT
 
-from windows import WAIT, drain_events, open_window, scores_settled, wait_for_text, widget
+from windows import WAIT, drain_events, hover_plot, open_window, scores_settled, wait_for_text, widget
 
 
 def view_to_widget(view_box, graphics_view, x, y):
@@ -106,7 +106,7 @@ def test_click_opens_focus_view_and_arrows_move_it(window, qtbot):
     assert window.focus_dock.isVisible()
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 4])
     assert "L0 H4" in fv.title.text()
-    left = [t for _, t in fv.plot.getAxis("left")._tickLevels[0]]
+    left = fv.axis_labels()[0]
     assert left[:3] == ["[CLS]", "the", "keys"]
     qtbot.keyClick(g, Qt.Key.Key_Right)
     assert st.focus == (0, 5)
@@ -338,7 +338,7 @@ def test_messages_end_with_exactly_one_period(window, qtbot, tmp_path):
     assert ".." not in msg and msg.endswith("Still showing all-MiniLM-L6-v2.")
 
 
-def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(window):
+def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(window, qtbot):
     from PySide6.QtCore import QRectF
 
     st, g, fv = window.state, window.grid, window.focus_view
@@ -354,10 +354,9 @@ def test_hide_first_token_shows_the_same_gap_in_the_grid_and_the_focus_view(wind
     tile = g.img.image[lo.y0[2]:lo.y0[2] + T, lo.x0[2]:lo.x0[2] + T]
     assert (tile[:, 0] == 0).all() and (tile[:, 1:] >= 1).all()
     # both read-outs name the hidden column and give the same numbers elsewhere
-    focus_pt = fv.vb.mapViewToScene(QPointF(0.5, 3.5))
-    fv._on_mouse_moved(focus_pt)
+    hover_plot(qtbot, fv.vb, fv.gw, 0.5, 3.5)
     assert fv.hover_text == g.readout_at(1, 2, 3, 0) and fv.hover_text.endswith("(hidden)")
-    fv._on_mouse_moved(fv.vb.mapViewToScene(QPointF(4.5, 3.5)))
+    hover_plot(qtbot, fv.vb, fv.gw, 4.5, 3.5)
     assert fv.hover_text == g.readout_at(1, 2, 3, 4)
     assert fv.hover_text.split("  ")[2].startswith(f"{shown[3, 3]:.2f}")  # key 4 is column 3
     st.set_hide_first(False)

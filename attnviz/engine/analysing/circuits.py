@@ -152,13 +152,13 @@ def copying_scores(model, progress=None) -> np.ndarray:
     return out
 
 
-def _layout(d: int, block: int = GRAM_BLOCK) -> list[tuple[int, int]]:
+def gram_layout(d: int, block: int = GRAM_BLOCK) -> list[tuple[int, int]]:
     """Row blocks (start, stop) of a d x d symmetric matrix, each kept from its diagonal on: the
     blocks' trapezoids cover the upper triangle, and each diagonal block whole."""
     return [(a, min(a + block, d)) for a in range(0, d, block)]
 
 
-def _packed_grams(s, layout, twice=False):  # [n, d, m] -> S Sᵀ packed [n, D] float32
+def packed_grams(s, layout, twice=False):  # [n, d, m] -> S Sᵀ packed [n, D] float32
     """Each S Sᵀ kept only in the `layout` trapezoids (rows a:b, columns a:), straight from the
     factor: no d x d matrix formed. With `twice`, entries right of each diagonal block times 2,
     the side of an inner product they are counted once on: ⟨X, Y⟩ = packed(X, twice) · packed(Y)."""
@@ -202,7 +202,7 @@ def composition_scores(model, progress=None) -> dict:
     after each layer (it may raise to stop)."""
     cfg = model.config
     L, H, d = cfg.n_layer, cfg.n_head, cfg.d_model
-    layout = _layout(d)
+    layout = gram_layout(d)
     D = sum((b - a) * (d - a) for a, b in layout)  # packed length of a d_model x d_model Gram
     writers = np.empty((max(L - 1, 0) * H, D), np.float32)  # packed AᵀA of each earlier head
     writer_norm = np.empty(max(L - 1, 0) * H)  # ‖A‖_F²
@@ -215,10 +215,10 @@ def composition_scores(model, progress=None) -> dict:
         if layer:
             factors = _reader_factors(m)  # mode -> S [n_head, d_model, d_head]
             pending.append((layer, factors,
-                            np.concatenate([_packed_grams(factors[mode], layout) for mode in MODES])))
+                            np.concatenate([packed_grams(factors[mode], layout) for mode in MODES])))
         if layer < L - 1:
             P = _t(_r(m.v) @ m.o)  # [n_head, d_model, d_head]: AᵀA = P Pᵀ
-            writers[layer * H:(layer + 1) * H] = _packed_grams(P, layout, twice=True)
+            writers[layer * H:(layer + 1) * H] = packed_grams(P, layout, twice=True)
             writer_norm[layer * H:(layer + 1) * H] = np.einsum("hmd,hmd->h", P, P)
         if pending and (len(pending) == chunk or layer == L - 1):
             n = pending[-1][0] * H

@@ -36,18 +36,18 @@ ACCURACY_MIN = 0.75
 N_ITEMS = 60
 SEED = 0
 
-# (singular, plural)
-_NOUNS = [("key", "keys"), ("book", "books"), ("dog", "dogs"), ("car", "cars"), ("door", "doors"),
-          ("bird", "birds"), ("girl", "girls"), ("boy", "boys"), ("cup", "cups"), ("letter", "letters"),
-          ("painting", "paintings"), ("report", "reports"), ("song", "songs"), ("road", "roads")]
-_ATTRACTORS = [("cabinet", "cabinets"), ("table", "tables"), ("house", "houses"),
-               ("garden", "gardens"), ("teacher", "teachers"), ("window", "windows"),
-               ("farmer", "farmers"), ("river", "rivers"), ("doctor", "doctors"), ("box", "boxes")]
+# the templates' words, (singular, plural)
+NOUNS = [("key", "keys"), ("book", "books"), ("dog", "dogs"), ("car", "cars"), ("door", "doors"),
+         ("bird", "birds"), ("girl", "girls"), ("boy", "boys"), ("cup", "cups"), ("letter", "letters"),
+         ("painting", "paintings"), ("report", "reports"), ("song", "songs"), ("road", "roads")]
+ATTRACTORS = [("cabinet", "cabinets"), ("table", "tables"), ("house", "houses"),
+              ("garden", "gardens"), ("teacher", "teachers"), ("window", "windows"),
+              ("farmer", "farmers"), ("river", "rivers"), ("doctor", "doctors"), ("box", "boxes")]
 _PREPS = ["near", "behind", "beside", "under", "above", "beyond"]
 _SAID = ["said", "knew", "thought", "hoped", "felt", "heard"]
-_VERBS = [("is", "are"), ("was", "were"), ("has", "have")]
-_WOMEN = ["Mary", "Anna", "Emma", "Sarah", "Lisa", "Julia", "Laura", "Kate", "Alice", "Helen"]
-_MEN = ["John", "Peter", "David", "Mark", "Paul", "James", "Tom", "Mike", "Robert", "George"]
+VERBS = [("is", "are"), ("was", "were"), ("has", "have")]
+WOMEN = ["Mary", "Anna", "Emma", "Sarah", "Lisa", "Julia", "Laura", "Kate", "Alice", "Helen"]
+MEN = ["John", "Peter", "David", "Mark", "Paul", "James", "Tom", "Mike", "Robert", "George"]
 _MEET = ["met", "called", "thanked", "visited", "helped", "phoned", "warned", "praised"]
 _BECAUSE = ["because", "after", "when", "since"]
 
@@ -87,10 +87,10 @@ def agreement_items(n: int = N_ITEMS, seed: int = SEED) -> list[Item]:
     rng = np.random.default_rng(seed)
     items, seen = [], set()
     while len(items) < n:
-        subj, attr = _NOUNS[rng.integers(len(_NOUNS))], _ATTRACTORS[rng.integers(len(_ATTRACTORS))]
+        subj, attr = NOUNS[rng.integers(len(NOUNS))], ATTRACTORS[rng.integers(len(ATTRACTORS))]
         plural = bool(rng.integers(2))
         s, a = subj[int(plural)], attr[int(not plural)]
-        verb = _VERBS[rng.integers(len(_VERBS))][int(plural)]
+        verb = VERBS[rng.integers(len(VERBS))][int(plural)]
         far = len(items) % 2 == 0
         if far:
             head = f"The {s} {_PREPS[rng.integers(len(_PREPS))]} the {a}"
@@ -109,7 +109,7 @@ def coreference_items(n: int = N_ITEMS, seed: int = SEED) -> list[Item]:
     rng = np.random.default_rng(seed)
     items, seen = [], set()
     while len(items) < n:
-        woman, man = _WOMEN[rng.integers(len(_WOMEN))], _MEN[rng.integers(len(_MEN))]
+        woman, man = WOMEN[rng.integers(len(WOMEN))], MEN[rng.integers(len(MEN))]
         a, b = (woman, man) if rng.integers(2) else (man, woman)
         far = len(items) % 2 == 0  # the antecedent is the first name (farther from the pronoun)
         target, foil = (a, b) if far else (b, a)

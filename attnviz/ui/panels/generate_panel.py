@@ -58,7 +58,8 @@ class RowsView(QWidget):
         self.setMinimumHeight(self.ROW * (0 if rows is None else rows.shape[0]) + 4)
         self.update()
 
-    def _area(self) -> QRectF:
+    def area(self) -> QRectF:
+        """Where the rows are painted, in widget pixels: row h is ROW px tall from the top."""
         return QRectF(48, 2, max(1, self.width() - 52), self.ROW * (0 if self.rows is None else len(self.rows)))
 
     def paintEvent(self, ev) -> None:
@@ -68,7 +69,7 @@ class RowsView(QWidget):
             r = self.rows[:, None, :]  # [n_head, 1, T]
             idx = colour_index(r, tops(r, "per-head"))[:, 0, :]
             img = indexed_image(idx, colour_table(self.state.colormap))
-            area = self._area()
+            area = self.area()
             p.drawImage(area, img, QRectF(img.rect()))
             p.setPen(QColor(TEXT))
             for h in range(len(self.rows)):
@@ -77,7 +78,7 @@ class RowsView(QWidget):
         p.end()
 
     def mouseMoveEvent(self, ev) -> None:
-        area = self._area()
+        area = self.area()
         pos = ev.position()
         if self.rows is None or not area.contains(pos):
             return

@@ -72,6 +72,7 @@ class FocusView(QWidget):
         self.label_note.setWordWrap(True)
         self.label_note.hide()
         self.label_steps = (1, 1)  # (rows, columns): every n-th token labelled
+        self._labels: tuple[list[str], list[str]] = ([], [])  # what the axes show (axis_labels)
         lay.addWidget(self.title)
         lay.addWidget(self.gw, 1)
         lay.addWidget(self.label_note)
@@ -244,8 +245,14 @@ class FocusView(QWidget):
         self.title.setText(self._empty_text())
         self.plot.getAxis("left").setTicks([[]])
         self.key_axis.setTicks([[]])
+        self._labels = ([], [])
         self.label_steps = (1, 1)
         self.label_note.hide()
+
+    def axis_labels(self) -> tuple[list[str], list[str]]:
+        """(rows, columns): the token labels the left and top axes show, top to bottom and left to
+        right (every label_steps-th token; none without a head)."""
+        return self._labels
 
     def _set_ticks(self):
         r = self.state.on_screen()[0].result
@@ -270,6 +277,7 @@ class FocusView(QWidget):
             axis.setStyle(tickFont=font)
         self.plot.getAxis("left").setTicks([ticks[0]])
         self.key_axis.setTicks([ticks[1]])
+        self._labels = tuple([text for _, text in level] for level in ticks)
         ticks = ticks[1]
         fm = QFontMetricsF(font)
         longest = max((fm.horizontalAdvance(t) for _, t in ticks), default=10)

@@ -185,6 +185,11 @@ class TokenStrip(QWidget):
     def token_rect(self, i: int) -> QRect:
         return self._rects[i - self._first]
 
+    @property
+    def more(self) -> int:
+        """Tokens after the last box that did not fit: the N of the "… N more" label (0: none)."""
+        return self._more
+
     def hasHeightForWidth(self) -> bool:
         return True
 
