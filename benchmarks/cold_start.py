@@ -12,10 +12,15 @@ goes.
   machine for a while: the runs are few.
 - profile: one more warm run per command under cProfile, split into phases by the functions whose
   cumulative time they are: imports (everything before the command's own function: interpreter,
-  `import attnviz.cli`, the command modules), load (load_model, of which dequantise: the kept
-  layers expanded to float32), run (Model.run: the forward pass), unembedding (the head's table
-  made usable and every vocab_logits product) and the rest. cProfile slows Python-heavy parts more
-  than NumPy's products, so the phases are shares of a profiled run, not the figures.
+  `import attnviz.cli`, the command modules), load (load_model, of which vocabulary: the tokenizer
+  built from a GGUF's metadata, and dequantise: the kept layers expanded to float32), run
+  (Model.run: the forward pass), unembedding (the head's table made usable and every vocab_logits
+  product) and the rest. cProfile slows Python-heavy parts more than NumPy's products, so the
+  phases are shares of a profiled run, not the figures. And one run under `python -X importtime`:
+  the modules that take longest to import (cumulative, their own imports included).
+- first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
+  load (engine/reading/gguf_vocab.py): one more warm run per command with an empty cache folder
+  ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
 
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
@@ -57,9 +62,10 @@ GOALS = {  # (warm, cold) seconds, from issue 44
 # phase -> the functions (file suffix, function name) whose cumulative time it is
 PHASES = {
     "load": [("computing/load.py", "load_model")],
+    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
-    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits")],
+    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],
     "command": [("commands/predict_cmd.py", "cmd_predict"), ("commands/generate_cmd.py", "cmd_generate")],
 }
 
@@ -74,12 +80,12 @@ def _env(root: str = _ROOT) -> dict:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def timed_process(argv: list[str], root: str = _ROOT) -> float:
+def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None) -> float:
     """Seconds from spawning `python -m attnviz ARGV` (the code in `root`) to its exit (checked:
     exit status 0)."""
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
-                          env=_env(root), cwd=root)
+                          env={**_env(root), **(env or {})}, cwd=root)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
@@ -123,14 +129,35 @@ def profile(argv: list[str]) -> dict:
     load = cum["load"]
     phases = {
         "imports and start-up": wall - command,
-        "load (reading, tokenizer, layout)": load - cum["dequantise"],
+        "load (reading, layout)": load - cum["vocabulary"] - cum["dequantise"],
+        "vocabulary (tokenizer from GGUF metadata)": cum["vocabulary"],
         "dequantise (kept layers to float32)": cum["dequantise"],
         "run (forward passes)": cum["run"],
         "unembedding (head table and products)": cum["unembedding"],
         "rest (sampling, output, tracing)": command - load - cum["run"] - cum["unembedding"],
     }
     return {"profiled_wall_s": round(wall, 3),
-            "phases_s": {k: round(v, 3) for k, v in phases.items()}}
+            "phases_s": {k: round(v, 3) for k, v in phases.items()},
+            "slowest_imports": slowest_imports(argv)}
+
+
+def slowest_imports(argv: list[str], n: int = 6) -> dict:
+    """From `python -X importtime -m attnviz ARGV`: the n other packages that take longest to
+    import (cumulative ms: theirs and what they import) and the n attnviz modules whose own code
+    takes longest (self ms: without the modules they import)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnviz", *argv],
+                          check=True, capture_output=True, text=True, env=_env(), cwd=_ROOT)
+    packages, own = [], []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        self_us, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
+        if name.startswith("attnviz"):
+            own.append((int(self_us) / 1000, name))
+        elif "." not in name and not name.startswith("_"):
+            packages.append((int(cumulative) / 1000, name))
+    return {"packages_cumulative_ms": {k: round(v, 1) for v, k in sorted(packages, reverse=True)[:n]},
+            "attnviz_self_ms": {k: round(v, 1) for v, k in sorted(own, reverse=True)[:n]}}
 
 
 def find_gemma() -> str | None:
@@ -212,10 +239,21 @@ def main() -> int:
                                          goal=cold_goal, note=f"not measured: {cold_why}"))
             print(f"{command:8} {short:13} cold: not measured: {cold_why}", flush=True)
         if not args.no_profile:
+            with tempfile.TemporaryDirectory() as empty:
+                first = timed_process(argv, env={"ATTNVIZ_CACHE": empty})
+            figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
+                                         "s", runs=[first], note="warm page cache, one run, the "
+                                         "vocabulary's merge order derived and written"))
+            print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
             p = profile(argv)
             profiles[f"{command}, {short}"] = p
             print(f"  profile (cProfile, one warm run of {p['profiled_wall_s']:.2f} s): "
                   + "; ".join(f"{k} {v:.2f} s" for k, v in p["phases_s"].items()), flush=True)
+            imports = p["slowest_imports"]
+            print("  slowest imports (ms): packages (cumulative) "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in imports["packages_cumulative_ms"].items())
+                  + "; attnviz modules (self) "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in imports["attnviz_self_ms"].items()), flush=True)
     details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,
                "cold_cache": "dropped before each cold run" if cold_why is None else cold_why}
     path = record.write("cold_start", figures, details=details)

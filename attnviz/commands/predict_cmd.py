@@ -110,14 +110,18 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
     clean = result.trace
     trace = A.run_edited(model, clean, edits, patterns=False) if edits else clean
     q = P.position_index(len(clean.ids), position)
-    clean_pred = P.predict(head, clean, q, max(top, 2))
+    if edits:
+        clean_pred = P.predict(head, clean, q, max(top, 2))
+    else:  # the prediction and the lens from one pass over the unembedding
+        clean_pred, lens = P.prediction_and_lens(head, clean, q, max(top, 2), target)
     target = int(clean_pred.top_ids[0]) if target is None else target
     alt = int(clean_pred.top_ids[1]) if alt is None else alt
     if target == alt:
         raise InputError(f"target and alt are the same token ({target}): pick two different tokens")
     pred = P.predict(head, trace, q, top) if edits else clean_pred
     dla = P.attribute(model, head, trace, q, target, alt)
-    lens = P.logit_lens(head, trace, q, target)
+    if edits:
+        lens = P.logit_lens(head, trace, q, target)
     doc = {
         "model": model.name, "tokens": list(result.tokens), "labels": list(result.labels),
         "input_ids": result.input_ids.tolist(), "position": q,

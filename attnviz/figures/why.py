@@ -82,6 +82,12 @@ def heads_of(components) -> tuple[tuple[int, int], ...]:
     return tuple(dict.fromkeys(out))
 
 
+def shown(name: str) -> str:
+    """A component as the window names it: a head as "L3 H1" (the grid's titles), others as they are."""
+    m = HEAD_NAME.match(name)
+    return head_title(int(m.group(1)), int(m.group(2))) if m else name
+
+
 def _share(value: float, total: float) -> float | None:
     return value / total if total != 0 else None
 
@@ -97,13 +103,13 @@ def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Sectio
     a = view.attribution
     total = a.total()
     names = a.components
-    top = [Row(f"{q} · {k}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
+    top = [Row(f"{shown(q)} · {shown(k)}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
     out = [Section("Largest pairs: query-side component · key-side component",
                    tuple(top + [_rest(top, total, a.table.size, "pairs")]))]
     for title, values in (("Query side: each part at the query, times the whole key", a.query_side),
                           ("Key side: each part at the key, times the whole query", a.key_side)):
         order = sorted(range(len(names)), key=lambda i: -abs(float(values[i])))[:side]
-        rows = [Row(names[i], float(values[i]), _share(float(values[i]), total), (names[i],))
+        rows = [Row(shown(names[i]), float(values[i]), _share(float(values[i]), total), (names[i],))
                 for i in order]
         out.append(Section(title, tuple(rows + [_rest(rows, total, len(names), "components")])))
     return out

@@ -8,19 +8,29 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from attnviz.figures.data import open_sidecar
 from export_files import SENTENCE, leftovers
 
+# Both sides run BLAS on one thread. How OpenBLAS splits a product between threads can change its
+# last bits with some of its kernels (with its AVX2 "Haswell" kernels MiniLM's patterns differ by
+# 1.5e-6 between one thread and two), and this test process's thread count is whatever earlier
+# tests left it at (opening the window caps it at one for the process's life: ui/app.py); the
+# command's process would otherwise take one per core. With the same count, the same bits.
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
 
 @pytest.fixture(scope="module")
 def run(minilm):
-    return minilm.run(SENTENCE)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return minilm.run(SENTENCE, use_cache=False)
 
 
 def _cli(*args, cwd):
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY",
                                                             "QT_QPA_PLATFORM")}
+    env.update(ONE_BLAS_THREAD)
     return subprocess.run([sys.executable, "-m", "attnviz", "export", "--model", "all-MiniLM-L6-v2", *args],
                           cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
@@ -34,7 +44,7 @@ def test_cli_export_without_display(run, tmp_path, name, args):
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / name
     if name.endswith(".npy"):
-        np.testing.assert_allclose(np.load(out), run.attentions, atol=1e-6)
+        np.testing.assert_array_equal(np.load(out), run.attentions)
         assert leftovers(tmp_path) == [name]
     else:
         meta = open_sidecar(out)

@@ -104,8 +104,11 @@ def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2):
                                   unknown_ids=unknown), st.head_scores)
 
     longer = LONG + "The end."  # another long text: the old scores grey until the new ones come
-    w.set_text(longer)
-    qtbot.waitUntil(lambda: st.long.run.result.text == longer, timeout=WAIT)
+    # the panels are told of a new run's stale scores after its frame: wait for that word
+    with qtbot.waitSignal(st.sigHeadScoresChanged, timeout=WAIT,
+                          check_params_cb=lambda: st.long.run is not None
+                          and st.long.run.result.text == longer):
+        w.set_text(longer)
     assert not panel.score_table.table.isEnabled() or st.scores_result is st.text_result
     wait_scored(qtbot, w, (True, True))
     full2 = smollm2.run(longer, request=RunRequest(use_cache=False))

@@ -15,6 +15,7 @@ from PySide6.QtGui import QColor
 from attnviz.engine.analysing import circuits as C
 from attnviz.engine.analysing.qk import qk_attribution, qk_trace
 from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.why import shown
 from attnviz.ui.views.grid_items import HIGHLIGHT
 from windows import WAIT, open_window, wait_for_text
 from attnviz.engine.computing.request import RunRequest
@@ -96,10 +97,10 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
         assert sum(v for _, v, _ in rows) == pytest.approx(a.total(), abs=5e-4 * len(rows))
         assert sum(s for _, _, s in rows) == pytest.approx(1.0, abs=5e-3)
     top = ref.top(8)
-    assert [lab for lab, _, _ in sections[0][:8]] == [f"{qc} · {kc}" for qc, kc, _ in top]
+    assert [lab for lab, _, _ in sections[0][:8]] == [f"{shown(qc)} · {shown(kc)}" for qc, kc, _ in top]
     assert [v for _, v, _ in sections[0][:8]] == pytest.approx([v for _, _, v in top], abs=5e-4)
     qs = sorted(range(len(ref.components)), key=lambda i: -abs(ref.query_side[i]))[:6]
-    assert [lab for lab, _, _ in sections[1][:6]] == [ref.components[i] for i in qs]
+    assert [lab for lab, _, _ in sections[1][:6]] == [shown(ref.components[i]) for i in qs]
     title = w.why_panel.view().title()
     assert head_title(layer, head) in title and f"({q})" in title and f"({k})" in title
 
@@ -116,6 +117,8 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     new = TEXT + " and"
     w.set_text(new)
     wait_for_text(qtbot, w, new)
+    # until the rerun the old numbers are shown (and exported) with the old text, never the new one
+    assert w.why_panel.view().text == (TEXT if w.why_jobs.attribution is a else new)
     qtbot.waitUntil(lambda: w.why_jobs.attribution is not None and not w.why_jobs.busy
                     and w.why_panel.view().text == new, timeout=WAIT)
     assert w.why_jobs.cell == (layer, head, q, k)
@@ -165,7 +168,8 @@ def test_hovering_a_component_outlines_its_head_in_the_grid(smol, qtbot):
     canvas = w.why_panel.canvas
     box = next(b for b in canvas.lay.rows if b.row.components and re.match(r"L\d+H\d+$", b.row.components[0])
                and len(b.row.components) == 1)
-    layer, head = map(int, re.match(r"L(\d+)H(\d+)", box.row.label).groups())
+    layer, head = map(int, re.match(r"L(\d+)H(\d+)", box.row.components[0]).groups())
+    assert box.row.label == head_title(layer, head)  # named as the grid names it
     _move(canvas, box.rect.center())
     qtbot.waitUntil(lambda: st.outlined == ((layer, head),), timeout=WAIT)
     assert w.grid.outline.item.isVisible()

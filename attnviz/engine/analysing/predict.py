@@ -27,7 +27,7 @@ import numpy as np
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.families import output_projection
 from attnviz.engine.computing.layers import merge_heads
-from attnviz.engine.computing.logits import LMHead, log_softmax, vocab_logits
+from attnviz.engine.computing.logits import LMHead, log_softmax, vocab_logits, vocab_logits_of
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.reading.token_text import quoted
 
@@ -116,6 +116,17 @@ def logit_lens(head: LMHead, trace: Trace, position: int | None = None,
     """The lens at `position` (default last); `target` defaults to the model's final top-1."""
     q = position_index(len(trace.ids), position)
     return lens_of(vocab_logits(head, lens_rows(trace, q)), q, target)
+
+
+def prediction_and_lens(head: LMHead, trace: Trace, position: int | None, k: int,
+                        target: int | None = None) -> tuple[Prediction, Lens]:
+    """predict(head, trace, position, k) and logit_lens(head, trace, position, target) from one
+    pass over the unembedding (the same bits as the two passes give); `target` defaults to the
+    prediction's top-1."""
+    q = position_index(len(trace.ids), position)
+    last, rows = vocab_logits_of(head, [trace.resid[-1][q:q + 1], lens_rows(trace, q)])
+    pred = prediction_of(last[0], q, k)
+    return pred, lens_of(rows, q, int(pred.top_ids[0]) if target is None else target)
 
 
 def lens_grid(head: LMHead, trace: Trace) -> tuple[np.ndarray, np.ndarray]:

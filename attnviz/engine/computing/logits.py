@@ -2,10 +2,17 @@
 unembedding W_U [vocab, d_model]) as an `LMHead`, which Model.lm_head builds once and keeps.
 
     logits = W_U · norm(x)   [vocab]   (x: the final-norm input [d_model])
+
+A quantised unembedding (GGUF) is not dequantised whole when the head is built: a pass over the
+vocabulary dequantises VOCAB_BLOCK rows, multiplies by them while they are in cache and lets them
+go (`Unembedding`). A head used for more than HOLD_AFTER passes (the window, a long generation) keeps
+the float32 rows from its next pass on, where the memory budget allows. Either way each block's
+product is the same call on the same float32 values: the logits are the same bits.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,9 +39,10 @@ class LMHead:
 
 
 def build_head(model) -> LMHead:
-    """The model's final norm and unembedding as an LMHead (GGUF's quantised output head is
-    dequantised here, once). NoPrediction, in one line, for an encoder, a file missing its final
-    norm or unembedding, or non-finite values in them."""
+    """The model's final norm and unembedding as an LMHead (GGUF's quantised output head stays in
+    the file's type, an Unembedding: its rows are checked as a pass dequantises them).
+    NoPrediction, in one line, for an encoder, a file missing its final norm or unembedding, or
+    non-finite values in them."""
     cfg, h = model.config, model.weights.head
     if h is None:
         raise NoPrediction(f"{model.name}: this model's loader reads no final norm or unembedding")
@@ -42,15 +50,10 @@ def build_head(model) -> LMHead:
         raise NoPrediction(f"{model.name}: {h.missing}")
     if not cfg.causal or not FAMILY[cfg.family].pre_norm:
         raise NoPrediction(f"{model.name} is not a causal language model: it predicts no next token")
-    try:
-        if _fits(model, h.unembed):
-            w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
-        else:  # kept in the file's type, dequantised VOCAB_BLOCK rows at a time (checked here)
-            w_u = h.unembed
-            for a in range(0, w_u.shape[0], VOCAB_BLOCK):
-                w_u[a:a + VOCAB_BLOCK]
-    except ModelLoadError as exc:  # a GGUF row found non-finite as it is dequantised
-        raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: {exc}") from None
+    if isinstance(h.unembed, np.ndarray):
+        w_u = np.ascontiguousarray(np.asarray(h.unembed, dtype=np.float32))  # [vocab, d_model]
+    else:  # kept in the file's type, dequantised VOCAB_BLOCK rows at a time as a pass needs them
+        w_u = Unembedding(h.unembed, hold=_fits(model, h.unembed))
     if w_u.shape != (cfg.vocab_size, cfg.d_model):
         raise NoPrediction(f"{model.name}: the unembedding is {list(w_u.shape)}, expected "
                            f"[{cfg.vocab_size}, {cfg.d_model}]")
@@ -64,8 +67,8 @@ def build_head(model) -> LMHead:
 
 
 def _fits(model, unembed) -> bool:
-    """Whether the unembedding may be held as float32: it is one already (an array), or the
-    model's memory budget holds every layer expanded and it besides (engine/reading/budget.py)."""
+    """Whether the unembedding may be held as float32: the model's memory budget holds every layer
+    expanded and it besides (engine/reading/budget.py)."""
     if isinstance(unembed, np.ndarray):
         return True
     layers = model.weights.layers
@@ -83,19 +86,87 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
+# passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
+# copy touches a table's worth of new memory, which costs several streamed passes
+HOLD_AFTER = 8
+
+
+class Unembedding:
+    """A quantised unembedding [vocab, d_model] (the file's table, e.g. QuantRows) read as float32
+    rows. Its blocks of VOCAB_BLOCK rows are dequantised when asked for and dropped after, so a
+    one-shot command never holds (nor first touches the pages of) a float32 copy of the whole
+    table; from the pass after HOLD_AFTER whole passes on, and only when `hold` (the memory budget
+    allows it), each block is dequantised into a kept float32 table the first time it is asked for
+    and read from it after. The rows are the table's either way (the same dequantiser), so a
+    product by a block gives the same bits whichever way it came. Indexing other than a block
+    (a token's row, a list of rows) reads the table (or the kept copy) directly."""
+
+    def __init__(self, table, hold: bool):
+        self.table, self.hold = table, hold
+        self.shape = tuple(table.shape)
+        self.dtype = np.dtype(np.float32)
+        self._lock = threading.Lock()
+        self._passes = 0  # whole passes made (a pass asks for the last block)
+        self._kept: np.ndarray | None = None  # [vocab, d_model] float32, once holding
+        self._filled = np.zeros(-(-self.shape[0] // VOCAB_BLOCK), bool)  # blocks written in _kept
+
+    def block(self, v0: int) -> np.ndarray:
+        """Rows v0..v0 + VOCAB_BLOCK - 1 (v0 a multiple of VOCAB_BLOCK) as float32 [block, d_model]."""
+        b = v0 // VOCAB_BLOCK
+        kept = self._kept
+        if kept is not None and self._filled[b]:
+            return kept[v0:v0 + VOCAB_BLOCK]
+        with self._lock:
+            if v0 + VOCAB_BLOCK >= self.shape[0]:
+                self._passes += 1
+            if self._kept is None and self.hold and self._passes > HOLD_AFTER:
+                self._kept = np.empty(self.shape, np.float32)
+            kept = self._kept
+            if kept is not None and not self._filled[b]:
+                kept[v0:v0 + VOCAB_BLOCK] = self.table[v0:v0 + VOCAB_BLOCK]
+                self._filled[b] = True
+        if kept is None:
+            return np.asarray(self.table[v0:v0 + VOCAB_BLOCK], dtype=np.float32)
+        return kept[v0:v0 + VOCAB_BLOCK]
+
+    def __getitem__(self, rows) -> np.ndarray:
+        kept = self._kept
+        if kept is not None and self._filled.all():
+            return kept[rows]
+        if isinstance(rows, slice) and rows.step in (None, 1):
+            a, b, _ = rows.indices(self.shape[0])
+            if a % VOCAB_BLOCK == 0 and (b - a == VOCAB_BLOCK or b == self.shape[0] and b - a <= VOCAB_BLOCK):
+                return self.block(a)
+        return np.asarray(self.table[rows], dtype=np.float32)
+
+    def __array__(self, dtype=None, copy=None):
+        return np.asarray(self[:], dtype=dtype)
 
 
 def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.ndarray:
     """Final-norm inputs x [..., d_model] -> logits [..., vocab] float32, in blocks of VOCAB_BLOCK
-    unembedding rows, whether w_u is float32 or kept in the file's type under a memory budget (a
-    block dequantised at a time): the same products either way, so a budget changes no logit, not
-    even in the last bit. `stop()` is asked before each block and raises Cancelled when it says
-    so: a newer keystroke waits for one block, not for the whole unembedding."""
-    xn = head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
+    unembedding rows, whether w_u is float32 or kept in the file's type (an Unembedding: a block
+    dequantised at a time): the same products either way, so how the table is held changes no
+    logit, not even in the last bit. `stop()` is asked before each block and raises Cancelled when
+    it says so: a newer keystroke waits for one block, not for the whole unembedding. A
+    non-finite row met in a quantised table: NoPrediction, naming it."""
+    return vocab_logits_of(head, [x], stop)[0]
+
+
+def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
+    """vocab_logits of each of `xs` in one pass over the unembedding: each block is read (or
+    dequantised) once and multiplied by each x in turn, the same product as vocab_logits(head, x)
+    makes, so each result is the same bits as its own pass would give."""
+    xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
-    out = np.empty((*xn.shape[:-1], V), np.float32)  # [..., vocab], rows contiguous for reductions
+    outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
     for v0 in range(0, V, VOCAB_BLOCK):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
-        out[..., v0:v0 + VOCAB_BLOCK] = xn @ np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK]).T  # [..., block]
-    return out
+        try:
+            w = np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
+        except ModelLoadError as exc:
+            raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
+        for xn, out in zip(xns, outs):
+            out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
+    return outs

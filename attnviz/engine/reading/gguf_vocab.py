@@ -10,14 +10,25 @@ What each builds is what llama.cpp's tokenizer (src/llama-vocab.cpp) does with t
   the order of their merged token's score, highest first (SentencePiece's BPE). A character that
   no token spells falls back to its UTF-8 bytes (<0x41>...) or, without byte tokens, the unknown
   token. The merges `tokenizers` needs are derived from the scores: every split of a token into two
-  tokens, ranked by the whole token's score.
+  tokens, ranked by the whole token's score. Deriving them reads every split of every token (a
+  large vocabulary's biggest cost at load), so their order is kept in the user's cache folder
+  (engine/reading/user_cache.py), keyed by a hash of the tokens, scores and types it came from.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import tempfile
+
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import processors
+
+from attnviz.engine.reading.user_cache import cache_root
+
+log = logging.getLogger(__name__)
 
 # tokenizer.ggml.token_type (llama.cpp's llama_token_type)
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -60,6 +71,12 @@ def score_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
     into two tokens that exist, ranked by the whole token's score (highest first; ties by the
     token's id, then the parts' ids). Byte, control, unknown and unused tokens are never the result
     of a merge, as in SentencePiece."""
+    left, right = merge_ids(tokens, scores, types)
+    return _pairs(tokens, left, right)
+
+
+def merge_ids(tokens: list[str], scores, types) -> tuple[list[int], list[int]]:
+    """score_merges' merges as the ids of their (left, right) parts."""
     vocab = {t: i for i, t in enumerate(tokens)}
     get = vocab.get
     ranked = []
@@ -73,7 +90,73 @@ def score_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
                 if right is not None:
                     ranked.append((-score, i, left, right))
     ranked.sort()
-    return [(tokens[left], tokens[right]) for _, _, left, right in ranked]
+    return [r[2] for r in ranked], [r[3] for r in ranked]
+
+
+def _pairs(tokens: list[str], left, right) -> list[tuple[str, str]]:
+    at = tokens.__getitem__
+    return list(zip(map(at, left), map(at, right)))
+
+
+MERGES_VERSION = 1  # part of the cache key: bump when merge_ids' rule changes
+KEPT_VOCABULARIES = 8  # merge orders kept in the cache folder, the most recently made
+
+
+def cached_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
+    """score_merges' list, its ids read from the cache folder when this vocabulary's are there
+    (checked: [n, 2] ids of its tokens), else derived and written there (a folder that cannot be
+    written only loses the saving)."""
+    path = cache_root() / "vocab" / f"merges-{vocabulary_key(tokens, scores, types)}.npy"
+    ids = _read_ids(path, len(tokens))
+    if ids is None:
+        left, right = merge_ids(tokens, scores, types)
+        _write_ids(path, np.array([left, right], dtype=np.int32).reshape(2, -1).T)
+        return _pairs(tokens, left, right)
+    return _pairs(tokens, ids[:, 0].tolist(), ids[:, 1].tolist())
+
+
+def vocabulary_key(tokens: list[str], scores, types) -> str:
+    """A hash of what the merge order is derived from: every token (its length and characters),
+    score and type."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(f"merges {MERGES_VERSION} {len(tokens)}\n".encode())
+    h.update(np.fromiter(map(len, tokens), np.int64, len(tokens)).tobytes())
+    h.update("".join(tokens).encode("utf-8", "surrogatepass"))
+    h.update(np.asarray(scores, np.float64).tobytes())
+    h.update(np.asarray(types, np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _read_ids(path, n_tokens: int) -> np.ndarray | None:  # [n, 2] int32, or None
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    if ids.dtype != np.int32 or ids.ndim != 2 or ids.shape[1] != 2 or (
+            ids.size and not (0 <= ids.min() and ids.max() < n_tokens)):
+        log.info("%s is not a merge order of this vocabulary: made again", path)
+        return None
+    return ids
+
+
+def _write_ids(path, ids: np.ndarray) -> None:
+    """Write atomically (a reader sees the whole file or none), then keep the KEPT_VOCABULARIES
+    newest files."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.save(fh, ids, allow_pickle=False)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        kept = sorted(path.parent.glob("merges-*.npy"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEPT_VOCABULARIES:]:
+            old.unlink(missing_ok=True)
+    except OSError as exc:
+        log.info("the merge order could not be kept in %s: %s", path.parent, exc)
 
 
 def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
@@ -82,7 +165,7 @@ def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
     vocab = {t: i for i, t in enumerate(tokens)}
     has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
     unk = tokens[unk_id] if unk_id is not None else None
-    tok = Tokenizer(models.BPE(vocab, score_merges(tokens, scores, types), unk_token=unk,
+    tok = Tokenizer(models.BPE(vocab, cached_merges(tokens, scores, types), unk_token=unk,
                                fuse_unk=True, byte_fallback=has_bytes))
     steps = [normalizers.Prepend(SPACE)] if add_space_prefix else []
     tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPACE)])

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from attnviz.engine.reading.user_cache import cache_root as user_cache_root
 
 log = logging.getLogger(__name__)
 
@@ -249,14 +250,6 @@ def write_textbook(folder):
     return folder
 
 
-def _cache_root():
-    base = os.environ.get("ATTNVIZ_CACHE")
-    if base:
-        return Path(base)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "attnviz"
-
-
 def _current(folder):
     try:
         marker = json.loads((folder / _MARKER).read_text(encoding="utf-8"))
@@ -268,7 +261,7 @@ def _current(folder):
 
 def textbook_model_dir(cache_root=None):
     """The textbook checkpoint folder, built on first use and rebuilt when TEXTBOOK_VERSION changes."""
-    root = Path(cache_root) if cache_root is not None else _cache_root()
+    root = Path(cache_root) if cache_root is not None else user_cache_root()
     folder = root / "textbook"
     if _current(folder):
         return folder

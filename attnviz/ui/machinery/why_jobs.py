@@ -40,6 +40,7 @@ class WhyJobs(QObject):
         self.state, self.worker = state, worker
         self.cell: tuple[int, int, int, int] | None = None
         self.attribution = None  # qk.QKAttribution of `cell` on the state's result
+        self.attributed = None  # the RunResult `attribution` is of (an older one until the rerun)
         self.note = "Click a cell of the focused head (or right-click it: Why here?)."
         self.busy = False
         self.shown = False
@@ -144,6 +145,7 @@ class WhyJobs(QObject):
             self.attribution, self.note = None, describe_error(error)
         else:
             trace, self.attribution = value
+            self.attributed = result
             if st.effects.run_of(result) is None:
                 self._trace = (model, ids, trace)
             self.note = ""

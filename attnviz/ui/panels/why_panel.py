@@ -108,10 +108,10 @@ class WhyPanel(QWidget):
         self.jobs.set_shown(shown)
 
     def view(self) -> fig.WhyView | None:
-        a, st = self.jobs.attribution, self.state
-        if a is None or st.result is None:
+        a, r, st = self.jobs.attribution, self.jobs.attributed, self.state
+        if a is None or r is None:  # (the text and tokens are those of the run the numbers are of)
             return None
-        return fig.why_view(a, model=st.model_name, result=st.result,
+        return fig.why_view(a, model=st.model_name, result=r,
                             display={"colormap": st.colormap, "scale_mode": st.scale_mode,
                                      "hide_first": st.hide_first, "view_mode": st.view_mode})
 

@@ -1,0 +1,176 @@
+"""What a cold start skips gives the numbers it gave before, bit for bit: a quantised unembedding
+streamed a block at a time (engine/computing/logits.py's Unembedding) against the whole table
+dequantised to float32 first, and a SentencePiece vocabulary's merge order read from the cache
+folder against the one derived from its scores (engine/reading/gguf_vocab.py)."""
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import predict as P
+from attnviz.engine.computing import logits as L
+from attnviz.engine.errors import NoPrediction
+from attnviz.engine.reading import gguf_vocab as V
+from attnviz.engine.reading.gguf_file import metadata, open_gguf
+from attnviz.engine.reading.gguf_model import gguf_tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny import FIXTURES  # noqa: E402
+from gguf_files import Q, gguf_tensors, spm_vocab_kv, write_gguf, write_vocab_gguf  # noqa: E402
+
+TEXT = "One, two, three, four, five"
+SPM_CASES = json.loads((FIXTURES / "spm" / "tokens.json").read_text(encoding="utf-8"))["cases"]
+
+
+def float32_head(head: L.LMHead) -> L.LMHead:
+    """The head as it was built before: the whole quantised table dequantised to float32 at once."""
+    assert isinstance(head.w_u, L.Unembedding)
+    return dataclasses.replace(head, w_u=np.ascontiguousarray(np.asarray(head.w_u.table, np.float32)))
+
+
+def assert_same_numbers(model, streamed: L.LMHead, whole: L.LMHead, text=None, ids=None):
+    """Logits of one row and of the lens rows, the prediction, the lens and the direct logit
+    attribution: equal bit for bit, over enough passes that the streamed head starts keeping (and
+    then reads) its float32 rows."""
+    r = model.run(text, ids=ids, trace=P.prediction_trace())
+    q = len(r.trace.ids) - 1
+    one, rows = r.trace.resid[-1][q:q + 1], P.lens_rows(r.trace, q)  # [1, d_model], [n_layer, d_model]
+    for _ in range(L.HOLD_AFTER // 2 + 2):  # two passes a turn
+        assert np.array_equal(L.vocab_logits(streamed, one), L.vocab_logits(whole, one))
+        assert np.array_equal(L.vocab_logits(streamed, rows), L.vocab_logits(whole, rows))
+    a, b = P.predict(streamed, r.trace, q), P.predict(whole, r.trace, q)
+    assert np.array_equal(a.logprobs, b.logprobs) and np.array_equal(a.top_ids, b.top_ids)
+    la, lb = P.logit_lens(streamed, r.trace, q, int(a.top_ids[0])), P.logit_lens(whole, r.trace, q, int(a.top_ids[0]))
+    assert np.array_equal(la.top_ids, lb.top_ids) and np.array_equal(la.target_logprobs, lb.target_logprobs)
+    da = P.attribute(model, streamed, r.trace, q, int(a.top_ids[0]), int(a.top_ids[1]))
+    db = P.attribute(model, whole, r.trace, q, int(a.top_ids[0]), int(a.top_ids[1]))
+    assert np.array_equal(da.heads, db.heads) and da.logit_diff == db.logit_diff
+
+
+def test_smollm2_streamed_unembedding_gives_the_whole_tables_logits(smollm2):
+    model = load_model(smollm2.path)
+    streamed = model.lm_head()
+    assert isinstance(streamed.w_u, L.Unembedding) and streamed.w_u._kept is None  # nothing held yet
+    assert_same_numbers(model, streamed, float32_head(streamed), text=TEXT)
+    assert streamed.w_u._kept is not None and streamed.w_u._filled.all()  # held after HOLD_AFTER passes
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_1])
+def test_a_tiny_gguf_streamed_in_small_blocks_gives_the_whole_tables_logits(tmp_path, monkeypatch, qtype):
+    """Blocks of 7 rows (a last block shorter than the rest), the untied output head quantised."""
+    monkeypatch.setattr(L, "VOCAB_BLOCK", 7)
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    model = load_model(write_gguf(tmp_path / "m.gguf", cfg, tensors, qtype))
+    streamed = model.lm_head()
+    assert streamed.w_u.shape[0] % 7
+    assert_same_numbers(model, streamed, float32_head(streamed), ids=[3, 1, 4, 1, 5, 9, 2, 6])
+
+
+def test_a_head_over_its_budget_streams_every_pass(smollm2):
+    """An unembedding the memory budget cannot hold besides the layers never keeps float32 rows."""
+    model = load_model(smollm2.path)
+    head = model.lm_head()
+    head = dataclasses.replace(head, w_u=L.Unembedding(head.w_u.table, hold=False))
+    assert_same_numbers(model, head, float32_head(head), text=TEXT)
+    assert head.w_u._kept is None
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf.quants quantising a NaN row
+def test_a_non_finite_unembedding_row_is_named_when_a_pass_meets_it(tmp_path):
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    tensors["output.weight"][5] = np.nan
+    model = load_model(write_gguf(tmp_path / "m.gguf", cfg, tensors, Q.Q8_0))
+    head = model.lm_head()
+    with pytest.raises(NoPrediction, match=r"the unembedding cannot be used for prediction: tensor "
+                                           r"output.weight row 5 \(token id 5\) holds non-finite"):
+        L.vocab_logits(head, np.ones((1, cfg["hidden_size"]), np.float32))
+
+
+@pytest.fixture
+def spm(tmp_path, monkeypatch):
+    """Mistral's 32,000-piece SentencePiece vocabulary in a GGUF, its cache folder in tmp_path."""
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    path = write_vocab_gguf(tmp_path / "spm.gguf", spm_vocab_kv(True, True))
+    reader = open_gguf(path)
+    return path, [metadata(reader, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")]
+
+
+def test_the_cached_merge_order_is_the_derived_one(spm, monkeypatch):
+    _, (tokens, scores, types) = spm
+    want = V.score_merges(tokens, scores, types)
+    assert V.cached_merges(tokens, scores, types) == want  # derived, and written
+    files = list((V.cache_root() / "vocab").glob("merges-*.npy"))
+    assert len(files) == 1
+
+    def refuse(*_):
+        raise AssertionError("derived again: the cache was not read")
+
+    monkeypatch.setattr(V, "merge_ids", refuse)
+    assert V.cached_merges(tokens, scores, types) == want  # read back
+    other = list(scores)
+    other[100] += 1.0  # another vocabulary: another key
+    with pytest.raises(AssertionError, match="derived again"):
+        V.cached_merges(tokens, other, types)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "out of range", "wrong shape"])
+def test_a_damaged_cache_file_is_made_again(spm, damage):
+    _, (tokens, scores, types) = spm
+    want = V.score_merges(tokens, scores, types)
+    V.cached_merges(tokens, scores, types)
+    (file,) = (V.cache_root() / "vocab").glob("merges-*.npy")
+    if damage == "garbage":
+        file.write_bytes(b"\x93NUMPY not really")
+    elif damage == "out of range":
+        np.save(file, np.array([[0, len(tokens)]], np.int32))
+    else:
+        np.save(file, np.zeros((4, 3), np.int32))
+    assert V.cached_merges(tokens, scores, types) == want
+    assert V.cached_merges(tokens, scores, types) == want  # (rewritten)
+
+
+def test_a_cache_folder_that_cannot_be_written_only_loses_the_saving(spm, tmp_path, monkeypatch):
+    _, (tokens, scores, types) = spm
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(blocker))
+    assert V.cached_merges(tokens, scores, types) == V.score_merges(tokens, scores, types)
+
+
+def test_the_cache_keeps_the_newest_vocabularies_only(spm, monkeypatch):
+    _, (tokens, scores, types) = spm
+    monkeypatch.setattr(V, "KEPT_VOCABULARIES", 2)
+    for k in range(4):
+        other = list(scores)
+        other[0] += k
+        V.cached_merges(tokens, other, types)
+    assert len(list((V.cache_root() / "vocab").glob("merges-*"))) == 2
+
+
+def test_a_tokenizer_built_from_the_cache_encodes_as_one_built_without_it(spm):
+    path, _ = spm
+    fresh, _ = gguf_tokenizer(open_gguf(path))  # derives and writes the merge order
+    cached, _ = gguf_tokenizer(open_gguf(path))  # reads it
+    for case in SPM_CASES:
+        a, b = fresh.encode(case["text"]), cached.encode(case["text"])
+        assert (a.ids, a.offsets) == (b.ids, b.offsets) and a.ids == case["prefix"]
+
+
+def test_the_prediction_and_the_lens_from_one_pass_are_those_of_two(smollm2):
+    """predict's table reads the unembedding once for its prediction and its lens: the same bits
+    as a pass for each, with the lens's target given or the prediction's top-1."""
+    r = smollm2.run(TEXT, trace=P.prediction_trace(), use_cache=False)
+    head = smollm2.lm_head()
+    for q, target in ((None, None), (3, 11)):
+        pred, lens = P.prediction_and_lens(head, r.trace, q, 10, target)
+        want_pred = P.predict(head, r.trace, q, 10)
+        want_lens = P.logit_lens(head, r.trace, q, int(want_pred.top_ids[0]) if target is None else target)
+        assert np.array_equal(pred.logprobs, want_pred.logprobs) and np.array_equal(pred.top_ids, want_pred.top_ids)
+        for field in ("top_ids", "top_logprobs", "target_logprobs", "target_ranks"):
+            assert np.array_equal(getattr(lens, field), getattr(want_lens, field)), field
+        assert lens.target == want_lens.target
