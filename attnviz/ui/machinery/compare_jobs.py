@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import wide_blas
+from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             trace = C.compare_trace()
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                b.run(ids=ids, trace=trace, stop=stale)
+                b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc = None if a.config.causal and len(ids) < 2 else C.compare_with(pair, predictions=False)[0]
             return Comparison(result, run.clean.attentions, trace.attentions, doc,

@@ -46,6 +46,16 @@ def wide_blas(on: bool = True):
     return _controller().limit(limits=cores(), user_api="blas")
 
 
+def capped_blas():
+    """A context in which BLAS is back at its cap (a long run met inside wide_blas: its rows
+    are shared out to threads of one BLAS thread each). Back to what it was after."""
+    import contextlib
+
+    if cores() <= BLAS_THREADS:
+        return contextlib.nullcontext()
+    return _controller().limit(limits=BLAS_THREADS, user_api="blas")
+
+
 _CONTROLLER: ThreadpoolController | None = None
 
 
