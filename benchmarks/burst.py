@@ -2,7 +2,7 @@
 window offscreen. Each word is typed key by key `--gap` ms apart without waiting for results, then
 the window is left until the word's result is painted; the figure is the time from the word's last
 key to that paint. Before each run of a keystroke's text, the runs still going for older keystrokes
-are stale: their results would be dropped. With the stop (the app: Model.run(stop=...) asks before
+are stale: their results would be dropped. With the stop (the app: RunRequest(stop=...) asks before
 each layer whether its keystroke is still the newest), such a run stops at its next layer; the
 reference, timed in turns in the same process, is the same window with Model.run ignoring `stop`,
 so a stale run goes through every layer before the newest keystroke's run can start.

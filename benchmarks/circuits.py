@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from attnviz.engine.computing.request import RunRequest
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
@@ -43,7 +44,7 @@ def _load():
 
 def qk_cell(model, runs: int) -> dict:
     ids = model.tokenizer.encode(TEXT).ids[:64]
-    r = model.run(ids=ids, use_cache=False, trace=Q.qk_trace())
+    r = model.run(ids=ids, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
     cfg = model.config
     times = {}
     for layer in (0, cfg.n_layer // 2, cfg.n_layer - 1):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from attnviz.engine.computing.request import RunRequest
 
 # This folder holds typing.py, which would shadow the standard library's typing module when a script
 # here is run: take the folder off sys.path and put the repository root on instead.
@@ -94,7 +95,7 @@ def bench(label, folder, lengths, threads, vocab, rows):
     rng = np.random.default_rng(0)
     for T in lengths:
         ids = rng.integers(1000, vocab - 1, size=T).tolist()
-        ours = median_time(lambda: model.run(ids=ids, use_cache=False))  # a full forward every time, never a cache hit
+        ours = median_time(lambda: model.run(ids=ids, request=RunRequest(use_cache=False)))  # a full forward every time, never a cache hit
         theirs = median_time(lambda: hf(ids)) if hf else None
         rows.append((label, T, ours, theirs))
         ratio = f"{ours / theirs:6.2f}" if theirs else "   n/a"

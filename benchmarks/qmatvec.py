@@ -1,19 +1,22 @@
 """Quantised kernels against the float32 path (not a test): x [M, n_in] @ Wᵀ over every matrix of
 SmolLM2's 30 layers (q, k, v, o, gate, up, down: 106 M weights, too many for any cache), M = 1..8
-rows, as a keystroke's or a generation step's few new rows make them.
+rows (--rows), as a keystroke's or a generation step's few new rows make them.
 
-- float32: NumPy's product on the matrices expanded as the loader keeps them (425 MB), on every
-  core as the window's runs.
-- per block type: engine/computing/qmatvec.py on the blocks, on every core (numba's threads). Q4_1
-  is SmolLM2's own file, memory-mapped; the other types are random blocks of the same shapes (their
-  speed does not depend on the values). The K-quants' 256-weight blocks do not divide SmolLM2's
-  d_model (576), so they run on its ffn_down matrices only (n_in = 1536), float32 beside them.
+- float32: the engine's product (layers.linear) on the matrices expanded as the loader keeps them
+  (425 MB).
+- per block type: engine/computing/qmatvec.py on the blocks packed as the loader packs them
+  (engine/reading/qpack.py). Q4_1 is SmolLM2's own file; the other types are random blocks of the
+  same shapes (their speed does not depend on the values).
+- threads: both sides every core (default) or --threads N; the window gives a keystroke one
+  (--threads 1), and ROWS in qmatvec.py comes from that run's crossover.
+- The K-quants' 256-weight blocks do not divide SmolLM2's d_model (576), so they run on its
+  ffn_down matrices only (n_in = 1536), float32 beside them.
 - the memory floor: the quantised bytes a pass reads, at the bandwidth the float32 pass reached
   (its 425 MB over its time): what a kernel bound by memory alone would take.
 - first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
   second process loading them from that cache.
 
-    python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--no-compile]
+    python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--threads N] [--no-compile]
 
 Writes benchmarks/results/qmatvec.json (benchmarks/record.py). The machine's load average is in
 each figure's note: other work on a shared machine slows both paths, not always alike.
@@ -36,6 +39,7 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from threadpoolctl import threadpool_limits
 
+from attnviz.engine.reading.qpack import pack
 from benchmarks.record import figure, write
 
 SIMPLE = (Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_0, Q.Q5_1)
@@ -103,7 +107,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from attnviz.engine.computing import qmatvec as qm
-    from attnviz.engine.parallel import cores
+    from attnviz.engine.computing.layers import linear
+    from attnviz.engine.parallel import cores, limit_kernel_threads
 
     figs = []
     if not args.no_compile:
@@ -118,7 +123,7 @@ def main() -> None:
     qm.warm()
     threads = args.threads or cores()
     threadpool_limits(threads, user_api="blas")
-    qm.numba.set_num_threads(threads)
+    limit_kernel_threads(threads)
 
     reader = gguf.GGUFReader(_smollm2())
     by_name = {t.name: t for t in reader.tensors}
@@ -126,40 +131,44 @@ def main() -> None:
     shapes = [(b.shape[0], b.shape[1] * 32 // 20) for b in q41]  # [out, in]
     f32 = [_float32(b, Q.Q4_1) for b in q41]
     rng = np.random.default_rng(0)
-    sets = {Q.Q4_1: (q41, f32)}
+    sets = {Q.Q4_1: (q41, f32)}  # file blocks, then packed below (engine/reading/qpack.py)
     for qtype in SIMPLE[1:]:
         sets[qtype] = ([_random_blocks(qtype, o, i, rng) for o, i in shapes], f32)
     down = [k for k, (o, i) in enumerate(shapes) if i % 256 == 0]
     for qtype in K_QUANTS:
         sets[qtype] = ([_random_blocks(qtype, *shapes[k], rng) for k in down], [f32[k] for k in down])
 
+    sets = {qtype: (blocks, mats, [pack(b, qtype) for b in blocks])
+            for qtype, (blocks, mats) in sets.items()}
     xs = {(m, n): rng.standard_normal((m, n), dtype=np.float32) for m in args.rows for n in (576, 1536)}
     print(f"{os.cpu_count()} CPUs, {threads} thread(s); fastest of {args.repeat} passes; "
           f"load average {os.getloadavg()[0]:.1f}")
     blas_ms = {}
-    for qtype, (blocks, mats) in sets.items():
+    for qtype, (blocks, mats, packed) in sets.items():
         qbytes = sum(b.nbytes for b in blocks)
+        pbytes = sum(p.nbytes for p in packed)
         fbytes = sum(m.nbytes for m in mats)
         where = "SmolLM2's 30 layers" if qtype in SIMPLE else "SmolLM2's 30 ffn_down"
         crossover = None
         for m in args.rows:
             key = (len(mats), m)
             if key not in blas_ms:
-                blas_ms[key] = _passes(lambda w: xs[m, w.shape[0]] @ w, mats, args.repeat)
+                blas_ms[key] = _passes(lambda w: linear(xs[m, w.shape[0]], w), mats, args.repeat)
             f, fc = blas_ms[key]
-            block, size = gguf.GGML_QUANT_SIZES[qtype]
-            outs = {b.shape[0]: np.empty((m, b.shape[0]), np.float32) for b in blocks}
-            k, kc = _passes(lambda b: qm.qmatvec(b, qtype, xs[m, b.shape[1] * block // size],
-                                             out=outs[b.shape[0]]), blocks, args.repeat)
+            outs = {p.n_out: np.empty((m, p.n_out), np.float32) for p in packed}
+            k, kc = _passes(lambda p: qm.qmatvec(p, xs[m, p.n_in], out=outs[p.n_out]), packed,
+                            args.repeat)
             kb, fb, kcb, fcb = min(k), min(f), min(kc), min(fc)
             floor = qbytes / (fbytes / fb)  # ms at the float32 pass's bandwidth
+            pfloor = pbytes / (fbytes / fb)
             load = os.getloadavg()[0]
             if crossover is None and fb <= kb:
                 crossover = m
             head = qtype == Q.Q4_1 and m == 1
             figs += [
                 figure(f"{qtype.name} kernel, M = {m}", kb, "ms", runs=k,
-                       note=f"{where}, {qbytes / 1e6:.0f} MB of blocks; fastest; load average {load:.1f}"),
+                       note=f"{where}, {qbytes / 1e6:.0f} MB of blocks in the file, {pbytes / 1e6:.0f} MB "
+                            f"packed; fastest; load average {load:.1f}"),
                 figure(f"float32 product, {qtype.name} shapes, M = {m}", fb, "ms", runs=f,
                        note=f"{where}, {fbytes / 1e6:.0f} MB float32; fastest; load average {load:.1f}"),
                 figure(f"{qtype.name} kernel / float32, M = {m}", kb / fb, "x", headline=head,
@@ -169,7 +178,7 @@ def main() -> None:
                        note=f"{kcb:.1f} ms vs {fcb:.1f} ms of CPU a pass, fastest"),
                 figure(f"{qtype.name} memory floor, M = {m}", floor, "ms",
                        note=f"{qbytes / 1e6:.0f} MB at the float32 pass's {fbytes / fb / 1e6:.1f} GB/s; "
-                            f"kernel / floor {kb / floor:.1f}x"),
+                            f"kernel / floor {kb / floor:.1f}x (packed bytes: {pfloor:.2f} ms)"),
             ]
             print(f"  {qtype.name:5s} M = {m}: kernel {kb:7.2f} ms (median {statistics.median(k):7.2f})"
                   f"  float32 {fb:7.2f} ms  ratio {kb / fb:5.2f}x (CPU time {kcb / fcb:5.2f}x)"

@@ -24,6 +24,7 @@ taking turns --repeat times, each printing its median:
 
 import os
 import sys
+from attnviz.engine.computing.request import RunRequest
 
 # run as a script, this folder comes first on sys.path and benchmarks/typing.py would shadow the
 # standard library's typing (NumPy imports it)
@@ -129,7 +130,7 @@ def whole_runs(model, runs: str, repeat: int, rng) -> list[dict]:
                 for k in times:
                     layers.STORED_ROWS_FIRST = k
                     t0 = time.perf_counter()
-                    model.run(ids=ids, use_cache=False)
+                    model.run(ids=ids, request=RunRequest(use_cache=False))
                     times[k].append(time.perf_counter() - t0)
             a, b = median_ms(times[0]), median_ms(times[rule])
             print(f"  T = {T:>3}: x @ w {a:6.1f} ms, (w.T @ x.T).T for a Fortran-order matrix up to "
@@ -173,10 +174,10 @@ def layouts(loaded, rows_model, repeat: int, rng) -> list[dict]:
             # typed anew each round: the KV cache keeps earlier texts' runs, and the last round's
             # would give keys of this one their rows for free
             model.clear_cache()
-            model.run(TEXT[:30], truncate=True)
+            model.run(TEXT[:30], request=RunRequest(truncate=True))
             for k in range(30, len(TEXT)):
                 t0 = time.perf_counter()
-                model.run(TEXT[:k + 1], truncate=True)
+                model.run(TEXT[:k + 1], request=RunRequest(truncate=True))
                 res[name].append(time.perf_counter() - t0)
     print("   a typed sentence's cached keystrokes (one new row each), the two models in turns:")
     for name, v in res.items():

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import sys
+from attnviz.engine.computing.request import RunRequest
 
 # This folder holds typing.py, which would shadow the standard library's typing module when a script
 # here is run: take the folder off sys.path and put the repository root on instead.
@@ -201,7 +202,7 @@ def engine_part(path: str, quick: bool, patterns_out: str) -> dict:
     lengths = [16, 64] if quick else [16, 64, 256]
     rng = np.random.default_rng(0)
     seqs = {T: rng.integers(100, vocab - 1, size=T).tolist() for T in lengths}
-    np.save(patterns_out, model.run(ids=seqs[lengths[0]], use_cache=False).attentions)
+    np.save(patterns_out, model.run(ids=seqs[lengths[0]], request=RunRequest(use_cache=False)).attentions)
     out = {"threadpoolctl": tpc is not None, "default_threads": default_n, "model": repr(model),
            "seqs": {str(T): v for T, v in seqs.items()}, "settings": []}
     floor_fn, floor_bytes, n_mats = matvec_floor(model.weights)
@@ -210,7 +211,8 @@ def engine_part(path: str, quick: bool, patterns_out: str) -> dict:
         limiter = tpc.threadpool_limits(limits=n, user_api="blas") if tpc else None
         row = {"threads": n, "forward": []}
         for T in lengths:
-            ours, k = median_time(lambda: model.run(ids=seqs[T], use_cache=False), runs, 2.0)
+            ours, k = median_time(lambda: model.run(ids=seqs[T],
+                                                    request=RunRequest(use_cache=False)), runs, 2.0)
             row["forward"].append({"T": T, "attnviz_s": ours, "runs": k})
 
         # 2: one appended token at T = 64 vs a full recompute and vs the matvec floor
@@ -324,7 +326,7 @@ def child_cold(path: str, t_spawn: float) -> dict:
     r = model.run(DEFAULT_SENTENCE)
     first = time.perf_counter() - t
     t = time.perf_counter()
-    model.run(DEFAULT_SENTENCE, use_cache=False)
+    model.run(DEFAULT_SENTENCE, request=RunRequest(use_cache=False))
     second = time.perf_counter() - t
     named = sum(v for k, v in spent.items() if not k.startswith("  "))
     return {"python_up_s": t_up - t_spawn, "import_numpy_s": p1 - p0, "import_gguf_tokenizers_s": p2 - p1,

@@ -20,6 +20,7 @@ from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.reading.registry import TOY_MODEL, WINDOW_MODEL
+from attnviz.engine.computing.request import RunRequest
 
 NAMES = next(s.text for s in SAMPLES if s.title.startswith("Made-up names"))
 CASES = (  # (model, types, source): source "probe" or a text
@@ -31,8 +32,9 @@ CASES = (  # (model, types, source): source "probe" or a text
 
 def run_case(a, qtype: str, source: str) -> dict:
     b = quantized_model(a, qtype)
-    ids = C.induction_probe(a) if source == "probe" else a.run(source, use_cache=False, layers=1).input_ids.tolist()
-    tokens = list(a.run(ids=ids, use_cache=False, layers=1).tokens)
+    ids = C.induction_probe(a) if source == "probe" else a.run(source,
+                                                               request=RunRequest(use_cache=False, layers=1)).input_ids.tolist()
+    tokens = list(a.run(ids=ids, request=RunRequest(use_cache=False, layers=1)).tokens)
     ident = {"name": f"{a.name} quantized to {qtype}"}
     return compare_report(a, b, ids, tokens, {"name": a.name}, ident, probe_run=source == "probe")
 

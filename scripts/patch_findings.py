@@ -23,6 +23,7 @@ from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing import patching as PT
 from attnviz.engine.analysing.predict import vocab_token
 from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.request import RunRequest
 
 PAIRS = (
     ("indirect object", "When Mary and John went to the store, John gave a drink to",
@@ -48,7 +49,7 @@ def main():
         alt = None if alt is None else vocab_token(model, alt)
         r = PT.patch(model, a, b, "head_out", target=target, alt=alt)
         m = r.metric
-        hs = H.score_result(model.run(clean, use_cache=False), unknown_ids=unknown)
+        hs = H.score_result(model.run(clean, request=RunRequest(use_cache=False)), unknown_ids=unknown)
         print(f"### {name}: {len(a)} tokens\n")
         print(f"target {token_text(model, m.target)!r}, alt {token_text(model, m.alt)!r}: "
               f"diff_clean {m.diff_clean:+.2f}, diff_corrupt {m.diff_corrupt:+.2f}\n")

@@ -24,6 +24,7 @@ from attnviz.engine.analysing.probes import run_probe
 from attnviz.engine.analysing.samples import SAMPLES
 from attnviz.engine.computing.checkpoints import load_checkpoints
 from attnviz.engine.reading.registry import TOY_MODEL
+from attnviz.engine.computing.request import RunRequest
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 SAMPLE = next(s for s in SAMPLES if s.title.startswith("Made-up names"))
@@ -40,8 +41,8 @@ def induction_cell(result, layer, head):
 
 def explain(model, text=None, ids=None, copying=None, n_side=5):
     trace = Q.qk_trace()
-    result = model.run(text, use_cache=False, trace=trace) if ids is None else \
-        model.run(ids=ids, use_cache=False, trace=trace)
+    result = model.run(text, trace=trace, request=RunRequest(use_cache=False)) if ids is None else \
+        model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     hs = H.score_result(result, unknown_ids=H.unknown_token_ids(model))
     cleared = hs.cleared("induction")
     l, h, strength = cleared[0] if cleared else hs.best_strength("induction")

@@ -6,6 +6,7 @@ keeps its last whole run). Drives the race on purpose instead of hoping it happe
 import threading
 
 from attnviz.engine.errors import Cancelled
+from attnviz.engine.computing.request import RunRequest
 
 
 class HeldRun:
@@ -19,7 +20,7 @@ class HeldRun:
             self.release.wait()
             return True
         try:
-            model.run(ids=ids, stop=stop)
+            model.run(ids=ids, request=RunRequest(stop=stop))
         except Cancelled:
             pass
 

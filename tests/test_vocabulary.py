@@ -3,6 +3,7 @@ window's state, the exports, the engine and the calculator) is the same value, a
 is refused alike on every path."""
 
 import pytest
+from attnviz.engine.computing.request import RunRequest
 
 from attnviz.cli import main
 
@@ -55,7 +56,7 @@ def test_every_view_counts_the_same_query_heads_per_kv_head(tmp_path):
 
     for n_head, n_kv in ((8, 2), (4, 4), (4, 1)):
         model = load_model(tiny_llama(tmp_path / f"m{n_head}-{n_kv}", n_head=n_head, n_kv_head=n_kv))
-        run = model.run("5, 17, 3, 9", values=True, inputs=True)
+        run = model.run("5, 17, 3, 9", request=RunRequest(values=True, inputs=True))
         want = n_head // n_kv
         assert model.config.n_group == group_size(run.kv_group) == want
         assert calculate(calc_inputs_from_config(model.config)).group_size == want

@@ -114,20 +114,12 @@ def prediction_head(model, command: str):
 FEW_ROWS = 128  # tokens: up to this many, a run's products are too small to share between BLAS threads
 
 
-def blas_for(model, text: str | None, ids: list[int] | None):
-    """A context for a command's run: one BLAS thread for a text of up to FEW_ROWS tokens (as the
-    window runs its keystrokes, ui/machinery/runner.py), BLAS's own threads for a longer one. A
-    short run's products gain nothing from a second thread, and a BLAS thread waiting on one the
-    system has not scheduled spins: on a busy machine that multiplies a short run's time. The
-    products are the same bits either way (tests/cli/test_cold_start_cli.py)."""
+def blas_for(n: int):
+    """A context for a command's run of `n` tokens: one BLAS thread for up to FEW_ROWS tokens (as the
+    window runs its keystrokes, ui/machinery/runner.py), BLAS's own threads for more. A short
+    run's products gain nothing from a second thread, and a BLAS thread waiting on one the system
+    has not scheduled spins: on a busy machine that multiplies a short run's time. The products
+    are the same bits either way (tests/cli/test_cold_start_cli.py)."""
     from threadpoolctl import threadpool_limits
 
-    if ids is not None:
-        n = len(ids)
-    elif model.tokenizer is not None and text is not None:
-        from attnviz.engine.computing.model import clean_text
-
-        n = len(model.tokenizer.encode(clean_text(text)[0]).ids)  # the run reads it back, not again
-    else:
-        n = FEW_ROWS + 1
     return threadpool_limits(limits=1, user_api="blas") if n <= FEW_ROWS else contextlib.nullcontext()

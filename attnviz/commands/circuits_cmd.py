@@ -17,6 +17,7 @@ from attnviz.engine.analysing.predict import vocab_token
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.request import RunRequest
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -78,8 +79,8 @@ def cmd_qk(args) -> int:
     cfg = model.config
     Q.check_cell(cfg, max(args.query, args.key) + 1, args.layer, args.head, args.query, args.key)
     trace = Q.qk_trace()
-    result = (model.run(ids=ids, use_cache=False, trace=trace) if ids is not None
-              else model.run(args.text, use_cache=False, trace=trace))
+    result = model.run(args.text if ids is None else None, ids=ids, trace=trace,
+                       request=RunRequest(use_cache=False))
     show_notice(args.command, result)
     doc = qk_report(model, result, args.layer, args.head, args.query, args.key)
     if args.json:

@@ -22,6 +22,7 @@ from attnviz.engine.analysing.pair import (
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.checkpoints import checkpoint_record, model_at
+from attnviz.engine.computing.request import RunRequest
 
 OUT_SUFFIXES = (".csv", ".json", ".png")
 MOVED = 10  # heads listed in the plain report
@@ -92,11 +93,11 @@ def source_ids(a, args) -> tuple[list[int], list[str], list[str]]:
     """(ids [T], their tokens, their labels) from --text, --ids or --probe, as model A reads them."""
     if args.probe:
         ids = C.induction_probe(a)
-        result = a.run(ids=ids, use_cache=False, layers=1)
+        result = a.run(ids=ids, request=RunRequest(use_cache=False, layers=1))
     elif args.ids is not None:
-        result = a.run(ids=parse_ids(args.ids), use_cache=False, layers=1)
+        result = a.run(ids=parse_ids(args.ids), request=RunRequest(use_cache=False, layers=1))
     else:
-        result = a.run(args.text, use_cache=False, layers=1)
+        result = a.run(args.text, request=RunRequest(use_cache=False, layers=1))
     show_notice(args.command, result)
     return result.input_ids.tolist(), list(result.tokens), list(result.labels)
 

@@ -15,6 +15,7 @@ from attnviz.engine.reading import textbook
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.longdoc import DENSE_LIMIT, DenseTooLarge, dense_bytes, run_long, size_text
 from attnviz.engine.reading.registry import TOY_LICENSE, TOY_MODEL
+from attnviz.engine.computing.request import RunRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,8 +105,8 @@ def cmd_attention(args) -> int:
     if part:
         return _attention_part(model, args, ids, layer, rows, out)
     try:
-        result = (model.run(ids=ids, truncate=args.truncate, values=vw) if ids is not None
-                  else model.run(args.text, truncate=args.truncate, values=vw))
+        result = model.run(args.text if ids is None else None, ids=ids,
+                           request=RunRequest(truncate=args.truncate, values=vw))
     except DenseTooLarge as exc:
         raise InputError(exc.advice(ASK_FOR_LESS)) from None
     show_notice("attention", result)

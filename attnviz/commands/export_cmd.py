@@ -14,6 +14,7 @@ from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import DEFAULT_SCALE, SCALE_MODES, check_index
 from attnviz.figures.data import DEFAULT_COLORMAP, DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH  # (no Qt: --help stays quick)
+from attnviz.engine.computing.request import RunRequest
 
 OUT_SUFFIXES = (".png", ".svg", ".npy", ".csv", ".json")
 
@@ -75,7 +76,8 @@ def cmd_export(args) -> int:
                         ("--scale", args.scale is not None)), f"only to .png and .svg images, not .{fmt}")
         width, colormap = DEFAULT_WIDTH, DEFAULT_COLORMAP
     model = _model(args, args.layer)
-    result = model.run(args.text, truncate=args.truncate, values=args.value_weighted)
+    result = model.run(args.text,
+                       request=RunRequest(truncate=args.truncate, values=args.value_weighted))
     show_notice("export", result)
     view = make_view(result, model=model.name, scope=scope, layer=args.layer or 0, head=args.head,
                      colormap=colormap, scale_mode=args.scale or DEFAULT_SCALE,
@@ -139,7 +141,8 @@ def _export_anatomy(args, fmt: str) -> int:
     width, colormap = _image_options(args)
     layer = args.layer or 0
     model = _model(args, layer, eager=False)  # the layers after `layer` are never read
-    result = model.run(args.text, truncate=args.truncate, inputs=True, layers=layer + 1)
+    result = model.run(args.text,
+                       request=RunRequest(truncate=args.truncate, inputs=True, layers=layer + 1))
     show_notice("export", result)
     with offscreen():
         from attnviz.figures.anatomy import make_anatomy_view
@@ -167,7 +170,7 @@ def _export_effects(args, fmt: str) -> int:
     prediction_head(model, f"export --view {args.view}")  # before running anything
     cfg = model.config
     heads = parse_heads(args.ablate, cfg.n_layer, cfg.n_head) if args.ablate.strip() else []
-    run = window_run(model, args.text, truncate=args.truncate,
+    run = window_run(model, args.text, request=RunRequest(truncate=args.truncate),
                      ablation=Ablation(tuple(heads), args.ablate_mode))
     show_notice("export", run.result)
     analysis = analyse(model, run, args.position, args.target, args.alt)

@@ -44,8 +44,9 @@ def cmd_generate(args) -> int:
     ids = parse_ids(args.ids) if args.ids is not None else None
     model = checkpoint_opt.at(load_model(args.model), args)
     prediction_head(model, "generate")  # refuses a model that cannot predict, before running anything
-    with blas_for(model, args.text, ids):
-        gen = generate(model, args.text, ids=ids, max_new=args.max_new, temperature=args.temperature,
+    prompt = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
+    with blas_for(len(prompt.ids)):
+        gen = generate(model, prompt, max_new=args.max_new, temperature=args.temperature,
                        top_p=args.top_p, seed=args.seed, ignore_eos=args.ignore_eos)
     show_notice("generate", gen)
     text = decode(model, gen.prompt_ids + gen.new_ids)

@@ -17,6 +17,7 @@ from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.computing.request import RunRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -140,7 +141,7 @@ def cmd_heads(args) -> int:
         result, note = P.run_probe(model, n=n, seed=seed)
         source = {"probe": note, "seed": seed, "text": None}
     else:
-        result = model.run(args.text, truncate=args.truncate)
+        result = model.run(args.text, request=RunRequest(truncate=args.truncate))
         show_notice("heads", result)
         source = {"probe": None, "text": result.text}
     hs = H.score_result(result, exclude_bos=args.exclude_bos,
@@ -238,7 +239,7 @@ def _template_probe(args, kind) -> int:
 
 def cmd_find(args) -> int:
     model = load_model(args.model)
-    result = model.run(args.text, truncate=args.truncate)
+    result = model.run(args.text, request=RunRequest(truncate=args.truncate))
     show_notice("find", result)
     q = F.resolve_token(result, args.from_token)
     k = F.resolve_token(result, args.to_token)

@@ -71,10 +71,8 @@ def _side(model, label: str, text, ids, flag: str):
 
 
 def _labels(model, ids, tokens) -> list[str]:
-    """The tokens of one side as the window labels them (token_text), read as one sequence."""
-    if model.tokenizer is None:
-        return list(tokens)
-    return model.tokenizer.labels_for_ids([int(i) for i in ids])[1]
+    """The tokens of one side as the window labels them (Model.labels), read as one sequence."""
+    return model.labels(ids)
 
 
 def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> dict:

@@ -17,12 +17,13 @@ from attnviz.commands.checks import (
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.longdoc import DenseTooLarge, LongTrace
+from attnviz.engine.computing.longdoc import DenseTooLarge, LongTrace, check_dense
 from attnviz.engine.parallel import cores
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.computing.request import RunRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,25 +84,24 @@ def _source(p, probe: bool) -> None:
                               "`attnviz heads --probe`)")
 
 
-def _run(model, args, trace):
-    ids = parse_ids(args.ids) if args.ids is not None else None
-    result = model.run(ids=ids, use_cache=False, trace=trace) if ids is not None else \
-        model.run(args.text, use_cache=False, trace=trace)
+def _run_prediction(model, args, prepared):
+    """The run predict reads (z and the residual stream) of the `prepared` text; a text whose
+    patterns would not fit at once runs as a long text, its attention in row blocks (the same z
+    and residuals, no dense patterns). Edits need the whole run's patterns: refused there, with
+    the sizes."""
+    def long(prep):
+        if args.ablate or args.knockout:
+            try:
+                check_dense(model.config, len(prep.ids))
+            except DenseTooLarge as exc:
+                raise InputError(exc.advice("--ablate and --knockout need every pattern at once: "
+                                            "give a shorter text")) from None
+        return model.run(prep, request=RunRequest(use_cache=False),
+                         trace=LongTrace(z=True, resid=True))
+    result = model.run(prepared, request=RunRequest(use_cache=False, long=long),
+                       trace=P.prediction_trace())
     show_notice(args.command, result)
     return result
-
-
-def _run_prediction(model, args):
-    """The run predict reads (z and the residual stream); a text whose patterns would not fit at
-    once runs as a long text, its attention in row blocks (the same z and residuals, no dense
-    patterns). Edits need the whole run's patterns: refused there, with the sizes."""
-    try:
-        return _run(model, args, P.prediction_trace())
-    except DenseTooLarge as exc:
-        if args.ablate or args.knockout:
-            raise InputError(exc.advice("--ablate and --knockout need every pattern at once: "
-                                        "give a shorter text")) from None
-    return _run(model, args, LongTrace(z=True, resid=True))
 
 
 def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
@@ -147,12 +147,14 @@ def cmd_predict(args) -> int:
         parse_ids(args.ids)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
     prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
-    with blas_for(model, args.text, parse_ids(args.ids) if args.ids is not None else None):
-        return _predict(model, args)
+    ids = parse_ids(args.ids) if args.ids is not None else None
+    prepared = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
+    with blas_for(len(prepared.ids)):
+        return _predict(model, args, prepared)
 
 
-def _predict(model, args) -> int:
-    result = _run_prediction(model, args)
+def _predict(model, args, prepared) -> int:
+    result = _run_prediction(model, args, prepared)
     cfg = model.config
     target = P.vocab_token(model, args.target) if args.target is not None else None
     alt = P.vocab_token(model, args.alt) if args.alt is not None else None
@@ -210,8 +212,8 @@ def cmd_scan(args) -> int:
         ids = probe_ids(model)[0]
         tokens, labels = model.tokenizer.labels_for_ids(ids)
     else:
-        result = model.run(ids=parse_ids(args.ids), use_cache=False) if args.ids is not None else \
-            model.run(args.text, use_cache=False)
+        ids = parse_ids(args.ids) if args.ids is not None else None
+        result = model.run(args.text if ids is None else None, ids=ids, request=RunRequest(use_cache=False))
         show_notice(args.command, result)
         ids, tokens, labels = result.input_ids.tolist(), list(result.tokens), list(result.labels)
     target = P.vocab_token(model, args.target) if args.target is not None else None

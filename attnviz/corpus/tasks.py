@@ -19,6 +19,7 @@ import numpy as np
 from attnviz.engine.analysing import corpus_stats as S
 from attnviz.engine.parallel import limit_cores
 from attnviz.engine.errors import AttnvizError, InputError
+from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ def _run_many(model, texts, max_tokens):
             if j in given:
                 continue
             try:
-                yield j, model.run(text, use_cache=False, **kw)
+                yield j, model.run(text, request=RunRequest(use_cache=False, **kw))
             except Exception as exc:  # noqa: BLE001
                 yield j, exc
 

@@ -32,6 +32,22 @@ def cores() -> int:
     return n if _LIMIT is None else min(n, _LIMIT)
 
 
+_KERNEL_THREADS: int | None = None  # limit_kernel_threads()
+
+
+def kernel_threads() -> int:
+    """Threads a quantised kernel call shares its rows over (engine/computing/qmatvec.py): every
+    core, or what limit_kernel_threads() set."""
+    return cores() if _KERNEL_THREADS is None else min(cores(), _KERNEL_THREADS)
+
+
+def limit_kernel_threads(n: int | None) -> None:
+    """Cap the quantised kernels' threads at `n` (None: every core): the window caps them as it
+    caps BLAS, so a keystroke's few-row products do not spin on the core that paints."""
+    global _KERNEL_THREADS
+    _KERNEL_THREADS = None if n is None else max(1, int(n))
+
+
 def limit_cores(n: int | None) -> None:
     """Make cores() at most `n` for this process (None: no limit): a process that is one of several
     sharing the machine's cores (a scan's Dask worker) runs the engine's threads on one core."""

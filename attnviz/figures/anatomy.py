@@ -47,7 +47,7 @@ SEPARATOR = QColor(60, 60, 60, 150)  # between two heads' slices
 
 def make_anatomy_view(model, result, layer: int, head: int | None = None,
                       colormap: str = DEFAULT_COLORMAP, previous: AnatomyView | None = None) -> AnatomyView:
-    """The view of `result` (a RunResult with layer_inputs: Model.run(inputs=True)) at `layer`.
+    """The view of `result` (a RunResult with layer_inputs: RunRequest(inputs=True)) at `layer`.
     `previous`: a view of the same result and layer (another head) whose numbers are reused."""
     if (previous is not None and previous.result is result and previous.layer == layer
             and previous.model == model.name and previous.weights is model.weights):

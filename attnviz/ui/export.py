@@ -33,6 +33,7 @@ from attnviz.ui.views.notices import sentence
 from attnviz.ui.machinery.settings import app_settings, export_choices, remember_export
 from attnviz.ui.machinery.state import VIEW_MODES
 from attnviz.ui.machinery.runner import describe_error
+from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 SCOPE_NAMES = {"head": "Focus head", "layer": "Current layer (all heads)", "all": "All layers",
@@ -104,8 +105,8 @@ def _run_again(model, r, **wanted):
     """Result `r` run again in full, off the KV cache (the window's runner may be using it), for
     what it did not keep (`inputs=True`, `values=True`)."""
     if r.text:
-        return model.run(r.text, truncate=r.truncated, use_cache=False, **wanted)
-    return model.run(ids=r.input_ids, use_cache=False, **wanted)
+        return model.run(r.text, request=RunRequest(truncate=r.truncated, use_cache=False, **wanted))
+    return model.run(ids=r.input_ids, request=RunRequest(use_cache=False, **wanted))
 
 
 def default_folder() -> Path:

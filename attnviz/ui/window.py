@@ -41,7 +41,7 @@ class MainWindow(QMainWindow):
         for obj in (self.state, self.worker):  # from create_window(): owned by the window from here,
             if obj.parent() is None:  # so a job that outlives it never frees them off the main thread
                 obj.setParent(self)
-        self._pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
+        self.pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None  # the newest compute request whose outcome came
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
@@ -295,7 +295,7 @@ class MainWindow(QMainWindow):
         if not model or model in (st.model_name, st.model_source):
             self.apply_view(view, path)
             return
-        self._pending_view = (view, path)  # applied once that model is loaded
+        self.pending_view = (view, path)  # applied once that model is loaded
         if st.loading != model:
             self.load_model(model)
 

@@ -9,12 +9,13 @@ from attnviz.cli import main
 from attnviz.engine import load_model
 from attnviz.engine.computing import longdoc
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7]
 
 
 def _dense(name):
-    return load_model(FIXTURES / name).run(ids=IDS, use_cache=False).attentions
+    return load_model(FIXTURES / name).run(ids=IDS, request=RunRequest(use_cache=False)).attentions
 
 
 @pytest.mark.parametrize("extra, layers, rows", [

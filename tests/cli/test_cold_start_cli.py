@@ -12,6 +12,7 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnviz.cli import main
+from attnviz.engine.computing.request import RunRequest
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "One, two, three, four, five"
@@ -52,11 +53,11 @@ def test_a_short_text_runs_on_one_blas_thread_and_a_long_one_on_blas_own(smollm2
 
     with threadpool_limits(limits=2, user_api="blas"):
         default = _blas_threads()
-        with blas_for(smollm2, TEXT, None):
+        with blas_for(len(smollm2.prepare(TEXT).ids)):
             assert _blas_threads() == 1
-        with blas_for(smollm2, None, list(range(FEW_ROWS))):
+        with blas_for(FEW_ROWS):
             assert _blas_threads() == 1
-        with blas_for(smollm2, " five" * (FEW_ROWS + 1), None):
+        with blas_for(len(smollm2.prepare(" five" * (FEW_ROWS + 1)).ids)):
             assert _blas_threads() == default
         assert _blas_threads() == default
 
@@ -69,7 +70,7 @@ def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smol
     assert main(["predict", "--model", SMOLLM2, "--text", TEXT, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     with threadpool_limits(limits=2, user_api="blas"):
-        r = smollm2.run(TEXT, use_cache=False, trace=P.prediction_trace())
+        r = smollm2.run(TEXT, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
         want = json.loads(json.dumps(predict_report(smollm2, r, None, 10, None, None)))
     assert doc.pop("model") == SMOLLM2 and want.pop("model") == smollm2.name  # (loaded by its file)
     assert doc == want  # every float of the JSON, bit for bit

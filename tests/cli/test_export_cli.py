@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from attnviz.figures.data import open_sidecar
 from export_files import SENTENCE, leftovers
+from attnviz.engine.computing.request import RunRequest
 
 # Both sides run BLAS on one thread. How OpenBLAS splits a product between threads can change its
 # last bits with some of its kernels (with its AVX2 "Haswell" kernels MiniLM's patterns differ by
@@ -24,7 +25,7 @@ ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM
 @pytest.fixture(scope="module")
 def run(minilm):
     with threadpool_limits(limits=1, user_api="blas"):
-        return minilm.run(SENTENCE, use_cache=False)
+        return minilm.run(SENTENCE, request=RunRequest(use_cache=False))
 
 
 def _cli(*args, cwd):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from attnviz.cli import main
+from attnviz.engine.computing.request import RunRequest
 
 pytest.importorskip("distributed")
 
@@ -139,7 +140,7 @@ def test_a_two_worker_cluster_scan_equals_each_statistic_computed_in_one_process
     names = ("n_tokens",) + S.HEAD_STATS
     together = [r for b in range(0, len(texts), 2) for r in model.run_many(texts[b:b + 2])]
     for i, text in enumerate(texts):
-        alone = model.run(text, use_cache=False)
+        alone = model.run(text, request=RunRequest(use_cache=False))
         want = S.text_statistics(together[i].attentions, together[i].input_ids, unk)
         want_alone = S.text_statistics(alone.attentions, alone.input_ids, unk)
         for row in rows[i * 72:(i + 1) * 72]:

@@ -9,6 +9,7 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing.anatomy import cost_totals, head_costs, head_dim_note, layer_anatomy
 from attnviz.engine.computing.layers import apply_rope, rope_cos_sin
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6]
 
@@ -45,7 +46,7 @@ def _naive_layer(cfg, lw, x, layer):
 @pytest.mark.parametrize("name", ["llama_gqa", "llama_mqa", "llama_headdim", "gpt2", "bert", "qwen2"])
 def test_every_stage_equals_a_naive_per_head_loop(name):
     model = load_model(FIXTURES / name)
-    r = model.run(ids=IDS, inputs=True)
+    r = model.run(ids=IDS, request=RunRequest(inputs=True))
     cfg = model.config
     assert len(r.layer_inputs) == cfg.n_layer
     for layer in range(cfg.n_layer):  # the last layer too: its W_O output exists here
@@ -65,22 +66,23 @@ def test_every_stage_equals_a_naive_per_head_loop(name):
 def test_the_default_path_keeps_no_layer_inputs_and_the_cache_gives_the_same_ones():
     model = load_model(FIXTURES / "llama_gqa")
     assert model.run(ids=IDS[:5]).layer_inputs is None
-    cached = model.run(ids=IDS, inputs=True)  # the cache had no inputs: computed in full
+    cached = model.run(ids=IDS, request=RunRequest(inputs=True))  # the cache had no inputs: computed in full
     assert cached.cache_reused == 0
-    longer = model.run(ids=IDS + [7, 8], inputs=True)  # now the prefix is reused
+    longer = model.run(ids=IDS + [7, 8], request=RunRequest(inputs=True))  # now the prefix is reused
     assert longer.cache_reused == len(IDS)
-    fresh = load_model(FIXTURES / "llama_gqa").run(ids=IDS + [7, 8], inputs=True)
+    fresh = load_model(FIXTURES / "llama_gqa").run(ids=IDS + [7, 8],
+                                                   request=RunRequest(inputs=True))
     for a, b in zip(longer.layer_inputs, fresh.layer_inputs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    same = model.run(ids=IDS + [7, 8], inputs=True)  # nothing new: from the cache
+    same = model.run(ids=IDS + [7, 8], request=RunRequest(inputs=True))  # nothing new: from the cache
     assert same.cache_reused == len(IDS) + 2
-    shorter = model.run(ids=IDS[:4], inputs=True)  # a prefix: the cache is cut
+    shorter = model.run(ids=IDS[:4], request=RunRequest(inputs=True))  # a prefix: the cache is cut
     for a, b in zip(shorter.layer_inputs, fresh.layer_inputs):
         np.testing.assert_allclose(a, b[:4], rtol=1e-5, atol=1e-6)
 
 
 def test_minilm_anatomy_shows_the_grids_own_pattern(minilm):
-    r = minilm.run("The keys to the cabinet are on the table.", inputs=True)
+    r = minilm.run("The keys to the cabinet are on the table.", request=RunRequest(inputs=True))
     an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[2], 2, r.attentions[2])
     assert np.shares_memory(an.pattern, r.attentions)  # the grid's own data, not a copy
     again = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[2], 2)
@@ -92,7 +94,7 @@ def test_smollm2_weights_drawn_are_the_unpermuted_ones_the_engine_uses(smollm2):
     """GGUF: the W_Q / W_K the anatomy draws are the engine's (llama.cpp's row permutation undone):
     the pattern recomputed from them equals the forward pass's, which matches transformers."""
     r = smollm2.run("Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine.",
-                    inputs=True)
+                    request=RunRequest(inputs=True))
     cfg = smollm2.config
     for layer in (0, cfg.n_layer - 1):
         an = layer_anatomy(cfg, smollm2.weights, r.layer_inputs[layer], layer)
@@ -168,7 +170,7 @@ def test_the_anatomy_is_made_of_the_forward_passs_own_stages(monkeypatch):
         for name in STAGES:
             spy(module, name)
     model = load_model(FIXTURES / "llama_gqa")
-    r = model.run(ids=IDS, inputs=True, use_cache=False)
+    r = model.run(ids=IDS, request=RunRequest(inputs=True, use_cache=False))
     assert all(returned.get((families.__name__, name)) for name in STAGES)  # the forward pass's stages
     an = layer_anatomy(model.config, model.weights, r.layer_inputs[1], 1)
     mine = {name: returned.pop((anatomy.__name__, name)) for name in STAGES}

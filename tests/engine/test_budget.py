@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine import load_model
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
@@ -44,7 +45,7 @@ def assert_same_runs(full, small, ids=None, text=None, heads=((1, 0),)):
     """Patterns of a full run and a cached keystroke, value norms, and (a causal model) an ablation
     resumed from its first changed layer, prediction, lens and DLA: equal bit for bit."""
     kw = {"ids": ids} if ids is not None else {"text": text}
-    a, b = full.run(**kw, values=True), small.run(**kw, values=True)
+    a, b = (m.run(**kw, request=RunRequest(values=True)) for m in (full, small))
     np.testing.assert_array_equal(a.attentions, b.attentions)
     np.testing.assert_array_equal(a.value_norms, b.value_norms)
     np.testing.assert_array_equal(a.head_share, b.head_share)
@@ -97,20 +98,21 @@ def test_a_model_bigger_than_the_memory_available_opens_within_it(monkeypatch, s
     monkeypatch.setattr(weights, "available_memory", lambda: B.HEADROOM + 10 * max(sizes))
     model = load_model(smollm2_path())
     assert 0 < model.weights.layers.kept < 10 and model.weights.layers.budget < 10 * max(sizes)
-    np.testing.assert_array_equal(model.run(TEXT).attentions, smollm2.run(TEXT, use_cache=False).attentions)
+    np.testing.assert_array_equal(model.run(TEXT).attentions, smollm2.run(TEXT,
+                                                                          request=RunRequest(use_cache=False)).attentions)
 
 
 def test_changing_the_budget_of_a_loaded_model_keeps_its_results(smollm2):
     model = load_model(smollm2_path())
-    want = smollm2.run(TEXT, use_cache=False).attentions
+    want = smollm2.run(TEXT, request=RunRequest(use_cache=False)).attentions
     model.set_memory_budget(3 * max(model.weights.layers.sizes))
     assert model.weights.layers.kept == 2
-    np.testing.assert_array_equal(model.run(TEXT, use_cache=False).attentions, want)
+    np.testing.assert_array_equal(model.run(TEXT, request=RunRequest(use_cache=False)).attentions, want)
     with pytest.raises(InputError, match="less than one layer"):
         model.set_memory_budget(1000)
     model.set_memory_budget(None)  # auto: the memory available now
     assert model.weights.layers.kept == model.config.n_layer
-    np.testing.assert_array_equal(model.run(TEXT, use_cache=False).attentions, want)
+    np.testing.assert_array_equal(model.run(TEXT, request=RunRequest(use_cache=False)).attentions, want)
 
 
 GGUF_FAMILIES = [("llama_gqa", Q.Q8_0), ("llama_gqa", Q.Q4_0), ("llama_mqa", Q.F16), ("qwen2", Q.F32),
@@ -274,9 +276,9 @@ def test_a_lazy_load_expands_only_the_layers_a_run_reaches(tmp_path):
     tensors[name][2, 3] = np.nan
     lazy = load_model(write_gguf(tmp_path / "nan.gguf", cfg, tensors), eager=False)
     assert lazy.weights.layers.expansions == 0
-    part = lazy.run(ids=IDS, inputs=True, layers=last)
+    part = lazy.run(ids=IDS, request=RunRequest(inputs=True, layers=last))
     assert lazy.weights.layers.expansions == last
-    full = whole.run(ids=IDS, inputs=True, use_cache=False)
+    full = whole.run(ids=IDS, request=RunRequest(inputs=True, use_cache=False))
     np.testing.assert_array_equal(part.attentions, full.attentions[:last])
     assert part.attentions.shape[0] == last and len(part.layer_inputs) == last
     for a, b in zip(part.layer_inputs, full.layer_inputs):

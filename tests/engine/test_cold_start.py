@@ -22,6 +22,7 @@ from attnviz.engine.reading.gguf_model import gguf_tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny import FIXTURES  # noqa: E402
 from gguf_files import Q, gguf_tensors, spm_vocab_kv, write_gguf, write_vocab_gguf  # noqa: E402
+from attnviz.engine.computing.request import RunRequest
 
 TEXT = "One, two, three, four, five"
 SPM_CASES = json.loads((FIXTURES / "spm" / "tokens.json").read_text(encoding="utf-8"))["cases"]
@@ -164,7 +165,7 @@ def test_a_tokenizer_built_from_the_cache_encodes_as_one_built_without_it(spm):
 def test_the_prediction_and_the_lens_from_one_pass_are_those_of_two(smollm2):
     """predict's table reads the unembedding once for its prediction and its lens: the same bits
     as a pass for each, with the lens's target given or the prediction's top-1."""
-    r = smollm2.run(TEXT, trace=P.prediction_trace(), use_cache=False)
+    r = smollm2.run(TEXT, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = smollm2.lm_head()
     for q, target in ((None, None), (3, 11)):
         pred, lens = P.prediction_and_lens(head, r.trace, q, 10, target)

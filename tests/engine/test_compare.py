@@ -14,6 +14,7 @@ from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.request import RunRequest
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], dtype=np.int64)
 FAMILIES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").exists())
@@ -144,7 +145,7 @@ def test_induction_on_the_probe_names_the_heads_a_checkpoint_lost(ckpts):
     assert probe.a.ids.tolist() == probe_ids(late)[0]
     doc = C.induction(probe)
     for side, model in (("a", late), ("b", early)):  # the Head roles panel's score on the probe
-        want = H.score_heads(model.run(ids=probe.a.ids, use_cache=False).attentions, probe.a.ids,
+        want = H.score_heads(model.run(ids=probe.a.ids, request=RunRequest(use_cache=False)).attentions, probe.a.ids,
                              unknown_ids=H.unknown_token_ids(model)).strength["induction"]
         np.testing.assert_array_equal(doc[side], want)
     a, b = np.array(doc["a"]), np.array(doc["b"])
@@ -184,7 +185,7 @@ def test_real_models_against_themselves_are_exact(minilm, smollm2, toy):
     for model, text in ((minilm, "The cat sat on the mat because it was tired."),
                         (smollm2, "Alice met Bob. Then Alice gave the book to"),
                         (toy, "the cat sat on the mat")):
-        ids = model.run(text, use_cache=False).input_ids
+        ids = model.run(text, request=RunRequest(use_cache=False)).input_ids
         doc = C.compare(models_pair(model, model, ids, C.compare_trace), C.probe_pair(model, model))
         assert_identity(doc, predicts=model.config.causal)
     assert doc["induction"]["survived"]  # the toy model's induction heads survive themselves

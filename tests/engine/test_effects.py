@@ -15,6 +15,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
 
@@ -32,7 +33,7 @@ def test_the_run_shown_under_an_ablation_equals_the_whole_edited_run(models, nam
     model = models[name]
     cfg = model.config
     ab = Ablation(heads=((1, 0), (2 % cfg.n_layer, 1)), mode=mode, knockouts=(((1,), 7, 2),))
-    run = window_run(model, "", ids=IDS, ablation=ab, values=True)
+    run = window_run(model, "", ids=IDS, ablation=ab, request=RunRequest(values=True))
     clean = forward(cfg, model.weights, np.array(IDS), Trace(z=True, resid=True))
     value = (lambda l, h: 0.0) if mode == "zero" else (lambda l, h: clean.z[l][h].mean(axis=0))
     edits = [ReplaceHead(l, h, value(l, h)) for l, h in ab.heads] + [Knockout(1, 7, 2)]
@@ -48,13 +49,13 @@ def test_the_run_shown_under_an_ablation_equals_the_whole_edited_run(models, nam
 def test_a_clean_run_keeps_what_prediction_reads_and_equals_a_plain_run(models):
     model = models["llama_gqa"]
     run = window_run(model, "", ids=IDS)
-    plain = model.run(ids=IDS, use_cache=False)
+    plain = model.run(ids=IDS, request=RunRequest(use_cache=False))
     np.testing.assert_allclose(run.result.attentions, plain.attentions, rtol=1e-6, atol=1e-7)
     assert run.changed is None and run.shown is run.clean and run.clean.resid[-1] is not None
 
 
 def test_a_window_run_stops_in_either_run_once_asked(models):
-    """window_run(stop=fn): asked before each layer of the clean run and then of the changed run;
+    """window_run(request=RunRequest(stop=fn)): asked before each layer of the clean run and then of the changed run;
     True stops it there with Cancelled."""
     from attnviz.engine.errors import Cancelled
 
@@ -66,11 +67,12 @@ def test_a_window_run_stops_in_either_run_once_asked(models):
         model.clear_cache()  # (a cached text would compute no layer of the clean run)
         with pytest.raises(Cancelled, match=where):
             window_run(model, "", ids=IDS, ablation=ab,
-                       stop=lambda: asked.append(1) or len(asked) > stop_at)
+                       request=RunRequest(stop=lambda: asked.append(1) or len(asked) > stop_at))
         assert len(asked) == stop_at + 1
     asked = []
     model.clear_cache()
-    run = window_run(model, "", ids=IDS, ablation=ab, stop=lambda: asked.append(1) and False)
+    run = window_run(model, "", ids=IDS, ablation=ab,
+                     request=RunRequest(stop=lambda: asked.append(1) and False))
     assert run.changed is not None and len(asked) == n_layer + (n_layer - 1)  # clean, then from 1
 
 

@@ -15,6 +15,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine.reading.weights import bf16_to_f32
 from tiny import llama_config, llama_tensors, tiny_llama, write_model
+from attnviz.engine.computing.request import RunRequest
 
 SENTENCE = "The keys to the cabinet are on the table."
 
@@ -54,7 +55,7 @@ def test_too_long_text_names_both_numbers(minilm):
     text = "word " * 600
     with pytest.raises(InputError, match=r"60\d tokens .* 512 positions"):
         minilm.run(text)
-    r = minilm.run(text, truncate=True)
+    r = minilm.run(text, request=RunRequest(truncate=True))
     assert r.truncated and r.n_tokens == 512 and r.n_tokens_full > 512 and r.tokens[-1] == "[SEP]"
 
 

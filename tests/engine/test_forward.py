@@ -18,6 +18,7 @@ from attnviz.engine.computing.layers import (
 from attnviz.engine.computing.trace import KVCache, Trace
 from held_run import HeldRun
 from tiny import tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 RNG = np.random.default_rng(3)
 X = (RNG.standard_normal((7, 300)) * 4).astype(np.float32)
@@ -61,11 +62,11 @@ def test_every_family_is_data_and_the_forward_pass_never_asks_for_one_by_name(tm
     for model in (load_model(tiny_llama(tmp_path / "llama", n_head=4, n_kv_head=2)),
                   load_model("attnviz-textbook")):
         text = "5, 17, 3, 9, 2" if model.tokenizer is None else "the cat sat on the mat"
-        want = model.run(text, use_cache=False, values=True)
+        want = model.run(text, request=RunRequest(use_cache=False, values=True))
         renamed = "renamed-" + model.config.family
         monkeypatch.setitem(FAMILY, renamed, FAMILY[model.config.family])
         model.config = dataclasses.replace(model.config, family=renamed)
-        got = model.run(text, use_cache=False, values=True)
+        got = model.run(text, request=RunRequest(use_cache=False, values=True))
         np.testing.assert_array_equal(got.attentions, want.attentions)
         np.testing.assert_array_equal(got.value_norms, want.value_norms)
 
@@ -109,21 +110,22 @@ def test_self_attention_over_a_cached_prefix_equals_the_full_run(tmp_path, n_hea
 def test_run_takes_one_path_for_text_ids_and_typed_ids(tmp_path):
     folder = tiny_llama(tmp_path / "m")  # no tokenizer.json: text is typed ids
     model = load_model(folder)
-    by_ids = model.run(ids=[5, 17, 3, 9], use_cache=False)
-    typed = model.run("5, 17 3 9", use_cache=False)
+    by_ids = model.run(ids=[5, 17, 3, 9], request=RunRequest(use_cache=False))
+    typed = model.run("5, 17 3 9", request=RunRequest(use_cache=False))
     assert typed.text == "5, 17 3 9" and by_ids.text == ""
     assert typed.tokens == by_ids.tokens == ["5", "17", "3", "9"]
     np.testing.assert_array_equal(typed.attentions, by_ids.attentions)
     # with the cache, a busy cache (another run holds it) and values/inputs: the same numbers
-    cached = model.run(ids=[5, 17, 3, 9], values=True, inputs=True)
+    cached = model.run(ids=[5, 17, 3, 9], request=RunRequest(values=True, inputs=True))
     held = HeldRun(model, [5, 17, 3, 1])  # another thread's run holds the cache
     held.start()
     try:
-        busy = model.run(ids=[5, 17, 3, 9], values=True, inputs=True)
+        busy = model.run(ids=[5, 17, 3, 9], request=RunRequest(values=True, inputs=True))
     finally:
         held.end()
     assert busy.cache_reused == 0 and busy.cache_bytes == cached.cache_bytes > 0
-    for a, b in ((cached, busy), (cached, model.run(ids=[5, 17, 3, 9], values=True, inputs=True))):
+    for a, b in ((cached, busy), (cached, model.run(ids=[5, 17, 3, 9],
+                                                    request=RunRequest(values=True, inputs=True)))):
         np.testing.assert_allclose(a.attentions, b.attentions, atol=1e-6)
         np.testing.assert_allclose(a.value_norms, b.value_norms, rtol=1e-5)
         for x, y in zip(a.layer_inputs, b.layer_inputs):

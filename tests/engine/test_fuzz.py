@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine import AttnvizError, load_model
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.model import parse_typed_ids
@@ -44,7 +45,8 @@ def time_limit(seconds=CASE_SECONDS):
 def check_run(model, case, **kw):
     """A valid result, or an AttnvizError (returned, not raised). Anything else fails the test."""
     try:
-        r = model.run(**kw)
+        given = {k: kw.pop(k) for k in ("text", "ids") if k in kw}
+        r = model.run(**given, request=RunRequest(**kw))
     except AttnvizError as exc:
         assert str(exc).strip(), f"{case}: {type(exc).__name__} without a message"
         return exc

@@ -16,6 +16,7 @@ from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.trace import Trace
 from held_run import HeldRun
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2]
 
@@ -26,7 +27,7 @@ def models():
 
 
 def _recompute(model, ids):  # -> (logprobs [vocab], last rows [n_layer, n_head, T]) from scratch
-    r = model.run(ids=np.asarray(ids), use_cache=False, trace=Trace(resid=True))
+    r = model.run(ids=np.asarray(ids), trace=Trace(resid=True), request=RunRequest(use_cache=False))
     return log_softmax(model.lm_head().logits(r.trace.resid[-1][-1:])[0]), r.attentions[:, :, -1]
 
 

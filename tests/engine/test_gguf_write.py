@@ -15,6 +15,7 @@ from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_write import pre_tokenizer_name, write_gguf
 from tests.tiny import FIXTURES, tiny_text_model
+from attnviz.engine.computing.request import RunRequest
 
 Q = gguf.GGMLQuantizationType
 # every fixture whose architecture attnviz's GGUF reader opens (bert and gpt2: refused below;
@@ -27,7 +28,7 @@ IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4])  # 
 
 def logprobs(model, ids=IDS):  # -> [T, vocab] log p(next token), float64
     trace = prediction_trace()
-    model.run(ids=ids, trace=trace, use_cache=False)
+    model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     return log_softmax(model.lm_head().logits(trace.resid[-1]))
 
 

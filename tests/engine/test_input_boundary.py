@@ -9,6 +9,7 @@ from attnviz.engine import InputError, ModelLoadError, load_model
 from attnviz.engine.computing.model import clean_text, parse_typed_ids
 from attnviz.engine.computing.patterns import check_finite
 from tiny import byte_level_tokenizer_json, llama_config, llama_tensors, tiny_llama, tiny_text_model, write_model
+from attnviz.engine.computing.request import RunRequest
 
 SURROGATE_NOTICE = "lone surrogate"
 
@@ -157,7 +158,7 @@ def test_ids_longer_than_the_positions_truncate_or_say_so(text_model):
     ids = list(range(100))
     with pytest.raises(InputError, match="100 tokens is longer than this model's 64 positions"):
         text_model.run(ids=ids)
-    r = text_model.run(ids=ids, truncate=True)
+    r = text_model.run(ids=ids, request=RunRequest(truncate=True))
     assert r.truncated and r.n_tokens == 64 and r.n_tokens_full == 100
     assert_valid(r, text_model)
 

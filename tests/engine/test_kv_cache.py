@@ -14,6 +14,7 @@ from attnviz.engine.computing.trace import Trace
 from held_run import HeldRun
 from tiny import FIXTURES
 from tiny import tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 ATOL = 1e-5
 
@@ -100,7 +101,7 @@ def test_edits_match_full_recompute(folders, name, seed):
                 model.run(ids=ids)
             continue
         got = model.run(ids=ids)
-        want = fresh.run(ids=ids, use_cache=False)
+        want = fresh.run(ids=ids, request=RunRequest(use_cache=False))
         T = len(ids)
         assert got.attentions.shape == want.attentions.shape == (cfg.n_layer, cfg.n_head, T, T)
         if T:
@@ -123,7 +124,7 @@ def test_window_shorter_than_text_is_used(folders):
     assert (r.cache_reused, r.cache_computed) == (12, 8)
     q, k = np.nonzero(r.attentions[0, 0] > 0)
     assert np.all(q - k < 4) and np.all(k <= q)  # the window: 4 keys at most per row
-    np.testing.assert_allclose(r.attentions, model.run(ids=ids, use_cache=False).attentions, atol=ATOL)
+    np.testing.assert_allclose(r.attentions, model.run(ids=ids, request=RunRequest(use_cache=False)).attentions, atol=ATOL)
 
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
@@ -167,13 +168,14 @@ def test_use_cache_false_leaves_the_cache_alone(folders):
     model = load_model(folders["llama_gqa"])
     a = [4, 8, 15, 16, 23, 42]
     first = model.run(ids=a)
-    other = model.run(ids=[9, 9, 9], use_cache=False)
+    other = model.run(ids=[9, 9, 9], request=RunRequest(use_cache=False))
     assert (other.cache_reused, other.cache_computed) == (0, 3)
     assert other.cache_bytes == first.cache_bytes  # still held
     assert other.attentions.flags.writeable  # not the cache's array
     r = model.run(ids=a + [1])
     assert (r.cache_reused, r.cache_computed) == (len(a), 1)  # the cached text is still a's, untouched:
-    np.testing.assert_allclose(r.attentions, model.run(ids=a + [1], use_cache=False).attentions, atol=ATOL)
+    np.testing.assert_allclose(r.attentions, model.run(ids=a + [1],
+                                                       request=RunRequest(use_cache=False)).attentions, atol=ATOL)
 
 
 def test_same_ids_reuse_everything_and_shorter_cuts(folders):
@@ -189,7 +191,8 @@ def test_same_ids_reuse_everything_and_shorter_cuts(folders):
     np.testing.assert_array_equal(short.attentions, first.attentions[:, :, :7, :7])
     after = model.run(ids=ids[:7] + [3])  # the cut is what the cache holds now
     assert (after.cache_reused, after.cache_computed) == (7, 1)
-    np.testing.assert_allclose(after.attentions, model.run(ids=ids[:7] + [3], use_cache=False).attentions,
+    np.testing.assert_allclose(after.attentions, model.run(ids=ids[:7] + [3],
+                                                           request=RunRequest(use_cache=False)).attentions,
                                atol=ATOL)
 
 
@@ -204,7 +207,7 @@ def test_results_cannot_corrupt_the_cache(folders):
     r.input_ids[0] = 7  # the cache keeps its own copy of the ids
     again = model.run(ids=ids + [3])
     assert again.cache_reused == len(ids)
-    want = model.run(ids=ids + [3], use_cache=False).attentions
+    want = model.run(ids=ids + [3], request=RunRequest(use_cache=False)).attentions
     np.testing.assert_allclose(again.attentions, want, atol=ATOL)
 
 
@@ -228,7 +231,8 @@ def test_busy_lock_computes_in_full_without_the_cache(folders):
     assert (r.cache_reused, r.cache_computed) == (0, 4)
     after = model.run(ids=[5, 6, 7, 9])  # the full run left the cache as it was: [5, 6, 7]
     assert (after.cache_reused, after.cache_computed) == (3, 1)
-    np.testing.assert_allclose(r.attentions, model.run(ids=[5, 6, 7, 8], use_cache=False).attentions,
+    np.testing.assert_allclose(r.attentions, model.run(ids=[5, 6, 7, 8],
+                                                       request=RunRequest(use_cache=False)).attentions,
                                atol=ATOL)
 
 
@@ -237,7 +241,7 @@ def test_two_threads_share_one_model(folders):
     fresh = load_model(folders["llama_gqa"])
     rng = np.random.default_rng(7)
     seqs = [[int(i) for i in rng.integers(0, 50, 30)] for _ in range(2)]
-    want = {t: [fresh.run(ids=seqs[t][:n], use_cache=False).attentions for n in range(10, 31)]
+    want = {t: [fresh.run(ids=seqs[t][:n], request=RunRequest(use_cache=False)).attentions for n in range(10, 31)]
             for t in range(2)}
     start = threading.Barrier(2)
     errors = []
@@ -299,28 +303,28 @@ def test_appended_positions_are_written_in_place_without_changing_earlier_views(
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
 def test_a_runs_first_layers_are_handed_over_early_and_equal_the_runs_own(folders, name):
-    """Model.run(early=(k, fn)): fn gets layers 0..k-1 before the run goes on, the same numbers the
+    """RunRequest(early=(k, fn)): fn gets layers 0..k-1 before the run goes on, the same numbers the
     run returns for them, on a full run and on a cached step; and nothing when the cache held
     every token (nothing was computed)."""
     model = load_model(folders[name])
     V = model.config.vocab_size
     seen = []
-    full = model.run(ids=list(range(1, 9)), early=(1, seen.append))
+    full = model.run(ids=list(range(1, 9)), request=RunRequest(early=(1, seen.append)))
     assert len(seen) == 1 and seen[0].attentions.shape == (1,) + full.attentions.shape[1:]
     np.testing.assert_array_equal(seen[0].attentions, full.attentions[:1])
-    step = model.run(ids=list(range(1, 9)) + [V - 1], early=(1, seen.append))
+    step = model.run(ids=list(range(1, 9)) + [V - 1], request=RunRequest(early=(1, seen.append)))
     assert step.cache_reused == 8 and len(seen) == 2
     np.testing.assert_array_equal(seen[1].attentions, step.attentions[:1])
     assert seen[1].n_tokens == 9 and seen[1].cache_reused == 8
-    model.run(ids=list(range(1, 9)) + [V - 1], early=(1, seen.append))  # all cached: no call
+    model.run(ids=list(range(1, 9)) + [V - 1], request=RunRequest(early=(1, seen.append)))  # all cached: no call
     assert len(seen) == 2
-    model.run(ids=[1, 2, 3], early=(model.config.n_layer, seen.append))  # every layer: the run itself
+    model.run(ids=[1, 2, 3], request=RunRequest(early=(model.config.n_layer, seen.append)))  # every layer: the run itself
     assert len(seen) == 2
 
 
 @pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
 def test_a_stopped_run_stops_at_a_layer_and_leaves_the_cache_with_the_last_whole_run(folders, name):
-    """Model.run(stop=fn): fn is asked before each layer; once it says True the run raises
+    """RunRequest(stop=fn): fn is asked before each layer; once it says True the run raises
     Cancelled there, having computed no later layer, and the KV cache still holds the last whole
     run: the next runs equal a fresh model's."""
     from attnviz.engine.errors import Cancelled
@@ -336,15 +340,15 @@ def test_a_stopped_run_stops_at_a_layer_and_leaves_the_cache_with_the_last_whole
         return len(asked) > 1  # go through layer 0, stop before layer 1
 
     with pytest.raises(Cancelled, match="before layer 1"):
-        model.run(ids=base + [V - 1, V - 2], stop=stop, early=(1, seen.append))
+        model.run(ids=base + [V - 1, V - 2], request=RunRequest(stop=stop, early=(1, seen.append)))
     assert len(asked) == 2 and len(seen) == 1  # layer 0 done (handed over early), then stopped
     for ids in (base + [V - 1], base + [V - 3, 5], base[:5]):
-        got, want = model.run(ids=ids), fresh.run(ids=ids, use_cache=False)
+        got, want = model.run(ids=ids), fresh.run(ids=ids, request=RunRequest(use_cache=False))
         np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
     assert model.run(ids=base[:5] + [7]).cache_reused == 5
     calls = []
     # never stops: every layer (a new first token: no kept run shares a prefix)
-    full = model.run(ids=[V - 4] + base, stop=lambda: calls.append(1) and False)
+    full = model.run(ids=[V - 4] + base, request=RunRequest(stop=lambda: calls.append(1) and False))
     assert len(calls) == n_layer and full.attentions.shape[0] == n_layer
 
 
@@ -357,13 +361,15 @@ def test_a_run_starts_from_the_earlier_run_with_the_longest_prefix(folders):
     for ids, reused in ((base + [11], 0), (base + [11, 12], 5), (base + [13], 4), (base + [11, 14], 5)):
         got = model.run(ids=ids)
         assert (got.cache_reused, got.cache_computed) == (reused, len(ids) - reused), ids
-        np.testing.assert_allclose(got.attentions, fresh.run(ids=ids, use_cache=False).attentions,
+        np.testing.assert_allclose(got.attentions, fresh.run(ids=ids,
+                                                             request=RunRequest(use_cache=False)).attentions,
                                    atol=ATOL)
     # a token deleted and typed again: its run is kept whole, nothing is computed
     model.run(ids=base + [11])
     again = model.run(ids=base + [11, 14])
     assert (again.cache_reused, again.cache_computed) == (6, 0)
-    np.testing.assert_allclose(again.attentions, fresh.run(ids=base + [11, 14], use_cache=False).attentions,
+    np.testing.assert_allclose(again.attentions, fresh.run(ids=base + [11, 14],
+                                                           request=RunRequest(use_cache=False)).attentions,
                                atol=ATOL)
     # the current run is what the model holds: its bytes are this text's K and V
     assert again.cache_bytes == kv_formula(model.config, 6)
@@ -381,10 +387,12 @@ def test_an_earlier_run_is_never_written_by_a_later_one(folders, name):
     model.run(ids=whole[:4] + [20, 21])  # and in place after that
     back = model.run(ids=whole)
     assert (back.cache_reused, back.cache_computed) == (6, 0)
-    np.testing.assert_allclose(back.attentions, fresh.run(ids=whole, use_cache=False).attentions, atol=ATOL)
+    np.testing.assert_allclose(back.attentions, fresh.run(ids=whole,
+                                                          request=RunRequest(use_cache=False)).attentions, atol=ATOL)
     on = model.run(ids=whole + [11])  # a new token reads the whole run's cached keys and values
     assert (on.cache_reused, on.cache_computed) == (6, 1)
-    np.testing.assert_allclose(on.attentions, fresh.run(ids=whole + [11], use_cache=False).attentions, atol=ATOL)
+    np.testing.assert_allclose(on.attentions, fresh.run(ids=whole + [11],
+                                                        request=RunRequest(use_cache=False)).attentions, atol=ATOL)
 
 
 def test_the_earlier_runs_kept_are_few_and_small(folders, monkeypatch):

@@ -16,6 +16,7 @@ from attnviz.engine.computing.longdoc import LongTrace, run_long
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 NAMES = ["gpt2", "bert", "llama_gqa", "llama_mqa", "mistral_window", "qwen2", "gemma3", "qwen3", "phi3"]
 
@@ -29,7 +30,7 @@ def runs():
         model = load_model(FIXTURES / name)
         T = min(model.config.max_positions, 37)
         ids = np.random.default_rng(1).integers(0, 12, T)
-        dense = model.run(ids=ids, use_cache=False).attentions
+        dense = model.run(ids=ids, request=RunRequest(use_cache=False)).attentions
         out[name] = (model, ids, dense, run_long(model, ids=ids, row_block=5).patterns)
     return out
 
@@ -59,10 +60,10 @@ def test_row_blocks_give_the_dense_patterns(runs, name):
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa", "mistral_window"])
 def test_the_residual_stream_of_a_long_run_equals_the_dense_run(runs, name):
     model, ids, _, _ = runs[name]
-    dense = model.run(ids=ids, use_cache=False, trace=Trace(resid=True, z=True)).trace
+    dense = model.run(ids=ids, trace=Trace(resid=True, z=True), request=RunRequest(use_cache=False)).trace
     long = run_long(model, ids=ids, row_block=3)  # result.trace is not kept: rerun with records
     trace = LongTrace(row_block=3, resid=True, z=True)
-    model.run(ids=ids, use_cache=False, trace=trace)
+    model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     assert long.result.attentions is None and trace.attentions is None
     for a, b in zip(trace.resid + trace.z, dense.resid + dense.z):
         np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
@@ -150,7 +151,7 @@ def test_a_dense_run_over_the_limit_is_refused_naming_its_size(runs, monkeypatch
     model, ids = runs["gpt2"][:2]
     monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
     with pytest.raises(InputError, match=r"\[2, 4, 37, 37\] float32 = 42.8 KiB, over the 1000 B limit: the window shows a text this long in its long view"):
-        model.run(ids=ids, use_cache=False)
+        model.run(ids=ids, request=RunRequest(use_cache=False))
     run_long(model, ids=ids)  # the long path holds no dense patterns
 
 
@@ -165,7 +166,7 @@ def test_smollm2_row_blocks_give_the_dense_patterns_at_600_tokens(smollm2):
                    for i, day in enumerate(["Monday", "Tuesday", "Friday", "Sunday"] * 3))
     ids = smollm2.tokenizer.encode(text).ids[:600]
     assert len(ids) == 600
-    dense = smollm2.run(ids=ids, use_cache=False).attentions
+    dense = smollm2.run(ids=ids, request=RunRequest(use_cache=False)).attentions
     lp = run_long(smollm2, ids=ids).patterns
     for layer in range(lp.n_layer):
         np.testing.assert_allclose(lp.rows(layer, 0, 600), dense[layer], atol=1e-5, rtol=0)
@@ -184,7 +185,7 @@ def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns
     monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # group_rows' floor: 16 rows a block
     one, two = (LongTrace(workers=w, resid=True) for w in (1, 2))
     for trace in (one, two):
-        model.run(ids=ids, use_cache=False, trace=trace)
+        model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     for a, b in zip(two.resid, one.resid):
         np.testing.assert_allclose(a, b, atol=5e-5, rtol=1e-5)
     lp = longdoc.patterns_of(two, model.config)

@@ -13,6 +13,7 @@ from tiny import FIXTURES
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gguf_files import family_gguf  # noqa: E402
+from attnviz.engine.computing.request import RunRequest
 
 NEW = ("gemma3", "gemma3_old", "qwen3", "phi3", "llama_rope_llama3", "llama_rope_linear", "qwen3_yarn")
 # Gemma 3's GGUF is read with llama.cpp's score scale (head_dim), which gemma3_old's 24 is not
@@ -81,7 +82,7 @@ def test_kv_cache_edits_equal_a_full_recompute(name):
         cut = int(rng.integers(0, len(ids)))
         ids = ids[:cut] + rng.integers(0, model.config.vocab_size, int(rng.integers(1, 8))).tolist()
         cached = model.run(ids=ids)
-        full = model.run(ids=ids, use_cache=False)
+        full = model.run(ids=ids, request=RunRequest(use_cache=False))
         np.testing.assert_allclose(cached.attentions, full.attentions, atol=1e-5, rtol=0)
     assert cached.cache_reused > 0
 

@@ -10,6 +10,7 @@ from attnviz.engine.analysing.pair import (
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError
 from tiny import FIXTURES, tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int64)
 
@@ -27,8 +28,8 @@ def test_a_model_pair_runs_the_same_ids_through_both(models):
     pair = models_pair(models["a"], models["b"], IDS, lambda: Trace(z=True, resid=True))
     assert pair.T == len(IDS) and pair.n_layer == 2 and pair.n_head == 8
     assert (pair.a.ids == IDS).all() and (pair.b.ids == IDS).all()
-    want_a = models["a"].run(ids=IDS, use_cache=False).attentions
-    want_b = models["b"].run(ids=IDS, use_cache=False).attentions
+    want_a = models["a"].run(ids=IDS, request=RunRequest(use_cache=False)).attentions
+    want_b = models["b"].run(ids=IDS, request=RunRequest(use_cache=False)).attentions
     np.testing.assert_array_equal(pair.a.attentions, want_a)
     np.testing.assert_array_equal(pair.b.attentions, want_b)
     assert not np.array_equal(pair.a.attentions, pair.b.attentions)

@@ -15,6 +15,7 @@ from attnviz.engine.computing.logits import VOCAB_BLOCK
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import ReplaceHead
 from tiny import FIXTURES, llama_config, llama_tensors, write_model
+from attnviz.engine.computing.request import RunRequest
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
 CAUSAL = ["gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "llama_headdim", "qwen3", "phi3", "gemma3",
@@ -40,7 +41,7 @@ def _by_hand_logits(model, x):  # final-norm input [d_model] -> logits [vocab], 
 @pytest.mark.parametrize("name", CAUSAL)
 def test_top_k_and_lens_equal_a_direct_computation(models, name):
     model = models[name]
-    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=IDS, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = model.lm_head()
     pred = P.predict(head, r.trace, position=-3, k=5)
     assert pred.position == len(IDS) - 3
@@ -60,7 +61,7 @@ def test_top_k_and_lens_equal_a_direct_computation(models, name):
 @pytest.mark.parametrize("name", CAUSAL)
 def test_dla_parts_add_up_to_the_logit_difference(models, name):
     model = models[name]
-    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=IDS, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = model.lm_head()
     pred = P.predict(head, r.trace, k=3)
     target, alt = int(pred.top_ids[0]), int(pred.top_ids[2])
@@ -79,7 +80,7 @@ def test_dla_of_one_head_is_its_own_output_through_the_frozen_norm(models):
     frozen: (z_h W_O[h]) · (g / rms) · (W_U[t] - W_U[a])."""
     model = models["llama_gqa"]
     cfg, w = model.config, model.weights
-    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=IDS, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = model.lm_head()
     a = P.attribute(model, head, r.trace, -1, 7, 11)
     layer, h = 1, 3
@@ -92,8 +93,8 @@ def test_dla_of_one_head_is_its_own_output_through_the_frozen_norm(models):
 
 def test_the_textbook_model_predicts_with_its_tied_embedding(tmp_path):
     textbook_model = load_model(str(textbook.write_textbook(tmp_path / "tb")))
-    r = textbook_model.run("the cat sat on the mat . the cat", use_cache=False,
-                           trace=P.prediction_trace())
+    r = textbook_model.run("the cat sat on the mat . the cat", trace=P.prediction_trace(),
+                           request=RunRequest(use_cache=False))
     head = textbook_model.lm_head()
     np.testing.assert_array_equal(head.w_u, np.asarray(textbook_model.weights.tok_emb))
     pred = P.predict(head, r.trace, k=3)
@@ -137,7 +138,7 @@ def test_vocab_tokens_and_positions_are_checked(models):
 
 def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smollm2):
     text = "one two three four five six. one two three four five"
-    r = smollm2.run(text, use_cache=False, trace=P.prediction_trace())
+    r = smollm2.run(text, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = smollm2.lm_head()
     pred = P.predict(head, r.trace, k=5)
     assert token_text(smollm2, pred.top_ids[0]) == "·six"  # the readable label: a leading space shows as ·
@@ -151,7 +152,7 @@ def test_smollm2_predicts_the_repeated_token_and_gguf_vocab_strings_resolve(smol
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_an_edited_run_resumes_and_equals_the_whole_run(models, name):
     model = models[name]
-    r = model.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=IDS, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     edits = A.head_edits(r.trace, [(1, 2)], "mean") + A.knockout_edits(model.config, len(IDS),
                                                                         [([1], 8, 4)])
     edited = A.run_edited(model, r.trace, edits)
@@ -238,7 +239,7 @@ def test_a_gguf_predicts_with_its_output_head_and_refuses_without_its_parts(tmp_
     ref = load_model(FIXTURES / "llama_gqa")
     preds = []
     for m in (model, ref):
-        r = m.run(ids=IDS, use_cache=False, trace=P.prediction_trace())
+        r = m.run(ids=IDS, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
         preds.append(P.predict(m.lm_head(), r.trace, k=3))
     assert preds[0].top_ids.tolist() == preds[1].top_ids.tolist()
     np.testing.assert_allclose(preds[0].top_logprobs, preds[1].top_logprobs,

@@ -12,6 +12,7 @@ from attnviz.engine.analysing import ablation as A, predict as P
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.layers import layer_norm, softmax
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 REF = FIXTURES / "predict"
 
@@ -26,7 +27,7 @@ def models(smollm2):
 def test_prediction_dla_and_ablation_match_transformers(models, name):
     ref = np.load(REF / f"{name}.npz")
     model = models[name]
-    r = model.run(ids=ref["ids"], use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=ref["ids"], trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = model.lm_head()
     k = len(ref["top_ids"])
     pred = P.predict(head, r.trace, k=k)
@@ -83,7 +84,7 @@ def test_the_textbook_prediction_equals_numpy_by_hand(tmp_path):
     s = np.sqrt(np.mean(c * c) + cfg.norm_eps)
     logits = np.asarray(w.tok_emb, np.float64) @ (c / s * g + b)
     lp = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
-    r = model.run(ids=ids, use_cache=False, trace=P.prediction_trace())
+    r = model.run(ids=ids, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
     head = model.lm_head()
     pred = P.predict(head, r.trace, k=3)
     np.testing.assert_allclose(pred.logprobs, lp, atol=1e-3)

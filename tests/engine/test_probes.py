@@ -9,6 +9,7 @@ import pytest
 
 from attnviz.engine import InputError
 from attnviz.engine.analysing import probes as P
+from attnviz.engine.computing.request import RunRequest
 
 
 class _Result:
@@ -29,7 +30,7 @@ class ConstructedModel:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
 
-    def run(self, text, use_cache=True):
+    def run(self, text, *, request=None):
         enc = self.tokenizer.encode(text)
         T = len(enc.ids)
         att = np.zeros((1, 3, T, T), np.float32)
@@ -43,7 +44,7 @@ class ConstructedModel:
         return _Result(enc, att)
 
     def iter_many(self, texts):  # Model.iter_many's contract: (index, result) for every text
-        return ((i, self.run(t, use_cache=False)) for i, t in enumerate(texts))
+        return ((i, self.run(t, request=RunRequest(use_cache=False))) for i, t in enumerate(texts))
 
     @staticmethod
     def _grammar(words):

@@ -8,6 +8,7 @@ import pytest
 from attnviz.engine import InputError, load_model
 from attnviz.engine.analysing import qk as Q
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
 FAMILIES = ["bert", "gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "mistral_window",
@@ -20,7 +21,8 @@ def runs():
     out = {}
     for name in FAMILIES:
         model = load_model(FIXTURES / name)
-        out[name] = (model, model.run(ids=IDS, use_cache=False, trace=Q.qk_trace()))
+        out[name] = (model, model.run(ids=IDS, trace=Q.qk_trace(),
+                                      request=RunRequest(use_cache=False)))
     return out
 
 
@@ -102,7 +104,7 @@ def test_a_key_outside_a_local_layers_window_is_refused(runs):
 
 
 def test_smollm2_one_cell_adds_up(smollm2):
-    r = smollm2.run(ids=IDS * 2, use_cache=False, trace=Q.qk_trace())
+    r = smollm2.run(ids=IDS * 2, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
     cfg = smollm2.config
     for layer, head in ((0, 0), (cfg.n_layer // 2, 3), (cfg.n_layer - 1, cfg.n_head - 1)):
         a = Q.qk_attribution(smollm2, r.trace, layer, head, 20, 9)

@@ -8,13 +8,15 @@ import pytest
 
 from attnviz.engine.analysing import qk as Q
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 REF = FIXTURES / "qk" / "smollm2.npz"
 
 
 def test_query_and_key_sides_match_transformers(smollm2):
     ref = np.load(REF)
-    r = smollm2.run(ids=ref["ids"].tolist(), use_cache=False, trace=Q.qk_trace())
+    r = smollm2.run(ids=ref["ids"].tolist(), trace=Q.qk_trace(),
+                    request=RunRequest(use_cache=False))
     for n, (layer, head, q, k) in enumerate(ref["cells"]):
         a = Q.qk_attribution(smollm2, r.trace, int(layer), int(head), int(q), int(k))
         tol = 1e-4 * max(1.0, abs(ref["score"][n]))

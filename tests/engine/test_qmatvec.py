@@ -1,10 +1,13 @@
-"""The quantised kernels (engine/computing/qmatvec.py) against dequantise-then-float32-matmul
-(gguf.quants.dequantize, the reader's own values): random blocks of every type, a one-hot probe of
-every weight position (swapped halves or nibbles show), and SmolLM2's real tensors.
+"""The quantised kernels (engine/computing/qmatvec.py on engine/reading/qpack.py's layout) against
+dequantise-then-float32-matmul (gguf.quants.dequantize, the reader's own values): random blocks of
+every type, a one-hot probe of every weight position (swapped halves, nibbles or sub-blocks show),
+the packed layout against the file's values bit for bit, and SmolLM2's real tensors.
 
-Tolerance: float32 sums in another order differ by rounding on the order of eps * sum |x_j w_j|, so
-each output is held to 1e-5 of that sum (1e-5 relative to the output's own magnitude scale); an
-output near zero by cancellation is held to the same absolute bound, not to its own tiny size."""
+Tolerance, "1e-5 relative per output": each output y_r = sum_j x_j w_rj is held to
+|y_r - ref_r| <= 1e-5 sum_j |x_j w_rj|. Float32 sums taken in another order (the kernels add 16
+rows' products in vector lanes and sub-block by sub-block) differ by rounding of order
+eps sum_j |x_j w_rj|, whatever y_r itself is; a bound relative to |y_r| alone fails for an output
+that cancels to about 0, where any reordering changes its last bits."""
 
 import importlib.util
 import time
@@ -16,6 +19,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.reading.qpack import dequantized, pack
 
 pytest.importorskip("numba")
 
@@ -55,7 +59,7 @@ def test_random_blocks_match_dequantised_matmul(qtype, m):
     raw = _blocks(qtype, 37, n_in, rng)  # 37 outputs: not a multiple of any chunk
     w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
     x = rng.standard_normal((m, n_in)).astype(np.float32)
-    _check(qm.qmatvec(raw, qtype, x), x, w)
+    _check(qm.qmatvec(pack(raw, qtype), x), x, w)
 
 
 @pytest.mark.parametrize("qtype", SIMPLE + K_QUANTS, ids=lambda q: q.name)
@@ -71,7 +75,7 @@ def test_every_weight_position_is_read_from_its_own_bits(qtype):
     for start in range(0, n_in, 8):
         x = np.zeros((8, n_in), np.float32)
         x[np.arange(8), start + np.arange(8)] = 1.0
-        y = qm.qmatvec(raw, qtype, x)
+        y = qm.qmatvec(pack(raw, qtype), x)
         np.testing.assert_allclose(y, w[:, start:start + 8].T, rtol=1e-6, atol=0)
 
 
@@ -80,22 +84,35 @@ def test_a_vector_gives_a_vector_and_out_is_written():
     raw = _blocks(Q.Q4_1, 20, 64, rng)
     w = gguf.quants.dequantize(raw, Q.Q4_1).astype(np.float32)
     x = rng.standard_normal(64).astype(np.float32)
-    y = qm.qmatvec(raw, Q.Q4_1, x)
+    y = qm.qmatvec(pack(raw, Q.Q4_1), x)
     assert y.shape == (20,)
     _check(y[None], x[None], w)
     out = np.full((1, 20), np.nan, np.float32)
-    assert qm.qmatvec(raw, Q.Q4_1, x[None], out=out) is out
+    assert qm.qmatvec(pack(raw, Q.Q4_1), x[None], out=out) is out
     np.testing.assert_array_equal(out[0], y)
 
 
 def test_wrong_shapes_and_types_are_refused():
     raw = np.zeros((4, 40), np.uint8)  # 2 Q4_1 blocks a row: 64 inputs
-    with pytest.raises(ValueError, match="Q4_1 blocks"):
-        qm.qmatvec(raw, Q.Q4_1, np.zeros((1, 96), np.float32))
-    with pytest.raises(ValueError, match="no quantised kernel for F16"):
-        qm.qmatvec(raw, Q.F16, np.zeros((1, 20), np.float32))
+    with pytest.raises(ValueError, match="does not match a Q4_1 matrix of 64 inputs"):
+        qm.qmatvec(pack(raw, Q.Q4_1), np.zeros((1, 96), np.float32))
+    with pytest.raises(ValueError, match="no kernel layout for F16"):
+        pack(raw, Q.F16)
+    with pytest.raises(ValueError, match="not rows of 20-byte blocks"):
+        pack(np.zeros((4, 30), np.uint8), Q.Q4_1)
     assert not qm.has_kernel(Q.F32) and not qm.has_kernel(Q.IQ4_NL)
     assert all(qm.has_kernel(q) for q in SIMPLE + K_QUANTS)
+
+
+@pytest.mark.parametrize("qtype", SIMPLE + K_QUANTS, ids=lambda q: q.name)
+def test_packed_layout_holds_the_files_values_bit_for_bit(qtype):
+    """The packed integers, scales and offsets give back gguf.quants' own float32 values exactly
+    (the same products in the same order), rows past a group of 16 included."""
+    rng = np.random.default_rng(int(qtype) + 100)
+    n_in = 512 if qtype in K_QUANTS else 96
+    raw = _blocks(qtype, 21, n_in, rng)
+    want = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    np.testing.assert_array_equal(dequantized(pack(raw, qtype)), want)
 
 
 def test_warm_compiles_every_kernel_once():
@@ -136,4 +153,4 @@ def test_smollm2_tensors_match_dequantised_matmul(name):
     rng = np.random.default_rng(len(name))
     for m in (1, 3, 8):
         x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
-        _check(qm.qmatvec(raw, t.tensor_type, x), x, w)
+        _check(qm.qmatvec(pack(raw, t.tensor_type), x), x, w)

@@ -11,6 +11,7 @@ from attnviz.engine.analysing.predict import prediction_trace
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.reading.gguf_write import write_gguf
 from tests.tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 REFERENCE = FIXTURES / "quantize" / "smollm2_q8_0.npz"
 
@@ -30,7 +31,7 @@ def test_smollm2_q8_0_matches_transformers_reading_the_same_file(tmp_path, smoll
     ids = reference["ids"]
     assert model.run(str(reference["text"])).input_ids.tolist() == ids.tolist()
     trace = prediction_trace()
-    result = model.run(ids=ids, trace=trace, use_cache=False)
+    result = model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     np.testing.assert_allclose(result.attentions, reference["attn"], atol=1e-4, rtol=0)
     logprobs = log_softmax(model.lm_head().logits(trace.resid[-1]))  # [T, vocab]
     np.testing.assert_allclose(np.take_along_axis(logprobs, reference["lp_ids"], axis=-1),

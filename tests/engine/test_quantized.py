@@ -16,6 +16,7 @@ from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.quantize import QUANT_TYPES, quant_type, quantize_rows, round_trip
 from tests.gguf_files import family_gguf, gguf_tensors, write_gguf
 from tests.tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 Q = gguf.GGMLQuantizationType
 FAMILIES = sorted(p.parent.name for p in FIXTURES.glob("*/config.json"))
@@ -92,17 +93,17 @@ def test_gpt2_conv1d_is_quantized_along_its_input_and_position_embeddings_stay()
 def test_every_family_quantizes_and_runs(family):
     model = load_model(FIXTURES / family)
     ids = IDS[IDS < model.config.vocab_size]
-    want = model.run(ids=ids, use_cache=False).attentions
+    want = model.run(ids=ids, request=RunRequest(use_cache=False)).attentions
     for qtype in ("Q4_0", "BF16"):
         q = quantized_model(model, qtype)
-        got = q.run(ids=ids, use_cache=False).attentions
+        got = q.run(ids=ids, request=RunRequest(use_cache=False)).attentions
         assert got.shape == want.shape and np.isfinite(got).all()
         if qtype == "BF16" and family == "llama_bf16":  # BF16 values: nothing to round
             np.testing.assert_array_equal(got, want)
         else:
             assert not np.array_equal(got, want)  # the weights did change
         np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-5)
-    f16 = quantized_model(model, "F16").run(ids=ids, use_cache=False).attentions
+    f16 = quantized_model(model, "F16").run(ids=ids, request=RunRequest(use_cache=False)).attentions
     np.testing.assert_allclose(f16, want, atol=0.02)
 
 
@@ -130,7 +131,7 @@ def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2):
     q8 = quantized_model(smollm2, "Q8_0")
     assert q8.notice is None  # every row of SmolLM2 fits 32-value blocks
     text = "The cat sat on the mat, and the dog sat on the rug."
-    want = smollm2.run(text, use_cache=False).attentions
+    want = smollm2.run(text, request=RunRequest(use_cache=False)).attentions
     got = q8.run(text).attentions
     assert np.abs(got - want).mean() < 1e-3 and np.abs(got - want).max() < 0.1
     reader = gguf.GGUFReader(smollm2.path)
@@ -143,7 +144,7 @@ def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2):
 
 def test_a_quantized_model_keeps_to_the_memory_budget(smollm2):
     text = "Anna met Bob, and then Anna"
-    full = quantized_model(smollm2, "Q4_0").run(text, use_cache=False).attentions
+    full = quantized_model(smollm2, "Q4_0").run(text, request=RunRequest(use_cache=False)).attentions
     one = max(smollm2.weights.layers.sizes)
     B.set_memory_budget(3 * one)
     try:
@@ -151,8 +152,8 @@ def test_a_quantized_model_keeps_to_the_memory_budget(smollm2):
     finally:
         B.set_memory_budget(None)
     assert small.weights.layers.kept == 2
-    np.testing.assert_array_equal(small.run(text, use_cache=False).attentions, full)
-    np.testing.assert_array_equal(small.run(text, use_cache=False).attentions, full)  # re-expanded
+    np.testing.assert_array_equal(small.run(text, request=RunRequest(use_cache=False)).attentions, full)
+    np.testing.assert_array_equal(small.run(text, request=RunRequest(use_cache=False)).attentions, full)  # re-expanded
 
 
 def test_a_source_that_no_longer_opens_is_a_load_error(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from attnviz.engine import InputError, load_model
 from attnviz.engine.computing import model as model_module
 from tiny import FIXTURES, tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 ATOL = 1e-5
 
@@ -41,7 +42,7 @@ def test_every_family_packed_equals_each_text_run_alone(model, monkeypatch):
     for text, got in zip(texts, many):
         if text == typed([V + 5]):
             continue
-        want = model.run(text, use_cache=False)
+        want = model.run(text, request=RunRequest(use_cache=False))
         assert got.attentions.shape == want.attentions.shape
         np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)
         np.testing.assert_array_equal(got.input_ids, want.input_ids)
@@ -51,7 +52,7 @@ def test_texts_are_truncated_and_labelled_as_run_does_it(minilm):
     texts = ["The keys to the cabinet are on the table.", "word " * 80, "", "Hello there."]
     many = minilm.run_many(texts, truncate=True, max_tokens=32)
     for text, got in zip(texts, many):
-        want = minilm.run(text, truncate=True, max_tokens=32, use_cache=False)
+        want = minilm.run(text, request=RunRequest(truncate=True, max_tokens=32, use_cache=False))
         assert (got.labels, got.tokens, got.offsets, got.truncated, got.n_tokens_full) == \
             (want.labels, want.tokens, want.offsets, want.truncated, want.n_tokens_full)
         np.testing.assert_allclose(got.attentions, want.attentions, atol=ATOL)

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from attnviz.engine.analysing import heads, probes
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 REF = FIXTURES / "smollm2"
 
@@ -98,7 +99,7 @@ def test_kv_cache_bytes_equal_the_calculator(smollm2):
     calc = calculate(calc_inputs_from_config(smollm2.config, seq_len=T, kv_dtype="fp32"))
     c = smollm2.config
     assert second.cache_bytes == calc.kv_bytes_sequence == T * c.n_layer * c.n_kv_head * c.d_head * 2 * 4
-    fresh = smollm2.run(text + " Mary", use_cache=False)
+    fresh = smollm2.run(text + " Mary", request=RunRequest(use_cache=False))
     np.testing.assert_allclose(second.attentions, fresh.attentions, atol=1e-5, rtol=0)
 
 
@@ -123,6 +124,6 @@ def test_typing_a_word_computes_one_row_a_key(smollm2):
     rows = [smollm2.run(text[:i]).cache_computed for i in range(1, len(text) + 1)]
     assert max(rows[1:]) == 1
     got = smollm2.run(text[:-1] + "e")
-    want = smollm2.run(text[:-1] + "e", use_cache=False)
+    want = smollm2.run(text[:-1] + "e", request=RunRequest(use_cache=False))
     assert got.cache_computed <= 1
     np.testing.assert_allclose(got.attentions, want.attentions, atol=1e-5)

@@ -11,6 +11,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.computing.families import forward, layer_consts, mlp
 from attnviz.engine.computing.trace import Knockout, ReplaceHead, Trace
 from tiny import FIXTURES, tiny_llama
+from attnviz.engine.computing.request import RunRequest
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], dtype=np.int64)
 
@@ -59,7 +60,7 @@ def test_the_kv_cache_gives_the_same_records_as_a_fresh_run(models):
     ask = dict(z=True, resid=True, inputs=True)
     model.run(ids=IDS[:7], trace=Trace(**ask))
     cached = model.run(ids=IDS, trace=Trace(**ask))
-    fresh = model.run(ids=IDS, use_cache=False, trace=Trace(**ask))
+    fresh = model.run(ids=IDS, trace=Trace(**ask), request=RunRequest(use_cache=False))
     assert cached.cache_reused == 7
     for name in ("z", "resid", "inputs"):
         for a, b in zip(getattr(cached.trace, name), getattr(fresh.trace, name)):
@@ -75,7 +76,7 @@ def test_the_kv_cache_gives_the_same_records_as_a_fresh_run(models):
     assert model.run(ids=other).cache_reused == len(IDS) - 1
     again = model.run(ids=other, trace=Trace(z=True))
     assert again.cache_reused == len(IDS) - 1
-    want = model.run(ids=other, use_cache=False, trace=Trace(z=True))
+    want = model.run(ids=other, trace=Trace(z=True), request=RunRequest(use_cache=False))
     for a, b in zip(again.trace.z, want.trace.z):
         np.testing.assert_allclose(a, b, atol=1e-5)
     model.clear_cache()
@@ -135,15 +136,15 @@ def test_a_run_resumed_from_a_layer_equals_the_whole_edited_run(models, name):
 
 @pytest.mark.parametrize("name", ["gpt2", "llama_gqa"])
 def test_a_run_of_the_first_layers_equals_those_layers_of_the_whole_run(models, name):
-    """Model.run(layers=n): the first n layers' patterns, inputs and value norms as the whole run
+    """RunRequest(layers=n): the first n layers' patterns, inputs and value norms as the whole run
     has them, nothing after; the KV cache is neither read nor changed; n outside 1..n_layer is
     refused."""
     model = models[name]
     n_layer = model.config.n_layer
     ids = IDS.tolist()
-    whole = model.run(ids=ids, inputs=True, values=True, use_cache=False)
+    whole = model.run(ids=ids, request=RunRequest(inputs=True, values=True, use_cache=False))
     for n in range(1, n_layer + 1):
-        part = model.run(ids=ids, inputs=True, values=True, layers=n)
+        part = model.run(ids=ids, request=RunRequest(inputs=True, values=True, layers=n))
         assert part.attentions.shape == (n,) + whole.attentions.shape[1:]
         np.testing.assert_array_equal(part.attentions, whole.attentions[:n])
         np.testing.assert_array_equal(part.value_norms, whole.value_norms[:n])
@@ -153,10 +154,10 @@ def test_a_run_of_the_first_layers_equals_those_layers_of_the_whole_run(models, 
         assert part.cache_reused == 0
     if model.config.causal:
         model.run(ids=ids)  # fills the cache
-        model.run(ids=ids[:-1], layers=1)
+        model.run(ids=ids[:-1], request=RunRequest(layers=1))
         assert model.run(ids=ids).cache_reused == len(ids)  # the early-ending run left it alone
     for bad in (0, n_layer + 1):
         with pytest.raises(InputError, match=f"layers must be 1..{n_layer}"):
-            model.run(ids=ids, layers=bad)
+            model.run(ids=ids, request=RunRequest(layers=bad))
     with pytest.raises(ValueError, match="must start before it"):
         Trace(end=0)

@@ -10,6 +10,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.computing.patterns import value_weighted
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 
 def _naive(model, ids):
@@ -35,7 +36,7 @@ def _naive(model, ids):
 def test_value_norms_and_shares_equal_a_naive_loop(name):
     model = load_model(FIXTURES / name)
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
-    r = model.run(ids=ids, values=True)
+    r = model.run(ids=ids, request=RunRequest(values=True))
     att, norms, share = _naive(model, ids)
     np.testing.assert_allclose(r.value_norms, norms, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(r.head_share, share, rtol=1e-4, atol=1e-6)
@@ -45,10 +46,11 @@ def test_value_norms_and_shares_equal_a_naive_loop(name):
 
 def test_cached_run_gives_the_same_norms_as_a_fresh_one():
     model = load_model(FIXTURES / "llama_gqa")
-    model.run(ids=[3, 1, 4, 1, 5], values=True)
-    cached = model.run(ids=[3, 1, 4, 1, 5, 9, 2], values=True)
+    model.run(ids=[3, 1, 4, 1, 5], request=RunRequest(values=True))
+    cached = model.run(ids=[3, 1, 4, 1, 5, 9, 2], request=RunRequest(values=True))
     assert cached.cache_reused == 5
-    fresh = load_model(FIXTURES / "llama_gqa").run(ids=[3, 1, 4, 1, 5, 9, 2], values=True)
+    fresh = load_model(FIXTURES / "llama_gqa").run(ids=[3, 1, 4, 1, 5, 9, 2],
+                                                   request=RunRequest(values=True))
     np.testing.assert_allclose(cached.value_norms, fresh.value_norms, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(cached.head_share, fresh.head_share, rtol=1e-4, atol=1e-6)
 
@@ -68,7 +70,8 @@ def test_the_two_ways_to_a_heads_share_agree(minilm):
     from attnviz.engine.analysing.anatomy import layer_anatomy
     from attnviz.engine.computing.layers import head_output_share_of_heads
 
-    r = minilm.run("The keys to the cabinet are on the table.", values=True, inputs=True)
+    r = minilm.run("The keys to the cabinet are on the table.",
+                   request=RunRequest(values=True, inputs=True))
     for layer in (0, 5):
         an = layer_anatomy(minilm.config, minilm.weights, r.layer_inputs[layer], layer, r.attentions[layer])
         np.testing.assert_allclose(head_output_share_of_heads(an.head_out, an.w_o), r.head_share[layer],

@@ -13,13 +13,14 @@ import pytest  # noqa: E402
 
 from attnviz.engine.computing.patterns import drop_first_key, value_weighted  # noqa: E402
 from attnviz.figures.data import ExportError, csv_text, json_text, make_view, open_sidecar  # noqa: E402
+from attnviz.engine.computing.request import RunRequest
 
 SENTENCE = "The keys to the cabinet are on the table."
 
 
 @pytest.fixture(scope="module")
 def run(minilm):
-    return minilm.run(SENTENCE, values=True)
+    return minilm.run(SENTENCE, request=RunRequest(values=True))
 
 
 def test_the_view_holds_the_weighted_patterns_and_says_so(run):

@@ -14,6 +14,7 @@ from attnviz.engine.errors import Cancelled
 from attnviz.figures import overview as ov
 from attnviz.figures.view import Shown
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 
 @pytest.fixture(scope="module", params=["llama_gqa", "mistral_window"])
@@ -22,7 +23,7 @@ def run(request):
     with no options)."""
     model = load_model(FIXTURES / request.param)
     ids = np.random.default_rng(3).integers(0, 12, min(37, model.config.max_positions))
-    dense = model.run(ids=ids, use_cache=False).attentions
+    dense = model.run(ids=ids, request=RunRequest(use_cache=False)).attentions
     return dense, Shown(run_long(model, ids=ids, row_block=4))
 
 

@@ -16,6 +16,7 @@ from attnviz.figures import overview as ov
 from attnviz.figures import view
 from attnviz.figures.view import Shown, cell_edges
 from tiny import FIXTURES
+from attnviz.engine.computing.request import RunRequest
 
 # Two BLAS calls over different rows, keys or heads round a score differently (1 ulp of a score
 # near 15 is 1e-6, and exp keeps it as a relative error): the long run's rows and the dense ones
@@ -37,7 +38,7 @@ def runs(request):
     ids = np.random.default_rng(3).integers(0, 12, min(37, model.config.max_positions))
     long = run_long(model, ids=ids, row_block=4)
     same = SimpleNamespace(attentions=long.patterns.dense(), value_norms=long.result.value_norms)
-    return long, same, model.run(ids=ids, use_cache=False, values=True)
+    return long, same, model.run(ids=ids, request=RunRequest(use_cache=False, values=True))
 
 
 def dense_shown(att, norms, hide_first, weighted):  # [.., T, T] -> [.., T, T], token coordinates

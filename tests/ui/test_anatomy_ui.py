@@ -14,6 +14,7 @@ from attnviz.figures.style import heat_index, heat_table
 from attnviz.figures.write import export_view
 from attnviz.ui.app import create_window
 from windows import widget
+from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
 TEXT = "The keys to the cabinet are on the table."
@@ -109,7 +110,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
     assert not st.value_weighted and not widget(window, "value_check").isChecked()  # off by default
     widget(window, "value_check").setChecked(True)
     qtbot.waitUntil(lambda: st.result.value_norms is not None, timeout=WAIT)
-    r = minilm.run(TEXT, values=True)
+    r = minilm.run(TEXT, request=RunRequest(values=True))
     a, n = r.attentions.astype(np.float64), r.value_norms.astype(np.float64)
     direct = a * n[:, :, None, :]
     direct /= direct.sum(-1, keepdims=True)
@@ -124,7 +125,7 @@ def test_value_weighted_grid_equals_a_direct_computation(window, qtbot, minilm):
 
 
 def test_the_anatomy_shares_equal_the_engines(minilm):
-    r = minilm.run(TEXT, values=True, inputs=True)
+    r = minilm.run(TEXT, request=RunRequest(values=True, inputs=True))
     for layer in range(minilm.config.n_layer):
         view = fig.make_anatomy_view(minilm, r, layer, 0)
         np.testing.assert_allclose(view.share, r.head_share[layer], rtol=1e-4, atol=1e-6)
@@ -137,7 +138,7 @@ def _png(path):
 
 
 def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
-    r = minilm.run(TEXT, inputs=True)
+    r = minilm.run(TEXT, request=RunRequest(inputs=True))
     view = fig.make_anatomy_view(minilm, r, 3, 5)
     written = export_view(view, tmp_path / "a.png", width=1280)
     img = _png(written[0])
@@ -175,7 +176,7 @@ def test_png_and_svg_export_draw_the_real_weights(qapp, minilm, tmp_path):
 
 def test_last_layer_output_is_computed_not_missing(qapp, smollm2):
     r = smollm2.run("Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine.",
-                    inputs=True)
+                    request=RunRequest(inputs=True))
     last = smollm2.config.n_layer - 1
     view = fig.make_anatomy_view(smollm2, r, last, 4)
     assert any("last layer" in n for n in view.notes)
@@ -259,13 +260,13 @@ def test_new_weights_under_the_same_name_are_coloured_afresh(qtbot, tmp_path):
         return panel.canvas
 
     shown = canvas()
-    shown.set_view(fig.make_anatomy_view(a, a.run(ids=ids, inputs=True), 0, 1))
+    shown.set_view(fig.make_anatomy_view(a, a.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
     before = shown.grab().toImage()
-    view_b = fig.make_anatomy_view(b, b.run(ids=ids, inputs=True), 0, 1, previous=shown.view)
+    view_b = fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1, previous=shown.view)
     assert view_b.weights is b.weights  # not the previous view's numbers
     shown.set_view(view_b)
     fresh = canvas()  # b's view on a canvas that never drew a
-    fresh.set_view(fig.make_anatomy_view(b, b.run(ids=ids, inputs=True), 0, 1))
+    fresh.set_view(fig.make_anatomy_view(b, b.run(ids=ids, request=RunRequest(inputs=True)), 0, 1))
     after = shown.grab().toImage()
     assert after == fresh.grab().toImage() and after != before
 

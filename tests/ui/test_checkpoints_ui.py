@@ -15,6 +15,7 @@ from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
 from attnviz.ui.app import create_window
 from windows import scores_settled
+from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
 # the window's "Repeated random sequence" sample: in its second half an induction head attends to
@@ -68,7 +69,7 @@ def test_the_slider_moves_every_heatmap_through_training(window, qtbot):
     final = st.result.attentions.copy()
     go_to(qtbot, window, 0)
     assert st.checkpoint == 0 and window.training_panel.marker.value() == 0
-    expect = st.checkpoints.model(0).run(REPEATED, use_cache=False).attentions
+    expect = st.checkpoints.model(0).run(REPEATED, request=RunRequest(use_cache=False)).attentions
     np.testing.assert_allclose(st.result.attentions, expect, atol=1e-5)
     assert not np.allclose(st.result.attentions, final, atol=1e-3)
     tile = window.grid.img.image  # the grid repainted with the new step's patterns

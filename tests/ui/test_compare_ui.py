@@ -25,6 +25,7 @@ from attnviz.ui.app import create_window
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from windows import hover
+from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the cat"
@@ -82,8 +83,8 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
     jobs.set_mode("A-B")
     qtbot.waitUntil(lambda: panel.tile_rects != [], timeout=WAIT)
     image = panel.tiles.grab().toImage()
-    d = a.run(ids=c.result.input_ids, use_cache=False).attentions[1] - \
-        b.run(ids=c.result.input_ids, use_cache=False).attentions[1]
+    d = a.run(ids=c.result.input_ids, request=RunRequest(use_cache=False)).attentions[1] - \
+        b.run(ids=c.result.input_ids, request=RunRequest(use_cache=False)).attentions[1]
     lim = F.signed_limit(d)
     dpr = image.devicePixelRatio()
     checked = 0

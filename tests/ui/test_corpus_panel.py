@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from windows import WAIT
+from attnviz.engine.computing.request import RunRequest
 
 TEXTS = ["the keys to the cabinet are on the table .",
          "a cat sat on the mat and a cat sat on the mat .",
@@ -173,7 +174,7 @@ def test_a_scan_of_other_weights_under_the_loaded_models_name_is_another_model(w
     assert "other files under the name all-MiniLM-L6-v2" in note and scan.model_sha256[:12] in note
     e = panel.scan.examples[(0, 1)][0]
     # the loaded model's own pattern at that cell is not what the scan stored
-    live = st.model.run(TEXTS[e.text_id], use_cache=False).attentions[0, 1, e.query_pos, e.key_pos]
+    live = st.model.run(TEXTS[e.text_id], request=RunRequest(use_cache=False)).attentions[0, 1, e.query_pos, e.key_pos]
     assert abs(float(live) - e.weight) > 1e-3
     focus, text = st.focus, st.text
     panel.pick_head(0, 1)

@@ -21,6 +21,7 @@ from attnviz.engine.computing.trace import Trace
 from held_run import HeldRun
 from tiny import FIXTURES
 from windows import WAIT, open_window
+from attnviz.engine.computing.request import RunRequest
 
 CASE = json.loads((FIXTURES / "smollm2" / "generate.json").read_text())["cases"][1]  # ends at <|im_end|>
 PER_TOKEN = 30 * 3 * 64 * 2 * 4  # SmolLM2's K and V bytes per token, float32: 46,080
@@ -46,7 +47,7 @@ def binary(n: int) -> str:  # these byte counts in the panel's units: whole KiB,
 
 
 def recompute(model, ids):  # -> (probabilities [vocab], patterns [n_layer, n_head, T, T]), no cache
-    r = model.run(ids=np.asarray(ids), use_cache=False, trace=Trace(resid=True))
+    r = model.run(ids=np.asarray(ids), trace=Trace(resid=True), request=RunRequest(use_cache=False))
     return np.exp(log_softmax(model.lm_head().logits(r.trace.resid[-1][-1:])[0])), r.attentions
 
 

@@ -11,6 +11,7 @@ from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.ui.panels.roles_views import COLUMNS
 from windows import PARAGRAPH, PROMPT, WAIT, open_window, scores_settled, widget
+from attnviz.engine.computing.request import RunRequest
 
 LONG = PARAGRAPH * 4
 
@@ -90,7 +91,7 @@ def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2):
     w, st, panel = win, win.state, win.roles_panel
     show_long(qtbot, w, LONG)
     wait_scored(qtbot, w)
-    full = smollm2.run(LONG, use_cache=False)  # [n_layer, n_head, T, T]
+    full = smollm2.run(LONG, request=RunRequest(use_cache=False))  # [n_layer, n_head, T, T]
     assert full.n_tokens == st.long.T > 100
     unknown = H.unknown_token_ids(smollm2)
     check_shown(w, H.score_result(full, unknown_ids=unknown), st.head_scores)
@@ -110,7 +111,7 @@ def test_head_roles_of_a_long_text_are_its_dense_scores(win, qtbot, smollm2):
         w.set_text(longer)
     assert not panel.score_table.table.isEnabled() or st.scores_result is st.text_result
     wait_scored(qtbot, w, (True, True))
-    full2 = smollm2.run(longer, use_cache=False)
+    full2 = smollm2.run(longer, request=RunRequest(use_cache=False))
     assert full2.n_tokens == st.long.T > full.n_tokens
     check_shown(w, H.score_result(full2, exclude_bos=True, exclude_current_token=True,
                                   unknown_ids=unknown), st.head_scores)
@@ -139,7 +140,7 @@ def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smo
     T = len(labels)
     qtbot.waitUntil(lambda: find.find_from.count() == T, timeout=WAIT)  # the long text's tokens
     assert [find.find_to.itemText(i) for i in range(T)] == [f"{lab}@{i}" for i, lab in enumerate(labels)]
-    full = smollm2.run(LONG, use_cache=False)
+    full = smollm2.run(LONG, request=RunRequest(use_cache=False))
     cfg = smollm2.config
     for q, k in [(T - 1, 0), (T // 2 + 7, T // 2 - 30), (60, 59)]:
         hits = find.set_find(f"{labels[q]}@{q}", f"@{k}")

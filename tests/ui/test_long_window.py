@@ -21,6 +21,7 @@ from attnviz.figures.overview import colour_index, tops
 from attnviz.ui.views.long_panes import colour_table
 from attnviz.ui.machinery.long_jobs import new_text
 from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window, widget
+from attnviz.engine.computing.request import RunRequest
 
 LONG = PARAGRAPH * 8
 
@@ -54,7 +55,7 @@ def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, s
     assert f"{step.kv_bytes:,} bytes" in panel.kv_label.text() and "calculator" in panel.kv_label.text()
     assert all(t in panel.top_label.text() for t in step.top_tokens[:3])
     # the row the step's token was chosen from, in every head of the layer: a full recompute's last row
-    full = smollm2.run(ids=want.prompt_ids + want.new_ids[:1], use_cache=False).attentions
+    full = smollm2.run(ids=want.prompt_ids + want.new_ids[:1], request=RunRequest(use_cache=False)).attentions
     for layer in (0, 17):
         w.state.set_layer(layer)
         np.testing.assert_allclose(panel.rows_view.rows, full[layer, :, -1], atol=1e-5, rtol=0)
@@ -123,7 +124,7 @@ def test_a_long_text_zooms_from_block_maxima_to_the_exact_weights(win, qtbot, sm
     qtbot.waitUntil(ready, timeout=WAIT)
     view = widget(w, "long_view")
     assert w.grid_stack.currentWidget() is view and w.state.result is None
-    dense_run = smollm2.run(LONG, use_cache=False)
+    dense_run = smollm2.run(LONG, request=RunRequest(use_cache=False))
     dense = dense_run.attentions  # [n_layer, n_head, T, T]
     T = lg.T
     # the token strip shows the long text's tokens (it said "no tokens" while the long view showed)
@@ -196,7 +197,7 @@ def test_typing_at_the_end_of_a_long_text_runs_only_its_new_tokens(win, qtbot, s
     qtbot.waitUntil(lambda: lg.run is not None and lg.run.result.text == LONG + "The end", timeout=WAIT)
     run = lg.run
     assert 0 < run.result.cache_reused < run.patterns.T and run.result.cache_reused >= first.patterns.T - 2
-    dense = smollm2.run(LONG + "The end", use_cache=False).attentions
+    dense = smollm2.run(LONG + "The end", request=RunRequest(use_cache=False)).attentions
     for layer in (0, 29):
         np.testing.assert_allclose(run.patterns.rows(layer, 0, run.patterns.T), dense[layer], atol=1e-5, rtol=0)
 
@@ -231,7 +232,7 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
     w.state.set_layer(5)
     w.set_text(LONG)
     boxes = {"hide": w.controls.hide_first_check, "weighted": w.controls.value_check}
-    full = smollm2.run(LONG, use_cache=False, values=True)  # [n_layer, n_head, T, T], value norms
+    full = smollm2.run(LONG, request=RunRequest(use_cache=False, values=True))  # [n_layer, n_head, T, T], value norms
 
     def shows(options):
         return lambda: (lg.run is not None and lg.pane is not None and lg.tiles is not None

@@ -11,6 +11,7 @@ from PySide6.QtCore import Qt
 
 from test_ui_window import view_to_widget
 from windows import WAIT, drain_events, hover_plot, open_window, wait_for_text, widget
+from attnviz.engine.computing.request import RunRequest
 
 TEXT = "The keys to the cabinet are on the"
 
@@ -58,7 +59,7 @@ def test_there_is_no_read_out_nor_the_last_texts_badge_over_a_preview(smollm2_wi
     badged = g.titles()
     assert any(len(t.split("  ")) > 1 for t in badged)  # "L0 H5  self": the typed text's badges
     text = TEXT + " table"
-    partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the next text
+    partial = st.model.run(text, request=RunRequest(layers=1, use_cache=False))  # layer 0 of the next text
     st.set_preview(partial)
     assert g.drawn is partial
     assert g.titles() == [f"L0 H{h}" for h in range(9)]
@@ -101,7 +102,8 @@ def test_no_preview_where_the_other_layers_could_change_the_picture(smollm2_wind
         wait_for_text(qtbot, w, text)
         w.worker.wait_idle()
         assert seen == [], change
-        st.set_preview(st.model.run(text, layers=st.n_layer - 1, use_cache=False))
+        st.set_preview(st.model.run(text,
+                                    request=RunRequest(layers=st.n_layer - 1, use_cache=False)))
         assert w.grid.drawn is st.result, change  # a preview given all the same is not painted
         st.set_preview(None)
         seen.clear()
@@ -146,7 +148,7 @@ def test_the_token_strip_status_and_focused_head_show_the_previews_text(smollm2_
     hover_plot(qtbot, focus.vb, focus.gw, 1.5, 2.5)
     assert focus.hover_text.startswith("L0 H3")  # the last text's read-out, before the preview
     text = TEXT + " kitchen table, next to the old radio that still works."
-    partial = st.model.run(text, layers=1, use_cache=False)  # layer 0 of the pasted text
+    partial = st.model.run(text, request=RunRequest(layers=1, use_cache=False))  # layer 0 of the pasted text
     st.set_preview(partial)
     T = len(partial.tokens)
     assert len(partial.tokens) > len(before) + 5
@@ -178,7 +180,7 @@ def test_the_status_bar_names_the_one_layer_left(smollm2_window, qtbot):
     st = w.state
     st.set_layer(28)  # SmolLM2's last layer is 29: one layer comes after the preview
     w.worker.wait_idle()
-    partial = st.model.run(TEXT + " table", layers=29, use_cache=False)
+    partial = st.model.run(TEXT + " table", request=RunRequest(layers=29, use_cache=False))
     st.set_preview(partial)
     assert w.grid.drawn is partial
     assert widget(w, "time_label").text() == "computing layer 29\u2026"
@@ -193,13 +195,13 @@ def test_the_focused_head_is_not_drawn_again_when_its_preview_is_followed_by_the
     st.set_focus(0, 3)
     w.worker.wait_idle()
     text = TEXT + " table"
-    partial = st.model.run(text, layers=1, use_cache=False)
+    partial = st.model.run(text, request=RunRequest(layers=1, use_cache=False))
     st.set_preview(partial)
     assert f" · {len(partial.tokens)} tokens · " in focus.title.text()
     drawn = []
     real = focus.img.setImage
     monkeypatch.setattr(focus.img, "setImage", lambda *a, **kw: (drawn.append(a), real(*a, **kw)))
-    result = st.model.run(text, use_cache=False)
+    result = st.model.run(text, request=RunRequest(use_cache=False))
     st.set_result(result)
     assert drawn == [] and focus.title.text().startswith("<b>L0 H3</b>")
     np.testing.assert_array_equal(focus.img.image, result.attentions[0, 3])

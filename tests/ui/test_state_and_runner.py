@@ -2,6 +2,7 @@
 source of truth, and Worker, the one latest-wins job runner."""
 
 import contextlib
+import dataclasses
 import threading
 
 import numpy as np
@@ -157,8 +158,8 @@ def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
     asked = {}  # text -> answers its stop() gave, one per layer reached
     real_run = book.run
 
-    def run(text, **k):
-        stop = k.pop("stop")
+    def run(text, *, request, **k):
+        stop = request.stop
 
         def gated():  # the first text waits before its layer 1 until the newer text is asked for
             if text == "the cat" and len(asked.setdefault(text, [])) == 1:
@@ -167,7 +168,7 @@ def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
             answer = stop()
             asked.setdefault(text, []).append(answer)
             return answer
-        return real_run(text, stop=gated, **k)
+        return real_run(text, request=dataclasses.replace(request, stop=gated), **k)
     with run_replaced(book, run):
         st.set_text("the cat")
         w.request_compute(immediate=True)

@@ -8,6 +8,7 @@ import gc
 from attnviz.engine.computing.patterns import head_title
 
 from windows import WAIT
+from attnviz.engine.computing.request import RunRequest
 
 
 def _fresh(st):
@@ -39,7 +40,7 @@ def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, mi
     qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)  # scores of this model have been timed
     assert worker.scores_at_once(st.result)
     # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
-    long = minilm.run("the cat sat on the mat " * 80, truncate=True)
+    long = minilm.run("the cat sat on the mat " * 80, request=RunRequest(truncate=True))
     assert long.n_tokens > 30 * st.result.n_tokens
     assert not worker.scores_at_once(long)
 
@@ -126,36 +127,56 @@ def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main  # the main thread's own
 
 
-def test_a_lone_surrogate_is_counted_as_the_run_reads_it(window, monkeypatch):
-    """wants_long counts the text the run will tokenise (lone surrogates made U+FFFD, as
-    Model.run does): the raw text made the tokenizer raise TypeError on a model whose texts can
-    be long, instead of the run's notice."""
+def _count_encodes(monkeypatch, tokenizer) -> list:
+    """The texts `tokenizer.encode` is asked for from now on off the main thread, where the runs
+    are (a wrapper around the method; a panel's own labels on the main thread are not counted)."""
+    import threading
+
+    calls = []
+    encode = tokenizer.encode
+
+    def counted(text, *a, **k):
+        if threading.current_thread() is not threading.main_thread():
+            calls.append(text)
+        return encode(text, *a, **k)
+    monkeypatch.setattr(tokenizer, "encode", counted)
+    return calls
+
+
+def test_a_keystrokes_run_tokenises_its_text_once(window, qtbot, monkeypatch):
+    """A keystroke's run tokenises its text once (the engine decides there whether it is long),
+    for a dense text and for a text over the dense limit, which the long view shows."""
     from attnviz.engine.computing.longdoc import dense_bytes
 
-    jobs, model = window.worker.long_jobs, window.state.model
-    cfg, tok = model.config, model.tokenizer
-    calls = []
-    encode = tok.encode
-    monkeypatch.setattr(tok, "encode", lambda text, *a, **k: calls.append(text) or encode(text, *a, **k))
-    jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
-    assert jobs.wants_long(model, "The cat \ud83d sat") is False
-    assert calls == ["The cat \ufffd sat"]
-    assert jobs.wants_long(model, "The cat \ud83d sat " + "word " * 60) is True
+    st, model = window.state, window.state.model
+    cfg = model.config
+    calls = _count_encodes(monkeypatch, model.tokenizer)
+    short = "The keys to the cabinet."
+    with qtbot.waitSignal(st.sigResultChanged, timeout=WAIT,
+                          check_params_cb=lambda r: r is not None and r.text == short):
+        window.set_text(short)
+    assert calls.count(short) == 1
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    long_text = "The cat sat on the mat. " * 12
+    window.set_text(long_text)
+    qtbot.waitUntil(lambda: st.long.run is not None, timeout=WAIT)
+    assert st.result is None and st.long.run.patterns.T > 40
+    assert calls.count(long_text) == 1
 
 
-def test_a_keystrokes_run_counts_tokens_only_where_a_text_could_be_long(window, monkeypatch):
-    """wants_long (on every keystroke's run, before the forward pass) tokenises the text only where
-    the model takes a text whose patterns would pass the dense limit; MiniLM's longest (512
-    tokens) fits, so its runs tokenise once, in Model.run."""
+def test_a_lone_surrogate_in_a_long_text_is_read_as_the_run_reads_it(window, qtbot, monkeypatch):
+    """A text over the dense limit with a lone surrogate runs as a long text, its surrogate made
+    U+FFFD as in a dense run (the raw text once made the tokenizer raise TypeError), tokenised once."""
     from attnviz.engine.computing.longdoc import dense_bytes
 
-    jobs, model = window.worker.long_jobs, window.state.model
-    cfg, tok = model.config, model.tokenizer
-    calls = []
-    encode = tok.encode
-    monkeypatch.setattr(tok, "encode", lambda text, *a, **k: calls.append(text) or encode(text, *a, **k))
-    long_text = "word " * 600  # over 512 tokens
-    assert jobs.wants_long(model, long_text) is False and calls == []
-    jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # now over 40 tokens is long
-    assert jobs.wants_long(model, long_text) is True and calls == [long_text]
-    assert jobs.wants_long(model, "The keys to the cabinet.") is False and len(calls) == 2
+    st, model = window.state, window.state.model
+    cfg = model.config
+    calls = _count_encodes(monkeypatch, model.tokenizer)
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
+    text = "The cat \ud83d sat " + "word " * 60
+    window.set_text(text)
+    qtbot.waitUntil(lambda: st.long.run is not None, timeout=WAIT)
+    assert st.long.run.result.text == text.replace("\ud83d", "\ufffd")
+    assert calls.count(text.replace("\ud83d", "\ufffd")) == 1 and text not in calls
+
+

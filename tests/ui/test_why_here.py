@@ -18,6 +18,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.why import shown
 from attnviz.ui.views.grid_items import HIGHLIGHT
 from windows import WAIT, open_window, wait_for_text
+from attnviz.engine.computing.request import RunRequest
 
 TEXT = "Harry Potter met Hermione Granger. Later Harry Potter"
 ROW = re.compile(r"^(.*?)  ([+-]\d+\.\d+)  ([+-]\d+\.\d+)%$")
@@ -86,7 +87,7 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
     assert marker.isVisible() and marker.rect().getRect() == (k, q, 1, 1)
     # the engine on its own agrees
     trace = qk_trace()
-    st.model.run(ids=st.result.input_ids, truncate=True, trace=trace)
+    st.model.run(ids=st.result.input_ids, trace=trace, request=RunRequest(truncate=True))
     ref = qk_attribution(st.model, trace, layer, head, q, k)
     assert a.components == ref.components
     np.testing.assert_allclose(a.table, ref.table, rtol=1e-9, atol=1e-9)

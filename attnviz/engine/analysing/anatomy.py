@@ -6,7 +6,7 @@ loaded model's own weights and activations, and what it costs per head. Pure Num
     -> head outputs [n_head, T, d_head] -> concat [T, n_head d_head] -> W_O [n_head d_head, d_model]
     -> attention output [T, d_model]
 
-`x` is the layer's attention input as the forward pass computed it (`Model.run(inputs=True)`:
+`x` is the layer's attention input as the forward pass computed it (`RunRequest(inputs=True)`:
 after the input norm in a pre-LN model). Everything after it is recomputed here with the stages
 `families.self_attention` is made of (project_qkv, attend, head_outputs, attention_output), from the
 weights the engine uses (GGUF's Q/K rows already un-permuted), keeping what self_attention drops

@@ -30,8 +30,9 @@ from attnviz.engine.analysing.predict import (
     prediction_trace, vocab_token,
 )
 from attnviz.engine.computing.logits import vocab_logits
-from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.model import RunResult, token_text
 from attnviz.engine.computing.trace import Trace
+from attnviz.engine.computing.request import RunRequest
 
 TOP_K = 10
 
@@ -144,15 +145,22 @@ class WindowRun:
         return self.changed if self.changed is not None else self.clean
 
 
-def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool = False,
-               ablation: Ablation = CLEAN, truncate: bool = True, stop=None) -> WindowRun:
+WINDOW = RunRequest(truncate=True)  # the window's runs: a text over the limit is cut to it
+
+
+def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
+               ablation: Ablation = CLEAN) -> WindowRun:
     """Run `text` (or `ids`) keeping what prediction reads; under an active `ablation` the changed
     run too, from the first layer it changes, with the clean run's earlier layers reused. An
     ablation that does not apply to this text (an edge past its end) leaves the clean run shown,
-    with a note. `stop`: as Model.run's, asked before each layer of both runs."""
+    with a note. `request`: as Model.run's (its values, inputs and stop hold for both runs); a long
+    text it runs as request.long says comes back as that LongRun, with no ablation."""
     clean = prediction_trace()
     kw = {"ids": ids} if ids is not None else {"text": text}
-    result = model.run(**kw, truncate=truncate, values=values, inputs=inputs, trace=clean, stop=stop)
+    result = model.run(**kw, request=request, trace=clean)
+    if not isinstance(result, RunResult):  # a long text's run (request.long): no trace to edit
+        return result
+    values, inputs = request.values, request.inputs
     if not ablation.active:
         return WindowRun(result, clean, None, ablation)
     try:
@@ -161,7 +169,7 @@ def window_run(model, text: str, *, ids=None, values: bool = False, inputs: bool
         return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}")
     changed = Trace(z=True, resid=True, values=values, inputs=inputs, edits=edits,
                     start=first_layer(edits), base=clean)
-    changed.stop = stop
+    changed.stop = request.stop
     forward(model.config, model.weights, clean.ids, changed)
     check_finite(model.name, changed.attentions)
     norms = share = None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.request import RunRequest
 
 SCORE_MIN = 0.1
 ACCURACY_MIN = 0.75
@@ -329,4 +330,5 @@ def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
 def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
     """Run the probe through the model: (RunResult, note)."""
     ids, note = probe_ids(model, n=n, seed=seed)
-    return model.run(ids=ids, use_cache=False), note  # leaves the typed sentence's KV cache alone
+    # (use_cache=False leaves the typed sentence's KV cache alone)
+    return model.run(ids=ids, request=RunRequest(use_cache=False)), note

@@ -23,7 +23,7 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attend_in_blocks, attention_scores, causal_mask, group_size,
+    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size,
     layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine import parallel
@@ -41,6 +41,16 @@ def output_projection(layers, i: int):
     if output is not None:
         return output(i)
     return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
+
+
+def dense_attention(q, k, v, c: Consts, cache=NOTHING):
+    """q [n_head, n, d_head], k and v [n_kv_head, T, d_head] -> z [n_head, n, d_head]: each head's
+    pattern [n_head, n, T] (edited and recorded by the cache), then its weighted values. The one
+    attention of self_attention unless its caller chose another strategy (Consts.attention:
+    segment_attention for packed texts and copies, longdoc.block_attention for a long text's rows)."""
+    pattern = attend(q, k, c, cache)  # [n_head, n, T]
+    cache.pattern(pattern)
+    return head_outputs(pattern, v, c)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,9 @@ class Consts:
     # several texts in one run (forward_packed): (a, b, bias [b - a, b - a] or None, patterns out
     # [n_head, b - a, b - a]) per text, rows a..b-1; each text's rows attend to its own keys only
     segments: tuple = ()
+    # (q, k, v, consts, cache) -> z [n_head, n, d_head]: how self_attention attends, chosen by its
+    # caller: dense_attention, segment_attention (segments), longdoc.block_attention (row blocks)
+    attention: Callable = dense_attention
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -177,6 +190,11 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) 
     return x
 
 
+def packed(layer: Layer, name: str):
+    """Layer matrix `name` in its file's blocks (qpack.PackedMatrix), or None (float32 only)."""
+    return None if layer.packed is None else getattr(layer.packed, name)
+
+
 def in_row_chunks(x, c: Consts) -> bool:
     """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
     return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
@@ -200,7 +218,7 @@ def project_qkv(x, layer: Layer, c: Consts):
 
 def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
     q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-                        c.n_head, c.n_kv_head, c.d_head)
+                        c.n_head, c.n_kv_head, c.d_head, packed(layer, "w_qkv"))
     if c.qk_norm is not None:
         q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
     if rope is not None:
@@ -235,11 +253,30 @@ def head_outputs(pattern, v, c: Consts):  # [n_head, n, T], [n_kv_head, T, d_hea
 def attention_output(z, layer: Layer):
     """z [n_head, n, d_head] -> concat [n, n_head d_head], out [n, d_model]."""
     concat = merge_heads(z)  # [n, n_head d_head]
-    return concat, linear(concat, layer.w_o, layer.b_o)  # [n, d_model]
+    return concat, linear(concat, layer.w_o, layer.b_o, packed(layer, "w_o"))  # [n, d_model]
+
+
+def segment_attention(q, k, v, c: Consts, cache=NOTHING):
+    """dense_attention of several texts or copies in one run (forward_packed, forward_batch): each
+    segment's rows a..b-1 attend to its own keys (and a copy's cached first positions) only, with
+    its own mask (c.segments) -> z [n_head, n, d_head]."""
+    z = np.empty((c.n_head, q.shape[1], v.shape[-1]), dtype=np.float32)  # [n_head, n, d_head]
+    for a, b, bias, out, past in c.segments:
+        one = replace(c, bias=bias, segments=(), attention=dense_attention)
+        ks, vs = k[:, a:b], v[:, a:b]  # [n_kv_head, b - a, d_head] x2
+        if past is not None:  # a copy's unchanged first positions: their keys and values
+            ks, vs = np.concatenate([past[0], ks], axis=1), np.concatenate([past[1], vs], axis=1)
+        pattern = attend(q[:, a:b], ks, one)  # [n_head, b - a, n_k]
+        cache.pattern(pattern, a)
+        if out is not None:
+            out[...] = pattern
+        z[:, a:b] = head_outputs(pattern, vs, one)
+    return z
 
 
 def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
-    """One layer's multi-head attention of n new tokens over all T = p + n.
+    """One layer's multi-head attention of n new tokens over all T = p + n, attending as
+    c.attention says (dense_attention unless the caller chose another strategy).
 
     `cache`: this layer's slot of a Trace (trace.LayerCache): it supplies the p cached tokens' k
     and v, records what the trace asks for and applies its edits, at the named points below."""
@@ -247,27 +284,7 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     cache.input(x)
     q, k, v = project_qkv(x, layer, c)  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
     k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    if c.segments:  # several texts or copies in one run (forward_packed, forward_batch)
-        z = np.empty((c.n_head, q.shape[1], v.shape[-1]), dtype=np.float32)  # [n_head, n, d_head]
-        for a, b, bias, out, past in c.segments:
-            one = replace(c, bias=bias, segments=())
-            ks, vs = k[:, a:b], v[:, a:b]  # [n_kv_head, b - a, d_head] x2
-            if past is not None:  # a copy's unchanged first positions: their keys and values
-                ks, vs = np.concatenate([past[0], ks], axis=1), np.concatenate([past[1], vs], axis=1)
-            pattern = attend(q[:, a:b], ks, one)  # [n_head, b - a, n_k]
-            cache.pattern(pattern, a)
-            if out is not None:
-                out[...] = pattern
-            z[:, a:b] = head_outputs(pattern, vs, one)
-    elif cache.row_block:  # a long text: rows in blocks, no [n_head, n, T] pattern (engine/computing/longdoc.py)
-        z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group,
-                                  cache.row_block, c.workers)  # [n_head, n, d_head], [n_head, n]
-        cache.q(q, lse, c)
-        cache.pattern(None)
-    else:
-        pattern = attend(q, k, c, cache)  # [n_head, n, T]
-        cache.pattern(pattern)
-        z = head_outputs(pattern, v, c)
+    z = c.attention(q, k, v, c, cache)  # [n_head, n, d_head]
     z = cache.z(z)  # [n_head, n, d_head]
     if in_row_chunks(x, c):
         out = np.empty((z.shape[1], layer.w_o.shape[1]), dtype=np.float32)
@@ -293,7 +310,8 @@ def mlp(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
 
 
 def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
-    hidden = linear(x, layer.w_in, layer.b_in)  # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
+    # [n, d_ff] (gated: [n, 2 d_ff], gate | up)
+    hidden = linear(x, layer.w_in, layer.b_in, packed(layer, "w_in"))
     if c.gated_mlp:
         d_ff = hidden.shape[-1] // 2
         gate, up = hidden[:, :d_ff], hidden[:, d_ff:]  # [n, d_ff] each
@@ -301,7 +319,7 @@ def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
         hidden *= up  # [n, d_ff] SwiGLU
     else:
         hidden = c.act(hidden)  # [n, d_ff]
-    return linear(hidden, layer.w_out, layer.b_out)  # [n, d_model]
+    return linear(hidden, layer.w_out, layer.b_out, packed(layer, "w_out"))  # [n, d_model]
 
 
 def forward(cfg: ModelConfig, w: Weights, ids: np.ndarray, trace: Trace | None = None,
@@ -398,7 +416,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
         c = consts[i]
         segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i], None)
                          for j, (n, e) in enumerate(zip(lens, ends)))
-        x = fam.block(x, w.layers[i], replace(c, segments=segments), None)
+        c = replace(c, segments=segments, attention=segment_attention)
+        x = fam.block(x, w.layers[i], c, None)
     return out
 
 
@@ -438,7 +457,8 @@ def forward_batch(cfg: ModelConfig, w: Weights, base: Trace, start: int, spans, 
         segments = tuple((int(a), int(a + e - s), bias(s, e, c.window), None,
                           (base.k[i][:, :s], base.v[i][:, :s]) if s else None)
                          for a, (s, e) in zip(starts, spans))
-        x = fam.block(x, w.layers[i], replace(c, segments=segments), trace.slot(i, None, None))
+        x = fam.block(x, w.layers[i], replace(c, segments=segments, attention=segment_attention),
+                      trace.slot(i, None, None))
     return x
 
 
@@ -447,7 +467,9 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
     rows :p."""
     fam = FAMILY[cfg.family]
     T = len(ids)
-    consts = layer_consts(cfg, T, p, masks=trace.row_block is None, workers=trace.workers)
+    consts = layer_consts(cfg, T, p, masks=trace.attention is None, workers=trace.workers)
+    if trace.attention is not None:  # the trace's own strategy (a long trace's row blocks)
+        consts = [replace(c, attention=trace.attention) for c in consts]
     if trace.start:
         x = trace.base.resid[trace.start]  # [T, d_model] the residual entering layer `start`
     else:

@@ -27,6 +27,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
+from attnviz.engine.computing.request import RunRequest
 
 TOP_K = 5
 
@@ -128,7 +129,8 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
              top_p: float = 1.0, seed: int | None = None, ignore_eos: bool = False,
              rows: bool = False, k: int = TOP_K, on_step: Callable[[Step], None] | None = None,
              should_stop: Callable[[], bool] | None = None) -> Generation:
-    """Up to `max_new` tokens after `text` (with the model's special tokens) or `ids`, one cached
+    """Up to `max_new` tokens after `text` (with the model's special tokens; or a text
+    Model.prepare gave) or `ids`, one cached
     step each (module docstring). Stops at the model's end-of-sequence token (kept as the last
     step) unless ignore_eos, at the model's context, or when should_stop() says so (checked before
     each step). on_step(step) is called as each token arrives."""
@@ -137,7 +139,8 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
     cache = KVCache()  # the prefill computes the prompt: its last position gives the first token
-    first = model.run(text, ids=ids, trace=_StepTrace(rows, cache), labels=False)
+    first = model.run(text, ids=ids, trace=_StepTrace(rows, cache),
+                      request=RunRequest(labels=False))
     gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
     seq = list(gen.prompt_ids)
     limit = model.config.max_positions
@@ -166,7 +169,7 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
             gen.stopped = "stopped"
             break
         result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows, cache),
-                           labels=False)
+                           request=RunRequest(labels=False))
     return gen
 
 
@@ -179,7 +182,6 @@ def held_kv(cache: KVCache, T: int) -> int:
 
 
 def decode(model, ids: list[int]) -> str:
-    """The text of `ids` (special tokens written out), or the ids themselves without a tokenizer."""
-    if model.tokenizer is None:
-        return ", ".join(map(str, ids))
-    return model.tokenizer.raw.decode(list(ids), skip_special_tokens=False)
+    """The text of `ids` (special tokens written out), or the ids themselves without a tokenizer
+    (Model.decode)."""
+    return model.decode(ids)

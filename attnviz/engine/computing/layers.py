@@ -163,9 +163,12 @@ STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [o
 # multiplied as those rows times x's rows as columns (linear)
 
 
-def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
+def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
+    # packed: w's own quantised blocks (qpack.PackedMatrix), multiplied directly for a few rows
     n = x.shape[0] if x.ndim == 2 else 0
-    if 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
+    if packed is not None and n and _qmatvec().takes(packed, n):
+        y = _qmatvec().qlinear(x, packed)  # reads 4-8-bit weights instead of w's float32
+    elif 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
         # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first, slower
         # than the rows' products reading w again from cache (benchmarks/gemv_rows.py)
         y = np.empty((n, w.shape[1]), dtype=np.result_type(x, w))
@@ -184,6 +187,11 @@ def linear(x, w, b=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
     return y
 
 
+def _qmatvec():  # imported when a packed matrix first comes (numba loads in a fraction of a second)
+    from attnviz.engine.computing import qmatvec
+    return qmatvec
+
+
 def split_heads(x, n_head):  # [T, n_head*d_head] -> [n_head, T, d_head]
     T = x.shape[0]
     return x.reshape(T, n_head, -1).transpose(1, 0, 2)
@@ -194,13 +202,13 @@ def merge_heads(x):  # [n_head, T, d_head] -> [T, n_head*d_head]
     return x.transpose(1, 0, 2).reshape(T, n_head * d_head)
 
 
-def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head):
+def qkv_heads(x, w_qkv, b_qkv, n_head, n_kv_head, d_head, packed=None):
     """The one place heads are split.
 
     [T, d_model] -> q [n_head, T, d_head], k and v [n_kv_head, T, d_head].
     The fused projection w_qkv is [d_model, (n_head + 2*n_kv_head) * d_head], columns ordered Q | K | V.
     """
-    qkv = linear(x, w_qkv, b_qkv)  # [T, (n_head + 2 n_kv_head) d_head]
+    qkv = linear(x, w_qkv, b_qkv, packed)  # [T, (n_head + 2 n_kv_head) d_head]
     q_end = n_head * d_head
     k_end = q_end + n_kv_head * d_head
     q = split_heads(qkv[:, :q_end], n_head)

@@ -27,13 +27,13 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.computing.families import output_projection
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.layers import (
-    ROW_BLOCK, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
+    ROW_BLOCK, attend_in_blocks, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
 from attnviz.engine.computing.patterns import check_finite
 from attnviz.engine.parallel import cores, in_parallel
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 
 DENSE_LIMIT = 2 << 30  # bytes of dense patterns [n_layer, n_head, T, T] float32 a run may hold
@@ -76,18 +76,28 @@ class LongTrace(Trace):
         super().begin(n_layer, ids, p)
         self.queries, self.lse, self.consts = [None] * n_layer, [None] * n_layer, [None] * n_layer
 
+    def attention(self, q, k, v, c, cache):  # the run's strategy (families.Consts.attention)
+        return block_attention(q, k, v, c, cache, self.row_block)
+
     def slot(self, i, past, rows):
         if self.progress is not None:
             self.progress(i, len(self.k))
         return _LongSlot(self, i, past, rows)
 
 
-class _LongSlot(LayerCache):
-    """A layer's slot in a LongTrace: attention in row blocks; q, lse and the constants kept."""
+def block_attention(q, k, v, c, cache, row_block: int = ROW_BLOCK):
+    """families.dense_attention in blocks of `row_block` query rows: q [n_head, n, d_head], k and v
+    [n_kv_head, T, d_head] -> z [n_head, n, d_head], with no [n_head, n, T] pattern; q and each
+    row's log-sum-exp [n_head, n] go to cache.q, what a pattern is recomputed from."""
+    z, lse = attend_in_blocks(q, k, v, c.scale, c.causal, c.window, c.n_group, row_block,
+                              c.workers)  # [n_head, n, d_head], [n_head, n]
+    cache.q(q, lse, c)
+    cache.pattern(None)
+    return z
 
-    @property
-    def row_block(self):
-        return self.trace.row_block
+
+class _LongSlot(LayerCache):
+    """A layer's slot in a LongTrace: q, lse and the constants kept."""
 
     def q(self, q, lse, c):
         t = self.trace
@@ -427,7 +437,8 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
              progress: Callable[[int, int], None] | None = None,
              row_block: int = ROW_BLOCK, workers: int | None = None,
              reuse: LongRun | None = None) -> LongRun:
-    """Run `text` or `ids` (as Model.run reads them) without dense patterns: LongRun. The run
+    """Run `text` or `ids` (as Model.run reads them, or a Prepared text) without dense patterns:
+    LongRun. The run
     neither reads nor updates the model's KV cache. `progress(i, n_layer)` before each layer (see
     LongTrace) may raise Cancelled. Its rows are shared out to `workers` threads (None: one per
     core), each with one BLAS thread (engine/parallel.py). `reuse`: an earlier long run
@@ -439,10 +450,10 @@ def run_long(model, text: str | None = None, *, ids=None, truncate: bool = False
     if (reuse is not None and cfg.causal and isinstance(reuse.result.trace, LongTrace)
             and (reuse.patterns.n_layer, reuse.patterns.n_head) == (cfg.n_layer, cfg.n_head)):
         trace.past = _LongPast(reuse)
-    result = model.run(text, ids=ids, truncate=truncate, use_cache=False, trace=trace)
+    result = model.run(text, ids=ids, request=RunRequest(truncate=truncate, use_cache=False),
+                       trace=trace)
     check_finite(model.name, trace.lse)  # a row's log-sum-exp is finite where its weights are
-    norms = np.stack([value_norms(v, output_projection(model.weights.layers, i)[0], model.config.n_group)
-                      for i, v in enumerate(trace.v)])  # [n_layer, n_head, T]: Value-weighted
+    norms = model.value_norms(None, trace.v)[0]  # [n_layer, n_head, T]: Value-weighted
     result = dataclasses.replace(result, value_norms=norms)
     if progress is not None:
         progress(model.config.n_layer, model.config.n_layer)
@@ -453,14 +464,15 @@ class DenseTooLarge(InputError):
     """Every pattern of a text at once would exceed DENSE_LIMIT. `shape` [n_layer, n_head, T, T] and
     `nbytes` say how large; `advice(instead)` is the message with another suggestion."""
 
-    def __init__(self, shape: tuple, nbytes: int, instead: str):
+    def __init__(self, shape: tuple, nbytes: int, instead: str, limit: int | None = None):
         self.shape, self.nbytes = shape, nbytes
+        self.limit = DENSE_LIMIT if limit is None else limit
         super().__init__(self.advice(instead))
 
     def advice(self, instead: str) -> str:
         n_layer, n_head, T, _ = self.shape
         return (f"every attention pattern of {T} tokens at once is [{n_layer}, {n_head}, {T}, {T}] "
-                f"float32 = {size_text(self.nbytes)}, over the {size_text(DENSE_LIMIT)} limit: "
+                f"float32 = {size_text(self.nbytes)}, over the {size_text(self.limit)} limit: "
                 f"{instead}")
 
 
@@ -469,13 +481,18 @@ LONG_TEXT_ADVICE = ("the window shows a text this long in its long view; on the 
                     "`attnviz attention --layer L` or `--rows A:B` writes a part of its patterns")
 
 
-def check_dense(cfg, T: int) -> None:
-    """DenseTooLarge when every pattern of T tokens at once exceeds DENSE_LIMIT."""
-    need = dense_bytes(cfg.n_layer, cfg.n_head, T)
-    if need > DENSE_LIMIT:
-        raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), need,
-                            LONG_TEXT_ADVICE)
+def is_long(cfg, T: int, limit: int | None = None) -> bool:
+    """Whether every pattern of T tokens at once [n_layer, n_head, T, T] would pass `limit` bytes
+    (None: DENSE_LIMIT): the one test of dense against long (Model.run makes it, once per run)."""
+    return dense_bytes(cfg.n_layer, cfg.n_head, T) > (DENSE_LIMIT if limit is None else limit)
+
+
+def check_dense(cfg, T: int, limit: int | None = None) -> None:
+    """DenseTooLarge when every pattern of T tokens at once passes `limit` (None: DENSE_LIMIT)."""
+    if is_long(cfg, T, limit):
+        raise DenseTooLarge((cfg.n_layer, cfg.n_head, T, T), dense_bytes(cfg.n_layer, cfg.n_head, T),
+                            LONG_TEXT_ADVICE, limit)
 
 
 __all__ = ["DENSE_LIMIT", "DenseTooLarge", "LongPatterns", "LongRun", "LongTrace", "check_dense",
-           "dense_bytes", "key_range", "patterns_of", "run_long", "size_text", "value_norms"]
+           "dense_bytes", "is_long", "key_range", "patterns_of", "run_long", "size_text", "value_norms"]

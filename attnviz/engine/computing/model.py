@@ -8,7 +8,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
@@ -19,26 +18,16 @@ from attnviz.engine.computing.families import (
 )
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
-from attnviz.engine.computing.longdoc import check_dense
+from attnviz.engine.computing.longdoc import check_dense, is_long, value_norms as long_value_norms
 from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.reading.token_text import quoted
+from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore, default_budget
 
 log = logging.getLogger(__name__)
-
-
-class _Prepared(NamedTuple):  # Model._prepare: a text's ids as they will run
-    text: str
-    notice: str | None
-    ids: np.ndarray  # int64 [T]
-    tokens: list
-    labels: list
-    offsets: list
-    truncated: bool
-    n_full: int  # tokens before truncation
 
 
 @dataclass(frozen=True)
@@ -59,9 +48,9 @@ class RunResult:
     # the earlier texts' runs the KV cache keeps beside this one (KVCache.earlier), and their K and V bytes
     cache_earlier: tuple[int, int] = (0, 0)
     notice: str | None = None  # one line for the user about what was changed in the text, if anything
-    value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (run(values=True))
+    value_norms: np.ndarray | None = None  # float32 [n_layer, n_head, T]: ||v_j W_O(h)|| (RunRequest(values=True))
     head_share: np.ndarray | None = None  # float32 [n_layer, n_head]: share of the layer's attention output
-    layer_inputs: tuple | None = None  # per layer float32 [T, d_model]: attention input (run(inputs=True))
+    layer_inputs: tuple | None = None  # per layer float32 [T, d_model]: attention input (RunRequest(inputs=True))
     trace: Trace | None = None  # the run's trace when the caller passed one (run(trace=...))
 
     @property
@@ -135,98 +124,69 @@ class Model:
         if self._cache is not None:
             self._cache = KVCache()
 
-    def run(self, text: str | None = None, *, ids=None, truncate: bool = False,
-            use_cache: bool = True, values: bool = False, inputs: bool = False,
-            trace: Trace | None = None, max_tokens: int | None = None,
-            layers: int | None = None, labels: bool = True,
-            early: tuple | None = None, stop=None) -> RunResult:
-        """Attention patterns for `text` (with the model's special tokens) or raw `ids` (without).
+    def run(self, text=None, *, ids=None, request: RunRequest = PLAIN,
+            trace: Trace | None = None) -> RunResult:
+        """Attention patterns of `text` (with the model's special tokens), raw `ids` (without), or a
+        text already `prepare`d, with the options of `request` (request.RunRequest).
 
-        Text is taken as a tokenizer can read it (see clean_text: lone surrogates become U+FFFD and
-        result.notice says so); anything but a str is an InputError. So is an empty id list, or a
-        text that gives no tokens (an empty text on a model that adds no special tokens): a result
-        always has at least one token.
-
-        A causal model reuses the tokens shared with its previous run (the KV cache); with
-        use_cache=False the run neither reads nor updates the cache (one-off inputs such as probes).
-        values=True also returns value_norms and head_share (value-weighted attention); the default
-        path computes neither. inputs=True also returns layer_inputs, every layer's attention
-        input (what the anatomy view projects); the default path keeps none.
-
-        `trace`: a Trace asking for more (head outputs z, the residual stream: prediction and
-        attribution read them) or carrying edits; it is filled and returned as result.trace. A
-        trace with edits or a resume point never touches the KV cache.
-
-        `max_tokens` lowers the limit truncate cuts to (and the limit a text may have without it)
-        below the model's positions.
-
-        `layers`: run only the first `layers` layers (one layer's anatomy needs none after it): the
-        patterns are then [layers, n_head, T, T], layer_inputs has `layers` entries, and the run
-        neither reads nor updates the KV cache.
-
-        labels=False (ids only): every token's piece and label in the result is "" (a generation
-        step reads neither; labelling all T ids is Python per token).
-
-        `early` (k, fn): once layers 0..k-1 are computed, fn(partial) is called, on this thread,
-        with a RunResult of those layers only (patterns [k, n_head, T, T], final: the rest of the
-        run never writes them), before the run goes on through the others: a window paints the
-        layer it shows before the layers after it are computed. Not called when the run computes
-        nothing (the KV cache holds every token), nor when those layers' patterns are not finite.
-
-        `stop`: () -> bool, asked before each layer (from this thread): once it is True the run
-        stops there with Cancelled, and a causal model's KV cache still holds its last whole run
-        (a window's keystroke run that a newer keystroke replaced: a large model's run need not go
-        through its remaining layers for a text nobody will see)."""
+        `trace`: a Trace asking for more (head outputs z, the residual stream) or carrying edits;
+        it is filled and returned as result.trace. A text whose patterns at once would pass the
+        dense limit runs as request.long says (a longdoc.LongRun is returned) or is refused."""
         t0 = time.perf_counter()
-        text, notice, ids, tokens, labels, offsets, truncated, n_full = self._prepare(
-            text, ids, truncate, max_tokens, labels)
+        if isinstance(text, Prepared) and ids is not None:
+            raise InputError("give a prepared text or ids, not both")
+        prep = text if isinstance(text, Prepared) else self.prepare(text, ids=ids, request=request)
         given, trace = trace, Trace() if trace is None else trace
-        if stop is not None:
-            trace.stop = stop
-        if layers is not None:
-            if not 1 <= layers <= self.config.n_layer:
-                raise InputError(f"layers must be 1..{self.config.n_layer} for {self.name}, got {layers}")
-            trace.end, use_cache = int(layers), False
-        trace.want_values |= values
-        trace.want["inputs"] |= inputs
-        if trace.want_patterns:  # [n_layer, n_head, T, T] at once: refused over longdoc.DENSE_LIMIT
-            check_dense(self.config, len(ids))
+        if trace.want_patterns and is_long(self.config, len(prep.ids), request.dense_limit):
+            if request.long is None:
+                check_dense(self.config, len(prep.ids), request.dense_limit)  # DenseTooLarge
+            return request.long(prep)  # decided here, once: the text's rows in blocks, no dense patterns
+        use_cache = request.use_cache
+        if request.stop is not None:
+            trace.stop = request.stop
+        if request.layers is not None:
+            if not 1 <= request.layers <= self.config.n_layer:
+                raise InputError(f"layers must be 1..{self.config.n_layer} for {self.name}, "
+                                 f"got {request.layers}")
+            trace.end, use_cache = int(request.layers), False
+        trace.want_values |= request.values
+        trace.want["inputs"] |= request.inputs
+        early = request.early
         if early is not None and trace.want_patterns and 1 <= early[0] < trace.n_run(self.config.n_layer):
             k, tell = early
 
             def partial(tr):
                 part = tr.attentions[:k]
                 if non_finite_layer(part) is None:  # (the full run refuses it)
-                    tell(RunResult(text=text, tokens=list(tokens), labels=list(labels),
-                                   offsets=list(offsets), input_ids=ids, attentions=part,
-                                   kv_group=self.kv_group.copy(), truncated=truncated,
-                                   n_tokens_full=n_full, compute_s=time.perf_counter() - t0,
-                                   cache_reused=tr.reused, cache_computed=len(ids) - tr.reused,
-                                   notice=notice))
+                    tell(self._result(prep, part, t0, tr.reused))
             trace.early = (k, partial)
-        attentions, reused, held, earlier = self._forward(ids, use_cache, trace)
+        attentions, reused, held, earlier = self._forward(prep.ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
                 check_finite(self.name, attentions)
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise
-        norms, share = self.value_norms(attentions, trace.v) if values else (None, None)
-        return RunResult(text=text, tokens=list(tokens), labels=list(labels), offsets=list(offsets),
-                         input_ids=ids, attentions=attentions, kv_group=self.kv_group.copy(),
-                         truncated=truncated, n_tokens_full=n_full,
-                         compute_s=time.perf_counter() - t0, cache_reused=reused,
-                         cache_computed=len(ids) - reused, cache_bytes=held,
-                         cache_earlier=earlier, notice=notice,
-                         value_norms=norms, head_share=share,
-                         layer_inputs=tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if inputs else None,
-                         trace=given)
+        norms, share = self.value_norms(attentions, trace.v) if request.values else (None, None)
+        inputs = tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if request.inputs else None
+        return self._result(prep, attentions, t0, reused, cache_bytes=held, cache_earlier=earlier,
+                            value_norms=norms, head_share=share, layer_inputs=inputs, trace=given)
+
+    def _result(self, prep: Prepared, attentions, t0: float, reused: int, **more) -> RunResult:
+        """A RunResult of the prepared text `prep` with these patterns, timed from t0."""
+        return RunResult(text=prep.text, tokens=list(prep.tokens), labels=list(prep.labels),
+                         offsets=list(prep.offsets), input_ids=prep.ids, attentions=attentions,
+                         kv_group=self.kv_group.copy(), truncated=prep.truncated,
+                         n_tokens_full=prep.n_full, compute_s=time.perf_counter() - t0,
+                         cache_reused=reused, cache_computed=len(prep.ids) - reused,
+                         notice=prep.notice, **more)
 
     def run_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None) -> list:
-        """Several texts' patterns, as run(text, truncate=..., max_tokens=..., use_cache=False) gives
-        each, computed together: the texts' rows go through the weights in one pass (PACK_ROWS
-        rows and PACK_PATTERN_BYTES of patterns at most per pass; families.pack_texts), which for
-        short texts (a corpus scan) takes a fraction of the time of one run per text. -> one entry
+        """Several texts' patterns, as run(text, request=RunRequest(truncate=..., max_tokens=...,
+        use_cache=False)) gives each, computed together: the texts' rows go through the weights in
+        one pass (PACK_ROWS rows and PACK_PATTERN_BYTES of patterns at most per pass;
+        families.pack_texts), which for short texts (a corpus scan) takes a fraction of the time of
+        one run per text. -> one entry
         per text, in order: its RunResult, or the AttnvizError its run would raise (the others are
         still computed)."""
         out: list = [None] * len(texts)
@@ -237,10 +197,11 @@ class Model:
     def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None):
         """run_many one pass at a time: yields (index, RunResult or AttnvizError) as each pass ends,
         so a caller that drops each result holds one pass's patterns at most (errors first)."""
-        ready = []  # (index, _Prepared)
+        request = RunRequest(truncate=truncate, max_tokens=max_tokens, use_cache=False)
+        ready = []  # (index, Prepared)
         for i, text in enumerate(texts):
             try:
-                prep = self._prepare(text, None, truncate, max_tokens, True)
+                prep = self.prepare(text, request=request)
                 check_dense(self.config, len(prep.ids))
                 ready.append((i, prep))
             except AttnvizError as exc:
@@ -268,17 +229,34 @@ class Model:
     def encode(self, text: str | None = None, *, ids=None) -> tuple[np.ndarray, list[str], str | None]:
         """Text (with the model's special tokens) or ids (without) -> (ids int64 [T], their token
         labels, a notice or None), checked as run checks them, without running anything."""
-        prep = self._prepare(text, ids, truncate=False, max_tokens=None, labels=True)
+        prep = self.prepare(text, ids=ids)
         return prep.ids, list(prep.tokens), prep.notice
 
-    def _prepare(self, text, ids, truncate: bool, max_tokens: int | None, labels: bool) -> "_Prepared":
-        """text or ids -> the ids to run (cut to the limit when `truncate`), with their tokens;
-        InputError for a text over the limit without `truncate` (see run)."""
-        text, notice, enc = self._encode(text, ids, labels)
+    def labels(self, ids) -> list[str]:
+        """Token ids -> their labels as the window shows them (the ids themselves, as text, for a
+        model without a tokenizer)."""
+        if self.tokenizer is None:
+            return [str(int(i)) for i in ids]
+        return self.tokenizer.labels_for_ids([int(i) for i in ids])[1]
+
+    def decode(self, ids, skip_special: bool = False) -> str:
+        """Token ids -> their text (special tokens written out unless skip_special); the ids as a
+        model without a tokenizer reads them typed ("5, 17, 3")."""
+        if self.tokenizer is None:
+            return ", ".join(str(int(i)) for i in ids)
+        return self.tokenizer.raw.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def prepare(self, text: str | None = None, *, ids=None, request: RunRequest = PLAIN) -> Prepared:
+        """text or ids -> the ids to run, tokenised once (cut to the limit when request.truncate),
+        with their tokens; InputError for a text over the limit without truncate. Text is taken as
+        a tokenizer can read it (clean_text: lone surrogates become U+FFFD, the notice says so);
+        anything but a str is an InputError, and so is an empty id list or a text that gives no
+        tokens: a run always has at least one token."""
+        text, notice, enc = self._encode(text, ids, request.labels)
         ids = np.asarray(enc.ids, dtype=np.int64)
         tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
         n_full = len(ids)
-        limit = self.config.max_positions
+        limit, max_tokens, truncate = self.config.max_positions, request.max_tokens, request.truncate
         if max_tokens is not None:
             if max_tokens < 1:
                 raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
@@ -289,13 +267,13 @@ class Model:
                 what = (f"this model's {limit} positions" if limit == self.config.max_positions
                         else f"the limit of {limit} tokens")
                 raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
-                                 "text or truncate it (--truncate, run(..., truncate=True))")
+                                 "text or truncate it (--truncate, RunRequest(truncate=True))")
             keep = list(range(limit))
             if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
                 keep[-1] = n_full - 1
             ids = ids[keep]
             tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
-        return _Prepared(text, notice, ids, list(tokens), list(labels), list(offsets), truncated, n_full)
+        return Prepared(text, notice, ids, list(tokens), list(labels), list(offsets), truncated, n_full)
 
     def _encode(self, text, ids, labels: bool = True) -> tuple[str, str | None, Encoded]:
         """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text
@@ -319,7 +297,7 @@ class Model:
             elif self.tokenizer is not None:
                 tokens, names = self.tokenizer.labels_for_ids(ids.tolist())
             else:
-                tokens = names = [str(i) for i in ids]
+                tokens = names = self.labels(ids)
             return text or "", notice, Encoded(ids, tokens, names, [(0, 0)] * len(ids),
                                                [False] * len(ids))
         enc = self.tokenizer.encode(text)
@@ -338,13 +316,22 @@ class Model:
     def value_norms(self, attentions, v_layers):
         """Patterns [n_layer, n_head, T, T] and each layer's V [n_kv_head, T, d_head] -> value norms
         ||v_j W_O(h)|| [n_layer, n_head, T] and head shares [n_layer, n_head] (value-weighted
-        attention), for the layers the patterns hold (a run that ended early: its layers)."""
+        attention), for the layers the patterns hold (a run that ended early: its layers).
+        attentions None (a long run keeps no patterns): the norms of every layer in v_layers from
+        each head's W_O Gram (longdoc.value_norms: no [n_head, T, d_model] output formed), no shares."""
         c = self.config
-        norms = np.empty(attentions.shape[:3], dtype=np.float32)
-        share = np.empty(attentions.shape[:2], dtype=np.float32)
-        for i, v in enumerate(v_layers[:len(norms)]):
-            norms[i], f = head_value_norms(v, output_projection(self.weights.layers, i)[0], c.n_group)
-            share[i] = head_output_share(attentions[i], f)
+        shape = attentions.shape[:3] if attentions is not None else (
+            len(v_layers), c.n_head, v_layers[0].shape[1])
+        norms = np.empty(shape, dtype=np.float32)
+        share = None if attentions is None else np.empty(attentions.shape[:2], dtype=np.float32)
+        n = len(norms)
+        for i, v in enumerate(v_layers[:n]):
+            w_o = output_projection(self.weights.layers, i)[0]
+            if attentions is None:
+                norms[i] = long_value_norms(v, w_o, c.n_group)
+            else:
+                norms[i], f = head_value_norms(v, w_o, c.n_group)
+                share[i] = head_output_share(attentions[i], f)
         return norms, share
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
@@ -433,7 +420,5 @@ def parse_typed_ids(text: str) -> list[int] | None:
 
 
 def token_text(model, i: int) -> str:
-    """Token id -> its display label (the id itself for a model without a tokenizer)."""
-    if model.tokenizer is None:
-        return str(i)
-    return model.tokenizer.labels_for_ids([int(i)])[1][0]
+    """Token id -> its display label (Model.labels)."""
+    return model.labels([i])[0]

@@ -1,33 +1,30 @@
-"""y = x Wᵀ straight from a GGUF tensor's quantised blocks: the few-rows products of a keystroke or
+"""y = x Wᵀ straight from a GGUF tensor's quantised integers: the few-rows products of a keystroke or
 a generation step read 4-8-bit weights instead of float32 copies.
 
-W [n_out, n_in] is the tensor as the file stores it: `blocks` uint8 [n_out, n_in / block * size],
-one row of blocks per output (llama.cpp's layout). x is float32 [m, n_in] with m small (a few new
-rows); y is float32 [m, n_out]. Each block is decoded in the inner loop and never written out; the
-sums are float32, so y equals dequantise-then-float32-matmul to float32 rounding
-(tests/engine/test_qmatvec.py). The output rows are split over every core (numba's prange).
+W [n_out, n_in] comes packed (engine/reading/qpack.py: groups of 16 output rows, one vector lane a
+row; per sub-block s of S inputs, w = scale_s q + offset_s). x is float32 [m, n_in] with m small;
+y float32 [m, n_out]:
 
-Block layouts (llama.cpp's, as gguf.quants reads them; d, m, dmin are float16):
-- Q8_0 (32 w, 34 B): d, q int8[32]: w = d q.
-- Q4_0 (32 w, 18 B): d, qs[16] (weight j < 16 the low nibble of qs[j], j >= 16 the high nibble of
-  qs[j - 16]): w = d (q - 8).
-- Q4_1 (32 w, 20 B): d, m, qs[16] as Q4_0: w = d q + m.
-- Q5_0 (32 w, 22 B): d, qh uint32 (bit j: weight j's fifth bit), qs[16] as Q4_0: w = d (q - 16).
-- Q5_1 (32 w, 24 B): d, m, qh, qs[16]: w = d q + m.
-- Q4_K (256 w, 144 B): d, dmin, 12 bytes of eight 6-bit scales sc and mins mn, qs[128] (32 bytes
-  per pair of sub-blocks: low nibbles sub-block 2c, high 2c + 1): w = (d sc_j) q - (dmin mn_j).
-- Q5_K (256 w, 176 B): d, dmin, scales as Q4_K, qh[32] (bit j of qh[l]: sub-block j's fifth bit
-  of weight l), qs[128] as Q4_K: w = (d sc_j) q - (dmin mn_j).
-- Q6_K (256 w, 210 B): ql[128], qh[64], int8 scales[16] (one per 16 weights), d: in each half h
-  of 128 weights, weight 32k + l takes ql[64h + 32(k % 2) + l]'s low (k < 2) or high nibble and bits
-  2k, 2k+1 of qh[32h + l]: w = (d scale) (q - 32).
+    y[i, r] = sum_s scale_s[r] (sum_{j in s} q[r, j] x[i, j]) + offset_s[r] (sum_{j in s} x[i, j])
 
-No Qt, no file access: arrays in, arrays out.
+The inner sum is float32 fused multiply-adds over 16 rows at once, written as LLVM vector code
+(numba intrinsics below: 16-lane loads of the integers, widened, converted, multiplied by one
+broadcast x), so the compiler cannot pick a worse vectorisation (left to itself, LLVM vectorised
+the loop over inputs and summed lanes across); the groups of rows are split over
+parallel.kernel_threads() (numba's prange: every core, one in the window as BLAS). y equals
+dequantise-then-float32-matmul to float32 rounding (tests/engine/test_qmatvec.py).
+
+Compiler: numba (binary wheels, so the README's pip install needs no C compiler; `cache=True`:
+compiled once, loaded from its cache at later starts; `warm` runs them while a model loads). Its
+vector code comes from LLVM for the machine it runs on (AVX-512, AVX2 or NEON alike). Without
+numba, `has_kernel` says no and the engine keeps its float32 path. No Qt, no file access: arrays
+in, arrays out.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -35,190 +32,226 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
+from attnviz.engine.parallel import kernel_threads
+from attnviz.engine.reading.qpack import LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
+
 log = logging.getLogger(__name__)
 
 try:
     import numba
-    from numba import njit, prange
+    from llvmlite import ir
+    from numba import njit, prange, types
+    from numba.core import cgutils
+    from numba.extending import intrinsic
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
-CHUNK = 8  # output rows a parallel task takes: its scratch made once per chunk, not per row
-FAST = {"reassoc", "contract"}  # float32 sums may be reordered (SIMD); no NaN/Inf assumptions
-_F16 = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
-
-
-def _jit(fn):
-    return njit(parallel=True, cache=True, fastmath=FAST, nogil=True)(fn) if numba else None
-
-
-def _f16(b, o, table):  # float16 at bytes o, o + 1 of b (little-endian), as float32
-    return table[np.int64(b[o]) | (np.int64(b[o + 1]) << 8)]
-
+# the fewest rows of x at which linear() takes the float32 product again, per type: below the
+# crossover benchmarks/qmatvec.py --threads 1 finds, with a margin (a kernel's work grows with the
+# rows, BLAS's much less)
+ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K: 8, Q.Q6_K: 8}
 
 if numba:
-    _f16 = njit(inline="always", cache=True)(_f16)
+    _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    _V8, _V32, _VF = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32))
+
+    def _splat(builder, value):  # float -> <16 x float>, every lane value
+        undef = ir.Constant(_VF, ir.Undefined)
+        one = builder.insert_element(undef, value, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
+
+    def _fma(builder, a, b, c):  # a b + c, lane by lane: fused where the CPU has FMA (fmuladd:
+        # a CPU without it gets a multiply and an add, not a libm call a lane)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF] * 3),
+                                            f"llvm.fmuladd.v{LANES}f32")
+        return builder.call(fn, [a, b, c])
+
+    def _at(context, builder, aryty, ary, offset):  # &ary[offset]
+        return builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
+
+    def _plus(builder, a, k):
+        return builder.add(a, ir.Constant(_I64, k))
+
+    def _dot_intrinsic(nibbles: bool, signed: bool, n_in: int):
+        """An intrinsic t[0:16] = sum_j w_j(q) x[xo + j] over the n_in inputs of one sub-block,
+        w_j the 16 rows' weights of input j, decoded from q[qo:]: nibbles (16 bytes: input j low,
+        j + 16 high; minus 8 when signed) or int8 bytes (n_in of them)."""
+        @intrinsic
+        def dot(typingctx, q, qo, x, xo, t):
+            sig = types.void(q, qo, x, xo, t)
+
+            def codegen(context, builder, signature, args):
+                qa, qo_, xa, xo_, ta = args
+                qt, _, xt, _, tt = signature.args
+
+                def x_at(j):
+                    return _splat(builder, builder.load(_at(context, builder, xt, xa, _plus(builder, xo_, j))))
+
+                def lanes(j):  # input byte j of the sub-block, 16 rows: <16 x i8>
+                    p = _at(context, builder, qt, qa, _plus(builder, qo_, LANES * j))
+                    return builder.load(builder.bitcast(p, _V8.as_pointer()), align=1)
+
+                acc = [ir.Constant(_VF, [0.0] * LANES) for _ in range(2)]  # two chains in flight
+                if nibbles:
+                    low, four = ir.Constant(_V32, [15] * LANES), ir.Constant(_V32, [4] * LANES)
+                    eight = ir.Constant(_V32, [8] * LANES)
+                    for j in range(n_in // 2):
+                        v = builder.zext(lanes(j), _V32)
+                        lo, hi = builder.and_(v, low), builder.lshr(v, four)
+                        if signed:
+                            lo, hi = builder.sub(lo, eight), builder.sub(hi, eight)
+                        acc[0] = _fma(builder, builder.sitofp(lo, _VF), x_at(j), acc[0])
+                        acc[1] = _fma(builder, builder.sitofp(hi, _VF), x_at(j + n_in // 2), acc[1])
+                else:
+                    for j in range(n_in):
+                        w = builder.sitofp(builder.sext(lanes(j), _V32), _VF)
+                        acc[j % 2] = _fma(builder, w, x_at(j), acc[j % 2])
+                tp = builder.bitcast(_at(context, builder, tt, ta, ir.Constant(_I64, 0)), _VF.as_pointer())
+                builder.store(builder.fadd(acc[0], acc[1]), tp, align=4)
+                return context.get_dummy_value()
+            return sig, codegen
+        return dot
+
+    _dot_nib = _dot_intrinsic(True, False, 32)
+    _dot_nib8 = _dot_intrinsic(True, True, 32)
+    _dot_b32 = _dot_intrinsic(False, False, 32)
+    _dot_b16 = _dot_intrinsic(False, False, 16)
+
+    @intrinsic
+    def _scale_add(typingctx, acc, ao, sc, so, t, off, c):
+        """acc[ao:ao+16] += sc[so:so+16] t[0:16] + off[so:so+16] c (off of size 0: no offset)."""
+        sig = types.void(acc, ao, sc, so, t, off, c)
+
+        def codegen(context, builder, signature, args):
+            aa, ao_, sa, so_, ta, oa, c_ = args
+            at, _, st, _, tt, ot, _ = signature.args
+
+            def vec(ty, arr, offset):
+                return builder.bitcast(_at(context, builder, ty, arr, offset), _VF.as_pointer())
+            ap = vec(at, aa, ao_)
+            r = _fma(builder, builder.load(vec(st, sa, so_), align=4),
+                     builder.load(vec(tt, ta, ir.Constant(_I64, 0)), align=4),
+                     builder.load(ap, align=4))
+            off = context.make_array(ot)(context, builder, oa)
+            with builder.if_else(builder.icmp_unsigned("!=", off.nitems, ir.Constant(_I64, 0))) as (has, none):
+                with has:
+                    builder.store(_fma(builder, builder.load(vec(ot, oa, so_), align=4),
+                                       _splat(builder, c_), r), ap, align=4)
+                with none:
+                    builder.store(r, ap, align=4)
+            return context.get_dummy_value()
+        return sig, codegen
 
 
-def _block_sums(x, block):  # [m, n_in] -> [m, n_in / block]: each block's sum of x, float32
-    m, n = x.shape
-    return x.reshape(m, n // block, block).sum(axis=2, dtype=np.float32)
-
-
-@_jit
-def _q8_0(blocks, x, table, y):
-    n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 32
-    for c in prange((n_out + CHUNK - 1) // CHUNK):
-        w = np.empty(32, np.float32)
-        for r in range(c * CHUNK, min(n_out, (c + 1) * CHUNK)):
-            row = blocks[r]
-            for i in range(m):
-                y[i, r] = 0.0
-            for b in range(nb):
-                o = b * 34
-                d = _f16(row, o, table)
-                for j in range(32):
-                    w[j] = np.float32(np.int8(row[o + 2 + j]))
-                for i in range(m):
-                    s = np.float32(0.0)
-                    for j in range(32):
-                        s += w[j] * x[i, b * 32 + j]
-                    y[i, r] += d * s
-
-
-@_jit
-def _q4(blocks, x, xs, table, y, size):
-    """Q4_0 (size 18: w = d q - 8 d) and Q4_1 (size 20: w = d q + m): d (sum q x) + c (sum x),
-    c = -8 d or m; xs [m, n_in / 32] the blocks' sums of x. A byte's nibbles are split in float32
-    (hi = floor(v / 16), lo = v - 16 hi: exact for 0..255), which LLVM vectorises."""
-    n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 32
-    for r in prange(n_out):
-        row = blocks[r]
+# The four kernels share one body, written out for each (numba caches a function from its source):
+# xs[i, s] = the sum of x[i] over sub-block s; for every group g of 16 rows (in parallel), every
+# sub-block s and row i of x: t = dot(q[g, s], x[i, s]) (16 lanes), acc[i] += scale[g, s] t +
+# offset[g, s] xs[i, s]; then y[i, g] = acc[i]. q, scale, offset, x, y: C-contiguous, read by flat
+# offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 [G, n_sub, 16] (offset of size 0:
+# none), x float32 [m, n_in], y float32 [m, G 16]).
+if numba:
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_nib(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
         for i in range(m):
-            acc = np.float32(0.0)
-            for b in range(nb):
-                o = b * size
-                d = _f16(row, o, table)
-                k = _f16(row, o + 2, table) if size == 20 else np.float32(-8.0) * d
-                q = o + size - 16
-                s = np.float32(0.0)
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        for g in prange(n_groups):
+            acc = np.zeros(m * LANES, np.float32)
+            t = np.empty(LANES, np.float32)
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_nib8(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        for g in prange(n_groups):
+            acc = np.zeros(m * LANES, np.float32)
+            t = np.empty(LANES, np.float32)
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_b32(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        for g in prange(n_groups):
+            acc = np.zeros(m * LANES, np.float32)
+            t = np.empty(LANES, np.float32)
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_b16(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
                 for j in range(16):
-                    v = np.float32(row[q + j])
-                    hi = np.floor(v * np.float32(0.0625))
-                    s += (v - np.float32(16.0) * hi) * x[i, b * 32 + j] + hi * x[i, b * 32 + 16 + j]
-                acc += d * s + k * xs[i, b]
-            y[i, r] = acc
-
-
-@_jit
-def _q5(blocks, x, xs, table, y, size):
-    """Q5_0 (size 22: w = d q - 16 d) and Q5_1 (size 24: w = d q + m), as _q4 with a fifth bit."""
-    n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 32
-    for c in prange((n_out + CHUNK - 1) // CHUNK):
-        w = np.empty(32, np.float32)
-        for r in range(c * CHUNK, min(n_out, (c + 1) * CHUNK)):
-            row = blocks[r]
-            for i in range(m):
-                y[i, r] = 0.0
-            for b in range(nb):
-                o = b * size
-                d = _f16(row, o, table)
-                k = _f16(row, o + 2, table) if size == 24 else np.float32(-16.0) * d
-                h = o + size - 20
-                qh = (np.int64(row[h]) | (np.int64(row[h + 1]) << 8)
-                      | (np.int64(row[h + 2]) << 16) | (np.int64(row[h + 3]) << 24))
-                q = h + 4
-                for j in range(16):
-                    v = np.int64(row[q + j])
-                    w[j] = np.float32((v & 15) | (((qh >> j) & 1) << 4))
-                    w[j + 16] = np.float32((v >> 4) | (((qh >> (j + 16)) & 1) << 4))
+                    xs[i, s] += x[i, s * 16 + j]
+        for g in prange(n_groups):
+            acc = np.zeros(m * LANES, np.float32)
+            t = np.empty(LANES, np.float32)
+            for s in range(n_sub):
+                b = g * n_sub + s
                 for i in range(m):
-                    s = np.float32(0.0)
-                    for j in range(32):
-                        s += w[j] * x[i, b * 32 + j]
-                    y[i, r] += d * s + k * xs[i, b]
-
-
-@_jit
-def _k45(blocks, x, xs, table, y, size):
-    """Q4_K (size 144) and Q5_K (size 176): per sub-block j of 32, (d sc_j)(sum q x) - (dmin mn_j)
-    (sum x); xs [m, n_in / 32] the sub-blocks' sums of x."""
-    n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 256
-    five = size == 176
-    for c in prange((n_out + CHUNK - 1) // CHUNK):
-        w = np.empty(256, np.float32)
-        ds = np.empty(8, np.float32)
-        dm = np.empty(8, np.float32)
-        for r in range(c * CHUNK, min(n_out, (c + 1) * CHUNK)):
-            row = blocks[r]
+                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
             for i in range(m):
-                y[i, r] = 0.0
-            for b in range(nb):
-                o = b * size
-                d = _f16(row, o, table)
-                dmin = _f16(row, o + 2, table)
-                s = o + 4
-                for j in range(4):
-                    lo, mid, hi = np.int64(row[s + j]), np.int64(row[s + 4 + j]), np.int64(row[s + 8 + j])
-                    ds[j] = d * np.float32(lo & 0x3F)
-                    dm[j] = dmin * np.float32(mid & 0x3F)
-                    ds[j + 4] = d * np.float32((hi & 0x0F) | ((lo >> 2) & 0x30))
-                    dm[j + 4] = dmin * np.float32((hi >> 4) | ((mid >> 2) & 0x30))
-                h = o + 16
-                q = h + 32 if five else h
-                for cc in range(4):
-                    for l in range(32):
-                        v = np.int64(row[q + cc * 32 + l])
-                        w[64 * cc + l] = np.float32(v & 15)
-                        w[64 * cc + 32 + l] = np.float32(v >> 4)
-                if five:
-                    for j in range(8):
-                        for l in range(32):
-                            w[32 * j + l] += np.float32(((np.int64(row[h + l]) >> j) & 1) << 4)
-                for i in range(m):
-                    acc = np.float32(0.0)
-                    for j in range(8):
-                        t = np.float32(0.0)
-                        for l in range(32):
-                            t += w[32 * j + l] * x[i, b * 256 + 32 * j + l]
-                        acc += ds[j] * t - dm[j] * xs[i, b * 8 + j]
-                    y[i, r] += acc
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+KERNELS = PACKED
+_NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
+_lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
 
 
-@_jit
-def _q6_k(blocks, x, table, y):
-    n_out, m, nb = blocks.shape[0], x.shape[0], x.shape[1] // 256
-    for c in prange((n_out + CHUNK - 1) // CHUNK):
-        w = np.empty(256, np.float32)
-        ds = np.empty(16, np.float32)
-        for r in range(c * CHUNK, min(n_out, (c + 1) * CHUNK)):
-            row = blocks[r]
-            for i in range(m):
-                y[i, r] = 0.0
-            for b in range(nb):
-                o = b * 210
-                d = _f16(row, o + 208, table)
-                for g in range(16):
-                    ds[g] = d * np.float32(np.int8(row[o + 192 + g]))
-                for hh in range(2):
-                    ql, qh = o + 64 * hh, o + 128 + 32 * hh
-                    for k in range(4):
-                        for l in range(32):
-                            lo = np.int64(row[ql + 32 * (k % 2) + l])
-                            lo = (lo & 15) if k < 2 else (lo >> 4)
-                            hi = (np.int64(row[qh + l]) >> (2 * k)) & 3
-                            w[128 * hh + 32 * k + l] = np.float32((lo | (hi << 4)) - 32)
-                for i in range(m):
-                    acc = np.float32(0.0)
-                    for g in range(16):
-                        t = np.float32(0.0)
-                        for l in range(16):
-                            t += w[16 * g + l] * x[i, b * 256 + 16 * g + l]
-                        acc += ds[g] * t
-                    y[i, r] += acc
+ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
 
 
-KERNELS = (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+def takes(pm: PackedMatrix, n_rows: int) -> bool:
+    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on, and fewer
+    rows than every part's type's crossover (ROWS)."""
+    return ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
+
+
+def qlinear(x: np.ndarray, pm: PackedMatrix) -> np.ndarray:
+    """x [n, n_in] -> x Wᵀ [n, n_out] from the packed parts."""
+    if len(pm.parts) == 1 and pm.parts[0][1].n_out == pm.n_out:
+        return qmatvec(pm.parts[0][1], x)
+    y = np.empty((x.shape[0], pm.n_out), np.float32)
+    for at, p in pm.parts:
+        y[:, at:at + p.n_out] = qmatvec(p, x)
+    return y
 
 
 def has_kernel(qtype) -> bool:
@@ -226,56 +259,66 @@ def has_kernel(qtype) -> bool:
     return numba is not None and qtype in KERNELS
 
 
-def qmatvec(blocks: np.ndarray, qtype, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """y [m, n_out] = x [m, n_in] @ Wᵀ, W the `qtype` tensor whose blocks are `blocks` uint8
-    [n_out, row bytes] (a memory map is read in place). x: float32 (a vector is one row)."""
-    if not has_kernel(qtype):
-        raise ValueError(f"no quantised kernel for {getattr(qtype, 'name', qtype)}")
-    block, size = GGML_QUANT_SIZES[qtype]
+def _kernel_of(p: Packed):
+    if p.nibbles:
+        return _k_nib8 if p.signed else _k_nib
+    return _k_b32 if p.sub == 32 else _k_b16
+
+
+def _kernel_for(qtype):  # the kernel pack(.., qtype)'s matrices run on
+    if qtype in NIBBLES:
+        return _k_nib8 if qtype == Q.Q4_0 else _k_nib
+    return _k_b16 if qtype == Q.Q6_K else _k_b32
+
+
+def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """y [m, n_out] = x [m, n_in] @ Wᵀ, W the packed matrix (a vector x gives a vector).
+    `out`: a C-contiguous float32 [m, n_out] to write y into."""
+    if numba is None:
+        raise ValueError("the quantised kernels need numba")
     x = np.ascontiguousarray(x, dtype=np.float32)
     one = x.ndim == 1
     x2 = x.reshape(1, -1) if one else x
-    n_out, n_in = blocks.shape[0], x2.shape[1]
-    if blocks.dtype != np.uint8 or blocks.ndim != 2 or blocks.shape[1] * block != n_in * size:
-        raise ValueError(f"{qtype.name} blocks {blocks.dtype} {blocks.shape} do not hold "
-                         f"[n_out, {n_in}] weights")
-    y = out if out is not None else np.empty((x2.shape[0], n_out), np.float32)
-    _run(qtype, blocks, x2, y)
+    m = x2.shape[0]
+    if x2.ndim != 2 or x2.shape[1] != p.n_in:
+        raise ValueError(f"x {x.shape} does not match a {p.qtype.name} matrix of {p.n_in} inputs")
+    n_groups = p.q.shape[0]
+    padded = n_groups * LANES != p.n_out
+    direct = out is not None and not padded and out.flags.c_contiguous and out.dtype == np.float32
+    y = out if direct else np.empty((m, n_groups * LANES), np.float32)
+    threads = min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)
+    with _lock:
+        if numba.get_num_threads() != threads:  # (numba's count is per calling thread)
+            numba.set_num_threads(threads)
+        _kernel_of(p)(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
+    if padded:
+        y = y[:, :p.n_out]
+    if out is not None and not direct:
+        out[...] = y
+        y = out
     return y[0] if one and out is None else y
 
 
-def _run(qtype, blocks, x, y) -> None:
-    if qtype == Q.Q8_0:
-        _q8_0(blocks, x, _F16, y)
-    elif qtype in (Q.Q4_0, Q.Q4_1):
-        _q4(blocks, x, _block_sums(x, 32), _F16, y, GGML_QUANT_SIZES[qtype][1])
-    elif qtype in (Q.Q5_0, Q.Q5_1):
-        _q5(blocks, x, _block_sums(x, 32), _F16, y, GGML_QUANT_SIZES[qtype][1])
-    elif qtype in (Q.Q4_K, Q.Q5_K):
-        _k45(blocks, x, _block_sums(x, 32), _F16, y, GGML_QUANT_SIZES[qtype][1])
-    else:
-        _q6_k(blocks, x, _F16, y)
-
-
 _warm_lock = threading.Lock()
-_warmed: dict = {}  # qtype -> seconds its first call took (compile, or load from numba's cache)
+_warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
 
 
 def warm(qtypes=KERNELS) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
-    {qtype name: seconds}. Safe from any thread; a type already warm costs nothing."""
+    {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing."""
     took = {}
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
+        kernel = _kernel_for(qtype)
         with _warm_lock:
-            if qtype not in _warmed:
+            if kernel not in _warmed:
                 block, size = GGML_QUANT_SIZES[qtype]
+                p = pack(np.zeros((1, size), np.uint8), qtype)
                 t0 = time.perf_counter()
-                _run(qtype, np.zeros((1, size), np.uint8), np.zeros((1, block), np.float32),
-                     np.empty((1, 1), np.float32))
-                _warmed[qtype] = time.perf_counter() - t0
-        took[qtype.name] = _warmed[qtype]
+                qmatvec(p, np.zeros(block, np.float32))
+                _warmed[kernel] = time.perf_counter() - t0
+        took[qtype.name] = _warmed[kernel]
     return took
 
 
@@ -283,6 +326,17 @@ def warm_in_background(qtypes) -> threading.Thread | None:
     """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile."""
     if numba is None:
         return None
-    t = threading.Thread(target=warm, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
     t.start()
     return t
+
+
+def _warm_nicely(qtypes) -> None:
+    """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
+    comes before the kernels it does not need yet."""
+    try:
+        me = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))
+    except (AttributeError, OSError):  # (no per-thread priority here)
+        pass
+    warm(qtypes)

@@ -7,9 +7,9 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
 
     input(x)       the attention input x [n, d_model] (after the input norm in a pre-LN model)
     kv(k, v)       the layer's new keys and values [n_kv_head, n, d_head] -> all T (cached prefix first)
-    q(q, lse, c)   a slot whose row_block is set (a long text, engine/computing/longdoc.py): q [n_head, n, d_head]
+    q(q, lse, c)   attention in row blocks (a long text, longdoc.block_attention): q [n_head, n, d_head]
                    (RoPE applied), each row's log-sum-exp [n_head, n] and the layer's Consts, what a
-                   pattern is recomputed from; attention then runs in row blocks and no pattern exists
+                   pattern is recomputed from; no pattern exists
     scores(s)      the scores [n_head, n, T] before the softmax: knockouts are applied here
     pattern(a)     the pattern [n_head, n, T]: recorded; the run stops here when nothing later is wanted
     z(z)           each head's output z [n_head, n, d_head] before W_O: recorded; ablations replace it
@@ -106,11 +106,13 @@ class Trace:
     share base's records. end: run only the layers before it (what one layer's anatomy needs);
     the patterns are then [end, n_head, T, T] and no final-norm input is recorded."""
 
-    row_block: int | None = None  # a long trace's query rows per block (attention in row blocks)
+    # (q, k, v, consts, cache) -> z: how the trace's run attends when not densely (a long trace's
+    # row blocks, longdoc.block_attention); None: families.dense_attention, with masks
+    attention: Callable | None = None
     past: KVCache | None = None  # a cache the trace brings (run_long's reuse, a generation's), not the model's
     workers: int = 1  # threads a run's row-wise steps and blocks are shared over (a long trace's)
     # (k, fn): fn(trace) once layers 0..k-1 are done (their patterns final), before layer k starts:
-    # a window shows one layer before the layers after it are computed (Model.run(early=...))
+    # a window shows one layer before the layers after it are computed (RunRequest(early=...))
     early: tuple | None = None
     # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
     # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
@@ -218,7 +220,6 @@ class LayerCache:
     """One layer's slot in a trace: the named points self_attention calls (module docstring)."""
 
     __slots__ = ("trace", "i", "past", "rows", "_p", "_stop_at")
-    row_block = None  # query rows per block when attention runs in blocks (see q); None: dense
 
     def __init__(self, trace: Trace, i: int, past: KVCache | None, rows):
         self.trace, self.i, self.past, self.rows = trace, i, past, rows
@@ -294,7 +295,6 @@ class _Nothing:
     """The slot of a run that records nothing and edits nothing (anatomy, tests)."""
 
     rows = None
-    row_block = None
 
     def input(self, x):
         pass

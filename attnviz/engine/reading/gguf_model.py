@@ -33,6 +33,7 @@ from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unper
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
+from attnviz.engine.reading.qpack import PackedLayer, kernels_installed, pack_parts, packed_nbytes
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import is_whole, show
 
@@ -133,6 +134,29 @@ def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None:
     return out if columns else out.T
 
 
+def _packed_matrix(fills, ts: GGUFTensors):  # -> qpack.PackedMatrix (None: no fills, or no kernel)
+    """A layer matrix's tensors in the kernels' layout (engine/reading/qpack.py), rows in the
+    engine's order (llama.cpp's Q/K permutation undone)."""
+    if fills is None:
+        return None
+    parts = []
+    for f in fills:
+        t = ts.stored(f.name, f.shape)
+        rows = np.asarray(t.data).reshape(f.shape[0], -1)  # [out, row bytes]
+        parts.append((t.tensor_type, rows if f.rows is None else rows[f.rows], f.at))
+    return pack_parts(parts)
+
+
+def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer:
+    return PackedLayer(*(_packed_matrix(f, ts) for f in (plan.qkv, plan.o, plan.gate_up, plan.down)))
+
+
+def _packed_bytes(plan: _LayerPlan, ts: GGUFTensors) -> int:
+    """What _packed_layer holds for the layer (its quantised matrices in the kernels' layout)."""
+    return sum(packed_nbytes(ts.stored(f.name, f.shape).tensor_type, *f.shape)
+               for part in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()) for f in part)
+
+
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
     """A layer's w_o [n_head d_head, d_model], b_o [d_model] and post_attn_norm (Gemma 3's (gain,))
     alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
@@ -142,8 +166,10 @@ def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
             None if post is None else (ts.get(*post, check),))
 
 
-def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool) -> Layer:
-    """A layer's float32 arrays from the file, as its plan says."""
+def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool,
+            packed: PackedLayer | None = None) -> Layer:
+    """A layer's float32 arrays from the file, as its plan says, with `packed` (its quantised
+    matrices in the kernels' layout) beside them."""
     def matrix(fills):
         return _matrix(fills, ts, check)
 
@@ -158,7 +184,8 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
         w_qkv=matrix(plan.qkv), b_qkv=cat_bias(biases), w_o=matrix(plan.o), b_o=vec.get("b_o"),
         norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
         q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
-        post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"))
+        post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"),
+        packed=packed)
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
@@ -173,10 +200,23 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
     sizes = [sum(ts.nbytes32(f.name) for part in (p.qkv, p.o, p.gate_up or (), p.down or ())
                  for f in part) + sum(ts.nbytes32(n) for n, _ in p.small.values()) for p in plans]
-    budget = resolve_budget(name or ts.path.name, sizes, float32_bytes_needed(cfg, ts) - sum(sizes),
-                            budget)
-    layers = LayerStore(lambda i, check: _expand(plans[i], ts, cfg, permuted, check), sizes, budget,
-                        ts.path.name, output=lambda i, check: _output(plans[i], ts, check))
+    # the few-row runs' quantised kernels read the layers' blocks packed beside the float32 copies
+    # (engine/computing/qmatvec.py): each layer's packed once and held for the model's life (the
+    # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
+    # beside the layers
+    packing = kernels_installed()
+    packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
+    budget = resolve_budget(name or ts.path.name, sizes,
+                            float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
+    packs: dict = {}  # layer -> PackedLayer
+
+    def expand(i, check):
+        pk = packs.get(i) if packing else None
+        if packing and pk is None:
+            pk = packs.setdefault(i, _packed_layer(plans[i], ts))
+        return _expand(plans[i], ts, cfg, permuted, check, pk)
+    layers = LayerStore(expand, sizes, budget, ts.path.name,
+                        output=lambda i, check: _output(plans[i], ts, check))
     if eager:  # a model that fits: every layer read and checked at load
         layers.expand_kept()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))

@@ -43,6 +43,7 @@ class Layer:
     k_norm: np.ndarray | None = None  # [d_head] same on k
     post_attn_norm: tuple | None = None  # Gemma 3: (gain,) on the attention output, before the add
     post_mlp_norm: tuple | None = None  # Gemma 3: (gain,) on the MLP output, before the add
+    packed: object | None = None  # qpack.PackedLayer: the matrices in the file's blocks (few-row runs)
 
 
 @dataclass(frozen=True)

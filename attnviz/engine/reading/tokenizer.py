@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -44,7 +44,6 @@ class TextTokenizer:
         tok.no_padding()
         tok.no_truncation()
         self._tok = tok
-        self._last: tuple[str, bool, Encoded] | None = None  # encode's last text and its tokens
         self.kind = piece_kind(tok)  # how token_text reads this tokenizer's pieces
 
     def check_ids(self, n_rows: int, rows_from: str = "config.json vocab_size") -> None:
@@ -54,18 +53,7 @@ class TextTokenizer:
             check_token_ids(self._ids, n_rows, self.path, rows_from)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
-        """The text's tokens. The last text's are kept and given again (as new lists): the window
-        asks twice per keystroke, once to tell whether the text is long (its patterns over the
-        dense limit) and once to run it."""
-        last = self._last  # (one read: another thread may replace it)
-        if last is not None and last[0] == text and last[1] == add_special_tokens:
-            enc = last[2]
-        else:
-            enc = self._encode(text, add_special_tokens)
-            self._last = (text, add_special_tokens, enc)
-        return Encoded(*(list(getattr(enc, f.name)) for f in fields(Encoded)))  # the caller's own
-
-    def _encode(self, text: str, add_special_tokens: bool) -> Encoded:
+        """The text's tokens (a run tokenises its text once: Model.prepare)."""
         enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]

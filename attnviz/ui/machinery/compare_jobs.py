@@ -26,6 +26,7 @@ from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
+from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             trace = C.compare_trace()
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                b.run(ids=ids, trace=trace, stop=stale)
+                b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc = None
             if not (a.config.causal and len(ids) < 2):

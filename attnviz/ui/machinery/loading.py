@@ -5,6 +5,7 @@ every checkpoint's weights preloaded."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from attnviz.engine.computing.request import RunRequest
 
 
 @dataclass(frozen=True)
@@ -36,5 +37,6 @@ def load_checked(source: str):
 
     model = load_model(source)
     with np.errstate(all="ignore"):  # the engine names the broken layer itself
-        model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))), use_cache=False)
+        model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))),
+                  request=RunRequest(use_cache=False))
     return model

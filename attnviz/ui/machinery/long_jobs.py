@@ -18,10 +18,10 @@ import weakref
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.longdoc import DENSE_LIMIT, dense_bytes
-from attnviz.engine.computing.model import clean_text
+from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import capped_blas
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
 TOP_K = 10  # the predictions each step keeps (the panel lists them)
@@ -32,14 +32,11 @@ OVERVIEW_DELAY_MS = 15  # view changes (a wheel turning) are gathered this long 
 def new_text(model, prompt_text: str, prompt_ids: list[int], new_ids: list[int]) -> str:
     """The sentence with the generated tokens: the prompt as typed and what the new tokens add to
     its decoding (special tokens such as the end of text left out). A model without a tokenizer
-    types ids: they are appended as ids."""
-    if model.tokenizer is None:
-        return prompt_text + "".join(f", {i}" for i in new_ids)
-    dec = model.tokenizer.raw.decode
-    before = dec(list(prompt_ids), skip_special_tokens=True)
-    after = dec(list(prompt_ids) + list(new_ids), skip_special_tokens=True)
+    types ids: they are appended as ids (Model.decode)."""
+    before = model.decode(prompt_ids, skip_special=True)
+    after = model.decode(list(prompt_ids) + list(new_ids), skip_special=True)
     return prompt_text + (after[len(before):] if after.startswith(before) else
-                          dec(list(new_ids), skip_special_tokens=True))
+                          model.decode(new_ids, skip_special=True))
 
 
 class LongJobs(QObject):
@@ -77,25 +74,20 @@ class LongJobs(QObject):
             lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
 
     # --- long runs ----------------------------------------------------------------------------
-    def wants_long(self, model, text: str) -> bool:
-        """Whether the text's dense patterns would pass dense_limit (counted with the tokenizer;
-        a model without one types ids, which Model.run counts: DenseTooLarge sends those here)."""
-        if model.tokenizer is None:
-            return False
-        cfg = model.config
-        if dense_bytes(cfg.n_layer, cfg.n_head, cfg.max_positions) <= self.dense_limit:
-            return False  # no text this model takes is long: no need to count
-        # the text as the run will tokenise it (a lone surrogate, which the tokenizer refuses,
-        # made U+FFFD): the tokenizer keeps its tokens, and the run takes them without a second
-        # tokenisation
-        T = min(len(model.tokenizer.encode(clean_text(text)[0]).ids), cfg.max_positions)
-        return dense_bytes(cfg.n_layer, cfg.n_head, T) > self.dense_limit
+    def long_run(self, req):
+        """What the worker's compute request runs as when the engine finds its text long
+        (RunRequest.long): prepared -> run_long(req, prepared), BLAS back at its cap (the long
+        run shares its rows out to threads of one BLAS thread each)."""
+        def long(prepared):
+            with capped_blas():
+                return self.run_long(req, prepared)
+        return long
 
-    def run_long(self, req):
-        """The worker's compute request as a long run (on the pool): progress per layer, and
-        Cancelled once a newer run is asked for. The tokens it shares at the start with the last
-        long run of the same model are not computed again (a keystroke at the end of a long text
-        runs its last tokens only)."""
+    def run_long(self, req, text=None):
+        """The worker's compute request (or `text`: its text already prepared) as a long run (on
+        the pool): progress per layer, and Cancelled once a newer run is asked for. The tokens it
+        shares at the start with the last long run of the same model are not computed again (a
+        keystroke at the end of a long text runs its last tokens only)."""
         from attnviz.engine.computing.longdoc import run_long
 
         def progress(i, n):
@@ -105,7 +97,8 @@ class LongJobs(QObject):
             self.sigLayer.emit(req.id, i, n)
         last = self._last_long  # (read and written on the pool's one thread)
         reuse = last[1]() if last is not None and last[0] is req.model else None
-        run = run_long(req.model, req.text, truncate=True, progress=progress, reuse=reuse)
+        run = run_long(req.model, req.text if text is None else text, truncate=True,
+                       progress=progress, reuse=reuse)
         self._last_long = (req.model, weakref.ref(run))
         return run
 
@@ -183,37 +176,31 @@ class LongJobs(QObject):
         if model is None:
             return
         check_sampling(temperature, top_p, max_new)  # InputError before anything starts
-        self.check_rows(model, st.text, max_new)
+        prompt = st.text
+        prepared = model.prepare(prompt)  # tokenised once: the rows' check, the run and the steps read it
+        self.check_rows(model, len(prepared.ids), max_new)
         self._stop_generation()
         stop = self._stop = threading.Event()
-        prompt = st.text
         job_id = self.worker.claim(GENERATE_KIND)
         self.gen.begin(prompt)
 
         def work():
-            return generate(model, prompt, max_new=max_new, temperature=temperature, top_p=top_p,
+            return generate(model, prepared, max_new=max_new, temperature=temperature, top_p=top_p,
                             seed=seed, ignore_eos=ignore_eos, rows=True, k=TOP_K,
                             on_step=lambda s: self.sigStep.emit(job_id, s),
                             should_stop=lambda: stop.is_set() or not self.worker.is_newest(GENERATE_KIND, job_id))
-        self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": None}
+        self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": prepared.ids.tolist()}
         self.worker.submit(GENERATE_KIND, work, self._on_generated, (job_id, model, prompt), THREAD,
                            job_id=job_id)
 
-    def check_rows(self, model, prompt: str, max_new: int) -> None:
+    def check_rows(self, model, T: int, max_new: int) -> None:
         """Each step keeps its row in every head, [n_layer, n_head, T] float32 (the slider shows
-        them): an InputError, before anything runs, when max_new steps after this prompt would keep
-        more than ROWS_LIMIT bytes of them."""
+        them): an InputError, before anything runs, when max_new steps after a prompt of T tokens
+        would keep more than ROWS_LIMIT bytes of them."""
         from attnviz.engine.computing.longdoc import size_text
         from attnviz.engine.errors import InputError
 
         cfg = model.config
-        if model.tokenizer is not None:
-            T = len(model.tokenizer.encode(prompt).ids)
-        else:
-            from attnviz.engine.computing.model import parse_typed_ids
-
-            T = len(parse_typed_ids(prompt) or [])
-        T = min(T, cfg.max_positions)
         n = max(0, min(max_new, cfg.max_positions - T))
         need = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
         if need > ROWS_LIMIT:
@@ -226,20 +213,9 @@ class LongJobs(QObject):
         g = self._gen
         if g is None or g["job"] != job_id or not self.gen.running:
             return
-        model = g["model"]
-        if g["ids"] is None:  # the prompt's ids: the tokens the first step read
-            g["ids"] = self._prompt_ids(model, g["prompt"], step.T)
-        ids = g["ids"]
+        model, ids = g["model"], g["ids"]  # the prompt's ids: the tokens the first step read
         new = [s.id for s in self.gen.steps] + [step.id]
         self.gen.add_step(step, ids, new_text(model, g["prompt"], ids, new))
-
-    @staticmethod
-    def _prompt_ids(model, prompt: str, T: int) -> list[int]:
-        if model.tokenizer is None:
-            from attnviz.engine.computing.model import parse_typed_ids
-
-            return list(parse_typed_ids(prompt))[:T]
-        return list(model.tokenizer.encode(prompt).ids)[:T]
 
     def _on_generated(self, request, gen, error) -> None:
         job_id, _model, _prompt = request

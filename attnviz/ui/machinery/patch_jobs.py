@@ -103,11 +103,8 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
 
 
 def readable(model, ids, tokens) -> list[str]:
-    """The tokens' labels as the grid shows them (a space as ·), the tokens themselves without a
-    tokenizer."""
-    if model.tokenizer is None:
-        return list(tokens)
-    return list(model.tokenizer.labels_for_ids([int(i) for i in ids])[1])
+    """The tokens' labels as the grid shows them (a space as ·; Model.labels)."""
+    return model.labels(ids)
 
 
 class LengthError(InputError):

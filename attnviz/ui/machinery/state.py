@@ -103,7 +103,7 @@ class AppState(QObject, HeadScoresState):
         return self._shown
 
     def preview_depth(self) -> int | None:
-        """Layers a run hands over early (Model.run(early=...)) for the grid to paint before the
+        """Layers a run hands over early (RunRequest(early=...)) for the grid to paint before the
         run ends: the layer on screen and those before it. Only where what the grid paints from
         them is what it paints from the whole run: one layer on screen (not the last), weights as
         they are (value weighting needs every layer's values), and a colour scale known without

@@ -12,7 +12,7 @@ import threading
 from PySide6.QtCore import QCoreApplication, QTimer
 from threadpoolctl import ThreadpoolController, threadpool_limits
 
-from attnviz.engine.parallel import cores
+from attnviz.engine.parallel import cores, limit_kernel_threads
 
 BLAS_THREADS = 1
 _BLAS_LIMIT = None
@@ -24,6 +24,7 @@ def limit_blas_threads(n: int = BLAS_THREADS):
     and on 2 cores their spinning takes the core the UI thread needs (the window stalls)."""
     global _BLAS_LIMIT
     if _BLAS_LIMIT is None:
+        limit_kernel_threads(n)  # the quantised kernels' few-row products likewise
         _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
         # Raise the cap once here, on the main thread, and lower it again: with the OpenBLAS
         # NumPy ships (pthreads), unless the main thread has raised it once after lowering it, a
@@ -43,6 +44,16 @@ def wide_blas(on: bool = True):
     if not on or cores() <= BLAS_THREADS:
         return contextlib.nullcontext()
     return _controller().limit(limits=cores(), user_api="blas")
+
+
+def capped_blas():
+    """A context in which BLAS is back at its cap (a long run met inside wide_blas: its rows
+    are shared out to threads of one BLAS thread each). Back to what it was after."""
+    import contextlib
+
+    if cores() <= BLAS_THREADS:
+        return contextlib.nullcontext()
+    return _controller().limit(limits=BLAS_THREADS, user_api="blas")
 
 
 _CONTROLLER: ThreadpoolController | None = None

@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.errors import Cancelled, InputError
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,8 @@ class WhyJobs(QObject):
             trace = held
             if trace is None:  # the run as the window made it, keeping z and the stream
                 trace = qk_trace()
-                model.run(ids=ids, truncate=True, trace=trace,
-                          stop=lambda: not self.worker.is_newest(WHY_KIND, job_id))
+                stale = lambda: not self.worker.is_newest(WHY_KIND, job_id)  # noqa: E731
+                model.run(ids=ids, trace=trace, request=RunRequest(truncate=True, stop=stale))
             return trace, qk_attribution(model, trace, *cell)
 
         self.busy = True

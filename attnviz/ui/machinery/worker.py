@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from attnviz.engine.computing.longdoc import DenseTooLarge, LongRun
+from attnviz.engine.computing.longdoc import LongRun
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked
@@ -141,26 +142,23 @@ class Worker(Runner):
         # dropped): on a large model the newest text's run starts a layer later, not a run later
         stale = lambda: not self.is_newest("compute", req.id)  # noqa: E731
 
-        def run():  # Model.run refuses non-finite weights itself, naming the layer
-            if long_jobs is not None and long_jobs.wants_long(req.model, req.text):
-                return long_jobs.run_long(req)  # a longdoc.LongRun: patterns on demand
-            try:
-                # BLAS on every core for the window's runs: a causal model's keystroke streams
-                # every weight (one product of a row per weight matrix), and two cores read memory
-                # faster than one; an encoder's run is shorter too (benchmarks/typing.py measures
-                # both, in turns of 1 and 2 threads)
-                with wide_blas():
-                    if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
-                        from attnviz.engine.analysing.effects import window_run
+        # the engine tokenises the text once and decides there whether it is long: a long text
+        # runs as long_jobs.long_run says (a longdoc.LongRun: patterns on demand)
+        request = RunRequest(truncate=True, values=req.values, inputs=req.inputs, stop=stale,
+                             long=None if long_jobs is None else long_jobs.long_run(req),
+                             dense_limit=None if long_jobs is None else long_jobs.dense_limit)
 
-                        return window_run(req.model, req.text, values=req.values, inputs=req.inputs,
-                                          ablation=req.ablation, stop=stale)
-                    return req.model.run(req.text, truncate=True, values=req.values, inputs=req.inputs,
-                                         early=early, stop=stale)
-            except DenseTooLarge:
-                if long_jobs is None:
-                    raise
-                return long_jobs.run_long(req)
+        def run():  # Model.run refuses non-finite weights itself, naming the layer
+            # BLAS on every core for the window's runs: a causal model's keystroke streams every
+            # weight (one product of a row per weight matrix), and two cores read memory faster
+            # than one; an encoder's run is shorter too (benchmarks/typing.py measures both, in
+            # turns of 1 and 2 threads)
+            with wide_blas():
+                if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
+                    from attnviz.engine.analysing.effects import window_run
+
+                    return window_run(req.model, req.text, request=request, ablation=req.ablation)
+                return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
     def _on_preview(self, req: ComputeRequest, partial) -> None:

@@ -247,6 +247,4 @@ class GeneratePanel(QWidget):
         """The labels of the first T tokens the step read (the prompt and the tokens before it)."""
         model, g = self.state.model, self.gen
         ids = (list(g.prompt_ids) + [st.id for st in g.steps])[:T]
-        if model.tokenizer is None:
-            return [str(i) for i in ids]
-        return list(model.tokenizer.labels_for_ids(ids)[1])
+        return model.labels(ids)

@@ -11,12 +11,12 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
     if outcome == "loaded":
         loaded(w, w.state.model)
     elif outcome == "failed":
-        w._pending_view = None
+        w.pending_view = None
         stays = what_stays(w.state)
         keep = sentence(stays[0].upper() + stays[1:])
         w.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
     else:
-        w._pending_view = None
+        w.pending_view = None
         w.statusBar().showMessage(f"Stopped loading {source}; {what_stays(w.state)}.", 8000)
 
 
@@ -27,8 +27,8 @@ def what_stays(state) -> str:  # after a load that did not happen
 def loaded(w, model) -> None:
     w.clear_error()  # (the runner set the state; the settings remember the model)
     w.statusBar().showMessage(f"Loaded {model.name}", 4000)
-    if w._pending_view is not None:
-        (view, path), w._pending_view = w._pending_view, None
+    if w.pending_view is not None:
+        (view, path), w.pending_view = w.pending_view, None
         if view.get("model") in (model.name, w.state.model_source):
             w.apply_view(view, path)
         else:  # another model was opened while the view waited for its own

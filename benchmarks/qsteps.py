@@ -1,0 +1,198 @@
+"""SmolLM2's few-row runs on its Q4_1 blocks (engine/computing/qmatvec.py) against the float32 path,
+in one process, in turns (not a test).
+
+- keystroke: the window's run of one new row with the KV cache (every layer's patterns), after a
+  run of the first T - 1 tokens: engine time, kernels on against off (qmatvec.ENABLED). Goal: on
+  / off <= 0.5.
+- generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
+  cache, no dense patterns, every layer to its end), kernels on against off, and the step's
+  unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
+  quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
+  bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
+- memory: the packed bytes the layers hold beside their float32 copies, and VmRSS of a fresh
+  process after loading SmolLM2 and typing a sentence key by key (one run a key, as the window's
+  engine does), with the kernels and without them (packing off). Goal: <= 350 MB (the window's
+  RSS after typing; the engine's alone is measured here, the window adds Qt's).
+
+    python -m benchmarks.qsteps [--repeat 15] [--threads 1]
+
+Writes benchmarks/results/qsteps.json (benchmarks/record.py); each figure's note has the machine's
+load average (other work on a shared machine slows both paths, not always alike).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.record import figure, write
+
+
+def _turns(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """ms of fn() with the kernels on and off, `repeat` times each, in turns (on first, then off
+    first: neither side always follows the other)."""
+    from attnviz.engine.computing import qmatvec as qm
+    on, off = [], []
+    for r in range(repeat + 1):
+        for enabled in ((True, False) if r % 2 else (False, True)):
+            qm.ENABLED = enabled
+            t0 = time.perf_counter()
+            fn()
+            ms = (time.perf_counter() - t0) * 1e3
+            if r:  # the first round warms both paths
+                (on if enabled else off).append(ms)
+    qm.ENABLED = True
+    return on, off
+
+
+def _float32_pass(weights, repeat: int) -> tuple[float, int]:
+    """Fastest ms of one x @ w over every float32 layer matrix, and their bytes."""
+    from attnviz.engine.computing.layers import linear
+    mats = [w for layer in weights.layers for w in (layer.w_qkv, layer.w_o, layer.w_in, layer.w_out)
+            if w is not None]
+    rng = np.random.default_rng(1)
+    xs = {m.shape[0]: rng.standard_normal((1, m.shape[0]), dtype=np.float32) for m in mats}
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for m in mats:
+            linear(xs[m.shape[0]], m)
+        best = min(best, (time.perf_counter() - t0) * 1e3)
+    return best, sum(int(m.nbytes) for m in mats)
+
+
+def _rss_child(kernels: bool) -> dict:
+    """VmRSS / VmHWM (MiB) of a fresh process: SmolLM2 loaded, a sentence typed key by key."""
+    code = f"""
+import json
+kernels = {kernels}
+if not kernels:  # no packed copies: the float32 path alone, as without numba
+    from attnviz.engine.reading import gguf_model
+    gguf_model.kernels_installed = lambda: False
+    from attnviz.engine.computing import load
+    load.kernels_installed = lambda: False
+from attnviz.engine.computing.load import load_model
+m = load_model("SmolLM2-135M-Instruct")
+text = "The quick brown fox jumps over the lazy dog, then naps."
+for i in range(1, len(text) + 1):
+    m.run(text[:i])
+st = dict(l.split(":", 1) for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM")))
+print(json.dumps({{k: int(v.split()[0]) / 1024 for k, v in st.items()}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="BLAS and kernel threads (default 1: what the window gives a keystroke)")
+    args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    from attnviz.engine.parallel import limit_kernel_threads
+    threadpool_limits(args.threads, user_api="blas")
+    limit_kernel_threads(args.threads)
+
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.computing.generate import _StepTrace
+    from attnviz.engine.computing.load import load_model
+    from attnviz.engine.computing.trace import KVCache
+
+    t0 = time.perf_counter()
+    model = load_model("SmolLM2-135M-Instruct")
+    load_s = time.perf_counter() - t0
+    warm = qm.warm([qm.Q.Q4_1])
+    layers = list(model.weights.layers)
+    packed = sum(layer.packed.nbytes for layer in layers if layer.packed is not None)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(100, model.config.vocab_size, 600).tolist()
+    figs = []
+    load = os.getloadavg()[0]
+    figs.append(figure("packed bytes held beside the float32 layers", packed / 2**20, "MiB",
+                       note=f"load {load_s:.1f} s with packing; kernels from numba's cache "
+                            f"{warm['Q4_1']:.2f} s"))
+    print(f"loaded in {load_s:.1f} s; packed {packed / 2**20:.0f} MiB; {args.threads} thread(s); "
+          f"load average {load:.1f}")
+
+    fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
+
+    # keystroke: one new row after T - 1 cached tokens (a new last token each time: the run
+    # shares T - 1 tokens with the one before and computes one row), every layer's patterns
+    T = 24
+    model.clear_cache()
+    model.run(ids=ids[:T - 1])
+
+    def keystroke():
+        assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
+    on, off = _turns(keystroke, args.repeat)
+    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    figs += [figure(f"keystroke engine time, kernels, T = {T}", a, "ms", runs=on,
+                    note=f"one new row, every layer's patterns; {args.threads} thread(s); median; "
+                         f"load average {load:.1f}"),
+             figure(f"keystroke engine time, float32, T = {T}", b, "ms", runs=off,
+                    note=f"the same runs in turns; median; load average {load:.1f}"),
+             figure("keystroke: kernels / float32", a / b, "x", goal=0.5, headline=True,
+                    note=f"medians {a:.2f} / {b:.2f} ms")]
+    print(f"keystroke T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, ratio {a / b:.2f}  "
+          f"load {load:.1f}", flush=True)
+
+    # generation steps: a generation's own cache, one new row a step as above
+    head = model.lm_head()
+    for T in (64, 512):
+        cache = KVCache()
+        model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), labels=False)
+
+        def step():
+            r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
+                          labels=False)
+            assert r.cache_computed == 1
+        on, off = _turns(step, args.repeat)
+        floor_ms, f32_bytes = _float32_pass(model.weights, 5)
+        floor = packed * floor_ms / f32_bytes
+        logits = []
+        final = np.zeros((1, model.config.d_model), np.float32)
+        for _ in range(5):
+            t = time.perf_counter()
+            head.logits(final)
+            logits.append((time.perf_counter() - t) * 1e3)
+        a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+        figs += [
+            figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
+                   note=f"the layers' one-row run; median; load average {load:.1f}"),
+            figure(f"generation step T = {T}, float32", b, "ms", runs=off,
+                   note=f"the same runs in turns; median; load average {load:.1f}"),
+            figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
+                   goal=1.3, headline=T == 64,
+                   note=f"floor {floor:.2f} ms: {packed / 1e6:.0f} MB packed at the float32 pass's "
+                        f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
+                        f"{f32_bytes / 1e6:.0f} MB)"),
+            figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
+                   runs=logits, note="head.logits of the last row, the same either way"),
+        ]
+        print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
+              f"({a / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  load {load:.1f}",
+              flush=True)
+    if os.path.exists("/proc/self/status"):
+        on, off = _rss_child(True), _rss_child(False)
+        load = os.getloadavg()[0]
+        figs += [figure("RSS after typing, kernels (packed copies beside float32)", on["VmRSS"], "MiB",
+                        goal=350 / 1.048576, headline=True,
+                        note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
+                             f"{load:.1f}"),
+                 figure("RSS after typing, float32 only", off["VmRSS"], "MiB",
+                        note=f"the same without packing or numba; peak {off['VmHWM']:.0f} MiB")]
+        print(f"RSS after typing: kernels {on['VmRSS']:.0f} MiB, float32 only {off['VmRSS']:.0f} MiB")
+    print(f"wrote {write('qsteps', figs)}")
+
+
+if __name__ == "__main__":
+    main()
