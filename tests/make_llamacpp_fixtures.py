@@ -41,6 +41,7 @@ from llama_cpp import Llama  # noqa: E402
 from attnviz.engine import load_model  # noqa: E402
 from attnviz.engine.analysing.predict import prediction_trace  # noqa: E402
 from attnviz.engine.computing.logits import log_softmax  # noqa: E402
+from attnviz.engine.computing.request import RunRequest  # noqa: E402
 from attnviz.engine.reading.gguf_write import write_gguf  # noqa: E402
 from tests.make_quantize_fixtures import smollm2_path  # noqa: E402
 
@@ -59,7 +60,7 @@ def llama_logprobs(path: Path, ids) -> np.ndarray:  # -> [T, vocab] float64
 
 def attnviz_logprobs(model, ids) -> np.ndarray:  # -> [T, vocab] float64
     trace = prediction_trace()
-    model.run(ids=ids, trace=trace, use_cache=False)
+    model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     return log_softmax(model.lm_head().logits(trace.resid[-1]))
 
 

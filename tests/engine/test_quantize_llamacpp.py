@@ -13,6 +13,7 @@ import pytest
 from attnviz.engine import load_model
 from attnviz.engine.analysing.predict import prediction_trace
 from attnviz.engine.computing.logits import log_softmax
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading.gguf_write import write_gguf
 from tests.tiny import FIXTURES
 
@@ -27,7 +28,7 @@ def reference():
 
 def logprobs(model, ids) -> np.ndarray:  # -> [T, vocab]
     trace = prediction_trace()
-    model.run(ids=ids, trace=trace, use_cache=False)
+    model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
     return log_softmax(model.lm_head().logits(trace.resid[-1]))
 
 

@@ -212,7 +212,7 @@ def test_the_grid_offers_a_b_and_a_minus_b_and_leaving_restores_a(window, qtbot)
                     timeout=WAIT)
     a, b = w.state.model, w.state.checkpoints.model(0)
     ids = c.result.input_ids
-    d = a.run(ids=ids, use_cache=False).attentions[1] - b.run(ids=ids, use_cache=False).attentions[1]
+    d = a.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1] - b.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1]
     lim = float(np.abs(d).max())
     want = signed_positions(d, lim).astype(np.uint8)  # [n_head, T, T] indices into the diverging table
     lo, T = g.layout_, d.shape[-1]
@@ -246,7 +246,7 @@ def test_the_grid_offers_a_b_and_a_minus_b_and_leaving_restores_a(window, qtbot)
 
     g.mode_selector.buttons["B"].click()
     qtbot.waitUntil(lambda: g.shown_mode == "B", timeout=WAIT)
-    bw = b.run(ids=ids, use_cache=False).attentions[1]
+    bw = b.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1]
     i = lo.heads.index((1, 2))
     tile = g.img.image[lo.y0[i]:lo.y0[i] + T, lo.x0[i]:lo.x0[i] + T]
     top = c.b_attentions.max()  # the shared scale: B's own top
