@@ -11,12 +11,29 @@ import pytest
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import qpack
 from attnviz.engine.reading.qpack import pack_parts
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, write_gguf
 
 pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def kernels_asked():
+    """The kernels as the window has them: asked for (packing at load) and warm."""
+    qpack.ask_for_kernels()
+    qm.warm()
+    yield
+    qpack.ask_for_kernels(False)
+
+
+@pytest.fixture(scope="module")
+def smollm2(kernels_asked):
+    """SmolLM2 loaded with its layers packed (the session's copy may have been loaded without)."""
+    from attnviz.engine.computing.load import load_model
+    return load_model("SmolLM2-135M-Instruct")
 
 
 @pytest.fixture
@@ -72,14 +89,14 @@ def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel
     got = _step_by_step(model, ids, 6).attentions
     assert kernel_calls
     monkeypatch.setattr(qm, "ENABLED", False)
-    want = model.run(ids=ids, use_cache=False).attentions  # the float32 product
+    want = model.run(ids=ids, request=RunRequest(use_cache=False)).attentions  # the float32 product
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_prefill_keeps_the_float32_product(tmp_path, kernel_calls):
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     model = load_gguf(write_gguf(tmp_path / "q4.gguf", cfg, tensors, Q.Q4_0))
-    model.run(ids=list(range(3, 3 + min(qm.ROWS.values()))), use_cache=False)
+    model.run(ids=list(range(3, 3 + min(qm.ROWS.values()))), request=RunRequest(use_cache=False))
     assert kernel_calls == []
 
 
