@@ -116,7 +116,7 @@ def test_a_fused_matrix_of_mixed_types_multiplies_part_by_part():
 
 
 def test_a_type_without_a_kernel_keeps_float32_and_says_so_once(caplog, monkeypatch):
-    monkeypatch.setattr(qpack, "_said", set())
+    monkeypatch.setattr(qpack, "said_once", set())  # whatever earlier tests logged
     rows = np.zeros((4, 84), np.uint8)  # one Q2_K block a row
     with caplog.at_level(logging.INFO, logger="attnviz.engine.reading.qpack"):
         assert pack_parts([(Q.Q2_K, rows, 0)]) is None
@@ -130,13 +130,17 @@ def test_the_kernels_follow_the_thread_cap(monkeypatch):
     import numba
 
     from attnviz.engine import parallel
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", None)
-    assert parallel.kernel_threads() == parallel.cores()
-    parallel.limit_kernel_threads(1)
-    p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
-    np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
-                               qpack.dequantized(p).sum(axis=1), rtol=1e-6)
-    assert numba.get_num_threads() == 1
+    before = parallel.kernel_threads()
+    try:
+        parallel.limit_kernel_threads(None)
+        assert parallel.kernel_threads() == parallel.cores()
+        parallel.limit_kernel_threads(1)
+        p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
+        np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
+                                   qpack.dequantized(p).sum(axis=1), rtol=1e-6)
+        assert numba.get_num_threads() == 1
+    finally:
+        parallel.limit_kernel_threads(None if before == parallel.cores() else before)
 
 
 @pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)

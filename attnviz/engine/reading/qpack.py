@@ -217,8 +217,8 @@ def pack_parts(parts) -> PackedMatrix | None:
     out, n_out, run = [], 0, []
     for qtype, rows, at in parts:
         if qtype not in PACKED:
-            if qtype not in _said:
-                _said.add(qtype)
+            if qtype not in said_once:
+                said_once.add(qtype)
                 log.info("no quantised kernel for %s: its matrices keep the float32 path",
                          getattr(qtype, "name", qtype))
             return None
@@ -237,4 +237,4 @@ def _packed_run(run) -> tuple:
     return run[0][2], pack(rows, run[0][0])
 
 
-_said: set = set()  # block types already named in the log as without a kernel
+said_once: set = set()  # block types already named in the log as without a kernel
