@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from attnviz.engine.computing.request import RunRequest
 from benchmarks.record import figure, write
 
 
@@ -73,11 +74,8 @@ def _rss_child(kernels: bool) -> dict:
     code = f"""
 import json
 kernels = {kernels}
-if not kernels:  # no packed copies: the float32 path alone, as without numba
-    from attnviz.engine.reading import gguf_model
-    gguf_model.kernels_installed = lambda: False
-    from attnviz.engine.computing import load
-    load.kernels_installed = lambda: False
+from attnviz.engine.reading import qpack
+qpack.ask_for_kernels(kernels)  # off: no packed copies, the float32 path alone
 from attnviz.engine.computing.load import load_model
 m = load_model("SmolLM2-135M-Instruct")
 text = "The quick brown fox jumps over the lazy dog, then naps."
@@ -107,6 +105,9 @@ def main() -> None:
     from attnviz.engine.computing.load import load_model
     from attnviz.engine.computing.trace import KVCache
 
+    from attnviz.engine.reading.qpack import ask_for_kernels
+
+    ask_for_kernels()  # as the window does
     t0 = time.perf_counter()
     model = load_model("SmolLM2-135M-Instruct")
     load_s = time.perf_counter() - t0
@@ -149,11 +150,11 @@ def main() -> None:
     head = model.lm_head()
     for T in (64, 512):
         cache = KVCache()
-        model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), labels=False)
+        model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
 
         def step():
             r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
-                          labels=False)
+                          request=RunRequest(labels=False))
             assert r.cache_computed == 1
         on, off = _turns(step, args.repeat)
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)

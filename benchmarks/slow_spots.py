@@ -181,13 +181,14 @@ import time, json
 t0 = time.perf_counter()
 from attnviz.commands import export_cmd  # noqa: F401  (what the command imports)
 from attnviz.engine import load_model
+from attnviz.engine.computing.request import RunRequest
 from attnviz.figures.anatomy import make_anatomy_view, png_bytes
 from PySide6.QtGui import QGuiApplication
 t1 = time.perf_counter()
 app = QGuiApplication([])
 m = load_model({MODEL!r}, eager=False)  # as the command: layers expanded as the run reaches them
 t2 = time.perf_counter()
-r = m.run("The keys to the cabinet are on the table.", inputs=True, layers=4)
+r = m.run("The keys to the cabinet are on the table.", request=RunRequest(inputs=True, layers=4))
 t3 = time.perf_counter()
 data, lay = png_bytes(make_anatomy_view(m, r, 3, None), 1200)
 open({str(out_dir / 'b.png')!r}, "wb").write(data)

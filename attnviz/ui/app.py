@@ -27,10 +27,12 @@ def assemble(debounce_ms: int = 0):
     BLAS thread (more cost more than they give on these small matrices, and take the UI's core).
     Returns (AppState, Worker)."""
     from attnviz.ui.machinery.state import AppState
+    from attnviz.engine.reading.qpack import ask_for_kernels
     from attnviz.ui.machinery.tuning import limit_blas_threads
     from attnviz.ui.machinery.worker import Worker
 
     limit_blas_threads()
+    ask_for_kernels()  # a long-lived process: its keystrokes multiply on the file's blocks
     state = AppState()
     worker = Worker(state, debounce_ms)
     worker.follow_state()

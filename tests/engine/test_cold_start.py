@@ -56,9 +56,9 @@ def assert_same_numbers(model, streamed: L.LMHead, whole: L.LMHead, text=None, i
 def test_smollm2_streamed_unembedding_gives_the_whole_tables_logits(smollm2):
     model = load_model(smollm2.path)
     streamed = model.lm_head()
-    assert isinstance(streamed.w_u, L.Unembedding) and streamed.w_u._kept is None  # nothing held yet
+    assert isinstance(streamed.w_u, L.Unembedding) and streamed.w_u.rows_held == 0  # nothing held yet
     assert_same_numbers(model, streamed, float32_head(streamed), text=TEXT)
-    assert streamed.w_u._kept is not None and streamed.w_u._filled.all()  # held after HOLD_AFTER passes
+    assert streamed.w_u.rows_held == streamed.w_u.shape[0]  # held after HOLD_AFTER passes
 
 
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_1])
@@ -78,7 +78,24 @@ def test_a_head_over_its_budget_streams_every_pass(smollm2):
     head = model.lm_head()
     head = dataclasses.replace(head, w_u=L.Unembedding(head.w_u.table, hold=False))
     assert_same_numbers(model, head, float32_head(head), text=TEXT)
-    assert head.w_u._kept is None
+    assert head.w_u.rows_held == 0
+
+
+def test_a_generation_of_many_steps_keeps_the_copy_from_its_first_pass(smollm2):
+    """More steps than filling the copy costs in streamed passes: held from the first pass, and
+    the generated tokens are those of a head that streams every pass."""
+    from attnviz.engine.computing.generate import generate
+
+    model = load_model(smollm2.path)
+    n = L.FILL_PASSES + 1
+    held = generate(model, TEXT, max_new=n)
+    head = model.lm_head()
+    assert head.w_u.rows_held == head.w_u.shape[0]
+    other = load_model(smollm2.path)
+    streaming = other.lm_head()
+    streaming.w_u.hold = False  # never keeps a copy: every pass streams
+    assert generate(other, TEXT, max_new=n).new_ids == held.new_ids and len(held.new_ids) == n
+    assert streaming.w_u.rows_held == 0
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf.quants quantising a NaN row

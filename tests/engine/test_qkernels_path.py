@@ -11,12 +11,29 @@ import pytest
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import qpack
 from attnviz.engine.reading.qpack import pack_parts
 from tiny import FIXTURES
 from gguf_files import Q, gguf_tensors, write_gguf
 
 pytest.importorskip("numba")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def kernels_asked():
+    """The kernels as the window has them: asked for (packing at load) and warm."""
+    qpack.ask_for_kernels()
+    qm.warm()
+    yield
+    qpack.ask_for_kernels(False)
+
+
+@pytest.fixture(scope="module")
+def smollm2(kernels_asked):
+    """SmolLM2 loaded with its layers packed (the session's copy may have been loaded without)."""
+    from attnviz.engine.computing.load import load_model
+    return load_model("SmolLM2-135M-Instruct")
 
 
 @pytest.fixture
@@ -72,14 +89,14 @@ def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel
     got = _step_by_step(model, ids, 6).attentions
     assert kernel_calls
     monkeypatch.setattr(qm, "ENABLED", False)
-    want = model.run(ids=ids, use_cache=False).attentions  # the float32 product
+    want = model.run(ids=ids, request=RunRequest(use_cache=False)).attentions  # the float32 product
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
 def test_prefill_keeps_the_float32_product(tmp_path, kernel_calls):
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     model = load_gguf(write_gguf(tmp_path / "q4.gguf", cfg, tensors, Q.Q4_0))
-    model.run(ids=list(range(3, 3 + min(qm.ROWS.values()))), use_cache=False)
+    model.run(ids=list(range(3, 3 + min(qm.ROWS.values()))), request=RunRequest(use_cache=False))
     assert kernel_calls == []
 
 
@@ -99,7 +116,7 @@ def test_a_fused_matrix_of_mixed_types_multiplies_part_by_part():
 
 
 def test_a_type_without_a_kernel_keeps_float32_and_says_so_once(caplog, monkeypatch):
-    monkeypatch.setattr(qpack, "_said", set())
+    monkeypatch.setattr(qpack, "said_once", set())  # whatever earlier tests logged
     rows = np.zeros((4, 84), np.uint8)  # one Q2_K block a row
     with caplog.at_level(logging.INFO, logger="attnviz.engine.reading.qpack"):
         assert pack_parts([(Q.Q2_K, rows, 0)]) is None
@@ -113,13 +130,17 @@ def test_the_kernels_follow_the_thread_cap(monkeypatch):
     import numba
 
     from attnviz.engine import parallel
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", None)
-    assert parallel.kernel_threads() == parallel.cores()
-    parallel.limit_kernel_threads(1)
-    p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
-    np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
-                               qpack.dequantized(p).sum(axis=1), rtol=1e-6)
-    assert numba.get_num_threads() == 1
+    before = parallel.kernel_threads()
+    try:
+        parallel.limit_kernel_threads(None)
+        assert parallel.kernel_threads() == parallel.cores()
+        parallel.limit_kernel_threads(1)
+        p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
+        np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
+                                   qpack.dequantized(p).sum(axis=1), rtol=1e-6)
+        assert numba.get_num_threads() == 1
+    finally:
+        parallel.limit_kernel_threads(None if before == parallel.cores() else before)
 
 
 @pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)

@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.logits import log_softmax
+from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 from attnviz.engine.computing.request import RunRequest
@@ -136,6 +136,8 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
     each step). on_step(step) is called as each token arrives."""
     check_sampling(temperature, top_p, max_new)
     head = model.lm_head()  # NoPrediction for an encoder or a file without a head, before any run
+    if isinstance(head.w_u, Unembedding):
+        head.w_u.expect_passes(max_new)
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
     cache = KVCache()  # the prefill computes the prompt: its last position gives the first token

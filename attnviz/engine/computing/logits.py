@@ -89,6 +89,7 @@ VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
 # passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
 # copy touches a table's worth of new memory, which costs several streamed passes
 HOLD_AFTER = 8
+FILL_PASSES = 5  # filling the kept copy costs about as much as this many streamed passes (benchmarks/cold_start)
 
 
 class Unembedding:
@@ -107,8 +108,22 @@ class Unembedding:
         self.dtype = np.dtype(np.float32)
         self._lock = threading.Lock()
         self._passes = 0  # whole passes made (a pass asks for the last block)
+        self.hold_after = HOLD_AFTER  # whole passes streamed before the copy is kept
         self._kept: np.ndarray | None = None  # [vocab, d_model] float32, once holding
         self._filled = np.zeros(-(-self.shape[0] // VOCAB_BLOCK), bool)  # blocks written in _kept
+
+    @property
+    def rows_held(self) -> int:
+        """Rows held as float32 now (0: every pass streams the file's blocks)."""
+        if self._kept is None:
+            return 0
+        return int(sum(min(VOCAB_BLOCK, self.shape[0] - b * VOCAB_BLOCK) for b in np.flatnonzero(self._filled)))
+
+    def expect_passes(self, n: int) -> None:
+        """A caller about to make `n` more passes (a generation's steps): when that is more than
+        FILL_PASSES, keep the copy from the next block on rather than stream each pass first."""
+        if n > FILL_PASSES:
+            self.hold_after = -1
 
     def block(self, v0: int) -> np.ndarray:
         """Rows v0..v0 + VOCAB_BLOCK - 1 (v0 a multiple of VOCAB_BLOCK) as float32 [block, d_model]."""
@@ -119,7 +134,7 @@ class Unembedding:
         with self._lock:
             if v0 + VOCAB_BLOCK >= self.shape[0]:
                 self._passes += 1
-            if self._kept is None and self.hold and self._passes > HOLD_AFTER:
+            if self._kept is None and self.hold and self._passes > self.hold_after:
                 self._kept = np.empty(self.shape, np.float32)
             kept = self._kept
             if kept is not None and not self._filled[b]:

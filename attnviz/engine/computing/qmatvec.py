@@ -239,9 +239,11 @@ ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both i
 
 
 def takes(pm: PackedMatrix, n_rows: int) -> bool:
-    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on, and fewer
-    rows than every part's type's crossover (ROWS)."""
-    return ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
+    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on and warm
+    (a kernel still compiling is never waited for on a keystroke), and fewer rows than every
+    part's type's crossover (ROWS)."""
+    return (ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
+            and all(_kernel_for(p.qtype) in _warmed for _, p in pm.parts))
 
 
 def qlinear(x: np.ndarray, pm: PackedMatrix) -> np.ndarray:

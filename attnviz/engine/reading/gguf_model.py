@@ -33,7 +33,7 @@ from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unper
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
-from attnviz.engine.reading.qpack import PackedLayer, kernels_installed, pack_parts, packed_nbytes
+from attnviz.engine.reading.qpack import PackedLayer, kernels_on, pack_parts, packed_nbytes
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import is_whole, show
 
@@ -204,7 +204,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     # (engine/computing/qmatvec.py): each layer's packed once and held for the model's life (the
     # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
     # beside the layers
-    packing = kernels_installed()
+    packing = kernels_on()
     packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)

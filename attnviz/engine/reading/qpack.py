@@ -193,9 +193,21 @@ def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
     return rows * (n_in // 2 if qtype in NIBBLES else n_in) + rows * (n_in // sub) * per_scale
 
 
-def kernels_installed() -> bool:
-    """Whether the kernels can run here (numba importable): packing is pointless otherwise."""
-    return importlib.util.find_spec("numba") is not None
+_asked = False  # see ask_for_kernels
+
+
+def ask_for_kernels(on: bool = True) -> None:
+    """Pack GGUF layers for the quantised kernels in this process from now on. A long-lived
+    process asks (the window: every keystroke gains); a one-shot command does not, since loading
+    numba and its cached kernels costs more than one run's few-row products save."""
+    global _asked
+    _asked = bool(on)
+
+
+def kernels_on() -> bool:
+    """Whether this process asked for the kernels and they can run here (numba importable):
+    packing is pointless otherwise."""
+    return _asked and importlib.util.find_spec("numba") is not None
 
 
 def pack_parts(parts) -> PackedMatrix | None:
@@ -205,8 +217,8 @@ def pack_parts(parts) -> PackedMatrix | None:
     out, n_out, run = [], 0, []
     for qtype, rows, at in parts:
         if qtype not in PACKED:
-            if qtype not in _said:
-                _said.add(qtype)
+            if qtype not in said_once:
+                said_once.add(qtype)
                 log.info("no quantised kernel for %s: its matrices keep the float32 path",
                          getattr(qtype, "name", qtype))
             return None
@@ -225,4 +237,4 @@ def _packed_run(run) -> tuple:
     return run[0][2], pack(rows, run[0][0])
 
 
-_said: set = set()  # block types already named in the log as without a kernel
+said_once: set = set()  # block types already named in the log as without a kernel
