@@ -165,3 +165,15 @@ def test_a_layer_expanded_anew_each_run_keeps_its_one_packing(tmp_path, kernel_c
         small[i]
     again = small[0].packed
     assert small.expansions > len(small) and again is first
+
+
+def test_a_copy_quantized_in_memory_keeps_the_float32_path(tmp_path):
+    """Compare's "this model quantized to…" is re-quantized from its source at each read: it packs
+    nothing (its allowance is its float32 layers), while the file it came from packs its blocks."""
+    from attnviz.engine.computing.quantized import quantized_model
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    model = load_gguf(write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0))
+    assert model.weights.layers[0].packed is not None
+    copy = quantized_model(model, "Q4_0")
+    assert all(copy.weights.layers[i].packed is None for i in range(copy.config.n_layer))

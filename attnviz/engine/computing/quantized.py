@@ -61,7 +61,9 @@ def quantized_model(model: Model, qtype: str) -> Model:
     if path.is_file():  # a GGUF file (a safetensors model is a folder)
         reader = open_gguf(path)
         ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
-        weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
+        # no kernel packing: the copy is re-quantized from its source for each matrix read, and
+        # Compare's memory allowance is its float32 layers
+        weights = load_llama_gguf(model.config, architecture(reader), ts, None, name, pack=False)
         kept = ts.kept_f16
         release_pages(reader.data)  # the header and small tensors read at load (read back if used)
     else:

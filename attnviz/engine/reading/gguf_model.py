@@ -189,12 +189,13 @@ def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool,
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
-                    name: str | None = None, eager: bool = True) -> Weights:
+                    name: str | None = None, eager: bool = True, pack: bool = True) -> Weights:
     """GGUF tensors (llama.cpp names) -> the engine's Llama-family layout (Gemma 3 too: its four
     norms per layer). The layers stay in the file's type and are expanded to float32 within the
     memory budget (engine/reading/budget.py): `budget` bytes, else the one chosen, else the default.
     `eager`: expand (and check) the layers the budget keeps now; otherwise each layer is expanded
-    and checked when a run first reaches it (a one-shot command that needs a few layers)."""
+    and checked when a run first reaches it (a one-shot command that needs a few layers). `pack`:
+    False keeps the float32 path alone, even where the process asked for the kernels."""
     d = cfg.d_model
     permuted = arch in PERMUTED_QK
     plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
@@ -204,7 +205,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     # (engine/computing/qmatvec.py): each layer's packed once and held for the model's life (the
     # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
     # beside the layers
-    packing = kernels_on()
+    packing = pack and kernels_on()
     packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
