@@ -13,16 +13,7 @@ from PySide6.QtGui import QColor, QFont
 from attnviz.engine.analysing.anatomy import BYTES, CostRow, LayerAnatomy
 from attnviz.engine.computing.patterns import group_size
 from attnviz.figures.render import figure_font
-from attnviz.figures.style import group_color
-
-
-def diverging_lut() -> np.ndarray:  # -> [256, 3] uint8: blue (negative) - white (0) - red
-    stops = np.array([[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130],
-                      [178, 24, 43]], np.float64)
-    t = np.linspace(0, len(stops) - 1, 256)
-    i = np.minimum(t.astype(int), len(stops) - 2)
-    f = (t - i)[:, None]
-    return np.ascontiguousarray(np.round(stops[i] * (1 - f) + stops[i + 1] * f).astype(np.uint8))
+from attnviz.figures.style import diverging_lut, group_color
 
 
 DIVERGING = diverging_lut()

@@ -21,7 +21,7 @@ def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap
     """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models."""
     return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",
                            values=np.asarray(jsd, dtype=np.float64), unit="bits",
-                           kv_group=kv_group, focus=focus)
+                           kv_group=kv_group, focus=focus, nonnegative=True)
 
 
 def map_height(hm: headmap.HeadMap, width: int) -> int:

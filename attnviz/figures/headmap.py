@@ -38,6 +38,14 @@ class HeadMap:
     extras: tuple = ()  # ((name, value), ...) the bottom row
     marked: tuple = ()  # (layer, head) crossed out (switched off)
     focus: tuple | None = None  # (layer, head) outlined
+    nonnegative: bool = False  # values never below 0 (a divergence): only white (0) .. red is used
+
+    def scale_text(self) -> str:
+        """What the colours mean, for the caption."""
+        lim = self.limit
+        if self.nonnegative:
+            return f"white 0 to red {lim:.3g} {self.unit}"
+        return f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}"
 
     @property
     def limit(self) -> float:
@@ -157,7 +165,7 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     p.setFont(figure_font(10))
     p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
                Qt.AlignmentFlag.AlignLeft,
-               f"blue < 0 < red, ±{lim:.3g} {hm.unit}"
+               hm.scale_text()
                + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
                + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
     p.setPen(Qt.PenStyle.NoPen)

@@ -158,6 +158,39 @@ def heat_positions(values: np.ndarray, top, out: np.ndarray | None = None) -> np
     return pos
 
 
+# --- the diverging map: signed values (a difference A - B), symmetric about 0 ------------------------
+DIVERGING_STOPS = ((33, 102, 172), (146, 197, 222), (247, 247, 247), (244, 165, 130), (178, 24, 43))
+
+
+def diverging_colors(n: int) -> np.ndarray:  # -> [n, 3] uint8: blue (negative) - white (0) - red
+    stops = np.array(DIVERGING_STOPS, np.float64)
+    t = np.linspace(0, len(stops) - 1, n)
+    i = np.minimum(t.astype(int), len(stops) - 2)
+    f = (t - i)[:, None]
+    return np.ascontiguousarray(np.round(stops[i] * (1 - f) + stops[i + 1] * f).astype(np.uint8))
+
+
+def diverging_lut() -> np.ndarray:  # -> [256, 3] uint8 (the figures' signed maps index it 0..255)
+    return diverging_colors(256)
+
+
+def signed_table(gap=(255, 255, 255, 0)) -> np.ndarray:  # -> [256, 4] uint8 RGBA
+    """heat_table's layout for the diverging map: entry 0 the gap, 1..255 blue .. white (128: the
+    value 0) .. red."""
+    lut = np.empty((N_COLORS + 1, 4), np.uint8)
+    lut[0] = gap
+    lut[1:, :3] = diverging_colors(N_COLORS)
+    lut[1:, 3] = 255
+    return lut
+
+
+def signed_positions(values: np.ndarray, lim, out: np.ndarray | None = None) -> np.ndarray:
+    """[...] signed values on a -lim..lim scale -> float32 positions in signed_table, as
+    heat_positions places 0..2 lim (so -lim is colour 1, 0 colour 128, lim colour 255)."""
+    shifted = np.add(values, np.float32(lim), out=out, dtype=np.float32)
+    return heat_positions(shifted, np.float32(2 * lim), out=shifted)
+
+
 def heat_index(values: np.ndarray, top) -> np.ndarray:  # [...] -> [...] uint8 in 1..255
     """The table index of each weight on a 0..top scale (see heat_positions)."""
     return heat_positions(values, top).astype(np.uint8)

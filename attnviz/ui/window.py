@@ -82,6 +82,7 @@ class MainWindow(QMainWindow):
         top.addWidget(self.samples_button, 0, Qt.AlignmentFlag.AlignTop)
 
         self.grid = HeatmapGrid(st)
+        self.grid.attach_compare(self.worker.compare_jobs)  # A | B | A - B while comparing
         central = QWidget()
         col = QVBoxLayout(central)
         col.setContentsMargins(6, 6, 6, 0)

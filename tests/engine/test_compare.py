@@ -210,3 +210,24 @@ def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
     doc, seen = C.compare_with(pair, known=known)
     assert doc == C.compare(pair) and (seen[0] == longer).all()
     assert C.shared_prefix(IDS, longer) == 8 and C.shared_prefix(IDS, IDS) == len(IDS)
+
+
+def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_heads_own(smollm2):
+    from attnviz.engine.computing.logits import log_softmax, vocab_logits
+    from attnviz.engine.computing.quantized import quantized_model
+
+    q8, q4 = quantized_model(smollm2, "Q8_0"), quantized_model(smollm2, "Q4_0")
+    ha, hb = C.pair_heads(smollm2, q8)
+    assert not isinstance(ha.w_u, np.ndarray) and hb.w_u is ha.w_u  # the file's table, read once
+    ha4, hb4 = C.pair_heads(smollm2, q4)
+    assert not isinstance(hb4.w_u, np.ndarray) and hb4.w_u is not ha4.w_u
+    x = np.random.default_rng(3).standard_normal((3, 576)).astype(np.float32)
+    y = x + np.float32(0.01)
+    for h1, h2 in ((ha, hb), (ha4, hb4)):
+        za, zb = C.pair_logits(h1, h2, x, y)
+        np.testing.assert_array_equal(za, vocab_logits(h1, x))  # bit for bit
+        np.testing.assert_array_equal(zb, vocab_logits(h2, y))
+        np.testing.assert_array_equal(za, vocab_logits(smollm2.lm_head(), x))  # = the float32 head's
+        np.testing.assert_array_equal(C.log_softmax64(za), log_softmax(za))
+    doc = C.compare(models_pair(smollm2, q8, IDS, C.compare_trace))
+    assert 0 < doc["kld_stats"]["max"] < 0.5

@@ -168,3 +168,17 @@ def test_a_source_that_no_longer_opens_is_a_load_error(tmp_path):
     with pytest.raises(ModelLoadError, match="model.safetensors"):
         quantized_model(model, "Q8_0")
     assert Path(model.path) == folder
+
+
+def test_smollm2s_table_is_shared_where_requantizing_leaves_its_bytes_and_equals_gguf_otherwise(smollm2):
+    reader = gguf.GGUFReader(smollm2.path)
+    t = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    assert t.tensor_type == Q.Q8_0  # as shipped: Q8_0 of a Q8_0 table gives its bytes back
+    q8 = quantized_model(smollm2, "Q8_0")
+    assert q8.weights.tok_emb is smollm2.weights.tok_emb  # one table held, not two
+    assert q8.weights.head.unembed is smollm2.weights.head.unembed
+    q4 = quantized_model(smollm2, "Q4_0")
+    table = q4.weights.tok_emb
+    assert table is not smollm2.weights.tok_emb and table.qtype == Q.Q4_0
+    src = dequantize(t.data, t.tensor_type).reshape(table.shape)  # requantized a block of rows at a time:
+    np.testing.assert_array_equal(table.data, gguf.quants.quantize(src, Q.Q4_0))  # gguf's bytes on the whole

@@ -45,3 +45,18 @@ def test_every_cell_centre_hits_its_head_and_is_painted_its_colour(qapp):
         x2, y2 = headmap.cell_center(hm, lay, 0, 2)
         gap = (x2, y2 + 0.7 * lay.cell) if lay.across else (x2 + 0.7 * lay.cell, y2)
         assert headmap.hit(hm, lay, *gap) is None
+
+
+def test_the_caption_says_what_the_colours_mean_signed_or_not(qapp):
+    from attnviz.figures import compare as F
+
+    jsd = np.abs(np.random.default_rng(1).uniform(0, 0.2, (4, 3)))
+    hm = F.jsd_map(jsd, "A", "B")
+    assert hm.scale_text() == f"white 0 to red {jsd.max():.3g} bits"  # a JSD is never below 0
+    assert headmap.colour(0.0, hm.limit).lightness() > 240  # 0 is the map's white
+    signed = _map()
+    assert signed.scale_text().startswith("blue < 0 < red, \u00b1")
+    img = QImage(400, 300, QImage.Format.Format_RGB32)
+    p = QPainter(img)
+    headmap.paint(p, hm, headmap.layout_fit(hm, 400, 300), background=QColor("white"))
+    p.end()  # (paints without error with the new caption)

@@ -59,7 +59,7 @@ def nudged(tmp_path_factory):
 
 def compared(qtbot, w, text):
     jobs = w.worker.compare_jobs
-    # the attention comparison follows each run, the next-token numbers once typing pauses
+    # the comparison, next-token numbers included, follows each run; the induction heads once per B
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
                     and jobs.comparison.doc is not None and jobs.comparison.doc["kld"] is not None
                     and jobs.induction is not None, timeout=WAIT)
@@ -192,3 +192,87 @@ def test_models_compare_with_offers_quantized_twins_and_checkpoints(window, qtbo
     jobs = w.worker.compare_jobs
     assert jobs.identity["quantized"] == "Q8_0" and jobs.b.quantization == "Q8_0"
     assert np.max(jobs.comparison.doc["heads_jsd"]) < 1e-3
+
+
+def test_the_grid_offers_a_b_and_a_minus_b_and_leaving_restores_a(window, qtbot):
+    from PySide6.QtCore import QPointF
+
+    from attnviz.figures.style import heat_table, signed_positions, signed_table
+
+    w = window
+    g, jobs = w.grid, w.worker.compare_jobs
+    assert not g.mode_selector.isVisible()  # no B: no selector
+    open_compare(w, BSource("checkpoint", 0))
+    c = compared(qtbot, w, TEXT)
+    assert g.mode_selector.isVisible()
+    w.state.set_layer(1)
+    g.mode_selector.buttons["A-B"].click()
+    assert jobs.mode == "A-B"
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B" and g.drawn is c.result and g.layout_.mode == "layer",
+                    timeout=WAIT)
+    a, b = w.state.model, w.state.checkpoints.model(0)
+    ids = c.result.input_ids
+    d = a.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1] - b.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1]
+    lim = float(np.abs(d).max())
+    want = signed_positions(d, lim).astype(np.uint8)  # [n_head, T, T] indices into the diverging table
+    lo, T = g.layout_, d.shape[-1]
+    assert lo.pool == 1
+    for i, (layer, head) in enumerate(lo.heads):
+        assert layer == 1
+        np.testing.assert_array_equal(g.img.image[lo.y0[i]:lo.y0[i] + T, lo.x0[i]:lo.x0[i] + T], want[head])
+    np.testing.assert_array_equal(g.img.lut, signed_table())
+    assert tuple(g.cbar.levels()) == pytest.approx((-round(lim, 3), round(lim, 3)))
+    assert "A \u2212 B" in g.cbar.getAxis("right").labelText
+    assert g.titles()[0].startswith("A \u2212 B L1 H0")
+    table = signed_table()
+
+    def pixel(img, head, q, k):
+        x, y = g.cell_center(1, head, q, k)
+        wp = g.gw.mapFromScene(g.vb.mapViewToScene(QPointF(x, y)))
+        px = img.pixelColor(int(wp.x() * img.devicePixelRatio()), int(wp.y() * img.devicePixelRatio()))
+        return np.array([px.red(), px.green(), px.blue()])
+
+    cells = [(h, q, k) for h in (0, 3, 7) for q, k in ((5, 1), (8, 7), (3, 3), (2, 6))]
+    assert any(d[h, q, k] < -lim / 4 for h, q, k in cells) or any(d[h, q, k] > lim / 4 for h, q, k in cells)
+
+    def painted():
+        img = g.gw.grab().toImage()
+        for h, q, k in cells:
+            assert np.abs(pixel(img, h, q, k) - table[want[h, q, k], :3].astype(int)).max() <= 3, (h, q, k)
+        return True
+    qtbot.waitUntil(painted, timeout=WAIT)
+    assert d[0, 2, 6] == 0 and want[0, 2, 6] == 128  # above the diagonal: 0, the map's white middle
+    assert "A \u2212 B" in g.readout_at(1, 3, 5, 1) and f"{d[3, 5, 1]:+.4f}" in g.readout_at(1, 3, 5, 1)
+
+    g.mode_selector.buttons["B"].click()
+    qtbot.waitUntil(lambda: g.shown_mode == "B", timeout=WAIT)
+    bw = b.run(ids=ids, request=RunRequest(use_cache=False)).attentions[1]
+    i = lo.heads.index((1, 2))
+    tile = g.img.image[lo.y0[i]:lo.y0[i] + T, lo.x0[i]:lo.x0[i] + T]
+    top = c.b_attentions.max()  # the shared scale: B's own top
+    assert np.abs(tile.astype(int) - (np.minimum(bw[2] * (254 / top), 254) + 1.5).astype(int)).max() <= 1
+    np.testing.assert_array_equal(g.img.lut, heat_table(w.state.colormap))
+
+    jobs.set_mode("A-B")
+    qtbot.waitUntil(lambda: g.shown_mode == "A-B", timeout=WAIT)
+    w.compare_panel.stop_button.click()  # leaving Compare: A again, B freed
+    qtbot.waitUntil(lambda: g.shown_mode == "A", timeout=WAIT)
+    assert not g.mode_selector.isVisible() and not g.titles()[0].startswith("A \u2212 B")
+    np.testing.assert_array_equal(g.img.lut, heat_table(w.state.colormap))
+    aw = w.state.result.attentions[1]
+    tile = g.img.image[lo.y0[i]:lo.y0[i] + T, lo.x0[i]:lo.x0[i] + T]
+    top = w.state.shown().shared_top()
+    assert np.abs(tile.astype(int) - (np.minimum(aw[2] * (254 / top), 254) + 1.5).astype(int)).max() <= 1
+
+
+def test_a_pooled_cell_of_a_minus_b_is_its_blocks_largest_difference_with_its_sign():
+    from attnviz.ui.views.grid_compare import signed_pool
+
+    d = np.zeros((1, 1, 5, 5), np.float32)
+    d[0, 0, 0, 1], d[0, 0, 1, 0] = 0.2, -0.5  # block (0, 0): -0.5 is the larger
+    d[0, 0, 4, 4] = 0.3  # the last, partial block
+    d[0, 0, 2, 3] = 0.1
+    got = signed_pool(d, 2)
+    assert got.shape == (1, 1, 3, 3)
+    assert got[0, 0, 0, 0] == np.float32(-0.5) and got[0, 0, 2, 2] == np.float32(0.3)
+    assert got[0, 0, 1, 1] == np.float32(0.1) and got[0, 0, 0, 2] == 0

@@ -33,20 +33,24 @@ nothing lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import weakref
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import log_softmax, vocab_logits
+from attnviz.engine.computing.logits import VOCAB_BLOCK, LMHead, build_head
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
+from attnviz.engine.parallel import in_threads
+from attnviz.engine.reading.dequant import dequantize_into, prepare
 
 INDUCTION_THRESHOLD = 0.4
-KLD_ROWS = 64  # positions whose [rows, vocab] log-probabilities are held at once
+KLD_ROWS = 16  # positions whose [rows, vocab] log-probabilities are held at once
 
 
 def compare_trace(**kw) -> Trace:
@@ -135,13 +139,118 @@ def shared_prefix(ids_a, ids_b) -> int:
     return int(differ[0]) if differ.size else n
 
 
+_HEADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> table_head(model)
+
+
+def table_head(model) -> LMHead:
+    """The model's final norm and unembedding as the comparison reads them: an unembedding kept in
+    its file's type stays so, never held as float32 (its logits are computed a block of rows at a
+    time, each dequantized as it is used), its rows checked finite once here; a float32 one is the
+    model's own. Kept per model. NoPrediction as Model.lm_head."""
+    head = _HEADS.get(model)
+    if head is None:
+        head = build_head(model)
+        table = getattr(head.w_u, "table", None)  # (an Unembedding: the file's table inside)
+        if table is not None:
+            try:
+                for a in range(0, table.shape[0], VOCAB_BLOCK):
+                    table[a:a + VOCAB_BLOCK]
+            except ModelLoadError as exc:  # a row found non-finite as it is dequantized
+                raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: "
+                                   f"{exc}") from None
+            head = replace(head, w_u=table)
+        head = _HEADS[model] = head
+    return head
+
+
+def same_table(u, v) -> bool:
+    """Whether two unembedding tables hold the same bytes (the same object, or equal arrays or
+    quantized tables of one type)."""
+    if u is v:
+        return True
+    if isinstance(u, np.ndarray) or isinstance(v, np.ndarray):
+        return isinstance(u, np.ndarray) and isinstance(v, np.ndarray) and np.array_equal(u, v)
+    return (u.shape == v.shape and getattr(u, "qtype", None) == getattr(v, "qtype", 0)
+            and np.array_equal(u.data, v.data))
+
+
+def pair_heads(a, b) -> tuple[LMHead, LMHead]:
+    """table_head of A and of B, B's reading A's table where the two tables are the same bytes (a
+    quantized copy that left the table as it was, a fine-tune with the embedding frozen): one table
+    held, and dequantized once for both sides' logits."""
+    ha, hb = table_head(a), table_head(b)
+    if hb.w_u is not ha.w_u and same_table(ha.w_u, hb.w_u):
+        hb = _HEADS[b] = replace(hb, w_u=ha.w_u)
+    return ha, hb
+
+
+PAIR_BLOCK = 1024  # unembedding rows a thread dequantizes at a time (a [block, d_model] scratch)
+
+
+def table_rows(w_u, v0: int, v1: int, scratch: np.ndarray) -> np.ndarray:  # -> [v1 - v0, d_model]
+    """Rows v0..v1-1 of an unembedding as float32: a view of a float32 table; a GGUF table's
+    (QuantRows) rows dequantized into `scratch` (float32 [>= v1 - v0, d_model]), the values QuantRows gives
+    (its finiteness was checked once, when table_head built the head)."""
+    if isinstance(w_u, np.ndarray):
+        return w_u[v0:v1]
+    qtype = getattr(w_u, "qtype", None)
+    if qtype is None:  # another kind of table (a bfloat16 one): its own rows
+        return np.asarray(w_u[v0:v1], dtype=np.float32)
+    out = scratch[:v1 - v0]
+    prepare(qtype)
+    if not dequantize_into(np.asarray(w_u.data[v0:v1]), qtype, out):  # (F16: gguf's cast)
+        out[...] = np.asarray(w_u[v0:v1])
+    return out
+
+
+def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, np.ndarray]:
+    """Both sides' logits [n, vocab] float32 from their final-norm inputs xa, xb [n, d_model]: each
+    row the product logits.vocab_logits computes, PAIR_BLOCK rows of the unembedding at a time, the
+    blocks shared out to one thread per core, each dequantizing into a scratch of its own; a table
+    the two heads share is read (and dequantized) once per block for both. `stop()` is asked
+    before each block and raises Cancelled when it says so."""
+    xs = [h.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False)
+          for h, x in ((ha, xa), (hb, xb))]
+    V, d = ha.w_u.shape
+    outs = [np.empty((x.shape[0], V), np.float32) for x in xs]
+    starts = range(0, V, PAIR_BLOCK)
+    local = threading.local()
+
+    def block(k):
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        scratch = getattr(local, "scratch", None)
+        if scratch is None:
+            scratch = local.scratch = np.empty((2, PAIR_BLOCK, d), np.float32)
+        v0 = starts[k]
+        v1 = min(V, v0 + PAIR_BLOCK)
+        blk_a = table_rows(ha.w_u, v0, v1, scratch[0])  # [block, d_model]
+        blk_b = blk_a if hb.w_u is ha.w_u else table_rows(hb.w_u, v0, v1, scratch[1])
+        outs[0][:, v0:v1] = xs[0] @ blk_a.T
+        outs[1][:, v0:v1] = xs[1] @ blk_b.T
+
+    in_threads(len(starts), block)
+    return outs[0], outs[1]
+
+
+def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] float64
+    """logits.log_softmax's values bit for bit, with one float64 scratch array besides the result."""
+    x = np.array(logits, dtype=np.float64)  # (a copy: the result is written into it)
+    m = x.max(axis=-1, keepdims=True)
+    t = np.subtract(x, m)
+    np.exp(t, out=t)
+    lse = m + np.log(t.sum(axis=-1, keepdims=True))
+    del t
+    return np.subtract(x, lse, out=x)
+
+
 def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
     """KL(P_A || P_B) and both top-1 ids at every position, from each side's final-norm input
     through its own final norm and unembedding (float32 logits, float64 log-softmax), KLD_ROWS
-    positions at a time. NoPrediction for a model that predicts no next token.
-    `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of the
-    prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
-    ha, hb = pair.a.model.lm_head(), pair.b.model.lm_head()
+    positions at a time (pair_heads, pair_logits). NoPrediction for a model that predicts no next
+    token. `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of
+    the prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
+    ha, hb = pair_heads(pair.a.model, pair.b.model)
     xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
     T = pair.T
     kld = np.empty(T)
@@ -153,10 +262,15 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        la = log_softmax(vocab_logits(ha, xa[t0:t1], stop))  # [n, vocab]
-        lb = log_softmax(vocab_logits(hb, xb[t0:t1], stop))
-        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", np.exp(la), la - lb), 0.0)
+        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)
+        la = log_softmax64(za)  # [n, vocab]
+        del za
+        lb = log_softmax64(zb)
+        del zb
         top_a[t0:t1], top_b[t0:t1] = la.argmax(axis=1), lb.argmax(axis=1)
+        np.subtract(la, lb, out=lb)  # log P_A - log P_B
+        np.exp(la, out=la)  # P_A
+        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", la, lb), 0.0)
     return NextTokens(kld, top_a, top_b)
 
 
@@ -225,7 +339,7 @@ def probe_pair(a, b) -> Pair:
 def predicts(model) -> bool:
     """Whether the model has a next-token distribution (a decoder with an unembedding)."""
     try:
-        model.lm_head()
+        table_head(model)
     except NoPrediction:
         return False
     return True
@@ -241,9 +355,10 @@ def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_
 def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
                  known=None, stop=None, predictions: bool = True) -> tuple[dict, tuple | None]:
     """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
-    keystroke computes the next-token numbers of its new positions only (None: an encoder, or
-    predictions=False, which leaves kld, kld_stats, same_top1 and flips None: a window computes
-    them once typing pauses, with next_token_numbers)."""
+    keystroke computes the next-token numbers of its new positions only (None: a model that
+    predicts no next token). `stop()` raises Cancelled between the unembedding's blocks.
+    predictions=False leaves kld, kld_stats, same_top1 and flips None (a window computes them in
+    a job of their own, with next_token_numbers)."""
     rows = jsd_rows(pair)
     doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
            "resid_cos": resid_cos(pair).tolist(),

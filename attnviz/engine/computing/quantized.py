@@ -8,10 +8,14 @@ model. The layers therefore live in the same memory budget (engine/reading/budge
 quantized when the store expands it, and one the budget drops is quantized again from the source
 when a run next needs it. The token embedding (and an untied output head) of the Llama family
 stays in its quantized bytes and only the rows a run uses are dequantized, as from a GGUF file.
+Such a table is quantized a block of rows at a time (the whole table in float32 is never held),
+and where its bytes come out equal to the source model's table (Q8_0 of a Q8_0 table), the copy
+shares the source's table instead of holding its own.
 """
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -56,9 +60,10 @@ def quantized_model(model: Model, qtype: str) -> Model:
     name = f"{model.name} as {qt.name}"
     if path.is_file():  # a GGUF file (a safetensors model is a folder)
         reader = open_gguf(path)
-        ts = QuantizedGGUFTensors(reader, path, qt)
+        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
         weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
         kept = ts.kept_f16
+        release_pages(reader.data)  # the header and small tensors read at load (read back if used)
     else:
         ckpt = QuantizedCheckpoint(Checkpoint(path), qt, model.config.family == "gpt2")
         weights = LOADERS[model.config.family](model.config, ckpt, None, name)
@@ -141,14 +146,74 @@ class QuantizedCheckpoint:
         return QuantRows(name, data, used, shape)
 
 
+def release_pages(region: np.ndarray) -> None:
+    """Unmap the pages of a memory-mapped file that `region` (a view of it) covers: they stay in
+    the page cache and are read back if used again. A quantized copy maps its source file a second
+    time, and the pages it has read would otherwise count twice in the process's memory."""
+    m = region
+    while m is not None and not isinstance(m, mmap.mmap):
+        m = getattr(m, "base", None)
+    if m is None or not hasattr(mmap, "MADV_DONTNEED") or region.nbytes == 0:
+        return
+    a = region.ctypes.data - np.frombuffer(m, np.uint8).ctypes.data  # offset in the mapping
+    start = a - a % mmap.PAGESIZE
+    m.madvise(mmap.MADV_DONTNEED, start, min(len(m), a + region.nbytes) - start)
+
+
+def shared_tables(model: Model) -> dict:
+    """{tensor name: table} of the model's tables kept in their file's bytes (QuantRows: the token
+    embedding, an untied output head), which a quantized copy may share."""
+    w = model.weights
+    head = w.head.unembed if w.head is not None and w.head.missing is None else None
+    return {t.name: t for t in (w.tok_emb, head) if isinstance(t, QuantRows)}
+
+
+TABLE_ROWS = 2048  # rows of a table requantized at a time (a block's float32, not the table's)
+
+
+def requantized_table(t, shape: tuple[int, int], qtype: GGMLQuantizationType, source=None):
+    """A GGUF tensor entry `t` [rows, cols] dequantized and quantized again to `qtype`, TABLE_ROWS
+    rows at a time -> (bytes [rows, row bytes] (F16: float16 [rows, cols]), the type used), or
+    `source` itself (a QuantRows of the same tensor) when every byte equals its own."""
+    n_rows = shape[0]
+    data = np.asarray(t.data).reshape(n_rows, -1)
+    out, used, same = None, None, source is not None
+    for a in range(0, n_rows, TABLE_ROWS):
+        block = data[a:a + TABLE_ROWS]
+        got, used = quantize_rows(tensor_values(t._replace(data=block), (len(block), shape[1])), qtype)
+        if out is None:
+            out = np.empty((n_rows, *got.shape[1:]), got.dtype)
+        out[a:a + len(got)] = got
+        release_pages(block)
+        same = same and used == source.qtype and np.array_equal(got, source.data[a:a + TABLE_ROWS])
+    return (source, used) if same else (out, used)
+
+
 class QuantizedGGUFTensors(GGUFTensors):
     """A GGUF file's tensors with every 2-D one given at `qtype` (F16 where its rows do not fit the
-    type's blocks): its values dequantized from the file, quantized again."""
+    type's blocks): its values dequantized from the file, quantized again. `shared`: the source
+    model's quantized tables by name (shared_tables), shared where the copy's bytes equal them."""
 
-    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType):
+    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None):
         super().__init__(reader, path)
         self.qtype = qtype
+        self.shared = shared or {}
         self.kept_f16 = _kept_f16({n: self.shape(n) for n in self._table}, qtype, lambda n: -1)
+
+    def rows(self, name: str, shape: tuple[int, int]):
+        """A table kept in its quantized bytes (QuantRows), requantized a block of rows at a time;
+        the source model's own table where the bytes are the same."""
+        t = self.check(name, shape)
+        if not is_quantized(name, shape):
+            return super().rows(name, shape)
+        try:
+            data, used = requantized_table(t, shape, self.qtype, self.shared.get(name))
+        except NotImplementedError:
+            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
+                                 "package cannot dequantise") from None
+        if isinstance(data, QuantRows):
+            return data
+        return QuantRows(name, data, used, shape)
 
     def stored(self, name: str, shape: tuple[int, ...]):
         t = self.check(name, shape)
@@ -160,4 +225,5 @@ class QuantizedGGUFTensors(GGUFTensors):
             raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
                                  "package cannot dequantise") from None
         data, used = quantize_rows(w, self.qtype)
+        release_pages(np.asarray(t.data))
         return t._replace(tensor_type=used, data=data, n_bytes=int(data.nbytes))

@@ -66,6 +66,14 @@ class QuantRows:
     def nbytes(self) -> int:
         return int(self._data.nbytes)
 
+    @property
+    def qtype(self) -> GGMLQuantizationType:  # the type its bytes are in
+        return self._qtype
+
+    @property
+    def data(self) -> np.ndarray:  # its bytes [rows, row bytes] (F16: float16 [rows, cols])
+        return self._data
+
 
 class GGUFTensors:
     """The tensors of a GGUF file by name, dequantised to float32 on request."""

@@ -4,7 +4,11 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 (with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
-keystroke makes the running job stale and it stops at B's next layer). The induction heads are
+keystroke makes the running job stale and it stops at B's next layer). The next-token numbers (KL
+over the whole vocabulary, same top-1, flips) follow as a job of their own the moment that
+comparison is in, no pause: the next keystroke stops it at the unembedding's next block, so a
+keystroke's runs wait for one block at most, and while typing is fast only the newest text's
+numbers are computed. The induction heads are
 compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
@@ -18,19 +22,17 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
-from attnviz.ui.machinery.tuning import wide_blas
+from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.computing.request import RunRequest
 
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
-# the next-token numbers (KL over the whole vocabulary: both unembeddings read) follow a comparison
-# once results pause this long, as What heads do's analysis does: typing pays for the attention only
-NEXT_DELAY_MS = 50
 MODES = ("A", "B", "A-B")
+MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,9 @@ def load_b(a, source: BSource):
         ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
     check_same_shape(a, b)
     check_same_vocab(a, b)
+    from attnviz.ui.machinery.tuning import release_free_memory
+
+    release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
     return b, ident
 
 
@@ -117,10 +122,6 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
-        self._next_timer = QTimer(self)
-        self._next_timer.setSingleShot(True)
-        self._next_timer.setInterval(NEXT_DELAY_MS)
-        self._next_timer.timeout.connect(self._request_next)
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -166,7 +167,6 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
-        self._next_timer.stop()
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
@@ -202,16 +202,13 @@ class CompareJobs(QObject):
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            doc = None if a.config.causal and len(ids) < 2 else C.compare_with(pair, predictions=False)[0]
+            doc = None
+            if not (a.config.causal and len(ids) < 2):
+                doc = C.compare_with(pair, predictions=False)[0]
+            release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
-
-    def _on_text(self, _text) -> None:
-        """A keystroke: the next-token numbers of the text before it are not started (they would
-        hold up its runs on the pool)."""
-        self._next_timer.stop()
-        self.worker.claim(NEXT_KIND)
 
     def _on_compared(self, request, value, error) -> None:
         a, b = request
@@ -225,7 +222,12 @@ class CompareJobs(QObject):
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()
         if value.doc is not None:
-            self._next_timer.start()
+            self._request_next()
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: the next-token numbers of the text before it stop at their next block (they
+        would hold up its runs on the pool)."""
+        self.worker.claim(NEXT_KIND)
 
     def _request_next(self) -> None:
         """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
@@ -233,15 +235,14 @@ class CompareJobs(QObject):
         from attnviz.engine.analysing import compare as C
 
         c, known = self.comparison, self._known
-        if c is None or c.doc is None:
-            return
         job_id = self.worker.claim(NEXT_KIND)
         def stale():
             return not self.worker.is_newest(NEXT_KIND, job_id)
 
         def work():
-            with wide_blas():
-                return C.next_token_numbers(c.pair, known, stale)
+            out = C.next_token_numbers(c.pair, known, stale)
+            release_free_memory()
+            return out
         self.worker.submit(NEXT_KIND, work, self._on_next, c, POOL, job_id=job_id)
 
     def _on_next(self, c, value, error) -> None:

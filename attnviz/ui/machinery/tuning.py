@@ -147,3 +147,25 @@ def below_the_main_thread() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), min(19, _MAIN_NICE + POOL_NICE))
     except OSError:  # not allowed here: the order stays the OS's
         pass
+
+
+_TRIM = None  # glibc's malloc_trim, or False where the C library has none
+
+
+def release_free_memory() -> None:
+    """Hand the C allocator's free pages back to the system (glibc's malloc_trim; nothing with
+    another C library). A comparison's transient arrays (blocks of both unembeddings, both runs'
+    activations) are freed on the pool's threads, whose allocator arenas would otherwise keep them
+    resident: two models' memory would grow by them keystroke by keystroke."""
+    global _TRIM
+    if _TRIM is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+            _TRIM.argtypes, _TRIM.restype = [ctypes.c_size_t], ctypes.c_int
+        except (OSError, AttributeError):
+            _TRIM = False
+    if _TRIM:
+        _TRIM(0)

@@ -34,11 +34,10 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.style import BACKGROUND
-from attnviz.ui.machinery.compare_jobs import MODES
+from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
-MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}
 
 
 class Canvas(QWidget):

@@ -16,26 +16,18 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
-    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, tile_index, title_spots,
-    view_geometry,
+    Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, same_layout, tile_index,
+    title_spots, view_geometry,
 )
 from attnviz.figures.style import (
     ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+    signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
+from attnviz.ui.views import grid_compare as GC
 from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, colour_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
-
-
-def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
-    """Whether two layouts put every tile, title and band in the same place."""
-    if a is None or b is None:
-        return a is b
-    scalars = ("mode", "heads", "T", "width", "height", "ncols", "title_h", "caption_h", "left",
-               "n_tok", "pool", "bands", "label_step")
-    return (all(getattr(a, f) == getattr(b, f) for f in scalars)
-            and np.array_equal(a.x0, b.x0) and np.array_equal(a.y0, b.y0))
 
 
 class HeatmapGrid(QWidget):
@@ -118,6 +110,8 @@ class HeatmapGrid(QWidget):
         self.drawn = None  # the RunResult on screen: the state's result, or a preview of its run
         self._layout_key: tuple = ()  # what layout_ was made for (_draw)
         self._geo: Geometry | None = None
+        self.compare = None  # the Compare session (attach_compare): B or A - B in place of A
+        self.shown_mode = "A"  # what the mosaic shows: "A", "B" or "A-B" (grid_compare)
 
         state.sigResultChanged.connect(self._on_data)
         state.sigPreviewChanged.connect(self._on_data)
@@ -130,6 +124,9 @@ class HeatmapGrid(QWidget):
         self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
         self.plot.scene().sigMouseClicked.connect(self._on_mouse_clicked)
         self.outline = HeadOutline(self, state)  # the state's outlined heads (after the redraws above)
+
+    def attach_compare(self, jobs) -> None:  # (grid_compare.attach)
+        GC.attach(self, jobs)
 
     # --- drawing --------------------------------------------------------------------------------
     def _on_data(self, *_):
@@ -145,6 +142,8 @@ class HeatmapGrid(QWidget):
         st = self.state
         shown, previewing = st.on_screen()  # a preview: the running text's first layers
         r = None if shown is None else shown.result
+        if r is not None and self.compare is not None and GC.pending(self.compare, r, shown):
+            return False  # B or A - B of this text is not in yet: the last picture stays
         self.drawn = r
         if r is None:
             self.img.clear()
@@ -174,17 +173,27 @@ class HeatmapGrid(QWidget):
 
         layers = None if st.view_mode == "all" else [layer]
         region = shown.region(layers, pool=geo.pool)  # [n_layers, n_head, rows, cols]
-        heads = region.values.reshape((-1,) + region.values.shape[2:])
-        if st.colormap != self._lut_name:
-            self._lut = heat_table(st.colormap)
-            self._lut_name = st.colormap
-            self.cbar.setColorMap(pg.colormap.get(st.colormap))
+        cmp = None if self.compare is None else GC.compare_values(self.compare, r, shown, layers, geo.pool)
+        self.shown_mode = "A" if cmp is None else GC.compared_mode(self.compare)
+        values = region.values if cmp is None else cmp.values
+        heads = values.reshape((-1,) + values.shape[2:])
+        signed = cmp is not None and cmp.lim is not None
+        lut_name = "A-B" if signed else st.colormap
+        if lut_name != self._lut_name:
+            self._lut = signed_table() if signed else heat_table(st.colormap)
+            self._lut_name = lut_name
+            self.cbar.setColorMap(GC.signed_colormap() if signed else pg.colormap.get(st.colormap))
+        if cmp is not None:
+            shown = cmp.b  # B's colour tops (and A - B's scale below)
         # weight -> table position 1.5..255.5, truncated to 1..255 in the mosaic (0 stays the gap)
         n = heads.size
         if self._fbuf.size < n:
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
-        if st.scale_mode == "per-head":
+        if signed:  # symmetric about 0: blue below, white at 0, red above
+            signed_positions(heads, cmp.lim, out=f)
+            bar = (-round(cmp.lim, 3), round(cmp.lim, 3), "A \u2212 B (weight)")
+        elif st.scale_mode == "per-head":
             heat_positions(heads, shown.tops("per-head", layers).reshape(-1)[:, None, None], out=f)
             bar = (0.0, 1.0, bar_label(shown.weighted, per_head_max=True))
         else:
@@ -223,10 +232,11 @@ class HeatmapGrid(QWidget):
         # over a preview (another text than the scores'), badges from the typed text's scores would
         # be the last text's: none, as while the scores are stale; a probe's are about the probe
         text_badges_stale = self.drawn is not r and self.state.role_options.source == "text"
+        side = "" if self.shown_mode == "A" else GC.MODE_TITLES[self.shown_mode] + " "
         for i, (l, h) in enumerate(lo.heads):
             badge = "" if text_badges_stale else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
-            text = head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
+            text = side + head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
             if (l, h) in self.state.effects.ablation.heads:
                 text += "  · off"
             if share is not None and l < len(share):
@@ -426,7 +436,10 @@ class HeatmapGrid(QWidget):
         return [t.text() for t in self._titles if t.isVisible()]
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
-        return cell_readout(self.state, layer, head, q, k)
+        text = cell_readout(self.state, layer, head, q, k)
+        if self.compare is not None:
+            text += GC.compare_readout(self.compare, self.drawn, layer, head, q, k)
+        return text
 
     def _on_mouse_moved(self, scene_pos):
         if self.state.result is None or not self.vb.sceneBoundingRect().contains(scene_pos):

@@ -241,3 +241,13 @@ def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float
             segments.append((lo.x0[tiles[0]] - pad, lo.x0[tiles[-1]] + T + pad,
                              lo.y0[tiles[0]] - lo.title_h, lo.y0[tiles[0]] + T + lo.caption_h, int(g)))
     return segments
+
+
+def same_layout(a: GridLayout | None, b: GridLayout | None) -> bool:
+    """Whether two layouts put every tile, title and band in the same place."""
+    if a is None or b is None:
+        return a is b
+    scalars = ("mode", "heads", "T", "width", "height", "ncols", "title_h", "caption_h", "left",
+               "n_tok", "pool", "bands", "label_step")
+    return (all(getattr(a, f) == getattr(b, f) for f in scalars)
+            and np.array_equal(a.x0, b.x0) and np.array_equal(a.y0, b.y0))

@@ -1,0 +1,144 @@
+"""The grid while comparing (Models > Compare with…): a selector A | B | A − B above the mosaic, and
+what the mosaic then shows in place of A's weights: B's, or the difference A − B on a diverging
+scale symmetric about 0 with its own colour bar. The values come from the Compare session's newest
+comparison (ui/machinery/compare_jobs.py), which is always of the result the grid has drawn or
+about to: B's run on the same ids."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QWidget
+
+from attnviz.figures.style import N_COLORS, diverging_colors
+from attnviz.figures.view import Shown
+from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
+
+
+
+def signed_colormap() -> pg.ColorMap:
+    """The colour bar's map for A − B: style's diverging colours, blue (negative) .. red."""
+    return pg.ColorMap(np.linspace(0.0, 1.0, N_COLORS), diverging_colors(N_COLORS))
+
+
+class ModeSelector(QWidget):
+    """A | B | A − B for the grid, shown while a model B is open."""
+
+    def __init__(self, jobs, parent=None):
+        super().__init__(parent)
+        self.jobs = jobs
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(4, 2, 4, 2)
+        self.label = QLabel("Grid shows")
+        lay.addWidget(self.label)
+        self.group = QButtonGroup(self)
+        self.buttons: dict[str, QToolButton] = {}
+        for mode in MODES:
+            b = QToolButton()
+            b.setText(MODE_TITLES[mode])
+            b.setCheckable(True)
+            b.setToolTip({"A": "Model A's weights (the loaded model)", "B": "Model B's weights on the same tokens",
+                          "A-B": "A's weight minus B's, blue below 0, red above"}[mode])
+            b.clicked.connect(lambda _=False, m=mode: jobs.set_mode(m))
+            self.group.addButton(b)
+            self.buttons[mode] = b
+            lay.addWidget(b)
+        lay.addStretch(1)
+        jobs.sigChanged.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.setVisible(self.jobs.active)
+        for mode, b in self.buttons.items():
+            b.setChecked(mode == self.jobs.mode)
+
+
+def attach(grid, jobs) -> None:
+    """The grid follows the Compare session: a selector A | B | A − B above its mosaic while B is
+    open, and a redraw when B closes, a comparison of new patterns comes in or the mode changes."""
+    grid.compare = jobs
+    grid.mode_selector = ModeSelector(jobs, grid)
+    grid.layout().insertWidget(0, grid.mode_selector)
+
+    seen = [None]
+
+    def changed():  # (the next-token numbers coming in change nothing the grid shows)
+        c = jobs.comparison
+        key = (compared_mode(jobs), None if c is None else c.b_attentions)
+        if key[0] == "A" and grid.shown_mode == "A" or seen[0] is not None and \
+                seen[0][0] == key[0] and seen[0][1] is key[1]:
+            return
+        seen[0] = key
+        grid.refresh()
+    jobs.sigChanged.connect(changed)
+
+
+def compared_mode(jobs) -> str:
+    """What the grid shows: "A", or "B" / "A-B" while a model B is open."""
+    return jobs.mode if jobs is not None and jobs.active else "A"
+
+
+def pending(jobs, result, shown: Shown) -> bool:
+    """Whether the grid shows B or A − B but the comparison of `result` (A's) is not in yet: the
+    grid then keeps its picture (a keystroke's A is drawn before B has run on its ids)."""
+    if compared_mode(jobs) == "A" or shown.long:  # (a long text's run is A's alone: shown as A)
+        return False
+    c = jobs.comparison
+    return c is None or c.doc is None or c.result is not result
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What the grid shows in place of A's region: B's weights (lim None) or A − B and its limit."""
+    values: np.ndarray  # [n_layers, n_head, rows, cols] as Shown.region gives A's
+    lim: float | None  # the diverging scale's limit (the largest |A − B|); None: B's weights
+    b: Shown  # B's weights as shown (their colour tops)
+
+
+def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | None:
+    """In place of A's shown region (Shown.region(layers, pool=pool)): B's weights (mode "B") or
+    A − B (mode "A-B"); None in mode "A" and for a long text. Not pending (pending()). Both sides are A's clean run and
+    B's (no head switched off, weights as they are, the first key hidden where the grid hides it);
+    a pooled cell of A − B is its block's difference of largest size, its sign kept."""
+    mode = compared_mode(jobs)
+    if mode == "A" or shown.long:
+        return None
+    c = jobs.comparison
+    hide = shown.hide_first
+    b = Shown(SimpleNamespace(attentions=c.b_attentions), hide, False)
+    if mode == "B":
+        return Compared(b.region(layers, pool=pool).values, None, b)
+    a = Shown(SimpleNamespace(attentions=c.a_attentions), hide, False)
+    layers = list(range(a.n_layer)) if layers is None else list(layers)
+    d = np.stack([a.rows(l, 0, a.n_tok) - b.rows(l, 0, b.n_tok) for l in layers])  # [n, H, T, T]
+    lim = float(np.abs(d).max(initial=0.0)) or 1.0
+    if pool > 1:
+        d = signed_pool(d, pool)
+    elif hide:
+        d = d[..., int(a.key_pos[0]):]
+    return Compared(d, lim, b)
+
+
+def signed_pool(d: np.ndarray, pool: int) -> np.ndarray:  # [..., T, T] -> [..., ceil(T/p), ceil(T/p)]
+    """Each pool x pool block's value of largest size, its sign kept."""
+    T = d.shape[-1]
+    n = -(-T // pool)
+    padded = np.zeros((*d.shape[:-2], n * pool, n * pool), d.dtype)
+    padded[..., :T, :T] = d
+    blocks = padded.reshape(*d.shape[:-2], n, pool, n, pool)
+    blocks = np.moveaxis(blocks, -3, -2).reshape(*d.shape[:-2], n, n, pool * pool)
+    pick = np.abs(blocks).argmax(axis=-1)[..., None]
+    return np.take_along_axis(blocks, pick, axis=-1)[..., 0]
+
+
+def compare_readout(jobs, result, layer: int, head: int, q: int, k: int) -> str:
+    """B's weight and A − B at one cell while the grid shows them ("" otherwise)."""
+    mode = compared_mode(jobs)
+    c = jobs.comparison if mode != "A" else None
+    if c is None or c.result is not result:
+        return ""
+    a, b = float(c.a_attentions[layer, head, q, k]), float(c.b_attentions[layer, head, q, k])
+    return f"  [compare: A {a:.4f}, B {b:.4f}, A \u2212 B {a - b:+.4f}]"
