@@ -154,3 +154,23 @@ def test_smollm2_tensors_match_dequantised_matmul(name):
     for m in (1, 3, 8):
         x = rng.standard_normal((m, w.shape[1])).astype(np.float32)
         _check(qm.qmatvec(pack(raw, t.tensor_type), x), x, w)
+
+
+def test_compiling_leaves_sys_stderr_alone():
+    """numba's coloured error text runs colorama's init/deinit, which reassign sys.stderr from the
+    compiling thread (the warm-up thread races the app's, and pytest's, own streams): the kernels
+    ask for plain text, so formatting an error message leaves the stream as it is."""
+    import io
+    import sys
+
+    from numba.core.errors import termcolor
+
+    assert qm.numba is not None
+    mine = io.StringIO()
+    before, sys.stderr = sys.stderr, mine
+    try:
+        text = termcolor().errmsg("x")
+        sys.stderr = before
+        assert text == "x"  # no escape codes, no colorama round trip
+    finally:
+        sys.stderr = before

@@ -36,6 +36,9 @@ from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
+# numba's coloured error text (colorama's init/deinit) reassigns sys.stderr from whichever thread
+# compiles, and a warm-up thread compiles beside the app's own output: plain text instead
+os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 try:
     import numba
