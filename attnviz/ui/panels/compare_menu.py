@@ -65,7 +65,7 @@ def open_compare(w, source: BSource) -> None:
     if getattr(w, "compare_panel", None) is None:
         from attnviz.ui.panels.compare_panel import ComparePanel
 
-        w.compare_panel = ComparePanel(w.state, w.worker)
+        w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
         w.compare_dock = w._add_panel_dock("Compare", "compare_dock", w.compare_panel)
         # closing the panel leaves Compare (a tab behind another stays open)
         w.compare_dock.toggleViewAction().toggled.connect(

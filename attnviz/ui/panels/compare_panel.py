@@ -69,9 +69,9 @@ class Canvas(QWidget):
 
 
 class ComparePanel(QWidget):
-    def __init__(self, state, worker, parent=None):
+    def __init__(self, state, jobs, parent=None):
         super().__init__(parent)
-        self.state, self.jobs = state, worker.compare_jobs
+        self.state, self.jobs = state, jobs
         self.title = QLabel("Compare: pick model B in Models \u25b8 Compare with\u2026")
         self.title.setWordWrap(True)
         self.note = QLabel()
