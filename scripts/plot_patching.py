@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "patching.png"  # the picture the guide shows
 sys.path.insert(0, str(ROOT))
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
@@ -22,7 +23,7 @@ CORRUPT = "When Mary and John went to the store, Mary gave a drink to"
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "patching.png")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtGui import QColor

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "quantize.png"  # the picture the guide shows
 sys.path.insert(0, str(ROOT))
 
 # bits a weight takes at each type: the block's bytes x 8 / its values
@@ -43,7 +44,7 @@ def errors(model) -> dict[str, tuple[float, float]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "quantize.png")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import pyqtgraph as pg

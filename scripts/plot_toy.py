@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "toy_training.png"  # the picture the guide shows
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", type=Path, default=ROOT / "resources" / "toy-stdlib-gpt2" / "checkpoints.json")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "toy_training.png")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     import pyqtgraph as pg
