@@ -23,7 +23,7 @@ from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
-from attnviz.figures.render import MUTED, TEXT, encode_png, figure_font, render_svg, render_with
+from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
 
 PARTNERS = 3  # partners listed per mode
 MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
@@ -168,14 +168,11 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
 
 
 def png_bytes(view: CircuitsView, width: int):
-    image, lay = render_with(layout, paint, view, width)
-    return encode_png(image), lay
+    return png_of(layout, paint, view, width)
 
 
 def svg_bytes(view: CircuitsView, width: int):
-    lay = layout(view, width)
-    return render_svg(lay.width, lay.height, view.title(), "attnviz circuits",
-                      lambda painter: paint(painter, view, lay)), lay
+    return svg_of(layout, paint, view, width, "attnviz circuits")
 
 
 def numbers(view: CircuitsView) -> dict:

@@ -21,7 +21,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.figures import headmap
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
-from attnviz.figures.render import MUTED, TEXT, encode_png, figure_font, render_svg, render_with
+from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
 from attnviz.figures.style import WARNING
 
 VIEWS = ("prediction", "lens", "dla")
@@ -255,14 +255,11 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
 
 
 def png_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
-    image, lay = render_with(layout, paint, view, width)
-    return encode_png(image), lay
+    return png_of(layout, paint, view, width)
 
 
 def svg_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
-    lay = layout(view, width)
-    return render_svg(lay.width, lay.height, view.title(), f"attnviz {view.kind}: {view.text}",
-                      lambda painter: paint(painter, view, lay)), lay
+    return svg_of(layout, paint, view, width, f"attnviz {view.kind}: {view.text}")
 
 
 def sidecar(view: EffectsView, image_path, lay: EffectsLayout) -> dict:

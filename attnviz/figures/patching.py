@@ -29,7 +29,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.compare import paint_colour_bar
 from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
-from attnviz.figures.render import TEXT, encode_png, figure_font, render_svg, render_with
+from attnviz.figures.render import TEXT, figure_font, png_of, svg_of
 from attnviz.figures.style import FOCUS, axis_label
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
@@ -278,14 +278,11 @@ def _paper_paint(p: QPainter, view: PatchView, lay: PatchLayout) -> None:
 
 
 def png_bytes(view: PatchView, width: int):
-    image, lay = render_with(layout, _paper_paint, view, width)
-    return encode_png(image), lay
+    return png_of(layout, _paper_paint, view, width)
 
 
 def svg_bytes(view: PatchView, width: int):
-    lay = layout(view, width)
-    return render_svg(lay.width, lay.height, view.title(), "attnviz patching",
-                      lambda painter: _paper_paint(painter, view, lay)), lay
+    return svg_of(layout, _paper_paint, view, width, "attnviz patching")
 
 
 def sidecar(view: PatchView, image_path, lay: PatchLayout) -> dict:

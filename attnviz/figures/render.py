@@ -51,6 +51,19 @@ def render_with(layout_fn, paint_fn, view, width: int):
 PNG_LEVEL = 1  # zlib's level for a figure's pixels
 
 
+def png_of(layout_fn, paint_fn, view, width: int):
+    """A figure rendered by render_with and encoded as PNG -> (bytes, layout)."""
+    image, lay = render_with(layout_fn, paint_fn, view, width)
+    return encode_png(image), lay
+
+
+def svg_of(layout_fn, paint_fn, view, width: int, description: str):
+    """The same figure as SVG, titled by view.title() -> (bytes, layout)."""
+    lay = layout_fn(view, width)
+    return render_svg(lay.width, lay.height, view.title(), description,
+                      lambda painter: paint_fn(painter, view, lay)), lay
+
+
 def encode_png(image: QImage) -> bytes:
     """A rendered figure (the heatmaps', the anatomy's) as PNG bytes: 8-bit RGB (RGBA where the
     image has an alpha channel), every row unfiltered, zlib at level 1, and the image's resolution

@@ -23,7 +23,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import ExportError
-from attnviz.figures.render import FRAME, MUTED, TEXT, encode_png, figure_font, render_svg, render_with
+from attnviz.figures.render import FRAME, MUTED, TEXT, figure_font, png_of, svg_of
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -205,14 +205,11 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
 
 
 def png_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
-    image, lay = render_with(layout, paint, view, width)
-    return encode_png(image), lay
+    return png_of(layout, paint, view, width)
 
 
 def svg_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
-    lay = layout(view, width)
-    return render_svg(lay.width, lay.height, view.title(), f"attnviz why here: {view.text}",
-                      lambda painter: paint(painter, view, lay)), lay
+    return svg_of(layout, paint, view, width, f"attnviz why here: {view.text}")
 
 
 def numbers(view: WhyView) -> dict:
