@@ -29,6 +29,7 @@ PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the 
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
 HIGHLIGHT = QColor(255, 200, 0, 90)  # the row under the mouse
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
+MLP_NAME = re.compile(r"^L(\d+)\.mlp$")
 NUMBER_FORMATS = ("json", "csv")
 
 
@@ -83,9 +84,13 @@ def heads_of(components) -> tuple[tuple[int, int], ...]:
 
 
 def shown(name: str) -> str:
-    """A component as the window names it: a head as "L3 H1" (the grid's titles), others as they are."""
+    """A component as the window names it: a head as "L3 H1" (the grid's titles), a layer's MLP as
+    "L3 MLP", others (embed, bias) as they are."""
     m = HEAD_NAME.match(name)
-    return head_title(int(m.group(1)), int(m.group(2))) if m else name
+    if m:
+        return head_title(int(m.group(1)), int(m.group(2)))
+    m = MLP_NAME.match(name)
+    return f"L{m.group(1)} MLP" if m else name
 
 
 def _share(value: float, total: float) -> float | None:
