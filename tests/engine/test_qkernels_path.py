@@ -85,6 +85,7 @@ def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     model = load_gguf(write_gguf(tmp_path / f"{qtype.name}.gguf", cfg, tensors, qtype))
     assert model.weights.layers[0].packed is not None
+    assert model.weights.packed_types == {qtype}  # the kernels warmed at load: this type's alone
     ids = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
     got = _step_by_step(model, ids, 6).attentions
     assert kernel_calls
@@ -177,3 +178,4 @@ def test_a_copy_quantized_in_memory_keeps_the_float32_path(tmp_path):
     assert model.weights.layers[0].packed is not None
     copy = quantized_model(model, "Q4_0")
     assert all(copy.weights.layers[i].packed is None for i in range(copy.config.n_layer))
+    assert copy.weights.packed_types == frozenset()

@@ -9,7 +9,6 @@ from pathlib import Path
 from attnviz.engine.computing.model import Model
 from attnviz.engine.reading.gguf_model import read_gguf
 from attnviz.engine.reading.layout import ReadModel
-from attnviz.engine.reading.qpack import PACKED, kernels_on
 from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve
 from attnviz.engine.reading.safetensors_model import read_folder
 
@@ -33,9 +32,9 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it."""
     model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager))
-    if kernels_on():  # the layers multiply few rows on their blocks: compile off the typing path
+    if model.weights.packed_types:  # the layers multiply few rows on their blocks: compile off the typing path
         from attnviz.engine.computing.qmatvec import warm_in_background
-        warm_in_background(PACKED)
+        warm_in_background(model.weights.packed_types)
     return model
 
 

@@ -33,7 +33,7 @@ from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unper
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
-from attnviz.engine.reading.qpack import PackedLayer, kernels_on, pack_parts, packed_nbytes
+from attnviz.engine.reading.qpack import PACKED, PackedLayer, kernels_on, pack_parts, packed_nbytes
 from attnviz.engine.reading.tokenizer import TextTokenizer
 from attnviz.engine.reading.validate import is_whole, show
 
@@ -151,10 +151,10 @@ def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer:
     return PackedLayer(*(_packed_matrix(f, ts) for f in (plan.qkv, plan.o, plan.gate_up, plan.down)))
 
 
-def _packed_bytes(plan: _LayerPlan, ts: GGUFTensors) -> int:
-    """What _packed_layer holds for the layer (its quantised matrices in the kernels' layout)."""
-    return sum(packed_nbytes(ts.stored(f.name, f.shape).tensor_type, *f.shape)
-               for part in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()) for f in part)
+def _matrix_types(plan: _LayerPlan, ts: GGUFTensors) -> list:
+    """(block type, shape) of each of the layer's matrices, as the file stores them."""
+    return [(ts.stored(f.name, f.shape).tensor_type, f.shape)
+            for part in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()) for f in part]
 
 
 def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
@@ -206,7 +206,8 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
     # beside the layers
     packing = pack and kernels_on()
-    packed = sum(_packed_bytes(p, ts) for p in plans) if packing else 0
+    stored = [t for p in plans for t in _matrix_types(p, ts)] if packing else []
+    packed = sum(packed_nbytes(qtype, *shape) for qtype, shape in stored)
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
     packs: dict = {}  # layer -> PackedLayer
@@ -231,7 +232,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
         head = Head(head.norm, head.unembed, f"{ts.path.name}: no tensor "
                     f"'blk.{cfg.n_layer - 1}.ffn_up.weight' (the last layer's MLP) for prediction")
     return Weights(tok_emb=tok_emb, pos_emb=None, type_emb=None, emb_norm=None, layers=layers,
-                   head=head)
+                   head=head, packed_types=frozenset(qtype for qtype, _ in stored if qtype in PACKED))
 
 
 def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:

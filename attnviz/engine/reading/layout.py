@@ -65,6 +65,7 @@ class Weights:
     emb_norm: tuple | None  # BERT's embedding LayerNorm
     layers: Sequence[Layer]  # a LayerStore (expanded within the memory budget) or a tuple
     head: Head | None = None  # final norm and unembedding (None: the loader reads none)
+    packed_types: frozenset = frozenset()  # the block types its layers are packed in for the kernels
 
 
 def cat_bias(parts):
