@@ -76,9 +76,9 @@ def fifo_model(tmp_path):
     watchdog.wait()
     loaders = [t for t in threading.enumerate() if t.name.startswith("attnviz-load")]
     deadline = time.monotonic() + 10
-    while any(t.is_alive() for t in loaders) and time.monotonic() < deadline:
+    while (alive := [t for t in loaders if t.is_alive()]) and time.monotonic() < deadline:
         _release_readers(fifo)
-        next(t for t in loaders if t.is_alive()).join(0.02)  # until it ends, or a reader opens again
+        alive[0].join(0.02)  # until it ends, or a reader opens again
     assert not any(t.is_alive() for t in loaders), "a load thread is still blocked on the FIFO"
 
 
