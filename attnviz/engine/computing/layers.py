@@ -164,9 +164,10 @@ STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [o
 
 
 def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
-    # packed: w's own quantised blocks (qpack.PackedMatrix), multiplied directly for a few rows
+    # packed: w's own quantised blocks (qpack.PackedMatrix), multiplied directly for a few rows,
+    # and for every row where w is None (a packed view of a layer: no float32 copy held)
     n = x.shape[0] if x.ndim == 2 else 0
-    if packed is not None and n and _qmatvec().takes(packed, n):
+    if packed is not None and n and (w is None or _qmatvec().takes(packed, n)):
         y = _qmatvec().qlinear(x, packed)  # reads 4-8-bit weights instead of w's float32
     elif 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
         # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first, slower
@@ -190,6 +191,13 @@ def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) 
 def _qmatvec():  # imported when a packed matrix first comes (numba loads in a fraction of a second)
     from attnviz.engine.computing import qmatvec
     return qmatvec
+
+
+def kernels_take(packed_layer, n_rows: int, expanded: bool) -> bool:
+    """Whether linear() multiplies `n_rows` rows by every packed matrix of a layer
+    (qpack.PackedLayer) on its blocks: qmatvec.takes_layer (`expanded`: the layer's float32 copy is
+    held, so the float32 product costs no expansion)."""
+    return _qmatvec().takes_layer(packed_layer, n_rows, expanded)
 
 
 def split_heads(x, n_head):  # [T, n_head*d_head] -> [n_head, T, d_head]
