@@ -56,7 +56,7 @@ ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K
 # the same where the layer's float32 copy is not held: the float32 product would first expand the
 # layer (dequantise every weight), which costs more than the kernels' rows up to about this many
 # (benchmarks/qsteps.py, "run of n rows")
-ROWS_UNEXPANDED = 64
+ROWS_UNEXPANDED = 256
 
 if numba:
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
