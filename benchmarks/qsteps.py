@@ -218,7 +218,8 @@ def main() -> None:
                         f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
                         f"{f32_bytes / 1e6:.0f} MB)"),
             figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
-                   runs=logits, note="head.logits of the last row, the same either way"),
+                   runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
+                                     "where the head is packed (the kernels)"),
         ]
         print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
               f"({a / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  load {load:.1f}",

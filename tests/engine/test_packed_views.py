@@ -114,5 +114,26 @@ def test_a_non_finite_scale_is_refused_at_load_as_an_expansion_refuses_it(tmp_pa
     tensors["blk.1.attn_v.weight"][2, 3] = np.inf
     with np.errstate(invalid="ignore"):  # (gguf's quantiser meets the inf)
         path = write_gguf(tmp_path / "inf.gguf", cfg, tensors, Q.Q8_0)
-    with pytest.raises(ModelLoadError, match="blk.1.attn_v.weight holds .* non-finite"):
+    with pytest.raises(ModelLoadError, match="blk.1.attn_v.weight holds .* non-finite"), \
+            np.errstate(invalid="ignore"):
         load_gguf(path)
+
+
+def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_bound(path, kernels):
+    """The window's prediction of one row reads the unembedding's blocks: no float32 copy of it is
+    made however many times it is asked; many rows keep the float32 blocks' product."""
+    from attnviz.engine.computing.logits import HOLD_AFTER
+
+    model, ref = load_gguf(path), float32_model(path)
+    head, want_head = model.lm_head(), ref.lm_head()
+    assert head.packed is not None and want_head.packed is None
+    x = np.random.default_rng(3).standard_normal((1, model.config.d_model)).astype(np.float32)
+    for _ in range(HOLD_AFTER + 2):
+        got = head.logits(x)
+    want = want_head.logits(x)
+    w_u = np.asarray(want_head.w_u[:])
+    bound = 1e-5 * (np.abs(want_head.normed(x)) @ np.abs(w_u).T)
+    assert np.all(np.abs(got - want) <= bound) and not np.array_equal(got, want)
+    assert head.w_u.rows_held == 0  # no pass over the float32 blocks: nothing kept
+    many = np.repeat(x, qm.ROWS[Q.Q8_0], axis=0)
+    np.testing.assert_array_equal(head.logits(many), want_head.logits(many))
