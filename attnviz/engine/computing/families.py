@@ -23,7 +23,7 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size, kernels_take,
+    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size, layer_for,
     layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine import parallel
@@ -188,17 +188,6 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) 
     if w.emb_norm is not None:
         x = layer_norm(x, *w.emb_norm, cfg.norm_eps)  # BERT's embedding LayerNorm
     return x
-
-
-def layer_for(layers, i: int, n_rows: int) -> Layer:
-    """Layer i as a run of `n_rows` new rows multiplies by it: the store's packed view (its
-    matrices in the file's blocks, no float32 copy) where the kernels take every packed matrix at
-    that many rows, else the float32 layer (a LayerStore expands it within the memory budget)."""
-    view = getattr(layers, "packed_view", None)
-    view = view(i) if view is not None else None
-    if view is not None and kernels_take(view.packed, n_rows, layers.holds(i)):
-        return view
-    return layers[i]
 
 
 def packed(layer: Layer, name: str):

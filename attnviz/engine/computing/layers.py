@@ -193,11 +193,16 @@ def _qmatvec():  # imported when a packed matrix first comes (numba loads in a f
     return qmatvec
 
 
-def kernels_take(packed_layer, n_rows: int, expanded: bool) -> bool:
-    """Whether linear() multiplies `n_rows` rows by every packed matrix of a layer
-    (qpack.PackedLayer) on its blocks: qmatvec.takes_layer (`expanded`: the layer's float32 copy is
-    held, so the float32 product costs no expansion)."""
-    return _qmatvec().takes_layer(packed_layer, n_rows, expanded)
+def layer_for(layers, i: int, n_rows: int):
+    """Layer i as a run of `n_rows` new rows multiplies by it: the store's packed view (its
+    matrices in the file's blocks, no float32 copy: engine/reading/budget.py) where the kernels
+    take every packed matrix at that many rows (qmatvec.takes_layer), else the float32 layer (a
+    LayerStore expands it within the memory budget)."""
+    view = getattr(layers, "packed_view", None)
+    view = view(i) if view is not None else None
+    if view is not None and _qmatvec().takes_layer(view.packed, n_rows, layers.holds(i)):
+        return view
+    return layers[i]
 
 
 def split_heads(x, n_head):  # [T, n_head*d_head] -> [n_head, T, d_head]
