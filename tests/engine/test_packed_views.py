@@ -8,6 +8,7 @@ import pytest
 
 from attnviz.engine.analysing.circuits import composition_scores
 from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing.layers import layer_vectors
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import ModelLoadError
@@ -60,6 +61,8 @@ def test_no_float32_copy_after_load_nor_after_few_row_runs(path, kernels):
     for t in range(LONG, len(IDS) + 1):  # then one token a run
         assert model.run(ids=IDS[:t]).cache_computed == 1
     assert store.held_bytes() == 0 and store.expansions == 0
+    assert layer_vectors(store, 1).norm2 is store.packed_view(1).norm2  # a gain: nothing expanded
+    assert store.expansions == 0
 
 
 def test_a_long_prefill_expands_and_equals_the_float32_model_bit_for_bit(path, kernels):

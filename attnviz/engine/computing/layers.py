@@ -193,6 +193,14 @@ def _qmatvec():  # imported when a packed matrix first comes (numba loads in a f
     return qmatvec
 
 
+def layer_vectors(layers, i: int):
+    """Layer i for reading its vectors (norm gains, biases): the store's packed view where it has
+    one (the same arrays as the expanded layer's, and nothing is expanded), else the layer."""
+    view = getattr(layers, "packed_view", None)
+    view = view(i) if view is not None else None
+    return view if view is not None else layers[i]
+
+
 def layer_for(layers, i: int, n_rows: int):
     """Layer i as a run of `n_rows` new rows multiplies by it: the store's packed view (its
     matrices in the file's blocks, no float32 copy: engine/reading/budget.py) where the kernels
