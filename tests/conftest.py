@@ -54,3 +54,15 @@ def ckpts(toy):
     from attnviz.engine.computing.checkpoints import load_checkpoints
 
     return load_checkpoints(toy)
+
+
+@pytest.fixture(autouse=True)
+def _kernels_as_before_each_test():
+    """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):
+    asked or not, each test leaves that as it found it, so a GGUF model a later test loads is
+    packed only where that test asks (whichever tests one process runs, in whichever order)."""
+    from attnviz.engine.reading import qpack
+
+    was = qpack.kernels_on()
+    yield
+    qpack.ask_for_kernels(was)
