@@ -86,20 +86,20 @@ def test_the_cores_are_read_once_per_process(monkeypatch):
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity") or not hasattr(
     __import__("os"), "fork"), reason="no CPU affinity or fork here")
 def test_a_forked_child_held_to_one_core_counts_one():
-    """The count read once is the parent's: a child forked and given one core reads its own."""
-    import os
+    """The count read once is the parent's: a child forked and given one core reads its own (in a
+    fresh single-threaded process, which forks)."""
+    import subprocess
+    import sys
 
-    parallel.cores()  # the parent's count is known before the fork
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: one core, then its count through the pipe
-        try:
-            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-            os.write(w, str(parallel.cores()).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    with os.fdopen(r) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    assert got == "1"
+    code = ("import os\n"
+            "from attnviz.engine.parallel import cores\n"
+            "cores()\n"  # the parent's count is known before the fork
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+            "    print(cores(), flush=True)\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"
