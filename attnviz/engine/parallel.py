@@ -52,19 +52,28 @@ if hasattr(os, "register_at_fork"):  # a child may be given other cores (a pool'
 
 
 _KERNEL_THREADS: int | None = None  # limit_kernel_threads()
+WIDE_KERNEL = 4 << 20  # weights of a matrix from which a capped kernel call takes every core
+_WIDE: int | None = WIDE_KERNEL  # limit_kernel_threads()'s `wide`
 
 
-def kernel_threads() -> int:
-    """Threads a quantised kernel call shares its rows over (engine/computing/qmatvec.py): every
-    core, or what limit_kernel_threads() set."""
-    return cores() if _KERNEL_THREADS is None else min(cores(), _KERNEL_THREADS)
+def kernel_threads(weights: int = 0) -> int:
+    """Threads a quantised kernel call on a matrix of `weights` weights shares its rows over
+    (engine/computing/qmatvec.py): every core, or what limit_kernel_threads() set, except for a
+    matrix of at least its `wide` weights (a 1B model's [8192, 2048]), which takes every core: its
+    rows split over them in a fraction of the time, and the core that paints is lent briefly."""
+    n = cores()
+    if _KERNEL_THREADS is None or (_WIDE is not None and weights >= _WIDE):
+        return n
+    return min(n, _KERNEL_THREADS)
 
 
-def limit_kernel_threads(n: int | None) -> None:
+def limit_kernel_threads(n: int | None, wide: int | None = WIDE_KERNEL) -> None:
     """Cap the quantised kernels' threads at `n` (None: every core): the window caps them as it
-    caps BLAS, so a keystroke's few-row products do not spin on the core that paints."""
-    global _KERNEL_THREADS
+    caps BLAS, so a keystroke's few-row products do not spin on the core that paints. A matrix of
+    at least `wide` weights still takes every core (None: the cap holds for every matrix)."""
+    global _KERNEL_THREADS, _WIDE
     _KERNEL_THREADS = None if n is None else max(1, int(n))
+    _WIDE = None if wide is None else int(wide)
 
 
 def limit_cores(n: int | None) -> None:
