@@ -11,9 +11,10 @@ The inner sum is float32 fused multiply-adds over 16 rows at once, written as LL
 (numba intrinsics below: 16-lane loads of the integers, widened, converted, multiplied by one
 broadcast x), so the compiler cannot pick a worse vectorisation (left to itself, LLVM vectorised
 the loop over inputs and summed lanes across); the groups of rows are split over
-parallel.kernel_threads() (numba's prange: every core, one in the window as BLAS, except
-for large matrices). y equals
-dequantise-then-float32-matmul to float32 rounding (tests/engine/test_qmatvec.py).
+parallel.kernel_threads() (numba's prange: every core; in the window one as BLAS, and every core
+but one for a large matrix). Each group is summed by one thread, so y is the same bits on any
+number of threads, and equals dequantise-then-float32-matmul to float32 rounding
+(tests/engine/test_qmatvec.py).
 
 Compiler: numba (binary wheels, so the README's pip install needs no C compiler; `cache=True`:
 compiled once, loaded from its cache at later starts; `warm` runs them while a model loads). Its
@@ -341,6 +342,9 @@ def warm(qtypes=KERNELS) -> dict:
         if not has_kernel(qtype):
             continue
         kernel = _kernel_for(qtype)
+        if kernel in _warmed:  # (asked once a layer a run: no lock once warm)
+            took[qtype.name] = _warmed[kernel]
+            continue
         with _warm_lock:
             if kernel not in _warmed:
                 block, size = GGML_QUANT_SIZES[qtype]
