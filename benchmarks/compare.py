@@ -147,13 +147,23 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
            "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "stall_single_ms": stall_a, "open_s": open_s,
            "rss_a": rss_a, "peak_a": peak_a, "rss_open": rss_open, "b_layers": b_layers, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
            "keys": len(sentence)}
+    import gc
+    import weakref
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    models = [weakref.ref(st.model), weakref.ref(jobs.b)]
     jobs.close()
     w.close()
-    w.deleteLater()  # the next run starts from A alone again
-    _spin(app, 0.5)
-    import gc
+    w.worker.wait_idle()
+    w.deleteLater()  # the next run starts from A alone again: the window, A and B freed
+    del w, st, jobs, panel, single, paired
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # (processEvents leaves these)
+    if not _spin(app, 30, until=lambda: gc.collect() >= 0 and all(m() is None for m in models)):
+        raise RuntimeError("the closed window's models were not freed")
+    from attnviz.ui.machinery.tuning import release_free_memory
 
-    gc.collect()
+    release_free_memory()  # (their pages freed on the pool's threads, handed back)
     return out
 
 
