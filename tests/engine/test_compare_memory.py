@@ -101,3 +101,33 @@ def test_the_next_token_numbers_hold_one_positions_float64_rows_at_a_time(smollm
     # the block's float32 logits of both sides, the thread's scratch for both tables' rows and one
     # position's float64 rows; never the block's float64 log-probabilities [KLD_ROWS, vocab]
     assert peak < 2 * C.KLD_ROWS * V * 4 + 2 * C.PAIR_BLOCK * d * 4 + 4 * V * 8
+
+
+def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm2):
+    import gc
+
+    from attnviz.engine.errors import Cancelled
+
+    ha, hb = C.pair_heads(smollm2, smollm2)
+    x = np.random.default_rng(0).standard_normal((C.KLD_ROWS, smollm2.config.d_model)).astype(np.float32)
+    asked = []
+
+    def stop():  # stale from the third block on
+        asked.append(1)
+        return len(asked) > 2
+    was = gc.isenabled()
+    gc.disable()  # (a window collects on a timer: the exception's cycles wait for it)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        try:
+            C.pair_logits(ha, hb, x, x, stop)
+        except Cancelled as exc:
+            kept = exc  # as a runner holds a failed job's error
+        held = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+        if was:
+            gc.enable()
+    assert isinstance(kept, Cancelled)
+    assert held < C.KLD_ROWS * smollm2.config.vocab_size * 4 / 4  # not the [n, vocab] logits

@@ -243,7 +243,12 @@ def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, 
         for w_u in {id(ha.w_u): ha.w_u, id(hb.w_u): hb.w_u}.values():
             let_go(w_u, v0, v1)
 
-    in_threads(len(starts), block)
+    try:
+        in_threads(len(starts), block)
+    except BaseException:  # a stopped pass: its exception's traceback, kept in reference cycles
+        outs.clear()  # until a collection, must not hold the logits and the scratch with it
+        local.__dict__.clear()
+        raise
     return outs[0], outs[1]
 
 
