@@ -131,3 +131,24 @@ def test_a_stopped_pass_lets_go_of_its_logits_while_its_exception_is_kept(smollm
             gc.enable()
     assert isinstance(kept, Cancelled)
     assert held < C.KLD_ROWS * smollm2.config.vocab_size * 4 / 4  # not the [n, vocab] logits
+
+
+def test_the_comparisons_head_of_a_packed_model_holds_no_kernel_copy(tmp_path):
+    """The window's model A packs its quantised unembedding for a keystroke's few rows; the
+    comparison's passes read the table itself, so its head makes no packed copy of it."""
+    import pytest
+
+    pytest.importorskip("numba")
+    from gguf_files import gguf_tensors, write_gguf
+    from tiny import FIXTURES
+
+    from attnviz.engine.computing.load import load_gguf
+    from attnviz.engine.reading import qpack
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    qpack.ask_for_kernels()  # (as a window asks; conftest puts it back)
+    model = load_gguf(path)
+    assert model.lm_head().packed is not None
+    head = C.table_head(model)
+    assert head.packed is None and isinstance(head.w_u, QuantRows)

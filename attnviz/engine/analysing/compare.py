@@ -44,7 +44,7 @@ from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
 from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.model import token_text
-from attnviz.engine.computing.quantized import release_pages
+from attnviz.engine.reading.gguf_tensors import release_pages
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
 from attnviz.engine.parallel import in_threads
@@ -150,7 +150,7 @@ def table_head(model) -> LMHead:
     model's own. Kept per model. NoPrediction as Model.lm_head."""
     head = _HEADS.get(model)
     if head is None:
-        head = build_head(model)
+        head = build_head(model, pack=False)  # (its logits are whole passes: no kernel copy)
         table = getattr(head.w_u, "table", None)  # (an Unembedding: the file's table inside)
         if table is not None:
             try:  # a block of float32 rows at a time, the file's pages let go after each
