@@ -217,13 +217,13 @@ def main() -> None:
         figure("RSS with B open, before typing, over A alone + B's float32 layers",
                float(np.median([r["rss_open"] - r["rss_a"] - r["b_layers"] for r in runs])) / 2**20, "MiB",
                runs=[(r["rss_open"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
-               note="where the peak's excess starts: B's load (its copy of the file's pages, the "
-                    "allocator's slack) before any keystroke is compared; no goal"),
+               note="where the peak's excess starts: B's load and its probe (the code and pages they "
+                    "read, the allocator's slack) before any keystroke is compared; no goal"),
         figure("RSS after the Compare pass over A alone + B's float32 layers",
                float(np.median([r["rss_after"] - r["rss_a"] - r["b_layers"] for r in runs])) / 2**20, "MiB",
                runs=[(r["rss_after"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
-               note="the resident set once typing is done (the unembedding table's pages read for the "
-                    "KL, the KV caches, the comparison), against the same sum; no goal"),
+               note="the resident set once typing is done (B's KV cache, the residual stream A's runs "
+                    "keep for the comparison, the comparison and its pictures), against the same sum; no goal"),
         figure("open B (quantize in memory, probe)", float(np.median([r["open_s"] for r in runs])), "s",
                runs=[r["open_s"] for r in runs], note="Models > Compare with > quantized, until B is loaded"),
     ]
