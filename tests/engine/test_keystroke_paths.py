@@ -67,6 +67,9 @@ def test_consts_are_kept_per_config_rows_and_workers():
     assert layer_consts(cfg, 10, 9)[0].workers == 1
     long = layer_consts(cfg, 40, 0)  # more rows than CONSTS_ROWS: built each time, writable
     assert long[0] is not layer_consts(cfg, 40, 0)[0] and long[0].bias.flags.writeable
+    big = families.CONSTS_MASK // 2 + 1  # one row, but a mask too large to keep
+    assert layer_consts(cfg, big, big - 2)[0] is not layer_consts(cfg, big, big - 2)[0]
+    assert layer_consts(cfg, big, big - 2, masks=False)[0] is layer_consts(cfg, big, big - 2, masks=False)[0]
     for i in range(families.CONSTS_KEPT + 3):  # the oldest go
         layer_consts(cfg, 50 + i, 50 + i - 1)
     assert len(families._CONSTS) <= families.CONSTS_KEPT

@@ -145,6 +145,7 @@ FAMILY = {
 
 CONSTS_ROWS = 16  # runs of at most this many new rows keep their Consts (layer_consts)
 CONSTS_KEPT = 8  # (config, T, p, ...) of the last this many such runs
+CONSTS_MASK = 1 << 20  # and a mask [n, T] of at most this many entries (a long text's is not kept)
 
 
 _CONSTS: dict = {}  # (id(cfg), T, p, masks, workers) -> (cfg, [Consts]), oldest first
@@ -156,7 +157,7 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     """_layer_consts, kept for a run of a few new rows at positions p..T-1 (a keystroke, a
     generation step: the same T and p again and again, and every layer's masks and RoPE tables
     would be built anew each run); their arrays are made read-only, as they are shared."""
-    if positions is not None or T - p > CONSTS_ROWS:
+    if positions is not None or T - p > CONSTS_ROWS or (masks and (T - p) * T > CONSTS_MASK):
         return _layer_consts(cfg, T, p, masks, workers, positions)
     key = (id(cfg), T, p, bool(masks), max(1, int(workers)))
     with _CONSTS_LOCK:
