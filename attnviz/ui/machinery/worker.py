@@ -68,6 +68,7 @@ class Worker(Runner):
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
+        self._shown_model = None  # the model of the last result shown (its first run keeps a trace)
         self._sigPreview.connect(self._on_preview)  # (queued: emitted on the pool's thread)
 
     # --- attention runs -----------------------------------------------------------------------
@@ -117,7 +118,7 @@ class Worker(Runner):
         eff = st.effects
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
                              values=st.value_weighted, inputs=st.inputs_wanted,
-                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal)
+                             trace=eff.ablation.active or self._prediction_read(st.model, eff.wanted)
                              or self._compare_lacks(None),
                              ablation=eff.ablation)
         self._pending = req
@@ -127,6 +128,13 @@ class Worker(Runner):
         else:
             self._timer.start()
         return req
+
+    def _prediction_read(self, model, wanted: bool) -> bool:
+        """Whether a run of causal `model` keeps what prediction reads (z, the residual stream):
+        while What heads do is shown, and until the model's first result is in. The side panels
+        are built after that first result, and What heads do, shown then (restored as the open tab,
+        or picked), analyses that run instead of running the text again."""
+        return model.config.causal and (wanted or model is not self._shown_model)
 
     def _submit_compute(self) -> None:
         req, self._pending = self._pending, None
@@ -157,7 +165,9 @@ class Worker(Runner):
                 if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                     from attnviz.engine.analysing.effects import window_run
 
-                    return window_run(req.model, req.text, request=request, ablation=req.ablation)
+                    # the clean run's first layers are what the grid shows unless heads are off
+                    shown = request if req.ablation.active else replace(request, early=early)
+                    return window_run(req.model, req.text, request=shown, ablation=req.ablation)
                 return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
@@ -183,6 +193,7 @@ class Worker(Runner):
             self.state.set_result(None)
             self.state.report_compute(req)
             return
+        self._shown_model = req.model
         self.state.long.set_run(None)
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)
