@@ -316,29 +316,62 @@ def _same_analysis(a, b) -> None:
     assert (a.position, a.target, a.alt) == (b.position, b.target, b.alt)
 
 
-def test_shown_after_the_first_result_it_analyses_that_run_without_running_the_text_again(
+def test_the_first_run_is_analysed_ahead_and_the_panel_shows_it_without_running_anything(
         smol, qtbot, monkeypatch):
-    """A causal model's first run keeps what prediction reads: What heads do, shown once the side
-    panels are built, analyses it (no second run of the text) with the numbers of the engine's own
-    run, and the grid shows that run's patterns, those of a plain run bit for bit."""
+    """A causal model's first run keeps what prediction reads and is analysed while What heads do
+    is still hidden: shown once the side panels are built, the panel paints that analysis at once,
+    with no run of the text and no analysis started, and its numbers are the engine's own run's.
+    The grid shows that run's patterns, those of a plain run bit for bit."""
     from attnviz.engine.computing.request import RunRequest
 
     w = smol
     st, eff = w.state, w.state.effects
     first = st.result
     assert eff.run is not None and eff.run.result is first and eff.run.changed is None
+    assert not eff.wanted
+    qtbot.waitUntil(lambda: eff.analysis_of(first) is not None, timeout=WAIT)  # the panel hidden
+    w.worker.wait_idle()
+    a = eff.analysis
     submitted = []
     real = w.worker.submit
     monkeypatch.setattr(w.worker, "submit",
-                        lambda kind, *a, **k: (submitted.append(kind), real(kind, *a, **k))[1])
+                        lambda kind, *args, **kw: (submitted.append(kind), real(kind, *args, **kw))[1])
     panel = _shown(w)
-    a = _analysed(qtbot, w)
-    assert st.result is first and "compute" not in submitted and submitted.count("effects") >= 1
+    qtbot.waitUntil(lambda: eff.wanted and panel.top_table.rowCount() > 0, timeout=WAIT)
+    w.worker.wait_idle()
+    assert {"compute", "effects"}.isdisjoint(submitted) and eff.analysis is a and st.result is first
     model = st.model
     _same_analysis(a, analyse(model, window_run(model, NAMES)))
     assert _table(panel.top_table)[0][0] == a.label(a.clean.top_ids[0])
     plain = model.run(NAMES, request=RunRequest(truncate=True, use_cache=False))
     assert np.array_equal(first.attentions, plain.attentions)
+
+
+def test_a_model_switch_analyses_the_new_models_first_run_ahead_too(smol, qtbot, smollm2):
+    """Ahead once per model: the first run of the model switched to is analysed with the panel
+    hidden, and nothing after it."""
+    w = smol
+    st, eff = w.state, w.state.effects
+    qtbot.waitUntil(lambda: eff.analysis_of(st.result) is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    st.set_text(NAMES + " and")
+    wait_for_text(qtbot, w, NAMES + " and")
+    w.worker.wait_idle()
+    assert eff.run_of(st.result) is None  # a keystroke's run with the panel hidden: plain
+    from attnviz.engine import load_model
+
+    other = load_model(smollm2.path)  # another model object: a switch
+    st.set_model(other)
+    qtbot.waitUntil(lambda: st.result is not None and eff.run_of(st.result) is not None
+                    and eff.analysis_of(st.result) is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    ahead = eff.analysis
+    _same_analysis(ahead, analyse(other, window_run(other, NAMES + " and")))
+    st.set_text(NAMES)
+    wait_for_text(qtbot, w, NAMES)
+    w.worker.effects_jobs.flush()
+    w.worker.wait_idle()
+    assert eff.run_of(st.result) is None and eff.analysis is ahead  # nothing more while hidden
 
 
 def test_after_the_first_result_a_keystroke_runs_plain_while_the_panel_is_hidden(smol, qtbot):
