@@ -1,7 +1,8 @@
 """What a cold start skips gives the numbers it gave before, bit for bit: a quantised unembedding
 streamed a block at a time (engine/computing/logits.py's Unembedding) against the whole table
-dequantised to float32 first, and a SentencePiece vocabulary's merge order read from the cache
-folder against the one derived from its scores (engine/reading/gguf_vocab.py)."""
+dequantised to float32 first, a SentencePiece vocabulary's merge order read from the cache
+folder against the one derived from its scores (engine/reading/gguf_vocab.py), and token labels
+from special ids read once against a fresh tokenizer's (engine/reading/tokenizer.py)."""
 
 import dataclasses
 import json
