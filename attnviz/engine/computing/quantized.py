@@ -15,7 +15,6 @@ shares the source's table instead of holding its own.
 
 from __future__ import annotations
 
-import mmap
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from attnviz.engine.computing.model import Model
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_file import architecture, open_gguf
 from attnviz.engine.reading.gguf_model import load_llama_gguf
-from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows
+from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows, release_pages
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
@@ -148,20 +147,6 @@ class QuantizedCheckpoint:
         return QuantRows(name, data, used, shape)
 
 
-def release_pages(region: np.ndarray) -> None:
-    """Unmap the pages of a memory-mapped file that `region` (a view of it) covers: they stay in
-    the page cache and are read back if used again. A quantized copy maps its source file a second
-    time, and the pages it has read would otherwise count twice in the process's memory."""
-    m = region
-    while m is not None and not isinstance(m, mmap.mmap):
-        m = getattr(m, "base", None)
-    if m is None or not hasattr(mmap, "MADV_DONTNEED") or region.nbytes == 0:
-        return
-    a = region.ctypes.data - np.frombuffer(m, np.uint8).ctypes.data  # offset in the mapping
-    start = a - a % mmap.PAGESIZE
-    m.madvise(mmap.MADV_DONTNEED, start, min(len(m), a + region.nbytes) - start)
-
-
 def shared_tables(model: Model) -> dict:
     """{tensor name: table} of the model's tables kept in their file's bytes (QuantRows: the token
     embedding, an untied output head), which a quantized copy may share."""
@@ -176,18 +161,29 @@ TABLE_ROWS = 2048  # rows of a table requantized at a time (a block's float32, n
 def requantized_table(t, shape: tuple[int, int], qtype: GGMLQuantizationType, source=None):
     """A GGUF tensor entry `t` [rows, cols] dequantized and quantized again to `qtype`, TABLE_ROWS
     rows at a time -> (bytes [rows, row bytes] (F16: float16 [rows, cols]), the type used), or
-    `source` itself (a QuantRows of the same tensor) when every byte equals its own."""
+    `source` itself (a QuantRows of the same tensor) when every byte equals its own. While the
+    blocks equal the source's, nothing is written: a table shared in the end is never held twice,
+    and the source's pages read for the check are let go (a mapped file's stay in the page cache)."""
     n_rows = shape[0]
     data = np.asarray(t.data).reshape(n_rows, -1)
     out, used, same = None, None, source is not None
     for a in range(0, n_rows, TABLE_ROWS):
         block = data[a:a + TABLE_ROWS]
         got, used = quantize_rows(tensor_values(t._replace(data=block), (len(block), shape[1])), qtype)
+        release_pages(block)
+        if same:
+            theirs = np.asarray(source.data[a:a + TABLE_ROWS])
+            same = used == source.qtype and np.array_equal(got, theirs)
+            release_pages(theirs)
+            if same:
+                continue
+            out = np.empty((n_rows, *got.shape[1:]), got.dtype)
+            if a:  # the blocks before this one: the source's bytes (of this same type)
+                out[:a] = source.data[:a]
+                release_pages(np.asarray(source.data[:a]))
         if out is None:
             out = np.empty((n_rows, *got.shape[1:]), got.dtype)
         out[a:a + len(got)] = got
-        release_pages(block)
-        same = same and used == source.qtype and np.array_equal(got, source.data[a:a + TABLE_ROWS])
     return (source, used) if same else (out, used)
 
 
