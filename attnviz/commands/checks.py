@@ -97,13 +97,45 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
     p.add_argument("--model", default=WINDOW_MODEL, help=MODEL_HELP + (f"; {note}" if note else ""))
 
 
-def prediction_head(model, command: str):
+# bytes of a GGUF file from which a one-shot run multiplies on its blocks: expanding its layers to
+# float32 then costs more than importing numba and loading its cached kernels (benchmarks/cold_start)
+KERNELS_FROM = 32 * 2**20
+
+
+def wants_kernels(where: Path) -> bool:
+    """Whether a command that runs one short text on the model at `where` (a folder, or a GGUF
+    file as registry.resolve gives it) takes the quantised kernels: a GGUF file of at least
+    KERNELS_FROM bytes."""
+    return where.is_file() and where.stat().st_size >= KERNELS_FROM
+
+
+def load_for_one_run(name: str):
+    """load_model(name) for a command that runs a short text once (predict, generate). A large
+    GGUF file's layers are packed from its blocks for the quantised kernels (engine/reading/qpack.py)
+    instead of expanded to float32 (wants_kernels), and the kernels take one thread each, as a
+    short run's BLAS products do (blas_for): a thread waiting on one the system has not scheduled
+    spins. Runs of ROWS_UNEXPANDED tokens or more still expand the layers they reach."""
+    from attnviz.engine import load_model
+    from attnviz.engine.reading.registry import resolve
+
+    if wants_kernels(resolve(name)[1]):
+        from attnviz.engine.parallel import limit_kernel_threads
+        from attnviz.engine.reading.qpack import ask_for_kernels
+
+        ask_for_kernels()
+        limit_kernel_threads(1, wide=None)
+    return load_model(name)
+
+
+def prediction_head(model, command: str, pack: bool = True):
     """The model's unembedding (Model.lm_head) for a command that predicts the next token; a
-    model without one is refused in one line that names a model that has one."""
+    model without one is refused in one line that names a model that has one. `pack`: whether a
+    packed model packs its unembedding for few-row logits (a generation step's); a command whose
+    logits all take many rows (predict's lens: a row a layer) leaves it in the file's blocks."""
     from attnviz.engine.errors import NoPrediction
 
     try:
-        return model.lm_head()
+        return model.lm_head(pack=pack)
     except NoPrediction as exc:
         if model.name == WINDOW_MODEL:
             raise
