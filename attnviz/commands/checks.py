@@ -97,28 +97,31 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
     p.add_argument("--model", default=WINDOW_MODEL, help=MODEL_HELP + (f"; {note}" if note else ""))
 
 
-# bytes of a GGUF file from which a one-shot run multiplies on its blocks: expanding its layers to
-# float32 then costs more than importing numba and loading its cached kernels (benchmarks/cold_start)
-KERNELS_FROM = 32 * 2**20
+# bytes of a GGUF file from which a one-shot command multiplies on its blocks (the quantised
+# kernels): above it expanding the layers to float32 costs more than importing numba and loading
+# its cached kernels (benchmarks/cold_start: Gemma 3 270M Q4_K_M's 241 MiB file above, SmolLM2's
+# 94 MiB Q4_1 below). A generation's steps also take each logit from the unembedding's blocks
+# rather than from a float32 copy of it, which pays from a smaller file on.
+KERNELS_FROM = {"predict": 192 * 2**20, "generate": 32 * 2**20}
 
 
-def wants_kernels(where: Path) -> bool:
-    """Whether a command that runs one short text on the model at `where` (a folder, or a GGUF
-    file as registry.resolve gives it) takes the quantised kernels: a GGUF file of at least
-    KERNELS_FROM bytes."""
-    return where.is_file() and where.stat().st_size >= KERNELS_FROM
+def wants_kernels(where: Path, command: str) -> bool:
+    """Whether `command` (a key of KERNELS_FROM), running one short text on the model at `where`
+    (a folder, or a GGUF file as registry.resolve gives it), takes the quantised kernels: a GGUF
+    file of at least KERNELS_FROM[command] bytes."""
+    return where.is_file() and where.stat().st_size >= KERNELS_FROM[command]
 
 
-def load_for_one_run(name: str):
-    """load_model(name) for a command that runs a short text once (predict, generate). A large
-    GGUF file's layers are packed from its blocks for the quantised kernels (engine/reading/qpack.py)
-    instead of expanded to float32 (wants_kernels), and the kernels take one thread each, as a
-    short run's BLAS products do (blas_for): a thread waiting on one the system has not scheduled
-    spins. Runs of ROWS_UNEXPANDED tokens or more still expand the layers they reach."""
+def load_for_one_run(name: str, command: str):
+    """load_model(name) for a command that runs a short text once (predict, generate). Where
+    wants_kernels says so, the GGUF file's layers are packed from its blocks for the quantised
+    kernels (engine/reading/qpack.py) instead of expanded to float32, and the kernels take one
+    thread each, as a short run's BLAS products do (blas_for): a thread waiting on one the system
+    has not scheduled spins. Runs of ROWS_UNEXPANDED tokens or more still expand the layers."""
     from attnviz.engine import load_model
     from attnviz.engine.reading.registry import resolve
 
-    if wants_kernels(resolve(name)[1]):
+    if wants_kernels(resolve(name)[1], command):
         from attnviz.engine.parallel import limit_kernel_threads
         from attnviz.engine.reading.qpack import ask_for_kernels
 

@@ -146,7 +146,7 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
 def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
-    model = checkpoint_opt.at(load_for_one_run(args.model), args)
+    model = checkpoint_opt.at(load_for_one_run(args.model, "predict"), args)
     # refuses a model that cannot predict, before running anything; the lens's logits take a row
     # a layer, too many for the kernels: the unembedding is not packed
     prediction_head(model, args.command, pack=False)

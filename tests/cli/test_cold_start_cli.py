@@ -62,8 +62,13 @@ def test_a_short_text_runs_on_one_blas_thread_and_a_long_one_on_blas_own(smollm2
         assert _blas_threads() == default
 
 
-def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smollm2, capsys):
+def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smollm2, capsys,
+                                                                            monkeypatch):
+    from attnviz.commands import checks
     from attnviz.commands.predict_cmd import predict_report
+
+    # the float32 path's bits (the quantised kernels' path: tests/cli/test_one_run_kernels_cli.py)
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": float("inf"), "generate": float("inf")})
     from attnviz.engine.analysing import predict as P
     from attnviz.engine.computing.generate import generate
 

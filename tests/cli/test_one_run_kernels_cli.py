@@ -1,0 +1,125 @@
+"""`predict` and `generate` on a large GGUF file multiply on its blocks (the quantised kernels, one
+thread each) instead of expanding its layers to float32; a smaller file and a model folder keep
+the float32 path (SmolLM2's predict among them). Either way the output is the same: the same
+tokens, and every logprob within the kernels' float32 rounding of the float32 path's
+(commands/checks.py load_for_one_run)."""
+
+import json
+
+import pytest
+
+from attnviz.cli import main
+from attnviz.commands import checks
+from attnviz.engine import parallel
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.reading import qpack
+from attnviz.engine.reading.registry import resolve
+from gguf_files import Q, gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+
+IDS = "3,1,4,1,5,9"
+BOUND = 1e-4  # a logprob on the kernels against the float32 product (float32 rounding, summed)
+
+
+@pytest.fixture
+def restored(monkeypatch):
+    """The process-wide choices a command makes (kernels asked for, their threads), undone after."""
+    monkeypatch.setattr(qpack, "_asked", False)
+    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
+        monkeypatch.setattr(parallel, name, getattr(parallel, name))
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A tiny llama's GGUF in Q8_0 (its unembedding too) and its config."""
+    import tempfile
+    from pathlib import Path
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    folder = Path(tempfile.mkdtemp(prefix="attnviz-one-run-"))
+    return write_gguf(folder / "q8.gguf", cfg, tensors, Q.Q8_0), cfg
+
+
+@pytest.fixture
+def products(monkeypatch):
+    """(rows, outputs) of every product linear() or the head takes on packed blocks."""
+    calls = []
+    real = qm.qlinear
+
+    def counted(x, pm):
+        calls.append((x.shape[0], pm.n_out))
+        return real(x, pm)
+    monkeypatch.setattr(qm, "qlinear", counted)
+    return calls
+
+
+def _json_of(capsys, argv) -> dict:
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _assert_close(got, want, path="") -> None:
+    """Equal structures and values, floats within BOUND."""
+    assert type(got) is type(want), path
+    if isinstance(got, dict):
+        assert got.keys() == want.keys(), path
+        for k in got:
+            _assert_close(got[k], want[k], f"{path}.{k}")
+    elif isinstance(got, list):
+        assert len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want)):
+            _assert_close(g, w, f"{path}[{i}]")
+    elif isinstance(got, float):
+        assert abs(got - want) <= BOUND, (path, got, want)
+    else:
+        assert got == want, path
+
+
+def test_the_rule_is_a_gguf_files_size_per_command(tiny, monkeypatch):
+    path, _ = tiny
+    size = path.stat().st_size
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": size + 1, "generate": size})
+    assert checks.wants_kernels(path, "generate")
+    assert not checks.wants_kernels(path, "predict")
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": 0, "generate": 0})
+    assert not checks.wants_kernels(FIXTURES / "llama_gqa", "predict")  # a folder: float32 as before
+
+
+def test_smollm2s_predict_keeps_the_float32_path_and_its_generate_takes_the_kernels():
+    where = resolve("SmolLM2-135M-Instruct")[1]
+    assert not checks.wants_kernels(where, "predict")
+    assert checks.wants_kernels(where, "generate")
+
+
+def test_predict_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsys, monkeypatch,
+                                                                    restored, products):
+    path, cfg = tiny
+    argv = ["predict", "--model", str(path), "--ids", IDS, "--json"]
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": path.stat().st_size + 1})
+    want = _json_of(capsys, argv)
+    assert products == [] and not qpack.kernels_on()
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": path.stat().st_size})
+    got = _json_of(capsys, argv)
+    assert qpack.kernels_on() and parallel.kernel_threads() == 1
+    assert products and all(rows == len(IDS.split(",")) for rows, _ in products)
+    # the lens takes a row a layer: the unembedding is not packed, its logits stay float32
+    assert cfg["vocab_size"] not in {n for _, n in products}
+    _assert_close(got, want)
+
+
+def test_generate_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsys, monkeypatch,
+                                                                     restored, products):
+    path, cfg = tiny
+    argv = ["generate", "--model", str(path), "--ids", IDS, "--max-new", "4", "--ignore-eos", "--json"]
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"generate": path.stat().st_size + 1})
+    want = _json_of(capsys, argv)
+    assert products == [] and not qpack.kernels_on()
+    monkeypatch.setattr(checks, "KERNELS_FROM", {"generate": path.stat().st_size})
+    got = _json_of(capsys, argv)
+    assert qpack.kernels_on() and parallel.kernel_threads() == 1
+    # every step's logits from the unembedding's blocks, one row each
+    assert [rows for rows, n in products if n == cfg["vocab_size"]] == [1] * 4
+    assert got["new_ids"] == want["new_ids"]
+    _assert_close(got, want)
