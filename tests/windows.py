@@ -84,6 +84,6 @@ def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
     scene, taken = graphics_view.scene(), []
     scene.sigMouseMoved.connect(taken.append)  # after the views' own slots
     try:
-        qtbot.waitUntil(move, timeout=5000)
+        qtbot.waitUntil(move, timeout=WAIT)
     finally:
         scene.sigMouseMoved.disconnect(taken.append)

@@ -123,7 +123,7 @@ def test_export_of_the_current_step_records_it(window, qtbot, tmp_path):
     dlg.format.setCurrentIndex(dlg.format.findData("png"))
     dlg.width_box.setValue(600)
     dlg.path_edit.setText(str(out))
-    with qtbot.waitSignal(st.sigStatus, timeout=5000):
+    with qtbot.waitSignal(st.sigStatus, timeout=WAIT):
         qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
     meta = open_sidecar(out)
     assert meta["model"] == TOY_MODEL
