@@ -183,10 +183,11 @@ def test_a_typing_pause_writes_the_settings_off_the_window_thread(tmp_path):
     assert float(worst) < STALL_S, f"the window's thread waited {float(worst) * 1e3:.0f} ms"
 
 
-def test_a_layer_change_leaves_the_write_delay_alone(qapp, qtbot, tmp_path):
+def test_a_layer_change_leaves_the_write_delay_alone(qapp, qtbot, tmp_path, monkeypatch):
     """Changing the layer (sigLayerChanged carries the layer) restarts the pause timer with its own
     delay: before, the layer became the timer's interval in ms (layer 29 on SmolLM2: the settings
     were written, fsync and all, on every keystroke)."""
+    monkeypatch.setattr(S, "WRITE_DELAY_MS", 600_000)  # no stall of a loaded machine ends the pause
     st = AppState()
     st.set_model(load_model(textbook.TEXTBOOK_NAME))
     s = ini(tmp_path)
