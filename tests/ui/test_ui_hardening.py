@@ -23,7 +23,7 @@ WATCHDOG_S = 120  # a reader still blocked on the test's FIFO after this long is
 HOLD_S = 120  # a held load, scan or job waits at most this long (the test releases it long before)
 # the event loop may stop this long on a loaded machine; a load or scan run on it stops it for a
 # whole hold (HOLD_S, WATCHDOG_S): many times this
-STALL_S = 5.0
+STALL_S = 10.0
 
 
 class Ticker:
