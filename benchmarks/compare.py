@@ -157,7 +157,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     w.close()
     w.worker.wait_idle()
     w.deleteLater()  # the next run starts from A alone again: the window, A and B freed
-    del w, st, jobs, panel, single, paired
+    w = st = jobs = panel = single = paired = None  # (the lambdas above share these names: emptied, not deleted)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # (processEvents leaves these)
     if not _spin(app, 30, until=lambda: gc.collect() >= 0 and all(m() is None for m in models)):
         raise RuntimeError("the closed window's models were not freed")
