@@ -114,3 +114,23 @@ def test_the_tensors_give_the_packer_blocks_of_the_type(source):
     assert t.tensor_type == Q.Q4_0 and t.data.dtype == np.uint8
     assert t.data.shape[-1] == ts.shape("blk.0.attn_q.weight")[1] // 32 * 18  # Q4_0: 18 bytes a 32
     assert ts.stored("blk.0.ffn_down.weight", ts.shape("blk.0.ffn_down.weight")).tensor_type == Q.F16
+
+
+def test_b_gets_what_a_packed_a_leaves_of_the_budget(source, tmp_path, kernels):
+    from attnviz.engine.analysing.pair import load_second
+    from attnviz.engine.errors import InputError
+
+    a = load_gguf(attnviz_quantize(source, "Q8_0", tmp_path / "a.gguf").path)
+    views = a.weights.layers.view_bytes()
+    assert views > 0 and a.weights.layers.held_bytes() == 0
+    chosen = views + max(a.weights.layers.sizes)
+    B.set_memory_budget(chosen)
+    try:
+        asked = []
+        b = load_second(lambda budget: asked.append(budget) or quantized_model(a, "Q4_0"), a, "B")
+        assert asked == [chosen - views] and b.weights.layers.budget == chosen - views
+        B.set_memory_budget(views)  # all of it held by A's blocks: refused in one line
+        with pytest.raises(InputError, match="memory budget .* is all held by .*'s layers"):
+            load_second(lambda budget: quantized_model(a, "Q4_0"), a, "B")
+    finally:
+        B.set_memory_budget(None)
