@@ -33,6 +33,7 @@ from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_file import architecture, open_gguf
 from attnviz.engine.reading.gguf_model import load_llama_gguf
 from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows, release_pages
+from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
@@ -66,7 +67,7 @@ def quantized_model(model: Model, qtype: str) -> Model:
     name = f"{model.name} as {qt.name}"
     if path.is_file():  # a GGUF file (a safetensors model is a folder)
         reader = open_gguf(path)
-        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
+        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model), hold=kernels_on())
         # packed as a file of the type is where the kernels are on (module docstring)
         weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
         kept = ts.kept_f16
@@ -199,9 +200,10 @@ class QuantizedGGUFTensors(GGUFTensors):
     type's blocks): its values dequantized from the file, quantized again. `shared`: the source
     model's quantized tables by name (shared_tables), shared where the copy's bytes equal them."""
 
-    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None):
+    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None,
+                 hold: bool = False):
         super().__init__(reader, path)
-        self.qtype = qtype
+        self.qtype, self.hold = qtype, hold
         self.shared = shared or {}
         self.kept_f16 = _kept_f16({n: self.shape(n) for n in self._table}, qtype, lambda n: -1)
         self._recent: OrderedDict = OrderedDict()  # name -> bytes: see requantized
@@ -232,12 +234,12 @@ class QuantizedGGUFTensors(GGUFTensors):
 
     def requantized(self, t, shape: tuple[int, ...]) -> np.ndarray:
         """File tensor `t` [rows, cols] quantized to the copy's type -> its bytes [rows, row bytes]
-        (F16: float16 [rows, cols]); the last RECENT ones are kept, so that packing a matrix (which
-        reads its tensors' blocks, then each again to release the file's pages) quantizes each once."""
+        (F16: float16 [rows, cols]). `hold` (a packed model: packing a matrix, or expanding it,
+        reads its tensors' blocks, then each again to release the file's pages): each is kept
+        until that second read, RECENT at most, so it is quantized once."""
         with self._lock:
-            data = self._recent.get(t.name)
+            data = self._recent.pop(t.name, None)
             if data is not None:
-                self._recent.move_to_end(t.name)
                 return data
         try:  # (outside the lock: quantize_rows shares its rows out to the engine's threads)
             w = tensor_values(t, shape)
@@ -246,10 +248,11 @@ class QuantizedGGUFTensors(GGUFTensors):
                                  "gguf package cannot dequantise") from None
         data, _ = quantize_rows(w, self.qtype)
         release_pages(np.asarray(t.data))
-        with self._lock:
-            self._recent[t.name] = data
-            while len(self._recent) > RECENT:
-                self._recent.popitem(last=False)
+        if self.hold:
+            with self._lock:
+                self._recent[t.name] = data
+                while len(self._recent) > RECENT:
+                    self._recent.popitem(last=False)
         return data
 
     def forget(self) -> None:
@@ -258,7 +261,7 @@ class QuantizedGGUFTensors(GGUFTensors):
             self._recent.clear()
 
 
-RECENT = 3  # matrices kept quantized: a layer matrix's most tensors (Q, K and V make w_qkv)
+RECENT = 3  # tensors kept quantized until read again: a layer matrix's most (Q, K, V make w_qkv)
 
 
 class Requantized:
@@ -273,7 +276,3 @@ class Requantized:
     @property
     def data(self) -> np.ndarray:
         return self._ts.requantized(self._t, self._shape)
-
-    @property
-    def n_bytes(self) -> int:
-        return int(self.data.nbytes)
