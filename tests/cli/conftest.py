@@ -7,15 +7,12 @@ from tiny import tiny_text_decoder
 
 @pytest.fixture
 def cli(capsys):
-    """`attnviz ARGV` run in this process: (exit status, stdout, stderr), the status a shell sees
-    (argparse's usage errors and --version exit through SystemExit)."""
+    """`attnviz ARGV` run in this process: (exit status, stdout, stderr). argparse's usage errors
+    and --version raise SystemExit through it, as from main."""
     from attnviz.cli import main
 
     def run(*argv):
-        try:
-            rc = main(list(argv))
-        except SystemExit as exc:
-            rc = exc.code
+        rc = main(list(argv))
         out, err = capsys.readouterr()
         return rc, out, err
 

@@ -12,9 +12,11 @@ import pytest
 import attnviz
 
 
-def test_version(cli):
-    rc, out, _ = cli("--version")
-    assert rc == 0 and out.strip() == f"attnviz {attnviz.__version__}"
+def test_version(cli, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse's --version
+        cli("--version")
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and out.strip() == f"attnviz {attnviz.__version__}"
     proc = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == f"attnviz {attnviz.__version__}"
 
@@ -48,13 +50,15 @@ def test_install_and_uninstall_desktop_entry(cli, tmp_path, monkeypatch):
     assert rc == 0 and "no menu entry" in out
 
 
-def test_desktop_flags_take_no_command(cli, tmp_path, monkeypatch):
+def test_desktop_flags_take_no_command(cli, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    rc, _, err = cli("--install-desktop", "calc", "--preset", "gpt2")
-    assert rc == 2 and "--install-desktop takes no command" in err
+    with pytest.raises(SystemExit) as exc:  # argparse's usage errors
+        cli("--install-desktop", "calc", "--preset", "gpt2")
+    assert exc.value.code == 2 and "--install-desktop takes no command" in capsys.readouterr().err
     assert not (tmp_path / "applications").exists()
-    rc, _, err = cli("--install-desktop", "--uninstall-desktop")
-    assert rc == 2
+    with pytest.raises(SystemExit) as exc:
+        cli("--install-desktop", "--uninstall-desktop")
+    assert exc.value.code == 2
 
 
 def test_the_icon_renders(qapp):
