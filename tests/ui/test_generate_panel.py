@@ -28,8 +28,8 @@ PER_TOKEN = 30 * 3 * 64 * 2 * 4  # SmolLM2's K and V bytes per token, float32: 4
 
 
 @pytest.fixture
-def win(qtbot, tmp_path, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=CASE["prompt"])
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=CASE["prompt"])
     yield w
     w.state.generation.stop()
     w.worker.wait_idle()

@@ -27,8 +27,8 @@ LONG = PARAGRAPH * 8
 
 
 @pytest.fixture
-def win(qtbot, tmp_path, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=PROMPT)
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
     yield w
     w.state.generation.stop()
     w.worker.wait_idle()
