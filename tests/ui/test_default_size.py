@@ -61,8 +61,8 @@ def _outside(widget: QWidget, frame: QWidget) -> list[str]:
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2_source, scan_dir, size):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=TEXT)
+def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, scan_dir, size):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
     w.resize(*size)
     w.open_scan(str(scan_dir))
     qtbot.waitUntil(lambda: w.corpus_panel.scan is not None, timeout=WAIT)

@@ -8,8 +8,8 @@ from windows import PARAGRAPH, PROMPT, WAIT, open_window, widget
 
 
 @pytest.fixture
-def win(qtbot, tmp_path, smollm2, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=PROMPT)
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
     cfg = smollm2.config
     w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
     yield w

@@ -17,8 +17,8 @@ LONG = PARAGRAPH * 4
 
 
 @pytest.fixture
-def win(qtbot, tmp_path, smollm2, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=PROMPT)
+def win(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
     if w.roles_panel is None:
         pytest.skip("side panels not installed")
     cfg = smollm2.config

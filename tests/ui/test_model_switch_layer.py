@@ -19,9 +19,9 @@ def sliding_text_model(folder):
     return folder
 
 
-def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smollm2_source, caplog):
+def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smollm2, caplog):
     caplog.set_level(logging.WARNING)
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=PROMPT)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
     st = w.state
     st.set_layer(20)
     st.set_focus(20, 3)
@@ -39,14 +39,14 @@ def test_a_shallower_model_clamps_the_layer_before_drawing(qtbot, tmp_path, smol
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
-def test_the_last_models_layout_is_not_titled_with_the_new_models_layers(qtbot, tmp_path, smollm2_source,
+def test_the_last_models_layout_is_not_titled_with_the_new_models_layers(qtbot, tmp_path, smollm2,
                                                                         caplog):
     """Between the switch and the new model's first result the grid still holds the old layout:
     a redraw of its titles then (the head labels are reset with the model) must not read the new
     model's layers at the old layout's heads."""
     from attnviz.engine import load_model
 
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=PROMPT)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
     st = w.state
     st.set_layer(20)
     qtbot.waitUntil(lambda: st.result is not None and w.grid.titles()

@@ -17,8 +17,8 @@ TEXT = "The keys to the cabinet are on the"
 
 
 @pytest.fixture
-def smollm2_window(qtbot, tmp_path, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=TEXT)
+def smollm2_window(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
     yield w
     w.worker.wait_idle()
 

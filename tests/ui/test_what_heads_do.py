@@ -44,8 +44,8 @@ def _analysed(qtbot, w, changed=None):
 
 
 @pytest.fixture
-def smol(qtbot, tmp_path, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=NAMES,
+def smol(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=NAMES,
                     panels=("predict",))
     yield w
     w.worker.wait_idle()

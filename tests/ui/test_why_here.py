@@ -25,8 +25,8 @@ ROW = re.compile(r"^(.*?)  ([+-]\d+\.\d+)  ([+-]\d+\.\d+)%$")
 
 
 @pytest.fixture
-def smol(qtbot, tmp_path, smollm2_source):
-    w = open_window(qtbot, tmp_path / "s.ini", model=smollm2_source, text=TEXT, panels=("why",))
+def smol(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("why",))
     yield w
     w.worker.wait_idle()
 
