@@ -9,10 +9,15 @@ in one process, in turns (not a test).
   unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
   bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
-- memory: the packed bytes the layers hold beside their float32 copies, and VmRSS of a fresh
-  process after loading SmolLM2 and typing a sentence key by key (one run a key, as the window's
-  engine does), with the kernels and without them (packing off). Goal: <= 350 MB (the window's
-  RSS after typing; the engine's alone is measured here, the window adds Qt's).
+- run of n rows (16, 64, 256, 512) where no layer's float32 copy is held (the model as loaded with
+  the kernels): on the kernels against expanding every layer for the float32 product (a budget of
+  one layer, so each run expands them again), in turns. Where the kernels stop being faster is
+  qmatvec.ROWS_UNEXPANDED.
+- memory: the bytes of the layers' packed views (their blocks as the kernels read them, no
+  float32 copy of a packed matrix), and VmRSS of a fresh process after loading SmolLM2 and typing
+  a sentence key by key (one run a key, as the window's engine does), with the kernels and
+  without them (packing off: every layer float32). Goal: <= 350 MB (the window's RSS after
+  typing; the engine's alone is measured here, the window adds Qt's).
 
     python -m benchmarks.qsteps [--repeat 15] [--threads 1]
 
@@ -69,6 +74,38 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
     return best, sum(int(m.nbytes) for m in mats)
 
 
+def _unexpanded_runs(store, repeat: int) -> list:
+    """Runs of n rows on a SmolLM2 that holds no float32 layer (module docstring)."""
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.computing.load import load_model
+    small = load_model("SmolLM2-135M-Instruct", budget=max(store.sizes))  # room for one layer
+    rng = np.random.default_rng(2)
+    figs, crossover = [], qm.ROWS_UNEXPANDED
+    for n in (16, 64, 256, 512):
+        ids = rng.integers(100, small.config.vocab_size, n).tolist()
+        times: dict = {"kernels": [], "expanding": []}
+        for r in range(max(2, repeat // 5) + 1):
+            for way in (("kernels", "expanding") if r % 2 else ("expanding", "kernels")):
+                qm.ROWS_UNEXPANDED = 1 << 30 if way == "kernels" else 0
+                t0 = time.perf_counter()
+                small.run(ids=ids, request=RunRequest(use_cache=False))
+                if r:  # the first round warms both ways
+                    times[way].append((time.perf_counter() - t0) * 1e3)
+        qm.ROWS_UNEXPANDED = crossover
+        a, b, load = statistics.median(times["kernels"]), statistics.median(times["expanding"]), os.getloadavg()[0]
+        figs += [figure(f"run of {n} rows, no float32 copy held: kernels", a, "ms", runs=times["kernels"],
+                        note=f"every layer's patterns; median; load average {load:.1f}"),
+                 figure(f"run of {n} rows, no float32 copy held: expanding the layers", b, "ms",
+                        runs=times["expanding"],
+                        note=f"each layer expanded for the float32 product, in turns with the kernels; "
+                             f"median; load average {load:.1f}"),
+                 figure(f"run of {n} rows: kernels / expanding", a / b, "x",
+                        note=f"ROWS_UNEXPANDED = {crossover}: below it the kernels run")]
+        print(f"run of {n} rows, no float32 held: kernels {a:.0f} ms, expanding {b:.0f} ms "
+              f"({a / b:.2f}x)  load {load:.1f}", flush=True)
+    return figs
+
+
 def _rss_child(kernels: bool) -> dict:
     """VmRSS / VmHWM (MiB) of a fresh process: SmolLM2 loaded, a sentence typed key by key."""
     code = f"""
@@ -112,17 +149,21 @@ def main() -> None:
     model = load_model("SmolLM2-135M-Instruct")
     load_s = time.perf_counter() - t0
     warm = qm.warm([qm.Q.Q4_1])
-    layers = list(model.weights.layers)
-    packed = sum(layer.packed.nbytes for layer in layers if layer.packed is not None)
+    store = model.weights.layers
+    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    views = store.view_bytes()
     rng = np.random.default_rng(0)
     ids = rng.integers(100, model.config.vocab_size, 600).tolist()
     figs = []
     load = os.getloadavg()[0]
-    figs.append(figure("packed bytes held beside the float32 layers", packed / 2**20, "MiB",
-                       note=f"load {load_s:.1f} s with packing; kernels from numba's cache "
-                            f"{warm['Q4_1']:.2f} s"))
-    print(f"loaded in {load_s:.1f} s; packed {packed / 2**20:.0f} MiB; {args.threads} thread(s); "
-          f"load average {load:.1f}")
+    figs.append(figure("packed views held (no float32 copy of a packed matrix)", views / 2**20, "MiB",
+                       note=f"blocks, scales and offsets {packed / 2**20:.1f} MiB, the rest the "
+                            f"layers' vectors; float32 layers held at load "
+                            f"{store.held_bytes() / 2**20:.0f} MiB; load {load_s:.1f} s; kernels "
+                            f"from numba's cache {warm['Q4_1']:.2f} s"))
+    print(f"loaded in {load_s:.1f} s; packed views {views / 2**20:.0f} MiB, float32 held "
+          f"{store.held_bytes() / 2**20:.0f} MiB; {args.threads} thread(s); load average {load:.1f}")
+    figs += _unexpanded_runs(store, args.repeat)
 
     fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
 
@@ -177,7 +218,8 @@ def main() -> None:
                         f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
                         f"{f32_bytes / 1e6:.0f} MB)"),
             figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
-                   runs=logits, note="head.logits of the last row, the same either way"),
+                   runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
+                                     "where the head is packed (the kernels)"),
         ]
         print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
               f"({a / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  load {load:.1f}",
@@ -185,7 +227,7 @@ def main() -> None:
     if os.path.exists("/proc/self/status"):
         on, off = _rss_child(True), _rss_child(False)
         load = os.getloadavg()[0]
-        figs += [figure("RSS after typing, kernels (packed copies beside float32)", on["VmRSS"], "MiB",
+        figs += [figure("RSS after typing, kernels (packed blocks, no float32 copies)", on["VmRSS"], "MiB",
                         goal=350 / 1.048576, headline=True,
                         note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
                              f"{load:.1f}"),

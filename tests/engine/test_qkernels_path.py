@@ -72,9 +72,9 @@ def test_smollm2_cached_steps_on_its_q4_1_blocks_match_transformers(smollm2, ker
         n += 1
     assert n >= 4
     # 4 packed matrices a layer for each one-row step (the last layer may stop after its pattern);
-    # a prefill as short as the crossover too
+    # the prefills too: shorter than the crossover of a layer without its float32 copy
     assert kernel_calls.count(1) >= n * 4 * 4 * (smollm2.config.n_layer - 1)
-    assert max(kernel_calls) < qm.ROWS[Q.Q4_1]
+    assert max(kernel_calls) < qm.ROWS_UNEXPANDED
     smollm2.clear_cache()
 
 
@@ -94,9 +94,14 @@ def test_a_tiny_ggufs_cached_steps_equal_its_float32_run(tmp_path, qtype, kernel
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
 
 
-def test_prefill_keeps_the_float32_product(tmp_path, kernel_calls):
+def test_a_long_prefill_keeps_the_float32_product(tmp_path, kernel_calls, monkeypatch):
+    """ROWS_UNEXPANDED rows or more expand the layers (none held yet); once they are held, ROWS
+    rows or more take their float32 product."""
+    monkeypatch.setattr(qm, "ROWS_UNEXPANDED", 12)
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     model = load_gguf(write_gguf(tmp_path / "q4.gguf", cfg, tensors, Q.Q4_0))
+    model.run(ids=list(range(3, 3 + 12)), request=RunRequest(use_cache=False))
+    assert kernel_calls == []
     model.run(ids=list(range(3, 3 + min(qm.ROWS.values()))), request=RunRequest(use_cache=False))
     assert kernel_calls == []
 

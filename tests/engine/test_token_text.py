@@ -128,3 +128,41 @@ def test_each_encode_gives_the_callers_own_lists(minilm):
     assert other.ids == first.ids[1:-1]
     assert tok.encode("a dog").ids != first.ids
 
+
+
+def _labels_read_afresh(pieces, kind, special):
+    """The labels as one decoder reads the whole sequence, nothing remembered between calls."""
+    from attnviz.engine.reading.token_text import _Decoder
+
+    dec, out = _Decoder(), []
+    for piece, sp in zip(pieces, special):
+        if sp:
+            dec.pending = b""
+            out.append(piece)
+        else:
+            out.append(dec.label(piece_bytes(piece, kind)) or piece)
+    return out
+
+
+@pytest.mark.parametrize("kind", [BYTE_LEVEL, SENTENCEPIECE])
+def test_labels_remembered_per_piece_are_the_labels_read_afresh(kind):
+    # a keystroke relabels its whole text; a piece read with nothing carried over is remembered:
+    # random bytes (split characters, broken UTF-8, whitespace) cut into random pieces, each
+    # sequence labelled twice (the second time from what was remembered)
+    rng = np.random.default_rng(7)
+    alphabet = list(" \n\tab.") + ["杰", "🙂", "é", "م"]
+    for _ in range(300):
+        data = "".join(rng.choice(alphabet, rng.integers(1, 12))).encode()
+        if rng.random() < 0.2:
+            data += bytes([int(rng.integers(0x80, 0x100))])  # a byte no character starts with
+        cuts = sorted(set(rng.integers(1, len(data), rng.integers(0, 5)).tolist())) if len(data) > 1 else []
+        parts = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+        if kind == BYTE_LEVEL:
+            pieces = [byte_piece(p) for p in parts]
+        else:  # byte fallback pieces for non-ASCII, text pieces for the rest
+            pieces = [p.decode("ascii").replace(" ", "\u2581") if p.isascii()
+                      else "".join(f"<0x{b:02X}>" for b in p[:1]) for p in parts]
+        special = [bool(rng.random() < 0.1) for _ in pieces]
+        want = _labels_read_afresh(pieces, kind, special)
+        assert readable_tokens(pieces, kind, special) == want
+        assert readable_tokens(pieces, kind, special) == want

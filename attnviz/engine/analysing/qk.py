@@ -41,7 +41,7 @@ import numpy as np
 from attnviz.engine.computing.families import (
     FAMILY, Layer, layer_consts, mlp, output_projection, project_qkv,
 )
-from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm
+from attnviz.engine.computing.layers import apply_rope, kv_group, layer_norm, layer_vectors
 from attnviz.engine.computing.patterns import head_key
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import InputError
@@ -136,7 +136,7 @@ def residual_parts(model, trace: Trace, layer: int, rows) -> tuple[list[str], np
             heads, b_o = heads * r, b_o * r
         names += [head_key(i, j) for j in range(cfg.n_head)] + [f"L{i}.mlp"]
         if pre:
-            b_mlp = _bias(model.weights.layers[i].b_out, x0.shape)
+            b_mlp = _bias(layer_vectors(model.weights.layers, i).b_out, x0.shape)
             step = (trace.resid[i + 1][rows].astype(np.float64)
                     - trace.resid[i][rows])  # attention + MLP, as written to the stream
             mlp_part = step - heads.sum(axis=0) - b_o - b_mlp

@@ -23,7 +23,7 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size,
+    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size, layer_for,
     layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
 )
 from attnviz.engine import parallel
@@ -287,7 +287,7 @@ def self_attention(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [
     z = c.attention(q, k, v, c, cache)  # [n_head, n, d_head]
     z = cache.z(z)  # [n_head, n, d_head]
     if in_row_chunks(x, c):
-        out = np.empty((z.shape[1], layer.w_o.shape[1]), dtype=np.float32)
+        out = np.empty((z.shape[1], x.shape[1]), dtype=np.float32)  # [n, d_model]
 
         def rows(a, b):
             out[a:b] = attention_output(z[:, a:b], layer)[1]
@@ -300,7 +300,7 @@ def mlp(x, layer: Layer, c: Consts, cache=None):  # [n, d_model] -> [n, d_model]
     """The MLP's output; `cache` (the layer's trace slot) records or patches it (its mlp_out)."""
     cache = NOTHING if cache is None else cache
     if in_row_chunks(x, c):  # a long run: chunks of rows, [chunk, d_ff] in cache, on c.workers threads
-        out = np.empty((x.shape[0], layer.w_out.shape[1]), dtype=np.float32)
+        out = np.empty(x.shape, dtype=np.float32)  # [n, d_model]
 
         def rows(a, b):
             out[a:b] = _mlp(x[a:b], layer, c)
@@ -417,7 +417,7 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
         segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i], None)
                          for j, (n, e) in enumerate(zip(lens, ends)))
         c = replace(c, segments=segments, attention=segment_attention)
-        x = fam.block(x, w.layers[i], c, None)
+        x = fam.block(x, layer_for(w.layers, i, len(x)), c, None)
     return out
 
 
@@ -457,7 +457,8 @@ def forward_batch(cfg: ModelConfig, w: Weights, base: Trace, start: int, spans, 
         segments = tuple((int(a), int(a + e - s), bias(s, e, c.window), None,
                           (base.k[i][:, :s], base.v[i][:, :s]) if s else None)
                          for a, (s, e) in zip(starts, spans))
-        x = fam.block(x, w.layers[i], replace(c, segments=segments, attention=segment_attention),
+        x = fam.block(x, layer_for(w.layers, i, len(x)),
+                      replace(c, segments=segments, attention=segment_attention),
                       trace.slot(i, None, None))
     return x
 
@@ -482,7 +483,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             x = trace.at_resid(i, x)  # its patches (activation patching)
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
-            x = fam.block(x, w.layers[i], consts[i], trace.slot(i, past, rows))
+            x = fam.block(x, layer_for(w.layers, i, len(x)), consts[i], trace.slot(i, past, rows))
             if trace.early is not None and i + 1 == trace.early[0]:
                 trace.early[1](trace)  # layers 0..i are final: a caller may show them now
         if n_run == cfg.n_layer:

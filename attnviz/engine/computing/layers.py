@@ -164,9 +164,10 @@ STORED_ROWS_FIRST = 64  # from GEMV_ROWS + 1 to this many rows, a w stored as [o
 
 
 def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) -> [T, d_out]
-    # packed: w's own quantised blocks (qpack.PackedMatrix), multiplied directly for a few rows
+    # packed: w's own quantised blocks (qpack.PackedMatrix), multiplied directly for a few rows,
+    # and for every row where w is None (a packed view of a layer: no float32 copy held)
     n = x.shape[0] if x.ndim == 2 else 0
-    if packed is not None and n and _qmatvec().takes(packed, n):
+    if packed is not None and n and (w is None or _qmatvec().takes(packed, n)):
         y = _qmatvec().qlinear(x, packed)  # reads 4-8-bit weights instead of w's float32
     elif 1 < n <= GEMV_ROWS:  # a cached keystroke's new rows (2: it re-tokenised the last token).
         # One matrix-vector product a row: OpenBLAS's product of a few rows packs w first, slower
@@ -190,6 +191,26 @@ def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) 
 def _qmatvec():  # imported when a packed matrix first comes (numba loads in a fraction of a second)
     from attnviz.engine.computing import qmatvec
     return qmatvec
+
+
+def layer_vectors(layers, i: int):
+    """Layer i for reading its vectors (norm gains, biases): the store's packed view where it has
+    one (the same arrays as the expanded layer's, and nothing is expanded), else the layer."""
+    view = getattr(layers, "packed_view", None)
+    view = view(i) if view is not None else None
+    return view if view is not None else layers[i]
+
+
+def layer_for(layers, i: int, n_rows: int):
+    """Layer i as a run of `n_rows` new rows multiplies by it: the store's packed view (its
+    matrices in the file's blocks, no float32 copy: engine/reading/budget.py) where the kernels
+    take every packed matrix at that many rows (qmatvec.takes_layer), else the float32 layer (a
+    LayerStore expands it within the memory budget)."""
+    view = getattr(layers, "packed_view", None)
+    view = view(i) if view is not None else None
+    if view is not None and _qmatvec().takes_layer(view.packed, n_rows, layers.holds(i)):
+        return view
+    return layers[i]
 
 
 def split_heads(x, n_head):  # [T, n_head*d_head] -> [n_head, T, d_head]

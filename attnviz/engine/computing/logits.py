@@ -8,6 +8,11 @@ vocabulary dequantises VOCAB_BLOCK rows, multiplies by them while they are in ca
 go (`Unembedding`). A head used for more than HOLD_AFTER passes (the window, a long generation) keeps
 the float32 rows from its next pass on, where the memory budget allows. Either way each block's
 product is the same call on the same float32 values: the logits are the same bits.
+
+A model whose layers are packed for the quantised kernels (the window: Weights.packed_types) packs
+its quantised unembedding too, when the head is built: the logits of a few rows (a keystroke's
+prediction, a generation step) are then one product on its blocks (engine/computing/qmatvec.py),
+equal to the float32 product within the kernels' bound, and no float32 copy is made for them.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 from attnviz.engine.errors import Cancelled, ModelLoadError, NoPrediction
 from attnviz.engine.computing.families import FAMILY
 from attnviz.engine.computing.layers import layer_norm, rms_norm
+from attnviz.engine.reading.gguf_tensors import QuantRows
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,7 @@ class LMHead:
     centred: bool  # LayerNorm (subtracts the mean) or RMSNorm
     eps: float
     w_u: np.ndarray  # [vocab, d_model] float32, or the file's table (QuantRows) under a memory budget
+    packed: object | None = None  # qpack.PackedMatrix of w_u: a few rows' logits on its blocks
 
     def normed(self, x):  # [..., d_model] -> [..., d_model]
         return (layer_norm if self.centred else rms_norm)(x, *self.norm, self.eps)
@@ -63,7 +70,27 @@ def build_head(model) -> LMHead:
             raise NoPrediction(f"{model.name}: the {name} holds non-finite values (NaN or inf): "
                                "prediction needs finite numbers")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
-                  centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u)
+                  centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u,
+                  packed=_packed_unembedding(model, h.unembed))
+
+
+def _packed_unembedding(model, table):
+    """The quantised unembedding packed for the kernels (a qpack.PackedMatrix), its kernel warm,
+    where the model's layers are packed (the process asked for the kernels) and its type has a
+    kernel; None otherwise, and where a scale is not finite (the blocks' own check then names
+    the row)."""
+    if not model.weights.packed_types or not isinstance(table, QuantRows):
+        return None
+    from attnviz.engine.computing import qmatvec
+    from attnviz.engine.reading.qpack import pack_parts
+
+    if not qmatvec.has_kernel(table.qtype):
+        return None
+    pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
+    if pm is None or not pm.finite:
+        return None
+    qmatvec.warm([table.qtype])
+    return pm
 
 
 def _fits(model, unembed) -> bool:
@@ -162,9 +189,10 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     """Final-norm inputs x [..., d_model] -> logits [..., vocab] float32, in blocks of VOCAB_BLOCK
     unembedding rows, whether w_u is float32 or kept in the file's type (an Unembedding: a block
     dequantised at a time): the same products either way, so how the table is held changes no
-    logit, not even in the last bit. `stop()` is asked before each block and raises Cancelled when
-    it says so: a newer keystroke waits for one block, not for the whole unembedding. A
-    non-finite row met in a quantised table: NoPrediction, naming it."""
+    logit, not even in the last bit (but where the head is packed for the kernels: a few rows'
+    logits come from its blocks, within the kernels' bound). `stop()` is asked before each block
+    and raises Cancelled when it says so: a newer keystroke waits for one block, not for the whole
+    unembedding. A non-finite row met in a quantised table: NoPrediction, naming it."""
     return vocab_logits_of(head, [x], stop)[0]
 
 
@@ -175,6 +203,21 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
     xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
     outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
+    if head.packed is not None:  # a few rows: one product on the packed blocks (module docstring)
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        blocks = []
+        for xn, out in zip(xns, outs):
+            rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
+            if rows.shape[0] and _kernels().takes(head.packed, rows.shape[0]):
+                out[...] = _kernels().qlinear(rows, head.packed).reshape(out.shape)
+            else:
+                blocks.append((xn, out))
+        if not blocks:
+            return outs
+        xns, block_outs = [xn for xn, _ in blocks], [out for _, out in blocks]
+    else:
+        block_outs = outs
     for v0 in range(0, V, VOCAB_BLOCK):
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
@@ -182,6 +225,11 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
             w = np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
         except ModelLoadError as exc:
             raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
-        for xn, out in zip(xns, outs):
+        for xn, out in zip(xns, block_outs):
             out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
     return outs
+
+
+def _kernels():  # qmatvec, imported where a head is packed (numba is loaded then)
+    from attnviz.engine.computing import qmatvec
+    return qmatvec

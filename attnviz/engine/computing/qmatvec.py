@@ -53,6 +53,10 @@ except ImportError:  # the float32 path is always there; has_kernel() then says 
 # crossover benchmarks/qmatvec.py --threads 1 finds, with a margin (a kernel's work grows with the
 # rows, BLAS's much less)
 ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K: 8, Q.Q6_K: 8}
+# the same where the layer's float32 copy is not held: the float32 product would first expand the
+# layer (dequantise every weight), which costs more than the kernels' rows up to about this many
+# (benchmarks/qsteps.py, "run of n rows")
+ROWS_UNEXPANDED = 256
 
 if numba:
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
@@ -247,6 +251,23 @@ def takes(pm: PackedMatrix, n_rows: int) -> bool:
     part's type's crossover (ROWS)."""
     return (ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
             and all(_kernel_for(p.qtype) in _warmed for _, p in pm.parts))
+
+
+def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
+    """Whether linear() multiplies `n_rows` rows by every packed matrix of `pl` (qpack.PackedLayer)
+    on its blocks: fewer rows than ROWS where the layer's float32 copy is held (`expanded`), than
+    ROWS_UNEXPANDED where it is not. A kernel not warm yet is waited for here where the layer is
+    not expanded (loading it from numba's cache takes a fraction of a second, expanding a model
+    longer, and its float32 copy would then be held)."""
+    mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
+    if not (ENABLED and numba is not None and mats and n_rows > 0):
+        return False
+    if not expanded:
+        if n_rows >= ROWS_UNEXPANDED:
+            return False
+        warm({p.qtype for m in mats for _, p in m.parts})
+        return True
+    return all(takes(m, n_rows) for m in mats)
 
 
 def qlinear(x: np.ndarray, pm: PackedMatrix) -> np.ndarray:

@@ -15,7 +15,6 @@ shares the source's table instead of holding its own.
 
 from __future__ import annotations
 
-import mmap
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from attnviz.engine.computing.model import Model
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_file import architecture, open_gguf
 from attnviz.engine.reading.gguf_model import load_llama_gguf
-from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows
+from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows, release_pages
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
@@ -146,20 +145,6 @@ class QuantizedCheckpoint:
             return self._ckpt.rows(name, shape)
         data, used = quantize_rows(self._ckpt.get(name, shape), self.qtype)
         return QuantRows(name, data, used, shape)
-
-
-def release_pages(region: np.ndarray) -> None:
-    """Unmap the pages of a memory-mapped file that `region` (a view of it) covers: they stay in
-    the page cache and are read back if used again. A quantized copy maps its source file a second
-    time, and the pages it has read would otherwise count twice in the process's memory."""
-    m = region
-    while m is not None and not isinstance(m, mmap.mmap):
-        m = getattr(m, "base", None)
-    if m is None or not hasattr(mmap, "MADV_DONTNEED") or region.nbytes == 0:
-        return
-    a = region.ctypes.data - np.frombuffer(m, np.uint8).ctypes.data  # offset in the mapping
-    start = a - a % mmap.PAGESIZE
-    m.madvise(mmap.MADV_DONTNEED, start, min(len(m), a + region.nbytes) - start)
 
 
 def shared_tables(model: Model) -> dict:

@@ -15,6 +15,13 @@ budget, least recently used first out.
 
 The budget is the model's float32 layers only: the file's pages (the page cache, counted in RSS as
 they are read), the KV cache and the run's activations come on top.
+
+A GGUF model whose layers are packed for the quantised kernels (engine/reading/qpack.py) also has
+a packed view of each layer (`packed_view`): its packed matrices in the file's blocks, no float32
+copy of them, and its vectors (and any matrix of a type without a kernel) as float32. The views are
+held for the model's life beside the budget; a layer is expanded only when something asks for
+its float32 matrices (a run of many rows, an analysis that reads a whole matrix), through the
+budget as above.
 """
 
 from __future__ import annotations
@@ -181,6 +188,16 @@ def float32_array(shape: tuple) -> np.ndarray:
     return slot if slot is not None else np.empty(shape, dtype=np.float32)
 
 
+def _layer_bytes(layer) -> int:
+    """Bytes of a layer's arrays (tuples of them too) and of its packed matrices."""
+    n = 0
+    for f in dataclasses.fields(layer):
+        value = getattr(layer, f.name)
+        for a in value if isinstance(value, tuple) else (value,):
+            n += int(getattr(a, "nbytes", 0))
+    return n
+
+
 class LayerStore(Sequence):
     """A model's layers, expanded to float32 on demand within a memory budget (module docstring).
 
@@ -189,9 +206,13 @@ class LayerStore(Sequence):
     safe across threads (two threads asking for a layer that is not held may both expand it)."""
 
     def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
-                 output: Callable | None = None):
+                 output: Callable | None = None, packed: Callable | None = None):
         self._build, self.sizes, self.source = build, tuple(int(s) for s in sizes), source
         self._build_output = output  # (i, check) -> (w_o, b_o) read alone, or None: the whole layer
+        # (i, check) -> layer i's packed view (module docstring), or None where nothing is packed;
+        # None: the store has no packed views
+        self._build_view = packed
+        self._views: dict = {}  # i -> its packed view (or None), held for the model's life
         self._lock = threading.Lock()
         self._checked: set[int] = set()
         self._kept: dict = {}  # i -> layer: the fixed set
@@ -244,14 +265,45 @@ class LayerStore(Sequence):
 
     def expand_kept(self) -> None:
         """Expand every layer of the fixed set now (at load: their files are checked then), their
-        matrices packed into one buffer (_Arena) where that is large enough for huge pages."""
-        need = sum(self.sizes[i] for i in self._keep if i not in self._kept)
+        matrices packed into one buffer (_Arena) where that is large enough for huge pages. A layer
+        with a packed view is left in its blocks: its float32 copy is made when asked for."""
+        todo = [i for i in sorted(self._keep) if i not in self._kept and self.packed_view(i) is None]
+        need = sum(self.sizes[i] for i in todo)
         self._arena = _Arena(need) if need >= ARENA_MIN else None
         try:
-            for i in sorted(self._keep):
+            for i in todo:
                 self[i]
         finally:
             self._arena = None  # (the packed layers' views keep the buffer)
+
+    def read_views(self) -> None:
+        """Build every layer's packed view now (at load: the file's blocks are checked then)."""
+        for i in range(len(self)):
+            self.packed_view(i)
+
+    def packed_view(self, i: int):
+        """Layer i with its packed matrices in the file's blocks and no float32 copy of them
+        (layout.Layer: those fields None, `packed` set), built once and held; None where the
+        store has no views or nothing of layer i is packed."""
+        if self._build_view is None:
+            return None
+        if i in self._views:
+            return self._views[i]
+        view = self._build_view(i, True)  # (built once: its values are checked then)
+        with self._lock:
+            return self._views.setdefault(i, view)
+
+    def holds(self, i: int) -> bool:
+        """Whether layer i's float32 copy is held now (asking for it then expands nothing)."""
+        with self._lock:
+            return i in self._kept or i in self._passing
+
+    def view_bytes(self) -> int:
+        """Bytes the packed views hold: the blocks as the kernels read them, and the float32 vectors
+        and matrices without a kernel beside them (0: no views)."""
+        with self._lock:
+            views = [v for v in self._views.values() if v is not None]
+        return sum(_layer_bytes(v) for v in views)
 
     def output(self, i: int):
         """Layer i's w_o [n_head d_head, d_model], b_o and post_attn_norm (or None): the held
@@ -318,6 +370,12 @@ class LayerStore(Sequence):
     def describe(self) -> str:
         """One line: the budget and what it keeps."""
         n, total = len(self), sum(self.sizes)
+        if any(v is not None for v in self._views.values()):
+            where = ("no memory limit known" if self.budget is None
+                     else f"within the {format_bytes(self.budget)} memory budget")
+            return (f"{n} layers held in their file's blocks ({format_bytes(self.view_bytes())}); "
+                    f"{len(self._kept) + len(self._passing)} expanded to float32 for long runs "
+                    f"({format_bytes(self.held_bytes())} of {format_bytes(total)}, {where})")
         if self.budget is None:
             return f"all {n} layers expanded ({format_bytes(total)} float32; no memory limit known)"
         if self.kept == n:

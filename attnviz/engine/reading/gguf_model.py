@@ -7,13 +7,18 @@ RoPE, rotate-half); this module plans and expands each layer and builds the toke
 
 Memory: the tensors stay in the file's type, memory-mapped. Each layer is dequantised to float32
 when it runs, and as many expanded layers are kept as the memory budget allows (`LayerStore`,
-engine/reading/budget.py: all of them for a model that fits, read at load). The token embedding
-stays quantised and only the rows a run needs are dequantised (`QuantRows`, gguf_tensors.py).
+engine/reading/budget.py: all of them for a model that fits, read at load). Where the process
+asked for the quantised kernels (qpack.kernels_on), each layer's matrices are packed from the
+file's blocks instead and held so (the store's packed views): no float32 copy of a packed matrix
+is made until something asks for one (a run of many rows, an analysis that reads a whole matrix),
+and the file's pages read for them are released. The token embedding stays quantised and only the
+rows a run needs are dequantised (`QuantRows`, gguf_tensors.py).
 """
 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +34,9 @@ from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
     PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
 )
-from attnviz.engine.reading.gguf_tensors import GGUFTensors, unpermute_qk, unpermuted_rows
+from attnviz.engine.reading.gguf_tensors import (
+    GGUFTensors, release_pages, unpermute_qk, unpermuted_rows,
+)
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
 )
@@ -119,10 +126,19 @@ def _layer_plan(cfg: ModelConfig, arch: str, ts: GGUFTensors, i: int) -> _LayerP
     return plan
 
 
-def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None: no fills)
+MATRICES = ("w_qkv", "w_o", "w_in", "w_out")  # a layout.Layer's matrices, as _fills names them
+
+
+def _fills(plan: _LayerPlan) -> dict:
+    """Layer field -> the fills of that matrix (None: the last layer has no MLP)."""
+    return dict(zip(MATRICES, (plan.qkv, plan.o, plan.gate_up, plan.down)))
+
+
+def _matrix(fills, ts: GGUFTensors, check: bool, release: bool = False):  # -> [in, out] float32
     """A layer matrix as the engine multiplies by it, [in, out], from the file's [out, in] rows,
     laid out by layout.kept_in_c_order: C order (written as columns), else the transposed view of
-    the rows as read (Fortran order). Written in the load's arena."""
+    the rows as read (Fortran order). Written in the load's arena. None: no fills. `release`: the
+    file's pages it read are unmapped after (a model whose layers are packed reads them once)."""
     if fills is None:
         return None
     n_out, n_in = sum(f.shape[0] for f in fills), fills[0].shape[1]
@@ -131,12 +147,16 @@ def _matrix(fills, ts: GGUFTensors, check: bool):  # -> [in, out] float32 (None:
     for f in fills:
         part = out[:, f.at:f.at + f.shape[0]] if columns else out[f.at:f.at + f.shape[0]]
         ts.fill(f.name, f.shape, part, f.rows, check, columns=columns)
+        if release:
+            release_pages(np.asarray(ts.stored(f.name, f.shape).data))
     return out if columns else out.T
 
 
-def _packed_matrix(fills, ts: GGUFTensors):  # -> qpack.PackedMatrix (None: no fills, or no kernel)
+def _packed_matrix(fills, ts: GGUFTensors, check: bool):  # -> qpack.PackedMatrix (None: no fills, or no kernel)
     """A layer matrix's tensors in the kernels' layout (engine/reading/qpack.py), rows in the
-    engine's order (llama.cpp's Q/K permutation undone)."""
+    engine's order (llama.cpp's Q/K permutation undone). `check`: refused, as an expansion refuses
+    it, when a value is not finite (a non-finite scale or offset: the integers are always
+    finite). The file's pages it read are unmapped after: the packed copy is what is kept."""
     if fills is None:
         return None
     parts = []
@@ -144,11 +164,18 @@ def _packed_matrix(fills, ts: GGUFTensors):  # -> qpack.PackedMatrix (None: no f
         t = ts.stored(f.name, f.shape)
         rows = np.asarray(t.data).reshape(f.shape[0], -1)  # [out, row bytes]
         parts.append((t.tensor_type, rows if f.rows is None else rows[f.rows], f.at))
-    return pack_parts(parts)
+    pm = pack_parts(parts)
+    if pm is not None and check and not pm.finite:
+        for f in fills:  # the expansion's check names the tensor, the count and the first position
+            ts.get(f.name, f.shape, True)
+        raise ModelLoadError(f"{ts.path.name}: tensor {fills[0].name} holds non-finite scales")
+    for f in fills:
+        release_pages(np.asarray(ts.stored(f.name, f.shape).data))
+    return pm
 
 
-def _packed_layer(plan: _LayerPlan, ts: GGUFTensors) -> PackedLayer:
-    return PackedLayer(*(_packed_matrix(f, ts) for f in (plan.qkv, plan.o, plan.gate_up, plan.down)))
+def _packed_layer(plan: _LayerPlan, ts: GGUFTensors, check: bool) -> PackedLayer:
+    return PackedLayer(*(_packed_matrix(f, ts, check) for f in _fills(plan).values()))
 
 
 def _matrix_types(plan: _LayerPlan, ts: GGUFTensors) -> list:
@@ -157,35 +184,52 @@ def _matrix_types(plan: _LayerPlan, ts: GGUFTensors) -> list:
             for part in (plan.qkv, plan.o, plan.gate_up or (), plan.down or ()) for f in part]
 
 
-def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool):
+def _output(plan: _LayerPlan, ts: GGUFTensors, check: bool, release: bool = False):
     """A layer's w_o [n_head d_head, d_model], b_o [d_model] and post_attn_norm (Gemma 3's (gain,))
     alone, or None where it has none, as _expand reads them: what DLA and the value norms need, a
     tenth of a layer."""
     b_o, post = plan.small.get("b_o"), plan.small.get("post_attn_norm")
-    return (_matrix(plan.o, ts, check), None if b_o is None else ts.get(*b_o, check),
+    return (_matrix(plan.o, ts, check, release), None if b_o is None else ts.get(*b_o, check),
             None if post is None else (ts.get(*post, check),))
 
 
 def _expand(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool,
-            packed: PackedLayer | None = None) -> Layer:
+            packed: PackedLayer | None = None, skip: frozenset = frozenset()) -> Layer:
     """A layer's float32 arrays from the file, as its plan says, with `packed` (its quantised
-    matrices in the kernels' layout) beside them."""
-    def matrix(fills):
-        return _matrix(fills, ts, check)
+    matrices in the kernels' layout) beside them; the matrices named in `skip` are left None."""
+    def matrix(name, fills):
+        return None if name in skip else _matrix(fills, ts, check, release=packed is not None)
 
     vec = {k: ts.get(name, shape, check) for k, (name, shape) in plan.small.items()}
     biases = [vec.get("b_q"), vec.get("b_k"), vec.get("b_v")]
     if permuted and biases[0] is not None:
         biases[0], biases[1] = (unpermute_qk(biases[0], cfg.n_head),
                                 unpermute_qk(biases[1], cfg.n_kv_head))
-    w_in, w_out = matrix(plan.gate_up), matrix(plan.down)
+    w = {name: matrix(name, fills) for name, fills in _fills(plan).items()}
     norm = lambda key: (vec[key],) if key in vec else None  # noqa: E731
     return Layer(
-        w_qkv=matrix(plan.qkv), b_qkv=cat_bias(biases), w_o=matrix(plan.o), b_o=vec.get("b_o"),
-        norm1=norm("norm1"), norm2=norm("norm2"), w_in=w_in, b_in=None, w_out=w_out, b_out=None,
-        q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
+        w_qkv=w["w_qkv"], b_qkv=cat_bias(biases), w_o=w["w_o"], b_o=vec.get("b_o"),
+        norm1=norm("norm1"), norm2=norm("norm2"), w_in=w["w_in"], b_in=None, w_out=w["w_out"],
+        b_out=None, q_norm=vec.get("q_norm"), k_norm=vec.get("k_norm"),
         post_attn_norm=norm("post_attn_norm"), post_mlp_norm=norm("post_mlp_norm"),
         packed=packed)
+
+
+def _view(plan: _LayerPlan, ts: GGUFTensors, cfg: ModelConfig, permuted: bool, check: bool):
+    """A layer's packed view (budget.LayerStore.packed_view): the matrices the kernels take in the
+    file's blocks (their float32 fields None), the others (a type without a kernel) and the
+    vectors float32; None where none of its matrices is packed."""
+    packed = _packed_layer(plan, ts, check)
+    skip = frozenset(name for name in MATRICES if getattr(packed, name) is not None)
+    return _expand(plan, ts, cfg, permuted, check, packed, skip) if skip else None
+
+
+def _expanded(view: Layer, plan: _LayerPlan, ts: GGUFTensors, check: bool) -> Layer:
+    """A packed view with its packed matrices expanded to float32: the layer _expand builds (the
+    same code writes the same values), sharing the view's vectors and its other matrices."""
+    return dataclasses.replace(view, **{
+        name: _matrix(fills, ts, check, release=True) for name, fills in _fills(plan).items()
+        if fills is not None and getattr(view, name) is None})
 
 
 def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | None = None,
@@ -194,32 +238,35 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     norms per layer). The layers stay in the file's type and are expanded to float32 within the
     memory budget (engine/reading/budget.py): `budget` bytes, else the one chosen, else the default.
     `eager`: expand (and check) the layers the budget keeps now; otherwise each layer is expanded
-    and checked when a run first reaches it (a one-shot command that needs a few layers). `pack`:
-    False keeps the float32 path alone, even where the process asked for the kernels."""
+    and checked when a run first reaches it (a one-shot command that needs a few layers). Where the
+    process asked for the kernels, the layers' matrices are packed (and checked) instead, and
+    expanded only when asked for (module docstring). `pack`: False keeps the float32 path alone,
+    even where the process asked for the kernels."""
     d = cfg.d_model
     permuted = arch in PERMUTED_QK
     plans = [_layer_plan(cfg, arch, ts, i) for i in range(cfg.n_layer)]
     sizes = [sum(ts.nbytes32(f.name) for part in (p.qkv, p.o, p.gate_up or (), p.down or ())
                  for f in part) + sum(ts.nbytes32(n) for n, _ in p.small.values()) for p in plans]
-    # the few-row runs' quantised kernels read the layers' blocks packed beside the float32 copies
-    # (engine/computing/qmatvec.py): each layer's packed once and held for the model's life (the
-    # same numbers whether the budget keeps its float32 copy or expands it for each run), counted
-    # beside the layers
+    # the few-row runs' quantised kernels read the layers' blocks packed (engine/computing/
+    # qmatvec.py): each layer's packed view is held for the model's life, counted beside the
+    # layers, and its float32 copy made only when asked for (a long run, a whole-matrix analysis)
     packing = pack and kernels_on()
     stored = [t for p in plans for t in _matrix_types(p, ts)] if packing else []
     packed = sum(packed_nbytes(qtype, *shape) for qtype, shape in stored)
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
-    packs: dict = {}  # layer -> PackedLayer
 
     def expand(i, check):
-        pk = packs.get(i) if packing else None
-        if packing and pk is None:
-            pk = packs.setdefault(i, _packed_layer(plans[i], ts))
-        return _expand(plans[i], ts, cfg, permuted, check, pk)
+        view = layers.packed_view(i)
+        if view is None:
+            return _expand(plans[i], ts, cfg, permuted, check)
+        return _expanded(view, plans[i], ts, check)
     layers = LayerStore(expand, sizes, budget, ts.path.name,
-                        output=lambda i, check: _output(plans[i], ts, check))
-    if eager:  # a model that fits: every layer read and checked at load
+                        output=lambda i, check: _output(plans[i], ts, check, release=packing),
+                        packed=(lambda i, check: _view(plans[i], ts, cfg, permuted, check))
+                        if packing else None)
+    if eager:  # a model that fits: every layer read and checked at load (a packed one: its blocks)
+        layers.read_views()
         layers.expand_kept()
     tok_emb = ts.rows("token_embd.weight", (cfg.vocab_size, d))
     # the output head: kept quantised like the embedding (prediction dequantises it once, lazily);

@@ -7,6 +7,7 @@ one RoPE (rotate-half).
 
 from __future__ import annotations
 
+import mmap
 import threading
 from pathlib import Path
 
@@ -18,6 +19,20 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
 from attnviz.engine.reading.dequant import dequantize_into, prepare
 from attnviz.engine.reading.validate import check_finite, check_shape
+
+
+def release_pages(region: np.ndarray) -> None:
+    """Unmap the pages of a memory-mapped file that `region` (a view of it) covers: they stay in
+    the page cache and are read back if used again. What was read from them and is held in another
+    form (a packed or quantized copy) would otherwise count twice in the process's memory."""
+    m = region
+    while m is not None and not isinstance(m, mmap.mmap):
+        m = getattr(m, "base", None)
+    if m is None or not hasattr(mmap, "MADV_DONTNEED") or region.nbytes == 0:
+        return
+    a = region.ctypes.data - np.frombuffer(m, np.uint8).ctypes.data  # offset in the mapping
+    start = a - a % mmap.PAGESIZE
+    m.madvise(mmap.MADV_DONTNEED, start, min(len(m), a + region.nbytes) - start)
 
 
 def tensor_table(reader: GGUFReader) -> dict:

@@ -169,6 +169,13 @@ class PackedMatrix:
     def qtypes(self) -> set:
         return {p.qtype for _, p in self.parts}
 
+    @property
+    def finite(self) -> bool:
+        """Whether every weight is finite: w = scale q + offset with q a small integer is finite
+        exactly where scale and offset are."""
+        return all(np.isfinite(p.scale).all() and (p.offset is None or np.isfinite(p.offset).all())
+                   for _, p in self.parts)
+
 
 @dataclass(frozen=True)
 class PackedLayer:

@@ -197,8 +197,21 @@ def readable_tokens(pieces: Sequence[str], kind: str,
             dec.pending = b""
             labels.append(piece)
             continue
-        labels.append(dec.label(piece_bytes(piece, kind)) or piece)
+        if dec.pending:  # a character begun in an earlier token: this label depends on it
+            labels.append(dec.label(piece_bytes(piece, kind)) or piece)
+        else:  # nothing carried over: the label is the piece's alone (every keystroke's tokens)
+            label, dec.pending = _fresh_label(piece, kind)
+            labels.append(label)
     return labels
+
+
+@lru_cache(maxsize=8192)
+def _fresh_label(piece: str, kind: str) -> tuple[str, bytes]:
+    """A piece's label read with nothing carried over from the token before, and the start of a
+    character it leaves for the next token: (label, pending bytes). A keystroke relabels every
+    token of its text, nearly all of them met before."""
+    dec = _Decoder()
+    return dec.label(piece_bytes(piece, kind)) or piece, dec.pending
 
 
 def quoted(label: str) -> str:
