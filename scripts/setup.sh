@@ -63,4 +63,7 @@ fi
 # attnviz's own bytecode: pip does not compile an editable install, and in a shell with
 # PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again
 .venv/bin/python -m compileall -q attnviz >/dev/null
+# the quantised kernels compiled into numba's cache now, so the window's first run on a GGUF model
+# loads them instead of compiling them
+.venv/bin/python -c "from attnviz.engine.computing import qmatvec; qmatvec.warm()" >/dev/null
 echo "$STAMP" > ".venv/.setup-$MODE"
