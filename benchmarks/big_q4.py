@@ -12,7 +12,10 @@ kernel thread (the window's), loads the file, runs a first prefill of T - 1 = 23
 one new row at T = 24 again and again (a new last token each time: the KV cache holds the 23
 before it), every layer's patterns, as a keystroke does.
 
-- keystroke engine time: the median of the runs after the first. Goal: <= 60 ms.
+- keystroke engine time: the median of the runs after the first. Goal: <= 60 ms. Matrices of
+  parallel.WIDE_KERNEL weights and more take every core but one (parallel.kernel_threads, as in
+  the window); the same keystrokes with those matrices on every core, and with every matrix on
+  the capped threads, are timed in turns with them, beside.
 - peak RSS: the process's VmHWM at the end (load, the first prefill and the keystrokes in it).
   Goal: <= 1.5 GiB. Its RSS at the end and what the store holds beside it are in the note.
 
@@ -39,6 +42,7 @@ import gguf
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q, GGUFValueType
 
+from attnviz.engine.parallel import WIDE_KERNEL
 from benchmarks.record import figure, write
 
 D, LAYERS, HEADS, KV_HEADS, D_HEAD, D_FF, VOCAB = 2048, 16, 32, 8, 64, 8192, 49152
@@ -136,7 +140,7 @@ import json, os, statistics, sys, time
 path, threads, repeat, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 from threadpoolctl import threadpool_limits
 threadpool_limits(threads, user_api="blas")
-from attnviz.engine.parallel import limit_kernel_threads
+from attnviz.engine.parallel import WIDE_KERNEL, limit_kernel_threads
 limit_kernel_threads(threads)
 from attnviz.engine.reading.qpack import ask_for_kernels
 ask_for_kernels()  # as the window does
@@ -152,17 +156,20 @@ ids = rng.integers(100, model.config.vocab_size, T - 1).tolist()
 t0 = time.perf_counter()
 model.run(ids=ids)
 prefill_s = time.perf_counter() - t0
-ms = []
-for k in range(repeat + 1):
-    t0 = time.perf_counter()
-    r = model.run(ids=ids + [int(rng.integers(100, model.config.vocab_size))])
-    if k:
-        ms.append((time.perf_counter() - t0) * 1e3)
-    assert r.cache_computed == 1
+ms, every, capped = [], [], []
+for k in range(repeat + 1):  # in turns: the window's rule, large matrices on every core, none
+    for wide, spare, out in ((WIDE_KERNEL, 1, ms), (WIDE_KERNEL, 0, every), (None, 1, capped)):
+        limit_kernel_threads(threads, wide=wide, spare=spare)
+        t0 = time.perf_counter()
+        r = model.run(ids=ids + [int(rng.integers(100, model.config.vocab_size))])
+        if k:
+            out.append((time.perf_counter() - t0) * 1e3)
+        assert r.cache_computed == 1
+limit_kernel_threads(threads)
 st = {k: int(v.split()[0]) / 1024 for k, v in (l.split(":", 1) for l in open("/proc/self/status")
                                                  if l.startswith(("VmRSS", "VmHWM")))}
 store = model.weights.layers
-print(json.dumps({"load_s": load_s, "prefill_s": prefill_s, "ms": ms, **st,
+print(json.dumps({"load_s": load_s, "prefill_s": prefill_s, "ms": ms, "every": every, "capped": capped, **st,
                   "views": store.view_bytes() / 2**20, "held": store.held_bytes() / 2**20,
                   "memory": model.memory}))
 """
@@ -200,19 +207,32 @@ def main() -> None:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
     key = sorted(r["ms"])[len(r["ms"]) // 2]
+    narrow = sorted(r["capped"])[len(r["capped"]) // 2]
+    wide = sorted(r["every"])[len(r["every"]) // 2]
     load = os.getloadavg()[0]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     figs = [
         figure(f"keystroke engine time, random 1B Llama Q4_0, T = {T}", key, "ms", runs=r["ms"],
                goal=60, headline=True,
-               note=f"one new row, every layer's patterns; {args.threads} thread(s); median; "
+               note=f"one new row, every layer's patterns; as the window runs it: {args.threads} "
+                    f"thread(s), matrices of {WIDE_KERNEL} weights and more on every core but one "
+                    f"({max(args.threads, cores - 1)} of {cores}: parallel.kernel_threads); median; "
                     f"load average {load:.1f}"),
+        figure(f"keystroke engine time, random 1B Llama Q4_0, T = {T}, large matrices on every core",
+               wide, "ms", runs=r["every"],
+               note=f"the same keystrokes in turns with the above; {cores} threads for matrices of "
+                    f"{WIDE_KERNEL} weights and more; median; load average {load:.1f}"),
+        figure(f"keystroke engine time, random 1B Llama Q4_0, T = {T}, every matrix on "
+               f"{args.threads} thread(s)", narrow, "ms", runs=r["capped"],
+               note=f"the same keystrokes in turns with the above; median; load average {load:.1f}"),
         figure("peak RSS, random 1B Llama Q4_0", r["VmHWM"] / 1024, "GiB", goal=1.5, headline=True,
                note=f"VmHWM of a fresh process: load ({r['load_s']:.1f} s), a first prefill of "
                     f"{T - 1} tokens ({r['prefill_s']:.1f} s), {args.repeat + 1} keystrokes; RSS at "
                     f"the end {r['VmRSS']:.0f} MiB; packed views {r['views']:.0f} MiB, float32 "
                     f"layers held {r['held']:.0f} MiB; load average {load:.1f}"),
     ]
-    print(f"keystroke {key:.1f} ms (goal 60); peak RSS {r['VmHWM'] / 1024:.2f} GiB (goal 1.5); "
+    print(f"keystroke {key:.1f} ms (goal 60); large matrices on every core {wide:.1f} ms, every "
+          f"matrix capped {narrow:.1f} ms; peak RSS {r['VmHWM'] / 1024:.2f} GiB (goal 1.5); "
           f"load {r['load_s']:.1f} s, prefill {r['prefill_s']:.1f} s; {r['memory']}; "
           f"load average {load:.1f}")
     print(f"wrote {write('big_q4', figs)}")

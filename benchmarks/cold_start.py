@@ -25,7 +25,8 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
-  that a busy machine's changing load falls on both alike; DIR's medians are recorded beside.
+  that a busy machine's changing load falls on both alike; DIR's medians are recorded beside
+  (the heads case's too, its runs alternating in the same way).
 
 - heads (What heads do, first result in the window): a fresh process (HEADS_CHILD, on Qt's
   offscreen platform, settings in a fresh file so the text is the window's default) opens the
@@ -36,7 +37,7 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
   time since the spawn (imports, window built, model loaded, first grid result, panels built,
   prediction computed, prediction painted). The model loads on a worker thread while the window is
-  built, so the milestones overlap rather than add up. No cold-cache or baseline runs for it.
+  built, so the milestones overlap rather than add up. No cold-cache runs for it.
 
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
 `attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
@@ -167,14 +168,14 @@ def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None) -
     return dt
 
 
-def heads_process(model: str, timeout: float = 120.0) -> tuple[float, dict]:
-    """Seconds from spawning HEADS_CHILD on `model` to What heads do's first prediction painted,
-    and {milestone: seconds since the spawn}. A process that fails after the paint (while it
-    exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
-    env = {**_env(), "QT_QPA_PLATFORM": "offscreen"}
+def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tuple[float, dict]:
+    """Seconds from spawning HEADS_CHILD on `model` (the code in `root`) to What heads do's first
+    prediction painted, and {milestone: seconds since the spawn}. A process that fails after the
+    paint (while it exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
+    env = {**_env(root), "QT_QPA_PLATFORM": "offscreen"}
     t0 = time.time()
     proc = subprocess.run([sys.executable, "-c", HEADS_CHILD, model, str(timeout)],
-                          capture_output=True, text=True, env=env, cwd=_ROOT)
+                          capture_output=True, text=True, env=env, cwd=root)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     marks = {k: v - t0 for k, v in json.loads(lines[-1]).items()} if lines else {}
     said = "\n".join(l for l in proc.stderr.splitlines() if "propagateSizeHints" not in l).strip()[-2000:]
@@ -374,8 +375,20 @@ def main() -> int:
                 print(f"heads    {short:13} not measured: no Gemma 3 270M GGUF (--gemma FILE)", flush=True)
                 continue
             heads_process(model)  # the files into the page cache
-            runs = [heads_process(model) for _ in range(args.heads_runs)]
+            runs, base = [], []
+            for _ in range(args.heads_runs):
+                if baseline:
+                    base.append(heads_process(model, root=baseline)[0])
+                runs.append(heads_process(model))
             times = [t for t, _ in runs]
+            if baseline:
+                figures.append(record.figure(
+                    f"{name}, baseline {base_commit}", statistics.median(base), "s", runs=base,
+                    note=f"the code of {base_commit}, median of {args.heads_runs}, run for run "
+                         f"alternating with this commit's"))
+                print(f"heads    {short:13} warm, baseline {base_commit}: median "
+                      f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}",
+                      flush=True)
             figures.append(record.figure(
                 name, statistics.median(times), "s", runs=times, goal=goal,
                 note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "

@@ -147,13 +147,23 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
            "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "stall_single_ms": stall_a, "open_s": open_s,
            "rss_a": rss_a, "peak_a": peak_a, "rss_open": rss_open, "b_layers": b_layers, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
            "keys": len(sentence)}
+    import gc
+    import weakref
+
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    models = [weakref.ref(st.model), weakref.ref(jobs.b)]
     jobs.close()
     w.close()
-    w.deleteLater()  # the next run starts from A alone again
-    _spin(app, 0.5)
-    import gc
+    w.worker.wait_idle()
+    w.deleteLater()  # the next run starts from A alone again: the window, A and B freed
+    del w, st, jobs, panel, single, paired
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # (processEvents leaves these)
+    if not _spin(app, 30, until=lambda: gc.collect() >= 0 and all(m() is None for m in models)):
+        raise RuntimeError("the closed window's models were not freed")
+    from attnviz.ui.machinery.tuning import release_free_memory
 
-    gc.collect()
+    release_free_memory()  # (their pages freed on the pool's threads, handed back)
     return out
 
 
@@ -207,13 +217,13 @@ def main() -> None:
         figure("RSS with B open, before typing, over A alone + B's float32 layers",
                float(np.median([r["rss_open"] - r["rss_a"] - r["b_layers"] for r in runs])) / 2**20, "MiB",
                runs=[(r["rss_open"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
-               note="where the peak's excess starts: B's load (its copy of the file's pages, the "
-                    "allocator's slack) before any keystroke is compared; no goal"),
+               note="where the peak's excess starts: B's load and its probe (the code and pages they "
+                    "read, the allocator's slack) before any keystroke is compared; no goal"),
         figure("RSS after the Compare pass over A alone + B's float32 layers",
                float(np.median([r["rss_after"] - r["rss_a"] - r["b_layers"] for r in runs])) / 2**20, "MiB",
                runs=[(r["rss_after"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
-               note="the resident set once typing is done (the unembedding table's pages read for the "
-                    "KL, the KV caches, the comparison), against the same sum; no goal"),
+               note="the resident set once typing is done (B's KV cache, the residual stream A's runs "
+                    "keep for the comparison, the comparison and its pictures), against the same sum; no goal"),
         figure("open B (quantize in memory, probe)", float(np.median([r["open_s"] for r in runs])), "s",
                runs=[r["open_s"] for r in runs], note="Models > Compare with > quantized, until B is loaded"),
     ]

@@ -27,3 +27,30 @@ def test_cases_lists_what_it_measures_and_refuses_an_unknown_one():
     refused = subprocess.run([*run, "--cases", "heads,launch"], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode == 2
     assert "--cases: launch; choose from predict, generate, heads" in refused.stderr
+
+
+def test_the_heads_case_alternates_with_the_baseline_run_for_run(monkeypatch, tmp_path):
+    """--baseline: each of this code's window runs follows one of the baseline's, and the
+    baseline's median is recorded beside this code's (the processes replaced by stand-ins)."""
+    import benchmarks.cold_start as C
+
+    calls = []
+
+    def fake(model, timeout=120.0, root=C._ROOT):
+        calls.append(root)
+        t = 2.0 if root == C._ROOT else 3.0
+        return t, {"prediction painted": t}
+    written = {}
+    monkeypatch.setattr(C, "heads_process", fake)
+    monkeypatch.setattr(C.record, "write", lambda name, figures, **kw: written.setdefault("f", figures))
+    monkeypatch.setattr(C, "find_gemma", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["cold_start", "--cases", "heads", "--heads-runs", "2",
+                                      "--baseline", str(tmp_path)])
+    assert C.main() == 0
+    base = str(tmp_path)
+    assert calls == [C._ROOT, base, C._ROOT, base, C._ROOT]  # a first run for the page cache
+    figures = {f["name"]: f for f in written["f"]}
+    smol = "What heads do, first result in the window, SmolLM2, warm cache"
+    assert figures[smol]["value"] == 2.0
+    (baseline,) = [f for name, f in figures.items() if name.startswith(smol + ", baseline")]
+    assert baseline["value"] == 3.0 and baseline["runs"] == [3.0, 3.0]

@@ -52,19 +52,35 @@ if hasattr(os, "register_at_fork"):  # a child may be given other cores (a pool'
 
 
 _KERNEL_THREADS: int | None = None  # limit_kernel_threads()
+WIDE_KERNEL = 4 << 20  # weights of a matrix from which a capped kernel call takes more threads
+_WIDE: int | None = WIDE_KERNEL  # limit_kernel_threads()'s `wide`
+_SPARE = 1  # limit_kernel_threads()'s `spare`
 
 
-def kernel_threads() -> int:
-    """Threads a quantised kernel call shares its rows over (engine/computing/qmatvec.py): every
-    core, or what limit_kernel_threads() set."""
-    return cores() if _KERNEL_THREADS is None else min(cores(), _KERNEL_THREADS)
+def kernel_threads(weights: int = 0) -> int:
+    """Threads a quantised kernel call on a matrix of `weights` weights shares its rows over
+    (engine/computing/qmatvec.py): every core, or what limit_kernel_threads() set, except for a
+    matrix of at least its `wide` weights (a 1B model's [2048, 2048] and larger), which takes
+    every core but its `spare` ones (the one that paints): its rows split over them in a fraction
+    of the time. (On a busy machine a split call waits for its slowest thread: `spare` 0 lets it
+    wait for the painting core too.)"""
+    n = cores()
+    if _KERNEL_THREADS is None:
+        return n
+    cap = min(n, _KERNEL_THREADS)
+    if _WIDE is not None and weights >= _WIDE:
+        return max(cap, n - _SPARE)
+    return cap
 
 
-def limit_kernel_threads(n: int | None) -> None:
+def limit_kernel_threads(n: int | None, wide: int | None = WIDE_KERNEL, spare: int = 1) -> None:
     """Cap the quantised kernels' threads at `n` (None: every core): the window caps them as it
-    caps BLAS, so a keystroke's few-row products do not spin on the core that paints."""
-    global _KERNEL_THREADS
+    caps BLAS, so a keystroke's few-row products do not spin on the core that paints. A matrix of
+    at least `wide` weights takes every core but `spare` (None: the cap holds for every matrix)."""
+    global _KERNEL_THREADS, _WIDE, _SPARE
     _KERNEL_THREADS = None if n is None else max(1, int(n))
+    _WIDE = None if wide is None else int(wide)
+    _SPARE = max(0, int(spare))
 
 
 def limit_cores(n: int | None) -> None:

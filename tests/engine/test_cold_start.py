@@ -1,7 +1,8 @@
 """What a cold start skips gives the numbers it gave before, bit for bit: a quantised unembedding
 streamed a block at a time (engine/computing/logits.py's Unembedding) against the whole table
-dequantised to float32 first, and a SentencePiece vocabulary's merge order read from the cache
-folder against the one derived from its scores (engine/reading/gguf_vocab.py)."""
+dequantised to float32 first, a SentencePiece vocabulary's merge order read from the cache
+folder against the one derived from its scores (engine/reading/gguf_vocab.py), and token labels
+from special ids read once against a fresh tokenizer's (engine/reading/tokenizer.py)."""
 
 import dataclasses
 import json
@@ -192,3 +193,23 @@ def test_the_prediction_and_the_lens_from_one_pass_are_those_of_two(smollm2):
         for field in ("top_ids", "top_logprobs", "target_logprobs", "target_ranks"):
             assert np.array_equal(getattr(lens, field), getattr(want_lens, field)), field
         assert lens.target == want_lens.target
+
+
+def test_labels_read_the_special_tokens_once_and_give_what_a_fresh_tokenizer_gives(spm):
+    """A label asks which ids are special; the tokenizer reads its thousands of added tokens once,
+    not per label: the labels are those a fresh tokenizer gives for each id alone, special ones
+    included, and the set special_ids() hands out is the caller's own."""
+    from attnviz.engine.reading.tokenizer import TextTokenizer
+
+    path, (tokens, _, types) = spm
+    tok, _ = gguf_tokenizer(open_gguf(path))
+    special = [i for i, t in enumerate(types) if t in (V.CONTROL, V.UNKNOWN)]
+    ids = special + [300, 1000, 31999, 5, 300]
+    assert special and set(special) <= tok.special_ids()
+    mine = tok.special_ids()
+    mine.add(1000)  # the caller's set: the tokenizer's own stays as it was
+    assert 1000 not in tok.special_ids()
+    got = tok.labels_for_ids(ids)
+    for k, i in enumerate(ids):
+        fresh = TextTokenizer(tok.raw).labels_for_ids([i])
+        assert (got[0][k], got[1][k]) == (fresh[0][0], fresh[1][0])

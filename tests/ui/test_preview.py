@@ -208,3 +208,26 @@ def test_the_focused_head_is_not_drawn_again_when_its_preview_is_followed_by_the
     st.set_focus(0, 4)  # another head: drawn
     assert sum(1 for a in drawn if a) == 1
     np.testing.assert_array_equal(focus.img.image, result.attentions[0, 4])
+
+
+def test_with_what_heads_do_shown_a_keystroke_paints_the_layer_on_screen_first_too(qtbot, tmp_path, smollm2):
+    """A run that keeps what prediction reads (What heads do shown, no head switched off) hands the
+    grid its first layers as a plain run does: the grid shows the clean run's patterns."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+    st = w.state
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    qtbot.waitUntil(lambda: st.effects.wanted, timeout=WAIT)
+    st.set_layer(4)
+    w.worker.wait_idle()
+    seen = []
+    st.sigPreviewChanged.connect(lambda p: p is not None and seen.append(p))
+    w.set_text(TEXT + " t")
+    wait_for_text(qtbot, w, TEXT + " t")
+    w.worker.wait_idle()
+    drain_events()
+    r = st.result
+    assert st.effects.run_of(r) is not None and r.trace is not None  # the run kept the trace
+    assert seen and seen[-1].text == TEXT + " t"
+    np.testing.assert_array_equal(seen[-1].attentions, r.attentions[:5])
+    assert st.preview is None

@@ -304,3 +304,94 @@ def test_a_keystroke_leaves_the_run_before_it_unanalysed(smol, qtbot, monkeypatc
     w.worker.wait_idle()
     assert seen == []
     qtbot.waitUntil(lambda: seen == [NAMES + " and the"], timeout=WAIT)
+
+
+def _same_analysis(a, b) -> None:
+    """Two analyses with the same numbers, bit for bit."""
+    for p, q in ((a.clean, b.clean),):
+        assert np.array_equal(p.logprobs, q.logprobs) and np.array_equal(p.top_ids, q.top_ids)
+    for field in ("top_ids", "top_logprobs", "target_logprobs", "target_ranks"):
+        assert np.array_equal(getattr(a.lens, field), getattr(b.lens, field)), field
+    assert np.array_equal(a.dla.heads, b.dla.heads) and a.dla.logit_diff == b.dla.logit_diff
+    assert (a.position, a.target, a.alt) == (b.position, b.target, b.alt)
+
+
+def test_the_first_run_is_analysed_ahead_and_the_panel_shows_it_without_running_anything(
+        smol, qtbot, monkeypatch):
+    """A causal model's first run keeps what prediction reads and is analysed while What heads do
+    is still hidden: shown once the side panels are built, the panel paints that analysis at once,
+    with no run of the text and no analysis started, and its numbers are the engine's own run's.
+    The grid shows that run's patterns, those of a plain run bit for bit."""
+    from attnviz.engine.computing.request import RunRequest
+
+    w = smol
+    st, eff = w.state, w.state.effects
+    first = st.result
+    assert eff.run is not None and eff.run.result is first and eff.run.changed is None
+    assert not eff.wanted
+    qtbot.waitUntil(lambda: eff.analysis_of(first) is not None, timeout=WAIT)  # the panel hidden
+    w.worker.wait_idle()
+    a = eff.analysis
+    submitted = []
+    real = w.worker.submit
+    monkeypatch.setattr(w.worker, "submit",
+                        lambda kind, *args, **kw: (submitted.append(kind), real(kind, *args, **kw))[1])
+    panel = _shown(w)
+    qtbot.waitUntil(lambda: eff.wanted and panel.top_table.rowCount() > 0, timeout=WAIT)
+    w.worker.wait_idle()
+    assert {"compute", "effects"}.isdisjoint(submitted) and eff.analysis is a and st.result is first
+    model = st.model
+    _same_analysis(a, analyse(model, window_run(model, NAMES)))
+    assert _table(panel.top_table)[0][0] == a.label(a.clean.top_ids[0])
+    plain = model.run(NAMES, request=RunRequest(truncate=True, use_cache=False))
+    assert np.array_equal(first.attentions, plain.attentions)
+
+
+def test_a_model_switch_analyses_the_new_models_first_run_ahead_too(smol, qtbot, smollm2):
+    """Ahead once per model: the first run of the model switched to is analysed with the panel
+    hidden, and nothing after it."""
+    w = smol
+    st, eff = w.state, w.state.effects
+    qtbot.waitUntil(lambda: eff.analysis_of(st.result) is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    st.set_text(NAMES + " and")
+    wait_for_text(qtbot, w, NAMES + " and")
+    w.worker.wait_idle()
+    assert eff.run_of(st.result) is None  # a keystroke's run with the panel hidden: plain
+    from attnviz.engine import load_model
+
+    other = load_model(smollm2.path)  # another model object: a switch
+    st.set_model(other)
+    qtbot.waitUntil(lambda: st.result is not None and eff.run_of(st.result) is not None
+                    and eff.analysis_of(st.result) is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    ahead = eff.analysis
+    _same_analysis(ahead, analyse(other, window_run(other, NAMES + " and")))
+    st.set_text(NAMES)
+    wait_for_text(qtbot, w, NAMES)
+    w.worker.effects_jobs.flush()
+    w.worker.wait_idle()
+    assert eff.run_of(st.result) is None and eff.analysis is ahead  # nothing more while hidden
+
+
+def test_after_the_first_result_a_keystroke_runs_plain_while_the_panel_is_hidden(smol, qtbot):
+    """Only the model's first run keeps the trace: while What heads do is hidden, a keystroke's
+    run keeps nothing for it (the panel runs the text again when shown)."""
+    w = smol
+    eff = w.state.effects
+    first_run = eff.run
+    w.set_text(NAMES + " and")
+    wait_for_text(qtbot, w, NAMES + " and")
+    w.worker.wait_idle()
+    assert w.state.result.trace is None and eff.run is first_run and eff.run_of(w.state.result) is None
+    panel = _shown(w)
+    a = _analysed(qtbot, w)  # run again for the panel: the new text's trace
+    assert eff.run.result is w.state.result and eff.run.result.text == NAMES + " and"
+    _same_analysis(a, analyse(w.state.model, window_run(w.state.model, NAMES + " and")))
+    assert panel.top_table.rowCount() > 0
+
+
+def test_an_encoders_first_run_keeps_no_trace(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "m.ini", panels=("predict",))
+    assert w.state.result.trace is None and w.state.effects.run is None
+    w.worker.wait_idle()

@@ -42,15 +42,16 @@ import numpy as np
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import VOCAB_BLOCK, LMHead, build_head
+from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.model import token_text
+from attnviz.engine.reading.gguf_tensors import release_pages
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPrediction
 from attnviz.engine.parallel import in_threads
 from attnviz.engine.reading.dequant import dequantize_into, prepare
 
 INDUCTION_THRESHOLD = 0.4
-KLD_ROWS = 16  # positions whose [rows, vocab] log-probabilities are held at once
+KLD_ROWS = 16  # positions whose [rows, vocab] float32 logits are held at once (one table pass)
 
 
 def compare_trace(**kw) -> Trace:
@@ -149,12 +150,13 @@ def table_head(model) -> LMHead:
     model's own. Kept per model. NoPrediction as Model.lm_head."""
     head = _HEADS.get(model)
     if head is None:
-        head = build_head(model)
+        head = build_head(model, pack=False)  # (its logits are whole passes: no kernel copy)
         table = getattr(head.w_u, "table", None)  # (an Unembedding: the file's table inside)
         if table is not None:
-            try:
-                for a in range(0, table.shape[0], VOCAB_BLOCK):
-                    table[a:a + VOCAB_BLOCK]
+            try:  # a block of float32 rows at a time, the file's pages let go after each
+                for a in range(0, table.shape[0], PAIR_BLOCK):
+                    table[a:a + PAIR_BLOCK]
+                    let_go(table, a, a + PAIR_BLOCK)
             except ModelLoadError as exc:  # a row found non-finite as it is dequantized
                 raise NoPrediction(f"{model.name}: the unembedding cannot be used for prediction: "
                                    f"{exc}") from None
@@ -203,6 +205,16 @@ def table_rows(w_u, v0: int, v1: int, scratch: np.ndarray) -> np.ndarray:  # -> 
     return out
 
 
+def let_go(w_u, v0: int, v1: int) -> None:
+    """Unmap rows v0..v1-1 of a table read from a memory-mapped file (its bytes, or a float32 view
+    of it): a pass over the whole unembedding would otherwise leave all its pages resident in this
+    process; they stay in the page cache and are read back when next used. Nothing for a table
+    in memory."""
+    data = getattr(w_u, "data", None) if not isinstance(w_u, np.ndarray) else w_u
+    if isinstance(data, np.ndarray):
+        release_pages(data[v0:v1])
+
+
 def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, np.ndarray]:
     """Both sides' logits [n, vocab] float32 from their final-norm inputs xa, xb [n, d_model]: each
     row the product logits.vocab_logits computes, PAIR_BLOCK rows of the unembedding at a time, the
@@ -228,8 +240,15 @@ def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, 
         blk_b = blk_a if hb.w_u is ha.w_u else table_rows(hb.w_u, v0, v1, scratch[1])
         outs[0][:, v0:v1] = xs[0] @ blk_a.T
         outs[1][:, v0:v1] = xs[1] @ blk_b.T
+        for w_u in {id(ha.w_u): ha.w_u, id(hb.w_u): hb.w_u}.values():
+            let_go(w_u, v0, v1)
 
-    in_threads(len(starts), block)
+    try:
+        in_threads(len(starts), block)
+    except BaseException:  # a stopped pass: its exception's traceback, kept in reference cycles
+        outs.clear()  # until a collection, must not hold the logits and the scratch with it
+        local.__dict__.clear()
+        raise
     return outs[0], outs[1]
 
 
@@ -262,16 +281,21 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)
-        la = log_softmax64(za)  # [n, vocab]
-        del za
-        lb = log_softmax64(zb)
-        del zb
-        top_a[t0:t1], top_b[t0:t1] = la.argmax(axis=1), lb.argmax(axis=1)
-        np.subtract(la, lb, out=lb)  # log P_A - log P_B
-        np.exp(la, out=la)  # P_A
-        kld[t0:t1] = np.maximum(np.einsum("tv,tv->t", la, lb), 0.0)
+        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)  # [n, vocab] float32 x2
+        for i in range(t1 - t0):
+            kld[t0 + i], top_a[t0 + i], top_b[t0 + i] = position_kl(za[i:i + 1], zb[i:i + 1])
+        del za, zb  # (before the next block's are made)
     return NextTokens(kld, top_a, top_b)
+
+
+def position_kl(za, zb) -> tuple[float, int, int]:  # [1, vocab] float32 x2
+    """KL(P_A || P_B) in nats and both top-1 ids of one position's logits (float64 log-softmax):
+    one position's float64 rows held at a time, not a block's."""
+    la, lb = log_softmax64(za), log_softmax64(zb)  # [1, vocab]
+    ta, tb = int(la[0].argmax()), int(lb[0].argmax())
+    np.subtract(la, lb, out=lb)  # log P_A - log P_B
+    np.exp(la, out=la)  # P_A
+    return float(np.maximum(np.einsum("tv,tv->t", la, lb)[0], 0.0)), ta, tb
 
 
 def kld_stats(kld) -> dict:

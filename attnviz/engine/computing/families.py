@@ -14,6 +14,7 @@ prefix: under the causal mask nothing before a position can see it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from collections.abc import Sequence
 from typing import Callable
@@ -142,8 +143,41 @@ FAMILY = {
 }
 
 
+CONSTS_ROWS = 16  # runs of at most this many new rows keep their Consts (layer_consts)
+CONSTS_KEPT = 8  # (config, T, p, ...) of the last this many such runs
+CONSTS_MASK = 1 << 20  # and a mask [n, T] of at most this many entries (a long text's is not kept)
+
+
+_CONSTS: dict = {}  # (id(cfg), T, p, masks, workers) -> (cfg, [Consts]), oldest first
+_CONSTS_LOCK = threading.Lock()  # (runs on several threads: the window's, a comparison's)
+
+
 def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
                  workers: int = 1, positions: np.ndarray | None = None) -> list[Consts]:
+    """_layer_consts, kept for a run of a few new rows at positions p..T-1 (a keystroke, a
+    generation step: the same T and p again and again, and every layer's masks and RoPE tables
+    would be built anew each run); their arrays are made read-only, as they are shared."""
+    if positions is not None or T - p > CONSTS_ROWS or (masks and (T - p) * T > CONSTS_MASK):
+        return _layer_consts(cfg, T, p, masks, workers, positions)
+    key = (id(cfg), T, p, bool(masks), max(1, int(workers)))
+    with _CONSTS_LOCK:
+        kept = _CONSTS.pop(key, None)
+    if kept is None or kept[0] is not cfg:  # (an id can be a freed config's, reused)
+        consts = _layer_consts(cfg, T, p, masks, workers)
+        for c in consts:
+            for a in (c.bias, *(c.rope or ())):
+                if a is not None:
+                    a.flags.writeable = False
+        kept = (cfg, consts)
+    with _CONSTS_LOCK:
+        while len(_CONSTS) >= CONSTS_KEPT:
+            del _CONSTS[next(iter(_CONSTS))]
+        _CONSTS[key] = kept  # (the newest last)
+    return list(kept[1])
+
+
+def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
+                  workers: int = 1, positions: np.ndarray | None = None) -> list[Consts]:
     """Every layer's Consts for a run over positions p..T-1 (n = T - p); layers with the same window
     and RoPE share their arrays. Layer i's window and RoPE are the config's (a local layer of
     Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the

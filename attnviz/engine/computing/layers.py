@@ -188,9 +188,15 @@ def linear(x, w, b=None, packed=None):  # [T, d_in] @ [d_in, d_out] (+ [d_out]) 
     return y
 
 
+_QMATVEC = None  # the qmatvec module once imported (a keystroke asks for it a few hundred times)
+
+
 def _qmatvec():  # imported when a packed matrix first comes (numba loads in a fraction of a second)
-    from attnviz.engine.computing import qmatvec
-    return qmatvec
+    global _QMATVEC
+    if _QMATVEC is None:
+        from attnviz.engine.computing import qmatvec
+        _QMATVEC = qmatvec
+    return _QMATVEC
 
 
 def layer_vectors(layers, i: int):

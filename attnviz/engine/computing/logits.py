@@ -45,9 +45,10 @@ class LMHead:
         return vocab_logits(self, x)
 
 
-def build_head(model) -> LMHead:
+def build_head(model, pack: bool = True) -> LMHead:
     """The model's final norm and unembedding as an LMHead (GGUF's quantised output head stays in
-    the file's type, an Unembedding: its rows are checked as a pass dequantises them).
+    the file's type, an Unembedding: its rows are checked as a pass dequantises them). pack=False:
+    no packed copy of the table for the kernels (a caller that streams the whole table).
     NoPrediction, in one line, for an encoder, a file missing its final norm or unembedding, or
     non-finite values in them."""
     cfg, h = model.config, model.weights.head
@@ -71,7 +72,7 @@ def build_head(model) -> LMHead:
                                "prediction needs finite numbers")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
                   centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u,
-                  packed=_packed_unembedding(model, h.unembed))
+                  packed=_packed_unembedding(model, h.unembed) if pack else None)
 
 
 def _packed_unembedding(model, table):

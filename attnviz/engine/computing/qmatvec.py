@@ -11,8 +11,10 @@ The inner sum is float32 fused multiply-adds over 16 rows at once, written as LL
 (numba intrinsics below: 16-lane loads of the integers, widened, converted, multiplied by one
 broadcast x), so the compiler cannot pick a worse vectorisation (left to itself, LLVM vectorised
 the loop over inputs and summed lanes across); the groups of rows are split over
-parallel.kernel_threads() (numba's prange: every core, one in the window as BLAS). y equals
-dequantise-then-float32-matmul to float32 rounding (tests/engine/test_qmatvec.py).
+parallel.kernel_threads() (numba's prange: every core; in the window one as BLAS, and every core
+but one for a large matrix). Each group is summed by one thread, so y is the same bits on any
+number of threads, and equals dequantise-then-float32-matmul to float32 rounding
+(tests/engine/test_qmatvec.py).
 
 Compiler: numba (binary wheels, so the README's pip install needs no C compiler; `cache=True`:
 compiled once, loaded from its cache at later starts; `warm` runs them while a model loads). Its
@@ -240,6 +242,8 @@ if numba:
 KERNELS = PACKED
 _NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
+# the thread count this thread last gave numba (asking numba costs more than a kernel's setup)
+_set = threading.local()
 
 
 ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
@@ -312,10 +316,11 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     padded = n_groups * LANES != p.n_out
     direct = out is not None and not padded and out.flags.c_contiguous and out.dtype == np.float32
     y = out if direct else np.empty((m, n_groups * LANES), np.float32)
-    threads = min(kernel_threads(), numba.config.NUMBA_NUM_THREADS)
+    threads = min(kernel_threads(p.n_out * p.n_in), numba.config.NUMBA_NUM_THREADS)
     with _lock:
-        if numba.get_num_threads() != threads:  # (numba's count is per calling thread)
+        if getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
             numba.set_num_threads(threads)
+            _set.threads = threads
         _kernel_of(p)(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
     if padded:
         y = y[:, :p.n_out]
@@ -337,6 +342,9 @@ def warm(qtypes=KERNELS) -> dict:
         if not has_kernel(qtype):
             continue
         kernel = _kernel_for(qtype)
+        if kernel in _warmed:  # (asked once a layer a run: no lock once warm)
+            took[qtype.name] = _warmed[kernel]
+            continue
         with _warm_lock:
             if kernel not in _warmed:
                 block, size = GGML_QUANT_SIZES[qtype]

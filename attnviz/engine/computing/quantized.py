@@ -161,18 +161,29 @@ TABLE_ROWS = 2048  # rows of a table requantized at a time (a block's float32, n
 def requantized_table(t, shape: tuple[int, int], qtype: GGMLQuantizationType, source=None):
     """A GGUF tensor entry `t` [rows, cols] dequantized and quantized again to `qtype`, TABLE_ROWS
     rows at a time -> (bytes [rows, row bytes] (F16: float16 [rows, cols]), the type used), or
-    `source` itself (a QuantRows of the same tensor) when every byte equals its own."""
+    `source` itself (a QuantRows of the same tensor) when every byte equals its own. While the
+    blocks equal the source's, nothing is written: a table shared in the end is never held twice,
+    and the source's pages read for the check are let go (a mapped file's stay in the page cache)."""
     n_rows = shape[0]
     data = np.asarray(t.data).reshape(n_rows, -1)
     out, used, same = None, None, source is not None
     for a in range(0, n_rows, TABLE_ROWS):
         block = data[a:a + TABLE_ROWS]
         got, used = quantize_rows(tensor_values(t._replace(data=block), (len(block), shape[1])), qtype)
+        release_pages(block)
+        if same:
+            theirs = np.asarray(source.data[a:a + TABLE_ROWS])
+            same = used == source.qtype and np.array_equal(got, theirs)
+            release_pages(theirs)
+            if same:
+                continue
+            out = np.empty((n_rows, *got.shape[1:]), got.dtype)
+            if a:  # the blocks before this one: the source's bytes (of this same type)
+                out[:a] = source.data[:a]
+                release_pages(np.asarray(source.data[:a]))
         if out is None:
             out = np.empty((n_rows, *got.shape[1:]), got.dtype)
         out[a:a + len(got)] = got
-        release_pages(block)
-        same = same and used == source.qtype and np.array_equal(got, source.data[a:a + TABLE_ROWS])
     return (source, used) if same else (out, used)
 
 

@@ -216,6 +216,14 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
     return out[:, :p + n]
 
 
+def without_room(arrays: list) -> list:
+    """Per layer K (or V) arrays of a run kept among the earlier ones, each copied out of an array
+    with room for KV_ROOM positions more (append_positions), which such a run rarely uses: a reused
+    earlier run's next positions are then copied once, and its room is not held meanwhile."""
+    return [a.copy() if isinstance(a.base, np.ndarray) and a.base.nbytes > a.nbytes else a
+            for a in arrays]
+
+
 class LayerCache:
     """One layer's slot in a trace: the named points self_attention calls (module docstring)."""
 
@@ -401,6 +409,7 @@ class KVCache:
         total, earlier = 0, []
         for r in kept[:EARLIER_RUNS]:
             if r.held < 0:  # an earlier run's arrays never change: counted once
+                r.k, r.v = without_room(r.k), without_room(r.v)
                 r.held = r.held_bytes()
             total += r.held
             if total > EARLIER_BYTES:

@@ -45,6 +45,7 @@ class TextTokenizer:
         tok.no_truncation()
         self._tok = tok
         self.kind = piece_kind(tok)  # how token_text reads this tokenizer's pieces
+        self._special: frozenset[int] | None = None  # special_ids, read once when first asked
 
     def check_ids(self, n_rows: int, rows_from: str = "config.json vocab_size") -> None:
         """Refuse, at load, a tokenizer.json that can produce an id the embedding has no row for
@@ -68,8 +69,8 @@ class TextTokenizer:
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:
         """Token strings and readable labels for raw ids."""
         tokens = [self._tok.id_to_token(i) or f"<{i}>" for i in ids]
-        special_ids = self.special_ids()
-        return tokens, self._labels(list(ids), tokens, [i in special_ids for i in ids])
+        special = self._special_ids()
+        return tokens, self._labels(list(ids), tokens, [i in special for i in ids])
 
     @property
     def raw(self) -> Tokenizer:
@@ -77,7 +78,15 @@ class TextTokenizer:
         return self._tok
 
     def special_ids(self) -> set[int]:
-        return {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        """The ids of the special added tokens (a new set each call)."""
+        return set(self._special_ids())
+
+    def _special_ids(self) -> frozenset[int]:
+        # read from the tokenizer once: a large vocabulary has thousands of added tokens, and
+        # every label asks
+        if self._special is None:
+            self._special = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        return self._special
 
     def _labels(self, ids: list[int], tokens: list[str], special: list[bool]) -> list[str]:
         """The tokens as a person reads them (token_text.readable_tokens; "[UNK]" stays "[UNK]")."""

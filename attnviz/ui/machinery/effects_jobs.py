@@ -5,7 +5,10 @@ newest wins per kind; results are written into `state.effects`.
 
 - analysis ('effects'): on the pool, ANALYSIS_DELAY_MS after a new run (typing on restarts the
   wait, and a keystroke makes a queued analysis stale, so a burst of typing costs the grid nothing),
-  at once for a new query position or typed token.
+  at once for a new query position or typed token. A model's first run (which keeps what prediction
+  reads: Worker._prediction_read) is analysed even while the panel is hidden, so the panel, built
+  after that run and shown then, has its result without waiting; once shown it analyses again only
+  what it lacks.
 - lens grid ('lens-grid'): on the pool, when the user asks.
 - scan ('scan'): a thread of its own, not the pool: 270 forward passes would hold the typing runs
   up for seconds. It reports progress from its first head, and checks between heads whether it is
@@ -59,16 +62,29 @@ class EffectsJobs(QObject):
         self._timer.timeout.connect(self.request_analysis)
         self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
+        self._ahead = True  # the model's first run is still to be analysed, the panel shown or not
         self._sigProgress.connect(self._on_progress)
         eff.sigRunChanged.connect(self._on_run)
         eff.sigLensGridWanted.connect(self.request_lens_grid)
         eff.sigScanWanted.connect(self.request_scan)
         eff.sigScanStopWanted.connect(self.cancel_scan)
         eff.sigTokensChanged.connect(self.request_analysis)
-        eff.sigWantedChanged.connect(lambda on: on and self.request_analysis())
+        eff.sigWantedChanged.connect(lambda on: on and self._on_shown())
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(self._on_text)
-        st.sigModelChanged.connect(lambda _m: (self.cancel_scan(), self.worker.cancel(ANALYSIS_KIND)))
+        st.sigModelChanged.connect(self._on_model)
+
+    def _on_model(self, _model) -> None:
+        self.cancel_scan()
+        self.worker.cancel(ANALYSIS_KIND)
+        self._ahead = True
+
+    def _on_shown(self) -> None:
+        """The panel shown: analysed now, unless the analysis of what it shows is there already
+        (made ahead, from the model's first run)."""
+        st = self.state
+        if st.effects.analysis_of(st.result) is None:
+            self.request_analysis()
 
     def _on_text(self, _text) -> None:
         """A keystroke: a queued or running analysis is stale, and one waiting for results to pause
@@ -93,9 +109,10 @@ class EffectsJobs(QObject):
         self._timer.stop()
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
-        if not eff.wanted or run is None or st.result.text != st.text:  # (a newer text is on its way)
+        if not (eff.wanted or self._ahead) or run is None or st.result.text != st.text:  # (a newer text is on its way)
             self.worker.cancel(ANALYSIS_KIND)
             return
+        self._ahead = False
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
         job_id = self.worker.claim(ANALYSIS_KIND)
         stale = lambda: not self.worker.is_newest(ANALYSIS_KIND, job_id)  # noqa: E731  (a keystroke)

@@ -68,6 +68,7 @@ class Worker(Runner):
         self._timer.timeout.connect(self._submit_compute)
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
+        self._first_run = True  # no result of the state's model shown yet: its runs keep a trace
         self._sigPreview.connect(self._on_preview)  # (queued: emitted on the pool's thread)
 
     # --- attention runs -----------------------------------------------------------------------
@@ -77,7 +78,7 @@ class Worker(Runner):
         result lacks (value norms for Value-weighted, layer inputs for the Anatomy tab)."""
         st = self.state
         st.sigTextChanged.connect(lambda _text: self.request_compute())
-        st.sigModelChanged.connect(lambda model: model is not None and self.request_compute(immediate=True))
+        st.sigModelChanged.connect(self._on_model)
         st.sigCheckpointChanged.connect(lambda _index: self.request_compute(immediate=True))
         st.sigModelChanged.connect(self._load_checkpoints)
         st.sigDisplayChanged.connect(self._compute_what_is_missing)
@@ -96,6 +97,11 @@ class Worker(Runner):
         from attnviz.ui.machinery.compare_jobs import CompareJobs
 
         self.compare_jobs = CompareJobs(self)  # model B beside A, per keystroke
+
+    def _on_model(self, model) -> None:
+        self._first_run = True
+        if model is not None:
+            self.request_compute(immediate=True)
 
     def _compute_what_is_missing(self, *_) -> None:
         st, r = self.state, self.state.result
@@ -117,7 +123,7 @@ class Worker(Runner):
         eff = st.effects
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
                              values=st.value_weighted, inputs=st.inputs_wanted,
-                             trace=eff.ablation.active or (eff.wanted and st.model.config.causal)
+                             trace=eff.ablation.active or self._prediction_read(st.model, eff.wanted)
                              or self._compare_lacks(None),
                              ablation=eff.ablation)
         self._pending = req
@@ -127,6 +133,13 @@ class Worker(Runner):
         else:
             self._timer.start()
         return req
+
+    def _prediction_read(self, model, wanted: bool) -> bool:
+        """Whether a run of causal `model` keeps what prediction reads (z, the residual stream):
+        while What heads do is shown, and until the model's first result is in. The side panels
+        are built after that first result, and What heads do, shown then (restored as the open tab,
+        or picked), analyses that run instead of running the text again."""
+        return model.config.causal and (wanted or self._first_run)
 
     def _submit_compute(self) -> None:
         req, self._pending = self._pending, None
@@ -157,7 +170,9 @@ class Worker(Runner):
                 if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                     from attnviz.engine.analysing.effects import window_run
 
-                    return window_run(req.model, req.text, request=request, ablation=req.ablation)
+                    # the clean run's first layers are what the grid shows unless heads are off
+                    shown = request if req.ablation.active else replace(request, early=early)
+                    return window_run(req.model, req.text, request=shown, ablation=req.ablation)
                 return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
 
@@ -183,6 +198,7 @@ class Worker(Runner):
             self.state.set_result(None)
             self.state.report_compute(req)
             return
+        self._first_run = False
         self.state.long.set_run(None)
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)

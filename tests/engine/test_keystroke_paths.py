@@ -1,0 +1,115 @@
+"""What a keystroke's engine run reuses or shares out: layer_consts kept for runs of a few rows
+(equal to the ones built anew), and the quantised kernels' thread count (a large matrix takes every
+core even where the kernels are capped, with the same result bit for bit)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from attnviz.engine import parallel
+from attnviz.engine.computing import families
+from attnviz.engine.computing.families import _layer_consts, layer_consts
+from attnviz.engine.reading.config import config_from_dict
+from tiny import llama_config
+
+
+@pytest.fixture
+def kernel_cap():
+    """Leaves the process's kernel thread cap as it found it."""
+    kept = parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE
+    yield
+    parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE = kept
+
+
+def _same(a, b):
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "norm":  # a closure built per call: compare what it computes
+            v = np.random.default_rng(0).standard_normal((2, 32)).astype(np.float32)
+            g = (np.linspace(0.5, 1.5, 32, dtype=np.float32),)
+            np.testing.assert_array_equal(x(v, g), y(v, g))
+        elif isinstance(x, tuple) and x and isinstance(x[0], np.ndarray):
+            for xa, ya in zip(x, y):
+                np.testing.assert_array_equal(xa, ya)
+        elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            np.testing.assert_array_equal(x, y)
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("T, p, masks", [(24, 23, True), (24, 22, True), (9, 8, False), (3, 0, True)])
+def test_kept_consts_equal_rebuilt_ones(T, p, masks):
+    cfg = config_from_dict(llama_config(n_layer=3))
+    first = layer_consts(cfg, T, p, masks)
+    again = layer_consts(cfg, T, p, masks)
+    assert again is not first and all(a is b for a, b in zip(first, again))  # kept, a new list
+    fresh = _layer_consts(cfg, T, p, masks)
+    assert len(again) == len(fresh) == cfg.n_layer
+    for a, b in zip(again, fresh):
+        _same(a, b)
+    assert (first[0].bias is not None) == masks
+    assert not first[0].rope[0].flags.writeable  # shared: no run may write into them
+    if masks:
+        assert not first[0].bias.flags.writeable
+
+
+def test_consts_are_kept_per_config_rows_and_workers():
+    cfg = config_from_dict(llama_config(n_layer=2))
+    other = config_from_dict(llama_config(n_layer=2, rope_theta=50.0))
+    a = layer_consts(cfg, 10, 9)
+    assert layer_consts(other, 10, 9)[0] is not a[0]
+    assert not np.array_equal(layer_consts(other, 10, 9)[0].rope[1], a[0].rope[1])
+    assert layer_consts(cfg, 10, 8)[0].bias.shape == (2, 10)
+    assert layer_consts(cfg, 10, 9, workers=2)[0].workers == 2
+    assert layer_consts(cfg, 10, 9)[0].workers == 1
+    long = layer_consts(cfg, 40, 0)  # more rows than CONSTS_ROWS: built each time, writable
+    assert long[0] is not layer_consts(cfg, 40, 0)[0] and long[0].bias.flags.writeable
+    big = families.CONSTS_MASK // 2 + 1  # one row, but a mask too large to keep
+    assert layer_consts(cfg, big, big - 2)[0] is not layer_consts(cfg, big, big - 2)[0]
+    assert layer_consts(cfg, big, big - 2, masks=False)[0] is layer_consts(cfg, big, big - 2, masks=False)[0]
+    for i in range(families.CONSTS_KEPT + 3):  # the oldest go
+        layer_consts(cfg, 50 + i, 50 + i - 1)
+    assert len(families._CONSTS) <= families.CONSTS_KEPT
+
+
+def test_kernel_threads_rule(kernel_cap, monkeypatch):
+    monkeypatch.setattr(parallel, "_LIMIT", None)
+    monkeypatch.setattr(parallel, "_AFFINITY", 8)  # an 8-core machine
+    parallel.limit_kernel_threads(1)
+    assert parallel.kernel_threads(parallel.WIDE_KERNEL - 1) == 1  # SmolLM2's [3072, 576]: capped
+    assert parallel.kernel_threads(parallel.WIDE_KERNEL) == 7  # a 1B model's: all but one core
+    parallel.limit_kernel_threads(1, spare=0)
+    assert parallel.kernel_threads(parallel.WIDE_KERNEL) == 8
+    parallel.limit_kernel_threads(1, wide=None)
+    assert parallel.kernel_threads(10 ** 9) == 1
+    parallel.limit_kernel_threads(3, spare=6)  # never under the cap
+    assert parallel.kernel_threads(10 ** 9) == 3
+    parallel.limit_kernel_threads(None)
+    assert parallel.kernel_threads() == 8 and parallel.kernel_threads(10 ** 9) == 8
+    monkeypatch.setattr(parallel, "_AFFINITY", 2)  # 2 cores: a wide call stays off the painting one
+    parallel.limit_kernel_threads(1)
+    assert parallel.kernel_threads(10 ** 9) == 1
+
+
+def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap):
+    numba = pytest.importorskip("numba")
+    from gguf import GGMLQuantizationType as Q
+
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.reading.qpack import pack
+
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, (100, 256 // 32 * 20), dtype=np.uint8)  # Q4_1: 20 bytes a block
+    raw.reshape(100, -1, 20)[:, :, :4] = (rng.standard_normal((100, 8, 2)) * 0.01).astype(np.float16).view(np.uint8)
+    p = pack(raw, Q.Q4_1)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    parallel.limit_kernel_threads(1, wide=None)
+    capped = qm.qmatvec(p, x)
+    assert numba.get_num_threads() == 1
+    parallel.limit_kernel_threads(1, wide=0, spare=0)  # every matrix counts as wide, every core
+    wide = qm.qmatvec(p, x)
+    assert numba.get_num_threads() == min(parallel.cores(), numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_array_equal(wide, capped)  # each group of rows is summed by one thread alike
