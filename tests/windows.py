@@ -11,6 +11,10 @@ PARAGRAPH = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to sa
              "perfectly normal, thank you very much. They were the last people you'd expect to be "
              "involved in anything strange or mysterious, because they just didn't hold with such "
              "nonsense. ")
+# the Patching tests (test_patching_panel.py, test_patching_controls.py): the toy decoder and its
+# clean text
+TOY = "attnviz-toy-stdlib"
+IOI = "When Mary and John went to the store, John gave a drink to"
 
 
 def open_window(qtbot, settings_path, **kw):
