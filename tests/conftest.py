@@ -47,6 +47,15 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def smollm2_q8_0_gguf(smollm2, tmp_path_factory):
+    """SmolLM2 written once at Q8_0 by attnviz's GGUF writer (a gguf_write.Written: path, counts,
+    kept_f16, notices); its tests only read the file."""
+    from attnviz.engine.reading.gguf_write import write_gguf
+
+    return write_gguf(smollm2.path, "Q8_0", tmp_path_factory.mktemp("smollm2-q8_0") / "smollm2.Q8_0.gguf")
+
+
+@pytest.fixture(scope="session")
 def toy():
     """The project's toy model (attnviz-toy-stdlib), its last checkpoint."""
     from attnviz.engine import load_model

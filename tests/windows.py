@@ -11,6 +11,10 @@ PARAGRAPH = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to sa
              "perfectly normal, thank you very much. They were the last people you'd expect to be "
              "involved in anything strange or mysterious, because they just didn't hold with such "
              "nonsense. ")
+# the Patching tests (test_patching_panel.py, test_patching_controls.py): the toy decoder and its
+# clean text
+TOY = "attnviz-toy-stdlib"
+IOI = "When Mary and John went to the store, John gave a drink to"
 
 
 def open_window(qtbot, settings_path, **kw):
@@ -84,6 +88,6 @@ def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
     scene, taken = graphics_view.scene(), []
     scene.sigMouseMoved.connect(taken.append)  # after the views' own slots
     try:
-        qtbot.waitUntil(move, timeout=5000)
+        qtbot.waitUntil(move, timeout=WAIT)
     finally:
         scene.sigMouseMoved.disconnect(taken.append)

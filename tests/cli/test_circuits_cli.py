@@ -15,17 +15,9 @@ GPT2 = str(FIXTURES / "gpt2")
 IDS = "3,1,4,1,5,9,2,6"
 
 
-def _cli(capsys, *argv):
-    from attnviz.cli import main
-
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def test_qk_attribution_json_has_the_interface_keys_and_adds_up(capsys):
-    rc, out, _ = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
-                      "--head", "2", "--query", "6", "--key", "3", "--json")
+def test_qk_attribution_json_has_the_interface_keys_and_adds_up(cli):
+    rc, out, _ = cli("qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
+                     "--head", "2", "--query", "6", "--key", "3", "--json")
     assert rc == 0
     doc = json.loads(out)
     for key in ("tokens", "score", "components", "table", "query_side", "key_side", "bias", "top"):
@@ -45,9 +37,9 @@ def test_qk_attribution_json_has_the_interface_keys_and_adds_up(capsys):
     assert doc["score"] == pytest.approx(a.score) and doc["bias"] == pytest.approx(a.bias)
 
 
-def test_qk_attribution_prints_a_short_table(capsys):
-    rc, out, _ = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
-                      "--head", "0", "--query", "5", "--key", "5")
+def test_qk_attribution_prints_a_short_table(cli):
+    rc, out, _ = cli("qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "1",
+                     "--head", "0", "--query", "5", "--key", "5")
     assert rc == 0
     assert "L1 H0, query 5" in out and "largest query x key pairs" in out
     assert "query side:" in out and "key side:" in out
@@ -57,15 +49,15 @@ def test_qk_attribution_prints_a_short_table(capsys):
     (("--query", "2", "--key", "5"), "key 5 comes after query 2"),
     (("--query", "8", "--key", "1"), "query position 8 is outside the 8 tokens"),
 ])
-def test_qk_attribution_refuses_bad_cells_in_one_line(capsys, argv, words):
-    rc, out, err = _cli(capsys, "qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "0",
-                        "--head", "0", *argv)
+def test_qk_attribution_refuses_bad_cells_in_one_line(cli, argv, words):
+    rc, out, err = cli("qk-attribution", "--model", GPT2, "--ids", IDS, "--layer", "0",
+                       "--head", "0", *argv)
     assert rc == 2 and out == ""
     assert words in err and err.count("\n") == 1
 
 
-def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(capsys):
-    rc, out, _ = _cli(capsys, "circuits", "--model", GPT2, "--head", "1.2", "--token", "7", "--json")
+def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(cli):
+    rc, out, _ = cli("circuits", "--model", GPT2, "--head", "1.2", "--token", "7", "--json")
     assert rc == 0
     doc = json.loads(out)
     model = load_model(GPT2)
@@ -81,8 +73,8 @@ def test_circuits_json_has_the_interface_keys_and_the_engines_numbers(capsys):
     assert "ignore RoPE" in doc["note"]
 
 
-def test_circuits_without_a_head_prints_the_copying_map(capsys):
-    rc, out, _ = _cli(capsys, "circuits", "--model", GPT2)
+def test_circuits_without_a_head_prints_the_copying_map(cli):
+    rc, out, _ = cli("circuits", "--model", GPT2)
     assert rc == 0
     assert "copying [layer x head]" in out and "k-composition, strongest" in out
     assert "ov_top" not in out
@@ -93,14 +85,14 @@ def test_circuits_without_a_head_prints_the_copying_map(capsys):
     (("--model", GPT2, "--head", "0.0"), "--head and --token go together"),
     (("--model", GPT2, "--head", "9.0", "--token", "5"), "--head 9.0: this model has layers 0..1"),
 ])
-def test_circuits_refusals_are_one_line(capsys, argv, words):
-    rc, out, err = _cli(capsys, "circuits", *argv)
+def test_circuits_refusals_are_one_line(cli, argv, words):
+    rc, out, err = cli("circuits", *argv)
     assert rc == 2 and out == ""
     assert words in err and err.count("\n") == 1
 
 
-def test_an_encoders_circuits_have_no_copying(capsys):
-    rc, out, _ = _cli(capsys, "circuits", "--model", str(FIXTURES / "bert"), "--json")
+def test_an_encoders_circuits_have_no_copying(cli):
+    rc, out, _ = cli("circuits", "--model", str(FIXTURES / "bert"), "--json")
     assert rc == 0
     doc = json.loads(out)
     assert doc["copying"] is None and "encoder" in doc["no_copying"]

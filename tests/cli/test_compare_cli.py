@@ -39,16 +39,8 @@ def nudged(tmp_path_factory):
     return folder
 
 
-def _cli(capsys, *argv):
-    from attnviz.cli import main
-
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, nudged):
-    rc, out, _ = _cli(capsys, "compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS, "--json")
+def test_json_has_the_interface_keys_and_the_engines_numbers(cli, nudged):
+    rc, out, _ = cli("compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS, "--json")
     assert rc == 0
     doc = json.loads(out)
     assert list(doc) == KEYS
@@ -64,10 +56,10 @@ def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, nudged):
     assert doc["a"]["name"] == "llama_gqa" and doc["b"]["quantized"] is None
 
 
-def test_the_report_lists_moved_heads_kld_top1_flips_and_induction(capsys, nudged):
-    rc, out, _ = _cli(capsys, "compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS)
+def test_the_report_lists_moved_heads_kld_top1_flips_and_induction(cli, nudged):
+    rc, out, _ = cli("compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS)
     assert rc == 0
-    _, js, _ = _cli(capsys, "compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS, "--json")
+    _, js, _ = cli("compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS, "--json")
     doc = json.loads(js)
     lines = out.splitlines()
     (l, h, v), *_ = C.moved_most(doc["heads_jsd"], 10)
@@ -80,9 +72,9 @@ def test_the_report_lists_moved_heads_kld_top1_flips_and_induction(capsys, nudge
     assert "lost in B: 0" in out
 
 
-def test_checkpoints_of_one_model_lose_the_induction_heads(capsys, toy):
-    rc, out, _ = _cli(capsys, "compare", "--model", "attnviz-toy-stdlib", "--against-checkpoint", "0",
-                      "--probe", "--json")
+def test_checkpoints_of_one_model_lose_the_induction_heads(cli, toy):
+    rc, out, _ = cli("compare", "--model", "attnviz-toy-stdlib", "--against-checkpoint", "0",
+                     "--probe", "--json")
     assert rc == 0
     doc = json.loads(out)
     assert doc["a"]["checkpoint"]["index"] == 32 and doc["b"]["checkpoint"]["index"] == 0
@@ -91,10 +83,10 @@ def test_checkpoints_of_one_model_lose_the_induction_heads(capsys, toy):
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json", ".png"])
-def test_out_writes_the_jsd_map(qapp, capsys, nudged, tmp_path, suffix):  # (qapp: before offscreen())
+def test_out_writes_the_jsd_map(qapp, cli, nudged, tmp_path, suffix):  # (qapp: before offscreen())
     out = tmp_path / f"map{suffix}"
-    rc, stdout, _ = _cli(capsys, "compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
-                         "--json", "--out", str(out))
+    rc, stdout, _ = cli("compare", "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+                        "--json", "--out", str(out))
     assert rc == 0
     doc = json.loads(stdout)
     if suffix == ".csv":
@@ -120,42 +112,42 @@ def test_out_writes_the_jsd_map(qapp, capsys, nudged, tmp_path, suffix):  # (qap
             assert img.pixelColor(int(x), int(y)) == headmap.colour(doc["heads_jsd"][l][h], hm.limit)
 
 
-def _refused(capsys, *argv):
-    rc, out, err = _cli(capsys, "compare", *argv)
+def _refused(cli, *argv):
+    rc, out, err = cli("compare", *argv)
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, (rc, out, err)
     return err
 
 
-def test_a_b_that_does_not_open_is_one_line(capsys, tmp_path):
+def test_a_b_that_does_not_open_is_one_line(cli, tmp_path):
     (tmp_path / "broken.gguf").write_bytes(b"not a gguf")
-    err = _refused(capsys, "--model", LLAMA, "--against", str(tmp_path / "broken.gguf"), "--ids", IDS)
+    err = _refused(cli, "--model", LLAMA, "--against", str(tmp_path / "broken.gguf"), "--ids", IDS)
     assert "model B (" in err and "broken.gguf" in err
-    err = _refused(capsys, "--model", LLAMA, "--against", str(tmp_path / "none"), "--ids", IDS)
+    err = _refused(cli, "--model", LLAMA, "--against", str(tmp_path / "none"), "--ids", IDS)
     assert "model B (" in err
 
 
-def test_another_shape_or_vocabulary_is_refused_with_both_numbers(capsys, tmp_path):
+def test_another_shape_or_vocabulary_is_refused_with_both_numbers(cli, tmp_path):
     deep = tiny_llama(tmp_path / "deep", n_layer=3, vocab=128)
-    err = _refused(capsys, "--model", LLAMA, "--against", str(deep), "--ids", IDS)
+    err = _refused(cli, "--model", LLAMA, "--against", str(deep), "--ids", IDS)
     assert "llama_gqa has 2 layers and deep has 3" in err
-    err = _refused(capsys, "--model", "all-MiniLM-L6-v2", "--against", str(FIXTURES / "bert"), "--text", "hi")
+    err = _refused(cli, "--model", "all-MiniLM-L6-v2", "--against", str(FIXTURES / "bert"), "--text", "hi")
     assert "a pair needs" in err or "no tokenizer" in err
 
 
-def test_an_output_that_cannot_be_written_leaves_no_file(capsys, nudged, tmp_path):
-    err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+def test_an_output_that_cannot_be_written_leaves_no_file(cli, nudged, tmp_path):
+    err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "missing" / "map.csv"))
     assert "does not exist" in err
-    err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+    err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.txt"))
     assert "must end in .csv, .json, .png" in err
     (tmp_path / "map.png").mkdir()  # a folder where the file would go
-    err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+    err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.png"))
     assert "is a folder" in err
 
 
-def test_a_write_that_fails_halfway_leaves_no_partial_file(capsys, nudged, tmp_path, monkeypatch):
+def test_a_write_that_fails_halfway_leaves_no_partial_file(cli, nudged, tmp_path, monkeypatch):
     import errno
 
     from export_files import half_then
@@ -164,38 +156,38 @@ def test_a_write_that_fails_halfway_leaves_no_partial_file(capsys, nudged, tmp_p
 
     monkeypatch.setattr(export_data, "write_all",
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
-    err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+    err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--out", str(tmp_path / "map.csv"))
     assert "map.csv: No space left on device" in err and list(tmp_path.iterdir()) == []
 
 
-def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(capsys, nudged):
+def test_a_memory_budget_two_models_do_not_fit_in_is_one_line(cli, nudged):
     # llama_gqa's layers are 78,336 bytes as float32: 160K keeps A's two, and B gets what is left
-    err = _refused(capsys, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
+    err = _refused(cli, "--model", LLAMA, "--against", str(nudged), "--ids", IDS,
                    "--memory-budget", "160K")
     assert "memory budget" in err and "model B" in err
-    rc, _, _ = _cli(capsys, "--memory-budget", "1M", "compare", "--model", LLAMA, "--against",
-                    str(nudged), "--ids", IDS, "--json")  # before the command, as every command takes it
+    rc, _, _ = cli("--memory-budget", "1M", "compare", "--model", LLAMA, "--against",
+                   str(nudged), "--ids", IDS, "--json")  # before the command, as every command takes it
     assert rc == 0
 
 
-def test_b_must_be_given(capsys):
-    err = _refused(capsys, "--model", LLAMA, "--ids", IDS)
+def test_b_must_be_given(cli):
+    err = _refused(cli, "--model", LLAMA, "--ids", IDS)
     assert "--against B, --quantize TYPE" in err
 
 
-def test_a_quantized_twin_is_named_with_its_source_files_and_bad_types_are_refused(capsys, toy):
-    rc, out, _ = _cli(capsys, "compare", "--model", "attnviz-toy-stdlib", "--quantize", "q8_0", "--probe",
-                      "--json")
+def test_a_quantized_twin_is_named_with_its_source_files_and_bad_types_are_refused(cli, toy):
+    rc, out, _ = cli("compare", "--model", "attnviz-toy-stdlib", "--quantize", "q8_0", "--probe",
+                     "--json")
     assert rc == 0
     doc = json.loads(out)
     assert doc["b"]["quantized"] == "Q8_0" and doc["b"]["files"] == doc["a"]["files"]
     assert doc["b"]["name"].endswith("quantized to Q8_0")
     assert 0 < np.max(doc["heads_jsd"]) < 0.01 and doc["induction"]["lost"] == []
     assert doc["induction"]["survived"]  # the toy model's induction heads survive Q8_0
-    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q3_K", "--probe")
+    err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q3_K", "--probe")
     assert "cannot quantize to 'Q3_K'" in err
-    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--against-checkpoint", "0",
+    err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--against-checkpoint", "0",
                    "--probe")
     assert "--against-checkpoint" in err
 
@@ -207,9 +199,9 @@ def test_the_windows_quantize_menu_offers_the_types_attnviz_writes():
     assert MENU == QUANT_TYPES
 
 
-def test_a_quantized_b_keeps_to_what_the_budget_leaves(capsys, toy):
+def test_a_quantized_b_keeps_to_what_the_budget_leaves(cli, toy):
     # the toy model's layers are 270,864 bytes as float32: A holds both of them in 700K, which
     # leaves B less than one
-    err = _refused(capsys, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--probe",
+    err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--probe",
                    "--memory-budget", "700K")
     assert "quantized to Q8_0" in err and "memory budget" in err

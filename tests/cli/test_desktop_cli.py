@@ -12,27 +12,18 @@ import pytest
 import attnviz
 
 
-def _cli(capsys, *argv):
-    from attnviz.cli import main
-
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse's --version and usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def test_version(capsys):
-    rc, out, _ = _cli(capsys, "--version")
-    assert rc == 0 and out.strip() == f"attnviz {attnviz.__version__}"
+def test_version(cli, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse's --version
+        cli("--version")
+    out = capsys.readouterr().out
+    assert exc.value.code == 0 and out.strip() == f"attnviz {attnviz.__version__}"
     proc = subprocess.run([sys.executable, "-m", "attnviz", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == f"attnviz {attnviz.__version__}"
 
 
-def test_install_and_uninstall_desktop_entry(capsys, tmp_path, monkeypatch):
+def test_install_and_uninstall_desktop_entry(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "share"))
-    rc, out, err = _cli(capsys, "--install-desktop")
+    rc, out, err = cli("--install-desktop")
     assert rc == 0, err
     entry = tmp_path / "share" / "applications" / "attnviz.desktop"
     icon = tmp_path / "share" / "icons" / "hicolor" / "scalable" / "apps" / "attnviz.svg"
@@ -52,20 +43,22 @@ def test_install_and_uninstall_desktop_entry(capsys, tmp_path, monkeypatch):
     assert root.tag.endswith("svg") and root.get("viewBox") == "0 0 128 128"
     assert len(root.findall("{http://www.w3.org/2000/svg}rect")) == 26  # the tile and 5 x 5 cells
     # again: the same files, replaced
-    assert _cli(capsys, "--install-desktop")[0] == 0
-    rc, out, _ = _cli(capsys, "--uninstall-desktop")
+    assert cli("--install-desktop")[0] == 0
+    rc, out, _ = cli("--uninstall-desktop")
     assert rc == 0 and not entry.exists() and not icon.exists() and "removed" in out
-    rc, out, _ = _cli(capsys, "--uninstall-desktop")
+    rc, out, _ = cli("--uninstall-desktop")
     assert rc == 0 and "no menu entry" in out
 
 
-def test_desktop_flags_take_no_command(capsys, tmp_path, monkeypatch):
+def test_desktop_flags_take_no_command(cli, capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    rc, _, err = _cli(capsys, "--install-desktop", "calc", "--preset", "gpt2")
-    assert rc == 2 and "--install-desktop takes no command" in err
+    with pytest.raises(SystemExit) as exc:  # argparse's usage errors
+        cli("--install-desktop", "calc", "--preset", "gpt2")
+    assert exc.value.code == 2 and "--install-desktop takes no command" in capsys.readouterr().err
     assert not (tmp_path / "applications").exists()
-    rc, _, err = _cli(capsys, "--install-desktop", "--uninstall-desktop")
-    assert rc == 2
+    with pytest.raises(SystemExit) as exc:
+        cli("--install-desktop", "--uninstall-desktop")
+    assert exc.value.code == 2
 
 
 def test_the_icon_renders(qapp):

@@ -9,6 +9,9 @@ import pytest
 from attnviz.figures import data as export_data
 from export_files import SENTENCE, half_then, old_pair, snapshot
 
+# the model of `pair`'s earlier export (these tests are about the files, not the default model)
+MINILM = ("--model", "all-MiniLM-L6-v2")
+
 
 @pytest.fixture(scope="module")
 def run(minilm):
@@ -27,7 +30,7 @@ def test_cli_sidecar_is_a_folder(pair, capsys):
     (pair / "fig.png.json").unlink()
     (pair / "fig.png.json").mkdir()
     before = snapshot(pair)
-    code = main(["export", "--text", SENTENCE, "--layer", "0", "--head", "1", "--width", "500",
+    code = main(["export", *MINILM, "--text", SENTENCE, "--layer", "0", "--head", "1", "--width", "500",
                  "--out", str(pair / "fig.png")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1, err
@@ -43,11 +46,11 @@ def test_cli_numbers_over_an_existing_file_interrupted(pair, capsys, monkeypatch
     before = snapshot(pair)
     monkeypatch.setattr(export_data, "write_all",
                         half_then(OSError(errno.ENOSPC, "No space left on device"), 1))
-    code = main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")])
+    code = main(["export", *MINILM, "--text", SENTENCE, "--out", str(pair / "n.csv")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "n.csv: No space left on device" in err[0], err
     assert snapshot(pair) == before
     monkeypatch.undo()
-    assert main(["export", "--text", SENTENCE, "--out", str(pair / "n.csv")]) == 0
+    assert main(["export", *MINILM, "--text", SENTENCE, "--out", str(pair / "n.csv")]) == 0
     assert (pair / "n.csv").read_text().startswith("layer,head,query_pos")
     assert sorted(snapshot(pair)) == sorted(before)

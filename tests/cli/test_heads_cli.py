@@ -3,23 +3,15 @@
 import numpy as np
 from attnviz.engine.analysing import heads as H
 
-
-def _cli(capsys, *argv):
-    """`attnviz ARGV` on MiniLM unless ARGV names a model (these tests' numbers are MiniLM's; the
-    commands default to the window's model)."""
-    from attnviz.cli import main
-
-    argv = list(argv) if "--model" in argv else [argv[0], "--model", "all-MiniLM-L6-v2", *argv[1:]]
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    return rc, out, err
+# these tests' numbers are MiniLM's (the commands default to the window's model)
+MINILM = ("--model", "all-MiniLM-L6-v2")
 
 
-def test_cli_heads_json_on_text(capsys, minilm):
+def test_cli_heads_json_on_text(cli, minilm):
     import json
 
     text = "The keys to the cabinet are on the table."
-    rc, out, _ = _cli(capsys, "heads", "--text", text, "--json")
+    rc, out, _ = cli("heads", *MINILM, "--text", text, "--json")
     assert rc == 0
     doc = json.loads(out)
     hs = H.score_result(minilm.run(text))
@@ -34,8 +26,8 @@ def test_cli_heads_json_on_text(capsys, minilm):
     assert "TransformerLens" in doc["definitions"]["previous"]
 
 
-def test_cli_heads_table_on_textbook_probe(capsys):
-    rc, out, _ = _cli(capsys, "heads", "--model", "attnviz-textbook", "--probe")
+def test_cli_heads_table_on_textbook_probe(cli):
+    rc, out, _ = cli("heads", "--model", "attnviz-textbook", "--probe")
     assert rc == 0
     rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
     assert [(r[0], r[1], r[2]) for r in rows] == [
@@ -45,12 +37,12 @@ def test_cli_heads_table_on_textbook_probe(capsys):
     assert "next token: none (a causal model cannot attend ahead)" in out
 
 
-def test_cli_find_json_and_errors(capsys):
+def test_cli_find_json_and_errors(cli):
     import json
 
     text = "The keys to the cabinet are on the table."
-    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "keys", "--json",
-                      "--top", "3")
+    rc, out, _ = cli("find", *MINILM, "--text", text, "--from", "are", "--to", "keys", "--json",
+                     "--top", "3")
     assert rc == 0
     doc = json.loads(out)
     assert doc["from"] == {"token": "are", "position": 6}
@@ -58,32 +50,32 @@ def test_cli_find_json_and_errors(capsys):
     assert len(doc["heads"]) == 3
     spec = [h["specificity"] for h in doc["heads"]]
     assert spec == sorted(spec, reverse=True)  # ranked by specificity, weight beside it
-    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the")
+    rc, out, err = cli("find", *MINILM, "--text", text, "--from", "are", "--to", "the")
     assert rc == 2 and "occurs 3 times" in err and "the@4" in err
-    rc, out, err = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "drawer")
+    rc, out, err = cli("find", *MINILM, "--text", text, "--from", "are", "--to", "drawer")
     assert rc == 2 and "'drawer' is not in the text" in err
-    rc, out, _ = _cli(capsys, "find", "--text", text, "--from", "are", "--to", "the@4")
+    rc, out, _ = cli("find", *MINILM, "--text", text, "--from", "are", "--to", "the@4")
     assert rc == 0 and "'the'@4 (key)" in out and len(out.splitlines()) == 2 + 72
 
 
-def test_cli_heads_syntactic_and_coreference_probes(capsys):
+def test_cli_heads_syntactic_and_coreference_probes(cli):
     import json
 
     from attnviz.engine.analysing import probes as P
 
-    rc, out, _ = _cli(capsys, "heads", "--probe", "syntactic", "--json")
+    rc, out, _ = cli("heads", *MINILM, "--probe", "syntactic", "--json")
     assert rc == 0
     doc = json.loads(out)
     assert doc["probe"] == "agreement" and doc["items"] + doc["skipped"] == P.N_ITEMS
     for hit in doc["labelled"]:  # the numbers printed are the numbers tested
         assert hit["score"] >= P.SCORE_MIN and hit["accuracy"] >= P.ACCURACY_MIN
-    rc, out, _ = _cli(capsys, "heads", "--probe", "coreference")
+    rc, out, _ = cli("heads", *MINILM, "--probe", "coreference")
     assert rc == 0 and "coreference probe, seed 0" in out and "Definition: Pronoun -> antecedent" in out
     assert ("head(s) pass" in out) or ("no head passes" in out)
 
 
-def test_cli_heads_unknown_heavy_text_says_why_no_repeat_roles(capsys):
-    rc, out, _ = _cli(capsys, "heads", "--text", "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café")
+def test_cli_heads_unknown_heavy_text_says_why_no_repeat_roles(cli):
+    rc, out, _ = cli("heads", *MINILM, "--text", "I love 🍕 and 寿司! 我喜欢猫，因为它们很可爱。 😀👍🏽 café")
     assert rc == 0 and "tokens are unknown to the vocabulary" in out
     assert "induction: not labelled (too many unknown tokens)" in out
     rows = [line.split() for line in out.splitlines() if line[:5].strip().isdigit()]
@@ -106,10 +98,10 @@ def _table(out):
     return names, units, rows
 
 
-def test_heads_table_prints_the_number_each_label_is_tested_on(capsys, smollm2):
+def test_heads_table_prints_the_number_each_label_is_tested_on(cli, smollm2):
     """On SmolLM2's probe, every row's label is the role whose printed number is highest among those
     that clear the threshold (unmarked), 'mixed' when none does; the headers name the number."""
-    rc, out, _ = _cli(capsys, "heads", "--model", "SmolLM2-135M-Instruct", "--probe")
+    rc, out, _ = cli("heads", "--model", "SmolLM2-135M-Instruct", "--probe")
     assert rc == 0
     names, units, rows = _table(out)
     assert len(rows) == 30 * 9

@@ -8,23 +8,10 @@ import re
 import numpy as np
 import pytest
 
-from attnviz.cli import main
 from attnviz.engine.computing import longdoc
-from tiny import tiny_text_decoder
 
 TEXT = "the cat sat on the mat and the dog ran after it"
 PYTHON_NAME = re.compile(r"\b[a-z]+\.[a-z]+_[a-z_]+\b|\b[a-z]+_[a-z_]+\(|\(\)")  # longdoc.run_long, f(), ...
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_text_decoder(tmp_path_factory.mktemp("tiny")))
-
-
-def _cli(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.fixture
@@ -33,12 +20,12 @@ def small_limit(monkeypatch):
     monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
 
 
-def test_predict_runs_a_long_text_as_a_long_text_with_the_same_prediction(tiny, capsys, monkeypatch):
-    rc, out, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--json")
+def test_predict_runs_a_long_text_as_a_long_text_with_the_same_prediction(tiny, cli, monkeypatch):
+    rc, out, err = cli("predict", "--model", tiny, "--text", TEXT, "--json")
     assert rc == 0, err
     dense = json.loads(out)
     monkeypatch.setattr(longdoc, "DENSE_LIMIT", 1000)
-    rc, out, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--json")
+    rc, out, err = cli("predict", "--model", tiny, "--text", TEXT, "--json")
     assert rc == 0, err
     long = json.loads(out)
     assert [t["id"] for t in long["top"]] == [t["id"] for t in dense["top"]]
@@ -48,35 +35,35 @@ def test_predict_runs_a_long_text_as_a_long_text_with_the_same_prediction(tiny, 
     np.testing.assert_allclose(long["dla"], dense["dla"], atol=1e-5)
     np.testing.assert_allclose([r["target_logprob"] for r in long["lens"]],
                                [r["target_logprob"] for r in dense["lens"]], atol=1e-5)
-    rc, out, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT)
+    rc, out, err = cli("predict", "--model", tiny, "--text", TEXT)
     assert rc == 0 and out.startswith("tiny"), err
 
 
-def test_commands_that_need_every_pattern_say_what_to_type(tiny, capsys, small_limit):
-    rc, _, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--ablate", "0.1")
+def test_commands_that_need_every_pattern_say_what_to_type(tiny, cli, small_limit):
+    rc, _, err = cli("predict", "--model", tiny, "--text", TEXT, "--ablate", "0.1")
     assert rc == 2 and "--ablate and --knockout need every pattern at once: give a shorter text" in err
     assert not PYTHON_NAME.search(err), err
     for argv in (["heads", "--model", tiny, "--text", TEXT],
                  ["find", "--model", tiny, "--text", TEXT, "--from", "cat", "--to", "mat"]):
-        rc, _, err = _cli(capsys, *argv)
+        rc, _, err = cli(*argv)
         assert rc == 2 and "over the" in err, err
         assert "`attnviz attention --layer L` or `--rows A:B`" in err and "long view" in err, err
         assert not PYTHON_NAME.search(err), err
 
 
-def test_a_file_that_is_not_a_model_is_named_with_what_was_expected(tmp_path, capsys, monkeypatch):
+def test_a_file_that_is_not_a_model_is_named_with_what_was_expected(tmp_path, cli, monkeypatch):
     (tmp_path / "notamodel.txt").write_text("hello", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    rc, _, err = _cli(capsys, "predict", "--model", "notamodel.txt", "--text", "hi")
+    rc, _, err = cli("predict", "--model", "notamodel.txt", "--text", "hi")
     assert rc == 2
     assert "notamodel.txt is not a model: give a GGUF file (.gguf), or a model folder" in err, err
     assert f"{tmp_path} has no config.json" in err and ": . has" not in err, err
-    rc, _, err = _cli(capsys, "attention", "--model", str(tmp_path), "--text", "hi",
-                      "--out", str(tmp_path / "a.npz"))
+    rc, _, err = cli("attention", "--model", str(tmp_path), "--text", "hi",
+                     "--out", str(tmp_path / "a.npz"))
     assert rc == 2 and f"{tmp_path} is not a model folder: it has no config.json" in err, err
 
 
-def test_sampling_refusals_use_the_settings_names(capsys):
-    rc, _, err = _cli(capsys, "generate", "--model", "attnviz-textbook", "--text", "the cat",
-                      "--max-new", "2", "--top-p", "0")
+def test_sampling_refusals_use_the_settings_names(cli):
+    rc, _, err = cli("generate", "--model", "attnviz-textbook", "--text", "the cat",
+                     "--max-new", "2", "--top-p", "0")
     assert rc == 2 and "top-p must be in (0, 1], got 0.0" in err and "top_p" not in err, err

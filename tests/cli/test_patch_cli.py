@@ -16,14 +16,6 @@ KEYS = ("tokens_clean", "tokens_corrupt", "position", "target", "alt", "diff_cle
         "direction", "what", "effect")
 
 
-def _cli(capsys, *argv):
-    from attnviz.cli import main
-
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.fixture(scope="module")
 def text_model(tmp_path_factory):
     folder = tiny_text_model(tmp_path_factory.mktemp("patch") / "tiny")
@@ -34,9 +26,9 @@ def text_model(tmp_path_factory):
 
 
 @pytest.mark.parametrize("what", PT.WHATS)
-def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, what):
-    rc, out, _ = _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
-                      "--what", what, "--json")
+def test_json_has_the_interface_keys_and_the_engines_numbers(cli, what):
+    rc, out, _ = cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                     "--what", what, "--json")
     assert rc == 0
     doc = json.loads(out)
     assert set(KEYS) <= set(doc)
@@ -50,10 +42,10 @@ def test_json_has_the_interface_keys_and_the_engines_numbers(capsys, what):
     assert len(doc["tokens_clean"]) == len(doc["tokens_corrupt"]) == 7
 
 
-def test_options_reach_the_engine(capsys):
-    rc, out, _ = _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
-                      "--what", "resid", "--position", "-2", "--target", "7", "--alt", "9",
-                      "--direction", "noise", "--json")
+def test_options_reach_the_engine(cli):
+    rc, out, _ = cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                     "--what", "resid", "--position", "-2", "--target", "7", "--alt", "9",
+                     "--direction", "noise", "--json")
     assert rc == 0
     doc = json.loads(out)
     assert (doc["position"], doc["target"], doc["alt"], doc["direction"]) == (5, 7, 9, "noise")
@@ -63,9 +55,9 @@ def test_options_reach_the_engine(capsys):
     assert doc["effect"][0][6] == 0.0  # after the position: cannot reach it
 
 
-def test_texts_and_the_table_of_largest_effects(capsys, text_model):
-    rc, out, _ = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
-                      "--corrupt", "the dog sat", "--what", "resid")
+def test_texts_and_the_table_of_largest_effects(cli, text_model):
+    rc, out, _ = cli("patch", "--model", text_model, "--clean", "the cat sat",
+                     "--corrupt", "the dog sat", "--what", "resid")
     assert rc == 0
     lines = out.splitlines()
     assert "resid, denoise" in lines[0] and "clean" in lines[1] and "corrupted" in lines[1]
@@ -74,8 +66,8 @@ def test_texts_and_the_table_of_largest_effects(capsys, text_model):
     assert "L0 at 3 'c'/'d'" in out  # the swapped position, both tokens
     sizes = [abs(float(r.split()[-1])) for r in rows]
     assert sizes == sorted(sizes, reverse=True)
-    rc, out, _ = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
-                      "--corrupt", "the dog sat", "--what", "head_out_by_pos", "--json")
+    rc, out, _ = cli("patch", "--model", text_model, "--clean", "the cat sat",
+                     "--corrupt", "the dog sat", "--what", "head_out_by_pos", "--json")
     doc = json.loads(out)
     assert doc["tokens_clean"][3] == "c" and doc["tokens_corrupt"][3] == "d"
     assert np.shape(doc["effect"]) == (2, 10, 8)
@@ -93,34 +85,34 @@ def test_texts_and_the_table_of_largest_effects(capsys, text_model):
     (["--ids-clean", CLEAN, "--ids-corrupt", "3,1,x"], "--ids-corrupt '3,1,x': 'x' at position 2"),
     (["--ids-clean", CLEAN, "--ids-corrupt", CORRUPT, "--target", "5", "--alt", "5"], "same token"),
 ])
-def test_bad_input_gets_one_line(capsys, argv, message):
-    rc, out, err = _cli(capsys, "patch", "--model", GPT2, "--what", "resid", *argv)
+def test_bad_input_gets_one_line(cli, argv, message):
+    rc, out, err = cli("patch", "--model", GPT2, "--what", "resid", *argv)
     assert rc == 2 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert __import__("re").search(message, err), err
 
 
-def test_text_refusals_name_the_text(capsys, text_model):
-    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "", "--corrupt", "x",
-                      "--what", "resid")
+def test_text_refusals_name_the_text(cli, text_model):
+    rc, _, err = cli("patch", "--model", text_model, "--clean", "", "--corrupt", "x",
+                     "--what", "resid")
     assert rc == 2 and "the clean text: nothing to run" in err and len(err.strip().splitlines()) == 1
-    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
-                      "--corrupt", "the dog", "--what", "resid", "--target", "cat")
+    rc, _, err = cli("patch", "--model", text_model, "--clean", "the cat sat",
+                     "--corrupt", "the dog", "--what", "resid", "--target", "cat")
     assert rc == 2 and "10 tokens and the corrupted text 6" in err
-    rc, _, err = _cli(capsys, "patch", "--model", text_model, "--clean", "the cat sat",
-                      "--corrupt", "the dog sat", "--what", "resid", "--target", "zebra")
+    rc, _, err = cli("patch", "--model", text_model, "--clean", "the cat sat",
+                     "--corrupt", "the dog sat", "--what", "resid", "--target", "zebra")
     assert rc == 2 and "'zebra' is 5 tokens" in err
 
 
-def test_an_encoder_is_refused_saying_patching_needs_a_prediction(capsys):
-    rc, _, err = _cli(capsys, "patch", "--model", str(FIXTURES / "bert"), "--ids-clean", CLEAN,
-                      "--ids-corrupt", CORRUPT, "--what", "resid")
+def test_an_encoder_is_refused_saying_patching_needs_a_prediction(cli):
+    rc, _, err = cli("patch", "--model", str(FIXTURES / "bert"), "--ids-clean", CLEAN,
+                     "--ids-corrupt", CORRUPT, "--what", "resid")
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "bert is an encoder" in err and "`attnviz patch` needs a causal language model, such as --model" in err
 
 
-def test_the_what_is_required_and_checked(capsys):
+def test_the_what_is_required_and_checked(cli):
     with pytest.raises(SystemExit) as exc:
-        _cli(capsys, "patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
-             "--what", "everything")
+        cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+            "--what", "everything")
     assert exc.value.code == 2

@@ -13,17 +13,9 @@ from tiny import FIXTURES
 GPT2 = str(FIXTURES / "gpt2")
 
 
-def _cli(capsys, *argv):
-    from attnviz.cli import main
-
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def test_predict_json_has_the_interface_keys_and_the_engines_numbers(capsys):
-    rc, out, _ = _cli(capsys, "predict", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--top", "4",
-                      "--position", "-2", "--json")
+def test_predict_json_has_the_interface_keys_and_the_engines_numbers(cli):
+    rc, out, _ = cli("predict", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--top", "4",
+                     "--position", "-2", "--json")
     assert rc == 0
     doc = json.loads(out)
     for key in ("tokens", "input_ids", "position", "top", "target", "alt", "logit_diff", "dla",
@@ -47,10 +39,10 @@ def test_predict_json_has_the_interface_keys_and_the_engines_numbers(capsys):
     assert "changed" not in doc
 
 
-def test_predict_with_an_ablation_marks_it_and_compares_with_the_clean_run(capsys):
+def test_predict_with_an_ablation_marks_it_and_compares_with_the_clean_run(cli):
     argv = ["predict", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--target", "7", "--alt", "9"]
-    _, clean, _ = _cli(capsys, *argv, "--json")
-    rc, out, _ = _cli(capsys, *argv, "--ablate", "1.0,1.2", "--knockout", "0-1:6-2", "--json")
+    _, clean, _ = cli(*argv, "--json")
+    rc, out, _ = cli(*argv, "--ablate", "1.0,1.2", "--knockout", "0-1:6-2", "--json")
     assert rc == 0
     clean, doc = json.loads(clean), json.loads(out)
     assert doc["changed"] == "zero-ablated L1 H0, L1 H2; knocked out 6->2 in layers 0, 1"
@@ -58,28 +50,28 @@ def test_predict_with_an_ablation_marks_it_and_compares_with_the_clean_run(capsy
     assert doc["delta_target_logprob"] == pytest.approx(doc["target_logprob"] - clean["target_logprob"])
     assert abs(doc["delta_target_logprob"]) > 1e-4
     assert doc["dla"][1][0] == 0 and doc["dla"][1][2] == 0  # the ablated heads write nothing
-    rc, table, _ = _cli(capsys, *argv, "--ablate", "1.0", "--ablate-mode", "mean")
+    rc, table, _ = cli(*argv, "--ablate", "1.0", "--ablate-mode", "mean")
     assert rc == 0 and "mean-ablated L1 H0" in table and "delta" in table
 
 
-def test_predict_table_on_the_textbook_model(capsys):
-    rc, out, _ = _cli(capsys, "predict", "--model", "attnviz-textbook", "--text", "the cat sat . the")
+def test_predict_table_on_the_textbook_model(cli):
+    rc, out, _ = cli("predict", "--model", "attnviz-textbook", "--text", "the cat sat . the")
     assert rc == 0
     assert "logit lens (raw: the final norm applied to each layer)" in out
     assert "largest heads: L" in out
 
 
-def test_predict_refuses_in_one_line(capsys):
-    rc, _, err = _cli(capsys, "predict", "--model", str(FIXTURES / "bert"), "--ids", "2,5,7")
+def test_predict_refuses_in_one_line(cli):
+    rc, _, err = cli("predict", "--model", str(FIXTURES / "bert"), "--ids", "2,5,7")
     assert rc != 0 and "encoder without a language-model head" in err and err.count("\n") == 1
-    rc, _, err = _cli(capsys, "predict", "--model", GPT2, "--ids", "3,1,4", "--position", "3")
+    rc, _, err = cli("predict", "--model", GPT2, "--ids", "3,1,4", "--position", "3")
     assert rc != 0 and "outside the 3 tokens" in err
-    rc, _, err = _cli(capsys, "predict", "--model", GPT2, "--ids", "3,1,4", "--ablate", "9.0")
+    rc, _, err = cli("predict", "--model", GPT2, "--ids", "3,1,4", "--ablate", "9.0")
     assert rc != 0 and "outside this model's layers" in err
 
 
-def test_ablation_scan_json_ranks_every_head(capsys):
-    rc, out, _ = _cli(capsys, "ablation-scan", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--json")
+def test_ablation_scan_json_ranks_every_head(cli):
+    rc, out, _ = cli("ablation-scan", "--model", GPT2, "--ids", "3,1,4,1,5,9,2", "--json")
     assert rc == 0
     doc = json.loads(out)
     cfg = load_model(GPT2).config
@@ -93,14 +85,14 @@ def test_ablation_scan_json_ranks_every_head(capsys):
     assert doc["baseline_loss"] > 0
 
 
-def test_ablation_scan_repeat_loss_on_the_probe_and_its_refusal(capsys):
-    rc, out, _ = _cli(capsys, "ablation-scan", "--model", "attnviz-textbook", "--probe")
+def test_ablation_scan_repeat_loss_on_the_probe_and_its_refusal(cli):
+    rc, out, _ = cli("ablation-scan", "--model", "attnviz-textbook", "--probe")
     assert rc == 0 and "second copy" in out
     rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
     assert [r[0] for r in rows] == ["1", "2", "3", "4", "5", "6"]  # 2 layers x 3 heads, ranked
     effects = [float(r[-1]) for r in rows]
     assert effects == sorted(effects, reverse=True)
-    rc, _, err = _cli(capsys, "ablation-scan", "--model", GPT2, "--ids", "3,1,4,5", "--loss", "repeat")
+    rc, _, err = cli("ablation-scan", "--model", GPT2, "--ids", "3,1,4,5", "--loss", "repeat")
     assert rc != 0 and "do not repeat" in err
-    rc, _, err = _cli(capsys, "ablation-scan", "--model", GPT2, "--probe", "--position", "2")
+    rc, _, err = cli("ablation-scan", "--model", GPT2, "--probe", "--position", "2")
     assert rc != 0 and "only with --loss next" in err

@@ -178,6 +178,32 @@ def _wait_for_batches(out: Path, n: int, proc, timeout=60):
     pytest.fail("no batch finished in time")
 
 
+def _hold_batches(n: int, gate: str):
+    """In each worker: a batch starts only while fewer than `n` batches are written, or once the file
+    `gate` exists (with one thread per worker, at most n + workers batches end before the gate)."""
+    import time
+    from pathlib import Path
+
+    import attnviz.corpus.tasks as tasks
+
+    real = tasks.run_batch
+
+    def run_batch(batch):
+        heads = Path(batch.out) / "heads"
+        while len(list(heads.glob("batch-*.parquet"))) >= n and not Path(gate).exists():
+            time.sleep(0.01)
+        return real(batch)
+
+    run_batch.real = real
+    tasks.run_batch = run_batch
+
+
+def _release_batches():
+    import attnviz.corpus.tasks as tasks
+
+    tasks.run_batch = getattr(tasks.run_batch, "real", tasks.run_batch)
+
+
 HEAP_CHECK = """
 import ctypes, sys
 import numpy as np
@@ -320,12 +346,17 @@ def test_a_scan_interrupted_with_ctrl_c_resumes_to_the_same_content(cluster, cor
                                                                      tmp_path):
     from attnviz.corpus import store
 
-    c, _ = cluster
-    out = tmp_path / "scan"
-    proc = _scan_process(corpus, out, c.scheduler_address)
-    _wait_for_batches(out, 2, proc)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    c, client = cluster
+    out, gate = tmp_path / "scan", tmp_path / "gate"
+    client.run(_hold_batches, 2, str(gate))  # the scan cannot finish before the interrupt lands
+    try:
+        proc = _scan_process(corpus, out, c.scheduler_address)
+        _wait_for_batches(out, 2, proc)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        gate.touch()
+        client.run(_release_batches)
     assert proc.returncode == 130, err
     done = store.finished_batches(out, 12)
     assert 2 <= len(done) < 12, "the interrupt came after the scan had finished"

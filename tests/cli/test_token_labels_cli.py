@@ -4,25 +4,11 @@ message; the raw pieces appear only in --json, beside the labels."""
 
 import json
 
-import pytest
 
-from attnviz.cli import main
 from attnviz.engine import load_model
-from tiny import tiny_text_decoder
 
 TEXT = "é the"  # é is two byte tokens (Ã ©: <C3> <A9>é), " the" one (Ġthe: ·the)
 RAW_ONLY = {chr(c) for c in range(0x100, 0x144)}  # the byte-level alphabet's stand-ins (Ġ, Ċ, ...)
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    return str(tiny_text_decoder(tmp_path_factory.mktemp("tiny")))
-
-
-def _cli(capsys, *argv):
-    rc = main(list(argv))
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def _no_raw_piece(text):
@@ -36,8 +22,8 @@ def test_the_tokens_read_as_labels(tiny):
     assert r.tokens == ["Ã", "©", "Ġthe"] and r.labels == ["<C3>", "<A9>é", "·the"]
 
 
-def test_predict_prints_labels_and_keeps_the_raw_pieces_in_json(tiny, capsys):
-    rc, out, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--top", "20")
+def test_predict_prints_labels_and_keeps_the_raw_pieces_in_json(tiny, cli):
+    rc, out, err = cli("predict", "--model", tiny, "--text", TEXT, "--top", "20")
     assert rc == 0, err
     _no_raw_piece(out)
     lines = out.splitlines()
@@ -47,60 +33,60 @@ def test_predict_prints_labels_and_keeps_the_raw_pieces_in_json(tiny, capsys):
     for line in lines[1:21]:  # the top rows: id, then the id's label
         i, rest = line.split(None, 1)
         assert rest.startswith(labels([int(i)])[1][0] + " "), line
-    rc, out, _ = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--json")
+    rc, out, _ = cli("predict", "--model", tiny, "--text", TEXT, "--json")
     doc = json.loads(out)
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
     assert f"logit('{doc['target_token']}' ({doc['target']}))" in \
-        _cli(capsys, "predict", "--model", tiny, "--text", TEXT)[1]
+        cli("predict", "--model", tiny, "--text", TEXT)[1]
 
 
-def test_ablation_scan_names_its_token_by_label(tiny, capsys):
-    rc, out, err = _cli(capsys, "ablation-scan", "--model", tiny, "--text", TEXT, "--threads", "1")
+def test_ablation_scan_names_its_token_by_label(tiny, cli):
+    rc, out, err = cli("ablation-scan", "--model", tiny, "--text", TEXT, "--threads", "1")
     assert rc == 0, err
     _no_raw_piece(out)
     assert "after token 2 '·the'" in out.splitlines()[0]
-    doc = json.loads(_cli(capsys, "ablation-scan", "--model", tiny, "--text", TEXT, "--threads",
-                          "1", "--json")[1])
+    doc = json.loads(cli("ablation-scan", "--model", tiny, "--text", TEXT, "--threads",
+                         "1", "--json")[1])
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
 
 
-def test_find_and_refusals_name_tokens_by_label(tiny, capsys):
-    rc, out, err = _cli(capsys, "find", "--model", tiny, "--text", TEXT, "--from", "the",
-                        "--to", "<C3>", "--top", "3")
+def test_find_and_refusals_name_tokens_by_label(tiny, cli):
+    rc, out, err = cli("find", "--model", tiny, "--text", TEXT, "--from", "the",
+                       "--to", "<C3>", "--top", "3")
     assert rc == 0, err
     assert out.splitlines()[0].startswith(f"{load_model(tiny).name}: from '·the'@2 (query) to "
                                           "'<C3>'@0 (key)")
-    rc, _, err = _cli(capsys, "predict", "--model", tiny, "--text", TEXT, "--target", TEXT)
+    rc, _, err = cli("predict", "--model", tiny, "--text", TEXT, "--target", TEXT)
     assert rc == 2
     _no_raw_piece(err)
     assert "is 3 tokens ('<C3>', '<A9>é', '·the')" in err
-    rc, _, err = _cli(capsys, "find", "--model", tiny, "--text", TEXT, "--from", "the@0",
-                      "--to", "the")
+    rc, _, err = cli("find", "--model", tiny, "--text", TEXT, "--from", "the@0",
+                     "--to", "the")
     assert rc == 2 and "position 0 holds '<C3>', not 'the'" in err
 
 
-def test_qk_attribution_names_its_cell_by_labels(tiny, capsys):
-    rc, out, err = _cli(capsys, "qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
-                        "--head", "0", "--query", "2", "--key", "1")
+def test_qk_attribution_names_its_cell_by_labels(tiny, cli):
+    rc, out, err = cli("qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
+                       "--head", "0", "--query", "2", "--key", "1")
     assert rc == 0, err
     _no_raw_piece(out)
     assert "query 2 '·the' -> key 1 '<A9>é'" in out.splitlines()[0]
-    doc = json.loads(_cli(capsys, "qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
-                          "--head", "0", "--query", "2", "--key", "1", "--json")[1])
+    doc = json.loads(cli("qk-attribution", "--model", tiny, "--text", TEXT, "--layer", "1",
+                         "--head", "0", "--query", "2", "--key", "1", "--json")[1])
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
 
 
-def test_patch_and_compare_name_tokens_by_labels(tiny, capsys):
-    rc, out, err = _cli(capsys, "patch", "--model", tiny, "--clean", "é the", "--corrupt", "é t",
-                        "--what", "resid", "--position", "2")
+def test_patch_and_compare_name_tokens_by_labels(tiny, cli):
+    rc, out, err = cli("patch", "--model", tiny, "--clean", "é the", "--corrupt", "é t",
+                       "--what", "resid", "--position", "2")
     assert rc == 0, err
     _no_raw_piece(out)
     assert "at token 2 '·the'" in out.splitlines()[0]
     assert "L0 at 2 '·the'/'·t'" in out, out  # the swapped position, both tokens
-    rc, out, err = _cli(capsys, "compare", "--model", tiny, "--against", tiny, "--text", TEXT)
+    rc, out, err = cli("compare", "--model", tiny, "--against", tiny, "--text", TEXT)
     assert rc == 0, err
     _no_raw_piece(out)
     assert "3 tokens: '<C3>' '<A9>é' '·the'" in out
-    doc = json.loads(_cli(capsys, "compare", "--model", tiny, "--against", tiny, "--text", TEXT,
-                          "--json")[1])
+    doc = json.loads(cli("compare", "--model", tiny, "--against", tiny, "--text", TEXT,
+                         "--json")[1])
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]

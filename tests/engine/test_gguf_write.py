@@ -65,8 +65,8 @@ def test_a_quantized_file_holds_what_the_in_memory_quantization_gives(tmp_path, 
     assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_1
 
 
-def test_smollm2_q8_0_reopens_in_attnviz_with_its_metadata_and_tokenizer(tmp_path, smollm2):
-    w = write_gguf(smollm2.path, "Q8_0", tmp_path / "smollm2.Q8_0.gguf")
+def test_smollm2_q8_0_reopens_in_attnviz_with_its_metadata_and_tokenizer(smollm2, smollm2_q8_0_gguf):
+    w = smollm2_q8_0_gguf
     assert w.counts == {"Q8_0": 211, "F32": 61} and w.kept_f16 == {} and w.notices == []
     q8 = load_model(w.path)
     text = "Anna gave 12 apples to Bob; then Anna"

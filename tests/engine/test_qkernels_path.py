@@ -173,14 +173,16 @@ def test_a_layer_expanded_anew_each_run_keeps_its_one_packing(tmp_path, kernel_c
     assert small.expansions > len(small) and again is first
 
 
-def test_a_copy_quantized_in_memory_keeps_the_float32_path(tmp_path):
-    """Compare's "this model quantized to…" is re-quantized from its source at each read: it packs
-    nothing (its allowance is its float32 layers), while the file it came from packs its blocks."""
+def test_a_copy_quantized_in_memory_packs_its_blocks_as_a_file_of_its_type(tmp_path):
+    """Compare's "this model quantized to…" of a GGUF model is quantized once at load and packed,
+    as the file of that type would be (tests/engine/test_quantized_packed.py: the same numbers)."""
     from attnviz.engine.computing.quantized import quantized_model
 
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     model = load_gguf(write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0))
     assert model.weights.layers[0].packed is not None
     copy = quantized_model(model, "Q4_0")
-    assert all(copy.weights.layers[i].packed is None for i in range(copy.config.n_layer))
-    assert copy.weights.packed_types == frozenset()
+    assert copy.weights.packed_types == frozenset({Q.Q4_0})
+    assert all(copy.weights.layers.packed_view(i).packed.w_qkv.qtypes == {Q.Q4_0}
+               for i in range(copy.config.n_layer))
+    assert copy.weights.layers.held_bytes() == 0

@@ -22,8 +22,8 @@ def reference():
         return {k: z[k] for k in z.files}
 
 
-def test_smollm2_q8_0_matches_transformers_reading_the_same_file(tmp_path, smollm2, reference):
-    path = write_gguf(smollm2.path, "Q8_0", tmp_path / "smollm2.Q8_0.gguf").path
+def test_smollm2_q8_0_matches_transformers_reading_the_same_file(smollm2_q8_0_gguf, reference):
+    path = smollm2_q8_0_gguf.path
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digest == str(reference["gguf_sha256"]), (
         "the writer's Q8_0 file changed: rerun tests/make_quantize_fixtures.py in the dev venv")

@@ -14,7 +14,6 @@ from attnviz.engine import load_model
 from attnviz.engine.analysing.predict import prediction_trace
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading.gguf_write import write_gguf
 from tests.tiny import FIXTURES
 
 REFERENCE = FIXTURES / "quantize" / "smollm2_q8_0_llamacpp.npz"
@@ -32,8 +31,8 @@ def logprobs(model, ids) -> np.ndarray:  # -> [T, vocab]
     return log_softmax(model.lm_head().logits(trace.resid[-1]))
 
 
-def test_smollm2_written_at_q8_0_runs_in_llama_cpp_as_in_attnviz(tmp_path, smollm2, reference):
-    path = write_gguf(smollm2.path, "Q8_0", tmp_path / "smollm2.Q8_0.gguf").path
+def test_smollm2_written_at_q8_0_runs_in_llama_cpp_as_in_attnviz(smollm2_q8_0_gguf, reference):
+    path = smollm2_q8_0_gguf.path
     assert hashlib.sha256(path.read_bytes()).hexdigest() == str(reference["gguf_sha256"]), (
         "the writer's Q8_0 file changed: rerun tests/make_llamacpp_fixtures.py in the dev venv")
     model = load_model(path)

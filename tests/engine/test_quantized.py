@@ -127,8 +127,21 @@ def test_gguf_families_quantize_and_match_their_safetensors(tmp_path, family):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2):
-    q8 = quantized_model(smollm2, "Q8_0")
+@pytest.fixture(scope="module")
+def smollm2_q8_0(smollm2):
+    """SmolLM2 quantized once for this module's tests (a read-only model: the engine keeps no
+    per-call state)."""
+    return quantized_model(smollm2, "Q8_0")
+
+
+@pytest.fixture(scope="module")
+def smollm2_q4_0(smollm2):
+    return quantized_model(smollm2, "Q4_0")
+
+
+def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2, smollm2_q8_0,
+                                                                      smollm2_q4_0):
+    q8 = smollm2_q8_0
     assert q8.notice is None  # every row of SmolLM2 fits 32-value blocks
     text = "The cat sat on the mat, and the dog sat on the rug."
     want = smollm2.run(text, request=RunRequest(use_cache=False)).attentions
@@ -138,13 +151,13 @@ def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2):
     t = next(t for t in reader.tensors if t.name == "blk.3.attn_output.weight")
     src = dequantize(t.data, t.tensor_type).reshape(576, 576)  # the shipped Q4_1's values
     np.testing.assert_array_equal(np.asarray(q8.weights.layers[3].w_o).T, gguf_round_trip(src, Q.Q8_0))
-    q4 = quantized_model(smollm2, "Q4_0").run(text).attentions
+    q4 = smollm2_q4_0.run(text).attentions
     assert np.abs(q4 - want).mean() > np.abs(got - want).mean()  # 4 bits move more than 8
 
 
-def test_a_quantized_model_keeps_to_the_memory_budget(smollm2):
+def test_a_quantized_model_keeps_to_the_memory_budget(smollm2, smollm2_q4_0):
     text = "Anna met Bob, and then Anna"
-    full = quantized_model(smollm2, "Q4_0").run(text, request=RunRequest(use_cache=False)).attentions
+    full = smollm2_q4_0.run(text, request=RunRequest(use_cache=False)).attentions
     one = max(smollm2.weights.layers.sizes)
     B.set_memory_budget(3 * one)
     try:
@@ -170,14 +183,15 @@ def test_a_source_that_no_longer_opens_is_a_load_error(tmp_path):
     assert Path(model.path) == folder
 
 
-def test_smollm2s_table_is_shared_where_requantizing_leaves_its_bytes_and_equals_gguf_otherwise(smollm2):
+def test_smollm2s_table_is_shared_where_requantizing_leaves_its_bytes_and_equals_gguf_otherwise(
+        smollm2, smollm2_q8_0, smollm2_q4_0):
     reader = gguf.GGUFReader(smollm2.path)
     t = next(t for t in reader.tensors if t.name == "token_embd.weight")
     assert t.tensor_type == Q.Q8_0  # as shipped: Q8_0 of a Q8_0 table gives its bytes back
-    q8 = quantized_model(smollm2, "Q8_0")
+    q8 = smollm2_q8_0
     assert q8.weights.tok_emb is smollm2.weights.tok_emb  # one table held, not two
     assert q8.weights.head.unembed is smollm2.weights.head.unembed
-    q4 = quantized_model(smollm2, "Q4_0")
+    q4 = smollm2_q4_0
     table = q4.weights.tok_emb
     assert table is not smollm2.weights.tok_emb and table.qtype == Q.Q4_0
     src = dequantize(t.data, t.tensor_type).reshape(table.shape)  # requantized a block of rows at a time:

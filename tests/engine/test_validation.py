@@ -324,7 +324,7 @@ def test_bf16_nan_refused(tmp_path):
 
 # ---- files that are not regular files, files that cannot be read ---------------------------------
 
-def _in_thread(fn, timeout=10.0):
+def _in_thread(fn, timeout=60.0):
     """fn() in a daemon thread: (exception or result). A hang fails the test instead of the suite."""
     box = {}
 

@@ -14,6 +14,7 @@ from attnviz.figures.data import open_sidecar
 from attnviz.ui.export import ExportDialog, default_folder
 from attnviz.ui.machinery.state import AppState
 from export_files import SENTENCE, SMALL, Calls, old_pair, snapshot
+from windows import WAIT
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,7 @@ def test_dialog_exports_focus_head_and_remembers_folder(qtbot, state, run, tmp_p
     dlg.width_box.setValue(900)
     out = tmp_path / "focus.png"
     dlg.path_edit.setText(str(out))
-    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
+    with qtbot.waitSignal(state.sigStatus, timeout=WAIT) as status:
         qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
     assert "focus.png" in status.args[0]
     assert dlg.result() == dlg.DialogCode.Accepted
@@ -107,7 +108,7 @@ def test_dialog_default_folder_is_never_the_working_directory(qtbot, state, tmp_
         assert suggested.is_absolute() and suggested.parent == default_folder()
     dlg.format.setCurrentIndex(dlg.format.findData("csv"))
     dlg.path_edit.setText("bare-name.csv")  # a relative name also lands in the suggested folder
-    with qtbot.waitSignal(state.sigStatus, timeout=5000) as status:
+    with qtbot.waitSignal(state.sigStatus, timeout=WAIT) as status:
         qtbot.mouseClick(dlg.export_button, Qt.MouseButton.LeftButton)
     out = default_folder() / "bare-name.csv"
     assert out.is_file() and list(cwd.iterdir()) == []

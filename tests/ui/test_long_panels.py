@@ -243,15 +243,26 @@ def test_a_long_texts_scores_run_on_every_core_below_the_main_thread(win, qtbot,
     import os
     import threading
 
+    from attnviz.engine.parallel import cores
     from attnviz.ui.machinery import tuning
 
     w, st = win, win.state
-    seen = {}  # thread id -> its nice value, read while it scores a layer
+    scorings = []  # per scoring: {thread id: its nice value, read while it scores a layer}
     real = H.score_layers
+    expected = min(cores(), st.model.config.n_layer)  # one thread per core the process may use
 
     def watched(layer_blocks, *args, **kw):
+        seen = {}
+        scorings.append(seen)  # (a scoring replaced by a newer one: the last one counts)
+        # each thread holds its first layer until every thread has one: no thread can take them
+        # all before another starts, however the machine schedules them; fewer threads break it
+        met = threading.Barrier(expected, timeout=WAIT / 1000)
+
         def blocks(layer):
-            seen[threading.get_native_id()] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            me = threading.get_native_id()
+            if me not in seen:
+                seen[me] = os.getpriority(os.PRIO_PROCESS, me)
+                met.wait()
             return layer_blocks(layer)
         return real(blocks, *args, **kw)
     monkeypatch.setattr(H, "score_layers", watched)
@@ -259,7 +270,8 @@ def test_a_long_texts_scores_run_on_every_core_below_the_main_thread(win, qtbot,
     w.worker.flush_scores()
     wait_scored(qtbot, w)
     assert st.scores_result is st.text_result
-    assert len(seen) == min(os.cpu_count(), st.model.config.n_layer)
+    seen = scorings[-1]
+    assert len(seen) == expected
     main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())  # (this is the main thread)
     if main + tuning.POOL_NICE <= 19:
         assert set(seen.values()) == {main + tuning.POOL_NICE}

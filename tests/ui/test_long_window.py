@@ -273,7 +273,7 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
                             rect.top() + 10.5 * rect.height() / 30)
                 qtbot.mouseMove(view.pane, pos=p.toPoint())
                 return f"(q 30, k {k})" in view.readout.text()
-            qtbot.waitUntil(hover, timeout=5000)
+            qtbot.waitUntil(hover, timeout=WAIT)
             text = view.readout.text()
             assert (text.endswith("(hidden)") if hide and k == 0 else
                     text.endswith(f"{float(want[head, 30, k]):.4g}")), text

@@ -19,23 +19,16 @@ from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
 from attnviz.ui.machinery.patch_jobs import readable
 from attnviz.ui.panels.patching_panel import DIM, LAST
-from windows import WAIT, open_window
+from windows import IOI, WAIT
 
-TEXT = "When Mary and John went to the store, John gave a drink to"
+TEXT = IOI
 CORRUPT = "When John and Mary went to the store, John gave a drink to"  # the toy's tokens differ at 3..10
-TOY = "attnviz-toy-stdlib"
 
 
 @pytest.fixture
-def win(qtbot, tmp_path):
-    w = open_window(qtbot, tmp_path / "p.ini", model=TOY, text=TEXT, panels=("patching",))
-    w.patching_dock.show()
-    w.patching_dock.raise_()
-    w.resize(1400, 1000)
-    w.patching_panel.corrupt_box.setText(CORRUPT)
-    yield w
-    w.patch_jobs.cancel()
-    w.worker.wait_idle()
+def win(patching_window):
+    patching_window.patching_panel.corrupt_box.setText(CORRUPT)
+    return patching_window
 
 
 def _run(qtbot, w, what):

@@ -18,21 +18,14 @@ from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
 from attnviz.ui.machinery.patch_jobs import PATCH_KIND, SEP, readable
-from windows import WAIT, drain_events, open_window
+from windows import IOI, WAIT, drain_events, open_window
 
-TEXT = "When Mary and John went to the store, John gave a drink to"
-TOY = "attnviz-toy-stdlib"
+TEXT = IOI
 
 
 @pytest.fixture
-def win(qtbot, tmp_path):
-    w = open_window(qtbot, tmp_path / "p.ini", model=TOY, text=TEXT, panels=("patching",))
-    w.patching_dock.show()
-    w.patching_dock.raise_()
-    w.resize(1400, 1000)
-    yield w
-    w.patch_jobs.cancel()
-    w.worker.wait_idle()
+def win(patching_window):
+    return patching_window
 
 
 def _run(qtbot, w, what, layer=0):

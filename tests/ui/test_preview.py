@@ -64,7 +64,7 @@ def test_there_is_no_read_out_nor_the_last_texts_badge_over_a_preview(smollm2_wi
     assert g.drawn is partial
     assert g.titles() == [f"L0 H{h}" for h in range(9)]
     x, y = g.cell_center(0, 3, 6, 2)
-    with qtbot.waitSignal(g.plot.scene().sigMouseMoved, timeout=5000):  # the grid saw the move
+    with qtbot.waitSignal(g.plot.scene().sigMouseMoved, timeout=WAIT):  # the grid saw the move
         qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
     assert g.hover_text == ""
     w.set_text(text)
@@ -73,7 +73,7 @@ def test_there_is_no_read_out_nor_the_last_texts_badge_over_a_preview(smollm2_wi
     x, y = g.cell_center(0, 3, 6, 3)  # the next cell: a move the grid sees
     qtbot.mouseMove(g.gw.viewport(), view_to_widget(g.vb, g.gw, x, y))
     want = f"L0 H3  ·on → ·the  {st.result.attentions[0, 3, 6, 3]:.2f}"
-    qtbot.waitUntil(lambda: g.hover_text.startswith(want), timeout=5000)
+    qtbot.waitUntil(lambda: g.hover_text.startswith(want), timeout=WAIT)
 
 
 def test_no_preview_where_the_other_layers_could_change_the_picture(smollm2_window, qtbot):

@@ -16,6 +16,7 @@ from attnviz.ui.machinery.worker import Worker
 from windows import drain_events
 
 WAIT = 20000
+HOLD_S = 120  # a job the test holds waits at most this long (released long before)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +95,7 @@ def test_a_run_in_flight_for_the_old_model_never_arrives(qtbot, book, minilm):
         name, config = minilm.name, minilm.config
 
         def run(self, *a, **k):
-            gate.wait(10)
+            gate.wait(HOLD_S)
             return real_run(*a, **k)
     slow = Slow()
     st.model = slow  # (as if set_model(slow): the request snapshots state.model)
@@ -133,7 +134,7 @@ def test_newest_compute_wins_and_a_stale_queued_one_is_skipped(qtbot, book):
     w = Worker(st)
     computed = landed(st)
     gate = threading.Event()
-    w.submit("block", lambda: gate.wait(10), lambda *a: None, None, POOL)  # holds the one thread
+    w.submit("block", lambda: gate.wait(HOLD_S), lambda *a: None, None, POOL)  # holds the one thread
     ran = []
     real_run = book.run
     with run_replaced(book, lambda text, **k: (ran.append(text), real_run(text, **k))[1]):
@@ -164,7 +165,7 @@ def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
         def gated():  # the first text waits before its layer 1 until the newer text is asked for
             if text == "the cat" and len(asked.setdefault(text, [])) == 1:
                 waiting.set()
-                gate.wait(10)
+                gate.wait(HOLD_S)
             answer = stop()
             asked.setdefault(text, []).append(answer)
             return answer
@@ -172,7 +173,7 @@ def test_a_run_replaced_by_a_newer_text_stops_at_its_next_layer(qtbot, book):
     with run_replaced(book, run):
         st.set_text("the cat")
         w.request_compute(immediate=True)
-        assert waiting.wait(10)  # layer 0 of "the cat" is done, layer 1 not begun
+        assert waiting.wait(HOLD_S)  # layer 0 of "the cat" is done, layer 1 not begun
         st.set_text("the cat sat")
         w.request_compute(immediate=True)
         release_and_land_one(qtbot, w, gate, computed)
@@ -217,9 +218,9 @@ def test_garbage_is_collected_only_on_the_main_thread(qtbot):
     kept = []
     t = threading.Thread(target=job)
     t.start()
-    t.join(10)
+    t.join(HOLD_S)
     assert seen_on == [True]
-    qtbot.waitUntil(lambda: gone() is None, timeout=5000)  # the main thread's timer freed it
+    qtbot.waitUntil(lambda: gone() is None, timeout=WAIT)  # the main thread's timer freed it
 
 
 def test_badge_is_the_one_lookup_of_a_heads_role(qapp, book):
@@ -283,11 +284,11 @@ def test_cancel_drops_the_running_jobs_result(qtbot):
     w = Worker(AppState())
     gate = threading.Event()
     heard = []
-    job = w.submit("load", lambda: gate.wait(10) and "late", lambda r, v, e: heard.append(v), None, THREAD)
+    job = w.submit("load", lambda: gate.wait(HOLD_S) and "late", lambda r, v, e: heard.append(v), None, THREAD)
     assert w.running("load") is job
     assert w.cancel("load") is job and w.running("load") is None and w.cancel("load") is None
     gate.set()
-    job.thread.join(10)
+    job.thread.join(HOLD_S)
     drain_events()
     assert heard == []
     w.submit("load", lambda: "next", lambda r, v, e: heard.append(v), None, THREAD)  # the kind still works
@@ -396,7 +397,7 @@ def test_changing_the_roles_source_while_the_text_is_scored_keeps_its_scores(qtb
 
     def slow(*a, **k):
         started.set()
-        go_on.wait(10)  # held until the source has changed
+        go_on.wait(HOLD_S)  # held until the source has changed
         return real(*a, **k)
 
     monkeypatch.setattr(H, "score_result", slow)

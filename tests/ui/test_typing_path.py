@@ -9,6 +9,7 @@ from attnviz.engine.computing.patterns import head_title
 
 from windows import WAIT
 from attnviz.engine.computing.request import RunRequest
+from attnviz.ui.machinery.worker import SCORE_AT_ONCE_S
 
 
 def _fresh(st):
@@ -37,12 +38,23 @@ def test_a_new_results_badges_come_back_in_the_titles_alone(window, qtbot):
 
 def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, minilm):
     st, worker = window.state, window.worker
-    qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)  # scores of this model have been timed
-    assert worker.scores_at_once(st.result)
+    qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)
+    model, seconds, T = worker.score_cost  # the scores just shown were timed, for this model and text
+    assert model is st.model and T == st.result.n_tokens and seconds >= 0
+    # the rule on chosen costs: the measured one is whatever the machine's load made it
+    worker.note_score_cost(st.model, SCORE_AT_ONCE_S, T)
+    assert worker.scores_at_once(st.result)  # at the threshold: at once
     # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
     long = minilm.run("the cat sat on the mat " * 80, request=RunRequest(truncate=True))
-    assert long.n_tokens > 30 * st.result.n_tokens
+    assert long.n_tokens > 30 * T
     assert not worker.scores_at_once(long)
+    scale = (long.n_tokens / T) ** 2
+    worker.note_score_cost(st.model, SCORE_AT_ONCE_S / scale / 2, T)  # a text that quick follows at once
+    assert worker.scores_at_once(long)
+    worker.note_score_cost(st.model, SCORE_AT_ONCE_S * 2, T)  # slower than the threshold: waits
+    assert not worker.scores_at_once(st.result)
+    worker.note_score_cost(object(), SCORE_AT_ONCE_S * 100, T)  # another model's cost: measure at once
+    assert worker.scores_at_once(st.result)
 
 
 def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):
@@ -52,14 +64,13 @@ def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):
 
 
 def test_a_window_run_has_blas_on_every_core_and_the_rest_keeps_one(qapp):
-    import os
-
     import pytest
     from threadpoolctl import threadpool_info
 
+    from attnviz.engine.parallel import cores
     from attnviz.ui.machinery.tuning import BLAS_THREADS, limit_blas_threads, wide_blas
 
-    if (os.cpu_count() or 1) <= BLAS_THREADS:
+    if cores() <= BLAS_THREADS:  # (the cores this process may run on, as wide_blas counts them)
         pytest.skip("one core: nothing to widen")
     limit_blas_threads()
 
@@ -70,7 +81,7 @@ def test_a_window_run_has_blas_on_every_core_and_the_rest_keeps_one(qapp):
     with wide_blas(False):
         assert threads() == {BLAS_THREADS}
     with wide_blas(True):
-        assert threads() == {os.cpu_count()}
+        assert threads() == {cores()}
     assert threads() == {BLAS_THREADS}
 
 
@@ -100,13 +111,14 @@ def test_a_long_run_on_a_background_thread_gets_every_core():
 
     import pytest
 
+    from attnviz.engine.parallel import cores
     from attnviz.ui.machinery.tuning import BLAS_THREADS
 
-    if (os.cpu_count() or 1) <= BLAS_THREADS:
+    if cores() <= BLAS_THREADS:  # (the child inherits this process's cores)
         pytest.skip("one core: nothing to widen")
     out = subprocess.run([sys.executable, "-c", WIDE_IN_A_JOB], capture_output=True, text=True,
                          check=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"}).stdout
-    assert out.strip() == str([os.cpu_count()])
+    assert out.strip() == str([cores()])
 
 
 def test_the_pools_jobs_run_below_the_main_thread(window, qtbot):

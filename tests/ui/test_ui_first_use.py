@@ -4,7 +4,7 @@ import pytest
 
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.state import AppState
-from windows import widget
+from windows import WAIT, widget
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -159,7 +159,7 @@ def roles_panel(qtbot, minilm):
     st.set_model(minilm)
     st.set_text(TEXT)
     qtbot.waitUntil(lambda: st.head_scores is not None and not st.scores_stale, timeout=30000)
-    qtbot.waitUntil(lambda: panel.overview.map.rowCount() == 6, timeout=5000)
+    qtbot.waitUntil(lambda: panel.overview.map.rowCount() == 6, timeout=WAIT)
     yield panel
     worker.wait_idle()
 
@@ -187,4 +187,4 @@ def test_roles_overview_fills_its_box(roles_panel, qtbot):
             # and no label is cut short ("pr…") to get there
             assert all(ov.columnWidth(c) >= ov.sizeHintForColumn(c) for c in range(ov.columnCount()))
 
-        qtbot.waitUntil(filled, timeout=5000)  # (the table refits from the event loop)
+        qtbot.waitUntil(filled, timeout=WAIT)  # (the table refits from the event loop)

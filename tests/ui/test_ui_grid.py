@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tiny import FIXTURES
+from windows import WAIT
 
 pytest.importorskip("pytestqt")
 
@@ -77,7 +78,7 @@ def test_rendered_pixel_orientation(grid, qtbot):
         assert np.abs(pixel(img, 1, 4) - lut[255, :3]).max() <= 3  # the hot cell: row 1, column 4
         assert np.abs(pixel(img, 4, 1) - lut[1, :3]).max() <= 3  # its transpose is cold
 
-    qtbot.waitUntil(painted, timeout=5000)  # (the view's range settles from the event loop)
+    qtbot.waitUntil(painted, timeout=WAIT)  # (the view's range settles from the event loop)
 
 
 def test_per_head_scale_and_hide_first(grid):
@@ -249,7 +250,7 @@ def test_the_colour_bar_title_never_overlaps_its_ticks(qtbot, qapp, points):
             title_h = QFontMetricsF(axis.label.font()).height()
             assert axis.width() >= axis.style["tickTextOffset"][0] + widest + title_h
 
-        qtbot.waitUntil(wide_enough, timeout=5000)
+        qtbot.waitUntil(wide_enough, timeout=WAIT)
     finally:
         qapp.setFont(old)
 
@@ -305,10 +306,10 @@ def test_the_layout_follows_the_view_size_and_the_text_not_the_last_draw(grid, q
 
     small = tile_px()
     g.resize(1800, 1000)
-    qtbot.waitUntil(lambda: g.gw.width() > 1500)
+    qtbot.waitUntil(lambda: g.gw.width() > 1500, timeout=WAIT)
     st.set_result(fake_result(random_attn(2, 4, 8, seed=2)))
     assert tile_px() > small
     g.resize(900, 500)
-    qtbot.waitUntil(lambda: g.gw.width() < 1000)
+    qtbot.waitUntil(lambda: g.gw.width() < 1000, timeout=WAIT)
     st.set_result(fake_result(random_attn(2, 4, 8, seed=3)))
     assert tile_px() == small

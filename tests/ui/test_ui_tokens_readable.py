@@ -32,7 +32,7 @@ def test_tokens_read_as_text_in_strip_axes_and_hover(qtbot, settings_path):
     x, y = g.cell_center(0, 0, 1, 0)
     pos = g.gw.mapFromScene(g.vb.mapViewToScene(QPointF(x, y)))
     qtbot.mouseMove(g.gw.viewport(), pos)
-    qtbot.waitUntil(lambda: g.hover_text != "", timeout=5000)
+    qtbot.waitUntil(lambda: g.hover_text != "", timeout=WAIT)
     assert g.hover_text.startswith("L0 H0  ·keys → The  ")
     assert g.hover_text.endswith("[Ġkeys → The]")
     assert r.tokens[1] == "Ġkeys"

@@ -67,7 +67,7 @@ def test_hover_readout_equals_the_engines_number(window, qtbot):
     x, y = g.cell_center(0, 3, 6, 2)  # L0 H3, query "are", key "keys"
     pos = view_to_widget(g.vb, g.gw, x, y)
     qtbot.mouseMove(g.gw.viewport(), pos)
-    qtbot.waitUntil(lambda: g.hover_text != "", timeout=5000)
+    qtbot.waitUntil(lambda: g.hover_text != "", timeout=WAIT)
     expect = f"L0 H3  are → keys  {r.attentions[0, 3, 6, 2]:.2f}"
     labels = window.state.head_labels
     if labels and labels[0][3]:  # the roles panel's badge follows the number
@@ -101,7 +101,7 @@ def test_click_opens_focus_view_and_arrows_move_it(window, qtbot):
     st = window.state
     x, y = g.cell_center(0, 4, 1, 1)
     qtbot.mouseClick(g.gw.viewport(), Qt.MouseButton.LeftButton, pos=view_to_widget(g.vb, g.gw, x, y))
-    qtbot.waitUntil(lambda: st.focus == (0, 4), timeout=5000)
+    qtbot.waitUntil(lambda: st.focus == (0, 4), timeout=WAIT)
     fv = window.focus_view
     assert window.focus_dock.isVisible()
     np.testing.assert_array_equal(fv.img.image, st.result.attentions[0, 4])

@@ -3,7 +3,7 @@ and the grid and the focus view draw the window's edge on local layers once the 
 than the window (a tiny Gemma-3-shaped model: 7 layers, layer 5 global, window 8)."""
 
 from tiny import FIXTURES
-from windows import open_window, wait_for_text
+from windows import WAIT, open_window, wait_for_text
 
 LONG = ", ".join(str(i) for i in range(1, 21))  # 20 token ids, longer than the window
 SHORT = "1, 2, 3, 4, 5"
@@ -14,7 +14,7 @@ def test_local_and_global_layers_are_named_and_the_window_edge_drawn(qtbot, tmp_
     st = w.state
     st.set_layer(0)
     st.set_focus(0, 1)
-    qtbot.waitUntil(lambda: w.controls.layer_kind.text() == "local (window 8)", timeout=5000)
+    qtbot.waitUntil(lambda: w.controls.layer_kind.text() == "local (window 8)", timeout=WAIT)
     assert w.controls.layer_kind.isVisible()
     assert any("L0 H1 · local (window 8)" in t for t in w.grid.titles())
     assert "local (window 8)" in w.focus_view.title.text()
@@ -24,7 +24,7 @@ def test_local_and_global_layers_are_named_and_the_window_edge_drawn(qtbot, tmp_
 
     st.set_layer(5)
     st.set_focus(5, 0)
-    qtbot.waitUntil(lambda: w.controls.layer_kind.text() == "global", timeout=5000)
+    qtbot.waitUntil(lambda: w.controls.layer_kind.text() == "global", timeout=WAIT)
     assert "global" in w.focus_view.title.text()
     assert not w.grid.window_line.isVisible() and not w.focus_view.window_line.isVisible()
 
@@ -32,7 +32,7 @@ def test_local_and_global_layers_are_named_and_the_window_edge_drawn(qtbot, tmp_
     st.set_focus(0, 0)
     st.set_text(SHORT)
     wait_for_text(qtbot, w, SHORT)
-    qtbot.waitUntil(lambda: not w.grid.window_line.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: not w.grid.window_line.isVisible(), timeout=WAIT)
     assert not w.focus_view.window_line.isVisible()  # the text fits in the window: no edge
 
 

@@ -135,12 +135,14 @@ def texts_pair(model, ids_a, ids_b, make_trace: Callable[[], Trace],
 
 def budget_left(a) -> int | None:
     """What a chosen memory budget (--memory-budget, the window's setting) leaves for a second model
-    beside `a`: the budget less a's float32 layers held now. None: no budget was chosen, and the
-    second model sizes its own from the memory available, which a's layers already use."""
+    beside `a`: the budget less a's layers held now, the float32 ones and the packed views of a
+    model held in its file's blocks (kernels on). None: no budget was chosen, and the second model
+    sizes its own from the memory available, which a's layers already use."""
     chosen = B.chosen_budget()
     if chosen is None:
         return None
-    held = getattr(a.weights.layers, "held_bytes", lambda: 0)()
+    store = a.weights.layers
+    held = getattr(store, "held_bytes", lambda: 0)() + getattr(store, "view_bytes", lambda: 0)()
     return chosen - held
 
 
@@ -151,7 +153,7 @@ def load_second(load: Callable[[int | None], object], a, what: str):
     left = budget_left(a)
     if left is not None and left <= 0:
         raise InputError(f"{what}: the memory budget of {B.format_bytes(B.chosen_budget())} is "
-                         f"all held by {a.name}'s float32 layers; give a larger --memory-budget "
+                         f"all held by {a.name}'s layers; give a larger --memory-budget "
                          "for two models")
     try:
         b = load(left)
@@ -160,6 +162,6 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         return b
     except AttnvizError as exc:
         room = "" if left is None else (f" ({B.format_bytes(left)} of the {B.format_bytes(B.chosen_budget())} "
-                                        f"memory budget left beside {a.name}'s float32 layers)")
+                                        f"memory budget left beside {a.name}'s layers)")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None

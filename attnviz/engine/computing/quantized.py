@@ -11,10 +11,17 @@ stays in its quantized bytes and only the rows a run uses are dequantized, as fr
 Such a table is quantized a block of rows at a time (the whole table in float32 is never held),
 and where its bytes come out equal to the source model's table (Q8_0 of a Q8_0 table), the copy
 shares the source's table instead of holding its own.
+
+A GGUF source in a process that asked for the quantised kernels (qpack.kernels_on) gives a copy
+held as a GGUF file of that type is: each layer matrix is quantized once at load and packed in the
+kernels' layout (engine/reading/gguf_model.py), with no float32 copy of a packed matrix; a long run
+or a whole-matrix analysis expands a layer within the budget, quantizing its matrices again.
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +33,7 @@ from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_file import architecture, open_gguf
 from attnviz.engine.reading.gguf_model import load_llama_gguf
 from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows, release_pages
+from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
@@ -59,11 +67,11 @@ def quantized_model(model: Model, qtype: str) -> Model:
     name = f"{model.name} as {qt.name}"
     if path.is_file():  # a GGUF file (a safetensors model is a folder)
         reader = open_gguf(path)
-        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
-        # no kernel packing: the copy is re-quantized from its source for each matrix read, and
-        # Compare's memory allowance is its float32 layers
-        weights = load_llama_gguf(model.config, architecture(reader), ts, None, name, pack=False)
+        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model), hold=kernels_on())
+        # packed as a file of the type is where the kernels are on (module docstring)
+        weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
         kept = ts.kept_f16
+        ts.forget()  # (the last matrices quantized for the packing: their packed copy is kept)
         release_pages(reader.data)  # the header and small tensors read at load (read back if used)
     else:
         ckpt = QuantizedCheckpoint(Checkpoint(path), qt, model.config.family == "gpt2")
@@ -192,11 +200,14 @@ class QuantizedGGUFTensors(GGUFTensors):
     type's blocks): its values dequantized from the file, quantized again. `shared`: the source
     model's quantized tables by name (shared_tables), shared where the copy's bytes equal them."""
 
-    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None):
+    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None,
+                 hold: bool = False):
         super().__init__(reader, path)
-        self.qtype = qtype
+        self.qtype, self.hold = qtype, hold
         self.shared = shared or {}
         self.kept_f16 = _kept_f16({n: self.shape(n) for n in self._table}, qtype, lambda n: -1)
+        self._recent: OrderedDict = OrderedDict()  # name -> bytes: see requantized
+        self._lock = threading.Lock()
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A table kept in its quantized bytes (QuantRows), requantized a block of rows at a time;
@@ -214,14 +225,54 @@ class QuantizedGGUFTensors(GGUFTensors):
         return QuantRows(name, data, used, shape)
 
     def stored(self, name: str, shape: tuple[int, ...]):
+        """The entry of a weight matrix at the copy's type (Requantized: its blocks made when read),
+        any other tensor's as the file stores it."""
         t = self.check(name, shape)
         if not is_quantized(name, shape):
             return t
-        try:
+        return Requantized(self, t, shape, stored_type(self.qtype, shape[-1]))
+
+    def requantized(self, t, shape: tuple[int, ...]) -> np.ndarray:
+        """File tensor `t` [rows, cols] quantized to the copy's type -> its bytes [rows, row bytes]
+        (F16: float16 [rows, cols]). `hold` (a packed model: packing a matrix, or expanding it,
+        reads its tensors' blocks, then each again to release the file's pages): each is kept
+        until that second read, RECENT at most, so it is quantized once."""
+        with self._lock:
+            data = self._recent.pop(t.name, None)
+            if data is not None:
+                return data
+        try:  # (outside the lock: quantize_rows shares its rows out to the engine's threads)
             w = tensor_values(t, shape)
         except NotImplementedError:
-            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
-                                 "package cannot dequantise") from None
-        data, used = quantize_rows(w, self.qtype)
+            raise ModelLoadError(f"tensor {t.name} is stored as {t.tensor_type.name}, which the "
+                                 "gguf package cannot dequantise") from None
+        data, _ = quantize_rows(w, self.qtype)
         release_pages(np.asarray(t.data))
-        return t._replace(tensor_type=used, data=data, n_bytes=int(data.nbytes))
+        if self.hold:
+            with self._lock:
+                self._recent[t.name] = data
+                while len(self._recent) > RECENT:
+                    self._recent.popitem(last=False)
+        return data
+
+    def forget(self) -> None:
+        """Let go of the matrices kept quantized (requantized)."""
+        with self._lock:
+            self._recent.clear()
+
+
+RECENT = 3  # tensors kept quantized until read again: a layer matrix's most (Q, K, V make w_qkv)
+
+
+class Requantized:
+    """A GGUF tensor entry (as gguf's ReaderTensor reads) at a quantized copy's type: its type known
+    now, its blocks quantized when `data` is read (the packing at load only asks most entries for
+    their type)."""
+
+    def __init__(self, ts: QuantizedGGUFTensors, t, shape: tuple[int, ...], qtype: GGMLQuantizationType):
+        self._ts, self._t, self._shape = ts, t, shape
+        self.name, self.tensor_type, self.shape, self.n_elements = t.name, qtype, t.shape, t.n_elements
+
+    @property
+    def data(self) -> np.ndarray:
+        return self._ts.requantized(self._t, self._shape)

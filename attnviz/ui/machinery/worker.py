@@ -248,6 +248,16 @@ class Worker(Runner):
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
 
+    @property
+    def score_cost(self):
+        """(model, seconds, T): how long the text's last dense scores took, None before any."""
+        return self._score_cost
+
+    def note_score_cost(self, model, seconds: float, n_tokens: int) -> None:
+        """Take `seconds` as the cost of `model`'s text scores at n_tokens (each scoring notes its
+        own; a test notes a chosen one to check the rule on any machine)."""
+        self._score_cost = (model, seconds, n_tokens)
+
     def scores_at_once(self, result) -> bool:
         """Whether the text's scores of `result` are expected quick enough to follow it at once:
         the last scores of this model took at most SCORE_AT_ONCE_S, scaled by T² for a longer
@@ -345,7 +355,7 @@ class Worker(Runner):
         if error is None:
             scores, seconds = value
             if seconds is not None:
-                self._score_cost = (model, seconds, result.n_tokens)
+                self.note_score_cost(model, seconds, result.n_tokens)
         st, now = self.state, self.state.role_options
         # the text's scores depend on the exclusion flags only: a change of source meanwhile keeps them
         if (model is not st.model or result is not st.text_result
