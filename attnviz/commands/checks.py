@@ -97,31 +97,30 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
     p.add_argument("--model", default=WINDOW_MODEL, help=MODEL_HELP + (f"; {note}" if note else ""))
 
 
-# bytes of a GGUF file from which a one-shot command multiplies on its blocks (the quantised
-# kernels): above it expanding the layers to float32 costs more than importing numba and loading
-# its cached kernels (benchmarks/cold_start: Gemma 3 270M Q4_K_M's 241 MiB file above, SmolLM2's
-# 94 MiB Q4_1 below). A generation's steps also take each logit from the unembedding's blocks
-# rather than from a float32 copy of it, which pays from a smaller file on.
-KERNELS_FROM = {"predict": 192 * 2**20, "generate": 32 * 2**20}
+# bytes of a GGUF file from which `generate` multiplies on its blocks (the quantised kernels): its
+# steps then take each logit from the unembedding's blocks instead of a float32 copy of the table,
+# and its layers are packed instead of expanded, which outweighs importing numba and reading its
+# LLVM library from disk (benchmarks/cold_start: Gemma 3 270M Q4_K_M's 241 MiB file above,
+# SmolLM2's 94 MiB file below; predict, whose lens takes a row a layer, keeps the float32 path)
+KERNELS_FROM = 192 * 2**20
 
 
-def wants_kernels(where: Path, command: str) -> bool:
-    """Whether `command` (a key of KERNELS_FROM), running one short text on the model at `where`
-    (a folder, or a GGUF file as registry.resolve gives it), takes the quantised kernels: a GGUF
-    file of at least KERNELS_FROM[command] bytes."""
-    return where.is_file() and where.stat().st_size >= KERNELS_FROM[command]
+def wants_kernels(where: Path) -> bool:
+    """Whether a generation on the model at `where` (a folder, or a GGUF file as registry.resolve
+    gives it) takes the quantised kernels: a GGUF file of at least KERNELS_FROM bytes."""
+    return where.is_file() and where.stat().st_size >= KERNELS_FROM
 
 
-def load_for_one_run(name: str, command: str):
-    """load_model(name) for a command that runs a short text once (predict, generate). Where
-    wants_kernels says so, the GGUF file's layers are packed from its blocks for the quantised
-    kernels (engine/reading/qpack.py) instead of expanded to float32, and the kernels take one
-    thread each, as a short run's BLAS products do (blas_for): a thread waiting on one the system
-    has not scheduled spins. Runs of ROWS_UNEXPANDED tokens or more still expand the layers."""
+def load_for_generation(name: str):
+    """load_model(name) for `generate`. Where wants_kernels says so, the GGUF file's layers and
+    unembedding are packed from its blocks for the quantised kernels (engine/reading/qpack.py)
+    instead of expanded to float32, and the kernels take one thread each, as a short run's BLAS
+    products do (blas_for): a thread waiting on one the system has not scheduled spins. A prompt
+    of ROWS_UNEXPANDED tokens or more still expands the layers."""
     from attnviz.engine import load_model
     from attnviz.engine.reading.registry import resolve
 
-    if wants_kernels(resolve(name)[1], command):
+    if wants_kernels(resolve(name)[1]):
         from attnviz.engine.parallel import limit_kernel_threads
         from attnviz.engine.reading.qpack import ask_for_kernels
 
@@ -130,15 +129,13 @@ def load_for_one_run(name: str, command: str):
     return load_model(name)
 
 
-def prediction_head(model, command: str, pack: bool = True):
+def prediction_head(model, command: str):
     """The model's unembedding (Model.lm_head) for a command that predicts the next token; a
-    model without one is refused in one line that names a model that has one. `pack`: whether a
-    packed model packs its unembedding for few-row logits (a generation step's); a command whose
-    logits all take many rows (predict's lens: a row a layer) leaves it in the file's blocks."""
+    model without one is refused in one line that names a model that has one."""
     from attnviz.engine.errors import NoPrediction
 
     try:
-        return model.lm_head(pack=pack)
+        return model.lm_head()
     except NoPrediction as exc:
         if model.name == WINDOW_MODEL:
             raise

@@ -7,7 +7,7 @@ import json
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
-    add_model, blas_for, load_for_one_run, parse_ids, positive, prediction_head, show_notice)
+    add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head, show_notice)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +42,7 @@ def cmd_generate(args) -> int:
 
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None
-    model = checkpoint_opt.at(load_for_one_run(args.model, "generate"), args)
+    model = checkpoint_opt.at(load_for_generation(args.model), args)
     prediction_head(model, "generate")  # refuses a model that cannot predict, before running anything
     prompt = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
     with blas_for(len(prompt.ids)):

@@ -101,17 +101,15 @@ class Model:
         layers.set_budget(n_bytes)
         self._head = None
 
-    def lm_head(self, pack: bool = True) -> LMHead:
+    def lm_head(self) -> LMHead:
         """This model's final norm and unembedding, ready for logits (engine/computing/logits.py),
         built on first use and kept until the memory budget changes. NoPrediction, in one line,
-        for an encoder, a file missing its final norm or unembedding, or non-finite values in them.
-        `pack` (the first call's counts): whether a packed model packs its unembedding for the
-        kernels (build_head); a caller whose products all take many rows has no use for it."""
+        for an encoder, a file missing its final norm or unembedding, or non-finite values in them."""
         head = self._head
         if head is None:
             with self._head_lock:
                 if self._head is None:
-                    self._head = build_head(self, pack=pack)
+                    self._head = build_head(self)
                 head = self._head
         return head
 

@@ -1,8 +1,8 @@
-"""`predict` and `generate` on a large GGUF file multiply on its blocks (the quantised kernels, one
-thread each) instead of expanding its layers to float32; a smaller file and a model folder keep
-the float32 path (SmolLM2's predict among them). Either way the output is the same: the same
-tokens, and every logprob within the kernels' float32 rounding of the float32 path's
-(commands/checks.py load_for_one_run)."""
+"""`generate` on a large GGUF file multiplies on its blocks (the quantised kernels, one thread
+each), its layers and unembedding packed instead of expanded to float32; a smaller file (SmolLM2's)
+and a model folder keep the float32 path, and `predict` keeps it. Either way the output is the
+same: the same tokens, and every logprob within the kernels' float32 rounding of the float32
+path's (commands/checks.py load_for_generation)."""
 
 import json
 
@@ -77,49 +77,42 @@ def _assert_close(got, want, path="") -> None:
         assert got == want, path
 
 
-def test_the_rule_is_a_gguf_files_size_per_command(tiny, monkeypatch):
+def test_the_rule_is_a_gguf_files_size(tiny, monkeypatch):
     path, _ = tiny
     size = path.stat().st_size
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": size + 1, "generate": size})
-    assert checks.wants_kernels(path, "generate")
-    assert not checks.wants_kernels(path, "predict")
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": 0, "generate": 0})
-    assert not checks.wants_kernels(FIXTURES / "llama_gqa", "predict")  # a folder: float32 as before
+    monkeypatch.setattr(checks, "KERNELS_FROM", size)
+    assert checks.wants_kernels(path)
+    monkeypatch.setattr(checks, "KERNELS_FROM", size + 1)
+    assert not checks.wants_kernels(path)
+    monkeypatch.setattr(checks, "KERNELS_FROM", 0)
+    assert not checks.wants_kernels(FIXTURES / "llama_gqa")  # a folder: float32 as before
 
 
-def test_smollm2s_predict_keeps_the_float32_path_and_its_generate_takes_the_kernels():
-    where = resolve("SmolLM2-135M-Instruct")[1]
-    assert not checks.wants_kernels(where, "predict")
-    assert checks.wants_kernels(where, "generate")
+def test_smollm2_keeps_the_float32_path():
+    assert not checks.wants_kernels(resolve("SmolLM2-135M-Instruct")[1])
 
 
-def test_predict_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsys, monkeypatch,
-                                                                    restored, products):
-    path, cfg = tiny
-    argv = ["predict", "--model", str(path), "--ids", IDS, "--json"]
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": path.stat().st_size + 1})
-    want = _json_of(capsys, argv)
+def test_predict_keeps_the_float32_path_whatever_the_files_size(tiny, capsys, monkeypatch, restored,
+                                                                products):
+    path, _ = tiny
+    monkeypatch.setattr(checks, "KERNELS_FROM", 0)
+    _json_of(capsys, ["predict", "--model", str(path), "--ids", IDS, "--json"])
     assert products == [] and not qpack.kernels_on()
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"predict": path.stat().st_size})
-    got = _json_of(capsys, argv)
-    assert qpack.kernels_on() and parallel.kernel_threads() == 1
-    assert products and all(rows == len(IDS.split(",")) for rows, _ in products)
-    # the lens takes a row a layer: the unembedding is not packed, its logits stay float32
-    assert cfg["vocab_size"] not in {n for _, n in products}
-    _assert_close(got, want)
 
 
 def test_generate_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsys, monkeypatch,
                                                                      restored, products):
     path, cfg = tiny
     argv = ["generate", "--model", str(path), "--ids", IDS, "--max-new", "4", "--ignore-eos", "--json"]
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"generate": path.stat().st_size + 1})
+    monkeypatch.setattr(checks, "KERNELS_FROM", path.stat().st_size + 1)
     want = _json_of(capsys, argv)
     assert products == [] and not qpack.kernels_on()
-    monkeypatch.setattr(checks, "KERNELS_FROM", {"generate": path.stat().st_size})
+    monkeypatch.setattr(checks, "KERNELS_FROM", path.stat().st_size)
     got = _json_of(capsys, argv)
     assert qpack.kernels_on() and parallel.kernel_threads() == 1
-    # every step's logits from the unembedding's blocks, one row each
+    # the layers' products on their blocks (the prompt's rows, then one a step), and every step's
+    # logits from the unembedding's blocks, one row each
+    assert {rows for rows, n in products if n != cfg["vocab_size"]} == {len(IDS.split(",")), 1}
     assert [rows for rows, n in products if n == cfg["vocab_size"]] == [1] * 4
     assert got["new_ids"] == want["new_ids"]
     _assert_close(got, want)
