@@ -206,7 +206,8 @@ _asked = False  # see ask_for_kernels
 def ask_for_kernels(on: bool = True) -> None:
     """Pack GGUF layers for the quantised kernels in this process from now on. A long-lived
     process asks (the window: every keystroke gains); a one-shot command does not, since loading
-    numba and its cached kernels costs more than one run's few-row products save."""
+    numba and its cached kernels costs more than one run's few-row products save, except
+    `generate` on a large file (commands/checks.py load_for_generation: every step's logits)."""
     global _asked
     _asked = bool(on)
 
