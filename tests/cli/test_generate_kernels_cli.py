@@ -32,14 +32,10 @@ def restored(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def tiny(tmp_path_factory):
     """A tiny llama's GGUF in Q8_0 (its unembedding too) and its config."""
-    import tempfile
-    from pathlib import Path
-
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    folder = Path(tempfile.mkdtemp(prefix="attnviz-one-run-"))
-    return write_gguf(folder / "q8.gguf", cfg, tensors, Q.Q8_0), cfg
+    return write_gguf(tmp_path_factory.mktemp("q8") / "q8.gguf", cfg, tensors, Q.Q8_0), cfg
 
 
 @pytest.fixture
