@@ -211,8 +211,8 @@ class Worker(Runner):
     # The typed text's scores follow each result and the exclusion options: right after the result
     # (the next job on the pool, so the badges come back within a few ms, and only the titles
     # change) when the last scores of this model, scaled to the new length, took at most
-    # SCORE_AT_ONCE_S (score_timing.py); otherwise once results have paused for RESCORE_DELAY_MS (a long text: a
-    # keystroke must not queue behind its scores). A probe source's scores follow the options, the
+    # SCORE_AT_ONCE_S (score_timing.py); otherwise once results have paused for RESCORE_DELAY_MS
+    # (a long text: a keystroke must not queue behind its scores). A probe source's scores follow the options, the
     # model and the training step, never the text (typing must not restart a 60-sentence probe).
     # Both are pure engine calls on the pool, written into the state (set_text_scores,
     # set_probe_scores); the newest of each wins. A long text's scores (state.long: its patterns
