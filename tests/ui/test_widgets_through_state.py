@@ -122,7 +122,10 @@ def test_what_heads_do_asks_the_state_for_the_lens_grid_and_the_scan(app, qtbot)
     eff.sigScanWanted.connect(asked.append)
     eff.sigScanStopWanted.connect(lambda: asked.append("stop"))
     panel.set_shown(True)
-    qtbot.waitUntil(lambda: st.result is not None and eff.run_of(st.result) is not None, timeout=WAIT)
+    # the prompt's own run: the model's first run (of the empty text) also keeps what prediction
+    # reads, and a grid asked of it is cleared when the prompt's run replaces it
+    qtbot.waitUntil(lambda: st.result is not None and st.result.text == PROMPT
+                    and eff.run_of(st.result) is not None, timeout=WAIT)
     qtbot.mouseClick(panel.grid_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: eff.lens_grid is not None, timeout=WAIT)
     ids, lps, _labels = eff.lens_grid
