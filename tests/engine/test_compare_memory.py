@@ -1,8 +1,9 @@
 """What a comparison holds in memory beside model A: a quantized copy's table is never held twice
-while it is checked against A's, the passes over the unembedding leave none of the file's pages
+while it is checked against A's, the passes over the unembedding leave none of the table's pages
 resident, and the next-token numbers hold one position's float64 rows at a time (the same numbers,
 whichever rows are computed beside a position)."""
 
+import mmap
 import tracemalloc
 
 import gguf
@@ -34,17 +35,17 @@ def peak_of(fn):  # -> (fn(), the bytes Python allocated at most during it, abov
         tracemalloc.stop()
 
 
-def mapped_rss(path) -> int:
-    """Resident bytes of this process's mappings of `path` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head = line.split(maxsplit=1)[0]
-            if "-" in head and not head.endswith(":"):
-                inside = line.rstrip().endswith(str(path))
-            elif inside and head == "Rss:":
-                total += int(line.split()[1]) * 1024
-    return total
+def resident_bytes(region: np.ndarray) -> int:
+    """Bytes of the pages `region` (a view of a memory-mapped file) covers that are mapped in this
+    process now (/proc/self/pagemap's present bit): that region's own pages, whatever other
+    mappings of the same file (other models of it) hold."""
+    page = mmap.PAGESIZE
+    first = region.ctypes.data // page
+    last = (region.ctypes.data + region.nbytes - 1) // page
+    with open("/proc/self/pagemap", "rb") as fh:
+        fh.seek(first * 8)
+        entries = np.frombuffer(fh.read((last - first + 1) * 8), np.uint64)
+    return int(((entries >> np.uint64(63)) & np.uint64(1)).sum()) * page
 
 
 def test_a_shared_table_is_checked_without_a_second_copy(smollm2):
@@ -71,13 +72,20 @@ def test_a_table_differing_after_its_first_blocks_is_the_whole_requantization(sm
 
 def test_the_next_token_pass_leaves_none_of_the_files_table_resident(smollm2):
     b = quantized_model(smollm2, "Q8_0")  # sharing A's table: its head is built (and checked) here
-    table = smollm2.weights.tok_emb
     ids = smollm2.run(TEXT).input_ids
     pair = models_pair(smollm2, b, ids, C.compare_trace)
-    C.let_go(table, 0, table.shape[0])  # whatever earlier tests left resident
-    before = mapped_rss(smollm2.path)
+    ha, hb = C.pair_heads(smollm2, b)
+    tables = {id(h.w_u): h.w_u for h in (ha, hb)}.values()  # the file's tables the pass reads
+    nbytes = sum(t.data.nbytes for t in tables)
+    for t in tables:  # the measure sees a table's pages once they are read
+        np.asarray(t.data[:C.PAIR_BLOCK]).sum()
+        assert resident_bytes(t.data) > 0
+        C.let_go(t, 0, t.shape[0])  # (and whatever earlier tests left resident)
+    # the tables' own pages in the mappings the pass reads, not every mapping of the file in the
+    # process (other tests' models of the same file keep theirs)
+    before = sum(resident_bytes(t.data) for t in tables)
     nt = C.next_tokens(pair)
-    assert mapped_rss(smollm2.path) - before < table.nbytes / 4
+    assert sum(resident_bytes(t.data) for t in tables) - before < nbytes / 4
     assert np.isfinite(nt.kld).all()
 
 

@@ -1,7 +1,7 @@
 """Model.run_many: several texts through the weights together give each text's run alone.
 
 A scan's texts are short: one run per text makes one product of a few rows per weight, which reads
-every weight once per text. run_many packs the texts' rows into one pass (families.forward_packed)
+every weight once per text. run_many packs the texts' rows into one pass (packed.forward_packed)
 and runs attention per text. Every family is checked against run(text) within 1e-5, with texts
 spread over several passes, and a text that cannot run gives its own error in its place."""
 
@@ -76,7 +76,7 @@ def test_packed_texts_rotate_each_texts_rows_from_position_0():
 
 
 def test_passes_hold_at_most_their_rows_and_pattern_bytes_and_keep_the_texts_order():
-    from attnviz.engine.computing.families import pack_texts
+    from attnviz.engine.computing.packed import pack_texts
 
     lengths = [5, 5, 30, 1, 1, 12, 40, 10, 10, 3, 3, 3]
     per_row = 4 * 2 * 3  # n_layer 2, n_head 3, float32: a text of n tokens holds 24 n^2 bytes

@@ -9,7 +9,7 @@ from attnviz.engine.computing.patterns import head_title
 
 from windows import WAIT
 from attnviz.engine.computing.request import RunRequest
-from attnviz.ui.machinery.worker import SCORE_AT_ONCE_S
+from attnviz.ui.machinery.score_timing import SCORE_AT_ONCE_S
 
 
 def _fresh(st):
@@ -39,22 +39,22 @@ def test_a_new_results_badges_come_back_in_the_titles_alone(window, qtbot):
 def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, minilm):
     st, worker = window.state, window.worker
     qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)
-    model, seconds, T = worker.score_cost  # the scores just shown were timed, for this model and text
+    model, seconds, T = worker.score_timing.last  # the scores just shown were timed, for this model and text
     assert model is st.model and T == st.result.n_tokens and seconds >= 0
     # the rule on chosen costs: the measured one is whatever the machine's load made it
-    worker.note_score_cost(st.model, SCORE_AT_ONCE_S, T)
-    assert worker.scores_at_once(st.result)  # at the threshold: at once
+    worker.score_timing.note(st.model, SCORE_AT_ONCE_S, T)
+    assert worker.score_timing.at_once(st.model, st.result.n_tokens)  # at the threshold: at once
     # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
     long = minilm.run("the cat sat on the mat " * 80, request=RunRequest(truncate=True))
     assert long.n_tokens > 30 * T
-    assert not worker.scores_at_once(long)
+    assert not worker.score_timing.at_once(st.model, long.n_tokens)
     scale = (long.n_tokens / T) ** 2
-    worker.note_score_cost(st.model, SCORE_AT_ONCE_S / scale / 2, T)  # a text that quick follows at once
-    assert worker.scores_at_once(long)
-    worker.note_score_cost(st.model, SCORE_AT_ONCE_S * 2, T)  # slower than the threshold: waits
-    assert not worker.scores_at_once(st.result)
-    worker.note_score_cost(object(), SCORE_AT_ONCE_S * 100, T)  # another model's cost: measure at once
-    assert worker.scores_at_once(st.result)
+    worker.score_timing.note(st.model, SCORE_AT_ONCE_S / scale / 2, T)  # a text that quick follows at once
+    assert worker.score_timing.at_once(st.model, long.n_tokens)
+    worker.score_timing.note(st.model, SCORE_AT_ONCE_S * 2, T)  # slower than the threshold: waits
+    assert not worker.score_timing.at_once(st.model, st.result.n_tokens)
+    worker.score_timing.note(object(), SCORE_AT_ONCE_S * 100, T)  # another model's cost: measure at once
+    assert worker.score_timing.at_once(st.model, st.result.n_tokens)
 
 
 def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):

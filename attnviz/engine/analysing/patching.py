@@ -23,7 +23,7 @@ Each patch is a `Patch` edit (engine/computing/trace.py) and an exact re-run fro
 changes: the layers before it, and (causal models) the positions before the first one it changes,
 are the base run's. Positions after P cannot reach P under the causal mask: their effect is 0
 exactly and they are not run. The patches of one layer run as rows of one forward
-(families.forward_batch), BATCH_ROWS rows at a time.
+(packed.forward_batch), BATCH_ROWS rows at a time.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import numpy as np
 from attnviz.engine.analysing.pair import Pair, texts_pair
 from attnviz.engine.analysing.predict import position_index
 from attnviz.engine.computing.logits import vocab_logits
-from attnviz.engine.computing.families import forward, forward_batch
+from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.packed import forward_batch
 from attnviz.engine.computing.trace import Patch, Trace
 from attnviz.engine.errors import Cancelled, InputError, NoPrediction
 

@@ -13,9 +13,8 @@ import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
-from attnviz.engine.computing.families import (
-    PACK_PATTERN_BYTES, PACK_ROWS, forward, forward_packed, output_projection, pack_texts,
-)
+from attnviz.engine.computing.families import forward, output_projection
+from attnviz.engine.computing.packed import PACK_PATTERN_BYTES, PACK_ROWS, forward_packed, pack_texts
 from attnviz.engine.computing.layers import head_output_share, head_value_norms, kv_group
 from attnviz.engine.computing.logits import LMHead, build_head
 from attnviz.engine.computing.longdoc import check_dense, is_long, value_norms as long_value_norms
@@ -185,7 +184,7 @@ class Model:
         """Several texts' patterns, as run(text, request=RunRequest(truncate=..., max_tokens=...,
         use_cache=False)) gives each, computed together: the texts' rows go through the weights in
         one pass (PACK_ROWS rows and PACK_PATTERN_BYTES of patterns at most per pass;
-        families.pack_texts), which for short texts (a corpus scan) takes a fraction of the time of
+        packed.pack_texts), which for short texts (a corpus scan) takes a fraction of the time of
         one run per text. -> one entry
         per text, in order: its RunResult, or the AttnvizError its run would raise (the others are
         still computed)."""

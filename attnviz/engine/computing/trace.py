@@ -69,7 +69,7 @@ POINTS = ("resid", "z", "pattern", "mlp_out")  # where a Patch may put a value i
 @dataclass(frozen=True, eq=False)
 class Patch:
     """Put `value` in at named point `point` of `layer`, at the block's rows `rows` [r] (the
-    positions of a plain run; a batched run's rows, families.forward_batch): activation patching.
+    positions of a plain run; a batched run's rows, packed.forward_batch): activation patching.
         resid    the residual entering block `layer`     value [r, d_model]
         z        head `head`'s output before W_O          value [r, d_head]
         pattern  head `head`'s attention weights          value [r, n_k]   (the values stay the run's)

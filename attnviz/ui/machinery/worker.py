@@ -26,6 +26,7 @@ from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
+from attnviz.ui.machinery.score_timing import ScoreTiming
 from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
 
 log = logging.getLogger(__name__)
@@ -36,8 +37,7 @@ SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
 GUIDE_KIND = "guide"  # the guide bar's head for a sample text
 LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs on every core
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
-SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow each result at once
-SCORES_AFTER_MS = 10  # ... once the result's frame is painted and the main thread is idle again
+SCORES_AFTER_MS = 10  # quick scores (score_timing) follow once the result's frame is painted
 LONG_SCORES_YIELD_S = 0.01  # a long text's scores wait in steps of this while the pool runs a job
 
 
@@ -211,8 +211,8 @@ class Worker(Runner):
     # The typed text's scores follow each result and the exclusion options: right after the result
     # (the next job on the pool, so the badges come back within a few ms, and only the titles
     # change) when the last scores of this model, scaled to the new length, took at most
-    # SCORE_AT_ONCE_S; otherwise once results have paused for RESCORE_DELAY_MS (a long text: a
-    # keystroke must not queue behind its scores). A probe source's scores follow the options, the
+    # SCORE_AT_ONCE_S (score_timing.py); otherwise once results have paused for RESCORE_DELAY_MS
+    # (a long text: a keystroke must not queue behind its scores). A probe source's scores follow the options, the
     # model and the training step, never the text (typing must not restart a 60-sentence probe).
     # Both are pure engine calls on the pool, written into the state (set_text_scores,
     # set_probe_scores); the newest of each wins. A long text's scores (state.long: its patterns
@@ -225,7 +225,7 @@ class Worker(Runner):
         self._scores_timer.setInterval(RESCORE_DELAY_MS)
         self._scores_timer.timeout.connect(self.request_text_scores)
         self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
-        self._score_cost = None  # (model, seconds, T): how long the text's last scores took
+        self.score_timing = ScoreTiming()  # when the text's scores follow a result at once
         self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
         st.sigTextResultChanged.connect(self._scores_on_result)  # a dense result or a long run's
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
@@ -239,7 +239,8 @@ class Worker(Runner):
             self._scores_timer.stop()
             self.cancel(SCORES_KIND)
         elif self.state.scores_result is not result or self.state.scores_stale:
-            if self.state.long.run is None and self.scores_at_once(result):
+            quick = self.score_timing.at_once(self.state.model, result.n_tokens)
+            if self.state.long.run is None and quick:
                 # after the result's frame: submitting the job costs the main thread time (the
                 # pool thread takes the GIL at once), and the job's Python slows whatever the main
                 # thread does meanwhile; started at once, both would fall on the frame's own events
@@ -247,26 +248,6 @@ class Worker(Runner):
             else:
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
-
-    @property
-    def score_cost(self):
-        """(model, seconds, T): how long the text's last dense scores took, None before any."""
-        return self._score_cost
-
-    def note_score_cost(self, model, seconds: float, n_tokens: int) -> None:
-        """Take `seconds` as the cost of `model`'s text scores at n_tokens (each scoring notes its
-        own; a test notes a chosen one to check the rule on any machine)."""
-        self._score_cost = (model, seconds, n_tokens)
-
-    def scores_at_once(self, result) -> bool:
-        """Whether the text's scores of `result` are expected quick enough to follow it at once:
-        the last scores of this model took at most SCORE_AT_ONCE_S, scaled by T² for a longer
-        text (a model's first scores are taken at once: that measures them)."""
-        cost = self._score_cost
-        if cost is None or cost[0] is not self.state.model:
-            return True
-        _model, seconds, T = cost
-        return seconds * max(1.0, (result.n_tokens / max(T, 1)) ** 2) <= SCORE_AT_ONCE_S
 
     def _scores_on_options(self, opts) -> None:
         if (opts.exclude_bos, opts.exclude_current) != self._text_flags:
@@ -355,7 +336,7 @@ class Worker(Runner):
         if error is None:
             scores, seconds = value
             if seconds is not None:
-                self.note_score_cost(model, seconds, result.n_tokens)
+                self.score_timing.note(model, seconds, result.n_tokens)
         st, now = self.state, self.state.role_options
         # the text's scores depend on the exclusion flags only: a change of source meanwhile keeps them
         if (model is not st.model or result is not st.text_result
