@@ -159,10 +159,16 @@ def test_a_two_worker_cluster_scan_equals_each_statistic_computed_in_one_process
 
 
 def _scan_process(corpus, out, address, *extra):
-    return subprocess.Popen(
-        [sys.executable, "-m", "attnviz", "scan", "--model", MODEL, "--corpus", str(corpus),
-         "--out", str(out), "--scheduler", address, "--batch", "2", "--examples", "5", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """The scan command in a new process that Ctrl+C (SIGINT) interrupts, as from a terminal: a
+    test run whose SIGINT is ignored (a background CI step) would pass SIG_IGN on through exec."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # a handler resets at exec
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "attnviz", "scan", "--model", MODEL, "--corpus", str(corpus),
+             "--out", str(out), "--scheduler", address, "--batch", "2", "--examples", "5", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _wait_for_batches(out: Path, n: int, proc, timeout=60):
@@ -349,14 +355,22 @@ def test_a_scan_interrupted_with_ctrl_c_resumes_to_the_same_content(cluster, cor
     c, client = cluster
     out, gate = tmp_path / "scan", tmp_path / "gate"
     client.run(_hold_batches, 2, str(gate))  # the scan cannot finish before the interrupt lands
+    proc = None
     try:
         proc = _scan_process(corpus, out, c.scheduler_address)
         _wait_for_batches(out, 2, proc)
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:  # its exit waits on no held batch: the gate stays shut until it has exited
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"the scan did not exit on SIGINT: {proc.communicate()}")
     finally:
         gate.touch()
         client.run(_release_batches)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     done = store.finished_batches(out, 12)
     assert 2 <= len(done) < 12, "the interrupt came after the scan had finished"
