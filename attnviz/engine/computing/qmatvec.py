@@ -25,6 +25,7 @@ in, arrays out.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -331,6 +332,16 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
 
 
 _warm_lock = threading.Lock()
+
+
+def _hold_at_exit() -> None:
+    """At interpreter exit: wait for the kernel call (or compile) in flight and let no other start.
+    A daemon thread still inside LLVM or numba's thread pool while the process tears them down
+    aborts it (an LLVM assertion or a segfault after the window has closed)."""
+    _lock.acquire()  # never released: the process is ending
+
+
+atexit.register(_hold_at_exit)
 _warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
 
 
