@@ -20,8 +20,6 @@ or a whole-matrix analysis expands a layer within the budget, quantizing its mat
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +31,6 @@ from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading.gguf_file import architecture, open_gguf
 from attnviz.engine.reading.gguf_model import load_llama_gguf
 from attnviz.engine.reading.gguf_tensors import GGUFTensors, QuantRows, release_pages
-from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.quantize import (
     FALLBACK,
     block_size,
@@ -67,11 +64,10 @@ def quantized_model(model: Model, qtype: str) -> Model:
     name = f"{model.name} as {qt.name}"
     if path.is_file():  # a GGUF file (a safetensors model is a folder)
         reader = open_gguf(path)
-        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model), hold=kernels_on())
+        ts = QuantizedGGUFTensors(reader, path, qt, shared_tables(model))
         # packed as a file of the type is where the kernels are on (module docstring)
         weights = load_llama_gguf(model.config, architecture(reader), ts, None, name)
         kept = ts.kept_f16
-        ts.forget()  # (the last matrices quantized for the packing: their packed copy is kept)
         release_pages(reader.data)  # the header and small tensors read at load (read back if used)
     else:
         ckpt = QuantizedCheckpoint(Checkpoint(path), qt, model.config.family == "gpt2")
@@ -200,14 +196,11 @@ class QuantizedGGUFTensors(GGUFTensors):
     type's blocks): its values dequantized from the file, quantized again. `shared`: the source
     model's quantized tables by name (shared_tables), shared where the copy's bytes equal them."""
 
-    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None,
-                 hold: bool = False):
+    def __init__(self, reader, path: Path, qtype: GGMLQuantizationType, shared: dict | None = None):
         super().__init__(reader, path)
-        self.qtype, self.hold = qtype, hold
+        self.qtype = qtype
         self.shared = shared or {}
         self.kept_f16 = _kept_f16({n: self.shape(n) for n in self._table}, qtype, lambda n: -1)
-        self._recent: OrderedDict = OrderedDict()  # name -> bytes: see requantized
-        self._lock = threading.Lock()
 
     def rows(self, name: str, shape: tuple[int, int]):
         """A table kept in its quantized bytes (QuantRows), requantized a block of rows at a time;
@@ -234,34 +227,19 @@ class QuantizedGGUFTensors(GGUFTensors):
 
     def requantized(self, t, shape: tuple[int, ...]) -> np.ndarray:
         """File tensor `t` [rows, cols] quantized to the copy's type -> its bytes [rows, row bytes]
-        (F16: float16 [rows, cols]). `hold` (a packed model: packing a matrix, or expanding it,
-        reads its tensors' blocks, then each again to release the file's pages): each is kept
-        until that second read, RECENT at most, so it is quantized once."""
-        with self._lock:
-            data = self._recent.pop(t.name, None)
-            if data is not None:
-                return data
-        try:  # (outside the lock: quantize_rows shares its rows out to the engine's threads)
+        (F16: float16 [rows, cols]); the source's pages read for it are let go."""
+        try:
             w = tensor_values(t, shape)
         except NotImplementedError:
             raise ModelLoadError(f"tensor {t.name} is stored as {t.tensor_type.name}, which the "
                                  "gguf package cannot dequantise") from None
         data, _ = quantize_rows(w, self.qtype)
         release_pages(np.asarray(t.data))
-        if self.hold:
-            with self._lock:
-                self._recent[t.name] = data
-                while len(self._recent) > RECENT:
-                    self._recent.popitem(last=False)
         return data
 
-    def forget(self) -> None:
-        """Let go of the matrices kept quantized (requantized)."""
-        with self._lock:
-            self._recent.clear()
-
-
-RECENT = 3  # tensors kept quantized until read again: a layer matrix's most (Q, K, V make w_qkv)
+    def release(self, name: str, shape: tuple[int, ...]) -> None:
+        """Nothing to let go: a matrix's blocks are made in memory, and requantized let go of the
+        source's pages it read."""
 
 
 class Requantized:

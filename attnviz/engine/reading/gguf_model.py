@@ -35,7 +35,7 @@ from attnviz.engine.reading.gguf_file import (
     PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
 )
 from attnviz.engine.reading.gguf_tensors import (
-    GGUFTensors, release_pages, unpermute_qk, unpermuted_rows,
+    GGUFTensors, unpermute_qk, unpermuted_rows,
 )
 from attnviz.engine.reading.layout import (
     Head, Layer, ReadModel, Weights, cat_bias, kept_in_c_order, read_head,
@@ -148,7 +148,7 @@ def _matrix(fills, ts: GGUFTensors, check: bool, release: bool = False):  # -> [
         part = out[:, f.at:f.at + f.shape[0]] if columns else out[f.at:f.at + f.shape[0]]
         ts.fill(f.name, f.shape, part, f.rows, check, columns=columns)
         if release:
-            release_pages(np.asarray(ts.stored(f.name, f.shape).data))
+            ts.release(f.name, f.shape)
     return out if columns else out.T
 
 
@@ -170,7 +170,7 @@ def _packed_matrix(fills, ts: GGUFTensors, check: bool):  # -> qpack.PackedMatri
             ts.get(f.name, f.shape, True)
         raise ModelLoadError(f"{ts.path.name}: tensor {fills[0].name} holds non-finite scales")
     for f in fills:
-        release_pages(np.asarray(ts.stored(f.name, f.shape).data))
+        ts.release(f.name, f.shape)
     return pm
 
 

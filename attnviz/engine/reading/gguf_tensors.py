@@ -119,6 +119,11 @@ class GGUFTensors:
         engine/computing/quantized.py.)"""
         return self.check(name, shape)
 
+    def release(self, name: str, shape: tuple[int, ...]) -> None:
+        """Let go of the file's pages tensor `name` covers (release_pages), once it has been read
+        into what is kept (a packed or expanded matrix)."""
+        release_pages(np.asarray(self.stored(name, shape).data))
+
     def get(self, name: str, shape: tuple[int, ...], check: bool = True) -> np.ndarray:
         """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
         `check`, its values finite)."""
