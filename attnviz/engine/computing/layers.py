@@ -199,11 +199,15 @@ def _qmatvec():  # imported when a packed matrix first comes (numba loads in a f
     return _QMATVEC
 
 
+def _packed_view(layers, i: int):  # a LayerStore's packed view of layer i (None: none, or a list)
+    view = getattr(layers, "packed_view", None)
+    return view(i) if view is not None else None
+
+
 def layer_vectors(layers, i: int):
     """Layer i for reading its vectors (norm gains, biases): the store's packed view where it has
     one (the same arrays as the expanded layer's, and nothing is expanded), else the layer."""
-    view = getattr(layers, "packed_view", None)
-    view = view(i) if view is not None else None
+    view = _packed_view(layers, i)
     return view if view is not None else layers[i]
 
 
@@ -212,8 +216,7 @@ def layer_for(layers, i: int, n_rows: int):
     matrices in the file's blocks, no float32 copy: engine/reading/budget.py) where the kernels
     take every packed matrix at that many rows (qmatvec.takes_layer), else the float32 layer (a
     LayerStore expands it within the memory budget)."""
-    view = getattr(layers, "packed_view", None)
-    view = view(i) if view is not None else None
+    view = _packed_view(layers, i)
     if view is not None and _qmatvec().takes_layer(view.packed, n_rows, layers.holds(i)):
         return view
     return layers[i]
