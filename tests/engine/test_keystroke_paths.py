@@ -94,7 +94,7 @@ def test_kernel_threads_rule(kernel_cap, monkeypatch):
     assert parallel.kernel_threads(10 ** 9) == 1
 
 
-def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap):
+def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap, monkeypatch):
     numba = pytest.importorskip("numba")
     from gguf import GGMLQuantizationType as Q
 
@@ -106,10 +106,14 @@ def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap):
     raw.reshape(100, -1, 20)[:, :, :4] = (rng.standard_normal((100, 8, 2)) * 0.01).astype(np.float16).view(np.uint8)
     p = pack(raw, Q.Q4_1)
     x = rng.standard_normal((2, 256)).astype(np.float32)
+    serial = []  # the one-thread calls: the kernels' serial twins, no parallel region started
+    monkeypatch.setattr(qm, "SERIAL", {k: (lambda f: lambda *a: (serial.append(f), f(*a)))(f)
+                                       for k, f in qm.SERIAL.items()})
     parallel.limit_kernel_threads(1, wide=None)
     capped = qm.qmatvec(p, x)
-    assert numba.get_num_threads() == 1
+    assert len(serial) == 1
     parallel.limit_kernel_threads(1, wide=0, spare=0)  # every matrix counts as wide, every core
     wide = qm.qmatvec(p, x)
-    assert numba.get_num_threads() == min(parallel.cores(), numba.config.NUMBA_NUM_THREADS)
+    threads = min(parallel.cores(), numba.config.NUMBA_NUM_THREADS)
+    assert numba.get_num_threads() == threads and len(serial) == (1 if threads > 1 else 2)
     np.testing.assert_array_equal(wide, capped)  # each group of rows is summed by one thread alike

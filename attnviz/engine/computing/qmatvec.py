@@ -240,6 +240,97 @@ if numba:
                 for lane in range(LANES):
                     y[i, g * LANES + lane] = acc[i * LANES + lane]
 
+
+# The same four bodies on one thread (range, not prange): a call on one thread skips the parallel
+# region's start, the cost of a SmolLM2 matrix-vector product's fifth; the same sums in the same
+# order, so the same bits (tests/engine/test_qmatvec.py).
+if numba:
+    @njit(cache=True, nogil=True)
+    def _s_nib(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_nib8(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_b32(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(32):
+                    xs[i, s] += x[i, s * 32 + j]
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_b16(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = np.zeros((m, n_sub), np.float32)
+        for i in range(m):
+            for s in range(n_sub):
+                for j in range(16):
+                    xs[i, s] += x[i, s * 16 + j]
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
+
 KERNELS = PACKED
 _NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
@@ -248,6 +339,7 @@ _set = threading.local()
 
 
 ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
+ONE_ROW = None  # engine/computing/onerow.py once warm() has loaded it (layers.one_row_steps)
 
 
 def takes(pm: PackedMatrix, n_rows: int) -> bool:
@@ -270,7 +362,8 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        warm({p.qtype for m in mats for _, p in m.parts})
+        if not pl.qtypes <= _warm_types:
+            warm(pl.qtypes)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -318,11 +411,14 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     direct = out is not None and not padded and out.flags.c_contiguous and out.dtype == np.float32
     y = out if direct else np.empty((m, n_groups * LANES), np.float32)
     threads = min(kernel_threads(p.n_out * p.n_in), numba.config.NUMBA_NUM_THREADS)
+    kernel = _kernel_of(p)
     with _lock:
-        if getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
+        if threads == 1:
+            kernel = SERIAL[kernel]
+        elif getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
             numba.set_num_threads(threads)
             _set.threads = threads
-        _kernel_of(p)(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
+        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
     if padded:
         y = y[:, :p.n_out]
     if out is not None and not direct:
@@ -343,6 +439,7 @@ def _hold_at_exit() -> None:
 
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
+_warm_types: set = set()  # the block types whose kernel is warm
 
 
 def warm(qtypes=KERNELS) -> dict:
@@ -360,11 +457,30 @@ def warm(qtypes=KERNELS) -> dict:
             if kernel not in _warmed:
                 block, size = GGML_QUANT_SIZES[qtype]
                 p = pack(np.zeros((1, size), np.uint8), qtype)
+                x, y = np.zeros((1, block), np.float32), np.empty((1, LANES), np.float32)
                 t0 = time.perf_counter()
-                qmatvec(p, np.zeros(block, np.float32))
+                for k in (kernel, SERIAL[kernel]):  # (which one a call takes: its threads)
+                    with _lock:
+                        k(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x, y)
                 _warmed[kernel] = time.perf_counter() - t0
         took[qtype.name] = _warmed[kernel]
+        _warm_types.add(qtype)
+    if took and "one-row steps" not in _warmed:
+        _warm_one_row()
     return took
+
+
+def _warm_one_row() -> None:
+    """Load the one-row steps (engine/computing/onerow.py: compiled at import, or loaded from
+    numba's cache) and call each once; the forward pass takes them from then on (ONE_ROW)."""
+    global ONE_ROW
+    with _warm_lock:
+        if "one-row steps" not in _warmed:
+            t0 = time.perf_counter()
+            from attnviz.engine.computing import onerow
+            onerow.warm()
+            _warmed["one-row steps"] = time.perf_counter() - t0
+            ONE_ROW = onerow
 
 
 def warm_in_background(qtypes) -> threading.Thread | None:
