@@ -246,13 +246,18 @@ if numba:
 # order, so the same bits (tests/engine/test_qmatvec.py).
 if numba:
     @njit(cache=True, nogil=True)
+    def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
+        xs = np.zeros((x.shape[0], n_sub), np.float32)
+        for i in range(x.shape[0]):
+            for s in range(n_sub):
+                for j in range(S):
+                    xs[i, s] += x[i, s * S + j]
+        return xs
+
+    @njit(cache=True, nogil=True)
     def _s_nib(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         acc = np.empty(m * LANES, np.float32)
         t = np.empty(LANES, np.float32)
         for g in range(n_groups):
@@ -269,11 +274,7 @@ if numba:
     @njit(cache=True, nogil=True)
     def _s_nib8(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         acc = np.empty(m * LANES, np.float32)
         t = np.empty(LANES, np.float32)
         for g in range(n_groups):
@@ -290,11 +291,7 @@ if numba:
     @njit(cache=True, nogil=True)
     def _s_b32(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         acc = np.empty(m * LANES, np.float32)
         t = np.empty(LANES, np.float32)
         for g in range(n_groups):
@@ -311,11 +308,7 @@ if numba:
     @njit(cache=True, nogil=True)
     def _s_b16(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(16):
-                    xs[i, s] += x[i, s * 16 + j]
+        xs = _sums(x, n_sub, 16)
         acc = np.empty(m * LANES, np.float32)
         t = np.empty(LANES, np.float32)
         for g in range(n_groups):
