@@ -4,11 +4,11 @@ path, each timed in turns with what it replaced, in one process (not a test).
 - keystroke (one new row after T - 1 cached tokens, every layer's patterns, one kernel thread as
   the window gives a small matrix) at T = 24, and a step row at T = 512 (a generation step's
   trace: its own cache, no dense patterns; its last token replaced each time, so each layer's K
-  and V are copied once as a keystroke's are): the compiled one-row steps (engine/computing/onerow.py: norm, RoPE,
-  attention over the cache, SwiGLU's gate) against the NumPy steps, and the kernels' serial twins
-  against their parallel form on one thread (qmatvec.SERIAL).
+  and V are copied once as a keystroke's are): the compiled one-row steps
+  (engine/computing/onerow.py: norm, RoPE, attention over the cache) against the NumPy steps,
+  and the kernels' serial twins against their parallel form on one thread (qmatvec.SERIAL).
 - split: the kernels' own time inside the keystroke (each kernel call timed) and the rest (norms,
-  RoPE, attention, the gate, the trace's points, Python), for both steps.
+  RoPE, attention, the MLP's gate, the trace's points, Python), for both steps.
 
     python -m benchmarks.onerow [--repeat 40]
 
@@ -131,7 +131,8 @@ def main() -> None:
                    runs=out[WAYS[0]]["kernels"],
                    note="the kernel calls' own time (117 a keystroke; 120 a step); median"),
             figure(f"{what} T = {T}: everything else, one-row steps", rest[WAYS[0]], "ms",
-                   note="norms, RoPE, attention, the gate, the trace's points, Python; median"),
+                   note="norms, RoPE, attention, the MLP's gate, the trace's points, Python; "
+                        "median"),
             figure(f"{what} T = {T}: everything else, NumPy steps", rest[WAYS[1]], "ms",
                    note=f"the same with the NumPy steps; median; load average {load:.1f}"),
         ]

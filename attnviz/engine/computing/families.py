@@ -78,8 +78,6 @@ class Consts:
     # caller: dense_attention, segment_attention (segments), longdoc.block_attention (row blocks)
     attention: Callable = dense_attention
     rotate: Callable = rope_qk  # (q, k, cos, sin) -> q, k rotated by position (rotate-half)
-    # (gate, up) -> act(gate) * up in one pass (a one-row run's, onerow.silu_gate); None: act, then *
-    glu: Callable | None = None
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -366,11 +364,8 @@ def _mlp(x, layer: Layer, c: Consts):  # [n, d_model] -> [n, d_model]
     if c.gated_mlp:
         d_ff = hidden.shape[-1] // 2
         gate, up = hidden[:, :d_ff], hidden[:, d_ff:]  # [n, d_ff] each
-        if c.glu is not None:
-            hidden = c.glu(gate, up)  # [n, d_ff] SwiGLU, one pass
-        else:
-            hidden = c.act(gate)
-            hidden *= up  # [n, d_ff] SwiGLU
+        hidden = c.act(gate)
+        hidden *= up  # [n, d_ff] SwiGLU
     else:
         hidden = c.act(hidden)  # [n, d_ff]
     return linear(hidden, layer.w_out, layer.b_out, packed(layer, "w_out"))  # [n, d_model]

@@ -8,12 +8,12 @@ layer's time beside its products.
     dense_attention(q, k, v, c, cache)  one query row of every head over all T keys (grouped-query:
                                     head h reads KV head h // n_group): scores, the trace's edits,
                                     softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head]
-    silu_gate(gate, up)             [1, d_ff] x2 -> silu(gate) * up
 
 Each computes what the NumPy step (layers.py) computes, in the same order of float32 operations
 except the sums (a norm's mean square, a score's dot product), which are summed in another order:
-equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called as
-families.dense_attention calls them.
+equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called
+as families.dense_attention calls them. SwiGLU's gate stays NumPy's: NumPy's exp runs on vector
+lanes, numba's on one float at a time.
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
 from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
@@ -27,7 +27,6 @@ from dataclasses import replace
 import numpy as np
 from numba import njit, types
 
-from attnviz.engine.computing import layers
 from attnviz.engine.computing.trace import NOTHING
 
 _F = types.float32
@@ -147,15 +146,6 @@ def _weighted_values(pattern, v, whole, n_group, z):
         _weighted_of(pattern, v, n_group, z)
 
 
-@njit(types.void(_R2, _R2, _W2), **_JIT)
-def _silu_gate(gate, up, out):  # [n, d_ff] x2 -> out [n, d_ff]: gate / (1 + exp(-gate)) * up
-    n, d = gate.shape
-    for i in range(n):
-        for j in range(d):
-            g = gate[i, j]
-            out[i, j] = g / (np.float32(np.exp(-g)) + np.float32(1.0)) * up[i, j]
-
-
 _NO_BIAS = np.zeros((0, 0), np.float32)
 
 
@@ -202,15 +192,9 @@ def _whole(a):
 _NO_WHOLE = np.zeros((0, 0, 0), np.float32)
 
 
-def silu_gate(gate, up):  # [n, d_ff] x2 -> [n, d_ff]: silu(gate) * up (SwiGLU), one pass
-    out = np.empty(gate.shape, np.float32)
-    _silu_gate(gate, up, out)
-    return out
-
-
 def fused(c, eps: float, rms: bool):
-    """Consts c of a one-row run -> the same with these steps: attention, RoPE, and the norm (`rms`:
-    the family's is RMSNorm, of epsilon `eps`) and the MLP's gate (SwiGLU) where it has them."""
+    """Consts c of a one-row run -> the same with these steps: attention, RoPE, and the norm where
+    the family's is RMSNorm (`rms`, of epsilon `eps`)."""
     changes = {"attention": dense_attention, "rotate": rotate}
     if rms:
         def norm(x, gain_bias):  # [1, d] -> [1, d]; a head's q and k norm [h, n, d] stay NumPy's
@@ -218,8 +202,6 @@ def fused(c, eps: float, rms: bool):
                 return rms_norm(x, gain_bias[0], eps)
             return c.norm(x, gain_bias)
         changes["norm"] = norm
-    if c.gated_mlp and c.act is layers.silu:
-        changes["glu"] = silu_gate
     return replace(c, **changes)
 
 
@@ -229,7 +211,6 @@ def warm() -> None:
     q, k = np.ones((2, 1, 4), np.float32), np.ones((1, 2, 4), np.float32)
     rms_norm(x, x[0], 1e-6)
     rotate(q, k[:, :1], x, x)
-    silu_gate(x, x)
 
     class Cst:
         bias, scale, n_group = None, 0.5, 2

@@ -241,9 +241,9 @@ if numba:
                     y[i, g * LANES + lane] = acc[i * LANES + lane]
 
 
-# The same four bodies on one thread (range, not prange): a call on one thread skips the parallel
-# region's start, the cost of a SmolLM2 matrix-vector product's fifth; the same sums in the same
-# order, so the same bits (tests/engine/test_qmatvec.py).
+# The same four bodies on one thread (range, not prange): a call capped at one thread (the window's,
+# for a small matrix) starts no parallel region; the same sums in the same order, so the same bits
+# (tests/engine/test_onerow.py).
 if numba:
     @njit(cache=True, nogil=True)
     def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
