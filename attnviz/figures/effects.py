@@ -19,6 +19,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
 from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
@@ -46,7 +47,7 @@ class EffectsView:
 
     def title(self) -> str:
         a = self.analysis
-        where = f"after {self.labels[a.position]!r} (token {a.position})"
+        where = f"after {quoted(self.labels[a.position])} (token {a.position})"
         name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[self.kind]
         return f"{name} {where}, {self.model}"
 

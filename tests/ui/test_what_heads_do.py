@@ -85,11 +85,12 @@ def test_the_prediction_shows_the_engines_top_tokens_at_the_query(smol, qtbot, s
 def test_the_lens_grid_asked_for_before_a_keystrokes_run_is_in_is_the_new_texts(smol, qtbot):
     """A click on "Full layer × position grid" right after a keystroke, while the new text's run is
     still on its way, shows the grid of the new text: one column per new token, and it stays (a
-    grid of the text before would be cleared when the new run arrives, and the click lost)."""
+    grid of the text before would be cleared when the new run arrives, and the click lost). The
+    header names the query token as the window labels it (quotes, no repr escapes)."""
     w = smol
     panel = _shown(w)
     _analysed(qtbot, w)
-    new = NAMES + " and then"
+    new = NAMES + " and Plumbrook's"
     w.set_text(new)
     assert w.state.result.text == NAMES  # (the new text's run is not in: no event has been processed)
     panel.grid_button.click()
@@ -103,6 +104,10 @@ def test_the_lens_grid_asked_for_before_a_keystrokes_run_is_in_is_the_new_texts(
     w.worker.wait_idle()
     assert grid_of_the_new_text()
     assert panel.grid_table.rowCount() == w.state.model.config.n_layer
+    q = w.state.result.labels.index("'s")
+    w.state.toggle_query(q)
+    qtbot.waitUntil(lambda: f"(token {q})" in panel.header.text(), timeout=WAIT)
+    assert panel.header.text().startswith(f"Next token after &#x27;&#x27;s&#x27; (token {q})")
 
 
 def test_dla_hover_gives_each_heads_number_and_a_click_focuses_it(smol, qtbot):
