@@ -155,8 +155,8 @@ class EffectsJobs(QObject):
         of that run once it arrives (_on_run)."""
         st, eff = self.state, self.state.effects
         run = eff.run_of(st.result)
-        if st.model is None or (st.result is None and not st.text.strip()):  # (no run will come)
-            return
+        if st.model is None or st.result is None and (not st.text.strip() or st.long.run is not None):
+            return  # (no run of these views will come: no text, or a long text's run)
         if run is None or not self._is_current(run):
             self._grid_wanted = True
             return
