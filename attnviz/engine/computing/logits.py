@@ -25,7 +25,7 @@ import numpy as np
 
 from attnviz.engine.errors import Cancelled, ModelLoadError, NoPrediction
 from attnviz.engine.computing.families import FAMILY
-from attnviz.engine.computing.layers import _qmatvec, layer_norm, rms_norm
+from attnviz.engine.computing.layers import layer_norm, rms_norm
 from attnviz.engine.reading.gguf_tensors import QuantRows
 
 
@@ -210,8 +210,8 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
         blocks = []
         for xn, out in zip(xns, outs):
             rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
-            if rows.shape[0] and _qmatvec().takes(head.packed, rows.shape[0]):
-                out[...] = _qmatvec().qlinear(rows, head.packed).reshape(out.shape)
+            if rows.shape[0] and _kernels().takes(head.packed, rows.shape[0]):
+                out[...] = _kernels().qlinear(rows, head.packed).reshape(out.shape)
             else:
                 blocks.append((xn, out))
         if not blocks:
@@ -230,3 +230,7 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
             out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
     return outs
 
+
+def _kernels():  # qmatvec, imported where a head is packed (numba is loaded then)
+    from attnviz.engine.computing import qmatvec
+    return qmatvec
