@@ -106,6 +106,7 @@ def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap, monkeypatch
     raw.reshape(100, -1, 20)[:, :, :4] = (rng.standard_normal((100, 8, 2)) * 0.01).astype(np.float16).view(np.uint8)
     p = pack(raw, Q.Q4_1)
     x = rng.standard_normal((2, 256)).astype(np.float32)
+    qm.warm([Q.Q4_1])  # the kernel and its serial twin
     serial = []  # the one-thread calls: the kernels' serial twins, no parallel region started
     monkeypatch.setattr(qm, "SERIAL", {k: (lambda f: lambda *a: (serial.append(f), f(*a)))(f)
                                        for k, f in qm.SERIAL.items()})

@@ -199,3 +199,19 @@ def test_keystrokes_on_the_one_row_steps_equal_the_numpy_steps(name, packed_mode
         np.testing.assert_allclose(ta.z[i], tb.z[i], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ta.resid[-1], tb.resid[-1], rtol=1e-4, atol=1e-4)
     model.clear_cache()
+
+
+def test_a_run_waits_for_its_kernels_only(monkeypatch):
+    """A run that finds its kernels cold (takes_layer) warms them without their serial twins or the
+    one-row steps (compiled at a first start without numba's cache: seconds), and goes on with the
+    parallel kernel capped at one thread and the NumPy steps until those are warm."""
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_warm_types", set())
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    rows = gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0)
+    pl = qpack.PackedLayer(qpack.pack_parts([(Q.Q8_0, rows, 0)]), None, None, None)
+    assert qm.takes_layer(pl, 1, expanded=False)
+    assert qm._kernel_for(Q.Q8_0) in qm._warmed and not qm._serial_ready and qm.ONE_ROW is None
+    qm.warm([Q.Q8_0])
+    assert qm._serial_ready == {qm._kernel_for(Q.Q8_0)} and qm.ONE_ROW is not None

@@ -160,14 +160,19 @@ if numba:
 # offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 [G, n_sub, 16] (offset of size 0:
 # none), x float32 [m, n_in], y float32 [m, G 16]).
 if numba:
+    @njit(cache=True, nogil=True)
+    def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
+        xs = np.zeros((x.shape[0], n_sub), np.float32)
+        for i in range(x.shape[0]):
+            for s in range(n_sub):
+                for j in range(S):
+                    xs[i, s] += x[i, s * S + j]
+        return xs
+
     @njit(parallel=True, cache=True, nogil=True)
     def _k_nib(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -183,11 +188,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_nib8(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -203,11 +204,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_b32(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -223,11 +220,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_b16(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(16):
-                    xs[i, s] += x[i, s * 16 + j]
+        xs = _sums(x, n_sub, 16)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -245,15 +238,6 @@ if numba:
 # for a small matrix) starts no parallel region; the same sums in the same order, so the same bits
 # (tests/engine/test_onerow.py).
 if numba:
-    @njit(cache=True, nogil=True)
-    def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
-        xs = np.zeros((x.shape[0], n_sub), np.float32)
-        for i in range(x.shape[0]):
-            for s in range(n_sub):
-                for j in range(S):
-                    xs[i, s] += x[i, s * S + j]
-        return xs
-
     @njit(cache=True, nogil=True)
     def _s_nib(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
@@ -356,7 +340,7 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
         if n_rows >= ROWS_UNEXPANDED:
             return False
         if not pl.qtypes <= _warm_types:
-            warm(pl.qtypes)
+            warm(pl.qtypes, extras=False)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -406,7 +390,7 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     threads = min(kernel_threads(p.n_out * p.n_in), numba.config.NUMBA_NUM_THREADS)
     kernel = _kernel_of(p)
     with _lock:
-        if threads == 1:
+        if threads == 1 and kernel in _serial_ready:
             kernel = SERIAL[kernel]
         elif getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
             numba.set_num_threads(threads)
@@ -433,41 +417,51 @@ def _hold_at_exit() -> None:
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
 _warm_types: set = set()  # the block types whose kernel is warm
+_serial_ready: set = set()  # the kernels whose serial twin is warm (warm(extras=True))
+_extras_lock = threading.Lock()
 
 
-def warm(qtypes=KERNELS) -> dict:
+def warm(qtypes=KERNELS, extras: bool = True) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
-    {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing."""
+    {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
+    then their serial twins and the one-row steps too (under a lock of their own: a run that waits
+    for its kernels never waits for these; until they are warm it goes without them)."""
     took = {}
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
         kernel = _kernel_for(qtype)
-        if kernel in _warmed:  # (asked once a layer a run: no lock once warm)
-            took[qtype.name] = _warmed[kernel]
-            continue
-        with _warm_lock:
-            if kernel not in _warmed:
-                block, size = GGML_QUANT_SIZES[qtype]
-                p = pack(np.zeros((1, size), np.uint8), qtype)
-                x, y = np.zeros((1, block), np.float32), np.empty((1, LANES), np.float32)
-                t0 = time.perf_counter()
-                for k in (kernel, SERIAL[kernel]):  # (which one a call takes: its threads)
-                    with _lock:
-                        k(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x, y)
-                _warmed[kernel] = time.perf_counter() - t0
+        if kernel not in _warmed:  # (asked once a layer a run: no lock once warm)
+            with _warm_lock:
+                if kernel not in _warmed:
+                    t0 = time.perf_counter()
+                    _call_once(kernel, qtype)
+                    _warmed[kernel] = time.perf_counter() - t0
         took[qtype.name] = _warmed[kernel]
         _warm_types.add(qtype)
-    if took and "one-row steps" not in _warmed:
+        if extras and kernel not in _serial_ready:
+            with _extras_lock:
+                if kernel not in _serial_ready:
+                    _call_once(SERIAL[kernel], qtype)
+                    _serial_ready.add(kernel)
+    if took and extras and "one-row steps" not in _warmed:
         _warm_one_row()
     return took
+
+
+def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: compiled or loaded
+    block, size = GGML_QUANT_SIZES[qtype]
+    p = pack(np.zeros((1, size), np.uint8), qtype)
+    x, y = np.zeros((1, block), np.float32), np.empty((1, LANES), np.float32)
+    with _lock:
+        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x, y)
 
 
 def _warm_one_row() -> None:
     """Load the one-row steps (engine/computing/onerow.py: compiled at import, or loaded from
     numba's cache) and call each once; the forward pass takes them from then on (ONE_ROW)."""
     global ONE_ROW
-    with _warm_lock:
+    with _extras_lock:
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
