@@ -105,17 +105,23 @@ def _scores(q, k, whole, bias, scale, n_group, out):
 
 
 @njit(types.void(_W3), **_JIT)
-def _softmax(s):  # [n_head, 1, T] in place: exp(s - max) / sum, over T
+def _minus_max(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
     n_head, _, T = s.shape
     for h in range(n_head):
         top = s[h, 0, 0]
         for t in range(1, T):
             top = max(top, s[h, 0, t])
+        for t in range(T):
+            s[h, 0, t] -= top
+
+
+@njit(types.void(_W3), **_JIT)
+def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softmax's last step)
+    n_head, _, T = s.shape
+    for h in range(n_head):
         total = np.float32(0.0)
         for t in range(T):
-            e = np.float32(np.exp(s[h, 0, t] - top))
-            s[h, 0, t] = e
-            total += e
+            total += s[h, 0, t]
         for t in range(T):
             s[h, 0, t] /= total
 
@@ -172,7 +178,9 @@ def dense_attention(q, k, v, c, cache=NOTHING):
     _scores(q, k, _whole(k), _NO_BIAS if c.bias is None else c.bias, np.float32(c.scale),
             c.n_group, s)
     s = cache.scores(s)  # knockouts
-    _softmax(s)
+    _minus_max(s)  # softmax, its exp NumPy's (on vector lanes; numba's takes one float at a time)
+    np.exp(s, out=s)
+    _over_sum(s)
     cache.pattern(s)  # recorded (and patched); the run may stop here
     z = np.empty((n_head, 1, v.shape[-1]), np.float32)
     _weighted_values(s, v, _whole(v), c.n_group, z)
