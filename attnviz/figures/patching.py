@@ -17,6 +17,8 @@ Cells not measured (NaN) are grey.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,10 +268,11 @@ def number_bytes(view: PatchView, fmt: str) -> bytes:
         return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == "csv":
         vals = view.values
-        lines = [",".join(["row", *(f'"{s}"' for s in view.col_labels())])]
-        lines += [",".join([f'"{lab}"', *(repr(float(v)) for v in vals[r])])
-                  for r, lab in enumerate(view.row_labels())]
-        return ("\n".join(lines) + "\n").encode("utf-8")
+        buf = io.StringIO()  # csv quotes a label holding a quote or a comma
+        out = csv.writer(buf, lineterminator="\n")
+        out.writerow(["row", *view.col_labels()])
+        out.writerows([lab, *(repr(float(v)) for v in vals[r])] for r, lab in enumerate(view.row_labels()))
+        return buf.getvalue().encode("utf-8")
     raise ExportError(f"the Patching view exports as .png, .svg, .json or .csv, not .{fmt}")
 
 

@@ -101,3 +101,18 @@ def test_the_anatomy_hover_names_the_tokens_as_labelled(qapp, gpt2):
     text = anatomy.readout(view, lay, x.rect.left() + x.rect.width() * (j + 0.5) / x.data.shape[1],
                            x.rect.top() + x.rect.height() * (i + 0.5) / x.data.shape[0])
     assert f"token 6 '{SHOWN}', col 0" in text
+
+
+def test_the_patching_csv_reads_back_every_label_and_number(gpt2):
+    """A label holding a quote or a comma is one cell of the CSV, read back as the window shows it."""
+    import csv
+    import io
+
+    res = patch(gpt2, np.array(IDS), np.array(CORRUPT), "mlp_out")
+    labels = labels_with(len(IDS), p7='\u00b7"\\', p8="a,b", p9=BYTES, p10=SHOWN)
+    view = patching.patch_view(res, gpt2.name, list(map(str, IDS)), list(map(str, CORRUPT)), BYTES, SHOWN,
+                               kv_group=gpt2.kv_group, labels=(labels, labels))
+    rows = list(csv.reader(io.StringIO(patching.number_bytes(view, "csv").decode("utf-8"))))
+    assert rows[0] == ["row", *labels]
+    assert [r[0] for r in rows[1:]] == view.row_labels()
+    np.testing.assert_array_equal(np.array([[float(v) for v in r[1:]] for r in rows[1:]]), view.values)
