@@ -41,10 +41,9 @@ def test_a_serial_twin_gives_its_parallel_kernels_bits(qtype, m, onerow):
     p = qpack.pack(raw, qtype)
     x = rng.standard_normal((m, 2 * block)).astype(np.float32)
     kernel = qm._kernel_of(p)
-    offset = qm._NO_OFFSET if p.offset is None else p.offset
     y, y1 = (np.empty((m, p.q.shape[0] * qpack.LANES), np.float32) for _ in range(2))
-    kernel(p.q, p.scale, offset, x, y)
-    qm.SERIAL[kernel](p.q, p.scale, offset, x, y1)
+    kernel(*p.args, x, y)
+    qm.SERIAL[kernel](*p.args, x, y1)
     assert np.isfinite(y).all() and np.abs(y).max() > 0
     np.testing.assert_array_equal(y1, y)
 
@@ -212,6 +211,6 @@ def test_a_run_waits_for_its_kernels_only(monkeypatch):
     rows = gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0)
     pl = qpack.PackedLayer(qpack.pack_parts([(Q.Q8_0, rows, 0)]), None, None, None)
     assert qm.takes_layer(pl, 1, expanded=False)
-    assert qm._kernel_for(Q.Q8_0) in qm._warmed and not qm._serial_ready and qm.ONE_ROW is None
+    assert qm._key(Q.Q8_0) in qm._warmed and not qm._serial_ready and qm.ONE_ROW is None
     qm.warm([Q.Q8_0])
-    assert qm._serial_ready == {qm._kernel_for(Q.Q8_0)} and qm.ONE_ROW is not None
+    assert qm._serial_ready == {qm._key(Q.Q8_0)} and qm.ONE_ROW is not None

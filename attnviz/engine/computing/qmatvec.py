@@ -36,7 +36,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.parallel import kernel_threads
-from attnviz.engine.reading.qpack import LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
+from attnviz.engine.reading.qpack import HALF, LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
 # numba's coloured error text (colorama's init/deinit) reassigns sys.stderr from whichever thread
@@ -63,7 +63,7 @@ ROWS_UNEXPANDED = 256
 
 if numba:
     _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-    _V8, _V32, _VF = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32))
+    _V8, _V32, _VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
 
     def _splat(builder, value):  # float -> <16 x float>, every lane value
         undef = ir.Constant(_VF, ir.Undefined)
@@ -129,7 +129,8 @@ if numba:
 
     @intrinsic
     def _scale_add(typingctx, acc, ao, sc, so, t, off, c):
-        """acc[ao:ao+16] += sc[so:so+16] t[0:16] + off[so:so+16] c (off of size 0: no offset)."""
+        """acc[ao:ao+16] += sc[so:so+16] t[0:16] + off[so:so+16] c (off of size 0: no offset);
+        sc, off float32, or uint16 holding float16 bits (widened to float32: exact)."""
         sig = types.void(acc, ao, sc, so, t, off, c)
 
         def codegen(context, builder, signature, args):
@@ -138,15 +139,19 @@ if numba:
 
             def vec(ty, arr, offset):
                 return builder.bitcast(_at(context, builder, ty, arr, offset), _VF.as_pointer())
+
+            def scales(ty, arr):  # <16 x float> from float32 or float16 bits
+                if ty.dtype != types.uint16:
+                    return builder.load(vec(ty, arr, so_), align=4)
+                p = builder.bitcast(_at(context, builder, ty, arr, so_), _VH.as_pointer())
+                return builder.fpext(builder.load(p, align=2), _VF)
             ap = vec(at, aa, ao_)
-            r = _fma(builder, builder.load(vec(st, sa, so_), align=4),
-                     builder.load(vec(tt, ta, ir.Constant(_I64, 0)), align=4),
+            r = _fma(builder, scales(st, sa), builder.load(vec(tt, ta, ir.Constant(_I64, 0)), align=4),
                      builder.load(ap, align=4))
             off = context.make_array(ot)(context, builder, oa)
             with builder.if_else(builder.icmp_unsigned("!=", off.nitems, ir.Constant(_I64, 0))) as (has, none):
                 with has:
-                    builder.store(_fma(builder, builder.load(vec(ot, oa, so_), align=4),
-                                       _splat(builder, c_), r), ap, align=4)
+                    builder.store(_fma(builder, scales(ot, oa), _splat(builder, c_), r), ap, align=4)
                 with none:
                     builder.store(r, ap, align=4)
             return context.get_dummy_value()
@@ -157,8 +162,8 @@ if numba:
 # xs[i, s] = the sum of x[i] over sub-block s; for every group g of 16 rows (in parallel), every
 # sub-block s and row i of x: t = dot(q[g, s], x[i, s]) (16 lanes), acc[i] += scale[g, s] t +
 # offset[g, s] xs[i, s]; then y[i, g] = acc[i]. q, scale, offset, x, y: C-contiguous, read by flat
-# offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 [G, n_sub, 16] (offset of size 0:
-# none), x float32 [m, n_in], y float32 [m, G 16]).
+# offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 or float16 bits [G, n_sub, 16] (offset
+# of size 0: none; Packed.args), x float32 [m, n_in], y float32 [m, G 16]).
 if numba:
     @njit(cache=True, nogil=True)
     def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
@@ -309,7 +314,6 @@ if numba:
     SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
 
 KERNELS = PACKED
-_NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
 # the thread count this thread last gave numba (asking numba costs more than a kernel's setup)
 _set = threading.local()
@@ -324,7 +328,7 @@ def takes(pm: PackedMatrix, n_rows: int) -> bool:
     (a kernel still compiling is never waited for on a keystroke), and fewer rows than every
     part's type's crossover (ROWS)."""
     return (ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
-            and all(_kernel_for(p.qtype) in _warmed for _, p in pm.parts))
+            and all(_key(p.qtype) in _warmed for _, p in pm.parts))
 
 
 def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
@@ -372,6 +376,10 @@ def _kernel_for(qtype):  # the kernel pack(.., qtype)'s matrices run on
     return _k_b16 if qtype == Q.Q6_K else _k_b32
 
 
+def _key(qtype):  # a kernel compiled for qtype's scales: float16 bits (HALF) or float32
+    return _kernel_for(qtype), qtype in HALF
+
+
 def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """y [m, n_out] = x [m, n_in] @ Wᵀ, W the packed matrix (a vector x gives a vector).
     `out`: a C-contiguous float32 [m, n_out] to write y into."""
@@ -390,12 +398,12 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     threads = min(kernel_threads(p.n_out * p.n_in), numba.config.NUMBA_NUM_THREADS)
     kernel = _kernel_of(p)
     with _lock:
-        if threads == 1 and kernel in _serial_ready:
+        if threads == 1 and (kernel, p.qtype in HALF) in _serial_ready:
             kernel = SERIAL[kernel]
         elif getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
             numba.set_num_threads(threads)
             _set.threads = threads
-        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
+        kernel(*p.args, x2, y)
     if padded:
         y = y[:, :p.n_out]
     if out is not None and not direct:
@@ -415,9 +423,9 @@ def _hold_at_exit() -> None:
 
 
 atexit.register(_hold_at_exit)
-_warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
+_warmed: dict = {}  # _key -> seconds its first call took (compile, or load from numba's cache)
 _warm_types: set = set()  # the block types whose kernel is warm
-_serial_ready: set = set()  # the kernels whose serial twin is warm (warm(extras=True))
+_serial_ready: set = set()  # the _keys whose serial twin is warm (warm(extras=True))
 _extras_lock = threading.Lock()
 
 
@@ -430,20 +438,20 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
-        kernel = _kernel_for(qtype)
-        if kernel not in _warmed:  # (asked once a layer a run: no lock once warm)
+        kernel, key = _kernel_for(qtype), _key(qtype)
+        if key not in _warmed:  # (asked once a layer a run: no lock once warm)
             with _warm_lock:
-                if kernel not in _warmed:
+                if key not in _warmed:
                     t0 = time.perf_counter()
                     _call_once(kernel, qtype)
-                    _warmed[kernel] = time.perf_counter() - t0
-        took[qtype.name] = _warmed[kernel]
+                    _warmed[key] = time.perf_counter() - t0
+        took[qtype.name] = _warmed[key]
         _warm_types.add(qtype)
-        if extras and kernel not in _serial_ready:
+        if extras and key not in _serial_ready:
             with _extras_lock:
-                if kernel not in _serial_ready:
+                if key not in _serial_ready:
                     _call_once(SERIAL[kernel], qtype)
-                    _serial_ready.add(kernel)
+                    _serial_ready.add(key)
     if took and extras and "one-row steps" not in _warmed:
         _warm_one_row()
     return took
@@ -451,10 +459,9 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
 
 def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: compiled or loaded
     block, size = GGML_QUANT_SIZES[qtype]
-    p = pack(np.zeros((1, size), np.uint8), qtype)
     x, y = np.zeros((1, block), np.float32), np.empty((1, LANES), np.float32)
     with _lock:
-        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x, y)
+        kernel(*pack(np.zeros((1, size), np.uint8), qtype).args, x, y)
 
 
 def _warm_one_row() -> None:

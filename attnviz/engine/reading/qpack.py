@@ -3,7 +3,7 @@ the same integers and scales, regrouped so one vector instruction decodes one in
 16 output rows.
 
 Every supported type reads as w = scale_s q + offset_s per sub-block s of S inputs (S = 32, or 16
-for Q6_K), with q a small integer and scale, offset float32 computed as gguf.quants computes them:
+for Q6_K), with q a small integer and scale, offset computed as gguf.quants computes them:
 
 - nibbles (4 bits a weight): Q4_0 (q - 8 signed, offset 0), Q4_1 (d, m), Q4_K (d sc, -dmin mn).
   Byte j of a sub-block holds input j in its low and input j + 16 in its high nibble.
@@ -13,7 +13,9 @@ for Q6_K), with q a small integer and scale, offset float32 computed as gguf.qua
 Layout (`Packed`), G = ceil(n_out / 16) groups of 16 output rows (the last padded with zeros):
 - q uint8 [G, n_sub, B, 16]: B bytes a sub-block (16 nibble pairs or S bytes), row l of the group
   last, so 16 rows' bytes for one input are contiguous.
-- scale, offset float32 [G, n_sub, 16] (offset None where every offset is 0).
+- scale, offset [G, n_sub, 16] (offset None where every offset is 0): float16 for the types whose
+  blocks hold them as such (HALF: the file's own values, half the bytes; the kernels widen them
+  exactly), float32 for the K-types (d sc and dmin mn are float32 products).
 
 No file access: arrays in, arrays out.
 """
@@ -36,6 +38,7 @@ LANES = 16  # output rows a group holds: one 512-bit vector of float32 (two 256-
 NIBBLES = (Q.Q4_0, Q.Q4_1, Q.Q4_K)
 BYTES = (Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q5_K, Q.Q6_K)
 PACKED = NIBBLES + BYTES
+HALF = (Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1)  # scale and offset are the block's float16 d, m
 
 
 @dataclass(frozen=True)
@@ -48,16 +51,30 @@ class Packed:
     nibbles: bool  # two weights a byte (else one int8 a byte)
     signed: bool  # nibbles: q - 8 (Q4_0)
     q: np.ndarray  # uint8 [G, n_sub, B, 16]
-    scale: np.ndarray  # float32 [G, n_sub, 16]
-    offset: np.ndarray | None  # float32 [G, n_sub, 16], None: all 0
+    scale: np.ndarray  # float16 (HALF) or float32 [G, n_sub, 16]
+    offset: np.ndarray | None  # as scale, None: all 0
 
     @property
     def nbytes(self) -> int:
         return self.q.nbytes + self.scale.nbytes + (0 if self.offset is None else self.offset.nbytes)
 
+    @cached_property
+    def args(self) -> tuple:
+        """(q, scale, offset) as the kernels take them: float16 as its uint16 bits (numba has no
+        float16 on the CPU; the kernels widen them), no offset as an empty array of scale's type."""
+        scale = self.scale
+        offset = np.zeros((0, 0, LANES), scale.dtype) if self.offset is None else self.offset
+        if scale.dtype == np.float16:
+            scale, offset = scale.view(np.uint16), offset.view(np.uint16)
+        return self.q, scale, offset
 
-def _f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] -> float32 [...]
-    return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(np.float32)
+
+def _f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] -> float16 [...]
+    return np.ascontiguousarray(b).view(np.float16)[..., 0]
+
+
+def _f32(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (float16) -> float32 [...]
+    return _f16(b).astype(np.float32)
 
 
 def _nibble_pairs(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # uint8 [...] -> low, high
@@ -71,7 +88,7 @@ def _fifth_bits(qh: np.ndarray, n: int) -> np.ndarray:  # uint8 [..., 4] (uint32
 
 def _decode(blocks: np.ndarray, qtype: Q):
     """uint8 [n_out, n_blk, size] -> q [n_out, n_sub, S] (uint8 0..15 for nibbles, else int8),
-    scale, offset float32 [n_out, n_sub] (offset None: 0)."""
+    scale, offset [n_out, n_sub] (float16 for HALF, else float32; offset None: 0)."""
     n, nb = blocks.shape[:2]
     if qtype in (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
         d = _f16(blocks[..., 0:2])
@@ -86,7 +103,7 @@ def _decode(blocks: np.ndarray, qtype: Q):
     if qtype == Q.Q8_0:
         return blocks[..., 2:34].view(np.int8), _f16(blocks[..., 0:2]), None
     if qtype in (Q.Q4_K, Q.Q5_K):
-        d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
+        d, dmin = _f32(blocks[..., 0:2]), _f32(blocks[..., 2:4])
         sc, mn = _Q4K.get_scale_min(np.ascontiguousarray(blocks[..., 4:16]).reshape(-1, 12))
         scale = d[..., None] * sc.reshape(n, nb, 8).astype(np.float32)  # [n, nb, 8]
         offset = -(dmin[..., None] * mn.reshape(n, nb, 8).astype(np.float32))
@@ -100,7 +117,7 @@ def _decode(blocks: np.ndarray, qtype: Q):
         return q.reshape(n, nb * 8, 32), scale.reshape(n, -1), offset.reshape(n, -1)
     if qtype == Q.Q6_K:
         ql, qh = blocks[..., 0:128], blocks[..., 128:192]
-        d = _f16(blocks[..., 208:210])
+        d = _f32(blocks[..., 208:210])
         scale = d[..., None] * blocks[..., 192:208].view(np.int8).astype(np.float32)  # [n, nb, 16]
         lo = ql.reshape(n, nb, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 1, 2, 1)
         lo = (lo & 15).reshape(n, nb, 2, 4, 32)
@@ -148,9 +165,9 @@ def dequantized(p: Packed) -> np.ndarray:
     else:
         q = q.view(np.int8).astype(np.float32)
     rows = lambda a: np.moveaxis(a, -1, 1).reshape(-1, a.shape[1])[:p.n_out]  # noqa: E731
-    w = rows(p.scale)[..., None] * q
+    w = rows(p.scale).astype(np.float32)[..., None] * q
     if p.offset is not None:
-        w += rows(p.offset)[..., None]
+        w += rows(p.offset).astype(np.float32)[..., None]
     return w.reshape(p.n_out, p.n_in)
 
 
@@ -202,7 +219,7 @@ def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
         return 0
     rows = -(-n_out // LANES) * LANES
     sub = 16 if qtype == Q.Q6_K else 32
-    per_scale = 8 if qtype in (Q.Q4_1, Q.Q4_K, Q.Q5_1, Q.Q5_K) else 4  # scale (and offset) float32
+    per_scale = (2 if qtype in HALF else 4) * (2 if qtype in (Q.Q4_1, Q.Q4_K, Q.Q5_1, Q.Q5_K) else 1)
     return rows * (n_in // 2 if qtype in NIBBLES else n_in) + rows * (n_in // sub) * per_scale
 
 
