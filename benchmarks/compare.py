@@ -6,8 +6,9 @@ in the real window offscreen, both in one run on one machine.
 Per run the sentence is typed key by key twice into one window: first with model A alone (the
 reference: key -> the grid painted with that text's result), then with Compare open on B (key ->
 the Compare panel painted with that text's comparison: both runs, A | B | A - B and the JSD map;
-the next-token numbers, KL over the whole vocabulary, follow in a job of their own started as that
-comparison is in, which the next key stops at its next block). The next key
+the next-token numbers, KL over the whole vocabulary for the positions the key changed, follow in a
+job of their own started as that comparison is in, which the next key stops at its next block; key
+-> the strip painted with them is recorded for the keys whose numbers came before the next key). The next key
 follows 40 ms after a paint. Stall: the longest gap between ticks of a 1 ms precise timer on the
 main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass). Peak RSS: the process's peak resident set after
 the Compare pass, against A's alone (the resident set once A is loaded and the single pass is
@@ -76,8 +77,9 @@ class PaintWatch:
         widget.installEventFilter(self.filter)
 
 
-def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
-    """Type `sentence` into the empty box key by key: each key's seconds until `watch` saw its text."""
+def type_pass(app, w, sentence: str, watch: PaintWatch, also: PaintWatch | None = None) -> list[float]:
+    """Type `sentence` into the empty box key by key: each key's seconds until `watch` saw its text
+    (and, in also.latency, until `also` did, for the keys it saw before the next key)."""
     from PySide6.QtTest import QTest
 
     w.set_text("")
@@ -85,6 +87,9 @@ def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
     if w.state.model is not None:
         w.state.model.clear_cache()
     watch.seen.clear()
+    if also is not None:
+        also.seen.clear()
+        also.latency = []
     out = []
     w.text_box.setFocus()
     for ch in sentence:
@@ -95,6 +100,8 @@ def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
             raise RuntimeError(f"no paint of {text!r} within 60 s")
         out.append(watch.seen[text] - t0)
         _spin(app, 0.04)
+        if also is not None and text in also.seen:
+            also.latency.append(also.seen[text] - t0)
     return out
 
 
@@ -141,15 +148,21 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
         c = jobs.comparison
         return c.result.text if c is not None else None
     paired = PaintWatch(panel.tiles, compared_text)
+
+    def numbers_text():  # the strip painted with that text's next-token numbers (KL, flips)
+        c = jobs.comparison
+        return c.result.text if c is not None and c.doc is not None and c.doc["kld"] is not None else None
+    numbers = PaintWatch(panel.strip, numbers_text)
     timer, ticks = tick_timer()
-    lat_ab = type_pass(app, w, sentence, paired)
+    lat_ab = type_pass(app, w, sentence, paired, numbers)
     timer.stop()
     gaps = np.diff(ticks) if len(ticks) > 1 else np.array([0.0])
     out = {"single_p95": float(np.percentile(lat_a, 95)), "compare_p95": float(np.percentile(lat_ab, 95)),
            "single_p50": float(np.percentile(lat_a, 50)), "compare_p50": float(np.percentile(lat_ab, 50)),
            "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "stall_single_ms": stall_a, "open_s": open_s,
            "rss_a": rss_a, "peak_a": peak_a, "rss_open": rss_open, "b_layers": b_layers, "b_views": b_views, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
-           "keys": len(sentence)}
+           "keys": len(sentence), "kl_keys": len(numbers.latency),
+           "kl_p95": float(np.percentile(numbers.latency, 95)) if numbers.latency else float("nan")}
     import gc
     import weakref
 
@@ -160,7 +173,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     w.close()
     w.worker.wait_idle()
     w.deleteLater()  # the next run starts from A alone again: the window, A and B freed
-    w = st = jobs = panel = single = paired = None  # (the lambdas above share these names: emptied, not deleted)
+    w = st = jobs = panel = single = paired = numbers = None  # (the lambdas above share these names: emptied, not deleted)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # (processEvents leaves these)
     if not _spin(app, 30, until=lambda: gc.collect() >= 0 and all(m() is None for m in models)):
         raise RuntimeError("the closed window's models were not freed")
@@ -185,7 +198,8 @@ def main() -> None:
         runs.append(r)
         print(f"run {i + 1}: single p95 {r['single_p95'] * 1e3:.1f} ms, compare p95 {r['compare_p95'] * 1e3:.1f} ms "
               f"({r['compare_p95'] / r['single_p95']:.2f}x), stall {r['stall_ms']:.1f} ms "
-              f"(single {r['stall_single_ms']:.1f} ms), "
+              f"(single {r['stall_single_ms']:.1f} ms), KL painted for {r['kl_keys']}/{r['keys']} keys "
+              f"(p95 {r['kl_p95'] * 1e3:.1f} ms), "
               f"B opened in {r['open_s']:.2f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
               f"(A alone {r['rss_a'] / 2**20:.0f} MiB + B's layers {r['b_layers'] / 2**20:.0f} MiB; "
               f"B holds {r['b_views'] / 2**20:.0f} MiB packed)", flush=True)
@@ -209,6 +223,13 @@ def main() -> None:
                runs=[r["stall_single_ms"] for r in runs],
                note="the same timer during the single-model pass of the same run: what the machine and "
                     "the window give without Compare"),
+        figure("compare keystroke -> next-token numbers painted p95", runs[mid]["kl_p95"] * 1e3, "ms",
+               runs=[r["kl_p95"] * 1e3 for r in runs],
+               note="key -> the token strip painted with that text's KL bars and flip marks, over the keys "
+                    "whose numbers were painted before the next key; no goal"),
+        figure("keys whose next-token numbers were painted", float(np.median([r["kl_keys"] / r["keys"] for r in runs])),
+               "share", runs=[r["kl_keys"] / r["keys"] for r in runs],
+               note="before the next key (40 ms after the comparison's paint); the median run; no goal"),
         figure("peak RSS over A's peak alone + B's float32 layers", over_peak / 2**20, "MiB",
                goal=0.0,
                note="ru_maxrss after the first run's Compare pass minus ru_maxrss after its single-model "

@@ -252,6 +252,26 @@ def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, 
     return outs[0], outs[1]
 
 
+def kernel_logits(pair: Pair, ha: LMHead, hb: LMHead, xa, xb, stop=None):
+    """Both sides' logits [n, vocab] float32 of a few positions (a keystroke's new ones) from A's
+    unembedding packed for the quantised kernels, where A holds one (a window's model on its
+    blocks: Model.lm_head) and B reads the same table (pair_heads): one product on the blocks per
+    side instead of a pass that dequantizes the whole table; within the kernels' bound of
+    pair_logits' products. None where the kernels do not take them (pair_logits then)."""
+    from attnviz.engine.computing import qmatvec
+
+    a = pair.a.model
+    if not a.weights.packed_types or hb.w_u is not ha.w_u:  # (no head built where none would pack)
+        return None
+    packed = a.lm_head().packed
+    if packed is None or not qmatvec.takes(packed, len(xa)):
+        return None
+    if stop is not None and stop():
+        raise Cancelled("a newer request replaced this one")
+    return tuple(qmatvec.qlinear(h.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False), packed)
+                 for h, x in ((ha, xa), (hb, xb)))
+
+
 def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] float64
     """logits.log_softmax's values bit for bit, with one float64 scratch array besides the result."""
     x = np.array(logits, dtype=np.float64)  # (a copy: the result is written into it)
@@ -304,7 +324,8 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)  # [n, vocab] float32 x2
+        zs = kernel_logits(pair, ha, hb, xa[t0:t1], xb[t0:t1], stop)
+        za, zb = zs if zs is not None else pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)  # [n, vocab] float32 x2
         for i in range(t1 - t0):
             kld[t0 + i], top_a[t0 + i], top_b[t0 + i] = position_kl(za[i:i + 1], zb[i:i + 1])
         del za, zb  # (before the next block's are made)
