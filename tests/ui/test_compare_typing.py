@@ -153,3 +153,55 @@ def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
         w.worker.wait_idle()
     kl, _, _ = direct(w.state.model, w.state.checkpoints.model(0), jobs.comparison.result.input_ids)
     np.testing.assert_allclose(jobs.comparison.doc["kld"], kl, rtol=1e-5, atol=1e-8)
+
+
+def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window, qtbot):
+    """A keystroke's next-token numbers change the strip and the summary: the A | B | A − B tiles and
+    the JSD map, painted for its comparison already, are not painted again for them."""
+    from PySide6.QtCore import QEvent, QObject
+
+    w = window
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    panel = w.compare_panel
+    w.compare_dock.raise_()
+    painted = {"tiles": 0, "map": 0, "strip": 0}
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                painted[obj.objectName()] += 1
+            return False
+    count = Count()
+    for name in painted:
+        getattr(panel, name).setObjectName(name)
+        getattr(panel, name).installEventFilter(count)
+    gate = threading.Event()
+    real = C.next_token_numbers
+
+    def hold(pair, known=None, stop=None):
+        gate.wait(HOLD_S)
+        return real(pair, known, stop)
+    C.next_token_numbers = hold
+    try:
+        w.set_text(TEXT + " cat")
+        # the comparison painted (tiles, then the map a moment later), its numbers held
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat" and painted["tiles"] > 0
+                        and painted["map"] > 0 and not panel._later.isActive(), timeout=WAIT)
+        assert jobs.comparison.doc["kld"] is None
+        for name in painted:
+            painted[name] = 0
+        gate.set()
+        qtbot.waitUntil(lambda: jobs.comparison.doc["kld"] is not None and painted["strip"] > 0,
+                        timeout=WAIT)
+    finally:
+        gate.set()
+        C.next_token_numbers = real
+        w.worker.wait_idle()
+    from windows import drain_events
+
+    drain_events()
+    assert painted["tiles"] == 0 and painted["map"] == 0
+    assert "KL(A\u2016B) mean" in panel.summary.text()

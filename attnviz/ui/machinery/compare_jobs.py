@@ -109,6 +109,7 @@ def load_b(a, source: BSource):
 class CompareJobs(QObject):
     """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
     sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
+    sigNumbers = Signal()  # the next-token numbers of the comparison on screen came in (nothing else changed)
 
     def __init__(self, worker):
         super().__init__(worker)
@@ -257,7 +258,7 @@ class CompareJobs(QObject):
             return
         numbers, self._known = value
         self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
-        self.sigChanged.emit()
+        self.sigNumbers.emit()
 
     def _request_probe(self) -> None:
         from attnviz.engine.analysing import compare as C
