@@ -50,6 +50,9 @@ class Canvas(QWidget):
         self.setMinimumHeight(min_height)
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # it paints every pixel (PAPER first): a neighbour's repaint (the strip's, as a keystroke's
+        # numbers come in) then does not paint this one again
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.hover = None  # (x, y) -> tooltip text or None
 
     def paintEvent(self, _ev):
