@@ -138,11 +138,24 @@ class _Arena:
     (benchmarks/row_products.py measures them). The layers are packed one at a time as they
     are expanded, so memory holds one layer's arrays twice at most."""
 
-    def __init__(self, n_bytes: int):
+    def __init__(self, n_bytes: int, populate: bool = False):
         raw = np.empty(n_bytes // 4 + HUGE_PAGE // 4, np.float32)
         start = (-raw.ctypes.data % HUGE_PAGE) // 4
         self._buf = raw[start:start + n_bytes // 4]
+        self.n_bytes = n_bytes
         self._pos = 0
+        self._populating = None
+        if populate:  # its pages faulted in on a thread of their own while the loader does other work
+            self._populating = threading.Thread(target=populate_pages, args=(self._buf,),
+                                                name="attnviz-arena-pages", daemon=True)
+            self._populating.start()
+
+    def settle(self) -> None:
+        """Wait for the thread that faults in its pages, if any (their contents are not touched:
+        writing to the buffer meanwhile is safe)."""
+        if self._populating is not None:
+            self._populating.join()
+            self._populating = None
 
     def _take(self, shape: tuple) -> np.ndarray | None:
         n = int(np.prod(shape, dtype=np.int64))
@@ -174,6 +187,35 @@ class _Arena:
             np.copyto(slot, base)
             moved[f.name] = slot if base is a else slot.T
         return dataclasses.replace(layer, **moved) if moved else layer
+
+
+MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range's pages in, writable, without writing
+
+
+def populate_pages(a: np.ndarray) -> bool:
+    """Fault in the pages of array `a` (C-contiguous) now, writable, leaving its contents as they
+    are; False where the system cannot (not Linux, a kernel before 5.14): its first writes then
+    fault them in, as without this. A fresh buffer's first touch costs a page fault a page (a huge
+    page a fault where they are given); a virtual machine whose host takes back its free memory
+    makes each of those a fault in the host too. Done on a thread of its own while the GIL is held
+    elsewhere (ctypes lets go of it), that cost is paid beside other work."""
+    if a.nbytes == 0 or not a.flags.c_contiguous:
+        return False
+    try:
+        import ctypes
+        import sys
+
+        if not sys.platform.startswith("linux"):
+            return False
+        libc = ctypes.CDLL(None, use_errno=True)
+        page = 4096
+        lo = a.ctypes.data - a.ctypes.data % page
+        hi = a.ctypes.data + a.nbytes
+        madvise = libc.madvise
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_POPULATE_WRITE) == 0
+    except (OSError, AttributeError):
+        return False
 
 
 _BUILDING = threading.local()  # .arena: the _Arena a layer being built on this thread fills, or None
@@ -219,6 +261,7 @@ class LayerStore(Sequence):
         self._passing: OrderedDict = OrderedDict()  # i -> layer: the others, oldest use first
         self.expansions = 0  # layers expanded so far (a count for benchmarks and the status line)
         self._arena: _Arena | None = None  # while expand_kept packs the kept layers' matrices
+        self._ready: _Arena | None = None  # prepare_kept's, until expand_kept takes it
         self.set_budget(budget)
 
     def set_budget(self, budget: int | None) -> None:
@@ -269,12 +312,37 @@ class LayerStore(Sequence):
         with a packed view is left in its blocks: its float32 copy is made when asked for."""
         todo = [i for i in sorted(self._keep) if i not in self._kept and self.packed_view(i) is None]
         need = sum(self.sizes[i] for i in todo)
-        self._arena = _Arena(need) if need >= ARENA_MIN else None
+        ready, self._ready = self._ready, None
+        if ready is not None and ready.n_bytes != need:
+            ready.settle()
+            ready = None
+        self._arena = ready or (_Arena(need) if need >= ARENA_MIN else None)
         try:
             for i in todo:
                 self[i]
         finally:
+            if self._arena is not None:
+                self._arena.settle()
             self._arena = None  # (the packed layers' views keep the buffer)
+
+    def prepare_kept(self) -> None:
+        """Make the buffer expand_kept will fill now and fault in its pages on a thread of their
+        own (populate_pages), for a loader that has other work to do before it expands the layers
+        (building the tokenizer). Nothing where the store has packed views (their layers are not
+        expanded at load) or the layers are too small for the buffer. The values expand_kept
+        writes are the same either way."""
+        if self._build_view is not None or self._ready is not None:
+            return
+        need = sum(self.sizes[i] for i in self._keep if i not in self._kept)
+        if need >= ARENA_MIN:
+            self._ready = _Arena(need, populate=True)
+
+    def drop_prepared(self) -> None:
+        """Let go of what prepare_kept made (a load that failed before expanding): its thread
+        joined."""
+        ready, self._ready = self._ready, None
+        if ready is not None:
+            ready.settle()
 
     def read_views(self) -> None:
         """Build every layer's packed view now (at load: the file's blocks are checked then)."""
