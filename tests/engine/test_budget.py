@@ -319,9 +319,11 @@ def _arena_threads() -> list:
     return [t for t in threading.enumerate() if t.name == "attnviz-arena-pages"]
 
 
-def test_populating_pages_keeps_what_they_hold():
-    """populate_pages faults a buffer's pages in without writing to them: what was written stays
-    (a page already there and one not yet touched alike); an empty or strided array is left alone."""
+def test_populating_pages_keeps_what_they_hold(monkeypatch):
+    """populate_pages faults a buffer's pages in, a piece at a time, without writing to them: what
+    was written stays (a page already there and one not yet touched alike); an empty or strided
+    array is left alone."""
+    monkeypatch.setattr(B, "POPULATE_BYTES", 1 << 20)  # several pieces, the last a part of one
     a = np.empty(3 * (1 << 20) + 5, np.float32)  # (not a whole number of pages)
     a[: 1 << 20] = np.arange(1 << 20, dtype=np.float32)  # the first pages written, the rest untouched
     assert B.populate_pages(a) == sys.platform.startswith("linux")

@@ -190,6 +190,7 @@ class _Arena:
 
 
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range's pages in, writable, without writing
+POPULATE_BYTES = 16 << 20  # faulted in a call (eight huge pages)
 
 
 def populate_pages(a: np.ndarray) -> bool:
@@ -198,7 +199,9 @@ def populate_pages(a: np.ndarray) -> bool:
     fault them in, as without this. A fresh buffer's first touch costs a page fault a page (a huge
     page a fault where they are given); a virtual machine whose host takes back its free memory
     makes each of those a fault in the host too. Done on a thread of its own while the GIL is held
-    elsewhere (ctypes lets go of it), that cost is paid beside other work."""
+    elsewhere (ctypes lets go of it), that cost is paid beside other work. In pieces of
+    POPULATE_BYTES: the kernel holds the process's memory map for the length of one call, which
+    would stall another thread's allocations for the whole buffer's."""
     if a.nbytes == 0 or not a.flags.c_contiguous:
         return False
     try:
@@ -213,7 +216,11 @@ def populate_pages(a: np.ndarray) -> bool:
         hi = a.ctypes.data + a.nbytes
         madvise = libc.madvise
         madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), MADV_POPULATE_WRITE) == 0
+        for a in range(lo, hi, POPULATE_BYTES):
+            if madvise(ctypes.c_void_p(a), ctypes.c_size_t(min(POPULATE_BYTES, hi - a)),
+                       MADV_POPULATE_WRITE) != 0:
+                return False
+        return True
     except (OSError, AttributeError):
         return False
 
