@@ -108,7 +108,8 @@ def _fill_q6k(blocks, flat, _qtype):  # [n_blocks, 210] uint8 -> [n_blocks, 256]
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
         n = len(b)
-        dsub = b[:, 208:210].copy().view(np.float16).astype(np.float32) * b[:, 192:208].view(np.int8).astype(np.float32)
+        d = b[:, 208:210].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        dsub = d * b[:, 192:208].view(np.int8).astype(np.float32)  # [n, 16]
         ql = b[:, :128].reshape(n, 2, 2, 32)
         qh = b[:, 128:192].reshape(n, 2, 32)
         q = buf[:n]
