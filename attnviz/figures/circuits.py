@@ -23,7 +23,7 @@ from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
-from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 
 PARTNERS = 3  # partners listed per mode
 MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
@@ -167,12 +167,7 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
         y += lay.line_h
 
 
-def png_bytes(view: CircuitsView, width: int):
-    return png_of(layout, paint, view, width)
-
-
-def svg_bytes(view: CircuitsView, width: int):
-    return svg_of(layout, paint, view, width, "attnviz circuits")
+png_bytes, svg_bytes = figure_exports(layout, paint, lambda _view: "attnviz circuits")
 
 
 def numbers(view: CircuitsView) -> dict:

@@ -29,7 +29,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.compare import paint_colour_bar
 from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
-from attnviz.figures.render import TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import TEXT, figure_exports, figure_font
 from attnviz.figures.style import FOCUS, axis_label
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
@@ -277,12 +277,7 @@ def _paper_paint(p: QPainter, view: PatchView, lay: PatchLayout) -> None:
     paint(p, view, lay)
 
 
-def png_bytes(view: PatchView, width: int):
-    return png_of(layout, _paper_paint, view, width)
-
-
-def svg_bytes(view: PatchView, width: int):
-    return svg_of(layout, _paper_paint, view, width, "attnviz patching")
+png_bytes, svg_bytes = figure_exports(layout, _paper_paint, lambda _view: "attnviz patching")
 
 
 def sidecar(view: PatchView, image_path, lay: PatchLayout) -> dict:
