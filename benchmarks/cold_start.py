@@ -4,6 +4,7 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 
     python -m benchmarks.cold_start [--cases predict,generate,heads] [--runs 5] [--heads-runs 3]
                                     [--no-cold] [--no-profile] [--baseline DIR] [--gemma FILE]
+                                    [--gap SECONDS]
 
 - warm cache: one untimed run first (the files read into the page cache), then --runs runs; the
   figure is the median.
@@ -22,6 +23,13 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 - first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
   load (engine/reading/gguf_vocab.py): one more warm run per command with an empty cache folder
   ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
+
+- gap: with --gap SECONDS, a pause before each timed run. On a virtual machine that hands free
+  memory back to its host (free page reporting: `memory_map` in the result), the memory a run
+  touches first costs a fault in the host too once it has been handed back, which takes about
+  two seconds after the last process freed it: runs back to back (no gap) meet less of that than
+  runs seconds apart (a user's commands). Both are worth recording; `usage_per_run` tells them
+  apart (the system seconds).
 
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
@@ -339,6 +347,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
     ap.add_argument("--heads-runs", type=int, default=3, help="timed runs of the heads case per model")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
+    ap.add_argument("--gap", type=float, default=0.0, metavar="SECONDS",
+                    help="pause before each timed command run (default 0: back to back)")
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
     ap.add_argument("--gemma", metavar="FILE", help="Gemma 3 270M's GGUF file (default: one "
                     "`attnviz models` lists)")
@@ -376,7 +386,9 @@ def main() -> int:
         warm, base, warm_use, base_use = [], [], [], []
         for _ in range(args.runs):
             if baseline:
+                time.sleep(args.gap)
                 base.append(timed_process(argv, baseline, usage=base_use))
+            time.sleep(args.gap)
             warm.append(timed_process(argv, usage=warm_use))
         usage[f"{command}, {short}, warm cache"] = warm_use
         if baseline:
@@ -388,9 +400,11 @@ def main() -> int:
                                               f"{args.runs}, run for run alternating with this commit's"))
             print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
                   f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
+            print("  per run: " + describe_usage(base_use), flush=True)
         figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
                                      runs=warm, goal=warm_goal,
-                                     note=f"whole process, median of {args.runs}"))
+                                     note=f"whole process, median of {args.runs}"
+                                          + (f", {args.gap:g} s apart" if args.gap else "")))
         print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
               f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
         print("  per run: " + describe_usage(warm_use), flush=True)
@@ -472,6 +486,7 @@ def main() -> int:
         profiles["What heads do, milestones (s since the spawn)"] = heads
         profiles["What heads do, processes that failed while exiting"] = EXIT_PROBLEMS
     details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,
+               "gap_before_each_run_s": args.gap,
                "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
                "usage_per_run": usage, "memory_map": memory_map(),
                "cold_cache": ("no command measured" if not cases else
