@@ -216,8 +216,8 @@ def populate_pages(a: np.ndarray) -> bool:
         hi = a.ctypes.data + a.nbytes
         madvise = libc.madvise
         madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        for a in range(lo, hi, POPULATE_BYTES):
-            if madvise(ctypes.c_void_p(a), ctypes.c_size_t(min(POPULATE_BYTES, hi - a)),
+        for at in range(lo, hi, POPULATE_BYTES):
+            if madvise(ctypes.c_void_p(at), ctypes.c_size_t(min(POPULATE_BYTES, hi - at)),
                        MADV_POPULATE_WRITE) != 0:
                 return False
         return True
