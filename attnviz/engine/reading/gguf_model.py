@@ -264,7 +264,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     layers = LayerStore(expand, sizes, budget, ts.path.name,
                         output=lambda i, check: _output(plans[i], ts, check, release=packing),
                         packed=(lambda i, check: _view(plans[i], ts, cfg, permuted, check))
-                        if packing else None)
+                        if packing else None, packed_bytes=packed)
     if eager:  # a model that fits: every layer read and checked at load (a packed one: its blocks)
         layers.read_views()
         layers.expand_kept()

@@ -29,6 +29,8 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import Q4_K as _Q4K
 
+from attnviz.engine.reading.budget import arena_array
+
 log = logging.getLogger(__name__)
 
 LANES = 16  # output rows a group holds: one 512-bit vector of float32 (two 256-bit ones)
@@ -115,7 +117,7 @@ GROUP_BYTES = 1 << 20  # bytes of rows regrouped a copy: a whole table at once m
 def _groups(a: np.ndarray, n_groups: int) -> np.ndarray:
     """[n_out, ...] -> [G, ..., 16]: rows padded to G * 16 with zeros, the row in its group last.
     Copied GROUP_BYTES of rows at a time (the same bytes as one copy of the whole)."""
-    out = np.empty((n_groups,) + a.shape[1:] + (LANES,), a.dtype)
+    out = arena_array((n_groups,) + a.shape[1:] + (LANES,), a.dtype)  # (the load's buffer, if any)
     full = a.shape[0] // LANES  # groups of 16 whole rows
     src = a[:full * LANES].reshape((full, LANES) + a.shape[1:])
     step = max(1, GROUP_BYTES // max(1, LANES * a[:1].nbytes))
