@@ -382,3 +382,18 @@ def test_a_load_that_fails_at_the_tokenizer_lets_the_prepared_buffer_go(tmp_path
     with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens is 3"):
         load_model(path, budget=None)
     assert len(made) == 1 and made[0]._populating is None and not _arena_threads()
+
+
+def test_the_rest_of_a_prepared_buffer_is_given_back():
+    """_Arena.release_rest: the whole pages past the last slot are given back (they read as zeros
+    after), the slots and the page they end in keep their values."""
+    arena = B._Arena(64 << 10)
+    slot = arena._take((1000,), np.uint8)
+    slot[:] = 7
+    arena._buf[arena._pos:] = 5.0
+    assert arena.release_rest() == sys.platform.startswith("linux")
+    assert (slot == 7).all()
+    rest = arena._buf[arena._pos:]
+    first_whole = (-rest.ctypes.data % B.PAGE) // 4  # the rest's first whole page
+    if sys.platform.startswith("linux"):
+        assert (rest[first_whole:] == 0).all() and (rest[:first_whole] == 5.0).all()

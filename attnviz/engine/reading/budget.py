@@ -157,12 +157,12 @@ class _Arena:
             self._populating.join()
             self._populating = None
 
-    def release_rest(self) -> None:
-        """Give the pages of the buffer no slot has taken back to the system (a buffer prepared
-        larger than what was put in it: its pages were faulted in)."""
+    def release_rest(self) -> bool:
+        """Give the whole pages of the buffer that no slot has taken back to the system (a buffer
+        prepared larger than what was put in it: its pages were faulted in); False where none is
+        given back."""
         rest = self._buf[self._pos:]
-        if rest.nbytes >= PAGE:
-            _madvise(rest, MADV_DONTNEED)  # the whole pages within it
+        return rest.nbytes >= 2 * PAGE and _madvise(rest, MADV_DONTNEED)
 
     def _take(self, shape: tuple, dtype=np.float32) -> np.ndarray | None:
         dtype = np.dtype(dtype)
