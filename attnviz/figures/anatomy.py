@@ -27,6 +27,7 @@ from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_na
 from attnviz.engine.calc import format_bytes
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.anatomy_parts import (
     AnatomyLayout, AnatomyView, Band, Block, shape_text, signed_limit, signed_rgb, weight_color,
 )
@@ -302,9 +303,9 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
                                            if view.n_group > 1 else "")
     where = f"row {i}, col {j}"
     if b.row_names is not None:
-        where = f"token {i} {view.labels[i]!r}, col {j}"
+        where = f"token {i} {quoted(view.labels[i])}, col {j}"
         if b.kind == "pattern":
-            where = f"{view.labels[i]!r} \u2192 {view.labels[j]!r}"
+            where = f"{quoted(view.labels[i])} \u2192 {quoted(view.labels[j])}"
     value = float(b.data[i, j])
     return (f"{name}{who}  {shape_text(b.shape)} float32, {format_bytes(b.nbytes)}  \u00b7  "
             f"{where}: {value:.4g}")

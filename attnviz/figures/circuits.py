@@ -21,6 +21,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
@@ -86,8 +87,8 @@ class CircuitsView:
                 out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
-            out.append(f"{head_title(layer, head)} attending to {text!r} writes: "
-                       + ", ".join(f"{t!r} {v:+.2f}" for _i, t, v in top))
+            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes: "
+                       + ", ".join(f"{quoted(t)} {v:+.2f}" for _i, t, v in top))
         return out
 
 

@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 
@@ -58,8 +59,8 @@ class WhyView:
 
     def title(self) -> str:
         a = self.attribution
-        return (f"Why {head_title(a.layer, a.head)} attends from {self.tokens[a.query]!r} ({a.query}) "
-                f"to {self.tokens[a.key]!r} ({a.key})")
+        return (f"Why {head_title(a.layer, a.head)} attends from {quoted(self.tokens[a.query])} ({a.query}) "
+                f"to {quoted(self.tokens[a.key])} ({a.key})")
 
     def subtitle(self) -> str:
         return (f"score {self.attribution.score:+.4f} (before the softmax); parts add to "

@@ -254,7 +254,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     st.set_query(1)
     qtbot.waitUntil(lambda: "writes:" in panel.ov.text(), timeout=WAIT)
     top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[1]), 10)
-    assert repr(top[0][1]) in panel.ov.text()
+    assert f"'{top[0][1]}'" in panel.ov.text()
     png, side = panel.export_to(str(tmp_path / "c.png"))
     np.testing.assert_allclose(json.loads(side.read_text())["copying"], ref.copying)
     (csv,) = panel.export_to(str(tmp_path / "c.csv"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
@@ -201,6 +202,11 @@ class PackedLayer:
     @property
     def nbytes(self) -> int:
         return sum(m.nbytes for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None)
+
+    @cached_property
+    def qtypes(self) -> frozenset:  # its matrices' block types (asked once a layer a run)
+        return frozenset(q for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None
+                         for q in m.qtypes)
 
 
 def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
