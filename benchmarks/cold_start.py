@@ -253,7 +253,9 @@ def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tupl
         raise SystemExit(f"What heads do on {model}: exit status {proc.returncode}, reached "
                          f"{', '.join(marks) or 'nothing'} (timeout {timeout:.0f} s): {said}")
     if proc.returncode != 0:
-        problem = f"{os.path.basename(model)}: exit status {proc.returncode} after the paint: {said}"
+        whose = "this commit's code" if root == _ROOT else f"the code in {root}"
+        problem = (f"{os.path.basename(model)}, {whose}: exit status {proc.returncode} after the "
+                   f"paint: {said}")
         EXIT_PROBLEMS.append(problem)
         print(f"  note: {problem}", file=sys.stderr, flush=True)
     return marks["prediction painted"], marks
