@@ -18,6 +18,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import pages
 from attnviz.engine.reading.budget import LayerStore, parse_budget
 from attnviz.engine.reading.gguf_tensors import QuantRows
 from tiny import FIXTURES, tiny_llama
@@ -323,14 +324,14 @@ def test_populating_pages_keeps_what_they_hold(monkeypatch):
     """populate_pages faults a buffer's pages in, a piece at a time, without writing to them: what
     was written stays (a page already there and one not yet touched alike); an empty or strided
     array is left alone."""
-    monkeypatch.setattr(B, "POPULATE_BYTES", 1 << 20)  # several pieces, the last a part of one
+    monkeypatch.setattr(pages, "POPULATE_BYTES", 1 << 20)  # several pieces, the last a part of one
     a = np.empty(3 * (1 << 20) + 5, np.float32)  # (not a whole number of pages)
     a[: 1 << 20] = np.arange(1 << 20, dtype=np.float32)  # the first pages written, the rest untouched
-    assert B.populate_pages(a) == sys.platform.startswith("linux")
+    assert pages.populate_pages(a) == sys.platform.startswith("linux")
     np.testing.assert_array_equal(a[: 1 << 20], np.arange(1 << 20, dtype=np.float32))
     a[:] = 2.0  # writable
-    assert not B.populate_pages(np.empty(0, np.float32))
-    assert not B.populate_pages(a[::2])
+    assert not pages.populate_pages(np.empty(0, np.float32))
+    assert not pages.populate_pages(a[::2])
 
 
 @pytest.mark.parametrize("fixture, qtype", GGUF_FAMILIES[:1], ids=[f"{f}-{q.name}" for f, q in GGUF_FAMILIES[:1]])

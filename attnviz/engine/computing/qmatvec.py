@@ -339,8 +339,8 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        if not pl.qtypes <= _warm_types:
-            warm(pl.qtypes, extras=False)
+        if not pl.qtypes <= _ready_types:  # (with the one-row steps: a run's numbers never
+            warm(pl.qtypes)                # depend on when a background warm-up finished)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -411,13 +411,15 @@ def _hold_at_exit() -> None:
     """At interpreter exit: wait for the kernel call (or compile) in flight and let no other start.
     A daemon thread still inside LLVM or numba's thread pool while the process tears them down
     aborts it (an LLVM assertion or a segfault after the window has closed)."""
-    _lock.acquire()  # never released: the process is ending
+    _extras_lock.acquire()  # (first: a warm-up takes _lock inside it) never released:
+    _lock.acquire()  # the process is ending
 
 
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
 _warm_types: set = set()  # the block types whose kernel is warm
 _serial_ready: set = set()  # the kernels whose serial twin is warm (warm(extras=True))
+_ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
 _extras_lock = threading.Lock()
 
 
@@ -444,8 +446,10 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
                 if kernel not in _serial_ready:
                     _call_once(SERIAL[kernel], qtype)
                     _serial_ready.add(kernel)
-    if took and extras and "one-row steps" not in _warmed:
-        _warm_one_row()
+    if took and extras:
+        if "one-row steps" not in _warmed:
+            _warm_one_row()
+        _ready_types.update(q for q in qtypes if has_kernel(q))
     return took
 
 
