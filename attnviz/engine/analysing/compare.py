@@ -27,8 +27,7 @@ Model A (the loaded one) and model B (another file, a checkpoint, A quantized) r
                          `threshold` in A survived when it is at or above it in B too, and is lost
                          when it falls below it.
 
-A run compared with itself gives exactly 0 (JSD, KLD), 1.0 (resid_cos, same_top1), no flips and
-nothing lost.
+A run against itself gives exactly 0 (JSD, KLD), 1.0 (resid_cos, same_top1), no flips, none lost.
 """
 
 from __future__ import annotations

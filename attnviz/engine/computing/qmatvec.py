@@ -137,14 +137,13 @@ if numba:
             aa, ao_, sa, so_, ta, oa, c_ = args
             at, _, st, _, tt, ot, _ = signature.args
 
-            def vec(ty, arr, offset):
-                return builder.bitcast(_at(context, builder, ty, arr, offset), _VF.as_pointer())
+            def vec(ty, arr, offset, vt=_VF):
+                return builder.bitcast(_at(context, builder, ty, arr, offset), vt.as_pointer())
 
             def scales(ty, arr):  # <16 x float> from float32 or float16 bits
                 if ty.dtype != types.uint16:
                     return builder.load(vec(ty, arr, so_), align=4)
-                p = builder.bitcast(_at(context, builder, ty, arr, so_), _VH.as_pointer())
-                return builder.fpext(builder.load(p, align=2), _VF)
+                return builder.fpext(builder.load(vec(ty, arr, so_, _VH), align=2), _VF)
             ap = vec(at, aa, ao_)
             r = _fma(builder, scales(st, sa), builder.load(vec(tt, ta, ir.Constant(_I64, 0)), align=4),
                      builder.load(ap, align=4))
@@ -343,8 +342,8 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        if not pl.qtypes <= _warm_types:
-            warm(pl.qtypes, extras=False)
+        if not pl.qtypes <= _ready_types:  # (with the one-row steps: a run's numbers never
+            warm(pl.qtypes)                # depend on when a background warm-up finished)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -419,13 +418,15 @@ def _hold_at_exit() -> None:
     """At interpreter exit: wait for the kernel call (or compile) in flight and let no other start.
     A daemon thread still inside LLVM or numba's thread pool while the process tears them down
     aborts it (an LLVM assertion or a segfault after the window has closed)."""
-    _lock.acquire()  # never released: the process is ending
+    _extras_lock.acquire()  # (first: a warm-up takes _lock inside it) never released:
+    _lock.acquire()  # the process is ending
 
 
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # _key -> seconds its first call took (compile, or load from numba's cache)
 _warm_types: set = set()  # the block types whose kernel is warm
 _serial_ready: set = set()  # the _keys whose serial twin is warm (warm(extras=True))
+_ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
 _extras_lock = threading.Lock()
 
 
@@ -452,8 +453,10 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
                 if key not in _serial_ready:
                     _call_once(SERIAL[kernel], qtype)
                     _serial_ready.add(key)
-    if took and extras and "one-row steps" not in _warmed:
-        _warm_one_row()
+    if took and extras:
+        if "one-row steps" not in _warmed:
+            _warm_one_row()
+        _ready_types.update(q for q in qtypes if has_kernel(q))
     return took
 
 
