@@ -433,8 +433,8 @@ _extras_lock = threading.Lock()
 def warm(qtypes=KERNELS, extras: bool = True) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
     {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
-    then their serial twins and the one-row steps too (under a lock of their own: a run that waits
-    for its kernels never waits for these; until they are warm it goes without them)."""
+    then their serial twins and the one-row steps too (under a lock of their own; a run on packed
+    layers waits for them as well, so every one-row run of a model takes the same steps)."""
     took = {}
     for qtype in qtypes:
         if not has_kernel(qtype):
