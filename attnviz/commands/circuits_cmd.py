@@ -14,6 +14,7 @@ from attnviz.commands.checks import add_model, non_negative, parse_ids, show_not
 from attnviz.engine import load_model
 from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.analysing.predict import vocab_token
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
@@ -132,10 +133,11 @@ def cmd_circuits(args) -> int:
         raise InputError("--head and --token go together: ov_top needs a head and a source token")
     model = checkpoint_opt.at(load_model(args.model), args)
     cfg = model.config
-    ov = None
+    ov = token = None
     if args.head is not None:  # refusals (an encoder, a bad head or token) before the long part
         layer, head = parse_head(args.head, cfg.n_layer, cfg.n_head)
-        ov = C.ov_top(model, layer, head, vocab_token(model, args.token), max(1, args.top))
+        token = vocab_token(model, args.token)
+        ov = C.ov_top(model, layer, head, token, max(1, args.top))
     circ = C.circuits(model)
     doc = circuits_report(model, circ, ov)
     if args.json:
@@ -155,6 +157,6 @@ def cmd_circuits(args) -> int:
         print(f"{mode}-composition, strongest: " + ", ".join(
             f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
-        print(f"head {args.head} attending to {args.token!r} writes: "
+        print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes: "
               + ", ".join(f"{quoted(t)} {v:+.2f}" for _, t, v in ov))
     return 0

@@ -151,7 +151,7 @@ def cmd_heads(args) -> int:
         print(json.dumps(heads_report(model, hs, source)))
         return 0
     c = model.config
-    what = source["probe"] if args.probe else f"text {result.text!r}"
+    what = source["probe"] if args.probe else f"text \u201c{result.text}\u201d"
     print(f"{model.name}{checkpoint_opt.describe(model)}: {c.n_layer} layers x {c.n_head} heads, "
           f"{result.n_tokens} tokens; {what}")
     opts = [o for o, on in (("exclude first token", args.exclude_bos),
@@ -213,7 +213,7 @@ def _template_probe(args, kind) -> int:
     print(f"{model.name}: {c.n_layer} layers x {c.n_head} heads; {kind} probe, seed {seed}: "
           f"{ts.n_items} sentences scored, {ts.n_skipped} skipped (a key word is not one known token)")
     for example in ts.examples:
-        print(f"  e.g. {example!r}")
+        print(f"  e.g. \u201c{example}\u201d")
     print()
     print("layer head  label       score  accuracy   farther    nearer")
     passing = {(l, h) for l, h, *_ in ts.labelled()}

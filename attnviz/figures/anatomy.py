@@ -21,20 +21,19 @@ from pathlib import Path
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
+from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_name, layer_anatomy
 from attnviz.engine.calc import format_bytes
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.anatomy_parts import (
     AnatomyLayout, AnatomyView, Band, Block, shape_text, signed_limit, signed_rgb, weight_color,
 )
 from attnviz.figures.anatomy_sections import SECTIONS, Cursor
 from attnviz.figures.data import DEFAULT_COLORMAP, MAX_WIDTH, MIN_WIDTH, ExportError
-from attnviz.figures.render import (
-    FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
-)
+from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font, figure_image
 from attnviz.figures.style import FOCUS, heat_index, heat_table
 
 BASE_WIDTH = 640.0  # design width: sizes scale with width / BASE_WIDTH
@@ -304,30 +303,17 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
                                            if view.n_group > 1 else "")
     where = f"row {i}, col {j}"
     if b.row_names is not None:
-        where = f"token {i} {view.labels[i]!r}, col {j}"
+        where = f"token {i} {quoted(view.labels[i])}, col {j}"
         if b.kind == "pattern":
-            where = f"{view.labels[i]!r} \u2192 {view.labels[j]!r}"
+            where = f"{quoted(view.labels[i])} \u2192 {quoted(view.labels[j])}"
     value = float(b.data[i, j])
     return (f"{name}{who}  {shape_text(b.shape)} float32, {format_bytes(b.nbytes)}  \u00b7  "
             f"{where}: {value:.4g}")
 
 
-def render_image(view: AnatomyView, width: int) -> tuple[QImage, AnatomyLayout]:
-    return render_with(layout, paint, view, width)
-
-
-def png_bytes(view: AnatomyView, width: int) -> tuple[bytes, AnatomyLayout]:
-    image, lay = render_image(view, width)
-    return encode_png(image), lay
-
-
-def svg_bytes(view: AnatomyView, width: int) -> tuple[bytes, AnatomyLayout]:
-    """The same figure as SVG (vector text and outlines; each block an embedded image)."""
-    lay = layout(view, width)
-    svg = render_svg(lay.width, lay.height, view.title(),
-                     f"attnviz anatomy of layer {view.layer}: {view.text}",
-                     lambda painter: paint(painter, view, lay))
-    return svg, lay
+# (each block an embedded image in the SVG; text and outlines vector)
+png_bytes, svg_bytes = figure_exports(
+    layout, paint, lambda view: f"attnviz anatomy of layer {view.layer}: {view.text}")
 
 
 def sidecar(view: AnatomyView, image_path, lay: AnatomyLayout) -> dict:

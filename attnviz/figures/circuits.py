@@ -21,9 +21,10 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
 from attnviz.engine.analysing.circuits import MODES
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
-from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 
 PARTNERS = 3  # partners listed per mode
 MODE_NAMES = {"q": "Q-composition (reads them in its queries)",
@@ -86,8 +87,8 @@ class CircuitsView:
                 out.append(f"  {MODE_NAMES[mode]}: " + ", ".join(items))
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
-            out.append(f"{head_title(layer, head)} attending to {text!r} writes: "
-                       + ", ".join(f"{t!r} {v:+.2f}" for _i, t, v in top))
+            out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes: "
+                       + ", ".join(f"{quoted(t)} {v:+.2f}" for _i, t, v in top))
         return out
 
 
@@ -167,12 +168,7 @@ def paint(p: QPainter, view: CircuitsView, lay: CircuitsLayout) -> None:
         y += lay.line_h
 
 
-def png_bytes(view: CircuitsView, width: int):
-    return png_of(layout, paint, view, width)
-
-
-def svg_bytes(view: CircuitsView, width: int):
-    return svg_of(layout, paint, view, width, "attnviz circuits")
+png_bytes, svg_bytes = figure_exports(layout, paint, lambda _view: "attnviz circuits")
 
 
 def numbers(view: CircuitsView) -> dict:

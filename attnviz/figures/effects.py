@@ -19,9 +19,10 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
-from attnviz.figures.render import MUTED, TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.style import WARNING
 
 VIEWS = ("prediction", "lens", "dla")
@@ -46,7 +47,7 @@ class EffectsView:
 
     def title(self) -> str:
         a = self.analysis
-        where = f"after {self.labels[a.position]!r} (token {a.position})"
+        where = f"after {quoted(self.labels[a.position])} (token {a.position})"
         name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[self.kind]
         return f"{name} {where}, {self.model}"
 
@@ -254,12 +255,7 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
                        f"{np.exp(L.top_logprobs[r]):.2f} / {np.exp(L.target_logprobs[r]):.2f}  #{int(L.target_ranks[r]) + 1}")
 
 
-def png_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
-    return png_of(layout, paint, view, width)
-
-
-def svg_bytes(view: EffectsView, width: int) -> tuple[bytes, EffectsLayout]:
-    return svg_of(layout, paint, view, width, f"attnviz {view.kind}: {view.text}")
+png_bytes, svg_bytes = figure_exports(layout, paint, lambda view: f"attnviz {view.kind}: {view.text}")
 
 
 def sidecar(view: EffectsView, image_path, lay: EffectsLayout) -> dict:

@@ -18,6 +18,7 @@ from PySide6.QtGui import (
 )
 
 from attnviz.engine.computing.patterns import group_size, head_title, max_pool
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import (
@@ -101,7 +102,7 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
              else "per-head scale (0\u2013each head's max)")
     notes = [f"{len(view.tokens)} tokens", f"colormap {view.colormap}", scale]
     if view.hide_first:
-        notes.append(f"first token {view.labels[0]!r} hidden, rows renormalised")
+        notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised")
     if view.scope == "head" and view.grouped:
         g = view.kv_group[view.head]
         shared = [h for h, k in enumerate(view.kv_group) if k == g]

@@ -17,6 +17,8 @@ Cells not measured (NaN) are grey.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,10 +28,11 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.compare import paint_colour_bar
 from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
-from attnviz.figures.render import TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import TEXT, figure_exports, figure_font
 from attnviz.figures.style import FOCUS, axis_label
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
@@ -100,8 +103,8 @@ class PatchView:
         return f"Patching {self.what}{scope} ({self.direction}), {self.model}"
 
     def metric_line(self) -> str:
-        return (f"at {self.position} {self.label(self.position)!r}: diff = logit({self.target_text!r}) "
-                f"\u2212 logit({self.alt_text!r}); clean {self.diff_clean:+.4f}, corrupted "
+        return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
+                f"\u2212 logit({quoted(self.alt_text)}); clean {self.diff_clean:+.4f}, corrupted "
                 f"{self.diff_corrupt:+.4f}; effect 1 = clean answer back, 0 = unchanged")
 
 
@@ -235,7 +238,7 @@ def where(view: PatchView, row: int, col: int) -> str:
     """A cell's place, as `attnviz patch` names it: "L3 H1", "L3 at 5 ' John'/' Mary'"."""
     def at(t):
         a, b = view.label(t), view.label(t, corrupt=True)
-        return f"at {t} {a!r}" + (f"/{b!r}" if a != b else "")
+        return f"at {t} {quoted(a)}" + (f"/{quoted(b)}" if a != b else "")
     if view.what in ("head_out", "head_pattern"):
         return head_title(row, col)
     if view.what == "head_out_by_pos":
@@ -265,10 +268,11 @@ def number_bytes(view: PatchView, fmt: str) -> bytes:
         return (json.dumps(numbers(view), ensure_ascii=False) + "\n").encode("utf-8")
     if fmt == "csv":
         vals = view.values
-        lines = [",".join(["row", *(f'"{s}"' for s in view.col_labels())])]
-        lines += [",".join([f'"{lab}"', *(repr(float(v)) for v in vals[r])])
-                  for r, lab in enumerate(view.row_labels())]
-        return ("\n".join(lines) + "\n").encode("utf-8")
+        buf = io.StringIO()  # csv quotes a label holding a quote or a comma
+        out = csv.writer(buf, lineterminator="\n")
+        out.writerow(["row", *view.col_labels()])
+        out.writerows([lab, *(repr(float(v)) for v in vals[r])] for r, lab in enumerate(view.row_labels()))
+        return buf.getvalue().encode("utf-8")
     raise ExportError(f"the Patching view exports as .png, .svg, .json or .csv, not .{fmt}")
 
 
@@ -277,12 +281,7 @@ def _paper_paint(p: QPainter, view: PatchView, lay: PatchLayout) -> None:
     paint(p, view, lay)
 
 
-def png_bytes(view: PatchView, width: int):
-    return png_of(layout, _paper_paint, view, width)
-
-
-def svg_bytes(view: PatchView, width: int):
-    return svg_of(layout, _paper_paint, view, width, "attnviz patching")
+png_bytes, svg_bytes = figure_exports(layout, _paper_paint, lambda _view: "attnviz patching")
 
 
 def sidecar(view: PatchView, image_path, lay: PatchLayout) -> dict:

@@ -64,6 +64,18 @@ def svg_of(layout_fn, paint_fn, view, width: int, description: str):
                       lambda painter: paint_fn(painter, view, lay)), lay
 
 
+def figure_exports(layout_fn, paint_fn, describe):
+    """A figure's pair png_bytes, svg_bytes: (view, width) -> (bytes, layout), through png_of and
+    svg_of, from its layout_fn, paint_fn and describe(view) -> the SVG's description."""
+
+    def png_bytes(view, width: int):
+        return png_of(layout_fn, paint_fn, view, width)
+
+    def svg_bytes(view, width: int):
+        return svg_of(layout_fn, paint_fn, view, width, describe(view))
+    return png_bytes, svg_bytes
+
+
 def encode_png(image: QImage) -> bytes:
     """A rendered figure (the heatmaps', the anatomy's) as PNG bytes: 8-bit RGB (RGBA where the
     image has an alpha channel), every row unfiltered, zlib at level 1, and the image's resolution

@@ -22,8 +22,9 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.qk import QKAttribution
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import ExportError
-from attnviz.figures.render import FRAME, MUTED, TEXT, figure_font, png_of, svg_of
+from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -58,8 +59,8 @@ class WhyView:
 
     def title(self) -> str:
         a = self.attribution
-        return (f"Why {head_title(a.layer, a.head)} attends from {self.tokens[a.query]!r} ({a.query}) "
-                f"to {self.tokens[a.key]!r} ({a.key})")
+        return (f"Why {head_title(a.layer, a.head)} attends from {quoted(self.tokens[a.query])} ({a.query}) "
+                f"to {quoted(self.tokens[a.key])} ({a.key})")
 
     def subtitle(self) -> str:
         return (f"score {self.attribution.score:+.4f} (before the softmax); parts add to "
@@ -209,12 +210,7 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
                    f"{r.value:+.3f}  {share}")
 
 
-def png_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
-    return png_of(layout, paint, view, width)
-
-
-def svg_bytes(view: WhyView, width: int) -> tuple[bytes, WhyLayout]:
-    return svg_of(layout, paint, view, width, f"attnviz why here: {view.text}")
+png_bytes, svg_bytes = figure_exports(layout, paint, lambda view: f"attnviz why here: {view.text}")
 
 
 def numbers(view: WhyView) -> dict:

@@ -69,6 +69,9 @@ def test_cli_heads_syntactic_and_coreference_probes(cli):
     assert doc["probe"] == "agreement" and doc["items"] + doc["skipped"] == P.N_ITEMS
     for hit in doc["labelled"]:  # the numbers printed are the numbers tested
         assert hit["score"] >= P.SCORE_MIN and hit["accuracy"] >= P.ACCURACY_MIN
+    rc, out, _ = cli("heads", *MINILM, "--probe", "syntactic")  # its sentences between quotes, no escapes
+    assert rc == 0 and [line for line in out.splitlines() if line.startswith("  e.g. ")] == [
+        f"  e.g. \u201c{text}\u201d" for text in doc["examples"]]
     rc, out, _ = cli("heads", *MINILM, "--probe", "coreference")
     assert rc == 0 and "coreference probe, seed 0" in out and "Definition: Pronoun -> antecedent" in out
     assert ("head(s) pass" in out) or ("no head passes" in out)

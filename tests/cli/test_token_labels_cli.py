@@ -90,3 +90,23 @@ def test_patch_and_compare_name_tokens_by_labels(tiny, cli):
     doc = json.loads(cli("compare", "--model", tiny, "--against", tiny, "--text", TEXT,
                          "--json")[1])
     assert doc["tokens"] == ["Ã", "©", "Ġthe"] and doc["labels"] == ["<C3>", "<A9>é", "·the"]
+
+
+TRICKY = "x '\\' \u6770"  # a quote, a backslash and byte pieces: x ␣ ' \ ' ␣ <E6> <9D> <B0>杰
+
+
+def test_circuits_names_the_source_token_by_label(tiny, cli):
+    """--token as typed ("\\" and the raw piece "Ã") prints as the window labels it, with its id."""
+    model = load_model(tiny)
+    for typed, label in (("\\", "\\"), ("\u00c3", "<C3>")):
+        i = model.tokenizer.raw.token_to_id(typed)
+        rc, out, err = cli("circuits", "--model", tiny, "--head", "1.0", "--token", typed)
+        assert rc == 0, err
+        _no_raw_piece(out)
+        assert f"head 1.0 attending to '{label}' ({i}) writes: '" in out, out
+
+
+def test_heads_writes_the_text_between_quotes_without_escapes(tiny, cli):
+    rc, out, err = cli("heads", "--model", tiny, "--text", TRICKY)
+    assert rc == 0, err
+    assert out.splitlines()[0].endswith(f"; text \u201c{TRICKY}\u201d"), out.splitlines()[0]

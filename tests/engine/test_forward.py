@@ -124,6 +124,7 @@ def test_run_takes_one_path_for_text_ids_and_typed_ids(tmp_path):
     finally:
         held.end()
     assert busy.cache_reused == 0 and busy.cache_bytes == cached.cache_bytes > 0
+    assert cached.cache_used and not busy.cache_used
     for a, b in ((cached, busy), (cached, model.run(ids=[5, 17, 3, 9],
                                                     request=RunRequest(values=True, inputs=True)))):
         np.testing.assert_allclose(a.attentions, b.attentions, atol=1e-6)

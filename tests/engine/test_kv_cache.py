@@ -112,6 +112,7 @@ def test_edits_match_full_recompute(folders, name, seed):
         assert got.cache_computed == T - got.cache_reused
         assert (want.cache_reused, want.cache_computed, want.cache_bytes) == (0, T, 0)
         assert got.cache_bytes == kv_formula(cfg, T)
+        assert got.cache_used and not want.cache_used
         prev = ids
         seen.append(ids)
 
@@ -170,7 +171,8 @@ def test_use_cache_false_leaves_the_cache_alone(folders):
     first = model.run(ids=a)
     other = model.run(ids=[9, 9, 9], request=RunRequest(use_cache=False))
     assert (other.cache_reused, other.cache_computed) == (0, 3)
-    assert other.cache_bytes == first.cache_bytes  # still held
+    # the cache's bytes, still held, are reported beside a flag saying this run did not use them
+    assert other.cache_bytes == first.cache_bytes and first.cache_used and not other.cache_used
     assert other.attentions.flags.writeable  # not the cache's array
     r = model.run(ids=a + [1])
     assert (r.cache_reused, r.cache_computed) == (len(a), 1)  # the cached text is still a's, untouched:

@@ -65,3 +65,24 @@ def test_a_dla_png_paints_each_head_by_its_sign_and_its_sidecar_opens(qapp, view
     assert meta["view"] == "dla" and meta["ablation"]["heads"] == [[1, 0]] and meta["position"] == 8
     svg = export_view(views["lens"], tmp_path / "lens.svg", width=700)
     assert b"logit lens (raw: the final norm applied to each layer)" in svg[0].read_bytes()
+
+
+def painted_texts(svg: bytes) -> list[str]:
+    """The strings an SVG figure paints, in order."""
+    import xml.etree.ElementTree as ET
+
+    return [e.text for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text]
+
+
+@pytest.mark.parametrize("kind", fig.VIEWS)
+def test_the_title_names_the_query_token_as_the_window_labels_it(qapp, views, kind):
+    """A token with a quote and a backslash is written between quotes as the window shows it, not
+    as Python's repr would escape it."""
+    from dataclasses import replace
+
+    view = views[kind]
+    labels = list(view.labels)
+    labels[8] = "it's\\"
+    texts = painted_texts(fig.svg_bytes(replace(view, labels=labels), 700)[0])
+    name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[kind]
+    assert texts[0] == f"{name} after 'it's\\' (token 8), gpt2"

@@ -269,6 +269,32 @@ def test_live_cache_counts_the_earlier_texts_kept_beside_this_one(tmp_path):
     assert f"2 earlier texts, {exact_bytes(9 * per_token)}" in text  # [1, 2, 3, 9] and [1, 2, 3, 4, 5]
 
 
+def test_live_cache_of_a_run_apart_from_the_cache_is_not_claimed_for_it(qtbot, tmp_path):
+    """A run that computed without the cache, of as many tokens as the text the cache holds: the
+    panel says the run did not use it, never that the cache's bytes are this text's K and V (their
+    size alone would match)."""
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import exact_bytes
+    from attnviz.engine.computing.request import RunRequest
+    from attnviz.ui.machinery.state import AppState
+    from tiny import tiny_llama
+
+    st = AppState()
+    w = CalcPanel(st)
+    qtbot.addWidget(w)
+    model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2))
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    st.set_model(model)
+    st.set_result(model.run(ids=[1, 2, 3, 4, 5, 6]))  # the cache holds these 6 tokens
+    assert "held (engine, float32): <b>6 tokens" in w.live_label.text()
+    st.set_result(model.run(ids=[9, 8, 7, 6, 5, 4], request=RunRequest(use_cache=False)))
+    text = w.live_label.text()
+    assert "held (engine" not in text and "reused" not in text
+    assert "computed its 6 tokens without the cache" in text
+    assert f"holds {exact_bytes(6 * per_token)}" in text
+
+
 def test_live_cache_never_pairs_this_text_with_another_runs_bytes(tmp_path):
     """A run that finds the cache held by another run computes in full without it: the line says
     so, and never writes an equation of this text's tokens that equals another text's bytes."""

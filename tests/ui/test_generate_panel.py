@@ -81,7 +81,7 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
         panel.slider.setValue(s)
         T = len(prompt) + s
         label = token_text(smollm2, answer[s])
-        assert panel.step_label.text() == f"Step {s + 1} of {n}: {label!r} (read {T} tokens)"
+        assert panel.step_label.text() == f"Step {s + 1} of {n}: '{label}' (read {T} tokens)"
         kv = T * PER_TOKEN
         assert panel.kv_label.text() == (f"KV held: {binary(kv)} ({kv:,} bytes) for {T} tokens; "
                                          f"calculator: {binary(kv)} ({kv:,} bytes)")

@@ -147,7 +147,7 @@ def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smo
         hits = find.set_find(f"{labels[q]}@{q}", f"@{k}")
         want = F.find(full, q, k)
         assert hits is not None and len(hits) == cfg.n_layer * cfg.n_head
-        assert f"{labels[q]!r}@{q} (query) to {labels[k]!r}@{k} (key)" in find.find_status.text()
+        assert f"'{labels[q]}'@{q} (query) to '{labels[k]}'@{k} (key)" in find.find_status.text()
         rows = find_rows(find)
         assert [r[0] for r in rows[:10]] == [f"L{h.layer} H{h.head}" for h in want[:10]]
         shown = {r[0]: (r[1], r[2]) for r in rows}

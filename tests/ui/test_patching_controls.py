@@ -83,10 +83,10 @@ def test_a_position_picked_in_its_box_is_the_metrics_p(qtbot, win):
     T = len(ids_c)
     assert p.position_box.value() == LAST and p.position_box.text() == "last token"
     qtbot.waitUntil(lambda: p.position_label.text() != "", timeout=WAIT)
-    assert p.position_label.text() == f"P = {T - 1} {labels[-1]!r}: the next token after it is scored"
+    assert p.position_label.text() == f"P = {T - 1} '{labels[-1]}': the next token after it is scored"
     P = T - 3
     p.position_box.setValue(P)
-    assert p.position_label.text() == f"P = {P} {labels[P]!r}: the next token after it is scored"
+    assert p.position_label.text() == f"P = {P} '{labels[P]}': the next token after it is scored"
     p = _run(qtbot, win, "resid")
     want = PT.patch(m, ids_c, ids_d, "resid", P)
     assert win.patch_jobs.result.metric == want.metric and want.metric.position == P
@@ -97,7 +97,7 @@ def test_a_position_picked_in_its_box_is_the_metrics_p(qtbot, win):
     mt = want.metric
     assert p.sides_label.text().startswith(f"At {P}: ")
     assert f"clean {mt.diff_clean:+.4f}, corrupted {mt.diff_corrupt:+.4f}" in p.sides_label.text()
-    assert p.map.view.metric_line().startswith(f"at {P} {labels[P]!r}: ")
+    assert p.map.view.metric_line().startswith(f"at {P} '{labels[P]}': ")
 
 
 def test_a_position_outside_the_text_is_refused_in_one_line(qtbot, win):

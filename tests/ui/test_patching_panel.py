@@ -91,8 +91,8 @@ def test_texts_of_different_lengths_are_refused_with_the_tokens_aligned(qtbot, w
     first = next(i for i, (a, b) in enumerate(zip(tc, td)) if a != b)
     cols_c = lines[0][len("corrupted "):].split(SEP)
     cols_d = lines[1][len("corrupted "):].split(SEP)
-    assert [c.strip() for c in cols_c[:first]] == [repr(t)[1:-1] for t in lc[:first]]
-    assert [c.strip() for c in cols_d] == [repr(t)[1:-1] for t in ld]
+    assert [c.strip() for c in cols_c[:first]] == list(lc[:first])
+    assert [c.strip() for c in cols_d] == list(ld)
     assert [len(a) for a in cols_c] == [len(b) for b in cols_d]
     start = len("corrupted ") + sum(len(c) + 1 for c in cols_c[:first])
     assert lines[2][:start].strip() == "" and lines[2][start] == "^"

@@ -82,6 +82,34 @@ def test_the_prediction_shows_the_engines_top_tokens_at_the_query(smol, qtbot, s
     assert panel.grid_table.item(model.config.n_layer - 1, q).text().startswith(". ")
 
 
+def test_the_lens_grid_asked_for_before_a_keystrokes_run_is_in_is_the_new_texts(smol, qtbot):
+    """A click on "Full layer × position grid" right after a keystroke, while the new text's run is
+    still on its way, shows the grid of the new text: one column per new token, and it stays (a
+    grid of the text before would be cleared when the new run arrives, and the click lost). The
+    header names the query token as the window labels it (quotes, no repr escapes)."""
+    w = smol
+    panel = _shown(w)
+    _analysed(qtbot, w)
+    new = NAMES + " and Plumbrook's"
+    w.set_text(new)
+    assert w.state.result.text == NAMES  # (the new text's run is not in: no event has been processed)
+    panel.grid_button.click()
+
+    def grid_of_the_new_text():
+        r, t = w.state.result, panel.grid_table
+        return (t.isVisible() and r.text == new and t.columnCount() == r.n_tokens
+                and [t.horizontalHeaderItem(i).text() for i in range(r.n_tokens)]
+                == [f"{i} {label}" for i, label in enumerate(r.labels)])
+    qtbot.waitUntil(grid_of_the_new_text, timeout=WAIT)
+    w.worker.wait_idle()
+    assert grid_of_the_new_text()
+    assert panel.grid_table.rowCount() == w.state.model.config.n_layer
+    q = w.state.result.labels.index("'s")
+    w.state.toggle_query(q)
+    qtbot.waitUntil(lambda: f"(token {q})" in panel.header.text(), timeout=WAIT)
+    assert panel.header.text().startswith(f"Next token after &#x27;&#x27;s&#x27; (token {q})")
+
+
 def test_dla_hover_gives_each_heads_number_and_a_click_focuses_it(smol, qtbot):
     w = smol
     panel = _shown(w)

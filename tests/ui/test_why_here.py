@@ -15,13 +15,18 @@ from PySide6.QtGui import QColor
 from attnviz.engine.analysing import circuits as C
 from attnviz.engine.analysing.qk import qk_attribution, qk_trace
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.why import shown
 from attnviz.ui.views.grid_items import HIGHLIGHT
 from windows import WAIT, open_window, wait_for_text
 from attnviz.engine.computing.request import RunRequest
 
 TEXT = "Harry Potter met Hermione Granger. Later Harry Potter"
 ROW = re.compile(r"^(.*?)  ([+-]\d+\.\d+)  ([+-]\d+\.\d+)%$")
+KEY_FORM = re.compile(r"\bL\d+H\d+\b")  # a head as the numbers' keys name it (L16H1)
+
+
+def _as_the_grid_names(key: str) -> str:
+    """A component's key as the window writes it: "L16H1" -> "L16 H1", "L3.mlp" -> "L3 MLP"."""
+    return re.sub(r"^L(\d+)\.mlp$", r"L\1 MLP", re.sub(r"^L(\d+)H(\d+)$", r"L\1 H\2", key))
 
 
 @pytest.fixture
@@ -97,10 +102,13 @@ def test_a_click_on_the_focused_head_explains_the_cell_and_still_picks_the_query
         assert sum(v for _, v, _ in rows) == pytest.approx(a.total(), abs=5e-4 * len(rows))
         assert sum(s for _, _, s in rows) == pytest.approx(1.0, abs=5e-3)
     top = ref.top(8)
-    assert [lab for lab, _, _ in sections[0][:8]] == [f"{shown(qc)} · {shown(kc)}" for qc, kc, _ in top]
+    assert [lab for lab, _, _ in sections[0][:8]] == [f"{_as_the_grid_names(qc)} · {_as_the_grid_names(kc)}"
+                                                      for qc, kc, _ in top]
     assert [v for _, v, _ in sections[0][:8]] == pytest.approx([v for _, _, v in top], abs=5e-4)
     qs = sorted(range(len(ref.components)), key=lambda i: -abs(ref.query_side[i]))[:6]
-    assert [lab for lab, _, _ in sections[1][:6]] == [shown(ref.components[i]) for i in qs]
+    assert [lab for lab, _, _ in sections[1][:6]] == [_as_the_grid_names(ref.components[i]) for i in qs]
+    assert any(KEY_FORM.search(c) for c in ref.components)  # (the keys keep their form: L16H1)
+    assert not [box.text for box in w.why_panel.canvas.lay.rows if KEY_FORM.search(box.text)]
     title = w.why_panel.view().title()
     assert head_title(layer, head) in title and f"({q})" in title and f"({k})" in title
 
@@ -246,7 +254,7 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     st.set_query(1)
     qtbot.waitUntil(lambda: "writes:" in panel.ov.text(), timeout=WAIT)
     top = C.ov_top(st.model, L - 1, 0, int(st.result.input_ids[1]), 10)
-    assert repr(top[0][1]) in panel.ov.text()
+    assert f"'{top[0][1]}'" in panel.ov.text()
     png, side = panel.export_to(str(tmp_path / "c.png"))
     np.testing.assert_allclose(json.loads(side.read_text())["copying"], ref.copying)
     (csv,) = panel.export_to(str(tmp_path / "c.csv"))

@@ -82,19 +82,19 @@ def resolve_token(result, spec):
             text, pos = head, int(tail)
     if pos is not None:
         if not 0 <= pos < len(labels):
-            raise InputError(f"position {pos} in {spec!r} is outside the {len(labels)} tokens "
+            raise InputError(f"position {pos} in {quoted(spec)} is outside the {len(labels)} tokens "
                              f"(0..{len(labels) - 1}): {_listing(labels)}")
         if text and _norm(text) not in (_norm(labels[pos]), _norm(raw[pos])):
-            raise InputError(f"position {pos} holds {quoted(labels[pos])}, not {text!r}: {_listing(labels)}")
+            raise InputError(f"position {pos} holds {quoted(labels[pos])}, not {quoted(text)}: {_listing(labels)}")
         return pos
     # case-insensitive on the display label or the tokenizer's own token string
     exact = [i for i in range(len(labels))
              if _norm(text) and _norm(text) in (_norm(labels[i]), _norm(raw[i]))]
     if not exact:
-        raise InputError(f"token {text!r} is not in the text; its {len(labels)} tokens are: "
+        raise InputError(f"token {quoted(text)} is not in the text; its {len(labels)} tokens are: "
                          f"{_listing(labels)}")
     if len(exact) > 1:
         where = ", ".join(f"{labels[i]}@{i}" for i in exact)
-        raise InputError(f"token {text!r} occurs {len(exact)} times (at positions "
+        raise InputError(f"token {quoted(text)} occurs {len(exact)} times (at positions "
                          f"{', '.join(map(str, exact))}); pick one: {where}")
     return exact[0]

@@ -16,9 +16,11 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.computing.families import forward
+from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
+from attnviz.engine.reading.token_text import quoted
 
 
 @dataclass(frozen=True)
@@ -94,13 +96,18 @@ def check_same_vocab(a, b) -> None:
     for i, (x, y) in enumerate(zip(va, vb)):
         if x != y:
             raise InputError(f"{a.name} ({len(va):,} tokens) and {b.name} ({len(vb):,} tokens) "
-                             f"have different vocabularies: token {i} is {x!r} in one and {y!r} "
+                             f"have different vocabularies: token {i} is {_label(a, i)} in one and {_label(b, i)} "
                              "in the other")
     if len(va) != len(vb):
         i = min(len(va), len(vb))
-        extra = (va if len(va) > len(vb) else vb)[i]
+        extra = _label(a if len(va) > len(vb) else b, i)
         raise InputError(f"{a.name} ({len(va):,} tokens) and {b.name} ({len(vb):,} tokens) have "
-                         f"different vocabularies: token {i} ({extra!r}) is in only one")
+                         f"different vocabularies: token {i} ({extra}) is in only one")
+
+
+def _label(model, i: int) -> str:
+    """Token id i of a model's vocabulary in a message: as the window labels it, between quotes."""
+    return quoted(token_text(model, i))
 
 
 def check_same_length(label_a: str, ids_a, label_b: str, ids_b) -> None:

@@ -42,6 +42,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.packed import forward_batch
 from attnviz.engine.computing.trace import Patch, Trace
 from attnviz.engine.errors import Cancelled, InputError, NoPrediction
+from attnviz.engine.reading.token_text import quoted
 
 WHATS = ("resid", "head_out", "head_out_by_pos", "head_pattern", "mlp_out")
 DIRECTIONS = ("denoise", "noise")
@@ -295,7 +296,7 @@ class Proposal:
     end: int
 
     def describe(self) -> str:
-        return f"swapped {self.old!r} (characters {self.start}-{self.end}) for {self.new!r}"
+        return f"swapped {quoted(self.old)} (characters {self.start}-{self.end}) for {quoted(self.new)}"
 
 
 def propose_corrupt(model, text: str) -> Proposal:

@@ -15,6 +15,7 @@ from attnviz.engine.errors import InputError
 from attnviz.engine.analysing.find import find, resolve_token
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.registry import DEFAULT_TEXT
+from attnviz.engine.reading.token_text import quoted
 
 # a Find hit is claimed only when the query's weight on the key beats the mean weight the other
 # queries give that key by this much (the same margin a role needs over its chance score)
@@ -131,12 +132,13 @@ def _guide_find(sample: Sample, result) -> Guide:
     hits = find(result, q, k)
     top = hits[0]
     base = top.weight - top.specificity  # the other queries' mean weight on the key
-    msg = (f"{head_title(top.layer, top.head)}: {frm!r} -> {to!r} weight {top.weight:.2f}, "
+    frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
+    msg = (f"{head_title(top.layer, top.head)}: {frm} -> {to} weight {top.weight:.2f}, "
            f"{top.specificity:+.2f} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
         return Guide(top.layer, top.head, True, msg + _others(n))
-    return Guide(top.layer, top.head, False, f"No head singles out {frm!r} -> {to!r} here (by "
+    return Guide(top.layer, top.head, False, f"No head singles out {frm} -> {to} here (by "
                  f"{SPECIFICITY_MIN:g} over the other queries). Closest: " + msg + ".")
 
 

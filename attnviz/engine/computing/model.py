@@ -43,7 +43,11 @@ class RunResult:
     compute_s: float = 0.0
     cache_reused: int = 0  # tokens whose rows came from the KV cache
     cache_computed: int = 0  # tokens computed this run (T for a full run)
-    cache_bytes: int = 0  # bytes of K and V the model holds for this text after this run (0: it keeps no cache)
+    cache_bytes: int = 0  # bytes of K and V the model's cache holds after this run (0: it keeps no cache)
+    # whether this run read and extended the model's KV cache; False: it computed apart from it
+    # (another run held it, use_cache=False, edits, a trace's own past), and cache_bytes are then
+    # the cache as other runs left it, of another text
+    cache_used: bool = False
     # the earlier texts' runs the KV cache keeps beside this one (KVCache.earlier), and their K and V bytes
     cache_earlier: tuple[int, int] = (0, 0)
     notice: str | None = None  # one line for the user about what was changed in the text, if anything
@@ -159,7 +163,7 @@ class Model:
                 if non_finite_layer(part) is None:  # (the full run refuses it)
                     tell(self._result(prep, part, t0, tr.reused))
             trace.early = (k, partial)
-        attentions, reused, held, earlier = self._forward(prep.ids, use_cache, trace)
+        attentions, reused, held, earlier, used = self._forward(prep.ids, use_cache, trace)
         try:
             if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
                 check_finite(self.name, attentions)
@@ -168,8 +172,9 @@ class Model:
             raise
         norms, share = self.value_norms(attentions, trace.v) if request.values else (None, None)
         inputs = tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if request.inputs else None
-        return self._result(prep, attentions, t0, reused, cache_bytes=held, cache_earlier=earlier,
-                            value_norms=norms, head_share=share, layer_inputs=inputs, trace=given)
+        return self._result(prep, attentions, t0, reused, cache_bytes=held, cache_used=used,
+                            cache_earlier=earlier, value_norms=norms, head_share=share,
+                            layer_inputs=inputs, trace=given)
 
     def _result(self, prep: Prepared, attentions, t0: float, reused: int, **more) -> RunResult:
         """A RunResult of the prepared text `prep` with these patterns, timed from t0."""
@@ -335,14 +340,14 @@ class Model:
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
         """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held, (earlier
-        runs kept, their K and V bytes)), with `trace` filled. The run uses the cache when it may
-        (a causal model, use_cache, a trace without edits, and no other run holding it) and
-        computes in full otherwise."""
+        runs kept, their K and V bytes), whether this run used the cache), with `trace` filled. The
+        run uses the cache when it may (a causal model, use_cache, a trace without edits, and no
+        other run holding it) and computes in full otherwise."""
         if trace.past is not None:  # the trace's own (run_long's reuse, a generation's): the model's untouched
             forward(self.config, self.weights, ids, trace, trace.past)
             kept = self._cache
             return (trace.attentions, trace.past.reused, kept.nbytes if kept is not None else 0,
-                    kept.earlier_kv() if kept is not None else (0, 0))
+                    kept.earlier_kv() if kept is not None else (0, 0), False)
         owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:
@@ -351,7 +356,7 @@ class Model:
             kept = cache if cache is not None else self._cache  # the one this run used, or the model's
             return (trace.attentions, cache.reused if cache is not None else 0,
                     kept.nbytes if kept is not None else 0,
-                    kept.earlier_kv() if kept is not None else (0, 0))
+                    kept.earlier_kv() if kept is not None else (0, 0), cache is not None)
         finally:
             if owns:
                 self._cache_lock.release()

@@ -9,7 +9,9 @@ newest wins per kind; results are written into `state.effects`.
   reads: Worker._prediction_read) is analysed even while the panel is hidden, so the panel, built
   after that run and shown then, has its result without waiting; once shown it analyses again only
   what it lacks.
-- lens grid ('lens-grid'): on the pool, when the user asks.
+- lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
+  (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
+  cleared the moment the newer one arrives).
 - scan ('scan'): a thread of its own, not the pool: 270 forward passes would hold the typing runs
   up for seconds. It reports progress from its first head, and checks between heads whether it is
   still the newest scan (cancel, or a new scan, stops it there)."""
@@ -63,6 +65,7 @@ class EffectsJobs(QObject):
         self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._ahead = True  # the model's first run is still to be analysed, the panel shown or not
+        self._grid_wanted = False  # the lens grid was asked for while a newer run was on its way
         self._sigProgress.connect(self._on_progress)
         eff.sigRunChanged.connect(self._on_run)
         eff.sigLensGridWanted.connect(self.request_lens_grid)
@@ -78,6 +81,7 @@ class EffectsJobs(QObject):
         self.cancel_scan()
         self.worker.cancel(ANALYSIS_KIND)
         self._ahead = True
+        self._grid_wanted = False
 
     def _on_shown(self) -> None:
         """The panel shown: analysed now, unless the analysis of what it shows is there already
@@ -93,11 +97,20 @@ class EffectsJobs(QObject):
         self.worker.claim(ANALYSIS_KIND)
         self._timer.stop()
 
-    def _on_run(self, _run) -> None:
+    def _on_run(self, run) -> None:
         """A new run: an analysis of the previous one still running is stale (it stops at its next
-        check), and this run's follows once results pause."""
+        check), and this run's follows once results pause; a lens grid asked for meanwhile is
+        this run's when it is of the text and ablation the window has now."""
         self.worker.claim(ANALYSIS_KIND)
         self._timer.start()
+        if self._grid_wanted and run is not None and self._is_current(run):
+            self._grid_wanted = False
+            self._lens_grid_of(run)
+
+    def _is_current(self, run) -> bool:
+        """Whether `run` is of the window's text and ablation (no newer run is on its way for it)."""
+        st = self.state
+        return run.result.text == st.text and run.ablation == st.effects.ablation
 
     def flush(self) -> None:
         """Analyse now if the analysis waits for results to pause (tests, before wait_idle)."""
@@ -138,14 +151,23 @@ class EffectsJobs(QObject):
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
+        """The lens grid of the run shown, or, while a newer text's or ablation's run is on its way,
+        of that run once it arrives (_on_run)."""
+        st, eff = self.state, self.state.effects
+        run = eff.run_of(st.result)
+        if st.model is None or st.result is None and (not st.text.strip() or st.long.run is not None):
+            return  # (no run of these views will come: no text, or a long text's run)
+        if run is None or not self._is_current(run):
+            self._grid_wanted = True
+            return
+        self._grid_wanted = False
+        self._lens_grid_of(run)
+
+    def _lens_grid_of(self, run) -> None:
         from attnviz.engine.analysing.predict import lens_grid
         from attnviz.engine.computing.model import token_text
 
-        st, eff = self.state, self.state.effects
-        run = eff.run_of(st.result)
-        if run is None:
-            return
-        model = st.model
+        model = self.state.model
 
         def work():
             ids, lps = lens_grid(model.lm_head(), run.shown)

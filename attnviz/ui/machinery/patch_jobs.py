@@ -63,8 +63,8 @@ def alignment(tokens_a, tokens_b, labels=("clean", "corrupted")) -> str:
     every position where they differ (and where one list has run out); columns part at │ (tokens
     such as <|endoftext|> hold a |)."""
     n = max(len(tokens_a), len(tokens_b))
-    a = [repr(t)[1:-1] for t in tokens_a] + [""] * (n - len(tokens_a))
-    b = [repr(t)[1:-1] for t in tokens_b] + [""] * (n - len(tokens_b))
+    a = list(tokens_a) + [""] * (n - len(tokens_a))
+    b = list(tokens_b) + [""] * (n - len(tokens_b))
     w = [max(len(x), len(y), 1) for x, y in zip(a, b)]
     pad = max(len(s) for s in labels) + 1
     row = lambda name, xs: name.ljust(pad) + SEP.join(x.ljust(k) for x, k in zip(xs, w))  # noqa: E731

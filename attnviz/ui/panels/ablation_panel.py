@@ -20,6 +20,7 @@ from attnviz.engine.analysing.ablation import MODES
 from attnviz.engine.analysing.effects import layers_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
 
@@ -283,7 +284,7 @@ def head_menu(state, layer: int, head: int, q: int, k: int, parent: QWidget | No
                               else "") + ")").triggered.connect(off)
     r = state.result
     if r is not None and k <= q < r.n_tokens:
-        edge = f"{q} {r.labels[q]!r} → {k} {r.labels[k]!r}"
+        edge = f"{q} {quoted(r.labels[q])} → {k} {quoted(r.labels[k])}"
         menu.addAction(f"Knock out {edge} in layer {layer}").triggered.connect(
             lambda: eff.toggle_knockout([layer], q, k))
         menu.addAction(f"Knock out {edge} in every layer").triggered.connect(

@@ -275,9 +275,9 @@ def live_text(result, model) -> str:
     T = result.n_tokens
     if held == 0:
         return "live KV cache: not kept for this run"
-    if held != T * c.n_layer * c.n_kv_head * c.d_head * 2 * 4:  # the cache is another text's
-        return (f"live KV cache: this run computed its {tokens(T)} without the cache (another run "
-                f"held it); the cache holds {exact_bytes(held)} of another text's K and V")
+    if not result.cache_used:  # (another run held the cache, or this one changed heads)
+        return (f"live KV cache: this run computed its {tokens(T)} without the cache; the cache "
+                f"holds {exact_bytes(held)} of K and V that another run left")
     held_line = (f"live KV cache held (engine, float32): <b>{tokens(T)} × {c.n_layer} layers × "
                  f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
                  f"this edit reused {tokens(result.cache_reused)} and computed "

@@ -3,6 +3,7 @@ load only when Compare is first opened: the window's start does not wait for the
 
 from __future__ import annotations
 
+import shiboken6
 from PySide6.QtWidgets import QFileDialog, QMenu
 
 from attnviz.ui.machinery.compare_jobs import BSource
@@ -68,11 +69,18 @@ def open_compare(w, source: BSource) -> None:
         w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
         w.compare_dock = w._add_panel_dock("Compare", "compare_dock", w.compare_panel)
         # closing the panel leaves Compare (a tab behind another stays open)
-        w.compare_dock.toggleViewAction().toggled.connect(
-            lambda on: on or w.worker.compare_jobs.close())
+        w.compare_dock.toggleViewAction().toggled.connect(lambda on: on or _panel_closed(w))
     w.compare_dock.show()
     w.compare_dock.raise_()
     w.worker.compare_jobs.open(source)
+
+
+def _panel_closed(w) -> None:
+    """Leave Compare, unless the dock hid because its window is being destroyed (a script's Python
+    exiting with the window open): the session goes with the window, and its change would reach
+    views whose plot items are already deleted."""
+    if shiboken6.isValid(w):
+        w.worker.compare_jobs.close()
 
 
 def restore_compare(w, view: dict) -> None:

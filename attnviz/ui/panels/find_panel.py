@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.analysing import find as F
 from attnviz.engine.errors import AttnvizError
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.ui.panels.roles_views import Decimals, num_item
 
 
@@ -132,7 +133,7 @@ class FindPanel(QWidget):
         patterns = self.state.long.patterns  # a long text's, computed on demand
         hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         self.find_status.setText(
-            f"From {r.labels[q]!r}@{q} (query) to {r.labels[k]!r}@{k} (key), every head ranked by "
+            f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} (key), every head ranked by "
             "specificity: its weight minus the mean weight the other queries give that key (a head "
             "where every token attends to the key says nothing about this query). Click one to "
             "focus it.")

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.from_config import kv_cache_needed
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
 from attnviz.ui.views.long_panes import colour_table, indexed_image
@@ -227,7 +228,7 @@ class GeneratePanel(QWidget):
             self.slider.blockSignals(True)
             self.slider.setValue(s)
             self.slider.blockSignals(False)
-        self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {step.token!r} "
+        self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {quoted(step.token)} "
                                 f"(read {step.T:,} tokens)")
         self.kv_label.setText(self.kv_text(step))
         rows_top = ["<table>"] + [

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND, WARNING
@@ -300,7 +301,7 @@ class PatchingPanel(QWidget):
             self.position_label.setText(f"outside the {T} tokens (0..{T - 1})")
             return
         P = T - 1 if v == LAST else v
-        self.position_label.setText(f"P = {P} {labels[P]!r}: the next token after it is scored")
+        self.position_label.setText(f"P = {P} {quoted(labels[P])}: the next token after it is scored")
 
     def propose(self) -> None:
         from attnviz.engine.analysing.patching import propose_corrupt
@@ -398,8 +399,8 @@ class PatchingPanel(QWidget):
         if s is None:
             return ""
         m = s.metric
-        return (f"At {m.position}: clean top-1 {s.top_clean!r}, corrupted top-1 {s.top_corrupt!r}. "
-                f"diff = logit({s.target_text!r}) \u2212 logit({s.alt_text!r}): clean {m.diff_clean:+.4f}, "
+        return (f"At {m.position}: clean top-1 {quoted(s.top_clean)}, corrupted top-1 {quoted(s.top_corrupt)}. "
+                f"diff = logit({quoted(s.target_text)}) \u2212 logit({quoted(s.alt_text)}): clean {m.diff_clean:+.4f}, "
                 f"corrupted {m.diff_corrupt:+.4f}")
 
     def view(self) -> fig.PatchView | None:

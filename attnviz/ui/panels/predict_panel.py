@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QScrollArea, QTableWidget, QTableWidgetItem, QTabWidget, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
@@ -161,7 +162,7 @@ class PredictPanel(QWidget):
             self.dla_view.set_map(None)
             return
         r = st.result
-        after = (html.escape(repr(r.labels[a.position])) if r is not None and a.position < len(r.labels)
+        after = (html.escape(quoted(r.labels[a.position])) if r is not None and a.position < len(r.labels)
                  else str(a.position))
         changed = a.changed is not None
         what = (f"<br><b style='color:{WARNING}'>Changed run: {html.escape(a.ablation.describe())}"

@@ -9,6 +9,7 @@ from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import FOCUS
 
 
@@ -240,14 +241,14 @@ class TokenStrip(QWidget):
         r = self.state.result if self.state is not None else None
         if r is None or r.labels is not self.labels:
             return ""
-        return f", piece {r.tokens[i]!r}, id {int(r.input_ids[i])}"
+        return f", piece {quoted(r.tokens[i])}, id {int(r.input_ids[i])}"
 
     def event(self, ev) -> bool:
         if ev.type() == QEvent.Type.ToolTip:
             i = self.index_at(ev.pos())
             click = ("the layers after the one shown are being computed" if self.previewing
                      else "click: show this query row in every head")
-            text = f"#{i}: {self.labels[i]!r}{self._piece(i)} ({click})" if i is not None else self.toolTip()
+            text = f"#{i}: {quoted(self.labels[i])}{self._piece(i)} ({click})" if i is not None else self.toolTip()
             QToolTip.showText(ev.globalPos(), text, self)
             return True
         return super().event(ev)
