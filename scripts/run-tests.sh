@@ -6,6 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 .venv/bin/ruff check .
 .venv/bin/lint-imports
-# Two processes (pytest-xdist), each given whole files: most tests keep one core busy, and a file's
-# module fixtures (a quantized model, a checkpoint set) are made once.
-exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
