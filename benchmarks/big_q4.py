@@ -14,8 +14,9 @@ before it), every layer's patterns, as a keystroke does.
 
 - keystroke engine time: the median of the runs after the first. Goal: <= 60 ms. Matrices of
   parallel.WIDE_KERNEL weights and more take every core but one (parallel.kernel_threads, as in
-  the window); the same keystrokes with those matrices on every core, and with every matrix on
-  the capped threads, are timed in turns with them, beside.
+  the window); the same keystrokes with those matrices on every core, with every matrix on the
+  capped threads, and with the NumPy steps instead of the compiled one-row steps, are timed in
+  turns with them, beside.
 - peak RSS: the process's VmHWM at the end (load, the first prefill and the keystrokes in it).
   Goal: <= 1.5 GiB. Its RSS at the end and what the store holds beside it are in the note.
 
@@ -156,10 +157,14 @@ ids = rng.integers(100, model.config.vocab_size, T - 1).tolist()
 t0 = time.perf_counter()
 model.run(ids=ids)
 prefill_s = time.perf_counter() - t0
-ms, every, capped = [], [], []
-for k in range(repeat + 1):  # in turns: the window's rule, large matrices on every core, none
-    for wide, spare, out in ((WIDE_KERNEL, 1, ms), (WIDE_KERNEL, 0, every), (None, 1, capped)):
+ms, every, capped, numpy_steps = [], [], [], []
+steps = qmatvec.ONE_ROW
+for k in range(repeat + 1):  # in turns: the window's rule, large matrices on every core, none,
+    # and the window's rule with the NumPy steps instead of the compiled one-row steps
+    for wide, spare, out in ((WIDE_KERNEL, 1, ms), (WIDE_KERNEL, 0, every), (None, 1, capped),
+                             (WIDE_KERNEL, 1, numpy_steps)):
         limit_kernel_threads(threads, wide=wide, spare=spare)
+        qmatvec.ONE_ROW = None if out is numpy_steps else steps
         t0 = time.perf_counter()
         r = model.run(ids=ids + [int(rng.integers(100, model.config.vocab_size))])
         if k:
@@ -169,7 +174,8 @@ limit_kernel_threads(threads)
 st = {k: int(v.split()[0]) / 1024 for k, v in (l.split(":", 1) for l in open("/proc/self/status")
                                                  if l.startswith(("VmRSS", "VmHWM")))}
 store = model.weights.layers
-print(json.dumps({"load_s": load_s, "prefill_s": prefill_s, "ms": ms, "every": every, "capped": capped, **st,
+print(json.dumps({"load_s": load_s, "prefill_s": prefill_s, "ms": ms, "every": every, "capped": capped,
+                  "numpy_steps": numpy_steps, **st,
                   "views": store.view_bytes() / 2**20, "held": store.held_bytes() / 2**20,
                   "memory": model.memory}))
 """
@@ -209,6 +215,7 @@ def main() -> None:
     key = sorted(r["ms"])[len(r["ms"]) // 2]
     narrow = sorted(r["capped"])[len(r["capped"]) // 2]
     wide = sorted(r["every"])[len(r["every"]) // 2]
+    numpy_steps = sorted(r["numpy_steps"])[len(r["numpy_steps"]) // 2]
     load = os.getloadavg()[0]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     figs = [
@@ -225,6 +232,11 @@ def main() -> None:
         figure(f"keystroke engine time, random 1B Llama Q4_0, T = {T}, every matrix on "
                f"{args.threads} thread(s)", narrow, "ms", runs=r["capped"],
                note=f"the same keystrokes in turns with the above; median; load average {load:.1f}"),
+        figure(f"keystroke engine time, random 1B Llama Q4_0, T = {T}, NumPy one-row steps",
+               numpy_steps, "ms", runs=r["numpy_steps"],
+               note=f"the window's rule, with the NumPy steps instead of the compiled one-row "
+                    f"steps (engine/computing/onerow.py), in turns with the above; median; load "
+                    f"average {load:.1f}"),
         figure("peak RSS, random 1B Llama Q4_0", r["VmHWM"] / 1024, "GiB", goal=1.5, headline=True,
                note=f"VmHWM of a fresh process: load ({r['load_s']:.1f} s), a first prefill of "
                     f"{T - 1} tokens ({r['prefill_s']:.1f} s), {args.repeat + 1} keystrokes; RSS at "
@@ -232,7 +244,7 @@ def main() -> None:
                     f"layers held {r['held']:.0f} MiB; load average {load:.1f}"),
     ]
     print(f"keystroke {key:.1f} ms (goal 60); large matrices on every core {wide:.1f} ms, every "
-          f"matrix capped {narrow:.1f} ms; peak RSS {r['VmHWM'] / 1024:.2f} GiB (goal 1.5); "
+          f"matrix capped {narrow:.1f} ms; NumPy one-row steps {numpy_steps:.1f} ms; peak RSS {r['VmHWM'] / 1024:.2f} GiB (goal 1.5); "
           f"load {r['load_s']:.1f} s, prefill {r['prefill_s']:.1f} s; {r['memory']}; "
           f"load average {load:.1f}")
     print(f"wrote {write('big_q4', figs)}")

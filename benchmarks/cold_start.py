@@ -4,6 +4,7 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 
     python -m benchmarks.cold_start [--cases predict,generate,heads] [--runs 5] [--heads-runs 3]
                                     [--no-cold] [--no-profile] [--baseline DIR] [--gemma FILE]
+                                    [--gap SECONDS]
 
 - warm cache: one untimed run first (the files read into the page cache), then --runs runs; the
   figure is the median.
@@ -22,6 +23,13 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 - first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
   load (engine/reading/gguf_vocab.py): one more warm run per command with an empty cache folder
   ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
+
+- gap: with --gap SECONDS, a pause before each timed run. On a virtual machine that hands free
+  memory back to its host (free page reporting: `memory_map` in the result), the memory a run
+  touches first costs a fault in the host too once it has been handed back, which takes about
+  two seconds after the last process freed it: runs back to back (no gap) meet less of that than
+  runs seconds apart (a user's commands). Both are worth recording; `usage_per_run` tells them
+  apart (the system seconds).
 
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
@@ -56,8 +64,10 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 sys.path.insert(0, _ROOT)
 
 import argparse  # noqa: E402
+import glob  # noqa: E402
 import json  # noqa: E402
 import pstats  # noqa: E402
+import resource  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -156,16 +166,76 @@ def _env(root: str = _ROOT) -> dict:
     return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None) -> float:
+def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None,
+                  usage: list | None = None) -> float:
     """Seconds from spawning `python -m attnviz ARGV` (the code in `root`) to its exit (checked:
-    exit status 0)."""
+    exit status 0); `usage` gets the process's CPU seconds and page faults (child_usage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
                           env={**_env(root), **(env or {})}, cwd=root)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
+    if usage is not None:
+        usage.append(child_usage(before, resource.getrusage(resource.RUSAGE_CHILDREN)))
     return dt
+
+
+def child_usage(before, after) -> dict:
+    """What one child process (the only one reaped between `before` and `after`) used: user and
+    system CPU seconds, minor and major page faults. A run slow with the same user seconds and
+    faults but many more system seconds paid more for each fault (memory_map() says why a machine
+    may)."""
+    return {"user_s": round(after.ru_utime - before.ru_utime, 3),
+            "sys_s": round(after.ru_stime - before.ru_stime, 3),
+            "minor_faults": after.ru_minflt - before.ru_minflt,
+            "major_faults": after.ru_majflt - before.ru_majflt}
+
+
+def describe_usage(runs: list[dict]) -> str:
+    def series(key, form):
+        return ", ".join(form.format(u[key]) for u in runs)
+    return (f"user {series('user_s', '{:.2f}')} s; system {series('sys_s', '{:.2f}')} s; minor "
+            f"faults {series('minor_faults', '{}')}")
+
+
+def memory_map() -> dict:
+    """What this machine does with memory that makes a process's first touch of fresh memory, or a
+    file's pages, cost more from one run to the next: free page reporting (a virtual machine hands
+    free memory back to its host, which must fault it in again on the next touch: a run that comes
+    seconds after others freed memory meets more of that) and DAMON reclaim schemes (file pages
+    idle for a while are paged out, so a "warm" file is read again). Read from /proc and /sys;
+    absent where not found."""
+    found = {}
+    try:
+        cmdline = open("/proc/cmdline").read().split()
+        order = [a.split("=", 1)[1] for a in cmdline if a.startswith("page_reporting.page_reporting_order=")]
+        if order:
+            found["page_reporting_order"] = int(order[0])
+    except OSError:
+        pass
+    for dev in sorted(glob.glob("/sys/bus/virtio/devices/*")):
+        try:
+            if open(os.path.join(dev, "device")).read().strip() == "0x0005":  # the balloon
+                bits = open(os.path.join(dev, "features")).read().strip()
+                found["virtio_balloon_free_page_reporting"] = len(bits) > 5 and bits[5] == "1"
+        except OSError:
+            pass
+    for scheme in sorted(glob.glob("/sys/kernel/mm/damon/admin/kdamonds/*/contexts/*/schemes/*")):
+        try:
+            kdamond = scheme.split("/contexts/")[0]
+            if open(os.path.join(kdamond, "state")).read().strip() != "on":
+                continue
+            action = open(os.path.join(scheme, "action")).read().strip()
+            age = open(os.path.join(scheme, "access_pattern/age/min")).read().strip()
+            ctx = scheme.split("/schemes/")[0]
+            aggr_us = int(open(os.path.join(ctx, "monitoring_attrs/intervals/aggr_us")).read())
+            found.setdefault("damon_schemes", []).append(
+                f"{action} of regions idle for >= {int(age) * aggr_us / 1e6:g} s")
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tuple[float, dict]:
@@ -183,7 +253,9 @@ def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tupl
         raise SystemExit(f"What heads do on {model}: exit status {proc.returncode}, reached "
                          f"{', '.join(marks) or 'nothing'} (timeout {timeout:.0f} s): {said}")
     if proc.returncode != 0:
-        problem = f"{os.path.basename(model)}: exit status {proc.returncode} after the paint: {said}"
+        whose = "this commit's code" if root == _ROOT else f"the code in {root}"
+        problem = (f"{os.path.basename(model)}, {whose}: exit status {proc.returncode} after the "
+                   f"paint: {said}")
         EXIT_PROBLEMS.append(problem)
         print(f"  note: {problem}", file=sys.stderr, flush=True)
     return marks["prediction painted"], marks
@@ -277,6 +349,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per command and cache state")
     ap.add_argument("--heads-runs", type=int, default=3, help="timed runs of the heads case per model")
     ap.add_argument("--no-cold", action="store_true", help="skip the dropped-cache runs")
+    ap.add_argument("--gap", type=float, default=0.0, metavar="SECONDS",
+                    help="pause before each timed command run (default 0: back to back)")
     ap.add_argument("--no-profile", action="store_true", help="skip the profiled runs")
     ap.add_argument("--gemma", metavar="FILE", help="Gemma 3 270M's GGUF file (default: one "
                     "`attnviz models` lists)")
@@ -294,7 +368,7 @@ def main() -> int:
     gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
     cases = [(c, m) for m in (SMOLLM2, gemma) for c in ("predict", "generate") if c in wanted]
     cold_why = "skipped (--no-cold)" if args.no_cold else None
-    figures, profiles = [], {}
+    figures, profiles, usage = [], {}, {}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     for command, model in cases:
         short = "Gemma 3 270M" if model is gemma else "SmolLM2"
@@ -311,11 +385,16 @@ def main() -> int:
         timed_process(argv)  # the files into the page cache
         if baseline:
             timed_process(argv, baseline)
-        warm, base = [], []
+        warm, base, warm_use, base_use = [], [], [], []
         for _ in range(args.runs):
             if baseline:
-                base.append(timed_process(argv, baseline))
-            warm.append(timed_process(argv))
+                time.sleep(args.gap)
+                base.append(timed_process(argv, baseline, usage=base_use))
+            time.sleep(args.gap)
+            warm.append(timed_process(argv, usage=warm_use))
+        usage[f"{command}, {short}, warm cache"] = warm_use
+        if baseline:
+            usage[f"{command}, {short}, warm cache, baseline {base_commit}"] = base_use
         if baseline:
             figures.append(record.figure(f"{command}, {short}, warm cache, baseline {base_commit}",
                                          statistics.median(base), "s", runs=base,
@@ -323,18 +402,22 @@ def main() -> int:
                                               f"{args.runs}, run for run alternating with this commit's"))
             print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
                   f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
+            print("  per run: " + describe_usage(base_use), flush=True)
         figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
                                      runs=warm, goal=warm_goal,
-                                     note=f"whole process, median of {args.runs}"))
+                                     note=f"whole process, median of {args.runs}"
+                                          + (f", {args.gap:g} s apart" if args.gap else "")))
         print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
               f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
-        cold = []
+        print("  per run: " + describe_usage(warm_use), flush=True)
+        cold, cold_use = [], []
         if cold_why is None:
             for _ in range(args.runs):
                 cold_why = drop_page_cache()
                 if cold_why is not None:
                     break
-                cold.append(timed_process(argv))
+                cold.append(timed_process(argv, usage=cold_use))
+            usage[f"{command}, {short}, cold cache"] = cold_use
         if cold:
             figures.append(record.figure(f"{command}, {short}, cold cache", statistics.median(cold), "s",
                                          runs=cold, goal=cold_goal,
@@ -405,6 +488,9 @@ def main() -> int:
         profiles["What heads do, milestones (s since the spawn)"] = heads
         profiles["What heads do, processes that failed while exiting"] = EXIT_PROBLEMS
     details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,
+               "gap_before_each_run_s": args.gap,
+               "load_average_at_end": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+               "usage_per_run": usage, "memory_map": memory_map(),
                "cold_cache": ("no command measured" if not cases else
                               "dropped before each cold run" if cold_why is None else cold_why)}
     path = record.write("cold_start", figures, details=details)

@@ -6,10 +6,13 @@ in the real window offscreen, both in one run on one machine.
 Per run the sentence is typed key by key twice into one window: first with model A alone (the
 reference: key -> the grid painted with that text's result), then with Compare open on B (key ->
 the Compare panel painted with that text's comparison: both runs, A | B | A - B and the JSD map;
-the next-token numbers, KL over the whole vocabulary, follow in a job of their own started as that
-comparison is in, which the next key stops at its next block). The next key
+the next-token numbers, KL over the whole vocabulary for the positions the key changed, follow in a
+job of their own started as that comparison is in, which the next key stops at its next block; key
+-> the strip painted with them is recorded for the keys whose numbers came before the next key). The next key
 follows 40 ms after a paint. Stall: the longest gap between ticks of a 1 ms precise timer on the
-main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass). Peak RSS: the process's peak resident set after
+main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass); the
+main thread's CPU time of its longest event-loop turn in each pass is the work behind it, which
+other processes on a shared machine do not inflate by preempting the window. Peak RSS: the process's peak resident set after
 the Compare pass, against A's alone (the resident set once A is loaded and the single pass is
 typed) plus B's float32 layers (the sum of B's expanded layer sizes; the window asks for the
 quantised kernels, so B of a GGUF model holds its layers packed in the type's blocks instead, and
@@ -46,12 +49,18 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
+TURNS: list[float] | None = None  # while a pass is typed: the main thread's CPU seconds of each turn
+
+
 def _spin(app, seconds: float, until=None) -> bool:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         if until is not None and until():
             return True
+        c0 = time.thread_time()
         app.processEvents()
+        if TURNS is not None:
+            TURNS.append(time.thread_time() - c0)
         time.sleep(0.0005)
     return until is None
 
@@ -63,6 +72,8 @@ class PaintWatch:
         from PySide6.QtCore import QEvent, QObject, QTimer
 
         self.seen: dict[str, float] = {}
+        self.turns: list[float] = []  # type_pass: the main thread's CPU seconds per turn
+        self.latency: list[float] = []  # type_pass's `also`: key -> this widget's paint, seconds
         outer = self
 
         class Filter(QObject):
@@ -76,8 +87,11 @@ class PaintWatch:
         widget.installEventFilter(self.filter)
 
 
-def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
-    """Type `sentence` into the empty box key by key: each key's seconds until `watch` saw its text."""
+def type_pass(app, w, sentence: str, watch: PaintWatch, also: PaintWatch | None = None) -> list[float]:
+    """Type `sentence` into the empty box key by key: each key's seconds until `watch` saw its text
+    (and, in also.latency, until `also` did, for the keys it saw before the next key). TURNS then
+    holds the main thread's CPU seconds of each event-loop turn and key press of the pass."""
+    global TURNS
     from PySide6.QtTest import QTest
 
     w.set_text("")
@@ -85,16 +99,26 @@ def type_pass(app, w, sentence: str, watch: PaintWatch) -> list[float]:
     if w.state.model is not None:
         w.state.model.clear_cache()
     watch.seen.clear()
+    if also is not None:
+        also.seen.clear()
+        also.latency = []
     out = []
     w.text_box.setFocus()
+    TURNS = []
     for ch in sentence:
         t0 = time.perf_counter()
+        c0 = time.thread_time()
         QTest.keyClick(w.text_box, ch)
+        TURNS.append(time.thread_time() - c0)
         text = w.text_box.toPlainText()
         if not _spin(app, 60, until=lambda text=text: text in watch.seen):
             raise RuntimeError(f"no paint of {text!r} within 60 s")
         out.append(watch.seen[text] - t0)
         _spin(app, 0.04)
+        if also is not None and text in also.seen:
+            also.latency.append(also.seen[text] - t0)
+    out_turns, TURNS = TURNS, None
+    watch.turns = out_turns
     return out
 
 
@@ -118,6 +142,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
                         lambda: w.grid.drawn.text if w.grid.drawn is not None and w.grid.drawn is st.result else None)
     timer, ticks = tick_timer()
     lat_a = type_pass(app, w, sentence, single)
+    turn_a = max(single.turns) * 1e3
     timer.stop()
     stall_a = max(0.0, float(np.diff(ticks).max()) * 1e3 - 1.0) if len(ticks) > 1 else 0.0
     rss_a = rss_bytes()
@@ -141,15 +166,23 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
         c = jobs.comparison
         return c.result.text if c is not None else None
     paired = PaintWatch(panel.tiles, compared_text)
+
+    def numbers_text():  # the strip painted with that text's next-token numbers (KL, flips)
+        c = jobs.comparison
+        return c.result.text if c is not None and c.doc is not None and c.doc["kld"] is not None else None
+    numbers = PaintWatch(panel.strip, numbers_text)
     timer, ticks = tick_timer()
-    lat_ab = type_pass(app, w, sentence, paired)
+    lat_ab = type_pass(app, w, sentence, paired, numbers)
+    turn_ab = max(paired.turns) * 1e3
     timer.stop()
     gaps = np.diff(ticks) if len(ticks) > 1 else np.array([0.0])
     out = {"single_p95": float(np.percentile(lat_a, 95)), "compare_p95": float(np.percentile(lat_ab, 95)),
            "single_p50": float(np.percentile(lat_a, 50)), "compare_p50": float(np.percentile(lat_ab, 50)),
            "stall_ms": max(0.0, float(gaps.max()) * 1e3 - 1.0), "stall_single_ms": stall_a, "open_s": open_s,
            "rss_a": rss_a, "peak_a": peak_a, "rss_open": rss_open, "b_layers": b_layers, "b_views": b_views, "peak_rss": peak_rss_bytes(), "rss_after": rss_bytes(),
-           "keys": len(sentence)}
+           "turn_ms": turn_ab, "turn_single_ms": turn_a,
+           "keys": len(sentence), "kl_keys": len(numbers.latency),
+           "kl_p95": float(np.percentile(numbers.latency, 95)) if numbers.latency else float("nan")}
     import gc
     import weakref
 
@@ -160,7 +193,7 @@ def one_run(model: str, qtype: str, sentence: str) -> dict:
     w.close()
     w.worker.wait_idle()
     w.deleteLater()  # the next run starts from A alone again: the window, A and B freed
-    w = st = jobs = panel = single = paired = None  # (the lambdas above share these names: emptied, not deleted)
+    w = st = jobs = panel = single = paired = numbers = None  # (the lambdas above share these names: emptied, not deleted)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)  # (processEvents leaves these)
     if not _spin(app, 30, until=lambda: gc.collect() >= 0 and all(m() is None for m in models)):
         raise RuntimeError("the closed window's models were not freed")
@@ -185,7 +218,9 @@ def main() -> None:
         runs.append(r)
         print(f"run {i + 1}: single p95 {r['single_p95'] * 1e3:.1f} ms, compare p95 {r['compare_p95'] * 1e3:.1f} ms "
               f"({r['compare_p95'] / r['single_p95']:.2f}x), stall {r['stall_ms']:.1f} ms "
-              f"(single {r['stall_single_ms']:.1f} ms), "
+              f"(single {r['stall_single_ms']:.1f} ms), longest main-thread turn {r['turn_ms']:.1f} ms CPU "
+              f"(single {r['turn_single_ms']:.1f} ms), KL painted for {r['kl_keys']}/{r['keys']} keys "
+              f"(p95 {r['kl_p95'] * 1e3:.1f} ms), "
               f"B opened in {r['open_s']:.2f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB "
               f"(A alone {r['rss_a'] / 2**20:.0f} MiB + B's layers {r['b_layers'] / 2**20:.0f} MiB; "
               f"B holds {r['b_views'] / 2**20:.0f} MiB packed)", flush=True)
@@ -209,6 +244,21 @@ def main() -> None:
                runs=[r["stall_single_ms"] for r in runs],
                note="the same timer during the single-model pass of the same run: what the machine and "
                     "the window give without Compare"),
+        figure("main thread's longest turn while comparing, CPU time",
+               float(np.median([r["turn_ms"] for r in runs])), "ms", runs=[r["turn_ms"] for r in runs],
+               note="the main thread's CPU time (thread_time) of its longest event-loop turn or key press "
+                    "in the Compare pass, the median run: the work behind a stall, which a loaded machine's "
+                    "scheduling does not add to; no goal"),
+        figure("main thread's longest turn, single model, CPU time (reference)",
+               float(np.median([r["turn_single_ms"] for r in runs])), "ms",
+               runs=[r["turn_single_ms"] for r in runs], note="the same in the single-model pass; no goal"),
+        figure("compare keystroke -> next-token numbers painted p95", runs[mid]["kl_p95"] * 1e3, "ms",
+               runs=[r["kl_p95"] * 1e3 for r in runs],
+               note="key -> the token strip painted with that text's KL bars and flip marks, over the keys "
+                    "whose numbers were painted before the next key; no goal"),
+        figure("keys whose next-token numbers were painted", float(np.median([r["kl_keys"] / r["keys"] for r in runs])),
+               "share", runs=[r["kl_keys"] / r["keys"] for r in runs],
+               note="before the next key (40 ms after the comparison's paint); the median run; no goal"),
         figure("peak RSS over A's peak alone + B's float32 layers", over_peak / 2**20, "MiB",
                goal=0.0,
                note="ru_maxrss after the first run's Compare pass minus ru_maxrss after its single-model "

@@ -1,6 +1,7 @@
 """benchmarks/cold_start.py's window case: its process ends on What heads do's first prediction
 painted, after the milestones that lead to it, and --cases refuses what it does not know."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -54,3 +55,48 @@ def test_the_heads_case_alternates_with_the_baseline_run_for_run(monkeypatch, tm
     assert figures[smol]["value"] == 2.0
     (baseline,) = [f for name, f in figures.items() if name.startswith(smol + ", baseline")]
     assert baseline["value"] == 3.0 and baseline["runs"] == [3.0, 3.0]
+
+
+def test_each_timed_run_records_its_own_cpu_seconds_and_page_faults():
+    """timed_process's usage: one entry per process, its own (not the runs' before it): CPU
+    seconds within the run's wall time and the page faults a Python start takes."""
+    from benchmarks.cold_start import describe_usage, memory_map, timed_process
+
+    usage = []
+    walls = [timed_process(["--help"], usage=usage) for _ in range(2)]
+    assert len(usage) == 2
+    for wall, u in zip(walls, usage):
+        assert 0 < u["user_s"] + u["sys_s"] <= (os.cpu_count() or 1) * wall + 0.05
+        assert u["minor_faults"] > 100 and u["major_faults"] >= 0
+    assert describe_usage(usage).startswith("user ") and "minor faults" in describe_usage(usage)
+    assert set(memory_map()) <= {"page_reporting_order", "virtio_balloon_free_page_reporting",
+                                 "damon_schemes"}
+
+
+def test_gap_pauses_before_each_timed_command_run(monkeypatch):
+    """--gap SECONDS: a pause before each timed run (not before the untimed first one), recorded
+    in the result beside each run's usage (the processes replaced by stand-ins)."""
+    import benchmarks.cold_start as C
+
+    events = []
+
+    def fake(argv, root=C._ROOT, env=None, usage=None):
+        events.append("run")
+        if usage is not None:
+            usage.append({"user_s": 1.0, "sys_s": 0.5, "minor_faults": 1000, "major_faults": 0})
+        return 1.5
+    written = {}
+    monkeypatch.setattr(C, "timed_process", fake)
+    monkeypatch.setattr(C.time, "sleep", lambda s: events.append(f"sleep {s:g}"))
+    monkeypatch.setattr(C.record, "write", lambda name, figures, details=None: written.update(
+        figures=figures, details=details))
+    monkeypatch.setattr(C, "find_gemma", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["cold_start", "--cases", "predict", "--runs", "2", "--gap", "3",
+                                      "--no-cold", "--no-profile"])
+    assert C.main() == 0
+    assert events == ["run", "sleep 3", "run", "sleep 3", "run"]
+    details = written["details"]
+    assert details["gap_before_each_run_s"] == 3.0
+    assert len(details["usage_per_run"]["predict, SmolLM2, warm cache"]) == 2
+    (warm,) = [f for f in written["figures"] if f["name"] == "predict, SmolLM2, warm cache"]
+    assert warm["value"] == 1.5 and "3 s apart" in warm["note"]

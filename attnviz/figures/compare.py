@@ -115,10 +115,10 @@ def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QCo
     """A vertical diverging bar, +lim at the top, 0 in the middle, -lim at the bottom."""
     steps = 64
     h = rect.height() / steps
-    for s in range(steps):
-        v = lim * (1 - 2 * (s + 0.5) / steps)
-        r, g, b = DIVERGING[int(np.clip((v / lim + 1) * 127.5, 0, 255))]
-        p.fillRect(QRectF(rect.left(), rect.top() + s * h, rect.width(), h + 0.5), QColor(int(r), int(g), int(b)))
+    v = lim * (1 - 2 * (np.arange(steps) + 0.5) / steps)  # [steps] each band's value, top down
+    table = headmap.colour_table()
+    for s, i in enumerate(headmap.colour_indices(v, lim)):
+        p.fillRect(QRectF(rect.left(), rect.top() + s * h, rect.width(), h + 0.5), table[i])
     p.setPen(text)
     p.setFont(figure_font(9))
     for frac, label in ((0.0, f"+{lim:.3g}"), (0.5, "0"), (1.0, f"\u2212{lim:.3g}")):

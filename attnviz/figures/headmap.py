@@ -148,6 +148,21 @@ def colour(value: float, lim: float) -> QColor:
     return QColor(int(r), int(g), int(b))
 
 
+def colour_indices(values, lim: float) -> np.ndarray:  # [...] -> [...] int64 in 0..255
+    """colour()'s index into DIVERGING for every value at once (finite values)."""
+    return np.clip((np.asarray(values, dtype=np.float64) / lim + 1) * 127.5, 0, 255).astype(np.int64)
+
+
+_TABLE: list[QColor] = []
+
+
+def colour_table() -> list[QColor]:
+    """DIVERGING as QColors, made once."""
+    if not _TABLE:
+        _TABLE.extend(QColor(int(r), int(g), int(b)) for r, g, b in DIVERGING)
+    return _TABLE
+
+
 def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | None = None,
           text: QColor = TEXT_DARK) -> None:
     n_layer, n_head = hm.values.shape
@@ -169,10 +184,13 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
                + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
                + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
     p.setPen(Qt.PenStyle.NoPen)
+    table = colour_table()
+    cells = colour_indices(hm.values, lim)  # [n_layer, n_head] (one NumPy pass: a map repaints per keystroke)
+    xs, ys = (lay.x_layers, lay.y_heads) if lay.across else (lay.x_heads, lay.y_layers)
     for l in range(n_layer):
         for h in range(n_head):
-            x, y = lay.origin(l, h)
-            p.fillRect(QRectF(x, y, c, c), colour(float(hm.values[l, h]), lim))
+            x, y = (float(xs[l]), float(ys[h])) if lay.across else (float(xs[h]), float(ys[l]))
+            p.fillRect(QRectF(x, y, c, c), table[cells[l, h]])
         if hm.column is not None:
             p.fillRect(QRectF(lay.x_column, lay.y_layers[l], c, c), colour(float(hm.column[1][l]), lim))
     for r, (_name, v) in zip(lay.extra_rects, hm.extras):

@@ -18,6 +18,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.analysing.effects import Ablation, analyse, window_run
 from attnviz.engine.errors import InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
+from attnviz.engine.reading import pages
 from attnviz.engine.reading.budget import LayerStore, parse_budget
 from attnviz.engine.reading.gguf_tensors import QuantRows
 from tiny import FIXTURES, tiny_llama
@@ -311,3 +312,89 @@ def test_kept_layers_share_one_buffer_and_run_bit_for_bit_as_before(name, monkey
     assert len(bases) == 1  # one buffer for every layer
     for text in (TEXT, TEXT + " was"):  # the second: the cache's keystroke on a causal model
         np.testing.assert_array_equal(packed.run(text).attentions, plain.run(text).attentions)
+
+
+def _arena_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "attnviz-arena-pages"]
+
+
+def test_populating_pages_keeps_what_they_hold(monkeypatch):
+    """populate_pages faults a buffer's pages in, a piece at a time, without writing to them: what
+    was written stays (a page already there and one not yet touched alike); an empty or strided
+    array is left alone."""
+    monkeypatch.setattr(pages, "POPULATE_BYTES", 1 << 20)  # several pieces, the last a part of one
+    a = np.empty(3 * (1 << 20) + 5, np.float32)  # (not a whole number of pages)
+    a[: 1 << 20] = np.arange(1 << 20, dtype=np.float32)  # the first pages written, the rest untouched
+    assert pages.populate_pages(a) == sys.platform.startswith("linux")
+    np.testing.assert_array_equal(a[: 1 << 20], np.arange(1 << 20, dtype=np.float32))
+    a[:] = 2.0  # writable
+    assert not pages.populate_pages(np.empty(0, np.float32))
+    assert not pages.populate_pages(a[::2])
+
+
+@pytest.mark.parametrize("fixture, qtype", GGUF_FAMILIES[:1], ids=[f"{f}-{q.name}" for f, q in GGUF_FAMILIES[:1]])
+def test_a_gguf_load_fills_the_buffer_it_prepared_beside_the_tokenizer(tmp_path, monkeypatch, fixture, qtype):
+    """read_gguf makes the kept layers' buffer before the tokenizer's build, its pages faulted in on
+    a thread of their own; expanding fills that very buffer, the thread is joined by then, and the
+    runs equal, bit for bit, a load that makes no buffer at all."""
+    cfg, tensors = gguf_tensors(FIXTURES / fixture)
+    path = write_gguf(tmp_path / "m.gguf", cfg, tensors, qtype)
+    monkeypatch.setattr(B, "ARENA_MIN", 1 << 62)
+    plain = load_model(path, budget=None)
+    made = []
+    real = B._Arena
+
+    def spy(n_bytes, populate=False):
+        made.append((real(n_bytes, populate), populate))
+        return made[-1][0]
+    monkeypatch.setattr(B, "ARENA_MIN", 1)
+    monkeypatch.setattr(B, "_Arena", spy)
+    prepared = load_model(path, budget=None)
+    assert [p for _, p in made] == [True]  # one buffer, the prepared one
+    arena = made[0][0]
+    assert arena._populating is None and not _arena_threads()
+    for layer in prepared.weights.layers:
+        base = layer.w_qkv if layer.w_qkv.flags.c_contiguous else layer.w_qkv.T
+        assert arena.holds(base)
+    assert_same_runs(plain, prepared, ids=IDS)
+
+
+def test_a_load_that_fails_at_the_tokenizer_lets_the_prepared_buffer_go(tmp_path, monkeypatch):
+    """A tokenizer refused after the buffer was prepared: the error is the tokenizer's, and the
+    thread that faults in the buffer's pages is joined before it reaches the caller."""
+    from attnviz.engine.reading import gguf_model
+
+    cfg, tensors = gguf_tensors(FIXTURES / GGUF_FAMILIES[0][0])
+    path = write_gguf(tmp_path / "m.gguf", cfg, tensors, GGUF_FAMILIES[0][1])
+    made = []
+    real = B._Arena
+
+    def spy(n_bytes, populate=False):
+        made.append(real(n_bytes, populate))
+        return made[-1]
+
+    def refuse(*_a, **_k):
+        raise ModelLoadError("m.gguf: tokenizer.ggml.tokens is 3, expected a list of token strings")
+    monkeypatch.setattr(B, "ARENA_MIN", 1)
+    monkeypatch.setattr(B, "_Arena", spy)
+    monkeypatch.setattr(gguf_model, "gguf_tokenizer", refuse)
+    with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens is 3"):
+        load_model(path, budget=None)
+    assert len(made) == 1 and made[0]._populating is None and not _arena_threads()
+
+
+def test_the_rest_of_a_prepared_buffer_is_given_back():
+    """_Arena.release_rest: the whole pages past the last slot are given back (they read as zeros
+    after), the slots and the page they end in keep their values."""
+    arena = B._Arena(64 << 10)
+    slot = arena._take((1000,), np.uint8)
+    slot[:] = 7
+    arena._buf[arena._pos:] = 5.0
+    assert arena.release_rest() == sys.platform.startswith("linux")
+    assert (slot == 7).all()
+    rest = arena._buf[arena._pos:]
+    first_whole = (-rest.ctypes.data % B.PAGE) // 4  # the rest's first whole page
+    if sys.platform.startswith("linux"):
+        assert (rest[first_whole:] == 0).all() and (rest[:first_whole] == 5.0).all()

@@ -231,3 +231,70 @@ def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_head
         np.testing.assert_array_equal(C.log_softmax64(za), log_softmax(za))
     doc = C.compare(models_pair(smollm2, q8, IDS, C.compare_trace))
     assert 0 < doc["kld_stats"]["max"] < 0.5
+
+
+def test_reuse_takes_only_positions_whose_inputs_are_the_same_bits():
+    """reusable(): the leading positions with the same ids whose final-norm inputs on both sides are
+    bit for bit those the known numbers came from; one differing bit (B's row 3, a -0 for a +0)
+    or id ends the reuse there; the last position is always computed."""
+    rng = np.random.default_rng(0)
+    xa, xb = rng.standard_normal((2, 6, 4)).astype(np.float32)
+    ids = np.array([5, 6, 7, 8, 9, 10])
+    nt = C.NextTokens(np.zeros(6), np.zeros(6, np.int64), np.zeros(6, np.int64))
+    known = (ids, nt, xa.copy(), xb.copy())
+    longer_a, longer_b = np.vstack([xa, xa[:2]]), np.vstack([xb, xb[:2]])
+    assert C.reusable(known, np.append(ids, [1, 2]), longer_a, longer_b) == 6
+    assert C.reusable(known, ids, xa, xb) == 5  # the same text: its last position again
+    b3 = longer_b.copy()
+    b3[3, 2] = np.nextafter(b3[3, 2], np.float32(np.inf))
+    assert C.reusable(known, np.append(ids, [1, 2]), longer_a, b3) == 3
+    zero = longer_a.copy()
+    zero[1, 0], known[2][1, 0] = -0.0, 0.0
+    assert C.reusable(known, np.append(ids, [1, 2]), zero, longer_b) == 1
+    other = np.append(ids, [1, 2])
+    other[4] = 99
+    assert C.reusable(known, other, longer_a, longer_b) == 1
+    assert C.reusable(None, ids, xa, xb) == 0
+
+
+def test_a_keystroke_through_the_kv_cache_keeps_the_prefixs_logits_bit_for_bit(llama_pair):
+    """As the window types: each side runs its text through its own KV cache, the next keystroke
+    appends a token. The prefix's final-norm inputs, and so its logits, are bit for bit those of
+    the run before, on both sides, so the numbers reused there are the numbers of these rows; the
+    whole result equals the numbers computed from scratch for every position (NumPy below)."""
+    from attnviz.engine.analysing.pair import Pair, Run
+    from attnviz.engine.computing.logits import vocab_logits
+
+    a, b = llama_pair
+    for m in (a, b):
+        m.clear_cache()
+
+    def typed(ids):
+        sides = []
+        for label, m in (("A", a), ("B", b)):
+            trace = C.compare_trace()
+            m.run(ids=ids, trace=trace, request=RunRequest(use_cache=True))
+            sides.append(Run(label, m, ids, trace))
+        return Pair(*sides)
+
+    first = typed(IDS[:8])
+    numbers0, seen = C.next_token_numbers(first)
+    second = typed(IDS[:9])
+    ha, hb = C.pair_heads(a, b)
+    for side, h in ((0, ha), (1, hb)):
+        old = (first.a, first.b)[side].trace.resid[-1][:8]
+        new = (second.a, second.b)[side].trace.resid[-1][:8]
+        assert C.same_rows(old, new) == 8
+        np.testing.assert_array_equal(vocab_logits(h, new), vocab_logits(h, old))
+    assert C.reusable(seen, second.a.ids, second.a.trace.resid[-1], second.b.trace.resid[-1]) == 8
+    numbers, _ = C.next_token_numbers(second, known=seen)
+    # direct: float64 log-softmax of each side's logits, KL(A || B) per position, top-1 ids
+    la = vocab_logits(ha, second.a.trace.resid[-1]).astype(np.float64)
+    lb = vocab_logits(hb, second.b.trace.resid[-1]).astype(np.float64)
+    la -= np.log(np.exp(la - la.max(-1, keepdims=True)).sum(-1, keepdims=True)) + la.max(-1, keepdims=True)
+    lb -= np.log(np.exp(lb - lb.max(-1, keepdims=True)).sum(-1, keepdims=True)) + lb.max(-1, keepdims=True)
+    kl = (np.exp(la) * (la - lb)).sum(-1)
+    np.testing.assert_allclose(numbers["kld"], kl, rtol=1e-6, atol=1e-9)
+    assert numbers["kld"][:8] == numbers0["kld"]
+    flips = np.flatnonzero(la.argmax(-1) != lb.argmax(-1))
+    assert [f["position"] for f in numbers["flips"]] == flips.tolist()

@@ -8,6 +8,7 @@ import tracemalloc
 
 import gguf
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.analysing import compare as C
@@ -160,3 +161,38 @@ def test_the_comparisons_head_of_a_packed_model_holds_no_kernel_copy(tmp_path):
     assert model.lm_head().packed is not None
     head = C.table_head(model)
     assert head.packed is None and isinstance(head.w_u, QuantRows)
+
+
+def test_a_keystrokes_new_positions_take_the_kernels_on_a_shared_packed_table(tmp_path, monkeypatch):
+    """In a window (kernels asked, A on its blocks) B quantized to A's own type reads A's table:
+    a keystroke's new positions get their logits from A's packed unembedding (one kernel product
+    per side, no pass dequantizing the table), the reused prefix none; KL and top-1 within the
+    kernels' bound of the exact pass."""
+    from gguf_files import gguf_tensors, write_gguf
+    from tiny import FIXTURES
+
+    from attnviz.engine.computing import qmatvec
+    from attnviz.engine.computing.load import load_gguf
+    from attnviz.engine.reading import qpack
+
+    pytest.importorskip("numba")
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    path = write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0)
+    qpack.ask_for_kernels()  # (as a window asks; conftest puts it back)
+    a = load_gguf(path)
+    b = quantized_model(a, "Q8_0")
+    qmatvec.warm()
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], dtype=np.int64)
+    _, seen = C.next_token_numbers(models_pair(a, b, ids[:8], C.compare_trace))
+    pair = models_pair(a, b, ids, C.compare_trace)
+    rows, passes = [], []
+    real_q, real_p = qmatvec.qlinear, C.pair_logits
+    monkeypatch.setattr(qmatvec, "qlinear", lambda x, pm: rows.append(len(x)) or real_q(x, pm))
+    monkeypatch.setattr(C, "pair_logits", lambda *a, **k: passes.append(1) or real_p(*a, **k))
+    got, _ = C.next_token_numbers(pair, known=seen)
+    assert C.reusable(seen, pair.a.ids, pair.a.trace.resid[-1], pair.b.trace.resid[-1]) == 8
+    assert rows == [2, 2] and passes == []  # the two new positions, one product per side
+    monkeypatch.setattr(qmatvec, "qlinear", real_q)
+    want, _ = C.next_token_numbers(pair)  # every position in one dequantizing pass
+    np.testing.assert_allclose(got["kld"], want["kld"], rtol=1e-3, atol=1e-10)  # (KL ~ 1e-8 here)
+    assert got["flips"] == want["flips"]

@@ -218,22 +218,25 @@ def test_memory_check_refuses_before_dequantising(tmp_path, good_gguf, monkeypat
         load_model(good_gguf[0])
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
 def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
     """dequant.dequantize_into (the loader's path for these types: the code of its own) writes
-    exactly what gguf.quants.dequantize returns: real quantised weights, and blocks of any bytes
+    exactly what gguf.quants.dequantize returns: real quantised weights (where gguf quantises
+    the type), and blocks of any bytes
     whatever (odd scales: subnormal, zero, negative zero, the largest, NaN and Inf included), over
     more blocks than one pass takes; a plain float type is left to gguf's cast."""
     from attnviz.engine.reading.dequant import PIECE_BLOCKS, dequantize_into
 
-    BYTES = {q: gguf.GGML_QUANT_SIZES[q][1] for q in (Q.Q4_0, Q.Q4_1, Q.Q8_0)}
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
 
     rng = np.random.default_rng(int(qtype))
     weights = (rng.standard_normal((40, 256)) * 0.05).astype(np.float32)
-    raw = rng.integers(0, 256, size=(PIECE_BLOCKS // 8 + 3, 8 * BYTES[qtype]), dtype=np.uint8)
+    raw = rng.integers(0, 256, size=(PIECE_BLOCKS // 8 + 3, 8 * size), dtype=np.uint8)
     odd = np.array([6e-8, 0, -0.0, 65504, -3.5, np.nan, np.inf, -np.inf], np.float16)
-    raw.reshape(-1, BYTES[qtype])[:8, 0:2] = odd.view(np.uint8).reshape(-1, 2)
-    for src in (gguf.quants.quantize(weights, qtype), raw):
+    for scale in FP16_SCALES.get(qtype, (0,)):  # where each float16 scale of a block starts
+        raw.reshape(-1, size)[:8, scale:scale + 2] = odd.view(np.uint8).reshape(-1, 2)
+    real = [gguf.quants.quantize(weights, qtype)] if qtype in (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0) else []
+    for src in (*real, raw):  # (gguf quantises no K-quant: random bytes stand for its blocks)
         with np.errstate(all="ignore"):  # (NaN and Inf scales)
             want = gguf.quants.dequantize(src, qtype)
             got = np.full(want.shape, 7.0, np.float32)
@@ -256,7 +259,7 @@ def _gguf_dequantises(qtype) -> bool:
 @pytest.mark.parametrize("qtype", [q for q in Q if q in gguf.GGML_QUANT_SIZES and q not in (Q.F32, Q.F16)
                                    and _gguf_dequantises(q)], ids=lambda q: q.name)
 def test_every_block_type_gives_ggufs_values_bit_for_bit(qtype):
-    """Every type gguf dequantises but F32/F16 (the K-quants: Q4_K by code of our own, the others
+    """Every type gguf dequantises but F32/F16 (the K-quants: Q4_K and Q6_K by code of our own, the others
     by gguf's own block function a piece at a time; Q5_x, the IQ types with their lookup grids,
     BF16 ...): the values are gguf.quants.dequantize's, bit for bit, on arbitrary bytes, over more
     blocks than one piece."""

@@ -1,6 +1,7 @@
 """What a keystroke's engine run reuses or shares out: layer_consts kept for runs of a few rows
-(equal to the ones built anew), and the quantised kernels' thread count (a large matrix takes every
-core even where the kernels are capped, with the same result bit for bit)."""
+(equal to the ones built anew), the quantised kernels' thread count (a large matrix takes every
+core even where the kernels are capped, with the same result bit for bit), and the finiteness check
+of the pattern rows the run computed only (the cached ones were checked when computed)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from attnviz.engine import parallel
 from attnviz.engine.computing import families
 from attnviz.engine.computing.families import _layer_consts, layer_consts
 from attnviz.engine.reading.config import config_from_dict
-from tiny import llama_config
+from tiny import llama_config, tiny_llama
 
 
 @pytest.fixture
@@ -94,7 +95,7 @@ def test_kernel_threads_rule(kernel_cap, monkeypatch):
     assert parallel.kernel_threads(10 ** 9) == 1
 
 
-def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap):
+def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap, monkeypatch):
     numba = pytest.importorskip("numba")
     from gguf import GGMLQuantizationType as Q
 
@@ -106,10 +107,31 @@ def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap):
     raw.reshape(100, -1, 20)[:, :, :4] = (rng.standard_normal((100, 8, 2)) * 0.01).astype(np.float16).view(np.uint8)
     p = pack(raw, Q.Q4_1)
     x = rng.standard_normal((2, 256)).astype(np.float32)
+    qm.warm([Q.Q4_1])  # the kernel and its serial twin
+    serial = []  # the one-thread calls: the kernels' serial twins, no parallel region started
+    monkeypatch.setattr(qm, "SERIAL", {k: (lambda f: lambda *a: (serial.append(f), f(*a)))(f)
+                                       for k, f in qm.SERIAL.items()})
     parallel.limit_kernel_threads(1, wide=None)
     capped = qm.qmatvec(p, x)
-    assert numba.get_num_threads() == 1
+    assert len(serial) == 1
     parallel.limit_kernel_threads(1, wide=0, spare=0)  # every matrix counts as wide, every core
     wide = qm.qmatvec(p, x)
-    assert numba.get_num_threads() == min(parallel.cores(), numba.config.NUMBA_NUM_THREADS)
+    threads = min(parallel.cores(), numba.config.NUMBA_NUM_THREADS)
+    assert numba.get_num_threads() == threads and len(serial) == (1 if threads > 1 else 2)
     np.testing.assert_array_equal(wide, capped)  # each group of rows is summed by one thread alike
+
+
+def test_a_cached_run_checks_the_rows_it_computed(tmp_path, monkeypatch):
+    from attnviz.engine.computing import model as model_module
+    from attnviz.engine.computing.load import load_model
+
+    model = load_model(tiny_llama(tmp_path / "m"))
+    checked = []
+    real = model_module.check_finite
+    monkeypatch.setattr(model_module, "check_finite",
+                        lambda name, rows: (checked.append(rows.shape), real(name, rows)))
+    n_layer, n_head = model.config.n_layer, model.config.n_head
+    model.run(ids=[1, 2, 3])
+    model.run(ids=[1, 2, 3, 4])  # one new row
+    model.run(ids=[1, 2, 3, 4])  # every row cached: nothing new to check
+    assert checked == [(n_layer, n_head, 3, 3), (n_layer, n_head, 1, 4)]

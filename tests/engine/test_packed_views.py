@@ -140,3 +140,40 @@ def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_b
     assert head.w_u.rows_held == 0  # no pass over the float32 blocks: nothing kept
     many = np.repeat(x, qm.ROWS[Q.Q8_0], axis=0)
     np.testing.assert_array_equal(head.logits(many), want_head.logits(many))
+
+
+def test_the_views_fill_the_buffer_prepared_beside_the_tokenizer(path, kernels, monkeypatch):
+    """With the kernels on, read_gguf prepares a buffer for the views' packed blocks and scales
+    (their pages faulted in on a thread of their own while the tokenizer is built): every packed
+    array lies in it, the thread is joined after the load, and the runs equal, bit for bit, those
+    of a load that prepares nothing."""
+    import threading
+
+    from attnviz.engine.reading import budget as B
+
+    monkeypatch.setattr(B, "ARENA_MIN", 1 << 62)
+    plain = load_gguf(path)
+    made = []
+    real = B._Arena
+
+    def spy(n_bytes, populate=False):
+        made.append(real(n_bytes, populate))
+        return made[-1]
+    monkeypatch.setattr(B, "ARENA_MIN", 1)
+    monkeypatch.setattr(B, "_Arena", spy)
+    model = load_gguf(path)
+    store = model.weights.layers
+    assert len(made) == 1 and made[0]._populating is None
+    assert not [t for t in threading.enumerate() if t.name == "attnviz-arena-pages"]
+    arena = made[0]
+    matrices = [getattr(store.packed_view(i).packed, name) for i in range(len(store))
+                for name in ("w_qkv", "w_o", "w_in", "w_out")]
+    arrays = [a for m in matrices if m is not None for _, p in m.parts
+              for a in (p.q, p.scale, p.offset) if a is not None]
+    assert arrays and all(arena.holds(a) for a in arrays)
+    assert arena._pos * 4 <= store.packed_bytes + B.VIEW_SLACK * len(store)
+    request = RunRequest(use_cache=False, values=True)
+    for ids in (IDS[:4], IDS):  # few rows (the kernels) and a long prefill (expanded)
+        got, want = model.run(ids=ids, request=request), plain.run(ids=ids, request=request)
+        np.testing.assert_array_equal(got.attentions, want.attentions)
+        np.testing.assert_array_equal(got.value_norms, want.value_norms)

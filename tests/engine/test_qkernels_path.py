@@ -132,10 +132,12 @@ def test_a_type_without_a_kernel_keeps_float32_and_says_so_once(caplog, monkeypa
 
 
 def test_the_kernels_follow_the_thread_cap(monkeypatch):
-    """The window caps the kernels' threads as it caps BLAS's (ui/machinery/tuning.py)."""
-    import numba
-
+    """The window caps the kernels' threads as it caps BLAS's (ui/machinery/tuning.py): capped at
+    one, a call runs its kernel's serial twin (no parallel region)."""
     from attnviz.engine import parallel
+    serial = []
+    monkeypatch.setattr(qm, "SERIAL", {k: (lambda f: lambda *a: (serial.append(f), f(*a)))(f)
+                                       for k, f in qm.SERIAL.items()})
     before = parallel.kernel_threads()
     try:
         parallel.limit_kernel_threads(None)
@@ -144,7 +146,7 @@ def test_the_kernels_follow_the_thread_cap(monkeypatch):
         p = qpack.pack(gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0), Q.Q8_0)
         np.testing.assert_allclose(qm.qmatvec(p, np.ones(32, np.float32)),
                                    qpack.dequantized(p).sum(axis=1), rtol=1e-6)
-        assert numba.get_num_threads() == 1
+        assert len(serial) == 1
     finally:
         parallel.limit_kernel_threads(None if before == parallel.cores() else before)
 

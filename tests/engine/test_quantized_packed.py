@@ -136,3 +136,27 @@ def test_b_gets_what_a_packed_a_leaves_of_the_budget(source, tmp_path, kernels):
             load_second(lambda budget: quantized_model(a, "Q4_0"), a, "B")
     finally:
         B.set_memory_budget(None)
+
+
+@pytest.mark.parametrize("n_out", [1, 16, 37, 4096 + 5])
+def test_rows_are_regrouped_in_pieces_as_one_copy_would(n_out, monkeypatch):
+    """qpack._groups copies a table's rows into groups of 16 a piece at a time: the bytes equal
+    one copy of the whole (rows padded with zeros to whole groups), for bytes and float32, a
+    strided view as input, pieces of one group and of many."""
+    from attnviz.engine.reading import qpack
+
+    def whole(a, n_groups):  # the regrouping in one copy
+        pad = n_groups * qpack.LANES - a.shape[0]
+        a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
+        return np.ascontiguousarray(np.moveaxis(a.reshape((n_groups, qpack.LANES) + a.shape[1:]), 1, -1))
+
+    rng = np.random.default_rng(n_out)
+    q = rng.integers(0, 256, (n_out, 3, 34), dtype=np.uint8)[:, :, 2:]  # (a strided view)
+    scale = rng.standard_normal((n_out, 3)).astype(np.float32)
+    n_groups = -(-n_out // qpack.LANES)
+    for piece in (1, 1 << 20):
+        monkeypatch.setattr(qpack, "GROUP_BYTES", piece)
+        for a in (q, scale):
+            got = qpack._groups(a, n_groups)
+            assert got.flags.c_contiguous and got.dtype == a.dtype
+            np.testing.assert_array_equal(got, whole(a, n_groups))

@@ -60,3 +60,11 @@ def test_the_caption_says_what_the_colours_mean_signed_or_not(qapp):
     p = QPainter(img)
     headmap.paint(p, hm, headmap.layout_fit(hm, 400, 300), background=QColor("white"))
     p.end()  # (paints without error with the new caption)
+
+
+def test_colour_indices_give_colour_for_every_value(qapp):
+    """The map's cells are coloured from one NumPy pass (colour_indices into colour_table): the
+    same colour as colour() value by value, beyond the limit and at 0 included."""
+    values = np.array([-3.0, -1.0, -0.5, -1e-9, 0.0, 1e-9, 0.25, 0.999, 1.0, 2.0])
+    got = [headmap.colour_table()[i] for i in headmap.colour_indices(values, 1.0)]
+    assert [c.rgb() for c in got] == [headmap.colour(float(v), 1.0).rgb() for v in values]

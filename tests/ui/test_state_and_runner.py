@@ -457,3 +457,44 @@ def test_a_job_that_ends_after_its_relay_is_gone_ends_quietly(qapp):
                 raise RuntimeError("not about a deleted relay")
     with pytest.raises(RuntimeError, match="not about a deleted relay"):
         runner.run_job(job, Broken, lambda: False)
+
+
+def test_a_failed_jobs_frames_go_with_it_not_with_a_collection(qapp):
+    """A job that raises (a run stopped by a newer keystroke: Cancelled) hands the main thread its
+    error without the traceback: the job's frames and their arrays are freed as it ends, not by a
+    collection later, which runs on the main thread between two paints. Its message stays."""
+    import gc
+    import weakref
+
+    from attnviz.engine.errors import Cancelled
+    from attnviz.ui.machinery import runner
+
+    class Big:  # stands for a stopped run's partial trace
+        pass
+    held, heard = [], []
+
+    def fn():
+        trace = Big()
+        held.append(weakref.ref(trace))
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            raise Cancelled("a newer request replaced this one")  # (chained: its context too)
+
+    class Relay:
+        class done:
+            @staticmethod
+            def emit(job, value, error):
+                heard.append(error)
+    job = runner.Job(1, "compare", None, fn, lambda *a: None, POOL, None)
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        runner.run_job(job, Relay, lambda: False)
+        assert held[0]() is None  # freed without a collection
+    finally:
+        if was:
+            gc.enable()
+    (error,) = heard
+    assert isinstance(error, Cancelled) and str(error) == "a newer request replaced this one"
+    assert error.__traceback__ is None and error.__context__.__traceback__ is None

@@ -27,8 +27,7 @@ Model A (the loaded one) and model B (another file, a checkpoint, A quantized) r
                          `threshold` in A survived when it is at or above it in B too, and is lost
                          when it falls below it.
 
-A run compared with itself gives exactly 0 (JSD, KLD), 1.0 (resid_cos, same_top1), no flips and
-nothing lost.
+A run against itself gives exactly 0 (JSD, KLD), 1.0 (resid_cos, same_top1), no flips, none lost.
 """
 
 from __future__ import annotations
@@ -252,6 +251,26 @@ def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, 
     return outs[0], outs[1]
 
 
+def kernel_logits(pair: Pair, ha: LMHead, hb: LMHead, xa, xb, stop=None):
+    """Both sides' logits [n, vocab] float32 of a few positions (a keystroke's new ones) from A's
+    unembedding packed for the quantised kernels, where A holds one (a window's model on its
+    blocks: Model.lm_head) and B reads the same table (pair_heads): one product on the blocks per
+    side instead of a pass that dequantizes the whole table; within the kernels' bound of
+    pair_logits' products. None where the kernels do not take them (pair_logits then)."""
+    from attnviz.engine.computing import qmatvec
+
+    a = pair.a.model
+    if not a.weights.packed_types or hb.w_u is not ha.w_u:  # (no head built where none would pack)
+        return None
+    packed = a.lm_head().packed
+    if packed is None or not qmatvec.takes(packed, len(xa)):
+        return None
+    if stop is not None and stop():
+        raise Cancelled("a newer request replaced this one")
+    return tuple(qmatvec.qlinear(h.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False), packed)
+                 for h, x in ((ha, xa), (hb, xb)))
+
+
 def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] float64
     """logits.log_softmax's values bit for bit, with one float64 scratch array besides the result."""
     x = np.array(logits, dtype=np.float64)  # (a copy: the result is written into it)
@@ -263,25 +282,49 @@ def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] flo
     return np.subtract(x, lse, out=x)
 
 
+def same_rows(x, y) -> int:  # [n, d] x [m, d] -> the number of leading rows equal bit for bit
+    """How many leading rows two float arrays share, compared as bits (a NaN equals itself, -0 and
+    +0 differ): rows whose bits are equal give the same bits through any computation."""
+    n = min(len(x), len(y))
+    if n == 0 or x.shape[1:] != y.shape[1:] or x.dtype != y.dtype:
+        return 0
+    u = np.ascontiguousarray(x[:n]).view(np.uint8).reshape(n, -1)
+    v = np.ascontiguousarray(y[:n]).view(np.uint8).reshape(n, -1)
+    differ = np.flatnonzero((u != v).any(axis=1))
+    return int(differ[0]) if differ.size else n
+
+
+def reusable(known, ids, xa, xb) -> int:
+    """The positions whose next-token numbers `known` (next_token_numbers' seen: ids, NextTokens and
+    both sides' final-norm inputs) holds for these: the leading positions with the same ids whose
+    final-norm inputs on both sides are bit for bit the ones it was computed from (a keystroke that
+    appends to a decoder's text leaves them so: the KV cache keeps them). At least the last
+    position is computed."""
+    if known is None:
+        return 0
+    ids0, _nt, xa0, xb0 = known
+    return max(0, min(shared_prefix(ids0, ids), same_rows(xa0, xa), same_rows(xb0, xb), len(ids) - 1))
+
+
 def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
     """KL(P_A || P_B) and both top-1 ids at every position, from each side's final-norm input
     through its own final norm and unembedding (float32 logits, float64 log-softmax), KLD_ROWS
     positions at a time (pair_heads, pair_logits). NoPrediction for a model that predicts no next
-    token. `known`: (ids, NextTokens) of an earlier pair of the same two decoders: the positions of
-    the prefix it shares with these ids are taken from it (a decoder's rows there are the same)."""
+    token. `known`: next_token_numbers' seen of an earlier pair of the same two models: the
+    positions reusable() finds are taken from it, the rest computed."""
     ha, hb = pair_heads(pair.a.model, pair.b.model)
     xa, xb = pair.a.trace.resid[-1], pair.b.trace.resid[-1]  # [T, d_model]
     T = pair.T
     kld = np.empty(T)
     top_a = np.empty(T, np.int64)
     top_b = np.empty(T, np.int64)
-    p = 0
-    if known is not None and pair.a.model.config.causal:
-        p = min(shared_prefix(known[0], pair.a.ids), T - 1)
+    p = reusable(known, pair.a.ids, xa, xb)
+    if p:
         kld[:p], top_a[:p], top_b[:p] = known[1].kld[:p], known[1].top_a[:p], known[1].top_b[:p]
     for t0 in range(p, T, KLD_ROWS):
         t1 = min(T, t0 + KLD_ROWS)
-        za, zb = pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)  # [n, vocab] float32 x2
+        zs = kernel_logits(pair, ha, hb, xa[t0:t1], xb[t0:t1], stop)
+        za, zb = zs if zs is not None else pair_logits(ha, hb, xa[t0:t1], xb[t0:t1], stop)  # [n, vocab] float32 x2
         for i in range(t1 - t0):
             kld[t0 + i], top_a[t0 + i], top_b[t0 + i] = position_kl(za[i:i + 1], zb[i:i + 1])
         del za, zb  # (before the next block's are made)
@@ -378,7 +421,7 @@ def compare(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_
 
 def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUCTION_THRESHOLD,
                  known=None, stop=None, predictions: bool = True) -> tuple[dict, tuple | None]:
-    """compare(), and (ids, NextTokens) for the next call's `known` (next_tokens): a window's
+    """compare(), and next_token_numbers' seen for the next call's `known` (next_tokens): a window's
     keystroke computes the next-token numbers of its new positions only (None: a model that
     predicts no next token). `stop()` raises Cancelled between the unembedding's blocks.
     predictions=False leaves kld, kld_stats, same_top1 and flips None (a window computes them in
@@ -396,13 +439,15 @@ def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUC
 
 
 def next_token_numbers(pair: Pair, known=None, stop=None) -> tuple[dict, tuple | None]:
-    """({kld, kld_stats, same_top1, flips}, (ids, NextTokens)); all None, and None, where either
-    model predicts no next token."""
+    """({kld, kld_stats, same_top1, flips}, seen); all None, and None, where either model predicts
+    no next token. seen: (ids, NextTokens, A's and B's final-norm inputs [T, d_model]), what the
+    next call's `known` reuses (reusable)."""
     if not (predicts(pair.a.model) and predicts(pair.b.model)):
         return {"kld": None, "kld_stats": None, "same_top1": None, "flips": None}, None
     nt = next_tokens(pair, stop, known)
+    seen = (np.array(pair.a.ids), nt, np.array(pair.a.trace.resid[-1]), np.array(pair.b.trace.resid[-1]))
     return ({"kld": nt.kld.tolist(), "kld_stats": kld_stats(nt.kld), "same_top1": same_top1(nt),
-             "flips": flips(nt, lambda i: token_text(pair.a.model, i))}, (pair.a.ids.copy(), nt))
+             "flips": flips(nt, lambda i: token_text(pair.a.model, i))}, seen)
 
 
 def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:

@@ -23,8 +23,8 @@ import numpy as np
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
-    ACTIVATIONS, apply_rope, attention_scores, causal_mask, group_size, layer_for,
-    layer_norm, linear, mask_bias, merge_heads, qkv_heads, repeat_kv, rms_norm, softmax,
+    ACTIVATIONS, attention_scores, causal_mask, group_size, layer_for, layer_norm, linear,
+    mask_bias, merge_heads, one_row_steps, qkv_heads, repeat_kv, rms_norm, rope_qk, softmax,
 )
 from attnviz.engine import parallel
 from attnviz.engine.parallel import for_row_chunks
@@ -77,6 +77,7 @@ class Consts:
     # (q, k, v, consts, cache) -> z [n_head, n, d_head]: how self_attention attends, chosen by its
     # caller: dense_attention, segment_attention (segments), longdoc.block_attention (row blocks)
     attention: Callable = dense_attention
+    rotate: Callable = rope_qk  # (q, k, cos, sin) -> q, k rotated by position (rotate-half)
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -208,6 +209,21 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     return out
 
 
+_ONE_ROW: dict = {}  # id(Consts) -> (those Consts, their one-row variant), for layer_consts' kept ones
+
+
+def one_row_consts(steps, cfg: ModelConfig, c: Consts) -> Consts:
+    """c with the compiled one-row steps (`steps`: engine/computing/onerow.py) of a run of one new
+    row on the kernels, kept while layer_consts keeps c (a keystroke's T and p come again)."""
+    kept = _ONE_ROW.get(id(c))
+    if kept is None or kept[0] is not c:  # (an id can be a freed Consts', reused)
+        if len(_ONE_ROW) >= 2 * CONSTS_KEPT * cfg.n_layer:
+            _ONE_ROW.clear()
+        kept = (c, steps.fused(c, cfg.norm_eps, FAMILY[cfg.family].norm is rms_norm))
+        _ONE_ROW[id(c)] = kept  # (one dict write: threads at worst build a variant twice)
+    return kept[1]
+
+
 def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     """Token ids [n] at `positions` [n] -> x [n, d_model]: the tables the family has, summed."""
     fam = FAMILY[cfg.family]
@@ -255,7 +271,7 @@ def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_he
     if c.qk_norm is not None:
         q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
     if rope is not None:
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)  # same shapes, rotated by position
+        q, k = c.rotate(q, k, *rope)  # same shapes, rotated by position
     return q, k, v
 
 
@@ -415,7 +431,10 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             x = trace.at_resid(i, x)  # its patches (activation patching)
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
-            x = fam.block(x, layer_for(w.layers, i, len(x)), consts[i], trace.slot(i, past, rows))
+            layer = layer_for(w.layers, i, len(x))
+            steps = one_row_steps(layer, len(x)) if trace.attention is None else None
+            c = consts[i] if steps is None else one_row_consts(steps, cfg, consts[i])
+            x = fam.block(x, layer, c, trace.slot(i, past, rows))
             if trace.early is not None and i + 1 == trace.early[0]:
                 trace.early[1](trace)  # layers 0..i are final: a caller may show them now
         if n_run == cfg.n_layer:

@@ -199,6 +199,16 @@ def _qmatvec():  # imported when a packed matrix first comes (numba loads in a f
     return _QMATVEC
 
 
+def one_row_steps(layer, n_rows: int):
+    """The compiled one-row steps (engine/computing/onerow.py) for a run of `n_rows` on `layer`:
+    one row on a layer the kernels multiply by (packed, the kernels on), once qmatvec.warm has
+    loaded them; else None (the NumPy steps)."""
+    if n_rows != 1 or getattr(layer, "packed", None) is None:
+        return None
+    qm = _qmatvec()
+    return qm.ONE_ROW if qm.ENABLED else None
+
+
 def _packed_view(layers, i: int):  # a LayerStore's packed view of layer i (None: none, or a list)
     view = getattr(layers, "packed_view", None)
     return view(i) if view is not None else None
@@ -267,6 +277,10 @@ def apply_rope(x, cos, sin):  # [n, T, d_head] -> [n, T, d_head]
     half = x.shape[-1] // 2
     rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
     return x * cos + rotated * sin
+
+
+def rope_qk(q, k, cos, sin):  # [n_head, n, d_head], [n_kv_head, n, d_head] -> the same, rotated
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
 def causal_mask(T: int, window: int | None = None, start: int = 0) -> np.ndarray:

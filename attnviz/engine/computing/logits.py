@@ -90,7 +90,7 @@ def _packed_unembedding(model, table):
     pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
     if pm is None or not pm.finite:
         return None
-    qmatvec.warm([table.qtype])
+    qmatvec.warm([table.qtype], extras=False)  # (the head needs its kernel alone)
     return pm
 
 

@@ -160,13 +160,15 @@ class Model:
 
             def partial(tr):
                 part = tr.attentions[:k]
-                if non_finite_layer(part) is None:  # (the full run refuses it)
+                if non_finite_layer(part[:, :, tr.reused:]) is None:  # (the full run refuses it)
                     tell(self._result(prep, part, t0, tr.reused))
             trace.early = (k, partial)
         attentions, reused, held, earlier, used = self._forward(prep.ids, use_cache, trace)
         try:
-            if attentions is not None:  # a long trace keeps no patterns (it checks its own rows)
-                check_finite(self.name, attentions)
+            # a long trace keeps no patterns (it checks its own rows); rows a cached run gave were
+            # checked when computed (a run refused clears the cache)
+            if attentions is not None and reused < attentions.shape[2]:
+                check_finite(self.name, attentions[:, :, reused:])
         except ModelLoadError:
             self.clear_cache()  # the bad rows' keys and values are cached: the next run recomputes all
             raise

@@ -160,14 +160,19 @@ if numba:
 # offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 [G, n_sub, 16] (offset of size 0:
 # none), x float32 [m, n_in], y float32 [m, G 16]).
 if numba:
+    @njit(cache=True, nogil=True)
+    def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
+        xs = np.zeros((x.shape[0], n_sub), np.float32)
+        for i in range(x.shape[0]):
+            for s in range(n_sub):
+                for j in range(S):
+                    xs[i, s] += x[i, s * S + j]
+        return xs
+
     @njit(parallel=True, cache=True, nogil=True)
     def _k_nib(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -183,11 +188,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_nib8(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -203,11 +204,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_b32(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(32):
-                    xs[i, s] += x[i, s * 32 + j]
+        xs = _sums(x, n_sub, 32)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -223,11 +220,7 @@ if numba:
     @njit(parallel=True, cache=True, nogil=True)
     def _k_b16(q, scale, offset, x, y):
         n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = np.zeros((m, n_sub), np.float32)
-        for i in range(m):
-            for s in range(n_sub):
-                for j in range(16):
-                    xs[i, s] += x[i, s * 16 + j]
+        xs = _sums(x, n_sub, 16)
         for g in prange(n_groups):
             acc = np.zeros(m * LANES, np.float32)
             t = np.empty(LANES, np.float32)
@@ -240,6 +233,81 @@ if numba:
                 for lane in range(LANES):
                     y[i, g * LANES + lane] = acc[i * LANES + lane]
 
+
+# The same four bodies on one thread (range, not prange): a call capped at one thread (the window's,
+# for a small matrix) starts no parallel region; the same sums in the same order, so the same bits
+# (tests/engine/test_onerow.py).
+if numba:
+    @njit(cache=True, nogil=True)
+    def _s_nib(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = _sums(x, n_sub, 32)
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_nib8(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = _sums(x, n_sub, 32)
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_b32(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = _sums(x, n_sub, 32)
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    @njit(cache=True, nogil=True)
+    def _s_b16(q, scale, offset, x, y):
+        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
+        xs = _sums(x, n_sub, 16)
+        acc = np.empty(m * LANES, np.float32)
+        t = np.empty(LANES, np.float32)
+        for g in range(n_groups):
+            acc[:] = 0.0
+            for s in range(n_sub):
+                b = g * n_sub + s
+                for i in range(m):
+                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
+                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
+            for i in range(m):
+                for lane in range(LANES):
+                    y[i, g * LANES + lane] = acc[i * LANES + lane]
+
+    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
+
 KERNELS = PACKED
 _NO_OFFSET = np.zeros((0, 0, LANES), np.float32)  # no offsets: the kernels' one signature
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
@@ -248,6 +316,7 @@ _set = threading.local()
 
 
 ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
+ONE_ROW = None  # engine/computing/onerow.py once warm() has loaded it (layers.one_row_steps)
 
 
 def takes(pm: PackedMatrix, n_rows: int) -> bool:
@@ -270,7 +339,8 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        warm({p.qtype for m in mats for _, p in m.parts})
+        if not pl.qtypes <= _ready_types:  # (with the one-row steps: a run's numbers never
+            warm(pl.qtypes)                # depend on when a background warm-up finished)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -318,11 +388,14 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     direct = out is not None and not padded and out.flags.c_contiguous and out.dtype == np.float32
     y = out if direct else np.empty((m, n_groups * LANES), np.float32)
     threads = min(kernel_threads(p.n_out * p.n_in), numba.config.NUMBA_NUM_THREADS)
+    kernel = _kernel_of(p)
     with _lock:
-        if getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
+        if threads == 1 and kernel in _serial_ready:
+            kernel = SERIAL[kernel]
+        elif getattr(_set, "threads", None) != threads:  # (numba's count is per calling thread)
             numba.set_num_threads(threads)
             _set.threads = threads
-        _kernel_of(p)(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
+        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x2, y)
     if padded:
         y = y[:, :p.n_out]
     if out is not None and not direct:
@@ -338,33 +411,67 @@ def _hold_at_exit() -> None:
     """At interpreter exit: wait for the kernel call (or compile) in flight and let no other start.
     A daemon thread still inside LLVM or numba's thread pool while the process tears them down
     aborts it (an LLVM assertion or a segfault after the window has closed)."""
-    _lock.acquire()  # never released: the process is ending
+    _extras_lock.acquire()  # (first: a warm-up takes _lock inside it) never released:
+    _lock.acquire()  # the process is ending
 
 
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # kernel -> seconds its first call took (compile, or load from numba's cache)
+_warm_types: set = set()  # the block types whose kernel is warm
+_serial_ready: set = set()  # the kernels whose serial twin is warm (warm(extras=True))
+_ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
+_extras_lock = threading.Lock()
 
 
-def warm(qtypes=KERNELS) -> dict:
+def warm(qtypes=KERNELS, extras: bool = True) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
-    {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing."""
+    {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
+    then their serial twins and the one-row steps too (under a lock of their own: a run that waits
+    for its kernels never waits for these; until they are warm it goes without them)."""
     took = {}
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
         kernel = _kernel_for(qtype)
-        if kernel in _warmed:  # (asked once a layer a run: no lock once warm)
-            took[qtype.name] = _warmed[kernel]
-            continue
-        with _warm_lock:
-            if kernel not in _warmed:
-                block, size = GGML_QUANT_SIZES[qtype]
-                p = pack(np.zeros((1, size), np.uint8), qtype)
-                t0 = time.perf_counter()
-                qmatvec(p, np.zeros(block, np.float32))
-                _warmed[kernel] = time.perf_counter() - t0
+        if kernel not in _warmed:  # (asked once a layer a run: no lock once warm)
+            with _warm_lock:
+                if kernel not in _warmed:
+                    t0 = time.perf_counter()
+                    _call_once(kernel, qtype)
+                    _warmed[kernel] = time.perf_counter() - t0
         took[qtype.name] = _warmed[kernel]
+        _warm_types.add(qtype)
+        if extras and kernel not in _serial_ready:
+            with _extras_lock:
+                if kernel not in _serial_ready:
+                    _call_once(SERIAL[kernel], qtype)
+                    _serial_ready.add(kernel)
+    if took and extras:
+        if "one-row steps" not in _warmed:
+            _warm_one_row()
+        _ready_types.update(q for q in qtypes if has_kernel(q))
     return took
+
+
+def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: compiled or loaded
+    block, size = GGML_QUANT_SIZES[qtype]
+    p = pack(np.zeros((1, size), np.uint8), qtype)
+    x, y = np.zeros((1, block), np.float32), np.empty((1, LANES), np.float32)
+    with _lock:
+        kernel(p.q, p.scale, _NO_OFFSET if p.offset is None else p.offset, x, y)
+
+
+def _warm_one_row() -> None:
+    """Load the one-row steps (engine/computing/onerow.py: compiled at import, or loaded from
+    numba's cache) and call each once; the forward pass takes them from then on (ONE_ROW)."""
+    global ONE_ROW
+    with _extras_lock:
+        if "one-row steps" not in _warmed:
+            t0 = time.perf_counter()
+            from attnviz.engine.computing import onerow
+            onerow.warm()
+            _warmed["one-row steps"] = time.perf_counter() - t0
+            ONE_ROW = onerow
 
 
 def warm_in_background(qtypes) -> threading.Thread | None:

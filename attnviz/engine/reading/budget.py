@@ -36,6 +36,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.reading.pages import MADV_DONTNEED, PAGE, madvise, populate_pages
 
 GIB = 1 << 30
 HEADROOM = 1 * GIB  # left out of the default budget: the app, the activations, the KV cache
@@ -138,19 +139,43 @@ class _Arena:
     (benchmarks/row_products.py measures them). The layers are packed one at a time as they
     are expanded, so memory holds one layer's arrays twice at most."""
 
-    def __init__(self, n_bytes: int):
+    def __init__(self, n_bytes: int, populate: bool = False):
         raw = np.empty(n_bytes // 4 + HUGE_PAGE // 4, np.float32)
         start = (-raw.ctypes.data % HUGE_PAGE) // 4
         self._buf = raw[start:start + n_bytes // 4]
+        self.n_bytes = n_bytes
         self._pos = 0
+        self._populating = None
+        if populate:  # its pages faulted in on a thread of their own while the loader does other work
+            self._populating = threading.Thread(target=populate_pages, args=(self._buf,),
+                                                name="attnviz-arena-pages", daemon=True)
+            self._populating.start()
 
-    def _take(self, shape: tuple) -> np.ndarray | None:
-        n = int(np.prod(shape, dtype=np.int64))
+    def settle(self) -> None:
+        """Wait for the thread that faults in its pages, if any (their contents are not touched:
+        writing to the buffer meanwhile is safe)."""
+        if self._populating is not None:
+            self._populating.join()
+            self._populating = None
+
+    def release_rest(self) -> bool:
+        """Give the whole pages of the buffer that no slot has taken back to the system (a buffer
+        prepared larger than what was put in it: its pages were faulted in); False where none is
+        given back."""
+        rest = self._buf[self._pos:]
+        return rest.nbytes >= 2 * PAGE and madvise(rest, MADV_DONTNEED)
+
+    def _take(self, shape: tuple, dtype=np.float32) -> np.ndarray | None:
+        dtype = np.dtype(dtype)
+        n_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = -(-n_bytes // 4)  # float32 elements of the buffer it takes
         if self._pos + n > self._buf.size:
             return None
-        view = self._buf[self._pos:self._pos + n].reshape(shape)
+        view = self._buf[self._pos:self._pos + n]
+        if dtype != np.float32:
+            view = view.view(np.uint8)[:n_bytes].view(dtype)
         self._pos = -(-(self._pos + n) // 16) * 16  # the next one on a 64-byte line
-        return view
+        return view.reshape(shape)
 
     def holds(self, a: np.ndarray) -> bool:
         """Whether array `a` lies in this arena's buffer (a slot given out by float32_array)."""
@@ -176,7 +201,12 @@ class _Arena:
         return dataclasses.replace(layer, **moved) if moved else layer
 
 
-_BUILDING = threading.local()  # .arena: the _Arena a layer being built on this thread fills, or None
+VIEW_SLACK = 64 * 3 * 16  # bytes a layer's packed arrays may add to their size (each starts on 64 bytes)
+
+
+# .arena: the _Arena a layer being built on this thread fills, or None; .packed: the one a packed
+# view's blocks and scales go to, or None
+_BUILDING = threading.local()
 
 
 def float32_array(shape: tuple) -> np.ndarray:
@@ -186,6 +216,14 @@ def float32_array(shape: tuple) -> np.ndarray:
     arena = getattr(_BUILDING, "arena", None)
     slot = arena._take(tuple(int(n) for n in shape)) if arena is not None else None
     return slot if slot is not None else np.empty(shape, dtype=np.float32)
+
+
+def arena_array(shape: tuple, dtype) -> np.ndarray:
+    """An uninitialised C-order array for a packed matrix's blocks or scales (qpack) of the view
+    being built on this thread: a slot of the buffer read_views fills, else a new array."""
+    arena = getattr(_BUILDING, "packed", None)
+    slot = arena._take(tuple(int(n) for n in shape), dtype) if arena is not None else None
+    return slot if slot is not None else np.empty(shape, dtype=dtype)
 
 
 def _layer_bytes(layer) -> int:
@@ -206,7 +244,8 @@ class LayerStore(Sequence):
     safe across threads (two threads asking for a layer that is not held may both expand it)."""
 
     def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
-                 output: Callable | None = None, packed: Callable | None = None):
+                 output: Callable | None = None, packed: Callable | None = None,
+                 packed_bytes: int = 0):
         self._build, self.sizes, self.source = build, tuple(int(s) for s in sizes), source
         self._build_output = output  # (i, check) -> (w_o, b_o) read alone, or None: the whole layer
         # (i, check) -> layer i's packed view (module docstring), or None where nothing is packed;
@@ -219,6 +258,10 @@ class LayerStore(Sequence):
         self._passing: OrderedDict = OrderedDict()  # i -> layer: the others, oldest use first
         self.expansions = 0  # layers expanded so far (a count for benchmarks and the status line)
         self._arena: _Arena | None = None  # while expand_kept packs the kept layers' matrices
+        self._ready: _Arena | None = None  # prepare_kept's, until expand_kept takes it
+        self.packed_bytes = int(packed_bytes)  # what the views' packed matrices take (qpack.packed_nbytes)
+        self._ready_views: _Arena | None = None  # prepare_kept's for the views, until read_views
+        self._views_arena: _Arena | None = None  # while read_views builds the views
         self.set_budget(budget)
 
     def set_budget(self, budget: int | None) -> None:
@@ -269,17 +312,56 @@ class LayerStore(Sequence):
         with a packed view is left in its blocks: its float32 copy is made when asked for."""
         todo = [i for i in sorted(self._keep) if i not in self._kept and self.packed_view(i) is None]
         need = sum(self.sizes[i] for i in todo)
-        self._arena = _Arena(need) if need >= ARENA_MIN else None
+        ready, self._ready = self._ready, None
+        if ready is not None and ready.n_bytes != need:
+            ready.settle()
+            ready = None
+        self._arena = ready or (_Arena(need) if need >= ARENA_MIN else None)
         try:
             for i in todo:
                 self[i]
         finally:
+            if self._arena is not None:
+                self._arena.settle()
             self._arena = None  # (the packed layers' views keep the buffer)
 
+    def prepare_kept(self) -> None:
+        """Make the buffer expand_kept will fill now and fault in its pages on a thread of their
+        own (populate_pages), for a loader that has other work to do before it expands the layers
+        (building the tokenizer). Nothing where the store has packed views (their layers are not
+        expanded at load) or the layers are too small for the buffer. The values expand_kept
+        writes are the same either way."""
+        if self._ready is not None or self._ready_views is not None:
+            return
+        if self._build_view is not None:  # the views' packed matrices instead
+            need = self.packed_bytes + VIEW_SLACK * len(self) if self.packed_bytes else 0
+            if need >= ARENA_MIN and not self._views:
+                self._ready_views = _Arena(need, populate=True)
+            return
+        need = sum(self.sizes[i] for i in self._keep if i not in self._kept)
+        if need >= ARENA_MIN:
+            self._ready = _Arena(need, populate=True)
+
+    def drop_prepared(self) -> None:
+        """Let go of what prepare_kept made (a load that failed before expanding): its thread
+        joined."""
+        for ready in (self._ready, self._ready_views):
+            if ready is not None:
+                ready.settle()
+        self._ready = self._ready_views = None
+
     def read_views(self) -> None:
-        """Build every layer's packed view now (at load: the file's blocks are checked then)."""
-        for i in range(len(self)):
-            self.packed_view(i)
+        """Build every layer's packed view now (at load: the file's blocks are checked then), their
+        packed matrices in the buffer prepare_kept made, if it did."""
+        self._views_arena, self._ready_views = self._ready_views, None
+        try:
+            for i in range(len(self)):
+                self.packed_view(i)
+        finally:
+            if self._views_arena is not None:
+                self._views_arena.settle()
+                self._views_arena.release_rest()
+            self._views_arena = None  # (the views keep the buffer)
 
     def packed_view(self, i: int):
         """Layer i with its packed matrices in the file's blocks and no float32 copy of them
@@ -289,7 +371,11 @@ class LayerStore(Sequence):
             return None
         if i in self._views:
             return self._views[i]
-        view = self._build_view(i, True)  # (built once: its values are checked then)
+        _BUILDING.packed = self._views_arena  # qpack's arena_array() takes the packed arrays from it
+        try:
+            view = self._build_view(i, True)  # (built once: its values are checked then)
+        finally:
+            _BUILDING.packed = None
         with self._lock:
             return self._views.setdefault(i, view)
 

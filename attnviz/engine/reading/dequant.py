@@ -12,7 +12,9 @@ A block of 32 weights, as llama.cpp lays it out:
 - Q4_0 (18 bytes): d (f16), 16 bytes of 4-bit q (low nibbles are weights 0..15, high 16..31):
   w = d * (q - 8);
 - Q4_1 (20 bytes): d (f16), m (f16), 16 bytes of 4-bit q: w = d * q + m;
-- Q8_0 (34 bytes): d (f16), 32 int8 q: w = q * d.
+- Q8_0 (34 bytes): d (f16), 32 int8 q: w = q * d;
+- Q5_0 (22 bytes): d (f16), 4 bytes of high bits (bit j of a little-endian uint32 is weight j's
+  fifth bit), 16 bytes of 4-bit q as Q4_0's: w = d * (q - 16).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ PIECE_BLOCKS = 2048  # 32-weight blocks a pass (64 Ki weights, 256 KiB of float3
 
 def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     """src: uint8 [rows, row bytes] of `qtype` blocks -> out: float32 [rows, row bytes / type size *
-    block size], C-contiguous, written in place. Q4_0, Q4_1, Q8_0 and Q4_K: this module's code;
-    another block type gguf.quants knows (Q5_x, the other K-quants, the IQ types, BF16): gguf's own
+    block size], C-contiguous, written in place. Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K: this
+    module's code; another block type gguf.quants knows (Q5_1, the other K-quants, the IQ types,
+    BF16): gguf's own
     block function on pieces of blocks (the same values by construction, without its per-16-rows
     grouping and its concatenated copy; benchmarks/dequant.py). False (out untouched) for F32 and
     F16 (gguf's plain view and cast) and any type gguf has no block function for."""
@@ -94,6 +97,58 @@ def _fill_q4k(blocks, flat, _qtype):  # [n_blocks, 144] uint8 -> [n_blocks, 256]
         o8 -= dm[:, :, None]
 
 
+def _fill_q6k(blocks, flat, _qtype):  # [n_blocks, 210] uint8 -> [n_blocks, 256] float32, in place
+    """Q6_K (256 weights, 210 bytes): 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8
+    scales, d (f16). Weight 128 h + 32 j + k (h < 2, j < 4, k < 32) has low bits from byte
+    64 h + 32 (j % 2) + k of the first part (nibble j // 2) and high bits 2j..2j+1 of byte 32 h + k
+    of the second: w = (d * scale_(w // 16)) * (q - 32), as gguf's Q6_K, in its order."""
+    step = PIECE_BLOCKS * BLOCK // 256
+    buf = np.empty((min(step, len(blocks)), 2, 4, 32), np.uint8)
+    hi = np.empty((min(step, len(blocks)), 2, 32), np.uint8)
+    for a in range(0, len(blocks), step):
+        b = blocks[a:a + step]
+        n = len(b)
+        d = b[:, 208:210].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        dsub = d * b[:, 192:208].view(np.int8).astype(np.float32)  # [n, 16]
+        ql = b[:, :128].reshape(n, 2, 2, 32)
+        qh = b[:, 128:192].reshape(n, 2, 32)
+        q = buf[:n]
+        np.bitwise_and(ql, np.uint8(0x0F), out=q[:, :, 0:2])
+        np.right_shift(ql, np.uint8(4), out=q[:, :, 2:4])
+        h = hi[:n]
+        for j in range(4):
+            np.right_shift(qh, np.uint8(2 * j), out=h)
+            h &= np.uint8(0x03)
+            h <<= np.uint8(4)
+            q[:, :, j] |= h
+        o = flat[a:a + step].reshape(n, 2, 4, 32)
+        np.copyto(o, q, casting="unsafe")
+        o16 = o.reshape(n, 16, 16)
+        o16 -= np.float32(32)  # (q - 32) as gguf's int8, exact either way
+        o16 *= dsub[:, :, None]
+
+
+def _fill_q5_0(blocks, flat, _qtype):  # [n_blocks, 22] uint8 -> [n_blocks, 32] float32, in place
+    step = PIECE_BLOCKS
+    q = np.empty((min(step, len(blocks)), 2, 16), np.uint8)
+    for a in range(0, len(blocks), step):
+        b = blocks[a:a + step]
+        n = len(b)
+        o = flat[a:a + step]  # [n, 32]
+        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        qs = b[:, 6:]  # [n, 16] two weights a byte: 0..15 low nibbles, 16..31 high
+        qn = q[:n]
+        np.bitwise_and(qs, np.uint8(0x0F), out=qn[:, 0])
+        np.right_shift(qs, np.uint8(4), out=qn[:, 1])
+        high = np.unpackbits(b[:, 2:6], axis=1, bitorder="little")  # [n, 32]: bit j of the uint32
+        high <<= np.uint8(4)
+        q32 = qn.reshape(n, 32)
+        q32 |= high
+        np.copyto(o, q32, casting="unsafe")
+        o -= np.float32(16)  # (q - 16) as gguf's int8, exact either way
+        o *= d  # d * (q - 16)
+
+
 def _gguf_blocks(qtype):
     """gguf.quants' block function for `qtype` ([n, type size] uint8 -> [n, block size] float32),
     its lookup grids ready; None where this gguf has none (its dequantize() then decides)."""
@@ -133,4 +188,5 @@ def _fill32(blocks, flat, qtype):  # Q4_0, Q4_1, Q8_0: [n_blocks, size] uint8 ->
             o += b[:, 2:4].copy().view(np.float16).astype(np.float32)  # + m
 
 
-_OWN = {Q.Q4_0: _fill32, Q.Q4_1: _fill32, Q.Q8_0: _fill32, Q.Q4_K: _fill_q4k}  # the code of this module
+_OWN = {Q.Q4_0: _fill32, Q.Q4_1: _fill32, Q.Q8_0: _fill32, Q.Q4_K: _fill_q4k, Q.Q5_0: _fill_q5_0,
+        Q.Q6_K: _fill_q6k}  # the code of this module

@@ -264,7 +264,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     layers = LayerStore(expand, sizes, budget, ts.path.name,
                         output=lambda i, check: _output(plans[i], ts, check, release=packing),
                         packed=(lambda i, check: _view(plans[i], ts, cfg, permuted, check))
-                        if packing else None)
+                        if packing else None, packed_bytes=packed)
     if eager:  # a model that fits: every layer read and checked at load (a packed one: its blocks)
         layers.read_views()
         layers.expand_kept()
@@ -378,11 +378,20 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     reader = open_gguf(path)
     arch = architecture(reader)
     cfg = gguf_config(reader)
-    tokenizer, notice = gguf_tokenizer(reader, n_rows=cfg.vocab_size)  # checked before the weights
+    ts = GGUFTensors(reader, path)
+    weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager=False)  # no layer read
+    if eager:  # the layers' buffer faulted in beside the tokenizer's build, which holds the GIL
+        weights.layers.prepare_kept()
+    try:
+        tokenizer, notice = gguf_tokenizer(reader, n_rows=cfg.vocab_size)  # checked before the weights
+    except BaseException:
+        weights.layers.drop_prepared()
+        raise
     if notice:
         log.info("%s: %s", path.name, notice)
-    ts = GGUFTensors(reader, path)
-    weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager)
+    if eager:  # a model that fits: every layer read and checked at load (load_llama_gguf's eager)
+        weights.layers.read_views()
+        weights.layers.expand_kept()
     file_license = metadata(reader, "general.license")
     return ReadModel(name or gguf_display_name(reader, path), path, cfg, weights, tokenizer,
                      license=license or (file_license if isinstance(file_license, str) else None),

@@ -23,11 +23,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import Q4_K as _Q4K
+
+from attnviz.engine.reading.budget import arena_array
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +112,24 @@ def _decode(blocks: np.ndarray, qtype: Q):
     raise ValueError(f"no kernel layout for {getattr(qtype, 'name', qtype)}")
 
 
+GROUP_BYTES = 1 << 20  # bytes of rows regrouped a copy: a whole table at once misses the caches
+
+
 def _groups(a: np.ndarray, n_groups: int) -> np.ndarray:
-    """[n_out, ...] -> [G, ..., 16]: rows padded to G * 16 with zeros, the row in its group last."""
-    pad = n_groups * LANES - a.shape[0]
-    if pad:
-        a = np.concatenate([a, np.zeros((pad,) + a.shape[1:], a.dtype)])
-    a = a.reshape((n_groups, LANES) + a.shape[1:])
-    return np.ascontiguousarray(np.moveaxis(a, 1, -1))
+    """[n_out, ...] -> [G, ..., 16]: rows padded to G * 16 with zeros, the row in its group last.
+    Copied GROUP_BYTES of rows at a time (the same bytes as one copy of the whole)."""
+    out = arena_array((n_groups,) + a.shape[1:] + (LANES,), a.dtype)  # (the load's buffer, if any)
+    full = a.shape[0] // LANES  # groups of 16 whole rows
+    src = a[:full * LANES].reshape((full, LANES) + a.shape[1:])
+    step = max(1, GROUP_BYTES // max(1, LANES * a[:1].nbytes))
+    for g in range(0, full, step):
+        np.copyto(out[g:min(g + step, full)], np.moveaxis(src[g:g + step], 1, -1))
+    if full < n_groups:  # the last group's missing rows are zeros
+        tail = np.zeros((LANES,) + a.shape[1:], a.dtype)
+        tail[:a.shape[0] - full * LANES] = a[full * LANES:]
+        out[full] = np.moveaxis(tail, 0, -1)
+        out[full + 1:] = 0
+    return out
 
 
 def pack(blocks: np.ndarray, qtype: Q) -> Packed:
@@ -188,6 +202,11 @@ class PackedLayer:
     @property
     def nbytes(self) -> int:
         return sum(m.nbytes for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None)
+
+    @cached_property
+    def qtypes(self) -> frozenset:  # its matrices' block types (asked once a layer a run)
+        return frozenset(q for m in (self.w_qkv, self.w_o, self.w_in, self.w_out) if m is not None
+                         for q in m.qtypes)
 
 
 def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:

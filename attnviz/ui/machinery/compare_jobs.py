@@ -5,9 +5,11 @@ While B is open, each typing run of A keeps its residual stream (the runner's ru
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 (with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
 keystroke makes the running job stale and it stops at B's next layer). The next-token numbers (KL
-over the whole vocabulary, same top-1, flips) follow as a job of their own once typing pauses for
-NEXT_PAUSE_MS after a comparison: the next keystroke stops it at the unembedding's next block, so
-a keystroke's runs wait for one block at most. The induction heads are
+over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own
+('compare-next'), for the new positions only: a position whose final-norm inputs on both sides are
+bit for bit those of the last numbers keeps its numbers (compare.next_tokens). The next keystroke
+stops the job at the unembedding's next block, so a keystroke's runs wait for one block at most.
+The induction heads are
 compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
@@ -21,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -30,7 +32,6 @@ from attnviz.engine.computing.request import RunRequest
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
-NEXT_PAUSE_MS = 50  # the whole-vocabulary KL after a pause in typing: each keystroke then runs A and B alone (benchmarks/compare)
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
@@ -108,6 +109,7 @@ def load_b(a, source: BSource):
 class CompareJobs(QObject):
     """The Compare session: B, its identity, the newest comparison, the mode the panel shows."""
     sigChanged = Signal()  # B opened or closed, a new comparison, the mode, the induction, a note
+    sigNumbers = Signal()  # the next-token numbers of the comparison on screen came in (nothing else changed)
 
     def __init__(self, worker):
         super().__init__(worker)
@@ -121,11 +123,7 @@ class CompareJobs(QObject):
         self.mode = "A-B"
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
-        self._known = None  # (ids, NextTokens) of the last comparison: its prefix is reused
-        self._next_timer = QTimer(self)  # the next-token numbers wait for a pause in typing
-        self._next_timer.setSingleShot(True)
-        self._next_timer.setInterval(NEXT_PAUSE_MS)
-        self._next_timer.timeout.connect(self._request_next)
+        self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -226,12 +224,11 @@ class CompareJobs(QObject):
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
         self.sigChanged.emit()
         if value.doc is not None:
-            self._next_timer.start()
+            self._request_next()
 
     def _on_text(self, _text) -> None:
         """A keystroke: the next-token numbers of the text before it stop at their next block (they
         would hold up its runs on the pool)."""
-        self._next_timer.stop()
         self.worker.claim(NEXT_KIND)
 
     def _request_next(self) -> None:
@@ -261,7 +258,7 @@ class CompareJobs(QObject):
             return
         numbers, self._known = value
         self.comparison = dataclasses.replace(c, doc={**c.doc, **numbers})
-        self.sigChanged.emit()
+        self.sigNumbers.emit()
 
     def _request_probe(self) -> None:
         from attnviz.engine.analysing import compare as C

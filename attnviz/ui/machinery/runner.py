@@ -112,12 +112,26 @@ def run_job(job: Job, relay: Relay, is_stale: Callable[[], bool]) -> None:
         except Exception as exc:  # reported on the main thread, never lost in a thread
             if not isinstance(exc, AttnvizError):
                 log.warning("%r failed unexpectedly", job, exc_info=True)
-            outcome = (None, exc)
+            outcome = (None, without_frames(exc))
     try:
         relay.done.emit(job, *outcome)
     except RuntimeError:  # the relay was deleted: Python is closing down with this job still
         if shiboken6.isValid(relay):  # running (nobody waits for its outcome any more); a job
             raise  # finished then printed "Signal source has been deleted" on the way out
+
+
+def without_frames(exc: BaseException) -> BaseException:
+    """`exc` and the exceptions it chains, their tracebacks dropped (already in the log where
+    unexpected): a traceback holds the job's frames and their arrays (a stopped run's partial trace)
+    in a reference cycle through this frame, freed only by a collection, which runs on the main
+    thread (tuning.py) and would free them there, between two paints; dropped, they go with the job."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
 
 
 class _Task(QRunnable):

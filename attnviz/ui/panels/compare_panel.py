@@ -50,6 +50,9 @@ class Canvas(QWidget):
         self.setMinimumHeight(min_height)
         self.setMouseTracking(True)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        # it paints every pixel (PAPER first): a neighbour's repaint (the strip's, as a keystroke's
+        # numbers come in) then does not paint this one again
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.hover = None  # (x, y) -> tooltip text or None
 
     def paintEvent(self, _ev):
@@ -127,6 +130,7 @@ class ComparePanel(QWidget):
         self._later.setInterval(LATER_MS)
         self._later.timeout.connect(lambda: (self.map.update(), self.focus.update()))
         self.jobs.sigChanged.connect(self.refresh)
+        self.jobs.sigNumbers.connect(self._numbers_in)
         for sig in (state.sigLayerChanged, state.sigFocusChanged, state.sigDisplayChanged):
             sig.connect(lambda *_: self.refresh())
         self.refresh()
@@ -145,13 +149,34 @@ class ComparePanel(QWidget):
             b.setChecked(mode == j.mode)
         self.stop_button.setEnabled(j.active or j.loading is not None)
         self.export_button.setEnabled(self.doc() is not None)
-        self.summary.setText(self.summary_text())
+        self._set_summary()
         self.induction.setText(self.induction_text())
         self.tiles.update()
         self.strip.update()
         # the map and the focused head in a later paint of their own: one paint of all four would
         # hold the main thread twice as long (typing's frame)
         self._later.start()
+
+    def _numbers_in(self) -> None:
+        """A keystroke's next-token numbers: the strip and the summary change, the tiles and the
+        map do not (repainting them too would double a keystroke's paint on the main thread)."""
+        self._set_summary()
+        self.export_button.setEnabled(self.doc() is not None)
+        self.strip.update()
+
+    def _set_summary(self) -> None:
+        """The summary's text; its height never shrinks while B is open: a keystroke's comparison
+        comes before its next-token numbers, and a summary that lost and regained their line per
+        keystroke would move the tiles and the map (and repaint them) twice a keystroke."""
+        self.summary.setText(self.summary_text())
+        if not self.jobs.active:
+            self.summary.setMinimumHeight(0)
+            return
+        if not self.summary.isVisible() or self.summary.width() < 100:  # (not laid out yet)
+            return
+        need = self.summary.heightForWidth(self.summary.width())
+        if need > self.summary.minimumHeight():
+            self.summary.setMinimumHeight(need)
 
     def doc(self) -> dict | None:
         c = self.jobs.comparison

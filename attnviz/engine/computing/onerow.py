@@ -1,0 +1,225 @@
+"""The steps of a layer other than its matrix products, for one new row (a keystroke's run with the
+KV cache, a generation step) on the quantised kernels: each step one compiled call instead of a
+chain of NumPy calls on tiny arrays, whose per-call cost, not their arithmetic, is a one-row
+layer's time beside its products.
+
+    rms_norm(x, gain, eps)          [1, d] -> [1, d]
+    rotate(q, k, cos, sin)          q [n_head, 1, d_head], k [n_kv_head, 1, d_head], rotate-half RoPE in place
+    dense_attention(q, k, v, c, cache)  one query row of every head over all T keys (grouped-query:
+                                    head h reads KV head h // n_group): scores, the trace's edits,
+                                    softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head]
+
+Each computes what the NumPy step (layers.py) computes, in the same order of float32 operations
+except the sums (a norm's mean square, a score's dot product), which are summed in another order:
+equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called
+as families.dense_attention calls them. SwiGLU's gate stays NumPy's: NumPy's exp runs on vector
+lanes, numba's on one float at a time.
+
+Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
+from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
+while a model loads, and the forward pass takes these steps only once it has (layers.one_row_steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from numba import njit, types
+
+from attnviz.engine.computing.trace import NOTHING
+
+_F = types.float32
+_I = types.int64
+
+
+def _array(ndim: int, readonly: bool = False):
+    return types.Array(_F, ndim, "A", readonly=readonly)
+
+
+_W1, _W2, _W3 = _array(1), _array(2), _array(3)  # written
+_R1, _R2, _R3 = _array(1, True), _array(2, True), _array(3, True)  # read (a mutable array converts)
+_C3 = types.Array(_F, 3, "C", readonly=True)  # keys or values: [n_kv_head, positions, d_head]
+_FAST = {"reassoc", "nsz"}  # dot products in several partial sums (vector lanes)
+# nogil as qmatvec's kernels; NumPy's division (inf, nan) instead of Python's ZeroDivisionError
+_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+
+@njit(types.void(_R2, _R1, _F, _W2), **_JIT)
+def _rms_norm(x, gain, eps, out):  # [n, d] -> out [n, d]: x / sqrt(mean(x²) + eps) * gain
+    n, d = x.shape
+    for i in range(n):
+        total = 0.0  # (float64: a sum as exact as NumPy's pairwise one, or more)
+        for j in range(d):
+            total += np.float64(x[i, j] * x[i, j])
+        ms = np.float32(np.sqrt(np.float32(total) / np.float32(d) + eps))
+        for j in range(d):
+            out[i, j] = x[i, j] / ms * gain[j]
+
+
+@njit(types.void(_W3, _R2, _R2), **_JIT)
+def _rotate(x, cos, sin):  # x [h, n, d_head], cos, sin [n, d_head]: x cos + rotate_half(x) sin, in place
+    n_h, n, d = x.shape
+    half = d // 2
+    for h in range(n_h):
+        for i in range(n):
+            for j in range(half):
+                a, b = x[h, i, j], x[h, i, j + half]
+                x[h, i, j] = a * cos[i, j] + -b * sin[i, j]
+                x[h, i, j + half] = b * cos[i, j + half] + a * sin[i, j + half]
+
+
+@njit(**_JIT)
+def _prefix(a, whole):  # whether a [n_kv_head, T, d_head] is whole[:, :T] (whole of size 0: no)
+    return (whole.size > 0 and whole.shape[0] == a.shape[0] and whole.shape[2] == a.shape[2]
+            and whole.shape[1] >= a.shape[1] and a.strides[0] == whole.strides[0]
+            and a.strides[1] == whole.strides[1] and a.strides[2] == whole.strides[2]
+            and a.ctypes.data == whole.ctypes.data)
+
+
+@njit(fastmath=_FAST, **_JIT)
+def _scores_of(q, k, T, bias, scale, n_group, out):  # _scores on keys k[:, :T] of either layout
+    n_head, _, d = q.shape
+    qs = np.empty(d, np.float32)
+    for h in range(n_head):
+        g = h // n_group
+        for j in range(d):
+            qs[j] = q[h, 0, j] * scale
+        for t in range(T):
+            s = np.float32(0.0)
+            for j in range(d):
+                s += qs[j] * k[g, t, j]
+            out[h, 0, t] = s + bias[0, t] if bias.size else s
+
+
+@njit(types.void(_R3, _R3, _C3, _R2, _F, _I, _W3), **_JIT)
+def _scores(q, k, whole, bias, scale, n_group, out):
+    """q [n_head, 1, d_head], k [n_kv_head, T, d_head] -> out [n_head, 1, T] = (q scale) kᵀ + bias,
+    head h against KV head h // n_group; bias [1, T] (0 or -inf), or of size 0 (none). `whole`:
+    the C-contiguous array k is the first positions of, if it is (a cached run's keys with room
+    after them, trace.append_positions), read as such (vectorised); else k itself."""
+    if _prefix(k, whole):
+        _scores_of(q, whole, k.shape[1], bias, scale, n_group, out)
+    else:
+        _scores_of(q, k, k.shape[1], bias, scale, n_group, out)
+
+
+@njit(types.void(_W3), **_JIT)
+def _minus_max(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
+    n_head, _, T = s.shape
+    for h in range(n_head):
+        top = s[h, 0, 0]
+        for t in range(1, T):
+            top = max(top, s[h, 0, t])
+        for t in range(T):
+            s[h, 0, t] -= top
+
+
+@njit(types.void(_W3), **_JIT)
+def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softmax's last step)
+    n_head, _, T = s.shape
+    for h in range(n_head):
+        total = np.float32(0.0)
+        for t in range(T):
+            total += s[h, 0, t]
+        for t in range(T):
+            s[h, 0, t] /= total
+
+
+@njit(**_JIT)
+def _weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
+    n_head, _, T = pattern.shape
+    d = v.shape[2]
+    zh = np.empty(d, np.float32)
+    for h in range(n_head):
+        g = h // n_group
+        zh[:] = 0.0
+        for t in range(T):
+            a = pattern[h, 0, t]
+            for j in range(d):
+                zh[j] += a * v[g, t, j]
+        for j in range(d):
+            z[h, 0, j] = zh[j]
+
+
+@njit(types.void(_R3, _R3, _C3, _I, _W3), **_JIT)
+def _weighted_values(pattern, v, whole, n_group, z):
+    """pattern [n_head, 1, T], v [n_kv_head, T, d_head] -> z [n_head, 1, d_head]: each head's
+    weights times its KV head's values (h // n_group); `whole` as _scores'."""
+    if _prefix(v, whole):
+        _weighted_of(pattern, whole, n_group, z)
+    else:
+        _weighted_of(pattern, v, n_group, z)
+
+
+_NO_BIAS = np.zeros((0, 0), np.float32)
+
+
+def rms_norm(x, gain, eps):  # [1, d] -> [1, d] (any other shape: layers.rms_norm's NumPy)
+    out = np.empty(x.shape, np.float32)
+    _rms_norm(x, gain, np.float32(eps), out)
+    return out
+
+
+def rotate(q, k, cos, sin):  # q [n_head, n, d_head], k [n_kv_head, n, d_head], cos, sin [n, d_head]
+    """Both rotated by position in place (layers.apply_rope's arithmetic) -> q, k."""
+    _rotate(q, cos, sin)
+    _rotate(k, cos, sin)
+    return q, k
+
+
+def dense_attention(q, k, v, c, cache=NOTHING):
+    """families.dense_attention of one query row: q [n_head, 1, d_head], k and v [n_kv_head, T,
+    d_head] -> z [n_head, 1, d_head]; the scores written into cache.rows when the trace gives them
+    (its patterns), the trace's edits applied to the scores and the pattern as there."""
+    n_head, _, d = q.shape
+    T = k.shape[1]
+    s = cache.rows if cache.rows is not None else np.empty((n_head, 1, T), np.float32)
+    _scores(q, k, _whole(k), _NO_BIAS if c.bias is None else c.bias, np.float32(c.scale),
+            c.n_group, s)
+    s = cache.scores(s)  # knockouts
+    _minus_max(s)  # softmax, its exp NumPy's (on vector lanes; numba's takes one float at a time)
+    np.exp(s, out=s)
+    _over_sum(s)
+    cache.pattern(s)  # recorded (and patched); the run may stop here
+    z = np.empty((n_head, 1, v.shape[-1]), np.float32)
+    _weighted_values(s, v, _whole(v), c.n_group, z)
+    return z
+
+
+def _whole(a):
+    """The C-contiguous float32 array a [n_kv_head, T, d_head] is a view of, where it may be its
+    first T positions (checked by _prefix), else an empty one."""
+    base = a.base
+    if (isinstance(base, np.ndarray) and base.ndim == 3 and base.dtype == np.float32
+            and base.flags.c_contiguous):
+        return base
+    return _NO_WHOLE
+
+
+_NO_WHOLE = np.zeros((0, 0, 0), np.float32)
+
+
+def fused(c, eps: float, rms: bool):
+    """Consts c of a one-row run -> the same with these steps: attention, RoPE, and the norm where
+    the family's is RMSNorm (`rms`, of epsilon `eps`)."""
+    changes = {"attention": dense_attention, "rotate": rotate}
+    if rms:
+        def norm(x, gain_bias):  # [1, d] -> [1, d]; a head's q and k norm [h, n, d] stay NumPy's
+            if x.ndim == 2 and x.shape[0] == 1:
+                return rms_norm(x, gain_bias[0], eps)
+            return c.norm(x, gain_bias)
+        changes["norm"] = norm
+    return replace(c, **changes)
+
+
+def warm() -> None:
+    """One call of each step on tiny arrays (the signatures are compiled, or loaded, at import)."""
+    x = np.ones((1, 4), np.float32)
+    q, k = np.ones((2, 1, 4), np.float32), np.ones((1, 2, 4), np.float32)
+    rms_norm(x, x[0], 1e-6)
+    rotate(q, k[:, :1], x, x)
+
+    class Cst:
+        bias, scale, n_group = None, 0.5, 2
+    dense_attention(q, k, k, Cst)

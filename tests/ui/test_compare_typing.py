@@ -1,0 +1,210 @@
+"""Compare follows typing down to the next-token numbers: each keystroke's comparison starts its own
+KL / flips job at once (no typing pause), off the main thread; a newer keystroke makes the running
+one stale (it stops at its next block); the strip's painted KL bars, flip marks and hover then give
+the numbers a direct NumPy computation from the two models' logits gives."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtTest import QTest
+
+from attnviz.engine.analysing import compare as C
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading.registry import TOY_MODEL
+from attnviz.figures import compare as F
+from attnviz.figures.style import ERROR
+from attnviz.ui.app import create_window
+from attnviz.ui.machinery.compare_jobs import NEXT_KIND, BSource
+from attnviz.ui.panels.compare_menu import open_compare
+from windows import drain_events, hover
+
+WAIT = 30000
+HOLD_S = 120
+TEXT = "the cat sat on the mat and the"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path):
+    w = create_window(model=TOY_MODEL, text=TEXT,
+                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
+                    and w.panels_ready, timeout=WAIT)
+    yield w
+    w.worker.compare_jobs.close()
+    w.worker.wait_idle()
+
+
+def direct(a, b, ids):
+    """KL(P_A || P_B) [T] in nats and both top-1 ids, from each model's own logits (no cache),
+    float64 log-softmax."""
+    def logp(m):
+        trace = C.compare_trace()
+        m.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
+        head = m.lm_head()  # its final norm, then x @ W_U^T
+        x = head.normed(trace.resid[-1]).astype(np.float64)
+        z = x @ np.asarray(head.w_u, dtype=np.float64).T
+        z -= z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+    la, lb = logp(a), logp(b)
+    return (np.exp(la) * (la - lb)).sum(-1), la.argmax(-1), lb.argmax(-1)
+
+
+def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(window, qtbot):
+    w = window
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
+                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    started = []  # (T, thread) of each next-token job as it starts
+    real = C.next_token_numbers
+
+    def spy(pair, known=None, stop=None):
+        started.append((len(pair.a.ids), threading.current_thread()))
+        return real(pair, known, stop)
+    submitted = []  # the comparison each 'compare-next' job was submitted for, as submitted
+    submit = w.worker.submit
+
+    def record(kind, fn, on_done, request=None, *a, **k):
+        if kind == NEXT_KIND:
+            submitted.append(request)
+        return submit(kind, fn, on_done, request, *a, **k)
+    w.worker.submit = record
+    C.next_token_numbers = spy
+    try:
+        w.text_box.setFocus()
+        w.text_box.moveCursor(w.text_box.textCursor().MoveOperation.End)
+        for ch in " cat":
+            QTest.keyClick(w.text_box, ch)
+            text = w.text_box.toPlainText()
+            qtbot.waitUntil(lambda text=text: jobs.comparison is not None
+                            and jobs.comparison.result.text == text, timeout=WAIT)
+            # its numbers were asked for as the comparison came in, in the same slot: no pause
+            # (the numbers may be in already: a comparison with them is a copy of the same result's)
+            assert submitted and submitted[-1].result is jobs.comparison.result, text
+        qtbot.waitUntil(lambda: jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    finally:
+        C.next_token_numbers = real
+        w.worker.submit = submit
+    assert started and all(t is not threading.main_thread() for _n, t in started)
+    c = jobs.comparison
+    assert c.result.text == TEXT + " cat"
+
+    kl, top_a, top_b = direct(w.state.model, w.state.checkpoints.model(0), c.result.input_ids)
+    np.testing.assert_allclose(c.doc["kld"], kl, rtol=1e-5, atol=1e-8)
+    flipped = set(np.flatnonzero(top_a != top_b).tolist())
+    assert flipped, "step 0 predicts otherwise at some position"
+    assert {f["position"] for f in c.doc["flips"]} == flipped
+
+    # what is painted: a bar 10 * KL / max KL pixels high under each token, a red frame on a flip
+    panel = w.compare_panel
+    qtbot.waitUntil(lambda: len(panel.strip_cells) == len(kl), timeout=WAIT)
+    panel.strip.repaint()
+    image = panel.strip.grab().toImage()
+    dpr = image.devicePixelRatio()
+    for t, r in enumerate(panel.strip_cells):
+        x = int(r.center().x() * dpr)
+        bottom = r.bottom() - 2
+        painted = sum(image.pixelColor(x, int((bottom - 0.5 - i) * dpr)).name() == F.KL_BAR.name()
+                      for i in range(12))
+        assert abs(painted - 10 * kl[t] / kl.max()) <= 1.0, (t, painted, kl[t])
+        edge = image.pixelColor(int((r.left() + 1.5) * dpr), int(r.center().y() * dpr))
+        assert (edge.name() == ERROR.lower()) == (t in flipped), t
+    t = int(np.argmax(kl))
+    hover(panel.strip, panel.strip_cells[t].center())
+    assert f"KL(A\u2016B) {kl[t]:.5f} nats" in panel.strip.toolTip()
+
+
+def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
+    """A next-token job still running when the next key comes is stale from that key on (it stops
+    at the unembedding's next block); the newest text's numbers come in."""
+    w = window
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    gate, held = threading.Event(), []
+    real = C.next_token_numbers
+
+    def hold(pair, known=None, stop=None):
+        if not held:
+            held.append(stop)
+            gate.wait(HOLD_S)
+        return real(pair, known, stop)
+    C.next_token_numbers = hold
+    try:
+        w.set_text(TEXT + " cat")
+        qtbot.waitUntil(lambda: bool(held), timeout=WAIT)
+        stop = held[0]
+        assert not stop()
+        w.set_text(TEXT + " cat sat")  # the next keystroke
+        assert stop()
+        gate.set()
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat sat"
+                        and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    finally:
+        gate.set()
+        C.next_token_numbers = real
+        w.worker.wait_idle()
+    kl, _, _ = direct(w.state.model, w.state.checkpoints.model(0), jobs.comparison.result.input_ids)
+    np.testing.assert_allclose(jobs.comparison.doc["kld"], kl, rtol=1e-5, atol=1e-8)
+
+
+def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window, qtbot):
+    """A keystroke's next-token numbers change the strip and the summary: the A | B | A − B tiles and
+    the JSD map, painted for its comparison already, are not painted again for them."""
+    from PySide6.QtCore import QEvent, QObject
+
+    w = window
+    w.resize(1400, 860)  # (the window's first-start size)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    panel = w.compare_panel
+    w.compare_dock.raise_()
+    # room for any summary (its height never shrinks while B is open; growing would move the map)
+    panel.summary.setMinimumHeight(panel.summary.height() + 200)
+    painted = {"tiles": 0, "map": 0, "strip": 0}
+
+    class Count(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                painted[obj.objectName()] += 1
+            return False
+    count = Count()
+    for name in painted:
+        getattr(panel, name).setObjectName(name)
+        getattr(panel, name).installEventFilter(count)
+    gate = threading.Event()
+    real = C.next_token_numbers
+
+    def hold(pair, known=None, stop=None):
+        gate.wait(HOLD_S)
+        return real(pair, known, stop)
+    C.next_token_numbers = hold
+    try:
+        w.set_text(TEXT + " cat")
+        # the comparison painted (tiles, then the map a moment later), its numbers held
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat" and painted["tiles"] > 0
+                        and painted["map"] > 0 and not panel._later.isActive(), timeout=WAIT)
+        assert jobs.comparison.doc["kld"] is None
+        drain_events()  # (a paint the map's timer asked for, still posted)
+        drain_events()
+        for name in painted:
+            painted[name] = 0
+        gate.set()
+        qtbot.waitUntil(lambda: jobs.comparison.doc["kld"] is not None and painted["strip"] > 0,
+                        timeout=WAIT)
+    finally:
+        gate.set()
+        C.next_token_numbers = real
+        w.worker.wait_idle()
+    drain_events()
+    assert painted["tiles"] == 0 and painted["map"] == 0
+    assert "KL(A\u2016B) mean" in panel.summary.text()
