@@ -75,25 +75,15 @@ def ckpts(toy):
 @pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory):
     """attnviz's wheel as `pip wheel .` builds it from this checkout, built once for the run (its
-    tests only read it). pip builds in the checkout's build/ folder, so the processes of a parallel
-    run (pytest-xdist's workers) take turns under a lock, and the first one's wheel serves all."""
-    import fcntl
+    tests only read it)."""
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the run's folder, one for all its workers
-    out = shared / "wheel"
-    with open(shared / "wheel.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # (let go when the file closes)
-        if not list(out.glob("attnviz-*.whl")):
-            proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                                   "--no-build-isolation", "-w", str(out), str(root)],
-                                  capture_output=True, text=True)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-        (wheel,) = out.glob("attnviz-*.whl")
+    root, out = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = out.glob("attnviz-*.whl")
     return wheel
 
 
