@@ -72,6 +72,21 @@ def ckpts(toy):
     return load_checkpoints(toy)
 
 
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """attnviz's wheel as `pip wheel .` builds it from this checkout, built once for the run (its
+    tests only read it)."""
+    import subprocess
+    import sys
+
+    root, out = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(root)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = out.glob("attnviz-*.whl")
+    return wheel
+
+
 @pytest.fixture(autouse=True)
 def _kernels_as_before_each_test():
     """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):

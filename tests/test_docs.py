@@ -146,7 +146,31 @@ def test_every_command_line_parses_as_pasted():
     assert n >= 30
 
 
-def test_every_command_line_runs_as_pasted(tmp_path, monkeypatch, capsys, qapp):
+@pytest.fixture
+def each_gguf_loaded_once(monkeypatch):
+    """The commands' GGUF models (SmolLM2) read from their file once for all the lines that ask for
+    them alike (same file, options, memory budget and kernels), each line getting it with an empty
+    KV cache; the memory budget a line's --memory-budget chose is put back afterwards."""
+    from attnviz.engine.computing import load
+    from attnviz.engine.reading import qpack
+    from attnviz.engine.reading.budget import chosen_budget, chosen_by_command_line, set_memory_budget
+
+    real, loaded = load.load_gguf, {}
+
+    def load_gguf(path, name=None, license=None, budget=None, eager=True):
+        key = (str(path), name, license, budget, eager, qpack.kernels_on(), chosen_budget())
+        if key not in loaded:
+            loaded[key] = real(path, name=name, license=license, budget=budget, eager=eager)
+        loaded[key].clear_cache()
+        return loaded[key]
+
+    monkeypatch.setattr(load, "load_gguf", load_gguf)
+    was = chosen_budget(), chosen_by_command_line()
+    yield
+    set_memory_budget(*was)
+
+
+def test_every_command_line_runs_as_pasted(tmp_path, monkeypatch, capsys, qapp, each_gguf_loaded_once):
     """Each page's lines in order in one folder, a page's corpus made first (as its reader does);
     the lines in SLOW only parse (above). The session's QApplication exists first (qapp): an export
     would otherwise make a bare QGuiApplication that the window tests after it cannot use."""

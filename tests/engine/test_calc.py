@@ -341,19 +341,11 @@ def test_errors_say_which_field_they_are_about(values, field):
     assert info.value.field == field
 
 
-def test_presets_ship_inside_a_built_wheel(tmp_path):
+def test_presets_ship_inside_a_built_wheel(built_wheel):
     """resources/ installs as attnviz.resources, so a non-editable install finds the presets."""
-    import subprocess
-    import sys
     import zipfile
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(tmp_path), str(root)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    wheel = next(tmp_path.glob("attnviz-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
+    names = zipfile.ZipFile(built_wheel).namelist()
     assert "attnviz/resources/presets.json" in names
 
 

@@ -100,19 +100,11 @@ def test_the_registry_lists_the_toy_model_with_its_checkpoints(ckpts):
 # ---------------------------------------------------------------- command line
 
 
-def test_the_toy_model_ships_inside_a_built_wheel(tmp_path, toy):
+def test_the_toy_model_ships_inside_a_built_wheel(built_wheel, toy):
     """pyproject's package-data installs every checkpoint with the package (attnviz.resources)."""
-    import subprocess
-    import sys
     import zipfile
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                           "--no-build-isolation", "-w", str(tmp_path), str(root)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    names = set(zipfile.ZipFile(next(tmp_path.glob("attnviz-*.whl"))).namelist())
+    names = set(zipfile.ZipFile(built_wheel).namelist())
     want = {f"attnviz/resources/toy-stdlib-gpt2/{p.relative_to(toy.path).as_posix()}"
             for p in toy.path.rglob("*") if p.is_file()}
     assert len(want) >= 30 + 4 and want <= names, sorted(want - names)[:5]

@@ -310,6 +310,7 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     state; the panel only shows them (a runner of its own would submit jobs too, and be seen)."""
     import attnviz.ui.panels.roles_panel as RP
     from attnviz.ui.machinery.runner import Runner
+    from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
     from attnviz.ui.machinery.worker import PROBE_KIND, SCORES_KIND
 
     submitted = []
@@ -327,6 +328,8 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     panel.set_source("probe")
     wait_scores(qtbot, state)
     kinds = [kind for _, kind in submitted]
-    assert PROBE_KIND in kinds and set(kinds) <= {"compute", SCORES_KIND, PROBE_KIND, "checkpoints"}
+    # (ANALYSIS_KIND: the runner analyses a model's first run ahead for What heads do, on a timer)
+    assert PROBE_KIND in kinds and set(kinds) <= {"compute", SCORES_KIND, PROBE_KIND, "checkpoints",
+                                                  ANALYSIS_KIND}
     assert {runner for runner, _ in submitted} == {worker}  # one runner: the app's
     assert scores_settled(worker)
