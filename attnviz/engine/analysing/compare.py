@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from attnviz.engine.analysing import heads as H
+from attnviz.engine.analysing.divergence import cosine_rows, row_jsd
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
 from attnviz.engine.computing.logits import LMHead, build_head
@@ -59,17 +60,6 @@ def compare_trace(**kw) -> Trace:
 
 
 # ---------------------------------------------------------------- attention
-
-def row_jsd(p, q):  # [..., n_k] x2 -> [...] in bits
-    """Jensen-Shannon divergence in bits between rows p and q (float64; 0 * log 0 = 0)."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    m = 0.5 * (p + q)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tp = np.where(p > 0, p * np.log2(np.where(p > 0, p, 1.0) / np.where(m > 0, m, 1.0)), 0.0)
-        tq = np.where(q > 0, q * np.log2(np.where(q > 0, q, 1.0) / np.where(m > 0, m, 1.0)), 0.0)
-    return np.clip(0.5 * tp.sum(axis=-1) + 0.5 * tq.sum(axis=-1), 0.0, 1.0)
-
 
 def query_rows(T: int, causal: bool) -> np.ndarray:
     """The query rows the head JSD averages over: 1..T-1 in a decoder, 0..T-1 in an encoder."""
@@ -100,19 +90,6 @@ def heads_jsd_max(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head] in bits
 
 
 # ---------------------------------------------------------------- residual stream
-
-def cosine_rows(x, y):  # [T, d] x2 -> [T]
-    """cos(x[t], y[t]) = x.y / sqrt((x.x)(y.y)) in float64 (exactly 1.0 for equal rows); a zero row
-    against a zero row is 1, against anything else 0."""
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
-    dot = np.einsum("td,td->t", x, y)
-    den = np.sqrt(np.einsum("td,td->t", x, x) * np.einsum("td,td->t", y, y))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cos = np.where(den > 0, dot / np.where(den > 0, den, 1.0), 0.0)
-    both_zero = (den == 0) & ~np.any(x, axis=1) & ~np.any(y, axis=1)
-    return np.clip(np.where(both_zero, 1.0, cos), -1.0, 1.0)
-
 
 def resid_cos(pair: Pair) -> np.ndarray:  # -> [n_layer]
     """Mean over positions of the cosine between A's and B's residual stream after each block."""
@@ -239,15 +216,19 @@ def pair_logits(ha: LMHead, hb: LMHead, xa, xb, stop=None) -> tuple[np.ndarray, 
         blk_b = blk_a if hb.w_u is ha.w_u else table_rows(hb.w_u, v0, v1, scratch[1])
         outs[0][:, v0:v1] = xs[0] @ blk_a.T
         outs[1][:, v0:v1] = xs[1] @ blk_b.T
-        for w_u in {id(ha.w_u): ha.w_u, id(hb.w_u): hb.w_u}.values():
+        for w_u in tables:
             let_go(w_u, v0, v1)
 
+    tables = {id(ha.w_u): ha.w_u, id(hb.w_u): hb.w_u}.values()  # (one where the two share it)
     try:
         in_threads(len(starts), block)
     except BaseException:  # a stopped pass: its exception's traceback, kept in reference cycles
         outs.clear()  # until a collection, must not hold the logits and the scratch with it
         local.__dict__.clear()
         raise
+    finally:  # a block's read can map pages of a neighbour already let go (the kernel's fault-around)
+        for w_u in tables:
+            let_go(w_u, 0, V)
     return outs[0], outs[1]
 
 
