@@ -107,8 +107,12 @@ def test_the_a_minus_b_tiles_and_the_flip_marks_are_painted(window, qtbot):
     for t, r in enumerate(panel.strip_cells):
         edge = strip.pixelColor(int((r.left() + 1.5) * dpr), int(r.center().y() * dpr))
         assert (edge.name() == ERROR.lower()) == (t in flipped), t
-    hover(panel.strip, panel.strip_cells[min(flipped)].center())
+    t = min(flipped)
+    hover(panel.strip, panel.strip_cells[t].center())
     assert panel.strip.toolTip().count("flips") == 1  # the hover's text
+    flip = next(f for f in c.doc["flips"] if f["position"] == t)  # tokens as the strip labels them
+    assert f"token {t} '{c.result.labels[t]}'" in panel.strip.toolTip()
+    assert f"A '{flip['a_token']}', B '{flip['b_token']}'" in panel.strip.toolTip()
 
 
 def test_the_jsd_map_focuses_a_head_and_typing_is_followed(window, qtbot, nudged):

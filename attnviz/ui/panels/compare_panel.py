@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.style import BACKGROUND
@@ -251,7 +252,7 @@ class ComparePanel(QWidget):
                 layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
                 a, b = float(c.a_attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
                 lab = c.result.labels
-                return (f"{head_title(layer, hd)}  {lab[q]!r} \u2192 {lab[k]!r}: A {a:.4f}, B {b:.4f}, "
+                return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: A {a:.4f}, B {b:.4f}, "
                         f"A \u2212 B {a - b:+.4f}")
         return None
 
@@ -318,12 +319,12 @@ class ComparePanel(QWidget):
         for t, r in enumerate(self.strip_cells):
             if r.contains(x, y):
                 d = c.doc
-                text = f"token {t} {c.result.labels[t]!r}"
+                text = f"token {t} {quoted(c.result.labels[t])}"
                 if d["kld"] is not None:
                     text += f": KL(A\u2016B) {d['kld'][t]:.5f} nats"
                     flip = next((f for f in d["flips"] if f["position"] == t), None)
                     if flip is not None:
-                        text += f"; top-1 flips: A {flip['a_token']!r}, B {flip['b_token']!r}"
+                        text += f"; top-1 flips: A {quoted(flip['a_token'])}, B {quoted(flip['b_token'])}"
                 return text
         return None
 
