@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import shiboken6
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
     QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox,
@@ -194,14 +195,20 @@ class MainWindow(QMainWindow):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
         self.menus.view_menu.addAction(dock.toggleViewAction())
-        dock.dockLocationChanged.connect(lambda _area: QTimer.singleShot(0, self.tabs_readable))
+        dock.dockLocationChanged.connect(self._tabs_readable_later)
         self.tabs_readable()
-        QTimer.singleShot(0, self.tabs_readable)  # (a bar Qt makes at its next layout)
+        self._tabs_readable_later()  # (a bar Qt makes at its next layout)
         return dock
+
+    def _tabs_readable_later(self, *_area) -> None:
+        if shiboken6.isValid(self):  # (docks report a move as the window goes: no timer then)
+            QTimer.singleShot(0, self, self.tabs_readable)  # (cancelled if the window goes first)
 
     def tabs_readable(self) -> None:
         """Every tab bar of the docks shows whole names, scrolling when they outgrow it (Qt makes
         a bar for each group of tabbed docks, and again when docks move)."""
+        if not shiboken6.isValid(self):
+            return
         for bar in self.findChildren(QTabBar):
             if bar.parent() is self:
                 bar.setElideMode(Qt.TextElideMode.ElideNone)
