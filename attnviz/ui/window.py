@@ -356,7 +356,7 @@ class MainWindow(QMainWindow):
         without BOS has no result for the empty sentence): after its heatmaps are painted, and
         never on a later keystroke."""
         if not self.panels_ready:
-            QTimer.singleShot(30, self._build_panel_docks)
+            QTimer.singleShot(30, self, self._build_panel_docks)  # (none if the window goes first)
 
     def _on_compute_reported(self, req, message: str) -> None:
         """The outcome of a run (AppState.report_compute): its result is in the state, or `message`
