@@ -19,6 +19,12 @@ os.environ["OLLAMA_MODELS"] = str(_HOME / "ollama")
 import pytest  # noqa: E402
 
 
+def pytest_unconfigure(config):
+    """The test home goes with the session (a run left one folder in the temp directory each)."""
+    import shutil
+
+    shutil.rmtree(_HOME, ignore_errors=True)
+
 
 @pytest.fixture(scope="session")
 def minilm():
