@@ -205,7 +205,6 @@ def test_a_run_that_finds_its_kernels_cold_waits_for_the_one_row_steps_too(monke
     one-row steps before it goes on: every one-row run of a model then takes the same steps, so its
     numbers never depend on when a background warm-up finished."""
     monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_warm_types", set())
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
     monkeypatch.setattr(qm, "ONE_ROW", None)

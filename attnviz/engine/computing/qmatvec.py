@@ -424,7 +424,6 @@ def _hold_at_exit() -> None:
 
 atexit.register(_hold_at_exit)
 _warmed: dict = {}  # _key -> seconds its first call took (compile, or load from numba's cache)
-_warm_types: set = set()  # the block types whose kernel is warm
 _serial_ready: set = set()  # the _keys whose serial twin is warm (warm(extras=True))
 _ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
 _extras_lock = threading.Lock()
@@ -447,7 +446,6 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
                     _call_once(kernel, qtype)
                     _warmed[key] = time.perf_counter() - t0
         took[qtype.name] = _warmed[key]
-        _warm_types.add(qtype)
         if extras and key not in _serial_ready:
             with _extras_lock:
                 if key not in _serial_ready:
