@@ -41,6 +41,7 @@ def test_an_edited_packed_smollm2_leaves_the_other_as_a_fresh_load(kernels, monk
 
     edit_everything(a, monkeypatch)
     assert a.memory != memory and a.weights.layers.holds(last)
+    assert not a.weights.layers.shared().holds(last)  # what a load holds: the views, no expansion
 
     assert b.memory == memory and not b.weights.layers.holds(last)  # its own store
     got = b.run(TEXT)

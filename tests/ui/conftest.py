@@ -3,24 +3,16 @@ window with its Patching tab on the toy decoder, and the bundled models read onc
 
 import pytest
 
-from shared_models import SharingLoader
 from windows import IOI, TOY, open_window
 
 
-@pytest.fixture(scope="session")
-def sharing_loader():
-    import attnviz.engine
-
-    return SharingLoader(attnviz.engine.load_model)
-
-
 @pytest.fixture(autouse=True)
-def _bundled_models_read_once(sharing_loader, monkeypatch):
+def _bundled_models_read_once(shared_loads, monkeypatch):
     """The window's loads of MiniLM and SmolLM2 (attnviz.engine.load_model, looked up at each load)
     give a new Model over the arrays read once (tests/shared_models.py)."""
     import attnviz.engine
 
-    monkeypatch.setattr(attnviz.engine, "load_model", sharing_loader)
+    monkeypatch.setattr(attnviz.engine, "load_model", shared_loads)
 
 
 @pytest.fixture

@@ -364,10 +364,10 @@ class LayerStore(Sequence):
             self._views_arena = None  # (the views keep the buffer)
 
     def shared(self) -> LayerStore:
-        """A store of its own over the same file, holding the same read-only arrays this one holds
-        now (its packed views and its fixed set's float32 layers, checked when read): a second
-        model of the file built without reading it again. Its budget, room, counts and any layer
-        it expands later are its own."""
+        """A store of its own over the same file, holding the same read-only arrays a load holds
+        (the packed views, and the fixed set's float32 layers that have none), as this one holds
+        them now: a second model of the file built without reading it again. Its budget, room,
+        counts and any layer it expands later are its own."""
         other = LayerStore(self._build, self.sizes, self.budget, self.source, self._build_output,
                            self._build_view, self.packed_bytes)
         other._take_held(self)
@@ -378,7 +378,8 @@ class LayerStore(Sequence):
             views, kept, checked = dict(source._views), dict(source._kept), set(source._checked)
         with self._lock:
             self._views = views
-            self._kept = {i: layer for i, layer in kept.items() if i in self._keep}
+            self._kept = {i: layer for i, layer in kept.items()
+                          if i in self._keep and views.get(i) is None}
             self._checked = checked
 
     def packed_view(self, i: int):
