@@ -7,12 +7,14 @@ layer's time beside its products.
     rotate(q, k, cos, sin)          q [n_head, 1, d_head], k [n_kv_head, 1, d_head], rotate-half RoPE in place
     dense_attention(q, k, v, c, cache)  one query row of every head over all T keys (grouped-query:
                                     head h reads KV head h // n_group): scores, the trace's edits,
-                                    softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head]
+                                    softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head];
+                                    each KV head's keys and values read once for its n_group heads
 
 Each computes what the NumPy step (layers.py) computes, in the same order of float32 operations
 except the sums (a norm's mean square, a score's dot product), which are summed in another order:
 equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called
-as families.dense_attention calls them. SwiGLU's gate stays NumPy's: NumPy's exp runs on vector
+as families.dense_attention calls them (where the trace has no edits, the scores' hook, which
+then changes nothing, is left out and each row's max is subtracted in the scores' call). SwiGLU's gate stays NumPy's: NumPy's exp runs on vector
 lanes, numba's on one float at a time.
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
@@ -77,35 +79,8 @@ def _prefix(a, whole):  # whether a [n_kv_head, T, d_head] is whole[:, :T] (whol
             and a.ctypes.data == whole.ctypes.data)
 
 
-@njit(fastmath=_FAST, **_JIT)
-def _scores_of(q, k, T, bias, scale, n_group, out):  # _scores on keys k[:, :T] of either layout
-    n_head, _, d = q.shape
-    qs = np.empty(d, np.float32)
-    for h in range(n_head):
-        g = h // n_group
-        for j in range(d):
-            qs[j] = q[h, 0, j] * scale
-        for t in range(T):
-            s = np.float32(0.0)
-            for j in range(d):
-                s += qs[j] * k[g, t, j]
-            out[h, 0, t] = s + bias[0, t] if bias.size else s
-
-
-@njit(types.void(_R3, _R3, _C3, _R2, _F, _I, _W3), **_JIT)
-def _scores(q, k, whole, bias, scale, n_group, out):
-    """q [n_head, 1, d_head], k [n_kv_head, T, d_head] -> out [n_head, 1, T] = (q scale) kᵀ + bias,
-    head h against KV head h // n_group; bias [1, T] (0 or -inf), or of size 0 (none). `whole`:
-    the C-contiguous array k is the first positions of, if it is (a cached run's keys with room
-    after them, trace.append_positions), read as such (vectorised); else k itself."""
-    if _prefix(k, whole):
-        _scores_of(q, whole, k.shape[1], bias, scale, n_group, out)
-    else:
-        _scores_of(q, k, k.shape[1], bias, scale, n_group, out)
-
-
-@njit(types.void(_W3), **_JIT)
-def _minus_max(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
+@njit(**_JIT)
+def _minus_max_of(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
     n_head, _, T = s.shape
     for h in range(n_head):
         top = s[h, 0, 0]
@@ -113,6 +88,43 @@ def _minus_max(s):  # [n_head, 1, T] in place: each row minus its max (softmax's
             top = max(top, s[h, 0, t])
         for t in range(T):
             s[h, 0, t] -= top
+
+
+@njit(fastmath=_FAST, **_JIT)
+def _scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
+    n_head, _, d = q.shape
+    qs = np.empty((n_group, d), np.float32)
+    for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
+        h0 = g * n_group
+        for i in range(n_group):
+            for j in range(d):
+                qs[i, j] = q[h0 + i, 0, j] * scale
+        for t in range(T):
+            for i in range(n_group):
+                s = np.float32(0.0)
+                for j in range(d):
+                    s += qs[i, j] * k[g, t, j]
+                out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
+    if top:
+        _minus_max_of(out)
+
+
+@njit(types.void(_R3, _R3, _C3, _R2, _F, _I, types.boolean, _W3), **_JIT)
+def _scores(q, k, whole, bias, scale, n_group, top, out):
+    """q [n_head, 1, d_head], k [n_kv_head, T, d_head] -> out [n_head, 1, T] = (q scale) kᵀ + bias,
+    head h against KV head h // n_group; bias [1, T] (0 or -inf), or of size 0 (none); `top`:
+    each row's max subtracted too (_minus_max). `whole`: the C-contiguous array k is the first
+    positions of, if it is (a cached run's keys with room after them, trace.append_positions),
+    read as such (vectorised); else k itself."""
+    if _prefix(k, whole):
+        _scores_of(q, whole, k.shape[1], bias, scale, n_group, top, out)
+    else:
+        _scores_of(q, k, k.shape[1], bias, scale, n_group, top, out)
+
+
+@njit(types.void(_W3), **_JIT)
+def _minus_max(s):  # _minus_max_of, after the trace's edits to the scores
+    _minus_max_of(s)
 
 
 @njit(types.void(_W3), **_JIT)
@@ -130,16 +142,18 @@ def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softm
 def _weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
     n_head, _, T = pattern.shape
     d = v.shape[2]
-    zh = np.empty(d, np.float32)
-    for h in range(n_head):
-        g = h // n_group
-        zh[:] = 0.0
+    zg = np.empty((n_group, d), np.float32)
+    for g in range(n_head // n_group):  # a KV head's values read once for its n_group query heads
+        h0 = g * n_group
+        zg[:] = 0.0
         for t in range(T):
-            a = pattern[h, 0, t]
+            for i in range(n_group):
+                a = pattern[h0 + i, 0, t]
+                for j in range(d):
+                    zg[i, j] += a * v[g, t, j]
+        for i in range(n_group):
             for j in range(d):
-                zh[j] += a * v[g, t, j]
-        for j in range(d):
-            z[h, 0, j] = zh[j]
+                z[h0 + i, 0, j] = zg[i, j]
 
 
 @njit(types.void(_R3, _R3, _C3, _I, _W3), **_JIT)
@@ -175,16 +189,26 @@ def dense_attention(q, k, v, c, cache=NOTHING):
     n_head, _, d = q.shape
     T = k.shape[1]
     s = cache.rows if cache.rows is not None else np.empty((n_head, 1, T), np.float32)
+    edits = _edits_scores(cache)
     _scores(q, k, _whole(k), _NO_BIAS if c.bias is None else c.bias, np.float32(c.scale),
-            c.n_group, s)
-    s = cache.scores(s)  # knockouts
-    _minus_max(s)  # softmax, its exp NumPy's (on vector lanes; numba's takes one float at a time)
-    np.exp(s, out=s)
+            c.n_group, not edits, s)  # (no edits: each row's max subtracted in the same call)
+    if edits:
+        s = cache.scores(s)  # knockouts
+        _minus_max(s)
+    np.exp(s, out=s)  # softmax's exp NumPy's (on vector lanes; numba's takes one float at a time)
     _over_sum(s)
     cache.pattern(s)  # recorded (and patched); the run may stop here
     z = np.empty((n_head, 1, v.shape[-1]), np.float32)
     _weighted_values(s, v, _whole(v), c.n_group, z)
     return z
+
+
+def _edits_scores(cache) -> bool:
+    """Whether the trace slot may edit the scores: its trace has edits (knockouts among them)."""
+    if cache is NOTHING:
+        return False
+    trace = getattr(cache, "trace", None)
+    return trace is None or bool(trace.edits)  # (a slot of another kind: it may)
 
 
 def _whole(a):
