@@ -184,3 +184,47 @@ def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, m
     assert way.calls == []
     np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
     np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+
+
+def _q4k(n_out, n_in, rng):
+    """Random Q4_K rows [n_out, n_in / 256 blocks] with sane float16 scales (gguf cannot quantise
+    K types) and their dequantised float32 [n_out, n_in]."""
+    import gguf
+    block, size = gguf.GGML_QUANT_SIZES[Q.Q4_K]
+    raw = rng.integers(0, 256, (n_out, n_in // block * size), dtype=np.uint8)
+    per = raw.reshape(n_out, -1, size)
+    f16 = (rng.standard_normal((2, *per.shape[:2])) * 0.001).astype(np.float16)
+    per[:, :, 0:2], per[:, :, 2:4] = f16[0][..., None].view(np.uint8), f16[1][..., None].view(np.uint8)
+    return raw, gguf.quants.dequantize(raw, Q.Q4_K).astype(np.float32)
+
+
+def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
+    """The block's calls compiled for float32 scales (Q4_K): one layer of one row on a packed view
+    (no float32 matrix held) against the one-row steps (the same bits) and the float32 layer of the
+    dequantised weights."""
+    from attnviz.engine.computing import families, layers, onerow
+    from attnviz.engine.reading.layout import Layer
+    from attnviz.engine.reading.qpack import PackedLayer, pack_parts
+    qm.warm([Q.Q4_K])
+    rng = np.random.default_rng(11)
+    d, n_head, n_kv, d_head, d_ff, eps = 256, 4, 2, 64, 256, 1e-5
+    shapes = {"w_qkv": ((n_head + 2 * n_kv) * d_head, d), "w_o": (d, n_head * d_head),
+              "w_in": (2 * d_ff, d), "w_out": (d, d_ff)}
+    raw = {name: _q4k(*shape, rng) for name, shape in shapes.items()}
+    gains = [(1 + 0.1 * rng.standard_normal(d)).astype(np.float32) for _ in range(2)]
+    packed = PackedLayer(**{name: pack_parts([(Q.Q4_K, r, 0)]) for name, (r, _) in raw.items()})
+    none = dict(b_qkv=None, b_o=None, b_in=None, b_out=None, norm1=(gains[0],), norm2=(gains[1],))
+    view = Layer(w_qkv=None, w_o=None, w_in=None, w_out=None, packed=packed, **none)
+    dense = Layer(**{name: w.T.copy() for name, (_, w) in raw.items()}, **none)
+    cos, sin = np.cos(np.arange(d_head) * 0.3)[None], np.sin(np.arange(d_head) * 0.3)[None]
+    c = families.Consts(n_head=n_head, n_kv_head=n_kv, d_head=d_head, scale=d_head ** -0.5,
+                        rope=(cos.astype(np.float32), sin.astype(np.float32)), bias=None,
+                        norm=lambda x, gb: layers.rms_norm(x, gb[0], eps), act=layers.silu,
+                        gated_mlp=True, causal=True)
+    steps = onerow.fused(c, eps, True)
+    x = rng.standard_normal((1, d)).astype(np.float32)
+    calls = len(way.calls)
+    got = onerow.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
+    assert len(way.calls) == calls + 1 and np.isfinite(got).all()
+    np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
+    _close(got, families.pre_norm_block(x, dense, c, None))

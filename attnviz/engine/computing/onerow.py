@@ -287,8 +287,8 @@ def warm(nibbles=None) -> None:
 #
 # Every trace point is called where families.self_attention and families.mlp call it, with the
 # same arrays, so records and edits apply as on the step-by-step path; the arithmetic is that
-# path's with the steps above and the same serial kernel (qmatvec's, for the nibble types: Q4_1,
-# Q5_1, Q4_K, Q5_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
+# path's with the steps above and the same serial kernel (qmatvec's, for the nibble types: Q4_1
+# and Q4_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
 # cover (a float32 matrix, biases, several parts or another block type in a matrix, a kernel on
 # several threads, a family's other norms) takes the family's block.
 
@@ -369,12 +369,19 @@ def _plan(layer):
     if plain and all(m is not None and len(m.parts) == 1 for m in mats):
         parts = [m.parts[0][1] for m in mats]
         if all(p.nibbles and not p.signed and p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out
-               for p, m in zip(parts, mats)):
+               and _compiled_for(p.args) for p, m in zip(parts, mats)):
             plan = [[p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out]
     if len(_PLANS) > 1024:
         _PLANS.clear()
     _PLANS[id(pl)] = (pl, plan)
     return plan
+
+
+def _compiled_for(args) -> bool:  # (q, scale, offset) of the types _compile_block compiled for
+    q, scale, offset = args
+    return (q.dtype == np.uint8 and q.ndim == 4 and scale.dtype in (np.uint16, np.float32)
+            and offset.dtype == scale.dtype and scale.ndim == offset.ndim == 3
+            and all(a.flags.c_contiguous for a in args))
 
 
 def _takes(plan) -> bool:
