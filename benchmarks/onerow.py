@@ -2,7 +2,7 @@
 path, each timed in turns with what it replaced, in one process (not a test).
 
 - keystroke (one new row after T - 1 cached tokens, every layer's patterns, one kernel thread as
-  the window gives a small matrix) at T = 24, and a generation step at T = 64 and 512 (its own
+  the window gives a small matrix) at T = 24, and a generation step at T = 64, 512 and 2048 (its own
   cache, no dense patterns, its row appended in place as in a generation: qsteps.back_to): the
   one-row block (engine/computing/onerow.py's pre_norm_block: a layer in three compiled calls), the
   compiled one-row steps (engine/computing/onerow.py: norm, RoPE, attention over the cache, one
@@ -111,7 +111,7 @@ def main() -> None:
     model = load_model("SmolLM2-135M-Instruct")
     qm.warm([qm.Q.Q4_1])
     figs = []
-    for T in (24, 64, 512):
+    for T in (24, 64, 512, 2048):
         out = _keystrokes(model, T, args.repeat, qm)
         load = os.getloadavg()[0]
         med = {way: statistics.median(o["ms"]) for way, o in out.items()}
