@@ -47,6 +47,7 @@ def _array(ndim: int, readonly: bool = False):
 _W1, _W2, _W3 = _array(1), _array(2), _array(3)  # written
 _R1, _R2, _R3 = _array(1, True), _array(2, True), _array(3, True)  # read (a mutable array converts)
 _C3 = types.Array(_F, 3, "C", readonly=True)  # keys or values: [n_kv_head, positions, d_head]
+_W3C = types.Array(_F, 3, "C")  # a pattern row of its own (a generation step's)
 _FAST = {"reassoc", "nsz"}  # dot products in several partial sums (vector lanes)
 # nogil as qmatvec's kernels; NumPy's division (inf, nan) instead of Python's ZeroDivisionError
 _JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
@@ -142,7 +143,7 @@ def _minus_max(s):  # _minus_max_of, after the trace's edits to the scores
     _minus_max_of(s)
 
 
-@njit(types.void(_W3), **_JIT)
+@njit([types.void(_W3), types.void(_W3C)], fastmath=_FAST, **_JIT)  # (C order: on vector lanes)
 def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softmax's last step)
     n_head, _, T = s.shape
     for h in range(n_head):
