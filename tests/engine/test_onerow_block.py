@@ -72,11 +72,11 @@ def way(monkeypatch):
 
 
 def _keystrokes(model, ids):
-    """Each token one run with the KV cache (one new row), patterns, z and residuals recorded."""
+    """Each token one run with the KV cache (one new row), patterns and every record kept."""
     model.clear_cache()
-    model.run(ids=ids[:4], trace=Trace(z=True, resid=True, mlp_out=True))
+    model.run(ids=ids[:4], trace=Trace(inputs=True, z=True, resid=True, mlp_out=True, kv=True))
     for t in range(5, len(ids) + 1):
-        trace = Trace(z=True, resid=True, mlp_out=True)
+        trace = Trace(inputs=True, z=True, resid=True, mlp_out=True, kv=True)
         result = model.run(ids=ids[:t], trace=trace)
         assert result.cache_computed == 1
     model.clear_cache()
@@ -104,7 +104,7 @@ def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(a, c, rtol=0, atol=5e-6)
     for i in range(model.config.n_layer):
-        for name in ("z", "mlp_out", "resid"):
+        for name in ("inputs", "k", "v", "z", "mlp_out", "resid"):
             np.testing.assert_array_equal(getattr(ta, name)[i], getattr(tb, name)[i])
             _close(getattr(ta, name)[i], getattr(tc, name)[i])
     np.testing.assert_array_equal(ta.resid[-1], tb.resid[-1])
