@@ -71,8 +71,8 @@ def _rms_norm(x, gain, eps, out):
 
 
 @njit(**_JIT)
-def _rotate_of(x, cos, sin):  # x [h, n, d_head], cos, sin [n, d_head]: x cos + rotate_half(x) sin, in place
-    n_h, n, d = x.shape
+def _rotate_of(x, cos, sin):  # x [h, n, d_head], cos, sin [n, d_head]: x cos + rotate_half(x) sin
+    n_h, n, d = x.shape  # (in place)
     half = d // 2
     for h in range(n_h):
         for i in range(n):
@@ -354,10 +354,11 @@ _PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
 
 
 def _plan(layer):
-    """[the four matrices' (q, scale, offset), the largest's weights] where the layer is a packed
-    view (no float32 matrix: linear() multiplies on the kernels) whose every matrix is one part
-    on the nibble kernel (qmatvec._kernel_of's rule) with no padded rows, and it has no biases and
-    no norms but its two; else None. Kept per packed layer (its arrays never change)."""
+    """(the four matrices' (q, scale, offset), the largest's weights, w_in's outputs) where the
+    layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
+    matrix is one part on the nibble kernel (qmatvec._kernel_of's rule) with no padded rows, and
+    it has no biases and no norms but its two; else None. Kept per packed layer (its arrays never
+    change)."""
     pl = layer.packed
     kept = _PLANS.get(id(pl))
     if kept is not None and kept[0] is pl:
@@ -371,7 +372,7 @@ def _plan(layer):
         parts = [m.parts[0][1] for m in mats]
         if all(p.nibbles and not p.signed and p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out
                and _compiled_for(p.args) for p, m in zip(parts, mats)):
-            plan = [[p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out]
+            plan = ([p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out)
     if len(_PLANS) > 1024:
         _PLANS.clear()
     _PLANS[id(pl)] = (pl, plan)
