@@ -1,7 +1,7 @@
 """The bundled models the window tests open again and again (MiniLM, SmolLM2's GGUF), read from
 their files once a session: each later load of one gives a new Model (its own layer store, budget,
 KV cache, output head and tokenizer object) over the arrays the first load read, which no model
-writes to (tests/ui/test_shared_models.py edits one model and checks another). A load with a
+writes to (tests/engine/test_shared_models.py edits one model and checks another). A load with a
 budget, a lazy load, a chosen memory budget or any other source reads its files as before."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from pathlib import Path
 
-from attnviz.engine import Model, resolve
+from attnviz.engine import DEFAULT_MODEL, Model, resolve
 from attnviz.engine.reading.budget import LayerStore, chosen_budget
 from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.registry import smollm2_file
@@ -46,7 +46,7 @@ class SharingLoader:
         stat = (where / "config.json" if where.is_dir() else where).stat()
         return name, str(where), license, kernels_on(), stat.st_mtime_ns, stat.st_size
 
-    def __call__(self, name_or_dir=MINILM, budget=None, eager=True):
+    def __call__(self, name_or_dir=DEFAULT_MODEL, budget=None, eager=True):
         key = self.key(name_or_dir, budget, eager)
         if key is None:
             return self.real(name_or_dir, budget=budget, eager=eager)
