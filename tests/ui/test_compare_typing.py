@@ -315,3 +315,26 @@ def test_a_coming_first_waits_for_b_and_an_older_b_run_is_never_paired(window, q
     drain_events()
     assert [c.result.text for c in shown] == [TEXT + " cat sat"] * len(shown)
     check_pairs(shown, a, b)
+
+
+def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):
+    """The tiles and the strip paint a new comparison as it comes in (the grid's A − B follows in
+    a turn of its own): by the time the session's signal has been handled they show its tokens."""
+    w = window
+    w.resize(1400, 860)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    panel = w.compare_panel
+    w.compare_dock.raise_()
+    qtbot.waitUntil(lambda: panel.tiles.isVisible() and panel.tile_rects != [], timeout=WAIT)
+    seen = []  # (text, tokens the tiles and the strip were painted with) as each comparison comes in
+    jobs.sigChanged.connect(lambda: seen.append((jobs.comparison.result.text, panel.tile_T,
+                                                 len(panel.strip_cells)))
+                            if jobs.comparison is not None and jobs.comparison.doc is not None else None)
+    w.set_text(TEXT + " cat")
+    qtbot.waitUntil(lambda: any(s[0] == TEXT + " cat" for s in seen), timeout=WAIT)
+    w.worker.wait_idle()
+    T = jobs.comparison.result.n_tokens
+    assert (TEXT + " cat", T, T) in seen
