@@ -307,9 +307,9 @@ class CompareJobs(QObject):
             return
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        self.sigChanged.emit()
-        if value.doc is not None:
+        if value.doc is not None:  # (first: the pool computes them while this turn paints the comparison)
             self._request_next()
+        self.sigChanged.emit()
 
     def _request_next(self) -> None:
         """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
