@@ -18,7 +18,7 @@ from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
 from attnviz.ui.app import create_window
-from attnviz.ui.machinery.compare_jobs import B_KIND, NEXT_KIND, BSource
+from attnviz.ui.machinery.compare_jobs import NEXT_KIND, BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from windows import drain_events, hover
 
@@ -208,113 +208,6 @@ def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window
     drain_events()
     assert painted["tiles"] == 0 and painted["map"] == 0
     assert "KL(A\u2016B) mean" in panel.summary.text()
-
-
-def held_runs(model, gate):
-    """Make `model`'s runs wait for `gate` (its run method shadowed on the instance); returns the
-    texts or id counts of the runs that started waiting, and the undo."""
-    real, started = model.run, []
-
-    def held(*args, **kw):
-        started.append(kw.get("ids") if args == () else args[0])
-        gate.wait(HOLD_S)
-        return real(*args, **kw)
-    model.run = held
-    return started, lambda: vars(model).pop("run", None)
-
-
-def b_direct(b, ids):
-    trace = C.compare_trace()
-    b.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
-    return trace.attentions
-
-
-def record_comparisons(jobs):
-    """Every comparison the session shows, as it is shown (sigChanged)."""
-    shown = []
-    jobs.sigChanged.connect(lambda: shown.append(jobs.comparison) if jobs.comparison is not None
-                            and (not shown or shown[-1] is not jobs.comparison) else None)
-    return shown
-
-
-def check_pairs(shown, a, b):
-    """Each comparison shown pairs A's result with B's patterns on that result's ids."""
-    for c in shown:
-        ids = c.result.input_ids
-        assert c.b_attentions.shape[-1] == len(ids) == c.a_attentions.shape[-1], c.result.text
-        np.testing.assert_allclose(c.b_attentions, b_direct(b, ids), rtol=1e-5, atol=1e-6)
-
-
-def test_b_runs_beside_a_and_its_run_coming_first_is_paired_with_a_of_the_same_text(window, qtbot):
-    """A keystroke starts B's run on the ids A's run will have while A's runs: with A held, B's run
-    of the new text finishes first; the comparison shown once A's run comes pairs the two texts'
-    runs, never B's with another text's A."""
-    w = window
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
-                    timeout=WAIT)
-    a, b = w.state.model, jobs.b
-    shown = record_comparisons(jobs)
-    gate = threading.Event()
-    started, undo = held_runs(a, gate)
-    b_threads = []
-    real_b = b.run
-
-    def spy(*args, **kw):
-        b_threads.append(threading.current_thread())
-        return real_b(*args, **kw)
-    b.run = spy
-    try:
-        w.set_text(TEXT + " cat")
-        qtbot.waitUntil(lambda: bool(started), timeout=WAIT)  # A's run is held in the pool
-        # B's run of the new text ran meanwhile, on a thread of its own, and came in
-        qtbot.waitUntil(lambda: bool(b_threads) and w.worker.running(B_KIND) is None, timeout=WAIT)
-        assert b_threads[0] is not threading.main_thread()
-        assert all(c.result.text == TEXT for c in shown)  # nothing of the new text shown yet
-        gate.set()
-        qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat"
-                        and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
-    finally:
-        gate.set()
-        undo()
-        vars(b).pop("run", None)
-        w.worker.wait_idle()
-    assert len(b_threads) == 1  # the comparison took B's run that came first: B ran once
-    assert shown[-1].result.text == TEXT + " cat"
-    check_pairs(shown, a, b)
-
-
-def test_a_coming_first_waits_for_b_and_an_older_b_run_is_never_paired(window, qtbot):
-    """A's run in before B's: the comparison waits for B's run of its ids. A keystroke while B's
-    run is held makes that run stale: the older text's B is never shown, and the newest text's
-    comparison pairs its own runs."""
-    w = window
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
-                    timeout=WAIT)
-    a, b = w.state.model, jobs.b
-    shown = record_comparisons(jobs)
-    gate = threading.Event()
-    started, undo = held_runs(b, gate)
-    try:
-        w.set_text(TEXT + " cat")
-        qtbot.waitUntil(lambda: bool(started) and w.state.result.text == TEXT + " cat", timeout=WAIT)
-        drain_events()
-        assert jobs.comparison.result.text == TEXT  # A is in, B held: the last comparison stays
-        w.set_text(TEXT + " cat sat")  # B's held run is stale from here on
-        qtbot.waitUntil(lambda: w.state.result.text == TEXT + " cat sat", timeout=WAIT)
-        gate.set()
-        qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat sat"
-                        and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
-    finally:
-        gate.set()
-        undo()
-        w.worker.wait_idle()
-    drain_events()
-    assert [c.result.text for c in shown] == [TEXT + " cat sat"] * len(shown)
-    check_pairs(shown, a, b)
 
 
 def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):

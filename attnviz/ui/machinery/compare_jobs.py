@@ -2,15 +2,9 @@
 ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
-WindowRun, as for What heads do), and B runs on the same ids beside it: a keystroke starts B's run
-('compare-b', on a thread of its own, below the main thread) on the ids A's run will have (A's
-tokenizer, as the window's runs cut the text), while A's run goes on in the pool, so on two cores
-the two runs take the time of the longer one, not of both. Whichever comes in second starts the
-'compare' job on the pool: the metrics of the two traces, paired by their ids, never by arrival (a
-B run of another text is never paired with A's). A run of A with no B run of its ids (B just
-opened, a rerun of A for a view) runs B in that job, after A. Newest wins: a keystroke
-stops B's running run at its next layer, and A's next run makes the comparison in the pool stale.
-The next-token numbers (KL
+WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
+(with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
+keystroke makes the running job stale and it stops at B's next layer). The next-token numbers (KL
 over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own
 ('compare-next'), for the new positions only: a position whose final-norm inputs on both sides are
 bit for bit those of the last numbers keeps its numbers (compare.next_tokens). The next keystroke
@@ -32,14 +26,12 @@ import numpy as np
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
-from attnviz.ui.machinery.tuning import below_the_main_thread, release_free_memory, wide_blas
+from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
-B_KIND = "compare-b"  # B's run of a keystroke's ids, beside A's
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
@@ -132,9 +124,6 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
-        self._b_asked = None  # (A, B, text, job) of the newest keystroke's B run
-        self._b_ready: tuple | None = None  # (A, B, ids, trace) of B's newest finished run
-        self._a_waiting: tuple | None = None  # (A's run, compare job id) waiting for B's run of its ids
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -171,7 +160,6 @@ class CompareJobs(QObject):
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = None
-        self._b_asked = self._b_ready = self._a_waiting = None
         self.sigChanged.emit()
         self._request_probe()
         if self.lacks(self.state.result):
@@ -181,12 +169,11 @@ class CompareJobs(QObject):
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
-        for kind in (COMPARE_KIND, B_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
+        for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
         self.b = self.identity = self.source = self.loading = None
         self.comparison = self.induction = self._known = None
-        self._b_asked = self._b_ready = self._a_waiting = None
         self.note = ""
         if had:
             self.sigChanged.emit()
@@ -197,77 +184,9 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
 
     # --- the comparison per run -----------------------------------------------------------------
-    def _on_text(self, text) -> None:
-        """A keystroke: B's run of its ids starts beside A's, and the next-token numbers of the
-        text before it stop at their next block (they would hold up its runs on the pool)."""
-        self.worker.claim(NEXT_KIND)
-        self._run_b(text)
-
-    def _run_b(self, text) -> None:
-        """B on the ids A's run of `text` will have, on a thread of its own below the main thread
-        (the pool runs A's meanwhile). One B run at a time: the one a keystroke made stale stops at
-        B's next layer and this one waits for it (both would use B's KV cache)."""
-        if not self.active:
-            return
-        from attnviz.engine.analysing import compare as C
-        from attnviz.engine.computing.longdoc import is_long
-
-        a, b = self.state.model, self.b
-        long_jobs = getattr(self.worker, "long_jobs", None)
-        limit = None if long_jobs is None else long_jobs.dense_limit
-        job_id = self.worker.claim(B_KIND)
-        before = self._b_asked[3] if self._b_asked is not None else None
-
-        def stale():
-            return not self.worker.is_newest(B_KIND, job_id)
-
-        def work():
-            below_the_main_thread()
-            if before is not None and before.thread is not None:
-                before.thread.join()
-            if stale():
-                raise Cancelled("a newer keystroke replaced this one")
-            ids = a.prepare(text, request=RunRequest(truncate=True, labels=False)).ids  # as A's run cuts it
-            if is_long(a.config, len(ids), limit):  # (A's run is a long one: nothing is compared)
-                return None
-            trace = C.compare_trace()
-            b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
-            return ids, trace
-        job = self.worker.submit(B_KIND, work, self._on_b, (a, b), THREAD, job_id=job_id)
-        self._b_asked = (a, b, text, job)
-
-    def _on_b(self, request, value, error) -> None:
-        a, b = request
-        if a is not self.state.model or b is not self.b:
-            return
-        self._b_ready = None if error is not None or value is None else (a, b, *value)
-        waiting, self._a_waiting = self._a_waiting, None
-        if waiting is not None:  # A's run came first: compared now if B ran its ids, else as one job
-            self._compare(*waiting)
-
     def _on_run(self, run) -> None:
-        """A's new run (its trace kept): compared with B's run of the same ids once both are in."""
+        """A's new run (its trace kept): B on the same ids, and the metrics, on the pool."""
         if not self.active or run is None:
-            return
-        job_id = self.worker.claim(COMPARE_KIND)  # (the comparison of an older run is stale now)
-        self._a_waiting = None
-        a, asked = self.state.model, self._b_asked
-        if (not self._b_matches(run) and asked is not None and asked[:3] == (a, self.b, run.result.text)
-                and self.worker.running(B_KIND) is asked[3]):
-            self._a_waiting = (run, job_id)  # B's run of its text is under way
-            return
-        self._compare(run, job_id)
-
-    def _b_matches(self, run) -> bool:
-        """Whether B's newest finished run is of A's `run`'s model and ids."""
-        ready = self._b_ready
-        return (ready is not None and ready[0] is self.state.model and ready[1] is self.b
-                and np.array_equal(ready[2], run.result.input_ids))
-
-    def _compare(self, run, job_id: int) -> None:
-        """The comparison of A's `run` on the pool: with B's finished run of its ids, or B run there
-        first. Stale once A's next run comes (job_id)."""
-        if not self.worker.is_newest(COMPARE_KIND, job_id):
             return
         from attnviz.engine.analysing import compare as C
         from attnviz.engine.analysing.pair import Pair, Run
@@ -275,23 +194,20 @@ class CompareJobs(QObject):
         a, b = self.state.model, self.b
         result = run.result
         ids = result.input_ids
-        b_trace = self._b_ready[3] if self._b_matches(run) else None
-
+        job_id = self.worker.claim(COMPARE_KIND)
         def stale():
             return not self.worker.is_newest(COMPARE_KIND, job_id)
 
         def work():
             t0 = time.perf_counter()
-            trace = b_trace
-            if trace is None:
-                trace = C.compare_trace()
-                with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                    b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
+            trace = C.compare_trace()
+            with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
+                b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc = None
             if not (a.config.causal and len(ids) < 2):
                 doc = C.compare_with(pair, predictions=False)[0]
-            else:  # (no next-token job follows, which hands freed pages back)
+            else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
                 release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair)
@@ -310,6 +226,11 @@ class CompareJobs(QObject):
         if value.doc is not None:  # (first: the pool computes them while this turn paints the comparison)
             self._request_next()
         self.sigChanged.emit()
+
+    def _on_text(self, _text) -> None:
+        """A keystroke: the next-token numbers of the text before it stop at their next block (they
+        would hold up its runs on the pool)."""
+        self.worker.claim(NEXT_KIND)
 
     def _request_next(self) -> None:
         """KL, same top-1 and flips of the comparison on screen, on the pool (newest wins), the
