@@ -223,9 +223,9 @@ class CompareJobs(QObject):
             return
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        if value.doc is not None:  # (first: the pool computes them while this turn paints the comparison)
+        self.sigChanged.emit()  # (first: the panel paints it in this turn, before the pool's next job takes the GIL)
+        if value.doc is not None:
             self._request_next()
-        self.sigChanged.emit()
 
     def _on_text(self, _text) -> None:
         """A keystroke: the next-token numbers of the text before it stop at their next block (they
