@@ -3,6 +3,7 @@ the figures' or the corpus code), a short text runs on one BLAS thread and a lon
 threads, and the results are the same bits as before: predict's JSON and generate's steps equal
 the engine's on BLAS's default threads (benchmarks/cold_start.py times the commands)."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -94,3 +95,43 @@ def test_every_command_is_mapped_to_the_module_that_registers_it():
     owners = {name: p.get_default("func").__module__.rsplit(".", 1)[-1]
               for name, p in build_parser().commands.items()}
     assert owners == COMMANDS
+
+
+ONE_SHOT = """
+import gc, json, sys
+from attnviz.engine.reading import pages
+reclaims = sys.argv[1] == "reclaims"
+pages.host_reclaims_free_memory = lambda sys_root="/sys": reclaims
+from attnviz.cli import main
+sys.argv = ["attnviz", *sys.argv[2:]]
+rc = main()  # the process's own command line: set up as a one-shot process
+print("STATE", json.dumps({"rc": rc, "huge_pages": pages.huge_pages(), "frozen": gc.get_freeze_count() > 0}))
+"""
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", "--model", SMOLLM2, "--text", TEXT, "--json"],
+    ["generate", "--model", SMOLLM2, "--text", TEXT, "--max-new", "8", "--json"],
+])
+def test_a_one_shot_process_gives_the_same_bits_on_small_pages(command):
+    """Where the host takes back free memory, a command's process asks for small pages (its
+    layers' arena advised against huge pages, engine/reading/pages.py) and freezes what its imports
+    made out of the garbage collector's passes: its JSON is the same, every float bit for bit."""
+    runs = {}
+    for host in ("reclaims", "keeps"):
+        out = subprocess.run([sys.executable, "-c", ONE_SHOT, host, *command], capture_output=True,
+                             text=True, check=True).stdout
+        doc, state = out.rsplit("STATE ", 1)
+        runs[host] = json.loads(doc), json.loads(state)
+    assert runs["reclaims"][1] == {"rc": 0, "huge_pages": False, "frozen": True}
+    assert runs["keeps"][1] == {"rc": 0, "huge_pages": True, "frozen": True}
+    assert runs["reclaims"][0] == runs["keeps"][0]
+
+
+def test_a_caller_passing_argv_keeps_its_process_as_it_is(capsys, monkeypatch):
+    from attnviz.engine.reading import pages
+
+    monkeypatch.setattr(pages, "host_reclaims_free_memory", lambda sys_root="/sys": True)
+    frozen = gc.get_freeze_count()
+    assert main(["predict", "--model", "attnviz-textbook", "--text", "the cat", "--top", "1"]) == 0
+    assert pages.huge_pages() and gc.get_freeze_count() == frozen
