@@ -4,6 +4,7 @@ dequantised to float32 first, a SentencePiece vocabulary's merge order read from
 folder against the one derived from its scores (engine/reading/gguf_vocab.py), and token labels
 from special ids read once against a fresh tokenizer's (engine/reading/tokenizer.py)."""
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -213,3 +214,41 @@ def test_labels_read_the_special_tokens_once_and_give_what_a_fresh_tokenizer_giv
     for k, i in enumerate(ids):
         fresh = TextTokenizer(tok.raw).labels_for_ids([i])
         assert (got[0][k], got[1][k]) == (fresh[0][0], fresh[1][0])
+
+
+def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it_was(spm, monkeypatch):
+    """gguf_tokenizer pauses the garbage collector for its build (a million objects, no cycle) and
+    leaves it on or off as it found it, an error inside too."""
+    import gc
+    import threading
+
+    reader = open_gguf(spm[0])
+    collections = []  # on this thread (another may ask for one: gc.collect)
+    gc.callbacks.append(lambda phase, info: collections.append(info["generation"])
+                        if phase == "start" and threading.current_thread() is threading.main_thread() else None)
+    try:
+        assert gc.isenabled()
+        for _ in range(3):
+            gguf_tokenizer(reader)
+            assert gc.isenabled()
+        gc.collect()  # (the callback sees a collection outside)
+        assert collections.count(2) >= 1
+        collections.clear()
+        gguf_tokenizer(reader)
+        assert collections in ([], [0])  # (at most the one its allocations set off once it is on)
+        with monkeypatch.context() as m:
+            m.setattr(V, "collector_paused", contextlib.nullcontext)
+            collections.clear()
+            gguf_tokenizer(reader)
+            assert len(collections) > 10  # what it saves
+        gc.disable()
+        gguf_tokenizer(reader)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.pop()
+    with pytest.raises(RuntimeError):
+        with V.collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("inside")
+    assert gc.isenabled()

@@ -295,6 +295,11 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
     or (None, a one-line notice) when attnviz cannot build it (the model then takes typed token
     ids). Its arrays are checked (types, one entry per token) and, given the embedding's `n_rows`,
     every id must pick a row of it."""
+    with vocab.collector_paused():  # a large vocabulary's build makes a million objects, no cycle
+        return _gguf_tokenizer(reader, n_rows)
+
+
+def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None) -> tuple[TextTokenizer | None, str | None]:
     source = source_name(reader)
 
     def typed(key, check, expected, default=None):

@@ -17,10 +17,12 @@ What each builds is what llama.cpp's tokenizer (src/llama-vocab.cpp) does with t
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
 import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -46,6 +48,20 @@ PRE_SPLITS = {
 }
 SUPPORTED_PRE = tuple(sorted(PRE_SPLITS))
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
+
+
+@contextmanager
+def collector_paused():
+    """No garbage collection inside (as it was after, where it was off before): a vocabulary's
+    lists, dict and merge pairs are a million objects that form no cycle, and each collection the
+    allocations set off would walk those made so far."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
