@@ -129,6 +129,21 @@ def load_for_generation(name: str):
     return load_model(name)
 
 
+def load_for_one_pass(name: str):
+    """load_model(name) for a command that runs its text through the layers once (predict): a GGUF
+    file's layers are expanded when the run reaches each one and let go after it (a budget of one
+    layer, budget.LayerStore.set_budget), so the command fills one layer's memory, not every
+    layer's at once: the same values from the same dequantisers, the same products. What asks
+    for a layer again (an ablation's run from its first edited layer) expands it again."""
+    from attnviz.engine import load_model
+
+    model = load_model(name, eager=False)  # (GGUF: no layer read at load)
+    layers = model.weights.layers
+    if Path(model.path).is_file() and layers.sizes and layers.expansions == 0:
+        layers.set_budget(max(layers.sizes))
+    return model
+
+
 def prediction_head(model, command: str):
     """The model's unembedding (Model.lm_head) for a command that predicts the next token; a
     model without one is refused in one line that names a model that has one."""

@@ -135,3 +135,29 @@ def test_a_caller_passing_argv_keeps_its_process_as_it_is(capsys, monkeypatch):
     frozen = gc.get_freeze_count()
     assert main(["predict", "--model", "attnviz-textbook", "--text", "the cat", "--top", "1"]) == 0
     assert pages.huge_pages() and gc.get_freeze_count() == frozen
+
+
+def test_predict_expands_a_gguf_layer_at_a_time_and_gives_the_same_bits(capsys):
+    """predict loads a GGUF file's layers as its run reaches them and lets each go after
+    (checks.load_for_one_pass): each layer expanded once, one held at a time, and its JSON is the
+    one of a model whose layers are all kept (every float bit for bit)."""
+    from attnviz.commands import checks
+    from attnviz.commands.predict_cmd import predict_report
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing import predict as P
+
+    model = checks.load_for_one_pass(SMOLLM2)
+    layers = model.weights.layers
+    assert layers.expansions == 0 and layers.kept == 0
+    kept = load_model(SMOLLM2)
+    assert kept.weights.layers.kept == len(kept.weights.layers)
+
+    reports = []
+    for m in (model, kept):
+        r = m.run(TEXT, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
+        reports.append(json.loads(json.dumps(predict_report(m, r, None, 10, None, None))))
+    assert reports[0] == reports[1]
+    assert layers.expansions == len(layers)  # each layer once
+    assert layers.held_bytes() <= max(layers.sizes)
+    assert main(["predict", "--model", SMOLLM2, "--text", TEXT, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == reports[1]
