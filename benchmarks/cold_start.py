@@ -193,6 +193,8 @@ def wrap(owner, name, phase):
 wrap(gguf_model, "open_gguf", "file open (header, metadata)")
 wrap(gguf_model, "gguf_tokenizer", "vocabulary (tokenizer built)")
 wrap(budget.LayerStore, "expand_kept", "layers: dequantise to float32")
+for name in ("_expand", "_expanded", "_output"):  # (a layer expanded when a run reaches it too)
+    wrap(gguf_model, name, "layers: dequantise to float32")
 wrap(budget.LayerStore, "read_views", "layers: pack for the kernels")
 wrap(logits, "build_head", "unembedding: head built (packed)")
 wrap(model.Model, "run", "first forward pass")
