@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         import numpy as np
 
         if own_process:
-            one_shot_process()
+            one_shot_process(args.command)
         # a broken model's overflow warnings would add lines: the engine refuses its NaN itself
         with np.errstate(all="warn" if args.verbose else "ignore"):
             return int(args.func(args) or 0)
@@ -192,14 +192,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def one_shot_process() -> None:
-    """Set up a process that runs one command and exits: large arrays get small pages where the
-    host takes back free memory (engine/reading/pages.py: a command fills its layers once), and
-    what the imports made is left out of the garbage collector's later passes (it lives until
-    exit; a large vocabulary's build would otherwise walk it again and again)."""
-    from attnviz.engine.reading.pages import small_pages_where_host_reclaims
+LONG_RUNNING = {"scan"}  # commands whose workers run the same layers over many texts, as the window
 
-    small_pages_where_host_reclaims()
+
+def one_shot_process(command: str) -> None:
+    """Set up a process that runs `command` and exits: large arrays get small pages where the host
+    takes back free memory (engine/reading/pages.py: a command fills its layers once; not for
+    LONG_RUNNING ones), and what the imports made is left out of the garbage collector's later
+    passes (it lives until exit; a large vocabulary's build would otherwise walk it again)."""
+    if command not in LONG_RUNNING:
+        from attnviz.engine.reading.pages import small_pages_where_host_reclaims
+
+        small_pages_where_host_reclaims()
     gc.freeze()
 
 

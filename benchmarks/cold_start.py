@@ -20,7 +20,8 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 - profile: one more warm run per command under cProfile, split into phases by the functions whose
   cumulative time they are: imports (everything before the command's own function: interpreter,
   `import attnviz.cli`, the command modules), load (load_model, of which vocabulary: the tokenizer
-  built from a GGUF's metadata, and dequantise: the kept layers expanded to float32), run
+  built from a GGUF's metadata, and dequantise: the layers expanded to float32 at load; a layer
+  expanded when a run reaches it, as predict's are, falls in run), run
   (Model.run: the forward pass), unembedding (the head's table made usable and every vocab_logits
   product) and the rest. cProfile slows Python-heavy parts more than NumPy's products, so the
   phases are shares of a profiled run, not the figures. And one run under `python -X importtime`:

@@ -161,3 +161,19 @@ def test_predict_expands_a_gguf_layer_at_a_time_and_gives_the_same_bits(capsys):
     assert layers.held_bytes() <= max(layers.sizes)
     assert main(["predict", "--model", SMOLLM2, "--text", TEXT, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == reports[1]
+
+
+def test_a_scan_keeps_huge_pages_as_the_window_does(monkeypatch):
+    """A scan's workers run the same layers over many texts: no small pages asked for."""
+    import attnviz.cli as cli
+    from attnviz.engine.reading import pages
+
+    monkeypatch.setattr(pages, "host_reclaims_free_memory", lambda sys_root="/sys": True)
+    try:
+        cli.one_shot_process("scan")
+        assert pages.huge_pages()
+        cli.one_shot_process("predict")
+        assert not pages.huge_pages()
+    finally:
+        pages.use_huge_pages(True)
+        gc.unfreeze()
