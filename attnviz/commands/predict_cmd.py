@@ -147,7 +147,8 @@ def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
     one_pass = not (args.ablate or args.knockout)  # (an edit reruns the layers from the first it changes)
-    model = checkpoint_opt.at(load_for_one_pass(args.model) if one_pass else load_model(args.model), args)
+    model = checkpoint_opt.at(load_for_one_pass(args.model, args.text) if one_pass
+                              else load_model(args.model, text=args.text), args)
     prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
     ids = parse_ids(args.ids) if args.ids is not None else None
     prepared = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
