@@ -49,6 +49,9 @@ def vm_flags(a: np.ndarray) -> list[str]:
     raise AssertionError("no mapping holds the array")
 
 
+FRESH = 48 << 20  # bytes: above glibc's largest mmap threshold, a mapping of its own (not reused)
+
+
 @pytest.fixture
 def small_pages():
     if not pages.use_huge_pages(False):
@@ -63,7 +66,7 @@ def test_small_pages_advise_numpy_arrays_and_the_arena_against_huge_pages(small_
     arena = _Arena(64 << 20)
     slot = arena._take((1024, 1024))
     assert "nh" in vm_flags(slot)  # the arena's buffer, advised before its first touch
-    a = np.empty(16 << 20, np.uint8)
+    a = np.empty(FRESH, np.uint8)
     assert "hg" not in vm_flags(a)  # NumPy gave it no huge-page advice
     slot[:] = np.arange(slot.size, dtype=np.float32).reshape(slot.shape)
     assert np.array_equal(slot.ravel(), np.arange(slot.size, dtype=np.float32))
@@ -73,6 +76,6 @@ def test_small_pages_advise_numpy_arrays_and_the_arena_against_huge_pages(small_
 def test_huge_pages_come_back_when_asked_for():
     assert pages.use_huge_pages(False) and pages.use_huge_pages(True)
     assert pages.huge_pages()
-    a = np.empty(16 << 20, np.uint8)
+    a = np.empty(FRESH, np.uint8)
     assert "hg" in vm_flags(a)  # NumPy's own advice, from 4 MiB on
     assert "nh" not in vm_flags(_Arena(64 << 20)._take((1024, 1024)))
