@@ -25,7 +25,7 @@ from attnviz.figures.style import (
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
-from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, colour_bar
+from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, band_brush, colour_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -200,10 +200,7 @@ class HeatmapGrid(QWidget):
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
             bar = (0.0, round(top, 3), bar_label(shown.weighted))
-        if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
-            self._bar = bar
-            self.cbar.setLevels(bar[:2])
-            self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
+        self._set_bar(bar)
         mosaic = self._mosaic
         mosaic.fill(0)
         side = lo.T
@@ -215,6 +212,15 @@ class HeatmapGrid(QWidget):
         self._draw_titles()
         self._draw_window()
         return True
+
+    def _set_bar(self, bar: tuple) -> None:
+        """The colour bar's (low, high, title): new limits redraw its ticks; a new title re-lays out
+        the grid's row (the title's width may change), so it is set only when it changes."""
+        old, self._bar = self._bar, bar
+        if old is None or old[:2] != bar[:2]:
+            self.cbar.setLevels(bar[:2])
+        if old is None or old[2] != bar[2]:
+            self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
 
     def _draw_titles(self, *_):
         """Layer view: `L3 H1` and the role badge above each head (only text changes here); with
@@ -310,9 +316,7 @@ class HeatmapGrid(QWidget):
             if i < len(segments):
                 xl, xr, yt, yb, g = segments[i]
                 b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
-                tint = QColor(group_color(g))
-                tint.setAlpha(BAND_ALPHA)
-                b.setBrush(QBrush(tint))
+                b.setBrush(band_brush(group_color(g), BAND_ALPHA, BACKGROUND))
                 b.show()
             else:
                 b.hide()

@@ -1,0 +1,144 @@
+"""What a keystroke paints, checked in painted pixels and visible text: the work a keystroke skips
+(the colour bar's title set again, the bands blended at each paint)
+never leaves a stale or wrong picture. The colour bar follows each text's limits and each scale's
+title, the KV-group bands paint as their tint laid over the background, and the edits of one pass
+of the event loop run once."""
+
+import shutil
+import string
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPointF, QRect
+from PySide6.QtGui import QColor, QImage, QPainter
+
+from attnviz.figures.style import BACKGROUND, group_color
+from attnviz.ui.views.grid import BAND_ALPHA
+from tiny import FIXTURES, tiny_text_model
+from windows import WAIT, open_window, wait_for_text
+
+
+def _bar_picture(g) -> QImage:
+    """The colour bar as painted in the grid's view (its gradient, ticks and title)."""
+    rect = g.gw.mapFromScene(g.cbar.sceneBoundingRect()).boundingRect()
+    return g.gw.viewport().grab(rect.intersected(g.gw.viewport().rect())).toImage()
+
+
+def _bar_shown(g) -> tuple[float, float]:
+    lo, hi = g.cbar.levels()
+    return round(float(lo), 3), round(float(hi), 3)
+
+
+@pytest.fixture
+def gqa_window(qtbot, tmp_path):
+    """The window on a tiny decoder: 8 query heads reading 2 KV heads, random weights (its
+    patterns' largest weights differ from text to text)."""
+    folder = tiny_text_model(tmp_path / "gqa")
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(folder), text="the cat sat")
+    yield w
+    w.worker.wait_idle()
+
+
+def tiny_encoder(folder: Path) -> Path:
+    """The tiny BERT fixture with a letter-by-letter WordPiece tokenizer.json (written here): its
+    random weights spread each row's attention, so the largest weight differs from text to text."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    folder.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(FIXTURES / "bert" / name, folder / name)
+    letters = string.ascii_lowercase
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters,
+                                         *("##" + c for c in letters)])}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_the_colour_bar_follows_each_texts_limits_and_title(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(tiny_encoder(tmp_path / "enc")), text="the cat sat")
+    st, g = w.state, w.grid
+    texts = ["the cat sat", "the cat sat on the mat", "a dog ran"]
+    tops, pictures = [], []
+    for text in texts:
+        w.set_text(text)
+        qtbot.waitUntil(lambda: g.drawn is st.result and st.result.text == text, timeout=WAIT)
+        top = round(st.shown().shared_top(), 3)
+        assert _bar_shown(g) == (0.0, top)  # the bar's limits are this text's, not the last one's
+        assert g.cbar.getAxis("right").labelText == "attention weight"
+        tops.append(top)
+        pictures.append(_bar_picture(g))
+    assert len(set(tops)) == len(tops), f"the texts must give different limits to test this: {tops}"
+    assert pictures[0] != pictures[1] != pictures[2]  # the painted ticks follow the limits
+
+    # the first text again paints the first text's bar again, pixel for pixel
+    w.set_text(texts[0])
+    qtbot.waitUntil(lambda: g.drawn is st.result and st.result.text == texts[0], timeout=WAIT)
+    assert _bar_shown(g) == (0.0, tops[0])
+    assert _bar_picture(g) == pictures[0]
+
+    # per-head scale: limits 0..1 and another title, painted; back to shared: the first bar again
+    st.set_scale_mode("per-head")
+    qtbot.waitUntil(lambda: _bar_shown(g) == (0.0, 1.0), timeout=WAIT)
+    assert g.cbar.getAxis("right").labelText == "weight \u00f7 head max"
+    assert _bar_picture(g) not in pictures
+    st.set_scale_mode("shared")
+    qtbot.waitUntil(lambda: _bar_shown(g) == (0.0, tops[0]), timeout=WAIT)
+    assert g.cbar.getAxis("right").labelText == "attention weight"
+    assert _bar_picture(g) == pictures[0]
+    w.worker.wait_idle()
+
+
+def _blended(color: str) -> QColor:
+    """`color` at the bands' alpha laid over the background, blended by a painter of its own."""
+    tint = QColor(color)
+    tint.setAlpha(BAND_ALPHA)
+    img = QImage(4, 4, QImage.Format.Format_RGB32)
+    img.fill(QColor(BACKGROUND))
+    p = QPainter(img)
+    p.fillRect(QRect(0, 0, 4, 4), tint)
+    p.end()
+    return img.pixelColor(2, 2)
+
+
+def test_kv_bands_paint_as_their_tint_over_the_background(gqa_window):
+    w = gqa_window
+    g = w.grid
+    assert w.state.view_mode == "layer" and w.state.result.kv_group.tolist() == [0] * 4 + [1] * 4
+    img = g.gw.viewport().grab().toImage()
+    lo = g.layout_
+    seen = set()
+    for i, (layer, head) in enumerate(lo.heads):
+        group = int(w.state.result.kv_group[head])
+        # the band's strip left of the tile's first column, halfway down the tile: band, no tile
+        pos = g.gw.mapFromScene(g.vb.mapViewToScene(QPointF(lo.x0[i] - 0.2, lo.y0[i] + lo.T / 2)))
+        if i % lo.ncols and int(w.state.result.kv_group[lo.heads[i - 1][1]]) == group:
+            continue  # a tile after one of its own group: the strip left of it is the gap between them
+        c = img.pixelColor(pos.x(), pos.y())
+        assert c == _blended(group_color(group)), (i, c.name(), _blended(group_color(group)).name())
+        seen.add(group)
+    assert seen == {0, 1}
+    # the background outside every band stays the background
+    assert img.pixelColor(1, 1) == QColor(BACKGROUND)
+
+
+def test_one_pass_of_edits_makes_one_run(window, qtbot):
+    """A replace's remove and insert (one pass of the event loop) run the text once, the new text."""
+    st, worker = window.state, window.worker
+    runs = []
+    st.sigResultChanged.connect(lambda r: r is not None and runs.append(r.text))
+    cursor = window.text_box.textCursor()
+    cursor.select(cursor.SelectionType.Document)
+    cursor.beginEditBlock()
+    cursor.removeSelectedText()
+    cursor.insertText("The cabinet is open.")
+    cursor.endEditBlock()
+    window.text_box.setPlainText("The cabinet is closed.")
+    wait_for_text(qtbot, window, "The cabinet is closed.")
+    worker.wait_idle()
+    qtbot.waitUntil(lambda: runs and runs[-1] == "The cabinet is closed.", timeout=WAIT)
+    assert runs == ["The cabinet is closed."]
