@@ -142,3 +142,25 @@ def test_one_pass_of_edits_makes_one_run(window, qtbot):
     worker.wait_idle()
     qtbot.waitUntil(lambda: runs and runs[-1] == "The cabinet is closed.", timeout=WAIT)
     assert runs == ["The cabinet is closed."]
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def test_kv_bands_never_overlap_so_each_pixel_is_one_tint_over_the_background():
+    """The bands paint opaque (their tint blended over the background once): right only where no
+    band lies over another, at every text length, in both views."""
+    from attnviz.engine.computing.layers import kv_group
+    from attnviz.ui.views.mosaic import kv_segments, make_layout, view_geometry
+
+    for n_head, n_kv in ((9, 3), (8, 2), (16, 4), (6, 3), (4, 1)):
+        groups = kv_group(n_head, n_kv)
+        for T in (1, 2, 3, 5, 8, 13, 22, 40, 97, 300):
+            for mode in ("layer", "all"):
+                geo = view_geometry(mode, 30, n_head, n_head // n_kv, T, 940, 660)
+                lo = make_layout(mode, 30, 29, groups, T, geo.ncols, geo.pool, geo.bands, geo.tile_px)
+                segs = kv_segments(lo, groups)
+                assert segs and all(xl < xr and yt < yb for xl, xr, yt, yb, _ in segs)
+                for i, a in enumerate(segs):
+                    assert not any(_overlap(a, b) for b in segs[i + 1:]), (n_head, n_kv, T, mode, a)
