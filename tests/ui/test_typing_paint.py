@@ -1,7 +1,7 @@
 """What a keystroke paints, checked in painted pixels and visible text: the work a keystroke skips
 (the colour bar's title set again, the bands blended at each paint)
-never leaves a stale or wrong picture. The colour bar follows each text's limits and each scale's
-title, the KV-group bands paint as their tint laid over the background, and the edits of one pass
+never leaves a stale or wrong picture. The grid's and the focused head's colour bars follow each
+text's limits, each scale's title and the colormap, the KV-group bands paint as their tint laid over the background, and the edits of one pass
 of the event loop run once."""
 
 import shutil
@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from attnviz.figures.style import BACKGROUND, group_color
 from attnviz.ui.views.grid import BAND_ALPHA
 from tiny import FIXTURES, tiny_text_model
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text
 
 
 def _bar_picture(g) -> QImage:
@@ -90,6 +90,49 @@ def test_the_colour_bar_follows_each_texts_limits_and_title(qtbot, tmp_path):
     qtbot.waitUntil(lambda: _bar_shown(g) == (0.0, tops[0]), timeout=WAIT)
     assert g.cbar.getAxis("right").labelText == "attention weight"
     assert _bar_picture(g) == pictures[0]
+    w.worker.wait_idle()
+
+
+def test_the_focused_heads_colour_bar_follows_each_text_and_colormap(qtbot, tmp_path):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(tiny_encoder(tmp_path / "enc")), text="the cat sat")
+    st, f = w.state, w.focus_view
+    w.focus_dock.show()
+    w.focus_dock.raise_()
+    st.set_focus(1, 2)
+    texts = ["the cat sat", "the cat sat on the mat", "a dog ran"]
+
+    def shown_bar():
+        lo, hi = f.cbar.levels()
+        return float(lo), float(hi)
+
+    def picture():
+        drain_events()  # the view's layout settles (its axes' sizes follow their new ticks)
+        rect = f.gw.mapFromScene(f.cbar.sceneBoundingRect()).boundingRect()
+        return f.gw.viewport().grab(rect.intersected(f.gw.viewport().rect())).toImage()
+
+    # each text twice: the bar's pictures are taken the second time, once the dock has its size
+    # (the bar's title sits off its middle until the view is laid out again after its first show)
+    for _ in range(2):
+        tops, pictures = [], []
+        for text in texts:
+            w.set_text(text)
+            qtbot.waitUntil(lambda: st.result is not None and st.result.text == text, timeout=WAIT)
+            top = float(st.shown().tops(st.scale_mode, [1], [2])[0, 0])
+            qtbot.waitUntil(lambda: shown_bar() == (0.0, top), timeout=WAIT)  # this text's head's top
+            assert f.cbar.getAxis("right").labelText == "attention weight"
+            tops.append(top)
+            pictures.append(picture())
+    assert len(set(tops)) == len(tops), f"the texts must give different limits to test this: {tops}"
+    assert pictures[0] != pictures[1] != pictures[2]
+    w.set_text(texts[0])
+    qtbot.waitUntil(lambda: shown_bar() == (0.0, tops[0]), timeout=WAIT)
+    assert picture() == pictures[0]
+    # another colormap: the bar's colours change, and come back with the first one
+    first = st.colormap
+    st.set_colormap("inferno" if first != "inferno" else "viridis")
+    qtbot.waitUntil(lambda: picture() != pictures[0], timeout=WAIT)
+    st.set_colormap(first)
+    qtbot.waitUntil(lambda: picture() == pictures[0], timeout=WAIT)
     w.worker.wait_idle()
 
 

@@ -124,6 +124,7 @@ class FocusView(QWidget):
         self.plot.addItem(self.cell_rect)
         self._T = -1
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
+        self._bar: tuple | None = None  # the colour bar's (colormap, levels, title) as last set
         self._k0 = 0  # first key column drawn: 1 with Hide first token
         self.hover_text = ""
         self._clear()
@@ -183,13 +184,11 @@ class FocusView(QWidget):
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
         top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
-        self.cbar.setColorMap(pg.colormap.get(st.colormap))
         k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
         self._k0 = k0  # (and has no label)
         self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
-        self.cbar.setLevels((0.0, top))
-        self.cbar.getAxis("right").setLabel(bar_label(shown.weighted), color=TEXT)
+        self._set_bar(st.colormap, (0.0, top), bar_label(shown.weighted))
         self._draw_title()
         if T != self._T:
             self._T = T
@@ -198,6 +197,18 @@ class FocusView(QWidget):
         self._draw_overlay()
         self._draw_query()
         self._draw_window(layer, T)
+
+    def _set_bar(self, colormap: str, levels: tuple[float, float], title: str) -> None:
+        """The colour bar's colormap, limits (the image's too: the bar holds it) and title, each
+        set only when it changes: the same head typed on keeps its bar, whose title would re-lay
+        out the view and whose colormap would be drawn again."""
+        old, self._bar = self._bar, (colormap, levels, title)
+        if old is None or old[0] != colormap:
+            self.cbar.setColorMap(pg.colormap.get(colormap))
+        if old is None or old[1] != levels:
+            self.cbar.setLevels(levels)
+        if old is None or old[2] != title:
+            self.cbar.getAxis("right").setLabel(title, color=TEXT)
 
     def _draw_title(self, *_) -> None:
         """The focused head's title: `L3 H1 · KV 0 · badge · ...` (a new badge changes only this)."""
