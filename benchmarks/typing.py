@@ -35,6 +35,11 @@ On a causal model the keys are also reported by what their run computed (by_rows
 key, the keys whose run computed nothing (a run the KV cache kept held every token), one new row
 (a kept run held the rest), or two or more (the tokenizer re-split the last tokens and no kept run
 held the new prefix): a p95 over 100 keys falls among the few slowest, which are often these.
+Also per key of the probe-free pass, where its time went, in stages (STAGES: the key event to the
+run submitted, the job's queue, tokenising, the engine, the job's wrapper, the hand-off to the main
+thread, the result's slots, the wait for the paint, the grid's paint): their p50s and p95s are
+printed, and each stage's p50 is recorded as a figure (one layer shown, without What heads do).
+ATTNVIZ_BENCH_PROFILE=FILE writes a cProfile of the main thread over the probe-free pass to FILE.
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
@@ -453,18 +458,20 @@ class StageClock:
             "paint": t_shown - t["paint"]})
 
     def p50s(self) -> dict:
-        """{stage: p50 seconds, ...} and 'keys': how many keys were timed."""
+        """{stage: p50 seconds, ...}, {stage + '_p95': p95 seconds, ...} and 'keys': how many keys
+        were timed."""
         out = {k: _pct([x[k] for x in self.keys], 50) for k, _ in STAGES}
+        out.update({k + "_p95": _pct([x[k] for x in self.keys], 95) for k, _ in STAGES})
         out["keys"] = len(self.keys)
         return out
 
 
 def stages_line(p50s: dict) -> str:
-    """The stages' p50s as printed: 'where a keystroke's time goes (p50 ms over 99 keys): key 0.4,
-    queue 0.2, ...'."""
-    parts = ", ".join(f"{k} {p50s[k] * 1e3:.2f}" for k, _ in STAGES)
-    return (f"where a keystroke's time goes, p50 ms over {p50s['keys']} keys of the probe-free pass "
-            f"(stages in order; p50s do not add up to the keystroke's p50): {parts}")
+    """The stages' p50s and p95s as printed: 'where a keystroke's time goes, p50/p95 ms over 100
+    keys ...: key 0.70/0.95, queue 0.20/0.41, ...'."""
+    parts = ", ".join(f"{k} {p50s[k] * 1e3:.2f}/{p50s[k + '_p95'] * 1e3:.2f}" for k, _ in STAGES)
+    return (f"where a keystroke's time goes, p50/p95 ms over {p50s['keys']} keys of the probe-free "
+            f"pass (stages in order; p50s do not add up to the keystroke's p50): {parts}")
 
 
 def anatomy_switches(app, w, n: int = 60) -> list[float]:
