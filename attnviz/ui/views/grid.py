@@ -12,7 +12,7 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QPainterPath, QPen
-from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QGraphicsView, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
@@ -42,10 +42,9 @@ class HeatmapGrid(QWidget):
                         "right-click a head to switch it off")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
-        # the view paints every pixel itself with its opaque background colour: Qt need not fill the
-        # viewport first, and a plain fill is quicker than a copy of a cached background
+        # the view paints every pixel itself with its opaque background: Qt need not fill the
+        # viewport with the same colour first
         self.gw.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
-        self.gw.setCacheMode(QGraphicsView.CacheModeFlag.CacheNone)
         self.gw.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
