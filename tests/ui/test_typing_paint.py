@@ -207,3 +207,38 @@ def test_kv_bands_never_overlap_so_each_pixel_is_one_tint_over_the_background():
                 assert segs and all(xl < xr and yt < yb for xl, xr, yt, yb, _ in segs)
                 for i, a in enumerate(segs):
                     assert not any(_overlap(a, b) for b in segs[i + 1:]), (n_head, n_kv, T, mode, a)
+
+
+def test_the_focused_heads_cells_paint_their_weights_colours(qtbot, tmp_path):
+    """Each cell of the focused head, at its centre, is its weight's colour on the colour bar's
+    scale, after each keystroke (the head is drawn as ARGB, as the grid's mosaic)."""
+    import numpy as np
+    import pyqtgraph as pg
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(tiny_encoder(tmp_path / "enc")), text="the cat")
+    st, f = w.state, w.focus_view
+    w.focus_dock.show()
+    w.focus_dock.raise_()
+    st.set_focus(1, 2)
+    cmap = pg.colormap.get(st.colormap)
+    for text in ("the cat", "the cat sat"):
+        w.set_text(text)
+        qtbot.waitUntil(lambda: st.result is not None and st.result.text == text, timeout=WAIT)
+        weights = st.result.attentions[1, 2]  # [T, T]
+        top = float(st.shown().tops(st.scale_mode, [1], [2])[0, 0])
+        T = len(weights)
+
+        def painted():
+            drain_events()
+            img = f.gw.viewport().grab().toImage()
+            for q in range(T):
+                for k in range(T):
+                    p = f.gw.mapFromScene(f.vb.mapViewToScene(QPointF(k + 0.5, q + 0.5)))
+                    c = img.pixelColor(p.x(), p.y())
+                    want = cmap.map(float(weights[q, k]) / top, mode="byte")[:3]
+                    if np.abs(np.array([c.red(), c.green(), c.blue()]) - want).max() > 4:
+                        return False
+            return True
+
+        qtbot.waitUntil(painted, timeout=WAIT)
+    w.worker.wait_idle()

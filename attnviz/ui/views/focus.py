@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import HIGHLIGHT, colour_bar
+from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -92,7 +92,7 @@ class FocusView(QWidget):
             ax.setPen(pg.mkPen(BACKGROUND))
             ax.setTextPen(pg.mkPen(TEXT))
         self.plot.getAxis("left").setStyle(tickLength=0)
-        self.img = pg.ImageItem(axisOrder="row-major")
+        self.img = MosaicImage(axisOrder="row-major")  # drawn as ARGB, as the grid's mosaic
         self.plot.addItem(self.img)
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
