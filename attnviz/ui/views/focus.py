@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar
+from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar, update_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -124,7 +124,7 @@ class FocusView(QWidget):
         self.plot.addItem(self.cell_rect)
         self._T = -1
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
-        self._bar: tuple | None = None  # the colour bar's (colormap, levels, title) as last set
+        self._bar: tuple | None = None  # what the colour bar shows (update_bar)
         self._k0 = 0  # first key column drawn: 1 with Hide first token
         self.hover_text = ""
         self._clear()
@@ -188,7 +188,7 @@ class FocusView(QWidget):
         self._k0 = k0  # (and has no label)
         self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
-        self._set_bar(st.colormap, (0.0, top), bar_label(shown.weighted))
+        self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)
         self._draw_title()
         if T != self._T:
             self._T = T
@@ -197,18 +197,6 @@ class FocusView(QWidget):
         self._draw_overlay()
         self._draw_query()
         self._draw_window(layer, T)
-
-    def _set_bar(self, colormap: str, levels: tuple[float, float], title: str) -> None:
-        """The colour bar's colormap, limits (the image's too: the bar holds it) and title, each
-        set only when it changes: the same head typed on keeps its bar, whose title would re-lay
-        out the view and whose colormap would be drawn again."""
-        old, self._bar = self._bar, (colormap, levels, title)
-        if old is None or old[0] != colormap:
-            self.cbar.setColorMap(pg.colormap.get(colormap))
-        if old is None or old[1] != levels:
-            self.cbar.setLevels(levels)
-        if old is None or old[2] != title:
-            self.cbar.getAxis("right").setLabel(title, color=TEXT)
 
     def _draw_title(self, *_) -> None:
         """The focused head's title: `L3 H1 · KV 0 · badge · ...` (a new badge changes only this)."""

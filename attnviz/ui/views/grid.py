@@ -20,12 +20,12 @@ from attnviz.ui.views.mosaic import (
     title_spots, view_geometry,
 )
 from attnviz.figures.style import (
-    ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+    ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
     signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
-from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, band_brush, colour_bar
+from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, band_brush, colour_bar, update_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -203,7 +203,7 @@ class HeatmapGrid(QWidget):
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
             bar = (0.0, round(top, 3), bar_label(shown.weighted))
-        self._set_bar(bar)
+        self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)
         side = lo.T
@@ -215,15 +215,6 @@ class HeatmapGrid(QWidget):
         self._draw_titles()
         self._draw_window()
         return True
-
-    def _set_bar(self, bar: tuple) -> None:
-        """The colour bar's (low, high, title): new limits redraw its ticks; a new title re-lays out
-        the grid's row (the title's width may change), so it is set only when it changes."""
-        old, self._bar = self._bar, bar
-        if old is None or old[:2] != bar[:2]:
-            self.cbar.setLevels(bar[:2])
-        if old is None or old[2] != bar[2]:
-            self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
 
     def _draw_titles(self, *_):
         """Layer view: `L3 H1` and the role badge above each head (only text changes here); with

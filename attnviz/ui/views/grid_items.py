@@ -171,6 +171,20 @@ def band_brush(color: str, alpha: int, background: str) -> QBrush:
     return brush
 
 
+def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, float], title: str,
+               colormap: str | None = None) -> tuple:
+    """Set colour bar `bar` to these limits, title and colormap (None: left as it is), each only
+    where it differs from `shown`, what the bar shows (None: unknown): a title set again re-lays
+    out the bar's view, a colormap draws the bar again, though neither changed. -> what it shows."""
+    if colormap is not None and (shown is None or shown[0] != colormap):
+        bar.setColorMap(pg.colormap.get(colormap))
+    if shown is None or shown[1] != levels:
+        bar.setLevels(levels)
+    if shown is None or shown[2] != title:
+        bar.getAxis("right").setLabel(title, color=TEXT)
+    return colormap, levels, title
+
+
 def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
     """The colour bar of the grid and the focus view, its axis as wide as its ticks ("0.00") and its
     rotated title need at the widget's font, so they never overlap at a large UI font."""
