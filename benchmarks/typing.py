@@ -436,9 +436,12 @@ class StageClock:
                     t.setdefault("compute", compute)
             return submit(kind, job, done, request, *args, **kwargs)
         worker.submit = timed_submit
+        self.previews = set()  # texts whose preview (the run's first layers) the state was given
+        w.state.sigPreviewChanged.connect(lambda part: part is not None and self.previews.add(part.text))
 
     def clear(self) -> None:  # a new pass: its texts' stamps start afresh (the keys' stages stay)
         self.t.clear()
+        self.previews.clear()
 
     def paint_begins(self, text: str) -> None:
         self.t.setdefault(text, {}).setdefault("paint", time.perf_counter())
@@ -455,7 +458,7 @@ class StageClock:
             "engine": t["compute"] - t["tokenize"],
             "job": (t["end"] - t["start"]) - t["compute"], "handoff": t["heard"] - t["end"],
             "slots": t["slots"] - t["heard"], "to_paint": t["paint"] - t["slots"],
-            "paint": t_shown - t["paint"]})
+            "paint": t_shown - t["paint"], "previewed": text in self.previews})
 
     def p50s(self) -> dict:
         """{stage: p50 seconds, ...}, {stage + '_p95': p95 seconds, ...} and 'keys': how many keys
@@ -463,6 +466,7 @@ class StageClock:
         out = {k: _pct([x[k] for x in self.keys], 50) for k, _ in STAGES}
         out.update({k + "_p95": _pct([x[k] for x in self.keys], 95) for k, _ in STAGES})
         out["keys"] = len(self.keys)
+        out["previewed"] = sum(x["previewed"] for x in self.keys)
         return out
 
 
@@ -471,7 +475,9 @@ def stages_line(p50s: dict) -> str:
     keys ...: key 0.70/0.95, queue 0.20/0.41, ...'."""
     parts = ", ".join(f"{k} {p50s[k] * 1e3:.2f}/{p50s[k + '_p95'] * 1e3:.2f}" for k, _ in STAGES)
     return (f"where a keystroke's time goes, p50/p95 ms over {p50s['keys']} keys of the probe-free "
-            f"pass (stages in order; p50s do not add up to the keystroke's p50): {parts}")
+            f"pass (stages in order; p50s do not add up to the keystroke's p50): {parts}; "
+            f"{p50s['previewed']} keys' runs handed the main thread a preview of their first layers "
+            "(its slots, before the result's, fall in the hand-off)")
 
 
 def anatomy_switches(app, w, n: int = 60) -> list[float]:
