@@ -2,11 +2,12 @@
 path, each timed in turns with what it replaced, in one process (not a test).
 
 - keystroke (one new row after T - 1 cached tokens, every layer's patterns, one kernel thread as
-  the window gives a small matrix) at T = 24, and a step row at T = 512 (a generation step's
-  trace: its own cache, no dense patterns; its last token replaced each time, so each layer's K
-  and V are copied once as a keystroke's are): the compiled one-row steps
-  (engine/computing/onerow.py: norm, RoPE, attention over the cache) against the NumPy steps,
-  and the kernels' serial twins against their parallel form on one thread (qmatvec.SERIAL).
+  the window gives a small matrix) at T = 24, and a generation step at T = 64, 512 and 2048 (its own
+  cache, no dense patterns, its row appended in place as in a generation: qsteps.back_to): the
+  one-row block (engine/computing/onerow.py's pre_norm_block: a layer in three compiled calls), the
+  compiled one-row steps (engine/computing/onerow.py: norm, RoPE, attention over the cache, one
+  call each) and the NumPy steps, and the kernels' serial twins against their parallel form on
+  one thread (qmatvec.SERIAL).
 - split: the kernels' own time inside the keystroke (each kernel call timed) and the rest (norms,
   RoPE, attention, the MLP's gate, the trace's points, Python), for both steps.
 
@@ -24,13 +25,15 @@ import time
 
 import numpy as np
 
+from benchmarks.qsteps import back_to
 from benchmarks.record import figure, write
 
-WAYS = ("one-row steps", "NumPy steps", "parallel kernel on one thread")
+WAYS = ("one-row block", "one-row steps", "NumPy steps", "parallel kernel on one thread")
 
 
 def _set_way(qm, way: str, steps, serial: dict) -> None:
     qm.ONE_ROW = None if way == "NumPy steps" else steps
+    steps.USE_BLOCK = way == "one-row block"
     qm.SERIAL = ({k: k for k in serial} if way == "parallel kernel on one thread" else serial)
 
 
@@ -47,7 +50,7 @@ def _timed_kernels(qm, serial: dict, spent: list) -> dict:
 
 def _keystrokes(model, T: int, repeat: int, qm) -> dict:
     """ms per keystroke for each way, in turns, then ms of the kernel calls inside a keystroke for
-    the two steps (timed apart: the timing wraps each call). T > 64: a generation step (its own
+    the two steps (timed apart: the timing wraps each call). T >= 64: a generation step (its own
     cache, no dense patterns: generate._StepTrace), else the window's keystroke (patterns)."""
     from attnviz.engine.computing.generate import _StepTrace
     from attnviz.engine.computing.request import RunRequest
@@ -60,8 +63,9 @@ def _keystrokes(model, T: int, repeat: int, qm) -> dict:
 
     def run(new=None):
         tokens = ids + ([] if new is None else [new])
-        if T <= 64:
+        if T < 64:
             return model.run(ids=tokens)
+        back_to(cache, T - 1)  # (a slice per layer's K and V: a few microseconds)
         return model.run(ids=np.asarray(tokens), trace=_StepTrace(False, cache),
                          request=RunRequest(labels=False))
     steps, serial = qm.ONE_ROW, dict(qm.SERIAL)
@@ -77,14 +81,14 @@ def _keystrokes(model, T: int, repeat: int, qm) -> dict:
                 out[way]["ms"].append((time.perf_counter() - t0) * 1e3)
     spent = [0.0]
     for r in range(repeat):
-        for way in WAYS[:2]:
+        for way in WAYS[1:3]:  # (the block calls its kernels inside its compiled calls: not timed)
             _set_way(qm, way, steps, _timed_kernels(qm, serial, spent))
             spent[0] = 0.0
             t0 = time.perf_counter()
             run(next(fresh))
             out[way]["kernels"].append(spent[0] * 1e3)
             out[way].setdefault("timed", []).append((time.perf_counter() - t0) * 1e3)
-    _set_way(qm, "one-row steps", steps, serial)
+    _set_way(qm, "one-row block", steps, serial)
     return out
 
 
@@ -107,14 +111,14 @@ def main() -> None:
     model = load_model("SmolLM2-135M-Instruct")
     qm.warm([qm.Q.Q4_1])
     figs = []
-    for T in (24, 512):
+    for T in (24, 64, 512, 2048):
         out = _keystrokes(model, T, args.repeat, qm)
         load = os.getloadavg()[0]
         med = {way: statistics.median(o["ms"]) for way, o in out.items()}
-        ker = {way: statistics.median(o["kernels"]) for way, o in out.items() if way != WAYS[2]}
-        base = med["NumPy steps"]
-        what = "keystroke" if T <= 64 else "step row"
-        pats = "every layer's patterns" if T <= 64 else "no dense patterns"
+        block, one, numpy, par = WAYS
+        ker = {way: statistics.median(out[way]["kernels"]) for way in (one, numpy)}
+        what = "keystroke" if T < 64 else "generation step"
+        pats = "every layer's patterns" if T < 64 else "no dense patterns, appended in place"
         for way in WAYS:
             figs.append(figure(f"{what} T = {T}, {way}", med[way], "ms", runs=out[way]["ms"],
                                note=f"one new row, {pats}, one thread; median; in turns; load "
@@ -122,23 +126,30 @@ def main() -> None:
         rest = {way: statistics.median([a - b for a, b in zip(out[way]["timed"], out[way]["kernels"])])
                 for way in ker}
         figs += [
-            figure(f"{what} T = {T}: one-row steps / NumPy steps", med[WAYS[0]] / base, "x",
-                   headline=T == 24, note=f"medians {med[WAYS[0]]:.2f} / {base:.2f} ms"),
+            figure(f"{what} T = {T}: one-row block / NumPy steps", med[block] / med[numpy], "x",
+                   headline=T == 24, note=f"medians {med[block]:.2f} / {med[numpy]:.2f} ms"),
+            figure(f"{what} T = {T}: one-row block / one-row steps", med[block] / med[one], "x",
+                   note=f"medians {med[block]:.2f} / {med[one]:.2f} ms"),
+            figure(f"{what} T = {T}: one-row steps / NumPy steps", med[one] / med[numpy], "x",
+                   note=f"medians {med[one]:.2f} / {med[numpy]:.2f} ms"),
             figure(f"{what} T = {T}: serial kernels / parallel form on one thread",
-                   med[WAYS[1]] / med[WAYS[2]], "x",
-                   note=f"NumPy steps both; medians {med[WAYS[1]]:.2f} / {med[WAYS[2]]:.2f} ms"),
-            figure(f"{what} T = {T}: kernel calls, one-row steps", ker[WAYS[0]], "ms",
-                   runs=out[WAYS[0]]["kernels"],
+                   med[one] / med[par], "x",
+                   note=f"one-row steps both; medians {med[one]:.2f} / {med[par]:.2f} ms"),
+            figure(f"{what} T = {T}: kernel calls, one-row steps", ker[one], "ms",
+                   runs=out[one]["kernels"],
                    note="the kernel calls' own time (117 a keystroke; 120 a step); median"),
-            figure(f"{what} T = {T}: everything else, one-row steps", rest[WAYS[0]], "ms",
+            figure(f"{what} T = {T}: everything else, one-row steps", rest[one], "ms",
                    note="norms, RoPE, attention, the MLP's gate, the trace's points, Python; "
                         "median"),
-            figure(f"{what} T = {T}: everything else, NumPy steps", rest[WAYS[1]], "ms",
+            figure(f"{what} T = {T}: everything else, one-row block", med[block] - ker[one], "ms",
+                   note="the block's median less the one-row steps' kernel calls (the same "
+                        "kernels, called inside the block's compiled calls)"),
+            figure(f"{what} T = {T}: everything else, NumPy steps", rest[numpy], "ms",
                    note=f"the same with the NumPy steps; median; load average {load:.1f}"),
         ]
         print(f"T = {T}: " + ", ".join(f"{w} {med[w]:.2f} ms" for w in WAYS)
-              + f"; kernels {ker[WAYS[0]]:.2f} ms, rest {rest[WAYS[0]]:.2f} ms (NumPy steps: "
-              f"rest {rest[WAYS[1]]:.2f} ms)  load {load:.1f}", flush=True)
+              + f"; kernels {ker[one]:.2f} ms, rest: steps {rest[one]:.2f}, block "
+              f"{med[block] - ker[one]:.2f}, NumPy {rest[numpy]:.2f} ms  load {load:.1f}", flush=True)
     print(f"wrote {write('onerow', figs)}")
 
 

@@ -5,7 +5,8 @@ in one process, in turns (not a test).
   run of the first T - 1 tokens: engine time, kernels on against off (qmatvec.ENABLED). Goal: on
   / off <= 0.5.
 - generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
-  cache, no dense patterns, every layer to its end), kernels on against off, and the step's
+  cache, no dense patterns, every layer to its end; the cache holding the T - 1 tokens before it,
+  its row appended in place as in a generation: back_to), kernels on against off, and the step's
   unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
   bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
@@ -41,14 +42,16 @@ from attnviz.engine.computing.request import RunRequest
 from benchmarks.record import figure, write
 
 
-def _turns(fn, repeat: int) -> tuple[list[float], list[float]]:
+def _turns(fn, repeat: int, setup=None) -> tuple[list[float], list[float]]:
     """ms of fn() with the kernels on and off, `repeat` times each, in turns (on first, then off
-    first: neither side always follows the other)."""
+    first: neither side always follows the other); setup() before each, untimed."""
     from attnviz.engine.computing import qmatvec as qm
     on, off = [], []
     for r in range(repeat + 1):
         for enabled in ((True, False) if r % 2 else (False, True)):
             qm.ENABLED = enabled
+            if setup is not None:
+                setup()
             t0 = time.perf_counter()
             fn()
             ms = (time.perf_counter() - t0) * 1e3
@@ -56,6 +59,16 @@ def _turns(fn, repeat: int) -> tuple[list[float], list[float]]:
                 (on if enabled else off).append(ms)
     qm.ENABLED = True
     return on, off
+
+
+def back_to(cache, n: int) -> None:
+    """The generation's cache as its step at n + 1 tokens finds it: the first n tokens, their K and
+    V the first n positions of the arrays the last step wrote, with room after them, so the step
+    appends its row in place (trace.append_positions) as generate's steps do. (A run that replaced
+    the last token instead would copy every layer's K and V twice: a keystroke's work.)"""
+    cache.ids = cache.ids[:n].copy()
+    cache.k, cache.v = [a[:, :n] for a in cache.k], [a[:, :n] for a in cache.v]
+    cache.nbytes = sum(a.nbytes for a in cache.k) + sum(a.nbytes for a in cache.v)
 
 
 def _float32_pass(weights, repeat: int) -> tuple[float, int]:
@@ -196,8 +209,8 @@ def main() -> None:
         def step():
             r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
                           request=RunRequest(labels=False))
-            assert r.cache_computed == 1
-        on, off = _turns(step, args.repeat)
+            assert r.cache_computed == 1 and not cache.earlier
+        on, off = _turns(step, args.repeat, lambda: back_to(cache, T - 1))
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         floor = packed * floor_ms / f32_bytes
         logits = []

@@ -93,10 +93,13 @@ def test_one_row_attention_equals_the_numpy_attention(T, window, room, onerow):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
 
-def test_each_head_reads_its_own_kv_head_and_positions(onerow):
+@pytest.mark.parametrize("edits", [(), (Knockout(layer=5, q=0, k=0),)], ids=["fused", "stepwise"])
+def test_each_head_reads_its_own_kv_head_and_positions(edits, onerow):
     """One key stands out per KV head, at a position of its own: every query head finds its own KV
     head's key (h // 3) and its value; a view that starts one position into an array with room is
-    read from that position, not from the array's first."""
+    read from that position, not from the array's first. Both paths: the scores' max subtracted in
+    their call (a trace without edits), and the scores' hook between (a trace with edits, here of
+    another layer)."""
     T, d = 12, 64
     base = np.zeros((3, T + 5, d), np.float32)
     k = base[:, 1:T + 1]  # same strides as the array, another start
@@ -113,6 +116,7 @@ def test_each_head_reads_its_own_kv_head_and_positions(onerow):
     class Rows:  # a trace slot that gives the pattern rows to write into
         def __init__(self):
             self.rows = rows
+            self.trace = Trace(edits=edits)
 
         def scores(self, s):
             return s
@@ -148,6 +152,29 @@ def test_the_trace_edits_and_records_at_their_points(onerow):
         out.append((rows, z))
     np.testing.assert_allclose(out[1][0], out[0][0], rtol=0, atol=1e-6)
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("T", [1, 7, 300])
+def test_a_trace_without_edits_records_the_numpy_pattern_rows(T, onerow):
+    """A slot whose trace has no edits (a keystroke's, its pattern rows recorded): the scores' max
+    is subtracted in their call, the scores' hook left out; the same rows and outputs as the NumPy
+    attention's, and as the one-row path that calls the hook (a trace with edits elsewhere)."""
+    rng = np.random.default_rng(T + 1)
+    q = rng.standard_normal((9, 1, 64)).astype(np.float32) * 3
+    k, v = _cached(rng, T), _cached(rng, T)
+    out, slots = [], []
+    for attention, edits in ((families.dense_attention, ()), (onerow.dense_attention, ()),
+                             (onerow.dense_attention, (Knockout(layer=1, q=T - 1, k=0),))):
+        trace = Trace(edits=edits)
+        trace.begin(2, np.arange(T), T - 1)
+        rows = np.full((9, 1, T), np.nan, np.float32)
+        slots.append(trace.slot(0, None, rows))
+        out.append((rows, attention(q, k, v, _consts(T), slots[-1])))
+    assert [onerow._edits_scores(s) for s in slots[1:]] == [False, True]
+    for rows, z in out[1:]:
+        np.testing.assert_allclose(rows, out[0][0], rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(z, out[0][1], rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out[1][0], out[2][0])  # the max subtracted alike either way
 
 
 def _packed_model(path):

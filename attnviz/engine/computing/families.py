@@ -78,6 +78,9 @@ class Consts:
     # caller: dense_attention, segment_attention (segments), longdoc.block_attention (row blocks)
     attention: Callable = dense_attention
     rotate: Callable = rope_qk  # (q, k, cos, sin) -> q, k rotated by position (rotate-half)
+    # (x, layer, consts, cache) -> x: one layer in place of the family's block (a one-row run's
+    # compiled block, onerow.pre_norm_block), None: Family.block
+    block: Callable | None = None
 
     @property
     def n_group(self) -> int:  # query heads per KV head
@@ -219,7 +222,9 @@ def one_row_consts(steps, cfg: ModelConfig, c: Consts) -> Consts:
     if kept is None or kept[0] is not c:  # (an id can be a freed Consts', reused)
         if len(_ONE_ROW) >= 2 * CONSTS_KEPT * cfg.n_layer:
             _ONE_ROW.clear()
-        kept = (c, steps.fused(c, cfg.norm_eps, FAMILY[cfg.family].norm is rms_norm))
+        fam = FAMILY[cfg.family]
+        kept = (c, steps.fused(c, cfg.norm_eps, fam.norm is rms_norm,
+                               fam.block if fam.block is pre_norm_block else None))
         _ONE_ROW[id(c)] = kept  # (one dict write: threads at worst build a variant twice)
     return kept[1]
 
@@ -434,7 +439,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             layer = layer_for(w.layers, i, len(x))
             steps = one_row_steps(layer, len(x)) if trace.attention is None else None
             c = consts[i] if steps is None else one_row_consts(steps, cfg, consts[i])
-            x = fam.block(x, layer, c, trace.slot(i, past, rows))
+            x = (fam.block if c.block is None else c.block)(x, layer, c, trace.slot(i, past, rows))
             if trace.early is not None and i + 1 == trace.early[0]:
                 trace.early[1](trace)  # layers 0..i are final: a caller may show them now
         if n_run == cfg.n_layer:

@@ -466,14 +466,14 @@ def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: 
 
 
 def _warm_one_row() -> None:
-    """Load the one-row steps (engine/computing/onerow.py: compiled at import, or loaded from
+    """Load the one-row steps and block (engine/computing/onerow.py: compiled, or loaded from
     numba's cache) and call each once; the forward pass takes them from then on (ONE_ROW)."""
     global ONE_ROW
     with _extras_lock:
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
-            onerow.warm()
+            onerow.warm(_s_nib)  # (the one-row block compiles the nibble types' serial kernel in)
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
 

@@ -1,0 +1,230 @@
+"""The one-row block (engine/computing/onerow.py's pre_norm_block: a pre-norm layer of one new row
+in three compiled calls) against the one-row steps it replaces (the same bits) and the NumPy steps (within
+float32 rounding), on a tiny Llama whose matrices are Q4_1 blocks: keystrokes with patterns and
+records, generation steps appended in place, the trace's edits at their points, and layers the
+block does not cover (they take the family's block)."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing.generate import _StepTrace
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.computing.trace import KVCache, Patch, ReplaceHead, Trace
+from gguf_files import gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+
+WAYS = ("block", "steps", "numpy")
+
+
+def _load(path):
+    from attnviz.engine.reading import qpack
+    qpack.ask_for_kernels()
+    try:
+        from attnviz.engine.computing.load import load_gguf
+        return load_gguf(path)
+    finally:
+        qpack.ask_for_kernels(False)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """Tiny grouped-query Llamas in Q4_1 (4 query heads over 2 KV heads): `covered`, every matrix
+    in blocks (an MLP of 64, so its down projection's rows divide into Q4_1's 32), and `uncovered`,
+    the fixture's MLP of 48, whose down projection stays float32 (the block does not take it)."""
+    qm.warm([Q.Q4_1])
+    assert qm.ONE_ROW is not None
+    folder = tmp_path_factory.mktemp("onerow_block")
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    out = {"uncovered": _load(write_gguf(folder / "uncovered.gguf", cfg, tensors, Q.Q4_1))}
+    rng = np.random.default_rng(7)
+    d = cfg["hidden_size"]
+    wide = dict(tensors)
+    for i in range(cfg["num_hidden_layers"]):
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, d)) * 0.2).astype(np.float32)
+    out["covered"] = _load(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64),
+                                      wide, Q.Q4_1))
+    return out
+
+
+@pytest.fixture
+def way(monkeypatch):
+    """set(name): the block, the one-row steps one by one, or the NumPy steps; calls counts the
+    block's compiled calls. One kernel thread, as the window gives a small matrix (the block runs
+    the serial kernels only)."""
+    from attnviz.engine import parallel
+    from attnviz.engine.computing import onerow
+    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
+    calls = []
+    real = onerow._attention_in
+    monkeypatch.setattr(onerow, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+    steps = qm.ONE_ROW
+
+    def set_way(name):
+        monkeypatch.setattr(qm, "ONE_ROW", None if name == "numpy" else steps)
+        monkeypatch.setattr(onerow, "USE_BLOCK", name == "block")
+    set_way.calls = calls
+    return set_way
+
+
+def _keystrokes(model, ids):
+    """Each token one run with the KV cache (one new row), patterns and every record kept."""
+    model.clear_cache()
+    model.run(ids=ids[:4], trace=Trace(inputs=True, z=True, resid=True, mlp_out=True, kv=True))
+    for t in range(5, len(ids) + 1):
+        trace = Trace(inputs=True, z=True, resid=True, mlp_out=True, kv=True)
+        result = model.run(ids=ids[:t], trace=trace)
+        assert result.cache_computed == 1
+    model.clear_cache()
+    return result.attentions, trace
+
+
+def _close(a, b, rel=1e-5):
+    """Within `rel` of the array's largest value (float32 sums in another order)."""
+    assert np.abs(a - b).max() <= rel * np.abs(b).max(), (np.abs(a - b).max(), np.abs(b).max())
+
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]
+
+
+def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
+    model = models["covered"]
+    runs = {}
+    for name in WAYS:
+        way(name)
+        before = len(way.calls)
+        runs[name] = _keystrokes(model, IDS)
+        taken = len(way.calls) - before
+        assert taken == (model.config.n_layer * (len(IDS) - 4) if name == "block" else 0)
+    (a, ta), (b, tb), (c, tc) = (runs[n] for n in WAYS)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(a, c, rtol=0, atol=5e-6)
+    for i in range(model.config.n_layer):
+        for name in ("inputs", "k", "v", "z", "mlp_out", "resid"):
+            np.testing.assert_array_equal(getattr(ta, name)[i], getattr(tb, name)[i])
+            _close(getattr(ta, name)[i], getattr(tc, name)[i])
+    np.testing.assert_array_equal(ta.resid[-1], tb.resid[-1])
+
+
+def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
+    """A generation's steps: its own cache, no dense patterns, each row appended in place."""
+    model = models["covered"]
+    finals = {}
+    for name in WAYS:
+        way(name)
+        cache, rows = KVCache(), []
+        for t in range(6, len(IDS) + 1):
+            trace = _StepTrace(True, cache)
+            model.run(ids=np.asarray(IDS[:t]), trace=trace, request=RunRequest(labels=False))
+            rows.append((trace.final.copy(), np.stack(trace.last_rows)))
+        finals[name] = rows
+    assert len(way.calls) == model.config.n_layer * (len(IDS) - 6)  # the first run: 6 rows
+    for (f, r), (f1, r1), (f2, r2) in zip(*(finals[n] for n in WAYS)):
+        np.testing.assert_array_equal(f, f1)
+        np.testing.assert_array_equal(r, r1)
+        _close(f, f2)
+        np.testing.assert_allclose(r, r2, rtol=0, atol=5e-6)
+
+
+def test_the_trace_edits_apply_on_the_block_as_on_the_steps(models, way):
+    """A one-row run with edits (a text of one token: an edited run computes every row) at the
+    head outputs, the MLP's output and the residual: each reaches the block's layer at its point,
+    and the run equals the NumPy steps' edited run, not the unedited one."""
+    model = models["covered"]
+    n_head, d = model.config.n_head, model.config.d_model
+    rng = np.random.default_rng(3)
+    edits = (ReplaceHead(layer=0, head=1, value=rng.standard_normal((1, 8)).astype(np.float32)),
+             Patch("mlp_out", 1, np.array([0]), rng.standard_normal((1, d)).astype(np.float32)),
+             Patch("z", 1, np.array([0]), rng.standard_normal((1, 8)).astype(np.float32), head=3))
+    out = {}
+    for name in WAYS:
+        way(name)
+        for edited in (False, True):
+            trace = Trace(z=True, resid=True, mlp_out=True, edits=edits if edited else ())
+            model.run(ids=[5], trace=trace, request=RunRequest(use_cache=False))
+            out[name, edited] = trace
+    assert len(way.calls) == 2 * model.config.n_layer
+    for edited in (False, True):
+        a, b, c = (out[n, edited] for n in WAYS)
+        np.testing.assert_array_equal(a.resid[-1], b.resid[-1])
+        _close(a.resid[-1], c.resid[-1])
+    e = out["block", True]
+    np.testing.assert_array_equal(e.z[0][1], edits[0].value)
+    np.testing.assert_array_equal(e.z[1][3], edits[2].value)
+    np.testing.assert_array_equal(e.mlp_out[1], edits[1].value)
+    assert not np.allclose(e.resid[-1], out["block", False].resid[-1], atol=1e-3)
+    assert n_head == 8
+
+
+def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, monkeypatch):
+    """A down projection that stayed float32 (its rows do not divide into Q4_1's blocks), and a
+    covered layer whose kernels would run on two threads: no compiled call of the block, and the
+    same numbers as the one-row steps."""
+    from attnviz.engine import parallel
+    runs = {}
+    for name in WAYS[:2]:
+        way(name)
+        runs[name] = _keystrokes(models["uncovered"], IDS)
+    assert way.calls == []
+    np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
+    np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+    import numba
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        return  # (numba runs one thread here: every kernel call is serial)
+    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 2)
+    monkeypatch.setattr(parallel, "_AFFINITY", 2)  # (two cores, whatever this machine has)
+    monkeypatch.setattr(parallel, "_LIMIT", None)
+    for name in WAYS[:2]:
+        way(name)
+        runs[name] = _keystrokes(models["covered"], IDS)
+    assert way.calls == []
+    np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
+    np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+
+
+def _q4k(n_out, n_in, rng):
+    """Random Q4_K rows [n_out, n_in / 256 blocks] with sane float16 scales (gguf cannot quantise
+    K types) and their dequantised float32 [n_out, n_in]."""
+    import gguf
+    block, size = gguf.GGML_QUANT_SIZES[Q.Q4_K]
+    raw = rng.integers(0, 256, (n_out, n_in // block * size), dtype=np.uint8)
+    per = raw.reshape(n_out, -1, size)
+    f16 = (rng.standard_normal((2, *per.shape[:2])) * 0.001).astype(np.float16)
+    per[:, :, 0:2], per[:, :, 2:4] = f16[0][..., None].view(np.uint8), f16[1][..., None].view(np.uint8)
+    return raw, gguf.quants.dequantize(raw, Q.Q4_K).astype(np.float32)
+
+
+def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
+    """The block's calls compiled for float32 scales (Q4_K): one layer of one row on a packed view
+    (no float32 matrix held) against the one-row steps (the same bits) and the float32 layer of the
+    dequantised weights."""
+    from attnviz.engine.computing import families, layers, onerow
+    from attnviz.engine.reading.layout import Layer
+    from attnviz.engine.reading.qpack import PackedLayer, pack_parts
+    qm.warm([Q.Q4_K])
+    rng = np.random.default_rng(11)
+    d, n_head, n_kv, d_head, d_ff, eps = 256, 4, 2, 64, 256, 1e-5
+    shapes = {"w_qkv": ((n_head + 2 * n_kv) * d_head, d), "w_o": (d, n_head * d_head),
+              "w_in": (2 * d_ff, d), "w_out": (d, d_ff)}
+    raw = {name: _q4k(*shape, rng) for name, shape in shapes.items()}
+    gains = [(1 + 0.1 * rng.standard_normal(d)).astype(np.float32) for _ in range(2)]
+    packed = PackedLayer(**{name: pack_parts([(Q.Q4_K, r, 0)]) for name, (r, _) in raw.items()})
+    none = dict(b_qkv=None, b_o=None, b_in=None, b_out=None, norm1=(gains[0],), norm2=(gains[1],))
+    view = Layer(w_qkv=None, w_o=None, w_in=None, w_out=None, packed=packed, **none)
+    dense = Layer(**{name: w.T.copy() for name, (_, w) in raw.items()}, **none)
+    cos, sin = np.cos(np.arange(d_head) * 0.3)[None], np.sin(np.arange(d_head) * 0.3)[None]
+    c = families.Consts(n_head=n_head, n_kv_head=n_kv, d_head=d_head, scale=d_head ** -0.5,
+                        rope=(cos.astype(np.float32), sin.astype(np.float32)), bias=None,
+                        norm=lambda x, gb: layers.rms_norm(x, gb[0], eps), act=layers.silu,
+                        gated_mlp=True, causal=True)
+    steps = onerow.fused(c, eps, True)
+    x = rng.standard_normal((1, d)).astype(np.float32)
+    calls = len(way.calls)
+    got = onerow.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
+    assert len(way.calls) == calls + 1 and np.isfinite(got).all()
+    np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
+    _close(got, families.pre_norm_block(x, dense, c, None))
