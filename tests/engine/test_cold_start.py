@@ -223,6 +223,8 @@ def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it
     import threading
 
     reader = open_gguf(spm[0])
+    was_on = gc.isenabled()  # (the window's runner switches it off for the process: put back below)
+    gc.enable()
     collections = []  # on this thread (another may ask for one: gc.collect)
     gc.callbacks.append(lambda phase, info: collections.append(info["generation"])
                         if phase == "start" and threading.current_thread() is threading.main_thread() else None)
@@ -252,6 +254,8 @@ def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it
             assert not gc.isenabled()
             raise RuntimeError("inside")
     assert gc.isenabled()
+    if not was_on:
+        gc.disable()
 
 
 def same_encoding(a, b) -> bool:
