@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     1 an internal error (one line; -v logs the traceback); 130 interrupted; 141 output pipe closed."""
     from attnviz.engine.errors import AttnvizError
 
+    own_process = argv is None  # (a caller passing argv, a test, keeps its process as it is)
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     args = parser.parse_args(argv)
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             return open_window(args)
         import numpy as np
 
+        if own_process:
+            one_shot_process(args.command)
         # a broken model's overflow warnings would add lines: the engine refuses its NaN itself
         with np.errstate(all="warn" if args.verbose else "ignore"):
             return int(args.func(args) or 0)
@@ -186,6 +190,21 @@ def main(argv: list[str] | None = None) -> int:
         hint = "" if args.verbose else " (rerun with -v for the traceback)"
         print(f"{prog}: internal error: {type(exc).__name__}: {one_line(exc)}{hint}", file=sys.stderr)
         return 1
+
+
+LONG_RUNNING = {"scan"}  # commands whose workers run the same layers over many texts, as the window
+
+
+def one_shot_process(command: str) -> None:
+    """Set up a process that runs `command` and exits: large arrays get small pages where the host
+    takes back free memory (engine/reading/pages.py: a command fills its layers once; not for
+    LONG_RUNNING ones), and what the imports made is left out of the garbage collector's later
+    passes (it lives until exit; a large vocabulary's build would otherwise walk it again)."""
+    if command not in LONG_RUNNING:
+        from attnviz.engine.reading.pages import small_pages_where_host_reclaims
+
+        small_pages_where_host_reclaims()
+    gc.freeze()
 
 
 def open_window(args) -> int:

@@ -12,10 +12,16 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   system that lets this process write it: a container may not). Where that fails the cold figures
   are absent and the result says why. Dropping the page cache slows every other process on the
   machine for a while: the runs are few.
+- phases: one more warm run per command (and one of the baseline's) with each phase timed by
+  the clock in the process itself (PHASES_CHILD): imports and start-up, file open, vocabulary,
+  layers dequantised or packed, the unembedding's head built, the first forward pass, the
+  unembedding's products and the rest, beside the process's user and system CPU seconds (the
+  system seconds: first touches of fresh memory, memory_map()).
 - profile: one more warm run per command under cProfile, split into phases by the functions whose
   cumulative time they are: imports (everything before the command's own function: interpreter,
   `import attnviz.cli`, the command modules), load (load_model, of which vocabulary: the tokenizer
-  built from a GGUF's metadata, and dequantise: the kept layers expanded to float32), run
+  built from a GGUF's metadata, and dequantise: the layers expanded to float32 at load; a layer
+  expanded when a run reaches it, as predict's are, falls in run), run
   (Model.run: the forward pass), unembedding (the head's table made usable and every vocab_logits
   product) and the rest. cProfile slows Python-heavy parts more than NumPy's products, so the
   phases are shares of a profiled run, not the figures. And one run under `python -X importtime`:
@@ -143,6 +149,74 @@ timer.timeout.connect(poll)
 timer.start(5)
 QTimer.singleShot(int(float(sys.argv[2]) * 1000), lambda: done(1))
 sys.exit(app.exec())
+"""
+
+# A command run with its phases timed by the clock (not a profiler: every phase at its own speed):
+# argv[1] the spawn's time.time(), argv[2:] the command's words. Prints one JSON line {phase:
+# seconds} after the command's own output, and the process's CPU seconds. Each phase is the
+# time the main thread spends in its functions (a phase inside another is taken out of the outer
+# one); "imports and start-up" is the spawn to the command's start (the command's own lazy
+# imports counted there: they are imported before the command starts). Where the kernels run, the
+# wait for numba's cached kernels (loaded on a thread of their own) falls in the phase that waits.
+PHASES_CHILD = r"""
+import json, resource, sys, threading, time
+spawn = float(sys.argv[1])
+import attnviz.cli as cli
+import attnviz.engine.computing.load, attnviz.engine.computing.logits as logits
+import attnviz.engine.computing.model as model, attnviz.engine.reading.budget as budget
+import attnviz.engine.reading.gguf_model as gguf_model, attnviz.engine.analysing.predict
+import attnviz.engine.computing.generate, attnviz.commands.predict_cmd
+import attnviz.commands.generate_cmd, attnviz.commands.checks
+spent, inside = {}, []
+MAIN = threading.main_thread()
+
+def wrap(owner, name, phase):
+    original = getattr(owner, name)
+    def timed(*a, **k):
+        if threading.current_thread() is not MAIN:
+            return original(*a, **k)
+        t0 = time.perf_counter()
+        inside.append(0.0)
+        try:
+            return original(*a, **k)
+        finally:
+            dt = time.perf_counter() - t0
+            inner = inside.pop()
+            spent[phase] = spent.get(phase, 0.0) + dt - inner
+            if inside:
+                inside[-1] += dt
+    for mod in list(sys.modules.values()):  # every module that imported it by name
+        if getattr(mod, "__name__", "").startswith("attnviz") and getattr(mod, name, None) is original:
+            setattr(mod, name, timed)
+    if isinstance(owner, type):
+        setattr(owner, name, timed)
+
+wrap(gguf_model, "open_gguf", "file open (header, metadata)")
+wrap(gguf_model, "gguf_tokenizer", "vocabulary (tokenizer built)")
+wrap(budget.LayerStore, "expand_kept", "layers: dequantise to float32")
+for name in ("_expand", "_expanded", "_output"):  # (a layer expanded when a run reaches it too)
+    wrap(gguf_model, name, "layers: dequantise to float32")
+wrap(budget.LayerStore, "read_views", "layers: pack for the kernels")
+wrap(logits, "build_head", "unembedding: head built (packed)")
+wrap(model.Model, "run", "first forward pass")
+wrap(logits, "vocab_logits_of", "unembedding: products")
+wrap(attnviz.commands.checks, "load_for_generation", "load (rest)")
+wrap(attnviz.engine.computing.load, "load_model", "load (rest)")
+import contextlib, io
+out = io.StringIO()
+t_start = time.time()
+sys.argv = ["attnviz", *sys.argv[2:]]
+with contextlib.redirect_stdout(out):
+    rc = cli.main()  # (its own command line: the process set up as `python -m attnviz` sets it up)
+t_end = time.time()
+sys.stdout.write(out.getvalue())
+total, command = t_end - spawn, t_end - t_start
+phases = {"imports and start-up": t_start - spawn}
+phases.update(spent)
+phases["rest (the command's own work, output)"] = command - sum(spent.values())
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"rc": rc, "total_s": total, "phases_s": phases, "user_s": use.ru_utime,
+                  "sys_s": use.ru_stime, "minor_faults": use.ru_minflt}))
 """
 
 # phase -> the functions (file suffix, function name) whose cumulative time it is
@@ -313,6 +387,26 @@ def profile(argv: list[str]) -> dict:
             "slowest_imports": slowest_imports(argv)}
 
 
+def phase_times(argv: list[str], root: str = _ROOT) -> dict:
+    """One run of the command (the code in `root`) with its phases timed by the clock
+    (PHASES_CHILD): {total_s, phases_s: {phase: seconds}, user_s, sys_s, minor_faults}."""
+    spawn = time.time()
+    proc = subprocess.run([sys.executable, "-c", PHASES_CHILD, repr(spawn), *argv], capture_output=True,
+                          text=True, env=_env(root), cwd=root)
+    lines = [l for l in proc.stdout.splitlines() if l.startswith('{"rc"')]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"attnviz {' '.join(argv)} with its phases timed failed: {proc.stderr.strip()[-2000:]}")
+    found = json.loads(lines[-1])
+    found.pop("rc")
+    return {k: ({p: round(t, 3) for p, t in v.items()} if isinstance(v, dict) else
+                round(v, 3) if isinstance(v, float) else v) for k, v in found.items()}
+
+
+def describe_phases(found: dict) -> str:
+    return (f"{found['total_s']:.2f} s (user {found['user_s']:.2f}, system {found['sys_s']:.2f}): "
+            + "; ".join(f"{k} {v:.2f}" for k, v in found["phases_s"].items()))
+
+
 def slowest_imports(argv: list[str], n: int = 6) -> dict:
     """From `python -X importtime -m attnviz ARGV`: the n other packages that take longest to
     import (cumulative ms: theirs and what they import) and the n attnviz modules whose own code
@@ -436,7 +530,14 @@ def main() -> int:
                                          "s", runs=[first], note="warm page cache, one run, the "
                                          "vocabulary's merge order derived and written"))
             print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
+            timed = {"this commit": phase_times(argv)}
+            print(f"  phases (clock, one warm run): {describe_phases(timed['this commit'])}", flush=True)
+            if baseline:
+                timed[f"baseline {base_commit}"] = phase_times(argv, baseline)
+                print(f"  phases, baseline {base_commit}: {describe_phases(timed[f'baseline {base_commit}'])}",
+                      flush=True)
             p = profile(argv)
+            p["phases_by_the_clock"] = timed
             profiles[f"{command}, {short}"] = p
             print(f"  profile (cProfile, one warm run of {p['profiled_wall_s']:.2f} s): "
                   + "; ".join(f"{k} {v:.2f} s" for k, v in p["phases_s"].items()), flush=True)

@@ -5,7 +5,8 @@ in the real window offscreen, both in one run on one machine.
 
 Per run the sentence is typed key by key twice into one window: first with model A alone (the
 reference: key -> the grid painted with that text's result), then with Compare open on B (key ->
-the Compare panel painted with that text's comparison: both runs, A | B | A - B and the JSD map;
+the Compare panel's tiles painted with that text's comparison: both runs and the metrics of the
+pair;
 the next-token numbers, KL over the whole vocabulary for the positions the key changed, follow in a
 job of their own started as that comparison is in, which the next key stops at its next block; key
 -> the strip painted with them is recorded for the keys whose numbers came before the next key). The next key

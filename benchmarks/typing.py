@@ -35,6 +35,11 @@ On a causal model the keys are also reported by what their run computed (by_rows
 key, the keys whose run computed nothing (a run the KV cache kept held every token), one new row
 (a kept run held the rest), or two or more (the tokenizer re-split the last tokens and no kept run
 held the new prefix): a p95 over 100 keys falls among the few slowest, which are often these.
+Also per key of the probe-free pass, where its time went, in stages (STAGES: the key event to the
+run submitted, the job's queue, tokenising, the engine, the job's wrapper, the hand-off to the main
+thread, the result's slots, the wait for the paint, the grid's paint): their p50s and p95s are
+printed, and each stage's p50 is recorded as a figure (one layer shown, without What heads do).
+ATTNVIZ_BENCH_PROFILE=FILE writes a cProfile of the main thread over the probe-free pass to FILE.
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
@@ -258,11 +263,14 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
             drawn = w.grid.drawn
             if ev.type() == QEvent.Type.Paint and drawn is not None and drawn.text not in shown:
                 whole = drawn is st.result
+                if whole:
+                    stages.paint_begins(drawn.text)
                 QTimer.singleShot(0, lambda: painted(drawn.text, whole))
             return False
 
     watch = PaintWatch()
     viewport.installEventFilter(watch)
+    stages = StageClock(w)
     guard = QTimer()
     guard.setSingleShot(True)
     guard.timeout.connect(waiting.quit)
@@ -273,6 +281,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         timer running (the stall pass)."""
         shown.clear()
         first.clear()
+        stages.clear()
         if st.model is not None:  # typed as a new text: the KV cache keeps earlier texts' runs, and
             # the warm-up word's or the other pass's would give some keys their rows for free
             st.model.clear_cache()
@@ -289,6 +298,8 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
                 waiting.exec()
                 guard.stop()
             latencies.append(shown[text] - t_key)
+            if not probe:
+                stages.key_done(text, t_key, shown[text])
             firsts.append(first[text] - t_key)
             tokens.append(len(st.result.tokens))
             computes.append(st.result.compute_s)
@@ -310,8 +321,18 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
     # app's: the 'with probe' column gives the same keys' figures with it), and the stall with it;
     # probe_first swaps the passes (main() alternates it over the runs: neither pass is always first)
     passes = {}
+    profile_to = os.environ.get("ATTNVIZ_BENCH_PROFILE")  # cProfile of the main thread, probe-free pass
     for probe in ((True, False) if probe_first else (False, True)):
+        prof = None
+        if profile_to and not probe:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
         passes[probe] = type_sentence(probe)
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(profile_to)
         w.text_box.setPlainText("")
         _spin(app, 1.0)
     latencies, firsts, tokens, computes, _, _, rows = passes[False]
@@ -345,6 +366,7 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
         "rest_p50": _pct([x - c for x, c in zip(latencies, computes)], 50),
         "rest_p95": _pct([x - c for x, c in zip(latencies, computes)], 95),
         "by_rows": by_rows(latencies, rows, tokens),
+        "stages": stages.p50s(),
         "stall": max(max(gaps) - 0.001, 0.0) if gaps else float("nan"),
         "first_heatmaps_stall": max(max(warm_gaps) - 0.001, 0.0) if warm_gaps else float("nan"),
         "anatomy": anatomy, "anatomy_draws": len(draws), "switches": len(switches),
@@ -356,6 +378,106 @@ def run_typing(mode: str, sentence: str, panels: tuple[str, ...], model: str | N
            for i, part in ((0, ""), (1, "_panel"), (2, "_panel_cpu")) for p in (50, 95)},
         "switch_max": max(x[0] for x in switches) if switches else float("nan"),
     }
+
+
+STAGES = (  # (key, what it is): the parts a keystroke's time is made of, in order, on the probe-free pass
+    ("key", "key event to the run submitted (the text box, the state's text, the worker's request)"),
+    ("queue", "submitted to the job's start on the pool's thread"),
+    ("tokenize", "the job: the text tokenised (Model.prepare)"),
+    ("engine", "the job: the run after tokenising (the forward pass, the result built)"),
+    ("job", "the job: the rest of it (the worker's wrapper, the effects' window run)"),
+    ("handoff", "job done to its result heard on the main thread (a queued signal)"),
+    ("slots", "the result's slots on the main thread (the state, grid refill, side panels)"),
+    ("to_paint", "slots done to the grid's paint starting (other events, the layout pass)"),
+    ("paint", "the grid's paint, to the event loop's next turn"),
+)
+
+
+class StageClock:
+    """Times each keystroke's stages (STAGES) in window `w`: the worker's compute jobs are wrapped
+    (its submit, looked up on the instance at each call) and the model's prepare; the paint times
+    come from the benchmark's paint watch. Times are perf_counter, per typed text, first time each."""
+
+    def __init__(self, w):
+        self.w, self.t, self.keys = w, {}, []
+        worker = w.worker
+        submit = worker.submit
+
+        def timed_submit(kind, fn, on_done, request=None, *args, **kwargs):
+            if kind != "compute":
+                return submit(kind, fn, on_done, request, *args, **kwargs)
+            t = self.t.setdefault(request.text, {})
+            t.setdefault("submit", time.perf_counter())
+            model = request.model
+            prepare = model.prepare
+
+            def timed_prepare(*a, **k):
+                t0 = time.perf_counter()
+                try:
+                    return prepare(*a, **k)
+                finally:
+                    t.setdefault("tokenize", time.perf_counter() - t0)
+
+            def job():
+                t.setdefault("start", time.perf_counter())
+                model.prepare = timed_prepare  # (one job at a time: the pool has one thread)
+                try:
+                    return fn()
+                finally:
+                    del model.prepare
+                    t.setdefault("end", time.perf_counter())
+
+            def done(req, value, error):
+                t.setdefault("heard", time.perf_counter())
+                on_done(req, value, error)
+                t.setdefault("slots", time.perf_counter())
+                compute = getattr(getattr(value, "result", value), "compute_s", None)
+                if compute is not None:
+                    t.setdefault("compute", compute)
+            return submit(kind, job, done, request, *args, **kwargs)
+        worker.submit = timed_submit
+        self.previews = set()  # texts whose preview (the run's first layers) the state was given
+        w.state.sigPreviewChanged.connect(lambda part: part is not None and self.previews.add(part.text))
+
+    def clear(self) -> None:  # a new pass: its texts' stamps start afresh (the keys' stages stay)
+        self.t.clear()
+        self.previews.clear()
+
+    def paint_begins(self, text: str) -> None:
+        self.t.setdefault(text, {}).setdefault("paint", time.perf_counter())
+
+    def key_done(self, text: str, t_key: float, t_shown: float) -> None:
+        """The key that typed `text`, painted at t_shown: its stages' seconds (a key whose stamps
+        are missing, such as one whose run was replaced, is left out)."""
+        t = self.t.get(text, {})
+        need = ("submit", "start", "end", "heard", "slots", "paint", "tokenize", "compute")
+        if not all(k in t for k in need):
+            return
+        self.keys.append({
+            "key": t["submit"] - t_key, "queue": t["start"] - t["submit"], "tokenize": t["tokenize"],
+            "engine": t["compute"] - t["tokenize"],
+            "job": (t["end"] - t["start"]) - t["compute"], "handoff": t["heard"] - t["end"],
+            "slots": t["slots"] - t["heard"], "to_paint": t["paint"] - t["slots"],
+            "paint": t_shown - t["paint"], "previewed": text in self.previews})
+
+    def p50s(self) -> dict:
+        """{stage: p50 seconds, ...}, {stage + '_p95': p95 seconds, ...} and 'keys': how many keys
+        were timed."""
+        out = {k: _pct([x[k] for x in self.keys], 50) for k, _ in STAGES}
+        out.update({k + "_p95": _pct([x[k] for x in self.keys], 95) for k, _ in STAGES})
+        out["keys"] = len(self.keys)
+        out["previewed"] = sum(x["previewed"] for x in self.keys)
+        return out
+
+
+def stages_line(p50s: dict) -> str:
+    """The stages' p50s and p95s as printed: 'where a keystroke's time goes, p50/p95 ms over 100
+    keys ...: key 0.70/0.95, queue 0.20/0.41, ...'."""
+    parts = ", ".join(f"{k} {p50s[k] * 1e3:.2f}/{p50s[k + '_p95'] * 1e3:.2f}" for k, _ in STAGES)
+    return (f"where a keystroke's time goes, p50/p95 ms over {p50s['keys']} keys of the probe-free "
+            f"pass (stages in order; p50s do not add up to the keystroke's p50): {parts}; "
+            f"{p50s['previewed']} keys' runs handed the main thread a preview of their first layers "
+            "(its slots, before the result's, fall in the hand-off)")
 
 
 def anatomy_switches(app, w, n: int = 60) -> list[float]:
@@ -480,6 +602,14 @@ def figures(rows: list[dict], cold: list, model: str, record) -> list[dict]:
         if firsts:
             out.append(record.figure(f"typing, {label}, {view}: keystroke to the first paint, p95",
                                      max(firsts), "ms", runs=firsts, goal=goal * 1e3, note=note))
+        if mode == "layer" and not effects:  # where a keystroke's time goes: each stage's p50
+            for stage, what in STAGES:
+                vals = [r["stages"][stage] * 1e3 for r in runs if r["stages"]["keys"]]
+                if vals:
+                    out.append(record.figure(
+                        f"typing, {label}, {view}: stage '{stage}', p50", min(vals), "ms", runs=vals,
+                        note=f"{what}; the fastest of {len(vals)} run(s), per-key p50 over the "
+                             "probe-free pass"))
         stalls = [r["stall"] * 1e3 for r in runs]
         out.append(record.figure(f"typing, {label}, {view}: main-thread stall", max(stalls), "ms",
                                  runs=stalls, goal=16.0, note=note, headline=mode == "layer" and not effects))
@@ -576,6 +706,7 @@ def main() -> int:
                   f"{r['stall'] * 1e3:.1f} ms {'met' if r['stall'] <= 0.016 else 'NOT met'} (<= 16); "
                   f"the window's first heatmaps (a word typed into it empty, before the typing "
                   f"timed): stall {r['first_heatmaps_stall'] * 1e3:.1f} ms, once per window")
+            print("  " + stages_line(r["stages"]))
             if r["by_rows"]:
                 print("  the same keys by what their run computed: "
                       + "; ".join(_group_line(g, *v) for g, v in r["by_rows"].items())

@@ -100,3 +100,18 @@ def test_gap_pauses_before_each_timed_command_run(monkeypatch):
     assert len(details["usage_per_run"]["predict, SmolLM2, warm cache"]) == 2
     (warm,) = [f for f in written["figures"] if f["name"] == "predict, SmolLM2, warm cache"]
     assert warm["value"] == 1.5 and "3 s apart" in warm["note"]
+
+
+def test_the_phases_by_the_clock_add_up_to_the_whole_run():
+    """phase_times: a SmolLM2 prediction's phases (the vocabulary built from its GGUF, its layers
+    dequantised, the forward pass, the unembedding's products) add up to the run's own time."""
+    from benchmarks.cold_start import SMOLLM2, argv_of, describe_phases, phase_times
+
+    found = phase_times(argv_of("predict", SMOLLM2))
+    phases = found["phases_s"]
+    assert abs(sum(phases.values()) - found["total_s"]) < 0.01  # (each rounded to 1 ms)
+    for name in ("imports and start-up", "vocabulary (tokenizer built)", "layers: dequantise to float32",
+                 "first forward pass", "unembedding: products", "rest (the command's own work, output)"):
+        assert phases[name] > 0, name
+    assert found["user_s"] > 0 and found["minor_faults"] > 0
+    assert describe_phases(found).startswith(f"{found['total_s']:.2f} s (user ")

@@ -157,7 +157,8 @@ def each_gguf_loaded_once(monkeypatch):
 
     real, loaded = load.load_gguf, {}
 
-    def load_gguf(path, name=None, license=None, budget=None, eager=True):
+    def load_gguf(path, name=None, license=None, budget=None, eager=True, text=None):
+        # (`text`, a one-shot command's: left out, so the model kept serves every command's text)
         key = (str(path), name, license, budget, eager, qpack.kernels_on(), chosen_budget())
         if key not in loaded:
             loaded[key] = real(path, name=name, license=license, budget=budget, eager=eager)

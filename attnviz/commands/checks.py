@@ -111,12 +111,12 @@ def wants_kernels(where: Path) -> bool:
     return where.is_file() and where.stat().st_size >= KERNELS_FROM
 
 
-def load_for_generation(name: str):
+def load_for_generation(name: str, text: str | None = None):
     """load_model(name) for `generate`. Where wants_kernels says so, the GGUF file's layers and
     unembedding are packed from its blocks for the quantised kernels (engine/reading/qpack.py)
     instead of expanded to float32, and the kernels take one thread each, as a short run's BLAS
     products do (blas_for): a thread waiting on one the system has not scheduled spins. A prompt
-    of ROWS_UNEXPANDED tokens or more still expands the layers."""
+    of ROWS_UNEXPANDED tokens or more still expands the layers. `text`: the prompt (load_model's)."""
     from attnviz.engine import load_model
     from attnviz.engine.reading.registry import resolve
 
@@ -126,7 +126,23 @@ def load_for_generation(name: str):
 
         ask_for_kernels()
         limit_kernel_threads(1, wide=None)
-    return load_model(name)
+    return load_model(name, text=text)
+
+
+def load_for_one_pass(name: str, text: str | None = None):
+    """load_model(name) for a command that runs its text through the layers once (predict): a GGUF
+    file's layers are expanded when the run reaches each one and let go after it (a budget of one
+    layer, budget.LayerStore.set_budget), so the command fills one layer's memory, not every
+    layer's at once: the same values from the same dequantisers, the same products. What asks
+    for a layer again (an ablation's run from its first edited layer) expands it again. `text`:
+    the text it will encode (load_model's)."""
+    from attnviz.engine import load_model
+
+    model = load_model(name, eager=False, text=text)  # (GGUF: no layer read at load)
+    layers = model.weights.layers
+    if Path(model.path).is_file() and layers.sizes and layers.expansions == 0:
+        layers.set_budget(max(layers.sizes))
+    return model
 
 
 def prediction_head(model, command: str):

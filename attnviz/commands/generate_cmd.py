@@ -42,7 +42,7 @@ def cmd_generate(args) -> int:
 
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None
-    model = checkpoint_opt.at(load_for_generation(args.model), args)
+    model = checkpoint_opt.at(load_for_generation(args.model, args.text), args)
     prediction_head(model, "generate")  # refuses a model that cannot predict, before running anything
     prompt = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
     with blas_for(len(prompt.ids)):

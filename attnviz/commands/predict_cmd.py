@@ -12,7 +12,8 @@ from threadpoolctl import threadpool_limits
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
-    add_model, blas_for, parse_ids, positive, prediction_head, refuse_options, show_notice,
+    add_model, blas_for, load_for_one_pass, parse_ids, positive, prediction_head, refuse_options,
+    show_notice,
 )
 from attnviz.engine import load_model
 from attnviz.engine.analysing import ablation as A, predict as P
@@ -145,7 +146,9 @@ def predict_report(model, result, position, top, target, alt, edits=()) -> dict:
 def cmd_predict(args) -> int:
     if args.ids is not None:
         parse_ids(args.ids)  # checked before loading
-    model = checkpoint_opt.at(load_model(args.model), args)
+    one_pass = not (args.ablate or args.knockout)  # (an edit reruns the layers from the first it changes)
+    model = checkpoint_opt.at(load_for_one_pass(args.model, args.text) if one_pass
+                              else load_model(args.model, text=args.text), args)
     prediction_head(model, args.command)  # refuses a model that cannot predict, before running anything
     ids = parse_ids(args.ids) if args.ids is not None else None
     prepared = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once

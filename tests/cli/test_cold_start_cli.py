@@ -3,6 +3,7 @@ the figures' or the corpus code), a short text runs on one BLAS thread and a lon
 threads, and the results are the same bits as before: predict's JSON and generate's steps equal
 the engine's on BLAS's default threads (benchmarks/cold_start.py times the commands)."""
 
+import gc
 import json
 import subprocess
 import sys
@@ -94,3 +95,85 @@ def test_every_command_is_mapped_to_the_module_that_registers_it():
     owners = {name: p.get_default("func").__module__.rsplit(".", 1)[-1]
               for name, p in build_parser().commands.items()}
     assert owners == COMMANDS
+
+
+ONE_SHOT = """
+import gc, json, sys
+from attnviz.engine.reading import pages
+reclaims = sys.argv[1] == "reclaims"
+pages.host_reclaims_free_memory = lambda sys_root="/sys": reclaims
+from attnviz.cli import main
+sys.argv = ["attnviz", *sys.argv[2:]]
+rc = main()  # the process's own command line: set up as a one-shot process
+print("STATE", json.dumps({"rc": rc, "huge_pages": pages.huge_pages(), "frozen": gc.get_freeze_count() > 0}))
+"""
+
+
+@pytest.mark.parametrize("command", [
+    ["predict", "--model", SMOLLM2, "--text", TEXT, "--json"],
+    ["generate", "--model", SMOLLM2, "--text", TEXT, "--max-new", "8", "--json"],
+])
+def test_a_one_shot_process_gives_the_same_bits_on_small_pages(command):
+    """Where the host takes back free memory, a command's process asks for small pages (its
+    layers' arena advised against huge pages, engine/reading/pages.py) and freezes what its imports
+    made out of the garbage collector's passes: its JSON is the same, every float bit for bit."""
+    runs = {}
+    for host in ("reclaims", "keeps"):
+        out = subprocess.run([sys.executable, "-c", ONE_SHOT, host, *command], capture_output=True,
+                             text=True, check=True).stdout
+        doc, state = out.rsplit("STATE ", 1)
+        runs[host] = json.loads(doc), json.loads(state)
+    assert runs["reclaims"][1] == {"rc": 0, "huge_pages": False, "frozen": True}
+    assert runs["keeps"][1] == {"rc": 0, "huge_pages": True, "frozen": True}
+    assert runs["reclaims"][0] == runs["keeps"][0]
+
+
+def test_a_caller_passing_argv_keeps_its_process_as_it_is(capsys, monkeypatch):
+    from attnviz.engine.reading import pages
+
+    monkeypatch.setattr(pages, "host_reclaims_free_memory", lambda sys_root="/sys": True)
+    frozen = gc.get_freeze_count()
+    assert main(["predict", "--model", "attnviz-textbook", "--text", "the cat", "--top", "1"]) == 0
+    assert pages.huge_pages() and gc.get_freeze_count() == frozen
+
+
+def test_predict_expands_a_gguf_layer_at_a_time_and_gives_the_same_bits(capsys):
+    """predict loads a GGUF file's layers as its run reaches them and lets each go after
+    (checks.load_for_one_pass): each layer expanded once, one held at a time, and its JSON is the
+    one of a model whose layers are all kept (every float bit for bit)."""
+    from attnviz.commands import checks
+    from attnviz.commands.predict_cmd import predict_report
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing import predict as P
+
+    model = checks.load_for_one_pass(SMOLLM2)
+    layers = model.weights.layers
+    assert layers.expansions == 0 and layers.kept == 0
+    kept = load_model(SMOLLM2)
+    assert kept.weights.layers.kept == len(kept.weights.layers)
+
+    reports = []
+    for m in (model, kept):
+        r = m.run(TEXT, trace=P.prediction_trace(), request=RunRequest(use_cache=False))
+        reports.append(json.loads(json.dumps(predict_report(m, r, None, 10, None, None))))
+    assert reports[0] == reports[1]
+    assert layers.expansions == len(layers)  # each layer once
+    assert layers.held_bytes() <= max(layers.sizes)
+    assert main(["predict", "--model", SMOLLM2, "--text", TEXT, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == reports[1]
+
+
+def test_a_scan_keeps_huge_pages_as_the_window_does(monkeypatch):
+    """A scan's workers run the same layers over many texts: no small pages asked for."""
+    import attnviz.cli as cli
+    from attnviz.engine.reading import pages
+
+    monkeypatch.setattr(pages, "host_reclaims_free_memory", lambda sys_root="/sys": True)
+    try:
+        cli.one_shot_process("scan")
+        assert pages.huge_pages()
+        cli.one_shot_process("predict")
+        assert not pages.huge_pages()
+    finally:
+        pages.use_huge_pages(True)
+        gc.unfreeze()

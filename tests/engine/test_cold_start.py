@@ -4,6 +4,7 @@ dequantised to float32 first, a SentencePiece vocabulary's merge order read from
 folder against the one derived from its scores (engine/reading/gguf_vocab.py), and token labels
 from special ids read once against a fresh tokenizer's (engine/reading/tokenizer.py)."""
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -213,3 +214,89 @@ def test_labels_read_the_special_tokens_once_and_give_what_a_fresh_tokenizer_giv
     for k, i in enumerate(ids):
         fresh = TextTokenizer(tok.raw).labels_for_ids([i])
         assert (got[0][k], got[1][k]) == (fresh[0][0], fresh[1][0])
+
+
+def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it_was(spm, monkeypatch):
+    """gguf_tokenizer pauses the garbage collector for its build (a million objects, no cycle) and
+    leaves it on or off as it found it, an error inside too."""
+    import gc
+    import threading
+
+    reader = open_gguf(spm[0])
+    was_on = gc.isenabled()  # (the window's runner switches it off for the process: put back below)
+    gc.enable()
+    collections = []  # on this thread (another may ask for one: gc.collect)
+    gc.callbacks.append(lambda phase, info: collections.append(info["generation"])
+                        if phase == "start" and threading.current_thread() is threading.main_thread() else None)
+    try:
+        assert gc.isenabled()
+        for _ in range(3):
+            gguf_tokenizer(reader)
+            assert gc.isenabled()
+        gc.collect()  # (the callback sees a collection outside)
+        assert collections.count(2) >= 1
+        collections.clear()
+        gguf_tokenizer(reader)
+        assert collections in ([], [0])  # (at most the one its allocations set off once it is on)
+        with monkeypatch.context() as m:
+            m.setattr(V, "collector_paused", contextlib.nullcontext)
+            collections.clear()
+            gguf_tokenizer(reader)
+            assert len(collections) > 10  # what it saves
+        gc.disable()
+        gguf_tokenizer(reader)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.callbacks.pop()
+    with pytest.raises(RuntimeError):
+        with V.collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("inside")
+    assert gc.isenabled()
+    if not was_on:
+        gc.disable()
+
+
+def same_encoding(a, b) -> bool:
+    return (a.ids, a.tokens, a.labels, a.offsets, a.special) == (b.ids, b.tokens, b.labels, b.offsets, b.special)
+
+
+@pytest.mark.parametrize("space_prefix", [True, False])
+def test_a_tokenizer_built_for_a_text_encodes_it_as_the_whole_one(tmp_path, monkeypatch, space_prefix):
+    """A one-shot command's SentencePiece tokenizer holds only the merges its text can meet
+    (gguf_vocab.merges_for_text): that text, and any text within it, encode as with every merge
+    (ids, pieces, labels, offsets), with and without the model's special tokens; byte fallback,
+    control tokens in the text and scripts without their own tokens included (the llama.cpp
+    cases of tests/fixtures/spm)."""
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    reader = open_gguf(write_vocab_gguf(tmp_path / "spm.gguf", spm_vocab_kv(space_prefix, True)))
+    whole, _ = gguf_tokenizer(reader)
+    n_all = len(V.cached_merges(*[metadata(reader, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")]))
+    texts = [case["text"] for case in SPM_CASES[::6]] + ["One, two, three, four, five",
+                                                         "<s> x</s>y <unk>ü", "  spaced  out  "]
+    for text in texts:
+        one, _ = gguf_tokenizer(reader, text=text)
+        assert not one.for_every_text
+        within = text[len(text) // 3:]
+        for t, special in ((text, True), (text, False), (within, True)):
+            assert same_encoding(one.encode(t, add_special_tokens=special),
+                                 whole.encode(t, add_special_tokens=special)), repr(t)
+        assert not one.for_every_text  # (no text it covers built every merge)
+        ids = whole.encode(text).ids
+        assert one.decode(ids) == whole.decode(ids)
+        assert one.labels_for_ids(ids) == whole.labels_for_ids(ids)
+    one, _ = gguf_tokenizer(reader, text="One, two")
+    kept = len(V.merges_for_text(*[metadata(reader, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")],
+                                 "One, two", metadata(reader, "tokenizer.ggml.unknown_token_id")))
+    assert kept < n_all / 20  # what it saves
+    assert same_encoding(one.encode("three, four"), whole.encode("three, four"))  # another text
+    assert one.for_every_text  # every merge built for it, and kept
+    assert one.raw.to_str() == whole.raw.to_str()
+
+
+def test_a_text_too_long_to_look_up_takes_every_merge(spm, monkeypatch):
+    _, (tokens, scores, types) = spm
+    monkeypatch.setattr(V, "MAX_TEXT_PIECES", 100)
+    assert V.merges_for_text(tokens, scores, types, "a longer text than that " * 3, 0) is None
+    assert V.merges_for_text(tokens, scores, types, "short", 0) is not None

@@ -110,6 +110,22 @@ def test_resid_cos_is_the_mean_cosine_after_each_block(tiny):
     assert (got < 1).all()
 
 
+
+def test_layers_in_one_pass_or_one_at_a_time_give_the_same_bits(tiny, monkeypatch):
+    """A keystroke's comparison reduces every layer's rows in one pass, a long text's a few layers
+    at a time: each row is reduced on its own, so each head's numbers are the same bits either way."""
+    pair = models_pair(*tiny, IDS, C.compare_trace)
+    assert C.layers_per_pass(pair.n_head * len(IDS) ** 2) >= pair.n_layer  # (one pass here)
+    whole = C.jsd_rows(pair), C.resid_cos(pair)
+    monkeypatch.setattr(C, "PASS_ELEMENTS", 1)  # one layer a pass
+    assert C.layers_per_pass(pair.n_head * len(IDS) ** 2) == 1
+    for got, want in zip((C.jsd_rows(pair), C.resid_cos(pair)), whole):
+        assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    rows = C.query_rows(len(IDS), True)
+    per_layer = np.stack([C.row_jsd(pair.a.attentions[l][:, rows], pair.b.attentions[l][:, rows])
+                          for l in range(pair.n_layer)])
+    assert per_layer.tobytes() == whole[0].tobytes()
+
 def direct_logprobs(model, x):  # final-norm input [T, d_model] -> log-probs [T, vocab], by hand
     cfg, head = model.config, model.weights.head
     x = x.astype(np.float64)

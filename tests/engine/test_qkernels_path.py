@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing import onerow, qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import qpack
@@ -38,14 +38,22 @@ def smollm2(kernels_asked):
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-    """Counts the rows linear() multiplies on packed blocks, by rows a call."""
+    """Counts the rows linear() multiplies on packed blocks, by rows a call; a one-row layer run as
+    onerow's compiled block (where the kernels take one thread: the window's and `generate`'s cap,
+    which an earlier test may have left set) counts as its 4 one-row products."""
     calls = []
-    real = qm.qlinear
+    real, real_takes = qm.qlinear, onerow._takes
 
     def counted(x, pm):
         calls.append(x.shape[0])
         return real(x, pm)
+
+    def takes(plan):  # the block runs its layer's 4 products on one row
+        taken = real_takes(plan)
+        calls.extend([1] * 4 * taken)
+        return taken
     monkeypatch.setattr(qm, "qlinear", counted)
+    monkeypatch.setattr(onerow, "_takes", takes)
     return calls
 
 

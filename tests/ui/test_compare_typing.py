@@ -208,3 +208,26 @@ def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window
     drain_events()
     assert painted["tiles"] == 0 and painted["map"] == 0
     assert "KL(A\u2016B) mean" in panel.summary.text()
+
+
+def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):
+    """The tiles and the strip paint a new comparison as it comes in (the grid's A − B follows in
+    a turn of its own): by the time the session's signal has been handled they show its tokens."""
+    w = window
+    w.resize(1400, 860)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    panel = w.compare_panel
+    w.compare_dock.raise_()
+    qtbot.waitUntil(lambda: panel.tiles.isVisible() and panel.tile_rects != [], timeout=WAIT)
+    seen = []  # (text, tokens the tiles and the strip were painted with) as each comparison comes in
+    jobs.sigChanged.connect(lambda: seen.append((jobs.comparison.result.text, panel.tile_T,
+                                                 len(panel.strip_cells)))
+                            if jobs.comparison is not None and jobs.comparison.doc is not None else None)
+    w.set_text(TEXT + " cat")
+    qtbot.waitUntil(lambda: any(s[0] == TEXT + " cat" for s in seen), timeout=WAIT)
+    w.worker.wait_idle()
+    T = jobs.comparison.result.n_tokens
+    assert (TEXT + " cat", T, T) in seen

@@ -76,7 +76,20 @@ def jsd_rows(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head, n_rows] in bits
                          f"the text gives {T}")
     rows = query_rows(T, causal)
     A, B = pair.a.attentions, pair.b.attentions
-    return np.stack([row_jsd(A[l][:, rows], B[l][:, rows]) for l in range(A.shape[0])])
+    n = layers_per_pass(A.shape[1] * len(rows) * T)
+    return np.concatenate([row_jsd(A[l:l + n][:, :, rows], B[l:l + n][:, :, rows])
+                           for l in range(0, A.shape[0], n)])
+
+
+PASS_ELEMENTS = 1 << 20  # values of all layers' rows one pass of row_jsd / cosine_rows takes
+
+
+def layers_per_pass(per_layer: int) -> int:
+    """How many layers of `per_layer` values each one pass of a row function takes: every layer of
+    a short text in one (a keystroke's comparison: one pass, not one a layer), a long text's a few
+    at a time (its float64 temporaries stay about 8 MiB each). Each row's value is the same bits
+    either way: a row is reduced on its own."""
+    return max(1, PASS_ELEMENTS // max(1, per_layer))
 
 
 def heads_jsd(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head] in bits
@@ -96,7 +109,9 @@ def resid_cos(pair: Pair) -> np.ndarray:  # -> [n_layer]
     ra, rb = pair.a.trace.resid, pair.b.trace.resid
     if not ra or ra[-1] is None or not rb or rb[-1] is None:
         raise ValueError("resid_cos needs traces that kept the residual stream (compare_trace())")
-    return np.array([cosine_rows(ra[l + 1], rb[l + 1]).mean() for l in range(len(ra) - 1)])
+    n = layers_per_pass(ra[-1].size)
+    return np.concatenate([cosine_rows(np.stack(ra[l + 1:l + 1 + n]), np.stack(rb[l + 1:l + 1 + n])).mean(axis=-1)
+                           for l in range(0, len(ra) - 1, n)])
 
 
 # ---------------------------------------------------------------- next-token distributions

@@ -17,14 +17,14 @@ def row_jsd(p, q):  # [..., n_k] x2 -> [...] in bits
     return np.clip(0.5 * tp.sum(axis=-1) + 0.5 * tq.sum(axis=-1), 0.0, 1.0)
 
 
-def cosine_rows(x, y):  # [T, d] x2 -> [T]
+def cosine_rows(x, y):  # [..., T, d] x2 -> [..., T]
     """cos(x[t], y[t]) = x.y / sqrt((x.x)(y.y)) in float64 (exactly 1.0 for equal rows); a zero row
     against a zero row is 1, against anything else 0."""
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    dot = np.einsum("td,td->t", x, y)
-    den = np.sqrt(np.einsum("td,td->t", x, x) * np.einsum("td,td->t", y, y))
+    dot = np.einsum("...d,...d->...", x, y)
+    den = np.sqrt(np.einsum("...d,...d->...", x, x) * np.einsum("...d,...d->...", y, y))
     with np.errstate(divide="ignore", invalid="ignore"):
         cos = np.where(den > 0, dot / np.where(den > 0, den, 1.0), 0.0)
-    both_zero = (den == 0) & ~np.any(x, axis=1) & ~np.any(y, axis=1)
+    both_zero = (den == 0) & ~np.any(x, axis=-1) & ~np.any(y, axis=-1)
     return np.clip(np.where(both_zero, 1.0, cos), -1.0, 1.0)

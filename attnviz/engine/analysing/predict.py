@@ -227,7 +227,7 @@ def vocab_token(model, spec, digits_are_ids: bool = True) -> int:
         raise InputError("give a token, or #id")
     if model.tokenizer is None:
         raise InputError(f"{model.name} has no tokenizer: give the token as an id, #id (0..{V - 1})")
-    i = model.tokenizer.raw.token_to_id(spec)
+    i = model.tokenizer.token_to_id(spec)
     if i is not None and i < V:
         return int(i)
     for text in dict.fromkeys((spec, " " + spec.lstrip())):

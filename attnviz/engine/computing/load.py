@@ -27,11 +27,12 @@ def load_folder(path: Path, name: str | None = None, license: str | None = None,
 
 
 def load_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None, eager: bool = True) -> Model:
+              budget: int | None = None, eager: bool = True, text: str | None = None) -> Model:
     """Load a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
-    leaves each layer in the file until a run first needs it."""
-    model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager))
+    leaves each layer in the file until a run first needs it; `text`: the text a one-shot command
+    will encode (reading/gguf_model.py gguf_tokenizer)."""
+    model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text))
     if model.weights.packed_types:  # the layers multiply few rows on their blocks: compile off the typing path
         from attnviz.engine.computing.qmatvec import warm_in_background
         warm_in_background(model.weights.packed_types)
@@ -39,13 +40,14 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
 
 
 def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,
-               eager: bool = True) -> Model:
+               eager: bool = True, text: str | None = None) -> Model:
     """Load a model by name (see registry.find_models), from a folder holding config.json +
     safetensors, or from a GGUF file; `budget`: bytes of float32 layers to keep expanded (default:
     the budget chosen with budget.set_memory_budget, else from the memory available).
     `eager=False`: a GGUF file's layers are expanded when a run first reaches them, not at load
-    (safetensors layers always are: they are memory-mapped)."""
+    (safetensors layers always are: they are memory-mapped). `text`: the text a one-shot command
+    will encode, which a GGUF file's SentencePiece vocabulary builds its tokenizer for first."""
     name, where, license = resolve(name_or_dir)
     if where.is_file():  # resolve() gives a file only for GGUF
-        return load_gguf(where, name=name, license=license, budget=budget, eager=eager)
+        return load_gguf(where, name=name, license=license, budget=budget, eager=eager, text=text)
     return load_folder(where, name=name, license=license, budget=budget)

@@ -250,7 +250,7 @@ class Model:
         model without a tokenizer reads them typed ("5, 17, 3")."""
         if self.tokenizer is None:
             return ", ".join(str(int(i)) for i in ids)
-        return self.tokenizer.raw.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+        return self.tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special)
 
     def prepare(self, text: str | None = None, *, ids=None, request: RunRequest = PLAIN) -> Prepared:
         """text or ids -> the ids to run, tokenised once (cut to the limit when request.truncate),

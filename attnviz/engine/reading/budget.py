@@ -36,7 +36,9 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError, ModelLoadError
-from attnviz.engine.reading.pages import MADV_DONTNEED, PAGE, madvise, populate_pages
+from attnviz.engine.reading.pages import (
+    MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
+)
 
 GIB = 1 << 30
 HEADROOM = 1 * GIB  # left out of the default budget: the app, the activations, the KV cache
@@ -143,6 +145,8 @@ class _Arena:
         raw = np.empty(n_bytes // 4 + HUGE_PAGE // 4, np.float32)
         start = (-raw.ctypes.data % HUGE_PAGE) // 4
         self._buf = raw[start:start + n_bytes // 4]
+        if not huge_pages():  # (before its first touch: small pages asked for, pages.py)
+            no_huge_pages(raw)
         self.n_bytes = n_bytes
         self._pos = 0
         self._populating = None

@@ -289,12 +289,20 @@ def float32_bytes_needed(cfg: ModelConfig, ts: GGUFTensors) -> int:
     return ts.float32_bytes(("token_embd.weight", "output.weight", "rope_freqs.weight"))
 
 
-def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
+def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None, text: str | None = None
                    ) -> tuple[TextTokenizer | None, str | None]:
     """The tokenizer that tokenizer.ggml.* describes (byte-level BPE or SentencePiece, gguf_vocab),
     or (None, a one-line notice) when attnviz cannot build it (the model then takes typed token
     ids). Its arrays are checked (types, one entry per token) and, given the embedding's `n_rows`,
-    every id must pick a row of it."""
+    every id must pick a row of it. `text`: the text a one-shot command will encode; a
+    SentencePiece vocabulary then holds only the merges it can meet (gguf_vocab.merges_for_text:
+    the same tokens) until another text asks for every merge."""
+    with vocab.collector_paused():  # a large vocabulary's build makes a million objects, no cycle
+        return _gguf_tokenizer(reader, n_rows, text)
+
+
+def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
+                    ) -> tuple[TextTokenizer | None, str | None]:
     source = source_name(reader)
 
     def typed(key, check, expected, default=None):
@@ -351,9 +359,19 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
             raise ModelLoadError(f"{source}: tokenizer.ggml.scores is missing, expected one score "
                                  "per token (SentencePiece merges by them)")
         unk = token_id("tokenizer.ggml.unknown_token_id")
-        tok = vocab.sentencepiece_bpe(tokens, scores, types,
-                                      flag("tokenizer.ggml.add_space_prefix", True), unk)
-        vocab.add_file_tokens(tok, tokens, types, (vocab.CONTROL, vocab.UNKNOWN))
+        space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
+
+        def spm_tokenizer(only_for=None):
+            t = vocab.sentencepiece_bpe(tokens, scores, types, space_prefix, unk, only_for)
+            vocab.add_file_tokens(t, tokens, types, (vocab.CONTROL, vocab.UNKNOWN))
+            vocab.add_bos_eos(t, tokens, bos if add_bos else None, eos if add_eos else None)
+            return t
+        if text is None:
+            return TextTokenizer(spm_tokenizer()), None
+        # the merges the text can meet, every merge built when another text asks (TextTokenizer)
+        within = vocab.text_pieces(text)
+        return TextTokenizer(spm_tokenizer(text), whole=spm_tokenizer,
+                             covers=lambda other: vocab.text_pieces(other) in within), None
     else:
         merges = typed("tokenizer.ggml.merges", list_of(str), "a list of 'left right' strings") or []
         try:
@@ -370,10 +388,11 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None
 
 
 def read_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None, eager: bool = True) -> ReadModel:
+              budget: int | None = None, eager: bool = True, text: str | None = None) -> ReadModel:
     """Read a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
-    leaves each layer in the file until a run first needs it."""
+    leaves each layer in the file until a run first needs it. `text`: the text a one-shot command
+    will encode (gguf_tokenizer)."""
     path = Path(path).expanduser()
     reader = open_gguf(path)
     arch = architecture(reader)
@@ -383,7 +402,7 @@ def read_gguf(path: Path, name: str | None = None, license: str | None = None,
     if eager:  # the layers' buffer faulted in beside the tokenizer's build, which holds the GIL
         weights.layers.prepare_kept()
     try:
-        tokenizer, notice = gguf_tokenizer(reader, n_rows=cfg.vocab_size)  # checked before the weights
+        tokenizer, notice = gguf_tokenizer(reader, cfg.vocab_size, text)  # checked before the weights
     except BaseException:
         weights.layers.drop_prepared()
         raise

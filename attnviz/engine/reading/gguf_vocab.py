@@ -17,10 +17,12 @@ What each builds is what llama.cpp's tokenizer (src/llama-vocab.cpp) does with t
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import os
 import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -46,6 +48,20 @@ PRE_SPLITS = {
 }
 SUPPORTED_PRE = tuple(sorted(PRE_SPLITS))
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
+
+
+@contextmanager
+def collector_paused():
+    """No garbage collection inside (as it was after, where it was off before): a vocabulary's
+    lists, dict and merge pairs are a million objects that form no cycle, and each collection the
+    allocations set off would walk those made so far."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
@@ -106,13 +122,54 @@ def cached_merges(tokens: list[str], scores, types) -> list[tuple[str, str]]:
     """score_merges' list, its ids read from the cache folder when this vocabulary's are there
     (checked: [n, 2] ids of its tokens), else derived and written there (a folder that cannot be
     written only loses the saving)."""
+    ids = cached_merge_ids(tokens, scores, types)
+    return _pairs(tokens, ids[:, 0].tolist(), ids[:, 1].tolist())
+
+
+def cached_merge_ids(tokens: list[str], scores, types) -> np.ndarray:
+    """cached_merges' merges as [n, 2] int32 ids (left, right), in their order."""
     path = cache_root() / "vocab" / f"merges-{vocabulary_key(tokens, scores, types)}.npy"
     ids = _read_ids(path, len(tokens))
     if ids is None:
         left, right = merge_ids(tokens, scores, types)
-        _write_ids(path, np.array([left, right], dtype=np.int32).reshape(2, -1).T)
-        return _pairs(tokens, left, right)
-    return _pairs(tokens, ids[:, 0].tolist(), ids[:, 1].tolist())
+        ids = np.array([left, right], dtype=np.int32).reshape(2, -1).T
+        _write_ids(path, ids)
+    return ids
+
+
+MAX_TEXT_PIECES = 1 << 20  # (position, length) pairs a text's merges are looked up by, at most
+
+
+def text_pieces(text: str) -> str:
+    """The characters SentencePiece's BPE meets in `text`, spaces as "▁" (sentencepiece_bpe's
+    normalizer; the "▁" it puts before each piece is its own character of the same kind)."""
+    return text.replace(" ", SPACE)
+
+
+def merges_for_text(tokens: list[str], scores, types, text: str,
+                    unk_id: int | None) -> list[tuple[str, str]] | None:
+    """The merges among cached_merges' that can apply to `text`, in their order; None where the text
+    is too long to look them up (take them all). BPE merges two neighbouring symbols of a piece,
+    and a symbol is a run of the piece's characters, or holds a byte token ("<0x41>", a character
+    no token spells) or the unknown token: a merge whose left or right part is neither a run of
+    `text` (spaces as "▁", "▁" before it) nor such a token can never apply to it, and leaving it
+    out changes no merge that does, nor their order. So the text's tokens are those of every
+    merge, bit for bit."""
+    chars = text_pieces(text)
+    longest = max(map(len, tokens), default=0)
+    if len(chars) * min(longest, len(chars) + 1) > MAX_TEXT_PIECES:
+        return None
+    vocab = dict(zip(tokens, range(len(tokens))))  # (the last of a repeated token, as the model's)
+    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + longest) + 1)}
+    runs |= {SPACE + r for r in runs} | {SPACE}
+    allowed = {vocab[r] for r in runs if r in vocab}
+    unk = tokens[unk_id] if unk_id is not None else None
+    allowed |= {i for i, (t, kind) in enumerate(zip(tokens, types))
+                if kind == BYTE or "<0x" in t or (unk is not None and unk in t)}
+    ids = cached_merge_ids(tokens, scores, types)
+    keep = np.fromiter(allowed, np.int64, len(allowed))
+    kept = ids[np.isin(ids[:, 0], keep) & np.isin(ids[:, 1], keep)]
+    return _pairs(tokens, kept[:, 0].tolist(), kept[:, 1].tolist())
 
 
 def vocabulary_key(tokens: list[str], scores, types) -> str:
@@ -160,13 +217,17 @@ def _write_ids(path, ids: np.ndarray) -> None:
 
 
 def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
-                      unk_id: int | None) -> Tokenizer:
-    """SentencePiece BPE as llama.cpp runs it (see the module's docstring)."""
+                      unk_id: int | None, only_for: str | None = None) -> Tokenizer:
+    """SentencePiece BPE as llama.cpp runs it (see the module's docstring). `only_for`: a text it
+    will encode, and texts within it (covers): only the merges that can apply to that text
+    (merges_for_text), which a large vocabulary builds in a fraction of the time."""
     vocab = {t: i for i, t in enumerate(tokens)}
     has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
     unk = tokens[unk_id] if unk_id is not None else None
-    tok = Tokenizer(models.BPE(vocab, cached_merges(tokens, scores, types), unk_token=unk,
-                               fuse_unk=True, byte_fallback=has_bytes))
+    merges = None if only_for is None else merges_for_text(tokens, scores, types, only_for, unk_id)
+    if merges is None:
+        merges = cached_merges(tokens, scores, types)
+    tok = Tokenizer(models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=has_bytes))
     steps = [normalizers.Prepend(SPACE)] if add_space_prefix else []
     tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPACE)])
     tok.decoder = decoders.Sequence(

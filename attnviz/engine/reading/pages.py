@@ -1,11 +1,17 @@
-"""Pages of memory: faulting a buffer's pages in ahead of its first writes, and giving pages back
-(Linux madvise(2); elsewhere each call says it could not)."""
+"""Pages of memory: faulting a buffer's pages in ahead of its first writes, giving pages back
+(Linux madvise(2); elsewhere each call says it could not), and whether large arrays ask for huge
+pages (small_pages_where_host_reclaims: a one-shot command on a virtual machine whose host takes
+back the memory its guest frees)."""
 
 from __future__ import annotations
+
+import glob
+import os
 
 import numpy as np
 
 MADV_DONTNEED = 4  # Linux: let go of a range's pages (anonymous memory reads as zeros after)
+MADV_NOHUGEPAGE = 15  # Linux: no transparent huge pages in a range
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault a range's pages in, writable, without writing
 POPULATE_BYTES = 16 << 20  # faulted in a call (eight huge pages)
 PAGE = 4096
@@ -50,3 +56,67 @@ def madvise(a: np.ndarray, advice: int, lo: int | None = None, hi: int | None = 
         if call(ctypes.c_void_p(at), ctypes.c_size_t(min(piece or hi - lo, hi - at)), advice) != 0:
             return False
     return True
+
+
+VIRTIO_BALLOON = "0x0005"  # /sys/bus/virtio/devices/*/device of a memory balloon
+FREE_PAGE_REPORTING = 5  # VIRTIO_BALLOON_F_REPORTING: the bit of its features file
+
+
+def host_reclaims_free_memory(sys_root: str = "/sys") -> bool:
+    """Whether this is a virtual machine whose balloon reports free pages to the host (free page
+    reporting), which takes their memory back: the next first touch of such memory faults in the
+    host too. The kernel reports free blocks of 2 MiB and more, exactly what a huge page's first
+    touch takes, while 4 KiB pages come mostly from smaller free blocks the host still backs."""
+    for dev in sorted(glob.glob(os.path.join(sys_root, "bus/virtio/devices/*"))):
+        try:
+            with open(os.path.join(dev, "device")) as fh:
+                if fh.read().strip() != VIRTIO_BALLOON:
+                    continue
+            with open(os.path.join(dev, "features")) as fh:
+                bits = fh.read().strip()
+        except OSError:
+            continue
+        if len(bits) > FREE_PAGE_REPORTING and bits[FREE_PAGE_REPORTING] == "1":
+            return True
+    return False
+
+
+_huge = True  # huge_pages()
+
+
+def huge_pages() -> bool:
+    """Whether large arrays made from now on ask for transparent huge pages (NumPy's default from
+    4 MiB on, and the load's arenas, engine/reading/budget.py)."""
+    return _huge
+
+
+def use_huge_pages(on: bool) -> bool:
+    """Make large arrays from now on ask for huge pages (`on`) or not: NumPy's advice on its own
+    arrays and the arenas'. Contents and results are the same either way. False where NumPy cannot
+    be told (its advice then stays as it is)."""
+    global _huge
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:
+        try:
+            from numpy.core.multiarray import _set_madvise_hugepage
+        except ImportError:
+            return False
+    _set_madvise_hugepage(bool(on))
+    _huge = bool(on)
+    return True
+
+
+def small_pages_where_host_reclaims(sys_root: str = "/sys") -> bool:
+    """For a one-shot command's process: where the host takes back free memory
+    (host_reclaims_free_memory), large arrays get 4 KiB pages. There each huge page's first touch
+    waits on the host for its 2 MiB, which costs a command that fills its layers once several times
+    what it saves in address translation; a long-lived process (the window) keeps huge pages, whose
+    cost it pays once. True where small pages were asked for."""
+    return host_reclaims_free_memory(sys_root) and use_huge_pages(False)
+
+
+def no_huge_pages(a: np.ndarray) -> bool:
+    """Advise the whole pages of array `a` against huge pages (where huge_pages() is off and the
+    system has transparent huge pages for every mapping, NumPy's own advice is not enough)."""
+    return madvise(a, MADV_NOHUGEPAGE)

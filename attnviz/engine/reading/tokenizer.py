@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,10 +26,16 @@ class Encoded:
 
 
 class TextTokenizer:
-    def __init__(self, source: Path | Tokenizer):
+    def __init__(self, source: Path | Tokenizer, whole: Callable[[], Tokenizer] | None = None,
+                 covers: Callable[[str], bool] | None = None):
         """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata).
         A file is checked before `tokenizers` parses it: a regular file, a JSON object, every id a
-        whole number >= 0 (check_ids then holds them against the model's embedding rows)."""
+        whole number >= 0 (check_ids then holds them against the model's embedding rows).
+        `whole` and `covers`: a Tokenizer built for some texts only (a one-shot command's, with
+        the merges they can meet), `covers(text)` saying which, and how to build the whole one,
+        which takes its place the first time another text is encoded or `raw` is asked for."""
+        self._whole, self._covers = whole, covers
+        self._whole_lock = threading.Lock()
         self.path: Path | None = None
         self._ids: list[tuple[str, str, int]] = []  # (field, token, id): what the file can produce
         if isinstance(source, Tokenizer):
@@ -55,7 +63,10 @@ class TextTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
         """The text's tokens (a run tokenises its text once: Model.prepare)."""
-        enc = self._tok.encode(text, add_special_tokens=add_special_tokens)
+        covers, tok = self._covers, self._tok  # (raw may replace both meanwhile: either is right)
+        if covers is None or not covers(text):
+            tok = self.raw
+        enc = tok.encode(text, add_special_tokens=add_special_tokens)
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
         labels = self._labels(list(enc.ids), list(enc.tokens), special)
@@ -73,8 +84,29 @@ class TextTokenizer:
         return tokens, self._labels(list(ids), tokens, [i in special for i in ids])
 
     @property
+    def for_every_text(self) -> bool:
+        """False while it holds a Tokenizer built for some texts only (__init__'s `whole`)."""
+        return self._whole is None
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        """The text of `ids` (the decoder and the vocabulary: no merge needed)."""
+        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a token string of the vocabulary or its added tokens, else None."""
+        return self._tok.token_to_id(token)
+
+    @property
     def raw(self) -> Tokenizer:
-        """The underlying `tokenizers.Tokenizer` (padding and truncation already off)."""
+        """The underlying `tokenizers.Tokenizer` (padding and truncation already off), for every
+        text (one built for some texts only is replaced by the whole one now)."""
+        if self._whole is not None:
+            with self._whole_lock:
+                if self._whole is not None:
+                    tok = self._whole()
+                    tok.no_padding()
+                    tok.no_truncation()
+                    self._tok, self._whole, self._covers = tok, None, None
         return self._tok
 
     def special_ids(self) -> set[int]:

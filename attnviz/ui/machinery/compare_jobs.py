@@ -207,7 +207,8 @@ class CompareJobs(QObject):
             doc = None
             if not (a.config.causal and len(ids) < 2):
                 doc = C.compare_with(pair, predictions=False)[0]
-            release_free_memory()
+            else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
+                release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
@@ -222,7 +223,7 @@ class CompareJobs(QObject):
             return
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        self.sigChanged.emit()
+        self.sigChanged.emit()  # (first: the panel paints it in this turn, before the pool's next job takes the GIL)
         if value.doc is not None:
             self._request_next()
 

@@ -124,6 +124,7 @@ class ComparePanel(QWidget):
         # where things were painted last (tests and read-outs): rects in widget pixels
         self.tile_rects: list[QRectF] = []
         self.tile_T = 0
+        self._tiles_of = None  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
         self.map_layout = None
         self._later = QTimer(self)
@@ -152,8 +153,15 @@ class ComparePanel(QWidget):
         self.export_button.setEnabled(self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
-        self.tiles.update()
-        self.strip.update()
+        if self.jobs.comparison is not self._tiles_of and self.isVisible():
+            # a new comparison: the tiles and the strip painted now, in this turn, and the grid's
+            # A − B in a turn of its own after it (one turn for all three holds the main thread
+            # longer than typing's frame)
+            self.tiles.repaint()
+            self.strip.repaint()
+        else:
+            self.tiles.update()
+            self.strip.update()
         # the map and the focused head in a later paint of their own: one paint of all four would
         # hold the main thread twice as long (typing's frame)
         self._later.start()
@@ -222,7 +230,7 @@ class ComparePanel(QWidget):
         return [F.weight_rgb(x, self.state.colormap) for x in mats], None
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
-        c = self.jobs.comparison
+        c = self._tiles_of = self.jobs.comparison
         self.tile_rects = []
         if c is None or c.doc is None:
             return

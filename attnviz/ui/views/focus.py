@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QLabel, QVBo
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, axis_label, bar_label
 from attnviz.figures.view import window_edge
-from attnviz.ui.views.grid_items import HIGHLIGHT, colour_bar
+from attnviz.ui.views.grid_items import HIGHLIGHT, MosaicImage, colour_bar, update_bar
 from attnviz.ui.views.mosaic import cell_readout
 
 class KeyAxis(pg.AxisItem):
@@ -92,7 +92,7 @@ class FocusView(QWidget):
             ax.setPen(pg.mkPen(BACKGROUND))
             ax.setTextPen(pg.mkPen(TEXT))
         self.plot.getAxis("left").setStyle(tickLength=0)
-        self.img = pg.ImageItem(axisOrder="row-major")
+        self.img = MosaicImage(axisOrder="row-major")  # drawn as ARGB, as the grid's mosaic
         self.plot.addItem(self.img)
         self.cbar = colour_bar(state.colormap, self.font())
         self.cbar.setImageItem(self.img)
@@ -124,6 +124,7 @@ class FocusView(QWidget):
         self.plot.addItem(self.cell_rect)
         self._T = -1
         self._drawn_preview = None  # what the image shows when it was drawn from a preview
+        self._bar: tuple | None = None  # what the colour bar shows (update_bar)
         self._k0 = 0  # first key column drawn: 1 with Hide first token
         self.hover_text = ""
         self._clear()
@@ -183,13 +184,11 @@ class FocusView(QWidget):
         region = shown.region([layer], [head])  # [1, 1, T, n_k]: the shown key columns only
         T = shown.n_tok
         top = float(shown.tops(st.scale_mode, [layer], [head])[0, 0])
-        self.cbar.setColorMap(pg.colormap.get(st.colormap))
         k0 = int(region.cols[0]) if len(region.cols) else 0  # a hidden first key is a gap, as in the grid
         self._k0 = k0  # (and has no label)
         self.img.setImage(region.values[0, 0], autoLevels=False)
         self.img.setRect(QRectF(k0, 0, T - k0, T))
-        self.cbar.setLevels((0.0, top))
-        self.cbar.getAxis("right").setLabel(bar_label(shown.weighted), color=TEXT)
+        self._bar = update_bar(self.cbar, self._bar, (0.0, top), bar_label(shown.weighted), st.colormap)
         self._draw_title()
         if T != self._T:
             self._T = T

@@ -20,12 +20,12 @@ from attnviz.ui.views.mosaic import (
     title_spots, view_geometry,
 )
 from attnviz.figures.style import (
-    ERROR as OFF, BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+    ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
     signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
-from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, colour_bar
+from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, band_brush, colour_bar, update_bar
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -42,6 +42,9 @@ class HeatmapGrid(QWidget):
                         "right-click a head to switch it off")
         self.gw = pg.GraphicsLayoutWidget()
         self.gw.setBackground(BACKGROUND)
+        # the view paints every pixel itself with its opaque background: Qt need not fill the
+        # viewport with the same colour first
+        self.gw.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.gw.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
@@ -200,10 +203,7 @@ class HeatmapGrid(QWidget):
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
             bar = (0.0, round(top, 3), bar_label(shown.weighted))
-        if bar != self._bar:  # the bar's axis re-lays out its ticks on every change: only when needed
-            self._bar = bar
-            self.cbar.setLevels(bar[:2])
-            self.cbar.getAxis("right").setLabel(bar[2], color=TEXT)
+        self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)
         side = lo.T
@@ -310,9 +310,7 @@ class HeatmapGrid(QWidget):
             if i < len(segments):
                 xl, xr, yt, yb, g = segments[i]
                 b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
-                tint = QColor(group_color(g))
-                tint.setAlpha(BAND_ALPHA)
-                b.setBrush(QBrush(tint))
+                b.setBrush(band_brush(group_color(g), BAND_ALPHA, BACKGROUND))
                 b.show()
             else:
                 b.hide()

@@ -10,7 +10,9 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QRectF
-from PySide6.QtGui import QBrush, QColor, QFont, QFontMetricsF, QImage, QPainterPath, QPen, QTransform
+from PySide6.QtGui import (
+    QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QPen, QTransform,
+)
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
 
 from attnviz.engine.computing.patterns import head_title
@@ -146,6 +148,41 @@ def argb_table(lut: np.ndarray) -> np.ndarray:  # [256, 4] uint8 RGBA -> [256] u
         table = np.frombuffer(q.constBits(), np.uint32, 256).copy()
         MosaicImage._tables[key] = table
     return table
+
+
+_BANDS: dict[tuple[str, int, str], QBrush] = {}
+
+
+def band_brush(color: str, alpha: int, background: str) -> QBrush:
+    """An opaque brush of `color` at `alpha` laid over `background`, the pixel Qt's own blending
+    gives (it paints it once): a KV-group band fills its rect plainly at each paint instead of
+    blending it over the view's background, which it covers alone."""
+    key = (color, alpha, background)
+    brush = _BANDS.get(key)
+    if brush is None:
+        tint = QColor(color)
+        tint.setAlpha(alpha)
+        pixel = QImage(1, 1, QImage.Format.Format_ARGB32_Premultiplied)
+        pixel.fill(QColor(background))
+        painter = QPainter(pixel)
+        painter.fillRect(0, 0, 1, 1, tint)
+        painter.end()
+        brush = _BANDS[key] = QBrush(pixel.pixelColor(0, 0))
+    return brush
+
+
+def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, float], title: str,
+               colormap: str | None = None) -> tuple:
+    """Set colour bar `bar` to these limits, title and colormap (None: left as it is), each only
+    where it differs from `shown`, what the bar shows (None: unknown): a title set again re-lays
+    out the bar's view, a colormap draws the bar again, though neither changed. -> what it shows."""
+    if colormap is not None and (shown is None or shown[0] != colormap):
+        bar.setColorMap(pg.colormap.get(colormap))
+    if shown is None or shown[1] != levels:
+        bar.setLevels(levels)
+    if shown is None or shown[2] != title:
+        bar.getAxis("right").setLabel(title, color=TEXT)
+    return colormap, levels, title
 
 
 def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:

@@ -231,15 +231,16 @@ def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float
                 segments.append((lo.x0[first * n_head + cols[0]] - pad, lo.x0[first * n_head + cols[-1]] + T + pad,
                                  lo.title_h - pad, lo.y0[last * n_head] + T + lo.caption_h, g))
         return segments
-    row_of = np.arange(len(lo.heads)) // lo.ncols
-    for r in range(int(row_of.max()) + 1):
-        in_row = np.nonzero(row_of == r)[0]
-        # (not np.unique: its first call imports numpy.ma, on the main thread at the first
-        # keystroke into an empty window)
-        for g in sorted({int(kv_group[lo.heads[i][1]]) for i in in_row}):
-            tiles = [i for i in in_row if kv_group[lo.heads[i][1]] == g]
-            segments.append((lo.x0[tiles[0]] - pad, lo.x0[tiles[-1]] + T + pad,
-                             lo.y0[tiles[0]] - lo.title_h, lo.y0[tiles[0]] + T + lo.caption_h, int(g)))
+    # in Python ints: a relayout at each new token walks these per tile (not np.unique: its first
+    # call imports numpy.ma, on the main thread at the first keystroke into an empty window)
+    group = [int(kv_group[h]) for _, h in lo.heads]
+    x0, y0 = lo.x0.tolist(), lo.y0.tolist()
+    for start in range(0, len(lo.heads), lo.ncols):  # tile rows: ncols consecutive tiles each
+        in_row = range(start, min(len(lo.heads), start + lo.ncols))
+        for g in sorted({group[i] for i in in_row}):
+            tiles = [i for i in in_row if group[i] == g]
+            segments.append((x0[tiles[0]] - pad, x0[tiles[-1]] + T + pad,
+                             y0[tiles[0]] - lo.title_h, y0[tiles[0]] + T + lo.caption_h, g))
     return segments
 
 

@@ -1,0 +1,81 @@
+"""Small pages for a one-shot command (engine/reading/pages.py): the host's free page reporting is
+read from the virtio balloon's features, and once small pages are asked for, NumPy's large arrays
+and the load's arena are advised against huge pages (their mapping's VmFlags say `nh`), with the
+same values in them."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from attnviz.engine.reading import pages
+from attnviz.engine.reading.budget import _Arena
+
+
+def virtio(root, name, device, features):
+    dev = root / "bus" / "virtio" / "devices" / name
+    dev.mkdir(parents=True)
+    (dev / "device").write_text(device + "\n")
+    (dev / "features").write_text(features + "\n")
+
+
+@pytest.mark.parametrize("devices, reclaims", [
+    ([("virtio0", "0x0001", "1" * 64)], False),  # a network card, every bit set: not a balloon
+    ([("virtio0", "0x0005", "1111100000")], False),  # a balloon without free page reporting
+    ([("virtio0", "0x0001", "0" * 64), ("virtio1", "0x0005", "0000010000")], True),
+    ([("virtio0", "0x0005", "00001")], False),  # a features string too short to hold the bit
+    ([], False),  # not a virtual machine (no virtio devices)
+])
+def test_free_page_reporting_is_read_from_the_balloons_features(tmp_path, devices, reclaims):
+    for name, device, features in devices:
+        virtio(tmp_path, name, device, features)
+    assert pages.host_reclaims_free_memory(str(tmp_path)) is reclaims
+    assert pages.small_pages_where_host_reclaims(str(tmp_path / "none")) is False
+    assert pages.huge_pages()  # nothing asked for small pages
+
+
+def vm_flags(a: np.ndarray) -> list[str]:
+    """The VmFlags of the mapping that holds array `a`'s middle byte (/proc/self/smaps: NumPy
+    advises from the array's first whole page on, a mapping of its own)."""
+    at, inside = a.ctypes.data + a.nbytes // 2, False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= at < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError("no mapping holds the array")
+
+
+FRESH = 48 << 20  # bytes: above glibc's largest mmap threshold, a mapping of its own (not reused)
+
+
+@pytest.fixture
+def small_pages():
+    if not pages.use_huge_pages(False):
+        pytest.skip("this NumPy cannot be told whether to advise huge pages")
+    yield
+    pages.use_huge_pages(True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and smaps are Linux's")
+def test_small_pages_advise_numpy_arrays_and_the_arena_against_huge_pages(small_pages):
+    assert not pages.huge_pages()
+    arena = _Arena(64 << 20)
+    slot = arena._take((1024, 1024))
+    assert "nh" in vm_flags(slot)  # the arena's buffer, advised before its first touch
+    a = np.empty(FRESH, np.uint8)
+    assert "hg" not in vm_flags(a)  # NumPy gave it no huge-page advice
+    slot[:] = np.arange(slot.size, dtype=np.float32).reshape(slot.shape)
+    assert np.array_equal(slot.ravel(), np.arange(slot.size, dtype=np.float32))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and smaps are Linux's")
+def test_huge_pages_come_back_when_asked_for():
+    assert pages.use_huge_pages(False) and pages.use_huge_pages(True)
+    assert pages.huge_pages()
+    a = np.empty(FRESH, np.uint8)
+    assert "hg" in vm_flags(a)  # NumPy's own advice, from 4 MiB on
+    assert "nh" not in vm_flags(_Arena(64 << 20)._take((1024, 1024)))
