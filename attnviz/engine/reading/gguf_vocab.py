@@ -146,20 +146,21 @@ def text_pieces(text: str) -> str:
     return text.replace(" ", SPACE)
 
 
-def merges_for_text(tokens: list[str], scores, types, text: str,
-                    unk_id: int | None) -> list[tuple[str, str]] | None:
+def merges_for_text(tokens: list[str], scores, types, text: str, unk_id: int | None,
+                    vocab: dict[str, int] | None = None) -> list[tuple[str, str]] | None:
     """The merges among cached_merges' that can apply to `text`, in their order; None where the text
     is too long to look them up (take them all). BPE merges two neighbouring symbols of a piece,
     and a symbol is a run of the piece's characters, or holds a byte token ("<0x41>", a character
     no token spells) or the unknown token: a merge whose left or right part is neither a run of
     `text` (spaces as "▁", "▁" before it) nor such a token can never apply to it, and leaving it
     out changes no merge that does, nor their order. So the text's tokens are those of every
-    merge, bit for bit."""
+    merge, bit for bit. `vocab`: token -> id, the last of a repeated token (built when not given)."""
     chars = text_pieces(text)
     longest = max(map(len, tokens), default=0)
     if len(chars) * min(longest, len(chars) + 1) > MAX_TEXT_PIECES:
         return None
-    vocab = dict(zip(tokens, range(len(tokens))))  # (the last of a repeated token, as the model's)
+    if vocab is None:
+        vocab = dict(zip(tokens, range(len(tokens))))  # (the last of a repeated token, as the model's)
     runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + longest) + 1)}
     runs |= {SPACE + r for r in runs} | {SPACE}
     allowed = {vocab[r] for r in runs if r in vocab}
@@ -224,7 +225,7 @@ def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
     vocab = {t: i for i, t in enumerate(tokens)}
     has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
     unk = tokens[unk_id] if unk_id is not None else None
-    merges = None if only_for is None else merges_for_text(tokens, scores, types, only_for, unk_id)
+    merges = None if only_for is None else merges_for_text(tokens, scores, types, only_for, unk_id, vocab)
     if merges is None:
         merges = cached_merges(tokens, scores, types)
     tok = Tokenizer(models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=has_bytes))
