@@ -2,7 +2,8 @@
 their files once a session: each later load of one gives a new Model (its own layer store, budget,
 KV cache, output head and tokenizer object) over the arrays the first load read, which no model
 writes to (tests/engine/test_shared_models.py edits one model and checks another). A load with a
-budget, a lazy load, a chosen memory budget or any other source reads its files as before."""
+budget, a lazy load, a text to build the tokenizer for, a chosen memory budget or any other
+source goes to the engine's own load, which reads its files."""
 
 from __future__ import annotations
 
@@ -46,10 +47,10 @@ class SharingLoader:
         stat = (where / "config.json" if where.is_dir() else where).stat()
         return name, str(where), license, kernels_on(), stat.st_mtime_ns, stat.st_size
 
-    def __call__(self, name_or_dir=DEFAULT_MODEL, budget=None, eager=True):
-        key = self.key(name_or_dir, budget, eager)
+    def __call__(self, name_or_dir=DEFAULT_MODEL, budget=None, eager=True, text=None):
+        key = self.key(name_or_dir, budget, eager) if text is None else None  # (a text: its own tokenizer)
         if key is None:
-            return self.real(name_or_dir, budget=budget, eager=eager)
+            return self.real(name_or_dir, budget=budget, eager=eager, text=text)
         first = self.first.get(key)
         if first is None:
             first = self.first[key] = self.real(name_or_dir)
