@@ -233,3 +233,16 @@ def family_gguf(folder: Path, path: Path, qtype=Q.F32) -> Path:
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+def load_packed(path: Path):
+    """load_gguf(path) with the quantised kernels asked for, so its layers are packed as the window
+    packs them (the request is switched off again after)."""
+    from attnviz.engine.computing.load import load_gguf
+    from attnviz.engine.reading import qpack
+
+    qpack.ask_for_kernels()
+    try:
+        return load_gguf(path)
+    finally:
+        qpack.ask_for_kernels(False)

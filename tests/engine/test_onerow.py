@@ -13,7 +13,7 @@ from attnviz.engine.computing import families, layers
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.trace import Knockout, Patch, Trace, append_positions
 from attnviz.engine.reading import qpack
-from gguf_files import family_gguf, gguf_tensors, write_gguf
+from gguf_files import family_gguf, gguf_tensors, load_packed, write_gguf
 from tiny import FIXTURES
 
 pytest.importorskip("numba")
@@ -177,15 +177,6 @@ def test_a_trace_without_edits_records_the_numpy_pattern_rows(T, onerow):
     np.testing.assert_array_equal(out[1][0], out[2][0])  # the max subtracted alike either way
 
 
-def _packed_model(path):
-    qpack.ask_for_kernels()
-    try:
-        from attnviz.engine.computing.load import load_gguf
-        return load_gguf(path)
-    finally:
-        qpack.ask_for_kernels(False)
-
-
 @pytest.fixture(scope="module")
 def packed_models(tmp_path_factory, onerow):
     """Tiny GGUF models in Q8_0 (their layers packed as the window packs them): a Llama with
@@ -196,7 +187,7 @@ def packed_models(tmp_path_factory, onerow):
     paths = {"llama": write_gguf(folder / "llama.gguf", cfg, tensors, Q.Q8_0)}
     for name in ("qwen3", "gemma3"):
         paths[name] = family_gguf(FIXTURES / name, folder / f"{name}.gguf", Q.Q8_0)
-    return {name: _packed_model(p) for name, p in paths.items()}
+    return {name: load_packed(p) for name, p in paths.items()}
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gemma3"])

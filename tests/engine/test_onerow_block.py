@@ -12,22 +12,12 @@ from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.generate import _StepTrace
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Patch, ReplaceHead, Trace
-from gguf_files import gguf_tensors, write_gguf
+from gguf_files import gguf_tensors, load_packed, write_gguf
 from tiny import FIXTURES
 
 pytest.importorskip("numba")
 
 WAYS = ("block", "steps", "numpy")
-
-
-def _load(path):
-    from attnviz.engine.reading import qpack
-    qpack.ask_for_kernels()
-    try:
-        from attnviz.engine.computing.load import load_gguf
-        return load_gguf(path)
-    finally:
-        qpack.ask_for_kernels(False)
 
 
 @pytest.fixture(scope="module")
@@ -39,14 +29,14 @@ def models(tmp_path_factory):
     assert qm.ONE_ROW is not None
     folder = tmp_path_factory.mktemp("onerow_block")
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    out = {"uncovered": _load(write_gguf(folder / "uncovered.gguf", cfg, tensors, Q.Q4_1))}
+    out = {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, Q.Q4_1))}
     rng = np.random.default_rng(7)
     d = cfg["hidden_size"]
     wide = dict(tensors)
     for i in range(cfg["num_hidden_layers"]):
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, d)) * 0.2).astype(np.float32)
-    out["covered"] = _load(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64),
+    out["covered"] = load_packed(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64),
                                       wide, Q.Q4_1))
     return out
 
@@ -165,25 +155,24 @@ def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, m
     covered layer whose kernels would run on two threads: no compiled call of the block, and the
     same numbers as the one-row steps."""
     from attnviz.engine import parallel
-    runs = {}
-    for name in WAYS[:2]:
-        way(name)
-        runs[name] = _keystrokes(models["uncovered"], IDS)
-    assert way.calls == []
-    np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
-    np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+
+    def block_not_called_and_same_as_steps(model):
+        runs = {}
+        for name in WAYS[:2]:
+            way(name)
+            runs[name] = _keystrokes(model, IDS)
+        assert way.calls == []
+        np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
+        np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+
+    block_not_called_and_same_as_steps(models["uncovered"])
     import numba
     if numba.config.NUMBA_NUM_THREADS < 2:
         return  # (numba runs one thread here: every kernel call is serial)
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 2)
     monkeypatch.setattr(parallel, "_AFFINITY", 2)  # (two cores, whatever this machine has)
     monkeypatch.setattr(parallel, "_LIMIT", None)
-    for name in WAYS[:2]:
-        way(name)
-        runs[name] = _keystrokes(models["covered"], IDS)
-    assert way.calls == []
-    np.testing.assert_array_equal(runs["block"][0], runs["steps"][0])
-    np.testing.assert_array_equal(runs["block"][1].resid[-1], runs["steps"][1].resid[-1])
+    block_not_called_and_same_as_steps(models["covered"])
 
 
 def _q4k(n_out, n_in, rng):

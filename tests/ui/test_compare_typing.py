@@ -155,19 +155,25 @@ def test_a_keystroke_makes_the_running_next_token_job_stale(window, qtbot):
     np.testing.assert_allclose(jobs.comparison.doc["kld"], kl, rtol=1e-5, atol=1e-8)
 
 
+def compare_shown(w, qtbot):
+    """Compare opened on the toy's first checkpoint at the window's first-start size, its first
+    comparison and next-token numbers in, its panel raised: (the jobs, the panel)."""
+    w.resize(1400, 860)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    w.compare_dock.raise_()
+    return jobs, w.compare_panel
+
+
 def test_the_numbers_coming_in_repaint_the_strip_not_the_tiles_or_the_map(window, qtbot):
     """A keystroke's next-token numbers change the strip and the summary: the A | B | A − B tiles and
     the JSD map, painted for its comparison already, are not painted again for them."""
     from PySide6.QtCore import QEvent, QObject
 
     w = window
-    w.resize(1400, 860)  # (the window's first-start size)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
-                    timeout=WAIT)
-    panel = w.compare_panel
-    w.compare_dock.raise_()
+    jobs, panel = compare_shown(w, qtbot)
     # room for any summary (its height never shrinks while B is open; growing would move the map)
     panel.summary.setMinimumHeight(panel.summary.height() + 200)
     painted = {"tiles": 0, "map": 0, "strip": 0}
@@ -214,13 +220,7 @@ def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):
     """The tiles and the strip paint a new comparison as it comes in (the grid's A − B follows in
     a turn of its own): by the time the session's signal has been handled they show its tokens."""
     w = window
-    w.resize(1400, 860)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
-                    timeout=WAIT)
-    panel = w.compare_panel
-    w.compare_dock.raise_()
+    jobs, panel = compare_shown(w, qtbot)
     qtbot.waitUntil(lambda: panel.tiles.isVisible() and panel.tile_rects != [], timeout=WAIT)
     seen = []  # (text, tokens the tiles and the strip were painted with) as each comparison comes in
     jobs.sigChanged.connect(lambda: seen.append((jobs.comparison.result.text, panel.tile_T,
