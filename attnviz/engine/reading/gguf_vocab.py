@@ -28,6 +28,7 @@ import numpy as np
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers import processors
 
+from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.user_cache import cache_root
 
 log = logging.getLogger(__name__)
@@ -146,33 +147,6 @@ def text_pieces(text: str) -> str:
     return text.replace(" ", SPACE)
 
 
-def merges_for_text(tokens: list[str], scores, types, text: str, unk_id: int | None,
-                    vocab: dict[str, int] | None = None) -> list[tuple[str, str]] | None:
-    """The merges among cached_merges' that can apply to `text`, in their order; None where the text
-    is too long to look them up (take them all). BPE merges two neighbouring symbols of a piece,
-    and a symbol is a run of the piece's characters, or holds a byte token ("<0x41>", a character
-    no token spells) or the unknown token: a merge whose left or right part is neither a run of
-    `text` (spaces as "▁", "▁" before it) nor such a token can never apply to it, and leaving it
-    out changes no merge that does, nor their order. So the text's tokens are those of every
-    merge, bit for bit. `vocab`: token -> id, the last of a repeated token (built when not given)."""
-    chars = text_pieces(text)
-    longest = max(map(len, tokens), default=0)
-    if len(chars) * min(longest, len(chars) + 1) > MAX_TEXT_PIECES:
-        return None
-    if vocab is None:
-        vocab = dict(zip(tokens, range(len(tokens))))  # (the last of a repeated token, as the model's)
-    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + longest) + 1)}
-    runs |= {SPACE + r for r in runs} | {SPACE}
-    allowed = {vocab[r] for r in runs if r in vocab}
-    unk = tokens[unk_id] if unk_id is not None else None
-    allowed |= {i for i, (t, kind) in enumerate(zip(tokens, types))
-                if kind == BYTE or "<0x" in t or (unk is not None and unk in t)}
-    ids = cached_merge_ids(tokens, scores, types)
-    keep = np.fromiter(allowed, np.int64, len(allowed))
-    kept = ids[np.isin(ids[:, 0], keep) & np.isin(ids[:, 1], keep)]
-    return _pairs(tokens, kept[:, 0].tolist(), kept[:, 1].tolist())
-
-
 def vocabulary_key(tokens: list[str], scores, types) -> str:
     """A hash of what the merge order is derived from: every token (its length and characters),
     score and type."""
@@ -218,16 +192,18 @@ def _write_ids(path, ids: np.ndarray) -> None:
 
 
 def sentencepiece_bpe(tokens: list[str], scores, types, add_space_prefix: bool,
-                      unk_id: int | None, only_for: str | None = None) -> Tokenizer:
-    """SentencePiece BPE as llama.cpp runs it (see the module's docstring). `only_for`: a text it
-    will encode, and texts within it (covers): only the merges that can apply to that text
-    (merges_for_text), which a large vocabulary builds in a fraction of the time."""
+                      unk_id: int | None) -> Tokenizer:
+    """SentencePiece BPE as llama.cpp runs it (see the module's docstring); for one text and those
+    within it, sentencepiece_for_text builds what it needs of it."""
     vocab = {t: i for i, t in enumerate(tokens)}
     has_bytes = all(f"<0x{b:02X}>" in vocab for b in range(256))
     unk = tokens[unk_id] if unk_id is not None else None
-    merges = None if only_for is None else merges_for_text(tokens, scores, types, only_for, unk_id, vocab)
-    if merges is None:
-        merges = cached_merges(tokens, scores, types)
+    return _spm(vocab, cached_merges(tokens, scores, types), unk, has_bytes, add_space_prefix)
+
+
+def _spm(vocab: dict[str, int], merges, unk: str | None, has_bytes: bool,
+         add_space_prefix: bool) -> Tokenizer:
+    """SentencePiece BPE over `vocab` and `merges` as llama.cpp runs it (sentencepiece_bpe)."""
     tok = Tokenizer(models.BPE(vocab, merges, unk_token=unk, fuse_unk=True, byte_fallback=has_bytes))
     steps = [normalizers.Prepend(SPACE)] if add_space_prefix else []
     tok.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", SPACE)])
@@ -259,3 +235,176 @@ def add_bos_eos(tok: Tokenizer, tokens: list[str], bos: int | None, eos: int | N
     special = sorted({(tokens[i], int(i)) for i in (bos, eos) if i is not None})
     tok.post_processor = processors.TemplateProcessing(
         single=f"{first}$A{last}", pair=f"{first}$A{last} {first}$B{last}", special_tokens=special)
+
+
+# A one-shot command's SentencePiece tokenizer for its text, read from the vocabulary's bytes: the
+# tokens its text can meet, found by hash, not a Python string and dict entry for each of them.
+
+_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+
+
+def byte_hashes(data: np.ndarray, begins: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """[n] uint64 FNV-1a hashes of the byte strings data[begins[k]:stops[k]] (data: uint8), a
+    NumPy step per byte position over the strings at least that long."""
+    lengths = stops - begins
+    hashes = np.full(len(begins), _FNV_OFFSET, np.uint64)
+    if not len(begins):
+        return hashes
+    order = np.argsort(-lengths, kind="stable")  # longest first: those still going are a prefix
+    first = begins[order]
+    going = len(begins) - np.cumsum(np.bincount(lengths))  # [p]: how many are longer than p
+    h = hashes[order]
+    for p in range(int(lengths.max())):
+        k = going[p]
+        h[:k] = (h[:k] ^ data[first[:k] + p]) * _FNV_PRIME
+    hashes[order] = h
+    return hashes
+
+
+class TokenTable:
+    """A vocabulary's token strings read from its bytes (gguf_file.string_bytes: string k's UTF-8
+    is blob[begins[k]:stops[k]]) when asked: a token by id, decoded then (strict UTF-8, as the
+    metadata's strings), and the ids of given strings, by a hash of each token's bytes (sorted
+    once: a look-up is a binary search), compared byte for byte."""
+
+    def __init__(self, blob: bytes, begins: np.ndarray, stops: np.ndarray):
+        self._blob, self._begins, self._stops = blob, begins, stops
+        hashes = byte_hashes(np.frombuffer(blob, np.uint8), begins, stops)
+        self._order = np.argsort(hashes, kind="stable")  # ids by hash, ascending ids among equal ones
+        self._sorted = hashes[self._order]
+        self.longest = int((stops - begins).max()) if len(begins) else 0  # bytes
+
+    def __len__(self) -> int:
+        return len(self._begins)
+
+    def __getitem__(self, i: int) -> str:
+        return self.token(i)
+
+    def token(self, i: int) -> str:
+        try:
+            return self._blob[self._begins[i]:self._stops[i]].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelLoadError(f"GGUF metadata tokenizer.ggml.tokens cannot be read: token {i}: "
+                                 f"{exc}") from exc
+
+    def lookup(self, strings) -> dict[str, list[int]]:
+        """{string: the ids whose token it is, ascending} for each of `strings` that is a token."""
+        wanted = list(dict.fromkeys(strings))
+        encoded = [w.encode("utf-8", "surrogatepass") for w in wanted]  # (a lone surrogate: no token)
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        stops = np.cumsum(lengths)
+        hashes = byte_hashes(np.frombuffer(b"".join(encoded), np.uint8), stops - lengths, stops)
+        lo = np.searchsorted(self._sorted, hashes, "left").tolist()
+        hi = np.searchsorted(self._sorted, hashes, "right").tolist()
+        found = {}
+        for w, b, a, z in zip(wanted, encoded, lo, hi):
+            ids = [i for i in self._order[a:z].tolist()
+                   if self._blob[self._begins[i]:self._stops[i]] == b]
+            if ids:
+                found[w] = sorted(ids)
+        return found
+
+    def last_ids(self, strings) -> dict[str, int]:
+        """{string: the last id whose token it is} (a repeated token's id in a dict of them all)."""
+        return {w: ids[-1] for w, ids in self.lookup(strings).items()}
+
+    def containing(self, part: str) -> list[int]:
+        """The ids whose token holds `part` (not empty)."""
+        b = part.encode("utf-8", "surrogatepass")
+        hits, at = set(), self._blob.find(b)
+        while at >= 0:
+            k = int(np.searchsorted(self._stops, at, "right"))
+            if k < len(self) and self._begins[k] <= at and at + len(b) <= self._stops[k]:
+                hits.add(k)
+            at = self._blob.find(b, at + 1)
+        return sorted(hits)
+
+
+class TableVocabulary:
+    """What a tokenizer built for some texts (sentencepiece_for_text) answers for every id as the
+    whole one does, from the TokenTable: the whole tokenizer's vocabulary maps each token to its
+    last id (a repeated token's earlier ids have no token), and its special tokens are those of
+    `special_types`, added under that id."""
+
+    def __init__(self, table: TokenTable, types: np.ndarray, special_types: tuple[int, ...]):
+        self.table, self._types, self._special_types = table, types, special_types
+
+    def id_to_token(self, i: int) -> str | None:
+        if not 0 <= i < len(self.table):
+            return None
+        token = self.table.token(i)
+        ids = self.table.lookup([token])[token]
+        return token if ids[-1] == i else None
+
+    def is_special(self, i: int) -> bool:
+        token = self.id_to_token(i)
+        return token is not None and any(
+            int(self._types[j]) in self._special_types for j in self.table.lookup([token])[token])
+
+    def special_ids(self) -> set[int]:
+        ids = np.flatnonzero(np.isin(self._types, self._special_types)).tolist()
+        return set(self.table.last_ids([self.table.token(i) for i in ids]).values())
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.table.last_ids([token]).get(token)
+
+
+def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: bool,
+                           unk_id: int | None, text: str, also=()) -> Tokenizer | None:
+    """sentencepiece_bpe(...) with add_file_tokens' control and unknown tokens (special) and
+    user-defined ones, for `text` and texts within it (text_pieces(other) in text_pieces(text)):
+    their tokens, offsets and labels bit for bit. It holds only what such a text can meet: the
+    tokens that are runs of its characters (spaces as "▁", "▁" before them), byte tokens and those
+    that hold "<0x" or the unknown token; the merges whose result is one of them (every split of
+    such a token into two tokens, ranked as merge_ids ranks them: a merge can apply only where its
+    result is a run of the text or holds such a token, so no merge that can is left out); the
+    added tokens found in the text, or that are in the vocabulary it holds; the tokens of the ids
+    `also` (the BOS and EOS the post-processor adds: decoded with the rest). Every token keeps its
+    id (the last of a repeated token, as the whole vocabulary's dict). None where the text is too
+    long to look it up (MAX_TEXT_PIECES) or the unknown token is empty (every token holds it)."""
+    chars = text_pieces(text)
+    if len(chars) * min(table.longest, len(chars) + 1) > MAX_TEXT_PIECES:
+        return None
+    unk = table.token(unk_id) if unk_id is not None else None
+    if unk == "":
+        return None
+    scores = np.asarray(scores, np.float64)
+    types = np.asarray(types)
+    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + table.longest) + 1)}
+    runs |= {SPACE + r for r in runs} | {SPACE}
+    byte_names = [f"<0x{b:02X}>" for b in range(256)]
+    found = table.lookup(runs | set(byte_names))
+    has_bytes = all(b in found for b in byte_names)
+    symbols = {i for ids in found.values() for i in ids}  # what a symbol or a merge's result can be
+    symbols.update(np.flatnonzero(types == BYTE).tolist())
+    symbols.update(table.containing("<0x"))
+    if unk is not None:
+        symbols.update(table.containing(unk))
+    token = {i: table.token(i) for i in sorted(symbols)}
+    token.update((i, table.token(i)) for i in also if i is not None)
+    added = {i: table.token(i) for i in np.flatnonzero(np.isin(types, (CONTROL, UNKNOWN, USER_DEFINED))).tolist()}
+    parts = {t[:cut] for i, t in token.items() if types[i] == NORMAL for cut in range(1, len(t))}
+    parts |= {t[cut:] for i, t in token.items() if types[i] == NORMAL for cut in range(1, len(t))}
+    last = {w: ids[-1] for w, ids in found.items()}
+    asked = runs | set(byte_names)  # (looked up: a string found there is in `last`)
+    last.update(table.last_ids((parts | set(token.values()) | set(added.values())) - asked))
+    ranked = []
+    for i, t in token.items():
+        if types[i] != NORMAL or len(t) < 2:
+            continue
+        for cut in range(1, len(t)):
+            left = last.get(t[:cut])
+            if left is not None:
+                right = last.get(t[cut:])
+                if right is not None:
+                    ranked.append((-scores[i], i, t[:cut], t[cut:]))
+    ranked.sort(key=lambda r: (r[0], r[1], last[r[2]], last[r[3]]))
+    vocab = {w: last[w] for w in set(token.values()) | {w for r in ranked for w in r[2:]}}
+    vocab.update((w, last[w]) for w in added.values() if text_pieces(w) in chars)
+    tok = _spm(vocab, [r[2:] for r in ranked], unk, has_bytes, add_space_prefix)
+    kept = [i for i, w in added.items() if w in vocab]
+    tok.add_special_tokens([AddedToken(added[i], special=True, normalized=False)
+                            for i in kept if types[i] in (CONTROL, UNKNOWN)])
+    tok.add_tokens([AddedToken(added[i], special=False, normalized=False)
+                    for i in kept if types[i] == USER_DEFINED])
+    return tok

@@ -1,0 +1,128 @@
+"""A one-shot command's SentencePiece tokenizer read from the vocabulary's bytes
+(gguf_vocab.TokenTable, sentencepiece_for_text, TableVocabulary) against the whole vocabulary's:
+the same ids, pieces, labels, offsets and special flags for its text and texts within it, the
+same labels, special ids, token ids and decoded text for any id, on Mistral's 32,000 pieces and on
+a vocabulary with the odd cases (a repeated token, a normal token that holds a byte token or the
+unknown token, user-defined and control tokens typed in the text)."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnviz.engine.reading import gguf_vocab as V
+from attnviz.engine.reading.gguf_file import metadata, open_gguf, string_bytes
+from attnviz.engine.reading.gguf_model import gguf_tokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny import FIXTURES  # noqa: E402
+from gguf_files import spm_vocab_kv, write_vocab_gguf  # noqa: E402
+
+SPM_CASES = json.loads((FIXTURES / "spm" / "tokens.json").read_text(encoding="utf-8"))["cases"]
+ODD = {1000: "▁repeated", 2000: "▁repeated", 3000: "<0x41>z", 3001: "▁ab<unk>",
+       3002: "<user>", 3003: "<ctl>", 3004: "<ctl>"}  # id -> its token in the odd vocabulary
+ODD_TYPES = {3002: V.USER_DEFINED, 3003: V.CONTROL, 3004: V.CONTROL}
+ODD_TEXTS = ["a repeated word, repeated", "A<0x41>z and ▁ab<unk> here", "x<user>y <ctl> z<ctl>",
+             "<s>One</s> two <unk>"]
+
+
+def odd_kv() -> dict:
+    kv = spm_vocab_kv(True, True)
+    for i, token in ODD.items():
+        kv["tokenizer.ggml.tokens"][i] = token
+        kv["tokenizer.ggml.token_type"][i] = ODD_TYPES.get(i, V.NORMAL)
+    return kv
+
+
+@pytest.fixture(params=["mistral", "odd"])
+def vocab_gguf(request, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    kv = spm_vocab_kv(True, True) if request.param == "mistral" else odd_kv()
+    texts = [case["text"] for case in SPM_CASES[::5]] + ["One, two, three, four, five", "  spaced  out  "]
+    return open_gguf(write_vocab_gguf(tmp_path / "v.gguf", kv)), texts + ODD_TEXTS
+
+
+def same_encoding(a, b) -> bool:
+    return (a.ids, a.tokens, a.labels, a.offsets, a.special) == (b.ids, b.tokens, b.labels, b.offsets, b.special)
+
+
+def test_a_table_finds_every_token_as_a_dict_of_the_decoded_strings_does(vocab_gguf, monkeypatch):
+    reader, _ = vocab_gguf
+    tokens = metadata(reader, "tokenizer.ggml.tokens")
+    table = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
+    assert len(table) == len(tokens) and [table.token(i) for i in range(len(tokens))] == tokens
+    every = {}
+    for i, t in enumerate(tokens):
+        every.setdefault(t, []).append(i)
+    asked = list(every) + ["not a token", "", "▁", "▁repeat", "\ud800"]
+    assert table.lookup(asked) == {t: every[t] for t in asked if t in every}
+    assert table.last_ids(asked) == {t: every[t][-1] for t in asked if t in every}
+    for part in ("<0x", "<unk>", "ing", "▁"):
+        assert table.containing(part) == [i for i, t in enumerate(tokens) if part in t]
+    monkeypatch.setattr(V, "byte_hashes", lambda data, begins, stops: np.zeros(len(begins), np.uint64))
+    collided = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))  # every hash the same
+    sample = asked[::997] + asked[-5:]
+    assert collided.lookup(sample) == {t: every[t] for t in sample if t in every}
+
+
+def test_byte_hashes_are_fnv1a_of_each_string():
+    def fnv1a(b: bytes) -> int:
+        h = 0xCBF29CE484222325
+        for c in b:
+            h = ((h ^ c) * 0x100000001B3) % (1 << 64)
+        return h
+
+    strings = [b"", b"a", "▁two".encode(), b"a longer string than the others", b"ab"]
+    stops = np.cumsum([len(s) for s in strings])
+    got = V.byte_hashes(np.frombuffer(b"".join(strings), np.uint8), stops - [len(s) for s in strings], stops)
+    assert got.tolist() == [fnv1a(s) for s in strings]
+
+
+def test_a_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(vocab_gguf, monkeypatch):
+    reader, texts = vocab_gguf
+    whole, _ = gguf_tokenizer(reader)
+    n = len(metadata(reader, "tokenizer.ggml.tokens"))
+    ids = list(range(n)) + [n, n + 7]
+    want_labels, want_special = whole.labels_for_ids(ids), whole.special_ids()
+    for text in texts:
+        with monkeypatch.context() as m:  # neither the whole vocabulary nor its merge order is made
+            for name in ("sentencepiece_bpe", "cached_merges", "merge_ids"):
+                m.setattr(V, name, lambda *a, **k: pytest.fail("the whole vocabulary was built"))
+            one, _ = gguf_tokenizer(reader, text=text)
+            within = text[len(text) // 3:]
+            for t, special in ((text, True), (text, False), (within, True), (within, False)):
+                assert same_encoding(one.encode(t, add_special_tokens=special),
+                                     whole.encode(t, add_special_tokens=special)), repr(t)
+            text_ids = whole.encode(text).ids
+            assert one.decode(text_ids) == whole.decode(text_ids)
+            assert one.decode(text_ids, True) == whole.decode(text_ids, True)
+            for token in whole.encode(text).tokens + ["▁repeated", "<ctl>", "<user>", "nope", ""]:
+                assert one.token_to_id(token) == whole.token_to_id(token), token
+            assert one.labels_for_ids(text_ids + [n]) == whole.labels_for_ids(text_ids + [n])
+            assert not one.for_every_text
+    assert one.labels_for_ids(ids) == want_labels  # every id, special or not, repeated or not
+    assert one.special_ids() == want_special
+    assert not one.for_every_text
+    others = [5, 1000, 2000, 3003, 3004, n - 1]
+    for skip in (False, True):  # an id the text does not hold: the whole vocabulary decodes it
+        assert one.decode(others, skip) == whole.decode(others, skip)
+    assert one.for_every_text and one.raw.to_str() == whole.raw.to_str()
+
+
+def test_a_text_too_long_to_look_up_gets_the_whole_vocabulary(vocab_gguf, monkeypatch):
+    reader, _ = vocab_gguf
+    monkeypatch.setattr(V, "MAX_TEXT_PIECES", 100)
+    assert gguf_tokenizer(reader, text="a longer text than that " * 3)[0].for_every_text
+    assert not gguf_tokenizer(reader, text="short")[0].for_every_text
+
+
+def test_a_vocabulary_the_table_cannot_read_gets_the_whole_build_and_its_message(tmp_path):
+    """Arrays the whole build refuses are refused with its message, text or not."""
+    kv = spm_vocab_kv(True, True)
+    kv["tokenizer.ggml.scores"] = kv["tokenizer.ggml.scores"][:-1]
+    reader = open_gguf(write_vocab_gguf(tmp_path / "v.gguf", kv))
+    for text in (None, "One, two"):
+        with pytest.raises(Exception, match="tokenizer.ggml.scores has 31,999 entries, expected one per token"):
+            gguf_tokenizer(reader, text=text)
