@@ -272,6 +272,7 @@ class TokenTable:
         hashes = byte_hashes(np.frombuffer(blob, np.uint8), begins, stops)
         self._order = np.argsort(hashes, kind="stable")  # ids by hash, ascending ids among equal ones
         self._sorted = hashes[self._order]
+        self._repeated: dict[int, list[int]] | None = None  # same(): made when first asked
         self.longest = int((stops - begins).max()) if len(begins) else 0  # bytes
 
     def __len__(self) -> int:
@@ -304,6 +305,19 @@ class TokenTable:
                 found[w] = sorted(ids)
         return found
 
+    def same(self, i: int) -> list[int]:
+        """The ids whose token is token i's (i among them), ascending."""
+        if self._repeated is None:
+            self._repeated, s = {}, self._sorted
+            for h in np.unique(s[1:][s[1:] == s[:-1]]).tolist():  # (a repeat shares its hash)
+                near = self._order[np.searchsorted(s, h, "left"):np.searchsorted(s, h, "right")]
+                groups = {}  # (one hash: the same bytes, or a collision)
+                for k in near.tolist():
+                    groups.setdefault(self._blob[self._begins[k]:self._stops[k]], []).append(k)
+                for ids in groups.values():
+                    self._repeated.update((k, sorted(ids)) for k in ids)
+        return self._repeated.get(i, [i])
+
     def last_ids(self, strings) -> dict[str, int]:
         """{string: the last id whose token it is} (a repeated token's id in a dict of them all)."""
         return {w: ids[-1] for w, ids in self.lookup(strings).items()}
@@ -332,14 +346,11 @@ class TableVocabulary:
     def id_to_token(self, i: int) -> str | None:
         if not 0 <= i < len(self.table):
             return None
-        token = self.table.token(i)
-        ids = self.table.lookup([token])[token]
-        return token if ids[-1] == i else None
+        return self.table.token(i) if self.table.same(i)[-1] == i else None
 
     def is_special(self, i: int) -> bool:
-        token = self.id_to_token(i)
-        return token is not None and any(
-            int(self._types[j]) in self._special_types for j in self.table.lookup([token])[token])
+        return self.id_to_token(i) is not None and any(
+            int(self._types[j]) in self._special_types for j in self.table.same(i))
 
     def special_ids(self) -> set[int]:
         ids = np.flatnonzero(np.isin(self._types, self._special_types)).tolist()

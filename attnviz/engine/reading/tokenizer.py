@@ -96,11 +96,12 @@ class TextTokenizer:
         return self._whole is None
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        """The text of `ids` (the decoder and the vocabulary: no merge needed; the whole vocabulary
-        where the one held lacks one of them)."""
+        """The text of `ids` (the decoder and the vocabulary: no merge needed)."""
         part, tok = self._vocabulary, self._tok  # (in this order: raw sets _tok first)
-        if part is not None and any(tok.id_to_token(i) is None for i in ids):
-            tok = self.raw
+        if part is not None and tok.decoder is not None:  # (tokenizers' decode: the ids' tokens, decoded)
+            tokens = [part.id_to_token(i) for i in ids]
+            return tok.decoder.decode([t for i, t in zip(ids, tokens) if t is not None and not (
+                skip_special_tokens and part.is_special(i))])
         return tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int | None:
