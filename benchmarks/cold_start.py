@@ -27,7 +27,8 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   phases are shares of a profiled run, not the figures. And one run under `python -X importtime`:
   the modules that take longest to import (cumulative, their own imports included).
 - first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
-  load (engine/reading/gguf_vocab.py): one more warm run per command with an empty cache folder
+  load of the whole vocabulary (engine/reading/gguf_vocab.py; a command's SentencePiece tokenizer
+  for its text needs none of it): one more warm run per command with an empty cache folder
   ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
 
 - gap: with --gap SECONDS, a pause before each timed run. On a virtual machine that hands free
@@ -222,7 +223,8 @@ print(json.dumps({"rc": rc, "total_s": total, "phases_s": phases, "user_s": use.
 # phase -> the functions (file suffix, function name) whose cumulative time it is
 PHASES = {
     "load": [("computing/load.py", "load_model")],
-    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe")],
+    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe"),
+                   ("reading/gguf_vocab.py", "sentencepiece_for_text")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
     "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],
@@ -527,8 +529,8 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as empty:
                 first = timed_process(argv, env={"ATTNVIZ_CACHE": empty})
             figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
-                                         "s", runs=[first], note="warm page cache, one run, the "
-                                         "vocabulary's merge order derived and written"))
+                                         "s", runs=[first], note="warm page cache, one run, with "
+                                         "no merge order kept from an earlier load"))
             print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
             timed = {"this commit": phase_times(argv)}
             print(f"  phases (clock, one warm run): {describe_phases(timed['this commit'])}", flush=True)
