@@ -67,17 +67,21 @@ def test_a_table_finds_every_token_as_a_dict_of_the_decoded_strings_does(vocab_g
     assert collided.lookup(sample) == {t: every[t] for t in sample if t in every}
 
 
-def test_byte_hashes_are_fnv1a_of_each_string():
-    def fnv1a(b: bytes) -> int:
-        h = 0xCBF29CE484222325
-        for c in b:
-            h = ((h ^ c) * 0x100000001B3) % (1 << 64)
+def test_byte_hashes_are_the_word_wise_fnv_of_each_string():
+    def reference(b: bytes) -> int:
+        prime, wrap = 0x100000001B3, 1 << 64
+        h = ((0xCBF29CE484222325 ^ len(b)) * prime) % wrap
+        for at in range(0, len(b), 8):
+            h = ((h ^ int.from_bytes(b[at:at + 8], "little")) * prime) % wrap
         return h
 
-    strings = [b"", b"a", "▁two".encode(), b"a longer string than the others", b"ab"]
-    stops = np.cumsum([len(s) for s in strings])
-    got = V.byte_hashes(np.frombuffer(b"".join(strings), np.uint8), stops - [len(s) for s in strings], stops)
-    assert got.tolist() == [fnv1a(s) for s in strings]
+    strings = [b"", b"a", "\u2581two".encode(), b"a longer string than the others, of 41 bytes",
+               b"ab", b"12345678", b"123456789", b"\x00", b"\x00\x00", "東京".encode()]
+    lengths = [len(s) for s in strings]
+    stops = np.cumsum(lengths)
+    got = V.byte_hashes(np.frombuffer(b"".join(strings), np.uint8), stops - lengths, stops)
+    assert got.tolist() == [reference(s) for s in strings]
+    assert len(set(got.tolist())) == len(strings)
 
 
 def test_a_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(vocab_gguf, monkeypatch):

@@ -240,38 +240,58 @@ def add_bos_eos(tok: Tokenizer, tokens: list[str], bos: int | None, eos: int | N
 # A one-shot command's SentencePiece tokenizer for its text, read from the vocabulary's bytes: the
 # tokens its text can meet, found by hash, not a Python string and dict entry for each of them.
 
-_FNV_OFFSET, _FNV_PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)
+_OFFSET, _PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)  # FNV-1's
 
 
 def byte_hashes(data: np.ndarray, begins: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """[n] uint64 FNV-1a hashes of the byte strings data[begins[k]:stops[k]] (data: uint8), a
-    NumPy step per byte position over the strings at least that long."""
+    """[n] uint64 hashes of the byte strings data[begins[k]:stops[k]] (data: uint8): the length,
+    then each 8-byte word (little-endian, the last one's missing bytes zero) xored in and
+    multiplied by FNV's prime, a NumPy step per word over the strings that long. Equal strings
+    hash alike; a look-up compares the bytes of equal hashes."""
     lengths = stops - begins
-    hashes = np.full(len(begins), _FNV_OFFSET, np.uint64)
-    if not len(begins):
+    n = len(begins)
+    hashes = np.empty(n, np.uint64)
+    if not n:
         return hashes
-    order = np.argsort(-lengths, kind="stable")  # longest first: those still going are a prefix
-    first = begins[order]
-    going = len(begins) - np.cumsum(np.bincount(lengths))  # [p]: how many are longer than p
-    h = hashes[order]
-    for p in range(int(lengths.max())):
-        k = going[p]
-        h[:k] = (h[:k] ^ data[first[:k] + p]) * _FNV_PRIME
+    longest = int(lengths.max())
+    shorter = (longest - lengths).astype(np.uint16 if longest < 1 << 16 else np.int64)
+    order = np.argsort(shorter, kind="stable")  # longest first: those still going are a prefix
+    padded = np.concatenate([data, np.zeros(8, np.uint8)])  # (a last word read past the end)
+    words = np.ndarray((len(padded) - 7,), "<u8", padded, 0, (1,))  # the word at every byte
+    first, left = begins[order], lengths[order].astype(np.uint64)
+    going = n - np.cumsum(np.bincount(lengths))  # [p]: how many are longer than p bytes
+    h = (_OFFSET ^ left) * _PRIME
+    for at in range(0, longest, 8):
+        k = going[at]
+        w = words[first[:k] + at]
+        rest = left[:k] - np.uint64(at)
+        short = np.flatnonzero(rest < 8)  # a last word: its bytes past the string's end zeroed
+        w[short] &= (np.uint64(1) << (np.uint64(8) * rest[short])) - np.uint64(1)
+        h[:k] = (h[:k] ^ w) * _PRIME
     hashes[order] = h
     return hashes
+
+
+def _keys(hashes: np.ndarray) -> np.ndarray:  # [n] uint64 -> [n] uint32, a table's sort key
+    return (hashes >> np.uint64(32)).astype(np.uint32)
+
+
+def _sort_order(keys: np.ndarray) -> np.ndarray:  # [n] uint32 -> the ids by key, ascending ids among equal ones
+    low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")  # (two radix passes)
+    return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
 
 
 class TokenTable:
     """A vocabulary's token strings read from its bytes (gguf_file.string_bytes: string k's UTF-8
     is blob[begins[k]:stops[k]]) when asked: a token by id, decoded then (strict UTF-8, as the
-    metadata's strings), and the ids of given strings, by a hash of each token's bytes (sorted
-    once: a look-up is a binary search), compared byte for byte."""
+    metadata's strings), and the ids of given strings, by a hash of each token's bytes (32 bits of
+    it sorted once: a look-up is a binary search), compared byte for byte."""
 
     def __init__(self, blob: bytes, begins: np.ndarray, stops: np.ndarray):
         self._blob, self._begins, self._stops = blob, begins, stops
-        hashes = byte_hashes(np.frombuffer(blob, np.uint8), begins, stops)
-        self._order = np.argsort(hashes, kind="stable")  # ids by hash, ascending ids among equal ones
-        self._sorted = hashes[self._order]
+        keys = _keys(byte_hashes(np.frombuffer(blob, np.uint8), begins, stops))
+        self._order = _sort_order(keys)
+        self._sorted = keys[self._order]
         self._repeated: dict[int, list[int]] | None = None  # same(): made when first asked
         self.longest = int((stops - begins).max()) if len(begins) else 0  # bytes
 
@@ -294,7 +314,7 @@ class TokenTable:
         encoded = [w.encode("utf-8", "surrogatepass") for w in wanted]  # (a lone surrogate: no token)
         lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
         stops = np.cumsum(lengths)
-        hashes = byte_hashes(np.frombuffer(b"".join(encoded), np.uint8), stops - lengths, stops)
+        hashes = _keys(byte_hashes(np.frombuffer(b"".join(encoded), np.uint8), stops - lengths, stops))
         lo = np.searchsorted(self._sorted, hashes, "left").tolist()
         hi = np.searchsorted(self._sorted, hashes, "right").tolist()
         found = {}
