@@ -144,3 +144,22 @@ def test_same_finds_every_id_of_a_repeated_token_among_colliding_hashes(monkeypa
     want = {i: [j for j, u in enumerate(tokens) if u == t] for i, t in enumerate(tokens)}
     assert {i: table.same(i) for i in range(len(tokens))} == want
     assert table.lookup(["a", "b", "c", "d", "e"]) == {"a": [0, 2, 4], "b": [1, 5], "c": [3], "d": [6]}
+
+
+def test_a_token_that_is_not_utf8_is_named_when_it_is_read(tmp_path, monkeypatch):
+    """As the metadata's own strings: the text's tokenizer builds, and a label of that id names
+    the token in one line."""
+    from attnviz.engine.errors import ModelLoadError
+
+    monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
+    kv = spm_vocab_kv(True, True)
+    kv["tokenizer.ggml.tokens"][5000] = "\u2581zz\u00e9zz"
+    path = write_vocab_gguf(tmp_path / "v.gguf", kv)
+    bad = bytearray(path.read_bytes())
+    at = bytes(bad).index("\u2581zz\u00e9zz".encode()) + len("\u2581zz".encode())
+    bad[at] = 0xFF  # (é's first byte: not UTF-8 now)
+    path.write_bytes(bytes(bad))
+    one, _ = gguf_tokenizer(open_gguf(path), text="One, two")
+    assert one.encode("One, two").ids
+    with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens cannot be read: token 5000"):
+        one.labels_for_ids([5000])
