@@ -163,3 +163,38 @@ def test_a_token_that_is_not_utf8_is_named_when_it_is_read(tmp_path, monkeypatch
     assert one.encode("One, two").ids
     with pytest.raises(ModelLoadError, match="tokenizer.ggml.tokens cannot be read: token 5000"):
         one.labels_for_ids([5000])
+
+
+BYTE_LEVEL_TEXTS = ["One, two, three, four, five", "<|im_start|>user\nHi 123456 there<|im_end|>",
+                    "  spaced\tout \n\n", "東京 👨‍👩‍👧‍👦 naïve café", "", "x<|endoftext|>y", "1234567890"]
+
+
+def test_a_byte_level_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(monkeypatch):
+    """SmolLM2's byte-level BPE (its pre-tokenizer's digit and GPT-2 splits, control tokens typed
+    in the text) as test_a_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text checks it."""
+    from attnviz.engine.reading.registry import resolve
+
+    reader = open_gguf(resolve("SmolLM2-135M-Instruct")[1])
+    whole, _ = gguf_tokenizer(reader)
+    n = len(metadata(reader, "tokenizer.ggml.tokens"))
+    for text in BYTE_LEVEL_TEXTS:
+        with monkeypatch.context() as m:
+            m.setattr(V, "byte_level_bpe", lambda *a, **k: pytest.fail("the whole vocabulary was built"))
+            one, _ = gguf_tokenizer(reader, text=text)
+            assert one.kind == whole.kind
+            within = text[len(text) // 3:]
+            for t, special in ((text, True), (text, False), (within, True)):
+                assert same_encoding(one.encode(t, add_special_tokens=special),
+                                     whole.encode(t, add_special_tokens=special)), repr(t)
+            text_ids = whole.encode(text).ids
+            assert one.labels_for_ids(text_ids) == whole.labels_for_ids(text_ids)
+            for skip in (False, True):
+                assert one.decode(text_ids, skip) == whole.decode(text_ids, skip)
+            for token in whole.encode(text).tokens + ["<|im_start|>", "Ġthe", "nope"]:
+                assert one.token_to_id(token) == whole.token_to_id(token), token
+            assert not one.for_every_text
+    ids = list(range(n)) + [n]
+    assert one.labels_for_ids(ids) == whole.labels_for_ids(ids)
+    assert one.decode(ids[::7], True) == whole.decode(ids[::7], True)
+    assert one.special_ids() == whole.special_ids()
+    assert one.encode("Another text").ids == whole.encode("Another text").ids and one.for_every_text

@@ -335,23 +335,29 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
                       f"{', '.join(vocab.SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
-    table = _text_table(reader, n_rows) if kind == "llama" and text is not None else None
+    table = _text_table(reader, n_rows, kind) if text is not None else None
     if table is not None:  # a one-shot command's text: its tokens read from the vocabulary's bytes
-        table, scores, types = table
+        table, scores, types, merges = table
         n_tokens = len(table)
+        spm = kind == "llama"
         bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
-        unk = token_id("tokenizer.ggml.unknown_token_id")
-        add_bos = flag("tokenizer.ggml.add_bos_token", True)
+        add_bos = flag("tokenizer.ggml.add_bos_token", spm)
         add_eos = flag("tokenizer.ggml.add_eos_token", False)
-        space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
-        part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text, (bos, eos))
-        if part is not None:
-            vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None)
+        if spm:
+            unk = token_id("tokenizer.ggml.unknown_token_id")
+            space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
+            part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text, (bos, eos))
             within = vocab.text_pieces(text)
-            return TextTokenizer(
-                part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw,
-                covers=lambda other: vocab.text_pieces(other) in within,
-                vocabulary=vocab.TableVocabulary(table, types, (vocab.CONTROL, vocab.UNKNOWN))), None
+            covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
+        else:
+            part = vocab.byte_level_for_text(table, merges, types, pre, text)
+            covers = lambda other: other in text  # noqa: E731
+        if part is not None:
+            vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
+                              fallback=None if spm else processors.ByteLevel(trim_offsets=False))
+            special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
+            return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw, covers=covers,
+                                 vocabulary=vocab.TableVocabulary(table, types, special)), None
     tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
     if not tokens:
         return None, "this GGUF has no vocabulary (tokenizer.ggml.tokens): type token ids instead"
@@ -398,23 +404,32 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     return TextTokenizer(tok), None
 
 
-def _text_table(reader: GGUFReader, n_rows: int | None):
-    """(TokenTable, scores, types) of a SentencePiece vocabulary whose arrays are as
-    _gguf_tokenizer checks them (strings; whole numbers; numbers; one of each per token; no more
-    tokens than `n_rows`), read without decoding its strings; None where any is not (the whole
-    vocabulary's build then says which)."""
+def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):
+    """(TokenTable, scores, types, merges) of a SentencePiece (`kind` llama: scores) or byte-level
+    BPE vocabulary (gpt2: merges, a TokenTable of the "left right" strings, None where the file
+    has none) whose arrays are as _gguf_tokenizer checks them (strings; whole numbers; numbers; one
+    of each per token; no more tokens than `n_rows`), read without decoding its strings; None where
+    any is not (the whole vocabulary's build then says which)."""
     found = string_bytes(reader, "tokenizer.ggml.tokens")
     if found is None or not len(found[1]):
         return None
     n = len(found[1])
     types = _numbers(reader, "tokenizer.ggml.token_type", "iu")
-    scores = _numbers(reader, "tokenizer.ggml.scores", "iuf")
     if "tokenizer.ggml.token_type" not in reader.fields:
         types = np.full(n, vocab.NORMAL, np.int64)
-    if types is None or scores is None or len(types) != n or len(scores) != n or (
-            n_rows is not None and n > n_rows):
+    if types is None or len(types) != n or (n_rows is not None and n > n_rows):
         return None
-    return vocab.TokenTable(*found), scores, types
+    scores = merges = None
+    if kind == "llama":
+        scores = _numbers(reader, "tokenizer.ggml.scores", "iuf")
+        if scores is None or len(scores) != n:
+            return None
+    elif "tokenizer.ggml.merges" in reader.fields:
+        pairs = string_bytes(reader, "tokenizer.ggml.merges")
+        if pairs is None:
+            return None
+        merges = vocab.TokenTable(*pairs) if len(pairs[1]) else None
+    return vocab.TokenTable(*found), scores, types, merges
 
 
 def _numbers(reader: GGUFReader, key: str, kinds: str) -> np.ndarray | None:

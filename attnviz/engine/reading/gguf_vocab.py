@@ -66,9 +66,14 @@ def collector_paused():
 
 
 def byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:
-    """Byte-level BPE (GPT-2 style): the file's merges, the split regexes of `pre` (PRE_SPLITS)."""
+    """Byte-level BPE (GPT-2 style): the file's merges, the split regexes of `pre` (PRE_SPLITS);
+    for one text and those within it, byte_level_for_text builds what it needs of it."""
     vocab = {t: i for i, t in enumerate(tokens)}
-    pairs = [tuple(m.split(" ", 1)) for m in merges if " " in m]
+    return _byte_level(vocab, [tuple(m.split(" ", 1)) for m in merges if " " in m], pre)
+
+
+def _byte_level(vocab: dict[str, int], pairs, pre: str) -> Tokenizer:
+    """Byte-level BPE over `vocab` and the merges `pairs` (byte_level_bpe)."""
     tok = Tokenizer(models.BPE(vocab, pairs, fuse_unk=False, byte_fallback=False))
     splits = []
     for regex in PRE_SPLITS[pre]:
@@ -436,6 +441,53 @@ def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: b
     kept = [i for i, w in added.items() if w in vocab]
     tok.add_special_tokens([AddedToken(added[i], special=True, normalized=False)
                             for i in kept if types[i] in (CONTROL, UNKNOWN)])
+    tok.add_tokens([AddedToken(added[i], special=False, normalized=False)
+                    for i in kept if types[i] == USER_DEFINED])
+    return tok
+
+
+def byte_chars() -> dict[int, str]:
+    """GPT-2's byte -> character map, which byte-level tokens are spelled in (tokenizers'
+    ByteLevel): printable bytes as themselves, the others as characters from U+0100 on."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+            *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    moved = [b for b in range(256) if b not in kept]
+    return {**{b: chr(b) for b in kept}, **{b: chr(256 + k) for k, b in enumerate(moved)}}
+
+
+_BYTE_CHARS = byte_chars()
+
+
+def byte_level_for_text(table: TokenTable, merges: TokenTable | None, types, pre: str,
+                        text: str) -> Tokenizer | None:
+    """byte_level_bpe(...) with add_file_tokens' control tokens (special) and user-defined ones,
+    for `text` and texts within it (other in text): their tokens, offsets and labels bit for bit.
+    The pre-tokenizer cuts a text into pieces of it, whose bytes are spelled in byte_chars: every
+    symbol BPE meets is a run of the text's bytes so spelled. It holds the tokens that are such
+    runs, the merges (`merges`: the file's "left right" strings, their order its ranks) of two
+    parts that make one of them, and the added tokens found in the text or in the vocabulary it
+    holds, each under its id (the last of a repeated token). None where the text is too long to
+    look it up (MAX_TEXT_PIECES), or where a merge of those names a part that is no token (the
+    whole vocabulary's build refuses the file)."""
+    chars = "".join(_BYTE_CHARS[b] for b in text.encode("utf-8", "surrogatepass"))
+    if len(chars) * min(table.longest, len(chars) + 1) > MAX_TEXT_PIECES:
+        return None
+    types = np.asarray(types)
+    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + table.longest) + 1)}
+    last = table.last_ids(runs)
+    asked = {f"{t[:cut]} {t[cut:]}" for t in last for cut in range(1, len(t))}
+    ranks = merges.lookup(asked) if merges is not None else {}
+    ranked = sorted((rank, m) for m, at in ranks.items() for rank in at)
+    pairs = [tuple(m.split(" ", 1)) for _, m in ranked]
+    if any(p not in last for pair in pairs for p in pair):
+        return None
+    added = {i: table.token(i) for i in np.flatnonzero(np.isin(types, (CONTROL, USER_DEFINED))).tolist()}
+    vocab = dict(last)
+    vocab.update(table.last_ids({w for w in added.values() if w in text} - last.keys()))
+    tok = _byte_level(vocab, pairs, pre)
+    kept = [i for i, w in added.items() if w in vocab]
+    tok.add_special_tokens([AddedToken(added[i], special=True, normalized=False)
+                            for i in kept if types[i] == CONTROL])
     tok.add_tokens([AddedToken(added[i], special=False, normalized=False)
                     for i in kept if types[i] == USER_DEFINED])
     return tok
