@@ -198,3 +198,13 @@ def test_a_byte_level_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(
     assert one.decode(ids[::7], True) == whole.decode(ids[::7], True)
     assert one.special_ids() == whole.special_ids()
     assert one.encode("Another text").ids == whole.encode("Another text").ids and one.for_every_text
+
+
+def test_a_text_whose_runs_outnumber_half_the_vocabulary_gets_the_whole_one(vocab_gguf):
+    """Looking up more runs than half the vocabulary's tokens costs more than building it whole."""
+    reader, _ = vocab_gguf
+    table = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
+    n = max(k for k in range(1, 2000) if V.worth_looking_up(k, table))
+    assert n * min(table.longest, n + 1) <= len(table) // 2 < (n + 1) * min(table.longest, n + 2)
+    assert not gguf_tokenizer(reader, text="x" * n)[0].for_every_text
+    assert gguf_tokenizer(reader, text="x" * (n + 1))[0].for_every_text

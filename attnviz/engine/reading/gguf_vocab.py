@@ -143,7 +143,7 @@ def cached_merge_ids(tokens: list[str], scores, types) -> np.ndarray:
     return ids
 
 
-MAX_TEXT_PIECES = 1 << 20  # (position, length) pairs a text's merges are looked up by, at most
+MAX_TEXT_PIECES = 1 << 20  # (position, length) pairs a text's tokens are looked up by, at most
 
 
 def text_pieces(text: str) -> str:
@@ -246,6 +246,14 @@ def add_bos_eos(tok: Tokenizer, tokens: list[str], bos: int | None, eos: int | N
 # tokens its text can meet, found by hash, not a Python string and dict entry for each of them.
 
 _OFFSET, _PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)  # FNV-1's
+
+
+def worth_looking_up(n_chars: int, table: TokenTable) -> bool:
+    """Whether a text of `n_chars` characters is better read from `table` than with the whole
+    vocabulary: its runs (n_chars of each length up to the longest token) at most MAX_TEXT_PIECES
+    and half the vocabulary's tokens (a run's look-up costs about what a token's share of the
+    whole vocabulary's build does)."""
+    return n_chars * min(table.longest, n_chars + 1) <= min(MAX_TEXT_PIECES, len(table) // 2)
 
 
 def byte_hashes(data: np.ndarray, begins: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -397,9 +405,10 @@ def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: b
     added tokens found in the text, or that are in the vocabulary it holds; the tokens of the ids
     `also` (the BOS and EOS the post-processor adds: decoded with the rest). Every token keeps its
     id (the last of a repeated token, as the whole vocabulary's dict). None where the text is too
-    long to look it up (MAX_TEXT_PIECES) or the unknown token is empty (every token holds it)."""
+    long to be worth looking up (worth_looking_up) or the unknown token is empty (every token
+    holds it)."""
     chars = text_pieces(text)
-    if len(chars) * min(table.longest, len(chars) + 1) > MAX_TEXT_PIECES:
+    if not worth_looking_up(len(chars), table):
         return None
     unk = table.token(unk_id) if unk_id is not None else None
     if unk == "":
@@ -467,10 +476,10 @@ def byte_level_for_text(table: TokenTable, merges: TokenTable | None, types, pre
     runs, the merges (`merges`: the file's "left right" strings, their order its ranks) of two
     parts that make one of them, and the added tokens found in the text or in the vocabulary it
     holds, each under its id (the last of a repeated token). None where the text is too long to
-    look it up (MAX_TEXT_PIECES), or where a merge of those names a part that is no token (the
+    be worth looking up (worth_looking_up), or where a merge of those names a part that is no token (the
     whole vocabulary's build refuses the file)."""
     chars = "".join(_BYTE_CHARS[b] for b in text.encode("utf-8", "surrogatepass"))
-    if len(chars) * min(table.longest, len(chars) + 1) > MAX_TEXT_PIECES:
+    if not worth_looking_up(len(chars), table):
         return None
     types = np.asarray(types)
     runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + table.longest) + 1)}
