@@ -328,14 +328,15 @@ class TokenTable:
         lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
         stops = np.cumsum(lengths)
         hashes = _keys(byte_hashes(np.frombuffer(b"".join(encoded), np.uint8), stops - lengths, stops))
-        lo = np.searchsorted(self._sorted, hashes, "left").tolist()
-        hi = np.searchsorted(self._sorted, hashes, "right").tolist()
+        lo = np.searchsorted(self._sorted, hashes, "left")
+        hi = np.searchsorted(self._sorted, hashes, "right")
         found = {}
-        for w, b, a, z in zip(wanted, encoded, lo, hi):
-            ids = [i for i in self._order[a:z].tolist()
+        for k in np.flatnonzero(hi > lo).tolist():  # (most strings asked are no token)
+            b = encoded[k]
+            ids = [i for i in self._order[lo[k]:hi[k]].tolist()
                    if self._blob[self._begins[i]:self._stops[i]] == b]
             if ids:
-                found[w] = sorted(ids)
+                found[wanted[k]] = sorted(ids)
         return found
 
     def same(self, i: int) -> list[int]:
