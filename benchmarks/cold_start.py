@@ -38,6 +38,9 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   runs seconds apart (a user's commands). Both are worth recording; `usage_per_run` tells them
   apart (the system seconds).
 
+- byte code: the code in this checkout and in --baseline DIR is byte-compiled first (as an install
+  does), so that no timed run compiles a module.
+
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
   that a busy machine's changing load falls on both alike; DIR's medians are recorded beside
@@ -428,6 +431,15 @@ def slowest_imports(argv: list[str], n: int = 6) -> dict:
             "attnviz_self_ms": {k: round(v, 1) for v, k in sorted(own, reverse=True)[:n]}}
 
 
+def byte_compiled(root: str) -> None:
+    """Byte-compile the code in `root` (attnviz/), as installing it does: otherwise a process with
+    PYTHONDONTWRITEBYTECODE set, or a fresh checkout's first run, compiles every module it
+    imports, and that would be timed (a stale .pyc of a changed module: each run)."""
+    import compileall
+
+    compileall.compile_dir(os.path.join(root, "attnviz"), quiet=2)
+
+
 def find_gemma() -> str | None:
     from attnviz.engine import find_models
 
@@ -461,6 +473,9 @@ def main() -> int:
     base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
                                   capture_output=True, text=True).stdout.strip() if baseline else None)
 
+    for root in (_ROOT, baseline):
+        if root is not None:
+            byte_compiled(root)
     gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
     cases = [(c, m) for m in (SMOLLM2, gemma) for c in ("predict", "generate") if c in wanted]
     cold_why = "skipped (--no-cold)" if args.no_cold else None
