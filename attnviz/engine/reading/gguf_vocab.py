@@ -13,6 +13,11 @@ What each builds is what llama.cpp's tokenizer (src/llama-vocab.cpp) does with t
   tokens, ranked by the whole token's score. Deriving them reads every split of every token (a
   large vocabulary's biggest cost at load), so their order is kept in the user's cache folder
   (engine/reading/user_cache.py), keyed by a hash of the tokens, scores and types it came from.
+
+A one-shot command's text needs only a sliver of that: sentencepiece_for_text and
+byte_level_for_text build, for one text and those within it, a tokenizer of the tokens, merges and
+added tokens it can meet, found in the vocabulary's bytes (TokenTable, by hash) without a Python
+string for every token; TableVocabulary answers for every other id as the whole one would.
 """
 
 from __future__ import annotations
