@@ -346,7 +346,8 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
         if spm:
             unk = token_id("tokenizer.ggml.unknown_token_id")
             space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
-            part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text, (bos, eos))
+            part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text,
+                                                (bos, eos))
             within = vocab.text_pieces(text)
             covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
         else:
@@ -356,7 +357,8 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
             vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
                               fallback=None if spm else processors.ByteLevel(trim_offsets=False))
             special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
-            return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw, covers=covers,
+            return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw,
+                                 covers=covers,
                                  vocabulary=vocab.TableVocabulary(table, types, special)), None
     tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
     if not tokens:

@@ -247,8 +247,8 @@ def add_bos_eos(tok: Tokenizer, tokens: list[str], bos: int | None, eos: int | N
         single=f"{first}$A{last}", pair=f"{first}$A{last} {first}$B{last}", special_tokens=special)
 
 
-# A one-shot command's SentencePiece tokenizer for its text, read from the vocabulary's bytes: the
-# tokens its text can meet, found by hash, not a Python string and dict entry for each of them.
+# A one-shot command's tokenizer for its text, read from the vocabulary's bytes: the tokens its
+# text can meet, found by hash, not a Python string and dict entry for each of them.
 
 _OFFSET, _PRIME = np.uint64(0xCBF29CE484222325), np.uint64(0x100000001B3)  # FNV-1's
 
@@ -259,6 +259,15 @@ def worth_looking_up(n_chars: int, table: TokenTable) -> bool:
     and half the vocabulary's tokens (a run's look-up costs about what a token's share of the
     whole vocabulary's build does)."""
     return n_chars * min(table.longest, n_chars + 1) <= min(MAX_TEXT_PIECES, len(table) // 2)
+
+
+def _runs(chars: str, longest: int) -> set[str]:
+    """Every run of `chars` of at most `longest` characters."""
+    return {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + longest) + 1)}
+
+
+def _tokens_of_types(table: TokenTable, types: np.ndarray, kinds: tuple[int, ...]) -> dict[int, str]:
+    return {i: table.token(i) for i in np.flatnonzero(np.isin(types, kinds)).tolist()}
 
 
 def byte_hashes(data: np.ndarray, begins: np.ndarray, stops: np.ndarray) -> np.ndarray:
@@ -294,7 +303,7 @@ def _keys(hashes: np.ndarray) -> np.ndarray:  # [n] uint64 -> [n] uint32, a tabl
     return (hashes >> np.uint64(32)).astype(np.uint32)
 
 
-def _sort_order(keys: np.ndarray) -> np.ndarray:  # [n] uint32 -> the ids by key, ascending ids among equal ones
+def _sort_order(keys: np.ndarray) -> np.ndarray:  # [n] uint32 -> ids by key (equal keys: by id)
     low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")  # (two radix passes)
     return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
 
@@ -329,10 +338,11 @@ class TokenTable:
     def lookup(self, strings) -> dict[str, list[int]]:
         """{string: the ids whose token it is, ascending} for each of `strings` that is a token."""
         wanted = list(dict.fromkeys(strings))
-        encoded = [w.encode("utf-8", "surrogatepass") for w in wanted]  # (a lone surrogate: no token)
+        encoded = [w.encode("utf-8", "surrogatepass") for w in wanted]  # (lone surrogate: no token)
         lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
         stops = np.cumsum(lengths)
-        hashes = _keys(byte_hashes(np.frombuffer(b"".join(encoded), np.uint8), stops - lengths, stops))
+        data = np.frombuffer(b"".join(encoded), np.uint8)
+        hashes = _keys(byte_hashes(data, stops - lengths, stops))
         lo = np.searchsorted(self._sorted, hashes, "left")
         hi = np.searchsorted(self._sorted, hashes, "right")
         found = {}
@@ -374,10 +384,10 @@ class TokenTable:
 
 
 class TableVocabulary:
-    """What a tokenizer built for some texts (sentencepiece_for_text) answers for every id as the
-    whole one does, from the TokenTable: the whole tokenizer's vocabulary maps each token to its
-    last id (a repeated token's earlier ids have no token), and its special tokens are those of
-    `special_types`, added under that id."""
+    """What a tokenizer built for some texts (sentencepiece_for_text, byte_level_for_text) answers
+    for every id as the whole one does, from the TokenTable: the whole tokenizer's vocabulary maps
+    each token to its last id (a repeated token's earlier ids have no token), and its special
+    tokens are those of `special_types`, added under that id."""
 
     def __init__(self, table: TokenTable, types: np.ndarray, special_types: tuple[int, ...]):
         self.table, self._types, self._special_types = table, types, special_types
@@ -421,7 +431,7 @@ def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: b
         return None
     scores = np.asarray(scores, np.float64)
     types = np.asarray(types)
-    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + table.longest) + 1)}
+    runs = _runs(chars, table.longest)
     runs |= {SPACE + r for r in runs} | {SPACE}
     byte_names = [f"<0x{b:02X}>" for b in range(256)]
     found = table.lookup(runs | set(byte_names))
@@ -433,7 +443,7 @@ def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: b
         symbols.update(table.containing(unk))
     token = {i: table.token(i) for i in sorted(symbols)}
     token.update((i, table.token(i)) for i in also if i is not None)
-    added = {i: table.token(i) for i in np.flatnonzero(np.isin(types, (CONTROL, UNKNOWN, USER_DEFINED))).tolist()}
+    added = _tokens_of_types(table, types, (CONTROL, UNKNOWN, USER_DEFINED))
     parts = {t[:cut] for i, t in token.items() if types[i] == NORMAL for cut in range(1, len(t))}
     parts |= {t[cut:] for i, t in token.items() if types[i] == NORMAL for cut in range(1, len(t))}
     last = {w: ids[-1] for w, ids in found.items()}
@@ -482,21 +492,20 @@ def byte_level_for_text(table: TokenTable, merges: TokenTable | None, types, pre
     runs, the merges (`merges`: the file's "left right" strings, their order its ranks) of two
     parts that make one of them, and the added tokens found in the text or in the vocabulary it
     holds, each under its id (the last of a repeated token). None where the text is too long to
-    be worth looking up (worth_looking_up), or where a merge of those names a part that is no token (the
-    whole vocabulary's build refuses the file)."""
+    be worth looking up (worth_looking_up), or where a merge of those names a part that is no
+    token (the whole vocabulary's build refuses the file)."""
     chars = "".join(_BYTE_CHARS[b] for b in text.encode("utf-8", "surrogatepass"))
     if not worth_looking_up(len(chars), table):
         return None
     types = np.asarray(types)
-    runs = {chars[a:b] for a in range(len(chars)) for b in range(a + 1, min(len(chars), a + table.longest) + 1)}
-    last = table.last_ids(runs)
+    last = table.last_ids(_runs(chars, table.longest))
     asked = {f"{t[:cut]} {t[cut:]}" for t in last for cut in range(1, len(t))}
     ranks = merges.lookup(asked) if merges is not None else {}
     ranked = sorted((rank, m) for m, at in ranks.items() for rank in at)
     pairs = [tuple(m.split(" ", 1)) for _, m in ranked]
     if any(p not in last for pair in pairs for p in pair):
         return None
-    added = {i: table.token(i) for i in np.flatnonzero(np.isin(types, (CONTROL, USER_DEFINED))).tolist()}
+    added = _tokens_of_types(table, types, (CONTROL, USER_DEFINED))
     vocab = dict(last)
     vocab.update(table.last_ids({w for w in added.values() if w in text} - last.keys()))
     tok = _byte_level(vocab, pairs, pre)

@@ -98,7 +98,7 @@ class TextTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids` (the decoder and the vocabulary: no merge needed)."""
         part, tok = self._vocabulary, self._tok  # (in this order: raw sets _tok first)
-        if part is not None and tok.decoder is not None:  # (tokenizers' decode: the ids' tokens, decoded)
+        if part is not None and tok.decoder is not None:  # (as tokenizers' decode does)
             tokens = [part.id_to_token(i) for i in ids]
             return tok.decoder.decode([t for i, t in zip(ids, tokens) if t is not None and not (
                 skip_special_tokens and part.is_special(i))])
