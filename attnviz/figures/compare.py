@@ -119,20 +119,22 @@ def title_width(title: str) -> float:
     return QFontMetricsF(figure_font(10)).horizontalAdvance(title)
 
 
-def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> None:
+def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> list[str]:
     """Each [T, T, 3] picture in its rect (nearest-neighbour cells), its title above it (a title
-    wider than its tile ends in an ellipsis, not cut mid-letter)."""
+    wider than its tile ends in an ellipsis, not cut mid-letter). -> the titles as painted."""
     font = figure_font(10)
     p.setFont(font)
     fm = QFontMetricsF(font)
+    painted = []
     for i, (rgb, r, title) in enumerate(zip(rgbs, rects, titles)):
         p.drawImage(r, figure_image(rgb))
         p.setPen(text)
-        p.drawText(QRectF(r.left(), r.top() - 14, r.width(), 14), Qt.AlignmentFlag.AlignLeft,
-                   fm.elidedText(title, Qt.TextElideMode.ElideRight, r.width()))
+        painted.append(fm.elidedText(title, Qt.TextElideMode.ElideRight, r.width()))
+        p.drawText(QRectF(r.left(), r.top() - 14, r.width(), 14), Qt.AlignmentFlag.AlignLeft, painted[-1])
         if i == focus:
             p.setPen(QPen(QColor(FOCUS), 2))
             p.drawRect(r.adjusted(-1, -1, 1, 1))
+    return painted
 
 
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:

@@ -1,15 +1,23 @@
 """The window at its first-start size (1400 x 860) and at 1280 x 800: every side tab's name can be
 read whole (the tabs run down the window's edge and scroll when there are more than fit), no
-panel's widgets are cut off by its dock, the grid's head titles are inside the grid, the Corpus
-panel shows every head of its heatmap and both its titles, and the focus view labels every token
-when they fit, else says which ones it labels. Any tab other sessions add is checked the same way."""
+panel's widgets are cut off by its dock, no label or button shows less than its whole text, a
+panel taller or wider than its dock shows the scroll bar that reaches the rest, the grid's head
+titles are inside the grid, the Corpus panel shows every head of its heatmap and both its titles,
+the Compare panel paints every tile title whole and every row of its token strip, and the focus
+view labels every token when they fit, else says which ones it labels. Every dock the window can
+show is raised and checked (Compare and Corpus opened first); any tab other sessions add is
+checked the same way."""
 
 import pytest
-from PySide6.QtCore import QPoint, QRect
+from PySide6.QtCore import QPoint, QRect, QRectF
 from PySide6.QtWidgets import (
-    QAbstractScrollArea, QDockWidget, QGraphicsSimpleTextItem, QStyleOptionTab, QTabBar, QWidget,
+    QAbstractButton, QAbstractScrollArea, QDockWidget, QGraphicsSimpleTextItem, QLabel, QScrollArea,
+    QStyleOptionTab, QTabBar, QWidget,
 )
 
+from attnviz.figures import compare as F
+from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.panels.compare_menu import open_compare
 from windows import WAIT, drain_events, open_window
 
 SIZES = [(1400, 860), (1280, 800)]
@@ -60,6 +68,84 @@ def _outside(widget: QWidget, frame: QWidget) -> list[str]:
     return bad
 
 
+def _shown_in(child: QWidget, frame: QWidget) -> bool:
+    """`child` is shown within `frame` (not on a hidden page, not behind another tab)."""
+    return child.isVisibleTo(frame) and not child.isWindow()
+
+
+def _unreachable(frame: QWidget) -> list[str]:
+    """Scroll areas in `frame` whose content outgrows them with no scroll bar shown to reach it."""
+    bad = []
+    for area in frame.findChildren(QAbstractScrollArea):
+        if not _shown_in(area, frame):
+            continue
+        port = area.viewport().size()
+        inner = area.widget().size() if isinstance(area, QScrollArea) and area.widget() else None
+        for bar, over in ((area.verticalScrollBar(), inner is not None and inner.height() > port.height() + 1),
+                          (area.horizontalScrollBar(), inner is not None and inner.width() > port.width() + 1)):
+            if (over or bar.maximum() > bar.minimum()) and not bar.isVisible():
+                bad.append(f"{type(area).__name__} {area.objectName()} scrolls with no scroll bar shown")
+    return bad
+
+
+def _cut_text(frame: QWidget) -> list[str]:
+    """Labels and buttons in `frame` smaller than their text needs (a label that elides its text
+    on purpose sets the elided text, so it passes)."""
+    bad = []
+    for label in frame.findChildren(QLabel):
+        if not _shown_in(label, frame) or not label.text():
+            continue
+        if label.wordWrap():
+            need_w, need_h = 0, label.heightForWidth(label.width())
+        else:
+            hint = label.minimumSizeHint()
+            need_w, need_h = hint.width(), hint.height()
+        if need_w > label.width() + 1 or need_h > label.height() + 1:
+            bad.append(f"label {label.text()[:40]!r} {label.width()} x {label.height()}, "
+                       f"needs {need_w} x {need_h}")
+    for button in frame.findChildren(QAbstractButton):
+        if not _shown_in(button, frame) or not button.text() or isinstance(button.parent(), QTabBar):
+            continue
+        need = button.fontMetrics().horizontalAdvance(button.text().replace("&", ""))
+        if need > button.contentsRect().width():
+            bad.append(f"button {button.text()!r} {button.width()} px wide, its text {need} px")
+    return bad
+
+
+def _compare_painted_whole(panel, scroll: QScrollArea | None) -> list[str]:
+    """The Compare panel's tiles, focused head and token strip, each scrolled into view and painted
+    there: every title whole and inside its canvas, every strip cell (each row) inside the strip."""
+    bad = []
+    for canvas in (panel.tiles, panel.strip, panel.focus):
+        if scroll is not None:
+            scroll.ensureWidgetVisible(canvas, 0, 0)  # as a user scrolls to it
+        drain_events()
+        canvas.repaint()  # (a canvas scrolled into view paints at once where the platform is slower)
+    c = panel.jobs.comparison
+    layer = min(panel.state.layer, c.b_attentions.shape[0] - 1)
+    from attnviz.engine.computing.patterns import head_title
+    from attnviz.ui.machinery.compare_jobs import MODE_TITLES
+
+    want = [f"{MODE_TITLES[panel.jobs.mode]} {head_title(layer, h)}" for h in range(c.b_attentions.shape[1])]
+    l, h = panel.state.focus
+    want_focus = [f"A {head_title(l, h)}", f"B {head_title(l, h)}", f"A \u2212 B {head_title(l, h)}"]
+    for canvas, titles, rects, full in ((panel.tiles, panel.tile_titles, panel.tile_rects, want),
+                                        (panel.focus, panel.focus_titles, panel.focus_rects, want_focus)):
+        if titles != full:
+            bad.append(f"tile titles painted {titles}, not {full}")
+        box = QRectF(canvas.rect())
+        for t, r in zip(titles, rects):
+            title_box = QRectF(r.left(), r.top() - 14, F.title_width(t), 14)
+            if not box.contains(title_box) or not box.contains(r):
+                bad.append(f"tile {t!r} at {r.getRect()} outside {box.getRect()}")
+    box = QRectF(panel.strip.rect())
+    if len(panel.strip_cells) != c.result.n_tokens:
+        bad.append(f"{len(panel.strip_cells)} strip cells for {c.result.n_tokens} tokens")
+    bad += [f"strip cell {t} at {r.getRect()} outside {box.getRect()}"
+            for t, r in enumerate(panel.strip_cells) if not box.contains(r)]
+    return bad
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, scan_dir, size):
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
@@ -67,7 +153,21 @@ def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, sca
     w.open_scan(str(scan_dir))
     qtbot.waitUntil(lambda: w.corpus_panel.scan is not None, timeout=WAIT)
     assert w.state.result.n_tokens == 46
-    w.state.set_focus(3, 1)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("quantized", "Q8_0"))  # (SmolLM2 against itself quantized: 9 heads a layer)
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc is not None
+                    and jobs.comparison.result.n_tokens == 46 and jobs.induction is not None,
+                    timeout=WAIT * 4)
+    try:
+        _check_every_dock(qtbot, w, size)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()
+
+
+def _check_every_dock(qtbot, w, size):
+    w.state.set_layer(18)  # (two-digit layers: the longest tile titles)
+    w.state.set_focus(18, 8)
     _settle(qtbot, w)
 
     bars = [b for b in w.findChildren(QTabBar) if b.parent() is w and b.isVisible() and b.count() > 1]
@@ -91,8 +191,30 @@ def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, sca
             dock = docks[name]
             assert dock.isVisible() and dock.widget().isVisible()
             assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
+            assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
+            assert _cut_text(dock) == [], f"{name}: text cut at {size}"
+            if name == "Compare":
+                scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
+                assert _compare_painted_whole(w.compare_panel, scroll) == [], \
+                    f"Compare painted cut at {size}"
             seen.append(name)
-    assert {"Focus head", "Corpus", "What heads do"} <= set(seen)
+    assert {"Focus head", "Corpus", "What heads do", "Compare", "Patching"} <= set(seen)
+
+    # Why here?, below the tabs once a cell of the focused head asks for it: itself and the
+    # focus view above it
+    docks["Focus head"].raise_()
+    w.why_dock.show()
+    w.why_jobs.set_cell(18, 8, 45, 3)
+    qtbot.waitUntil(lambda: w.why_jobs.attribution is not None, timeout=WAIT)
+    _settle(qtbot, w)
+    for dock in (w.why_dock, docks["Focus head"]):
+        name = dock.windowTitle()
+        assert dock.isVisible() and dock.widget().isVisible()
+        assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
+        assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
+        assert _cut_text(dock) == [], f"{name}: text cut at {size}"
+    assert set(seen) | {"Why here?"} == set(docks), "every dock the window made is checked"
+    w.why_dock.hide()
 
     # the grid's head titles lie inside the grid
     docks["Focus head"].raise_()

@@ -154,6 +154,9 @@ class ComparePanel(QWidget):
         col.addWidget(self.induction)
         # where things were painted last (tests and read-outs): rects in widget pixels
         self.tile_rects: list[QRectF] = []
+        self.tile_titles: list[str] = []  # as painted (a title wider than its tile elided)
+        self.focus_rects: list[QRectF] = []
+        self.focus_titles: list[str] = []
         self.tile_T = 0
         self._tiles_of = None  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
@@ -264,7 +267,7 @@ class ComparePanel(QWidget):
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
         c = self._tiles_of = self.jobs.comparison
-        self.tile_rects = []
+        self.tile_rects, self.tile_titles = [], []
         if c is None or c.doc is None:
             return
         layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
@@ -274,8 +277,8 @@ class ComparePanel(QWidget):
                              min_side=self._title_side(c))
         focus = self.state.focus
         fh = focus[1] if focus is not None and focus[0] == layer else None
-        F.paint_tiles(p, rgbs, rects, [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}"
-                                       for i in range(len(rgbs))], INK, fh)
+        titles = [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}" for i in range(len(rgbs))]
+        self.tile_titles = F.paint_tiles(p, rgbs, rects, titles, INK, fh)
         if lim is not None:
             F.paint_colour_bar(p, QRectF(w - bar_w + 4, 24, 14, h - 60), lim, "A \u2212 B", INK)
         self.tile_rects, self.tile_T = rects, c.b_attentions.shape[-1]
@@ -363,6 +366,7 @@ class ComparePanel(QWidget):
 
     def _paint_focus(self, p: QPainter, w: int, h: int) -> None:
         c, focus = self.jobs.comparison, self.state.focus
+        self.focus_rects, self.focus_titles = [], []
         if c is None or c.doc is None or focus is None:
             return
         l, hd = focus
@@ -371,9 +375,9 @@ class ComparePanel(QWidget):
         rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
                 F.signed_rgb(a - b, lim)]
         rects = F.tile_rects(QRectF(6, 6, w - 12 - FOCUS_BAR_W, h - 12), 3, min_side=self._title_side(c))
-        F.paint_tiles(p, rgbs, rects, [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}",
-                                       f"A \u2212 B {head_title(l, hd)}"], INK)
-        F.paint_colour_bar(p, QRectF(w - 70, 24, 14, h - 60), lim, "A \u2212 B", INK)
+        titles = [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}", f"A \u2212 B {head_title(l, hd)}"]
+        self.focus_titles, self.focus_rects = F.paint_tiles(p, rgbs, rects, titles, INK), rects
+        F.paint_colour_bar(p, QRectF(w - FOCUS_BAR_W, 24, 14, h - 60), lim, "A \u2212 B", INK)
 
     def _paint_strip(self, p: QPainter, w: int, h: int) -> None:
         c = self.jobs.comparison
