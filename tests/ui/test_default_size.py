@@ -88,6 +88,13 @@ def _unreachable(frame: QWidget) -> list[str]:
     return bad
 
 
+def _scrolls_across(frame: QWidget) -> list[str]:
+    """Panels in `frame` wider than the dock that holds them (read only by scrolling across)."""
+    return [f"{type(a.widget()).__name__} {a.widget().width()} px in {a.viewport().width()} px"
+            for a in frame.findChildren(QScrollArea)
+            if _shown_in(a, frame) and a.widget() is not None and a.widget().width() > a.viewport().width() + 1]
+
+
 def _cut_text(frame: QWidget) -> list[str]:
     """Labels and buttons in `frame` smaller than their text needs (a label that elides its text
     on purpose sets the elided text, so it passes)."""
@@ -192,6 +199,7 @@ def _check_every_dock(qtbot, w, size):
             assert dock.isVisible() and dock.widget().isVisible()
             assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
             assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
+            assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
             assert _cut_text(dock) == [], f"{name}: text cut at {size}"
             if name == "Compare":
                 scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
@@ -212,6 +220,7 @@ def _check_every_dock(qtbot, w, size):
         assert dock.isVisible() and dock.widget().isVisible()
         assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
         assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
+        assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
         assert _cut_text(dock) == [], f"{name}: text cut at {size}"
     assert set(seen) | {"Why here?"} == set(docks), "every dock the window made is checked"
     w.why_dock.hide()
