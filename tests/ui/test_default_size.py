@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from attnviz.figures import compare as F
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import WAIT, drain_events, open_window
+from windows import IOI, TOY, WAIT, drain_events, open_window
 
 SIZES = [(1400, 860), (1280, 800)]
 # 46 tokens on SmolLM2 (the issue's case: the focus view labelled every other column)
@@ -172,11 +172,50 @@ def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, sca
         w.worker.wait_idle()
 
 
-def _check_every_dock(qtbot, w, size):
-    w.state.set_layer(18)  # (two-digit layers: the longest tile titles)
-    w.state.set_focus(18, 8)
-    _settle(qtbot, w)
+def _dock_whole(w, dock, size) -> None:
+    name = dock.windowTitle()
+    assert dock.isVisible() and dock.widget().isVisible()
+    assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
+    assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
+    assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
+    assert _cut_text(dock) == [], f"{name}: text cut at {size}"
+    if name == "Compare":
+        scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
+        assert _compare_painted_whole(w.compare_panel, scroll) == [], f"Compare painted cut at {size}"
+    if name == "Patching" and w.patching_panel.map.view is not None:
+        assert _patch_map_whole(w.patching_panel.map) == [], f"Patching map cut at {size}"
 
+
+def _patch_map_whole(box) -> list[str]:
+    """The Patching map's title and metric line, as painted (wrapped), end above its column labels
+    and inside its width; its cells inside the box."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QFontMetricsF
+
+    from attnviz.figures.render import figure_font
+
+    wrapped = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # each line whole, wrapped
+
+    box.repaint()
+    lay, view, bad = box.layout_(), box.view, []
+    title = QFontMetricsF(figure_font(11, bold=True)).boundingRect(
+        QRectF(4, 2, lay.width - 8, 1e6), wrapped, view.title())
+    metric = QFontMetricsF(figure_font(9)).boundingRect(
+        QRectF(4, title.bottom() + 2, lay.width - 8, 1e6), wrapped, view.metric_line())
+    labels_top = lay.top - QFontMetricsF(figure_font(9)).height() - 4
+    for name, r in (("title", title), ("metric line", metric)):
+        if r.right() > box.width() or r.bottom() > labels_top + 0.5:
+            bad.append(f"{name} {r.getRect()} past {box.width()} x {labels_top:.0f}")
+    rows, cols = view.values.shape
+    right, bottom = lay.xs[-1] + lay.cell_w, lay.ys[-1] + lay.cell_h
+    if right > box.width() or bottom > box.height():
+        bad.append(f"cells reach {right:.0f} x {bottom:.0f} in {box.width()} x {box.height()}")
+    return bad
+
+
+def _check_tabs(qtbot, w, size) -> tuple[dict, list[str]]:
+    """Raise each tab of the window's dock tab bars: its name whole, its dock's content whole.
+    -> (docks by title, titles checked)."""
     bars = [b for b in w.findChildren(QTabBar) if b.parent() is w and b.isVisible() and b.count() > 1]
     assert bars, "the side panels are tabbed"
     docks = {d.windowTitle(): d for d in w.findChildren(QDockWidget)}
@@ -195,17 +234,16 @@ def _check_every_dock(qtbot, w, size):
             bar.initStyleOption(opt, i)  # the text as the bar paints it (elided where it lacks room)
             assert opt.text == name, f"tab {name!r} reads {opt.text!r}"
             assert bar.rect().contains(rect), f"tab {name!r} lies outside its bar {rect.getRect()}"
-            dock = docks[name]
-            assert dock.isVisible() and dock.widget().isVisible()
-            assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
-            assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
-            assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
-            assert _cut_text(dock) == [], f"{name}: text cut at {size}"
-            if name == "Compare":
-                scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
-                assert _compare_painted_whole(w.compare_panel, scroll) == [], \
-                    f"Compare painted cut at {size}"
+            _dock_whole(w, docks[name], size)
             seen.append(name)
+    return docks, seen
+
+
+def _check_every_dock(qtbot, w, size):
+    w.state.set_layer(18)  # (two-digit layers: the longest tile titles)
+    w.state.set_focus(18, 8)
+    _settle(qtbot, w)
+    docks, seen = _check_tabs(qtbot, w, size)
     assert {"Focus head", "Corpus", "What heads do", "Compare", "Patching"} <= set(seen)
 
     # Why here?, below the tabs once a cell of the focused head asks for it: itself and the
@@ -216,12 +254,7 @@ def _check_every_dock(qtbot, w, size):
     qtbot.waitUntil(lambda: w.why_jobs.attribution is not None, timeout=WAIT)
     _settle(qtbot, w)
     for dock in (w.why_dock, docks["Focus head"]):
-        name = dock.windowTitle()
-        assert dock.isVisible() and dock.widget().isVisible()
-        assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
-        assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
-        assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
-        assert _cut_text(dock) == [], f"{name}: text cut at {size}"
+        _dock_whole(w, dock, size)
     assert set(seen) | {"Why here?"} == set(docks), "every dock the window made is checked"
     w.why_dock.hide()
 
@@ -269,3 +302,27 @@ def test_the_focus_view_labels_every_token_when_they_fit(window, qtbot):
     fv, T = window.focus_view, window.state.result.n_tokens
     assert fv.label_steps == (1, 1) and not fv.label_note.isVisible()
     assert len(fv.axis_labels()[0]) == len(fv.axis_labels()[1]) == T
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_the_toy_models_tabs_are_whole_with_a_patching_map(qtbot, tmp_path, size):
+    """The toy decoder (2 layers x 8 heads) with its Patching map made (Corrupt, then Run): each
+    tab raised, its content whole, the map's title and metric line painted whole."""
+    w = open_window(qtbot, tmp_path / "t.ini", model=TOY, text=IOI)
+    w.resize(*size)
+    _settle(qtbot, w)
+    panel = w.patching_panel
+    w.patching_dock.raise_()
+    panel.propose()
+    qtbot.waitUntil(lambda: panel.corrupt_box.text() != "", timeout=WAIT)
+    panel.run()
+    qtbot.waitUntil(lambda: w.patch_jobs.result is not None and not w.patch_jobs.running
+                    and panel.map.view is not None, timeout=WAIT)
+    w.state.set_focus(1, 7)
+    _settle(qtbot, w)
+    try:
+        _, seen = _check_tabs(qtbot, w, size)
+        assert {"Focus head", "What heads do", "Patching", "Generate"} <= set(seen)
+    finally:
+        w.patch_jobs.cancel()
+        w.worker.wait_idle()
