@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
 from attnviz.figures import compare as F
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import IOI, TOY, WAIT, drain_events, open_window
+from windows import IOI, TOY, WAIT, drain_events, hover, open_window
 
 SIZES = [(1400, 860), (1280, 800)]
 # 46 tokens on SmolLM2 (the issue's case: the focus view labelled every other column)
@@ -179,11 +179,33 @@ def _dock_whole(w, dock, size) -> None:
     assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
     assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
     assert _cut_text(dock) == [], f"{name}: text cut at {size}"
+    assert _map_titles_readable(dock) == [], f"{name}: a map's title cannot be read whole at {size}"
     if name == "Compare":
         scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
         assert _compare_painted_whole(w.compare_panel, scroll) == [], f"Compare painted cut at {size}"
+        assert _map_titles_readable(dock) == [], f"Compare: its map's title cannot be read at {size}"
     if name == "Patching" and w.patching_panel.map.view is not None:
         assert _patch_map_whole(w.patching_panel.map) == [], f"Patching map cut at {size}"
+
+
+def _map_titles_readable(frame: QWidget) -> list[str]:
+    """Every layers x heads map shown in `frame` (What heads do's DLA and scan, Circuits, Compare's
+    JSD map) paints its title whole, or ends it in an ellipsis and gives it whole on hover."""
+    from attnviz.figures import headmap
+    from attnviz.ui.panels.compare_panel import ComparePanel
+    from attnviz.ui.panels.dla_view import HeadMapView
+
+    maps = [(v, v.map, v.lay) for v in frame.findChildren(HeadMapView) if _shown_in(v, frame)]
+    maps += [(p.map, p.head_map(), p.map_layout) for p in frame.findChildren(ComparePanel)
+             if _shown_in(p.map, frame) and p.map_layout is not None]
+    bad = []
+    for box, hm, lay in maps:
+        if hm is None or lay is None or headmap.title_shown(hm, lay) == hm.title:
+            continue
+        hover(box, QPoint(20, 6))  # on the title's first line
+        if box.toolTip() != hm.title:
+            bad.append(f"{hm.title!r} painted {headmap.title_shown(hm, lay)!r}, hover {box.toolTip()!r}")
+    return bad
 
 
 def _patch_map_whole(box) -> list[str]:

@@ -354,7 +354,7 @@ class ComparePanel(QWidget):
     def _map_readout(self, x: float, y: float) -> str | None:
         if self.map_layout is None:
             return None
-        if y < self.map_layout.title_h:  # the title in full (a narrow panel ends it in an ellipsis)
+        if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends it in an ellipsis)
             return self.head_map().title
         hit = headmap.hit(self.head_map(), self.map_layout, x, y)
         if hit is not None and hit[0] == "head":
