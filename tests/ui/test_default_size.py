@@ -184,6 +184,8 @@ def _dock_whole(w, dock, size) -> None:
         scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
         assert _compare_painted_whole(w.compare_panel, scroll) == [], f"Compare painted cut at {size}"
         assert _map_titles_readable(dock) == [], f"Compare: its map's title cannot be read at {size}"
+    if name == "Why here?":
+        assert _why_heading_whole(w.why_panel.canvas) == [], f"Why here? heading cut at {size}"
     if name == "Patching" and w.patching_panel.map.view is not None:
         assert _patch_map_whole(w.patching_panel.map) == [], f"Patching map cut at {size}"
 
@@ -206,6 +208,22 @@ def _map_titles_readable(frame: QWidget) -> list[str]:
         if box.toolTip() != hm.title:
             bad.append(f"{hm.title!r} painted {headmap.title_shown(hm, lay)!r}, hover {box.toolTip()!r}")
     return bad
+
+
+def _why_heading_whole(canvas) -> list[str]:
+    """Why here?'s title and subtitle (the score and the model) are painted whole: no ink at the
+    right edge of their lines' box, above the first list (a line longer than the box is cut there
+    mid-letter; a wrapped line ends short of it)."""
+    canvas.repaint()
+    lay = canvas.lay
+    image = canvas.grab().toImage()
+    dpr = image.devicePixelRatio()
+    top = int(lay.headers[0][0].top() * dpr)
+    edge = (canvas.width() - 8 * lay.scale) * dpr  # the right edge of the lines' box
+    band = range(int(edge - 2 * dpr), int(edge + 6 * lay.scale * dpr))
+    inked = [(x, y) for y in range(top) for x in band
+             if x < image.width() and image.pixelColor(x, y).name() != "#ffffff"]
+    return [f"ink at {inked[:3]} at the lines' right edge, above y {top}"] if inked else []
 
 
 def _patch_map_whole(box) -> list[str]:
