@@ -184,6 +184,10 @@ def _dock_whole(w, dock, size) -> None:
         scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
         assert _compare_painted_whole(w.compare_panel, scroll) == [], f"Compare painted cut at {size}"
         assert _map_titles_readable(dock) == [], f"Compare: its map's title cannot be read at {size}"
+    if name == "Generate" and not w.generate_panel.gen.steps:
+        w.generate_panel.plot.grab()  # (painted: the view box sets its auto range as it paints)
+        (x0, _), (y0, _) = w.generate_panel.plot.getPlotItem().viewRange()
+        assert x0 >= 0 and y0 >= 0, f"the empty KV plot shows steps from {x0:g}"
     if name == "Why here?":
         assert _why_heading_whole(w.why_panel.canvas) == [], f"Why here? heading cut at {size}"
     if name == "Patching" and w.patching_panel.map.view is not None:
