@@ -173,13 +173,36 @@ def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, sca
 
 
 def _dock_whole(w, dock, size) -> None:
+    """The dock's content whole, on each page of the tabs inside it (What heads do's Next token,
+    DLA and Ablation; Head roles' Overview, Scores and Find), each page's name whole."""
+    from PySide6.QtWidgets import QTabWidget
+
+    inner = [t for t in dock.findChildren(QTabWidget) if _shown_in(t, dock)]
+    for tabs in inner:
+        shown = tabs.currentIndex()
+        for i in range(tabs.count()):
+            tabs.setCurrentIndex(i)
+            w.worker.wait_idle()
+            drain_events()
+            drain_events()
+            bar = tabs.tabBar()
+            opt = QStyleOptionTab()
+            bar.initStyleOption(opt, i)
+            assert opt.text == tabs.tabText(i), f"tab {tabs.tabText(i)!r} reads {opt.text!r} at {size}"
+            _page_whole(w, dock, f"{dock.windowTitle()} > {tabs.tabText(i)}", size)
+        tabs.setCurrentIndex(shown)
+    if not inner:
+        _page_whole(w, dock, dock.windowTitle(), size)
+
+
+def _page_whole(w, dock, page, size) -> None:
     name = dock.windowTitle()
     assert dock.isVisible() and dock.widget().isVisible()
-    assert _outside(dock.widget(), dock) == [], f"{name}: widgets cut off at {size}"
-    assert _unreachable(dock) == [], f"{name}: content out of reach at {size}"
-    assert _scrolls_across(dock) == [], f"{name}: wider than its dock at {size}"
-    assert _cut_text(dock) == [], f"{name}: text cut at {size}"
-    assert _map_titles_readable(dock) == [], f"{name}: a map's title cannot be read whole at {size}"
+    assert _outside(dock.widget(), dock) == [], f"{page}: widgets cut off at {size}"
+    assert _unreachable(dock) == [], f"{page}: content out of reach at {size}"
+    assert _scrolls_across(dock) == [], f"{page}: wider than its dock at {size}"
+    assert _cut_text(dock) == [], f"{page}: text cut at {size}"
+    assert _map_titles_readable(dock) == [], f"{page}: a map's title cannot be read whole at {size}"
     if name == "Compare":
         scroll = dock.widget() if isinstance(dock.widget(), QScrollArea) else None
         assert _compare_painted_whole(w.compare_panel, scroll) == [], f"Compare painted cut at {size}"
@@ -201,7 +224,10 @@ def _map_titles_readable(frame: QWidget) -> list[str]:
     from attnviz.ui.panels.compare_panel import ComparePanel
     from attnviz.ui.panels.dla_view import HeadMapView
 
-    maps = [(v, v.map, v.lay) for v in frame.findChildren(HeadMapView) if _shown_in(v, frame)]
+    views = [v for v in frame.findChildren(HeadMapView) if _shown_in(v, frame)]
+    for v in views:
+        v.grab()  # (painted: its layout is made as it paints)
+    maps = [(v, v.map, v.lay) for v in views]
     maps += [(p.map, p.head_map(), p.map_layout) for p in frame.findChildren(ComparePanel)
              if _shown_in(p.map, frame) and p.map_layout is not None]
     bad = []
