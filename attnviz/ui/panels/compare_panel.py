@@ -160,6 +160,7 @@ class ComparePanel(QWidget):
         self.tile_T = 0
         self._tiles_of = None  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
+        self._strip_fitted = (None, 0, 0.0)  # (result, width, height) the strip's rows last needed
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -309,7 +310,11 @@ class ComparePanel(QWidget):
         c = self.jobs.comparison
         if c is None or c.doc is None:
             return 0.0
-        return F.strip_fit_height(c.result.labels, width - 8) + 8
+        # (the layout asks again for each width it tries: a long text's labels measured once)
+        result, at, _ = self._strip_fitted
+        if result is not c.result or at != width:  # (by identity: a result's == compares arrays)
+            self._strip_fitted = (c.result, width, F.strip_fit_height(c.result.labels, width - 8) + 8)
+        return self._strip_fitted[2]
 
     def tile_cell(self, head: int, q: int, k: int) -> tuple[float, float]:
         """The centre of cell (q, k) of `head`'s tile, in the tiles widget's pixels."""
