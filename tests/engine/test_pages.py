@@ -3,7 +3,7 @@ read from the virtio balloon's features, and once small pages are asked for, Num
 and the load's arena are advised against huge pages (their mapping's VmFlags say `nh`), with the
 same values in them."""
 
-import os
+import platform
 import sys
 
 import numpy as np
@@ -98,7 +98,7 @@ for line in open("/proc/self/maps"):
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None,
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc's malloc on Linux")
 def test_a_one_shot_process_makes_large_arrays_from_its_heap():
     """reuse_freed_memory: a 16 MiB array lies in the process's heap (where a freed one's pages
