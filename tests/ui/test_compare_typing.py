@@ -231,3 +231,28 @@ def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):
     w.worker.wait_idle()
     T = jobs.comparison.result.n_tokens
     assert (TEXT + " cat", T, T) in seen
+
+
+def test_b_opens_with_the_unembeddings_the_next_token_numbers_read(window, qtbot, monkeypatch):
+    """Both sides' unembeddings are built while B opens (on its load thread), not by a keystroke's
+    next-token job, whose first pass over the tables no keystroke could stop."""
+    w = window
+    jobs = w.worker.compare_jobs
+    built, at_open = [], []  # the models whose comparison heads were built; how many as B came in
+    real = C.build_head
+
+    def build(model, *args, **kw):
+        built.append(model)
+        return real(model, *args, **kw)
+    monkeypatch.setattr(C, "build_head", build)
+    jobs.sigChanged.connect(lambda: at_open.append(list(built)) if jobs.b is not None and not at_open else None)
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    w.set_text(TEXT + " cat")
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat"
+                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    a, b = w.state.model, jobs.b
+    assert len(at_open) == 1 and {id(m) for m in at_open[0]} == {id(a), id(b)}
+    assert len(built) == 2  # nothing built after B opened

@@ -100,10 +100,30 @@ def load_b(a, source: BSource):
         ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
     check_same_shape(a, b)
     check_same_vocab(a, b)
+    ready_heads(a, b)
     from attnviz.ui.machinery.tuning import release_free_memory
 
     release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
     return b, ident
+
+
+def ready_heads(a, b) -> None:
+    """Build, as B opens, the unembeddings a keystroke's next-token numbers read: both sides'
+    tables (compare.pair_heads: each checked finite in one pass over it) and A's packed for the
+    kernels where B reads the same table (compare.kernel_logits). Built by the first keystroke's
+    job instead, they would hold the pool for a pass that no keystroke stops, and the next
+    keystrokes' runs behind it. Nothing for a model that predicts no next token."""
+    from attnviz.engine.analysing import compare as C
+    from attnviz.engine.errors import NoPrediction
+
+    if not (C.predicts(a) and C.predicts(b)):
+        return
+    ha, hb = C.pair_heads(a, b)
+    if a.weights.packed_types and hb.w_u is ha.w_u:
+        try:
+            a.lm_head()
+        except NoPrediction:  # (the next-token job says so in its own line)
+            pass
 
 
 class CompareJobs(QObject):
