@@ -63,6 +63,7 @@ class Comparison:
     doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
     pair: object = None  # the engine's Pair (its traces), for the next-token numbers
+    seen: tuple | None = None  # compare.head_numbers' seen: what the next keystroke's reuses
 
 
 def load_b(a, source: BSource):
@@ -215,6 +216,7 @@ class CompareJobs(QObject):
         result = run.result
         ids = result.input_ids
         job_id = self.worker.claim(COMPARE_KIND)
+        known = None if self.comparison is None else self.comparison.seen  # (the same A and B)
         def stale():
             return not self.worker.is_newest(COMPARE_KIND, job_id)
 
@@ -224,13 +226,13 @@ class CompareJobs(QObject):
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            doc = None
-            if not (a.config.causal and len(ids) < 2):
-                doc = C.compare_with(pair, predictions=False)[0]
+            doc = seen = None
+            if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused
+                doc, seen = C.head_numbers(pair, known)
             else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
                 release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
-                              time.perf_counter() - t0, pair)
+                              time.perf_counter() - t0, pair, seen)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
     def _on_compared(self, request, value, error) -> None:
