@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -32,6 +32,7 @@ from attnviz.engine.computing.request import RunRequest
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
+_FRAME = QEvent.Type(QEvent.registerEventType())  # posted behind a comparison's paints: CompareJobs._frame_painted
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
@@ -145,6 +146,7 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
+        self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -193,6 +195,8 @@ class CompareJobs(QObject):
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
+        if self.b is not None:  # (quick text scores waiting for a comparison's frame)
+            self.worker.scores_after_frame()
         self.b = self.identity = self.source = self.loading = None
         self.comparison = self.induction = self._known = None
         self.note = ""
@@ -242,12 +246,33 @@ class CompareJobs(QObject):
         if error is not None:
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
+            self.worker.scores_after_frame()
             return
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        self.sigChanged.emit()  # (first: the panel paints it in this turn, before the pool's next job takes the GIL)
-        if value.doc is not None:
+        self.sigChanged.emit()  # (the panel paints it in this turn)
+        # the pool's next jobs (the next-token numbers, the text's head scores) after this frame's
+        # posted paints, the grid's A − B among them (posted at low priority, as Qt posts a
+        # window's update requests; events of one priority come in order): a job's Python would
+        # hold the GIL they need
+        if self._frame_of is None:
+            QCoreApplication.postEvent(self, QEvent(_FRAME), Qt.EventPriority.LowEventPriority.value)
+        self._frame_of = value
+
+    def event(self, ev) -> bool:
+        if ev.type() == _FRAME:
+            self._frame_painted()
+            return True
+        return super().event(ev)
+
+    def _frame_painted(self) -> None:
+        """The comparison's frame is painted: its next-token numbers, where it is still the one on
+        screen and the text the one compared (a newer keystroke's runs must not queue behind
+        them), and the text scores waiting for the frame."""
+        c, self._frame_of = self._frame_of, None
+        if c is not None and c is self.comparison and c.doc is not None and c.result.text == self.state.text:
             self._request_next()
+        self.worker.scores_after_frame()
 
     def _on_text(self, _text) -> None:
         """A keystroke: the next-token numbers of the text before it stop at their next block (they
