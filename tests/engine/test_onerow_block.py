@@ -49,9 +49,15 @@ def way(monkeypatch):
     from attnviz.engine import parallel
     from attnviz.engine.computing import onerow
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
-    calls = []
-    real = onerow._attention_in
+    calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
+    real, step = onerow._attention_in, onerow._step_in
     monkeypatch.setattr(onerow, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+
+    def step_in(*a):
+        appended = step(*a)
+        calls.append(2 if appended else 3)
+        return appended
+    monkeypatch.setattr(onerow, "_step_in", step_in)
     steps = qm.ONE_ROW
 
     def set_way(name):
@@ -101,7 +107,8 @@ def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
 
 
 def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
-    """A generation's steps: its own cache, no dense patterns, each row appended in place."""
+    """A generation's steps: its own cache, no dense patterns, each row appended in place (the
+    step's three calls: onerow._step_in, _step_mid, _step_out), the last rows of the patterns kept."""
     model = models["covered"]
     finals = {}
     for name in WAYS:
@@ -112,7 +119,10 @@ def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
             model.run(ids=np.asarray(IDS[:t]), trace=trace, request=RunRequest(labels=False))
             rows.append((trace.final.copy(), np.stack(trace.last_rows)))
         finals[name] = rows
-    assert len(way.calls) == model.config.n_layer * (len(IDS) - 6)  # the first run: 6 rows
+    # the first run: 6 rows; every later layer a step's three calls, but the first step's: its
+    # _step_in finds no room after the prefill's keys and the layer goes on as the block's
+    n_layer = model.config.n_layer
+    assert way.calls == [3] * n_layer + [2] * (n_layer * (len(IDS) - 7))
     for (f, r), (f1, r1), (f2, r2) in zip(*(finals[n] for n in WAYS)):
         np.testing.assert_array_equal(f, f1)
         np.testing.assert_array_equal(r, r1)
