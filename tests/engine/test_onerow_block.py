@@ -1,4 +1,4 @@
-"""The one-row block (engine/computing/onerow.py's pre_norm_block: a pre-norm layer of one new row
+"""The one-row block (engine/computing/onerow_block.py's pre_norm_block: a pre-norm layer of one new row
 in three compiled calls) against the one-row steps it replaces (the same bits) and the NumPy steps (within
 float32 rounding), on a tiny Llama whose matrices are Q4_1 blocks: keystrokes with patterns and
 records, generation steps appended in place, the trace's edits at their points, and layers the
@@ -47,17 +47,17 @@ def way(monkeypatch):
     block's compiled calls. One kernel thread, as the window gives a small matrix (the block runs
     the serial kernels only)."""
     from attnviz.engine import parallel
-    from attnviz.engine.computing import onerow
+    from attnviz.engine.computing import onerow, onerow_block
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
     calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
-    real, step = onerow._attention_in, onerow._step_in
-    monkeypatch.setattr(onerow, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+    real, step = onerow_block._attention_in, onerow_block._step_in
+    monkeypatch.setattr(onerow_block, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
 
     def step_in(*a):
         appended = step(*a)
         calls.append(2 if appended else 3)
         return appended
-    monkeypatch.setattr(onerow, "_step_in", step_in)
+    monkeypatch.setattr(onerow_block, "_step_in", step_in)
     steps = qm.ONE_ROW
 
     def set_way(name):
@@ -108,7 +108,7 @@ def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
 
 def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
     """A generation's steps: its own cache, no dense patterns, each row appended in place (the
-    step's three calls: onerow._step_in, _step_mid, _step_out), the last rows of the patterns kept."""
+    step's three calls: onerow_block._step_in, _step_mid, _step_out), the last rows of the patterns kept."""
     model = models["covered"]
     finals = {}
     for name in WAYS:
@@ -201,7 +201,7 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     """The block's calls compiled for float32 scales (Q4_K): one layer of one row on a packed view
     (no float32 matrix held) against the one-row steps (the same bits) and the float32 layer of the
     dequantised weights."""
-    from attnviz.engine.computing import families, layers, onerow
+    from attnviz.engine.computing import families, layers, onerow, onerow_block
     from attnviz.engine.reading.layout import Layer
     from attnviz.engine.reading.qpack import PackedLayer, pack_parts
     qm.warm([Q.Q4_K])
@@ -223,7 +223,7 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     steps = onerow.fused(c, eps, True)
     x = rng.standard_normal((1, d)).astype(np.float32)
     calls = len(way.calls)
-    got = onerow.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
+    got = onerow_block.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
     assert len(way.calls) == calls + 1 and np.isfinite(got).all()
     np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
     _close(got, families.pre_norm_block(x, dense, c, None))
