@@ -227,3 +227,34 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     assert len(way.calls) == calls + 1 and np.isfinite(got).all()
     np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
     _close(got, families.pre_norm_block(x, dense, c, None))
+
+
+def test_a_step_takes_the_three_calls_only_where_its_points_record_and_edit_nothing():
+    """onerow_block._plain: a generation step's slot, yes; a trace that records z or the MLP's
+    output, has edits, or a slot class with a point of its own (here z), no."""
+    from types import SimpleNamespace
+
+    from attnviz.engine.computing import onerow, onerow_block
+    from attnviz.engine.computing.trace import LayerCache
+    c = SimpleNamespace(attention=onerow.dense_attention)
+    past = KVCache()
+    past.k = [np.zeros((2, 5, 8), np.float32)] * 2
+
+    def slot(trace, kind=LayerCache):
+        trace.want_kv = True  # (as forward sets it for a cached run)
+        trace.begin(2, np.arange(6), p=5)
+        return kind(trace, 0, past, None)
+
+    class OwnZ(LayerCache):
+        def z(self, z):
+            return z * 2
+
+    assert onerow_block._plain(slot(_StepTrace(False, past)), c)
+    assert onerow_block._plain(slot(_StepTrace(True, past)), c)  # (its pattern point is called)
+    assert not onerow_block._plain(slot(Trace(patterns=False, z=True)), c)
+    assert not onerow_block._plain(slot(Trace(patterns=False, mlp_out=True)), c)
+    patch = Patch("mlp_out", 0, np.array([5]), np.zeros((1, 64), np.float32))
+    assert not onerow_block._plain(slot(Trace(patterns=False, edits=[patch])), c)
+    assert not onerow_block._plain(slot(Trace(patterns=False), OwnZ), c)
+    assert onerow_block._plain(slot(Trace(patterns=False)), c)
+    assert not onerow_block._plain(slot(Trace(patterns=False)), SimpleNamespace(attention=None))

@@ -267,7 +267,11 @@ def _plain(cache, c) -> bool:
     if not isinstance(cache, LayerCache) or not cache._p or cache.past is None:
         return False
     t, kind = cache.trace, type(cache)
-    return (not t.edits and t.want_kv and t.attention is None and cache._stop_at != "z"
-            and not (t.want["inputs"] or t.want["z"] or t.want["mlp_out"])
-            and c.attention is dense_attention and cache.past.k[cache.i].shape[1] == cache._p
-            and (kind is LayerCache or all(getattr(kind, n) is getattr(LayerCache, n) for n in _SLOT_POINTS)))
+    if kind not in _SLOT_KINDS:  # (a class's methods do not change)
+        _SLOT_KINDS[kind] = all(getattr(kind, n) is getattr(LayerCache, n) for n in _SLOT_POINTS)
+    return (_SLOT_KINDS[kind] and not t.edits and t.want_kv and t.attention is None
+            and cache._stop_at != "z" and not (t.want["inputs"] or t.want["z"] or t.want["mlp_out"])
+            and c.attention is dense_attention and cache.past.k[cache.i].shape[1] == cache._p)
+
+
+_SLOT_KINDS: dict = {}  # slot class -> whether it has LayerCache's own _SLOT_POINTS
