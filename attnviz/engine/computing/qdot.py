@@ -1,5 +1,7 @@
-"""The quantised kernels' inner loop as LLVM vector code (engine/computing/qmatvec.py): 16 output
-rows of one packed group against one row of x, over every sub-block, summed in vector registers.
+"""The quantised kernels (engine/computing/qmatvec.py calls them) and their inner loop as LLVM vector
+code: 16 output rows of one packed group against one row of x, over every sub-block, summed in
+vector registers. (In one file: numba's cache of a function is renewed when its own file changes,
+so a kernel and the loop it compiles in change together.)
 
     y[r] = sum_s scale_s[r] t_s[r] + offset_s[r] xs_s,   t_s[r] = sum_{j in s} q[r, j] x[j]
 
@@ -28,7 +30,7 @@ try:
     import numba
     from llvmlite import binding as llvm
     from llvmlite import ir
-    from numba import njit, types
+    from numba import njit, prange, types
     from numba.core import cgutils
     from numba.extending import intrinsic
 except ImportError:  # qmatvec then has no kernels
@@ -176,3 +178,92 @@ if numba:
                 for j in range(S):
                     xs[i, s] += x[i, s * S + j]
         return xs
+
+
+# Each kernel (qmatvec.py's): x rewritten for its kind (nibble_x, or the sub-block sums alone), then every
+# group g of 16 rows (in parallel: prange; its serial twin below, range) by one call of its
+# group's body, the same for both, so a group's sums are the same bits on any number of threads.
+# q, scale, offset, x, y: C-contiguous, read by flat offsets (q uint8 [G, n_sub, step, 16], scale,
+# offset float32 or float16 bits [G, n_sub, 16] (offset of size 0: none; Packed.args), x float32
+# [m, n_in], y float32 [m, G 16]).
+if numba:
+    _NIB, _NIB8, _B32, _B16 = (ROWS[k] for k in ("nib", "nib8", "b32", "b16"))
+
+    @njit(cache=True, nogil=True)
+    def _g_nib(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
+        n_sub = q.shape[1]
+        for i in range(x.shape[0]):
+            _NIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
+                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    @njit(cache=True, nogil=True)
+    def _g_nib8(q, scale, offset, x, xs, y, g):
+        n_sub = q.shape[1]
+        for i in range(x.shape[0]):
+            _NIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
+                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    @njit(cache=True, nogil=True)
+    def _g_b32(q, scale, offset, x, xs, y, g):
+        n_sub = q.shape[1]
+        for i in range(x.shape[0]):
+            _B32(q, g * n_sub * 32 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
+                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    @njit(cache=True, nogil=True)
+    def _g_b16(q, scale, offset, x, xs, y, g):
+        n_sub = q.shape[1]
+        for i in range(x.shape[0]):
+            _B16(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 16, xs,
+                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_nib(q, scale, offset, x, y):
+        xt, xs = nibble_x(x, q.shape[1])
+        for g in prange(q.shape[0]):
+            _g_nib(q, scale, offset, xt, xs, y, g)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_nib8(q, scale, offset, x, y):
+        xt, xs = nibble_x(x, q.shape[1])
+        for g in prange(q.shape[0]):
+            _g_nib8(q, scale, offset, xt, xs, y, g)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_b32(q, scale, offset, x, y):
+        xs = sums(x, q.shape[1], 32)
+        for g in prange(q.shape[0]):
+            _g_b32(q, scale, offset, x, xs, y, g)
+
+    @njit(parallel=True, cache=True, nogil=True)
+    def _k_b16(q, scale, offset, x, y):
+        xs = sums(x, q.shape[1], 16)
+        for g in prange(q.shape[0]):
+            _g_b16(q, scale, offset, x, xs, y, g)
+
+    # one thread (a call capped at one: the window's, for a small matrix): no parallel region
+    @njit(cache=True, nogil=True)
+    def _s_nib(q, scale, offset, x, y):
+        xt, xs = nibble_x(x, q.shape[1])
+        for g in range(q.shape[0]):
+            _g_nib(q, scale, offset, xt, xs, y, g)
+
+    @njit(cache=True, nogil=True)
+    def _s_nib8(q, scale, offset, x, y):
+        xt, xs = nibble_x(x, q.shape[1])
+        for g in range(q.shape[0]):
+            _g_nib8(q, scale, offset, xt, xs, y, g)
+
+    @njit(cache=True, nogil=True)
+    def _s_b32(q, scale, offset, x, y):
+        xs = sums(x, q.shape[1], 32)
+        for g in range(q.shape[0]):
+            _g_b32(q, scale, offset, x, xs, y, g)
+
+    @njit(cache=True, nogil=True)
+    def _s_b16(q, scale, offset, x, y):
+        xs = sums(x, q.shape[1], 16)
+        for g in range(q.shape[0]):
+            _g_b16(q, scale, offset, x, xs, y, g)
+
+    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}

@@ -8,8 +8,8 @@ y float32 [m, n_out]:
     y[i, r] = sum_s scale_s[r] (sum_{j in s} q[r, j] x[i, j]) + offset_s[r] (sum_{j in s} x[i, j])
 
 The inner sum is float32 fused multiply-adds over 16 rows at once, written as LLVM vector code
-(engine/computing/qdot.py: 16-lane loads of the integers, decoded, multiplied by one broadcast x,
-every sub-block of a group summed in registers), so the compiler cannot pick a worse
+(engine/computing/qdot.py, the kernels themselves too: 16-lane loads of the integers, decoded,
+multiplied by one broadcast x, every sub-block of a group summed in registers), so the compiler cannot pick a worse
 vectorisation (left to itself, LLVM vectorised the loop over inputs and summed lanes across);
 the groups of rows are split over parallel.kernel_threads() (numba's prange: every core; in the
 window one as BLAS, and every core but one for a large matrix). Each group is summed by one
@@ -45,9 +45,9 @@ os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 try:
     import numba
-    from numba import njit, prange
 
-    from attnviz.engine.computing import qdot
+    from attnviz.engine.computing.qdot import (  # noqa: F401  (_s_*: the one-row block's kernel)
+        SERIAL, _k_b16, _k_b32, _k_nib, _k_nib8, _s_b16, _s_b32, _s_nib, _s_nib8)
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
@@ -60,93 +60,6 @@ ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K
 # (benchmarks/qsteps.py, "run of n rows")
 ROWS_UNEXPANDED = 256
 
-# Each kernel: x rewritten for its kind (qdot.nibble_x, or the sub-block sums alone), then every
-# group g of 16 rows (in parallel: prange; its serial twin below, range) by one call of its
-# group's body, the same for both, so a group's sums are the same bits on any number of threads.
-# q, scale, offset, x, y: C-contiguous, read by flat offsets (q uint8 [G, n_sub, step, 16], scale,
-# offset float32 or float16 bits [G, n_sub, 16] (offset of size 0: none; Packed.args), x float32
-# [m, n_in], y float32 [m, G 16]).
-if numba:
-    _NIB, _NIB8, _B32, _B16 = (qdot.ROWS[k] for k in ("nib", "nib8", "b32", "b16"))
-
-    @njit(cache=True, nogil=True)
-    def _g_nib(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
-        n_sub = q.shape[1]
-        for i in range(x.shape[0]):
-            _NIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
-                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
-
-    @njit(cache=True, nogil=True)
-    def _g_nib8(q, scale, offset, x, xs, y, g):
-        n_sub = q.shape[1]
-        for i in range(x.shape[0]):
-            _NIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
-                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
-
-    @njit(cache=True, nogil=True)
-    def _g_b32(q, scale, offset, x, xs, y, g):
-        n_sub = q.shape[1]
-        for i in range(x.shape[0]):
-            _B32(q, g * n_sub * 32 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
-                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
-
-    @njit(cache=True, nogil=True)
-    def _g_b16(q, scale, offset, x, xs, y, g):
-        n_sub = q.shape[1]
-        for i in range(x.shape[0]):
-            _B16(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 16, xs,
-                 i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib(q, scale, offset, x, y):
-        xt, xs = qdot.nibble_x(x, q.shape[1])
-        for g in prange(q.shape[0]):
-            _g_nib(q, scale, offset, xt, xs, y, g)
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib8(q, scale, offset, x, y):
-        xt, xs = qdot.nibble_x(x, q.shape[1])
-        for g in prange(q.shape[0]):
-            _g_nib8(q, scale, offset, xt, xs, y, g)
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_b32(q, scale, offset, x, y):
-        xs = qdot.sums(x, q.shape[1], 32)
-        for g in prange(q.shape[0]):
-            _g_b32(q, scale, offset, x, xs, y, g)
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_b16(q, scale, offset, x, y):
-        xs = qdot.sums(x, q.shape[1], 16)
-        for g in prange(q.shape[0]):
-            _g_b16(q, scale, offset, x, xs, y, g)
-
-    # one thread (a call capped at one: the window's, for a small matrix): no parallel region
-    @njit(cache=True, nogil=True)
-    def _s_nib(q, scale, offset, x, y):
-        xt, xs = qdot.nibble_x(x, q.shape[1])
-        for g in range(q.shape[0]):
-            _g_nib(q, scale, offset, xt, xs, y, g)
-
-    @njit(cache=True, nogil=True)
-    def _s_nib8(q, scale, offset, x, y):
-        xt, xs = qdot.nibble_x(x, q.shape[1])
-        for g in range(q.shape[0]):
-            _g_nib8(q, scale, offset, xt, xs, y, g)
-
-    @njit(cache=True, nogil=True)
-    def _s_b32(q, scale, offset, x, y):
-        xs = qdot.sums(x, q.shape[1], 32)
-        for g in range(q.shape[0]):
-            _g_b32(q, scale, offset, x, xs, y, g)
-
-    @njit(cache=True, nogil=True)
-    def _s_b16(q, scale, offset, x, y):
-        xs = qdot.sums(x, q.shape[1], 16)
-        for g in range(q.shape[0]):
-            _g_b16(q, scale, offset, x, xs, y, g)
-
-    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
 KERNELS = PACKED
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
 # the thread count this thread last gave numba (asking numba costs more than a kernel's setup)
