@@ -15,7 +15,8 @@ except the sums (a norm's mean square, a score's dot product), which are summed 
 equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called
 as families.dense_attention calls them (where the trace has no edits, the scores' hook, which
 then changes nothing, is left out and each row's max is subtracted in the scores' call).
-SwiGLU's gate stays NumPy's: NumPy's exp runs on vector lanes, numba's on one float at a time.
+Softmax's and SwiGLU's exp are an expf of their own on vector lanes (numba's np.exp calls libm one
+float at a time): within 2 ulp of NumPy's, and the same function on every one-row path.
 A pre-norm layer of one row runs in three compiled calls around the trace's points where it can
 (onerow_block.pre_norm_block, Consts.block; qmatvec.warm hands it the serial kernel it compiles in).
 
@@ -31,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing.layers import silu as layers_silu
 from attnviz.engine.computing.trace import NOTHING
 
 _F = types.float32
@@ -140,15 +142,80 @@ def _minus_max(s):  # _minus_max_of, after the trace's edits to the scores
     _minus_max_of(s)
 
 
-@njit([types.void(_W3), types.void(_W3C)], fastmath=_FAST, **_JIT)  # (C order: on vector lanes)
-def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softmax's last step)
+@njit(fastmath=_FAST, **_JIT)
+def _sum(e):  # [n] float32, C order -> its sum (on vector lanes; one order for every caller)
+    total = np.float32(0.0)
+    for t in range(e.shape[0]):
+        total += e[t]
+    return total
+
+
+# exp on vector lanes (numba's np.exp calls libm one float at a time): Cephes' expf, x = k ln 2 + r
+# (ln 2 in two parts), exp(r) a degree-6 polynomial, 2^k from its exponent bits; within 2 ulp of
+# NumPy's exp (tests/engine/test_onerow.py); x below -88 (-inf too) gives 2^-127 y, taken as 0,
+# and x above 88 is taken as 88 (exp's float32 range ends at 88.7).
+_EXP_P = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                       4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_LOG2E, _LN2_HI, _LN2_LO = np.float32(1.44269504088896341), np.float32(0.693359375), np.float32(-2.12194440e-4)
+
+
+@njit(**_JIT)
+def _exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
+    n = x.shape[0]
+    y = np.empty(n, np.float32)
+    bits = np.empty(n, np.int32)
+    p0, p1, p2, p3, p4, p5 = _EXP_P
+    for i in range(n):
+        v = min(max(x[i], np.float32(-88.0)), np.float32(88.0))
+        k = np.floor(v * _LOG2E + np.float32(0.5))
+        r = v - k * _LN2_HI - k * _LN2_LO
+        y[i] = (((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5) * (r * r) + r + np.float32(1.0)
+        bits[i] = (np.int32(k) + np.int32(127)) << np.int32(23)  # 2^k (k = -127: 0)
+    scale = bits.view(np.float32)
+    for i in range(n):
+        out[i] = y[i] * scale[i]
+
+
+@njit(**_JIT)
+def _softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted: exp, over its sum
     n_head, _, T = s.shape
+    e = np.empty(T, np.float32)  # (a row of its own: the same vector code whatever s's layout)
     for h in range(n_head):
-        total = np.float32(0.0)
         for t in range(T):
-            total += s[h, 0, t]
+            e[t] = s[h, 0, t]
+        _exp_into(e, e)
+        total = _sum(e)
         for t in range(T):
-            s[h, 0, t] /= total
+            s[h, 0, t] = e[t] / total
+
+
+@njit([types.void(_W3), types.void(_W3C)], **_JIT)
+def _softmax(s):
+    _softmax_of(s)
+
+
+@njit(**_JIT)
+def _silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's operations)
+    n = x.shape[1]
+    e = np.empty(n, np.float32)
+    for j in range(n):
+        e[j] = -x[0, j]
+    _exp_into(e, e)
+    for j in range(n):
+        out[0, j] = x[0, j] / (e[j] + np.float32(1.0))
+
+
+@njit(types.void(_R2, _W2), **_JIT)
+def _silu(x, out):
+    _silu_of(x, out)
+
+
+def silu(x):  # [1, n] -> [1, n] (any other shape: layers.silu)
+    if x.ndim != 2 or x.shape[0] != 1 or x.dtype != np.float32:
+        return layers_silu(x)
+    out = np.empty(x.shape, np.float32)
+    _silu(x, out)
+    return out
 
 
 @njit(**_JIT)
@@ -209,8 +276,7 @@ def dense_attention(q, k, v, c, cache=NOTHING):
     if edits:
         s = cache.scores(s)  # knockouts
         _minus_max(s)
-    np.exp(s, out=s)  # softmax's exp NumPy's (on vector lanes; numba's takes one float at a time)
-    _over_sum(s)
+    _softmax(s)
     cache.pattern(s)  # recorded (and patched); the run may stop here
     z = np.empty((n_head, 1, v.shape[-1]), np.float32)
     _weighted_values(s, v, _whole(v), c.n_group, z)
@@ -244,6 +310,8 @@ def fused(c, eps: float, rms: bool, block=None):
     pre-norm block), the layer in three compiled calls (pre_norm_block; `block` where those do
     not cover a layer)."""
     changes = {"attention": dense_attention, "rotate": rotate}
+    if c.act is layers_silu:  # SwiGLU's gate on vector lanes (the block computes it the same)
+        changes["act"] = silu
     if rms and block is not None:
         def one_row_block(x, layer, c1, cache=None):  # [1, d_model] -> [1, d_model]
             if not USE_BLOCK:

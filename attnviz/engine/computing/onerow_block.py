@@ -5,7 +5,7 @@ steps, qmatvec's serial nibble kernel compiled in):
     _attention_in   x [1, d_model] -> xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated by position
     (the trace's input and kv points, the one-row attention with its points, the z point)
     _attention_out  z -> mid = x + z W_oᵀ, hidden = RMSNorm(mid) W_inᵀ   [1, 2 d_ff] (gate | up)
-    (SwiGLU's gate NumPy's: its exp runs on vector lanes)
+    (SwiGLU's gate: the family's act, onerow.silu where it is SiLU)
     the kernel      m = (act(gate) up) W_outᵀ, (the trace's mlp_out point), mid + m
 
 Every trace point is called where families.self_attention and families.mlp call it, with the
@@ -14,8 +14,11 @@ path's with onerow's steps and the same serial kernel (qmatvec's, for the nibble
 and Q4_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
 cover (a float32 matrix, biases, several parts or another block type in a matrix, a kernel on
 several threads, a family's other norms) takes the family's block. A generation step's layer,
-whose trace records and edits nothing at the points between, takes _step_in, _step_mid and
-_step_out instead (_plain).
+whose trace records and edits nothing at the points between, takes two calls instead (_plain):
+
+    _step_in        _attention_in, the row's k and v written in place after the cached ones, the
+                    scores and their softmax    (the trace's pattern point)
+    _step_mid       the weighted values, _attention_out, SwiGLU, m and mid + m
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ import numpy as np
 from numba import njit, types
 
 from attnviz.engine.computing.onerow import (
-    _F, _I, _JIT, _NO_BIAS, _R2, _R3, _W3, _W3C, NOTHING, _array, _over_sum, _prefix, _rms_norm_of,
-    _rotate_of, _scores_of, _weighted_of, _whole, dense_attention)
+    _F, _I, _JIT, _NO_BIAS, _R2, _R3, _W3, _W3C, NOTHING, _array, _prefix, _rms_norm_of,
+    _rotate_of, _scores_of, _silu_of, _softmax_of, _weighted_of, _whole, dense_attention)
 from attnviz.engine.computing.trace import LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
@@ -80,10 +83,8 @@ def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hid
     _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
 
 
-# A generation step's layer (a trace that records and edits nothing in it: _plain) in three calls:
-# the KV append and the scores join _attention_in, the weighted values _attention_out, and the
-# MLP's product and residual add one call after SwiGLU's gate; the same steps in the same order
-# as above, so the same bits.
+# A generation step's layer (a trace that records and edits nothing in it: _plain) in two calls
+# (module docstring): the same steps in the same order as above, so the same bits.
 
 @njit(**_JIT)
 def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
@@ -104,22 +105,22 @@ def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc,
             kw[h, p, j] = qkv[0, q_end + h * d_head + j]
             vw[h, p, j] = qkv[0, k_end + h * d_head + j]
     _scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
+    _softmax_of(s)
     return True
 
 
 @njit(**_JIT)
-def _step_mid(s, vw, n_group, z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
+def _step_mid(s, vw, n_group, z, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, attn, mid, xn,
+              hidden, h, m, out):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
-    _attention_out."""
+    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ and out = mid + m
+    [1, d_model]."""
     _weighted_of(s, vw, n_group, z)
     _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
-
-
-@njit(**_JIT)
-def _step_out(h, up, wq, ws, wo, mid, m, out):
-    """h [1, d_ff] *= up (SwiGLU, in place), m = h W_outᵀ, out = mid + m [1, d_model]."""
-    for j in range(h.shape[1]):
-        h[0, j] *= up[0, j]
+    d_ff = h.shape[1]
+    _silu_of(hidden[:, :d_ff], h)
+    for j in range(d_ff):
+        h[0, j] *= hidden[0, d_ff + j]
     _nibbles(wq, ws, wo, h, m)
     for j in range(out.shape[1]):
         out[0, j] = mid[0, j] + m[0, j]
@@ -142,9 +143,8 @@ def compile_block(nibbles) -> None:
              types.void),
             (_step_in, lambda q, s, o: (*_IN, q, s, o, _R2, _R2, _I, _I, _OUT, _OUT, _R3, _KW, _R3, _KW,
                                         _R2, _F, _I, _W3), types.boolean),
-            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _W3C, q, s, o, *_IN, q, s, o, _OUT, _OUT, _OUT,
-                                         _OUT), types.void),
-            (_step_out, lambda q, s, o: (_c(_F, 2, False), _R2, q, s, o, _X, _OUT, _OUT), types.void)):
+            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _W3C, q, s, o, *_IN, q, s, o, q, s, o, _OUT, _OUT,
+                                         _OUT, _OUT, _OUT, _OUT, _OUT), types.void)):
         for sig in _sigs(args, ret):
             fn.compile(sig)
         fn.disable_compile()
@@ -206,7 +206,7 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback):
     d_model, n_head, n_kv, d_head = x.shape[1], c.n_head, c.n_kv_head, c.d_head
     xn = np.empty((1, d_model), np.float32)
     qkv = np.empty((1, (n_head + 2 * n_kv) * d_head), np.float32)
-    if _plain(cache, c):  # a generation step's layer: three calls (_step_in ..)
+    if _plain(cache, c):  # a generation step's layer: two calls (_step_in, _step_mid)
         kc, vc = cache.past.k[cache.i], cache.past.v[cache.i]
         kw, vw = _whole(kc), _whole(vc)
         s = cache.rows if cache.rows is not None else np.empty((n_head, 1, kc.shape[1] + 1), np.float32)
@@ -234,33 +234,28 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback):
 
 
 def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
-    """pre_norm_block after _step_in (the scores s [n_head, 1, T], the new row's k and v at
-    position T - 1 of kw, vw): the slot's keys and values as LayerCache.kv gives them, softmax,
-    the pattern point, then _step_mid and _step_out -> the layer's output [1, d_model]."""
+    """pre_norm_block after _step_in (the pattern s [n_head, 1, T], the new row's k and v at
+    position T - 1 of kw, vw): the slot's keys and values as LayerCache.kv gives them, the
+    pattern point, then _step_mid -> the layer's output [1, d_model]."""
     (_, wo, win, wout) = plan[0]
     T = s.shape[2]
     t = cache.trace
     t.k[cache.i], t.v[cache.i] = kw[:, :T], vw[:, :T]
-    np.exp(s, out=s)  # softmax as dense_attention's
-    _over_sum(s)
     cache.pattern(s)
-    d_model = x.shape[1]
+    d_model, d_ff = x.shape[1], plan[2] // 2
     z = np.empty((c.n_head, 1, c.d_head), np.float32)
-    attn, mid, xn = (np.empty((1, d_model), np.float32) for _ in range(3))
-    hidden = np.empty((1, plan[2]), np.float32)  # [1, 2 d_ff] gate | up
-    _step_mid(s, vw, c.n_group, z, *wo, x, layer.norm2[0], np.float32(eps), *win, attn, mid, xn, hidden)
-    d_ff = hidden.shape[1] // 2
-    h = c.act(hidden[:, :d_ff])
-    m, out = np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32)
-    _step_out(h, hidden[:, d_ff:], *wout, mid, m, out)
+    attn, mid, xn, m, out = (np.empty((1, d_model), np.float32) for _ in range(5))
+    hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)  # gate | up, SwiGLU
+    _step_mid(s, vw, c.n_group, z, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, attn, mid, xn,
+              hidden, h, m, out)
     return out
 
 
-_SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the three calls leave out
+_SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the two calls leave out
 
 
 def _plain(cache, c) -> bool:
-    """Whether the slot's layer may take the three calls of a generation step: a cached run's slot
+    """Whether the slot's layer may take the two calls of a generation step: a cached run's slot
     (LayerCache, its points as there; the pattern's may differ: it is called) whose trace has no
     edits, keeps K and V and records no inputs, z or MLP output, the run not stopping at its z,
     and the dense attention of one row."""
