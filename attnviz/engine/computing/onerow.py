@@ -9,6 +9,7 @@ layer's time beside its products.
                                     head h reads KV head h // n_group): scores, the trace's edits,
                                     softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head];
                                     each KV head's keys and values read once for its n_group heads
+    silu(x)                         [1, n] -> [1, n]: x / (1 + exp(-x)), SwiGLU's gate
 
 Each computes what the NumPy step (layers.py) computes, in the same order of float32 operations
 except the sums (a norm's mean square, a score's dot product), which are summed in another order:
@@ -17,8 +18,9 @@ as families.dense_attention calls them (where the trace has no edits, the scores
 then changes nothing, is left out and each row's max is subtracted in the scores' call).
 Softmax's and SwiGLU's exp are an expf of their own on vector lanes (numba's np.exp calls libm one
 float at a time): within 2 ulp of NumPy's, and the same function on every one-row path.
-A pre-norm layer of one row runs in three compiled calls around the trace's points where it can
-(onerow_block.pre_norm_block, Consts.block; qmatvec.warm hands it the serial kernel it compiles in).
+A pre-norm layer of one row runs in three compiled calls around the trace's points where it can, a
+generation step's in two (onerow_block.pre_norm_block, Consts.block; qmatvec.warm hands it the
+serial kernel it compiles in).
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
 from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
@@ -305,10 +307,10 @@ _NO_WHOLE = np.zeros((0, 0, 0), np.float32)
 
 
 def fused(c, eps: float, rms: bool, block=None):
-    """Consts c of a one-row run -> the same with these steps: attention, RoPE, and the norm where
-    the family's is RMSNorm (`rms`, of epsilon `eps`); and where `block` is given (the family's
-    pre-norm block), the layer in three compiled calls (pre_norm_block; `block` where those do
-    not cover a layer)."""
+    """Consts c of a one-row run -> the same with these steps: attention, RoPE, SiLU, and the norm
+    where the family's is RMSNorm (`rms`, of epsilon `eps`); and where `block` is given (the
+    family's pre-norm block), the layer in compiled calls (onerow_block.pre_norm_block; `block`
+    where those do not cover a layer)."""
     changes = {"attention": dense_attention, "rotate": rotate}
     if c.act is layers_silu:  # SwiGLU's gate on vector lanes (the block computes it the same)
         changes["act"] = silu
