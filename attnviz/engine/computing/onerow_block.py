@@ -28,7 +28,7 @@ import numpy as np
 from numba import njit, types
 
 from attnviz.engine.computing.onerow import (
-    _F, _I, _JIT, _NO_BIAS, _R2, _R3, _W3, _W3C, NOTHING, _array, _prefix, _rms_norm_of,
+    _F, _I, _JIT, _NO_BIAS, _R2, _R3, _W3, NOTHING, _array, _prefix, _rms_norm_of,
     _rotate_of, _scores_of, _silu_of, _softmax_of, _weighted_of, _whole, dense_attention)
 from attnviz.engine.computing.trace import LayerCache
 from attnviz.engine.parallel import kernel_threads
@@ -110,20 +110,25 @@ def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc,
 
 
 @njit(**_JIT)
-def _step_mid(s, vw, n_group, z, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, attn, mid, xn,
-              hidden, h, m, out):
+def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
-    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ and out = mid + m
-    [1, d_model]."""
+    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ -> mid + m
+    [1, d_model]. (Its arrays its own: each argument costs a call more than an allocation.)"""
+    n_head, d_model = s.shape[0], x.shape[1]
+    d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
+    z = np.empty((n_head, 1, d_head), np.float32)
+    attn, mid, xn, m = (np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
+                        np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32))
+    hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)
     _weighted_of(s, vw, n_group, z)
     _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
-    d_ff = h.shape[1]
     _silu_of(hidden[:, :d_ff], h)
     for j in range(d_ff):
         h[0, j] *= hidden[0, d_ff + j]
     _nibbles(wq, ws, wo, h, m)
-    for j in range(out.shape[1]):
-        out[0, j] = mid[0, j] + m[0, j]
+    for j in range(d_model):
+        m[0, j] += mid[0, j]  # (mid + m: the same sum)
+    return m
 
 
 def compile_block(nibbles) -> None:
@@ -143,8 +148,8 @@ def compile_block(nibbles) -> None:
              types.void),
             (_step_in, lambda q, s, o: (*_IN, q, s, o, _R2, _R2, _I, _I, _OUT, _OUT, _R3, _KW, _R3, _KW,
                                         _R2, _F, _I, _W3), types.boolean),
-            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _W3C, q, s, o, *_IN, q, s, o, q, s, o, _OUT, _OUT,
-                                         _OUT, _OUT, _OUT, _OUT, _OUT), types.void)):
+            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _I, q, s, o, *_IN, q, s, o, q, s, o),
+             _c(_F, 2, False))):
         for sig in _sigs(args, ret):
             fn.compile(sig)
         fn.disable_compile()
@@ -242,13 +247,7 @@ def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
     t = cache.trace
     t.k[cache.i], t.v[cache.i] = kw[:, :T], vw[:, :T]
     cache.pattern(s)
-    d_model, d_ff = x.shape[1], plan[2] // 2
-    z = np.empty((c.n_head, 1, c.d_head), np.float32)
-    attn, mid, xn, m, out = (np.empty((1, d_model), np.float32) for _ in range(5))
-    hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)  # gate | up, SwiGLU
-    _step_mid(s, vw, c.n_group, z, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, attn, mid, xn,
-              hidden, h, m, out)
-    return out
+    return _step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout)
 
 
 _SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the two calls leave out
