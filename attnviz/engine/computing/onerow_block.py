@@ -110,10 +110,11 @@ def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc,
 
 
 @njit(**_JIT)
-def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo):
+def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, out):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
-    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ -> mid + m
-    [1, d_model]. (Its arrays its own: each argument costs a call more than an allocation.)"""
+    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
+    [1, d_model]. (Its other arrays its own: an argument costs a call more than an allocation, and
+    a returned array more than one given.)"""
     n_head, d_model = s.shape[0], x.shape[1]
     d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
     z = np.empty((n_head, 1, d_head), np.float32)
@@ -127,8 +128,7 @@ def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq
         h[0, j] *= hidden[0, d_ff + j]
     _nibbles(wq, ws, wo, h, m)
     for j in range(d_model):
-        m[0, j] += mid[0, j]  # (mid + m: the same sum)
-    return m
+        out[0, j] = mid[0, j] + m[0, j]
 
 
 def compile_block(nibbles) -> None:
@@ -148,8 +148,8 @@ def compile_block(nibbles) -> None:
              types.void),
             (_step_in, lambda q, s, o: (*_IN, q, s, o, _R2, _R2, _I, _I, _OUT, _OUT, _R3, _KW, _R3, _KW,
                                         _R2, _F, _I, _W3), types.boolean),
-            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _I, q, s, o, *_IN, q, s, o, q, s, o),
-             _c(_F, 2, False))):
+            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _I, q, s, o, *_IN, q, s, o, q, s, o, _OUT),
+             types.void)):
         for sig in _sigs(args, ret):
             fn.compile(sig)
         fn.disable_compile()
@@ -247,7 +247,9 @@ def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
     t = cache.trace
     t.k[cache.i], t.v[cache.i] = kw[:, :T], vw[:, :T]
     cache.pattern(s)
-    return _step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout)
+    out = np.empty(x.shape, np.float32)
+    _step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, out)
+    return out
 
 
 _SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the two calls leave out
