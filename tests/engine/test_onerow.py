@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from attnviz.engine.computing import families, layers
+from attnviz.engine.computing import families, layers, rowmath
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.trace import Knockout, Patch, Trace, append_positions
 from attnviz.engine.reading import qpack
@@ -86,7 +86,7 @@ def test_one_row_attention_equals_the_numpy_attention(T, window, room, onerow):
     rng = np.random.default_rng(T)
     q = rng.standard_normal((1, 9, 64)).astype(np.float32).transpose(1, 0, 2)  # [9, 1, 64] strided
     k, v = _cached(rng, T, room), _cached(rng, T, room)
-    assert onerow._prefix(k, onerow._whole(k)) == room  # read in place of their array with room
+    assert rowmath.prefix(k, rowmath.whole(k)) == room  # read in place of their array with room
     c = _consts(T, window)
     want = families.dense_attention(q, k, v, c)
     got = onerow.dense_attention(q, k, v, c)
@@ -241,15 +241,15 @@ def _ulps(a, b):  # float32 arrays -> distance in units in the last place, per e
 
 
 def test_the_vector_exp_is_within_2_ulp_of_numpys_and_exp_of_minus_inf_is_0(onerow):
-    """Softmax's and SwiGLU's exp (onerow._exp_into) over float32's range of normal results, as
+    """Softmax's and SwiGLU's exp (rowmath.exp_into) over float32's range of normal results, as
     NumPy's; -inf (a knocked-out key) and anything below -88 give 0, and no argument gives inf."""
     x = np.concatenate([np.linspace(-87.0, 88.0, 200_001, dtype=np.float32),
                         np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 10])
     got = np.empty_like(x)
-    onerow._exp_into(x, got)
+    rowmath.exp_into(x, got)
     assert _ulps(got, np.exp(x)).max() <= 2
     edge = np.array([-np.inf, -1e30, -89.0, 100.0, np.inf], np.float32)
-    onerow._exp_into(edge, edge)
+    rowmath.exp_into(edge, edge)
     assert list(edge[:3]) == [0.0, 0.0, 0.0] and np.all(np.isfinite(edge))
 
 

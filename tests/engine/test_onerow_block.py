@@ -249,12 +249,15 @@ def test_a_step_takes_the_three_calls_only_where_its_points_record_and_edit_noth
         def z(self, z):
             return z * 2
 
-    assert onerow_block._plain(slot(_StepTrace(False, past)), c)
-    assert onerow_block._plain(slot(_StepTrace(True, past)), c)  # (its pattern point is called)
-    assert not onerow_block._plain(slot(Trace(patterns=False, z=True)), c)
-    assert not onerow_block._plain(slot(Trace(patterns=False, mlp_out=True)), c)
+    def plain(s, consts=c):
+        return onerow_block._plain(s, consts, onerow.dense_attention)
+
+    assert plain(slot(_StepTrace(False, past)))
+    assert plain(slot(_StepTrace(True, past)))  # (its pattern point is called)
+    assert not plain(slot(Trace(patterns=False, z=True)))
+    assert not plain(slot(Trace(patterns=False, mlp_out=True)))
     patch = Patch("mlp_out", 0, np.array([5]), np.zeros((1, 64), np.float32))
-    assert not onerow_block._plain(slot(Trace(patterns=False, edits=[patch])), c)
-    assert not onerow_block._plain(slot(Trace(patterns=False), OwnZ), c)
-    assert onerow_block._plain(slot(Trace(patterns=False)), c)
-    assert not onerow_block._plain(slot(Trace(patterns=False)), SimpleNamespace(attention=None))
+    assert not plain(slot(Trace(patterns=False, edits=[patch])))
+    assert not plain(slot(Trace(patterns=False), OwnZ))
+    assert plain(slot(Trace(patterns=False)))
+    assert not plain(slot(Trace(patterns=False)), SimpleNamespace(attention=None))  # another attention

@@ -27,10 +27,10 @@ import numba
 import numpy as np
 from numba import njit, types
 
-from attnviz.engine.computing.onerow import (
-    _F, _I, _JIT, _NO_BIAS, _R2, _R3, _W3, NOTHING, _array, _prefix, _rms_norm_of,
-    _rotate_of, _scores_of, _silu_of, _softmax_of, _weighted_of, _whole, dense_attention)
-from attnviz.engine.computing.trace import LayerCache
+from attnviz.engine.computing.rowmath import (
+    F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_of, silu_of,
+    softmax_of, weighted_of, whole)
+from attnviz.engine.computing.trace import NOTHING, LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
 
@@ -44,39 +44,39 @@ def _c(dtype, ndim: int, readonly: bool = True):  # a C-contiguous array (a muta
 
 def _sigs(args, ret=types.void):  # one signature for each scale type of the nibble kernel: float16
     # bits, float32
-    return [ret(*args(_c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, _F)]
+    return [ret(*args(_c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, F32)]
 
 
-_X, _OUT = _c(_F, 2), _c(_F, 2, False)  # [1, n] read, written
+_X, _OUT = _c(F32, 2), _c(F32, 2, False)  # [1, n] read, written
 
 
-@njit(**_JIT)  # (compiled with _nibbles by compile_block)
+@njit(**JIT)  # (compiled with _nibbles by compile_block)
 def _attention_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
     """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
     d_head] (W_qkv packed: wq, ws, wo), its q and k heads rotated by position in place."""
     _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
-    _rms_norm_of(x, gain, eps, xn)
+    rms_norm_of(x, gain, eps, xn)
     _nibbles(wq, ws, wo, xn, qkv)
     d_head = cos.shape[1]
     q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
-    _rotate_of(qkv[0, :q_end].reshape(n_head, 1, d_head), cos, sin)
-    _rotate_of(qkv[0, q_end:k_end].reshape(n_kv_head, 1, d_head), cos, sin)
+    rotate_of(qkv[0, :q_end].reshape(n_head, 1, d_head), cos, sin)
+    rotate_of(qkv[0, q_end:k_end].reshape(n_kv_head, 1, d_head), cos, sin)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
     _nibbles(oq, os_, oo, z.reshape(1, z.size), attn)
     for j in range(x.shape[1]):
         mid[0, j] = x[0, j] + attn[0, j]
-    _rms_norm_of(mid, gain, eps, xn)
+    rms_norm_of(mid, gain, eps, xn)
     _nibbles(iq, is_, io, xn, hidden)
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
     """z [n_head, 1, d_head] (C order: merge_heads of one row is its flat order) -> attn = z W_oᵀ,
     mid = x + attn [1, d_model], xn = RMSNorm(mid), hidden = xn W_inᵀ [1, 2 d_ff]."""
@@ -86,16 +86,16 @@ def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hid
 # A generation step's layer (a trace that records and edits nothing in it: _plain) in two calls
 # (module docstring): the same steps in the same order as above, so the same bits.
 
-@njit(**_JIT)
+@njit(**JIT)
 def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
              scale, n_group, s):
     """_attention_in, then (where the cached keys kc and values vc [n_kv_head, p, d_head] are the
-    first p positions of kw, vw with room for one more: _prefix) the new row's k and v written at
+    first p positions of kw, vw with room for one more: prefix) the new row's k and v written at
     position p, and s [n_head, 1, p + 1] = the scores minus each row's max (_scores); False
     (nothing written after qkv) where they are not."""
     _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
     p = kc.shape[1]
-    if not (_prefix(kc, kw) and _prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
+    if not (prefix(kc, kw) and prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
             and vc.shape[1] == p):
         return False
     d_head = cos.shape[1]
@@ -104,12 +104,12 @@ def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc,
         for j in range(d_head):
             kw[h, p, j] = qkv[0, q_end + h * d_head + j]
             vw[h, p, j] = qkv[0, k_end + h * d_head + j]
-    _scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
-    _softmax_of(s)
+    scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
+    softmax_of(s)
     return True
 
 
-@njit(**_JIT)
+@njit(**JIT)
 def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, out):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
     _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
@@ -121,9 +121,9 @@ def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq
     attn, mid, xn, m = (np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
                         np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32))
     hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)
-    _weighted_of(s, vw, n_group, z)
+    weighted_of(s, vw, n_group, z)
     _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
-    _silu_of(hidden[:, :d_ff], h)
+    silu_of(hidden[:, :d_ff], h)
     for j in range(d_ff):
         h[0, j] *= hidden[0, d_ff + j]
     _nibbles(wq, ws, wo, h, m)
@@ -139,16 +139,16 @@ def compile_block(nibbles) -> None:
     if _block_ready:
         return
     _nibbles = nibbles
-    _R1A = _array(1, True)
-    _KW = types.Array(_F, 3, "C")  # a cache's keys or values with room (written)
-    _IN = (_X, _R1A, _F)  # x, gain, eps
+    _R1A = array_type(1, True)
+    _KW = types.Array(F32, 3, "C")  # a cache's keys or values with room (written)
+    _IN = (_X, _R1A, F32)  # x, gain, eps
     for fn, args, ret in (
-            (_attention_in, lambda q, s, o: (*_IN, q, s, o, _R2, _R2, _I, _I, _OUT, _OUT), types.void),
-            (_attention_out, lambda q, s, o: (_c(_F, 3), q, s, o, *_IN, q, s, o, _OUT, _OUT, _OUT, _OUT),
+            (_attention_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT), types.void),
+            (_attention_out, lambda q, s, o: (_c(F32, 3), q, s, o, *_IN, q, s, o, _OUT, _OUT, _OUT, _OUT),
              types.void),
-            (_step_in, lambda q, s, o: (*_IN, q, s, o, _R2, _R2, _I, _I, _OUT, _OUT, _R3, _KW, _R3, _KW,
-                                        _R2, _F, _I, _W3), types.boolean),
-            (_step_mid, lambda q, s, o: (_R3, _KW, _I, _I, q, s, o, *_IN, q, s, o, q, s, o, _OUT),
+            (_step_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW,
+                                        R2, F32, I64, W3), types.boolean),
+            (_step_mid, lambda q, s, o: (R3, _KW, I64, I64, q, s, o, *_IN, q, s, o, q, s, o, _OUT),
              types.void)):
         for sig in _sigs(args, ret):
             fn.compile(sig)
@@ -198,9 +198,10 @@ def _takes(plan) -> bool:
     return _block_ready and min(kernel_threads(plan[1]), numba.config.NUMBA_NUM_THREADS) == 1
 
 
-def pre_norm_block(x, layer, c, cache, eps: float, fallback):
+def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
     """families.pre_norm_block of one row x [1, d_model] in the calls above (module docstring);
-    `fallback` (the family's block) where they do not cover the layer or the run."""
+    `fallback` (the family's block) where they do not cover the layer or the run; a generation
+    step's two calls where c.attention is `attention` (onerow's, which they compute)."""
     plan = _plan(layer) if getattr(layer, "packed", None) is not None else None
     if (plan is None or x.shape[0] != 1 or x.dtype != np.float32 or c.rope is None
             or not c.gated_mlp or c.qk_norm is not None or not _takes(plan)):
@@ -211,12 +212,12 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback):
     d_model, n_head, n_kv, d_head = x.shape[1], c.n_head, c.n_kv_head, c.d_head
     xn = np.empty((1, d_model), np.float32)
     qkv = np.empty((1, (n_head + 2 * n_kv) * d_head), np.float32)
-    if _plain(cache, c):  # a generation step's layer: two calls (_step_in, _step_mid)
+    if _plain(cache, c, attention):  # a generation step's layer: two calls (_step_in, _step_mid)
         kc, vc = cache.past.k[cache.i], cache.past.v[cache.i]
-        kw, vw = _whole(kc), _whole(vc)
+        kw, vw = whole(kc), whole(vc)
         s = cache.rows if cache.rows is not None else np.empty((n_head, 1, kc.shape[1] + 1), np.float32)
         if _step_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv, kc, kw,
-                    vc, vw, _NO_BIAS if c.bias is None else c.bias, np.float32(c.scale), c.n_group, s):
+                    vc, vw, NO_BIAS if c.bias is None else c.bias, np.float32(c.scale), c.n_group, s):
             return _step_rest(x, layer, c, cache, eps, plan, s, kw, vw)
     else:  # (_step_in computed qkv where it found no room)
         _attention_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv)
@@ -255,11 +256,11 @@ def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
 _SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the two calls leave out
 
 
-def _plain(cache, c) -> bool:
+def _plain(cache, c, attention) -> bool:
     """Whether the slot's layer may take the two calls of a generation step: a cached run's slot
     (LayerCache, its points as there; the pattern's may differ: it is called) whose trace has no
     edits, keeps K and V and records no inputs, z or MLP output, the run not stopping at its z,
-    and the dense attention of one row."""
+    and `attention` the dense attention of one row (onerow.dense_attention: None, never)."""
     if not isinstance(cache, LayerCache) or not cache._p or cache.past is None:
         return False
     t, kind = cache.trace, type(cache)
@@ -267,7 +268,7 @@ def _plain(cache, c) -> bool:
         _SLOT_KINDS[kind] = all(getattr(kind, n) is getattr(LayerCache, n) for n in _SLOT_POINTS)
     return (_SLOT_KINDS[kind] and not t.edits and t.want_kv and t.attention is None
             and cache._stop_at != "z" and not (t.want["inputs"] or t.want["z"] or t.want["mlp_out"])
-            and c.attention is dense_attention and cache.past.k[cache.i].shape[1] == cache._p)
+            and c.attention is attention and cache.past.k[cache.i].shape[1] == cache._p)
 
 
 _SLOT_KINDS: dict = {}  # slot class -> whether it has LayerCache's own _SLOT_POINTS

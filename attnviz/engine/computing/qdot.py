@@ -218,52 +218,52 @@ if numba:
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib(q, scale, offset, x, y):
+    def k_nib(q, scale, offset, x, y):
         xt, xs = nibble_x(x, q.shape[1])
         for g in prange(q.shape[0]):
             _g_nib(q, scale, offset, xt, xs, y, g)
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib8(q, scale, offset, x, y):
+    def k_nib8(q, scale, offset, x, y):
         xt, xs = nibble_x(x, q.shape[1])
         for g in prange(q.shape[0]):
             _g_nib8(q, scale, offset, xt, xs, y, g)
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_b32(q, scale, offset, x, y):
+    def k_b32(q, scale, offset, x, y):
         xs = sums(x, q.shape[1], 32)
         for g in prange(q.shape[0]):
             _g_b32(q, scale, offset, x, xs, y, g)
 
     @njit(parallel=True, cache=True, nogil=True)
-    def _k_b16(q, scale, offset, x, y):
+    def k_b16(q, scale, offset, x, y):
         xs = sums(x, q.shape[1], 16)
         for g in prange(q.shape[0]):
             _g_b16(q, scale, offset, x, xs, y, g)
 
     # one thread (a call capped at one: the window's, for a small matrix): no parallel region
     @njit(cache=True, nogil=True)
-    def _s_nib(q, scale, offset, x, y):
+    def s_nib(q, scale, offset, x, y):
         xt, xs = nibble_x(x, q.shape[1])
         for g in range(q.shape[0]):
             _g_nib(q, scale, offset, xt, xs, y, g)
 
     @njit(cache=True, nogil=True)
-    def _s_nib8(q, scale, offset, x, y):
+    def s_nib8(q, scale, offset, x, y):
         xt, xs = nibble_x(x, q.shape[1])
         for g in range(q.shape[0]):
             _g_nib8(q, scale, offset, xt, xs, y, g)
 
     @njit(cache=True, nogil=True)
-    def _s_b32(q, scale, offset, x, y):
+    def s_b32(q, scale, offset, x, y):
         xs = sums(x, q.shape[1], 32)
         for g in range(q.shape[0]):
             _g_b32(q, scale, offset, x, xs, y, g)
 
     @njit(cache=True, nogil=True)
-    def _s_b16(q, scale, offset, x, y):
+    def s_b16(q, scale, offset, x, y):
         xs = sums(x, q.shape[1], 16)
         for g in range(q.shape[0]):
             _g_b16(q, scale, offset, x, xs, y, g)
 
-    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
+    SERIAL = {k_nib: s_nib, k_nib8: s_nib8, k_b32: s_b32, k_b16: s_b16}

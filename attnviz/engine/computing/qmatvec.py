@@ -46,8 +46,11 @@ os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 try:
     import numba
 
-    from attnviz.engine.computing.qdot import (  # noqa: F401  (_s_*: the one-row block's kernel)
-        SERIAL, _k_b16, _k_b32, _k_nib, _k_nib8, _s_b16, _s_b32, _s_nib, _s_nib8)
+    from attnviz.engine.computing.qdot import SERIAL
+    from attnviz.engine.computing.qdot import k_b16 as _k_b16
+    from attnviz.engine.computing.qdot import k_b32 as _k_b32
+    from attnviz.engine.computing.qdot import k_nib as _k_nib
+    from attnviz.engine.computing.qdot import k_nib8 as _k_nib8
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
@@ -221,7 +224,7 @@ def _warm_one_row() -> None:
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
-            onerow.warm(_s_nib)  # (the one-row block compiles the nibble types' serial kernel in)
+            onerow.warm(SERIAL[_k_nib])  # (the one-row block compiles the nibble types' serial kernel in)
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
 
