@@ -108,7 +108,7 @@ def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
 
 def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
     """A generation's steps: its own cache, no dense patterns, each row appended in place (the
-    step's three calls: onerow_block._step_in, _step_mid, _step_out), the last rows of the patterns kept."""
+    step's two calls: onerow_block._step_in, _step_mid), the last rows of the patterns kept."""
     model = models["covered"]
     finals = {}
     for name in WAYS:
@@ -119,7 +119,7 @@ def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
             model.run(ids=np.asarray(IDS[:t]), trace=trace, request=RunRequest(labels=False))
             rows.append((trace.final.copy(), np.stack(trace.last_rows)))
         finals[name] = rows
-    # the first run: 6 rows; every later layer a step's three calls, but the first step's: its
+    # the first run: 6 rows; every later layer a step's two calls, but the first step's: its
     # _step_in finds no room after the prefill's keys and the layer goes on as the block's
     n_layer = model.config.n_layer
     assert way.calls == [3] * n_layer + [2] * (n_layer * (len(IDS) - 7))
@@ -229,7 +229,7 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     _close(got, families.pre_norm_block(x, dense, c, None))
 
 
-def test_a_step_takes_the_three_calls_only_where_its_points_record_and_edit_nothing():
+def test_a_step_takes_the_two_calls_only_where_its_points_record_and_edit_nothing():
     """onerow_block._plain: a generation step's slot, yes; a trace that records z or the MLP's
     output, has edits, or a slot class with a point of its own (here z), no."""
     from types import SimpleNamespace
