@@ -1,8 +1,10 @@
 """The one-row block (engine/computing/onerow_block.py's pre_norm_block: a pre-norm layer of one new row
 in three compiled calls) against the one-row steps it replaces (the same bits) and the NumPy steps (within
-float32 rounding), on a tiny Llama whose matrices are Q4_1 blocks: keystrokes with patterns and
-records, generation steps appended in place, the trace's edits at their points, and layers the
-block does not cover (they take the family's block)."""
+float32 rounding), on a tiny Llama whose matrices are blocks of each type gguf writes (Q4_1 as
+SmolLM2 ships, Q8_0 as its twin, Q4_0, Q5_0, Q5_1) and on layers of K-type blocks (Q4_K, Q5_K,
+Q6_K, and Q4_K beside Q6_K as Q4_K_M mixes them): keystrokes with patterns and records,
+generation steps appended in place, the trace's edits at their points, and layers the block does
+not cover (they take the family's block)."""
 
 import numpy as np
 import pytest
@@ -20,16 +22,18 @@ pytest.importorskip("numba")
 WAYS = ("block", "steps", "numpy")
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    """Tiny grouped-query Llamas in Q4_1 (4 query heads over 2 KV heads): `covered`, every matrix
-    in blocks (an MLP of 64, so its down projection's rows divide into Q4_1's 32), and `uncovered`,
-    the fixture's MLP of 48, whose down projection stays float32 (the block does not take it)."""
-    qm.warm([Q.Q4_1])
+@pytest.fixture(scope="module", params=[Q.Q4_1, Q.Q8_0, Q.Q4_0, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name)
+def models(tmp_path_factory, request):
+    """Tiny grouped-query Llamas in the type (4 query heads over 2 KV heads): `covered`, every
+    matrix in blocks (an MLP of 64, so its down projection's rows divide into the type's 32), and
+    `uncovered`, the fixture's MLP of 48, whose down projection stays float32 (the block does not
+    take it)."""
+    qtype = request.param
+    qm.warm([qtype])
     assert qm.ONE_ROW is not None
     folder = tmp_path_factory.mktemp("onerow_block")
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
-    out = {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, Q.Q4_1))}
+    out = {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, qtype))}
     rng = np.random.default_rng(7)
     d = cfg["hidden_size"]
     wide = dict(tensors)
@@ -37,7 +41,11 @@ def models(tmp_path_factory):
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, d)) * 0.2).astype(np.float32)
     out["covered"] = load_packed(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64),
-                                      wide, Q.Q4_1))
+                                      wide, qtype))
+    covered = out["covered"]
+    for i in range(covered.config.n_layer):  # (every matrix one part of the type)
+        pl = covered.weights.layers.packed_view(i).packed
+        assert [[p.qtype for _, p in m.parts] for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)] == [[qtype]] * 4
     return out
 
 
@@ -185,33 +193,52 @@ def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, m
     block_not_called_and_same_as_steps(models["covered"])
 
 
-def _q4k(n_out, n_in, rng):
-    """Random Q4_K rows [n_out, n_in / 256 blocks] with sane float16 scales (gguf cannot quantise
-    K types) and their dequantised float32 [n_out, n_in]."""
+def _k_rows(qtype, n_out, n_in, rng):
+    """Random rows of a K type [n_out, n_in / 256 blocks] with sane float16 scales (gguf cannot
+    quantise K types: d and dmin first in Q4_K and Q5_K, d last in Q6_K) and their dequantised
+    float32 [n_out, n_in]."""
     import gguf
-    block, size = gguf.GGML_QUANT_SIZES[Q.Q4_K]
+    if qtype == Q.Q8_0:  # (gguf writes it)
+        raw = gguf.quants.quantize((rng.standard_normal((n_out, n_in)) * 0.05).astype(np.float32), qtype)
+        return raw, gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, (n_out, n_in // block * size), dtype=np.uint8)
     per = raw.reshape(n_out, -1, size)
     f16 = (rng.standard_normal((2, *per.shape[:2])) * 0.001).astype(np.float16)
-    per[:, :, 0:2], per[:, :, 2:4] = f16[0][..., None].view(np.uint8), f16[1][..., None].view(np.uint8)
-    return raw, gguf.quants.dequantize(raw, Q.Q4_K).astype(np.float32)
+    if qtype == Q.Q6_K:
+        per[:, :, size - 2:] = f16[0][..., None].view(np.uint8)
+    else:
+        per[:, :, 0:2], per[:, :, 2:4] = f16[0][..., None].view(np.uint8), f16[1][..., None].view(np.uint8)
+    return raw, gguf.quants.dequantize(raw, qtype).astype(np.float32)
 
 
-def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
-    """The block's calls compiled for float32 scales (Q4_K): one layer of one row on a packed view
-    (no float32 matrix held) against the one-row steps (the same bits) and the float32 layer of the
-    dequantised weights."""
+K_LAYERS = {"Q4_K": (Q.Q4_K,) * 4, "Q5_K": (Q.Q5_K,) * 4, "Q6_K": (Q.Q6_K,) * 4,
+            "Q4_K_M": (Q.Q4_K, Q.Q4_K, Q.Q4_K, Q.Q6_K),  # w_qkv, w_o, w_in, w_out
+            "mixed_scales": (Q.Q4_K, Q.Q4_K, Q.Q4_K, Q.Q8_0)}  # (float32 and float16: not taken)
+
+
+@pytest.fixture(scope="module")
+def k_kernels():  # warm (the block compiled) before `way` wraps its calls
+    qm.warm([Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q8_0])
+
+
+@pytest.mark.parametrize("types", K_LAYERS.values(), ids=K_LAYERS.keys())
+def test_a_layer_in_k_blocks_float32_scales_equals_the_steps(k_kernels, way, types):
+    """The block's calls compiled for float32 scales (the K types), each matrix on its own type's
+    kernel: one layer of one row on a packed view (no float32 matrix held) against the one-row
+    steps (the same bits) and the float32 layer of the dequantised weights. A layer whose scales
+    are float32 in some matrices and float16 in another takes the family's block."""
     from attnviz.engine.computing import families, layers, onerow, onerow_block
     from attnviz.engine.reading.layout import Layer
     from attnviz.engine.reading.qpack import PackedLayer, pack_parts
-    qm.warm([Q.Q4_K])
     rng = np.random.default_rng(11)
     d, n_head, n_kv, d_head, d_ff, eps = 256, 4, 2, 64, 256, 1e-5
     shapes = {"w_qkv": ((n_head + 2 * n_kv) * d_head, d), "w_o": (d, n_head * d_head),
               "w_in": (2 * d_ff, d), "w_out": (d, d_ff)}
-    raw = {name: _q4k(*shape, rng) for name, shape in shapes.items()}
+    raw = {name: _k_rows(qtype, *shape, rng) for qtype, (name, shape) in zip(types, shapes.items())}
     gains = [(1 + 0.1 * rng.standard_normal(d)).astype(np.float32) for _ in range(2)]
-    packed = PackedLayer(**{name: pack_parts([(Q.Q4_K, r, 0)]) for name, (r, _) in raw.items()})
+    packed = PackedLayer(**{name: pack_parts([(qtype, r, 0)]) for qtype, (name, (r, _))
+                            in zip(types, raw.items())})
     none = dict(b_qkv=None, b_o=None, b_in=None, b_out=None, norm1=(gains[0],), norm2=(gains[1],))
     view = Layer(w_qkv=None, w_o=None, w_in=None, w_out=None, packed=packed, **none)
     dense = Layer(**{name: w.T.copy() for name, (_, w) in raw.items()}, **none)
@@ -224,7 +251,7 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     x = rng.standard_normal((1, d)).astype(np.float32)
     calls = len(way.calls)
     got = onerow_block.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
-    assert len(way.calls) == calls + 1 and np.isfinite(got).all()
+    assert len(way.calls) == calls + (Q.Q8_0 not in types) and np.isfinite(got).all()
     np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
     _close(got, families.pre_norm_block(x, dense, c, None))
 

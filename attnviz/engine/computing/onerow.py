@@ -19,8 +19,8 @@ then changes nothing, is left out and each row's max is subtracted in the scores
 Softmax's and SwiGLU's exp are an expf of their own on vector lanes (numba's np.exp calls libm one
 float at a time): within 2 ulp of NumPy's, and the same function on every one-row path.
 A pre-norm layer of one row runs in three compiled calls around the trace's points where it can, a
-generation step's in two (onerow_block.pre_norm_block, Consts.block; qmatvec.warm hands it the
-serial kernel it compiles in).
+generation step's in two (onerow_block.pre_norm_block, Consts.block; qmatvec.warm has it
+compiled).
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
 from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
@@ -170,10 +170,9 @@ def fused(c, eps: float, rms: bool, block=None):
     return replace(c, **changes)
 
 
-def warm(nibbles=None) -> None:
+def warm(block: bool = False) -> None:
     """One call of each step on tiny arrays (the signatures are compiled, or loaded, at import);
-    `nibbles`: the nibble types' serial kernel (qmatvec), the block's calls compiled (or loaded)
-    around it."""
+    `block`: the block's calls compiled (or loaded) too, qdot's serial kernels in them."""
     x = np.ones((1, 4), np.float32)
     q, k = np.ones((2, 1, 4), np.float32), np.ones((1, 2, 4), np.float32)
     rms_norm(x, x[0], 1e-6)
@@ -182,8 +181,8 @@ def warm(nibbles=None) -> None:
     class Cst:
         bias, scale, n_group = None, 0.5, 2
     dense_attention(q, k, k, Cst)
-    if nibbles is not None:
-        onerow_block.compile_block(nibbles)
+    if block:
+        onerow_block.compile_block()
 
 
 from attnviz.engine.computing import onerow_block  # noqa: E402  (it builds on the steps above)

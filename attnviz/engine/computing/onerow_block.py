@@ -1,6 +1,6 @@
 """A pre-norm layer of one new row (a keystroke's run with the KV cache, a generation step) in three
 compiled calls around the trace's points, on the quantised kernels (engine/computing/onerow.py's
-steps, qmatvec's serial nibble kernel compiled in):
+steps, and qdot's serial kernels compiled in: _matvec, each matrix on its own type's):
 
     _attention_in   x [1, d_model] -> xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated by position
     (the trace's input and kv points, the one-row attention with its points, the z point)
@@ -10,10 +10,11 @@ steps, qmatvec's serial nibble kernel compiled in):
 
 Every trace point is called where families.self_attention and families.mlp call it, with the
 same arrays, so records and edits apply as on the step-by-step path; the arithmetic is that
-path's with onerow's steps and the same serial kernel (qmatvec's, for the nibble types: Q4_1
-and Q4_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
-cover (a float32 matrix, biases, several parts or another block type in a matrix, a kernel on
-several threads, a family's other norms) takes the family's block. A generation step's layer,
+path's with onerow's steps and the same serial kernel as qmatvec's for each matrix (every type
+with a kernel: Q4_0, Q4_1, Q4_K, Q8_0, Q5_0, Q5_1, Q5_K, Q6_K), so the same bits
+(tests/engine/test_onerow_block.py). A layer it does not cover (a float32 matrix, biases, several
+parts in a matrix, float16 scales in some matrices and float32 in others, a kernel on several
+threads, a family's other norms) takes the family's block. A generation step's layer,
 whose trace records and edits nothing at the points between, takes two calls instead (_plain):
 
     _step_in        _attention_in, the row's k and v written in place after the cached ones, the
@@ -27,6 +28,7 @@ import numba
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing.qdot import s_b16, s_b32, s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
     F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_of, silu_of,
     softmax_of, weighted_of, whole)
@@ -34,7 +36,6 @@ from attnviz.engine.computing.trace import NOTHING, LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
 
-_nibbles = None  # the nibble types' serial kernel, given by warm() (qmatvec's; compiled in below)
 _block_ready = False  # whether compile_block has run
 
 
@@ -42,25 +43,45 @@ def _c(dtype, ndim: int, readonly: bool = True):  # a C-contiguous array (a muta
     return types.Array(dtype, ndim, "C", readonly=readonly)
 
 
-def _sigs(args, ret=types.void):  # one signature for each scale type of the nibble kernel: float16
-    # bits, float32
-    return [ret(*args(_c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, F32)]
+def _sigs(args, ret=types.void):  # one signature for each scale type of the kernels: float16 bits,
+    # float32
+    return [ret(*args(I64, _c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, F32)]
 
 
 _X, _OUT = _c(F32, 2), _c(F32, 2, False)  # [1, n] read, written
+_KINDS = (s_nib, s_nib8, s_b32, s_b16)  # a matrix's kind: the index of its serial kernel here
 
 
-@njit(**JIT)  # (compiled with _nibbles by compile_block)
-def _attention_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
-    """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
-    d_head] (W_qkv packed: wq, ws, wo), its q and k heads rotated by position in place."""
-    _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
+def _kind(p) -> int:  # the kind of a Packed matrix (qmatvec._kernel_of's rule)
+    if p.nibbles:
+        return 1 if p.signed else 0
+    return 2 if p.sub == 32 else 3
 
 
 @njit(**JIT)
-def _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
+def _matvec(kind, q, scale, offset, x, y):
+    """y = x Wᵀ on the serial kernel of W's kind (_KINDS), the one qmatvec runs on one thread."""
+    if kind == 0:
+        s_nib(q, scale, offset, x, y)
+    elif kind == 1:
+        s_nib8(q, scale, offset, x, y)
+    elif kind == 2:
+        s_b32(q, scale, offset, x, y)
+    else:
+        s_b16(q, scale, offset, x, y)
+
+
+@njit(**JIT)  # (compiled by compile_block)
+def _attention_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
+    """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
+    d_head] (W_qkv packed: its kind wk, wq, ws, wo), its q and k heads rotated by position in place."""
+    _attention_in_of(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
+
+
+@njit(**JIT)
+def _attention_in_of(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
     rms_norm_of(x, gain, eps, xn)
-    _nibbles(wq, ws, wo, xn, qkv)
+    _matvec(wk, wq, ws, wo, xn, qkv)
     d_head = cos.shape[1]
     q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
     rotate_of(qkv[0, :q_end].reshape(n_head, 1, d_head), cos, sin)
@@ -68,32 +89,32 @@ def _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, 
 
 
 @njit(**JIT)
-def _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
-    _nibbles(oq, os_, oo, z.reshape(1, z.size), attn)
+def _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden):
+    _matvec(ok, oq, os_, oo, z.reshape(1, z.size), attn)
     for j in range(x.shape[1]):
         mid[0, j] = x[0, j] + attn[0, j]
     rms_norm_of(mid, gain, eps, xn)
-    _nibbles(iq, is_, io, xn, hidden)
+    _matvec(ik, iq, is_, io, xn, hidden)
 
 
 @njit(**JIT)
-def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
+def _attention_out(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden):
     """z [n_head, 1, d_head] (C order: merge_heads of one row is its flat order) -> attn = z W_oᵀ,
     mid = x + attn [1, d_model], xn = RMSNorm(mid), hidden = xn W_inᵀ [1, 2 d_ff]."""
-    _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
+    _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden)
 
 
 # A generation step's layer (a trace that records and edits nothing in it: _plain) in two calls
 # (module docstring): the same steps in the same order as above, so the same bits.
 
 @njit(**JIT)
-def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
+def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
              scale, n_group, s):
     """_attention_in, then (where the cached keys kc and values vc [n_kv_head, p, d_head] are the
     first p positions of kw, vw with room for one more: prefix) the new row's k and v written at
     position p, and s [n_head, 1, p + 1] = the scores minus each row's max (_scores); False
     (nothing written after qkv) where they are not."""
-    _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
+    _attention_in_of(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
     p = kc.shape[1]
     if not (prefix(kc, kw) and prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
             and vc.shape[1] == p):
@@ -110,7 +131,8 @@ def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc,
 
 
 @njit(**JIT)
-def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, out):
+def _step_mid(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
+              out):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
     _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
     [1, d_model]. (Its other arrays its own: an argument costs a call more than an allocation, and
@@ -122,34 +144,32 @@ def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq
                         np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32))
     hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)
     weighted_of(s, vw, n_group, z)
-    _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
+    _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden)
     silu_of(hidden[:, :d_ff], h)
     for j in range(d_ff):
         h[0, j] *= hidden[0, d_ff + j]
-    _nibbles(wq, ws, wo, h, m)
+    _matvec(wk, wq, ws, wo, h, m)
     for j in range(d_model):
         out[0, j] = mid[0, j] + m[0, j]
 
 
-def compile_block(nibbles) -> None:
-    """The block's two calls compiled (or loaded from numba's cache) around `nibbles` for both
-    scale types, then closed to others (an array of another layout or type is converted, never
-    compiled for on a keystroke); the block is taken from then on."""
-    global _nibbles, _block_ready
+def compile_block() -> None:
+    """The block's calls compiled (or loaded from numba's cache) for both scale types, every kind
+    of kernel in each (_matvec), then closed to others (an array of another layout or type is
+    converted, never compiled for on a keystroke); the block is taken from then on."""
+    global _block_ready
     if _block_ready:
         return
-    _nibbles = nibbles
     _R1A = array_type(1, True)
     _KW = types.Array(F32, 3, "C")  # a cache's keys or values with room (written)
     _IN = (_X, _R1A, F32)  # x, gain, eps
     for fn, args, ret in (
-            (_attention_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT), types.void),
-            (_attention_out, lambda q, s, o: (_c(F32, 3), q, s, o, *_IN, q, s, o, _OUT, _OUT, _OUT, _OUT),
-             types.void),
-            (_step_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW,
-                                        R2, F32, I64, W3), types.boolean),
-            (_step_mid, lambda q, s, o: (R3, _KW, I64, I64, q, s, o, *_IN, q, s, o, q, s, o, _OUT),
-             types.void)):
+            (_attention_in, lambda *m: (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT), types.void),
+            (_attention_out, lambda *m: (_c(F32, 3), *m, *_IN, *m, _OUT, _OUT, _OUT, _OUT), types.void),
+            (_step_in, lambda *m: (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW, R2, F32,
+                                   I64, W3), types.boolean),
+            (_step_mid, lambda *m: (R3, _KW, I64, I64, *m, *_IN, *m, *m, _OUT), types.void),
+            (_matvec, lambda *m: (*m, _X, _OUT), types.void)):  # (last: the others compile it in)
         for sig in _sigs(args, ret):
             fn.compile(sig)
         fn.disable_compile()
@@ -160,11 +180,10 @@ _PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
 
 
 def _plan(layer):
-    """(the four matrices' (q, scale, offset), the largest's weights, w_in's outputs) where the
-    layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
-    matrix is one part on the nibble kernel (qmatvec._kernel_of's rule) with no padded rows, and
-    it has no biases and no norms but its two; else None. Kept per packed layer (its arrays never
-    change)."""
+    """(the four matrices' (kind, q, scale, offset), the largest's weights, w_in's outputs) where
+    the layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
+    matrix is one part with no padded rows, all four with scales of one type, and it has no biases
+    and no norms but its two; else None. Kept per packed layer (its arrays never change)."""
     pl = layer.packed
     kept = _PLANS.get(id(pl))
     if kept is not None and kept[0] is pl:
@@ -176,9 +195,11 @@ def _plan(layer):
         "post_mlp_norm", "q_norm", "k_norm"))
     if plain and all(m is not None and len(m.parts) == 1 for m in mats):
         parts = [m.parts[0][1] for m in mats]
-        if all(p.nibbles and not p.signed and p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out
-               and _compiled_for(p.args) for p, m in zip(parts, mats)):
-            plan = ([p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out)
+        if (all(p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out and _compiled_for(p.args)
+                for p, m in zip(parts, mats))
+                and len({p.args[1].dtype for p in parts}) == 1):  # (one signature: one scale type)
+            plan = ([(_kind(p), *p.args) for p in parts], max(p.n_out * p.n_in for p in parts),
+                    mats[2].n_out)
     if len(_PLANS) > 1024:
         _PLANS.clear()
     _PLANS[id(pl)] = (pl, plan)
@@ -235,7 +256,7 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
     h = c.act(hidden[:, :d_ff])
     h *= hidden[:, d_ff:]  # [1, d_ff] SwiGLU
     m = np.empty((1, d_model), np.float32)
-    _nibbles(*wout, np.ascontiguousarray(h), m)
+    _matvec(*wout, np.ascontiguousarray(h), m)
     return mid + cache.mlp_out(m)
 
 

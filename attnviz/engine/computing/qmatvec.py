@@ -224,7 +224,7 @@ def _warm_one_row() -> None:
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
-            onerow.warm(SERIAL[_k_nib])  # (the one-row block compiles the nibble types' serial kernel in)
+            onerow.warm(block=True)  # (the one-row block compiles qdot's serial kernels in)
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
 
