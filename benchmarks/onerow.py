@@ -11,9 +11,11 @@ path, each timed in turns with what it replaced, in one process (not a test).
 - split: the kernels' own time inside the keystroke (each kernel call timed) and the rest (norms,
   RoPE, attention, the MLP's gate, the trace's points, Python), for both steps.
 
-    python -m benchmarks.onerow [--repeat 40]
+    python -m benchmarks.onerow [--repeat 40] [--type Q8_0]
 
-Writes benchmarks/results/onerow.json (benchmarks/record.py); each note has the load average.
+`--type`: SmolLM2 quantized in memory to that type first (packed for the kernels, as Compare's
+"A quantized to…" is), e.g. Compare's Q8_0 twin. Writes benchmarks/results/onerow.json, or
+onerow_<type>.json with --type (benchmarks/record.py); each note has the load average.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -95,6 +98,7 @@ def _keystrokes(model, T: int, repeat: int, qm) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--type", default=None, help="quantize SmolLM2 in memory to this type first")
     args = ap.parse_args()
     import numba
     from threadpoolctl import threadpool_limits
@@ -109,7 +113,12 @@ def main() -> None:
     numba.set_num_threads(1)  # (the parallel form's own count, for its turn)
     ask_for_kernels()
     model = load_model("SmolLM2-135M-Instruct")
-    qm.warm([qm.Q.Q4_1])
+    qtype = qm.Q.Q4_1
+    if args.type:
+        from attnviz.engine.computing.quantized import quantized_model
+        model, qtype = quantized_model(model, args.type), qm.Q[args.type]
+        assert model.weights.layers.held_bytes() == 0  # packed: the kernels' layers
+    qm.warm([qtype])
     figs = []
     for T in (24, 64, 512, 2048):
         out = _keystrokes(model, T, args.repeat, qm)
@@ -121,8 +130,8 @@ def main() -> None:
         pats = "every layer's patterns" if T < 64 else "no dense patterns, appended in place"
         for way in WAYS:
             figs.append(figure(f"{what} T = {T}, {way}", med[way], "ms", runs=out[way]["ms"],
-                               note=f"one new row, {pats}, one thread; median; in turns; load "
-                                    f"average {load:.1f}"))
+                               note=f"{qtype.name} blocks, one new row, {pats}, one thread; median; "
+                                    f"in turns; load average {load:.1f}"))
         rest = {way: statistics.median([a - b for a, b in zip(out[way]["timed"], out[way]["kernels"])])
                 for way in ker}
         figs += [
@@ -150,7 +159,8 @@ def main() -> None:
         print(f"T = {T}: " + ", ".join(f"{w} {med[w]:.2f} ms" for w in WAYS)
               + f"; kernels {ker[one]:.2f} ms, rest: steps {rest[one]:.2f}, block "
               f"{med[block] - ker[one]:.2f}, NumPy {rest[numpy]:.2f} ms  load {load:.1f}", flush=True)
-    print(f"wrote {write('onerow', figs)}")
+    name = "onerow" if not args.type else f"onerow_{args.type.lower()}"
+    print(f"wrote {write(name, figs, command='python -m benchmarks.onerow ' + ' '.join(sys.argv[1:]))}")
 
 
 if __name__ == "__main__":
