@@ -8,7 +8,9 @@ newest wins per kind; results are written into `state.effects`.
   at once for a new query position or typed token. A model's first run (which keeps what prediction
   reads: Worker._prediction_read) is analysed even while the panel is hidden, so the panel, built
   after that run and shown then, has its result without waiting; once shown it analyses again only
-  what it lacks.
+  what it lacks. That first analysis starts as the result arrives, on a thread of its own below the
+  main thread: not after the pause, which the main thread's first paint and the side panels' build
+  would hold up, nor on the pool ahead of the first head scores.
 - lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
   (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
   cleared the moment the newer one arrives).
@@ -26,6 +28,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import below_the_main_thread
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,7 @@ class EffectsJobs(QObject):
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(self._on_text)
         st.sigModelChanged.connect(self._on_model)
+        st.sigResultChanged.connect(self._on_result)  # (connected before the views: called first)
 
     def _on_model(self, _model) -> None:
         self.cancel_scan()
@@ -107,6 +111,11 @@ class EffectsJobs(QObject):
             self._grid_wanted = False
             self._lens_grid_of(run)
 
+    def _on_result(self, result) -> None:
+        """The model's first run shown: its analysis (ahead) starts now, before the views paint."""
+        if self._ahead and result is not None and self.state.effects.run_of(result) is not None:
+            self.request_analysis()
+
     def _is_current(self, run) -> bool:
         """Whether `run` is of the window's text and ablation (no newer run is on its way for it)."""
         st = self.state
@@ -125,15 +134,18 @@ class EffectsJobs(QObject):
         if not (eff.wanted or self._ahead) or run is None or st.result.text != st.text:  # (a newer text is on its way)
             self.worker.cancel(ANALYSIS_KIND)
             return
+        lane = THREAD if self._ahead else POOL  # (the first: module docstring)
         self._ahead = False
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
         job_id = self.worker.claim(ANALYSIS_KIND)
         stale = lambda: not self.worker.is_newest(ANALYSIS_KIND, job_id)  # noqa: E731  (a keystroke)
 
         def work():  # stops between blocks of the unembedding once stale (Cancelled, unheard)
+            if lane == THREAD:
+                below_the_main_thread()
             t0 = time.perf_counter()
             return (*analyse_typed(model, run, pos, target, alt, stop=stale), time.perf_counter() - t0)
-        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), POOL,
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), lane,
                            job_id=job_id)
 
     def _on_analysis(self, request, value, error) -> None:
