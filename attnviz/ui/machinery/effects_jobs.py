@@ -89,10 +89,21 @@ class EffectsJobs(QObject):
 
     def _on_shown(self) -> None:
         """The panel shown: analysed now, unless the analysis of what it shows is there already
-        (made ahead, from the model's first run)."""
+        or on its way (made ahead, from the model's first run)."""
         st = self.state
-        if st.effects.analysis_of(st.result) is None:
+        if st.effects.analysis_of(st.result) is None and not self._on_its_way():
             self.request_analysis()
+
+    def _on_its_way(self) -> bool:
+        """Whether the newest analysis job is still running and is of what the window shows now
+        (its run, query position and typed tokens)."""
+        st, eff = self.state, self.state.effects
+        job = self.worker.running(ANALYSIS_KIND)
+        run = eff.run_of(st.result)
+        if job is None or run is None or run.ablation != eff.ablation:
+            return False
+        model, of_run, pos, target, alt = job.request
+        return model is st.model and of_run is run and (pos, target, alt) == (st.query_pos, eff.target, eff.alt)
 
     def _on_text(self, _text) -> None:
         """A keystroke: a queued or running analysis is stale, and one waiting for results to pause
