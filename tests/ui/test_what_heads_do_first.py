@@ -3,6 +3,7 @@ its result arrives, on a thread of its own (not on the pool, not after the analy
 panel shown while that analysis is still on its way waits for it rather than start another, and
 then shows the engine's numbers for the text."""
 
+import importlib.util
 import threading
 
 import numpy as np
@@ -59,3 +60,8 @@ def test_the_first_analysis_starts_with_the_result_on_its_own_thread_and_the_pan
     assert np.array_equal(a.dla.heads, ref.dla.heads)
     rows = [[panel.top_table.item(r, c).text() for c in range(2)] for r in range(panel.top_table.rowCount())]
     assert rows == [[ref.label(i), f"{np.exp(lp):.3f}"] for i, lp in zip(ref.clean.top_ids, ref.clean.top_logprobs)]
+    # the unembedding's copy for the kernels, made after the analysis on a thread of its own
+    head = model.lm_head()
+    if importlib.util.find_spec("numba") is not None:
+        assert head.pack is not None and head.pack.made
+        assert [s[:2] for s in submitted if s[0] == EJ.PACK_KIND] == [(EJ.PACK_KIND, EJ.THREAD)]

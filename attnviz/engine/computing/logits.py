@@ -123,6 +123,11 @@ class PackedUnembedding:
         """Whether a product of `n_rows` rows is few enough for the kernels (qmatvec.ROWS)."""
         return 0 < n_rows < _kernels().ROWS.get(self.table.qtype, 0)
 
+    @property
+    def made(self) -> bool:
+        """Whether get() has packed the table (or found it cannot be)."""
+        return self._pm is not _UNPACKED
+
     def get(self):
         if self._pm is _UNPACKED:
             with self._lock:

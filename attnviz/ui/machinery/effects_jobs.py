@@ -11,6 +11,10 @@ newest wins per kind; results are written into `state.effects`.
   what it lacks. That first analysis starts as the result arrives, on a thread of its own below the
   main thread: not after the pause, which the main thread's first paint and the side panels' build
   would hold up, nor on the pool ahead of the first head scores.
+- the unembedding packed for the kernels ('head-pack'): once an analysis is in, where the model's
+  head has a packed copy still to make (engine/computing/logits.py makes it when a few rows' logits
+  first ask), on a thread of its own below the main thread: a generation or a comparison's
+  keystroke then finds it made, and the first analysis did not wait for it.
 - lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
   (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
   cleared the moment the newer one arrives).
@@ -33,6 +37,7 @@ from attnviz.ui.machinery.tuning import below_the_main_thread
 log = logging.getLogger(__name__)
 
 ANALYSIS_KIND, LENS_GRID_KIND, SCAN_KIND = "effects", "lens-grid", "scan"
+PACK_KIND = "head-pack"
 ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this long (typing)
 SCAN_SOURCES = ("text", "probe")
 # The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
@@ -171,6 +176,19 @@ class EffectsJobs(QObject):
             return
         analysis, note, self.last_analysis_s = value
         eff.set_analysis(analysis, note, of=request[1:])
+        self._pack_head(model)
+
+    def _pack_head(self, model) -> None:
+        """The head's copy packed for the kernels made now, where it is still to make (module
+        docstring); `model`'s head is built (an analysis of it is in)."""
+        pack = model.lm_head().pack
+        if pack is None or pack.made or self.worker.running(PACK_KIND) is not None:
+            return
+
+        def work():
+            below_the_main_thread()
+            pack.get()
+        self.worker.submit(PACK_KIND, work, lambda *_: None, model, THREAD)
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:
