@@ -169,6 +169,7 @@ class EffectsJobs(QObject):
         st, eff = self.state, self.state.effects
         if model is not st.model or run is not eff.run:
             return
+        self.worker.complete_vocabulary(model)  # (a tokenizer built for the first text: loading.py)
         if error is not None:
             eff.set_analysis(None, describe_error(error))
             if not isinstance(error, (NoPrediction, InputError)):
