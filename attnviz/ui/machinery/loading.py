@@ -43,36 +43,11 @@ def load_checked(source: str, text: str = ""):
 
     from attnviz.engine import load_model
 
-    _import_kernels_beside(source)
     model = load_model(source, text=text or None)
     with np.errstate(all="ignore"):  # the engine names the broken layer itself
         model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))),
                   request=RunRequest(use_cache=False))
     return model
-
-
-def _import_kernels_beside(source: str) -> None:
-    """Where the window's layers will be packed (a GGUF file, the kernels asked for), import the
-    kernels' module (numba) on a thread of its own now: it is the part of their warm-up that needs
-    no file, and it then overlaps the load (whose layers' packing leaves the interpreter free
-    between its NumPy products) instead of following it, ahead of the trial run."""
-    import importlib
-    import sys
-    import threading
-
-    from attnviz.engine.reading.qpack import kernels_on
-    from attnviz.engine.reading.registry import resolve
-
-    module = "attnviz.engine.computing.qmatvec"
-    if module in sys.modules or not kernels_on():
-        return
-    try:
-        if not resolve(source)[1].is_file():  # (resolve gives a file only for GGUF)
-            return
-    except Exception:  # the load itself says what is wrong with the source
-        return
-    threading.Thread(target=importlib.import_module, args=(module,), name="attnviz-kernels-import",
-                     daemon=True).start()
 
 
 def complete_vocabulary(model) -> None:
