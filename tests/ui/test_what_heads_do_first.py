@@ -63,5 +63,6 @@ def test_the_first_analysis_starts_with_the_result_on_its_own_thread_and_the_pan
     # the unembedding's copy for the kernels, made after the analysis on a thread of its own
     head = model.lm_head()
     if importlib.util.find_spec("numba") is not None:
-        assert head.pack is not None and head.pack.made
+        qtbot.waitUntil(lambda: head.pack.made, timeout=WAIT)
+        w.worker.wait_idle()
         assert [s[:2] for s in submitted if s[0] == EJ.PACK_KIND] == [(EJ.PACK_KIND, EJ.THREAD)]

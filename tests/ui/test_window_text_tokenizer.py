@@ -60,7 +60,8 @@ def test_the_window_loads_a_tokenizer_for_its_text_and_makes_it_whole_after_the_
         assert st.result.input_ids.tolist() == whole.tokenizer.encode(TEXT).ids
         assert list(st.result.labels) == whole.tokenizer.encode(TEXT).labels
         qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
-        assert w.worker.running(W.VOCABULARY_KIND) is not None  # asked for once the analysis is in
+        qtbot.waitUntil(lambda: w.worker.running(W.VOCABULARY_KIND) is not None,  # after the analysis
+                        timeout=WAIT)
         assert not model.tokenizer.for_every_text  # (the first head scores did not build it either)
         assert unknown_token_ids(model) == unknown_token_ids(whole) == {whole.tokenizer.token_to_id("<unk>")}
         assert not model.tokenizer.for_every_text

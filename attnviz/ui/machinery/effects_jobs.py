@@ -11,10 +11,13 @@ newest wins per kind; results are written into `state.effects`.
   what it lacks. That first analysis starts as the result arrives, on a thread of its own below the
   main thread: not after the pause, which the main thread's first paint and the side panels' build
   would hold up, nor on the pool ahead of the first head scores.
-- the unembedding packed for the kernels ('head-pack'): once an analysis is in, where the model's
-  head has a packed copy still to make (engine/computing/logits.py makes it when a few rows' logits
-  first ask), on a thread of its own below the main thread: a generation or a comparison's
-  keystroke then finds it made, and the first analysis did not wait for it.
+- after an analysis (AFTER_ANALYSIS_MS later: its prediction is painted first), on threads of
+  their own below the main thread: the model's tokenizer made whole where its load built it for
+  the first text (Worker.complete_vocabulary, ui/machinery/loading.py), and the unembedding packed
+  for the kernels ('head-pack') where the model's head has a packed copy still to make
+  (engine/computing/logits.py makes it when a few rows' logits first ask): a keystroke, a
+  generation or a comparison's keystroke then finds them made, and the first analysis did not
+  wait for them.
 - lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
   (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
   cleared the moment the newer one arrives).
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ANALYSIS_KIND, LENS_GRID_KIND, SCAN_KIND = "effects", "lens-grid", "scan"
 PACK_KIND = "head-pack"
+AFTER_ANALYSIS_MS = 200  # an analysis's background work (_after_analysis) waits for its paint this long
 ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this long (typing)
 SCAN_SOURCES = ("text", "probe")
 # The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
@@ -70,6 +74,10 @@ class EffectsJobs(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(ANALYSIS_DELAY_MS)
         self._timer.timeout.connect(self.request_analysis)
+        self._after = QTimer(self)  # an analysis in: the work that waits for its paint (_after_analysis)
+        self._after.setSingleShot(True)
+        self._after.setInterval(AFTER_ANALYSIS_MS)
+        self._after.timeout.connect(self._after_analysis)
         self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._ahead = True  # the model's first run is still to be analysed, the panel shown or not
@@ -169,7 +177,7 @@ class EffectsJobs(QObject):
         st, eff = self.state, self.state.effects
         if model is not st.model or run is not eff.run:
             return
-        self.worker.complete_vocabulary(model)  # (a tokenizer built for the first text: loading.py)
+        self._after.start()  # (the first prediction painted before the background work starts)
         if error is not None:
             eff.set_analysis(None, describe_error(error))
             if not isinstance(error, (NoPrediction, InputError)):
@@ -177,12 +185,23 @@ class EffectsJobs(QObject):
             return
         analysis, note, self.last_analysis_s = value
         eff.set_analysis(analysis, note, of=request[1:])
+
+    def _after_analysis(self) -> None:
+        """What an analysis's model still has to make, on threads of their own: its tokenizer for
+        every text (a load built it for one: loading.py) and its head's copy for the kernels."""
+        model = self.state.model
+        if model is None:
+            return
+        self.worker.complete_vocabulary(model)
         self._pack_head(model)
 
     def _pack_head(self, model) -> None:
         """The head's copy packed for the kernels made now, where it is still to make (module
-        docstring); `model`'s head is built (an analysis of it is in)."""
-        pack = model.lm_head().pack
+        docstring)."""
+        try:
+            pack = model.lm_head().pack
+        except NoPrediction:  # (an analysis of this model said so already)
+            return
         if pack is None or pack.made or self.worker.running(PACK_KIND) is not None:
             return
 
