@@ -27,12 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
+from benchmarks.scratch import scratch_settings
 from benchmarks.typing import tick_timer  # the main thread's 1 ms ticks, as the typing benchmark reads stalls
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -124,15 +123,12 @@ def type_pass(app, w, sentence: str, watch: PaintWatch, also: PaintWatch | None 
 
 
 def one_run(model: str, qtype: str, sentence: str) -> dict:
-    from PySide6.QtCore import QSettings
-
     from attnviz.ui.app import create_window, make_app
     from attnviz.ui.machinery.compare_jobs import BSource
     from attnviz.ui.panels.compare_menu import open_compare
 
     app = make_app()
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "s.ini"),
-                         QSettings.Format.IniFormat)
+    settings = scratch_settings()
     w = create_window(model=model, text="", settings=settings)
     w.resize(1400, 860)
     w.show()

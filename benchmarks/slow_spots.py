@@ -27,7 +27,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from benchmarks import record  # noqa: E402
+from benchmarks.scratch import scratch_folder, scratch_settings  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 GOALS = {"paragraph": 1.2, "probe": 5.0, "export": 1.5}
@@ -63,13 +63,12 @@ def _spin(app, seconds: float) -> None:
 
 def time_paragraph(runs: int, layer: int | None = None) -> list[dict]:
     """Paste the paragraph into a window showing a short sentence; the time to its painted grid."""
-    from PySide6.QtCore import QEvent, QEventLoop, QObject, QSettings, QTimer
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QTimer
 
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
-    settings = QSettings(str(Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "s.ini"),
-                         QSettings.Format.IniFormat)
+    settings = scratch_settings()
     w = create_window(model=MODEL, text="A short sentence.", settings=settings)
     w.resize(1400, 860)
     w.show()
@@ -155,7 +154,7 @@ def time_probe(runs: int) -> list[dict]:
 
 
 def time_export(runs: int) -> list[dict]:
-    out_dir = Path(tempfile.mkdtemp(prefix="attnviz-bench-"))
+    out_dir = scratch_folder()
     cmd = [sys.executable, "-m", "attnviz", "export", "--view", "anatomy", "--model", MODEL,
            "--text", "The keys to the cabinet are on the table.", "--layer", "3",
            "--out", str(out_dir / "a.png")]

@@ -55,9 +55,9 @@ sys.path.insert(0, os.path.dirname(_HERE))
 import argparse  # noqa: E402
 import atexit  # noqa: E402
 import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+
+from benchmarks.scratch import scratch_settings  # noqa: E402
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -103,10 +103,7 @@ def quiet_qt() -> None:
 
 
 def _settings():
-    from PySide6.QtCore import QSettings
-
-    path = Path(tempfile.mkdtemp(prefix="attnviz-bench-")) / "settings.ini"
-    return QSettings(str(path), QSettings.Format.IniFormat)
+    return scratch_settings("settings.ini")
 
 
 def _pct(values, p):

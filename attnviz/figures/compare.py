@@ -84,31 +84,57 @@ def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white
     return np.asarray(DIVERGING)[i].astype(np.uint8)
 
 
-def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0) -> list[QRectF]:
-    """n square tiles in rows filling `rect`, each with room for a title above it."""
+def tile_rects(rect: QRectF, n: int, gap: float = 6.0, label_h: float = 14.0,
+               min_side: float = 0.0) -> list[QRectF]:
+    """n square tiles in rows filling `rect`, each with room for a title above it: the largest
+    tiles at least `min_side` wide (a title's width), else the largest that fit."""
     best = None
     for cols in range(1, n + 1):
         rows = -(-n // cols)
         side = min((rect.width() - gap * (cols - 1)) / cols,
                    (rect.height() - rows * label_h - gap * (rows - 1)) / rows)
-        if best is None or side > best[0]:
-            best = (side, cols)
-    side, cols = max(1.0, best[0]), best[1]
+        key = (side >= min_side, side)
+        if best is None or key > best[0]:
+            best = (key, cols)
+    side, cols = max(1.0, best[0][1]), best[1]
     return [QRectF(rect.left() + (i % cols) * (side + gap),
                    rect.top() + (i // cols) * (side + label_h + gap) + label_h, side, side)
             for i in range(n)]
 
 
-def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> None:
-    """Each [T, T, 3] picture in its rect (nearest-neighbour cells), its title above it."""
-    p.setFont(figure_font(10))
+def tiles_height(width: float, n: int, min_side: float, gap: float = 6.0,
+                 label_h: float = 14.0) -> float:
+    """The least height of tile_rects' rect `width` wide whose n tiles are each `min_side` wide or
+    more (titles whole): as many columns as keep that width, so as few rows as can be."""
+    cols = 1
+    while cols < n and (width - gap * cols) / (cols + 1) >= min_side:
+        cols += 1
+    side = max(min_side, (width - gap * (cols - 1)) / cols)
+    rows = -(-n // cols)
+    return rows * (side + label_h) + gap * (rows - 1)
+
+
+def title_width(title: str) -> float:
+    """The width paint_tiles' font gives `title`."""
+    return QFontMetricsF(figure_font(10)).horizontalAdvance(title)
+
+
+def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | None = None) -> list[str]:
+    """Each [T, T, 3] picture in its rect (nearest-neighbour cells), its title above it (a title
+    wider than its tile ends in an ellipsis, not cut mid-letter). -> the titles as painted."""
+    font = figure_font(10)
+    p.setFont(font)
+    fm = QFontMetricsF(font)
+    painted = []
     for i, (rgb, r, title) in enumerate(zip(rgbs, rects, titles)):
         p.drawImage(r, figure_image(rgb))
         p.setPen(text)
-        p.drawText(QRectF(r.left(), r.top() - 14, r.width(), 14), Qt.AlignmentFlag.AlignLeft, title)
+        painted.append(fm.elidedText(title, Qt.TextElideMode.ElideRight, r.width()))
+        p.drawText(QRectF(r.left(), r.top() - 14, r.width(), 14), Qt.AlignmentFlag.AlignLeft, painted[-1])
         if i == focus:
             p.setPen(QPen(QColor(FOCUS), 2))
             p.drawRect(r.adjusted(-1, -1, 1, 1))
+    return painted
 
 
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:
@@ -142,6 +168,11 @@ def strip_rects(labels, rect: QRectF, min_w: float = 18.0) -> list[QRectF]:
 
 def strip_height(rects) -> float:
     return (rects[-1].bottom() - rects[0].top()) if rects else 0.0
+
+
+def strip_fit_height(labels, width: float) -> float:
+    """The height strip_rects' rows of `labels` take in a strip `width` wide."""
+    return strip_height(strip_rects(labels, QRectF(0, 0, width, 1.0)))
 
 
 def paint_strip(p: QPainter, labels, rects, kld, flipped, text: QColor) -> None:

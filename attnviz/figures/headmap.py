@@ -172,11 +172,8 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     f = figure_font(min(11, max(7, c * 0.8)))
     p.setFont(figure_font(11, bold=True))
     p.setPen(text)
-    fm = QFontMetricsF(figure_font(11, bold=True))
     lh = QFontMetricsF(figure_font(11)).height()
-    # a title wider than the picture ends in an ellipsis, not cut mid-letter
-    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft,
-               fm.elidedText(hm.title, Qt.TextElideMode.ElideRight, lay.width - 8))
+    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, title_shown(hm, lay))
     p.setFont(figure_font(10))
     p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
                Qt.AlignmentFlag.AlignLeft,
@@ -250,6 +247,18 @@ def _paint_down_labels(p: QPainter, hm: HeadMap, lay: HeadMapLayout, f, n_layer:
     if hm.column is not None:
         p.drawText(QRectF(lay.x_column - c, lay.title_h - QFontMetricsF(f).height() - 1, 3 * c,
                           QFontMetricsF(f).height()), Qt.AlignmentFlag.AlignHCenter, hm.column[0])
+
+
+def title_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
+    """The title as the picture paints it: a title wider than the picture ends in an ellipsis, not
+    cut mid-letter (its views give it whole on hover: on_title)."""
+    fm = QFontMetricsF(figure_font(11, bold=True))
+    return fm.elidedText(hm.title, Qt.TextElideMode.ElideRight, lay.width - 8)
+
+
+def on_title(lay: HeadMapLayout, y: float) -> bool:
+    """Whether height `y` is on the title's two lines (the hover there reads the whole title)."""
+    return 0 <= y < lay.title_h - QFontMetricsF(figure_font(11)).height()
 
 
 def hit(hm: HeadMap, lay: HeadMapLayout, x: float, y: float):

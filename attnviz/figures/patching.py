@@ -38,6 +38,7 @@ from attnviz.figures.style import FOCUS, axis_label
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
 BAR_W = 80.0  # the colour bar and its labels
+WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the title and metric lines
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,20 @@ def _fm(size=10) -> QFontMetricsF:
     return QFontMetricsF(figure_font(size))
 
 
+def _wrapped_height(fm: QFontMetricsF, text: str, width: int) -> float:
+    return fm.boundingRect(QRectF(0, 0, max(width - 8, 1), 1e6), WRAPPED, text).height()
+
+
+def title_height(view: PatchView, width: int) -> float:
+    """The height of the title, wrapped to a picture `width` wide (whole, however narrow the panel)."""
+    return _wrapped_height(QFontMetricsF(figure_font(11, bold=True)), view.title(), width)
+
+
+def metric_height(view: PatchView, width: int) -> float:
+    """The height of the metric line under the title, wrapped as the title is."""
+    return _wrapped_height(_fm(9), view.metric_line(), width)
+
+
 def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayout:
     """Every cell placed in a picture `width` wide (and `height` high when given, else as high as
     the rows need)."""
@@ -145,7 +160,7 @@ def layout(view: PatchView, width: int, height: int | None = None) -> PatchLayou
     left = max(fm.horizontalAdvance(s) for s in view.row_labels()) + 8
     heads = view.what in HEAD_WHATS
     col_h = fm.height() + 4 if heads else max(fm.horizontalAdvance(s) for s in view.col_labels()) + 8
-    top = _fm(11).height() * 2 + 8 + col_h
+    top = title_height(view, width) + metric_height(view, width) + 8 + col_h
     groups = (np.asarray(view.kv_group) if heads and view.kv_group is not None and len(view.kv_group) == cols
               else np.zeros(cols, np.int64))
     n_gaps = int(np.count_nonzero(groups[1:] != groups[:-1])) if cols > 1 else 0
@@ -173,10 +188,10 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
     rows, cols = vals.shape
     p.setPen(text)
     p.setFont(figure_font(11, bold=True))
-    lh = _fm(11).height()
-    p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, view.title())
+    lh = title_height(view, lay.width)
+    p.drawText(QRectF(4, 2, lay.width - 8, lh), WRAPPED, view.title())
     p.setFont(figure_font(9))
-    p.drawText(QRectF(4, 4 + lh, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, view.metric_line())
+    p.drawText(QRectF(4, 4 + lh, lay.width - 8, metric_height(view, lay.width)), WRAPPED, view.metric_line())
     p.setPen(Qt.PenStyle.NoPen)
     for r in range(rows):
         for c in range(cols):

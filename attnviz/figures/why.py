@@ -32,6 +32,7 @@ HIGHLIGHT = QColor(255, 200, 0, 90)  # the row under the mouse
 HEAD_NAME = re.compile(r"^L(\d+)H(\d+)$")
 MLP_NAME = re.compile(r"^L(\d+)\.mlp$")
 NUMBER_FORMATS = ("json", "csv")
+WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the title and subtitle
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,18 @@ class WhyLayout:
     headers: list = field(default_factory=list)  # [(QRectF, title)]
     label_w: float = 0.0
     limit: float = 1.0  # |value| a full bar stands for
+    title: QRectF = field(default_factory=QRectF)  # the title, wrapped to the width
+    subtitle: QRectF = field(default_factory=QRectF)
+
+
+def heading_rects(view: WhyView, width: int, s: float) -> tuple[QRectF, QRectF]:
+    """The title's and the subtitle's rectangles, each wrapped to the picture's width (whole however
+    narrow the panel: the subtitle ends with the model's name)."""
+    def wrapped(font, text: str, top: float) -> QRectF:
+        h = QFontMetricsF(font).boundingRect(QRectF(0, 0, max(width - 16 * s, 1), 1e6), WRAPPED, text).height()
+        return QRectF(8 * s, top, width - 16 * s, h)
+    title = wrapped(figure_font(13 * s, bold=True), view.title(), 4 * s)
+    return title, wrapped(figure_font(11 * s), view.subtitle(), title.bottom() + 3 * s)
 
 
 def layout(view: WhyView, width: int) -> WhyLayout:
@@ -152,7 +165,8 @@ def layout(view: WhyView, width: int) -> WhyLayout:
     label_w = min(width * 0.45, max(fm.horizontalAdvance(r.label) for sec in secs for r in sec.rows) + 12 * s)
     lay = WhyLayout(width, 0, s, label_w=label_w)
     lay.limit = max((abs(r.value) for sec in secs for r in sec.rows), default=0.0) or 1.0
-    y = 50 * s
+    lay.title, lay.subtitle = heading_rects(view, width, s)
+    y = max(50 * s, lay.subtitle.bottom() + 4 * s)
     for sec in secs:
         lay.headers.append((QRectF(8 * s, y, width - 16 * s, head_h), sec.title))
         y += head_h
@@ -178,10 +192,10 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
     p.setPen(TEXT)
     p.setFont(figure_font(13 * s, bold=True))
     left = Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter
-    p.drawText(QRectF(8 * s, 4 * s, lay.width - 16 * s, 22 * s), left, view.title())
+    p.drawText(lay.title, WRAPPED, view.title())
     p.setFont(figure_font(11 * s))
     p.setPen(MUTED)
-    p.drawText(QRectF(8 * s, 26 * s, lay.width - 16 * s, 20 * s), left, view.subtitle())
+    p.drawText(lay.subtitle, WRAPPED, view.subtitle())
     p.setFont(figure_font(11.5 * s, bold=True))
     for rect, title in lay.headers:
         p.setPen(TEXT)

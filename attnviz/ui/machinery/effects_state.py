@@ -155,7 +155,10 @@ class Effects(QObject):
         run = self.run_of(result)
         if self.analysis is None or run is None or run.ablation != self.ablation:
             return None
-        return self.analysis if self.analysed == (run, self.state.query_pos, self.target, self.alt) else None
+        # the run by identity: two runs' == compares their arrays, which has no single truth value
+        of = self.analysed
+        fresh = of is not None and of[0] is run and of[1:] == (self.state.query_pos, self.target, self.alt)
+        return self.analysis if fresh else None
 
     def lacks(self, result) -> bool:
         """Whether `result` is not what these views need: a run that kept what prediction reads

@@ -66,7 +66,9 @@ class AblationPanel(QWidget):
         eff = self.effects = state.effects
         col = QVBoxLayout(self)
         col.setContentsMargins(2, 2, 2, 2)
-        col.addWidget(QLabel("Switched off (Alt+click a head in the grid or DLA, or its context menu):"))
+        switched = QLabel("Switched off (Alt+click a head in the grid or DLA, or its context menu):")
+        switched.setWordWrap(True)  # (the dock's first-start width is narrower than the line)
+        col.addWidget(switched)
         self.head_list = QListWidget()
         self.head_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.head_list.setMaximumHeight(90)
@@ -114,9 +116,10 @@ class AblationPanel(QWidget):
         self.scan_button.clicked.connect(lambda: eff.want_scan(self.source_combo.currentData()))
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(eff.stop_scan)
-        row.addWidget(self.source_combo, 1)
+        col.addWidget(self.source_combo)  # its own row: beside the buttons it ran off the dock's edge
         row.addWidget(self.scan_button)
         row.addWidget(self.cancel_button)
+        row.addStretch(1)
         col.addLayout(row)
         self.progress = QProgressBar()
         col.addWidget(self.progress)

@@ -67,12 +67,24 @@ def open_compare(w, source: BSource) -> None:
         from attnviz.ui.panels.compare_panel import ComparePanel
 
         w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
-        w.compare_dock = w._add_panel_dock("Compare", "compare_dock", w.compare_panel)
+        w.compare_dock = w._add_panel_dock("Compare", "compare_dock", scrolled(w.compare_panel))
         # closing the panel leaves Compare (a tab behind another stays open)
         w.compare_dock.toggleViewAction().toggled.connect(lambda on: on or _panel_closed(w))
     w.compare_dock.show()
     w.compare_dock.raise_()
     w.worker.compare_jobs.open(source)
+
+
+def scrolled(panel):
+    """The panel in a scroll area as wide as the dock: its tiles, strip and map keep their titles
+    and rows whole, and a dock shorter than all of them shows its scroll bar."""
+    from PySide6.QtWidgets import QFrame, QScrollArea
+
+    scroll = QScrollArea()
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setWidget(panel)
+    return scroll
 
 
 def _panel_closed(w) -> None:

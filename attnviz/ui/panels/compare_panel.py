@@ -39,22 +39,53 @@ from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
+BAR_W, FOCUS_BAR_W = 70, 70  # px right of the tiles for the colour bar and its labels
 
 
 class Canvas(QWidget):
-    """A widget painted by `paint(painter, width, height)`; clicks and hovers go to the panel."""
+    """A widget painted by `paint(painter, width, height)`; clicks and hovers go to the panel.
+    With `fit` (width -> the height its picture needs: titles whole, every row) the layout gives
+    it at least that height at its width."""
     sigClicked = Signal(float, float)
 
-    def __init__(self, paint, min_height: int, parent=None):
+    def __init__(self, paint, min_height: int, parent=None, fit=None):
         super().__init__(parent)
         self._paint = paint
+        self._fit = fit
+        self._fitted = None  # the height fit gave at the last refit
         self.setMinimumHeight(min_height)
         self.setMouseTracking(True)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        policy = QSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
+        policy.setHeightForWidth(fit is not None)
+        self.setSizePolicy(policy)
         # it paints every pixel (PAPER first): a neighbour's repaint (the strip's, as a keystroke's
         # numbers come in) then does not paint this one again
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.hover = None  # (x, y) -> tooltip text or None
+
+    def hasHeightForWidth(self) -> bool:
+        return self._fit is not None
+
+    def heightForWidth(self, width: int) -> int:
+        if self._fit is None:
+            return -1
+        return max(self.minimumHeight(), int(np.ceil(self._fit(width))))
+
+    def sizeHint(self):
+        hint = super().sizeHint()
+        if self._fit is not None:
+            hint.setHeight(self.heightForWidth(self.width()))
+        return hint
+
+    def refit(self) -> None:
+        """Ask the layout again when what is shown needs another height (more tokens, another
+        model's heads): a comparison that needs the same height moves nothing."""
+        if self._fit is None:
+            return
+        need = self.heightForWidth(self.width())
+        if need != self._fitted:
+            self._fitted = need
+            self.updateGeometry()
 
     def paintEvent(self, _ev):
         p = QPainter(self)
@@ -98,13 +129,13 @@ class ComparePanel(QWidget):
         modes.addStretch(1)
         modes.addWidget(self.export_button)
         modes.addWidget(self.stop_button)
-        self.tiles = Canvas(self._paint_tiles, 220)
+        self.tiles = Canvas(self._paint_tiles, 220, fit=self._tiles_fit)
         self.tiles.hover = self._tile_readout
         self.map = Canvas(self._paint_map, 160)
         self.map.sigClicked.connect(self._on_map_click)
         self.map.hover = self._map_readout
-        self.focus = Canvas(self._paint_focus, 140)
-        self.strip = Canvas(self._paint_strip, 60)
+        self.focus = Canvas(self._paint_focus, 140, fit=self._focus_fit)
+        self.strip = Canvas(self._paint_strip, 60, fit=self._strip_fit)
         self.strip.hover = self._strip_readout
         self.summary = QLabel()
         self.summary.setWordWrap(True)
@@ -123,9 +154,13 @@ class ComparePanel(QWidget):
         col.addWidget(self.induction)
         # where things were painted last (tests and read-outs): rects in widget pixels
         self.tile_rects: list[QRectF] = []
+        self.tile_titles: list[str] = []  # as painted (a title wider than its tile elided)
+        self.focus_rects: list[QRectF] = []
+        self.focus_titles: list[str] = []
         self.tile_T = 0
         self._tiles_of = None  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
+        self._strip_fitted = (None, 0, 0.0)  # (result, width, height) the strip's rows last needed
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -153,6 +188,8 @@ class ComparePanel(QWidget):
         self.export_button.setEnabled(self.doc() is not None)
         self._set_summary()
         self.induction.setText(self.induction_text())
+        for canvas in (self.tiles, self.strip, self.focus):
+            canvas.refit()
         if self.jobs.comparison is not self._tiles_of and self.isVisible():
             # a new comparison: the tiles and the strip painted now, in this turn, and the grid's
             # A − B in a turn of its own after it (one turn for all three holds the main thread
@@ -231,20 +268,53 @@ class ComparePanel(QWidget):
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
         c = self._tiles_of = self.jobs.comparison
-        self.tile_rects = []
+        self.tile_rects, self.tile_titles = [], []
         if c is None or c.doc is None:
             return
         layer = min(self.state.layer, c.b_attentions.shape[0] - 1)
         rgbs, lim = self.layer_pictures(layer)
-        bar_w = 70 if lim is not None else 0
-        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs))
+        bar_w = BAR_W if lim is not None else 0
+        rects = F.tile_rects(QRectF(6, 6, w - 12 - bar_w, h - 12), len(rgbs),
+                             min_side=self._title_side(c))
         focus = self.state.focus
         fh = focus[1] if focus is not None and focus[0] == layer else None
-        F.paint_tiles(p, rgbs, rects, [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}"
-                                       for i in range(len(rgbs))], INK, fh)
+        titles = [f"{MODE_TITLES[self.jobs.mode]} {head_title(layer, i)}" for i in range(len(rgbs))]
+        self.tile_titles = F.paint_tiles(p, rgbs, rects, titles, INK, fh)
         if lim is not None:
             F.paint_colour_bar(p, QRectF(w - bar_w + 4, 24, 14, h - 60), lim, "A \u2212 B", INK)
         self.tile_rects, self.tile_T = rects, c.b_attentions.shape[-1]
+
+    # --- heights that keep every title whole and every row of the strip in view --------------------
+    @staticmethod
+    def _title_side(c) -> float:
+        """The width of the widest tile title any mode or layer of `c` gives (a layer or mode change
+        then keeps the tiles where they are)."""
+        n_layer, n_head = c.b_attentions.shape[:2]
+        last = head_title(n_layer - 1, n_head - 1)
+        return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
+
+    def _tiles_fit(self, width: int) -> float:
+        c = self.jobs.comparison
+        if c is None or c.doc is None:
+            return 0.0
+        n_head = c.b_attentions.shape[1]
+        return F.tiles_height(width - 12 - BAR_W, n_head, self._title_side(c)) + 12
+
+    def _focus_fit(self, width: int) -> float:
+        c = self.jobs.comparison
+        if c is None or c.doc is None:
+            return 0.0
+        return F.tiles_height(width - 12 - FOCUS_BAR_W, 3, self._title_side(c)) + 12
+
+    def _strip_fit(self, width: int) -> float:
+        c = self.jobs.comparison
+        if c is None or c.doc is None:
+            return 0.0
+        # (the layout asks again for each width it tries: a long text's labels measured once)
+        result, at, _ = self._strip_fitted
+        if result is not c.result or at != width:  # (by identity: a result's == compares arrays)
+            self._strip_fitted = (c.result, width, F.strip_fit_height(c.result.labels, width - 8) + 8)
+        return self._strip_fitted[2]
 
     def tile_cell(self, head: int, q: int, k: int) -> tuple[float, float]:
         """The centre of cell (q, k) of `head`'s tile, in the tiles widget's pixels."""
@@ -289,6 +359,8 @@ class ComparePanel(QWidget):
     def _map_readout(self, x: float, y: float) -> str | None:
         if self.map_layout is None:
             return None
+        if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends it in an ellipsis)
+            return self.head_map().title
         hit = headmap.hit(self.head_map(), self.map_layout, x, y)
         if hit is not None and hit[0] == "head":
             d = self.doc()
@@ -299,6 +371,7 @@ class ComparePanel(QWidget):
 
     def _paint_focus(self, p: QPainter, w: int, h: int) -> None:
         c, focus = self.jobs.comparison, self.state.focus
+        self.focus_rects, self.focus_titles = [], []
         if c is None or c.doc is None or focus is None:
             return
         l, hd = focus
@@ -306,10 +379,10 @@ class ComparePanel(QWidget):
         lim = F.signed_limit(a - b)
         rgbs = [F.weight_rgb(a, self.state.colormap), F.weight_rgb(b, self.state.colormap),
                 F.signed_rgb(a - b, lim)]
-        rects = F.tile_rects(QRectF(6, 6, w - 82, h - 12), 3)
-        F.paint_tiles(p, rgbs, rects, [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}",
-                                       f"A \u2212 B {head_title(l, hd)}"], INK)
-        F.paint_colour_bar(p, QRectF(w - 70, 24, 14, h - 60), lim, "A \u2212 B", INK)
+        rects = F.tile_rects(QRectF(6, 6, w - 12 - FOCUS_BAR_W, h - 12), 3, min_side=self._title_side(c))
+        titles = [f"A {head_title(l, hd)}", f"B {head_title(l, hd)}", f"A \u2212 B {head_title(l, hd)}"]
+        self.focus_titles, self.focus_rects = F.paint_tiles(p, rgbs, rects, titles, INK), rects
+        F.paint_colour_bar(p, QRectF(w - FOCUS_BAR_W, 24, 14, h - 60), lim, "A \u2212 B", INK)
 
     def _paint_strip(self, p: QPainter, w: int, h: int) -> None:
         c = self.jobs.comparison

@@ -140,7 +140,9 @@ class GeneratePanel(QWidget):
         self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#8ab4f8", width=2), symbol="o", symbolSize=4)
         self.marker = pg.InfiniteLine(angle=90, pen=pg.mkPen(FOCUS))
+        self.marker.hide()  # until a step is shown (at 0 it gave the empty plot a -400..400 range)
         self.plot.addItem(self.marker)
+        self.plot.getPlotItem().layout.setContentsMargins(2, 8, 8, 2)  # the top and right ticks' text whole
 
         body = QWidget()  # in a scroll area: a short window still fits (the docks are tabbed)
         col = QVBoxLayout(body)

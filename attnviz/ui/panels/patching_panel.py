@@ -198,6 +198,7 @@ class PatchingPanel(QWidget):
         self.position_box.setToolTip("The position P whose next-token logits the metric reads "
                                      "(attnviz patch --position)")
         self.position_label = QLabel()
+        self.position_label.setWordWrap(True)
         self.what_box = QComboBox()
         self.what_box.addItems(list(WHATS))
         self.what_box.setCurrentText("head_out")
@@ -231,30 +232,38 @@ class PatchingPanel(QWidget):
         self.patterns = PatternPair(self)
 
     def _lay_out(self) -> None:
+        # one field a row and the controls in two rows: the tab fits the dock's first-start width
+        # (440 px), where a row of six controls or Target and Alt side by side ran off its edge
         form = QGridLayout()
         form.addWidget(QLabel("Clean:"), 0, 0)
-        form.addWidget(self.clean_label, 0, 1, 1, 3)
+        form.addWidget(self.clean_label, 0, 1, 1, 2)
         form.addWidget(QLabel("Corrupted:"), 1, 0)
-        form.addWidget(self.corrupt_box, 1, 1, 1, 2)
-        form.addWidget(self.corrupt_button, 1, 3)
-        form.addWidget(self.swapped, 2, 1, 1, 3)  # what Corrupt swapped, under the box it filled
+        form.addWidget(self.corrupt_box, 1, 1)
+        form.addWidget(self.corrupt_button, 1, 2)
+        form.addWidget(self.swapped, 2, 1, 1, 2)  # what Corrupt swapped, under the box it filled
         form.addWidget(QLabel("Target:"), 3, 0)
-        form.addWidget(self.target_edit, 3, 1)
-        form.addWidget(QLabel("Alt:"), 3, 2)
-        form.addWidget(self.alt_edit, 3, 3)
-        form.addWidget(QLabel("Position:"), 4, 0)
+        form.addWidget(self.target_edit, 3, 1, 1, 2)
+        form.addWidget(QLabel("Alt:"), 4, 0)
+        form.addWidget(self.alt_edit, 4, 1, 1, 2)
+        form.addWidget(QLabel("Position:"), 5, 0)
         at = QHBoxLayout()
-        at.addWidget(self.position_box)
+        at.addWidget(self.position_box, 0, Qt.AlignmentFlag.AlignTop)
         at.addWidget(self.position_label, 1)
-        form.addLayout(at, 4, 1, 1, 3)
+        form.addLayout(at, 5, 1, 1, 2)
+        form.setColumnStretch(1, 1)
+        what = QHBoxLayout()
+        for wdg in (self.what_box, self.layer_box, self.direction_box):
+            what.addWidget(wdg)
+        what.addStretch(1)
         row = QHBoxLayout()
-        for wdg in (self.what_box, self.layer_box, self.direction_box, self.run_button, self.cancel_button):
+        for wdg in (self.run_button, self.cancel_button):
             row.addWidget(wdg)
         row.addStretch(1)
         row.addWidget(self.export_button)
         col = QVBoxLayout(self)
         col.setContentsMargins(4, 4, 4, 4)
         col.addLayout(form)
+        col.addLayout(what)
         col.addLayout(row)
         col.addWidget(self.progress)
         col.addWidget(self.note)

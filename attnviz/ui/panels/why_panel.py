@@ -9,7 +9,7 @@ attribution is computed off the main thread (ui/machinery/why_jobs.py) and follo
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMenu, QPushButton, QScrollArea,
@@ -171,6 +171,20 @@ def focus_menu(window, jobs, dock, cell) -> QMenu:
     return menu
 
 
+WHY_SHARE = 0.4  # of the dock column's height, Why here? below the focus view on its first show
+
+
+def _share_column(window, dock) -> None:
+    """Why here? and the docks above it (the focus view's tab group) split their column's height:
+    its note whole and its lists in sight, the focus view still the larger."""
+    above = window.focus_dock
+    if not dock.isVisible() or dock.isFloating() or above.isFloating():
+        return
+    total = above.height() + dock.height()
+    mine = int(total * WHY_SHARE)
+    window.resizeDocks([above, dock], [total - mine, mine], Qt.Orientation.Vertical)
+
+
 def install(window) -> None:
     """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
     (the window calls this once it builds its panels)."""
@@ -188,6 +202,13 @@ def install(window) -> None:
     if not window.restoreDockWidget(dock):  # below the focus view and its tabs: both in sight
         window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
         dock.hide()  # until a cell asks for it
+        sized = [False]  # its first show gives it its share (Qt gives a dock shown later its least)
+
+        def share(shown: bool) -> None:
+            if shown and not sized[0] and not dock.isFloating():
+                sized[0] = True
+                QTimer.singleShot(0, window, lambda: _share_column(window, dock))
+        dock.visibilityChanged.connect(share)
     window.menus.view_menu.addAction(dock.toggleViewAction())
     dock.visibilityChanged.connect(window.why_panel.set_shown)
     window.why_panel.set_shown(dock.isVisible())

@@ -181,7 +181,11 @@ def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, f
     if shown is None or shown[1] != levels:
         bar.setLevels(levels)
     if shown is None or shown[2] != title:
-        bar.getAxis("right").setLabel(title, color=TEXT)
+        axis = bar.getAxis("right")
+        axis.setLabel(title, color=TEXT)
+        # pyqtgraph centres an axis title on the axis only when the axis is resized: a title set
+        # after the bar's first layout would stay where the empty one was centred
+        axis.resizeEvent(None)
     return colormap, levels, title
 
 
