@@ -11,7 +11,7 @@ import numpy as np
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing.heads import unknown_token_ids
-from attnviz.ui.machinery import worker as W
+from attnviz.ui.machinery import loading as W
 from windows import WAIT, open_window, wait_for_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

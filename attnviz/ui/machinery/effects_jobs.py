@@ -13,7 +13,7 @@ newest wins per kind; results are written into `state.effects`.
   would hold up, nor on the pool ahead of the first head scores.
 - after an analysis (AFTER_ANALYSIS_MS later: its prediction is painted first), on threads of
   their own below the main thread: the model's tokenizer made whole where its load built it for
-  the first text (Worker.complete_vocabulary, ui/machinery/loading.py), and the unembedding packed
+  the first text (ui/machinery/loading.py make_vocabulary_whole), and the unembedding packed
   for the kernels ('head-pack') where the model's head has a packed copy still to make
   (engine/computing/logits.py makes it when a few rows' logits first ask): a keystroke, a
   generation or a comparison's keystroke then finds them made, and the first analysis did not
@@ -34,6 +34,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.ui.machinery.loading import make_vocabulary_whole
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import below_the_main_thread
 
@@ -192,7 +193,7 @@ class EffectsJobs(QObject):
         model = self.state.model
         if model is None:
             return
-        self.worker.complete_vocabulary(model)
+        make_vocabulary_whole(self.worker, model)
         self._pack_head(model)
 
     def _pack_head(self, model) -> None:

@@ -5,7 +5,7 @@ every checkpoint's weights preloaded.
 A load is told the text the window will run first: a GGUF file's SentencePiece vocabulary then
 builds a tokenizer for that text (the same tokens: engine/reading/gguf_model.py gguf_tokenizer),
 which takes a fraction of the whole vocabulary's build, and the window's first result does not
-wait for the rest; the worker builds the whole one after the first analysis (complete_vocabulary),
+wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
 before a keystroke's new text would ask for it."""
 
 from __future__ import annotations
@@ -48,6 +48,25 @@ def load_checked(source: str, text: str = ""):
         model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))),
                   request=RunRequest(use_cache=False))
     return model
+
+
+VOCABULARY_KIND = "vocabulary"  # the runner's job of make_vocabulary_whole
+
+
+def make_vocabulary_whole(worker, model) -> None:
+    """Build `model`'s tokenizer for every text on a thread of its own below the main thread
+    (a job of `worker`, the app's runner), where its load built it for one text; once per model."""
+    from attnviz.ui.machinery.runner import THREAD
+    from attnviz.ui.machinery.tuning import below_the_main_thread
+
+    tok = getattr(model, "tokenizer", None)
+    if tok is None or getattr(tok, "for_every_text", True) or worker.running(VOCABULARY_KIND) is not None:
+        return
+
+    def work():
+        below_the_main_thread()
+        complete_vocabulary(model)
+    worker.submit(VOCABULARY_KIND, work, lambda *_: None, model, THREAD)
 
 
 def complete_vocabulary(model) -> None:

@@ -24,7 +24,7 @@ from attnviz.engine.computing.longdoc import LongRun
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
-from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, complete_vocabulary, load_checked
+from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
 from attnviz.ui.machinery.score_timing import ScoreTiming
 from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
@@ -35,7 +35,6 @@ DISCOVERY_RESTART_S = 5.0  # a model scan still running after this long is start
 # head scores (the "head scores" section below): the typed text's and a probe source's, newest of each wins
 SCORES_KIND, PROBE_KIND = "roles", "roles-probe"
 GUIDE_KIND = "guide"  # the guide bar's head for a sample text
-VOCABULARY_KIND = "vocabulary"  # a tokenizer built for the first text made whole (complete_vocabulary)
 LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs on every core
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
 SCORES_AFTER_MS = 10  # quick scores (score_timing) follow once the result's frame is painted
@@ -195,7 +194,7 @@ class Worker(Runner):
         from attnviz.engine.analysing.effects import WindowRun
 
         if not req.trace:  # (a run kept for the analysis: after it, effects_jobs)
-            self.complete_vocabulary(req.model)
+            make_vocabulary_whole(self, req.model)
         if isinstance(result, LongRun):  # shown by the long view; the dense views show none
             self.state.long.set_run(result)
             self.state.set_result(None)
@@ -425,18 +424,6 @@ class Worker(Runner):
         self.submit("load", lambda: load_checked(req.source, req.text), self._on_load_done, req, THREAD,
                     job_id=req.id)
         return req
-
-    def complete_vocabulary(self, model) -> None:
-        """Build `model`'s tokenizer for every text on a thread of its own below the main thread,
-        where its load built it for one text (ui/machinery/loading.py); once per model."""
-        tok = getattr(model, "tokenizer", None)
-        if tok is None or getattr(tok, "for_every_text", True) or self.running(VOCABULARY_KIND) is not None:
-            return
-
-        def work():
-            below_the_main_thread()
-            complete_vocabulary(model)
-        self.submit(VOCABULARY_KIND, work, lambda *_: None, model, THREAD)
 
     def cancel_load(self) -> str | None:
         """Stop waiting for the running load (see cancel); returns its source, or None when no
