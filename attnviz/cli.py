@@ -198,12 +198,14 @@ LONG_RUNNING = {"scan"}  # commands whose workers run the same layers over many 
 def one_shot_process(command: str) -> None:
     """Set up a process that runs `command` and exits: large arrays get small pages where the host
     takes back free memory (engine/reading/pages.py: a command fills its layers once; not for
-    LONG_RUNNING ones), and what the imports made is left out of the garbage collector's later
-    passes (it lives until exit; a large vocabulary's build would otherwise walk it again)."""
+    LONG_RUNNING ones) and come from freed ones where they can (pages.reuse_freed_memory), and what
+    the imports made is left out of the garbage collector's later passes (it lives until exit; a
+    large vocabulary's build would otherwise walk it again)."""
     if command not in LONG_RUNNING:
-        from attnviz.engine.reading.pages import small_pages_where_host_reclaims
+        from attnviz.engine.reading.pages import reuse_freed_memory, small_pages_where_host_reclaims
 
         small_pages_where_host_reclaims()
+        reuse_freed_memory()
     gc.freeze()
 
 

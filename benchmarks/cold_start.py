@@ -27,7 +27,8 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   phases are shares of a profiled run, not the figures. And one run under `python -X importtime`:
   the modules that take longest to import (cumulative, their own imports included).
 - first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
-  load (engine/reading/gguf_vocab.py): one more warm run per command with an empty cache folder
+  load of the whole vocabulary (engine/reading/gguf_vocab.py; a command's SentencePiece tokenizer
+  for its text needs none of it): one more warm run per command with an empty cache folder
   ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
 
 - gap: with --gap SECONDS, a pause before each timed run. On a virtual machine that hands free
@@ -36,6 +37,9 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   two seconds after the last process freed it: runs back to back (no gap) meet less of that than
   runs seconds apart (a user's commands). Both are worth recording; `usage_per_run` tells them
   apart (the system seconds).
+
+- byte code: the code in this checkout and in --baseline DIR is byte-compiled first (as an install
+  does), so that no timed run compiles a module.
 
 - baseline: with --baseline DIR (a checkout of another commit, e.g. `git worktree add --detach
   DIR <commit>`), the warm runs alternate between DIR's code and this one's, run for run, so
@@ -229,7 +233,8 @@ print(json.dumps({"rc": rc, "total_s": total, "phases_s": phases, "user_s": use.
 # phase -> the functions (file suffix, function name) whose cumulative time it is
 PHASES = {
     "load": [("computing/load.py", "load_model")],
-    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe")],
+    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe"),
+                   ("reading/gguf_vocab.py", "sentencepiece_for_text")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
     "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],
@@ -456,6 +461,15 @@ def slowest_imports(argv: list[str], n: int = 6) -> dict:
             "attnviz_self_ms": {k: round(v, 1) for v, k in sorted(own, reverse=True)[:n]}}
 
 
+def byte_compiled(root: str) -> None:
+    """Byte-compile the code in `root` (attnviz/), as installing it does: otherwise a process with
+    PYTHONDONTWRITEBYTECODE set, or a fresh checkout's first run, compiles every module it
+    imports, and that would be timed (a stale .pyc of a changed module: each run)."""
+    import compileall
+
+    compileall.compile_dir(os.path.join(root, "attnviz"), quiet=2)
+
+
 def find_gemma() -> str | None:
     from attnviz.engine import find_models
 
@@ -489,6 +503,9 @@ def main() -> int:
     base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
                                   capture_output=True, text=True).stdout.strip() if baseline else None)
 
+    for root in (_ROOT, baseline):
+        if root is not None:
+            byte_compiled(root)
     gemma = os.path.abspath(args.gemma) if args.gemma else find_gemma()
     cases = [(c, m) for m in (SMOLLM2, gemma) for c in ("predict", "generate") if c in wanted]
     cold_why = "skipped (--no-cold)" if args.no_cold else None
@@ -557,8 +574,8 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as empty:
                 first = timed_process(argv, env={"ATTNVIZ_CACHE": empty})
             figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
-                                         "s", runs=[first], note="warm page cache, one run, the "
-                                         "vocabulary's merge order derived and written"))
+                                         "s", runs=[first], note="warm page cache, one run, with "
+                                         "no merge order kept from an earlier load"))
             print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
             timed = {"this commit": phase_times(argv)}
             print(f"  phases (clock, one warm run): {describe_phases(timed['this commit'])}", flush=True)

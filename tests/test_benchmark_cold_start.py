@@ -123,3 +123,21 @@ def test_the_phases_by_the_clock_add_up_to_the_whole_run():
         assert phases[name] > 0, name
     assert found["user_s"] > 0 and found["minor_faults"] > 0
     assert describe_phases(found).startswith(f"{found['total_s']:.2f} s (user ")
+
+
+def test_both_checkouts_are_byte_compiled_before_anything_is_timed(monkeypatch, tmp_path):
+    """No timed run compiles a module (PYTHONDONTWRITEBYTECODE, a fresh checkout): this code and
+    the baseline's are byte-compiled first."""
+    import compileall
+
+    import benchmarks.cold_start as C
+
+    seen = []
+    monkeypatch.setattr(compileall, "compile_dir", lambda path, **kw: seen.append(path))
+    monkeypatch.setattr(C, "heads_process", lambda *a, **k: seen.append("timed") or (1.0, {"prediction painted": 1.0}))
+    monkeypatch.setattr(C.record, "write", lambda *a, **kw: "x")
+    monkeypatch.setattr(C, "find_gemma", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["cold_start", "--cases", "heads", "--heads-runs", "1",
+                                      "--baseline", str(tmp_path)])
+    assert C.main() == 0
+    assert seen[:2] == [str(Path(C._ROOT) / "attnviz"), str(tmp_path / "attnviz")] and "timed" in seen[2:]

@@ -102,6 +102,8 @@ import gc, json, sys
 from attnviz.engine.reading import pages
 reclaims = sys.argv[1] == "reclaims"
 pages.host_reclaims_free_memory = lambda sys_root="/sys": reclaims
+if sys.argv[1] == "mapped":  # every large array a mapping of its own, as without the one-shot setup
+    pages.reuse_freed_memory = lambda: False
 from attnviz.cli import main
 sys.argv = ["attnviz", *sys.argv[2:]]
 rc = main()  # the process's own command line: set up as a one-shot process
@@ -115,17 +117,19 @@ print("STATE", json.dumps({"rc": rc, "huge_pages": pages.huge_pages(), "frozen":
 ])
 def test_a_one_shot_process_gives_the_same_bits_on_small_pages(command):
     """Where the host takes back free memory, a command's process asks for small pages (its
-    layers' arena advised against huge pages, engine/reading/pages.py) and freezes what its imports
-    made out of the garbage collector's passes: its JSON is the same, every float bit for bit."""
+    layers' arena advised against huge pages, engine/reading/pages.py), its arrays come from freed
+    ones (pages.reuse_freed_memory), and it freezes what its imports made out of the garbage
+    collector's passes: its JSON is the same, every float bit for bit, as with huge pages and as
+    with each large array a mapping of its own."""
     runs = {}
-    for host in ("reclaims", "keeps"):
+    for host in ("reclaims", "keeps", "mapped"):
         out = subprocess.run([sys.executable, "-c", ONE_SHOT, host, *command], capture_output=True,
                              text=True, check=True).stdout
         doc, state = out.rsplit("STATE ", 1)
         runs[host] = json.loads(doc), json.loads(state)
     assert runs["reclaims"][1] == {"rc": 0, "huge_pages": False, "frozen": True}
     assert runs["keeps"][1] == {"rc": 0, "huge_pages": True, "frozen": True}
-    assert runs["reclaims"][0] == runs["keeps"][0]
+    assert runs["reclaims"][0] == runs["keeps"][0] == runs["mapped"][0]
 
 
 def test_a_caller_passing_argv_keeps_its_process_as_it_is(capsys, monkeypatch):

@@ -264,15 +264,14 @@ def same_encoding(a, b) -> bool:
 
 @pytest.mark.parametrize("space_prefix", [True, False])
 def test_a_tokenizer_built_for_a_text_encodes_it_as_the_whole_one(tmp_path, monkeypatch, space_prefix):
-    """A one-shot command's SentencePiece tokenizer holds only the merges its text can meet
-    (gguf_vocab.merges_for_text): that text, and any text within it, encode as with every merge
+    """A one-shot command's SentencePiece tokenizer holds only the tokens and merges its text can
+    meet (gguf_vocab.sentencepiece_for_text; tests/engine/test_gguf_text_vocab.py): that text, and any text within it, encode as with every merge
     (ids, pieces, labels, offsets), with and without the model's special tokens; byte fallback,
     control tokens in the text and scripts without their own tokens included (the llama.cpp
     cases of tests/fixtures/spm)."""
     monkeypatch.setenv("ATTNVIZ_CACHE", str(tmp_path / "cache"))
     reader = open_gguf(write_vocab_gguf(tmp_path / "spm.gguf", spm_vocab_kv(space_prefix, True)))
     whole, _ = gguf_tokenizer(reader)
-    n_all = len(V.cached_merges(*[metadata(reader, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")]))
     texts = [case["text"] for case in SPM_CASES[::6]] + ["One, two, three, four, five",
                                                          "<s> x</s>y <unk>ü", "  spaced  out  "]
     for text in texts:
@@ -287,16 +286,6 @@ def test_a_tokenizer_built_for_a_text_encodes_it_as_the_whole_one(tmp_path, monk
         assert one.decode(ids) == whole.decode(ids)
         assert one.labels_for_ids(ids) == whole.labels_for_ids(ids)
     one, _ = gguf_tokenizer(reader, text="One, two")
-    kept = len(V.merges_for_text(*[metadata(reader, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")],
-                                 "One, two", metadata(reader, "tokenizer.ggml.unknown_token_id")))
-    assert kept < n_all / 20  # what it saves
     assert same_encoding(one.encode("three, four"), whole.encode("three, four"))  # another text
     assert one.for_every_text  # every merge built for it, and kept
     assert one.raw.to_str() == whole.raw.to_str()
-
-
-def test_a_text_too_long_to_look_up_takes_every_merge(spm, monkeypatch):
-    _, (tokens, scores, types) = spm
-    monkeypatch.setattr(V, "MAX_TEXT_PIECES", 100)
-    assert V.merges_for_text(tokens, scores, types, "a longer text than that " * 3, 0) is None
-    assert V.merges_for_text(tokens, scores, types, "short", 0) is not None

@@ -3,6 +3,7 @@ read from the virtio balloon's features, and once small pages are asked for, Num
 and the load's arena are advised against huge pages (their mapping's VmFlags say `nh`), with the
 same values in them."""
 
+import platform
 import sys
 
 import numpy as np
@@ -79,3 +80,33 @@ def test_huge_pages_come_back_when_asked_for():
     a = np.empty(FRESH, np.uint8)
     assert "hg" in vm_flags(a)  # NumPy's own advice, from 4 MiB on
     assert "nh" not in vm_flags(_Arena(64 << 20)._take((1024, 1024)))
+
+
+HEAP = """
+import os
+import sys
+import numpy as np
+from attnviz.engine.reading import pages
+ok = pages.reuse_freed_memory() if sys.argv[1] == "reuse" else None
+a = np.ones(16 << 18, np.float32)  # 16 MiB (glibc's own threshold: 128 KiB, or a larger one freed)
+at = a.ctypes.data
+for line in open("/proc/self/maps"):
+    span, *rest = line.split()
+    lo, hi = (int(x, 16) for x in span.split("-"))
+    if lo <= at < hi:
+        print(ok, rest[4] if len(rest) > 4 else "a mapping of its own")
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc's malloc on Linux")
+def test_a_one_shot_process_makes_large_arrays_from_its_heap():
+    """reuse_freed_memory: a 16 MiB array lies in the process's heap (where a freed one's pages
+    are used again), not in a mapping of its own, as it does without."""
+    import subprocess
+
+    def where(mode):
+        return subprocess.run([sys.executable, "-c", HEAP, mode], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    assert where("reuse") == "True [heap]"
+    assert where("plain") == "None a mapping of its own"

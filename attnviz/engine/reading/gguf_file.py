@@ -189,6 +189,23 @@ class _StringParts(Sequence):
         return self._decoded
 
 
+def string_bytes(reader: GGUFReader, key: str) -> tuple[bytes, np.ndarray, np.ndarray] | None:
+    """A metadata string array's bytes as the file holds them (each string after its 8-byte
+    length) and where each string's UTF-8 starts and ends in them ([n] int64 each), without
+    decoding any; None where `key` is no string array this reader parsed in one pass (_Reader's)."""
+    field = reader.fields.get(key)
+    parts = getattr(field, "parts", None)
+    if not isinstance(field, _StringArrayField) or not isinstance(parts, _StringParts):
+        return None
+    start, ends = parts._start, parts._ends
+    blob = parts._reader.data[start:ends[-1] if ends else start].tobytes()
+    stops = np.array(ends, np.int64) - start
+    begins = np.empty_like(stops)
+    begins[:1] = 8
+    begins[1:] = stops[:-1] + 8
+    return blob, begins, stops
+
+
 class _StringArrayField(ReaderField):
     """A ReaderField whose contents() reads the decoded strings (_StringParts)."""
     __slots__ = ()

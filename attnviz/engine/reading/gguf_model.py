@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGUFReader, GGUFValueType
 from tokenizers import processors
 
 from attnviz.engine.errors import ModelLoadError
@@ -33,6 +33,7 @@ from attnviz.engine.reading.budget import LayerStore, float32_array, resolve_bud
 from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.reading.gguf_file import (
     PERMUTED_QK, metadata, source_name, architecture, gguf_config, gguf_display_name, open_gguf,
+    string_bytes,
 )
 from attnviz.engine.reading.gguf_tensors import (
     GGUFTensors, unpermute_qk, unpermuted_rows,
@@ -295,8 +296,9 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None, text: str | No
     or (None, a one-line notice) when attnviz cannot build it (the model then takes typed token
     ids). Its arrays are checked (types, one entry per token) and, given the embedding's `n_rows`,
     every id must pick a row of it. `text`: the text a one-shot command will encode; a
-    SentencePiece vocabulary then holds only the merges it can meet (gguf_vocab.merges_for_text:
-    the same tokens) until another text asks for every merge."""
+    SentencePiece vocabulary then holds only the tokens and merges it can meet, read from the
+    vocabulary's bytes (gguf_vocab.sentencepiece_for_text: the same tokens, ids, offsets and
+    labels), until another text asks for the whole vocabulary."""
     with vocab.collector_paused():  # a large vocabulary's build makes a million objects, no cycle
         return _gguf_tokenizer(reader, n_rows, text)
 
@@ -319,9 +321,9 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
 
     def token_id(key):
         value = typed(key, is_whole, "a token id (a whole number)")
-        if value is not None and not 0 <= value < len(tokens):
+        if value is not None and not 0 <= value < n_tokens:
             raise ModelLoadError(f"{source}: {key} is {value:,}, expected a token id in "
-                                 f"0..{len(tokens) - 1:,}")
+                                 f"0..{n_tokens - 1:,}")
         return None if value is None else int(value)
 
     kind = typed("tokenizer.ggml.model", lambda v: isinstance(v, str), "a string such as 'gpt2'")
@@ -333,6 +335,31 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
                       f"{', '.join(vocab.SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
+    table = _text_table(reader, n_rows, kind) if text is not None else None
+    if table is not None:  # a one-shot command's text: its tokens read from the vocabulary's bytes
+        table, scores, types, merges = table
+        n_tokens = len(table)
+        spm = kind == "llama"
+        bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
+        add_bos = flag("tokenizer.ggml.add_bos_token", spm)
+        add_eos = flag("tokenizer.ggml.add_eos_token", False)
+        if spm:
+            unk = token_id("tokenizer.ggml.unknown_token_id")
+            space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
+            part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text,
+                                                (bos, eos))
+            within = vocab.text_pieces(text)
+            covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
+        else:
+            part = vocab.byte_level_for_text(table, merges, types, pre, text)
+            covers = lambda other: other in text  # noqa: E731
+        if part is not None:
+            vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
+                              fallback=None if spm else processors.ByteLevel(trim_offsets=False))
+            special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
+            return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw,
+                                 covers=covers,
+                                 vocabulary=vocab.TableVocabulary(table, types, special)), None
     tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
     if not tokens:
         return None, "this GGUF has no vocabulary (tokenizer.ggml.tokens): type token ids instead"
@@ -344,6 +371,7 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
         if values is not None and len(values) != len(tokens):
             raise ModelLoadError(f"{source}: {key} has {len(values):,} entries, expected one per "
                                  f"token of tokenizer.ggml.tokens ({len(tokens):,})")
+    n_tokens = len(tokens)
     if n_rows is not None and len(tokens) > n_rows:
         raise ModelLoadError(
             f"{source}: tokenizer.ggml.tokens has {len(tokens):,} tokens, but the embedding "
@@ -361,17 +389,8 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
         unk = token_id("tokenizer.ggml.unknown_token_id")
         space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
 
-        def spm_tokenizer(only_for=None):
-            t = vocab.sentencepiece_bpe(tokens, scores, types, space_prefix, unk, only_for)
-            vocab.add_file_tokens(t, tokens, types, (vocab.CONTROL, vocab.UNKNOWN))
-            vocab.add_bos_eos(t, tokens, bos if add_bos else None, eos if add_eos else None)
-            return t
-        if text is None:
-            return TextTokenizer(spm_tokenizer()), None
-        # the merges the text can meet, every merge built when another text asks (TextTokenizer)
-        within = vocab.text_pieces(text)
-        return TextTokenizer(spm_tokenizer(text), whole=spm_tokenizer,
-                             covers=lambda other: vocab.text_pieces(other) in within), None
+        tok = vocab.sentencepiece_bpe(tokens, scores, types, space_prefix, unk)
+        vocab.add_file_tokens(tok, tokens, types, (vocab.CONTROL, vocab.UNKNOWN))
     else:
         merges = typed("tokenizer.ggml.merges", list_of(str), "a list of 'left right' strings") or []
         try:
@@ -385,6 +404,46 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     vocab.add_bos_eos(tok, tokens, bos if add_bos else None, eos if add_eos else None,
                       fallback=None if spm else processors.ByteLevel(trim_offsets=False))
     return TextTokenizer(tok), None
+
+
+def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):
+    """(TokenTable, scores, types, merges) of a SentencePiece (`kind` llama: scores) or byte-level
+    BPE vocabulary (gpt2: merges, a TokenTable of the "left right" strings, None where the file
+    has none) whose arrays are as _gguf_tokenizer checks them (strings; whole numbers; numbers; one
+    of each per token; no more tokens than `n_rows`), read without decoding its strings; None where
+    any is not (the whole vocabulary's build then says which)."""
+    found = string_bytes(reader, "tokenizer.ggml.tokens")
+    if found is None or not len(found[1]):
+        return None
+    n = len(found[1])
+    types = _numbers(reader, "tokenizer.ggml.token_type", "iu")
+    if "tokenizer.ggml.token_type" not in reader.fields:
+        types = np.full(n, vocab.NORMAL, np.int64)
+    if types is None or len(types) != n or (n_rows is not None and n > n_rows):
+        return None
+    scores = merges = None
+    if kind == "llama":
+        scores = _numbers(reader, "tokenizer.ggml.scores", "iuf")
+        if scores is None or len(scores) != n:
+            return None
+    elif "tokenizer.ggml.merges" in reader.fields:
+        pairs = string_bytes(reader, "tokenizer.ggml.merges")
+        if pairs is None:
+            return None
+        merges = vocab.TokenTable(*pairs) if len(pairs[1]) else None
+    return vocab.TokenTable(*found), scores, types, merges
+
+
+def _numbers(reader: GGUFReader, key: str, kinds: str) -> np.ndarray | None:
+    """A metadata array of numbers of NumPy kinds `kinds` ("iuf": no booleans) as the file holds
+    it; None where `key` is no such array."""
+    field = reader.fields.get(key)
+    if field is None or len(field.types) != 2 or field.types[0] != GGUFValueType.ARRAY:
+        return None
+    values = field.parts[field.data[0]] if len(field.data) == 1 else None
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in kinds or values.ndim != 1:
+        return None
+    return values
 
 
 def read_gguf(path: Path, name: str | None = None, license: str | None = None,

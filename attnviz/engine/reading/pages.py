@@ -1,12 +1,14 @@
 """Pages of memory: faulting a buffer's pages in ahead of its first writes, giving pages back
-(Linux madvise(2); elsewhere each call says it could not), and whether large arrays ask for huge
+(Linux madvise(2); elsewhere each call says it could not), whether large arrays ask for huge
 pages (small_pages_where_host_reclaims: a one-shot command on a virtual machine whose host takes
-back the memory its guest frees)."""
+back the memory its guest frees), and a one-shot process's freed arrays kept for its next ones
+(reuse_freed_memory)."""
 
 from __future__ import annotations
 
 import glob
 import os
+import sys
 
 import numpy as np
 
@@ -37,8 +39,6 @@ def madvise(a: np.ndarray, advice: int, lo: int | None = None, hi: int | None = 
             piece: int | None = None) -> bool:
     """madvise(2) on the bytes lo..hi (default: the whole pages within array `a`), `piece` bytes a
     call; False where the system has no such call or refuses it."""
-    import sys
-
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -120,3 +120,29 @@ def no_huge_pages(a: np.ndarray) -> bool:
     """Advise the whole pages of array `a` against huge pages (where huge_pages() is off and the
     system has transparent huge pages for every mapping, NumPy's own advice is not enough)."""
     return madvise(a, MADV_NOHUGEPAGE)
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt(3) parameters
+HEAP_ARRAYS = 32 << 20  # bytes: glibc's largest mmap threshold
+KEEP_FREED = 1 << 30  # bytes free at the heap's top before glibc gives them back
+
+
+def reuse_freed_memory() -> bool:
+    """For a one-shot command's process: arrays of up to HEAP_ARRAYS bytes come from the heap, and
+    what is freed stays with the process for its next arrays (glibc's malloc: M_MMAP_THRESHOLD,
+    M_TRIM_THRESHOLD). Otherwise each array above glibc's threshold (128 KiB until a larger one is
+    freed) is a fresh mapping, every page of it a fault again: the arrays a run makes and frees
+    layer after layer. The peak memory stays what it was; the process ends soon after. False where
+    the C library has no such setting (not glibc) or refuses it."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 (glibc's own: musl's mallopt does nothing)
+        mallopt = libc.mallopt
+        mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    except (OSError, AttributeError):
+        return False
+    return mallopt(M_MMAP_THRESHOLD, HEAP_ARRAYS) == 1 and mallopt(M_TRIM_THRESHOLD, KEEP_FREED) == 1

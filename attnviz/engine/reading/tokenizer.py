@@ -27,14 +27,17 @@ class Encoded:
 
 class TextTokenizer:
     def __init__(self, source: Path | Tokenizer, whole: Callable[[], Tokenizer] | None = None,
-                 covers: Callable[[str], bool] | None = None):
+                 covers: Callable[[str], bool] | None = None, vocabulary=None):
         """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata).
         A file is checked before `tokenizers` parses it: a regular file, a JSON object, every id a
         whole number >= 0 (check_ids then holds them against the model's embedding rows).
         `whole` and `covers`: a Tokenizer built for some texts only (a one-shot command's, with
         the merges they can meet), `covers(text)` saying which, and how to build the whole one,
-        which takes its place the first time another text is encoded or `raw` is asked for."""
-        self._whole, self._covers = whole, covers
+        which takes its place the first time another text is encoded or `raw` is asked for.
+        `vocabulary`: with `whole`, what answers for any id as the whole one would where the one
+        built for some texts holds only part of the vocabulary (gguf_vocab.TableVocabulary:
+        id_to_token, is_special, special_ids, token_to_id)."""
+        self._whole, self._covers, self._vocabulary = whole, covers, vocabulary
         self._whole_lock = threading.Lock()
         self.path: Path | None = None
         self._ids: list[tuple[str, str, int]] = []  # (field, token, id): what the file can produce
@@ -79,6 +82,10 @@ class TextTokenizer:
 
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:
         """Token strings and readable labels for raw ids."""
+        part = self._vocabulary
+        if part is not None:
+            tokens = [part.id_to_token(i) or f"<{i}>" for i in ids]
+            return tokens, self._labels(list(ids), tokens, [part.is_special(i) for i in ids])
         tokens = [self._tok.id_to_token(i) or f"<{i}>" for i in ids]
         special = self._special_ids()
         return tokens, self._labels(list(ids), tokens, [i in special for i in ids])
@@ -90,11 +97,17 @@ class TextTokenizer:
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         """The text of `ids` (the decoder and the vocabulary: no merge needed)."""
-        return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
+        part, tok = self._vocabulary, self._tok  # (in this order: raw sets _tok first)
+        if part is not None and tok.decoder is not None:  # (as tokenizers' decode does)
+            tokens = [part.id_to_token(i) for i in ids]
+            return tok.decoder.decode([t for i, t in zip(ids, tokens) if t is not None and not (
+                skip_special_tokens and part.is_special(i))])
+        return tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_to_id(self, token: str) -> int | None:
         """The id of a token string of the vocabulary or its added tokens, else None."""
-        return self._tok.token_to_id(token)
+        part = self._vocabulary
+        return part.token_to_id(token) if part is not None else self._tok.token_to_id(token)
 
     @property
     def raw(self) -> Tokenizer:
@@ -106,12 +119,13 @@ class TextTokenizer:
                     tok = self._whole()
                     tok.no_padding()
                     tok.no_truncation()
-                    self._tok, self._whole, self._covers = tok, None, None
+                    self._tok, self._whole, self._covers, self._vocabulary = tok, None, None, None
         return self._tok
 
     def special_ids(self) -> set[int]:
         """The ids of the special added tokens (a new set each call)."""
-        return set(self._special_ids())
+        part = self._vocabulary
+        return part.special_ids() if part is not None else set(self._special_ids())
 
     def _special_ids(self) -> frozenset[int]:
         # read from the tokenizer once: a large vocabulary has thousands of added tokens, and
