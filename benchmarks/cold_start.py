@@ -234,7 +234,8 @@ print(json.dumps({"rc": rc, "total_s": total, "phases_s": phases, "user_s": use.
 PHASES = {
     "load": [("computing/load.py", "load_model")],
     "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe"),
-                   ("reading/gguf_vocab.py", "sentencepiece_for_text")],
+                   ("reading/gguf_text_vocab.py", "sentencepiece_for_text"),
+                   ("reading/gguf_text_vocab.py", "byte_level_for_text")],
     "dequantise": [("reading/budget.py", "expand_kept")],
     "run": [("computing/model.py", "run")],
     "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],

@@ -8,7 +8,7 @@ reference: key -> the grid painted with that text's result), then with Compare o
 the Compare panel's tiles painted with that text's comparison: both runs and the metrics of the
 pair;
 the next-token numbers, KL over the whole vocabulary for the positions the key changed, follow in a
-job of their own started as that comparison is in, which the next key stops at its next block; key
+job of their own started once that comparison's frame is painted, which the next key stops at its next block; key
 -> the strip painted with them is recorded for the keys whose numbers came before the next key). The next key
 follows 40 ms after a paint. Stall: the longest gap between ticks of a 1 ms precise timer on the
 main thread during the Compare pass, minus 1 ms (and, for reference, during the single pass); the

@@ -4,8 +4,8 @@ path, each timed in turns with what it replaced, in one process (not a test).
 - keystroke (one new row after T - 1 cached tokens, every layer's patterns, one kernel thread as
   the window gives a small matrix) at T = 24, and a generation step at T = 64, 512 and 2048 (its own
   cache, no dense patterns, its row appended in place as in a generation: qsteps.back_to): the
-  one-row block (engine/computing/onerow.py's pre_norm_block: a layer in three compiled calls), the
-  compiled one-row steps (engine/computing/onerow.py: norm, RoPE, attention over the cache, one
+  one-row block (engine/computing/onerow_block.py's pre_norm_block: a layer in three compiled
+  calls, a generation step's in two), the compiled one-row steps (engine/computing/onerow.py: norm, RoPE, attention over the cache, one
   call each) and the NumPy steps, and the kernels' serial twins against their parallel form on
   one thread (qmatvec.SERIAL).
 - split: the kernels' own time inside the keystroke (each kernel call timed) and the rest (norms,

@@ -10,6 +10,8 @@ in one process, in turns (not a test).
   unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
   bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
+  Beside it, the layers' matrix products alone (every packed matrix once, one row, the serial
+  kernels) against the same floor: what the kernels take, the step's rest being its other steps.
 - run of n rows (16, 64, 256, 512) where no layer's float32 copy is held (the model as loaded with
   the kernels): on the kernels against expanding every layer for the float32 product (a budget of
   one layer, so each run expands them again), in turns. Where the kernels stop being faster is
@@ -20,7 +22,9 @@ in one process, in turns (not a test).
   without them (packing off: every layer float32). Goal: <= 350 MB (the window's RSS after
   typing; the engine's alone is measured here, the window adds Qt's).
 
-    python -m benchmarks.qsteps [--repeat 15] [--threads 1]
+    python -m benchmarks.qsteps [--repeat 15] [--threads 1] [--steps-only]
+
+--steps-only: the keystroke and the generation steps alone, printed, nothing written.
 
 Writes benchmarks/results/qsteps.json (benchmarks/record.py); each figure's note has the machine's
 load average (other work on a shared machine slows both paths, not always alike).
@@ -87,6 +91,24 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
     return best, sum(int(m.nbytes) for m in mats)
 
 
+def _products_alone(store, repeat: int) -> list[float]:
+    """ms of the layers' matrix products of one row on their own: every packed matrix of every
+    layer once, on the serial kernel a generation step's layers take (qmatvec.SERIAL), x fixed."""
+    from attnviz.engine.computing import qmatvec as qm
+    parts = [p for i in range(len(store)) for m in (lambda pl: (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out))(
+        store.packed_view(i).packed) if m is not None for _, p in m.parts]
+    rng = np.random.default_rng(3)
+    calls = [(qm.SERIAL[qm._kernel_of(p)], p.args, rng.standard_normal((1, p.n_in), dtype=np.float32),
+              np.empty((1, p.q.shape[0] * 16), np.float32)) for p in parts]
+    times = []
+    for _ in range(repeat + 1):
+        t0 = time.perf_counter()
+        for kernel, args, x, y in calls:
+            kernel(*args, x, y)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times[1:]  # (the first warms)
+
+
 def _unexpanded_runs(store, repeat: int) -> list:
     """Runs of n rows on a SmolLM2 that holds no float32 layer (module docstring)."""
     from attnviz.engine.computing import qmatvec as qm
@@ -143,6 +165,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--threads", type=int, default=1,
                     help="BLAS and kernel threads (default 1: what the window gives a keystroke)")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="the keystroke and generation steps alone, printed (no runs of n rows, no "
+                         "RSS, nothing written)")
     args = ap.parse_args()
     from threadpoolctl import threadpool_limits
 
@@ -176,7 +201,8 @@ def main() -> None:
                             f"from numba's cache {warm['Q4_1']:.2f} s"))
     print(f"loaded in {load_s:.1f} s; packed views {views / 2**20:.0f} MiB, float32 held "
           f"{store.held_bytes() / 2**20:.0f} MiB; {args.threads} thread(s); load average {load:.1f}")
-    figs += _unexpanded_runs(store, args.repeat)
+    if not args.steps_only:
+        figs += _unexpanded_runs(store, args.repeat)
 
     fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
 
@@ -219,8 +245,15 @@ def main() -> None:
             t = time.perf_counter()
             head.logits(final)
             logits.append((time.perf_counter() - t) * 1e3)
+        alone = _products_alone(store, args.repeat)
         a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
         figs += [
+            figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
+                   statistics.median(alone) / floor, "x", runs=alone,
+                   note=f"every packed layer matrix once on the serial kernels, one row, nothing "
+                        f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
+                        f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
+                        f"SwiGLU's gate) and the calls between"),
             figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
                    note=f"the layers' one-row run; median; load average {load:.1f}"),
             figure(f"generation step T = {T}, float32", b, "ms", runs=off,
@@ -235,8 +268,11 @@ def main() -> None:
                                      "where the head is packed (the kernels)"),
         ]
         print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
-              f"({a / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  load {load:.1f}",
-              flush=True)
+              f"({a / floor:.2f}x), the products alone {statistics.median(alone):.2f} ms "
+              f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
+              f"load {load:.1f}", flush=True)
+    if args.steps_only:
+        return
     if os.path.exists("/proc/self/status"):
         on, off = _rss_child(True), _rss_child(False)
         load = os.getloadavg()[0]

@@ -265,7 +265,7 @@ def same_encoding(a, b) -> bool:
 @pytest.mark.parametrize("space_prefix", [True, False])
 def test_a_tokenizer_built_for_a_text_encodes_it_as_the_whole_one(tmp_path, monkeypatch, space_prefix):
     """A one-shot command's SentencePiece tokenizer holds only the tokens and merges its text can
-    meet (gguf_vocab.sentencepiece_for_text; tests/engine/test_gguf_text_vocab.py): that text, and any text within it, encode as with every merge
+    meet (gguf_text_vocab.sentencepiece_for_text; tests/engine/test_gguf_text_vocab.py): that text, and any text within it, encode as with every merge
     (ids, pieces, labels, offsets), with and without the model's special tokens; byte fallback,
     control tokens in the text and scripts without their own tokens included (the llama.cpp
     cases of tests/fixtures/spm)."""

@@ -122,7 +122,7 @@ def test_layers_in_one_pass_or_one_at_a_time_give_the_same_bits(tiny, monkeypatc
     for got, want in zip((C.jsd_rows(pair), C.resid_cos(pair)), whole):
         assert got.shape == want.shape and got.tobytes() == want.tobytes()
     rows = C.query_rows(len(IDS), True)
-    per_layer = np.stack([C.row_jsd(pair.a.attentions[l][:, rows], pair.b.attentions[l][:, rows])
+    per_layer = np.stack([C.visible_jsd(pair.a.attentions[l][:, rows], pair.b.attentions[l][:, rows], rows)
                           for l in range(pair.n_layer)])
     assert per_layer.tobytes() == whole[0].tobytes()
 

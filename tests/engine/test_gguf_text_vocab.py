@@ -1,5 +1,5 @@
 """A one-shot command's SentencePiece tokenizer read from the vocabulary's bytes
-(gguf_vocab.TokenTable, sentencepiece_for_text, TableVocabulary) against the whole vocabulary's:
+(gguf_text_vocab.TokenTable, sentencepiece_for_text, TableVocabulary) against the whole vocabulary's:
 the same ids, pieces, labels, offsets and special flags for its text and texts within it, the
 same labels, special ids, token ids and decoded text for any id, on Mistral's 32,000 pieces and on
 a vocabulary with the odd cases (a repeated token, a normal token that holds a byte token or the
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from attnviz.engine.reading import gguf_text_vocab as TV
 from attnviz.engine.reading import gguf_vocab as V
 from attnviz.engine.reading.gguf_file import metadata, open_gguf, string_bytes
 from attnviz.engine.reading.gguf_model import gguf_tokenizer
@@ -51,7 +52,7 @@ def same_encoding(a, b) -> bool:
 def test_a_table_finds_every_token_as_a_dict_of_the_decoded_strings_does(vocab_gguf, monkeypatch):
     reader, _ = vocab_gguf
     tokens = metadata(reader, "tokenizer.ggml.tokens")
-    table = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
+    table = TV.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
     assert len(table) == len(tokens) and [table.token(i) for i in range(len(tokens))] == tokens
     every = {}
     for i, t in enumerate(tokens):
@@ -61,8 +62,8 @@ def test_a_table_finds_every_token_as_a_dict_of_the_decoded_strings_does(vocab_g
     assert table.last_ids(asked) == {t: every[t][-1] for t in asked if t in every}
     for part in ("<0x", "<unk>", "ing", "▁"):
         assert table.containing(part) == [i for i, t in enumerate(tokens) if part in t]
-    monkeypatch.setattr(V, "byte_hashes", lambda data, begins, stops: np.zeros(len(begins), np.uint64))
-    collided = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))  # every hash the same
+    monkeypatch.setattr(TV, "byte_hashes", lambda data, begins, stops: np.zeros(len(begins), np.uint64))
+    collided = TV.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))  # every hash the same
     sample = asked[::997] + asked[-5:]
     assert collided.lookup(sample) == {t: every[t] for t in sample if t in every}
 
@@ -79,7 +80,7 @@ def test_byte_hashes_are_the_word_wise_fnv_of_each_string():
                b"ab", b"12345678", b"123456789", b"\x00", b"\x00\x00", "東京".encode()]
     lengths = [len(s) for s in strings]
     stops = np.cumsum(lengths)
-    got = V.byte_hashes(np.frombuffer(b"".join(strings), np.uint8), stops - lengths, stops)
+    got = TV.byte_hashes(np.frombuffer(b"".join(strings), np.uint8), stops - lengths, stops)
     assert got.tolist() == [reference(s) for s in strings]
     assert len(set(got.tolist())) == len(strings)
 
@@ -118,7 +119,7 @@ def test_a_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(vocab_gguf,
 
 def test_a_text_too_long_to_look_up_gets_the_whole_vocabulary(vocab_gguf, monkeypatch):
     reader, _ = vocab_gguf
-    monkeypatch.setattr(V, "MAX_TEXT_PIECES", 100)
+    monkeypatch.setattr(TV, "MAX_TEXT_PIECES", 100)
     assert gguf_tokenizer(reader, text="a longer text than that " * 3)[0].for_every_text
     assert not gguf_tokenizer(reader, text="short")[0].for_every_text
 
@@ -138,9 +139,9 @@ def test_same_finds_every_id_of_a_repeated_token_among_colliding_hashes(monkeypa
     encoded = [t.encode() for t in tokens]
     stops = np.cumsum([len(b) for b in encoded])
     begins = stops - [len(b) for b in encoded]
-    monkeypatch.setattr(V, "byte_hashes",  # a, b and c collide, d and e
+    monkeypatch.setattr(TV, "byte_hashes",  # a, b and c collide, d and e
                         lambda data, b, s: np.where(data[b] < ord("d"), 1, 2).astype(np.uint64))
-    table = V.TokenTable(b"".join(encoded), begins, stops)
+    table = TV.TokenTable(b"".join(encoded), begins, stops)
     want = {i: [j for j, u in enumerate(tokens) if u == t] for i, t in enumerate(tokens)}
     assert {i: table.same(i) for i in range(len(tokens))} == want
     assert table.lookup(["a", "b", "c", "d", "e"]) == {"a": [0, 2, 4], "b": [1, 5], "c": [3], "d": [6]}
@@ -203,8 +204,8 @@ def test_a_byte_level_tokenizer_read_for_a_text_is_the_whole_ones_for_that_text(
 def test_a_text_whose_runs_outnumber_half_the_vocabulary_gets_the_whole_one(vocab_gguf):
     """Looking up more runs than half the vocabulary's tokens costs more than building it whole."""
     reader, _ = vocab_gguf
-    table = V.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
-    n = max(k for k in range(1, 2000) if V.worth_looking_up(k, table))
+    table = TV.TokenTable(*string_bytes(reader, "tokenizer.ggml.tokens"))
+    n = max(k for k in range(1, 2000) if TV.worth_looking_up(k, table))
     assert n * min(table.longest, n + 1) <= len(table) // 2 < (n + 1) * min(table.longest, n + 2)
     assert not gguf_tokenizer(reader, text="x" * n)[0].for_every_text
     assert gguf_tokenizer(reader, text="x" * (n + 1))[0].for_every_text

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from attnviz.engine.computing import families, layers
+from attnviz.engine.computing import families, layers, rowmath
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.trace import Knockout, Patch, Trace, append_positions
 from attnviz.engine.reading import qpack
@@ -86,7 +86,7 @@ def test_one_row_attention_equals_the_numpy_attention(T, window, room, onerow):
     rng = np.random.default_rng(T)
     q = rng.standard_normal((1, 9, 64)).astype(np.float32).transpose(1, 0, 2)  # [9, 1, 64] strided
     k, v = _cached(rng, T, room), _cached(rng, T, room)
-    assert onerow._prefix(k, onerow._whole(k)) == room  # read in place of their array with room
+    assert rowmath.prefix(k, rowmath.whole(k)) == room  # read in place of their array with room
     c = _consts(T, window)
     want = families.dense_attention(q, k, v, c)
     got = onerow.dense_attention(q, k, v, c)
@@ -231,3 +231,41 @@ def test_a_run_that_finds_its_kernels_cold_waits_for_the_one_row_steps_too(monke
     assert qm.takes_layer(pl, 1, expanded=False)
     assert qm._key(Q.Q8_0) in qm._warmed
     assert qm._serial_ready == {qm._key(Q.Q8_0)} and qm.ONE_ROW is not None
+
+
+def _ulps(a, b):  # float32 arrays -> distance in units in the last place, per element
+    ia, ib = a.view(np.int32).astype(np.int64), b.view(np.int32).astype(np.int64)
+    ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)
+    ib = np.where(ib < 0, -(ib & 0x7FFFFFFF), ib)
+    return np.abs(ia - ib)
+
+
+def test_the_vector_exp_is_within_2_ulp_of_numpys_and_exp_of_minus_inf_is_0(onerow):
+    """Softmax's and SwiGLU's exp (rowmath.exp_into) over float32's range of normal results, as
+    NumPy's; -inf (a knocked-out key) and anything below -88 give 0, and no argument gives inf."""
+    x = np.concatenate([np.linspace(-87.0, 88.0, 200_001, dtype=np.float32),
+                        np.random.default_rng(0).standard_normal(10_000).astype(np.float32) * 10])
+    got = np.empty_like(x)
+    rowmath.exp_into(x, got)
+    assert _ulps(got, np.exp(x)).max() <= 2
+    edge = np.array([-np.inf, -1e30, -89.0, 100.0, np.inf], np.float32)
+    rowmath.exp_into(edge, edge)
+    assert list(edge[:3]) == [0.0, 0.0, 0.0] and np.all(np.isfinite(edge))
+
+
+def test_softmax_and_silu_equal_numpys_to_rounding(onerow):
+    rng = np.random.default_rng(4)
+    s = rng.standard_normal((9, 1, 70)).astype(np.float32) * 4
+    s -= s.max(axis=-1, keepdims=True)
+    s[2, 0, 5] = -np.inf  # a knocked-out key: no weight at all
+    want = np.exp(s) / np.exp(s).sum(axis=-1, keepdims=True)
+    got = s.copy()
+    onerow._softmax(got)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-9)
+    assert got[2, 0, 5] == 0.0
+    strided = np.zeros((9, 2, 70), np.float32)[:, :1]  # rows of a larger array (a trace's patterns)
+    strided[...] = s
+    onerow._softmax(strided)
+    np.testing.assert_array_equal(strided, got)  # the same bits whatever the layout
+    g = rng.standard_normal((1, 1536)).astype(np.float32) * 6
+    np.testing.assert_allclose(onerow.silu(g), layers.silu(g), rtol=2e-6, atol=1e-12)

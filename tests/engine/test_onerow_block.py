@@ -1,4 +1,4 @@
-"""The one-row block (engine/computing/onerow.py's pre_norm_block: a pre-norm layer of one new row
+"""The one-row block (engine/computing/onerow_block.py's pre_norm_block: a pre-norm layer of one new row
 in three compiled calls) against the one-row steps it replaces (the same bits) and the NumPy steps (within
 float32 rounding), on a tiny Llama whose matrices are Q4_1 blocks: keystrokes with patterns and
 records, generation steps appended in place, the trace's edits at their points, and layers the
@@ -47,11 +47,17 @@ def way(monkeypatch):
     block's compiled calls. One kernel thread, as the window gives a small matrix (the block runs
     the serial kernels only)."""
     from attnviz.engine import parallel
-    from attnviz.engine.computing import onerow
+    from attnviz.engine.computing import onerow, onerow_block
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
-    calls = []
-    real = onerow._attention_in
-    monkeypatch.setattr(onerow, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+    calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
+    real, step = onerow_block._attention_in, onerow_block._step_in
+    monkeypatch.setattr(onerow_block, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+
+    def step_in(*a):
+        appended = step(*a)
+        calls.append(2 if appended else 3)
+        return appended
+    monkeypatch.setattr(onerow_block, "_step_in", step_in)
     steps = qm.ONE_ROW
 
     def set_way(name):
@@ -101,7 +107,8 @@ def test_keystrokes_on_the_block_equal_the_steps_bit_for_bit(models, way):
 
 
 def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
-    """A generation's steps: its own cache, no dense patterns, each row appended in place."""
+    """A generation's steps: its own cache, no dense patterns, each row appended in place (the
+    step's two calls: onerow_block._step_in, _step_mid), the last rows of the patterns kept."""
     model = models["covered"]
     finals = {}
     for name in WAYS:
@@ -112,7 +119,10 @@ def test_generation_steps_on_the_block_equal_the_numpy_steps(models, way):
             model.run(ids=np.asarray(IDS[:t]), trace=trace, request=RunRequest(labels=False))
             rows.append((trace.final.copy(), np.stack(trace.last_rows)))
         finals[name] = rows
-    assert len(way.calls) == model.config.n_layer * (len(IDS) - 6)  # the first run: 6 rows
+    # the first run: 6 rows; every later layer a step's two calls, but the first step's: its
+    # _step_in finds no room after the prefill's keys and the layer goes on as the block's
+    n_layer = model.config.n_layer
+    assert way.calls == [3] * n_layer + [2] * (n_layer * (len(IDS) - 7))
     for (f, r), (f1, r1), (f2, r2) in zip(*(finals[n] for n in WAYS)):
         np.testing.assert_array_equal(f, f1)
         np.testing.assert_array_equal(r, r1)
@@ -191,7 +201,7 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     """The block's calls compiled for float32 scales (Q4_K): one layer of one row on a packed view
     (no float32 matrix held) against the one-row steps (the same bits) and the float32 layer of the
     dequantised weights."""
-    from attnviz.engine.computing import families, layers, onerow
+    from attnviz.engine.computing import families, layers, onerow, onerow_block
     from attnviz.engine.reading.layout import Layer
     from attnviz.engine.reading.qpack import PackedLayer, pack_parts
     qm.warm([Q.Q4_K])
@@ -213,7 +223,41 @@ def test_a_layer_in_q4_k_blocks_float32_scales_equals_the_steps(way):
     steps = onerow.fused(c, eps, True)
     x = rng.standard_normal((1, d)).astype(np.float32)
     calls = len(way.calls)
-    got = onerow.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
+    got = onerow_block.pre_norm_block(x, view, steps, None, eps, families.pre_norm_block)
     assert len(way.calls) == calls + 1 and np.isfinite(got).all()
     np.testing.assert_array_equal(got, families.pre_norm_block(x, view, steps, None))
     _close(got, families.pre_norm_block(x, dense, c, None))
+
+
+def test_a_step_takes_the_two_calls_only_where_its_points_record_and_edit_nothing():
+    """onerow_block._plain: a generation step's slot, yes; a trace that records z or the MLP's
+    output, has edits, or a slot class with a point of its own (here z), no."""
+    from types import SimpleNamespace
+
+    from attnviz.engine.computing import onerow, onerow_block
+    from attnviz.engine.computing.trace import LayerCache
+    c = SimpleNamespace(attention=onerow.dense_attention)
+    past = KVCache()
+    past.k = [np.zeros((2, 5, 8), np.float32)] * 2
+
+    def slot(trace, kind=LayerCache):
+        trace.want_kv = True  # (as forward sets it for a cached run)
+        trace.begin(2, np.arange(6), p=5)
+        return kind(trace, 0, past, None)
+
+    class OwnZ(LayerCache):
+        def z(self, z):
+            return z * 2
+
+    def plain(s, consts=c):
+        return onerow_block._plain(s, consts, onerow.dense_attention)
+
+    assert plain(slot(_StepTrace(False, past)))
+    assert plain(slot(_StepTrace(True, past)))  # (its pattern point is called)
+    assert not plain(slot(Trace(patterns=False, z=True)))
+    assert not plain(slot(Trace(patterns=False, mlp_out=True)))
+    patch = Patch("mlp_out", 0, np.array([5]), np.zeros((1, 64), np.float32))
+    assert not plain(slot(Trace(patterns=False, edits=[patch])))
+    assert not plain(slot(Trace(patterns=False), OwnZ))
+    assert plain(slot(Trace(patterns=False)))
+    assert not plain(slot(Trace(patterns=False)), SimpleNamespace(attention=None))  # another attention

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from attnviz.engine.computing import onerow, qmatvec as qm
+from attnviz.engine.computing import onerow_block, qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import qpack
@@ -39,10 +39,10 @@ def smollm2(kernels_asked):
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """Counts the rows linear() multiplies on packed blocks, by rows a call; a one-row layer run as
-    onerow's compiled block (where the kernels take one thread: the window's and `generate`'s cap,
-    which an earlier test may have left set) counts as its 4 one-row products."""
+    onerow_block's compiled block (where the kernels take one thread: the window's and
+    `generate`'s cap, which an earlier test may have left set) counts as its 4 one-row products."""
     calls = []
-    real, real_takes = qm.qlinear, onerow._takes
+    real, real_takes = qm.qlinear, onerow_block._takes
 
     def counted(x, pm):
         calls.append(x.shape[0])
@@ -53,7 +53,7 @@ def kernel_calls(monkeypatch):
         calls.extend([1] * 4 * taken)
         return taken
     monkeypatch.setattr(qm, "qlinear", counted)
-    monkeypatch.setattr(onerow, "_takes", takes)
+    monkeypatch.setattr(onerow_block, "_takes", takes)
     return calls
 
 

@@ -84,9 +84,11 @@ def test_each_keystroke_gets_its_next_token_numbers_and_the_strip_paints_them(wi
             text = w.text_box.toPlainText()
             qtbot.waitUntil(lambda text=text: jobs.comparison is not None
                             and jobs.comparison.result.text == text, timeout=WAIT)
-            # its numbers were asked for as the comparison came in, in the same slot: no pause
-            # (the numbers may be in already: a comparison with them is a copy of the same result's)
-            assert submitted and submitted[-1].result is jobs.comparison.result, text
+            # its numbers are asked for once the comparison's frame is painted, the next key not
+            # waited for (the numbers may be in already: a comparison with them is a copy of the
+            # same result's)
+            qtbot.waitUntil(lambda: bool(submitted) and submitted[-1].result is jobs.comparison.result,
+                            timeout=WAIT)
         qtbot.waitUntil(lambda: jobs.comparison.doc["kld"] is not None, timeout=WAIT)
     finally:
         C.next_token_numbers = real
@@ -231,3 +233,67 @@ def test_a_new_comparison_is_painted_in_the_turn_it_comes_in(window, qtbot):
     w.worker.wait_idle()
     T = jobs.comparison.result.n_tokens
     assert (TEXT + " cat", T, T) in seen
+
+
+def test_b_opens_with_the_unembeddings_the_next_token_numbers_read(window, qtbot, monkeypatch):
+    """Both sides' unembeddings are built while B opens (on its load thread), not by a keystroke's
+    next-token job, whose first pass over the tables no keystroke could stop."""
+    w = window
+    jobs = w.worker.compare_jobs
+    built, at_open = [], []  # the models whose comparison heads were built; how many as B came in
+    real = C.build_head
+
+    def build(model, *args, **kw):
+        built.append(model)
+        return real(model, *args, **kw)
+    monkeypatch.setattr(C, "build_head", build)
+    jobs.sigChanged.connect(lambda: at_open.append(list(built)) if jobs.b is not None and not at_open else None)
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
+                    timeout=WAIT)
+    w.set_text(TEXT + " cat")
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat"
+                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    a, b = w.state.model, jobs.b
+    assert len(at_open) == 1 and {id(m) for m in at_open[0]} == {id(a), id(b)}
+    assert len(built) == 2  # nothing built after B opened
+
+
+def test_the_pool_jobs_after_a_comparison_wait_for_its_frame(window, qtbot, monkeypatch):
+    """A comparison's next-token job and the text's quick head scores are submitted after the
+    comparison's frame is painted (the grid's A − B, painted in a turn after the panel's tiles),
+    not beside it: a job's Python on the pool would hold the GIL those paints need."""
+    from PySide6.QtCore import QEvent, QObject
+
+    from attnviz.ui.machinery.worker import SCORES_KIND
+
+    w = window
+    jobs, _panel = compare_shown(w, qtbot)
+    w.worker.wait_idle()
+    monkeypatch.setattr(w.worker.score_timing, "at_once", lambda *_: True)  # (the quick scores)
+    order = []  # ("frame", text): the grid painted with a comparison's A − B; ("submit", kind, text)
+    real = w.worker.submit
+
+    def submit(kind, fn, on_done, request=None, *a, **kw):
+        order.append(("submit", kind, w.state.text))
+        return real(kind, fn, on_done, request, *a, **kw)
+    monkeypatch.setattr(w.worker, "submit", submit)
+
+    class Painted(QObject):
+        def eventFilter(self, obj, ev):
+            c = jobs.comparison
+            if ev.type() == QEvent.Type.Paint and c is not None and c.doc is not None:
+                order.append(("frame", c.result.text))
+            return False
+    painted = Painted()
+    w.grid.gw.viewport().installEventFilter(painted)
+    w.set_text(TEXT + " cat")
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == TEXT + " cat"
+                    and jobs.comparison.doc["kld"] is not None
+                    and ("submit", SCORES_KIND, TEXT + " cat") in order, timeout=WAIT)
+    w.worker.wait_idle()
+    w.grid.gw.viewport().removeEventFilter(painted)
+    frame = order.index(("frame", TEXT + " cat"))
+    assert order.index(("submit", NEXT_KIND, TEXT + " cat")) > frame
+    assert order.index(("submit", SCORES_KIND, TEXT + " cat")) > frame

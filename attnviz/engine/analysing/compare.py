@@ -39,7 +39,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from attnviz.engine.analysing import heads as H
-from attnviz.engine.analysing.divergence import cosine_rows, row_jsd
+from attnviz.engine.analysing.divergence import cosine_rows, row_jsd, visible_jsd  # noqa: F401 (row_jsd named here)
+from attnviz.engine.analysing.model_identity import file_sha256, identity, model_files  # noqa: F401 (named here)
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
 from attnviz.engine.computing.logits import LMHead, build_head
@@ -66,22 +67,24 @@ def query_rows(T: int, causal: bool) -> np.ndarray:
     return np.arange(1 if causal else 0, T)
 
 
-def jsd_rows(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head, n_rows] in bits
-    """Every head's JSD per query row (query_rows), one layer at a time. The keys a row cannot see
-    hold 0 in both patterns, so summing over all T keys is the sum over the visible ones."""
+def jsd_rows(pair: Pair, first: int = 0) -> np.ndarray:  # -> [n_layer, n_head, n_rows] in bits
+    """Every head's JSD per query row (query_rows; those from row `first` on) over the keys the
+    row sees (divergence.visible_jsd), a few layers a pass."""
     causal = pair.a.model.config.causal
     T = pair.T
     if causal and T < 2:
         raise InputError("a decoder's heads are compared on at least 2 tokens (row 0 has one key); "
                          f"the text gives {T}")
     rows = query_rows(T, causal)
+    rows = rows[rows >= first]
+    last = rows if causal else np.full(len(rows), T - 1)  # the last key each row sees
     A, B = pair.a.attentions, pair.b.attentions
     n = layers_per_pass(A.shape[1] * len(rows) * T)
-    return np.concatenate([row_jsd(A[l:l + n][:, :, rows], B[l:l + n][:, :, rows])
+    return np.concatenate([visible_jsd(A[l:l + n][:, :, rows], B[l:l + n][:, :, rows], last)
                            for l in range(0, A.shape[0], n)])
 
 
-PASS_ELEMENTS = 1 << 20  # values of all layers' rows one pass of row_jsd / cosine_rows takes
+PASS_ELEMENTS = 1 << 20  # values of all layers' rows one pass of visible_jsd / cosine_rows takes
 
 
 def layers_per_pass(per_layer: int) -> int:
@@ -106,11 +109,17 @@ def heads_jsd_max(pair: Pair) -> np.ndarray:  # -> [n_layer, n_head] in bits
 
 def resid_cos(pair: Pair) -> np.ndarray:  # -> [n_layer]
     """Mean over positions of the cosine between A's and B's residual stream after each block."""
+    return resid_cos_rows(pair).mean(axis=-1)
+
+
+def resid_cos_rows(pair: Pair, first: int = 0) -> np.ndarray:  # -> [n_layer, T - first]
+    """The cosine between A's and B's residual stream after each block at positions first..T-1."""
     ra, rb = pair.a.trace.resid, pair.b.trace.resid
     if not ra or ra[-1] is None or not rb or rb[-1] is None:
         raise ValueError("resid_cos needs traces that kept the residual stream (compare_trace())")
-    n = layers_per_pass(ra[-1].size)
-    return np.concatenate([cosine_rows(np.stack(ra[l + 1:l + 1 + n]), np.stack(rb[l + 1:l + 1 + n])).mean(axis=-1)
+    n = layers_per_pass(ra[-1][first:].size)
+    return np.concatenate([cosine_rows(np.stack([r[first:] for r in ra[l + 1:l + 1 + n]]),
+                                       np.stack([r[first:] for r in rb[l + 1:l + 1 + n]]))
                            for l in range(0, len(ra) - 1, n)])
 
 
@@ -422,16 +431,54 @@ def compare_with(pair: Pair, probe: Pair | None = None, threshold: float = INDUC
     predicts no next token). `stop()` raises Cancelled between the unembedding's blocks.
     predictions=False leaves kld, kld_stats, same_top1 and flips None (a window computes them in
     a job of their own, with next_token_numbers)."""
-    rows = jsd_rows(pair)
-    doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
-           "resid_cos": resid_cos(pair).tolist(),
-           "kld": None, "kld_stats": None, "same_top1": None, "flips": None}
-    seen = None
+    doc, seen = head_numbers(pair)[0], None
     if predictions:
         numbers, seen = next_token_numbers(pair, known, stop)
         doc.update(numbers)
     doc["induction"] = induction(probe, threshold) if probe is not None else None
     return doc, seen
+
+
+def head_numbers(pair: Pair, known=None) -> tuple[dict, tuple]:
+    """compare_with(pair, predictions=False)'s numbers (heads_jsd, heads_jsd_max, resid_cos; the
+    next-token ones and induction None), and `seen` (the pair, its row JSDs and position cosines) for the next
+    call's `known`: the rows and positions reusable_rows finds keep their values from it (each
+    row's and position's value is its own, the same bits whatever follows it)."""
+    p = reusable_rows(known, pair)
+    rows, cos = jsd_rows(pair, first=p), resid_cos_rows(pair, first=p)
+    if p:  # (a decoder: query rows 1..p-1, positions 0..p-1 kept)
+        rows = np.concatenate([known[1][..., :p - 1], rows], axis=-1)
+        cos = np.concatenate([known[2][:, :p], cos], axis=-1)
+    doc = {"heads_jsd": rows.mean(axis=-1).tolist(), "heads_jsd_max": rows.max(axis=-1).tolist(),
+           "resid_cos": cos.mean(axis=-1).tolist(),
+           "kld": None, "kld_stats": None, "same_top1": None, "flips": None, "induction": None}
+    return doc, (pair, rows, cos)
+
+
+def reusable_rows(known, pair: Pair) -> int:
+    """The leading positions p whose rows head_numbers' `known` holds for `pair` (else 0): a
+    decoder's pair of the same two models with the same ids there, and on both sides the patterns
+    among them (a row sees no later key) and the residual stream at them bit for bit those it was
+    computed from (an appended token: the KV cache keeps them). At most T - 1."""
+    if known is None or not pair.a.model.config.causal:
+        return 0
+    old = known[0]
+    if old.a.model is not pair.a.model or old.b.model is not pair.b.model:
+        return 0
+    p = min(shared_prefix(old.a.ids, pair.a.ids), old.T, pair.T - 1)
+    for new, was in ((pair.a, old.a), (pair.b, old.b)):
+        if p <= 0 or not same_bits(new.attentions[:, :, :p, :p], was.attentions[:, :, :p, :p]) or not all(
+                same_bits(x[:p], y[:p]) for x, y in zip(new.trace.resid[1:], was.trace.resid[1:])):
+            return 0
+    return max(p, 0)
+
+
+def same_bits(x, y) -> bool:  # two float arrays: equal bit for bit (a NaN equals itself)
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.flags.c_contiguous and y.flags.c_contiguous:  # (one memcmp: a residual stream's rows)
+        return x.tobytes() == y.tobytes()
+    return bool((x.view(f"u{x.itemsize}") == y.view(f"u{y.itemsize}")).all())
 
 
 def next_token_numbers(pair: Pair, known=None, stop=None) -> tuple[dict, tuple | None]:
@@ -451,46 +498,3 @@ def moved_most(jsd, n: int = 10) -> list[tuple[int, int, float]]:
     jsd = np.asarray(jsd)
     order = np.argsort(-jsd, axis=None, kind="stable")[:n]
     return [(int(i // jsd.shape[1]), int(i % jsd.shape[1]), float(jsd.flat[i])) for i in order]
-
-
-# ---------------------------------------------------------------- which models these were
-
-_SHA: dict = {}  # (path, size, mtime_ns) -> sha256 hex: a window's repeated exports hash once
-
-
-def file_sha256(path) -> str:
-    """The file's sha256 (hex), read in 1 MiB blocks; kept per path, size and modification time."""
-    import hashlib
-    from pathlib import Path
-
-    path = Path(path)
-    st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _SHA:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        _SHA[key] = h.hexdigest()
-    return _SHA[key]
-
-
-def model_files(model) -> list:
-    """The files a model's weights were read from: its GGUF file, or its folder's .safetensors."""
-    from pathlib import Path
-
-    path = getattr(model, "path", None)
-    if path is None:
-        return []
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    return sorted(path.glob("*.safetensors")) if path.is_dir() else []
-
-
-def identity(model, name: str | None = None, quantized: str | None = None, checkpoint=None) -> dict:
-    """{name, path, files: [{file, sha256}], quantized, checkpoint}: which model one side was.
-    `quantized`: the type a model was quantized to in memory (its files are the source's)."""
-    return {"name": name or model.name, "path": None if model.path is None else str(model.path),
-            "files": [{"file": str(p), "sha256": file_sha256(p)} for p in model_files(model)],
-            "quantized": quantized, "checkpoint": checkpoint}

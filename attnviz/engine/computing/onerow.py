@@ -9,15 +9,18 @@ layer's time beside its products.
                                     head h reads KV head h // n_group): scores, the trace's edits,
                                     softmax, its pattern recorded, weighted values -> z [n_head, 1, d_head];
                                     each KV head's keys and values read once for its n_group heads
+    silu(x)                         [1, n] -> [1, n]: x / (1 + exp(-x)), SwiGLU's gate
 
 Each computes what the NumPy step (layers.py) computes, in the same order of float32 operations
 except the sums (a norm's mean square, a score's dot product), which are summed in another order:
 equal within float32 rounding (tests/engine/test_onerow.py). The trace's named points are called
 as families.dense_attention calls them (where the trace has no edits, the scores' hook, which
 then changes nothing, is left out and each row's max is subtracted in the scores' call).
-SwiGLU's gate stays NumPy's: NumPy's exp runs on vector lanes, numba's on one float at a time.
-A pre-norm layer of one row runs in three compiled calls around the trace's points where it can
-(pre_norm_block below, Consts.block; qmatvec.warm hands it the serial kernel it compiles in).
+Softmax's and SwiGLU's exp are an expf of their own on vector lanes (numba's np.exp calls libm one
+float at a time): within 2 ulp of NumPy's, and the same function on every one-row path.
+A pre-norm layer of one row runs in three compiled calls around the trace's points where it can, a
+generation step's in two (onerow_block.pre_norm_block, Consts.block; qmatvec.warm hands it the
+serial kernel it compiles in).
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
 from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
@@ -28,161 +31,73 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numba
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing.rowmath import (
+    C3, F32, I64, JIT, NO_BIAS, R1, R2, R3, W2, W3, W3C, minus_max_of, prefix, rms_norm_of,
+    rotate_of, scores_of, silu_of, softmax_of, weighted_of, whole)
 from attnviz.engine.computing.trace import NOTHING
-from attnviz.engine.parallel import kernel_threads
-from attnviz.engine.reading.qpack import LANES
 
-_F = types.float32
-_I = types.int64
-
-
-def _array(ndim: int, readonly: bool = False):
-    return types.Array(_F, ndim, "A", readonly=readonly)
-
-
-_W1, _W2, _W3 = _array(1), _array(2), _array(3)  # written
-_R1, _R2, _R3 = _array(1, True), _array(2, True), _array(3, True)  # read (a mutable array converts)
-_C3 = types.Array(_F, 3, "C", readonly=True)  # keys or values: [n_kv_head, positions, d_head]
-_W3C = types.Array(_F, 3, "C")  # a pattern row of its own (a generation step's)
-_FAST = {"reassoc", "nsz"}  # dot products in several partial sums (vector lanes)
-# nogil as qmatvec's kernels; NumPy's division (inf, nan) instead of Python's ZeroDivisionError
-_JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
-
-
-@njit(**_JIT)
-def _rms_norm_of(x, gain, eps, out):  # [n, d] -> out [n, d]: x / sqrt(mean(x²) + eps) * gain
-    n, d = x.shape
-    for i in range(n):
-        total = 0.0  # (float64: a sum as exact as NumPy's pairwise one, or more)
-        for j in range(d):
-            total += np.float64(x[i, j] * x[i, j])
-        ms = np.float32(np.sqrt(np.float32(total) / np.float32(d) + eps))
-        for j in range(d):
-            out[i, j] = x[i, j] / ms * gain[j]
-
-
-@njit(types.void(_R2, _R1, _F, _W2), **_JIT)
+@njit(types.void(R2, R1, F32, W2), **JIT)
 def _rms_norm(x, gain, eps, out):
-    _rms_norm_of(x, gain, eps, out)
+    rms_norm_of(x, gain, eps, out)
 
 
-@njit(**_JIT)
-def _rotate_of(x, cos, sin):  # x [h, n, d_head], cos, sin [n, d_head]: x cos + rotate_half(x) sin
-    n_h, n, d = x.shape  # (in place)
-    half = d // 2
-    for h in range(n_h):
-        for i in range(n):
-            for j in range(half):
-                a, b = x[h, i, j], x[h, i, j + half]
-                x[h, i, j] = a * cos[i, j] + -b * sin[i, j]
-                x[h, i, j + half] = b * cos[i, j + half] + a * sin[i, j + half]
-
-
-@njit(types.void(_W3, _R2, _R2), **_JIT)
+@njit(types.void(W3, R2, R2), **JIT)
 def _rotate(x, cos, sin):
-    _rotate_of(x, cos, sin)
+    rotate_of(x, cos, sin)
 
 
-@njit(**_JIT)
-def _prefix(a, whole):  # whether a [n_kv_head, T, d_head] is whole[:, :T] (whole of size 0: no)
-    return (whole.size > 0 and whole.shape[0] == a.shape[0] and whole.shape[2] == a.shape[2]
-            and whole.shape[1] >= a.shape[1] and a.strides[0] == whole.strides[0]
-            and a.strides[1] == whole.strides[1] and a.strides[2] == whole.strides[2]
-            and a.ctypes.data == whole.ctypes.data)
-
-
-@njit(**_JIT)
-def _minus_max_of(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
-    n_head, _, T = s.shape
-    for h in range(n_head):
-        top = s[h, 0, 0]
-        for t in range(1, T):
-            top = max(top, s[h, 0, t])
-        for t in range(T):
-            s[h, 0, t] -= top
-
-
-@njit(fastmath=_FAST, **_JIT)
-def _scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
-    n_head, _, d = q.shape
-    qs = np.empty((n_group, d), np.float32)
-    for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
-        h0 = g * n_group
-        for i in range(n_group):
-            for j in range(d):
-                qs[i, j] = q[h0 + i, 0, j] * scale
-        for t in range(T):
-            for i in range(n_group):
-                s = np.float32(0.0)
-                for j in range(d):
-                    s += qs[i, j] * k[g, t, j]
-                out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
-    if top:
-        _minus_max_of(out)
-
-
-@njit(types.void(_R3, _R3, _C3, _R2, _F, _I, types.boolean, _W3), **_JIT)
+@njit(types.void(R3, R3, C3, R2, F32, I64, types.boolean, W3), **JIT)
 def _scores(q, k, whole, bias, scale, n_group, top, out):
     """q [n_head, 1, d_head], k [n_kv_head, T, d_head] -> out [n_head, 1, T] = (q scale) kᵀ + bias,
     head h against KV head h // n_group; bias [1, T] (0 or -inf), or of size 0 (none); `top`:
     each row's max subtracted too (_minus_max). `whole`: the C-contiguous array k is the first
     positions of, if it is (a cached run's keys with room after them, trace.append_positions),
     read as such (vectorised); else k itself."""
-    if _prefix(k, whole):
-        _scores_of(q, whole, k.shape[1], bias, scale, n_group, top, out)
+    if prefix(k, whole):
+        scores_of(q, whole, k.shape[1], bias, scale, n_group, top, out)
     else:
-        _scores_of(q, k, k.shape[1], bias, scale, n_group, top, out)
+        scores_of(q, k, k.shape[1], bias, scale, n_group, top, out)
 
 
-@njit(types.void(_W3), **_JIT)
-def _minus_max(s):  # _minus_max_of, after the trace's edits to the scores
-    _minus_max_of(s)
+@njit(types.void(W3), **JIT)
+def _minus_max(s):  # minus_max_of, after the trace's edits to the scores
+    minus_max_of(s)
 
 
-@njit([types.void(_W3), types.void(_W3C)], fastmath=_FAST, **_JIT)  # (C order: on vector lanes)
-def _over_sum(s):  # [n_head, 1, T] in place: each row divided by its sum (softmax's last step)
-    n_head, _, T = s.shape
-    for h in range(n_head):
-        total = np.float32(0.0)
-        for t in range(T):
-            total += s[h, 0, t]
-        for t in range(T):
-            s[h, 0, t] /= total
+@njit([types.void(W3), types.void(W3C)], **JIT)
+def _softmax(s):
+    softmax_of(s)
 
 
-@njit(**_JIT)
-def _weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
-    n_head, _, T = pattern.shape
-    d = v.shape[2]
-    zg = np.empty((n_group, d), np.float32)
-    for g in range(n_head // n_group):  # a KV head's values read once for its n_group query heads
-        h0 = g * n_group
-        zg[:] = 0.0
-        for t in range(T):
-            for i in range(n_group):
-                a = pattern[h0 + i, 0, t]
-                for j in range(d):
-                    zg[i, j] += a * v[g, t, j]
-        for i in range(n_group):
-            for j in range(d):
-                z[h0 + i, 0, j] = zg[i, j]
+@njit(types.void(R2, W2), **JIT)
+def _silu(x, out):
+    silu_of(x, out)
 
 
-@njit(types.void(_R3, _R3, _C3, _I, _W3), **_JIT)
+def silu(x):  # [1, n] -> [1, n] (any other shape: NumPy's, as layers.silu computes it)
+    if x.ndim != 2 or x.shape[0] != 1 or x.dtype != np.float32:
+        out = np.negative(x)
+        np.exp(out, out=out)
+        out += np.float32(1.0)
+        return np.divide(x, out, out=out)
+    out = np.empty(x.shape, np.float32)
+    _silu(x, out)
+    return out
+
+
+@njit(types.void(R3, R3, C3, I64, W3), **JIT)
 def _weighted_values(pattern, v, whole, n_group, z):
     """pattern [n_head, 1, T], v [n_kv_head, T, d_head] -> z [n_head, 1, d_head]: each head's
     weights times its KV head's values (h // n_group); `whole` as _scores'."""
-    if _prefix(v, whole):
-        _weighted_of(pattern, whole, n_group, z)
+    if prefix(v, whole):
+        weighted_of(pattern, whole, n_group, z)
     else:
-        _weighted_of(pattern, v, n_group, z)
+        weighted_of(pattern, v, n_group, z)
 
 
-_NO_BIAS = np.zeros((0, 0), np.float32)
 USE_BLOCK = True  # False: a one-row layer takes these steps one by one (benchmarks time both)
 
 
@@ -207,16 +122,15 @@ def dense_attention(q, k, v, c, cache=NOTHING):
     T = k.shape[1]
     s = cache.rows if cache.rows is not None else np.empty((n_head, 1, T), np.float32)
     edits = _edits_scores(cache)
-    _scores(q, k, _whole(k), _NO_BIAS if c.bias is None else c.bias, np.float32(c.scale),
+    _scores(q, k, whole(k), NO_BIAS if c.bias is None else c.bias, np.float32(c.scale),
             c.n_group, not edits, s)  # (no edits: each row's max subtracted in the same call)
     if edits:
         s = cache.scores(s)  # knockouts
         _minus_max(s)
-    np.exp(s, out=s)  # softmax's exp NumPy's (on vector lanes; numba's takes one float at a time)
-    _over_sum(s)
+    _softmax(s)
     cache.pattern(s)  # recorded (and patched); the run may stop here
     z = np.empty((n_head, 1, v.shape[-1]), np.float32)
-    _weighted_values(s, v, _whole(v), c.n_group, z)
+    _weighted_values(s, v, whole(v), c.n_group, z)
     return z
 
 
@@ -228,30 +142,24 @@ def _edits_scores(cache) -> bool:
     return trace is None or bool(trace.edits)  # (a slot of another kind: it may)
 
 
-def _whole(a):
-    """The C-contiguous float32 array a [n_kv_head, T, d_head] is a view of, where it may be its
-    first T positions (checked by _prefix), else an empty one."""
-    base = a.base
-    if (isinstance(base, np.ndarray) and base.ndim == 3 and base.dtype == np.float32
-            and base.flags.c_contiguous):
-        return base
-    return _NO_WHOLE
-
-
-_NO_WHOLE = np.zeros((0, 0, 0), np.float32)
+def _is_silu(act) -> bool:  # layers.silu, known by name (layers imports the kernels: no import back)
+    return (getattr(act, "__module__", None) == "attnviz.engine.computing.layers"
+            and getattr(act, "__name__", None) == "silu")
 
 
 def fused(c, eps: float, rms: bool, block=None):
-    """Consts c of a one-row run -> the same with these steps: attention, RoPE, and the norm where
-    the family's is RMSNorm (`rms`, of epsilon `eps`); and where `block` is given (the family's
-    pre-norm block), the layer in three compiled calls (pre_norm_block; `block` where those do
-    not cover a layer)."""
+    """Consts c of a one-row run -> the same with these steps: attention, RoPE, SiLU, and the norm
+    where the family's is RMSNorm (`rms`, of epsilon `eps`); and where `block` is given (the
+    family's pre-norm block), the layer in compiled calls (onerow_block.pre_norm_block; `block`
+    where those do not cover a layer)."""
     changes = {"attention": dense_attention, "rotate": rotate}
+    if _is_silu(c.act):  # SwiGLU's gate on vector lanes (the block computes it the same)
+        changes["act"] = silu
     if rms and block is not None:
         def one_row_block(x, layer, c1, cache=None):  # [1, d_model] -> [1, d_model]
             if not USE_BLOCK:
                 return block(x, layer, c1, cache)
-            return pre_norm_block(x, layer, c1, cache, eps, block)
+            return onerow_block.pre_norm_block(x, layer, c1, cache, eps, block, dense_attention)
         changes["block"] = one_row_block
     if rms:
         def norm(x, gain_bias):  # [1, d] -> [1, d]; a head's q and k norm [h, n, d] stay NumPy's
@@ -275,150 +183,7 @@ def warm(nibbles=None) -> None:
         bias, scale, n_group = None, 0.5, 2
     dense_attention(q, k, k, Cst)
     if nibbles is not None:
-        _compile_block(nibbles)
+        onerow_block.compile_block(nibbles)
 
 
-# ---------------------------------------------------------------- a pre-norm layer of one row
-#
-#     _attention_in   x [1, d_model] -> xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated by position
-#     (the trace's input and kv points, the one-row attention with its points, the z point)
-#     _attention_out  z -> mid = x + z W_oᵀ, hidden = RMSNorm(mid) W_inᵀ   [1, 2 d_ff] (gate | up)
-#     (SwiGLU's gate NumPy's: its exp runs on vector lanes)
-#     the kernel      m = (act(gate) up) W_outᵀ, (the trace's mlp_out point), mid + m
-#
-# Every trace point is called where families.self_attention and families.mlp call it, with the
-# same arrays, so records and edits apply as on the step-by-step path; the arithmetic is that
-# path's with the steps above and the same serial kernel (qmatvec's, for the nibble types: Q4_1
-# and Q4_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
-# cover (a float32 matrix, biases, several parts or another block type in a matrix, a kernel on
-# several threads, a family's other norms) takes the family's block.
-
-_nibbles = None  # the nibble types' serial kernel, given by warm() (qmatvec's; compiled in below)
-_block_ready = False  # whether _compile_block has run
-
-
-def _c(dtype, ndim: int, readonly: bool = True):  # a C-contiguous array (a mutable one converts)
-    return types.Array(dtype, ndim, "C", readonly=readonly)
-
-
-def _sigs(args):  # one signature for each scale type of the nibble kernel: float16 bits, float32
-    return [types.void(*args(_c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, _F)]
-
-
-_X, _OUT = _c(_F, 2), _c(_F, 2, False)  # [1, n] read, written
-
-
-@njit(**_JIT)  # (compiled with _nibbles by _compile_block)
-def _attention_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
-    """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
-    d_head] (W_qkv packed: wq, ws, wo), its q and k heads rotated by position in place."""
-    _rms_norm_of(x, gain, eps, xn)
-    _nibbles(wq, ws, wo, xn, qkv)
-    d_head = cos.shape[1]
-    q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
-    _rotate_of(qkv[0, :q_end].reshape(n_head, 1, d_head), cos, sin)
-    _rotate_of(qkv[0, q_end:k_end].reshape(n_kv_head, 1, d_head), cos, sin)
-
-
-@njit(**_JIT)
-def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
-    """z [n_head, 1, d_head] (C order: merge_heads of one row is its flat order) -> attn = z W_oᵀ,
-    mid = x + attn [1, d_model], xn = RMSNorm(mid), hidden = xn W_inᵀ [1, 2 d_ff]."""
-    _nibbles(oq, os_, oo, z.reshape(1, z.size), attn)
-    for j in range(x.shape[1]):
-        mid[0, j] = x[0, j] + attn[0, j]
-    _rms_norm_of(mid, gain, eps, xn)
-    _nibbles(iq, is_, io, xn, hidden)
-
-
-def _compile_block(nibbles) -> None:
-    """The block's two calls compiled (or loaded from numba's cache) around `nibbles` for both
-    scale types, then closed to others (an array of another layout or type is converted, never
-    compiled for on a keystroke); the block is taken from then on."""
-    global _nibbles, _block_ready
-    if _block_ready:
-        return
-    _nibbles = nibbles
-    _R1A = _array(1, True)
-    for fn, args in ((_attention_in, lambda q, s, o: (_X, _R1A, _F, q, s, o, _R2, _R2, _I, _I, _OUT,
-                                                        _OUT)),
-                     (_attention_out, lambda q, s, o: (_c(_F, 3), q, s, o, _X, _R1A, _F, q, s, o,
-                                                       _OUT, _OUT, _OUT, _OUT))):
-        for sig in _sigs(args):
-            fn.compile(sig)
-        fn.disable_compile()
-    _block_ready = True
-
-
-_PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
-
-
-def _plan(layer):
-    """(the four matrices' (q, scale, offset), the largest's weights, w_in's outputs) where the
-    layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
-    matrix is one part on the nibble kernel (qmatvec._kernel_of's rule) with no padded rows, and
-    it has no biases and no norms but its two; else None. Kept per packed layer (its arrays never
-    change)."""
-    pl = layer.packed
-    kept = _PLANS.get(id(pl))
-    if kept is not None and kept[0] is pl:
-        return kept[1]
-    plan = None
-    mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
-    plain = all(getattr(layer, name, None) is None for name in (
-        "w_qkv", "w_o", "w_in", "w_out", "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm",
-        "post_mlp_norm", "q_norm", "k_norm"))
-    if plain and all(m is not None and len(m.parts) == 1 for m in mats):
-        parts = [m.parts[0][1] for m in mats]
-        if all(p.nibbles and not p.signed and p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out
-               and _compiled_for(p.args) for p, m in zip(parts, mats)):
-            plan = ([p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out)
-    if len(_PLANS) > 1024:
-        _PLANS.clear()
-    _PLANS[id(pl)] = (pl, plan)
-    return plan
-
-
-def _compiled_for(args) -> bool:  # (q, scale, offset) of the types _compile_block compiled for
-    q, scale, offset = args
-    return (q.dtype == np.uint8 and q.ndim == 4 and scale.dtype in (np.uint16, np.float32)
-            and offset.dtype == scale.dtype and scale.ndim == offset.ndim == 3
-            and all(a.flags.c_contiguous for a in args))
-
-
-def _takes(plan) -> bool:
-    """Whether the block runs now: compiled, and each kernel call would run on one thread (the
-    serial kernel: qmatvec.qmatvec's rule, asked for the largest matrix)."""
-    return _block_ready and min(kernel_threads(plan[1]), numba.config.NUMBA_NUM_THREADS) == 1
-
-
-def pre_norm_block(x, layer, c, cache, eps: float, fallback):
-    """families.pre_norm_block of one row x [1, d_model] in the calls above (module docstring);
-    `fallback` (the family's block) where they do not cover the layer or the run."""
-    plan = _plan(layer) if getattr(layer, "packed", None) is not None else None
-    if (plan is None or x.shape[0] != 1 or x.dtype != np.float32 or c.rope is None
-            or not c.gated_mlp or c.qk_norm is not None or not _takes(plan)):
-        return fallback(x, layer, c, cache)
-    cache = NOTHING if cache is None else cache
-    (wqkv, wo, win, wout) = plan[0]
-    x = np.ascontiguousarray(x)
-    d_model, n_head, n_kv, d_head = x.shape[1], c.n_head, c.n_kv_head, c.d_head
-    xn = np.empty((1, d_model), np.float32)
-    qkv = np.empty((1, (n_head + 2 * n_kv) * d_head), np.float32)
-    _attention_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv)
-    cache.input(xn)
-    q_end, k_end = n_head * d_head, (n_head + n_kv) * d_head
-    q = qkv[:, :q_end].reshape(1, n_head, d_head).transpose(1, 0, 2)  # [n_head, 1, d_head]
-    k = qkv[:, q_end:k_end].reshape(1, n_kv, d_head).transpose(1, 0, 2)  # [n_kv_head, 1, d_head]
-    v = qkv[:, k_end:].reshape(1, n_kv, d_head).transpose(1, 0, 2)
-    k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
-    z = np.ascontiguousarray(cache.z(c.attention(q, k, v, c, cache)))  # [n_head, 1, d_head]
-    attn, mid, xn2 = (np.empty((1, d_model), np.float32) for _ in range(3))
-    hidden = np.empty((1, plan[2]), np.float32)  # [1, 2 d_ff] gate | up
-    _attention_out(z, *wo, x, layer.norm2[0], np.float32(eps), *win, attn, mid, xn2, hidden)
-    d_ff = hidden.shape[1] // 2
-    h = c.act(hidden[:, :d_ff])
-    h *= hidden[:, d_ff:]  # [1, d_ff] SwiGLU
-    m = np.empty((1, d_model), np.float32)
-    _nibbles(*wout, np.ascontiguousarray(h), m)
-    return mid + cache.mlp_out(m)
+from attnviz.engine.computing import onerow_block  # noqa: E402  (it builds on the steps above)

@@ -8,13 +8,13 @@ y float32 [m, n_out]:
     y[i, r] = sum_s scale_s[r] (sum_{j in s} q[r, j] x[i, j]) + offset_s[r] (sum_{j in s} x[i, j])
 
 The inner sum is float32 fused multiply-adds over 16 rows at once, written as LLVM vector code
-(numba intrinsics below: 16-lane loads of the integers, widened, converted, multiplied by one
-broadcast x), so the compiler cannot pick a worse vectorisation (left to itself, LLVM vectorised
-the loop over inputs and summed lanes across); the groups of rows are split over
-parallel.kernel_threads() (numba's prange: every core; in the window one as BLAS, and every core
-but one for a large matrix). Each group is summed by one thread, so y is the same bits on any
-number of threads, and equals dequantise-then-float32-matmul to float32 rounding
-(tests/engine/test_qmatvec.py).
+(engine/computing/qdot.py, the kernels themselves too: 16-lane loads of the integers, decoded,
+multiplied by one broadcast x, every sub-block of a group summed in registers), so the compiler cannot pick a worse
+vectorisation (left to itself, LLVM vectorised the loop over inputs and summed lanes across);
+the groups of rows are split over parallel.kernel_threads() (numba's prange: every core; in the
+window one as BLAS, and every core but one for a large matrix). Each group is summed by one
+thread, so y is the same bits on any number of threads, and equals dequantise-then-float32-matmul
+to float32 rounding (tests/engine/test_qmatvec.py).
 
 Compiler: numba (binary wheels, so the README's pip install needs no C compiler; `cache=True`:
 compiled once, loaded from its cache at later starts; `warm` runs them while a model loads). Its
@@ -45,10 +45,12 @@ os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 try:
     import numba
-    from llvmlite import ir
-    from numba import njit, prange, types
-    from numba.core import cgutils
-    from numba.extending import intrinsic
+
+    from attnviz.engine.computing.qdot import SERIAL
+    from attnviz.engine.computing.qdot import k_b16 as _k_b16
+    from attnviz.engine.computing.qdot import k_b32 as _k_b32
+    from attnviz.engine.computing.qdot import k_nib as _k_nib
+    from attnviz.engine.computing.qdot import k_nib8 as _k_nib8
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
@@ -60,257 +62,6 @@ ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K
 # layer (dequantise every weight), which costs more than the kernels' rows up to about this many
 # (benchmarks/qsteps.py, "run of n rows")
 ROWS_UNEXPANDED = 256
-
-if numba:
-    _F32, _I32, _I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
-    _V8, _V32, _VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
-
-    def _splat(builder, value):  # float -> <16 x float>, every lane value
-        undef = ir.Constant(_VF, ir.Undefined)
-        one = builder.insert_element(undef, value, ir.Constant(_I32, 0))
-        return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
-
-    def _fma(builder, a, b, c):  # a b + c, lane by lane: fused where the CPU has FMA (fmuladd:
-        # a CPU without it gets a multiply and an add, not a libm call a lane)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF] * 3),
-                                            f"llvm.fmuladd.v{LANES}f32")
-        return builder.call(fn, [a, b, c])
-
-    def _at(context, builder, aryty, ary, offset):  # &ary[offset]
-        return builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
-
-    def _plus(builder, a, k):
-        return builder.add(a, ir.Constant(_I64, k))
-
-    def _dot_intrinsic(nibbles: bool, signed: bool, n_in: int):
-        """An intrinsic t[0:16] = sum_j w_j(q) x[xo + j] over the n_in inputs of one sub-block,
-        w_j the 16 rows' weights of input j, decoded from q[qo:]: nibbles (16 bytes: input j low,
-        j + 16 high; minus 8 when signed) or int8 bytes (n_in of them)."""
-        @intrinsic
-        def dot(typingctx, q, qo, x, xo, t):
-            sig = types.void(q, qo, x, xo, t)
-
-            def codegen(context, builder, signature, args):
-                qa, qo_, xa, xo_, ta = args
-                qt, _, xt, _, tt = signature.args
-
-                def x_at(j):
-                    return _splat(builder, builder.load(_at(context, builder, xt, xa, _plus(builder, xo_, j))))
-
-                def lanes(j):  # input byte j of the sub-block, 16 rows: <16 x i8>
-                    p = _at(context, builder, qt, qa, _plus(builder, qo_, LANES * j))
-                    return builder.load(builder.bitcast(p, _V8.as_pointer()), align=1)
-
-                acc = [ir.Constant(_VF, [0.0] * LANES) for _ in range(2)]  # two chains in flight
-                if nibbles:
-                    low, four = ir.Constant(_V32, [15] * LANES), ir.Constant(_V32, [4] * LANES)
-                    eight = ir.Constant(_V32, [8] * LANES)
-                    for j in range(n_in // 2):
-                        v = builder.zext(lanes(j), _V32)
-                        lo, hi = builder.and_(v, low), builder.lshr(v, four)
-                        if signed:
-                            lo, hi = builder.sub(lo, eight), builder.sub(hi, eight)
-                        acc[0] = _fma(builder, builder.sitofp(lo, _VF), x_at(j), acc[0])
-                        acc[1] = _fma(builder, builder.sitofp(hi, _VF), x_at(j + n_in // 2), acc[1])
-                else:
-                    for j in range(n_in):
-                        w = builder.sitofp(builder.sext(lanes(j), _V32), _VF)
-                        acc[j % 2] = _fma(builder, w, x_at(j), acc[j % 2])
-                tp = builder.bitcast(_at(context, builder, tt, ta, ir.Constant(_I64, 0)), _VF.as_pointer())
-                builder.store(builder.fadd(acc[0], acc[1]), tp, align=4)
-                return context.get_dummy_value()
-            return sig, codegen
-        return dot
-
-    _dot_nib = _dot_intrinsic(True, False, 32)
-    _dot_nib8 = _dot_intrinsic(True, True, 32)
-    _dot_b32 = _dot_intrinsic(False, False, 32)
-    _dot_b16 = _dot_intrinsic(False, False, 16)
-
-    @intrinsic
-    def _scale_add(typingctx, acc, ao, sc, so, t, off, c):
-        """acc[ao:ao+16] += sc[so:so+16] t[0:16] + off[so:so+16] c (off of size 0: no offset);
-        sc, off float32, or uint16 holding float16 bits (widened to float32: exact)."""
-        sig = types.void(acc, ao, sc, so, t, off, c)
-
-        def codegen(context, builder, signature, args):
-            aa, ao_, sa, so_, ta, oa, c_ = args
-            at, _, st, _, tt, ot, _ = signature.args
-
-            def vec(ty, arr, offset, vt=_VF):
-                return builder.bitcast(_at(context, builder, ty, arr, offset), vt.as_pointer())
-
-            def scales(ty, arr):  # <16 x float> from float32 or float16 bits
-                if ty.dtype != types.uint16:
-                    return builder.load(vec(ty, arr, so_), align=4)
-                return builder.fpext(builder.load(vec(ty, arr, so_, _VH), align=2), _VF)
-            ap = vec(at, aa, ao_)
-            r = _fma(builder, scales(st, sa), builder.load(vec(tt, ta, ir.Constant(_I64, 0)), align=4),
-                     builder.load(ap, align=4))
-            off = context.make_array(ot)(context, builder, oa)
-            with builder.if_else(builder.icmp_unsigned("!=", off.nitems, ir.Constant(_I64, 0))) as (has, none):
-                with has:
-                    builder.store(_fma(builder, scales(ot, oa), _splat(builder, c_), r), ap, align=4)
-                with none:
-                    builder.store(r, ap, align=4)
-            return context.get_dummy_value()
-        return sig, codegen
-
-
-# The four kernels share one body, written out for each (numba caches a function from its source):
-# xs[i, s] = the sum of x[i] over sub-block s; for every group g of 16 rows (in parallel), every
-# sub-block s and row i of x: t = dot(q[g, s], x[i, s]) (16 lanes), acc[i] += scale[g, s] t +
-# offset[g, s] xs[i, s]; then y[i, g] = acc[i]. q, scale, offset, x, y: C-contiguous, read by flat
-# offsets (q uint8 [G, n_sub, step, 16], scale, offset float32 or float16 bits [G, n_sub, 16] (offset
-# of size 0: none; Packed.args), x float32 [m, n_in], y float32 [m, G 16]).
-if numba:
-    @njit(cache=True, nogil=True)
-    def _sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
-        xs = np.zeros((x.shape[0], n_sub), np.float32)
-        for i in range(x.shape[0]):
-            for s in range(n_sub):
-                for j in range(S):
-                    xs[i, s] += x[i, s * S + j]
-        return xs
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        for g in prange(n_groups):
-            acc = np.zeros(m * LANES, np.float32)
-            t = np.empty(LANES, np.float32)
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_nib8(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        for g in prange(n_groups):
-            acc = np.zeros(m * LANES, np.float32)
-            t = np.empty(LANES, np.float32)
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_b32(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        for g in prange(n_groups):
-            acc = np.zeros(m * LANES, np.float32)
-            t = np.empty(LANES, np.float32)
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(parallel=True, cache=True, nogil=True)
-    def _k_b16(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 16)
-        for g in prange(n_groups):
-            acc = np.zeros(m * LANES, np.float32)
-            t = np.empty(LANES, np.float32)
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-
-# The same four bodies on one thread (range, not prange): a call capped at one thread (the window's,
-# for a small matrix) starts no parallel region; the same sums in the same order, so the same bits
-# (tests/engine/test_onerow.py).
-if numba:
-    @njit(cache=True, nogil=True)
-    def _s_nib(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        acc = np.empty(m * LANES, np.float32)
-        t = np.empty(LANES, np.float32)
-        for g in range(n_groups):
-            acc[:] = 0.0
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_nib(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(cache=True, nogil=True)
-    def _s_nib8(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        acc = np.empty(m * LANES, np.float32)
-        t = np.empty(LANES, np.float32)
-        for g in range(n_groups):
-            acc[:] = 0.0
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_nib8(q, b * 16 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(cache=True, nogil=True)
-    def _s_b32(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 32)
-        acc = np.empty(m * LANES, np.float32)
-        t = np.empty(LANES, np.float32)
-        for g in range(n_groups):
-            acc[:] = 0.0
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_b32(q, b * 32 * LANES, x, i * n_sub * 32 + s * 32, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    @njit(cache=True, nogil=True)
-    def _s_b16(q, scale, offset, x, y):
-        n_groups, n_sub, m = q.shape[0], q.shape[1], x.shape[0]
-        xs = _sums(x, n_sub, 16)
-        acc = np.empty(m * LANES, np.float32)
-        t = np.empty(LANES, np.float32)
-        for g in range(n_groups):
-            acc[:] = 0.0
-            for s in range(n_sub):
-                b = g * n_sub + s
-                for i in range(m):
-                    _dot_b16(q, b * 16 * LANES, x, i * n_sub * 16 + s * 16, t)
-                    _scale_add(acc, i * LANES, scale, b * LANES, t, offset, xs[i, s])
-            for i in range(m):
-                for lane in range(LANES):
-                    y[i, g * LANES + lane] = acc[i * LANES + lane]
-
-    SERIAL = {_k_nib: _s_nib, _k_nib8: _s_nib8, _k_b32: _s_b32, _k_b16: _s_b16}
 
 KERNELS = PACKED
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
@@ -473,7 +224,7 @@ def _warm_one_row() -> None:
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
-            onerow.warm(_s_nib)  # (the one-row block compiles the nibble types' serial kernel in)
+            onerow.warm(SERIAL[_k_nib])  # (the one-row block compiles the nibble types' serial kernel in)
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
 

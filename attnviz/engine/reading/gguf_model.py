@@ -28,6 +28,7 @@ from gguf import GGUFReader, GGUFValueType
 from tokenizers import processors
 
 from attnviz.engine.errors import ModelLoadError
+from attnviz.engine.reading import gguf_text_vocab as text_vocab
 from attnviz.engine.reading import gguf_vocab as vocab
 from attnviz.engine.reading.budget import LayerStore, float32_array, resolve_budget
 from attnviz.engine.reading.config import ModelConfig
@@ -297,7 +298,7 @@ def gguf_tokenizer(reader: GGUFReader, n_rows: int | None = None, text: str | No
     ids). Its arrays are checked (types, one entry per token) and, given the embedding's `n_rows`,
     every id must pick a row of it. `text`: the text a one-shot command will encode; a
     SentencePiece vocabulary then holds only the tokens and merges it can meet, read from the
-    vocabulary's bytes (gguf_vocab.sentencepiece_for_text: the same tokens, ids, offsets and
+    vocabulary's bytes (gguf_text_vocab.sentencepiece_for_text: the same tokens, ids, offsets and
     labels), until another text asks for the whole vocabulary."""
     with vocab.collector_paused():  # a large vocabulary's build makes a million objects, no cycle
         return _gguf_tokenizer(reader, n_rows, text)
@@ -319,7 +320,7 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     def flag(key, default):
         return bool(typed(key, lambda v: isinstance(v, (bool, np.bool_)), "true or false", default))
 
-    def token_id(key):
+    def token_id(key, n_tokens):
         value = typed(key, is_whole, "a token id (a whole number)")
         if value is not None and not 0 <= value < n_tokens:
             raise ModelLoadError(f"{source}: {key} is {value:,}, expected a token id in "
@@ -335,31 +336,12 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     if kind == "gpt2" and pre not in vocab.PRE_SPLITS:
         return None, (f"this GGUF's pre-tokenizer {pre!r} is not supported yet (supported: "
                       f"{', '.join(vocab.SUPPORTED_PRE)}): type token ids instead, e.g. 5, 17, 3")
-    table = _text_table(reader, n_rows, kind) if text is not None else None
-    if table is not None:  # a one-shot command's text: its tokens read from the vocabulary's bytes
-        table, scores, types, merges = table
-        n_tokens = len(table)
-        spm = kind == "llama"
-        bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
-        add_bos = flag("tokenizer.ggml.add_bos_token", spm)
-        add_eos = flag("tokenizer.ggml.add_eos_token", False)
-        if spm:
-            unk = token_id("tokenizer.ggml.unknown_token_id")
-            space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
-            part = vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text,
-                                                (bos, eos))
-            within = vocab.text_pieces(text)
-            covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
-        else:
-            part = vocab.byte_level_for_text(table, merges, types, pre, text)
-            covers = lambda other: other in text  # noqa: E731
+    found = _text_table(reader, n_rows, kind) if text is not None else None
+    if found is not None:  # a one-shot command's text: its tokens read from the vocabulary's bytes
+        part = _tokenizer_for_text(reader, n_rows, kind == "llama", pre, text, found, flag,
+                                   lambda key: token_id(key, len(found[0])))
         if part is not None:
-            vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
-                              fallback=None if spm else processors.ByteLevel(trim_offsets=False))
-            special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
-            return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw,
-                                 covers=covers,
-                                 vocabulary=vocab.TableVocabulary(table, types, special)), None
+            return part, None
     tokens = typed("tokenizer.ggml.tokens", list_of(str), "a list of token strings")
     if not tokens:
         return None, "this GGUF has no vocabulary (tokenizer.ggml.tokens): type token ids instead"
@@ -381,12 +363,13 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     spm = kind == "llama"
     add_bos = flag("tokenizer.ggml.add_bos_token", spm)
     add_eos = flag("tokenizer.ggml.add_eos_token", False)
-    bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
+    bos = token_id("tokenizer.ggml.bos_token_id", n_tokens)
+    eos = token_id("tokenizer.ggml.eos_token_id", n_tokens)
     if spm:
         if scores is None:
             raise ModelLoadError(f"{source}: tokenizer.ggml.scores is missing, expected one score "
                                  "per token (SentencePiece merges by them)")
-        unk = token_id("tokenizer.ggml.unknown_token_id")
+        unk = token_id("tokenizer.ggml.unknown_token_id", n_tokens)
         space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
 
         tok = vocab.sentencepiece_bpe(tokens, scores, types, space_prefix, unk)
@@ -404,6 +387,34 @@ def _gguf_tokenizer(reader: GGUFReader, n_rows: int | None, text: str | None
     vocab.add_bos_eos(tok, tokens, bos if add_bos else None, eos if add_eos else None,
                       fallback=None if spm else processors.ByteLevel(trim_offsets=False))
     return TextTokenizer(tok), None
+
+
+def _tokenizer_for_text(reader: GGUFReader, n_rows: int | None, spm: bool, pre: str, text: str,
+                        found, flag, token_id) -> TextTokenizer | None:
+    """The tokenizer of the tokens and merges `text` can meet, from _text_table's `found`; None
+    where the text is better served by the whole vocabulary. `flag(key, default)` and
+    `token_id(key)` read and check the file's settings as the whole build does."""
+    table, scores, types, merges = found
+    bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
+    add_bos = flag("tokenizer.ggml.add_bos_token", spm)
+    add_eos = flag("tokenizer.ggml.add_eos_token", False)
+    if spm:
+        unk = token_id("tokenizer.ggml.unknown_token_id")
+        space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
+        part = text_vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text,
+                                                 (bos, eos))
+        within = vocab.text_pieces(text)
+        covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
+    else:
+        part = text_vocab.byte_level_for_text(table, merges, types, pre, text)
+        covers = lambda other: other in text  # noqa: E731
+    if part is None:
+        return None
+    vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
+                      fallback=None if spm else processors.ByteLevel(trim_offsets=False))
+    special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
+    return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw, covers=covers,
+                         vocabulary=text_vocab.TableVocabulary(table, types, special))
 
 
 def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):
@@ -430,8 +441,8 @@ def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):
         pairs = string_bytes(reader, "tokenizer.ggml.merges")
         if pairs is None:
             return None
-        merges = vocab.TokenTable(*pairs) if len(pairs[1]) else None
-    return vocab.TokenTable(*found), scores, types, merges
+        merges = text_vocab.TokenTable(*pairs) if len(pairs[1]) else None
+    return text_vocab.TokenTable(*found), scores, types, merges
 
 
 def _numbers(reader: GGUFReader, key: str, kinds: str) -> np.ndarray | None:

@@ -35,7 +35,7 @@ class TextTokenizer:
         the merges they can meet), `covers(text)` saying which, and how to build the whole one,
         which takes its place the first time another text is encoded or `raw` is asked for.
         `vocabulary`: with `whole`, what answers for any id as the whole one would where the one
-        built for some texts holds only part of the vocabulary (gguf_vocab.TableVocabulary:
+        built for some texts holds only part of the vocabulary (gguf_text_vocab.TableVocabulary:
         id_to_token, is_special, special_ids, token_to_id)."""
         self._whole, self._covers, self._vocabulary = whole, covers, vocabulary
         self._whole_lock = threading.Lock()

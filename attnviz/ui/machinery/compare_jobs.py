@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
@@ -32,6 +32,7 @@ from attnviz.engine.computing.request import RunRequest
 log = logging.getLogger(__name__)
 
 COMPARE_KIND, NEXT_KIND, LOAD_KIND, PROBE_KIND = "compare", "compare-next", "compare-load", "compare-probe"
+_FRAME = QEvent.Type(QEvent.registerEventType())  # posted behind a comparison's paints: CompareJobs._frame_painted
 MODES = ("A", "B", "A-B")
 MODE_TITLES = {"A": "A", "B": "B", "A-B": "A \u2212 B"}  # as the grid and the panel label them
 
@@ -63,6 +64,7 @@ class Comparison:
     doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
     pair: object = None  # the engine's Pair (its traces), for the next-token numbers
+    seen: tuple | None = None  # compare.head_numbers' seen: what the next keystroke's reuses
 
 
 def load_b(a, source: BSource):
@@ -100,10 +102,30 @@ def load_b(a, source: BSource):
         ident = C.identity(b, b.name, checkpoint=checkpoint_record(b))
     check_same_shape(a, b)
     check_same_vocab(a, b)
+    ready_heads(a, b)
     from attnviz.ui.machinery.tuning import release_free_memory
 
     release_free_memory()  # (quantizing in memory frees its blocks on this thread and the pool's)
     return b, ident
+
+
+def ready_heads(a, b) -> None:
+    """Build, as B opens, the unembeddings a keystroke's next-token numbers read: both sides'
+    tables (compare.pair_heads: each checked finite in one pass over it) and A's packed for the
+    kernels where B reads the same table (compare.kernel_logits). Built by the first keystroke's
+    job instead, they would hold the pool for a pass that no keystroke stops, and the next
+    keystrokes' runs behind it. Nothing for a model that predicts no next token."""
+    from attnviz.engine.analysing import compare as C
+    from attnviz.engine.errors import NoPrediction
+
+    if not (C.predicts(a) and C.predicts(b)):
+        return
+    ha, hb = C.pair_heads(a, b)
+    if a.weights.packed_types and hb.w_u is ha.w_u:
+        try:
+            a.lm_head()
+        except NoPrediction:  # (the next-token job says so in its own line)
+            pass
 
 
 class CompareJobs(QObject):
@@ -124,6 +146,7 @@ class CompareJobs(QObject):
         self.note = ""  # one line: why B did not open, or why there is no comparison
         self.last_s = 0.0
         self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
+        self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -172,6 +195,8 @@ class CompareJobs(QObject):
         for kind in (COMPARE_KIND, NEXT_KIND, PROBE_KIND, LOAD_KIND):
             self.worker.cancel(kind)
         had = self.b is not None or self.loading is not None or self.note
+        if self.b is not None:  # (quick text scores waiting for a comparison's frame)
+            self.worker.scores_after_frame()
         self.b = self.identity = self.source = self.loading = None
         self.comparison = self.induction = self._known = None
         self.note = ""
@@ -195,6 +220,7 @@ class CompareJobs(QObject):
         result = run.result
         ids = result.input_ids
         job_id = self.worker.claim(COMPARE_KIND)
+        known = None if self.comparison is None else self.comparison.seen  # (the same A and B)
         def stale():
             return not self.worker.is_newest(COMPARE_KIND, job_id)
 
@@ -204,13 +230,13 @@ class CompareJobs(QObject):
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
-            doc = None
-            if not (a.config.causal and len(ids) < 2):
-                doc = C.compare_with(pair, predictions=False)[0]
+            doc = seen = None
+            if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused
+                doc, seen = C.head_numbers(pair, known)
             else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
                 release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
-                              time.perf_counter() - t0, pair)
+                              time.perf_counter() - t0, pair, seen)
         self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
     def _on_compared(self, request, value, error) -> None:
@@ -220,12 +246,33 @@ class CompareJobs(QObject):
         if error is not None:
             self.note = f"Could not compare: {describe_error(error)}"
             self.sigChanged.emit()
+            self.worker.scores_after_frame()
             return
         self.comparison, self.last_s = value, value.seconds
         self.note = "" if value.doc is not None else "Type at least two tokens to compare the heads"
-        self.sigChanged.emit()  # (first: the panel paints it in this turn, before the pool's next job takes the GIL)
-        if value.doc is not None:
+        self.sigChanged.emit()  # (the panel paints it in this turn)
+        # the pool's next jobs (the next-token numbers, the text's head scores) after this frame's
+        # posted paints, the grid's A − B among them (posted at low priority, as Qt posts a
+        # window's update requests; events of one priority come in order): a job's Python would
+        # hold the GIL they need
+        if self._frame_of is None:
+            QCoreApplication.postEvent(self, QEvent(_FRAME), Qt.EventPriority.LowEventPriority.value)
+        self._frame_of = value
+
+    def event(self, ev) -> bool:
+        if ev.type() == _FRAME:
+            self._frame_painted()
+            return True
+        return super().event(ev)
+
+    def _frame_painted(self) -> None:
+        """The comparison's frame is painted: its next-token numbers, where it is still the one on
+        screen and the text the one compared (a newer keystroke's runs must not queue behind
+        them), and the text scores waiting for the frame."""
+        c, self._frame_of = self._frame_of, None
+        if c is not None and c is self.comparison and c.doc is not None and c.result.text == self.state.text:
             self._request_next()
+        self.worker.scores_after_frame()
 
     def _on_text(self, _text) -> None:
         """A keystroke: the next-token numbers of the text before it stop at their next block (they

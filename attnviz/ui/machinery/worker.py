@@ -38,6 +38,7 @@ GUIDE_KIND = "guide"  # the guide bar's head for a sample text
 LONG_RUN_CHARS = 600  # more new text than this (a paste: about 150 tokens) runs on every core
 RESCORE_DELAY_MS = 150  # slow scores wait until results have paused this long (typing)
 SCORES_AFTER_MS = 10  # quick scores (score_timing) follow once the result's frame is painted
+FRAME_WAIT_MS = 1000  # quick scores waiting for a comparison's frame (scores_after_frame) at most
 LONG_SCORES_YIELD_S = 0.01  # a long text's scores wait in steps of this while the pool runs a job
 
 
@@ -246,8 +247,11 @@ class Worker(Runner):
                 # after the result's frame: submitting the job costs the main thread time (the
                 # pool thread takes the GIL at once), and the job's Python slows whatever the main
                 # thread does meanwhile; started at once, both would fall on the frame's own events
-                self._scores_timer.start(SCORES_AFTER_MS)
+                # (Compare's frame comes later: scores_after_frame restarts the timer)
+                self._scores_timer.start(FRAME_WAIT_MS if self._compare_lacks(None) else SCORES_AFTER_MS)
+                self._scores_wait_frame = self._compare_lacks(None)
             else:
+                self._scores_wait_frame = False
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
 
@@ -260,6 +264,14 @@ class Worker(Runner):
         self._probe_cache = None
         self.cancel(PROBE_KIND)
         self.request_probe_scores()
+
+    def scores_after_frame(self) -> None:
+        """The frame that follows a result is painted (Compare's comparison): the quick text
+        scores that wait for it follow SCORES_AFTER_MS after it."""
+        timer = getattr(self, "_scores_timer", None)  # None: a runner that does not follow the state
+        if timer is not None and timer.isActive() and getattr(self, "_scores_wait_frame", False):
+            self._scores_wait_frame = False
+            timer.start(SCORES_AFTER_MS)
 
     def flush_scores(self) -> None:
         """Score the text now if it waits for typing to pause (tests, before wait_idle)."""

@@ -1,0 +1,274 @@
+"""A pre-norm layer of one new row (a keystroke's run with the KV cache, a generation step) in three
+compiled calls around the trace's points, on the quantised kernels (engine/computing/onerow.py's
+steps, qmatvec's serial nibble kernel compiled in):
+
+    _attention_in   x [1, d_model] -> xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated by position
+    (the trace's input and kv points, the one-row attention with its points, the z point)
+    _attention_out  z -> mid = x + z W_oᵀ, hidden = RMSNorm(mid) W_inᵀ   [1, 2 d_ff] (gate | up)
+    (SwiGLU's gate: the family's act, onerow.silu where it is SiLU)
+    the kernel      m = (act(gate) up) W_outᵀ, (the trace's mlp_out point), mid + m
+
+Every trace point is called where families.self_attention and families.mlp call it, with the
+same arrays, so records and edits apply as on the step-by-step path; the arithmetic is that
+path's with onerow's steps and the same serial kernel (qmatvec's, for the nibble types: Q4_1
+and Q4_K), so the same bits (tests/engine/test_onerow_block.py). A layer it does not
+cover (a float32 matrix, biases, several parts or another block type in a matrix, a kernel on
+several threads, a family's other norms) takes the family's block. A generation step's layer,
+whose trace records and edits nothing at the points between, takes two calls instead (_plain):
+
+    _step_in        _attention_in, the row's k and v written in place after the cached ones, the
+                    scores and their softmax    (the trace's pattern point)
+    _step_mid       the weighted values, _attention_out, SwiGLU, m and mid + m
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba import njit, types
+
+from attnviz.engine.computing.rowmath import (
+    F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_of, silu_of,
+    softmax_of, weighted_of, whole)
+from attnviz.engine.computing.trace import NOTHING, LayerCache
+from attnviz.engine.parallel import kernel_threads
+from attnviz.engine.reading.qpack import LANES
+
+_nibbles = None  # the nibble types' serial kernel, given by warm() (qmatvec's; compiled in below)
+_block_ready = False  # whether compile_block has run
+
+
+def _c(dtype, ndim: int, readonly: bool = True):  # a C-contiguous array (a mutable one converts)
+    return types.Array(dtype, ndim, "C", readonly=readonly)
+
+
+def _sigs(args, ret=types.void):  # one signature for each scale type of the nibble kernel: float16
+    # bits, float32
+    return [ret(*args(_c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, F32)]
+
+
+_X, _OUT = _c(F32, 2), _c(F32, 2, False)  # [1, n] read, written
+
+
+@njit(**JIT)  # (compiled with _nibbles by compile_block)
+def _attention_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
+    """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
+    d_head] (W_qkv packed: wq, ws, wo), its q and k heads rotated by position in place."""
+    _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
+
+
+@njit(**JIT)
+def _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
+    rms_norm_of(x, gain, eps, xn)
+    _nibbles(wq, ws, wo, xn, qkv)
+    d_head = cos.shape[1]
+    q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
+    rotate_of(qkv[0, :q_end].reshape(n_head, 1, d_head), cos, sin)
+    rotate_of(qkv[0, q_end:k_end].reshape(n_kv_head, 1, d_head), cos, sin)
+
+
+@njit(**JIT)
+def _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
+    _nibbles(oq, os_, oo, z.reshape(1, z.size), attn)
+    for j in range(x.shape[1]):
+        mid[0, j] = x[0, j] + attn[0, j]
+    rms_norm_of(mid, gain, eps, xn)
+    _nibbles(iq, is_, io, xn, hidden)
+
+
+@njit(**JIT)
+def _attention_out(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden):
+    """z [n_head, 1, d_head] (C order: merge_heads of one row is its flat order) -> attn = z W_oᵀ,
+    mid = x + attn [1, d_model], xn = RMSNorm(mid), hidden = xn W_inᵀ [1, 2 d_ff]."""
+    _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
+
+
+# A generation step's layer (a trace that records and edits nothing in it: _plain) in two calls
+# (module docstring): the same steps in the same order as above, so the same bits.
+
+@njit(**JIT)
+def _step_in(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
+             scale, n_group, s):
+    """_attention_in, then (where the cached keys kc and values vc [n_kv_head, p, d_head] are the
+    first p positions of kw, vw with room for one more: prefix) the new row's k and v written at
+    position p, and s [n_head, 1, p + 1] = the scores minus each row's max (_scores); False
+    (nothing written after qkv) where they are not."""
+    _attention_in_of(x, gain, eps, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv)
+    p = kc.shape[1]
+    if not (prefix(kc, kw) and prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
+            and vc.shape[1] == p):
+        return False
+    d_head = cos.shape[1]
+    q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
+    for h in range(n_kv_head):
+        for j in range(d_head):
+            kw[h, p, j] = qkv[0, q_end + h * d_head + j]
+            vw[h, p, j] = qkv[0, k_end + h * d_head + j]
+    scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
+    softmax_of(s)
+    return True
+
+
+@njit(**JIT)
+def _step_mid(s, vw, n_group, d_head, oq, os_, oo, x, gain, eps, iq, is_, io, wq, ws, wo, out):
+    """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
+    _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
+    [1, d_model]. (Its other arrays its own: an argument costs a call more than an allocation, and
+    a returned array more than one given.)"""
+    n_head, d_model = s.shape[0], x.shape[1]
+    d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
+    z = np.empty((n_head, 1, d_head), np.float32)
+    attn, mid, xn, m = (np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
+                        np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32))
+    hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)
+    weighted_of(s, vw, n_group, z)
+    _attention_out_of(z, oq, os_, oo, x, gain, eps, iq, is_, io, attn, mid, xn, hidden)
+    silu_of(hidden[:, :d_ff], h)
+    for j in range(d_ff):
+        h[0, j] *= hidden[0, d_ff + j]
+    _nibbles(wq, ws, wo, h, m)
+    for j in range(d_model):
+        out[0, j] = mid[0, j] + m[0, j]
+
+
+def compile_block(nibbles) -> None:
+    """The block's two calls compiled (or loaded from numba's cache) around `nibbles` for both
+    scale types, then closed to others (an array of another layout or type is converted, never
+    compiled for on a keystroke); the block is taken from then on."""
+    global _nibbles, _block_ready
+    if _block_ready:
+        return
+    _nibbles = nibbles
+    _R1A = array_type(1, True)
+    _KW = types.Array(F32, 3, "C")  # a cache's keys or values with room (written)
+    _IN = (_X, _R1A, F32)  # x, gain, eps
+    for fn, args, ret in (
+            (_attention_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT), types.void),
+            (_attention_out, lambda q, s, o: (_c(F32, 3), q, s, o, *_IN, q, s, o, _OUT, _OUT, _OUT, _OUT),
+             types.void),
+            (_step_in, lambda q, s, o: (*_IN, q, s, o, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW,
+                                        R2, F32, I64, W3), types.boolean),
+            (_step_mid, lambda q, s, o: (R3, _KW, I64, I64, q, s, o, *_IN, q, s, o, q, s, o, _OUT),
+             types.void)):
+        for sig in _sigs(args, ret):
+            fn.compile(sig)
+        fn.disable_compile()
+    _block_ready = True
+
+
+_PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
+
+
+def _plan(layer):
+    """(the four matrices' (q, scale, offset), the largest's weights, w_in's outputs) where the
+    layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
+    matrix is one part on the nibble kernel (qmatvec._kernel_of's rule) with no padded rows, and
+    it has no biases and no norms but its two; else None. Kept per packed layer (its arrays never
+    change)."""
+    pl = layer.packed
+    kept = _PLANS.get(id(pl))
+    if kept is not None and kept[0] is pl:
+        return kept[1]
+    plan = None
+    mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
+    plain = all(getattr(layer, name, None) is None for name in (
+        "w_qkv", "w_o", "w_in", "w_out", "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm",
+        "post_mlp_norm", "q_norm", "k_norm"))
+    if plain and all(m is not None and len(m.parts) == 1 for m in mats):
+        parts = [m.parts[0][1] for m in mats]
+        if all(p.nibbles and not p.signed and p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out
+               and _compiled_for(p.args) for p, m in zip(parts, mats)):
+            plan = ([p.args for p in parts], max(p.n_out * p.n_in for p in parts), mats[2].n_out)
+    if len(_PLANS) > 1024:
+        _PLANS.clear()
+    _PLANS[id(pl)] = (pl, plan)
+    return plan
+
+
+def _compiled_for(args) -> bool:  # (q, scale, offset) of the types compile_block compiled for
+    q, scale, offset = args
+    return (q.dtype == np.uint8 and q.ndim == 4 and scale.dtype in (np.uint16, np.float32)
+            and offset.dtype == scale.dtype and scale.ndim == offset.ndim == 3
+            and all(a.flags.c_contiguous for a in args))
+
+
+def _takes(plan) -> bool:
+    """Whether the block runs now: compiled, and each kernel call would run on one thread (the
+    serial kernel: qmatvec.qmatvec's rule, asked for the largest matrix)."""
+    return _block_ready and min(kernel_threads(plan[1]), numba.config.NUMBA_NUM_THREADS) == 1
+
+
+def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
+    """families.pre_norm_block of one row x [1, d_model] in the calls above (module docstring);
+    `fallback` (the family's block) where they do not cover the layer or the run; a generation
+    step's two calls where c.attention is `attention` (onerow's, which they compute)."""
+    plan = _plan(layer) if getattr(layer, "packed", None) is not None else None
+    if (plan is None or x.shape[0] != 1 or x.dtype != np.float32 or c.rope is None
+            or not c.gated_mlp or c.qk_norm is not None or not _takes(plan)):
+        return fallback(x, layer, c, cache)
+    cache = NOTHING if cache is None else cache
+    (wqkv, wo, win, wout) = plan[0]
+    x = np.ascontiguousarray(x)
+    d_model, n_head, n_kv, d_head = x.shape[1], c.n_head, c.n_kv_head, c.d_head
+    xn = np.empty((1, d_model), np.float32)
+    qkv = np.empty((1, (n_head + 2 * n_kv) * d_head), np.float32)
+    if _plain(cache, c, attention):  # a generation step's layer: two calls (_step_in, _step_mid)
+        kc, vc = cache.past.k[cache.i], cache.past.v[cache.i]
+        kw, vw = whole(kc), whole(vc)
+        s = cache.rows if cache.rows is not None else np.empty((n_head, 1, kc.shape[1] + 1), np.float32)
+        if _step_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv, kc, kw,
+                    vc, vw, NO_BIAS if c.bias is None else c.bias, np.float32(c.scale), c.n_group, s):
+            return _step_rest(x, layer, c, cache, eps, plan, s, kw, vw)
+    else:  # (_step_in computed qkv where it found no room)
+        _attention_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv)
+    cache.input(xn)
+    q_end, k_end = n_head * d_head, (n_head + n_kv) * d_head
+    q = qkv[:, :q_end].reshape(1, n_head, d_head).transpose(1, 0, 2)  # [n_head, 1, d_head]
+    k = qkv[:, q_end:k_end].reshape(1, n_kv, d_head).transpose(1, 0, 2)  # [n_kv_head, 1, d_head]
+    v = qkv[:, k_end:].reshape(1, n_kv, d_head).transpose(1, 0, 2)
+    k, v = cache.kv(k, v)  # [n_kv_head, T, d_head] x2, cached keys and values first
+    z = np.ascontiguousarray(cache.z(c.attention(q, k, v, c, cache)))  # [n_head, 1, d_head]
+    attn, mid, xn2 = (np.empty((1, d_model), np.float32) for _ in range(3))
+    hidden = np.empty((1, plan[2]), np.float32)  # [1, 2 d_ff] gate | up
+    _attention_out(z, *wo, x, layer.norm2[0], np.float32(eps), *win, attn, mid, xn2, hidden)
+    d_ff = hidden.shape[1] // 2
+    h = c.act(hidden[:, :d_ff])
+    h *= hidden[:, d_ff:]  # [1, d_ff] SwiGLU
+    m = np.empty((1, d_model), np.float32)
+    _nibbles(*wout, np.ascontiguousarray(h), m)
+    return mid + cache.mlp_out(m)
+
+
+def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
+    """pre_norm_block after _step_in (the pattern s [n_head, 1, T], the new row's k and v at
+    position T - 1 of kw, vw): the slot's keys and values as LayerCache.kv gives them, the
+    pattern point, then _step_mid -> the layer's output [1, d_model]."""
+    (_, wo, win, wout) = plan[0]
+    T = s.shape[2]
+    t = cache.trace
+    t.k[cache.i], t.v[cache.i] = kw[:, :T], vw[:, :T]
+    cache.pattern(s)
+    out = np.empty(x.shape, np.float32)
+    _step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, out)
+    return out
+
+
+_SLOT_POINTS = ("input", "kv", "scores", "z", "mlp_out")  # the points the two calls leave out
+
+
+def _plain(cache, c, attention) -> bool:
+    """Whether the slot's layer may take the two calls of a generation step: a cached run's slot
+    (LayerCache, its points as there; the pattern's may differ: it is called) whose trace has no
+    edits, keeps K and V and records no inputs, z or MLP output, the run not stopping at its z,
+    and `attention` the dense attention of one row (onerow.dense_attention: None, never)."""
+    if not isinstance(cache, LayerCache) or not cache._p or cache.past is None:
+        return False
+    t, kind = cache.trace, type(cache)
+    if kind not in _SLOT_KINDS:  # (a class's methods do not change)
+        _SLOT_KINDS[kind] = all(getattr(kind, n) is getattr(LayerCache, n) for n in _SLOT_POINTS)
+    return (_SLOT_KINDS[kind] and not t.edits and t.want_kv and t.attention is None
+            and cache._stop_at != "z" and not (t.want["inputs"] or t.want["z"] or t.want["mlp_out"])
+            and c.attention is attention and cache.past.k[cache.i].shape[1] == cache._p)
+
+
+_SLOT_KINDS: dict = {}  # slot class -> whether it has LayerCache's own _SLOT_POINTS

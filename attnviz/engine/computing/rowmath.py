@@ -1,0 +1,177 @@
+"""The compiled arithmetic of one new row that engine/computing/onerow.py's steps and onerow_block.py's
+calls share (numba, `cache=True`): RMSNorm, RoPE, the scores of one query row against the cached
+keys, softmax (its exp an expf on vector lanes: exp_into), the weighted values, SiLU, and the
+array types their signatures use. No Qt, no file access: arrays in, arrays out."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+
+F32 = types.float32
+I64 = types.int64
+
+
+def array_type(ndim: int, readonly: bool = False):
+    return types.Array(F32, ndim, "A", readonly=readonly)
+
+
+W1, W2, W3 = array_type(1), array_type(2), array_type(3)  # written
+R1, R2, R3 = array_type(1, True), array_type(2, True), array_type(3, True)  # read (a mutable array converts)
+C3 = types.Array(F32, 3, "C", readonly=True)  # keys or values: [n_kv_head, positions, d_head]
+W3C = types.Array(F32, 3, "C")  # a pattern row of its own (a generation step's)
+FAST = {"reassoc", "nsz"}  # dot products in several partial sums (vector lanes)
+# nogil as qmatvec's kernels; NumPy's division (inf, nan) instead of Python's ZeroDivisionError
+JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
+
+
+@njit(**JIT)
+def rms_norm_of(x, gain, eps, out):  # [n, d] -> out [n, d]: x / sqrt(mean(x²) + eps) * gain
+    n, d = x.shape
+    for i in range(n):
+        total = 0.0  # (float64: a sum as exact as NumPy's pairwise one, or more)
+        for j in range(d):
+            total += np.float64(x[i, j] * x[i, j])
+        ms = np.float32(np.sqrt(np.float32(total) / np.float32(d) + eps))
+        for j in range(d):
+            out[i, j] = x[i, j] / ms * gain[j]
+
+
+@njit(**JIT)
+def rotate_of(x, cos, sin):  # x [h, n, d_head], cos, sin [n, d_head]: x cos + rotate_half(x) sin
+    n_h, n, d = x.shape  # (in place)
+    half = d // 2
+    for h in range(n_h):
+        for i in range(n):
+            for j in range(half):
+                a, b = x[h, i, j], x[h, i, j + half]
+                x[h, i, j] = a * cos[i, j] + -b * sin[i, j]
+                x[h, i, j + half] = b * cos[i, j + half] + a * sin[i, j + half]
+
+
+@njit(**JIT)
+def prefix(a, whole):  # whether a [n_kv_head, T, d_head] is whole[:, :T] (whole of size 0: no)
+    return (whole.size > 0 and whole.shape[0] == a.shape[0] and whole.shape[2] == a.shape[2]
+            and whole.shape[1] >= a.shape[1] and a.strides[0] == whole.strides[0]
+            and a.strides[1] == whole.strides[1] and a.strides[2] == whole.strides[2]
+            and a.ctypes.data == whole.ctypes.data)
+
+
+@njit(**JIT)
+def minus_max_of(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
+    n_head, _, T = s.shape
+    for h in range(n_head):
+        top = s[h, 0, 0]
+        for t in range(1, T):
+            top = max(top, s[h, 0, t])
+        for t in range(T):
+            s[h, 0, t] -= top
+
+
+@njit(fastmath=FAST, **JIT)
+def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
+    n_head, _, d = q.shape
+    qs = np.empty((n_group, d), np.float32)
+    for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
+        h0 = g * n_group
+        for i in range(n_group):
+            for j in range(d):
+                qs[i, j] = q[h0 + i, 0, j] * scale
+        for t in range(T):
+            for i in range(n_group):
+                s = np.float32(0.0)
+                for j in range(d):
+                    s += qs[i, j] * k[g, t, j]
+                out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
+    if top:
+        minus_max_of(out)
+
+
+@njit(fastmath=FAST, **JIT)
+def lane_sum(e):  # [n] float32, C order -> its sum (on vector lanes; one order for every caller)
+    total = np.float32(0.0)
+    for t in range(e.shape[0]):
+        total += e[t]
+    return total
+
+
+# exp on vector lanes (numba's np.exp calls libm one float at a time): Cephes' expf, x = k ln 2 + r
+# (ln 2 in two parts), exp(r) a degree-6 polynomial, 2^k from its exponent bits; within 2 ulp of
+# NumPy's exp (tests/engine/test_onerow.py); x below -88 (-inf too) gives 2^-127 y, taken as 0,
+# and x above 88 is taken as 88 (exp's float32 range ends at 88.7).
+_EXP_P = tuple(np.float32(c) for c in (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                                       4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1))
+_LOG2E, _LN2_HI, _LN2_LO = np.float32(1.44269504088896341), np.float32(0.693359375), np.float32(-2.12194440e-4)
+
+
+@njit(**JIT)
+def exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
+    n = x.shape[0]
+    y = np.empty(n, np.float32)
+    bits = np.empty(n, np.int32)
+    p0, p1, p2, p3, p4, p5 = _EXP_P
+    for i in range(n):
+        v = min(max(x[i], np.float32(-88.0)), np.float32(88.0))
+        k = np.floor(v * _LOG2E + np.float32(0.5))
+        r = v - k * _LN2_HI - k * _LN2_LO
+        y[i] = (((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5) * (r * r) + r + np.float32(1.0)
+        bits[i] = (np.int32(k) + np.int32(127)) << np.int32(23)  # 2^k (k = -127: 0)
+    scale = bits.view(np.float32)
+    for i in range(n):
+        out[i] = y[i] * scale[i]
+
+
+@njit(**JIT)
+def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted: exp, over its sum
+    n_head, _, T = s.shape
+    e = np.empty(T, np.float32)  # (a row of its own: the same vector code whatever s's layout)
+    for h in range(n_head):
+        for t in range(T):
+            e[t] = s[h, 0, t]
+        exp_into(e, e)
+        total = lane_sum(e)
+        for t in range(T):
+            s[h, 0, t] = e[t] / total
+
+
+@njit(**JIT)
+def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's operations)
+    n = x.shape[1]
+    e = np.empty(n, np.float32)
+    for j in range(n):
+        e[j] = -x[0, j]
+    exp_into(e, e)
+    for j in range(n):
+        out[0, j] = x[0, j] / (e[j] + np.float32(1.0))
+
+
+@njit(**JIT)
+def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
+    n_head, _, T = pattern.shape
+    d = v.shape[2]
+    zg = np.empty((n_group, d), np.float32)
+    for g in range(n_head // n_group):  # a KV head's values read once for its n_group query heads
+        h0 = g * n_group
+        zg[:] = 0.0
+        for t in range(T):
+            for i in range(n_group):
+                a = pattern[h0 + i, 0, t]
+                for j in range(d):
+                    zg[i, j] += a * v[g, t, j]
+        for i in range(n_group):
+            for j in range(d):
+                z[h0 + i, 0, j] = zg[i, j]
+
+
+NO_BIAS = np.zeros((0, 0), np.float32)
+def whole(a):
+    """The C-contiguous float32 array a [n_kv_head, T, d_head] is a view of, where it may be its
+    first T positions (checked by prefix), else an empty one."""
+    base = a.base
+    if (isinstance(base, np.ndarray) and base.ndim == 3 and base.dtype == np.float32
+            and base.flags.c_contiguous):
+        return base
+    return NO_WHOLE
+
+
+NO_WHOLE = np.zeros((0, 0, 0), np.float32)

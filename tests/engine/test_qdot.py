@@ -1,0 +1,98 @@
+"""The kernels' inner loop (engine/computing/qdot.py): the nibble kernels' rewritten x (l x'_j + b
+x''_j for l x_j + h x_{j+16}), both ways of decoding a low nibble (a table lookup on AVX-512, a
+mask and a conversion elsewhere) giving the same bits, a group's sum starting from zero for every
+row of x, and the serial and parallel kernels the same bits, on blocks whose every position holds
+another value (a swapped half or nibble shows)."""
+
+import gguf
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.reading.qpack import LANES, pack
+
+numba = pytest.importorskip("numba")
+from attnviz.engine.computing import qdot  # noqa: E402  (needs numba)
+
+REL = 1e-5
+
+
+def _check(y, x, w):  # per output, against sum_j |x_j w_rj| (tests/engine/test_qmatvec.py)
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    err = np.abs(y - ref)
+    assert np.all(err <= REL * (np.abs(x) @ np.abs(w).T) + 1e-30)
+
+
+def _asymmetric(qtype, n_out, n_in, rng):
+    """Blocks whose weights climb along the inputs and differ by row (no two positions alike)."""
+    w = rng.standard_normal((n_out, n_in)).astype(np.float32) * 0.1
+    w += np.linspace(-1, 2, n_in, dtype=np.float32) + np.arange(n_out, dtype=np.float32)[:, None] / n_out
+    return gguf.quants.quantize(w, qtype)
+
+
+def test_nibble_x_rewrites_each_pair_and_sums_each_sub_block():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    xt, xs = qdot.nibble_x(x, 2)
+    pairs = x.reshape(3, 2, 2, 16)
+    np.testing.assert_array_equal(xt.reshape(3, 2, 2, 16)[:, :, 1], pairs[:, :, 1] / np.float32(16))
+    np.testing.assert_array_equal(xt.reshape(3, 2, 2, 16)[:, :, 0],
+                                  pairs[:, :, 0] - pairs[:, :, 1] / np.float32(16))
+    np.testing.assert_allclose(xs, x.reshape(3, 2, 32).sum(-1), rtol=1e-6)
+    # a byte b = l + 16 h: l x'_j + b x''_j is l x_j + h x_{j+16}, to rounding
+    l, h = rng.integers(0, 16, 16), rng.integers(0, 16, 16)
+    got = (l * xt[0, :16] + (l + 16 * h) * xt[0, 16:32]).sum()
+    np.testing.assert_allclose(got, (l * x[0, :16] + h * x[0, 16:32]).sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)
+def test_both_ways_of_decoding_low_nibbles_give_the_same_bits(qtype, monkeypatch):
+    """The kernel compiled with the table lookup where this CPU has AVX-512, and again with the
+    mask and conversion (as on a CPU without it), on the same blocks: the same bits, and both
+    equal the dequantised matmul."""
+    rng = np.random.default_rng(int(qtype))
+    raw = _asymmetric(qtype, 48, 96, rng)
+    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    p = pack(raw, qtype)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    kind = "nib8" if p.signed else "nib"
+    ways = {}
+    for permute in {qdot.PERMUTE, False}:
+        monkeypatch.setattr(qdot, "PERMUTE", permute)
+        rows = qdot._rows_intrinsic(kind)  # compiled below, with this way
+
+        @numba.njit
+        def kernel(q, scale, offset, x, y):
+            n_sub = q.shape[1]
+            xt, xs = qdot.nibble_x(x, n_sub)
+            for g in range(q.shape[0]):
+                for i in range(x.shape[0]):
+                    rows(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xt, i * n_sub * 32,
+                         xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+        y = np.empty((3, 48), np.float32)
+        kernel(*p.args, x, y)
+        _check(y, x, w)
+        ways[permute] = y
+    for y in ways.values():
+        np.testing.assert_array_equal(y, ways[False])
+    np.testing.assert_array_equal(ways[False], qm.qmatvec(p, x))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1], ids=lambda q: q.name)
+def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype):
+    """Rows of x that are the same vector give the same y (a group's running sum restarts for each
+    row), and the parallel kernel equals its serial twin bit for bit."""
+    rng = np.random.default_rng(10 + int(qtype))
+    raw = _asymmetric(qtype, 64, 128, rng)
+    p = pack(raw, qtype)
+    x = np.repeat(rng.standard_normal((1, 128)).astype(np.float32), 4, axis=0)
+    x[2] *= -3  # a row in between that differs
+    kernel = qm._kernel_of(p)
+    a, b = np.empty((4, 64), np.float32), np.empty((4, 64), np.float32)
+    kernel(*p.args, x, a)
+    qm.SERIAL[kernel](*p.args, x, b)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[0], a[1])
+    np.testing.assert_array_equal(a[0], a[3])
+    _check(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
