@@ -304,10 +304,7 @@ def unknown_token_ids(model) -> frozenset:
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return frozenset()
-    # a tokenizer built for one text (a window's first, loading.py) names the vocabulary's unknown
-    # token as the whole one does: read there, scoring that text does not build the whole vocabulary
-    raw = tok.raw if tok.for_every_text else tok._tok
-    name = getattr(raw.model, "unk_token", None)
+    name = tok.unknown_token()  # (a tokenizer built for one text answers without the whole)
     i = tok.token_to_id(name) if name else None
     return frozenset() if i is None else frozenset({int(i)})
 

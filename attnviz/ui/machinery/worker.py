@@ -6,9 +6,8 @@ into the state itself (set_model, set_result, set_checkpoints, the head scores).
 Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
 pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
 starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing.py
-measures it). Each is a snapshot (id, model,
-text, what the views want computed); Model.run refuses non-finite weights, so the window never
-receives NaN heatmaps."""
+measures it). Each is a snapshot (id, model, text, what the views want computed); Model.run refuses
+non-finite weights, so the window never receives NaN heatmaps."""
 
 from __future__ import annotations
 
@@ -498,5 +497,4 @@ class Worker(Runner):
 
 def _heads():  # the engine's head scores, imported when first scored (not at the window's start)
     from attnviz.engine.analysing import heads
-
     return heads
