@@ -55,7 +55,10 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
   time since the spawn (imports, window built, model loaded, first grid result, panels built,
   prediction computed, prediction painted). The model loads on a worker thread while the window is
-  built, so the milestones overlap rather than add up. No cold-cache runs for it.
+  built, so the milestones overlap rather than add up. Beside them, the CPU seconds (user and
+  system, every thread) the process has used when it paints: on a busy machine the wall time
+  grows with the other processes' load, the CPU seconds much less. With --baseline, the
+  baseline's milestones and CPU seconds are recorded too. No cold-cache runs for it.
 
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
 `attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
@@ -97,9 +100,11 @@ CASES = ("predict", "generate", "heads")
 
 # The window's process for the heads case: argv[1] the model, argv[2] a timeout in seconds. It
 # prints one JSON line {milestone: time.time() when reached} and exits 0 once the prediction is
-# painted, or exits 1 with the milestones reached when the timeout passes first.
+# painted, or exits 1 with the milestones reached when the timeout passes first; at the paint, the
+# line holds CPU_KEY too: the process's CPU seconds then.
+CPU_KEY = "CPU seconds at the paint (user + system)"
 HEADS_CHILD = r"""
-import json, os, sys, tempfile, time
+import json, os, resource, sys, tempfile, time
 T = {}
 def mark(name):
     T.setdefault(name, time.time())
@@ -135,6 +140,8 @@ class Painted(QObject):
         if (ev.type() == QEvent.Type.Paint and st.effects.analysis is not None
                 and w.predict_panel.top_table.rowCount() > 0 and "prediction painted" not in T):
             mark("prediction painted")
+            use = resource.getrusage(resource.RUSAGE_SELF)
+            T["CPU seconds at the paint (user + system)"] = use.ru_utime + use.ru_stime
             QTimer.singleShot(0, lambda: done(0))
         return False
 painted = Painted()
@@ -320,14 +327,15 @@ def memory_map() -> dict:
 
 def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tuple[float, dict]:
     """Seconds from spawning HEADS_CHILD on `model` (the code in `root`) to What heads do's first
-    prediction painted, and {milestone: seconds since the spawn}. A process that fails after the
+    prediction painted, and {milestone: seconds since the spawn} (and CPU_KEY: the process's CPU
+    seconds at the paint). A process that fails after the
     paint (while it exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
     env = {**_env(root), "QT_QPA_PLATFORM": "offscreen"}
     t0 = time.time()
     proc = subprocess.run([sys.executable, "-c", HEADS_CHILD, model, str(timeout)],
                           capture_output=True, text=True, env=env, cwd=root)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-    marks = {k: v - t0 for k, v in json.loads(lines[-1]).items()} if lines else {}
+    marks = {k: v if k == CPU_KEY else v - t0 for k, v in json.loads(lines[-1]).items()} if lines else {}
     said = "\n".join(l for l in proc.stderr.splitlines() if "propagateSizeHints" not in l).strip()[-2000:]
     if "prediction painted" not in marks:
         raise SystemExit(f"What heads do on {model}: exit status {proc.returncode}, reached "
@@ -342,6 +350,28 @@ def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tupl
 
 
 EXIT_PROBLEMS: list[str] = []  # heads_process's: a window process that failed while exiting
+
+
+def _milestones(runs: list) -> dict:
+    """Each milestone's median over heads_process's runs [(seconds, marks)], in order."""
+    reached = set.intersection(*(set(m) for _, m in runs)) - {CPU_KEY}
+    return dict(sorted(((k, round(statistics.median(m[k] for _, m in runs), 3)) for k in reached),
+                       key=lambda kv: kv[1]))
+
+
+def _heads_cpu(figures: list, who: str, runs: list, n) -> None:
+    """The CPU seconds the window's process used up to the paint (median of the runs that say),
+    as a figure and a line."""
+    cpu = [m[CPU_KEY] for _, m in runs if CPU_KEY in m]
+    if not cpu:
+        return
+    figures.append(record.figure(
+        f"What heads do, first result in the window, {who}: CPU seconds to the paint",
+        statistics.median(cpu), "s", runs=[round(c, 3) for c in cpu],
+        note="user + system seconds of the window's process (every thread) when it paints the "
+             "first prediction: less sensitive than the wall time to other processes' load"))
+    print(f"  CPU seconds to the paint ({who}): median {statistics.median(cpu):.2f}  runs "
+          f"{', '.join(f'{c:.2f}' for c in cpu)}", flush=True)
 
 
 def drop_page_cache() -> str | None:
@@ -577,31 +607,38 @@ def main() -> int:
                 print(f"heads    {short:13} not measured: no Gemma 3 270M GGUF (--gemma FILE)", flush=True)
                 continue
             heads_process(model)  # the files into the page cache
+            if baseline:
+                heads_process(model, root=baseline)
             runs, base = [], []
             for _ in range(args.heads_runs):
                 if baseline:
-                    base.append(heads_process(model, root=baseline)[0])
+                    base.append(heads_process(model, root=baseline))
                 runs.append(heads_process(model))
             times = [t for t, _ in runs]
             if baseline:
+                base_times = [t for t, _ in base]
                 figures.append(record.figure(
-                    f"{name}, baseline {base_commit}", statistics.median(base), "s", runs=base,
+                    f"{name}, baseline {base_commit}", statistics.median(base_times), "s", runs=base_times,
                     note=f"the code of {base_commit}, median of {args.heads_runs}, run for run "
                          f"alternating with this commit's"))
                 print(f"heads    {short:13} warm, baseline {base_commit}: median "
-                      f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}",
+                      f"{statistics.median(base_times):.2f} s  runs "
+                      f"{', '.join(f'{t:.2f}' for t in base_times)}", flush=True)
+                _heads_cpu(figures, f"{short}, baseline {base_commit}", base, None)
+                heads[f"{short}, baseline {base_commit}"] = _milestones(base)
+                print("  milestones, baseline (median s since the spawn): "
+                      + "; ".join(f"{k} {v:.2f}" for k, v in heads[f"{short}, baseline {base_commit}"].items()),
                       flush=True)
             figures.append(record.figure(
                 name, statistics.median(times), "s", runs=times, goal=goal,
                 note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
                      f"first prediction painted (the dock raised once the side panels are built), "
                      f"median of {args.heads_runs}"))
-            reached = set.intersection(*(set(m) for _, m in runs))
-            milestones = dict(sorted(((k, round(statistics.median(m[k] for _, m in runs), 3))
-                                      for k in reached), key=lambda kv: kv[1]))
+            milestones = _milestones(runs)
             heads[short] = milestones
             print(f"heads    {short:13} warm: median {statistics.median(times):.2f} s  "
                   f"runs {', '.join(f'{t:.2f}' for t in times)}", flush=True)
+            _heads_cpu(figures, short, runs, args.heads_runs)
             print("  milestones (median s since the spawn): "
                   + "; ".join(f"{k} {v:.2f}" for k, v in milestones.items()), flush=True)
         profiles["What heads do, milestones (s since the spawn)"] = heads

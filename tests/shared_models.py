@@ -2,8 +2,10 @@
 their files once a session: each later load of one gives a new Model (its own layer store, budget,
 KV cache, output head and tokenizer object) over the arrays the first load read, which no model
 writes to (tests/engine/test_shared_models.py edits one model and checks another). A load with a
-budget, a lazy load, a text to build the tokenizer for, a chosen memory budget or any other
-source goes to the engine's own load, which reads its files."""
+budget, a lazy load, a chosen memory budget or any other source goes to the engine's own load,
+which reads its files; so does a load with a text to build the tokenizer for, where the model's
+vocabulary is SentencePiece (the one kind a text changes: gguf_tokenizer builds it for the text),
+not MiniLM's WordPiece nor SmolLM2's byte-level BPE (a window's load names its first text)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from attnviz.engine import DEFAULT_MODEL, Model, resolve
 from attnviz.engine.reading.budget import LayerStore, chosen_budget
 from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.registry import smollm2_file
+from attnviz.engine.reading.token_text import SENTENCEPIECE
 
 MINILM = "all-MiniLM-L6-v2"
 
@@ -48,12 +51,14 @@ class SharingLoader:
         return name, str(where), license, kernels_on(), stat.st_mtime_ns, stat.st_size
 
     def __call__(self, name_or_dir=DEFAULT_MODEL, budget=None, eager=True, text=None):
-        key = self.key(name_or_dir, budget, eager) if text is None else None  # (a text: its own tokenizer)
+        key = self.key(name_or_dir, budget, eager)
         if key is None:
             return self.real(name_or_dir, budget=budget, eager=eager, text=text)
         first = self.first.get(key)
         if first is None:
             first = self.first[key] = self.real(name_or_dir)
+        if text is not None and first.tokenizer is not None and first.tokenizer.kind == SENTENCEPIECE:
+            return self.real(name_or_dir, budget=budget, eager=eager, text=text)  # (its own tokenizer)
         return fresh_model(first)
 
 

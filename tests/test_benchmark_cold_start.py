@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.cold_start import heads_process
+from benchmarks.cold_start import CPU_KEY, heads_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_heads_case_ends_when_the_first_prediction_is_painted():
     seconds, marks = heads_process("attnviz-toy-stdlib", timeout=120)
     assert seconds == marks["prediction painted"] > 0
+    assert 0 < marks.pop(CPU_KEY)  # the process's CPU seconds at the paint
     order = ["imports (Qt, attnviz.ui.app)", "window built (the model loading meanwhile)",
              "first grid result", "panels built", "prediction painted"]
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
@@ -32,7 +33,8 @@ def test_cases_lists_what_it_measures_and_refuses_an_unknown_one():
 
 def test_the_heads_case_alternates_with_the_baseline_run_for_run(monkeypatch, tmp_path):
     """--baseline: each of this code's window runs follows one of the baseline's, and the
-    baseline's median is recorded beside this code's (the processes replaced by stand-ins)."""
+    baseline's median, milestones and CPU seconds are recorded beside this code's (the processes
+    replaced by stand-ins)."""
     import benchmarks.cold_start as C
 
     calls = []
@@ -40,21 +42,27 @@ def test_the_heads_case_alternates_with_the_baseline_run_for_run(monkeypatch, tm
     def fake(model, timeout=120.0, root=C._ROOT):
         calls.append(root)
         t = 2.0 if root == C._ROOT else 3.0
-        return t, {"prediction painted": t}
+        return t, {"model loaded": t / 2, "prediction painted": t, C.CPU_KEY: t + 1}
     written = {}
     monkeypatch.setattr(C, "heads_process", fake)
-    monkeypatch.setattr(C.record, "write", lambda name, figures, **kw: written.setdefault("f", figures))
+    monkeypatch.setattr(C.record, "write", lambda name, figures, **kw: written.update(f=figures, **kw))
     monkeypatch.setattr(C, "find_gemma", lambda: None)
     monkeypatch.setattr(sys, "argv", ["cold_start", "--cases", "heads", "--heads-runs", "2",
                                       "--baseline", str(tmp_path)])
     assert C.main() == 0
     base = str(tmp_path)
-    assert calls == [C._ROOT, base, C._ROOT, base, C._ROOT]  # a first run for the page cache
+    assert calls == [C._ROOT, base, base, C._ROOT, base, C._ROOT]  # a first run each for the page cache
     figures = {f["name"]: f for f in written["f"]}
     smol = "What heads do, first result in the window, SmolLM2, warm cache"
     assert figures[smol]["value"] == 2.0
     (baseline,) = [f for name, f in figures.items() if name.startswith(smol + ", baseline")]
     assert baseline["value"] == 3.0 and baseline["runs"] == [3.0, 3.0]
+    cpu = {name: f["value"] for name, f in figures.items() if name.endswith("CPU seconds to the paint")}
+    assert sorted(cpu.values()) == [3.0, 4.0] and len(cpu) == 2
+    heads = written["details"]["profiles"]["What heads do, milestones (s since the spawn)"]
+    assert heads["SmolLM2"] == {"model loaded": 1.0, "prediction painted": 2.0}
+    (base_marks,) = [v for k, v in heads.items() if k.startswith("SmolLM2, baseline")]
+    assert base_marks == {"model loaded": 1.5, "prediction painted": 3.0}
 
 
 def test_each_timed_run_records_its_own_cpu_seconds_and_page_faults():

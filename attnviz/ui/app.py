@@ -44,13 +44,15 @@ def create_window(model: str | None = None, text: str | None = None,
     """The main window on the app's one state and runner (assemble), with its model already
     loading: the load starts on the worker thread before the widget modules (pyqtgraph: about half
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
-    from attnviz.ui.machinery.settings import app_settings, apply_memory_budget, saved_model
+    from attnviz.engine.computing.model import clean_text
+    from attnviz.ui.machinery.settings import app_settings, apply_memory_budget, saved_model, saved_text
 
     settings = settings if settings is not None else app_settings()
     apply_memory_budget(settings)  # before the first load
     state, worker = assemble(debounce_ms)
     source = model or saved_model(settings)
-    worker.load(source)
+    # the text MainWindow will show (as the state cleans it): the load builds its tokenizer for it
+    worker.load(source, text=clean_text(text if text is not None else saved_text(settings))[0])
 
     from attnviz.ui.window import MainWindow
 

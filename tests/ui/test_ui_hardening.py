@@ -95,7 +95,7 @@ def fifo_loader(request, monkeypatch):
     if request.param == "python-reader":
         import attnviz.engine
 
-        def load(source):
+        def load(source, text=None):
             with open(os.path.join(source, "model.safetensors"), "rb") as fh:  # blocks: no writer
                 fh.read(8)
             raise AssertionError("a FIFO without a writer gave data")
@@ -149,7 +149,7 @@ def slow_load(monkeypatch, minilm):
     calls = []
     real = attnviz.engine.load_model
 
-    def load(source):
+    def load(source, text=None):
         if source != "slow":
             return real(source)
         calls.append(source)

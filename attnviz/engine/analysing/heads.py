@@ -304,8 +304,8 @@ def unknown_token_ids(model) -> frozenset:
     tok = getattr(model, "tokenizer", None)
     if tok is None:
         return frozenset()
-    name = getattr(tok.raw.model, "unk_token", None)
-    i = tok.raw.token_to_id(name) if name else None
+    name = tok.unknown_token()  # (a tokenizer built for one text answers without the whole)
+    i = tok.token_to_id(name) if name else None
     return frozenset() if i is None else frozenset({int(i)})
 
 

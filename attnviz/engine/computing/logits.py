@@ -10,22 +10,30 @@ the float32 rows from its next pass on, where the memory budget allows. Either w
 product is the same call on the same float32 values: the logits are the same bits.
 
 A model whose layers are packed for the quantised kernels (the window: Weights.packed_types) packs
-its quantised unembedding too, when the head is built: the logits of a few rows (a keystroke's
-prediction, a generation step) are then one product on its blocks (engine/computing/qmatvec.py),
-equal to the float32 product within the kernels' bound, and no float32 copy is made for them.
+its quantised unembedding too, the first time the logits of a few rows are asked for (a generation
+step, a comparison's keystroke; not when the head is built: the window's first analysis reads many
+rows, which the kernels do not take): those logits are then one product on its blocks
+(engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound, and no
+float32 copy is made for them.
+
+A pass over a streamed table dequantises the next block on a thread of its own while this one
+multiplies by the block before, into two arrays it reuses: the same values and the same product
+call per block, so the same bits.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from attnviz.engine.errors import Cancelled, ModelLoadError, NoPrediction
 from attnviz.engine.computing.families import FAMILY
 from attnviz.engine.computing.layers import layer_norm, rms_norm
+from attnviz.engine.parallel import cores
 from attnviz.engine.reading.gguf_tensors import QuantRows
 
 
@@ -36,7 +44,21 @@ class LMHead:
     centred: bool  # LayerNorm (subtracts the mean) or RMSNorm
     eps: float
     w_u: np.ndarray  # [vocab, d_model] float32, or the file's table (QuantRows) under a memory budget
-    packed: object | None = None  # qpack.PackedMatrix of w_u: a few rows' logits on its blocks
+    pack: PackedUnembedding | None = None  # w_u packed for the kernels when first asked (packed)
+
+    @property
+    def packed(self):
+        """qpack.PackedMatrix of w_u (a few rows' logits on its blocks), packed on first use; None
+        where the head has no kernel copy."""
+        return None if self.pack is None else self.pack.get()
+
+    def packed_for(self, n_rows: int):
+        """The packed table where the kernels take a product of `n_rows` rows on it (qmatvec.takes),
+        packed now if it is not yet; None otherwise, without packing it."""
+        if self.pack is None or not self.pack.could_take(n_rows):
+            return None
+        pm = self.pack.get()
+        return pm if pm is not None and _kernels().takes(pm, n_rows) else None
 
     def normed(self, x):  # [..., d_model] -> [..., d_model]
         return (layer_norm if self.centred else rms_norm)(x, *self.norm, self.eps)
@@ -47,7 +69,8 @@ class LMHead:
 
 def build_head(model, pack: bool = True) -> LMHead:
     """The model's final norm and unembedding as an LMHead (GGUF's quantised output head stays in
-    the file's type, an Unembedding: its rows are checked as a pass dequantises them). pack=False:
+    the file's type, an Unembedding: its rows are checked as a pass dequantises them; its copy
+    packed for the kernels, where the model has one, is made when first asked). pack=False:
     no packed copy of the table for the kernels (a caller that streams the whole table).
     NoPrediction, in one line, for an encoder, a file missing its final norm or unembedding, or
     non-finite values in them."""
@@ -72,25 +95,54 @@ def build_head(model, pack: bool = True) -> LMHead:
                                "prediction needs finite numbers")
     return LMHead(norm=tuple(np.asarray(g, dtype=np.float32) for g in h.norm),
                   centred=FAMILY[cfg.family].norm is layer_norm, eps=cfg.norm_eps, w_u=w_u,
-                  packed=_packed_unembedding(model, h.unembed) if pack else None)
+                  pack=PackedUnembedding(h.unembed) if pack and _packs(model, h.unembed) else None)
 
 
-def _packed_unembedding(model, table):
-    """The quantised unembedding packed for the kernels (a qpack.PackedMatrix), its kernel warm,
-    where the model's layers are packed (the process asked for the kernels) and its type has a
-    kernel; None otherwise, and where a scale is not finite (the blocks' own check then names
-    the row)."""
+def _packs(model, table) -> bool:
+    """Whether the quantised unembedding gets a copy packed for the kernels: where the model's
+    layers are packed (the process asked for the kernels) and its type has a kernel."""
     if not model.weights.packed_types or not isinstance(table, QuantRows):
-        return None
-    from attnviz.engine.computing import qmatvec
+        return False
+    return _kernels().has_kernel(table.qtype)
+
+
+_UNPACKED = object()  # PackedUnembedding before its table is packed
+
+
+@dataclass(eq=False)
+class PackedUnembedding:
+    """A quantised unembedding's copy packed for the kernels (a qpack.PackedMatrix), made the
+    first time it is asked for (get), its kernel warm then; None where a scale is not finite (the
+    blocks' own check then names the row). Packing a 262,144-row table takes longer than a pass
+    over it, and a pass of many rows (the window's first analysis) never reads it."""
+    table: QuantRows
+    _pm: object = field(default=_UNPACKED, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def could_take(self, n_rows: int) -> bool:
+        """Whether a product of `n_rows` rows is few enough for the kernels (qmatvec.ROWS)."""
+        return 0 < n_rows < _kernels().ROWS.get(self.table.qtype, 0)
+
+    @property
+    def made(self) -> bool:
+        """Whether get() has packed the table (or found it cannot be)."""
+        return self._pm is not _UNPACKED
+
+    def get(self):
+        if self._pm is _UNPACKED:
+            with self._lock:
+                if self._pm is _UNPACKED:
+                    self._pm = _packed_table(self.table)
+        return self._pm
+
+
+def _packed_table(table):
     from attnviz.engine.reading.qpack import pack_parts
 
-    if not qmatvec.has_kernel(table.qtype):
-        return None
     pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
     if pm is None or not pm.finite:
         return None
-    qmatvec.warm([table.qtype], extras=False)  # (the head needs its kernel alone)
+    _kernels().warm([table.qtype], extras=False)  # (the head needs its kernel alone)
     return pm
 
 
@@ -153,8 +205,10 @@ class Unembedding:
         if n > FILL_PASSES:
             self.hold_after = -1
 
-    def block(self, v0: int) -> np.ndarray:
-        """Rows v0..v0 + VOCAB_BLOCK - 1 (v0 a multiple of VOCAB_BLOCK) as float32 [block, d_model]."""
+    def block(self, v0: int, buf: np.ndarray | None = None) -> np.ndarray:
+        """Rows v0..v0 + VOCAB_BLOCK - 1 (v0 a multiple of VOCAB_BLOCK) as float32 [block, d_model];
+        `buf` (float32 [VOCAB_BLOCK, d_model]): where the block is dequantised, not kept, it is
+        written there (the pass's reused array) rather than into a fresh one."""
         b = v0 // VOCAB_BLOCK
         kept = self._kept
         if kept is not None and self._filled[b]:
@@ -169,6 +223,8 @@ class Unembedding:
                 kept[v0:v0 + VOCAB_BLOCK] = self.table[v0:v0 + VOCAB_BLOCK]
                 self._filled[b] = True
         if kept is None:
+            if buf is not None and isinstance(self.table, QuantRows):
+                return self.table.rows_into(v0, buf[:min(VOCAB_BLOCK, self.shape[0] - v0)])
             return np.asarray(self.table[v0:v0 + VOCAB_BLOCK], dtype=np.float32)
         return kept[v0:v0 + VOCAB_BLOCK]
 
@@ -204,14 +260,15 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
     xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
     outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
-    if head.packed is not None:  # a few rows: one product on the packed blocks (module docstring)
+    if head.pack is not None:  # a few rows: one product on the packed blocks (module docstring)
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
         blocks = []
         for xn, out in zip(xns, outs):
             rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
-            if rows.shape[0] and _kernels().takes(head.packed, rows.shape[0]):
-                out[...] = _kernels().qlinear(rows, head.packed).reshape(out.shape)
+            packed = head.packed_for(rows.shape[0])
+            if packed is not None:
+                out[...] = _kernels().qlinear(rows, packed).reshape(out.shape)
             else:
                 blocks.append((xn, out))
         if not blocks:
@@ -219,16 +276,59 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
         xns, block_outs = [xn for xn, _ in blocks], [out for _, out in blocks]
     else:
         block_outs = outs
-    for v0 in range(0, V, VOCAB_BLOCK):
-        if stop is not None and stop():
-            raise Cancelled("a newer request replaced this one")
-        try:
-            w = np.asarray(head.w_u[v0:v0 + VOCAB_BLOCK])  # [block, d_model]
-        except ModelLoadError as exc:
-            raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
-        for xn, out in zip(xns, block_outs):
-            out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
+    with _Blocks(head.w_u) as blocks:
+        for v0 in range(0, V, VOCAB_BLOCK):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            try:
+                w = blocks.get(v0)  # [block, d_model]
+            except ModelLoadError as exc:
+                raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
+            for xn, out in zip(xns, block_outs):
+                out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
     return outs
+
+
+class _Blocks:
+    """A pass's blocks of w_u in order (get(v0) for v0 = 0, VOCAB_BLOCK, ...). For a streamed
+    Unembedding on more than one core, block v0 + VOCAB_BLOCK is dequantised on a thread of its own
+    while the caller multiplies by block v0, into the other of two arrays the pass reuses (the
+    block after it is read only once the caller asks for the next, so its array is free again).
+    A with-block: the thread is joined when the pass ends, a Cancelled or an error included."""
+
+    def __init__(self, w_u):
+        self.w_u = w_u
+        self.V = w_u.shape[0]
+        ahead = isinstance(w_u, Unembedding) and cores() > 1
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="attnviz-unembed") if ahead else None
+        self._bufs = ([np.empty((VOCAB_BLOCK, w_u.shape[1]), np.float32) for _ in range(2)]
+                      if isinstance(w_u, Unembedding) else None)
+        self._next = None  # (v0, future) of the block being read ahead
+
+    def _read(self, v0: int) -> np.ndarray:
+        buf = None if self._bufs is None else self._bufs[(v0 // VOCAB_BLOCK) % 2]
+        if buf is None:
+            return np.asarray(self.w_u[v0:v0 + VOCAB_BLOCK])
+        return self.w_u.block(v0, buf)
+
+    def get(self, v0: int) -> np.ndarray:
+        if self._pool is None:
+            return self._read(v0)
+        if self._next is not None and self._next[0] == v0:
+            w = self._next[1].result()
+        else:
+            w = self._read(v0)
+        nxt = v0 + VOCAB_BLOCK
+        self._next = (nxt, self._pool.submit(self._read, nxt)) if nxt < self.V else None
+        return w
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        return False
 
 
 def _kernels():  # qmatvec, imported where a head is packed (numba is loaded then)

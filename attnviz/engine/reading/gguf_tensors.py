@@ -67,12 +67,27 @@ class QuantRows:
                           else (-1, self.shape[1]))
         # kept quantised, this table is not scanned at load (dequantising it all would be a large
         # share of the load): the rows a run uses are checked as they are dequantised
+        self._check(out, lambda bad: np.arange(self.shape[0])[rows].reshape(-1)[bad])
+        return out
+
+    def rows_into(self, a: int, out: np.ndarray) -> np.ndarray:
+        """Rows a..a + len(out) - 1 dequantised into `out` (float32 [n, cols], C-contiguous) on
+        this thread, and checked: the values and the check indexing gives (a pass over the
+        vocabulary reuses one array for its blocks instead of a fresh one each). `out` returned."""
+        src = self._data[a:a + len(out)]
+        if not dequantize_into(src, self._qtype, out):  # (F16)
+            out[...] = np.asarray(dequantize(src, self._qtype), dtype=np.float32).reshape(out.shape)
+        self._check(out, lambda bad: a + bad)
+        return out
+
+    def _check(self, out: np.ndarray, row_of) -> None:
+        """ModelLoadError naming the first row of `out` that holds a non-finite value (row_of:
+        its index in `out` -> its row in the table)."""
         if not np.isfinite(out).all():
             bad = np.flatnonzero(~np.isfinite(out.reshape(-1, self.shape[1])).all(axis=1))[0]
-            row = np.arange(self.shape[0])[rows].reshape(-1)[bad]
+            row = row_of(bad)
             raise ModelLoadError(f"tensor {self.name} row {int(row)} (token id {int(row)}) holds "
                                  "non-finite values, expected finite numbers: the file is damaged")
-        return out
 
     def __array__(self, dtype=None, copy=None):
         return np.asarray(self[:], dtype=dtype)

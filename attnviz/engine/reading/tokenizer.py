@@ -104,6 +104,11 @@ class TextTokenizer:
                 skip_special_tokens and part.is_special(i))])
         return tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def unknown_token(self) -> str | None:
+        """The vocabulary's unknown token ([UNK], <unk>), None where it has none; a tokenizer built
+        for one text names it as the whole one does, without building the whole."""
+        return getattr(self._tok.model, "unk_token", None)
+
     def token_to_id(self, token: str) -> int | None:
         """The id of a token string of the vocabulary or its added tokens, else None."""
         part = self._vocabulary

@@ -8,7 +8,16 @@ newest wins per kind; results are written into `state.effects`.
   at once for a new query position or typed token. A model's first run (which keeps what prediction
   reads: Worker._prediction_read) is analysed even while the panel is hidden, so the panel, built
   after that run and shown then, has its result without waiting; once shown it analyses again only
-  what it lacks.
+  what it lacks. That first analysis starts as the result arrives, on a thread of its own below the
+  main thread: not after the pause, which the main thread's first paint and the side panels' build
+  would hold up, nor on the pool ahead of the first head scores.
+- after an analysis (AFTER_ANALYSIS_MS later: its prediction is painted first), on threads of
+  their own below the main thread: the model's tokenizer made whole where its load built it for
+  the first text (ui/machinery/loading.py make_vocabulary_whole), and the unembedding packed
+  for the kernels ('head-pack') where the model's head has a packed copy still to make
+  (engine/computing/logits.py makes it when a few rows' logits first ask): a keystroke, a
+  generation or a comparison's keystroke then finds them made, and the first analysis did not
+  wait for them.
 - lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
   (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
   cleared the moment the newer one arrives).
@@ -25,11 +34,15 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
+from attnviz.ui.machinery.loading import make_vocabulary_whole
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
+from attnviz.ui.machinery.tuning import below_the_main_thread
 
 log = logging.getLogger(__name__)
 
 ANALYSIS_KIND, LENS_GRID_KIND, SCAN_KIND = "effects", "lens-grid", "scan"
+PACK_KIND = "head-pack"
+AFTER_ANALYSIS_MS = 200  # an analysis's background work (_after_analysis) waits for its paint this long
 ANALYSIS_DELAY_MS = 50  # the analysis follows a new run once results pause this long (typing)
 SCAN_SOURCES = ("text", "probe")
 # The scan's threads (one BLAS thread each, the app's cap): every core but one, which stays free
@@ -62,6 +75,10 @@ class EffectsJobs(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(ANALYSIS_DELAY_MS)
         self._timer.timeout.connect(self.request_analysis)
+        self._after = QTimer(self)  # an analysis in: the work that waits for its paint (_after_analysis)
+        self._after.setSingleShot(True)
+        self._after.setInterval(AFTER_ANALYSIS_MS)
+        self._after.timeout.connect(self._after_analysis)
         self._scan_id = None  # the newest scan's job id (None: none running)
         self.last_analysis_s = 0.0  # the last analysis job's own time (benchmarks)
         self._ahead = True  # the model's first run is still to be analysed, the panel shown or not
@@ -76,6 +93,7 @@ class EffectsJobs(QObject):
         st.sigQueryChanged.connect(lambda _q: self.request_analysis())
         st.sigTextChanged.connect(self._on_text)
         st.sigModelChanged.connect(self._on_model)
+        st.sigResultChanged.connect(self._on_result)  # (connected before the views: called first)
 
     def _on_model(self, _model) -> None:
         self.cancel_scan()
@@ -85,10 +103,21 @@ class EffectsJobs(QObject):
 
     def _on_shown(self) -> None:
         """The panel shown: analysed now, unless the analysis of what it shows is there already
-        (made ahead, from the model's first run)."""
+        or on its way (made ahead, from the model's first run)."""
         st = self.state
-        if st.effects.analysis_of(st.result) is None:
+        if st.effects.analysis_of(st.result) is None and not self._on_its_way():
             self.request_analysis()
+
+    def _on_its_way(self) -> bool:
+        """Whether the newest analysis job is still running and is of what the window shows now
+        (its run, query position and typed tokens)."""
+        st, eff = self.state, self.state.effects
+        job = self.worker.running(ANALYSIS_KIND)
+        run = eff.run_of(st.result)
+        if job is None or run is None or run.ablation != eff.ablation:
+            return False
+        model, of_run, pos, target, alt = job.request
+        return model is st.model and of_run is run and (pos, target, alt) == (st.query_pos, eff.target, eff.alt)
 
     def _on_text(self, _text) -> None:
         """A keystroke: a queued or running analysis is stale, and one waiting for results to pause
@@ -106,6 +135,11 @@ class EffectsJobs(QObject):
         if self._grid_wanted and run is not None and self._is_current(run):
             self._grid_wanted = False
             self._lens_grid_of(run)
+
+    def _on_result(self, result) -> None:
+        """The model's first run shown: its analysis (ahead) starts now, before the views paint."""
+        if self._ahead and result is not None and self.state.effects.run_of(result) is not None:
+            self.request_analysis()
 
     def _is_current(self, run) -> bool:
         """Whether `run` is of the window's text and ablation (no newer run is on its way for it)."""
@@ -125,15 +159,18 @@ class EffectsJobs(QObject):
         if not (eff.wanted or self._ahead) or run is None or st.result.text != st.text:  # (a newer text is on its way)
             self.worker.cancel(ANALYSIS_KIND)
             return
+        lane = THREAD if self._ahead else POOL  # (the first: module docstring)
         self._ahead = False
         model, pos, target, alt = st.model, st.query_pos, eff.target, eff.alt
         job_id = self.worker.claim(ANALYSIS_KIND)
         stale = lambda: not self.worker.is_newest(ANALYSIS_KIND, job_id)  # noqa: E731  (a keystroke)
 
         def work():  # stops between blocks of the unembedding once stale (Cancelled, unheard)
+            if lane == THREAD:
+                below_the_main_thread()
             t0 = time.perf_counter()
             return (*analyse_typed(model, run, pos, target, alt, stop=stale), time.perf_counter() - t0)
-        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), POOL,
+        self.worker.submit(ANALYSIS_KIND, work, self._on_analysis, (model, run, pos, target, alt), lane,
                            job_id=job_id)
 
     def _on_analysis(self, request, value, error) -> None:
@@ -141,6 +178,7 @@ class EffectsJobs(QObject):
         st, eff = self.state, self.state.effects
         if model is not st.model or run is not eff.run:
             return
+        self._after.start()  # (the first prediction painted before the background work starts)
         if error is not None:
             eff.set_analysis(None, describe_error(error))
             if not isinstance(error, (NoPrediction, InputError)):
@@ -148,6 +186,30 @@ class EffectsJobs(QObject):
             return
         analysis, note, self.last_analysis_s = value
         eff.set_analysis(analysis, note, of=request[1:])
+
+    def _after_analysis(self) -> None:
+        """What an analysis's model still has to make, on threads of their own: its tokenizer for
+        every text (a load built it for one: loading.py) and its head's copy for the kernels."""
+        model = self.state.model
+        if model is None:
+            return
+        make_vocabulary_whole(self.worker, model)
+        self._pack_head(model)
+
+    def _pack_head(self, model) -> None:
+        """The head's copy packed for the kernels made now, where it is still to make (module
+        docstring)."""
+        try:
+            pack = model.lm_head().pack
+        except NoPrediction:  # (an analysis of this model said so already)
+            return
+        if pack is None or pack.made or self.worker.running(PACK_KIND) is not None:
+            return
+
+        def work():
+            below_the_main_thread()
+            pack.get()
+        self.worker.submit(PACK_KIND, work, lambda *_: None, model, THREAD)
 
     # --- the full lens grid, on demand -------------------------------------------------------------
     def request_lens_grid(self) -> None:

@@ -1,6 +1,12 @@
 """Model loads as the worker runs them (ui/machinery/worker.py) on threads of their own: a load
 checked by a trial run before the window takes the model, and a model's training checkpoints with
-every checkpoint's weights preloaded."""
+every checkpoint's weights preloaded.
+
+A load is told the text the window will run first: a GGUF file's SentencePiece vocabulary then
+builds a tokenizer for that text (the same tokens: engine/reading/gguf_model.py gguf_tokenizer),
+which takes a fraction of the whole vocabulary's build, and the window's first result does not
+wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
+before a keystroke's new text would ask for it."""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from attnviz.engine.computing.request import RunRequest
 class LoadRequest:
     id: int
     source: str  # a model name or a folder
+    text: str = ""  # the text the window runs first ("": none known)
 
 
 def checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weights loaded
@@ -26,8 +33,9 @@ def checkpoints_of(model):  # -> CheckpointSet | None, every checkpoint's weight
 TRIAL_IDS = 3  # token ids a freshly loaded model runs before the window takes it
 
 
-def load_checked(source: str):
-    """load_model, then a trial run on a few token ids: a model whose weights are finite but give
+def load_checked(source: str, text: str = ""):
+    """load_model (its tokenizer built for `text` first, where the file's vocabulary can: module
+    docstring), then a trial run on a few token ids: a model whose weights are finite but give
     non-finite patterns (a 1e38 weight overflows in q.k) is refused here, as a load that failed, so
     the window keeps the model, sentence and heatmaps it had, rather than take a model it cannot
     show."""
@@ -35,8 +43,36 @@ def load_checked(source: str):
 
     from attnviz.engine import load_model
 
-    model = load_model(source)
+    model = load_model(source, text=text or None)
     with np.errstate(all="ignore"):  # the engine names the broken layer itself
         model.run(ids=list(range(min(TRIAL_IDS, int(model.config.vocab_size)))),
                   request=RunRequest(use_cache=False))
     return model
+
+
+VOCABULARY_KIND = "vocabulary"  # the runner's job of make_vocabulary_whole
+
+
+def make_vocabulary_whole(worker, model) -> None:
+    """Build `model`'s tokenizer for every text on a thread of its own below the main thread
+    (a job of `worker`, the app's runner), where its load built it for one text; once per model."""
+    from attnviz.ui.machinery.runner import THREAD
+    from attnviz.ui.machinery.tuning import below_the_main_thread
+
+    tok = getattr(model, "tokenizer", None)
+    if tok is None or getattr(tok, "for_every_text", True) or worker.running(VOCABULARY_KIND) is not None:
+        return
+
+    def work():
+        below_the_main_thread()
+        complete_vocabulary(model)
+    worker.submit(VOCABULARY_KIND, work, lambda *_: None, model, THREAD)
+
+
+def complete_vocabulary(model) -> None:
+    """The model's tokenizer for every text, where the load built it for one text only (its
+    `raw` builds the whole vocabulary once, under its lock: a keystroke's run that needs it
+    meanwhile waits for this build rather than start its own)."""
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None and not getattr(tok, "for_every_text", True):
+        tok.raw

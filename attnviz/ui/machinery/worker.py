@@ -6,9 +6,8 @@ into the state itself (set_model, set_result, set_checkpoints, the head scores).
 Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
 pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
 starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing.py
-measures it). Each is a snapshot (id, model,
-text, what the views want computed); Model.run refuses non-finite weights, so the window never
-receives NaN heatmaps."""
+measures it). Each is a snapshot (id, model, text, what the views want computed); Model.run refuses
+non-finite weights, so the window never receives NaN heatmaps."""
 
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from attnviz.engine.computing.longdoc import LongRun
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
-from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked
+from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
 from attnviz.ui.machinery.score_timing import ScoreTiming
 from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
@@ -194,6 +193,8 @@ class Worker(Runner):
             return
         from attnviz.engine.analysing.effects import WindowRun
 
+        if not req.trace:  # (a run kept for the analysis: after it, effects_jobs)
+            make_vocabulary_whole(self, req.model)
         if isinstance(result, LongRun):  # shown by the long view; the dense views show none
             self.state.long.set_run(result)
             self.state.set_result(None)
@@ -424,12 +425,14 @@ class Worker(Runner):
                              "" if error is None else describe_error(error))
 
     # --- model loads --------------------------------------------------------------------------
-    def load(self, source: str) -> LoadRequest:
+    def load(self, source: str, text: str | None = None) -> LoadRequest:
         """Load a model (name, folder or file) on a thread of its own; the newest load wins. The
-        model shown until then stays usable: runs on it go on in the pool."""
-        req = LoadRequest(self.claim("load"), str(source))
+        model shown until then stays usable: runs on it go on in the pool. `text`: the text the
+        window will run first (default: the state's), which its tokenizer is built for first
+        (ui/machinery/loading.py)."""
+        req = LoadRequest(self.claim("load"), str(source), self.state.text if text is None else str(text))
         self.state.set_loading(req.source)
-        self.submit("load", lambda: load_checked(req.source), self._on_load_done, req, THREAD,
+        self.submit("load", lambda: load_checked(req.source, req.text), self._on_load_done, req, THREAD,
                     job_id=req.id)
         return req
 
@@ -494,5 +497,4 @@ class Worker(Runner):
 
 def _heads():  # the engine's head scores, imported when first scored (not at the window's start)
     from attnviz.engine.analysing import heads
-
     return heads

@@ -1,0 +1,103 @@
+"""A pass over a quantised unembedding (engine/computing/logits.py) as the window's first analysis
+makes it: the next block dequantised on a thread of its own while this one multiplies, into two
+reused arrays, gives the bits of a pass that reads each block in turn; a damaged row it reads ahead
+is named when the pass reaches it; a pass stopped or failed leaves no thread behind. And the
+table's copy packed for the kernels is made the first time a few rows ask for it, not when the
+head is built, and gives the logits a head packed at once gives."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine.computing import logits as L
+from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.errors import Cancelled, NoPrediction
+from attnviz.engine.reading import qpack
+from gguf_files import Q, gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+BLOCK = 7  # rows per block here: the tiny vocabulary in several blocks, the last one shorter
+
+
+def tiny(tmp_path, qtype, damage=None):
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    if damage is not None:
+        tensors["output.weight"][damage] = np.nan
+    return load_gguf(write_gguf(tmp_path / f"{qtype.name}.gguf", cfg, tensors, qtype))
+
+
+def rows_of(model, n, seed=0):  # final-norm inputs [n, d_model]
+    return np.random.default_rng(seed).standard_normal((n, model.config.d_model)).astype(np.float32)
+
+
+def readers() -> list:
+    return [t for t in threading.enumerate() if t.name.startswith("attnviz-unembed")]
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_1])
+def test_a_pass_reading_ahead_gives_the_bits_of_a_pass_reading_each_block_in_turn(tmp_path, monkeypatch, qtype):
+    monkeypatch.setattr(L, "VOCAB_BLOCK", BLOCK)
+    model = tiny(tmp_path, qtype)
+    head = model.lm_head()
+    assert isinstance(head.w_u, L.Unembedding) and head.w_u.shape[0] % BLOCK
+    xs = [rows_of(model, 19), rows_of(model, 1, 1)]
+    monkeypatch.setattr(L, "cores", lambda: 2)  # (a thread reads ahead, whatever this machine has)
+    ahead = L.vocab_logits_of(head, xs)
+    monkeypatch.setattr(L, "cores", lambda: 1)  # each block read when the pass reaches it
+    in_turn = L.vocab_logits_of(head, xs)
+    whole = np.asarray(head.w_u.table, np.float32)  # the table dequantised at once, block by block
+    for a, b, x in zip(ahead, in_turn, xs):
+        assert np.array_equal(a, b)
+        xn = head.normed(x)
+        want = np.concatenate([xn @ whole[v0:v0 + BLOCK].T for v0 in range(0, len(whole), BLOCK)], axis=-1)
+        assert np.array_equal(a, want)
+    assert head.w_u.rows_held == 0 and readers() == []
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf.quants quantising a NaN row
+def test_a_damaged_row_read_ahead_is_named_when_the_pass_reaches_its_block(tmp_path, monkeypatch):
+    monkeypatch.setattr(L, "VOCAB_BLOCK", BLOCK)
+    monkeypatch.setattr(L, "cores", lambda: 2)
+    model = tiny(tmp_path, Q.Q8_0, damage=2 * BLOCK + 3)  # the third block: read ahead of the second
+    head = model.lm_head()
+    with pytest.raises(NoPrediction, match=rf"the unembedding cannot be used for prediction: tensor "
+                                           rf"output.weight row {2 * BLOCK + 3} \(token id {2 * BLOCK + 3}\) "
+                                           r"holds non-finite"):
+        L.vocab_logits(head, rows_of(model, 3))
+    assert readers() == []
+    asked = []
+
+    def stop():  # stops before the third block: its damage is never reported
+        asked.append(1)
+        return len(asked) > 2
+    with pytest.raises(Cancelled):
+        L.vocab_logits(head, rows_of(model, 3), stop)
+    assert len(asked) == 3 and readers() == []
+
+
+@pytest.fixture
+def kernels():
+    pytest.importorskip("numba")
+    qpack.ask_for_kernels()  # as the window asks (conftest puts it back)
+    yield
+
+
+def test_the_packed_copy_is_made_when_a_few_rows_first_ask_and_gives_the_logits_of_one_packed_at_once(
+        tmp_path, kernels):
+    from attnviz.engine.computing import qmatvec as qm
+
+    model = tiny(tmp_path, Q.Q8_0)
+    head = model.lm_head()
+    assert head.pack is not None and head.pack._pm is L._UNPACKED  # not packed with the head
+    many = rows_of(model, qm.ROWS[Q.Q8_0])
+    float32 = L.vocab_logits(L.LMHead(head.norm, head.centred, head.eps, head.w_u), many)
+    assert np.array_equal(L.vocab_logits(head, many), float32)  # the blocks' product: bit for bit
+    assert head.pack._pm is L._UNPACKED  # too many rows for the kernels: still not packed
+    one = rows_of(model, 1, 2)
+    got = L.vocab_logits(head, one)
+    assert head.pack._pm is not L._UNPACKED and head.packed is head.pack.get()  # packed now, once
+    at_once = L._packed_table(head.w_u.table)  # what building the head packed before
+    assert qm.takes(at_once, 1)
+    assert np.array_equal(got, qm.qlinear(head.normed(one).astype(np.float32), at_once))
+    assert head.packed_for(len(many)) is None and head.packed_for(1) is head.packed

@@ -1,0 +1,79 @@
+"""A window on a GGUF model with a SentencePiece vocabulary: its load builds the tokenizer for the
+text the window opens with (ui/machinery/loading.py), so the first result does not wait for the
+whole vocabulary; the whole one is built on a thread of its own after the first analysis, and every
+text, the first and the ones typed after, gets the tokens the whole vocabulary gives."""
+
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing.heads import unknown_token_ids
+from attnviz.ui.machinery import loading as W
+from windows import WAIT, open_window, wait_for_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from gguf_files import spm_vocab_kv, write_gguf  # noqa: E402
+
+TEXT = "The keys to the cabinet are on the table."
+TYPED = TEXT + " Zebras quietly graze."
+
+
+def spm_model(path: Path) -> Path:
+    """A one-layer Llama GGUF (with its MLP and final norm: it predicts) on Mistral's vocabulary."""
+    kv = spm_vocab_kv()
+    n_vocab, d, f = len(kv["tokenizer.ggml.tokens"]), 16, 8
+    cfg = {"model_type": "llama", "hidden_size": d, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "num_hidden_layers": 1, "intermediate_size": f, "vocab_size": n_vocab,
+           "max_position_embeddings": 64}
+    rng = np.random.default_rng(0)
+    normal = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    tensors = {"token_embd.weight": normal(n_vocab, d), "blk.0.attn_norm.weight": np.ones(d, np.float32),
+               "blk.0.attn_q.weight": normal(d, d), "blk.0.attn_k.weight": normal(8, d),
+               "blk.0.attn_v.weight": normal(8, d), "blk.0.attn_output.weight": normal(d, d),
+               "blk.0.ffn_norm.weight": np.ones(d, np.float32), "blk.0.ffn_gate.weight": normal(f, d),
+               "blk.0.ffn_up.weight": normal(f, d), "blk.0.ffn_down.weight": normal(d, f),
+               "output_norm.weight": np.ones(d, np.float32)}
+    return write_gguf(path, cfg, tensors, extra_kv=kv)
+
+
+def test_the_window_loads_a_tokenizer_for_its_text_and_makes_it_whole_after_the_first_analysis(
+        qtbot, tmp_path, monkeypatch):
+    path = spm_model(tmp_path / "spm.gguf")
+    whole = load_model(path)  # the tokenizer for every text, built at load
+    assert whole.tokenizer.for_every_text
+    gate, built = threading.Event(), []
+    real = W.complete_vocabulary
+
+    def held(model):
+        assert gate.wait(WAIT / 1000)
+        real(model)
+        built.append(model)
+    monkeypatch.setattr(W, "complete_vocabulary", held)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(path), text=TEXT, panels=("predict",))
+        st, eff = w.state, w.state.effects
+        model = st.model
+        assert not model.tokenizer.for_every_text  # built for the window's first text
+        assert st.result.input_ids.tolist() == whole.tokenizer.encode(TEXT).ids
+        assert list(st.result.labels) == whole.tokenizer.encode(TEXT).labels
+        qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
+        qtbot.waitUntil(lambda: w.worker.running(W.VOCABULARY_KIND) is not None,  # after the analysis
+                        timeout=WAIT)
+        assert not model.tokenizer.for_every_text  # (the first head scores did not build it either)
+        assert unknown_token_ids(model) == unknown_token_ids(whole) == {whole.tokenizer.token_to_id("<unk>")}
+        assert not model.tokenizer.for_every_text
+        a = eff.analysis
+        assert [a.label(i) for i in a.clean.top_ids] == [whole.tokenizer.labels_for_ids([int(i)])[1][0]
+                                                         for i in a.clean.top_ids]
+    finally:
+        gate.set()
+    w.worker.wait_idle()
+    assert built == [model] and model.tokenizer.for_every_text  # whole now, on its own thread
+    w.set_text(TYPED)
+    wait_for_text(qtbot, w, TYPED)
+    assert st.result.input_ids.tolist() == whole.tokenizer.encode(TYPED).ids
+    w.worker.wait_idle()
+    assert built == [model] and w.worker.running(W.VOCABULARY_KIND) is None  # once a model
