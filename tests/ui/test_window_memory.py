@@ -64,3 +64,23 @@ def test_a_window_loading_another_model_frees_the_one_it_had_and_b(qtbot, tmp_pa
         freed(qtbot, a, b)
         a = weakref.ref(w.state.model)
     w.worker.wait_idle()
+
+
+def test_a_closed_compare_panel_keeps_no_comparison(qtbot, tmp_path):
+    """The panel's caches (the comparison its tiles last painted, the result its strip last fitted)
+    hold it weakly: a closed panel paints no more, and B, then A once replaced, are freed."""
+    w = comparing_window(qtbot, tmp_path, "w")
+    qtbot.addWidget(w)
+    panel = w.compare_panel
+    qtbot.waitUntil(lambda: len(panel.tile_rects) > 0, timeout=WAIT)  # the tiles painted
+    assert panel.strip.heightForWidth(panel.strip.width()) > 0  # as the layout asks
+    a, b = weakref.ref(w.state.model), weakref.ref(w.worker.compare_jobs.b)
+    c = weakref.ref(w.worker.compare_jobs.comparison)
+    w.compare_dock.close()  # leaves Compare
+    qtbot.waitUntil(lambda: w.worker.compare_jobs.b is None, timeout=WAIT)
+    freed(qtbot, b, c)
+    w.load_model(TOY_MODEL)
+    qtbot.waitUntil(lambda: w.state.model is not None and a() is not w.state.model
+                    and w.state.result is not None and w.state.result.n_tokens > 0, timeout=WAIT)
+    freed(qtbot, a)
+    w.worker.wait_idle()

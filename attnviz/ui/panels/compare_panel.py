@@ -13,6 +13,7 @@ Stop comparing (or closing the panel) frees B. Export writes the picture and its
 from __future__ import annotations
 
 import json
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,11 @@ from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
 BAR_W, FOCUS_BAR_W = 70, 70  # px right of the tiles for the colour bar and its labels
+
+
+def _dead():
+    """A weak reference to nothing: the panel's caches before their first comparison."""
+    return None
 
 
 class Canvas(QWidget):
@@ -158,9 +164,11 @@ class ComparePanel(QWidget):
         self.focus_rects: list[QRectF] = []
         self.focus_titles: list[str] = []
         self.tile_T = 0
-        self._tiles_of = None  # the comparison the tiles last painted
+        # the panel's caches hold a comparison weakly: a model A replaced (and B closed) while the
+        # layout asks nothing more or the panel is hidden must not keep their runs and models alive
+        self._tiles_of = _dead  # the comparison the tiles last painted
         self.strip_cells: list[QRectF] = []
-        self._strip_fitted = (None, 0, 0.0)  # (result, width, height) the strip's rows last needed
+        self._strip_fitted = (_dead, 0, 0.0)  # (result, width, height) the strip's rows last needed
         self.map_layout = None
         self._later = QTimer(self)
         self._later.setSingleShot(True)
@@ -190,7 +198,7 @@ class ComparePanel(QWidget):
         self.induction.setText(self.induction_text())
         for canvas in (self.tiles, self.strip, self.focus):
             canvas.refit()
-        if self.jobs.comparison is not self._tiles_of and self.isVisible():
+        if self.jobs.comparison is not self._tiles_of() and self.isVisible():
             # a new comparison: the tiles and the strip painted now, in this turn, and the grid's
             # A − B in a turn of its own after it (one turn for all three holds the main thread
             # longer than typing's frame)
@@ -267,7 +275,8 @@ class ComparePanel(QWidget):
         return [F.weight_rgb(x, self.state.colormap) for x in mats], None
 
     def _paint_tiles(self, p: QPainter, w: int, h: int) -> None:
-        c = self._tiles_of = self.jobs.comparison
+        c = self.jobs.comparison
+        self._tiles_of = _dead if c is None else weakref.ref(c)
         self.tile_rects, self.tile_titles = [], []
         if c is None or c.doc is None:
             return
@@ -312,8 +321,9 @@ class ComparePanel(QWidget):
             return 0.0
         # (the layout asks again for each width it tries: a long text's labels measured once)
         result, at, _ = self._strip_fitted
-        if result is not c.result or at != width:  # (by identity: a result's == compares arrays)
-            self._strip_fitted = (c.result, width, F.strip_fit_height(c.result.labels, width - 8) + 8)
+        if result() is not c.result or at != width:  # (by identity: a result's == compares arrays)
+            fit = F.strip_fit_height(c.result.labels, width - 8) + 8
+            self._strip_fitted = (weakref.ref(c.result), width, fit)
         return self._strip_fitted[2]
 
     def tile_cell(self, head: int, q: int, k: int) -> tuple[float, float]:
