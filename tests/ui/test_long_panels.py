@@ -14,10 +14,10 @@ from windows import PARAGRAPH, PROMPT, WAIT, open_window, scores_settled, widget
 from attnviz.engine.computing.request import RunRequest
 
 LONG = PARAGRAPH * 4
-# the window multiplies on the quantised blocks (the kernels), the reference run its float32 copy
-# (BLAS): the same weights to float32 rounding (docs/models.md), which 30 layers grow to at most this
-# fraction of each weight; distance, a mean of |q - k| weighted by them, moves by that fraction of its
-# size, entropy (bits) by that fraction of its size plus 1/ln 2 bits
+# the window multiplies on the quantised blocks (the kernels), the reference run on its float32 copy
+# (BLAS): the same weights to float32 rounding (docs/models.md), each weight within this fraction of
+# itself after 30 layers; distance, a mean of |q - k| weighted by them, then moves by that fraction of
+# its size, entropy (bits, -sum a log2 a) by that fraction of (its size + 1/ln 2 bits)
 WEIGHT_RTOL = 1e-4
 METRIC_TOL = {"distance": (0.0, WEIGHT_RTOL), "entropy": (WEIGHT_RTOL / np.log(2), WEIGHT_RTOL)}
 
