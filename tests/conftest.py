@@ -136,3 +136,17 @@ def _kernels_as_before_each_test():
     was = qpack.kernels_on()
     yield
     qpack.ask_for_kernels(was)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _malloc_as_the_test_process_started():
+    """A command run in this process (cli.main) would set glibc's malloc for a one-shot process
+    (pages.reuse_freed_memory: freed memory kept and handed out again), for every test after it: a
+    later test's large array could then come from a heap NumPy advised earlier. The setting itself
+    is tested in a process of its own (tests/engine/test_pages.py)."""
+    from attnviz.engine.reading import pages
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(pages, "reuse_freed_memory", lambda: False)
+    yield
+    mp.undo()
