@@ -33,11 +33,12 @@ def test_the_jsd_map_fills_its_box_and_a_click_focuses_the_head(qtbot, tmp_path,
         panel = w.compare_panel
         w.compare_dock.raise_()
         w.worker.wait_idle()
-        drain_events()
-        drain_events()
-        qtbot.waitUntil(lambda: panel.map_layout is not None
-                        and panel.map_layout.width == panel.map.width()
-                        and panel.map_layout.height == panel.map.height(), timeout=WAIT)
+
+        def settled():  # after every pending event (a scroll bar shown re-lays the panel out)
+            drain_events()
+            return (panel.map_layout is not None and panel.map_layout.width == panel.map.width()
+                    and panel.map_layout.height == panel.map.height())
+        qtbot.waitUntil(settled, timeout=WAIT)
         lay, box = panel.map_layout, panel.map
         hm = panel.head_map()
         n_layer, n_head = hm.values.shape
