@@ -10,8 +10,21 @@ before a keystroke's new text would ask for it."""
 
 from __future__ import annotations
 
+import html.entities  # noqa: F401  (see below)
 from dataclasses import dataclass
+
 from attnviz.engine.computing.request import RunRequest
+
+
+# Packages that the kernels' module (numba, imported on a load's thread when it packs a GGUF model)
+# and the window's widgets (pyqtgraph, imported on the main thread meanwhile) both import, and whose
+# __init__ imports a submodule of its own: CPython's module locks deadlock when one thread imports
+# the package while another imports that submodule (the second fails with KeyError in
+# _find_and_load), so they are imported here, on the main thread, before a load starts.
+try:
+    import colorama  # noqa: F401
+except ImportError:  # (neither imports it then)
+    pass
 
 
 @dataclass(frozen=True)
