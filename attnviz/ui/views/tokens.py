@@ -75,9 +75,14 @@ class TokenStrip(QWidget):
         self.labels, self.special, self.query = labels, special, query
         if self.isVisible() and self.height() > 0:
             lines = max(1, (self.height() - 3) // self._line_step())
-            if self._wrap(self.width(), self.MAX_LINES)[0] != self.height():
+            full = self._wrap(self.width(), self.MAX_LINES)
+            if full[0] != self.height():
                 self._resize_timer.start()  # (re)started per result: resize once typing pauses
-            self._layout(self.width(), lines, tail=True)
+            if full[4] == 0 and full[0] <= self.height():
+                # every token fits the strip's lines: the tail layout is this one (wrapped once)
+                _, self._rects, self._first, self._head_rect, self._more = full
+            else:
+                self._layout(self.width(), lines, tail=True)
         else:
             self._height = self._layout(self.width(), self.MAX_LINES)
             self.updateGeometry()

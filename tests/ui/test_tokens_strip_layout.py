@@ -1,0 +1,59 @@
+"""The token strip lays a result out once when every token fits its lines (a keystroke's slots),
+and the boxes it shows are the tail layout's either way: the newest tokens after a "… N" box when
+the strip has too few lines."""
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest  # noqa: E402
+
+from attnviz.ui.views.tokens import TokenStrip  # noqa: E402
+
+WIDTH = 300
+
+
+def shown_strip(qtbot, lines: int) -> TokenStrip:
+    strip = TokenStrip()
+    qtbot.addWidget(strip)
+    strip.show()
+    strip.resize(WIDTH, lines * strip._line_step() + 3)  # exactly `lines` lines tall
+    qtbot.waitUntil(lambda: strip.isVisible() and strip.width() == WIDTH
+                    and (strip.height() - 3) // strip._line_step() == lines, timeout=5000)
+    return strip
+
+
+def shown_layout(strip: TokenStrip):
+    return ([(r.x(), r.y(), r.width(), r.height()) for r in strip._rects], strip._first,
+            strip._head_rect, strip.more)
+
+
+@pytest.mark.parametrize("lines", [1, 2, 4])
+def test_strip_shows_the_tail_layout_for_every_length(qtbot, lines):
+    strip = shown_strip(qtbot, lines)
+    words = [f"·w{i % 7}{'x' * (i % 5)}" for i in range(80)]
+    for n in range(0, 80, 3):
+        labels = words[:n]
+        strip.set_tokens(labels, [False] * n, None)
+        height, rects, first, head, more = strip._wrap(strip.width(), lines, tail=True)
+        assert shown_layout(strip) == ([(r.x(), r.y(), r.width(), r.height()) for r in rects],
+                                       first, head, more), n
+    if lines < TokenStrip.MAX_LINES:  # the longest overflowed: the newest tokens after a "… N" box
+        assert strip._head_rect is not None and strip._first > 0
+    else:  # at full height: the first tokens, then "… N more"
+        assert strip._head_rect is None and strip.more > 0
+
+
+def test_fitting_tokens_are_wrapped_once_and_overflowing_ones_twice(qtbot, monkeypatch):
+    strip = shown_strip(qtbot, 1)
+    calls = []
+    wrap = strip._wrap
+    monkeypatch.setattr(strip, "_wrap", lambda *a, **k: calls.append(a) or wrap(*a, **k))
+    strip.set_tokens(["The", "·cat"], [False, False], 1)
+    assert len(calls) == 1 and strip._head_rect is None and strip.more == 0
+    assert [r.x() for r in strip._rects][0] == 2 and len(strip._rects) == 2
+    calls.clear()
+    many = [f"·token{i}" for i in range(40)]  # far more than one line holds
+    strip.set_tokens(many, [False] * 40, None)
+    assert len(calls) == 2  # the strip's full height, then the newest tokens' tail layout
+    assert strip._head_rect is not None and strip._first + len(strip._rects) == 40
