@@ -18,6 +18,8 @@ position's row in every head [n_layer, n_head, T]: what the token that chose it 
 
 from __future__ import annotations
 
+import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,6 +32,7 @@ from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
 from attnviz.engine.computing.request import RunRequest
 
 TOP_K = 5
+log = logging.getLogger(__name__)
 
 
 class _StepTrace(Trace):
@@ -140,6 +143,38 @@ def generate(model, text: str | None = None, *, ids=None, max_new: int, temperat
         head.w_u.expect_passes(max_new)
     rng = np.random.default_rng(seed)
     eos = frozenset() if ignore_eos else eos_ids(model)
+    packing = pack_head_ahead(head)
+    try:
+        return _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, rows, k,
+                         on_step, should_stop)
+    finally:
+        if packing is not None:
+            packing.join()
+
+
+def pack_head_ahead(head) -> threading.Thread | None:
+    """Where every step's logits will come from the unembedding packed for the kernels (one row:
+    LMHead.packed_for) and it is not packed yet, pack it on a thread of its own while the prefill
+    runs (on the other core), rather than after it. The same table either way (PackedUnembedding
+    packs once, under its lock); what the thread meets going wrong the step's own get() meets
+    again and raises."""
+    pack = head.pack
+    if pack is None or pack.made or not pack.could_take(1):
+        return None
+
+    def run():
+        try:
+            pack.get()
+        except Exception:  # (raised again by the step's own get(), in the caller's thread)
+            log.debug("packing the unembedding ahead failed", exc_info=True)
+
+    t = threading.Thread(target=run, name="attnviz-pack-head", daemon=True)
+    t.start()
+    return t
+
+
+def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, rows, k, on_step,
+              should_stop) -> Generation:
     cache = KVCache()  # the prefill computes the prompt: its last position gives the first token
     first = model.run(text, ids=ids, trace=_StepTrace(rows, cache),
                       request=RunRequest(labels=False))
