@@ -13,6 +13,7 @@ from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.gguf_vocab import (
     BYTE, CONTROL, NORMAL, SPACE, UNKNOWN, USER_DEFINED, byte_level_tokenizer,
     spm_tokenizer, text_pieces)
+from attnviz.engine.reading.token_text import byte_level_alphabet
 
 MAX_TEXT_PIECES = 1 << 20  # (position, length) pairs a text's tokens are looked up by, at most
 
@@ -240,24 +241,16 @@ def sentencepiece_for_text(table: TokenTable, scores, types, add_space_prefix: b
     return tok
 
 
-def byte_chars() -> dict[int, str]:
-    """GPT-2's byte -> character map, which byte-level tokens are spelled in (tokenizers'
-    ByteLevel): printable bytes as themselves, the others as characters from U+0100 on."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
-            *range(ord("\u00ae"), ord("\u00ff") + 1)]
-    moved = [b for b in range(256) if b not in kept]
-    return {**{b: chr(b) for b in kept}, **{b: chr(256 + k) for k, b in enumerate(moved)}}
-
-
-_BYTE_CHARS = byte_chars()
+# GPT-2's byte -> character map, which byte-level tokens are spelled in (tokenizers' ByteLevel)
+_BYTE_CHARS = {b: c for c, b in byte_level_alphabet().items()}
 
 
 def byte_level_for_text(table: TokenTable, merges: TokenTable | None, types, pre: str,
                         text: str) -> Tokenizer | None:
     """byte_level_bpe(...) with add_file_tokens' control tokens (special) and user-defined ones,
     for `text` and texts within it (other in text): their tokens, offsets and labels bit for bit.
-    The pre-tokenizer cuts a text into pieces of it, whose bytes are spelled in byte_chars: every
-    symbol BPE meets is a run of the text's bytes so spelled. It holds the tokens that are such
+    The pre-tokenizer cuts a text into pieces of it, whose bytes are spelled in GPT-2's byte
+    alphabet: every symbol BPE meets is a run of the text's bytes so spelled. It holds the tokens that are such
     runs, the merges (`merges`: the file's "left right" strings, their order its ranks) of two
     parts that make one of them, and the added tokens found in the text or in the vocabulary it
     holds, each under its id (the last of a repeated token). None where the text is too long to
