@@ -123,7 +123,7 @@ def ready_heads(a, b) -> None:
     ha, hb = C.pair_heads(a, b)
     if a.weights.packed_types and hb.w_u is ha.w_u:
         try:
-            a.lm_head()
+            _ = a.lm_head().packed  # (a head packs its table the first time this is asked)
         except NoPrediction:  # (the next-token job says so in its own line)
             pass
 
