@@ -1,7 +1,7 @@
 """The quantised kernels (engine/computing/qmatvec.py calls them) and their inner loop as LLVM vector
 code: 16 output rows of one packed group against one row of x, over every sub-block, summed in
-vector registers. (In one file: numba's cache of a function is renewed when its own file changes,
-so a kernel and the loop it compiles in change together.)
+vector registers. (numba's cache of them is renewed when this file or another the kernels are
+compiled from changes: engine/computing/kernel_cache.py.)
 
     y[r] = sum_s scale_s[r] t_s[r] + offset_s[r] xs_s,   t_s[r] = sum_{j in s} q[r, j] x[j]
 
@@ -33,8 +33,12 @@ try:
     from numba import njit, prange, types
     from numba.core import cgutils
     from numba.extending import intrinsic
+
+    from attnviz.engine.computing import kernel_cache
 except ImportError:  # qmatvec then has no kernels
     numba = None
+else:
+    kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)

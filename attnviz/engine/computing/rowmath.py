@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing import kernel_cache
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 F32 = types.float32
 I64 = types.int64
 
