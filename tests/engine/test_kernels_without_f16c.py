@@ -14,11 +14,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-import pytest
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
-
-pytest.importorskip("numba")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCALES = np.array([1.0, -0.5, 2.0 ** -24, -3 * 2.0 ** -24, 1023 * 2.0 ** -24, 2.0 ** -14, 0.0, -0.0,
