@@ -404,7 +404,7 @@ def test_multi_line_errors_are_printed_as_one_line(monkeypatch, capsys):
     import attnviz.commands.heads_cmd as heads_cmd
     from attnviz.engine import ModelLoadError
 
-    def broken(_name):
+    def broken(_name, **_kw):  # (load_model also takes the text)
         raise ModelLoadError("first line\n  second line\n")
     monkeypatch.setattr(heads_cmd, "load_model", broken)
     rc, _, err = run_cli(["heads", "--probe"], capsys)
@@ -414,7 +414,7 @@ def test_multi_line_errors_are_printed_as_one_line(monkeypatch, capsys):
 def test_an_internal_error_is_one_line_and_exit_1(monkeypatch, capsys):
     import attnviz.commands.heads_cmd as heads_cmd
 
-    def bug(_name):
+    def bug(_name, **_kw):
         raise KeyError("gelu_pytorch_tanh")
     monkeypatch.setattr(heads_cmd, "load_model", bug)
     rc, out, err = run_cli(["heads", "--probe"], capsys)
