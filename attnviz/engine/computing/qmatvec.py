@@ -86,15 +86,19 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     on its blocks: fewer rows than ROWS where the layer's float32 copy is held (`expanded`), than
     ROWS_UNEXPANDED where it is not. A kernel not warm yet is waited for here where the layer is
     not expanded (loading it from numba's cache takes a fraction of a second, expanding a model
-    longer, and its float32 copy would then be held)."""
+    longer, and its float32 copy would then be held); for one row, the serial twins and the
+    one-row steps too, expanded or not (warm's extras). A run of more rows waits for its kernels
+    alone: a serial twin gives its kernel's bits, and the one-row steps are not taken."""
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
+    if n_rows == 1 and not pl.qtypes <= _ready_types:  # (every one-row run takes the one-row steps:
+        warm(pl.qtypes)  # a run's numbers never depend on when a background warm-up finished)
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        if not pl.qtypes <= _ready_types:  # (with the one-row steps: a run's numbers never
-            warm(pl.qtypes)                # depend on when a background warm-up finished)
+        if not all(_key(q) in _warmed for q in pl.qtypes if has_kernel(q)):
+            warm(pl.qtypes, extras=False)  # (more rows: the kernels alone, whichever thread's twin)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -229,16 +233,24 @@ def _warm_one_row() -> None:
             ONE_ROW = onerow
 
 
-def warm_in_background(qtypes) -> threading.Thread | None:
-    """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile."""
+def warmed(qtypes) -> bool:
+    """Whether warm(qtypes) has run to the end: the kernels of `qtypes`, their serial twins and
+    the one-row steps are compiled (or loaded)."""
+    return {q for q in qtypes if has_kernel(q)} <= _ready_types and "one-row steps" in _warmed
+
+
+def warm_in_background(qtypes, extras: bool = True) -> threading.Thread | None:
+    """warm(qtypes, extras) on a daemon thread (at model load), so no keystroke waits for a
+    compile."""
     if numba is None:
         return None
-    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras), name="qmatvec-warm",
+                         daemon=True)
     t.start()
     return t
 
 
-def _warm_nicely(qtypes) -> None:
+def _warm_nicely(qtypes, extras: bool = True) -> None:
     """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
     comes before the kernels it does not need yet."""
     try:
@@ -246,4 +258,4 @@ def _warm_nicely(qtypes) -> None:
         os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))
     except (AttributeError, OSError):  # (no per-thread priority here)
         pass
-    warm(qtypes)
+    warm(qtypes, extras)

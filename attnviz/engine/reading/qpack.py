@@ -237,15 +237,26 @@ def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
 
 
 _asked = False  # see ask_for_kernels
+_rest_later = False  # see ask_for_kernels
 
 
-def ask_for_kernels(on: bool = True) -> None:
+def ask_for_kernels(on: bool = True, rest_later: bool = False) -> None:
     """Pack GGUF layers for the quantised kernels in this process from now on. A long-lived
     process asks (the window: every keystroke gains); a one-shot command does not, since loading
     numba and its cached kernels costs more than one run's few-row products save, except
-    `generate` on a large file (commands/checks.py load_for_generation: every step's logits)."""
-    global _asked
+    `generate` on a large file (commands/checks.py load_for_generation: every step's logits).
+    `rest_later`: a load warms only the kernels a run of a few rows takes, not their serial
+    twins nor the one-row steps; the process warms those itself once it has time (the window:
+    after its first result is painted). A one-row run waits for them (qmatvec.takes_layer)."""
+    global _asked, _rest_later
     _asked = bool(on)
+    _rest_later = bool(on and rest_later)
+
+
+def rest_later() -> bool:
+    """Whether a load leaves the kernels' serial twins and the one-row steps to a later warm-up
+    (ask_for_kernels)."""
+    return _rest_later
 
 
 def kernels_on() -> bool:
