@@ -8,6 +8,7 @@ layer or packed."""
 import numpy as np
 import pytest
 
+from attnviz.engine import parallel
 from attnviz.engine.computing import families, layers
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
@@ -65,10 +66,24 @@ def loaded(tmp_path, threads, name="q8.gguf"):
     return model
 
 
-def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit(tmp_path, cold, steps_taken):
+@pytest.fixture
+def kernel_cap():
+    """Leaves the process's kernel thread cap as it found it."""
+    kept = parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE
+    yield
+    parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE = kept
+
+
+@pytest.mark.parametrize("one_thread", [True, False], ids=["one-thread", "every-core"])
+def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit(
+        tmp_path, cold, steps_taken, kernel_cap, one_thread):
+    parallel.limit_kernel_threads(1 if one_thread else None, wide=None)
     model = loaded(tmp_path, cold)
     assert [extras for _, extras in cold] == [False]  # the load's warm-up: the kernels alone
     assert model.weights.layers[0].packed is not None
+    key = qm._key(Q.Q8_0)  # in the form a call takes: one thread, the serial twin
+    assert (key in qm._serial_ready, key in qm._warmed) == ((True, False) if one_thread or parallel.cores() == 1
+                                                            else (False, True))
     first = model.run(ids=IDS, request=RunRequest(use_cache=False, inputs=True))
     assert qm.ONE_ROW is None and not qm.warmed(model.weights.packed_types)  # not waited for
     assert steps_taken and all(steps is None for _, steps in steps_taken)
