@@ -86,3 +86,31 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
     assert st.result.cache_computed == 1
     assert steps and all(n == 1 and s is qm.ONE_ROW is not None for n, s in steps if n == 1)
     assert any(n == 1 for n, _ in steps) and len(one_row) == 1  # warm already: warmed once
+
+
+def test_the_start_up_collection_waits_for_the_first_analysis(qtbot, tmp_path, smollm2, monkeypatch):
+    """gc's start-up collection (tuning.freeze_start_up_objects) holds the GIL for a while: it
+    follows the first analysis, not the side panels' build, which comes while that analysis runs."""
+    from attnviz.ui.machinery import tuning
+
+    gate, frozen = threading.Event(), []
+    real_analyse, real_freeze = EJ.analyse_typed, tuning.freeze_start_up_objects
+
+    def held(*a, **k):
+        assert gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    def freeze():
+        frozen.append(w.state.effects.analysis is not None)
+        real_freeze()
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        assert w.worker.running(EJ.ANALYSIS_KIND) is not None  # (held)
+        assert frozen == []  # the panels are built, and the analysis keeps the collection waiting
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)
+    w.worker.wait_idle()
+    assert frozen == [True]
