@@ -5,6 +5,8 @@ run of several rows on a freshly loaded model equals the same run once everythin
 bit, without waiting for the one-row steps; a one-row run waits for them and takes them, expanded
 layer or packed."""
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -22,11 +24,24 @@ pytest.importorskip("numba")
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
 
 
+WARMING = ("qmatvec-warm", "attnviz-kernels-warm")  # the threads that warm kernels (a load's, the window's)
+
+
+def settled():
+    """Every warm-up an earlier test started has ended (one still running would write into the
+    state a test sets afresh)."""
+    for t in threading.enumerate():
+        if t.name.startswith(WARMING):
+            t.join(timeout=600)
+            assert not t.is_alive()
+
+
 @pytest.fixture
 def cold(monkeypatch):
     """The warm-up's state as a fresh process has it, the kernels asked for with the rest later
     (the compiled code stays in this process: warming again only calls it); the load's own warm-up
     threads, listed, for the test to join."""
+    settled()
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())

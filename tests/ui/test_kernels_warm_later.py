@@ -23,12 +23,22 @@ TEXT = "The keys to the cabinet are on the"
 TYPED = TEXT + " table"
 
 
+def settled():
+    """Every warm-up an earlier test started has ended (a load's thread, a window's job): one still
+    running would write into the state a test sets afresh."""
+    for t in threading.enumerate():
+        if t.name.startswith(("qmatvec-warm", f"attnviz-{L.WARM_KIND}")):
+            t.join(timeout=600)
+            assert not t.is_alive()
+
+
 @pytest.fixture
 def cold(monkeypatch):
     """The kernels' warm-up state as a fresh process has it (the code compiled in this process
     stays: warming again only calls it); the threads that warmed the one-row steps, listed."""
     from attnviz.engine.computing import qmatvec as qm
 
+    settled()
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
@@ -112,5 +122,8 @@ def test_the_start_up_collection_waits_for_the_first_analysis(qtbot, tmp_path, s
     finally:
         gate.set()
     qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)
-    w.worker.wait_idle()
     assert frozen == [True]
+    from attnviz.engine.computing import qmatvec as qm
+    qtbot.waitUntil(lambda: qm.warmed(w.state.model.weights.packed_types), timeout=WAIT)  # (after-work)
+    w.worker.wait_idle()
+    settled()
