@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 
 from attnviz.engine import DEFAULT_MODEL, Model, resolve
+from attnviz.engine.computing.load import warm_kernels
 from attnviz.engine.reading.budget import LayerStore, chosen_budget
 from attnviz.engine.reading.qpack import kernels_on
 from attnviz.engine.reading.registry import smollm2_file
@@ -70,7 +71,5 @@ def fresh_model(first: Model) -> Model:
     layers = w.layers.shared() if isinstance(w.layers, LayerStore) else w.layers
     model = Model(first.name, first.path, first.config, dataclasses.replace(w, layers=layers),
                   copy.copy(first.tokenizer), license=first.license, notice=first.notice)
-    if w.packed_types:
-        from attnviz.engine.computing.qmatvec import warm_in_background
-        warm_in_background(w.packed_types)
+    warm_kernels(model)
     return model

@@ -32,7 +32,8 @@ def assemble(debounce_ms: int = 0):
     from attnviz.ui.machinery.worker import Worker
 
     limit_blas_threads()
-    ask_for_kernels()  # a long-lived process: its keystrokes multiply on the file's blocks
+    ask_for_kernels(rest_later=True)  # a long-lived process: its keystrokes multiply on the file's
+    # blocks; the kernels' one-row steps warmed after the first result (loading.py warm_the_rest)
     state = AppState()
     worker = Worker(state, debounce_ms)
     worker.follow_state()

@@ -27,6 +27,7 @@ from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
 
 log = logging.getLogger(__name__)
+FREEZE_POLL_MS = 25  # how often start-up asks whether the first analysis is done (_freeze_after_start_up)
 
 
 class MainWindow(QMainWindow):
@@ -183,9 +184,19 @@ class MainWindow(QMainWindow):
 
             install_patching(self)
         self.focus_dock.raise_()
+        self._freeze_after_start_up()
+
+    def _freeze_after_start_up(self) -> None:
+        """Start-up's objects out of the collector's way (tuning.freeze_start_up_objects) once its
+        last job is done: What heads do's first analysis, whose threads the collection's hold on
+        the GIL would stall before its prediction is painted."""
+        from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
         from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
-        QTimer.singleShot(0, freeze_start_up_objects)  # start-up is done: out of the collector's way
+        if self.worker.running(ANALYSIS_KIND) is not None:
+            QTimer.singleShot(FREEZE_POLL_MS, self, self._freeze_after_start_up)
+            return
+        QTimer.singleShot(FREEZE_POLL_MS, freeze_start_up_objects)  # (its prediction painted first)
 
     def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -33,10 +33,18 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     leaves each layer in the file until a run first needs it; `text`: the text a one-shot command
     will encode (reading/gguf_model.py gguf_tokenizer)."""
     model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text))
-    if model.weights.packed_types:  # the layers multiply few rows on their blocks: compile off the typing path
-        from attnviz.engine.computing.qmatvec import warm_in_background
-        warm_in_background(model.weights.packed_types)
+    warm_kernels(model)
     return model
+
+
+def warm_kernels(model: Model) -> None:
+    """Where the model's layers multiply few rows on their blocks, their kernels compiled (or
+    loaded) on a thread of their own, off the typing path: with their serial twins and the one-row
+    steps, unless the process warms those later itself (qpack.ask_for_kernels)."""
+    if model.weights.packed_types:
+        from attnviz.engine.computing.qmatvec import warm_in_background
+        from attnviz.engine.reading.qpack import rest_later
+        warm_in_background(model.weights.packed_types, extras=not rest_later())
 
 
 def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,

@@ -142,7 +142,7 @@ def _packed_table(table):
     pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
     if pm is None or not pm.finite:
         return None
-    _kernels().warm([table.qtype], extras=False)  # (the head needs its kernel alone)
+    _kernels().warm_few_rows([table.qtype])  # (the head needs its kernel alone)
     return pm
 
 

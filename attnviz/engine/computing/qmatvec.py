@@ -71,11 +71,11 @@ ONE_ROW = None  # engine/computing/onerow.py once warm() has loaded it (layers.o
 
 
 def takes(pm: PackedMatrix, n_rows: int) -> bool:
-    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on and warm
-    (a kernel still compiling is never waited for on a keystroke), and fewer rows than every
-    part's type's crossover (ROWS)."""
+    """Whether linear() multiplies `n_rows` rows by the packed matrix here: kernels on and warm,
+    either form (a kernel still compiling is never waited for on a keystroke; a call in the other
+    form loads it, the same bits), and fewer rows than every part's type's crossover (ROWS)."""
     return (ENABLED and numba is not None and 0 < n_rows < min(ROWS[p.qtype] for _, p in pm.parts)
-            and all(_key(p.qtype) in _warmed for _, p in pm.parts))
+            and all(_few_rows_ready(p.qtype) for _, p in pm.parts))
 
 
 def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
@@ -83,15 +83,19 @@ def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
     on its blocks: fewer rows than ROWS where the layer's float32 copy is held (`expanded`), than
     ROWS_UNEXPANDED where it is not. A kernel not warm yet is waited for here where the layer is
     not expanded (loading it from numba's cache takes a fraction of a second, expanding a model
-    longer, and its float32 copy would then be held)."""
+    longer, and its float32 copy would then be held); for one row, the serial twins and the
+    one-row steps too, expanded or not (warm's extras). A run of more rows waits for its kernels
+    alone: a serial twin gives its kernel's bits, and the one-row steps are not taken."""
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
+    if n_rows == 1 and not pl.qtypes <= _ready_types:  # (every one-row run takes the one-row steps:
+        warm(pl.qtypes)  # a run's numbers never depend on when a background warm-up finished)
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
-        if not pl.qtypes <= _ready_types:  # (with the one-row steps: a run's numbers never
-            warm(pl.qtypes)                # depend on when a background warm-up finished)
+        if not all(_few_rows_ready(q) for q in pl.qtypes if has_kernel(q)):
+            warm_few_rows(pl.qtypes)  # (more rows: the kernels alone, whichever thread's twin)
         return True
     return all(takes(m, n_rows) for m in mats)
 
@@ -226,16 +230,47 @@ def _warm_one_row() -> None:
             ONE_ROW = onerow
 
 
-def warm_in_background(qtypes) -> threading.Thread | None:
-    """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile."""
+def warm_few_rows(qtypes) -> None:
+    """The kernels of `qtypes` in the form a run of a few rows calls them here: their serial twins
+    where every call runs on one thread (kernel_threads: the window's cap on 2 cores, generate's),
+    else the kernels (warm without extras). A call on more threads than that loads its kernel then
+    (the same bits)."""
+    if numba is None:
+        return
+    if min(kernel_threads(1 << 62), numba.config.NUMBA_NUM_THREADS) > 1:
+        warm(qtypes, extras=False)
+        return
+    for qtype in qtypes:
+        key = _key(qtype) if has_kernel(qtype) else None
+        if key is not None and key not in _serial_ready:
+            with _extras_lock:
+                if key not in _serial_ready:
+                    _call_once(SERIAL[key[0]], qtype)
+                    _serial_ready.add(key)
+
+
+def _few_rows_ready(qtype) -> bool:  # whether a kernel of `qtype` is warm, either form
+    return _key(qtype) in _warmed or _key(qtype) in _serial_ready
+
+
+def warmed(qtypes) -> bool:
+    """Whether warm(qtypes) has run to the end: the kernels of `qtypes`, their serial twins and
+    the one-row steps are compiled (or loaded)."""
+    return {q for q in qtypes if has_kernel(q)} <= _ready_types and "one-row steps" in _warmed
+
+
+def warm_in_background(qtypes, extras: bool = True) -> threading.Thread | None:
+    """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile;
+    `extras` False: warm_few_rows(qtypes) instead."""
     if numba is None:
         return None
-    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes),), name="qmatvec-warm", daemon=True)
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras), name="qmatvec-warm",
+                         daemon=True)
     t.start()
     return t
 
 
-def _warm_nicely(qtypes) -> None:
+def _warm_nicely(qtypes, extras: bool = True) -> None:
     """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
     comes before the kernels it does not need yet."""
     try:
@@ -243,4 +278,7 @@ def _warm_nicely(qtypes) -> None:
         os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))
     except (AttributeError, OSError):  # (no per-thread priority here)
         pass
-    warm(qtypes)
+    if extras:
+        warm(qtypes)
+    else:
+        warm_few_rows(qtypes)

@@ -83,9 +83,20 @@ def _nibble_pairs(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # uint8 [...
     return b & np.uint8(15), b >> np.uint8(4)
 
 
-def _fifth_bits(qh: np.ndarray, n: int) -> np.ndarray:  # uint8 [..., 4] (uint32 LE) -> [..., n] 0/1
-    bits = np.ascontiguousarray(qh).view(np.uint32)  # [..., 1]
-    return ((bits >> np.arange(n, dtype=np.uint32)) & np.uint32(1)).astype(np.uint8)
+def _five_bits(qs: np.ndarray, qh: np.ndarray, centred: bool) -> np.ndarray:
+    """Q5_0's and Q5_1's weights: qs uint8 [..., 16] (low nibbles weights 0..15, high 16..31), qh
+    uint8 [..., 4] (bit j of the little-endian uint32: weight j's fifth bit) -> int8 [..., 32],
+    minus 16 where `centred` (Q5_0). Written in place in one array (a load packs every layer)."""
+    q = np.empty(qs.shape[:-1] + (32,), np.uint8)
+    np.bitwise_and(qs, np.uint8(15), out=q[..., :16])
+    np.right_shift(qs, np.uint8(4), out=q[..., 16:])
+    fifth = np.unpackbits(qh, axis=-1, bitorder="little")  # [..., 32] 0/1: bit j of the uint32
+    fifth <<= np.uint8(4)
+    q |= fifth
+    q = q.view(np.int8)
+    if centred:
+        q -= np.int8(16)
+    return q
 
 
 def _decode(blocks: np.ndarray, qtype: Q):
@@ -99,9 +110,7 @@ def _decode(blocks: np.ndarray, qtype: Q):
         if qtype in (Q.Q4_0, Q.Q4_1):
             lo, hi = _nibble_pairs(blocks[..., at:at + 16])
             return np.concatenate([lo, hi], axis=-1), d, m
-        lo, hi = _nibble_pairs(blocks[..., at + 4:at + 20])
-        q = np.concatenate([lo, hi], axis=-1) | (_fifth_bits(blocks[..., at:at + 4], 32) << np.uint8(4))
-        return (q.astype(np.int8) - np.int8(16) if m is None else q.astype(np.int8)), d, m
+        return _five_bits(blocks[..., at + 4:at + 20], blocks[..., at:at + 4], m is None), d, m
     if qtype == Q.Q8_0:
         return blocks[..., 2:34].view(np.int8), _f16(blocks[..., 0:2]), None
     if qtype in (Q.Q4_K, Q.Q5_K):
@@ -237,15 +246,26 @@ def packed_nbytes(qtype: Q, n_out: int, n_in: int) -> int:
 
 
 _asked = False  # see ask_for_kernels
+_rest_later = False  # see ask_for_kernels
 
 
-def ask_for_kernels(on: bool = True) -> None:
+def ask_for_kernels(on: bool = True, rest_later: bool = False) -> None:
     """Pack GGUF layers for the quantised kernels in this process from now on. A long-lived
     process asks (the window: every keystroke gains); a one-shot command does not, since loading
     numba and its cached kernels costs more than one run's few-row products save, except
-    `generate` on a large file (commands/checks.py load_for_generation: every step's logits)."""
-    global _asked
+    `generate` on a large file (commands/checks.py load_for_generation: every step's logits).
+    `rest_later`: a load warms only the kernels a run of a few rows takes, not their serial
+    twins nor the one-row steps; the process warms those itself once it has time (the window:
+    after its first result is painted). A one-row run waits for them (qmatvec.takes_layer)."""
+    global _asked, _rest_later
     _asked = bool(on)
+    _rest_later = bool(on and rest_later)
+
+
+def rest_later() -> bool:
+    """Whether a load leaves the kernels' serial twins and the one-row steps to a later warm-up
+    (ask_for_kernels)."""
+    return _rest_later
 
 
 def kernels_on() -> bool:

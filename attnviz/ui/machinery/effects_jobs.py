@@ -13,7 +13,8 @@ newest wins per kind; results are written into `state.effects`.
   would hold up, nor on the pool ahead of the first head scores.
 - after an analysis (AFTER_ANALYSIS_MS later: its prediction is painted first), on threads of
   their own below the main thread: the model's tokenizer made whole where its load built it for
-  the first text (ui/machinery/loading.py make_vocabulary_whole), and the unembedding packed
+  the first text (ui/machinery/loading.py make_vocabulary_whole), the kernels' serial twins and
+  one-row steps that its load left (loading.py warm_the_rest), and the unembedding packed
   for the kernels ('head-pack') where the model's head has a packed copy still to make
   (engine/computing/logits.py makes it when a few rows' logits first ask): a keystroke, a
   generation or a comparison's keystroke then finds them made, and the first analysis did not
@@ -34,7 +35,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import InputError, NoPrediction
-from attnviz.ui.machinery.loading import make_vocabulary_whole
+from attnviz.ui.machinery.loading import make_vocabulary_whole, warm_the_rest
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import below_the_main_thread
 
@@ -189,11 +190,13 @@ class EffectsJobs(QObject):
 
     def _after_analysis(self) -> None:
         """What an analysis's model still has to make, on threads of their own: its tokenizer for
-        every text (a load built it for one: loading.py) and its head's copy for the kernels."""
+        every text (a load built it for one: loading.py), the rest of its kernels' warm-up and its
+        head's copy for the kernels."""
         model = self.state.model
         if model is None:
             return
         make_vocabulary_whole(self.worker, model)
+        warm_the_rest(self.worker, model)
         self._pack_head(model)
 
     def _pack_head(self, model) -> None:

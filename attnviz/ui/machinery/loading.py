@@ -6,7 +6,10 @@ A load is told the text the window will run first: a GGUF file's SentencePiece v
 builds a tokenizer for that text (the same tokens: engine/reading/gguf_model.py gguf_tokenizer),
 which takes a fraction of the whole vocabulary's build, and the window's first result does not
 wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
-before a keystroke's new text would ask for it."""
+before a keystroke's new text would ask for it. Likewise the quantised kernels: a load warms those
+a run of a few rows takes (the window asks for the rest later: ui/app.py assemble), and the
+worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest),
+before a keystroke's one-row run would wait for them."""
 
 from __future__ import annotations
 
@@ -89,3 +92,26 @@ def complete_vocabulary(model) -> None:
     tok = getattr(model, "tokenizer", None)
     if tok is not None and not getattr(tok, "for_every_text", True):
         tok.raw
+
+
+WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
+
+
+def warm_the_rest(worker, model) -> None:
+    """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
+    serial twins and the one-row steps (engine/computing/qmatvec.py warm), on a thread of its own
+    below the main thread (a job of `worker`, the app's runner); nothing where it is warm."""
+    types = getattr(getattr(model, "weights", None), "packed_types", None)
+    if not types or worker.running(WARM_KIND) is not None:
+        return
+    from attnviz.engine.computing import qmatvec
+    from attnviz.ui.machinery.runner import THREAD
+    from attnviz.ui.machinery.tuning import below_the_main_thread
+
+    if qmatvec.warmed(types):
+        return
+
+    def work():
+        below_the_main_thread()
+        qmatvec.warm(types)
+    worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)

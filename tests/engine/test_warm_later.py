@@ -1,0 +1,130 @@
+"""The kernels' warm-up in two parts (engine/computing/qmatvec.py, qpack.ask_for_kernels with
+rest_later, as the window asks): a load warms only the kernels a run of a few rows takes, and a run
+waits for what it takes and no more, so a run's numbers never depend on when a warm-up finished: a
+run of several rows on a freshly loaded model equals the same run once everything is warm, bit for
+bit, without waiting for the one-row steps; a one-row run waits for them and takes them, expanded
+layer or packed."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine import parallel
+from attnviz.engine.computing import families, layers
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing.load import load_gguf
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.reading import qpack
+from gguf_files import Q, gguf_tensors, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+
+
+WARMING = ("qmatvec-warm", "attnviz-kernels-warm")  # the threads that warm kernels (a load's, the window's)
+
+
+def settled():
+    """Every warm-up an earlier test started has ended (one still running would write into the
+    state a test sets afresh)."""
+    for t in threading.enumerate():
+        if t.name.startswith(WARMING):
+            t.join(timeout=600)
+            assert not t.is_alive()
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """The warm-up's state as a fresh process has it, the kernels asked for with the rest later
+    (the compiled code stays in this process: warming again only calls it); the load's own warm-up
+    threads, listed, for the test to join."""
+    settled()
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    for name in ("_asked", "_rest_later"):  # (restored after the test as they were)
+        monkeypatch.setattr(qpack, name, getattr(qpack, name))
+    qpack.ask_for_kernels(rest_later=True)
+    threads, real = [], qm.warm_in_background
+
+    def listed(qtypes, extras=True):
+        threads.append((real(qtypes, extras), extras))
+        return threads[-1][0]
+    monkeypatch.setattr(qm, "warm_in_background", listed)
+    return threads
+
+
+@pytest.fixture
+def steps_taken(monkeypatch):
+    """What families.forward's layers took for their steps (one_row_steps: the compiled module or
+    None), per layer in order."""
+    taken, real = [], layers.one_row_steps
+
+    def seen(layer, n_rows):
+        taken.append((n_rows, real(layer, n_rows)))
+        return taken[-1][1]
+    monkeypatch.setattr(families, "one_row_steps", seen)
+    return taken
+
+
+def loaded(tmp_path, threads, name="q8.gguf"):
+    """The tiny Llama (grouped-query) in Q8_0 blocks, its layers packed, its load's warm-up ended."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    model = load_gguf(write_gguf(tmp_path / name, cfg, tensors, Q.Q8_0))
+    for t, _ in threads:
+        t.join(timeout=600)
+        assert not t.is_alive()
+    return model
+
+
+@pytest.fixture
+def kernel_cap():
+    """Leaves the process's kernel thread cap as it found it."""
+    kept = parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE
+    yield
+    parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE = kept
+
+
+@pytest.mark.parametrize("one_thread", [True, False], ids=["one-thread", "every-core"])
+def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit(
+        tmp_path, cold, steps_taken, kernel_cap, one_thread):
+    parallel.limit_kernel_threads(1 if one_thread else None, wide=None)
+    model = loaded(tmp_path, cold)
+    assert [extras for _, extras in cold] == [False]  # the load's warm-up: the kernels alone
+    assert model.weights.layers[0].packed is not None
+    key = qm._key(Q.Q8_0)  # in the form a call takes: one thread, the serial twin
+    assert (key in qm._serial_ready, key in qm._warmed) == ((True, False) if one_thread or parallel.cores() == 1
+                                                            else (False, True))
+    first = model.run(ids=IDS, request=RunRequest(use_cache=False, inputs=True))
+    assert qm.ONE_ROW is None and not qm.warmed(model.weights.packed_types)  # not waited for
+    assert steps_taken and all(steps is None for _, steps in steps_taken)
+    qm.warm(model.weights.packed_types)
+    assert qm.ONE_ROW is not None and qm.warmed(model.weights.packed_types)
+    again = model.run(ids=IDS, request=RunRequest(use_cache=False, inputs=True))
+    assert np.array_equal(first.attentions, again.attentions)
+    assert all(np.array_equal(a, b) for a, b in zip(first.layer_inputs, again.layer_inputs, strict=True))
+
+
+@pytest.mark.parametrize("expanded", [False, True], ids=["packed", "expanded"])
+def test_a_one_row_run_waits_for_the_one_row_steps_and_equals_a_warm_ones(tmp_path, cold, steps_taken,
+                                                                          monkeypatch, expanded):
+    if expanded:  # the prefill expands every layer (ROWS_UNEXPANDED rows or more)
+        monkeypatch.setattr(qm, "ROWS_UNEXPANDED", len(IDS) - 1)
+    model = loaded(tmp_path, cold)
+    model.run(ids=IDS[:-1])
+    assert qm.ONE_ROW is None
+    assert model.weights.layers.holds(0) == expanded
+    del steps_taken[:]
+    step = model.run(ids=IDS)
+    assert step.cache_computed == 1
+    assert qm.ONE_ROW is not None and qm.warmed(model.weights.packed_types)
+    assert steps_taken and all(n == 1 and steps is qm.ONE_ROW for n, steps in steps_taken)
+    warm = loaded(tmp_path, [], "again.gguf")  # everything warm now: the one-row run as it always is
+    warm.run(ids=IDS[:-1])
+    want = warm.run(ids=IDS)
+    assert want.cache_computed == 1
+    assert np.array_equal(step.attentions, want.attentions)

@@ -1,0 +1,129 @@
+"""A fresh window on a GGUF model whose layers multiply on the file's blocks: its load warms only
+the kernels a run of a few rows takes, so the first result and What heads do's first analysis do
+not wait for the one-row steps; those are warmed after the first analysis, on a thread of its own
+(ui/machinery/loading.py warm_the_rest), and a keystroke's one-row run then takes them. The first
+analysis's numbers are a fully warmed run's, bit for bit."""
+
+import importlib.util
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine.analysing.effects import analyse, window_run
+from attnviz.engine.computing import families, layers
+from attnviz.ui.machinery import effects_jobs as EJ
+from attnviz.ui.machinery import loading as L
+from attnviz.ui.machinery.worker import Worker
+from windows import WAIT, open_window, wait_for_text
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="the kernels need numba")
+
+TEXT = "The keys to the cabinet are on the"
+TYPED = TEXT + " table"
+
+
+def settled():
+    """Every warm-up an earlier test started has ended (a load's thread, a window's job): one still
+    running would write into the state a test sets afresh."""
+    for t in threading.enumerate():
+        if t.name.startswith(("qmatvec-warm", f"attnviz-{L.WARM_KIND}")):
+            t.join(timeout=600)
+            assert not t.is_alive()
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """The kernels' warm-up state as a fresh process has it (the code compiled in this process
+    stays: warming again only calls it); the threads that warmed the one-row steps, listed."""
+    from attnviz.engine.computing import qmatvec as qm
+
+    settled()
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    one_row, real = [], qm._warm_one_row
+
+    def listed():
+        one_row.append(threading.current_thread().name)
+        real()
+    monkeypatch.setattr(qm, "_warm_one_row", listed)
+    return qm, one_row
+
+
+def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them_after(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    qm, one_row = cold
+    submitted, at_analysis, steps = [], [], []
+    real_submit, real_steps, real_analyse = Worker.submit, layers.one_row_steps, EJ.analyse_typed
+
+    def submit(self, kind, fn, on_done, request=None, lane="pool", job_id=None):
+        submitted.append((kind, lane))
+        return real_submit(self, kind, fn, on_done, request, lane, job_id)
+
+    def taken(layer, n_rows):
+        steps.append((n_rows, real_steps(layer, n_rows)))
+        return steps[-1][1]
+    def analysed(*a, **k):  # (what was warm as each analysis ended)
+        out = real_analyse(*a, **k)
+        at_analysis.append(qm.ONE_ROW)
+        return out
+    monkeypatch.setattr(Worker, "submit", submit)
+    monkeypatch.setattr(EJ, "analyse_typed", analysed)
+    monkeypatch.setattr(families, "one_row_steps", taken)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+    st, eff = w.state, w.state.effects
+    qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
+    assert at_analysis[0] is None  # the first analysis made before any one-row step was warm
+    model = st.model
+    types = model.weights.packed_types
+    assert types and model.weights.layers[0].packed is not None
+    qtbot.waitUntil(lambda: qm.warmed(types), timeout=WAIT)  # after the analysis, on its own thread
+    w.worker.wait_idle()
+    assert (L.WARM_KIND, EJ.THREAD) in submitted
+    assert len(one_row) == 1 and one_row[0].startswith(f"attnviz-{L.WARM_KIND}")
+    assert all(n > 1 for n, _ in steps)  # no one-row run before it
+    a, ref = eff.analysis, analyse(model, window_run(model, TEXT))  # a warm run's numbers
+    assert eff.analysis_of(st.result) is a
+    assert np.array_equal(a.clean.logprobs, ref.clean.logprobs) and np.array_equal(a.clean.top_ids, ref.clean.top_ids)
+    assert np.array_equal(a.lens.target_logprobs, ref.lens.target_logprobs)
+    assert np.array_equal(a.dla.heads, ref.dla.heads)
+    del steps[:]
+    w.set_text(TYPED)
+    wait_for_text(qtbot, w, TYPED)
+    w.worker.wait_idle()
+    assert st.result.cache_computed == 1
+    assert steps and all(n == 1 and s is qm.ONE_ROW is not None for n, s in steps if n == 1)
+    assert any(n == 1 for n, _ in steps) and len(one_row) == 1  # warm already: warmed once
+
+
+def test_the_start_up_collection_waits_for_the_first_analysis(qtbot, tmp_path, smollm2, monkeypatch):
+    """gc's start-up collection (tuning.freeze_start_up_objects) holds the GIL for a while: it
+    follows the first analysis, not the side panels' build, which comes while that analysis runs."""
+    from attnviz.ui.machinery import tuning
+
+    gate, frozen = threading.Event(), []
+    real_analyse, real_freeze = EJ.analyse_typed, tuning.freeze_start_up_objects
+
+    def held(*a, **k):
+        assert gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    def freeze():
+        frozen.append(w.state.effects.analysis is not None)
+        real_freeze()
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        assert w.worker.running(EJ.ANALYSIS_KIND) is not None  # (held)
+        assert frozen == []  # the panels are built, and the analysis keeps the collection waiting
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)
+    assert frozen == [True]
+    from attnviz.engine.computing import qmatvec as qm
+    qtbot.waitUntil(lambda: qm.warmed(w.state.model.weights.packed_types), timeout=WAIT)  # (after-work)
+    w.worker.wait_idle()
+    settled()
