@@ -29,7 +29,8 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 - first run: a GGUF vocabulary's merge order is kept in the user's cache folder after the first
   load of the whole vocabulary (engine/reading/gguf_vocab.py; a command's SentencePiece tokenizer
   for its text needs none of it): one more warm run per command with an empty cache folder
-  ($ATTNVIZ_CACHE pointed at a fresh one) says what a first start costs.
+  ($ATTNVIZ_CACHE pointed at a fresh one, the compiled kernels kept: set-up compiles them) says
+  what a first start costs.
 
 - gap: with --gap SECONDS, a pause before each timed run. On a virtual machine that hands free
   memory back to its host (free page reporting: `memory_map` in the result), the memory a run
@@ -573,7 +574,10 @@ def main() -> int:
             print(f"{command:8} {short:13} cold: not measured: {cold_why}", flush=True)
         if not args.no_profile:
             with tempfile.TemporaryDirectory() as empty:
-                first = timed_process(argv, env={"ATTNVIZ_CACHE": empty})
+                # (the compiled kernels stay where they are: a first start after set-up has them)
+                from attnviz.engine.computing import kernel_cache
+                first = timed_process(argv, env={"ATTNVIZ_CACHE": empty,
+                                                 "NUMBA_CACHE_DIR": str(kernel_cache.base_folder())})
             figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
                                          "s", runs=[first], note="warm page cache, one run, with "
                                          "no merge order kept from an earlier load"))
