@@ -183,6 +183,7 @@ def warm(block: bool = False) -> None:
     dense_attention(q, k, k, Cst)
     if block:
         onerow_block.compile_block()
+        onerow_stack.compile_stack()
 
 
-from attnviz.engine.computing import onerow_block  # noqa: E402  (it builds on the steps above)
+from attnviz.engine.computing import onerow_block, onerow_stack  # noqa: E402  (they build on the steps above)

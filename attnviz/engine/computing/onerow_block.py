@@ -119,7 +119,14 @@ def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv,
     if not (prefix(kc, kw) and prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
             and vc.shape[1] == p):
         return False
-    d_head = cos.shape[1]
+    _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, cos.shape[1], bias, scale, n_group, s)
+    return True
+
+
+@njit(**JIT)
+def _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, d_head, bias, scale, n_group, s):
+    """qkv's k and v written at position p of kw, vw [n_kv_head, > p, d_head], then s [n_head, 1,
+    p + 1] = the softmax of q's scores against kw's first p + 1 keys (_step_in)."""
     q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
     for h in range(n_kv_head):
         for j in range(d_head):
@@ -127,7 +134,6 @@ def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv,
             vw[h, p, j] = qkv[0, k_end + h * d_head + j]
     scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
     softmax_of(s)
-    return True
 
 
 @njit(**JIT)
@@ -137,6 +143,13 @@ def _step_mid(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_
     _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
     [1, d_model]. (Its other arrays its own: an argument costs a call more than an allocation, and
     a returned array more than one given.)"""
+    _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
+                 out)
+
+
+@njit(**JIT)
+def _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
+                 out):
     n_head, d_model = s.shape[0], x.shape[1]
     d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
     z = np.empty((n_head, 1, d_head), np.float32)

@@ -1,0 +1,253 @@
+"""Every layer of a one-row run (a generation step, a keystroke's run with the KV cache) in one
+compiled call, where nothing between the layers needs Python: onerow_block's generation-step
+layer (_step_in, _step_mid: the same njit steps in the same order, so the same bits) in a loop
+over the layers, reading each layer's packed matrices and KV buffers from numba typed Lists.
+
+    _layers   for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
+              row's k and v written at position p of the layer's buffers, s = softmax(scores)
+              written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
+              stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
+
+The run it covers (stacked_rows says which): a cached run of one new row whose trace is a plain
+Trace (patterns, optionally values) or a generation step's (generate._StepTrace), with no edits,
+no resume point, no end, no per-position records (inputs, z, resid, mlp_out), no attention
+strategy of its own; every layer a packed view the block covers (onerow_block._plan: one part a
+matrix, one scale type, serial kernels) and every layer's constants alike (RoPE tables, mask,
+scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
+stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
+
+The lists of a store's matrices and gains are built once (_STACKS); those of the KV buffers when
+the buffers change (a generation's next step reuses them: _KeptKV).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+from numba import njit, types
+from numba.typed import List
+
+from attnviz.engine.computing import onerow_block as ob
+from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
+from attnviz.engine.computing.trace import KV_ROOM, Trace
+from attnviz.engine.errors import Cancelled
+from attnviz.engine.parallel import kernel_threads
+
+ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
+_stack_ready = False  # whether compile_stack has run
+
+
+@njit(**JIT)
+def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head, n_kv_head,
+            bias, scale, n_group, kws, vws, p, rows, r):
+    """x [1, d_model] through layers a..b-1 in place (module docstring): matrix j of layer i
+    (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; each layer's pattern
+    row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last."""
+    d_model, d_head = x.shape[1], cos.shape[1]
+    xn = np.empty((1, d_model), np.float32)
+    qkv = np.empty((1, (n_head + 2 * n_kv_head) * d_head), np.float32)
+    out = np.empty((1, d_model), np.float32)
+    for i in range(a, b):
+        j = 4 * i
+        s = rows[i, :, r:r + 1, :p + 1]  # [n_head, 1, T]
+        ob._attention_in_of(x, gains1[i], eps, kinds[i, 0], qs[j], ss[j], os_[j], cos, sin, n_head,
+                            n_kv_head, xn, qkv)
+        ob._append_attend_of(qkv, kws[i], vws[i], p, n_head, n_kv_head, d_head, bias, scale,
+                             n_group, s)
+        if i == b - 1 and not full_last:
+            break
+        ob._step_mid_of(s, vws[i], n_group, d_head, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x,
+                        gains2[i], eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3],
+                        qs[j + 3], ss[j + 3], os_[j + 3], out)
+        for k in range(d_model):
+            x[0, k] = out[0, k]
+
+
+_GAIN = array_type(1, True)
+_KW = types.Array(F32, 3, "C")
+
+
+def _list_types(scale):  # (q, scale or offset, gain, kv buffer) item types of the typed Lists
+    return ob._c(types.uint8, 4), ob._c(scale, 3), _GAIN, _KW
+
+
+def compile_stack() -> None:
+    """_layers compiled (or loaded from numba's cache) for both scale types, then closed to others
+    (compile_block's way); stacked_rows takes it from then on."""
+    global _stack_ready
+    if _stack_ready:
+        return
+    for scale in (types.uint16, F32):
+        q, s, g, kv = _list_types(scale)
+        L = types.ListType
+        _layers.compile(types.void(
+            types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
+            L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64, L(kv), L(kv), I64,
+            types.Array(F32, 4, "C"), I64))
+    _layers.disable_compile()
+    _stack_ready = True
+
+
+def _typed(item, arrays) -> List:
+    out = List.empty_list(item)
+    for a in arrays:
+        out.append(a)
+    return out
+
+
+class _Stack:
+    """A store's layers as _layers reads them: each matrix's kind and arrays, the norm gains (in
+    typed Lists), the largest matrix's weights (_takes), and the KV buffers last used (_KeptKV)."""
+
+    def __init__(self, plans, layers):
+        scale = plans[0][0][0][2].dtype
+        q, s, g, _ = _list_types(types.uint16 if scale == np.uint16 else F32)
+        mats = [m for plan in plans for m in plan[0]]  # (kind, q, scale, offset), 4 a layer
+        self.kinds = np.array([[m[0] for m in plan[0]] for plan in plans], np.int64)
+        self.kinds.flags.writeable = False
+        self.qs, self.ss, self.os = (_typed(t, [m[k] for m in mats]) for k, t in ((1, q), (2, s), (3, s)))
+        self.gains1 = _typed(g, [np.asarray(layer.norm1[0]) for layer in layers])
+        self.gains2 = _typed(g, [np.asarray(layer.norm2[0]) for layer in layers])
+        self.largest = max(plan[1] for plan in plans)
+        self.kept = _KeptKV()
+
+
+_STACKS: dict = {}  # id(LayerStore) -> (it, its _Stack or None)
+_LOCK = threading.Lock()
+
+
+def _stack_of(store, n_layer: int):
+    """The store's _Stack where every layer's one-row view is a packed one the block covers, with
+    scales of one type throughout; else None. Built once a store (its packed views are held for
+    the model's life)."""
+    kept = _STACKS.get(id(store))
+    if kept is not None and kept[0] is store:
+        return kept[1]
+    from attnviz.engine.computing.layers import layer_for
+    with _LOCK:
+        layers = [layer_for(store, i, 1) for i in range(n_layer)]
+        plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
+                 for layer in layers]
+        stack = None
+        if (all(plan is not None for plan in plans)
+                and len({plan[0][0][2].dtype for plan in plans}) == 1
+                and all(len(layer.norm1) == 1 and len(layer.norm2) == 1 for layer in layers)):
+            stack = _Stack(plans, layers)
+        if len(_STACKS) > 64:
+            _STACKS.clear()
+        _STACKS[id(store)] = (store, stack)
+    return stack
+
+
+class _KeptKV:
+    """The KV buffers the last call wrote into, their typed Lists, and the views [:, :T] it handed
+    to its trace (one tuple, replaced whole: runs on two threads at worst rebuild the Lists): a
+    generation's next step brings those views back as its cache (the same lists) and, while the
+    buffers have room, writes after them without looking at each layer again."""
+
+    def __init__(self):
+        self.last = None  # (kw, vw, (kws, vws), trace.k, trace.v, T)
+
+    def buffers(self, past, p: int):
+        """(kw, vw, (kws, vws)): each layer's buffer with room for position p after its first p,
+        and their typed Lists: the cached keys or values' own buffer where append_positions would
+        write in place, else a new one with them copied in."""
+        last = self.last
+        if last is not None and past.k is last[3] and past.v is last[4] and last[5] == p:
+            kw, vw, lists = last[:3]
+            if all(b.shape[1] > p for b in kw) and all(b.shape[1] > p for b in vw):
+                return kw, vw, lists
+        kw, vw = [_room(a, p) for a in past.k], [_room(a, p) for a in past.v]
+        if last is not None and _same(kw, last[0]) and _same(vw, last[1]):
+            return kw, vw, last[2]
+        return kw, vw, (_typed(_KW, kw), _typed(_KW, vw))
+
+    def hand(self, kept, trace, T: int) -> None:
+        """The trace's K and V: the first T positions of `kept`'s buffers (buffers' answer)."""
+        kw, vw, lists = kept
+        trace.k[:] = [a[:, :T] for a in kw]
+        trace.v[:] = [a[:, :T] for a in vw]
+        self.last = (kw, vw, lists, trace.k, trace.v, T)
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+def _room(cached, p: int):
+    """The C-contiguous float32 buffer whose first p positions `cached` [n_kv_head, p, d_head] is,
+    with room after them (append_positions' rule for writing in place), else a new one with room
+    for KV_ROOM positions more and cached[:, :p] copied in (as append_positions copies)."""
+    base = cached.base
+    if (cached.shape[1] == p and isinstance(base, np.ndarray) and base.ndim == 3
+            and base.dtype == np.float32 and base.flags.c_contiguous and base.shape[1] > p
+            and base.shape[0] == cached.shape[0] and base.shape[2] == cached.shape[2]
+            and base.strides == cached.strides and base.ctypes.data == cached.ctypes.data):
+        return base
+    out = np.empty((cached.shape[0], p + 1 + KV_ROOM, cached.shape[2]), np.float32)
+    out[:, :p] = cached[:, :p]
+    return out
+
+
+def stacked_rows(cfg, w, p: int, trace, past, consts, x) -> bool:
+    """families._forward_rows of one new row x [1, d_model] at position p (past holding the p
+    before it) in _layers' calls, where they cover the run (module docstring) -> True; else
+    False, nothing done (the layer loop runs it). The family is a pre-norm RMSNorm one with
+    SwiGLU and RoPE (the caller's check)."""
+    kind = _kind(trace)
+    stack = _stack_of(w.layers, cfg.n_layer) if kind is not None and _stack_ready and ENABLED else None
+    if stack is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
+        return False
+    c0 = consts[0]
+    if c0.rope is None or not all(c.rope is c0.rope and c.bias is c0.bias and c.scale == c0.scale
+                                  for c in consts):
+        return False
+    n_layer, T = cfg.n_layer, p + 1
+    rows, r = trace.attentions, p  # [n_layer, n_head, T, T]: row p of each layer
+    if rows is None:  # (a generation step's: its last rows handed over after)
+        rows, r = np.empty((n_layer, c0.n_head, 1, T), np.float32), 0
+    elif not (rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.writeable):
+        return False
+    kept = stack.kept.buffers(past, p)
+    stack.kept.hand(kept, trace, T)  # (views of the buffers the calls fill)
+    x = np.array(x, np.float32, order="C")  # (written in place, layer by layer)
+    cos, sin = c0.rope
+    args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
+            np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
+            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, *kept[2], p,
+            rows, r)
+    full = kind == "step"  # a plain trace's run stops at the last layer's pattern (LayerCache)
+    early = trace.early
+    cut = early[0] if early is not None and 0 < early[0] < n_layer else n_layer
+    for a, b in ((0, cut), (cut, n_layer)):
+        if a == b:
+            continue
+        if trace.stop is not None and trace.stop():
+            raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
+        _layers(x, a, b, full or b < n_layer, *args)
+        if b == cut and early is not None:
+            early[1](trace)  # layers 0..cut-1 are final
+    if full:
+        if trace.keep_rows:
+            trace.last_rows[:] = [rows[i, :, 0] for i in range(n_layer)]  # [n_head, T] each
+        trace.record_resid(n_layer, x, past)  # the final-norm input
+    return True
+
+
+_STEP_TRACE: list = []  # generate._StepTrace (imported on first use: generate imports the model)
+
+
+def _kind(trace) -> str | None:
+    """"patterns" (a plain Trace), "step" (a generation step's) or None: a trace that records or
+    edits anything between the layers, or another kind of trace."""
+    if (trace.edits or trace.start or trace.end is not None or trace.attention is not None
+            or not trace.want_kv or any(trace.want.values())):
+        return None
+    if type(trace) is Trace:
+        return "patterns"
+    if not _STEP_TRACE:
+        from attnviz.engine.computing.generate import _StepTrace
+        _STEP_TRACE.append(_StepTrace)
+    return "step" if type(trace) is _STEP_TRACE[0] else None
