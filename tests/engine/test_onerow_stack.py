@@ -75,16 +75,22 @@ def _same_steps(a, b):
 
 
 @pytest.mark.parametrize("rows", [True, False], ids=["rows", "no-rows"])
-def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed, stacked, rows):
+def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed, stacked, rows,
+                                                                       monkeypatch):
     ids = np.random.default_rng(5).integers(100, 40000, 80).tolist()
+    built, typed = [], onerow_stack._typed
+    monkeypatch.setattr(onerow_stack, "_typed",
+                        lambda item, arrays: (built.append(item == onerow_stack._KW), typed(item, arrays))[1])
     runs = {}
     for on in (True, False):
         stacked(on)
         before = len(stacked.calls)
-        runs[on] = _steps(smollm2_packed, ids, 70, rows)
+        runs[on] = _steps(smollm2_packed, ids, 12, rows)
         # every step after the prefill one call of all 30 layers (the first copies the prefill's
-        # K and V into buffers with room; the others write after them in place)
-        assert stacked.calls[before:] == ([(0, 30)] * 10 if on else [])
+        # K and V into buffers with room for KV_ROOM more; the next write after them in place,
+        # until step 66 finds no room left and copies them into new buffers)
+        assert stacked.calls[before:] == ([(0, 30)] * 68 if on else [])
+    assert sum(built) == 2 * 2  # (K's and V's Lists: at the first step and at step 66)
     _same_steps(runs[True], runs[False])
 
 

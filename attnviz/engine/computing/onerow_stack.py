@@ -190,7 +190,7 @@ def _room(cached, p: int, known=None, at: int = 0):
     a buffer the last call wrote into (C-contiguous float32 [n_kv_head, positions, d_head]) and
     its address."""
     base = cached.base
-    if base is known:  # (the checks its kind passed once)
+    if base is known and known is not None:  # (the checks its kind passed once)
         if (cached.shape[1] == p and known.shape[1] > p and cached.shape[0] == known.shape[0]
                 and cached.strides == known.strides and cached.shape[2] == known.shape[2]
                 and cached.ctypes.data == at):
