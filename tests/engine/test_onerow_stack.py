@@ -195,6 +195,12 @@ def test_a_trace_that_records_or_edits_between_the_layers_is_not_taken(trace):
     assert onerow_stack._kind(_kv(_StepTrace(False, KVCache()))) == "step"
 
 
+def test_a_trace_class_that_does_not_say_how_is_not_taken():
+    class Recording(Trace):  # (another class's points may do more than Trace's)
+        pass
+    assert onerow_stack._kind(_kv(Recording())) is None
+
+
 def _kv(trace):
     trace.want_kv = True
     return trace

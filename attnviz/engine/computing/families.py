@@ -461,4 +461,4 @@ def _in_one_call(cfg, w, p, trace: Trace, past: KVCache | None, consts, x) -> bo
             or ACTIVATIONS[cfg.activation] is not silu):
         return False
     stack = one_row_stack(1)
-    return stack is not None and stack.stacked_rows(cfg, w, p, trace, past, consts, x)
+    return stack is not None and stack.stacked_rows(cfg, w, p, trace, past, consts, x, layer_for)

@@ -31,7 +31,7 @@ from numba.typed import List
 
 from attnviz.engine.computing import onerow_block as ob
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
-from attnviz.engine.computing.trace import KV_ROOM, Trace
+from attnviz.engine.computing.trace import KV_ROOM
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.parallel import kernel_threads
 
@@ -118,14 +118,13 @@ _STACKS: dict = {}  # id(LayerStore) -> (it, its _Stack or None)
 _LOCK = threading.Lock()
 
 
-def _stack_of(store, n_layer: int):
-    """The store's _Stack where every layer's one-row view is a packed one the block covers, with
-    scales of one type throughout; else None. Built once a store (its packed views are held for
-    the model's life)."""
+def _stack_of(store, n_layer: int, layer_for):
+    """The store's _Stack where every layer's one-row view (layer_for(store, i, 1): layers.layer_for)
+    is a packed one the block covers, with scales of one type throughout; else None. Built once a
+    store (its packed views are held for the model's life)."""
     kept = _STACKS.get(id(store))
     if kept is not None and kept[0] is store:
         return kept[1]
-    from attnviz.engine.computing.layers import layer_for
     with _LOCK:
         layers = [layer_for(store, i, 1) for i in range(n_layer)]
         plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
@@ -205,13 +204,13 @@ def _room(cached, p: int, known=None, at: int = 0):
     return out
 
 
-def stacked_rows(cfg, w, p: int, trace, past, consts, x) -> bool:
+def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     """families._forward_rows of one new row x [1, d_model] at position p (past holding the p
     before it) in _layers' calls, where they cover the run (module docstring) -> True; else
     False, nothing done (the layer loop runs it). The family is a pre-norm RMSNorm one with
-    SwiGLU and RoPE (the caller's check)."""
+    SwiGLU and RoPE (the caller's check); layer_for: layers.layer_for."""
     kind = _kind(trace)
-    stack = _stack_of(w.layers, cfg.n_layer) if kind is not None and _stack_ready and ENABLED else None
+    stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and _stack_ready and ENABLED else None
     if stack is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
         return False
     c0 = consts[0]
@@ -250,18 +249,11 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x) -> bool:
     return True
 
 
-_STEP_TRACE: list = []  # generate._StepTrace (imported on first use: generate imports the model)
-
-
 def _kind(trace) -> str | None:
-    """"patterns" (a plain Trace), "step" (a generation step's) or None: a trace that records or
-    edits anything between the layers, or another kind of trace."""
+    """"patterns" (a plain Trace), "step" (a generation step's: generate._StepTrace) or None: a
+    trace that records or edits anything between the layers, or of a class that does not say how
+    (Trace.one_call, in its own body)."""
     if (trace.edits or trace.start or trace.end is not None or trace.attention is not None
             or not trace.want_kv or any(trace.want.values())):
         return None
-    if type(trace) is Trace:
-        return "patterns"
-    if not _STEP_TRACE:
-        from attnviz.engine.computing.generate import _StepTrace
-        _STEP_TRACE.append(_StepTrace)
-    return "step" if type(trace) is _STEP_TRACE[0] else None
+    return vars(type(trace)).get("one_call")
