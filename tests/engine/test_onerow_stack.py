@@ -5,6 +5,9 @@ cache's K and V, the final-norm input, the chosen tokens and their log-probabili
 keystrokes (patterns, K and V, an early hand-over, a stop); and the runs it does not cover
 (records between the layers, a layer it cannot take, edits) take the loop and give its answer."""
 
+import gc
+import weakref
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
@@ -239,3 +242,19 @@ def test_tiny_llamas_steps_in_one_call_where_every_layer_is_covered(tiny, stacke
         runs[on] = _steps(model, IDS, 8, True)
         assert stacked.calls[before:] == ([(0, n_layer)] * 8 if on and name == "covered" else [])
     _same_steps(runs[True], runs[False])
+
+
+def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
+    """_KeptKV holds the last step's K and V buffers for the next one: while the generation's cache
+    lives, not after (nor do a dropped store's typed Lists outlive it: a WeakKeyDictionary)."""
+    stacked(True)
+    model = tiny["covered"]
+    cache = KVCache()
+    for t in range(8, 11):
+        model.run(ids=np.asarray(IDS[:t]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+    kept = onerow_stack._STACKS[model.weights.layers].kept
+    buffer = weakref.ref(kept.last[0][0])
+    assert kept.last is not None and buffer() is not None
+    del cache
+    gc.collect()
+    assert kept.last is None and buffer() is None

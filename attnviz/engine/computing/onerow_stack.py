@@ -16,13 +16,15 @@ matrix, one scale type, serial kernels) and every layer's constants alike (RoPE 
 scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
 stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
 
-The lists of a store's matrices and gains are built once (_STACKS); those of the KV buffers when
-the buffers change (a generation's next step reuses them: _KeptKV).
+The lists of a store's matrices and gains are built once (_STACKS, for the store's life); those of
+the KV buffers when the buffers change (a generation's next step reuses them: _KeptKV, which lets
+them go with their cache).
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numba
 import numpy as np
@@ -114,7 +116,7 @@ class _Stack:
         self.kept = _KeptKV()
 
 
-_STACKS: dict = {}  # id(LayerStore) -> (it, its _Stack or None)
+_STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
 _LOCK = threading.Lock()
 
 
@@ -122,9 +124,10 @@ def _stack_of(store, n_layer: int, layer_for):
     """The store's _Stack where every layer's one-row view (layer_for(store, i, 1): layers.layer_for)
     is a packed one the block covers, with scales of one type throughout; else None. Built once a
     store (its packed views are held for the model's life)."""
-    kept = _STACKS.get(id(store))
-    if kept is not None and kept[0] is store:
-        return kept[1]
+    if getattr(store, "packed_view", None) is None:  # (a list of float32 layers: none packed)
+        return None
+    if store in _STACKS:
+        return _STACKS[store]
     with _LOCK:
         layers = [layer_for(store, i, 1) for i in range(n_layer)]
         plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
@@ -134,9 +137,7 @@ def _stack_of(store, n_layer: int, layer_for):
                 and len({plan[0][0][2].dtype for plan in plans}) == 1
                 and all(len(layer.norm1) == 1 and len(layer.norm2) == 1 for layer in layers)):
             stack = _Stack(plans, layers)
-        if len(_STACKS) > 64:
-            _STACKS.clear()
-        _STACKS[id(store)] = (store, stack)
+        _STACKS[store] = stack
     return stack
 
 
@@ -147,7 +148,9 @@ class _KeptKV:
     buffers have room, writes after them without looking at each layer again."""
 
     def __init__(self):
-        self.last = None  # (kw, vw, (kws, vws), trace.k, trace.v, T, (kw's, vw's addresses))
+        # (kw, vw, (kws, vws), trace.k, trace.v, T, (kw's, vw's addresses), the cache's token)
+        self.last = None
+        self.watched = None  # a weak reference to the cache `last` came from
 
     def buffers(self, past, p: int):
         """(kw, vw, (kws, vws)): each layer's buffer with room for position p after its first p,
@@ -167,15 +170,25 @@ class _KeptKV:
             kw, vw = [_room(a, p) for a in past.k], [_room(a, p) for a in past.v]
         return kw, vw, (_typed(_KW, kw), _typed(_KW, vw))
 
-    def hand(self, kept, trace, T: int) -> None:
-        """The trace's K and V: the first T positions of `kept`'s buffers (buffers' answer)."""
+    def hand(self, kept, trace, T: int, past) -> None:
+        """The trace's K and V: the first T positions of `kept`'s buffers (buffers' answer), kept
+        for the next call while `past` (the run's KVCache) lives: its buffers are let go with it."""
         kw, vw, lists = kept
         trace.k[:] = [a[:, :T] for a in kw]
         trace.v[:] = [a[:, :T] for a in vw]
         last = self.last
         at = (last[6] if last is not None and last[2] is lists
               else ([a.ctypes.data for a in kw], [a.ctypes.data for a in vw]))
-        self.last = (kw, vw, lists, trace.k, trace.v, T, at)
+        watched = self.watched
+        if watched is None or watched[0]() is not past:
+            watched = self.watched = (weakref.ref(past), object())
+            weakref.finalize(past, self.forget, watched[1])
+        self.last = (kw, vw, lists, trace.k, trace.v, T, at, watched[1])
+
+    def forget(self, token) -> None:  # the cache `last` came from is gone: its buffers too
+        last = self.last
+        if last is not None and last[7] is token:
+            self.last = None
 
 
 def _same(a: list, b: list) -> bool:
@@ -224,7 +237,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     elif not (rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.writeable):
         return False
     kept = stack.kept.buffers(past, p)
-    stack.kept.hand(kept, trace, T)  # (views of the buffers the calls fill)
+    stack.kept.hand(kept, trace, T, past)  # (views of the buffers the calls fill)
     x = np.array(x, np.float32, order="C")  # (written in place, layer by layer)
     cos, sin = c0.rope
     args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
