@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from attnviz.engine.computing import onerow_stack, qmatvec as qm
+from attnviz.engine.computing import qmatvec as qm  # (first: it asks numba for plain error text)
+from attnviz.engine.computing import onerow_stack
 from attnviz.engine.computing.generate import _StepTrace, generate
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Patch, ReplaceHead, Trace
