@@ -82,9 +82,8 @@ def _same_steps(a, b):
 def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed, stacked, rows,
                                                                        monkeypatch):
     ids = np.random.default_rng(5).integers(100, 40000, 80).tolist()
-    built, typed = [], onerow_stack._typed
-    monkeypatch.setattr(onerow_stack, "_typed",
-                        lambda item, arrays: (built.append(item == onerow_stack._KW), typed(item, arrays))[1])
+    made, fresh = [], onerow_stack._fresh
+    monkeypatch.setattr(onerow_stack, "_fresh", lambda *a: (made.append(a), fresh(*a))[1])
     runs = {}
     for on in (True, False):
         stacked(on)
@@ -94,7 +93,31 @@ def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_p
         # K and V into buffers with room for KV_ROOM more; the next write after them in place,
         # until step 66 finds no room left and copies them into new buffers)
         assert stacked.calls[before:] == ([(0, 30)] * 68 if on else [])
-    assert sum(built) == 2 * 2  # (K's and V's Lists: at the first step and at step 66)
+    assert len(made) == 2  # (the buffer of every layer's K and V: at the first step and at step 66)
+    _same_steps(runs[True], runs[False])
+
+
+def test_steps_from_a_cache_cut_back_equal_the_layer_loop(smollm2_packed, stacked, monkeypatch):
+    """The cache cut back to its first T - 1 tokens before each step (fresh views of the buffer,
+    as benchmarks/qsteps.py's back_to makes): each step writes its row in place at T - 1."""
+    ids = np.random.default_rng(6).integers(100, 40000, 40).tolist()
+    made, fresh = [], onerow_stack._fresh
+    monkeypatch.setattr(onerow_stack, "_fresh", lambda *a: (made.append(a), fresh(*a))[1])
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        cache, out = KVCache(), []
+        model = smollm2_packed
+        model.run(ids=np.asarray(ids[:31]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+        for token in ids[31:]:
+            cache.ids = cache.ids[:31].copy()
+            cache.k, cache.v = [a[:, :31] for a in cache.k], [a[:, :31] for a in cache.v]
+            trace = _StepTrace(True, cache)
+            model.run(ids=np.asarray(ids[:31] + [token]), trace=trace, request=RunRequest(labels=False))
+            out.append((trace.final.copy(), np.stack(trace.last_rows), [a.copy() for a in (*cache.k, *cache.v)]))
+        runs[on] = out
+    assert stacked.calls == [(0, 30)] * 9
+    assert len(made) == 1  # (the first step's: the prefill's arrays have no room; then in place)
     _same_steps(runs[True], runs[False])
 
 
@@ -254,7 +277,7 @@ def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
     for t in range(8, 11):
         model.run(ids=np.asarray(IDS[:t]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
     kept = onerow_stack._STACKS[model.weights.layers].kept
-    buffer = weakref.ref(kept.last[0][0])
+    buffer = weakref.ref(kept.last[0])
     assert kept.last is not None and buffer() is not None
     del cache
     gc.collect()

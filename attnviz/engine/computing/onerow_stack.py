@@ -16,9 +16,10 @@ matrix, one scale type, serial kernels) and every layer's constants alike (RoPE 
 scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
 stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
 
-The lists of a store's matrices and gains are built once (_STACKS, for the store's life); those of
-the KV buffers when the buffers change (a generation's next step reuses them: _KeptKV, which lets
-them go with their cache).
+The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
+layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
+K and V views of it; a generation's next step writes after them in place, a keystroke's next run
+copies their first positions in one step (_KeptKV, which lets the buffer go with its cache).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ _stack_ready = False  # whether compile_stack has run
 
 @njit(**JIT)
 def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head, n_kv_head,
-            bias, scale, n_group, kws, vws, p, rows, r):
+            bias, scale, n_group, kv, p, rows, r):
     """x [1, d_model] through layers a..b-1 in place (module docstring): matrix j of layer i
-    (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; each layer's pattern
-    row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last."""
+    (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; its keys and values
+    kv[0, i], kv[1, i] [n_kv_head, > p, d_head] (the row's written at position p); each layer's
+    pattern row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last."""
     d_model, d_head = x.shape[1], cos.shape[1]
     xn = np.empty((1, d_model), np.float32)
     qkv = np.empty((1, (n_head + 2 * n_kv_head) * d_head), np.float32)
@@ -56,11 +58,11 @@ def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, si
         s = rows[i, :, r:r + 1, :p + 1]  # [n_head, 1, T]
         ob._attention_in_of(x, gains1[i], eps, kinds[i, 0], qs[j], ss[j], os_[j], cos, sin, n_head,
                             n_kv_head, xn, qkv)
-        ob._append_attend_of(qkv, kws[i], vws[i], p, n_head, n_kv_head, d_head, bias, scale,
+        ob._append_attend_of(qkv, kv[0, i], kv[1, i], p, n_head, n_kv_head, d_head, bias, scale,
                              n_group, s)
         if i == b - 1 and not full_last:
             break
-        ob._step_mid_of(s, vws[i], n_group, d_head, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x,
+        ob._step_mid_of(s, kv[1, i], n_group, d_head, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x,
                         gains2[i], eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3],
                         qs[j + 3], ss[j + 3], os_[j + 3], out)
         for k in range(d_model):
@@ -68,11 +70,10 @@ def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, si
 
 
 _GAIN = array_type(1, True)
-_KW = types.Array(F32, 3, "C")
 
 
-def _list_types(scale):  # (q, scale or offset, gain, kv buffer) item types of the typed Lists
-    return ob._c(types.uint8, 4), ob._c(scale, 3), _GAIN, _KW
+def _list_types(scale):  # (q, scale or offset, gain) item types of the typed Lists
+    return ob._c(types.uint8, 4), ob._c(scale, 3), _GAIN
 
 
 def compile_stack() -> None:
@@ -82,12 +83,12 @@ def compile_stack() -> None:
     if _stack_ready:
         return
     for scale in (types.uint16, F32):
-        q, s, g, kv = _list_types(scale)
+        q, s, g = _list_types(scale)
         L = types.ListType
         _layers.compile(types.void(
             types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
-            L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64, L(kv), L(kv), I64,
-            types.Array(F32, 4, "C"), I64))
+            L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
+            types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64))
     _layers.disable_compile()
     _stack_ready = True
 
@@ -105,7 +106,7 @@ class _Stack:
 
     def __init__(self, plans, layers):
         scale = plans[0][0][0][2].dtype
-        q, s, g, _ = _list_types(types.uint16 if scale == np.uint16 else F32)
+        q, s, g = _list_types(types.uint16 if scale == np.uint16 else F32)
         mats = [m for plan in plans for m in plan[0]]  # (kind, q, scale, offset), 4 a layer
         self.kinds = np.array([[m[0] for m in plan[0]] for plan in plans], np.int64)
         self.kinds.flags.writeable = False
@@ -142,79 +143,77 @@ def _stack_of(store, n_layer: int, layer_for):
 
 
 class _KeptKV:
-    """The KV buffers the last call wrote into, their typed Lists, and the views [:, :T] it handed
-    to its trace (one tuple, replaced whole: runs on two threads at worst rebuild the Lists): a
-    generation's next step brings those views back as its cache (the same lists) and, while the
-    buffers have room, writes after them without looking at each layer again."""
+    """The KV buffer the last call wrote into (every layer's keys and values, one array: _fresh),
+    the views [:, :T] it handed to its trace and their addresses (one tuple, replaced whole: runs
+    on two threads at worst copy once more). A generation's next step brings those views back as
+    its cache (the same lists) and a keystroke's next run their first positions: the next call
+    then writes after them in place, or copies the buffer's first positions in one step."""
 
     def __init__(self):
-        # (kw, vw, (kws, vws), trace.k, trace.v, T, (kw's, vw's addresses), the cache's token)
+        # (kv, trace.k, trace.v, T, kv's address, the cache's token)
         self.last = None
-        self.watched = None  # a weak reference to the cache `last` came from
+        self.watched = None  # (a weak reference to the cache `last` came from, its token)
 
-    def buffers(self, past, p: int):
-        """(kw, vw, (kws, vws)): each layer's buffer with room for position p after its first p,
-        and their typed Lists: the cached keys or values' own buffer where append_positions would
-        write in place, else a new one with them copied in."""
+    def buffer(self, past, p: int, n_layer: int):
+        """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
+        at their first p positions, room at p: the last call's buffer itself where past's K and V
+        are its first p positions (append_positions' rule for writing in place), else a new one
+        with them copied in (as append_positions copies)."""
         last = self.last
-        if last is not None and past.k is last[3] and past.v is last[4] and last[5] == p:
-            kw, vw, lists = last[:3]
-            if all(b.shape[1] > p for b in kw) and all(b.shape[1] > p for b in vw):
-                return kw, vw, lists
-        if last is not None and len(last[0]) == len(past.k) and len(last[1]) == len(past.v):
-            kw = [_room(a, p, b, at) for a, b, at in zip(past.k, last[0], last[6][0])]
-            vw = [_room(a, p, b, at) for a, b, at in zip(past.v, last[1], last[6][1])]
-            if _same(kw, last[0]) and _same(vw, last[1]):
-                return kw, vw, last[2]
-        else:
-            kw, vw = [_room(a, p) for a in past.k], [_room(a, p) for a in past.v]
-        return kw, vw, (_typed(_KW, kw), _typed(_KW, vw))
+        if last is not None and len(past.k) == len(past.v) == n_layer:
+            kv = last[0]
+            n = last[3] if past.k is last[1] and past.v is last[2] else _views_of(kv, last[4], past, p)
+            if n == p and kv.shape[3] > p:  # (no cached view reaches past p)
+                return kv
+            if n >= p:
+                new = _fresh(kv.shape[:3], p, kv.shape[4])
+                new[:, :, :, :p] = kv[:, :, :, :p]
+                return new
+        k0 = past.k[0]
+        new = _fresh((2, n_layer, k0.shape[0]), p, k0.shape[2])
+        for i in range(n_layer):
+            new[0, i, :, :p] = past.k[i][:, :p]
+            new[1, i, :, :p] = past.v[i][:, :p]
+        return new
 
-    def hand(self, kept, trace, T: int, past) -> None:
-        """The trace's K and V: the first T positions of `kept`'s buffers (buffers' answer), kept
-        for the next call while `past` (the run's KVCache) lives: its buffers are let go with it."""
-        kw, vw, lists = kept
-        trace.k[:] = [a[:, :T] for a in kw]
-        trace.v[:] = [a[:, :T] for a in vw]
+    def hand(self, kv, trace, T: int, past) -> None:
+        """The trace's K and V: the first T positions of kv's layers (buffer's answer), kept for
+        the next call while `past` (the run's KVCache) lives: the buffer is let go with it."""
+        n_layer = kv.shape[1]
+        trace.k[:] = [kv[0, i, :, :T] for i in range(n_layer)]
+        trace.v[:] = [kv[1, i, :, :T] for i in range(n_layer)]
         last = self.last
-        at = (last[6] if last is not None and last[2] is lists
-              else ([a.ctypes.data for a in kw], [a.ctypes.data for a in vw]))
+        at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
         watched = self.watched
         if watched is None or watched[0]() is not past:
             watched = self.watched = (weakref.ref(past), object())
             weakref.finalize(past, self.forget, watched[1])
-        self.last = (kw, vw, lists, trace.k, trace.v, T, at, watched[1])
+        self.last = (kv, trace.k, trace.v, T, at, watched[1])
 
-    def forget(self, token) -> None:  # the cache `last` came from is gone: its buffers too
+    def forget(self, token) -> None:  # the cache `last` came from is gone: its buffer too
         last = self.last
-        if last is not None and last[7] is token:
+        if last is not None and last[5] is token:
             self.last = None
 
 
-def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+def _fresh(lead: tuple, p: int, d_head: int) -> np.ndarray:
+    """An empty buffer [*lead, p + 1 + KV_ROOM, d_head] (lead: 2, n_layer, n_kv_head): room for the
+    new row and KV_ROOM positions more, as append_positions makes a layer's."""
+    return np.empty((*lead, p + 1 + KV_ROOM, d_head), np.float32)
 
 
-def _room(cached, p: int, known=None, at: int = 0):
-    """The C-contiguous float32 buffer whose first p positions `cached` [n_kv_head, p, d_head] is,
-    with room after them (append_positions' rule for writing in place), else a new one with room
-    for KV_ROOM positions more and cached[:, :p] copied in (as append_positions copies). `known`:
-    a buffer the last call wrote into (C-contiguous float32 [n_kv_head, positions, d_head]) and
-    its address."""
-    base = cached.base
-    if base is known and known is not None:  # (the checks its kind passed once)
-        if (cached.shape[1] == p and known.shape[1] > p and cached.shape[0] == known.shape[0]
-                and cached.strides == known.strides and cached.shape[2] == known.shape[2]
-                and cached.ctypes.data == at):
-            return known
-    elif (cached.shape[1] == p and isinstance(base, np.ndarray) and base.ndim == 3
-            and base.dtype == np.float32 and base.flags.c_contiguous and base.shape[1] > p
-            and base.shape[0] == cached.shape[0] and base.shape[2] == cached.shape[2]
-            and base.strides == cached.strides and base.ctypes.data == cached.ctypes.data):
-        return base
-    out = np.empty((cached.shape[0], p + 1 + KV_ROOM, cached.shape[2]), np.float32)
-    out[:, :p] = cached[:, :p]
-    return out
+def _views_of(kv, at: int, past, p: int) -> int:
+    """n where every layer's cached keys and values are kv[0, i, :, :n] and kv[1, i, :, :n] (views
+    of them made anew, as a benchmark's cut of the cache makes), n >= p; else -1."""
+    stride, half = kv.strides[1], kv.strides[0]
+    n = past.k[0].shape[1]
+    for j, arrays in enumerate((past.k, past.v)):
+        for i, a in enumerate(arrays):
+            if not (a.base is kv and a.shape[1] == n and a.strides == kv.strides[2:]
+                    and a.shape[0] == kv.shape[2] and a.shape[2] == kv.shape[4]
+                    and a.ctypes.data == at + j * half + i * stride):
+                return -1
+    return n if n >= p else -1
 
 
 def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
@@ -236,14 +235,13 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
         rows, r = np.empty((n_layer, c0.n_head, 1, T), np.float32), 0
     elif not (rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.writeable):
         return False
-    kept = stack.kept.buffers(past, p)
-    stack.kept.hand(kept, trace, T, past)  # (views of the buffers the calls fill)
+    kv = stack.kept.buffer(past, p, n_layer)
+    stack.kept.hand(kv, trace, T, past)  # (views of the buffer the calls fill)
     x = np.array(x, np.float32, order="C")  # (written in place, layer by layer)
     cos, sin = c0.rope
     args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
             np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
-            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, *kept[2], p,
-            rows, r)
+            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, kv, p, rows, r)
     full = kind == "step"  # a plain trace's run stops at the last layer's pattern (LayerCache)
     early = trace.early
     cut = early[0] if early is not None and 0 < early[0] < n_layer else n_layer
