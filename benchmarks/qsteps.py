@@ -7,7 +7,7 @@ in one process, in turns (not a test).
   runs a layer at a time (onerow_stack.ENABLED off) are timed in turns beside them.
 - generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
   cache, no dense patterns, every layer to its end; the cache holding the T - 1 tokens before it,
-  its row appended in place as in a generation: back_to), kernels on (every layer in one call,
+  its row appended in place as in a generation: back_to; a cache of its own for each way), kernels on (every layer in one call,
   and a layer at a time) against off, in turns, and the step's unembedding (head.logits, the same
   either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
@@ -51,18 +51,18 @@ from benchmarks.record import figure, write
 
 
 def _ways(fn, repeat: int, setup=None) -> dict[str, list[float]]:
-    """ms of fn() each way (WAYS: the kernels with every layer in one call, the kernels layer by
+    """ms of fn(way) each way (WAYS: the kernels with every layer in one call, the kernels layer by
     layer, float32), `repeat` times each, in turns (the order rotated each round: no way always
-    follows another); setup() before each, untimed."""
+    follows another); setup(way) before each, untimed."""
     times: dict = {way: [] for way in WAYS}
     for r in range(repeat + 1):
         for k in range(len(WAYS)):
             way = WAYS[(r + k) % len(WAYS)]
             _set_way(way)
             if setup is not None:
-                setup()
+                setup(way)
             t0 = time.perf_counter()
-            fn()
+            fn(way)
             ms = (time.perf_counter() - t0) * 1e3
             if r:  # the first round warms every way
                 times[way].append(ms)
@@ -234,9 +234,11 @@ def main() -> None:
     model.clear_cache()
     model.run(ids=ids[:T - 1])
 
-    def keystroke():
+    def keystroke(way):
         assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
-    times = _ways(keystroke, args.repeat)
+    # (each timed keystroke after an untimed one the same way: the cache then holds its K and V as
+    # that way's keystrokes leave them, as typing leaves them)
+    times = _ways(keystroke, args.repeat, keystroke)
     on, off = times["one call"], times["float32"]
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
     loop = statistics.median(times["layer by layer"])
@@ -257,14 +259,17 @@ def main() -> None:
     # generation steps: a generation's own cache, one new row a step as above
     head = model.lm_head()
     for T in (64, 512):
-        cache = KVCache()
-        model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+        caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
+        for cache in caches.values():
+            model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache),
+                      request=RunRequest(labels=False))
 
-        def step():
+        def step(way):
+            cache = caches[way]
             r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
                           request=RunRequest(labels=False))
             assert r.cache_computed == 1 and not cache.earlier
-        times = _ways(step, args.repeat, lambda: back_to(cache, T - 1))
+        times = _ways(step, args.repeat, lambda way: back_to(caches[way], T - 1))
         on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         floor = packed * floor_ms / f32_bytes
