@@ -242,14 +242,19 @@ def tiny(tmp_path_factory, request):
     qm.warm([qtype])
     folder = tmp_path_factory.mktemp("onerow_stack")
     cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    return {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, qtype)),
+            "covered": _covered(folder, qtype)}
+
+
+def _covered(folder, qtype):
+    """The tiny Llama with an MLP of 64 (every matrix in blocks of the type), loaded packed."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
     wide = dict(tensors)
     rng = np.random.default_rng(7)
     for i in range(cfg["num_hidden_layers"]):
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
             wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, cfg["hidden_size"])) * 0.2).astype(np.float32)
-    return {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, qtype)),
-            "covered": load_packed(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64),
-                                              wide, qtype))}
+    return load_packed(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64), wide, qtype))
 
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]
@@ -282,3 +287,29 @@ def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
     del cache
     gc.collect()
     assert kept.last is None and buffer() is None
+
+
+@pytest.fixture
+def q8_0_model(tmp_path):
+    qm.warm([Q.Q8_0])  # (before `stacked` counts the calls: the warm-up compiles the real one)
+    return _covered(tmp_path, Q.Q8_0)
+
+
+def test_a_layer_not_on_its_packed_view_yet_is_asked_again(q8_0_model, stacked, monkeypatch):
+    """A run whose layer comes float32 (as while its kernel is still warming) takes the layer loop,
+    and the next run, its layers all packed views again, the one call."""
+    from attnviz.engine.computing import families
+    model = q8_0_model
+    real, float32 = families.layer_for, [True]
+
+    def layer_for(layers, i, n_rows):
+        return layers[i] if float32[0] and i == 1 and n_rows == 1 else real(layers, i, n_rows)
+    monkeypatch.setattr(families, "layer_for", layer_for)
+    stacked(True)
+    first = _steps(model, IDS, 10, True)
+    assert stacked.calls == [] and model.weights.layers not in onerow_stack._STACKS
+    float32[0] = False
+    again = _steps(model, IDS, 10, True)
+    assert stacked.calls == [(0, model.config.n_layer)] * 6
+    for (f, r, _), (f1, r1, _) in zip(first, again, strict=True):  # (a float32 layer: rounding apart)
+        np.testing.assert_allclose(f, f1, rtol=0, atol=1e-3 * np.abs(f).max())

@@ -203,9 +203,10 @@ def _plan(layer):
         return kept[1]
     plan = None
     mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
+    if any(getattr(layer, name, None) is not None for name in ("w_qkv", "w_o", "w_in", "w_out")):
+        return None  # (its float32 copy, not its packed view: not kept, the view's plan may differ)
     plain = all(getattr(layer, name, None) is None for name in (
-        "w_qkv", "w_o", "w_in", "w_out", "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm",
-        "post_mlp_norm", "q_norm", "k_norm"))
+        "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm", "post_mlp_norm", "q_norm", "k_norm"))
     if plain and all(m is not None and len(m.parts) == 1 for m in mats):
         parts = [m.parts[0][1] for m in mats]
         if (all(p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out and _compiled_for(p.args)

@@ -1,10 +1,11 @@
 """Every layer of a one-row run (a generation step, a keystroke's run with the KV cache) in one
 compiled call, where nothing between the layers needs Python: onerow_block's generation-step
 layer (_step_in, _step_mid: the same njit steps in the same order, so the same bits) in a loop
-over the layers, reading each layer's packed matrices and KV buffers from numba typed Lists.
+over the layers, reading each layer's packed matrices from numba typed Lists and its keys and
+values from one buffer of every layer's.
 
     _layers   for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
-              row's k and v written at position p of the layer's buffers, s = softmax(scores)
+              row's k and v written at position p of the layer's K and V, s = softmax(scores)
               written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
               stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
 
@@ -124,7 +125,8 @@ _LOCK = threading.Lock()
 def _stack_of(store, n_layer: int, layer_for):
     """The store's _Stack where every layer's one-row view (layer_for(store, i, 1): layers.layer_for)
     is a packed one the block covers, with scales of one type throughout; else None. Built once a
-    store (its packed views are held for the model's life)."""
+    store (its packed views are held for the model's life); a None kept only where every layer
+    was its packed view (a float32 layer, as while a kernel is still warming, is asked again)."""
     if getattr(store, "packed_view", None) is None:  # (a list of float32 layers: none packed)
         return None
     if store in _STACKS:
@@ -138,7 +140,8 @@ def _stack_of(store, n_layer: int, layer_for):
                 and len({plan[0][0][2].dtype for plan in plans}) == 1
                 and all(len(layer.norm1) == 1 and len(layer.norm2) == 1 for layer in layers)):
             stack = _Stack(plans, layers)
-        _STACKS[store] = stack
+        if stack is not None or all(layer is store.packed_view(i) for i, layer in enumerate(layers)):
+            _STACKS[store] = stack
     return stack
 
 
