@@ -275,7 +275,7 @@ def test_tiny_llamas_steps_in_one_call_where_every_layer_is_covered(tiny, stacke
 
 def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
     """_KeptKV holds the last step's K and V buffers for the next one: while the generation's cache
-    lives, not after (nor do a dropped store's typed Lists outlive it: a WeakKeyDictionary)."""
+    lives, not after."""
     stacked(True)
     model = tiny["covered"]
     cache = KVCache()
@@ -284,9 +284,19 @@ def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
     kept = onerow_stack._STACKS[model.weights.layers].kept
     buffer = weakref.ref(kept.last[0])
     assert kept.last is not None and buffer() is not None
+    other = KVCache()  # (steps of two caches in turns: one token each while it lives)
+    for t in range(8, 11):
+        for c in (cache, other):
+            model.run(ids=np.asarray(IDS[:t]), trace=_StepTrace(False, c), request=RunRequest(labels=False))
+    del c
+    assert len(kept.tokens) == 2
+    buffer = weakref.ref(kept.last[0])
     del cache
     gc.collect()
-    assert kept.last is None and buffer() is None
+    assert len(kept.tokens) == 1 and kept.last is not None  # (the other's)
+    del other
+    gc.collect()
+    assert kept.last is None and buffer() is None and kept.tokens == {}
 
 
 @pytest.fixture
@@ -313,3 +323,16 @@ def test_a_layer_not_on_its_packed_view_yet_is_asked_again(q8_0_model, stacked, 
     assert stacked.calls == [(0, model.config.n_layer)] * 6
     for (f, r, _), (f1, r1, _) in zip(first, again, strict=True):  # (a float32 layer: rounding apart)
         np.testing.assert_allclose(f, f1, rtol=0, atol=1e-3 * np.abs(f).max())
+
+
+def test_a_stores_lists_go_with_it(q8_0_model, stacked, tmp_path):
+    stacked(True)
+    (tmp_path / "own").mkdir()
+    model = _covered(tmp_path / "own", Q.Q8_0)  # (not the fixture's: pytest holds that one)
+    _steps(model, IDS, 14, False)
+    assert stacked.calls
+    store = weakref.ref(model.weights.layers)
+    stack = weakref.ref(onerow_stack._STACKS[store()])
+    del model
+    gc.collect()
+    assert store() is None and stack() is None

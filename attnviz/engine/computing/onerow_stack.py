@@ -155,7 +155,7 @@ class _KeptKV:
     def __init__(self):
         # (kv, trace.k, trace.v, T, kv's address, the cache's token)
         self.last = None
-        self.watched = None  # (a weak reference to the cache `last` came from, its token)
+        self.tokens: dict = {}  # id(cache) -> (a weak reference to it, its token), while it lives
 
     def buffer(self, past, p: int, n_layer: int):
         """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
@@ -187,13 +187,20 @@ class _KeptKV:
         trace.v[:] = [kv[1, i, :, :T] for i in range(n_layer)]
         last = self.last
         at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
-        watched = self.watched
-        if watched is None or watched[0]() is not past:
-            watched = self.watched = (weakref.ref(past), object())
-            weakref.finalize(past, self.forget, watched[1])
-        self.last = (kv, trace.k, trace.v, T, at, watched[1])
+        self.last = (kv, trace.k, trace.v, T, at, self.token(past))
 
-    def forget(self, token) -> None:  # the cache `last` came from is gone: its buffer too
+    def token(self, past):
+        """The cache's token (one while it lives: its end calls forget once)."""
+        entry = self.tokens.get(id(past))
+        if entry is None or entry[0]() is not past:
+            entry = self.tokens[id(past)] = (weakref.ref(past), object())
+            weakref.finalize(past, self.forget, id(past), entry[1])
+        return entry[1]
+
+    def forget(self, key: int, token) -> None:  # a cache is gone: the buffer it last had too
+        entry = self.tokens.get(key)
+        if entry is not None and entry[1] is token:
+            self.tokens.pop(key, None)
         last = self.last
         if last is not None and last[5] is token:
             self.last = None
