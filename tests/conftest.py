@@ -5,7 +5,14 @@ import tempfile
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-# Never read or write the user's real settings, caches or the network during tests.
+# The compiled kernels are the one cache tests share with the user's (scripts/setup.sh compiles them
+# there): each of its folders is keyed by the kernels' sources (engine/computing/kernel_cache.py),
+# so a test never reads stale machine code, and none compiles them all again at each session.
+if not os.environ.get("NUMBA_CACHE_DIR"):  # (the rule of engine/reading/user_cache.py)
+    _user_cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    _user_cache = os.environ.get("ATTNVIZ_CACHE") or str(Path(_user_cache) / "attnviz")
+    os.environ["NUMBA_CACHE_DIR"] = str(Path(_user_cache) / "kernels")
+# Never read or write the user's real settings, other caches or the network during tests.
 _HOME = Path(tempfile.mkdtemp(prefix="attnviz-test-home-"))
 os.environ.setdefault("XDG_CONFIG_HOME", str(_HOME / "config"))
 os.environ.setdefault("XDG_CACHE_HOME", str(_HOME / "cache"))

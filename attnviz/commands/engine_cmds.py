@@ -101,7 +101,8 @@ def cmd_attention(args) -> int:
     if part:
         refuse_options([("--value-weighted", vw)], "to every layer's whole patterns, not with "
                        "--layer or --rows")
-    model = checkpoint_opt.at(load_model(args.model), args)
+    # (a GGUF vocabulary's tokenizer then holds only what the text can meet: the same tokens)
+    model = checkpoint_opt.at(load_model(args.model, text=args.text if ids is None else None), args)
     if part:
         return _attention_part(model, args, ids, layer, rows, out)
     try:

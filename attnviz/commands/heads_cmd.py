@@ -134,7 +134,8 @@ def cmd_heads(args) -> int:
     if not args.probe:
         refuse_options((("--probe-length", args.probe_length is not None),
                         ("--seed", args.seed is not None)), "only with --probe", sep=" and ")
-    model = checkpoint_opt.at(load_model(args.model), args)
+    # (a GGUF vocabulary's tokenizer then holds only what the text can meet: the same tokens)
+    model = checkpoint_opt.at(load_model(args.model, text=None if args.probe else args.text), args)
     if args.probe:
         seed = P.PROBE_SEED if args.seed is None else args.seed
         n = P.PROBE_LENGTH if args.probe_length is None else args.probe_length
@@ -238,7 +239,7 @@ def _template_probe(args, kind) -> int:
 
 
 def cmd_find(args) -> int:
-    model = load_model(args.model)
+    model = load_model(args.model, text=args.text)
     result = model.run(args.text, request=RunRequest(truncate=args.truncate))
     show_notice("find", result)
     q = F.resolve_token(result, args.from_token)

@@ -35,10 +35,13 @@ from dataclasses import replace
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing.rowmath import (
     C3, F32, I64, JIT, NO_BIAS, R1, R2, R3, W2, W3, W3C, minus_max_of, prefix, rms_norm_of,
     rotate_of, scores_of, silu_of, softmax_of, weighted_of, whole)
 from attnviz.engine.computing.trace import NOTHING
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 @njit(types.void(R2, R1, F32, W2), **JIT)
 def _rms_norm(x, gain, eps, out):

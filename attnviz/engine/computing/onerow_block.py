@@ -28,6 +28,7 @@ import numba
 import numpy as np
 from numba import njit, types
 
+from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing.qdot import s_b16, s_b32, s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
     F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_of, silu_of,
@@ -35,6 +36,8 @@ from attnviz.engine.computing.rowmath import (
 from attnviz.engine.computing.trace import NOTHING, LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 _block_ready = False  # whether compile_block has run
 

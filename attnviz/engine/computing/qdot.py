@@ -1,7 +1,7 @@
 """The quantised kernels (engine/computing/qmatvec.py calls them) and their inner loop as LLVM vector
 code: 16 output rows of one packed group against one row of x, over every sub-block, summed in
-vector registers. (In one file: numba's cache of a function is renewed when its own file changes,
-so a kernel and the loop it compiles in change together.)
+vector registers. (numba's cache of them is renewed when this file or another the kernels are
+compiled from changes: engine/computing/kernel_cache.py.)
 
     y[r] = sum_s scale_s[r] t_s[r] + offset_s[r] xs_s,   t_s[r] = sum_{j in s} q[r, j] x[j]
 
@@ -33,8 +33,12 @@ try:
     from numba import njit, prange, types
     from numba.core import cgutils
     from numba.extending import intrinsic
+
+    from attnviz.engine.computing import kernel_cache
 except ImportError:  # qmatvec then has no kernels
     numba = None
+else:
+    kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
@@ -51,10 +55,31 @@ def _permute_table() -> bool:
         return False
 
 
+def _half_in_hardware() -> bool:
+    """Whether numba's target CPU converts float16 to float32 in one instruction: a 64-bit ARM, an
+    x86 with F16C (numba's rule: the host's features unless NUMBA_CPU_FEATURES or a generic CPU
+    says others). Elsewhere LLVM calls compiler-rt's __extendhfsf2, which numba does not link (the
+    process aborts): the kernels then convert the bits with integers (_half_bits, the same values)."""
+    triple = llvm.get_process_triple()
+    if triple.startswith(("aarch64", "arm64")):
+        return True
+    if not triple.startswith(("x86_64", "i386", "i686")):
+        return False
+    features = numba.config.CPU_FEATURES
+    if features is None:
+        try:
+            return bool(llvm.get_host_cpu_features().get("f16c", False))
+        except RuntimeError:  # (features unknown on this host)
+            return False
+    return "+f16c" in features.split(",")
+
+
 if numba:
     _F32, _I32, _I64, _I8P = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
     _V8, _V32, _VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
     PERMUTE = _permute_table()
+    HALF_IN_HARDWARE = _half_in_hardware()
+    _V16 = ir.VectorType(ir.IntType(16), LANES)
 
     def _splat(builder, value):  # float -> <16 x float>, every lane value
         undef = ir.Constant(_VF, ir.Undefined)
@@ -86,6 +111,24 @@ if numba:
             return builder.call(fn, [ir.Constant(_VF, [float(i) for i in range(LANES)]), v])
         return builder.uitofp(builder.and_(v, ir.Constant(_V32, [15] * LANES)), _VF)
 
+    def _half_bits(builder, h):
+        """<16 x i16> float16 bits -> <16 x float>, exact for every value (normal, subnormal, zero,
+        inf, nan) with integer arithmetic: the exponent rebiased from 15 to 127, a subnormal m
+        2^-24 made as (1 + m / 1024) 2^-14 - 2^-14 (both exact), the sign put back."""
+        def c(k):
+            return ir.Constant(_V32, [k] * LANES)
+
+        v = builder.zext(h, _V32)
+        o = builder.shl(builder.and_(v, c(0x7FFF)), c(13))  # exponent and mantissa in float32's place
+        e = builder.and_(o, c(0x0F800000))  # the exponent alone
+        o = builder.add(o, c(0x38000000))  # + (127 - 15) << 23
+        inf = builder.add(o, c(0x38000000))  # inf, nan: exponent 255
+        sub = builder.bitcast(builder.fsub(builder.bitcast(builder.add(o, c(0x00800000)), _VF),
+                                           ir.Constant(_VF, [2.0 ** -14] * LANES)), _V32)
+        o = builder.select(builder.icmp_unsigned("==", e, c(0x0F800000)), inf, o)
+        o = builder.select(builder.icmp_unsigned("==", e, c(0)), sub, o)
+        return builder.bitcast(builder.or_(o, builder.shl(builder.and_(v, c(0x8000)), c(16))), _VF)
+
     def _rows_intrinsic(kind: str):
         """The intrinsic rows(q, qo, scale, offset, so, x, xo, xs, xso, n_sub, y, yo): y[yo:yo + 16]
         = the module docstring's sum for the group whose sub-block s has its bytes at
@@ -115,7 +158,9 @@ if numba:
                 def scales(ty, arr, at):  # <16 x float> from float32 or float16 bits (exact)
                     if ty.dtype != types.uint16:
                         return builder.load(vec(ty, arr, at, _VF), align=4)
-                    return builder.fpext(builder.load(vec(ty, arr, at, _VH), align=2), _VF)
+                    if HALF_IN_HARDWARE:
+                        return builder.fpext(builder.load(vec(ty, arr, at, _VH), align=2), _VF)
+                    return _half_bits(builder, builder.load(vec(ty, arr, at, _V16), align=2))
 
                 def x_at(base, j):
                     return _splat(builder, builder.load(_at(context, builder, xt, xa, builder.add(base, _const(j)))))

@@ -39,9 +39,6 @@ from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import HALF, LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
 
 log = logging.getLogger(__name__)
-# numba's coloured error text (colorama's init/deinit) reassigns sys.stderr from whichever thread
-# compiles, and a warm-up thread compiles beside the app's own output: plain text instead
-os.environ.setdefault("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
 
 try:
     import numba

@@ -6,8 +6,14 @@ array types their signatures use. No Qt, no file access: arrays in, arrays out."
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
+from attnviz.engine.computing import kernel_cache
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 F32 = types.float32
 I64 = types.int64
 
@@ -20,7 +26,6 @@ W1, W2, W3 = array_type(1), array_type(2), array_type(3)  # written
 R1, R2, R3 = array_type(1, True), array_type(2, True), array_type(3, True)  # read (a mutable array converts)
 C3 = types.Array(F32, 3, "C", readonly=True)  # keys or values: [n_kv_head, positions, d_head]
 W3C = types.Array(F32, 3, "C")  # a pattern row of its own (a generation step's)
-FAST = {"reassoc", "nsz"}  # dot products in several partial sums (vector lanes)
 # nogil as qmatvec's kernels; NumPy's division (inf, nan) instead of Python's ZeroDivisionError
 JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 
@@ -68,29 +73,86 @@ def minus_max_of(s):  # [n_head, 1, T] in place: each row minus its max (softmax
             s[h, 0, t] -= top
 
 
-@njit(fastmath=FAST, **JIT)
+# Sums of many terms (a query row against a key, softmax's denominator) on 16 vector lanes, term
+# j on lane j % 16, the lanes added in one fixed tree, the terms past the last 16 after: written as
+# LLVM vector code, so its order is the same in every function it is compiled into. (fastmath's
+# reassoc left the order to the compiler, which chose another where the function was inlined
+# into a caller loaded from numba's cache than where it was compiled in the process: a first run
+# while numba compiled gave other bits than every later one.)
+_VF = ir.VectorType(ir.FloatType(), 16)
+
+
+def _vectors_at(context, builder, aryty, ary, offset):  # <16 x float>* at a flat element offset
+    data = context.make_array(aryty)(context, builder, ary).data
+    return builder.bitcast(builder.gep(data, [offset]), _VF.as_pointer())
+
+
+def _lanes_total(builder, v):  # <16 x float> -> float: halves added lane by lane to one lane
+    width = 16
+    while width > 1:
+        width //= 2
+        half = [ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(at, at + width)))
+                for at in (0, width)]
+        v = builder.fadd(builder.shuffle_vector(v, v, half[0]), builder.shuffle_vector(v, v, half[1]))
+    return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
+
+
+def _lanes_codegen(products: bool):
+    def codegen(context, builder, signature, args):
+        arrays, offsets = args[0:-1:2], [context.cast(builder, o, t, types.intp) for o, t in
+                                         zip(args[1:-1:2], signature.args[1:-1:2])]
+        n = context.cast(builder, args[-1], signature.args[-1], types.intp)
+        acc = cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16))
+        with cgutils.for_range(builder, n) as loop:
+            at = builder.mul(loop.index, ir.Constant(ir.IntType(64), 16))
+            vs = [builder.load(_vectors_at(context, builder, t, a, builder.add(o, at)), align=4)
+                  for a, t, o in zip(arrays, signature.args[0:-1:2], offsets)]
+            term = builder.fmul(vs[0], vs[1]) if products else vs[0]
+            builder.store(builder.fadd(builder.load(acc), term), acc)
+        return _lanes_total(builder, builder.load(acc))
+    return codegen
+
+
+@intrinsic
+def dot_lanes(typingctx, a, ao, b, bo, n16):
+    """sum over j < 16 n16 of a[ao + j] b[bo + j], a and b C-contiguous float32 arrays read at
+    flat element offsets (on vector lanes, one order)."""
+    return types.float32(a, ao, b, bo, n16), _lanes_codegen(products=True)
+
+
+@intrinsic
+def sum_lanes(typingctx, a, ao, n16):
+    """sum over j < 16 n16 of a[ao + j] (as dot_lanes)."""
+    return types.float32(a, ao, n16), _lanes_codegen(products=False)
+
+
+@njit(**JIT)
 def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
     n_head, _, d = q.shape
+    kc = np.ascontiguousarray(k)  # (read at flat offsets; a cache's keys already are)
     qs = np.empty((n_group, d), np.float32)
+    n16 = d // 16
     for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
         h0 = g * n_group
         for i in range(n_group):
             for j in range(d):
                 qs[i, j] = q[h0 + i, 0, j] * scale
         for t in range(T):
+            at = (g * kc.shape[1] + t) * d
             for i in range(n_group):
-                s = np.float32(0.0)
-                for j in range(d):
-                    s += qs[i, j] * k[g, t, j]
+                s = dot_lanes(qs, i * d, kc, at, n16)
+                for j in range(16 * n16, d):
+                    s += qs[i, j] * kc[g, t, j]
                 out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
     if top:
         minus_max_of(out)
 
 
-@njit(fastmath=FAST, **JIT)
+@njit(**JIT)
 def lane_sum(e):  # [n] float32, C order -> its sum (on vector lanes; one order for every caller)
-    total = np.float32(0.0)
-    for t in range(e.shape[0]):
+    n16 = e.shape[0] // 16
+    total = sum_lanes(e, 0, n16)
+    for t in range(16 * n16, e.shape[0]):
         total += e[t]
     return total
 

@@ -1,0 +1,90 @@
+"""The one-row steps' sums (a query row against each key, softmax's denominator) are taken in one
+order wherever they are compiled (engine/computing/rowmath.py: 16 vector lanes, term j on lane
+j % 16, one fixed tree, the tail after). With fastmath's reassoc the compiler chose the order, and
+the attention of a first run, while numba compiled the steps, differed in its last bits from every
+later run's, which loaded them from numba's cache."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lanes_sum(terms: np.ndarray) -> np.float32:
+    """rowmath's order in NumPy float32: lanes summed chunk by chunk, halves added, tail after."""
+    n16 = len(terms) // 16
+    acc = np.zeros(16, np.float32)
+    for c in range(n16):
+        acc = acc + terms[16 * c:16 * c + 16]
+    while len(acc) > 1:
+        acc = acc[:len(acc) // 2] + acc[len(acc) // 2:]
+    total = acc[0]
+    for t in terms[16 * n16:]:
+        total = np.float32(total + t)
+    return total
+
+
+@pytest.mark.parametrize("d", [64, 72, 7])
+def test_scores_and_softmax_sums_take_the_lanes_order(d):
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(d)
+    n_head, n_kv, T = 4, 2, 21
+    q = rng.standard_normal((n_head, 1, d)).astype(np.float32)
+    k = rng.standard_normal((n_kv, T, d)).astype(np.float32)
+    scale = np.float32(0.125)
+    out = np.empty((n_head, 1, T), np.float32)
+    R.scores_of(q, k, T, R.NO_BIAS, scale, 2, False, out)
+    for h in range(n_head):
+        for t in range(T):
+            assert out[h, 0, t] == _lanes_sum((q[h, 0] * scale) * k[h // 2, t]), (h, t)
+    e = rng.random(T * 3).astype(np.float32)
+    assert R.lane_sum(e) == _lanes_sum(e)
+
+
+def outputs() -> dict:
+    """The one-row steps on fixed arrays: attention over keys that are the first positions of a
+    cache with room (read as such) and over a copy of them, d_head 256 and 72 (a tail past 16)."""
+    from attnviz.engine.computing import onerow as O
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for d, n_head, n_group in ((256, 4, 4), (72, 6, 3)):
+        q = rng.standard_normal((n_head, 1, d)).astype(np.float32)
+        whole_k, whole_v = (rng.standard_normal((n_head // n_group, 24, d)).astype(np.float32) for _ in "kv")
+        k, v = whole_k[:, :19], whole_v[:, :19]
+        consts = type("Consts", (), {"bias": None, "scale": 1 / np.sqrt(d), "n_group": n_group})
+        out[f"cached {d}"] = O.dense_attention(q, k, v, consts)
+        out[f"copied {d}"] = O.dense_attention(q, k.copy(), v.copy(), consts)
+    return out
+
+
+def test_a_first_run_while_numba_compiles_gives_the_bits_of_later_runs(tmp_path):
+    """The same steps in a fresh process with an empty NUMBA_CACHE_DIR (compiled there), then in a
+    second one (loaded from the cache it wrote): the same bits, and the cached-keys path's the
+    copy's."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(ROOT)}
+    runs = []
+    for i in range(2):
+        path = tmp_path / f"run{i}.npz"
+        subprocess.run([sys.executable, __file__, str(path)], env=env, check=True, timeout=600,
+                       capture_output=True, text=True)
+        if i == 0:
+            assert list((tmp_path / "numba").rglob("onerow._scores*.nbi"))  # (the second loads)
+        with np.load(path) as f:
+            runs.append({key: f[key] for key in f.files})
+    cold, warm = runs
+    assert cold.keys() == warm.keys()
+    for key in cold:
+        assert np.array_equal(cold[key], warm[key]), key
+    for d in (256, 72):
+        assert np.array_equal(cold[f"cached {d}"], cold[f"copied {d}"])
+
+
+if __name__ == "__main__":  # (the subprocesses above)
+    np.savez(sys.argv[1], **outputs())
