@@ -33,11 +33,14 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
+from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing import onerow_block as ob
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
 from attnviz.engine.computing.trace import KV_ROOM
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.parallel import kernel_threads
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
 _stack_ready = False  # whether compile_stack has run
