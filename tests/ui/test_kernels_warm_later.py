@@ -57,6 +57,7 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
     qm, one_row = cold
     submitted, at_analysis, steps = [], [], []
     real_submit, real_steps, real_analyse = Worker.submit, layers.one_row_steps, EJ.analyse_typed
+    real_stack = layers.one_row_stack
 
     def submit(self, kind, fn, on_done, request=None, lane="pool", job_id=None):
         submitted.append((kind, lane))
@@ -65,6 +66,12 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
     def taken(layer, n_rows):
         steps.append((n_rows, real_steps(layer, n_rows)))
         return steps[-1][1]
+    def stacked(n_rows):  # (every layer in one call: it too asks for the one-row steps)
+        stack = real_stack(n_rows)
+        if stack is not None:
+            steps.append((n_rows, qm.ONE_ROW))
+        return stack
+
     def analysed(*a, **k):  # (what was warm as each analysis ended)
         out = real_analyse(*a, **k)
         at_analysis.append(qm.ONE_ROW)
@@ -72,6 +79,7 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
     monkeypatch.setattr(Worker, "submit", submit)
     monkeypatch.setattr(EJ, "analyse_typed", analysed)
     monkeypatch.setattr(families, "one_row_steps", taken)
+    monkeypatch.setattr(families, "one_row_stack", stacked)
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
     st, eff = w.state, w.state.effects
     qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
