@@ -25,6 +25,7 @@ copies their first positions in one step (_KeptKV, which lets the buffer go with
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -168,7 +169,10 @@ class _KeptKV:
         last = self.last
         if last is not None and len(past.k) == len(past.v) == n_layer:
             kv = last[0]
-            n = last[3] if past.k is last[1] and past.v is last[2] else _views_of(kv, last[4], past, p)
+            handed = past.k is last[1] and past.v is last[2]
+            n = last[3] if handed else _views_of(kv, last[4], past, p)
+            if n > p and handed and kv.shape[3] > p and _moved_out(kv, past, n):
+                return kv  # (its views handed out are now a copy of their own)
             if n == p and kv.shape[3] > p:  # (no cached view reaches past p)
                 return kv
             if n >= p:
@@ -207,6 +211,23 @@ class _KeptKV:
         last = self.last
         if last is not None and last[5] is token:
             self.last = None
+
+
+# references to a buffer while _moved_out asks: buffer's `kv`, the `last` tuple, _moved_out's
+# argument and getrefcount's (a view of it anywhere else holds one more)
+_OURS = 4
+
+
+def _moved_out(kv, past, n: int) -> bool:
+    """The cache's keys and values (the lists hand gave, kv's first n positions) replaced in those
+    lists by one copy of their own [2, n_layer, n_kv_head, n, d_head] (as without_room copies an
+    earlier run's): True where no other view of kv is then left (its references say), so the
+    next run may write after its first p < n positions in place; False: a caller still holds a
+    view of it (the next run copies into a new buffer)."""
+    own = kv[:, :, :, :n].copy()
+    past.k[:] = [own[0, i] for i in range(kv.shape[1])]
+    past.v[:] = [own[1, i] for i in range(kv.shape[1])]
+    return sys.getrefcount(kv) == _OURS
 
 
 def _fresh(lead: tuple, p: int, d_head: int) -> np.ndarray:
