@@ -20,7 +20,9 @@ stop check is asked before each call. Anything else takes families._forward_rows
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
 K and V views of it; a generation's next step writes after them in place, a keystroke's next run
-copies their first positions in one step (_KeptKV, which lets the buffer go with its cache).
+that replaces the last token moves the cached views to one copy of their own and writes into
+the buffer in place where no one else holds a view of it, else copies their first positions into
+a new one (_KeptKV, which lets the buffer go with its cache).
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ class _KeptKV:
     the views [:, :T] it handed to its trace and their addresses (one tuple, replaced whole: runs
     on two threads at worst copy once more). A generation's next step brings those views back as
     its cache (the same lists) and a keystroke's next run their first positions: the next call
-    then writes after them in place, or copies the buffer's first positions in one step."""
+    then writes after them in place (after its views moved out: _moved_out), or copies the
+    buffer's first positions in one step."""
 
     def __init__(self):
         # (kv, trace.k, trace.v, T, kv's address, the cache's token)
@@ -164,8 +167,9 @@ class _KeptKV:
     def buffer(self, past, p: int, n_layer: int):
         """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
         at their first p positions, room at p: the last call's buffer itself where past's K and V
-        are its first p positions (append_positions' rule for writing in place), else a new one
-        with them copied in (as append_positions copies)."""
+        are its first p positions (append_positions' rule for writing in place) or, the lists it
+        handed reaching past p, once they are moved to a copy of their own (_moved_out), else a
+        new one with them copied in (as append_positions copies)."""
         last = self.last
         if last is not None and len(past.k) == len(past.v) == n_layer:
             kv = last[0]
