@@ -135,3 +135,39 @@ def test_a_cached_run_checks_the_rows_it_computed(tmp_path, monkeypatch):
     model.run(ids=[1, 2, 3, 4])  # one new row
     model.run(ids=[1, 2, 3, 4])  # every row cached: nothing new to check
     assert checked == [(n_layer, n_head, 3, 3), (n_layer, n_head, 1, 4)]
+
+
+def _alike(cfg, i, j):  # whether layers i and j have the same window, RoPE and score scale
+    return (cfg.window(i) == cfg.window(j) and cfg.rope_of(i) == cfg.rope_of(j)
+            and (i == j or not cfg.attn_scale_by_layer))
+
+
+@pytest.mark.parametrize("kind", ["llama", "local and global", "RoPE by layer", "scale by layer"])
+@pytest.mark.parametrize("T, p", [(12, 11), (12, 0)])
+def test_layers_alike_share_one_consts_and_each_has_its_own_layers_values(kind, T, p):
+    """_layer_consts builds one Consts per (window, RoPE, scale) (a generation step, each at a new
+    T, builds them all): each layer's still holds that layer's window, RoPE tables, mask and scale."""
+    from attnviz.engine.computing.layers import causal_mask, mask_bias
+    from attnviz.engine.computing.rope import rope_tables
+    from attnviz.engine.reading.config import GLOBAL, LOCAL
+    cfg = config_from_dict(llama_config(n_layer=4))
+    if kind == "local and global":
+        cfg = dataclasses.replace(cfg, sliding_window=3, layer_types=(LOCAL, LOCAL, GLOBAL, LOCAL),
+                                  rope_local=dataclasses.replace(cfg.rope, theta=50.0))
+    elif kind == "RoPE by layer":  # (one window: the layers differ in their RoPE alone)
+        cfg = dataclasses.replace(cfg, layer_types=(GLOBAL, LOCAL, GLOBAL, LOCAL),
+                                  rope_local=dataclasses.replace(cfg.rope, theta=50.0))
+    elif kind == "scale by layer":
+        cfg = dataclasses.replace(cfg, attn_scale_by_layer=True)
+    consts = _layer_consts(cfg, T, p)
+    base = 1.0 / np.sqrt(cfg.d_head)
+    for i, c in enumerate(consts):
+        assert c.window == cfg.window(i)
+        assert c.scale == (base / (i + 1) if cfg.attn_scale_by_layer else base)
+        np.testing.assert_array_equal(c.bias, mask_bias(causal_mask(T, cfg.window(i), start=p)))
+        for a, b in zip(c.rope, rope_tables(np.arange(p, T), cfg.d_head, cfg.rope_of(i)), strict=True):
+            np.testing.assert_array_equal(a, b)
+        for j, other in enumerate(consts):
+            assert (other is c) == _alike(cfg, i, j)
+    assert len({id(c) for c in consts}) == {"llama": 1, "local and global": 2, "RoPE by layer": 2,
+                                               "scale by layer": 4}[kind]

@@ -336,3 +336,68 @@ def test_a_stores_lists_go_with_it(q8_0_model, stacked, tmp_path):
     del model
     gc.collect()
     assert store() is None and stack() is None
+
+
+# keystrokes that replace the last token (a re-split word): the current run's K and V move to a
+# copy of their own (kept among the earlier runs) and the next run writes into their buffer
+RESPLIT = [IDS[:8], IDS[:7] + [11], IDS[:7] + [12], IDS[:7] + [12, 13], IDS[:7] + [12, 14],
+           IDS[:7] + [11, 15], IDS[:8] + [2], IDS[:7] + [12, 13, 4], IDS[:7] + [12, 13, 5]]
+
+
+def _kept_runs_unchanged(cache, seen):
+    """Every run the cache holds (current and earlier) has the K and V it had when computed."""
+    for run in (cache, *cache.earlier):
+        for a, b in zip((*run.k, *run.v), seen[tuple(run.ids.tolist())], strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_keystrokes_that_replace_the_last_token_reuse_the_buffer_and_keep_earlier_runs(tiny, stacked):
+    model = tiny["covered"]
+    runs, in_place = {}, []
+    for on in (True, False):
+        stacked(on)
+        model.clear_cache()
+        seen, out, previous = {}, [], []
+        for ids in RESPLIT:
+            stack = onerow_stack._STACKS.get(model.weights.layers)
+            last = stack.kept.last if on and stack is not None else None
+            before = weakref.ref(last[0]) if last is not None else None
+            del last
+            trace = Trace()
+            r = model.run(ids=ids, trace=trace)
+            shared = next((j for j, (a, b) in enumerate(zip(previous, ids)) if a != b), len(previous))
+            if before is not None and r.cache_computed == 1 and shared == r.cache_reused:
+                in_place.append(stack.kept.last[0] is before())  # (from the last run, not an earlier)
+            previous = ids
+            seen[tuple(ids)] = [a.copy() for a in (*trace.k, *trace.v)]
+            out.append((r.attentions.copy(), seen[tuple(ids)], r.cache_computed))
+            _kept_runs_unchanged(model._cache, seen)
+        runs[on] = out
+        assert len(model._cache.earlier) >= 2
+    _same_runs(runs[True], runs[False])
+    # every one-row run from the last run wrote into its buffer: this Python counts a buffer's
+    # references as onerow_stack._OURS says (else every such keystroke copies into a new one)
+    assert len(in_place) == 4 and all(in_place)
+
+
+def test_a_buffer_a_caller_holds_a_view_of_is_never_written_again(tiny, stacked):
+    stacked(True)
+    model = tiny["covered"]
+    model.clear_cache()
+    trace = Trace()
+    model.run(ids=IDS[:8], trace=trace)
+    model.run(ids=IDS[:7] + [11], trace=(trace := Trace()))
+    held = trace.k[1]  # a view of the kept buffer, held by the caller (not by the cache's lists)
+    part = trace.v[0][:, 2:]  # and a view of a view
+    held_was, part_was = held.copy(), part.copy()
+    kept = onerow_stack._STACKS[model.weights.layers].kept
+    first = weakref.ref(kept.last[0])
+    for last in (12, 13, 14):
+        r = model.run(ids=IDS[:7] + [last])
+        assert r.cache_computed == 1
+        np.testing.assert_array_equal(held, held_was)
+        np.testing.assert_array_equal(part, part_was)
+    assert first() is not None and kept.last[0] is not first()  # the held one was let be
+    del held, part, trace
+    gc.collect()
+    assert first() is None  # (let go once nobody holds it)

@@ -187,7 +187,8 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     Gemma 3 has its own window and base); the score scale is query_pre_attn_scalar^-0.5 where the
     config has one (Gemma), else d_head^-0.5. masks=False: no [n, T] mask (a long run's attention
     masks its blocks itself); `workers`: threads for the row-wise steps (Consts.workers);
-    `positions` [n]: the rows' positions where they are not p..T-1 (packed texts, each from 0)."""
+    `positions` [n]: the rows' positions where they are not p..T-1 (packed texts, each from 0).
+    Layers of the same window, RoPE and scale share one Consts."""
     fam = FAMILY[cfg.family]
     positions = np.arange(p, T) if positions is None else positions  # [n]
     eps = cfg.norm_eps
@@ -195,21 +196,25 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
         return fam.norm(x, *gain_bias, eps)
 
-    masks, ropes, out = ({} if masks else None), {}, []
+    masks, ropes, made, out = ({} if masks else None), {}, {}, []
+    base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
     for i in range(cfg.n_layer):
         window, rope = cfg.window(i), cfg.rope_of(i)
-        if cfg.causal and masks is not None and window not in masks:
-            masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
-        if fam.rope and rope not in ropes:
-            ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
-        scale = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
-        out.append(Consts(
-            n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head,
-            scale=scale / (i + 1) if cfg.attn_scale_by_layer else scale,
-            rope=ropes.get(rope) if fam.rope else None,
-            bias=masks.get(window) if cfg.causal and masks is not None else None,
-            norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp, qk_norm=fam.qk_norm,
-            window=window if cfg.causal else None, causal=cfg.causal, workers=max(1, int(workers))))
+        scale = base / (i + 1) if cfg.attn_scale_by_layer else base
+        c = made.get((window, rope, scale))
+        if c is None:  # (layers alike share one: a generation's every step makes them anew)
+            if cfg.causal and masks is not None and window not in masks:
+                masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
+            if fam.rope and rope not in ropes:
+                ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
+            c = made[window, rope, scale] = Consts(
+                n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, scale=scale,
+                rope=ropes.get(rope) if fam.rope else None,
+                bias=masks.get(window) if cfg.causal and masks is not None else None,
+                norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp,
+                qk_norm=fam.qk_norm, window=window if cfg.causal else None, causal=cfg.causal,
+                workers=max(1, int(workers)))
+        out.append(c)
     return out
 
 

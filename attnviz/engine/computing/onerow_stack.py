@@ -20,11 +20,14 @@ stop check is asked before each call. Anything else takes families._forward_rows
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
 K and V views of it; a generation's next step writes after them in place, a keystroke's next run
-copies their first positions in one step (_KeptKV, which lets the buffer go with its cache).
+that replaces the last token moves the cached views to one copy of their own and writes into
+the buffer in place where no one else holds a view of it, else copies their first positions into
+a new one (_KeptKV, which lets the buffer go with its cache).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 
@@ -153,7 +156,8 @@ class _KeptKV:
     the views [:, :T] it handed to its trace and their addresses (one tuple, replaced whole: runs
     on two threads at worst copy once more). A generation's next step brings those views back as
     its cache (the same lists) and a keystroke's next run their first positions: the next call
-    then writes after them in place, or copies the buffer's first positions in one step."""
+    then writes after them in place (after its views moved out: _moved_out), or copies the
+    buffer's first positions in one step."""
 
     def __init__(self):
         # (kv, trace.k, trace.v, T, kv's address, the cache's token)
@@ -163,12 +167,16 @@ class _KeptKV:
     def buffer(self, past, p: int, n_layer: int):
         """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
         at their first p positions, room at p: the last call's buffer itself where past's K and V
-        are its first p positions (append_positions' rule for writing in place), else a new one
-        with them copied in (as append_positions copies)."""
+        are its first p positions (append_positions' rule for writing in place) or, the lists it
+        handed reaching past p, once they are moved to a copy of their own (_moved_out), else a
+        new one with them copied in (as append_positions copies)."""
         last = self.last
         if last is not None and len(past.k) == len(past.v) == n_layer:
             kv = last[0]
-            n = last[3] if past.k is last[1] and past.v is last[2] else _views_of(kv, last[4], past, p)
+            handed = past.k is last[1] and past.v is last[2]
+            n = last[3] if handed else _views_of(kv, last[4], past, p)
+            if n > p and handed and kv.shape[3] > p and _moved_out(kv, past, n):
+                return kv  # (its views handed out are now a copy of their own)
             if n == p and kv.shape[3] > p:  # (no cached view reaches past p)
                 return kv
             if n >= p:
@@ -207,6 +215,23 @@ class _KeptKV:
         last = self.last
         if last is not None and last[5] is token:
             self.last = None
+
+
+# references to a buffer while _moved_out asks: buffer's `kv`, the `last` tuple, _moved_out's
+# argument and getrefcount's (a view of it anywhere else holds one more)
+_OURS = 4
+
+
+def _moved_out(kv, past, n: int) -> bool:
+    """The cache's keys and values (the lists hand gave, kv's first n positions) replaced in those
+    lists by one copy of their own [2, n_layer, n_kv_head, n, d_head] (as without_room copies an
+    earlier run's): True where no other view of kv is then left (its references say), so the
+    next run may write after its first p < n positions in place; False: a caller still holds a
+    view of it (the next run copies into a new buffer)."""
+    own = kv[:, :, :, :n].copy()
+    past.k[:] = [own[0, i] for i in range(kv.shape[1])]
+    past.v[:] = [own[1, i] for i in range(kv.shape[1])]
+    return sys.getrefcount(kv) == _OURS
 
 
 def _fresh(lead: tuple, p: int, d_head: int) -> np.ndarray:

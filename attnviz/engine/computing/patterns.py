@@ -115,7 +115,9 @@ def check_index(what: str, index: int | None, count: int, owner: str = "the mode
 def non_finite_layer(layers) -> int | None:
     """The first layer whose patterns ([n_layer, ...], or a sequence of per-layer arrays) hold NaN
     or inf, else None. NaN and +inf survive a max (weights are >= 0: no -inf), in float32:
-    cheaper than a float64 sum, on every run."""
+    cheaper than a float64 sum, on every run. An array's layers are first taken in one max."""
+    if isinstance(layers, np.ndarray) and layers.size and np.isfinite(np.max(layers)):
+        return None
     for i, a in enumerate(layers):
         if not np.isfinite(np.max(a)):
             return i

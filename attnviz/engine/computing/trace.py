@@ -223,9 +223,16 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
 def without_room(arrays: list) -> list:
     """Per layer K (or V) arrays of a run kept among the earlier ones, each copied out of an array
     with room for KV_ROOM positions more (append_positions), which such a run rarely uses: a reused
-    earlier run's next positions are then copied once, and its room is not held meanwhile."""
-    return [a.copy() if isinstance(a.base, np.ndarray) and a.base.nbytes > a.nbytes else a
-            for a in arrays]
+    earlier run's next positions are then copied once, and its room is not held meanwhile. A
+    layer's array of one holding every layer's keys and values of exactly its positions
+    (onerow_stack's copy of them) is kept as it is."""
+    return [a.copy() if isinstance(a.base, np.ndarray) and a.base.nbytes > a.nbytes
+            and not _all_layers(a) else a for a in arrays]
+
+
+def _all_layers(a: np.ndarray) -> bool:  # a: B[j, i] of a C-contiguous B [2, n_layer, n_kv_head, T, d_head]
+    B = a.base
+    return B.ndim == 5 and B.flags.c_contiguous and B.shape[2:] == a.shape and a.flags.c_contiguous
 
 
 class LayerCache:
