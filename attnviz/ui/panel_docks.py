@@ -74,6 +74,10 @@ class PanelDocks(QObject):
                 dock.visibilityChanged.connect(
                     lambda shown, p=panel, d=dock: shown and self.build(p, d))
         w.focus_dock.raise_()
+        for panel in self.wanted:  # a floating dock the saved layout showed already: in sight
+            for dock in [getattr(w, name) for _title, name in DOCKS[panel]]:
+                if dock.isFloating() and dock.isVisible():
+                    self.build(panel, dock)
 
     def take(self, name: str):
         """The empty dock made for `name`, handed to the panel's build (None if none was made)."""
