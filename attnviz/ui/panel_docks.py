@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer
 
-from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
-
 LATER_MS = 30  # after the first result's report: its heatmaps are painted first
 POLL_MS = 25  # how often the later builds ask whether What heads do's first analysis is done
 
@@ -102,6 +100,8 @@ class PanelDocks(QObject):
             QTimer.singleShot(LATER_MS, self, self._next)
 
     def _next(self) -> None:
+        from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
+
         w = self.window
         predict = vars(w).get("predict_panel")
         if predict is not None and predict.shown and w.worker.running(ANALYSIS_KIND) is not None:
