@@ -637,7 +637,7 @@ def main() -> int:
             figures.append(record.figure(
                 name, statistics.median(times), "s", runs=times, goal=goal,
                 note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
-                     f"first prediction painted (the dock raised once the side panels are built), "
+                     f"first prediction painted (the dock raised as soon as the window has it), "
                      f"median of {args.heads_runs}"))
             milestones = _milestones(runs)
             heads[short] = milestones
