@@ -72,10 +72,17 @@ class PanelDocks(QObject):
                 dock.visibilityChanged.connect(
                     lambda shown, p=panel, d=dock: shown and self.build(p, d))
         w.focus_dock.raise_()
+        if "why" in self.wanted:  # a click in the focus view opens Why here?: built for the first
+            w.focus_view.sigCellClicked.connect(self._cell_clicked)
         for panel in self.wanted:  # a floating dock the saved layout showed already: in sight
             for dock in [getattr(w, name) for _title, name in DOCKS[panel]]:
                 if dock.isFloating() and dock.isVisible():
                     self.build(panel, dock)
+
+    def _cell_clicked(self, *click) -> None:
+        if "why" not in self.built:
+            self.build("why")
+            self.window.focus_view.sigCellClicked.emit(*click)  # (heard now by Why here?'s own slot)
 
     def take(self, name: str):
         """The empty dock made for `name`, handed to the panel's build (None if none was made)."""

@@ -4,7 +4,7 @@ event-loop turn after the first result. The tabs, their names, the View menu and
 those of a window that builds every panel at once; a panel built late shows the current result."""
 
 import numpy as np
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QPointF, QSettings, Qt
 from PySide6.QtWidgets import QDockWidget, QTabBar
 
 from attnviz.engine.analysing.effects import analyse, window_run
@@ -75,6 +75,23 @@ def test_a_panel_raised_before_the_later_builds_shows_the_current_result(qtbot, 
     rows = [[panel.top_table.item(r, c).text() for c in range(2)] for r in range(panel.top_table.rowCount())]
     assert rows == [[ref.label(i), f"{np.exp(lp):.3f}"] for i, lp in zip(ref.clean.top_ids, ref.clean.top_logprobs)]
     assert panel.isVisible() and not panel.visibleRegion().isEmpty()
+
+
+def test_a_click_in_the_focus_view_before_the_later_builds_opens_why_here(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setattr(PanelDocks, "build_rest_later", lambda self: None)  # never, in this test
+    w = _window(qtbot, tmp_path / "s.ini", panels=("why", "predict"))
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    w.state.set_focus(0, 1)
+    drain_events()
+    assert w.panel_docks.built == set() and not w.why_dock.isVisible()
+    fv = w.focus_view
+    pos = fv.gw.mapFromScene(fv.vb.mapViewToScene(QPointF(0.5, 2.5)))  # query 2, key 0
+    qtbot.mouseClick(fv.gw.viewport(), Qt.MouseButton.LeftButton, pos=pos)
+    qtbot.waitUntil(lambda: w.why_dock.isVisible(), timeout=WAIT)
+    assert w.panel_docks.built == {"why"} and w.why_dock.widget() is w.why_panel
+    qtbot.waitUntil(lambda: w.why_jobs.cell == (0, 1, 2, 0), timeout=WAIT)
+    w.worker.wait_idle()
 
 
 def test_reading_a_panel_builds_it_into_its_dock(qtbot, tmp_path):
