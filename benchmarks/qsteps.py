@@ -3,15 +3,19 @@ in one process, in turns (not a test).
 
 - keystroke: the window's run of one new row with the KV cache (every layer's patterns), after a
   run of the first T - 1 tokens: engine time, kernels on against off (qmatvec.ENABLED). Goal: on
-  / off <= 0.5.
+  / off <= 0.5. The kernels' runs take every layer in one compiled call (onerow_stack); the same
+  runs a layer at a time (onerow_stack.ENABLED off) are timed in turns beside them.
 - generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
   cache, no dense patterns, every layer to its end; the cache holding the T - 1 tokens before it,
-  its row appended in place as in a generation: back_to), kernels on against off, and the step's
-  unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
+  its row appended in place as in a generation: back_to; a cache of its own for each way), kernels on (every layer in one call,
+  and a layer at a time) against off, in turns, and the step's unembedding (head.logits, the same
+  either way) apart. Goal: the layers' step <= 1.3x the
   quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
   bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
   Beside it, the layers' matrix products alone (every packed matrix once, one row, the serial
   kernels) against the same floor: what the kernels take, the step's rest being its other steps.
+  Beside the goal's floor, one that also counts the float32 K and V the step reads (every layer's
+  T positions: 23.6 MB for SmolLM2 at T = 512), at the same bandwidth: no goal.
 - run of n rows (16, 64, 256, 512) where no layer's float32 copy is held (the model as loaded with
   the kernels): on the kernels against expanding every layer for the float32 product (a budget of
   one layer, so each run expands them again), in turns. Where the kernels stop being faster is
@@ -46,23 +50,36 @@ from attnviz.engine.computing.request import RunRequest
 from benchmarks.record import figure, write
 
 
-def _turns(fn, repeat: int, setup=None) -> tuple[list[float], list[float]]:
-    """ms of fn() with the kernels on and off, `repeat` times each, in turns (on first, then off
-    first: neither side always follows the other); setup() before each, untimed."""
-    from attnviz.engine.computing import qmatvec as qm
-    on, off = [], []
+def _ways(fn, repeat: int, setup=None) -> dict[str, list[float]]:
+    """ms of fn(way) each way (WAYS: the kernels with every layer in one call, the kernels layer by
+    layer, float32), `repeat` times each, in turns (the order rotated each round: no way always
+    follows another); setup(way) before each, untimed."""
+    times: dict = {way: [] for way in WAYS}
     for r in range(repeat + 1):
-        for enabled in ((True, False) if r % 2 else (False, True)):
-            qm.ENABLED = enabled
+        for k in range(len(WAYS)):
+            way = WAYS[(r + k) % len(WAYS)]
+            _set_way(way)
             if setup is not None:
-                setup()
+                setup(way)
             t0 = time.perf_counter()
-            fn()
+            fn(way)
             ms = (time.perf_counter() - t0) * 1e3
-            if r:  # the first round warms both paths
-                (on if enabled else off).append(ms)
-    qm.ENABLED = True
-    return on, off
+            if r:  # the first round warms every way
+                times[way].append(ms)
+    _set_way(WAYS[0])
+    return times
+
+
+WAYS = ("one call", "layer by layer", "float32")
+
+
+def _set_way(way: str) -> None:
+    """The kernels on (qmatvec.ENABLED) or off, and a one-row run's layers in one compiled call
+    (onerow_stack.ENABLED) or one at a time."""
+    from attnviz.engine.computing import onerow_stack
+    from attnviz.engine.computing import qmatvec as qm
+    qm.ENABLED = way != "float32"
+    onerow_stack.ENABLED = way == "one call"
 
 
 def back_to(cache, n: int) -> None:
@@ -89,6 +106,11 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
             linear(xs[m.shape[0]], m)
         best = min(best, (time.perf_counter() - t0) * 1e3)
     return best, sum(int(m.nbytes) for m in mats)
+
+
+def _kv_bytes(cfg, T: int) -> int:
+    """Bytes of float32 K and V a step at T tokens reads: every layer's [n_kv_head, T, d_head] x2."""
+    return 2 * cfg.n_layer * cfg.n_kv_head * T * cfg.d_head * 4
 
 
 def _products_alone(store, repeat: int) -> list[float]:
@@ -212,33 +234,47 @@ def main() -> None:
     model.clear_cache()
     model.run(ids=ids[:T - 1])
 
-    def keystroke():
+    def keystroke(way):
         assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
-    on, off = _turns(keystroke, args.repeat)
+    # (each timed keystroke after an untimed one the same way: the cache then holds its K and V as
+    # that way's keystrokes leave them, as typing leaves them)
+    times = _ways(keystroke, args.repeat, keystroke)
+    on, off = times["one call"], times["float32"]
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    loop = statistics.median(times["layer by layer"])
     figs += [figure(f"keystroke engine time, kernels, T = {T}", a, "ms", runs=on,
-                    note=f"one new row, every layer's patterns; {args.threads} thread(s); median; "
-                         f"load average {load:.1f}"),
+                    note=f"one new row, every layer's patterns, every layer in one compiled call "
+                         f"(onerow_stack); {args.threads} thread(s); median; load average {load:.1f}"),
+             figure(f"keystroke engine time, kernels layer by layer, T = {T}", loop, "ms",
+                    runs=times["layer by layer"],
+                    note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
+                         f"average {load:.1f}"),
              figure(f"keystroke engine time, float32, T = {T}", b, "ms", runs=off,
                     note=f"the same runs in turns; median; load average {load:.1f}"),
              figure("keystroke: kernels / float32", a / b, "x", goal=0.5, headline=True,
                     note=f"medians {a:.2f} / {b:.2f} ms")]
-    print(f"keystroke T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, ratio {a / b:.2f}  "
-          f"load {load:.1f}", flush=True)
+    print(f"keystroke T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
+          f"ratio {a / b:.2f}  load {load:.1f}", flush=True)
 
     # generation steps: a generation's own cache, one new row a step as above
     head = model.lm_head()
     for T in (64, 512):
-        cache = KVCache()
-        model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+        caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
+        for cache in caches.values():
+            model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache),
+                      request=RunRequest(labels=False))
 
-        def step():
+        def step(way):
+            cache = caches[way]
             r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
                           request=RunRequest(labels=False))
             assert r.cache_computed == 1 and not cache.earlier
-        on, off = _turns(step, args.repeat, lambda: back_to(cache, T - 1))
+        times = _ways(step, args.repeat, lambda way: back_to(caches[way], T - 1))
+        on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         floor = packed * floor_ms / f32_bytes
+        kv = _kv_bytes(model.config, T)
+        floor_kv = (packed + kv) * floor_ms / f32_bytes
         logits = []
         final = np.zeros((1, model.config.d_model), np.float32)
         for _ in range(5):
@@ -255,7 +291,12 @@ def main() -> None:
                         f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
                         f"SwiGLU's gate) and the calls between"),
             figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
-                   note=f"the layers' one-row run; median; load average {load:.1f}"),
+                   note=f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
+                        f"median; load average {load:.1f}"),
+            figure(f"generation step T = {T}, kernels layer by layer", loop, "ms",
+                   runs=times["layer by layer"],
+                   note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
+                        f"average {load:.1f}"),
             figure(f"generation step T = {T}, float32", b, "ms", runs=off,
                    note=f"the same runs in turns; median; load average {load:.1f}"),
             figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
@@ -263,12 +304,18 @@ def main() -> None:
                    note=f"floor {floor:.2f} ms: {packed / 1e6:.0f} MB packed at the float32 pass's "
                         f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
                         f"{f32_bytes / 1e6:.0f} MB)"),
+            figure(f"generation step T = {T}: kernels / floor of the packed and KV-cache bytes",
+                   a / floor_kv, "x",
+                   note=f"floor {floor_kv:.2f} ms: the packed bytes and the {kv / 1e6:.1f} MB of "
+                        f"float32 K and V the step reads (every layer's T positions), at the same "
+                        f"bandwidth"),
             figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
                    runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                      "where the head is packed (the kernels)"),
         ]
-        print(f"step T = {T}: kernels {a:.2f} ms, float32 {b:.2f} ms, floor {floor:.2f} ms "
-              f"({a / floor:.2f}x), the products alone {statistics.median(alone):.2f} ms "
+        print(f"step T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
+              f"floor {floor:.2f} ms ({a / floor:.2f}x; with K and V {floor_kv:.2f} ms, "
+              f"{a / floor_kv:.2f}x), the products alone {statistics.median(alone):.2f} ms "
               f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
               f"load {load:.1f}", flush=True)
     if args.steps_only:

@@ -55,8 +55,9 @@ def way(monkeypatch):
     block's compiled calls. One kernel thread, as the window gives a small matrix (the block runs
     the serial kernels only)."""
     from attnviz.engine import parallel
-    from attnviz.engine.computing import onerow, onerow_block
+    from attnviz.engine.computing import onerow, onerow_block, onerow_stack
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
+    monkeypatch.setattr(onerow_stack, "ENABLED", False)  # (its layer by layer: test_onerow_stack.py)
     calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
     real, step = onerow_block._attention_in, onerow_block._step_in
     monkeypatch.setattr(onerow_block, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])

@@ -9,7 +9,7 @@ import gguf
 import numpy as np
 import pytest
 
-from attnviz.engine.computing import onerow_block, qmatvec as qm
+from attnviz.engine.computing import onerow_block, onerow_stack, qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.reading import qpack
@@ -39,7 +39,7 @@ def smollm2(kernels_asked):
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """Counts the rows linear() multiplies on packed blocks, by rows a call; a one-row layer run as
-    onerow_block's compiled block (where the kernels take one thread: the window's and
+    onerow_block's compiled block or onerow_stack's call of every layer (where the kernels take one thread: the window's and
     `generate`'s cap, which an earlier test may have left set) counts as its 4 one-row products."""
     calls = []
     real, real_takes = qm.qlinear, onerow_block._takes
@@ -52,8 +52,14 @@ def kernel_calls(monkeypatch):
         taken = real_takes(plan)
         calls.extend([1] * 4 * taken)
         return taken
+    real_layers = onerow_stack._layers
+
+    def layers(x, a, b, *rest):  # every layer of a one-row run in one call: 4 products a layer
+        calls.extend([1] * 4 * (b - a))
+        return real_layers(x, a, b, *rest)
     monkeypatch.setattr(qm, "qlinear", counted)
     monkeypatch.setattr(onerow_block, "_takes", takes)
+    monkeypatch.setattr(onerow_stack, "_layers", layers)
     return calls
 
 

@@ -24,7 +24,8 @@ from attnviz.engine.reading.config import ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
     ACTIVATIONS, attention_scores, causal_mask, group_size, layer_for, layer_norm, linear,
-    mask_bias, merge_heads, one_row_steps, qkv_heads, repeat_kv, rms_norm, rope_qk, softmax,
+    mask_bias, merge_heads, one_row_stack, one_row_steps, qkv_heads, repeat_kv, rms_norm, rope_qk,
+    silu, softmax,
 )
 from attnviz.engine import parallel
 from attnviz.engine.parallel import for_row_chunks
@@ -428,6 +429,8 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
         x = trace.base.resid[trace.start]  # [T, d_model] the residual entering layer `start`
     else:
         x = embed(w, ids[p:], np.arange(p, T), cfg)  # [n, d_model], n = T - p new tokens
+        if _in_one_call(cfg, w, p, trace, past, consts, x):
+            return
     try:
         n_run = trace.n_run(cfg.n_layer)
         for i in range(trace.start, n_run):
@@ -446,3 +449,16 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             trace.record_resid(cfg.n_layer, x, past)  # the final-norm input
     except Stop:  # the trace wants nothing after this point
         pass
+
+
+def _in_one_call(cfg, w, p, trace: Trace, past: KVCache | None, consts, x) -> bool:
+    """Whether every layer of the run went through one compiled call (a cached run of one row of a
+    pre-norm RMSNorm family with SwiGLU and RoPE, whose trace asks for nothing between the
+    layers: onerow_stack.stacked_rows says), and then it has."""
+    fam = FAMILY[cfg.family]
+    if (past is None or len(x) != 1 or trace.attention is not None or fam.block is not pre_norm_block
+            or fam.norm is not rms_norm or not fam.gated_mlp or not fam.rope or fam.qk_norm is not None
+            or ACTIVATIONS[cfg.activation] is not silu):
+        return False
+    stack = one_row_stack(1)
+    return stack is not None and stack.stacked_rows(cfg, w, p, trace, past, consts, x, layer_for)

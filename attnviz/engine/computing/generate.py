@@ -40,6 +40,8 @@ class _StepTrace(Trace):
     of the last position, and (rows=True) the last position's pattern row in every layer; no
     dense patterns and no per-position records."""
 
+    one_call = "step"  # onerow_stack: every layer to its end, the last rows and final kept after
+
     def __init__(self, rows: bool, past: KVCache):
         super().__init__(patterns=False)
         self.past = past  # the generation's own cache (see the module docstring)

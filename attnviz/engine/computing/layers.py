@@ -209,6 +209,17 @@ def one_row_steps(layer, n_rows: int):
     return qm.ONE_ROW if qm.ENABLED else None
 
 
+def one_row_stack(n_rows: int):
+    """engine/computing/onerow_stack.py (every layer of a one-row run in one compiled call) for a
+    run of `n_rows`: one row, the kernels on, the one-row steps loaded and their block taken
+    (onerow.USE_BLOCK); else None."""
+    if n_rows != 1:
+        return None
+    qm = _qmatvec()
+    steps = qm.ONE_ROW
+    return steps.onerow_stack if qm.ENABLED and steps is not None and steps.USE_BLOCK else None
+
+
 def _packed_view(layers, i: int):  # a LayerStore's packed view of layer i (None: none, or a list)
     view = getattr(layers, "packed_view", None)
     return view(i) if view is not None else None

@@ -20,7 +20,8 @@ Softmax's and SwiGLU's exp are an expf of their own on vector lanes (numba's np.
 float at a time): within 2 ulp of NumPy's, and the same function on every one-row path.
 A pre-norm layer of one row runs in three compiled calls around the trace's points where it can, a
 generation step's in two (onerow_block.pre_norm_block, Consts.block; qmatvec.warm has it
-compiled).
+compiled); and where the trace asks for nothing between the layers (a generation step, a
+keystroke's patterns) every layer runs in one call (onerow_stack.stacked_rows).
 
 Compiled by numba at import with explicit signatures (arrays of any layout; `cache=True`: loaded
 from numba's cache at later starts), nogil like qmatvec's kernels; qmatvec.warm imports this module
@@ -186,6 +187,7 @@ def warm(block: bool = False) -> None:
     dense_attention(q, k, k, Cst)
     if block:
         onerow_block.compile_block()
+        onerow_stack.compile_stack()
 
 
-from attnviz.engine.computing import onerow_block  # noqa: E402  (it builds on the steps above)
+from attnviz.engine.computing import onerow_block, onerow_stack  # noqa: E402  (they build on the steps above)

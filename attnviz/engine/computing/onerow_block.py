@@ -122,7 +122,14 @@ def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv,
     if not (prefix(kc, kw) and prefix(vc, vw) and kw.shape[1] > p and vw.shape[1] > p
             and vc.shape[1] == p):
         return False
-    d_head = cos.shape[1]
+    _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, cos.shape[1], bias, scale, n_group, s)
+    return True
+
+
+@njit(**JIT)
+def _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, d_head, bias, scale, n_group, s):
+    """qkv's k and v written at position p of kw, vw [n_kv_head, > p, d_head], then s [n_head, 1,
+    p + 1] = the softmax of q's scores against kw's first p + 1 keys (_step_in)."""
     q_end, k_end = n_head * d_head, (n_head + n_kv_head) * d_head
     for h in range(n_kv_head):
         for j in range(d_head):
@@ -130,7 +137,6 @@ def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv,
             vw[h, p, j] = qkv[0, k_end + h * d_head + j]
     scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
     softmax_of(s)
-    return True
 
 
 @njit(**JIT)
@@ -140,6 +146,13 @@ def _step_mid(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_
     _attention_out, h = SiLU(gate) up [1, d_ff] (onerow.silu), m = h W_outᵀ, out = mid + m
     [1, d_model]. (Its other arrays its own: an argument costs a call more than an allocation, and
     a returned array more than one given.)"""
+    _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
+                 out)
+
+
+@njit(**JIT)
+def _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
+                 out):
     n_head, d_model = s.shape[0], x.shape[1]
     d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
     z = np.empty((n_head, 1, d_head), np.float32)
@@ -193,9 +206,10 @@ def _plan(layer):
         return kept[1]
     plan = None
     mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
+    if any(getattr(layer, name, None) is not None for name in ("w_qkv", "w_o", "w_in", "w_out")):
+        return None  # (its float32 copy, not its packed view: not kept, the view's plan may differ)
     plain = all(getattr(layer, name, None) is None for name in (
-        "w_qkv", "w_o", "w_in", "w_out", "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm",
-        "post_mlp_norm", "q_norm", "k_norm"))
+        "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm", "post_mlp_norm", "q_norm", "k_norm"))
     if plain and all(m is not None and len(m.parts) == 1 for m in mats):
         parts = [m.parts[0][1] for m in mats]
         if (all(p.n_out == m.n_out and p.q.shape[0] * LANES == p.n_out and _compiled_for(p.args)

@@ -117,6 +117,10 @@ class Trace:
     # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
     # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
     stop: Callable[[], bool] | None = None
+    # how engine/computing/onerow_stack.py may run a cached one-row run of a trace of exactly this
+    # class (read from the class's own body: a subclass that says nothing is never run so):
+    # "patterns", each layer's row into `attentions`, the run ending at the last one
+    one_call = "patterns"
 
     def __init__(self, *, patterns: bool = True, values: bool = False, kv: bool = False,
                  inputs: bool = False, z: bool = False, resid: bool = False,

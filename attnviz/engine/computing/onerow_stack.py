@@ -1,0 +1,283 @@
+"""Every layer of a one-row run (a generation step, a keystroke's run with the KV cache) in one
+compiled call, where nothing between the layers needs Python: onerow_block's generation-step
+layer (_step_in, _step_mid: the same njit steps in the same order, so the same bits) in a loop
+over the layers, reading each layer's packed matrices from numba typed Lists and its keys and
+values from one buffer of every layer's.
+
+    _layers   for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
+              row's k and v written at position p of the layer's K and V, s = softmax(scores)
+              written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
+              stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
+
+The run it covers (stacked_rows says which): a cached run of one new row whose trace is a plain
+Trace (patterns, optionally values) or a generation step's (generate._StepTrace), with no edits,
+no resume point, no end, no per-position records (inputs, z, resid, mlp_out), no attention
+strategy of its own; every layer a packed view the block covers (onerow_block._plan: one part a
+matrix, one scale type, serial kernels) and every layer's constants alike (RoPE tables, mask,
+scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
+stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
+
+The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
+layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
+K and V views of it; a generation's next step writes after them in place, a keystroke's next run
+copies their first positions in one step (_KeptKV, which lets the buffer go with its cache).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numba
+import numpy as np
+from numba import njit, types
+from numba.typed import List
+
+from attnviz.engine.computing import kernel_cache
+from attnviz.engine.computing import onerow_block as ob
+from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
+from attnviz.engine.computing.trace import KV_ROOM
+from attnviz.engine.errors import Cancelled
+from attnviz.engine.parallel import kernel_threads
+
+kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
+
+ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
+_stack_ready = False  # whether compile_stack has run
+
+
+@njit(**JIT)
+def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head, n_kv_head,
+            bias, scale, n_group, kv, p, rows, r):
+    """x [1, d_model] through layers a..b-1 in place (module docstring): matrix j of layer i
+    (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; its keys and values
+    kv[0, i], kv[1, i] [n_kv_head, > p, d_head] (the row's written at position p); each layer's
+    pattern row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last."""
+    d_model, d_head = x.shape[1], cos.shape[1]
+    xn = np.empty((1, d_model), np.float32)
+    qkv = np.empty((1, (n_head + 2 * n_kv_head) * d_head), np.float32)
+    out = np.empty((1, d_model), np.float32)
+    for i in range(a, b):
+        j = 4 * i
+        s = rows[i, :, r:r + 1, :p + 1]  # [n_head, 1, T]
+        ob._attention_in_of(x, gains1[i], eps, kinds[i, 0], qs[j], ss[j], os_[j], cos, sin, n_head,
+                            n_kv_head, xn, qkv)
+        ob._append_attend_of(qkv, kv[0, i], kv[1, i], p, n_head, n_kv_head, d_head, bias, scale,
+                             n_group, s)
+        if i == b - 1 and not full_last:
+            break
+        ob._step_mid_of(s, kv[1, i], n_group, d_head, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x,
+                        gains2[i], eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3],
+                        qs[j + 3], ss[j + 3], os_[j + 3], out)
+        for k in range(d_model):
+            x[0, k] = out[0, k]
+
+
+_GAIN = array_type(1, True)
+
+
+def _list_types(scale):  # (q, scale or offset, gain) item types of the typed Lists
+    return ob._c(types.uint8, 4), ob._c(scale, 3), _GAIN
+
+
+def compile_stack() -> None:
+    """_layers compiled (or loaded from numba's cache) for both scale types, then closed to others
+    (compile_block's way); stacked_rows takes it from then on."""
+    global _stack_ready
+    if _stack_ready:
+        return
+    for scale in (types.uint16, F32):
+        q, s, g = _list_types(scale)
+        L = types.ListType
+        _layers.compile(types.void(
+            types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
+            L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
+            types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64))
+    _layers.disable_compile()
+    _stack_ready = True
+
+
+def _typed(item, arrays) -> List:
+    out = List.empty_list(item)
+    for a in arrays:
+        out.append(a)
+    return out
+
+
+class _Stack:
+    """A store's layers as _layers reads them: each matrix's kind and arrays, the norm gains (in
+    typed Lists), the largest matrix's weights (_takes), and the KV buffers last used (_KeptKV)."""
+
+    def __init__(self, plans, layers):
+        scale = plans[0][0][0][2].dtype
+        q, s, g = _list_types(types.uint16 if scale == np.uint16 else F32)
+        mats = [m for plan in plans for m in plan[0]]  # (kind, q, scale, offset), 4 a layer
+        self.kinds = np.array([[m[0] for m in plan[0]] for plan in plans], np.int64)
+        self.kinds.flags.writeable = False
+        self.qs, self.ss, self.os = (_typed(t, [m[k] for m in mats]) for k, t in ((1, q), (2, s), (3, s)))
+        self.gains1 = _typed(g, [np.asarray(layer.norm1[0]) for layer in layers])
+        self.gains2 = _typed(g, [np.asarray(layer.norm2[0]) for layer in layers])
+        self.largest = max(plan[1] for plan in plans)
+        self.kept = _KeptKV()
+
+
+_STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
+_LOCK = threading.Lock()
+
+
+def _stack_of(store, n_layer: int, layer_for):
+    """The store's _Stack where every layer's one-row view (layer_for(store, i, 1): layers.layer_for)
+    is a packed one the block covers, with scales of one type throughout; else None. Built once a
+    store (its packed views are held for the model's life); a None kept only where every layer
+    was its packed view (a float32 layer, as while a kernel is still warming, is asked again)."""
+    if getattr(store, "packed_view", None) is None:  # (a list of float32 layers: none packed)
+        return None
+    if store in _STACKS:
+        return _STACKS[store]
+    with _LOCK:
+        layers = [layer_for(store, i, 1) for i in range(n_layer)]
+        plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
+                 for layer in layers]
+        stack = None
+        if (all(plan is not None for plan in plans)
+                and len({plan[0][0][2].dtype for plan in plans}) == 1
+                and all(len(layer.norm1) == 1 and len(layer.norm2) == 1 for layer in layers)):
+            stack = _Stack(plans, layers)
+        if stack is not None or all(layer is store.packed_view(i) for i, layer in enumerate(layers)):
+            _STACKS[store] = stack
+    return stack
+
+
+class _KeptKV:
+    """The KV buffer the last call wrote into (every layer's keys and values, one array: _fresh),
+    the views [:, :T] it handed to its trace and their addresses (one tuple, replaced whole: runs
+    on two threads at worst copy once more). A generation's next step brings those views back as
+    its cache (the same lists) and a keystroke's next run their first positions: the next call
+    then writes after them in place, or copies the buffer's first positions in one step."""
+
+    def __init__(self):
+        # (kv, trace.k, trace.v, T, kv's address, the cache's token)
+        self.last = None
+        self.tokens: dict = {}  # id(cache) -> (a weak reference to it, its token), while it lives
+
+    def buffer(self, past, p: int, n_layer: int):
+        """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
+        at their first p positions, room at p: the last call's buffer itself where past's K and V
+        are its first p positions (append_positions' rule for writing in place), else a new one
+        with them copied in (as append_positions copies)."""
+        last = self.last
+        if last is not None and len(past.k) == len(past.v) == n_layer:
+            kv = last[0]
+            n = last[3] if past.k is last[1] and past.v is last[2] else _views_of(kv, last[4], past, p)
+            if n == p and kv.shape[3] > p:  # (no cached view reaches past p)
+                return kv
+            if n >= p:
+                new = _fresh(kv.shape[:3], p, kv.shape[4])
+                new[:, :, :, :p] = kv[:, :, :, :p]
+                return new
+        k0 = past.k[0]
+        new = _fresh((2, n_layer, k0.shape[0]), p, k0.shape[2])
+        for i in range(n_layer):
+            new[0, i, :, :p] = past.k[i][:, :p]
+            new[1, i, :, :p] = past.v[i][:, :p]
+        return new
+
+    def hand(self, kv, trace, T: int, past) -> None:
+        """The trace's K and V: the first T positions of kv's layers (buffer's answer), kept for
+        the next call while `past` (the run's KVCache) lives: the buffer is let go with it."""
+        n_layer = kv.shape[1]
+        trace.k[:] = [kv[0, i, :, :T] for i in range(n_layer)]
+        trace.v[:] = [kv[1, i, :, :T] for i in range(n_layer)]
+        last = self.last
+        at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
+        self.last = (kv, trace.k, trace.v, T, at, self.token(past))
+
+    def token(self, past):
+        """The cache's token (one while it lives: its end calls forget once)."""
+        entry = self.tokens.get(id(past))
+        if entry is None or entry[0]() is not past:
+            entry = self.tokens[id(past)] = (weakref.ref(past), object())
+            weakref.finalize(past, self.forget, id(past), entry[1])
+        return entry[1]
+
+    def forget(self, key: int, token) -> None:  # a cache is gone: the buffer it last had too
+        entry = self.tokens.get(key)
+        if entry is not None and entry[1] is token:
+            self.tokens.pop(key, None)
+        last = self.last
+        if last is not None and last[5] is token:
+            self.last = None
+
+
+def _fresh(lead: tuple, p: int, d_head: int) -> np.ndarray:
+    """An empty buffer [*lead, p + 1 + KV_ROOM, d_head] (lead: 2, n_layer, n_kv_head): room for the
+    new row and KV_ROOM positions more, as append_positions makes a layer's."""
+    return np.empty((*lead, p + 1 + KV_ROOM, d_head), np.float32)
+
+
+def _views_of(kv, at: int, past, p: int) -> int:
+    """n where every layer's cached keys and values are kv[0, i, :, :n] and kv[1, i, :, :n] (views
+    of them made anew, as a benchmark's cut of the cache makes), n >= p; else -1."""
+    stride, half = kv.strides[1], kv.strides[0]
+    n = past.k[0].shape[1]
+    for j, arrays in enumerate((past.k, past.v)):
+        for i, a in enumerate(arrays):
+            if not (a.base is kv and a.shape[1] == n and a.strides == kv.strides[2:]
+                    and a.shape[0] == kv.shape[2] and a.shape[2] == kv.shape[4]
+                    and a.ctypes.data == at + j * half + i * stride):
+                return -1
+    return n if n >= p else -1
+
+
+def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
+    """families._forward_rows of one new row x [1, d_model] at position p (past holding the p
+    before it) in _layers' calls, where they cover the run (module docstring) -> True; else
+    False, nothing done (the layer loop runs it). The family is a pre-norm RMSNorm one with
+    SwiGLU and RoPE (the caller's check); layer_for: layers.layer_for."""
+    kind = _kind(trace)
+    stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and _stack_ready and ENABLED else None
+    if stack is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
+        return False
+    c0 = consts[0]
+    if c0.rope is None or not all(c.rope is c0.rope and c.bias is c0.bias and c.scale == c0.scale
+                                  for c in consts):
+        return False
+    n_layer, T = cfg.n_layer, p + 1
+    rows, r = trace.attentions, p  # [n_layer, n_head, T, T]: row p of each layer
+    if rows is None:  # (a generation step's: its last rows handed over after)
+        rows, r = np.empty((n_layer, c0.n_head, 1, T), np.float32), 0
+    elif not (rows.dtype == np.float32 and rows.flags.c_contiguous and rows.flags.writeable):
+        return False
+    kv = stack.kept.buffer(past, p, n_layer)
+    stack.kept.hand(kv, trace, T, past)  # (views of the buffer the calls fill)
+    x = np.array(x, np.float32, order="C")  # (written in place, layer by layer)
+    cos, sin = c0.rope
+    args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
+            np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
+            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, kv, p, rows, r)
+    full = kind == "step"  # a plain trace's run stops at the last layer's pattern (LayerCache)
+    early = trace.early
+    cut = early[0] if early is not None and 0 < early[0] < n_layer else n_layer
+    for a, b in ((0, cut), (cut, n_layer)):
+        if a == b:
+            continue
+        if trace.stop is not None and trace.stop():
+            raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
+        _layers(x, a, b, full or b < n_layer, *args)
+        if b == cut and early is not None:
+            early[1](trace)  # layers 0..cut-1 are final
+    if full:
+        if trace.keep_rows:
+            trace.last_rows[:] = [rows[i, :, 0] for i in range(n_layer)]  # [n_head, T] each
+        trace.record_resid(n_layer, x, past)  # the final-norm input
+    return True
+
+
+def _kind(trace) -> str | None:
+    """"patterns" (a plain Trace), "step" (a generation step's: generate._StepTrace) or None: a
+    trace that records or edits anything between the layers, or of a class that does not say how
+    (Trace.one_call, in its own body)."""
+    if (trace.edits or trace.start or trace.end is not None or trace.attention is not None
+            or not trace.want_kv or any(trace.want.values())):
+        return None
+    return vars(type(trace)).get("one_call")

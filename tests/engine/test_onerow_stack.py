@@ -1,0 +1,338 @@
+"""Every layer of a one-row run in one compiled call (engine/computing/onerow_stack.py) against the
+layer loop it replaces (onerow_block's calls a layer): the same bits, on SmolLM2's real Q4_1
+weights and on tiny Llamas of other block types, for generation steps (rows kept or not, the
+cache's K and V, the final-norm input, the chosen tokens and their log-probabilities) and
+keystrokes (patterns, K and V, an early hand-over, a stop); and the runs it does not cover
+(records between the layers, a layer it cannot take, edits) take the loop and give its answer."""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from attnviz.engine.computing import qmatvec as qm  # (first: it asks numba for plain error text)
+from attnviz.engine.computing import onerow_stack
+from attnviz.engine.computing.generate import _StepTrace, generate
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.computing.trace import KVCache, Patch, ReplaceHead, Trace
+from attnviz.engine.errors import Cancelled
+from attnviz.engine.reading import qpack
+from gguf_files import gguf_tensors, load_packed, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+
+
+@pytest.fixture(scope="module")
+def smollm2_packed():
+    """SmolLM2 loaded with its layers packed, the kernels and the one-row steps warm."""
+    from attnviz.engine.computing.load import load_model
+    qpack.ask_for_kernels()
+    qm.warm([Q.Q4_1])
+    try:
+        yield load_model("SmolLM2-135M-Instruct")
+    finally:
+        qpack.ask_for_kernels(False)
+
+
+@pytest.fixture
+def stacked(monkeypatch):
+    """set(on): the one call (on) or the layer loop; calls: (first, end) layers of each call. One
+    kernel thread, as the window and generate give a one-row run (the block's serial kernels)."""
+    from attnviz.engine import parallel
+    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
+    calls = []
+    real = onerow_stack._layers
+
+    def layers(x, a, b, *rest):
+        calls.append((a, b))
+        return real(x, a, b, *rest)
+    monkeypatch.setattr(onerow_stack, "_layers", layers)
+
+    def set_on(on):
+        monkeypatch.setattr(onerow_stack, "ENABLED", on)
+    set_on.calls = calls
+    return set_on
+
+
+def _steps(model, ids, first, rows):
+    """A generation's runs: ids[:first], then one token a step on its own cache -> per step
+    (final-norm input, last rows or None, every layer's K and V)."""
+    cache, out = KVCache(), []
+    for t in range(first, len(ids) + 1):
+        trace = _StepTrace(rows, cache)
+        model.run(ids=np.asarray(ids[:t]), trace=trace, request=RunRequest(labels=False))
+        out.append((trace.final.copy(), np.stack(trace.last_rows) if rows else None,
+                    [a.copy() for a in (*cache.k, *cache.v)]))
+    return out
+
+
+def _same_steps(a, b):
+    for (f, r, kv), (f1, r1, kv1) in zip(a, b, strict=True):
+        np.testing.assert_array_equal(f, f1)
+        if r is not None or r1 is not None:
+            np.testing.assert_array_equal(r, r1)
+        for x, y in zip(kv, kv1, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("rows", [True, False], ids=["rows", "no-rows"])
+def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed, stacked, rows,
+                                                                       monkeypatch):
+    ids = np.random.default_rng(5).integers(100, 40000, 80).tolist()
+    made, fresh = [], onerow_stack._fresh
+    monkeypatch.setattr(onerow_stack, "_fresh", lambda *a: (made.append(a), fresh(*a))[1])
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        before = len(stacked.calls)
+        runs[on] = _steps(smollm2_packed, ids, 12, rows)
+        # every step after the prefill one call of all 30 layers (the first copies the prefill's
+        # K and V into buffers with room for KV_ROOM more; the next write after them in place,
+        # until step 66 finds no room left and copies them into new buffers)
+        assert stacked.calls[before:] == ([(0, 30)] * 68 if on else [])
+    assert len(made) == 2  # (the buffer of every layer's K and V: at the first step and at step 66)
+    _same_steps(runs[True], runs[False])
+
+
+def test_steps_from_a_cache_cut_back_equal_the_layer_loop(smollm2_packed, stacked, monkeypatch):
+    """The cache cut back to its first T - 1 tokens before each step (fresh views of the buffer,
+    as benchmarks/qsteps.py's back_to makes): each step writes its row in place at T - 1."""
+    ids = np.random.default_rng(6).integers(100, 40000, 40).tolist()
+    made, fresh = [], onerow_stack._fresh
+    monkeypatch.setattr(onerow_stack, "_fresh", lambda *a: (made.append(a), fresh(*a))[1])
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        cache, out = KVCache(), []
+        model = smollm2_packed
+        model.run(ids=np.asarray(ids[:31]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+        for token in ids[31:]:
+            cache.ids = cache.ids[:31].copy()
+            cache.k, cache.v = [a[:, :31] for a in cache.k], [a[:, :31] for a in cache.v]
+            trace = _StepTrace(True, cache)
+            model.run(ids=np.asarray(ids[:31] + [token]), trace=trace, request=RunRequest(labels=False))
+            out.append((trace.final.copy(), np.stack(trace.last_rows), [a.copy() for a in (*cache.k, *cache.v)]))
+        runs[on] = out
+    assert stacked.calls == [(0, 30)] * 9
+    assert len(made) == 1  # (the first step's: the prefill's arrays have no room; then in place)
+    _same_steps(runs[True], runs[False])
+
+
+def test_a_generation_in_one_call_chooses_the_same_tokens(smollm2_packed, stacked):
+    gens = {}
+    for on in (True, False):
+        stacked(on)
+        gens[on] = generate(smollm2_packed, "The capital of France is", max_new=6, rows=True,
+                            ignore_eos=True)
+    assert stacked.calls == [(0, 30)] * 5  # (the first token comes from the prefill)
+    a, b = gens[True], gens[False]
+    assert a.new_ids == b.new_ids
+    for s, t in zip(a.steps, b.steps, strict=True):
+        np.testing.assert_array_equal(s.top_logprobs, t.top_logprobs)
+        np.testing.assert_array_equal(s.rows, t.rows)
+        assert s.kv_bytes == t.kv_bytes
+
+
+def _keystrokes(model, texts, request=RunRequest()):
+    """Each text one run with the model's KV cache -> per run (patterns, K and V, rows computed)."""
+    model.clear_cache()
+    out = []
+    for text in texts:
+        trace = Trace()
+        r = model.run(text, trace=trace, request=request)
+        out.append((r.attentions.copy(), [a.copy() for a in (*trace.k, *trace.v)], r.cache_computed))
+    model.clear_cache()
+    return out
+
+
+TEXTS = ["The cat sat on", "The cat sat on the", "The cat sat on the m", "The cat sat on the ma",
+         "The cat sat on the mat"]
+
+
+def _same_runs(a, b):
+    for (p, kv, n), (p1, kv1, n1) in zip(a, b, strict=True):
+        assert n == n1
+        np.testing.assert_array_equal(p, p1)
+        for x, y in zip(kv, kv1, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_keystrokes_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed, stacked):
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        runs[on] = _keystrokes(smollm2_packed, TEXTS, RunRequest(values=True))
+    one_row = sum(n == 1 for _, _, n in runs[True])
+    assert one_row >= 2 and stacked.calls == [(0, 30)] * one_row
+    _same_runs(runs[True], runs[False])
+
+
+def test_an_early_hand_over_splits_the_call_and_shows_the_same_layers(smollm2_packed, stacked):
+    """RunRequest(early=(k, fn)) (the window's layer on screen): layers 0..k-1 in one call, fn
+    given their patterns, then the rest."""
+    parts = {True: [], False: []}
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        early = (12, lambda part, on=on: parts[on].append(part.attentions.copy()))
+        runs[on] = _keystrokes(smollm2_packed, TEXTS, RunRequest(early=early))
+    one_row = sum(n == 1 for _, _, n in runs[True])
+    assert one_row >= 2 and stacked.calls == [(0, 12), (12, 30)] * one_row
+    _same_runs(runs[True], runs[False])
+    assert len(parts[True]) == len(parts[False]) == len(TEXTS)
+    for a, b in zip(parts[True], parts[False]):
+        assert a.shape[0] == 12
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_stopped_keystroke_leaves_the_cache_as_it_was(smollm2_packed, stacked):
+    stacked(True)
+    model = smollm2_packed
+    model.clear_cache()
+    before = model.run(TEXTS[0]).attentions.copy()
+    with pytest.raises(Cancelled, match="before layer 0"):
+        model.run(TEXTS[0] + " x", request=RunRequest(stop=lambda: True))
+    again = model.run(TEXTS[0])
+    assert again.cache_computed == 0
+    np.testing.assert_array_equal(again.attentions, before)
+    model.clear_cache()
+
+
+@pytest.mark.parametrize("request_", [RunRequest(inputs=True)], ids=["inputs"])
+def test_a_run_recording_between_the_layers_takes_the_layer_loop(smollm2_packed, stacked, request_):
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        runs[on] = _keystrokes(smollm2_packed, TEXTS[:3], request_)
+    assert stacked.calls == []
+    _same_runs(runs[True], runs[False])
+
+
+@pytest.mark.parametrize("trace", [
+    Trace(z=True), Trace(resid=True), Trace(mlp_out=True), Trace(inputs=True),
+    Trace(edits=[ReplaceHead(3, 1)]), Trace(edits=[Patch("resid", 2, np.array([0]), np.zeros((1, 576)))]),
+], ids=["z", "resid", "mlp_out", "inputs", "ablation", "patch"])
+def test_a_trace_that_records_or_edits_between_the_layers_is_not_taken(trace):
+    trace.want_kv = True  # (as a cached run sets it)
+    assert onerow_stack._kind(trace) is None
+    assert onerow_stack._kind(_kv(Trace())) == "patterns"
+    assert onerow_stack._kind(_kv(_StepTrace(False, KVCache()))) == "step"
+
+
+def test_a_trace_class_that_does_not_say_how_is_not_taken():
+    class Recording(Trace):  # (another class's points may do more than Trace's)
+        pass
+    assert onerow_stack._kind(_kv(Recording())) is None
+
+
+def _kv(trace):
+    trace.want_kv = True
+    return trace
+
+
+@pytest.fixture(scope="module", params=[Q.Q8_0, Q.Q4_0, Q.Q5_1], ids=lambda q: q.name)
+def tiny(tmp_path_factory, request):
+    """Tiny grouped-query Llamas in the type (4 query heads over 2 KV heads): `covered`, every
+    matrix in blocks (an MLP of 64), and `uncovered`, whose MLP of 48 leaves its down projection
+    float32 (no layer the block takes)."""
+    qtype = request.param
+    qm.warm([qtype])
+    folder = tmp_path_factory.mktemp("onerow_stack")
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    return {"uncovered": load_packed(write_gguf(folder / "uncovered.gguf", cfg, tensors, qtype)),
+            "covered": _covered(folder, qtype)}
+
+
+def _covered(folder, qtype):
+    """The tiny Llama with an MLP of 64 (every matrix in blocks of the type), loaded packed."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    wide = dict(tensors)
+    rng = np.random.default_rng(7)
+    for i in range(cfg["num_hidden_layers"]):
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, cfg["hidden_size"])) * 0.2).astype(np.float32)
+    return load_packed(write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64), wide, qtype))
+
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3]
+
+
+@pytest.mark.parametrize("name", ["covered", "uncovered"])
+def test_tiny_llamas_steps_in_one_call_where_every_layer_is_covered(tiny, stacked, name):
+    model = tiny[name]
+    n_layer = model.config.n_layer
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        before = len(stacked.calls)
+        runs[on] = _steps(model, IDS, 8, True)
+        assert stacked.calls[before:] == ([(0, n_layer)] * 8 if on and name == "covered" else [])
+    _same_steps(runs[True], runs[False])
+
+
+def test_the_buffers_kept_for_the_next_step_go_with_their_cache(tiny, stacked):
+    """_KeptKV holds the last step's K and V buffers for the next one: while the generation's cache
+    lives, not after."""
+    stacked(True)
+    model = tiny["covered"]
+    cache = KVCache()
+    for t in range(8, 11):
+        model.run(ids=np.asarray(IDS[:t]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+    kept = onerow_stack._STACKS[model.weights.layers].kept
+    buffer = weakref.ref(kept.last[0])
+    assert kept.last is not None and buffer() is not None
+    other = KVCache()  # (steps of two caches in turns: one token each while it lives)
+    for t in range(8, 11):
+        for c in (cache, other):
+            model.run(ids=np.asarray(IDS[:t]), trace=_StepTrace(False, c), request=RunRequest(labels=False))
+    del c
+    assert len(kept.tokens) == 2
+    buffer = weakref.ref(kept.last[0])
+    del cache
+    gc.collect()
+    assert len(kept.tokens) == 1 and kept.last is not None  # (the other's)
+    del other
+    gc.collect()
+    assert kept.last is None and buffer() is None and kept.tokens == {}
+
+
+@pytest.fixture
+def q8_0_model(tmp_path):
+    qm.warm([Q.Q8_0])  # (before `stacked` counts the calls: the warm-up compiles the real one)
+    return _covered(tmp_path, Q.Q8_0)
+
+
+def test_a_layer_not_on_its_packed_view_yet_is_asked_again(q8_0_model, stacked, monkeypatch):
+    """A run whose layer comes float32 (as while its kernel is still warming) takes the layer loop,
+    and the next run, its layers all packed views again, the one call."""
+    from attnviz.engine.computing import families
+    model = q8_0_model
+    real, float32 = families.layer_for, [True]
+
+    def layer_for(layers, i, n_rows):
+        return layers[i] if float32[0] and i == 1 and n_rows == 1 else real(layers, i, n_rows)
+    monkeypatch.setattr(families, "layer_for", layer_for)
+    stacked(True)
+    first = _steps(model, IDS, 10, True)
+    assert stacked.calls == [] and model.weights.layers not in onerow_stack._STACKS
+    float32[0] = False
+    again = _steps(model, IDS, 10, True)
+    assert stacked.calls == [(0, model.config.n_layer)] * 6
+    for (f, r, _), (f1, r1, _) in zip(first, again, strict=True):  # (a float32 layer: rounding apart)
+        np.testing.assert_allclose(f, f1, rtol=0, atol=1e-3 * np.abs(f).max())
+
+
+def test_a_stores_lists_go_with_it(q8_0_model, stacked, tmp_path):
+    stacked(True)
+    (tmp_path / "own").mkdir()
+    model = _covered(tmp_path / "own", Q.Q8_0)  # (not the fixture's: pytest holds that one)
+    _steps(model, IDS, 14, False)
+    assert stacked.calls
+    store = weakref.ref(model.weights.layers)
+    stack = weakref.ref(onerow_stack._STACKS[store()])
+    del model
+    gc.collect()
+    assert store() is None and stack() is None
