@@ -49,8 +49,9 @@ goes; and the window's What heads do panel: a fresh process to its first predict
 
 - heads (What heads do, first result in the window): a fresh process (HEADS_CHILD, on Qt's
   offscreen platform, settings in a fresh file so the text is the window's default) opens the
-  window on the model, raises the What heads do dock as soon as the side panels are built (they
-  follow the first heatmaps), and ends when the panel's next-token table is painted holding the
+  window on the model, raises the What heads do dock as soon as the window has it (reading its
+  panel builds it: ui/panel_docks.py; a checkout that builds its side panels after the first
+  heatmaps has it then), and ends when the panel's next-token table is painted holding the
   first prediction (a paint event of the table's viewport while the state's effects.analysis is
   set, seen by an event filter). The figure is the time from spawning the process to that paint,
   warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
@@ -636,7 +637,7 @@ def main() -> int:
             figures.append(record.figure(
                 name, statistics.median(times), "s", runs=times, goal=goal,
                 note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
-                     f"first prediction painted (the dock raised once the side panels are built), "
+                     f"first prediction painted (the dock raised as soon as the window has it), "
                      f"median of {args.heads_runs}"))
             milestones = _milestones(runs)
             heads[short] = milestones

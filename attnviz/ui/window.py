@@ -25,9 +25,11 @@ from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
+from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, OnDemand, PanelDocks
 
 log = logging.getLogger(__name__)
 FREEZE_POLL_MS = 25  # how often start-up asks whether the first analysis is done (_freeze_after_start_up)
+DOCK_NAMES = [name for docks in DOCKS.values() for _title, name in docks] + ["corpus_dock"]
 
 
 class MainWindow(QMainWindow):
@@ -127,63 +129,20 @@ class MainWindow(QMainWindow):
         self.focus_dock.setObjectName("focus_dock")
         self.focus_dock.setWidget(self.focus_view)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
-        self.calc_panel = self.calc_dock = None
-        self.roles_panel = self.roles_dock = None
-        self.anatomy_panel = self.anatomy_dock = None
-        self.corpus_panel = self.corpus_dock = None  # built when a scan is first opened
-        self.predict_panel = self.predict_dock = None
-        self.generate_panel = self.generate_dock = None
-        self._panels_wanted = panels
-        self.panels_ready = not panels
+        for name in DOCK_NAMES:  # (None for a panel left out; the others' docks are made at start)
+            setattr(self, name, None)
+        self.corpus_panel = None  # built when a scan is first opened
+        self.panel_docks = PanelDocks(self, panels)
+        self.panels_ready = not self.panel_docks.wanted
 
     def _build_panel_docks(self) -> None:
-        """The side panels of other modules, built after the first heatmaps are painted: importing
-        and building them takes time that the first view should not wait for (benchmarks/launch.py)."""
-        if self.panels_ready:
-            return
+        """Every side panel not built yet, now (benchmarks and scripts that skip the first result)."""
+        for panel in self.panel_docks.wanted:
+            self.panel_docks.build(panel)
+
+    def panels_done(self) -> None:
+        """Every side panel is built (ui/panel_docks.py)."""
         self.panels_ready = True
-        panels = self._panels_wanted
-        # imported here, not at the top: the first heatmaps must not wait for these modules
-        if "calc" in panels:
-            from attnviz.ui.panels.calc_panel import CalcPanel
-
-            self.calc_panel = CalcPanel(self.state)
-            self.calc_dock = self._add_panel_dock("Calculator", "calc_dock", self.calc_panel)
-            self.calc_dock.visibilityChanged.connect(self.calc_panel.set_shown)
-        if "roles" in panels:
-            from attnviz.ui.panels.roles_panel import RolesPanel
-
-            self.roles_panel = RolesPanel(self.state)
-            self.roles_dock = self._add_panel_dock("Head roles", "roles_dock", self.roles_panel)
-            # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
-            self.roles_dock.visibilityChanged.connect(
-                lambda shown: shown and self.roles_panel.catch_up())
-        if "anatomy" in panels:
-            from attnviz.ui.panels.anatomy_panel import AnatomyPanel
-
-            self.anatomy_panel = AnatomyPanel(self.state)
-            self.anatomy_dock = self._add_panel_dock("Anatomy", "anatomy_dock", self.anatomy_panel)
-            self.anatomy_dock.visibilityChanged.connect(self._on_anatomy_visible)
-        if "predict" in panels:
-            from attnviz.ui.panels.predict_panel import PredictPanel
-
-            self.predict_panel = PredictPanel(self.state)
-            self.predict_dock = self._add_panel_dock("What heads do", "predict_dock", self.predict_panel)
-            self.predict_dock.visibilityChanged.connect(self.predict_panel.set_shown)
-        if "generate" in panels:
-            from attnviz.ui.panels.generate_panel import GeneratePanel
-
-            self.generate_panel = GeneratePanel(self.state)
-            self.generate_dock = self._add_panel_dock("Generate", "generate_dock", self.generate_panel)
-        if "why" in panels:  # Why here? below the focus view, and the Circuits tab
-            from attnviz.ui.panels.why_panel import install
-
-            install(self)
-        if "patching" in panels:  # the Patching tab (ui/panels/patching_panel.py)
-            from attnviz.ui.panels.patching_panel import install as install_patching
-
-            install_patching(self)
-        self.focus_dock.raise_()
         self._freeze_after_start_up()
 
     def _freeze_after_start_up(self) -> None:
@@ -198,10 +157,15 @@ class MainWindow(QMainWindow):
             return
         QTimer.singleShot(FREEZE_POLL_MS, freeze_start_up_objects)  # (its prediction painted first)
 
-    def _add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
+    def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
+        """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""
+        dock = self.panel_docks.take(name) or self.new_panel_dock(title, name)
+        dock.setWidget(widget)
+        return dock
+
+    def new_panel_dock(self, title: str, name: str) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
-        dock.setWidget(widget)
         if not self.restoreDockWidget(dock):  # where the saved window state had it, else tabbed
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
@@ -241,6 +205,7 @@ class MainWindow(QMainWindow):
         self.resize(1400, 860)  # a first start's size (a saved geometry replaces it)
         if not remembered.restore_window(self, s):
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
+        self.panel_docks.make()  # empty, each where the saved layout has it
         remembered.restore(st, s)  # the display options, each value checked
         self.settings_writer = remembered.bind(st, s)  # from here changes are written once they pause
         self.set_text(text if text is not None else remembered.saved_text(s))
@@ -286,7 +251,7 @@ class MainWindow(QMainWindow):
             from attnviz.ui.panels.corpus_panel import CorpusPanel
 
             self.corpus_panel = CorpusPanel(self.state, CorpusJobs(self.worker, self))
-            self.corpus_dock = self._add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
+            self.corpus_dock = self.add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
         self.corpus_dock.show()
         self.corpus_dock.raise_()
         self.corpus_panel.open_scan(path)
@@ -366,8 +331,7 @@ class MainWindow(QMainWindow):
         """The side panels are built once the first compute is done, whatever it gave (a decoder
         without BOS has no result for the empty sentence): after its heatmaps are painted, and
         never on a later keystroke."""
-        if not self.panels_ready:
-            QTimer.singleShot(30, self, self._build_panel_docks)  # (none if the window goes first)
+        self.panel_docks.build_rest_later()
 
     def _on_compute_reported(self, req, message: str) -> None:
         """The outcome of a run (AppState.report_compute): its result is in the state, or `message`
@@ -385,7 +349,7 @@ class MainWindow(QMainWindow):
                 if self.state.result is not None else "")
         self.show_error(sentence(f"Could not compute: {message}") + kept, kind="compute")
 
-    def _on_anatomy_visible(self, shown: bool) -> None:
+    def on_anatomy_visible(self, shown: bool) -> None:
         """The Anatomy tab is selected (or floating): runs keep the layer inputs it draws while it
         is; hidden, typing computes nothing for it."""
         self.state.set_inputs_wanted(shown)  # (the runner computes the inputs if the result lacks them)
@@ -394,9 +358,9 @@ class MainWindow(QMainWindow):
     def _on_focus(self, focus) -> None:
         if self.state.long.run is not None:
             return  # a long text: the long view's own pane shows the focused head
-        if focus is not None and not any(p is not None and p.shown for p in (
-                self.anatomy_panel, self.predict_panel, getattr(self, "circuits_panel", None),
-                getattr(self, "patching_panel", None))):
+        built = vars(self)  # (a panel not built yet is not shown)
+        if focus is not None and not any(built.get(p) is not None and built[p].shown for p in (
+                "anatomy_panel", "predict_panel", "circuits_panel", "patching_panel")):
             # (the Anatomy tab stays up: it lights the focused head's slices; so do What heads do,
             # Circuits, Patching)
             self.focus_dock.show()
@@ -430,3 +394,7 @@ class MainWindow(QMainWindow):
         self.worker.cancel_load()  # a load blocked on a file must not hold the window open
         self.worker.wait_idle(10000)
         super().closeEvent(ev)
+
+
+for _attr in ATTRIBUTES:  # each side panel's attribute builds it when first read (ui/panel_docks.py)
+    setattr(MainWindow, _attr, OnDemand(_attr))

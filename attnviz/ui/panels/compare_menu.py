@@ -67,7 +67,7 @@ def open_compare(w, source: BSource) -> None:
         from attnviz.ui.panels.compare_panel import ComparePanel
 
         w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
-        w.compare_dock = w._add_panel_dock("Compare", "compare_dock", scrolled(w.compare_panel))
+        w.compare_dock = w.add_panel_dock("Compare", "compare_dock", scrolled(w.compare_panel))
         # closing the panel leaves Compare (a tab behind another stays open)
         w.compare_dock.toggleViewAction().toggled.connect(lambda on: on or _panel_closed(w))
     w.compare_dock.show()

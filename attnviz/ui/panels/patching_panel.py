@@ -483,5 +483,5 @@ def install(window) -> None:
     scroll.setWidgetResizable(True)
     scroll.setFrameShape(QFrame.Shape.NoFrame)
     scroll.setWidget(window.patching_panel)
-    window.patching_dock = dock = window._add_panel_dock("Patching", "patching_dock", scroll)
+    window.patching_dock = dock = window.add_panel_dock("Patching", "patching_dock", scroll)
     dock.visibilityChanged.connect(lambda shown: setattr(window.patching_panel, "shown", bool(shown)))

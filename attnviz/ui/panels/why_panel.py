@@ -185,21 +185,14 @@ def _share_column(window, dock) -> None:
     window.resizeDocks([above, dock], [total - mine, mine], Qt.Orientation.Vertical)
 
 
-def install(window) -> None:
-    """Build the Why here? and Circuits docks beside the focus view and wire them to it and the grid
-    (the window calls this once it builds its panels)."""
+def make_why_dock(window):
+    """The Why here? dock, empty: where the saved layout has it, else below the focus view and its
+    tabs (both in sight), hidden until a cell asks for it (the window makes it at start)."""
     from PySide6.QtWidgets import QDockWidget
 
-    from attnviz.ui.machinery.why_jobs import CircuitsJobs, WhyJobs
-    from attnviz.ui.panels.circuits_panel import CircuitsPanel
-
-    st = window.state
-    window.why_jobs = jobs = WhyJobs(st, window.worker, window)
-    window.why_panel = WhyPanel(st, jobs)
-    window.why_dock = dock = QDockWidget("Why here?", window)
+    dock = QDockWidget("Why here?", window)
     dock.setObjectName("why_dock")
-    dock.setWidget(window.why_panel)
-    if not window.restoreDockWidget(dock):  # below the focus view and its tabs: both in sight
+    if not window.restoreDockWidget(dock):
         window.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock, Qt.Orientation.Vertical)
         dock.hide()  # until a cell asks for it
         sized = [False]  # its first show gives it its share (Qt gives a dock shown later its least)
@@ -210,6 +203,21 @@ def install(window) -> None:
                 QTimer.singleShot(0, window, lambda: _share_column(window, dock))
         dock.visibilityChanged.connect(share)
     window.menus.view_menu.addAction(dock.toggleViewAction())
+    return dock
+
+
+def install(window) -> None:
+    """Build the Why here? and Circuits panels into their docks beside the focus view and wire them
+    to it and the grid (the window calls this when it builds its panels: ui/panel_docks.py)."""
+    from attnviz.ui.machinery.why_jobs import CircuitsJobs, WhyJobs
+    from attnviz.ui.panels.circuits_panel import CircuitsPanel
+
+    st = window.state
+    window.why_jobs = jobs = WhyJobs(st, window.worker, window)
+    window.why_panel = WhyPanel(st, jobs)
+    dock = window.panel_docks.take("why_dock") or make_why_dock(window)
+    window.why_dock = dock
+    dock.setWidget(window.why_panel)
     dock.visibilityChanged.connect(window.why_panel.set_shown)
     window.why_panel.set_shown(dock.isVisible())
 
@@ -221,7 +229,7 @@ def install(window) -> None:
 
     window.circuits_jobs = CircuitsJobs(st, window.worker, window)
     window.circuits_panel = CircuitsPanel(st, window.circuits_jobs)
-    window.circuits_dock = window._add_panel_dock("Circuits", "circuits_dock", window.circuits_panel)
+    window.circuits_dock = window.add_panel_dock("Circuits", "circuits_dock", window.circuits_panel)
     window.circuits_dock.visibilityChanged.connect(window.circuits_panel.set_shown)
 
     offered = [False]  # whether a click has opened the panel yet in this window

@@ -1,0 +1,178 @@
+"""The side panels' docks. Each is made at start, empty: its title, its place among the tabs and its
+name in the saved layout are those of the panel it will hold. A panel is built into its dock the
+first time the dock is shown (its tab raised, a menu's toggle) or anything asks for it (a window
+attribute such as `predict_panel`, an export, a test); the others one per event-loop turn once the
+first result is painted, so the first view never waits for the panels it does not show."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, QTimer
+
+LATER_MS = 30  # after the first result's report: its heatmaps are painted first
+POLL_MS = 25  # how often the later builds ask whether What heads do's first analysis is done
+
+# each panel's docks (title, object name), in the order the tabs show them
+DOCKS = {
+    "calc": (("Calculator", "calc_dock"),),
+    "roles": (("Head roles", "roles_dock"),),
+    "anatomy": (("Anatomy", "anatomy_dock"),),
+    "predict": (("What heads do", "predict_dock"),),
+    "generate": (("Generate", "generate_dock"),),
+    "why": (("Why here?", "why_dock"), ("Circuits", "circuits_dock")),  # why_panel.install
+    "patching": (("Patching", "patching_dock"),),  # patching_panel.install
+}
+# the window attributes a panel's build sets, each built on demand (MainWindow's OnDemand)
+ATTRIBUTES = {
+    "calc_panel": "calc", "roles_panel": "roles", "anatomy_panel": "anatomy",
+    "predict_panel": "predict", "generate_panel": "generate",
+    "why_panel": "why", "why_jobs": "why", "circuits_panel": "why", "circuits_jobs": "why",
+    "patching_panel": "patching", "patch_jobs": "patching",
+}
+
+
+class OnDemand:
+    """A window attribute set by a panel's build: reading it before then builds the panel (None
+    for a panel the window leaves out). Once set, the instance's own value is read directly."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __get__(self, window, owner=None):
+        if window is None:
+            return self
+        window.panel_docks.build(ATTRIBUTES[self.name])
+        return vars(window).get(self.name)
+
+
+class PanelDocks(QObject):
+    """The window's side panels: their empty docks at start, their builds now or later."""
+
+    def __init__(self, window, panels: tuple[str, ...]):
+        super().__init__(window)
+        self.window = window
+        self.wanted = [p for p in DOCKS if p in panels]
+        self.waiting: dict[str, object] = {}  # object name -> a dock made empty, until its panel comes
+        self.built: set[str] = set()
+        self.later = False  # whether the builds after the first result are under way
+
+    def make(self) -> None:
+        """Every wanted panel's dock, empty, where the saved layout has it (else tabbed beside the
+        focus view), in the tabs' order; the focus view stays the raised tab."""
+        w = self.window
+        for panel in self.wanted:
+            for title, name in DOCKS[panel]:
+                if name == "why_dock":
+                    from attnviz.ui.panels.why_panel import make_why_dock
+
+                    dock = make_why_dock(w)
+                else:
+                    dock = w.new_panel_dock(title, name)
+                self.waiting[name] = dock
+                setattr(w, name, dock)
+                dock.visibilityChanged.connect(
+                    lambda shown, p=panel, d=dock: shown and self.build(p, d))
+        w.focus_dock.raise_()
+        if "why" in self.wanted:  # a click in the focus view opens Why here?: built for the first
+            w.focus_view.sigCellClicked.connect(self._cell_clicked)
+        for panel in self.wanted:  # a floating dock the saved layout showed already: in sight
+            for dock in [getattr(w, name) for _title, name in DOCKS[panel]]:
+                if dock.isFloating() and dock.isVisible():
+                    self.build(panel, dock)
+
+    def _cell_clicked(self, *click) -> None:
+        if "why" not in self.built:
+            self.build("why")
+            self.window.focus_view.sigCellClicked.emit(*click)  # (heard now by Why here?'s own slot)
+
+    def take(self, name: str):
+        """The empty dock made for `name`, handed to the panel's build (None if none was made)."""
+        return self.waiting.pop(name, None)
+
+    def build(self, panel: str, shown_dock=None) -> None:
+        """Build `panel` into its dock now (nothing if built already or not wanted); `shown_dock`:
+        the dock whose showing asked, told again so the panel's own hooks hear it."""
+        if panel in self.built or panel not in self.wanted:
+            return
+        self.built.add(panel)
+        BUILDERS[panel](self.window)
+        if shown_dock is not None and shown_dock.isVisible():
+            shown_dock.visibilityChanged.emit(True)
+        if len(self.built) == len(self.wanted):
+            self.window.panels_done()
+
+    def build_rest_later(self) -> None:
+        """Build the panels not built yet, one per event-loop turn, after the first result is painted."""
+        if not self.later and len(self.built) < len(self.wanted):
+            self.later = True
+            QTimer.singleShot(LATER_MS, self, self._next)
+
+    def _next(self) -> None:
+        from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
+
+        w = self.window
+        predict = vars(w).get("predict_panel")
+        if predict is not None and predict.shown and w.worker.running(ANALYSIS_KIND) is not None:
+            QTimer.singleShot(POLL_MS, self, self._next)  # its first prediction painted first
+            return
+        rest = [p for p in self.wanted if p not in self.built]
+        if rest:
+            self.build(rest[0])
+        if len(rest) > 1:
+            QTimer.singleShot(0, self, self._next)
+
+
+# --- each panel's build: the panel into its dock, wired to the window ---------------------------
+def _calc(w) -> None:
+    from attnviz.ui.panels.calc_panel import CalcPanel
+
+    w.calc_panel = CalcPanel(w.state)
+    w.add_panel_dock("Calculator", "calc_dock", w.calc_panel)
+    w.calc_dock.visibilityChanged.connect(w.calc_panel.set_shown)
+
+
+def _roles(w) -> None:
+    from attnviz.ui.panels.roles_panel import RolesPanel
+
+    w.roles_panel = RolesPanel(w.state)
+    w.add_panel_dock("Head roles", "roles_dock", w.roles_panel)
+    # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
+    w.roles_dock.visibilityChanged.connect(lambda shown: shown and w.roles_panel.catch_up())
+
+
+def _anatomy(w) -> None:
+    from attnviz.ui.panels.anatomy_panel import AnatomyPanel
+
+    w.anatomy_panel = AnatomyPanel(w.state)
+    w.add_panel_dock("Anatomy", "anatomy_dock", w.anatomy_panel)
+    w.anatomy_dock.visibilityChanged.connect(w.on_anatomy_visible)
+
+
+def _predict(w) -> None:
+    from attnviz.ui.panels.predict_panel import PredictPanel
+
+    w.predict_panel = PredictPanel(w.state)
+    w.add_panel_dock("What heads do", "predict_dock", w.predict_panel)
+    w.predict_dock.visibilityChanged.connect(w.predict_panel.set_shown)
+
+
+def _generate(w) -> None:
+    from attnviz.ui.panels.generate_panel import GeneratePanel
+
+    w.generate_panel = GeneratePanel(w.state)
+    w.add_panel_dock("Generate", "generate_dock", w.generate_panel)
+
+
+def _why(w) -> None:  # Why here? below the focus view, and the Circuits tab
+    from attnviz.ui.panels.why_panel import install
+
+    install(w)
+
+
+def _patching(w) -> None:  # the Patching tab (ui/panels/patching_panel.py)
+    from attnviz.ui.panels.patching_panel import install
+
+    install(w)
+
+
+BUILDERS = {"calc": _calc, "roles": _roles, "anatomy": _anatomy, "predict": _predict,
+            "generate": _generate, "why": _why, "patching": _patching}
