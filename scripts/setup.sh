@@ -15,7 +15,19 @@ up_to_date() {
   [ -x .venv/bin/python ] && [ -x .venv/bin/attnviz ] && [ -f ".venv/.setup-$1" ] \
     && [ "$(cat ".venv/.setup-$1")" = "$STAMP" ]
 }
+# The quantised kernels compiled into numba's cache (engine/computing/kernel_cache.py keys its folder
+# by their sources), so the window's first run on a GGUF model loads them instead of compiling them;
+# again after a pull that changed the engine (.venv/.kernels holds the stamp of its sources).
+kernels_stamp() { find attnviz/engine -name "*.py" | LC_ALL=C sort | xargs cat | sha256sum | cut -d" " -f1; }
+warm_kernels() {
+  .venv/bin/python -c "from attnviz.engine.computing import qmatvec; qmatvec.warm()" >/dev/null
+  kernels_stamp > .venv/.kernels
+}
 if up_to_date "$MODE" || { [ "$MODE" = "app" ] && up_to_date test; }; then
+  if [ "$(cat .venv/.kernels 2>/dev/null)" != "$(kernels_stamp)" ]; then
+    echo "[attnviz] compiling the quantised kernels (the engine changed): about a minute" >&2
+    warm_kernels
+  fi
   exit 0
 fi
 echo "[attnviz] setting up .venv ($MODE): first run, or pyproject.toml or this script changed" >&2
@@ -63,7 +75,5 @@ fi
 # attnviz's own bytecode: pip does not compile an editable install, and in a shell with
 # PYTHONDONTWRITEBYTECODE=1 every start would compile its modules again
 .venv/bin/python -m compileall -q attnviz >/dev/null
-# the quantised kernels compiled into numba's cache now, so the window's first run on a GGUF model
-# loads them instead of compiling them
-.venv/bin/python -c "from attnviz.engine.computing import qmatvec; qmatvec.warm()" >/dev/null
+warm_kernels
 echo "$STAMP" > ".venv/.setup-$MODE"

@@ -28,12 +28,18 @@ def checkout(tmp_path):
     (tmp_path / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    _engine(tmp_path)
     log = tmp_path / "calls.log"
     _exe(tmp_path / ".venv" / "bin" / "python", f'echo "python $*" >> "{log}"\n')
     _exe(tmp_path / ".venv" / "bin" / "attnviz", "exit 0\n")
     # every system library reads as installed: the test never reaches apt-get
     _exe(tmp_path / "fakebin" / "dpkg-query", "echo 'install ok installed'\n")
     return tmp_path, log
+
+
+def _engine(root: Path) -> None:  # a stand-in engine: the kernels' stamp reads its sources
+    (root / "attnviz" / "engine" / "computing").mkdir(parents=True)
+    (root / "attnviz" / "engine" / "computing" / "qdot.py").write_text("K = 1\n")
 
 
 def _setup(root: Path, mode: str):
@@ -59,6 +65,24 @@ def test_a_completed_setup_is_skipped_silently_until_pyproject_changes(checkout)
     (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
     changed = _setup(root, "app")
     assert changed.returncode == 0 and any("pip install" in c for c in _calls(log))
+
+
+def test_a_changed_engine_compiles_the_kernels_again_and_nothing_else(checkout):
+    """numba's kernel cache is keyed by the engine's sources: after a pull that changed them, the
+    relaunch compiles the kernels into the new folder (not the window's first run, nor a test)."""
+    root, log = checkout
+    assert _setup(root, "app").returncode == 0
+    assert any("qmatvec.warm()" in c for c in _calls(log))
+    log.unlink()
+    assert _setup(root, "app").returncode == 0 and _calls(log) == []
+    (root / "attnviz" / "engine" / "computing" / "qdot.py").write_text("K = 2\n")
+    changed = _setup(root, "app")
+    assert changed.returncode == 0 and "compiling the quantised kernels" in changed.stderr
+    assert [c for c in _calls(log) if "pip" in c] == []
+    assert any("qmatvec.warm()" in c for c in _calls(log))
+    log.unlink()
+    again = _setup(root, "app")
+    assert again.returncode == 0 and again.stderr == "" and _calls(log) == []
 
 
 def test_a_test_setup_covers_the_app_but_not_the_reverse(checkout):
@@ -87,6 +111,7 @@ def _installed_by(tmp_path: Path, mode: str) -> set[str]:
     (root / "scripts").mkdir(parents=True)
     shutil.copy(ROOT / "scripts" / "setup.sh", root / "scripts" / "setup.sh")
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    _engine(root)
     log = root / "apt.log"
     _exe(root / ".venv" / "bin" / "python", "exit 0\n")
     _exe(root / ".venv" / "bin" / "attnviz", "exit 0\n")
