@@ -16,8 +16,12 @@ def test_the_heads_case_ends_when_the_first_prediction_is_painted():
     assert seconds == marks["prediction painted"] > 0
     assert 0 < marks.pop(CPU_KEY)  # the process's CPU seconds at the paint
     order = ["imports (Qt, attnviz.ui.app)", "window built (the model loading meanwhile)",
-             "first grid result", "panels built", "prediction painted"]
+             "first grid result", "prediction painted"]
     assert [marks[k] for k in order] == sorted(marks[k] for k in order)
+    # What heads do is built when the process first asks for it (ui/panel_docks.py), which may come
+    # before or after the first grid result: only after the window and before its paint
+    built = marks["panels built"]
+    assert marks["window built (the model loading meanwhile)"] <= built <= marks["prediction painted"]
     assert marks["model loaded"] <= marks["first grid result"]
     assert marks["prediction computed"] <= marks["prediction painted"]
 

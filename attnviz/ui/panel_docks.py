@@ -2,11 +2,13 @@
 name in the saved layout are those of the panel it will hold. A panel is built into its dock the
 first time the dock is shown (its tab raised, a menu's toggle) or anything asks for it (a window
 attribute such as `predict_panel`, an export, a test); the others one per event-loop turn once the
-first result is painted, so the first view never waits for the panels it does not show."""
+first result is painted, so the first view never waits for the panels it does not show. The tabs
+raised when the window last closed are raised again as it shows, their panels built then."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QTimer
+from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtWidgets import QDockWidget
 
 LATER_MS = 30  # after the first result's report: its heatmaps are painted first
 POLL_MS = 25  # how often the later builds ask whether What heads do's first analysis is done
@@ -54,10 +56,13 @@ class PanelDocks(QObject):
         self.waiting: dict[str, object] = {}  # object name -> a dock made empty, until its panel comes
         self.built: set[str] = set()
         self.later = False  # whether the builds after the first result are under way
+        self.raised: list = []  # the docks raised when the window last closed, raised as it shows
 
-    def make(self) -> None:
+    def make(self, raised: list[str] = ()) -> None:
         """Every wanted panel's dock, empty, where the saved layout has it (else tabbed beside the
-        focus view), in the tabs' order; the focus view stays the raised tab."""
+        focus view), in the tabs' order; `raised`: the docks whose tabs were raised when the window
+        last closed, raised again as it shows where it still has them docked and open (else the
+        focus view's tab is the raised one: a first start, a panel left out, a dock closed)."""
         w = self.window
         for panel in self.wanted:
             for title, name in DOCKS[panel]:
@@ -72,12 +77,23 @@ class PanelDocks(QObject):
                 dock.visibilityChanged.connect(
                     lambda shown, p=panel, d=dock: shown and self.build(p, d))
         w.focus_dock.raise_()
+        self.raised = [d for d in (w.findChild(QDockWidget, n) for n in raised)
+                       if d is not None and not (d.isFloating() or d.isHidden())]
+        if self.raised:  # raised once the window shows: its tab bars are made as it lays them out
+            w.installEventFilter(self)
         if "why" in self.wanted:  # a click in the focus view opens Why here?: built for the first
             w.focus_view.sigCellClicked.connect(self._cell_clicked)
         for panel in self.wanted:  # a floating dock the saved layout showed already: in sight
             for dock in [getattr(w, name) for _title, name in DOCKS[panel]]:
                 if dock.isFloating() and dock.isVisible():
                     self.build(panel, dock)
+
+    def eventFilter(self, obj, ev) -> bool:
+        if obj is self.window and ev.type() == QEvent.Type.Show:
+            obj.removeEventFilter(self)
+            for dock in self.raised:  # (shown: its panel is built now, as a click on its tab does)
+                dock.raise_()
+        return False
 
     def _cell_clicked(self, *click) -> None:
         if "why" not in self.built:

@@ -1,7 +1,8 @@
 """Remembered settings: one module that binds AppState to QSettings. `restore` applies what was
 saved (anything unreadable falls back to the default), `bind` writes the values back once the
-state's changes pause, and at exit. Below them, what the window keeps of its own (the model source, geometry and dock
-layout) and the export dialog's last choices: every key the app writes is in this module."""
+state's changes pause, and at exit. Below them, what the window keeps of its own (the model
+source, geometry, dock layout and the tab raised in each group of docks) and the export dialog's
+last choices: every key the app writes is in this module."""
 
 from __future__ import annotations
 
@@ -211,7 +212,26 @@ def restore_window(window, settings: QSettings) -> bool:
 def save_window(window, settings: QSettings) -> None:
     settings.setValue("geometry", window.saveGeometry())
     settings.setValue("window_state", window.saveState())
+    settings.setValue("raised_tabs", ",".join(raised_tabs(window)))
     settings.sync()
+
+
+def raised_tabs(window) -> list[str]:
+    """The object name of the dock whose tab is raised in each group of tabbed docks on screen
+    (a tab shows its dock's title, and the docks' titles are distinct)."""
+    from PySide6.QtWidgets import QDockWidget, QTabBar
+
+    docks = {d.windowTitle(): d.objectName() for d in window.findChildren(QDockWidget)
+             if not d.isFloating()}
+    bars = [b for b in window.findChildren(QTabBar)  # (Qt hides the bars it keeps unused)
+            if b.parent() is window and b.isVisible() and b.currentIndex() >= 0]
+    return [docks[text] for text in (b.tabText(b.currentIndex()) for b in bars) if text in docks]
+
+
+def saved_raised_tabs(settings: QSettings) -> list[str]:
+    """The docks raised in their tab groups when the window last closed ([] before the first
+    close); names the window no longer has are the caller's to skip."""
+    return [name for name in str(settings.value("raised_tabs", "") or "").split(",") if name]
 
 
 # --- the export dialog's choices ------------------------------------------------------------------
