@@ -47,6 +47,57 @@ def test_scores_and_softmax_sums_take_the_lanes_order(d):
     assert R.lane_sum(e) == _lanes_sum(e)
 
 
+@pytest.mark.parametrize("d", [64, 72, 7])
+def test_weighted_values_sum_each_output_over_positions_in_order(d):
+    """z[h, 0, j] = (..((0 + a_0 v_0j) + a_1 v_1j) ..) + a_{T-1} v_{T-1,j} in float32, each product
+    rounded before its sum (no fused multiply-add), for values of either layout: the bits a plain
+    loop over positions gives, whether or not the lanes run as vectors."""
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(d)
+    n_head, n_kv, T = 6, 2, 23
+    pattern = rng.random((n_head, 1, T)).astype(np.float32)
+    v = rng.standard_normal((n_kv, T + 5, d)).astype(np.float32)
+    for values in (v[:, :T], np.ascontiguousarray(v[:, :T]), v[:, :T, ::-1]):
+        z = np.empty((n_head, 1, d), np.float32)
+        R.weighted_of(pattern, values, 3, z)
+        for h in range(n_head):
+            want = np.zeros(d, np.float32)
+            for t in range(T):
+                want = want + pattern[h, 0, t] * values[h // 3, t]
+            assert np.array_equal(z[h, 0], want), h
+
+
+def test_silu_and_rms_norm_take_numpys_elementwise_steps_for_inputs_of_either_layout():
+    """SiLU: x / (exp(-x) + 1) element by element (exp: exp_into's); RMSNorm: x / ms * gain with ms
+    from the squares summed in float64 in order: the same bits for a slice of a wider row or a
+    strided gain as for contiguous copies (their divisions on vector lanes or not)."""
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(5)
+    wide = (rng.standard_normal((1, 2 * 1541)) * 6).astype(np.float32)
+    x = wide[:, :1541]  # (a gate: the first half of gate | up)
+    e = np.negative(x[0])
+    R.exp_into(e, e)
+    want = x[0] / (e + np.float32(1.0))
+    for given in (x, np.ascontiguousarray(x)):
+        out = np.empty((1, 1541), np.float32)
+        R.silu_of(given, out)
+        assert np.array_equal(out[0], want)
+    xs = rng.standard_normal((2, 577)).astype(np.float32)
+    gains = rng.standard_normal(2 * 577).astype(np.float32)
+    eps = np.float32(1e-5)
+    for gain in (gains[::2], np.ascontiguousarray(gains[::2])):
+        out = np.empty_like(xs)
+        R.rms_norm_of(xs, gain, eps, out)
+        for i in range(2):
+            total = 0.0
+            for v in xs[i]:
+                total += float(v * v)
+            ms = np.float32(np.sqrt(np.float32(total) / np.float32(577) + eps))
+            assert np.array_equal(out[i], xs[i] / ms * gains[::2])
+
+
 def outputs() -> dict:
     """The one-row steps on fixed arrays: attention over keys that are the first positions of a
     cache with room (read as such) and over a copy of them, d_head 256 and 72 (a tail past 16)."""

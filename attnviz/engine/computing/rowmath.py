@@ -33,13 +33,14 @@ JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 @njit(**JIT)
 def rms_norm_of(x, gain, eps, out):  # [n, d] -> out [n, d]: x / sqrt(mean(x²) + eps) * gain
     n, d = x.shape
+    g = np.ascontiguousarray(gain)  # (a gain of either layout read with unit steps: vector lanes)
     for i in range(n):
         total = 0.0  # (float64: a sum as exact as NumPy's pairwise one, or more)
         for j in range(d):
             total += np.float64(x[i, j] * x[i, j])
         ms = np.float32(np.sqrt(np.float32(total) / np.float32(d) + eps))
         for j in range(d):
-            out[i, j] = x[i, j] / ms * gain[j]
+            out[i, j] = x[i, j] / ms * g[j]
 
 
 @njit(**JIT)
@@ -199,12 +200,15 @@ def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted
 @njit(**JIT)
 def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's operations)
     n = x.shape[1]
+    xc = np.ascontiguousarray(x[0])  # (x and e read with unit steps: the division on vector lanes)
     e = np.empty(n, np.float32)
     for j in range(n):
-        e[j] = -x[0, j]
+        e[j] = -xc[j]
     exp_into(e, e)
     for j in range(n):
-        out[0, j] = x[0, j] / (e[j] + np.float32(1.0))
+        e[j] = xc[j] / (e[j] + np.float32(1.0))
+    for j in range(n):
+        out[0, j] = e[j]
 
 
 @njit(**JIT)
