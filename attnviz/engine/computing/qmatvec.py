@@ -198,11 +198,8 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
                     _call_once(kernel, qtype)
                     _warmed[key] = time.perf_counter() - t0
         took[qtype.name] = _warmed[key]
-        if extras and key not in _serial_ready:
-            with _extras_lock:
-                if key not in _serial_ready:
-                    _call_once(SERIAL[kernel], qtype)
-                    _serial_ready.add(key)
+        if extras:
+            _warm_serial(qtype, key)
     if took and extras:
         if "one-row steps" not in _warmed:
             _warm_one_row()
@@ -241,12 +238,16 @@ def warm_few_rows(qtypes) -> None:
         warm(qtypes, extras=False)
         return
     for qtype in qtypes:
-        key = _key(qtype) if has_kernel(qtype) else None
-        if key is not None and key not in _serial_ready:
-            with _extras_lock:
-                if key not in _serial_ready:
-                    _call_once(SERIAL[key[0]], qtype)
-                    _serial_ready.add(key)
+        if has_kernel(qtype):
+            _warm_serial(qtype, _key(qtype))
+
+
+def _warm_serial(qtype, key) -> None:  # the serial twin of qtype's kernel (key: _key(qtype))
+    if key not in _serial_ready:
+        with _extras_lock:
+            if key not in _serial_ready:
+                _call_once(SERIAL[key[0]], qtype)
+                _serial_ready.add(key)
 
 
 def _few_rows_ready(qtype) -> bool:  # whether a kernel of `qtype` is warm, either form
