@@ -138,11 +138,15 @@ class PanelDocks(QObject):
 
 
 # --- each panel's build: the panel into its dock, wired to the window ---------------------------
+def _into_dock(w, panel: str, widget) -> None:  # into the dock DOCKS names for the panel
+    w.add_panel_dock(*DOCKS[panel][0], widget)
+
+
 def _calc(w) -> None:
     from attnviz.ui.panels.calc_panel import CalcPanel
 
     w.calc_panel = CalcPanel(w.state)
-    w.add_panel_dock("Calculator", "calc_dock", w.calc_panel)
+    _into_dock(w, "calc", w.calc_panel)
     w.calc_dock.visibilityChanged.connect(w.calc_panel.set_shown)
 
 
@@ -150,7 +154,7 @@ def _roles(w) -> None:
     from attnviz.ui.panels.roles_panel import RolesPanel
 
     w.roles_panel = RolesPanel(w.state)
-    w.add_panel_dock("Head roles", "roles_dock", w.roles_panel)
+    _into_dock(w, "roles", w.roles_panel)
     # a dock behind another tab stays 'visible' (moved off screen): say when it is selected
     w.roles_dock.visibilityChanged.connect(lambda shown: shown and w.roles_panel.catch_up())
 
@@ -159,7 +163,7 @@ def _anatomy(w) -> None:
     from attnviz.ui.panels.anatomy_panel import AnatomyPanel
 
     w.anatomy_panel = AnatomyPanel(w.state)
-    w.add_panel_dock("Anatomy", "anatomy_dock", w.anatomy_panel)
+    _into_dock(w, "anatomy", w.anatomy_panel)
     w.anatomy_dock.visibilityChanged.connect(w.on_anatomy_visible)
 
 
@@ -167,7 +171,7 @@ def _predict(w) -> None:
     from attnviz.ui.panels.predict_panel import PredictPanel
 
     w.predict_panel = PredictPanel(w.state)
-    w.add_panel_dock("What heads do", "predict_dock", w.predict_panel)
+    _into_dock(w, "predict", w.predict_panel)
     w.predict_dock.visibilityChanged.connect(w.predict_panel.set_shown)
 
 
@@ -175,7 +179,7 @@ def _generate(w) -> None:
     from attnviz.ui.panels.generate_panel import GeneratePanel
 
     w.generate_panel = GeneratePanel(w.state)
-    w.add_panel_dock("Generate", "generate_dock", w.generate_panel)
+    _into_dock(w, "generate", w.generate_panel)
 
 
 def _why(w) -> None:  # Why here? below the focus view, and the Circuits tab
