@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.reading.config import ModelConfig
+from attnviz.engine.reading.config import LOCAL, ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
     ACTIVATIONS, attention_scores, causal_mask, group_size, layer_for, layer_norm, linear,
@@ -168,7 +168,7 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         kept = _CONSTS.pop(key, None)
     if kept is None or kept[0] is not cfg:  # (an id can be a freed config's, reused)
         consts = _layer_consts(cfg, T, p, masks, workers)
-        for c in consts:
+        for c in {id(c): c for c in consts}.values():  # (layers alike share one)
             for a in (c.bias, *(c.rope or ())):
                 if a is not None:
                     a.flags.writeable = False
@@ -197,17 +197,20 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         return fam.norm(x, *gain_bias, eps)
 
     masks, ropes, made, out = ({} if masks else None), {}, {}, []
-    base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
-    for i in range(cfg.n_layer):
-        window, rope = cfg.window(i), cfg.rope_of(i)
-        scale = base / (i + 1) if cfg.attn_scale_by_layer else base
-        c = made.get((window, rope, scale))
+    kind = None
+    for same in _kinds(cfg):
+        if same is kind:  # (the entry of the layer before: no key to hash)
+            out.append(out[-1])
+            continue
+        kind = same
+        window, rope, scale = kind
+        c = made.get(kind)
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
             if cfg.causal and masks is not None and window not in masks:
-                masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
+                masks[window] = _mask(T, window, p)  # [n, T]
             if fam.rope and rope not in ropes:
                 ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
-            c = made[window, rope, scale] = Consts(
+            c = made[kind] = Consts(
                 n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, scale=scale,
                 rope=ropes.get(rope) if fam.rope else None,
                 bias=masks.get(window) if cfg.causal and masks is not None else None,
@@ -216,6 +219,25 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
                 workers=max(1, int(workers)))
         out.append(c)
     return out
+
+
+def _mask(T: int, window: int | None, p: int) -> np.ndarray:
+    """mask_bias(causal_mask(T, window, start=p)) [T - p, T]: all zeros for the last row alone
+    without a window (it sees every key), made at once."""
+    if window is None and p == T - 1:
+        return np.zeros((1, T), np.float32)
+    return mask_bias(causal_mask(T, window, start=p))
+
+
+def _kinds(cfg: ModelConfig):
+    """Each layer's (window, RoPE, score scale) as _layer_consts reads them from the config; one
+    entry for all n_layer where no layer differs (no local layer, one scale): a run then makes
+    one Consts without asking each layer."""
+    base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
+    if LOCAL not in cfg.layer_types and not cfg.attn_scale_by_layer:  # (is_local false throughout)
+        return [(None, cfg.rope, base)] * cfg.n_layer
+    return [(cfg.window(i), cfg.rope_of(i), base / (i + 1) if cfg.attn_scale_by_layer else base)
+            for i in range(cfg.n_layer)]
 
 
 _ONE_ROW: dict = {}  # id(Consts) -> (those Consts, their one-row variant), for layer_consts' kept ones

@@ -7,6 +7,7 @@ with local and global layers (Gemma 3) has one of each. Pure NumPy.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -48,9 +49,18 @@ def inv_freq(rope: Rope, d_head: int) -> np.ndarray:  # -> float64 [d_head / 2]
     raise ValueError(f"unknown RoPE kind {rope.kind!r}")
 
 
+@functools.lru_cache(maxsize=16)
+def _kept_inv_freq(rope: Rope, d_head: int) -> np.ndarray:
+    """inv_freq, read-only, kept for a Rope (frozen: the same values every time it is asked):
+    a generation step's tables are of one new position each."""
+    out = inv_freq(rope, d_head)
+    out.flags.writeable = False
+    return out
+
+
 def rope_tables(positions: np.ndarray, d_head: int, rope: Rope):  # [T] -> cos, sin [T, d_head]
     """cos and sin of every position's angles, in the rotate-half layout (both halves alike)."""
-    freqs = np.outer(positions.astype(np.float64), inv_freq(rope, d_head)).astype(np.float32)
+    freqs = np.outer(positions.astype(np.float64), _kept_inv_freq(rope, d_head)).astype(np.float32)
     emb = np.concatenate([freqs, freqs], axis=-1)  # [T, d_head]
     if rope.attention_factor != 1.0:  # yarn: both scaled, so every score grows by its square
         return (np.cos(emb) * np.float32(rope.attention_factor),
