@@ -11,9 +11,10 @@ in one process, in turns (not a test).
   it left it, as generate's steps do (its keys and values the lists that step handed over, its
   row appended in place, the run's constants new), at T = 64 (512) in the first timed round and
   one more token each round after. Kernels on (every layer in one call, and a layer at a time)
-  against off, in turns, and the step's unembedding (head.logits, the same either way) apart. Goal: the layers' step <= 1.3x the
-  quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
-  bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
+  against off, in turns, and the step's unembedding (head.logits, the same either way) apart.
+  Goal: the layers' step <= 1.3x the quantised-bytes memory floor: the packed bytes the kernels
+  read (blocks, scales, offsets) at the bandwidth the float32 matrix-vector pass over the model's
+  own matrices reaches in the same run.
   Beside it, the layers' matrix products alone (every packed matrix once, one row, the serial
   kernels) against the same floor: what the kernels take, the step's rest being its other steps.
   Beside the goal's floor, one that also counts the float32 K and V the step reads (every layer's
