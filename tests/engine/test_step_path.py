@@ -82,6 +82,32 @@ def test_a_ropes_kept_frequencies_are_its_own_and_read_only():
     np.testing.assert_array_equal(sin, np.sin(np.concatenate([angles, angles], axis=-1)))
 
 
+@pytest.mark.parametrize("rope", [Rope(1000.0), Rope(10000.0, "linear", 4.0),
+                                  Rope(10000.0, "llama3", 8.0, 1.0, 4.0, 16),
+                                  Rope(10000.0, "yarn", 4.0, original_max_positions=32,
+                                       attention_factor=1.1386)], ids=lambda r: r.kind)
+def test_one_positions_rope_row_is_the_tables_bit_for_bit(rope):
+    d_head = 16
+    for p in (0, 1, rope_mod.ANGLE_ROWS - 1, rope_mod.ANGLE_ROWS, 5 * rope_mod.ANGLE_ROWS + 17, 8191, 100_000):
+        got, want = rope_mod.rope_row(p, d_head, rope), rope_mod.rope_tables(np.arange(p, p + 1), d_head, rope)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape == (1, d_head) and g.dtype == w.dtype == np.float32
+            np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
+    block = rope_mod._angle_block(rope, d_head, 0)
+    assert not block.flags.writeable
+    other = rope_mod._angle_block(dataclasses.replace(rope, theta=rope.theta * 2), d_head, 0)
+    assert not np.array_equal(block[1:], other[1:])  # another base: its own block
+
+
+def test_a_steps_consts_equal_those_of_a_run_of_its_rows():
+    cfg = config_from_dict(llama_config(n_layer=2))
+    for p in (0, 63, 64, 200):
+        step = _layer_consts(cfg, p + 1, p)[0]
+        run = _layer_consts(cfg, p + 1, p, positions=np.arange(p, p + 1))[0]  # rope_tables' way
+        for a, b in zip(step.rope, run.rope):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
 @pytest.mark.parametrize("cached, ids, want", [
     ([1, 2, 3], [1, 2, 3, 4], 3), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2),
     ([1, 2, 3], [1, 9, 3, 4], 1), ([1, 2, 3], [9], 0), ([], [1, 2], 0), ([5, 6], [5, 6, 7, 8], 2),

@@ -29,7 +29,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine import parallel
 from attnviz.engine.parallel import for_row_chunks
-from attnviz.engine.computing.rope import rope_tables
+from attnviz.engine.computing.rope import rope_row, rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.layout import Layer, Weights
 
@@ -190,7 +190,8 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     `positions` [n]: the rows' positions where they are not p..T-1 (packed texts, each from 0).
     Layers of the same window, RoPE and scale share one Consts."""
     fam = FAMILY[cfg.family]
-    positions = np.arange(p, T) if positions is None else positions  # [n]
+    one_row = positions is None and T - p == 1  # (a generation step's: one new position)
+    positions = np.arange(p, T) if positions is None and not one_row else positions  # [n]
     eps = cfg.norm_eps
 
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
@@ -208,8 +209,9 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
             if cfg.causal and masks is not None and window not in masks:
                 masks[window] = _mask(T, window, p)  # [n, T]
-            if fam.rope and rope not in ropes:
-                ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
+            if fam.rope and rope not in ropes:  # [n, d_head] x2
+                ropes[rope] = (rope_row(p, cfg.d_head, rope) if one_row
+                               else rope_tables(positions, cfg.d_head, rope))
             c = made[kind] = Consts(
                 n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, scale=scale,
                 rope=ropes.get(rope) if fam.rope else None,
