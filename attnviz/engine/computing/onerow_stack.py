@@ -125,6 +125,7 @@ class _Stack:
 
 
 _STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
+_UNSEEN = object()  # (_STACKS holds no entry for the store yet)
 _LOCK = threading.Lock()
 
 
@@ -135,8 +136,9 @@ def _stack_of(store, n_layer: int, layer_for):
     was its packed view (a float32 layer, as while a kernel is still warming, is asked again)."""
     if getattr(store, "packed_view", None) is None:  # (a list of float32 layers: none packed)
         return None
-    if store in _STACKS:
-        return _STACKS[store]
+    stack = _STACKS.get(store, _UNSEEN)
+    if stack is not _UNSEEN:
+        return stack
     with _LOCK:
         layers = [layer_for(store, i, 1) for i in range(n_layer)]
         plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
