@@ -443,8 +443,11 @@ class KVCache:
         """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
         if trace.attentions is not None:  # a run without patterns (a generation step) keeps none
             trace.attentions.flags.writeable = False
-        before = self._run()
-        self.ids, self.k, self.v, self.attentions = trace.ids.copy(), trace.k, trace.v, trace.attentions
+        ids, n = trace.ids.copy(), len(self.ids)
+        # the run before, unless the new ids hold its (a generation's step, a keystroke that adds a
+        # token): _remember would drop it
+        before = self._run() if n and not (n <= len(ids) and self.prefix(ids) == n) else None
+        self.ids, self.k, self.v, self.attentions = ids, trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
             for a in rows:
