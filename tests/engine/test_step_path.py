@@ -42,7 +42,8 @@ def _configs():
 @pytest.mark.parametrize("name", list(_configs()))
 def test_each_layers_kind_is_the_configs_and_layers_alike_share_one_consts(name):
     cfg = _configs()[name]
-    assert _kinds(cfg) == _per_layer(cfg)
+    assert list(_kinds(cfg)) == _per_layer(cfg)
+    assert _kinds(cfg) is _kinds(cfg)  # kept for the config
     for T, p in ((9, 8), (9, 0), (9, 5)):
         consts = _layer_consts(cfg, T, p)
         assert len(consts) == cfg.n_layer
@@ -56,6 +57,16 @@ def test_each_layers_kind_is_the_configs_and_layers_alike_share_one_consts(name)
         for alike in kinds.values():  # one Consts a kind, a different one for each other kind
             assert all(c is alike[0] for c in alike)
         assert len({id(c) for c in consts}) == len(kinds)
+
+
+def test_a_configs_kept_kinds_are_its_own():
+    cfg = config_from_dict(llama_config(n_layer=3))
+    scaled = dataclasses.replace(cfg, attn_scale_by_layer=True)
+    local = dataclasses.replace(cfg, layer_types=(GLOBAL, LOCAL, GLOBAL), sliding_window=2)
+    assert _kinds(cfg) is _kinds(cfg)
+    assert [k[2] for k in _kinds(scaled)] == [k[2] for k in _per_layer(scaled)] != [k[2] for k in _kinds(cfg)]
+    assert [k[0] for k in _kinds(local)] == [None, 2, None]
+    assert all(k[0] is None for k in _kinds(cfg))
 
 
 @pytest.mark.parametrize("T, window, p", [(1, None, 0), (7, None, 6), (7, None, 5), (7, 3, 6),

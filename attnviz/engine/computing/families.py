@@ -168,10 +168,13 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         kept = _CONSTS.pop(key, None)
     if kept is None or kept[0] is not cfg:  # (an id can be a freed config's, reused)
         consts = _layer_consts(cfg, T, p, masks, workers)
-        for c in {id(c): c for c in consts}.values():  # (layers alike share one)
-            for a in (c.bias, *(c.rope or ())):
-                if a is not None:
-                    a.flags.writeable = False
+        last = None
+        for c in consts:
+            if c is not last:  # (layers alike share one)
+                for a in (c.bias, *(c.rope or ())):
+                    if a is not None:
+                        a.setflags(write=False)
+                last = c
         kept = (cfg, consts)
     with _CONSTS_LOCK:
         while len(_CONSTS) >= CONSTS_KEPT:
@@ -231,15 +234,26 @@ def _mask(T: int, window: int | None, p: int) -> np.ndarray:
     return mask_bias(causal_mask(T, window, start=p))
 
 
-def _kinds(cfg: ModelConfig):
-    """Each layer's (window, RoPE, score scale) as _layer_consts reads them from the config; one
-    entry for all n_layer where no layer differs (no local layer, one scale): a run then makes
-    one Consts without asking each layer."""
+_KINDS: dict = {}  # id(cfg) -> (cfg, its _kinds), for the few configs in use
+
+
+def _kinds(cfg: ModelConfig) -> tuple:
+    """Each layer's (window, RoPE, score scale) as _layer_consts reads them from the config (a
+    frozen one: kept for it); one entry for all n_layer where no layer differs (no local layer,
+    one scale): a run then makes one Consts without asking each layer."""
+    kept = _KINDS.get(id(cfg))
+    if kept is not None and kept[0] is cfg:  # (an id can be a freed config's, reused)
+        return kept[1]
     base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
     if LOCAL not in cfg.layer_types and not cfg.attn_scale_by_layer:  # (is_local false throughout)
-        return [(None, cfg.rope, base)] * cfg.n_layer
-    return [(cfg.window(i), cfg.rope_of(i), base / (i + 1) if cfg.attn_scale_by_layer else base)
-            for i in range(cfg.n_layer)]
+        kinds = ((None, cfg.rope, base),) * cfg.n_layer
+    else:
+        kinds = tuple((cfg.window(i), cfg.rope_of(i), base / (i + 1) if cfg.attn_scale_by_layer else base)
+                      for i in range(cfg.n_layer))
+    if len(_KINDS) >= 2 * CONSTS_KEPT:
+        _KINDS.clear()
+    _KINDS[id(cfg)] = (cfg, kinds)  # (one dict write: threads at worst compute it twice)
+    return kinds
 
 
 _ONE_ROW: dict = {}  # id(Consts) -> (those Consts, their one-row variant), for layer_consts' kept ones
