@@ -367,7 +367,7 @@ class Model:
         V = self.config.vocab_size
         if isinstance(ids, (str, bytes, bytearray)) or getattr(ids, "ndim", 1) != 1:
             raise InputError(f"ids must be a flat list of integers, got {_short(ids)}")
-        if isinstance(ids, np.ndarray) and ids.size and np.issubdtype(ids.dtype, np.integer):
+        if isinstance(ids, np.ndarray) and ids.size and ids.dtype.kind in "iu":  # (any other: item by item)
             if ids.min() < 0 or ids.max() >= V:  # an integer array: checked at once
                 bad = np.flatnonzero((ids < 0) | (ids >= V))
                 raise InputError(f"token id {int(ids[bad[0]])} at position {int(bad[0])} is outside "
