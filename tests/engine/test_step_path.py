@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine.computing import rope as rope_mod
-from attnviz.engine.computing.families import _kinds, _layer_consts, _mask
+from attnviz.engine.computing.families import _kinds, _layer_consts
 from attnviz.engine.computing.generate import TOP_BLOCKS, top_ids
 from attnviz.engine.computing.layers import causal_mask, mask_bias
 from attnviz.engine.computing.trace import KVCache
@@ -72,7 +72,10 @@ def test_a_configs_kept_kinds_are_its_own():
 @pytest.mark.parametrize("T, window, p", [(1, None, 0), (7, None, 6), (7, None, 5), (7, 3, 6),
                                           (7, 3, 0), (7, None, 0)])
 def test_the_last_rows_mask_equals_the_one_built_from_the_causal_mask(T, window, p):
-    got, want = _mask(T, window, p), mask_bias(causal_mask(T, window, start=p))
+    cfg = config_from_dict(llama_config(n_layer=1))
+    if window is not None:
+        cfg = dataclasses.replace(cfg, layer_types=(LOCAL,), sliding_window=window)
+    got, want = _layer_consts(cfg, T, p)[0].bias, mask_bias(causal_mask(T, window, start=p))
     assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 

@@ -210,8 +210,9 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         window, rope, scale = kind
         c = made.get(kind)
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
-            if cfg.causal and masks is not None and window not in masks:
-                masks[window] = _mask(T, window, p)  # [n, T]
+            if cfg.causal and masks is not None and window not in masks:  # [n, T]; the last row
+                masks[window] = (np.zeros((1, T), np.float32) if window is None and p == T - 1
+                                 else mask_bias(causal_mask(T, window, start=p)))  # (sees all)
             if fam.rope and rope not in ropes:  # [n, d_head] x2
                 ropes[rope] = (rope_row(p, cfg.d_head, rope) if one_row
                                else rope_tables(positions, cfg.d_head, rope))
@@ -226,21 +227,12 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     return out
 
 
-def _mask(T: int, window: int | None, p: int) -> np.ndarray:
-    """mask_bias(causal_mask(T, window, start=p)) [T - p, T]: all zeros for the last row alone
-    without a window (it sees every key), made at once."""
-    if window is None and p == T - 1:
-        return np.zeros((1, T), np.float32)
-    return mask_bias(causal_mask(T, window, start=p))
-
-
 _KINDS: dict = {}  # id(cfg) -> (cfg, its _kinds), for the few configs in use
 
 
 def _kinds(cfg: ModelConfig) -> tuple:
-    """Each layer's (window, RoPE, score scale) as _layer_consts reads them from the config (a
-    frozen one: kept for it); one entry for all n_layer where no layer differs (no local layer,
-    one scale): a run then makes one Consts without asking each layer."""
+    """Each layer's (window, RoPE, score scale), kept for the (frozen) config; one entry for all
+    where no layer differs: a run then makes one Consts without asking each layer."""
     kept = _KINDS.get(id(cfg))
     if kept is not None and kept[0] is cfg:  # (an id can be a freed config's, reused)
         return kept[1]
