@@ -210,9 +210,9 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         window, rope, scale = kind
         c = made.get(kind)
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
-            if cfg.causal and masks is not None and window not in masks:  # [n, T]; the last row
+            if cfg.causal and masks is not None and window not in masks:  # [n, T] (0 or -inf)
                 masks[window] = (np.zeros((1, T), np.float32) if window is None and p == T - 1
-                                 else mask_bias(causal_mask(T, window, start=p)))  # (sees all)
+                                 else mask_bias(causal_mask(T, window, start=p)))  # (last row: all 0)
             if fam.rope and rope not in ropes:  # [n, d_head] x2
                 ropes[rope] = (rope_row(p, cfg.d_head, rope) if one_row
                                else rope_tables(positions, cfg.d_head, rope))
