@@ -146,3 +146,29 @@ def test_kv_bytes_are_the_generations_own_while_another_run_holds_the_models_cac
         assert step.T == len(PROMPT) + s
         assert step.kv_bytes == step.T * per_token == ref.kv_bytes, (s, step.kv_bytes)
         np.testing.assert_allclose(step.rows, ref.rows, atol=1e-6, rtol=0)
+
+
+def test_a_long_generation_gives_the_same_numbers_whatever_the_kv_room(tmp_path, monkeypatch):
+    """Past a few hundred tokens the KV buffer's room grows with T (trace.kv_room): the tokens,
+    logprobs and rows are those of a fixed room of KV_ROOM, bit for bit, and every step's K and V
+    bytes are its T tokens', not the room's."""
+    from attnviz.engine.computing import trace
+    from tiny import tiny_text_decoder
+
+    model = load_model(tiny_text_decoder(tmp_path / "m", positions=512))
+    prompt = np.random.default_rng(2).integers(0, 250, 300).tolist()
+    gens = {}
+    for share in (trace.ROOM_SHARE, 10**9):  # 10**9: the room is KV_ROOM at every T
+        monkeypatch.setattr(trace, "ROOM_SHARE", share)
+        gens[share] = G.generate(model, ids=prompt, max_new=150, rows=True, ignore_eos=True)
+        model.clear_cache()
+    grown, fixed = gens.values()
+    assert len(grown.steps) == 150 and grown.new_ids == fixed.new_ids
+    c = model.config
+    for s, f in zip(grown.steps, fixed.steps):
+        np.testing.assert_array_equal(s.top_logprobs, f.top_logprobs)
+        np.testing.assert_array_equal(s.rows, f.rows)
+        assert s.kv_bytes == f.kv_bytes == s.T * c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    logprobs, rows = _recompute(model, (prompt + grown.new_ids)[:449])  # the last step's T
+    np.testing.assert_allclose(grown.steps[-1].top_logprobs, np.sort(logprobs)[::-1][:5], atol=1e-4)
+    np.testing.assert_allclose(grown.steps[-1].rows, rows, atol=1e-5, rtol=0)

@@ -421,3 +421,28 @@ def test_the_earlier_runs_kept_are_few_and_small(folders, monkeypatch):
     model.run(ids=[40, 41, 42])
     model.clear_cache()  # forgets the earlier runs too
     assert model.run(ids=[40, 41, 42]).cache_reused == 0
+
+
+def test_the_room_grows_with_the_positions_so_a_long_generation_copies_rarely():
+    """append_positions one position at a time: a new array only when the room is used up, its
+    room a quarter of its positions (at least KV_ROOM), so T positions are copied O(log T) times;
+    the values are every position's and the view's nbytes count the positions held, not the room."""
+    from attnviz.engine.computing.trace import KV_ROOM, ROOM_SHARE, append_positions, kv_room
+
+    assert kv_room(1) == kv_room(KV_ROOM * ROOM_SHARE + ROOM_SHARE - 1) == KV_ROOM
+    assert kv_room(KV_ROOM * ROOM_SHARE + ROOM_SHARE) == KV_ROOM + 1
+    assert kv_room(4000) == 4000 // ROOM_SHARE
+    T = 4000
+    rows = np.random.default_rng(1).standard_normal((2, T, 3), dtype=np.float32)
+    a, copies, ends = rows[:, :1].copy(), 0, []
+    for p in range(1, T):
+        before = a.base
+        a = append_positions(a, p, rows[:, p:p + 1])
+        if a.base is not before:
+            copies += 1
+            ends.append(a.base.shape[1])
+            assert a.base.shape[1] == p + 1 + kv_room(p + 1)
+    np.testing.assert_array_equal(a, rows)
+    assert a.shape == (2, T, 3) and a.nbytes == rows.nbytes
+    assert ends[:4] == [1 + 1 + KV_ROOM, 66 + 1 + KV_ROOM, 131 + 1 + KV_ROOM, 196 + 1 + KV_ROOM]
+    assert copies <= 20 < T // KV_ROOM  # (fixed room: one copy every KV_ROOM positions)

@@ -401,3 +401,11 @@ def test_a_buffer_a_caller_holds_a_view_of_is_never_written_again(tiny, stacked)
     del held, part, trace
     gc.collect()
     assert first() is None  # (let go once nobody holds it)
+
+
+def test_a_fresh_buffer_has_the_room_append_positions_gives_a_layer():
+    from attnviz.engine.computing.trace import KV_ROOM, kv_room
+
+    assert onerow_stack._fresh((2, 30, 3), 12, 64).shape == (2, 30, 3, 13 + KV_ROOM, 64)
+    assert onerow_stack._fresh((2, 30, 3), 999, 64).shape == (2, 30, 3, 1000 + kv_room(1000), 64)
+    assert kv_room(1000) > KV_ROOM

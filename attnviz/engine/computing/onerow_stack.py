@@ -39,7 +39,7 @@ from numba.typed import List
 from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing import onerow_block as ob
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
-from attnviz.engine.computing.trace import KV_ROOM
+from attnviz.engine.computing.trace import kv_room
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.parallel import kernel_threads
 
@@ -236,9 +236,9 @@ def _moved_out(kv, past, n: int) -> bool:
 
 
 def _fresh(lead: tuple, p: int, d_head: int) -> np.ndarray:
-    """An empty buffer [*lead, p + 1 + KV_ROOM, d_head] (lead: 2, n_layer, n_kv_head): room for the
-    new row and KV_ROOM positions more, as append_positions makes a layer's."""
-    return np.empty((*lead, p + 1 + KV_ROOM, d_head), np.float32)
+    """An empty buffer [*lead, p + 1 + kv_room(p + 1), d_head] (lead: 2, n_layer, n_kv_head): room
+    for the new row and kv_room positions more, as append_positions makes a layer's."""
+    return np.empty((*lead, p + 1 + kv_room(p + 1), d_head), np.float32)
 
 
 def _views_of(kv, at: int, past, p: int) -> int:

@@ -198,15 +198,22 @@ def _rows(cached, new, p: int, axis: int):  # cached rows :p and new rows p: -> 
     return np.ascontiguousarray(new)
 
 
-KV_ROOM = 64  # positions a new K or V array of a cached run has room for after its own
+KV_ROOM = 64  # positions a new K or V array of a cached run has room for after its own, at least
+ROOM_SHARE = 4  # ... and a quarter of its own: a generation of T tokens copies its K and V O(log T) times
+
+
+def kv_room(T: int) -> int:
+    """Positions a new K or V array of T positions has room for after them: KV_ROOM, or T //
+    ROOM_SHARE where that is more, so the copies a long generation makes grow rarer as T grows."""
+    return max(KV_ROOM, T // ROOM_SHARE)
 
 
 def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
     """A layer's cached keys (or values) :p, then `new` [n_kv_head, n, d_head] -> [n_kv_head, p + n,
     d_head]. Written in place after them when `cached` is exactly p positions at the start of an
     array with room for n more (a generation step copies nothing; no view already handed out
-    reaches past p, so none changes); otherwise copied into a new array with room for KV_ROOM
-    positions more. The result is a view of that array: its nbytes count the p + n positions."""
+    reaches past p, so none changes); otherwise copied into a new array with room for kv_room(p +
+    n) positions more. The result is a view of that array: its nbytes count the p + n positions."""
     n = new.shape[1]
     base = cached.base
     if (cached.shape[1] == p and isinstance(base, np.ndarray) and base.ndim == 3
@@ -215,7 +222,7 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
             and base.ctypes.data == cached.ctypes.data):
         base[:, p:p + n] = new
         return base[:, :p + n]
-    out = np.empty((new.shape[0], p + n + KV_ROOM, new.shape[2]), dtype=new.dtype)
+    out = np.empty((new.shape[0], p + n + kv_room(p + n), new.shape[2]), dtype=new.dtype)
     out[:, :p] = cached[:, :p]
     out[:, p:p + n] = new
     return out[:, :p + n]
@@ -223,7 +230,7 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
 
 def without_room(arrays: list) -> list:
     """Per layer K (or V) arrays of a run kept among the earlier ones, each copied out of an array
-    with room for KV_ROOM positions more (append_positions), which such a run rarely uses: a reused
+    with room for kv_room positions more (append_positions), which such a run rarely uses: a reused
     earlier run's next positions are then copied once, and its room is not held meanwhile. A
     layer's array of one holding every layer's keys and values of exactly its positions
     (onerow_stack's copy of them) is kept as it is."""
@@ -405,7 +412,7 @@ class KVCache:
 
     def held_bytes(self) -> int:
         """Bytes of the current run's arrays: K, V, patterns and records (K and V as their T
-        positions, not counting the room for KV_ROOM more their arrays may have)."""
+        positions, not counting the room for kv_room more their arrays may have)."""
         arrays = [*self.k, *self.v, *(a for rows in self.records.values() for a in rows)]
         return (sum(a.nbytes for a in arrays if a is not None)
                 + (self.attentions.nbytes if self.attentions is not None else 0))
