@@ -103,24 +103,29 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 # LLVM library from disk (benchmarks/cold_start: Gemma 3 270M Q4_K_M's 241 MiB file above,
 # SmolLM2's 94 MiB file below; predict, whose lens takes a row a layer, keeps the float32 path)
 KERNELS_FROM = 192 * 2**20
+# --max-new from which a GGUF file of any size takes the kernels: each step on them is faster than
+# on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length)
+KERNELS_STEPS = 32
 
 
-def wants_kernels(where: Path) -> bool:
-    """Whether a generation on the model at `where` (a folder, or a GGUF file as registry.resolve
-    gives it) takes the quantised kernels: a GGUF file of at least KERNELS_FROM bytes."""
-    return where.is_file() and where.stat().st_size >= KERNELS_FROM
+def wants_kernels(where: Path, max_new: int = 0) -> bool:
+    """Whether a generation of up to `max_new` tokens on the model at `where` (a folder, or a GGUF
+    file as registry.resolve gives it) takes the quantised kernels: a GGUF file of at least
+    KERNELS_FROM bytes, or any GGUF file for at least KERNELS_STEPS new tokens."""
+    return where.is_file() and (max_new >= KERNELS_STEPS or where.stat().st_size >= KERNELS_FROM)
 
 
-def load_for_generation(name: str, text: str | None = None):
-    """load_model(name) for `generate`. Where wants_kernels says so, the GGUF file's layers and
-    unembedding are packed from its blocks for the quantised kernels (engine/reading/qpack.py)
-    instead of expanded to float32, and the kernels take one thread each, as a short run's BLAS
-    products do (blas_for): a thread waiting on one the system has not scheduled spins. A prompt
-    of ROWS_UNEXPANDED tokens or more still expands the layers. `text`: the prompt (load_model's)."""
+def load_for_generation(name: str, text: str | None = None, max_new: int = 0):
+    """load_model(name) for `generate` of up to `max_new` tokens. Where wants_kernels says so, the
+    GGUF file's layers and unembedding are packed from its blocks for the quantised kernels
+    (engine/reading/qpack.py) instead of expanded to float32, and the kernels take one thread
+    each, as a short run's BLAS products do (blas_for): a thread waiting on one the system has
+    not scheduled spins. A prompt of ROWS_UNEXPANDED tokens or more still expands the layers.
+    `text`: the prompt (load_model's)."""
     from attnviz.engine import load_model
     from attnviz.engine.reading.registry import resolve
 
-    if wants_kernels(resolve(name)[1]):
+    if wants_kernels(resolve(name)[1], max_new):
         from attnviz.engine.parallel import limit_kernel_threads
         from attnviz.engine.reading.qpack import ask_for_kernels
 

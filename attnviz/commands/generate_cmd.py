@@ -7,7 +7,8 @@ import json
 
 from attnviz.commands import checkpoint_opt
 from attnviz.commands.checks import (
-    add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head, show_notice)
+    KERNELS_STEPS, add_model, blas_for, load_for_generation, parse_ids, positive, prediction_head,
+    show_notice)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--text", help="the prompt (the model's special tokens are added)")
     src.add_argument("--ids", help="comma-separated prompt token ids, run as given")
     p.add_argument("--max-new", type=positive, required=True, metavar="N",
-                   help="the most new tokens to generate")
+                   help=f"the most new tokens to generate; from {KERNELS_STEPS} on, a GGUF file of any "
+                        "size runs on the quantised kernels (faster steps, a slower start)")
     p.add_argument("--temperature", type=float, default=0.0, metavar="X",
                    help="0 (the default): greedy; above 0: sample at this temperature")
     p.add_argument("--top-p", type=float, default=1.0, metavar="P",
@@ -42,7 +44,7 @@ def cmd_generate(args) -> int:
 
     check_sampling(args.temperature, args.top_p, args.max_new)  # before loading
     ids = parse_ids(args.ids) if args.ids is not None else None
-    model = checkpoint_opt.at(load_for_generation(args.model, args.text), args)
+    model = checkpoint_opt.at(load_for_generation(args.model, args.text, args.max_new), args)
     prediction_head(model, "generate")  # refuses a model that cannot predict, before running anything
     prompt = model.prepare(None if ids is not None else args.text, ids=ids)  # tokenised once
     with blas_for(len(prompt.ids)):

@@ -70,6 +70,7 @@ def test_predict_and_generate_give_the_same_bits_as_on_blas_default_threads(smol
 
     # the float32 path's bits (the kernels' path: tests/cli/test_generate_kernels_cli.py)
     monkeypatch.setattr(checks, "KERNELS_FROM", float("inf"))
+    monkeypatch.setattr(checks, "KERNELS_STEPS", float("inf"))
     from attnviz.engine.analysing import predict as P
     from attnviz.engine.computing.generate import generate
 

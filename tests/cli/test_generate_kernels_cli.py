@@ -1,6 +1,7 @@
-"""`generate` on a large GGUF file multiplies on its blocks (the quantised kernels, one thread
-each), its layers and unembedding packed instead of expanded to float32; a smaller file (SmolLM2's)
-and a model folder keep the float32 path, and `predict` keeps it. Either way the output is the
+"""`generate` on a large GGUF file, or of many tokens on any GGUF file, multiplies on its blocks (the
+quantised kernels, one thread each), its layers and unembedding packed instead of expanded to
+float32; a short run on a smaller file (SmolLM2's) and a model folder keep the float32 path, and
+`predict` keeps it. Either way the output is the
 same: the same tokens, and every logprob within the kernels' float32 rounding of the float32
 path's (commands/checks.py load_for_generation)."""
 
@@ -73,19 +74,22 @@ def _assert_close(got, want, path="") -> None:
         assert got == want, path
 
 
-def test_the_rule_is_a_gguf_files_size(tiny, monkeypatch):
+def test_the_rule_is_a_gguf_files_size_or_the_runs_length(tiny, monkeypatch):
     path, _ = tiny
     size = path.stat().st_size
     monkeypatch.setattr(checks, "KERNELS_FROM", size)
-    assert checks.wants_kernels(path)
+    assert checks.wants_kernels(path) and checks.wants_kernels(path, 1)
     monkeypatch.setattr(checks, "KERNELS_FROM", size + 1)
-    assert not checks.wants_kernels(path)
+    assert not checks.wants_kernels(path, checks.KERNELS_STEPS - 1)
+    assert checks.wants_kernels(path, checks.KERNELS_STEPS)  # a long run: any GGUF file
     monkeypatch.setattr(checks, "KERNELS_FROM", 0)
-    assert not checks.wants_kernels(FIXTURES / "llama_gqa")  # a folder: float32 as before
+    assert not checks.wants_kernels(FIXTURES / "llama_gqa", 10**6)  # a folder: float32 as before
 
 
-def test_smollm2_keeps_the_float32_path():
-    assert not checks.wants_kernels(resolve("SmolLM2-135M-Instruct")[1])
+def test_smollm2_takes_the_kernels_for_a_long_run_only():
+    where = resolve("SmolLM2-135M-Instruct")[1]
+    assert not checks.wants_kernels(where, checks.KERNELS_STEPS - 1)
+    assert checks.wants_kernels(where, checks.KERNELS_STEPS)
 
 
 def test_predict_keeps_the_float32_path_whatever_the_files_size(tiny, capsys, monkeypatch, restored,
@@ -112,3 +116,17 @@ def test_generate_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsy
     assert [rows for rows, n in products if n == cfg["vocab_size"]] == [1] * 4
     assert got["new_ids"] == want["new_ids"]
     _assert_close(got, want)
+
+
+def test_a_long_generation_on_a_small_file_takes_the_kernels_and_chooses_the_same_tokens(
+        tiny, capsys, monkeypatch, restored, products):
+    path, _ = tiny
+    monkeypatch.setattr(checks, "KERNELS_FROM", path.stat().st_size + 1)
+    monkeypatch.setattr(checks, "KERNELS_STEPS", 4)
+    argv = ["generate", "--model", str(path), "--ids", IDS, "--ignore-eos", "--json", "--max-new"]
+    short = _json_of(capsys, [*argv, "3"])
+    assert products == [] and not qpack.kernels_on()
+    long = _json_of(capsys, [*argv, "4"])
+    assert products and qpack.kernels_on() and parallel.kernel_threads() == 1
+    assert long["new_ids"][:3] == short["new_ids"]
+    _assert_close(long["steps"][:3], short["steps"])
