@@ -2,7 +2,7 @@
 forced off, as whole processes (interpreter up to exit): where the kernels' faster steps repay
 importing numba and reading its LLVM library (commands/checks.py KERNELS_STEPS).
 
-    python -m benchmarks.gen_length [--lengths 8,16,32,64,128] [--runs 3]
+    python -m benchmarks.gen_length [--lengths 8,16,32,64,128] [--runs 3] [--cold]
 
 For each N, one untimed run of each path first (the page cache and numba's kernel cache warm),
 then --runs runs of each, on and off in turns (a busy machine's changing load falls on both
@@ -10,6 +10,11 @@ alike); each figure is the median wall time. The crossover is where two lines fi
 medians (time = start + N * step, least squares, one a path) meet: the N from which the kernels'
 path is the faster; it is absent where the kernels' steps are not the faster. --ignore-eos: every
 run makes exactly N tokens.
+
+--cold: the same again with the OS page cache dropped before each run (`sync` and `echo 3 >
+/proc/sys/vm/drop_caches`: root, and a system that lets this process write it), as a first
+command after a while meets it: numba's LLVM library read from disk then. Dropping the page cache
+slows every other process on the machine for a while: keep the runs few.
 """
 
 from __future__ import annotations
@@ -51,8 +56,18 @@ def argv_of(path: str, n: int) -> list[str]:
             "--max-new", str(n), "--ignore-eos"]
 
 
-def timed(argv: list[str]) -> float:
-    """Seconds from spawning the process to its exit; a failed run raises with its stderr."""
+def drop_page_cache() -> None:
+    """Empty the OS page cache (cold_start's way); OSError where this process may not."""
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def timed(argv: list[str], cold: bool = False) -> float:
+    """Seconds from spawning the process to its exit (the page cache dropped first where `cold`);
+    a failed run raises with its stderr."""
+    if cold:
+        drop_page_cache()
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, cwd=_ROOT,
                           env={**os.environ, "PYTHONPATH": _ROOT})
@@ -77,34 +92,52 @@ def crossover(lines: dict[str, tuple[float, float]]) -> float | None:
     return max(0.0, (a_k - a_f) / (b_f - b_k))
 
 
+def measure(lengths: list[int], runs: int, cold: bool) -> dict:
+    """{(path, N): every timed run's seconds}, the paths in turns."""
+    times = {(p, n): [] for p in PATHS for n in lengths}
+    for n in lengths:
+        for p in PATHS:
+            timed(argv_of(p, n))  # untimed: caches warm (numba's kernel cache too)
+        for _ in range(runs):
+            for p in PATHS:
+                times[p, n].append(timed(argv_of(p, n), cold))
+    return times
+
+
+def figures_of(times: dict, lengths: list[int], cache: str) -> list[dict]:
+    """Each (path, N)'s median, the fitted lines and where they cross, for one page cache state."""
+    medians = {k: statistics.median(v) for k, v in times.items()}
+    lines = {p: fit(lengths, [medians[p, n] for n in lengths]) for p in PATHS}
+    figures = [record.figure(f"generate --max-new {n}, SmolLM2, {p} path, {cache} cache",
+                             medians[p, n], "s", runs=times[p, n],
+                             note="whole process, median, the paths in turns")
+               for n in lengths for p in PATHS]
+    for p in PATHS:
+        figures.append(record.figure(f"{p} path, {cache} cache: start-up (fitted)", lines[p][0], "s",
+                                     note="the fitted line's time at N = 0"))
+        figures.append(record.figure(f"{p} path, {cache} cache: one step (fitted)", lines[p][1] * 1e3,
+                                     "ms", note="the fitted line's slope: seconds per new token"))
+    figures.append(record.figure(
+        f"crossover, {cache} cache: --max-new from which the kernels are faster (SmolLM2)",
+        crossover(lines), "tokens", headline=True,
+        note="where the fitted lines meet (0: faster at every length); absent: the kernels' steps "
+             "were not faster"))
+    return figures
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lengths", default="8,16,32,64,128", help="the --max-new values, comma-separated")
     ap.add_argument("--runs", type=int, default=3, help="timed runs of each path for each length")
+    ap.add_argument("--cold", action="store_true", help="also with the page cache dropped before each run")
     args = ap.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
-    runs = {(p, n): [] for p in PATHS for n in lengths}
-    for n in lengths:
-        for p in PATHS:
-            timed(argv_of(p, n))  # untimed: caches warm
-        for _ in range(args.runs):
-            for p in PATHS:
-                runs[p, n].append(timed(argv_of(p, n)))
-    medians = {k: statistics.median(v) for k, v in runs.items()}
-    lines = {p: fit(lengths, [medians[p, n] for n in lengths]) for p in PATHS}
-    figures = [record.figure(f"generate --max-new {n}, SmolLM2, {p} path", medians[p, n], "s",
-                             runs=runs[p, n], note="whole process, median, the paths in turns")
-               for n in lengths for p in PATHS]
-    for p in PATHS:
-        figures.append(record.figure(f"{p} path: start-up (fitted)", lines[p][0], "s",
-                                     note="the fitted line's time at N = 0"))
-        figures.append(record.figure(f"{p} path: one step (fitted)", lines[p][1] * 1e3, "ms",
-                                     note="the fitted line's slope: seconds per new token"))
-    cross = crossover(lines)
-    figures.append(record.figure(
-        "crossover: --max-new from which the kernels are faster (SmolLM2)", cross, "tokens",
-        headline=True, note="where the fitted lines meet; absent: the kernels' steps were not faster"))
-    out = record.write("gen_length", figures)
+    load = {"load_average_at_start": round(os.getloadavg()[0], 2)}
+    figures = figures_of(measure(lengths, args.runs, False), lengths, "warm")
+    if args.cold:
+        figures += figures_of(measure(lengths, args.runs, True), lengths, "cold")
+    load["load_average_at_end"] = round(os.getloadavg()[0], 2)
+    out = record.write("gen_length", figures, details=load)
     for f in figures:
         print(f"{f['name']}: {f['value']} {f['unit']}")
     print(f"wrote {out}")
