@@ -105,7 +105,7 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 KERNELS_FROM = 192 * 2**20
 # --max-new from which a GGUF file of any size takes the kernels: each step on them is faster than
 # on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length)
-KERNELS_STEPS = 32
+KERNELS_STEPS = 16
 
 
 def wants_kernels(where: Path, max_new: int = 0) -> bool:
