@@ -43,11 +43,14 @@ def test_scores_and_softmax_sums_take_the_lanes_order(d):
     for h in range(n_head):
         for t in range(T):
             assert out[h, 0, t] == _lanes_sum((q[h, 0] * scale) * k[h // 2, t]), (h, t)
+    fetched = np.empty_like(out)  # (the values fetched beside the keys: the same scores)
+    R.scores_ahead_of(q, k, T, R.NO_BIAS, scale, 2, False, fetched, rng.standard_normal((n_kv, T + 3, d)).astype(np.float32))
+    assert np.array_equal(fetched, out)
     e = rng.random(T * 3).astype(np.float32)
     assert R.lane_sum(e) == _lanes_sum(e)
 
 
-@pytest.mark.parametrize("d", [64, 72, 7])
+@pytest.mark.parametrize("d", [64, 72, 7, 80, 16])
 def test_weighted_values_sum_each_output_over_positions_in_order(d):
     """z[h, 0, j] = (..((0 + a_0 v_0j) + a_1 v_1j) ..) + a_{T-1} v_{T-1,j} in float32, each product
     rounded before its sum (no fused multiply-add), for values of either layout: the bits a plain

@@ -127,12 +127,83 @@ def sum_lanes(typingctx, a, ao, n16):
     return types.float32(a, ao, n16), _lanes_codegen(products=False)
 
 
+def _splat(builder, x):  # float -> <16 x float>, every lane x
+    one = builder.insert_element(ir.Constant(_VF, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
+
+
+AHEAD = 16  # scores_ahead_of: the key this many positions on is fetched into the cache
+
+
+def _prefetch(context, builder, aryty, ary, offset):  # a hint: a's element at a flat offset is read soon
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic(  # (read, kept in every cache level, data)
+        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+    data = context.make_array(aryty)(context, builder, ary).data
+    builder.call(fn, [builder.bitcast(builder.gep(data, [offset]), i8p), i32(0), i32(3), i32(1)])
+
+
+@intrinsic
+def prefetch_at(typingctx, a, offset):
+    """A hint that a[offset] (a flat element offset) is read soon: its cache line fetched."""
+    def codegen(context, builder, signature, args):
+        _prefetch(context, builder, signature.args[0], args[0],
+                  context.cast(builder, args[1], signature.args[1], types.intp))
+        return context.get_dummy_value()
+    return types.void(a, offset), codegen
+
+
+def _weighted_codegen(nv: int):
+    def codegen(context, builder, signature, args):
+        tys = signature.args
+        ao, vo, vs, n, zo = (context.cast(builder, args[i], tys[i], types.intp) for i in (1, 3, 4, 5, 7))
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(nv)]
+        a_data = context.make_array(tys[0])(context, builder, args[0]).data
+        with cgutils.for_range(builder, n) as loop:
+            w = _splat(builder, builder.load(builder.gep(a_data, [builder.add(ao, loop.index)])))
+            row = builder.add(vo, builder.mul(loop.index, vs))
+            for c, acc in enumerate(accs):
+                o = builder.add(row, ir.Constant(ir.IntType(64), 16 * c))
+                v = builder.load(_vectors_at(context, builder, tys[2], args[2], o), align=4)
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(w, v)), acc)
+        for c, acc in enumerate(accs):
+            o = builder.add(zo, ir.Constant(ir.IntType(64), 16 * c))
+            builder.store(builder.load(acc), _vectors_at(context, builder, tys[6], args[6], o), align=4)
+        return context.get_dummy_value()
+    return codegen
+
+
+@intrinsic
+def weighted_lanes4(typingctx, a, ao, v, vo, vs, n, z, zo):
+    """z[zo + j] = (..(0 + a[ao] v[vo + j]) + ..) + a[ao + n - 1] v[vo + (n - 1) vs + j] for j <
+    64 (flat element offsets, rows vs apart): one output's sum over positions in order, 64
+    outputs side by side on vector lanes."""
+    return types.void(a, ao, v, vo, vs, n, z, zo), _weighted_codegen(4)
+
+
+@intrinsic
+def weighted_lanes1(typingctx, a, ao, v, vo, vs, n, z, zo):
+    """weighted_lanes4 for 16 outputs."""
+    return types.void(a, ao, v, vo, vs, n, z, zo), _weighted_codegen(1)
+
+
+NO_VALUES = np.zeros((0, 0, 0), np.float32)  # (scores_ahead_of: no values to fetch)
+
+
 @njit(**JIT)
 def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
+    scores_ahead_of(q, k, T, bias, scale, n_group, top, out, NO_VALUES)
+
+
+@njit(**JIT)
+def scores_ahead_of(q, k, T, bias, scale, n_group, top, out, v):
+    """scores_of, the values v [n_kv_head, >= T, d_head] that the weighted values read next
+    fetched into the cache beside the keys, position by position (v of size 0: none)."""
     n_head, _, d = q.shape
     kc = np.ascontiguousarray(k)  # (read at flat offsets; a cache's keys already are)
     qs = np.empty((n_group, d), np.float32)
     n16 = d // 16
+    fetch_v = v.size > 0 and v.strides[2] == 4 and v.strides[0] % 4 == 0 and v.strides[1] % 4 == 0
     for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
         h0 = g * n_group
         for i in range(n_group):
@@ -140,6 +211,13 @@ def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, 
                 qs[i, j] = q[h0 + i, 0, j] * scale
         for t in range(T):
             at = (g * kc.shape[1] + t) * d
+            if t + AHEAD < T:  # (the key AHEAD positions on: its read started before it is needed)
+                for j in range(0, d, 16):
+                    prefetch_at(kc, at + AHEAD * d + j)
+            if fetch_v:
+                at_v = (g * v.strides[0] + t * v.strides[1]) // 4
+                for j in range(0, d, 16):
+                    prefetch_at(v, at_v + j)
             for i in range(n_group):
                 s = dot_lanes(qs, i * d, kc, at, n16)
                 for j in range(16 * n16, d):
@@ -215,6 +293,10 @@ def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's 
 def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
     n_head, _, T = pattern.shape
     d = v.shape[2]
+    if (v.strides[2] == 4 and pattern.strides[2] == 4 and z.strides[2] == 4 and v.strides[0] % 4 == 0
+            and v.strides[1] % 4 == 0 and pattern.strides[0] % 4 == 0 and z.strides[0] % 4 == 0):
+        _weighted_rows(pattern, v, n_group, z)
+        return
     zg = np.empty((n_group, d), np.float32)
     for g in range(n_head // n_group):  # a KV head's values read once for its n_group query heads
         h0 = g * n_group
@@ -227,6 +309,31 @@ def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] 
         for i in range(n_group):
             for j in range(d):
                 z[h0 + i, 0, j] = zg[i, j]
+
+
+@njit(**JIT)
+def _weighted_rows(pattern, v, n_group, z):
+    """weighted_of where each array's rows are read with unit steps: each query head's outputs 64
+    (then 16) at a time on vector lanes over the positions of its KV head's values, the rest one
+    by one, every output's sum over positions in order."""
+    n_head, _, T = pattern.shape
+    d = v.shape[2]
+    n16, vs = d // 16, v.strides[1] // 4
+    for h in range(n_head):
+        g = h // n_group
+        ao, vo, zo = h * pattern.strides[0] // 4, g * v.strides[0] // 4, h * z.strides[0] // 4
+        c = 0
+        while c + 4 <= n16:
+            weighted_lanes4(pattern, ao, v, vo + 16 * c, vs, T, z, zo + 16 * c)
+            c += 4
+        while c < n16:
+            weighted_lanes1(pattern, ao, v, vo + 16 * c, vs, T, z, zo + 16 * c)
+            c += 1
+        for j in range(16 * n16, d):
+            total = np.float32(0.0)
+            for t in range(T):
+                total += pattern[h, 0, t] * v[g, t, j]
+            z[h, 0, j] = total
 
 
 NO_BIAS = np.zeros((0, 0), np.float32)
