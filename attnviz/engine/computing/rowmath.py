@@ -153,38 +153,47 @@ def prefetch_at(typingctx, a, offset):
     return types.void(a, offset), codegen
 
 
-def _weighted_codegen(nv: int):
+def _weighted_codegen(nh: int, nv: int):
     def codegen(context, builder, signature, args):
         tys = signature.args
-        ao, vo, vs, n, zo = (context.cast(builder, args[i], tys[i], types.intp) for i in (1, 3, 4, 5, 7))
-        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(nv)]
+        ao, as_, vo, vs, n, zo, zs = (context.cast(builder, args[i], tys[i], types.intp)
+                                      for i in (1, 2, 4, 5, 6, 8, 9))
+        accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(nv)]
+                for _ in range(nh)]
         a_data = context.make_array(tys[0])(context, builder, args[0]).data
+        step = [ir.Constant(ir.IntType(64), 16 * c) for c in range(nv)]
         with cgutils.for_range(builder, n) as loop:
-            w = _splat(builder, builder.load(builder.gep(a_data, [builder.add(ao, loop.index)])))
             row = builder.add(vo, builder.mul(loop.index, vs))
-            for c, acc in enumerate(accs):
-                o = builder.add(row, ir.Constant(ir.IntType(64), 16 * c))
-                v = builder.load(_vectors_at(context, builder, tys[2], args[2], o), align=4)
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(w, v)), acc)
-        for c, acc in enumerate(accs):
-            o = builder.add(zo, ir.Constant(ir.IntType(64), 16 * c))
-            builder.store(builder.load(acc), _vectors_at(context, builder, tys[6], args[6], o), align=4)
+            vecs = [builder.load(_vectors_at(context, builder, tys[3], args[3], builder.add(row, o)), align=4)
+                    for o in step]
+            for i in range(nh):
+                at = builder.add(builder.add(ao, builder.mul(as_, ir.Constant(ir.IntType(64), i))), loop.index)
+                w = _splat(builder, builder.load(builder.gep(a_data, [at])))
+                for acc, v in zip(accs[i], vecs):
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(w, v)), acc)
+        for i in range(nh):
+            z_i = builder.add(zo, builder.mul(zs, ir.Constant(ir.IntType(64), i)))
+            for acc, o in zip(accs[i], step):
+                builder.store(builder.load(acc), _vectors_at(context, builder, tys[7], args[7],
+                                                             builder.add(z_i, o)), align=4)
         return context.get_dummy_value()
     return codegen
 
 
-@intrinsic
-def weighted_lanes4(typingctx, a, ao, v, vo, vs, n, z, zo):
-    """z[zo + j] = (..(0 + a[ao] v[vo + j]) + ..) + a[ao + n - 1] v[vo + (n - 1) vs + j] for j <
-    64 (flat element offsets, rows vs apart): one output's sum over positions in order, 64
-    outputs side by side on vector lanes."""
-    return types.void(a, ao, v, vo, vs, n, z, zo), _weighted_codegen(4)
+def _weighted_lanes(nh: int, nv: int):
+    def typer(typingctx, a, ao, as_, v, vo, vs, n, z, zo, zs):
+        return types.void(a, ao, as_, v, vo, vs, n, z, zo, zs), _weighted_codegen(nh, nv)
+    typer.__name__ = f"weighted_lanes_{nh}x{nv}"
+    typer.__doc__ = f"""z[zo + i zs + j] = (..(0 + a[ao + i as_] v[vo + j]) + ..) + a[ao + i as_ + n - 1]
+    v[vo + (n - 1) vs + j] for i < {nh} heads and j < {16 * nv} (flat element offsets, rows vs apart):
+    each output's sum over positions in order, side by side on vector lanes, each value row
+    loaded once for the {nh} heads."""
+    return intrinsic(typer)
 
 
-@intrinsic
-def weighted_lanes1(typingctx, a, ao, v, vo, vs, n, z, zo):
-    """weighted_lanes4 for 16 outputs."""
-    return types.void(a, ao, v, vo, vs, n, z, zo), _weighted_codegen(1)
+WEIGHTED_HEADS = 3  # query heads a pass over a KV head's values sums for (their sums in registers)
+(weighted_1x1, weighted_1x2, weighted_2x1, weighted_2x2, weighted_3x1, weighted_3x2) = (
+    _weighted_lanes(nh, nv) for nh in (1, 2, 3) for nv in (1, 2))
 
 
 NO_VALUES = np.zeros((0, 0, 0), np.float32)  # (scores_ahead_of: no values to fetch)
@@ -209,9 +218,12 @@ def scores_ahead_of(q, k, T, bias, scale, n_group, top, out, v):
         for i in range(n_group):
             for j in range(d):
                 qs[i, j] = q[h0 + i, 0, j] * scale
+        if fetch_v and bias.size == 0 and d % 16 == 0:  # (no mask, no tail past the lanes)
+            _fetching_keys(qs, kc, g, T, out, h0, v, AHEAD)
+            continue
         for t in range(T):
             at = (g * kc.shape[1] + t) * d
-            if t + AHEAD < T:  # (the key AHEAD positions on: its read started before it is needed)
+            if t + AHEAD < T:
                 for j in range(0, d, 16):
                     prefetch_at(kc, at + AHEAD * d + j)
             if fetch_v:
@@ -225,6 +237,25 @@ def scores_ahead_of(q, k, T, bias, scale, n_group, top, out, v):
                 out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
     if top:
         minus_max_of(out)
+
+
+@njit(**JIT)
+def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
+    """out[h0 + i, 0, t] = dot_lanes of qs[i] and kc[g, t] (d_head a multiple of 16, no mask),
+    the key `ahead` positions on (its read started before it is needed) and the value row at t
+    fetched into the cache as key t is read."""
+    n_group, d = qs.shape
+    n16 = d // 16
+    for t in range(T):
+        at = (g * kc.shape[1] + t) * d
+        if t + ahead < T:
+            for j in range(0, d, 16):
+                prefetch_at(kc, at + ahead * d + j)
+        at_v = (g * v.strides[0] + t * v.strides[1]) // 4
+        for j in range(0, d, 16):
+            prefetch_at(v, at_v + j)
+        for i in range(n_group):
+            out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
 
 
 @njit(**JIT)
@@ -313,27 +344,37 @@ def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] 
 
 @njit(**JIT)
 def _weighted_rows(pattern, v, n_group, z):
-    """weighted_of where each array's rows are read with unit steps: each query head's outputs 64
-    (then 16) at a time on vector lanes over the positions of its KV head's values, the rest one
-    by one, every output's sum over positions in order."""
+    """weighted_of where each array's rows are read with unit steps: up to WEIGHTED_HEADS query
+    heads of a KV head at a time, their outputs 32 (then 16) at a time on vector lanes over the
+    positions of its values, the rest one by one; every output's sum over positions in order."""
     n_head, _, T = pattern.shape
     d = v.shape[2]
-    n16, vs = d // 16, v.strides[1] // 4
-    for h in range(n_head):
-        g = h // n_group
-        ao, vo, zo = h * pattern.strides[0] // 4, g * v.strides[0] // 4, h * z.strides[0] // 4
-        c = 0
-        while c + 4 <= n16:
-            weighted_lanes4(pattern, ao, v, vo + 16 * c, vs, T, z, zo + 16 * c)
-            c += 4
-        while c < n16:
-            weighted_lanes1(pattern, ao, v, vo + 16 * c, vs, T, z, zo + 16 * c)
-            c += 1
-        for j in range(16 * n16, d):
-            total = np.float32(0.0)
-            for t in range(T):
-                total += pattern[h, 0, t] * v[g, t, j]
-            z[h, 0, j] = total
+    n16, vs, as_, zs = d // 16, v.strides[1] // 4, pattern.strides[0] // 4, z.strides[0] // 4
+    for h0 in range(0, n_head, n_group):
+        vo = (h0 // n_group) * v.strides[0] // 4
+        for h in range(h0, h0 + n_group, WEIGHTED_HEADS):
+            nh = min(WEIGHTED_HEADS, h0 + n_group - h)
+            for c in range(0, n16, 2):
+                ao, vc, zc = h * as_, vo + 16 * c, h * zs + 16 * c
+                if c + 2 <= n16:
+                    if nh == 3:
+                        weighted_3x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    elif nh == 2:
+                        weighted_2x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    else:
+                        weighted_1x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                elif nh == 3:
+                    weighted_3x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                elif nh == 2:
+                    weighted_2x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                else:
+                    weighted_1x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+            for i in range(h, h + nh):
+                for j in range(16 * n16, d):
+                    total = np.float32(0.0)
+                    for t in range(T):
+                        total += pattern[i, 0, t] * v[h0 // n_group, t, j]
+                    z[i, 0, j] = total
 
 
 NO_BIAS = np.zeros((0, 0), np.float32)
