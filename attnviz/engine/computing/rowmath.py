@@ -279,8 +279,12 @@ _LOG2E, _LN2_HI, _LN2_LO = np.float32(1.44269504088896341), np.float32(0.6933593
 @njit(**JIT)
 def exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
     n = x.shape[0]
-    y = np.empty(n, np.float32)
-    bits = np.empty(n, np.int32)
+    exp_with(x, out, np.empty(n, np.float32), np.empty(n, np.int32))
+
+
+@njit(**JIT)
+def exp_with(x, out, y, bits):  # exp_into, its two rows of scratch given: y [>= n] float32, bits int32
+    n = x.shape[0]
     p0, p1, p2, p3, p4, p5 = _EXP_P
     for i in range(n):
         v = min(max(x[i], np.float32(-88.0)), np.float32(88.0))
@@ -297,10 +301,11 @@ def exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
 def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted: exp, over its sum
     n_head, _, T = s.shape
     e = np.empty(T, np.float32)  # (a row of its own: the same vector code whatever s's layout)
+    y, bits = np.empty(T, np.float32), np.empty(T, np.int32)
     for h in range(n_head):
         for t in range(T):
             e[t] = s[h, 0, t]
-        exp_into(e, e)
+        exp_with(e, e, y, bits)
         total = lane_sum(e)
         for t in range(T):
             s[h, 0, t] = e[t] / total
