@@ -191,7 +191,6 @@ def _weighted_lanes(nh: int, nv: int):
     return intrinsic(typer)
 
 
-WEIGHTED_HEADS = 3  # query heads a pass over a KV head's values sums for (their sums in registers)
 (weighted_1x1, weighted_1x2, weighted_2x1, weighted_2x2, weighted_3x1, weighted_3x2) = (
     _weighted_lanes(nh, nv) for nh in (1, 2, 3) for nv in (1, 2))
 
@@ -349,16 +348,16 @@ def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] 
 
 @njit(**JIT)
 def _weighted_rows(pattern, v, n_group, z):
-    """weighted_of where each array's rows are read with unit steps: up to WEIGHTED_HEADS query
-    heads of a KV head at a time, their outputs 32 (then 16) at a time on vector lanes over the
+    """weighted_of where each array's rows are read with unit steps: up to 3 query heads of a KV
+    head at a time (their sums in registers), their outputs 32 (then 16) at a time on vector lanes over the
     positions of its values, the rest one by one; every output's sum over positions in order."""
     n_head, _, T = pattern.shape
     d = v.shape[2]
     n16, vs, as_, zs = d // 16, v.strides[1] // 4, pattern.strides[0] // 4, z.strides[0] // 4
-    for h0 in range(0, n_head, n_group):
-        vo = (h0 // n_group) * v.strides[0] // 4
-        for h in range(h0, h0 + n_group, WEIGHTED_HEADS):
-            nh = min(WEIGHTED_HEADS, h0 + n_group - h)
+    for g in range(n_head // n_group):
+        h0, vo = g * n_group, g * v.strides[0] // 4
+        for h in range(h0, h0 + n_group, 3):
+            nh = min(3, h0 + n_group - h)  # (1, 2 or 3: weighted_1x, _2x, _3x)
             for c in range(0, n16, 2):
                 ao, vc, zc = h * as_, vo + 16 * c, h * zs + 16 * c
                 if c + 2 <= n16:
@@ -378,7 +377,7 @@ def _weighted_rows(pattern, v, n_group, z):
                 for j in range(16 * n16, d):
                     total = np.float32(0.0)
                     for t in range(T):
-                        total += pattern[i, 0, t] * v[h0 // n_group, t, j]
+                        total += pattern[i, 0, t] * v[g, t, j]
                     z[i, 0, j] = total
 
 
