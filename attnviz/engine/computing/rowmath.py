@@ -1,7 +1,9 @@
 """The compiled arithmetic of one new row that engine/computing/onerow.py's steps and onerow_block.py's
 calls share (numba, `cache=True`): RMSNorm, RoPE, the scores of one query row against the cached
-keys, softmax (its exp an expf on vector lanes: exp_into), the weighted values, SiLU, and the
-array types their signatures use. No Qt, no file access: arrays in, arrays out."""
+keys (the keys ahead and the values fetched into the cache as they are read: a step's K and V
+come from memory), softmax (its exp an expf on vector lanes: exp_into), the weighted values (a
+KV head's values read once for up to 3 query heads, the sums in registers), SiLU, and the array
+types their signatures use. No Qt, no file access: arrays in, arrays out."""
 
 from __future__ import annotations
 
