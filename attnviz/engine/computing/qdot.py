@@ -165,34 +165,42 @@ if numba:
                 def x_at(base, j):
                     return _splat(builder, builder.load(_at(context, builder, xt, xa, builder.add(base, _const(j)))))
 
-                with cgutils.for_range(builder, ns) as loop:
-                    s = loop.index
-                    qb = builder.add(qo_, builder.mul(s, _const(step)))
-                    xb = builder.add(xo_, builder.mul(s, _const(S)))
-                    for line in range(0, step, 64):
-                        _prefetch(builder, _at(context, builder, qt, qa, builder.add(qb, _const(AHEAD + line))))
-                    acc = [zero] * CHAINS
-                    for j in range(step // LANES):
-                        v = builder.load(vec(qt, qa, builder.add(qb, _const(LANES * j)), _V8), align=1)
-                        if nibbles:  # l x'_j + b x''_j (module docstring)
-                            v = builder.zext(v, _V32)
-                            pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, _VF), j + 16))
-                        else:
-                            pairs = ((builder.sitofp(builder.sext(v, _V32), _VF), j),)
-                        for w, at in pairs:
-                            c = (len(pairs) * j + (at != j)) % CHAINS
-                            acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
-                    while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
-                        acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
-                    t = acc[0]
-                    c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso_, s))))
-                    if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
-                        t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
-                    sb = builder.add(so_, builder.mul(s, _const(LANES)))
-                    r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
-                    builder.store(r, total)
-                    with builder.if_then(has_offset, likely=True):
-                        builder.store(_fma(builder, scales(ot, oa, sb), c, r), total)
+                def sub_blocks(offsets: bool):  # the loop over sub-blocks, with or without offsets
+                    with cgutils.for_range(builder, ns) as loop:
+                        s = loop.index
+                        qb = builder.add(qo_, builder.mul(s, _const(step)))
+                        xb = builder.add(xo_, builder.mul(s, _const(S)))
+                        for line in range(0, step, 64):
+                            _prefetch(builder, _at(context, builder, qt, qa, builder.add(qb, _const(AHEAD + line))))
+                        acc = [zero] * CHAINS
+                        for j in range(step // LANES):
+                            v = builder.load(vec(qt, qa, builder.add(qb, _const(LANES * j)), _V8), align=1)
+                            if nibbles:  # l x'_j + b x''_j (module docstring)
+                                v = builder.zext(v, _V32)
+                                pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, _VF), j + 16))
+                            else:
+                                pairs = ((builder.sitofp(builder.sext(v, _V32), _VF), j),)
+                            for w, at in pairs:
+                                c = (len(pairs) * j + (at != j)) % CHAINS
+                                acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
+                        while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
+                            acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
+                        t = acc[0]
+                        c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso_, s))))
+                        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
+                            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
+                        sb = builder.add(so_, builder.mul(s, _const(LANES)))
+                        r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
+                        if offsets:
+                            r = _fma(builder, scales(ot, oa, sb), c, r)
+                        builder.store(r, total)
+
+                # (two loops, the test outside them: no branch a sub-block; the same arithmetic)
+                with builder.if_else(has_offset, likely=True) as (with_offsets, without):
+                    with with_offsets:
+                        sub_blocks(True)
+                    with without:
+                        sub_blocks(False)
                 builder.store(builder.load(total), vec(yt, ya, yo_, _VF), align=4)
                 return context.get_dummy_value()
             return sig, codegen
@@ -219,8 +227,8 @@ if numba:
     def sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
         xs = np.zeros((x.shape[0], n_sub), np.float32)
         for i in range(x.shape[0]):
-            for s in range(n_sub):
-                for j in range(S):
+            for j in range(S):  # (j outer: the sub-blocks' sums are independent chains, each in order j)
+                for s in range(n_sub):
                     xs[i, s] += x[i, s * S + j]
         return xs
 
@@ -234,28 +242,28 @@ if numba:
 if numba:
     _NIB, _NIB8, _B32, _B16 = (ROWS[k] for k in ("nib", "nib8", "b32", "b16"))
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, inline="always")  # (inlined: no call a group)
     def _g_nib(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _NIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, inline="always")
     def _g_nib8(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _NIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                   i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, inline="always")
     def _g_b32(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _B32(q, g * n_sub * 32 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, inline="always")
     def _g_b16(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
