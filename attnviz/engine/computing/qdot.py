@@ -32,8 +32,6 @@ probabilities by up to 1.4e-5 against its float32 run: tests/engine/test_qkernel
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from attnviz.engine.reading.qpack import LANES
@@ -329,26 +327,32 @@ if numba:
         the power of 2 that puts the sub-block's largest |x| within 127 cs_0, cs_i = cs_0 2^-7i;
         xs as sums gives it. A sub-block with a non-finite x gets units nan (its outputs nan)."""
         m = x.shape[0]
-        xp = np.zeros((m, n_sub * PIECES * 32), np.int8)
+        xp = np.empty((m, n_sub * PIECES * 32), np.int8)
         cs = np.empty((m, n_sub * PIECES), np.float32)
-        rest = np.empty(32)  # a sub-block's x less the pieces so far
+        units, per, bits = np.empty(PIECES), np.empty(PIECES), np.empty(1)
+        magic = 1.5 * 2.0 ** 52  # (t + magic) - magic: t rounded to the nearest integer, ties to even
+        exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
         for i in range(m):
             for s in range(n_sub):
                 top = 0.0
                 for j in range(32):
                     top = max(top, abs(np.float64(x[i, s * 32 + j])))
                 finite = np.isfinite(top)
-                e = math.frexp(top / 127.0)[1] if finite and top > 0 else 0  # top <= 127 2^e
-                unit = math.ldexp(1.0, e)
+                bits[0] = top / 127.0
+                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top <= 127 2^e
                 for p in range(PIECES):
-                    cs[i, s * PIECES + p] = unit * 2.0 ** (-7 * p) if finite else np.nan
-                for p in range(PIECES if finite else 0):  # (float64: each step below is exact)
-                    u, per = unit * 2.0 ** (-7 * p), 1.0 / unit * 2.0 ** (7 * p)
-                    for j in range(32):
-                        r = np.float64(x[i, s * 32 + j]) if p == 0 else rest[j]
-                        k = np.rint(r * per)  # |k| <= 127, then <= 64
-                        xp[i, (s * PIECES + p) * 32 + j] = np.int8(k)
-                        rest[j] = r - k * u
+                    exponent[0] = (e - 7 * p + 1023) << 52
+                    units[p] = bits[0]
+                    exponent[0] = (7 * p - e + 1023) << 52
+                    per[p] = bits[0]
+                    cs[i, s * PIECES + p] = units[p] if finite else np.nan
+                at = s * PIECES * 32
+                for j in range(32):  # (float64: each step exact; |piece| <= 127, then <= 64)
+                    r = np.float64(x[i, s * 32 + j]) if finite else 0.0
+                    for p in range(PIECES):
+                        k = (r * per[p] + magic) - magic
+                        xp[i, at + p * 32 + j] = np.int8(k)
+                        r -= k * units[p]
         return (xp, cs), sums(x, n_sub, 32)
 
     @njit(cache=True, nogil=True)
