@@ -334,10 +334,11 @@ if numba:
         exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
         for i in range(m):
             for s in range(n_sub):
-                top = 0.0
+                top, check = 0.0, 0.0
                 for j in range(32):
-                    top = max(top, abs(np.float64(x[i, s * 32 + j])))
-                finite = np.isfinite(top)
+                    a = abs(np.float64(x[i, s * 32 + j]))
+                    top, check = max(top, a), check + a * 0.0  # (check: nan where an x is inf or nan)
+                finite = check == 0.0
                 bits[0] = top / 127.0
                 e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top <= 127 2^e
                 for p in range(PIECES):
