@@ -6,12 +6,15 @@ in one process, in turns (not a test).
   / off <= 0.5. The kernels' runs take every layer in one compiled call (onerow_stack); the same
   runs a layer at a time (onerow_stack.ENABLED off) are timed in turns beside them.
 - generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
-  cache, no dense patterns, every layer to its end; the cache holding the T - 1 tokens before it,
-  its row appended in place as in a generation: back_to; a cache of its own for each way), kernels on (every layer in one call,
-  and a layer at a time) against off, in turns, and the step's unembedding (head.logits, the same
-  either way) apart. Goal: the layers' step <= 1.3x the
-  quantised-bytes memory floor: the packed bytes the kernels read (blocks, scales, offsets) at the
-  bandwidth the float32 matrix-vector pass over the model's own matrices reaches in the same run.
+  cache, no dense patterns, every layer to its end), each way's generation going on a token a
+  round (a cache of its own for each way): every timed step finds its cache as the step before
+  it left it, as generate's steps do (its keys and values the lists that step handed over, its
+  row appended in place, the run's constants new), at T = 64 (512) in the first timed round and
+  one more token each round after. Kernels on (every layer in one call, and a layer at a time)
+  against off, in turns, and the step's unembedding (head.logits, the same either way) apart.
+  Goal: the layers' step <= 1.3x the quantised-bytes memory floor: the packed bytes the kernels
+  read (blocks, scales, offsets) at the bandwidth the float32 matrix-vector pass over the model's
+  own matrices reaches in the same run.
   Beside it, the layers' matrix products alone (every packed matrix once, one row, the serial
   kernels) against the same floor: what the kernels take, the step's rest being its other steps.
   Beside the goal's floor, one that also counts the float32 K and V the step reads (every layer's
@@ -256,20 +259,22 @@ def main() -> None:
     print(f"keystroke T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
           f"ratio {a / b:.2f}  load {load:.1f}", flush=True)
 
-    # generation steps: a generation's own cache, one new row a step as above
+    # generation steps: each way's own generation, one new row a step as above
     head = model.lm_head()
     for T in (64, 512):
         caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
-        for cache in caches.values():
-            model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache),
+        seqs = {way: ids[:T - 2] for way in WAYS}  # (the untimed first round runs T - 1 tokens)
+        for way, cache in caches.items():
+            model.run(ids=np.asarray(seqs[way]), trace=_StepTrace(False, cache),
                       request=RunRequest(labels=False))
 
         def step(way):
-            cache = caches[way]
-            r = model.run(ids=np.asarray(ids[:T - 1] + [next(fresh)]), trace=_StepTrace(False, cache),
+            cache, seq = caches[way], seqs[way]
+            seq.append(next(fresh))
+            r = model.run(ids=np.asarray(seq), trace=_StepTrace(False, cache),
                           request=RunRequest(labels=False))
             assert r.cache_computed == 1 and not cache.earlier
-        times = _ways(step, args.repeat, lambda way: back_to(caches[way], T - 1))
+        times = _ways(step, args.repeat)
         on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         floor = packed * floor_ms / f32_bytes
@@ -292,7 +297,8 @@ def main() -> None:
                         f"SwiGLU's gate) and the calls between"),
             figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
                    note=f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
-                        f"median; load average {load:.1f}"),
+                        f"a generation's steps at T = {T}..{T + args.repeat - 1}; median; load "
+                        f"average {load:.1f}"),
             figure(f"generation step T = {T}, kernels layer by layer", loop, "ms",
                    runs=times["layer by layer"],
                    note=f"the same runs in turns, a layer's compiled calls at a time; median; load "

@@ -20,7 +20,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.reading.config import ModelConfig
+from attnviz.engine.reading.config import LOCAL, ModelConfig
 from attnviz.engine.errors import Cancelled
 from attnviz.engine.computing.layers import (
     ACTIVATIONS, attention_scores, causal_mask, group_size, layer_for, layer_norm, linear,
@@ -29,7 +29,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine import parallel
 from attnviz.engine.parallel import for_row_chunks
-from attnviz.engine.computing.rope import rope_tables
+from attnviz.engine.computing.rope import rope_row, rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.layout import Layer, Weights
 
@@ -168,10 +168,13 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         kept = _CONSTS.pop(key, None)
     if kept is None or kept[0] is not cfg:  # (an id can be a freed config's, reused)
         consts = _layer_consts(cfg, T, p, masks, workers)
+        last = None
         for c in consts:
-            for a in (c.bias, *(c.rope or ())):
-                if a is not None:
-                    a.flags.writeable = False
+            if c is not last:  # (layers alike share one)
+                for a in (c.bias, *(c.rope or ())):
+                    if a is not None:
+                        a.setflags(write=False)
+                last = c
         kept = (cfg, consts)
     with _CONSTS_LOCK:
         while len(_CONSTS) >= CONSTS_KEPT:
@@ -190,24 +193,30 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     `positions` [n]: the rows' positions where they are not p..T-1 (packed texts, each from 0).
     Layers of the same window, RoPE and scale share one Consts."""
     fam = FAMILY[cfg.family]
-    positions = np.arange(p, T) if positions is None else positions  # [n]
+    one_row = positions is None and T - p == 1  # (a generation step's: one new position)
+    positions = np.arange(p, T) if positions is None and not one_row else positions  # [n]
     eps = cfg.norm_eps
 
     def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
         return fam.norm(x, *gain_bias, eps)
 
     masks, ropes, made, out = ({} if masks else None), {}, {}, []
-    base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
-    for i in range(cfg.n_layer):
-        window, rope = cfg.window(i), cfg.rope_of(i)
-        scale = base / (i + 1) if cfg.attn_scale_by_layer else base
-        c = made.get((window, rope, scale))
+    kind = None
+    for same in _kinds(cfg):
+        if same is kind:  # (the entry of the layer before: no key to hash)
+            out.append(out[-1])
+            continue
+        kind = same
+        window, rope, scale = kind
+        c = made.get(kind)
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
-            if cfg.causal and masks is not None and window not in masks:
-                masks[window] = mask_bias(causal_mask(T, window, start=p))  # [n, T]
-            if fam.rope and rope not in ropes:
-                ropes[rope] = rope_tables(positions, cfg.d_head, rope)  # [n, d_head] x2
-            c = made[window, rope, scale] = Consts(
+            if cfg.causal and masks is not None and window not in masks:  # [n, T] (0 or -inf)
+                masks[window] = (np.zeros((1, T), np.float32) if window is None and p == T - 1
+                                 else mask_bias(causal_mask(T, window, start=p)))  # (last row: all 0)
+            if fam.rope and rope not in ropes:  # [n, d_head] x2
+                ropes[rope] = (rope_row(p, cfg.d_head, rope) if one_row
+                               else rope_tables(positions, cfg.d_head, rope))
+            c = made[kind] = Consts(
                 n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, scale=scale,
                 rope=ropes.get(rope) if fam.rope else None,
                 bias=masks.get(window) if cfg.causal and masks is not None else None,
@@ -216,6 +225,27 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
                 workers=max(1, int(workers)))
         out.append(c)
     return out
+
+
+_KINDS: dict = {}  # id(cfg) -> (cfg, its _kinds), for the few configs in use
+
+
+def _kinds(cfg: ModelConfig) -> tuple:
+    """Each layer's (window, RoPE, score scale), kept for the (frozen) config; one entry for all
+    where no layer differs: a run then makes one Consts without asking each layer."""
+    kept = _KINDS.get(id(cfg))
+    if kept is not None and kept[0] is cfg:  # (an id can be a freed config's, reused)
+        return kept[1]
+    base = 1.0 / np.sqrt(cfg.query_pre_attn_scalar or cfg.d_head)
+    if LOCAL not in cfg.layer_types and not cfg.attn_scale_by_layer:  # (is_local false throughout)
+        kinds = ((None, cfg.rope, base),) * cfg.n_layer
+    else:
+        kinds = tuple((cfg.window(i), cfg.rope_of(i), base / (i + 1) if cfg.attn_scale_by_layer else base)
+                      for i in range(cfg.n_layer))
+    if len(_KINDS) >= 2 * CONSTS_KEPT:
+        _KINDS.clear()
+    _KINDS[id(cfg)] = (cfg, kinds)  # (one dict write: threads at worst compute it twice)
+    return kinds
 
 
 _ONE_ROW: dict = {}  # id(Consts) -> (those Consts, their one-row variant), for layer_consts' kept ones

@@ -187,8 +187,7 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
     while True:
         trace = result.trace
         logprobs = log_softmax(head.logits(trace.final)[0])  # [vocab] float64
-        top = np.argpartition(-logprobs, k - 1)[:k]
-        top = top[np.argsort(-logprobs[top], kind="stable")]
+        top = top_ids(logprobs, k)
         token = choose(logprobs, temperature, top_p, rng)
         labels = [token_text(model, i) for i in [token, *top.tolist()]]
         step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
@@ -210,6 +209,25 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows, cache),
                            request=RunRequest(labels=False))
     return gen
+
+
+TOP_BLOCKS = 64  # top_ids: blocks of the vocabulary whose maxima bound the k-th largest
+
+
+def top_ids(logprobs: np.ndarray, k: int) -> np.ndarray:
+    """logprobs [vocab] -> the ids of the k largest [k], most likely first, the lowest id first
+    among equals (as choose's argmax; np.argsort(-logprobs, kind="stable")[:k]). Only the values
+    at least the k-th largest of TOP_BLOCKS block maxima are sorted (the k largest are among them:
+    k blocks' maxima are k values): a step reads the vocabulary twice, not a full partition."""
+    V = len(logprobs)
+    k = min(k, V)
+    if V > 4 * TOP_BLOCKS and k <= TOP_BLOCKS:
+        maxima = np.maximum.reduceat(logprobs, np.arange(0, V, -(-V // TOP_BLOCKS)))
+        floor = np.sort(maxima)[len(maxima) - k]  # (NaN sorts last: then no value reaches it)
+        near = np.flatnonzero(logprobs >= floor)  # [m] ids, m >= k, ascending
+        if len(near) >= k:
+            return near[np.argsort(-logprobs[near], kind="stable")[:k]]
+    return np.argsort(-logprobs, kind="stable")[:k]  # (a small vocabulary, or NaN among the values)
 
 
 def held_kv(cache: KVCache, T: int) -> int:

@@ -367,9 +367,9 @@ class Model:
         V = self.config.vocab_size
         if isinstance(ids, (str, bytes, bytearray)) or getattr(ids, "ndim", 1) != 1:
             raise InputError(f"ids must be a flat list of integers, got {_short(ids)}")
-        if isinstance(ids, np.ndarray) and ids.size and np.issubdtype(ids.dtype, np.integer):
-            bad = np.flatnonzero((ids < 0) | (ids >= V))  # an integer array: checked at once
-            if bad.size:
+        if isinstance(ids, np.ndarray) and ids.size and ids.dtype.kind in "iu":  # (any other: item by item)
+            if ids.min() < 0 or ids.max() >= V:  # an integer array: checked at once
+                bad = np.flatnonzero((ids < 0) | (ids >= V))
                 raise InputError(f"token id {int(ids[bad[0]])} at position {int(bad[0])} is outside "
                                  f"this model's vocabulary 0..{V - 1}")
             return ids.astype(np.int64)

@@ -125,6 +125,7 @@ class _Stack:
 
 
 _STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
+_UNSEEN = object()  # (_STACKS holds no entry for the store yet)
 _LOCK = threading.Lock()
 
 
@@ -135,8 +136,9 @@ def _stack_of(store, n_layer: int, layer_for):
     was its packed view (a float32 layer, as while a kernel is still warming, is asked again)."""
     if getattr(store, "packed_view", None) is None:  # (a list of float32 layers: none packed)
         return None
-    if store in _STACKS:
-        return _STACKS[store]
+    stack = _STACKS.get(store, _UNSEEN)
+    if stack is not _UNSEEN:
+        return stack
     with _LOCK:
         layers = [layer_for(store, i, 1) for i in range(n_layer)]
         plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
@@ -193,9 +195,8 @@ class _KeptKV:
     def hand(self, kv, trace, T: int, past) -> None:
         """The trace's K and V: the first T positions of kv's layers (buffer's answer), kept for
         the next call while `past` (the run's KVCache) lives: the buffer is let go with it."""
-        n_layer = kv.shape[1]
-        trace.k[:] = [kv[0, i, :, :T] for i in range(n_layer)]
-        trace.v[:] = [kv[1, i, :, :T] for i in range(n_layer)]
+        trace.k[:] = kv[0, :, :, :T]  # (its layers' views kv[0, i, :, :T], their base kv)
+        trace.v[:] = kv[1, :, :, :T]
         last = self.last
         at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
         self.last = (kv, trace.k, trace.v, T, at, self.token(past))
@@ -264,8 +265,8 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     if stack is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
         return False
     c0 = consts[0]
-    if c0.rope is None or not all(c.rope is c0.rope and c.bias is c0.bias and c.scale == c0.scale
-                                  for c in consts):
+    if c0.rope is None or not (len(set(map(id, consts))) == 1 or all(  # (one Consts for every layer)
+            c.rope is c0.rope and c.bias is c0.bias and c.scale == c0.scale for c in consts)):
         return False
     n_layer, T = cfg.n_layer, p + 1
     rows, r = trace.attentions, p  # [n_layer, n_head, T, T]: row p of each layer

@@ -39,6 +39,7 @@ After the run a Trace holds, per layer i (lists of n_layer; None where not asked
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field, fields
 from typing import Callable
 
@@ -370,8 +371,8 @@ class KVCache:
 
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
-        differ = np.flatnonzero(self.ids[:n] != ids[:n])
-        return int(differ[0]) if differ.size else n
+        same = self.ids[:n] == ids[:n]  # [n] bool
+        return n if same.all() else int(same.argmin())  # (argmin: the first False)
 
     def reuse(self, ids: np.ndarray, trace: Trace) -> int:
         """Tokens of `ids` [T] a kept run gives `trace` (0: none it may use): the current run's
@@ -442,13 +443,16 @@ class KVCache:
         """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
         if trace.attentions is not None:  # a run without patterns (a generation step) keeps none
             trace.attentions.flags.writeable = False
-        before = self._run()
-        self.ids, self.k, self.v, self.attentions = trace.ids.copy(), trace.k, trace.v, trace.attentions
+        ids, n = trace.ids.copy(), len(self.ids)
+        # the run before, unless the new ids hold its (a generation's step, a keystroke that adds a
+        # token): _remember would drop it
+        before = self._run() if n and not (n <= len(ids) and self.prefix(ids) == n) else None
+        self.ids, self.k, self.v, self.attentions = ids, trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
             for a in rows:
                 a.flags.writeable = False
-        self.nbytes = sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+        self.nbytes = sum(map(_NBYTES, self.k)) + sum(map(_NBYTES, self.v))
         self.reused = trace.reused
         self._remember(before)
 
@@ -480,6 +484,8 @@ class KVCache:
             if trace.want[name]:
                 setattr(trace, name, list(self.records[name]))
 
+
+_NBYTES = operator.attrgetter("nbytes")
 
 # what one run is: every field but the earlier runs and the count of an earlier run's bytes
 _RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name not in ("earlier", "held"))

@@ -164,15 +164,17 @@ def _gguf_blocks(qtype):
 
 def _fill32(blocks, flat, qtype):  # Q4_0, Q4_1, Q8_0: [n_blocks, size] uint8 -> [n_blocks, 32] float32
     step = PIECE_BLOCKS
-    q8 = np.empty((min(step, len(blocks)), 16), np.uint8)
+    q8 = None
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
         o = flat[a:a + step]  # [n, 32]
-        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        d = b[:, 0:2].view(np.float16).astype(np.float32)  # [n, 1] (each row's 2 bytes, in place)
         if qtype == Q.Q8_0:
             np.copyto(o, b[:, 2:].view(np.int8), casting="unsafe")  # q as float32
             o *= d  # x * d
             continue
+        if q8 is None:
+            q8 = np.empty((min(step, len(blocks)), 16), np.uint8)
         qs = b[:, 4:] if qtype == Q.Q4_1 else b[:, 2:]  # [n, 16] two weights a byte
         nib = q8[:len(b)]
         halves = o.reshape(-1, 2, 16)  # weights 0..15 from the low nibbles, 16..31 from the high
@@ -185,7 +187,7 @@ def _fill32(blocks, flat, qtype):  # Q4_0, Q4_1, Q8_0: [n_blocks, size] uint8 ->
             o *= d  # d * (q - 8)
         else:
             o *= d  # d * q
-            o += b[:, 2:4].copy().view(np.float16).astype(np.float32)  # + m
+            o += b[:, 2:4].view(np.float16).astype(np.float32)  # + m
 
 
 _OWN = {Q.Q4_0: _fill32, Q.Q4_1: _fill32, Q.Q8_0: _fill32, Q.Q4_K: _fill_q4k, Q.Q5_0: _fill_q5_0,

@@ -51,18 +51,14 @@ class QuantRows:
         out = np.empty((src.shape[0], self.shape[1]), np.float32)
         # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
         # a layer's worth of weights) in row blocks on one thread per core, a text's rows on this one
-        step = max(1, min(FILL_VALUES // max(1, self.shape[1]), -(-len(src) // cores())))
         if len(src) * self.shape[1] <= COLUMN_BLOCK_VALUES:
-            step = max(1, len(src))
-        starts = range(0, len(src), step)
-
-        def block(k):
-            a = starts[k]
-            if not dequantize_into(src[a:a + step], self._qtype, out[a:a + step]):  # (F16)
-                out[a:a + step] = np.asarray(dequantize(src[a:a + step], self._qtype),
-                                             dtype=np.float32).reshape(-1, self.shape[1])
-        prepare(self._qtype)
-        in_threads(len(starts), block)
+            self._fill(src, out)
+        else:
+            step = max(1, min(FILL_VALUES // max(1, self.shape[1]), -(-len(src) // cores())))
+            starts = range(0, len(src), step)
+            prepare(self._qtype)
+            in_threads(len(starts), lambda k: self._fill(src[starts[k]:starts[k] + step],
+                                                         out[starts[k]:starts[k] + step]))
         out = out.reshape((*np.shape(rows), self.shape[1]) if not isinstance(rows, slice)
                           else (-1, self.shape[1]))
         # kept quantised, this table is not scanned at load (dequantising it all would be a large
@@ -74,11 +70,14 @@ class QuantRows:
         """Rows a..a + len(out) - 1 dequantised into `out` (float32 [n, cols], C-contiguous) on
         this thread, and checked: the values and the check indexing gives (a pass over the
         vocabulary reuses one array for its blocks instead of a fresh one each). `out` returned."""
-        src = self._data[a:a + len(out)]
-        if not dequantize_into(src, self._qtype, out):  # (F16)
-            out[...] = np.asarray(dequantize(src, self._qtype), dtype=np.float32).reshape(out.shape)
+        self._fill(self._data[a:a + len(out)], out)
         self._check(out, lambda bad: a + bad)
         return out
+
+    def _fill(self, src: np.ndarray, out: np.ndarray) -> None:
+        """src's rows [n, row bytes] dequantised into out (float32 [n, cols], C-contiguous)."""
+        if not dequantize_into(src, self._qtype, out):  # (F16)
+            out[...] = np.asarray(dequantize(src, self._qtype), dtype=np.float32).reshape(out.shape)
 
     def _check(self, out: np.ndarray, row_of) -> None:
         """ModelLoadError naming the first row of `out` that holds a non-finite value (row_of:
