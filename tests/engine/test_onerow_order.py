@@ -43,28 +43,33 @@ def test_scores_and_softmax_sums_take_the_lanes_order(d):
     for h in range(n_head):
         for t in range(T):
             assert out[h, 0, t] == _lanes_sum((q[h, 0] * scale) * k[h // 2, t]), (h, t)
+    fetched = np.empty_like(out)  # (the values fetched beside the keys: the same scores)
+    R.scores_ahead_of(q, k, T, R.NO_BIAS, scale, 2, False, fetched, rng.standard_normal((n_kv, T + 3, d)).astype(np.float32))
+    assert np.array_equal(fetched, out)
     e = rng.random(T * 3).astype(np.float32)
     assert R.lane_sum(e) == _lanes_sum(e)
 
 
-@pytest.mark.parametrize("d", [64, 72, 7])
-def test_weighted_values_sum_each_output_over_positions_in_order(d):
+@pytest.mark.parametrize("d", [64, 72, 7, 80, 16, 48])
+@pytest.mark.parametrize("n_group", [3, 4, 2, 1])
+def test_weighted_values_sum_each_output_over_positions_in_order(d, n_group):
     """z[h, 0, j] = (..((0 + a_0 v_0j) + a_1 v_1j) ..) + a_{T-1} v_{T-1,j} in float32, each product
     rounded before its sum (no fused multiply-add), for values of either layout: the bits a plain
     loop over positions gives, whether or not the lanes run as vectors."""
     from attnviz.engine.computing import rowmath as R
 
     rng = np.random.default_rng(d)
-    n_head, n_kv, T = 6, 2, 23
+    n_kv, T = 2, 23
+    n_head = n_kv * n_group
     pattern = rng.random((n_head, 1, T)).astype(np.float32)
     v = rng.standard_normal((n_kv, T + 5, d)).astype(np.float32)
     for values in (v[:, :T], np.ascontiguousarray(v[:, :T]), v[:, :T, ::-1]):
         z = np.empty((n_head, 1, d), np.float32)
-        R.weighted_of(pattern, values, 3, z)
+        R.weighted_of(pattern, values, n_group, z)
         for h in range(n_head):
             want = np.zeros(d, np.float32)
             for t in range(T):
-                want = want + pattern[h, 0, t] * values[h // 3, t]
+                want = want + pattern[h, 0, t] * values[h // n_group, t]
             assert np.array_equal(z[h, 0], want), h
 
 

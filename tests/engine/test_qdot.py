@@ -76,7 +76,59 @@ def test_both_ways_of_decoding_low_nibbles_give_the_same_bits(qtype, monkeypatch
         ways[permute] = y
     for y in ways.values():
         np.testing.assert_array_equal(y, ways[False])
-    np.testing.assert_array_equal(ways[False], qm.qmatvec(p, x))
+    y = qm.qmatvec(p, x)
+    if qdot.VNNI:  # (qmatvec's nibble kernels there take x as int8 pieces: bits of their own)
+        _check(y, x, w)
+    else:
+        np.testing.assert_array_equal(ways[False], y)
+
+
+def test_pieces_of_x_add_up_to_x_within_half_the_last_unit():
+    """pieces_x: per sub-block, int8 pieces within +-127 whose units are powers of 2, 2^-7 apart,
+    adding up to each x within half the last unit, and that unit below 2^-7(PIECES - 1) 2 / 127
+    of the sub-block's largest |x| (a sub-block of an outlier 1000 times the rest included); a
+    sub-block of zeros is all zero pieces, one with an inf or a nan gets units nan."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 128)).astype(np.float32)
+    x[0, 40] = 1000.0
+    x[1, 64:96] = 0.0
+    x[1, 100] = np.inf
+    x[0, 127] = np.nan
+    (xp, cs), xs = qdot.pieces_x(x, 4)
+    P = qdot.PIECES
+    xp, cs = xp.reshape(2, 4, P, 32).astype(np.float64), cs.reshape(2, 4, P).astype(np.float64)
+    assert np.all(np.abs(xp) <= 127)
+    finite = np.isfinite(cs[..., 0])
+    assert finite.tolist() == [[True, True, True, False]] * 2
+    units = cs[finite]
+    assert np.all(np.frexp(units)[0] == 0.5)
+    np.testing.assert_array_equal(units[:, 1:], units[:, :-1] / 128)
+    back = (xp * cs[..., None]).sum(2)[finite]
+    xb = x.reshape(2, 4, 32).astype(np.float64)[finite]
+    top = np.abs(xb).max(-1)
+    assert np.all(np.abs(back - xb) <= cs[finite][:, -1:] / 2)
+    some = top > 0
+    assert np.all(cs[finite][some, -1] < top[some] * 2 / 127 * 2.0 ** (-7 * (P - 1)))
+    assert np.all(xp[1, 2] == 0)
+    np.testing.assert_allclose(xs, x.reshape(2, 4, 32).sum(-1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)
+def test_nibble_kernels_hold_x_of_wide_range(qtype):
+    """The nibble kernels (VNNI pieces where the CPU has it, else float32) on x whose sub-blocks
+    each hold an outlier 1000 times the rest, and on x of 1e-30 and 1e30: within REL; a nan in x
+    gives nan outputs."""
+    rng = np.random.default_rng(20 + int(qtype))
+    n_in = 256
+    raw = _asymmetric(qtype, 48, n_in, rng)
+    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    x[0, 5::32] = 1000.0
+    x[1] *= np.float32(1e-30)
+    x[2] *= np.float32(1e30)
+    _check(qm.qmatvec(pack(raw, qtype), x), x, w)
+    x[1, 7] = np.nan  # (a nan reaches every output of its row, as in the float32 product)
+    assert np.isnan(qm.qmatvec(pack(raw, qtype), x[1:2])).all()
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1], ids=lambda q: q.name)

@@ -31,8 +31,8 @@ from numba import njit, types
 from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing.qdot import s_b16, s_b32, s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
-    F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_of, silu_of,
-    softmax_of, weighted_of, whole)
+    F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_ahead_of,
+    silu_of, softmax_of, weighted_of, whole)
 from attnviz.engine.computing.trace import NOTHING, LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
@@ -135,7 +135,7 @@ def _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, d_head, bias, scale, n_
         for j in range(d_head):
             kw[h, p, j] = qkv[0, q_end + h * d_head + j]
             vw[h, p, j] = qkv[0, k_end + h * d_head + j]
-    scores_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s)
+    scores_ahead_of(qkv[0, :q_end].reshape(n_head, 1, d_head), kw, p + 1, bias, scale, n_group, True, s, vw)
     softmax_of(s)
 
 

@@ -18,6 +18,16 @@ has AVX-512 (one permute: no mask, no conversion), else from a mask and a conver
 nibbles (Q4_0, q - 8) subtract 8 xs_s from t_s. Rounding: x_j - x_{j+16} / 16 is rounded once
 more than x_j, well inside qmatvec's tolerance (1e-5 of sum |x w|; tests/engine/test_qmatvec.py).
 Bytes (Q8_0, Q5_x, Q5_K, Q6_K): int8 weights widened and converted, S inputs a sub-block.
+
+Nibbles where the CPU has AVX512-VNNI and VBMI (VNNI): float32 FMAs, one a weight, bound the loop
+above; there t_s is summed in integers, 64 products an instruction (vpdpbusd). x is split per
+sub-block into PIECES int8 pieces (pieces_x): x_j = sum_i p_ij u_i + e_j with u_0 the power of 2
+that puts max |x_s| within 127 u_0, u_i = u_0 2^-7i, |p_ij| <= 127 and |e_j| <= u_last / 2 <
+2^-7(PIECES - 1) max |x_s| / 127. Then t_s = sum_i u_i (sum_j q_j p_ij), the inner sums exact in
+int32 (vpermb first brings each row's four bytes of a 64-byte run into its lane), converted
+exactly and combined in float32. Its error beside float32's rounding is sum_j q_j e_j, within
+2^-28 of max |x_s| sum_j q_j with 4 pieces (3 pieces, 2^-21, moved a tiny model's attention
+probabilities by up to 1.4e-5 against its float32 run: tests/engine/test_qkernels_path.py).
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ else:
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
+PIECES = 4  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
 
 
 def _permute_table() -> bool:
@@ -53,6 +64,18 @@ def _permute_table() -> bool:
         return bool(llvm.get_host_cpu_features().get("avx512f", False))
     except RuntimeError:  # (features unknown on this host)
         return False
+
+
+def _vnni() -> bool:
+    """Whether numba compiles for a CPU with AVX512-VNNI (vpdpbusd: 16 lanes of four byte products
+    summed into int32) and VBMI (vpermb: a byte permutation): the host, as _permute_table."""
+    if numba.config.CPU_NAME or numba.config.CPU_FEATURES:
+        return False
+    try:
+        features = llvm.get_host_cpu_features()
+    except RuntimeError:  # (features unknown on this host)
+        return False
+    return bool(features.get("avx512vnni", False) and features.get("avx512vbmi", False))
 
 
 def _half_in_hardware() -> bool:
@@ -78,6 +101,7 @@ if numba:
     _F32, _I32, _I64, _I8P = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
     _V8, _V32, _VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
     PERMUTE = _permute_table()
+    VNNI = _vnni()
     HALF_IN_HARDWARE = _half_in_hardware()
     _V16 = ir.VectorType(ir.IntType(16), LANES)
 
@@ -165,40 +189,172 @@ if numba:
                 def x_at(base, j):
                     return _splat(builder, builder.load(_at(context, builder, xt, xa, builder.add(base, _const(j)))))
 
-                with cgutils.for_range(builder, ns) as loop:
-                    s = loop.index
-                    qb = builder.add(qo_, builder.mul(s, _const(step)))
-                    xb = builder.add(xo_, builder.mul(s, _const(S)))
-                    for line in range(0, step, 64):
-                        _prefetch(builder, _at(context, builder, qt, qa, builder.add(qb, _const(AHEAD + line))))
-                    acc = [zero] * CHAINS
-                    for j in range(step // LANES):
-                        v = builder.load(vec(qt, qa, builder.add(qb, _const(LANES * j)), _V8), align=1)
-                        if nibbles:  # l x'_j + b x''_j (module docstring)
-                            v = builder.zext(v, _V32)
-                            pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, _VF), j + 16))
-                        else:
-                            pairs = ((builder.sitofp(builder.sext(v, _V32), _VF), j),)
-                        for w, at in pairs:
-                            c = (len(pairs) * j + (at != j)) % CHAINS
-                            acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
-                    while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
-                        acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
-                    t = acc[0]
-                    c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso_, s))))
-                    if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
-                        t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
-                    sb = builder.add(so_, builder.mul(s, _const(LANES)))
-                    r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
-                    builder.store(r, total)
-                    with builder.if_then(has_offset, likely=True):
-                        builder.store(_fma(builder, scales(ot, oa, sb), c, r), total)
+                def sub_blocks(offsets: bool):  # the loop over sub-blocks, with or without offsets
+                    with cgutils.for_range(builder, ns) as loop:
+                        s = loop.index
+                        qb = builder.add(qo_, builder.mul(s, _const(step)))
+                        xb = builder.add(xo_, builder.mul(s, _const(S)))
+                        for line in range(0, step, 64):
+                            _prefetch(builder, _at(context, builder, qt, qa, builder.add(qb, _const(AHEAD + line))))
+                        acc = [zero] * CHAINS
+                        for j in range(step // LANES):
+                            v = builder.load(vec(qt, qa, builder.add(qb, _const(LANES * j)), _V8), align=1)
+                            if nibbles:  # l x'_j + b x''_j (module docstring)
+                                v = builder.zext(v, _V32)
+                                pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, _VF), j + 16))
+                            else:
+                                pairs = ((builder.sitofp(builder.sext(v, _V32), _VF), j),)
+                            for w, at in pairs:
+                                c = (len(pairs) * j + (at != j)) % CHAINS
+                                acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
+                        while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
+                            acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
+                        t = acc[0]
+                        c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso_, s))))
+                        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
+                            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
+                        sb = builder.add(so_, builder.mul(s, _const(LANES)))
+                        r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
+                        if offsets:
+                            r = _fma(builder, scales(ot, oa, sb), c, r)
+                        builder.store(r, total)
+
+                # (two loops, the test outside them: no branch a sub-block; the same arithmetic)
+                with builder.if_else(has_offset, likely=True) as (with_offsets, without):
+                    with with_offsets:
+                        sub_blocks(True)
+                    with without:
+                        sub_blocks(False)
                 builder.store(builder.load(total), vec(yt, ya, yo_, _VF), align=4)
                 return context.get_dummy_value()
             return sig, codegen
         return rows
 
     ROWS = {kind: _rows_intrinsic(kind) for kind in ("nib", "nib8", "b32", "b16")}
+
+    # vpermb's indices: a 64-byte run of q holds bytes j = 4k..4k + 3 of 16 rows as [j % 4, row];
+    # lane r of the permuted run holds row r's four bytes
+    _ROW_BYTES = [16 * (i % 4) + i // 4 for i in range(64)]
+
+    def _vnni_rows_intrinsic(kind: str):
+        """The intrinsic rows(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo) of
+        the nibble kinds where the CPU has VNNI: as _rows_intrinsic's, with x as pieces_x splits it
+        (its int8 pieces at xp[xpo + s PIECES 32:], their units at cs[cso + s PIECES:])."""
+        @intrinsic
+        def rows(typingctx, q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo):
+            sig = types.void(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo)
+
+            def codegen(context, builder, signature, args):
+                qa, qo_, sa, oa, so_, pa, po_, ca, co_, xsa, xso_, ns, ya, yo_ = args
+                qt, _, st, ot, _, pt, _, ct, _, xst, _, _, yt, _ = signature.args
+                zero, izero = ir.Constant(_VF, [0.0] * LANES), ir.Constant(_V32, [0] * LANES)
+                v64 = ir.VectorType(ir.IntType(8), 64)
+                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32, [_V32] * 3),
+                                                     "llvm.x86.avx512.vpdpbusd.512")
+                perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
+                                                      "llvm.x86.avx512.permvar.qi.512")
+                nibble = ir.Constant(_V32, [0x0F0F0F0F] * LANES)
+                total = cgutils.alloca_once(builder, _VF)
+                builder.store(zero, total)
+                has_offset = builder.icmp_unsigned(
+                    "!=", context.make_array(ot)(context, builder, oa).nitems, _const(0))
+
+                def at(ty, arr, offset, vt=None):
+                    p = _at(context, builder, ty, arr, offset)
+                    return p if vt is None else builder.bitcast(p, vt.as_pointer())
+
+                def scales(ty, arr, i):
+                    if ty.dtype != types.uint16:
+                        return builder.load(at(ty, arr, i, _VF), align=4)
+                    if HALF_IN_HARDWARE:
+                        return builder.fpext(builder.load(at(ty, arr, i, _VH), align=2), _VF)
+                    return _half_bits(builder, builder.load(at(ty, arr, i, _V16), align=2))
+
+                def four(i):  # <16 x i32>, every lane the four int8 pieces at xp[i:i + 4]
+                    v = builder.load(at(pt, pa, i, _I32), align=1)
+                    one = builder.insert_element(ir.Constant(_V32, ir.Undefined), v, ir.Constant(_I32, 0))
+                    return builder.shuffle_vector(one, one, ir.Constant(_V32, [0] * LANES))
+
+                def sub_blocks(offsets: bool):
+                    with cgutils.for_range(builder, ns) as loop:
+                        s = loop.index
+                        qb = builder.add(qo_, builder.mul(s, _const(16 * LANES)))
+                        pb = builder.add(po_, builder.mul(s, _const(PIECES * 32)))
+                        for line in range(0, 16 * LANES, 64):
+                            _prefetch(builder, at(qt, qa, builder.add(qb, _const(AHEAD + line))))
+                        low, high = [izero] * PIECES, [izero] * PIECES  # int32 sums, exact
+                        for k in range(4):
+                            v = builder.load(at(qt, qa, builder.add(qb, _const(64 * k)), v64), align=1)
+                            v = builder.bitcast(builder.call(perm, [v, ir.Constant(v64, _ROW_BYTES)]), _V32)
+                            lo = builder.and_(v, nibble)  # inputs 4k..4k + 3 as bytes 0..15
+                            hi = builder.and_(builder.lshr(v, ir.Constant(_V32, [4] * LANES)), nibble)
+                            for i in range(PIECES):
+                                xb = builder.add(pb, _const(32 * i + 4 * k))
+                                low[i] = builder.call(dot, [low[i], lo, four(xb)])
+                                high[i] = builder.call(dot, [high[i], hi, four(builder.add(xb, _const(16)))])
+                        t = zero  # sum_i (low_i + high_i) cs_i, the smallest piece first
+                        for i in reversed(range(PIECES)):
+                            unit = builder.load(at(ct, ca, builder.add(co_, builder.add(
+                                builder.mul(s, _const(PIECES)), _const(i)))))
+                            t = _fma(builder, builder.sitofp(builder.add(low[i], high[i]), _VF),
+                                     _splat(builder, unit), t)
+                        c = _splat(builder, builder.load(at(xst, xsa, builder.add(xso_, s))))
+                        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
+                            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
+                        sb = builder.add(so_, builder.mul(s, _const(LANES)))
+                        r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
+                        if offsets:
+                            r = _fma(builder, scales(ot, oa, sb), c, r)
+                        builder.store(r, total)
+
+                with builder.if_else(has_offset, likely=True) as (with_offsets, without):
+                    with with_offsets:
+                        sub_blocks(True)
+                    with without:
+                        sub_blocks(False)
+                builder.store(builder.load(total), at(yt, ya, yo_, _VF), align=4)
+                return context.get_dummy_value()
+            return sig, codegen
+        return rows
+
+    if VNNI:
+        ROWS.update({f"vnni_{kind}": _vnni_rows_intrinsic(kind) for kind in ("nib", "nib8")})
+
+    @njit(cache=True, nogil=True)
+    def pieces_x(x, n_sub):
+        """x [m, n_sub 32] -> ((xp int8 [m, n_sub PIECES 32], cs float32 [m, n_sub PIECES]), xs
+        [m, n_sub]): per sub-block, x_j = sum_i xp_i,j cs_i + a remainder below cs_last / 2, cs_0
+        the power of 2 that puts the sub-block's largest |x| within 127 cs_0, cs_i = cs_0 2^-7i;
+        xs as sums gives it. A sub-block with a non-finite x gets units nan (its outputs nan)."""
+        m = x.shape[0]
+        xp = np.empty((m, n_sub * PIECES * 32), np.int8)
+        cs = np.empty((m, n_sub * PIECES), np.float32)
+        units, per, bits = np.empty(PIECES), np.empty(PIECES), np.empty(1)
+        magic = 1.5 * 2.0 ** 52  # (t + magic) - magic: t rounded to the nearest integer, ties to even
+        exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
+        for i in range(m):
+            for s in range(n_sub):
+                top, check = 0.0, 0.0
+                for j in range(32):
+                    a = abs(np.float64(x[i, s * 32 + j]))
+                    top, check = max(top, a), check + a * 0.0  # (check: nan where an x is inf or nan)
+                finite = check == 0.0
+                bits[0] = top / 127.0
+                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top <= 127 2^e
+                for p in range(PIECES):
+                    exponent[0] = (e - 7 * p + 1023) << 52
+                    units[p] = bits[0]
+                    exponent[0] = (7 * p - e + 1023) << 52
+                    per[p] = bits[0]
+                    cs[i, s * PIECES + p] = units[p] if finite else np.nan
+                at = s * PIECES * 32
+                for j in range(32):  # (float64: each step exact; |piece| <= 127, then <= 64)
+                    r = np.float64(x[i, s * 32 + j]) if finite else 0.0
+                    for p in range(PIECES):
+                        k = (r * per[p] + magic) - magic
+                        xp[i, at + p * 32 + j] = np.int8(k)
+                        r -= k * units[p]
+        return (xp, cs), sums(x, n_sub, 32)
 
     @njit(cache=True, nogil=True)
     def nibble_x(x, n_sub):
@@ -219,8 +375,8 @@ if numba:
     def sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
         xs = np.zeros((x.shape[0], n_sub), np.float32)
         for i in range(x.shape[0]):
-            for s in range(n_sub):
-                for j in range(S):
+            for j in range(S):  # (j outer: the sub-blocks' sums are independent chains, each in order j)
+                for s in range(n_sub):
                     xs[i, s] += x[i, s * S + j]
         return xs
 
@@ -234,28 +390,53 @@ if numba:
 if numba:
     _NIB, _NIB8, _B32, _B16 = (ROWS[k] for k in ("nib", "nib8", "b32", "b16"))
 
-    @njit(cache=True, nogil=True)
-    def _g_nib(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
+    @njit(cache=True, nogil=True, inline="always")  # (inlined: no call a group)
+    def _g_nib_float(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _NIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
-    def _g_nib8(q, scale, offset, x, xs, y, g):
+    @njit(cache=True, nogil=True, inline="always")
+    def _g_nib8_float(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _NIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                   i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
+    _g_nib, _g_nib8, _nib_x = _g_nib_float, _g_nib8_float, nibble_x
+
+if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (xp, cs))
+    _VNIB, _VNIB8 = ROWS["vnni_nib"], ROWS["vnni_nib8"]
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _g_nib(q, scale, offset, x, xs, y, g):
+        n_sub = q.shape[1]
+        xp, cs = x
+        for i in range(xs.shape[0]):
+            _VNIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
+                  cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    @njit(cache=True, nogil=True, inline="always")
+    def _g_nib8(q, scale, offset, x, xs, y, g):
+        n_sub = q.shape[1]
+        xp, cs = x
+        for i in range(xs.shape[0]):
+            _VNIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
+                   cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+
+    _nib_x = pieces_x
+
+if numba:
+
+    @njit(cache=True, nogil=True, inline="always")
     def _g_b32(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _B32(q, g * n_sub * 32 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True)
+    @njit(cache=True, nogil=True, inline="always")
     def _g_b16(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
@@ -264,13 +445,13 @@ if numba:
 
     @njit(parallel=True, cache=True, nogil=True)
     def k_nib(q, scale, offset, x, y):
-        xt, xs = nibble_x(x, q.shape[1])
+        xt, xs = _nib_x(x, q.shape[1])
         for g in prange(q.shape[0]):
             _g_nib(q, scale, offset, xt, xs, y, g)
 
     @njit(parallel=True, cache=True, nogil=True)
     def k_nib8(q, scale, offset, x, y):
-        xt, xs = nibble_x(x, q.shape[1])
+        xt, xs = _nib_x(x, q.shape[1])
         for g in prange(q.shape[0]):
             _g_nib8(q, scale, offset, xt, xs, y, g)
 
@@ -289,13 +470,13 @@ if numba:
     # one thread (a call capped at one: the window's, for a small matrix): no parallel region
     @njit(cache=True, nogil=True)
     def s_nib(q, scale, offset, x, y):
-        xt, xs = nibble_x(x, q.shape[1])
+        xt, xs = _nib_x(x, q.shape[1])
         for g in range(q.shape[0]):
             _g_nib(q, scale, offset, xt, xs, y, g)
 
     @njit(cache=True, nogil=True)
     def s_nib8(q, scale, offset, x, y):
-        xt, xs = nibble_x(x, q.shape[1])
+        xt, xs = _nib_x(x, q.shape[1])
         for g in range(q.shape[0]):
             _g_nib8(q, scale, offset, xt, xs, y, g)
 

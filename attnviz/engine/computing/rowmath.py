@@ -1,7 +1,9 @@
 """The compiled arithmetic of one new row that engine/computing/onerow.py's steps and onerow_block.py's
 calls share (numba, `cache=True`): RMSNorm, RoPE, the scores of one query row against the cached
-keys, softmax (its exp an expf on vector lanes: exp_into), the weighted values, SiLU, and the
-array types their signatures use. No Qt, no file access: arrays in, arrays out."""
+keys (the keys ahead and the values fetched into the cache as they are read: a step's K and V
+come from memory), softmax (its exp an expf on vector lanes: exp_into), the weighted values (a
+KV head's values read once for up to 3 query heads, the sums in registers), SiLU, and the array
+types their signatures use. No Qt, no file access: arrays in, arrays out."""
 
 from __future__ import annotations
 
@@ -127,19 +129,108 @@ def sum_lanes(typingctx, a, ao, n16):
     return types.float32(a, ao, n16), _lanes_codegen(products=False)
 
 
+def _splat(builder, x):  # float -> <16 x float>, every lane x
+    one = builder.insert_element(ir.Constant(_VF, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
+
+
+AHEAD = 16  # scores_ahead_of: the key this many positions on is fetched into the cache
+
+
+def _prefetch(context, builder, aryty, ary, offset):  # a hint: a's element at a flat offset is read soon
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic(  # (read, kept in every cache level, data)
+        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+    data = context.make_array(aryty)(context, builder, ary).data
+    builder.call(fn, [builder.bitcast(builder.gep(data, [offset]), i8p), i32(0), i32(3), i32(1)])
+
+
+@intrinsic
+def prefetch_at(typingctx, a, offset):
+    """A hint that a[offset] (a flat element offset) is read soon: its cache line fetched."""
+    def codegen(context, builder, signature, args):
+        _prefetch(context, builder, signature.args[0], args[0],
+                  context.cast(builder, args[1], signature.args[1], types.intp))
+        return context.get_dummy_value()
+    return types.void(a, offset), codegen
+
+
+def _weighted_codegen(nh: int, nv: int):
+    def codegen(context, builder, signature, args):
+        tys = signature.args
+        ao, as_, vo, vs, n, zo, zs = (context.cast(builder, args[i], tys[i], types.intp)
+                                      for i in (1, 2, 4, 5, 6, 8, 9))
+        accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(nv)]
+                for _ in range(nh)]
+        a_data = context.make_array(tys[0])(context, builder, args[0]).data
+        step = [ir.Constant(ir.IntType(64), 16 * c) for c in range(nv)]
+        with cgutils.for_range(builder, n) as loop:
+            row = builder.add(vo, builder.mul(loop.index, vs))
+            vecs = [builder.load(_vectors_at(context, builder, tys[3], args[3], builder.add(row, o)), align=4)
+                    for o in step]
+            for i in range(nh):
+                at = builder.add(builder.add(ao, builder.mul(as_, ir.Constant(ir.IntType(64), i))), loop.index)
+                w = _splat(builder, builder.load(builder.gep(a_data, [at])))
+                for acc, v in zip(accs[i], vecs):
+                    builder.store(builder.fadd(builder.load(acc), builder.fmul(w, v)), acc)
+        for i in range(nh):
+            z_i = builder.add(zo, builder.mul(zs, ir.Constant(ir.IntType(64), i)))
+            for acc, o in zip(accs[i], step):
+                builder.store(builder.load(acc), _vectors_at(context, builder, tys[7], args[7],
+                                                             builder.add(z_i, o)), align=4)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _weighted_lanes(nh: int, nv: int):
+    def typer(typingctx, a, ao, as_, v, vo, vs, n, z, zo, zs):
+        return types.void(a, ao, as_, v, vo, vs, n, z, zo, zs), _weighted_codegen(nh, nv)
+    typer.__name__ = f"weighted_lanes_{nh}x{nv}"
+    typer.__doc__ = f"""z[zo + i zs + j] = (..(0 + a[ao + i as_] v[vo + j]) + ..) + a[ao + i as_ + n - 1]
+    v[vo + (n - 1) vs + j] for i < {nh} heads and j < {16 * nv} (flat element offsets, rows vs apart):
+    each output's sum over positions in order, side by side on vector lanes, each value row
+    loaded once for the {nh} heads."""
+    return intrinsic(typer)
+
+
+(weighted_1x1, weighted_1x2, weighted_2x1, weighted_2x2, weighted_3x1, weighted_3x2) = (
+    _weighted_lanes(nh, nv) for nh in (1, 2, 3) for nv in (1, 2))
+
+
+NO_VALUES = np.zeros((0, 0, 0), np.float32)  # (scores_ahead_of: no values to fetch)
+
+
 @njit(**JIT)
 def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, :T] of either layout
+    scores_ahead_of(q, k, T, bias, scale, n_group, top, out, NO_VALUES)
+
+
+@njit(**JIT)
+def scores_ahead_of(q, k, T, bias, scale, n_group, top, out, v):
+    """scores_of, the values v [n_kv_head, >= T, d_head] that the weighted values read next
+    fetched into the cache beside the keys, position by position (v of size 0: none)."""
     n_head, _, d = q.shape
     kc = np.ascontiguousarray(k)  # (read at flat offsets; a cache's keys already are)
     qs = np.empty((n_group, d), np.float32)
     n16 = d // 16
+    fetch_v = v.size > 0 and v.strides[2] == 4 and v.strides[0] % 4 == 0 and v.strides[1] % 4 == 0
     for g in range(n_head // n_group):  # a KV head's keys read once for its n_group query heads
         h0 = g * n_group
         for i in range(n_group):
             for j in range(d):
                 qs[i, j] = q[h0 + i, 0, j] * scale
+        if fetch_v and bias.size == 0 and d % 16 == 0:  # (no mask, no tail past the lanes)
+            _fetching_keys(qs, kc, g, T, out, h0, v, AHEAD)
+            continue
         for t in range(T):
             at = (g * kc.shape[1] + t) * d
+            if t + AHEAD < T:
+                for j in range(0, d, 16):
+                    prefetch_at(kc, at + AHEAD * d + j)
+            if fetch_v:
+                at_v = (g * v.strides[0] + t * v.strides[1]) // 4
+                for j in range(0, d, 16):
+                    prefetch_at(v, at_v + j)
             for i in range(n_group):
                 s = dot_lanes(qs, i * d, kc, at, n16)
                 for j in range(16 * n16, d):
@@ -147,6 +238,25 @@ def scores_of(q, k, T, bias, scale, n_group, top, out):  # _scores on keys k[:, 
                 out[h0 + i, 0, t] = s + bias[0, t] if bias.size else s
     if top:
         minus_max_of(out)
+
+
+@njit(**JIT)
+def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
+    """out[h0 + i, 0, t] = dot_lanes of qs[i] and kc[g, t] (d_head a multiple of 16, no mask),
+    the key `ahead` positions on (its read started before it is needed) and the value row at t
+    fetched into the cache as key t is read."""
+    n_group, d = qs.shape
+    n16 = d // 16
+    for t in range(T):
+        at = (g * kc.shape[1] + t) * d
+        if t + ahead < T:
+            for j in range(0, d, 16):
+                prefetch_at(kc, at + ahead * d + j)
+        at_v = (g * v.strides[0] + t * v.strides[1]) // 4
+        for j in range(0, d, 16):
+            prefetch_at(v, at_v + j)
+        for i in range(n_group):
+            out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
 
 
 @njit(**JIT)
@@ -170,8 +280,12 @@ _LOG2E, _LN2_HI, _LN2_LO = np.float32(1.44269504088896341), np.float32(0.6933593
 @njit(**JIT)
 def exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
     n = x.shape[0]
-    y = np.empty(n, np.float32)
-    bits = np.empty(n, np.int32)
+    exp_with(x, out, np.empty(n, np.float32), np.empty(n, np.int32))
+
+
+@njit(**JIT)
+def exp_with(x, out, y, bits):  # exp_into, its two rows of scratch given: y [>= n] float32, bits int32
+    n = x.shape[0]
     p0, p1, p2, p3, p4, p5 = _EXP_P
     for i in range(n):
         v = min(max(x[i], np.float32(-88.0)), np.float32(88.0))
@@ -188,10 +302,11 @@ def exp_into(x, out):  # x [n] -> out [n] = exp(x) (out may be x)
 def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted: exp, over its sum
     n_head, _, T = s.shape
     e = np.empty(T, np.float32)  # (a row of its own: the same vector code whatever s's layout)
+    y, bits = np.empty(T, np.float32), np.empty(T, np.int32)
     for h in range(n_head):
         for t in range(T):
             e[t] = s[h, 0, t]
-        exp_into(e, e)
+        exp_with(e, e, y, bits)
         total = lane_sum(e)
         for t in range(T):
             s[h, 0, t] = e[t] / total
@@ -215,6 +330,10 @@ def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's 
 def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
     n_head, _, T = pattern.shape
     d = v.shape[2]
+    if (v.strides[2] == 4 and pattern.strides[2] == 4 and z.strides[2] == 4 and v.strides[0] % 4 == 0
+            and v.strides[1] % 4 == 0 and pattern.strides[0] % 4 == 0 and z.strides[0] % 4 == 0):
+        _weighted_rows(pattern, v, n_group, z)
+        return
     zg = np.empty((n_group, d), np.float32)
     for g in range(n_head // n_group):  # a KV head's values read once for its n_group query heads
         h0 = g * n_group
@@ -227,6 +346,41 @@ def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] 
         for i in range(n_group):
             for j in range(d):
                 z[h0 + i, 0, j] = zg[i, j]
+
+
+@njit(**JIT)
+def _weighted_rows(pattern, v, n_group, z):
+    """weighted_of where each array's rows are read with unit steps: up to 3 query heads of a KV
+    head at a time (their sums in registers), their outputs 32 (then 16) at a time on vector lanes over the
+    positions of its values, the rest one by one; every output's sum over positions in order."""
+    n_head, _, T = pattern.shape
+    d = v.shape[2]
+    n16, vs, as_, zs = d // 16, v.strides[1] // 4, pattern.strides[0] // 4, z.strides[0] // 4
+    for g in range(n_head // n_group):
+        h0, vo = g * n_group, g * v.strides[0] // 4
+        for h in range(h0, h0 + n_group, 3):
+            nh = min(3, h0 + n_group - h)  # (1, 2 or 3: weighted_1x, _2x, _3x)
+            for c in range(0, n16, 2):
+                ao, vc, zc = h * as_, vo + 16 * c, h * zs + 16 * c
+                if c + 2 <= n16:
+                    if nh == 3:
+                        weighted_3x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    elif nh == 2:
+                        weighted_2x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    else:
+                        weighted_1x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                elif nh == 3:
+                    weighted_3x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                elif nh == 2:
+                    weighted_2x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                else:
+                    weighted_1x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+            for i in range(h, h + nh):
+                for j in range(16 * n16, d):
+                    total = np.float32(0.0)
+                    for t in range(T):
+                        total += pattern[i, 0, t] * v[g, t, j]
+                    z[i, 0, j] = total
 
 
 NO_BIAS = np.zeros((0, 0), np.float32)
