@@ -446,3 +446,5 @@ def test_the_room_grows_with_the_positions_so_a_long_generation_copies_rarely():
     assert a.shape == (2, T, 3) and a.nbytes == rows.nbytes
     assert ends[:4] == [1 + 1 + KV_ROOM, 66 + 1 + KV_ROOM, 131 + 1 + KV_ROOM, 196 + 1 + KV_ROOM]
     assert copies <= 20 < T // KV_ROOM  # (fixed room: one copy every KV_ROOM positions)
+    whole = append_positions(np.empty((2, 0, 3), np.float32), 0, rows)  # from scratch: KV_ROOM
+    assert whole.base.shape == (2, T + KV_ROOM, 3) and whole.nbytes == rows.nbytes

@@ -213,7 +213,8 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
     d_head]. Written in place after them when `cached` is exactly p positions at the start of an
     array with room for n more (a generation step copies nothing; no view already handed out
     reaches past p, so none changes); otherwise copied into a new array with room for kv_room(p +
-    n) positions more. The result is a view of that array: its nbytes count the p + n positions."""
+    n) positions more (KV_ROOM for a run from scratch, p = 0: a long text the window holds keeps
+    little room). The result is a view of that array: its nbytes count the p + n positions."""
     n = new.shape[1]
     base = cached.base
     if (cached.shape[1] == p and isinstance(base, np.ndarray) and base.ndim == 3
@@ -222,7 +223,8 @@ def append_positions(cached: np.ndarray, p: int, new: np.ndarray) -> np.ndarray:
             and base.ctypes.data == cached.ctypes.data):
         base[:, p:p + n] = new
         return base[:, :p + n]
-    out = np.empty((new.shape[0], p + n + kv_room(p + n), new.shape[2]), dtype=new.dtype)
+    room = kv_room(p + n) if p else KV_ROOM  # a run from scratch (a long text) keeps little room
+    out = np.empty((new.shape[0], p + n + room, new.shape[2]), dtype=new.dtype)
     out[:, :p] = cached[:, :p]
     out[:, p:p + n] = new
     return out[:, :p + n]
