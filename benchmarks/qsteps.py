@@ -289,7 +289,7 @@ def main() -> None:
         on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
-        read, read_bytes = read_ms(_packed_arrays(store), 9)
+        read, read_bytes = read_ms(_packed_arrays(store), 25)
         floor = packed * read / read_bytes
         kv = _kv_bytes(model.config, T)
         floor_kv = (packed + kv) * read / read_bytes
@@ -321,7 +321,7 @@ def main() -> None:
             figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
                    goal=1.3, headline=T == 64,
                    note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
-                        f"packed, fastest of 9 ({read_bytes / read / 1e6:.1f} GB/s)"),
+                        f"packed, fastest of 25 ({read_bytes / read / 1e6:.1f} GB/s)"),
             figure(f"generation step T = {T}: kernels / the packed bytes at the float32 pass's "
                    f"bandwidth", a / blas, "x",
                    note=f"{blas:.2f} ms: {packed / 1e6:.0f} MB at the float32 matrix-vector pass's "

@@ -390,14 +390,14 @@ if numba:
 if numba:
     _NIB, _NIB8, _B32, _B16 = (ROWS[k] for k in ("nib", "nib8", "b32", "b16"))
 
-    @njit(cache=True, nogil=True, inline="always")  # (inlined: no call a group)
+    @njit(cache=True, nogil=True)
     def _g_nib_float(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _NIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True, inline="always")
+    @njit(cache=True, nogil=True)
     def _g_nib8_float(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
@@ -409,7 +409,7 @@ if numba:
 if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (xp, cs))
     _VNIB, _VNIB8 = ROWS["vnni_nib"], ROWS["vnni_nib8"]
 
-    @njit(cache=True, nogil=True, inline="always")
+    @njit(cache=True, nogil=True)
     def _g_nib(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         xp, cs = x
@@ -417,7 +417,7 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
             _VNIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
                   cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True, inline="always")
+    @njit(cache=True, nogil=True)
     def _g_nib8(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         xp, cs = x
@@ -429,14 +429,14 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
 
 if numba:
 
-    @njit(cache=True, nogil=True, inline="always")
+    @njit(cache=True, nogil=True)
     def _g_b32(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
             _B32(q, g * n_sub * 32 * LANES, scale, offset, g * n_sub * LANES, x, i * n_sub * 32, xs,
                  i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
-    @njit(cache=True, nogil=True, inline="always")
+    @njit(cache=True, nogil=True)
     def _g_b16(q, scale, offset, x, xs, y, g):
         n_sub = q.shape[1]
         for i in range(x.shape[0]):
