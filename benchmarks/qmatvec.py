@@ -12,7 +12,7 @@ rows (--rows), as a keystroke's or a generation step's few new rows make them.
 - The K-quants' 256-weight blocks do not divide SmolLM2's d_model (576), so they run on its
   ffn_down matrices only (n_in = 1536), float32 beside them.
 - the memory floor: one thread's plain read of the packed arrays a pass reads (blocks, scales,
-  offsets; benchmarks/streaming.py), fastest of --repeat: what a one-thread kernel bound by memory
+  offsets; benchmarks/streaming.py), fastest of 25: what a one-thread kernel bound by memory
   alone would take (the float32 pass reads well under that bandwidth: it is no floor).
 - first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
   second process loading them from that cache.
@@ -162,7 +162,7 @@ def main() -> None:
                             args.repeat)
             kb, fb, kcb, fcb = min(k), min(f), min(kc), min(fc)
             floor = floors.get(qtype) or floors.setdefault(qtype, read_ms(
-                [a for p in packed for a in (p.q, p.scale, p.offset) if a is not None], args.repeat)[0])
+                [a for p in packed for a in (p.q, p.scale, p.offset) if a is not None], 25)[0])
             load = os.getloadavg()[0]
             if crossover is None and fb <= kb:
                 crossover = m
