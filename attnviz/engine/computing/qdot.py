@@ -55,27 +55,29 @@ AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a platea
 PIECES = 4  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
 
 
+def _numba_features() -> set:
+    """The CPU features numba compiles for ("+avx512f", ...): the host's as numba takes them
+    (NUMBA_ENABLE_AVX=0, numba's default on some CPUs and VMs, leaves out every AVX one); empty
+    where numba is told to compile for a named or generic CPU, or the host's are unknown."""
+    if numba.config.CPU_NAME or numba.config.CPU_FEATURES:
+        return set()
+    try:
+        from numba.core.codegen import get_host_cpu_features
+        return set(get_host_cpu_features().split(","))
+    except RuntimeError:  # (features unknown on this host)
+        return set()
+
+
 def _permute_table() -> bool:
     """Whether numba compiles for a CPU with AVX-512 (vpermps: a 16-entry table lookup on vector
-    lanes): the host, unless numba is told to compile for a named or generic CPU."""
-    if numba.config.CPU_NAME or numba.config.CPU_FEATURES:
-        return False
-    try:
-        return bool(llvm.get_host_cpu_features().get("avx512f", False))
-    except RuntimeError:  # (features unknown on this host)
-        return False
+    lanes)."""
+    return "+avx512f" in _numba_features()
 
 
 def _vnni() -> bool:
     """Whether numba compiles for a CPU with AVX512-VNNI (vpdpbusd: 16 lanes of four byte products
-    summed into int32) and VBMI (vpermb: a byte permutation): the host, as _permute_table."""
-    if numba.config.CPU_NAME or numba.config.CPU_FEATURES:
-        return False
-    try:
-        features = llvm.get_host_cpu_features()
-    except RuntimeError:  # (features unknown on this host)
-        return False
-    return bool(features.get("avx512vnni", False) and features.get("avx512vbmi", False))
+    summed into int32) and VBMI (vpermb: a byte permutation)."""
+    return {"+avx512f", "+avx512vnni", "+avx512vbmi"} <= _numba_features()
 
 
 def _half_in_hardware() -> bool:
