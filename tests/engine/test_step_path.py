@@ -154,3 +154,9 @@ def test_a_steps_top_tokens_are_the_largest_the_lowest_id_first_among_equals(V, 
         assert np.array_equal(got, _stable_top(values, k)), name
     top = top_ids(cases["ties"], k)
     assert top[0] == int(np.argmax(cases["ties"]))  # the greedy token heads the list
+
+
+@pytest.mark.parametrize("V", [3, 1000, 49152])
+def test_no_top_tokens_asked_gives_none(V):
+    got = top_ids(np.random.default_rng(V).standard_normal(V), 0)
+    assert got.shape == (0,) and got.dtype == np.int64

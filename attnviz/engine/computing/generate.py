@@ -221,8 +221,11 @@ def top_ids(logprobs: np.ndarray, k: int) -> np.ndarray:
     k blocks' maxima are k values): a step reads the vocabulary twice, not a full partition."""
     V = len(logprobs)
     k = min(k, V)
-    if V > 4 * TOP_BLOCKS and k <= TOP_BLOCKS:
-        maxima = np.maximum.reduceat(logprobs, np.arange(0, V, -(-V // TOP_BLOCKS)))
+    if k <= 0:
+        return np.empty(0, np.int64)
+    starts = np.arange(0, V, -(-V // TOP_BLOCKS))  # (fewer than TOP_BLOCKS where V does not divide)
+    if V > 4 * TOP_BLOCKS and k <= len(starts):
+        maxima = np.maximum.reduceat(logprobs, starts)
         floor = np.sort(maxima)[len(maxima) - k]  # (NaN sorts last: then no value reaches it)
         near = np.flatnonzero(logprobs >= floor)  # [m] ids, m >= k, ascending
         if len(near) >= k:
