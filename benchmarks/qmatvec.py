@@ -13,7 +13,9 @@ rows (--rows), as a keystroke's or a generation step's few new rows make them.
   ffn_down matrices only (n_in = 1536), float32 beside them.
 - the memory floor: one thread's plain read of the packed arrays a pass reads (blocks, scales,
   offsets; benchmarks/streaming.py), fastest of 25: what a one-thread kernel bound by memory
-  alone would take (the float32 pass reads well under that bandwidth: it is no floor).
+  alone would take, recorded with --threads 1 only (the float32 pass reads well under that
+  bandwidth: it is no floor). For the K-quants' ffn_down matrices alone (about 15 MB) part of it
+  may come from the CPU's caches.
 - first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
   second process loading them from that cache.
 
@@ -178,11 +180,12 @@ def main() -> None:
                        note="the keystroke's goal is 0.5x the float32 path" if head else ""),
                 figure(f"{qtype.name} kernel / float32 in CPU time, M = {m}", kcb / fcb, "x",
                        note=f"{kcb:.1f} ms vs {fcb:.1f} ms of CPU a pass, fastest"),
-                figure(f"{qtype.name} memory floor, M = {m}", floor, "ms",
-                       note=f"one thread's plain read of the {pbytes / 1e6:.0f} MB packed "
-                            f"({pbytes / floor / 1e6:.1f} GB/s; the float32 pass reads "
-                            f"{fbytes / fb / 1e6:.1f}); kernel / floor {kb / floor:.2f}x"),
             ]
+            if threads == 1:  # (one thread's read: no floor for a kernel on several)
+                figs.append(figure(f"{qtype.name} memory floor, M = {m}", floor, "ms",
+                                   note=f"one thread's plain read of the {pbytes / 1e6:.0f} MB packed "
+                                        f"({pbytes / floor / 1e6:.1f} GB/s; the float32 pass reads "
+                                        f"{fbytes / fb / 1e6:.1f}); kernel / floor {kb / floor:.2f}x"))
             print(f"  {qtype.name:5s} M = {m}: kernel {kb:7.2f} ms (median {statistics.median(k):7.2f})"
                   f"  float32 {fb:7.2f} ms  ratio {kb / fb:5.2f}x (CPU time {kcb / fcb:5.2f}x)"
                   f"  floor {floor:6.2f} ms  load {load:.1f}", flush=True)
