@@ -155,6 +155,45 @@ if numba:
         o = builder.select(builder.icmp_unsigned("==", e, c(0)), sub, o)
         return builder.bitcast(builder.or_(o, builder.shl(builder.and_(v, c(0x8000)), c(16))), _VF)
 
+    def _scales(context, builder, ty, arr, at):  # <16 x float> from float32 or float16 bits (exact)
+        def vec(vt):
+            return builder.bitcast(_at(context, builder, ty, arr, at), vt.as_pointer())
+        if ty.dtype != types.uint16:
+            return builder.load(vec(_VF), align=4)
+        if HALF_IN_HARDWARE:
+            return builder.fpext(builder.load(vec(_VH), align=2), _VF)
+        return _half_bits(builder, builder.load(vec(_V16), align=2))
+
+    def _add_sub_block(context, builder, kind, t, s, xs, scale, offset, so, total, offsets: bool):
+        """total += scale_s t + offset_s xs_s (the offset where `offsets`) for sub-block s, t its
+        16 rows' sum of q x (less 8 xs_s for "nib8": q - 8); xs: (type, array, start) of the
+        sub-block sums; scale, offset: (type, array), the group's first at `so`."""
+        (xst, xsa, xso), (st, sa), (ot, oa) = xs, scale, offset
+        c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso, s))))
+        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
+            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
+        sb = builder.add(so, builder.mul(s, _const(LANES)))
+        r = _fma(builder, _scales(context, builder, st, sa, sb), t, builder.load(total))
+        if offsets:
+            r = _fma(builder, _scales(context, builder, ot, oa, sb), c, r)
+        builder.store(r, total)
+
+    def _every_sub_block(context, builder, sub_blocks, offset, total, y):
+        """sub_blocks(offsets) with the offsets or without (an empty offset array: none), then
+        y[yo:yo + 16] = total; y: (type, array, yo). Two loops, the test outside them: no branch a
+        sub-block, the same arithmetic."""
+        ot, oa = offset
+        has_offset = builder.icmp_unsigned("!=", context.make_array(ot)(context, builder, oa).nitems,
+                                           _const(0))
+        with builder.if_else(has_offset, likely=True) as (with_offsets, without):
+            with with_offsets:
+                sub_blocks(True)
+            with without:
+                sub_blocks(False)
+        yt, ya, yo = y
+        builder.store(builder.load(total), builder.bitcast(_at(context, builder, yt, ya, yo), _VF.as_pointer()),
+                      align=4)
+
     def _rows_intrinsic(kind: str):
         """The intrinsic rows(q, qo, scale, offset, so, x, xo, xs, xso, n_sub, y, yo): y[yo:yo + 16]
         = the module docstring's sum for the group whose sub-block s has its bytes at
@@ -175,18 +214,9 @@ if numba:
                 zero = ir.Constant(_VF, [0.0] * LANES)
                 total = cgutils.alloca_once(builder, _VF)  # (a register once optimised)
                 builder.store(zero, total)  # (here: the entry block's store runs once a function)
-                has_offset = builder.icmp_unsigned(
-                    "!=", context.make_array(ot)(context, builder, oa).nitems, _const(0))
 
                 def vec(ty, arr, offset, vt):
                     return builder.bitcast(_at(context, builder, ty, arr, offset), vt.as_pointer())
-
-                def scales(ty, arr, at):  # <16 x float> from float32 or float16 bits (exact)
-                    if ty.dtype != types.uint16:
-                        return builder.load(vec(ty, arr, at, _VF), align=4)
-                    if HALF_IN_HARDWARE:
-                        return builder.fpext(builder.load(vec(ty, arr, at, _VH), align=2), _VF)
-                    return _half_bits(builder, builder.load(vec(ty, arr, at, _V16), align=2))
 
                 def x_at(base, j):
                     return _splat(builder, builder.load(_at(context, builder, xt, xa, builder.add(base, _const(j)))))
@@ -211,23 +241,10 @@ if numba:
                                 acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
                         while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
                             acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
-                        t = acc[0]
-                        c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso_, s))))
-                        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
-                            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
-                        sb = builder.add(so_, builder.mul(s, _const(LANES)))
-                        r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
-                        if offsets:
-                            r = _fma(builder, scales(ot, oa, sb), c, r)
-                        builder.store(r, total)
+                        _add_sub_block(context, builder, kind, acc[0], s, (xst, xsa, xso_), (st, sa), (ot, oa),
+                                       so_, total, offsets)
 
-                # (two loops, the test outside them: no branch a sub-block; the same arithmetic)
-                with builder.if_else(has_offset, likely=True) as (with_offsets, without):
-                    with with_offsets:
-                        sub_blocks(True)
-                    with without:
-                        sub_blocks(False)
-                builder.store(builder.load(total), vec(yt, ya, yo_, _VF), align=4)
+                _every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
                 return context.get_dummy_value()
             return sig, codegen
         return rows
@@ -258,19 +275,10 @@ if numba:
                 nibble = ir.Constant(_V32, [0x0F0F0F0F] * LANES)
                 total = cgutils.alloca_once(builder, _VF)
                 builder.store(zero, total)
-                has_offset = builder.icmp_unsigned(
-                    "!=", context.make_array(ot)(context, builder, oa).nitems, _const(0))
 
                 def at(ty, arr, offset, vt=None):
                     p = _at(context, builder, ty, arr, offset)
                     return p if vt is None else builder.bitcast(p, vt.as_pointer())
-
-                def scales(ty, arr, i):
-                    if ty.dtype != types.uint16:
-                        return builder.load(at(ty, arr, i, _VF), align=4)
-                    if HALF_IN_HARDWARE:
-                        return builder.fpext(builder.load(at(ty, arr, i, _VH), align=2), _VF)
-                    return _half_bits(builder, builder.load(at(ty, arr, i, _V16), align=2))
 
                 def four(i):  # <16 x i32>, every lane the four int8 pieces at xp[i:i + 4]
                     v = builder.load(at(pt, pa, i, _I32), align=1)
@@ -300,21 +308,10 @@ if numba:
                                 builder.mul(s, _const(PIECES)), _const(i)))))
                             t = _fma(builder, builder.sitofp(builder.add(low[i], high[i]), _VF),
                                      _splat(builder, unit), t)
-                        c = _splat(builder, builder.load(at(xst, xsa, builder.add(xso_, s))))
-                        if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
-                            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
-                        sb = builder.add(so_, builder.mul(s, _const(LANES)))
-                        r = _fma(builder, scales(st, sa, sb), t, builder.load(total))
-                        if offsets:
-                            r = _fma(builder, scales(ot, oa, sb), c, r)
-                        builder.store(r, total)
+                        _add_sub_block(context, builder, kind, t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
+                                       so_, total, offsets)
 
-                with builder.if_else(has_offset, likely=True) as (with_offsets, without):
-                    with with_offsets:
-                        sub_blocks(True)
-                    with without:
-                        sub_blocks(False)
-                builder.store(builder.load(total), at(yt, ya, yo_, _VF), align=4)
+                _every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
                 return context.get_dummy_value()
             return sig, codegen
         return rows
