@@ -115,11 +115,16 @@ def _float32_pass(weights, repeat: int) -> tuple[float, int]:
     return best, sum(int(m.nbytes) for m in mats)
 
 
-def _packed_arrays(store) -> list:
-    """Every array the layers' packed matrices hold (blocks, scales, offsets): what the kernels read."""
+def _packed_parts(store) -> list:
+    """Every Packed part of every layer's packed matrices (W_qkv, W_o, W_in, W_out), in order."""
     mats = [m for i in range(len(store)) for m in (lambda pl: (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out))(
         store.packed_view(i).packed) if m is not None]
-    return [a for m in mats for _, p in m.parts for a in (p.q, p.scale, p.offset) if a is not None]
+    return [p for m in mats for _, p in m.parts]
+
+
+def _packed_arrays(store) -> list:
+    """Every array the layers' packed matrices hold (blocks, scales, offsets): what the kernels read."""
+    return [a for p in _packed_parts(store) for a in (p.q, p.scale, p.offset) if a is not None]
 
 
 def _kv_bytes(cfg, T: int) -> int:
@@ -131,8 +136,7 @@ def _products_alone(store, repeat: int) -> list[float]:
     """ms of the layers' matrix products of one row on their own: every packed matrix of every
     layer once, on the serial kernel a generation step's layers take (qmatvec.SERIAL), x fixed."""
     from attnviz.engine.computing import qmatvec as qm
-    parts = [p for i in range(len(store)) for m in (lambda pl: (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out))(
-        store.packed_view(i).packed) if m is not None for _, p in m.parts]
+    parts = _packed_parts(store)
     rng = np.random.default_rng(3)
     calls = [(qm.SERIAL[qm._kernel_of(p)], p.args, rng.standard_normal((1, p.n_in), dtype=np.float32),
               np.empty((1, p.q.shape[0] * 16), np.float32)) for p in parts]
