@@ -279,12 +279,26 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
                     text.endswith(f"{float(want[head, 30, k]):.4g}")), text
 
 
-def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
+def test_a_generation_whose_rows_and_kv_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
+    """The guard counts each step's rows and the K and V arrays as allocated: their room for the
+    next positions, and the old arrays beside a copy (here the rows alone would fit)."""
     import attnviz.ui.machinery.long_jobs as long_jobs
+    from attnviz.engine.computing.longdoc import size_text
+    from attnviz.engine.computing.trace import kv_room
 
     w, gen, panel = win, win.state.generation, win.generate_panel
-    monkeypatch.setattr(long_jobs, "ROWS_LIMIT", 100_000)  # SmolLM2: 1,080 bytes a token and step
+    c = w.state.model.config
+    T = len(w.state.model.prepare(PROMPT).ids)
+    rows, kv = long_jobs.generation_bytes(c, T, 20)
+    assert rows == 4 * c.n_layer * c.n_head * (20 * T + 20 * 19 // 2)  # SmolLM2: 1,080 bytes a token and step
+    last = T + 19  # the tokens the last step reads: the old arrays, full, beside the copy with room
+    assert kv == 2 * c.n_layer * c.n_kv_head * c.d_head * 4 * (last - 1 + last + kv_room(last))
+    monkeypatch.setattr(long_jobs, "ROWS_LIMIT", rows + kv - 1)
+    fit = max(m for m in range(20) if sum(long_jobs.generation_bytes(c, T, m)) <= rows + kv - 1)
     panel.n_spin.setValue(20)
     panel.start()
     assert not gen.running and gen.steps == [] and w.state.text == PROMPT
-    assert "over the 97.7 KiB limit: ask for at most about 11 new tokens" in panel.status.text()
+    text = panel.status.text()
+    assert f"20 steps after {T} tokens would keep {size_text(rows)} of attention rows" in text
+    assert f"and up to {size_text(kv)} of keys and values" in text
+    assert text.endswith(f"limit: ask for at most about {fit} new tokens") and 0 < fit < 20
