@@ -66,6 +66,45 @@ def test_a_twin_typed_into_is_freed_with_its_packed_layers(source):
         qpack.ask_for_kernels(False)
 
 
+@pytest.mark.parametrize("which", ["file", "twin", "safetensors"])
+def test_a_model_let_go_is_freed_without_the_cyclic_collector(source, tmp_path, which):
+    """Its layer store and layers go when the last reference does: the window freezes start-up's
+    objects out of the collector's way (tuning.freeze_start_up_objects), so a first model in a
+    reference cycle, replaced later, would be held until the window closes."""
+    from gguf import GGMLQuantizationType as Q
+
+    from attnviz.engine import load_model
+    from tiny import tiny_llama
+
+    qpack.ask_for_kernels()
+    try:
+        qm.warm([Q.Q8_0])
+        if which == "safetensors":
+            model = load_model(tiny_llama(tmp_path / "llama"))
+        else:
+            cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+            model = load_gguf(write_gguf(tmp_path / "q8.gguf", cfg, tensors, Q.Q8_0))
+            if which == "twin":
+                model = quantized_model(load_gguf(source), "Q8_0")
+        model.run(ids=IDS[:5])
+        model.run(ids=IDS[:6])
+        store = model.weights.layers
+        refs = [weakref.ref(model), weakref.ref(store), weakref.ref(store[0])]
+        view = getattr(store, "packed_view", lambda i: None)(0)
+        if which != "safetensors":
+            assert view is not None and view.packed is not None
+            refs.append(weakref.ref(view.packed))
+        gc.collect()
+        gc.disable()
+        try:
+            del model, store, view
+            assert [ref() for ref in refs] == [None] * len(refs)
+        finally:
+            gc.enable()
+    finally:
+        qpack.ask_for_kernels(False)
+
+
 # (in a process of its own: no other test's models or plans, Python's allocations traced from the start)
 TWINS = """
 import gc, json, sys, tracemalloc
