@@ -21,13 +21,16 @@ Bytes (Q8_0, Q5_x, Q5_K, Q6_K): int8 weights widened and converted, S inputs a s
 
 Nibbles where the CPU has AVX512-VNNI and VBMI (VNNI): float32 FMAs, one a weight, bound the loop
 above; there t_s is summed in integers, 64 products an instruction (vpdpbusd). x is split per
-sub-block into PIECES int8 pieces (pieces_x): x_j = sum_i p_ij u_i + e_j with u_0 the power of 2
-that puts max |x_s| within 127 u_0, u_i = u_0 2^-7i, |p_ij| <= 127 and |e_j| <= u_last / 2 <
-2^-7(PIECES - 1) max |x_s| / 127. Then t_s = sum_i u_i (sum_j q_j p_ij), the inner sums exact in
-int32 (vpermb first brings each row's four bytes of a 64-byte run into its lane), converted
-exactly and combined in float32. Its error beside float32's rounding is sum_j q_j e_j, within
-2^-28 of max |x_s| sum_j q_j with 4 pieces (3 pieces, 2^-21, moved a tiny model's attention
-probabilities by up to 1.4e-5 against its float32 run: tests/engine/test_qkernels_path.py).
+sub-block into PIECES = 3 int8 pieces (pieces_x), the balanced base-256 digits of N_j =
+round(x_j / u): x_j = (65536 p_0j + 256 p_1j + p_2j) u + e_j, u the power of 2 that puts max
+|x_s| within TOP u (so |N_j| <= TOP: digits in [-128, 127]), |e_j| <= u / 2 < max |x_s| / TOP,
+about 2^-23 max |x_s| (a power of 2: an x that is a small multiple of u, a one-hot 1, exact).
+Then t_s = u (256 (256 S_0 + S_1) + S_2), S_i = sum_j q_j p_ij exact in int32
+(vpermb first brings each row's four bytes of a 64-byte run into its lane); |S_i| <= 32 15 128,
+so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes two roundings. Its error beside
+float32's rounding is sum_j q_j e_j (7-bit pieces, a power-of-2 unit, 3 of them: 2^-21 of
+max |x_s|, moved a tiny model's attention by up to 1.4e-5 against its float32 run:
+tests/engine/test_qkernels_path.py). The dot products, about one a cycle, bound the loop.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ else:
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
-PIECES = 4  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
+PIECES = 3  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
+TOP = 127 * 65793  # the largest integer of PIECES balanced base-256 digits (module docstring)
 
 
 def _numba_features() -> set:
@@ -258,7 +262,7 @@ if numba:
     def _vnni_rows_intrinsic(kind: str):
         """The intrinsic rows(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo) of
         the nibble kinds where the CPU has VNNI: as _rows_intrinsic's, with x as pieces_x splits it
-        (its int8 pieces at xp[xpo + s PIECES 32:], their units at cs[cso + s PIECES:])."""
+        (its int8 pieces at xp[xpo + s PIECES 32:], the sub-block's unit at cs[cso + s])."""
         @intrinsic
         def rows(typingctx, q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo):
             sig = types.void(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo)
@@ -302,12 +306,10 @@ if numba:
                                 xb = builder.add(pb, _const(32 * i + 4 * k))
                                 low[i] = builder.call(dot, [low[i], lo, four(xb)])
                                 high[i] = builder.call(dot, [high[i], hi, four(builder.add(xb, _const(16)))])
-                        t = zero  # sum_i (low_i + high_i) cs_i, the smallest piece first
-                        for i in reversed(range(PIECES)):
-                            unit = builder.load(at(ct, ca, builder.add(co_, builder.add(
-                                builder.mul(s, _const(PIECES)), _const(i)))))
-                            t = _fma(builder, builder.sitofp(builder.add(low[i], high[i]), _VF),
-                                     _splat(builder, unit), t)
+                        s0, s1, s2 = (builder.add(a, b) for a, b in zip(low, high))
+                        top = builder.sitofp(builder.add(builder.shl(s0, ir.Constant(_V32, [8] * LANES)), s1), _VF)
+                        t = _fma(builder, top, ir.Constant(_VF, [256.0] * LANES), builder.sitofp(s2, _VF))
+                        t = builder.fmul(t, _splat(builder, builder.load(at(ct, ca, builder.add(co_, s)))))
                         _add_sub_block(context, builder, kind, t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
                                        so_, total, offsets)
 
@@ -321,15 +323,15 @@ if numba:
 
     @njit(cache=True, nogil=True)
     def pieces_x(x, n_sub):
-        """x [m, n_sub 32] -> ((xp int8 [m, n_sub PIECES 32], cs float32 [m, n_sub PIECES]), xs
-        [m, n_sub]): per sub-block, x_j = sum_i xp_i,j cs_i + a remainder below cs_last / 2, cs_0
-        the power of 2 that puts the sub-block's largest |x| within 127 cs_0, cs_i = cs_0 2^-7i;
-        xs as sums gives it. A sub-block with a non-finite x gets units nan (its outputs nan)."""
+        """x [m, n_sub 32] -> ((xp int8 [m, n_sub PIECES 32], cs float32 [m, n_sub]), xs [m, n_sub]):
+        per sub-block, x_j = (65536 xp_0,j + 256 xp_1,j + xp_2,j) cs + a remainder within cs / 2,
+        the pieces in [-128, 127], cs the power of 2 that puts the sub-block's largest |x| within
+        TOP cs (module docstring); xs as sums gives it. A sub-block with a non-finite x gets unit
+        nan (its outputs nan), one of zeros pieces 0."""
         m = x.shape[0]
         xp = np.empty((m, n_sub * PIECES * 32), np.int8)
-        cs = np.empty((m, n_sub * PIECES), np.float32)
-        units, per, bits = np.empty(PIECES), np.empty(PIECES), np.empty(1)
-        magic = 1.5 * 2.0 ** 52  # (t + magic) - magic: t rounded to the nearest integer, ties to even
+        cs = np.empty((m, n_sub), np.float32)
+        bits = np.empty(1)
         exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
         for i in range(m):
             for s in range(n_sub):
@@ -338,22 +340,23 @@ if numba:
                     a = abs(np.float64(x[i, s * 32 + j]))
                     top, check = max(top, a), check + a * 0.0  # (check: nan where an x is inf or nan)
                 finite = check == 0.0
-                bits[0] = top / 127.0
-                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top <= 127 2^e
-                for p in range(PIECES):
-                    exponent[0] = (e - 7 * p + 1023) << 52
-                    units[p] = bits[0]
-                    exponent[0] = (7 * p - e + 1023) << 52
-                    per[p] = bits[0]
-                    cs[i, s * PIECES + p] = units[p] if finite else np.nan
-                at = s * PIECES * 32
-                for j in range(32):  # (float64: each step exact; |piece| <= 127, then <= 64)
-                    r = np.float64(x[i, s * 32 + j]) if finite else 0.0
-                    for p in range(PIECES):
-                        k = (r * per[p] + magic) - magic
-                        xp[i, at + p * 32 + j] = np.int8(k)
-                        r -= k * units[p]
+                bits[0] = top / TOP
+                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top < TOP 2^e
+                exponent[0] = (max(e, -149) + 1023) << 52  # (2^-149: float32's least, x's own unit)
+                cs[i, s] = bits[0] if finite else np.nan
+                _digits(x[i, s * 32:s * 32 + 32], bits[0], finite, xp[i, s * PIECES * 32:])
         return (xp, cs), sums(x, n_sub, 32)
+
+    @njit(cache=True, nogil=True)
+    def _digits(x, u, finite, xp):
+        """xp[32 i + j] = digit i of N_j = round(x_j / u) (u a power of 2: exact) in balanced base
+        256: N_j = 65536 d_0 + 256 d_1 + d_2, each in [-128, 127]; every N_j 0 where not `finite`."""
+        for j in range(32):
+            n = np.int64(np.rint(np.float64(x[j]) / u)) if finite else 0
+            for i in range(PIECES - 1, -1, -1):
+                d = ((n + 128) & 255) - 128
+                xp[32 * i + j] = np.int8(d)
+                n = (n - d) >> 8
 
     @njit(cache=True, nogil=True)
     def nibble_x(x, n_sub):
@@ -414,7 +417,7 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
         xp, cs = x
         for i in range(xs.shape[0]):
             _VNIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
-                  cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+                  cs, i * n_sub, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
     @njit(cache=True, nogil=True)
     def _g_nib8(q, scale, offset, x, xs, y, g):
@@ -422,7 +425,7 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
         xp, cs = x
         for i in range(xs.shape[0]):
             _VNIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
-                   cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+                   cs, i * n_sub, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
     _nib_x = pieces_x
 
