@@ -48,6 +48,7 @@ try:
     from numba.extending import intrinsic
 
     from attnviz.engine.computing import kernel_cache
+    from attnviz.engine.computing.qx import PIECES, TOP, pieces_x, sums  # noqa: F401 (x as the kernels take it)
 except ImportError:  # qmatvec then has no kernels
     numba = None
 else:
@@ -55,8 +56,6 @@ else:
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
-PIECES = 3  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
-TOP = 127 * 65793  # the largest integer of PIECES balanced base-256 digits (module docstring)
 
 
 def _numba_features() -> set:
@@ -322,43 +321,6 @@ if numba:
         ROWS.update({f"vnni_{kind}": _vnni_rows_intrinsic(kind) for kind in ("nib", "nib8")})
 
     @njit(cache=True, nogil=True)
-    def pieces_x(x, n_sub):
-        """x [m, n_sub 32] -> ((xp int8 [m, n_sub PIECES 32], cs float32 [m, n_sub]), xs [m, n_sub]):
-        per sub-block, x_j = (65536 xp_0,j + 256 xp_1,j + xp_2,j) cs + a remainder within cs / 2,
-        the pieces in [-128, 127], cs the power of 2 that puts the sub-block's largest |x| within
-        TOP cs (module docstring); xs as sums gives it. A sub-block with a non-finite x gets unit
-        nan (its outputs nan), one of zeros pieces 0."""
-        m = x.shape[0]
-        xp = np.empty((m, n_sub * PIECES * 32), np.int8)
-        cs = np.empty((m, n_sub), np.float32)
-        bits = np.empty(1)
-        exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
-        for i in range(m):
-            for s in range(n_sub):
-                top, check = 0.0, 0.0
-                for j in range(32):
-                    a = abs(np.float64(x[i, s * 32 + j]))
-                    top, check = max(top, a), check + a * 0.0  # (check: nan where an x is inf or nan)
-                finite = check == 0.0
-                bits[0] = top / TOP
-                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top < TOP 2^e
-                exponent[0] = (max(e, -149) + 1023) << 52  # (2^-149: float32's least, x's own unit)
-                cs[i, s] = bits[0] if finite else np.nan
-                _digits(x[i, s * 32:s * 32 + 32], bits[0], finite, xp[i, s * PIECES * 32:])
-        return (xp, cs), sums(x, n_sub, 32)
-
-    @njit(cache=True, nogil=True)
-    def _digits(x, u, finite, xp):
-        """xp[32 i + j] = digit i of N_j = round(x_j / u) (u a power of 2: exact) in balanced base
-        256: N_j = 65536 d_0 + 256 d_1 + d_2, each in [-128, 127]; every N_j 0 where not `finite`."""
-        for j in range(32):
-            n = np.int64(np.rint(np.float64(x[j]) / u)) if finite else 0
-            for i in range(PIECES - 1, -1, -1):
-                d = ((n + 128) & 255) - 128
-                xp[32 * i + j] = np.int8(d)
-                n = (n - d) >> 8
-
-    @njit(cache=True, nogil=True)
     def nibble_x(x, n_sub):
         """x [m, n_sub 32] -> (x' [m, n_sub 32], xs [m, n_sub]): per sub-block, x'_j = x_j -
         x_{j+16} / 16 and x'_{j+16} = x_{j+16} / 16 for j < 16 (the nibble kernels' x: module
@@ -372,15 +334,6 @@ if numba:
                     xt[i, s * 32 + j + 16] = h
                     xt[i, s * 32 + j] = x[i, s * 32 + j] - h
         return xt, sums(x, n_sub, 32)
-
-    @njit(cache=True, nogil=True)
-    def sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
-        xs = np.zeros((x.shape[0], n_sub), np.float32)
-        for i in range(x.shape[0]):
-            for j in range(S):  # (j outer: the sub-blocks' sums are independent chains, each in order j)
-                for s in range(n_sub):
-                    xs[i, s] += x[i, s * S + j]
-        return xs
 
 
 # Each kernel (qmatvec.py's): x rewritten for its kind (nibble_x, or the sub-block sums alone), then every
