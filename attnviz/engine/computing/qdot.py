@@ -27,7 +27,7 @@ round(x_j / u): x_j = (65536 p_0j + 256 p_1j + p_2j) u + e_j, u the power of 2 t
 about 2^-23 max |x_s| (a power of 2: an x that is a small multiple of u, a one-hot 1, exact).
 Then t_s = u (256 (256 S_0 + S_1) + S_2), S_i = sum_j q_j p_ij exact in int32
 (vpermb first brings each row's four bytes of a 64-byte run into its lane); |S_i| <= 32 15 128,
-so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes two roundings. Its error beside
+so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes one rounding (u: a power of 2). Its error beside
 float32's rounding is sum_j q_j e_j (7-bit pieces, a power-of-2 unit, 3 of them: 2^-21 of
 max |x_s|, moved a tiny model's attention by up to 1.4e-5 against its float32 run:
 tests/engine/test_qkernels_path.py). The dot products, about one a cycle, bound the loop.
