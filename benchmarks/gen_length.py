@@ -2,7 +2,7 @@
 forced off, as whole processes (interpreter up to exit): where the kernels' faster steps repay
 importing numba and reading its LLVM library (commands/checks.py KERNELS_STEPS).
 
-    python -m benchmarks.gen_length [--lengths 8,16,32,64,128] [--runs 3] [--cold]
+    python -m benchmarks.gen_length [--lengths 8,16,24,32,48,64] [--runs 4] [--cold]
 
 One untimed run of each path first (the page cache and numba's kernel cache warm), then --runs
 rounds, each a run of every path at every N: the lengths' order turned each round, the paths' order
@@ -270,8 +270,10 @@ def figures_of(times: dict, lengths: list[int], cache: str) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", default="8,16,32,64,128", help="the --max-new values, comma-separated")
-    ap.add_argument("--runs", type=int, default=3, help="timed runs of each path for each length")
+    ap.add_argument("--lengths", default="8,16,24,32,48,64",
+                    help="the --max-new values, comma-separated (around the crossover: the band is "
+                         "narrowest near their mean)")
+    ap.add_argument("--runs", type=int, default=4, help="timed runs of each path for each length")
     ap.add_argument("--cold", action="store_true", help="also with the page cache dropped before each run")
     args = ap.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
