@@ -79,4 +79,4 @@ def test_kv_positions_counts_room_and_a_copys_old_arrays():
     assert G.kv_positions(7, 7) == (7, 7)  # the prompt's arrays: its positions
     assert G.kv_positions(7, 8) == (8 + KV_ROOM, 7 + 8 + KV_ROOM)  # the first step's copy beside them
     held, peak = G.kv_positions(7, 1000)
-    assert held == 1000 + 250 and peak == 999 + 1250  # about 2.25 x the tokens' at a copy
+    assert held == 1000 + 250 and peak == 999 + 249 + 1250  # about 2.5 x the tokens' at a copy

@@ -257,13 +257,14 @@ def allocated_bytes(arrays) -> int:
 def kv_positions(T0: int, T: int) -> tuple[int, int]:
     """(positions a generation's K and V arrays keep at most once it reads T tokens after a prompt
     of T0, the most they keep at once on the way there). The prompt's are its T0 positions; a step
-    that finds no room (the first one, then one whose room is used up) copies them into arrays
-    with room for kv_room more (trace.append_positions, onerow_stack's one buffer of every
-    layer), and until the copy is done the old arrays, full, lie beside the new ones."""
+    that finds no room copies them into arrays with room for kv_room more (trace.append_positions,
+    or onerow_stack's one buffer of every layer, which a step may move them to with room still
+    left), and until the copy is done the old arrays lie beside the new ones."""
     if T <= T0:
         return T0, T0
     held = T + kv_room(T)  # (a copy made at t <= T has room up to t + kv_room(t))
-    return held, T - 1 + held
+    before = T0 if T == T0 + 1 else T - 1 + kv_room(T - 1)  # the arrays a copy at T leaves
+    return held, before + held
 
 
 def kv_bytes_per_position(cfg) -> int:
