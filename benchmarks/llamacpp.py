@@ -30,7 +30,8 @@ worktree). Where none does, the llama.cpp figures are recorded as not measured, 
     python -m benchmarks.llamacpp [--llama-python PATH] [--threads 1] [--rounds 8] [--steps 10]
 
 Writes benchmarks/results/llamacpp.json (benchmarks/record.py); each figure's note has the
-machine's load average, and llama.cpp's own build (llama_print_system_info: AVX-512, VNNI...).
+machine's load average, llama.cpp's step's note its version and build (llama_print_system_info:
+AVX-512, VNNI...), also in the file's details (or why llama.cpp was not available).
 """
 
 from __future__ import annotations
@@ -356,7 +357,8 @@ def main() -> None:
     finally:
         if llama is not None:
             llama.close()
-    print(f"wrote {write('llamacpp', figs)}")
+    found = llama.info if llama is not None else {"not available": why}
+    print(f"wrote {write('llamacpp', figs, details={'llama.cpp': found})}")
 
 
 if __name__ == "__main__":
