@@ -29,7 +29,8 @@ import numpy as np
 from numba import njit, types
 
 from attnviz.engine.computing import kernel_cache
-from attnviz.engine.computing.qdot import s_b16, s_b32, s_nib, s_nib8
+from attnviz.engine.computing.qbytes import s_b16, s_b32
+from attnviz.engine.computing.qdot import s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
     F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_ahead_of,
     silu_of, softmax_of, weighted_of, whole)

@@ -45,9 +45,9 @@ log = logging.getLogger(__name__)
 try:
     import numba
 
-    from attnviz.engine.computing.qdot import SERIAL
-    from attnviz.engine.computing.qdot import k_b16 as _k_b16
-    from attnviz.engine.computing.qdot import k_b32 as _k_b32
+    from attnviz.engine.computing.qbytes import SERIAL
+    from attnviz.engine.computing.qbytes import k_b16 as _k_b16
+    from attnviz.engine.computing.qbytes import k_b32 as _k_b32
     from attnviz.engine.computing.qdot import k_nib as _k_nib
     from attnviz.engine.computing.qdot import k_nib8 as _k_nib8
 except ImportError:  # the float32 path is always there; has_kernel() then says no
