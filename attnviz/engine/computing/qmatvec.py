@@ -11,8 +11,8 @@ The inner sum is float32 fused multiply-adds over 16 rows at once, written as LL
 (engine/computing/qdot.py, the kernels themselves too: 16-lane loads of the integers, decoded,
 multiplied by one broadcast x, every sub-block of a group summed in registers), so the compiler cannot pick a worse
 vectorisation (left to itself, LLVM vectorised the loop over inputs and summed lanes across);
-where the CPU has AVX512-VNNI, the nibble types' inner sums are integer dot products of the
-weights with x split into int8 pieces, within the same tolerance (qdot.py's docstring);
+where the CPU has AVX512-VNNI, the inner sums are integer dot products of the weights with x
+split into int8 pieces, within the same tolerance (qdot.py's docstring; the byte types': qbytes.py);
 the groups of rows are split over parallel.kernel_threads() (numba's prange: every core; in the
 window one as BLAS, and every core but one for a large matrix). Each group is summed by one
 thread, so y is the same bits on any number of threads, and equals dequantise-then-float32-matmul
