@@ -36,12 +36,12 @@ def _tensor() -> np.ndarray:
 
 def one_hot_outputs() -> tuple[np.ndarray, bool]:
     """(y [64 inputs, 16 rows], whether the conversion is the CPU's): the serial Q8_0 kernel on
-    each one-hot x."""
-    from attnviz.engine.computing import qdot
+    each one-hot x (qbytes': the integer one where the CPU has VNNI)."""
+    from attnviz.engine.computing import qbytes, qdot
     from attnviz.engine.reading.qpack import pack
 
     args = pack(_tensor(), Q.Q8_0).args
-    kernel = qdot.SERIAL[qdot.k_b32]
+    kernel = qbytes.SERIAL[qbytes.k_b32]
     ys = np.empty((64, 16), np.float32)
     for j in range(64):
         x = np.zeros((1, 64), np.float32)
