@@ -123,42 +123,6 @@ def dot_lanes(typingctx, a, ao, b, bo, n16):
     return types.float32(a, ao, b, bo, n16), _lanes_codegen(products=True)
 
 
-def _pairs_added(builder, x, y, w):
-    """x, y <16 x float>, each holding 16 / 2w sums of 2w lanes -> one vector of 2 * 16 / 2w sums
-    of w lanes, x's first: each sum's lane i (i < w) its lane i plus its lane i + w, the additions
-    _lanes_total makes at width w."""
-    i32 = ir.IntType(32)
-    lo = [b + j + k for b in (0, 16) for k in range(0, 16, 2 * w) for j in range(w)]
-    mask = [ir.Constant(ir.VectorType(i32, 16), [at + off for at in lo]) for off in (0, w)]
-    return builder.fadd(builder.shuffle_vector(x, y, mask[0]), builder.shuffle_vector(x, y, mask[1]))
-
-
-def _dots16_codegen(context, builder, signature, args):
-    tys = signature.args
-    ao, bo, bs, n, oo = (context.cast(builder, args[i], tys[i], types.intp) for i in (1, 3, 4, 5, 7))
-    accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(16)]
-    with cgutils.for_range(builder, n) as loop:
-        at = builder.mul(loop.index, ir.Constant(ir.IntType(64), 16))
-        va = builder.load(_vectors_at(context, builder, tys[0], args[0], builder.add(ao, at)), align=4)
-        for r, acc in enumerate(accs):
-            row = builder.add(bo, builder.add(builder.mul(bs, ir.Constant(ir.IntType(64), r)), at))
-            vb = builder.load(_vectors_at(context, builder, tys[2], args[2], row), align=4)
-            builder.store(builder.fadd(builder.load(acc), builder.fmul(va, vb)), acc)
-    sums = [builder.load(acc) for acc in accs]
-    for w in (8, 4, 2, 1):  # (the rows' sums stay in order: pairs of neighbours, x first)
-        sums = [_pairs_added(builder, sums[j], sums[j + 1], w) for j in range(0, len(sums), 2)]
-    builder.store(sums[0], _vectors_at(context, builder, tys[6], args[6], oo), align=4)
-    return context.get_dummy_value()
-
-
-@intrinsic
-def dots16_lanes(typingctx, a, ao, b, bo, bs, n16, out, oo):
-    """out[oo + r] = dot_lanes(a, ao, b, bo + r bs, n16) for the 16 rows r < 16 of b (bs elements
-    apart; flat element offsets): each row's lanes summed by the same additions as dot_lanes', the
-    16 rows' tree of additions side by side in vectors (fewer shuffles than one row at a time)."""
-    return types.void(a, ao, b, bo, bs, n16, out, oo), _dots16_codegen
-
-
 @intrinsic
 def sum_lanes(typingctx, a, ao, n16):
     """sum over j < 16 n16 of a[ao + j] (as dot_lanes)."""
@@ -283,9 +247,6 @@ def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
     fetched into the cache as key t is read."""
     n_group, d = qs.shape
     n16 = d // 16
-    # (positions in whole runs of 16 scored 16 at a time: dots16_lanes, where out's rows are read
-    # with unit steps)
-    by16 = 16 * (T // 16) if out.strides[2] == 4 and out.strides[0] % 4 == 0 else 0
     for t in range(T):
         at = (g * kc.shape[1] + t) * d
         if t + ahead < T:
@@ -294,13 +255,8 @@ def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
         at_v = (g * v.strides[0] + t * v.strides[1]) // 4
         for j in range(0, d, 16):
             prefetch_at(v, at_v + j)
-        if t >= by16:
-            for i in range(n_group):
-                out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
-        elif t % 16 == 15:  # (the 16 keys up to t fetched: their scores)
-            for i in range(n_group):
-                dots16_lanes(qs, i * d, kc, at - 15 * d, d, n16, out,
-                             (h0 + i) * (out.strides[0] // 4) + (t - 15))
+        for i in range(n_group):
+            out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
 
 
 @njit(**JIT)
