@@ -104,8 +104,9 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 # SmolLM2's 94 MiB file below; predict, whose lens takes a row a layer, keeps the float32 path)
 KERNELS_FROM = 192 * 2**20
 # --max-new from which a GGUF file of any size takes the kernels: each step on them is faster than
-# on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length)
-KERNELS_STEPS = 16
+# on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length: where
+# the two paths' whole processes cross on SmolLM2)
+KERNELS_STEPS = 28
 
 
 def wants_kernels(where: Path, max_new: int = 0) -> bool:

@@ -83,34 +83,37 @@ def test_both_ways_of_decoding_low_nibbles_give_the_same_bits(qtype, monkeypatch
         np.testing.assert_array_equal(ways[False], y)
 
 
-def test_pieces_of_x_add_up_to_x_within_half_the_last_unit():
-    """pieces_x: per sub-block, int8 pieces within +-127 whose units are powers of 2, 2^-7 apart,
-    adding up to each x within half the last unit, and that unit below 2^-7(PIECES - 1) 2 / 127
-    of the sub-block's largest |x| (a sub-block of an outlier 1000 times the rest included); a
-    sub-block of zeros is all zero pieces, one with an inf or a nan gets units nan."""
+def test_pieces_of_x_add_up_to_x_within_half_the_unit():
+    """pieces_x: per sub-block, PIECES int8 pieces, the balanced base-256 digits of an integer N_j
+    with (65536 p_0 + 256 p_1 + p_2) u within u / 2 of each x, the unit u the power of 2 that puts
+    the sub-block's largest |x| within TOP u (a sub-block of an outlier 1000 times the rest, and
+    of 1e-30 and 1e30, included); a sub-block of zeros is all zero pieces, one with an inf or a
+    nan gets unit nan."""
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 128)).astype(np.float32)
+    x = rng.standard_normal((2, 192)).astype(np.float32)
     x[0, 40] = 1000.0
+    x[0, 128:160] *= np.float32(1e-30)
+    x[0, 160:192] *= np.float32(1e30)
     x[1, 64:96] = 0.0
     x[1, 100] = np.inf
     x[0, 127] = np.nan
-    (xp, cs), xs = qdot.pieces_x(x, 4)
-    P = qdot.PIECES
-    xp, cs = xp.reshape(2, 4, P, 32).astype(np.float64), cs.reshape(2, 4, P).astype(np.float64)
-    assert np.all(np.abs(xp) <= 127)
-    finite = np.isfinite(cs[..., 0])
-    assert finite.tolist() == [[True, True, True, False]] * 2
-    units = cs[finite]
-    assert np.all(np.frexp(units)[0] == 0.5)
-    np.testing.assert_array_equal(units[:, 1:], units[:, :-1] / 128)
-    back = (xp * cs[..., None]).sum(2)[finite]
-    xb = x.reshape(2, 4, 32).astype(np.float64)[finite]
+    (xp, cs), xs = qdot.pieces_x(x, 6)
+    assert qdot.PIECES == 3
+    xp, u = xp.reshape(2, 6, 3, 32).astype(np.float64), cs.astype(np.float64)
+    assert np.all((xp >= -128) & (xp <= 127))
+    finite = np.isfinite(u)
+    assert finite.tolist() == [[True, True, True, False, True, True], [True, True, True, False, True, True]]
+    n = (xp * np.array([65536.0, 256.0, 1.0])[:, None]).sum(2)[finite]  # N_j, exact in float64
+    xb = x.reshape(2, 6, 32).astype(np.float64)[finite]
+    unit = u[finite][:, None]
+    assert np.all(np.abs(n * unit - xb) <= unit / 2)
     top = np.abs(xb).max(-1)
-    assert np.all(np.abs(back - xb) <= cs[finite][:, -1:] / 2)
     some = top > 0
-    assert np.all(cs[finite][some, -1] < top[some] * 2 / 127 * 2.0 ** (-7 * (P - 1)))
+    assert np.all(np.frexp(u[finite])[0] == 0.5)
+    assert np.all(u[finite][some] * qdot.TOP >= top[some])
+    assert np.all(u[finite][some] * qdot.TOP <= top[some] * 2)
     assert np.all(xp[1, 2] == 0)
-    np.testing.assert_allclose(xs, x.reshape(2, 4, 32).sum(-1), rtol=1e-6)
+    np.testing.assert_allclose(xs, x.reshape(2, 6, 32).sum(-1), rtol=1e-6)
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)

@@ -21,13 +21,16 @@ Bytes (Q8_0, Q5_x, Q5_K, Q6_K): int8 weights widened and converted, S inputs a s
 
 Nibbles where the CPU has AVX512-VNNI and VBMI (VNNI): float32 FMAs, one a weight, bound the loop
 above; there t_s is summed in integers, 64 products an instruction (vpdpbusd). x is split per
-sub-block into PIECES int8 pieces (pieces_x): x_j = sum_i p_ij u_i + e_j with u_0 the power of 2
-that puts max |x_s| within 127 u_0, u_i = u_0 2^-7i, |p_ij| <= 127 and |e_j| <= u_last / 2 <
-2^-7(PIECES - 1) max |x_s| / 127. Then t_s = sum_i u_i (sum_j q_j p_ij), the inner sums exact in
-int32 (vpermb first brings each row's four bytes of a 64-byte run into its lane), converted
-exactly and combined in float32. Its error beside float32's rounding is sum_j q_j e_j, within
-2^-28 of max |x_s| sum_j q_j with 4 pieces (3 pieces, 2^-21, moved a tiny model's attention
-probabilities by up to 1.4e-5 against its float32 run: tests/engine/test_qkernels_path.py).
+sub-block into PIECES = 3 int8 pieces (pieces_x), the balanced base-256 digits of N_j =
+round(x_j / u): x_j = (65536 p_0j + 256 p_1j + p_2j) u + e_j, u the power of 2 that puts max
+|x_s| within TOP u (so |N_j| <= TOP: digits in [-128, 127]), |e_j| <= u / 2 < max |x_s| / TOP,
+about 2^-23 max |x_s| (a power of 2: an x that is a small multiple of u, a one-hot 1, exact).
+Then t_s = u (256 (256 S_0 + S_1) + S_2), S_i = sum_j q_j p_ij exact in int32
+(vpermb first brings each row's four bytes of a 64-byte run into its lane); |S_i| <= 32 15 128,
+so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes one rounding (u: a power of 2). Its error beside
+float32's rounding is sum_j q_j e_j (7-bit pieces, a power-of-2 unit, 3 of them: 2^-21 of
+max |x_s|, moved a tiny model's attention by up to 1.4e-5 against its float32 run:
+tests/engine/test_qkernels_path.py). The dot products, about one a cycle, bound the loop.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ try:
     from numba.extending import intrinsic
 
     from attnviz.engine.computing import kernel_cache
+    from attnviz.engine.computing.qx import PIECES, TOP, pieces_x, sums  # noqa: F401 (x as the kernels take it)
 except ImportError:  # qmatvec then has no kernels
     numba = None
 else:
@@ -52,7 +56,8 @@ else:
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
-PIECES = 4  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (module docstring)
+# the VNNI loop, faster, outruns one hint: q asked for into L2 FAR bytes ahead, then into L1 NEAR
+NEAR, FAR = 3072, 12288
 
 
 def _numba_features() -> set:
@@ -124,10 +129,11 @@ if numba:
     def _const(k):
         return ir.Constant(_I64, k)
 
-    def _prefetch(builder, pointer):  # a read hint, kept in every cache level
+    def _prefetch(builder, pointer, level=3):  # a read hint (level 3: kept in every cache level, 2:
+        # in L2 and beyond)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
-        builder.call(fn, [builder.bitcast(pointer, _I8P), ir.Constant(_I32, 0), ir.Constant(_I32, 3),
+        builder.call(fn, [builder.bitcast(pointer, _I8P), ir.Constant(_I32, 0), ir.Constant(_I32, level),
                           ir.Constant(_I32, 1)])
 
     def _low_nibbles(builder, v):  # <16 x i32> bytes -> <16 x float> of their low nibbles
@@ -258,7 +264,7 @@ if numba:
     def _vnni_rows_intrinsic(kind: str):
         """The intrinsic rows(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo) of
         the nibble kinds where the CPU has VNNI: as _rows_intrinsic's, with x as pieces_x splits it
-        (its int8 pieces at xp[xpo + s PIECES 32:], their units at cs[cso + s PIECES:])."""
+        (its int8 pieces at xp[xpo + s PIECES 32:], the sub-block's unit at cs[cso + s])."""
         @intrinsic
         def rows(typingctx, q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo):
             sig = types.void(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo)
@@ -290,8 +296,9 @@ if numba:
                         s = loop.index
                         qb = builder.add(qo_, builder.mul(s, _const(16 * LANES)))
                         pb = builder.add(po_, builder.mul(s, _const(PIECES * 32)))
-                        for line in range(0, 16 * LANES, 64):
-                            _prefetch(builder, at(qt, qa, builder.add(qb, _const(AHEAD + line))))
+                        for ahead, level in ((NEAR, 3), (FAR, 2)):
+                            for line in range(0, 16 * LANES, 64):
+                                _prefetch(builder, at(qt, qa, builder.add(qb, _const(ahead + line))), level)
                         low, high = [izero] * PIECES, [izero] * PIECES  # int32 sums, exact
                         for k in range(4):
                             v = builder.load(at(qt, qa, builder.add(qb, _const(64 * k)), v64), align=1)
@@ -302,12 +309,10 @@ if numba:
                                 xb = builder.add(pb, _const(32 * i + 4 * k))
                                 low[i] = builder.call(dot, [low[i], lo, four(xb)])
                                 high[i] = builder.call(dot, [high[i], hi, four(builder.add(xb, _const(16)))])
-                        t = zero  # sum_i (low_i + high_i) cs_i, the smallest piece first
-                        for i in reversed(range(PIECES)):
-                            unit = builder.load(at(ct, ca, builder.add(co_, builder.add(
-                                builder.mul(s, _const(PIECES)), _const(i)))))
-                            t = _fma(builder, builder.sitofp(builder.add(low[i], high[i]), _VF),
-                                     _splat(builder, unit), t)
+                        s0, s1, s2 = (builder.add(a, b) for a, b in zip(low, high))
+                        top = builder.sitofp(builder.add(builder.shl(s0, ir.Constant(_V32, [8] * LANES)), s1), _VF)
+                        t = _fma(builder, top, ir.Constant(_VF, [256.0] * LANES), builder.sitofp(s2, _VF))
+                        t = builder.fmul(t, _splat(builder, builder.load(at(ct, ca, builder.add(co_, s)))))
                         _add_sub_block(context, builder, kind, t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
                                        so_, total, offsets)
 
@@ -318,42 +323,6 @@ if numba:
 
     if VNNI:
         ROWS.update({f"vnni_{kind}": _vnni_rows_intrinsic(kind) for kind in ("nib", "nib8")})
-
-    @njit(cache=True, nogil=True)
-    def pieces_x(x, n_sub):
-        """x [m, n_sub 32] -> ((xp int8 [m, n_sub PIECES 32], cs float32 [m, n_sub PIECES]), xs
-        [m, n_sub]): per sub-block, x_j = sum_i xp_i,j cs_i + a remainder below cs_last / 2, cs_0
-        the power of 2 that puts the sub-block's largest |x| within 127 cs_0, cs_i = cs_0 2^-7i;
-        xs as sums gives it. A sub-block with a non-finite x gets units nan (its outputs nan)."""
-        m = x.shape[0]
-        xp = np.empty((m, n_sub * PIECES * 32), np.int8)
-        cs = np.empty((m, n_sub * PIECES), np.float32)
-        units, per, bits = np.empty(PIECES), np.empty(PIECES), np.empty(1)
-        magic = 1.5 * 2.0 ** 52  # (t + magic) - magic: t rounded to the nearest integer, ties to even
-        exponent = bits.view(np.int64)  # (float64 bits: frexp and ldexp are calls to libm)
-        for i in range(m):
-            for s in range(n_sub):
-                top, check = 0.0, 0.0
-                for j in range(32):
-                    a = abs(np.float64(x[i, s * 32 + j]))
-                    top, check = max(top, a), check + a * 0.0  # (check: nan where an x is inf or nan)
-                finite = check == 0.0
-                bits[0] = top / 127.0
-                e = (exponent[0] >> 52) - 1022 if finite and top > 0 else 0  # top <= 127 2^e
-                for p in range(PIECES):
-                    exponent[0] = (e - 7 * p + 1023) << 52
-                    units[p] = bits[0]
-                    exponent[0] = (7 * p - e + 1023) << 52
-                    per[p] = bits[0]
-                    cs[i, s * PIECES + p] = units[p] if finite else np.nan
-                at = s * PIECES * 32
-                for j in range(32):  # (float64: each step exact; |piece| <= 127, then <= 64)
-                    r = np.float64(x[i, s * 32 + j]) if finite else 0.0
-                    for p in range(PIECES):
-                        k = (r * per[p] + magic) - magic
-                        xp[i, at + p * 32 + j] = np.int8(k)
-                        r -= k * units[p]
-        return (xp, cs), sums(x, n_sub, 32)
 
     @njit(cache=True, nogil=True)
     def nibble_x(x, n_sub):
@@ -369,15 +338,6 @@ if numba:
                     xt[i, s * 32 + j + 16] = h
                     xt[i, s * 32 + j] = x[i, s * 32 + j] - h
         return xt, sums(x, n_sub, 32)
-
-    @njit(cache=True, nogil=True)
-    def sums(x, n_sub, S):  # x [m, n_sub S] -> [m, n_sub]: each sub-block's sum, as the kernels take it
-        xs = np.zeros((x.shape[0], n_sub), np.float32)
-        for i in range(x.shape[0]):
-            for j in range(S):  # (j outer: the sub-blocks' sums are independent chains, each in order j)
-                for s in range(n_sub):
-                    xs[i, s] += x[i, s * S + j]
-        return xs
 
 
 # Each kernel (qmatvec.py's): x rewritten for its kind (nibble_x, or the sub-block sums alone), then every
@@ -414,7 +374,7 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
         xp, cs = x
         for i in range(xs.shape[0]):
             _VNIB(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
-                  cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+                  cs, i * n_sub, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
     @njit(cache=True, nogil=True)
     def _g_nib8(q, scale, offset, x, xs, y, g):
@@ -422,7 +382,7 @@ if numba and VNNI:  # the nibble kernels on VNNI: x as pieces_x splits it (x: (x
         xp, cs = x
         for i in range(xs.shape[0]):
             _VNIB8(q, g * n_sub * 16 * LANES, scale, offset, g * n_sub * LANES, xp, i * n_sub * PIECES * 32,
-                   cs, i * n_sub * PIECES, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
+                   cs, i * n_sub, xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
 
     _nib_x = pieces_x
 
