@@ -217,7 +217,7 @@ def compile_block(scale) -> None:
         _CALLS[scale] = Calls(*made)
 
 
-_PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
+_PLANS: dict = {}  # id(PackedLayer) -> (a weak reference to it, its plan or None), while it lives
 
 
 def _plan(layer):
@@ -228,7 +228,7 @@ def _plan(layer):
     and no norms but its two; else None. Kept per packed layer (its arrays never change)."""
     pl = layer.packed
     kept = _PLANS.get(id(pl))
-    if kept is not None and kept[0] is pl:
+    if kept is not None and kept[0]() is pl:
         return kept[1]
     plan = None
     mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
@@ -245,7 +245,10 @@ def _plan(layer):
                     mats[2].n_out, parts[0].args[1].dtype)
     if len(_PLANS) > 1024:
         _PLANS.clear()
-    _PLANS[id(pl)] = (pl, plan)
+    import weakref
+
+    _PLANS[id(pl)] = (weakref.ref(pl), plan)
+    weakref.finalize(pl, _PLANS.pop, id(pl), None)  # (a freed model's plan and arrays go with it)
     return plan
 
 
