@@ -222,10 +222,10 @@ _PLANS: dict = {}  # id(PackedLayer) -> (a weak reference to it, its plan or Non
 
 def _plan(layer):
     """(the four matrices' (kind, q, scale, offset), the largest's weights, w_in's outputs, their
-    scales' dtype) where
-    the layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
-    matrix is one part with no padded rows, all four with scales of one type, and it has no biases
-    and no norms but its two; else None. Kept per packed layer (its arrays never change)."""
+    scales' dtype) where the layer is a packed view (no float32 matrix: linear() multiplies on the
+    kernels) whose every matrix is one part with no padded rows, all four with scales of one type,
+    and it has no biases and no norms but its two; else None. Kept per packed layer (its arrays
+    never change)."""
     pl = layer.packed
     kept = _PLANS.get(id(pl))
     if kept is not None and kept[0]() is pl:
