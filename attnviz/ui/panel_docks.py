@@ -11,7 +11,6 @@ from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QDockWidget
 
 LATER_MS = 30  # after the first result's report: its heatmaps are painted first
-POLL_MS = 25  # how often the later builds ask whether What heads do's first analysis is done
 
 # each panel's docks (title, object name), in the order the tabs show them
 DOCKS = {
@@ -128,7 +127,8 @@ class PanelDocks(QObject):
         w = self.window
         predict = vars(w).get("predict_panel")
         if predict is not None and predict.shown and w.worker.running(ANALYSIS_KIND) is not None:
-            QTimer.singleShot(POLL_MS, self, self._next)  # its first prediction painted first
+            w.worker.when_none_running(  # its first prediction painted first
+                ANALYSIS_KIND, lambda: QTimer.singleShot(LATER_MS, self, self._next))
             return
         rest = [p for p in self.wanted if p not in self.built]
         if rest:

@@ -28,7 +28,7 @@ from attnviz.ui.panels.training_panel import TrainingPanel
 from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, OnDemand, PanelDocks
 
 log = logging.getLogger(__name__)
-FREEZE_POLL_MS = 25  # how often start-up asks whether the first analysis is done (_freeze_after_start_up)
+FREEZE_AFTER_MS = 25  # start-up's collection this long after the first analysis ends: its prediction painted first
 DOCK_NAMES = [name for docks in DOCKS.values() for _title, name in docks] + ["corpus_dock"]
 
 
@@ -152,10 +152,8 @@ class MainWindow(QMainWindow):
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
         from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
-        if self.worker.running(ANALYSIS_KIND) is not None:
-            QTimer.singleShot(FREEZE_POLL_MS, self, self._freeze_after_start_up)
-            return
-        QTimer.singleShot(FREEZE_POLL_MS, freeze_start_up_objects)  # (its prediction painted first)
+        self.worker.when_none_running(  # (its prediction painted first)
+            ANALYSIS_KIND, lambda: QTimer.singleShot(FREEZE_AFTER_MS, freeze_start_up_objects))
 
     def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""
