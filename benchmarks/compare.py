@@ -275,6 +275,12 @@ def main() -> None:
                runs=[(r["rss_after"] - r["rss_a"] - r["b_layers"]) / 2**20 for r in runs],
                note="the resident set once typing is done (B's KV cache, the residual stream A's runs "
                     "keep for the comparison, the comparison and its pictures), against the same sum; no goal"),
+        figure("RSS of A alone after typing, last run over the first",
+               (runs[-1]["rss_a"] - runs[0]["rss_a"]) / 2**20, "MiB", runs=[r["rss_a"] / 2**20 for r in runs],
+               note="each run a new window on A, the last one's models freed (checked) and malloc_trim "
+                    "called before the next: what the process keeps from run to run (runs: each run's "
+                    "RSS of A alone): the code the first run's Compare pass loaded (B's type's kernels), and "
+                    "the allocator's free memory that malloc_trim does not hand back; no goal"),
         figure("B's layers held packed (kernels on)", float(np.median([r["b_views"] for r in runs])) / 2**20,
                "MiB", runs=[r["b_views"] / 2**20 for r in runs],
                note="B's packed views once loaded (LayerStore.view_bytes: the type's blocks in the "

@@ -17,7 +17,9 @@ rows (--rows), as a keystroke's or a generation step's few new rows make them.
   bandwidth: it is no floor). For the K-quants' ffn_down matrices alone (about 15 MB) part of it
   may come from the CPU's caches.
 - first use: a fresh process compiling every kernel (numba's cache in an empty folder), then a
-  second process loading them from that cache.
+  second process loading them from that cache; and the same for one model's block type (Q4_1,
+  SmolLM2's), as a model's load warms them: its kernel, its serial twin and the one-row steps of
+  its scale type alone.
 
     python -m benchmarks.qmatvec [--repeat 5] [--rows 1 2 4 8] [--threads N] [--no-compile]
 
@@ -92,9 +94,9 @@ def _passes(fn, mats, repeat: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
-def _first_use(cache: str) -> float:
+def _first_use(cache: str, qtypes: str = "") -> float:  # qtypes: warm's argument (empty: every type)
     code = ("import time; t = time.perf_counter(); from attnviz.engine.computing import qmatvec; "
-            "qmatvec.warm(); print(time.perf_counter() - t)")
+            f"qmatvec.warm({qtypes}); print(time.perf_counter() - t)")
     env = {**os.environ, "NUMBA_CACHE_DIR": cache}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)
@@ -124,6 +126,16 @@ def main() -> None:
         figs.append(figure("first use, every kernel from numba's cache", warm, "s",
                            note=f"a start after the first; load average {load:.1f}"))
         print(f"first use: {cold:.1f} s compiling, {warm:.2f} s from the cache")
+        with tempfile.TemporaryDirectory() as cache:
+            q41 = "[qmatvec.Q.Q4_1]"
+            cold, warm = _first_use(cache, q41), _first_use(cache, q41)
+        load = os.getloadavg()[0]
+        figs.append(figure("first use, SmolLM2's Q4_1 kernels compiled", cold, "s",
+                           note=f"fresh numba cache; warm([Q4_1]) as SmolLM2's load asks: the "
+                                f"one-row steps of its scale type alone; load average {load:.1f}"))
+        figs.append(figure("first use, SmolLM2's Q4_1 kernels from numba's cache", warm, "s",
+                           note=f"a start after the first; load average {load:.1f}"))
+        print(f"first use, Q4_1 alone: {cold:.1f} s compiling, {warm:.2f} s from the cache")
     qm.warm()
     threads = args.threads or cores()
     threadpool_limits(threads, user_api="blas")

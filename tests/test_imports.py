@@ -195,3 +195,12 @@ def test_no_module_imports_another_modules_private_names():
                 found += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert found == []
+
+
+def test_every_test_file_has_its_own_name():
+    """pytest imports test files by their base name (tests/ has no packages): two files of one name
+    in different folders stop the whole run at collection."""
+    names: dict = {}
+    for path in sorted(Path(__file__).resolve().parent.rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}

@@ -57,11 +57,12 @@ def cmd_generate(args) -> int:
             "model": model.name, "prompt_ids": gen.prompt_ids, "new_ids": gen.new_ids,
             "new_tokens": [s.token for s in gen.steps], "text": text, "stopped": gen.stopped,
             "steps": [{"id": s.id, "token": s.token, "T": s.T, "kv_bytes": s.kv_bytes,
-                       "top": s.top_json()} for s in gen.steps],
+                       "kv_held_bytes": s.kv_held, "top": s.top_json()} for s in gen.steps],
         }, ensure_ascii=False, indent=1))
         return 0
     print(text)
     last = gen.steps[-1]
-    print(f"-- {len(gen.steps)} new tokens ({gen.stopped}); K and V held at the last step: "
-          f"{last.kv_bytes:,} bytes for {last.T} tokens")
+    print(f"-- {len(gen.steps)} new tokens ({gen.stopped}); K and V at the last step: "
+          f"{last.kv_bytes:,} bytes for {last.T} tokens; held with their arrays' room for the next "
+          f"positions: {last.kv_held:,} bytes")
     return 0

@@ -51,10 +51,26 @@ def test_kept_consts_equal_rebuilt_ones(T, p, masks):
     assert len(again) == len(fresh) == cfg.n_layer
     for a, b in zip(again, fresh):
         _same(a, b)
-    assert (first[0].bias is not None) == masks
+    assert (first[0].bias is not None) == (masks and T - p > 1)  # (a last row sees every key)
     assert not first[0].rope[0].flags.writeable  # shared: no run may write into them
-    if masks:
+    if first[0].bias is not None:
         assert not first[0].bias.flags.writeable
+
+
+def test_a_row_that_sees_every_key_has_no_mask_and_one_a_window_cuts_has_its_own():
+    """A one-row run's last row (a keystroke, a generation step) under the causal mask sees every
+    key: no mask (the one-row scores' path without one); a local layer's window that cuts it
+    off from the first keys masks them, and one that does not cut nothing."""
+    from attnviz.engine.reading.config import GLOBAL, LOCAL
+    cfg = config_from_dict(llama_config(n_layer=3))
+    assert [c.bias for c in layer_consts(cfg, 24, 23)] == [None] * 3
+    local = dataclasses.replace(cfg, layer_types=(GLOBAL, LOCAL, GLOBAL), sliding_window=8)
+    c = layer_consts(local, 24, 23)
+    assert c[0].bias is None and c[2].bias is None
+    np.testing.assert_array_equal(c[1].bias, np.where(np.arange(24) >= 16, 0.0, -np.inf)[None])
+    assert [c.bias for c in layer_consts(local, 8, 7)] == [None] * 3  # (8 keys: the window holds all)
+    two = layer_consts(cfg, 24, 22)[0].bias  # (two rows: the first does not see the last key)
+    np.testing.assert_array_equal(two, [[0.0] * 23 + [-np.inf], [0.0] * 24])
 
 
 def test_consts_are_kept_per_config_rows_and_workers():
@@ -164,7 +180,11 @@ def test_layers_alike_share_one_consts_and_each_has_its_own_layers_values(kind, 
     for i, c in enumerate(consts):
         assert c.window == cfg.window(i)
         assert c.scale == (base / (i + 1) if cfg.attn_scale_by_layer else base)
-        np.testing.assert_array_equal(c.bias, mask_bias(causal_mask(T, cfg.window(i), start=p)))
+        seen = causal_mask(T, cfg.window(i), start=p)
+        if seen.all():  # (a row that sees every key: no mask)
+            assert c.bias is None
+        else:
+            np.testing.assert_array_equal(c.bias, mask_bias(seen))
         for a, b in zip(c.rope, rope_tables(np.arange(p, T), cfg.d_head, cfg.rope_of(i)), strict=True):
             np.testing.assert_array_equal(a, b)
         for j, other in enumerate(consts):

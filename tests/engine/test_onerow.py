@@ -233,6 +233,30 @@ def test_a_run_that_finds_its_kernels_cold_waits_for_the_one_row_steps_too(monke
     assert qm._serial_ready == {qm._key(Q.Q8_0)} and qm.ONE_ROW is not None
 
 
+def test_warming_a_block_type_loads_the_one_row_block_of_its_scale_type_alone(monkeypatch):
+    """The one-row block and stack are compiled (or loaded) for the scale type of the block types
+    warmed (float16 bits: qpack.HALF; float32: the K types), once each, and the other type's only
+    when a model of it is warmed."""
+    from attnviz.engine.computing import onerow_block, onerow_stack
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    asked = []
+    for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
+            asked.append((name, np.dtype(scale).name)), real(scale))[1])
+    qm.warm([Q.Q8_0, Q.Q4_1])
+    assert asked == [("compile_block", "uint16"), ("compile_stack", "uint16")]
+    assert qm.warmed([Q.Q8_0, Q.Q4_1]) and not qm.warmed([Q.Q6_K])
+    qm.warm([Q.Q4_1])
+    assert len(asked) == 2  # (warm already)
+    qm.warm([Q.Q6_K])
+    assert asked[2:] == [("compile_block", "float32"), ("compile_stack", "float32")]
+    assert qm.warmed([Q.Q8_0, Q.Q6_K])
+
+
 def _ulps(a, b):  # float32 arrays -> distance in units in the last place, per element
     ia, ib = a.view(np.int32).astype(np.int64), b.view(np.int32).astype(np.int64)
     ia = np.where(ia < 0, -(ia & 0x7FFFFFFF), ia)

@@ -59,14 +59,18 @@ def way(monkeypatch):
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
     monkeypatch.setattr(onerow_stack, "ENABLED", False)  # (its layer by layer: test_onerow_stack.py)
     calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
-    real, step = onerow_block._attention_in, onerow_block._step_in
-    monkeypatch.setattr(onerow_block, "_attention_in", lambda *a: (calls.append(1), real(*a))[1])
+    real_calls = onerow_block._calls
 
-    def step_in(*a):
-        appended = step(*a)
-        calls.append(2 if appended else 3)
-        return appended
-    monkeypatch.setattr(onerow_block, "_step_in", step_in)
+    def counted(plan):  # the compiled calls of the plan's scale type, its first call counted
+        real = real_calls(plan)
+
+        def step_in(*a):
+            appended = real.step_in(*a)
+            calls.append(2 if appended else 3)
+            return appended
+        return real._replace(attention_in=lambda *a: (calls.append(1), real.attention_in(*a))[1],
+                             step_in=step_in)
+    monkeypatch.setattr(onerow_block, "_calls", counted)
     steps = qm.ONE_ROW
 
     def set_way(name):

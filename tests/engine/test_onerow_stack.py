@@ -97,6 +97,40 @@ def test_generation_steps_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_p
     _same_steps(runs[True], runs[False])
 
 
+def test_steps_without_a_mask_equal_those_given_the_all_zero_one_bit_for_bit(smollm2_packed, stacked,
+                                                                             monkeypatch):
+    """A step's row sees every key: its constants carry no mask and the one call is given none
+    (rowmath.NO_BIAS: the scores' path that fetches the values as it reads the keys); its steps,
+    in one call and layer by layer, equal those given the all-zero mask [1, T] instead."""
+    from dataclasses import replace
+
+    from attnviz.engine.computing import families
+    from attnviz.engine.computing.rowmath import NO_BIAS
+    ids = np.random.default_rng(7).integers(100, 40000, 30).tolist()
+    given, real = [], onerow_stack._layers
+
+    def layers(x, a, b, *rest):  # (the mask the call is given, among its arguments)
+        given.append(any(r is NO_BIAS for r in rest))
+        return real(x, a, b, *rest)
+    monkeypatch.setattr(onerow_stack, "_layers", layers)
+    real_consts = families.layer_consts
+
+    def zero_mask(cfg, T, p=0, *a, **k):  # the mask a last row was given before: all zeros
+        consts, zeros, made = real_consts(cfg, T, p, *a, **k), np.zeros((1, T), np.float32), {}
+        return [made.setdefault(id(c), replace(c, bias=zeros)) if c.bias is None else c for c in consts]
+    runs = {}
+    for on, zeros in ((True, False), (True, True), (False, False), (False, True)):
+        stacked(on)
+        if zeros:
+            monkeypatch.setattr(families, "layer_consts", zero_mask)
+        given.clear()
+        runs[on, zeros] = _steps(smollm2_packed, ids, 12, True)
+        monkeypatch.setattr(families, "layer_consts", real_consts)
+        assert given == ([not zeros] * 18 if on else [])
+    for way in runs:
+        _same_steps(runs[True, False], runs[way])
+
+
 def test_steps_from_a_cache_cut_back_equal_the_layer_loop(smollm2_packed, stacked, monkeypatch):
     """The cache cut back to its first T - 1 tokens before each step (fresh views of the buffer,
     as benchmarks/qsteps.py's back_to makes): each step writes its row in place at T - 1."""

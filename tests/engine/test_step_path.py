@@ -49,7 +49,8 @@ def test_each_layers_kind_is_the_configs_and_layers_alike_share_one_consts(name)
         assert len(consts) == cfg.n_layer
         for c, (window, rope, scale) in zip(consts, _per_layer(cfg)):
             assert c.window == window and c.scale == scale
-            np.testing.assert_array_equal(c.bias, mask_bias(causal_mask(T, window, start=p)))
+            seen = causal_mask(T, window, start=p)
+            assert c.bias is None if seen.all() else np.array_equal(c.bias, mask_bias(seen))
             want = rope_mod.rope_tables(np.arange(p, T), cfg.d_head, rope)
             for got, table in zip(c.rope, want):
                 np.testing.assert_array_equal(got, table)
@@ -70,12 +71,18 @@ def test_a_configs_kept_kinds_are_its_own():
 
 
 @pytest.mark.parametrize("T, window, p", [(1, None, 0), (7, None, 6), (7, None, 5), (7, 3, 6),
-                                          (7, 3, 0), (7, None, 0)])
+                                          (7, 3, 0), (7, None, 0), (7, 7, 6)])
 def test_the_last_rows_mask_equals_the_one_built_from_the_causal_mask(T, window, p):
+    """The rows' mask as the causal mask makes it, or none where every row sees every key (a last
+    row with no window cutting it off: the one-row scores then take their unmasked path)."""
     cfg = config_from_dict(llama_config(n_layer=1))
     if window is not None:
         cfg = dataclasses.replace(cfg, layer_types=(LOCAL,), sliding_window=window)
-    got, want = _layer_consts(cfg, T, p)[0].bias, mask_bias(causal_mask(T, window, start=p))
+    got, seen = _layer_consts(cfg, T, p)[0].bias, causal_mask(T, window, start=p)
+    assert (got is None) == (p == T - 1 and (window is None or T <= window)) == seen.all()
+    if got is None:
+        return
+    want = mask_bias(seen)
     assert got.dtype == want.dtype == np.float32 and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 

@@ -15,6 +15,7 @@ from PySide6.QtCore import QEvent, QPointF, Qt
 from PySide6.QtGui import QMouseEvent, QTextDocument
 from PySide6.QtWidgets import QApplication
 
+from attnviz.engine.computing.generate import kv_positions
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.trace import Trace
@@ -74,7 +75,11 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
 
     x, y = panel.curve.getData()
     np.testing.assert_array_equal(x, np.arange(1, n + 1))  # the axis counts steps as the label does
-    np.testing.assert_allclose(y, [(len(prompt) + s) * PER_TOKEN / 2 ** 20 for s in range(n)], rtol=1e-12)
+    # what the K and V arrays hold, room included: the tokens' bytes at least, kv_positions' at most
+    np.testing.assert_allclose(y, [s.kv_held / 2 ** 20 for s in gen.steps], rtol=1e-12)
+    for s, step in enumerate(gen.steps):
+        T = len(prompt) + s
+        assert T * PER_TOKEN == step.kv_bytes <= step.kv_held <= kv_positions(len(prompt), T)[0] * PER_TOKEN
 
     seq = prompt + answer
     for s in range(n):
@@ -83,8 +88,10 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
         label = token_text(smollm2, answer[s])
         assert panel.step_label.text() == f"Step {s + 1} of {n}: '{label}' (read {T} tokens)"
         kv = T * PER_TOKEN
-        assert panel.kv_label.text() == (f"KV held: {binary(kv)} ({kv:,} bytes) for {T} tokens; "
-                                         f"calculator: {binary(kv)} ({kv:,} bytes)")
+        held = gen.steps[s].kv_held
+        assert panel.kv_label.text() == (f"KV of {T} tokens: {binary(kv)} ({kv:,} bytes); "
+                                         f"calculator: {binary(kv)} ({kv:,} bytes); held with room "
+                                         f"for the next positions: {binary(held)} ({held:,} bytes)")
         assert panel.marker.value() == s + 1
         p, full = recompute(smollm2, seq[:T])
         top = np.argsort(-p, kind="stable")[:10]

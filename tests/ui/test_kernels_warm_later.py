@@ -45,9 +45,9 @@ def cold(monkeypatch):
     monkeypatch.setattr(qm, "ONE_ROW", None)
     one_row, real = [], qm._warm_one_row
 
-    def listed():
+    def listed(half):
         one_row.append(threading.current_thread().name)
-        real()
+        real(half)
     monkeypatch.setattr(qm, "_warm_one_row", listed)
     return qm, one_row
 

@@ -14,7 +14,7 @@ from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from attnviz.engine.calc.from_config import kv_cache_needed
-from attnviz.engine.computing.generate import generate
+from attnviz.engine.computing.generate import generate, kv_bytes_per_position, kv_positions
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.engine.computing.patterns import drop_first_key, value_weighted
 from attnviz.figures.overview import colour_index, tops
@@ -59,8 +59,13 @@ def test_generation_grows_the_text_and_the_slider_scrubs_its_steps(win, qtbot, s
     for layer in (0, 17):
         w.state.set_layer(layer)
         np.testing.assert_allclose(panel.rows_view.rows, full[layer, :, -1], atol=1e-5, rtol=0)
-    _, y = panel.curve.getData()
-    assert np.allclose(y, [s.kv_bytes / 2 ** 20 for s in gen.steps])
+    _, y = panel.curve.getData()  # what the arrays hold: the tokens' bytes and the room after them
+    assert np.allclose(y, [s.kv_held / 2 ** 20 for s in gen.steps])
+    assert all(s.kv_held >= s.kv_bytes for s in gen.steps) and gen.steps[1].kv_held > gen.steps[1].kv_bytes
+    per, T0 = kv_bytes_per_position(cfg), len(want.prompt_ids)  # within what the guard counts
+    for before, s in zip(gen.steps, gen.steps[1:]):
+        held, peak = kv_positions(T0, s.T)
+        assert s.kv_held <= held * per and (s.kv_held == before.kv_held or before.kv_held + s.kv_held <= peak * per)
     assert panel.marker.value() == 2  # the second step, counted from 1 as the label and the axis count
 
     w.state.set_model(None)  # another model: the steps were this one's, and go
@@ -279,12 +284,26 @@ def test_the_long_view_shows_hide_first_token_and_value_weighting(win, qtbot, sm
                     text.endswith(f"{float(want[head, 30, k]):.4g}")), text
 
 
-def test_a_generation_whose_rows_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
+def test_a_generation_whose_rows_and_kv_would_pass_the_limit_is_refused_before_it_runs(win, monkeypatch):
+    """The guard counts each step's rows and the K and V arrays as allocated: their room for the
+    next positions, and the old arrays beside a copy (here the rows alone would fit)."""
     import attnviz.ui.machinery.long_jobs as long_jobs
+    from attnviz.engine.computing.longdoc import size_text
+    from attnviz.engine.computing.trace import kv_room
 
     w, gen, panel = win, win.state.generation, win.generate_panel
-    monkeypatch.setattr(long_jobs, "ROWS_LIMIT", 100_000)  # SmolLM2: 1,080 bytes a token and step
+    c = w.state.model.config
+    T = len(w.state.model.prepare(PROMPT).ids)
+    rows, kv = long_jobs.generation_bytes(c, T, 20)
+    assert rows == 4 * c.n_layer * c.n_head * (20 * T + 20 * 19 // 2)  # SmolLM2: 1,080 bytes a token and step
+    last = T + 19  # the tokens the last step reads: the old arrays, with their room, beside the copy
+    assert kv == 2 * c.n_layer * c.n_kv_head * c.d_head * 4 * (last - 1 + kv_room(last - 1) + last + kv_room(last))
+    monkeypatch.setattr(long_jobs, "ROWS_LIMIT", rows + kv - 1)
+    fit = max(m for m in range(20) if sum(long_jobs.generation_bytes(c, T, m)) <= rows + kv - 1)
     panel.n_spin.setValue(20)
     panel.start()
     assert not gen.running and gen.steps == [] and w.state.text == PROMPT
-    assert "over the 97.7 KiB limit: ask for at most about 11 new tokens" in panel.status.text()
+    text = panel.status.text()
+    assert f"20 steps after {T} tokens would keep {size_text(rows)} of attention rows" in text
+    assert f"and up to {size_text(kv)} of keys and values" in text
+    assert text.endswith(f"limit: ask for at most about {fit} new tokens") and 0 < fit < 20

@@ -211,8 +211,9 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
         c = made.get(kind)
         if c is None:  # (layers alike share one: a generation's every step makes them anew)
             if cfg.causal and masks is not None and window not in masks:  # [n, T] (0 or -inf)
-                masks[window] = (np.zeros((1, T), np.float32) if window is None and p == T - 1
-                                 else mask_bias(causal_mask(T, window, start=p)))  # (last row: all 0)
+                seen = None if window is None and p == T - 1 else causal_mask(T, window, start=p)
+                # (none where every key is seen, a last row: the one-row scores take their fast path)
+                masks[window] = None if seen is None or seen.all() else mask_bias(seen)
             if fam.rope and rope not in ropes:  # [n, d_head] x2
                 ropes[rope] = (rope_row(p, cfg.d_head, rope) if one_row
                                else rope_tables(positions, cfg.d_head, rope))

@@ -28,7 +28,7 @@ import numpy as np
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import token_text
-from attnviz.engine.computing.trace import KVCache, LayerCache, Trace
+from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
 
 TOP_K = 5
@@ -77,6 +77,7 @@ class Step:
     token: str  # its label
     T: int  # tokens read to choose it (len(prompt) + step index)
     kv_bytes: int  # bytes of K and V the generation's cache held when it was chosen (its T tokens)
+    kv_held: int  # bytes of the arrays holding them: with the room they keep for next positions
     top_ids: np.ndarray  # [k] int64, most likely first
     top_logprobs: np.ndarray  # [k] float64
     top_tokens: list  # [k] labels
@@ -191,6 +192,7 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         token = choose(logprobs, temperature, top_p, rng)
         labels = [token_text(model, i) for i in [token, *top.tolist()]]
         step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
+                    kv_held=allocated_bytes([*cache.k, *cache.v]),
                     top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
                     rows=np.stack(trace.last_rows) if rows else None)
         gen.steps.append(step)
@@ -239,6 +241,35 @@ def held_kv(cache: KVCache, T: int) -> int:
     if len(cache.ids) != T or any(a.shape[1] != T for a in (*cache.k, *cache.v)):
         raise RuntimeError(f"the generation's KV cache holds {len(cache.ids)} tokens, not the {T} just run")
     return sum(a.nbytes for a in (*cache.k, *cache.v))
+
+
+def allocated_bytes(arrays) -> int:
+    """Bytes of the memory `arrays` lie in: each array that owns its memory, or that a view's base
+    owns, once (a K or V array is a view of one with room for later positions: append_positions,
+    or of one buffer of every layer's: onerow_stack)."""
+    owners = {}
+    for a in arrays:
+        owner = a if a.base is None or not isinstance(a.base, np.ndarray) else a.base
+        owners[id(owner)] = owner.nbytes
+    return sum(owners.values())
+
+
+def kv_positions(T0: int, T: int) -> tuple[int, int]:
+    """(positions a generation's K and V arrays keep at most once it reads T tokens after a prompt
+    of T0, the most they keep at once on the way there). The prompt's are its T0 positions; a step
+    that finds no room copies them into arrays with room for kv_room more (trace.append_positions,
+    or onerow_stack's one buffer of every layer, which a step may move them to with room still
+    left), and until the copy is done the old arrays lie beside the new ones."""
+    if T <= T0:
+        return T0, T0
+    held = T + kv_room(T)  # (a copy made at t <= T has room up to t + kv_room(t))
+    before = T0 if T == T0 + 1 else T - 1 + kv_room(T - 1)  # the arrays a copy at T leaves
+    return held, before + held
+
+
+def kv_bytes_per_position(cfg) -> int:
+    """Bytes of one position's K and V in every layer, float32 as the engine holds them."""
+    return 2 * cfg.n_layer * cfg.n_kv_head * cfg.d_head * 4
 
 
 def decode(model, ids: list[int]) -> str:

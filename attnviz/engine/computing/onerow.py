@@ -174,9 +174,10 @@ def fused(c, eps: float, rms: bool, block=None):
     return replace(c, **changes)
 
 
-def warm(block: bool = False) -> None:
+def warm(scales=()) -> None:
     """One call of each step on tiny arrays (the signatures are compiled, or loaded, at import);
-    `block`: the block's calls compiled (or loaded) too, qdot's serial kernels in them."""
+    and the block's calls and the stack's compiled (or loaded), qdot's serial kernels in them, for
+    each scale type in `scales` (dtypes: onerow_block.SCALES' keys)."""
     x = np.ones((1, 4), np.float32)
     q, k = np.ones((2, 1, 4), np.float32), np.ones((1, 2, 4), np.float32)
     rms_norm(x, x[0], 1e-6)
@@ -185,9 +186,9 @@ def warm(block: bool = False) -> None:
     class Cst:
         bias, scale, n_group = None, 0.5, 2
     dense_attention(q, k, k, Cst)
-    if block:
-        onerow_block.compile_block()
-        onerow_stack.compile_stack()
+    for scale in scales:
+        onerow_block.compile_block(scale)
+        onerow_stack.compile_stack(scale)
 
 
 from attnviz.engine.computing import onerow_block, onerow_stack  # noqa: E402  (they build on the steps above)

@@ -14,7 +14,9 @@ path's with onerow's steps and the same serial kernel as qmatvec's for each matr
 with a kernel: Q4_0, Q4_1, Q4_K, Q8_0, Q5_0, Q5_1, Q5_K, Q6_K), so the same bits
 (tests/engine/test_onerow_block.py). A layer it does not cover (a float32 matrix, biases, several
 parts in a matrix, float16 scales in some matrices and float32 in others, a kernel on several
-threads, a family's other norms) takes the family's block. A generation step's layer,
+threads, a family's other norms) takes the family's block. The calls are compiled for one scale
+type at a time (float16 bits or float32: compile_block), the ones a model's layers use, each
+type's its own dispatchers (Calls). A generation step's layer,
 whose trace records and edits nothing at the points between, takes two calls instead (_plain):
 
     _step_in        _attention_in, the row's k and v written in place after the cached ones, the
@@ -23,6 +25,9 @@ whose trace records and edits nothing at the points between, takes two calls ins
 """
 
 from __future__ import annotations
+
+import threading
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -39,16 +44,14 @@ from attnviz.engine.reading.qpack import LANES
 
 kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
-_block_ready = False  # whether compile_block has run
 
 
 def _c(dtype, ndim: int, readonly: bool = True):  # a C-contiguous array (a mutable one converts)
     return types.Array(dtype, ndim, "C", readonly=readonly)
 
 
-def _sigs(args, ret=types.void):  # one signature for each scale type of the kernels: float16 bits,
-    # float32
-    return [ret(*args(I64, _c(types.uint8, 4), _c(s, 3), _c(s, 3))) for s in (types.uint16, F32)]
+# a packed matrix's scale types (qpack.Packed.scale): float16 bits (qpack.HALF), float32
+SCALES = {np.dtype(np.uint16): types.uint16, np.dtype(np.float32): F32}
 
 
 _X, _OUT = _c(F32, 2), _c(F32, 2, False)  # [1, n] read, written
@@ -74,7 +77,11 @@ def _matvec(kind, q, scale, offset, x, y):
         s_b16(q, scale, offset, x, y)
 
 
-@njit(**JIT)  # (compiled by compile_block)
+def _matvec_call(kind, q, scale, offset, x, y):  # (compiled by compile_block: an entry point)
+    """_matvec called from Python."""
+    _matvec(kind, q, scale, offset, x, y)
+
+
 def _attention_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv):
     """x [1, d_model] -> xn = RMSNorm(x) [1, d_model], qkv = xn W_qkvᵀ [1, (n_head + 2 n_kv_head)
     d_head] (W_qkv packed: its kind wk, wq, ws, wo), its q and k heads rotated by position in place."""
@@ -100,7 +107,6 @@ def _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, m
     _matvec(ik, iq, is_, io, xn, hidden)
 
 
-@njit(**JIT)
 def _attention_out(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden):
     """z [n_head, 1, d_head] (C order: merge_heads of one row is its flat order) -> attn = z W_oᵀ,
     mid = x + attn [1, d_model], xn = RMSNorm(mid), hidden = xn W_inᵀ [1, 2 d_ff]."""
@@ -110,7 +116,6 @@ def _attention_out(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid,
 # A generation step's layer (a trace that records and edits nothing in it: _plain) in two calls
 # (module docstring): the same steps in the same order as above, so the same bits.
 
-@njit(**JIT)
 def _step_in(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, xn, qkv, kc, kw, vc, vw, bias,
              scale, n_group, s):
     """_attention_in, then (where the cached keys kc and values vc [n_kv_head, p, d_head] are the
@@ -139,7 +144,6 @@ def _append_attend_of(qkv, kw, vw, p, n_head, n_kv_head, d_head, bias, scale, n_
     softmax_of(s)
 
 
-@njit(**JIT)
 def _step_mid(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
               out):
     """z = the pattern s [n_head, 1, T] times the values vw[:, :T] (_weighted_values), then
@@ -169,40 +173,62 @@ def _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, 
         out[0, j] = mid[0, j] + m[0, j]
 
 
-def compile_block() -> None:
-    """The block's calls compiled (or loaded from numba's cache) for both scale types, every kind
-    of kernel in each (_matvec), then closed to others (an array of another layout or type is
-    converted, never compiled for on a keystroke); the block is taken from then on."""
-    global _block_ready
-    if _block_ready:
+class Calls(NamedTuple):
+    """The block's entry points compiled for one scale type (compile_block)."""
+    attention_in: object
+    attention_out: object
+    step_in: object
+    step_mid: object
+    matvec: object
+
+
+_CALLS: dict = {}  # scale dtype -> its Calls, once compile_block has made them
+_COMPILING = threading.Lock()
+
+
+def compile_block(scale) -> None:
+    """The block's calls for matrices whose scales are of dtype `scale` (a key of SCALES), every
+    kind of kernel in them (_matvec), compiled (or loaded from numba's cache) as dispatchers of
+    their own, each closed to other signatures once compiled (an array of another layout or type
+    is converted, never compiled for on a keystroke); the block takes such layers from then on.
+    The other scale type's are compiled only where a model asks for them (warm)."""
+    scale = np.dtype(scale)
+    if scale in _CALLS:
         return
-    _R1A = array_type(1, True)
-    _KW = types.Array(F32, 3, "C")  # a cache's keys or values with room (written)
-    _IN = (_X, _R1A, F32)  # x, gain, eps
-    for fn, args, ret in (
-            (_attention_in, lambda *m: (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT), types.void),
-            (_attention_out, lambda *m: (_c(F32, 3), *m, *_IN, *m, _OUT, _OUT, _OUT, _OUT), types.void),
-            (_step_in, lambda *m: (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW, R2, F32,
-                                   I64, W3), types.boolean),
-            (_step_mid, lambda *m: (R3, _KW, I64, I64, *m, *_IN, *m, *m, _OUT), types.void),
-            (_matvec, lambda *m: (*m, _X, _OUT), types.void)):  # (last: the others compile it in)
-        for sig in _sigs(args, ret):
-            fn.compile(sig)
-        fn.disable_compile()
-    _block_ready = True
+    with _COMPILING:
+        if scale in _CALLS:
+            return
+        m = (I64, _c(types.uint8, 4), _c(SCALES[scale], 3), _c(SCALES[scale], 3))  # kind, q, scale, offset
+        _R1A = array_type(1, True)
+        _KW = types.Array(F32, 3, "C")  # a cache's keys or values with room (written)
+        _IN = (_X, _R1A, F32)  # x, gain, eps
+        made = []
+        for fn, args, ret in (
+                (_attention_in, (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT), types.void),
+                (_attention_out, (_c(F32, 3), *m, *_IN, *m, _OUT, _OUT, _OUT, _OUT), types.void),
+                (_step_in, (*_IN, *m, R2, R2, I64, I64, _OUT, _OUT, R3, _KW, R3, _KW, R2, F32, I64, W3),
+                 types.boolean),
+                (_step_mid, (R3, _KW, I64, I64, *m, *_IN, *m, *m, _OUT), types.void),
+                (_matvec_call, (*m, _X, _OUT), types.void)):
+            call = njit(**JIT)(fn)
+            call.compile(ret(*args))
+            call.disable_compile()
+            made.append(call)
+        _CALLS[scale] = Calls(*made)
 
 
-_PLANS: dict = {}  # id(PackedLayer) -> (it, its plan or None)
+_PLANS: dict = {}  # id(PackedLayer) -> (a weak reference to it, its plan or None), while it lives
 
 
 def _plan(layer):
-    """(the four matrices' (kind, q, scale, offset), the largest's weights, w_in's outputs) where
-    the layer is a packed view (no float32 matrix: linear() multiplies on the kernels) whose every
-    matrix is one part with no padded rows, all four with scales of one type, and it has no biases
-    and no norms but its two; else None. Kept per packed layer (its arrays never change)."""
+    """(the four matrices' (kind, q, scale, offset), the largest's weights, w_in's outputs, their
+    scales' dtype) where the layer is a packed view (no float32 matrix: linear() multiplies on the
+    kernels) whose every matrix is one part with no padded rows, all four with scales of one type,
+    and it has no biases and no norms but its two; else None. Kept per packed layer (its arrays
+    never change)."""
     pl = layer.packed
     kept = _PLANS.get(id(pl))
-    if kept is not None and kept[0] is pl:
+    if kept is not None and kept[0]() is pl:
         return kept[1]
     plan = None
     mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
@@ -216,24 +242,31 @@ def _plan(layer):
                 for p, m in zip(parts, mats))
                 and len({p.args[1].dtype for p in parts}) == 1):  # (one signature: one scale type)
             plan = ([(_kind(p), *p.args) for p in parts], max(p.n_out * p.n_in for p in parts),
-                    mats[2].n_out)
+                    mats[2].n_out, parts[0].args[1].dtype)
     if len(_PLANS) > 1024:
         _PLANS.clear()
-    _PLANS[id(pl)] = (pl, plan)
+    import weakref
+
+    _PLANS[id(pl)] = (weakref.ref(pl), plan)
+    weakref.finalize(pl, _PLANS.pop, id(pl), None)  # (a freed model's plan and arrays go with it)
     return plan
 
 
-def _compiled_for(args) -> bool:  # (q, scale, offset) of the types compile_block compiled for
+def _compiled_for(args) -> bool:  # (q, scale, offset) of the types compile_block compiles for
     q, scale, offset = args
-    return (q.dtype == np.uint8 and q.ndim == 4 and scale.dtype in (np.uint16, np.float32)
+    return (q.dtype == np.uint8 and q.ndim == 4 and scale.dtype in SCALES
             and offset.dtype == scale.dtype and scale.ndim == offset.ndim == 3
             and all(a.flags.c_contiguous for a in args))
 
 
 def _takes(plan) -> bool:
-    """Whether the block runs now: compiled, and each kernel call would run on one thread (the
-    serial kernel: qmatvec.qmatvec's rule, asked for the largest matrix)."""
-    return _block_ready and min(kernel_threads(plan[1]), numba.config.NUMBA_NUM_THREADS) == 1
+    """Whether the block runs now: compiled for the plan's scale type, and each kernel call would
+    run on one thread (the serial kernel: qmatvec.qmatvec's rule, asked for the largest matrix)."""
+    return plan[3] in _CALLS and min(kernel_threads(plan[1]), numba.config.NUMBA_NUM_THREADS) == 1
+
+
+def _calls(plan) -> Calls:  # the entry points compiled for the plan's scale type (_takes: there)
+    return _CALLS[plan[3]]
 
 
 def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
@@ -245,7 +278,7 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
             or not c.gated_mlp or c.qk_norm is not None or not _takes(plan)):
         return fallback(x, layer, c, cache)
     cache = NOTHING if cache is None else cache
-    (wqkv, wo, win, wout) = plan[0]
+    (wqkv, wo, win, wout), calls = plan[0], _calls(plan)
     x = np.ascontiguousarray(x)
     d_model, n_head, n_kv, d_head = x.shape[1], c.n_head, c.n_kv_head, c.d_head
     xn = np.empty((1, d_model), np.float32)
@@ -254,11 +287,11 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
         kc, vc = cache.past.k[cache.i], cache.past.v[cache.i]
         kw, vw = whole(kc), whole(vc)
         s = cache.rows if cache.rows is not None else np.empty((n_head, 1, kc.shape[1] + 1), np.float32)
-        if _step_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv, kc, kw,
+        if calls.step_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv, kc, kw,
                     vc, vw, NO_BIAS if c.bias is None else c.bias, np.float32(c.scale), c.n_group, s):
-            return _step_rest(x, layer, c, cache, eps, plan, s, kw, vw)
+            return _step_rest(x, layer, c, cache, eps, plan, calls, s, kw, vw)
     else:  # (_step_in computed qkv where it found no room)
-        _attention_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv)
+        calls.attention_in(x, layer.norm1[0], np.float32(eps), *wqkv, *c.rope, n_head, n_kv, xn, qkv)
     cache.input(xn)
     q_end, k_end = n_head * d_head, (n_head + n_kv) * d_head
     q = qkv[:, :q_end].reshape(1, n_head, d_head).transpose(1, 0, 2)  # [n_head, 1, d_head]
@@ -268,16 +301,16 @@ def pre_norm_block(x, layer, c, cache, eps: float, fallback, attention=None):
     z = np.ascontiguousarray(cache.z(c.attention(q, k, v, c, cache)))  # [n_head, 1, d_head]
     attn, mid, xn2 = (np.empty((1, d_model), np.float32) for _ in range(3))
     hidden = np.empty((1, plan[2]), np.float32)  # [1, 2 d_ff] gate | up
-    _attention_out(z, *wo, x, layer.norm2[0], np.float32(eps), *win, attn, mid, xn2, hidden)
+    calls.attention_out(z, *wo, x, layer.norm2[0], np.float32(eps), *win, attn, mid, xn2, hidden)
     d_ff = hidden.shape[1] // 2
     h = c.act(hidden[:, :d_ff])
     h *= hidden[:, d_ff:]  # [1, d_ff] SwiGLU
     m = np.empty((1, d_model), np.float32)
-    _matvec(*wout, np.ascontiguousarray(h), m)
+    calls.matvec(*wout, np.ascontiguousarray(h), m)
     return mid + cache.mlp_out(m)
 
 
-def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
+def _step_rest(x, layer, c, cache, eps, plan, calls, s, kw, vw):
     """pre_norm_block after _step_in (the pattern s [n_head, 1, T], the new row's k and v at
     position T - 1 of kw, vw): the slot's keys and values as LayerCache.kv gives them, the
     pattern point, then _step_mid -> the layer's output [1, d_model]."""
@@ -287,7 +320,7 @@ def _step_rest(x, layer, c, cache, eps, plan, s, kw, vw):
     t.k[cache.i], t.v[cache.i] = kw[:, :T], vw[:, :T]
     cache.pattern(s)
     out = np.empty(x.shape, np.float32)
-    _step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, out)
+    calls.step_mid(s, vw, c.n_group, c.d_head, *wo, x, layer.norm2[0], np.float32(eps), *win, *wout, out)
     return out
 
 

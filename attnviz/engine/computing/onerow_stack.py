@@ -4,10 +4,10 @@ layer (_step_in, _step_mid: the same njit steps in the same order, so the same b
 over the layers, reading each layer's packed matrices from numba typed Lists and its keys and
 values from one buffer of every layer's.
 
-    _layers   for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
-              row's k and v written at position p of the layer's K and V, s = softmax(scores)
-              written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
-              stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
+    _layers_of  for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
+                row's k and v written at position p of the layer's K and V, s = softmax(scores)
+                written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
+                stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
 
 The run it covers (stacked_rows says which): a cached run of one new row whose trace is a plain
 Trace (patterns, optionally values) or a generation step's (generate._StepTrace), with no edits,
@@ -17,6 +17,7 @@ matrix, one scale type, serial kernels) and every layer's constants alike (RoPE 
 scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
 stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
 
+It is compiled for one scale type at a time (compile_stack: the one the model's layers use).
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
 K and V views of it; a generation's next step writes after them in place, a keystroke's next run
@@ -46,12 +47,18 @@ from attnviz.engine.parallel import kernel_threads
 kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
-_stack_ready = False  # whether compile_stack has run
+_COMPILED: dict = {}  # scale dtype -> _layers_of compiled for it (compile_stack)
+_COMPILING = threading.Lock()
 
 
-@njit(**JIT)
-def _layers(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head, n_kv_head,
-            bias, scale, n_group, kv, p, rows, r):
+def _layers(x, a, b, full_last, compiled, *args):
+    """_layers_of(x, a, b, full_last, *args) on `compiled`, its dispatcher for the stack's scale
+    type (compile_stack)."""
+    compiled(x, a, b, full_last, *args)
+
+
+def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head,
+               n_kv_head, bias, scale, n_group, kv, p, rows, r):
     """x [1, d_model] through layers a..b-1 in place (module docstring): matrix j of layer i
     (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; its keys and values
     kv[0, i], kv[1, i] [n_kv_head, > p, d_head] (the row's written at position p); each layer's
@@ -83,21 +90,25 @@ def _list_types(scale):  # (q, scale or offset, gain) item types of the typed Li
     return ob._c(types.uint8, 4), ob._c(scale, 3), _GAIN
 
 
-def compile_stack() -> None:
-    """_layers compiled (or loaded from numba's cache) for both scale types, then closed to others
-    (compile_block's way); stacked_rows takes it from then on."""
-    global _stack_ready
-    if _stack_ready:
+def compile_stack(scale) -> None:
+    """_layers_of for matrices whose scales are of dtype `scale` (a key of onerow_block.SCALES)
+    compiled (or loaded from numba's cache) as a dispatcher of its own, then closed to others
+    (compile_block's way); stacked_rows takes a stack of that scale type from then on."""
+    scale = np.dtype(scale)
+    if scale in _COMPILED:
         return
-    for scale in (types.uint16, F32):
-        q, s, g = _list_types(scale)
+    with _COMPILING:
+        if scale in _COMPILED:
+            return
+        q, s, g = _list_types(ob.SCALES[scale])
         L = types.ListType
-        _layers.compile(types.void(
+        compiled = njit(**JIT)(_layers_of)
+        compiled.compile(types.void(
             types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
             L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
             types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64))
-    _layers.disable_compile()
-    _stack_ready = True
+        compiled.disable_compile()
+        _COMPILED[scale] = compiled
 
 
 def _typed(item, arrays) -> List:
@@ -112,8 +123,8 @@ class _Stack:
     typed Lists), the largest matrix's weights (_takes), and the KV buffers last used (_KeptKV)."""
 
     def __init__(self, plans, layers):
-        scale = plans[0][0][0][2].dtype
-        q, s, g = _list_types(types.uint16 if scale == np.uint16 else F32)
+        self.scale = plans[0][3]  # (the dtype of every matrix's scales: _stack_of)
+        q, s, g = _list_types(ob.SCALES[self.scale])
         mats = [m for plan in plans for m in plan[0]]  # (kind, q, scale, offset), 4 a layer
         self.kinds = np.array([[m[0] for m in plan[0]] for plan in plans], np.int64)
         self.kinds.flags.writeable = False
@@ -145,7 +156,7 @@ def _stack_of(store, n_layer: int, layer_for):
                  for layer in layers]
         stack = None
         if (all(plan is not None for plan in plans)
-                and len({plan[0][0][2].dtype for plan in plans}) == 1
+                and len({plan[3] for plan in plans}) == 1
                 and all(len(layer.norm1) == 1 and len(layer.norm2) == 1 for layer in layers)):
             stack = _Stack(plans, layers)
         if stack is not None or all(layer is store.packed_view(i) for i, layer in enumerate(layers)):
@@ -261,8 +272,9 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     False, nothing done (the layer loop runs it). The family is a pre-norm RMSNorm one with
     SwiGLU and RoPE (the caller's check); layer_for: layers.layer_for."""
     kind = _kind(trace)
-    stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and _stack_ready and ENABLED else None
-    if stack is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
+    stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and ENABLED else None
+    compiled = _COMPILED.get(stack.scale) if stack is not None else None
+    if compiled is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
         return False
     c0 = consts[0]
     if c0.rope is None or not (len(set(map(id, consts))) == 1 or all(  # (one Consts for every layer)
@@ -289,7 +301,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
             continue
         if trace.stop is not None and trace.stop():
             raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
-        _layers(x, a, b, full or b < n_layer, *args)
+        _layers(x, a, b, full or b < n_layer, compiled, *args)
         if b == cut and early is not None:
             early[1](trace)  # layers 0..cut-1 are final
     if full:

@@ -203,8 +203,9 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
         if extras:
             _warm_serial(qtype, key)
     if took and extras:
-        if "one-row steps" not in _warmed:
-            _warm_one_row()
+        half = {q in HALF for q in qtypes if has_kernel(q)}
+        if "one-row steps" not in _warmed or not all(("one-row block", h) in _warmed for h in half):
+            _warm_one_row(half)
         _ready_types.update(q for q in qtypes if has_kernel(q))
     return took
 
@@ -216,15 +217,23 @@ def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: 
         kernel(*pack(np.zeros((1, size), np.uint8), qtype).args, x, y)
 
 
-def _warm_one_row() -> None:
-    """Load the one-row steps and block (engine/computing/onerow.py: compiled, or loaded from
-    numba's cache) and call each once; the forward pass takes them from then on (ONE_ROW)."""
+def _warm_one_row(half) -> None:
+    """Load the one-row steps (engine/computing/onerow.py: compiled, or loaded from numba's cache)
+    and call each once, and the block's calls for the scale types of `half` (True: float16 bits,
+    qpack.HALF; False: float32), those alone (a model's layers use one or two); the forward pass
+    takes them from then on (ONE_ROW)."""
     global ONE_ROW
     with _extras_lock:
+        for h in sorted(half):
+            if ("one-row block", h) not in _warmed:
+                t0 = time.perf_counter()
+                from attnviz.engine.computing import onerow
+                onerow.warm([np.uint16 if h else np.float32])  # (qdot's serial kernels compiled in)
+                _warmed["one-row block", h] = time.perf_counter() - t0
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
             from attnviz.engine.computing import onerow
-            onerow.warm(block=True)  # (the one-row block compiles qdot's serial kernels in)
+            onerow.warm()
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
 

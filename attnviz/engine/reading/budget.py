@@ -244,7 +244,9 @@ class LayerStore(Sequence):
     """A model's layers, expanded to float32 on demand within a memory budget (module docstring).
 
     `build(i, check)` expands layer i from the file (`check`: scan its values for NaN or Inf, done
-    the first time only); `sizes[i]` are its float32 bytes. Indexing returns the expanded layer;
+    the first time only; a store with packed views passes layer i's too, `build(i, check, view)`,
+    so no build refers to its store: a store let go is freed at once, not by the cyclic collector,
+    which never walks one frozen with the window's start-up); `sizes[i]` are its float32 bytes. Indexing returns the expanded layer;
     safe across threads (two threads asking for a layer that is not held may both expand it)."""
 
     def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
@@ -450,7 +452,8 @@ class LayerStore(Sequence):
         arena = self._arena if i in self._keep else None
         _BUILDING.arena = arena  # the build's float32_array() takes its matrices from it
         try:
-            layer = self._build(i, i not in self._checked)  # outside the lock: a run never waits
+            view = (self.packed_view(i),) if self._build_view is not None else ()  # (the build's to expand)
+            layer = self._build(i, i not in self._checked, *view)  # outside the lock: a run never waits
         finally:
             _BUILDING.arena = None
         if arena is not None:

@@ -258,8 +258,7 @@ def load_llama_gguf(cfg: ModelConfig, arch: str, ts: GGUFTensors, budget: int | 
     budget = resolve_budget(name or ts.path.name, sizes,
                             float32_bytes_needed(cfg, ts) - sum(sizes) + packed, budget)
 
-    def expand(i, check):
-        view = layers.packed_view(i)
+    def expand(i, check, view=None):  # (its packed view, if any, from the store: no reference to it)
         if view is None:
             return _expand(plans[i], ts, cfg, permuted, check)
         return _expanded(view, plans[i], ts, check)

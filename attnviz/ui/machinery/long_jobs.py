@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 
@@ -25,7 +26,7 @@ from attnviz.ui.machinery.tuning import capped_blas
 
 PANE_KIND, TILES_KIND, GENERATE_KIND = "overview-pane", "overview-tiles", "generate"
 TOP_K = 10  # the predictions each step keeps (the panel lists them)
-ROWS_LIMIT = 1 << 30  # bytes of the steps' attention rows a generation may keep
+ROWS_LIMIT = 1 << 30  # bytes a generation may keep: its steps' attention rows, its K and V
 OVERVIEW_DELAY_MS = 15  # view changes (a wheel turning) are gathered this long into one overview
 
 
@@ -37,6 +38,17 @@ def new_text(model, prompt_text: str, prompt_ids: list[int], new_ids: list[int])
     after = model.decode(list(prompt_ids) + list(new_ids), skip_special=True)
     return prompt_text + (after[len(before):] if after.startswith(before) else
                           model.decode(new_ids, skip_special=True))
+
+
+def generation_bytes(cfg, T: int, n: int) -> tuple[int, int]:
+    """(bytes of the attention rows n steps after a prompt of T tokens keep, [n_layer, n_head, t]
+    float32 for t = T..T+n-1; the most bytes their K and V arrays hold at once, room and copies
+    counted: generate.kv_positions)."""
+    from attnviz.engine.computing.generate import kv_bytes_per_position, kv_positions
+
+    rows = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
+    kv = kv_bytes_per_position(cfg) * kv_positions(T, T + n - 1)[1] if n else 0
+    return rows, kv
 
 
 class LongJobs(QObject):
@@ -194,20 +206,25 @@ class LongJobs(QObject):
                            job_id=job_id)
 
     def check_rows(self, model, T: int, max_new: int) -> None:
-        """Each step keeps its row in every head, [n_layer, n_head, T] float32 (the slider shows
-        them): an InputError, before anything runs, when max_new steps after a prompt of T tokens
-        would keep more than ROWS_LIMIT bytes of them."""
+        """An InputError, before anything runs, when max_new steps after a prompt of T tokens would
+        keep more than ROWS_LIMIT bytes at once: each step's row in every head, [n_layer, n_head,
+        T] float32 (the slider shows them), and the K and V arrays as allocated, with the room they
+        keep for next positions and, while a step copies them into larger ones, the old beside
+        the new (generate.kv_positions)."""
         from attnviz.engine.computing.longdoc import size_text
         from attnviz.engine.errors import InputError
 
         cfg = model.config
         n = max(0, min(max_new, cfg.max_positions - T))
-        need = 4 * cfg.n_layer * cfg.n_head * (n * T + n * (n - 1) // 2)
-        if need > ROWS_LIMIT:
-            fit = max(1, int(ROWS_LIMIT // (4 * cfg.n_layer * cfg.n_head * max(T, 1))))
-            raise InputError(f"{max_new} steps after {T:,} tokens would keep {size_text(need)} of "
-                             f"attention rows (every head's row at every step), over the "
-                             f"{size_text(ROWS_LIMIT)} limit: ask for at most about {fit} new tokens")
+        rows, kv = generation_bytes(cfg, T, n)
+        if rows + kv > ROWS_LIMIT:
+            fit = bisect.bisect_left(range(n), True, key=lambda m: sum(generation_bytes(cfg, T, m)) > ROWS_LIMIT) - 1
+            advice = f"ask for at most about {fit} new tokens" if fit >= 1 else "give a shorter text"
+            raise InputError(f"{max_new} steps after {T:,} tokens would keep {size_text(rows)} of "
+                             f"attention rows (every head's row at every step) and up to "
+                             f"{size_text(kv)} of keys and values (their arrays' room for the next "
+                             f"positions and a copy into larger ones counted), over the "
+                             f"{size_text(ROWS_LIMIT)} limit: {advice}")
 
     def _on_step(self, job_id: int, step) -> None:
         g = self._gen

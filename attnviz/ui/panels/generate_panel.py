@@ -7,9 +7,9 @@ painted by the sentence box) and the heatmaps follow it.
 
 The step slider shows step s of n (counted from 1, as the label and the plot's axis read): the
 generated token's row in every head of the layer shown (what the position that chose it read), the
-top-10 it was drawn from, and the bytes of K and V the generation held when it was chosen (its T
-tokens), with the calculator's figure for that many tokens beside it; a plot draws those bytes
-against the step."""
+top-10 it was drawn from, and the bytes of K and V of the T tokens it read, with the calculator's
+figure for that many tokens and what their arrays hold with the room they keep for the next
+positions beside it; a plot draws the arrays' bytes against the step."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ class GeneratePanel(QWidget):
         self.plot = pg.PlotWidget(background=BACKGROUND)
         self.plot.setMinimumHeight(140)
         self.plot.setLabel("bottom", "step")
-        self.plot.setLabel("left", "KV held (MiB)")
+        self.plot.setLabel("left", "K and V held (MiB)")
         self.plot.setMouseEnabled(False, False)
         self.plot.getAxis("left").enableAutoSIPrefix(False)
         self.curve = self.plot.plot([], [], pen=pg.mkPen("#8ab4f8", width=2), symbol="o", symbolSize=4)
@@ -204,17 +204,19 @@ class GeneratePanel(QWidget):
         self.slider.blockSignals(False)
         self.slider.setEnabled(n > 1)
         if n:
-            self.curve.setData(np.arange(1, n + 1), [s.kv_bytes / 2 ** 20 for s in g.steps])
+            self.curve.setData(np.arange(1, n + 1), [s.kv_held / 2 ** 20 for s in g.steps])
         else:
             self.curve.setData([], [])
 
     def kv_text(self, step) -> str:
-        """'KV held: 270 KiB (276,480 bytes) for 6 tokens; calculator: ...': the generation's
-        cache at that step and the calculator's figure for the same T (equal without a sliding
-        window: tests/engine/test_generate.py)."""
+        """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator: ...; held with room ...: ...': the
+        generation's K and V at that step, the calculator's figure for the same T (equal without a
+        sliding window: tests/engine/test_generate.py), and what their arrays take, with the room
+        they keep for the next positions (what the process holds; the curve plots it)."""
         calc = kv_cache_needed(self.state.model.config, step.T)
-        return (f"KV held: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes) for {step.T:,} "
-                f"tokens; calculator: {format_bytes(calc)} ({calc:,} bytes)")
+        return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
+                f"calculator: {format_bytes(calc)} ({calc:,} bytes); held with room for the next "
+                f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
     def _show_step(self, s: int) -> None:
         g = self.gen
