@@ -2,8 +2,10 @@
 name in the saved layout are those of the panel it will hold. A panel is built into its dock the
 first time the dock is shown (its tab raised, a menu's toggle) or anything asks for it (a window
 attribute such as `predict_panel`, an export, a test); the others one per event-loop turn once the
-first result is painted, so the first view never waits for the panels it does not show. The tabs
-raised when the window last closed are raised again as it shows, their panels built then."""
+first result is painted, so the first view never waits for the panels it does not show. Compare and
+Corpus get docks too (ON_SHOW), hidden unless the saved layout shows them, their panels built only
+when shown. The tabs raised when the window last closed are raised again as it shows, their panels
+built then."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QDockWidget
 
 LATER_MS = 30  # after the first result's report: its heatmaps are painted first
-POLL_MS = 25  # how often the later builds ask whether What heads do's first analysis is done
 
 # each panel's docks (title, object name), in the order the tabs show them
 DOCKS = {
@@ -22,6 +23,12 @@ DOCKS = {
     "generate": (("Generate", "generate_dock"),),
     "why": (("Why here?", "why_dock"), ("Circuits", "circuits_dock")),  # why_panel.install
     "patching": (("Patching", "patching_dock"),),  # patching_panel.install
+}
+# docks every window makes, hidden on a first start, their panels built only when shown or opened
+# (Models > Compare with…, File > Open scan…): the saved layout keeps their place between sessions
+ON_SHOW = {
+    "compare": (("Compare", "compare_dock"),),
+    "corpus": (("Corpus", "corpus_dock"),),
 }
 # the window attributes a panel's build sets, each built on demand (MainWindow's OnDemand)
 ATTRIBUTES = {
@@ -64,14 +71,14 @@ class PanelDocks(QObject):
         last closed, raised again as it shows where it still has them docked and open (else the
         focus view's tab is the raised one: a first start, a panel left out, a dock closed)."""
         w = self.window
-        for panel in self.wanted:
-            for title, name in DOCKS[panel]:
+        for panel in self.wanted + list(ON_SHOW):
+            for title, name in {**DOCKS, **ON_SHOW}[panel]:
                 if name == "why_dock":
                     from attnviz.ui.panels.why_panel import make_why_dock
 
                     dock = make_why_dock(w)
-                else:
-                    dock = w.new_panel_dock(title, name)
+                else:  # (Compare and Corpus hidden where no saved layout places them)
+                    dock = w.new_panel_dock(title, name, shown=panel not in ON_SHOW)
                 self.waiting[name] = dock
                 setattr(w, name, dock)
                 dock.visibilityChanged.connect(
@@ -83,8 +90,8 @@ class PanelDocks(QObject):
             w.installEventFilter(self)
         if "why" in self.wanted:  # a click in the focus view opens Why here?: built for the first
             w.focus_view.sigCellClicked.connect(self._cell_clicked)
-        for panel in self.wanted:  # a floating dock the saved layout showed already: in sight
-            for dock in [getattr(w, name) for _title, name in DOCKS[panel]]:
+        for panel in self.wanted + list(ON_SHOW):  # a floating dock the saved layout showed: in sight
+            for dock in [getattr(w, name) for _title, name in {**DOCKS, **ON_SHOW}[panel]]:
                 if dock.isFloating() and dock.isVisible():
                     self.build(panel, dock)
 
@@ -93,6 +100,7 @@ class PanelDocks(QObject):
             obj.removeEventFilter(self)
             for dock in self.raised:  # (shown: its panel is built now, as a click on its tab does)
                 dock.raise_()
+            self.raised = []  # (from here the raised tabs are the user's: the window remembers them)
         return False
 
     def _cell_clicked(self, *click) -> None:
@@ -107,13 +115,13 @@ class PanelDocks(QObject):
     def build(self, panel: str, shown_dock=None) -> None:
         """Build `panel` into its dock now (nothing if built already or not wanted); `shown_dock`:
         the dock whose showing asked, told again so the panel's own hooks hear it."""
-        if panel in self.built or panel not in self.wanted:
+        if panel in self.built or (panel not in self.wanted and panel not in ON_SHOW):
             return
         self.built.add(panel)
         BUILDERS[panel](self.window)
         if shown_dock is not None and shown_dock.isVisible():
             shown_dock.visibilityChanged.emit(True)
-        if len(self.built) == len(self.wanted):
+        if panel in self.wanted and self.built.issuperset(self.wanted):
             self.window.panels_done()
 
     def build_rest_later(self) -> None:
@@ -128,7 +136,8 @@ class PanelDocks(QObject):
         w = self.window
         predict = vars(w).get("predict_panel")
         if predict is not None and predict.shown and w.worker.running(ANALYSIS_KIND) is not None:
-            QTimer.singleShot(POLL_MS, self, self._next)  # its first prediction painted first
+            w.worker.when_none_running(  # its first prediction painted first
+                ANALYSIS_KIND, lambda: QTimer.singleShot(LATER_MS, self, self._next))
             return
         rest = [p for p in self.wanted if p not in self.built]
         if rest:
@@ -194,5 +203,22 @@ def _patching(w) -> None:  # the Patching tab (ui/panels/patching_panel.py)
     install(w)
 
 
+def _compare(w) -> None:  # an empty panel until Models > Compare with… opens B
+    from attnviz.ui.panels.compare_menu import scrolled, stop_on_close
+    from attnviz.ui.panels.compare_panel import ComparePanel
+
+    w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
+    stop_on_close(w, w.add_panel_dock("Compare", "compare_dock", scrolled(w.compare_panel)))
+
+
+def _corpus(w) -> None:  # an empty panel until a scan is opened
+    from attnviz.ui.machinery.corpus_jobs import CorpusJobs
+    from attnviz.ui.panels.corpus_panel import CorpusPanel
+
+    w.corpus_panel = CorpusPanel(w.state, CorpusJobs(w.worker, w))
+    w.add_panel_dock("Corpus", "corpus_dock", w.corpus_panel)
+
+
 BUILDERS = {"calc": _calc, "roles": _roles, "anatomy": _anatomy, "predict": _predict,
-            "generate": _generate, "why": _why, "patching": _patching}
+            "generate": _generate, "why": _why, "patching": _patching, "compare": _compare,
+            "corpus": _corpus}

@@ -25,11 +25,11 @@ from attnviz.ui.menus import Menus, about_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
-from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, OnDemand, PanelDocks
+from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, ON_SHOW, OnDemand, PanelDocks
 
 log = logging.getLogger(__name__)
-FREEZE_POLL_MS = 25  # how often start-up asks whether the first analysis is done (_freeze_after_start_up)
-DOCK_NAMES = [name for docks in DOCKS.values() for _title, name in docks] + ["corpus_dock"]
+FREEZE_AFTER_MS = 25  # start-up's collection this long after the first analysis ends: its prediction painted first
+DOCK_NAMES = [name for docks in (*DOCKS.values(), *ON_SHOW.values()) for _title, name in docks]
 
 
 class MainWindow(QMainWindow):
@@ -129,9 +129,14 @@ class MainWindow(QMainWindow):
         self.focus_dock.setObjectName("focus_dock")
         self.focus_dock.setWidget(self.focus_view)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.focus_dock)
+        self.raised_timer = QTimer(self)
+        self.raised_timer.setSingleShot(True)
+        self.raised_timer.setInterval(0)
+        self.raised_timer.timeout.connect(self._remember_raised)
+        self.focus_dock.visibilityChanged.connect(self._remember_raised_later)
         for name in DOCK_NAMES:  # (None for a panel left out; the others' docks are made at start)
             setattr(self, name, None)
-        self.corpus_panel = None  # built when a scan is first opened
+        self.corpus_panel = self.compare_panel = None  # built when first shown or opened
         self.panel_docks = PanelDocks(self, panels)
         self.panels_ready = not self.panel_docks.wanted
 
@@ -152,10 +157,8 @@ class MainWindow(QMainWindow):
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
         from attnviz.ui.machinery.tuning import freeze_start_up_objects
 
-        if self.worker.running(ANALYSIS_KIND) is not None:
-            QTimer.singleShot(FREEZE_POLL_MS, self, self._freeze_after_start_up)
-            return
-        QTimer.singleShot(FREEZE_POLL_MS, freeze_start_up_objects)  # (its prediction painted first)
+        self.worker.when_none_running(  # (its prediction painted first)
+            ANALYSIS_KIND, lambda: QTimer.singleShot(FREEZE_AFTER_MS, freeze_start_up_objects))
 
     def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""
@@ -163,17 +166,33 @@ class MainWindow(QMainWindow):
         dock.setWidget(widget)
         return dock
 
-    def new_panel_dock(self, title: str, name: str) -> QDockWidget:
+    def new_panel_dock(self, title: str, name: str, shown: bool = True) -> QDockWidget:
+        """A side panel's dock, where the saved window state had it, else tabbed beside the focus
+        view (hidden unless `shown`)."""
         dock = QDockWidget(title, self)
         dock.setObjectName(name)
-        if not self.restoreDockWidget(dock):  # where the saved window state had it, else tabbed
+        if not self.restoreDockWidget(dock):
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self.tabifyDockWidget(self.focus_dock, dock)
+            dock.setVisible(shown)
         self.menus.view_menu.addAction(dock.toggleViewAction())
         dock.dockLocationChanged.connect(self._tabs_readable_later)
+        dock.visibilityChanged.connect(self._remember_raised_later)
         self.tabs_readable()
         self._tabs_readable_later()  # (a bar Qt makes at its next layout)
         return dock
+
+    def _remember_raised_later(self, *_shown) -> None:
+        """Once the tab bars have settled (a raise hides the tab left): one timer of the window's,
+        restarted, so a closing window's docks leave no timer holding it."""
+        if shiboken6.isValid(self) and self.isVisible():
+            self.raised_timer.start()
+
+    def _remember_raised(self) -> None:
+        """The raised tabs are written as they change, not only on close (a crash keeps them);
+        not before the saved ones are raised again as the window shows."""
+        if self.isVisible() and not self.panel_docks.raised:
+            remembered.remember_raised_tabs(self, self.settings)
 
     def _tabs_readable_later(self, *_area) -> None:
         if shiboken6.isValid(self):  # (docks report a move as the window goes: no timer then)
@@ -245,13 +264,8 @@ class MainWindow(QMainWindow):
             self.open_scan(path)
 
     def open_scan(self, path: str) -> None:
-        """Show a corpus scan in the Corpus panel, built and docked the first time."""
-        if self.corpus_panel is None:
-            from attnviz.ui.machinery.corpus_jobs import CorpusJobs
-            from attnviz.ui.panels.corpus_panel import CorpusPanel
-
-            self.corpus_panel = CorpusPanel(self.state, CorpusJobs(self.worker, self))
-            self.corpus_dock = self.add_panel_dock("Corpus", "corpus_dock", self.corpus_panel)
+        """Show a corpus scan in the Corpus panel, built into its dock (where the saved layout has it) the first time."""
+        self.panel_docks.build("corpus")  # into its dock, where the saved layout has it
         self.corpus_dock.show()
         self.corpus_dock.raise_()
         self.corpus_panel.open_scan(path)

@@ -167,6 +167,7 @@ class Runner(QObject):
     """Newest-wins background jobs per kind, on the POOL or a THREAD of their own (module docstring)."""
 
     sigBusy = Signal(bool)  # whether any job the window still waits for is running
+    sigEnded = Signal(str)  # kind: a job of this kind ended (its result delivered) or was let go
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -226,14 +227,30 @@ class Runner(QObject):
             self._newest[kind] = None
             log.info("stopped waiting for %r; it finishes in the background, unheard", job)
             self._update_busy()
+            self.sigEnded.emit(kind)
         return job
+
+    def when_none_running(self, kind: str, then: Callable[[], None]) -> None:
+        """then() once no job of `kind` is running (running(kind) is None): now if none is, else
+        as the one running ends, its result delivered first (sigEnded, never a poll)."""
+        if self.running(kind) is None:
+            then()
+            return
+
+        def ended(ended_kind: str) -> None:
+            if ended_kind == kind and self.running(kind) is None:
+                self.sigEnded.disconnect(ended)
+                then()
+        self.sigEnded.connect(ended)
 
     def _on_done(self, job: Job, value, error) -> None:
         self._live.pop(job.id, None)
         self._update_busy()
-        if error is SKIPPED or not self.is_current(job):
-            return
-        job.on_done(job.request, value, error)
+        try:
+            if error is not SKIPPED and self.is_current(job):
+                job.on_done(job.request, value, error)
+        finally:  # (a slot's exception goes to the guard: who waits for the kind hears it ended)
+            self.sigEnded.emit(job.kind)
 
     def _update_busy(self) -> None:
         busy = any(self.is_current(job) for job in self._live.values())

@@ -216,6 +216,14 @@ def save_window(window, settings: QSettings) -> None:
     settings.sync()
 
 
+def remember_raised_tabs(window, settings: QSettings) -> None:
+    """The raised tabs now, written at once where they changed (a crash keeps them)."""
+    value = ",".join(raised_tabs(window))
+    if settings.value("raised_tabs", "") != value:
+        settings.setValue("raised_tabs", value)
+        settings.sync()
+
+
 def raised_tabs(window) -> list[str]:
     """The object name of the dock whose tab is raised in each group of tabbed docks on screen
     (a tab shows its dock's title, and the docks' titles are distinct)."""

@@ -1,5 +1,5 @@
 """Models > Compare with…: where model B comes from (the Compare panel itself, and its imports,
-load only when Compare is first opened: the window's start does not wait for them)."""
+load only when Compare is first shown or opened: the window's start does not wait for them)."""
 
 from __future__ import annotations
 
@@ -62,17 +62,16 @@ class CompareMenu(QMenu):
 
 
 def open_compare(w, source: BSource) -> None:
-    """Show the Compare panel (docked the first time, like the Corpus panel) and open B."""
-    if getattr(w, "compare_panel", None) is None:
-        from attnviz.ui.panels.compare_panel import ComparePanel
-
-        w.compare_panel = ComparePanel(w.state, w.worker.compare_jobs)
-        w.compare_dock = w.add_panel_dock("Compare", "compare_dock", scrolled(w.compare_panel))
-        # closing the panel leaves Compare (a tab behind another stays open)
-        w.compare_dock.toggleViewAction().toggled.connect(lambda on: on or _panel_closed(w))
+    """Show the Compare panel (built into its dock the first time, like the Corpus panel) and open B."""
+    w.panel_docks.build("compare")  # into its dock, where the saved layout has it (ui/panel_docks.py)
     w.compare_dock.show()
     w.compare_dock.raise_()
     w.worker.compare_jobs.open(source)
+
+
+def stop_on_close(w, dock) -> None:
+    """Closing the panel leaves Compare (a tab behind another stays open)."""
+    dock.toggleViewAction().toggled.connect(lambda on: on or _panel_closed(w))
 
 
 def scrolled(panel):

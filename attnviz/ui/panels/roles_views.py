@@ -28,6 +28,9 @@ COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 _ALL = "all roles"
 
 
+TIGHT_PAD = 4  # pixels beside a map label's text where the dock is too narrow for the usual padding
+
+
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
     short = ROLE_SHORT[role]
     return short if short == role else f"{short}&nbsp;=&nbsp;{role}"
@@ -82,6 +85,8 @@ class RolesOverview(QWidget):
         self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
         self.map.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        # (the style's least width is the padded label's: it would undo the narrow columns)
+        self.map.horizontalHeader().setMinimumSectionSize(self.map.fontMetrics().height())
         self.map.viewport().installEventFilter(self)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
@@ -100,6 +105,8 @@ class RolesOverview(QWidget):
         self.focus_note = QLabel("")
         self.focus_note.setWordWrap(True)
         ovl = QVBoxLayout(self)
+        margins = ovl.contentsMargins()  # (the tab's frame is the map's margin at the sides)
+        ovl.setContentsMargins(2, margins.top(), 2, margins.bottom())
         ovl.addWidget(self.map, 1)
         ovl.addWidget(self.legend)
         form = QFormLayout()
@@ -141,16 +148,26 @@ class RolesOverview(QWidget):
         self._fit_map()
 
     def _fit_map(self):
-        """Each map column as wide as its labels need, the spare width shared out evenly."""
+        """Each map column as wide as its labels need, the spare width shared out evenly; where the
+        padded labels outgrow the width (a narrow dock, many heads), each as wide as its widest label
+        and a hair, so every head's column stays in sight, its label whole."""
         ov = self.map
         n = ov.columnCount()
         if n == 0:
             return
         need = [max(ov.horizontalHeader().sectionSizeHint(c), ov.sizeHintForColumn(c))
                 for c in range(n)]
+        if sum(need) > ov.viewport().width():
+            need = [self._label_width(c) for c in range(n)]
         spare = max(0, ov.viewport().width() - sum(need))
         for c in range(n):
             ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
+
+    def _label_width(self, c: int) -> int:
+        """The widest of column `c`'s texts (its head label, its cells' role names), with a hair."""
+        ov = self.map
+        texts = [ov.horizontalHeaderItem(c).text()] + [ov.item(r, c).text() for r in range(ov.rowCount())]
+        return max(ov.fontMetrics().horizontalAdvance(t) for t in texts) + TIGHT_PAD
 
     def eventFilter(self, obj, event):
         if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:

@@ -1,0 +1,96 @@
+"""Compare and Corpus have docks from the start, like the other panels: the saved layout puts them
+back where the user left them (even after a session that never opened them), a window closed on
+Compare opens again on it, and the raised tab is written as it changes, not only on close."""
+
+import shutil
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtWidgets import QDockWidget, QTabBar
+
+from windows import WAIT, drain_events
+
+TEXT = "The cat sat on the mat because the cat"
+MODEL = "attnviz-textbook"
+LEFT = Qt.DockWidgetArea.LeftDockWidgetArea
+
+
+def _window(qtbot, path):
+    from attnviz.ui.app import create_window
+
+    w = create_window(model=MODEL, text=TEXT, settings=QSettings(str(path), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+    return w
+
+
+def _raised(w) -> list[str]:
+    return [bar.tabText(bar.currentIndex()) for bar in w.findChildren(QTabBar)
+            if bar.parent() is w and bar.isVisible() and bar.currentIndex() >= 0]
+
+
+def _in_sight(widget) -> bool:
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
+
+
+def _close(w) -> None:
+    w.worker.wait_idle()
+    w.close()
+
+
+def test_compare_and_corpus_come_back_where_the_user_left_them(qtbot, tmp_path):
+    path = tmp_path / "s.ini"
+    w = _window(qtbot, path)
+    for name in ("compare_dock", "corpus_dock"):  # moved to the left edge, then closed
+        dock = w.findChild(QDockWidget, name)
+        assert dock is not None and dock.isHidden() and dock.widget() is None  # made, not shown
+        dock.toggleViewAction().trigger()  # View > Compare: its tab shown where it is
+        dock.raise_()  # and clicked
+        qtbot.waitUntil(lambda: dock.widget() is not None and dock.isVisible(), timeout=WAIT)
+        w.addDockWidget(LEFT, dock)
+        dock.close()
+    _close(w)
+    _close(_window(qtbot, path))  # a session that never opens them
+    w = _window(qtbot, path)
+    compare, corpus = w.findChild(QDockWidget, "compare_dock"), w.findChild(QDockWidget, "corpus_dock")
+    assert compare.isHidden() and corpus.isHidden()
+    compare.toggleViewAction().trigger()  # (alone at the left edge: in sight)
+    w.open_scan(str(tmp_path / "no-scan-here"))  # File > Open scan…: a folder that holds none
+    for dock in (compare, corpus):
+        qtbot.waitUntil(lambda: dock.widget() is not None and _in_sight(dock), timeout=WAIT)
+        assert w.dockWidgetArea(dock) == LEFT
+        assert dock.geometry().right() < w.centralWidget().geometry().left()  # left of the grid
+    assert "pick model B" in w.compare_panel.title.text()
+    qtbot.waitUntil(lambda: "no-scan-here" in w.corpus_panel.status.text(), timeout=WAIT)
+    _close(w)
+
+
+def test_a_window_closed_on_compare_opens_again_on_it(qtbot, tmp_path):
+    path = tmp_path / "s.ini"
+    w = _window(qtbot, path)
+    w.compare_dock.toggleViewAction().trigger()
+    w.compare_dock.raise_()
+    qtbot.waitUntil(lambda: _raised(w) == ["Compare"], timeout=WAIT)
+    _close(w)
+    w = _window(qtbot, path)
+    qtbot.waitUntil(lambda: _raised(w) == ["Compare"] and w.compare_panel is not None, timeout=WAIT)
+    drain_events()
+    assert _in_sight(w.compare_dock) and _in_sight(w.compare_panel.title)
+    assert "pick model B" in w.compare_panel.title.text()
+    assert not _in_sight(w.focus_dock)
+    _close(w)
+
+
+def test_the_raised_tab_is_kept_without_a_close(qtbot, tmp_path):
+    path = tmp_path / "s.ini"
+    w = _window(qtbot, path)
+    w.predict_dock.raise_()  # as a click on its tab does
+    qtbot.waitUntil(lambda: _raised(w) == ["What heads do"], timeout=WAIT)
+    on_disk = lambda: QSettings(str(path), QSettings.Format.IniFormat).value("raised_tabs")  # noqa: E731
+    qtbot.waitUntil(lambda: on_disk() == "predict_dock", timeout=WAIT)
+    shutil.copy(path, tmp_path / "after-a-crash.ini")  # the file as a crash now would leave it
+    again = _window(qtbot, tmp_path / "after-a-crash.ini")
+    qtbot.waitUntil(lambda: _raised(again) == ["What heads do"], timeout=WAIT)
+    assert _in_sight(again.predict_dock) and not _in_sight(again.focus_dock)
+    _close(again)
+    _close(w)

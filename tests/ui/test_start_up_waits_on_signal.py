@@ -1,0 +1,68 @@
+"""What waits for What heads do's first analysis at start-up (the side panels' later builds, gc's
+start-up collection) hears the runner say the analysis ended (Runner.sigEnded), never asks again
+and again while it runs; the prediction is still shown first."""
+
+import threading
+
+from PySide6.QtCore import QSettings, QTimer
+
+from attnviz.ui import panel_docks as PD
+from attnviz.ui.machinery import effects_jobs as EJ
+from attnviz.ui.machinery.worker import Worker
+from windows import WAIT
+
+TEXT = "The keys to the cabinet are on the"
+
+
+def test_the_later_builds_wait_for_the_first_analysis_without_asking_again(
+        qtbot, tmp_path, smollm2, monkeypatch):
+    from attnviz.ui.app import create_window
+    from attnviz.ui.machinery import tuning
+
+    gate, asked, built, frozen = threading.Event(), [], [], []
+    real_analyse, real_running = EJ.analyse_typed, Worker.running
+    real_calc, real_freeze = PD.BUILDERS["calc"], tuning.freeze_start_up_objects
+
+    def held(*a, **k):
+        assert gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    def running(self, kind):  # who outside the runner asks whether the analysis runs
+        import sys
+
+        if kind == EJ.ANALYSIS_KIND and sys._getframe(1).f_globals["__name__"] in (PD.__name__, "attnviz.ui.window"):
+            asked.append(kind)
+        return real_running(self, kind)
+
+    def calc(w):
+        built.append(w.state.effects.analysis is not None)
+        real_calc(w)
+
+    def freeze():
+        frozen.append(w.state.effects.analysis is not None)
+        real_freeze()
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(Worker, "running", running)
+    monkeypatch.setitem(PD.BUILDERS, "calc", calc)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    settings.setValue("raised_tabs", "predict_dock")  # What heads do shown as the window opens
+    try:
+        w = create_window(settings=settings, model=str(smollm2.path), text=TEXT, panels=("predict", "calc"))
+        qtbot.addWidget(w)
+        w.show()
+        qtbot.waitUntil(lambda: len(asked) >= 1, timeout=WAIT)  # the later builds found it running
+        assert w.worker.running(EJ.ANALYSIS_KIND) is not None and built == []
+        ticks = []
+        timer = QTimer()
+        timer.timeout.connect(lambda: ticks.append(1))
+        timer.start(25)  # (the interval the builds asked at before)
+        qtbot.waitUntil(lambda: len(ticks) >= 12, timeout=WAIT)
+        timer.stop()
+        assert len(asked) == 1 and built == [] and frozen == []  # asked once, then told
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: w.panels_ready and bool(frozen), timeout=WAIT)
+    assert built == [True] and frozen == [True]  # the prediction first, then the rest
+    assert w.predict_panel.top_table.rowCount() > 0
+    w.worker.wait_idle()
