@@ -95,12 +95,14 @@ def test_a_model_let_go_is_freed_without_the_cyclic_collector(source, tmp_path, 
             assert view is not None and view.packed is not None
             refs.append(weakref.ref(view.packed))
         gc.collect()
+        was_on = gc.isenabled()  # (a window's runner may have switched it off for the process)
         gc.disable()
         try:
             del model, store, view
             assert [ref() for ref in refs] == [None] * len(refs)
         finally:
-            gc.enable()
+            if was_on:
+                gc.enable()
     finally:
         qpack.ask_for_kernels(False)
 
