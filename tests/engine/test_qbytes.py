@@ -13,7 +13,7 @@ from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading.qpack import pack
 
 pytest.importorskip("numba")
-from attnviz.engine.computing import qbytes, qdot  # noqa: E402  (needs numba)
+from attnviz.engine.computing import qbytes, qdot, qx  # noqa: E402  (needs numba)
 
 REL = 1e-5
 BYTES = [Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q5_K, Q.Q6_K]
@@ -81,9 +81,14 @@ def test_weights_and_digits_at_the_ends_of_their_range_are_summed_exactly():
     raw[:, :, 2:] = q.view(np.uint8)
     raw = raw.reshape(n_out, -1)
     w = gguf.quants.dequantize(raw, Q.Q8_0).astype(np.float32)
-    x = np.full((3, n_in), np.float32(qdot.TOP), np.float32)
+    # TOP - 1 keeps the unit at 1 (TOP itself doubles it): digits 127, 127, 126; 8,290,176 is
+    # 65536 * 127 - 256 * 128 - 128: digits 127, -128, -128
+    x = np.full((4, n_in), np.float32(qdot.TOP - 1), np.float32)
     x[1] = -x[1]
     x[2, ::2] = -x[2, ::2]
+    x[3] = np.float32(65536 * 127 - 256 * 128 - 128)
+    (xp, cs), _ = qx.pieces_x(x, n_in // 32)
+    assert (cs == 1).all() and xp.max() == 127 and xp.min() == -128
     y = qm.qmatvec(pack(raw, Q.Q8_0), x)
     _check(y, x, w)  # (an int32 sum that wrapped would be off by 2^32 units)
     eye = np.eye(n_in, dtype=np.float32)

@@ -14,7 +14,7 @@ they are:
 
 256 S_0 + S_1 (|.| < 2^28) is summed in int32 and rounded once to float32, then t_s takes one more
 rounding (u a power of 2: exact); both within 2^-24 of sum_j |q_j N_j|, the rounding of x within
-2^-24 of max |x_s| an input: inside qmatvec's tolerance (1e-5 of sum |x w|;
+u / 2 < max |x_s| / TOP (about 2^-23 of it) an input: inside qmatvec's tolerance (1e-5 of sum |x w|;
 tests/engine/test_qmatvec.py). A 16-input sub-block (Q6_K) reads one half of its 32 inputs' digits,
 under their unit.
 """

@@ -27,10 +27,10 @@ round(x_j / u): x_j = (65536 p_0j + 256 p_1j + p_2j) u + e_j, u the power of 2 t
 about 2^-23 max |x_s| (a power of 2: an x that is a small multiple of u, a one-hot 1, exact).
 Then t_s = u (256 (256 S_0 + S_1) + S_2), S_i = sum_j q_j p_ij exact in int32
 (vpermb first brings each row's four bytes of a 64-byte run into its lane); |S_i| <= 32 15 128,
-so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes one rounding (u: a power of 2). Its error beside
-float32's rounding is sum_j q_j e_j (7-bit pieces, a power-of-2 unit, 3 of them: 2^-21 of
-max |x_s|, moved a tiny model's attention by up to 1.4e-5 against its float32 run:
-tests/engine/test_qkernels_path.py). The dot products, about one a cycle, bound the loop.
+so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes one rounding (u: a power of 2).
+Its error beside float32's rounding is sum_j q_j e_j, each |e_j| under 2^-23 of max |x_s|
+(tests/engine/test_qkernels_path.py holds a tiny model's cached steps within 1e-5 of its float32
+run). The dot products, about one a cycle, bound the loop.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ else:
 
 CHAINS = 4  # independent FMA chains a sub-block's sum is split over
 AHEAD = 4096  # bytes of q asked for ahead of the sub-block being read (a plateau from 3 to 8 KiB)
-# the VNNI loop, faster, outruns one hint: q asked for into L2 FAR bytes ahead, then into L1 NEAR
+# the VNNI loop needs q sooner than one hint brings it: asked for into L2 FAR bytes ahead, then into L1 NEAR
 NEAR, FAR = 3072, 12288
 
 
