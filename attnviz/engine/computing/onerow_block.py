@@ -26,6 +26,8 @@ whose trace records and edits nothing at the points between, takes two calls ins
 
 from __future__ import annotations
 
+import weakref
+
 import threading
 from typing import NamedTuple
 
@@ -246,10 +248,8 @@ def _plan(layer):
                     mats[2].n_out, parts[0].args[1].dtype)
     if len(_PLANS) > 1024:
         _PLANS.clear()
-    import weakref
-
-    _PLANS[id(pl)] = (weakref.ref(pl), plan)
-    weakref.finalize(pl, _PLANS.pop, id(pl), None)  # (a freed model's plan and arrays go with it)
+    key = id(pl)  # (a freed model's plan and arrays go with it; an entry cleared takes its callback along)
+    _PLANS[key] = (weakref.ref(pl, lambda _gone: _PLANS.pop(key, None)), plan)
     return plan
 
 

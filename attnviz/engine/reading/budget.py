@@ -246,8 +246,9 @@ class LayerStore(Sequence):
     `build(i, check)` expands layer i from the file (`check`: scan its values for NaN or Inf, done
     the first time only; a store with packed views passes layer i's too, `build(i, check, view)`,
     so no build refers to its store: a store let go is freed at once, not by the cyclic collector,
-    which never walks one frozen with the window's start-up); `sizes[i]` are its float32 bytes. Indexing returns the expanded layer;
-    safe across threads (two threads asking for a layer that is not held may both expand it)."""
+    which never walks one frozen with the window's start-up); `sizes[i]` are its float32 bytes.
+    Indexing returns the expanded layer; safe across threads (two threads asking for a layer that
+    is not held may both expand it)."""
 
     def __init__(self, build: Callable, sizes: Sequence[int], budget: int | None, source: str,
                  output: Callable | None = None, packed: Callable | None = None,
