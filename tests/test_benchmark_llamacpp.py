@@ -129,7 +129,7 @@ def test_the_ratios_are_the_medians_against_each_other_and_the_floors():
     value = {name: f["value"] for name, f in figs.items()}
     assert value["decode step T = 64, attnviz"] == 5.0 and value["decode step T = 64, llama.cpp"] == 12.0
     assert value["decode step T = 64: attnviz / llama.cpp"] == pytest.approx(5.0 / 12.0)
-    assert value["decode step T = 64: llama.cpp / quantised-bytes floor"] == pytest.approx(12.0 / 2.0)
+    assert "decode step T = 64: llama.cpp / quantised-bytes floor" not in value  # (a floor of less than it reads)
     assert value["decode step T = 64: llama.cpp / floor of the layers' and unembedding's bytes"] == \
         pytest.approx(12.0 / 2.5)
     assert value["decode step T = 64: attnviz's layers / quantised-bytes floor"] == pytest.approx(4.0 / 2.0)
@@ -143,7 +143,7 @@ def test_the_ratios_are_the_medians_against_each_other_and_the_floors():
 def test_without_llama_cpp_its_figures_are_absent_with_the_reason_and_ours_measured():
     figs = llamacpp.step_figures(512, OURS, None, FLOORS, why="no .devvenv/bin/python beside /r")
     llama = [f for f in figs if "llama.cpp" in f["name"]]
-    assert len(llama) == 4 and all(f["value"] is None for f in llama)
+    assert len(llama) == 3 and all(f["value"] is None for f in llama)
     assert all(f["note"] == "llama.cpp not available: no .devvenv/bin/python beside /r; load average 0.0"
                for f in llama)
     assert [f["value"] for f in figs if "llama.cpp" not in f["name"]] == [5.0, 2.0, 2.0]

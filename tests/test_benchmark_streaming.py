@@ -40,8 +40,8 @@ STEP = {"step_s": 0.02, "pass_s": 0.01, "pass_bytes": 405 * 2 ** 20, "pass_gbps"
 def test_smollm2_reads_its_cached_step_against_the_pass_with_its_goal_and_the_read_floor_beside():
     by_pass, by_read = smollm2.step_figures(1, STEP, record)
     assert by_pass["value"] == 2.0 and by_pass["goal"] == 2.0 and by_pass["met"] is True
-    assert by_pass["name"].endswith("against one float32 matrix-vector pass over the model's matrices "
-                                    "(a reference, not a floor)")
+    assert by_pass["name"].endswith("against one float32 matrix-vector pass over the model's layer "
+                                    "matrices without the unembedding (a reference, not a floor)")
     assert by_read["value"] == 4.0 and by_read["goal"] is None
     assert "read floor" in by_read["name"] and "5.0 ms" in by_read["note"]
     # at two threads no read floor is measured (one thread's read is no floor for two)
