@@ -43,12 +43,12 @@ VNNI = bool(qdot and qdot.numba and qdot.VNNI)
 
 if VNNI:
     assert PIECES == 3  # (t_s combines three digits' sums: the module docstring)
-    _V32, _VF = qdot._V32, qdot._VF
-    _const, _at, _splat, _fma, _prefetch = qdot._const, qdot._at, qdot._splat, qdot._fma, qdot._prefetch
+    V32, VF = qdot.V32, qdot.VF
+    ir_const, ir_at, ir_splat, ir_fma, ir_prefetch = qdot.ir_const, qdot.ir_at, qdot.ir_splat, qdot.ir_fma, qdot.ir_prefetch
 
     def _ints(builder, value):  # i32 -> <16 x i32>, every lane value
-        one = builder.insert_element(ir.Constant(_V32, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
-        return builder.shuffle_vector(one, one, ir.Constant(_V32, [0] * LANES))
+        one = builder.insert_element(ir.Constant(V32, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+        return builder.shuffle_vector(one, one, ir.Constant(V32, [0] * LANES))
 
     def _vnni_bytes_intrinsic(S: int):
         """The intrinsic rows(q, qo, scale, offset, so, xp, xpo, cs, cso, dd, ddo, xs, xso, n_sub,
@@ -64,18 +64,18 @@ if VNNI:
             def codegen(context, builder, signature, args):
                 qa, qo_, sa, oa, so_, pa, po_, ca, co_, da, do_, xsa, xso_, ns, ya, yo_ = args
                 qt, _, st, ot, _, pt, _, ct, _, dt, _, xst, _, _, yt, _ = signature.args
-                zero, izero = ir.Constant(_VF, [0.0] * LANES), ir.Constant(_V32, [0] * LANES)
+                zero, izero = ir.Constant(VF, [0.0] * LANES), ir.Constant(V32, [0] * LANES)
                 v64 = ir.VectorType(ir.IntType(8), 64)
-                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32, [_V32] * 3),
+                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V32, [V32] * 3),
                                                      "llvm.x86.avx512.vpdpbusd.512")
                 perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
                                                       "llvm.x86.avx512.permvar.qi.512")
                 flip = ir.Constant(v64, [0x80] * 64)
-                total = cgutils.alloca_once(builder, _VF)
+                total = cgutils.alloca_once(builder, VF)
                 builder.store(zero, total)
 
                 def at(ty, arr, offset, vt=None):
-                    p = _at(context, builder, ty, arr, offset)
+                    p = ir_at(context, builder, ty, arr, offset)
                     return p if vt is None else builder.bitcast(p, vt.as_pointer())
 
                 def four(i):  # <16 x i32>, every lane the four int8 digits at xp[i:i + 4]
@@ -84,35 +84,35 @@ if VNNI:
                 def sub_blocks(offsets: bool):
                     with cgutils.for_range(builder, ns) as loop:
                         s = loop.index
-                        qb = builder.add(qo_, builder.mul(s, _const(step)))
-                        block = s if S == 32 else builder.lshr(s, _const(1))  # x's 32-input block
-                        pb = builder.add(po_, builder.mul(block, _const(PIECES * 32)))
+                        qb = builder.add(qo_, builder.mul(s, ir_const(step)))
+                        block = s if S == 32 else builder.lshr(s, ir_const(1))  # x's 32-input block
+                        pb = builder.add(po_, builder.mul(block, ir_const(PIECES * 32)))
                         if S == 16:  # the block's second half for an odd sub-block
-                            pb = builder.add(pb, builder.mul(builder.and_(s, _const(1)), _const(16)))
+                            pb = builder.add(pb, builder.mul(builder.and_(s, ir_const(1)), ir_const(16)))
                         for ahead, level in ((qdot.NEAR, 3), (qdot.FAR, 2)):
                             for line in range(0, step, 64):
-                                _prefetch(builder, at(qt, qa, builder.add(qb, _const(ahead + line))), level)
+                                ir_prefetch(builder, at(qt, qa, builder.add(qb, ir_const(ahead + line))), level)
                         acc = [[izero] * PIECES, [izero] * PIECES]  # int32 sums, exact (two chains)
                         for k in range(S // 4):  # run k: inputs 4k..4k + 3 of the 16 rows
-                            v = builder.load(at(qt, qa, builder.add(qb, _const(64 * k)), v64), align=1)
-                            v = builder.xor(builder.call(perm, [v, ir.Constant(v64, qdot._ROW_BYTES)]), flip)
-                            v = builder.bitcast(v, _V32)  # q + 128, row r's four in lane r
+                            v = builder.load(at(qt, qa, builder.add(qb, ir_const(64 * k)), v64), align=1)
+                            v = builder.xor(builder.call(perm, [v, ir.Constant(v64, qdot.ROW_BYTES)]), flip)
+                            v = builder.bitcast(v, V32)  # q + 128, row r's four in lane r
                             for i in range(PIECES):
-                                xb = builder.add(pb, _const(32 * i + 4 * k))
+                                xb = builder.add(pb, ir_const(32 * i + 4 * k))
                                 acc[k % 2][i] = builder.call(dot, [acc[k % 2][i], v, four(xb)])
                         s0, s1, s2 = (builder.add(a, b) for a, b in zip(*acc))
-                        db = builder.add(do_, builder.mul(s, _const(2)))
-                        high, low = (_ints(builder, builder.load(at(dt, da, builder.add(db, _const(h)))))
+                        db = builder.add(do_, builder.mul(s, ir_const(2)))
+                        high, low = (_ints(builder, builder.load(at(dt, da, builder.add(db, ir_const(h)))))
                                      for h in (0, 1))
-                        top = builder.add(builder.shl(s0, ir.Constant(_V32, [8] * LANES)), s1)
-                        top = builder.sitofp(builder.sub(top, high), _VF)
-                        t = _fma(builder, top, ir.Constant(_VF, [256.0] * LANES),
-                                 builder.sitofp(builder.sub(s2, low), _VF))
-                        t = builder.fmul(t, _splat(builder, builder.load(at(ct, ca, builder.add(co_, block)))))
-                        qdot._add_sub_block(context, builder, "b32", t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
+                        top = builder.add(builder.shl(s0, ir.Constant(V32, [8] * LANES)), s1)
+                        top = builder.sitofp(builder.sub(top, high), VF)
+                        t = ir_fma(builder, top, ir.Constant(VF, [256.0] * LANES),
+                                 builder.sitofp(builder.sub(s2, low), VF))
+                        t = builder.fmul(t, ir_splat(builder, builder.load(at(ct, ca, builder.add(co_, block)))))
+                        qdot.add_sub_block(context, builder, "b32", t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
                                             so_, total, offsets)
 
-                qdot._every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
+                qdot.every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
                 return context.get_dummy_value()
             return sig, codegen
         return rows

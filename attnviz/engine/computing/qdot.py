@@ -106,30 +106,30 @@ def _half_in_hardware() -> bool:
 
 if numba:
     _F32, _I32, _I64, _I8P = ir.FloatType(), ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer()
-    _V8, _V32, _VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
+    _V8, V32, VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
     PERMUTE = _permute_table()
     VNNI = _vnni()
     HALF_IN_HARDWARE = _half_in_hardware()
     _V16 = ir.VectorType(ir.IntType(16), LANES)
 
-    def _splat(builder, value):  # float -> <16 x float>, every lane value
-        undef = ir.Constant(_VF, ir.Undefined)
+    def ir_splat(builder, value):  # float -> <16 x float>, every lane value
+        undef = ir.Constant(VF, ir.Undefined)
         one = builder.insert_element(undef, value, ir.Constant(_I32, 0))
         return builder.shuffle_vector(one, undef, ir.Constant(ir.VectorType(_I32, LANES), [0] * LANES))
 
-    def _fma(builder, a, b, c):  # a b + c, lane by lane: fused where the CPU has FMA (fmuladd:
+    def ir_fma(builder, a, b, c):  # a b + c, lane by lane: fused where the CPU has FMA (fmuladd:
         # a CPU without it gets a multiply and an add, not a libm call a lane)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF] * 3),
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF] * 3),
                                             f"llvm.fmuladd.v{LANES}f32")
         return builder.call(fn, [a, b, c])
 
-    def _at(context, builder, aryty, ary, offset):  # &ary[offset]
+    def ir_at(context, builder, aryty, ary, offset):  # &ary[offset]
         return builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
 
-    def _const(k):
+    def ir_const(k):
         return ir.Constant(_I64, k)
 
-    def _prefetch(builder, pointer, level=3):  # a read hint (level 3: kept in every cache level, 2:
+    def ir_prefetch(builder, pointer, level=3):  # a read hint (level 3: kept in every cache level, 2:
         # in L2 and beyond)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32]), "llvm.prefetch.p0i8")
@@ -138,66 +138,66 @@ if numba:
 
     def _low_nibbles(builder, v):  # <16 x i32> bytes -> <16 x float> of their low nibbles
         if PERMUTE:  # (vpermps reads the index's low 4 bits alone)
-            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF, _V32]),
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF, V32]),
                                                 "llvm.x86.avx512.permvar.sf.512")
-            return builder.call(fn, [ir.Constant(_VF, [float(i) for i in range(LANES)]), v])
-        return builder.uitofp(builder.and_(v, ir.Constant(_V32, [15] * LANES)), _VF)
+            return builder.call(fn, [ir.Constant(VF, [float(i) for i in range(LANES)]), v])
+        return builder.uitofp(builder.and_(v, ir.Constant(V32, [15] * LANES)), VF)
 
     def _half_bits(builder, h):
         """<16 x i16> float16 bits -> <16 x float>, exact for every value (normal, subnormal, zero,
         inf, nan) with integer arithmetic: the exponent rebiased from 15 to 127, a subnormal m
         2^-24 made as (1 + m / 1024) 2^-14 - 2^-14 (both exact), the sign put back."""
         def c(k):
-            return ir.Constant(_V32, [k] * LANES)
+            return ir.Constant(V32, [k] * LANES)
 
-        v = builder.zext(h, _V32)
+        v = builder.zext(h, V32)
         o = builder.shl(builder.and_(v, c(0x7FFF)), c(13))  # exponent and mantissa in float32's place
         e = builder.and_(o, c(0x0F800000))  # the exponent alone
         o = builder.add(o, c(0x38000000))  # + (127 - 15) << 23
         inf = builder.add(o, c(0x38000000))  # inf, nan: exponent 255
-        sub = builder.bitcast(builder.fsub(builder.bitcast(builder.add(o, c(0x00800000)), _VF),
-                                           ir.Constant(_VF, [2.0 ** -14] * LANES)), _V32)
+        sub = builder.bitcast(builder.fsub(builder.bitcast(builder.add(o, c(0x00800000)), VF),
+                                           ir.Constant(VF, [2.0 ** -14] * LANES)), V32)
         o = builder.select(builder.icmp_unsigned("==", e, c(0x0F800000)), inf, o)
         o = builder.select(builder.icmp_unsigned("==", e, c(0)), sub, o)
-        return builder.bitcast(builder.or_(o, builder.shl(builder.and_(v, c(0x8000)), c(16))), _VF)
+        return builder.bitcast(builder.or_(o, builder.shl(builder.and_(v, c(0x8000)), c(16))), VF)
 
     def _scales(context, builder, ty, arr, at):  # <16 x float> from float32 or float16 bits (exact)
         def vec(vt):
-            return builder.bitcast(_at(context, builder, ty, arr, at), vt.as_pointer())
+            return builder.bitcast(ir_at(context, builder, ty, arr, at), vt.as_pointer())
         if ty.dtype != types.uint16:
-            return builder.load(vec(_VF), align=4)
+            return builder.load(vec(VF), align=4)
         if HALF_IN_HARDWARE:
-            return builder.fpext(builder.load(vec(_VH), align=2), _VF)
+            return builder.fpext(builder.load(vec(_VH), align=2), VF)
         return _half_bits(builder, builder.load(vec(_V16), align=2))
 
-    def _add_sub_block(context, builder, kind, t, s, xs, scale, offset, so, total, offsets: bool):
+    def add_sub_block(context, builder, kind, t, s, xs, scale, offset, so, total, offsets: bool):
         """total += scale_s t + offset_s xs_s (the offset where `offsets`) for sub-block s, t its
         16 rows' sum of q x (less 8 xs_s for "nib8": q - 8); xs: (type, array, start) of the
         sub-block sums; scale, offset: (type, array), the group's first at `so`."""
         (xst, xsa, xso), (st, sa), (ot, oa) = xs, scale, offset
-        c = _splat(builder, builder.load(_at(context, builder, xst, xsa, builder.add(xso, s))))
+        c = ir_splat(builder, builder.load(ir_at(context, builder, xst, xsa, builder.add(xso, s))))
         if kind == "nib8":  # sum (q - 8) x = sum q x - 8 xs_s
-            t = _fma(builder, ir.Constant(_VF, [-8.0] * LANES), c, t)
-        sb = builder.add(so, builder.mul(s, _const(LANES)))
-        r = _fma(builder, _scales(context, builder, st, sa, sb), t, builder.load(total))
+            t = ir_fma(builder, ir.Constant(VF, [-8.0] * LANES), c, t)
+        sb = builder.add(so, builder.mul(s, ir_const(LANES)))
+        r = ir_fma(builder, _scales(context, builder, st, sa, sb), t, builder.load(total))
         if offsets:
-            r = _fma(builder, _scales(context, builder, ot, oa, sb), c, r)
+            r = ir_fma(builder, _scales(context, builder, ot, oa, sb), c, r)
         builder.store(r, total)
 
-    def _every_sub_block(context, builder, sub_blocks, offset, total, y):
+    def every_sub_block(context, builder, sub_blocks, offset, total, y):
         """sub_blocks(offsets) with the offsets or without (an empty offset array: none), then
         y[yo:yo + 16] = total; y: (type, array, yo). Two loops, the test outside them: no branch a
         sub-block, the same arithmetic."""
         ot, oa = offset
         has_offset = builder.icmp_unsigned("!=", context.make_array(ot)(context, builder, oa).nitems,
-                                           _const(0))
+                                           ir_const(0))
         with builder.if_else(has_offset, likely=True) as (with_offsets, without):
             with with_offsets:
                 sub_blocks(True)
             with without:
                 sub_blocks(False)
         yt, ya, yo = y
-        builder.store(builder.load(total), builder.bitcast(_at(context, builder, yt, ya, yo), _VF.as_pointer()),
+        builder.store(builder.load(total), builder.bitcast(ir_at(context, builder, yt, ya, yo), VF.as_pointer()),
                       align=4)
 
     def _rows_intrinsic(kind: str):
@@ -217,40 +217,40 @@ if numba:
             def codegen(context, builder, signature, args):
                 qa, qo_, sa, oa, so_, xa, xo_, xsa, xso_, ns, ya, yo_ = args
                 qt, _, st, ot, _, xt, _, xst, _, _, yt, _ = signature.args
-                zero = ir.Constant(_VF, [0.0] * LANES)
-                total = cgutils.alloca_once(builder, _VF)  # (a register once optimised)
+                zero = ir.Constant(VF, [0.0] * LANES)
+                total = cgutils.alloca_once(builder, VF)  # (a register once optimised)
                 builder.store(zero, total)  # (here: the entry block's store runs once a function)
 
                 def vec(ty, arr, offset, vt):
-                    return builder.bitcast(_at(context, builder, ty, arr, offset), vt.as_pointer())
+                    return builder.bitcast(ir_at(context, builder, ty, arr, offset), vt.as_pointer())
 
                 def x_at(base, j):
-                    return _splat(builder, builder.load(_at(context, builder, xt, xa, builder.add(base, _const(j)))))
+                    return ir_splat(builder, builder.load(ir_at(context, builder, xt, xa, builder.add(base, ir_const(j)))))
 
                 def sub_blocks(offsets: bool):  # the loop over sub-blocks, with or without offsets
                     with cgutils.for_range(builder, ns) as loop:
                         s = loop.index
-                        qb = builder.add(qo_, builder.mul(s, _const(step)))
-                        xb = builder.add(xo_, builder.mul(s, _const(S)))
+                        qb = builder.add(qo_, builder.mul(s, ir_const(step)))
+                        xb = builder.add(xo_, builder.mul(s, ir_const(S)))
                         for line in range(0, step, 64):
-                            _prefetch(builder, _at(context, builder, qt, qa, builder.add(qb, _const(AHEAD + line))))
+                            ir_prefetch(builder, ir_at(context, builder, qt, qa, builder.add(qb, ir_const(AHEAD + line))))
                         acc = [zero] * CHAINS
                         for j in range(step // LANES):
-                            v = builder.load(vec(qt, qa, builder.add(qb, _const(LANES * j)), _V8), align=1)
+                            v = builder.load(vec(qt, qa, builder.add(qb, ir_const(LANES * j)), _V8), align=1)
                             if nibbles:  # l x'_j + b x''_j (module docstring)
-                                v = builder.zext(v, _V32)
-                                pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, _VF), j + 16))
+                                v = builder.zext(v, V32)
+                                pairs = ((_low_nibbles(builder, v), j), (builder.uitofp(v, VF), j + 16))
                             else:
-                                pairs = ((builder.sitofp(builder.sext(v, _V32), _VF), j),)
+                                pairs = ((builder.sitofp(builder.sext(v, V32), VF), j),)
                             for w, at in pairs:
                                 c = (len(pairs) * j + (at != j)) % CHAINS
-                                acc[c] = _fma(builder, w, x_at(xb, at), acc[c])
+                                acc[c] = ir_fma(builder, w, x_at(xb, at), acc[c])
                         while len(acc) > 1:  # (pairwise: CHAINS a power of 2)
                             acc = [builder.fadd(acc[i], acc[i + 1]) for i in range(0, len(acc), 2)]
-                        _add_sub_block(context, builder, kind, acc[0], s, (xst, xsa, xso_), (st, sa), (ot, oa),
+                        add_sub_block(context, builder, kind, acc[0], s, (xst, xsa, xso_), (st, sa), (ot, oa),
                                        so_, total, offsets)
 
-                _every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
+                every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
                 return context.get_dummy_value()
             return sig, codegen
         return rows
@@ -259,7 +259,7 @@ if numba:
 
     # vpermb's indices: a 64-byte run of q holds bytes j = 4k..4k + 3 of 16 rows as [j % 4, row];
     # lane r of the permuted run holds row r's four bytes
-    _ROW_BYTES = [16 * (i % 4) + i // 4 for i in range(64)]
+    ROW_BYTES = [16 * (i % 4) + i // 4 for i in range(64)]
 
     def _vnni_rows_intrinsic(kind: str):
         """The intrinsic rows(q, qo, scale, offset, so, xp, xpo, cs, cso, xs, xso, n_sub, y, yo) of
@@ -272,51 +272,51 @@ if numba:
             def codegen(context, builder, signature, args):
                 qa, qo_, sa, oa, so_, pa, po_, ca, co_, xsa, xso_, ns, ya, yo_ = args
                 qt, _, st, ot, _, pt, _, ct, _, xst, _, _, yt, _ = signature.args
-                zero, izero = ir.Constant(_VF, [0.0] * LANES), ir.Constant(_V32, [0] * LANES)
+                zero, izero = ir.Constant(VF, [0.0] * LANES), ir.Constant(V32, [0] * LANES)
                 v64 = ir.VectorType(ir.IntType(8), 64)
-                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V32, [_V32] * 3),
+                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V32, [V32] * 3),
                                                      "llvm.x86.avx512.vpdpbusd.512")
                 perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
                                                       "llvm.x86.avx512.permvar.qi.512")
-                nibble = ir.Constant(_V32, [0x0F0F0F0F] * LANES)
-                total = cgutils.alloca_once(builder, _VF)
+                nibble = ir.Constant(V32, [0x0F0F0F0F] * LANES)
+                total = cgutils.alloca_once(builder, VF)
                 builder.store(zero, total)
 
                 def at(ty, arr, offset, vt=None):
-                    p = _at(context, builder, ty, arr, offset)
+                    p = ir_at(context, builder, ty, arr, offset)
                     return p if vt is None else builder.bitcast(p, vt.as_pointer())
 
                 def four(i):  # <16 x i32>, every lane the four int8 pieces at xp[i:i + 4]
                     v = builder.load(at(pt, pa, i, _I32), align=1)
-                    one = builder.insert_element(ir.Constant(_V32, ir.Undefined), v, ir.Constant(_I32, 0))
-                    return builder.shuffle_vector(one, one, ir.Constant(_V32, [0] * LANES))
+                    one = builder.insert_element(ir.Constant(V32, ir.Undefined), v, ir.Constant(_I32, 0))
+                    return builder.shuffle_vector(one, one, ir.Constant(V32, [0] * LANES))
 
                 def sub_blocks(offsets: bool):
                     with cgutils.for_range(builder, ns) as loop:
                         s = loop.index
-                        qb = builder.add(qo_, builder.mul(s, _const(16 * LANES)))
-                        pb = builder.add(po_, builder.mul(s, _const(PIECES * 32)))
+                        qb = builder.add(qo_, builder.mul(s, ir_const(16 * LANES)))
+                        pb = builder.add(po_, builder.mul(s, ir_const(PIECES * 32)))
                         for ahead, level in ((NEAR, 3), (FAR, 2)):
                             for line in range(0, 16 * LANES, 64):
-                                _prefetch(builder, at(qt, qa, builder.add(qb, _const(ahead + line))), level)
+                                ir_prefetch(builder, at(qt, qa, builder.add(qb, ir_const(ahead + line))), level)
                         low, high = [izero] * PIECES, [izero] * PIECES  # int32 sums, exact
                         for k in range(4):
-                            v = builder.load(at(qt, qa, builder.add(qb, _const(64 * k)), v64), align=1)
-                            v = builder.bitcast(builder.call(perm, [v, ir.Constant(v64, _ROW_BYTES)]), _V32)
+                            v = builder.load(at(qt, qa, builder.add(qb, ir_const(64 * k)), v64), align=1)
+                            v = builder.bitcast(builder.call(perm, [v, ir.Constant(v64, ROW_BYTES)]), V32)
                             lo = builder.and_(v, nibble)  # inputs 4k..4k + 3 as bytes 0..15
-                            hi = builder.and_(builder.lshr(v, ir.Constant(_V32, [4] * LANES)), nibble)
+                            hi = builder.and_(builder.lshr(v, ir.Constant(V32, [4] * LANES)), nibble)
                             for i in range(PIECES):
-                                xb = builder.add(pb, _const(32 * i + 4 * k))
+                                xb = builder.add(pb, ir_const(32 * i + 4 * k))
                                 low[i] = builder.call(dot, [low[i], lo, four(xb)])
-                                high[i] = builder.call(dot, [high[i], hi, four(builder.add(xb, _const(16)))])
+                                high[i] = builder.call(dot, [high[i], hi, four(builder.add(xb, ir_const(16)))])
                         s0, s1, s2 = (builder.add(a, b) for a, b in zip(low, high))
-                        top = builder.sitofp(builder.add(builder.shl(s0, ir.Constant(_V32, [8] * LANES)), s1), _VF)
-                        t = _fma(builder, top, ir.Constant(_VF, [256.0] * LANES), builder.sitofp(s2, _VF))
-                        t = builder.fmul(t, _splat(builder, builder.load(at(ct, ca, builder.add(co_, s)))))
-                        _add_sub_block(context, builder, kind, t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
+                        top = builder.sitofp(builder.add(builder.shl(s0, ir.Constant(V32, [8] * LANES)), s1), VF)
+                        t = ir_fma(builder, top, ir.Constant(VF, [256.0] * LANES), builder.sitofp(s2, VF))
+                        t = builder.fmul(t, ir_splat(builder, builder.load(at(ct, ca, builder.add(co_, s)))))
+                        add_sub_block(context, builder, kind, t, s, (xst, xsa, xso_), (st, sa), (ot, oa),
                                        so_, total, offsets)
 
-                _every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
+                every_sub_block(context, builder, sub_blocks, (ot, oa), total, (yt, ya, yo_))
                 return context.get_dummy_value()
             return sig, codegen
         return rows
