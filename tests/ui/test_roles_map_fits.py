@@ -7,6 +7,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
+from PySide6.QtGui import QFontMetrics  # noqa: E402
+
+from attnviz.ui.panels.roles_views import column_texts  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 
 TEXT = "Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine."
@@ -25,9 +28,9 @@ def test_roles_map_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, 
     view, header = ov.viewport(), ov.horizontalHeader()
     qtbot.waitUntil(lambda: header.length() <= view.width() and not ov.horizontalScrollBar().isVisible(),
                     timeout=WAIT)
-    fm = ov.fontMetrics()
     for c in range(n_head):  # each column whole inside the viewport, its label and cells unclipped
         x = ov.columnViewportPosition(c)
         assert 0 <= x and x + ov.columnWidth(c) <= view.width(), (c, x, ov.columnWidth(c), view.width())
-        texts = [ov.horizontalHeaderItem(c).text()] + [ov.item(r, c).text() for r in range(ov.rowCount())]
-        assert ov.columnWidth(c) >= max(fm.horizontalAdvance(t) for t in texts) + 2
+        # (each text in the font it is drawn in: the focused head's header label is bold)
+        widths = [QFontMetrics(f).horizontalAdvance(t) for t, f in column_texts(ov, c)]
+        assert ov.columnWidth(c) >= max(widths) + 2

@@ -13,7 +13,7 @@ import html
 
 import numpy as np
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QFontMetrics
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
     QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
@@ -164,10 +164,9 @@ class RolesOverview(QWidget):
             ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
 
     def _label_width(self, c: int) -> int:
-        """The widest of column `c`'s texts (its head label, its cells' role names), with a hair."""
-        ov = self.map
-        texts = [ov.horizontalHeaderItem(c).text()] + [ov.item(r, c).text() for r in range(ov.rowCount())]
-        return max(ov.fontMetrics().horizontalAdvance(t) for t in texts) + TIGHT_PAD
+        """The widest of column `c`'s texts (its head label, its cells' role names), each in the font
+        it is drawn in (the header's, bold for the focused head), with a hair."""
+        return max(shown_width(t, f) for t, f in column_texts(self.map, c)) + TIGHT_PAD
 
     def eventFilter(self, obj, event):
         if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:
@@ -330,3 +329,19 @@ class ScoresTable(QWidget):
         if item_l is not None and item_h is not None:
             self.state.show_head(int(item_l.data(Qt.ItemDataRole.DisplayRole)),
                                  int(item_h.data(Qt.ItemDataRole.DisplayRole)))
+
+
+def column_texts(table, c: int) -> list:
+    """(text, font) of a table column's header label and cells, each font as it is drawn: the
+    item's own over the header's or the table's; a header that highlights the current cell's
+    section draws its label bold."""
+    head, header = table.horizontalHeaderItem(c), table.horizontalHeader()
+    head_font = head.font().resolve(header.font())
+    head_font.setBold(head_font.bold() or header.highlightSections())
+    return [(head.text(), head_font)] + [
+        (table.item(r, c).text(), table.item(r, c).font().resolve(table.font()))
+        for r in range(table.rowCount())]
+
+
+def shown_width(text: str, font) -> int:
+    return QFontMetrics(font).horizontalAdvance(text)
