@@ -14,7 +14,10 @@ in one process, in turns (not a test).
   against off, in turns, and the step's unembedding (head.logits, the same either way) apart.
   Goal: the layers' step <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
-  the same run by a plain read of those arrays themselves (benchmarks/streaming.py). Beside it,
+  the same run by a plain read of those arrays themselves (benchmarks/streaming.py): the fastest
+  of every read in the run, 25 after the timed steps and 3 beside each of as many more steps, in
+  turns (the machine's memory bandwidth drifts from minute to minute). Beside it, each of those
+  steps against the read beside it (the median of their ratios, no goal). Beside them,
   for comparison with earlier runs, the step against the same bytes at the bandwidth of the
   float32 matrix-vector pass over the model's own matrices: no floor (that pass reads well under
   the memory's bandwidth, and the kernels' products beat it).
@@ -97,6 +100,23 @@ def back_to(cache, n: int) -> None:
     cache.ids = cache.ids[:n].copy()
     cache.k, cache.v = [a[:, :n] for a in cache.k], [a[:, :n] for a in cache.v]
     cache.nbytes = sum(a.nbytes for a in cache.k) + sum(a.nbytes for a in cache.v)
+
+
+def _steps_beside_reads(step, arrays, rounds: int) -> tuple[list[float], list[float]]:
+    """ms of one step on the kernels (every layer in one call) and of the fastest of 3 plain reads
+    of `arrays` beside it, `rounds` times in turns (which goes first alternates): the floor read in
+    the same moments as the steps, as the machine's memory bandwidth drifts from minute to minute."""
+    steps, reads = [], []
+    _set_way(WAYS[0])
+    for r in range(rounds):
+        for what in (("read", "step") if r % 2 else ("step", "read")):
+            if what == "read":
+                reads.append(read_ms(arrays, 3)[0])
+                continue
+            t0 = time.perf_counter()
+            step(WAYS[0])
+            steps.append((time.perf_counter() - t0) * 1e3)
+    return steps, reads
 
 
 def _float32_pass(weights, repeat: int) -> tuple[float, int]:
@@ -293,7 +313,11 @@ def main() -> None:
         on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
-        read, read_bytes = read_ms(_packed_arrays(store), 25)
+        arrays = _packed_arrays(store)
+        read, read_bytes = read_ms(arrays, 25)
+        paired_steps, paired_reads = _steps_beside_reads(step, arrays, args.repeat)
+        read = min([read] + paired_reads)  # (the fastest read of the run: the floor)
+        paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
         floor = packed * read / read_bytes
         kv = _kv_bytes(model.config, T)
         floor_kv = (packed + kv) * read / read_bytes
@@ -325,7 +349,15 @@ def main() -> None:
             figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
                    goal=1.3, headline=T == 64,
                    note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
-                        f"packed, fastest of 25 ({read_bytes / read / 1e6:.1f} GB/s)"),
+                        f"packed, the fastest of {25 + 3 * args.repeat} in the run, 25 after the "
+                        f"steps and 3 beside each of {args.repeat} more steps "
+                        f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
+                        f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+            figure(f"generation step T = {T}: kernels / quantised-bytes floor, each step beside its "
+                   f"own read", statistics.median(paired), "x", runs=paired,
+                   note=f"{args.repeat} more steps each way's generation on, each in turns with the "
+                        f"fastest of 3 reads beside it: the median of step / read, the two taken "
+                        f"in the same moments (the memory's bandwidth drifts); no goal"),
             figure(f"generation step T = {T}: kernels / the packed bytes at the float32 pass's "
                    f"bandwidth", a / blas, "x",
                    note=f"{blas:.2f} ms: {packed / 1e6:.0f} MB at the float32 matrix-vector pass's "
@@ -342,7 +374,8 @@ def main() -> None:
                                      "where the head is packed (the kernels)"),
         ]
         print(f"step T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
-              f"floor {floor:.2f} ms ({a / floor:.2f}x; with K and V {floor_kv:.2f} ms, "
+              f"floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
+              f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
               f"{a / floor_kv:.2f}x; at the float32 pass's bandwidth {blas:.2f} ms, {a / blas:.2f}x), "
               f"the products alone {statistics.median(alone):.2f} ms "
               f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
