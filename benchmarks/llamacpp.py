@@ -17,7 +17,8 @@ the ratio to be reported).
   alternates); the first round warms both and is not counted. Medians of every step.
 - ratio: attnviz / llama.cpp (above 1: llama.cpp is faster).
 - floors: each step against the time one thread takes for a plain read of the bytes (benchmarks/
-  streaming.py), measured in the same run: the layers' packed arrays (the floor of qsteps' goal,
+  streaming.py), measured in the same run (the fastest of every read: 3 beside each round's
+  steps, in turns, and 25 after each T's): the layers' packed arrays (the floor of qsteps' goal,
   which times the layers' step without the unembedding), and those with the unembedding's packed
   blocks too (what a step with its logits reads at least; both sides read the same Q8_0 table).
   The top token of both sides' logits is compared each step: the same file on the same ids (the
@@ -256,9 +257,11 @@ def _ours(model, head, cache, prompt: list[int], tokens: list[int]) -> dict:
 
 
 def _turns(model, head, llama: LlamaChild | None, T: int, ids: list[int], rng, rounds: int,
-           steps: int) -> tuple[dict, dict | None]:
+           steps: int, reads: dict) -> tuple[dict, dict | None]:
     """Both sides' steps at T in turns: `rounds` rounds (after one that warms) of `steps` fresh
-    tokens each, the same tokens on both sides, the side that goes first alternating."""
+    tokens each, the same tokens on both sides, the side that goes first alternating; each round
+    also reads the floors' arrays (fastest of 3 each, appended to `reads`), so the floors are read
+    in the same minutes as the steps (the memory's bandwidth drifts)."""
     from attnviz.engine.computing.generate import _StepTrace
     from attnviz.engine.computing.request import RunRequest
     from attnviz.engine.computing.trace import KVCache
@@ -271,8 +274,11 @@ def _turns(model, head, llama: LlamaChild | None, T: int, ids: list[int], rng, r
     for r in range(rounds + 1):
         tokens = rng.integers(100, model.config.vocab_size, steps).tolist()
         got = {}
-        for side in (("ours", "llama") if r % 2 else ("llama", "ours")):
-            if side == "ours":
+        for side in (("ours", "read", "llama") if r % 2 else ("llama", "read", "ours")):
+            if side == "read":
+                if r:
+                    _read_floors(reads, 3)
+            elif side == "ours":
                 got[side] = _ours(model, head, cache, prompt, tokens)
             elif llama is not None:
                 got[side] = llama.steps(prompt, tokens)
@@ -286,17 +292,29 @@ def _turns(model, head, llama: LlamaChild | None, T: int, ids: list[int], rng, r
     return ours, theirs
 
 
-def _floors(store, head) -> dict:
-    """ms of one thread's plain read of the layers' packed arrays, and of those and the
-    unembedding's, fastest of 25 each, and their bytes."""
+def _floor_reads(store, head) -> dict:
+    """The floors' arrays: the layers' packed arrays, and those and the unembedding's, with the
+    reads of each (ms lists, empty) and their bytes."""
     from benchmarks.qsteps import _packed_arrays  # (the floor of qsteps' goal: the same arrays)
-    from benchmarks.streaming import read_ms
 
     layers = _packed_arrays(store)
     unembedding = [a for _, p in head.packed.parts for a in (p.q, p.scale, p.offset) if a is not None]
-    fl, bl = read_ms(layers, 25)
-    fa, ba = read_ms(layers + unembedding, 25)
-    return {"layers": fl, "all": fa, "bytes": {"layers": bl, "all": ba}}
+    arrays = {"layers": layers, "all": layers + unembedding}
+    return {"arrays": arrays, "ms": {k: [] for k in arrays},
+            "bytes": {k: sum(int(a.nbytes) for a in v) for k, v in arrays.items()}}
+
+
+def _read_floors(reads: dict, repeat: int) -> None:
+    """One thread's plain read of each floor's arrays, the fastest of `repeat`, appended to reads."""
+    from benchmarks.streaming import read_ms
+
+    for k, arrays in reads["arrays"].items():
+        reads["ms"][k].append(read_ms(arrays, repeat)[0])
+
+
+def _floors(reads: dict) -> dict:
+    """Each floor: the fastest read of the run (those beside the steps and after each T's)."""
+    return {"layers": min(reads["ms"]["layers"]), "all": min(reads["ms"]["all"]), "bytes": reads["bytes"]}
 
 
 def main() -> None:
@@ -338,24 +356,28 @@ def main() -> None:
     rng = np.random.default_rng(0)
     ids = rng.integers(100, model.config.vocab_size, max(TS)).tolist()
     figs = []
+    reads = _floor_reads(model.weights.layers, head)  # (one run's reads: both T's floors take the fastest)
+    runs = []
     try:
         for T in TS:  # (a LlamaError here: llama.cpp's process ended mid-run, the message says how)
-            ours, theirs = _turns(model, head, llama, T, ids, rng, args.rounds, args.steps)
-            floors = _floors(model.weights.layers, head)
-            load = os.getloadavg()[0]
-            figs += step_figures(T, ours, theirs, floors, why=why, about=about, load=load)
-            a = statistics.median(ours["ms"])
-            line = f"step T = {T}: attnviz {a:.2f} ms"
-            if theirs is not None:
-                b = statistics.median(theirs["ms"])
-                line += (f", llama.cpp {b:.2f} ms, attnviz / llama.cpp {a / b:.2f}x; llama.cpp / floor "
-                         f"{b / floors['layers']:.2f}x (layers), {b / floors['all']:.2f}x (with the "
-                         f"unembedding); top token agrees {theirs['agree']}/{len(theirs['ms'])}")
-            print(f"{line}; attnviz's layers / floor {statistics.median(ours['layers']) / floors['layers']:.2f}x; "
-                  f"floors {floors['layers']:.2f} / {floors['all']:.2f} ms  load {load:.1f}", flush=True)
+            runs.append((T, *_turns(model, head, llama, T, ids, rng, args.rounds, args.steps, reads),
+                         os.getloadavg()[0]))
+            _read_floors(reads, 25)
     finally:
         if llama is not None:
             llama.close()
+    floors = _floors(reads)  # (the fastest read of the whole run, for every T)
+    for T, ours, theirs, load in runs:
+        figs += step_figures(T, ours, theirs, floors, why=why, about=about, load=load)
+        a = statistics.median(ours["ms"])
+        line = f"step T = {T}: attnviz {a:.2f} ms"
+        if theirs is not None:
+            b = statistics.median(theirs["ms"])
+            line += (f", llama.cpp {b:.2f} ms, attnviz / llama.cpp {a / b:.2f}x; llama.cpp / floor "
+                     f"{b / floors['layers']:.2f}x (layers), {b / floors['all']:.2f}x (with the "
+                     f"unembedding); top token agrees {theirs['agree']}/{len(theirs['ms'])}")
+        print(f"{line}; attnviz's layers / floor {statistics.median(ours['layers']) / floors['layers']:.2f}x; "
+              f"floors {floors['layers']:.2f} / {floors['all']:.2f} ms  load {load:.1f}", flush=True)
     found = llama.info if llama is not None else {"not available": why}
     print(f"wrote {write('llamacpp', figs, details={'llama.cpp': found})}")
 
