@@ -21,6 +21,8 @@ under their unit.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from attnviz.engine.reading.qpack import LANES
@@ -65,18 +67,11 @@ if VNNI:
                 qa, qo_, sa, oa, so_, pa, po_, ca, co_, da, do_, xsa, xso_, ns, ya, yo_ = args
                 qt, _, st, ot, _, pt, _, ct, _, dt, _, xst, _, _, yt, _ = signature.args
                 zero, izero = ir.Constant(VF, [0.0] * LANES), ir.Constant(V32, [0] * LANES)
-                v64 = ir.VectorType(ir.IntType(8), 64)
-                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V32, [V32] * 3),
-                                                     "llvm.x86.avx512.vpdpbusd.512")
-                perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
-                                                      "llvm.x86.avx512.permvar.qi.512")
+                v64, dot, perm = qdot.ir_vnni(builder)
                 flip = ir.Constant(v64, [0x80] * 64)
                 total = cgutils.alloca_once(builder, VF)
                 builder.store(zero, total)
-
-                def at(ty, arr, offset, vt=None):
-                    p = ir_at(context, builder, ty, arr, offset)
-                    return p if vt is None else builder.bitcast(p, vt.as_pointer())
+                at = partial(ir_at, context, builder)  # at(ty, arr, offset, vt=None)
 
                 def four(i):  # <16 x i32>, every lane the four int8 digits at xp[i:i + 4]
                     return _ints(builder, builder.load(at(pt, pa, i, ir.IntType(32)), align=1))

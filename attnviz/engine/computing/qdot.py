@@ -35,6 +35,8 @@ run). The dot products, about one a cycle, bound the loop.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from attnviz.engine.reading.qpack import LANES
@@ -123,8 +125,19 @@ if numba:
                                             f"llvm.fmuladd.v{LANES}f32")
         return builder.call(fn, [a, b, c])
 
-    def ir_at(context, builder, aryty, ary, offset):  # &ary[offset]
-        return builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
+    def ir_at(context, builder, aryty, ary, offset, vt=None):  # &ary[offset], as a vt pointer if given
+        p = builder.gep(context.make_array(aryty)(context, builder, ary).data, [offset])
+        return p if vt is None else builder.bitcast(p, vt.as_pointer())
+
+    def ir_vnni(builder):
+        """<64 x i8>, and the two VNNI kernels' instructions: vpdpbusd (acc + unsigned bytes times
+        signed bytes, four a lane) and vpermb (bytes gathered by index)."""
+        v64 = ir.VectorType(ir.IntType(8), 64)
+        dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V32, [V32] * 3),
+                                             "llvm.x86.avx512.vpdpbusd.512")
+        perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
+                                              "llvm.x86.avx512.permvar.qi.512")
+        return v64, dot, perm
 
     def ir_const(k):
         return ir.Constant(_I64, k)
@@ -163,7 +176,7 @@ if numba:
 
     def _scales(context, builder, ty, arr, at):  # <16 x float> from float32 or float16 bits (exact)
         def vec(vt):
-            return builder.bitcast(ir_at(context, builder, ty, arr, at), vt.as_pointer())
+            return ir_at(context, builder, ty, arr, at, vt)
         if ty.dtype != types.uint16:
             return builder.load(vec(VF), align=4)
         if HALF_IN_HARDWARE:
@@ -222,7 +235,7 @@ if numba:
                 builder.store(zero, total)  # (here: the entry block's store runs once a function)
 
                 def vec(ty, arr, offset, vt):
-                    return builder.bitcast(ir_at(context, builder, ty, arr, offset), vt.as_pointer())
+                    return ir_at(context, builder, ty, arr, offset, vt)
 
                 def x_at(base, j):
                     return ir_splat(builder, builder.load(ir_at(context, builder, xt, xa, builder.add(base, ir_const(j)))))
@@ -273,18 +286,11 @@ if numba:
                 qa, qo_, sa, oa, so_, pa, po_, ca, co_, xsa, xso_, ns, ya, yo_ = args
                 qt, _, st, ot, _, pt, _, ct, _, xst, _, _, yt, _ = signature.args
                 zero, izero = ir.Constant(VF, [0.0] * LANES), ir.Constant(V32, [0] * LANES)
-                v64 = ir.VectorType(ir.IntType(8), 64)
-                dot = cgutils.get_or_insert_function(builder.module, ir.FunctionType(V32, [V32] * 3),
-                                                     "llvm.x86.avx512.vpdpbusd.512")
-                perm = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v64, [v64, v64]),
-                                                      "llvm.x86.avx512.permvar.qi.512")
+                v64, dot, perm = ir_vnni(builder)
                 nibble = ir.Constant(V32, [0x0F0F0F0F] * LANES)
                 total = cgutils.alloca_once(builder, VF)
                 builder.store(zero, total)
-
-                def at(ty, arr, offset, vt=None):
-                    p = ir_at(context, builder, ty, arr, offset)
-                    return p if vt is None else builder.bitcast(p, vt.as_pointer())
+                at = partial(ir_at, context, builder)  # at(ty, arr, offset, vt=None)
 
                 def four(i):  # <16 x i32>, every lane the four int8 pieces at xp[i:i + 4]
                     v = builder.load(at(pt, pa, i, _I32), align=1)
