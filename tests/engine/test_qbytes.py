@@ -11,28 +11,20 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading.qpack import pack
+from kernel_checks import check_wide_range_and_nan, check_within_rel, climbing_blocks
 
 pytest.importorskip("numba")
 from attnviz.engine.computing import qbytes, qdot, qx  # noqa: E402  (needs numba)
 
-REL = 1e-5
 BYTES = [Q.Q8_0, Q.Q5_0, Q.Q5_1, Q.Q5_K, Q.Q6_K]
 SCALE_AT = {Q.Q5_K: (0, 2), Q.Q6_K: (208,)}  # byte offsets of the K-quants' f16 scales
-
-
-def _check(y, x, w):  # per output, against sum_j |x_j w_rj| (tests/engine/test_qmatvec.py)
-    ref = x.astype(np.float64) @ w.T.astype(np.float64)
-    err = np.abs(y - ref)
-    assert np.all(err <= REL * (np.abs(x) @ np.abs(w).T) + 1e-30), f"worst {np.max(err / (np.abs(x) @ np.abs(w).T)):.2e}"
 
 
 def _blocks(qtype, n_out, n_in, rng):
     """Weights that climb along the inputs and differ by row (gguf quantises the simple types);
     the K-quants: random bytes with sane float16 scales."""
     if qtype not in SCALE_AT:
-        w = rng.standard_normal((n_out, n_in)).astype(np.float32) * 0.1
-        w += np.linspace(-1, 2, n_in, dtype=np.float32) + np.arange(n_out, dtype=np.float32)[:, None] / n_out
-        return gguf.quants.quantize(w, qtype)
+        return climbing_blocks(qtype, n_out, n_in, rng)
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, (n_out, n_in // block * size), dtype=np.uint8)
     per = raw.reshape(n_out, -1, size)
@@ -90,7 +82,7 @@ def test_weights_and_digits_at_the_ends_of_their_range_are_summed_exactly():
     (xp, cs), _ = qx.pieces_x(x, n_in // 32)
     assert (cs == 1).all() and xp.max() == 127 and xp.min() == -128
     y = qm.qmatvec(pack(raw, Q.Q8_0), x)
-    _check(y, x, w)  # (an int32 sum that wrapped would be off by 2^32 units)
+    check_within_rel(y, x, w)  # (an int32 sum that wrapped would be off by 2^32 units)
     eye = np.eye(n_in, dtype=np.float32)
     np.testing.assert_array_equal(qm.qmatvec(pack(raw, Q.Q8_0), eye), w.T)
 
@@ -100,16 +92,7 @@ def test_byte_kernels_hold_x_of_wide_range_and_a_nan(qtype):
     """x whose sub-blocks each hold an outlier 1000 times the rest, and x of 1e-30 and 1e30:
     within REL; a nan in x gives nan outputs."""
     rng = np.random.default_rng(30 + int(qtype))
-    n_in = 512
-    raw = _blocks(qtype, 48, n_in, rng)
-    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
-    x = rng.standard_normal((3, n_in)).astype(np.float32)
-    x[0, 5::32] = 1000.0
-    x[1] *= np.float32(1e-30)
-    x[2] *= np.float32(1e30)
-    _check(qm.qmatvec(pack(raw, qtype), x), x, w)
-    x[1, 7] = np.nan
-    assert np.isnan(qm.qmatvec(pack(raw, qtype), x[1:2])).all()
+    check_wide_range_and_nan(_blocks(qtype, 48, 512, rng), qtype, rng)
 
 
 @pytest.mark.parametrize("qtype", BYTES, ids=lambda q: q.name)
@@ -126,4 +109,4 @@ def test_byte_kernels_serial_and_parallel_give_the_same_bits_and_each_row_starts
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a[0], a[1])
     np.testing.assert_array_equal(a[0], a[3])
-    _check(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
+    check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))

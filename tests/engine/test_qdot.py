@@ -11,25 +11,10 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading.qpack import LANES, pack
+from kernel_checks import check_wide_range_and_nan, check_within_rel, climbing_blocks
 
 numba = pytest.importorskip("numba")
 from attnviz.engine.computing import qdot  # noqa: E402  (needs numba)
-
-REL = 1e-5
-
-
-def _check(y, x, w):  # per output, against sum_j |x_j w_rj| (tests/engine/test_qmatvec.py)
-    ref = x.astype(np.float64) @ w.T.astype(np.float64)
-    err = np.abs(y - ref)
-    assert np.all(err <= REL * (np.abs(x) @ np.abs(w).T) + 1e-30)
-
-
-def _asymmetric(qtype, n_out, n_in, rng):
-    """Blocks whose weights climb along the inputs and differ by row (no two positions alike)."""
-    w = rng.standard_normal((n_out, n_in)).astype(np.float32) * 0.1
-    w += np.linspace(-1, 2, n_in, dtype=np.float32) + np.arange(n_out, dtype=np.float32)[:, None] / n_out
-    return gguf.quants.quantize(w, qtype)
-
 
 def test_nibble_x_rewrites_each_pair_and_sums_each_sub_block():
     rng = np.random.default_rng(0)
@@ -52,7 +37,7 @@ def test_both_ways_of_decoding_low_nibbles_give_the_same_bits(qtype, monkeypatch
     mask and conversion (as on a CPU without it), on the same blocks: the same bits, and both
     equal the dequantised matmul."""
     rng = np.random.default_rng(int(qtype))
-    raw = _asymmetric(qtype, 48, 96, rng)
+    raw = climbing_blocks(qtype, 48, 96, rng)
     w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
     p = pack(raw, qtype)
     x = rng.standard_normal((3, 96)).astype(np.float32)
@@ -72,13 +57,13 @@ def test_both_ways_of_decoding_low_nibbles_give_the_same_bits(qtype, monkeypatch
                          xs, i * n_sub, n_sub, y, i * y.shape[1] + g * LANES)
         y = np.empty((3, 48), np.float32)
         kernel(*p.args, x, y)
-        _check(y, x, w)
+        check_within_rel(y, x, w)
         ways[permute] = y
     for y in ways.values():
         np.testing.assert_array_equal(y, ways[False])
     y = qm.qmatvec(p, x)
     if qdot.VNNI:  # (qmatvec's nibble kernels there take x as int8 pieces: bits of their own)
-        _check(y, x, w)
+        check_within_rel(y, x, w)
     else:
         np.testing.assert_array_equal(ways[False], y)
 
@@ -122,16 +107,7 @@ def test_nibble_kernels_hold_x_of_wide_range(qtype):
     each hold an outlier 1000 times the rest, and on x of 1e-30 and 1e30: within REL; a nan in x
     gives nan outputs."""
     rng = np.random.default_rng(20 + int(qtype))
-    n_in = 256
-    raw = _asymmetric(qtype, 48, n_in, rng)
-    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
-    x = rng.standard_normal((3, n_in)).astype(np.float32)
-    x[0, 5::32] = 1000.0
-    x[1] *= np.float32(1e-30)
-    x[2] *= np.float32(1e30)
-    _check(qm.qmatvec(pack(raw, qtype), x), x, w)
-    x[1, 7] = np.nan  # (a nan reaches every output of its row, as in the float32 product)
-    assert np.isnan(qm.qmatvec(pack(raw, qtype), x[1:2])).all()
+    check_wide_range_and_nan(climbing_blocks(qtype, 48, 256, rng), qtype, rng)
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1], ids=lambda q: q.name)
@@ -139,7 +115,7 @@ def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype):
     """Rows of x that are the same vector give the same y (a group's running sum restarts for each
     row), and the parallel kernel equals its serial twin bit for bit."""
     rng = np.random.default_rng(10 + int(qtype))
-    raw = _asymmetric(qtype, 64, 128, rng)
+    raw = climbing_blocks(qtype, 64, 128, rng)
     p = pack(raw, qtype)
     x = np.repeat(rng.standard_normal((1, 128)).astype(np.float32), 4, axis=0)
     x[2] *= -3  # a row in between that differs
@@ -150,4 +126,4 @@ def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(a[0], a[1])
     np.testing.assert_array_equal(a[0], a[3])
-    _check(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
+    check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))

@@ -1,0 +1,41 @@
+"""What the quantised-kernel tests share (tests/engine/test_qdot.py, test_qbytes.py): the bound each
+output is held to (tests/engine/test_qmatvec.py's docstring says why: 1e-5 of the sum of its terms'
+sizes), blocks whose every position holds another weight (a swapped half or nibble shows), and x of
+wide range with a nan."""
+
+import gguf
+import numpy as np
+
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.reading.qpack import pack
+
+REL = 1e-5
+
+
+def check_within_rel(y, x, w):
+    """Each output within REL of sum_j |x_j w_rj| of the float64 product."""
+    ref = x.astype(np.float64) @ w.T.astype(np.float64)
+    scale = np.abs(x) @ np.abs(w).T
+    err = np.abs(y - ref)
+    assert np.all(err <= REL * scale + 1e-30), f"worst {np.max(err / (scale + 1e-30)):.2e} of scale"
+
+
+def climbing_blocks(qtype, n_out, n_in, rng):
+    """Blocks (gguf's quantiser) whose weights climb along the inputs and differ by row."""
+    w = rng.standard_normal((n_out, n_in)).astype(np.float32) * 0.1
+    w += np.linspace(-1, 2, n_in, dtype=np.float32) + np.arange(n_out, dtype=np.float32)[:, None] / n_out
+    return gguf.quants.quantize(w, qtype)
+
+
+def check_wide_range_and_nan(raw, qtype, rng):
+    """The kernel on x whose sub-blocks each hold an outlier 1000 times the rest, and on x of 1e-30
+    and 1e30: within REL; a nan in x reaches every output of its row, as in the float32 product."""
+    n_in = raw.shape[1] // gguf.GGML_QUANT_SIZES[qtype][1] * gguf.GGML_QUANT_SIZES[qtype][0]
+    w = gguf.quants.dequantize(raw, qtype).astype(np.float32)
+    x = rng.standard_normal((3, n_in)).astype(np.float32)
+    x[0, 5::32] = 1000.0
+    x[1] *= np.float32(1e-30)
+    x[2] *= np.float32(1e30)
+    check_within_rel(qm.qmatvec(pack(raw, qtype), x), x, w)
+    x[1, 7] = np.nan
+    assert np.isnan(qm.qmatvec(pack(raw, qtype), x[1:2])).all()
