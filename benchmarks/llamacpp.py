@@ -295,10 +295,10 @@ def _turns(model, head, llama: LlamaChild | None, T: int, ids: list[int], rng, r
 def _floor_reads(store, head) -> dict:
     """The floors' arrays: the layers' packed arrays, and those and the unembedding's, with the
     reads of each (ms lists, empty) and their bytes."""
-    from benchmarks.qsteps import _packed_arrays  # (the floor of qsteps' goal: the same arrays)
+    from benchmarks.qsteps import packed_arrays, part_arrays  # (the floor of qsteps' goal: the same arrays)
 
-    layers = _packed_arrays(store)
-    unembedding = [a for _, p in head.packed.parts for a in (p.q, p.scale, p.offset) if a is not None]
+    layers = packed_arrays(store)
+    unembedding = part_arrays(p for _, p in head.packed.parts)
     arrays = {"layers": layers, "all": layers + unembedding}
     return {"arrays": arrays, "ms": {k: [] for k in arrays},
             "bytes": {k: sum(int(a.nbytes) for a in v) for k, v in arrays.items()}}

@@ -142,9 +142,14 @@ def _packed_parts(store) -> list:
     return [p for m in mats for _, p in m.parts]
 
 
-def _packed_arrays(store) -> list:
-    """Every array the layers' packed matrices hold (blocks, scales, offsets): what the kernels read."""
-    return [a for p in _packed_parts(store) for a in (p.q, p.scale, p.offset) if a is not None]
+def part_arrays(parts) -> list:
+    """Every array of Packed parts (blocks, scales, offsets): what the kernels read of them."""
+    return [a for p in parts for a in (p.q, p.scale, p.offset) if a is not None]
+
+
+def packed_arrays(store) -> list:
+    """Every array the layers' packed matrices hold: what a step's products read."""
+    return part_arrays(_packed_parts(store))
 
 
 def _kv_bytes(cfg, T: int) -> int:
@@ -313,7 +318,7 @@ def main() -> None:
         on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
         floor_ms, f32_bytes = _float32_pass(model.weights, 5)
         blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
-        arrays = _packed_arrays(store)
+        arrays = packed_arrays(store)
         read, read_bytes = read_ms(arrays, 25)
         paired_steps, paired_reads = _steps_beside_reads(step, arrays, args.repeat)
         read = min([read] + paired_reads)  # (the fastest read of the run: the floor)
