@@ -39,3 +39,19 @@ def check_wide_range_and_nan(raw, qtype, rng):
     check_within_rel(qm.qmatvec(pack(raw, qtype), x), x, w)
     x[1, 7] = np.nan
     assert np.isnan(qm.qmatvec(pack(raw, qtype), x[1:2])).all()
+
+
+def check_rows_restart_and_threads_agree(raw, qtype, rng):
+    """Rows of x that are the same vector give the same y (a group's running sum restarts for each
+    row, a differing row in between), and the parallel kernel equals its serial twin bit for bit."""
+    p = pack(raw, qtype)
+    x = np.repeat(rng.standard_normal((1, p.n_in)).astype(np.float32), 4, axis=0)
+    x[2] *= -3  # a row in between that differs
+    kernel = qm._kernel_of(p)
+    a, b = np.empty((4, p.q.shape[0] * 16), np.float32), np.empty((4, p.q.shape[0] * 16), np.float32)
+    kernel(*p.args, x, a)
+    qm.SERIAL[kernel](*p.args, x, b)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a[0], a[1])
+    np.testing.assert_array_equal(a[0], a[3])
+    check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))

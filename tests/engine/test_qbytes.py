@@ -11,7 +11,8 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading.qpack import pack
-from kernel_checks import check_wide_range_and_nan, check_within_rel, climbing_blocks
+from kernel_checks import (check_rows_restart_and_threads_agree, check_wide_range_and_nan, check_within_rel,
+                           climbing_blocks)
 
 pytest.importorskip("numba")
 from attnviz.engine.computing import qbytes, qdot, qx  # noqa: E402  (needs numba)
@@ -98,15 +99,4 @@ def test_byte_kernels_hold_x_of_wide_range_and_a_nan(qtype):
 @pytest.mark.parametrize("qtype", BYTES, ids=lambda q: q.name)
 def test_byte_kernels_serial_and_parallel_give_the_same_bits_and_each_row_starts_from_zero(qtype):
     rng = np.random.default_rng(40 + int(qtype))
-    raw = _blocks(qtype, 64, 256, rng)
-    p = pack(raw, qtype)
-    x = np.repeat(rng.standard_normal((1, 256)).astype(np.float32), 4, axis=0)
-    x[2] *= -3
-    kernel = qm._kernel_of(p)
-    a, b = np.empty((4, 64), np.float32), np.empty((4, 64), np.float32)
-    kernel(*p.args, x, a)
-    qm.SERIAL[kernel](*p.args, x, b)
-    np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(a[0], a[1])
-    np.testing.assert_array_equal(a[0], a[3])
-    check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
+    check_rows_restart_and_threads_agree(_blocks(qtype, 64, 256, rng), qtype, rng)

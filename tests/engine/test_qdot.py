@@ -11,7 +11,8 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading.qpack import LANES, pack
-from kernel_checks import check_wide_range_and_nan, check_within_rel, climbing_blocks
+from kernel_checks import (check_rows_restart_and_threads_agree, check_wide_range_and_nan, check_within_rel,
+                           climbing_blocks)
 
 numba = pytest.importorskip("numba")
 from attnviz.engine.computing import qdot  # noqa: E402  (needs numba)
@@ -115,15 +116,4 @@ def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype):
     """Rows of x that are the same vector give the same y (a group's running sum restarts for each
     row), and the parallel kernel equals its serial twin bit for bit."""
     rng = np.random.default_rng(10 + int(qtype))
-    raw = climbing_blocks(qtype, 64, 128, rng)
-    p = pack(raw, qtype)
-    x = np.repeat(rng.standard_normal((1, 128)).astype(np.float32), 4, axis=0)
-    x[2] *= -3  # a row in between that differs
-    kernel = qm._kernel_of(p)
-    a, b = np.empty((4, 64), np.float32), np.empty((4, 64), np.float32)
-    kernel(*p.args, x, a)
-    qm.SERIAL[kernel](*p.args, x, b)
-    np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(a[0], a[1])
-    np.testing.assert_array_equal(a[0], a[3])
-    check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
+    check_rows_restart_and_threads_agree(climbing_blocks(qtype, 64, 128, rng), qtype, rng)
