@@ -4,7 +4,7 @@ One file per benchmark, rewritten by each run, holding the latest run's figures 
 
     {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
      "command": "python -m benchmarks.typing --runs 3",
-     "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
+     "machine": {"cpu": "...", "vectors": "AVX2", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
                  "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-...",
                  "load_average": 0.8},
      "figures": [{"name": "keystroke p95, SmolLM2", "value": 17.2, "unit": "ms",
@@ -47,6 +47,26 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _vectors() -> str | None:
+    """The widest vector instructions the CPU offers that the quantised kernels compile for (their
+    speed differs by several times between these: figures of one class are comparable)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = set(line.split(":", 1)[1].split())
+                break
+        else:
+            return None
+    except OSError:
+        return None
+    if {"avx512f", "avx512_vnni", "avx512vbmi"} <= flags:
+        return "AVX-512 VNNI"
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON")):
+        if flag in flags:
+            return name
+    return None
+
+
 def _blas() -> tuple[str, int | None]:
     try:
         from threadpoolctl import threadpool_info
@@ -61,13 +81,13 @@ def _blas() -> tuple[str, int | None]:
 
 
 def machine() -> dict:
-    """What a figure was measured on: CPU model, cores, Python, NumPy, BLAS and its threads, and
+    """What a figure was measured on: CPU model and its widest vector instructions, cores, Python, NumPy, BLAS and its threads, and
     the load average over the last minute when the results were written (other work on a shared
     machine slows every timing)."""
     import numpy
 
     blas, threads = _blas()
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "python": platform.python_version(),
+    return {"cpu": _cpu_model(), "vectors": _vectors(), "cores": os.cpu_count(), "python": platform.python_version(),
             "numpy": numpy.__version__, "blas": blas, "blas_threads": threads,
             "platform": platform.platform(), "load_average": round(os.getloadavg()[0], 2)}
 

@@ -84,7 +84,10 @@ def spread_text(fig: dict) -> str:
 def machine_text(machine: dict | None) -> str:
     if not machine:
         return "?"
-    text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores"
+    text = machine.get("cpu", "?")
+    if machine.get("vectors"):  # (absent from results written before it was recorded)
+        text += f" ({machine['vectors']})"
+    text += f", {machine.get('cores', '?')} cores"
     if machine.get("blas") and machine.get("blas") != "unknown":
         text += f", {machine['blas']}"
         if machine.get("blas_threads"):

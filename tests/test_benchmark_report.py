@@ -118,3 +118,9 @@ def test_the_committed_results_render_and_the_readme_summary_is_current():
     assert report.rewrite_readme(readme, docs) == readme, "run python -m benchmarks.report"
     page = (record.ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
     assert page == report.render_doc(docs), "run python -m benchmarks.report"
+
+
+def test_the_machine_names_its_vector_instructions_where_recorded():
+    assert report.machine_text({**MACHINE, "vectors": "AVX2"}).startswith("Test CPU (AVX2), 2 cores")
+    assert report.machine_text(MACHINE).startswith("Test CPU, 2 cores")  # (older files: not recorded)
+    assert record.machine()["vectors"] in {None, "AVX-512 VNNI", "AVX-512", "AVX2", "AVX", "NEON"}
