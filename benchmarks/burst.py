@@ -28,7 +28,7 @@ import time  # noqa: E402
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-_spec = importlib.util.spec_from_file_location("bench_typing", os.path.join(_HERE, "typing.py"))
+_spec = importlib.util.spec_from_file_location("bench_typing", os.path.join(_HERE, "typing_latency.py"))
 _typing = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_typing)  # its quiet_qt and _settings, shared
 

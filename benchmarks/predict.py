@@ -9,7 +9,7 @@ they cost, side by side in one run (not a test: run it, read the table).
    at the last token: one pass over the unembedding in blocks) and the longest step between its
    stop checks, which is what a keystroke arriving during the analysis waits. The two runs use
    separate model objects (each its own cache) and alternate keystroke by keystroke. The window's
-   keystroke -> repaint with the panel shown and hidden: benchmarks/typing.py --effects both.
+   keystroke -> repaint with the panel shown and hidden: benchmarks/typing_latency.py --effects both.
 2. One zero-ablation at T = 64 (a head in layer 0, the worst case, and one in layer 15), resumed
    from the ablated layer, against a full forward of the same ids.
 3. The full scan of the 270 heads on the repeated-random probe (--loss repeat), on one thread and

@@ -2,8 +2,8 @@
 
 One file per benchmark, rewritten by each run, holding the latest run's figures on this machine:
 
-    {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
-     "command": "python -m benchmarks.typing --runs 3",
+    {"benchmark": "typing_latency", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
+     "command": "python -m benchmarks.typing_latency --runs 3",
      "machine": {"cpu": "...", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
                  "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-...",
                  "load_average": 0.8},

@@ -19,9 +19,9 @@ cold start, memory, and keystroke -> repaint in the window. Not a test: run it, 
 3. Cold start in fresh processes (the project venv's Python when there is one): interpreter up,
    imports, then load_model() broken down by wrapping attnviz.engine.reading.gguf_model's steps (header
    parse, config, tensor table, dequantise + layout, tokenizer), then the first forward on the
-   default sentence. Time to first painted heatmaps comes from benchmarks/typing.py --model.
+   default sentence. Time to first painted heatmaps comes from benchmarks/typing_latency.py --model.
 4. VmRSS / VmHWM of a fresh process after loading SmolLM2 and running 64 tokens.
-5. Keystroke -> painted heatmaps in the window (one layer) via benchmarks/typing.py, SmolLM2 and,
+5. Keystroke -> painted heatmaps in the window (one layer) via benchmarks/typing_latency.py, SmolLM2 and,
    for comparison, all-MiniLM-L6-v2 (project venv, QT_QPA_PLATFORM=offscreen).
 """
 
@@ -382,11 +382,11 @@ def spawn_child(kind: str, path: Path, extra: list[str] = ()) -> dict:
 
 def run_typing(args: list[str]) -> dict | None:
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    cmd = [project_python(), os.path.join(_HERE, "typing.py"), "--json", *args]
+    cmd = [project_python(), os.path.join(_HERE, "typing_latency.py"), "--json", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=_ROOT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not lines:
-        print(f"  typing.py {' '.join(args)} failed: {proc.stderr[-2000:]}", flush=True)
+        print(f"  typing_latency.py {' '.join(args)} failed: {proc.stderr[-2000:]}", flush=True)
         return None
     return json.loads(lines[-1])
 
@@ -457,7 +457,7 @@ def report(res: dict) -> None:
             runs = [c[0] for c in t["cold"]]
             print(f"   window, spawn -> first painted heatmaps, {name}: "
                   + ", ".join(f"{x:.2f}" for x in runs)
-                  + f" s (best {min(runs):.2f}; typing.py's goal <= 1.5 s: "
+                  + f" s (best {min(runs):.2f}; typing_latency.py's goal <= 1.5 s: "
                   f"{_ok(min(runs) <= 1.5)})")
     print()
     m = res["rss"]
@@ -467,7 +467,7 @@ def report(res: dict) -> None:
           f"VmRSS {m['after_run']['VmRSS'] / 2**20:.0f} MiB, VmHWM {m['after_run']['VmHWM'] / 2**20:.0f} MiB "
           f"({gib:.3f} GiB; goal <= 1 GiB: {_ok(gib <= GOALS['rss_gib'])})")
     print()
-    print("5. keystroke -> painted heatmaps in the window, one-layer view (benchmarks/typing.py, "
+    print("5. keystroke -> painted heatmaps in the window, one-layer view (benchmarks/typing_latency.py, "
           "1 BLAS thread, side panels calc+roles)")
     print(f"{'model / sentence':<34}{'keys':>5}{'max T':>6}{'p50 ms':>8}{'p95 ms':>8}{'max ms':>8}"
           f"{'engine p50':>11}{'stall ms':>9}")
@@ -499,7 +499,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="also print all results as one JSON line")
     ap.add_argument("--quick", action="store_true", help="fewer repeats, T = 16, 64 only")
     ap.add_argument("--cold-runs", type=int, default=3)
-    ap.add_argument("--no-window", action="store_true", help="skip the typing.py runs (no PySide6)")
+    ap.add_argument("--no-window", action="store_true", help="skip the typing_latency.py runs (no PySide6)")
     ap.add_argument("--child", choices=["engine", "cold", "rss"], help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--t0", type=float, help=argparse.SUPPRESS)
@@ -538,7 +538,7 @@ def main() -> int:
     res["rss"] = spawn_child("rss", path)
     res["typing"] = {}
     if not args.no_window:
-        print("5. window (typing.py)", flush=True)
+        print("5. window (typing_latency.py)", flush=True)
         cold = str(args.cold_runs)
         for name, extra in (("SmolLM2, long sentence", ["--model", str(path), "--sentence", "all",
                                                          "--cold-runs", cold]),

@@ -2,8 +2,8 @@
 report per keystroke the time until the grid shows that text's result, the longest main-thread
 stall, and cold start to first heatmaps.
 
-    .venv/bin/python benchmarks/typing.py [--repeat N]
-    .venv/bin/python benchmarks/typing.py --model PATH.gguf --modes layer --sentence all --json
+    .venv/bin/python -m benchmarks.typing_latency [--repeat N]
+    .venv/bin/python -m benchmarks.typing_latency --model PATH.gguf --modes layer --sentence all --json
 
 --effects both: type each view twice in one run, without and with the What heads do panel shown
 (the prediction, the logit lens and DLA follow every result; the sentence is typed the same way), and
@@ -753,7 +753,7 @@ def main() -> int:
     print("goals: stall <= 16 ms")
     from benchmarks import record
 
-    record.write("typing", figures(rows, cold, args.model, record))
+    record.write("typing_latency", figures(rows, cold, args.model, record))
     if args.json:
         import json
 
