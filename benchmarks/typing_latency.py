@@ -43,21 +43,15 @@ ATTNVIZ_BENCH_PROFILE=FILE writes a cProfile of the main thread over the probe-f
 Cold start: a fresh Python process, from just before it is spawned to the first painted heatmaps.
 Settings go to a temporary file, never the user's."""
 
+import argparse
+import atexit
 import os
+import subprocess
 import sys
+import time
 
-# Run as a script, this file's folder comes first on sys.path and "typing.py" would shadow the
-# standard library's typing module: take the folder off and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import atexit  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-
-from benchmarks.scratch import scratch_settings  # noqa: E402
+from benchmarks.children import child_env
+from benchmarks.scratch import scratch_settings
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -531,7 +525,7 @@ def cold_start(runs: int, model: str | None = None) -> list[list[float]]:
         t0 = time.time()
         proc = subprocess.run([sys.executable, __file__, "--cold-child", repr(t0)]
                               + (["--model", model] if model else []),
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, env=child_env())
         line = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
         if proc.returncode or not line:
             raise RuntimeError(f"cold-start child failed: {proc.stderr[-2000:]}")
