@@ -60,9 +60,8 @@ def test_typing_benchmark_groups_a_decoders_keys_by_the_rows_their_runs_computed
     """The first key, the keys that computed no row, one row and two or more apart (the first key
     out of the one-row group though its run computed one row); an encoder's keys, every row each,
     are not grouped."""
-    import runpy
+    from benchmarks.typing_window import by_rows
 
-    by_rows = runpy.run_path(str(TYPING_BENCH))["by_rows"]
     latencies = [0.040, 0.020, 0.030, 0.050, 0.022, 0.004]
     groups = by_rows(latencies, rows=[1, 1, 1, 2, 1, 0], tokens=[1, 2, 2, 3, 3, 3])
     assert list(groups) == ["first", "0 rows", "1 row", "2+ rows"]
