@@ -13,10 +13,10 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   are absent and the result says why. Dropping the page cache slows every other process on the
   machine for a while: the runs are few.
 - phases: one more warm run per command (and one of the baseline's) with each phase timed by
-  the clock in the process itself (PHASES_CHILD): imports and start-up, file open, vocabulary,
-  layers dequantised or packed, the unembedding's head built, the first forward pass, the
-  unembedding's products and the rest, beside the process's user and system CPU seconds (the
-  system seconds: first touches of fresh memory, memory_map()).
+  the clock in the process itself (cold_start_phases.PHASES_CHILD): imports and start-up, file
+  open, vocabulary, layers dequantised or packed, the unembedding's head built, the first forward
+  pass, the unembedding's products and the rest, beside the process's user and system CPU seconds
+  (the system seconds: first touches of fresh memory, memory_map()).
 - profile: one more warm run per command under cProfile, split into phases by the functions whose
   cumulative time they are: imports (everything before the command's own function: interpreter,
   `import attnviz.cli`, the command modules), load (load_model, of which vocabulary: the tokenizer
@@ -47,20 +47,20 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   that a busy machine's changing load falls on both alike; DIR's medians are recorded beside
   (the heads case's too, its runs alternating in the same way).
 
-- heads (What heads do, first result in the window): a fresh process (HEADS_CHILD, on Qt's
-  offscreen platform, settings in a fresh file so the text is the window's default) opens the
-  window on the model, raises the What heads do dock as soon as the window has it (reading its
+- heads (What heads do, first result in the window): a fresh process (cold_start_heads.HEADS_CHILD,
+  on Qt's offscreen platform, settings in a fresh file so the text is the window's default) opens
+  the window on the model, raises the What heads do dock as soon as the window has it (reading its
   panel builds it: ui/panel_docks.py; a checkout that builds its side panels after the first
-  heatmaps has it then), and ends when the panel's next-token table is painted holding the
-  first prediction (a paint event of the table's viewport while the state's effects.analysis is
-  set, seen by an event filter). The figure is the time from spawning the process to that paint,
-  warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
-  time since the spawn (imports, window built, model loaded, first grid result, panels built,
-  prediction computed, prediction painted). The model loads on a worker thread while the window is
-  built, so the milestones overlap rather than add up. Beside them, the CPU seconds (user and
-  system, every thread) the process has used when it paints: on a busy machine the wall time
-  grows with the other processes' load, the CPU seconds much less. With --baseline, the
-  baseline's milestones and CPU seconds are recorded too. No cold-cache runs for it.
+  heatmaps has it then), and ends when the panel's next-token table is painted holding the first
+  prediction (a paint event of the table's viewport while the state's effects.analysis is set, seen
+  by an event filter). The figure is the time from spawning the process to that paint, warm page
+  cache, median of --heads-runs runs; where the time goes is each milestone's median time since the
+  spawn (imports, window built, model loaded, first grid result, panels built, prediction computed,
+  prediction painted). The model loads on a worker thread while the window is built, so the
+  milestones overlap rather than add up. Beside them, the CPU seconds (user and system, every
+  thread) the process has used when it paints: on a busy machine the wall time grows with the other
+  processes' load, the CPU seconds much less. With --baseline, the baseline's milestones and CPU
+  seconds are recorded too. No cold-cache runs for it.
 
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
 `attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
