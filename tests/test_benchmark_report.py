@@ -29,6 +29,8 @@ def test_figure_says_met_by_the_side_of_its_goal():
     assert record.figure("a", 1.79, "x", goal=1.8, goal_is="min")["met"] is False
     assert record.figure("a", 1.8, "x", goal=1.8, goal_is="min")["met"] is True
     assert record.figure("a", 3.0, "ms")["met"] is None
+    absent = record.figure("a", None, "ms", goal=16.0)  # not measured: no value, no runs, no verdict
+    assert (absent["value"], absent["runs"], absent["met"]) == (None, [], None)
     with pytest.raises(ValueError):
         record.figure("a", 1.0, "ms", goal=1.0, goal_is="less")
 
