@@ -1,7 +1,7 @@
 """Memory-budget benchmark (not a test): a random-weight Llama-shaped GGUF of about 3B parameters
 (Q4_0), run at T = 64 under memory budgets; reports the time to the first heatmaps and the RSS.
 
-    .venv/bin/python benchmarks/budget.py [--dir DIR] [--budgets 2G,8G] [--T 64] [--keep]
+    .venv/bin/python -m benchmarks.budget [--dir DIR] [--budgets 2G,8G] [--T 64] [--keep]
 
 The file: Llama 3.2 3B's shape (d_model 3072, 28 layers, 24 heads, 8 KV heads, d_ff 8192, a
 128,256-token tied embedding: 3.21B parameters), every weight matrix drawn N(0, 0.02^2) and
@@ -19,25 +19,18 @@ pages read in included), the goal RSS <= file size + budget + 0.5 GiB, the load 
 The file is in the page cache after it is written (no cold disk read in these figures).
 """
 
+import argparse
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
+
 from attnviz.engine.computing.request import RunRequest
-
-# Run as a script, this file's folder comes first on sys.path and benchmarks/typing.py would shadow
-# the standard library's typing module: take the folder off and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import shutil  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+from benchmarks import record
 
 GIB = 1 << 30
 SHAPE = dict(d_model=3072, n_layer=28, n_head=24, n_kv_head=8, d_ff=8192, vocab=128_256)

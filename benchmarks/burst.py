@@ -7,30 +7,20 @@ each layer whether its keystroke is still the newest), such a run stops at its n
 reference, timed in turns in the same process, is the same window with Model.run ignoring `stop`,
 so a stale run goes through every layer before the newest keystroke's run can start.
 
-    .venv/bin/python benchmarks/burst.py [--model SmolLM2-135M-Instruct] [--layer 29] [--gap 20]
+    .venv/bin/python -m benchmarks.burst [--model SmolLM2-135M-Instruct] [--layer 29] [--gap 20]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import statistics
+import time
 
-# This folder holds typing.py, which would shadow the standard library's typing module when a script
-# here is run: take the folder off sys.path and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
+from benchmarks.scratch import scratch_settings
+from benchmarks.typing_latency import quiet_qt
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-
-_spec = importlib.util.spec_from_file_location("bench_typing", os.path.join(_HERE, "typing.py"))
-_typing = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_typing)  # its quiet_qt and _settings, shared
 
 SENTENCE = ("The keys to the cabinet that my grandmother left us are on the kitchen table, next to "
             "the old radio.")
@@ -54,7 +44,7 @@ def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
-    w = create_window(model=model, text="", settings=_typing._settings(), panels=("calc", "roles"))
+    w = create_window(model=model, text="", settings=scratch_settings("settings.ini"), panels=("calc", "roles"))
     w.resize(1400, 860)
     w.show()
     st = w.state
@@ -109,7 +99,7 @@ def main() -> int:
     ap.add_argument("--gap", type=float, default=20, help="ms between keys within a word")
     ap.add_argument("--rounds", type=int, default=3, help="sentences typed per variant, in turns")
     args = ap.parse_args()
-    _typing.quiet_qt()
+    quiet_qt()
     from attnviz.engine import load_model
 
     n_layer = load_model(args.model).config.n_layer

@@ -14,23 +14,17 @@ The note of each figure records the machine's 1-minute load average when it ran.
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import circuits as C, qk as Q
 from attnviz.engine.computing.request import RunRequest
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.analysing import circuits as C, qk as Q  # noqa: E402
-from benchmarks.record import figure, write  # noqa: E402
+from benchmarks.record import figure, write
 
 MODEL = "SmolLM2-135M-Instruct"
 TEXT = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "

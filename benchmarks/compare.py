@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from benchmarks.scratch import scratch_settings
-from benchmarks.typing import tick_timer  # the main thread's 1 ms ticks, as the typing benchmark reads stalls
+from benchmarks.typing_window import tick_timer  # the main thread's 1 ms ticks, as the typing benchmark reads stalls
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

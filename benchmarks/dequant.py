@@ -3,27 +3,18 @@ engine/reading/dequant.dequantize_into on the same blocks, in turns, for the com
 The blocks are random bytes with sane float16 scales (a [1536, 768] matrix's worth of weights,
 about a SmolLM2 MLP matrix); both give the same values bit for bit (checked here too).
 
-    .venv/bin/python benchmarks/dequant.py [--rounds 7]
+    .venv/bin/python -m benchmarks.dequant [--rounds 7]
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import statistics
+import time
 
-# This folder holds typing.py, which would shadow the standard library's typing module when a script
-# here is run: take the folder off sys.path and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
+import numpy as np
 
-import argparse  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+from benchmarks import record
 
 # where each type keeps its float16 scales (byte offsets in a block): set to a sane value, so no
 # NaN, Inf or subnormal slows either side

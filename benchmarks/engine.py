@@ -1,7 +1,7 @@
 """Engine speed: attnviz's NumPy forward pass vs Hugging Face eager attention on the same weights.
 
-    python benchmarks/engine.py            # attnviz only
-    .devvenv/bin/python benchmarks/engine.py   # + HF transformers (torch, 2 threads) and the ratio
+    python -m benchmarks.engine            # attnviz only
+    .devvenv/bin/python -m benchmarks.engine   # + HF transformers (torch, 2 threads) and the ratio
 
 Times are the median of repeated runs after a warm-up, for "token ids in -> every attention
 pattern out" (HF: a full forward with output_attentions=True and attn_implementation="eager").
@@ -10,28 +10,19 @@ Not a test: run it, read the table.
 
 from __future__ import annotations
 
-import os
-import sys
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from attnviz.engine import load_model
 from attnviz.engine.computing.request import RunRequest
-
-# This folder holds typing.py, which would shadow the standard library's typing module when a script
-# here is run: take the folder off sys.path and put the repository root on instead.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve  # noqa: E402
-from benchmarks import record  # noqa: E402
+from attnviz.engine.reading.registry import DEFAULT_MODEL, resolve
+from benchmarks import record
 
 
 def median_time(fn, min_runs=5, budget_s=2.0) -> float:

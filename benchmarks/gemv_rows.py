@@ -5,23 +5,17 @@ is NumPy's matrix-vector product; M = 2 the matrix product,
 and beside it M matrix-vector products (what engine/computing/layers.linear does up to
 GEMV_ROWS rows), up to M = 8, where the matrix product wins again. Prints the fastest of --repeat runs each.
 
-    .venv/bin/python benchmarks/gemv_rows.py [--repeat 7] [--threads N]
+    .venv/bin/python -m benchmarks.gemv_rows [--repeat 7] [--threads N]
 
 benchmarks/row_products.py measures the same on the model's own matrices, both layouts.
 """
 
+import argparse
 import os
-import sys
+import time
 
-# run as a script, this folder comes first on sys.path and benchmarks/typing.py would shadow the
-# standard library's typing (NumPy imports it)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))]
-
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
+import numpy as np
+from threadpoolctl import threadpool_limits
 
 
 def main() -> None:
@@ -29,7 +23,6 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--threads", type=int, default=None, help="BLAS threads (default: every core)")
     args = ap.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from attnviz.engine.parallel import cores
     from benchmarks import record
 

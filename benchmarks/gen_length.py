@@ -27,22 +27,17 @@ slows every other process on the machine for a while: keep the runs few.
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
+import statistics
+import subprocess
 import sys
+import time
+from dataclasses import dataclass
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
-_ROOT = os.path.dirname(_HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, _ROOT)
-
-import argparse  # noqa: E402
-import math  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+from benchmarks import record
+from benchmarks.children import child_env
 
 SMOLLM2 = "SmolLM2-135M-Instruct"
 TEXT = "One, two, three, four, five"
@@ -76,19 +71,13 @@ def drop_page_cache() -> None:
         f.write("3\n")
 
 
-def child_env() -> dict:
-    """This environment with this checkout first on PYTHONPATH (its code is what runs)."""
-    paths = [_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-
-
 def timed(argv: list[str], cold: bool = False) -> float:
     """Seconds from spawning the process to its exit (the page cache dropped first where `cold`);
     a failed run raises with its stderr."""
     if cold:
         drop_page_cache()
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=_ROOT,
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=record.ROOT,
                           env=child_env())
     took = time.perf_counter() - start
     if done.returncode != 0:

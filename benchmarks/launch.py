@@ -1,7 +1,7 @@
 """Launch to a window: seconds from starting a command to the attnviz window being mapped on an X
 display (Xvfb), polled with xwininfo every 20 ms.
 
-    .venv/bin/python benchmarks/launch.py [--runs 3]
+    .venv/bin/python -m benchmarks.launch [--runs 3]
 
 Three ways to start, each `--runs` times, in this checkout:
 - run-app.sh, set-up pass: the stamp in .venv removed first, so scripts/setup.sh installs again
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks import record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -100,9 +102,6 @@ def main() -> int:
         for name, times in results.items():
             print(f"{name:28s} median {statistics.median(times):5.2f} s   runs: "
                   + ", ".join(f"{t:.2f}" for t in times))
-        sys.path.insert(0, str(ROOT))
-        from benchmarks import record
-
         record.write("launch", [record.figure(
             f"{name} to a mapped window", statistics.median(times), "s", runs=times,
             goal=None if ways[name][1] else 2.0,

@@ -1,7 +1,7 @@
 """Long documents and generation on SmolLM2-135M-Instruct (the bundled Q4_1 GGUF), side by side in
 one run. Not a test: run it, read the table.
 
-    .venv/bin/python benchmarks/longdoc.py [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
+    .venv/bin/python -m benchmarks.longdoc [--json] [--T 1024,4096,8192] [--gen-T 64,512,2048]
                                            [--zoom-T 8192] [--zoom-options] [--scores-T 2048]
 
 1. sgemm peak: the best of a few [2048, 2048] @ [2048, 2048] float32 products at BLAS's default
@@ -39,29 +39,19 @@ The machine is shared: each section reports the CPU time other processes took wh
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
+import subprocess
 import sys
+import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]  # typing.py lives here
-sys.path.insert(0, _ROOT)
+import numpy as np
 
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from benchmarks import record  # noqa: E402
-
-_spec = importlib.util.spec_from_file_location("bench_smollm2", os.path.join(_HERE, "smollm2.py"))
-_smollm2 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_smollm2)  # its Foreign, float32_pass and smollm2_path, shared
-Foreign, float32_pass, smollm2_path = _smollm2.Foreign, _smollm2.float32_pass, _smollm2.smollm2_path
+from benchmarks import record
+from benchmarks.children import child_env
+from benchmarks.smollm2 import Foreign, float32_pass, smollm2_path
 
 GOALS = {"peak_fraction_4096": 0.5, "rss_gib_8192": 3.0, "pass_ratio_512": 2.0, "zoom_p95_ms": 50}
 N_STEPS = 16
@@ -245,7 +235,8 @@ def child_scores(T: int) -> dict:
 
 def spawn(kind: str, T: int) -> dict:
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, "--T", str(T)],
-                          capture_output=True, text=True, timeout=3600, cwd=_ROOT)
+                          capture_output=True, text=True, timeout=3600, cwd=record.ROOT,
+                          env=child_env())
     lines = proc.stdout.strip().splitlines()
     if proc.returncode or not lines:
         raise RuntimeError(f"{kind} child failed: {proc.stderr[-3000:]}")

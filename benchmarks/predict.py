@@ -1,7 +1,7 @@
 """Prediction, DLA, the logit lens, ablation and the ablation scan on SmolLM2-135M-Instruct: what
 they cost, side by side in one run (not a test: run it, read the table).
 
-    .venv/bin/python benchmarks/predict.py [--blas-threads 1] [--skip-typing] [--skip-scan]
+    .venv/bin/python -m benchmarks.predict [--blas-threads 1] [--skip-typing] [--skip-scan]
 
 1. Per keystroke (typing a sentence token by token, T = 1..64, each run reusing the KV cache): the
    engine's plain run (patterns only) against the run the window makes while What heads do is
@@ -9,7 +9,7 @@ they cost, side by side in one run (not a test: run it, read the table).
    at the last token: one pass over the unembedding in blocks) and the longest step between its
    stop checks, which is what a keystroke arriving during the analysis waits. The two runs use
    separate model objects (each its own cache) and alternate keystroke by keystroke. The window's
-   keystroke -> repaint with the panel shown and hidden: benchmarks/typing.py --effects both.
+   keystroke -> repaint with the panel shown and hidden: benchmarks/typing_latency.py --effects both.
 2. One zero-ablation at T = 64 (a head in layer 0, the worst case, and one in layer 15), resumed
    from the ablated layer, against a full forward of the same ids.
 3. The full scan of the 270 heads on the repeated-random probe (--loss repeat), on one thread and
@@ -20,24 +20,18 @@ they cost, side by side in one run (not a test: run it, read the table).
 
 from __future__ import annotations
 
+import argparse
 import os
-import sys
+import time
 
-_HERE = os.path.dirname(os.path.abspath(__file__))  # this folder holds typing.py: keep it off sys.path
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
+import numpy as np
+from threadpoolctl import threadpool_limits
 
-import argparse  # noqa: E402
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-from attnviz.engine import load_model  # noqa: E402
-from attnviz.engine.analysing import ablation as A, effects as E, predict as P  # noqa: E402
-from attnviz.engine.computing.families import forward  # noqa: E402
-from attnviz.engine.analysing.probes import probe_ids  # noqa: E402
-from benchmarks import record  # noqa: E402
+from attnviz.engine import load_model
+from attnviz.engine.analysing import ablation as A, effects as E, predict as P
+from attnviz.engine.computing.families import forward
+from attnviz.engine.analysing.probes import probe_ids
+from benchmarks import record
 
 MODEL = "SmolLM2-135M-Instruct"
 SENTENCE = ("When Mary and John went to the market on Saturday morning, John bought fresh bread and "

@@ -103,6 +103,31 @@ def _first_use(cache: str, qtypes: str = "") -> float:  # qtypes: warm's argumen
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def first_use_figures() -> list[dict]:
+    """The first use of the kernels in fresh processes: every kernel, then SmolLM2's Q4_1 alone,
+    each compiled into an empty numba cache and then read back from it."""
+    figs = []
+    with tempfile.TemporaryDirectory() as cache:
+        cold, warm = _first_use(cache), _first_use(cache)
+    load = os.getloadavg()[0]
+    figs.append(figure("first use, every kernel compiled", cold, "s",
+                       note=f"fresh numba cache; load average {load:.1f}"))
+    figs.append(figure("first use, every kernel from numba's cache", warm, "s",
+                       note=f"a start after the first; load average {load:.1f}"))
+    print(f"first use: {cold:.1f} s compiling, {warm:.2f} s from the cache")
+    with tempfile.TemporaryDirectory() as cache:
+        q41 = "[qmatvec.Q.Q4_1]"
+        cold, warm = _first_use(cache, q41), _first_use(cache, q41)
+    load = os.getloadavg()[0]
+    figs.append(figure("first use, SmolLM2's Q4_1 kernels compiled", cold, "s",
+                       note=f"fresh numba cache; warm([Q4_1]) as SmolLM2's load asks: the "
+                            f"one-row steps of its scale type alone; load average {load:.1f}"))
+    figs.append(figure("first use, SmolLM2's Q4_1 kernels from numba's cache", warm, "s",
+                       note=f"a start after the first; load average {load:.1f}"))
+    print(f"first use, Q4_1 alone: {cold:.1f} s compiling, {warm:.2f} s from the cache")
+    return figs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -116,26 +141,7 @@ def main() -> None:
     from attnviz.engine.computing.layers import linear
     from attnviz.engine.parallel import cores, limit_kernel_threads
 
-    figs = []
-    if not args.no_compile:
-        with tempfile.TemporaryDirectory() as cache:
-            cold, warm = _first_use(cache), _first_use(cache)
-        load = os.getloadavg()[0]
-        figs.append(figure("first use, every kernel compiled", cold, "s",
-                           note=f"fresh numba cache; load average {load:.1f}"))
-        figs.append(figure("first use, every kernel from numba's cache", warm, "s",
-                           note=f"a start after the first; load average {load:.1f}"))
-        print(f"first use: {cold:.1f} s compiling, {warm:.2f} s from the cache")
-        with tempfile.TemporaryDirectory() as cache:
-            q41 = "[qmatvec.Q.Q4_1]"
-            cold, warm = _first_use(cache, q41), _first_use(cache, q41)
-        load = os.getloadavg()[0]
-        figs.append(figure("first use, SmolLM2's Q4_1 kernels compiled", cold, "s",
-                           note=f"fresh numba cache; warm([Q4_1]) as SmolLM2's load asks: the "
-                                f"one-row steps of its scale type alone; load average {load:.1f}"))
-        figs.append(figure("first use, SmolLM2's Q4_1 kernels from numba's cache", warm, "s",
-                           note=f"a start after the first; load average {load:.1f}"))
-        print(f"first use, Q4_1 alone: {cold:.1f} s compiling, {warm:.2f} s from the cache")
+    figs = [] if args.no_compile else first_use_figures()
     qm.warm()
     threads = args.threads or cores()
     threadpool_limits(threads, user_api="blas")

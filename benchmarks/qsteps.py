@@ -225,6 +225,155 @@ print(json.dumps({{k: int(v.split()[0]) / 1024 for k, v in st.items()}}))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def keystroke_figures(model, ids: list[int], fresh, repeat: int, threads: int) -> list[dict]:
+    """A keystroke: one new row after T - 1 cached tokens (a new last token each time: the run
+    shares T - 1 tokens with the one before and computes one row), every layer's patterns, the
+    three ways in turns."""
+    T = 24
+    model.clear_cache()
+    model.run(ids=ids[:T - 1])
+
+    def keystroke(way):
+        assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
+    # (each timed keystroke after an untimed one the same way: the cache then holds its K and V as
+    # that way's keystrokes leave them, as typing leaves them)
+    times = _ways(keystroke, repeat, keystroke)
+    on, off = times["one call"], times["float32"]
+    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    loop = statistics.median(times["layer by layer"])
+    figs = [figure(f"keystroke engine time, kernels, T = {T}", a, "ms", runs=on,
+                   note=f"one new row, every layer's patterns, every layer in one compiled call "
+                        f"(onerow_stack); {threads} thread(s); median; load average {load:.1f}"),
+            figure(f"keystroke engine time, kernels layer by layer, T = {T}", loop, "ms",
+                   runs=times["layer by layer"],
+                   note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
+                        f"average {load:.1f}"),
+            figure(f"keystroke engine time, float32, T = {T}", b, "ms", runs=off,
+                   note=f"the same runs in turns; median; load average {load:.1f}"),
+            figure("keystroke: kernels / float32", a / b, "x", goal=0.5, headline=True,
+                   note=f"medians {a:.2f} / {b:.2f} ms")]
+    print(f"keystroke T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
+          f"ratio {a / b:.2f}  load {load:.1f}", flush=True)
+    return figs
+
+
+def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
+    """Each way's own generation from T - 1 tokens, one new row a step, the ways in turns: their
+    times, and the step (a way's next one)."""
+    from attnviz.engine.computing.generate import _StepTrace
+    from attnviz.engine.computing.trace import KVCache
+
+    caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
+    seqs = {way: ids[:T - 2] for way in WAYS}  # (the untimed first round runs T - 1 tokens)
+    for way, cache in caches.items():
+        model.run(ids=np.asarray(seqs[way]), trace=_StepTrace(False, cache),
+                  request=RunRequest(labels=False))
+
+    def step(way):
+        cache, seq = caches[way], seqs[way]
+        seq.append(next(fresh))
+        r = model.run(ids=np.asarray(seq), trace=_StepTrace(False, cache),
+                      request=RunRequest(labels=False))
+        assert r.cache_computed == 1 and not cache.earlier
+    return _ways(step, repeat), step
+
+
+def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) -> list[dict]:
+    """Generation steps at T: the three ways' medians, against the floors of the bytes a step
+    reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
+    bandwidth; the products alone and the unembedding."""
+    store = model.weights.layers
+    packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    times, step = _generation_times(model, ids, fresh, T, repeat)
+    on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
+    floor_ms, f32_bytes = _float32_pass(model.weights, 5)
+    blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
+    arrays = packed_arrays(store)
+    read, read_bytes = read_ms(arrays, 25)
+    paired_steps, paired_reads = _steps_beside_reads(step, arrays, repeat)
+    read = min([read] + paired_reads)  # (the fastest read of the run: the floor)
+    paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
+    floor = packed * read / read_bytes
+    kv = _kv_bytes(model.config, T)
+    floor_kv = (packed + kv) * read / read_bytes
+    logits = []
+    final = np.zeros((1, model.config.d_model), np.float32)
+    for _ in range(5):
+        t = time.perf_counter()
+        head.logits(final)
+        logits.append((time.perf_counter() - t) * 1e3)
+    alone = _products_alone(store, repeat)
+    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    figs = [
+        figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
+               statistics.median(alone) / floor, "x", runs=alone,
+               note=f"every packed layer matrix once on the serial kernels, one row, nothing "
+                    f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
+                    f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
+                    f"SwiGLU's gate) and the calls between"),
+        figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
+               note=f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
+                    f"a generation's steps at T = {T}..{T + repeat - 1}; median; load "
+                    f"average {load:.1f}"),
+        figure(f"generation step T = {T}, kernels layer by layer", loop, "ms",
+               runs=times["layer by layer"],
+               note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
+                    f"average {load:.1f}"),
+        figure(f"generation step T = {T}, float32", b, "ms", runs=off,
+               note=f"the same runs in turns; median; load average {load:.1f}"),
+        figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
+               goal=1.3, headline=T == 64,
+               note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
+                    f"packed, the fastest of {25 + 3 * repeat} in the run, 25 after the "
+                    f"steps and 3 beside each of {repeat} more steps "
+                    f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
+                    f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+        figure(f"generation step T = {T}: kernels / quantised-bytes floor, each step beside its "
+               f"own read", statistics.median(paired), "x", runs=paired,
+               note=f"{repeat} more steps each way's generation on, each in turns with the "
+                    f"fastest of 3 reads beside it: the median of step / read, the two taken "
+                    f"in the same moments (the memory's bandwidth drifts); no goal"),
+        figure(f"generation step T = {T}: kernels / the packed bytes at the float32 pass's "
+               f"bandwidth", a / blas, "x",
+               note=f"{blas:.2f} ms: {packed / 1e6:.0f} MB at the float32 matrix-vector pass's "
+                    f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
+                    f"{f32_bytes / 1e6:.0f} MB): a reference, no floor (a plain read reaches "
+                    f"{read_bytes / read / 1e6:.1f} GB/s)"),
+        figure(f"generation step T = {T}: kernels / floor of the packed and KV-cache bytes",
+               a / floor_kv, "x",
+               note=f"floor {floor_kv:.2f} ms: the packed bytes and the {kv / 1e6:.1f} MB of "
+                    f"float32 K and V the step reads (every layer's T positions), at the same "
+                    f"read bandwidth"),
+        figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
+               runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
+                                 "where the head is packed (the kernels)"),
+    ]
+    print(f"step T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
+          f"floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
+          f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
+          f"{a / floor_kv:.2f}x; at the float32 pass's bandwidth {blas:.2f} ms, {a / blas:.2f}x), "
+          f"the products alone {statistics.median(alone):.2f} ms "
+          f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
+          f"load {load:.1f}", flush=True)
+    return figs
+
+
+def rss_figures() -> list[dict]:
+    """The resident set after typing in a fresh process, with the kernels and float32 only."""
+    if not os.path.exists("/proc/self/status"):
+        return []
+    on, off = _rss_child(True), _rss_child(False)
+    load = os.getloadavg()[0]
+    figs = [figure("RSS after typing, kernels (packed blocks, no float32 copies)", on["VmRSS"], "MiB",
+                   goal=350 / 1.048576, headline=True,
+                   note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
+                        f"{load:.1f}"),
+            figure("RSS after typing, float32 only", off["VmRSS"], "MiB",
+                   note=f"the same without packing or numba; peak {off['VmHWM']:.0f} MiB")]
+    print(f"RSS after typing: kernels {on['VmRSS']:.0f} MiB, float32 only {off['VmRSS']:.0f} MiB")
+    return figs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=15)
@@ -241,10 +390,7 @@ def main() -> None:
     limit_kernel_threads(args.threads)
 
     from attnviz.engine.computing import qmatvec as qm
-    from attnviz.engine.computing.generate import _StepTrace
     from attnviz.engine.computing.load import load_model
-    from attnviz.engine.computing.trace import KVCache
-
     from attnviz.engine.reading.qpack import ask_for_kernels
 
     ask_for_kernels()  # as the window does
@@ -270,133 +416,13 @@ def main() -> None:
         figs += _unexpanded_runs(store, args.repeat)
 
     fresh = iter(rng.integers(100, model.config.vocab_size, 100_000).tolist())
-
-    # keystroke: one new row after T - 1 cached tokens (a new last token each time: the run
-    # shares T - 1 tokens with the one before and computes one row), every layer's patterns
-    T = 24
-    model.clear_cache()
-    model.run(ids=ids[:T - 1])
-
-    def keystroke(way):
-        assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
-    # (each timed keystroke after an untimed one the same way: the cache then holds its K and V as
-    # that way's keystrokes leave them, as typing leaves them)
-    times = _ways(keystroke, args.repeat, keystroke)
-    on, off = times["one call"], times["float32"]
-    a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
-    loop = statistics.median(times["layer by layer"])
-    figs += [figure(f"keystroke engine time, kernels, T = {T}", a, "ms", runs=on,
-                    note=f"one new row, every layer's patterns, every layer in one compiled call "
-                         f"(onerow_stack); {args.threads} thread(s); median; load average {load:.1f}"),
-             figure(f"keystroke engine time, kernels layer by layer, T = {T}", loop, "ms",
-                    runs=times["layer by layer"],
-                    note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
-                         f"average {load:.1f}"),
-             figure(f"keystroke engine time, float32, T = {T}", b, "ms", runs=off,
-                    note=f"the same runs in turns; median; load average {load:.1f}"),
-             figure("keystroke: kernels / float32", a / b, "x", goal=0.5, headline=True,
-                    note=f"medians {a:.2f} / {b:.2f} ms")]
-    print(f"keystroke T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
-          f"ratio {a / b:.2f}  load {load:.1f}", flush=True)
-
-    # generation steps: each way's own generation, one new row a step as above
+    figs += keystroke_figures(model, ids, fresh, args.repeat, args.threads)
     head = model.lm_head()
     for T in (64, 512):
-        caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
-        seqs = {way: ids[:T - 2] for way in WAYS}  # (the untimed first round runs T - 1 tokens)
-        for way, cache in caches.items():
-            model.run(ids=np.asarray(seqs[way]), trace=_StepTrace(False, cache),
-                      request=RunRequest(labels=False))
-
-        def step(way):
-            cache, seq = caches[way], seqs[way]
-            seq.append(next(fresh))
-            r = model.run(ids=np.asarray(seq), trace=_StepTrace(False, cache),
-                          request=RunRequest(labels=False))
-            assert r.cache_computed == 1 and not cache.earlier
-        times = _ways(step, args.repeat)
-        on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
-        floor_ms, f32_bytes = _float32_pass(model.weights, 5)
-        blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
-        arrays = packed_arrays(store)
-        read, read_bytes = read_ms(arrays, 25)
-        paired_steps, paired_reads = _steps_beside_reads(step, arrays, args.repeat)
-        read = min([read] + paired_reads)  # (the fastest read of the run: the floor)
-        paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
-        floor = packed * read / read_bytes
-        kv = _kv_bytes(model.config, T)
-        floor_kv = (packed + kv) * read / read_bytes
-        logits = []
-        final = np.zeros((1, model.config.d_model), np.float32)
-        for _ in range(5):
-            t = time.perf_counter()
-            head.logits(final)
-            logits.append((time.perf_counter() - t) * 1e3)
-        alone = _products_alone(store, args.repeat)
-        a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
-        figs += [
-            figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
-                   statistics.median(alone) / floor, "x", runs=alone,
-                   note=f"every packed layer matrix once on the serial kernels, one row, nothing "
-                        f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
-                        f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
-                        f"SwiGLU's gate) and the calls between"),
-            figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
-                   note=f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
-                        f"a generation's steps at T = {T}..{T + args.repeat - 1}; median; load "
-                        f"average {load:.1f}"),
-            figure(f"generation step T = {T}, kernels layer by layer", loop, "ms",
-                   runs=times["layer by layer"],
-                   note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
-                        f"average {load:.1f}"),
-            figure(f"generation step T = {T}, float32", b, "ms", runs=off,
-                   note=f"the same runs in turns; median; load average {load:.1f}"),
-            figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
-                   goal=1.3, headline=T == 64,
-                   note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
-                        f"packed, the fastest of {25 + 3 * args.repeat} in the run, 25 after the "
-                        f"steps and 3 beside each of {args.repeat} more steps "
-                        f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
-                        f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
-            figure(f"generation step T = {T}: kernels / quantised-bytes floor, each step beside its "
-                   f"own read", statistics.median(paired), "x", runs=paired,
-                   note=f"{args.repeat} more steps each way's generation on, each in turns with the "
-                        f"fastest of 3 reads beside it: the median of step / read, the two taken "
-                        f"in the same moments (the memory's bandwidth drifts); no goal"),
-            figure(f"generation step T = {T}: kernels / the packed bytes at the float32 pass's "
-                   f"bandwidth", a / blas, "x",
-                   note=f"{blas:.2f} ms: {packed / 1e6:.0f} MB at the float32 matrix-vector pass's "
-                        f"{f32_bytes / floor_ms / 1e6:.1f} GB/s ({floor_ms:.2f} ms for "
-                        f"{f32_bytes / 1e6:.0f} MB): a reference, no floor (a plain read reaches "
-                        f"{read_bytes / read / 1e6:.1f} GB/s)"),
-            figure(f"generation step T = {T}: kernels / floor of the packed and KV-cache bytes",
-                   a / floor_kv, "x",
-                   note=f"floor {floor_kv:.2f} ms: the packed bytes and the {kv / 1e6:.1f} MB of "
-                        f"float32 K and V the step reads (every layer's T positions), at the same "
-                        f"read bandwidth"),
-            figure(f"generation step T = {T}: unembedding", statistics.median(logits), "ms",
-                   runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
-                                     "where the head is packed (the kernels)"),
-        ]
-        print(f"step T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
-              f"floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
-              f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
-              f"{a / floor_kv:.2f}x; at the float32 pass's bandwidth {blas:.2f} ms, {a / blas:.2f}x), "
-              f"the products alone {statistics.median(alone):.2f} ms "
-              f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
-              f"load {load:.1f}", flush=True)
+        figs += generation_figures(model, head, ids, fresh, T, args.repeat)
     if args.steps_only:
         return
-    if os.path.exists("/proc/self/status"):
-        on, off = _rss_child(True), _rss_child(False)
-        load = os.getloadavg()[0]
-        figs += [figure("RSS after typing, kernels (packed blocks, no float32 copies)", on["VmRSS"], "MiB",
-                        goal=350 / 1.048576, headline=True,
-                        note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
-                             f"{load:.1f}"),
-                 figure("RSS after typing, float32 only", off["VmRSS"], "MiB",
-                        note=f"the same without packing or numba; peak {off['VmHWM']:.0f} MiB")]
-        print(f"RSS after typing: kernels {on['VmRSS']:.0f} MiB, float32 only {off['VmRSS']:.0f} MiB")
+    figs += rss_figures()
     print(f"wrote {write('qsteps', figs)}")
 
 

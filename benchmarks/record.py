@@ -2,8 +2,8 @@
 
 One file per benchmark, rewritten by each run, holding the latest run's figures on this machine:
 
-    {"benchmark": "typing", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
-     "command": "python -m benchmarks.typing --runs 3",
+    {"benchmark": "typing_latency", "commit": "7efdeb9", "dirty": false, "date": "2026-12-04",
+     "command": "python -m benchmarks.typing_latency --runs 3",
      "machine": {"cpu": "...", "vectors": "AVX2", "cores": 2, "python": "3.11.7", "numpy": "2.4.6",
                  "blas": "openblas 0.3.30", "blas_threads": 2, "platform": "Linux-...",
                  "load_average": 0.8},
@@ -111,9 +111,10 @@ def figure(name: str, value: float, unit: str, *, runs=None, goal: float | None 
         raise ValueError(f"goal_is must be 'max' or 'min', not {goal_is!r}")
     value = None if value is None else float(value)  # None: not measured (the note says why)
     met = None if goal is None or value is None else (value <= goal if goal_is == "max" else value >= goal)
+    if runs is None:  # (a figure not measured has no runs)
+        runs = [] if value is None else [value]
     fig = {"name": name, "value": value, "unit": unit, "goal": goal, "goal_is": goal_is,
-           "met": met, "runs": [float(v) for v in (runs if runs is not None else [value])],
-           "headline": headline, "note": note}
+           "met": met, "runs": [float(v) for v in runs], "headline": headline, "note": note}
     if n_runs is not None and n_runs > len(fig["runs"]):
         fig["n_runs"] = int(n_runs)
     return fig

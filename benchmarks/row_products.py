@@ -18,31 +18,24 @@ taking turns --repeat times, each printing its median:
    (one new row each) on the model as loaded against the same model with every matrix as the
    file's rows.
 
-    .venv/bin/python benchmarks/row_products.py [--rows 2,4,6,8,12,16,24,32,48,64,128] [--repeat 9]
+    .venv/bin/python -m benchmarks.row_products [--rows 2,4,6,8,12,16,24,32,48,64,128] [--repeat 9]
                                                 [--runs 10,16,32,64] [--layouts]
 """
 
+import argparse
+import dataclasses
+import importlib.util
 import os
+import statistics
 import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
 from attnviz.engine.computing.request import RunRequest
-
-# run as a script, this folder comes first on sys.path and benchmarks/typing.py would shadow the
-# standard library's typing (NumPy imports it)
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import importlib.util  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import numpy as np  # noqa: E402
-from threadpoolctl import threadpool_limits  # noqa: E402
-
-from benchmarks import record  # noqa: E402
+from benchmarks import record
 
 NAMES = ("w_qkv", "w_o", "w_in", "w_out")
 TEXT = "The keys to the cabinet that my grandmother left us are on the kitchen table, next to the old radio."

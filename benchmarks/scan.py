@@ -2,8 +2,8 @@
 processes, on the same corpus (the standard library's docstring paragraphs), for MiniLM and SmolLM2;
 peak RSS per worker; and a projection for 10,000 documents on 16 workers.
 
-    .venv/bin/python benchmarks/scan.py                 # both models
-    .venv/bin/python benchmarks/scan.py --models minilm --texts 128 --repeat 1
+    .venv/bin/python -m benchmarks.scan                 # both models
+    .venv/bin/python -m benchmarks.scan --models minilm --texts 128 --repeat 1
 
 Each mode runs the same batches (--batch, --max-tokens) of the same texts into a fresh folder and
 computes the same tables (run_batch, the task code). The models are loaded and one task of the
@@ -18,24 +18,18 @@ shared: read the figures with it, and with the load average printed)."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
+import json
+import os
+import runpy
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-# benchmarks/typing.py would shadow the standard library's typing module for dask
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import os  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-if str(ROOT) not in sys.path:  # benchmarks.record, run as a script too
-    sys.path.append(str(ROOT))
 
 
 def smollm2_path() -> str:
@@ -47,9 +41,8 @@ MODELS = {"minilm": "all-MiniLM-L6-v2", "smollm2": None}
 
 
 def write_corpus(path: Path, n: int) -> Path:
-    import stdlib_corpus
-
-    stdlib_corpus.main(["--out", str(path), "--max", str(n)])
+    stdlib_corpus = runpy.run_path(str(ROOT / "scripts" / "stdlib_corpus.py"))
+    stdlib_corpus["main"](["--out", str(path), "--max", str(n)])
     return path
 
 

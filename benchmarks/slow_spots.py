@@ -1,7 +1,7 @@
 """Slow spots (not a test): three things a user waits for, each timed several times with its parts,
 so it says where the time goes before anything is cut.
 
-    .venv/bin/python benchmarks/slow_spots.py [--runs 3] [--only paragraph,probe,export] [--json]
+    .venv/bin/python -m benchmarks.slow_spots [--runs 3] [--only paragraph,probe,export] [--json]
 
 - paragraph: a 400-word paragraph pasted into the window on SmolLM2 (offscreen, the window already
   showing a short sentence): from the paste to the grid painted with its heatmaps (goal <= 1.2 s).
@@ -30,15 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-# run as a script, this folder comes first on sys.path, and benchmarks/typing.py would shadow the
-# standard library's typing: the repository root instead
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+from benchmarks import record
+from benchmarks.scratch import scratch_folder, scratch_settings
 
-from benchmarks import record  # noqa: E402
-from benchmarks.scratch import scratch_folder, scratch_settings  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 MODEL = "SmolLM2-135M-Instruct"
 GOALS = {"paragraph": 1.2, "probe": 5.0, "export": 1.5}

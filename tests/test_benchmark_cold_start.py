@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.cold_start import CPU_KEY, heads_process
+from benchmarks.cold_start_heads import CPU_KEY, heads_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ def test_the_heads_case_alternates_with_the_baseline_run_for_run(monkeypatch, tm
     def fake(model, timeout=120.0, root=C._ROOT):
         calls.append(root)
         t = 2.0 if root == C._ROOT else 3.0
-        return t, {"model loaded": t / 2, "prediction painted": t, C.CPU_KEY: t + 1}
+        return t, {"model loaded": t / 2, "prediction painted": t, CPU_KEY: t + 1}
     written = {}
     monkeypatch.setattr(C, "heads_process", fake)
     monkeypatch.setattr(C.record, "write", lambda name, figures, **kw: written.update(f=figures, **kw))

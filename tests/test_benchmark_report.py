@@ -13,7 +13,7 @@ WHERE = {"machine": MACHINE, "commit": "abc1234", "dirty": False, "date": "2026-
 
 
 def results(folder):
-    record.write("typing", [
+    record.write("typing_latency", [
         record.figure("keystroke p95", 17.2, "ms", runs=[17.2, 15.0, 16.1], goal=16.0, headline=True),
         record.figure("stall", 7.0, "ms", runs=[4.4, 7.0], n_runs=11, goal=16.0),
     ], folder=folder, measured=WHERE)
@@ -29,6 +29,8 @@ def test_figure_says_met_by_the_side_of_its_goal():
     assert record.figure("a", 1.79, "x", goal=1.8, goal_is="min")["met"] is False
     assert record.figure("a", 1.8, "x", goal=1.8, goal_is="min")["met"] is True
     assert record.figure("a", 3.0, "ms")["met"] is None
+    absent = record.figure("a", None, "ms", goal=16.0)  # not measured: no value, no runs, no verdict
+    assert (absent["value"], absent["runs"], absent["met"]) == (None, [], None)
     with pytest.raises(ValueError):
         record.figure("a", 1.0, "ms", goal=1.0, goal_is="less")
 
@@ -39,20 +41,21 @@ def test_the_report_renders_every_figure_with_goal_spread_machine_commit_and_met
     page = report.render_doc(docs)
     assert page == report.render_doc(report.load(tmp_path / "results"))  # the same files, the same page
     lines = {line.split(" | ")[0].lstrip("| "): line for line in page.splitlines() if line.startswith("| ")}
-    typing = lines["keystroke p95 (`typing`)"]
+    typing = lines["keystroke p95 (`typing_latency`)"]
     assert "| ≤ 16 ms | 17.2 ms | 15–17.2 ms (3 runs) |" in typing
     assert "Test CPU, 2 cores, openblas 0.3 (2 threads), load 0.5" in typing
     assert "abc1234, 2026-12-01" in typing
     assert typing.endswith("| **not met** |")
-    assert lines["stall (`typing`)"].endswith("| met |") and "4.4–7 ms (11 runs)" in lines["stall (`typing`)"]
+    stall = lines["stall (`typing_latency`)"]
+    assert stall.endswith("| met |") and "4.4–7 ms (11 runs)" in stall
     scan = lines["2 workers against 1 (`scan`)"]
     assert "| ≥ 1.8x | 1.9x | 1 run |" in scan and "def5678" in scan and scan.endswith("| met |")
     assert lines["plain against 1 (`scan`)"].endswith("| — | 1.95x | 1 run | Test CPU, 2 cores, openblas "
                                                        "0.3 (2 threads), load 0.5 | def5678, 2026-12-01 | — |")
-    # rows in file order (scan.json before typing.json), figures in their file's order
+    # rows in file order (scan.json before typing_latency.json), figures in their file's order
     names = [n for n in lines if n != "figure"]
     assert names == ["2 workers against 1 (`scan`)", "plain against 1 (`scan`)",
-                     "keystroke p95 (`typing`)", "stall (`typing`)"]
+                     "keystroke p95 (`typing_latency`)", "stall (`typing_latency`)"]
 
 
 def test_met_is_read_from_value_and_goal_not_from_the_file(tmp_path):
@@ -79,7 +82,7 @@ def test_the_readme_summary_is_rewritten_between_its_markers_in_place(tmp_path):
     assert "stall" not in summary and "plain against 1" not in summary  # and only those
     assert "abc1234 |" in summary and "2026-12-01" not in summary  # the README holds no dates
     assert report.main(argv) == 0 and readme.read_text() == text  # a second run changes nothing
-    assert "| stall (`typing`)" in doc.read_text()
+    assert "| stall (`typing_latency`)" in doc.read_text()
 
 
 def test_a_readme_without_its_markers_is_refused_and_left_alone(tmp_path, capsys):
@@ -94,12 +97,12 @@ def test_a_readme_without_its_markers_is_refused_and_left_alone(tmp_path, capsys
 
 def test_a_run_that_measures_some_figures_keeps_the_others_with_their_own_provenance(tmp_path):
     folder = tmp_path / "results"
-    record.write("typing", [record.figure("MiniLM p95", 11.0, "ms", goal=16.0),
-                            record.figure("SmolLM2 p95", 28.0, "ms", goal=33.0)],
+    record.write("typing_latency", [record.figure("MiniLM p95", 11.0, "ms", goal=16.0),
+                                    record.figure("SmolLM2 p95", 28.0, "ms", goal=33.0)],
                  folder=folder, measured=WHERE)
-    record.write("typing", [record.figure("SmolLM2 p95", 35.0, "ms", goal=33.0)], folder=folder,
-                 measured={**WHERE, "commit": "new0000", "date": "2026-12-05"})
-    doc = json.loads((folder / "typing.json").read_text())
+    record.write("typing_latency", [record.figure("SmolLM2 p95", 35.0, "ms", goal=33.0)],
+                 folder=folder, measured={**WHERE, "commit": "new0000", "date": "2026-12-05"})
+    doc = json.loads((folder / "typing_latency.json").read_text())
     assert [f["name"] for f in doc["figures"]] == ["MiniLM p95", "SmolLM2 p95"]
     kept, new = doc["figures"]
     assert record.provenance(doc, kept)["commit"] == "abc1234"

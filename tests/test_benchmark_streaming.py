@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks import longdoc, record, smollm2, streaming
+from benchmarks import longdoc, record, smollm2_report, streaming
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 4099])
@@ -38,14 +38,14 @@ STEP = {"step_s": 0.02, "pass_s": 0.01, "pass_bytes": 405 * 2 ** 20, "pass_gbps"
 
 
 def test_smollm2_reads_its_cached_step_against_the_pass_with_its_goal_and_the_read_floor_beside():
-    by_pass, by_read = smollm2.step_figures(1, STEP, record)
+    by_pass, by_read = smollm2_report.step_figures(1, STEP, record)
     assert by_pass["value"] == 2.0 and by_pass["goal"] == 2.0 and by_pass["met"] is True
     assert by_pass["name"].endswith("against one float32 matrix-vector pass over the model's layer "
                                     "matrices without the unembedding (a reference, not a floor)")
     assert by_read["value"] == 4.0 and by_read["goal"] is None
     assert "read floor" in by_read["name"] and "5.0 ms" in by_read["note"]
     # at two threads no read floor is measured (one thread's read is no floor for two)
-    assert [f["value"] for f in smollm2.step_figures(2, {**STEP, "read_s": None}, record)] == [2.0]
+    assert [f["value"] for f in smollm2_report.step_figures(2, {**STEP, "read_s": None}, record)] == [2.0]
 
 
 def test_longdoc_reads_a_generated_step_against_the_pass_and_its_results_carry_the_same_names():

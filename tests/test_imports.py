@@ -102,7 +102,8 @@ def test_the_tests_mirror_the_layers():
     assert sorted(p.name for p in tests.glob("test_*.py")) == [
         "test_benchmark_cold_start.py", "test_benchmark_gen_length.py", "test_benchmark_llamacpp.py",
         "test_benchmark_report.py",
-        "test_benchmark_scratch.py", "test_benchmark_streaming.py", "test_docs.py",
+        "test_benchmark_scratch.py", "test_benchmark_scripts.py", "test_benchmark_streaming.py",
+        "test_docs.py",
         "test_imports.py",
         "test_private_fields.py", "test_sizes.py", "test_vocabulary.py"]  # benchmarks' tests, house rules
 

@@ -1,26 +1,29 @@
-"""Sizes the house keeps: no file in attnviz/ over 500 lines, no function over 100 lines, and
-window.py at most 450. Today's exceptions are listed by name; the lists only shrink."""
+"""Sizes the house keeps: no file in attnviz/ or benchmarks/ over 500 lines, no function over 100
+lines, and window.py at most 450. Today's exceptions are listed by name; the lists only shrink."""
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "attnviz"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "attnviz"
+FOLDERS = (PACKAGE, ROOT / "benchmarks")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 100
 MAX_WINDOW_LINES = 450
 
-# files still over MAX_FILE_LINES, each to be split; remove a name once its file is under the limit
+# files still over MAX_FILE_LINES (as "folder/file"), each to be split; remove a name once its file
+# is under the limit
 FILES_OVER: set[str] = set()
-# functions still over MAX_FUNCTION_LINES, as "file:Qualified.name"
+# functions still over MAX_FUNCTION_LINES, as "folder/file:Qualified.name"
 FUNCTIONS_OVER: set[str] = set()
 
 
 def _files():
-    return sorted(PACKAGE.rglob("*.py"))
+    return sorted(path for folder in FOLDERS for path in folder.rglob("*.py"))
 
 
 def _name(path):
-    return path.relative_to(PACKAGE).as_posix()
+    return path.relative_to(ROOT).as_posix()
 
 
 def _line_count(path):

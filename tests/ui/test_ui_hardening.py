@@ -398,7 +398,7 @@ def test_window_shows_the_empty_state_for_an_empty_text_on_a_decoder_without_bos
 def test_side_panels_are_built_after_an_empty_first_text_too(qtbot, tmp_path):
     """A decoder without BOS has no tokens for the empty text, so no result comes: its side panels
     are built after that first compute all the same, not on the first keystroke (a 68 ms stall
-    measured on SmolLM2 in benchmarks/typing.py)."""
+    measured on SmolLM2 in benchmarks/typing_latency.py)."""
     from PySide6.QtCore import QSettings
 
     from attnviz.ui.app import create_window

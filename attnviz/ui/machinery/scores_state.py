@@ -30,7 +30,7 @@ class HeadScoresState:
         # grid and the focus view read head_labels as they draw the result, so no old badge is
         # painted over it; the panels (the roles tables greyed, Find, the ablation list) follow
         # 2 ms later, off the keystroke's path (a 0 ms timer often fires before the grid's paint;
-        # benchmarks/typing.py measures the keystroke's frame).
+        # benchmarks/typing_latency.py measures the keystroke's frame).
         self._scores_later = QTimer(self)
         self._scores_later.setSingleShot(True)
         self._scores_later.setInterval(2)

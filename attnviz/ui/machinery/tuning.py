@@ -1,7 +1,7 @@
 """The window process's tuning, in one place: BLAS capped at one thread for the runner's small
 jobs (raised to every core for a run that gains from it), Python's garbage collection kept on the
 main thread with what start-up made frozen out of its way, and the pool's thread scheduled below
-the main thread, which paints. benchmarks/typing.py measures what each buys while typing."""
+the main thread, which paints. benchmarks/typing_latency.py measures what each buys while typing."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def freeze_start_up_objects() -> None:
     """One full collection, then every object alive (the modules, the window's widgets and
     pyqtgraph's items: about 85,000) moves to the collector's permanent generation, which no
     collection walks, so a full collection on the main thread stays short while typing
-    (benchmarks/typing.py measures the stalls). Called once a window's start-up is done; a window
+    (benchmarks/typing_latency.py measures the stalls). Called once a window's start-up is done; a window
     that closes calls thaw_objects(), so its own reference cycles are collected after all."""
     gc.collect()
     gc.freeze()
@@ -139,7 +139,7 @@ def below_the_main_thread() -> None:
     """Lower this pool thread's scheduling priority once (Linux: a thread's own nice value, +5),
     so the main thread, woken to paint a result while a run goes on, gets a core at once. On 2
     cores a decoder's run keeps both busy (BLAS on both); at equal priority the main thread waits
-    for one (benchmarks/typing.py measures the longest stall while typing)."""
+    for one (benchmarks/typing_latency.py measures the longest stall while typing)."""
     if getattr(_NICED, "done", False) or _MAIN_NICE is None:
         return
     _NICED.done = True

@@ -5,7 +5,7 @@ into the state itself (set_model, set_result, set_checkpoints, the head scores).
 
 Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
 pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
-starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing.py
+starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing_latency.py
 measures it). Each is a snapshot (id, model, text, what the views want computed); Model.run refuses
 non-finite weights, so the window never receives NaN heatmaps."""
 
@@ -164,7 +164,7 @@ class Worker(Runner):
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             # BLAS on every core for the window's runs: a causal model's keystroke streams every
             # weight (one product of a row per weight matrix), and two cores read memory faster
-            # than one; an encoder's run is shorter too (benchmarks/typing.py measures both, in
+            # than one; an encoder's run is shorter too (benchmarks/typing_latency.py measures both, in
             # turns of 1 and 2 threads)
             with wide_blas():
                 if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
