@@ -1,6 +1,7 @@
 """Compare and Corpus have docks from the start, like the other panels: the saved layout puts them
 back where the user left them (even after a session that never opened them), a window closed on
-Compare opens again on it, and the raised tab is written as it changes, not only on close."""
+Compare opens again on it, and the raised tab and a dock floated out of the window are written as
+they change, not only on close."""
 
 import shutil
 
@@ -92,5 +93,22 @@ def test_the_raised_tab_is_kept_without_a_close(qtbot, tmp_path):
     again = _window(qtbot, tmp_path / "after-a-crash.ini")
     qtbot.waitUntil(lambda: _raised(again) == ["What heads do"], timeout=WAIT)
     assert _in_sight(again.predict_dock) and not _in_sight(again.focus_dock)
+    _close(again)
+    _close(w)
+
+
+def test_a_floated_dock_is_kept_without_a_close(qtbot, tmp_path):
+    path = tmp_path / "s.ini"
+    w = _window(qtbot, path)
+    w.roles_dock.raise_()
+    w.roles_dock.setFloating(True)  # as a drag out of the window, or a double click on its title
+    qtbot.waitUntil(lambda: w.roles_dock.isFloating() and _in_sight(w.roles_dock), timeout=WAIT)
+    on_disk = lambda: QSettings(str(path), QSettings.Format.IniFormat).value("raised_tabs")  # noqa: E731
+    qtbot.waitUntil(lambda: "roles_dock" in (on_disk() or "").split(","), timeout=WAIT)
+    shutil.copy(path, tmp_path / "after-a-crash.ini")  # the file as a crash now would leave it
+    again = _window(qtbot, tmp_path / "after-a-crash.ini")
+    qtbot.waitUntil(lambda: again.roles_panel is not None and _in_sight(again.roles_panel.summary), timeout=WAIT)
+    assert again.roles_dock.isFloating() and _in_sight(again.roles_dock)
+    assert "Head roles" not in _raised(again)  # out of the window's tab bars
     _close(again)
     _close(w)
