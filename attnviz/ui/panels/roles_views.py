@@ -12,11 +12,11 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QRect, Qt
 from PySide6.QtGui import QBrush, QColor, QFontMetrics
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
-    QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
+    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyle, QStyledItemDelegate,
+    QStyleOptionHeader, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing import heads as H
@@ -25,10 +25,17 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
+# the Scores tab's headers, short so its eleven columns fit a 440 px dock (the full names and
+# definitions in their tooltips); the role scores as the map's cells abbreviate them
+HEADERS = {"layer": "L", "head": "H", "role": "role", **{r: ROLE_SHORT[r] for r in H.ROLES},
+           "distance": "dist", "entropy": "ent"}
+# decimals shown: the role scores (shares, 0 to 1) to 3, distance (tokens) and entropy (bits) to 2;
+# each cell's tooltip gives its number to 3
+DIGITS = {**{r: 3 for r in H.ROLES}, "distance": 2, "entropy": 2}
 _ALL = "all roles"
 
 
-TIGHT_PAD = 4  # pixels beside a map label's text where the dock is too narrow for the usual padding
+TIGHT_PAD = 4  # pixels beside a cell's text where the dock is too narrow for the usual padding
 
 
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
@@ -48,6 +55,18 @@ class Decimals(QStyledItemDelegate):
         if isinstance(value, float):
             return f"{value:.{self.digits}f}"
         return super().displayText(value, locale)
+
+
+class Compact(Decimals):
+    """Decimals without the leading zero of a number below 1 (.099 beside 1.000, as tables of
+    shares print them): a column a digit narrower."""
+
+    def displayText(self, value, locale):
+        text = super().displayText(value, locale)
+        if isinstance(value, float):
+            return text.replace("0.", ".", 1) if text.startswith("0.") else \
+                text.replace("-0.", "-.", 1) if text.startswith("-0.") else text
+        return text
 
 
 def num_item(value, digits=3):
@@ -148,25 +167,7 @@ class RolesOverview(QWidget):
         self._fit_map()
 
     def _fit_map(self):
-        """Each map column as wide as its labels need, the spare width shared out evenly; where the
-        padded labels outgrow the width (a narrow dock, many heads), each as wide as its widest label
-        and a hair, so every head's column stays in sight, its label whole."""
-        ov = self.map
-        n = ov.columnCount()
-        if n == 0:
-            return
-        need = [max(ov.horizontalHeader().sectionSizeHint(c), ov.sizeHintForColumn(c))
-                for c in range(n)]
-        if sum(need) > ov.viewport().width():
-            need = [self._label_width(c) for c in range(n)]
-        spare = max(0, ov.viewport().width() - sum(need))
-        for c in range(n):
-            ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
-
-    def _label_width(self, c: int) -> int:
-        """The widest of column `c`'s texts (its head label, its cells' role names), each in the font
-        it is drawn in (the header's, bold for the focused head), with a hair."""
-        return max(shown_width(t, f) for t, f in column_texts(self.map, c)) + TIGHT_PAD
+        fit_columns(self.map)
 
     def eventFilter(self, obj, event):
         if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:
@@ -246,19 +247,26 @@ class ScoresTable(QWidget):
         for role in H.ROLES + (H.MIXED,):
             self.filter.addItem(role, role)
         self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([H.TITLES.get(c, c) if c in H.SCORE_NAMES else c
-                                              for c in COLUMNS])
+        self.table.setHorizontalHeaderLabels([HEADERS[c] for c in COLUMNS])
         for i, c in enumerate(COLUMNS):
-            if c in H.DEFINITIONS:
-                self.table.horizontalHeaderItem(i).setToolTip(H.DEFINITIONS[c])
+            self.table.horizontalHeaderItem(i).setToolTip(_header_tooltip(c))
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
+        header = self.table.horizontalHeader()
+        header.setSortIndicator(0, Qt.SortOrder.AscendingOrder)
         self.table.setSortingEnabled(True)
-        self.table.setItemDelegate(Decimals(3, self.table))
+        for i, c in enumerate(COLUMNS):
+            self.table.setItemDelegateForColumn(i, Compact(DIGITS.get(c, 3), self.table))
         self.table.verticalHeader().setDefaultSectionSize(22)
+        # the columns fill the table's width, each as wide as its texts (fit_columns), refitted as
+        # the width or the sorted column (its header's arrow) changes
+        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        # (the style's least, 38 px, would undo the narrow columns: a layer's is a digit wide)
+        header.setMinimumSectionSize(self.table.fontMetrics().horizontalAdvance("0") + TIGHT_PAD)
+        header.sortIndicatorChanged.connect(lambda *_: fit_columns(self.table))
+        self.table.viewport().installEventFilter(self)
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)
@@ -281,19 +289,22 @@ class ScoresTable(QWidget):
             row = 0
             for l in range(hs.n_layer):
                 for h in range(hs.n_head):
-                    t.setItem(row, 0, num_item(l, 0))
-                    t.setItem(row, 1, num_item(h, 0))
-                    t.setItem(row, 2, _role_item(hs.labels[l][h]))
+                    for c, item in enumerate((num_item(l, 0), num_item(h, 0), _role_item(hs.labels[l][h]))):
+                        item.setToolTip(f"{head_title(l, h)}: {hs.labels[l][h]}")
+                        t.setItem(row, c, item)
                     for j, name in enumerate(H.SCORE_NAMES):
                         item = num_item(hs.scores[name][l, h])
-                        if name in hs.chance:
-                            item.setToolTip(f"chance {float(hs.chance[name][l, h]):.3f}: the score "
-                                            "if this head spread its attention evenly")
+                        item.setToolTip(_score_tooltip(hs, name, l, h))
                         t.setItem(row, 3 + j, item)
                     row += 1
         t.setSortingEnabled(True)
-        t.resizeColumnsToContents()
+        fit_columns(t)
         self._apply_filter()
+
+    def eventFilter(self, obj, event):
+        if obj is self.table.viewport() and event.type() == QEvent.Type.Resize:
+            fit_columns(self.table)
+        return super().eventFilter(obj, event)
 
     def _apply_filter(self):
         role = self.filter.currentData()
@@ -331,16 +342,76 @@ class ScoresTable(QWidget):
                                  int(item_h.data(Qt.ItemDataRole.DisplayRole)))
 
 
+def _header_tooltip(column: str) -> str:
+    if column in H.DEFINITIONS:
+        return f"{H.TITLES[column]}: {H.DEFINITIONS[column]}"
+    return {"layer": "Layer", "head": "Head", "role": f"Role: {H.LABEL_RULE}"}[column]
+
+
+def _score_tooltip(hs, name: str, l: int, h: int) -> str:
+    """A Scores cell's tooltip: the head, the score's full name and its value to 3 decimals, and a
+    role score's chance (the score if the head spread its attention evenly)."""
+    v = float(hs.scores[name][l, h])
+    text = f"{head_title(l, h)}, {H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+    if name in hs.chance:
+        text += (f"\nchance {float(hs.chance[name][l, h]):.3f}: the score if this head spread its "
+                 "attention evenly")
+    return text
+
+
+def fit_columns(table) -> None:
+    """Each column as wide as its texts need with the style's padding, the spare width shared out
+    evenly; where the padded texts outgrow the viewport (a narrow dock, many columns), each as wide
+    as its widest text (in the font it is drawn in) and a hair, so every column stays in sight, its
+    texts whole (a sorted column's header keeps room for its arrow)."""
+    n = table.columnCount()
+    if n == 0:
+        return
+    header, width = table.horizontalHeader(), table.viewport().width()
+    need = [max(header.sectionSizeHint(c), table.sizeHintForColumn(c)) for c in range(n)]
+    if sum(need) > width:  # (none below the header's least: it would widen it past the sum)
+        need = [max(tight_width(table, c), header.minimumSectionSize()) for c in range(n)]
+    spare = max(0, width - sum(need))
+    for c in range(n):
+        header.resizeSection(c, need[c] + spare // n + (c < spare % n))
+
+
+def tight_width(table, c: int) -> int:
+    """The least width that shows column `c`'s header label and cells whole: the widest cell text
+    and a hair, or the label and what the style takes beside it (its margins, a sort arrow)."""
+    texts = column_texts(table, c)
+    cells = max((shown_width(t, f) for t, f in texts[1:]), default=0) + TIGHT_PAD
+    return max(cells, shown_width(*texts[0]) + header_room(table.horizontalHeader(), c))
+
+
+def header_room(header, c: int) -> int:
+    """The pixels the style keeps beside section `c`'s label (margins, and the sort indicator's
+    arrow where the section is sorted), as it lays the label out when painting."""
+    opt = QStyleOptionHeader()
+    opt.initFrom(header)
+    opt.orientation = Qt.Orientation.Horizontal
+    opt.state |= QStyle.StateFlag.State_Horizontal
+    opt.section = c
+    opt.rect = QRect(0, 0, 1000, max(header.height(), header.sizeHint().height()))
+    sorted_here = header.isSortIndicatorShown() and header.sortIndicatorSection() == c
+    opt.sortIndicator = QStyleOptionHeader.SortIndicator.SortDown if sorted_here else \
+        QStyleOptionHeader.SortIndicator.None_
+    label = header.style().subElementRect(QStyle.SubElement.SE_HeaderLabel, opt, header)
+    return opt.rect.width() - label.width()
+
+
 def column_texts(table, c: int) -> list:
-    """(text, font) of a table column's header label and cells, each font as it is drawn: the
-    item's own over the header's or the table's; a header that highlights the current cell's
-    section draws its label bold."""
+    """(text, font) of a table column's header label and cells, each text as its delegate shows it
+    and each font as it is drawn: the item's own over the header's or the table's; a header that
+    highlights the current cell's section draws its label bold."""
     head, header = table.horizontalHeaderItem(c), table.horizontalHeader()
     head_font = head.font().resolve(header.font())
     head_font.setBold(head_font.bold() or header.highlightSections())
+    delegate, locale = table.itemDelegateForColumn(c) or table.itemDelegate(), table.locale()
     return [(head.text(), head_font)] + [
-        (table.item(r, c).text(), table.item(r, c).font().resolve(table.font()))
-        for r in range(table.rowCount())]
+        (delegate.displayText(table.item(r, c).data(Qt.ItemDataRole.DisplayRole), locale),
+         table.item(r, c).font().resolve(table.font()))
+        for r in range(table.rowCount()) if table.item(r, c) is not None]
 
 
 def shown_width(text: str, font) -> int:
