@@ -13,7 +13,7 @@ from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QStyle, QStyleOptionHeader  # noqa: E402
 
 from attnviz.engine.analysing import heads as H  # noqa: E402
-from attnviz.ui.panels.roles_views import column_texts  # noqa: E402
+from attnviz.ui.views.column_fit import column_texts  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 
 TEXT = "Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine."

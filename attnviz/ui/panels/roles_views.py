@@ -12,17 +12,18 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from PySide6.QtCore import QEvent, QRect, Qt
-from PySide6.QtGui import QBrush, QColor, QFontMetrics
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyle, QStyledItemDelegate,
-    QStyleOptionHeader, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
+    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
+    QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
+from attnviz.ui.views.column_fit import ColumnFit
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 # the Scores tab's headers, short so its eleven columns fit a 440 px dock (the full names and
@@ -33,9 +34,6 @@ HEADERS = {"layer": "L", "head": "H", "role": "role", **{r: ROLE_SHORT[r] for r 
 # each cell's tooltip gives its number to 3
 DIGITS = {**{r: 3 for r in H.ROLES}, "distance": 2, "entropy": 2}
 _ALL = "all roles"
-
-
-TIGHT_PAD = 4  # pixels beside a cell's text where the dock is too narrow for the usual padding
 
 
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
@@ -100,13 +98,10 @@ class RolesOverview(QWidget):
         self.map.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.map.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         # the map fills its box: rows share the height (scrolling only below a line's height),
-        # columns as wide as their labels plus a share of the spare width (_fit_map)
+        # columns as wide as their labels plus a share of the spare width (ColumnFit)
         self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
-        self.map.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        # (the style's least width is the padded label's: it would undo the narrow columns)
-        self.map.horizontalHeader().setMinimumSectionSize(self.map.fontMetrics().height())
-        self.map.viewport().installEventFilter(self)
+        self.map_fit = ColumnFit(self.map)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name
@@ -164,15 +159,7 @@ class RolesOverview(QWidget):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(self._head_tooltip(l, h))
                 ov.setItem(l, h, item)
-        self._fit_map()
-
-    def _fit_map(self):
-        fit_columns(self.map)
-
-    def eventFilter(self, obj, event):
-        if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:
-            self._fit_map()
-        return super().eventFilter(obj, event)
+        self.map_fit.measure()
 
     def _head_tooltip(self, l, h):
         hs = self.state.head_scores
@@ -260,13 +247,10 @@ class ScoresTable(QWidget):
         for i, c in enumerate(COLUMNS):
             self.table.setItemDelegateForColumn(i, Compact(DIGITS.get(c, 3), self.table))
         self.table.verticalHeader().setDefaultSectionSize(22)
-        # the columns fill the table's width, each as wide as its texts (fit_columns), refitted as
-        # the width or the sorted column (its header's arrow) changes
-        header.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        # (the style's least, 38 px, would undo the narrow columns: a layer's is a digit wide)
-        header.setMinimumSectionSize(self.table.fontMetrics().horizontalAdvance("0") + TIGHT_PAD)
-        header.sortIndicatorChanged.connect(lambda *_: fit_columns(self.table))
-        self.table.viewport().installEventFilter(self)
+        # the columns fill the table's width, each as wide as its texts, fitted again as the width
+        # or the sorted column (its header's arrow, its rows' order) changes
+        self.table_fit = ColumnFit(self.table)
+        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.fit())
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)
@@ -298,13 +282,8 @@ class ScoresTable(QWidget):
                         t.setItem(row, 3 + j, item)
                     row += 1
         t.setSortingEnabled(True)
-        fit_columns(t)
+        self.table_fit.measure()
         self._apply_filter()
-
-    def eventFilter(self, obj, event):
-        if obj is self.table.viewport() and event.type() == QEvent.Type.Resize:
-            fit_columns(self.table)
-        return super().eventFilter(obj, event)
 
     def _apply_filter(self):
         role = self.filter.currentData()
@@ -357,62 +336,3 @@ def _score_tooltip(hs, name: str, l: int, h: int) -> str:
         text += (f"\nchance {float(hs.chance[name][l, h]):.3f}: the score if this head spread its "
                  "attention evenly")
     return text
-
-
-def fit_columns(table) -> None:
-    """Each column as wide as its texts need with the style's padding, the spare width shared out
-    evenly; where the padded texts outgrow the viewport (a narrow dock, many columns), each as wide
-    as its widest text (in the font it is drawn in) and a hair, so every column stays in sight, its
-    texts whole (a sorted column's header keeps room for its arrow)."""
-    n = table.columnCount()
-    if n == 0:
-        return
-    header, width = table.horizontalHeader(), table.viewport().width()
-    need = [max(header.sectionSizeHint(c), table.sizeHintForColumn(c)) for c in range(n)]
-    if sum(need) > width:  # (none below the header's least: it would widen it past the sum)
-        need = [max(tight_width(table, c), header.minimumSectionSize()) for c in range(n)]
-    spare = max(0, width - sum(need))
-    for c in range(n):
-        header.resizeSection(c, need[c] + spare // n + (c < spare % n))
-
-
-def tight_width(table, c: int) -> int:
-    """The least width that shows column `c`'s header label and cells whole: the widest cell text
-    and a hair, or the label and what the style takes beside it (its margins, a sort arrow)."""
-    texts = column_texts(table, c)
-    cells = max((shown_width(t, f) for t, f in texts[1:]), default=0) + TIGHT_PAD
-    return max(cells, shown_width(*texts[0]) + header_room(table.horizontalHeader(), c))
-
-
-def header_room(header, c: int) -> int:
-    """The pixels the style keeps beside section `c`'s label (margins, and the sort indicator's
-    arrow where the section is sorted), as it lays the label out when painting."""
-    opt = QStyleOptionHeader()
-    opt.initFrom(header)
-    opt.orientation = Qt.Orientation.Horizontal
-    opt.state |= QStyle.StateFlag.State_Horizontal
-    opt.section = c
-    opt.rect = QRect(0, 0, 1000, max(header.height(), header.sizeHint().height()))
-    sorted_here = header.isSortIndicatorShown() and header.sortIndicatorSection() == c
-    opt.sortIndicator = QStyleOptionHeader.SortIndicator.SortDown if sorted_here else \
-        QStyleOptionHeader.SortIndicator.None_
-    label = header.style().subElementRect(QStyle.SubElement.SE_HeaderLabel, opt, header)
-    return opt.rect.width() - label.width()
-
-
-def column_texts(table, c: int) -> list:
-    """(text, font) of a table column's header label and cells, each text as its delegate shows it
-    and each font as it is drawn: the item's own over the header's or the table's; a header that
-    highlights the current cell's section draws its label bold."""
-    head, header = table.horizontalHeaderItem(c), table.horizontalHeader()
-    head_font = head.font().resolve(header.font())
-    head_font.setBold(head_font.bold() or header.highlightSections())
-    delegate, locale = table.itemDelegateForColumn(c) or table.itemDelegate(), table.locale()
-    return [(head.text(), head_font)] + [
-        (delegate.displayText(table.item(r, c).data(Qt.ItemDataRole.DisplayRole), locale),
-         table.item(r, c).font().resolve(table.font()))
-        for r in range(table.rowCount()) if table.item(r, c) is not None]
-
-
-def shown_width(text: str, font) -> int:
-    return QFontMetrics(font).horizontalAdvance(text)
