@@ -11,6 +11,10 @@ PARAGRAPH = ("Mr and Mrs Dursley, of number four, Privet Drive, were proud to sa
              "perfectly normal, thank you very much. They were the last people you'd expect to be "
              "involved in anything strange or mysterious, because they just didn't hold with such "
              "nonsense. ")
+# the tests of the docks' layout and raised tabs across restarts (test_raised_tabs.py,
+# test_compare_corpus_docks_placed.py, test_panels_later.py): a small decoder, so What heads do predicts
+TEXTBOOK = "attnviz-textbook"
+CAT = "The cat sat on the mat because the cat"
 # the Patching tests (test_patching_panel.py, test_patching_controls.py): the toy decoder and its
 # clean text
 TOY = "attnviz-toy-stdlib"
@@ -28,6 +32,20 @@ def open_window(qtbot, settings_path, **kw):
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
     return w
+
+
+def raised_titles(w) -> list[str]:
+    """The raised tab's name in each tab bar of the window's docks on screen (Qt hides the bars it
+    keeps unused)."""
+    from PySide6.QtWidgets import QTabBar
+
+    return [bar.tabText(bar.currentIndex()) for bar in w.findChildren(QTabBar)
+            if bar.parent() is w and bar.isVisible() and bar.currentIndex() >= 0]
+
+
+def in_sight(widget) -> bool:
+    """Shown, and not covered: a dock whose tab is not raised is visible with an empty region."""
+    return widget.isVisible() and not widget.visibleRegion().isEmpty()
 
 
 def widget(w, name: str):

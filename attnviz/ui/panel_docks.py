@@ -67,8 +67,8 @@ class PanelDocks(QObject):
 
     def make(self, raised: list[str] = ()) -> None:
         """Every wanted panel's dock, empty, where the saved layout has it (else tabbed beside the
-        focus view), in the tabs' order; `raised`: the docks whose tabs were raised when the window
-        last closed, raised again as it shows where it still has them docked and open (else the
+        focus view), in the tabs' order; `raised`: the docks whose tabs were raised (or that were
+        floating) when the window last closed, raised again as it shows where it still has them open (else the
         focus view's tab is the raised one: a first start, a panel left out, a dock closed)."""
         w = self.window
         for panel in self.wanted + list(ON_SHOW):
@@ -77,6 +77,7 @@ class PanelDocks(QObject):
                     from attnviz.ui.panels.why_panel import make_why_dock
 
                     dock = make_why_dock(w)
+                    w.remember_when_moved(dock)
                 else:  # (Compare and Corpus hidden where no saved layout places them)
                     dock = w.new_panel_dock(title, name, shown=panel not in ON_SHOW)
                 self.waiting[name] = dock
@@ -85,7 +86,7 @@ class PanelDocks(QObject):
                     lambda shown, p=panel, d=dock: shown and self.build(p, d))
         w.focus_dock.raise_()
         self.raised = [d for d in (w.findChild(QDockWidget, n) for n in raised)
-                       if d is not None and not (d.isFloating() or d.isHidden())]
+                       if d is not None and not d.isHidden()]  # (a floating one: brought to the front)
         if self.raised:  # raised once the window shows: its tab bars are made as it lays them out
             w.installEventFilter(self)
         if "why" in self.wanted:  # a click in the focus view opens Why here?: built for the first

@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
         self.raised_timer.setSingleShot(True)
         self.raised_timer.setInterval(0)
         self.raised_timer.timeout.connect(self._remember_raised)
-        self.focus_dock.visibilityChanged.connect(self._remember_raised_later)
+        self.remember_when_moved(self.focus_dock)
         for name in DOCK_NAMES:  # (None for a panel left out; the others' docks are made at start)
             setattr(self, name, None)
         self.corpus_panel = self.compare_panel = None  # built when first shown or opened
@@ -177,7 +177,7 @@ class MainWindow(QMainWindow):
             dock.setVisible(shown)
         self.menus.view_menu.addAction(dock.toggleViewAction())
         dock.dockLocationChanged.connect(self._tabs_readable_later)
-        dock.visibilityChanged.connect(self._remember_raised_later)
+        self.remember_when_moved(dock)
         self.tabs_readable()
         self._tabs_readable_later()  # (a bar Qt makes at its next layout)
         return dock
@@ -188,11 +188,17 @@ class MainWindow(QMainWindow):
         if shiboken6.isValid(self) and self.isVisible():
             self.raised_timer.start()
 
+    def remember_when_moved(self, dock) -> None:
+        """The docks are remembered as `dock` is raised, hidden, floated, docked or moved."""
+        dock.visibilityChanged.connect(self._remember_raised_later)
+        dock.topLevelChanged.connect(self._remember_raised_later)
+        dock.dockLocationChanged.connect(self._remember_raised_later)
+
     def _remember_raised(self) -> None:
-        """The raised tabs are written as they change, not only on close (a crash keeps them);
-        not before the saved ones are raised again as the window shows."""
+        """The raised tabs and the docks' layout are written as they change, not only on close (a
+        crash keeps them); not before the saved ones are raised again as the window shows."""
         if self.isVisible() and not self.panel_docks.raised:
-            remembered.remember_raised_tabs(self, self.settings)
+            remembered.remember_docks(self, self.settings)
 
     def _tabs_readable_later(self, *_area) -> None:
         if shiboken6.isValid(self):  # (docks report a move as the window goes: no timer then)

@@ -1,9 +1,10 @@
-"""Fixtures of the window tests: a per-test settings file, the window opened on MiniLM, the
-window with its Patching tab on the toy decoder, and the bundled models read once a session."""
+"""Fixtures of the window tests: a per-test settings file, the window opened on MiniLM, windows on
+the textbook decoder opened on a settings file again and again (restarts), the window with its
+Patching tab on the toy decoder, and the bundled models read once a session."""
 
 import pytest
 
-from windows import IOI, TOY, open_window
+from windows import CAT, IOI, TEXTBOOK, TOY, WAIT, open_window
 
 
 @pytest.fixture(autouse=True)
@@ -25,6 +26,28 @@ def window(qtbot, settings_path):
     w = open_window(qtbot, settings_path)
     yield w
     w.worker.wait_idle()
+
+
+@pytest.fixture
+def textbook_window(qtbot):
+    """Opens windows on the textbook decoder and the cat sentence: textbook_window(path, shown=True,
+    ready=False, **kw) with its settings in the INI file `path` (one opened again is a restart),
+    shown unless told, and with its first result and side panels in where `ready`; `kw`:
+    create_window's (panels)."""
+    from PySide6.QtCore import QSettings
+
+    from attnviz.ui.app import create_window
+
+    def make(path, shown: bool = True, ready: bool = False, **kw):
+        w = create_window(model=TEXTBOOK, text=CAT,
+                          settings=QSettings(str(path), QSettings.Format.IniFormat), **kw)
+        qtbot.addWidget(w)
+        if shown:
+            w.show()
+        if ready:
+            qtbot.waitUntil(lambda: w.state.result is not None and w.panels_ready, timeout=WAIT)
+        return w
+    return make
 
 
 @pytest.fixture

@@ -243,9 +243,9 @@ def test_live_cache_says_needed_and_held_for_local_layers():
     model = load_model(FIXTURES / "gemma3")
     text = live_text(model.run(ids=list(range(1, 21))), model)
     assert "KV cache needed" in text and exact_bytes(8704) in text and "(1·20 + 6·min(20, 8))" in text
-    assert "held" in text and exact_bytes(17920) in text and "reuse the prefix" in text
+    assert "its tokens' K and V" in text and exact_bytes(17920) in text and "reuse the prefix" in text
     short = live_text(model.run(ids=[1, 2, 3]), model)
-    assert "needed" not in short and "held" in short
+    assert "needed" not in short and "its tokens' K and V" in short
 
 
 def test_live_cache_counts_the_earlier_texts_kept_beside_this_one(tmp_path):
@@ -287,10 +287,10 @@ def test_live_cache_of_a_run_apart_from_the_cache_is_not_claimed_for_it(qtbot, t
     per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
     st.set_model(model)
     st.set_result(model.run(ids=[1, 2, 3, 4, 5, 6]))  # the cache holds these 6 tokens
-    assert "held (engine, float32): <b>6 tokens" in w.live_label.text()
+    assert "its tokens' K and V: <b>6 tokens" in w.live_label.text()
     st.set_result(model.run(ids=[9, 8, 7, 6, 5, 4], request=RunRequest(use_cache=False)))
     text = w.live_label.text()
-    assert "held (engine" not in text and "reused" not in text
+    assert "its tokens' K and V" not in text and "reused" not in text
     assert "computed its 6 tokens without the cache" in text
     assert f"holds {exact_bytes(6 * per_token)}" in text
 
@@ -318,3 +318,34 @@ def test_live_cache_never_pairs_this_text_with_another_runs_bytes(tmp_path):
     assert exact_bytes(8 * per_token) not in text and f"= {exact_bytes(5 * per_token)}" not in text
     assert "without the cache" in text and "8 tokens" in text
     assert f"holds {exact_bytes(5 * per_token)}" in text
+
+
+def test_live_cache_gives_its_tokens_bytes_and_the_arrays_holding_them_each_labelled(tmp_path):
+    """The live line's equation is the tokens' K and V, said so; beside it, said so, the memory of
+    the arrays the engine holds them in: a first run's are exactly its tokens', an edit that adds
+    a token copies them into arrays with room for the next positions, and the token after that is
+    written into the room (the tokens' bytes grow, the arrays' stay). A result that did not
+    measure the arrays gives no figure for them."""
+    import dataclasses
+
+    from attnviz.engine import load_model
+    from attnviz.engine.calc import exact_bytes
+    from attnviz.engine.computing.trace import kv_room
+    from attnviz.ui.panels.calc_views import live_text
+    from tiny import tiny_llama
+
+    model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2))
+    c = model.config
+    per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    text = live_text(model.run(ids=[1, 2, 3, 4, 5]), model)
+    assert (f"its tokens' K and V: <b>5 tokens × {c.n_layer} layers × {c.n_kv_head} KV heads × {c.d_head} "
+            f"× 2 (K, V) × 4 B = {exact_bytes(5 * per_token)}</b>") in text
+    assert "the arrays holding them: the same, no room for more positions" in text
+    arrays = (f"the arrays holding them, with room for the next positions: "
+              f"<b>{exact_bytes((6 + kv_room(6)) * per_token)}</b>")
+    for T in (6, 7):
+        r = model.run(ids=list(range(1, T + 1)))
+        text = live_text(r, model)
+        assert r.cache_reused == T - 1 and f"= {exact_bytes(T * per_token)}</b>" in text and arrays in text
+    unmeasured = live_text(dataclasses.replace(r, cache_allocated=0), model)
+    assert f"= {exact_bytes(7 * per_token)}</b>" in unmeasured and "arrays" not in unmeasured

@@ -176,14 +176,14 @@ def test_the_calculator_counts_the_long_texts_tokens(win, qtbot):
     qtbot.waitUntil(lambda: (w.calc_dock.raise_(), not panel.visibleRegion().isEmpty())[1], timeout=WAIT)
     short = w.state.result.n_tokens
     assert f"this sentence: <b>{short} tokens" in panel.sentence_label.text()
-    assert "live KV cache held" in panel.live_label.text()
+    assert "live KV cache (engine, float32), its tokens' K and V" in panel.live_label.text()
     show_long(qtbot, w, LONG)
     T = w.state.long.T
     assert T > 100
     assert f"this sentence: <b>{T:,} tokens" in panel.sentence_label.text()
     assert panel.plot.sentence_marker.value() == T
     live = panel.live_label.text()  # the model's cache (the short text's) is not paired with T
-    assert f"the long text's {T:,} tokens keep their own K and V" in live and "held" not in live
+    assert f"the long text's {T:,} tokens keep their own K and V" in live and "its tokens'" not in live
 
     w.set_text(PROMPT)  # the short text again
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT, timeout=WAIT)

@@ -4,23 +4,12 @@ event-loop turn after the first result. The tabs, their names, the View menu and
 those of a window that builds every panel at once; a panel built late shows the current result."""
 
 import numpy as np
-from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtCore import QPointF, Qt
 from PySide6.QtWidgets import QDockWidget, QTabBar
 
 from attnviz.engine.analysing.effects import analyse, window_run
 from attnviz.ui.panel_docks import PanelDocks
-from windows import WAIT, drain_events
-
-TEXT = "The cat sat on the mat because the cat"
-MODEL = "attnviz-textbook"  # a decoder: What heads do predicts
-
-
-def _window(qtbot, path, **kw):
-    from attnviz.ui.app import create_window
-
-    w = create_window(model=MODEL, text=TEXT, settings=QSettings(str(path), QSettings.Format.IniFormat), **kw)
-    qtbot.addWidget(w)
-    return w
+from windows import CAT, WAIT, drain_events
 
 
 def _looks(w) -> dict:
@@ -39,10 +28,10 @@ def _settled(qtbot, w):
     drain_events()
 
 
-def test_the_tabs_names_and_menu_are_those_of_a_window_that_builds_every_panel_at_once(qtbot, tmp_path):
-    now = _window(qtbot, tmp_path / "a.ini")
+def test_the_tabs_names_and_menu_are_those_of_a_window_that_builds_every_panel_at_once(qtbot, tmp_path, textbook_window):
+    now = textbook_window(tmp_path / "a.ini", shown=False)
     now._build_panel_docks()  # every panel at once, before the window is shown
-    later = _window(qtbot, tmp_path / "b.ini")
+    later = textbook_window(tmp_path / "b.ini", shown=False)
     assert later.panel_docks.built == set()  # nothing built while the window is made
     assert all(later.findChild(QDockWidget, n).widget() is None for n in ("calc_dock", "predict_dock"))
     for w in (now, later):
@@ -59,9 +48,9 @@ def test_the_tabs_names_and_menu_are_those_of_a_window_that_builds_every_panel_a
                for n in on_show)
 
 
-def test_a_panel_raised_before_the_later_builds_shows_the_current_result(qtbot, tmp_path, monkeypatch):
+def test_a_panel_raised_before_the_later_builds_shows_the_current_result(qtbot, tmp_path, textbook_window, monkeypatch):
     monkeypatch.setattr(PanelDocks, "build_rest_later", lambda self: None)  # never, in this test
-    w = _window(qtbot, tmp_path / "s.ini")
+    w = textbook_window(tmp_path / "s.ini", shown=False)
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     assert w.panel_docks.built == set()
@@ -74,15 +63,15 @@ def test_a_panel_raised_before_the_later_builds_shows_the_current_result(qtbot, 
     qtbot.waitUntil(lambda: eff.analysis is not None and panel.top_table.rowCount() > 0, timeout=WAIT)
     w.worker.wait_idle()
     drain_events()
-    ref = analyse(model, window_run(model, TEXT))
+    ref = analyse(model, window_run(model, CAT))
     rows = [[panel.top_table.item(r, c).text() for c in range(2)] for r in range(panel.top_table.rowCount())]
     assert rows == [[ref.label(i), f"{np.exp(lp):.3f}"] for i, lp in zip(ref.clean.top_ids, ref.clean.top_logprobs)]
     assert panel.isVisible() and not panel.visibleRegion().isEmpty()
 
 
-def test_a_click_in_the_focus_view_before_the_later_builds_opens_why_here(qtbot, tmp_path, monkeypatch):
+def test_a_click_in_the_focus_view_before_the_later_builds_opens_why_here(qtbot, tmp_path, textbook_window, monkeypatch):
     monkeypatch.setattr(PanelDocks, "build_rest_later", lambda self: None)  # never, in this test
-    w = _window(qtbot, tmp_path / "s.ini", panels=("why", "predict"))
+    w = textbook_window(tmp_path / "s.ini", shown=False, panels=("why", "predict"))
     w.show()
     qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
     w.state.set_focus(0, 1)
@@ -97,8 +86,8 @@ def test_a_click_in_the_focus_view_before_the_later_builds_opens_why_here(qtbot,
     w.worker.wait_idle()
 
 
-def test_reading_a_panel_builds_it_into_its_dock(qtbot, tmp_path):
-    w = _window(qtbot, tmp_path / "s.ini", panels=("calc", "why"))
+def test_reading_a_panel_builds_it_into_its_dock(qtbot, tmp_path, textbook_window):
+    w = textbook_window(tmp_path / "s.ini", shown=False, panels=("calc", "why"))
     assert w.panel_docks.built == set() and w.predict_panel is None and w.predict_dock is None
     panel = w.circuits_panel  # the Why here? build gives both of its docks their panels
     assert w.panel_docks.built == {"why"} and w.circuits_dock.widget() is panel
@@ -110,9 +99,9 @@ def test_reading_a_panel_builds_it_into_its_dock(qtbot, tmp_path):
 
 
 def test_a_saved_layout_comes_back_with_its_docks_and_the_panels_shown_are_built_first(
-        qtbot, tmp_path, monkeypatch):
+        qtbot, tmp_path, textbook_window, monkeypatch):
     path = tmp_path / "s.ini"
-    first = _window(qtbot, path)
+    first = textbook_window(path, shown=False)
     first.show()
     _settled(qtbot, first)
     first.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, first.generate_dock)  # its own area, shown
@@ -121,7 +110,7 @@ def test_a_saved_layout_comes_back_with_its_docks_and_the_panels_shown_are_built
     before = _looks(first)
     first.close()
     monkeypatch.setattr(PanelDocks, "build_rest_later", lambda self: None)  # only what is shown
-    w = _window(qtbot, path)
+    w = textbook_window(path, shown=False)
     assert w.dockWidgetArea(w.generate_dock) == Qt.DockWidgetArea.LeftDockWidgetArea
     assert w.calc_dock.isFloating()
     w.show()

@@ -1,5 +1,6 @@
-"""Head roles' Overview map at the dock's default width (a first start's 440 px): every head's
-column in sight, none cut by the map's edge, each label whole, and no sideways scroll bar."""
+"""Head roles' Overview map and Scores table at the dock's default width (a first start's 440 px):
+every column in sight, none cut by the table's edge, each label and number whole, and no sideways
+scroll bar; the Scores table's short headers give the full names in their tooltips."""
 
 import os
 
@@ -7,9 +8,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
+from PySide6.QtCore import QRect, Qt  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
+from PySide6.QtWidgets import QStyle, QStyleOptionHeader  # noqa: E402
 
-from attnviz.ui.panels.roles_views import column_texts  # noqa: E402
+from attnviz.engine.analysing import heads as H  # noqa: E402
+from attnviz.ui.views.column_fit import column_texts  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 
 TEXT = "Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine."
@@ -34,3 +38,47 @@ def test_roles_map_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, 
         # (each text in the font it is drawn in: the focused head's header label is bold)
         widths = [QFontMetrics(f).horizontalAdvance(t) for t, f in column_texts(ov, c)]
         assert ov.columnWidth(c) >= max(widths) + 2
+
+
+def _label_width(header, c: int, width: int) -> int:
+    """The width the style gives section `c`'s label when the section is `width` px wide: less its
+    margins, and its sort arrow where the section is the sorted one (as QHeaderView paints it)."""
+    opt = QStyleOptionHeader()
+    opt.initFrom(header)
+    opt.orientation = Qt.Orientation.Horizontal
+    opt.state |= QStyle.StateFlag.State_Horizontal
+    opt.rect = QRect(0, 0, width, header.height())
+    opt.sortIndicator = QStyleOptionHeader.SortIndicator.SortUp if header.sortIndicatorSection() == c \
+        else QStyleOptionHeader.SortIndicator.None_
+    return header.style().subElementRect(QStyle.SubElement.SE_HeaderLabel, opt, header).width()
+
+
+@pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])
+def test_scores_table_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, n_head):
+    w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
+    w.roles_dock.show()
+    w.roles_dock.raise_()
+    panel = w.roles_panel
+    panel.tabs.setCurrentWidget(panel.score_table)
+    t = panel.score_table.table
+    qtbot.waitUntil(lambda: t.rowCount() > 0 and t.isVisible(), timeout=WAIT)
+    assert w.roles_dock.width() <= 460  # (the default width: nothing saved in this test's settings)
+    view, header = t.viewport(), t.horizontalHeader()
+    for sort_by in (0, t.columnCount() - 2):  # by layer (the first view), then by distance
+        t.sortItems(sort_by, Qt.SortOrder.DescendingOrder)
+        qtbot.waitUntil(lambda: header.length() <= view.width() and not t.horizontalScrollBar().isVisible(),
+                        timeout=WAIT)
+        for c in range(t.columnCount()):  # each column whole inside the viewport
+            x = t.columnViewportPosition(c)
+            assert 0 <= x and x + t.columnWidth(c) <= view.width(), (c, x, t.columnWidth(c), view.width())
+            (label, bold), *cells = column_texts(t, c)  # (each as its delegate shows it, in its font)
+            assert _label_width(header, c, t.columnWidth(c)) >= QFontMetrics(bold).horizontalAdvance(label), label
+            assert t.columnWidth(c) >= max(QFontMetrics(f).horizontalAdvance(x) for x, f in cells) + 2
+    # no information lost: the full names in the headers' tooltips, every number to 3 decimals in its cell's
+    titles = [t.horizontalHeaderItem(c).toolTip() for c in range(t.columnCount())]
+    assert [tip.split(":")[0] for tip in titles] == ["Layer", "Head", "Role"] + [H.TITLES[n] for n in H.SCORE_NAMES]
+    hs = w.state.head_scores
+    for r in range(t.rowCount()):
+        l, h = (int(t.item(r, c).data(Qt.ItemDataRole.DisplayRole)) for c in (0, 1))
+        for j, name in enumerate(H.SCORE_NAMES):
+            assert f"{H.TITLES[name]}: {float(hs.scores[name][l, h]):.3f}" in t.item(r, 3 + j).toolTip()

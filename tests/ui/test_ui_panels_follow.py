@@ -63,7 +63,7 @@ def test_calculator_follows_the_sentence_to_empty(qtbot, settings_path):
     raise_dock(qtbot, w, w.calc_dock)
     T = len(w.state.result.tokens)
     qtbot.waitUntil(lambda: f"{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
-    qtbot.waitUntil(lambda: f"held (engine, float32): <b>{T} tokens" in calc.live_label.text(),
+    qtbot.waitUntil(lambda: f"its tokens' K and V: <b>{T} tokens" in calc.live_label.text(),
                     timeout=WAIT)
     w.text_box.setFocus()
     qtbot.keyClick(w.text_box, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)

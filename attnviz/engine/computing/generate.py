@@ -27,7 +27,7 @@ import numpy as np
 
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.logits import Unembedding, log_softmax
-from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
 
@@ -241,17 +241,6 @@ def held_kv(cache: KVCache, T: int) -> int:
     if len(cache.ids) != T or any(a.shape[1] != T for a in (*cache.k, *cache.v)):
         raise RuntimeError(f"the generation's KV cache holds {len(cache.ids)} tokens, not the {T} just run")
     return sum(a.nbytes for a in (*cache.k, *cache.v))
-
-
-def allocated_bytes(arrays) -> int:
-    """Bytes of the memory `arrays` lie in: each array that owns its memory, or that a view's base
-    owns, once (a K or V array is a view of one with room for later positions: append_positions,
-    or of one buffer of every layer's: onerow_stack)."""
-    owners = {}
-    for a in arrays:
-        owner = a if a.base is None or not isinstance(a.base, np.ndarray) else a.base
-        owners[id(owner)] = owner.nbytes
-    return sum(owners.values())
 
 
 def kv_positions(T0: int, T: int) -> tuple[int, int]:

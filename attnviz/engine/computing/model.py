@@ -44,6 +44,9 @@ class RunResult:
     cache_reused: int = 0  # tokens whose rows came from the KV cache
     cache_computed: int = 0  # tokens computed this run (T for a full run)
     cache_bytes: int = 0  # bytes of K and V the model's cache holds after this run (0: it keeps no cache)
+    # bytes of the memory those K and V arrays lie in: cache_bytes and the room the arrays keep for
+    # later positions (trace.append_positions); 0 where not measured
+    cache_allocated: int = 0
     # whether this run read and extended the model's KV cache; False: it computed apart from it
     # (another run held it, use_cache=False, edits, a trace's own past), and cache_bytes are then
     # the cache as other runs left it, of another text
@@ -163,7 +166,7 @@ class Model:
                 if non_finite_layer(part[:, :, tr.reused:]) is None:  # (the full run refuses it)
                     tell(self._result(prep, part, t0, tr.reused))
             trace.early = (k, partial)
-        attentions, reused, held, earlier, used = self._forward(prep.ids, use_cache, trace)
+        attentions, reused, kept, used = self._forward(prep.ids, use_cache, trace)
         try:
             # a long trace keeps no patterns (it checks its own rows); rows a cached run gave were
             # checked when computed (a run refused clears the cache)
@@ -174,8 +177,8 @@ class Model:
             raise
         norms, share = self.value_norms(attentions, trace.v) if request.values else (None, None)
         inputs = tuple(trace.inputs[:trace.n_run(self.config.n_layer)]) if request.inputs else None
-        return self._result(prep, attentions, t0, reused, cache_bytes=held, cache_used=used,
-                            cache_earlier=earlier, value_norms=norms, head_share=share,
+        return self._result(prep, attentions, t0, reused, **kept, cache_used=used,
+                            value_norms=norms, head_share=share,
                             layer_inputs=inputs, trace=given)
 
     def _result(self, prep: Prepared, attentions, t0: float, reused: int, **more) -> RunResult:
@@ -341,24 +344,21 @@ class Model:
         return norms, share
 
     def _forward(self, ids: np.ndarray, use_cache: bool, trace: Trace) -> tuple:
-        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, cache bytes held, (earlier
-        runs kept, their K and V bytes), whether this run used the cache), with `trace` filled. The
+        """ids [T] -> (patterns [n_layer, n_head, T, T], tokens reused, what the model's cache
+        holds after it (kept_sizes), whether this run used the cache), with `trace` filled. The
         run uses the cache when it may (a causal model, use_cache, a trace without edits, and no
         other run holding it) and computes in full otherwise."""
         if trace.past is not None:  # the trace's own (run_long's reuse, a generation's): the model's untouched
             forward(self.config, self.weights, ids, trace, trace.past)
-            kept = self._cache
-            return (trace.attentions, trace.past.reused, kept.nbytes if kept is not None else 0,
-                    kept.earlier_kv() if kept is not None else (0, 0), False)
+            return trace.attentions, trace.past.reused, kept_sizes(self._cache), False
         owns = (use_cache and self._cache is not None and not trace.edits and not trace.start
                 and self._cache_lock.acquire(blocking=False))
         try:
             cache = self._cache if owns else None  # read under the lock: clear_cache may swap it
             forward(self.config, self.weights, ids, trace, cache)
             kept = cache if cache is not None else self._cache  # the one this run used, or the model's
-            return (trace.attentions, cache.reused if cache is not None else 0,
-                    kept.nbytes if kept is not None else 0,
-                    kept.earlier_kv() if kept is not None else (0, 0), cache is not None)
+            return (trace.attentions, cache.reused if cache is not None else 0, kept_sizes(kept),
+                    cache is not None)
         finally:
             if owns:
                 self._cache_lock.release()
@@ -390,6 +390,29 @@ class Model:
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TYPED_ID = re.compile(r"[+-]?[0-9]+")
+
+
+def kept_sizes(kept: KVCache | None) -> dict:
+    """RunResult's counts of what the model's cache `kept` holds (None: no cache): its current
+    run's K and V bytes, the memory their arrays lie in (0 where a run on another thread changed
+    the cache between the two reads: never a figure below the bytes it holds), and its earlier
+    runs and their K and V bytes."""
+    if kept is None:
+        return {"cache_bytes": 0, "cache_allocated": 0, "cache_earlier": (0, 0)}
+    nbytes, arrays = kept.nbytes, [*kept.k, *kept.v]
+    held = allocated_bytes(arrays) if sum(a.nbytes for a in arrays) == nbytes else 0
+    return {"cache_bytes": nbytes, "cache_allocated": held, "cache_earlier": kept.earlier_kv()}
+
+
+def allocated_bytes(arrays) -> int:
+    """Bytes of the memory `arrays` lie in: each array that owns its memory, or that a view's base
+    owns, once (a K or V array is a view of one with room for later positions: append_positions,
+    or of one buffer of every layer's: onerow_stack)."""
+    owners = {}
+    for a in arrays:
+        owner = a if a.base is None or not isinstance(a.base, np.ndarray) else a.base
+        owners[id(owner)] = owner.nbytes
+    return sum(owners.values())
 
 
 def _short(value, n: int = 60) -> str:

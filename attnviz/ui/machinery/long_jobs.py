@@ -17,7 +17,7 @@ import bisect
 import threading
 import weakref
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, QTimer
 
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
@@ -54,9 +54,6 @@ def generation_bytes(cfg, T: int, n: int) -> tuple[int, int]:
 class LongJobs(QObject):
     """The long text's and the generation's jobs on the worker (ui/machinery/worker.py), following its state."""
 
-    sigStep = Signal(int, object)  # job id, generate.Step (from the generation's thread)
-    sigLayer = Signal(int, int, int)  # compute job id, layer i, n_layer (from the pool's thread)
-
     def __init__(self, worker):
         super().__init__(worker)
         self.worker = worker
@@ -78,8 +75,6 @@ class LongJobs(QObject):
         st.sigLayerChanged.connect(lambda _l: lg.run is not None and self._timer.start())
         st.sigFocusChanged.connect(lambda _f: lg.run is not None and self._timer.start())
         st.sigDisplayChanged.connect(self._on_display)  # Hide first token, Value-weighted
-        self.sigStep.connect(self._on_step)
-        self.sigLayer.connect(self._on_layer)
         self.gen.sigStopWanted.connect(self._stop_generation)
         self.gen.sigStartWanted.connect(self._on_start_wanted)
         st.sigComputeReported.connect(  # a run that failed or gave way: no progress under way
@@ -106,7 +101,7 @@ class LongJobs(QObject):
             job = self.worker.running("compute")
             if job is None or job.id != req.id:
                 raise Cancelled("a newer text is being computed")
-            self.sigLayer.emit(req.id, i, n)
+            self.worker.post(self._on_layer, req.id, i, n)
         last = self._last_long  # (read and written on the pool's one thread)
         reuse = last[1]() if last is not None and last[0] is req.model else None
         run = run_long(req.model, req.text if text is None else text, truncate=True,
@@ -199,7 +194,7 @@ class LongJobs(QObject):
         def work():
             return generate(model, prepared, max_new=max_new, temperature=temperature, top_p=top_p,
                             seed=seed, ignore_eos=ignore_eos, rows=True, k=TOP_K,
-                            on_step=lambda s: self.sigStep.emit(job_id, s),
+                            on_step=lambda s: self.worker.post(self._on_step, job_id, s),
                             should_stop=lambda: stop.is_set() or not self.worker.is_newest(GENERATE_KIND, job_id))
         self._gen = {"job": job_id, "model": model, "prompt": prompt, "ids": prepared.ids.tolist()}
         self.worker.submit(GENERATE_KIND, work, self._on_generated, (job_id, model, prompt), THREAD,

@@ -80,15 +80,21 @@ class Relay(QObject):
     never emits on a deleted object; signals emitted from other threads arrive queued."""
 
     done = Signal(object, object, object)  # job, value, error
+    sent = Signal(object, object)  # slot (a QObject's method), args: a job's message on its way (Runner.post)
 
     def __init__(self):
         super().__init__()
         self.done.connect(self._deliver)
+        self.sent.connect(self._send)
 
     def _deliver(self, job: Job, value, error) -> None:
         worker = job.owner
         if shiboken6.isValid(worker):  # else its window is gone, and nobody waits for this result
             worker._on_done(job, value, error)
+
+    def _send(self, slot, args) -> None:
+        if shiboken6.isValid(slot.__self__):  # else its window is gone, and nobody reads this
+            slot(*args)
 
 
 _RELAY: Relay | None = None
@@ -113,11 +119,18 @@ def run_job(job: Job, relay: Relay, is_stale: Callable[[], bool]) -> None:
             if not isinstance(exc, AttnvizError):
                 log.warning("%r failed unexpectedly", job, exc_info=True)
             outcome = (None, without_frames(exc))
+    emit_from_job(relay, relay.done, job, *outcome)
+
+
+def emit_from_job(relay: Relay, signal, *args) -> None:
+    """Emit one of `relay`'s signals from a job's thread, unless the relay was deleted: Python is
+    closing down with this job still running (nobody waits for it any more); a job finished then
+    printed "Signal source has been deleted" on the way out."""
     try:
-        relay.done.emit(job, *outcome)
-    except RuntimeError:  # the relay was deleted: Python is closing down with this job still
-        if shiboken6.isValid(relay):  # running (nobody waits for its outcome any more); a job
-            raise  # finished then printed "Signal source has been deleted" on the way out
+        signal.emit(*args)
+    except RuntimeError:
+        if shiboken6.isValid(relay):
+            raise
 
 
 def without_frames(exc: BaseException) -> BaseException:
@@ -205,6 +218,14 @@ class Runner(QObject):
             self.pool.start(_Task(job, self._relay, is_stale))
         self._update_busy()
         return job
+
+    def post(self, slot, *args) -> None:
+        """slot(*args) on the main thread, asked from a job's thread (a preview, a count of the work
+        done): `slot` a method of this runner or of another QObject that lives there. Sent through
+        the app's relay, never deleted, and dropped once the slot's object is gone: a job still
+        running when its window closed (and deleted its runner) would otherwise raise "Signal
+        source has been deleted" inside the job, emitting a signal of the runner's."""
+        emit_from_job(self._relay, self._relay.sent, slot, args)
 
     def is_current(self, job: Job) -> bool:
         return self.is_newest(job.kind, job.id)

@@ -216,24 +216,30 @@ def save_window(window, settings: QSettings) -> None:
     settings.sync()
 
 
-def remember_raised_tabs(window, settings: QSettings) -> None:
-    """The raised tabs now, written at once where they changed (a crash keeps them)."""
-    value = ",".join(raised_tabs(window))
-    if settings.value("raised_tabs", "") != value:
+def remember_docks(window, settings: QSettings) -> None:
+    """The docks as they are now (their layout, floating ones included, and the raised tabs),
+    written at once where they changed: a crash keeps a dock the user floated out as well as a
+    tab raised."""
+    value, state = ",".join(raised_tabs(window)), window.saveState()
+    if settings.value("raised_tabs", "") != value or settings.value("window_state") != state:
+        settings.setValue("geometry", window.saveGeometry())
+        settings.setValue("window_state", state)
         settings.setValue("raised_tabs", value)
         settings.sync()
 
 
 def raised_tabs(window) -> list[str]:
-    """The object name of the dock whose tab is raised in each group of tabbed docks on screen
-    (a tab shows its dock's title, and the docks' titles are distinct)."""
+    """The object name of each dock on top where it is: the dock whose tab is raised in each group
+    of tabbed docks on screen (a tab shows its dock's title, and the docks' titles are distinct),
+    then each dock floated out of the window and shown."""
     from PySide6.QtWidgets import QDockWidget, QTabBar
 
-    docks = {d.windowTitle(): d.objectName() for d in window.findChildren(QDockWidget)
-             if not d.isFloating()}
+    all_docks = window.findChildren(QDockWidget)
+    docks = {d.windowTitle(): d.objectName() for d in all_docks if not d.isFloating()}
     bars = [b for b in window.findChildren(QTabBar)  # (Qt hides the bars it keeps unused)
             if b.parent() is window and b.isVisible() and b.currentIndex() >= 0]
-    return [docks[text] for text in (b.tabText(b.currentIndex()) for b in bars) if text in docks]
+    tabs = [docks[text] for text in (b.tabText(b.currentIndex()) for b in bars) if text in docks]
+    return tabs + [d.objectName() for d in all_docks if d.isFloating() and d.isVisible()]
 
 
 def saved_raised_tabs(settings: QSettings) -> list[str]:

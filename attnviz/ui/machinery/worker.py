@@ -55,9 +55,6 @@ class ComputeRequest:
 
 class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
-    _sigProbeProgress = Signal(int, int, int)  # job id, items done, items: from the pool, queued
-    _sigTextProgress = Signal(int, int, int)  # job id, layers done, layers: a long text's scores
-    _sigPreview = Signal(object, object)  # ComputeRequest, RunResult of its first layers: from the pool
 
     def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
@@ -69,7 +66,6 @@ class Worker(Runner):
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
         self._first_run = True  # no result of the state's model shown yet: its runs keep a trace
-        self._sigPreview.connect(self._on_preview)  # (queued: emitted on the pool's thread)
 
     # --- attention runs -----------------------------------------------------------------------
     def follow_state(self) -> None:
@@ -149,7 +145,7 @@ class Worker(Runner):
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
         self._last_text = req.text
         depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
-        early = None if depth is None else (depth, lambda part: self._sigPreview.emit(req, part))
+        early = None if depth is None else (depth, lambda part: self.post(self._on_preview, req, part))
 
         # a run that a newer keystroke replaced stops at its next layer (its result would be
         # dropped): on a large model the newest text's run starts a layer later, not a run later
@@ -233,8 +229,6 @@ class Worker(Runner):
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
         st.sigModelChanged.connect(self._scores_on_model)
         st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
-        self._sigProbeProgress.connect(self._on_probe_progress)
-        self._sigTextProgress.connect(self._on_text_progress)
 
     def _scores_on_result(self, result) -> None:
         if result is None:  # the state drops the text's scores itself
@@ -326,11 +320,11 @@ class Worker(Runner):
                 yield a, rows
             with lock:
                 done[0] += 1
-                self._sigTextProgress.emit(job_id, done[0], n)
+                self.post(self._on_text_progress, job_id, done[0], n)
 
         def work():  # -> (HeadScores, None: the dense scores' cost model does not apply)
             below_the_main_thread()  # (the helper threads inherit it)
-            self._sigTextProgress.emit(job_id, 0, n)
+            self.post(self._on_text_progress, job_id, 0, n)
             scores = H.score_layers(layer_blocks, n, patterns.n_head, result.input_ids,
                                     patterns.causal, exclude_bos=opts.exclude_bos,
                                     exclude_current_token=opts.exclude_current, tokens=result.labels,
@@ -378,7 +372,7 @@ class Worker(Runner):
         cache = self._probe_cache
         cached = cache[2] if cache is not None and cache[0] is model and cache[1] == PROBE_SEED else None
         job_id = self.claim(PROBE_KIND)
-        report = lambda done, n: self._sigProbeProgress.emit(job_id, done, n)  # noqa: E731
+        report = lambda done, n: self.post(self._on_probe_progress, job_id, done, n)  # noqa: E731
         work = lambda: score_probe(model, opts.source, opts.exclude_bos, opts.exclude_current,  # noqa: E731
                                    probe=cached, progress=report)
         self.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts), job_id=job_id)

@@ -244,8 +244,10 @@ class CalcPanel(QWidget):
         self.live_label = self._rich_label()
         self.live_label.setToolTip(
             "The keys and values (after RoPE) that attnviz's own engine keeps from the last run, in "
-            "float32, measured from its arrays. An edit reuses the longest unchanged token prefix: "
-            "under the causal mask earlier rows cannot change, so only the new tokens are computed.")
+            "float32: the tokens' own bytes (the calculator's count), and the memory of the arrays "
+            "that hold them, which keep room for the next positions once an edit has extended them. "
+            "An edit reuses the longest unchanged token prefix: under the causal mask earlier rows "
+            "cannot change, so only the new tokens are computed.")
         res.addWidget(self.live_label)
 
         res.addWidget(self._heading("MHA / as given / MQA"))

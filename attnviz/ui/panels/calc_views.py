@@ -265,8 +265,10 @@ def tokens(n: int) -> str:
 
 
 def live_text(result, model) -> str:
-    """The engine's own KV cache after `result` (a run of `model`): its bytes as the arrays hold them, the
-    calculator's factors beside them, and what this edit reused; "" where there is nothing to say."""
+    """The engine's own KV cache after `result` (a run of `model`): its tokens' K and V bytes with
+    the calculator's factors, the memory the arrays holding them take (room for the next positions
+    included) where the run measured it, and what this edit reused; "" where there is nothing to
+    say."""
     held = getattr(result, "cache_bytes", 0) if result is not None else 0
     if result is None or model is None or not model.config.causal:
         return ("live KV cache: none (a bidirectional encoder recomputes every token and keeps "
@@ -275,26 +277,40 @@ def live_text(result, model) -> str:
     T = result.n_tokens
     if held == 0:
         return "live KV cache: not kept for this run"
+    arrays = _arrays_text(held, getattr(result, "cache_allocated", 0))
     if not result.cache_used:  # (another run held the cache, or this one changed heads)
         return (f"live KV cache: this run computed its {tokens(T)} without the cache; the cache "
-                f"holds {exact_bytes(held)} of K and V that another run left")
-    held_line = (f"live KV cache held (engine, float32): <b>{tokens(T)} × {c.n_layer} layers × "
-                 f"{c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}</b>; "
-                 f"this edit reused {tokens(result.cache_reused)} and computed "
-                 f"{result.cache_computed:,}")
+                f"holds {exact_bytes(held)} of K and V that another run left" + arrays)
+    line = (f"live KV cache (engine, float32), its tokens' K and V: <b>{tokens(T)} × {c.n_layer} "
+            f"layers × {c.n_kv_head} KV heads × {c.d_head} × 2 (K, V) × 4 B = {exact_bytes(held)}"
+            f"</b>{arrays}; this edit reused {tokens(result.cache_reused)} and computed "
+            f"{result.cache_computed:,}")
     n_earlier, earlier_bytes = getattr(result, "cache_earlier", (0, 0))
     if n_earlier:
-        held_line += (f"; beside it, the K and V of {n_earlier} earlier "
-                      f"{'text' if n_earlier == 1 else 'texts'}, {exact_bytes(earlier_bytes)}, "
-                      f"kept so that a word the tokenizer splits anew or a letter typed again "
-                      f"starts from the longest prefix already computed")
+        line += (f"; beside it, the K and V of {n_earlier} earlier "
+                 f"{'text' if n_earlier == 1 else 'texts'}, {exact_bytes(earlier_bytes)}, "
+                 f"kept so that a word the tokenizer splits anew or a letter typed again "
+                 f"starts from the longest prefix already computed")
     local = sum(c.is_local(i) for i in range(c.n_layer))
     if not local or T <= c.sliding_window:
-        return held_line
+        return line
     needed = kv_cache_needed(c, T, "fp32")
     return (f"KV cache needed (the model, as llama.cpp and transformers allocate it; the "
             f"calculator's count, float32): <b>({c.n_layer - local}·{T:,} + {local}·"
             f"min({T:,}, {c.sliding_window:,})) tokens × {c.n_kv_head} KV heads × {c.d_head} × 2 "
-            f"(K, V) × 4 B = {exact_bytes(needed)}</b><br>{held_line}, more than needed: on local "
-            f"layers attnviz keeps every token's K and V, not only the last {c.sliding_window:,}, "
-            f"so an edit in the middle of the text can reuse the prefix before it")
+            f"(K, V) × 4 B = {exact_bytes(needed)}</b><br>{line}<br>The tokens' K and V are more "
+            f"than needed: on local layers attnviz keeps every token's K and V, not only the last "
+            f"{c.sliding_window:,}, so an edit in the middle of the text can reuse the prefix "
+            f"before it")
+
+
+def _arrays_text(held: int, allocated: int) -> str:
+    """The memory the engine's K and V arrays take beside their tokens' `held` bytes, where the run
+    measured it (`allocated` > 0): the arrays keep room for the next positions, so an edit that
+    adds tokens writes them in place."""
+    if allocated <= 0:
+        return ""
+    if allocated == held:
+        return "; the arrays holding them: the same, no room for more positions"
+    return (f"; the arrays holding them, with room for the next positions: "
+            f"<b>{exact_bytes(allocated)}</b>")

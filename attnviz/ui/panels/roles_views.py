@@ -12,8 +12,8 @@ from __future__ import annotations
 import html
 
 import numpy as np
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtGui import QBrush, QColor, QFontMetrics
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
     QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
@@ -23,12 +23,17 @@ from attnviz.engine.analysing import heads as H
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
+from attnviz.ui.views.column_fit import ColumnFit
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
+# the Scores tab's headers, short so its eleven columns fit a 440 px dock (the full names and
+# definitions in their tooltips); the role scores as the map's cells abbreviate them
+HEADERS = {"layer": "L", "head": "H", "role": "role", **{r: ROLE_SHORT[r] for r in H.ROLES},
+           "distance": "dist", "entropy": "ent"}
+# decimals shown: the role scores (shares, 0 to 1) to 3, distance (tokens) and entropy (bits) to 2;
+# each cell's tooltip gives its number to 3
+DIGITS = {**{r: 3 for r in H.ROLES}, "distance": 2, "entropy": 2}
 _ALL = "all roles"
-
-
-TIGHT_PAD = 4  # pixels beside a map label's text where the dock is too narrow for the usual padding
 
 
 def _legend_text(role):  # "prev&nbsp;=&nbsp;previous", or the name alone where it is its own abbreviation
@@ -48,6 +53,18 @@ class Decimals(QStyledItemDelegate):
         if isinstance(value, float):
             return f"{value:.{self.digits}f}"
         return super().displayText(value, locale)
+
+
+class Compact(Decimals):
+    """Decimals without the leading zero of a number below 1 (.099 beside 1.000, as tables of
+    shares print them): a column a digit narrower."""
+
+    def displayText(self, value, locale):
+        text = super().displayText(value, locale)
+        if isinstance(value, float):
+            return text.replace("0.", ".", 1) if text.startswith("0.") else \
+                text.replace("-0.", "-.", 1) if text.startswith("-0.") else text
+        return text
 
 
 def num_item(value, digits=3):
@@ -81,13 +98,10 @@ class RolesOverview(QWidget):
         self.map.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.map.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         # the map fills its box: rows share the height (scrolling only below a line's height),
-        # columns as wide as their labels plus a share of the spare width (_fit_map)
+        # columns as wide as their labels plus a share of the spare width (ColumnFit)
         self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
-        self.map.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        # (the style's least width is the padded label's: it would undo the narrow columns)
-        self.map.horizontalHeader().setMinimumSectionSize(self.map.fontMetrics().height())
-        self.map.viewport().installEventFilter(self)
+        self.map_fit = ColumnFit(self.map)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name
@@ -145,33 +159,7 @@ class RolesOverview(QWidget):
                 item.setTextAlignment(Qt.AlignmentFlag.AlignCenter)
                 item.setToolTip(self._head_tooltip(l, h))
                 ov.setItem(l, h, item)
-        self._fit_map()
-
-    def _fit_map(self):
-        """Each map column as wide as its labels need, the spare width shared out evenly; where the
-        padded labels outgrow the width (a narrow dock, many heads), each as wide as its widest label
-        and a hair, so every head's column stays in sight, its label whole."""
-        ov = self.map
-        n = ov.columnCount()
-        if n == 0:
-            return
-        need = [max(ov.horizontalHeader().sectionSizeHint(c), ov.sizeHintForColumn(c))
-                for c in range(n)]
-        if sum(need) > ov.viewport().width():
-            need = [self._label_width(c) for c in range(n)]
-        spare = max(0, ov.viewport().width() - sum(need))
-        for c in range(n):
-            ov.horizontalHeader().resizeSection(c, need[c] + spare // n + (c < spare % n))
-
-    def _label_width(self, c: int) -> int:
-        """The widest of column `c`'s texts (its head label, its cells' role names), each in the font
-        it is drawn in (the header's, bold for the focused head), with a hair."""
-        return max(shown_width(t, f) for t, f in column_texts(self.map, c)) + TIGHT_PAD
-
-    def eventFilter(self, obj, event):
-        if obj is self.map.viewport() and event.type() == QEvent.Type.Resize:
-            self._fit_map()
-        return super().eventFilter(obj, event)
+        self.map_fit.measure()
 
     def _head_tooltip(self, l, h):
         hs = self.state.head_scores
@@ -246,19 +234,23 @@ class ScoresTable(QWidget):
         for role in H.ROLES + (H.MIXED,):
             self.filter.addItem(role, role)
         self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setHorizontalHeaderLabels([H.TITLES.get(c, c) if c in H.SCORE_NAMES else c
-                                              for c in COLUMNS])
+        self.table.setHorizontalHeaderLabels([HEADERS[c] for c in COLUMNS])
         for i, c in enumerate(COLUMNS):
-            if c in H.DEFINITIONS:
-                self.table.horizontalHeaderItem(i).setToolTip(H.DEFINITIONS[c])
+            self.table.horizontalHeaderItem(i).setToolTip(_header_tooltip(c))
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSortIndicator(0, Qt.SortOrder.AscendingOrder)
+        header = self.table.horizontalHeader()
+        header.setSortIndicator(0, Qt.SortOrder.AscendingOrder)
         self.table.setSortingEnabled(True)
-        self.table.setItemDelegate(Decimals(3, self.table))
+        for i, c in enumerate(COLUMNS):
+            self.table.setItemDelegateForColumn(i, Compact(DIGITS.get(c, 3), self.table))
         self.table.verticalHeader().setDefaultSectionSize(22)
+        # the columns fill the table's width, each as wide as its texts, fitted again as the width
+        # or the sorted column (its header's arrow, its rows' order) changes
+        self.table_fit = ColumnFit(self.table)
+        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.fit())
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)
@@ -281,18 +273,16 @@ class ScoresTable(QWidget):
             row = 0
             for l in range(hs.n_layer):
                 for h in range(hs.n_head):
-                    t.setItem(row, 0, num_item(l, 0))
-                    t.setItem(row, 1, num_item(h, 0))
-                    t.setItem(row, 2, _role_item(hs.labels[l][h]))
+                    for c, item in enumerate((num_item(l, 0), num_item(h, 0), _role_item(hs.labels[l][h]))):
+                        item.setToolTip(f"{head_title(l, h)}: {hs.labels[l][h]}")
+                        t.setItem(row, c, item)
                     for j, name in enumerate(H.SCORE_NAMES):
                         item = num_item(hs.scores[name][l, h])
-                        if name in hs.chance:
-                            item.setToolTip(f"chance {float(hs.chance[name][l, h]):.3f}: the score "
-                                            "if this head spread its attention evenly")
+                        item.setToolTip(_score_tooltip(hs, name, l, h))
                         t.setItem(row, 3 + j, item)
                     row += 1
         t.setSortingEnabled(True)
-        t.resizeColumnsToContents()
+        self.table_fit.measure()
         self._apply_filter()
 
     def _apply_filter(self):
@@ -331,17 +321,18 @@ class ScoresTable(QWidget):
                                  int(item_h.data(Qt.ItemDataRole.DisplayRole)))
 
 
-def column_texts(table, c: int) -> list:
-    """(text, font) of a table column's header label and cells, each font as it is drawn: the
-    item's own over the header's or the table's; a header that highlights the current cell's
-    section draws its label bold."""
-    head, header = table.horizontalHeaderItem(c), table.horizontalHeader()
-    head_font = head.font().resolve(header.font())
-    head_font.setBold(head_font.bold() or header.highlightSections())
-    return [(head.text(), head_font)] + [
-        (table.item(r, c).text(), table.item(r, c).font().resolve(table.font()))
-        for r in range(table.rowCount())]
+def _header_tooltip(column: str) -> str:
+    if column in H.DEFINITIONS:
+        return f"{H.TITLES[column]}: {H.DEFINITIONS[column]}"
+    return {"layer": "Layer", "head": "Head", "role": f"Role: {H.LABEL_RULE}"}[column]
 
 
-def shown_width(text: str, font) -> int:
-    return QFontMetrics(font).horizontalAdvance(text)
+def _score_tooltip(hs, name: str, l: int, h: int) -> str:
+    """A Scores cell's tooltip: the head, the score's full name and its value to 3 decimals, and a
+    role score's chance (the score if the head spread its attention evenly)."""
+    v = float(hs.scores[name][l, h])
+    text = f"{head_title(l, h)}, {H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
+    if name in hs.chance:
+        text += (f"\nchance {float(hs.chance[name][l, h]):.3f}: the score if this head spread its "
+                 "attention evenly")
+    return text
