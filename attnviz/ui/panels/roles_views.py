@@ -324,7 +324,7 @@ class ScoresTable(QWidget):
 def _header_tooltip(column: str) -> str:
     if column in H.DEFINITIONS:
         return f"{H.TITLES[column]}: {H.DEFINITIONS[column]}"
-    return {"layer": "Layer", "head": "Head", "role": f"Role: {H.LABEL_RULE}"}[column]
+    return {"layer": "Layer", "head": "Head", "role": "Role: " + H.LABEL_RULE.removeprefix("Label: ")}[column]
 
 
 def _score_tooltip(hs, name: str, l: int, h: int) -> str:
