@@ -1,6 +1,6 @@
 """A pre-norm layer of one new row (a keystroke's run with the KV cache, a generation step) in three
 compiled calls around the trace's points, on the quantised kernels (engine/computing/onerow.py's
-steps, and qdot's serial kernels compiled in: _matvec, each matrix on its own type's):
+steps, and the serial kernels compiled in: _matvec, each matrix on its own type's):
 
     _attention_in   x [1, d_model] -> xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated by position
     (the trace's input and kv points, the one-row attention with its points, the z point)
@@ -37,7 +37,7 @@ from numba import njit, types
 
 from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing.qbytes import s_b16, s_b32
-from attnviz.engine.computing.qdot import s_nib, s_nib8
+from attnviz.engine.computing.qmadd import s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
     F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_ahead_of,
     silu_of, softmax_of, weighted_of, whole)

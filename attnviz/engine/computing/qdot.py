@@ -30,7 +30,8 @@ Then t_s = u (256 (256 S_0 + S_1) + S_2), S_i = sum_j q_j p_ij exact in int32
 so 256 S_0 + S_1 < 2^24 is exact as a float32, and t_s takes one rounding (u: a power of 2).
 Its error beside float32's rounding is sum_j q_j e_j, each |e_j| under 2^-23 of max |x_s|
 (tests/engine/test_qkernels_path.py holds a tiny model's cached steps within 1e-5 of its float32
-run). The dot products, about one a cycle, bound the loop.
+run). The dot products, about one a cycle, bound the loop. Where the CPU has AVX2 but not VNNI
+(MADD), engine/computing/qmadd.py sums the same digits' products with vpmaddubsw: the same bits.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ if numba:
     _V8, V32, VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
     PERMUTE = _permute_table()
     VNNI = _vnni()
+    MADD = not VNNI and "+avx2" in _numba_features()  # the nibble kernels' vpmaddubsw sums (qmadd.py)
     HALF_IN_HARDWARE = _half_in_hardware()
     _V16 = ir.VectorType(ir.IntType(16), LANES)
 

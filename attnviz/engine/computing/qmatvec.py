@@ -12,7 +12,8 @@ The inner sum is float32 fused multiply-adds over 16 rows at once, written as LL
 multiplied by one broadcast x, every sub-block of a group summed in registers), so the compiler cannot pick a worse
 vectorisation (left to itself, LLVM vectorised the loop over inputs and summed lanes across);
 where the CPU has AVX512-VNNI, the inner sums are integer dot products of the weights with x
-split into int8 pieces, within the same tolerance (qdot.py's docstring; the byte types': qbytes.py);
+split into int8 pieces, within the same tolerance (qdot.py's docstring; the byte types': qbytes.py),
+and the 4-bit types' the same integers where it has AVX2 alone (qmadd.py);
 the groups of rows are split over parallel.kernel_threads() (numba's prange: every core; in the
 window one as BLAS, and every core but one for a large matrix). Each group is summed by one
 thread, so y is the same bits on any number of threads, and equals dequantise-then-float32-matmul
@@ -45,11 +46,11 @@ log = logging.getLogger(__name__)
 try:
     import numba
 
-    from attnviz.engine.computing.qbytes import SERIAL
     from attnviz.engine.computing.qbytes import k_b16 as _k_b16
     from attnviz.engine.computing.qbytes import k_b32 as _k_b32
-    from attnviz.engine.computing.qdot import k_nib as _k_nib
-    from attnviz.engine.computing.qdot import k_nib8 as _k_nib8
+    from attnviz.engine.computing.qmadd import SERIAL
+    from attnviz.engine.computing.qmadd import k_nib as _k_nib
+    from attnviz.engine.computing.qmadd import k_nib8 as _k_nib8
 except ImportError:  # the float32 path is always there; has_kernel() then says no
     numba = None
 
