@@ -308,8 +308,10 @@ def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted
             e[t] = s[h, 0, t]
         exp_with(e, e, y, bits)
         total = lane_sum(e)
+        for t in range(T):  # (divided in e, read with unit steps: on vector lanes for any s)
+            e[t] /= total
         for t in range(T):
-            s[h, 0, t] = e[t] / total
+            s[h, 0, t] = e[t]
 
 
 @njit(**JIT)
