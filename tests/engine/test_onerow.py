@@ -93,6 +93,23 @@ def test_one_row_attention_equals_the_numpy_attention(T, window, room, onerow):
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("n_group", [1, 2, 3, 4, 5, 7])
+def test_scores_read_with_the_values_ahead_are_the_plain_scores_bits(n_group, onerow):
+    """A step's scores (the values fetched beside the keys, up to 3 query heads a key read) are
+    the bits of the scores read head by head, and q k^T scaled less each row's max."""
+    rng = np.random.default_rng(n_group)
+    T, n_kv = 37, 2
+    q = rng.standard_normal((n_kv * n_group, 1, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((n_kv, T + 5, 64)).astype(np.float32) for _ in range(2))
+    scale = np.float32(0.125)
+    plain, ahead = (np.empty((n_kv * n_group, 1, T), np.float32) for _ in range(2))
+    rowmath.scores_of(q, k, T, rowmath.NO_BIAS, scale, n_group, True, plain)
+    rowmath.scores_ahead_of(q, k, T, rowmath.NO_BIAS, scale, n_group, True, ahead, v)
+    np.testing.assert_array_equal(ahead.view(np.int32), plain.view(np.int32))
+    want = np.einsum("hd,htd->ht", q[:, 0] * scale, np.repeat(k[:, :T], n_group, axis=0))
+    np.testing.assert_allclose(ahead[:, 0], want - want.max(axis=1, keepdims=True), atol=1e-5)
+
+
 @pytest.mark.parametrize("edits", [(), (Knockout(layer=5, q=0, k=0),)], ids=["fused", "stepwise"])
 def test_each_head_reads_its_own_kv_head_and_positions(edits, onerow):
     """One key stands out per KV head, at a position of its own: every query head finds its own KV

@@ -160,12 +160,30 @@ def _step_mid(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_
 @njit(**JIT)
 def _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo,
                  out):
-    n_head, d_model = s.shape[0], x.shape[1]
-    d_ff = iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
-    z = np.empty((n_head, 1, d_head), np.float32)
-    attn, mid, xn, m = (np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
-                        np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32))
-    hidden, h = np.empty((1, 2 * d_ff), np.float32), np.empty((1, d_ff), np.float32)
+    scratch = _mid_scratch(s.shape[0], d_head, x.shape[1], iq.shape[0] * LANES // 2)
+    _step_mid_in(s, vw, n_group, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo, out,
+                 scratch)
+
+
+@njit(**JIT)
+def _mid_scratch(n_head, d_head, d_model, d_ff):
+    """_step_mid_in's arrays for layers of up to d_ff hidden units (z, attn, mid, xn, m, and the
+    flat rows hidden and h are cut from): made once for every layer of a call that runs several
+    (onerow_stack); each value is written before it is read."""
+    return (np.empty((n_head, 1, d_head), np.float32), np.empty((1, d_model), np.float32),
+            np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
+            np.empty((1, d_model), np.float32), np.empty(2 * d_ff, np.float32),
+            np.empty(d_ff, np.float32))
+
+
+@njit(**JIT)
+def _step_mid_in(s, vw, n_group, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, wk, wq, ws, wo, out,
+                 scratch):
+    """_step_mid's arithmetic in the arrays `scratch` (_mid_scratch); out may be x (x is read
+    before out is written)."""
+    z, attn, mid, xn, m, hidden_row, h_row = scratch
+    d_model, d_ff = x.shape[1], iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
+    hidden, h = hidden_row[:2 * d_ff].reshape(1, 2 * d_ff), h_row[:d_ff].reshape(1, d_ff)
     weighted_of(s, vw, n_group, z)
     _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden)
     silu_of(hidden[:, :d_ff], h)

@@ -66,7 +66,10 @@ def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos,
     d_model, d_head = x.shape[1], cos.shape[1]
     xn = np.empty((1, d_model), np.float32)
     qkv = np.empty((1, (n_head + 2 * n_kv_head) * d_head), np.float32)
-    out = np.empty((1, d_model), np.float32)
+    d_ff = 0  # (the most any layer has: every layer's arrays cut from one set)
+    for i in range(a, b):
+        d_ff = max(d_ff, qs[4 * i + 2].shape[0] * ob.LANES // 2)
+    mid = ob._mid_scratch(n_head, d_head, d_model, d_ff)
     for i in range(a, b):
         j = 4 * i
         s = rows[i, :, r:r + 1, :p + 1]  # [n_head, 1, T]
@@ -76,11 +79,9 @@ def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos,
                              n_group, s)
         if i == b - 1 and not full_last:
             break
-        ob._step_mid_of(s, kv[1, i], n_group, d_head, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x,
-                        gains2[i], eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3],
-                        qs[j + 3], ss[j + 3], os_[j + 3], out)
-        for k in range(d_model):
-            x[0, k] = out[0, k]
+        ob._step_mid_in(s, kv[1, i], n_group, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x, gains2[i],
+                        eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3], qs[j + 3],
+                        ss[j + 3], os_[j + 3], x, mid)  # (x written in place: mid + m)
 
 
 _GAIN = array_type(1, True)

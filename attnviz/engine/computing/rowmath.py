@@ -1,9 +1,10 @@
 """The compiled arithmetic of one new row that engine/computing/onerow.py's steps and onerow_block.py's
 calls share (numba, `cache=True`): RMSNorm, RoPE, the scores of one query row against the cached
 keys (the keys ahead and the values fetched into the cache as they are read: a step's K and V
-come from memory), softmax (its exp an expf on vector lanes: exp_into), the weighted values (a
-KV head's values read once for up to 3 query heads, the sums in registers), SiLU, and the array
-types their signatures use. No Qt, no file access: arrays in, arrays out."""
+come from memory; a key's vectors loaded once for up to 3 query heads), softmax (its exp an expf
+on vector lanes: exp_into), the weighted values (a KV head's values read once for up to 3 query
+heads, the sums in registers), SiLU, and the array types their signatures use. No Qt, no file
+access: arrays in, arrays out."""
 
 from __future__ import annotations
 
@@ -127,6 +128,36 @@ def dot_lanes(typingctx, a, ao, b, bo, n16):
 def sum_lanes(typingctx, a, ao, n16):
     """sum over j < 16 n16 of a[ao + j] (as dot_lanes)."""
     return types.float32(a, ao, n16), _lanes_codegen(products=False)
+
+
+def _dots_codegen(n: int):
+    def codegen(context, builder, signature, args):
+        tys = signature.args
+        ao, as_, bo, n16 = (context.cast(builder, args[i], tys[i], types.intp) for i in (1, 2, 4, 5))
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(n)]
+        with cgutils.for_range(builder, n16) as loop:
+            at = builder.mul(loop.index, ir.Constant(ir.IntType(64), 16))
+            vb = builder.load(_vectors_at(context, builder, tys[3], args[3], builder.add(bo, at)), align=4)
+            for i, acc in enumerate(accs):
+                row = builder.add(ao, builder.mul(as_, ir.Constant(ir.IntType(64), i)))
+                va = builder.load(_vectors_at(context, builder, tys[0], args[0], builder.add(row, at)), align=4)
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(va, vb)), acc)
+        return context.make_tuple(builder, signature.return_type,
+                                  [_lanes_total(builder, builder.load(acc)) for acc in accs])
+    return codegen
+
+
+def _dots_lanes(n: int):
+    def typer(typingctx, a, ao, as_, b, bo, n16):
+        return types.UniTuple(types.float32, n)(a, ao, as_, b, bo, n16), _dots_codegen(n)
+    typer.__name__ = f"dots_lanes_{n}"
+    typer.__doc__ = f"""({n} float32): dot_lanes of a at ao + i as_ and b at bo for i < {n}, each
+    the same operations in the same order as dot_lanes' (the same bits), b's vectors loaded once
+    for all {n}."""
+    return intrinsic(typer)
+
+
+dots_lanes_2, dots_lanes_3 = _dots_lanes(2), _dots_lanes(3)
 
 
 def _splat(builder, x):  # float -> <16 x float>, every lane x
@@ -255,7 +286,14 @@ def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
         at_v = (g * v.strides[0] + t * v.strides[1]) // 4
         for j in range(0, d, 16):
             prefetch_at(v, at_v + j)
-        for i in range(n_group):
+        i = 0  # (3 or 2 query heads at a time: the key's vectors loaded once for them)
+        while i + 3 <= n_group:
+            out[h0 + i, 0, t], out[h0 + i + 1, 0, t], out[h0 + i + 2, 0, t] = dots_lanes_3(
+                qs, i * d, d, kc, at, n16)
+            i += 3
+        if i + 2 <= n_group:
+            out[h0 + i, 0, t], out[h0 + i + 1, 0, t] = dots_lanes_2(qs, i * d, d, kc, at, n16)
+        elif i < n_group:
             out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
 
 
@@ -308,8 +346,10 @@ def softmax_of(s):  # [n_head, 1, T] in place, each row's max already subtracted
             e[t] = s[h, 0, t]
         exp_with(e, e, y, bits)
         total = lane_sum(e)
+        for t in range(T):  # (divided in e, read with unit steps: on vector lanes for any s)
+            e[t] /= total
         for t in range(T):
-            s[h, 0, t] = e[t] / total
+            s[h, 0, t] = e[t]
 
 
 @njit(**JIT)
