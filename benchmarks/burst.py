@@ -33,6 +33,29 @@ def _spin(app, seconds: float, until=None) -> None:
         time.sleep(0.0005)
 
 
+def counting_run(real_run, counts: dict, with_stop: bool, errors: list):
+    """Model.run for the benchmark's window: counts the runs (counts["runs"]) and those stopped
+    early (counts["stopped"], Cancelled); with_stop False runs each request without its stop (the
+    reference: a stale run goes through every layer). Any other error is kept in `errors` (the
+    window only logs it) before it goes on."""
+    from dataclasses import replace
+
+    from attnviz.engine.computing.request import PLAIN
+    from attnviz.engine.errors import Cancelled
+
+    def run(self, *a, request=PLAIN, **k):
+        counts["runs"] += 1
+        try:
+            return real_run(self, *a, request=request if with_stop else replace(request, stop=None), **k)
+        except Cancelled:
+            counts["stopped"] += 1
+            raise
+        except Exception as e:
+            errors.append(e)
+            raise
+    return run
+
+
 def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     """Type SENTENCE a word at a time, keys gap_s apart: per word, last key -> its result painted;
     and the runs that started, stopped early (Cancelled) or went through every layer."""
@@ -40,7 +63,6 @@ def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     from PySide6.QtTest import QTest
 
     from attnviz.engine.computing import model as engine_model
-    from attnviz.engine.errors import Cancelled
     from attnviz.ui.app import create_window, make_app
 
     app = make_app()
@@ -52,16 +74,9 @@ def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
     _spin(app, 1.0)
     if layer is not None:
         st.set_layer(layer)
-    counts = {"runs": 0, "stopped": 0}
+    counts, errors = {"runs": 0, "stopped": 0}, []
     real_run = engine_model.Model.run
-
-    def run(self, *a, stop=None, **k):  # counts the runs; the reference drops `stop`
-        counts["runs"] += 1
-        try:
-            return real_run(self, *a, stop=stop if with_stop else None, **k)
-        except Cancelled:
-            counts["stopped"] += 1
-            raise
+    run = counting_run(real_run, counts, with_stop, errors)
     painted = {}
 
     class Watch(QObject):
@@ -84,6 +99,9 @@ def burst(model: str, layer: int | None, gap_s: float, with_stop: bool) -> dict:
                 _spin(app, gap_s - (time.perf_counter() - t_key))
             text = w.text_box.toPlainText()
             _spin(app, 10, until=lambda: text in painted)
+            if text not in painted:  # a run failed (the window only logs it) or took over 10 s
+                cause = errors[0] if errors else None
+                raise RuntimeError(f"{text!r} not painted within 10 s (a run's error: {cause!r})") from cause
             latencies.append(painted[text] - t_key)
             _spin(app, 0.3)  # a pause between words: every run done
     finally:
