@@ -13,6 +13,7 @@ from attnviz.engine.computing import families, layers, rowmath
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.trace import Knockout, Patch, Trace, append_positions
 from attnviz.engine.reading import qpack
+from attnviz.engine.reading.layout import Layer
 from gguf_files import family_gguf, gguf_tensors, load_packed, write_gguf
 from tiny import FIXTURES
 
@@ -245,7 +246,9 @@ def test_a_run_that_finds_its_kernels_cold_waits_for_the_one_row_steps_too(monke
     monkeypatch.setattr(qm, "ONE_ROW", None)
     rows = gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0)
     pl = qpack.PackedLayer(qpack.pack_parts([(Q.Q8_0, rows, 0)]), None, None, None)
-    assert qm.takes_layer(pl, 1, expanded=False)
+    view = Layer(w_qkv=None, b_qkv=None, w_o=None, b_o=None, norm1=(), norm2=(), w_in=None, b_in=None,
+                 w_out=None, b_out=None, packed=pl)
+    assert qm.takes_layer(view, 1, expanded=False)
     assert qm._key(Q.Q8_0) in qm._warmed
     assert qm._serial_ready == {qm._key(Q.Q8_0)} and qm.ONE_ROW is not None
 

@@ -6,6 +6,8 @@ Q6_K, and Q4_K beside Q6_K as Q4_K_M mixes them): keystrokes with patterns and r
 generation steps appended in place, the trace's edits at their points, and layers the block does
 not cover (they take the family's block)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
@@ -293,3 +295,72 @@ def test_a_step_takes_the_two_calls_only_where_its_points_record_and_edit_nothin
     assert not plain(slot(Trace(patterns=False), OwnZ))
     assert plain(slot(Trace(patterns=False)))
     assert not plain(slot(Trace(patterns=False)), SimpleNamespace(attention=None))  # another attention
+
+
+def _k_view(types, **extra):  # a one-row run's packed view of a layer whose four matrices are `types`
+    from attnviz.engine.reading.layout import Layer
+    from attnviz.engine.reading.qpack import PackedLayer, pack_parts
+    rng = np.random.default_rng(5)
+    d, d_ff = 256, 256
+    shapes = {"w_qkv": (512, d), "w_o": (d, 256), "w_in": (2 * d_ff, d), "w_out": (d, d_ff)}
+    packed = PackedLayer(**{name: pack_parts([(qtype, _k_rows(qtype, *shape, rng)[0], 0)])
+                            for qtype, (name, shape) in zip(types, shapes.items())})
+    gain = np.ones(d, np.float32)
+    return Layer(w_qkv=None, w_o=None, w_in=None, w_out=None, packed=packed, b_qkv=None, b_o=None,
+                 b_in=None, b_out=None, norm1=(gain,), norm2=(gain,), **extra)
+
+
+def test_block_scales_names_the_scale_types_of_the_layers_the_block_covers():
+    """A layer's scale type counts where the block runs it: every matrix's scales of one type
+    (float32 in K blocks, Q4_K_M's Q4_K beside Q6_K too; float16 bits in Q8_0's); a layer mixing
+    the two, or with Gemma 3's other norms, runs without the block and names none."""
+    f32, f16 = np.dtype(np.float32), np.dtype(np.uint16)
+    q4_k_m, q8_0 = _k_view(K_LAYERS["Q4_K_M"]), _k_view((Q.Q8_0,) * 4)
+    mixed = _k_view(K_LAYERS["mixed_scales"])
+    gemma = _k_view((Q.Q4_K,) * 4, q_norm=np.ones(64, np.float32), k_norm=np.ones(64, np.float32),
+                    post_attn_norm=(np.ones(256, np.float32),), post_mlp_norm=(np.ones(256, np.float32),))
+    assert qm.block_scales([q4_k_m]) == {f32} and qm.block_scales([q8_0]) == {f16}
+    assert qm.block_scales([mixed, gemma, None]) == frozenset()
+    assert qm.block_scales(iter([mixed, q8_0, q4_k_m])) == {f16, f32}
+    expanded = replace(q8_0, w_qkv=np.zeros((256, 512), np.float32))  # (its view's plan known)
+    assert qm.block_scales([expanded]) == frozenset()  # a float32 copy runs without the block
+
+
+def test_warm_compiles_the_block_for_the_scale_types_its_layers_run_it_with(monkeypatch):
+    """warm(types, layers=...) compiles (or loads) the one-row block and stack for the scale types
+    block_scales names alone: none for layers that mix float16 and float32 scales, though their
+    block types have both; the float32 ones once a layer runs the block with them."""
+    from attnviz.engine.computing import onerow_block, onerow_stack
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    asked = []
+    for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
+            asked.append((name, np.dtype(scale).name)), real(scale))[1])
+    types, mixed = K_LAYERS["mixed_scales"], [_k_view(K_LAYERS["mixed_scales"])] * 2
+    qm.warm(types, layers=mixed)
+    assert asked == [] and qm.ONE_ROW is not None and qm.warmed(types, layers=mixed)
+    q4_k_m = [_k_view(K_LAYERS["Q4_K_M"])]
+    assert not qm.warmed(K_LAYERS["Q4_K_M"], layers=q4_k_m)
+    qm.warm(K_LAYERS["Q4_K_M"], layers=q4_k_m)
+    assert asked == [("compile_block", "float32"), ("compile_stack", "float32")]
+    assert qm.warmed(K_LAYERS["Q4_K_M"], layers=q4_k_m)
+
+
+def test_a_models_packed_views_name_the_scale_types_of_the_layers_the_block_covers(tmp_path):
+    """On a loaded model (load.packed_views): a tiny Llama in Q8_0 blocks throughout runs the block
+    with float16 bits; the same with its MLP's down projection kept float32 names none."""
+    from attnviz.engine.computing.load import packed_views
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    uncovered = load_packed(write_gguf(tmp_path / "uncovered.gguf", cfg, tensors, Q.Q8_0))
+    assert qm.block_scales(packed_views(uncovered)) == frozenset()
+    rng = np.random.default_rng(7)
+    wide = dict(tensors)
+    for i in range(cfg["num_hidden_layers"]):
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            wide[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, cfg["hidden_size"])) * 0.2).astype(np.float32)
+    covered = load_packed(write_gguf(tmp_path / "covered.gguf", dict(cfg, intermediate_size=64), wide, Q.Q8_0))
+    assert qm.block_scales(packed_views(covered)) == {np.dtype(np.uint16)}

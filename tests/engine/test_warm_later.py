@@ -51,8 +51,8 @@ def cold(monkeypatch):
     qpack.ask_for_kernels(rest_later=True)
     threads, real = [], qm.warm_in_background
 
-    def listed(qtypes, extras=True):
-        threads.append((real(qtypes, extras), extras))
+    def listed(qtypes, extras=True, **kw):
+        threads.append((real(qtypes, extras, **kw), extras))
         return threads[-1][0]
     monkeypatch.setattr(qm, "warm_in_background", listed)
     return threads

@@ -238,7 +238,7 @@ def layer_for(layers, i: int, n_rows: int):
     take every packed matrix at that many rows (qmatvec.takes_layer), else the float32 layer (a
     LayerStore expands it within the memory budget)."""
     view = _packed_view(layers, i)
-    if view is not None and _qmatvec().takes_layer(view.packed, n_rows, layers.holds(i)):
+    if view is not None and _qmatvec().takes_layer(view, n_rows, layers.holds(i)):
         return view
     return layers[i]
 

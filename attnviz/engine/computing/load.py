@@ -40,11 +40,20 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
 def warm_kernels(model: Model) -> None:
     """Where the model's layers multiply few rows on their blocks, their kernels compiled (or
     loaded) on a thread of their own, off the typing path: with their serial twins and the one-row
-    steps, unless the process warms those later itself (qpack.ask_for_kernels)."""
+    steps, unless the process warms those later itself (qpack.ask_for_kernels), and the one-row
+    block for the scale types some layer runs it with (qmatvec.block_scales)."""
     if model.weights.packed_types:
         from attnviz.engine.computing.qmatvec import warm_in_background
         from attnviz.engine.reading.qpack import rest_later
-        warm_in_background(model.weights.packed_types, extras=not rest_later())
+        warm_in_background(model.weights.packed_types, extras=not rest_later(), layers=packed_views(model))
+
+
+def packed_views(model):
+    """The model's layers as a one-row run on the kernels sees them (its packed views, None where
+    a layer has none), one at a time: read where they are asked for (a thread warming kernels)."""
+    layers = model.weights.layers
+    view = getattr(layers, "packed_view", None)
+    return (view(i) if view is not None else None for i in range(model.config.n_layer))
 
 
 def load_model(name_or_dir: str | Path = DEFAULT_MODEL, budget: int | None = None,

@@ -247,14 +247,14 @@ def _plan(layer):
     kernels) whose every matrix is one part with no padded rows, all four with scales of one type,
     and it has no biases and no norms but its two; else None. Kept per packed layer (its arrays
     never change)."""
-    pl = layer.packed
+    if any(getattr(layer, name, None) is not None for name in ("w_qkv", "w_o", "w_in", "w_out")):
+        return None  # (its float32 copy, not its packed view: not kept, the view's plan may differ)
+    pl = layer.packed  # (asked after: the float32 copy shares its view's, whose plan may be kept)
     kept = _PLANS.get(id(pl))
     if kept is not None and kept[0]() is pl:
         return kept[1]
     plan = None
     mats = (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out)
-    if any(getattr(layer, name, None) is not None for name in ("w_qkv", "w_o", "w_in", "w_out")):
-        return None  # (its float32 copy, not its packed view: not kept, the view's plan may differ)
     plain = all(getattr(layer, name, None) is None for name in (
         "b_qkv", "b_o", "b_in", "b_out", "post_attn_norm", "post_mlp_norm", "q_norm", "k_norm"))
     if plain and all(m is not None and len(m.parts) == 1 for m in mats):
@@ -269,6 +269,15 @@ def _plan(layer):
     key = id(pl)  # (a freed model's plan and arrays go with it; an entry cleared takes its callback along)
     _PLANS[key] = (weakref.ref(pl, lambda _gone: _PLANS.pop(key, None)), plan)
     return plan
+
+
+def block_scale(layer):
+    """The dtype of the scales (a key of SCALES) the block runs `layer` with, a one-row run's view
+    of it (layers.layer_for); None where the block does not cover it (_plan: a float32 matrix,
+    biases, a family's other norms, float16 scales in some matrices and float32 in others), so no
+    compile_block is of use to it."""
+    plan = _plan(layer) if getattr(layer, "packed", None) is not None else None
+    return None if plan is None else plan[3]
 
 
 def _compiled_for(args) -> bool:  # (q, scale, offset) of the types compile_block compiles for

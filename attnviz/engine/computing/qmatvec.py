@@ -81,19 +81,22 @@ def takes(pm: PackedMatrix, n_rows: int) -> bool:
             and all(_few_rows_ready(p.qtype) for _, p in pm.parts))
 
 
-def takes_layer(pl, n_rows: int, expanded: bool) -> bool:
-    """Whether linear() multiplies `n_rows` rows by every packed matrix of `pl` (qpack.PackedLayer)
-    on its blocks: fewer rows than ROWS where the layer's float32 copy is held (`expanded`), than
+def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
+    """Whether linear() multiplies `n_rows` rows by every packed matrix of `layer` (a packed view:
+    layout.Layer with `packed`, a qpack.PackedLayer) on its blocks: fewer rows than ROWS where the
+    layer's float32 copy is held (`expanded`), than
     ROWS_UNEXPANDED where it is not. A kernel not warm yet is waited for here where the layer is
     not expanded (loading it from numba's cache takes a fraction of a second, expanding a model
     longer, and its float32 copy would then be held); for one row, the serial twins and the
-    one-row steps too, expanded or not (warm's extras). A run of more rows waits for its kernels
-    alone: a serial twin gives its kernel's bits, and the one-row steps are not taken."""
+    one-row steps too, expanded or not (warm's extras; the one-row block for this layer's scale
+    type alone, if it covers the layer). A run of more rows waits for its kernels alone: a serial
+    twin gives its kernel's bits, and the one-row steps are not taken."""
+    pl = layer.packed
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
     if n_rows == 1 and not pl.qtypes <= _ready_types:  # (every one-row run takes the one-row steps:
-        warm(pl.qtypes)  # a run's numbers never depend on when a background warm-up finished)
+        warm(pl.qtypes, layers=[layer])  # a run's numbers never depend on when a warm-up finished)
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
@@ -184,11 +187,13 @@ _ready_types: set = set()  # the block types whose kernel, serial twin and the o
 _extras_lock = threading.Lock()
 
 
-def warm(qtypes=KERNELS, extras: bool = True) -> dict:
+def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
     {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
     then their serial twins and the one-row steps too (under a lock of their own; a run on packed
-    layers waits for them as well, so every one-row run of a model takes the same steps)."""
+    layers waits for them as well, so every one-row run of a model takes the same steps), and the
+    one-row block and stack for the scale types block_scales(layers) names: `layers`, a model's
+    layers as a one-row run sees them (its packed views; None: every scale type of `qtypes`)."""
     took = {}
     for qtype in qtypes:
         if not has_kernel(qtype):
@@ -204,11 +209,30 @@ def warm(qtypes=KERNELS, extras: bool = True) -> dict:
         if extras:
             _warm_serial(qtype, key)
     if took and extras:
-        half = {q in HALF for q in qtypes if has_kernel(q)}
+        scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
+        half = {s == np.uint16 for s in scales}
         if "one-row steps" not in _warmed or not all(("one-row block", h) in _warmed for h in half):
             _warm_one_row(half)
         _ready_types.update(q for q in qtypes if has_kernel(q))
     return took
+
+
+def block_scales(layers) -> frozenset:
+    """The scale types (np.dtype: uint16, the float16 bits of qpack.HALF's blocks; float32, the K
+    types') the one-row block runs some layer of `layers` with (a model's layers as a one-row run
+    sees them: its packed views, layers.layer_for): those warm compiles the block and the stack
+    for. A layer the block does not cover (one whose matrices mix float16 and float32 scales, or
+    with biases or a family's other norms: onerow_block.block_scale) names none: it never runs the
+    block, and compiling one for it would only lengthen the load."""
+    layers = list(layers)
+    if numba is None or not layers:
+        return frozenset()
+    from attnviz.engine.computing import onerow_block
+    return frozenset(s for s in map(onerow_block.block_scale, layers) if s is not None)
+
+
+def _scale(qtype) -> np.dtype:  # the dtype of a packed matrix's scales in qtype's blocks
+    return np.dtype(np.uint16 if qtype in HALF else np.float32)
 
 
 def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: compiled or loaded
@@ -266,24 +290,28 @@ def _few_rows_ready(qtype) -> bool:  # whether a kernel of `qtype` is warm, eith
     return _key(qtype) in _warmed or _key(qtype) in _serial_ready
 
 
-def warmed(qtypes) -> bool:
+def warmed(qtypes, layers=None) -> bool:
     """Whether warm(qtypes) has run to the end: the kernels of `qtypes`, their serial twins and
-    the one-row steps are compiled (or loaded)."""
-    return {q for q in qtypes if has_kernel(q)} <= _ready_types and "one-row steps" in _warmed
+    the one-row steps are compiled (or loaded); given `layers`, the one-row block too for the
+    scale types block_scales(layers) names."""
+    if not ({q for q in qtypes if has_kernel(q)} <= _ready_types and "one-row steps" in _warmed):
+        return False
+    return layers is None or all(("one-row block", s == np.uint16) in _warmed for s in block_scales(layers))
 
 
-def warm_in_background(qtypes, extras: bool = True) -> threading.Thread | None:
-    """warm(qtypes) on a daemon thread (at model load), so no keystroke waits for a compile;
-    `extras` False: warm_few_rows(qtypes) instead."""
+def warm_in_background(qtypes, extras: bool = True, layers=None) -> threading.Thread | None:
+    """warm(qtypes, layers=layers) on a daemon thread (at model load), so no keystroke waits for a
+    compile (`layers` may be an iterator: read on that thread); `extras` False:
+    warm_few_rows(qtypes) instead."""
     if numba is None:
         return None
-    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras), name="qmatvec-warm",
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras, layers), name="qmatvec-warm",
                          daemon=True)
     t.start()
     return t
 
 
-def _warm_nicely(qtypes, extras: bool = True) -> None:
+def _warm_nicely(qtypes, extras: bool = True, layers=None) -> None:
     """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
     comes before the kernels it does not need yet."""
     try:
@@ -292,6 +320,6 @@ def _warm_nicely(qtypes, extras: bool = True) -> None:
     except (AttributeError, OSError):  # (no per-thread priority here)
         pass
     if extras:
-        warm(qtypes)
+        warm(qtypes, layers=layers)
     else:
         warm_few_rows(qtypes)

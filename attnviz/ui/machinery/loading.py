@@ -99,19 +99,21 @@ WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
 
 def warm_the_rest(worker, model) -> None:
     """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
-    serial twins and the one-row steps (engine/computing/qmatvec.py warm), on a thread of its own
-    below the main thread (a job of `worker`, the app's runner); nothing where it is warm."""
+    serial twins, the one-row steps and the one-row block for the scale types its layers run it
+    with (engine/computing/qmatvec.py warm), on a thread of its own below the main thread (a job of
+    `worker`, the app's runner); nothing where it is warm."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types or worker.running(WARM_KIND) is not None:
         return
     from attnviz.engine.computing import qmatvec
+    from attnviz.engine.computing.load import packed_views
     from attnviz.ui.machinery.runner import THREAD
     from attnviz.ui.machinery.tuning import below_the_main_thread
 
-    if qmatvec.warmed(types):
+    if qmatvec.warmed(types, layers=packed_views(model)):
         return
 
     def work():
         below_the_main_thread()
-        qmatvec.warm(types)
+        qmatvec.warm(types, layers=packed_views(model))
     worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)
