@@ -8,11 +8,12 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
 
-from PySide6.QtCore import QRect, Qt  # noqa: E402
+from PySide6.QtCore import QLocale, QRect, Qt  # noqa: E402
 from PySide6.QtGui import QFontMetrics  # noqa: E402
 from PySide6.QtWidgets import QStyle, QStyleOptionHeader  # noqa: E402
 
 from attnviz.engine.analysing import heads as H  # noqa: E402
+from attnviz.ui.panels.roles_views import DIGITS, Compact, num_item  # noqa: E402
 from attnviz.ui.views.column_fit import column_texts  # noqa: E402
 from windows import WAIT, open_window  # noqa: E402
 
@@ -81,4 +82,27 @@ def test_scores_table_fits_the_default_dock_width(qtbot, tmp_path, smollm2, mode
     for r in range(t.rowCount()):
         l, h = (int(t.item(r, c).data(Qt.ItemDataRole.DisplayRole)) for c in (0, 1))
         for j, name in enumerate(H.SCORE_NAMES):
-            assert f"{H.TITLES[name]}: {float(hs.scores[name][l, h]):.3f}" in t.item(r, 3 + j).toolTip()
+            v = float(hs.scores[name][l, h]) + 0.0
+            assert f"{H.TITLES[name]}: {v:.3f}" in t.item(r, 3 + j).toolTip()
+            # the cell: the score rounded once, to the digits shown (no leading zero below 1)
+            text = t.itemDelegateForColumn(3 + j).displayText(t.item(r, 3 + j).data(Qt.ItemDataRole.DisplayRole),
+                                                              QLocale())
+            want = f"{v:.{DIGITS[name]}f}"
+            want = want[1:] if want.startswith("0.") else "-" + want[2:] if want.startswith("-0.") else want
+            assert text == want, (name, v, text)
+
+
+def test_a_scores_cell_shows_its_value_rounded_once_and_no_negative_zero(qtbot):
+    from PySide6.QtWidgets import QTableWidget
+
+    table = QTableWidget()
+    qtbot.addWidget(table)
+
+    def shown(value, name):
+        item = num_item(value, DIGITS[name])
+        delegate = Compact(DIGITS[name], table)
+        return delegate.displayText(item.data(Qt.ItemDataRole.DisplayRole), QLocale())
+
+    assert shown(1.2449, "distance") == "1.24"  # (rounded to 3 first, 1.245, it read 1.25)
+    assert shown(-0.0, "entropy") == ".00"  # (one-hot rows' entropy is -0.0)
+    assert shown(0.0994, "previous") == ".099"

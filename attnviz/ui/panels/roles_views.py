@@ -70,7 +70,8 @@ class Compact(Decimals):
 def num_item(value, digits=3):
     item = QTableWidgetItem()
     v = float(value)
-    shown = None if np.isnan(v) else int(round(v)) if digits == 0 else round(v, digits)
+    # rounded once, to the digits shown (the delegate's text adds none); + 0.0: no "-.000" for -0.0
+    shown = None if np.isnan(v) else int(round(v)) if digits == 0 else round(v, digits) + 0.0
     item.setData(Qt.ItemDataRole.DisplayRole, shown)  # an int reads "3", a float "0.800" (Decimals)
     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
     return item
@@ -165,7 +166,7 @@ class RolesOverview(QWidget):
         hs = self.state.head_scores
         lines = [f"{head_title(l, h)}: {hs.labels[l][h]}"]
         for name in H.SCORE_NAMES:
-            v = float(hs.scores[name][l, h])
+            v = float(hs.scores[name][l, h]) + 0.0  # (-0.0, an entropy of one-hot rows, reads 0.000)
             text = f"{H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
             if name in hs.chance:
                 c = float(hs.chance[name][l, h])
@@ -250,7 +251,7 @@ class ScoresTable(QWidget):
         # the columns fill the table's width, each as wide as its texts, fitted again as the width
         # or the sorted column (its header's arrow, its rows' order) changes
         self.table_fit = ColumnFit(self.table)
-        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.fit())
+        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.measure())
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)
@@ -277,7 +278,7 @@ class ScoresTable(QWidget):
                         item.setToolTip(f"{head_title(l, h)}: {hs.labels[l][h]}")
                         t.setItem(row, c, item)
                     for j, name in enumerate(H.SCORE_NAMES):
-                        item = num_item(hs.scores[name][l, h])
+                        item = num_item(hs.scores[name][l, h], DIGITS[name])
                         item.setToolTip(_score_tooltip(hs, name, l, h))
                         t.setItem(row, 3 + j, item)
                     row += 1
@@ -330,7 +331,7 @@ def _header_tooltip(column: str) -> str:
 def _score_tooltip(hs, name: str, l: int, h: int) -> str:
     """A Scores cell's tooltip: the head, the score's full name and its value to 3 decimals, and a
     role score's chance (the score if the head spread its attention evenly)."""
-    v = float(hs.scores[name][l, h])
+    v = float(hs.scores[name][l, h]) + 0.0  # (-0.0 reads 0.000)
     text = f"{head_title(l, h)}, {H.TITLES[name]}: {'—' if np.isnan(v) else f'{v:.3f}'}"
     if name in hs.chance:
         text += (f"\nchance {float(hs.chance[name][l, h]):.3f}: the score if this head spread its "
