@@ -337,6 +337,8 @@ def test_live_cache_gives_its_tokens_bytes_and_the_arrays_holding_them_each_labe
     model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2))
     c = model.config
     per_token = c.n_layer * c.n_kv_head * c.d_head * 2 * 4
+    one = live_text(model.run(ids=[9]), model)  # (one token's K and V: arrays of their own, too)
+    assert "the arrays holding them: the same, no room for more positions" in one, one
     text = live_text(model.run(ids=[1, 2, 3, 4, 5]), model)
     assert (f"its tokens' K and V: <b>5 tokens × {c.n_layer} layers × {c.n_kv_head} KV heads × {c.d_head} "
             f"× 2 (K, V) × 4 B = {exact_bytes(5 * per_token)}</b>") in text
