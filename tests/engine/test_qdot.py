@@ -104,7 +104,7 @@ def test_pieces_of_x_add_up_to_x_within_half_the_unit():
 
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)
 def test_nibble_kernels_hold_x_of_wide_range(qtype):
-    """The nibble kernels (VNNI pieces where the CPU has it, else float32) on x whose sub-blocks
+    """The nibble kernels (integer sums of x's digits where the CPU has VNNI or AVX2, else float32) on x whose sub-blocks
     each hold an outlier 1000 times the rest, and on x of 1e-30 and 1e30: within REL; a nan in x
     gives nan outputs."""
     rng = np.random.default_rng(20 + int(qtype))

@@ -15,7 +15,7 @@ from kernel_checks import check_within_rel, climbing_blocks
 numba = pytest.importorskip("numba")
 from attnviz.engine.computing import qdot, qmadd, qx  # noqa: E402  (needs numba)
 
-needs_madd = pytest.mark.skipif(not qmadd.MADD, reason="the vpmaddubsw kernels need AVX2 (and no VNNI)")
+needs_madd = pytest.mark.skipif(not qmadd.MADD, reason="the vpmaddubsw kernels need AVX2 (and no AVX-512)")
 
 
 def _host_avx2() -> bool:  # numba compiles for this host's features, and they include AVX2
@@ -24,8 +24,8 @@ def _host_avx2() -> bool:  # numba compiles for this host's features, and they i
             and bool(llvm.get_host_cpu_features().get("avx2", False)))
 
 
-def test_the_integer_kernels_are_chosen_where_avx2_is_and_vnni_is_not():
-    assert qmadd.MADD == (_host_avx2() and not qdot.VNNI)
+def test_the_integer_kernels_are_chosen_where_avx2_is_and_avx512_is_not():
+    assert qmadd.MADD == (_host_avx2() and not qdot.VNNI and not qdot.PERMUTE)
     p = pack(climbing_blocks(Q.Q4_1, 16, 32, np.random.default_rng(0)), Q.Q4_1)
     assert (qm._kernel_of(p) is qmadd.k_nib) and (qm.SERIAL[qmadd.k_nib] is qmadd.s_nib)
     assert (qmadd.k_nib is qdot.k_nib) == (not qmadd.MADD)

@@ -176,7 +176,7 @@ def fused(c, eps: float, rms: bool, block=None):
 
 def warm(scales=()) -> None:
     """One call of each step on tiny arrays (the signatures are compiled, or loaded, at import);
-    and the block's calls and the stack's compiled (or loaded), qdot's serial kernels in them, for
+    and the block's calls and the stack's compiled (or loaded), the serial kernels in them, for
     each scale type in `scales` (dtypes: onerow_block.SCALES' keys)."""
     x = np.ones((1, 4), np.float32)
     q, k = np.ones((2, 1, 4), np.float32), np.ones((1, 2, 4), np.float32)

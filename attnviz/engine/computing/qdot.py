@@ -112,7 +112,9 @@ if numba:
     _V8, V32, VF, _VH = (ir.VectorType(t, LANES) for t in (ir.IntType(8), _I32, _F32, ir.HalfType()))
     PERMUTE = _permute_table()
     VNNI = _vnni()
-    MADD = not VNNI and "+avx2" in _numba_features()  # the nibble kernels' vpmaddubsw sums (qmadd.py)
+    # the nibble kernels' vpmaddubsw sums (qmadd.py): on AVX2 without AVX-512 (where they were
+    # measured; an AVX-512 CPU without VNNI keeps the 16-lane float kernels with their permute table)
+    MADD = not VNNI and not PERMUTE and "+avx2" in _numba_features()
     HALF_IN_HARDWARE = _half_in_hardware()
     _V16 = ir.VectorType(ir.IntType(16), LANES)
 

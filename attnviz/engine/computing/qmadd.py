@@ -1,5 +1,5 @@
 """The nibble kernels (Q4_0, Q4_1, Q4_K) as qmatvec.py and the one-row block call them: where the CPU
-has AVX2 but not AVX512-VNNI (qdot.MADD), their inner sums in integers with vpmaddubsw; elsewhere
+has AVX2 but not AVX-512 (qdot.MADD), their inner sums in integers with vpmaddubsw; elsewhere
 qdot's (float32, or VNNI), named here too; with qbytes' byte kernels, SERIAL: each kernel's
 serial twin.
 

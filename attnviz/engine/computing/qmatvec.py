@@ -13,7 +13,7 @@ multiplied by one broadcast x, every sub-block of a group summed in registers), 
 vectorisation (left to itself, LLVM vectorised the loop over inputs and summed lanes across);
 where the CPU has AVX512-VNNI, the inner sums are integer dot products of the weights with x
 split into int8 pieces, within the same tolerance (qdot.py's docstring; the byte types': qbytes.py),
-and the 4-bit types' the same integers where it has AVX2 alone (qmadd.py);
+and the 4-bit types' the same integers where it has AVX2 without AVX-512 (qmadd.py);
 the groups of rows are split over parallel.kernel_threads() (numba's prange: every core; in the
 window one as BLAS, and every core but one for a large matrix). Each group is summed by one
 thread, so y is the same bits on any number of threads, and equals dequantise-then-float32-matmul
@@ -253,7 +253,7 @@ def _warm_one_row(half) -> None:
             if ("one-row block", h) not in _warmed:
                 t0 = time.perf_counter()
                 from attnviz.engine.computing import onerow
-                onerow.warm([np.uint16 if h else np.float32])  # (qdot's serial kernels compiled in)
+                onerow.warm([np.uint16 if h else np.float32])  # (the serial kernels compiled in)
                 _warmed["one-row block", h] = time.perf_counter() - t0
         if "one-row steps" not in _warmed:
             t0 = time.perf_counter()
