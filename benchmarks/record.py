@@ -48,23 +48,20 @@ def _cpu_model() -> str:
 
 
 def _vectors() -> str | None:
-    """The widest vector instructions the CPU offers that the quantised kernels compile for (their
-    speed differs by several times between these: figures of one class are comparable)."""
+    """The vector instructions the quantised kernels were compiled for in this process (their inner
+    loop differs between these: figures of one kind are comparable): "AVX-512 VNNI", "AVX-512",
+    "AVX2", or "below AVX2" (the float32 kernels on narrower vectors, NEON on ARM); None without
+    numba (no kernels)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = set(line.split(":", 1)[1].split())
-                break
-        else:
-            return None
-    except OSError:
+        from attnviz.engine.computing import qdot
+    except ImportError:
         return None
-    if {"avx512f", "avx512_vnni", "avx512vbmi"} <= flags:
-        return "AVX-512 VNNI"
-    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON")):
-        if flag in flags:
-            return name
-    return None
+    return vectors_label(qdot.VNNI, qdot.PERMUTE, qdot.MADD) if qdot.numba else None
+
+
+def vectors_label(vnni: bool, permute: bool, madd: bool) -> str:
+    """The kernels' paths (qdot.VNNI, qdot.PERMUTE, qdot.MADD) -> the instructions they run on."""
+    return "AVX-512 VNNI" if vnni else "AVX-512" if permute else "AVX2" if madd else "below AVX2"
 
 
 def _blas() -> tuple[str, int | None]:

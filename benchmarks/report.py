@@ -135,8 +135,8 @@ def render_doc(docs: list[dict]) -> str:
         "- **latest**: the value the goal is read against (the note says how a run's value is taken).\n"
         "- **spread over runs**: the smallest and largest of the runs that value comes from.\n"
         "- **met**: the latest value against the goal; a goal missed is shown with its figure.\n"
-        "- **machine**: the CPU, in brackets its widest vector instructions where they were recorded\n"
-        "  (the quantised kernels take another inner loop on each: compare figures of one kind).\n"
+        "- **machine**: the CPU, in brackets the vector instructions the quantised kernels ran on, where\n"
+        "  recorded (AVX-512 VNNI, AVX2...: another inner loop on each; compare figures of one kind).\n"
         "- **commit**: the code measured (`+`: with uncommitted changes), and the date.\n\n"
         "Timings depend on the machine and on what else it runs: compare figures of one machine.\n\n"
         + table(rows(docs)))
