@@ -241,20 +241,24 @@ def keystroke_figures(model, ids: list[int], fresh, repeat: int, threads: int) -
     on, off = times["one call"], times["float32"]
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
     loop = statistics.median(times["layer by layer"])
-    figs = [figure(f"keystroke engine time, kernels, T = {T}", a, "ms", runs=on,
-                   note=f"one new row, every layer's patterns, every layer in one compiled call "
-                        f"(onerow_stack); {threads} thread(s); median; load average {load:.1f}"),
-            figure(f"keystroke engine time, kernels layer by layer, T = {T}", loop, "ms",
-                   runs=times["layer by layer"],
-                   note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
-                        f"average {load:.1f}"),
-            figure(f"keystroke engine time, float32, T = {T}", b, "ms", runs=off,
-                   note=f"the same runs in turns; median; load average {load:.1f}"),
+    figs = [*_ways_figures(f"keystroke engine time, {{}}, T = {T}", times, load,
+                           f"one new row, every layer's patterns, every layer in one compiled call "
+                           f"(onerow_stack); {threads} thread(s)"),
             figure("keystroke: kernels / float32", a / b, "x", goal=0.5, headline=True,
                    note=f"medians {a:.2f} / {b:.2f} ms")]
     print(f"keystroke T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
           f"ratio {a / b:.2f}  load {load:.1f}", flush=True)
     return figs
+
+
+def _ways_figures(name: str, times: dict, load: float, what: str) -> list[dict]:
+    """The figures of _ways' three ways (name.format: "kernels", "kernels layer by layer",
+    "float32"), each its median of the runs; `what`: the first way's runs, said in its note."""
+    notes = {"one call": what, "layer by layer": "the same runs in turns, a layer's compiled calls at a time",
+             "float32": "the same runs in turns"}
+    labels = {"one call": "kernels", "layer by layer": "kernels layer by layer", "float32": "float32"}
+    return [figure(name.format(labels[way]), statistics.median(times[way]), "ms", runs=times[way],
+                   note=f"{notes[way]}; median; load average {load:.1f}") for way in WAYS]
 
 
 def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
@@ -311,16 +315,9 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                     f"else: median {statistics.median(alone):.2f} ms of the step's {a:.2f} ms; "
                     f"the rest is the layers' other steps (norms, RoPE, attention over T keys, "
                     f"SwiGLU's gate) and the calls between"),
-        figure(f"generation step T = {T}, kernels", a, "ms", runs=on,
-               note=f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
-                    f"a generation's steps at T = {T}..{T + repeat - 1}; median; load "
-                    f"average {load:.1f}"),
-        figure(f"generation step T = {T}, kernels layer by layer", loop, "ms",
-               runs=times["layer by layer"],
-               note=f"the same runs in turns, a layer's compiled calls at a time; median; load "
-                    f"average {load:.1f}"),
-        figure(f"generation step T = {T}, float32", b, "ms", runs=off,
-               note=f"the same runs in turns; median; load average {load:.1f}"),
+        *_ways_figures(f"generation step T = {T}, {{}}", times, load,
+                       f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
+                       f"a generation's steps at T = {T}..{T + repeat - 1}"),
         figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
                goal=1.3, headline=T == 64,
                note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "

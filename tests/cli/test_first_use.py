@@ -29,7 +29,8 @@ def test_typing_benchmark_filters_the_offscreen_propagate_size_hints_lines():
     import time
 
     bench = TYPING_BENCH
-    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
+    # (a benchmark run as a file finds the repository's packages on PYTHONPATH: benchmarks/children.py)
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "PYTHONPATH": str(bench.parent.parent)}
     cold = subprocess.run([sys.executable, str(bench), "--cold-child", repr(time.time()),
                            "--model", "all-MiniLM-L6-v2"],
                           capture_output=True, text=True, timeout=120, env=env)
