@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from blas_rows import assert_same
 from safetensors.numpy import load_file, save_file
 from tiny import FIXTURES, tiny_llama
 
@@ -224,7 +225,8 @@ def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
     longer = np.concatenate([IDS[:8], [7, 7]])
     pair = models_pair(*llama_pair, longer, C.compare_trace)
     doc, seen = C.compare_with(pair, known=known)
-    assert doc == C.compare(pair) and (seen[0] == longer).all()
+    assert_same(doc, C.compare(pair))  # (bits where the BLAS computes a row alike in any call)
+    assert (seen[0] == longer).all()
     assert C.shared_prefix(IDS, longer) == 8 and C.shared_prefix(IDS, IDS) == len(IDS)
 
 

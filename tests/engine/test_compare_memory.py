@@ -6,6 +6,7 @@ whichever rows are computed beside a position)."""
 import mmap
 import tracemalloc
 
+import blas_rows
 import gguf
 import numpy as np
 import pytest
@@ -190,6 +191,8 @@ def test_a_keystrokes_new_positions_take_the_kernels_on_a_shared_packed_table(tm
     monkeypatch.setattr(qmatvec, "qlinear", lambda x, pm: rows.append(len(x)) or real_q(x, pm))
     monkeypatch.setattr(C, "pair_logits", lambda *a, **k: passes.append(1) or real_p(*a, **k))
     got, _ = C.next_token_numbers(pair, known=seen)
+    if not blas_rows.exact():  # (the prefix's rows then differ by rounding: none is reused)
+        pytest.skip("this BLAS rounds a row by the rows around it: no prefix is bit for bit the same")
     assert C.reusable(seen, pair.a.ids, pair.a.trace.resid[-1], pair.b.trace.resid[-1]) == 8
     assert rows == [2, 2] and passes == []  # the two new positions, one product per side
     monkeypatch.setattr(qmatvec, "qlinear", real_q)
