@@ -55,3 +55,20 @@ def check_rows_restart_and_threads_agree(raw, qtype, rng):
     np.testing.assert_array_equal(a[0], a[1])
     np.testing.assert_array_equal(a[0], a[3])
     check_within_rel(a, x, gguf.quants.dequantize(raw, qtype).astype(np.float32))
+
+
+def spy_on_block_compiles(monkeypatch) -> list:
+    """qmatvec as a fresh process finds it (nothing warmed yet), and the one-row block's and
+    stack's compiles recorded as they are asked for: [(compile_block or compile_stack, scale
+    dtype name), ...] (each still compiles, or loads, as it would)."""
+    from attnviz.engine.computing import onerow_block, onerow_stack
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    asked = []
+    for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
+            asked.append((name, np.dtype(scale).name)), real(scale))[1])
+    return asked

@@ -15,6 +15,7 @@ from attnviz.engine.computing.trace import Knockout, Patch, Trace, append_positi
 from attnviz.engine.reading import qpack
 from attnviz.engine.reading.layout import Layer
 from gguf_files import family_gguf, gguf_tensors, load_packed, write_gguf
+from kernel_checks import spy_on_block_compiles
 from tiny import FIXTURES
 
 pytest.importorskip("numba")
@@ -257,16 +258,7 @@ def test_warming_a_block_type_loads_the_one_row_block_of_its_scale_type_alone(mo
     """The one-row block and stack are compiled (or loaded) for the scale type of the block types
     warmed (float16 bits: qpack.HALF; float32: the K types), once each, and the other type's only
     when a model of it is warmed."""
-    from attnviz.engine.computing import onerow_block, onerow_stack
-    monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_serial_ready", set())
-    monkeypatch.setattr(qm, "_ready_types", set())
-    monkeypatch.setattr(qm, "ONE_ROW", None)
-    asked = []
-    for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
-            asked.append((name, np.dtype(scale).name)), real(scale))[1])
+    asked = spy_on_block_compiles(monkeypatch)
     qm.warm([Q.Q8_0, Q.Q4_1])
     assert asked == [("compile_block", "uint16"), ("compile_stack", "uint16")]
     assert qm.warmed([Q.Q8_0, Q.Q4_1]) and not qm.warmed([Q.Q6_K])

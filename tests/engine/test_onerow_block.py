@@ -17,6 +17,7 @@ from attnviz.engine.computing.generate import _StepTrace
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache, Patch, ReplaceHead, Trace
 from gguf_files import gguf_tensors, load_packed, write_gguf
+from kernel_checks import spy_on_block_compiles
 from tiny import FIXTURES
 
 pytest.importorskip("numba")
@@ -330,16 +331,7 @@ def test_warm_compiles_the_block_for_the_scale_types_its_layers_run_it_with(monk
     """warm(types, layers=...) compiles (or loads) the one-row block and stack for the scale types
     block_scales names alone: none for layers that mix float16 and float32 scales, though their
     block types have both; the float32 ones once a layer runs the block with them."""
-    from attnviz.engine.computing import onerow_block, onerow_stack
-    monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_serial_ready", set())
-    monkeypatch.setattr(qm, "_ready_types", set())
-    monkeypatch.setattr(qm, "ONE_ROW", None)
-    asked = []
-    for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
-            asked.append((name, np.dtype(scale).name)), real(scale))[1])
+    asked = spy_on_block_compiles(monkeypatch)
     types, mixed = K_LAYERS["mixed_scales"], [_k_view(K_LAYERS["mixed_scales"])] * 2
     qm.warm(types, layers=mixed)
     assert asked == [] and qm.ONE_ROW is not None and qm.warmed(types, layers=mixed)
