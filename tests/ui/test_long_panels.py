@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 
 from attnviz.engine.analysing import find as F, heads as H
 from attnviz.engine.computing.longdoc import dense_bytes
-from attnviz.ui.panels.roles_views import COLUMNS
+from attnviz.ui.panels.roles_views import COLUMNS, DIGITS
 from windows import PARAGRAPH, PROMPT, WAIT, open_window, scores_settled, widget
 from attnviz.engine.computing.request import RunRequest
 
@@ -66,7 +66,7 @@ def table_scores(panel):
 
 
 def check_shown(w, dense, hs):
-    """The panel shows `dense`'s scores: every table row (3 decimals), the map's size, the summary's
+    """The panel shows `dense`'s scores: every table row (to its column's decimals), the map's size, the summary's
     counts; and the state's scores (what the table rounds) equal them: the role scores within 1e-5,
     distance and entropy within METRIC_TOL (atol, rtol)."""
     panel = w.roles_panel
@@ -89,7 +89,7 @@ def check_shown(w, dense, hs):
         for name, v in values.items():
             d = float(dense.scores[name][l, h])  # half the shown decimal, plus the bounds above
             atol, rtol = METRIC_TOL.get(name, (1e-5, 0.0))
-            assert abs(v - d) <= 5e-4 + atol + rtol * abs(d), (l, h, name)
+            assert abs(v - d) <= 0.5 * 10.0 ** -DIGITS[name] + atol + rtol * abs(d), (l, h, name)
     ov = panel.overview.map
     assert (ov.rowCount(), ov.columnCount()) == (n_layer, n_head)
     counts = ", ".join(f"{n} {r}" for r in H.ROLES if (n := sum(row.count(r) for row in dense.labels)))

@@ -268,8 +268,7 @@ class LayerCache:
         if self._p:  # cached keys and values first
             k = append_positions(self.past.k[self.i], self._p, k)
             v = append_positions(self.past.v[self.i], self._p, v)
-        elif t.want_kv or t.want_values:  # arrays of their own, not views of the projection (a
-            # copy even where the view is contiguous, one position: it would hold the projection)
+        elif t.want_kv or t.want_values:  # copies of their own, never views holding the projection
             k, v = (np.array(k, order="C") if t.want_kv else k), np.array(v, order="C")
         if t.want_kv:
             t.k[self.i] = k
