@@ -20,13 +20,19 @@ from windows import WAIT, open_window  # noqa: E402
 TEXT = "Dr Zorblax met Mrs Okkadine. Later, Dr Zorblax thanked Mrs Okkadine."
 
 
-@pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])
-def test_roles_map_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, n_head):
+def roles_tab(qtbot, tmp_path, model, tab: str):
+    """A window on `model` with the Head roles dock shown at its default width, on its `tab`."""
     w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
     w.roles_dock.show()
     w.roles_dock.raise_()
     panel = w.roles_panel
-    panel.tabs.setCurrentWidget(panel.overview)
+    panel.tabs.setCurrentWidget(getattr(panel, tab))
+    return w, panel
+
+
+@pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])
+def test_roles_map_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, n_head):
+    w, panel = roles_tab(qtbot, tmp_path, model, "overview")
     ov = panel.overview.map
     qtbot.waitUntil(lambda: ov.columnCount() == n_head and ov.isVisible(), timeout=WAIT)
     assert w.roles_dock.width() <= 460  # (the default width: nothing saved in this test's settings)
@@ -56,11 +62,7 @@ def _label_width(header, c: int, width: int) -> int:
 
 @pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])
 def test_scores_table_fits_the_default_dock_width(qtbot, tmp_path, smollm2, model, n_head):
-    w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
-    w.roles_dock.show()
-    w.roles_dock.raise_()
-    panel = w.roles_panel
-    panel.tabs.setCurrentWidget(panel.score_table)
+    w, panel = roles_tab(qtbot, tmp_path, model, "score_table")
     t = panel.score_table.table
     qtbot.waitUntil(lambda: t.rowCount() > 0 and t.isVisible(), timeout=WAIT)
     assert w.roles_dock.width() <= 460  # (the default width: nothing saved in this test's settings)
