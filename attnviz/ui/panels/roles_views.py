@@ -251,7 +251,7 @@ class ScoresTable(QWidget):
         # the columns fill the table's width, each as wide as its texts, fitted again as the width
         # or the sorted column (its header's arrow, its rows' order) changes
         self.table_fit = ColumnFit(self.table)
-        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.measure())
+        header.sortIndicatorChanged.connect(lambda *_: self.table_fit.measure(texts=False))
         self.definitions = QTextBrowser()
         self.definitions.setOpenLinks(False)
         scl = QVBoxLayout(self)

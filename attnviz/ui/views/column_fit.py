@@ -16,8 +16,8 @@ TIGHT_PAD = 4  # pixels beside a cell's text where the table is too narrow for t
 
 
 class ColumnFit(QObject):
-    """Fits `table`'s columns as its viewport resizes; `measure()` after its cells or its sorted
-    column change. Its horizontal header is set to fixed sections, at least a digit wide (the
+    """Fits `table`'s columns as its viewport resizes; `measure()` after its cells change,
+    `measure(texts=False)` after its rows are sorted. Its horizontal header is set to fixed sections, at least a digit wide (the
     style's least, 38 px, would undo the narrow columns)."""
 
     def __init__(self, table):
@@ -31,11 +31,14 @@ class ColumnFit(QObject):
         self.viewport = table.viewport()
         self.viewport.installEventFilter(self)
 
-    def measure(self) -> None:
-        """Measure the cells' texts (new cells, a new sort) and fit the columns to them."""
+    def measure(self, texts: bool = True) -> None:
+        """Measure the cells and fit the columns to them: the style's widths (its size hints sample
+        the rows in their order: after a sort too) and, where `texts` (new cells, not a new order of
+        the same ones), the widest text of each column."""
         t = self.table
         self.hints = [t.sizeHintForColumn(c) for c in range(t.columnCount())]
-        self.cells = [widest(cell_texts(t, c)) + TIGHT_PAD for c in range(t.columnCount())]
+        if texts or len(self.cells) != t.columnCount():
+            self.cells = [widest(cell_texts(t, c)) + TIGHT_PAD for c in range(t.columnCount())]
         self.fit()
 
     def fit(self) -> None:
