@@ -25,7 +25,7 @@ in one process, in turns (not a test).
   kernels) against the same floor: what the kernels take, the step's rest being its other steps.
   Beside the goal's floor, one that also counts the float32 K and V the step reads (every layer's
   T positions: 23.6 MB for SmolLM2 at T = 512), at the same read bandwidth: no goal.
-- run of n rows (16, 64, 256, 512) where no layer's float32 copy is held (the model as loaded with
+- run of n rows (16, 64, 128, 256, 512) where no layer's float32 copy is held (the model as loaded with
   the kernels): on the kernels against expanding every layer for the float32 product (a budget of
   one layer, so each run expands them again), in turns. Where the kernels stop being faster is
   qmatvec.ROWS_UNEXPANDED.
@@ -181,7 +181,7 @@ def _unexpanded_runs(store, repeat: int) -> list:
     small = load_model("SmolLM2-135M-Instruct", budget=max(store.sizes))  # room for one layer
     rng = np.random.default_rng(2)
     figs, crossover = [], qm.ROWS_UNEXPANDED
-    for n in (16, 64, 256, 512):
+    for n in (16, 64, 128, 256, 512):
         ids = rng.integers(100, small.config.vocab_size, n).tolist()
         times: dict = {"kernels": [], "expanding": []}
         for r in range(max(2, repeat // 5) + 1):

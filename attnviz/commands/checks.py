@@ -103,10 +103,27 @@ def add_model(p: argparse.ArgumentParser, note: str = "") -> None:
 # LLVM library from disk (benchmarks/cold_start: Gemma 3 270M Q4_K_M's 241 MiB file above,
 # SmolLM2's 94 MiB file below; predict, whose lens takes a row a layer, keeps the float32 path)
 KERNELS_FROM = 192 * 2**20
+
+
+def vnni_cpu(cpuinfo: str | None = None) -> bool:
+    """Whether the CPU lists AVX512-VNNI and VBMI (the kernels' fastest path: engine qdot.VNNI),
+    read from /proc/cpuinfo's flags (or `cpuinfo`, its text) without importing numba; False where
+    there is no such file (another system)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+                cpuinfo = next((line for line in f if line.startswith("flags")), "")
+        except OSError:
+            return False
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags") and ":" in line), [])
+    return {"avx512_vnni", "avx512vbmi"} <= set(flags)
+
+
 # --max-new from which a GGUF file of any size takes the kernels: each step on them is faster than
 # on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length: where
-# the two paths' whole processes cross on SmolLM2)
-KERNELS_STEPS = 28
+# the two paths' whole processes cross on SmolLM2; later without VNNI, whose steps gain less)
+KERNELS_STEPS = 28 if vnni_cpu() else 41
 
 
 def wants_kernels(where: Path, max_new: int = 0) -> bool:

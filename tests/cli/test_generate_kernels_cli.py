@@ -130,3 +130,13 @@ def test_a_long_generation_on_a_small_file_takes_the_kernels_and_chooses_the_sam
     assert products and qpack.kernels_on() and parallel.kernel_threads() == 1
     assert long["new_ids"][:3] == short["new_ids"]
     _assert_close(long["steps"][:3], short["steps"])
+
+
+def test_the_cpu_flags_choose_the_crossover():
+    """VNNI and VBMI both listed: the fast kernels' flags; either missing, or no flags line: not."""
+    line = "flags\t\t: fpu sse avx2 avx512f {}\n"
+    assert checks.vnni_cpu("processor\t: 0\n" + line.format("avx512_vnni avx512vbmi"))
+    assert not checks.vnni_cpu(line.format("avx512_vnni"))
+    assert not checks.vnni_cpu(line.format("avx512vbmi"))
+    assert not checks.vnni_cpu("processor\t: 0\n")
+    assert checks.KERNELS_STEPS == (28 if checks.vnni_cpu() else 41)

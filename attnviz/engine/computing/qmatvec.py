@@ -46,13 +46,14 @@ log = logging.getLogger(__name__)
 try:
     import numba
 
+    from attnviz.engine.computing.qbytes import VNNI
     from attnviz.engine.computing.qbytes import k_b16 as _k_b16
     from attnviz.engine.computing.qbytes import k_b32 as _k_b32
     from attnviz.engine.computing.qmadd import SERIAL
     from attnviz.engine.computing.qmadd import k_nib as _k_nib
     from attnviz.engine.computing.qmadd import k_nib8 as _k_nib8
 except ImportError:  # the float32 path is always there; has_kernel() then says no
-    numba = None
+    numba, VNNI = None, False
 
 # the fewest rows of x at which linear() takes the float32 product again, per type: below the
 # crossover benchmarks/qmatvec.py --threads 1 finds, with a margin (a kernel's work grows with the
@@ -60,8 +61,9 @@ except ImportError:  # the float32 path is always there; has_kernel() then says 
 ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K: 8, Q.Q6_K: 8}
 # the same where the layer's float32 copy is not held: the float32 product would first expand the
 # layer (dequantise every weight), which costs more than the kernels' rows up to about this many
-# (benchmarks/qsteps.py, "run of n rows")
-ROWS_UNEXPANDED = 256
+# (benchmarks/qsteps.py, "run of n rows"): fewer where the kernels have no VNNI (AVX2's integer
+# sums take three instructions a weight pair where VNNI's take one)
+ROWS_UNEXPANDED = 256 if VNNI else 128
 
 KERNELS = PACKED
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
