@@ -33,9 +33,12 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it; `text`: the text a one-shot command
     will encode (reading/gguf_model.py gguf_tokenizer)."""
+    from attnviz.engine.reading.qpack import rest_later
+
     model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text,
                                packing=warm_few_rows_meanwhile))
-    warm_kernels(model)
+    if not rest_later():  # (a process that warms the rest later: the read started all a load warms)
+        warm_kernels(model)
     return model
 
 
