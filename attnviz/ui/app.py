@@ -47,10 +47,12 @@ def create_window(model: str | None = None, text: str | None = None,
     a second) are imported, so the two overlap. `kw`: MainWindow's (panels, parent)."""
     from attnviz.engine.computing.model import clean_text
     from attnviz.ui.machinery.settings import app_settings, apply_memory_budget, saved_model, saved_text
+    from attnviz.ui.machinery.tuning import postpone_collections
 
     settings = settings if settings is not None else app_settings()
     apply_memory_budget(settings)  # before the first load
     state, worker = assemble(debounce_ms)
+    postpone_collections()  # until start-up's own collection, once the first analysis is done
     source = model or saved_model(settings)
     # the text MainWindow will show (as the state cleans it): the load builds its tokenizer for it
     worker.load(source, text=clean_text(text if text is not None else saved_text(settings))[0])

@@ -98,9 +98,12 @@ class MainWindow(QMainWindow):
         col.addWidget(self.notices.text)
         col.addWidget(self.notices.model)
         col.addWidget(self.controls)
-        # a model with training checkpoints: the step slider and its curves (hidden otherwise)
-        self.training_panel = TrainingPanel(st)
-        col.addWidget(self.training_panel)
+        # a model with training checkpoints: the step slider and its curves, built in this place
+        # when the first such model comes (training_panel)
+        self.training_place = QVBoxLayout()
+        self.training_place.setContentsMargins(0, 0, 0, 0)
+        col.addLayout(self.training_place)
+        st.sigCheckpointsChanged.connect(lambda ckpts: ckpts is not None and self.training_panel)
         from attnviz.ui.panels.ablation_panel import AblationBar
 
         self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore
@@ -117,6 +120,14 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.load_box)
         sb.addPermanentWidget(figures.tokens_label)
         sb.addPermanentWidget(figures.time_label)
+
+    @property
+    def training_panel(self) -> TrainingPanel:
+        """The training panel, built when first asked for (it shows itself for a model with
+        checkpoints, hides for another; most models have none)."""
+        if self.training_place.count() == 0:
+            self.training_place.addWidget(TrainingPanel(self.state))
+        return self.training_place.itemAt(0).widget()
 
     def _build_docks(self, panels: tuple[str, ...]) -> None:
         # The side panels' tabs run down the window's edge, each name whole: a bar along the

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from attnviz.engine import parallel
-from attnviz.engine.computing import families, layers
+from attnviz.engine.computing import families, layers, load
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading import qpack
+from attnviz.engine.reading import gguf_model, qpack
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
 
@@ -78,6 +78,7 @@ def loaded(tmp_path, threads, name="q8.gguf"):
     for t, _ in threads:
         t.join(timeout=600)
         assert not t.is_alive()
+    settled()  # (the few-rows kernels the read started: load.warm_few_rows_meanwhile)
     return model
 
 
@@ -94,7 +95,7 @@ def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit
         tmp_path, cold, steps_taken, kernel_cap, one_thread):
     parallel.limit_kernel_threads(1 if one_thread else None, wide=None)
     model = loaded(tmp_path, cold)
-    assert [extras for _, extras in cold] == [False]  # the load's warm-up: the kernels alone
+    assert cold == []  # the load's warm-up: the kernels alone, which its read started
     assert model.weights.layers[0].packed is not None
     key = qm._key(Q.Q8_0)  # in the form a call takes: one thread, the serial twin
     assert (key in qm._serial_ready, key in qm._warmed) == ((True, False) if one_thread or parallel.cores() == 1
@@ -128,3 +129,37 @@ def test_a_one_row_run_waits_for_the_one_row_steps_and_equals_a_warm_ones(tmp_pa
     want = warm.run(ids=IDS)
     assert want.cache_computed == 1
     assert np.array_equal(step.attentions, want.attentions)
+
+
+def test_a_load_starts_the_few_rows_kernels_before_its_tokenizer_and_layers(tmp_path, cold, monkeypatch):
+    """The kernels of the file's packed block types start on a thread of their own once the file's
+    tensor table is read, so numba's import and the kernels' load overlap the tokenizer's build and
+    the layers' packing; the load's own warm-up after them then finds them warm."""
+    events = []
+    real_start, real_tokenizer = load.warm_few_rows_meanwhile, gguf_model.gguf_tokenizer
+
+    def start(qtypes):
+        events.append(("kernels", frozenset(qtypes)))
+        t = real_start(qtypes)
+        events.append(("thread", t))
+        return t
+
+    def tokenizer(*args, **kwargs):
+        events.append(("tokenizer",))
+        return real_tokenizer(*args, **kwargs)
+    monkeypatch.setattr(load, "warm_few_rows_meanwhile", start)
+    monkeypatch.setattr(gguf_model, "gguf_tokenizer", tokenizer)
+    model = loaded(tmp_path, cold)
+    assert [e[0] for e in events] == ["kernels", "thread", "tokenizer"]
+    assert events[0][1] == model.weights.packed_types == {Q.Q8_0}
+    events[1][1].join(timeout=600)
+    assert qm.takes(model.weights.layers[0].packed.w_qkv, 2)  # warm: a run of a few rows takes them
+    first = model.run(ids=IDS, request=RunRequest(use_cache=False))
+    qm.warm(model.weights.packed_types)
+    again = model.run(ids=IDS, request=RunRequest(use_cache=False))
+    assert np.array_equal(first.attentions, again.attentions)
+
+
+def test_a_file_without_packed_layers_starts_no_kernels():
+    """Nothing to pack (a float32 file, or a process that did not ask for the kernels): no thread."""
+    assert load.warm_few_rows_meanwhile(frozenset()) is None

@@ -234,3 +234,25 @@ def test_the_runner_loads_a_models_checkpoints_into_the_state(qtbot):
     st.set_model(None)
     assert st.checkpoints is None
     assert worker.wait_idle(WAIT)
+
+
+def test_the_panel_comes_for_a_model_with_checkpoints_opened_after_one_without(qtbot, tmp_path):
+    """The panel is built when the first model with checkpoints comes (a window opened on another
+    model shows none): then it shows that model's steps as a window opened on it does."""
+    from attnviz.ui.panels.training_panel import TrainingPanel
+
+    w = create_window(model="attnviz-textbook", text=REPEATED,
+                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: w.state.result is not None, timeout=WAIT)
+    assert not [p for p in w.findChildren(TrainingPanel) if p.isVisible()]
+    with qtbot.waitSignal(w.state.sigCheckpointsChanged, timeout=WAIT,
+                          check_params_cb=lambda ckpts: ckpts is not None):
+        w.load_model(TOY_MODEL)
+    panel, n = w.training_panel, len(w.state.checkpoints)
+    assert w.findChildren(TrainingPanel) == [panel]
+    qtbot.waitUntil(panel.isVisible, timeout=WAIT)
+    assert panel.slider.maximum() == n - 1 and panel.slider.value() == n - 1
+    assert f"step {w.state.checkpoints.infos[-1].step:,}" in panel.step_label.text()
+    w.worker.wait_idle()

@@ -4,6 +4,7 @@ engine/reading/gguf_model.py from a GGUF file) made into a `Model`, found by nam
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from attnviz.engine.computing.model import Model
@@ -32,9 +33,30 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it; `text`: the text a one-shot command
     will encode (reading/gguf_model.py gguf_tokenizer)."""
-    model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text))
-    warm_kernels(model)
+    from attnviz.engine.reading.qpack import rest_later
+
+    model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text,
+                               packing=warm_few_rows_meanwhile))
+    if not rest_later():  # (a process that warms the rest later: the read started all a load warms)
+        warm_kernels(model)
     return model
+
+
+def warm_few_rows_meanwhile(qtypes) -> threading.Thread | None:
+    """The kernels a run of a few rows takes on `qtypes` (a GGUF file's packed block types; none:
+    nothing to do), numba imported and the kernels compiled or loaded from its cache on a thread
+    of their own, while the load goes on to the tokenizer and the layers: the model's first run
+    waits for them (qmatvec.takes_layer), and waits less once they have started early."""
+    if not qtypes:
+        return None
+
+    def warm():
+        from attnviz.engine.computing.qmatvec import warm_few_rows
+
+        warm_few_rows(qtypes)
+    t = threading.Thread(target=warm, name="qmatvec-warm-few-rows", daemon=True)
+    t.start()
+    return t
 
 
 def warm_kernels(model: Model) -> None:

@@ -457,17 +457,22 @@ def _numbers(reader: GGUFReader, key: str, kinds: str) -> np.ndarray | None:
 
 
 def read_gguf(path: Path, name: str | None = None, license: str | None = None,
-              budget: int | None = None, eager: bool = True, text: str | None = None) -> ReadModel:
+              budget: int | None = None, eager: bool = True, text: str | None = None,
+              packing=None) -> ReadModel:
     """Read a GGUF model file: config from its metadata, tokenizer built, layers expanded to float32
     within the memory budget (`budget` bytes, else the one chosen, else the default); `eager=False`
     leaves each layer in the file until a run first needs it. `text`: the text a one-shot command
-    will encode (gguf_tokenizer)."""
+    will encode (gguf_tokenizer). `packing`: called with the block types the layers will be packed
+    in (Weights.packed_types, maybe none) once they are known, before the tokenizer is built and any
+    layer is read (a loader starts the kernels for them meanwhile)."""
     path = Path(path).expanduser()
     reader = open_gguf(path)
     arch = architecture(reader)
     cfg = gguf_config(reader)
     ts = GGUFTensors(reader, path)
     weights = load_llama_gguf(cfg, arch, ts, budget, name or path.name, eager=False)  # no layer read
+    if packing is not None:
+        packing(weights.packed_types)
     if eager:  # the layers' buffer faulted in beside the tokenizer's build, which holds the GIL
         weights.layers.prepare_kept()
     try:

@@ -71,8 +71,8 @@ class Packed:
         return self.q, scale, offset
 
 
-def _f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] -> float16 [...]
-    return np.ascontiguousarray(b).view(np.float16)[..., 0]
+def _f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (its last axis contiguous) -> float16 [...]
+    return b.view(np.float16)[..., 0]  # (a view of the blocks: read once, by the copy into the layout)
 
 
 def _f32(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (float16) -> float32 [...]
@@ -101,15 +101,13 @@ def _five_bits(qs: np.ndarray, qh: np.ndarray, centred: bool) -> np.ndarray:
 
 def _decode(blocks: np.ndarray, qtype: Q):
     """uint8 [n_out, n_blk, size] -> q [n_out, n_sub, S] (uint8 0..15 for nibbles, else int8),
+    for every packed type but Q4_0 and Q4_1 (_nibble_blocks),
     scale, offset [n_out, n_sub] (float16 for HALF, else float32; offset None: 0)."""
     n, nb = blocks.shape[:2]
-    if qtype in (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1):
+    if qtype in (Q.Q5_0, Q.Q5_1):
         d = _f16(blocks[..., 0:2])
-        m = _f16(blocks[..., 2:4]) if qtype in (Q.Q4_1, Q.Q5_1) else None
+        m = _f16(blocks[..., 2:4]) if qtype == Q.Q5_1 else None
         at = 2 if m is None else 4
-        if qtype in (Q.Q4_0, Q.Q4_1):
-            lo, hi = _nibble_pairs(blocks[..., at:at + 16])
-            return np.concatenate([lo, hi], axis=-1), d, m
         return _five_bits(blocks[..., at + 4:at + 20], blocks[..., at:at + 4], m is None), d, m
     if qtype == Q.Q8_0:
         return blocks[..., 2:34].view(np.int8), _f16(blocks[..., 0:2]), None
@@ -136,6 +134,16 @@ def _decode(blocks: np.ndarray, qtype: Q):
         q = (lo | ((hi & 3) << 4)).astype(np.int8) - np.int8(32)
         return q.reshape(n, nb * 16, 16), scale.reshape(n, -1), None
     raise ValueError(f"no kernel layout for {getattr(qtype, 'name', qtype)}")
+
+
+def _nibble_blocks(blocks: np.ndarray, qtype: Q):
+    """Q4_0's and Q4_1's blocks uint8 [n_out, n_blk, size] -> their 16 nibble bytes [n_out, n_blk,
+    16], d, m [n_out, n_blk] (float16; m None for Q4_0): byte j of a block already holds input j
+    in its low and input j + 16 in its high nibble, the layout's order, so no nibble is split."""
+    d = _f16(blocks[..., 0:2])
+    m = _f16(blocks[..., 2:4]) if qtype == Q.Q4_1 else None
+    at = 2 if m is None else 4
+    return blocks[..., at:at + 16], d, m
 
 
 GROUP_BYTES = 1 << 20  # bytes of rows regrouped a copy: a whole table at once misses the caches
@@ -168,11 +176,14 @@ def pack(blocks: np.ndarray, qtype: Q) -> Packed:
         raise ValueError(f"{qtype.name} blocks {blocks.dtype} {blocks.shape} are not rows of "
                          f"{size}-byte blocks")
     n_out, n_in = blocks.shape[0], blocks.shape[1] // size * block
-    q, scale, offset = _decode(blocks.reshape(n_out, -1, size), qtype)
-    n_groups = -(-n_out // LANES)
     nibbles = qtype in NIBBLES
-    if nibbles:  # byte j: input j low, input j + 16 high
-        q = q[..., :16] | (q[..., 16:] << np.uint8(4))
+    if qtype in (Q.Q4_0, Q.Q4_1):  # the file's bytes are the layout's: taken as they are
+        q, scale, offset = _nibble_blocks(blocks.reshape(n_out, -1, size), qtype)
+    else:
+        q, scale, offset = _decode(blocks.reshape(n_out, -1, size), qtype)
+        if nibbles:  # byte j: input j low, input j + 16 high
+            q = q[..., :16] | (q[..., 16:] << np.uint8(4))
+    n_groups = -(-n_out // LANES)
     return Packed(qtype, n_out, n_in, q.shape[-1] * (2 if nibbles else 1), nibbles, qtype == Q.Q4_0,
                   _groups(q.view(np.uint8), n_groups), _groups(scale, n_groups),
                   None if offset is None else _groups(offset, n_groups))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import os
 import threading
+import time
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from threadpoolctl import ThreadpoolController, threadpool_limits
@@ -92,7 +93,23 @@ def collect_garbage_on_the_main_thread() -> None:
     _GC_TIMER.start(GC_INTERVAL_MS)
 
 
+START_UP_S = 10.0  # the longest postpone_collections() keeps the timer from collecting
+_quiet_until = 0.0  # time.monotonic() before which the timer does not collect (start-up)
+
+
+def postpone_collections(seconds: float = START_UP_S) -> None:
+    """The timer collects nothing until the start-up's own collection (freeze_start_up_objects), or
+    for `seconds` at most where none comes (a model that does not load): with collection switched
+    off, generation 0 holds every object start-up has made (the widgets, pyqtgraph's items), which
+    a collection walks for a tenth of a second on the main thread, holding the GIL, as the window
+    is first shown, to free almost nothing; the start-up's collection walks them all once anyway."""
+    global _quiet_until
+    _quiet_until = time.monotonic() + seconds
+
+
 def _collect() -> None:  # on the main thread: generation g once its count passes its threshold
+    if _quiet_until and time.monotonic() < _quiet_until:
+        return
     counts, limits = gc.get_count(), gc.get_threshold()
     for g in range(3):
         if counts[g] <= limits[g]:
@@ -106,8 +123,10 @@ def freeze_start_up_objects() -> None:
     collection walks, so a full collection on the main thread stays short while typing
     (benchmarks/typing_latency.py measures the stalls). Called once a window's start-up is done; a window
     that closes calls thaw_objects(), so its own reference cycles are collected after all."""
+    global _quiet_until
     gc.collect()
     gc.freeze()
+    _quiet_until = 0.0  # (the timer collects as usual from here)
 
 
 def thaw_objects() -> None:
