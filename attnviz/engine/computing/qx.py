@@ -20,7 +20,7 @@ else:
 PIECES = 3  # int8 pieces a nibble kernel splits x into where the CPU has VNNI (qdot's docstring)
 TOP = 127 * 65793  # the largest integer of PIECES balanced base-256 digits
 _FINITE = 0x7F800000  # float32 bits of |x| below this: finite (inf and nan at or above)
-_HALF, _BASE, _BASE_INV = np.float32(128), np.float32(256), np.float32(1 / 256)  # (float32: _digits)
+_HALF, _BASE, _BASE_INV = np.float32(128), np.float32(256), np.float32(1 / 256)  # (float32: pieces_x's digits)
 
 if njit:
 
@@ -53,13 +53,13 @@ if njit:
                 exponent[0] = (1023 - e) << 52  # 1 / cs
                 inverse[s] = wide[0] if top < _FINITE else 0.0
             for s in range(n_sub):
-                u, o = inverse[s], s * PIECES * 32  # (digit i of input j at o + 32 i + j)
+                u, o = inverse[s], s * PIECES * 32  # (digit i of input j at o + 32 i + j; PIECES = 3)
                 if u == 0:
                     continue
                 for j in range(32):
                     n = np.float32(np.rint(np.float64(xi[s * 32 + j]) * u))  # N_j
                     high = np.floor((n + _HALF) * _BASE_INV)  # (N_j - d_2) / 256
-                    d0 = np.floor((high + _HALF) * _BASE_INV)
+                    d0 = np.floor((high + _HALF) * _BASE_INV)  # d_0 (|N_j| <= TOP: no wrap)
                     xpi[o + 64 + j] = np.int8(n - _BASE * high)  # d_2, balanced: in [-128, 127]
                     xpi[o + 32 + j] = np.int8(high - _BASE * d0)  # d_1
                     xpi[o + j] = np.int8(d0)
