@@ -197,3 +197,19 @@ def test_gemma3_gguf_takes_llama_cpp_defaults(tmp_path):
 
     c = load_model(_gguf_with(tmp_path, "gemma3", no_window)).config
     assert c.layer_types == (GLOBAL,) * 7 and c.sliding_window is None
+
+
+def test_equal_ropes_hash_alike_and_a_pickle_carries_the_fields_alone():
+    """A Rope's hash (kept after the first) is its fields', so equal ropes meet in a dict whichever
+    was hashed first; a pickled Rope (hashed before) equals and hashes as the original."""
+    import pickle
+    from dataclasses import astuple, replace
+
+    a = Rope(500_000.0, "factors", freq_divisors=(1.0, 2.5, 8.0))
+    assert hash(a) == hash(astuple(a))
+    b = replace(a)
+    assert b == a and hash(b) == hash(a) and {a: 1}[b] == 1
+    assert {b: 1}.get(replace(a, theta=1.0)) is None
+    c = pickle.loads(pickle.dumps(a))
+    assert c == a and vars(c) == {k: v for k, v in vars(a).items() if k != "_hash"}
+    assert hash(c) == hash(a)

@@ -306,3 +306,25 @@ def test_the_scan_on_two_threads_equals_the_scan_on_one(models, loss):
     two = A.ablation_scan(model, head, ids, loss, position=6, threads=2)
     assert np.abs(one.effect - two.effect).max() < 1e-9 and one.baseline_loss == two.baseline_loss
     assert np.abs(one.effect).max() > 1e-4  # the heads matter here: the comparison can fail
+
+
+def test_log_softmax_gives_the_float64_steps_bits_for_any_input():
+    """log_softmax (one new array, the logits converted step by step) equals x - (m + log(sum(exp(x
+    - m)))) on a float64 copy bit for bit: float32 rows, a row of a batch, strided, float16,
+    integers, a list, ties of -0 and 0, inf and -inf."""
+    from attnviz.engine.computing.logits import log_softmax
+
+    def by_copy(logits):
+        x = np.asarray(logits, dtype=np.float64)
+        m = x.max(axis=-1, keepdims=True)
+        return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
+
+    a = (np.random.default_rng(1).standard_normal((3, 4099)) * 7).astype(np.float32)
+    cases = [a, a[1], a[:, ::3], a.astype(np.float16), a.astype(np.float64), [1, 2, 3], np.arange(7),
+             np.array([-0.0, 0.0, 0.0], np.float32), np.array([np.inf, -1.0, 2.0], np.float32),
+             np.array([-np.inf, 0.0], np.float32)]
+    with np.errstate(invalid="ignore"):
+        for logits in cases:
+            got, want = log_softmax(logits), by_copy(logits)
+            assert got.dtype == np.float64 and got.shape == want.shape
+            np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))

@@ -102,6 +102,35 @@ def test_pieces_of_x_add_up_to_x_within_half_the_unit():
     np.testing.assert_allclose(xs, x.reshape(2, 6, 32).sum(-1), rtol=1e-6)
 
 
+def test_pieces_of_x_are_the_balanced_digits_of_x_rounded_to_its_unit():
+    """pieces_x's pieces are exactly the balanced base-256 digits of N_j = rint(x_j / u) (ties to
+    even), as integer arithmetic gives them, for x at the ends of the range (+-TOP u), on ties
+    (x_j = (k + 1/2) u), subnormal, -0 and over many magnitudes; its sums and units as before."""
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((3, 320)) * 10.0 ** rng.uniform(-44, 37, (3, 320))).astype(np.float32)
+    ends = rng.integers(-qdot.TOP, qdot.TOP + 1, 32).astype(np.float64)
+    x[1, :32] = ends * 2.0 ** -149  # (unit 2^-148 where the largest is TOP 2^-149: halves, ties)
+    ends[:2] = qdot.TOP - 0.5, 0.5 - qdot.TOP  # the largest |x| a unit of 2^power holds
+    for s, power in enumerate((-140, -20, 0, 60), 1):
+        x[1, 32 * s:32 * s + 32] = ends * 2.0 ** power  # (exact in float32)
+    x[2, :32] = (np.arange(32) - 16 + 0.5) * np.float32(2.0 ** -130)  # ties, below float32's normals
+    x[2, :2] = [qdot.TOP * 2.0 ** -131, -0.0]
+    x[2, 40] = np.float32(1e-45)
+    (xp, cs), xs = qdot.pieces_x(x, 10)
+    u = cs.astype(np.float64)[..., None]  # [3, 10, 1]
+    assert np.all(np.isfinite(u))
+    assert np.all(u[1, 1:5, 0] == 2.0 ** np.array([-140, -20, 0, 60]))
+    n = np.rint(x.reshape(3, 10, 32).astype(np.float64) / u).astype(np.int64)  # N_j
+    digits = []
+    for _ in range(qdot.PIECES):
+        d = ((n + 128) & 255) - 128
+        digits.insert(0, d)
+        n = (n - d) >> 8
+    assert np.all(n == 0)
+    np.testing.assert_array_equal(xp.reshape(3, 10, 3, 32), np.stack(digits, 2))
+    np.testing.assert_array_equal(xs, qdot.sums(x, 10, 32))
+
+
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)
 def test_nibble_kernels_hold_x_of_wide_range(qtype):
     """The nibble kernels (integer sums of x's digits where the CPU has VNNI or AVX2, else float32) on x whose sub-blocks

@@ -160,9 +160,18 @@ def _fits(model, unembed) -> bool:
 
 
 def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    return x - (m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True)))
+    """logits - logsumexp(logits), in float64, written into the one new array it returns: float32
+    (or float16) logits are read as they are, each step converting them exactly (as a float64
+    copy would, so the same bits), since every fresh array of a vocabulary's length costs the
+    first touch of its pages (a generation step's logits are new each time)."""
+    x = np.asarray(logits)
+    if x.dtype.kind != "f" or x.dtype.itemsize > 8:
+        x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True).astype(np.float64)  # (the max of the converted values)
+    out = np.subtract(x, m, dtype=np.float64)
+    np.exp(out, out=out)
+    lse = m + np.log(out.sum(axis=-1, keepdims=True))
+    return np.subtract(x, lse, out=out, dtype=np.float64)
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from attnviz.engine.errors import ModelLoadError
@@ -80,6 +80,16 @@ class Rope:
     beta_slow: float = 1.0  # yarn: ... below which it is divided by factor (a ramp between the two)
     truncate: bool = True  # yarn: the ramp's ends rounded to whole dimensions
     attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it (0.1 ln(factor) + 1)
+
+    def __hash__(self) -> int:  # the fields' hash, as dataclass makes it, computed once
+        h = self.__dict__.get("_hash")  # (a run's constants look a layer's Rope up several times)
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:  # (a pickle carries the fields alone: str hashes vary by process)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def describe(self) -> str:
         """One line: 'base 10,000' or 'base 1,000,000, linear ÷ 8'."""
