@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import stat
 import sys
 from pathlib import Path
@@ -106,9 +107,12 @@ KERNELS_FROM = 192 * 2**20
 
 
 def vnni_cpu(cpuinfo: str | None = None) -> bool:
-    """Whether the CPU lists AVX512-VNNI and VBMI (the kernels' fastest path: engine qdot.VNNI),
-    read from /proc/cpuinfo's flags (or `cpuinfo`, its text) without importing numba; False where
-    there is no such file (another system)."""
+    """Whether the CPU lists AVX512-VNNI and VBMI (the kernels' fastest path: engine qdot.VNNI,
+    whose rule this repeats without importing numba), read from /proc/cpuinfo's flags (or
+    `cpuinfo`, its text); False where there is no such file (another system) or numba is told to
+    compile for a named CPU or feature set (qdot then takes no host feature)."""
+    if cpuinfo is None and ({"NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"} & set(os.environ)):
+        return False
     if cpuinfo is None:
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

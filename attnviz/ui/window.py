@@ -104,6 +104,8 @@ class MainWindow(QMainWindow):
         self.training_place.setContentsMargins(0, 0, 0, 0)
         col.addLayout(self.training_place)
         st.sigCheckpointsChanged.connect(lambda ckpts: ckpts is not None and self.training_panel)
+        if st.checkpoints is not None:  # (a state that has them already: no signal will come)
+            self.training_panel
         from attnviz.ui.panels.ablation_panel import AblationBar
 
         self.ablation_bar = AblationBar(st)  # while heads are switched off: what, and restore

@@ -139,4 +139,11 @@ def test_the_cpu_flags_choose_the_crossover():
     assert not checks.vnni_cpu(line.format("avx512_vnni"))
     assert not checks.vnni_cpu(line.format("avx512vbmi"))
     assert not checks.vnni_cpu("processor\t: 0\n")
-    assert checks.KERNELS_STEPS == (28 if checks.vnni_cpu() else 41)
+
+
+def test_numba_told_another_cpu_takes_the_later_crossover(monkeypatch):
+    """NUMBA_CPU_NAME or NUMBA_CPU_FEATURES: the kernels are compiled without the host's VNNI."""
+    for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"):
+        with monkeypatch.context() as m:
+            m.setenv(name, "generic")
+            assert not checks.vnni_cpu()

@@ -5,6 +5,8 @@ or until the postponement runs out, and from then on collects on its own again."
 import gc
 import weakref
 
+import pytest
+
 from attnviz.ui.machinery import tuning
 from attnviz.ui.machinery.state import AppState
 from attnviz.ui.machinery.worker import Worker
@@ -27,8 +29,14 @@ def a_cycle():
     return gone, kept
 
 
-def test_start_up_collects_nothing_until_its_own_collection_then_the_timer_does(qtbot, monkeypatch):
-    monkeypatch.setattr(tuning, "_quiet_until", 0.0)  # (restored after the test)
+@pytest.fixture
+def timer_after():
+    """The timer collecting as usual after the test, whatever postponement it left."""
+    yield
+    tuning.postpone_collections(0.0)
+
+
+def test_start_up_collects_nothing_until_its_own_collection_then_the_timer_does(qtbot, timer_after):
     Worker(AppState())  # the runner's timer collects from here
     tuning.postpone_collections(60.0)
     gone, kept = a_cycle()
@@ -42,10 +50,11 @@ def test_start_up_collects_nothing_until_its_own_collection_then_the_timer_does(
     assert kept and kept_later
 
 
-def test_a_start_up_that_never_ends_postpones_collections_for_a_while_only(qtbot, monkeypatch):
-    monkeypatch.setattr(tuning, "_quiet_until", 0.0)
+def test_a_start_up_that_never_ends_postpones_collections_for_a_while_only(qtbot, timer_after):
     Worker(AppState())
-    tuning.postpone_collections(1.0)  # (a model that never loads: no start-up collection comes)
+    tuning.postpone_collections(3.0)  # (a model that never loads: no start-up collection comes)
     gone, kept = a_cycle()
+    qtbot.wait(2 * tuning.GC_INTERVAL_MS)  # ticks within the postponement: none collects
+    assert gone() is not None
     qtbot.waitUntil(lambda: gone() is None, timeout=WAIT)
     assert kept

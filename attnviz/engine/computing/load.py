@@ -54,7 +54,8 @@ def warm_few_rows_meanwhile(qtypes) -> threading.Thread | None:
         from attnviz.engine.computing.qmatvec import warm_few_rows
 
         warm_few_rows(qtypes)
-    t = threading.Thread(target=warm, name="qmatvec-warm-few-rows", daemon=True)
+    # not a daemon: exit waits for it, as for a compile (qmatvec), not tearing down LLVM mid-import
+    t = threading.Thread(target=warm, name="qmatvec-warm-few-rows")
     t.start()
     return t
 

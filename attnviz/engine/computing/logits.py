@@ -168,7 +168,7 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
     if x.dtype.kind != "f" or x.dtype.itemsize > 8:
         x = x.astype(np.float64)
     m = x.max(axis=-1, keepdims=True).astype(np.float64)  # (the max of the converted values)
-    out = np.subtract(x, m, dtype=np.float64)
+    out = np.asarray(np.subtract(x, m, dtype=np.float64))  # (an array even for 0-d logits)
     np.exp(out, out=out)
     lse = m + np.log(out.sum(axis=-1, keepdims=True))
     return np.subtract(x, lse, out=out, dtype=np.float64)

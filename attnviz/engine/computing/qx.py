@@ -1,8 +1,8 @@
 """x as the quantised kernels take it (engine/computing/qdot.py): each sub-block's sum of x, and
-where the CPU has VNNI, x split into int8 pieces for the nibble kernels (qdot's module docstring
-gives the decomposition and its error). Written so LLVM vectorises the loops over a sub-block's
-32 inputs: the largest |x| found on the float32 bits as integers, the digits without a branch, in
-float32 arithmetic (exact there) rather than int64, which AVX2 cannot convert to in vectors."""
+where the CPU has VNNI or AVX2 (qmadd.py), x split into int8 pieces for the nibble kernels (qdot's
+module docstring gives the decomposition and its error). Written so LLVM vectorises the loops over
+a sub-block's 32 inputs: the largest |x| found on the float32 bits as integers, the digits without
+a branch, in float32 arithmetic (exact there), which AVX2 converts in vectors as it does not int64."""
 
 from __future__ import annotations
 

@@ -176,6 +176,8 @@ def pack(blocks: np.ndarray, qtype: Q) -> Packed:
         raise ValueError(f"{qtype.name} blocks {blocks.dtype} {blocks.shape} are not rows of "
                          f"{size}-byte blocks")
     n_out, n_in = blocks.shape[0], blocks.shape[1] // size * block
+    if blocks.strides[1] != 1:  # (the float16 fields are read as views of each row's bytes)
+        blocks = np.ascontiguousarray(blocks)
     nibbles = qtype in NIBBLES
     if qtype in (Q.Q4_0, Q.Q4_1):  # the file's bytes are the layout's: taken as they are
         q, scale, offset = _nibble_blocks(blocks.reshape(n_out, -1, size), qtype)

@@ -101,8 +101,8 @@ def postpone_collections(seconds: float = START_UP_S) -> None:
     """The timer collects nothing until the start-up's own collection (freeze_start_up_objects), or
     for `seconds` at most where none comes (a model that does not load): with collection switched
     off, generation 0 holds every object start-up has made (the widgets, pyqtgraph's items), which
-    a collection walks for a tenth of a second on the main thread, holding the GIL, as the window
-    is first shown, to free almost nothing; the start-up's collection walks them all once anyway."""
+    a collection would walk on the main thread, holding the GIL, as the window is first shown, to
+    free almost nothing; the start-up's collection walks them all once anyway."""
     global _quiet_until
     _quiet_until = time.monotonic() + seconds
 
