@@ -1,12 +1,15 @@
 """The token strip lays a result out once when every token fits its lines (a keystroke's slots),
 and the boxes it shows are the tail layout's either way: the newest tokens after a "… N" box when
-the strip has too few lines."""
+the strip has too few lines. A keystroke repaints the boxes it changed, and leaves on screen what a
+repaint of the whole strip paints."""
 
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest  # noqa: E402
+from PySide6.QtCore import QCoreApplication, QEvent, QObject  # noqa: E402
+from PySide6.QtGui import QRegion  # noqa: E402
 
 from attnviz.ui.views.tokens import TokenStrip  # noqa: E402
 
@@ -57,3 +60,41 @@ def test_fitting_tokens_are_wrapped_once_and_overflowing_ones_twice(qtbot, monke
     strip.set_tokens(many, [False] * 40, None)
     assert len(calls) == 2  # the strip's full height, then the newest tokens' tail layout
     assert strip._head_rect is not None and strip._first + len(strip._rects) == 40
+
+
+class _Paints(QObject):
+    """The region of each paint of the widget it watches."""
+
+    def __init__(self):
+        super().__init__()
+        self.regions = []
+
+    def eventFilter(self, obj, ev):
+        if ev.type() == QEvent.Type.Paint:
+            self.regions.append(QRegion(ev.region()))
+        return False
+
+
+def test_a_keystroke_repaints_the_boxes_it_changed_as_a_whole_repaint_paints_them(qtbot):
+    """After each new token list (a keystroke's) the strip on screen (the window's backing store)
+    is what a repaint of all of it paints; a changed last word repaints its box, not the first."""
+    strip = shown_strip(qtbot, 2)
+    paints = _Paints()
+    strip.installEventFilter(paints)
+    words = "the keys to the cabinet that my grandmother left us are on the kitchen table".split()
+    steps = [(["[CLS]", "the", "cat", "[SEP]"], None), (["[CLS]", "the", "cats", "[SEP]"], None),
+             (["[CLS]", "the", "cats", "sat", "[SEP]"], 2), (["[CLS]", "the", "cats", "sit", "[SEP]"], 3),
+             (["[CLS]", *words, "[SEP]"], None), (["[CLS]", *words, "s", "[SEP]"], 4),
+             (["[CLS]", "the", "[SEP]"], None), ([], None)]
+    for k, (labels, query) in enumerate(steps):
+        paints.regions.clear()
+        strip.set_tokens(labels, [w.startswith("[") for w in labels], query)
+        qtbot.waitUntil(lambda: bool(paints.regions), timeout=5000)
+        QCoreApplication.processEvents()
+        if k == 1:  # "cat" -> "cats": that box, not the first
+            region = paints.regions[0]
+            assert region.contains(strip.token_rect(2).center())
+            assert not region.contains(strip.token_rect(0).center())
+        shown = strip.screen().grabWindow(strip.winId()).toImage()
+        strip.repaint()
+        assert strip.screen().grabWindow(strip.winId()).toImage() == shown, labels

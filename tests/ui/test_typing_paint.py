@@ -2,7 +2,7 @@
 (the colour bar's title set again, the bands blended at each paint)
 never leaves a stale or wrong picture. The grid's and the focused head's colour bars follow each
 text's limits, each scale's title and the colormap, the KV-group bands paint as their tint laid over the background, and the edits of one pass
-of the event loop run once."""
+of the event loop run once, that run on its way before the sentence box repaints."""
 
 import shutil
 import string
@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from attnviz.figures.style import BACKGROUND, group_color
 from attnviz.ui.views.grid import BAND_ALPHA
 from tiny import FIXTURES, tiny_text_model
-from windows import WAIT, drain_events, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text, widget
 
 
 def _bar_picture(g) -> QImage:
@@ -185,6 +185,42 @@ def test_one_pass_of_edits_makes_one_run(window, qtbot):
     worker.wait_idle()
     qtbot.waitUntil(lambda: runs and runs[-1] == "The cabinet is closed.", timeout=WAIT)
     assert runs == ["The cabinet is closed."]
+
+
+def test_a_keystrokes_run_is_on_its_way_before_the_sentence_box_repaints(window, qtbot):
+    """The run of a typed letter is submitted as the key's events end, ahead of the box's repaint
+    (a paint between would delay the run), and the box shows the letter, the grid its result."""
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtTest import QTest
+
+    worker, box = window.worker, widget(window, "sentence_box")
+    order = []
+
+    class Paints(QObject):
+        def eventFilter(self, obj, ev):
+            if ev.type() == QEvent.Type.Paint:
+                order.append("paint")
+            return False
+
+    def submit(kind, *args, **kwargs):
+        if kind == "compute":
+            order.append("run")
+        return type(worker).submit(worker, kind, *args, **kwargs)
+
+    paints = Paints()
+    box.viewport().installEventFilter(paints)
+    worker.submit = submit
+    text = window.state.text
+    box.setFocus()
+    box.moveCursor(box.textCursor().MoveOperation.End)
+    drain_events()
+    order.clear()
+    QTest.keyClick(box, "s")
+    qtbot.waitUntil(lambda: "paint" in order and "run" in order, timeout=WAIT)
+    assert order.index("run") < order.index("paint"), order
+    wait_for_text(qtbot, window, text + "s")
+    assert box.toPlainText() == text + "s"
+    qtbot.waitUntil(lambda: window.grid.drawn is window.state.result, timeout=WAIT)
 
 
 def _overlap(a, b) -> bool:

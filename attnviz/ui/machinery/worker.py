@@ -3,11 +3,11 @@ ui/machinery/runner.py): attention runs, head scores, model loads, training chec
 `follow_state` connects it to what the state asks for (app.assemble calls it); it writes its results
 into the state itself (set_model, set_result, set_checkpoints, the head scores).
 
-Compute requests are debounced by a single restartable QTimer (0 ms by default: the edits of one
-pass of the event loop, such as a replace's remove and insert, make one run, and a keystroke's run
-starts at once: a wait would be a large share of a small model's keystroke frame, benchmarks/typing_latency.py
-measures it). Each is a snapshot (id, model, text, what the views want computed); Model.run refuses
-non-finite weights, so the window never receives NaN heatmaps."""
+Compute requests are debounced by a restartable QTimer, or (no debounce, the default) a call the
+worker posts itself: the edits of one pass of the event loop (a replace's remove and insert) make
+one run, and a keystroke's run starts at once (benchmarks/typing_latency.py measures it). Each is
+a snapshot (id, model, text, what the views want computed); Model.run refuses non-finite weights,
+so the window never receives NaN heatmaps."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import LongRun
 from attnviz.engine.computing.request import RunRequest
@@ -55,6 +55,7 @@ class ComputeRequest:
 
 class Worker(Runner):
     sigModelsFound = Signal(object)  # list[ModelInfo] from find_models (empty when the scan failed)
+    _sigSubmit = Signal()  # queued to itself (Qt posts a repaint at a lower priority, runs timers after)
 
     def __init__(self, state, debounce_ms: int = 0, parent: QObject | None = None):
         super().__init__(parent)
@@ -63,6 +64,7 @@ class Worker(Runner):
         self._timer.setSingleShot(True)
         self._timer.setInterval(debounce_ms)
         self._timer.timeout.connect(self._submit_compute)
+        self._sigSubmit.connect(self._submit_compute, Qt.ConnectionType.QueuedConnection)
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
         self._first_run = True  # no result of the state's model shown yet: its runs keep a trace
@@ -126,8 +128,10 @@ class Worker(Runner):
         if immediate:
             self._timer.stop()
             self._submit_compute()
-        else:
+        elif self._timer.interval() > 0:
             self._timer.start()
+        else:  # (a later call of this pass finds the newest request taken: it does nothing)
+            self._sigSubmit.emit()
         return req
 
     def _prediction_read(self, model, wanted: bool) -> bool:

@@ -6,7 +6,7 @@ waits for the whole result."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QRect, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainter
+from PySide6.QtGui import QColor, QPainter, QRegion
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 from attnviz.engine.reading.token_text import quoted
@@ -72,6 +72,7 @@ class TokenStrip(QWidget):
             self.set_query(q)
 
     def set_tokens(self, labels: list[str], special: list[bool], query: int | None) -> None:
+        before = self._picture()
         self.labels, self.special, self.query = labels, special, query
         if self.isVisible() and self.height() > 0:
             lines = max(1, (self.height() - 3) // self._line_step())
@@ -86,11 +87,45 @@ class TokenStrip(QWidget):
         else:
             self._height = self._layout(self.width(), self.MAX_LINES)
             self.updateGeometry()
-        self.update()
+        self._repaint(before)
 
     def set_query(self, query: int | None) -> None:
+        before = self._picture()
         self.query = query
-        self.update()
+        self._repaint(before)
+
+    def _box_colors(self, i: int) -> tuple[str, str]:  # token i's (background, text colour)
+        bg = self.QUERY if i == self.query else self.SPECIAL if self.special[i] else self.COLORS[i % 2]
+        return bg, "#666666" if self.special[i] and i != self.query else "#000000"
+
+    def _picture(self) -> tuple:
+        """What paintEvent draws from: (its frame: whether there are tokens, the "… N" box, the
+        "… N more" count and where it goes), the boxes, labels, special flags and query."""
+        rects = self._rects
+        frame = (bool(self.labels), self._head_rect and self._head_rect.getRect(), self._first,
+                 self._more, self._more and rects and rects[-1].getRect())
+        return frame, rects, self.labels, self.special, self.query
+
+    def _repaint(self, before: tuple) -> None:
+        """Repaint where the picture differs from `before` (_picture's): the boxes that changed,
+        where they were and where they are now (a keystroke: its last one or two tokens), or the
+        whole strip where its frame changed."""
+        frame, rects, labels, special, query = before
+        if frame != self._picture()[0] or not self.labels:
+            self.update()
+            return
+        region, first = QRegion(), self._first
+        for k in range(max(len(rects), len(self._rects))):
+            i = first + k
+            old = rects[k] if k < len(rects) else None
+            new = self._rects[k] if k < len(self._rects) else None
+            if (old is None or new is None or old != new or labels[i] != self.labels[i]
+                    or special[i] != self.special[i] or (i == query) != (i == self.query)):
+                for r in (old, new):
+                    if r is not None:
+                        region += r
+        if not region.isEmpty():
+            self.update(region)
 
     def _fit_height(self) -> None:
         self._height = self._layout(self.width(), self.MAX_LINES)
@@ -210,8 +245,8 @@ class TokenStrip(QWidget):
         lines = max(1, (self.height() - 3) // self._line_step())
         self._layout(self.width(), min(lines, self.MAX_LINES), tail=True)
 
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
+    def paintEvent(self, ev) -> None:
+        p, region = QPainter(self), ev.region()
         fm = self.fontMetrics()
         if not self.labels:
             p.setPen(QColor("#777777"))
@@ -222,11 +257,12 @@ class TokenStrip(QWidget):
             p.setPen(QColor("#555555"))
             p.drawText(self._head_rect, Qt.AlignmentFlag.AlignCenter, f"… {self._first}")
         for j, r in enumerate(self._rects):
+            if not region.intersects(r):  # (a keystroke repaints the boxes it changed: _repaint)
+                continue
             i = self._first + j
-            bg = self.QUERY if i == self.query else (
-                self.SPECIAL if self.special[i] else self.COLORS[i % 2])
+            bg, pen = self._box_colors(i)
             p.fillRect(r, QColor(bg))
-            p.setPen(QColor("#666666" if self.special[i] and i != self.query else "#000000"))
+            p.setPen(QColor(pen))
             p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.labels[i])
         if self._more:
             p.setPen(QColor("#555555"))
