@@ -443,3 +443,26 @@ def test_a_fresh_buffer_has_the_room_append_positions_gives_a_layer():
     assert onerow_stack._fresh((2, 30, 3), 12, 64).shape == (2, 30, 3, 13 + KV_ROOM, 64)
     assert onerow_stack._fresh((2, 30, 3), 999, 64).shape == (2, 30, 3, 1000 + kv_room(1000), 64)
     assert kv_room(1000) > KV_ROOM
+
+
+def test_a_prepared_stack_lets_the_first_keystroke_build_nothing(stacked, monkeypatch):
+    """onerow_stack.prepare (a warm-up thread's, after the kernels) builds the model's typed Lists:
+    the first one-row run takes the one call without building any (their methods compile once a
+    process, a wait the first keystroke would otherwise have)."""
+    from numba.typed import List
+
+    from attnviz.engine.computing.load import load_model
+    qpack.ask_for_kernels()
+    qm.warm([Q.Q4_1])
+    try:
+        model = load_model("SmolLM2-135M-Instruct")
+    finally:
+        qpack.ask_for_kernels(False)
+    stacked(True)
+    onerow_stack.prepare(model.weights.layers, model.config.n_layer)
+
+    def no_new_list(*_):
+        raise AssertionError("a typed List built at a keystroke")
+    monkeypatch.setattr(List, "empty_list", no_new_list)
+    runs = _keystrokes(model, TEXTS[:2])
+    assert [n for _, _, n in runs][1] == 1 and stacked.calls == [(0, 30)]

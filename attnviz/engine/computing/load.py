@@ -64,11 +64,16 @@ def warm_kernels(model: Model) -> None:
     """Where the model's layers multiply few rows on their blocks, their kernels compiled (or
     loaded) on a thread of their own, off the typing path: with their serial twins and the one-row
     steps, unless the process warms those later itself (qpack.ask_for_kernels), and the one-row
-    block for the scale types some layer runs it with (qmatvec.block_scales)."""
+    block for the scale types some layer runs it with (qmatvec.block_scales), then the model's
+    stack of every layer's blocks (onerow_stack.prepare)."""
     if model.weights.packed_types:
+        from attnviz.engine.computing import onerow_stack
         from attnviz.engine.computing.qmatvec import warm_in_background
         from attnviz.engine.reading.qpack import rest_later
-        warm_in_background(model.weights.packed_types, extras=not rest_later(), layers=packed_views(model))
+        extras = not rest_later()
+        warm_in_background(model.weights.packed_types, extras=extras, layers=packed_views(model),
+                           then=(lambda: onerow_stack.prepare(model.weights.layers, model.config.n_layer))
+                           if extras else None)
 
 
 def packed_views(model):

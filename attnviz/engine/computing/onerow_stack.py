@@ -39,6 +39,7 @@ from numba.typed import List
 
 from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing import onerow_block as ob
+from attnviz.engine.computing.layers import layer_for
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
 from attnviz.engine.computing.trace import kv_room
 from attnviz.engine.errors import Cancelled
@@ -152,6 +153,9 @@ def _stack_of(store, n_layer: int, layer_for):
     if stack is not _UNSEEN:
         return stack
     with _LOCK:
+        stack = _STACKS.get(store, _UNSEEN)
+        if stack is not _UNSEEN:  # (built by another thread meanwhile: a warm-up's prepare)
+            return stack
         layers = [layer_for(store, i, 1) for i in range(n_layer)]
         plans = [ob._plan(layer) if getattr(layer, "packed", None) is not None else None
                  for layer in layers]
@@ -163,6 +167,14 @@ def _stack_of(store, n_layer: int, layer_for):
         if stack is not None or all(layer is store.packed_view(i) for i, layer in enumerate(layers)):
             _STACKS[store] = stack
     return stack
+
+
+def prepare(store, n_layer: int) -> None:
+    """The store's stack built now (_stack_of), where a warm-up thread calls it after the kernels:
+    its typed Lists' methods compile once a process, which a model's first one-row run (a
+    keystroke) would otherwise wait for."""
+    if ENABLED:
+        _stack_of(store, n_layer, layer_for)
 
 
 class _KeptKV:

@@ -301,19 +301,19 @@ def warmed(qtypes, layers=None) -> bool:
     return layers is None or all(("one-row block", s == np.uint16) in _warmed for s in block_scales(layers))
 
 
-def warm_in_background(qtypes, extras: bool = True, layers=None) -> threading.Thread | None:
+def warm_in_background(qtypes, extras: bool = True, layers=None, then=None) -> threading.Thread | None:
     """warm(qtypes, layers=layers) on a daemon thread (at model load), so no keystroke waits for a
     compile (`layers` may be an iterator: read on that thread); `extras` False:
-    warm_few_rows(qtypes) instead."""
+    warm_few_rows(qtypes) instead. `then()`, if given, after it on that thread."""
     if numba is None:
         return None
-    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras, layers), name="qmatvec-warm",
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras, layers, then), name="qmatvec-warm",
                          daemon=True)
     t.start()
     return t
 
 
-def _warm_nicely(qtypes, extras: bool = True, layers=None) -> None:
+def _warm_nicely(qtypes, extras: bool = True, layers=None, then=None) -> None:
     """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
     comes before the kernels it does not need yet."""
     try:
@@ -325,3 +325,5 @@ def _warm_nicely(qtypes, extras: bool = True, layers=None) -> None:
         warm(qtypes, layers=layers)
     else:
         warm_few_rows(qtypes)
+    if then is not None:
+        then()

@@ -100,12 +100,13 @@ WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
 def warm_the_rest(worker, model) -> None:
     """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
-    with (engine/computing/qmatvec.py warm), on a thread of its own below the main thread (a job of
-    `worker`, the app's runner); nothing where it is warm."""
+    with (engine/computing/qmatvec.py warm), then the model's stack of every layer's blocks
+    (onerow_stack.prepare: the first keystroke would build it), on a thread of its own below the
+    main thread (a job of `worker`, the app's runner); nothing where it is warm."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types or worker.running(WARM_KIND) is not None:
         return
-    from attnviz.engine.computing import qmatvec
+    from attnviz.engine.computing import onerow_stack, qmatvec
     from attnviz.engine.computing.load import packed_views
     from attnviz.ui.machinery.runner import THREAD
     from attnviz.ui.machinery.tuning import below_the_main_thread
@@ -116,4 +117,5 @@ def warm_the_rest(worker, model) -> None:
     def work():
         below_the_main_thread()
         qmatvec.warm(types, layers=packed_views(model))
+        onerow_stack.prepare(model.weights.layers, model.config.n_layer)
     worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)
