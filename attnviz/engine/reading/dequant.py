@@ -55,6 +55,46 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     return True
 
 
+COLUMN_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q8_0})  # the types columns_into writes
+
+
+def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
+    """src: uint8 [rows, row bytes] of Q4_0, Q4_1 or Q8_0 blocks -> out: float32 [row bytes / type
+    size * 32, rows], any strides (columns of a wider matrix too): the transpose of what
+    dequantize_into writes, bit for bit (the same float32 products and sums of the same operands).
+    Each block's bytes are gathered across the rows first (a quarter of the floats' bytes or less),
+    so every float32 pass runs along out's rows instead of a transposed copy of the floats."""
+    size = GGML_QUANT_SIZES[qtype][1]
+    blocks = src.reshape(src.shape[0], -1, size)  # [rows, k, size]
+    n_k = blocks.shape[1]
+    if out.shape != (BLOCK * n_k, src.shape[0]) or out.dtype != np.float32:
+        raise ValueError(f"{n_k} blocks a row of {src.shape[0]} rows do not fill {out.shape} {out.dtype}")
+    with np.errstate(all="ignore"):  # a bad scale's NaN or Inf is the caller's check to name
+        d = _half_t(blocks, 0)  # [k, 1, rows]
+        o = out.reshape(n_k, BLOCK, -1)  # [k, 32, rows]: weight 32 k + j of every row
+        if qtype == Q.Q8_0:
+            np.copyto(o, blocks[:, :, 2:].view(np.int8).transpose(1, 2, 0), casting="unsafe")
+            o *= d  # x * d
+            return
+        qs = np.ascontiguousarray(blocks[:, :, size - 16:].transpose(1, 2, 0))  # [k, 16, rows]
+        halves = o.reshape(n_k, 2, 16, -1)  # weights 0..15 from the low nibbles, 16..31 from the high
+        nib = np.bitwise_and(qs, np.uint8(0x0F))
+        np.copyto(halves[:, 0], nib, casting="unsafe")
+        np.right_shift(qs, np.uint8(4), out=nib)
+        np.copyto(halves[:, 1], nib, casting="unsafe")
+        if qtype == Q.Q4_0:
+            o -= np.float32(8)  # (q - 8), as dequantize_into
+            o *= d  # d * (q - 8)
+        else:
+            o *= d  # d * q
+            o += _half_t(blocks, 2)  # + m
+
+
+def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
+    """The float16 field at byte `at` of every block, as float32, blocks' rows last."""
+    return np.ascontiguousarray(blocks[:, :, at:at + 2]).view(np.float16)[..., 0].T.astype(np.float32)[:, None]
+
+
 def prepare(qtype) -> None:
     """Make what dequantize_into needs for `qtype` once (gguf's lookup grids of the IQ types),
     before threads dequantise pieces of one tensor side by side."""
