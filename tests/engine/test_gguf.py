@@ -247,7 +247,7 @@ def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
         dequantize_into(src, qtype, np.empty(want.shape[::-1], np.float32).T)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0], ids=lambda q: q.name)
 def test_columns_are_the_transposed_rows_bit_for_bit(qtype):
     """dequant.columns_into (a layer matrix kept [in, out]) writes the transpose of gguf's values,
     bit for bit, into columns of a wider matrix and nowhere else: real quantised weights and blocks

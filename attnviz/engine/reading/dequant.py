@@ -55,11 +55,11 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     return True
 
 
-COLUMN_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q8_0})  # the types columns_into writes
+COLUMN_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0})  # the types columns_into writes
 
 
 def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
-    """src: uint8 [rows, row bytes] of Q4_0, Q4_1 or Q8_0 blocks -> out: float32 [row bytes / type
+    """src: uint8 [rows, row bytes] of Q4_0, Q4_1, Q5_0 or Q8_0 blocks -> out: float32 [row bytes / type
     size * 32, rows], any strides (columns of a wider matrix too): the transpose of what
     dequantize_into writes, bit for bit (the same float32 products and sums of the same operands).
     Each block's bytes are gathered across the rows first (a quarter of the floats' bytes or less),
@@ -76,6 +76,11 @@ def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
             np.copyto(o, blocks[:, :, 2:].view(np.int8).transpose(1, 2, 0), casting="unsafe")
             o *= d  # x * d
             return
+        if qtype == Q.Q5_0:
+            np.copyto(o, _q5_codes(blocks), casting="unsafe")  # q as float32
+            o -= np.float32(16)  # (q - 16), as dequantize_into
+            o *= d  # d * (q - 16)
+            return
         qs = np.ascontiguousarray(blocks[:, :, size - 16:].transpose(1, 2, 0))  # [k, 16, rows]
         halves = o.reshape(n_k, 2, 16, -1)  # weights 0..15 from the low nibbles, 16..31 from the high
         nib = np.bitwise_and(qs, np.uint8(0x0F))
@@ -88,6 +93,24 @@ def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
         else:
             o *= d  # d * q
             o += _half_t(blocks, 2)  # + m
+
+
+def _q5_codes(blocks: np.ndarray) -> np.ndarray:  # [rows, k, 22] uint8 -> [k, 32, rows] uint8
+    """Q5_0's 5-bit integers of every block, rows last (each byte pass along the rows): weight j's
+    low four bits from the nibbles (0..15 low, 16..31 high), its fifth bit j of the uint32."""
+    qs = np.ascontiguousarray(blocks[:, :, 6:].transpose(1, 2, 0))  # [k, 16, rows]
+    high = np.ascontiguousarray(blocks[:, :, 2:6].transpose(1, 2, 0))  # [k, 4, rows]: bits 8 i..
+    codes = np.empty((qs.shape[0], 32, qs.shape[2]), np.uint8)
+    bits = codes.reshape(qs.shape[0], 4, 8, -1)  # weight 8 i + b: bit b of byte i
+    np.right_shift(high[:, :, None], _BITS, out=bits)
+    bits &= np.uint8(1)
+    bits <<= np.uint8(4)
+    codes[:, :16] |= qs & np.uint8(0x0F)
+    codes[:, 16:] |= qs >> np.uint8(4)
+    return codes
+
+
+_BITS = np.arange(8, dtype=np.uint8)[:, None]  # [8, 1]: a byte's bits, over the rows
 
 
 def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
