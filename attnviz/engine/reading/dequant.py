@@ -72,26 +72,25 @@ def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
     with np.errstate(all="ignore"):  # a bad scale's NaN or Inf is the caller's check to name
         d = _half_t(blocks, 0)  # [k, 1, rows]
         o = out.reshape(n_k, BLOCK, -1)  # [k, 32, rows]: weight 32 k + j of every row
+        # each integer cast to float32 inside the first arithmetic pass (the same value): one
+        # pass over the floats fewer than a cast of its own
         if qtype == Q.Q8_0:
-            np.copyto(o, blocks[:, :, 2:].view(np.int8).transpose(1, 2, 0), casting="unsafe")
-            o *= d  # x * d
+            np.multiply(blocks[:, :, 2:].view(np.int8).transpose(1, 2, 0), d, out=o)  # x * d
             return
         if qtype == Q.Q5_0:
-            np.copyto(o, _q5_codes(blocks), casting="unsafe")  # q as float32
-            o -= np.float32(16)  # (q - 16), as dequantize_into
+            np.subtract(_q5_codes(blocks), np.float32(16), out=o)  # (q - 16), as dequantize_into
             o *= d  # d * (q - 16)
             return
         qs = np.ascontiguousarray(blocks[:, :, size - 16:].transpose(1, 2, 0))  # [k, 16, rows]
         halves = o.reshape(n_k, 2, 16, -1)  # weights 0..15 from the low nibbles, 16..31 from the high
         nib = np.bitwise_and(qs, np.uint8(0x0F))
-        np.copyto(halves[:, 0], nib, casting="unsafe")
-        np.right_shift(qs, np.uint8(4), out=nib)
-        np.copyto(halves[:, 1], nib, casting="unsafe")
-        if qtype == Q.Q4_0:
-            o -= np.float32(8)  # (q - 8), as dequantize_into
-            o *= d  # d * (q - 8)
-        else:
-            o *= d  # d * q
+        for half, q in ((halves[:, 0], nib), (halves[:, 1], np.right_shift(qs, np.uint8(4), out=qs))):
+            if qtype == Q.Q4_0:
+                np.subtract(q, np.float32(8), out=half)  # (q - 8), as dequantize_into
+                half *= d  # d * (q - 8)
+            else:
+                np.multiply(q, d, out=half)  # d * q
+        if qtype == Q.Q4_1:
             o += _half_t(blocks, 2)  # + m
 
 
@@ -114,8 +113,9 @@ _BITS = np.arange(8, dtype=np.uint8)[:, None]  # [8, 1]: a byte's bits, over the
 
 
 def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
-    """The float16 field at byte `at` of every block, as float32, blocks' rows last."""
-    return np.ascontiguousarray(blocks[:, :, at:at + 2]).view(np.float16)[..., 0].T.astype(np.float32)[:, None]
+    """The float16 field at byte `at` of every block, as float32, blocks' rows last (read in place:
+    a view of the blocks, one strided pass)."""
+    return blocks[:, :, at:at + 2].view(np.float16)[..., 0].T.astype(np.float32)[:, None]
 
 
 def prepare(qtype) -> None:
