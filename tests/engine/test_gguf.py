@@ -247,6 +247,31 @@ def test_the_own_dequantiser_gives_ggufs_values_bit_for_bit(qtype):
         dequantize_into(src, qtype, np.empty(want.shape[::-1], np.float32).T)
 
 
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0], ids=lambda q: q.name)
+def test_columns_are_the_transposed_rows_bit_for_bit(qtype):
+    """dequant.columns_into (a layer matrix kept [in, out]) writes the transpose of gguf's values,
+    bit for bit, into columns of a wider matrix and nowhere else: real quantised weights and blocks
+    of any bytes (odd scales and offsets: NaN, Inf, subnormal, negative zero)."""
+    from attnviz.engine.reading.dequant import columns_into
+
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    rng = np.random.default_rng(int(qtype) + 1)
+    raw = rng.integers(0, 256, size=(24, 3 * size), dtype=np.uint8)  # 24 rows of 3 blocks
+    odd = np.array([6e-8, 0, -0.0, 65504, -3.5, np.nan, np.inf, -np.inf], np.float16)
+    for scale in FP16_SCALES.get(qtype, (0,)):
+        raw.reshape(-1, size)[:8, scale:scale + 2] = odd.view(np.uint8).reshape(-1, 2)
+    real = gguf.quants.quantize((rng.standard_normal((40, 96)) * 0.05).astype(np.float32), qtype)
+    for src in (real, raw):
+        with np.errstate(all="ignore"):
+            want = gguf.quants.dequantize(src, qtype)  # [rows, in]
+        wide = np.full((want.shape[1], want.shape[0] + 5), 7.0, np.float32)
+        columns_into(src, qtype, wide[:, 2:-3])
+        np.testing.assert_array_equal(wide[:, 2:-3].view(np.uint32), want.T.view(np.uint32))
+        assert (wide[:, :2] == 7).all() and (wide[:, -3:] == 7).all()
+    with pytest.raises(ValueError, match="do not fill"):
+        columns_into(raw, qtype, np.empty((64, 24), np.float32))  # (3 blocks a row: 96)
+
+
 def _gguf_dequantises(qtype) -> bool:
     try:
         with np.errstate(all="ignore"):

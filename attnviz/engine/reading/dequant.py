@@ -55,6 +55,69 @@ def dequantize_into(src: np.ndarray, qtype, out: np.ndarray) -> bool:
     return True
 
 
+COLUMN_TYPES = frozenset({Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0})  # the types columns_into writes
+
+
+def columns_into(src: np.ndarray, qtype, out: np.ndarray) -> None:
+    """src: uint8 [rows, row bytes] of Q4_0, Q4_1, Q5_0 or Q8_0 blocks -> out: float32 [row bytes / type
+    size * 32, rows], any strides (columns of a wider matrix too): the transpose of what
+    dequantize_into writes, bit for bit (the same float32 products and sums of the same operands).
+    Each block's bytes are gathered across the rows first (a quarter of the floats' bytes or less),
+    so every float32 pass runs along out's rows instead of a transposed copy of the floats."""
+    size = GGML_QUANT_SIZES[qtype][1]
+    blocks = src.reshape(src.shape[0], -1, size)  # [rows, k, size]
+    n_k = blocks.shape[1]
+    if out.shape != (BLOCK * n_k, src.shape[0]) or out.dtype != np.float32:
+        raise ValueError(f"{n_k} blocks a row of {src.shape[0]} rows do not fill {out.shape} {out.dtype}")
+    with np.errstate(all="ignore"):  # a bad scale's NaN or Inf is the caller's check to name
+        d = _half_t(blocks, 0)  # [k, 1, rows]
+        o = out.reshape(n_k, BLOCK, -1)  # [k, 32, rows]: weight 32 k + j of every row
+        # each integer cast to float32 inside the first arithmetic pass (the same value): one
+        # pass over the floats fewer than a cast of its own
+        if qtype == Q.Q8_0:
+            np.multiply(blocks[:, :, 2:].view(np.int8).transpose(1, 2, 0), d, out=o)  # x * d
+            return
+        if qtype == Q.Q5_0:
+            np.subtract(_q5_codes(blocks), np.float32(16), out=o)  # (q - 16), as dequantize_into
+            o *= d  # d * (q - 16)
+            return
+        qs = np.ascontiguousarray(blocks[:, :, size - 16:].transpose(1, 2, 0))  # [k, 16, rows]
+        halves = o.reshape(n_k, 2, 16, -1)  # weights 0..15 from the low nibbles, 16..31 from the high
+        nib = np.bitwise_and(qs, np.uint8(0x0F))
+        for half, q in ((halves[:, 0], nib), (halves[:, 1], np.right_shift(qs, np.uint8(4), out=qs))):
+            if qtype == Q.Q4_0:
+                np.subtract(q, np.float32(8), out=half)  # (q - 8), as dequantize_into
+                half *= d  # d * (q - 8)
+            else:
+                np.multiply(q, d, out=half)  # d * q
+        if qtype == Q.Q4_1:
+            o += _half_t(blocks, 2)  # + m
+
+
+def _q5_codes(blocks: np.ndarray) -> np.ndarray:  # [rows, k, 22] uint8 -> [k, 32, rows] uint8
+    """Q5_0's 5-bit integers of every block, rows last (each byte pass along the rows): weight j's
+    low four bits from the nibbles (0..15 low, 16..31 high), its fifth bit j of the uint32."""
+    qs = np.ascontiguousarray(blocks[:, :, 6:].transpose(1, 2, 0))  # [k, 16, rows]
+    high = np.ascontiguousarray(blocks[:, :, 2:6].transpose(1, 2, 0))  # [k, 4, rows]: bits 8 i..
+    codes = np.empty((qs.shape[0], 32, qs.shape[2]), np.uint8)
+    bits = codes.reshape(qs.shape[0], 4, 8, -1)  # weight 8 i + b: bit b of byte i
+    np.right_shift(high[:, :, None], _BITS, out=bits)
+    bits &= np.uint8(1)
+    bits <<= np.uint8(4)
+    codes[:, :16] |= qs & np.uint8(0x0F)
+    codes[:, 16:] |= qs >> np.uint8(4)
+    return codes
+
+
+_BITS = np.arange(8, dtype=np.uint8)[:, None]  # [8, 1]: a byte's bits, over the rows
+
+
+def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
+    """The float16 field at byte `at` of every block, as float32, blocks' rows last (read in place:
+    a view of the blocks, one strided pass)."""
+    return blocks[:, :, at:at + 2].view(np.float16)[..., 0].T.astype(np.float32)[:, None]
+
+
 def prepare(qtype) -> None:
     """Make what dequantize_into needs for `qtype` once (gguf's lookup grids of the IQ types),
     before threads dequantise pieces of one tensor side by side."""

@@ -12,12 +12,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
-from attnviz.engine.reading.dequant import dequantize_into, prepare
+from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, prepare
 from attnviz.engine.reading.validate import check_finite, check_shape
 
 
@@ -166,6 +166,8 @@ class GGUFTensors:
         its own block alone; the blocks' split changes no value)."""
         t = self.stored(name, shape)
         data = np.asarray(t.data).reshape(shape[0], -1)  # [out, row bytes] (or [out, in] F32/F16)
+        if columns and t.tensor_type in COLUMN_TYPES:
+            return self._fill_columns(name, t.tensor_type, data, rows, out, check)
         step = max(1, min(FILL_VALUES // max(1, shape[1]), -(-shape[0] // cores())))
         if columns:  # a scratch block of rows that stays in cache
             step = min(step, max(1, COLUMN_BLOCK_VALUES // max(1, shape[1])))
@@ -200,6 +202,28 @@ class GGUFTensors:
         if check and not all(finite):  # named as the file stores it: count, first position
             rows_out = out.T if columns else out
             check_finite(rows_out if rows is None else rows_out[np.argsort(rows)], name, self.path.name)
+        return out
+
+    def _fill_columns(self, name: str, qtype, data: np.ndarray, rows, out: np.ndarray,
+                      check: bool) -> np.ndarray:
+        """fill's `columns` for the types dequant.columns_into writes: data [out, row bytes] (its
+        rows taken in the order `rows` gives, if any) -> out [in, out], in bands of whole blocks of the input (about
+        2 COLUMN_BLOCK_VALUES values each, at least one a core) shared out to one thread per core."""
+        size, n_k = GGML_QUANT_SIZES[qtype][1], out.shape[0] // 32
+        src = data if rows is None else data[rows]  # (bytes: a fraction of the floats')
+        per = max(1, min(2 * COLUMN_BLOCK_VALUES // (32 * out.shape[1]), -(-n_k // cores())))
+        starts = range(0, n_k, per)
+        finite = [True] * len(starts)
+
+        def band(k):  # input blocks a..a+per-1 of every row: out's rows 32 a.. (contiguous runs)
+            a = starts[k]
+            dst = out[32 * a:32 * (a + per)]
+            columns_into(src[:, size * a:size * (a + per)], qtype, dst)
+            if check:
+                finite[k] = bool(np.isfinite(dst).all())
+        in_threads(len(starts), band)
+        if check and not all(finite):  # named as the file stores it: count, first position
+            check_finite(out.T if rows is None else out.T[np.argsort(rows)], name, self.path.name)
         return out
 
     def nbytes32(self, name: str) -> int:

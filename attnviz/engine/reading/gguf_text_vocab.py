@@ -128,7 +128,9 @@ class TokenTable:
         """The ids whose token is token i's (i among them), ascending."""
         if self._repeated is None:
             self._repeated, s = {}, self._sorted
-            for h in np.unique(s[1:][s[1:] == s[:-1]]).tolist():  # (a repeat shares its hash)
+            twice = s[1:][s[1:] == s[:-1]]  # (a repeat shares its hash), ascending as s is
+            # each hash once (np.unique's result, without its import of numpy.ma in a one-shot command)
+            for h in twice[np.r_[True, twice[1:] != twice[:-1]]].tolist() if len(twice) else ():
                 near = self._order[np.searchsorted(s, h, "left"):np.searchsorted(s, h, "right")]
                 groups = {}  # (one hash: the same bytes, or a collision)
                 for k in near.tolist():
