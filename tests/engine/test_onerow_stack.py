@@ -339,11 +339,20 @@ def q8_0_model(tmp_path):
     return _covered(tmp_path, Q.Q8_0)
 
 
-def test_a_layer_not_on_its_packed_view_yet_is_asked_again(q8_0_model, stacked, monkeypatch):
+@pytest.fixture
+def q8_0_unprepared(tmp_path, monkeypatch):
+    """q8_0_model with no stack built by its load's warm-up (onerow_stack.prepare): as a model whose
+    kernels are still warming, the first run asks for it."""
+    monkeypatch.setattr(onerow_stack, "prepare", lambda *_: None)
+    qm.warm([Q.Q8_0])
+    return _covered(tmp_path, Q.Q8_0)
+
+
+def test_a_layer_not_on_its_packed_view_yet_is_asked_again(q8_0_unprepared, stacked, monkeypatch):
     """A run whose layer comes float32 (as while its kernel is still warming) takes the layer loop,
     and the next run, its layers all packed views again, the one call."""
     from attnviz.engine.computing import families
-    model = q8_0_model
+    model = q8_0_unprepared
     real, float32 = families.layer_for, [True]
 
     def layer_for(layers, i, n_rows):
