@@ -381,7 +381,7 @@ class KVCache:
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
         same = self.ids[:n] == ids[:n]  # [n] bool
-        return n if same.all() else int(same.argmin())  # (argmin: the first False)
+        return n if not n or same[k := int(same.argmin())] else k  # (argmin: the first False, or 0)
 
     def reuse(self, ids: np.ndarray, trace: Trace) -> int:
         """Tokens of `ids` [T] a kept run gives `trace` (0: none it may use): the current run's
