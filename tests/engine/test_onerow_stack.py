@@ -460,6 +460,7 @@ def test_a_prepared_stack_lets_the_first_keystroke_build_nothing(stacked, monkey
     process, a wait the first keystroke would otherwise have)."""
     from numba.typed import List
 
+    from attnviz.engine.computing.layers import layer_for
     from attnviz.engine.computing.load import load_model
     qpack.ask_for_kernels()
     qm.warm([Q.Q4_1])
@@ -468,7 +469,7 @@ def test_a_prepared_stack_lets_the_first_keystroke_build_nothing(stacked, monkey
     finally:
         qpack.ask_for_kernels(False)
     stacked(True)
-    onerow_stack.prepare(model.weights.layers, model.config.n_layer)
+    onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
 
     def no_new_list(*_):
         raise AssertionError("a typed List built at a keystroke")

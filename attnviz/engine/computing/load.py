@@ -68,11 +68,12 @@ def warm_kernels(model: Model) -> None:
     stack of every layer's blocks (onerow_stack.prepare)."""
     if model.weights.packed_types:
         from attnviz.engine.computing import onerow_stack
+        from attnviz.engine.computing.layers import layer_for
         from attnviz.engine.computing.qmatvec import warm_in_background
         from attnviz.engine.reading.qpack import rest_later
         extras = not rest_later()
         warm_in_background(model.weights.packed_types, extras=extras, layers=packed_views(model),
-                           then=(lambda: onerow_stack.prepare(model.weights.layers, model.config.n_layer))
+                           then=(lambda: onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for))
                            if extras else None)
 
 

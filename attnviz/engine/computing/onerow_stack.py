@@ -39,7 +39,6 @@ from numba.typed import List
 
 from attnviz.engine.computing import kernel_cache
 from attnviz.engine.computing import onerow_block as ob
-from attnviz.engine.computing.layers import layer_for
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
 from attnviz.engine.computing.trace import kv_room
 from attnviz.engine.errors import Cancelled
@@ -169,8 +168,9 @@ def _stack_of(store, n_layer: int, layer_for):
     return stack
 
 
-def prepare(store, n_layer: int) -> None:
-    """The store's stack built now (_stack_of), where a warm-up thread calls it after the kernels:
+def prepare(store, n_layer: int, layer_for) -> None:
+    """The store's stack built now (_stack_of; layer_for: layers.layer_for), where a warm-up thread
+    calls it after the kernels:
     its typed Lists' methods compile once a process, which a model's first one-row run (a
     keystroke) would otherwise wait for."""
     if ENABLED:

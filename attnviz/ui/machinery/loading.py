@@ -107,6 +107,7 @@ def warm_the_rest(worker, model) -> None:
     if not types or worker.running(WARM_KIND) is not None:
         return
     from attnviz.engine.computing import onerow_stack, qmatvec
+    from attnviz.engine.computing.layers import layer_for
     from attnviz.engine.computing.load import packed_views
     from attnviz.ui.machinery.runner import THREAD
     from attnviz.ui.machinery.tuning import below_the_main_thread
@@ -117,5 +118,5 @@ def warm_the_rest(worker, model) -> None:
     def work():
         below_the_main_thread()
         qmatvec.warm(types, layers=packed_views(model))
-        onerow_stack.prepare(model.weights.layers, model.config.n_layer)
+        onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
     worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)
