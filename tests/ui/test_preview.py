@@ -12,8 +12,16 @@ from PySide6.QtCore import Qt
 from test_ui_window import view_to_widget
 from windows import WAIT, drain_events, hover_plot, open_window, wait_for_text, widget
 from attnviz.engine.computing.request import RunRequest
+from attnviz.ui.machinery import preview_timing
 
 TEXT = "The keys to the cabinet are on the"
+
+
+@pytest.fixture(autouse=True)
+def every_run_worth_a_preview(monkeypatch):
+    """The runs here hand their first layers over whatever they take (on this machine SmolLM2's
+    keystroke may be too quick for one: test_preview_when.py checks when they are asked for)."""
+    monkeypatch.setattr(preview_timing, "PREVIEW_SAVES_S", 0.0)
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from attnviz.engine.computing.model import Model
 from attnviz.engine.computing.request import PLAIN
 from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.ui.app import create_window
+from attnviz.ui.machinery import preview_timing
 
 WAIT = 30000
 
@@ -42,6 +43,7 @@ class RunEnded(QObject):
 
 
 def test_a_window_deleted_while_a_run_is_in_flight_lets_the_run_end_cleanly(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setattr(preview_timing, "PREVIEW_SAVES_S", 0.0)  # the toy's runs hand it over too
     w = create_window(model=TOY_MODEL, text="the cat sat on the mat",
                       settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     w.show()

@@ -109,9 +109,10 @@ class AppState(QObject, HeadScoresState):
         they are (value weighting needs every layer's values), and a colour scale known without
         the other layers (per head, or the shared top of a causal model, which is 1: its first
         query sees only the first key; with that key hidden the top is every layer's). None:
-        no early hand-over. A causal model only: an encoder's queries all see every key, so its
-        shared top is every layer's; and a decoder's runs are where the time goes (a keystroke's
-        step streams every weight)."""
+        no early hand-over (the worker asks for one only where it is worth it: preview_timing.py).
+        A causal model only: an encoder's queries all see every key, so its shared top is every
+        layer's; and a decoder's runs are where the time goes (a keystroke's step streams every
+        weight)."""
         m = self.model
         if (m is None or not self._preview_allowed()
                 or self.layer >= m.config.n_layer - 1):

@@ -24,6 +24,7 @@ from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
+from attnviz.ui.machinery.preview_timing import PreviewTiming
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
 from attnviz.ui.machinery.score_timing import ScoreTiming
 from attnviz.ui.machinery.tuning import below_the_main_thread, wide_blas
@@ -68,6 +69,7 @@ class Worker(Runner):
         self._pending: ComputeRequest | None = None
         self._last_text = ""  # the text of the last run submitted (what the model's cache holds)
         self._first_run = True  # no result of the state's model shown yet: its runs keep a trace
+        self.preview_timing = PreviewTiming()  # whether a run's first layers are worth handing over early
 
     # --- attention runs -----------------------------------------------------------------------
     def follow_state(self) -> None:
@@ -145,10 +147,9 @@ class Worker(Runner):
         req, self._pending = self._pending, None
         if req is None:
             return
-
         long_jobs = getattr(self, "long_jobs", None)  # (a runner that does not follow the state: none)
         self._last_text = req.text
-        depth = self.state.preview_depth()  # the grid's layer, handed over before the run ends
+        depth = self.preview_timing.depth(req.model, self.state.preview_depth())  # early hand-over
         early = None if depth is None else (depth, lambda part: self.post(self._on_preview, req, part))
 
         # a run that a newer keystroke replaced stops at its next layer (its result would be
@@ -205,6 +206,7 @@ class Worker(Runner):
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)
             result = result.result
+        self.preview_timing.note(req.model, result.compute_s)
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.state.report_compute(req)
         self._compute_what_is_missing()  # a view may have asked for more while this run was on its way
