@@ -163,3 +163,13 @@ def test_a_load_starts_the_few_rows_kernels_before_its_tokenizer_and_layers(tmp_
 def test_a_file_without_packed_layers_starts_no_kernels():
     """Nothing to pack (a float32 file, or a process that did not ask for the kernels): no thread."""
     assert load.warm_few_rows_meanwhile(frozenset()) is None
+
+
+def test_a_one_shot_load_packs_before_its_warm_up(tmp_path, cold, monkeypatch):
+    """A process that warms everything at load (no rest later: `generate`) starts no thread before
+    its packing, whose numba imports would slow it: its warm-up follows the load."""
+    started = []
+    monkeypatch.setattr(load, "warm_few_rows_meanwhile", lambda qtypes: started.append(qtypes))
+    qpack.ask_for_kernels(rest_later=False)
+    model = loaded(tmp_path, cold)
+    assert started == [] and model.weights.packed_types == {Q.Q8_0}

@@ -35,8 +35,10 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     will encode (reading/gguf_model.py gguf_tokenizer)."""
     from attnviz.engine.reading.qpack import rest_later
 
+    # a window's load (rest_later) starts its few-row kernels as soon as the file's types are known;
+    # a one-shot command's packing, which the warm-up's imports would slow, comes first
     model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text,
-                               packing=warm_few_rows_meanwhile))
+                               packing=warm_few_rows_meanwhile if rest_later() else None))
     if not rest_later():  # (a process that warms the rest later: the read started all a load warms)
         warm_kernels(model)
     return model
