@@ -231,7 +231,7 @@ def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
 
 
 def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_heads_own(smollm2):
-    from attnviz.engine.computing.logits import log_softmax, vocab_logits
+    from attnviz.engine.computing.logits import vocab_logits
     from attnviz.engine.computing.quantized import quantized_model
 
     q8, q4 = quantized_model(smollm2, "Q8_0"), quantized_model(smollm2, "Q4_0")
@@ -246,7 +246,6 @@ def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_head
         np.testing.assert_array_equal(za, vocab_logits(h1, x))  # bit for bit
         np.testing.assert_array_equal(zb, vocab_logits(h2, y))
         np.testing.assert_array_equal(za, vocab_logits(smollm2.lm_head(), x))  # = the float32 head's
-        np.testing.assert_array_equal(C.log_softmax64(za), log_softmax(za))
     doc = C.compare(models_pair(smollm2, q8, IDS, C.compare_trace))
     assert 0 < doc["kld_stats"]["max"] < 0.5
 

@@ -15,6 +15,7 @@ from gguf import GGMLQuantizationType as Q
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.computing import quantized as QZ
+from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.quantized import quantized_model, requantized_table
 from attnviz.engine.reading.gguf_tensors import QuantRows
 
@@ -103,7 +104,7 @@ def test_the_next_token_numbers_hold_one_positions_float64_rows_at_a_time(smollm
     got, peak = peak_of(lambda: C.next_tokens(pair))
     ha, hb = C.pair_heads(smollm2, b)  # the block's log-probabilities at once, as a direct computation
     za, zb = C.pair_logits(ha, hb, pair.a.trace.resid[-1][:C.KLD_ROWS], pair.b.trace.resid[-1][:C.KLD_ROWS])
-    la, lb = C.log_softmax64(za), C.log_softmax64(zb)
+    la, lb = log_softmax(za), log_softmax(zb)
     np.testing.assert_allclose(got.kld[:C.KLD_ROWS], (np.exp(la) * (la - lb)).sum(axis=1), rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(got.top_a[:C.KLD_ROWS], la.argmax(axis=1))
     np.testing.assert_array_equal(got.top_b[:C.KLD_ROWS], lb.argmax(axis=1))

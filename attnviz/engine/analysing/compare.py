@@ -43,7 +43,7 @@ from attnviz.engine.analysing.divergence import cosine_rows, row_jsd, visible_js
 from attnviz.engine.analysing.model_identity import file_sha256, identity, model_files  # noqa: F401 (named here)
 from attnviz.engine.analysing.pair import Pair, models_pair
 from attnviz.engine.analysing.probes import PROBE_LENGTH, PROBE_SEED, probe_ids
-from attnviz.engine.computing.logits import LMHead, build_head
+from attnviz.engine.computing.logits import LMHead, build_head, log_softmax
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.reading.gguf_tensors import release_pages
 from attnviz.engine.computing.trace import Trace
@@ -276,17 +276,6 @@ def kernel_logits(pair: Pair, ha: LMHead, hb: LMHead, xa, xb, stop=None):
                  for h, x in ((ha, xa), (hb, xb)))
 
 
-def log_softmax64(logits) -> np.ndarray:  # [n, vocab] float32 -> [n, vocab] float64
-    """logits.log_softmax's values bit for bit, with one float64 scratch array besides the result."""
-    x = np.array(logits, dtype=np.float64)  # (a copy: the result is written into it)
-    m = x.max(axis=-1, keepdims=True)
-    t = np.subtract(x, m)
-    np.exp(t, out=t)
-    lse = m + np.log(t.sum(axis=-1, keepdims=True))
-    del t
-    return np.subtract(x, lse, out=x)
-
-
 def same_rows(x, y) -> int:  # [n, d] x [m, d] -> the number of leading rows equal bit for bit
     """How many leading rows two float arrays share, compared as bits (a NaN equals itself, -0 and
     +0 differ): rows whose bits are equal give the same bits through any computation."""
@@ -339,7 +328,7 @@ def next_tokens(pair: Pair, stop=None, known=None) -> NextTokens:
 def position_kl(za, zb) -> tuple[float, int, int]:  # [1, vocab] float32 x2
     """KL(P_A || P_B) in nats and both top-1 ids of one position's logits (float64 log-softmax):
     one position's float64 rows held at a time, not a block's."""
-    la, lb = log_softmax64(za), log_softmax64(zb)  # [1, vocab]
+    la, lb = log_softmax(za), log_softmax(zb)  # [1, vocab] (one float64 array each)
     ta, tb = int(la[0].argmax()), int(lb[0].argmax())
     np.subtract(la, lb, out=lb)  # log P_A - log P_B
     np.exp(la, out=la)  # P_A
