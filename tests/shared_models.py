@@ -16,7 +16,7 @@ from pathlib import Path
 from attnviz.engine import DEFAULT_MODEL, Model, resolve
 from attnviz.engine.computing.load import warm_kernels
 from attnviz.engine.reading.budget import LayerStore, chosen_budget
-from attnviz.engine.reading.qpack import kernels_on
+from attnviz.engine.reading.qpack import kernels_on, rest_later
 from attnviz.engine.reading.registry import smollm2_file
 from attnviz.engine.reading.token_text import SENTENCEPIECE
 
@@ -71,5 +71,5 @@ def fresh_model(first: Model) -> Model:
     layers = w.layers.shared() if isinstance(w.layers, LayerStore) else w.layers
     model = Model(first.name, first.path, first.config, dataclasses.replace(w, layers=layers),
                   copy.copy(first.tokenizer), license=first.license, notice=first.notice)
-    warm_kernels(model)
+    warm_kernels(model, extras=not rest_later())
     return model

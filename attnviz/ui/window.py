@@ -425,7 +425,7 @@ class MainWindow(QMainWindow):
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()
         self.worker.cancel_load()  # a load blocked on a file must not hold the window open
-        self.worker.wait_idle(10000)
+        self.worker.shut_down(10000)  # (a result still on its way would start more work)
         super().closeEvent(ev)
 
 

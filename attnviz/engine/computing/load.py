@@ -35,12 +35,13 @@ def load_gguf(path: Path, name: str | None = None, license: str | None = None,
     will encode (reading/gguf_model.py gguf_tokenizer)."""
     from attnviz.engine.reading.qpack import rest_later
 
+    later = rest_later()
     # a window's load (rest_later) starts its few-row kernels as soon as the file's types are known;
     # a one-shot command's packing, which the warm-up's imports would slow, comes first
     model = model_of(read_gguf(path, name=name, license=license, budget=budget, eager=eager, text=text,
-                               packing=warm_few_rows_meanwhile if rest_later() else None))
-    if not rest_later():  # (a process that warms the rest later: the read started all a load warms)
-        warm_kernels(model)
+                               packing=warm_few_rows_meanwhile if later else None))
+    if not later:  # (a process that warms the rest later: the read started all a load warms)
+        warm_kernels(model, extras=True)
     return model
 
 
@@ -62,18 +63,16 @@ def warm_few_rows_meanwhile(qtypes) -> threading.Thread | None:
     return t
 
 
-def warm_kernels(model: Model) -> None:
+def warm_kernels(model: Model, extras: bool) -> None:
     """Where the model's layers multiply few rows on their blocks, their kernels compiled (or
-    loaded) on a thread of their own, off the typing path: with their serial twins and the one-row
-    steps, unless the process warms those later itself (qpack.ask_for_kernels), and the one-row
-    block for the scale types some layer runs it with (qmatvec.block_scales), then the model's
-    stack of every layer's blocks (onerow_stack.prepare)."""
+    loaded) on a thread of their own, off the typing path; with `extras` (false where the process
+    warms those later itself: qpack.rest_later) also their serial twins and the one-row steps,
+    the one-row block for the scale types some layer runs it with (qmatvec.block_scales), then
+    the model's stack of every layer's blocks (onerow_stack.prepare)."""
     if model.weights.packed_types:
         from attnviz.engine.computing import onerow_stack
         from attnviz.engine.computing.layers import layer_for
         from attnviz.engine.computing.qmatvec import warm_in_background
-        from attnviz.engine.reading.qpack import rest_later
-        extras = not rest_later()
         warm_in_background(model.weights.packed_types, extras=extras, layers=packed_views(model),
                            then=(lambda: onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for))
                            if extras else None)

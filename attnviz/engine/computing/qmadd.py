@@ -141,7 +141,8 @@ if MADD:
         return (xt.view(np.int8), cs), xs
 
     # the kernels as qdot's (every group g of 16 rows by one call of its body: any number of
-    # threads gives the same bits), x as madd_x gives it
+    # threads gives the same bits), x as madd_x gives it; written out again, not made by one
+    # factory with qdot's: numba's disk cache misses a closure over jitted functions every process
     @njit(cache=True, nogil=True)
     def _g_nib(q, scale, offset, x, xs, y, g):  # rows g 16 .. g 16 + 15 of y, every row of x
         n_sub = q.shape[1]

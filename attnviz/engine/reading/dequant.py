@@ -112,10 +112,16 @@ def _q5_codes(blocks: np.ndarray) -> np.ndarray:  # [rows, k, 22] uint8 -> [k, 3
 _BITS = np.arange(8, dtype=np.uint8)[:, None]  # [8, 1]: a byte's bits, over the rows
 
 
+def f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (its last axis contiguous) -> float16 [...]
+    """A block's float16 field, read in place: a view of the blocks (qpack's scales are read so
+    too)."""
+    return b.view(np.float16)[..., 0]
+
+
 def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
     """The float16 field at byte `at` of every block, as float32, blocks' rows last (read in place:
     a view of the blocks, one strided pass)."""
-    return blocks[:, :, at:at + 2].view(np.float16)[..., 0].T.astype(np.float32)[:, None]
+    return f16(blocks[:, :, at:at + 2]).T.astype(np.float32)[:, None]
 
 
 def prepare(qtype) -> None:

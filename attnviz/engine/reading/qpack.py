@@ -33,6 +33,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import Q4_K as _Q4K
 
 from attnviz.engine.reading.budget import arena_array
+from attnviz.engine.reading.dequant import f16  # (a view of the blocks: read once, by the copy)
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,16 @@ class Packed:
         return self.q, scale, offset
 
 
-def _f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (its last axis contiguous) -> float16 [...]
-    return b.view(np.float16)[..., 0]  # (a view of the blocks: read once, by the copy into the layout)
-
-
 def _f32(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (float16) -> float32 [...]
-    return _f16(b).astype(np.float32)
+    return f16(b).astype(np.float32)
+
+
+def _halves(blocks: np.ndarray, with_m: bool):  # uint8 [..., size] -> d, m [...] float16, at
+    """A 32-weight block's leading float16 fields: d, m (None where the type has no m: Q4_0,
+    Q5_0), and the byte `at` where the block's integers begin."""
+    d = f16(blocks[..., 0:2])
+    m = f16(blocks[..., 2:4]) if with_m else None
+    return d, m, 2 if m is None else 4
 
 
 def _nibble_pairs(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # uint8 [...] -> low, high
@@ -105,12 +110,10 @@ def _decode(blocks: np.ndarray, qtype: Q):
     scale, offset [n_out, n_sub] (float16 for HALF, else float32; offset None: 0)."""
     n, nb = blocks.shape[:2]
     if qtype in (Q.Q5_0, Q.Q5_1):
-        d = _f16(blocks[..., 0:2])
-        m = _f16(blocks[..., 2:4]) if qtype == Q.Q5_1 else None
-        at = 2 if m is None else 4
+        d, m, at = _halves(blocks, qtype == Q.Q5_1)
         return _five_bits(blocks[..., at + 4:at + 20], blocks[..., at:at + 4], m is None), d, m
     if qtype == Q.Q8_0:
-        return blocks[..., 2:34].view(np.int8), _f16(blocks[..., 0:2]), None
+        return blocks[..., 2:34].view(np.int8), f16(blocks[..., 0:2]), None
     if qtype in (Q.Q4_K, Q.Q5_K):
         d, dmin = _f32(blocks[..., 0:2]), _f32(blocks[..., 2:4])
         sc, mn = _Q4K.get_scale_min(np.ascontiguousarray(blocks[..., 4:16]).reshape(-1, 12))
@@ -140,9 +143,7 @@ def _nibble_blocks(blocks: np.ndarray, qtype: Q):
     """Q4_0's and Q4_1's blocks uint8 [n_out, n_blk, size] -> their 16 nibble bytes [n_out, n_blk,
     16], d, m [n_out, n_blk] (float16; m None for Q4_0): byte j of a block already holds input j
     in its low and input j + 16 in its high nibble, the layout's order, so no nibble is split."""
-    d = _f16(blocks[..., 0:2])
-    m = _f16(blocks[..., 2:4]) if qtype == Q.Q4_1 else None
-    at = 2 if m is None else 4
+    d, m, at = _halves(blocks, qtype == Q.Q4_1)
     return blocks[..., at:at + 16], d, m
 
 

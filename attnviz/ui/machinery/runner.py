@@ -190,6 +190,7 @@ class Runner(QObject):
         self._newest: dict[str, int | None] = {}  # kind -> id of its newest job (None: cancelled)
         self._live: dict[int, Job] = {}  # submitted, not finished (cancelled ones included)
         self._busy = False
+        self._closed = False  # shut_down: nothing submitted from then on starts
         self._relay = _shared_relay()
 
     # --- the runner ---------------------------------------------------------------------------
@@ -208,6 +209,9 @@ class Runner(QObject):
         if job_id is None:
             job_id = self.claim(kind)
         job = Job(job_id, kind, request, fn, on_done, lane, self)
+        if self._closed:  # (its window is gone: a result it asks for would reach nobody)
+            log.debug("%r not started: the runner is shut down", job)
+            return job
         self._live[job.id] = job
         is_stale = lambda: not self.is_current(job)  # noqa: E731
         if lane == THREAD:
@@ -280,10 +284,26 @@ class Runner(QObject):
             self.sigBusy.emit(busy)
 
     def wait_idle(self, msecs: int = 30000) -> bool:
-        """Block until the jobs the window still waits for are done (tests, shutdown). Cancelled
-        jobs are not waited for: one may be blocked for good."""
+        """Block until the jobs the window still waits for are done (tests). Cancelled jobs are
+        not waited for: one may be blocked for good."""
+        return self._wait_for([job for job in self._live.values() if self.is_current(job)], msecs)
+
+    def shut_down(self, msecs: int = 10000) -> bool:
+        """Stop for good (the window closes): nothing submitted from now on starts, and every job
+        is let go, its result dropped (a job that asks whether it is stale stops at its next
+        check). The jobs the window still waited for are waited for, up to `msecs`, so none runs
+        on into Python's own shutdown (where a job's thread pool refuses new work); those let go
+        before (a load blocked on a file) are not. True when they ended in time."""
+        awaited = [job for job in self._live.values() if self.is_current(job)]
+        self._closed = True
+        for kind in list(self._newest):
+            self._newest[kind] = None
+        self._update_busy()
+        return self._wait_for(awaited, msecs)
+
+    def _wait_for(self, jobs, msecs: int) -> bool:  # the jobs' own threads, then the pool
         deadline = time.monotonic() + msecs / 1000
-        for job in list(self._live.values()):
-            if job.thread is not None and self.is_current(job):
+        for job in jobs:
+            if job.thread is not None:
                 job.thread.join(max(0.0, deadline - time.monotonic()))
         return self.pool.waitForDone(max(0, int((deadline - time.monotonic()) * 1000)))
