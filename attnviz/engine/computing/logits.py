@@ -14,7 +14,11 @@ its quantised unembedding too, the first time the logits of a few rows are asked
 step, a comparison's keystroke; not when the head is built: the window's first analysis reads many
 rows, which the kernels do not take): those logits are then one product on its blocks
 (engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound, and no
-float32 copy is made for them.
+float32 copy is made for them. More rows than that and fewer than ROWS_PASS (the window's
+analysis: a row per layer) run on the kernels too: on the packed copy once it is made, and before
+that a block of VOCAB_BLOCK rows packed at a time and let go (the whole table packed first would
+cost more than the pass). Each group of 16 table rows is the same product either way, so the
+same bits, and the float32 pass's dequantised blocks would cost more.
 
 A pass over a streamed table dequantises the next block on a thread of its own while this one
 multiplies by the block before, into two arrays it reuses: the same values and the same product
@@ -27,6 +31,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -123,6 +128,14 @@ class PackedUnembedding:
         """Whether a product of `n_rows` rows is few enough for the kernels (qmatvec.ROWS)."""
         return 0 < n_rows < _kernels().ROWS.get(self.table.qtype, 0)
 
+    def by_blocks(self, n_rows: int) -> bool:
+        """Whether a product of `n_rows` rows (more than could_take's) runs on the kernels, from
+        the packed copy where it is made and otherwise a block packed at a time (blocks_pass):
+        fewer than ROWS_PASS, the kernels on (qmatvec.ENABLED), and no damaged scale found by
+        get() (the float32 pass then names its row)."""
+        return (not self.could_take(n_rows) and 0 < n_rows < ROWS_PASS and bool(_kernels().ENABLED)
+                and not (self.made and self._pm is None))
+
     @property
     def made(self) -> bool:
         """Whether get() has packed the table (or found it cannot be)."""
@@ -175,6 +188,9 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
+# the fewest rows whose logits a head packed for the kernels takes from the float32 pass again: the
+# kernels' work grows with the rows, a dequantised block's product much less (benchmarks/unembed_rows.py)
+ROWS_PASS = 64
 # passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
 # copy touches a table's worth of new memory, which costs several streamed passes
 HOLD_AFTER = 8
@@ -269,58 +285,105 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
     xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
     outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
-    if head.pack is not None:  # a few rows: one product on the packed blocks (module docstring)
-        if stop is not None and stop():
-            raise Cancelled("a newer request replaced this one")
-        blocks = []
-        for xn, out in zip(xns, outs):
-            rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
-            packed = head.packed_for(rows.shape[0])
-            if packed is not None:
-                out[...] = _kernels().qlinear(rows, packed).reshape(out.shape)
-            else:
-                blocks.append((xn, out))
-        if not blocks:
-            return outs
-        xns, block_outs = [xn for xn, _ in blocks], [out for _, out in blocks]
-    else:
-        block_outs = outs
-    with _Blocks(head.w_u) as blocks:
-        for v0 in range(0, V, VOCAB_BLOCK):
-            if stop is not None and stop():
-                raise Cancelled("a newer request replaced this one")
-            try:
-                w = blocks.get(v0)  # [block, d_model]
-            except ModelLoadError as exc:
-                raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
-            for xn, out in zip(xns, block_outs):
-                out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
+    floats, kernel_rows = [], []  # (xn, out) of the float32 pass; (rows, out [n, vocab]) of the kernels'
+    if head.pack is not None and stop is not None and stop():
+        raise Cancelled("a newer request replaced this one")
+    for xn, out in zip(xns, outs):
+        rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
+        if head.pack is not None and head.pack.by_blocks(rows.shape[0]):
+            kernel_rows.append((rows, out.reshape(-1, V)))
+            continue
+        packed = head.packed_for(rows.shape[0])  # a few rows: one product on the packed blocks
+        if packed is not None:
+            out[...] = _kernels().qlinear(rows, packed).reshape(out.shape)
+        else:
+            floats.append((xn, out))
+    if kernel_rows:
+        _kernel_pass(head.pack, kernel_rows, stop)
+    if floats:
+        _float32_pass(head.w_u, floats, stop)
     return outs
 
 
-class _Blocks:
-    """A pass's blocks of w_u in order (get(v0) for v0 = 0, VOCAB_BLOCK, ...). For a streamed
-    Unembedding on more than one core, block v0 + VOCAB_BLOCK is dequantised on a thread of its own
-    while the caller multiplies by block v0, into the other of two arrays the pass reuses (the
-    block after it is read only once the caller asks for the next, so its array is free again).
-    A with-block: the thread is joined when the pass ends, a Cancelled or an error included."""
+def _float32_pass(w_u, jobs, stop) -> None:
+    """out[..., block] = xn @ block.T for each (xn, out) of `jobs`, a block of w_u at a time."""
+    with _Blocks(w_u.shape[0], *_float32_reader(w_u)) as blocks:
+        for v0 in range(0, w_u.shape[0], VOCAB_BLOCK):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            w = blocks.get(v0)  # [block, d_model]
+            for xn, out in jobs:
+                out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
 
-    def __init__(self, w_u):
-        self.w_u = w_u
-        self.V = w_u.shape[0]
-        ahead = isinstance(w_u, Unembedding) and cores() > 1
+
+def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
+    """out = rows Wᵀ for each (rows [n, d_model], out [n, vocab]) of `jobs` on the kernels: one
+    product on the packed copy where it is made, else a block of VOCAB_BLOCK rows packed at a time
+    (on a thread of its own while the caller multiplies by the block before) and let go. Each
+    group of 16 rows is the same product either way (qmatvec), so the same bits."""
+    qm = _kernels()
+    qm.warm_few_rows([pack.table.qtype])  # (a kernel still loading is waited for: as takes_layer)
+    V = pack.table.shape[0]
+    if pack.made:
+        pm = pack.get()
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        for rows, out in jobs:
+            out[...] = qm.qlinear(rows, pm)
+        return
+    with _Blocks(V, partial(_packed_block, pack.table), cores() > 1) as blocks:
+        for v0 in range(0, V, VOCAB_BLOCK):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            p = blocks.get(v0)  # rows v0.. packed (qpack.Packed)
+            for rows, out in jobs:
+                out[:, v0:v0 + p.n_out] = qm.qmatvec(p, rows)
+
+
+def _packed_block(table: QuantRows, v0: int):
+    """Rows v0..v0 + VOCAB_BLOCK - 1 of a quantised table packed for the kernels (qpack.Packed);
+    a block whose scales are not all finite is dequantised instead, for its check to name the row
+    (ModelLoadError)."""
+    from attnviz.engine.reading.qpack import PackedMatrix, pack
+
+    rows = np.asarray(table.data[v0:v0 + VOCAB_BLOCK]).reshape(-1, table.data.shape[-1])
+    p = pack(rows, table.qtype)
+    if not PackedMatrix(((0, p),), p.n_out).finite:
+        table.rows_into(v0, np.empty((len(rows), table.shape[1]), np.float32))
+        raise AssertionError(f"rows {v0}.. have a non-finite scale but finite values")
+    return p
+
+
+def _float32_reader(w_u) -> tuple:
+    """(read, ahead) for _Blocks over w_u: read(v0) its rows v0.. as float32 [block, d_model]; a
+    streamed Unembedding dequantises each block into one of two arrays the pass reuses (the block
+    after it is read only once the caller asks for the next, so its array is free again), read
+    ahead where there is more than one core."""
+    if not isinstance(w_u, Unembedding):
+        return (lambda v0: np.asarray(w_u[v0:v0 + VOCAB_BLOCK])), False
+    bufs = [np.empty((VOCAB_BLOCK, w_u.shape[1]), np.float32) for _ in range(2)]
+    return (lambda v0: w_u.block(v0, bufs[(v0 // VOCAB_BLOCK) % 2])), cores() > 1
+
+
+class _Blocks:
+    """A pass's blocks in order (get(v0) for v0 = 0, VOCAB_BLOCK, ... below V, each read(v0)).
+    Where `ahead`, block v0 + VOCAB_BLOCK is read on a thread of its own while the caller works
+    on block v0. A ModelLoadError a read raises (a damaged row) is NoPrediction when the pass
+    reaches its block. A with-block: the thread is joined when the pass ends, a Cancelled or an
+    error included."""
+
+    def __init__(self, V: int, read: Callable, ahead: bool):
+        self.V, self._read = V, read
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="attnviz-unembed") if ahead else None
-        self._bufs = ([np.empty((VOCAB_BLOCK, w_u.shape[1]), np.float32) for _ in range(2)]
-                      if isinstance(w_u, Unembedding) else None)
         self._next = None  # (v0, future) of the block being read ahead
 
-    def _read(self, v0: int) -> np.ndarray:
-        buf = None if self._bufs is None else self._bufs[(v0 // VOCAB_BLOCK) % 2]
-        if buf is None:
-            return np.asarray(self.w_u[v0:v0 + VOCAB_BLOCK])
-        return self.w_u.block(v0, buf)
+    def get(self, v0: int):
+        try:
+            return self._get(v0)
+        except ModelLoadError as exc:
+            raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
 
-    def get(self, v0: int) -> np.ndarray:
+    def _get(self, v0: int):
         if self._pool is None:
             return self._read(v0)
         if self._next is not None and self._next[0] == v0:
