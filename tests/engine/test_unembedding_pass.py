@@ -147,3 +147,20 @@ def test_a_damaged_row_in_a_block_packed_for_the_kernels_is_named(tmp_path, kern
                                            r"holds non-finite"):
         L.vocab_logits(head, rows_of(model, qm.ROWS[Q.Q8_0]))
     assert readers() == []
+
+
+@pytest.mark.parametrize("n_rows", [1, 16, 37])
+def test_the_compiled_regroup_gives_qpacks_arrays_byte_for_byte(n_rows):
+    pytest.importorskip("numba")
+    from attnviz.engine.computing.qregroup import pack_rows
+
+    rows = np.random.default_rng(n_rows).integers(0, 256, (n_rows, 3 * 34), dtype=np.uint8)
+    rows[:, 0::34] = rows[:, 1::34] = 0x3C  # (d finite: float16 bits 0x3C3C)
+    got, want = pack_rows(rows, Q.Q8_0), qpack.pack(rows, Q.Q8_0)
+    assert (got.qtype, got.n_out, got.n_in, got.sub, got.nibbles, got.signed) == (
+        want.qtype, want.n_out, want.n_in, want.sub, want.nibbles, want.signed)
+    assert got.offset is None and want.offset is None
+    for a, b in ((got.q, want.q), (got.scale, want.scale)):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    for a, b in zip(got.args, want.args):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

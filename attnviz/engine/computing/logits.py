@@ -321,8 +321,11 @@ def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
     product on the packed copy where it is made, else a block of VOCAB_BLOCK rows packed at a time
     (on a thread of its own while the caller multiplies by the block before) and let go. Each
     group of 16 rows is the same product either way (qmatvec), so the same bits."""
+    from attnviz.engine.computing import qregroup
+
     qm = _kernels()
     qm.warm_few_rows([pack.table.qtype])  # (a kernel still loading is waited for: as takes_layer)
+    qregroup.warm()
     V = pack.table.shape[0]
     if pack.made:
         pm = pack.get()
@@ -344,10 +347,11 @@ def _packed_block(table: QuantRows, v0: int):
     """Rows v0..v0 + VOCAB_BLOCK - 1 of a quantised table packed for the kernels (qpack.Packed);
     a block whose scales are not all finite is dequantised instead, for its check to name the row
     (ModelLoadError)."""
-    from attnviz.engine.reading.qpack import PackedMatrix, pack
+    from attnviz.engine.computing.qregroup import pack_rows
+    from attnviz.engine.reading.qpack import PackedMatrix
 
     rows = np.asarray(table.data[v0:v0 + VOCAB_BLOCK]).reshape(-1, table.data.shape[-1])
-    p = pack(rows, table.qtype)
+    p = pack_rows(rows, table.qtype)
     if not PackedMatrix(((0, p),), p.n_out).finite:
         table.rows_into(v0, np.empty((len(rows), table.shape[1]), np.float32))
         raise AssertionError(f"rows {v0}.. have a non-finite scale but finite values")
