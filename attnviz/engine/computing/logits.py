@@ -150,10 +150,12 @@ class PackedUnembedding:
 
 
 def _packed_table(table):
-    from attnviz.engine.reading.qpack import pack_parts
+    from attnviz.engine.computing.qregroup import pack_rows
+    from attnviz.engine.reading.qpack import PackedMatrix
 
-    pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
-    if pm is None or not pm.finite:
+    p = pack_rows(np.asarray(table.data).reshape(table.shape[0], -1), table.qtype)  # (a type _packs took)
+    pm = PackedMatrix(((0, p),), p.n_out)
+    if not pm.finite:
         return None
     _kernels().warm_few_rows([table.qtype])  # (the head needs its kernel alone)
     return pm
