@@ -11,14 +11,13 @@ product is the same call on the same float32 values: the logits are the same bit
 
 A model whose layers are packed for the quantised kernels (the window: Weights.packed_types) packs
 its quantised unembedding too, the first time the logits of a few rows are asked for (a generation
-step, a comparison's keystroke; not when the head is built: the window's first analysis reads many
-rows, which the kernels do not take): those logits are then one product on its blocks
-(engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound, and no
-float32 copy is made for them. More rows than that and fewer than ROWS_PASS (the window's
+step, a comparison's keystroke; not when the head is built): those logits are then one product on
+its blocks (engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound,
+and no float32 copy is made for them. More rows than that and fewer than ROWS_PASS (the window's
 analysis: a row per layer) run on the kernels too: on the packed copy once it is made, and before
-that a block of VOCAB_BLOCK rows packed at a time and let go (the whole table packed first would
-cost more than the pass). Each group of 16 table rows is the same product either way, so the
-same bits, and the float32 pass's dequantised blocks would cost more.
+that a block of VOCAB_BLOCK rows packed at a time and let go (the first analysis does not wait
+for the whole table to be packed). Each group of 16 table rows is the same product either way,
+so the same bits; the float32 pass (dequantised blocks, then their product) would cost more.
 
 A pass over a streamed table dequantises the next block on a thread of its own while this one
 multiplies by the block before, into two arrays it reuses: the same values and the same product
@@ -119,7 +118,8 @@ class PackedUnembedding:
     """A quantised unembedding's copy packed for the kernels (a qpack.PackedMatrix), made the
     first time it is asked for (get), its kernel warm then; None where a scale is not finite (the
     blocks' own check then names the row). Packing a 262,144-row table takes longer than a pass
-    over it, and a pass of many rows (the window's first analysis) never reads it."""
+    over it, so a pass of more rows than could_take's (the window's first analysis) packs a block
+    at a time instead while the copy is not made (by_blocks)."""
     table: QuantRows
     _pm: object = field(default=_UNPACKED, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -273,10 +273,11 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     """Final-norm inputs x [..., d_model] -> logits [..., vocab] float32, in blocks of VOCAB_BLOCK
     unembedding rows, whether w_u is float32 or kept in the file's type (an Unembedding: a block
     dequantised at a time): the same products either way, so how the table is held changes no
-    logit, not even in the last bit (but where the head is packed for the kernels: a few rows'
-    logits come from its blocks, within the kernels' bound). `stop()` is asked before each block
-    and raises Cancelled when it says so: a newer keystroke waits for one block, not for the whole
-    unembedding. A non-finite row met in a quantised table: NoPrediction, naming it."""
+    logit, not even in the last bit (but where the head is packed for the kernels: the logits of
+    fewer than ROWS_PASS rows come from its blocks, within the kernels' bound). `stop()` is asked
+    before each block and raises Cancelled when it says so: a newer keystroke waits for one block,
+    not for the whole unembedding. A non-finite row met in a quantised table: NoPrediction,
+    naming it."""
     return vocab_logits_of(head, [x], stop)[0]
 
 
