@@ -330,8 +330,8 @@ def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
     qm.warm_few_rows([pack.table.qtype])  # (a kernel still loading is waited for: as takes_layer)
     qregroup.warm()
     V = pack.table.shape[0]
-    if pack.made:
-        pm = pack.get()
+    pm = pack.get() if pack.made else None  # (None too where a scale is not finite: the blocks name it)
+    if pm is not None:
         if stop is not None and stop():
             raise Cancelled("a newer request replaced this one")
         for rows, out in jobs:
