@@ -124,8 +124,9 @@ def test_a_non_finite_scale_is_refused_at_load_as_an_expansion_refuses_it(tmp_pa
 
 def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_bound(path, kernels):
     """The window's prediction of one row reads the unembedding's blocks: no float32 copy of it is
-    made however many times it is asked; many rows keep the float32 blocks' product."""
-    from attnviz.engine.computing.logits import HOLD_AFTER
+    made however many times it is asked; a row per layer (the analysis) too, within the same bound;
+    ROWS_PASS rows or more keep the float32 blocks' product."""
+    from attnviz.engine.computing.logits import HOLD_AFTER, ROWS_PASS
 
     model, ref = load_gguf(path), float32_model(path)
     head, want_head = model.lm_head(), ref.lm_head()
@@ -138,7 +139,9 @@ def test_a_few_rows_logits_come_from_the_packed_unembedding_within_the_kernels_b
     bound = 1e-5 * (np.abs(want_head.normed(x)) @ np.abs(w_u).T)
     assert np.all(np.abs(got - want) <= bound) and not np.array_equal(got, want)
     assert head.w_u.rows_held == 0  # no pass over the float32 blocks: nothing kept
-    many = np.repeat(x, qm.ROWS[Q.Q8_0], axis=0)
+    layers = np.repeat(x, qm.ROWS[Q.Q8_0], axis=0)
+    assert np.all(np.abs(head.logits(layers) - want) <= bound) and head.w_u.rows_held == 0
+    many = np.repeat(x, ROWS_PASS, axis=0)
     np.testing.assert_array_equal(head.logits(many), want_head.logits(many))
 
 

@@ -90,10 +90,11 @@ def test_the_packed_copy_is_made_when_a_few_rows_first_ask_and_gives_the_logits_
     model = tiny(tmp_path, Q.Q8_0)
     head = model.lm_head()
     assert head.pack is not None and head.pack._pm is L._UNPACKED  # not packed with the head
-    many = rows_of(model, qm.ROWS[Q.Q8_0])
+    many = rows_of(model, L.ROWS_PASS)
     float32 = L.vocab_logits(L.LMHead(head.norm, head.centred, head.eps, head.w_u), many)
     assert np.array_equal(L.vocab_logits(head, many), float32)  # the blocks' product: bit for bit
-    assert head.pack._pm is L._UNPACKED  # too many rows for the kernels: still not packed
+    L.vocab_logits(head, rows_of(model, qm.ROWS[Q.Q8_0]))  # (a block packed at a time)
+    assert head.pack._pm is L._UNPACKED  # too many rows to pack the whole table for: still not packed
     one = rows_of(model, 1, 2)
     got = L.vocab_logits(head, one)
     assert head.pack._pm is not L._UNPACKED and head.packed is head.pack.get()  # packed now, once
@@ -101,3 +102,65 @@ def test_the_packed_copy_is_made_when_a_few_rows_first_ask_and_gives_the_logits_
     assert qm.takes(at_once, 1)
     assert np.array_equal(got, qm.qlinear(head.normed(one).astype(np.float32), at_once))
     assert head.packed_for(len(many)) is None and head.packed_for(1) is head.packed
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0])
+def test_rows_between_the_few_and_the_float32_passes_take_the_kernels_a_block_packed_at_a_time(
+        tmp_path, kernels, monkeypatch, qtype):
+    """A pass of more rows than the kernels take on the whole table's copy, and fewer than
+    ROWS_PASS (the window's analysis: a row per layer), multiplies on a block packed at a time,
+    read ahead or not, and packs no copy of the table: the bits of one product on the copy
+    packed whole (made later, then used), within the kernels' bound of the float32 pass."""
+    from attnviz.engine.computing import qmatvec as qm
+
+    monkeypatch.setattr(L, "VOCAB_BLOCK", 20)  # blocks of a whole group of 16 rows and part of one
+    model = tiny(tmp_path, qtype)
+    head = model.lm_head()
+    xs = [rows_of(model, qm.ROWS[qtype]), rows_of(model, L.ROWS_PASS - 1, 1)]
+    assert all(head.pack.by_blocks(len(x)) for x in xs) and not head.pack.by_blocks(L.ROWS_PASS)
+    got = {}
+    for n in (1, 2):
+        monkeypatch.setattr(L, "cores", lambda n=n: n)
+        got[n] = L.vocab_logits_of(head, xs)
+        assert head.pack._pm is L._UNPACKED and readers() == []
+    whole = L._packed_table(head.w_u.table)
+    float32 = L.vocab_logits_of(L.LMHead(head.norm, head.centred, head.eps, head.w_u), xs)
+    packed = L.vocab_logits_of(head, xs) if head.packed is not None else None  # (the copy made now)
+    for i, x in enumerate(xs):
+        want = qm.qlinear(head.normed(x).astype(np.float32), whole)
+        assert np.array_equal(got[1][i], want) and np.array_equal(got[2][i], want)
+        assert np.array_equal(packed[i], want)
+        bound = 1e-5 * (np.abs(head.normed(x)) @ np.abs(np.asarray(head.w_u.table)).T)
+        assert (np.abs(want - float32[i]) <= bound).all()
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf.quants quantising a NaN row
+def test_a_damaged_row_in_a_block_packed_for_the_kernels_is_named(tmp_path, kernels, monkeypatch):
+    from attnviz.engine.computing import qmatvec as qm
+
+    monkeypatch.setattr(L, "VOCAB_BLOCK", 20)
+    monkeypatch.setattr(L, "cores", lambda: 2)
+    model = tiny(tmp_path, Q.Q8_0, damage=20 + 3)  # the second block: read ahead of the first
+    head = model.lm_head()
+    with pytest.raises(NoPrediction, match=rf"the unembedding cannot be used for prediction: tensor "
+                                           rf"output.weight row {20 + 3} \(token id {20 + 3}\) "
+                                           r"holds non-finite"):
+        L.vocab_logits(head, rows_of(model, qm.ROWS[Q.Q8_0]))
+    assert readers() == []
+
+
+@pytest.mark.parametrize("n_rows", [1, 16, 37])
+def test_the_compiled_regroup_gives_qpacks_arrays_byte_for_byte(n_rows):
+    pytest.importorskip("numba")
+    from attnviz.engine.computing.qregroup import pack_rows
+
+    rows = np.random.default_rng(n_rows).integers(0, 256, (n_rows, 3 * 34), dtype=np.uint8)
+    rows[:, 0::34] = rows[:, 1::34] = 0x3C  # (d finite: float16 bits 0x3C3C)
+    got, want = pack_rows(rows, Q.Q8_0), qpack.pack(rows, Q.Q8_0)
+    assert (got.qtype, got.n_out, got.n_in, got.sub, got.nibbles, got.signed) == (
+        want.qtype, want.n_out, want.n_in, want.sub, want.nibbles, want.signed)
+    assert got.offset is None and want.offset is None
+    for a, b in ((got.q, want.q), (got.scale, want.scale)):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    for a, b in zip(got.args, want.args):
+        assert a.dtype == b.dtype and np.array_equal(a, b)

@@ -11,10 +11,13 @@ product is the same call on the same float32 values: the logits are the same bit
 
 A model whose layers are packed for the quantised kernels (the window: Weights.packed_types) packs
 its quantised unembedding too, the first time the logits of a few rows are asked for (a generation
-step, a comparison's keystroke; not when the head is built: the window's first analysis reads many
-rows, which the kernels do not take): those logits are then one product on its blocks
-(engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound, and no
-float32 copy is made for them.
+step, a comparison's keystroke; not when the head is built): those logits are then one product on
+its blocks (engine/computing/qmatvec.py), equal to the float32 product within the kernels' bound,
+and no float32 copy is made for them. More rows than that and fewer than ROWS_PASS (the window's
+analysis: a row per layer) run on the kernels too: on the packed copy once it is made, and before
+that a block of VOCAB_BLOCK rows packed at a time and let go (the first analysis does not wait
+for the whole table to be packed). Each group of 16 table rows is the same product either way,
+so the same bits; the float32 pass (dequantised blocks, then their product) would cost more.
 
 A pass over a streamed table dequantises the next block on a thread of its own while this one
 multiplies by the block before, into two arrays it reuses: the same values and the same product
@@ -27,6 +30,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -114,7 +118,8 @@ class PackedUnembedding:
     """A quantised unembedding's copy packed for the kernels (a qpack.PackedMatrix), made the
     first time it is asked for (get), its kernel warm then; None where a scale is not finite (the
     blocks' own check then names the row). Packing a 262,144-row table takes longer than a pass
-    over it, and a pass of many rows (the window's first analysis) never reads it."""
+    over it, so a pass of more rows than could_take's (the window's first analysis) packs a block
+    at a time instead while the copy is not made (by_blocks)."""
     table: QuantRows
     _pm: object = field(default=_UNPACKED, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -122,6 +127,14 @@ class PackedUnembedding:
     def could_take(self, n_rows: int) -> bool:
         """Whether a product of `n_rows` rows is few enough for the kernels (qmatvec.ROWS)."""
         return 0 < n_rows < _kernels().ROWS.get(self.table.qtype, 0)
+
+    def by_blocks(self, n_rows: int) -> bool:
+        """Whether a product of `n_rows` rows (more than could_take's) runs on the kernels, from
+        the packed copy where it is made and otherwise a block packed at a time (blocks_pass):
+        fewer than ROWS_PASS, the kernels on (qmatvec.ENABLED), and no damaged scale found by
+        get() (the float32 pass then names its row)."""
+        return (not self.could_take(n_rows) and 0 < n_rows < ROWS_PASS and bool(_kernels().ENABLED)
+                and not (self.made and self._pm is None))
 
     @property
     def made(self) -> bool:
@@ -137,10 +150,12 @@ class PackedUnembedding:
 
 
 def _packed_table(table):
-    from attnviz.engine.reading.qpack import pack_parts
+    from attnviz.engine.computing.qregroup import pack_rows
+    from attnviz.engine.reading.qpack import PackedMatrix
 
-    pm = pack_parts([(table.qtype, np.asarray(table.data).reshape(table.shape[0], -1), 0)])
-    if pm is None or not pm.finite:
+    p = pack_rows(np.asarray(table.data).reshape(table.shape[0], -1), table.qtype)  # (a type _packs took)
+    pm = PackedMatrix(((0, p),), p.n_out)
+    if not pm.finite:
         return None
     _kernels().warm_few_rows([table.qtype])  # (the head needs its kernel alone)
     return pm
@@ -175,6 +190,9 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
+# the fewest rows whose logits a head packed for the kernels takes from the float32 pass again: the
+# kernels' work grows with the rows, a dequantised block's product much less (benchmarks/unembed_rows.py)
+ROWS_PASS = 64
 # passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
 # copy touches a table's worth of new memory, which costs several streamed passes
 HOLD_AFTER = 8
@@ -255,10 +273,11 @@ def vocab_logits(head: LMHead, x, stop: Callable[[], bool] | None = None) -> np.
     """Final-norm inputs x [..., d_model] -> logits [..., vocab] float32, in blocks of VOCAB_BLOCK
     unembedding rows, whether w_u is float32 or kept in the file's type (an Unembedding: a block
     dequantised at a time): the same products either way, so how the table is held changes no
-    logit, not even in the last bit (but where the head is packed for the kernels: a few rows'
-    logits come from its blocks, within the kernels' bound). `stop()` is asked before each block
-    and raises Cancelled when it says so: a newer keystroke waits for one block, not for the whole
-    unembedding. A non-finite row met in a quantised table: NoPrediction, naming it."""
+    logit, not even in the last bit (but where the head is packed for the kernels: the logits of
+    fewer than ROWS_PASS rows come from its blocks, within the kernels' bound). `stop()` is asked
+    before each block and raises Cancelled when it says so: a newer keystroke waits for one block,
+    not for the whole unembedding. A non-finite row met in a quantised table: NoPrediction,
+    naming it."""
     return vocab_logits_of(head, [x], stop)[0]
 
 
@@ -269,58 +288,109 @@ def vocab_logits_of(head: LMHead, xs, stop: Callable[[], bool] | None = None) ->
     xns = [head.normed(np.asarray(x, dtype=np.float32)).astype(np.float32, copy=False) for x in xs]
     V = head.w_u.shape[0]
     outs = [np.empty((*xn.shape[:-1], V), np.float32) for xn in xns]  # [..., vocab] each
-    if head.pack is not None:  # a few rows: one product on the packed blocks (module docstring)
-        if stop is not None and stop():
-            raise Cancelled("a newer request replaced this one")
-        blocks = []
-        for xn, out in zip(xns, outs):
-            rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
-            packed = head.packed_for(rows.shape[0])
-            if packed is not None:
-                out[...] = _kernels().qlinear(rows, packed).reshape(out.shape)
-            else:
-                blocks.append((xn, out))
-        if not blocks:
-            return outs
-        xns, block_outs = [xn for xn, _ in blocks], [out for _, out in blocks]
-    else:
-        block_outs = outs
-    with _Blocks(head.w_u) as blocks:
-        for v0 in range(0, V, VOCAB_BLOCK):
-            if stop is not None and stop():
-                raise Cancelled("a newer request replaced this one")
-            try:
-                w = blocks.get(v0)  # [block, d_model]
-            except ModelLoadError as exc:
-                raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
-            for xn, out in zip(xns, block_outs):
-                out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
+    floats, kernel_rows = [], []  # (xn, out) of the float32 pass; (rows, out [n, vocab]) of the kernels'
+    if head.pack is not None and stop is not None and stop():
+        raise Cancelled("a newer request replaced this one")
+    for xn, out in zip(xns, outs):
+        rows = xn.reshape(-1, xn.shape[-1])  # [n, d_model]
+        if head.pack is not None and head.pack.by_blocks(rows.shape[0]):
+            kernel_rows.append((rows, out.reshape(-1, V)))
+            continue
+        packed = head.packed_for(rows.shape[0])  # a few rows: one product on the packed blocks
+        if packed is not None:
+            out[...] = _kernels().qlinear(rows, packed).reshape(out.shape)
+        else:
+            floats.append((xn, out))
+    if kernel_rows:
+        _kernel_pass(head.pack, kernel_rows, stop)
+    if floats:
+        _float32_pass(head.w_u, floats, stop)
     return outs
 
 
-class _Blocks:
-    """A pass's blocks of w_u in order (get(v0) for v0 = 0, VOCAB_BLOCK, ...). For a streamed
-    Unembedding on more than one core, block v0 + VOCAB_BLOCK is dequantised on a thread of its own
-    while the caller multiplies by block v0, into the other of two arrays the pass reuses (the
-    block after it is read only once the caller asks for the next, so its array is free again).
-    A with-block: the thread is joined when the pass ends, a Cancelled or an error included."""
+def _float32_pass(w_u, jobs, stop) -> None:
+    """out[..., block] = xn @ block.T for each (xn, out) of `jobs`, a block of w_u at a time."""
+    with _Blocks(w_u.shape[0], *_float32_reader(w_u)) as blocks:
+        for v0 in range(0, w_u.shape[0], VOCAB_BLOCK):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            w = blocks.get(v0)  # [block, d_model]
+            for xn, out in jobs:
+                out[..., v0:v0 + VOCAB_BLOCK] = xn @ w.T  # [..., block]
 
-    def __init__(self, w_u):
-        self.w_u = w_u
-        self.V = w_u.shape[0]
-        ahead = isinstance(w_u, Unembedding) and cores() > 1
+
+def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
+    """out = rows Wᵀ for each (rows [n, d_model], out [n, vocab]) of `jobs` on the kernels: one
+    product on the packed copy where it is made, else a block of VOCAB_BLOCK rows packed at a time
+    (on a thread of its own while the caller multiplies by the block before) and let go. Each
+    group of 16 rows is the same product either way (qmatvec), so the same bits."""
+    from attnviz.engine.computing import qregroup
+
+    qm = _kernels()
+    qm.warm_few_rows([pack.table.qtype])  # (a kernel still loading is waited for: as takes_layer)
+    qregroup.warm()
+    V = pack.table.shape[0]
+    pm = pack.get() if pack.made else None  # (None too where a scale is not finite: the blocks name it)
+    if pm is not None:
+        if stop is not None and stop():
+            raise Cancelled("a newer request replaced this one")
+        for rows, out in jobs:
+            out[...] = qm.qlinear(rows, pm)
+        return
+    with _Blocks(V, partial(_packed_block, pack.table), cores() > 1) as blocks:
+        for v0 in range(0, V, VOCAB_BLOCK):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            p = blocks.get(v0)  # rows v0.. packed (qpack.Packed)
+            for rows, out in jobs:
+                out[:, v0:v0 + p.n_out] = qm.qmatvec(p, rows)
+
+
+def _packed_block(table: QuantRows, v0: int):
+    """Rows v0..v0 + VOCAB_BLOCK - 1 of a quantised table packed for the kernels (qpack.Packed);
+    a block whose scales are not all finite is dequantised instead, for its check to name the row
+    (ModelLoadError)."""
+    from attnviz.engine.computing.qregroup import pack_rows
+    from attnviz.engine.reading.qpack import PackedMatrix
+
+    rows = np.asarray(table.data[v0:v0 + VOCAB_BLOCK]).reshape(-1, table.data.shape[-1])
+    p = pack_rows(rows, table.qtype)
+    if not PackedMatrix(((0, p),), p.n_out).finite:
+        table.rows_into(v0, np.empty((len(rows), table.shape[1]), np.float32))
+        raise AssertionError(f"rows {v0}.. have a non-finite scale but finite values")
+    return p
+
+
+def _float32_reader(w_u) -> tuple:
+    """(read, ahead) for _Blocks over w_u: read(v0) its rows v0.. as float32 [block, d_model]; a
+    streamed Unembedding dequantises each block into one of two arrays the pass reuses (the block
+    after it is read only once the caller asks for the next, so its array is free again), read
+    ahead where there is more than one core."""
+    if not isinstance(w_u, Unembedding):
+        return (lambda v0: np.asarray(w_u[v0:v0 + VOCAB_BLOCK])), False
+    bufs = [np.empty((VOCAB_BLOCK, w_u.shape[1]), np.float32) for _ in range(2)]
+    return (lambda v0: w_u.block(v0, bufs[(v0 // VOCAB_BLOCK) % 2])), cores() > 1
+
+
+class _Blocks:
+    """A pass's blocks in order (get(v0) for v0 = 0, VOCAB_BLOCK, ... below V, each read(v0)).
+    Where `ahead`, block v0 + VOCAB_BLOCK is read on a thread of its own while the caller works
+    on block v0. A ModelLoadError a read raises (a damaged row) is NoPrediction when the pass
+    reaches its block. A with-block: the thread is joined when the pass ends, a Cancelled or an
+    error included."""
+
+    def __init__(self, V: int, read: Callable, ahead: bool):
+        self.V, self._read = V, read
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="attnviz-unembed") if ahead else None
-        self._bufs = ([np.empty((VOCAB_BLOCK, w_u.shape[1]), np.float32) for _ in range(2)]
-                      if isinstance(w_u, Unembedding) else None)
         self._next = None  # (v0, future) of the block being read ahead
 
-    def _read(self, v0: int) -> np.ndarray:
-        buf = None if self._bufs is None else self._bufs[(v0 // VOCAB_BLOCK) % 2]
-        if buf is None:
-            return np.asarray(self.w_u[v0:v0 + VOCAB_BLOCK])
-        return self.w_u.block(v0, buf)
+    def get(self, v0: int):
+        try:
+            return self._get(v0)
+        except ModelLoadError as exc:
+            raise NoPrediction(f"the unembedding cannot be used for prediction: {exc}") from None
 
-    def get(self, v0: int) -> np.ndarray:
+    def _get(self, v0: int):
         if self._pool is None:
             return self._read(v0)
         if self._next is not None and self._next[0] == v0:

@@ -210,6 +210,9 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
         took[qtype.name] = _warmed[key]
         if extras:
             _warm_serial(qtype, key)
+        if qtype == Q.Q8_0:  # (a pass over a Q8_0 unembedding regroups its blocks: logits.py)
+            from attnviz.engine.computing import qregroup
+            qregroup.warm()
     if took and extras:
         scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
         half = {s == np.uint16 for s in scales}
