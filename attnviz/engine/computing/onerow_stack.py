@@ -18,7 +18,8 @@ scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two
 stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
 
 It is compiled for one scale type at a time (compile_stack: the one the model's layers use).
-The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
+The lists of a store's matrices and gains are built once (_STACKS, for the store's life), by calls
+compiled with the stack (_lister), so the run that builds them compiles nothing. Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
 K and V views of it; a generation's next step writes after them in place, a keystroke's next run
 that replaces the last token moves the cached views to one copy of their own and writes into
@@ -109,13 +110,49 @@ def compile_stack(scale) -> None:
             L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
             types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64))
         compiled.disable_compile()
+        for item in (q, s, g):
+            _lister(item)
         _COMPILED[scale] = compiled
 
 
-def _typed(item, arrays) -> List:
-    out = List.empty_list(item)
-    for a in arrays:
-        out.append(a)
+def _list_of(a):  # a typed List of a's type holding a
+    out = List()
+    out.append(a)
+    return out
+
+
+def _append(out, a):
+    out.append(a)
+
+
+_LISTERS: dict = {}  # a typed List's item type -> (_list_of, _append) compiled for it (_lister)
+_LISTING = threading.Lock()
+
+
+def _lister(item):
+    """(_list_of, _append) for items of numba type `item`, compiled (or loaded from numba's cache)
+    as dispatchers of their own, closed to other signatures: a typed List built from Python
+    compiles its methods in every process (numba caches none of them), a wait the keystroke that
+    first builds a stack would have; compile_stack makes these with the stack."""
+    made = _LISTERS.get(item)
+    if made is not None:
+        return made
+    with _LISTING:
+        if item not in _LISTERS:
+            new, append = njit(**JIT)(_list_of), njit(**JIT)(_append)
+            new.compile(types.ListType(item)(item))
+            append.compile(types.void(types.ListType(item), item))
+            new.disable_compile()
+            append.disable_compile()
+            _LISTERS[item] = new, append
+        return _LISTERS[item]
+
+
+def _typed(item, arrays) -> List:  # arrays (at least one) in a typed List of items of type `item`
+    new, append = _lister(item)
+    out = new(arrays[0])
+    for a in arrays[1:]:
+        append(out, a)
     return out
 
 
@@ -168,11 +205,15 @@ def _stack_of(store, n_layer: int, layer_for):
     return stack
 
 
+def prepared(store) -> bool:
+    """Whether the store's stack has been built, or found not to cover its layers, for the store's
+    life (_stack_of): a one-row run then builds nothing."""
+    return not ENABLED or _STACKS.get(store, _UNSEEN) is not _UNSEEN
+
+
 def prepare(store, n_layer: int, layer_for) -> None:
     """The store's stack built now (_stack_of; layer_for: layers.layer_for), where a warm-up thread
-    calls it after the kernels:
-    its typed Lists' methods compile once a process, which a model's first one-row run (a
-    keystroke) would otherwise wait for."""
+    calls it after the kernels: a model's first one-row run (a keystroke) then finds it built."""
     if ENABLED:
         _stack_of(store, n_layer, layer_for)
 

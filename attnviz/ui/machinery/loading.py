@@ -102,7 +102,7 @@ def warm_the_rest(worker, model) -> None:
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
     with (engine/computing/qmatvec.py warm), then the model's stack of every layer's blocks
     (onerow_stack.prepare: the first keystroke would build it), on a thread of its own below the
-    main thread (a job of `worker`, the app's runner); nothing where it is warm."""
+    main thread (a job of `worker`, the app's runner); nothing where both are done."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types or worker.running(WARM_KIND) is not None:
         return
@@ -112,7 +112,8 @@ def warm_the_rest(worker, model) -> None:
     from attnviz.ui.machinery.runner import THREAD
     from attnviz.ui.machinery.tuning import below_the_main_thread
 
-    if qmatvec.warmed(types, layers=packed_views(model)):
+    # (a first run of one row warms the kernels itself: the stack is still to build then)
+    if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
         return
 
     def work():
