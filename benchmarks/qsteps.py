@@ -5,7 +5,7 @@ in one process, in turns (not a test).
   run of the first T - 1 tokens: engine time, kernels on against off (qmatvec.ENABLED). Goal: on
   / off <= 0.5. The kernels' runs take every layer in one compiled call (onerow_stack); the same
   runs a layer at a time (onerow_stack.ENABLED off) are timed in turns beside them.
-- generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
+- generation step at T = 64 and 512: a generation's cached one-row run (generate.run_step, _StepTrace: the
   cache, no dense patterns, every layer to its end), each way's generation going on a token a
   round (a cache of its own for each way): every timed step finds its cache as the step before
   it left it, as generate's steps do (its keys and values the lists that step handed over, its
