@@ -5,7 +5,7 @@ the ratio to be reported).
 - the step: the context already holds T - 1 tokens (T = 64 and 512) and one more is run through
   every layer to the next-token logits over the whole vocabulary, each step going back to the same
   T - 1 tokens (the same T every step).
-  - attnviz: what a generation step does (engine/computing/generate.py): model.run of the T ids
+  - attnviz: what a generation step does (engine/computing/generate.py): run_step of the T ids
     with the generation's own cache (generate._StepTrace: K and V appended in place, no patterns)
     and head.logits of its last row (the final RMSNorm and the unembedding, on its packed Q8_0
     blocks). The cache taken back to T - 1 tokens before each step (qsteps.back_to) is not timed.
@@ -204,11 +204,11 @@ def step_figures(T: int, ours: dict, llama: dict | None, floors: dict, *, why: s
                  f"and the unembedding's packed blocks")
     step = f"decode step T = {T}"
     rows = [(f"{step}, attnviz", a, "ms", ours["ms"],
-             f"model.run of one new token on a generation's cache (generate._StepTrace) and head.logits "
+             f"generate.run_step of one new token on a generation's cache and head.logits "
              f"of its row; medians: layers {lay:.2f} ms, unembedding {head:.2f} ms"),
             (f"{step}: attnviz's layers / quantised-bytes floor", lay / fl, "x",
              [v / fl for v in ours["layers"]],
-             f"the step's model.run alone (qsteps' goal: <= 1.3 there); {floor_layers}"),
+             f"the step's run_step alone (qsteps' goal: <= 1.3 there); {floor_layers}"),
             (f"{step}: attnviz / floor of the layers' and unembedding's bytes", a / fa, "x",
              [v / fa for v in ours["ms"]], floor_all)]
     # (llama.cpp's step is read against the floor of all it reads only: no split of it is timed)
@@ -231,11 +231,11 @@ def step_figures(T: int, ours: dict, llama: dict | None, floors: dict, *, why: s
 
 
 def _ours(model, head, cache, prompt: list[int], tokens: list[int]) -> dict:
-    """attnviz's steps (module docstring): ms of each, of its model.run and of its head.logits."""
+    """attnviz's steps (module docstring): ms of each, of its run (generate.run_step) and of its
+    head.logits."""
     import numpy as np
 
-    from attnviz.engine.computing.generate import _StepTrace
-    from attnviz.engine.computing.request import RunRequest
+    from attnviz.engine.computing.generate import run_step
     from benchmarks.qsteps import back_to
 
     out: dict = {"ms": [], "layers": [], "head": [], "top": []}
@@ -243,12 +243,11 @@ def _ours(model, head, cache, prompt: list[int], tokens: list[int]) -> dict:
         back_to(cache, len(prompt))
         seq = prompt + [token]
         t0 = time.perf_counter()
-        trace = _StepTrace(False, cache)
-        r = model.run(ids=np.asarray(seq, dtype=np.int64), trace=trace, request=RunRequest(labels=False))
+        trace = run_step(model, np.asarray(seq, dtype=np.int64), False, cache)
         t1 = time.perf_counter()
         logits = head.logits(trace.final)  # [1, vocab]
         t2 = time.perf_counter()
-        assert r.cache_computed == 1 and not cache.earlier
+        assert cache.reused == len(prompt) and not cache.earlier
         out["ms"].append((t2 - t0) * 1e3)
         out["layers"].append((t1 - t0) * 1e3)
         out["head"].append((t2 - t1) * 1e3)

@@ -5,7 +5,7 @@ in one process, in turns (not a test).
   run of the first T - 1 tokens: engine time, kernels on against off (qmatvec.ENABLED). Goal: on
   / off <= 0.5. The kernels' runs take every layer in one compiled call (onerow_stack); the same
   runs a layer at a time (onerow_stack.ENABLED off) are timed in turns beside them.
-- generation step at T = 64 and 512: a generation's cached one-row run (generate._StepTrace: the
+- generation step at T = 64 and 512: a generation's cached one-row run (generate.run_step, _StepTrace: the
   cache, no dense patterns, every layer to its end), each way's generation going on a token a
   round (a cache of its own for each way): every timed step finds its cache as the step before
   it left it, as generate's steps do (its keys and values the lists that step handed over, its
@@ -264,7 +264,7 @@ def _ways_figures(name: str, times: dict, load: float, what: str) -> list[dict]:
 def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
     """Each way's own generation from T - 1 tokens, one new row a step, the ways in turns: their
     times, and the step (a way's next one)."""
-    from attnviz.engine.computing.generate import _StepTrace
+    from attnviz.engine.computing.generate import _StepTrace, run_step
     from attnviz.engine.computing.trace import KVCache
 
     caches = {way: KVCache() for way in WAYS}  # (each way's as its own steps leave it)
@@ -273,12 +273,11 @@ def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
         model.run(ids=np.asarray(seqs[way]), trace=_StepTrace(False, cache),
                   request=RunRequest(labels=False))
 
-    def step(way):
+    def step(way):  # (generate's own step: run_step)
         cache, seq = caches[way], seqs[way]
         seq.append(next(fresh))
-        r = model.run(ids=np.asarray(seq), trace=_StepTrace(False, cache),
-                      request=RunRequest(labels=False))
-        assert r.cache_computed == 1 and not cache.earlier
+        run_step(model, np.asarray(seq, dtype=np.int64), False, cache)
+        assert cache.reused == len(seq) - 1 and not cache.earlier
     return _ways(step, repeat), step
 
 

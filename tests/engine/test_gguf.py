@@ -417,7 +417,8 @@ def test_layer_matrices_keep_their_longer_side_contiguous(tmp_path):
 def test_a_quantised_tables_rows_are_ggufs_values_bit_for_bit(qtype):
     """QuantRows (an embedding or unembedding kept in its GGUF encoding) dequantises the rows
     asked for with the loader's own code, in row blocks on threads for the whole table: every row,
-    slice, index array, 2-D index and single row is gguf.quants.dequantize's values, bit for bit."""
+    slice, index array (of one row too), 2-D index and single row is gguf.quants.dequantize's
+    values, bit for bit."""
     from attnviz.engine.reading.gguf_tensors import QuantRows
 
     rows, cols = 3000, 256  # the whole table: several row blocks
@@ -434,7 +435,8 @@ def test_a_quantised_tables_rows_are_ggufs_values_bit_for_bit(qtype):
     table = QuantRows("token_embd.weight", raw, qtype, (rows, cols))
     ids = np.array([5, 2999, 0, 5, 1234])
     for key, expect in ((slice(None), want), (slice(100, 2100), want[100:2100]), (ids, want[ids]),
-                        (ids.reshape(5, 1), want[ids.reshape(5, 1)]), (7, want[7])):
+                        (ids.reshape(5, 1), want[ids.reshape(5, 1)]), (7, want[7]),
+                        (ids[1:2], want[ids[1:2]])):  # (one row: a generation step's token)
         got = table[key]
         assert got.dtype == np.float32 and got.shape == expect.shape
         np.testing.assert_array_equal(got.view(np.uint32), expect.view(np.uint32))

@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
+from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
@@ -58,8 +59,8 @@ class _StepTrace(Trace):
         self.last_rows = [None] * n_layer
 
     def record_resid(self, i, x, past):
-        if i == len(self.last_rows):
-            self.final = np.array(x[-1:])
+        if i == len(self.last_rows):  # (the last layer's output: nothing writes it after)
+            self.final = x[-1:]
 
     def slot(self, i, past, rows):
         return _StepSlot(self, i, past, rows)
@@ -184,9 +185,8 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
     gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
     seq = list(gen.prompt_ids)
     limit = model.config.max_positions
-    result = first
+    trace = first.trace
     while True:
-        trace = result.trace
         logprobs = log_softmax(head.logits(trace.final)[0])  # [vocab] float64
         top = top_ids(logprobs, k)
         token = choose(logprobs, temperature, top_p, rng)
@@ -208,9 +208,22 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         if should_stop is not None and should_stop():
             gen.stopped = "stopped"
             break
-        result = model.run(ids=np.asarray(seq, dtype=np.int64), trace=_StepTrace(rows, cache),
-                           request=RunRequest(labels=False))
+        trace = run_step(model, np.asarray(seq, dtype=np.int64), rows, cache)
     return gen
+
+
+def run_step(model, ids: np.ndarray, rows: bool, cache: KVCache) -> _StepTrace:
+    """A generation step's run of ids [T] (int64; all but the last token the cache's): the forward
+    pass Model.run gives a trace that brings its own cache, without the RunResult no step reads
+    (its labels, the counts of the model's cache). The new token is checked against the vocabulary
+    as Model.run checks ids (a head wider than the embedding could choose one past it)."""
+    V = model.config.vocab_size
+    if not 0 <= ids[-1] < V:
+        raise InputError(f"token id {int(ids[-1])} at position {len(ids) - 1} is outside this "
+                         f"model's vocabulary 0..{V - 1}")
+    trace = _StepTrace(rows, cache)
+    forward(model.config, model.weights, ids, trace, cache)
+    return trace
 
 
 TOP_BLOCKS = 64  # top_ids: blocks of the vocabulary whose maxima bound the k-th largest

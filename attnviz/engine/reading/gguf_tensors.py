@@ -47,6 +47,8 @@ class QuantRows:
         self.dtype = np.dtype(np.float32)
 
     def __getitem__(self, rows) -> np.ndarray:
+        if self._qtype == GGMLQuantizationType.Q8_0 and isinstance(rows, np.ndarray) and rows.shape == (1,):
+            return self._one_q8_0(rows)  # (a generation step's or a keystroke's new token)
         src = np.asarray(self._data[rows]).reshape(-1, self._data.shape[-1])  # [n, row bytes]
         out = np.empty((src.shape[0], self.shape[1]), np.float32)
         # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
@@ -64,6 +66,17 @@ class QuantRows:
         # kept quantised, this table is not scanned at load (dequantising it all would be a large
         # share of the load): the rows a run uses are checked as they are dequantised
         self._check(out, lambda bad: np.arange(self.shape[0])[rows].reshape(-1)[bad])
+        return out
+
+    def _one_q8_0(self, rows: np.ndarray) -> np.ndarray:
+        """The one row `rows` [1] names of a Q8_0 table [1, cols], checked: the dequantisers'
+        values (each int8 as float32 times its block's scale), in a few array operations."""
+        blocks = self._data[rows[0]].reshape(-1, GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1])
+        out = blocks[:, 2:].view(np.int8).astype(np.float32)  # [n_blocks, 32]
+        with np.errstate(all="ignore"):  # (a bad scale's NaN or Inf is _check's to name)
+            out *= blocks[:, :2].view(np.float16).astype(np.float32)
+        out = out.reshape(1, self.shape[1])
+        self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
         return out
 
     def rows_into(self, a: int, out: np.ndarray) -> np.ndarray:
