@@ -69,9 +69,9 @@ def test_a_window_deleted_while_a_run_is_in_flight_lets_the_run_end_cleanly(qtbo
         return out
     monkeypatch.setattr(Model, "run", held_run)
     worker = w.worker
-    w.close()
-    w.set_text("the cat sat on the mat again")  # typed as the window closes: a run starts
+    w.set_text("the cat sat on the mat again")  # typed just before the window goes: a run starts
     qtbot.waitUntil(entered.is_set, timeout=WAIT)
+    w.hide()  # (not closed: closing shuts the runner down and waits for its run; tested apart)
     w.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     assert not shiboken6.isValid(worker)  # the window and its runner are gone, the run is not
