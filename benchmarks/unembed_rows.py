@@ -1,6 +1,6 @@
 """The logits of M rows over a quantised unembedding, as the window computes them (not a test): the
 float32 pass (each block of logits.VOCAB_BLOCK rows dequantised, then one float32 product) against
-the kernels' pass (each block packed for the kernels, then their product: logits.ROWS_PASS says
+the kernels' pass (each block packed for the kernels, then their product: qmatvec.ROWS_PASS says
 up to how many rows the window takes it), for M = 8 .. 128, one BLAS and kernel thread as in the
 window, the next block read ahead on a thread of its own where there are two cores or more. The
 two passes run in turns, M for M; the figure is the median of --repeat runs each.
@@ -25,6 +25,7 @@ def main() -> None:
     args = ap.parse_args()
     from attnviz.engine import load_model
     from attnviz.engine.computing import logits as L
+    from attnviz.engine.computing import qmatvec as qm
     from attnviz.engine.parallel import limit_kernel_threads
     from attnviz.engine.reading.qpack import ask_for_kernels
     from benchmarks import record
@@ -43,13 +44,13 @@ def main() -> None:
         x = rng.standard_normal((m, model.config.d_model)).astype(np.float32)
         h = L.LMHead(head.norm, head.centred, head.eps, L.Unembedding(table, hold=False),
                      L.PackedUnembedding(table) if kernels else None)
-        old, L.ROWS_PASS = L.ROWS_PASS, 1 << 30
+        old, qm.ROWS_PASS = qm.ROWS_PASS, 1 << 30
         try:
             t0 = time.perf_counter()
             L.vocab_logits(h, x)
             return time.perf_counter() - t0
         finally:
-            L.ROWS_PASS = old
+            qm.ROWS_PASS = old
 
     rows = [int(r) for r in args.rows.split(",")]
     timed(rows[0], True)  # (the kernel loaded)

@@ -89,16 +89,16 @@ def test_the_packed_copy_is_made_when_a_few_rows_first_ask_and_gives_the_logits_
 
     model = tiny(tmp_path, Q.Q8_0)
     head = model.lm_head()
-    assert head.pack is not None and head.pack._pm is L._UNPACKED  # not packed with the head
-    many = rows_of(model, L.ROWS_PASS)
+    assert head.pack is not None and not head.pack.made  # not packed with the head
+    many = rows_of(model, qm.ROWS_PASS)
     float32 = L.vocab_logits(L.LMHead(head.norm, head.centred, head.eps, head.w_u), many)
     assert np.array_equal(L.vocab_logits(head, many), float32)  # the blocks' product: bit for bit
     L.vocab_logits(head, rows_of(model, qm.ROWS[Q.Q8_0]))  # (a block packed at a time)
-    assert head.pack._pm is L._UNPACKED  # too many rows to pack the whole table for: still not packed
+    assert not head.pack.made  # too many rows to pack the whole table for: still not packed
     one = rows_of(model, 1, 2)
     got = L.vocab_logits(head, one)
-    assert head.pack._pm is not L._UNPACKED and head.packed is head.pack.get()  # packed now, once
-    at_once = L._packed_table(head.w_u.table)  # what building the head packed before
+    assert head.pack.made and head.packed is head.pack.get()  # packed now, once
+    at_once = L.PackedUnembedding(head.w_u.table).get()  # a copy packed at once, apart
     assert qm.takes(at_once, 1)
     assert np.array_equal(got, qm.qlinear(head.normed(one).astype(np.float32), at_once))
     assert head.packed_for(len(many)) is None and head.packed_for(1) is head.packed
@@ -116,14 +116,14 @@ def test_rows_between_the_few_and_the_float32_passes_take_the_kernels_a_block_pa
     monkeypatch.setattr(L, "VOCAB_BLOCK", 20)  # blocks of a whole group of 16 rows and part of one
     model = tiny(tmp_path, qtype)
     head = model.lm_head()
-    xs = [rows_of(model, qm.ROWS[qtype]), rows_of(model, L.ROWS_PASS - 1, 1)]
-    assert all(head.pack.by_blocks(len(x)) for x in xs) and not head.pack.by_blocks(L.ROWS_PASS)
+    xs = [rows_of(model, qm.ROWS[qtype]), rows_of(model, qm.ROWS_PASS - 1, 1)]
+    assert all(head.pack.by_blocks(len(x)) for x in xs) and not head.pack.by_blocks(qm.ROWS_PASS)
     got = {}
     for n in (1, 2):
         monkeypatch.setattr(L, "cores", lambda n=n: n)
         got[n] = L.vocab_logits_of(head, xs)
-        assert head.pack._pm is L._UNPACKED and readers() == []
-    whole = L._packed_table(head.w_u.table)
+        assert not head.pack.made and readers() == []
+    whole = L.PackedUnembedding(head.w_u.table).get()
     float32 = L.vocab_logits_of(L.LMHead(head.norm, head.centred, head.eps, head.w_u), xs)
     packed = L.vocab_logits_of(head, xs) if head.packed is not None else None  # (the copy made now)
     for i, x in enumerate(xs):
@@ -164,3 +164,23 @@ def test_the_compiled_regroup_gives_qpacks_arrays_byte_for_byte(n_rows):
         assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
     for a, b in zip(got.args, want.args):
         assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_a_pass_on_the_packed_copy_asks_whether_to_stop_before_each_block(tmp_path, kernels, monkeypatch):
+    """Once the whole copy is made, a pass of the analysis's rows still goes a block at a time: a
+    newer keystroke waits for one block, and the blocks give the whole copy's product bit for bit."""
+    from attnviz.engine.computing import qmatvec as qm
+
+    monkeypatch.setattr(L, "VOCAB_BLOCK", 20)  # (steps of one group of 16 rows)
+    model = tiny(tmp_path, Q.Q8_0)
+    head = model.lm_head()
+    L.vocab_logits(head, rows_of(model, 1))  # (a few rows: the copy is made)
+    assert head.pack.made
+    x, asked = rows_of(model, qm.ROWS[Q.Q8_0], 4), []
+    got = L.vocab_logits(head, x, lambda: asked.append(1) and False)
+    V = head.w_u.table.shape[0]
+    assert len(asked) >= -(-V // 16) > 1  # (and perhaps once before the pass)
+    assert np.array_equal(got, qm.qlinear(head.normed(x).astype(np.float32), head.pack.get()))
+    calls = []
+    with pytest.raises(Cancelled):  # a newer request comes while the second block is computed
+        L.vocab_logits(head, x, lambda: len(calls.append(1) or calls) > len(asked) - 2)

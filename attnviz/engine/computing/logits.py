@@ -26,6 +26,7 @@ call per block, so the same bits.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ from attnviz.engine.computing.families import FAMILY
 from attnviz.engine.computing.layers import layer_norm, rms_norm
 from attnviz.engine.parallel import cores
 from attnviz.engine.reading.gguf_tensors import QuantRows
+from attnviz.engine.reading.qpack import LANES
 
 
 @dataclass(frozen=True)
@@ -130,10 +132,11 @@ class PackedUnembedding:
 
     def by_blocks(self, n_rows: int) -> bool:
         """Whether a product of `n_rows` rows (more than could_take's) runs on the kernels, from
-        the packed copy where it is made and otherwise a block packed at a time (blocks_pass):
-        fewer than ROWS_PASS, the kernels on (qmatvec.ENABLED), and no damaged scale found by
+        the packed copy where it is made and otherwise a block packed at a time (_kernel_pass):
+        fewer than qmatvec.ROWS_PASS, the kernels on (qmatvec.ENABLED), and no damaged scale found by
         get() (the float32 pass then names its row)."""
-        return (not self.could_take(n_rows) and 0 < n_rows < ROWS_PASS and bool(_kernels().ENABLED)
+        return (not self.could_take(n_rows) and 0 < n_rows < _kernels().ROWS_PASS
+                and bool(_kernels().ENABLED)
                 and not (self.made and self._pm is None))
 
     @property
@@ -190,9 +193,6 @@ def log_softmax(logits):  # [..., vocab] -> [..., vocab], float64
 
 
 VOCAB_BLOCK = 4096  # unembedding rows per block of `vocab_logits`
-# the fewest rows whose logits a head packed for the kernels takes from the float32 pass again: the
-# kernels' work grows with the rows, a dequantised block's product much less (benchmarks/unembed_rows.py)
-ROWS_PASS = 64
 # passes over a quantised unembedding before its float32 rows are kept (Unembedding): writing the
 # copy touches a table's worth of new memory, which costs several streamed passes
 HOLD_AFTER = 8
@@ -331,11 +331,14 @@ def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
     qregroup.warm()
     V = pack.table.shape[0]
     pm = pack.get() if pack.made else None  # (None too where a scale is not finite: the blocks name it)
-    if pm is not None:
-        if stop is not None and stop():
-            raise Cancelled("a newer request replaced this one")
-        for rows, out in jobs:
-            out[...] = qm.qlinear(rows, pm)
+    if pm is not None:  # the copy's groups a block at a time, so that stop() is asked as often
+        whole, step = pm.parts[0][1], max(LANES, VOCAB_BLOCK // LANES * LANES)
+        for v0 in range(0, V, step):
+            if stop is not None and stop():
+                raise Cancelled("a newer request replaced this one")
+            p = _groups_of(whole, v0, step)
+            for rows, out in jobs:
+                out[:, v0:v0 + p.n_out] = qm.qmatvec(p, rows)
         return
     with _Blocks(V, partial(_packed_block, pack.table), cores() > 1) as blocks:
         for v0 in range(0, V, VOCAB_BLOCK):
@@ -344,6 +347,14 @@ def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
             p = blocks.get(v0)  # rows v0.. packed (qpack.Packed)
             for rows, out in jobs:
                 out[:, v0:v0 + p.n_out] = qm.qmatvec(p, rows)
+
+
+def _groups_of(p, v0: int, n: int):
+    """Rows v0..v0 + n - 1 of a packed table (v0, n multiples of 16): views of its groups."""
+    g0, n = v0 // LANES, min(n, p.n_out - v0)
+    sl = slice(g0, g0 + -(-n // LANES))
+    return dataclasses.replace(p, n_out=n, q=p.q[sl], scale=p.scale[sl],
+                               offset=None if p.offset is None else p.offset[sl])
 
 
 def _packed_block(table: QuantRows, v0: int):

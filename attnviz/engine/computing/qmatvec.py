@@ -64,6 +64,10 @@ ROWS = {Q.Q4_0: 8, Q.Q4_1: 8, Q.Q4_K: 8, Q.Q8_0: 8, Q.Q5_0: 8, Q.Q5_1: 8, Q.Q5_K
 # (benchmarks/qsteps.py, "run of n rows"): fewer where the kernels have no VNNI (AVX2's integer
 # sums take three instructions a weight pair where VNNI's take one)
 ROWS_UNEXPANDED = 256 if VNNI else 128
+# the fewest rows whose logits a head packed for the kernels takes from the float32 pass again
+# (logits.py): the kernels' work grows with the rows, a dequantised block's product much less;
+# fewer without VNNI, where a row costs the kernels about twice as much (benchmarks/unembed_rows.py)
+ROWS_PASS = 64 if VNNI else 40
 
 KERNELS = PACKED
 _lock = threading.Lock()  # one kernel at a time: numba's fallback thread pool is not re-entrant
@@ -281,6 +285,9 @@ def warm_few_rows(qtypes) -> None:
     for qtype in qtypes:
         if has_kernel(qtype):
             _warm_serial(qtype, _key(qtype))
+        if qtype == Q.Q8_0 and has_kernel(qtype):  # (as warm(): a Q8_0 unembedding's pass regroups)
+            from attnviz.engine.computing import qregroup
+            qregroup.warm()
 
 
 def _warm_serial(qtype, key) -> None:  # the serial twin of qtype's kernel (key: _key(qtype))
