@@ -13,10 +13,11 @@ values from one buffer of every layer's.
 The run it covers (stacked_rows says which): a cached run of one new row whose trace is a plain
 Trace (patterns, optionally values, the residual stream and z: a window's run kept for Compare
 and What heads do) or a generation step's (generate._StepTrace), with no edits, no resume point,
-no end, no inputs or MLP outputs recorded, no attention strategy of its own; every layer a packed view the block covers (onerow_block._plan: one part a
-matrix, one scale type, serial kernels) and every layer's constants alike (RoPE tables, mask,
-scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
-stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
+no end, no inputs or MLP outputs recorded, no attention strategy of its own; every layer a
+packed view the block covers (onerow_block._plan: one part a matrix, one scale type, serial
+kernels) and every layer's constants alike (RoPE tables, mask, scale). A trace's early hand-over
+(RunRequest(early=...)) splits the call in two around it; its stop check is asked before each
+call. Anything else takes families._forward_rows' layer loop.
 
 It is compiled for one scale type at a time (compile_stack: the one the model's layers use).
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life). Every
