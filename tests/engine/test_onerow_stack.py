@@ -2,8 +2,9 @@
 layer loop it replaces (onerow_block's calls a layer): the same bits, on SmolLM2's real Q4_1
 weights and on tiny Llamas of other block types, for generation steps (rows kept or not, the
 cache's K and V, the final-norm input, the chosen tokens and their log-probabilities) and
-keystrokes (patterns, K and V, an early hand-over, a stop); and the runs it does not cover
-(records between the layers, a layer it cannot take, edits) take the loop and give its answer."""
+keystrokes (patterns, K and V, the residual stream and z a window's run keeps, an early hand-over,
+a stop); and the runs it does not cover (inputs or MLP outputs recorded, a layer it cannot take,
+edits) take the loop and give its answer."""
 
 import gc
 import weakref
@@ -204,6 +205,25 @@ def test_keystrokes_in_one_call_equal_the_layer_loop_bit_for_bit(smollm2_packed,
     _same_runs(runs[True], runs[False])
 
 
+@pytest.mark.parametrize("want", [{"z": True, "resid": True}, {"resid": True}, {"z": True}],
+                         ids=["z+resid", "resid", "z"])
+def test_keystrokes_keeping_z_and_the_residual_stream_in_one_call_equal_the_layer_loop(
+        smollm2_packed, stacked, want):
+    """A window's run kept for Compare and What heads do: the same records as the layer loop's
+    (the cached rows before the new one included), bit for bit."""
+    runs = {}
+    for on in (True, False):
+        stacked(on)
+        smollm2_packed.clear_cache()
+        runs[on] = [(smollm2_packed.run(text, trace=Trace(**want)).trace) for text in TEXTS]
+    assert len(stacked.calls) >= 2 and set(stacked.calls) == {(0, 30)}
+    for t, t1 in zip(runs[True], runs[False], strict=True):
+        assert t.reused == t1.reused and t.attentions.tobytes() == t1.attentions.tobytes()
+        for x, y in zip([*t.z, *t.resid, *t.k, *t.v], [*t1.z, *t1.resid, *t1.k, *t1.v], strict=True):
+            assert (x is None and y is None) or x.tobytes() == y.tobytes()
+    smollm2_packed.clear_cache()
+
+
 def test_an_early_hand_over_splits_the_call_and_shows_the_same_layers(smollm2_packed, stacked):
     """RunRequest(early=(k, fn)) (the window's layer on screen): layers 0..k-1 in one call, fn
     given their patterns, then the rest."""
@@ -246,13 +266,14 @@ def test_a_run_recording_between_the_layers_takes_the_layer_loop(smollm2_packed,
 
 
 @pytest.mark.parametrize("trace", [
-    Trace(z=True), Trace(resid=True), Trace(mlp_out=True), Trace(inputs=True),
+    Trace(mlp_out=True), Trace(inputs=True), Trace(z=True, inputs=True),
     Trace(edits=[ReplaceHead(3, 1)]), Trace(edits=[Patch("resid", 2, np.array([0]), np.zeros((1, 576)))]),
-], ids=["z", "resid", "mlp_out", "inputs", "ablation", "patch"])
+], ids=["mlp_out", "inputs", "z+inputs", "ablation", "patch"])
 def test_a_trace_that_records_or_edits_between_the_layers_is_not_taken(trace):
     trace.want_kv = True  # (as a cached run sets it)
     assert onerow_stack._kind(trace) is None
     assert onerow_stack._kind(_kv(Trace())) == "patterns"
+    assert onerow_stack._kind(_kv(Trace(z=True, resid=True))) == "patterns"
     assert onerow_stack._kind(_kv(_StepTrace(False, KVCache()))) == "step"
 
 

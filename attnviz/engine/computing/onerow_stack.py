@@ -4,18 +4,20 @@ layer (_step_in, _step_mid: the same njit steps in the same order, so the same b
 over the layers, reading each layer's packed matrices from numba typed Lists and its keys and
 values from one buffer of every layer's.
 
-    _layers_of  for each layer i in a..b-1: xn = RMSNorm(x), qkv = xn W_qkvᵀ, q and k rotated, the
-                row's k and v written at position p of the layer's K and V, s = softmax(scores)
-                written into rows[i, :, r] [n_head, T], then (but the last layer of a run that
-                stops at its pattern) z = s V, mid = x + z W_oᵀ, SwiGLU, x = mid + m
+    _layers_of  for each layer i in a..b-1: x kept as resid[i] (where asked), xn = RMSNorm(x),
+                qkv = xn W_qkvᵀ, q and k rotated, the row's k and v written at position p of the
+                layer's K and V, s = softmax(scores) written into rows[i, :, r] [n_head, T], then
+                (but the last layer of a run that stops at its pattern) z = s V, kept as z[i]
+                (where asked), mid = x + z W_oᵀ, SwiGLU, x = mid + m
 
 The run it covers (stacked_rows says which): a cached run of one new row whose trace is a plain
-Trace (patterns, optionally values) or a generation step's (generate._StepTrace), with no edits,
-no resume point, no end, no per-position records (inputs, z, resid, mlp_out), no attention
-strategy of its own; every layer a packed view the block covers (onerow_block._plan: one part a
-matrix, one scale type, serial kernels) and every layer's constants alike (RoPE tables, mask,
-scale). A trace's early hand-over (RunRequest(early=...)) splits the call in two around it; its
-stop check is asked before each call. Anything else takes families._forward_rows' layer loop.
+Trace (patterns, optionally values, the residual stream and z: a window's run kept for Compare
+and What heads do) or a generation step's (generate._StepTrace), with no edits, no resume point,
+no end, no inputs or MLP outputs recorded, no attention strategy of its own; every layer a
+packed view the block covers (onerow_block._plan: one part a matrix, one scale type, serial
+kernels) and every layer's constants alike (RoPE tables, mask, scale). A trace's early hand-over
+(RunRequest(early=...)) splits the call in two around it; its stop check is asked before each
+call. Anything else takes families._forward_rows' layer loop.
 
 It is compiled for one scale type at a time (compile_stack: the one the model's layers use).
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life), by calls
@@ -59,11 +61,13 @@ def _layers(x, a, b, full_last, compiled, *args):
 
 
 def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos, sin, n_head,
-               n_kv_head, bias, scale, n_group, kv, p, rows, r):
+               n_kv_head, bias, scale, n_group, kv, p, rows, r, resid, z):
     """x [1, d_model] through layers a..b-1 in place (module docstring): matrix j of layer i
     (W_qkv, W_o, W_in, W_out) is kinds[i, j] and (qs, ss, os_)[4 i + j]; its keys and values
     kv[0, i], kv[1, i] [n_kv_head, > p, d_head] (the row's written at position p); each layer's
-    pattern row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last."""
+    pattern row into rows[i, :, r:r + 1, :p + 1]; the last layer stops after it unless full_last.
+    resid [n_layer, 1, d_model] gets the row entering each layer and z [n_layer, n_head, 1, d_head]
+    each layer's head outputs, where they have rows (NO_RESID, NO_Z: not asked)."""
     d_model, d_head = x.shape[1], cos.shape[1]
     xn = np.empty((1, d_model), np.float32)
     qkv = np.empty((1, (n_head + 2 * n_kv_head) * d_head), np.float32)
@@ -74,6 +78,8 @@ def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos,
     for i in range(a, b):
         j = 4 * i
         s = rows[i, :, r:r + 1, :p + 1]  # [n_head, 1, T]
+        if resid.shape[0]:
+            resid[i] = x
         ob._attention_in_of(x, gains1[i], eps, kinds[i, 0], qs[j], ss[j], os_[j], cos, sin, n_head,
                             n_kv_head, xn, qkv)
         ob._append_attend_of(qkv, kv[0, i], kv[1, i], p, n_head, n_kv_head, d_head, bias, scale,
@@ -83,9 +89,12 @@ def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos,
         ob._step_mid_in(s, kv[1, i], n_group, kinds[i, 1], qs[j + 1], ss[j + 1], os_[j + 1], x, gains2[i],
                         eps, kinds[i, 2], qs[j + 2], ss[j + 2], os_[j + 2], kinds[i, 3], qs[j + 3],
                         ss[j + 3], os_[j + 3], x, mid)  # (x written in place: mid + m)
+        if z.shape[0]:
+            z[i] = mid[0]  # (the scratch's z: s V)
 
 
 _GAIN = array_type(1, True)
+NO_RESID, NO_Z = np.empty((0, 1, 1), np.float32), np.empty((0, 1, 1, 1), np.float32)  # (not asked)
 
 
 def _list_types(scale):  # (q, scale or offset, gain) item types of the typed Lists
@@ -108,7 +117,8 @@ def compile_stack(scale) -> None:
         compiled.compile(types.void(
             types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
             L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
-            types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64))
+            types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64, types.Array(F32, 3, "C"),
+            types.Array(F32, 4, "C")))
         compiled.disable_compile()
         for item in (q, s, g):
             _lister(item)
@@ -344,10 +354,15 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     stack.kept.hand(kv, trace, T, past)  # (views of the buffer the calls fill)
     x = np.array(x, np.float32, order="C")  # (written in place, layer by layer)
     cos, sin = c0.rope
+    want = trace.want
+    resid = np.empty((n_layer, 1, x.shape[1]), np.float32) if want["resid"] else NO_RESID
+    z = np.empty((n_layer, c0.n_head, 1, cos.shape[1]), np.float32) if want["z"] else NO_Z
     args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
             np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
-            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, kv, p, rows, r)
-    full = kind == "step"  # a plain trace's run stops at the last layer's pattern (LayerCache)
+            NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, kv, p, rows, r,
+            resid, z)
+    # a plain trace's run stops at the last layer's pattern (LayerCache) unless it keeps what follows
+    full = kind == "step" or trace.wants_output
     early = trace.early
     cut = early[0] if early is not None and 0 < early[0] < n_layer else n_layer
     for a, b in ((0, cut), (cut, n_layer)):
@@ -358,18 +373,22 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
         _layers(x, a, b, full or b < n_layer, compiled, *args)
         if b == cut and early is not None:
             early[1](trace)  # layers 0..cut-1 are final
+    if kind == "step" and trace.keep_rows:
+        trace.last_rows[:] = [rows[i, :, 0] for i in range(n_layer)]  # [n_head, T] each
+    for i in range(n_layer if want["resid"] else 0):  # (each after the cached rows)
+        trace.record_resid(i, resid[i], past)
+    for i in range(n_layer if want["z"] else 0):
+        trace.record_rows("z", i, z[i], past)
     if full:
-        if trace.keep_rows:
-            trace.last_rows[:] = [rows[i, :, 0] for i in range(n_layer)]  # [n_head, T] each
         trace.record_resid(n_layer, x, past)  # the final-norm input
     return True
 
 
 def _kind(trace) -> str | None:
     """"patterns" (a plain Trace), "step" (a generation step's: generate._StepTrace) or None: a
-    trace that records or edits anything between the layers, or of a class that does not say how
-    (Trace.one_call, in its own body)."""
+    trace that edits anything, or records what the call does not keep (inputs, MLP outputs), or of
+    a class that does not say how (Trace.one_call, in its own body)."""
     if (trace.edits or trace.start or trace.end is not None or trace.attention is not None
-            or not trace.want_kv or any(trace.want.values())):
+            or not trace.want_kv or trace.want["inputs"] or trace.want["mlp_out"]):
         return None
     return vars(type(trace)).get("one_call")

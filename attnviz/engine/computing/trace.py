@@ -187,8 +187,14 @@ class Trace:
 
     def record_resid(self, i: int, x: np.ndarray, past: KVCache | None) -> None:
         """The residual entering block i (i = n_layer: the final-norm input), rows p..T-1."""
-        if self.want["resid"]:
-            self.resid[i] = _rows(past.records["resid"][i] if self._p else None, x, self._p, 0)
+        self.record_rows("resid", i, x, past)
+
+    def record_rows(self, name: str, i: int, x: np.ndarray, past: KVCache | None) -> None:
+        """Block i's rows p..T-1 of record `name` (RECORDS; z's rows on its axis 1), where asked:
+        all T rows kept, the cached ones first."""
+        if self.want[name]:
+            cached = past.records[name][i] if self._p else None
+            getattr(self, name)[i] = _rows(cached, x, self._p, 1 if name == "z" else 0)
 
 
 def _rows(cached, new, p: int, axis: int):  # cached rows :p and new rows p: -> all T, contiguous
@@ -259,9 +265,7 @@ class LayerCache:
                          else "pattern" if not trace.wants_output else None)
 
     def input(self, x):  # [n, d_model]
-        if self.trace.want["inputs"]:
-            cached = self.past.records["inputs"][self.i] if self._p else None
-            self.trace.inputs[self.i] = _rows(cached, x, self._p, 0)
+        self.trace.record_rows("inputs", self.i, x, self.past)
 
     def kv(self, k, v):  # [n_kv_head, n, d_head] x2 -> [n_kv_head, T, d_head] x2
         t = self.trace
@@ -301,9 +305,7 @@ class LayerCache:
                 z[e.head] = e.value
             for e in patches:
                 z[e.head, e.rows] = e.value
-        if self.trace.want["z"]:
-            cached = self.past.records["z"][self.i] if self._p else None
-            self.trace.z[self.i] = _rows(cached, z, self._p, 1)
+        self.trace.record_rows("z", self.i, z, self.past)
         if self._stop_at == "z":
             raise Stop
         return z
@@ -314,9 +316,7 @@ class LayerCache:
             m = m.copy()
             for e in patches:
                 m[e.rows] = e.value
-        if self.trace.want["mlp_out"]:
-            cached = self.past.records["mlp_out"][self.i] if self._p else None
-            self.trace.mlp_out[self.i] = _rows(cached, m, self._p, 0)
+        self.trace.record_rows("mlp_out", self.i, m, self.past)
         return m
 
 
