@@ -6,4 +6,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 .venv/bin/ruff check .
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+# Two processes (pytest-xdist), each test file whole on one of them (its module fixtures made once):
+# the tests are mostly one-core work, and these machines have two. Arguments after these win
+# (`-n 0`: one process, as pdb needs).
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"

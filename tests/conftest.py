@@ -14,6 +14,13 @@ if not os.environ.get("NUMBA_CACHE_DIR"):  # (the rule of engine/reading/user_ca
     os.environ["NUMBA_CACHE_DIR"] = str(Path(_user_cache) / "kernels")
 # Never read or write the user's real settings, other caches or the network during tests.
 _HOME = Path(tempfile.mkdtemp(prefix="attnviz-test-home-"))
+# pytest-xdist's workers inherit the environment this sets in the main process: each takes a home
+# of its own instead, so two workers never share a settings file or a cache.
+_PARENT_HOME = os.environ.get("ATTNVIZ_TEST_HOME")
+for _name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "HF_HUB_CACHE"):
+    if _PARENT_HOME and os.environ.get(_name, "").startswith(_PARENT_HOME + os.sep):
+        del os.environ[_name]
+os.environ["ATTNVIZ_TEST_HOME"] = str(_HOME)
 os.environ.setdefault("XDG_CONFIG_HOME", str(_HOME / "config"))
 os.environ.setdefault("XDG_CACHE_HOME", str(_HOME / "cache"))
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -122,12 +129,19 @@ def ckpts(toy):
 def built_wheel(tmp_path_factory):
     """attnviz's wheel as `pip wheel .` builds it from this checkout, built once for the run (its
     tests only read it)."""
+    import fcntl
+    import hashlib
     import subprocess
     import sys
 
     root, out = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(root)], capture_output=True, text=True)
+    # the build writes build/ and the egg-info in the checkout: one build of it at a time (xdist)
+    key = hashlib.sha1(str(root).encode()).hexdigest()[:12]
+    lock = Path(tempfile.gettempdir()) / f"attnviz-wheel-{key}.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                               "-w", str(out), str(root)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("attnviz-*.whl")
     return wheel
