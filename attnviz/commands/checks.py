@@ -127,7 +127,7 @@ def vnni_cpu(cpuinfo: str | None = None) -> bool:
 # --max-new from which a GGUF file of any size takes the kernels: each step on them is faster than
 # on the float32 path, and that many steps repay numba's start-up (benchmarks/gen_length: where
 # the two paths' whole processes cross on SmolLM2; later without VNNI, whose steps gain less)
-KERNELS_STEPS = 28 if vnni_cpu() else 41
+KERNELS_STEPS = 12 if vnni_cpu() else 41
 
 
 def wants_kernels(where: Path, max_new: int = 0) -> bool:
