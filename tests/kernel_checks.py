@@ -1,7 +1,7 @@
 """What the quantised-kernel tests share (tests/engine/test_qdot.py, test_qbytes.py): the bound each
 output is held to (tests/engine/test_qmatvec.py's docstring says why: 1e-5 of the sum of its terms'
-sizes), blocks whose every position holds another weight (a swapped half or nibble shows), and x of
-wide range with a nan."""
+sizes), blocks whose every position holds another weight (a swapped half or nibble shows), x of
+wide range with a nan, and a listener that notes what numba compiles."""
 
 import gguf
 import numpy as np
@@ -72,3 +72,19 @@ def spy_on_block_compiles(monkeypatch) -> list:
         monkeypatch.setattr(module, name, lambda scale, real=real, name=name: (
             asked.append((name, np.dtype(scale).name)), real(scale))[1])
     return asked
+
+
+def listen_for_compiles(seen: list):
+    """Register a listener that appends to `seen` the dispatcher of each numba compile from now on
+    (numba.core.event.unregister("numba:compile", it) stops it)."""
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            seen.append(str(ev.data.get("dispatcher")))
+
+        def on_end(self, ev):
+            pass
+    listener = Listener()
+    event.register("numba:compile", listener)
+    return listener

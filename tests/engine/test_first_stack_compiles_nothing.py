@@ -7,14 +7,16 @@ a freeze of a second on that keystroke)."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("numba")
 
+TESTS = str(Path(__file__).resolve().parents[1])  # (kernel_checks, for the child)
 CHILD = """
 import json
-from numba.core import event
+from kernel_checks import listen_for_compiles
 from attnviz.engine import parallel
 from attnviz.engine.computing import onerow_stack, qmatvec
 from attnviz.engine.computing.load import load_model, packed_views
@@ -26,15 +28,8 @@ model = load_model("SmolLM2-135M-Instruct")
 model.run("The cat sat on")  # the first result: a few rows
 qmatvec.warm(model.weights.packed_types, layers=packed_views(model))  # what a one-row run waits for
 seen = []
-
-class Listener(event.Listener):
-    def on_start(self, ev):
-        seen.append(str(ev.data.get("dispatcher")))
-
-    def on_end(self, ev):
-        pass
 before = onerow_stack.prepared(model.weights.layers)
-event.register("numba:compile", Listener())
+listen_for_compiles(seen)
 rows = [model.run(text).cache_computed for text in ("The cat sat on the", "The cat sat on the mat")]
 print(json.dumps({"before": before, "after": onerow_stack.prepared(model.weights.layers),
                   "rows": rows, "compiled": seen}))
@@ -42,7 +37,7 @@ print(json.dumps({"before": before, "after": onerow_stack.prepared(model.weights
 
 
 def test_the_first_one_row_run_builds_the_stack_and_compiles_nothing():
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {TESTS!r})\n" + CHILD], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.splitlines()[-1])
     assert out["before"] is False and out["after"] is True  # built by the keystroke's run

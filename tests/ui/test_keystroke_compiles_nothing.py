@@ -11,6 +11,7 @@ import pytest
 
 from attnviz.engine.computing import onerow_stack
 from attnviz.ui.machinery import loading as L
+from kernel_checks import listen_for_compiles
 from windows import WAIT, open_window, wait_for_text
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="the kernels need numba")
@@ -40,15 +41,7 @@ def test_keystrokes_after_a_one_token_first_run_compile_nothing(qtbot, tmp_path,
     from numba.core import event
 
     seen = []
-
-    class Listener(event.Listener):
-        def on_start(self, ev):
-            seen.append(str(ev.data.get("dispatcher")))
-
-        def on_end(self, ev):
-            pass
-    listener = Listener()
-    event.register("numba:compile", listener)
+    listener = listen_for_compiles(seen)
     try:
         rows = []
         for n in range(len(FIRST) + 1, len(TYPED) + 1):
