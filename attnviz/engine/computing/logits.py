@@ -320,28 +320,22 @@ def _float32_pass(w_u, jobs, stop) -> None:
 
 
 def _kernel_pass(pack: PackedUnembedding, jobs, stop) -> None:
-    """out = rows Wᵀ for each (rows [n, d_model], out [n, vocab]) of `jobs` on the kernels: one
-    product on the packed copy where it is made, else a block of VOCAB_BLOCK rows packed at a time
-    (on a thread of its own while the caller multiplies by the block before) and let go. Each
-    group of 16 rows is the same product either way (qmatvec), so the same bits."""
-    from attnviz.engine.computing import qregroup
-
+    """out = rows Wᵀ for each (rows [n, d_model], out [n, vocab]) of `jobs` on the kernels, a block
+    at a time so that stop() is asked before each: the packed copy's groups where it is made, else
+    a block of VOCAB_BLOCK rows packed (on a thread of its own while the caller multiplies by the
+    block before) and let go. Each group of 16 rows is the same product either way (qmatvec), so
+    the same bits."""
     qm = _kernels()
-    qm.warm_few_rows([pack.table.qtype])  # (a kernel still loading is waited for: as takes_layer)
-    qregroup.warm()
+    qm.warm_few_rows([pack.table.qtype])  # (the regroup too; a kernel still loading is waited for)
     V = pack.table.shape[0]
     pm = pack.get() if pack.made else None  # (None too where a scale is not finite: the blocks name it)
-    if pm is not None:  # the copy's groups a block at a time, so that stop() is asked as often
-        whole, step = pm.parts[0][1], max(LANES, VOCAB_BLOCK // LANES * LANES)
+    if pm is not None:
+        step = max(LANES, VOCAB_BLOCK // LANES * LANES)  # (whole groups)
+        read, ahead = partial(_groups_of, pm.parts[0][1], n=step), False
+    else:
+        step, read, ahead = VOCAB_BLOCK, partial(_packed_block, pack.table), cores() > 1
+    with _Blocks(V, read, ahead) as blocks:
         for v0 in range(0, V, step):
-            if stop is not None and stop():
-                raise Cancelled("a newer request replaced this one")
-            p = _groups_of(whole, v0, step)
-            for rows, out in jobs:
-                out[:, v0:v0 + p.n_out] = qm.qmatvec(p, rows)
-        return
-    with _Blocks(V, partial(_packed_block, pack.table), cores() > 1) as blocks:
-        for v0 in range(0, V, VOCAB_BLOCK):
             if stop is not None and stop():
                 raise Cancelled("a newer request replaced this one")
             p = blocks.get(v0)  # rows v0.. packed (qpack.Packed)
