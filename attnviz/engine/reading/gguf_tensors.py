@@ -17,7 +17,7 @@ from gguf.quants import dequantize
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
-from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, prepare
+from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, f16, prepare
 from attnviz.engine.reading.validate import check_finite, check_shape
 
 
@@ -74,7 +74,7 @@ class QuantRows:
         blocks = self._data[rows[0]].reshape(-1, GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1])
         out = blocks[:, 2:].view(np.int8).astype(np.float32)  # [n_blocks, 32]
         with np.errstate(all="ignore"):  # (a bad scale's NaN or Inf is _check's to name)
-            out *= blocks[:, :2].view(np.float16).astype(np.float32)
+            out *= f16(blocks[:, :2]).astype(np.float32)[:, None]
         out = out.reshape(1, self.shape[1])
         self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
         return out
