@@ -28,6 +28,10 @@ SLOW = {
     ("quantize", "smollm2.Q8_0.gguf"): "reads the file the line before writes",
     ("circuits", "SmolLM2-135M-Instruct"): "scores 270 heads against 270",
 }
+# a link's or picture's text may hold brackets ("x [46, 576]"), one level deep, as Markdown allows
+TEXT = r"\[(?:[^\[\]]|\[[^\[\]]*\])*\]"
+LINK = re.compile(r"!?" + TEXT + r"\(([^)\s]+)\)")
+PICTURE = re.compile(r"!" + TEXT + r"\(([^)\s]+)\)")
 # pictures not of the window, and what makes them
 OTHER_PICTURES = {"toy_training.png": "scripts/plot_toy.py", "quantize.png": "scripts/plot_quantize.py",
                   "patching.png": "scripts/plot_patching.py"}
@@ -83,7 +87,7 @@ def _headings(page: Path) -> set[str]:
 def test_every_link_and_image_in_the_readme_and_the_guide_exists():
     missing = []
     for page in PAGES:
-        for target in re.findall(r"!?\[[^\]]*\]\(([^)\s]+)\)", _prose(_text(page))):
+        for target in LINK.findall(_prose(_text(page))):
             if re.match(r"(https?|mailto):", target):
                 continue
             path, _, anchor = target.partition("#")
@@ -102,14 +106,14 @@ def test_every_page_of_the_guide_is_linked_from_its_index_and_shows_the_window()
             assert f"]({page.name})" in index, f"docs/index.md does not link {page.name}"
     for page in GUIDE:
         if page.name not in ("index.md", "architecture.md"):
-            assert re.search(r"!\[[^\]]+\]\(", _text(page)), f"{page.name} has no picture"
+            assert PICTURE.search(_text(page)), f"{page.name} has no picture"
 
 
 def test_every_window_picture_is_made_by_the_screenshot_script():
     """`scripts/screenshot.py --all` remakes every picture of the window the pages show."""
     shots = runpy.run_path(str(ROOT / "scripts" / "screenshot.py"), run_name="shots")["SHOTS"]
     shown = {Path(t).name for page in PAGES
-             for t in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", _prose(_text(page)))}
+             for t in PICTURE.findall(_prose(_text(page)))}
     assert shown - set(OTHER_PICTURES) <= set(shots), shown - set(OTHER_PICTURES) - set(shots)
     for name, script in OTHER_PICTURES.items():
         assert runpy.run_path(str(ROOT / script), run_name="shots")["OUT"] == ROOT / "docs" / name
@@ -198,3 +202,62 @@ def test_every_python_example_runs():
     for page in PAGES:
         for block in _blocks(_text(page), ("python",)):
             exec(compile(block, f"{page.name} example", "exec"), {})
+
+
+def test_every_picture_in_docs_is_shown_on_some_page():
+    """A picture no page shows is stale weight in the repository (or a page lost its reference)."""
+    shown = {Path(t).name for page in PAGES
+             for t in PICTURE.findall(_prose(_text(page)))}
+    pictures = {p.name for p in (ROOT / "docs").glob("*.png")}
+    assert pictures - shown == set()
+
+
+# files the pages name that are not in this repository
+ELSEWHERE = {"convert_hf_to_gguf.py"}  # llama.cpp's converter
+
+
+def test_every_file_a_page_names_exists():
+    """`scripts/plot_toy.py`, `safetensors_model.py`, `ui/machinery/*_jobs.py`, in prose or in a
+    command: each names a file of the repository (by its path, or its name in some folder), so a
+    renamed or removed file shows here."""
+    from fnmatch import fnmatch
+
+    files = [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py")
+             if ".venv" not in p.parts and ".git" not in p.parts]
+    missing = []
+    for page in PAGES:
+        for name in set(re.findall(r"[\w./*-]*\w\.py\b", _text(page))) - ELSEWHERE:
+            if not any(fnmatch(f, name) or fnmatch(f, "*/" + name) for f in files):
+                missing.append(f"{page.name}: {name}")
+    assert missing == []
+
+
+def test_the_counts_the_pages_give_are_the_repositorys():
+    """The calculator's presets and the toy model's checkpoints, counted where the pages say them."""
+    import json
+
+    presets = len(json.loads((ROOT / "resources" / "presets.json").read_text())["presets"])
+    toy = ROOT / "resources" / "toy-stdlib-gpt2" / "checkpoints.json"
+    checkpoints = len(json.loads(toy.read_text())["checkpoints"])
+    for page in PAGES:
+        text = _prose(_text(page))
+        for n in re.findall(r"(\d+) (?:presets|real models' presets)", text):
+            assert int(n) == presets, f"{page.name}: {n} presets, resources/presets.json has {presets}"
+        for n in re.findall(r"(\d+) (?:training )?checkpoints", text):
+            assert int(n) == checkpoints, f"{page.name}: {n} checkpoints, the toy model has {checkpoints}"
+
+
+def test_the_window_page_names_every_side_panel_and_shortcut():
+    """docs/window.md names each dock the window can show by its title, and its Keys table each
+    menu shortcut."""
+    from attnviz.ui.panel_docks import DOCKS, ON_SHOW
+
+    page = _text(ROOT / "docs" / "window.md")
+    titles = ["Focus head"] + [title for docks in (*DOCKS.values(), *ON_SHOW.values())
+                               for title, _name in docks]
+    assert [t for t in titles if t not in page] == []
+    menus = (ROOT / "attnviz" / "ui" / "menus.py").read_text(encoding="utf-8")
+    keys = re.findall(r'QKeySequence\("([^"]+)"\)', menus)
+    assert len(keys) >= 8
+    table = page.split("\n## Keys\n", 1)[1].split("\n## ", 1)[0]
+    assert [k for k in keys if k not in table] == []
