@@ -61,6 +61,12 @@ class Packed:
     def nbytes(self) -> int:
         return self.q.nbytes + self.scale.nbytes + (0 if self.offset is None else self.offset.nbytes)
 
+    @property
+    def finite(self) -> bool:
+        """Whether every weight is finite: w = scale q + offset with q a small integer is finite
+        exactly where scale and offset are."""
+        return bool(np.isfinite(self.scale).all() and (self.offset is None or np.isfinite(self.offset).all()))
+
     @cached_property
     def args(self) -> tuple:
         """(q, scale, offset) as the kernels take them: float16 as its uint16 bits (numba has no
@@ -217,10 +223,8 @@ class PackedMatrix:
 
     @property
     def finite(self) -> bool:
-        """Whether every weight is finite: w = scale q + offset with q a small integer is finite
-        exactly where scale and offset are."""
-        return all(np.isfinite(p.scale).all() and (p.offset is None or np.isfinite(p.offset).all())
-                   for _, p in self.parts)
+        """Whether every weight is finite (each part's Packed.finite)."""
+        return all(p.finite for _, p in self.parts)
 
 
 @dataclass(frozen=True)
