@@ -218,7 +218,7 @@ def test_labels_read_the_special_tokens_once_and_give_what_a_fresh_tokenizer_giv
 
 def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it_was(spm, monkeypatch):
     """gguf_tokenizer pauses the garbage collector for its build (a million objects, no cycle) and
-    leaves it on or off as it found it, an error inside too."""
+    leaves it on or off as it found it."""
     import gc
     import threading
 
@@ -249,12 +249,7 @@ def test_the_vocabularys_build_runs_no_collection_and_leaves_the_collector_as_it
     finally:
         gc.enable()
         gc.callbacks.pop()
-    with pytest.raises(RuntimeError):
-        with V.collector_paused():
-            assert not gc.isenabled()
-            raise RuntimeError("inside")
-    assert gc.isenabled()
-    if not was_on:
+    if not was_on:  # (the pause itself, nested, on threads, after an error: test_collector_paused.py)
         gc.disable()
 
 

@@ -348,6 +348,36 @@ def test_metadata_reads_as_ggufs_own_reader(tmp_path):
         metadata(open_gguf(tmp_path / "bad.gguf"), "tokenizer.ggml.tokens")
 
 
+def test_a_tensor_gguf_cannot_dequantise_or_read_is_named(tmp_path, monkeypatch):
+    """get, fill and rows refuse a tensor of a type the gguf package has no dequantiser for
+    (Q8_1), and get and fill a tensor whose bytes it cannot read (its ValueError), each with a
+    ModelLoadError that names the tensor and its type."""
+    from attnviz.engine.reading import gguf_file
+    from attnviz.engine.reading import gguf_tensors as G
+
+    w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
+    w.add_tensor("a.weight", np.zeros((4, 2 * gguf.GGML_QUANT_SIZES[Q.Q8_1][1]), np.uint8), raw_dtype=Q.Q8_1)
+    w.add_tensor("b.weight", np.ones((4, 64), np.float32))
+    for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
+        step()
+    ts = G.GGUFTensors(gguf_file.open_gguf(tmp_path / "t.gguf"), tmp_path / "t.gguf")
+
+    def reads(name):
+        return (lambda: ts.get(name, (4, 64)), lambda: ts.fill(name, (4, 64), np.empty((4, 64), np.float32)),
+                lambda: ts.fill(name, (4, 64), np.empty((64, 4), np.float32), columns=True))
+    for read in (*reads("a.weight"), lambda: ts.rows("a.weight", (4, 64))):
+        with pytest.raises(ModelLoadError, match=r"^tensor a.weight is stored as Q8_1, which the gguf "
+                                                 r"package cannot dequantise$"):
+            read()
+
+    def unreadable(data, qtype):
+        raise ValueError("odd bytes")
+    monkeypatch.setattr(G, "dequantize", unreadable)
+    for read in reads("b.weight"):
+        with pytest.raises(ModelLoadError, match=r"^tensor b.weight \(F32\) cannot be read: odd bytes$"):
+            read()
+
+
 def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):
     """GGUFTensors.fill shares a tensor's row blocks out to threads (one per core): the same bits
     as one block on one thread, with and without a row permutation, and a NaN is still named at

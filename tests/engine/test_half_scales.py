@@ -85,6 +85,27 @@ def test_a_non_finite_half_scale_is_seen():
     assert pm.parts[0][1].offset.dtype == np.float16 and not pm.finite
 
 
+@pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)
+def test_a_packed_matrix_is_finite_exactly_where_its_dequantised_weights_are(qtype):
+    """Packed.finite (asked of a block packed alone) and PackedMatrix.finite answer as the
+    weights do: every float16 field of a block (d, m, dmin) NaN or Inf in turn, in one row of a
+    padded group."""
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    rng = np.random.default_rng([int(qtype), 80])
+    raw = _random_blocks(qtype, 19, 2, rng)
+    cases = [(None, None)] + [(at, bad) for at in SCALES_AT[qtype] for bad in (np.nan, -np.inf)]
+    for at, bad in cases:
+        blocks = raw.copy()
+        if at is not None:
+            blocks.reshape(19, 2, size)[17, 1, at:at + 2] = np.array([bad], np.float16).view(np.uint8)
+        with np.errstate(all="ignore"):  # (a K-type's NaN times its integer scales)
+            p = qpack.pack(blocks, qtype)
+            weights_finite = bool(np.isfinite(qpack.dequantized(p)).all())
+            whole = qpack.pack_parts([(qtype, blocks, 0)])
+        assert weights_finite == (at is None)
+        assert p.finite == weights_finite == whole.finite
+
+
 @pytest.mark.parametrize("name", ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.14.ffn_up.weight",
                                   "blk.29.ffn_down.weight", "token_embd.weight"])
 def test_smollm2_tensors_give_the_float32_layouts_bits(name, smollm2_tensors):

@@ -149,6 +149,22 @@ def test_a_damaged_row_in_a_block_packed_for_the_kernels_is_named(tmp_path, kern
     assert readers() == []
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # gguf.quants quantising a NaN row
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_1], ids=lambda q: q.name)
+def test_a_table_with_a_damaged_scale_gets_no_packed_copy_and_a_few_rows_name_the_row(
+        tmp_path, kernels, qtype):
+    from attnviz.engine.computing import qmatvec as qm
+
+    model = tiny(tmp_path, qtype, damage=5)
+    head = model.lm_head()
+    for n in (1, qm.ROWS[qtype] - 1):  # the few rows that ask for the packed copy
+        with pytest.raises(NoPrediction, match=r"tensor output.weight row 5 \(token id 5\) holds non-finite"):
+            L.vocab_logits(head, rows_of(model, n))
+    assert head.pack.made and head.pack.get() is None and head.packed_for(1) is None
+    (tmp_path / "whole").mkdir()
+    assert L.PackedUnembedding(tiny(tmp_path / "whole", qtype).lm_head().w_u.table).get() is not None
+
+
 @pytest.mark.parametrize("n_rows", [1, 16, 37])
 def test_the_compiled_regroup_gives_qpacks_arrays_byte_for_byte(n_rows):
     pytest.importorskip("numba")

@@ -157,11 +157,10 @@ def _packed_table(table):
     from attnviz.engine.reading.qpack import PackedMatrix
 
     p = pack_rows(np.asarray(table.data).reshape(table.shape[0], -1), table.qtype)  # (a type _packs took)
-    pm = PackedMatrix(((0, p),), p.n_out)
-    if not pm.finite:
+    if not p.finite:
         return None
     _kernels().warm_few_rows([table.qtype])  # (the head needs its kernel alone)
-    return pm
+    return PackedMatrix(((0, p),), p.n_out)
 
 
 def _fits(model, unembed) -> bool:
@@ -356,11 +355,10 @@ def _packed_block(table: QuantRows, v0: int):
     a block whose scales are not all finite is dequantised instead, for its check to name the row
     (ModelLoadError)."""
     from attnviz.engine.computing.qregroup import pack_rows
-    from attnviz.engine.reading.qpack import PackedMatrix
 
     rows = np.asarray(table.data[v0:v0 + VOCAB_BLOCK]).reshape(-1, table.data.shape[-1])
     p = pack_rows(rows, table.qtype)
-    if not PackedMatrix(((0, p),), p.n_out).finite:
+    if not p.finite:
         table.rows_into(v0, np.empty((len(rows), table.shape[1]), np.float32))
         raise AssertionError(f"rows {v0}.. have a non-finite scale but finite values")
     return p

@@ -118,6 +118,14 @@ def f16(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (its last axis contiguou
     return b.view(np.float16)[..., 0]
 
 
+def halves(blocks: np.ndarray, with_m: bool):  # uint8 [..., size] -> d, m [...] float16, at
+    """A 32-weight block's leading float16 fields, read in place (f16): d, m (None where the
+    type has no m: Q4_0, Q5_0, Q8_0), and the byte `at` where the block's integers begin."""
+    d = f16(blocks[..., 0:2])
+    m = f16(blocks[..., 2:4]) if with_m else None
+    return d, m, 2 if m is None else 4
+
+
 def _half_t(blocks: np.ndarray, at: int) -> np.ndarray:  # [rows, k, size] uint8 -> [k, 1, rows] float32
     """The float16 field at byte `at` of every block, as float32, blocks' rows last (read in place:
     a view of the blocks, one strided pass)."""
@@ -146,8 +154,8 @@ def _fill_q4k(blocks, flat, _qtype):  # [n_blocks, 144] uint8 -> [n_blocks, 256]
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
         n = len(b)
-        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
-        dmin = b[:, 2:4].copy().view(np.float16).astype(np.float32)
+        d = f16(b[:, 0:2]).astype(np.float32)[:, None]  # [n, 1]
+        dmin = f16(b[:, 2:4]).astype(np.float32)[:, None]
         s = b[:, 4:16].reshape(n, 3, 4)  # gguf's Q4_K.get_scale_min, the same integer steps
         lo, mid, hi = s[:, 0], s[:, 1], s[:, 2]
         sc = np.concatenate([lo & 0x3F, (hi & 0x0F) | ((lo >> 2) & 0x30)], axis=-1)  # [n, 8]
@@ -177,7 +185,7 @@ def _fill_q6k(blocks, flat, _qtype):  # [n_blocks, 210] uint8 -> [n_blocks, 256]
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
         n = len(b)
-        d = b[:, 208:210].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        d = f16(b[:, 208:210]).astype(np.float32)[:, None]  # [n, 1]
         dsub = d * b[:, 192:208].view(np.int8).astype(np.float32)  # [n, 16]
         ql = b[:, :128].reshape(n, 2, 2, 32)
         qh = b[:, 128:192].reshape(n, 2, 32)
@@ -204,7 +212,7 @@ def _fill_q5_0(blocks, flat, _qtype):  # [n_blocks, 22] uint8 -> [n_blocks, 32] 
         b = blocks[a:a + step]
         n = len(b)
         o = flat[a:a + step]  # [n, 32]
-        d = b[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        d = f16(b[:, 0:2]).astype(np.float32)[:, None]  # [n, 1]
         qs = b[:, 6:]  # [n, 16] two weights a byte: 0..15 low nibbles, 16..31 high
         qn = q[:n]
         np.bitwise_and(qs, np.uint8(0x0F), out=qn[:, 0])
@@ -237,26 +245,27 @@ def _fill32(blocks, flat, qtype):  # Q4_0, Q4_1, Q8_0: [n_blocks, size] uint8 ->
     for a in range(0, len(blocks), step):
         b = blocks[a:a + step]
         o = flat[a:a + step]  # [n, 32]
-        d = b[:, 0:2].view(np.float16).astype(np.float32)  # [n, 1] (each row's 2 bytes, in place)
+        d, m, at = halves(b, qtype == Q.Q4_1)
+        d = d.astype(np.float32)[:, None]  # [n, 1]
         if qtype == Q.Q8_0:
-            np.copyto(o, b[:, 2:].view(np.int8), casting="unsafe")  # q as float32
+            np.copyto(o, b[:, at:].view(np.int8), casting="unsafe")  # q as float32
             o *= d  # x * d
             continue
         if q8 is None:
             q8 = np.empty((min(step, len(blocks)), 16), np.uint8)
-        qs = b[:, 4:] if qtype == Q.Q4_1 else b[:, 2:]  # [n, 16] two weights a byte
+        qs = b[:, at:]  # [n, 16] two weights a byte
         nib = q8[:len(b)]
-        halves = o.reshape(-1, 2, 16)  # weights 0..15 from the low nibbles, 16..31 from the high
+        lo_hi = o.reshape(-1, 2, 16)  # weights 0..15 from the low nibbles, 16..31 from the high
         np.bitwise_and(qs, np.uint8(0x0F), out=nib)
-        np.copyto(halves[:, 0], nib, casting="unsafe")
+        np.copyto(lo_hi[:, 0], nib, casting="unsafe")
         np.right_shift(qs, np.uint8(4), out=nib)
-        np.copyto(halves[:, 1], nib, casting="unsafe")
+        np.copyto(lo_hi[:, 1], nib, casting="unsafe")
         if qtype == Q.Q4_0:
             o -= np.float32(8)  # (q - 8) as gguf's int8, exact either way
             o *= d  # d * (q - 8)
         else:
             o *= d  # d * q
-            o += b[:, 2:4].view(np.float16).astype(np.float32)  # + m
+            o += m.astype(np.float32)[:, None]  # + m
 
 
 _OWN = {Q.Q4_0: _fill32, Q.Q4_1: _fill32, Q.Q8_0: _fill32, Q.Q4_K: _fill_q4k, Q.Q5_0: _fill_q5_0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -155,13 +156,8 @@ class GGUFTensors:
         """Float32 tensor `name` [out, in], checked against the shape the metadata implies (and,
         `check`, its values finite)."""
         t = self.stored(name, shape)
-        try:
+        with _read_errors(name, t.tensor_type):
             out = dequantize(t.data, t.tensor_type)
-        except NotImplementedError:
-            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
-                                 "package cannot dequantise") from None
-        except ValueError as exc:
-            raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
         out = np.asarray(out, dtype=np.float32).reshape(shape)
         if check:
             check_finite(out, name, self.path.name)
@@ -204,14 +200,9 @@ class GGUFTensors:
                 finite[k] = bool(np.isfinite(dst).all())
             if columns:
                 np.copyto(out[:, a:a + len(src)], dst.T)
-        try:
+        with _read_errors(name, t.tensor_type):
             prepare(t.tensor_type)  # (gguf's lookup grids made once, before the threads)
             in_threads(len(starts), block)
-        except NotImplementedError:
-            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
-                                 "package cannot dequantise") from None
-        except ValueError as exc:
-            raise ModelLoadError(f"tensor {name} ({t.tensor_type.name}) cannot be read: {exc}") from exc
         if check and not all(finite):  # named as the file stores it: count, first position
             rows_out = out.T if columns else out
             check_finite(rows_out if rows is None else rows_out[np.argsort(rows)], name, self.path.name)
@@ -252,8 +243,7 @@ class GGUFTensors:
             check_finite(table, name, self.path.name)
             return table
         if t.tensor_type not in _DEQUANTISABLE:
-            raise ModelLoadError(f"tensor {name} is stored as {t.tensor_type.name}, which the gguf "
-                                 "package cannot dequantise")
+            raise ModelLoadError(_not_dequantisable(name, t.tensor_type))
         return QuantRows(name, np.asarray(t.data), t.tensor_type, shape)
 
     def float32_bytes(self, skip: tuple[str, ...] = ()) -> int:
@@ -270,6 +260,22 @@ def _dequantisable() -> set:
 
 
 _DEQUANTISABLE = _dequantisable()
+
+
+def _not_dequantisable(name: str, qtype) -> str:
+    return f"tensor {name} is stored as {qtype.name}, which the gguf package cannot dequantise"
+
+
+@contextmanager
+def _read_errors(name: str, qtype):
+    """gguf's NotImplementedError (a type it has no dequantiser for) and ValueError (bytes it
+    cannot read) inside, as a ModelLoadError that names tensor `name`."""
+    try:
+        yield
+    except NotImplementedError:
+        raise ModelLoadError(_not_dequantisable(name, qtype)) from None
+    except ValueError as exc:
+        raise ModelLoadError(f"tensor {name} ({qtype.name}) cannot be read: {exc}") from exc
 _INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
                   GGMLQuantizationType.I64}
 

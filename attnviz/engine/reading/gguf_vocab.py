@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import tempfile
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -53,18 +54,33 @@ SUPPORTED_PRE = tuple(sorted(PRE_SPLITS))
 SPACE = "\u2581"  # "▁", SentencePiece's visible space
 
 
+_pause_lock = threading.Lock()
+_pauses = 0  # collector_paused blocks running now, on any thread
+_thresholds = (700, 10, 10)  # the collector's thresholds when the first of them began
+
+
 @contextmanager
 def collector_paused():
-    """No garbage collection inside (as it was after, where it was off before): a vocabulary's
-    lists, dict and merge pairs are a million objects that form no cycle, and each collection the
-    allocations set off would walk those made so far."""
-    was_on = gc.isenabled()
-    gc.disable()
+    """No automatic garbage collection inside: a vocabulary's lists, dict and merge pairs are a
+    million objects that form no cycle, and each collection the allocations set off would walk
+    those made so far. Paused by the collector's first threshold (0: no automatic collection),
+    never by its on/off switch, which stays its owner's (the window's runner turns it off for
+    good, from another thread than a load's): pauses nested or on several threads are one pause,
+    whose last end puts the thresholds back, unless someone set others meanwhile. An explicit
+    gc.collect() still collects."""
+    global _pauses, _thresholds
+    with _pause_lock:
+        if _pauses == 0:
+            _thresholds = gc.get_threshold()
+            gc.set_threshold(0, *_thresholds[1:])
+        _pauses += 1
     try:
         yield
     finally:
-        if was_on:
-            gc.enable()
+        with _pause_lock:
+            _pauses -= 1
+            if _pauses == 0 and gc.get_threshold() == (0, *_thresholds[1:]):
+                gc.set_threshold(*_thresholds)
 
 
 def byte_level_bpe(tokens: list[str], merges: list[str], pre: str) -> Tokenizer:

@@ -33,7 +33,7 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import Q4_K as _Q4K
 
 from attnviz.engine.reading.budget import arena_array
-from attnviz.engine.reading.dequant import f16  # (a view of the blocks: read once, by the copy)
+from attnviz.engine.reading.dequant import f16, halves  # (views of the blocks: read once, by the copy)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,12 @@ class Packed:
     def nbytes(self) -> int:
         return self.q.nbytes + self.scale.nbytes + (0 if self.offset is None else self.offset.nbytes)
 
+    @property
+    def finite(self) -> bool:
+        """Whether every weight is finite: w = scale q + offset with q a small integer is finite
+        exactly where scale and offset are."""
+        return bool(np.isfinite(self.scale).all() and (self.offset is None or np.isfinite(self.offset).all()))
+
     @cached_property
     def args(self) -> tuple:
         """(q, scale, offset) as the kernels take them: float16 as its uint16 bits (numba has no
@@ -74,14 +80,6 @@ class Packed:
 
 def _f32(b: np.ndarray) -> np.ndarray:  # uint8 [..., 2] (float16) -> float32 [...]
     return f16(b).astype(np.float32)
-
-
-def _halves(blocks: np.ndarray, with_m: bool):  # uint8 [..., size] -> d, m [...] float16, at
-    """A 32-weight block's leading float16 fields: d, m (None where the type has no m: Q4_0,
-    Q5_0), and the byte `at` where the block's integers begin."""
-    d = f16(blocks[..., 0:2])
-    m = f16(blocks[..., 2:4]) if with_m else None
-    return d, m, 2 if m is None else 4
 
 
 def _nibble_pairs(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # uint8 [...] -> low, high
@@ -110,7 +108,7 @@ def _decode(blocks: np.ndarray, qtype: Q):
     scale, offset [n_out, n_sub] (float16 for HALF, else float32; offset None: 0)."""
     n, nb = blocks.shape[:2]
     if qtype in (Q.Q5_0, Q.Q5_1):
-        d, m, at = _halves(blocks, qtype == Q.Q5_1)
+        d, m, at = halves(blocks, qtype == Q.Q5_1)
         return _five_bits(blocks[..., at + 4:at + 20], blocks[..., at:at + 4], m is None), d, m
     if qtype == Q.Q8_0:
         return blocks[..., 2:34].view(np.int8), f16(blocks[..., 0:2]), None
@@ -143,7 +141,7 @@ def _nibble_blocks(blocks: np.ndarray, qtype: Q):
     """Q4_0's and Q4_1's blocks uint8 [n_out, n_blk, size] -> their 16 nibble bytes [n_out, n_blk,
     16], d, m [n_out, n_blk] (float16; m None for Q4_0): byte j of a block already holds input j
     in its low and input j + 16 in its high nibble, the layout's order, so no nibble is split."""
-    d, m, at = _halves(blocks, qtype == Q.Q4_1)
+    d, m, at = halves(blocks, qtype == Q.Q4_1)
     return blocks[..., at:at + 16], d, m
 
 
@@ -225,10 +223,8 @@ class PackedMatrix:
 
     @property
     def finite(self) -> bool:
-        """Whether every weight is finite: w = scale q + offset with q a small integer is finite
-        exactly where scale and offset are."""
-        return all(np.isfinite(p.scale).all() and (p.offset is None or np.isfinite(p.offset).all())
-                   for _, p in self.parts)
+        """Whether every weight is finite (each part's Packed.finite)."""
+        return all(p.finite for _, p in self.parts)
 
 
 @dataclass(frozen=True)
