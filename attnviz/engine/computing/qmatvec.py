@@ -219,9 +219,7 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
         took[qtype.name] = _warmed[key]
         if extras:
             _warm_serial(qtype, key)
-        if qtype == Q.Q8_0:  # (a pass over a Q8_0 unembedding regroups its blocks: logits.py)
-            from attnviz.engine.computing import qregroup
-            qregroup.warm()
+        _warm_regroup(qtype)
     if took and extras:
         scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
         half = {s == np.uint16 for s in scales}
@@ -290,9 +288,13 @@ def warm_few_rows(qtypes) -> None:
     for qtype in qtypes:
         if has_kernel(qtype):
             _warm_serial(qtype, _key(qtype))
-        if qtype == Q.Q8_0 and has_kernel(qtype):  # (as warm(): a Q8_0 unembedding's pass regroups)
-            from attnviz.engine.computing import qregroup
-            qregroup.warm()
+            _warm_regroup(qtype)
+
+
+def _warm_regroup(qtype) -> None:  # a pass over a Q8_0 unembedding regroups its blocks (logits.py)
+    if qtype == Q.Q8_0:
+        from attnviz.engine.computing import qregroup
+        qregroup.warm()
 
 
 def _warm_serial(qtype, key) -> None:  # the serial twin of qtype's kernel (key: _key(qtype))
