@@ -33,7 +33,8 @@ def assemble(debounce_ms: int = 0):
 
     limit_blas_threads()
     ask_for_kernels(rest_later=True)  # a long-lived process: its keystrokes multiply on the file's
-    # blocks; the kernels' one-row steps warmed after the first result (loading.py warm_the_rest)
+    # blocks; the kernels' one-row steps warmed after the first analysis (loading.py warm_the_rest),
+    # a keystroke before then taking the few-row kernels rather than wait for them
     state = AppState()
     worker = Worker(state, debounce_ms)
     worker.follow_state()

@@ -26,7 +26,7 @@ qpack.ask_for_kernels(rest_later=True)  # as the window asks
 parallel.limit_kernel_threads(1)  # a one-row run on one thread, as the window's on 2 cores
 model = load_model("SmolLM2-135M-Instruct")
 model.run("The cat sat on")  # the first result: a few rows
-qmatvec.warm(model.weights.packed_types, layers=packed_views(model))  # what a one-row run waits for
+qmatvec.warm(model.weights.packed_types, layers=packed_views(model))  # the window's warm-up (warm_the_rest)
 seen = []
 before = onerow_stack.prepared(model.weights.layers)
 listen_for_compiles(seen)

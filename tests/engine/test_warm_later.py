@@ -1,9 +1,11 @@
 """The kernels' warm-up in two parts (engine/computing/qmatvec.py, qpack.ask_for_kernels with
 rest_later, as the window asks): a load warms only the kernels a run of a few rows takes, and a run
-waits for what it takes and no more, so a run's numbers never depend on when a warm-up finished: a
-run of several rows on a freshly loaded model equals the same run once everything is warm, bit for
-bit, without waiting for the one-row steps; a one-row run waits for them and takes them, expanded
-layer or packed."""
+waits for what it takes and no more: a run of several rows on a freshly loaded model equals the
+same run once everything is warm, bit for bit, without waiting for the one-row steps. A one-row
+run in a process that leaves nothing for later waits for them and takes them, expanded layer or
+packed, so its numbers never depend on when a warm-up finished; in one that warms them later (the
+window), it does not wait for them: until they are warm it takes the layer loop on the few-row
+kernels, within the kernels' bound of the one-row steps' numbers."""
 
 import threading
 
@@ -113,9 +115,12 @@ def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit
 @pytest.mark.parametrize("expanded", [False, True], ids=["packed", "expanded"])
 def test_a_one_row_run_waits_for_the_one_row_steps_and_equals_a_warm_ones(tmp_path, cold, steps_taken,
                                                                           monkeypatch, expanded):
+    """A process that leaves nothing for later (qpack.ask_for_kernels without rest_later: a
+    one-shot command, generate)."""
     if expanded:  # the prefill expands every layer (ROWS_UNEXPANDED rows or more)
         monkeypatch.setattr(qm, "ROWS_UNEXPANDED", len(IDS) - 1)
     model = loaded(tmp_path, cold)
+    qpack.ask_for_kernels(rest_later=False)
     model.run(ids=IDS[:-1])
     assert qm.ONE_ROW is None
     assert model.weights.layers.holds(0) == expanded
@@ -129,6 +134,34 @@ def test_a_one_row_run_waits_for_the_one_row_steps_and_equals_a_warm_ones(tmp_pa
     want = warm.run(ids=IDS)
     assert want.cache_computed == 1
     assert np.array_equal(step.attentions, want.attentions)
+
+
+@pytest.mark.parametrize("expanded", [False, True], ids=["packed", "expanded"])
+def test_where_the_rest_is_warmed_later_a_one_row_run_waits_for_nothing_more_than_a_run_of_rows(
+        tmp_path, cold, steps_taken, monkeypatch, expanded):
+    """The window's process (rest_later): a one-row run before the warm-up takes the layer loop's
+    NumPy steps on the few-row kernels, within the kernels' bound of a warm one-row run (both of
+    the float32 pass), and warms nothing; its row stays in the KV cache as it was computed, and the
+    next one-row run, once the warm-up is done, takes the one-row steps after it."""
+    if expanded:
+        monkeypatch.setattr(qm, "ROWS_UNEXPANDED", len(IDS) - 1)
+    model = loaded(tmp_path, cold)
+    model.run(ids=IDS[:-1])
+    del steps_taken[:]
+    step = model.run(ids=IDS)
+    assert step.cache_computed == 1 and model.weights.layers.holds(0) == expanded
+    assert qm.ONE_ROW is None and not qm.warmed(model.weights.packed_types)  # nothing waited for
+    assert steps_taken and all(n == 1 and steps is None for n, steps in steps_taken)
+    qm.warm(model.weights.packed_types, layers=load.packed_views(model))  # the window's warm-up
+    del steps_taken[:]
+    after = model.run(ids=IDS + [7])
+    assert after.cache_computed == 1 and steps_taken and all(steps is qm.ONE_ROW for _, steps in steps_taken)
+    assert np.array_equal(after.attentions[:, :, :len(IDS), :len(IDS)], step.attentions)  # the cached rows
+    warm = loaded(tmp_path, [], "again.gguf")  # everything warm: the one-row runs as they are then
+    warm.run(ids=IDS[:-1])
+    want = warm.run(ids=IDS)
+    np.testing.assert_allclose(step.attentions, want.attentions, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(after.attentions, warm.run(ids=IDS + [7]).attentions, rtol=0, atol=1e-5)
 
 
 def test_a_load_starts_the_few_rows_kernels_before_its_tokenizer_and_layers(tmp_path, cold, monkeypatch):

@@ -1,8 +1,9 @@
 """A fresh window on a GGUF model whose layers multiply on the file's blocks: its load warms only
 the kernels a run of a few rows takes, so the first result and What heads do's first analysis do
 not wait for the one-row steps; those are warmed after the first analysis, on a thread of its own
-(ui/machinery/loading.py warm_the_rest), and a keystroke's one-row run then takes them. The first
-analysis's numbers are a fully warmed run's, bit for bit."""
+(ui/machinery/loading.py warm_the_rest), and a keystroke's one-row run then takes them; a key typed
+before they are warm waits for them no more than the first result did. The first analysis's
+numbers are a fully warmed run's, bit for bit."""
 
 import importlib.util
 import threading
@@ -133,5 +134,83 @@ def test_the_start_up_collection_waits_for_the_first_analysis(qtbot, tmp_path, s
     assert frozen == [True]
     from attnviz.engine.computing import qmatvec as qm
     qtbot.waitUntil(lambda: qm.warmed(w.state.model.weights.packed_types), timeout=WAIT)  # (after-work)
+    w.worker.wait_idle()
+    settled()
+
+
+KEYED = TEXT + "."  # one key typed at the end: one new token, a one-row run on the KV cache
+AFTER = KEYED + " It"  # the next token, once the one-row steps are warm
+# patterns of a run on the kernels against the float32 pass of the same dequantised weights (the
+# bound tests/engine/test_qkernels_path.py holds SmolLM2's cached steps on its blocks to)
+BOUND = 1e-4
+
+
+def test_a_key_typed_while_the_one_row_steps_warm_is_painted_without_waiting_for_them(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    """A key typed while the warm-up after the first analysis is still loading the one-row steps
+    (held here until the key's result is painted): the key's one-row run waits for nothing the
+    first result did not, taking the layer loop's NumPy steps on the few-row kernels, and its
+    patterns are the float32 pass's within the kernels' bound, as every keystroke's. Its rows stay
+    in the KV cache as they were computed: the next keystroke, on the one-row steps once they are
+    warm, shows them bit for bit with its own new row, also within the bound; the text typed back
+    shows the first key's numbers again (from the cache)."""
+    from PySide6.QtGui import QTextCursor
+
+    from attnviz.engine.computing import onerow
+    from attnviz.engine.computing.request import RunRequest
+
+    qm, one_row = cold
+    loading, gate = threading.Event(), threading.Event()
+    steps, load, real_stack = [], onerow.warm, layers.one_row_stack
+
+    def held(*a):  # the warm-up's load of the one-row steps (its lock taken), held back past the
+        loading.set()  # key's paint (a run that waited for it would time out the test first)
+        gate.wait(3 * WAIT / 1000)
+        load(*a)
+
+    def taken(layer, n_rows):
+        steps.append((n_rows, layers.one_row_steps(layer, n_rows)))
+        return steps[-1][1]
+
+    def stacked(n_rows):  # (every layer in one call)
+        steps.append((n_rows, real_stack(n_rows)))
+        return steps[-1][1]
+    monkeypatch.setattr(onerow, "warm", held)
+    monkeypatch.setattr(families, "one_row_steps", taken)
+    monkeypatch.setattr(families, "one_row_stack", stacked)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        st = w.state
+        qtbot.waitUntil(loading.is_set, timeout=WAIT)  # the first analysis is in: the warm-up has begun
+        assert qm.ONE_ROW is None and w.worker.running(L.WARM_KIND) is not None
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        del steps[:]
+        qtbot.keyClick(w.text_box, ".")
+        qtbot.waitUntil(lambda: st.result is not None and st.result.text == KEYED and w.grid.drawn is st.result,
+                        timeout=WAIT)
+        keyed, keyed_steps = st.result, list(steps)
+        assert not gate.is_set() and w.worker.running(L.WARM_KIND) is not None  # painted; still held
+    finally:
+        gate.set()
+    assert keyed.cache_computed == 1 and keyed_steps and all(n == 1 and s is None for n, s in keyed_steps)
+    want = smollm2.run(KEYED, request=RunRequest(use_cache=False))  # the float32 pass
+    np.testing.assert_allclose(keyed.attentions, want.attentions, rtol=0, atol=BOUND)
+    model = st.model
+    qtbot.waitUntil(lambda: qm.warmed(model.weights.packed_types), timeout=WAIT)
+    w.worker.wait_idle()
+    assert len(one_row) == 1 and one_row[0].startswith(f"attnviz-{L.WARM_KIND}")  # warmed once, there
+    del steps[:]
+    w.set_text(AFTER)
+    wait_for_text(qtbot, w, AFTER)
+    after = st.result
+    T = len(keyed.tokens)
+    one = [s for n, s in steps if n == 1]
+    assert after.cache_computed == 1 and one and all(s is not None for s in one)  # the one-row steps now
+    assert np.array_equal(after.attentions[:, :, :T, :T], keyed.attentions)  # the cached rows
+    want = smollm2.run(AFTER, request=RunRequest(use_cache=False))
+    np.testing.assert_allclose(after.attentions, want.attentions, rtol=0, atol=BOUND)
+    w.set_text(KEYED)
+    wait_for_text(qtbot, w, KEYED)
+    assert st.result.cache_computed == 0 and np.array_equal(st.result.attentions, keyed.attentions)
     w.worker.wait_idle()
     settled()

@@ -1,9 +1,9 @@
-"""A window on SmolLM2 whose first text is one token (a word typed into the empty box: its run,
-one row, warms the kernels' one-row steps itself): the warm-up after the first analysis
-(ui/machinery/loading.py warm_the_rest) still builds the model's stack of every layer's blocks
-(onerow_stack.prepare), and the keystrokes after it, one-row runs on the KV cache, build no typed
-List from Python and compile nothing (a typed List's methods compile once a process: a freeze
-of a second on the keystroke that first built one)."""
+"""A window on SmolLM2 whose first text is one token (a word typed into the empty box: its run is
+of one row): the warm-up after the first analysis (ui/machinery/loading.py warm_the_rest) warms the
+kernels' one-row steps and builds the model's stack of every layer's blocks (onerow_stack.prepare),
+and the keystrokes after it, one-row runs on the KV cache, build no typed List from Python and
+compile nothing (a typed List's methods compile once a process: a freeze of a second on the
+keystroke that first built one)."""
 
 import importlib.util
 

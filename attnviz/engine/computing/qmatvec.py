@@ -39,7 +39,7 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.parallel import kernel_threads
-from attnviz.engine.reading.qpack import HALF, LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack
+from attnviz.engine.reading.qpack import HALF, LANES, NIBBLES, PACKED, Packed, PackedMatrix, pack, rest_later
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +93,21 @@ def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
     layer's float32 copy is held (`expanded`), than
     ROWS_UNEXPANDED where it is not. A kernel not warm yet is waited for here where the layer is
     not expanded (loading it from numba's cache takes a fraction of a second, expanding a model
-    longer, and its float32 copy would then be held); for one row, the serial twins and the
+    longer, and its float32 copy would then be held). For one row, the serial twins and the
     one-row steps too, expanded or not (warm's extras; the one-row block for this layer's scale
-    type alone, if it covers the layer). A run of more rows waits for its kernels alone: a serial
-    twin gives its kernel's bits, and the one-row steps are not taken."""
+    type alone, if it covers the layer), so every one-row run takes the same steps whenever a
+    warm-up finished; but not in a process that warms those later itself (qpack.rest_later: the
+    window, after its first analysis), whose one-row runs wait for no more than a run of a few
+    rows: until then they take the layer loop's NumPy steps on the few-row kernels (ONE_ROW is
+    None), within the kernels' bound of the float32 pass as the one-row steps are. A run of more
+    rows waits for its kernels alone: a serial twin gives its kernel's bits, and the one-row steps
+    are not taken."""
     pl = layer.packed
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
-    if n_rows == 1 and not pl.qtypes <= _ready_types:  # (every one-row run takes the one-row steps:
-        warm(pl.qtypes, layers=[layer])  # a run's numbers never depend on when a warm-up finished)
+    if n_rows == 1 and not pl.qtypes <= _ready_types and not rest_later():
+        warm(pl.qtypes, layers=[layer])
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
@@ -196,8 +201,8 @@ _extras_lock = threading.Lock()
 def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
     {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
-    then their serial twins and the one-row steps too (under a lock of their own; a run on packed
-    layers waits for them as well, so every one-row run of a model takes the same steps), and the
+    then their serial twins and the one-row steps too (under a lock of their own; a one-row run on
+    packed layers waits for them, except in a process that warms them later: takes_layer), and the
     one-row block and stack for the scale types block_scales(layers) names: `layers`, a model's
     layers as a one-row run sees them (its packed views; None: every scale type of `qtypes`)."""
     took = {}
@@ -214,9 +219,7 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
         took[qtype.name] = _warmed[key]
         if extras:
             _warm_serial(qtype, key)
-        if qtype == Q.Q8_0:  # (a pass over a Q8_0 unembedding regroups its blocks: logits.py)
-            from attnviz.engine.computing import qregroup
-            qregroup.warm()
+        _warm_regroup(qtype)
     if took and extras:
         scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
         half = {s == np.uint16 for s in scales}
@@ -285,9 +288,13 @@ def warm_few_rows(qtypes) -> None:
     for qtype in qtypes:
         if has_kernel(qtype):
             _warm_serial(qtype, _key(qtype))
-        if qtype == Q.Q8_0 and has_kernel(qtype):  # (as warm(): a Q8_0 unembedding's pass regroups)
-            from attnviz.engine.computing import qregroup
-            qregroup.warm()
+            _warm_regroup(qtype)
+
+
+def _warm_regroup(qtype) -> None:  # a pass over a Q8_0 unembedding regroups its blocks (logits.py)
+    if qtype == Q.Q8_0:
+        from attnviz.engine.computing import qregroup
+        qregroup.warm()
 
 
 def _warm_serial(qtype, key) -> None:  # the serial twin of qtype's kernel (key: _key(qtype))

@@ -8,8 +8,10 @@ which takes a fraction of the whole vocabulary's build, and the window's first r
 wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
 before a keystroke's new text would ask for it. Likewise the quantised kernels: a load warms those
 a run of a few rows takes (the window asks for the rest later: ui/app.py assemble), and the
-worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest),
-before a keystroke's one-row run would wait for them."""
+worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest). A
+keystroke's one-row run does not wait for them: until they are warm it takes the layer loop on the
+few-row kernels the load warmed (engine/computing/qmatvec.py takes_layer), within the kernels'
+bound of the float32 pass as a run on the one-row steps is, and the one-row steps from then on."""
 
 from __future__ import annotations
 
@@ -102,7 +104,8 @@ def warm_the_rest(worker, model) -> None:
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
     with (engine/computing/qmatvec.py warm), then the model's stack of every layer's blocks
     (onerow_stack.prepare: the first keystroke would build it), on a thread of its own below the
-    main thread (a job of `worker`, the app's runner); nothing where both are done."""
+    main thread (a job of `worker`, the app's runner); nothing where both are done. A keystroke
+    meanwhile waits for neither (module docstring)."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types or worker.running(WARM_KIND) is not None:
         return
@@ -112,7 +115,7 @@ def warm_the_rest(worker, model) -> None:
     from attnviz.ui.machinery.runner import THREAD
     from attnviz.ui.machinery.tuning import below_the_main_thread
 
-    # (a first run of one row warms the kernels itself: the stack is still to build then)
+    # (a process that warmed the kernels already, at a model before: the stack may still be to build)
     if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
         return
 
