@@ -266,7 +266,8 @@ def ask_for_kernels(on: bool = True, rest_later: bool = False) -> None:
     `generate` on a large file (commands/checks.py load_for_generation: every step's logits).
     `rest_later`: a load warms only the kernels a run of a few rows takes, not their serial
     twins nor the one-row steps; the process warms those itself once it has time (the window:
-    after its first result is painted). A one-row run waits for them (qmatvec.takes_layer)."""
+    after its first result is painted). Until then a one-row run does not wait for them: it takes the
+    layer loop's steps on the few-row kernels (qmatvec.takes_layer)."""
     global _asked, _rest_later
     _asked = bool(on)
     _rest_later = bool(on and rest_later)
