@@ -296,8 +296,9 @@ class CompareJobs(QObject):
         a, b = request
         if a is not self.state.model or b is not self.b:
             return
-        if value is None and error is None or isinstance(error, Cancelled):  # (no run of A to compare,
-            self.worker.scores_after_frame()  # or A's a newer keystroke replaced): no frame follows
+        if isinstance(error, Cancelled) or (value is None and error is None):
+            # no run of A to compare, or a newer keystroke replaced A's: no frame follows
+            self.worker.scores_after_frame()
             return
         if error is not None:
             self.note = f"Could not compare: {describe_error(error)}"
