@@ -137,14 +137,25 @@ def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | Non
     return painted
 
 
+BAR_STEPS = 64  # the colour bar's bands, +lim at the top down to -lim
+_BAR: list[QImage] = []
+
+
+def bar_image() -> QImage:
+    """The colour bar's bands as a 1 x BAR_STEPS image, top down: band s holds the value
+    lim * (1 - 2 (s + 0.5) / BAR_STEPS), whose colour (headmap.colour_indices) is the same for every
+    lim. Made once."""
+    if not _BAR:
+        v = 1 - 2 * (np.arange(BAR_STEPS) + 0.5) / BAR_STEPS  # [steps] each band's value over lim
+        rgb = np.asarray(DIVERGING)[headmap.colour_indices(v, 1.0)].astype(np.uint8)
+        _BAR.append(figure_image(rgb[:, None, :]))
+    return _BAR[0]
+
+
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:
-    """A vertical diverging bar, +lim at the top, 0 in the middle, -lim at the bottom."""
-    steps = 64
-    h = rect.height() / steps
-    v = lim * (1 - 2 * (np.arange(steps) + 0.5) / steps)  # [steps] each band's value, top down
-    table = headmap.colour_table()
-    for s, i in enumerate(headmap.colour_indices(v, lim)):
-        p.fillRect(QRectF(rect.left(), rect.top() + s * h, rect.width(), h + 0.5), table[i])
+    """A vertical diverging bar, +lim at the top, 0 in the middle, -lim at the bottom (its bands
+    one image, scaled to `rect`)."""
+    p.drawImage(rect, bar_image())
     p.setPen(text)
     p.setFont(figure_font(9))
     for frac, label in ((0.0, f"+{lim:.3g}"), (0.5, "0"), (1.0, f"\u2212{lim:.3g}")):

@@ -4,7 +4,10 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 (with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
-keystroke makes the running job stale and it stops at B's next layer). The next-token numbers (KL
+keystroke makes the running job stale and it stops at B's next layer). The 'compare' job is queued
+on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on
+the pool's thread and B starts as A ends, while A's result goes to the window; no turn of the main
+thread lies between the two runs. The next-token numbers (KL
 over the whole vocabulary, same top-1, flips) follow each comparison as a job of their own
 ('compare-next'), for the new positions only: a position whose final-norm inputs on both sides are
 bit for bit those of the last numbers keeps its numbers (compare.next_tokens). The next keystroke
@@ -28,6 +31,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,27 @@ class Comparison:
     seconds: float  # B's run and the metrics
     pair: object = None  # the engine's Pair (its traces), for the next-token numbers
     seen: tuple | None = None  # compare.head_numbers' seen: what the next keystroke's reuses
+
+
+def compare_lacks(worker, result) -> bool:
+    """Whether `worker`'s Compare session is open and A's runs keep the residual stream for it
+    (`result`: whether this one lacks it; None: whether runs must keep it)."""
+    compare = getattr(worker, "compare_jobs", None)  # (a runner that does not follow the state: none)
+    return compare is not None and compare.active and (result is None or compare.lacks(result))
+
+
+class Handoff:
+    """A's run handed from its 'compute' job `compute_id` to the 'compare' job queued behind it on
+    the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job."""
+    __slots__ = ("compute_id", "run")
+
+    def __init__(self, compute_id: int):
+        self.compute_id = compute_id
+        self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
+
+    def keep(self, run):
+        self.run = run
+        return run
 
 
 def load_b(a, source: BSource):
@@ -147,6 +172,7 @@ class CompareJobs(QObject):
         self.last_s = 0.0
         self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
+        self._handoff: Handoff | None = None  # the newest run a queued 'compare' job follows
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -182,7 +208,7 @@ class CompareJobs(QObject):
             return
         self.b, self.identity = value
         self.source, self.note = source, ""
-        self.comparison = self.induction = self._known = None
+        self.comparison = self.induction = self._known = self._handoff = None
         self.sigChanged.emit()
         self._request_probe()
         if self.lacks(self.state.result):
@@ -197,7 +223,7 @@ class CompareJobs(QObject):
         had = self.b is not None or self.loading is not None or self.note
         if self.b is not None:  # (quick text scores waiting for a comparison's frame)
             self.worker.scores_after_frame()
-        self.b = self.identity = self.source = self.loading = None
+        self.b = self.identity = self.source = self.loading = self._handoff = None
         self.comparison = self.induction = self._known = None
         self.note = ""
         if had:
@@ -209,23 +235,50 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
 
     # --- the comparison per run -----------------------------------------------------------------
-    def _on_run(self, run) -> None:
-        """A's new run (its trace kept): B on the same ids, and the metrics, on the pool."""
-        if not self.active or run is None:
+    def handoff(self, compute_id: int) -> Handoff | None:
+        """What A's run `compute_id` (the worker's 'compute' job, about to be submitted) hands to
+        its comparison (follow); None while no B is open."""
+        return Handoff(compute_id) if self.active else None
+
+    def follow(self, handoff: Handoff) -> None:
+        """The comparison of A's run handoff.compute_id (submitted just before this, on the pool's
+        one thread), queued right behind it: B starts as A's run ends, on the same thread, while
+        the window takes A's result. Stale, and stopped at B's next layer, as soon as a newer
+        'compute' or 'compare' job is asked for (a keystroke)."""
+        if not self.active:
             return
+        self._handoff = handoff
+        self._submit(lambda: handoff.run, handoff.compute_id)
+
+    def _on_run(self, run) -> None:
+        """A's new run (its trace kept) that no queued comparison follows (B opened after it was
+        asked for): B on the same ids, and the metrics, on the pool."""
+        if not self.active or run is None or (self._handoff is not None and self._handoff.run is run):
+            return
+        self._submit(lambda: run, None)
+
+    def _submit(self, run_of, compute_id: int | None) -> None:
+        """B's run on the ids of A's run `run_of()` (a WindowRun, read on the pool as the job
+        starts; anything else, or None, compares nothing) and the metrics, newest wins; with
+        `compute_id`, stale too once that run of A is no longer the newest."""
         from attnviz.engine.analysing import compare as C
+        from attnviz.engine.analysing.effects import WindowRun
         from attnviz.engine.analysing.pair import Pair, Run
 
-        a, b = self.state.model, self.b
-        result = run.result
-        ids = result.input_ids
-        job_id = self.worker.claim(COMPARE_KIND)
+        a, b, worker = self.state.model, self.b, self.worker
+        job_id = worker.claim(COMPARE_KIND)
         known = None if self.comparison is None else self.comparison.seen  # (the same A and B)
+
         def stale():
-            return not self.worker.is_newest(COMPARE_KIND, job_id)
+            return not worker.is_newest(COMPARE_KIND, job_id) or (
+                compute_id is not None and not worker.is_newest("compute", compute_id))
 
         def work():
+            run = run_of()
+            if not isinstance(run, WindowRun) or stale():  # (A's run failed, stopped, or was long)
+                return None
             t0 = time.perf_counter()
+            result, ids = run.result, run.result.input_ids
             trace = C.compare_trace()
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
@@ -237,11 +290,15 @@ class CompareJobs(QObject):
                 release_free_memory()
             return Comparison(result, run.clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair, seen)
-        self.worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
+        worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
     def _on_compared(self, request, value, error) -> None:
         a, b = request
         if a is not self.state.model or b is not self.b:
+            return
+        if isinstance(error, Cancelled) or (value is None and error is None):
+            # no run of A to compare, or a newer keystroke replaced A's: no frame follows
+            self.worker.scores_after_frame()
             return
         if error is not None:
             self.note = f"Could not compare: {describe_error(error)}"

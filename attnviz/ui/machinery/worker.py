@@ -23,6 +23,7 @@ from attnviz.engine.computing.longdoc import LongRun
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.parallel import cores
 from attnviz.engine.errors import Cancelled
+from attnviz.ui.machinery.compare_jobs import compare_lacks
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
 from attnviz.ui.machinery.preview_timing import PreviewTiming
 from attnviz.ui.machinery.runner import POOL, THREAD, Job, Runner, describe_error
@@ -107,13 +108,8 @@ class Worker(Runner):
         st, r = self.state, self.state.result
         if r is not None and ((st.value_weighted and r.value_norms is None)
                               or (st.inputs_wanted and r.layer_inputs is None) or st.effects.lacks(r)
-                              or self._compare_lacks(r)):
+                              or compare_lacks(self, r)):
             self.request_compute(immediate=True)
-
-    def _compare_lacks(self, result) -> bool:
-        """Compare is open: runs keep A's residual stream (`result`: whether this one lacks it)."""
-        compare = getattr(self, "compare_jobs", None)
-        return compare is not None and compare.active and (result is None or compare.lacks(result))
 
     def request_compute(self, immediate: bool = False) -> ComputeRequest | None:
         """Snapshot the state's model and text now; run it after the debounce interval."""
@@ -124,7 +120,7 @@ class Worker(Runner):
         req = ComputeRequest(self.claim("compute"), st.model, st.text, time.perf_counter(),
                              values=st.value_weighted, inputs=st.inputs_wanted,
                              trace=eff.ablation.active or self._prediction_read(st.model, eff.wanted)
-                             or self._compare_lacks(None),
+                             or compare_lacks(self, None),
                              ablation=eff.ablation)
         self._pending = req
         if immediate:
@@ -161,21 +157,25 @@ class Worker(Runner):
         request = RunRequest(truncate=True, values=req.values, inputs=req.inputs, stop=stale,
                              long=None if long_jobs is None else long_jobs.long_run(req),
                              dense_limit=None if long_jobs is None else long_jobs.dense_limit)
+        compare = getattr(self, "compare_jobs", None)  # comparing: B's run queued behind this one
+        handoff = compare.handoff(req.id) if compare is not None and req.trace else None
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             # BLAS on every core for the window's runs: a causal model's keystroke streams every
-            # weight (one product of a row per weight matrix), and two cores read memory faster
-            # than one; an encoder's run is shorter too (benchmarks/typing_latency.py measures both, in
-            # turns of 1 and 2 threads)
+            # weight, and two cores read memory faster than one; an encoder's run is shorter too
+            # (benchmarks/typing_latency.py measures both, in turns of 1 and 2 threads)
             with wide_blas():
                 if req.trace:  # clean and changed runs (engine/analysing/effects.py): a WindowRun
                     from attnviz.engine.analysing.effects import window_run
 
                     # the clean run's first layers are what the grid shows unless heads are off
                     shown = request if req.ablation.active else replace(request, early=early)
-                    return window_run(req.model, req.text, request=shown, ablation=req.ablation)
+                    out = window_run(req.model, req.text, request=shown, ablation=req.ablation)
+                    return out if handoff is None else handoff.keep(out)
                 return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
+        if handoff is not None:  # (its job on the pool's one thread, after this one)
+            compare.follow(handoff)
 
     def _on_preview(self, req: ComputeRequest, partial) -> None:
         """A run's first layers, on the main thread: shown while it is still the newest run of the
@@ -247,8 +247,8 @@ class Worker(Runner):
                 # pool thread takes the GIL at once), and the job's Python slows whatever the main
                 # thread does meanwhile; started at once, both would fall on the frame's own events
                 # (Compare's frame comes later: scores_after_frame restarts the timer)
-                self._scores_timer.start(FRAME_WAIT_MS if self._compare_lacks(None) else SCORES_AFTER_MS)
-                self._scores_wait_frame = self._compare_lacks(None)
+                self._scores_timer.start(FRAME_WAIT_MS if compare_lacks(self, None) else SCORES_AFTER_MS)
+                self._scores_wait_frame = compare_lacks(self, None)
             else:
                 self._scores_wait_frame = False
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming

@@ -12,6 +12,7 @@ Stop comparing (or closing the panel) frees B. Export writes the picture and its
 
 from __future__ import annotations
 
+import functools
 import json
 import weakref
 from pathlib import Path
@@ -298,9 +299,7 @@ class ComparePanel(QWidget):
     def _title_side(c) -> float:
         """The width of the widest tile title any mode or layer of `c` gives (a layer or mode change
         then keeps the tiles where they are)."""
-        n_layer, n_head = c.b_attentions.shape[:2]
-        last = head_title(n_layer - 1, n_head - 1)
-        return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
+        return _title_side(*c.b_attentions.shape[:2])
 
     def _tiles_fit(self, width: int) -> float:
         c = self.jobs.comparison
@@ -477,6 +476,13 @@ class ComparePanel(QWidget):
                 "compare": {"b_source": j.source.to_json(), "mode": j.mode,
                             "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, st.model_name),
                             "b": j.identity, **c.doc, "induction": j.induction}}
+
+
+@functools.lru_cache(maxsize=8)
+def _title_side(n_layer: int, n_head: int) -> float:
+    """ComparePanel._title_side of a model of this shape (the layout asks it many times a keystroke)."""
+    last = head_title(n_layer - 1, n_head - 1)
+    return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
 
 
 def _most_moved(jsd):

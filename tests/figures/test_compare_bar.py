@@ -1,0 +1,34 @@
+"""The diverging colour bar of Compare's A − B tiles (and Patching's maps): +lim at the top, 0 in the
+middle, -lim at the bottom, each of its bands painted the colour the maps give that band's value,
+whatever the limit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QRectF
+from PySide6.QtGui import QColor, QImage, QPainter
+
+from attnviz.figures import compare as F
+from attnviz.figures import headmap
+from attnviz.figures.anatomy_parts import DIVERGING
+
+
+@pytest.mark.parametrize("lim", [0.013, 1.0, 250.0])
+def test_each_band_has_the_colour_of_its_value(qapp, lim):
+    image = QImage(120, 340, QImage.Format.Format_RGB32)
+    image.fill(QColor("white"))
+    rect = QRectF(10, 20, 14, 256)
+    p = QPainter(image)
+    try:
+        F.paint_colour_bar(p, rect, lim, "A \u2212 B", QColor("black"))
+    finally:
+        p.end()
+    h = rect.height() / F.BAR_STEPS
+    for s in range(F.BAR_STEPS):
+        v = lim * (1 - 2 * (s + 0.5) / F.BAR_STEPS)  # the band's value
+        want = DIVERGING[headmap.colour_indices(np.array([v]), lim)[0]]
+        got = image.pixelColor(int(rect.center().x()), int(rect.top() + (s + 0.5) * h))
+        assert (got.red(), got.green(), got.blue()) == tuple(int(c) for c in want), (s, v)
+    top, bottom = (image.pixelColor(17, y) for y in (21, 274))
+    assert top.red() > top.blue() and bottom.blue() > bottom.red()  # red above 0, blue below
