@@ -147,6 +147,27 @@ def built_wheel(tmp_path_factory):
     return wheel
 
 
+@pytest.fixture
+def kernels_on_every_core(monkeypatch):
+    """The quantised kernels on every thread numba has for this test, whatever cap this process
+    holds (an xdist worker's share of the cores, a window's or a command's run before): a parallel
+    kernel compared with its serial twin then runs on more than one thread wherever the machine has
+    more than one core. The cap and numba's thread count of this thread are put back after."""
+    numba = pytest.importorskip("numba")
+    from attnviz.engine import parallel
+    from attnviz.engine.computing import qmatvec
+
+    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
+        monkeypatch.setattr(parallel, name, getattr(parallel, name))
+    parallel.limit_kernel_threads(None)
+    every, was = numba.config.NUMBA_NUM_THREADS, numba.get_num_threads()
+    # (qmatvec's note of the count it last set on this thread, put back with it)
+    monkeypatch.setattr(qmatvec._set, "threads", every, raising=False)
+    numba.set_num_threads(every)
+    yield
+    numba.set_num_threads(was)
+
+
 @pytest.fixture(autouse=True)
 def _kernels_as_before_each_test():
     """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):
