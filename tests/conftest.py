@@ -33,6 +33,25 @@ os.environ["OLLAMA_MODELS"] = str(_HOME / "ollama")
 import pytest  # noqa: E402
 
 
+def pytest_configure(config):
+    """An xdist worker (PYTEST_XDIST_WORKER) takes its share of the cores, cores // workers, for
+    BLAS's threads and the quantised kernels' (each would take every core: the workers' spinning
+    threads then wait on each other's). A run in one process (-n 0) keeps both as they are.
+    Capped in this process only: a process a test starts (a command, a fresh process's defaults)
+    gets its own, unchanged."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or workers < 2:
+        return
+    import numpy  # noqa: F401  (BLAS loaded, so that the cap reaches it)
+    from threadpoolctl import threadpool_limits
+
+    from attnviz.engine import parallel
+
+    share = max(1, parallel.cores() // workers)
+    threadpool_limits(limits=share, user_api="blas")
+    parallel.limit_kernel_threads(share, wide=None)
+
+
 def pytest_unconfigure(config):
     """The test home goes with the session (a run left one folder in the temp directory each)."""
     import shutil
