@@ -7,6 +7,7 @@ bash scripts/setup.sh test
 .venv/bin/ruff check .
 .venv/bin/lint-imports
 # Two processes (pytest-xdist), each test file whole on one of them (its module fixtures made once):
-# the tests are mostly one-core work, and these machines have two. Arguments after these win
-# (`-n 0`: one process, as pdb needs).
+# the tests are mostly one-core work, and these machines have two; each process keeps BLAS and the
+# quantised kernels to its share of the cores (tests/conftest.py). Arguments after these win
+# (`-n 0`: one process, as pdb needs, with every core).
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile "$@"

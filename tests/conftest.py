@@ -33,6 +33,25 @@ os.environ["OLLAMA_MODELS"] = str(_HOME / "ollama")
 import pytest  # noqa: E402
 
 
+def pytest_configure(config):
+    """An xdist worker (PYTEST_XDIST_WORKER) takes its share of the cores, cores // workers, for
+    BLAS's threads and the quantised kernels' (each would take every core: the workers' spinning
+    threads then wait on each other's). A run in one process (-n 0) keeps both as they are.
+    Capped in this process only: a process a test starts (a command, a fresh process's defaults)
+    gets its own, unchanged."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not os.environ.get("PYTEST_XDIST_WORKER") or workers < 2:
+        return
+    import numpy  # noqa: F401  (BLAS loaded, so that the cap reaches it)
+    from threadpoolctl import threadpool_limits
+
+    from attnviz.engine import parallel
+
+    share = max(1, parallel.cores() // workers)
+    threadpool_limits(limits=share, user_api="blas")
+    parallel.limit_kernel_threads(share, wide=None)
+
+
 def pytest_unconfigure(config):
     """The test home goes with the session (a run left one folder in the temp directory each)."""
     import shutil
@@ -93,10 +112,12 @@ def smollm2_file() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_tensors():
-    """name -> tensor of the bundled SmolLM2 file as gguf's reader gives it (metadata parsed once)."""
-    import gguf
+    """name -> tensor of the bundled SmolLM2 file, as gguf's reader gives it (attnviz's subclass of
+    it, open_gguf: the same tensor table, its 49,152 tokens and merges read in one pass instead of
+    one string at a time, which takes gguf's own seconds)."""
+    from attnviz.engine.reading.gguf_file import open_gguf
 
-    return {t.name: t for t in gguf.GGUFReader(smollm2_file()).tensors}
+    return {t.name: t for t in open_gguf(smollm2_file()).tensors}
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +166,27 @@ def built_wheel(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = out.glob("attnviz-*.whl")
     return wheel
+
+
+@pytest.fixture
+def kernels_on_every_core(monkeypatch):
+    """The quantised kernels on every thread numba has for this test, whatever cap this process
+    holds (an xdist worker's share of the cores, a window's or a command's run before): a parallel
+    kernel compared with its serial twin then runs on more than one thread wherever the machine has
+    more than one core. The cap and numba's thread count of this thread are put back after."""
+    numba = pytest.importorskip("numba")
+    from attnviz.engine import parallel
+    from attnviz.engine.computing import qmatvec
+
+    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
+        monkeypatch.setattr(parallel, name, getattr(parallel, name))
+    parallel.limit_kernel_threads(None)
+    every, was = numba.config.NUMBA_NUM_THREADS, numba.get_num_threads()
+    # (qmatvec's note of the count it last set on this thread, put back with it)
+    monkeypatch.setattr(qmatvec._set, "threads", every, raising=False)
+    numba.set_num_threads(every)
+    yield
+    numba.set_num_threads(was)
 
 
 @pytest.fixture(autouse=True)

@@ -26,10 +26,13 @@ BOUND = 1e-4  # a logprob on the kernels against the float32 product (float32 ro
 
 @pytest.fixture
 def restored(monkeypatch):
-    """The process-wide choices a command makes (kernels asked for, their threads), undone after."""
+    """The process-wide choices a command makes (kernels asked for, their threads), undone after,
+    and the kernels' threads uncapped before, as a command's own process starts (this one's may be
+    capped: by a window opened before, or to an xdist worker's share of the cores)."""
     monkeypatch.setattr(qpack, "_asked", False)
     for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
         monkeypatch.setattr(parallel, name, getattr(parallel, name))
+    parallel.limit_kernel_threads(None)
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,14 @@ from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.computing import quantized as QZ
 from attnviz.engine.computing.logits import log_softmax
 from attnviz.engine.computing.quantized import quantized_model, requantized_table
+from attnviz.engine.reading.gguf_file import open_gguf
 from attnviz.engine.reading.gguf_tensors import QuantRows
 
 TEXT = "Dr Zorblax met Mrs Okkadine in Plumbrook, and then they walked to the old mill together."
 
 
 def table_entry(model):
-    t = next(t for t in gguf.GGUFReader(model.path).tensors if t.name == "token_embd.weight")
+    t = next(t for t in open_gguf(model.path).tensors if t.name == "token_embd.weight")  # (gguf's reader, the tokens read in one pass)
     return t, (model.config.vocab_size, model.config.d_model)
 
 

@@ -53,7 +53,7 @@ def _same_bits(p: qpack.Packed, x: np.ndarray) -> None:
 
 @pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)
 @pytest.mark.parametrize("m", [1, 3, 7])
-def test_half_scales_give_the_float32_layouts_bits(qtype, m):
+def test_half_scales_give_the_float32_layouts_bits(qtype, m, kernels_on_every_core):
     rng = np.random.default_rng([int(qtype), m, 45])
     block = gguf.GGML_QUANT_SIZES[qtype][0]
     n_blocks = 2 if block == 256 else 5

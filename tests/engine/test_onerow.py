@@ -33,7 +33,7 @@ SCALES_AT = {Q.Q4_1: (0, 2), Q.Q5_1: (0, 2), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q
 
 @pytest.mark.parametrize("qtype", qpack.PACKED, ids=lambda q: q.name)
 @pytest.mark.parametrize("m", [1, 3])
-def test_a_serial_twin_gives_its_parallel_kernels_bits(qtype, m, onerow):
+def test_a_serial_twin_gives_its_parallel_kernels_bits(qtype, m, onerow, kernels_on_every_core):
     block, size = gguf.GGML_QUANT_SIZES[qtype]
     rng = np.random.default_rng([int(qtype), m])
     raw = rng.integers(0, 256, (37, 2 * size), dtype=np.uint8)  # 37 rows: a padded last group

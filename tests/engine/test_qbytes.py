@@ -97,6 +97,7 @@ def test_byte_kernels_hold_x_of_wide_range_and_a_nan(qtype):
 
 
 @pytest.mark.parametrize("qtype", BYTES, ids=lambda q: q.name)
-def test_byte_kernels_serial_and_parallel_give_the_same_bits_and_each_row_starts_from_zero(qtype):
+def test_byte_kernels_serial_and_parallel_give_the_same_bits_and_each_row_starts_from_zero(
+        qtype, kernels_on_every_core):
     rng = np.random.default_rng(40 + int(qtype))
     check_rows_restart_and_threads_agree(_blocks(qtype, 64, 256, rng), qtype, rng)

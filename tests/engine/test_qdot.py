@@ -141,7 +141,7 @@ def test_nibble_kernels_hold_x_of_wide_range(qtype):
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1], ids=lambda q: q.name)
-def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype):
+def test_every_row_of_x_starts_from_zero_and_threads_give_the_same_bits(qtype, kernels_on_every_core):
     """Rows of x that are the same vector give the same y (a group's running sum restarts for each
     row), and the parallel kernel equals its serial twin bit for bit."""
     rng = np.random.default_rng(10 + int(qtype))

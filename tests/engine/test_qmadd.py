@@ -84,7 +84,7 @@ def _combined(p, x) -> np.ndarray:
 
 @needs_madd
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0], ids=lambda q: q.name)
-def test_the_outputs_are_the_bits_of_the_exact_integer_sums_combined(qtype):
+def test_the_outputs_are_the_bits_of_the_exact_integer_sums_combined(qtype, kernels_on_every_core):
     """On blocks whose every position differs, x with an outlier: the parallel and serial kernels
     equal _combined bit for bit (the integer sums exact, combined as on VNNI), within REL of the
     dequantised product."""

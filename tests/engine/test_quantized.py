@@ -13,6 +13,7 @@ from attnviz.engine import load_model
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.errors import InputError
 from attnviz.engine.reading import budget as B
+from attnviz.engine.reading.gguf_file import open_gguf
 from attnviz.engine.reading.quantize import QUANT_TYPES, quant_type, quantize_rows, round_trip
 from tests.gguf_files import family_gguf, gguf_tensors, write_gguf
 from tests.tiny import FIXTURES
@@ -147,7 +148,7 @@ def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2, smo
     want = smollm2.run(text, request=RunRequest(use_cache=False)).attentions
     got = q8.run(text).attentions
     assert np.abs(got - want).mean() < 1e-3 and np.abs(got - want).max() < 0.1
-    reader = gguf.GGUFReader(smollm2.path)
+    reader = open_gguf(smollm2.path)  # (gguf's reader, the tokens read in one pass)
     t = next(t for t in reader.tensors if t.name == "blk.3.attn_output.weight")
     src = dequantize(t.data, t.tensor_type).reshape(576, 576)  # the shipped Q4_1's values
     np.testing.assert_array_equal(np.asarray(q8.weights.layers[3].w_o).T, gguf_round_trip(src, Q.Q8_0))
@@ -185,7 +186,7 @@ def test_a_source_that_no_longer_opens_is_a_load_error(tmp_path):
 
 def test_smollm2s_table_is_shared_where_requantizing_leaves_its_bytes_and_equals_gguf_otherwise(
         smollm2, smollm2_q8_0, smollm2_q4_0):
-    reader = gguf.GGUFReader(smollm2.path)
+    reader = open_gguf(smollm2.path)  # (gguf's reader, the tokens read in one pass)
     t = next(t for t in reader.tensors if t.name == "token_embd.weight")
     assert t.tensor_type == Q.Q8_0  # as shipped: Q8_0 of a Q8_0 table gives its bytes back
     q8 = smollm2_q8_0
