@@ -125,6 +125,23 @@ def test_silu_and_rms_norm_take_numpys_elementwise_steps_for_inputs_of_either_la
             assert np.array_equal(out[i], xs[i] / ms * gains[::2])
 
 
+def test_swiglu_is_silu_then_the_product_with_up_bit_for_bit():
+    """swiglu_of (a step's SiLU(gate) up in one pass) gives the bits of silu_of, then a float32
+    product with up, element by element."""
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(7)
+    d_ff = 1541
+    hidden = (rng.standard_normal(2 * d_ff + 3) * 6).astype(np.float32)
+    want = np.empty((1, d_ff), np.float32)
+    R.silu_of(hidden[None, :d_ff], want)
+    want = want[0] * hidden[d_ff:2 * d_ff]
+    h = np.full(d_ff + 5, np.nan, np.float32)
+    R.swiglu_of(hidden, d_ff, h, np.empty(d_ff + 5, np.float32), np.empty(d_ff + 5, np.int32))
+    assert np.array_equal(h[:d_ff], want)
+    assert np.isnan(h[d_ff:]).all()  # (nothing written past d_ff)
+
+
 def outputs() -> dict:
     """The one-row steps on fixed arrays: attention over keys that are the first positions of a
     cache with room (read as such) and over a copy of them, d_head 256 and 72 (a tail past 16)."""

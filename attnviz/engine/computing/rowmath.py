@@ -266,6 +266,19 @@ def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's 
 
 
 @njit(**JIT)
+def swiglu_of(hidden, d_ff, h, y, bits):
+    """hidden [>= 2 d_ff] (gate | up, C order) -> h [:d_ff] = silu(gate) up: silu_of's operations,
+    then the product with up, element by element (the same bits as silu_of and a multiply), in
+    rows read with unit steps and scratch given (y, bits: exp_with's, [>= d_ff])."""
+    e = h[:d_ff]
+    for j in range(d_ff):
+        e[j] = -hidden[j]
+    exp_with(e, e, y, bits)
+    for j in range(d_ff):
+        e[j] = hidden[j] / (e[j] + np.float32(1.0)) * hidden[d_ff + j]
+
+
+@njit(**JIT)
 def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
     n_head, _, T = pattern.shape
     d = v.shape[2]
