@@ -97,14 +97,15 @@ def test_one_row_attention_equals_the_numpy_attention(T, window, room, onerow):
 
 @pytest.mark.parametrize("n_group", [1, 2, 3, 4, 5, 7])
 @pytest.mark.parametrize("T", [5, 16, 37, 64])
-def test_scores_read_with_the_values_ahead_are_the_plain_scores_bits(n_group, T, onerow):
+@pytest.mark.parametrize("d", [64, 128, 48])
+def test_scores_read_with_the_values_ahead_are_the_plain_scores_bits(n_group, T, d, onerow):
     """A step's scores (the values fetched beside the keys, up to 3 query heads a key read),
     written into a row of a layer's patterns as a step writes them, are the bits of the scores read
     head by head, and q k^T scaled less each row's max."""
     rng = np.random.default_rng(n_group * T)
     n_kv = 2
-    q = rng.standard_normal((n_kv * n_group, 1, 64)).astype(np.float32)
-    k, v = (rng.standard_normal((n_kv, T + 5, 64)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((n_kv * n_group, 1, d)).astype(np.float32)
+    k, v = (rng.standard_normal((n_kv, T + 5, d)).astype(np.float32) for _ in range(2))
     scale = np.float32(0.125)
     plain = np.empty((n_kv * n_group, 1, T), np.float32)
     ahead = np.full((n_kv * n_group, 3, T + 2), np.nan, np.float32)[:, 1:2, :T]  # (rows apart)

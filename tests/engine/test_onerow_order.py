@@ -50,6 +50,23 @@ def test_scores_and_softmax_sums_take_the_lanes_order(d):
     assert R.lane_sum(e) == _lanes_sum(e)
 
 
+@pytest.mark.parametrize("T", [1, 15, 16, 37, 512])
+def test_each_pattern_row_less_its_max_is_numpys(T):
+    """minus_max_of: each row of scores less its own max, wherever the max lies (on a vector lane,
+    in the tail past them) and with masked (-inf) keys, for rows apart in memory or side by side."""
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(T)
+    s = rng.standard_normal((5, 1, T)).astype(np.float32)
+    s[1, 0, -1] = 9.0  # (the last key: the tail's where T is no multiple of 16)
+    s[2, 0, T // 2] = 9.0
+    s[3, 0, T // 3 + 1:] = -np.inf  # (masked keys)
+    want = s - s.max(axis=2, keepdims=True)
+    for rows in (s.copy(), np.pad(s, ((0, 0), (1, 1), (0, 3)))[:, 1:2, :T]):
+        R.minus_max_of(rows)
+        assert np.array_equal(rows, want)
+
+
 @pytest.mark.parametrize("d", [64, 72, 7, 80, 16, 48])
 @pytest.mark.parametrize("n_group", [3, 4, 2, 1])
 def test_weighted_values_sum_each_output_over_positions_in_order(d, n_group):
@@ -75,7 +92,8 @@ def test_weighted_values_sum_each_output_over_positions_in_order(d, n_group):
 
 def test_silu_and_rms_norm_take_numpys_elementwise_steps_for_inputs_of_either_layout():
     """SiLU: x / (exp(-x) + 1) element by element (exp: exp_into's); RMSNorm: x / ms * gain with ms
-    from the squares summed in float64 in order: the same bits for a slice of a wider row or a
+    from the squares summed in float64 on 8 lanes (square j on lane j % 8, one tree, the tail
+    after): the same bits for a slice of a wider row or a
     strided gain as for contiguous copies (their divisions on vector lanes or not)."""
     from attnviz.engine.computing import rowmath as R
 
@@ -96,11 +114,32 @@ def test_silu_and_rms_norm_take_numpys_elementwise_steps_for_inputs_of_either_la
         out = np.empty_like(xs)
         R.rms_norm_of(xs, gain, eps, out)
         for i in range(2):
-            total = 0.0
-            for v in xs[i]:
+            lanes = [0.0] * 8  # (square j on lane j % 8, the lanes in one tree, the tail after)
+            for j, v in enumerate(xs[i][:576]):
+                lanes[j % 8] += float(v * v)
+            t = lanes
+            total = ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]))
+            for v in xs[i][576:]:
                 total += float(v * v)
             ms = np.float32(np.sqrt(np.float32(total) / np.float32(577) + eps))
             assert np.array_equal(out[i], xs[i] / ms * gains[::2])
+
+
+def test_swiglu_is_silu_then_the_product_with_up_bit_for_bit():
+    """swiglu_of (a step's SiLU(gate) up in one pass) gives the bits of silu_of, then a float32
+    product with up, element by element."""
+    from attnviz.engine.computing import rowmath as R
+
+    rng = np.random.default_rng(7)
+    d_ff = 1541
+    hidden = (rng.standard_normal(2 * d_ff + 3) * 6).astype(np.float32)
+    want = np.empty((1, d_ff), np.float32)
+    R.silu_of(hidden[None, :d_ff], want)
+    want = want[0] * hidden[d_ff:2 * d_ff]
+    h = np.full(d_ff + 5, np.nan, np.float32)
+    R.swiglu_of(hidden, d_ff, h, np.empty(d_ff + 5, np.float32), np.empty(d_ff + 5, np.int32))
+    assert np.array_equal(h[:d_ff], want)
+    assert np.isnan(h[d_ff:]).all()  # (nothing written past d_ff)
 
 
 def outputs() -> dict:

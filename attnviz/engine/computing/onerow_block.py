@@ -40,7 +40,7 @@ from attnviz.engine.computing.qbytes import s_b16, s_b32
 from attnviz.engine.computing.qmadd import s_nib, s_nib8
 from attnviz.engine.computing.rowmath import (
     F32, I64, JIT, NO_BIAS, R2, R3, W3, array_type, prefix, rms_norm_of, rotate_of, scores_ahead_of,
-    silu_of, softmax_of, weighted_of, whole)
+    softmax_of, swiglu_of, weighted_of, whole)
 from attnviz.engine.computing.trace import NOTHING, LayerCache
 from attnviz.engine.parallel import kernel_threads
 from attnviz.engine.reading.qpack import LANES
@@ -104,8 +104,9 @@ def _attention_in_of(x, gain, eps, wk, wq, ws, wo, cos, sin, n_head, n_kv_head, 
 @njit(**JIT)
 def _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden):
     _matvec(ok, oq, os_, oo, z.reshape(1, z.size), attn)
+    x_row, attn_row, mid_row = x[0], attn[0], mid[0]  # (rows with unit steps: on vector lanes)
     for j in range(x.shape[1]):
-        mid[0, j] = x[0, j] + attn[0, j]
+        mid_row[j] = x_row[j] + attn_row[j]
     rms_norm_of(mid, gain, eps, xn)
     _matvec(ik, iq, is_, io, xn, hidden)
 
@@ -167,13 +168,13 @@ def _step_mid_of(s, vw, n_group, d_head, ok, oq, os_, oo, x, gain, eps, ik, iq, 
 
 @njit(**JIT)
 def _mid_scratch(n_head, d_head, d_model, d_ff):
-    """_step_mid_in's arrays for layers of up to d_ff hidden units (z, attn, mid, xn, m, and the
-    flat rows hidden and h are cut from): made once for every layer of a call that runs several
+    """_step_mid_in's arrays for layers of up to d_ff hidden units (z, attn, mid, xn, m, the
+    flat rows hidden and h are cut from, and swiglu_of's scratch): made once for every layer of a call that runs several
     (onerow_stack); each value is written before it is read."""
     return (np.empty((n_head, 1, d_head), np.float32), np.empty((1, d_model), np.float32),
             np.empty((1, d_model), np.float32), np.empty((1, d_model), np.float32),
             np.empty((1, d_model), np.float32), np.empty(2 * d_ff, np.float32),
-            np.empty(d_ff, np.float32))
+            np.empty(d_ff, np.float32), np.empty(d_ff, np.float32), np.empty(d_ff, np.int32))
 
 
 @njit(**JIT)
@@ -181,17 +182,16 @@ def _step_mid_in(s, vw, n_group, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io,
                  scratch):
     """_step_mid's arithmetic in the arrays `scratch` (_mid_scratch); out may be x (x is read
     before out is written)."""
-    z, attn, mid, xn, m, hidden_row, h_row = scratch
+    z, attn, mid, xn, m, hidden_row, h_row, y, bits = scratch
     d_model, d_ff = x.shape[1], iq.shape[0] * LANES // 2  # (w_in's rows: gate | up; _plan: none padded)
     hidden, h = hidden_row[:2 * d_ff].reshape(1, 2 * d_ff), h_row[:d_ff].reshape(1, d_ff)
     weighted_of(s, vw, n_group, z)
     _attention_out_of(z, ok, oq, os_, oo, x, gain, eps, ik, iq, is_, io, attn, mid, xn, hidden)
-    silu_of(hidden[:, :d_ff], h)
-    for j in range(d_ff):
-        h[0, j] *= hidden[0, d_ff + j]
+    swiglu_of(hidden_row, d_ff, h_row, y, bits)  # SiLU(gate) up
     _matvec(wk, wq, ws, wo, h, m)
+    out_row, mid_row, m_row = out[0], mid[0], m[0]
     for j in range(d_model):
-        out[0, j] = mid[0, j] + m[0, j]
+        out_row[j] = mid_row[j] + m_row[j]
 
 
 class Calls(NamedTuple):

@@ -1,20 +1,22 @@
 """The compiled arithmetic of one new row that engine/computing/onerow.py's steps and onerow_block.py's
 calls share (numba, `cache=True`): RMSNorm, RoPE, the scores of one query row against the cached
 keys (the keys ahead and the values fetched into the cache as they are read: a step's K and V
-come from memory; a key's vectors loaded once for up to 3 query heads), softmax (its exp an expf
-on vector lanes: exp_into), the weighted values (a KV head's values read once for up to 3 query
-heads, the sums in registers), SiLU, and the array types their signatures use. No Qt, no file
-access: arrays in, arrays out."""
+come from memory; a key's vectors loaded once for up to 3 query heads, and where d_head is 64 or
+128 the query heads' vectors held through every key), softmax (its exp an expf on vector lanes:
+exp_into), the weighted values (a KV head's values read once for up to 3 query heads, the sums
+in registers), SiLU, and the array types their signatures use; the vector code they call is
+lanes.py's. No Qt, no file access: arrays in, arrays out."""
 
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
 from attnviz.engine.computing import kernel_cache
+from attnviz.engine.computing.lanes import (
+    dot_lanes, dots_lanes_2, dots_lanes_3, keys_run_1x4, keys_run_1x8, keys_run_2x4, keys_run_2x8,
+    keys_run_3x4, keys_run_3x8, max_lanes, prefetch_at, sum_lanes, weighted_1x1, weighted_1x2,
+    weighted_1x4, weighted_2x1, weighted_2x2, weighted_2x4, weighted_3x1, weighted_3x2, weighted_3x4)
 
 kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 F32 = types.float32
@@ -37,9 +39,22 @@ JIT = {"cache": True, "nogil": True, "error_model": "numpy"}
 def rms_norm_of(x, gain, eps, out):  # [n, d] -> out [n, d]: x / sqrt(mean(x²) + eps) * gain
     n, d = x.shape
     g = np.ascontiguousarray(gain)  # (a gain of either layout read with unit steps: vector lanes)
+    d8 = d // 8 * 8
     for i in range(n):
-        total = 0.0  # (float64: a sum as exact as NumPy's pairwise one, or more)
-        for j in range(d):
+        # (float64: a sum as exact as NumPy's pairwise one, or more; square j on lane j % 8, the
+        # lanes added in one fixed tree, the tail after: eight sums at a time, not one chain)
+        t0 = t1 = t2 = t3 = t4 = t5 = t6 = t7 = 0.0
+        for j in range(0, d8, 8):
+            t0 += np.float64(x[i, j] * x[i, j])
+            t1 += np.float64(x[i, j + 1] * x[i, j + 1])
+            t2 += np.float64(x[i, j + 2] * x[i, j + 2])
+            t3 += np.float64(x[i, j + 3] * x[i, j + 3])
+            t4 += np.float64(x[i, j + 4] * x[i, j + 4])
+            t5 += np.float64(x[i, j + 5] * x[i, j + 5])
+            t6 += np.float64(x[i, j + 6] * x[i, j + 6])
+            t7 += np.float64(x[i, j + 7] * x[i, j + 7])
+        total = ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7))
+        for j in range(d8, d):
             total += np.float64(x[i, j] * x[i, j])
         ms = np.float32(np.sqrt(np.float32(total) / np.float32(d) + eps))
         for j in range(d):
@@ -69,164 +84,18 @@ def prefix(a, whole):  # whether a [n_kv_head, T, d_head] is whole[:, :T] (whole
 @njit(**JIT)
 def minus_max_of(s):  # [n_head, 1, T] in place: each row minus its max (softmax's first step)
     n_head, _, T = s.shape
+    n16 = T // 16 if s.strides[2] == 4 and s.strides[0] % 4 == 0 else 0  # (rows with unit steps)
     for h in range(n_head):
         top = s[h, 0, 0]
-        for t in range(1, T):
+        if n16:  # (16 running maxima side by side; a max is the same whatever its order)
+            top = max_lanes(s, h * (s.strides[0] // 4), n16)
+        for t in range(16 * n16, T):
             top = max(top, s[h, 0, t])
         for t in range(T):
             s[h, 0, t] -= top
 
 
-# Sums of many terms (a query row against a key, softmax's denominator) on 16 vector lanes, term
-# j on lane j % 16, the lanes added in one fixed tree, the terms past the last 16 after: written as
-# LLVM vector code, so its order is the same in every function it is compiled into. (fastmath's
-# reassoc left the order to the compiler, which chose another where the function was inlined
-# into a caller loaded from numba's cache than where it was compiled in the process: a first run
-# while numba compiled gave other bits than every later one.)
-_VF = ir.VectorType(ir.FloatType(), 16)
-
-
-def _vectors_at(context, builder, aryty, ary, offset):  # <16 x float>* at a flat element offset
-    data = context.make_array(aryty)(context, builder, ary).data
-    return builder.bitcast(builder.gep(data, [offset]), _VF.as_pointer())
-
-
-def _lanes_total(builder, v):  # <16 x float> -> float: halves added lane by lane to one lane
-    width = 16
-    while width > 1:
-        width //= 2
-        half = [ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(at, at + width)))
-                for at in (0, width)]
-        v = builder.fadd(builder.shuffle_vector(v, v, half[0]), builder.shuffle_vector(v, v, half[1]))
-    return builder.extract_element(v, ir.Constant(ir.IntType(32), 0))
-
-
-def _lanes_codegen(products: bool):
-    def codegen(context, builder, signature, args):
-        arrays, offsets = args[0:-1:2], [context.cast(builder, o, t, types.intp) for o, t in
-                                         zip(args[1:-1:2], signature.args[1:-1:2])]
-        n = context.cast(builder, args[-1], signature.args[-1], types.intp)
-        acc = cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16))
-        with cgutils.for_range(builder, n) as loop:
-            at = builder.mul(loop.index, ir.Constant(ir.IntType(64), 16))
-            vs = [builder.load(_vectors_at(context, builder, t, a, builder.add(o, at)), align=4)
-                  for a, t, o in zip(arrays, signature.args[0:-1:2], offsets)]
-            term = builder.fmul(vs[0], vs[1]) if products else vs[0]
-            builder.store(builder.fadd(builder.load(acc), term), acc)
-        return _lanes_total(builder, builder.load(acc))
-    return codegen
-
-
-@intrinsic
-def dot_lanes(typingctx, a, ao, b, bo, n16):
-    """sum over j < 16 n16 of a[ao + j] b[bo + j], a and b C-contiguous float32 arrays read at
-    flat element offsets (on vector lanes, one order)."""
-    return types.float32(a, ao, b, bo, n16), _lanes_codegen(products=True)
-
-
-@intrinsic
-def sum_lanes(typingctx, a, ao, n16):
-    """sum over j < 16 n16 of a[ao + j] (as dot_lanes)."""
-    return types.float32(a, ao, n16), _lanes_codegen(products=False)
-
-
-def _dots_codegen(n: int):
-    def codegen(context, builder, signature, args):
-        tys = signature.args
-        ao, as_, bo, n16 = (context.cast(builder, args[i], tys[i], types.intp) for i in (1, 2, 4, 5))
-        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(n)]
-        with cgutils.for_range(builder, n16) as loop:
-            at = builder.mul(loop.index, ir.Constant(ir.IntType(64), 16))
-            vb = builder.load(_vectors_at(context, builder, tys[3], args[3], builder.add(bo, at)), align=4)
-            for i, acc in enumerate(accs):
-                row = builder.add(ao, builder.mul(as_, ir.Constant(ir.IntType(64), i)))
-                va = builder.load(_vectors_at(context, builder, tys[0], args[0], builder.add(row, at)), align=4)
-                builder.store(builder.fadd(builder.load(acc), builder.fmul(va, vb)), acc)
-        return context.make_tuple(builder, signature.return_type,
-                                  [_lanes_total(builder, builder.load(acc)) for acc in accs])
-    return codegen
-
-
-def _dots_lanes(n: int):
-    def typer(typingctx, a, ao, as_, b, bo, n16):
-        return types.UniTuple(types.float32, n)(a, ao, as_, b, bo, n16), _dots_codegen(n)
-    typer.__name__ = f"dots_lanes_{n}"
-    typer.__doc__ = f"""({n} float32): dot_lanes of a at ao + i as_ and b at bo for i < {n}, each
-    the same operations in the same order as dot_lanes' (the same bits), b's vectors loaded once
-    for all {n}."""
-    return intrinsic(typer)
-
-
-dots_lanes_2, dots_lanes_3 = _dots_lanes(2), _dots_lanes(3)
-
-
-def _splat(builder, x):  # float -> <16 x float>, every lane x
-    one = builder.insert_element(ir.Constant(_VF, ir.Undefined), x, ir.Constant(ir.IntType(32), 0))
-    return builder.shuffle_vector(one, one, ir.Constant(ir.VectorType(ir.IntType(32), 16), [0] * 16))
-
-
 AHEAD = 16  # scores_ahead_of: the key this many positions on is fetched into the cache
-
-
-def _prefetch(context, builder, aryty, ary, offset):  # a hint: a's element at a flat offset is read soon
-    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-    fn = builder.module.declare_intrinsic(  # (read, kept in every cache level, data)
-        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-    data = context.make_array(aryty)(context, builder, ary).data
-    builder.call(fn, [builder.bitcast(builder.gep(data, [offset]), i8p), i32(0), i32(3), i32(1)])
-
-
-@intrinsic
-def prefetch_at(typingctx, a, offset):
-    """A hint that a[offset] (a flat element offset) is read soon: its cache line fetched."""
-    def codegen(context, builder, signature, args):
-        _prefetch(context, builder, signature.args[0], args[0],
-                  context.cast(builder, args[1], signature.args[1], types.intp))
-        return context.get_dummy_value()
-    return types.void(a, offset), codegen
-
-
-def _weighted_codegen(nh: int, nv: int):
-    def codegen(context, builder, signature, args):
-        tys = signature.args
-        ao, as_, vo, vs, n, zo, zs = (context.cast(builder, args[i], tys[i], types.intp)
-                                      for i in (1, 2, 4, 5, 6, 8, 9))
-        accs = [[cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * 16)) for _ in range(nv)]
-                for _ in range(nh)]
-        a_data = context.make_array(tys[0])(context, builder, args[0]).data
-        step = [ir.Constant(ir.IntType(64), 16 * c) for c in range(nv)]
-        with cgutils.for_range(builder, n) as loop:
-            row = builder.add(vo, builder.mul(loop.index, vs))
-            vecs = [builder.load(_vectors_at(context, builder, tys[3], args[3], builder.add(row, o)), align=4)
-                    for o in step]
-            for i in range(nh):
-                at = builder.add(builder.add(ao, builder.mul(as_, ir.Constant(ir.IntType(64), i))), loop.index)
-                w = _splat(builder, builder.load(builder.gep(a_data, [at])))
-                for acc, v in zip(accs[i], vecs):
-                    builder.store(builder.fadd(builder.load(acc), builder.fmul(w, v)), acc)
-        for i in range(nh):
-            z_i = builder.add(zo, builder.mul(zs, ir.Constant(ir.IntType(64), i)))
-            for acc, o in zip(accs[i], step):
-                builder.store(builder.load(acc), _vectors_at(context, builder, tys[7], args[7],
-                                                             builder.add(z_i, o)), align=4)
-        return context.get_dummy_value()
-    return codegen
-
-
-def _weighted_lanes(nh: int, nv: int):
-    def typer(typingctx, a, ao, as_, v, vo, vs, n, z, zo, zs):
-        return types.void(a, ao, as_, v, vo, vs, n, z, zo, zs), _weighted_codegen(nh, nv)
-    typer.__name__ = f"weighted_lanes_{nh}x{nv}"
-    typer.__doc__ = f"""z[zo + i zs + j] = (..(0 + a[ao + i as_] v[vo + j]) + ..) + a[ao + i as_ + n - 1]
-    v[vo + (n - 1) vs + j] for i < {nh} heads and j < {16 * nv} (flat element offsets, rows vs apart):
-    each output's sum over positions in order, side by side on vector lanes, each value row
-    loaded once for the {nh} heads."""
-    return intrinsic(typer)
-
-
-(weighted_1x1, weighted_1x2, weighted_2x1, weighted_2x2, weighted_3x1, weighted_3x2) = (
-    _weighted_lanes(nh, nv) for nh in (1, 2, 3) for nv in (1, 2))
-
 
 NO_VALUES = np.zeros((0, 0, 0), np.float32)  # (scores_ahead_of: no values to fetch)
 
@@ -278,6 +147,9 @@ def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
     fetched into the cache as key t is read."""
     n_group, d = qs.shape
     n16 = d // 16
+    if (n16 == 4 or n16 == 8) and out.strides[2] == 4 and out.strides[0] % 4 == 0:
+        _keys_runs(qs, kc, g, T, out, h0, v, ahead)
+        return
     for t in range(T):
         at = (g * kc.shape[1] + t) * d
         if t + ahead < T:
@@ -295,6 +167,33 @@ def _fetching_keys(qs, kc, g, T, out, h0, v, ahead):
             out[h0 + i, 0, t], out[h0 + i + 1, 0, t] = dots_lanes_2(qs, i * d, d, kc, at, n16)
         elif i < n_group:
             out[h0 + i, 0, t] = dot_lanes(qs, i * d, kc, at, n16)
+
+
+@njit(**JIT)
+def _keys_runs(qs, kc, g, T, out, h0, v, ahead):
+    """_fetching_keys where d_head is 64 or 128 and out's rows are read with unit steps: up to 3
+    query heads at a time through every key (keys_run_*), their query vectors held throughout."""
+    n_group, d = qs.shape
+    os_ = out.strides[0] // 4
+    ko, vo, vs = g * kc.shape[1] * d, g * v.strides[0] // 4, v.strides[1] // 4
+    i = 0
+    while i < n_group:
+        nh = min(3, n_group - i)
+        oo = (h0 + i) * os_
+        if d == 64:
+            if nh == 3:
+                keys_run_3x4(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+            elif nh == 2:
+                keys_run_2x4(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+            else:
+                keys_run_1x4(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+        elif nh == 3:
+            keys_run_3x8(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+        elif nh == 2:
+            keys_run_2x8(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+        else:
+            keys_run_1x8(qs, i * d, d, kc, ko, T, out, oo, os_, v, vo, vs, ahead)
+        i += nh
 
 
 @njit(**JIT)
@@ -367,6 +266,19 @@ def silu_of(x, out):  # [1, n] -> out [1, n] = x / (1 + exp(-x)) (layers.silu's 
 
 
 @njit(**JIT)
+def swiglu_of(hidden, d_ff, h, y, bits):
+    """hidden [>= 2 d_ff] (gate | up, C order) -> h [:d_ff] = silu(gate) up: silu_of's operations,
+    then the product with up, element by element (the same bits as silu_of and a multiply), in
+    rows read with unit steps and scratch given (y, bits: exp_with's, [>= d_ff])."""
+    e = h[:d_ff]
+    for j in range(d_ff):
+        e[j] = -hidden[j]
+    exp_with(e, e, y, bits)
+    for j in range(d_ff):
+        e[j] = hidden[j] / (e[j] + np.float32(1.0)) * hidden[d_ff + j]
+
+
+@njit(**JIT)
 def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] of either layout
     n_head, _, T = pattern.shape
     d = v.shape[2]
@@ -391,8 +303,9 @@ def weighted_of(pattern, v, n_group, z):  # _weighted_values on values v[:, :T] 
 @njit(**JIT)
 def _weighted_rows(pattern, v, n_group, z):
     """weighted_of where each array's rows are read with unit steps: up to 3 query heads of a KV
-    head at a time (their sums in registers), their outputs 32 (then 16) at a time on vector lanes over the
-    positions of its values, the rest one by one; every output's sum over positions in order."""
+    head at a time (their sums in registers), their outputs 64 (then 32, 16) at a time on vector
+    lanes over the positions of its values (a value row read once for 64), the rest one by one;
+    every output's sum over positions in order."""
     n_head, _, T = pattern.shape
     d = v.shape[2]
     n16, vs, as_, zs = d // 16, v.strides[1] // 4, pattern.strides[0] // 4, z.strides[0] // 4
@@ -400,21 +313,33 @@ def _weighted_rows(pattern, v, n_group, z):
         h0, vo = g * n_group, g * v.strides[0] // 4
         for h in range(h0, h0 + n_group, 3):
             nh = min(3, h0 + n_group - h)  # (1, 2 or 3: weighted_1x, _2x, _3x)
-            for c in range(0, n16, 2):
+            c = 0
+            while c < n16:
                 ao, vc, zc = h * as_, vo + 16 * c, h * zs + 16 * c
-                if c + 2 <= n16:
+                if c + 4 <= n16:
+                    if nh == 3:
+                        weighted_3x4(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    elif nh == 2:
+                        weighted_2x4(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    else:
+                        weighted_1x4(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    c += 4
+                elif c + 2 <= n16:
                     if nh == 3:
                         weighted_3x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
                     elif nh == 2:
                         weighted_2x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
                     else:
                         weighted_1x2(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
-                elif nh == 3:
-                    weighted_3x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
-                elif nh == 2:
-                    weighted_2x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    c += 2
                 else:
-                    weighted_1x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    if nh == 3:
+                        weighted_3x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    elif nh == 2:
+                        weighted_2x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    else:
+                        weighted_1x1(pattern, ao, as_, v, vc, vs, T, z, zc, zs)
+                    c += 1
             for i in range(h, h + nh):
                 for j in range(16 * n16, d):
                     total = np.float32(0.0)
