@@ -147,7 +147,8 @@ def _attention_part(model, args, ids, layer, rows, out) -> int:
                             ASK_FOR_LESS))
     show_notice("attention", result)
     attentions = lp.dense(layers, (a, b))
-    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str), input_ids=result.input_ids,
+    write_npz_atomic(out, tokens=np.array(result.tokens, dtype=str),
+                     labels=np.array(result.labels, dtype=str), input_ids=result.input_ids,
                      attentions=attentions, kv_group=result.kv_group,
                      layers=np.array(layers, dtype=np.int64), rows=np.array([a, b], dtype=np.int64))
     print(f"{out}: {T} tokens, attentions {list(attentions.shape)} (layer"

@@ -33,6 +33,11 @@ def test_attention_writes_the_layer_and_rows_asked_for(tmp_path, capsys, extra, 
     np.testing.assert_allclose(d["attentions"], _dense("llama_gqa")[layers][:, :, a:b], atol=1e-5, rtol=0)
     assert d["layers"].tolist() == layers and d["rows"].tolist() == [a, b]
     assert d["input_ids"].tolist() == IDS
+    whole = tmp_path / "whole.npz"  # (the whole file's token labels, which the part file has too)
+    assert main(["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids", ",".join(map(str, IDS)),
+                 "--out", str(whole)]) == 0
+    assert d["labels"].tolist() == np.load(whole, allow_pickle=False)["labels"].tolist()
+    assert len(d["labels"]) == 14
     assert f"attentions {list(d['attentions'].shape)}" in capsys.readouterr().out
 
 
