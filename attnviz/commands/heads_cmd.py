@@ -59,6 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="key token, as shown (e.g. keys), or TOKEN@POSITION (e.g. the@4)")
     p.add_argument("--top", type=positive, metavar="N", help="print only the first N heads (default: all)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    checkpoint_opt.add(p)
     p.set_defaults(func=cmd_find)
 
 
@@ -239,7 +240,7 @@ def _template_probe(args, kind) -> int:
 
 
 def cmd_find(args) -> int:
-    model = load_model(args.model, text=args.text)
+    model = checkpoint_opt.at(load_model(args.model, text=args.text), args)
     result = model.run(args.text, request=RunRequest(truncate=args.truncate))
     show_notice("find", result)
     q = F.resolve_token(result, args.from_token)
@@ -252,9 +253,12 @@ def cmd_find(args) -> int:
                "from": {"token": result.labels[q], "position": q},
                "to": {"token": result.labels[k], "position": k},
                "heads": [h._asdict() for h in hits]}
+        ck = checkpoint_record(model)
+        if ck is not None:
+            doc["checkpoint"] = ck
         print(json.dumps(doc))
         return 0
-    print(f"{model.name}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "
+    print(f"{model.name}{checkpoint_opt.describe(model)}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "
           "every head ranked by specificity (weight minus the mean weight of the other queries on "
           "that key)")
     print("rank layer head  specificity  weight")

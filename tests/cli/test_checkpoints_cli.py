@@ -1,4 +1,4 @@
-"""--checkpoint on the command line: models, heads, attention, export; bad indices exit 2."""
+"""--checkpoint on the command line: models, heads, attention, find, export; bad indices exit 2."""
 
 from __future__ import annotations
 import json
@@ -50,6 +50,22 @@ def test_attention_takes_checkpoint(tmp_path, capsys, ckpts):
     assert np.abs(at_2 - at_last).max() > 1e-2
 
 
+def test_find_takes_checkpoint(capsys, ckpts):
+    args = ["find", "--model", TOY_MODEL, "--text", REPEATED, "--from", "·par@13", "--to", "·stream@10",
+            "--json"]
+    docs = []
+    for extra in (["--checkpoint", "0"], ["--memory-budget", "1G"]):
+        assert main([*args, *extra]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    first, last = docs
+    assert first["checkpoint"] == {"index": 0, "step": 0, "of": len(ckpts)}
+    assert last["checkpoint"]["index"] == len(ckpts) - 1
+    # each checkpoint's ranking is its own model's weights: the first and last differ
+    assert [h["weight"] for h in first["heads"]] != [h["weight"] for h in last["heads"]]
+    assert main([*args[:-1], "--checkpoint", "3"]) == 0
+    assert f"at checkpoint 3 of 0..{len(ckpts) - 1}" in capsys.readouterr().out
+
+
 def test_export_records_the_checkpoint(tmp_path, ckpts):
     out = tmp_path / "w.json"
     assert main(["export", "--model", TOY_MODEL, "--text", REPEATED, "--layer", "1",
@@ -65,6 +81,7 @@ def test_export_records_the_checkpoint(tmp_path, ckpts):
     ["heads", "--model", TOY_MODEL, "--probe", "--checkpoint", "-999"],
     ["attention", "--model", TOY_MODEL, "--text", "a", "--checkpoint", "999", "--out", "{out}/a.npz"],
     ["export", "--model", TOY_MODEL, "--checkpoint", "999", "--out", "{out}/a.json"],
+    ["find", "--model", TOY_MODEL, "--text", "a b", "--from", "a", "--to", "b", "--checkpoint", "999"],
     ["heads", "--model", "attnviz-textbook", "--probe", "--checkpoint", "3"],
 ])
 def test_out_of_range_checkpoints_exit_2_with_one_line(argv, tmp_path, capsys):
