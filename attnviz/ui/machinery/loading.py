@@ -5,8 +5,10 @@ every checkpoint's weights preloaded.
 A load is told the text the window will run first: a GGUF file's SentencePiece vocabulary then
 builds a tokenizer for that text (the same tokens: engine/reading/gguf_model.py gguf_tokenizer),
 which takes a fraction of the whole vocabulary's build, and the window's first result does not
-wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
-before a keystroke's new text would ask for it. Likewise the quantised kernels: a load warms those
+wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole).
+A keystroke's new text meanwhile does not wait for it either: it gets a tokenizer built for it the
+same way (the same tokens: engine/reading/tokenizer.py TextTokenizer's `for_text`), and the whole
+one once it is built. Likewise the quantised kernels: a load warms those
 a run of a few rows takes (the window asks for the rest later: ui/app.py assemble), and the
 worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest). A
 keystroke's one-row run does not wait for them: until they are warm it takes the layer loop on the
@@ -89,8 +91,8 @@ def make_vocabulary_whole(worker, model) -> None:
 
 def complete_vocabulary(model) -> None:
     """The model's tokenizer for every text, where the load built it for one text only (its
-    `raw` builds the whole vocabulary once, under its lock: a keystroke's run that needs it
-    meanwhile waits for this build rather than start its own)."""
+    `raw` builds the whole vocabulary once, under its lock: a keystroke's text meanwhile gets a
+    tokenizer built for it, and only a text too long for one waits for this build)."""
     tok = getattr(model, "tokenizer", None)
     if tok is not None and not getattr(tok, "for_every_text", True):
         tok.raw
