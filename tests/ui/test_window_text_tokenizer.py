@@ -94,10 +94,12 @@ def test_a_key_typed_while_the_whole_vocabulary_is_built_does_not_wait_for_it(qt
     real = V.sentencepiece_bpe
 
     def held(*a, **k):
+        interval.append(sys.getswitchinterval())
         entered.set()
         assert gate.wait(2 * WAIT / 1000)
         return real(*a, **k)
     monkeypatch.setattr(V, "sentencepiece_bpe", held)
+    default, interval = sys.getswitchinterval(), []
     try:
         w = open_window(qtbot, tmp_path / "s.ini", model=str(path), text=TEXT, panels=("predict",))
         st = w.state
@@ -113,6 +115,8 @@ def test_a_key_typed_while_the_whole_vocabulary_is_built_does_not_wait_for_it(qt
         gate.set()
     w.worker.wait_idle()
     assert st.model.tokenizer.for_every_text  # the worker's build, kept
+    # (switching threads often meanwhile: the painting and the run waited less for the GIL)
+    assert interval == [W.QUICK_SWITCH_S] < [default] and sys.getswitchinterval() == default
     w.set_text(TYPED)
     wait_for_text(qtbot, w, TYPED)
     assert st.result.input_ids.tolist() == whole.tokenizer.encode(TYPED).ids

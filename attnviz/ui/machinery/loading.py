@@ -18,6 +18,8 @@ bound of the float32 pass as a run on the one-row steps is, and the one-row step
 from __future__ import annotations
 
 import html.entities  # noqa: F401  (see below)
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from attnviz.engine.computing.request import RunRequest
@@ -85,8 +87,29 @@ def make_vocabulary_whole(worker, model) -> None:
 
     def work():
         below_the_main_thread()
-        complete_vocabulary(model)
+        with switching_often():
+            complete_vocabulary(model)
     worker.submit(VOCABULARY_KIND, work, lambda *_: None, model, THREAD)
+
+
+QUICK_SWITCH_S = 0.0005  # the interpreter's switch interval while the whole vocabulary is built
+
+
+@contextmanager
+def switching_often():
+    """The interpreter's switch interval (sys.setswitchinterval) at most QUICK_SWITCH_S inside,
+    then put back unless someone set another meanwhile. The whole vocabulary's build holds the GIL
+    in its loops; a thread that lets the GIL go (the main thread painting a keystroke's result,
+    through each Qt call; a keystroke's run, through each NumPy step) waits up to one interval
+    to take it back, every time: at the default 5 ms, many times the keystroke's own work."""
+    old = sys.getswitchinterval()
+    quick = min(old, QUICK_SWITCH_S)
+    sys.setswitchinterval(quick)
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == quick:
+            sys.setswitchinterval(old)
 
 
 def complete_vocabulary(model) -> None:
