@@ -77,3 +77,46 @@ def test_the_window_loads_a_tokenizer_for_its_text_and_makes_it_whole_after_the_
     assert st.result.input_ids.tolist() == whole.tokenizer.encode(TYPED).ids
     w.worker.wait_idle()
     assert built == [model] and w.worker.running(W.VOCABULARY_KIND) is None  # once a model
+
+
+def test_a_key_typed_while_the_whole_vocabulary_is_built_does_not_wait_for_it(qtbot, tmp_path,
+                                                                              monkeypatch):
+    """The whole vocabulary's build (the worker's job, after the first analysis) is held while a
+    key is typed: the key's text is tokenized (a tokenizer built for it) and painted meanwhile,
+    with the tokens and labels the whole vocabulary gives; the build then ends and is used."""
+    from PySide6.QtGui import QTextCursor
+
+    from attnviz.engine.reading import gguf_vocab as V
+
+    path = spm_model(tmp_path / "spm.gguf")
+    whole = load_model(path)
+    entered, gate = threading.Event(), threading.Event()
+    real = V.sentencepiece_bpe
+
+    def held(*a, **k):
+        interval.append(sys.getswitchinterval())
+        entered.set()
+        assert gate.wait(2 * WAIT / 1000)
+        return real(*a, **k)
+    monkeypatch.setattr(V, "sentencepiece_bpe", held)
+    default, interval = sys.getswitchinterval(), []
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(path), text=TEXT, panels=("predict",))
+        st = w.state
+        qtbot.waitUntil(entered.is_set, timeout=WAIT)  # the worker's build has begun, and is held
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClick(w.text_box, "Z")
+        qtbot.waitUntil(lambda: st.result.text == TEXT + "Z" and w.grid.drawn is st.result,  # painted
+                        timeout=WAIT)
+        want = whole.tokenizer.encode(TEXT + "Z")
+        assert st.result.input_ids.tolist() == want.ids and list(st.result.labels) == want.labels
+        assert not st.model.tokenizer.for_every_text and w.worker.running(W.VOCABULARY_KIND) is not None
+    finally:
+        gate.set()
+    w.worker.wait_idle()
+    assert st.model.tokenizer.for_every_text  # the worker's build, kept
+    # (switching threads often meanwhile: the painting and the run waited less for the GIL)
+    assert interval == [W.QUICK_SWITCH_S] < [default] and sys.getswitchinterval() == default
+    w.set_text(TYPED)
+    wait_for_text(qtbot, w, TYPED)
+    assert st.result.input_ids.tolist() == whole.tokenizer.encode(TYPED).ids

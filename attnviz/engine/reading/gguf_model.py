@@ -392,28 +392,28 @@ def _tokenizer_for_text(reader: GGUFReader, n_rows: int | None, spm: bool, pre: 
                         found, flag, token_id) -> TextTokenizer | None:
     """The tokenizer of the tokens and merges `text` can meet, from _text_table's `found`; None
     where the text is better served by the whole vocabulary. `flag(key, default)` and
-    `token_id(key)` read and check the file's settings as the whole build does."""
-    table, scores, types, merges = found
+    `token_id(key)` read and check the file's settings as the whole build does. Another text it
+    does not cover gets its own the same way (TextTokenizer's `for_text`), while the whole one is
+    built on the first text that cannot (or when asked for)."""
     bos, eos = token_id("tokenizer.ggml.bos_token_id"), token_id("tokenizer.ggml.eos_token_id")
     add_bos = flag("tokenizer.ggml.add_bos_token", spm)
     add_eos = flag("tokenizer.ggml.add_eos_token", False)
-    if spm:
-        unk = token_id("tokenizer.ggml.unknown_token_id")
-        space_prefix = flag("tokenizer.ggml.add_space_prefix", True)
-        part = text_vocab.sentencepiece_for_text(table, scores, types, space_prefix, unk, text,
-                                                 (bos, eos))
-        within = vocab.text_pieces(text)
-        covers = lambda other: vocab.text_pieces(other) in within  # noqa: E731
-    else:
-        part = text_vocab.byte_level_for_text(table, merges, types, pre, text)
-        covers = lambda other: other in text  # noqa: E731
-    if part is None:
+    settings = (token_id("tokenizer.ggml.unknown_token_id"),
+                flag("tokenizer.ggml.add_space_prefix", True)) if spm else None
+    for_text = text_vocab.text_builder(found, pre, settings, bos if add_bos else None,
+                                       eos if add_eos else None)
+    first = for_text(text)
+    if first is None:
         return None
-    vocab.add_bos_eos(part, table, bos if add_bos else None, eos if add_eos else None,
-                      fallback=None if spm else processors.ByteLevel(trim_offsets=False))
+    table, _, types, _ = found
     special = (vocab.CONTROL, vocab.UNKNOWN) if spm else (vocab.CONTROL,)
-    return TextTokenizer(part, whole=lambda: gguf_tokenizer(reader, n_rows)[0].raw, covers=covers,
-                         vocabulary=text_vocab.TableVocabulary(table, types, special))
+    return TextTokenizer(first[0], whole=lambda: _whole_tokenizer(reader, n_rows), covers=first[1],
+                         vocabulary=text_vocab.TableVocabulary(table, types, special),
+                         for_text=for_text)
+
+
+def _whole_tokenizer(reader: GGUFReader, n_rows: int | None):  # -> tokenizers.Tokenizer
+    return gguf_tokenizer(reader, n_rows)[0].raw
 
 
 def _text_table(reader: GGUFReader, n_rows: int | None, kind: str):

@@ -2,16 +2,17 @@
 vocabulary's bytes: the tokens, merges and added tokens that text can meet, found by hash
 (TokenTable) without a Python string for every token, and TableVocabulary answering for every other
 id as the whole vocabulary (engine/reading/gguf_vocab.py) would. The tokenizer built gives the text
-the same ids, offsets and labels as the whole one."""
+the same ids, offsets and labels as the whole one. A window's load builds one for its first text,
+and its keystrokes' texts get their own (text_builder) until the whole one is built."""
 
 from __future__ import annotations
 
 import numpy as np
-from tokenizers import AddedToken, Tokenizer
+from tokenizers import AddedToken, Tokenizer, processors
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.reading.gguf_vocab import (
-    BYTE, CONTROL, NORMAL, SPACE, UNKNOWN, USER_DEFINED, byte_level_tokenizer,
+    BYTE, CONTROL, NORMAL, SPACE, UNKNOWN, USER_DEFINED, add_bos_eos, byte_level_tokenizer,
     spm_tokenizer, text_pieces)
 from attnviz.engine.reading.token_text import byte_level_alphabet
 
@@ -126,8 +127,9 @@ class TokenTable:
 
     def same(self, i: int) -> list[int]:
         """The ids whose token is token i's (i among them), ascending."""
-        if self._repeated is None:
-            self._repeated, s = {}, self._sorted
+        repeated = self._repeated
+        if repeated is None:  # (made whole before it is kept: another thread may ask meanwhile)
+            repeated, s = {}, self._sorted
             twice = s[1:][s[1:] == s[:-1]]  # (a repeat shares its hash), ascending as s is
             # each hash once (np.unique's result, without its import of numpy.ma in a one-shot command)
             for h in twice[np.r_[True, twice[1:] != twice[:-1]]].tolist() if len(twice) else ():
@@ -136,8 +138,9 @@ class TokenTable:
                 for k in near.tolist():
                     groups.setdefault(self._blob[self._begins[k]:self._stops[k]], []).append(k)
                 for ids in groups.values():
-                    self._repeated.update((k, sorted(ids)) for k in ids)
-        return self._repeated.get(i, [i])
+                    repeated.update((k, sorted(ids)) for k in ids)
+            self._repeated = repeated
+        return repeated.get(i, [i])
 
     def last_ids(self, strings) -> dict[str, int]:
         """{string: the last id whose token it is} (a repeated token's id in a dict of them all)."""
@@ -279,3 +282,30 @@ def byte_level_for_text(table: TokenTable, merges: TokenTable | None, types, pre
     tok.add_tokens([AddedToken(added[i], special=False, normalized=False)
                     for i in kept if types[i] == USER_DEFINED])
     return tok
+
+
+def text_builder(found, pre: str, spm: tuple[int | None, bool] | None, bos: int | None,
+                 eos: int | None):
+    """text -> (the Tokenizer of what `text` can meet, covers(other): whether it serves `other`
+    too), or None where `text` is better served by the whole vocabulary. `found`: (TokenTable,
+    scores, types, merges) (gguf_model._text_table); `spm`: a SentencePiece vocabulary's (unknown
+    id, add_space_prefix), None for byte-level BPE (`pre`: its pre-tokenizer); `bos`, `eos`: the
+    ids the post-processor adds (None: not added)."""
+    table, scores, types, merges = found
+
+    def build(text: str):
+        if spm is not None:
+            part = sentencepiece_for_text(table, scores, types, spm[1], spm[0], text, (bos, eos))
+            within = text_pieces(text)
+            covers = lambda other: text_pieces(other) in within  # noqa: E731
+        else:
+            part = byte_level_for_text(table, merges, types, pre, text)
+            covers = lambda other: other in text  # noqa: E731
+        if part is None:
+            return None
+        add_bos_eos(part, table, bos, eos,
+                    fallback=None if spm is not None else processors.ByteLevel(trim_offsets=False))
+        part.no_padding()
+        part.no_truncation()
+        return part, covers
+    return build

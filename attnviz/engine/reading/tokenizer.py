@@ -27,18 +27,27 @@ class Encoded:
 
 class TextTokenizer:
     def __init__(self, source: Path | Tokenizer, whole: Callable[[], Tokenizer] | None = None,
-                 covers: Callable[[str], bool] | None = None, vocabulary=None):
+                 covers: Callable[[str], bool] | None = None, vocabulary=None,
+                 for_text: Callable[[str], tuple[Tokenizer, Callable[[str], bool]] | None] | None = None):
         """`source`: a tokenizer.json path, or a Tokenizer built elsewhere (from GGUF metadata).
         A file is checked before `tokenizers` parses it: a regular file, a JSON object, every id a
         whole number >= 0 (check_ids then holds them against the model's embedding rows).
         `whole` and `covers`: a Tokenizer built for some texts only (a one-shot command's, with
         the merges they can meet), `covers(text)` saying which, and how to build the whole one,
-        which takes its place the first time another text is encoded or `raw` is asked for.
+        which takes its place when `raw` is asked for, or when another text is encoded that
+        `for_text` cannot serve.
+        `for_text(text)`: a Tokenizer built the same way for another text and its `covers`, None
+        where that text is better served by the whole one (too long to look up); an encode of a
+        text no tokenizer built so far covers takes one (the newest is kept), up to
+        TEXTS_BEFORE_WHOLE of them, rather than build the whole vocabulary (or wait for another
+        thread's build of it): the same tokens, at a fraction of the cost.
         `vocabulary`: with `whole`, what answers for any id as the whole one would where the one
         built for some texts holds only part of the vocabulary (gguf_text_vocab.TableVocabulary:
         id_to_token, is_special, special_ids, token_to_id)."""
-        self._whole, self._covers, self._vocabulary = whole, covers, vocabulary
+        self._whole, self._vocabulary, self._for_text = whole, vocabulary, for_text
         self._whole_lock = threading.Lock()
+        self._part_lock = threading.Lock()  # (the texts left, the newest part)
+        self._texts_left = TEXTS_BEFORE_WHOLE
         self.path: Path | None = None
         self._ids: list[tuple[str, str, int]] = []  # (field, token, id): what the file can produce
         if isinstance(source, Tokenizer):
@@ -55,6 +64,8 @@ class TextTokenizer:
         tok.no_padding()
         tok.no_truncation()
         self._tok = tok
+        # (a Tokenizer for some texts, their covers) read and replaced as one: None once whole
+        self._part = (tok, covers) if whole is not None and covers is not None else None
         self.kind = piece_kind(tok)  # how token_text reads this tokenizer's pieces
         self._special: frozenset[int] | None = None  # special_ids, read once when first asked
 
@@ -66,9 +77,8 @@ class TextTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
         """The text's tokens (a run tokenises its text once: Model.prepare)."""
-        covers, tok = self._covers, self._tok  # (raw may replace both meanwhile: either is right)
-        if covers is None or not covers(text):
-            tok = self.raw
+        part = self._part  # (one read: raw or another text may replace it meanwhile)
+        tok = part[0] if part is not None and part[1](text) else self._tokenizer_for(text)
         enc = tok.encode(text, add_special_tokens=add_special_tokens)
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
@@ -124,8 +134,28 @@ class TextTokenizer:
                     tok = self._whole()
                     tok.no_padding()
                     tok.no_truncation()
-                    self._tok, self._whole, self._covers, self._vocabulary = tok, None, None, None
+                    self._tok = tok
+                    with self._part_lock:
+                        self._part, self._whole, self._vocabulary = None, None, None
         return self._tok
+
+    def _tokenizer_for(self, text: str) -> Tokenizer:
+        """A Tokenizer that encodes `text` as the whole vocabulary does: the whole one where it is
+        built, else one built for `text` (__init__'s `for_text`; another thread may be building
+        the whole one meanwhile), else the whole one, built now or waited for."""
+        if self._whole is None:
+            return self._tok
+        for_text = self._for_text
+        with self._part_lock:
+            taken = for_text is not None and self._texts_left > 0
+            self._texts_left -= taken
+        built = for_text(text) if taken else None
+        if built is None:
+            return self.raw
+        with self._part_lock:
+            if self._whole is not None:  # (not where raw made it whole meanwhile)
+                self._part = built
+        return built[0]
 
     def special_ids(self) -> set[int]:
         """The ids of the special added tokens (a new set each call)."""
@@ -147,6 +177,8 @@ class TextTokenizer:
             return readable_tokens(pieces, TEXT, special)
         return readable_tokens(tokens, self.kind, special)
 
+
+TEXTS_BEFORE_WHOLE = 32  # texts a TextTokenizer for some texts builds its own for, at most
 
 UNKNOWN_DECODER = "decoder"  # a decoder token_text does not know: each piece decoded on its own
 

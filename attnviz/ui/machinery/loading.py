@@ -5,8 +5,10 @@ every checkpoint's weights preloaded.
 A load is told the text the window will run first: a GGUF file's SentencePiece vocabulary then
 builds a tokenizer for that text (the same tokens: engine/reading/gguf_model.py gguf_tokenizer),
 which takes a fraction of the whole vocabulary's build, and the window's first result does not
-wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole),
-before a keystroke's new text would ask for it. Likewise the quantised kernels: a load warms those
+wait for the rest; the worker builds the whole one after the first analysis (make_vocabulary_whole).
+A keystroke's new text meanwhile does not wait for it either: it gets a tokenizer built for it the
+same way (the same tokens: engine/reading/tokenizer.py TextTokenizer's `for_text`), and the whole
+one once it is built. Likewise the quantised kernels: a load warms those
 a run of a few rows takes (the window asks for the rest later: ui/app.py assemble), and the
 worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest). A
 keystroke's one-row run does not wait for them: until they are warm it takes the layer loop on the
@@ -16,6 +18,8 @@ bound of the float32 pass as a run on the one-row steps is, and the one-row step
 from __future__ import annotations
 
 import html.entities  # noqa: F401  (see below)
+import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from attnviz.engine.computing.request import RunRequest
@@ -83,14 +87,35 @@ def make_vocabulary_whole(worker, model) -> None:
 
     def work():
         below_the_main_thread()
-        complete_vocabulary(model)
+        with switching_often():
+            complete_vocabulary(model)
     worker.submit(VOCABULARY_KIND, work, lambda *_: None, model, THREAD)
+
+
+QUICK_SWITCH_S = 0.0005  # the interpreter's switch interval while the whole vocabulary is built
+
+
+@contextmanager
+def switching_often():
+    """The interpreter's switch interval (sys.setswitchinterval) at most QUICK_SWITCH_S inside,
+    then put back unless someone set another meanwhile. The whole vocabulary's build holds the GIL
+    in its loops; a thread that lets the GIL go (the main thread painting a keystroke's result,
+    through each Qt call; a keystroke's run, through each NumPy step) waits up to one interval
+    to take it back, every time: at the default 5 ms, many times the keystroke's own work."""
+    old = sys.getswitchinterval()
+    quick = min(old, QUICK_SWITCH_S)
+    sys.setswitchinterval(quick)
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == quick:
+            sys.setswitchinterval(old)
 
 
 def complete_vocabulary(model) -> None:
     """The model's tokenizer for every text, where the load built it for one text only (its
-    `raw` builds the whole vocabulary once, under its lock: a keystroke's run that needs it
-    meanwhile waits for this build rather than start its own)."""
+    `raw` builds the whole vocabulary once, under its lock: a keystroke's text meanwhile gets a
+    tokenizer built for it, and only a text too long for one waits for this build)."""
     tok = getattr(model, "tokenizer", None)
     if tok is not None and not getattr(tok, "for_every_text", True):
         tok.raw
