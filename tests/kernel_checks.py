@@ -65,6 +65,7 @@ def spy_on_block_compiles(monkeypatch) -> list:
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "_started", set())
     monkeypatch.setattr(qm, "ONE_ROW", None)
     asked = []
     for module, name in ((onerow_block, "compile_block"), (onerow_stack, "compile_stack")):

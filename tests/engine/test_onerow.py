@@ -248,6 +248,7 @@ def test_a_run_that_finds_its_kernels_cold_waits_for_the_one_row_steps_too(monke
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "_started", set())
     monkeypatch.setattr(qm, "ONE_ROW", None)
     rows = gguf.quants.quantize(np.ones((16, 32), np.float32), Q.Q8_0)
     pl = qpack.PackedLayer(qpack.pack_parts([(Q.Q8_0, rows, 0)]), None, None, None)

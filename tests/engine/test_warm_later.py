@@ -47,6 +47,7 @@ def cold(monkeypatch):
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "_started", set())
     monkeypatch.setattr(qm, "ONE_ROW", None)
     for name in ("_asked", "_rest_later"):  # (restored after the test as they were)
         monkeypatch.setattr(qpack, name, getattr(qpack, name))
@@ -141,18 +142,31 @@ def test_where_the_rest_is_warmed_later_a_one_row_run_waits_for_nothing_more_tha
         tmp_path, cold, steps_taken, monkeypatch, expanded):
     """The window's process (rest_later): a one-row run before the warm-up takes the layer loop's
     NumPy steps on the few-row kernels, within the kernels' bound of a warm one-row run (both of
-    the float32 pass), and warms nothing; its row stays in the KV cache as it was computed, and the
-    next one-row run, once the warm-up is done, takes the one-row steps after it."""
+    the float32 pass), and waits for nothing: it starts the one-row steps' warm-up on a thread of
+    its own (held here until the run is done), once; its row stays in the KV cache as it was
+    computed, and the next one-row run, once the warm-up is done, takes the one-row steps after it."""
     if expanded:
         monkeypatch.setattr(qm, "ROWS_UNEXPANDED", len(IDS) - 1)
     model = loaded(tmp_path, cold)
+    gate, real = threading.Event(), qm._warm_one_row
+
+    def held(half):
+        assert gate.wait(timeout=600)
+        real(half)
+    monkeypatch.setattr(qm, "_warm_one_row", held)
     model.run(ids=IDS[:-1])
-    del steps_taken[:]
+    del steps_taken[:], cold[:]
     step = model.run(ids=IDS)
     assert step.cache_computed == 1 and model.weights.layers.holds(0) == expanded
     assert qm.ONE_ROW is None and not qm.warmed(model.weights.packed_types)  # nothing waited for
     assert steps_taken and all(n == 1 and steps is None for n, steps in steps_taken)
-    qm.warm(model.weights.packed_types, layers=load.packed_views(model))  # the window's warm-up
+    assert [extras for _, extras in cold] == [True]  # one warm-up of the one-row steps, started
+    model.run(ids=IDS[:-1] + [5])  # (another one-row run meanwhile starts no second one)
+    assert len(cold) == 1
+    gate.set()
+    cold[0][0].join(timeout=600)
+    assert qm.ONE_ROW is not None and qm.warmed(model.weights.packed_types, layers=load.packed_views(model))
+    assert model.run(ids=IDS).cache_computed == 0  # (the kept run of the keyed text, as computed)
     del steps_taken[:]
     after = model.run(ids=IDS + [7])
     assert after.cache_computed == 1 and steps_taken and all(steps is qm.ONE_ROW for _, steps in steps_taken)

@@ -43,6 +43,7 @@ def cold(monkeypatch):
     monkeypatch.setattr(qm, "_warmed", {})
     monkeypatch.setattr(qm, "_serial_ready", set())
     monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "_started", set())
     monkeypatch.setattr(qm, "ONE_ROW", None)
     one_row, real = [], qm._warm_one_row
 
@@ -214,3 +215,47 @@ def test_a_key_typed_while_the_one_row_steps_warm_is_painted_without_waiting_for
     assert st.result.cache_computed == 0 and np.array_equal(st.result.attentions, keyed.attentions)
     w.worker.wait_idle()
     settled()
+
+
+def test_a_key_that_drops_the_first_analysis_still_gets_the_one_row_steps(qtbot, tmp_path, smollm2, cold,
+                                                                          monkeypatch):
+    """A key typed while the first analysis still runs (What heads do hidden) drops that analysis,
+    whose end would have started the warm-up, and no later run asks for one: the key's one-row run
+    starts the warm-up itself (without waiting for it), and the keys after it take the steps."""
+    qm, one_row = cold
+    gate, steps = threading.Event(), []
+    real_analyse, real_steps, real_stack = EJ.analyse_typed, layers.one_row_steps, layers.one_row_stack
+
+    def held(*a, **k):  # (the first analysis, still running when the key comes)
+        assert gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    def taken(layer, n_rows):
+        steps.append((n_rows, real_steps(layer, n_rows)))
+        return steps[-1][1]
+
+    def stacked(n_rows):  # (every layer in one call: it too takes the one-row steps)
+        stack = real_stack(n_rows)
+        if stack is not None:
+            steps.append((n_rows, qm.ONE_ROW))
+        return stack
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(families, "one_row_steps", taken)
+    monkeypatch.setattr(families, "one_row_stack", stacked)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("roles",))
+        assert w.worker.running(EJ.ANALYSIS_KIND) is not None
+        w.set_text(TYPED)
+        wait_for_text(qtbot, w, TYPED)
+    finally:
+        gate.set()
+    types = w.state.model.weights.packed_types
+    qtbot.waitUntil(lambda: qm.warmed(types), timeout=WAIT)
+    w.worker.wait_idle()
+    assert one_row and one_row[0].startswith("qmatvec-warm")  # started by the key's run
+    del steps[:]
+    w.set_text(TYPED + ".")
+    wait_for_text(qtbot, w, TYPED + ".")
+    w.worker.wait_idle()
+    assert w.state.result.cache_computed == 1
+    assert steps and all(s is qm.ONE_ROW is not None for n, s in steps if n == 1)

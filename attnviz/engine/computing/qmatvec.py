@@ -98,16 +98,21 @@ def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
     type alone, if it covers the layer), so every one-row run takes the same steps whenever a
     warm-up finished; but not in a process that warms those later itself (qpack.rest_later: the
     window, after its first analysis), whose one-row runs wait for no more than a run of a few
-    rows: until then they take the layer loop's NumPy steps on the few-row kernels (ONE_ROW is
-    None), within the kernels' bound of the float32 pass as the one-row steps are. A run of more
+    rows: until the one-row steps are loaded they take the layer loop's NumPy steps on the
+    few-row kernels (ONE_ROW is None), within the kernels' bound of the float32 pass as the
+    one-row steps are, and the first such run starts their warm-up on a thread of its own
+    (_warm_later: a window whose first analysis never came, a Compare's B of other types). A run of more
     rows waits for its kernels alone: a serial twin gives its kernel's bits, and the one-row steps
     are not taken."""
     pl = layer.packed
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
-    if n_rows == 1 and not pl.qtypes <= _ready_types and not rest_later():
-        warm(pl.qtypes, layers=[layer])
+    if n_rows == 1 and not pl.qtypes <= _ready_types:
+        if rest_later():
+            _warm_later(pl.qtypes, layer)
+        else:
+            warm(pl.qtypes, layers=[layer])
     if not expanded:
         if n_rows >= ROWS_UNEXPANDED:
             return False
@@ -206,6 +211,8 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     one-row block and stack for the scale types block_scales(layers) names: `layers`, a model's
     layers as a one-row run sees them (its packed views; None: every scale type of `qtypes`)."""
     took = {}
+    if extras:
+        _begun(qtypes)
     for qtype in qtypes:
         if not has_kernel(qtype):
             continue
@@ -273,6 +280,26 @@ def _warm_one_row(half) -> None:
             onerow.warm()
             _warmed["one-row steps"] = time.perf_counter() - t0
             ONE_ROW = onerow
+
+
+_started: set = set()  # the block types whose one-row warm-up has begun (warm with extras)
+_started_lock = threading.Lock()  # (not _extras_lock: a warm-up holds that while it loads)
+
+
+def _warm_later(qtypes, layer) -> None:
+    """warm(qtypes) for `layer`'s one-row steps and block on a thread of its own (warm_in_background),
+    where no warm-up of its block types (their scale type with them) has begun: a one-row run that
+    does not wait for them starts it where nothing else has (the window's warm-up comes after a
+    first analysis, for its model alone)."""
+    if _begun(qtypes):
+        warm_in_background(qtypes, layers=[layer])
+
+
+def _begun(qtypes) -> bool:  # whether this call is the first to begin warming some of qtypes' extras
+    with _started_lock:
+        new = {q for q in qtypes if has_kernel(q)} - _started
+        _started.update(new)
+    return bool(new)
 
 
 def warm_few_rows(qtypes) -> None:

@@ -13,7 +13,9 @@ a run of a few rows takes (the window asks for the rest later: ui/app.py assembl
 worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest). A
 keystroke's one-row run does not wait for them: until they are warm it takes the layer loop on the
 few-row kernels the load warmed (engine/computing/qmatvec.py takes_layer), within the kernels'
-bound of the float32 pass as a run on the one-row steps is, and the one-row steps from then on."""
+bound of the float32 pass as a run on the one-row steps is, and the one-row steps once they are
+warm (where no warm-up of their block types has begun, as when the first analysis never came or
+for a Compare's B, the first such run starts one: qmatvec.takes_layer)."""
 
 from __future__ import annotations
 
