@@ -28,7 +28,6 @@ from attnviz.ui.panels.training_panel import TrainingPanel
 from attnviz.ui.panel_docks import ATTRIBUTES, DOCKS, ON_SHOW, OnDemand, PanelDocks
 
 log = logging.getLogger(__name__)
-FREEZE_AFTER_MS = 25  # start-up's collection this long after the first analysis ends: its prediction painted first
 DOCK_NAMES = [name for docks in (*DOCKS.values(), *ON_SHOW.values()) for _title, name in docks]
 
 
@@ -166,12 +165,15 @@ class MainWindow(QMainWindow):
     def _freeze_after_start_up(self) -> None:
         """Start-up's objects out of the collector's way (tuning.freeze_start_up_objects) once its
         last job is done: What heads do's first analysis, whose threads the collection's hold on
-        the GIL would stall before its prediction is painted."""
+        the GIL would stall before its prediction is painted; and then once typing pauses, so a
+        keystroke's run meets it neither (tuning.StartUpCollection)."""
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
-        from attnviz.ui.machinery.tuning import freeze_start_up_objects
+        from attnviz.ui.machinery.tuning import StartUpCollection
 
+        def busy() -> bool:
+            return any(self.worker.running(kind) is not None for kind in ("compute", ANALYSIS_KIND))
         self.worker.when_none_running(  # (its prediction painted first)
-            ANALYSIS_KIND, lambda: QTimer.singleShot(FREEZE_AFTER_MS, freeze_start_up_objects))
+            ANALYSIS_KIND, lambda: StartUpCollection(self, self.state.sigTextChanged, busy))
 
     def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""

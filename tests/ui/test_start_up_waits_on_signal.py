@@ -66,3 +66,57 @@ def test_the_later_builds_wait_for_the_first_analysis_without_asking_again(
     assert built == [True] and frozen == [True]  # the prediction first, then the rest
     assert w.predict_panel.top_table.rowCount() > 0
     w.worker.wait_idle()
+
+
+def test_the_start_up_collection_waits_for_a_keystroke_s_run_and_follows_its_result(
+        qtbot, tmp_path, smollm2, monkeypatch):
+    """A key typed as the first analysis ends: gc's start-up collection, which holds the GIL on the
+    main thread, waits until typing pauses and the keystroke's run is done, its heatmaps shown."""
+    from contextlib import contextmanager
+
+    from PySide6.QtGui import QTextCursor
+
+    from attnviz.ui.machinery import tuning, worker as WK
+    from windows import open_window
+
+    analysis_gate, run_gate, frozen, armed = threading.Event(), threading.Event(), [], []
+    real_analyse, real_freeze, real_wide = EJ.analyse_typed, tuning.freeze_start_up_objects, WK.wide_blas
+
+    def held(*a, **k):
+        assert analysis_gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    @contextmanager
+    def run_held(*a, **k):  # the keystroke's run, once armed
+        if armed:
+            assert run_gate.wait(WAIT / 1000)
+        with real_wide(*a, **k):
+            yield
+
+    def freeze():
+        frozen.append(w.state.result.text)
+        real_freeze()
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(WK, "wide_blas", run_held)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        assert w.worker.running(EJ.ANALYSIS_KIND) is not None  # (held)
+        armed.append(True)
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClick(w.text_box, "s")
+        analysis_gate.set()  # the first analysis ends while the keystroke's run goes on
+        ticks = []
+        timer = QTimer()
+        timer.timeout.connect(lambda: ticks.append(1))
+        timer.start(25)
+        qtbot.waitUntil(lambda: len(ticks) * 25 >= 2 * tuning.FREEZE_PAUSE_MS, timeout=WAIT)
+        timer.stop()
+        assert frozen == [] and w.state.result.text == TEXT  # still running: no collection yet
+    finally:
+        analysis_gate.set()
+        run_gate.set()
+    qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)
+    assert frozen == [TEXT + "s"]  # the keystroke's heatmaps first
+    assert w.grid.drawn is w.state.result
+    w.worker.wait_idle()

@@ -9,6 +9,7 @@ import gc
 import os
 import threading
 import time
+from collections.abc import Callable
 
 from PySide6.QtCore import QCoreApplication, QTimer
 from threadpoolctl import ThreadpoolController, threadpool_limits
@@ -127,6 +128,36 @@ def freeze_start_up_objects() -> None:
     gc.collect()
     gc.freeze()
     _quiet_until = 0.0  # (the timer collects as usual from here)
+
+
+FREEZE_PAUSE_MS = 400  # how long typing must pause before start-up's collection runs
+
+
+class StartUpCollection(QTimer):
+    """freeze_start_up_objects() once typing pauses: FREEZE_PAUSE_MS with no `typed` signal and
+    nothing `busy()` (a keystroke's run, an analysis). Its full collection holds the GIL on the main
+    thread for a good part of a second on a big model's window: a keystroke's run that meets it waits
+    for it, and its result is painted that much later. Restarted by each `typed`; collects once."""
+
+    def __init__(self, parent, typed, busy: Callable[[], bool]):
+        super().__init__(parent)
+        self.setSingleShot(True)
+        self.setInterval(FREEZE_PAUSE_MS)
+        self._busy, self.done = busy, False
+        typed.connect(self._restart)
+        self.timeout.connect(self._due)
+        self.start()
+
+    def _restart(self, *_) -> None:
+        if not self.done:
+            self.start()
+
+    def _due(self) -> None:
+        if self._busy():
+            self.start()
+            return
+        self.done = True
+        freeze_start_up_objects()
 
 
 def thaw_objects() -> None:
