@@ -277,6 +277,8 @@ def _read_errors(name: str, qtype):
         raise ModelLoadError(_not_dequantisable(name, qtype)) from None
     except ValueError as exc:
         raise ModelLoadError(f"tensor {name} ({qtype.name}) cannot be read: {exc}") from exc
+
+
 _INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
                   GGMLQuantizationType.I64}
 
