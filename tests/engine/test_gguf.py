@@ -350,14 +350,16 @@ def test_metadata_reads_as_ggufs_own_reader(tmp_path):
 
 def test_a_tensor_gguf_cannot_dequantise_or_read_is_named(tmp_path, monkeypatch):
     """get, fill and rows refuse a tensor of a type the gguf package has no dequantiser for
-    (Q8_1), and get and fill a tensor whose bytes it cannot read (its ValueError), each with a
-    ModelLoadError that names the tensor and its type."""
+    (Q8_1), and get and fill a tensor whose bytes it cannot read (its ValueError; fill's columns
+    of a Q8_0 tensor too, read by dequant.columns_into), each with a ModelLoadError that names the
+    tensor and its type."""
     from attnviz.engine.reading import gguf_file
     from attnviz.engine.reading import gguf_tensors as G
 
     w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), "llama")
     w.add_tensor("a.weight", np.zeros((4, 2 * gguf.GGML_QUANT_SIZES[Q.Q8_1][1]), np.uint8), raw_dtype=Q.Q8_1)
     w.add_tensor("b.weight", np.ones((4, 64), np.float32))
+    w.add_tensor("c.weight", gguf.quants.quantize(np.ones((4, 64), np.float32), Q.Q8_0), raw_dtype=Q.Q8_0)
     for step in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file, w.close):
         step()
     ts = G.GGUFTensors(gguf_file.open_gguf(tmp_path / "t.gguf"), tmp_path / "t.gguf")
@@ -376,6 +378,9 @@ def test_a_tensor_gguf_cannot_dequantise_or_read_is_named(tmp_path, monkeypatch)
     for read in reads("b.weight"):
         with pytest.raises(ModelLoadError, match=r"^tensor b.weight \(F32\) cannot be read: odd bytes$"):
             read()
+    monkeypatch.setattr(G, "columns_into", lambda src, qtype, out: unreadable(src, qtype))
+    with pytest.raises(ModelLoadError, match=r"^tensor c.weight \(Q8_0\) cannot be read: odd bytes$"):
+        reads("c.weight")[2]()  # (fill's columns of a COLUMN_TYPES type: columns_into)
 
 
 def test_threaded_fill_gives_the_single_threaded_values(tmp_path, monkeypatch):

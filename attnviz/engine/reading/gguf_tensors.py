@@ -225,7 +225,8 @@ class GGUFTensors:
             columns_into(src[:, size * a:size * (a + per)], qtype, dst)
             if check:
                 finite[k] = bool(np.isfinite(dst).all())
-        in_threads(len(starts), band)
+        with _read_errors(name, qtype):
+            in_threads(len(starts), band)
         if check and not all(finite):  # named as the file stores it: count, first position
             check_finite(out.T if rows is None else out.T[np.argsort(rows)], name, self.path.name)
         return out
@@ -276,6 +277,8 @@ def _read_errors(name: str, qtype):
         raise ModelLoadError(_not_dequantisable(name, qtype)) from None
     except ValueError as exc:
         raise ModelLoadError(f"tensor {name} ({qtype.name}) cannot be read: {exc}") from exc
+
+
 _INTEGER_TYPES = {GGMLQuantizationType.I8, GGMLQuantizationType.I16, GGMLQuantizationType.I32,
                   GGMLQuantizationType.I64}
 

@@ -74,17 +74,18 @@ _GC_TIMER: QTimer | None = None
 GC_INTERVAL_MS = 500
 
 
-def collect_garbage_on_the_main_thread() -> None:
+def collect_garbage_on_the_main_thread() -> QTimer:
     """Python's cyclic garbage collector runs in whichever thread happens to allocate. Run on a job
     thread, it can free a Qt object left in a reference cycle (a closed window's widgets), whose
     destructor takes a Qt lock and then waits for the GIL, while the main thread holds the GIL and
     waits for that lock: the window freezes for good (seen in the test suite: a model load thread
     in gc_collect_main -> QObject::~QObject, the main thread in QMetaObject::disconnect). So, as
     pyqtgraph's GarbageCollector does, automatic collection is switched off and a timer on the
-    main thread collects each generation once it passes its usual threshold."""
+    main thread collects each generation once it passes its usual threshold (nothing while a
+    threshold of 0 pauses collection: _collect). Returns that timer (made once)."""
     global _GC_TIMER
     if _GC_TIMER is not None:
-        return
+        return _GC_TIMER
     app = QCoreApplication.instance()
     assert app is not None, "the job runner needs the QApplication"
     _GC_TIMER = QTimer(app)
@@ -92,6 +93,7 @@ def collect_garbage_on_the_main_thread() -> None:
     _GC_TIMER.destroyed.connect(_gc_timer_gone)
     gc.disable()
     _GC_TIMER.start(GC_INTERVAL_MS)
+    return _GC_TIMER
 
 
 START_UP_S = 10.0  # the longest postpone_collections() keeps the timer from collecting
@@ -108,10 +110,15 @@ def postpone_collections(seconds: float = START_UP_S) -> None:
     _quiet_until = time.monotonic() + seconds
 
 
-def _collect() -> None:  # on the main thread: generation g once its count passes its threshold
+def _collect() -> None:
+    """On the main thread: generation g once its count passes its threshold. Nothing while the
+    first threshold is 0, which pauses collection (gguf_vocab.collector_paused, a vocabulary's
+    build): CPython reads 0 as "no automatic collection", not as "always past it"."""
     if _quiet_until and time.monotonic() < _quiet_until:
         return
     counts, limits = gc.get_count(), gc.get_threshold()
+    if limits[0] == 0:
+        return
     for g in range(3):
         if counts[g] <= limits[g]:
             break

@@ -299,7 +299,7 @@ class ComparePanel(QWidget):
     def _title_side(c) -> float:
         """The width of the widest tile title any mode or layer of `c` gives (a layer or mode change
         then keeps the tiles where they are)."""
-        return _title_side(*c.b_attentions.shape[:2])
+        return _title_side_of_shape(*c.b_attentions.shape[:2])
 
     def _tiles_fit(self, width: int) -> float:
         c = self.jobs.comparison
@@ -479,7 +479,7 @@ class ComparePanel(QWidget):
 
 
 @functools.lru_cache(maxsize=8)
-def _title_side(n_layer: int, n_head: int) -> float:
+def _title_side_of_shape(n_layer: int, n_head: int) -> float:
     """ComparePanel._title_side of a model of this shape (the layout asks it many times a keystroke)."""
     last = head_title(n_layer - 1, n_head - 1)
     return max(F.title_width(f"{MODE_TITLES[m]} {last}") for m in MODES) + 2
