@@ -111,6 +111,18 @@ def smollm2_file() -> Path:
 
 
 @pytest.fixture(scope="session")
+def shared_quantized():
+    """quantized_model for the bundled SmolLM2 that quantizes it once a session per type (and
+    kernels asked or not) and gives each call a new Model over that copy (tests/shared_models.py);
+    the engine's own for anything else, or under a chosen memory budget. A test whose subject is
+    memory or the quantizing itself calls the engine's."""
+    from attnviz.engine.computing.quantized import quantized_model
+    from shared_models import SharingQuantizer
+
+    return SharingQuantizer(quantized_model)
+
+
+@pytest.fixture(scope="session")
 def smollm2_tensors():
     """name -> tensor of the bundled SmolLM2 file, as gguf's reader gives it (attnviz's subclass of
     it, open_gguf: the same tensor table, its 49,152 tokens and merges read in one pass instead of

@@ -73,3 +73,38 @@ def fresh_model(first: Model) -> Model:
                   copy.copy(first.tokenizer), license=first.license, notice=first.notice)
     warm_kernels(model, extras=not rest_later())
     return model
+
+
+class SharingQuantizer:
+    """quantized_model's stand-in: the bundled SmolLM2 quantized once per type (kernels asked for
+    or not, and the source's tables it shares) with `real`, the engine's quantized_model; every
+    call gives a new Model over that copy (fresh_model: its own layer store, budget, KV cache and
+    output head), the copy itself never run nor handed out. Any other source, or a chosen memory
+    budget, goes to `real`."""
+
+    def __init__(self, real):
+        self.real = real
+        self.first: dict = {}  # key -> the quantized Model the first call made
+        self.files = bundled_files()
+
+    def key(self, model: Model, qtype: str):
+        from attnviz.engine.computing.quantized import shared_tables
+
+        where = Path(model.path).resolve()
+        if model.quantization is not None or chosen_budget() is not None or where not in self.files:
+            return None
+        stat = where.stat()
+        # (the first copy holds the tables it shares, so their ids stay theirs)
+        tables = tuple(sorted((name, id(t)) for name, t in shared_tables(model).items()))
+        return str(where), str(qtype), kernels_on(), stat.st_mtime_ns, stat.st_size, tables
+
+    def __call__(self, model: Model, qtype: str) -> Model:
+        key = self.key(model, qtype)
+        if key is None:
+            return self.real(model, qtype)
+        first = self.first.get(key)
+        if first is None:
+            first = self.first[key] = self.real(model, qtype)
+        out = fresh_model(first)
+        out.quantization = first.quantization
+        return out

@@ -230,11 +230,11 @@ def test_a_keystrokes_comparison_reuses_the_shared_prefix_exactly(llama_pair):
     assert C.shared_prefix(IDS, longer) == 8 and C.shared_prefix(IDS, IDS) == len(IDS)
 
 
-def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_heads_own(smollm2):
+def test_the_comparison_holds_no_float32_unembedding_and_its_logits_are_the_heads_own(
+        smollm2, shared_quantized):
     from attnviz.engine.computing.logits import vocab_logits
-    from attnviz.engine.computing.quantized import quantized_model
 
-    q8, q4 = quantized_model(smollm2, "Q8_0"), quantized_model(smollm2, "Q4_0")
+    q8, q4 = shared_quantized(smollm2, "Q8_0"), shared_quantized(smollm2, "Q4_0")
     ha, hb = C.pair_heads(smollm2, q8)
     assert not isinstance(ha.w_u, np.ndarray) and hb.w_u is ha.w_u  # the file's table, read once
     ha4, hb4 = C.pair_heads(smollm2, q4)

@@ -65,12 +65,13 @@ def test_a_quantized_file_holds_what_the_in_memory_quantization_gives(tmp_path, 
     assert reader.fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_1
 
 
-def test_smollm2_q8_0_reopens_in_attnviz_with_its_metadata_and_tokenizer(smollm2, smollm2_q8_0_gguf):
+def test_smollm2_q8_0_reopens_in_attnviz_with_its_metadata_and_tokenizer(smollm2, smollm2_q8_0_gguf,
+                                                                        shared_quantized):
     w = smollm2_q8_0_gguf
     assert w.counts == {"Q8_0": 211, "F32": 61} and w.kept_f16 == {} and w.notices == []
     q8 = load_model(w.path)
     text = "Anna gave 12 apples to Bob; then Anna"
-    got, want = q8.run(text), quantized_model(smollm2, "Q8_0").run(text)
+    got, want = q8.run(text), shared_quantized(smollm2, "Q8_0").run(text)
     assert got.tokens == want.tokens == smollm2.run(text).tokens
     np.testing.assert_array_equal(got.attentions, want.attentions)
     src, out = gguf.GGUFReader(smollm2.path), gguf.GGUFReader(w.path)

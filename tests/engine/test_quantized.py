@@ -128,16 +128,16 @@ def test_gguf_families_quantize_and_match_their_safetensors(tmp_path, family):
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-@pytest.fixture(scope="module")
-def smollm2_q8_0(smollm2):
-    """SmolLM2 quantized once for this module's tests (a read-only model: the engine keeps no
-    per-call state)."""
-    return quantized_model(smollm2, "Q8_0")
+@pytest.fixture
+def smollm2_q8_0(smollm2, shared_quantized):
+    """SmolLM2 quantized to Q8_0: a new Model each test over the copy the session quantized once
+    (tests/shared_models.py)."""
+    return shared_quantized(smollm2, "Q8_0")
 
 
-@pytest.fixture(scope="module")
-def smollm2_q4_0(smollm2):
-    return quantized_model(smollm2, "Q4_0")
+@pytest.fixture
+def smollm2_q4_0(smollm2, shared_quantized):
+    return shared_quantized(smollm2, "Q4_0")
 
 
 def test_smollm2_q8_0_is_close_and_its_weights_are_gguf_round_trips(smollm2, smollm2_q8_0,

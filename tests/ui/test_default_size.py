@@ -153,8 +153,20 @@ def _compare_painted_whole(panel, scroll: QScrollArea | None) -> list[str]:
     return bad
 
 
+@pytest.fixture(scope="module")
+def quantized_once(shared_quantized):
+    """Compare's quantized twin of SmolLM2 made once for every size: the window's B a new Model
+    over it each time (tests/shared_models.py)."""
+    from attnviz.engine.computing import quantized
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quantized, "quantized_model", shared_quantized)
+        yield
+
+
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, scan_dir, size):
+def test_no_panel_is_cut_and_every_tab_reads_whole(qtbot, tmp_path, smollm2, scan_dir, quantized_once,
+                                                    size):
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
     w.resize(*size)
     w.open_scan(str(scan_dir))
