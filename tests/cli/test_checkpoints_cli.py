@@ -50,7 +50,14 @@ def test_attention_takes_checkpoint(tmp_path, capsys, ckpts):
     assert np.abs(at_2 - at_last).max() > 1e-2
 
 
-def test_find_takes_checkpoint(capsys, ckpts):
+@pytest.fixture
+def default_budget():  # (--memory-budget sets the process's budget: put back for later tests)
+    from attnviz.engine.reading import budget as B
+    yield
+    B.set_memory_budget(None)
+
+
+def test_find_takes_checkpoint(capsys, ckpts, default_budget):
     args = ["find", "--model", TOY_MODEL, "--text", REPEATED, "--from", "·par@13", "--to", "·stream@10",
             "--json"]
     docs = []
