@@ -34,6 +34,14 @@ def open_window(qtbot, settings_path, **kw):
     return w
 
 
+def toy_window(qtbot, settings_path, text):
+    """The window on the toy decoder with its training checkpoints loaded (Compare against one of
+    them, the checkpoint slider), its first heatmaps and side panels built."""
+    w = open_window(qtbot, settings_path, model=TOY, text=text)
+    qtbot.waitUntil(lambda: w.state.checkpoints is not None, timeout=WAIT)
+    return w
+
+
 def raised_titles(w) -> list[str]:
     """The raised tab's name in each tab bar of the window's docks on screen (Qt hides the bars it
     keeps unused)."""

@@ -13,7 +13,7 @@ from PySide6.QtCore import QSettings
 from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures.data import open_sidecar
 from attnviz.ui.app import create_window
-from windows import scores_settled
+from windows import scores_settled, toy_window
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -31,12 +31,7 @@ def rss_bytes() -> int:
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = create_window(model=TOY_MODEL, text=REPEATED,
-                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
-                    and w.panels_ready, timeout=WAIT)
+    w = toy_window(qtbot, tmp_path / "s.ini", REPEATED)
     yield w
     w.worker.wait_idle()
 

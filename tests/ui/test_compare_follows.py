@@ -9,14 +9,12 @@ import time
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
-from attnviz.engine.reading.registry import TOY_MODEL
-from attnviz.ui.app import create_window
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
+from windows import toy_window
 
 WAIT = 30000
 HOLD_S = 20
@@ -25,12 +23,7 @@ TEXT = "the cat sat on the mat and the"
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = create_window(model=TOY_MODEL, text=TEXT,
-                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
-                    and w.panels_ready, timeout=WAIT)
+    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
     jobs = w.worker.compare_jobs
     open_compare(w, BSource("checkpoint", 0))
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT

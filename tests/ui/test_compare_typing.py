@@ -10,18 +10,15 @@ import threading
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings
 from PySide6.QtTest import QTest
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.reading.registry import TOY_MODEL
 from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
-from attnviz.ui.app import create_window
 from attnviz.ui.machinery.compare_jobs import NEXT_KIND, BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import drain_events, hover
+from windows import drain_events, hover, toy_window
 
 WAIT = 30000
 HOLD_S = 120
@@ -30,12 +27,7 @@ TEXT = "the cat sat on the mat and the"
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = create_window(model=TOY_MODEL, text=TEXT,
-                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
-                    and w.panels_ready, timeout=WAIT)
+    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
     yield w
     w.worker.compare_jobs.close()
     w.worker.wait_idle()

@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QPointF, QSettings, Qt
+from PySide6.QtCore import QPointF, Qt
 from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import load_model
@@ -21,10 +21,9 @@ from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.reading.registry import TOY_MODEL, resolve
 from attnviz.figures import compare as F
 from attnviz.figures.style import ERROR
-from attnviz.ui.app import create_window
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
-from windows import hover
+from windows import hover, toy_window
 from attnviz.engine.computing.request import RunRequest
 
 WAIT = 30000
@@ -33,12 +32,7 @@ TEXT = "the cat sat on the mat and the cat"
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = create_window(model=TOY_MODEL, text=TEXT,
-                      settings=QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
-    qtbot.addWidget(w)
-    w.show()
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.checkpoints is not None
-                    and w.panels_ready, timeout=WAIT)
+    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
     yield w
     w.worker.compare_jobs.close()
     w.worker.wait_idle()
