@@ -46,6 +46,7 @@ class MainWindow(QMainWindow):
                 obj.setParent(self)
         self.pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None  # the newest compute request whose outcome came
+        self._start_up_collection = None  # its StartUpCollection, once made; False once closed
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
         if not self.state.loading:  # (create_window() started this load already)
@@ -172,8 +173,11 @@ class MainWindow(QMainWindow):
 
         def busy() -> bool:
             return any(self.worker.running(kind) is not None for kind in ("compute", ANALYSIS_KIND))
-        self.worker.when_none_running(  # (its prediction painted first)
-            ANALYSIS_KIND, lambda: StartUpCollection(self, self.state.sigTextChanged, busy))
+
+        def start() -> None:
+            if self._start_up_collection is None:  # (none after closing)
+                self._start_up_collection = StartUpCollection(self, self.state.sigTextChanged, busy)
+        self.worker.when_none_running(ANALYSIS_KIND, start)  # (its prediction painted first)
 
     def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""
@@ -424,6 +428,9 @@ class MainWindow(QMainWindow):
     def closeEvent(self, ev) -> None:
         from attnviz.ui.machinery.tuning import thaw_objects
 
+        if self._start_up_collection not in (None, False):
+            self._start_up_collection.cancel()
+        self._start_up_collection = False  # (a first analysis ending later starts none)
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()
         self.worker.cancel_load()  # a load blocked on a file must not hold the window open

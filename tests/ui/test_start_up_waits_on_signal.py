@@ -120,3 +120,41 @@ def test_the_start_up_collection_waits_for_a_keystroke_s_run_and_follows_its_res
     assert frozen == [TEXT + "s"]  # the keystroke's heatmaps first
     assert w.grid.drawn is w.state.result
     w.worker.wait_idle()
+
+
+def _ticks_for(qtbot, ms: int) -> None:
+    """The event loop turns for `ms` (counted in a 25 ms timer's ticks, as the tests above)."""
+    ticks, timer = [], QTimer()
+    timer.timeout.connect(lambda: ticks.append(1))
+    timer.start(25)
+    qtbot.waitUntil(lambda: len(ticks) * 25 >= ms, timeout=WAIT)
+    timer.stop()
+
+
+def test_the_collection_waits_for_a_load_s_collector_pause_and_never_comes_after_a_close(
+        qtbot, tmp_path, smollm2, monkeypatch):
+    """A vocabulary build's collector pause (gguf_vocab.collector_paused) holds the start-up
+    collection back, as a run does (it would walk and freeze the build's young objects); a window
+    closed before its collection came makes none after (its objects are no start-up's)."""
+    from windows import open_window
+
+    from attnviz.engine.reading.gguf_vocab import collector_paused
+    from attnviz.ui.machinery import tuning
+
+    frozen, real_freeze = [], tuning.freeze_start_up_objects
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", lambda: (frozen.append(1), real_freeze()))
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+    with collector_paused():
+        qtbot.waitUntil(lambda: w.state.effects.analysis is not None, timeout=WAIT)
+        w.worker.wait_idle()
+        _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+        assert frozen == []  # (paused: none)
+    qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)  # and after the pause, once
+    assert frozen == [1]
+
+    frozen.clear()
+    w2 = open_window(qtbot, tmp_path / "s2.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+    qtbot.waitUntil(lambda: w2.state.effects.analysis is not None, timeout=WAIT)
+    w2.close()  # (before its typing pause has come)
+    _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+    assert frozen == []

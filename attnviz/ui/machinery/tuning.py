@@ -142,9 +142,12 @@ FREEZE_PAUSE_MS = 400  # how long typing must pause before start-up's collection
 
 class StartUpCollection(QTimer):
     """freeze_start_up_objects() once typing pauses: FREEZE_PAUSE_MS with no `typed` signal and
-    nothing `busy()` (a keystroke's run, an analysis). Its full collection holds the GIL on the main
-    thread for a good part of a second on a big model's window: a keystroke's run that meets it waits
-    for it, and its result is painted that much later. Restarted by each `typed`; collects once."""
+    nothing `busy()` (a keystroke's run, an analysis) nor a load's collector pause (gguf_vocab's
+    threshold 0: a vocabulary's build, whose young objects it would walk and freeze). Its full
+    collection holds the GIL on the main thread for a good part of a second on a big model's
+    window: a keystroke's run that meets it waits for it, and its result is painted that much
+    later. Restarted by each `typed`, which also postpones the timer's collections
+    (postpone_collections) until then; collects once, never after cancel() (the window closed)."""
 
     def __init__(self, parent, typed, busy: Callable[[], bool]):
         super().__init__(parent)
@@ -157,14 +160,21 @@ class StartUpCollection(QTimer):
 
     def _restart(self, *_) -> None:
         if not self.done:
+            postpone_collections()  # (the start-up heap is not frozen yet)
             self.start()
 
     def _due(self) -> None:
-        if self._busy():
+        if self.done:
+            return
+        if self._busy() or gc.get_threshold()[0] == 0:
             self.start()
             return
         self.done = True
         freeze_start_up_objects()
+
+    def cancel(self) -> None:  # the window is closing: its objects are not start-up's to freeze
+        self.done = True
+        self.stop()
 
 
 def thaw_objects() -> None:
