@@ -287,12 +287,13 @@ _started_lock = threading.Lock()  # (not _extras_lock: a warm-up holds that whil
 
 
 def _warm_later(qtypes, layer) -> None:
-    """warm(qtypes) for `layer`'s one-row steps and block on a thread of its own (warm_in_background),
-    where no warm-up of its block types (their scale type with them) has begun: a one-row run that
-    does not wait for them starts it where nothing else has (the window's warm-up comes after a
-    first analysis, for its model alone)."""
+    """warm(qtypes) on a thread of its own (warm_in_background): `layer`'s one-row steps and the
+    one-row block for every scale type of its block types (not only `layer`'s: the layers met later
+    find them ready), where no warm-up of its block types has begun: a one-row run that does not
+    wait for them starts it where nothing else has (the window's warm-up comes after a first
+    analysis, for its model alone)."""
     if _begun(qtypes):
-        warm_in_background(qtypes, layers=[layer])
+        warm_in_background(qtypes)
 
 
 def _begun(qtypes) -> bool:  # whether this call is the first to begin warming some of qtypes' extras

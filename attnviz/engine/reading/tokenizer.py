@@ -136,7 +136,8 @@ class TextTokenizer:
                     tok.no_truncation()
                     self._tok = tok
                     with self._part_lock:
-                        self._part, self._whole, self._vocabulary = None, None, None
+                        # (the per-text builder's tables go with them)
+                        self._part, self._whole, self._vocabulary, self._for_text = None, None, None, None
         return self._tok
 
     def _tokenizer_for(self, text: str) -> Tokenizer:

@@ -105,8 +105,8 @@ def switching_often():
     through each Qt call; a keystroke's run, through each NumPy step) waits up to one interval
     to take it back, every time: at the default 5 ms, many times the keystroke's own work."""
     old = sys.getswitchinterval()
-    quick = min(old, QUICK_SWITCH_S)
-    sys.setswitchinterval(quick)
+    sys.setswitchinterval(min(old, QUICK_SWITCH_S))
+    quick = sys.getswitchinterval()  # (as stored: whole microseconds)
     try:
         yield
     finally:
