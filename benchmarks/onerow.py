@@ -2,8 +2,8 @@
 path, each timed in turns with what it replaced, in one process (not a test).
 
 - keystroke (one new row after T - 1 cached tokens, every layer's patterns, one kernel thread as
-  the window gives a small matrix) at T = 24, and a generation step at T = 64, 512 and 2048 (its own
-  cache, no dense patterns, its row appended in place as in a generation: qsteps.back_to): the
+  the window gives a small matrix) at T = 24, and a generation step at T = 64, 512 and 2048 (each
+  way's own cache, no dense patterns, its row appended in place as in a generation: qsteps.back_to): the
   one-row block (engine/computing/onerow_block.py's pre_norm_block: a layer in three compiled
   calls, a generation step's in two), the compiled one-row steps (engine/computing/onerow.py: norm, RoPE, attention over the cache, one
   call each) and the NumPy steps, and the kernels' serial twins against their parallel form on
@@ -62,24 +62,27 @@ def _keystrokes(model, T: int, repeat: int, qm) -> dict:
     rng = np.random.default_rng(T)
     ids = rng.integers(100, model.config.vocab_size, T - 1).tolist()
     fresh = iter(rng.integers(100, model.config.vocab_size, 10 * repeat + 100).tolist())
-    cache = KVCache()
+    # each way's own cache, as its own generation leaves it: a cache another way wrote last would
+    # make the one-row block copy every layer's K and V into its buffer first (onerow_stack _KeptKV)
+    caches = {way: KVCache() for way in WAYS}
 
-    def run(new=None):
+    def run(way, new=None):
         tokens = ids + ([] if new is None else [new])
         if T < 64:
             return model.run(ids=tokens)
-        back_to(cache, T - 1)  # (a slice per layer's K and V: a few microseconds)
-        return model.run(ids=np.asarray(tokens), trace=_StepTrace(False, cache),
+        back_to(caches[way], T - 1)  # (a slice per layer's K and V: a few microseconds)
+        return model.run(ids=np.asarray(tokens), trace=_StepTrace(False, caches[way]),
                          request=RunRequest(labels=False))
     steps, serial = qm.ONE_ROW, dict(qm.SERIAL)
     model.clear_cache()
-    run()
+    for way in WAYS:
+        run(way)
     out = {way: {"ms": [], "kernels": []} for way in WAYS}
     for r in range(repeat + 1):
         for way in (WAYS if r % 2 else WAYS[::-1]):
             _set_way(qm, way, steps, serial)
             t0 = time.perf_counter()
-            assert run(next(fresh)).cache_computed == 1
+            assert run(way, next(fresh)).cache_computed == 1
             if r:  # the first round warms every way
                 out[way]["ms"].append((time.perf_counter() - t0) * 1e3)
     spent = [0.0]
@@ -88,7 +91,7 @@ def _keystrokes(model, T: int, repeat: int, qm) -> dict:
             _set_way(qm, way, steps, _timed_kernels(qm, serial, spent))
             spent[0] = 0.0
             t0 = time.perf_counter()
-            run(next(fresh))
+            run(way, next(fresh))
             out[way]["kernels"].append(spent[0] * 1e3)
             out[way].setdefault("timed", []).append((time.perf_counter() - t0) * 1e3)
     _set_way(qm, "one-row block", steps, serial)
