@@ -18,6 +18,7 @@ from attnviz.ui.views.compute_figures import ComputeFigures
 from attnviz.ui.views.controls import LoadBox, SentenceBox, ViewControls
 from attnviz.ui.views.focus import FocusView
 from attnviz.ui.machinery.guard import install_exception_guard
+from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
@@ -46,7 +47,8 @@ class MainWindow(QMainWindow):
                 obj.setParent(self)
         self.pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None  # the newest compute request whose outcome came
-        self._start_up_collection = None  # its StartUpCollection, once made; False once closed
+        # start-up's collection, armed once its last job is done (_freeze_after_start_up)
+        self._start_up_collection = StartUpCollection(self, self.state.sigTextChanged, self._busy)
         # start loading first: the weights load on the worker while the widgets are built
         # a first start opens WINDOW_MODEL (the registry says why), not the CLI's DEFAULT_MODEL
         if not self.state.loading:  # (create_window() started this load already)
@@ -163,21 +165,20 @@ class MainWindow(QMainWindow):
         self.panels_ready = True
         self._freeze_after_start_up()
 
+    def _busy(self) -> bool:  # a keystroke's run or What heads do's analysis going
+        from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
+
+        return any(self.worker.running(kind) is not None for kind in ("compute", ANALYSIS_KIND))
+
     def _freeze_after_start_up(self) -> None:
         """Start-up's objects out of the collector's way (tuning.freeze_start_up_objects) once its
         last job is done: What heads do's first analysis, whose threads the collection's hold on
         the GIL would stall before its prediction is painted; and then once typing pauses, so a
         keystroke's run meets it neither (tuning.StartUpCollection)."""
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
-        from attnviz.ui.machinery.tuning import StartUpCollection
 
-        def busy() -> bool:
-            return any(self.worker.running(kind) is not None for kind in ("compute", ANALYSIS_KIND))
-
-        def start() -> None:
-            if self._start_up_collection is None:  # (none after closing)
-                self._start_up_collection = StartUpCollection(self, self.state.sigTextChanged, busy)
-        self.worker.when_none_running(ANALYSIS_KIND, start)  # (its prediction painted first)
+        # (its prediction painted first)
+        self.worker.when_none_running(ANALYSIS_KIND, self._start_up_collection.arm)
 
     def add_panel_dock(self, title: str, name: str, widget: QWidget) -> QDockWidget:
         """A side panel's dock holding `widget`: the one made empty for it at start, else a new one."""
@@ -426,11 +427,7 @@ class MainWindow(QMainWindow):
         remembered.save_window(self, self.settings)
 
     def closeEvent(self, ev) -> None:
-        from attnviz.ui.machinery.tuning import thaw_objects
-
-        if self._start_up_collection not in (None, False):
-            self._start_up_collection.cancel()
-        self._start_up_collection = False  # (a first analysis ending later starts none)
+        self._start_up_collection.cancel()  # (a first analysis ending later starts none)
         thaw_objects()  # this window's objects, frozen at start-up, can be collected once it is gone
         self.save_settings()
         self.worker.cancel_load()  # a load blocked on a file must not hold the window open

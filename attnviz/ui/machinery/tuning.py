@@ -116,13 +116,19 @@ def _collect() -> None:
     build): CPython reads 0 as "no automatic collection", not as "always past it"."""
     if _quiet_until and time.monotonic() < _quiet_until:
         return
-    counts, limits = gc.get_count(), gc.get_threshold()
-    if limits[0] == 0:
+    if paused():
         return
+    counts, limits = gc.get_count(), gc.get_threshold()
     for g in range(3):
         if counts[g] <= limits[g]:
             break
         gc.collect(g)
+
+
+def paused() -> bool:
+    """Whether automatic collection is paused: a first threshold of 0 (gguf_vocab.collector_paused,
+    a vocabulary's build)."""
+    return gc.get_threshold()[0] == 0
 
 
 def freeze_start_up_objects() -> None:
@@ -146,27 +152,30 @@ class StartUpCollection(QTimer):
     threshold 0: a vocabulary's build, whose young objects it would walk and freeze). Its full
     collection holds the GIL on the main thread for a good part of a second on a big model's
     window: a keystroke's run that meets it waits for it, and its result is painted that much
-    later. Restarted by each `typed`, which also postpones the timer's collections
-    (postpone_collections) until then; collects once, never after cancel() (the window closed)."""
+    later. Waits from arm() (start-up's last job done), restarted by each `typed` from then on,
+    which also postpones the timer's collections (postpone_collections) until it comes; collects
+    once, never after cancel() (the window closed)."""
 
     def __init__(self, parent, typed, busy: Callable[[], bool]):
         super().__init__(parent)
         self.setSingleShot(True)
         self.setInterval(FREEZE_PAUSE_MS)
-        self._busy, self.done = busy, False
+        self._busy, self.armed, self.done = busy, False, False
         typed.connect(self._restart)
         self.timeout.connect(self._due)
-        self.start()
+
+    def arm(self) -> None:
+        if not self.done:
+            self.armed = True
+            self.start()
 
     def _restart(self, *_) -> None:
-        if not self.done:
+        if self.armed and not self.done:
             postpone_collections()  # (the start-up heap is not frozen yet)
             self.start()
 
     def _due(self) -> None:
-        if self.done:
-            return
-        if self._busy() or gc.get_threshold()[0] == 0:
+        if self._busy() or paused():
             self.start()
             return
         self.done = True
