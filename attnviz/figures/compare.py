@@ -4,6 +4,8 @@ line writes it offscreen, the window's Compare panel paints the same map."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
@@ -138,18 +140,16 @@ def paint_tiles(p: QPainter, rgbs, rects, titles, text: QColor, focus: int | Non
 
 
 BAR_STEPS = 64  # the colour bar's bands, +lim at the top down to -lim
-_BAR: list[QImage] = []
 
 
+@functools.cache
 def bar_image() -> QImage:
     """The colour bar's bands as a 1 x BAR_STEPS image, top down: band s holds the value
     lim * (1 - 2 (s + 0.5) / BAR_STEPS), whose colour (headmap.colour_indices) is the same for every
     lim. Made once."""
-    if not _BAR:
-        v = 1 - 2 * (np.arange(BAR_STEPS) + 0.5) / BAR_STEPS  # [steps] each band's value over lim
-        rgb = np.asarray(DIVERGING)[headmap.colour_indices(v, 1.0)].astype(np.uint8)
-        _BAR.append(figure_image(rgb[:, None, :]))
-    return _BAR[0]
+    v = 1 - 2 * (np.arange(BAR_STEPS) + 0.5) / BAR_STEPS  # [steps] each band's value over lim
+    rgb = np.asarray(DIVERGING)[headmap.colour_indices(v, 1.0)].astype(np.uint8)
+    return figure_image(rgb[:, None, :])
 
 
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:
