@@ -260,12 +260,12 @@ def test_the_pool_jobs_after_a_comparison_wait_for_its_frame(window, qtbot, monk
     not beside it: a job's Python on the pool would hold the GIL those paints need."""
     from PySide6.QtCore import QEvent, QObject
 
-    from attnviz.ui.machinery.worker import SCORES_KIND
+    from attnviz.ui.machinery.score_jobs import SCORES_KIND
 
     w = window
     jobs, _panel = compare_shown(w, qtbot)
     w.worker.wait_idle()
-    monkeypatch.setattr(w.worker.score_timing, "at_once", lambda *_: True)  # (the quick scores)
+    monkeypatch.setattr(w.worker.score_jobs.score_timing, "at_once", lambda *_: True)  # (the quick scores)
     order = []  # ("frame", text): the grid painted with a comparison's A − B; ("submit", kind, text)
     real = w.worker.submit
 

@@ -311,7 +311,7 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
     import attnviz.ui.panels.roles_panel as RP
     from attnviz.ui.machinery.runner import Runner
     from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
-    from attnviz.ui.machinery.worker import PROBE_KIND, SCORES_KIND
+    from attnviz.ui.machinery.score_jobs import PROBE_KIND, SCORES_KIND
 
     submitted = []
     real = Runner.submit

@@ -37,24 +37,24 @@ def test_a_new_results_badges_come_back_in_the_titles_alone(window, qtbot):
 
 
 def test_quick_scores_follow_each_result_and_a_long_texts_wait(window, qtbot, minilm):
-    st, worker = window.state, window.worker
+    st, timing = window.state, window.worker.score_jobs.score_timing
     qtbot.waitUntil(lambda: _fresh(st), timeout=WAIT)
-    model, seconds, T = worker.score_timing.last  # the scores just shown were timed, for this model and text
+    model, seconds, T = timing.last  # the scores just shown were timed, for this model and text
     assert model is st.model and T == st.result.n_tokens and seconds >= 0
     # the rule on chosen costs: the measured one is whatever the machine's load made it
-    worker.score_timing.note(st.model, SCORE_AT_ONCE_S, T)
-    assert worker.score_timing.at_once(st.model, st.result.n_tokens)  # at the threshold: at once
+    timing.note(st.model, SCORE_AT_ONCE_S, T)
+    assert timing.at_once(st.model, st.result.n_tokens)  # at the threshold: at once
     # about 500 tokens against about 12: the same work scales by T², far past a keystroke's share
     long = minilm.run("the cat sat on the mat " * 80, request=RunRequest(truncate=True))
     assert long.n_tokens > 30 * T
-    assert not worker.score_timing.at_once(st.model, long.n_tokens)
+    assert not timing.at_once(st.model, long.n_tokens)
     scale = (long.n_tokens / T) ** 2
-    worker.score_timing.note(st.model, SCORE_AT_ONCE_S / scale / 2, T)  # a text that quick follows at once
-    assert worker.score_timing.at_once(st.model, long.n_tokens)
-    worker.score_timing.note(st.model, SCORE_AT_ONCE_S * 2, T)  # slower than the threshold: waits
-    assert not worker.score_timing.at_once(st.model, st.result.n_tokens)
-    worker.score_timing.note(object(), SCORE_AT_ONCE_S * 100, T)  # another model's cost: measure at once
-    assert worker.score_timing.at_once(st.model, st.result.n_tokens)
+    timing.note(st.model, SCORE_AT_ONCE_S / scale / 2, T)  # a text that quick follows at once
+    assert timing.at_once(st.model, long.n_tokens)
+    timing.note(st.model, SCORE_AT_ONCE_S * 2, T)  # slower than the threshold: waits
+    assert not timing.at_once(st.model, st.result.n_tokens)
+    timing.note(object(), SCORE_AT_ONCE_S * 100, T)  # another model's cost: measure at once
+    assert timing.at_once(st.model, st.result.n_tokens)
 
 
 def test_start_up_objects_are_frozen_until_the_window_closes(window, qtbot):

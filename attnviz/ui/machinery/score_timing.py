@@ -7,7 +7,7 @@ SCORE_AT_ONCE_S = 0.015  # text scores expected to take at most this long follow
 
 
 class ScoreTiming:
-    """The worker's rule for when the text's scores are taken (Worker._scores_on_result)."""
+    """The rule for when the text's scores are taken (ScoreJobs._scores_on_result: score_jobs.py)."""
 
     def __init__(self):
         self.last = None  # (model, seconds, T): how long the text's last dense scores took, None before any
