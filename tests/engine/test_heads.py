@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz.engine.analysing import find as F, head_patterns as HP, heads as H, probes as P
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import Cancelled, InputError
 
 # a causal 4-token head: rows sum to 1
 A4 = np.array([
@@ -102,6 +102,24 @@ def test_perfect_induction_head_scores_share_of_rows_and_full_strength():
     assert hs.strength["induction"][0, 0] == pytest.approx(1.0)
     assert hs.scores["duplicate"][0, 0] == pytest.approx(0.0)
     assert hs.labels == [["induction"]]
+
+
+def test_scores_stop_between_roles_once_stop_says_so_and_are_the_same_when_it_never_does():
+    ids = [7, 3, 7, 3, 7]
+    attn = _rows(5, [tuple(c) for c in np.argwhere(HP.induction_pattern(ids))])[None, None]
+    asked = []
+
+    def stop():  # a newer text arrives as the second role is reached
+        asked.append(1)
+        return len(asked) >= 2
+    with pytest.raises(Cancelled):
+        H.score_heads(attn, ids, stop=stop)
+    assert len(asked) == 2  # (asked no further)
+    never = H.score_heads(attn, ids, stop=lambda: False)
+    whole = H.score_heads(attn, ids)
+    assert never.labels == whole.labels
+    for role in H.ROLES:
+        np.testing.assert_array_equal(never.scores[role], whole.scores[role])
 
 
 def test_self_sink_next_distance_entropy_by_hand():

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.head_patterns import (
     IDENTITY_ROLES, ROLES, chance_score, detection_pattern, detection_rows, entropy, mean_distance,
@@ -218,12 +218,13 @@ def check_patterns(attentions, ids, what: str = "head scores"):
 
 
 def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False, tokens=None,
-                unknown_ids=()):
+                unknown_ids=(), stop=None):
     """Every score of every head: [n_layer, n_head, T, T], ids [T] -> HeadScores.
 
     `unknown_ids`: the tokenizer's unknown-token ids ([UNK]), which never count as repeats; when
     more than UNKNOWN_LIMIT of the tokens are unknown, no role that depends on token identity
-    (duplicate, induction) is labelled at all."""
+    (duplicate, induction) is labelled at all. `stop()`, asked before each role, raises Cancelled
+    when it says so (a newer text: the window's scores give way to its run)."""
     attentions, ids = check_patterns(attentions, ids)
     T = attentions.shape[-1]
     unknown = unknown_mask(ids, unknown_ids)
@@ -234,6 +235,8 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
     excl = {"exclude_bos": exclude_bos, "exclude_current_token": exclude_current_token}
     scores, strength, coverage, chance = {}, {}, {}, {}
     for role in ROLES:
+        if stop is not None and stop():
+            raise Cancelled("newer head scores are asked for")
         d = detection_pattern(role, ids, unknown)
         opts = excl if role in ("previous", "next", "duplicate", "induction") else {}
         scores[role] = mul_score(attentions, d, **opts)
@@ -282,11 +285,12 @@ def label_heads(strength, thresholds=THRESHOLDS, scores=None, chance=None):
             for l in range(n_layer)]
 
 
-def score_result(result, exclude_bos=False, exclude_current_token=False, unknown_ids=()):
-    """Scores for an engine RunResult (`unknown_ids`: see `unknown_token_ids(model)`)."""
+def score_result(result, exclude_bos=False, exclude_current_token=False, unknown_ids=(), stop=None):
+    """Scores for an engine RunResult (`unknown_ids`: see `unknown_token_ids(model)`; `stop`: see
+    score_heads)."""
     return score_heads(result.attentions, result.input_ids, exclude_bos=exclude_bos,
                        exclude_current_token=exclude_current_token, tokens=result.labels,
-                       unknown_ids=unknown_ids)
+                       unknown_ids=unknown_ids, stop=stop)
 
 
 def no_head_clears(hs, role, where="this text"):

@@ -3,7 +3,8 @@ section is ui/machinery/scores_state.py). The typed text's scores follow each re
 exclusion options: right after the result (the next job on the pool, so the badges come back within
 a few ms, and only the titles change) when the last scores of this model, scaled to the new length,
 took at most SCORE_AT_ONCE_S (score_timing.py); otherwise once results have paused for
-RESCORE_DELAY_MS (a long text: a keystroke must not queue behind its scores). A probe source's
+RESCORE_DELAY_MS (a long text: a keystroke must not queue behind its scores); a keystroke stops
+the scores of the text before it (they would hold its run up on the pool). A probe source's
 scores follow the options, the model and the training step, never the text (typing must not restart
 a 60-sentence probe). Both are pure engine calls on the pool, written into the state
 (set_text_scores, set_probe_scores); the newest of each wins. A long text's scores (state.long: its
@@ -50,10 +51,20 @@ class ScoreJobs(QObject):
         self._probe_cache = None  # (model, seed, (RunResult, note)): the random probe's last run
         self.score_timing = ScoreTiming()  # when the text's scores follow a result at once
         self._text_flags = (st.role_options.exclude_bos, st.role_options.exclude_current)  # newest text request's
+        st.sigTextChanged.connect(self._scores_on_text)
         st.sigTextResultChanged.connect(self._scores_on_result)  # a dense result or a long run's
+        st.sigComputeReported.connect(self._scores_on_report)
         st.sigRoleOptionsChanged.connect(self._scores_on_options)
         st.sigModelChanged.connect(self._scores_on_model)
         st.sigCheckpointChanged.connect(lambda _i: self.request_probe_scores())
+
+    def _scores_on_text(self, _text) -> None:
+        """A keystroke: the scores of the result before it are not waited for. Its run would
+        queue behind them on the pool, and they would be greyed the moment its result came (not
+        its patterns); the keystroke's result is scored in turn (_scores_on_result). A waiting
+        one is not started, a queued one is skipped, a running one stops at its next role."""
+        self._scores_timer.stop()
+        self.worker.cancel(SCORES_KIND)
 
     def _scores_on_result(self, result) -> None:
         if result is None:  # the state drops the text's scores itself
@@ -72,6 +83,11 @@ class ScoreJobs(QObject):
                 self._scores_wait_frame = False
                 self._scores_timer.start(RESCORE_DELAY_MS)  # restarts while results keep coming
         # else: the state kept its scores (the same patterns, run again for a view)
+
+    def _scores_on_report(self, _request, message: str) -> None:
+        """A run failed: the result still shown is scored if a keystroke stopped its scores."""
+        if message and self.state.text_result is not None:
+            self._scores_on_result(self.state.text_result)
 
     def _scores_on_options(self, opts) -> None:
         if (opts.exclude_bos, opts.exclude_current) != self._text_flags:
@@ -113,13 +129,16 @@ class ScoreJobs(QObject):
             self._score_long(model, st.long.run, opts)
             return
 
+        job_id = self.worker.claim(SCORES_KIND)
+        stale = lambda: not self.worker.is_newest(SCORES_KIND, job_id)  # noqa: E731  (a keystroke)
+
         def work():  # -> (HeadScores, seconds taken)
             t0 = time.perf_counter()
             scores = H.score_result(result, exclude_bos=opts.exclude_bos,
                                     exclude_current_token=opts.exclude_current,
-                                    unknown_ids=H.unknown_token_ids(model))
+                                    unknown_ids=H.unknown_token_ids(model), stop=stale)
             return scores, time.perf_counter() - t0
-        self.worker.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts))
+        self.worker.submit(SCORES_KIND, work, self._on_text_scores, (model, result, opts), job_id=job_id)
 
     def _score_long(self, model, run, opts) -> None:
         """A long run's text scores (heads.score_layers over each layer's row blocks, no [T, T]
