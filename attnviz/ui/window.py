@@ -165,10 +165,10 @@ class MainWindow(QMainWindow):
         self.panels_ready = True
         self._freeze_after_start_up()
 
-    def _busy(self) -> bool:  # a keystroke's run or What heads do's analysis going
+    def _busy(self) -> bool:  # a keystroke's run or What heads do's analysis going (a stale one too)
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
 
-        return any(self.worker.running(kind) is not None for kind in ("compute", ANALYSIS_KIND))
+        return any(self.worker.at_work(kind) for kind in ("compute", ANALYSIS_KIND))
 
     def _freeze_after_start_up(self) -> None:
         """Start-up's objects out of the collector's way (tuning.freeze_start_up_objects) once its

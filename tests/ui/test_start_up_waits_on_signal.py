@@ -158,3 +158,48 @@ def test_the_collection_waits_for_a_load_s_collector_pause_and_never_comes_after
     w2.close()  # (before its typing pause has come)
     _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
     assert frozen == []
+
+
+def test_the_start_up_collection_waits_for_a_first_analysis_a_keystroke_made_stale(
+        qtbot, tmp_path, monkeypatch):
+    """A key typed while the first analysis runs: the keystroke's own analysis is shown, and the
+    first one, stale, runs on in its thread until its next check; the start-up collection (which
+    freezes what is alive then) waits for that thread to end, not just for the analysis shown."""
+    from PySide6.QtGui import QTextCursor
+
+    from attnviz.ui.machinery import tuning
+    from windows import IOI, TOY, open_window
+
+    gate, calls, frozen = threading.Event(), [], []
+    real_analyse, real_freeze = EJ.analyse_typed, tuning.freeze_start_up_objects
+
+    def held(*a, **k):  # the first analysis only
+        calls.append(1)
+        if len(calls) == 1:
+            assert gate.wait(WAIT / 1000)
+        return real_analyse(*a, **k)
+
+    def freeze():
+        frozen.append(gate.is_set())
+        real_freeze()
+    monkeypatch.setattr(EJ, "analyse_typed", held)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    settings = tmp_path / "s.ini"
+    QSettings(str(settings), QSettings.Format.IniFormat).setValue("raised_tabs", "predict_dock")
+    try:
+        w = open_window(qtbot, settings, model=TOY, text=IOI, panels=("predict",))
+        st = w.state
+        qtbot.waitUntil(lambda: len(calls) == 1, timeout=WAIT)  # (held)
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClick(w.text_box, "x")
+        qtbot.waitUntil(lambda: st.result.text == IOI + "x" and st.effects.analysis_of(st.result) is not None,
+                        timeout=WAIT)  # the keystroke's analysis shown; the first still at work
+        assert w.predict_panel.top_table.rowCount() > 0
+        _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+        assert frozen == []
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)
+    assert frozen == [True]  # once the stale analysis's thread was let go on
+    assert st.effects.analysis_of(st.result) is not None and w.predict_panel.top_table.rowCount() > 0
+    w.worker.wait_idle()

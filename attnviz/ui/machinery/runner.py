@@ -180,7 +180,9 @@ class Runner(QObject):
     """Newest-wins background jobs per kind, on the POOL or a THREAD of their own (module docstring)."""
 
     sigBusy = Signal(bool)  # whether any job the window still waits for is running
-    sigEnded = Signal(str)  # kind: a job of this kind ended (its result delivered) or was let go
+    # kind: a job of this kind ended, its work returned (a stale one's too: let go, it runs on until
+    # then) or skipped on the pool; its result delivered, or dropped
+    sigEnded = Signal(str)
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
@@ -246,24 +248,29 @@ class Runner(QObject):
 
     def cancel(self, kind: str) -> Job | None:
         """Stop waiting for the running job of this kind: its result will be dropped. A job on a
-        THREAD lane runs on until its work returns (a Python thread cannot be stopped)."""
+        THREAD lane runs on until its work returns (a Python thread cannot be stopped), a job that
+        asks whether it is stale until its next check: sigEnded comes then, not now."""
         job = self.running(kind)
         if job is not None:
             self._newest[kind] = None
             log.info("stopped waiting for %r; it finishes in the background, unheard", job)
             self._update_busy()
-            self.sigEnded.emit(kind)
         return job
 
+    def at_work(self, kind: str) -> bool:
+        """Whether a job of this kind is still at work: the one the window waits for, or one let
+        go (stale or cancelled) whose work has not returned yet."""
+        return any(job.kind == kind for job in self._live.values())
+
     def when_none_running(self, kind: str, then: Callable[[], None]) -> None:
-        """then() once no job of `kind` is running (running(kind) is None): now if none is, else
-        as the one running ends, its result delivered first (sigEnded, never a poll)."""
-        if self.running(kind) is None:
+        """then() once no job of `kind` is at work (at_work), stale ones included: now if none is,
+        else as the last one ends, its result delivered first (sigEnded, never a poll)."""
+        if not self.at_work(kind):
             then()
             return
 
         def ended(ended_kind: str) -> None:
-            if ended_kind == kind and self.running(kind) is None:
+            if ended_kind == kind and not self.at_work(kind):
                 self.sigEnded.disconnect(ended)
                 then()
         self.sigEnded.connect(ended)
