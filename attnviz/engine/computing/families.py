@@ -64,7 +64,7 @@ class Consts:
     scale: float  # score scale: 1 / sqrt(d_head) (GPT-2's scale_attn_by_inverse_layer_idx: / (i + 1))
     rope: tuple | None  # (cos, sin) [n, d_head] for the new positions, or None (no RoPE)
     bias: np.ndarray | None  # [n, T]: 0 where a query may look, -inf where masked; None: sees all
-    # (or a long run's, whose attention masks each block itself: layers.scores_t)
+    # (or a long run's, whose attention masks each block itself: rowblocks.scores_t)
     norm: Callable  # (x, gain_bias) -> x: the family's norm with the config's epsilon
     act: Callable  # the MLP's activation
     gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
