@@ -198,25 +198,39 @@ def _qmatvec():  # imported when a packed matrix first comes (numba loads in a f
     return _QMATVEC
 
 
-def one_row_steps(layer, n_rows: int):
+def one_row_steps(layer, n_rows: int, trace=None):
     """The compiled one-row steps (engine/computing/onerow.py) for a run of `n_rows` on `layer`:
     one row on a layer the kernels multiply by (packed, the kernels on), once qmatvec.warm has
-    loaded them; else None (the NumPy steps)."""
+    loaded them, where the run's `trace` takes them; else None (the NumPy steps). A trace that
+    has not chosen yet chooses here, for every layer of its run: the steps loaded now
+    (Trace.one_row)."""
     if n_rows != 1 or getattr(layer, "packed", None) is None:
         return None
+    return _chosen(trace, _loaded())
+
+
+def one_row_stack(n_rows: int, trace=None):
+    """engine/computing/onerow_stack.py (every layer of a one-row run in one compiled call) for a
+    run of `n_rows`: one row, the kernels on, the one-row steps loaded and their block taken
+    (onerow.USE_BLOCK), where the run's `trace` takes them (one_row_steps); else None."""
+    steps = _loaded() if n_rows == 1 else None
+    if steps is None or not steps.USE_BLOCK:
+        return None
+    steps = _chosen(trace, steps)
+    return steps.onerow_stack if steps is not None else None
+
+
+def _loaded():  # the one-row steps where qmatvec.warm has loaded them and the kernels are on, else None
     qm = _qmatvec()
     return qm.ONE_ROW if qm.ENABLED else None
 
 
-def one_row_stack(n_rows: int):
-    """engine/computing/onerow_stack.py (every layer of a one-row run in one compiled call) for a
-    run of `n_rows`: one row, the kernels on, the one-row steps loaded and their block taken
-    (onerow.USE_BLOCK); else None."""
-    if n_rows != 1:
-        return None
-    qm = _qmatvec()
-    steps = qm.ONE_ROW
-    return steps.onerow_stack if qm.ENABLED and steps is not None and steps.USE_BLOCK else None
+def _chosen(trace, steps):  # `steps` (loaded, or None) as the run of `trace` takes them (Trace.one_row)
+    if trace is None:
+        return steps
+    if trace.one_row is None:
+        trace.one_row = steps is not None
+    return steps if trace.one_row else None
 
 
 def _packed_view(layers, i: int):  # a LayerStore's packed view of layer i (None: none, or a list)

@@ -77,6 +77,12 @@ class Trace:
     # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
     # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
     stop: Callable[[], bool] | None = None
+    # the steps a run of one row on packed layers takes: True, the compiled one-row steps
+    # (engine/computing/onerow.py, their block, their stack); False, the layer loop's NumPy steps;
+    # None: those loaded as the run first asks, chosen then for all its layers and kept here
+    # (layers.one_row_steps). A run given another's choice takes the same steps (Compare's B on a
+    # keystroke's ids: the same bits as A's, whenever the one-row steps' warm-up ends)
+    one_row: bool | None = None
     # how engine/computing/onerow_stack.py may run a cached one-row run of a trace of exactly this
     # class (read from the class's own body: a subclass that says nothing is never run so):
     # "patterns", each layer's row into `attentions`, the run ending at the last one
