@@ -178,11 +178,11 @@ def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns
     threads: the residual stream of one thread within float32 rounding (products of other shapes
     sum in another order; streams of size ~10), and the dense path's patterns."""
     from attnviz.engine import parallel
-    from attnviz.engine.computing import layers
+    from attnviz.engine.computing import rowblocks
 
     model, ids, dense, _ = runs[name]
     monkeypatch.setattr(parallel, "ROW_CHUNK", 8)
-    monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # group_rows' floor: 16 rows a block
+    monkeypatch.setattr(rowblocks, "BLOCK_BYTES", 1)  # group_rows' floor: 16 rows a block
     one, two = (LongTrace(workers=w, resid=True) for w in (1, 2))
     for trace in (one, two):
         model.run(ids=ids, trace=trace, request=RunRequest(use_cache=False))
@@ -194,10 +194,10 @@ def test_a_long_run_shared_over_threads_in_small_blocks_gives_the_dense_patterns
 
 @pytest.mark.parametrize("reduce", ["max", "mean"])
 def test_an_overview_on_two_threads_is_the_same_float32s_as_on_one(runs, reduce, monkeypatch):
-    from attnviz.engine.computing import layers
+    from attnviz.engine.computing import rowblocks
 
     lp = runs["mistral_window"][3]
-    monkeypatch.setattr(layers, "BLOCK_BYTES", 1)  # blocks of 16 rows: 3 blocks of 37
+    monkeypatch.setattr(rowblocks, "BLOCK_BYTES", 1)  # blocks of 16 rows: 3 blocks of 37
     for shown in (None, [1], [0, lp.n_head - 1]):
         one = lp.overview(1, (30, 7), reduce, heads=shown, workers=1)
         two = lp.overview(1, (30, 7), reduce, heads=shown, workers=2)

@@ -17,6 +17,7 @@ from attnviz.engine.computing import families, layers, load
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.computing.trace import Trace
 from attnviz.engine.reading import gguf_model, qpack
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
@@ -67,8 +68,8 @@ def steps_taken(monkeypatch):
     None), per layer in order."""
     taken, real = [], layers.one_row_steps
 
-    def seen(layer, n_rows):
-        taken.append((n_rows, real(layer, n_rows)))
+    def seen(layer, n_rows, trace=None):
+        taken.append((n_rows, real(layer, n_rows, trace)))
         return taken[-1][1]
     monkeypatch.setattr(families, "one_row_steps", seen)
     return taken
@@ -176,6 +177,43 @@ def test_where_the_rest_is_warmed_later_a_one_row_run_waits_for_nothing_more_tha
     want = warm.run(ids=IDS)
     np.testing.assert_allclose(step.attentions, want.attentions, rtol=0, atol=1e-5)
     np.testing.assert_allclose(after.attentions, warm.run(ids=IDS + [7]).attentions, rtol=0, atol=1e-5)
+
+
+def test_a_run_given_another_runs_steps_takes_them_though_the_warm_up_ended_between(tmp_path, cold,
+                                                                                   steps_taken, monkeypatch):
+    """Two models from one file (Compare of a model with itself), the window's way (the rest
+    later): A's one-row run before the one-row steps are warm takes the NumPy steps and its trace
+    keeps that choice (Trace.one_row); the warm-up that run started then ends, and B's run of the
+    same ids given A's choice takes the NumPy steps too, every layer, and gives A's patterns bit
+    for bit. A run that chooses for itself then takes the one-row steps."""
+    a = loaded(tmp_path, cold)
+    b = loaded(tmp_path, [], "b.gguf")
+    gate, real = threading.Event(), qm._warm_one_row
+
+    def held(half):  # (the warm-up A's run starts, held until that run is done)
+        assert gate.wait(timeout=600)
+        real(half)
+    monkeypatch.setattr(qm, "_warm_one_row", held)
+    for model in (a, b):
+        model.run(ids=IDS[:-1])
+    del steps_taken[:], cold[:]
+    first = Trace()
+    ran_a = a.run(ids=IDS, trace=first)
+    assert ran_a.cache_computed == 1 and first.one_row is False
+    gate.set()
+    for t, _ in cold:
+        t.join(timeout=600)
+    assert qm.ONE_ROW is not None and qm.warmed(a.weights.packed_types, layers=load.packed_views(a))
+    second = Trace()
+    second.one_row = first.one_row
+    ran_b = b.run(ids=IDS, trace=second)
+    assert ran_b.cache_computed == 1 and second.one_row is False
+    assert steps_taken and all(n == 1 and steps is None for n, steps in steps_taken)
+    assert np.array_equal(ran_a.attentions, ran_b.attentions)
+    del steps_taken[:]
+    own = Trace()
+    assert b.run(ids=IDS[:-1] + [7], trace=own).cache_computed == 1
+    assert own.one_row is True and all(steps is qm.ONE_ROW for _, steps in steps_taken)
 
 
 def test_a_load_starts_the_few_rows_kernels_before_its_tokenizer_and_layers(tmp_path, cold, monkeypatch):

@@ -7,6 +7,7 @@ numbers are a fully warmed run's, bit for bit."""
 
 import importlib.util
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -65,11 +66,11 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
         submitted.append((kind, lane))
         return real_submit(self, kind, fn, on_done, request, lane, job_id)
 
-    def taken(layer, n_rows):
-        steps.append((n_rows, real_steps(layer, n_rows)))
+    def taken(layer, n_rows, trace=None):
+        steps.append((n_rows, real_steps(layer, n_rows, trace)))
         return steps[-1][1]
-    def stacked(n_rows):  # (every layer in one call: it too asks for the one-row steps)
-        stack = real_stack(n_rows)
+    def stacked(n_rows, trace=None):  # (every layer in one call: it too asks for the one-row steps)
+        stack = real_stack(n_rows, trace)
         if stack is not None:
             steps.append((n_rows, qm.ONE_ROW))
         return stack
@@ -169,12 +170,12 @@ def test_a_key_typed_while_the_one_row_steps_warm_is_painted_without_waiting_for
         gate.wait(3 * WAIT / 1000)
         load(*a)
 
-    def taken(layer, n_rows):
-        steps.append((n_rows, layers.one_row_steps(layer, n_rows)))
+    def taken(layer, n_rows, trace=None):
+        steps.append((n_rows, layers.one_row_steps(layer, n_rows, trace)))
         return steps[-1][1]
 
-    def stacked(n_rows):  # (every layer in one call)
-        steps.append((n_rows, real_stack(n_rows)))
+    def stacked(n_rows, trace=None):  # (every layer in one call)
+        steps.append((n_rows, real_stack(n_rows, trace)))
         return steps[-1][1]
     monkeypatch.setattr(onerow, "warm", held)
     monkeypatch.setattr(families, "one_row_steps", taken)
@@ -230,12 +231,12 @@ def test_a_key_that_drops_the_first_analysis_still_gets_the_one_row_steps(qtbot,
         assert gate.wait(WAIT / 1000)
         return real_analyse(*a, **k)
 
-    def taken(layer, n_rows):
-        steps.append((n_rows, real_steps(layer, n_rows)))
+    def taken(layer, n_rows, trace=None):
+        steps.append((n_rows, real_steps(layer, n_rows, trace)))
         return steps[-1][1]
 
-    def stacked(n_rows):  # (every layer in one call: it too takes the one-row steps)
-        stack = real_stack(n_rows)
+    def stacked(n_rows, trace=None):  # (every layer in one call: it too takes the one-row steps)
+        stack = real_stack(n_rows, trace)
         if stack is not None:
             steps.append((n_rows, qm.ONE_ROW))
         return stack
@@ -259,3 +260,67 @@ def test_a_key_that_drops_the_first_analysis_still_gets_the_one_row_steps(qtbot,
     w.worker.wait_idle()
     assert w.state.result.cache_computed == 1
     assert steps and all(s is qm.ONE_ROW is not None for n, s in steps if n == 1)
+
+
+def test_compare_of_a_model_with_itself_shows_no_difference_when_the_warm_up_ends_between_its_runs(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    """Compare of SmolLM2 with itself (B loaded from the same file), a key typed while the one-row
+    steps still warm (held), the warm-up let go and waited for to its end as A's run of the key
+    ends, before B's run of it starts: B's run takes the steps A's took (the layer loop's NumPy
+    steps; a run on the one-row steps equals them only within float32 rounding), so the A − B tiles
+    shown are the colour of 0 and every head's JSD is exactly 0, a run against itself."""
+    from PySide6.QtGui import QTextCursor
+
+    from attnviz.engine.computing import onerow
+    from attnviz.figures import compare as F
+    from attnviz.ui.machinery import compare_jobs as CJ
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    qm, one_row = cold
+    loading, gate, armed, between = threading.Event(), threading.Event(), threading.Event(), []
+    load, real_keep = onerow.warm, CJ.Handoff.keep
+
+    def held(*a):  # the warm-up's load of the one-row steps, held until A's run of the key ends
+        loading.set()
+        gate.wait(3 * WAIT / 1000)
+        load(*a)
+
+    def keep(self, run):  # A's job hands its run to B's, on the pool's thread, as it ends
+        if armed.is_set() and not gate.is_set():
+            gate.set()
+            types, tick = w.state.model.weights.packed_types, threading.Event()
+            end = time.monotonic() + WAIT / 1000
+            while not qm.warmed(types) and time.monotonic() < end:  # the warm-up's end, before B's run
+                tick.wait(0.01)
+            between.append(qm.ONE_ROW is not None)
+        return real_keep(self, run)
+    monkeypatch.setattr(onerow, "warm", held)
+    monkeypatch.setattr(CJ.Handoff, "keep", keep)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        qtbot.waitUntil(loading.is_set, timeout=WAIT)  # the first analysis is in: the warm-up has begun
+        jobs = w.worker.compare_jobs
+        open_compare(w, CJ.BSource("model", str(smollm2.path)))
+        qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
+                        timeout=WAIT * 4)
+        assert qm.ONE_ROW is None and not gate.is_set()
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        armed.set()
+        qtbot.keyClick(w.text_box, ".")
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == KEYED, timeout=WAIT * 2)
+    finally:
+        gate.set()
+    assert between == [True]  # the one-row steps were warm before B's run of the key began
+    c = jobs.comparison
+    assert c.result.cache_computed == 1  # A's run of the key: one row on the KV cache
+    assert c.pair.a.trace.one_row is False and c.pair.b.trace.one_row is False  # the NumPy steps, both
+    assert c.doc["heads_jsd"] is not None and np.all(np.asarray(c.doc["heads_jsd"]) == 0)
+    panel = w.compare_panel
+    for layer in range(c.b_attentions.shape[0]):
+        assert not np.any(jobs.difference(layer)), layer
+        rgbs, lim = panel.layer_pictures(layer)  # the A − B tiles as painted
+        zero = F.signed_rgb(np.zeros((1, 1), np.float32), lim)[0, 0]
+        assert all(np.all(rgb == zero) for rgb in rgbs), layer
+    jobs.close()
+    w.worker.wait_idle()
+    settled()

@@ -64,7 +64,7 @@ class Consts:
     scale: float  # score scale: 1 / sqrt(d_head) (GPT-2's scale_attn_by_inverse_layer_idx: / (i + 1))
     rope: tuple | None  # (cos, sin) [n, d_head] for the new positions, or None (no RoPE)
     bias: np.ndarray | None  # [n, T]: 0 where a query may look, -inf where masked; None: sees all
-    # (or a long run's, whose attention masks each block itself: layers.scores_t)
+    # (or a long run's, whose attention masks each block itself: rowblocks.scores_t)
     norm: Callable  # (x, gain_bias) -> x: the family's norm with the config's epsilon
     act: Callable  # the MLP's activation
     gated_mlp: bool  # act(x W_gate) * (x W_up) (SwiGLU), or act(x W_in)
@@ -476,7 +476,7 @@ def _forward_rows(cfg, w, ids, p, trace: Trace, past: KVCache | None) -> None:
             trace.record_resid(i, x, past)
             rows = trace.attentions[i, :, p:] if trace.attentions is not None else None
             layer = layer_for(w.layers, i, len(x))
-            steps = one_row_steps(layer, len(x)) if trace.attention is None else None
+            steps = one_row_steps(layer, len(x), trace) if trace.attention is None else None
             c = consts[i] if steps is None else one_row_consts(steps, cfg, consts[i])
             x = (fam.block if c.block is None else c.block)(x, layer, c, trace.slot(i, past, rows))
             if trace.early is not None and i + 1 == trace.early[0]:
@@ -496,5 +496,5 @@ def _in_one_call(cfg, w, p, trace: Trace, past: KVCache | None, consts, x) -> bo
             or fam.norm is not rms_norm or not fam.gated_mlp or not fam.rope or fam.qk_norm is not None
             or ACTIVATIONS[cfg.activation] is not silu):
         return False
-    stack = one_row_stack(1)
+    stack = one_row_stack(1, trace)
     return stack is not None and stack.stacked_rows(cfg, w, p, trace, past, consts, x, layer_for)

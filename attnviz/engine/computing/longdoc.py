@@ -8,7 +8,7 @@ at its 8,192 positions. A long run (`run_long`) instead keeps, per layer,
     k    [n_kv_head, T, d_head]  the keys as cached (RoPE applied, not repeated per group); and V
     lse  [n_head, T]             each row's log-sum-exp of its scores
 
-(31 MB a layer for SmolLM2 at T = 8,192), and attention runs in row blocks (layers.attend_in_blocks),
+(31 MB a layer for SmolLM2 at T = 8,192), and attention runs in row blocks (rowblocks.attend_in_blocks),
 so no [n_head, T, T] array exists either. A weight is then exp(q_i k_j * scale - lse_i): any block of
 rows, one head's rows, one key's column or an overview tile (the max or the mean of each block of
 the pattern at a resolution) is computed when asked, from these alone (`LongPatterns`). From V and
@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from attnviz.engine.errors import InputError
-from attnviz.engine.computing.layers import (
+from attnviz.engine.computing.rowblocks import (
     ROW_BLOCK, attend_in_blocks, group_rows, key_range, kv_heads, pattern_rows, scores_t, work_buffer,
 )
 from attnviz.engine.computing.patterns import check_finite
@@ -265,8 +265,8 @@ class LongPatterns:
         """Query rows a..b-1 folded into cells: rows row_starts[i].. (relative to a) x keys
         col_edges[j]..col_edges[j+1]-1 (absolute, strictly increasing), each cell the max or the sum
         ("max", "mean") of its weights, written into out [n_head (or len(heads)), len(row_starts),
-        len(col_edges) - 1]; buf: a work array (layers.work_buffer), returned for the next block.
-        One product per KV head (layers.scores_t: keys as rows), so each block of keys folds along
+        len(col_edges) - 1]; buf: a work array (rowblocks.work_buffer), returned for the next block.
+        One product per KV head (rowblocks.scores_t: keys as rows), so each block of keys folds along
         axis 0, a pass over whole rows. For the max, the max is taken over the scores and only the
         blocks' maxima are exponentiated: exp(max_k s_k - lse) = max_k exp(s_k - lse) (exp and the
         one subtraction keep the order), the same float32 numbers as reducing rows() at a fraction

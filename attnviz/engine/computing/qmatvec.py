@@ -99,11 +99,12 @@ def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
     warm-up finished; but not in a process that warms those later itself (qpack.rest_later: the
     window, after its first analysis), whose one-row runs wait for no more than a run of a few
     rows: until the one-row steps are loaded they take the layer loop's NumPy steps on the
-    few-row kernels (ONE_ROW is None), within the kernels' bound of the float32 pass as the
-    one-row steps are, and the first such run starts their warm-up on a thread of its own
-    (_warm_later: a window whose first analysis never came, a Compare's B of other types). A run of more
-    rows waits for its kernels alone: a serial twin gives its kernel's bits, and the one-row steps
-    are not taken."""
+    few-row kernels (ONE_ROW is None; a run chooses once, for all its layers, and a run given
+    another's choice takes the same: Trace.one_row), within the kernels' bound of the float32
+    pass as the one-row steps are, and the first such run starts their warm-up on a thread of
+    its own (_warm_later: a window whose first analysis never came, a Compare's B of other
+    types). A run of more rows waits for its kernels alone: a serial twin gives its kernel's
+    bits, and the one-row steps are not taken."""
     pl = layer.packed
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):

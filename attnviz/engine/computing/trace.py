@@ -19,12 +19,12 @@ of the trace, a `LayerCache`, and calls it at a few named points, in the order d
 and the forward loop records the residual stream entering each block (and patches rows of it,
 `at_resid`) and the final-norm input.
 
-An intervention is an edit the trace applies at one of these points (`ReplaceHead` at `z`,
-`Knockout` at `scores`, `Patch` at `resid`, `z`, `pattern` or `mlp_out`): the forward pass has no
-flag per experiment. A run can resume at layer l
-from an earlier trace of the same ids (`Trace(start=l, base=clean)`, the clean trace having kept
-`resid`): the layers before the first one an edit changes are reused (the new trace shares their
-records), as the KV cache reuses a prefix of tokens.
+An intervention is an edit the trace applies at one of these points (engine/computing/edits.py:
+`ReplaceHead` at `z`, `Knockout` at `scores`, `Patch` at `resid`, `z`, `pattern` or `mlp_out`):
+the forward pass has no flag per experiment. A run can resume at layer l from an earlier trace of
+the same ids (`Trace(start=l, base=clean)`, the clean trace having kept `resid`): the layers
+before the first one an edit changes are reused (the new trace shares their records), as the KV
+cache reuses a prefix of tokens.
 
 After the run a Trace holds, per layer i (lists of n_layer; None where not asked):
     attentions [n_layer, n_head, T, T]   patterns (patterns=True)
@@ -45,49 +45,8 @@ from typing import Callable
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class ReplaceHead:
-    """Replace head `head`'s output z [n, d_head] in `layer` by `value` (broadcast to [n, d_head]):
-    0.0 zero-ablates it, a [d_head] mean mean-ablates it."""
-    layer: int
-    head: int
-    value: np.ndarray | float = 0.0
-
-
-@dataclass(frozen=True)
-class Knockout:
-    """Block the edge query position `q` -> key position `k` in `layer`, in every head: its score is
-    -inf before the softmax. The caller keeps at least one key in the row (see ablation.check)."""
-    layer: int
-    q: int
-    k: int
-
-
-POINTS = ("resid", "z", "pattern", "mlp_out")  # where a Patch may put a value in
-
-
-@dataclass(frozen=True, eq=False)
-class Patch:
-    """Put `value` in at named point `point` of `layer`, at the block's rows `rows` [r] (the
-    positions of a plain run; a batched run's rows, packed.forward_batch): activation patching.
-        resid    the residual entering block `layer`     value [r, d_model]
-        z        head `head`'s output before W_O          value [r, d_head]
-        pattern  head `head`'s attention weights          value [r, n_k]   (the values stay the run's)
-        mlp_out  the MLP's output                         value [r, d_model]"""
-    point: str
-    layer: int
-    rows: np.ndarray  # int [r]
-    value: np.ndarray
-    head: int | None = None
-
-    def __post_init__(self):
-        assert self.point in POINTS, self.point
-        assert (self.head is None) == (self.point in ("resid", "mlp_out")), "a head for z and pattern only"
-
-
-def _patches(edits, point: str, layer: int) -> list[Patch]:
-    return [e for e in edits if isinstance(e, Patch) and e.point == point and e.layer == layer]
+# the edits a Trace applies (importable from here, beside it)
+from attnviz.engine.computing.edits import POINTS, Knockout, Patch, ReplaceHead, patches_at  # noqa: F401
 
 
 class Stop(Exception):
@@ -118,6 +77,12 @@ class Trace:
     # () -> bool, asked before each layer: True stops the run there with Cancelled (a window's
     # keystroke run that a newer keystroke has replaced); the model's KV cache keeps its last run
     stop: Callable[[], bool] | None = None
+    # the steps a run of one row on packed layers takes: True, the compiled one-row steps
+    # (engine/computing/onerow.py, their block, their stack); False, the layer loop's NumPy steps;
+    # None: those loaded as the run first asks, chosen then for all its layers and kept here
+    # (layers.one_row_steps). A run given another's choice takes the same steps (Compare's B on a
+    # keystroke's ids: the same bits as A's, whenever the one-row steps' warm-up ends)
+    one_row: bool | None = None
     # how engine/computing/onerow_stack.py may run a cached one-row run of a trace of exactly this
     # class (read from the class's own body: a subclass that says nothing is never run so):
     # "patterns", each layer's row into `attentions`, the run ending at the last one
@@ -178,7 +143,7 @@ class Trace:
 
     def at_resid(self, i: int, x: np.ndarray) -> np.ndarray:
         """The residual entering block i [n, d_model] with the trace's resid patches of layer i."""
-        patches = _patches(self.edits, "resid", i)
+        patches = patches_at(self.edits, "resid", i)
         if patches:
             x = x.copy()
             for e in patches:
@@ -290,7 +255,7 @@ class LayerCache:
         return s
 
     def pattern(self, a, row0: int = 0):  # [n_head, n, n_k], in place: rows row0..row0+n-1
-        for e in _patches(self.trace.edits, "pattern", self.i):
+        for e in patches_at(self.trace.edits, "pattern", self.i):
             inside = (e.rows >= row0) & (e.rows < row0 + a.shape[1])
             a[e.head, e.rows[inside] - row0] = e.value[inside]
         if self._stop_at == "pattern":
@@ -298,7 +263,7 @@ class LayerCache:
 
     def z(self, z):  # [n_head, n, d_head] -> the same, edited
         edits = [e for e in self.trace.edits if isinstance(e, ReplaceHead) and e.layer == self.i]
-        patches = _patches(self.trace.edits, "z", self.i)
+        patches = patches_at(self.trace.edits, "z", self.i)
         if edits or patches:
             z = z.copy()
             for e in edits:
@@ -311,7 +276,7 @@ class LayerCache:
         return z
 
     def mlp_out(self, m):  # [n, d_model] -> the same, patched
-        patches = _patches(self.trace.edits, "mlp_out", self.i)
+        patches = patches_at(self.trace.edits, "mlp_out", self.i)
         if patches:
             m = m.copy()
             for e in patches:

@@ -3,8 +3,10 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
-(with B's own KV cache) and compares the two traces: both runs per keystroke, newest wins (a
-keystroke makes the running job stale and it stops at B's next layer). The 'compare' job is queued
+(with B's own KV cache, and the steps A's run took: Trace.one_row, so a model compared with
+itself differs by exactly 0 whenever the one-row steps' warm-up ends) and compares the two
+traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
+stops at B's next layer). The 'compare' job is queued
 on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on
 the pool's thread and B starts as A ends, while A's result goes to the window; no turn of the main
 thread lies between the two runs. The next-token numbers (KL
@@ -280,6 +282,7 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             trace = C.compare_trace()
+            trace.one_row = run.clean.one_row  # the steps A's run of these ids took (a one-row run's)
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
                 b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))

@@ -15,7 +15,8 @@ keystroke's one-row run does not wait for them: until they are warm it takes the
 few-row kernels the load warmed (engine/computing/qmatvec.py takes_layer), within the kernels'
 bound of the float32 pass as a run on the one-row steps is, and the one-row steps once they are
 warm (where no warm-up of their block types has begun, as when the first analysis never came or
-for a Compare's B, the first such run starts one: qmatvec.takes_layer)."""
+for a Compare's B, the first such run starts one: qmatvec.takes_layer). A run chooses once, and
+Compare's B takes the steps A's run of the keystroke took (Trace.one_row)."""
 
 from __future__ import annotations
 
