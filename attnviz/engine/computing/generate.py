@@ -31,6 +31,7 @@ from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.computing.sampling import choose
 
 TOP_K = 5
 log = logging.getLogger(__name__)
@@ -116,20 +117,6 @@ def check_sampling(temperature: float, top_p: float, max_new: int) -> None:
         raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
     if not (np.isfinite(top_p) and 0 < top_p <= 1):
         raise InputError(f"top-p must be in (0, 1], got {top_p}")
-
-
-def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
-    """logprobs [vocab] -> a token: the argmax (lowest id on a tie) at temperature 0; otherwise a
-    draw from softmax(logprobs / temperature) cut to the smallest most-likely set whose
-    probability reaches top_p."""
-    if temperature == 0:
-        return int(np.argmax(logprobs))
-    p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
-    order = np.argsort(-p, kind="stable")
-    cum = np.cumsum(p[order])
-    keep = order[:int(np.searchsorted(cum, top_p * cum[-1])) + 1]  # at least one token
-    kept = p[keep] / p[keep].sum()
-    return int(keep[min(int(np.searchsorted(np.cumsum(kept), rng.random())), len(keep) - 1)])
 
 
 def generate(model, text: str | None = None, *, ids=None, max_new: int, temperature: float = 0.0,

@@ -18,7 +18,8 @@ from gguf.quants import dequantize
 
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
-from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, f16, prepare
+from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, prepare
+from attnviz.engine.reading.dequant_row import ROW_TYPES, row_into
 from attnviz.engine.reading.validate import check_finite, check_shape
 
 
@@ -48,8 +49,8 @@ class QuantRows:
         self.dtype = np.dtype(np.float32)
 
     def __getitem__(self, rows) -> np.ndarray:
-        if self._qtype == GGMLQuantizationType.Q8_0 and isinstance(rows, np.ndarray) and rows.shape == (1,):
-            return self._one_q8_0(rows)  # (a generation step's or a keystroke's new token)
+        if self._qtype in ROW_TYPES and isinstance(rows, np.ndarray) and rows.shape == (1,):
+            return self._one(rows)  # (a generation step's or a keystroke's new token)
         src = np.asarray(self._data[rows]).reshape(-1, self._data.shape[-1])  # [n, row bytes]
         out = np.empty((src.shape[0], self.shape[1]), np.float32)
         # this module's dequantisers (gguf's values bit for bit); the whole table (an unembedding:
@@ -69,14 +70,11 @@ class QuantRows:
         self._check(out, lambda bad: np.arange(self.shape[0])[rows].reshape(-1)[bad])
         return out
 
-    def _one_q8_0(self, rows: np.ndarray) -> np.ndarray:
-        """The one row `rows` [1] names of a Q8_0 table [1, cols], checked: the dequantisers'
-        values (each int8 as float32 times its block's scale), in a few array operations."""
-        blocks = self._data[rows[0]].reshape(-1, GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1])
-        out = blocks[:, 2:].view(np.int8).astype(np.float32)  # [n_blocks, 32]
-        with np.errstate(all="ignore"):  # (a bad scale's NaN or Inf is _check's to name)
-            out *= f16(blocks[:, :2]).astype(np.float32)[:, None]
-        out = out.reshape(1, self.shape[1])
+    def _one(self, rows: np.ndarray) -> np.ndarray:
+        """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
+        dequantisers' values in a few array operations (dequant_row)."""
+        out = np.empty((1, self.shape[1]), np.float32)
+        row_into(self._data[rows[0]], self._qtype, out)
         self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
         return out
 
