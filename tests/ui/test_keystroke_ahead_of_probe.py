@@ -1,0 +1,91 @@
+"""A keystroke's run goes ahead of a template probe under way on the pool: the probe pauses between
+two layers or sentences (Runner.give_way), the keystroke's heatmaps are shown, and the probe goes on
+from where it was: its count of sentences never goes back, and its scores are those of a probe run
+at one go (its sentences are fixed by its seed, whatever the text)."""
+
+import threading
+
+import numpy as np
+from PySide6.QtGui import QTextCursor
+
+from attnviz.engine.analysing import probes as P
+from attnviz.ui.machinery.runner import Runner
+from windows import PROMPT, WAIT, open_window, scores_settled
+
+HOLD_S = 10  # a held step lets go after this at the latest (the test has failed by then)
+
+
+def test_a_key_typed_while_a_probe_runs_is_shown_first_and_the_probe_goes_on(qtbot, tmp_path, monkeypatch):
+    w = open_window(qtbot, tmp_path / "s.ini", text=PROMPT)  # (MiniLM: the toy's vocabulary lacks the words)
+    st = w.state
+    assert scores_settled(w.worker)
+    inside, released, real = threading.Event(), threading.Event(), P._diff
+
+    def held(*a, **k):  # the probe's first sentence holds until the keystroke's run waits on the pool
+        if not inside.is_set():
+            inside.set()
+            while not released.wait(0.005) and w.worker.running("compute") is None:
+                pass
+        return real(*a, **k)
+    monkeypatch.setattr(P, "_diff", held)
+    seen = []  # what reached the window, in order
+    st.sigResultChanged.connect(lambda r: seen.append(("result", None if r is None else r.text)))
+    st.sigProbeProgress.connect(lambda done, n: seen.append(("progress", done, n)))
+    st.sigHeadScoresChanged.connect(lambda: st.template_scores is not None and seen.append(("scores",)))
+    st.set_role_options(source="agreement")  # as the roles panel's source box does
+    w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+    try:
+        qtbot.waitUntil(inside.is_set, timeout=WAIT)  # the probe is at work on the pool
+        qtbot.keyClick(w.text_box, "x")
+        qtbot.waitUntil(lambda: st.template_scores is not None, timeout=WAIT)
+    finally:
+        released.set()
+    assert ("result", PROMPT + "x") in seen
+    assert seen.index(("result", PROMPT + "x")) < seen.index(("scores",))  # the keystroke first
+    progress = [e[1:] for e in seen if e[0] == "progress"]
+    assert progress == [(d, P.N_ITEMS) for d in range(1, P.N_ITEMS + 1)]  # on from where it was
+    assert seen.index(("progress", 1, P.N_ITEMS)) < seen.index(("result", PROMPT + "x"))
+    at_one_go = P.run_template_probe(st.model, "agreement")
+    ts = st.template_scores
+    for name in ("score", "accuracy", "far", "near"):
+        assert np.array_equal(getattr(ts, name), getattr(at_one_go, name)), name
+    assert (ts.n_items, ts.n_skipped) == (at_one_go.n_items, at_one_go.n_skipped)
+    assert w.grid.drawn is st.result and st.result.text == PROMPT + "x"
+    assert scores_settled(w.worker)
+
+
+def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
+    """A job on the pool that calls give_way between its steps pauses while another waits; the
+    other runs and its result comes first; then the first goes on. One thread works at a time."""
+    runner = Runner()
+    started, queued = threading.Event(), threading.Event()
+    lock, at_work, most, steps, results = threading.Lock(), [0], [0], [], []
+
+    def working(name):
+        with lock:
+            at_work[0] += 1
+            most[0] = max(most[0], at_work[0])
+        steps.append(name)
+        with lock:
+            at_work[0] -= 1
+
+    def long_job():
+        for step in range(3):
+            if step == 0:
+                started.set()
+                queued.wait(HOLD_S)  # the short job is submitted meanwhile
+            working(f"long {step}")
+            runner.give_way()
+        return "long"
+
+    def short_job():
+        working("short")
+        return "short"
+    runner.submit("long", long_job, lambda _r, value, _e: results.append(value))
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.submit("short", short_job, lambda _r, value, _e: results.append(value))
+    queued.set()
+    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
+    assert results == ["short", "long"] and steps == ["long 0", "short", "long 1", "long 2"]
+    assert most[0] == 1 and runner.pool.maxThreadCount() == 1
+    assert runner.give_way() is False  # nothing waits: no pause
