@@ -1,16 +1,18 @@
-"""A keystroke's run goes ahead of a template probe under way on the pool: the probe pauses between
-two layers or sentences (Runner.give_way), the keystroke's heatmaps are shown, and the probe goes on
+"""A keystroke's run goes ahead of a long job on the pool. A template probe pauses between two
+layers or sentences (Runner.give_way), the keystroke's heatmaps are shown, and the probe goes on
 from where it was: its count of sentences never goes back, and its scores are those of a probe run
-at one go (its sentences are fixed by its seed, whatever the text)."""
+at one go (its sentences are fixed by its seed, whatever the text). The lens grid, which depends
+on the text, stops instead and is made for the keystroke's run."""
 
 import threading
 
 import numpy as np
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QTextCursor
 
 from attnviz.engine.analysing import probes as P
 from attnviz.ui.machinery.runner import Runner
-from windows import PROMPT, WAIT, open_window, scores_settled
+from windows import IOI, PROMPT, TOY, WAIT, open_window, scores_settled
 
 HOLD_S = 10  # a held step lets go after this at the latest (the test has failed by then)
 
@@ -89,3 +91,48 @@ def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
     assert results == ["short", "long"] and steps == ["long 0", "short", "long 1", "long 2"]
     assert most[0] == 1 and runner.pool.maxThreadCount() == 1
     assert runner.give_way() is False  # nothing waits: no pause
+
+
+def test_a_key_typed_while_the_lens_grid_is_made_is_shown_first_and_gets_the_grid(
+        qtbot, tmp_path, monkeypatch):
+    """The lens grid depends on the text: a keystroke stops the grid of the text before it at its
+    next layer, its own heatmaps come first, and the grid shown is then the new text's."""
+    from attnviz.engine.analysing import predict
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=IOI, panels=("predict",))
+    st, eff = w.state, w.state.effects
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    panel = w.predict_panel
+    qtbot.waitUntil(lambda: eff.run is not None and eff.run.result is st.result, timeout=WAIT)
+    assert scores_settled(w.worker)
+    inside, released, real = threading.Event(), threading.Event(), predict.log_softmax
+
+    def held(*a, **k):  # the grid's first layer holds until the keystroke's run waits on the pool
+        if not inside.is_set():
+            inside.set()
+            while not released.wait(0.005) and w.worker.running("compute") is None:
+                pass
+        return real(*a, **k)
+    monkeypatch.setattr(predict, "log_softmax", held)
+    seen = []
+    st.sigResultChanged.connect(lambda r: seen.append(("result", None if r is None else r.text)))
+    eff.sigLensGridChanged.connect(lambda: eff.lens_grid is not None and seen.append(
+        ("grid", eff.run.result.text)))
+    w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+    new = IOI + "x"
+
+    def grid_of_the_new_text():
+        r, t = st.result, panel.grid_table
+        return t.isVisible() and r.text == new and t.columnCount() == r.n_tokens
+    try:
+        qtbot.mouseClick(panel.grid_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(inside.is_set, timeout=WAIT)  # the grid of IOI is being made on the pool
+        qtbot.keyClick(w.text_box, "x")
+        qtbot.waitUntil(grid_of_the_new_text, timeout=WAIT)
+    finally:
+        released.set()
+    assert ("grid", IOI) not in seen  # the old text's grid was never shown
+    assert seen.index(("result", new)) < seen.index(("grid", new))
+    w.worker.wait_idle()
+    assert grid_of_the_new_text() and panel.grid_table.rowCount() == st.model.config.n_layer
