@@ -12,7 +12,7 @@ from PySide6.QtGui import QTextCursor
 
 from attnviz.engine.analysing import probes as P
 from attnviz.ui.machinery.runner import Runner
-from windows import IOI, PROMPT, TOY, WAIT, open_window, scores_settled
+from windows import IOI, PROMPT, TOY, WAIT, open_window, scores_settled, toy_window
 
 HOLD_S = 10  # a held step lets go after this at the latest (the test has failed by then)
 
@@ -136,3 +136,42 @@ def test_a_key_typed_while_the_lens_grid_is_made_is_shown_first_and_gets_the_gri
     assert seen.index(("result", new)) < seen.index(("grid", new))
     w.worker.wait_idle()
     assert grid_of_the_new_text() and panel.grid_table.rowCount() == st.model.config.n_layer
+
+
+def test_a_key_typed_while_compare_runs_its_induction_probe_is_shown_first(qtbot, tmp_path, monkeypatch):
+    """Compare's induction probe (once per B) does not depend on the text: it gives way to the
+    keystroke's runs between its layers, and its numbers are those of a probe run at one go."""
+    from attnviz.engine.analysing import compare as C
+    from attnviz.ui.machinery.compare_jobs import BSource
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    w = toy_window(qtbot, tmp_path / "s.ini", IOI)
+    st, jobs = w.state, w.worker.compare_jobs
+    assert scores_settled(w.worker)
+    inside, released, real = threading.Event(), threading.Event(), C.induction_probe
+
+    def held(model):  # the probe holds before its first layer until the keystroke's run waits
+        if not inside.is_set() and threading.current_thread() is not threading.main_thread():
+            inside.set()
+            while not released.wait(0.005) and w.worker.running("compute") is None:
+                pass
+        return real(model)
+    monkeypatch.setattr(C, "induction_probe", held)
+    seen = []
+    st.sigResultChanged.connect(lambda r: seen.append(("result", None if r is None else r.text)))
+    jobs.sigChanged.connect(lambda: jobs.induction is not None and ("induction",) not in seen
+                            and seen.append(("induction",)))
+    w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+    new = IOI + "x"
+    try:
+        open_compare(w, BSource("checkpoint", 0))
+        qtbot.waitUntil(inside.is_set, timeout=WAIT)  # B is open, its induction probe on the pool
+        qtbot.keyClick(w.text_box, "x")
+        qtbot.waitUntil(lambda: jobs.induction is not None and jobs.comparison is not None
+                        and jobs.comparison.result.text == new, timeout=WAIT)
+    finally:
+        released.set()
+    assert seen.index(("result", new)) < seen.index(("induction",))
+    assert jobs.induction == C.induction(C.probe_pair(st.model, jobs.b))
+    jobs.close()
+    w.worker.wait_idle()
