@@ -1,8 +1,9 @@
 """A keystroke's run goes ahead of a long job on the pool. A template probe pauses between two
 layers or sentences (Runner.give_way), the keystroke's heatmaps are shown, and the probe goes on
 from where it was: its count of sentences never goes back, and its scores are those of a probe run
-at one go (its sentences are fixed by its seed, whatever the text). The lens grid, which depends
-on the text, stops instead and is made for the keystroke's run."""
+at one go (its sentences are fixed by its seed, whatever the text). Compare's induction probe
+gives way the same. The lens grid, which depends on the text, stops instead and is made for the
+keystroke's run."""
 
 import threading
 
