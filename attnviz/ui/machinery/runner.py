@@ -227,6 +227,8 @@ class Runner(QObject):
         if self._closed:  # (its window is gone: a result it asks for would reach nobody)
             log.debug("%r not started: the runner is shut down", job)
             return job
+        if lane != THREAD:  # (waiting before it is running(): a job that gives way sees it so)
+            _WAITING.add(job)
         self._live[job.id] = job
         is_stale = lambda: not self.is_current(job)  # noqa: E731
         if lane == THREAD:
@@ -234,7 +236,6 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
-            _WAITING.add(job)
             self.pool.start(_Task(job, self._relay, is_stale))
         self._update_busy()
         return job
