@@ -94,6 +94,28 @@ def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
     assert runner.give_way() is False  # nothing waits: no pause
 
 
+def test_a_job_made_stale_stops_at_its_next_step_without_giving_way_first(qtbot):
+    """giving_way's stop(): a job no longer the newest of its kind (its model or options changed)
+    stops at once, even with a job waiting on the pool, which then runs."""
+    runner = Runner()
+    started, queued = threading.Event(), threading.Event()
+    ran, said, results = [], [], []
+    old = runner.claim("probe")
+
+    def old_job():
+        started.set()
+        queued.wait(HOLD_S)
+        said.append((runner.giving_way("probe", old)(), list(ran)))
+    runner.submit("probe", old_job, lambda *_: None, job_id=old)
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.claim("probe")  # a newer probe is asked for: the old job is stale from here
+    runner.submit("short", lambda: ran.append("short") or "short",
+                  lambda _r, value, _e: results.append(value))
+    queued.set()
+    qtbot.waitUntil(lambda: results == ["short"], timeout=WAIT)
+    assert said == [(True, [])]  # stopped before the waiting job ran, not paused for it
+
+
 def test_a_key_typed_while_the_lens_grid_is_made_is_shown_first_and_gets_the_grid(
         qtbot, tmp_path, monkeypatch):
     """The lens grid depends on the text: a keystroke stops the grid of the text before it at its

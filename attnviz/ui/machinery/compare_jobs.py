@@ -371,10 +371,7 @@ class CompareJobs(QObject):
 
         a, b = self.state.model, self.b
         job_id = self.worker.claim(PROBE_KIND)
-
-        def stop():  # (on the pool's thread) the jobs waiting there go first; stale: stop
-            self.worker.give_way()
-            return not self.worker.is_newest(PROBE_KIND, job_id)
+        stop = self.worker.giving_way(PROBE_KIND, job_id)  # (the jobs waiting on the pool go first)
 
         def work():
             return C.induction(C.probe_pair(a, b, stop=stop))

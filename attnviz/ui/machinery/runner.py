@@ -263,6 +263,17 @@ class Runner(QObject):
                     return True
                 self.pool.setMaxThreadCount(1 + len(_PAUSED))
 
+    def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
+        """The stop() of a long job on the pool that does not depend on the text (job `job_id`
+        from claim): True once the job is no longer the newest of its kind (it stops there, not
+        paused first); else the job gives way (give_way), and is asked again after."""
+        def stop() -> bool:
+            if not self.is_newest(kind, job_id):
+                return True
+            self.give_way()
+            return not self.is_newest(kind, job_id)
+        return stop
+
     def post(self, slot, *args) -> None:
         """slot(*args) on the main thread, asked from a job's thread (a preview, a count of the work
         done): `slot` a method of this runner or of another QObject that lives there. Sent through

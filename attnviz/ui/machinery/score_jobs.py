@@ -219,10 +219,7 @@ class ScoreJobs(QObject):
         cached = cache[2] if cache is not None and cache[0] is model and cache[1] == PROBE_SEED else None
         job_id = self.worker.claim(PROBE_KIND)
         report = lambda done, n: self.worker.post(self._on_probe_progress, job_id, done, n)  # noqa: E731
-
-        def stop():  # (on the pool's thread) jobs waiting there go first; stale: stop
-            self.worker.give_way()
-            return not self.worker.is_newest(PROBE_KIND, job_id)
+        stop = self.worker.giving_way(PROBE_KIND, job_id)  # (the jobs waiting on the pool go first)
         work = lambda: score_probe(model, opts.source, opts.exclude_bos, opts.exclude_current,  # noqa: E731
                                    probe=cached, progress=report, stop=stop)
         self.worker.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts), job_id=job_id)
