@@ -14,7 +14,7 @@ from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.analysing.probes import probe_ids
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.request import RunRequest
 
 IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], dtype=np.int64)
@@ -171,6 +171,11 @@ def test_induction_on_the_probe_names_the_heads_a_checkpoint_lost(ckpts):
     assert doc["survived"] == [[l, h] for l, h in np.argwhere((a >= 0.4) & (b >= 0.4)).tolist()]
     assert doc["lost"]  # the last checkpoint's induction heads are not there at step 0
     assert C.induction(C.probe_pair(early, late))["lost"] == []  # step 0 has none to lose
+    asked = []  # stop(), asked before each layer of both runs: no changes nothing, yes stops
+    assert C.induction(C.probe_pair(late, early, stop=lambda: asked.append(1) and False)) == doc
+    assert len(asked) == 2 * late.config.n_layer
+    with pytest.raises(Cancelled, match="before layer 0"):
+        C.probe_pair(late, early, stop=lambda: True)
 
 
 def test_a_model_without_a_tokenizer_runs_a_raw_repeated_probe(tiny):

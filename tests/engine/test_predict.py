@@ -56,6 +56,11 @@ def test_top_k_and_lens_equal_a_direct_computation(models, name):
     grid_ids, grid_lp = P.lens_grid(head, r.trace)
     assert grid_ids.shape == (model.config.n_layer, len(IDS))
     assert grid_ids[-1, pred.position] == pred.top_ids[0]
+    asked = []  # stop(), asked before each layer: False changes nothing, True stops the grid
+    same = P.lens_grid(head, r.trace, stop=lambda: asked.append(1) and False)
+    assert len(asked) == model.config.n_layer and np.array_equal(same[0], grid_ids)
+    with pytest.raises(Cancelled, match="before layer 0"):
+        P.lens_grid(head, r.trace, stop=lambda: True)
 
 
 @pytest.mark.parametrize("name", CAUSAL)

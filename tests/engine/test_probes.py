@@ -43,8 +43,8 @@ class ConstructedModel:
         att[0, 2, q, q - 4] = 1.0  # the farther word in both probes' templates
         return _Result(enc, att)
 
-    def iter_many(self, texts):  # Model.iter_many's contract: (index, result) for every text
-        return ((i, self.run(t, request=RunRequest(use_cache=False))) for i, t in enumerate(texts))
+    def iter_many(self, texts, stop=None):  # Model.iter_many's contract: (index, result) for every text
+        return ((i, self.run(t, request=RunRequest(use_cache=False, stop=stop))) for i, t in enumerate(texts))
 
     @staticmethod
     def _grammar(words):
@@ -109,3 +109,33 @@ def test_real_encoder_results_are_reported(minilm):
         assert score >= P.SCORE_MIN and acc >= P.ACCURACY_MIN and s.far[l, h] > 0 and s.near[l, h] > 0
     doc = s.to_json()
     assert doc["items"] == s.n_items and doc["definition"] == P.DEFINITIONS["agreement"]
+
+
+def test_a_probe_stops_when_told_and_one_that_waits_inside_stop_scores_the_same(minilm):
+    """stop() is asked between layers and sentences: True stops the probe (Cancelled), and a stop
+    that runs another text meanwhile (the window's probe giving way to a keystroke's run) changes
+    no number."""
+    from attnviz.engine.errors import Cancelled
+
+    asked = []
+
+    def stop_at(k):  # says stop at its k-th question
+        return lambda: asked.append(1) or len(asked) >= k
+    for k in (1, minilm.config.n_layer + 3):  # before the first layer; after a few sentences
+        asked.clear()
+        with pytest.raises(Cancelled):
+            P.run_template_probe(minilm, "agreement", n=20, stop=stop_at(k))
+        assert len(asked) == k
+    plain = P.run_template_probe(minilm, "agreement", n=20)
+    asked.clear()
+
+    def give_way():  # a typed text's run in the middle of the probe's pass, and after a sentence
+        asked.append(1)
+        if len(asked) in (2, minilm.config.n_layer + 1):
+            minilm.run("The cat sat on the mat")
+        return False
+    waited = P.run_template_probe(minilm, "agreement", n=20, stop=give_way)
+    assert len(asked) == minilm.config.n_layer + 20  # each layer of the one pass, then each sentence
+    for name in ("score", "accuracy", "far", "near"):
+        assert np.array_equal(getattr(plain, name), getattr(waited, name)), name
+    assert (plain.n_items, plain.n_skipped) == (waited.n_items, waited.n_skipped)

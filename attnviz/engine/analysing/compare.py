@@ -390,9 +390,14 @@ def induction(probe_pair: Pair, threshold: float = INDUCTION_THRESHOLD) -> dict:
             "lost": [[int(l), int(h)] for l, h in np.argwhere(strong & (b < threshold))]}
 
 
-def probe_pair(a, b) -> Pair:
-    """A and B on A's induction probe (patterns only)."""
-    return models_pair(a, b, induction_probe(a), lambda: Trace())
+def probe_pair(a, b, stop=None) -> Pair:
+    """A and B on A's induction probe (patterns only). `stop()`: Trace.stop, asked before each
+    layer of either run (a caller may wait inside it, the run going on from there)."""
+    def traced() -> Trace:
+        trace = Trace()
+        trace.stop = stop
+        return trace
+    return models_pair(a, b, induction_probe(a), traced)
 
 
 # ---------------------------------------------------------------- all of it

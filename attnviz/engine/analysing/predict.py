@@ -129,12 +129,15 @@ def prediction_and_lens(head: LMHead, trace: Trace, position: int | None, k: int
     return pred, lens_of(rows, q, int(pred.top_ids[0]) if target is None else target)
 
 
-def lens_grid(head: LMHead, trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+def lens_grid(head: LMHead, trace: Trace, stop: Callable[[], bool] | None = None
+              ) -> tuple[np.ndarray, np.ndarray]:
     """The full layer x position lens (on demand): top-1 ids [n_layer, T] int64 and their
-    log-probs [n_layer, T]."""
+    log-probs [n_layer, T]. `stop()`, asked before each layer, raises Cancelled."""
     ids = np.empty((len(trace.resid) - 1, len(trace.ids)), np.int64)
     lps = np.empty(ids.shape)
     for layer, r in enumerate(trace.resid[1:]):
+        if stop is not None and stop():
+            raise Cancelled(f"lens grid stopped before layer {layer}: cancelled")
         lp = log_softmax(head.logits(r))  # [T, vocab]
         ids[layer], lps[layer] = lp.argmax(axis=1), lp.max(axis=1)
     return ids, lps

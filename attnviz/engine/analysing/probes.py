@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from attnviz.engine.errors import InputError
+from attnviz.engine.errors import Cancelled, InputError
 from attnviz.engine.computing.request import RunRequest
 
 SCORE_MIN = 0.1
@@ -194,9 +194,11 @@ def _diff(result, item, unknown) -> np.ndarray | None:  # -> [n_layer, n_head] o
 
 
 def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
-                       progress=None) -> TemplateScores:
+                       progress=None, stop=None) -> TemplateScores:
     """Run one probe's items through `model` and score every head. `progress(done, n)` is called
-    after each item (the window's progress)."""
+    after each item (the window's progress); `stop()` is asked before each layer of a pass and
+    after each item: once True, Cancelled. The items do not depend on anything but `n` and `seed`,
+    so a caller may wait inside stop() (give way to other work) and get the same scores."""
     from attnviz.engine.analysing.heads import unknown_token_ids
 
     if kind not in ITEMS:
@@ -210,12 +212,14 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
     # the items' rows go through the weights together (Model.iter_many: a few passes over the
     # weights instead of one per item; benchmarks/scan.py measures the packed passes)
     per_item = {}
-    for done, (j, result) in enumerate(model.iter_many([item.text for item in items]), start=1):
+    for done, (j, result) in enumerate(model.iter_many([item.text for item in items], stop=stop), start=1):
         if isinstance(result, BaseException):
             raise result  # (as run would)
         per_item[j] = _diff(result, items[j], unknown)
         if progress is not None:
             progress(done, n)
+        if stop is not None and stop():
+            raise Cancelled(f"the {kind} probe stopped after {done} of {n} items: cancelled")
     diffs, far, examples = [], [], []
     skipped = 0
     for i, item in enumerate(items):
@@ -238,22 +242,23 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
 
 
 def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_token: bool = False,
-                probe=None, progress=None):
+                probe=None, progress=None, stop=None):
     """The head scores of one probe source, as the roles panel's runner job computes them: (scores,
     probe). kind "probe": the seeded random probe repeated twice (run_probe), scored as a typed
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
     (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply; `progress`
-    hears each item), probe None."""
+    hears each item), probe None. `stop()`: asked between layers and items (run_template_probe),
+    or the random probe's layers and roles; once True, Cancelled."""
     from attnviz.engine.analysing import heads as H
 
     if kind in KINDS:
-        return run_template_probe(model, kind, progress=progress), None
+        return run_template_probe(model, kind, progress=progress, stop=stop), None
     if kind != "probe":
         raise InputError(f"no probe {kind!r}; probes are {', '.join(KINDS)} and probe")
-    probe = probe or run_probe(model)
+    probe = probe or run_probe(model, stop=stop)
     scores = H.score_result(probe[0], exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
-                            unknown_ids=H.unknown_token_ids(model))
+                            unknown_ids=H.unknown_token_ids(model), stop=stop)
     return scores, probe
 
 
@@ -327,8 +332,8 @@ def probe_ids(model, n=PROBE_LENGTH, seed=PROBE_SEED):
     return [int(i) for i in ids], note
 
 
-def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED):
-    """Run the probe through the model: (RunResult, note)."""
+def run_probe(model, n=PROBE_LENGTH, seed=PROBE_SEED, stop=None):
+    """Run the probe through the model: (RunResult, note). `stop`: RunRequest.stop."""
     ids, note = probe_ids(model, n=n, seed=seed)
     # (use_cache=False leaves the typed sentence's KV cache alone)
-    return model.run(ids=ids, request=RunRequest(use_cache=False)), note
+    return model.run(ids=ids, request=RunRequest(use_cache=False, stop=stop)), note

@@ -203,9 +203,10 @@ class Model:
             out[i] = result
         return out
 
-    def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None):
+    def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None, stop=None):
         """run_many one pass at a time: yields (index, RunResult or AttnvizError) as each pass ends,
-        so a caller that drops each result holds one pass's patterns at most (errors first)."""
+        so a caller that drops each result holds one pass's patterns at most (errors first).
+        `stop()`: asked before each layer of a pass (forward_packed); once True, Cancelled."""
         request = RunRequest(truncate=truncate, max_tokens=max_tokens, use_cache=False)
         ready = []  # (index, Prepared)
         for i, text in enumerate(texts):
@@ -220,7 +221,7 @@ class Model:
                             PACK_PATTERN_BYTES)
         for pack in ([ready[k] for k in ks] for ks in passes):
             t0 = time.perf_counter()
-            patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack])
+            patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack], stop)
             spent = (time.perf_counter() - t0) / len(pack)
             for k, (i, prep) in enumerate(pack):
                 attentions, patterns[k] = patterns[k], None  # the caller's to keep or drop

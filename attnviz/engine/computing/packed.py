@@ -44,7 +44,8 @@ def pack_texts(lengths: Sequence[int], n_layer: int, n_head: int, max_rows: int 
     return packs
 
 
-def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> list[np.ndarray]:
+def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray],
+                   stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
     """Several texts' ids [T_j] -> each text's patterns float32 [n_layer, n_head, T_j, T_j], the same
     as a run of each text alone (positions from 0, its own mask), in one pass over the weights.
 
@@ -52,7 +53,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
     [N, d_model] with N = sum T_j: one product per weight for all the texts instead of one per
     text, each of a few rows (a scan's short texts: the weights are read once, the products are
     big enough for BLAS to run at speed). Attention runs per text, on its own rows (Consts.segments).
-    Nothing is recorded but the patterns; no cache is read or written."""
+    Nothing is recorded but the patterns; no cache is read or written. `stop()`, asked before each
+    layer, raises Cancelled (a caller may also wait inside it: the pass resumes where it was)."""
     fam = FAMILY[cfg.family]
     lens = [len(s) for s in seqs]
     ends = np.cumsum(lens)
@@ -70,6 +72,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray]) -> 
 
     x = embed(w, np.concatenate(seqs), positions, cfg)  # [N, d_model]
     for i in range(cfg.n_layer):
+        if stop is not None and stop():
+            raise Cancelled(f"stopped before layer {i}: cancelled")
         c = consts[i]
         segments = tuple((int(e - n), int(e), bias(n, c.window), out[j][i], None)
                          for j, (n, e) in enumerate(zip(lens, ends)))

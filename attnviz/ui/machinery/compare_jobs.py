@@ -15,7 +15,8 @@ over the whole vocabulary, same top-1, flips) follow each comparison as a job of
 bit for bit those of the last numbers keeps its numbers (compare.next_tokens). The next keystroke
 stops the job at the unembedding's next block, so a keystroke's runs wait for one block at most.
 The induction heads are
-compared once per B, on the probe ('compare-probe'). B loads on a thread of its own
+compared once per B, on the probe ('compare-probe'), which does not depend on the text: a
+keystroke's runs go ahead of it, the probe pausing between two layers (Runner.give_way). B loads on a thread of its own
 ('compare-load'); a B that does not open, has another vocabulary or shape, or does not fit in the
 memory budget beside A is refused in one line and nothing else changes. Closing Compare, or a new
 model A, frees B."""
@@ -372,10 +373,12 @@ class CompareJobs(QObject):
         from attnviz.engine.analysing import compare as C
 
         a, b = self.state.model, self.b
+        job_id = self.worker.claim(PROBE_KIND)
+        stop = self.worker.giving_way(PROBE_KIND, job_id)  # (the jobs waiting on the pool go first)
 
         def work():
-            return C.induction(C.probe_pair(a, b))
-        self.worker.submit(PROBE_KIND, work, self._on_probe, (a, b), POOL)
+            return C.induction(C.probe_pair(a, b, stop=stop))
+        self.worker.submit(PROBE_KIND, work, self._on_probe, (a, b), POOL, job_id=job_id)
 
     def _on_probe(self, request, value, error) -> None:
         a, b = request

@@ -21,7 +21,8 @@ newest wins per kind; results are written into `state.effects`.
   wait for them.
 - lens grid ('lens-grid'): on the pool, when the user asks; asked while a newer run is on its way
   (a keystroke's, a changed ablation's), it follows that run (a grid of the run before would be
-  cleared the moment the newer one arrives).
+  cleared the moment the newer one arrives). A keystroke while one is made stops it at its next
+  layer (the keystroke's run would queue behind it), and the keystroke's run gets it instead.
 - scan ('scan'): a thread of its own, not the pool: 270 forward passes would hold the typing runs
   up for seconds. It reports progress from its first head, and checks between heads whether it is
   still the newest scan (cancel, or a new scan, stops it there)."""
@@ -123,9 +124,12 @@ class EffectsJobs(QObject):
     def _on_text(self, _text) -> None:
         """A keystroke: a queued or running analysis is stale, and one waiting for results to pause
         is not started (it would analyse the run of the text before the keystroke, holding up the
-        keystroke's own run on the pool)."""
+        keystroke's own run on the pool); a lens grid being made stops at its next layer and is
+        made for the keystroke's run instead."""
         self.worker.claim(ANALYSIS_KIND)
         self._timer.stop()
+        if self.worker.cancel(LENS_GRID_KIND) is not None:  # asked for the text shown: for the new one
+            self._grid_wanted = True
 
     def _on_run(self, run) -> None:
         """A new run: an analysis of the previous one still running is stale (it stops at its next
@@ -233,12 +237,14 @@ class EffectsJobs(QObject):
         from attnviz.engine.computing.model import token_text
 
         model = self.state.model
+        job_id = self.worker.claim(LENS_GRID_KIND)
+        stale = lambda: not self.worker.is_newest(LENS_GRID_KIND, job_id)  # noqa: E731  (a keystroke)
 
         def work():
-            ids, lps = lens_grid(model.lm_head(), run.shown)
+            ids, lps = lens_grid(model.lm_head(), run.shown, stop=stale)
             labels = {int(i): token_text(model, int(i)) for i in set(ids.reshape(-1).tolist())}
             return ids, lps, labels
-        self.worker.submit(LENS_GRID_KIND, work, self._on_lens_grid, run, POOL)
+        self.worker.submit(LENS_GRID_KIND, work, self._on_lens_grid, run, POOL, job_id=job_id)
 
     def _on_lens_grid(self, run, value, error) -> None:
         eff = self.state.effects

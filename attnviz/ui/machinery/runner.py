@@ -5,7 +5,11 @@ A job is an immutable request with an id. Submitting a job makes it the newest o
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
 - POOL: the app's one background thread (`shared_pool`) for CPU work (runs, head scores). A queued
-  job that is already stale when the thread picks it up is skipped without running.
+  job that is already stale when the thread picks it up is skipped without running. A long job
+  that does not depend on the typed text (a template probe) calls `give_way` between its steps:
+  while other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they
+  run first, on a thread the pool lends for them; it then goes on from there. One thread computes
+  at a time all along.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, checkpoints,
   discovery). A read that blocks (a FIFO, a hung network mount) then holds only that thread: runs
   keep going on the pool, and the window can stop waiting for it. Python cannot kill a thread, so a
@@ -52,6 +56,14 @@ def shared_pool() -> QThreadPool:
 def _forget_pool(*_):
     global _POOL
     _POOL = None
+
+
+# the pool's jobs submitted and not started yet (give_way waits while there are any); the jobs
+# paused in give_way, the latest last, each lending its room on the pool to the jobs that wait
+_WAITING: set = set()
+_PAUSED: list = []
+_PAUSE_LOCK = threading.Lock()
+GIVE_WAY_POLL_S = 0.005  # a paused job looks this often whether the pool is free again
 
 
 SKIPPED = object()  # a stale request the thread did not compute
@@ -154,6 +166,7 @@ class _Task(QRunnable):
         self.job, self.relay, self.is_stale = job, relay, is_stale
 
     def run(self) -> None:
+        _WAITING.discard(self.job)
         below_the_main_thread()
         try:
             run_job(self.job, self.relay, self.is_stale)
@@ -214,6 +227,8 @@ class Runner(QObject):
         if self._closed:  # (its window is gone: a result it asks for would reach nobody)
             log.debug("%r not started: the runner is shut down", job)
             return job
+        if lane != THREAD:  # (waiting before it is running(): a job that gives way sees it so)
+            _WAITING.add(job)
         self._live[job.id] = job
         is_stale = lambda: not self.is_current(job)  # noqa: E731
         if lane == THREAD:
@@ -224,6 +239,40 @@ class Runner(QObject):
             self.pool.start(_Task(job, self._relay, is_stale))
         self._update_busy()
         return job
+
+    def give_way(self) -> bool:
+        """Called by a job on the pool between its steps (from its thread): while other jobs wait
+        on the pool, this thread pauses and they run first, on a thread the pool lends for them
+        (its room raised by one per paused job); it returns once none waits and none but paused
+        jobs is at work, so one thread computes at a time. The latest paused job goes on first.
+        -> whether it paused (the job may have gone stale meanwhile: ask is_newest after)."""
+        if not _WAITING:
+            return False
+        me = object()
+        with _PAUSE_LOCK:
+            _PAUSED.append(me)
+            self.pool.setMaxThreadCount(1 + len(_PAUSED))
+        while True:
+            time.sleep(GIVE_WAY_POLL_S)
+            with _PAUSE_LOCK:
+                if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
+                    continue
+                self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
+                if not _WAITING and self.pool.activeThreadCount() <= len(_PAUSED):  # none just did
+                    _PAUSED.pop()
+                    return True
+                self.pool.setMaxThreadCount(1 + len(_PAUSED))
+
+    def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
+        """The stop() of a long job on the pool that does not depend on the text (job `job_id`
+        from claim): True once the job is no longer the newest of its kind (it stops there, not
+        paused first); else the job gives way (give_way), and is asked again after."""
+        def stop() -> bool:
+            if not self.is_newest(kind, job_id):
+                return True
+            self.give_way()
+            return not self.is_newest(kind, job_id)
+        return stop
 
     def post(self, slot, *args) -> None:
         """slot(*args) on the main thread, asked from a job's thread (a preview, a count of the work
