@@ -96,3 +96,22 @@ def test_passes_hold_at_most_their_rows_and_pattern_bytes_and_keep_the_texts_ord
         assert (sum(lengths[j] for j in a) + n > 20
                 or sum(per_row * lengths[j] ** 2 for j in a) + per_row * n * n > per_row * 150)
     assert pack_texts([], 2, 3) == []
+
+
+def test_iter_many_reports_each_layer_of_every_pass_in_turn(monkeypatch):
+    """progress(layers done, layers in all): 0 once the texts are packed, then once after each
+    layer of each pass, before that pass's results come; with the same results as without it."""
+    model = load_model(FIXTURES / "gpt2")
+    L = model.config.n_layer
+    texts = [typed([1, 2, 3, 4, 5, 6]), typed([7, 8, 9, 10, 11]), typed([3, 1, 4, 1, 5])]
+    for rows, passes in ((1024, 1), (8, 3)):  # one pass; each text a pass of its own
+        monkeypatch.setattr(model_module, "PACK_ROWS", rows)
+        plain, seen = model.run_many(texts), []
+        out = [(i, r, len(seen)) for i, r in model.iter_many(
+            texts, progress=lambda done, total: seen.append((done, total)))]
+        # a pass's results come once its layers are reported
+        told = [L * (j + 1) + 1 for j in range(3)] if passes == 3 else [L + 1] * 3
+        assert [(i, k) for i, _r, k in out] == list(zip(range(3), told))
+        assert seen == [(k, L * passes) for k in range(L * passes + 1)]
+        for (_i, got, _k), want in zip(out, plain):
+            np.testing.assert_array_equal(got.attentions, want.attentions)

@@ -203,10 +203,13 @@ class Model:
             out[i] = result
         return out
 
-    def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None, stop=None):
+    def iter_many(self, texts, *, truncate: bool = False, max_tokens: int | None = None, stop=None,
+                  progress=None):
         """run_many one pass at a time: yields (index, RunResult or AttnvizError) as each pass ends,
         so a caller that drops each result holds one pass's patterns at most (errors first).
-        `stop()`: asked before each layer of a pass (forward_packed); once True, Cancelled."""
+        `stop()`: asked before each layer of a pass (forward_packed); once True, Cancelled.
+        `progress(layers done, layers in all)`: the layers of every pass in turn (n_layer a pass),
+        called with 0 once the texts are packed, then after each layer."""
         request = RunRequest(truncate=truncate, max_tokens=max_tokens, use_cache=False)
         ready = []  # (index, Prepared)
         for i, text in enumerate(texts):
@@ -219,9 +222,15 @@ class Model:
         c = self.config
         passes = pack_texts([len(prep.ids) for _, prep in ready], c.n_layer, c.n_head, PACK_ROWS,
                             PACK_PATTERN_BYTES)
-        for pack in ([ready[k] for k in ks] for ks in passes):
+        total = c.n_layer * len(passes)
+        if progress is not None:
+            progress(0, total)
+        for p, pack in enumerate([ready[k] for k in ks] for ks in passes):
             t0 = time.perf_counter()
-            patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack], stop)
+            layer_done = None if progress is None else (
+                lambda i, _n, base=p * c.n_layer: progress(base + i, total))
+            patterns = forward_packed(self.config, self.weights, [prep.ids for _, prep in pack], stop,
+                                      layer_done)
             spent = (time.perf_counter() - t0) / len(pack)
             for k, (i, prep) in enumerate(pack):
                 attentions, patterns[k] = patterns[k], None  # the caller's to keep or drop

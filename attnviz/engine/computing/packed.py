@@ -45,7 +45,8 @@ def pack_texts(lengths: Sequence[int], n_layer: int, n_head: int, max_rows: int 
 
 
 def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray],
-                   stop: Callable[[], bool] | None = None) -> list[np.ndarray]:
+                   stop: Callable[[], bool] | None = None,
+                   progress: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
     """Several texts' ids [T_j] -> each text's patterns float32 [n_layer, n_head, T_j, T_j], the same
     as a run of each text alone (positions from 0, its own mask), in one pass over the weights.
 
@@ -54,7 +55,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray],
     text, each of a few rows (a scan's short texts: the weights are read once, the products are
     big enough for BLAS to run at speed). Attention runs per text, on its own rows (Consts.segments).
     Nothing is recorded but the patterns; no cache is read or written. `stop()`, asked before each
-    layer, raises Cancelled (a caller may also wait inside it: the pass resumes where it was)."""
+    layer, raises Cancelled (a caller may also wait inside it: the pass resumes where it was).
+    `progress(layers done, n_layer)` is called after each layer."""
     fam = FAMILY[cfg.family]
     lens = [len(s) for s in seqs]
     ends = np.cumsum(lens)
@@ -79,6 +81,8 @@ def forward_packed(cfg: ModelConfig, w: Weights, seqs: Sequence[np.ndarray],
                          for j, (n, e) in enumerate(zip(lens, ends)))
         c = replace(c, segments=segments, attention=segment_attention)
         x = fam.block(x, layer_for(w.layers, i, len(x)), c, None)
+        if progress is not None:
+            progress(i + 1, cfg.n_layer)
     return out
 
 
