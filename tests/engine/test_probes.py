@@ -3,6 +3,7 @@ the grammar is labelled; heads that attend by position alone (the previous token
 are right in one half of the items only and are not."""
 
 import re
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -43,7 +44,12 @@ class ConstructedModel:
         att[0, 2, q, q - 4] = 1.0  # the farther word in both probes' templates
         return _Result(enc, att)
 
-    def iter_many(self, texts, stop=None):  # Model.iter_many's contract: (index, result) for every text
+    config = SimpleNamespace(n_layer=1)
+
+    def iter_many(self, texts, stop=None, progress=None):  # Model.iter_many's: (index, result) for every text
+        if progress is not None:  # one pass of one layer
+            progress(0, 1)
+            progress(1, 1)
         return ((i, self.run(t, request=RunRequest(use_cache=False, stop=stop))) for i, t in enumerate(texts))
 
     @staticmethod
@@ -139,3 +145,29 @@ def test_a_probe_stops_when_told_and_one_that_waits_inside_stop_scores_the_same(
     for name in ("score", "accuracy", "far", "near"):
         assert np.array_equal(getattr(plain, name), getattr(waited, name)), name
     assert (plain.n_items, plain.n_skipped) == (waited.n_items, waited.n_skipped)
+
+
+def test_a_probes_progress_counts_each_layer_then_each_sentence_and_ends_at_its_total(minilm):
+    """ProbeProgress: after each layer of the packed pass, then after each sentence scored, done
+    growing by the steps that part did (a layer runs all n sentences) up to total, in words."""
+    L, n, seen = minilm.config.n_layer, 20, []
+    P.run_template_probe(minilm, "agreement", n=n, progress=seen.append)
+    total = n * (L + 1)
+    assert [p.done for p in seen] == [n * k for k in range(L + 1)] + [n * L + k for k in range(1, n + 1)]
+    assert {p.total for p in seen} == {total}
+    assert [p.words for p in seen[:2]] == [f"0 of {L} layers run", f"1 of {L} layers run"]
+    assert seen[L].words == f"{L} of {L} layers run" and seen[L + 1].words == f"1 of {n} sentences scored"
+    assert seen[-1] == P.ProbeProgress(total, total, f"{n} of {n} sentences scored")
+
+
+def test_a_probe_over_several_passes_counts_them_in_turn(minilm, monkeypatch):
+    from attnviz.engine.computing import model as model_module
+
+    monkeypatch.setattr(model_module, "PACK_ROWS", 40)  # 20 short sentences: more than one pass
+    L, n, seen = minilm.config.n_layer, 20, []
+    P.run_template_probe(minilm, "agreement", n=n, progress=seen.append)
+    passes = (seen[0].total // n - 1) // L  # total = n x (L x passes + 1)
+    assert passes > 1 and seen[-1].done == seen[-1].total == n * (L * passes + 1)
+    assert all(a.done < b.done for a, b in zip(seen, seen[1:]))  # never back, never still
+    assert seen[0].words == f"pass 1 of {passes}: 0 of {L} layers run"
+    assert f"pass {passes} of {passes}: {L} of {L} layers run" in [p.words for p in seen]

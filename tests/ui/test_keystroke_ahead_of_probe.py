@@ -1,7 +1,7 @@
 """A keystroke's run goes ahead of a long job on the pool. A template probe pauses between two
 layers or sentences (Runner.give_way), the keystroke's heatmaps are shown, and the probe goes on
-from where it was: its count of sentences never goes back, and its scores are those of a probe run
-at one go (its sentences are fixed by its seed, whatever the text). Compare's induction probe
+from where it was: its progress (layers run, then sentences scored) never goes back, and its
+scores are those of a probe run at one go (its sentences are fixed by its seed, whatever the text). Compare's induction probe
 gives way the same. The lens grid, which depends on the text, stops instead and is made for the
 keystroke's run."""
 
@@ -45,15 +45,57 @@ def test_a_key_typed_while_a_probe_runs_is_shown_first_and_the_probe_goes_on(qtb
         released.set()
     assert ("result", PROMPT + "x") in seen
     assert seen.index(("result", PROMPT + "x")) < seen.index(("scores",))  # the keystroke first
-    progress = [e[1:] for e in seen if e[0] == "progress"]
-    assert progress == [(d, P.N_ITEMS) for d in range(1, P.N_ITEMS + 1)]  # on from where it was
-    assert seen.index(("progress", 1, P.N_ITEMS)) < seen.index(("result", PROMPT + "x"))
+    L, n = st.model.config.n_layer, P.N_ITEMS
+    total = n * (L + 1)  # the pass's layers (n steps each), then each sentence scored
+    progress = [e[1:] for e in seen if e[0] == "progress"]  # on from where it was, across the pause
+    assert progress == [(n * k, total) for k in range(L + 1)] + [(n * L + k, total) for k in range(1, n + 1)]
+    assert seen.index(("progress", n * L + 1, total)) < seen.index(("result", PROMPT + "x"))
     at_one_go = P.run_template_probe(st.model, "agreement")
     ts = st.template_scores
     for name in ("score", "accuracy", "far", "near"):
         assert np.array_equal(getattr(ts, name), getattr(at_one_go, name)), name
     assert (ts.n_items, ts.n_skipped) == (at_one_go.n_items, at_one_go.n_skipped)
     assert w.grid.drawn is st.result and st.result.text == PROMPT + "x"
+    assert scores_settled(w.worker)
+
+
+def test_the_probes_progress_shown_goes_on_across_a_key_typed_in_its_pass(qtbot, tmp_path, monkeypatch):
+    """A key typed while the probe's packed pass is at its third layer: the roles panel shows the
+    layers run before the keystroke's heatmaps, then the next, never going back, up to 100%."""
+    from attnviz.engine.computing import model as M
+
+    w = open_window(qtbot, tmp_path / "s.ini", text=PROMPT)
+    st, panel = w.state, w.roles_panel
+    w.roles_dock.show()
+    w.roles_dock.raise_()
+    assert scores_settled(w.worker)
+    inside, released, real = threading.Event(), threading.Event(), M.forward_packed
+
+    def held(cfg, weights, seqs, stop=None, progress=None):  # holds once 2 layers are run
+        def layer_done(i, n):
+            progress(i, n)
+            if i == 2 and not inside.is_set():
+                inside.set()
+                while not released.wait(0.005) and w.worker.running("compute") is None:
+                    pass
+        return real(cfg, weights, seqs, stop, None if progress is None else layer_done)
+    monkeypatch.setattr(M, "forward_packed", held)
+    shown = []  # the keystroke's result and the roles panel's summary as the progress reaches it
+    st.sigResultChanged.connect(lambda r: r is not None and shown.append(r.text))
+    st.sigProbeProgress.connect(lambda *_: shown.append(panel.summary.text()))
+    st.set_role_options(source="agreement")
+    w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+    try:
+        qtbot.waitUntil(inside.is_set, timeout=WAIT)
+        qtbot.keyClick(w.text_box, "x")
+        qtbot.waitUntil(lambda: st.template_scores is not None, timeout=WAIT)
+    finally:
+        released.set()
+    L, at = st.model.config.n_layer, shown.index(PROMPT + "x")
+    assert shown[at - 1].startswith(f"Running the agreement probe: 2 of {L} layers run (")
+    assert shown[at + 1].startswith(f"Running the agreement probe: 3 of {L} layers run (")
+    percent = [int(t.rsplit("(", 1)[1].split("%")[0]) for t in shown[:at] + shown[at + 1:]]
+    assert percent == sorted(percent) and 0 < percent[at - 1] < percent[-1] == 100
     assert scores_settled(w.worker)
 
 

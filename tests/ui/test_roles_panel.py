@@ -1,6 +1,7 @@
 """The head-roles panel, offscreen: scores, overview, filter, overlay, find, and the plain statements."""
 
 import os
+import re
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -281,13 +282,20 @@ def test_template_probe_from_the_panel(qtbot, minilm):
 
     state, panel, worker = _panel(qtbot, minilm)
     panel.show()
-    shown = []  # the summary as each sentence's progress reaches it
-    state.sigProbeProgress.connect(lambda done, n: shown.append((done, n, panel.summary.text())))
+    shown = []  # the summary as each step's progress reaches it
+    state.sigProbeProgress.connect(lambda *_: shown.append(panel.summary.text()))
     panel.set_source("agreement")
-    assert state.head_scores is None and "Running the agreement probe: 0 of 60 sentences" in panel.summary.text()
+    assert state.head_scores is None and "Running the agreement probe on 60 sentences" in panel.summary.text()
     qtbot.waitUntil(lambda: state.template_scores is not None, timeout=60000)
-    assert [d for d, _n, _t in shown] == list(range(1, P.N_ITEMS + 1))  # every sentence, in order
-    assert all(f"Running the agreement probe: {d} of {n} sentences" in t for d, n, t in shown)
+    L, n = minilm.config.n_layer, P.N_ITEMS
+    steps = [re.fullmatch(r"Running the agreement probe: (.+) \((\d+)%\)…", t) for t in shown]
+    assert all(steps), shown
+    words, percent = [m[1] for m in steps], [int(m[2]) for m in steps]
+    # the pass's layers, then the sentences scored: moving all along, never back, 100% at the end
+    assert words == [f"{k} of {L} layers run" for k in range(L + 1)] + [
+        f"{k} of {n} sentences scored" for k in range(1, n + 1)]
+    assert percent == sorted(percent) and percent[0] == 0 and percent[-1] == 100
+    assert 100 not in percent[:-1] and len({p for p in percent if 0 < p < 100}) >= L - 1
     ts = state.template_scores
     assert ts.kind == "agreement" and ts.n_items + ts.n_skipped == P.N_ITEMS
     text = panel.summary.text()

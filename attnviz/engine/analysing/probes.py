@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -193,12 +194,45 @@ def _diff(result, item, unknown) -> np.ndarray | None:  # -> [n_layer, n_head] o
     return a[:, :, q, t] - a[:, :, q, f]
 
 
+class ProbeProgress(NamedTuple):
+    """How far run_template_probe is: `done` of `total` steps, and where it is in words. Its n
+    sentences go through the layers together (a packed pass; more than one only when they do not
+    fit one), then each is scored. A layer of a pass counts n steps (one per sentence whose rows
+    it runs, in the usual one pass) and scoring a sentence one: total = n x (n_layer x passes + 1).
+    `done` only grows, and equals `total` once the last sentence is scored."""
+    done: int
+    total: int
+    words: str  # "12 of 30 layers run", "pass 2 of 3: 12 of 30 layers run", "17 of 60 sentences scored"
+
+
+def _reporter(progress, n_layer: int, n: int):
+    """-> (layers(done, total), scored(k)): Model.iter_many's layer counts and the sentences scored,
+    told to `progress` as ProbeProgress."""
+    at = [0, n_layer, 0]  # layers done, layers in all, sentences scored
+
+    def tell(words):
+        progress(ProbeProgress(at[0] * n + at[2], at[1] * n + n, words))
+
+    def layers(done, total):
+        at[0], at[1] = done, max(total, n_layer)
+        passes = at[1] // n_layer
+        p = max(1, -(-done // n_layer))  # the pass at work (or just ended)
+        words = f"{done - (p - 1) * n_layer} of {n_layer} layers run"
+        tell(words if passes == 1 else f"pass {p} of {passes}: {words}")
+
+    def scored(k):
+        at[2] = k
+        tell(f"{k} of {n} sentences scored")
+    return layers, scored
+
+
 def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
                        progress=None, stop=None) -> TemplateScores:
-    """Run one probe's items through `model` and score every head. `progress(done, n)` is called
-    after each item (the window's progress); `stop()` is asked before each layer of a pass and
-    after each item: once True, Cancelled. The items do not depend on anything but `n` and `seed`,
-    so a caller may wait inside stop() (give way to other work) and get the same scores."""
+    """Run one probe's items through `model` and score every head. `progress(ProbeProgress)` is
+    called once the items are packed, after each layer of a pass and after each item is scored
+    (the window's progress); `stop()` is asked before each layer of a pass and after each item:
+    once True, Cancelled. The items do not depend on anything but `n` and `seed`, so a caller may
+    wait inside stop() (give way to other work) and get the same scores."""
     from attnviz.engine.analysing.heads import unknown_token_ids
 
     if kind not in ITEMS:
@@ -209,15 +243,17 @@ def run_template_probe(model, kind: str, n: int = N_ITEMS, seed: int = SEED,
         raise InputError(f"the probe needs at least 2 items, got {n}")
     unknown = unknown_token_ids(model)
     items = list(ITEMS[kind](n, seed))
+    layers, scored = (None, None) if progress is None else _reporter(progress, model.config.n_layer, n)
     # the items' rows go through the weights together (Model.iter_many: a few passes over the
     # weights instead of one per item; benchmarks/scan.py measures the packed passes)
     per_item = {}
-    for done, (j, result) in enumerate(model.iter_many([item.text for item in items], stop=stop), start=1):
+    texts = [item.text for item in items]
+    for done, (j, result) in enumerate(model.iter_many(texts, stop=stop, progress=layers), start=1):
         if isinstance(result, BaseException):
             raise result  # (as run would)
         per_item[j] = _diff(result, items[j], unknown)
-        if progress is not None:
-            progress(done, n)
+        if scored is not None:
+            scored(done)
         if stop is not None and stop():
             raise Cancelled(f"the {kind} probe stopped after {done} of {n} items: cancelled")
     diffs, far, examples = [], [], []
@@ -248,7 +284,7 @@ def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_tok
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
     (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply; `progress`
-    hears each item), probe None. `stop()`: asked between layers and items (run_template_probe),
+    hears its ProbeProgress), probe None. `stop()`: asked between layers and items (run_template_probe),
     or the random probe's layers and roles; once True, Cancelled."""
     from attnviz.engine.analysing import heads as H
 

@@ -7,8 +7,8 @@ RESCORE_DELAY_MS (a long text: a keystroke must not queue behind its scores); a 
 the scores of the text before it (they would hold its run up on the pool). A probe source's
 scores follow the options, the model and the training step, never the text (typing must not restart
 a 60-sentence probe): a keystroke's run goes ahead of a probe under way, which pauses between two
-layers or sentences (Runner.give_way) and goes on from there after it, its count of sentences
-going on from where it was, and its scores those of a probe run at one go (the probe's sentences
+layers or sentences (Runner.give_way) and goes on from there after it, its progress (layers
+run, then sentences scored) going on from where it was, and its scores those of a probe run at one go (the probe's sentences
 are fixed by its seed); a probe whose model or options changed meanwhile stops there. Both are
 pure engine calls on the pool, written into the state (set_text_scores, set_probe_scores); the
 newest of each wins. A long text's scores (state.long: its
@@ -218,16 +218,16 @@ class ScoreJobs(QObject):
         cache = self._probe_cache
         cached = cache[2] if cache is not None and cache[0] is model and cache[1] == PROBE_SEED else None
         job_id = self.worker.claim(PROBE_KIND)
-        report = lambda done, n: self.worker.post(self._on_probe_progress, job_id, done, n)  # noqa: E731
+        report = lambda progress: self.worker.post(self._on_probe_progress, job_id, progress)  # noqa: E731
         stop = self.worker.giving_way(PROBE_KIND, job_id)  # (the jobs waiting on the pool go first)
         work = lambda: score_probe(model, opts.source, opts.exclude_bos, opts.exclude_current,  # noqa: E731
                                    probe=cached, progress=report, stop=stop)
         self.worker.submit(PROBE_KIND, work, self._on_probe_scores, (model, opts), job_id=job_id)
 
-    def _on_probe_progress(self, job_id: int, done: int, n: int) -> None:
+    def _on_probe_progress(self, job_id: int, progress) -> None:
         job = self.worker.running(PROBE_KIND)
         if job is not None and job.id == job_id:  # a cancelled or older probe's count is not shown
-            self.state.set_probe_progress(done, n)
+            self.state.set_probe_progress(progress)
 
     def _on_probe_scores(self, request, value, error) -> None:
         from attnviz.engine.analysing.probes import PROBE_SEED

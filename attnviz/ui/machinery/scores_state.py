@@ -21,7 +21,7 @@ class HeadScoresState:
         self.scores_stale = False  # text_scores are an older result's; the new ones are on their way
         self.probe_scores = None  # of a probe source: HeadScores (random probe) or probes.TemplateScores
         self.probe_note = ""  # the random probe's description, or why the probe has no scores
-        self.probe_progress: tuple[int, int] | None = None  # (done, n) of the probe under way
+        self.probe_progress = None  # probes.ProbeProgress of the template probe under way
         self.text_progress: tuple[int, int] | None = None  # (layers done, n) of a long text's scores
         self.sigModelChanged.connect(lambda _m: self._clear_scores(text=True))
         self.sigCheckpointChanged.connect(lambda _i: self._clear_scores(text=False))  # a probe reruns
@@ -83,10 +83,11 @@ class HeadScoresState:
         self.scores_stale = result is not self.text_result
         self._scores_changed()
 
-    def set_probe_progress(self, done: int, n: int) -> None:
-        """The runner's count of the probe's sentences run so far (the roles panel shows it)."""
-        self.probe_progress = (int(done), int(n))
-        self.sigProbeProgress.emit(int(done), int(n))
+    def set_probe_progress(self, progress) -> None:
+        """The runner's probes.ProbeProgress of the template probe under way: its steps done (layers
+        run, then sentences scored) and their words (the roles panel shows them)."""
+        self.probe_progress = progress
+        self.sigProbeProgress.emit(int(progress.done), int(progress.total))
 
     def set_probe_scores(self, scores, note: str = "") -> None:
         """The runner's scores of the probe source (None with a note: why there are none)."""

@@ -450,5 +450,5 @@ class AppState(QObject, HeadScoresState):
     # (the methods: ui/machinery/scores_state.py).
     sigRoleOptionsChanged = Signal(object)  # RoleOptions
     sigHeadScoresChanged = Signal()  # text or probe scores, their notes, staleness or the source changed
-    sigProbeProgress = Signal(int, int)  # a template probe under way: sentences done, sentences
+    sigProbeProgress = Signal(int, int)  # a template probe under way: steps done, steps (probe_progress)
     sigTextProgress = Signal(int, int)  # a long text's scores under way: layers done, layers

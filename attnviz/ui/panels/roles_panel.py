@@ -286,8 +286,10 @@ class RolesPanel(QWidget):
         if source == "probe":
             return "Running the probe…"
         if source != "text":
-            done, n = st.probe_progress or (0, P.N_ITEMS)
-            return f"Running the {source} probe: {done} of {n} sentences…"
+            p = st.probe_progress  # (None: its sentences are being made and tokenised)
+            if p is None:
+                return f"Running the {source} probe on {P.N_ITEMS} sentences…"
+            return f"Running the {source} probe: {p.words} ({100 * p.done // max(p.total, 1)}%)…"
         if r is None:
             return "Type a text to score the heads."
         return ("Head scores need at least 2 tokens." if r.n_tokens < 2
