@@ -284,8 +284,8 @@ def score_probe(model, kind: str, exclude_bos: bool = False, exclude_current_tok
     text is, with the exclusion options; `probe`, its (RunResult, note) from an earlier call on this
     model and seed, is reused, and the one used comes back for the caller's cache. A template kind
     (KINDS): run_template_probe's TemplateScores (the exclusion options do not apply; `progress`
-    hears its ProbeProgress), probe None. `stop()`: asked between layers and items (run_template_probe),
-    or the random probe's layers and roles; once True, Cancelled."""
+    hears its ProbeProgress), probe None. `stop()`: asked between layers and items
+    (run_template_probe), or the random probe's layers and roles; once True, Cancelled."""
     from attnviz.engine.analysing import heads as H
 
     if kind in KINDS:

@@ -8,8 +8,9 @@ the scores of the text before it (they would hold its run up on the pool). A pro
 scores follow the options, the model and the training step, never the text (typing must not restart
 a 60-sentence probe): a keystroke's run goes ahead of a probe under way, which pauses between two
 layers or sentences (Runner.give_way) and goes on from there after it, its progress (layers
-run, then sentences scored) going on from where it was, and its scores those of a probe run at one go (the probe's sentences
-are fixed by its seed); a probe whose model or options changed meanwhile stops there. Both are
+run, then sentences scored) going on from where it was, and its scores those of a probe run at
+one go (the probe's sentences are fixed by its seed); a probe whose model or options changed
+meanwhile stops there. Both are
 pure engine calls on the pool, written into the state (set_text_scores, set_probe_scores); the
 newest of each wins. A long text's scores (state.long: its
 patterns streamed in row blocks) run on a thread of their own that gives way to the pool
