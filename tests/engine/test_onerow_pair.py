@@ -202,3 +202,24 @@ def test_an_error_on_the_callers_thread_marks_the_call_aborted():
     with pytest.raises(ValueError, match="on this thread"):
         onerow_pair.Partner().run(fails, (), sync)
     assert sync[onerow_pair.ABORTED] == 1
+
+
+@pytest.mark.parametrize("over", [True, False], ids=["after-the-call", "during-it"])
+def test_a_partner_that_fails_after_the_call_is_over_marks_nothing(over, caplog):
+    """The partner's call failing once the caller has left it (its arrays made read-only by then:
+    no matching signature) is no failure of the call; failing while the caller is in it is."""
+    partner, sync, ran, done = onerow_pair.Partner(), onerow_pair.sync_for(1), [], threading.Event()
+
+    def fails():
+        ran.append(1)
+        sync[onerow_pair.OVER] = int(over)
+        raise TypeError("no matching definition")
+    partner.start(fails, (), sync)
+    for _ in range(500):
+        if ran:
+            break
+        time.sleep(0.01)
+    partner.start(done.set, (), onerow_pair.sync_for(0))  # (the partner's next job: the first handled)
+    assert done.wait(5) and ran == [1]
+    assert sync[onerow_pair.ABORTED] == (0 if over else 1)
+    assert any(r.levelname == "ERROR" for r in caplog.records) is not over

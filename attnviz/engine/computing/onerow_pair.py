@@ -20,7 +20,8 @@ wait spins).
 Neither thread waits for the other to arrive: a partner woken late finds a stage's chunks taken
 and goes on to the next, so the caller may run the whole call alone; a thread waits only for a
 chunk the other has taken and not finished. Each call has counters of its own (`sync`, made by
-the caller), so a partner still in an earlier call takes nothing of a later one. A thread that
+the caller), so a partner still in an earlier call takes nothing of a later one, and one that
+comes after the caller has left the call skips it (its arrays may be read-only by then). A thread that
 fails (an exception in the call) marks the call aborted; the other stops waiting and the caller
 raises. Only where the CPU is x86-64 (the spin's `pause`); elsewhere onerow_stack's one thread.
 A chunk the partner took waits for the partner's turn on its core: where the other core is busy
@@ -57,6 +58,7 @@ AVAILABLE = platform.machine().lower() in ("x86_64", "amd64")
 STAGES = 5  # a layer's stages (S0..S4)
 LINE = 8  # int64 slots a cache line: a stage's `taken` and `done` each on a line of their own
 ABORTED = 0  # sync[ABORTED] != 0: a thread failed; stage s's counters at LINE (1 + 2 s), LINE (2 + 2 s)
+OVER = 1  # sync[OVER] != 0: the caller's thread has left the call (Partner.run)
 CHUNKS = 4  # chunks of a matrix's row groups a stage
 
 
@@ -297,8 +299,8 @@ def shared_size(n_head: int, n_kv_head: int, d_head: int, d_model: int, d_ff: in
 
 
 def sync_for(n_layers: int) -> np.ndarray:
-    """A call's counters over n_layers layers, zeros: `aborted`, then each stage's taken and done
-    counts, each on a cache line of its own."""
+    """A call's counters over n_layers layers, zeros: ABORTED and OVER, then each stage's taken
+    and done counts, each on a cache line of its own."""
     return np.zeros(LINE * (1 + 2 * STAGES * n_layers), np.int64)
 
 
@@ -326,9 +328,13 @@ class Partner:
             while not jobs.empty():  # (an earlier call is over: its counters are all taken)
                 job = jobs.get()
             compiled, args, sync = job
+            if sync[OVER]:
+                continue
             try:
                 compiled(*args)
             except BaseException:  # the caller stops waiting for its chunk and raises
+                if sync[OVER]:  # (a call over before the partner came: its arrays may be read-only now)
+                    continue
                 sync[ABORTED] = 1
                 log.exception("the partner thread's share of a one-row run failed")
 
@@ -345,6 +351,8 @@ class Partner:
         except BaseException:
             sync[ABORTED] = 1  # (the partner stops waiting for this thread's chunk)
             raise
+        finally:
+            sync[OVER] = 1
         if not ok:
             raise RuntimeError("the partner thread failed in a one-row run (logged)")
 
