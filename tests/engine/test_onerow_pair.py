@@ -143,12 +143,11 @@ def test_a_late_partner_leaves_the_call_to_the_caller(smollm2_packed, threads):
     want = _steps(smollm2_packed, ids, 18, True)
     threads(2)
     woke = threading.Event()
-    onerow_pair.PARTNER.start(lambda: (time.sleep(1.0), woke.set()), (), onerow_pair.sync_for(0))
-    t0 = time.perf_counter()
+    onerow_pair.PARTNER.start(lambda: (time.sleep(5.0), woke.set()), (), onerow_pair.sync_for(0))
     got = _steps(smollm2_packed, ids, 18, True)
-    assert time.perf_counter() - t0 < 1.0 and not woke.is_set()
+    assert not woke.is_set()  # (the steps done while the partner slept)
     _same_steps(got, want)
-    assert woke.wait(5)
+    assert woke.wait(10)
 
 
 def _one_call(model, threads):

@@ -366,7 +366,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     threads = _threads(stack.largest) if compiled is not None else 0
     if threads == 2:  # (the caller's thread and onerow_pair's partner, where it is compiled)
         compiled = _PAIRS.get(stack.scale)
-    if compiled is None or threads > 2 or threads < 1:
+    if compiled is None or threads > 2:
         return False
     c0 = consts[0]
     if c0.rope is None or not (len(set(map(id, consts))) == 1 or all(  # (one Consts for every layer)
