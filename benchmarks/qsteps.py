@@ -10,8 +10,9 @@ in one process, in turns (not a test).
   round (a cache of its own for each way): every timed step finds its cache as the step before
   it left it, as generate's steps do (its keys and values the lists that step handed over, its
   row appended in place, the run's constants new), at T = 64 (512) in the first timed round and
-  one more token each round after. Kernels on (every layer in one call, and a layer at a time)
-  against off, in turns, and the step's unembedding (head.logits, the same either way) apart.
+  one more token each round after. Kernels on (every layer in one call, the same call on two
+  threads: onerow_pair, and a layer at a time) against off, in turns, and the step's
+  unembedding (head.logits, the same either way) apart.
   Goal: the layers' step <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
   the same run by a plain read of those arrays themselves (benchmarks/streaming.py): the fastest
@@ -80,16 +81,20 @@ def _ways(fn, repeat: int, setup=None) -> dict[str, list[float]]:
     return times
 
 
-WAYS = ("one call", "layer by layer", "float32")
+WAYS = ("one call", "one call, two threads", "layer by layer", "float32")
+THREADS = [1]  # --threads: the kernel threads of every way but "one call, two threads"
 
 
 def _set_way(way: str) -> None:
-    """The kernels on (qmatvec.ENABLED) or off, and a one-row run's layers in one compiled call
-    (onerow_stack.ENABLED) or one at a time."""
+    """The kernels on (qmatvec.ENABLED) or off, a one-row run's layers in one compiled call
+    (onerow_stack.ENABLED) or one at a time, and the kernels' threads: two for "one call, two
+    threads" (onerow_pair's call), --threads for the others."""
     from attnviz.engine.computing import onerow_stack
     from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.parallel import limit_kernel_threads
     qm.ENABLED = way != "float32"
-    onerow_stack.ENABLED = way == "one call"
+    onerow_stack.ENABLED = way in ("one call", "one call, two threads")
+    limit_kernel_threads(2 if way == "one call, two threads" else THREADS[0])
 
 
 def back_to(cache, n: int) -> None:
@@ -255,8 +260,10 @@ def _ways_figures(name: str, times: dict, load: float, what: str) -> list[dict]:
     """The figures of _ways' three ways (name.format: "kernels", "kernels layer by layer",
     "float32"), each its median of the runs; `what`: the first way's runs, said in its note."""
     notes = {"one call": what, "layer by layer": "the same runs in turns, a layer's compiled calls at a time",
+             "one call, two threads": "the same runs in turns, the one call on two threads (onerow_pair)",
              "float32": "the same runs in turns"}
-    labels = {"one call": "kernels", "layer by layer": "kernels layer by layer", "float32": "float32"}
+    labels = {"one call": "kernels", "one call, two threads": "kernels on two threads",
+              "layer by layer": "kernels layer by layer", "float32": "float32"}
     return [figure(name.format(labels[way]), statistics.median(times[way]), "ms", runs=times[way],
                    note=f"{notes[way]}; median; load average {load:.1f}") for way in WAYS]
 
@@ -307,6 +314,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         logits.append((time.perf_counter() - t) * 1e3)
     alone = _products_alone(store, repeat)
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
+    two = statistics.median(times["one call, two threads"])
     figs = [
         figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
                statistics.median(alone) / floor, "x", runs=alone,
@@ -324,6 +332,9 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                     f"steps and 3 beside each of {repeat} more steps "
                     f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
                     f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+        figure(f"generation step T = {T}: kernels on two threads / quantised-bytes floor", two / floor, "x",
+               note=f"the one call on two threads (onerow_pair), in turns with the others; floor "
+                    f"{floor:.2f} ms as above"),
         figure(f"generation step T = {T}: kernels / quantised-bytes floor, each step beside its "
                f"own read", statistics.median(paired), "x", runs=paired,
                note=f"{repeat} more steps each way's generation on, each in turns with the "
@@ -344,8 +355,8 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
     ]
-    print(f"step T = {T}: kernels {a:.2f} ms (layer by layer {loop:.2f} ms), float32 {b:.2f} ms, "
-          f"floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
+    print(f"step T = {T}: kernels {a:.2f} ms (two threads {two:.2f} ms, {two / floor:.2f}x; layer by layer "
+          f"{loop:.2f} ms), float32 {b:.2f} ms, floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
           f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
           f"{a / floor_kv:.2f}x; at the float32 pass's bandwidth {blas:.2f} ms, {a / blas:.2f}x), "
           f"the products alone {statistics.median(alone):.2f} ms "
@@ -383,7 +394,8 @@ def main() -> None:
 
     from attnviz.engine.parallel import limit_kernel_threads
     threadpool_limits(args.threads, user_api="blas")
-    limit_kernel_threads(args.threads)
+    THREADS[0] = args.threads
+    limit_kernel_threads(2)  # (while the kernels warm: the stack's two-thread call compiled too)
 
     from attnviz.engine.computing import qmatvec as qm
     from attnviz.engine.computing.load import load_model
@@ -394,6 +406,7 @@ def main() -> None:
     model = load_model("SmolLM2-135M-Instruct")
     load_s = time.perf_counter() - t0
     warm = qm.warm([qm.Q.Q4_1])
+    limit_kernel_threads(args.threads)
     store = model.weights.layers
     packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
     views = store.view_bytes()

@@ -37,6 +37,7 @@ _ENGINE = Path(__file__).resolve().parents[1]
 SOURCES = tuple(_ENGINE / p for p in (
     "computing/qdot.py", "computing/qbytes.py", "computing/qmadd.py", "computing/qx.py",
     "computing/rowmath.py", "computing/lanes.py", "computing/onerow.py", "computing/onerow_block.py", "computing/onerow_stack.py",
+    "computing/onerow_pair.py",
     "computing/qregroup.py", "reading/qpack.py"))
 PREFIX = "attnviz-"
 KEPT = 3  # folders kept beside the one in use: the most recently used

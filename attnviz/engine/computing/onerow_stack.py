@@ -19,7 +19,11 @@ kernels) and every layer's constants alike (RoPE tables, mask, scale). A trace's
 (RunRequest(early=...)) splits the call in two around it; its stop check is asked before each
 call. Anything else takes families._forward_rows' layer loop.
 
-It is compiled for one scale type at a time (compile_stack: the one the model's layers use).
+The call runs on one thread where the kernels take one (kernel_threads, numba's threads at most:
+the window's cap); where they take two, onerow_pair's _pair_layers instead: the same layers on
+this thread and a partner thread at once, the same bits (onerow_pair's docstring); more, the
+layer loop. It is compiled for one scale type at a time (compile_stack: the one the model's
+layers use; the pair's where the kernels take two threads then).
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life), by calls
 compiled with the stack (_lister), so the run that builds them compiles nothing. Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
@@ -40,7 +44,7 @@ import numpy as np
 from numba import njit, types
 from numba.typed import List
 
-from attnviz.engine.computing import kernel_cache
+from attnviz.engine.computing import kernel_cache, onerow_pair
 from attnviz.engine.computing import onerow_block as ob
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
 from attnviz.engine.computing.trace import kv_room
@@ -51,6 +55,7 @@ kernel_cache.use()  # (before any function is decorated: numba's cache folder is
 
 ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
 _COMPILED: dict = {}  # scale dtype -> _layers_of compiled for it (compile_stack)
+_PAIRS: dict = {}  # scale dtype -> onerow_pair._pair_layers compiled for it (compile_stack)
 _COMPILING = threading.Lock()
 
 
@@ -93,6 +98,15 @@ def _layers_of(x, a, b, full_last, kinds, qs, ss, os_, gains1, gains2, eps, cos,
             z[i] = mid[0]  # (the scratch's z: s V)
 
 
+def _pair(x, a, b, full_last, compiled, stack, *args):
+    """_layers' call on two threads: onerow_pair._pair_layers on this thread and the partner's,
+    with the call's own shared arrays and counters."""
+    n_head, n_kv_head, d_head = args[9], args[10], args[7].shape[1]
+    shared = np.empty(onerow_pair.shared_size(n_head, n_kv_head, d_head, x.shape[1], stack.d_ff), np.float32)
+    sync = onerow_pair.sync_for(b - a)
+    onerow_pair.PARTNER.run(compiled, (x, a, b, full_last, *args, shared, sync, onerow_pair.CHUNKS), sync)
+
+
 _GAIN = array_type(1, True)
 NO_RESID, NO_Z = np.empty((0, 1, 1), np.float32), np.empty((0, 1, 1, 1), np.float32)  # (not asked)
 
@@ -104,25 +118,35 @@ def _list_types(scale):  # (q, scale or offset, gain) item types of the typed Li
 def compile_stack(scale) -> None:
     """_layers_of for matrices whose scales are of dtype `scale` (a key of onerow_block.SCALES)
     compiled (or loaded from numba's cache) as a dispatcher of its own, then closed to others
-    (compile_block's way); stacked_rows takes a stack of that scale type from then on."""
+    (compile_block's way); stacked_rows takes a stack of that scale type from then on. Where
+    the kernels take two threads (_threads) and onerow_pair runs here, its _pair_layers too."""
     scale = np.dtype(scale)
-    if scale in _COMPILED:
+    pair = onerow_pair.AVAILABLE and _threads() == 2
+    if scale in _COMPILED and (scale in _PAIRS or not pair):
         return
     with _COMPILING:
-        if scale in _COMPILED:
-            return
         q, s, g = _list_types(ob.SCALES[scale])
         L = types.ListType
-        compiled = njit(**JIT)(_layers_of)
-        compiled.compile(types.void(
-            types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
-            L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
-            types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64, types.Array(F32, 3, "C"),
-            types.Array(F32, 4, "C")))
-        compiled.disable_compile()
-        for item in (q, s, g):
-            _lister(item)
-        _COMPILED[scale] = compiled
+        args = (types.Array(F32, 2, "C"), I64, I64, types.boolean, types.Array(I64, 2, "C", readonly=True),
+                L(q), L(s), L(s), L(g), L(g), F32, R2, R2, I64, I64, R2, F32, I64,
+                types.Array(F32, 5, "C"), I64, types.Array(F32, 4, "C"), I64, types.Array(F32, 3, "C"),
+                types.Array(F32, 4, "C"))
+        if scale not in _COMPILED:
+            compiled = njit(**JIT)(_layers_of)
+            compiled.compile(types.void(*args))
+            compiled.disable_compile()
+            for item in (q, s, g):
+                _lister(item)
+            _COMPILED[scale] = compiled
+        if pair and scale not in _PAIRS:
+            compiled = njit(**JIT)(onerow_pair._pair_layers)
+            compiled.compile(types.boolean(*args, types.Array(F32, 1, "C"), types.Array(I64, 1, "C"), I64))
+            compiled.disable_compile()
+            _PAIRS[scale] = compiled
+
+
+def _threads(weights: int = 0) -> int:  # the threads a kernel call takes (numba's at most)
+    return min(kernel_threads(weights), numba.config.NUMBA_NUM_THREADS)
 
 
 def _list_of(a):  # a typed List of a's type holding a
@@ -180,6 +204,7 @@ class _Stack:
         self.gains1 = _typed(g, [np.asarray(layer.norm1[0]) for layer in layers])
         self.gains2 = _typed(g, [np.asarray(layer.norm2[0]) for layer in layers])
         self.largest = max(plan[1] for plan in plans)
+        self.d_ff = max(plan[2] for plan in plans) // 2  # (w_in's outputs: gate | up)
         self.kept = _KeptKV()
 
 
@@ -338,7 +363,10 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     kind = _kind(trace)
     stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and ENABLED else None
     compiled = _COMPILED.get(stack.scale) if stack is not None else None
-    if compiled is None or min(kernel_threads(stack.largest), numba.config.NUMBA_NUM_THREADS) != 1:
+    threads = _threads(stack.largest) if compiled is not None else 0
+    if threads == 2:  # (the caller's thread and onerow_pair's partner, where it is compiled)
+        compiled = _PAIRS.get(stack.scale)
+    if compiled is None or threads > 2:
         return False
     c0 = consts[0]
     if c0.rope is None or not (len(set(map(id, consts))) == 1 or all(  # (one Consts for every layer)
@@ -370,7 +398,10 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
             continue
         if trace.stop is not None and trace.stop():
             raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
-        _layers(x, a, b, full or b < n_layer, compiled, *args)
+        if threads == 2:
+            _pair(x, a, b, full or b < n_layer, compiled, stack, *args)
+        else:
+            _layers(x, a, b, full or b < n_layer, compiled, *args)
         if b == cut and early is not None:
             early[1](trace)  # layers 0..cut-1 are final
     if kind == "step" and trace.keep_rows:

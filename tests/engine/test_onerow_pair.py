@@ -1,0 +1,224 @@
+"""A one-row run's layers on two threads (engine/computing/onerow_pair.py, taken by onerow_stack
+where the kernels take two threads) against the one-thread call: the same bits for each kernel
+kind (odd numbers of row groups, more chunks than groups), SmolLM2's generation steps and
+keystrokes and tiny Llamas of other block types; a partner that comes late, or after the call,
+changes nothing; a thread that fails stops the other's wait and the call raises."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from attnviz.engine.computing import qmatvec as qm  # (first: it asks numba for plain error text)
+from attnviz.engine.computing import onerow_block, onerow_pair, onerow_stack
+from attnviz.engine.reading import qpack
+from test_onerow_block import _k_rows
+from test_onerow_stack import IDS, TEXTS, _covered, _keystrokes, _same_runs, _same_steps, _steps
+
+pytest.importorskip("numba")
+pytestmark = pytest.mark.skipif(not onerow_pair.AVAILABLE, reason="onerow_pair runs on x86-64 alone")
+
+
+def _blocks(qtype, n_out, n_in, rng):
+    """Random rows of `qtype` [n_out, n_in] as GGUF blocks (K types: _k_rows' sane scales)."""
+    import gguf
+    if qtype in (Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        return _k_rows(qtype, n_out, n_in, rng)[0]
+    return gguf.quants.quantize((rng.standard_normal((n_out, n_in)) * 0.1).astype(np.float32), qtype)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q4_0, Q.Q8_0, Q.Q5_1, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("groups,chunks", [(7, 3), (7, 8), (1, 2), (5, 1)])
+def test_a_matrix_in_chunks_on_two_threads_equals_its_serial_kernel(qtype, groups, chunks):
+    """y = x Wᵀ taken in `chunks` chunks of W's row groups by two threads at once: the bits of the
+    kernel the one-thread call runs (onerow_block._matvec), whichever thread took which chunk."""
+    rng = np.random.default_rng(groups * 10 + chunks)
+    p = qpack.pack(_blocks(qtype, groups * qpack.LANES, 512, rng), qtype)
+    x = rng.standard_normal((1, p.n_in)).astype(np.float32)
+    want = np.empty((1, p.n_out), np.float32)
+    kind = onerow_block._kind(p)
+    onerow_block._matvec(kind, *p.args, x, want)
+    for _ in range(3):
+        y, sync = np.full((1, p.n_out), np.nan, np.float32), onerow_pair.sync_for(1)
+        none = np.empty((0, 1, 1), np.float32)
+        answers = []
+
+        def stage():
+            answers.append(onerow_pair._matrix_stage(sync, 0, chunks, kind, *p.args, x, y, none, 0))
+        partner = threading.Thread(target=stage)
+        partner.start()
+        stage()
+        partner.join()
+        assert answers == [True, True]
+        assert y.tobytes() == want.tobytes()
+
+
+@pytest.fixture(scope="module")
+def smollm2_packed():
+    from attnviz.engine.computing.load import load_model
+    qpack.ask_for_kernels()
+    qm.warm([Q.Q4_1])
+    try:
+        yield load_model("SmolLM2-135M-Instruct")
+    finally:
+        qpack.ask_for_kernels(False)
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """set(n): a one-row run's kernels on n threads (1: the one-thread call, 2: the pair, compiled
+    for every scale type the stack was); calls: the pair's calls as (first, end) layers."""
+    calls = []
+    real = onerow_stack._pair
+
+    def pair(x, a, b, *rest):
+        calls.append((a, b))
+        return real(x, a, b, *rest)
+    monkeypatch.setattr(onerow_stack, "_pair", pair)
+
+    def set_threads(n):
+        monkeypatch.setattr(onerow_stack, "_threads", lambda weights=0: n)
+        for scale in list(onerow_stack._COMPILED):
+            onerow_stack.compile_stack(scale)
+    set_threads.calls = calls
+    return set_threads
+
+
+def test_smollm2s_generation_steps_on_two_threads_equal_one_bit_for_bit(smollm2_packed, threads):
+    ids = np.random.default_rng(5).integers(100, 40000, 40).tolist()
+    runs = {}
+    for n in (2, 1):
+        threads(n)
+        runs[n] = _steps(smollm2_packed, ids, 12, True)
+    assert threads.calls == [(0, 30)] * 28
+    _same_steps(runs[2], runs[1])
+
+
+@pytest.mark.parametrize("want", [{"z": True, "resid": True}, {}], ids=["z+resid", "patterns"])
+def test_smollm2s_keystrokes_on_two_threads_equal_one_bit_for_bit(smollm2_packed, threads, want):
+    from attnviz.engine.computing.trace import Trace
+    runs = {}
+    for n in (2, 1):
+        threads(n)
+        smollm2_packed.clear_cache()
+        runs[n] = [smollm2_packed.run(text, trace=Trace(**want)).trace for text in TEXTS]
+    assert len(threads.calls) >= 2 and set(threads.calls) == {(0, 30)}
+    for t, t1 in zip(runs[2], runs[1], strict=True):
+        assert t.attentions.tobytes() == t1.attentions.tobytes()
+        for x, y in zip([*t.z, *t.resid, *t.k, *t.v], [*t1.z, *t1.resid, *t1.k, *t1.v], strict=True):
+            assert (x is None and y is None) or x.tobytes() == y.tobytes()
+    smollm2_packed.clear_cache()
+
+
+def test_an_early_hand_over_on_two_threads_shows_the_same_layers(smollm2_packed, threads):
+    from attnviz.engine.computing.request import RunRequest
+    runs = {}
+    for n in (2, 1):
+        threads(n)
+        runs[n] = _keystrokes(smollm2_packed, TEXTS, RunRequest(early=(12, lambda part: None)))
+    assert set(threads.calls) == {(0, 12), (12, 30)}
+    _same_runs(runs[2], runs[1])
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q5_1], ids=lambda q: q.name)
+def test_tiny_llamas_steps_on_two_threads_equal_one(tmp_path, threads, qtype):
+    """4 query heads over 2 KV heads (a chunk a KV head), every matrix in blocks of the type."""
+    qm.warm([qtype])
+    model = _covered(tmp_path, qtype)
+    runs = {}
+    for n in (2, 1):
+        threads(n)
+        runs[n] = _steps(model, IDS, 8, True)
+    assert threads.calls == [(0, model.config.n_layer)] * 8
+    _same_steps(runs[2], runs[1])
+
+
+def test_a_late_partner_leaves_the_call_to_the_caller(smollm2_packed, threads):
+    """The partner busy (a job queued before the call's) when a step starts: the caller runs the
+    step alone, without waiting for it, with the same bits; the partner's turn comes after."""
+    ids = np.random.default_rng(8).integers(100, 40000, 20).tolist()
+    threads(1)
+    want = _steps(smollm2_packed, ids, 18, True)
+    threads(2)
+    woke = threading.Event()
+    onerow_pair.PARTNER.start(lambda: (time.sleep(5.0), woke.set()), (), onerow_pair.sync_for(0))
+    got = _steps(smollm2_packed, ids, 18, True)
+    assert not woke.is_set()  # (the steps done while the partner slept)
+    _same_steps(got, want)
+    assert woke.wait(10)
+
+
+def _one_call(model, threads):
+    """A step's pair call, its arguments kept: (compiled, args, sync) after the call ran."""
+    kept = []
+    real = onerow_pair.Partner.run
+
+    def run(self, compiled, args, sync):
+        kept.append((compiled, args, sync))
+        return real(self, compiled, args, sync)
+    threads(2)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(onerow_pair.Partner, "run", run)
+        _steps(model, IDS[:10], 9, True)  # (the prefill, then one step)
+    return kept[-1]
+
+
+def test_a_thread_that_comes_after_the_call_takes_nothing(smollm2_packed, threads):
+    """Every chunk of a finished call is taken: a thread running it again (its x changed) writes
+    nothing, neither x nor the pattern rows nor K and V."""
+    compiled, args, sync = _one_call(smollm2_packed, threads)
+    x, rows, kv = args[0], args[20], args[18]
+    x[:] = 7.0
+    before = [a.copy() for a in (x, rows, kv)]
+    assert compiled(*args)
+    for a, b in zip((x, rows, kv), before):
+        assert a.tobytes() == b.tobytes()
+
+
+def test_a_failed_thread_stops_the_others_wait(smollm2_packed, threads):
+    """A chunk taken by a thread that then fails is never done: the other waits for it until the
+    call is marked aborted, then returns False; Partner.run raises for a call that returned it."""
+    compiled, args, sync = _one_call(smollm2_packed, threads)
+    sync[:] = 0
+    sync[onerow_pair.LINE] = 1  # (stage 0's chunk 0 taken, never done)
+    timer = threading.Timer(0.2, lambda: sync.__setitem__(onerow_pair.ABORTED, 1))
+    timer.start()
+    assert compiled(*args) is False
+    timer.join()
+    sync[:] = 0
+    sync[onerow_pair.ABORTED] = 1
+    with pytest.raises(RuntimeError, match="partner thread failed"):
+        onerow_pair.Partner().run(compiled, args, sync)
+
+
+def test_an_error_on_the_callers_thread_marks_the_call_aborted():
+    sync = onerow_pair.sync_for(1)
+
+    def fails(*_):
+        raise ValueError("on this thread")
+    with pytest.raises(ValueError, match="on this thread"):
+        onerow_pair.Partner().run(fails, (), sync)
+    assert sync[onerow_pair.ABORTED] == 1
+
+
+@pytest.mark.parametrize("over", [True, False], ids=["after-the-call", "during-it"])
+def test_a_partner_that_fails_after_the_call_is_over_marks_nothing(over, caplog):
+    """The partner's call failing once the caller has left it (its arrays made read-only by then:
+    no matching signature) is no failure of the call; failing while the caller is in it is."""
+    partner, sync, ran, done = onerow_pair.Partner(), onerow_pair.sync_for(1), [], threading.Event()
+
+    def fails():
+        ran.append(1)
+        sync[onerow_pair.OVER] = int(over)
+        raise TypeError("no matching definition")
+    partner.start(fails, (), sync)
+    for _ in range(500):
+        if ran:
+            break
+        time.sleep(0.01)
+    partner.start(done.set, (), onerow_pair.sync_for(0))  # (the partner's next job: the first handled)
+    assert done.wait(5) and ran == [1]
+    assert sync[onerow_pair.ABORTED] == (0 if over else 1)
+    assert any(r.levelname == "ERROR" for r in caplog.records) is not over
