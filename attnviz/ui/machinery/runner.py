@@ -240,11 +240,14 @@ class Runner(QObject):
         self._update_busy()
         return job
 
-    def give_way(self) -> bool:
+    def give_way(self, stale: Callable[[], bool] | None = None) -> bool:
         """Called by a job on the pool between its steps (from its thread): while other jobs wait
         on the pool, this thread pauses and they run first, on a thread the pool lends for them
         (its room raised by one per paused job); it returns once none waits and none but paused
         jobs is at work, so one thread computes at a time. The latest paused job goes on first.
+        stale(): asked all along the pause; once True the job leaves the pause at once, its room
+        given back (it is to stop: its model and arrays are not held behind the jobs that replace
+        it, nor for as long as keystrokes keep coming).
         -> whether it paused (the job may have gone stale meanwhile: ask is_newest after)."""
         if not _WAITING:
             return False
@@ -255,6 +258,10 @@ class Runner(QObject):
         while True:
             time.sleep(GIVE_WAY_POLL_S)
             with _PAUSE_LOCK:
+                if stale is not None and stale():
+                    _PAUSED.remove(me)
+                    self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                    return True
                 if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
                     continue
                 self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
@@ -266,12 +273,15 @@ class Runner(QObject):
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`
         from claim): True once the job is no longer the newest of its kind (it stops there, not
-        paused first); else the job gives way (give_way), and is asked again after."""
+        paused first, nor kept paused: give_way's stale); else the job gives way (give_way), and
+        is asked again after."""
+        stale = lambda: not self.is_newest(kind, job_id)  # noqa: E731
+
         def stop() -> bool:
-            if not self.is_newest(kind, job_id):
+            if stale():
                 return True
-            self.give_way()
-            return not self.is_newest(kind, job_id)
+            self.give_way(stale)
+            return stale()
         return stop
 
     def post(self, slot, *args) -> None:
