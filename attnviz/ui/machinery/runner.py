@@ -56,6 +56,7 @@ def shared_pool() -> QThreadPool:
 def _forget_pool(*_):
     global _POOL
     _POOL = None
+    _WAITING.clear()  # its jobs that never ran never will: a later job gives way to none of them
 
 
 # the pool's jobs submitted and not started yet (give_way waits while there are any); the jobs
@@ -236,7 +237,12 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
-            self.pool.start(_Task(job, self._relay, is_stale))
+            try:
+                self.pool.start(_Task(job, self._relay, is_stale))
+            except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
+                _WAITING.discard(job)
+                self._live.pop(job.id, None)
+                raise
         self._update_busy()
         return job
 
@@ -255,20 +261,24 @@ class Runner(QObject):
         with _PAUSE_LOCK:
             _PAUSED.append(me)
             self.pool.setMaxThreadCount(1 + len(_PAUSED))
-        while True:
-            time.sleep(GIVE_WAY_POLL_S)
+        try:
+            while True:
+                time.sleep(GIVE_WAY_POLL_S)
+                with _PAUSE_LOCK:
+                    if stale is not None and stale():
+                        return True  # (leaves the pause below)
+                    if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
+                        continue
+                    self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
+                    if not _WAITING and self.pool.activeThreadCount() <= len(_PAUSED):  # none just did
+                        _PAUSED.pop()
+                        return True
+                    self.pool.setMaxThreadCount(1 + len(_PAUSED))
+        finally:  # stale, or an exception: its room given back, the jobs paused after it unaffected
             with _PAUSE_LOCK:
-                if stale is not None and stale():
+                if me in _PAUSED:
                     _PAUSED.remove(me)
                     self.pool.setMaxThreadCount(1 + len(_PAUSED))
-                    return True
-                if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
-                    continue
-                self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
-                if not _WAITING and self.pool.activeThreadCount() <= len(_PAUSED):  # none just did
-                    _PAUSED.pop()
-                    return True
-                self.pool.setMaxThreadCount(1 + len(_PAUSED))
 
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`
