@@ -17,12 +17,18 @@ from attnviz.engine.computing.logits import log_softmax
 
 SUM_STILL = 2.0 ** -54  # half an ulp of a sum in [0.5, 1): a value below it adds nothing to it
 TOP_BOUNDS = (64, 1024, 8192)  # the most likely values sorted in turn for a cut below top_p = 1
+# the smallest temperature above 0 (generate.check_sampling refuses one below): the most likely
+# token's log-probability is at least -log(vocab), above -50 for any vocabulary, and divided by
+# this it stays finite (float64 ends at 1.8e308); below it, every logprobs / temperature could be
+# -inf and the softmax NaN (a draw of token 0, not the most likely)
+MIN_TEMPERATURE = 1e-300
 
 
 def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
-    """logprobs [vocab] -> a token: the argmax (lowest id on a tie) at temperature 0; otherwise a
-    draw from softmax(logprobs / temperature) cut to the smallest most-likely set whose
-    probability reaches top_p (the module's docstring)."""
+    """logprobs [vocab] (log_softmax's) -> a token: the argmax (lowest id on a tie) at temperature
+    0; otherwise (a temperature of at least MIN_TEMPERATURE) a draw from softmax(logprobs /
+    temperature) cut to the smallest most-likely set whose probability reaches top_p (the
+    module's docstring)."""
     if temperature == 0:
         return int(np.argmax(logprobs))
     p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
