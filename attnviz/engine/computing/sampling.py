@@ -61,10 +61,11 @@ def _cut(p: np.ndarray, top_p: float) -> tuple[np.ndarray, int]:  # [vocab] -> v
 
 
 def _cut_from_the_top(p: np.ndarray, top_p: float) -> tuple[np.ndarray, int] | None:
-    """(b): the sum in sorted order and NumPy's p.sum() each differ from the exact sum by less
-    than (vocab - 1) ulps' halves of it, so the threshold lies in [lo, hi]; the largest values
-    are sorted in turn (TOP_BOUNDS) until their running sum passes hi. None where that never
-    happens or a running sum lies in [lo, hi) (the place would depend on the last bits)."""
+    """(b): the sum in sorted order and NumPy's p.sum() each differ from the exact sum S by at most
+    (vocab - 1) u S, u = eps / 2 (a recursive sum's bound, to first order; a pairwise sum's is
+    smaller), so the threshold lies in [lo, hi]; the largest values are sorted in turn
+    (TOP_BOUNDS) until their running sum passes hi. None where that never happens or a running
+    sum lies in [lo, hi) (the place would depend on the last bits)."""
     V, S = len(p), p.sum()
     err = 4.0 * V * np.finfo(np.float64).eps * S  # (the two sums' bounds together, four times over)
     lo, hi = top_p * (S - err), top_p * (S + err)

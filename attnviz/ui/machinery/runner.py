@@ -4,12 +4,12 @@ newest-wins per kind of job (ui/machinery/worker.py's Worker is the runner with 
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
-- POOL: the app's one background thread (`shared_pool`) for CPU work (runs, head scores). A queued
-  job that is already stale when the thread picks it up is skipped without running. A long job
-  that does not depend on the typed text (a template probe) calls `give_way` between its steps:
-  while other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they
-  run first, on a thread the pool lends for them; it then goes on from there. One thread computes
-  at a time all along.
+- POOL: the app's background pool (`shared_pool`) for CPU work (runs, head scores). A queued job
+  that is already stale when a thread picks it up is skipped without running. A long job that
+  does not depend on the typed text (a template probe) calls `give_way` between its steps: while
+  other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they run
+  first, on a thread the pool lends for them; it then goes on from there, or stops at once if it
+  went stale meanwhile. One thread computes at a time all along.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, checkpoints,
   discovery). A read that blocks (a FIFO, a hung network mount) then holds only that thread: runs
   keep going on the pool, and the window can stop waiting for it. Python cannot kill a thread, so a
@@ -43,8 +43,9 @@ POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
 
 
 def shared_pool() -> QThreadPool:
-    """The app's one background thread. The worker's runs and its head scores
-    queue here, so background CPU work never competes with itself for the 2 cores."""
+    """The app's background pool: one thread, and one more lent per job paused in give_way for the
+    jobs that go ahead of it, so one thread computes at a time. The worker's runs and its head
+    scores queue here, so background CPU work never competes with itself for the cores."""
     global _POOL
     if _POOL is None:
         _POOL = QThreadPool(QCoreApplication.instance())
