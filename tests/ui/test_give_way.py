@@ -62,23 +62,24 @@ def test_a_probe_made_stale_while_paused_stops_at_once(qtbot, made_stale):
     assert runner.pool.maxThreadCount() == 1  # the room it was lent is given back
 
 
-def _gives_way_in_turn(qtbot, runner):
-    """A long job gives way to a short one that holds the pool a while: -> what each did, in order
-    (one thread at a time: the long job goes on only once the short one has ended)."""
+def _gives_way_in_turn(qtbot, runner, stale=None, hold_s=0.1):
+    """A long job gives way (give_way(stale)) to a short one that holds the pool `hold_s`: -> what
+    each did, in order (one thread at a time: the long job goes on only once the short one has
+    ended)."""
     started, queued, order, results = threading.Event(), threading.Event(), [], []
 
     def long_job():
         started.set()
         queued.wait(HOLD_S)
         order.append("long pauses")
-        runner.give_way()
+        runner.give_way(stale)
         order.append("long goes on")
         return "long"
 
     def short_job():
         order.append("short starts")
         queued.wait(HOLD_S)
-        threading.Event().wait(0.1)  # a keystroke's run
+        threading.Event().wait(hold_s)  # a keystroke's run
         order.append("short ends")
         return "short"
     runner.submit("long", long_job, lambda _r, value, _e: results.append(value))
@@ -162,3 +163,24 @@ def test_a_job_of_a_destroyed_pool_is_not_waited_for():
     out = subprocess.run([sys.executable, "-c", DESTROYED_POOL], capture_output=True, text=True,
                          timeout=120, env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
     assert out.stdout.split() == ["True", "[False]"], out.stderr
+
+
+def test_a_paused_job_waits_without_polling_and_goes_on_as_the_job_ahead_ends(qtbot, monkeypatch):
+    """While a keystroke's run holds the pool, the paused job looks again only when a job ends or
+    may have made it stale (its stale() asked a few times, not every few ms); with the fallback
+    wait longer than the test, it still goes on as the keystroke's run ends, and a cancel still
+    stops a paused probe at once."""
+    from attnviz.ui.machinery import runner as R
+
+    monkeypatch.setattr(R, "GIVE_WAY_WAIT_S", 60.0)
+    runner, asked = Runner(), []
+    order = _gives_way_in_turn(qtbot, runner, stale=lambda: asked.append(1) and False, hold_s=0.5)
+    assert order == ["long pauses", "short starts", "short ends", "long goes on"]
+    assert 1 <= len(asked) <= 5, len(asked)
+    _probe, said, k_release = _paused_probe(qtbot, runner, "probe")
+    try:
+        runner.cancel("probe")
+        qtbot.waitUntil(lambda: bool(said), timeout=WAIT)
+    finally:
+        k_release.set()
+    assert said == [("stopped", "during it")] and runner.wait_idle()

@@ -57,15 +57,26 @@ def shared_pool() -> QThreadPool:
 def _forget_pool(*_):
     global _POOL
     _POOL = None
-    _WAITING.clear()  # its jobs that never ran never will: a later job gives way to none of them
+    with _PAUSE_CHANGED:  # its jobs that never ran never will: a later job gives way to none of them
+        _WAITING.clear()
+        _PAUSE_CHANGED.notify_all()
 
 
-# the pool's jobs submitted and not started yet (give_way waits while there are any); the jobs
-# paused in give_way, the latest last, each lending its room on the pool to the jobs that wait
+# the pool's jobs submitted and not started yet (give_way waits while there are any); the number
+# of them in their run, paused ones included; the jobs paused in give_way, the latest last, each
+# lending its room on the pool to the jobs that wait. The condition, on their lock, is notified
+# as a job leaves its run, and as a job may have gone stale (claim, cancel, shut_down)
 _WAITING: set = set()
+_RUNNING = 0
 _PAUSED: list = []
-_PAUSE_LOCK = threading.Lock()
-GIVE_WAY_POLL_S = 0.005  # a paused job looks this often whether the pool is free again
+_PAUSE_CHANGED = threading.Condition(threading.Lock())
+GIVE_WAY_WAIT_S = 0.25  # a paused job looks again after this at the latest (a wake-up missed)
+
+
+def _wake_paused() -> None:  # the jobs paused in give_way look again (one may be stale now)
+    if _PAUSED:  # (a job about to pause looks under the lock after it is in _PAUSED)
+        with _PAUSE_CHANGED:
+            _PAUSE_CHANGED.notify_all()
 
 
 SKIPPED = object()  # a stale request the thread did not compute
@@ -168,12 +179,18 @@ class _Task(QRunnable):
         self.job, self.relay, self.is_stale = job, relay, is_stale
 
     def run(self) -> None:
-        _WAITING.discard(self.job)
-        below_the_main_thread()
+        global _RUNNING
+        with _PAUSE_CHANGED:
+            _WAITING.discard(self.job)
+            _RUNNING += 1
         try:
+            below_the_main_thread()
             run_job(self.job, self.relay, self.is_stale)
         finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
             self.job = self.relay = self.is_stale = None
+            with _PAUSE_CHANGED:
+                _RUNNING -= 1
+                _PAUSE_CHANGED.notify_all()
 
 
 def describe_error(exc: BaseException, writing=None) -> str:
@@ -216,6 +233,7 @@ class Runner(QObject):
         from here on, even before the new one is submitted (a debounced run)."""
         job_id = next(self._ids)
         self._newest[kind] = job_id
+        _wake_paused()
         return job_id
 
     def submit(self, kind: str, fn: Callable[[], Any],
@@ -241,7 +259,9 @@ class Runner(QObject):
             try:
                 self.pool.start(_Task(job, self._relay, is_stale))
             except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
-                _WAITING.discard(job)
+                with _PAUSE_CHANGED:
+                    _WAITING.discard(job)
+                    _PAUSE_CHANGED.notify_all()
                 self._live.pop(job.id, None)
                 raise
         self._update_busy()
@@ -259,27 +279,24 @@ class Runner(QObject):
         if not _WAITING:
             return False
         me = object()
-        with _PAUSE_LOCK:
+        with _PAUSE_CHANGED:
             _PAUSED.append(me)
             self.pool.setMaxThreadCount(1 + len(_PAUSED))
         try:
-            while True:
-                time.sleep(GIVE_WAY_POLL_S)
-                with _PAUSE_LOCK:
-                    if stale is not None and stale():
-                        return True  # (leaves the pause below)
-                    if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
-                        continue
-                    self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
-                    if not _WAITING and self.pool.activeThreadCount() <= len(_PAUSED):  # none just did
-                        _PAUSED.pop()
+            with _PAUSE_CHANGED:  # (the jobs' starts and ends change the counts under this lock)
+                while not (stale is not None and stale()):  # (stale: leaves the pause below)
+                    if _PAUSED[-1] is me and not _WAITING and _RUNNING <= len(_PAUSED):
+                        _PAUSED.pop()  # none waits, and only paused jobs are in their run
+                        self.pool.setMaxThreadCount(1 + len(_PAUSED))
                         return True
-                    self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                    _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
+                return True
         finally:  # stale, or an exception: its room given back, the jobs paused after it unaffected
-            with _PAUSE_LOCK:
+            with _PAUSE_CHANGED:
                 if me in _PAUSED:
                     _PAUSED.remove(me)
                     self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                    _PAUSE_CHANGED.notify_all()
 
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`
@@ -323,6 +340,7 @@ class Runner(QObject):
         job = self.running(kind)
         if job is not None:
             self._newest[kind] = None
+            _wake_paused()
             log.info("stopped waiting for %r; it finishes in the background, unheard", job)
             self._update_busy()
         return job
@@ -375,6 +393,7 @@ class Runner(QObject):
         self._closed = True
         for kind in list(self._newest):
             self._newest[kind] = None
+        _wake_paused()
         self._update_busy()
         return self._wait_for(awaited, msecs)
 
