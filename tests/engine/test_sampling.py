@@ -66,3 +66,22 @@ def test_a_cut_that_falls_on_a_running_sum_keeps_the_definitions_tokens(V):
         for seed in range(8):
             a, b = np.random.default_rng(seed), np.random.default_rng(seed)
             assert G.choose(logprobs, 1.0, m / V, a) == by_the_definition(logprobs, 1.0, m / V, b), (m, seed)
+
+
+def test_the_smallest_temperature_draws_the_most_likely_token_and_a_smaller_one_is_refused():
+    """At MIN_TEMPERATURE every draw is the most likely token, even with a vocabulary of 2**31
+    ids and a most likely token at -log(vocab); a temperature between 0 and it is refused with the
+    smallest allowed one named (its logprobs / temperature would all be -inf: a draw of token 0)."""
+    from attnviz.engine import InputError
+    from attnviz.engine.computing.sampling import MIN_TEMPERATURE
+
+    V = 2 ** 31
+    lp = np.array([-np.log(V) - 1.0, -np.log(V), -np.log(V) - 0.5])  # (the rest of the vocabulary left out)
+    for seed in range(5):
+        assert G.choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == 1
+        assert G.choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == by_the_definition(
+            lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed))
+    G.check_sampling(MIN_TEMPERATURE, 1.0, 1)
+    for tiny in (1e-310, MIN_TEMPERATURE / 2):
+        with pytest.raises(InputError, match=r"temperature must be 0 \(greedy\) or at least 1e-300, got "):
+            G.check_sampling(tiny, 1.0, 1)

@@ -106,11 +106,12 @@ def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
     started, queued = threading.Event(), threading.Event()
     lock, at_work, most, steps, results = threading.Lock(), [0], [0], [], []
 
-    def working(name):
+    def working(name):  # a step's compute: counted at work all along it
         with lock:
             at_work[0] += 1
             most[0] = max(most[0], at_work[0])
         steps.append(name)
+        threading.Event().wait(0.05)
         with lock:
             at_work[0] -= 1
 

@@ -31,7 +31,7 @@ from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.computing.sampling import choose
+from attnviz.engine.computing.sampling import MIN_TEMPERATURE, choose
 
 TOP_K = 5
 log = logging.getLogger(__name__)
@@ -115,6 +115,8 @@ def check_sampling(temperature: float, top_p: float, max_new: int) -> None:
         raise InputError(f"the number of new tokens must be a whole number >= 1, got {max_new!r}")
     if not np.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if 0 < temperature < MIN_TEMPERATURE:  # (choose's softmax would be NaN: sampling.py)
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {temperature:g}")
     if not (np.isfinite(top_p) and 0 < top_p <= 1):
         raise InputError(f"top-p must be in (0, 1], got {top_p}")
 

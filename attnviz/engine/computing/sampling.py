@@ -17,12 +17,18 @@ from attnviz.engine.computing.logits import log_softmax
 
 SUM_STILL = 2.0 ** -54  # half an ulp of a sum in [0.5, 1): a value below it adds nothing to it
 TOP_BOUNDS = (64, 1024, 8192)  # the most likely values sorted in turn for a cut below top_p = 1
+# the smallest temperature above 0 (generate.check_sampling refuses one below): the most likely
+# token's log-probability is at least -log(vocab), above -50 for any vocabulary, and divided by
+# this it stays finite (float64 ends at 1.8e308); below it, every logprobs / temperature could be
+# -inf and the softmax NaN (a draw of token 0, not the most likely)
+MIN_TEMPERATURE = 1e-300
 
 
 def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
-    """logprobs [vocab] -> a token: the argmax (lowest id on a tie) at temperature 0; otherwise a
-    draw from softmax(logprobs / temperature) cut to the smallest most-likely set whose
-    probability reaches top_p (the module's docstring)."""
+    """logprobs [vocab] (log_softmax's) -> a token: the argmax (lowest id on a tie) at temperature
+    0; otherwise (a temperature of at least MIN_TEMPERATURE) a draw from softmax(logprobs /
+    temperature) cut to the smallest most-likely set whose probability reaches top_p (the
+    module's docstring)."""
     if temperature == 0:
         return int(np.argmax(logprobs))
     p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
@@ -55,10 +61,11 @@ def _cut(p: np.ndarray, top_p: float) -> tuple[np.ndarray, int]:  # [vocab] -> v
 
 
 def _cut_from_the_top(p: np.ndarray, top_p: float) -> tuple[np.ndarray, int] | None:
-    """(b): the sum in sorted order and NumPy's p.sum() each differ from the exact sum by less
-    than (vocab - 1) ulps' halves of it, so the threshold lies in [lo, hi]; the largest values
-    are sorted in turn (TOP_BOUNDS) until their running sum passes hi. None where that never
-    happens or a running sum lies in [lo, hi) (the place would depend on the last bits)."""
+    """(b): the sum in sorted order and NumPy's p.sum() each differ from the exact sum S by at most
+    (vocab - 1) u S, u = eps / 2 (a recursive sum's bound, to first order; a pairwise sum's is
+    smaller), so the threshold lies in [lo, hi]; the largest values are sorted in turn
+    (TOP_BOUNDS) until their running sum passes hi. None where that never happens or a running
+    sum lies in [lo, hi) (the place would depend on the last bits)."""
     V, S = len(p), p.sum()
     err = 4.0 * V * np.finfo(np.float64).eps * S  # (the two sums' bounds together, four times over)
     lo, hi = top_p * (S - err), top_p * (S + err)

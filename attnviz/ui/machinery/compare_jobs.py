@@ -4,7 +4,10 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 (with B's own KV cache, and the steps A's run took: Trace.one_row, so a model compared with
-itself differs by exactly 0 whenever the one-row steps' warm-up ends) and compares the two
+itself differs by exactly 0 once the one-row steps' warm-up ends, while B's cache has followed A's
+run for run; a comparison a newer key stopped leaves B's cache a key behind A's, B's next run then
+computes two rows where A's computes one, with other steps, and from that key on the two can
+differ in the last bits, about 1e-6) and compares the two
 traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
 stops at B's next layer). The 'compare' job is queued
 on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on

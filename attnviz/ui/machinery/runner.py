@@ -4,12 +4,12 @@ newest-wins per kind of job (ui/machinery/worker.py's Worker is the runner with 
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
-- POOL: the app's one background thread (`shared_pool`) for CPU work (runs, head scores). A queued
-  job that is already stale when the thread picks it up is skipped without running. A long job
-  that does not depend on the typed text (a template probe) calls `give_way` between its steps:
-  while other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they
-  run first, on a thread the pool lends for them; it then goes on from there. One thread computes
-  at a time all along.
+- POOL: the app's background pool (`shared_pool`) for CPU work (runs, head scores). A queued job
+  that is already stale when a thread picks it up is skipped without running. A long job that
+  does not depend on the typed text (a template probe) calls `give_way` between its steps: while
+  other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they run
+  first, on a thread the pool lends for them; it then goes on from there, or stops at once if it
+  went stale meanwhile. One thread computes at a time all along.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, checkpoints,
   discovery). A read that blocks (a FIFO, a hung network mount) then holds only that thread: runs
   keep going on the pool, and the window can stop waiting for it. Python cannot kill a thread, so a
@@ -43,8 +43,9 @@ POOL, THREAD = "pool", "thread"  # the two lanes (module docstring)
 
 
 def shared_pool() -> QThreadPool:
-    """The app's one background thread. The worker's runs and its head scores
-    queue here, so background CPU work never competes with itself for the 2 cores."""
+    """The app's background pool: one thread, and one more lent per job paused in give_way for the
+    jobs that go ahead of it, so one thread computes at a time. The worker's runs and its head
+    scores queue here, so background CPU work never competes with itself for the cores."""
     global _POOL
     if _POOL is None:
         _POOL = QThreadPool(QCoreApplication.instance())
@@ -56,14 +57,26 @@ def shared_pool() -> QThreadPool:
 def _forget_pool(*_):
     global _POOL
     _POOL = None
+    with _PAUSE_CHANGED:  # its jobs that never ran never will: a later job gives way to none of them
+        _WAITING.clear()
+        _PAUSE_CHANGED.notify_all()
 
 
-# the pool's jobs submitted and not started yet (give_way waits while there are any); the jobs
-# paused in give_way, the latest last, each lending its room on the pool to the jobs that wait
+# the pool's jobs submitted and not started yet (give_way waits while there are any); the number
+# of them in their run, paused ones included; the jobs paused in give_way, the latest last, each
+# lending its room on the pool to the jobs that wait. The condition, on their lock, is notified
+# as a job leaves its run, and as a job may have gone stale (claim, cancel, shut_down)
 _WAITING: set = set()
+_RUNNING = 0
 _PAUSED: list = []
-_PAUSE_LOCK = threading.Lock()
-GIVE_WAY_POLL_S = 0.005  # a paused job looks this often whether the pool is free again
+_PAUSE_CHANGED = threading.Condition(threading.Lock())
+GIVE_WAY_WAIT_S = 0.25  # a paused job looks again after this at the latest (a wake-up missed)
+
+
+def _wake_paused() -> None:  # the jobs paused in give_way look again (one may be stale now)
+    if _PAUSED:  # (a job about to pause looks under the lock after it is in _PAUSED)
+        with _PAUSE_CHANGED:
+            _PAUSE_CHANGED.notify_all()
 
 
 SKIPPED = object()  # a stale request the thread did not compute
@@ -166,12 +179,18 @@ class _Task(QRunnable):
         self.job, self.relay, self.is_stale = job, relay, is_stale
 
     def run(self) -> None:
-        _WAITING.discard(self.job)
-        below_the_main_thread()
+        global _RUNNING
+        with _PAUSE_CHANGED:
+            _WAITING.discard(self.job)
+            _RUNNING += 1
         try:
+            below_the_main_thread()
             run_job(self.job, self.relay, self.is_stale)
         finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
             self.job = self.relay = self.is_stale = None
+            with _PAUSE_CHANGED:
+                _RUNNING -= 1
+                _PAUSE_CHANGED.notify_all()
 
 
 def describe_error(exc: BaseException, writing=None) -> str:
@@ -214,6 +233,7 @@ class Runner(QObject):
         from here on, even before the new one is submitted (a debounced run)."""
         job_id = next(self._ids)
         self._newest[kind] = job_id
+        _wake_paused()
         return job_id
 
     def submit(self, kind: str, fn: Callable[[], Any],
@@ -236,42 +256,60 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
-            self.pool.start(_Task(job, self._relay, is_stale))
+            try:
+                self.pool.start(_Task(job, self._relay, is_stale))
+            except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
+                with _PAUSE_CHANGED:
+                    _WAITING.discard(job)
+                    _PAUSE_CHANGED.notify_all()
+                self._live.pop(job.id, None)
+                raise
         self._update_busy()
         return job
 
-    def give_way(self) -> bool:
+    def give_way(self, stale: Callable[[], bool] | None = None) -> bool:
         """Called by a job on the pool between its steps (from its thread): while other jobs wait
         on the pool, this thread pauses and they run first, on a thread the pool lends for them
         (its room raised by one per paused job); it returns once none waits and none but paused
         jobs is at work, so one thread computes at a time. The latest paused job goes on first.
+        stale(): asked all along the pause; once True the job leaves the pause at once, its room
+        given back (it is to stop: its model and arrays are not held behind the jobs that replace
+        it, nor for as long as keystrokes keep coming).
         -> whether it paused (the job may have gone stale meanwhile: ask is_newest after)."""
         if not _WAITING:
             return False
         me = object()
-        with _PAUSE_LOCK:
+        with _PAUSE_CHANGED:
             _PAUSED.append(me)
             self.pool.setMaxThreadCount(1 + len(_PAUSED))
-        while True:
-            time.sleep(GIVE_WAY_POLL_S)
-            with _PAUSE_LOCK:
-                if _PAUSED[-1] is not me or _WAITING or self.pool.activeThreadCount() > len(_PAUSED):
-                    continue
-                self.pool.setMaxThreadCount(len(_PAUSED))  # none starts from here on; looked again:
-                if not _WAITING and self.pool.activeThreadCount() <= len(_PAUSED):  # none just did
-                    _PAUSED.pop()
-                    return True
-                self.pool.setMaxThreadCount(1 + len(_PAUSED))
+        try:
+            with _PAUSE_CHANGED:  # (the jobs' starts and ends change the counts under this lock)
+                while not (stale is not None and stale()):  # (stale: leaves the pause below)
+                    if _PAUSED[-1] is me and not _WAITING and _RUNNING <= len(_PAUSED):
+                        _PAUSED.pop()  # none waits, and only paused jobs are in their run
+                        self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                        return True
+                    _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
+                return True
+        finally:  # stale, or an exception: its room given back, the jobs paused after it unaffected
+            with _PAUSE_CHANGED:
+                if me in _PAUSED:
+                    _PAUSED.remove(me)
+                    self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                    _PAUSE_CHANGED.notify_all()
 
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`
         from claim): True once the job is no longer the newest of its kind (it stops there, not
-        paused first); else the job gives way (give_way), and is asked again after."""
+        paused first, nor kept paused: give_way's stale); else the job gives way (give_way), and
+        is asked again after."""
+        stale = lambda: not self.is_newest(kind, job_id)  # noqa: E731
+
         def stop() -> bool:
-            if not self.is_newest(kind, job_id):
+            if stale():
                 return True
-            self.give_way()
-            return not self.is_newest(kind, job_id)
+            self.give_way(stale)
+            return stale()
         return stop
 
     def post(self, slot, *args) -> None:
@@ -302,6 +340,7 @@ class Runner(QObject):
         job = self.running(kind)
         if job is not None:
             self._newest[kind] = None
+            _wake_paused()
             log.info("stopped waiting for %r; it finishes in the background, unheard", job)
             self._update_busy()
         return job
@@ -354,6 +393,7 @@ class Runner(QObject):
         self._closed = True
         for kind in list(self._newest):
             self._newest[kind] = None
+        _wake_paused()
         self._update_busy()
         return self._wait_for(awaited, msecs)
 

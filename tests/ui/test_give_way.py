@@ -1,0 +1,186 @@
+"""Runner.give_way, the pause of a long job on the pool (a template probe, Compare's induction
+probe) while a keystroke's run goes first: a job made stale during the pause leaves it at once, and
+one thread computes at a time."""
+
+import threading
+
+import pytest
+
+from attnviz.ui.machinery.runner import Runner
+
+WAIT = 20000
+HOLD_S = 10  # a held job lets go after this at the latest (the test has failed by then)
+
+
+def _paused_probe(qtbot, runner, kind):
+    """A probe of `kind` paused in giving_way's stop() behind a keystroke's run that holds the pool
+    until released. -> (the probe's job id, what it said, the keystroke's release event)."""
+    started, k_running, k_release, k_done = (threading.Event() for _ in range(4))
+    said = []
+    probe = runner.claim(kind)
+    stop = runner.giving_way(kind, probe)
+
+    def work():  # a step, then stop() until it says stop
+        started.set()
+        while not stop():
+            k_running.wait(0.001)
+        said.append(("stopped", "after the keystroke" if k_done.is_set() else "during it"))
+        return "stopped"
+
+    def keystroke():
+        k_running.set()
+        k_release.wait(HOLD_S)
+        k_done.set()
+        return "k"
+    runner.submit(kind, work, lambda *_: None, job_id=probe)
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.submit("compute", keystroke, lambda *_: None)
+    qtbot.waitUntil(k_running.is_set, timeout=WAIT)
+    return probe, said, k_release
+
+
+@pytest.mark.parametrize("made_stale", ["a new probe", "cancelled"])
+def test_a_probe_made_stale_while_paused_stops_at_once(qtbot, made_stale):
+    """The user picks another probe source (a new probe claimed and submitted), or closes Compare
+    (its probe cancelled: "B is freed"): the paused probe stops while the keystroke's run still
+    holds the pool, not after it and the new probe have run."""
+    runner = Runner()
+    _probe, said, k_release = _paused_probe(qtbot, runner, "probe")
+    new_ran = []
+    try:
+        if made_stale == "a new probe":
+            new = runner.claim("probe")
+            runner.submit("probe", lambda: new_ran.append("new") or "new", lambda *_: None, job_id=new)
+        else:
+            runner.cancel("probe")
+        qtbot.waitUntil(lambda: bool(said), timeout=WAIT)
+    finally:
+        k_release.set()
+    assert said == [("stopped", "during it")] and new_ran == []
+    assert runner.wait_idle()
+    assert new_ran == (["new"] if made_stale == "a new probe" else [])
+    assert runner.pool.maxThreadCount() == 1  # the room it was lent is given back
+
+
+def _gives_way_in_turn(qtbot, runner, stale=None, hold_s=0.1):
+    """A long job gives way (give_way(stale)) to a short one that holds the pool `hold_s`: -> what
+    each did, in order (one thread at a time: the long job goes on only once the short one has
+    ended)."""
+    started, queued, order, results = threading.Event(), threading.Event(), [], []
+
+    def long_job():
+        started.set()
+        queued.wait(HOLD_S)
+        order.append("long pauses")
+        runner.give_way(stale)
+        order.append("long goes on")
+        return "long"
+
+    def short_job():
+        order.append("short starts")
+        queued.wait(HOLD_S)
+        threading.Event().wait(hold_s)  # a keystroke's run
+        order.append("short ends")
+        return "short"
+    runner.submit("long", long_job, lambda _r, value, _e: results.append(value))
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.submit("short", short_job, lambda _r, value, _e: results.append(value))
+    queued.set()
+    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
+    return order
+
+
+def test_a_pause_that_fails_gives_its_room_back(qtbot):
+    """An exception inside the pause (here its stale() raises) reaches the job as its error, and
+    the pool's room and the next pause are as before: one thread computes at a time."""
+    runner = Runner()
+    started, queued, errors = threading.Event(), threading.Event(), []
+
+    def boom():
+        raise RuntimeError("stale() failed")
+
+    def failing():
+        started.set()
+        queued.wait(HOLD_S)
+        runner.give_way(boom)
+    runner.submit("long", failing, lambda _r, _v, error: errors.append(error))
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.submit("short", lambda: "short", lambda *_: None)
+    queued.set()
+    qtbot.waitUntil(lambda: bool(errors), timeout=WAIT)
+    assert runner.wait_idle()
+    assert str(errors[0]) == "stale() failed" and runner.pool.maxThreadCount() == 1
+    assert _gives_way_in_turn(qtbot, runner) == ["long pauses", "short starts", "short ends", "long goes on"]
+
+
+def test_a_job_the_pool_could_not_start_is_not_waited_for(qtbot, monkeypatch):
+    """submit on a deleted pool raises, and a later job's give_way does not pause for that job
+    (it would wait for a job that never comes)."""
+    import shiboken6
+    from PySide6.QtCore import QThreadPool
+
+    runner = Runner()
+    gone = QThreadPool()
+    shiboken6.delete(gone)
+    with monkeypatch.context() as m:
+        m.setattr(runner, "pool", gone)
+        with pytest.raises(RuntimeError):
+            runner.submit("x", lambda: "x", lambda *_: None)
+    assert runner.at_work("x") is False
+    assert _gives_way_in_turn(qtbot, runner) == ["long pauses", "short starts", "short ends", "long goes on"]
+    paused = []
+    runner.submit("alone", lambda: paused.append(runner.give_way(lambda: True)), lambda *_: None)
+    assert runner.wait_idle() and paused == [False]  # nothing waits: no pause
+
+
+DESTROYED_POOL = """
+import threading
+import shiboken6
+from PySide6.QtCore import QCoreApplication
+from attnviz.ui.machinery.runner import Runner, shared_pool
+
+app = QCoreApplication([])
+runner, hold = Runner(), threading.Event()
+runner.submit("a", lambda: hold.wait(10), lambda *_: None)
+runner.submit("b", lambda: "b", lambda *_: None)  # queued behind a
+runner.pool.clear()  # b never runs
+hold.set()
+shiboken6.delete(runner.pool)  # (waits for a)
+paused = []
+later = Runner()  # on a new pool
+later.submit("c", lambda: paused.append(later.give_way(lambda: True)), lambda *_: None)
+later.pool.waitForDone(10000)
+print(later.pool is not runner.pool, paused)
+"""
+
+
+def test_a_job_of_a_destroyed_pool_is_not_waited_for():
+    """The app's pool destroyed with a job that never ran: a job on the pool made after it does not
+    pause for that job (in a process of its own: it destroys the app's pool)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", DESTROYED_POOL], capture_output=True, text=True,
+                         timeout=120, env={**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert out.stdout.split() == ["True", "[False]"], out.stderr
+
+
+def test_a_paused_job_waits_without_polling_and_goes_on_as_the_job_ahead_ends(qtbot, monkeypatch):
+    """While a keystroke's run holds the pool, the paused job looks again only when a job ends or
+    may have made it stale (its stale() asked a few times, not every few ms); with the fallback
+    wait longer than the test, it still goes on as the keystroke's run ends, and a cancel still
+    stops a paused probe at once."""
+    from attnviz.ui.machinery import runner as R
+
+    monkeypatch.setattr(R, "GIVE_WAY_WAIT_S", 60.0)
+    runner, asked = Runner(), []
+    order = _gives_way_in_turn(qtbot, runner, stale=lambda: asked.append(1) and False, hold_s=0.5)
+    assert order == ["long pauses", "short starts", "short ends", "long goes on"]
+    assert 1 <= len(asked) <= 5, len(asked)
+    _probe, said, k_release = _paused_probe(qtbot, runner, "probe")
+    try:
+        runner.cancel("probe")
+        qtbot.waitUntil(lambda: bool(said), timeout=WAIT)
+    finally:
+        k_release.set()
+    assert said == [("stopped", "during it")] and runner.wait_idle()
