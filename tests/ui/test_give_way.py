@@ -184,3 +184,27 @@ def test_a_paused_job_waits_without_polling_and_goes_on_as_the_job_ahead_ends(qt
     finally:
         k_release.set()
     assert said == [("stopped", "during it")] and runner.wait_idle()
+
+
+def test_a_job_giving_way_on_a_pool_qt_has_deleted_stops_as_cancelled(qtbot):
+    """Python exiting with a probe on the pool: Qt deletes the pool under the job, whose next
+    give_way must stop it as a stale job stops (Cancelled), not fail with a RuntimeError that is
+    printed as a traceback on the way out; the live pool's jobs then go on as before."""
+    import shiboken6
+    from PySide6.QtCore import QThreadPool
+
+    from attnviz.engine.errors import Cancelled
+
+    runner, hold, got = Runner(), threading.Event(), []
+    runner.submit("a", lambda: hold.wait(10), lambda *_: None)
+    runner.submit("b", lambda: "b", lambda request, result, error: got.append(result))  # waits behind a
+    gone = Runner()
+    gone.pool = QThreadPool()
+    shiboken6.delete(gone.pool)
+    try:
+        with pytest.raises(Cancelled, match="exiting"):
+            gone.give_way()
+    finally:
+        hold.set()
+    qtbot.waitUntil(lambda: got == ["b"], timeout=WAIT)
+    assert runner.wait_idle()

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
-from attnviz.engine.errors import AttnvizError
+from attnviz.engine.errors import AttnvizError, Cancelled
 from attnviz.ui.machinery.tuning import below_the_main_thread, collect_garbage_on_the_main_thread
 
 log = logging.getLogger(__name__)
@@ -281,13 +281,14 @@ class Runner(QObject):
         me = object()
         with _PAUSE_CHANGED:
             _PAUSED.append(me)
-            self.pool.setMaxThreadCount(1 + len(_PAUSED))
         try:
+            with _PAUSE_CHANGED:
+                self._room()
             with _PAUSE_CHANGED:  # (the jobs' starts and ends change the counts under this lock)
                 while not (stale is not None and stale()):  # (stale: leaves the pause below)
                     if _PAUSED[-1] is me and not _WAITING and _RUNNING <= len(_PAUSED):
                         _PAUSED.pop()  # none waits, and only paused jobs are in their run
-                        self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                        self._room()
                         return True
                     _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
                 return True
@@ -295,8 +296,16 @@ class Runner(QObject):
             with _PAUSE_CHANGED:
                 if me in _PAUSED:
                     _PAUSED.remove(me)
-                    self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                    if shiboken6.isValid(self.pool):  # (else Python is exiting: nothing to give back)
+                        self.pool.setMaxThreadCount(1 + len(_PAUSED))
                     _PAUSE_CHANGED.notify_all()
+
+    def _room(self) -> None:
+        """The pool's room: one thread, and one more per paused job. A pool Qt has deleted (Python
+        exiting with a job on it) stops the job, as a stale one stops, not with an error."""
+        if not shiboken6.isValid(self.pool):
+            raise Cancelled("the app's thread pool is gone: the app is exiting")
+        self.pool.setMaxThreadCount(1 + len(_PAUSED))
 
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`
