@@ -130,7 +130,8 @@ def _covered(folder):
     rng = np.random.default_rng(7)
     for i in range(cfg["num_hidden_layers"]):
         for name in ("ffn_gate", "ffn_up", "ffn_down"):
-            tensors[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, cfg["hidden_size"])) * 0.2).astype(np.float32)
+            w = rng.standard_normal((64, cfg["hidden_size"])) * 0.2
+            tensors[f"blk.{i}.{name}.weight"] = w.astype(np.float32)
     return write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64), tensors, Q.Q8_0)
 
 

@@ -369,11 +369,12 @@ class Partner:
 PARTNER = Partner()
 
 
-PAYS = 0.95  # the pair is kept while at most this times one thread's time: a core must buy some
-PAIR_RUNS = 2  # pair calls a decision looks at (the faster of them: one late wake-up is no verdict)
-PROBE = 16  # pair calls between one-thread calls that renew the reference (each costs a pair's gain)
-BACKOFF, MAX_BACKOFF = 4, 256  # one-thread calls after the pair failed: doubled while it fails
-TAKEN = {"pair": 0, "one": 0}  # the calls every Fallback chose, each way (counted for tests, benchmarks)
+PAYS = 1.0  # the pair kept while no slower than this times one thread (else a core idles)
+PAIR_RUNS = 2  # pair calls a decision looks at (the faster: one late wake-up is no verdict)
+PROBE = 16  # pair calls between one-thread calls renewing the reference (each costs a gain)
+BACKOFF = 4  # one-thread calls after the pair failed, doubled while it fails (a try costs one)
+MAX_BACKOFF = 64  # at most: a core freed again is used within as many calls
+TAKEN = {"pair": 0, "one": 0}  # the calls every Fallback chose, each way (tests, benchmarks)
 
 
 class Fallback:
