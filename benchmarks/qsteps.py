@@ -11,9 +11,11 @@ in one process, in turns (not a test).
   it left it, as generate's steps do (its keys and values the lists that step handed over, its
   row appended in place, the run's constants new), at T = 64 (512) in the first timed round and
   one more token each round after. Kernels on (every layer in one call, the same call on two
-  threads: onerow_pair, and a layer at a time) against off, in turns, and the step's
-  unembedding (head.logits, the same either way) apart.
-  Goal: the layers' step <= 1.3x the quantised-bytes memory floor: the time one thread takes to
+  threads: onerow_pair, the same with its fallback to one thread where the pair does not pay,
+  and a layer at a time) against off, in turns, and the step's unembedding (head.logits, the
+  same either way) apart.
+  Goal: the layers' step as `generate` and the window's generation take it (two threads with
+  the fallback, parallel.step_pair) <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
   the same run by a plain read of those arrays themselves (benchmarks/streaming.py): the fastest
   of every read in the run, 25 after the timed steps and 3 beside each of as many more steps, in
@@ -61,14 +63,16 @@ from benchmarks.record import figure, write
 from benchmarks.streaming import read_ms
 
 
-def _ways(fn, repeat: int, setup=None) -> dict[str, list[float]]:
-    """ms of fn(way) each way (WAYS: the kernels with every layer in one call, the kernels layer by
-    layer, float32), `repeat` times each, in turns (the order rotated each round: no way always
-    follows another); setup(way) before each, untimed."""
-    times: dict = {way: [] for way in WAYS}
+def _ways(fn, repeat: int, setup=None, ways=None) -> dict[str, list[float]]:
+    """ms of fn(way) each way of `ways` (WAYS: the kernels with every layer in one call, on one
+    thread, two, two with the fallback; the kernels layer by layer, float32), `repeat` times
+    each, in turns (the order rotated each round: no way always follows another); setup(way)
+    before each, untimed."""
+    ways = WAYS if ways is None else ways
+    times: dict = {way: [] for way in ways}
     for r in range(repeat + 1):
-        for k in range(len(WAYS)):
-            way = WAYS[(r + k) % len(WAYS)]
+        for k in range(len(ways)):
+            way = ways[(r + k) % len(ways)]
             _set_way(way)
             if setup is not None:
                 setup(way)
@@ -81,20 +85,24 @@ def _ways(fn, repeat: int, setup=None) -> dict[str, list[float]]:
     return times
 
 
-WAYS = ("one call", "one call, two threads", "layer by layer", "float32")
+PAIRED = "one call, two threads with fallback"  # generate's steps (parallel.step_pair)
+WAYS = ("one call", PAIRED, "one call, two threads", "layer by layer", "float32")
+KEYSTROKE_WAYS = tuple(w for w in WAYS if w != PAIRED)  # (a keystroke keeps one thread: PAIRED's is "one call")
 THREADS = [1]  # --threads: the kernel threads of every way but "one call, two threads"
 
 
 def _set_way(way: str) -> None:
     """The kernels on (qmatvec.ENABLED) or off, a one-row run's layers in one compiled call
     (onerow_stack.ENABLED) or one at a time, and the kernels' threads: two for "one call, two
-    threads" (onerow_pair's call), --threads for the others."""
+    threads" (onerow_pair's call, every call: onerow_stack.FALLBACK off), a generation step's two
+    with the fallback for PAIRED, --threads for the others."""
     from attnviz.engine.computing import onerow_stack
     from attnviz.engine.computing import qmatvec as qm
     from attnviz.engine.parallel import limit_kernel_threads
     qm.ENABLED = way != "float32"
-    onerow_stack.ENABLED = way in ("one call", "one call, two threads")
-    limit_kernel_threads(2 if way == "one call, two threads" else THREADS[0])
+    onerow_stack.ENABLED = way in ("one call", PAIRED, "one call, two threads")
+    onerow_stack.FALLBACK = way != "one call, two threads"
+    limit_kernel_threads(2 if way == "one call, two threads" else THREADS[0], pair_steps=way == PAIRED)
 
 
 def back_to(cache, n: int) -> None:
@@ -242,7 +250,7 @@ def keystroke_figures(model, ids: list[int], fresh, repeat: int, threads: int) -
         assert model.run(ids=ids[:T - 1] + [next(fresh)]).cache_computed == 1
     # (each timed keystroke after an untimed one the same way: the cache then holds its K and V as
     # that way's keystrokes leave them, as typing leaves them)
-    times = _ways(keystroke, repeat, keystroke)
+    times = _ways(keystroke, repeat, keystroke, KEYSTROKE_WAYS)
     on, off = times["one call"], times["float32"]
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
     loop = statistics.median(times["layer by layer"])
@@ -261,11 +269,14 @@ def _ways_figures(name: str, times: dict, load: float, what: str) -> list[dict]:
     "float32"), each its median of the runs; `what`: the first way's runs, said in its note."""
     notes = {"one call": what, "layer by layer": "the same runs in turns, a layer's compiled calls at a time",
              "one call, two threads": "the same runs in turns, the one call on two threads (onerow_pair)",
+             PAIRED: "the same runs in turns, the one call on two threads or one as onerow_pair's "
+                     "fallback chooses (generate's and the window's steps)",
              "float32": "the same runs in turns"}
     labels = {"one call": "kernels", "one call, two threads": "kernels on two threads",
+              PAIRED: "kernels on two threads with fallback",
               "layer by layer": "kernels layer by layer", "float32": "float32"}
     return [figure(name.format(labels[way]), statistics.median(times[way]), "ms", runs=times[way],
-                   note=f"{notes[way]}; median; load average {load:.1f}") for way in WAYS]
+                   note=f"{notes[way]}; median; load average {load:.1f}") for way in times]
 
 
 def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
@@ -314,7 +325,7 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         logits.append((time.perf_counter() - t) * 1e3)
     alone = _products_alone(store, repeat)
     a, b, load = statistics.median(on), statistics.median(off), os.getloadavg()[0]
-    two = statistics.median(times["one call, two threads"])
+    two, gen = statistics.median(times["one call, two threads"]), statistics.median(times[PAIRED])
     figs = [
         figure(f"generation step T = {T}: the layers' products alone / quantised-bytes floor",
                statistics.median(alone) / floor, "x", runs=alone,
@@ -325,16 +336,21 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         *_ways_figures(f"generation step T = {T}, {{}}", times, load,
                        f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
                        f"a generation's steps at T = {T}..{T + repeat - 1}"),
-        figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
-               goal=1.3, headline=T == 64,
-               note=f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
+        figure(f"generation step T = {T}: generate's kernels (two threads with fallback) / "
+               f"quantised-bytes floor", gen / floor, "x", goal=1.3, headline=T == 64,
+               note=f"the one call as generate and the window's generation take it: on two "
+                    f"threads, or one where onerow_pair's fallback finds the pair does not pay; "
+                    f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
                     f"packed, the fastest of {25 + 3 * repeat} in the run, 25 after the "
                     f"steps and 3 beside each of {repeat} more steps "
                     f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
                     f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+        figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
+               note=f"the one call on one thread (a keystroke's way), in turns with the others; "
+                    f"floor {floor:.2f} ms as above"),
         figure(f"generation step T = {T}: kernels on two threads / quantised-bytes floor", two / floor, "x",
-               note=f"the one call on two threads (onerow_pair), in turns with the others; floor "
-                    f"{floor:.2f} ms as above"),
+               note=f"the one call on two threads (onerow_pair) every step, no fallback, in turns "
+                    f"with the others; floor {floor:.2f} ms as above"),
         figure(f"generation step T = {T}: kernels / quantised-bytes floor, each step beside its "
                f"own read", statistics.median(paired), "x", runs=paired,
                note=f"{repeat} more steps each way's generation on, each in turns with the "
@@ -355,8 +371,9 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
     ]
-    print(f"step T = {T}: kernels {a:.2f} ms (two threads {two:.2f} ms, {two / floor:.2f}x; layer by layer "
-          f"{loop:.2f} ms), float32 {b:.2f} ms, floor {floor:.2f} ms ({a / floor:.2f}x; each step beside its own read "
+    print(f"step T = {T}: generate's {gen:.2f} ms ({gen / floor:.2f}x), one thread {a:.2f} ms ({a / floor:.2f}x), "
+          f"two threads {two:.2f} ms ({two / floor:.2f}x; layer by layer "
+          f"{loop:.2f} ms), float32 {b:.2f} ms, floor {floor:.2f} ms (one thread each step beside its own read "
           f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
           f"{a / floor_kv:.2f}x; at the float32 pass's bandwidth {blas:.2f} ms, {a / blas:.2f}x), "
           f"the products alone {statistics.median(alone):.2f} ms "

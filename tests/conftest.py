@@ -205,12 +205,16 @@ def kernels_on_every_core(monkeypatch):
 def _kernels_as_before_each_test():
     """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):
     asked or not, each test leaves that as it found it, so a GGUF model a later test loads is
-    packed only where that test asks (whichever tests one process runs, in whichever order)."""
+    packed only where that test asks (whichever tests one process runs, in whichever order). So
+    with a generation step's two threads (a window's or a command's parallel.step_pair): a test
+    that counts a step's one-thread calls finds them whatever ran before it."""
+    from attnviz.engine import parallel
     from attnviz.engine.reading import qpack
 
-    was = qpack.kernels_on()
+    was, pair_steps = qpack.kernels_on(), parallel._PAIR_STEPS
     yield
     qpack.ask_for_kernels(was)
+    parallel._PAIR_STEPS = pair_steps
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -142,7 +142,9 @@ def load_for_generation(name: str, text: str | None = None, max_new: int = 0):
     GGUF file's layers and unembedding are packed from its blocks for the quantised kernels
     (engine/reading/qpack.py) instead of expanded to float32, and the kernels take one thread
     each, as a short run's BLAS products do (blas_for): a thread waiting on one the system has
-    not scheduled spins. A prompt of ROWS_UNEXPANDED tokens or more still expands the layers.
+    not scheduled spins. A generation step's layers take two threads where there are 2 cores
+    (parallel.step_pair: onerow_pair, which falls back to one thread while the second core is
+    busy elsewhere). A prompt of ROWS_UNEXPANDED tokens or more still expands the layers.
     `text`: the prompt (load_model's)."""
     from attnviz.engine import load_model
     from attnviz.engine.reading.registry import resolve
@@ -152,7 +154,7 @@ def load_for_generation(name: str, text: str | None = None, max_new: int = 0):
         from attnviz.engine.reading.qpack import ask_for_kernels
 
         ask_for_kernels()
-        limit_kernel_threads(1, wide=None)
+        limit_kernel_threads(1, wide=None, pair_steps=True)
     return load_model(name, text=text)
 
 

@@ -55,6 +55,7 @@ _KERNEL_THREADS: int | None = None  # limit_kernel_threads()
 WIDE_KERNEL = 4 << 20  # weights of a matrix from which a capped kernel call takes more threads
 _WIDE: int | None = WIDE_KERNEL  # limit_kernel_threads()'s `wide`
 _SPARE = 1  # limit_kernel_threads()'s `spare`
+_PAIR_STEPS = False  # limit_kernel_threads()'s `pair_steps`
 
 
 def kernel_threads(weights: int = 0) -> int:
@@ -73,14 +74,24 @@ def kernel_threads(weights: int = 0) -> int:
     return cap
 
 
-def limit_kernel_threads(n: int | None, wide: int | None = WIDE_KERNEL, spare: int = 1) -> None:
+def limit_kernel_threads(n: int | None, wide: int | None = WIDE_KERNEL, spare: int = 1,
+                         pair_steps: bool = False) -> None:
     """Cap the quantised kernels' threads at `n` (None: every core): the window caps them as it
     caps BLAS, so a keystroke's few-row products do not spin on the core that paints. A matrix of
-    at least `wide` weights takes every core but `spare` (None: the cap holds for every matrix)."""
-    global _KERNEL_THREADS, _WIDE, _SPARE
+    at least `wide` weights takes every core but `spare` (None: the cap holds for every matrix).
+    `pair_steps`: a generation step's one-row run takes two threads whatever the cap (step_pair)."""
+    global _KERNEL_THREADS, _WIDE, _SPARE, _PAIR_STEPS
     _KERNEL_THREADS = None if n is None else max(1, int(n))
     _WIDE = None if wide is None else int(wide)
     _SPARE = max(0, int(spare))
+    _PAIR_STEPS = bool(pair_steps)
+
+
+def step_pair() -> bool:
+    """Whether a generation step's one-row run takes its layers on two threads (onerow_pair, with
+    its fallback to one thread where the pair does not pay): limit_kernel_threads' `pair_steps`,
+    where this process has 2 cores or more."""
+    return _PAIR_STEPS and cores() >= 2
 
 
 def limit_cores(n: int | None) -> None:

@@ -7,11 +7,13 @@ path's (commands/checks.py load_for_generation)."""
 
 import json
 
+import numpy as np
 import pytest
 
 from attnviz.cli import main
 from attnviz.commands import checks
 from attnviz.engine import parallel
+from attnviz.engine.computing import onerow_pair
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.reading import qpack
 from attnviz.engine.reading.registry import resolve
@@ -30,7 +32,7 @@ def restored(monkeypatch):
     and the kernels' threads uncapped before, as a command's own process starts (this one's may be
     capped: by a window opened before, or to an xdist worker's share of the cores)."""
     monkeypatch.setattr(qpack, "_asked", False)
-    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
+    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE", "_PAIR_STEPS", "_LIMIT"):
         monkeypatch.setattr(parallel, name, getattr(parallel, name))
     parallel.limit_kernel_threads(None)
 
@@ -119,6 +121,45 @@ def test_generate_on_the_kernels_prints_what_the_float32_path_prints(tiny, capsy
     assert [rows for rows, n in products if n == cfg["vocab_size"]] == [1] * 4
     assert got["new_ids"] == want["new_ids"]
     _assert_close(got, want)
+
+
+def _covered(folder):
+    """The tiny Llama with an MLP of 64, in Q8_0: a step's layers in one compiled call
+    (onerow_stack covers it; tests/engine/test_onerow_stack.py's `covered`)."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    rng = np.random.default_rng(7)
+    for i in range(cfg["num_hidden_layers"]):
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            w = rng.standard_normal((64, cfg["hidden_size"])) * 0.2
+            tensors[f"blk.{i}.{name}.weight"] = w.astype(np.float32)
+    return write_gguf(folder / "covered.gguf", dict(cfg, intermediate_size=64), tensors, Q.Q8_0)
+
+
+def test_generate_on_the_kernels_takes_two_threads_for_its_steps_with_the_same_tokens(
+        tmp_path, capsys, monkeypatch, restored):
+    """Where the process has 2 cores: the steps' layers on two threads (onerow_pair's calls, the
+    first on one thread: the fallback's reference); on one core none; the same output either way."""
+    path = _covered(tmp_path)
+    qm.warm([Q.Q8_0])  # (its one-row stack too: an earlier run on an uncovered file warmed Q8_0 without)
+    monkeypatch.setattr(checks, "KERNELS_FROM", 0)
+    argv = ["generate", "--model", str(path), "--ids", IDS, "--max-new", "8", "--ignore-eos", "--json"]
+
+    def run(cores):
+        parallel.limit_cores(cores)
+        before = dict(onerow_pair.TAKEN)
+        out = _json_of(capsys, argv)
+        return out, {k: onerow_pair.TAKEN[k] - before[k] for k in before}
+    two, taken = run(None)
+    if onerow_pair.AVAILABLE and parallel.cores() >= 2:
+        assert taken["one"] >= 1 and taken["pair"] >= onerow_pair.PAIR_RUNS
+    else:
+        assert taken == {"pair": 0, "one": 0}
+    one, taken_one = run(1)
+    assert taken_one == {"pair": 0, "one": 0} and parallel.kernel_threads() == 1
+    for out in (one, two):  # (the KV bytes held differ between a process's first run and its second)
+        for step in out["steps"]:
+            step.pop("kv_held_bytes")
+    assert two == one
 
 
 def test_a_long_generation_on_a_small_file_takes_the_kernels_and_chooses_the_same_tokens(

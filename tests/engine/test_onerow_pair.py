@@ -69,8 +69,10 @@ def smollm2_packed():
 @pytest.fixture
 def threads(monkeypatch):
     """set(n): a one-row run's kernels on n threads (1: the one-thread call, 2: the pair, compiled
-    for every scale type the stack was); calls: the pair's calls as (first, end) layers."""
+    for every scale type the stack was, every call on it: no fallback); calls: the pair's calls
+    as (first, end) layers."""
     calls = []
+    monkeypatch.setattr(onerow_stack, "FALLBACK", False)
     real = onerow_stack._pair
 
     def pair(x, a, b, *rest):
@@ -133,6 +135,70 @@ def test_tiny_llamas_steps_on_two_threads_equal_one(tmp_path, threads, qtype):
         runs[n] = _steps(model, IDS, 8, True)
     assert threads.calls == [(0, model.config.n_layer)] * 8
     _same_steps(runs[2], runs[1])
+
+
+def test_the_fallback_takes_one_thread_while_the_pair_does_not_pay_then_tries_it_again():
+    """Times as a run's calls would take them: a one-thread call first (the reference), the pair
+    while it pays, a one-thread call every PROBE pair calls, BACKOFF one-thread calls once the
+    faster of PAIR_RUNS pair calls is slower than PAYS times one thread's, twice as many when it
+    fails again, BACKOFF again once it has paid."""
+    P = onerow_pair
+    fb, ways = P.Fallback(), []
+
+    def calls(n, pair_ms, one_ms=10.0):
+        for _ in range(n):
+            two = fb.take_pair()
+            ways.append("pair" if two else "one")
+            fb.record(two, (pair_ms if two else one_ms) / 1e3)
+    calls(1 + P.PROBE + 1 + 3, 8.0)
+    assert ways == ["one"] + ["pair"] * P.PROBE + ["one"] + ["pair"] * 3
+    ways.clear()
+    calls(P.PAIR_RUNS + P.BACKOFF + P.PAIR_RUNS + 2 * P.BACKOFF + 1, 15.0)  # (the partner's core busy)
+    assert ways == (["pair"] * P.PAIR_RUNS + ["one"] * P.BACKOFF + ["pair"] * P.PAIR_RUNS
+                    + ["one"] * 2 * P.BACKOFF + ["pair"])
+    ways.clear()
+    calls(P.PAIR_RUNS - 1, 8.0)  # (free again: the faster of the last two pays)
+    calls(P.PAIR_RUNS, 15.0)
+    assert ways == ["pair"] * (2 * P.PAIR_RUNS - 1)
+    ways.clear()
+    calls(P.BACKOFF + 1, 8.0)
+    assert ways == ["one"] * P.BACKOFF + ["pair"]
+    assert 8.0 <= P.PAYS * 10.0 < 15.0 and P.MAX_BACKOFF >= 2 * P.BACKOFF
+
+
+def test_a_busy_partner_core_sends_the_steps_to_one_thread_and_back_with_the_same_bits(
+        smollm2_packed, threads, monkeypatch):
+    """SmolLM2's steps with the fallback: each pair call made slow while the partner's core is
+    "busy" (a wait after it, as a chunk the partner holds adds), and each one-thread call a wait
+    that the pair, once free, beats: the steps take one thread for BACKOFF calls after PAIR_RUNS
+    slow pair calls, then the pair again for good (but the PROBE's one-thread call); every step's
+    numbers are the one-thread run's."""
+    P = onerow_pair
+    ids = np.random.default_rng(9).integers(100, 40000, 40).tolist()
+    threads(1)
+    want = _steps(smollm2_packed, ids, 12, True)
+    threads(2)
+    monkeypatch.setattr(onerow_stack, "FALLBACK", True)
+    ways, pair, one = [], onerow_stack._pair, onerow_stack._layers
+    before = dict(P.TAKEN)
+
+    def slow_pair(*args):
+        ways.append("pair")
+        pair(*args)
+        time.sleep(0.3 if ways.count("pair") <= P.PAIR_RUNS else 0.0)  # (the partner's core busy)
+
+    def slow_one(*args):
+        ways.append("one")
+        one(*args)
+        time.sleep(0.1)
+    monkeypatch.setattr(onerow_stack, "_pair", slow_pair)
+    monkeypatch.setattr(onerow_stack, "_layers", slow_one)
+    got = _steps(smollm2_packed, ids, 12, True)
+    n = len(ids) - 12  # (each step after the prompt's run of 12 rows: a run of one new row)
+    assert ways == (["one"] + ["pair"] * P.PAIR_RUNS + ["one"] * P.BACKOFF + ["pair"] * P.PROBE + ["one"]
+                    + ["pair"] * n)[:n]
+    assert {k: P.TAKEN[k] - before[k] for k in before} == {w: ways.count(w) for w in ("pair", "one")}
+    _same_steps(got, want)
 
 
 def test_a_late_partner_leaves_the_call_to_the_caller(smollm2_packed, threads):

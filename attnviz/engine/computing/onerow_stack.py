@@ -20,10 +20,12 @@ kernels) and every layer's constants alike (RoPE tables, mask, scale). A trace's
 call. Anything else takes families._forward_rows' layer loop.
 
 The call runs on one thread where the kernels take one (kernel_threads, numba's threads at most:
-the window's cap); where they take two, onerow_pair's _pair_layers instead: the same layers on
-this thread and a partner thread at once, the same bits (onerow_pair's docstring); more, the
-layer loop. It is compiled for one scale type at a time (compile_stack: the one the model's
-layers use; the pair's where the kernels take two threads then).
+the window's cap); where they take two, or the run is a generation step and steps take two
+(parallel.step_pair), onerow_pair's _pair_layers instead: the same layers on this thread and a
+partner thread at once, the same bits (onerow_pair's docstring), each call chosen by the
+stack's onerow_pair.Fallback for its layers (the one-thread call where the pair does not pay);
+more, the layer loop. It is compiled for one scale type at a time (compile_stack: the one the
+model's layers use; the pair's where the kernels or the steps take two threads then).
 The lists of a store's matrices and gains are built once (_STACKS, for the store's life), by calls
 compiled with the stack (_lister), so the run that builds them compiles nothing. Every
 layer's keys and values live in one buffer [2, n_layer, n_kv_head, positions, d_head], the trace's
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 
 import numba
@@ -49,11 +52,12 @@ from attnviz.engine.computing import onerow_block as ob
 from attnviz.engine.computing.rowmath import F32, I64, JIT, NO_BIAS, R2, array_type
 from attnviz.engine.computing.trace import kv_room
 from attnviz.engine.errors import Cancelled
-from attnviz.engine.parallel import kernel_threads
+from attnviz.engine.parallel import kernel_threads, step_pair
 
 kernel_cache.use()  # (before any function is decorated: numba's cache folder is chosen then)
 
 ENABLED = True  # False: a one-row run takes the layer loop (benchmarks time both in one process)
+FALLBACK = True  # False: two threads take every call, paying or not (benchmarks time both)
 _COMPILED: dict = {}  # scale dtype -> _layers_of compiled for it (compile_stack)
 _PAIRS: dict = {}  # scale dtype -> onerow_pair._pair_layers compiled for it (compile_stack)
 _COMPILING = threading.Lock()
@@ -107,6 +111,23 @@ def _pair(x, a, b, full_last, compiled, stack, *args):
     onerow_pair.PARTNER.run(compiled, (x, a, b, full_last, *args, shared, sync, onerow_pair.CHUNKS), sync)
 
 
+def _call(stack, threads, x, a, b, full_last, compiled, one, args):
+    """Layers a..b-1 on `compiled` (one: the one-thread call's dispatcher): on one thread, or
+    threads == 2: on two (_pair) or one, as the stack's Fallback for a..b chooses (FALLBACK)."""
+    if threads != 2:
+        _layers(x, a, b, full_last, compiled, *args)
+        return
+    fallback = stack.fallbacks.setdefault((a, b), onerow_pair.Fallback()) if FALLBACK else None
+    two = fallback is None or fallback.take_pair()
+    t0 = time.perf_counter()
+    if two:
+        _pair(x, a, b, full_last, compiled, stack, *args)
+    else:
+        _layers(x, a, b, full_last, one, *args)
+    if fallback is not None:
+        fallback.record(two, time.perf_counter() - t0)
+
+
 _GAIN = array_type(1, True)
 NO_RESID, NO_Z = np.empty((0, 1, 1), np.float32), np.empty((0, 1, 1, 1), np.float32)  # (not asked)
 
@@ -121,7 +142,7 @@ def compile_stack(scale) -> None:
     (compile_block's way); stacked_rows takes a stack of that scale type from then on. Where
     the kernels take two threads (_threads) and onerow_pair runs here, its _pair_layers too."""
     scale = np.dtype(scale)
-    pair = onerow_pair.AVAILABLE and _threads() == 2
+    pair = onerow_pair.AVAILABLE and (_threads() == 2 or step_pair())
     if scale in _COMPILED and (scale in _PAIRS or not pair):
         return
     with _COMPILING:
@@ -206,6 +227,7 @@ class _Stack:
         self.largest = max(plan[1] for plan in plans)
         self.d_ff = max(plan[2] for plan in plans) // 2  # (w_in's outputs: gate | up)
         self.kept = _KeptKV()
+        self.fallbacks: dict = {}  # (first, end) layers -> the onerow_pair.Fallback of their calls
 
 
 _STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
@@ -364,9 +386,12 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and ENABLED else None
     compiled = _COMPILED.get(stack.scale) if stack is not None else None
     threads = _threads(stack.largest) if compiled is not None else 0
-    if threads == 2:  # (the caller's thread and onerow_pair's partner, where it is compiled)
-        compiled = _PAIRS.get(stack.scale)
-    if compiled is None or threads > 2:
+    if compiled is not None and kind == "step" and step_pair() and onerow_pair.AVAILABLE:
+        threads = 2
+        if stack.scale not in _PAIRS:  # (compiled before steps took two)
+            compile_stack(stack.scale)
+    one, compiled = compiled, (_PAIRS.get(stack.scale) if threads == 2 else compiled)
+    if compiled is None or threads > 2:  # (the caller's thread and onerow_pair's partner at most)
         return False
     c0 = consts[0]
     if c0.rope is None or not (len(set(map(id, consts))) == 1 or all(  # (one Consts for every layer)
@@ -398,10 +423,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
             continue
         if trace.stop is not None and trace.stop():
             raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
-        if threads == 2:
-            _pair(x, a, b, full or b < n_layer, compiled, stack, *args)
-        else:
-            _layers(x, a, b, full or b < n_layer, compiled, *args)
+        _call(stack, threads, x, a, b, full or b < n_layer, compiled, one, args)
         if b == cut and early is not None:
             early[1](trace)  # layers 0..cut-1 are final
     if kind == "step" and trace.keep_rows:
