@@ -230,6 +230,7 @@ class _Stack:
         self.fallbacks: dict = {}  # (first, end) layers -> the onerow_pair.Fallback of their calls
 
 
+KEEP = 3  # caches whose buffers a stack keeps (a window's, Compare's B of the same model, a generation's)
 _STACKS = weakref.WeakKeyDictionary()  # LayerStore -> its _Stack or None, for the store's life
 _UNSEEN = object()  # (_STACKS holds no entry for the store yet)
 _LOCK = threading.Lock()
@@ -277,6 +278,7 @@ def prepare(store, n_layer: int, layer_for) -> None:
 
 class _KeptKV:
     """The KV buffer the last call wrote into (every layer's keys and values, one array: _fresh),
+    kept for each of the KEEP latest caches (_last_for),
     the views [:, :T] it handed to its trace and their addresses (one tuple, replaced whole: runs
     on two threads at worst copy once more). A generation's next step brings those views back as
     its cache (the same lists) and a keystroke's next run their first positions: the next call
@@ -286,7 +288,17 @@ class _KeptKV:
     def __init__(self):
         # (kv, trace.k, trace.v, T, kv's address, the cache's token)
         self.last = None
+        self.kept: dict = {}  # a cache's token -> its last call's tuple (the KEEP latest caches)
         self.tokens: dict = {}  # id(cache) -> (a weak reference to it, its token), while it lives
+
+    def _last_for(self, past):
+        """The last call's tuple of this cache where one of the KEEP latest had it (caches that
+        take turns on one model, e.g. a model compared with itself, each find their own buffer
+        instead of copying the other's out), else the last call's."""
+        entry = self.tokens.get(id(past))
+        if entry is not None and entry[0]() is past:
+            return self.kept.get(entry[1], self.last)
+        return self.last
 
     def buffer(self, past, p: int, n_layer: int):
         """kv [2, n_layer, n_kv_head, > p, d_head]: each layer's cached keys (kv[0, i]) and values
@@ -294,7 +306,7 @@ class _KeptKV:
         are its first p positions (append_positions' rule for writing in place) or, the lists it
         handed reaching past p, once they are moved to a copy of their own (_moved_out), else a
         new one with them copied in (as append_positions copies)."""
-        last = self.last
+        last = self._last_for(past)
         if last is not None and len(past.k) == len(past.v) == n_layer:
             kv = last[0]
             handed = past.k is last[1] and past.v is last[2]
@@ -319,9 +331,14 @@ class _KeptKV:
         the next call while `past` (the run's KVCache) lives: the buffer is let go with it."""
         trace.k[:] = kv[0, :, :, :T]  # (its layers' views kv[0, i, :, :T], their base kv)
         trace.v[:] = kv[1, :, :, :T]
-        last = self.last
+        last = self._last_for(past)
         at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
-        self.last = (kv, trace.k, trace.v, T, at, self.token(past))
+        token = self.token(past)
+        self.last = (kv, trace.k, trace.v, T, at, token)
+        self.kept.pop(token, None)  # (the latest last in order)
+        self.kept[token] = self.last
+        for old in list(self.kept)[:-KEEP]:
+            del self.kept[old]
 
     def token(self, past):
         """The cache's token (one while it lives: its end calls forget once)."""
@@ -335,6 +352,7 @@ class _KeptKV:
         entry = self.tokens.get(key)
         if entry is not None and entry[1] is token:
             self.tokens.pop(key, None)
+        self.kept.pop(token, None)
         last = self.last
         if last is not None and last[5] is token:
             self.last = None
