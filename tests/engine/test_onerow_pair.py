@@ -55,17 +55,6 @@ def test_a_matrix_in_chunks_on_two_threads_equals_its_serial_kernel(qtype, group
         assert y.tobytes() == want.tobytes()
 
 
-@pytest.fixture(scope="module")
-def smollm2_packed():
-    from attnviz.engine.computing.load import load_model
-    qpack.ask_for_kernels()
-    qm.warm([Q.Q4_1])
-    try:
-        yield load_model("SmolLM2-135M-Instruct")
-    finally:
-        qpack.ask_for_kernels(False)
-
-
 @pytest.fixture
 def threads(monkeypatch):
     """set(n): a one-row run's kernels on n threads (1: the one-thread call, 2: the pair, compiled

@@ -26,18 +26,6 @@ from tiny import FIXTURES
 pytest.importorskip("numba")
 
 
-@pytest.fixture(scope="module")
-def smollm2_packed():
-    """SmolLM2 loaded with its layers packed, the kernels and the one-row steps warm."""
-    from attnviz.engine.computing.load import load_model
-    qpack.ask_for_kernels()
-    qm.warm([Q.Q4_1])
-    try:
-        yield load_model("SmolLM2-135M-Instruct")
-    finally:
-        qpack.ask_for_kernels(False)
-
-
 @pytest.fixture
 def stacked(monkeypatch):
     """set(on): the one call (on) or the layer loop; calls: (first, end) layers of each call. One

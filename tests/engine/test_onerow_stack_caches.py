@@ -4,28 +4,14 @@ alone does, and give the same bits as that generation alone."""
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q
 
-from attnviz.engine.computing import qmatvec as qm  # (first: it asks numba for plain error text)
 from attnviz.engine.computing.generate import _StepTrace
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import KVCache
-from attnviz.engine.reading import qpack
 
 pytest.importorskip("numba")
 
 TEXT = "The quick brown fox jumps over the lazy dog and runs far away."
-
-
-@pytest.fixture(scope="module")
-def model():
-    from attnviz.engine.computing.load import load_model
-    qpack.ask_for_kernels()
-    qm.warm([Q.Q4_1])
-    try:
-        yield load_model("SmolLM2-135M-Instruct")
-    finally:
-        qpack.ask_for_kernels(False)
 
 
 def _step(model, ids, cache):  # a generation's step on its cache -> the final-norm input
@@ -34,7 +20,8 @@ def _step(model, ids, cache):  # a generation's step on its cache -> the final-n
     return trace.final.copy()
 
 
-def test_two_generations_in_turns_keep_their_own_buffers_and_bits(model, monkeypatch):
+def test_two_generations_in_turns_keep_their_own_buffers_and_bits(smollm2_packed, monkeypatch):
+    model = smollm2_packed
     from attnviz.engine import parallel
     monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)  # (the one call: one kernel thread)
     ids = list(model.tokenizer.encode(TEXT).ids)

@@ -1,0 +1,20 @@
+"""Fixtures shared by the engine's one-row tests."""
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def smollm2_packed():
+    """SmolLM2 loaded with its layers packed, the kernels and the one-row steps warm."""
+    from gguf import GGMLQuantizationType as Q
+
+    from attnviz.engine.computing import qmatvec as qm
+    from attnviz.engine.computing.load import load_model
+    from attnviz.engine.reading import qpack
+
+    qpack.ask_for_kernels()
+    qm.warm([Q.Q4_1])
+    try:
+        yield load_model("SmolLM2-135M-Instruct")
+    finally:
+        qpack.ask_for_kernels(False)
