@@ -277,3 +277,35 @@ def test_a_partner_that_fails_after_the_call_is_over_marks_nothing(over, caplog)
     assert done.wait(5) and ran == [1]
     assert sync[onerow_pair.ABORTED] == (0 if over else 1)
     assert any(r.levelname == "ERROR" for r in caplog.records) is not over
+
+
+def test_the_partner_holds_nothing_of_a_call_once_it_is_over(smollm2_packed, threads, monkeypatch):
+    """A generation's cache let go after its steps on the pair: its KV buffer goes too (the partner
+    thread, waiting for its next call, keeps no reference to the last one's arrays)."""
+    import gc
+    import weakref
+
+    from attnviz.engine.computing.generate import _StepTrace
+    from attnviz.engine.computing.request import RunRequest
+    from attnviz.engine.computing.trace import KVCache
+
+    threads(2)
+    seen = []
+    real = onerow_stack._pair
+
+    def pair(x, a, b, full_last, compiled, stack, *args):
+        seen.append(weakref.ref(args[14]))  # (kv: every layer's K and V)
+        return real(x, a, b, full_last, compiled, stack, *args)
+    monkeypatch.setattr(onerow_stack, "_pair", pair)
+    ids = np.random.default_rng(7).integers(100, 40000, 12).tolist()
+    cache = KVCache()
+    for t in range(8, 12):
+        smollm2_packed.run(ids=np.asarray(ids[:t]), trace=_StepTrace(False, cache),
+                           request=RunRequest(labels=False))
+    assert seen and seen[-1]() is not None
+    del cache
+    deadline = time.monotonic() + 10
+    while seen[-1]() is not None and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+    assert seen[-1]() is None

@@ -159,6 +159,8 @@ def compare_shown(w, qtbot):
     open_compare(w, BSource("checkpoint", 0))
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.doc["kld"] is not None,
                     timeout=WAIT)
+    # (B's induction probe done too: a probe paused for a held job would leave the pool one thread)
+    assert w.worker.wait_idle()
     w.compare_dock.raise_()
     return jobs, w.compare_panel
 

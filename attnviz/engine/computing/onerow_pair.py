@@ -334,18 +334,22 @@ class Partner:
     def _loop(jobs: queue.SimpleQueue) -> None:
         while True:
             job = jobs.get()
-            while not jobs.empty():  # (an earlier call is over: its counters are all taken)
+            while not jobs.empty():  # (the latest call only: a caller never waits for the partner)
                 job = jobs.get()
-            compiled, args, sync = job
-            if sync[OVER]:
-                continue
-            try:
-                compiled(*args)
-            except BaseException:  # the caller stops waiting for its chunk and raises
-                if sync[OVER]:  # (a call over before the partner came: its arrays may be read-only now)
-                    continue
-                sync[ABORTED] = 1
-                log.exception("the partner thread's share of a one-row run failed")
+            Partner._share(*job)
+            job = None  # (nothing of the call held while waiting: its model and KV buffer may go)
+
+    @staticmethod
+    def _share(compiled, args, sync) -> None:  # the partner's share of one call
+        if sync[OVER]:
+            return
+        try:
+            compiled(*args)
+        except BaseException:  # the caller stops waiting for its chunk and raises
+            if sync[OVER]:  # (a call over before the partner came: its arrays may be read-only now)
+                return
+            sync[ABORTED] = 1
+            log.exception("the partner thread's share of a one-row run failed")
 
     def start(self, compiled, args, sync) -> None:
         """compiled(*args) queued for the partner thread (args' sync is `sync`)."""

@@ -117,7 +117,9 @@ def _call(stack, threads, x, a, b, full_last, compiled, one, args):
     if threads != 2:
         _layers(x, a, b, full_last, compiled, *args)
         return
-    fallback = stack.fallbacks.setdefault((a, b), onerow_pair.Fallback()) if FALLBACK else None
+    fallback = None
+    if FALLBACK:
+        fallback = stack.fallbacks.get((a, b)) or stack.fallbacks.setdefault((a, b), onerow_pair.Fallback())
     two = fallback is None or fallback.take_pair()
     t0 = time.perf_counter()
     if two:
@@ -404,8 +406,8 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     stack = _stack_of(w.layers, cfg.n_layer, layer_for) if kind is not None and ENABLED else None
     compiled = _COMPILED.get(stack.scale) if stack is not None else None
     threads = _threads(stack.largest) if compiled is not None else 0
-    if compiled is not None and kind == "step" and step_pair() and onerow_pair.AVAILABLE:
-        threads = 2
+    if compiled is not None and kind == "step" and step_pair() and onerow_pair.AVAILABLE and threads == 1:
+        threads = 2  # (kernels that take more threads for wide matrices keep them: the layer loop)
         if stack.scale not in _PAIRS:  # (compiled before steps took two)
             compile_stack(stack.scale)
     one, compiled = compiled, (_PAIRS.get(stack.scale) if threads == 2 else compiled)
