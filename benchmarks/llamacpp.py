@@ -208,7 +208,8 @@ def step_figures(T: int, ours: dict, llama: dict | None, floors: dict, *, why: s
              f"of its row; medians: layers {lay:.2f} ms, unembedding {head:.2f} ms"),
             (f"{step}: attnviz's layers / quantised-bytes floor", lay / fl, "x",
              [v / fl for v in ours["layers"]],
-             f"the step's run_step alone (qsteps' goal: <= 1.3 there); {floor_layers}"),
+             f"the step's run_step alone, on --threads threads (qsteps' goal, <= 1.3, times generate's "
+             f"way: two threads where the pair pays); {floor_layers}"),
             (f"{step}: attnviz / floor of the layers' and unembedding's bytes", a / fa, "x",
              [v / fa for v in ours["ms"]], floor_all)]
     # (llama.cpp's step is read against the floor of all it reads only: no split of it is timed)

@@ -155,6 +155,21 @@ def test_the_fallback_takes_one_thread_while_the_pair_does_not_pay_then_tries_it
     assert 8.0 <= P.PAYS * 10.0 < 15.0 and P.MAX_BACKOFF >= 2 * P.BACKOFF
 
 
+def test_a_new_generation_measures_one_thread_again_before_it_takes_the_pair():
+    """A generation's steps at growing positions, then a new one from an earlier position: the
+    one-thread reference of the long steps (slow) is not held against the new short ones."""
+    P = onerow_pair
+    fb, ways = P.Fallback(), []
+    for p, one_ms, pair_ms in [(500, 30.0, 25.0), (501, 30.0, 25.0), (10, 5.0, 8.0), (11, 5.0, 8.0)]:
+        two = fb.take_pair(p)
+        ways.append("pair" if two else "one")
+        fb.record(two, (pair_ms if two else one_ms) / 1e3)
+    assert ways == ["one", "pair", "one", "pair"]
+    for p in range(12, 12 + P.PAIR_RUNS):  # (8 ms pairs against 5 ms: it backs off)
+        fb.record(fb.take_pair(p), 8.0 / 1e3)
+    assert not fb.take_pair(12 + P.PAIR_RUNS)
+
+
 def test_a_busy_partner_core_sends_the_steps_to_one_thread_and_back_with_the_same_bits(
         smollm2_packed, threads, monkeypatch):
     """SmolLM2's steps with the fallback: each pair call made slow while the partner's core is
@@ -256,6 +271,24 @@ def test_an_error_on_the_callers_thread_marks_the_call_aborted():
     with pytest.raises(ValueError, match="on this thread"):
         onerow_pair.Partner().run(fails, (), sync)
     assert sync[onerow_pair.ABORTED] == 1
+
+
+def test_a_caller_that_fails_waits_for_the_partner_to_leave_the_call():
+    """The caller's share raising while the partner is still in its own: the caller raises only
+    once the partner has left (its chunk's writes never land after the call is over)."""
+    sync, said, inside = onerow_pair.sync_for(1), [], threading.Event()
+
+    def share(*_):
+        if threading.current_thread().name == "attnviz-pair":
+            inside.set()
+            time.sleep(0.2)
+            said.append("partner left")
+            return True
+        assert inside.wait(10)  # (the partner in its share when this one fails)
+        raise ValueError("on this thread")
+    with pytest.raises(ValueError, match="on this thread"):
+        onerow_pair.Partner().run(share, (), sync)
+    assert said == ["partner left"] and sync[onerow_pair.LEFT] == 1
 
 
 @pytest.mark.parametrize("over", [True, False], ids=["after-the-call", "during-it"])

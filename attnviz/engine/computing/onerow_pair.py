@@ -44,6 +44,7 @@ import os
 import platform
 import queue
 import threading
+import time
 from collections import deque
 
 import numpy as np
@@ -68,6 +69,8 @@ STAGES = 5  # a layer's stages (S0..S4)
 LINE = 8  # int64 slots a cache line: a stage's `taken` and `done` each on a line of their own
 ABORTED = 0  # sync[ABORTED] != 0: a thread failed; stage s's counters at LINE (1 + 2 s), LINE (2 + 2 s)
 OVER = 1  # sync[OVER] != 0: the caller's thread has left the call (Partner.run)
+LEFT = 2  # sync[LEFT] != 0: the partner thread has left the call, or skipped it
+LEFT_WAIT_S = 1.0  # a failed caller waits this long at most for the partner to leave the call
 CHUNKS = 4  # chunks of a matrix's row groups a stage
 
 
@@ -308,7 +311,7 @@ def shared_size(n_head: int, n_kv_head: int, d_head: int, d_model: int, d_ff: in
 
 
 def sync_for(n_layers: int) -> np.ndarray:
-    """A call's counters over n_layers layers, zeros: ABORTED and OVER, then each stage's taken
+    """A call's counters over n_layers layers, zeros: ABORTED, OVER and LEFT, then each stage's taken
     and done counts, each on a cache line of its own."""
     return np.zeros(LINE * (1 + 2 * STAGES * n_layers), np.int64)
 
@@ -335,21 +338,22 @@ class Partner:
         while True:
             job = jobs.get()
             while not jobs.empty():  # (the latest call only: a caller never waits for the partner)
+                job[2][LEFT] = 1
                 job = jobs.get()
             Partner._share(*job)
             job = None  # (nothing of the call held while waiting: its model and KV buffer may go)
 
     @staticmethod
     def _share(compiled, args, sync) -> None:  # the partner's share of one call
-        if sync[OVER]:
-            return
         try:
-            compiled(*args)
+            if not sync[OVER]:
+                compiled(*args)
         except BaseException:  # the caller stops waiting for its chunk and raises
-            if sync[OVER]:  # (a call over before the partner came: its arrays may be read-only now)
-                return
-            sync[ABORTED] = 1
-            log.exception("the partner thread's share of a one-row run failed")
+            if not sync[OVER]:  # (a call over before the partner came: its arrays may be read-only now)
+                sync[ABORTED] = 1
+                log.exception("the partner thread's share of a one-row run failed")
+        finally:
+            sync[LEFT] = 1
 
     def start(self, compiled, args, sync) -> None:
         """compiled(*args) queued for the partner thread (args' sync is `sync`)."""
@@ -363,6 +367,8 @@ class Partner:
             ok = compiled(*args)
         except BaseException:
             sync[ABORTED] = 1  # (the partner stops waiting for this thread's chunk)
+            sync[OVER] = 1
+            _partner_left(sync)  # (it may be writing a chunk's rows: not after this call is over)
             raise
         finally:
             sync[OVER] = 1
@@ -371,6 +377,14 @@ class Partner:
 
 
 PARTNER = Partner()
+
+
+def _partner_left(sync, wait_s: float = LEFT_WAIT_S) -> None:
+    """Until the partner has left (or skipped) the call of `sync`, at most wait_s (a partner busy
+    with another model's call meanwhile comes to this one later, and skips it then)."""
+    deadline = time.monotonic() + wait_s
+    while not sync[LEFT] and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 PAYS = 1.0  # the pair kept while no slower than this times one thread (else a core idles)
@@ -388,10 +402,20 @@ class Fallback:
     def __init__(self):
         self._ones, self._pairs = deque(maxlen=2), deque(maxlen=PAIR_RUNS)
         self._wait, self._backoff, self._since = 0, BACKOFF, 0
+        self._p = -1  # the position of the last call asked about
         self._lock = threading.Lock()
 
-    def take_pair(self) -> bool:
+    def take_pair(self, p: int | None = None) -> bool:
+        """Whether the next call (of the row at position p) takes the pair. A position before the
+        last one's is a new run (a new generation): the times measured at longer ones go, and its
+        first call takes one thread for a reference of its own."""
         with self._lock:
+            if p is not None:
+                if p < self._p:
+                    self._ones.clear()
+                    self._pairs.clear()
+                    self._wait, self._backoff, self._since = 0, BACKOFF, 0
+                self._p = p
             return bool(self._ones) and self._wait == 0 and self._since < PROBE
 
     def record(self, pair: bool, seconds: float) -> None:

@@ -111,16 +111,17 @@ def _pair(x, a, b, full_last, compiled, stack, *args):
     onerow_pair.PARTNER.run(compiled, (x, a, b, full_last, *args, shared, sync, onerow_pair.CHUNKS), sync)
 
 
-def _call(stack, threads, x, a, b, full_last, compiled, one, args):
-    """Layers a..b-1 on `compiled` (one: the one-thread call's dispatcher): on one thread, or
-    threads == 2: on two (_pair) or one, as the stack's Fallback for a..b chooses (FALLBACK)."""
+def _call(stack, threads, x, a, b, full_last, compiled, one, args, p: int):
+    """Layers a..b-1 of the row at position p on `compiled` (one: the one-thread call's
+    dispatcher): on one thread, or threads == 2: on two (_pair) or one, as the stack's Fallback
+    for a..b chooses (FALLBACK)."""
     if threads != 2:
         _layers(x, a, b, full_last, compiled, *args)
         return
     fallback = None
     if FALLBACK:
         fallback = stack.fallbacks.get((a, b)) or stack.fallbacks.setdefault((a, b), onerow_pair.Fallback())
-    two = fallback is None or fallback.take_pair()
+    two = fallback is None or fallback.take_pair(p)
     t0 = time.perf_counter()
     if two:
         _pair(x, a, b, full_last, compiled, stack, *args)
@@ -443,7 +444,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
             continue
         if trace.stop is not None and trace.stop():
             raise Cancelled(f"stopped before layer {a}: a newer run was asked for")
-        _call(stack, threads, x, a, b, full or b < n_layer, compiled, one, args)
+        _call(stack, threads, x, a, b, full or b < n_layer, compiled, one, args, p)
         if b == cut and early is not None:
             early[1](trace)  # layers 0..cut-1 are final
     if kind == "step" and trace.keep_rows:
