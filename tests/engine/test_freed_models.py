@@ -118,6 +118,8 @@ from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.load import load_gguf
 from attnviz.engine.computing.quantized import quantized_model
 from attnviz.engine.reading import qpack
+from attnviz.engine.parallel import limit_kernel_threads
+limit_kernel_threads(1)  # (keystrokes as the window runs them; a pair's partner lets a call go just after it)
 qpack.ask_for_kernels()
 qm.warm([Q.Q8_0])
 a = load_gguf(sys.argv[1])
