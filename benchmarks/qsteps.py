@@ -305,7 +305,10 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
     bandwidth; the products alone and the unembedding."""
     store = model.weights.layers
     packed = sum(store.packed_view(i).packed.nbytes for i in range(len(store)))
+    from attnviz.engine.computing import onerow_pair
+    before = dict(onerow_pair.TAKEN)
     times, step = _generation_times(model, ids, fresh, T, repeat)
+    took = {k: onerow_pair.TAKEN[k] - before[k] for k in before}  # (the fallback's calls: PAIRED's alone)
     on, off, loop = times["one call"], times["float32"], statistics.median(times["layer by layer"])
     floor_ms, f32_bytes = _float32_pass(model.weights, 5)
     blas = packed * floor_ms / f32_bytes  # (the float32 pass's bandwidth: a reference, no floor)
@@ -345,6 +348,11 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                     f"steps and 3 beside each of {repeat} more steps "
                     f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
                     f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+        figure(f"generation step T = {T}: generate's steps that took two threads",
+               100 * took["pair"] / max(1, sum(took.values())), "%",
+               note=f"onerow_pair's fallback chose the pair for {took['pair']} of generate's way's "
+                    f"{sum(took.values())} steps (the untimed first round's included), one thread "
+                    f"for the rest"),
         figure(f"generation step T = {T}: kernels / quantised-bytes floor", a / floor, "x",
                note=f"the one call on one thread (a keystroke's way), in turns with the others; "
                     f"floor {floor:.2f} ms as above"),
@@ -371,7 +379,8 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
     ]
-    print(f"step T = {T}: generate's {gen:.2f} ms ({gen / floor:.2f}x), one thread {a:.2f} ms ({a / floor:.2f}x), "
+    print(f"step T = {T}: generate's {gen:.2f} ms ({gen / floor:.2f}x; the pair in {took['pair']} of "
+          f"{sum(took.values())} steps), one thread {a:.2f} ms ({a / floor:.2f}x), "
           f"two threads {two:.2f} ms ({two / floor:.2f}x; layer by layer "
           f"{loop:.2f} ms), float32 {b:.2f} ms, floor {floor:.2f} ms (one thread each step beside its own read "
           f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
