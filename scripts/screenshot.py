@@ -108,6 +108,11 @@ def main() -> int:
                     help="switch off the N strongest induction heads (induction scene)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
     ap.add_argument("--compare-type", default="Q4_0", help="--panel compare: B is A quantized to this")
+    ap.add_argument("--roles-source", choices=("text", "probe", "agreement", "coreference"), default="text",
+                    help="--panel roles: what the heads are scored on")
+    ap.add_argument("--mid-probe", type=int, nargs="?", const=1, default=None, metavar="PERCENT",
+                    help="--panel roles with a probe source: grab while the probe runs (a template "
+                         "probe once its progress reaches PERCENT, default 1)")
     args = ap.parse_args()
     if args.all:
         return make_all()
@@ -226,6 +231,8 @@ def main() -> int:
         settle(0.5)
         if args.panel == "find":
             _find(w.roles_panel, settle)
+        if args.panel == "roles" and args.roles_source != "text":
+            return _roles_probe(w, settle, wait, args)
         settle(2.0)  # the panel's scores or sizes, computed off the main thread
     if args.panel in ("prediction", "dla"):
         dock = w.predict_dock
@@ -339,6 +346,32 @@ def _patching(w, settle, wait, args) -> int:
     panel.pick_head(layer, head)
     settle(1.5)
     return _grab(w, args.out, f"head_out, largest L{layer} H{head} effect {effect:+.3f}; {panel.swapped.text()}")
+
+
+def _roles_probe(w, settle, wait, args) -> int:
+    """Head roles scored on a probe: its scores, or (--mid-probe) the panel while the probe runs."""
+    import re
+
+    dock, panel, st = w.roles_dock, w.roles_panel, w.state
+    if args.dock_width:
+        from PySide6.QtCore import Qt
+
+        w.resizeDocks([dock], [args.dock_width], Qt.Orientation.Horizontal)
+    settle(0.3)
+    panel.set_source(args.roles_source)
+    if args.mid_probe is not None:
+        def under_way() -> bool:
+            text = panel.summary.text()
+            if args.roles_source == "probe":
+                return "probe" in text and st.head_scores is None
+            percent = re.search(r"\((\d+)%\)…$", text)
+            return percent is not None and int(percent.group(1)) >= args.mid_probe
+        wait(under_way, 300)
+        w.grab()  # (laid out and painted as it is now)
+        return _grab(w, args.out, f"mid-probe: {panel.summary.text()!r}")
+    wait(lambda: st.head_scores is not None or st.template_scores is not None, 300)
+    settle(1.0)
+    return _grab(w, args.out, f"{args.roles_source} probe scored")
 
 
 def _generate(w, settle, wait, args) -> int:

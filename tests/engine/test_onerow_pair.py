@@ -4,6 +4,7 @@ kind (odd numbers of row groups, more chunks than groups), SmolLM2's generation 
 keystrokes and tiny Llamas of other block types; a partner that comes late, or after the call,
 changes nothing; a thread that fails stops the other's wait and the call raises."""
 
+import sys
 import threading
 import time
 
@@ -168,6 +169,29 @@ def test_a_new_generation_measures_one_thread_again_before_it_takes_the_pair():
     for p in range(12, 12 + P.PAIR_RUNS):  # (8 ms pairs against 5 ms: it backs off)
         fb.record(fb.take_pair(p), 8.0 / 1e3)
     assert not fb.take_pair(12 + P.PAIR_RUNS)
+
+
+def test_models_recording_at_once_lose_no_count_of_the_calls_taken():
+    """Four models' Fallbacks (one a thread, as models generating at once) record their calls at
+    the same time, the interpreter switching threads as often as it can: TAKEN counts every one."""
+    P, n, calls = onerow_pair, 4, 5000
+    before, go, was = dict(P.TAKEN), threading.Barrier(n), sys.getswitchinterval()
+
+    def model(i):
+        fb = P.Fallback()
+        go.wait()
+        for k in range(calls):
+            fb.record((k + i) % 2 == 0, 1e-3 * (1 + k % 3))
+    sys.setswitchinterval(1e-6)
+    try:
+        runs = [threading.Thread(target=model, args=(i,)) for i in range(n)]
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join()
+    finally:
+        sys.setswitchinterval(was)
+    assert {k: P.TAKEN[k] - before[k] for k in before} == {"pair": n * calls // 2, "one": n * calls // 2}
 
 
 def test_a_busy_partner_core_sends_the_steps_to_one_thread_and_back_with_the_same_bits(

@@ -133,6 +133,37 @@ def test_a_job_the_pool_could_not_start_is_not_waited_for(qtbot, monkeypatch):
     assert runner.wait_idle() and paused == [False]  # nothing waits: no pause
 
 
+def test_a_job_cleared_from_the_pool_is_not_waited_for(qtbot):
+    """A job queued on the pool that the pool drops unrun (its clear()) has ended for the runner
+    (not at work, its kind's sigEnded heard), and a probe that gives way after it does not pause
+    for it (it would wait for a job that never comes, until it went stale). On a pool of the
+    test's own (the app's keeps other tests' jobs)."""
+    import time
+
+    from PySide6.QtCore import QThreadPool
+
+    runner, hold, ended, paused = Runner(), threading.Event(), [], []
+    runner.pool = QThreadPool()
+    runner.pool.setMaxThreadCount(1)
+    runner.sigEnded.connect(ended.append)
+    try:
+        runner.submit("a", lambda: hold.wait(HOLD_S), lambda *_: None)
+        runner.submit("b", lambda: "b", lambda *_: None)  # queued behind a
+        runner.pool.clear()  # b never runs
+        hold.set()
+        qtbot.waitUntil(lambda: "a" in ended, timeout=WAIT)
+        assert "b" in ended and not runner.at_work("b") and runner.running("b") is None
+        gone_stale = time.monotonic() + 5  # (a probe paused for b stops as stale then)
+        runner.submit("probe", lambda: paused.append(runner.give_way(lambda: time.monotonic() > gone_stale)),
+                      lambda *_: None)
+        qtbot.waitUntil(lambda: bool(paused), timeout=WAIT)
+        assert paused == [False]  # nothing waits: no pause
+        assert runner.wait_idle() and runner.pool.maxThreadCount() == 1
+    finally:
+        hold.set()
+        runner.pool.waitForDone(WAIT)
+
+
 DESTROYED_POOL = """
 import threading
 import shiboken6

@@ -313,6 +313,30 @@ def test_template_probe_from_the_panel(qtbot, minilm):
     scores_settled(worker)
 
 
+def test_the_overview_says_what_fills_the_map_while_there_is_none(qtbot, minilm):
+    """No blank box in the map's place: while a probe runs, and after a template probe (which
+    labels heads by one question, not by role), a note says what the map shows and when; the map
+    comes back with role scores."""
+    state, panel, worker = _panel(qtbot, minilm)
+    panel.show()
+    ov = panel.overview
+    assert ov.map.isVisible() and not ov.empty_note.isVisible()
+    panel.set_source("agreement")
+    assert not ov.map.isVisible() and ov.empty_note.isVisible()
+    note = ov.empty_note.text()
+    assert "template probe" in note and "once it has run" in note and "listed above" in note
+    qtbot.waitUntil(lambda: state.template_scores is not None, timeout=60000)
+    assert not ov.map.isVisible() and ov.empty_note.text() == note
+    panel.set_source("probe")  # (its scores come on the runner's pool, after this)
+    assert ov.empty_note.isVisible() and "once the probe's heads are scored" in ov.empty_note.text()
+    wait_scores(qtbot, state)
+    assert ov.map.isVisible() and not ov.empty_note.isVisible()
+    assert (ov.map.rowCount(), ov.map.columnCount()) == (minilm.config.n_layer, minilm.config.n_head)
+    panel.set_source("text")
+    assert ov.map.isVisible() and ov.map.rowCount() == minilm.config.n_layer
+    scores_settled(worker)
+
+
 def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, monkeypatch):
     """Every job behind the panel's scores runs on the app's one runner, which writes them into the
     state; the panel only shows them (a runner of its own would submit jobs too, and be seen)."""

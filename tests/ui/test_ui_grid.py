@@ -128,6 +128,27 @@ def test_all_layers_view_and_headers(grid):
     assert titles == ["L2 H0", "L2 H1", "L2 H2", "L2 H3"]
 
 
+def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
+    """A badge wider than its tile (a template probe's "agreement (probe)"): the title on screen
+    ends in "…" before the next tile's title begins; titles() still names it whole.
+    A wider window shows it whole again."""
+    st, g = grid
+    g.resize(420, 300)
+    st.set_result(fake_result(random_attn(1, 4, 6)))
+    long = "coreference (probe)"
+    st.set_head_labels([[long, "", "", ""]])
+    qtbot.waitUntil(lambda: g.layout_ is not None and g.titles()[0] == f"L0 H0  {long}")
+
+    def on_screen(t):  # the title's rectangle in the view's pixels (it is drawn unscaled)
+        return t.deviceTransform(g.gw.viewportTransform()).mapRect(t.boundingRect())
+    first, second = [t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H")][:2]
+    assert first.text().endswith("…") and first.text() != first.full
+    assert on_screen(first).right() < on_screen(second).left()
+    g.resize(1800, 500)
+    qtbot.waitUntil(lambda: first.text() == f"L0 H0  {long}")
+    assert on_screen(first).right() < on_screen(second).left()
+
+
 def test_query_row_highlight_in_every_head(grid):
     st, g = grid
     st.set_result(fake_result(random_attn(1, 4, 6)))

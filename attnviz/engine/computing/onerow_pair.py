@@ -393,6 +393,7 @@ PROBE = 16  # pair calls between one-thread calls renewing the reference (each c
 BACKOFF = 4  # one-thread calls after the pair failed, doubled while it fails (a try costs one)
 MAX_BACKOFF = 64  # at most: a core freed again is used within as many calls
 TAKEN = {"pair": 0, "one": 0}  # the calls every Fallback chose, each way (tests, benchmarks)
+_COUNTING = threading.Lock()  # TAKEN's: two models' Fallbacks may record at once
 
 
 class Fallback:
@@ -419,8 +420,9 @@ class Fallback:
             return bool(self._ones) and self._wait == 0 and self._since < PROBE
 
     def record(self, pair: bool, seconds: float) -> None:
-        with self._lock:
+        with _COUNTING:
             TAKEN["pair" if pair else "one"] += 1
+        with self._lock:
             if not pair:
                 self._ones.append(seconds)
                 self._wait, self._since = max(0, self._wait - 1), 0

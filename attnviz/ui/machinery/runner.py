@@ -62,7 +62,8 @@ def _forget_pool(*_):
         _PAUSE_CHANGED.notify_all()
 
 
-# the pool's jobs submitted and not started yet (give_way waits while there are any); the number
+# the pool's jobs submitted and not started yet (give_way waits while there are any; one the pool
+# drops unrun leaves as its task goes: _Task.__del__); the number
 # of them in their run, paused ones included; the jobs paused in give_way, the latest last, each
 # lending its room on the pool to the jobs that wait. The condition, on their lock, is notified
 # as a job leaves its run, and as a job may have gone stale (claim, cancel, shut_down)
@@ -173,10 +174,28 @@ def without_frames(exc: BaseException) -> BaseException:
 
 
 class _Task(QRunnable):
+    """A job on the pool. Qt deletes it after its run, or unrun where the pool drops it (clear,
+    tryTake): then its job leaves the waiting set, and ends for the runner as a skipped one."""
+
     def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool]):
         super().__init__()
         self.setAutoDelete(True)
         self.job, self.relay, self.is_stale = job, relay, is_stale
+
+    def __del__(self) -> None:
+        job, relay = self.job, self.relay
+        if job is None:  # (it ran, or submit took it back)
+            return
+        self.job = self.relay = self.is_stale = None
+        # (no lock: this may run where it is held, in whatever freed the task; a set's discard
+        # is one step, and a paused job not woken here looks again within GIVE_WAY_WAIT_S)
+        _WAITING.discard(job)
+        if _PAUSED and _PAUSE_CHANGED.acquire(blocking=False):
+            try:
+                _PAUSE_CHANGED.notify_all()
+            finally:
+                _PAUSE_CHANGED.release()
+        emit_from_job(relay, relay.done, job, None, SKIPPED)
 
     def run(self) -> None:
         global _RUNNING
@@ -256,9 +275,11 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
+            task = _Task(job, self._relay, is_stale)
             try:
-                self.pool.start(_Task(job, self._relay, is_stale))
+                self.pool.start(task)
             except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
+                task.job = None  # (taken back here: not ended as a job the pool dropped)
                 with _PAUSE_CHANGED:
                     _WAITING.discard(job)
                     _PAUSE_CHANGED.notify_all()

@@ -15,8 +15,8 @@ import numpy as np
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStyledItemDelegate,
-    QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
+    QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStackedWidget,
+    QStyledItemDelegate, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
 )
 
 from attnviz.engine.analysing import heads as H
@@ -92,6 +92,8 @@ class RolesOverview(QWidget):
         self.state = state
         self._build()
         self._connect()
+        self._write_empty_note()
+        self.map_or_note.setCurrentWidget(self.empty_note if state.head_scores is None else self.map)
 
     def _build(self):
         # the map: layers x heads coloured by role
@@ -119,10 +121,18 @@ class RolesOverview(QWidget):
                                      "the cells its score counts")
         self.focus_note = QLabel("")
         self.focus_note.setWordWrap(True)
+        # in the map's place while there are no role scores: what fills it, and when
+        self.empty_note = QLabel("")
+        self.empty_note.setWordWrap(True)
+        self.empty_note.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_note.setMargin(12)
+        self.map_or_note = QStackedWidget()
+        self.map_or_note.addWidget(self.map)
+        self.map_or_note.addWidget(self.empty_note)
         ovl = QVBoxLayout(self)
         margins = ovl.contentsMargins()  # (the tab's frame is the map's margin at the sides)
         ovl.setContentsMargins(2, margins.top(), 2, margins.bottom())
-        ovl.addWidget(self.map, 1)
+        ovl.addWidget(self.map_or_note, 1)
         ovl.addWidget(self.legend)
         form = QFormLayout()
         form.addRow("Overlay on focused head", self.overlay_role)
@@ -135,6 +145,7 @@ class RolesOverview(QWidget):
         st.sigFocusChanged.connect(self._on_focus_changed)
         self.overlay_role.currentIndexChanged.connect(lambda *_: self._update_overlay())
         self.map.cellClicked.connect(self.state.show_head)
+        st.sigRoleOptionsChanged.connect(lambda *_: self._write_empty_note())
 
     def refresh(self):
         self._fill_map()
@@ -144,10 +155,13 @@ class RolesOverview(QWidget):
         hs = self.state.head_scores
         ov = self.map
         ov.clear()
+        self._write_empty_note()
         if hs is None:
             ov.setRowCount(0)
             ov.setColumnCount(0)
+            self.map_or_note.setCurrentWidget(self.empty_note)
             return
+        self.map_or_note.setCurrentWidget(self.map)
         ov.setRowCount(hs.n_layer)
         ov.setColumnCount(hs.n_head)
         ov.setHorizontalHeaderLabels([f"H{h}" for h in range(hs.n_head)])
@@ -161,6 +175,23 @@ class RolesOverview(QWidget):
                 item.setToolTip(self._head_tooltip(l, h))
                 ov.setItem(l, h, item)
         self.map_fit.measure()
+
+    def _write_empty_note(self) -> None:
+        """What the map will show, for the note in its place while there are no role scores (the
+        summary above says what is under way, and how far it is)."""
+        st = self.state
+        source = st.role_options.source
+        if st.model is None:
+            text = "Each head's role shows here once a model is open and its heads are scored."
+        elif source == "text":
+            text = "Each head's role on the typed text shows here once its heads are scored."
+        elif source == "probe":
+            text = "Each head's role on the probe shows here once the probe's heads are scored."
+        else:
+            text = ("A template probe scores each head on one question, not by role: once it has "
+                    "run, the heads it labels are listed above and badged on the grid. This map "
+                    "shows roles on the typed text or the random probe.")
+        self.empty_note.setText(text)
 
     def _head_tooltip(self, l, h):
         hs = self.state.head_scores

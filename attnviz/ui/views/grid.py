@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QGraphicsPathItem, QGraphicsRectItem, QVBoxLayout,
 from attnviz.engine.computing.patterns import group_size, head_title
 from attnviz.ui.views.mosaic import (
     Geometry, GridLayout, cell_readout, focus_margin, kv_segments, make_layout, same_layout, tile_index,
-    title_spots, view_geometry,
+    title_room, title_spots, view_geometry,
 )
 from attnviz.figures.style import (
     ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
@@ -333,6 +333,9 @@ class HeatmapGrid(QWidget):
         lo = self.layout_
         self.vb.setRange(QRectF(0, 0, lo.width, lo.height), padding=0.005)
         self.plot.scene().prepareForPaint()
+        room = title_room(lo)  # (a layer view's title cut short of the next tile's: a long badge)
+        for t in self._titles:
+            t.fit_width(None if room is None else room / max(self.vb.viewPixelSize()[0], 1e-9) - 3 * Label.PAD)
 
     def _tile_index(self, layer: int, head: int) -> int | None:
         return None if self.layout_ is None else tile_index(self.layout_, layer, head)
@@ -431,7 +434,7 @@ class HeatmapGrid(QWidget):
 
     def titles(self) -> list[str]:
         """The head titles on screen ("L0 H5  self"), in the order of the layout's heads."""
-        return [t.text() for t in self._titles if t.isVisible()]
+        return [t.full for t in self._titles if t.isVisible()]
 
     def readout_at(self, layer: int, head: int, q: int, k: int) -> str:
         text = cell_readout(self.state, layer, head, q, k)

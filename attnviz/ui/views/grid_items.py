@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF
+from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import (
     QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QPen, QTransform,
 )
@@ -79,6 +79,9 @@ class Label(QGraphicsSimpleTextItem):
         self.setBrush(QBrush(QColor(TEXT)))
         self.setZValue(2)
         self._anchor = anchor
+        self.full = ""  # the text asked for; shown cut with "…" where wider than fit_width
+        self._width: float | None = None
+        self._fitted: float | None = None  # the width `full` was last fitted to
         self._place()
 
     def setAnchor(self, anchor: tuple[float, float]) -> None:  # (0, 0) top left .. (1, 1) bottom right
@@ -87,9 +90,21 @@ class Label(QGraphicsSimpleTextItem):
             self._place()
 
     def setText(self, text: str) -> None:
+        if text == self.full and self._fitted == self._width:
+            return  # (a redraw's same title: nothing measured again)
+        self.full, self._fitted = text, self._width
+        if self._width is not None:
+            text = QFontMetricsF(self.font()).elidedText(text, Qt.TextElideMode.ElideRight, self._width)
         if text != self.text():
             super().setText(text)
             self._place()
+
+    def fit_width(self, pixels: float | None) -> None:
+        """Show the text cut with "…" where wider than `pixels` (None: whole): a title as wide
+        as its tile, not running into the next tile's."""
+        if pixels != self._width:
+            self._width = pixels
+            self.setText(self.full)
 
     def toPlainText(self) -> str:
         return self.text()

@@ -214,6 +214,16 @@ def title_spots(lo: GridLayout, n_head: int):
     return spots, texts
 
 
+def title_room(lo: GridLayout) -> float | None:
+    """Layer view: image pixels a title above a tile may take, from its tile's left edge to the
+    next tile's in its row (a row of one: the tile's side); all view: None (its short headers
+    are never cut)."""
+    if lo.mode != "layer":
+        return None
+    xs = np.unique(lo.x0)
+    return float(np.diff(xs).min()) if len(xs) > 1 else float(lo.T)
+
+
 def kv_segments(lo: GridLayout, kv_group: np.ndarray) -> list[tuple[float, float, float, float, int]]:
     """The KV-group bands behind the tiles, [(x_left, x_right, y_top, y_bottom, group)]: one per
     group in the all view (a column run), one per group and tile row in the layer view."""
