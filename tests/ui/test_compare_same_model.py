@@ -74,4 +74,5 @@ def test_the_same_model_shows_zero_after_typing_and_after_a_stopped_comparison(w
     for ch in "ink":
         text += ch
         type_text(w, qtbot, text)
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
         assert shows_zero(jobs, text)

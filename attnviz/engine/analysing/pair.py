@@ -183,9 +183,13 @@ class Follower:
     of B's runs computes the same rows, in the same chunks, the same way as A's: a model compared
     with itself gives the same bits. A run of B that is stopped (a newer keystroke) or never
     started leaves A's run noted: the next `follow` runs it first, so B's cache never lags.
-    One thread at a time notes and follows (the window's pool)."""
 
-    def __init__(self):
+    Made as B opens, it clears A's cache (rows typed a key at a time before B came would not
+    be those of B's first run, one chunk of every row): A's next run computes every row in one
+    chunk, as B's first does. One thread at a time notes and follows (the window's pool)."""
+
+    def __init__(self, a):
+        a.clear_cache()
         self._runs: list = []  # (A's trace (weakly), ids [T], one_row, cached) not followed yet, oldest first
 
     def note(self, trace: Trace, cached: bool = True) -> None:

@@ -4,8 +4,9 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
-order and the way A's ran, a run of A whose comparison a newer key stopped among them): a model
-compared with itself differs by exactly 0 from then on, once the one-row steps' warm-up ends.
+order and the way A's ran, a run of A whose comparison a newer key stopped among them; and as B
+opens, A's cache is cleared and A's text run again, so A's rows and B's first run are one chunk
+alike): a model compared with itself differs by exactly 0, once the one-row steps' warm-up ends.
 The job then compares the two
 traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
 stops at B's next layer). The 'compare' job is queued
@@ -221,13 +222,10 @@ class CompareJobs(QObject):
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = self._handoff = None
-        self._follower = Follower()
+        self._follower = Follower(a)  # (A's cache cleared: A's text runs again, in one chunk as B's)
         self.sigChanged.emit()
         self._request_probe()
-        if self.lacks(self.state.result):
-            self.worker.request_compute(immediate=True)
-        else:
-            self._on_run(self.state.effects.run)
+        self.worker.request_compute(immediate=True)
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
