@@ -201,13 +201,14 @@ class Follower:
         """A's runs noted that B has not run yet."""
         return len(self._runs)
 
-    def follow(self, b, a_trace: Trace, make_trace: Callable[[], Trace], stop=None) -> Trace:
+    def follow(self, b, a_trace: Trace, make_trace: Callable[[], Trace], stop=None,
+               cached: bool = True) -> Trace:
         """B's trace (from `make_trace`) of A's run that filled `a_trace`, B having first run each
-        of A's runs noted before it (that run noted now if it was not). `stop`: as
-        RunRequest.stop, for each of B's runs (Cancelled: the runs not done stay noted)."""
+        of A's runs noted before it (that run noted now, `cached` as note's, if it was not).
+        `stop`: as RunRequest.stop, for each of B's runs (Cancelled: the runs not done stay noted)."""
         at = next((j for j, run in enumerate(self._runs) if run[0]() is a_trace), None)
         if at is None:
-            self.note(a_trace)
+            self.note(a_trace, cached)
             at = len(self._runs) - 1
         for _ in range(at + 1):
             _ref, ids, one_row, cached = self._runs[0]

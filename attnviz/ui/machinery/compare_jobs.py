@@ -262,8 +262,8 @@ class CompareJobs(QObject):
         self._submit(lambda: handoff.run, handoff.compute_id)
 
     def _on_run(self, run) -> None:
-        """A's new run (its trace kept) that no queued comparison follows (B opened after it was
-        asked for): B on the same ids, and the metrics, on the pool."""
+        """A's new run (its trace kept) that no queued comparison follows (none was asked for as
+        it was submitted): B on the same ids, and the metrics, on the pool."""
         if not self.active or run is None or (self._handoff is not None and self._handoff.run is run):
             return
         self._submit(lambda: run, None)
@@ -291,7 +291,7 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                trace = follower.follow(b, run.clean, C.compare_trace, stop=stale)
+                trace = follower.follow(b, run.clean, C.compare_trace, stale, run.result.cache_used)
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc = seen = None
             if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused
