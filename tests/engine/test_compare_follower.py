@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.analysing import compare as C
-from attnviz.engine.analysing.effects import window_run
+from attnviz.engine.analysing.effects import Ablation, window_run
 from attnviz.engine.analysing.pair import Follower
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing.request import RunRequest
@@ -119,3 +119,34 @@ def test_a_run_of_a_apart_from_its_cache_is_followed_apart_from_b_s(same_model):
     assert run.result.cache_reused == FIRST + 2
     follower.note(run.clean, run.result.cache_used)
     assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+
+
+def test_a_run_of_a_stopped_after_its_clean_run_is_followed(same_model):
+    """Under an ablation, A's job stopped in its changed run (a newer key) has its clean run in A's
+    cache already: window_run's `ran` notes it as it is in, and B runs it before the next key's.
+    The control notes only the runs window_run returns, and differs from then on."""
+    a, b, control = same_model
+    for m in same_model:
+        m.clear_cache()
+    follower, returned = Follower(a), Follower(control)
+    off = Ablation(heads=((1, 0),))
+    stopped = FIRST + 3
+    noisy = False
+    for k in range(FIRST, len(IDS) + 1):
+        noted = []
+
+        def ran(clean, result, noted=noted):
+            follower.note(clean, result.cache_used)
+            noted.append(clean)
+        if k == stopped:  # the newer key comes as the changed run starts
+            request = RunRequest(stop=lambda noted=noted: bool(noted))
+            with pytest.raises(Cancelled):
+                window_run(a, "", ids=np.asarray(IDS[:k]), request=request, ablation=off, ran=ran)
+            assert follower.behind == 1
+            continue
+        run = window_run(a, "", ids=np.asarray(IDS[:k]), ablation=off, ran=ran)
+        assert noted == [run.clean]
+        assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace)), k
+        returned.note(run.clean, run.result.cache_used)
+        noisy |= differs(run.clean, returned.follow(control, run.clean, C.compare_trace))
+    assert noisy, "the control, a key behind from the stopped key on, should differ in the last bits"

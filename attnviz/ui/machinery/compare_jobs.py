@@ -93,12 +93,13 @@ class Handoff:
         self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
         self.follower = follower  # the session's pair.Follower: B's cache follows each run of A's
 
-    def keep(self, run):
-        from attnviz.engine.analysing.effects import WindowRun
+    def ran(self, clean, result) -> None:
+        """A's clean run is in (effects.window_run's `ran`): noted for B's cache, on the pool's
+        thread as B's runs that follow it, even where A's job is then stopped in its changed run."""
+        self.follower.note(clean, result.cache_used)
 
+    def keep(self, run):
         self.run = run
-        if isinstance(run, WindowRun):  # (on the pool's thread, as B's runs that follow it)
-            self.follower.note(run.clean, run.result.cache_used)
         return run
 
 
