@@ -130,8 +130,9 @@ def _one_row_ready(layer) -> bool:
     not cover warmed none: onerow_block.block_scale)."""
     if not layer.packed.qtypes <= _ready_types:
         return False
-    from attnviz.engine.computing import onerow_block  # (loaded: the one-row steps are warm)
-    scale = onerow_block.block_scale(layer)
+    if ("one-row block", True) in _warmed and ("one-row block", False) in _warmed:
+        return True  # (both scale types': no need to ask which)
+    scale = ONE_ROW.onerow_block.block_scale(layer) if ONE_ROW is not None else None
     return scale is None or ("one-row block", scale == np.uint16) in _warmed
 
 
