@@ -211,9 +211,9 @@ class Follower:
             self.note(a_trace, cached)
             at = len(self._runs) - 1
         for _ in range(at + 1):
-            _ref, ids, one_row, cached = self._runs[0]
+            _ref, ids, one_row, with_cache = self._runs[0]
             trace = make_trace()
             trace.one_row = one_row  # the steps A's run took (a one-row run's)
-            b.run(ids=ids, trace=trace, request=RunRequest(stop=stop, use_cache=cached))
+            b.run(ids=ids, trace=trace, request=RunRequest(stop=stop, use_cache=with_cache))
             self._runs.pop(0)
         return trace
