@@ -1,7 +1,7 @@
 """Compare's B keeps its KV cache in step with A's (pair.Follower): a model compared with itself
 shows exactly 0, both where B's run of a keystroke was stopped (B's cache a key behind A's: B then
-runs the key it missed first, as A ran it) and where B opens after A has typed (A's cache cleared,
-so A's next run computes every row in one chunk, as B's first run does). Without that the same
+runs the key it missed first, as A ran it) and where B opens after A has typed (both caches
+cleared, so A's next run computes every row in one chunk, as B's first run does). Without that the same
 model differs in the last bits (the control runs below show it)."""
 
 import numpy as np
@@ -62,7 +62,7 @@ def test_a_stopped_comparison_leaves_b_in_step_and_the_same_model_shows_zero(sam
     a, b, control = same_model
     for m in same_model:
         m.clear_cache()
-    follower = Follower(a)
+    follower = Follower(a, b)
     skipped = FIRST + 3  # the keystroke whose comparison a newer key stops
     noisy = False
     for k in range(FIRST, len(IDS) + 1):
@@ -86,11 +86,12 @@ def test_b_opened_after_a_has_typed_shows_zero(same_model):
     a, b, control = same_model
     for m in same_model:
         m.clear_cache()
-    for k in range(FIRST, len(IDS) + 1):  # A typed a key at a time, no B yet
-        last = typed(a, k)
+    for k in range(FIRST, len(IDS) + 1):  # A typed a key at a time, no B yet; B too, as a
+        last = typed(a, k)  # checkpoint's model kept from when it was A
+        typed(b, k)
     # the control: B's first run, every row in one chunk, against A's rows typed a key at a time
     assert differs(last.clean, naive(control, last)), "rows typed a key at a time should differ"
-    follower = Follower(a)  # B opens: A's cache cleared, A's text run again
+    follower = Follower(a, b)  # B opens: A's cache cleared, A's text run again
     run = typed(a, len(IDS))
     assert run.result.cache_reused == 0
     follower.note(run.clean, run.result.cache_used)
@@ -107,7 +108,7 @@ def test_a_run_of_a_apart_from_its_cache_is_followed_apart_from_b_s(same_model):
     a, b, _ = same_model
     for m in same_model:
         m.clear_cache()
-    follower = Follower(a)
+    follower = Follower(a, b)
     run = typed(a, FIRST + 2)
     follower.note(run.clean, run.result.cache_used)
     follower.follow(b, run.clean, C.compare_trace)
@@ -128,7 +129,7 @@ def test_a_run_of_a_stopped_after_its_clean_run_is_followed(same_model):
     a, b, control = same_model
     for m in same_model:
         m.clear_cache()
-    follower, returned = Follower(a), Follower(control)
+    follower, returned = Follower(a, b), Follower(a, control)
     off = Ablation(heads=((1, 0),))
     stopped = FIRST + 3
     noisy = False

@@ -184,12 +184,14 @@ class Follower:
     with itself gives the same bits. A run of B that is stopped (a newer keystroke) or never
     started leaves A's run noted: the next `follow` runs it first, so B's cache never lags.
 
-    Made as B opens, it clears A's cache (rows typed a key at a time before B came would not
-    be those of B's first run, one chunk of every row): A's next run computes every row in one
-    chunk, as B's first does. One thread at a time notes and follows (the window's pool)."""
+    Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
+    not be those of B's first run, one chunk of every row), so A's next run computes every row in
+    one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
+    A). One thread at a time notes and follows (the window's pool)."""
 
-    def __init__(self, a):
+    def __init__(self, a, b):
         a.clear_cache()
+        b.clear_cache()
         self._runs: list = []  # (A's trace (weakly), ids [T], one_row, cached) not followed yet, oldest first
 
     def note(self, trace: Trace, cached: bool = True) -> None:

@@ -223,7 +223,7 @@ class CompareJobs(QObject):
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = self._handoff = None
-        self._follower = Follower(a)  # (A's cache cleared: A's text runs again, in one chunk as B's)
+        self._follower = Follower(a, self.b)  # (the caches cleared: A's text runs again, in one chunk as B's)
         self.sigChanged.emit()
         self._request_probe()
         self.worker.request_compute(immediate=True)
