@@ -69,8 +69,8 @@ def test_the_first_analysis_waits_for_no_one_row_step_and_a_keystroke_takes_them
     def taken(layer, n_rows, trace=None):
         steps.append((n_rows, real_steps(layer, n_rows, trace)))
         return steps[-1][1]
-    def stacked(n_rows, trace=None):  # (every layer in one call: it too asks for the one-row steps)
-        stack = real_stack(n_rows, trace)
+    def stacked(n_rows, trace=None, store=None):  # (every layer in one call: it too asks for the one-row steps)
+        stack = real_stack(n_rows, trace, store)
         if stack is not None:
             steps.append((n_rows, qm.ONE_ROW))
         return stack
@@ -174,8 +174,8 @@ def test_a_key_typed_while_the_one_row_steps_warm_is_painted_without_waiting_for
         steps.append((n_rows, layers.one_row_steps(layer, n_rows, trace)))
         return steps[-1][1]
 
-    def stacked(n_rows, trace=None):  # (every layer in one call)
-        steps.append((n_rows, real_stack(n_rows, trace)))
+    def stacked(n_rows, trace=None, store=None):  # (every layer in one call)
+        steps.append((n_rows, real_stack(n_rows, trace, store)))
         return steps[-1][1]
     monkeypatch.setattr(onerow, "warm", held)
     monkeypatch.setattr(families, "one_row_steps", taken)
@@ -235,8 +235,8 @@ def test_a_key_that_drops_the_first_analysis_still_gets_the_one_row_steps(qtbot,
         steps.append((n_rows, real_steps(layer, n_rows, trace)))
         return steps[-1][1]
 
-    def stacked(n_rows, trace=None):  # (every layer in one call: it too takes the one-row steps)
-        stack = real_stack(n_rows, trace)
+    def stacked(n_rows, trace=None, store=None):  # (every layer in one call: it too takes the one-row steps)
+        stack = real_stack(n_rows, trace, store)
         if stack is not None:
             steps.append((n_rows, qm.ONE_ROW))
         return stack

@@ -149,17 +149,21 @@ WINDOW = RunRequest(truncate=True)  # the window's runs: a text over the limit i
 
 
 def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
-               ablation: Ablation = CLEAN) -> WindowRun:
+               ablation: Ablation = CLEAN, ran=None) -> WindowRun:
     """Run `text` (or `ids`) keeping what prediction reads; under an active `ablation` the changed
     run too, from the first layer it changes, with the clean run's earlier layers reused. An
     ablation that does not apply to this text (an edge past its end) leaves the clean run shown,
     with a note. `request`: as Model.run's (its values, inputs and stop hold for both runs); a long
-    text it runs as request.long says comes back as that LongRun, with no ablation."""
+    text it runs as request.long says comes back as that LongRun, with no ablation. `ran(clean,
+    result)`: called as the clean run is in, before a changed run that may yet be stopped (a
+    caller that follows every run the model's KV cache takes: Compare's pair.Follower)."""
     clean = prediction_trace()
     kw = {"ids": ids} if ids is not None else {"text": text}
     result = model.run(**kw, request=request, trace=clean)
     if not isinstance(result, RunResult):  # a long text's run (request.long): no trace to edit
         return result
+    if ran is not None:
+        ran(clean, result)
     values, inputs = request.values, request.inputs
     if not ablation.active:
         return WindowRun(result, clean, None, ablation)

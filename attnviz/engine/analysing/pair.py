@@ -10,6 +10,7 @@ The metrics on a pair are pure functions of the two traces (`engine/analysing/co
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,6 +18,7 @@ import numpy as np
 
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.model import token_text
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
@@ -172,3 +174,48 @@ def load_second(load: Callable[[int | None], object], a, what: str):
                                         f"memory budget left beside {a.name}'s layers)")
         kind = ModelLoadError if isinstance(exc, ModelLoadError) else InputError
         raise kind(f"{what}{room}: {exc}") from None
+
+
+class Follower:
+    """Model B's KV cache kept in step with model A's while B follows A's typing runs: B runs the
+    ids of each of A's runs, in A's order, each with the steps A's took (Trace.one_row) and, as
+    A's did, with its cache or apart from it. B's cache then takes the same runs as A's, and each
+    of B's runs computes the same rows, in the same chunks, the same way as A's: a model compared
+    with itself gives the same bits. A run of B that is stopped (a newer keystroke) or never
+    started leaves A's run noted: the next `follow` runs it first, so B's cache never lags.
+
+    Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
+    not be those of B's first run, one chunk of every row), so A's next run computes every row in
+    one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
+    A). One thread at a time notes and follows (the window's pool)."""
+
+    def __init__(self, a, b):
+        a.clear_cache()
+        b.clear_cache()
+        self._runs: list = []  # (A's trace (weakly), ids [T], one_row, cached) not followed yet, oldest first
+
+    def note(self, trace: Trace, cached: bool = True) -> None:
+        """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
+        self._runs.append((weakref.ref(trace), trace.ids, trace.one_row, cached))
+
+    @property
+    def behind(self) -> int:
+        """A's runs noted that B has not run yet."""
+        return len(self._runs)
+
+    def follow(self, b, a_trace: Trace, make_trace: Callable[[], Trace], stop=None,
+               cached: bool = True) -> Trace:
+        """B's trace (from `make_trace`) of A's run that filled `a_trace`, B having first run each
+        of A's runs noted before it (that run noted now, `cached` as note's, if it was not).
+        `stop`: as RunRequest.stop, for each of B's runs (Cancelled: the runs not done stay noted)."""
+        at = next((j for j, run in enumerate(self._runs) if run[0]() is a_trace), None)
+        if at is None:
+            self.note(a_trace, cached)
+            at = len(self._runs) - 1
+        for _ in range(at + 1):
+            _ref, ids, one_row, with_cache = self._runs[0]
+            trace = make_trace()
+            trace.one_row = one_row  # the steps A's run took (a one-row run's)
+            b.run(ids=ids, trace=trace, request=RunRequest(stop=stop, use_cache=with_cache))
+            self._runs.pop(0)
+        return trace

@@ -496,5 +496,5 @@ def _in_one_call(cfg, w, p, trace: Trace, past: KVCache | None, consts, x) -> bo
             or fam.norm is not rms_norm or not fam.gated_mlp or not fam.rope or fam.qk_norm is not None
             or ACTIVATIONS[cfg.activation] is not silu):
         return False
-    stack = one_row_stack(1, trace)
+    stack = one_row_stack(1, trace, w.layers)
     return stack is not None and stack.stacked_rows(cfg, w, p, trace, past, consts, x, layer_for)

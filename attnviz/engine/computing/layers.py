@@ -209,15 +209,30 @@ def one_row_steps(layer, n_rows: int, trace=None):
     return _chosen(trace, _loaded())
 
 
-def one_row_stack(n_rows: int, trace=None):
+def one_row_stack(n_rows: int, trace=None, layers=None):
     """engine/computing/onerow_stack.py (every layer of a one-row run in one compiled call) for a
     run of `n_rows`: one row, the kernels on, the one-row steps loaded and their block taken
-    (onerow.USE_BLOCK), where the run's `trace` takes them (one_row_steps); else None."""
+    (onerow.USE_BLOCK), where the run's `trace` takes them (one_row_steps); else None. `layers`:
+    the model's, asked for first where the steps are not loaded and the trace has not chosen
+    (ask_one_row: a process that leaves nothing for later waits for them there)."""
     steps = _loaded() if n_rows == 1 else None
+    if steps is None and n_rows == 1 and layers is not None and (trace is None or trace.one_row is None):
+        ask_one_row(layers)
+        steps = _loaded()
     if steps is None or not steps.USE_BLOCK:
         return None
     steps = _chosen(trace, steps)
     return steps.onerow_stack if steps is not None else None
+
+
+def ask_one_row(layers) -> None:
+    """Layer 0 of `layers` asked for as a run of one row multiplies by it (layer_for), where it has
+    a packed view and the kernels are on: qmatvec.takes_layer then loads the one-row steps, and in
+    a process that leaves nothing for later waits for them, as the layer loop's first layer would.
+    A one-row run that asks this before it chooses its path (one_row_stack) takes the same path
+    whatever the warm-up's progress: the first generation of a process as every later one."""
+    if _packed_view(layers, 0) is not None and _qmatvec().ENABLED:
+        layer_for(layers, 0, 1)
 
 
 def _loaded():  # the one-row steps where qmatvec.warm has loaded them and the kernels are on, else None

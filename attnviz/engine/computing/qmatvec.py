@@ -109,7 +109,7 @@ def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
     mats = [m for m in (pl.w_qkv, pl.w_o, pl.w_in, pl.w_out) if m is not None]
     if not (ENABLED and numba is not None and mats and n_rows > 0):
         return False
-    if n_rows == 1 and not pl.qtypes <= _ready_types:
+    if n_rows == 1 and not _one_row_ready(layer):
         if rest_later():
             _warm_later(pl.qtypes, layer)
         else:
@@ -121,6 +121,19 @@ def takes_layer(layer, n_rows: int, expanded: bool) -> bool:
             warm_few_rows(pl.qtypes)  # (more rows: the kernels alone, whichever thread's twin)
         return True
     return all(takes(m, n_rows) for m in mats)
+
+
+def _one_row_ready(layer) -> bool:
+    """Whether a one-row run of `layer` (a packed view) finds all warm: its block types' kernels,
+    their serial twins and the one-row steps, and the one-row block for the scale type it runs the
+    block with, where the block covers it (an earlier model of the same types that the block did
+    not cover warmed none: onerow_block.block_scale)."""
+    if not layer.packed.qtypes <= _ready_types:
+        return False
+    if ("one-row block", True) in _warmed and ("one-row block", False) in _warmed:
+        return True  # (both scale types': no need to ask which)
+    scale = ONE_ROW.onerow_block.block_scale(layer) if ONE_ROW is not None else None
+    return scale is None or ("one-row block", scale == np.uint16) in _warmed
 
 
 def qlinear(x: np.ndarray, pm: PackedMatrix) -> np.ndarray:
@@ -201,6 +214,7 @@ atexit.register(_hold_at_exit)
 _warmed: dict = {}  # _key -> seconds its first call took (compile, or load from numba's cache)
 _serial_ready: set = set()  # the _keys whose serial twin is warm (warm(extras=True))
 _ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
+# (the one-row block is warm per scale type: _warmed["one-row block", h], _one_row_ready)
 _extras_lock = threading.Lock()
 
 
@@ -231,6 +245,7 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     if took and extras:
         scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
         half = {s == np.uint16 for s in scales}
+        _begun((), half)
         if "one-row steps" not in _warmed or not all(("one-row block", h) in _warmed for h in half):
             _warm_one_row(half)
         _ready_types.update(q for q in qtypes if has_kernel(q))
@@ -283,23 +298,27 @@ def _warm_one_row(half) -> None:
             ONE_ROW = onerow
 
 
-_started: set = set()  # the block types whose one-row warm-up has begun (warm with extras)
+_started: set = set()  # the block types whose one-row warm-up has begun (warm with extras), and
+# ("one-row block", h) for the scale types whose one-row block's has
 _started_lock = threading.Lock()  # (not _extras_lock: a warm-up holds that while it loads)
 
 
 def _warm_later(qtypes, layer) -> None:
     """warm(qtypes) on a thread of its own (warm_in_background): `layer`'s one-row steps and the
     one-row block for every scale type of its block types (not only `layer`'s: the layers met later
-    find them ready), where no warm-up of its block types has begun: a one-row run that does not
-    wait for them starts it where nothing else has (the window's warm-up comes after a first
-    analysis, for its model alone)."""
-    if _begun(qtypes):
+    find them ready), where no warm-up of its block types, or of the block for their scale types,
+    has begun (a model of the same types that the block did not cover warmed none): a one-row run
+    that does not wait for them starts it where nothing else has (the window's warm-up comes after
+    a first analysis, for its model alone)."""
+    if _begun(qtypes, {q in HALF for q in qtypes if has_kernel(q)}):
         warm_in_background(qtypes)
 
 
-def _begun(qtypes) -> bool:  # whether this call is the first to begin warming some of qtypes' extras
+def _begun(qtypes, half=()) -> bool:
+    """Whether this call is the first to begin warming some of qtypes' extras, or the one-row
+    block for some scale type of `half` (True: float16 bits; False: float32)."""
     with _started_lock:
-        new = {q for q in qtypes if has_kernel(q)} - _started
+        new = ({q for q in qtypes if has_kernel(q)} | {("one-row block", h) for h in half}) - _started
         _started.update(new)
     return bool(new)
 

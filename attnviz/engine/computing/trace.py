@@ -82,7 +82,7 @@ class Trace:
     # None: those loaded as the run first asks, chosen then for all its layers and kept here
     # (layers.one_row_steps). A run given another's choice takes the same steps (Compare's B on a
     # keystroke's ids: the same bits as A's once the one-row steps' warm-up ends, where B's cache
-    # holds the keys A's does, so both compute the same new rows)
+    # holds the keys A's does, so both compute the same new rows: analysing/pair.Follower)
     one_row: bool | None = None
     # how engine/computing/onerow_stack.py may run a cached one-row run of a trace of exactly this
     # class (read from the class's own body: a subclass that says nothing is never run so):

@@ -3,11 +3,11 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
-(with B's own KV cache, and the steps A's run took: Trace.one_row, so a model compared with
-itself differs by exactly 0 once the one-row steps' warm-up ends, while B's cache has followed A's
-run for run; a comparison a newer key stopped leaves B's cache a key behind A's, B's next run then
-computes two rows where A's computes one, with other steps, and from that key on the two can
-differ in the last bits, about 1e-6) and compares the two
+with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
+order and the way A's ran, a run of A whose comparison a newer key stopped among them; and as B
+opens, A's cache is cleared and A's text run again, so A's rows and B's first run are one chunk
+alike): a model compared with itself differs by exactly 0, once the one-row steps' warm-up ends.
+The job then compares the two
 traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
 stops at B's next layer). The 'compare' job is queued
 on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on
@@ -36,7 +36,6 @@ from PySide6.QtCore import QCoreApplication, QEvent, QObject, Qt, Signal
 
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import release_free_memory, wide_blas
-from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.errors import Cancelled
 
 log = logging.getLogger(__name__)
@@ -87,11 +86,17 @@ def compare_lacks(worker, result) -> bool:
 class Handoff:
     """A's run handed from its 'compute' job `compute_id` to the 'compare' job queued behind it on
     the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job."""
-    __slots__ = ("compute_id", "run")
+    __slots__ = ("compute_id", "run", "follower")
 
-    def __init__(self, compute_id: int):
+    def __init__(self, compute_id: int, follower):
         self.compute_id = compute_id
         self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
+        self.follower = follower  # the session's pair.Follower: B's cache follows each run of A's
+
+    def ran(self, clean, result) -> None:
+        """A's clean run is in (effects.window_run's `ran`): noted for B's cache, on the pool's
+        thread as B's runs that follow it, even where A's job is then stopped in its changed run."""
+        self.follower.note(clean, result.cache_used)
 
     def keep(self, run):
         self.run = run
@@ -179,6 +184,7 @@ class CompareJobs(QObject):
         self._known = None  # compare.next_token_numbers' `seen` of the last numbers: what is reused
         self._frame_of = None  # the comparison whose frame's paints are awaited (_FRAME)
         self._handoff: Handoff | None = None  # the newest run a queued 'compare' job follows
+        self._follower = None  # pair.Follower of A's runs for B's cache, made as B opens
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
@@ -212,15 +218,15 @@ class CompareJobs(QObject):
             self.note = f"Could not compare with {source.describe(a.name)}: {describe_error(error)}"
             self.sigChanged.emit()
             return
+        from attnviz.engine.analysing.pair import Follower
+
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = self._handoff = None
+        self._follower = Follower(a, self.b)  # (the caches cleared: A's text runs again, in one chunk as B's)
         self.sigChanged.emit()
         self._request_probe()
-        if self.lacks(self.state.result):
-            self.worker.request_compute(immediate=True)
-        else:
-            self._on_run(self.state.effects.run)
+        self.worker.request_compute(immediate=True)
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
@@ -229,7 +235,7 @@ class CompareJobs(QObject):
         had = self.b is not None or self.loading is not None or self.note
         if self.b is not None:  # (quick text scores waiting for a comparison's frame)
             self.worker.scores_after_frame()
-        self.b = self.identity = self.source = self.loading = self._handoff = None
+        self.b = self.identity = self.source = self.loading = self._handoff = self._follower = None
         self.comparison = self.induction = self._known = None
         self.note = ""
         if had:
@@ -244,7 +250,7 @@ class CompareJobs(QObject):
     def handoff(self, compute_id: int) -> Handoff | None:
         """What A's run `compute_id` (the worker's 'compute' job, about to be submitted) hands to
         its comparison (follow); None while no B is open."""
-        return Handoff(compute_id) if self.active else None
+        return Handoff(compute_id, self._follower) if self.active else None
 
     def follow(self, handoff: Handoff) -> None:
         """The comparison of A's run handoff.compute_id (submitted just before this, on the pool's
@@ -257,8 +263,8 @@ class CompareJobs(QObject):
         self._submit(lambda: handoff.run, handoff.compute_id)
 
     def _on_run(self, run) -> None:
-        """A's new run (its trace kept) that no queued comparison follows (B opened after it was
-        asked for): B on the same ids, and the metrics, on the pool."""
+        """A's new run (its trace kept) that no queued comparison follows (none was asked for as
+        it was submitted): B on the same ids, and the metrics, on the pool."""
         if not self.active or run is None or (self._handoff is not None and self._handoff.run is run):
             return
         self._submit(lambda: run, None)
@@ -271,7 +277,7 @@ class CompareJobs(QObject):
         from attnviz.engine.analysing.effects import WindowRun
         from attnviz.engine.analysing.pair import Pair, Run
 
-        a, b, worker = self.state.model, self.b, self.worker
+        a, b, worker, follower = self.state.model, self.b, self.worker, self._follower
         job_id = worker.claim(COMPARE_KIND)
         known = None if self.comparison is None else self.comparison.seen  # (the same A and B)
 
@@ -285,10 +291,8 @@ class CompareJobs(QObject):
                 return None
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
-            trace = C.compare_trace()
-            trace.one_row = run.clean.one_row  # the steps A's run of these ids took (a one-row run's)
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                b.run(ids=ids, trace=trace, request=RunRequest(stop=stale))
+                trace = follower.follow(b, run.clean, C.compare_trace, stale, run.result.cache_used)
             pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
             doc = seen = None
             if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused

@@ -161,7 +161,8 @@ class Worker(Runner):
 
                     # the clean run's first layers are what the grid shows unless heads are off
                     shown = request if req.ablation.active else replace(request, early=early)
-                    out = window_run(req.model, req.text, request=shown, ablation=req.ablation)
+                    out = window_run(req.model, req.text, request=shown, ablation=req.ablation,
+                                     ran=None if handoff is None else handoff.ran)
                     return out if handoff is None else handoff.keep(out)
                 return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)

@@ -1,0 +1,153 @@
+"""Compare's B keeps its KV cache in step with A's (pair.Follower): a model compared with itself
+shows exactly 0, both where B's run of a keystroke was stopped (B's cache a key behind A's: B then
+runs the key it missed first, as A ran it) and where B opens after A has typed (both caches
+cleared, so A's next run computes every row in one chunk, as B's first run does). Without that the same
+model differs in the last bits (the control runs below show it)."""
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+
+from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing.effects import Ablation, window_run
+from attnviz.engine.analysing.pair import Follower
+from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.errors import Cancelled
+from gguf_files import gguf_tensors, load_packed, write_gguf
+from tiny import FIXTURES
+
+pytest.importorskip("numba")
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]
+FIRST = 4  # the text as typed before the keystrokes
+
+
+@pytest.fixture(scope="module")
+def same_model(tmp_path_factory):
+    """One tiny grouped-query Llama file in Q8_0 blocks (every matrix: the one-row steps and the
+    block take its keystrokes), loaded three times: A, B and a control B."""
+    qm.warm([Q.Q8_0])
+    folder = tmp_path_factory.mktemp("follower")
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    rng = np.random.default_rng(7)
+    for i in range(cfg["num_hidden_layers"]):
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            tensors[f"blk.{i}.{name}.weight"] = (rng.standard_normal((64, cfg["hidden_size"])) * 0.2).astype(np.float32)
+    path = write_gguf(folder / "m.gguf", dict(cfg, intermediate_size=64), tensors, Q.Q8_0)
+    return [load_packed(path) for _ in range(3)]
+
+
+def typed(a, k):
+    """A's keystroke run of IDS[:k], as the window's (a WindowRun keeping what prediction reads)."""
+    return window_run(a, "", ids=np.asarray(IDS[:k]))
+
+
+def differs(a_trace, b_trace) -> bool:
+    """Whether any pattern or residual-stream value of the two runs differs in any bit."""
+    if a_trace.attentions.tobytes() != b_trace.attentions.tobytes():
+        return True
+    return any(x.tobytes() != y.tobytes() for x, y in zip(a_trace.resid, b_trace.resid, strict=True))
+
+
+def naive(b, run):
+    """B's run as Compare made it before the follower: the newest ids alone, with A's steps."""
+    trace = C.compare_trace()
+    trace.one_row = run.clean.one_row
+    b.run(ids=run.clean.ids, trace=trace)
+    return trace
+
+
+def test_a_stopped_comparison_leaves_b_in_step_and_the_same_model_shows_zero(same_model):
+    a, b, control = same_model
+    for m in same_model:
+        m.clear_cache()
+    follower = Follower(a, b)
+    skipped = FIRST + 3  # the keystroke whose comparison a newer key stops
+    noisy = False
+    for k in range(FIRST, len(IDS) + 1):
+        run = typed(a, k)
+        follower.note(run.clean, run.result.cache_used)
+        if k == skipped:
+            with pytest.raises(Cancelled):
+                follower.follow(b, run.clean, C.compare_trace, stop=lambda: True)
+            assert follower.behind == 1  # B's cache a key behind A's
+            continue
+        trace = follower.follow(b, run.clean, C.compare_trace)
+        assert follower.behind == 0
+        assert not differs(run.clean, trace), k  # the same model: exactly 0
+        diff = run.clean.attentions - trace.attentions
+        assert not diff.any()
+        noisy |= differs(run.clean, naive(control, run))
+    assert noisy, "the control B (a key behind from the stopped key on) should differ in the last bits"
+
+
+def test_b_opened_after_a_has_typed_shows_zero(same_model):
+    a, b, control = same_model
+    for m in same_model:
+        m.clear_cache()
+    for k in range(FIRST, len(IDS) + 1):  # A typed a key at a time, no B yet; B too, as a
+        last = typed(a, k)  # checkpoint's model kept from when it was A
+        typed(b, k)
+    # the control: B's first run, every row in one chunk, against A's rows typed a key at a time
+    assert differs(last.clean, naive(control, last)), "rows typed a key at a time should differ"
+    follower = Follower(a, b)  # B opens: A's cache cleared, A's text run again
+    run = typed(a, len(IDS))
+    assert run.result.cache_reused == 0
+    follower.note(run.clean, run.result.cache_used)
+    assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+    for k in (len(IDS) - 1, len(IDS)):  # the next keystrokes (a letter deleted, typed again)
+        run = typed(a, k)
+        follower.note(run.clean, run.result.cache_used)
+        assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+
+
+def test_a_run_of_a_apart_from_its_cache_is_followed_apart_from_b_s(same_model):
+    """A's run that computed apart from its cache (result.cache_used False) is run by B apart from
+    its cache too: B's cache keeps the runs A's keeps."""
+    a, b, _ = same_model
+    for m in same_model:
+        m.clear_cache()
+    follower = Follower(a, b)
+    run = typed(a, FIRST + 2)
+    follower.note(run.clean, run.result.cache_used)
+    follower.follow(b, run.clean, C.compare_trace)
+    apart = C.compare_trace()
+    result = a.run(ids=np.asarray(IDS[:FIRST + 3]), trace=apart, request=RunRequest(use_cache=False))
+    follower.note(apart, result.cache_used)
+    assert not differs(apart, follower.follow(b, apart, C.compare_trace))
+    run = typed(a, FIRST + 3)  # A's cache held FIRST + 2 tokens: one row computed
+    assert run.result.cache_reused == FIRST + 2
+    follower.note(run.clean, run.result.cache_used)
+    assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+
+
+def test_a_run_of_a_stopped_after_its_clean_run_is_followed(same_model):
+    """Under an ablation, A's job stopped in its changed run (a newer key) has its clean run in A's
+    cache already: window_run's `ran` notes it as it is in, and B runs it before the next key's.
+    The control notes only the runs window_run returns, and differs from then on."""
+    a, b, control = same_model
+    for m in same_model:
+        m.clear_cache()
+    follower, returned = Follower(a, b), Follower(a, control)
+    off = Ablation(heads=((1, 0),))
+    stopped = FIRST + 3
+    noisy = False
+    for k in range(FIRST, len(IDS) + 1):
+        noted = []
+
+        def ran(clean, result, noted=noted):
+            follower.note(clean, result.cache_used)
+            noted.append(clean)
+        if k == stopped:  # the newer key comes as the changed run starts
+            request = RunRequest(stop=lambda noted=noted: bool(noted))
+            with pytest.raises(Cancelled):
+                window_run(a, "", ids=np.asarray(IDS[:k]), request=request, ablation=off, ran=ran)
+            assert follower.behind == 1
+            continue
+        run = window_run(a, "", ids=np.asarray(IDS[:k]), ablation=off, ran=ran)
+        assert noted == [run.clean]
+        assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace)), k
+        returned.note(run.clean, run.result.cache_used)
+        noisy |= differs(run.clean, returned.follow(control, run.clean, C.compare_trace))
+    assert noisy, "the control, a key behind from the stopped key on, should differ in the last bits"

@@ -1,0 +1,91 @@
+"""A model compared with itself in the window shows A − B exactly 0 on every layer: where B opens
+after A has typed (A's rows built a key at a time), and after a keystroke whose comparison a newer
+key stopped (B's cache a key behind A's until B runs the key it missed). The toy decoder (float32
+layers) and SmolLM2 on its Q4_1 blocks (the one-row steps once they are warm)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.panels.compare_menu import open_compare
+from attnviz.ui.machinery.loading import WARM_KIND
+from windows import TOY, open_window
+
+WAIT = 30000
+HOLD_S = 20
+TEXT = "When Mary and John went to the store"
+
+
+@pytest.fixture(params=["toy", "smollm2"])
+def window(request, qtbot, tmp_path):
+    """(the window on the model, what B opens from: the same model again)."""
+    model = TOY if request.param == "toy" else str(request.getfixturevalue("smollm2").path)
+    w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
+    yield w, BSource("model", model)
+    w.worker.compare_jobs.close()
+    w.worker.wait_idle()
+
+
+def warmed():
+    """The window's warm-up of the one-row steps ended (its keystrokes take them from then on)."""
+    for t in threading.enumerate():
+        if t.name.startswith(("qmatvec-warm", f"attnviz-{WARM_KIND}")):
+            t.join(timeout=600)
+
+
+def type_text(w, qtbot, text):
+    w.set_text(text)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == text, timeout=WAIT)
+    w.worker.wait_idle()
+
+
+def shows_zero(jobs, text) -> bool:
+    c = jobs.comparison
+    assert c is not None and c.result.text == text
+    return all(not jobs.difference(layer).any() for layer in range(c.a_attentions.shape[0]))
+
+
+def test_the_same_model_shows_zero_after_typing_and_after_a_stopped_comparison(window, qtbot, monkeypatch):
+    w, same = window
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    warmed()
+    text = TEXT
+    for word in (" John", " gave", " a"):  # A's rows a key at a time, before B opens
+        for ch in word:
+            text += ch
+            type_text(w, qtbot, text)
+    open_compare(w, same)
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text,
+                    timeout=WAIT)
+    w.worker.wait_idle()
+    assert shows_zero(jobs, text)
+
+    b, gate, held = jobs.b, threading.Event(), []
+    real_run = b.run
+
+    def run(*a, request=None, **kw):  # B's first run of the next key waits for the key after it
+        if not held:
+            held.append(request.stop)
+            gate.wait(HOLD_S)
+        return real_run(*a, request=request, **kw)
+    monkeypatch.setattr(b, "run", run)
+    try:
+        w.set_text(text + " d")
+        qtbot.waitUntil(lambda: bool(held), timeout=WAIT)
+        w.set_text(text + " dr")  # the next keystroke stops B's run of " d"
+        assert held[0]()
+    finally:
+        gate.set()
+    text += " dr"
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+    w.worker.wait_idle()
+    assert shows_zero(jobs, text)
+    for ch in "ink":
+        text += ch
+        type_text(w, qtbot, text)
+        qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+        assert shows_zero(jobs, text)
