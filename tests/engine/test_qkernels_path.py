@@ -39,8 +39,8 @@ def smollm2(kernels_asked):
 @pytest.fixture
 def kernel_calls(monkeypatch):
     """Counts the rows linear() multiplies on packed blocks, by rows a call; a one-row layer run as
-    onerow_block's compiled block or onerow_stack's call of every layer (where the kernels take one thread: the window's and
-    `generate`'s cap, which an earlier test may have left set) counts as its 4 one-row products."""
+    onerow_block's compiled block or onerow_stack's call of every layer, on one thread or two (the
+    kernels' cap an earlier test may have left set chooses), counts as its 4 one-row products."""
     calls = []
     real, real_takes = qm.qlinear, onerow_block._takes
 
@@ -52,14 +52,19 @@ def kernel_calls(monkeypatch):
         taken = real_takes(plan)
         calls.extend([1] * 4 * taken)
         return taken
-    real_layers = onerow_stack._layers
+    real_layers, real_pair = onerow_stack._layers, onerow_stack._pair
 
     def layers(x, a, b, *rest):  # every layer of a one-row run in one call: 4 products a layer
         calls.extend([1] * 4 * (b - a))
         return real_layers(x, a, b, *rest)
+
+    def pair(x, a, b, *rest):  # the same call on two threads (kernels uncapped on 2 cores)
+        calls.extend([1] * 4 * (b - a))
+        return real_pair(x, a, b, *rest)
     monkeypatch.setattr(qm, "qlinear", counted)
     monkeypatch.setattr(onerow_block, "_takes", takes)
     monkeypatch.setattr(onerow_stack, "_layers", layers)
+    monkeypatch.setattr(onerow_stack, "_pair", pair)
     return calls
 
 
