@@ -10,7 +10,8 @@ A keystroke's new text meanwhile does not wait for it either: it gets a tokenize
 same way (the same tokens: engine/reading/tokenizer.py TextTokenizer's `for_text`), and the whole
 one once it is built. Likewise the quantised kernels: a load warms those
 a run of a few rows takes (the window asks for the rest later: ui/app.py assemble), and the
-worker warms their serial twins and the one-row steps after the first analysis (warm_the_rest). A
+worker warms their serial twins and the one-row steps after the first analysis, or as a Generate
+starts where that has not come yet, so the generation's later steps take them (warm_the_rest). A
 keystroke's one-row run does not wait for them: until they are warm it takes the layer loop on the
 few-row kernels the load warmed (engine/computing/qmatvec.py takes_layer), within the kernels'
 bound of the float32 pass as a run on the one-row steps is, and the one-row steps once they are
@@ -127,13 +128,17 @@ def complete_vocabulary(model) -> None:
 WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
 
 
-def warm_the_rest(worker, model) -> None:
+def warm_the_rest(worker, model, steps: bool = False) -> None:
     """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
     with (engine/computing/qmatvec.py warm), then the model's stack of every layer's blocks
     (onerow_stack.prepare: the first keystroke would build it), on a thread of its own below the
-    main thread (a job of `worker`, the app's runner); nothing where both are done. A keystroke
-    meanwhile waits for neither (module docstring)."""
+    main thread (a job of `worker`, the app's runner); nothing where both are done or under way.
+    A keystroke meanwhile waits for neither (module docstring). `steps`: asked for by a
+    generation about to start, whose steps take the layer loop until the warm-up is done (one
+    run chooses once; each step is a run): then on a thread at the main thread's priority, as the
+    generation's own, which would otherwise leave a thread below it no core on 2 cores until its
+    last step."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types or worker.running(WARM_KIND) is not None:
         return
@@ -148,7 +153,8 @@ def warm_the_rest(worker, model) -> None:
         return
 
     def work():
-        below_the_main_thread()
+        if not steps:
+            below_the_main_thread()
         qmatvec.warm(types, layers=packed_views(model))
         onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
     worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)

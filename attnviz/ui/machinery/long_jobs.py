@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, QTimer
 
 from attnviz.engine.computing.longdoc import DENSE_LIMIT
 from attnviz.engine.errors import Cancelled
+from attnviz.ui.machinery.loading import warm_the_rest
 from attnviz.ui.machinery.runner import POOL, THREAD, describe_error
 from attnviz.ui.machinery.tuning import capped_blas
 
@@ -190,6 +191,7 @@ class LongJobs(QObject):
         stop = self._stop = threading.Event()
         job_id = self.worker.claim(GENERATE_KIND)
         self.gen.begin(prompt)
+        warm_the_rest(self.worker, model, steps=True)  # (where the first analysis has not: its later steps take them)
 
         def work():
             return generate(model, prepared, max_new=max_new, temperature=temperature, top_p=top_p,

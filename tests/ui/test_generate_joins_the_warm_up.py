@@ -1,0 +1,106 @@
+"""A Generate started before the window has warmed its one-row steps (before its first analysis,
+or with no panel that makes one) does not wait for them: its steps take the layer loop until
+they are warm, and the generation starts their warm-up at its own priority
+(ui/machinery/loading.py warm_the_rest), so the same generation's later steps run every layer
+in one compiled call (engine/computing/onerow_stack.py, on one thread or two), as a generation
+after the warm-up does (tests/ui/test_generate_takes_the_pair.py), with a warm generation's
+tokens."""
+
+import importlib.util
+import os
+import threading
+import weakref
+
+import numpy as np
+import pytest
+from PySide6.QtCore import Qt
+
+from attnviz.ui.machinery import loading as L
+from attnviz.ui.machinery.long_jobs import TOP_K
+from windows import WAIT, open_window
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="the kernels need numba")
+
+PROMPT = "The keys to the cabinet"
+STEPS = 80
+
+
+def _thread() -> tuple[str, int]:  # this thread's name and scheduling priority (Linux: its nice)
+    try:
+        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    except (AttributeError, OSError):
+        nice = 0
+    return threading.current_thread().name, nice
+
+
+def settled():
+    """Every warm-up an earlier test started has ended (a load's thread, a window's job)."""
+    for t in threading.enumerate():
+        if t.name.startswith(("qmatvec-warm", f"attnviz-{L.WARM_KIND}")):
+            t.join(timeout=600)
+            assert not t.is_alive()
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """The kernels' warm-up state as a fresh process has it (the code compiled in this process
+    stays: warming again only calls it), and no model's stack built yet."""
+    from attnviz.engine.computing import onerow_stack
+    from attnviz.engine.computing import qmatvec as qm
+
+    settled()
+    monkeypatch.setattr(qm, "_warmed", {})
+    monkeypatch.setattr(qm, "_serial_ready", set())
+    monkeypatch.setattr(qm, "_ready_types", set())
+    monkeypatch.setattr(qm, "_started", set())
+    monkeypatch.setattr(qm, "ONE_ROW", None)
+    monkeypatch.setattr(onerow_stack, "_STACKS", weakref.WeakKeyDictionary())
+    return qm
+
+
+def test_a_generation_begun_before_the_warm_up_takes_the_one_call_stack_once_it_is_warm(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    from attnviz.engine.computing import onerow_stack
+    from attnviz.engine.computing.generate import generate
+
+    stacked, warmed = [], []  # the calls of every layer at once and the one-row warm-ups: (thread, nice)
+    real_layers, real_pair, real_warm = onerow_stack._layers, onerow_stack._pair, cold._warm_one_row
+
+    def layers(*a):
+        stacked.append(_thread())
+        return real_layers(*a)
+
+    def pair(*a):
+        stacked.append(_thread())
+        return real_pair(*a)
+
+    def warm(half):
+        warmed.append(_thread())
+        return real_warm(half)
+    monkeypatch.setattr(onerow_stack, "_layers", layers)
+    monkeypatch.setattr(onerow_stack, "_pair", pair)
+    monkeypatch.setattr(cold, "_warm_one_row", warm)
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT, panels=("generate",))
+    st, gen, panel = w.state, w.state.generation, w.generate_panel
+    assert st.model.weights.packed_types and cold.ONE_ROW is None  # (no one-row step warm yet)
+    panel.n_spin.setValue(STEPS)
+    panel.go_on_check.setChecked(True)  # (every step made, end-of-text or not)
+    qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == STEPS, timeout=8 * WAIT)
+    w.worker.wait_idle()
+    assert cold.ONE_ROW is not None  # warmed meanwhile
+    assert stacked and all(name.startswith("attnviz-generate") for name, _ in stacked), stacked
+    # by the window's warm-up job, which the Generate started, no nicer than the steps' thread (on
+    # 2 cores a thread below it would get a core only after the generation)
+    assert len(warmed) == 1 and warmed[0][0].startswith(f"attnviz-{L.WARM_KIND}"), warmed
+    assert warmed[0][1] <= stacked[0][1], (warmed, stacked)
+
+    del stacked[:]
+    ref = generate(st.model, st.model.prepare(PROMPT), max_new=STEPS, ignore_eos=True, rows=True, k=TOP_K)
+    assert len(stacked) >= STEPS - 1  # (a warm generation: every step after the prompt's in one call)
+    # the same tokens; the steps before the warm-up, on the layer loop's NumPy steps, within the
+    # kernels' bound of the one-row steps (engine/computing/qmatvec.py takes_layer), not their bits
+    assert [s.id for s in gen.steps] == ref.new_ids
+    for a, b in zip(gen.steps, ref.steps):
+        assert np.allclose(a.top_logprobs, b.top_logprobs, atol=1e-3, rtol=0)
+        assert np.allclose(a.rows, b.rows, atol=1e-3, rtol=0)
