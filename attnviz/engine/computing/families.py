@@ -4,7 +4,8 @@ engine's one layout (engine/reading/layout.py; the loaders that build it are in 
 One forward pass serves every family, in the order data flows: `embed`, then per layer a block of
 `self_attention` and `mlp` around the residual stream. What differs between families (LayerNorm or
 RMSNorm, pre- or post-LN, a gated MLP, RoPE) is data: one `Family` each, in `FAMILY`; the config's
-numbers for each layer are its `Consts`.
+numbers for each layer are its `Consts`. The linear steps around the attention (q, k and v projected
+into heads, the heads merged and projected out) are in engine/computing/projections.py.
 
 `forward` fills a `Trace` (engine/computing/trace.py) with what its caller asked for and applies the trace's
 edits (ablation, knockout) at named points; nothing else is recorded. A causal model's forward pass
@@ -22,26 +23,17 @@ import numpy as np
 
 from attnviz.engine.reading.config import LOCAL, ModelConfig
 from attnviz.engine.errors import Cancelled
+from attnviz.engine.computing.projections import attention_output, in_row_chunks, packed, project_qkv
+from attnviz.engine.computing.projections import output_projection  # noqa: F401  (imported from here)
 from attnviz.engine.computing.layers import (
     ACTIVATIONS, attention_scores, causal_mask, group_size, layer_for, layer_norm, linear,
-    mask_bias, merge_heads, one_row_stack, one_row_steps, qkv_heads, repeat_kv, rms_norm, rope_qk,
+    mask_bias, one_row_stack, one_row_steps, repeat_kv, rms_norm, rope_qk,
     silu, softmax,
 )
-from attnviz.engine import parallel
 from attnviz.engine.parallel import for_row_chunks
 from attnviz.engine.computing.rope import rope_row, rope_tables
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.layout import Layer, Weights
-
-
-def output_projection(layers, i: int):
-    """Layer i's w_o [n_head d_head, d_model], b_o [d_model] (or None) and post_attn_norm (Gemma 3's
-    (gain,), or None), from a LayerStore without expanding the rest of a layer it does not hold,
-    or from a tuple of layers."""
-    output = getattr(layers, "output", None)
-    if output is not None:
-        return output(i)
-    return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
 
 
 def dense_attention(q, k, v, c: Consts, cache=NOTHING):
@@ -281,42 +273,6 @@ def embed(w: Weights, ids: np.ndarray, positions: np.ndarray, cfg: ModelConfig) 
     return x
 
 
-def packed(layer: Layer, name: str):
-    """Layer matrix `name` in its file's blocks (qpack.PackedMatrix), or None (float32 only)."""
-    return None if layer.packed is None else getattr(layer.packed, name)
-
-
-def in_row_chunks(x, c: Consts) -> bool:
-    """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
-    return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
-
-
-def project_qkv(x, layer: Layer, c: Consts):
-    """x [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
-    position when the family has RoPE (a long run's rows in chunks, on c.workers threads)."""
-    if in_row_chunks(x, c):
-        n = x.shape[0]
-        q = np.empty((c.n_head, n, c.d_head), dtype=np.float32)
-        k, v = (np.empty((c.n_kv_head, n, c.d_head), dtype=np.float32) for _ in range(2))
-
-        def rows(a, b):
-            rope = None if c.rope is None else (c.rope[0][a:b], c.rope[1][a:b])
-            q[:, a:b], k[:, a:b], v[:, a:b] = _project_qkv(x[a:b], layer, c, rope)
-        for_row_chunks(n, rows, c.workers)
-        return q, k, v
-    return _project_qkv(x, layer, c, c.rope)
-
-
-def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
-    q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
-                        c.n_head, c.n_kv_head, c.d_head, packed(layer, "w_qkv"))
-    if c.qk_norm is not None:
-        q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
-    if rope is not None:
-        q, k = c.rotate(q, k, *rope)  # same shapes, rotated by position
-    return q, k, v
-
-
 def attend(q, k, c: Consts, cache=NOTHING):
     """q [n_head, n, d_head], k [n_kv_head, T, d_head] -> pattern [n_head, n, T]: scores, the
     cache's edits to them (knockout), softmax. Written into cache.rows when the cache gives them;
@@ -339,12 +295,6 @@ def head_outputs(pattern, v, c: Consts):  # [n_head, n, T], [n_kv_head, T, d_hea
         n_head, n, T = pattern.shape
         return (pattern.reshape(c.n_kv_head, c.n_group * n, T) @ v).reshape(n_head, n, -1)
     return pattern @ repeat_kv(v, c.n_group)  # each head's weighted values
-
-
-def attention_output(z, layer: Layer):
-    """z [n_head, n, d_head] -> concat [n, n_head d_head], out [n, d_model]."""
-    concat = merge_heads(z)  # [n, n_head d_head]
-    return concat, linear(concat, layer.w_o, layer.b_o, packed(layer, "w_o"))  # [n, d_model]
 
 
 def segment_attention(q, k, v, c: Consts, cache=NOTHING):

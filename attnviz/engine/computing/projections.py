@@ -1,0 +1,74 @@
+"""The linear steps around a layer's attention, in the order data flows through them (families.py's
+self_attention and mlp call them; engine/analysing/anatomy.py calls them one by one): a layer's
+matrices in its file's blocks where it has them (`packed`), q, k and v projected, split into heads
+and rotated (`project_qkv`), the heads' outputs merged and projected out (`attention_output`), a
+long run's rows shared out in chunks (`in_row_chunks`), and a layer's output projection read
+without expanding the rest of it (`output_projection`). A layer's `Consts` (families.py) carries
+what they need besides the input and the weights.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from attnviz.engine import parallel
+from attnviz.engine.computing.layers import linear, merge_heads, qkv_heads
+from attnviz.engine.parallel import for_row_chunks
+from attnviz.engine.reading.layout import Layer
+
+if TYPE_CHECKING:
+    from attnviz.engine.computing.families import Consts
+
+
+def packed(layer: Layer, name: str):
+    """Layer matrix `name` in its file's blocks (qpack.PackedMatrix), or None (float32 only)."""
+    return None if layer.packed is None else getattr(layer.packed, name)
+
+
+def in_row_chunks(x, c: Consts) -> bool:
+    """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
+    return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
+
+
+def project_qkv(x, layer: Layer, c: Consts):
+    """x [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
+    position when the family has RoPE (a long run's rows in chunks, on c.workers threads)."""
+    if in_row_chunks(x, c):
+        n = x.shape[0]
+        q = np.empty((c.n_head, n, c.d_head), dtype=np.float32)
+        k, v = (np.empty((c.n_kv_head, n, c.d_head), dtype=np.float32) for _ in range(2))
+
+        def rows(a, b):
+            rope = None if c.rope is None else (c.rope[0][a:b], c.rope[1][a:b])
+            q[:, a:b], k[:, a:b], v[:, a:b] = _project_qkv(x[a:b], layer, c, rope)
+        for_row_chunks(n, rows, c.workers)
+        return q, k, v
+    return _project_qkv(x, layer, c, c.rope)
+
+
+def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
+    q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
+                        c.n_head, c.n_kv_head, c.d_head, packed(layer, "w_qkv"))
+    if c.qk_norm is not None:
+        q, k = c.qk_norm(q, k, layer, c)  # same shapes, each head normed
+    if rope is not None:
+        q, k = c.rotate(q, k, *rope)  # same shapes, rotated by position
+    return q, k, v
+
+
+def attention_output(z, layer: Layer):
+    """z [n_head, n, d_head] -> concat [n, n_head d_head], out [n, d_model]."""
+    concat = merge_heads(z)  # [n, n_head d_head]
+    return concat, linear(concat, layer.w_o, layer.b_o, packed(layer, "w_o"))  # [n, d_model]
+
+
+def output_projection(layers, i: int):
+    """Layer i's w_o [n_head d_head, d_model], b_o [d_model] (or None) and post_attn_norm (Gemma 3's
+    (gain,), or None), from a LayerStore without expanding the rest of a layer it does not hold,
+    or from a tuple of layers."""
+    output = getattr(layers, "output", None)
+    if output is not None:
+        return output(i)
+    return layers[i].w_o, layers[i].b_o, layers[i].post_attn_norm
