@@ -20,12 +20,14 @@ from attnviz.ui.views.mosaic import (
     title_room, title_spots, view_geometry,
 )
 from attnviz.figures.style import (
-    ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, group_color, heat_positions, heat_table,
+    ERROR as OFF, BACKGROUND, FOCUS, WINDOW_EDGE, bar_label, heat_positions, heat_table,
     signed_positions, signed_table,
 )
 from attnviz.figures.view import window_edge
 from attnviz.ui.views import grid_compare as GC
-from attnviz.ui.views.grid_items import HeadOutline, Label, MosaicImage, band_brush, colour_bar, update_bar
+from attnviz.ui.views.grid_items import (
+    HeadOutline, Label, MosaicImage, colour_bar, place_bands, place_titles, update_bar,
+)
 
 BAND_ALPHA = 100  # KV-group bands: the group colour (figures.style) as a tint on the dark background
 
@@ -278,50 +280,10 @@ class HeatmapGrid(QWidget):
         gqa = group_size(kv_group) > 1
         n_head = len(kv_group)
 
-        spots, texts = title_spots(lo, n_head)
-        while len(self._titles) < len(spots):
-            t = Label(self._font)
-            self.plot.addItem(t)
-            self._titles.append(t)
-        for i, t in enumerate(self._titles):
-            if i < len(spots):
-                x, y, anchor = spots[i]
-                t.setAnchor(anchor)
-                t.setPos(x, y)
-                if texts is not None:
-                    t.setText(texts[i])
-                t.show()
-            else:
-                t.hide()
-
+        place_titles(self.plot, self._titles, self._font, *title_spots(lo, n_head))
         segments = kv_segments(lo, kv_group) if gqa else []  # bands behind each group's tiles, "KV g"
-        while len(self._bands) < len(segments):
-            b = QGraphicsRectItem()
-            b.setPen(QPen(Qt.PenStyle.NoPen))
-            b.setZValue(-1)
-            self.plot.addItem(b)
-            self._bands.append(b)
-        n_caps = len(segments)
-        while len(self._captions) < n_caps:
-            c = Label(self._font, anchor=(0.5, 0))
-            self.plot.addItem(c)
-            self._captions.append(c)
-        for i, b in enumerate(self._bands):
-            if i < len(segments):
-                xl, xr, yt, yb, g = segments[i]
-                b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
-                b.setBrush(band_brush(group_color(g), BAND_ALPHA, BACKGROUND))
-                b.show()
-            else:
-                b.hide()
-        for i, c in enumerate(self._captions):
-            if i < n_caps:
-                xl, xr, yt, yb, g = segments[i]
-                c.setText(f"KV {g}")
-                c.setPos(float(xl + xr) / 2, float(yb - lo.caption_h))
-                c.show()
-            else:
-                c.hide()
+        place_bands(self.plot, self._bands, self._captions, self._font, segments, lo.caption_h,
+                    BAND_ALPHA)
         self._set_range()
         self._draw_focus()
         self._draw_query()

@@ -1,5 +1,6 @@
 """The graphics items of the heatmap mosaic (ui/views/grid.py) and the focus view: titles pinned to
-the mosaic and drawn unscaled (Label), the mosaic's image item converted once per mosaic to
+the mosaic and drawn unscaled (Label), placed with the KV-group bands as the mosaic's layout says
+(place_titles, place_bands), the mosaic's image item converted once per mosaic to
 premultiplied ARGB (MosaicImage, argb_table), the colour bar sized to its font (colour_bar), and
 the outline of the state's outlined heads (HeadOutline)."""
 
@@ -13,10 +14,10 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import (
     QBrush, QColor, QFont, QFontMetricsF, QImage, QPainter, QPainterPath, QPen, QTransform,
 )
-from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsSimpleTextItem
+from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.style import TEXT
+from attnviz.figures.style import BACKGROUND, TEXT, group_color
 from attnviz.ui.views.mosaic import tile_index
 
 HIGHLIGHT = QColor("#ffd400")  # outlined heads, the explained cell (not the focus colour)
@@ -217,3 +218,57 @@ def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
     axis.label.setFont(font)
     axis.setWidth(int(math.ceil(fm.horizontalAdvance("0.000") + 2 * fm.height() + 12)))
     return bar
+
+
+def place_titles(plot, titles: list, font: QFont, spots, texts) -> None:
+    """The mosaic's pooled title Labels (`titles`, added to `plot` as more are needed) at `spots`
+    ((x, y, anchor) each: mosaic.title_spots), with `texts` where given (None: each keeps its
+    text), the rest hidden."""
+    while len(titles) < len(spots):
+        t = Label(font)
+        plot.addItem(t)
+        titles.append(t)
+    for i, t in enumerate(titles):
+        if i < len(spots):
+            x, y, anchor = spots[i]
+            t.setAnchor(anchor)
+            t.setPos(x, y)
+            if texts is not None:
+                t.setText(texts[i])
+            t.show()
+        else:
+            t.hide()
+
+
+def place_bands(plot, bands: list, captions: list, font: QFont, segments, caption_h: float,
+                alpha: int) -> None:
+    """The KV-group bands behind each group's tiles, tinted with the group's colour at `alpha` on
+    the background, and their "KV g" captions `caption_h` above the band's foot (`segments`:
+    (x left, x right, y top, y bottom, group) each, mosaic.kv_segments); pooled as place_titles'
+    Labels, the rest hidden."""
+    while len(bands) < len(segments):
+        b = QGraphicsRectItem()
+        b.setPen(QPen(Qt.PenStyle.NoPen))
+        b.setZValue(-1)
+        plot.addItem(b)
+        bands.append(b)
+    while len(captions) < len(segments):
+        c = Label(font, anchor=(0.5, 0))
+        plot.addItem(c)
+        captions.append(c)
+    for i, b in enumerate(bands):
+        if i < len(segments):
+            xl, xr, yt, yb, g = segments[i]
+            b.setRect(QRectF(float(xl), float(yt), float(xr - xl), float(yb - yt)))
+            b.setBrush(band_brush(group_color(g), alpha, BACKGROUND))
+            b.show()
+        else:
+            b.hide()
+    for i, c in enumerate(captions):
+        if i < len(segments):
+            xl, xr, yt, yb, g = segments[i]
+            c.setText(f"KV {g}")
+            c.setPos(float(xl + xr) / 2, float(yb - caption_h))
+            c.show()
+        else:
+            c.hide()
