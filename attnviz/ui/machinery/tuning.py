@@ -25,11 +25,12 @@ def limit_blas_threads(n: int = BLAS_THREADS):
     are small matrices (T up to a few hundred), where more BLAS threads cost more than they give,
     and on 2 cores their spinning takes the core the UI thread needs (the window stalls)."""
     global _BLAS_LIMIT
+    # the quantised kernels' few-row products likewise, but a generation step's layers, which
+    # take two threads (onerow_pair, one where the pair does not pay): a step runs on its own
+    # thread and paints once a step, where a keystroke paints as it runs (asked again for each
+    # window assembled: whatever set the kernels' threads meanwhile, the window's are these)
+    limit_kernel_threads(n, pair_steps=True)
     if _BLAS_LIMIT is None:
-        # the quantised kernels' few-row products likewise, but a generation step's layers,
-        # which take two threads (onerow_pair, one where the pair does not pay): a step runs on
-        # its own thread and paints once a step, where a keystroke paints as it runs
-        limit_kernel_threads(n, pair_steps=True)
         _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
         # Raise the cap once here, on the main thread, and lower it again: with the OpenBLAS
         # NumPy ships (pthreads), unless the main thread has raised it once after lowering it, a
