@@ -149,6 +149,21 @@ def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
     assert on_screen(first).right() < on_screen(second).left()
 
 
+def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
+    """A switched-off head with a long badge: the title cut short of the next tile's still says
+    `· off` (the badge goes first)."""
+    from attnviz.engine.analysing.effects import Ablation
+
+    st, g = grid
+    g.resize(420, 300)
+    st.set_result(fake_result(random_attn(1, 4, 6)))
+    st.set_head_labels([["coreference (probe)", "", "", ""]])
+    st.effects.set_ablation(Ablation(heads=((0, 0),)))
+    qtbot.waitUntil(lambda: g.layout_ is not None and g.titles()[0] == "L0 H0  · off  coreference (probe)")
+    first = next(t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H0"))
+    assert first.text().endswith("…") and first.text().startswith("L0 H0  · off")
+
+
 def test_query_row_highlight_in_every_head(grid):
     st, g = grid
     st.set_result(fake_result(random_attn(1, 4, 6)))

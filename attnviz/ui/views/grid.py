@@ -219,8 +219,9 @@ class HeatmapGrid(QWidget):
         return True
 
     def _draw_titles(self, *_):
-        """Layer view: `L3 H1` and the role badge above each head (only text changes here); with
-        value weighting on, the head's share of the layer's attention output (`· 12% out`)."""
+        """Layer view: `L3 H1` above each head, `· off` where it is switched off, with value
+        weighting on the head's share of the layer's attention output (`· 12% out`), then its role
+        badge (only text changes here)."""
         lo = self.layout_
         if lo is None or lo.mode != "layer":
             return
@@ -238,12 +239,13 @@ class HeatmapGrid(QWidget):
         for i, (l, h) in enumerate(lo.heads):
             badge = "" if text_badges_stale else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
-            text = side + head_title(l, h) + (f" · {kind}" if kind else "") + (f"  {badge}" if badge else "")
+            text = side + head_title(l, h) + (f" · {kind}" if kind else "")
             if (l, h) in self.state.effects.ablation.heads:
                 text += "  · off"
             if share is not None and l < len(share):
                 text += f"  · {100 * share[l][h]:.0f}% out"
-            self._titles[i].setText(text)
+            # (the badge last: a title cut short of the next tile's loses the badge before the marks)
+            self._titles[i].setText(text + (f"  {badge}" if badge else ""))
 
     def _draw_window(self) -> None:
         """The sliding window's edge on every tile of a local layer, once the text is longer than
