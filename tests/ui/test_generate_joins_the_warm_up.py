@@ -89,11 +89,13 @@ def test_a_generation_begun_before_the_warm_up_takes_the_one_call_stack_once_it_
     qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == STEPS, timeout=8 * WAIT)
     w.worker.wait_idle()
     assert cold.ONE_ROW is not None  # warmed meanwhile
-    assert stacked and all(name.startswith("attnviz-generate") for name, _ in stacked), stacked
+    # the generation's later steps (the window's other jobs, on the pool, may take it too)
+    steps = [c for c in stacked if c[0].startswith("attnviz-generate")]
+    assert steps, stacked
     # by the window's warm-up job, which the Generate started, no nicer than the steps' thread (on
     # 2 cores a thread below it would get a core only after the generation)
     assert len(warmed) == 1 and warmed[0][0].startswith(f"attnviz-{L.WARM_KIND}"), warmed
-    assert warmed[0][1] <= stacked[0][1], (warmed, stacked)
+    assert warmed[0][1] <= steps[0][1], (warmed, steps)
 
     del stacked[:]
     ref = generate(st.model, st.model.prepare(PROMPT), max_new=STEPS, ignore_eos=True, rows=True, k=TOP_K)
