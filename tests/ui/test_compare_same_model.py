@@ -89,3 +89,34 @@ def test_the_same_model_shows_zero_after_typing_and_after_a_stopped_comparison(w
         type_text(w, qtbot, text)
         qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
         assert shows_zero(jobs, text)
+
+
+def test_the_same_model_shows_zero_after_the_anatomy_panel_is_shown(qtbot, tmp_path):
+    """Showing the Anatomy panel mid-session makes A's runs keep every layer's input: A's next run
+    computes every row afresh, and so does B's (the toy decoder, float32 layers)."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    text = TEXT
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text,
+                    timeout=WAIT)
+    try:
+        for step in (" John", "anatomy", " gave"):
+            if step == "anatomy":
+                shown = w.state.result
+                w.state.set_inputs_wanted(True)  # (what showing the Anatomy panel does)
+                qtbot.waitUntil(lambda: w.state.result is not shown, timeout=WAIT)
+                assert w.state.result.layer_inputs is not None
+                w.worker.wait_idle()
+                qtbot.waitUntil(lambda: jobs.comparison.result is w.state.result, timeout=WAIT)
+                assert shows_zero(jobs, text)
+                continue
+            for ch in step:
+                text += ch
+                type_text(w, qtbot, text)
+                qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+                assert shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()

@@ -292,14 +292,14 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                trace = follower.follow(b, run.clean, C.compare_trace, stale, run.result.cache_used)
-            pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
+                clean, trace = follower.follow(run.clean, C.compare_trace, stale, run.result.cache_used)
+            pair = Pair(Run("A", a, ids, clean), Run("B", b, ids, trace))
             doc = seen = None
             if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused
                 doc, seen = C.head_numbers(pair, known)
             else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
                 release_free_memory()
-            return Comparison(result, run.clean.attentions, trace.attentions, doc,
+            return Comparison(result, clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair, seen)
         worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
