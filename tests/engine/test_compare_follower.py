@@ -14,7 +14,7 @@ from attnviz.engine.analysing.pair import Follower
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing import trace as TR
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.errors import Cancelled
+from attnviz.engine.errors import Cancelled, ModelLoadError
 from gguf_files import gguf_tensors, load_packed, write_gguf
 from tiny import FIXTURES
 
@@ -236,3 +236,33 @@ def test_a_cache_out_of_step_is_found_and_both_run_afresh(same_model, caplog):
     assert run.result.cache_reused == FIRST + 2
     follower.note(run.clean, run.result.cache_used)
     assert not differs(run.clean, followed(follower, run.clean))
+
+
+def test_a_run_b_refuses_is_reported_and_the_next_comparison_runs_both_afresh(same_model, monkeypatch):
+    """B refuses one text (non-finite patterns: Model.run's ModelLoadError, B's cache cleared): the
+    error is raised for that text, and the next comparison, of the text with that token deleted,
+    runs both models afresh and shows 0; the keys after it follow as before."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    real = b.run
+
+    def run(*args, ids=None, **kw):  # B's layers give non-finite values on token 7
+        if 7 in list(ids):
+            b.clear_cache()
+            raise ModelLoadError("m gives non-finite attention patterns in layer 0")
+        return real(*args, ids=ids, **kw)
+    monkeypatch.setattr(b, "run", run)
+    shown = []
+    for ids in (IDS[:5], IDS[:5] + [7], IDS[:5], IDS[:6], IDS[:7]):
+        typed_run = window_run(a, "", ids=np.asarray(ids))
+        follower.note(typed_run.clean, typed_run.result.cache_used)
+        try:
+            a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
+        except ModelLoadError:
+            assert follower.behind == 0  # (nothing of it is replayed later)
+            shown.append("refused")
+            continue
+        assert not differs(a_trace, trace), ids
+        shown.append("afresh" if a_trace is not typed_run.clean else "followed")
+        assert list(a_trace.ids) == ids
+    assert shown == ["followed", "refused", "afresh", "followed", "followed"]

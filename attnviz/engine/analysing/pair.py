@@ -21,7 +21,7 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.token_text import quoted
 
@@ -199,9 +199,10 @@ class Follower:
     A's: a model compared with itself gives the same bits. A run of B that is stopped (a newer
     keystroke) or never started leaves A's run noted: the next `follow` runs it first.
 
-    Where a run of B took another number of tokens from its cache than A's run did (logged), B
-    cannot follow: both caches are cleared and the text compared is run afresh on both sides,
-    each computing every row in one chunk (`follow` does it).
+    Where B cannot follow, both caches are cleared and the text compared is run afresh on both
+    sides, each computing every row in one chunk (`follow` does it): at the comparison after one
+    B refused (an error: the runs noted are dropped, the error raised), and where a run of B took
+    another number of tokens from its cache than A's run did (logged).
 
     Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
@@ -214,6 +215,7 @@ class Follower:
         a.clear_cache()
         b.clear_cache()
         self._runs: list[_Noted] = []  # not followed yet, oldest first
+        self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
 
     def note(self, trace: Trace, cached: bool = True) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
@@ -232,16 +234,25 @@ class Follower:
         `cached` as note's, if it was not). Where B cannot follow (the class docstring), both
         caches are cleared and A runs those ids afresh first: the A trace returned is then that
         run's. `stop`: as RunRequest.stop, for each run (Cancelled: the runs not done stay
-        noted)."""
+        noted). Any other error drops the runs noted and is raised (the next follow runs afresh)."""
         at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
         if at is None:
             self.note(a_trace, cached)
             at = len(self._runs) - 1
-        trace, same = self._replay(at, make_trace, stop)
-        if not same:  # B's cache held other rows than A's
-            a_trace = self._afresh(a_trace, stop)
-            trace, _ = self._replay(0, make_trace, stop)
-        return a_trace, trace
+        try:
+            if self._lost:
+                a_trace, at = self._afresh(a_trace, stop), 0
+            trace, same = self._replay(at, make_trace, stop)
+            if not same:  # B's cache held other rows than A's
+                a_trace = self._afresh(a_trace, stop)
+                trace, _ = self._replay(0, make_trace, stop)
+            return a_trace, trace
+        except Cancelled:
+            raise
+        except Exception:  # (a run B refuses: Model.run has cleared B's cache)
+            self._runs.clear()
+            self._lost = True
+            raise
 
     def _replay(self, at: int, make_trace, stop) -> tuple[Trace, bool]:
         """B runs the runs noted up to `at` -> (B's trace of the last run, whether each took as
@@ -264,6 +275,7 @@ class Follower:
         self.a.clear_cache()
         self.b.clear_cache()
         self._runs.clear()
+        self._lost = False
         trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)
         result = self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
         self.note(trace, result.cache_used)
