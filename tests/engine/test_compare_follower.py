@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.effects import Ablation, window_run
-from attnviz.engine.analysing.pair import Follower
+from attnviz.engine.analysing.pair import MAX_BEHIND, Follower
 from attnviz.engine.computing import qmatvec as qm
 from attnviz.engine.computing import trace as TR
 from attnviz.engine.computing.request import RunRequest
@@ -266,3 +266,31 @@ def test_a_run_b_refuses_is_reported_and_the_next_comparison_runs_both_afresh(sa
         shown.append("afresh" if a_trace is not typed_run.clean else "followed")
         assert list(a_trace.ids) == ids
     assert shown == ["followed", "refused", "afresh", "followed", "followed"]
+
+
+def test_b_far_behind_runs_the_text_afresh_once(same_model, monkeypatch):
+    """Keys typed faster than B follows (each key's comparison stopped before B ran): once B is more
+    than MAX_BEHIND of A's runs behind, the comparison runs the text afresh on each model once
+    instead of B's runs of every key; it shows 0, and the keys after it follow as before."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    real, b_runs = b.run, []
+
+    def run(*args, **kw):
+        b_runs.append(kw["ids"])
+        return real(*args, **kw)
+    monkeypatch.setattr(b, "run", run)
+    for k in range(FIRST, FIRST + MAX_BEHIND + 1):  # no comparison of these came
+        typed_run = typed(a, k)
+        follower.note(typed_run.clean, typed_run.result.cache_used)
+        assert follower.behind <= MAX_BEHIND
+    typed_run = typed(a, FIRST + MAX_BEHIND + 1)
+    follower.note(typed_run.clean, typed_run.result.cache_used)
+    a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
+    assert len(b_runs) == 1 and a_trace.reused == trace.reused == 0
+    assert list(a_trace.ids) == list(trace.ids) == IDS[:FIRST + MAX_BEHIND + 1]
+    assert not differs(a_trace, trace)
+    typed_run = typed(a, FIRST + MAX_BEHIND + 2)
+    follower.note(typed_run.clean, typed_run.result.cache_used)
+    assert not differs(typed_run.clean, followed(follower, typed_run.clean))
+    assert len(b_runs) == 2

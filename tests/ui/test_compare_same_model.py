@@ -6,6 +6,7 @@ layers) and SmolLM2 on its Q4_1 blocks (the one-row steps once they are warm).""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -117,6 +118,58 @@ def test_the_same_model_shows_zero_after_the_anatomy_panel_is_shown(qtbot, tmp_p
                 type_text(w, qtbot, text)
                 qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
                 assert shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()
+
+
+def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, monkeypatch):
+    """Each key comes while A's run of the key before it is ending (past its last check of a newer
+    key: its comparison is dropped, B runs nothing): once B is more than MAX_BEHIND of A's runs
+    behind, the comparison after the last key runs the text once on each model, not once per key,
+    and shows 0."""
+    from attnviz.engine.analysing.pair import MAX_BEHIND
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
+                    timeout=WAIT)
+    w.worker.wait_idle()
+    a, b = w.state.model, jobs.b
+    real_a, real_b = a.run, b.run
+    ended, typing, b_runs = threading.Event(), threading.Event(), []
+
+    def run_a(*args, **kw):  # A's keystroke run ends, then waits for the next key to be typed
+        out = real_a(*args, **kw)
+        if typing.is_set():
+            ended.set()
+            while typing.is_set() and w.state.text == kw.get("text"):
+                time.sleep(0.002)
+        return out
+
+    def run_b(*args, **kw):
+        b_runs.append(kw["ids"])
+        return real_b(*args, **kw)
+    monkeypatch.setattr(a, "run", run_a)
+    monkeypatch.setattr(b, "run", run_b)
+    text, keys = TEXT, " gave a drink"
+    assert len(keys) > MAX_BEHIND + 1
+    typing.set()
+    try:
+        for ch in keys:
+            text += ch
+            w.set_text(text)
+            qtbot.waitUntil(ended.is_set, timeout=WAIT)
+            ended.clear()
+    finally:
+        typing.clear()
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+    w.worker.wait_idle()
+    try:
+        assert len(b_runs) <= MAX_BEHIND, len(b_runs)
+        assert shows_zero(jobs, text)
     finally:
         jobs.close()
         w.worker.wait_idle()

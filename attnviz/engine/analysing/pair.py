@@ -179,6 +179,9 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         raise kind(f"{what}{room}: {exc}") from None
 
 
+MAX_BEHIND = 6  # A's runs B may be behind by; further behind, both run the text afresh (Follower)
+
+
 @dataclass(frozen=True)
 class _Noted:
     """One of A's runs as B must replay it."""
@@ -201,8 +204,10 @@ class Follower:
 
     Where B cannot follow, both caches are cleared and the text compared is run afresh on both
     sides, each computing every row in one chunk (`follow` does it): at the comparison after one
-    B refused (an error: the runs noted are dropped, the error raised), and where a run of B took
-    another number of tokens from its cache than A's run did (logged).
+    B refused (an error: the runs noted are dropped, the error raised), once B is more than
+    MAX_BEHIND of A's runs behind (keys typed faster than B followed: B would run each of them
+    before the comparison), and where a run of B took another number of tokens from its cache
+    than A's run did (logged).
 
     Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
@@ -221,6 +226,9 @@ class Follower:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
         self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
                                  dict(trace.want), trace.reused))
+        if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
+            self._runs.clear()
+            self._lost = True
 
     @property
     def behind(self) -> int:
