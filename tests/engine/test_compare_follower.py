@@ -294,3 +294,21 @@ def test_b_far_behind_runs_the_text_afresh_once(same_model, monkeypatch):
     follower.note(typed_run.clean, typed_run.result.cache_used)
     assert not differs(typed_run.clean, followed(follower, typed_run.clean))
     assert len(b_runs) == 2
+
+
+def test_a_stopped_comparison_clears_no_cache(same_model, monkeypatch):
+    """A comparison that a newer key has stopped before it runs the text afresh (B refused the text
+    before) clears neither cache: a stale job leaves the caches to the newest one."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+
+    def refuse(*args, **kw):
+        raise ModelLoadError("m gives non-finite attention patterns in layer 0")
+    monkeypatch.setattr(b, "run", refuse)
+    run = typed(a, FIRST)
+    with pytest.raises(ModelLoadError):
+        follower.follow(run.clean, C.compare_trace)
+    run = typed(a, FIRST + 1)
+    with pytest.raises(Cancelled):
+        follower.follow(run.clean, C.compare_trace, stop=lambda: True)
+    assert typed(a, FIRST + 2).result.cache_reused == FIRST + 1  # A's cache kept

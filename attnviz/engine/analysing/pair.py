@@ -252,6 +252,7 @@ class Follower:
                 a_trace, at = self._afresh(a_trace, stop), 0
             trace, same = self._replay(at, make_trace, stop)
             if not same:  # B's cache held other rows than A's
+                self._lost = True  # (until both caches are cleared)
                 a_trace = self._afresh(a_trace, stop)
                 trace, _ = self._replay(0, make_trace, stop)
             return a_trace, trace
@@ -280,6 +281,8 @@ class Follower:
 
     def _afresh(self, a_trace: Trace, stop) -> Trace:
         """Both caches cleared and A's run of a_trace's ids made again, noted (B's next to run)."""
+        if stop is not None and stop():  # (a stale job clears nothing)
+            raise Cancelled("stopped before running the text afresh: a newer run was asked for")
         self.a.clear_cache()
         self.b.clear_cache()
         self._runs.clear()

@@ -223,6 +223,8 @@ class CompareJobs(QObject):
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = self._handoff = None
+        for kind in (COMPARE_KIND, "compute"):  # the jobs before, stale: none runs on the caches cleared
+            self.worker.claim(kind)
         self._follower = Follower(a, self.b)  # (the caches cleared: A's text runs again, in one chunk as B's)
         self.sigChanged.emit()
         self._request_probe()
