@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from attnviz.engine.errors import ModelLoadError
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from attnviz.ui.machinery.loading import WARM_KIND
@@ -170,6 +171,40 @@ def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, mon
     try:
         assert len(b_runs) <= MAX_BEHIND, len(b_runs)
         assert shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()
+
+
+def test_a_text_b_refuses_shows_its_error_and_the_next_key_compares_again(qtbot, tmp_path, monkeypatch):
+    """B refuses one text (non-finite values, as a quantized B may give): the panel says so for that
+    text; the next key is compared again, and shows 0."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
+                    timeout=WAIT)
+    w.worker.wait_idle()
+    b, refused = jobs.b, TEXT + " J"
+    real_b = b.run
+    bad = b.encode(refused)[0]
+
+    def run_b(*args, **kw):
+        if len(kw["ids"]) == len(bad) and (kw["ids"] == bad).all():
+            b.clear_cache()
+            raise ModelLoadError(f"{b.name} gives non-finite attention patterns in layer 0")
+        return real_b(*args, **kw)
+    monkeypatch.setattr(b, "run", run_b)
+    try:
+        type_text(w, qtbot, refused)
+        qtbot.waitUntil(lambda: "non-finite" in jobs.note, timeout=WAIT)
+        text = refused
+        for ch in "oh":
+            text += ch
+            type_text(w, qtbot, text)
+            qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+            assert jobs.note == "" and shows_zero(jobs, text)
     finally:
         jobs.close()
         w.worker.wait_idle()
