@@ -10,10 +10,11 @@ from gguf import GGMLQuantizationType as Q
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.effects import Ablation, window_run
-from attnviz.engine.analysing.pair import Follower
+from attnviz.engine.analysing.pair import MAX_BEHIND, Follower
 from attnviz.engine.computing import qmatvec as qm
+from attnviz.engine.computing import trace as TR
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.errors import Cancelled
+from attnviz.engine.errors import Cancelled, ModelLoadError
 from gguf_files import gguf_tensors, load_packed, write_gguf
 from tiny import FIXTURES
 
@@ -50,6 +51,24 @@ def differs(a_trace, b_trace) -> bool:
     return any(x.tobytes() != y.tobytes() for x, y in zip(a_trace.resid, b_trace.resid, strict=True))
 
 
+def followed(follower, a_trace, **kw):
+    """B's trace of A's run that filled `a_trace` (follower.follow), A's trace being that one (no
+    fresh run of A's was needed)."""
+    a_again, trace = follower.follow(a_trace, C.compare_trace, **kw)
+    assert a_again is a_trace
+    return trace
+
+
+def replayed(b, a_trace):
+    """B's run of A's ids with B's cache, as a follower makes it, but alone: a run of A's that B
+    missed is not run first."""
+    trace = C.compare_trace()
+    trace.want.update(a_trace.want)
+    trace.one_row = a_trace.one_row
+    b.run(ids=a_trace.ids, trace=trace)
+    return trace
+
+
 def naive(b, run):
     """B's run as Compare made it before the follower: the newest ids alone, with A's steps."""
     trace = C.compare_trace()
@@ -70,10 +89,10 @@ def test_a_stopped_comparison_leaves_b_in_step_and_the_same_model_shows_zero(sam
         follower.note(run.clean, run.result.cache_used)
         if k == skipped:
             with pytest.raises(Cancelled):
-                follower.follow(b, run.clean, C.compare_trace, stop=lambda: True)
+                follower.follow(run.clean, C.compare_trace, stop=lambda: True)
             assert follower.behind == 1  # B's cache a key behind A's
             continue
-        trace = follower.follow(b, run.clean, C.compare_trace)
+        trace = followed(follower, run.clean)
         assert follower.behind == 0
         assert not differs(run.clean, trace), k  # the same model: exactly 0
         diff = run.clean.attentions - trace.attentions
@@ -95,11 +114,11 @@ def test_b_opened_after_a_has_typed_shows_zero(same_model):
     run = typed(a, len(IDS))
     assert run.result.cache_reused == 0
     follower.note(run.clean, run.result.cache_used)
-    assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+    assert not differs(run.clean, followed(follower, run.clean))
     for k in (len(IDS) - 1, len(IDS)):  # the next keystrokes (a letter deleted, typed again)
         run = typed(a, k)
         follower.note(run.clean, run.result.cache_used)
-        assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+        assert not differs(run.clean, followed(follower, run.clean))
 
 
 def test_a_run_of_a_apart_from_its_cache_is_followed_apart_from_b_s(same_model):
@@ -111,25 +130,25 @@ def test_a_run_of_a_apart_from_its_cache_is_followed_apart_from_b_s(same_model):
     follower = Follower(a, b)
     run = typed(a, FIRST + 2)
     follower.note(run.clean, run.result.cache_used)
-    follower.follow(b, run.clean, C.compare_trace)
+    followed(follower, run.clean)
     apart = C.compare_trace()
     result = a.run(ids=np.asarray(IDS[:FIRST + 3]), trace=apart, request=RunRequest(use_cache=False))
     follower.note(apart, result.cache_used)
-    assert not differs(apart, follower.follow(b, apart, C.compare_trace))
+    assert not differs(apart, followed(follower, apart))
     run = typed(a, FIRST + 3)  # A's cache held FIRST + 2 tokens: one row computed
     assert run.result.cache_reused == FIRST + 2
     follower.note(run.clean, run.result.cache_used)
-    assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace))
+    assert not differs(run.clean, followed(follower, run.clean))
 
 
 def test_a_run_of_a_stopped_after_its_clean_run_is_followed(same_model):
     """Under an ablation, A's job stopped in its changed run (a newer key) has its clean run in A's
     cache already: window_run's `ran` notes it as it is in, and B runs it before the next key's.
-    The control notes only the runs window_run returns, and differs from then on."""
+    The control runs only the runs window_run returns, and differs from then on."""
     a, b, control = same_model
     for m in same_model:
         m.clear_cache()
-    follower, returned = Follower(a, b), Follower(a, control)
+    follower = Follower(a, b)
     off = Ablation(heads=((1, 0),))
     stopped = FIRST + 3
     noisy = False
@@ -147,7 +166,149 @@ def test_a_run_of_a_stopped_after_its_clean_run_is_followed(same_model):
             continue
         run = window_run(a, "", ids=np.asarray(IDS[:k]), ablation=off, ran=ran)
         assert noted == [run.clean]
-        assert not differs(run.clean, follower.follow(b, run.clean, C.compare_trace)), k
-        returned.note(run.clean, run.result.cache_used)
-        noisy |= differs(run.clean, returned.follow(control, run.clean, C.compare_trace))
+        assert not differs(run.clean, followed(follower, run.clean)), k
+        noisy |= differs(run.clean, replayed(control, run.clean))
     assert noisy, "the control, a key behind from the stopped key on, should differ in the last bits"
+
+
+def test_a_run_keeping_each_layers_input_is_followed_keeping_them_too(same_model):
+    """The Anatomy panel shown mid-session, then hidden: A's runs keep every layer's input, so A's
+    cached runs (which kept none) give no rows and A's next run computes every row in one chunk.
+    B's runs keep what A's keep, so B's cache gives no rows either and the same model shows 0."""
+    a, b, control = same_model
+    follower = Follower(a, b)
+    control.clear_cache()
+    shown = range(FIRST + 4, FIRST + 8)
+    noisy = False
+    for k in range(FIRST, len(IDS) + 1):
+        request = RunRequest(truncate=True, inputs=k in shown)
+        run = window_run(a, "", ids=np.asarray(IDS[:k]), request=request)
+        if k == shown[0]:
+            assert run.result.cache_reused == 0  # (A's cached runs kept no inputs)
+        follower.note(run.clean, run.result.cache_used)
+        trace = followed(follower, run.clean)
+        assert trace.reused == run.result.cache_reused
+        assert not differs(run.clean, trace), k
+        control_trace = naive(control, run)  # B's trace as Compare made it: the residual stream alone
+        noisy |= differs(run.clean, control_trace)
+    assert noisy, "the control, its cache reused where A's was not, should differ in the last bits"
+
+
+def test_b_keeps_the_earlier_runs_a_keeps(same_model, monkeypatch):
+    """A's cached runs weigh what B's weigh (the same records): under a bound on the earlier runs'
+    bytes that A's run passes and a run without z would not, B drops the earlier runs A drops and
+    reuses the rows A reuses (a re-split word back to the run two keys before)."""
+    a, b, _ = same_model
+    run = window_run(a, "", ids=np.asarray(IDS[:10]))
+    held = sum(x.nbytes for x in (*run.clean.k, *run.clean.v, *run.clean.z, *run.clean.resid,
+                                  run.clean.attentions))
+    monkeypatch.setattr(TR, "EARLIER_BYTES", held - sum(x.nbytes for x in run.clean.z) // 2)
+    follower = Follower(a, b)
+    reused = []
+    for ids in (IDS[:10], IDS[:9] + [7], IDS[:9] + [7, 7], IDS[:11]):
+        run = window_run(a, "", ids=np.asarray(ids))
+        follower.note(run.clean, run.result.cache_used)
+        trace = followed(follower, run.clean)
+        assert not differs(run.clean, trace), ids
+        reused.append((run.result.cache_reused, trace.reused))
+    assert reused[-1] == (9, 9), reused  # (the first run of 10 tokens dropped on both sides)
+
+
+def test_a_cache_out_of_step_is_found_and_both_run_afresh(same_model, caplog):
+    """B's cache emptied behind the follower's back: B's run takes fewer tokens from its cache than
+    A's did, which is logged, and both models run the text afresh (every row in one chunk)."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    for k in (FIRST, FIRST + 1):
+        run = typed(a, k)
+        follower.note(run.clean, run.result.cache_used)
+        followed(follower, run.clean)
+    b.clear_cache()
+    run = typed(a, FIRST + 2)
+    follower.note(run.clean, run.result.cache_used)
+    with caplog.at_level("WARNING"):
+        a_trace, trace = follower.follow(run.clean, C.compare_trace)
+    assert "took 0 tokens from its cache" in caplog.text
+    assert a_trace is not run.clean and a_trace.reused == trace.reused == 0
+    assert list(a_trace.ids) == IDS[:FIRST + 2]
+    assert not differs(a_trace, trace)
+    run = typed(a, FIRST + 3)  # and the next key follows from there
+    assert run.result.cache_reused == FIRST + 2
+    follower.note(run.clean, run.result.cache_used)
+    assert not differs(run.clean, followed(follower, run.clean))
+
+
+def test_a_run_b_refuses_is_reported_and_the_next_comparison_runs_both_afresh(same_model, monkeypatch):
+    """B refuses one text (non-finite patterns: Model.run's ModelLoadError, B's cache cleared): the
+    error is raised for that text, and the next comparison, of the text with that token deleted,
+    runs both models afresh and shows 0; the keys after it follow as before."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    real = b.run
+
+    def run(*args, ids=None, **kw):  # B's layers give non-finite values on token 7
+        if 7 in list(ids):
+            b.clear_cache()
+            raise ModelLoadError("m gives non-finite attention patterns in layer 0")
+        return real(*args, ids=ids, **kw)
+    monkeypatch.setattr(b, "run", run)
+    shown = []
+    for ids in (IDS[:5], IDS[:5] + [7], IDS[:5], IDS[:6], IDS[:7]):
+        typed_run = window_run(a, "", ids=np.asarray(ids))
+        follower.note(typed_run.clean, typed_run.result.cache_used)
+        try:
+            a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
+        except ModelLoadError:
+            assert follower.behind == 0  # (nothing of it is replayed later)
+            shown.append("refused")
+            continue
+        assert not differs(a_trace, trace), ids
+        shown.append("afresh" if a_trace is not typed_run.clean else "followed")
+        assert list(a_trace.ids) == ids
+    assert shown == ["followed", "refused", "afresh", "followed", "followed"]
+
+
+def test_b_far_behind_runs_the_text_afresh_once(same_model, monkeypatch):
+    """Keys typed faster than B follows (each key's comparison stopped before B ran): once B is more
+    than MAX_BEHIND of A's runs behind, the comparison runs the text afresh on each model once
+    instead of B's runs of every key; it shows 0, and the keys after it follow as before."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    real, b_runs = b.run, []
+
+    def run(*args, **kw):
+        b_runs.append(kw["ids"])
+        return real(*args, **kw)
+    monkeypatch.setattr(b, "run", run)
+    for k in range(FIRST, FIRST + MAX_BEHIND + 1):  # no comparison of these came
+        typed_run = typed(a, k)
+        follower.note(typed_run.clean, typed_run.result.cache_used)
+        assert follower.behind <= MAX_BEHIND
+    typed_run = typed(a, FIRST + MAX_BEHIND + 1)
+    follower.note(typed_run.clean, typed_run.result.cache_used)
+    a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
+    assert len(b_runs) == 1 and a_trace.reused == trace.reused == 0
+    assert list(a_trace.ids) == list(trace.ids) == IDS[:FIRST + MAX_BEHIND + 1]
+    assert not differs(a_trace, trace)
+    typed_run = typed(a, FIRST + MAX_BEHIND + 2)
+    follower.note(typed_run.clean, typed_run.result.cache_used)
+    assert not differs(typed_run.clean, followed(follower, typed_run.clean))
+    assert len(b_runs) == 2
+
+
+def test_a_stopped_comparison_clears_no_cache(same_model, monkeypatch):
+    """A comparison that a newer key has stopped before it runs the text afresh (B refused the text
+    before) clears neither cache: a stale job leaves the caches to the newest one."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+
+    def refuse(*args, **kw):
+        raise ModelLoadError("m gives non-finite attention patterns in layer 0")
+    monkeypatch.setattr(b, "run", refuse)
+    run = typed(a, FIRST)
+    with pytest.raises(ModelLoadError):
+        follower.follow(run.clean, C.compare_trace)
+    run = typed(a, FIRST + 1)
+    with pytest.raises(Cancelled):
+        follower.follow(run.clean, C.compare_trace, stop=lambda: True)
+    assert typed(a, FIRST + 2).result.cache_reused == FIRST + 1  # A's cache kept

@@ -6,9 +6,11 @@ layers) and SmolLM2 on its Q4_1 blocks (the one-row steps once they are warm).""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from attnviz.engine.errors import ModelLoadError
 from attnviz.ui.machinery.compare_jobs import BSource
 from attnviz.ui.panels.compare_menu import open_compare
 from attnviz.ui.machinery.loading import WARM_KIND
@@ -89,3 +91,120 @@ def test_the_same_model_shows_zero_after_typing_and_after_a_stopped_comparison(w
         type_text(w, qtbot, text)
         qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
         assert shows_zero(jobs, text)
+
+
+def test_the_same_model_shows_zero_after_the_anatomy_panel_is_shown(qtbot, tmp_path):
+    """Showing the Anatomy panel mid-session makes A's runs keep every layer's input: A's next run
+    computes every row afresh, and so does B's (the toy decoder, float32 layers)."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    text = TEXT
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text,
+                    timeout=WAIT)
+    try:
+        for step in (" John", "anatomy", " gave"):
+            if step == "anatomy":
+                shown = w.state.result
+                w.state.set_inputs_wanted(True)  # (what showing the Anatomy panel does)
+                qtbot.waitUntil(lambda: w.state.result is not shown, timeout=WAIT)
+                assert w.state.result.layer_inputs is not None
+                w.worker.wait_idle()
+                qtbot.waitUntil(lambda: jobs.comparison.result is w.state.result, timeout=WAIT)
+                assert shows_zero(jobs, text)
+                continue
+            for ch in step:
+                text += ch
+                type_text(w, qtbot, text)
+                qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+                assert shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()
+
+
+def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, monkeypatch):
+    """Each key comes while A's run of the key before it is ending (past its last check of a newer
+    key: its comparison is dropped, B runs nothing): once B is more than MAX_BEHIND of A's runs
+    behind, the comparison after the last key runs the text once on each model, not once per key,
+    and shows 0."""
+    from attnviz.engine.analysing.pair import MAX_BEHIND
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
+                    timeout=WAIT)
+    w.worker.wait_idle()
+    a, b = w.state.model, jobs.b
+    real_a, real_b = a.run, b.run
+    ended, typing, b_runs = threading.Event(), threading.Event(), []
+
+    def run_a(*args, **kw):  # A's keystroke run ends, then waits for the next key to be typed
+        out = real_a(*args, **kw)
+        if typing.is_set():
+            ended.set()
+            while typing.is_set() and w.state.text == kw.get("text"):
+                time.sleep(0.002)
+        return out
+
+    def run_b(*args, **kw):
+        b_runs.append(kw["ids"])
+        return real_b(*args, **kw)
+    monkeypatch.setattr(a, "run", run_a)
+    monkeypatch.setattr(b, "run", run_b)
+    text, keys = TEXT, " gave a drink"
+    assert len(keys) > MAX_BEHIND + 1
+    typing.set()
+    try:
+        for ch in keys:
+            text += ch
+            w.set_text(text)
+            qtbot.waitUntil(ended.is_set, timeout=WAIT)
+            ended.clear()
+    finally:
+        typing.clear()
+    qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+    w.worker.wait_idle()
+    try:
+        assert len(b_runs) <= MAX_BEHIND, len(b_runs)
+        assert shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()
+
+
+def test_a_text_b_refuses_shows_its_error_and_the_next_key_compares_again(qtbot, tmp_path, monkeypatch):
+    """B refuses one text (non-finite values, as a quantized B may give): the panel says so for that
+    text; the next key is compared again, and shows 0."""
+    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+    jobs = w.worker.compare_jobs
+    w.worker.wait_idle()
+    open_compare(w, BSource("model", TOY))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
+                    timeout=WAIT)
+    w.worker.wait_idle()
+    b, refused = jobs.b, TEXT + " J"
+    real_b = b.run
+    bad = b.encode(refused)[0]
+
+    def run_b(*args, **kw):
+        if len(kw["ids"]) == len(bad) and (kw["ids"] == bad).all():
+            b.clear_cache()
+            raise ModelLoadError(f"{b.name} gives non-finite attention patterns in layer 0")
+        return real_b(*args, **kw)
+    monkeypatch.setattr(b, "run", run_b)
+    try:
+        type_text(w, qtbot, refused)
+        qtbot.waitUntil(lambda: "non-finite" in jobs.note, timeout=WAIT)
+        text = refused
+        for ch in "oh":
+            text += ch
+            type_text(w, qtbot, text)
+            qtbot.waitUntil(lambda: jobs.comparison.result.text == text, timeout=WAIT)
+            assert jobs.note == "" and shows_zero(jobs, text)
+    finally:
+        jobs.close()
+        w.worker.wait_idle()

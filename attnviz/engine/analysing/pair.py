@@ -10,6 +10,7 @@ The metrics on a pair are pure functions of the two traces (`engine/analysing/co
 
 from __future__ import annotations
 
+import logging
 import weakref
 from dataclasses import dataclass
 from typing import Callable
@@ -20,9 +21,11 @@ from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import Trace
-from attnviz.engine.errors import AttnvizError, InputError, ModelLoadError
+from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.token_text import quoted
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -176,46 +179,115 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         raise kind(f"{what}{room}: {exc}") from None
 
 
+MAX_BEHIND = 6  # A's runs B may be behind by; further behind, both run the text afresh (Follower)
+
+
+@dataclass(frozen=True)
+class _Noted:
+    """One of A's runs as B must replay it."""
+    trace: weakref.ref  # A's trace, weakly
+    ids: np.ndarray  # int64 [T]
+    one_row: bool | None  # the steps A's run took (Trace.one_row)
+    cached: bool  # whether it ran with A's cache (result.cache_used)
+    want: dict  # the records A's trace kept (Trace.want): B's cache then holds, and weighs, as A's
+    reused: int  # the tokens A's run took from its cache (Trace.reused)
+
+
 class Follower:
     """Model B's KV cache kept in step with model A's while B follows A's typing runs: B runs the
-    ids of each of A's runs, in A's order, each with the steps A's took (Trace.one_row) and, as
-    A's did, with its cache or apart from it. B's cache then takes the same runs as A's, and each
-    of B's runs computes the same rows, in the same chunks, the same way as A's: a model compared
-    with itself gives the same bits. A run of B that is stopped (a newer keystroke) or never
-    started leaves A's run noted: the next `follow` runs it first, so B's cache never lags.
+    ids of each of A's runs, in A's order, each with the steps A's took (Trace.one_row), keeping
+    the records A's kept (Trace.want: which runs a cache may reuse, and how much room its earlier
+    runs take) and, as A's did, with its cache or apart from it. B's cache then takes the same
+    runs as A's, and each of B's runs computes the same rows, in the same chunks, the same way as
+    A's: a model compared with itself gives the same bits. A run of B that is stopped (a newer
+    keystroke) or never started leaves A's run noted: the next `follow` runs it first.
+
+    Where B cannot follow, both caches are cleared and the text compared is run afresh on both
+    sides, each computing every row in one chunk (`follow` does it): at the comparison after one
+    B refused (an error: the runs noted are dropped, the error raised), once B is more than
+    MAX_BEHIND of A's runs behind (keys typed faster than B followed: B would run each of them
+    before the comparison), and where a run of B took another number of tokens from its cache
+    than A's run did (logged).
 
     Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
     one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
-    A). One thread at a time notes and follows (the window's pool)."""
+    A). One thread at a time notes and follows (the window's pool), the thread that runs A's
+    cached runs."""
 
     def __init__(self, a, b):
+        self.a, self.b = a, b
         a.clear_cache()
         b.clear_cache()
-        self._runs: list = []  # (A's trace (weakly), ids [T], one_row, cached) not followed yet, oldest first
+        self._runs: list[_Noted] = []  # not followed yet, oldest first
+        self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
 
     def note(self, trace: Trace, cached: bool = True) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
-        self._runs.append((weakref.ref(trace), trace.ids, trace.one_row, cached))
+        self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
+                                 dict(trace.want), trace.reused))
+        if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
+            self._runs.clear()
+            self._lost = True
 
     @property
     def behind(self) -> int:
         """A's runs noted that B has not run yet."""
         return len(self._runs)
 
-    def follow(self, b, a_trace: Trace, make_trace: Callable[[], Trace], stop=None,
-               cached: bool = True) -> Trace:
-        """B's trace (from `make_trace`) of A's run that filled `a_trace`, B having first run each
-        of A's runs noted before it (that run noted now, `cached` as note's, if it was not).
-        `stop`: as RunRequest.stop, for each of B's runs (Cancelled: the runs not done stay noted)."""
-        at = next((j for j, run in enumerate(self._runs) if run[0]() is a_trace), None)
+    def follow(self, a_trace: Trace, make_trace: Callable[[], Trace], stop=None,
+               cached: bool = True) -> tuple[Trace, Trace]:
+        """(A's trace, B's trace) of the ids of A's run that filled `a_trace`: B's trace from
+        `make_trace`, B having first run each of A's runs noted before it (that run noted now,
+        `cached` as note's, if it was not). Where B cannot follow (the class docstring), both
+        caches are cleared and A runs those ids afresh first: the A trace returned is then that
+        run's. `stop`: as RunRequest.stop, for each run (Cancelled: the runs not done stay
+        noted). Any other error drops the runs noted and is raised (the next follow runs afresh)."""
+        at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
         if at is None:
             self.note(a_trace, cached)
             at = len(self._runs) - 1
+        try:
+            if self._lost:
+                a_trace, at = self._afresh(a_trace, stop), 0
+            trace, same = self._replay(at, make_trace, stop)
+            if not same:  # B's cache held other rows than A's
+                self._lost = True  # (until both caches are cleared)
+                a_trace = self._afresh(a_trace, stop)
+                trace, _ = self._replay(0, make_trace, stop)
+            return a_trace, trace
+        except Cancelled:
+            raise
+        except Exception:  # (a run B refuses: Model.run has cleared B's cache)
+            self._runs.clear()
+            self._lost = True
+            raise
+
+    def _replay(self, at: int, make_trace, stop) -> tuple[Trace, bool]:
+        """B runs the runs noted up to `at` -> (B's trace of the last run, whether each took as
+        many tokens from B's cache as A's did from A's; the first that did not ends the replay)."""
         for _ in range(at + 1):
-            _ref, ids, one_row, with_cache = self._runs[0]
+            run = self._runs[0]
             trace = make_trace()
-            trace.one_row = one_row  # the steps A's run took (a one-row run's)
-            b.run(ids=ids, trace=trace, request=RunRequest(stop=stop, use_cache=with_cache))
+            trace.want.update(run.want)  # (B's records as A's: the runs its cache may reuse)
+            trace.one_row = run.one_row  # the steps A's run took (a one-row run's)
+            self.b.run(ids=run.ids, trace=trace, request=RunRequest(stop=stop, use_cache=run.cached))
             self._runs.pop(0)
+            if trace.reused != run.reused:
+                log.warning("%s took %d tokens from its cache where %s took %d: both run the text "
+                            "afresh", self.b.name, trace.reused, self.a.name, run.reused)
+                return trace, False
+        return trace, True
+
+    def _afresh(self, a_trace: Trace, stop) -> Trace:
+        """Both caches cleared and A's run of a_trace's ids made again, noted (B's next to run)."""
+        if stop is not None and stop():  # (a stale job clears nothing)
+            raise Cancelled("stopped before running the text afresh: a newer run was asked for")
+        self.a.clear_cache()
+        self.b.clear_cache()
+        self._runs.clear()
+        self._lost = False
+        trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)
+        result = self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+        self.note(trace, result.cache_used)
         return trace

@@ -4,10 +4,13 @@ ui/panels/compare_panel.py; the metrics engine/analysing/compare.py).
 While B is open, each typing run of A keeps its residual stream (the runner's run then is a
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
-order and the way A's ran, a run of A whose comparison a newer key stopped among them; and as B
-opens, A's cache is cleared and A's text run again, so A's rows and B's first run are one chunk
-alike): a model compared with itself differs by exactly 0, once the one-row steps' warm-up ends.
-The job then compares the two
+order, the way A's ran and keeping what A's kept, a run of A whose comparison a newer key stopped
+among them; as B opens, both caches are cleared and A's text run again, so A's rows and B's first
+run are one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B
+refused, or where a run of B reused another number of rows than A's, the comparison clears both
+caches and runs the text afresh on each side, and compares those runs): a model compared with
+itself differs by exactly 0, once the one-row steps' warm-up ends, where the memory budget holds
+both models' layers alike (docs/compare.md). The job then compares the two
 traces: both runs per keystroke, newest wins (a keystroke makes the running job stale and it
 stops at B's next layer). The 'compare' job is queued
 on the pool right behind A's run as the worker submits it (follow): A's job hands its run over on
@@ -68,7 +71,8 @@ class BSource:
 class Comparison:
     """One keystroke's comparison: A's shown result, B's patterns on the same ids, the metrics."""
     result: object  # A's RunResult (its text, tokens and labels)
-    a_attentions: np.ndarray  # [n_layer, n_head, T, T] A's clean run (no heads switched off)
+    a_attentions: np.ndarray  # [n_layer, n_head, T, T] A's clean run (no heads switched off), or its
+    # run made afresh where B could not follow (pair.Follower)
     b_attentions: np.ndarray  # [n_layer, n_head, T, T]
     doc: dict | None  # compare.compare(pair) without induction (None: fewer than 2 tokens)
     seconds: float  # B's run and the metrics
@@ -223,6 +227,8 @@ class CompareJobs(QObject):
         self.b, self.identity = value
         self.source, self.note = source, ""
         self.comparison = self.induction = self._known = self._handoff = None
+        for kind in (COMPARE_KIND, "compute"):  # the jobs before, stale: none runs on the caches cleared
+            self.worker.claim(kind)
         self._follower = Follower(a, self.b)  # (the caches cleared: A's text runs again, in one chunk as B's)
         self.sigChanged.emit()
         self._request_probe()
@@ -292,14 +298,14 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                trace = follower.follow(b, run.clean, C.compare_trace, stale, run.result.cache_used)
-            pair = Pair(Run("A", a, ids, run.clean), Run("B", b, ids, trace))
+                clean, trace = follower.follow(run.clean, C.compare_trace, stale, run.result.cache_used)
+            pair = Pair(Run("A", a, ids, clean), Run("B", b, ids, trace))
             doc = seen = None
             if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused
                 doc, seen = C.head_numbers(pair, known)
             else:  # (no next-token job follows, which hands the freed pages back once a keystroke)
                 release_free_memory()
-            return Comparison(result, run.clean.attentions, trace.attentions, doc,
+            return Comparison(result, clean.attentions, trace.attentions, doc,
                               time.perf_counter() - t0, pair, seen)
         worker.submit(COMPARE_KIND, work, self._on_compared, (a, b), POOL, job_id=job_id)
 
