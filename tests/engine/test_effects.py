@@ -46,6 +46,26 @@ def test_the_run_shown_under_an_ablation_equals_the_whole_edited_run(models, nam
     assert not np.array_equal(run.result.attentions, run.clean.attentions)
 
 
+def test_the_time_shown_under_an_ablation_counts_the_changed_run(models, monkeypatch):
+    """The compute time of the run shown is the clean run's and the changed run's together: a clean
+    run the KV cache gives whole takes no time, the changed run still does."""
+    import time
+
+    from attnviz.engine.analysing import effects
+
+    model = models["llama_gqa"]
+    window_run(model, "", ids=IDS)  # (the clean run next comes from the cache)
+    real = effects.forward
+
+    def slow(*a, **kw):  # the changed run's forward pass, made to take a known time
+        time.sleep(0.05)
+        return real(*a, **kw)
+    monkeypatch.setattr(effects, "forward", slow)
+    run = window_run(model, "", ids=IDS, ablation=Ablation(heads=((1, 0),)))
+    assert run.changed is not None and run.clean.reused == len(IDS)
+    assert run.result.compute_s >= 0.05
+
+
 def test_a_clean_run_keeps_what_prediction_reads_and_equals_a_plain_run(models):
     model = models["llama_gqa"]
     run = window_run(model, "", ids=IDS)

@@ -15,6 +15,7 @@ arithmetic, no Qt:
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -171,6 +172,7 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
         edits = edits_of(model, clean, ablation)
     except InputError as exc:
         return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}")
+    t0 = time.perf_counter()
     changed = Trace(z=True, resid=True, values=values, inputs=inputs, edits=edits,
                     start=first_layer(edits), base=clean)
     changed.stop = request.stop
@@ -179,9 +181,11 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
     norms = share = None
     if values:
         norms, share = model.value_norms(changed.attentions, changed.v)
+    # (the time shown is both runs': the clean one's, taken from the cache or not, and this one's)
     shown = dataclasses.replace(result, attentions=changed.attentions, value_norms=norms,
                                 head_share=share, trace=changed,
-                                layer_inputs=tuple(changed.inputs) if inputs else None)
+                                layer_inputs=tuple(changed.inputs) if inputs else None,
+                                compute_s=result.compute_s + time.perf_counter() - t0)
     return WindowRun(shown, clean, changed, ablation)
 
 
