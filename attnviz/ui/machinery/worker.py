@@ -195,10 +195,12 @@ class Worker(Runner):
             return
         self._first_run = False
         self.state.long.set_run(None)
+        changed = False
         if isinstance(result, WindowRun):  # the run the effects views asked for (clean and changed)
             self.state.effects.set_run(result)
-            result = result.result
-        self.preview_timing.note(req.model, result.compute_s)
+            changed, result = result.changed is not None, result.result
+        if not changed:  # (a changed run's time counts both runs: no preview is made of those)
+            self.preview_timing.note(req.model, result.compute_s)
         self.state.set_result(result)  # the runner feeds the state; the widgets watch it
         self.state.report_compute(req)
         self._compute_what_is_missing()  # a view may have asked for more while this run was on its way
