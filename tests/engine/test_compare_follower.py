@@ -238,6 +238,27 @@ def test_a_cache_out_of_step_is_found_and_both_run_afresh(same_model, caplog):
     assert not differs(run.clean, followed(follower, run.clean))
 
 
+def test_a_cache_cleared_between_two_runs_of_a_clears_b_s_too(same_model, caplog):
+    """A's cache emptied between two of A's runs (a benchmark's pass clearing the model it types
+    into, a run A refused): B's cache is cleared before B runs the later one, so B takes no more
+    from its cache than A did, nothing is run afresh, and the same model shows 0."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    for k in (FIRST, FIRST + 1):
+        run = typed(a, k)
+        follower.note(run.clean, run.result.cache_used)
+        followed(follower, run.clean)
+    a.clear_cache()
+    with caplog.at_level("WARNING"):
+        for k in (FIRST + 2, FIRST + 3):
+            run = typed(a, k)
+            follower.note(run.clean, run.result.cache_used)
+            trace = followed(follower, run.clean)  # (B's run, not a run afresh of both)
+            assert trace.reused == run.result.cache_reused == (0 if k == FIRST + 2 else k - 1)
+            assert not differs(run.clean, trace)
+    assert "afresh" not in caplog.text
+
+
 def test_a_run_b_refuses_is_reported_and_the_next_comparison_runs_both_afresh(same_model, monkeypatch):
     """B refuses one text (non-finite patterns: Model.run's ModelLoadError, B's cache cleared): the
     error is raised for that text, and the next comparison, of the text with that token deleted,

@@ -191,6 +191,7 @@ class _Noted:
     cached: bool  # whether it ran with A's cache (result.cache_used)
     want: dict  # the records A's trace kept (Trace.want): B's cache then holds, and weighs, as A's
     reused: int  # the tokens A's run took from its cache (Trace.reused)
+    clears: int  # A's cache clears before it (Model.cache_clears): B clears its cache where they grew
 
 
 class Follower:
@@ -212,20 +213,22 @@ class Follower:
     Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
     one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
-    A). One thread at a time notes and follows (the window's pool), the thread that runs A's
-    cached runs."""
+    A). A's cache cleared between two of A's runs (a benchmark's pass, a run A refused) clears B's
+    before B runs the later one. One thread at a time notes and follows (the window's pool), the
+    thread that runs A's cached runs."""
 
     def __init__(self, a, b):
         self.a, self.b = a, b
         a.clear_cache()
         b.clear_cache()
+        self._clears = a.cache_clears  # A's clears that B's cache has followed
         self._runs: list[_Noted] = []  # not followed yet, oldest first
         self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
 
     def note(self, trace: Trace, cached: bool = True) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
         self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
-                                 dict(trace.want), trace.reused))
+                                 dict(trace.want), trace.reused, self.a.cache_clears))
         if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
             self._runs.clear()
             self._lost = True
@@ -271,6 +274,10 @@ class Follower:
             trace = make_trace()
             trace.want.update(run.want)  # (B's records as A's: the runs its cache may reuse)
             trace.one_row = run.one_row  # the steps A's run took (a one-row run's)
+            if run.cached and run.clears != self._clears:  # A's cache cleared since B's last run
+                log.info("%s's cache was cleared: %s's is cleared too", self.a.name, self.b.name)
+                self.b.clear_cache()
+                self._clears = run.clears
             self.b.run(ids=run.ids, trace=trace, request=RunRequest(stop=stop, use_cache=run.cached))
             self._runs.pop(0)
             if trace.reused != run.reused:
@@ -285,6 +292,7 @@ class Follower:
             raise Cancelled("stopped before running the text afresh: a newer run was asked for")
         self.a.clear_cache()
         self.b.clear_cache()
+        self._clears = self.a.cache_clears
         self._runs.clear()
         self._lost = False
         trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)

@@ -86,6 +86,7 @@ class Model:
         # lock taken computes in full and leaves the cache alone: it never waits.
         self._cache = KVCache() if config.causal else None
         self._cache_lock = threading.Lock()
+        self._clears = 0  # clear_cache calls so far (cache_clears)
         self._head: LMHead | None = None  # lm_head(): built on first use
         self._head_lock = threading.Lock()
 
@@ -129,6 +130,13 @@ class Model:
         """Forget the KV cache. A run in progress finishes on the old one, which is then dropped."""
         if self._cache is not None:
             self._cache = KVCache()
+            self._clears += 1
+
+    @property
+    def cache_clears(self) -> int:
+        """How many times the KV cache was cleared (clear_cache, a run refused): a pair.Follower
+        reads it to clear B's cache where A's was cleared between two of A's runs."""
+        return self._clears
 
     def run(self, text=None, *, ids=None, request: RunRequest = PLAIN,
             trace: Trace | None = None) -> RunResult:
