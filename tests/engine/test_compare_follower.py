@@ -333,3 +333,47 @@ def test_a_stopped_comparison_clears_no_cache(same_model, monkeypatch):
     with pytest.raises(Cancelled):
         follower.follow(run.clean, C.compare_trace, stop=lambda: True)
     assert typed(a, FIRST + 2).result.cache_reused == FIRST + 1  # A's cache kept
+
+
+def test_a_stopped_run_of_a_that_made_an_earlier_run_current_is_not_missed(same_model, caplog):
+    """A run of A stopped by a newer key after its cache made an earlier run current (KVCache.reuse
+    does, before the layers) is never noted: B's cache keeps the old order. A later text with an
+    equally long prefix in both runs then takes its rows from another kept run in B than in A, the
+    same number of them: the follower sees the caches' counts of such promotions differ and runs
+    the text afresh, so the same model still shows exactly 0."""
+    a, b, _ = same_model
+    f = Follower(a, b)
+
+    def step(ids, inputs=False):
+        run = window_run(a, "", ids=np.asarray(ids), request=RunRequest(truncate=True, inputs=inputs))
+        f.note(run.clean, run.result.cache_used)
+        return f.follow(run.clean, C.compare_trace)
+    for k in range(4, 9):
+        assert not differs(*step(IDS[:k]))
+    assert not differs(*step(IDS[:7] + [11], inputs=True))  # (its rows in one chunk: inputs wanted)
+    with pytest.raises(Cancelled):  # A's run of IDS[:9], stopped before its first layer
+        window_run(a, "", ids=np.asarray(IDS[:9]), request=RunRequest(truncate=True, stop=lambda: True))
+    a_trace, b_trace = step(IDS[:7] + [12])
+    assert not differs(a_trace, b_trace)
+    assert any("afresh" in r.getMessage() for r in caplog.records)
+
+
+def test_b_that_is_a_s_own_model_shows_a_s_rows_without_running_afresh(same_model, caplog, monkeypatch):
+    """B the very Model object A is (a checkpoint entry that is A's own): one cache, A's run in it;
+    B's trace of each key takes A's rows from it whole, one run a key, nothing run afresh."""
+    a = same_model[0]
+    f = Follower(a, a)
+    for k in range(FIRST, FIRST + 5):
+        run = typed(a, k)
+        f.note(run.clean, run.result.cache_used)
+        real, runs = a.run, []
+
+        def counting(*args, **kw):
+            runs.append(len(kw["ids"]))
+            return real(*args, **kw)
+        monkeypatch.setattr(a, "run", counting)
+        a_trace, b_trace = f.follow(run.clean, C.compare_trace)
+        monkeypatch.setattr(a, "run", real)
+        assert a_trace is run.clean and runs == [k] and b_trace.reused == k
+        assert not differs(a_trace, b_trace)
+    assert not any("afresh" in r.getMessage() for r in caplog.records)

@@ -192,6 +192,7 @@ class _Noted:
     want: dict  # the records A's trace kept (Trace.want): B's cache then holds, and weighs, as A's
     reused: int  # the tokens A's run took from its cache (Trace.reused)
     clears: int  # A's cache clears before it (Model.cache_clears): B clears its cache where they grew
+    promoted: int  # A's cache's earlier runs made current after it (Model.cache_promotions): B's as many
 
 
 class Follower:
@@ -228,7 +229,8 @@ class Follower:
     def note(self, trace: Trace, cached: bool = True) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
         self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
-                                 dict(trace.want), trace.reused, self.a.cache_clears))
+                                 dict(trace.want), trace.reused, self.a.cache_clears,
+                                 self.a.cache_promotions))
         if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
             self._runs.clear()
             self._lost = True
@@ -246,6 +248,12 @@ class Follower:
         caches are cleared and A runs those ids afresh first: the A trace returned is then that
         run's. `stop`: as RunRequest.stop, for each run (Cancelled: the runs not done stay
         noted). Any other error drops the runs noted and is raised (the next follow runs afresh)."""
+        if self.b is self.a:  # (a checkpoint entry that is A's own Model: one cache, A's run in it)
+            self._runs.clear()
+            trace = make_trace()
+            trace.one_row = a_trace.one_row
+            self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+            return a_trace, trace
         at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
         if at is None:
             self.note(a_trace, cached)
@@ -280,9 +288,12 @@ class Follower:
                 self._clears = run.clears
             self.b.run(ids=run.ids, trace=trace, request=RunRequest(stop=stop, use_cache=run.cached))
             self._runs.pop(0)
-            if trace.reused != run.reused:
-                log.warning("%s took %d tokens from its cache where %s took %d: both run the text "
-                            "afresh", self.b.name, trace.reused, self.a.name, run.reused)
+            if trace.reused != run.reused or (run.cached and self.b.cache_promotions != run.promoted):
+                # (the same count from another kept run: a run of A stopped after its cache made
+                # an earlier run current, which B never ran)
+                log.warning("B (%s) took %d tokens from its cache, %d times from an earlier run, where "
+                            "A (%s) took %d, %d times: both run the text afresh", self.b.name,
+                            trace.reused, self.b.cache_promotions, self.a.name, run.reused, run.promoted)
                 return trace, False
         return trace, True
 

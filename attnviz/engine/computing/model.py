@@ -138,6 +138,13 @@ class Model:
         reads it to clear B's cache where A's was cleared between two of A's runs."""
         return self._clears
 
+    @property
+    def cache_promotions(self) -> int:
+        """Earlier runs the KV cache made its current one since it was last cleared (KVCache.promoted:
+        a run stopped after that leaves it made): a pair.Follower compares A's and B's."""
+        cache = self._cache
+        return cache.promoted if cache is not None else 0
+
     def run(self, text=None, *, ids=None, request: RunRequest = PLAIN,
             trace: Trace | None = None) -> RunResult:
         """Attention patterns of `text` (with the model's special tokens), raw `ids` (without), or a

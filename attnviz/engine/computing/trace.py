@@ -343,6 +343,9 @@ class KVCache:
     reused: int = 0  # tokens the last run took from the cache
     earlier: list = field(default_factory=list)  # KVCache of earlier runs, newest first (see above)
     held: int = -1  # an earlier run's bytes (held_bytes), counted once when first kept; -1: not yet
+    # earlier runs `reuse` made current so far: it does so before a run's layers, so a run stopped
+    # then leaves it done (pair.Follower compares the count of two caches that take the same runs)
+    promoted: int = 0
 
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
@@ -364,6 +367,7 @@ class KVCache:
             current = self._run()
             self._set(run)
             self._remember(current)
+            self.promoted += 1
         return p
 
     def _run(self) -> KVCache:  # the current run alone, as an entry of `earlier`
@@ -463,4 +467,4 @@ class KVCache:
 _NBYTES = operator.attrgetter("nbytes")
 
 # what one run is: every field but the earlier runs and the count of an earlier run's bytes
-_RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name not in ("earlier", "held"))
+_RUN_FIELDS = tuple(f.name for f in fields(KVCache) if f.name not in ("earlier", "held", "promoted"))
