@@ -21,22 +21,11 @@ from attnviz.engine.computing.trace import Trace
 from attnviz.engine.reading import gguf_model, qpack
 from gguf_files import Q, gguf_tensors, write_gguf
 from tiny import FIXTURES
+from warm_state import as_fresh, settled
 
 pytest.importorskip("numba")
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
-
-
-WARMING = ("qmatvec-warm", "attnviz-kernels-warm")  # the threads that warm kernels (a load's, the window's)
-
-
-def settled():
-    """Every warm-up an earlier test started has ended (one still running would write into the
-    state a test sets afresh)."""
-    for t in threading.enumerate():
-        if t.name.startswith(WARMING):
-            t.join(timeout=600)
-            assert not t.is_alive()
 
 
 @pytest.fixture
@@ -44,12 +33,7 @@ def cold(monkeypatch):
     """The warm-up's state as a fresh process has it, the kernels asked for with the rest later
     (the compiled code stays in this process: warming again only calls it); the load's own warm-up
     threads, listed, for the test to join."""
-    settled()
-    monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_serial_ready", set())
-    monkeypatch.setattr(qm, "_ready_types", set())
-    monkeypatch.setattr(qm, "_started", set())
-    monkeypatch.setattr(qm, "ONE_ROW", None)
+    as_fresh(monkeypatch)
     for name in ("_asked", "_rest_later"):  # (restored after the test as they were)
         monkeypatch.setattr(qpack, name, getattr(qpack, name))
     qpack.ask_for_kernels(rest_later=True)

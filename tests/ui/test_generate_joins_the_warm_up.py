@@ -17,6 +17,7 @@ from PySide6.QtCore import Qt
 
 from attnviz.ui.machinery import loading as L
 from attnviz.ui.machinery.long_jobs import TOP_K
+from warm_state import as_fresh
 from windows import WAIT, open_window
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="the kernels need numba")
@@ -33,14 +34,6 @@ def _thread() -> tuple[str, int]:  # this thread's name and scheduling priority 
     return threading.current_thread().name, nice
 
 
-def settled():
-    """Every warm-up an earlier test started has ended (a load's thread, a window's job)."""
-    for t in threading.enumerate():
-        if t.name.startswith(("qmatvec-warm", f"attnviz-{L.WARM_KIND}")):
-            t.join(timeout=600)
-            assert not t.is_alive()
-
-
 @pytest.fixture
 def cold(monkeypatch):
     """The kernels' warm-up state as a fresh process has it (the code compiled in this process
@@ -48,12 +41,7 @@ def cold(monkeypatch):
     from attnviz.engine.computing import onerow_stack
     from attnviz.engine.computing import qmatvec as qm
 
-    settled()
-    monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_serial_ready", set())
-    monkeypatch.setattr(qm, "_ready_types", set())
-    monkeypatch.setattr(qm, "_started", set())
-    monkeypatch.setattr(qm, "ONE_ROW", None)
+    as_fresh(monkeypatch)
     monkeypatch.setattr(onerow_stack, "_STACKS", weakref.WeakKeyDictionary())
     return qm
 

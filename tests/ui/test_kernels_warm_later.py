@@ -17,6 +17,7 @@ from attnviz.engine.computing import families, layers
 from attnviz.ui.machinery import effects_jobs as EJ
 from attnviz.ui.machinery import loading as L
 from attnviz.ui.machinery.worker import Worker
+from warm_state import as_fresh, settled
 from windows import WAIT, open_window, wait_for_text
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="the kernels need numba")
@@ -25,27 +26,11 @@ TEXT = "The keys to the cabinet are on the"
 TYPED = TEXT + " table"
 
 
-def settled():
-    """Every warm-up an earlier test started has ended (a load's thread, a window's job): one still
-    running would write into the state a test sets afresh."""
-    for t in threading.enumerate():
-        if t.name.startswith(("qmatvec-warm", f"attnviz-{L.WARM_KIND}")):
-            t.join(timeout=600)
-            assert not t.is_alive()
-
-
 @pytest.fixture
 def cold(monkeypatch):
     """The kernels' warm-up state as a fresh process has it (the code compiled in this process
     stays: warming again only calls it); the threads that warmed the one-row steps, listed."""
-    from attnviz.engine.computing import qmatvec as qm
-
-    settled()
-    monkeypatch.setattr(qm, "_warmed", {})
-    monkeypatch.setattr(qm, "_serial_ready", set())
-    monkeypatch.setattr(qm, "_ready_types", set())
-    monkeypatch.setattr(qm, "_started", set())
-    monkeypatch.setattr(qm, "ONE_ROW", None)
+    qm = as_fresh(monkeypatch)
     one_row, real = [], qm._warm_one_row
 
     def listed(half):
