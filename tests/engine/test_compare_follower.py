@@ -214,15 +214,21 @@ def test_b_keeps_the_earlier_runs_a_keeps(same_model, monkeypatch):
     assert reused[-1] == (9, 9), reused  # (the first run of 10 tokens dropped on both sides)
 
 
-def test_a_cache_out_of_step_is_found_and_both_run_afresh(same_model, caplog):
-    """B's cache emptied behind the follower's back: B's run takes fewer tokens from its cache than
-    A's did, which is logged, and both models run the text afresh (every row in one chunk)."""
-    a, b, _ = same_model
+def two_keys_followed(a, b):
+    """A follower of a and b after two of A's keys, B's runs of both made -> the follower."""
     follower = Follower(a, b)
     for k in (FIRST, FIRST + 1):
         run = typed(a, k)
         follower.note(run.clean, run.result.cache_used)
         followed(follower, run.clean)
+    return follower
+
+
+def test_a_cache_out_of_step_is_found_and_both_run_afresh(same_model, caplog):
+    """B's cache emptied behind the follower's back: B's run takes fewer tokens from its cache than
+    A's did, which is logged, and both models run the text afresh (every row in one chunk)."""
+    a, b, _ = same_model
+    follower = two_keys_followed(a, b)
     b.clear_cache()
     run = typed(a, FIRST + 2)
     follower.note(run.clean, run.result.cache_used)
@@ -243,11 +249,7 @@ def test_a_cache_cleared_between_two_runs_of_a_clears_b_s_too(same_model, caplog
     into, a run A refused): B's cache is cleared before B runs the later one, so B takes no more
     from its cache than A did, nothing is run afresh, and the same model shows 0."""
     a, b, _ = same_model
-    follower = Follower(a, b)
-    for k in (FIRST, FIRST + 1):
-        run = typed(a, k)
-        follower.note(run.clean, run.result.cache_used)
-        followed(follower, run.clean)
+    follower = two_keys_followed(a, b)
     a.clear_cache()
     with caplog.at_level("WARNING"):
         for k in (FIRST + 2, FIRST + 3):

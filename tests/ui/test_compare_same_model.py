@@ -124,13 +124,9 @@ def test_the_same_model_shows_zero_after_the_anatomy_panel_is_shown(qtbot, tmp_p
         w.worker.wait_idle()
 
 
-def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, monkeypatch):
-    """Each key comes while A's run of the key before it is ending (past its last check of a newer
-    key: its comparison is dropped, B runs nothing): once B is more than MAX_BEHIND of A's runs
-    behind, the comparison after the last key runs the text once on each model, not once per key,
-    and shows 0."""
-    from attnviz.engine.analysing.pair import MAX_BEHIND
-
+def toy_against_itself(qtbot, tmp_path):
+    """A window on the toy model, its text compared with the toy model as B, the first comparison
+    in and every job done -> (window, its compare jobs)."""
     w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
     jobs = w.worker.compare_jobs
     w.worker.wait_idle()
@@ -138,6 +134,17 @@ def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, mon
     qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
                     timeout=WAIT)
     w.worker.wait_idle()
+    return w, jobs
+
+
+def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, monkeypatch):
+    """Each key comes while A's run of the key before it is ending (past its last check of a newer
+    key: its comparison is dropped, B runs nothing): once B is more than MAX_BEHIND of A's runs
+    behind, the comparison after the last key runs the text once on each model, not once per key,
+    and shows 0."""
+    from attnviz.engine.analysing.pair import MAX_BEHIND
+
+    w, jobs = toy_against_itself(qtbot, tmp_path)
     a, b = w.state.model, jobs.b
     real_a, real_b = a.run, b.run
     ended, typing, b_runs = threading.Event(), threading.Event(), []
@@ -179,13 +186,7 @@ def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, mon
 def test_a_text_b_refuses_shows_its_error_and_the_next_key_compares_again(qtbot, tmp_path, monkeypatch):
     """B refuses one text (non-finite values, as a quantized B may give): the panel says so for that
     text; the next key is compared again, and shows 0."""
-    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
-    jobs = w.worker.compare_jobs
-    w.worker.wait_idle()
-    open_compare(w, BSource("model", TOY))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT,
-                    timeout=WAIT)
-    w.worker.wait_idle()
+    w, jobs = toy_against_itself(qtbot, tmp_path)
     b, refused = jobs.b, TEXT + " J"
     real_b = b.run
     bad = b.encode(refused)[0]
