@@ -379,3 +379,23 @@ def test_b_that_is_a_s_own_model_shows_a_s_rows_without_running_afresh(same_mode
         assert a_trace is run.clean and runs == [k] and b_trace.reused == k
         assert not differs(a_trace, b_trace)
     assert not any("afresh" in r.getMessage() for r in caplog.records)
+
+
+def test_a_run_afresh_stopped_by_a_newer_key_leaves_a_s_cache_as_it_was(same_model):
+    """B more than MAX_BEHIND runs behind: the comparison runs the text afresh, and a newer key
+    stops A's run of it. A's cache is still the one its typing filled (the grid's next keystroke
+    computes one row, not the whole text), and the next comparison runs afresh again and shows 0."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    for k in range(FIRST, FIRST + MAX_BEHIND + 2):  # keys whose comparisons never ran
+        run = typed(a, k)
+        follower.note(run.clean, run.result.cache_used)
+    asked = iter([False] + [True] * 100)  # fresh as the job starts, a newer key during A's run
+    with pytest.raises(Cancelled):
+        follower.follow(run.clean, C.compare_trace, stop=lambda: next(asked))
+    k = FIRST + MAX_BEHIND + 2
+    run = typed(a, k)
+    assert run.result.cache_reused == k - 1
+    follower.note(run.clean, run.result.cache_used)
+    a_trace, b_trace = follower.follow(run.clean, C.compare_trace)
+    assert a_trace is not run.clean and not differs(a_trace, b_trace)

@@ -20,7 +20,7 @@ import numpy as np
 from attnviz.engine.computing.families import forward
 from attnviz.engine.computing.model import token_text
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.computing.trace import Trace
+from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.errors import AttnvizError, Cancelled, InputError, ModelLoadError
 from attnviz.engine.reading import budget as B
 from attnviz.engine.reading.token_text import quoted
@@ -298,15 +298,22 @@ class Follower:
         return trace, True
 
     def _afresh(self, a_trace: Trace, stop) -> Trace:
-        """Both caches cleared and A's run of a_trace's ids made again, noted (B's next to run)."""
+        """A's run of a_trace's ids made again into an empty cache, which then becomes A's; B's
+        cache cleared; that run noted (B's next to run). A run stopped by a newer key leaves A's
+        cache as it was (the grid's next keystroke reuses its rows) and the follower still out
+        of step (the next follow runs afresh)."""
         if stop is not None and stop():  # (a stale job clears nothing)
             raise Cancelled("stopped before running the text afresh: a newer run was asked for")
-        self.a.clear_cache()
+        trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)
+        causal = self.a.config.causal  # (a model without a KV cache: its runs are whole anyway)
+        trace.past = KVCache() if causal else None
+        self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+        fresh, trace.past = trace.past, None
+        if causal:
+            self.a.adopt_cache(fresh)
         self.b.clear_cache()
         self._clears = self.a.cache_clears
         self._runs.clear()
         self._lost = False
-        trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)
-        result = self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
-        self.note(trace, result.cache_used)
+        self.note(trace, causal)  # (with A's cache: its rows are the cache's now)
         return trace

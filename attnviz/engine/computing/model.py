@@ -132,6 +132,13 @@ class Model:
             self._cache = KVCache()
             self._clears += 1
 
+    def adopt_cache(self, cache: KVCache) -> None:
+        """Make `cache` (filled by runs that brought it as their trace's `past`) the model's KV
+        cache in place of the one it had, counted as a clear (what that one held is gone)."""
+        if self._cache is not None:
+            self._cache = cache
+            self._clears += 1
+
     @property
     def cache_clears(self) -> int:
         """How many times the KV cache was cleared (clear_cache, a run refused): a pair.Follower
