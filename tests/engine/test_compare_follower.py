@@ -399,3 +399,37 @@ def test_a_run_afresh_stopped_by_a_newer_key_leaves_a_s_cache_as_it_was(same_mod
     follower.note(run.clean, run.result.cache_used)
     a_trace, b_trace = follower.follow(run.clean, C.compare_trace)
     assert a_trace is not run.clean and not differs(a_trace, b_trace)
+
+
+def test_a_text_b_keeps_refusing_costs_no_run_of_a(same_model, monkeypatch):
+    """B refuses every text holding token 7 (as a quantized B may give non-finite values on one
+    token): while the text holds it, each key's comparison runs B first and stops at its refusal,
+    A's cache and runs left alone; once the token is gone the text is run afresh and shows 0."""
+    a, b, _ = same_model
+    follower = Follower(a, b)
+    real_b, real_a, a_runs = b.run, a.run, []
+
+    def run_b(*args, ids=None, **kw):
+        if 7 in list(ids):
+            b.clear_cache()
+            raise ModelLoadError("m gives non-finite attention patterns in layer 0")
+        return real_b(*args, ids=ids, **kw)
+
+    def run_a(*args, **kw):  # A's runs inside the comparison (its typing runs go by real_a)
+        a_runs.append(len(kw["ids"]))
+        return real_a(*args, **kw)
+    monkeypatch.setattr(b, "run", run_b)
+    texts = [IDS[:5] + [7] + IDS[5:k] for k in range(5, 9)]
+    for ids in texts:
+        typed_run = window_run(a, "", ids=np.asarray(ids))
+        follower.note(typed_run.clean, typed_run.result.cache_used)
+        monkeypatch.setattr(a, "run", run_a)
+        with pytest.raises(ModelLoadError):
+            follower.follow(typed_run.clean, C.compare_trace)
+        monkeypatch.setattr(a, "run", real_a)
+        assert typed_run.result.cache_reused == (0 if ids is texts[0] else len(ids) - 1)
+    assert a_runs == []
+    typed_run = window_run(a, "", ids=np.asarray(IDS[:6]))  # the token deleted
+    follower.note(typed_run.clean, typed_run.result.cache_used)
+    a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
+    assert a_trace is not typed_run.clean and not differs(a_trace, trace)

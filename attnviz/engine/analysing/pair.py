@@ -225,6 +225,7 @@ class Follower:
         self._clears = a.cache_clears  # A's clears that B's cache has followed
         self._runs: list[_Noted] = []  # not followed yet, oldest first
         self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
+        self._refused = False  # B refused the last text: the next follow runs B's afresh first
 
     def note(self, trace: Trace, cached: bool = True) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
@@ -259,6 +260,8 @@ class Follower:
             self.note(a_trace, cached)
             at = len(self._runs) - 1
         try:
+            if self._refused:  # (while B refuses the text, A's cache and runs are left alone)
+                return self._b_first(a_trace, make_trace, stop)
             if self._lost:
                 a_trace, at = self._afresh(a_trace, stop), 0
             trace, same = self._replay(at, make_trace, stop)
@@ -271,7 +274,7 @@ class Follower:
             raise
         except Exception:  # (a run B refuses: Model.run has cleared B's cache)
             self._runs.clear()
-            self._lost = True
+            self._lost = self._refused = True
             raise
 
     def _replay(self, at: int, make_trace, stop) -> tuple[Trace, bool]:
@@ -297,23 +300,41 @@ class Follower:
                 return trace, False
         return trace, True
 
-    def _afresh(self, a_trace: Trace, stop) -> Trace:
+    def _b_first(self, a_trace: Trace, make_trace, stop) -> tuple[Trace, Trace]:
+        """After a text B refused: B runs a_trace's ids on its cache cleared, and only once it has
+        A runs them afresh (_afresh), taking B's steps: both caches then hold that one run, its
+        rows in one chunk each. B refusing again raises, A's cache left as its typing filled it."""
+        if stop is not None and stop():  # (a stale job clears nothing)
+            raise Cancelled("stopped before running the text afresh: a newer run was asked for")
+        self.b.clear_cache()
+        trace = make_trace()
+        trace.want.update(a_trace.want)
+        self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+        self._refused = False
+        return self._afresh(a_trace, stop, b_ran=trace), trace
+
+    def _afresh(self, a_trace: Trace, stop, b_ran: Trace | None = None) -> Trace:
         """A's run of a_trace's ids made again into an empty cache, which then becomes A's; B's
-        cache cleared; that run noted (B's next to run). A run stopped by a newer key leaves A's
-        cache as it was (the grid's next keystroke reuses its rows) and the follower still out
-        of step (the next follow runs afresh)."""
+        cache cleared; that run noted (B's next to run), unless B has just run it on its cleared
+        cache (`b_ran`, B's trace: A then takes its steps). A run stopped by a newer key leaves
+        A's cache as it was (the grid's next keystroke reuses its rows) and the follower still
+        out of step (the next follow runs afresh)."""
         if stop is not None and stop():  # (a stale job clears nothing)
             raise Cancelled("stopped before running the text afresh: a newer run was asked for")
         trace = Trace(patterns=a_trace.want_patterns, values=a_trace.want_values, **a_trace.want)
+        if b_ran is not None:
+            trace.one_row = b_ran.one_row
         causal = self.a.config.causal  # (a model without a KV cache: its runs are whole anyway)
         trace.past = KVCache() if causal else None
         self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
         fresh, trace.past = trace.past, None
         if causal:
             self.a.adopt_cache(fresh)
-        self.b.clear_cache()
+        if b_ran is None:
+            self.b.clear_cache()
         self._clears = self.a.cache_clears
         self._runs.clear()
         self._lost = False
-        self.note(trace, causal)  # (with A's cache: its rows are the cache's now)
+        if b_ran is None:
+            self.note(trace, causal)  # (with A's cache: its rows are the cache's now)
         return trace
