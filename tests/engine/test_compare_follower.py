@@ -433,3 +433,20 @@ def test_a_text_b_keeps_refusing_costs_no_run_of_a(same_model, monkeypatch):
     follower.note(typed_run.clean, typed_run.result.cache_used)
     a_trace, trace = follower.follow(typed_run.clean, C.compare_trace)
     assert a_trace is not typed_run.clean and not differs(a_trace, trace)
+
+
+def test_b_that_is_a_s_own_model_follows_a_run_apart_from_the_cache(same_model):
+    """B the very Model object A is, and a run of A made apart from its cache (another run held
+    it): B's run of it goes apart too, every row in one chunk as A's, and shows 0 (with the cache,
+    B would take the previous run's rows)."""
+    a = same_model[0]
+    f = Follower(a, a)
+    for k in range(FIRST, FIRST + 3):
+        run = typed(a, k)
+        f.note(run.clean, run.result.cache_used)
+        f.follow(run.clean, C.compare_trace)
+    run = window_run(a, "", ids=np.asarray(IDS[:FIRST + 3]), request=RunRequest(use_cache=False))
+    assert not run.result.cache_used
+    f.note(run.clean, False)
+    a_trace, b_trace = f.follow(run.clean, C.compare_trace, cached=False)
+    assert not differs(a_trace, b_trace)

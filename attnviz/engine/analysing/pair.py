@@ -253,7 +253,8 @@ class Follower:
             self._runs.clear()
             trace = make_trace()
             trace.one_row = a_trace.one_row
-            self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+            trace.want.update(a_trace.want)
+            self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, use_cache=cached))
             return a_trace, trace
         at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
         if at is None:
