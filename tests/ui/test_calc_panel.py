@@ -351,3 +351,23 @@ def test_live_cache_gives_its_tokens_bytes_and_the_arrays_holding_them_each_labe
         assert r.cache_reused == T - 1 and f"= {exact_bytes(T * per_token)}</b>" in text and arrays in text
     unmeasured = live_text(dataclasses.replace(r, cache_allocated=0), model)
     assert f"= {exact_bytes(7 * per_token)}</b>" in unmeasured and "arrays" not in unmeasured
+
+
+def test_the_live_cache_line_of_a_run_with_heads_switched_off_says_it_went_without_the_cache(tmp_path):
+    """Under an ablation the run shown is the changed one, computed from its first edited layer
+    without the cache: the line says so, not what the clean run before it reused."""
+    import numpy as np
+
+    from attnviz.engine import load_model
+    from attnviz.engine.analysing.effects import Ablation, window_run
+    from attnviz.ui.panels.calc_views import live_text
+    from tiny import tiny_llama
+
+    model = load_model(tiny_llama(tmp_path / "m", seed=2, n_head=4, n_kv_head=2, n_layer=2))
+    ids = np.array([3, 1, 4, 1, 5, 9])
+    window_run(model, "", ids=ids[:5])
+    clean = window_run(model, "", ids=ids)
+    assert "reused 5 tokens and computed 1" in live_text(clean.result, model)
+    changed = window_run(model, "", ids=ids, ablation=Ablation(heads=((1, 0),)))
+    text = live_text(changed.result, model)
+    assert "computed its 6 tokens without the cache" in text and "reused" not in text

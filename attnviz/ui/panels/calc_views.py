@@ -278,7 +278,8 @@ def live_text(result, model) -> str:
     if held == 0:
         return "live KV cache: not kept for this run"
     arrays = _arrays_text(held, getattr(result, "cache_allocated", 0))
-    if not result.cache_used:  # (another run held the cache, or this one changed heads)
+    changed = bool(getattr(getattr(result, "trace", None), "edits", None))  # (heads switched off: the run shown)
+    if not result.cache_used or changed:  # (another run held the cache, or this one changed heads)
         return (f"live KV cache: this run computed its {tokens(T)} without the cache; the cache "
                 f"holds {exact_bytes(held)} of K and V that another run left" + arrays)
     line = (f"live KV cache (engine, float32), its tokens' K and V: <b>{tokens(T)} × {c.n_layer} "
