@@ -3,13 +3,11 @@ self_attention and mlp call them; engine/analysing/anatomy.py calls them one by 
 matrices in its file's blocks where it has them (`packed`), q, k and v projected, split into heads
 and rotated (`project_qkv`), the heads' outputs merged and projected out (`attention_output`), a
 long run's rows shared out in chunks (`in_row_chunks`), and a layer's output projection read
-without expanding the rest of it (`output_projection`). A layer's `Consts` (families.py) carries
-what they need besides the input and the weights.
+without expanding the rest of it (`output_projection`). A layer's `Consts` (families.py, which
+imports this module: not imported back) carries what they need besides the input and the weights.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,21 +16,18 @@ from attnviz.engine.computing.layers import linear, merge_heads, qkv_heads
 from attnviz.engine.parallel import for_row_chunks
 from attnviz.engine.reading.layout import Layer
 
-if TYPE_CHECKING:
-    from attnviz.engine.computing.families import Consts
-
 
 def packed(layer: Layer, name: str):
     """Layer matrix `name` in its file's blocks (qpack.PackedMatrix), or None (float32 only)."""
     return None if layer.packed is None else getattr(layer.packed, name)
 
 
-def in_row_chunks(x, c: Consts) -> bool:
+def in_row_chunks(x, c) -> bool:  # c: the layer's Consts
     """Whether a row-wise step on x [n, ...] is shared out in row chunks (a long run's rows)."""
     return c.workers > 1 and x.shape[0] > parallel.ROW_CHUNK
 
 
-def project_qkv(x, layer: Layer, c: Consts):
+def project_qkv(x, layer: Layer, c):  # c: the layer's Consts
     """x [n, d_model] -> q [n_head, n, d_head], k and v [n_kv_head, n, d_head], q and k rotated by
     position when the family has RoPE (a long run's rows in chunks, on c.workers threads)."""
     if in_row_chunks(x, c):
@@ -48,7 +43,7 @@ def project_qkv(x, layer: Layer, c: Consts):
     return _project_qkv(x, layer, c, c.rope)
 
 
-def _project_qkv(x, layer: Layer, c: Consts, rope):  # rope: (cos, sin) [n, d_head] of x's rows
+def _project_qkv(x, layer: Layer, c, rope):  # c: the layer's Consts; rope: cos, sin [n, d_head]
     q, k, v = qkv_heads(x, layer.w_qkv, layer.b_qkv,  # [n_head, n, d_head], [n_kv_head, n, d_head] x2
                         c.n_head, c.n_kv_head, c.d_head, packed(layer, "w_qkv"))
     if c.qk_norm is not None:
