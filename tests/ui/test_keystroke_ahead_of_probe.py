@@ -214,12 +214,15 @@ def test_a_key_typed_while_compare_runs_its_induction_probe_is_shown_first(qtbot
     w = toy_window(qtbot, tmp_path / "s.ini", IOI)
     st, jobs = w.state, w.worker.compare_jobs
     assert scores_settled(w.worker)
-    inside, released, real = threading.Event(), threading.Event(), C.induction_probe
+    inside, typed, released = threading.Event(), threading.Event(), threading.Event()
+    real = C.induction_probe
 
     def held(model):  # the probe holds before its first layer until the keystroke's run waits
         if not inside.is_set() and threading.current_thread() is not threading.main_thread():
             inside.set()
-            while not released.wait(0.005) and w.worker.running("compute") is None:
+            # (B's opening runs A's text again first: a run of the old text lets it go on no key)
+            while not released.wait(0.005) and not (
+                    typed.is_set() and w.worker.running("compute") is not None):
                 pass
         return real(model)
     monkeypatch.setattr(C, "induction_probe", held)
@@ -233,6 +236,7 @@ def test_a_key_typed_while_compare_runs_its_induction_probe_is_shown_first(qtbot
         open_compare(w, BSource("checkpoint", 0))
         qtbot.waitUntil(inside.is_set, timeout=WAIT)  # B is open, its induction probe on the pool
         qtbot.keyClick(w.text_box, "x")
+        typed.set()
         qtbot.waitUntil(lambda: jobs.induction is not None and jobs.comparison is not None
                         and jobs.comparison.result.text == new, timeout=WAIT)
     finally:
