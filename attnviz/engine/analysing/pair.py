@@ -179,6 +179,14 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         raise kind(f"{what}{room}: {exc}") from None
 
 
+def _keep_also(trace: Trace, want: dict) -> None:
+    """`trace` keeps the records `want` names (a Trace.want: A's run's) besides its own: B's
+    trace of a run keeps what A's kept, so B's cache holds and weighs as A's, and never less than
+    its own comparison reads (the residual stream, even where A's noted run kept none)."""
+    for name, on in want.items():
+        trace.want[name] = trace.want[name] or bool(on)
+
+
 MAX_BEHIND = 6  # A's runs B may be behind by; further behind, both run the text afresh (Follower)
 
 
@@ -253,7 +261,7 @@ class Follower:
             self._runs.clear()
             trace = make_trace()
             trace.one_row = a_trace.one_row
-            trace.want.update(a_trace.want)
+            _keep_also(trace, a_trace.want)
             self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, use_cache=cached))
             return a_trace, trace
         at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
@@ -284,7 +292,7 @@ class Follower:
         for _ in range(at + 1):
             run = self._runs[0]
             trace = make_trace()
-            trace.want.update(run.want)  # (B's records as A's: the runs its cache may reuse)
+            _keep_also(trace, run.want)  # (B's records as A's: the runs its cache may reuse)
             trace.one_row = run.one_row  # the steps A's run took (a one-row run's)
             if run.cached and run.clears != self._clears:  # A's cache cleared since B's last run
                 log.info("%s's cache was cleared: %s's is cleared too", self.a.name, self.b.name)
@@ -309,7 +317,7 @@ class Follower:
             raise Cancelled("stopped before running the text afresh: a newer run was asked for")
         self.b.clear_cache()
         trace = make_trace()
-        trace.want.update(a_trace.want)
+        _keep_also(trace, a_trace.want)
         self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
         self._refused = False
         return self._afresh(a_trace, stop, b_ran=trace), trace
