@@ -1,13 +1,17 @@
-"""What Compare's B keeps whatever A's noted runs kept (pair.Follower): B's trace of a run keeps
-A's records and never less than its own comparison reads (the residual stream), on every way B
-follows: a replay of A's runs, a B that is A's own Model, and B first after a text it refused."""
+"""What Compare's B keeps whatever A's noted runs kept (pair.Follower), on every way B follows (a
+replay of A's runs, a run afresh of both, a B that is A's own Model, B first after a text it
+refused): B's trace of a run keeps A's records and never less than its own comparison reads (the
+residual stream), and B runs under the dense limit A's run was made under (the window's, raised)."""
 
 import numpy as np
 import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
-from attnviz.engine.analysing.pair import Follower
+from attnviz.engine.analysing.effects import window_run
+from attnviz.engine.analysing.pair import MAX_BEHIND, Follower
+from attnviz.engine.computing import longdoc
+from attnviz.engine.computing.request import RunRequest
 from attnviz.engine.computing.trace import Trace
 from attnviz.engine.errors import ModelLoadError
 from tiny import tiny_llama
@@ -70,3 +74,34 @@ def test_b_run_first_after_a_refusal_keeps_the_residual_stream(twins, monkeypatc
     fresh, trace = follower.follow(a_trace, C.compare_trace)  # B first, then A afresh
     assert fresh is not a_trace and keeps_the_stream(a, trace)
     np.testing.assert_array_equal(trace.attentions, fresh.attentions)
+
+
+@pytest.mark.parametrize("way", ["followed", "afresh", "b-first", "a-s-own-model"])
+def test_b_runs_a_text_under_the_dense_limit_a_ran_it_under(twins, monkeypatch, way):
+    """The window's dense limit raised over longdoc's (here: longdoc's lowered to 4 tokens): A's
+    texts of 5 to 8 tokens run dense, and so do B's runs of them, however B follows."""
+    a, b = twins
+    b = a if way == "a-s-own-model" else b
+    cfg = a.config
+    monkeypatch.setattr(longdoc, "DENSE_LIMIT", longdoc.dense_bytes(cfg.n_layer, cfg.n_head, 4))
+    raised = RunRequest(truncate=True, dense_limit=longdoc.dense_bytes(cfg.n_layer, cfg.n_head, 64))
+    follower = Follower(a, b)
+    if way == "b-first":  # B refused the text before: it runs first, then A afresh
+        real = b.run
+        monkeypatch.setattr(b, "run", lambda *args, **kw: (_ for _ in ()).throw(
+            ModelLoadError("m gives non-finite attention patterns in layer 0")))
+        with pytest.raises(ModelLoadError):
+            follower.follow(noted_without_resid(follower, a, IDS[:2]), C.compare_trace)
+        monkeypatch.setattr(b, "run", real)
+    keys = range(5, 9) if way != "afresh" else range(1, MAX_BEHIND + 3)  # (afresh: too far behind)
+    for k in keys:
+        run = window_run(a, "", ids=IDS[:k], request=raised)
+        follower.note(run.clean, run.result.cache_used, run.dense_limit)
+        if way == "afresh" and k < len(keys):
+            continue  # (no comparison of these came)
+        a_trace, trace = follower.follow(run.clean, C.compare_trace, cached=run.result.cache_used,
+                                         dense_limit=run.dense_limit)
+        ran_afresh = way == "afresh" or (way == "b-first" and k == keys[0])
+        assert (a_trace is not run.clean) == ran_afresh
+        assert trace.attentions.shape == a_trace.attentions.shape == (cfg.n_layer, cfg.n_head, k, k)
+        np.testing.assert_allclose(trace.attentions, a_trace.attentions, rtol=1e-5, atol=1e-6)
