@@ -201,20 +201,33 @@ def kernels_on_every_core(monkeypatch):
     numba.set_num_threads(was)
 
 
+@pytest.fixture(scope="session")
+def _blas_pools():
+    """This process's BLAS thread pools (threadpoolctl), found once a session."""
+    import numpy  # noqa: F401  (BLAS loaded, so that it is found)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(user_api="blas")
+
+
 @pytest.fixture(autouse=True)
-def _kernels_as_before_each_test():
+def _kernels_as_before_each_test(_blas_pools):
     """A window a test opens asks for the quantised kernels for the whole process (ui/app.assemble):
     asked or not, each test leaves that as it found it, so a GGUF model a later test loads is
     packed only where that test asks (whichever tests one process runs, in whichever order). So
-    with a generation step's two threads (a window's or a command's parallel.step_pair): a test
-    that counts a step's one-thread calls finds them whatever ran before it."""
+    with the threads: a window caps BLAS and the kernels at its own (tuning.limit_blas_threads:
+    one thread, a generation step's two), a command the kernels (commands/checks.py); each test
+    puts back the caps it found, an xdist worker's share of the cores (pytest_configure) among
+    them, and a test that counts a step's one-thread calls finds them whatever ran before it."""
     from attnviz.engine import parallel
     from attnviz.engine.reading import qpack
 
-    was, pair_steps = qpack.kernels_on(), parallel._PAIR_STEPS
+    was, kernels, blas = qpack.kernels_on(), parallel.kernel_limits(), _blas_pools.info()
     yield
     qpack.ask_for_kernels(was)
-    parallel._PAIR_STEPS = pair_steps
+    parallel.limit_kernel_threads(*kernels)
+    if _blas_pools.info() != blas:
+        _blas_pools.limit(limits=blas)
 
 
 @pytest.fixture(autouse=True, scope="session")

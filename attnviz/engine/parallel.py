@@ -87,6 +87,12 @@ def limit_kernel_threads(n: int | None, wide: int | None = WIDE_KERNEL, spare: i
     _PAIR_STEPS = bool(pair_steps)
 
 
+def kernel_limits() -> tuple:
+    """(n, wide, spare, pair_steps) as limit_kernel_threads last set them (n None: no cap):
+    limit_kernel_threads(*kernel_limits()) puts them back as they were."""
+    return _KERNEL_THREADS, _WIDE, _SPARE, _PAIR_STEPS
+
+
 def step_pair() -> bool:
     """Whether a generation step's one-row run takes its layers on two threads (onerow_pair, with
     its fallback to one thread where the pair does not pay): limit_kernel_threads' `pair_steps`,

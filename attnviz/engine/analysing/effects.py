@@ -140,6 +140,7 @@ class WindowRun:
     changed: Trace | None
     ablation: Ablation
     note: str = ""
+    dense_limit: int | None = None  # the dense limit its runs were made under (RunRequest's)
 
     @property
     def shown(self) -> Trace:
@@ -165,13 +166,13 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
         return result
     if ran is not None:
         ran(clean, result)
-    values, inputs = request.values, request.inputs
+    values, inputs, limit = request.values, request.inputs, request.dense_limit
     if not ablation.active:
-        return WindowRun(result, clean, None, ablation)
+        return WindowRun(result, clean, None, ablation, dense_limit=limit)
     try:
         edits = edits_of(model, clean, ablation)
     except InputError as exc:
-        return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}")
+        return WindowRun(result, clean, None, ablation, f"{ablation.describe()} not applied: {exc}", limit)
     t0 = time.perf_counter()
     changed = Trace(z=True, resid=True, values=values, inputs=inputs, edits=edits,
                     start=first_layer(edits), base=clean)
@@ -186,7 +187,7 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
                                 head_share=share, trace=changed,
                                 layer_inputs=tuple(changed.inputs) if inputs else None,
                                 compute_s=result.compute_s + time.perf_counter() - t0)
-    return WindowRun(shown, clean, changed, ablation)
+    return WindowRun(shown, clean, changed, ablation, dense_limit=limit)
 
 
 # === tokens the user types ==========================================================================

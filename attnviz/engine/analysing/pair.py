@@ -179,6 +179,14 @@ def load_second(load: Callable[[int | None], object], a, what: str):
         raise kind(f"{what}{room}: {exc}") from None
 
 
+def _keep_also(trace: Trace, want: dict) -> None:
+    """`trace` keeps the records `want` names (a Trace.want: A's run's) besides its own: B's
+    trace of a run keeps what A's kept, so B's cache holds and weighs as A's, and never less than
+    its own comparison reads (the residual stream, even where A's noted run kept none)."""
+    for name, on in want.items():
+        trace.want[name] = trace.want[name] or bool(on)
+
+
 MAX_BEHIND = 6  # A's runs B may be behind by; further behind, both run the text afresh (Follower)
 
 
@@ -193,6 +201,7 @@ class _Noted:
     reused: int  # the tokens A's run took from its cache (Trace.reused)
     clears: int  # A's cache clears before it (Model.cache_clears): B clears its cache where they grew
     promoted: int  # A's cache's earlier runs made current after it (Model.cache_promotions): B's as many
+    dense_limit: int | None  # the dense limit A's run was made under (RunRequest.dense_limit): B's too
 
 
 class Follower:
@@ -202,7 +211,9 @@ class Follower:
     runs take) and, as A's did, with its cache or apart from it. B's cache then takes the same
     runs as A's, and each of B's runs computes the same rows, in the same chunks, the same way as
     A's: a model compared with itself gives the same bits. A run of B that is stopped (a newer
-    keystroke) or never started leaves A's run noted: the next `follow` runs it first.
+    keystroke) or never started leaves A's run noted: the next `follow` runs it first. Each run
+    of B, and a run made afresh, is made under the dense limit A's run was (note's and follow's
+    `dense_limit`: the window's), so a text A ran dense runs dense on B too.
 
     Where B cannot follow, both caches are cleared and the text compared is run afresh on both
     sides, each computing every row in one chunk (`follow` does it): at the comparison after one
@@ -227,11 +238,12 @@ class Follower:
         self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
         self._refused = False  # B refused the last text: the next follow runs B's afresh first
 
-    def note(self, trace: Trace, cached: bool = True) -> None:
-        """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart."""
+    def note(self, trace: Trace, cached: bool = True, dense_limit: int | None = None) -> None:
+        """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart,
+        under `dense_limit` (its RunRequest's: B's run of it is made under the same)."""
         self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
                                  dict(trace.want), trace.reused, self.a.cache_clears,
-                                 self.a.cache_promotions))
+                                 self.a.cache_promotions, dense_limit))
         if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
             self._runs.clear()
             self._lost = True
@@ -242,33 +254,35 @@ class Follower:
         return len(self._runs)
 
     def follow(self, a_trace: Trace, make_trace: Callable[[], Trace], stop=None,
-               cached: bool = True) -> tuple[Trace, Trace]:
+               cached: bool = True, dense_limit: int | None = None) -> tuple[Trace, Trace]:
         """(A's trace, B's trace) of the ids of A's run that filled `a_trace`: B's trace from
         `make_trace`, B having first run each of A's runs noted before it (that run noted now,
-        `cached` as note's, if it was not). Where B cannot follow (the class docstring), both
-        caches are cleared and A runs those ids afresh first: the A trace returned is then that
-        run's. `stop`: as RunRequest.stop, for each run (Cancelled: the runs not done stay
-        noted). Any other error drops the runs noted and is raised (the next follow runs afresh)."""
+        `cached` and `dense_limit` as note's, if it was not). Where B cannot follow (the class
+        docstring), both caches are cleared and A runs those ids afresh first, under
+        `dense_limit` (the one A's run was made under): the A trace returned is then that run's.
+        `stop`: as RunRequest.stop, for each run (Cancelled: the runs not done stay noted). Any
+        other error drops the runs noted and is raised (the next follow runs afresh)."""
         if self.b is self.a:  # (a checkpoint entry that is A's own Model: one cache, A's run in it)
             self._runs.clear()
             trace = make_trace()
             trace.one_row = a_trace.one_row
-            trace.want.update(a_trace.want)
-            self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, use_cache=cached))
+            _keep_also(trace, a_trace.want)
+            self.b.run(ids=a_trace.ids, trace=trace,
+                       request=RunRequest(stop=stop, use_cache=cached, dense_limit=dense_limit))
             return a_trace, trace
         at = next((j for j, run in enumerate(self._runs) if run.trace() is a_trace), None)
         if at is None:
-            self.note(a_trace, cached)
+            self.note(a_trace, cached, dense_limit)
             at = len(self._runs) - 1
         try:
             if self._refused:  # (while B refuses the text, A's cache and runs are left alone)
-                return self._b_first(a_trace, make_trace, stop)
+                return self._b_first(a_trace, make_trace, stop, dense_limit)
             if self._lost:
-                a_trace, at = self._afresh(a_trace, stop), 0
+                a_trace, at = self._afresh(a_trace, stop, dense_limit), 0
             trace, same = self._replay(at, make_trace, stop)
             if not same:  # B's cache held other rows than A's
                 self._lost = True  # (until both caches are cleared)
-                a_trace = self._afresh(a_trace, stop)
+                a_trace = self._afresh(a_trace, stop, dense_limit)
                 trace, _ = self._replay(0, make_trace, stop)
             return a_trace, trace
         except Cancelled:
@@ -284,13 +298,14 @@ class Follower:
         for _ in range(at + 1):
             run = self._runs[0]
             trace = make_trace()
-            trace.want.update(run.want)  # (B's records as A's: the runs its cache may reuse)
+            _keep_also(trace, run.want)  # (B's records as A's: the runs its cache may reuse)
             trace.one_row = run.one_row  # the steps A's run took (a one-row run's)
             if run.cached and run.clears != self._clears:  # A's cache cleared since B's last run
                 log.info("%s's cache was cleared: %s's is cleared too", self.a.name, self.b.name)
                 self.b.clear_cache()
                 self._clears = run.clears
-            self.b.run(ids=run.ids, trace=trace, request=RunRequest(stop=stop, use_cache=run.cached))
+            self.b.run(ids=run.ids, trace=trace,
+                       request=RunRequest(stop=stop, use_cache=run.cached, dense_limit=run.dense_limit))
             self._runs.pop(0)
             if trace.reused != run.reused or (run.cached and self.b.cache_promotions != run.promoted):
                 # (the same count from another kept run: a run of A stopped after its cache made
@@ -301,7 +316,7 @@ class Follower:
                 return trace, False
         return trace, True
 
-    def _b_first(self, a_trace: Trace, make_trace, stop) -> tuple[Trace, Trace]:
+    def _b_first(self, a_trace: Trace, make_trace, stop, dense_limit) -> tuple[Trace, Trace]:
         """After a text B refused: B runs a_trace's ids on its cache cleared, and only once it has
         A runs them afresh (_afresh), taking B's steps: both caches then hold that one run, its
         rows in one chunk each. B refusing again raises, A's cache left as its typing filled it."""
@@ -309,12 +324,12 @@ class Follower:
             raise Cancelled("stopped before running the text afresh: a newer run was asked for")
         self.b.clear_cache()
         trace = make_trace()
-        trace.want.update(a_trace.want)
-        self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+        _keep_also(trace, a_trace.want)
+        self.b.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, dense_limit=dense_limit))
         self._refused = False
-        return self._afresh(a_trace, stop, b_ran=trace), trace
+        return self._afresh(a_trace, stop, dense_limit, b_ran=trace), trace
 
-    def _afresh(self, a_trace: Trace, stop, b_ran: Trace | None = None) -> Trace:
+    def _afresh(self, a_trace: Trace, stop, dense_limit, b_ran: Trace | None = None) -> Trace:
         """A's run of a_trace's ids made again into an empty cache, which then becomes A's; B's
         cache cleared; that run noted (B's next to run), unless B has just run it on its cleared
         cache (`b_ran`, B's trace: A then takes its steps). A run stopped by a newer key leaves
@@ -327,7 +342,7 @@ class Follower:
             trace.one_row = b_ran.one_row
         causal = self.a.config.causal  # (a model without a KV cache: its runs are whole anyway)
         trace.past = KVCache() if causal else None
-        self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop))
+        self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, dense_limit=dense_limit))
         fresh, trace.past = trace.past, None
         if causal:
             self.a.adopt_cache(fresh)
@@ -337,5 +352,5 @@ class Follower:
         self._runs.clear()
         self._lost = False
         if b_ran is None:
-            self.note(trace, causal)  # (with A's cache: its rows are the cache's now)
+            self.note(trace, causal, dense_limit)  # (with A's cache: its rows are the cache's now)
         return trace

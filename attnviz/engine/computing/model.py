@@ -83,7 +83,8 @@ class Model:
         self.kv_group = kv_group(config.n_head, config.n_kv_head)
         # The cache belongs to this Model alone. Only a run holding _cache_lock reads or updates it
         # (a run that bypasses it reports its byte count, one int, as a snapshot); a run finding the
-        # lock taken computes in full and leaves the cache alone: it never waits.
+        # lock taken computes in full and leaves the cache alone: it never waits. A swap of the
+        # cache (clear_cache, adopt_cache) takes the lock too, after the run holding it.
         self._cache = KVCache() if config.causal else None
         self._cache_lock = threading.Lock()
         self._clears = 0  # clear_cache calls so far (cache_clears)
@@ -127,17 +128,18 @@ class Model:
         return layers.describe() if isinstance(layers, LayerStore) else None
 
     def clear_cache(self) -> None:
-        """Forget the KV cache. A run in progress finishes on the old one, which is then dropped."""
-        if self._cache is not None:
-            self._cache = KVCache()
-            self._clears += 1
+        """Forget the KV cache. A run in progress with the cache finishes on it first (this waits
+        for it, at its lock): a cached run sees one cache, and one count of clears, throughout."""
+        self.adopt_cache(KVCache())
 
     def adopt_cache(self, cache: KVCache) -> None:
         """Make `cache` (filled by runs that brought it as their trace's `past`) the model's KV
-        cache in place of the one it had, counted as a clear (what that one held is gone)."""
-        if self._cache is not None:
-            self._cache = cache
-            self._clears += 1
+        cache in place of the one it had, counted as a clear (what that one held is gone); after
+        a run in progress with the cache, as clear_cache."""
+        with self._cache_lock:
+            if self._cache is not None:
+                self._cache = cache
+                self._clears += 1
 
     @property
     def cache_clears(self) -> int:

@@ -90,17 +90,18 @@ def compare_lacks(worker, result) -> bool:
 class Handoff:
     """A's run handed from its 'compute' job `compute_id` to the 'compare' job queued behind it on
     the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job."""
-    __slots__ = ("compute_id", "run", "follower")
+    __slots__ = ("compute_id", "run", "follower", "dense_limit")
 
-    def __init__(self, compute_id: int, follower):
+    def __init__(self, compute_id: int, follower, dense_limit: int | None = None):
         self.compute_id = compute_id
         self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
         self.follower = follower  # the session's pair.Follower: B's cache follows each run of A's
+        self.dense_limit = dense_limit  # the dense limit A's run is made under (B's runs take it)
 
     def ran(self, clean, result) -> None:
         """A's clean run is in (effects.window_run's `ran`): noted for B's cache, on the pool's
         thread as B's runs that follow it, even where A's job is then stopped in its changed run."""
-        self.follower.note(clean, result.cache_used)
+        self.follower.note(clean, result.cache_used, self.dense_limit)
 
     def keep(self, run):
         self.run = run
@@ -253,10 +254,10 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
 
     # --- the comparison per run -----------------------------------------------------------------
-    def handoff(self, compute_id: int) -> Handoff | None:
-        """What A's run `compute_id` (the worker's 'compute' job, about to be submitted) hands to
-        its comparison (follow); None while no B is open."""
-        return Handoff(compute_id, self._follower) if self.active else None
+    def handoff(self, compute_id: int, dense_limit: int | None = None) -> Handoff | None:
+        """What A's run `compute_id` (the worker's 'compute' job, about to be submitted, under
+        `dense_limit`) hands to its comparison (follow); None while no B is open."""
+        return Handoff(compute_id, self._follower, dense_limit) if self.active else None
 
     def follow(self, handoff: Handoff) -> None:
         """The comparison of A's run handoff.compute_id (submitted just before this, on the pool's
@@ -298,7 +299,8 @@ class CompareJobs(QObject):
             t0 = time.perf_counter()
             result, ids = run.result, run.result.input_ids
             with wide_blas():  # as A's typing run: a decoder's keystroke streams every weight
-                clean, trace = follower.follow(run.clean, C.compare_trace, stale, run.result.cache_used)
+                clean, trace = follower.follow(run.clean, C.compare_trace, stale, run.result.cache_used,
+                                               run.dense_limit)  # (B's runs under A's limit)
             pair = Pair(Run("A", a, ids, clean), Run("B", b, ids, trace))
             doc = seen = None
             if not (a.config.causal and len(ids) < 2):  # the earlier positions' rows reused

@@ -12,33 +12,31 @@ import time
 from collections.abc import Callable
 
 from PySide6.QtCore import QCoreApplication, QTimer
-from threadpoolctl import ThreadpoolController, threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from attnviz.engine.parallel import cores, limit_kernel_threads
 
 BLAS_THREADS = 1
-_BLAS_LIMIT = None
 
 
-def limit_blas_threads(n: int = BLAS_THREADS):
-    """Cap this process's BLAS thread pools at `n` (kept for the app's life). The runner's jobs
-    are small matrices (T up to a few hundred), where more BLAS threads cost more than they give,
-    and on 2 cores their spinning takes the core the UI thread needs (the window stalls)."""
-    global _BLAS_LIMIT
+def limit_blas_threads(n: int = BLAS_THREADS) -> None:
+    """Cap this process's BLAS thread pools, and the quantised kernels' threads, at `n`: each call
+    sets both, so they agree on the latest call's n (a window assembled asks again: whatever set
+    either meanwhile, the window's are these). The runner's jobs are small matrices (T up to a few
+    hundred), where more BLAS threads cost more than they give, and on 2 cores their spinning takes
+    the core the UI thread needs (the window stalls)."""
     # the quantised kernels' few-row products likewise, but a generation step's layers, which
     # take two threads (onerow_pair, one where the pair does not pay): a step runs on its own
-    # thread and paints once a step, where a keystroke paints as it runs (asked again for each
-    # window assembled: whatever set the kernels' threads meanwhile, the window's are these)
+    # thread and paints once a step, where a keystroke paints as it runs
     limit_kernel_threads(n, pair_steps=True)
-    if _BLAS_LIMIT is None:
-        _BLAS_LIMIT = threadpool_limits(limits=n, user_api="blas")
-        # Raise the cap once here, on the main thread, and lower it again: with the OpenBLAS
-        # NumPy ships (pthreads), unless the main thread has raised it once after lowering it, a
-        # raise made on another thread (wide_blas in a pool job) is not taken and the job runs on
-        # one core (tests/ui/test_typing_path.py checks the threads a pool job gets).
-        with threadpool_limits(limits=cores(), user_api="blas"):
-            pass
-    return _BLAS_LIMIT
+    pools = ThreadpoolController()  # (found again: a BLAS loaded since is capped too)
+    pools.limit(limits=n, user_api="blas")
+    # Raise the cap here, on the main thread, and lower it again: with the OpenBLAS NumPy ships
+    # (pthreads), unless the main thread has raised it once after lowering it, a raise made on
+    # another thread (wide_blas in a pool job) is not taken and the job runs on one core
+    # (tests/ui/test_typing_path.py checks the threads a pool job gets).
+    with pools.limit(limits=cores(), user_api="blas"):
+        pass
 
 
 def wide_blas(on: bool = True):

@@ -1,0 +1,55 @@
+"""Model.clear_cache and Model.adopt_cache swap the KV cache, and count it, under the cache's lock,
+as a cached run reads and extends it: asked while a cached run is on (from another thread, as
+Compare's B opening clears A's cache on the main thread while A's run may still be on the pool),
+the swap comes after that run, so the run sees one cache and one count from its start to its end."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.computing.trace import KVCache, Trace
+from tiny import tiny_llama
+
+IDS = np.array([3, 1, 4, 1, 5, 9, 2, 6], dtype=np.int64)
+WAITED_S = 0.5  # how long the held run gives the other thread's swap to happen
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return load_model(tiny_llama(tmp_path_factory.mktemp("swap") / "m", seed=3, n_layer=3))
+
+
+def filled_apart(model, ids) -> KVCache:
+    """A cache of its own holding the run of `ids` (as Compare's run afresh fills one)."""
+    trace = Trace()
+    trace.past = KVCache()
+    model.run(ids=ids, trace=trace)
+    return trace.past
+
+
+@pytest.mark.parametrize("swap", ["clear", "adopt"])
+def test_a_swap_asked_during_a_cached_run_comes_after_it(model, swap):
+    model.clear_cache()
+    model.run(ids=IDS[:4])  # the cache holds a run of 4 tokens
+    fresh = filled_apart(model, IDS[:3])
+    before = model.cache_clears
+    other = threading.Thread(target=model.clear_cache if swap == "clear" else lambda: model.adopt_cache(fresh))
+    seen = []  # the model's count of clears before each layer of the cached run
+
+    def at_each_layer():  # (RunRequest.stop: asked before each layer, on the run's thread)
+        if not seen:
+            other.start()
+            other.join(WAITED_S)
+        seen.append(model.cache_clears)
+        return False
+    result = model.run(ids=IDS[:6], request=RunRequest(stop=at_each_layer))
+    other.join()
+    assert result.cache_used and result.cache_reused == 4
+    assert seen == [before] * model.config.n_layer  # one count while the run is on
+    assert model.cache_clears == before + 1  # the swap, after it
+    # the cache the swap left: empty, or the one adopted (its 3 tokens), never the run's 6
+    again = model.run(ids=IDS[:7])
+    assert again.cache_used and again.cache_reused == (0 if swap == "clear" else 3)
