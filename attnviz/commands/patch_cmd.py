@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Runs the corrupted text and puts back one piece of the clean run at a time "
                     "(denoise; --direction noise: the reverse), measuring at --position "
                     "diff = logit(target) - logit(alt) and effect = (diff_patched - diff_corrupt) "
-                    "/ (diff_clean - diff_corrupt): 1 the clean answer fully back, 0 no change. "
+                    "/ (diff_clean - diff_corrupt): denoising, 1 the clean answer fully back and "
+                    "0 no change; noising, 1 no change and 0 the corrupted answer fully in. "
                     "The two texts must give the same number of tokens.")
     add_model(p, "a causal language model: patching measures its prediction")
     clean = p.add_mutually_exclusive_group(required=True)
@@ -128,7 +129,9 @@ def cmd_patch(args) -> int:
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
           f"{quoted(token_text(model, m.alt))}): clean {m.diff_clean:+.3f}, corrupted "
           f"{m.diff_corrupt:+.3f}")
-    print("effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt); largest:")
+    base = m.unpatched(result.direction)
+    print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
+          f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):
         print(f"  {describe_index(args.what, index, clean, corrupt):<32} {e:+.3f}")
     return 0

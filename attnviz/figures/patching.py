@@ -38,6 +38,8 @@ from attnviz.figures.style import FOCUS, axis_label
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
 BAR_W = 80.0  # the colour bar and its labels
+EFFECT_READS = {"denoise": "effect 1 = clean answer back, 0 = unchanged",  # by direction
+                "noise": "effect 1 = unchanged, 0 = corrupted answer in"}
 WRAPPED = int(Qt.AlignmentFlag.AlignLeft | Qt.TextFlag.TextWordWrap)  # the title and metric lines
 
 
@@ -106,7 +108,7 @@ class PatchView:
     def metric_line(self) -> str:
         return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
                 f"\u2212 logit({quoted(self.alt_text)}); clean {self.diff_clean:+.4f}, corrupted "
-                f"{self.diff_corrupt:+.4f}; effect 1 = clean answer back, 0 = unchanged")
+                f"{self.diff_corrupt:+.4f}; {EFFECT_READS.get(self.direction, '')}")
 
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,

@@ -52,7 +52,7 @@ def test_options_reach_the_engine(cli):
     want = PT.patch(load_model(GPT2), [3, 1, 4, 1, 5, 9, 2], [3, 1, 4, 7, 5, 9, 2], "resid", 5, 7, 9,
                     "noise")
     np.testing.assert_allclose(doc["effect"], want.effect, atol=1e-9)
-    assert doc["effect"][0][6] == 0.0  # after the position: cannot reach it
+    assert doc["effect"][0][6] == 1.0  # after the position: cannot reach it, the clean diff stays
 
 
 def test_texts_and_the_table_of_largest_effects(cli, text_model):
@@ -71,6 +71,17 @@ def test_texts_and_the_table_of_largest_effects(cli, text_model):
     doc = json.loads(out)
     assert doc["tokens_clean"][3] == "c" and doc["tokens_corrupt"][3] == "d"
     assert np.shape(doc["effect"]) == (2, 10, 8)
+
+
+def test_the_noise_table_lists_the_largest_changes_from_1(cli, text_model):
+    rc, out, _ = cli("patch", "--model", text_model, "--clean", "the cat sat",
+                     "--corrupt", "the dog sat", "--what", "resid", "--direction", "noise")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "1 where nothing changes; largest |effect - 1|:" in lines[2]
+    changes = [abs(float(r.split()[-1]) - 1) for r in lines[3:]]
+    assert changes == sorted(changes, reverse=True) and changes[0] > 0.5
+    assert "L0 at 3 'c'/'d'" in out  # the swapped position: the corrupted answer in whole
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -123,6 +123,22 @@ def test_a_position_before_the_last_runs_up_to_it_and_later_positions_are_0(fami
     assert (got.effect[:, 7:] == 0).all() and np.isfinite(got.effect).all()
 
 
+@pytest.mark.parametrize("what", ["resid", "mlp_out", "head_out_by_pos"])
+def test_in_the_noise_direction_positions_after_p_give_1(family, what):
+    """A noised piece after P leaves the clean run's diff at P: effect (diff_clean - diff_corrupt)
+    / (diff_clean - diff_corrupt) = 1, as the patch run in full says."""
+    model, head, pair, metric = family
+    got = PT.patch(model, pair.a.ids, pair.b.ids, what, position=6, direction="noise", pair=pair)
+    assert (got.effect[:, 7:] == 1.0).all()
+    L = model.config.n_layer - 1
+    point, value, h = {"resid": ("resid", pair.b.trace.resid[L][[8]], None),
+                       "mlp_out": ("mlp_out", pair.b.trace.mlp_out[L][[8]], None),
+                       "head_out_by_pos": ("z", pair.b.trace.z[L][0][[8]], 0)}[what]
+    d = PT.patched_diff(model, head, pair.a.trace, [Patch(point, L, np.array([8]), value, h)],
+                        got.metric)
+    assert got.metric.effect(d) == pytest.approx(1.0, abs=1e-5)
+
+
 def test_noise_runs_the_clean_text_with_the_corrupted_values(family):
     model, head, pair, metric = family
     got = PT.patch(model, pair.a.ids, pair.b.ids, "resid", direction="noise", pair=pair)
@@ -184,6 +200,19 @@ def test_the_largest_effects_come_first():
     sizes = [abs(e) for _, e in top]
     assert sizes == sorted(sizes, reverse=True) and sizes[0] == np.abs(got.effect).max()
     assert got.effect[top[0][0]] == top[0][1]
+
+
+def test_in_the_noise_direction_the_largest_changes_come_first():
+    """Noising, an untouched piece gives 1 (the clean answer kept) and a piece that carries the
+    answer gives 0: the ranking is by |effect - 1|, the change from the unpatched run."""
+    model = load_model(FIXTURES / "llama_gqa")
+    clean, corrupt = texts(model)
+    got = PT.patch(model, clean, corrupt, "resid", direction="noise")
+    top = PT.ranked(got, 3)
+    change = np.abs(got.effect - 1.0)
+    assert [abs(e - 1.0) for _, e in top] == sorted(np.sort(change.ravel())[::-1][:3].tolist(),
+                                                     reverse=True)
+    assert top[0][0] == (0, 3) and top[0][1] == pytest.approx(0.0, abs=1e-4)  # the swapped token
 
 
 def test_a_patch_is_recorded_where_it_is_put_in():

@@ -13,7 +13,7 @@ from attnviz.engine.computing.request import RunRequest
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
 FAMILIES = ["bert", "gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "mistral_window",
             "llama_headdim", "qwen3", "qwen3_yarn", "phi3", "gemma3", "gemma3_old",
-            "llama_rope_llama3"]
+            "llama_rope_llama3", "llama_rope_linear"]
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,10 @@ piece. At position P (default: the last token), with tokens `target` and `alt`:
     diff     = logit(target) - logit(alt)                      at P
     effect   = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt)
 
-so 1 means the clean answer is fully back and 0 that nothing changed, in either direction (a full
-`noise` patch gives diff_corrupt: 0). Defaults: target = the clean run's top-1 at P; alt = the
+so in `denoise` 1 means the clean answer is fully back and 0 that nothing changed; in `noise` the
+same formula gives 1 where nothing changed (the clean run's diff) and 0 where the corrupted piece
+brought the corrupted answer in whole. `unpatched` is the effect of a patch that changes nothing (0
+denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean run's top-1 at P; alt = the
 corrupted run's top-1, or its second when it is the target. Refused when |diff_clean -
 diff_corrupt| < 1e-6 (nothing to measure).
 
@@ -21,8 +23,8 @@ What can be patched (`what`, the effect's shape), each from the other run's trac
 
 Each patch is a `Patch` edit (engine/computing/trace.py) and an exact re-run from the layer it
 changes: the layers before it, and (causal models) the positions before the first one it changes,
-are the base run's. Positions after P cannot reach P under the causal mask: their effect is 0
-exactly and they are not run. The patches of one layer run as rows of one forward
+are the base run's. Positions after P cannot reach P under the causal mask: their effect is
+`unpatched` exactly and they are not run. The patches of one layer run as rows of one forward
 (packed.forward_batch), BATCH_ROWS rows at a time.
 """
 
@@ -75,6 +77,11 @@ class Metric:
 
     def effect(self, diff):  # diff_patched (array or float) -> effect, same shape
         return (np.asarray(diff, np.float64) - self.diff_corrupt) / (self.diff_clean - self.diff_corrupt)
+
+    def unpatched(self, direction: str) -> float:
+        """The effect of a patch that changes nothing: the base run's own diff (denoise: the
+        corrupted run's, 0; noise: the clean run's, 1)."""
+        return float(self.effect(self.diff_corrupt if direction == "denoise" else self.diff_clean))
 
 
 def logit_diff(head, x, target: int, alt: int) -> np.ndarray:
@@ -254,7 +261,7 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
     t1 = time.perf_counter()
     effect = np.full(effect_shape(what, cfg.n_layer, cfg.n_head, T), np.nan)
     if what in ("resid", "mlp_out", "head_out_by_pos"):
-        effect[layers, P + 1:] = 0.0  # later positions cannot reach P
+        effect[layers, P + 1:] = metric.unpatched(direction)  # later positions cannot reach P
     stop = (lambda: bool(cancelled())) if cancelled is not None else None
     done = 0
     for layer in layers:
@@ -273,8 +280,10 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
 
 
 def ranked(result: Patching, n: int = 10) -> list[tuple[tuple, float]]:
-    """The n largest effects by size: (index, effect), largest |effect| first (NaN skipped)."""
-    flat = np.nan_to_num(np.abs(result.effect), nan=-1.0).ravel()
+    """The n pieces whose patch changed the most: (index, effect), largest |effect - unpatched|
+    first (NaN skipped): |effect| denoising, |effect - 1| noising."""
+    change = result.effect - result.metric.unpatched(result.direction)
+    flat = np.nan_to_num(np.abs(change), nan=-1.0).ravel()
     order = np.argsort(-flat, kind="stable")[:n]
     return [(tuple(int(i) for i in np.unravel_index(k, result.effect.shape)), float(result.effect.flat[k]))
             for k in order if flat[k] >= 0]
