@@ -152,13 +152,16 @@ def bar_image() -> QImage:
     return figure_image(rgb[:, None, :])
 
 
-def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor) -> None:
-    """A vertical diverging bar, +lim at the top, 0 in the middle, -lim at the bottom (its bands
-    one image, scaled to `rect`)."""
+def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor,
+                     middle: float = 0.0) -> None:
+    """A vertical diverging bar, middle + lim at the top, `middle` (white) half-way, middle - lim at
+    the bottom (its bands one image, scaled to `rect`)."""
     p.drawImage(rect, bar_image())
     p.setPen(text)
     p.setFont(figure_font(9))
-    for frac, label in ((0.0, f"+{lim:.3g}"), (0.5, "0"), (1.0, f"\u2212{lim:.3g}")):
+    ends = ((f"+{lim:.3g}", "0", f"\u2212{lim:.3g}") if middle == 0 else
+            tuple(f"{v:.3g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
+    for frac, label in zip((0.0, 0.5, 1.0), ends):
         y = rect.top() + frac * rect.height()
         p.drawText(QRectF(rect.right() + 3, y - 7, 60, 14), Qt.AlignmentFlag.AlignVCenter, label)
     p.drawText(QRectF(rect.right() + 3, rect.bottom() + 4, 80, 14), Qt.AlignmentFlag.AlignLeft, unit)

@@ -1,6 +1,7 @@
 """The Patching view (engine/analysing/patching.py's effects) as a figure: one map of the effect in a
-diverging colour map symmetric about 0 (blue below, white at 0, red above; patching can also push
-the answer away), with its colour bar, and the metric above it. QPainter only: the window's
+diverging colour map symmetric about the effect of a patch that changes nothing (white: 0 when
+denoising, 1 when noising; red above, blue below: patching can also push the answer away), with
+its colour bar, and the metric above it. QPainter only: the window's
 Patching tab paints it and an export writes the same picture (PNG or SVG with a JSON sidecar) or
 its numbers (JSON with `attnviz patch --json`'s keys, or the map as CSV).
 
@@ -78,8 +79,14 @@ class PatchView:
         return self.effect[self.layer] if self.what == "head_out_by_pos" else self.effect
 
     @property
+    def unchanged(self) -> float:
+        """The effect of a patch that changes nothing (patching.Metric.unpatched): the map's white."""
+        return 1.0 if self.direction == "noise" else 0.0
+
+    @property
     def limit(self) -> float:
-        v = np.abs(self.values[np.isfinite(self.values)])
+        """The largest distance of an effect from `unchanged`: the colour bar's half-range."""
+        v = np.abs(self.values[np.isfinite(self.values)] - self.unchanged)
         lim = float(v.max(initial=0.0))
         return lim if lim > 0 else 1.0
 
@@ -199,7 +206,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
         for c in range(cols):
             v = float(vals[r, c])
             p.fillRect(QRectF(lay.xs[c], lay.ys[r], lay.cell_w, lay.cell_h),
-                       colour(v, lim) if np.isfinite(v) else NAN_CELL)
+                       colour(v - view.unchanged, lim) if np.isfinite(v) else NAN_CELL)
     p.setPen(text)
     fm = _fm(9)
     step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
@@ -228,7 +235,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
             p.setPen(QPen(QColor(FOCUS), 2))
             p.setBrush(Qt.BrushStyle.NoBrush)
             p.drawRect(QRectF(lay.xs[c] - 1, lay.ys[r] - 1, lay.cell_w + 2, lay.cell_h + 2))
-    paint_colour_bar(p, lay.bar, lim, "effect", text)
+    paint_colour_bar(p, lay.bar, lim, "effect", text, view.unchanged)
 
 
 def _focus_cell(view: PatchView):

@@ -26,3 +26,27 @@ def test_the_metric_line_reads_the_effect_in_its_direction(direction, words):
     unchanged = view.values[:, 9:]  # after P: the base run's own diff
     assert (unchanged == (0.0 if direction == "denoise" else 1.0)).all()
     assert patching.readout(view, 0, 10).endswith(f"effect {unchanged[0, 1]:+.4f}")
+
+
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_a_cell_the_patch_left_unchanged_is_painted_white(qapp, direction):
+    """The map's white is the effect of a patch that changes nothing (0 denoising, 1 noising): the
+    cells after P, which no patch can reach, are white in either direction, and the colour bar's
+    middle is that value."""
+    from PySide6.QtGui import QImage, QPainter
+
+    model = load_model(FIXTURES / "gpt2")
+    result = patch(model, np.array(IDS), np.array(CORRUPT), "resid", position=8, direction=direction)
+    view = patching.patch_view(result, model.name, list(map(str, IDS)), list(map(str, CORRUPT)), "5", "3")
+    lay = patching.layout(view, 700)
+    img = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+    img.fill(0)
+    p = QPainter(img)
+    patching.paint(p, view, lay)
+    p.end()
+    for r in range(view.values.shape[0]):
+        for c in (9, 10):
+            x, y = patching.cell_center(lay, r, c)
+            pix = img.pixelColor(int(x), int(y))
+            assert min(pix.red(), pix.green(), pix.blue()) > 235, (r, c, pix.name())
+    assert view.limit == np.abs(view.values[np.isfinite(view.values)] - view.unchanged).max()
