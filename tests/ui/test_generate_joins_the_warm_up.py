@@ -94,3 +94,42 @@ def test_a_generation_begun_before_the_warm_up_takes_the_one_call_stack_once_it_
     for a, b in zip(gen.steps, ref.steps):
         assert np.allclose(a.top_logprobs, b.top_logprobs, atol=1e-3, rtol=0)
         assert np.allclose(a.rows, b.rows, atol=1e-3, rtol=0)
+
+
+def test_a_generation_asking_for_a_warm_up_under_way_raises_it_to_its_own_priority(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    from attnviz.engine.computing import generate as G
+
+    held, gate, warmed, steps = threading.Event(), threading.Event(), [], []
+    real_warm, real_generate = cold._warm_one_row, G.generate
+
+    def warm(half):  # the warm-up after the first analysis, held as it loads the one-row steps
+        warmed.append(threading.get_native_id())
+        held.set()
+        gate.wait(3 * WAIT / 1000)
+        warmed.append(_thread())  # (the priority it loads them at)
+        return real_warm(half)
+
+    def generate(*a, **k):
+        steps.append(_thread())
+        return real_generate(*a, **k)
+    monkeypatch.setattr(cold, "_warm_one_row", warm)
+    monkeypatch.setattr(G, "generate", generate)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT,
+                        panels=("predict", "generate"))
+        gen, panel = w.state.generation, w.generate_panel
+        qtbot.waitUntil(held.is_set, timeout=WAIT)  # the first analysis is in: its warm-up has begun
+        nice = lambda: os.getpriority(os.PRIO_PROCESS, warmed[0])  # noqa: E731
+        main = _thread()[1]
+        if nice() <= main:
+            pytest.skip("no per-thread priority here: the warm-up runs at the main thread's")
+        panel.n_spin.setValue(4)
+        qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)  # (its first step, on the layer loop)
+        assert steps and nice() <= steps[0][1], (nice(), steps)
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    w.worker.wait_idle()
+    assert warmed[1][0].startswith(f"attnviz-{L.WARM_KIND}") and warmed[1][1] <= steps[0][1], (warmed, steps)
