@@ -133,3 +133,42 @@ def test_a_generation_asking_for_a_warm_up_under_way_raises_it_to_its_own_priori
     qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
     w.worker.wait_idle()
     assert warmed[1][0].startswith(f"attnviz-{L.WARM_KIND}") and warmed[1][1] <= steps[0][1], (warmed, steps)
+
+
+def test_a_generation_raises_the_warm_up_a_keystroke_began_to_its_own_priority(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    """No first analysis (no What heads do): a keystroke's one-row run began the warm-up on a
+    thread of the kernels' own, far below the main thread (engine/computing/qmatvec.py
+    warm_in_background); the Generate's own warm-up waits for it, so it is raised too."""
+    from PySide6.QtGui import QTextCursor
+
+    held, gate, warmed, steps = threading.Event(), threading.Event(), [], []
+    real_warm = cold._warm_one_row
+
+    def warm(half):
+        warmed.append((threading.current_thread().name, threading.get_native_id()))
+        held.set()
+        gate.wait(3 * WAIT / 1000)
+        return real_warm(half)
+    monkeypatch.setattr(cold, "_warm_one_row", warm)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT, panels=("generate",))
+        gen, panel = w.state.generation, w.generate_panel
+        assert not held.is_set()
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClick(w.text_box, "s")
+        qtbot.waitUntil(held.is_set, timeout=WAIT)
+        name, tid = warmed[0]
+        nice = lambda: os.getpriority(os.PRIO_PROCESS, tid)  # noqa: E731
+        assert name.startswith("qmatvec-warm")
+        if nice() <= _thread()[1]:
+            pytest.skip("no per-thread priority here: the warm-up runs at the main thread's")
+        panel.n_spin.setValue(4)
+        qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)
+        steps.append(nice())
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    w.worker.wait_idle()
+    assert steps[0] <= _thread()[1], (steps, _thread())  # (the generation's thread: the main thread's)

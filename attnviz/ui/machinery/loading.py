@@ -163,6 +163,21 @@ class WarmUp:
         return f"WarmUp({self.model!r})"
 
 
+KERNELS_WARMING = "qmatvec-warm"  # the threads engine/computing/qmatvec.py warm_in_background starts
+
+
+def hurry_the_kernels_warm_up() -> None:
+    """The kernels' own warm-up threads (a load's, or the one a keystroke's one-row run began
+    where the window's had not: qmatvec.takes_layer), made far nicer than the thread that started
+    them, raised to this thread's priority: a warm-up the window asks for meanwhile waits for
+    theirs (the kernels' locks)."""
+    from attnviz.ui.machinery.tuning import to_this_threads_priority
+
+    for t in threading.enumerate():
+        if t.name.startswith(KERNELS_WARMING) and t.native_id is not None and t.is_alive():
+            to_this_threads_priority(t.native_id)
+
+
 def warm_the_rest(worker, model, steps: bool = False) -> None:
     """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
@@ -173,10 +188,13 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     generation about to start, whose steps take the layer loop until the warm-up is done (one
     run chooses once; each step is a run): then on a thread at the main thread's priority, as the
     generation's own, which would otherwise leave a thread below it no core on 2 cores until its
-    last step; a warm-up under way (the first analysis's) is raised to it (WarmUp.hurry)."""
+    last step; a warm-up under way (the first analysis's, or one the kernels began on a thread of
+    their own: hurry_the_kernels_warm_up) is raised to it (WarmUp.hurry)."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types:
         return
+    if steps:
+        hurry_the_kernels_warm_up()
     job = worker.running(WARM_KIND)
     if job is not None:
         if steps and isinstance(job.request, WarmUp):
