@@ -34,6 +34,26 @@ def _thread() -> tuple[str, int]:  # this thread's name and scheduling priority 
     return threading.current_thread().name, nice
 
 
+def _may_raise_a_thread() -> bool:
+    """Whether this process may raise a thread's priority again once lowered (root, CAP_SYS_NICE or
+    RLIMIT_NICE; an unprivileged user usually may not, and the window's raise is then refused)."""
+    said = []
+
+    def look():
+        me = threading.get_native_id()
+        own = os.getpriority(os.PRIO_PROCESS, me)
+        try:
+            os.setpriority(os.PRIO_PROCESS, me, min(19, own + 1))
+            os.setpriority(os.PRIO_PROCESS, me, own)
+            said.append(os.getpriority(os.PRIO_PROCESS, me) == own)
+        except OSError:
+            said.append(False)
+    t = threading.Thread(target=look)
+    t.start()
+    t.join()
+    return said[0]
+
+
 @pytest.fixture
 def cold(monkeypatch):
     """The kernels' warm-up state as a fresh process has it (the code compiled in this process
@@ -94,3 +114,81 @@ def test_a_generation_begun_before_the_warm_up_takes_the_one_call_stack_once_it_
     for a, b in zip(gen.steps, ref.steps):
         assert np.allclose(a.top_logprobs, b.top_logprobs, atol=1e-3, rtol=0)
         assert np.allclose(a.rows, b.rows, atol=1e-3, rtol=0)
+
+
+def test_a_generation_asking_for_a_warm_up_under_way_raises_it_to_its_own_priority(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    from attnviz.engine.computing import generate as G
+
+    held, gate, warmed, steps = threading.Event(), threading.Event(), [], []
+    real_warm, real_generate = cold._warm_one_row, G.generate
+
+    def warm(half):  # the warm-up after the first analysis, held as it loads the one-row steps
+        warmed.append(threading.get_native_id())
+        held.set()
+        gate.wait(3 * WAIT / 1000)
+        warmed.append(_thread())  # (the priority it loads them at)
+        return real_warm(half)
+
+    def generate(*a, **k):
+        steps.append(_thread())
+        return real_generate(*a, **k)
+    monkeypatch.setattr(cold, "_warm_one_row", warm)
+    monkeypatch.setattr(G, "generate", generate)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT,
+                        panels=("predict", "generate"))
+        gen, panel = w.state.generation, w.generate_panel
+        qtbot.waitUntil(held.is_set, timeout=WAIT)  # the first analysis is in: its warm-up has begun
+        nice = lambda: os.getpriority(os.PRIO_PROCESS, warmed[0])  # noqa: E731
+        main = _thread()[1]
+        if nice() <= main or not _may_raise_a_thread():
+            pytest.skip("no per-thread priority here, or not one this process may raise again")
+        panel.n_spin.setValue(4)
+        qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)  # (its first step, on the layer loop)
+        assert steps and nice() <= steps[0][1], (nice(), steps)
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    w.worker.wait_idle()
+    assert warmed[1][0].startswith(f"attnviz-{L.WARM_KIND}") and warmed[1][1] <= steps[0][1], (warmed, steps)
+
+
+def test_a_generation_raises_the_warm_up_a_keystroke_began_to_its_own_priority(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    """No first analysis (no What heads do): a keystroke's one-row run began the warm-up on a
+    thread of the kernels' own, far below the main thread (engine/computing/qmatvec.py
+    warm_in_background); the Generate's own warm-up waits for it, so it is raised too."""
+    from PySide6.QtGui import QTextCursor
+
+    held, gate, warmed, steps = threading.Event(), threading.Event(), [], []
+    real_warm = cold._warm_one_row
+
+    def warm(half):
+        warmed.append((threading.current_thread().name, threading.get_native_id()))
+        held.set()
+        gate.wait(3 * WAIT / 1000)
+        return real_warm(half)
+    monkeypatch.setattr(cold, "_warm_one_row", warm)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT, panels=("generate",))
+        gen, panel = w.state.generation, w.generate_panel
+        assert not held.is_set()
+        w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+        qtbot.keyClick(w.text_box, "s")
+        qtbot.waitUntil(held.is_set, timeout=WAIT)
+        name, tid = warmed[0]
+        nice = lambda: os.getpriority(os.PRIO_PROCESS, tid)  # noqa: E731
+        assert name.startswith("qmatvec-warm")
+        if nice() <= _thread()[1] or not _may_raise_a_thread():
+            pytest.skip("no per-thread priority here, or not one this process may raise again")
+        panel.n_spin.setValue(4)
+        qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(gen.steps) >= 1, timeout=WAIT)
+        steps.append(nice())
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    w.worker.wait_idle()
+    assert steps[0] <= _thread()[1], (steps, _thread())  # (the generation's thread: the main thread's)

@@ -5,6 +5,7 @@ one thread computes at a time."""
 import threading
 
 import pytest
+from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import Runner
 
@@ -239,3 +240,61 @@ def test_a_job_giving_way_on_a_pool_qt_has_deleted_stops_as_cancelled(qtbot):
         hold.set()
     qtbot.waitUntil(lambda: got == ["b"], timeout=WAIT)
     assert runner.wait_idle()
+
+
+
+class _Said(QObject):
+    said = Signal(str, int)  # what a job did (and the number of an event it waits on, or -1)
+
+
+def test_a_paused_probe_takes_a_step_while_keystrokes_keep_the_pool_busy(qtbot, monkeypatch):
+    """Typing whose runs leave the pool no idle moment (each keystroke's run queued before the one
+    ahead of it ends: a long text, a slow machine): the paused probe still takes a step once it
+    has waited GIVE_WAY_TURN_S, one step between two runs (a run at work is not stopped for it),
+    then gives way again; before, it waited for the typing to stop."""
+    from attnviz.ui.machinery import runner as R
+
+    monkeypatch.setattr(R, "GIVE_WAY_TURN_S", 0.2, raising=False)
+    runner, said, order, typing_ends, queued = Runner(), _Said(), [], threading.Event(), []
+    probe = runner.claim("probe")
+    stop = runner.giving_way("probe", probe)
+
+    def work():  # a step, then stop(), until the typing ends
+        while not typing_ends.is_set():
+            threading.Event().wait(0.005)  # (a step's work)
+            runner.post(said.said.emit, "probe steps", -1)
+            stop()
+        return "probe"
+
+    def key():  # a keystroke's run, at work until the next keystroke's run is queued
+        queued.append(threading.Event())
+        runner.post(said.said.emit, "key starts", len(queued) - 1)
+        queued[-1].wait(HOLD_S)
+        threading.Event().wait(0.02)  # (its work)
+        return "k"
+
+    def heard(what: str, k: int) -> None:  # on the main thread
+        order.append(what)
+        if k >= 0:
+            if not typing_ends.is_set():
+                runner.submit("compute", key, lambda *_: None)
+            queued[k].set()
+    said.said.connect(heard)
+    is_step = lambda what, _queued: what == "probe steps"  # noqa: E731
+    with qtbot.waitSignal(said.said, check_params_cb=is_step, timeout=WAIT):
+        runner.submit("probe", work, lambda *_: None, job_id=probe)
+    with qtbot.waitSignal(said.said, check_params_cb=lambda what, _q: what == "key starts", timeout=WAIT):
+        runner.submit("compute", key, lambda *_: None)  # the first keystroke: the typing begins
+    try:
+        with qtbot.waitSignal(said.said, check_params_cb=is_step, timeout=5000):
+            pass  # (never, before: the typing never stops here)
+        assert order.count("key starts") >= 2
+        with qtbot.waitSignal(said.said, check_params_cb=is_step, timeout=5000):
+            pass  # and again, a turn later
+    finally:
+        typing_ends.set()
+    qtbot.waitUntil(lambda: not runner.at_work("compute") and not runner.at_work("probe"), timeout=WAIT)
+    during = order[order.index("key starts"):]
+    steps = [i for i, what in enumerate(during) if what == "probe steps"]
+    assert len(steps) >= 2 and all(b - a > 1 for a, b in zip(steps, steps[1:3])), during  # one step a turn
+    assert runner.pool.maxThreadCount() == 1

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html.entities  # noqa: F401  (see below)
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -128,6 +129,55 @@ def complete_vocabulary(model) -> None:
 WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
 
 
+class WarmUp:
+    """warm_the_rest's job as it runs: its model, and its thread's priority, below the main
+    thread's until a generation asks for it (hurry), the asker's from then on."""
+
+    def __init__(self, model, hurried: bool):
+        self.model, self._hurried, self._thread = model, hurried, None
+        self._lock = threading.Lock()  # (hurry and the thread's start or end, one at a time)
+
+    def begin(self) -> None:  # on the warm-up's thread, before its work
+        from attnviz.ui.machinery.tuning import below_the_main_thread
+
+        with self._lock:
+            self._thread = threading.get_native_id()
+            if not self._hurried:
+                below_the_main_thread()
+
+    def end(self) -> None:  # on the warm-up's thread, after its work (its id may be reused then)
+        with self._lock:
+            self._thread = None
+
+    def hurry(self) -> None:
+        """From now on at this thread's priority (a generation's, about to start: its steps take
+        the layer loop until the warm-up is done), the warm-up's thread raised where it runs."""
+        from attnviz.ui.machinery.tuning import to_this_threads_priority
+
+        with self._lock:
+            self._hurried = True
+            if self._thread is not None:
+                to_this_threads_priority(self._thread)
+
+    def __repr__(self):
+        return f"WarmUp({self.model!r})"
+
+
+KERNELS_WARMING = "qmatvec-warm"  # the threads engine/computing/qmatvec.py warm_in_background starts
+
+
+def hurry_the_kernels_warm_up() -> None:
+    """The kernels' own warm-up threads (a load's, or the one a keystroke's one-row run began
+    where the window's had not: qmatvec.takes_layer), made far nicer than the thread that started
+    them, raised to this thread's priority: a warm-up the window asks for meanwhile waits for
+    theirs (the kernels' locks)."""
+    from attnviz.ui.machinery.tuning import to_this_threads_priority
+
+    for t in threading.enumerate():
+        if t.name.startswith(KERNELS_WARMING) and t.native_id is not None and t.is_alive():
+            to_this_threads_priority(t.native_id)
+
+
 def warm_the_rest(worker, model, steps: bool = False) -> None:
     """Compile (or load) what the quantised kernels of `model`'s packed layers still lack, their
     serial twins, the one-row steps and the one-row block for the scale types its layers run it
@@ -138,23 +188,33 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     generation about to start, whose steps take the layer loop until the warm-up is done (one
     run chooses once; each step is a run): then on a thread at the main thread's priority, as the
     generation's own, which would otherwise leave a thread below it no core on 2 cores until its
-    last step."""
+    last step; a warm-up under way (the first analysis's, or one the kernels began on a thread of
+    their own: hurry_the_kernels_warm_up) is raised to it (WarmUp.hurry)."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
-    if not types or worker.running(WARM_KIND) is not None:
+    if not types:
+        return
+    if steps:
+        hurry_the_kernels_warm_up()
+    job = worker.running(WARM_KIND)
+    if job is not None:
+        if steps and isinstance(job.request, WarmUp):
+            job.request.hurry()
         return
     from attnviz.engine.computing import onerow_stack, qmatvec
     from attnviz.engine.computing.layers import layer_for
     from attnviz.engine.computing.load import packed_views
     from attnviz.ui.machinery.runner import THREAD
-    from attnviz.ui.machinery.tuning import below_the_main_thread
 
     # (a process that warmed the kernels already, at a model before: the stack may still be to build)
     if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
         return
+    warm_up = WarmUp(model, hurried=steps)
 
     def work():
-        if not steps:
-            below_the_main_thread()
-        qmatvec.warm(types, layers=packed_views(model))
-        onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
-    worker.submit(WARM_KIND, work, lambda *_: None, model, THREAD)
+        warm_up.begin()
+        try:
+            qmatvec.warm(types, layers=packed_views(model))
+            onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
+        finally:
+            warm_up.end()
+    worker.submit(WARM_KIND, work, lambda *_: None, warm_up, THREAD)

@@ -9,7 +9,9 @@ result, and the result of a job that was cancelled, are dropped. Two lanes:
   does not depend on the typed text (a template probe) calls `give_way` between its steps: while
   other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they run
   first, on a thread the pool lends for them; it then goes on from there, or stops at once if it
-  went stale meanwhile. One thread computes at a time all along.
+  went stale meanwhile. Paused GIVE_WAY_TURN_S, it takes one step before the next waiting job
+  starts (typing whose runs leave the pool no gap would otherwise hold it until the typing
+  stops). One thread computes at a time all along.
 - THREAD: a daemon thread of its own per job, for work that reads files (loads, checkpoints,
   discovery). A read that blocks (a FIFO, a hung network mount) then holds only that thread: runs
   keep going on the pool, and the window can stop waiting for it. Python cannot kill a thread, so a
@@ -59,6 +61,7 @@ def _forget_pool(*_):
     _POOL = None
     with _PAUSE_CHANGED:  # its jobs that never ran never will: a later job gives way to none of them
         _WAITING.clear()
+        _TURN.clear()
         _PAUSE_CHANGED.notify_all()
 
 
@@ -72,12 +75,22 @@ _RUNNING = 0
 _PAUSED: list = []
 _PAUSE_CHANGED = threading.Condition(threading.Lock())
 GIVE_WAY_WAIT_S = 0.25  # a paused job looks again after this at the latest (a wake-up missed)
+# a job paused this long takes one step ahead of the jobs that wait (not of one at work): typing
+# whose runs keep the pool busy without a gap would otherwise hold it until the typing stops
+GIVE_WAY_TURN_S = 1.0
+_TURN: list = []  # the paused job whose turn it is, at most one: the pool starts no waiting job
 
 
 def _wake_paused() -> None:  # the jobs paused in give_way look again (one may be stale now)
     if _PAUSED:  # (a job about to pause looks under the lock after it is in _PAUSED)
         with _PAUSE_CHANGED:
             _PAUSE_CHANGED.notify_all()
+
+
+def _rooms() -> int:
+    """The pool's room: one thread, and one more per paused job; none for the jobs that wait
+    while a paused job has its turn (give_way: it goes on as the job at work ends)."""
+    return 1 + len(_PAUSED) - len(_TURN)
 
 
 SKIPPED = object()  # a stale request the thread did not compute
@@ -293,13 +306,15 @@ class Runner(QObject):
         on the pool, this thread pauses and they run first, on a thread the pool lends for them
         (its room raised by one per paused job); it returns once none waits and none but paused
         jobs is at work, so one thread computes at a time. The latest paused job goes on first.
+        A job paused GIVE_WAY_TURN_S goes on once the job at work ends, ahead of those waiting
+        (the pool starts none of them meanwhile), for one step: its next give_way pauses again.
         stale(): asked all along the pause; once True the job leaves the pause at once, its room
         given back (it is to stop: its model and arrays are not held behind the jobs that replace
         it, nor for as long as keystrokes keep coming).
         -> whether it paused (the job may have gone stale meanwhile: ask is_newest after)."""
         if not _WAITING:
             return False
-        me = object()
+        me, turn_at = object(), time.monotonic() + GIVE_WAY_TURN_S
         with _PAUSE_CHANGED:
             _PAUSED.append(me)
         try:
@@ -307,26 +322,36 @@ class Runner(QObject):
                 self._room()
             with _PAUSE_CHANGED:  # (the jobs' starts and ends change the counts under this lock)
                 while not (stale is not None and stale()):  # (stale: leaves the pause below)
-                    if _PAUSED[-1] is me and not _WAITING and _RUNNING <= len(_PAUSED):
-                        _PAUSED.pop()  # none waits, and only paused jobs are in their run
+                    mine = me in _TURN
+                    if _RUNNING <= len(_PAUSED) and (mine or (_PAUSED[-1] is me and not _WAITING)):
+                        _PAUSED.remove(me)  # only paused jobs are in their run, and none waits
+                        if mine:  # (or its turn has come)
+                            _TURN.clear()
                         self._room()
                         return True
-                    _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
+                    wait = turn_at - time.monotonic()
+                    if wait <= 0 and not _TURN and _PAUSED[0] is me:  # (the longest paused first)
+                        _TURN.append(me)
+                        self._room()
+                        continue
+                    _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S if wait <= 0 else min(wait, GIVE_WAY_WAIT_S))
                 return True
         finally:  # stale, or an exception: its room given back, the jobs paused after it unaffected
             with _PAUSE_CHANGED:
+                if me in _TURN:
+                    _TURN.clear()
                 if me in _PAUSED:
                     _PAUSED.remove(me)
                     if shiboken6.isValid(self.pool):  # (else Python is exiting: nothing to give back)
-                        self.pool.setMaxThreadCount(1 + len(_PAUSED))
+                        self.pool.setMaxThreadCount(_rooms())
                     _PAUSE_CHANGED.notify_all()
 
     def _room(self) -> None:
-        """The pool's room: one thread, and one more per paused job. A pool Qt has deleted (Python
-        exiting with a job on it) stops the job, as a stale one stops, not with an error."""
+        """The pool's room (_rooms). A pool Qt has deleted (Python exiting with a job on it) stops
+        the job, as a stale one stops, not with an error."""
         if not shiboken6.isValid(self.pool):
             raise Cancelled("the app's thread pool is gone: the app is exiting")
-        self.pool.setMaxThreadCount(1 + len(_PAUSED))
+        self.pool.setMaxThreadCount(_rooms())
 
     def giving_way(self, kind: str, job_id: int) -> Callable[[], bool]:
         """The stop() of a long job on the pool that does not depend on the text (job `job_id`

@@ -227,6 +227,19 @@ def below_the_main_thread() -> None:
         pass
 
 
+def to_this_threads_priority(native_id: int) -> None:
+    """Raise thread `native_id` (Linux: its nice value) to this thread's scheduling priority,
+    where it runs below it (a pool thread below_the_main_thread lowered); one at or above it is
+    left as it is. Where the system refuses (an unprivileged process may lower a thread's
+    priority but raise it again only as far as RLIMIT_NICE lets it), it stays where it is."""
+    own = _own_nice()
+    try:
+        if own is not None and os.getpriority(os.PRIO_PROCESS, native_id) > own:
+            os.setpriority(os.PRIO_PROCESS, native_id, own)
+    except OSError:
+        pass
+
+
 _TRIM = None  # glibc's malloc_trim, or False where the C library has none
 
 
