@@ -159,8 +159,9 @@ def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QCo
     p.drawImage(rect, bar_image())
     p.setPen(text)
     p.setFont(figure_font(9))
+    digits = 3 + max(0, int(np.ceil(-np.log10(lim)))) if lim > 0 else 3  # (ends apart from the middle)
     ends = ((f"+{lim:.3g}", "0", f"\u2212{lim:.3g}") if middle == 0 else
-            tuple(f"{v:.3g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
+            tuple(f"{v:.{digits}g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
     for frac, label in zip((0.0, 0.5, 1.0), ends):
         y = rect.top() + frac * rect.height()
         p.drawText(QRectF(rect.right() + 3, y - 7, 60, 14), Qt.AlignmentFlag.AlignVCenter, label)

@@ -1,7 +1,8 @@
-"""Model.clear_cache and Model.adopt_cache swap the KV cache, and count it, under the cache's lock,
-as a cached run reads and extends it: asked while a cached run is on (from another thread, as
-Compare's B opening clears A's cache on the main thread while A's run may still be on the pool),
-the swap comes after that run, so the run sees one cache and one count from its start to its end."""
+"""Model.clear_cache and Model.adopt_cache swap the KV cache, and count it, never while a cached run
+reads and extends it: asked while a cached run is on (from another thread, as Compare's B opening
+clears A's cache on the main thread while A's run may still be on the pool), the swap comes as
+that run ends, so the run sees one cache and one count from its start to its end; and the asking
+thread does not wait for it (the main thread would freeze for the rest of the run)."""
 
 import threading
 
@@ -37,19 +38,41 @@ def test_a_swap_asked_during_a_cached_run_comes_after_it(model, swap):
     fresh = filled_apart(model, IDS[:3])
     before = model.cache_clears
     other = threading.Thread(target=model.clear_cache if swap == "clear" else lambda: model.adopt_cache(fresh))
-    seen = []  # the model's count of clears before each layer of the cached run
+    seen, waited = [], []  # the model's count of clears before each layer of the cached run
 
     def at_each_layer():  # (RunRequest.stop: asked before each layer, on the run's thread)
         if not seen:
             other.start()
             other.join(WAITED_S)
+            waited.append(other.is_alive())
         seen.append(model.cache_clears)
         return False
     result = model.run(ids=IDS[:6], request=RunRequest(stop=at_each_layer))
     other.join()
+    assert waited == [False]  # the swap asked returned while the run was on
     assert result.cache_used and result.cache_reused == 4
     assert seen == [before] * model.config.n_layer  # one count while the run is on
     assert model.cache_clears == before + 1  # the swap, after it
     # the cache the swap left: empty, or the one adopted (its 3 tokens), never the run's 6
     again = model.run(ids=IDS[:7])
     assert again.cache_used and again.cache_reused == (0 if swap == "clear" else 3)
+
+
+def test_swaps_asked_during_a_cached_run_are_each_counted(model):
+    """A clear and then an adoption asked during one cached run: the adopted cache is the model's
+    after it, and both are counted."""
+    model.clear_cache()
+    model.run(ids=IDS[:4])
+    fresh = filled_apart(model, IDS[:3])
+    before = model.cache_clears
+
+    def at_first_layer(asked=[]):
+        if not asked:
+            asked.append(True)
+            model.clear_cache()
+            model.adopt_cache(fresh)
+        return False
+    model.run(ids=IDS[:6], request=RunRequest(stop=at_first_layer))
+    assert model.cache_clears == before + 2
+    again = model.run(ids=IDS[:7])
+    assert again.cache_used and again.cache_reused == 3

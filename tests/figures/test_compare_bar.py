@@ -32,3 +32,22 @@ def test_each_band_has_the_colour_of_its_value(qapp, lim):
         assert (got.red(), got.green(), got.blue()) == tuple(int(c) for c in want), (s, v)
     top, bottom = (image.pixelColor(17, y) for y in (21, 274))
     assert top.red() > top.blue() and bottom.blue() > bottom.red()  # red above 0, blue below
+
+
+@pytest.mark.parametrize("middle, lim, want", [
+    (0.0, 2e-4, ["+0.0002", "0", "\u22120.0002"]),
+    (1.0, 2e-4, ["1.0002", "1", "0.9998"]),
+    (1.0, 1.02, ["2.02", "1", "\u22120.02"]),
+])
+def test_the_bars_labels_name_its_ends_and_middle_apart(qapp, middle, lim, want, monkeypatch):
+    """Around a middle of 1 (a noise run's patching map) a small limit still gives three different
+    labels: the ends are written with the digits that set them apart from the middle."""
+    said = []
+    image = QImage(120, 340, QImage.Format.Format_RGB32)
+    p = QPainter(image)
+    monkeypatch.setattr(p, "drawText", lambda *a: said.append(a[-1]), raising=False)
+    try:
+        F.paint_colour_bar(p, QRectF(10, 20, 14, 256), lim, "effect", QColor("black"), middle)
+    finally:
+        p.end()
+    assert said == [*want, "effect"]

@@ -83,10 +83,12 @@ class Model:
         self.kv_group = kv_group(config.n_head, config.n_kv_head)
         # The cache belongs to this Model alone. Only a run holding _cache_lock reads or updates it
         # (a run that bypasses it reports its byte count, one int, as a snapshot); a run finding the
-        # lock taken computes in full and leaves the cache alone: it never waits. A swap of the
-        # cache (clear_cache, adopt_cache) takes the lock too, after the run holding it.
+        # lock taken computes in full and leaves the cache alone: it never waits. Nor does a swap
+        # (adopt_cache): made at once, or by the run holding the lock as it lets it go.
         self._cache = KVCache() if config.causal else None
         self._cache_lock = threading.Lock()
+        self._swap_lock = threading.Lock()
+        self._swap: tuple | None = None  # (the cache, clears) a run holding the cache makes as it ends
         self._clears = 0  # clear_cache calls so far (cache_clears)
         self._head: LMHead | None = None  # lm_head(): built on first use
         self._head_lock = threading.Lock()
@@ -128,18 +130,27 @@ class Model:
         return layers.describe() if isinstance(layers, LayerStore) else None
 
     def clear_cache(self) -> None:
-        """Forget the KV cache. A run in progress with the cache finishes on it first (this waits
-        for it, at its lock): a cached run sees one cache, and one count of clears, throughout."""
+        """Forget the KV cache. Never waits: a run in progress with the cache finishes on it, and
+        the swap, and its count, come as it ends (one cache and one count throughout the run)."""
         self.adopt_cache(KVCache())
 
     def adopt_cache(self, cache: KVCache) -> None:
         """Make `cache` (filled by runs that brought it as their trace's `past`) the model's KV
-        cache in place of the one it had, counted as a clear (what that one held is gone); after
-        a run in progress with the cache, as clear_cache."""
-        with self._cache_lock:
-            if self._cache is not None:
-                self._cache = cache
-                self._clears += 1
+        cache in place of the one it had, counted as a clear (what that one held is gone); where a
+        run with the cache is on, as it ends (clear_cache)."""
+        with self._swap_lock:
+            if self._cache is None:
+                return
+            clears = 1 + (self._swap[1] if self._swap is not None else 0)
+            self._swap = (cache, clears)
+            if self._cache_lock.acquire(blocking=False):  # (no run on: swapped now)
+                self._release_cache()
+
+    def _release_cache(self) -> None:  # (the lock holder's last act, under _swap_lock)
+        if self._swap is not None:
+            (self._cache, clears), self._swap = self._swap, None
+            self._clears += clears
+        self._cache_lock.release()
 
     @property
     def cache_clears(self) -> int:
@@ -395,7 +406,8 @@ class Model:
                     cache is not None)
         finally:
             if owns:
-                self._cache_lock.release()
+                with self._swap_lock:
+                    self._release_cache()
 
     def _check_ids(self, ids) -> np.ndarray:  # a sequence of ints -> int64 [T], T >= 1
         V = self.config.vocab_size

@@ -11,7 +11,8 @@ one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
   under a line naming the texts they were computed for, until Run (no re-run on typing: a
   patching run is many forward passes, and the texts pass through unequal lengths while edited).
 - What to patch, Run, Cancel, a progress bar; the run is off the main thread, newest wins.
-- The map (figures/patching.py) in a diverging colour map about 0 with its colour bar; hover reads
+- The map (figures/patching.py) in a diverging colour map about the unchanged effect (0 denoising,
+  1 noising) with its colour bar; hover reads
   a cell's effect; a click on a head shows its pattern on the clean and the corrupted text side by
   side and focuses it in the grid.
 - Export: PNG/SVG with a sidecar that File > Open view restores, or the numbers (JSON, CSV)."""
