@@ -133,7 +133,7 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     add("softmax (~5 per score)", 5 * T * T, 5 * nh * T * T, 5 * T * T, "FLOPs", t2)
     add("pattern @ v", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
     add("output projection W_O", 2 * T * dh * d, 2 * T * D * d, 2 * T * d * d, "FLOPs", wide)
-    add("q, k, v, head output", BYTES * T * (2 * dh + (2 * dh) // g), BYTES * T * (2 * D + 2 * Dkv),
+    add("q, k, v, head output", BYTES * T * 2 * dh + (BYTES * T * 2 * dh) // g, BYTES * T * (2 * D + 2 * Dkv),
         BYTES * T * 4 * d, "bytes", gqa, wide)
     add("pattern T\u00d7T", BYTES * T * T, BYTES * nh * T * T, BYTES * T * T, "bytes", t2)
     add("KV cache per token", BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)
