@@ -116,7 +116,7 @@ def test_with_heads_switched_off_the_guide_and_head_roles_say_they_read_the_chan
     st.effects.set_ablation(Ablation(heads=((0, 0),)))
     qtbot.waitUntil(lambda: "Labels on this text's changed run:" in roles.summary.text()
                     and "<b>Changed run:</b> L" in bar.answer.text(), timeout=WAIT)
-    assert "The grid, head roles, the guide, prediction" in w.ablation_bar.label.text()
+    assert "head roles, the guide, prediction, lens, DLA, Anatomy and Why here?" in w.ablation_bar.label.text()
     st.effects.restore_clean()
     qtbot.waitUntil(lambda: "Labels on this text:" in roles.summary.text()
                     and "Changed run" not in bar.answer.text() and bar.current is not None, timeout=WAIT)
