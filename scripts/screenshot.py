@@ -105,7 +105,7 @@ def main() -> int:
                          "What heads do (prediction and lens, or DLA), the Calculator, Head roles "
                          "(its scores, or Find), Generate, Corpus, Compare, Why here?, Circuits or Patching")
     ap.add_argument("--ablate", type=int, default=0,
-                    help="switch off the N strongest induction heads (induction scene)")
+                    help="switch off the N strongest induction heads (induction scene; any panel)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
     ap.add_argument("--compare-type", default="Q4_0", help="--panel compare: B is A quantized to this")
     ap.add_argument("--roles-source", choices=("text", "probe", "agreement", "coreference"), default="text",
@@ -242,11 +242,14 @@ def main() -> int:
         dock.raise_()  # (a dock tab raised while the window still lays out its docks can lose)
         panel = w.predict_panel
         panel.tabs.setCurrentIndex(0 if args.panel == "prediction" else 1)
-        if args.ablate and args.scene == "induction":
-            from attnviz.engine.analysing.effects import Ablation
+    if args.ablate and args.scene == "induction":
+        from attnviz.engine.analysing.effects import Ablation
 
-            st.effects.set_ablation(Ablation(heads=tuple(strongest)))
-            what += "; switched off " + st.effects.ablation.describe()
+        st.effects.set_ablation(Ablation(heads=tuple(strongest)))
+        what += "; switched off " + st.effects.ablation.describe()
+        # the changed run is shown: the grid's result carries the edits
+        wait(lambda: st.result is not None and bool(getattr(st.result.trace, "edits", None)), 60)
+    if args.panel in ("prediction", "dla"):
         end = time.perf_counter() + 60
         while time.perf_counter() < end and not (
                 st.effects.analysis is not None and st.effects.analysis.ablation == st.effects.ablation

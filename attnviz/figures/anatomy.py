@@ -25,6 +25,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_name, layer_anatomy
 from attnviz.engine.calc import format_bytes
+from attnviz.engine.computing.edits import Patch, ReplaceHead
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
 from attnviz.engine.reading.token_text import quoted
@@ -59,8 +60,9 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
         check_index("head", head, cfg.n_head)
     if result.layer_inputs is None:
         raise ExportError("this result kept no layer inputs: run it with inputs=True")
+    edits = getattr(result.trace, "edits", None) or ()  # a changed run: its heads switched off
     an = layer_anatomy(cfg, model.weights, result.layer_inputs[layer], layer,
-                       result.attentions[layer])
+                       result.attentions[layer], edits)
     limits = {name: signed_limit(getattr(an, name)) for name in ("q", "k", "v")}
     notes = [input_name(cfg)]
     if cfg.rope_theta:
@@ -68,6 +70,12 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
     hd = head_dim_note(cfg)
     if hd:
         notes.append(hd)
+    off = sorted({e.head for e in edits if isinstance(e, ReplaceHead) and e.layer == layer})
+    patched = sorted({e.head for e in edits if isinstance(e, Patch) and e.point == "z" and e.layer == layer})
+    for heads, what in ((off, "switched off"), (patched, "patched")):
+        if heads:
+            notes.append(f"changed run: {', '.join(f'H{h}' for h in heads)} {what} here, its head "
+                         "output as the run replaced it")
     if layer == cfg.n_layer - 1:
         notes.append("last layer: its output projection, skipped by the heatmaps' forward pass "
                      "(nothing after it changes a pattern), is computed here from the loaded W_O")

@@ -19,6 +19,16 @@ from attnviz.figures.style import ERROR, FOCUS, colormap_colors
 MAP_WIDTH = 640
 
 
+def beside_threshold(value: float, threshold: float, digits: int = 2) -> str:
+    """`value` with `digits` decimals, or more where those would put it on the wrong side of
+    `threshold` (0.3996 against 0.4 is written 0.3996, not 0.40 or 0.400)."""
+    for d in range(digits, 9):
+        text = f"{value:.{d}f}"
+        if (float(text) >= threshold) == (value >= threshold):
+            return text
+    return repr(float(value))
+
+
 def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap.HeadMap:
     """The JSD map [n_layer, n_head] (bits) as a HeadMap titled with both models."""
     return headmap.HeadMap(title=f"Attention JSD, {a_name} against {b_name}",

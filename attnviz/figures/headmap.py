@@ -41,11 +41,20 @@ class HeadMap:
     nonnegative: bool = False  # values never below 0 (a divergence): only white (0) .. red is used
 
     def scale_text(self) -> str:
-        """What the colours mean, for the caption."""
+        """What the colours mean, for the caption, with the cells beyond the heads' limit (an MLP,
+        the embeddings) named: they are drawn at the end of the scale, not at their values."""
         lim = self.limit
         if self.nonnegative:
             return f"white 0 to red {lim:.3g} {self.unit}"
-        return f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}"
+        parts = ([(self.column[0], np.abs(np.asarray(self.column[1], float)).max(initial=0.0))]
+                 if self.column is not None else [])
+        parts += [(name, abs(float(v))) for name, v in self.extras]
+        over = [(name, v) for name, v in parts if v > lim]
+        text = f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}"
+        if over:
+            top = max(v for _, v in over)
+            text += f" ({', '.join(n for n, _ in over)} up to \u00b1{top:.3g}: clipped)"
+        return text
 
     @property
     def limit(self) -> float:

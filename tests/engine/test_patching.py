@@ -234,7 +234,8 @@ def test_corrupt_proposes_the_indirect_object_swap_and_says_what_it_swapped(smol
     text = "When Mary and John went to the store, John gave a drink to"
     p = PT.propose_corrupt(smollm2, text)
     assert p.text == "When Mary and John went to the store, Mary gave a drink to"
-    assert p.describe() == "swapped 'John' (characters 38-42) for 'Mary'"
+    assert p.describe() == "swapped 'John' (characters 38..41) for 'Mary'"
+    assert text[38] + text[41] == "Jn" and text[38:42] == "John"  # (from 0, both ends the word's)
     assert len(smollm2.encode(p.text)[0]) == len(smollm2.encode(text)[0])
     p = PT.propose_corrupt(smollm2, "the cat sat on the mat")  # a repeated word, no name
     assert (p.old, p.start) == ("the", 15) and len(smollm2.encode(p.text)[0]) == 6

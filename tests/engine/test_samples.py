@@ -106,3 +106,20 @@ def test_smollm2_induction_sample_points_at_an_induction_head(smollm2):
     s = next(x for x in SAMPLES if "induction" in x.title)
     g = guide(s, smollm2.run(s.text), H.unknown_token_ids(smollm2))
     assert g.claimed and "induction strength" in g.message
+
+
+def test_the_guides_count_of_heads_agrees_with_the_labels_the_roles_panel_counts(smollm2):
+    """The guide says how many more heads clear the role's bar; a head that clears it but is labelled
+    by a stronger role is named with its label, so the guide's count and the Head roles panel's
+    count of labels ('4 induction') do not seem to disagree."""
+    s = next(x for x in SAMPLES if "induction" in x.title)
+    r = smollm2.run(s.text)
+    g = guide(s, r, H.unknown_token_ids(smollm2))
+    sc = H.score_result(r, unknown_ids=H.unknown_token_ids(smollm2))
+    cleared = sc.cleared("induction")
+    other = [(l, h) for l, h, _ in cleared if sc.labels[l][h] != "induction"]
+    assert other, "the sample has a head that clears induction but is labelled by another role"
+    assert f"{len(cleared) - 1} more heads clear it" in g.message
+    for l, h in other:
+        assert f"L{l} H{h} is labelled {sc.labels[l][h]}" in g.message or \
+            f"L{l} H{h} {sc.labels[l][h]}" in g.message

@@ -48,7 +48,7 @@ def test_a_vocabulary_that_differs_names_the_token_as_labelled(tiny, tmp_path):
 
 def test_the_proposed_swap_names_its_words_between_quotes(tiny):
     p = propose_corrupt(tiny, "my cat's toy, a dog's bowl, her cat's bed")
-    assert p.old == "cat's" and p.describe() == f"swapped '{p.old}' (characters {p.start}-{p.end}) for '{p.new}'"
+    assert p.old == "cat's" and p.describe() == f"swapped '{p.old}' (characters {p.start}..{p.end - 1}) for '{p.new}'"
 
 
 def test_a_typed_token_is_quoted_as_typed_in_refusals(tiny):

@@ -68,3 +68,17 @@ def test_colour_indices_give_colour_for_every_value(qapp):
     values = np.array([-3.0, -1.0, -0.5, -1e-9, 0.0, 1e-9, 0.25, 0.999, 1.0, 2.0])
     got = [headmap.colour_table()[i] for i in headmap.colour_indices(values, 1.0)]
     assert [c.rgb() for c in got] == [headmap.colour(float(v), 1.0).rgb() for v in values]
+
+
+def test_the_caption_names_the_cells_drawn_clipped_at_the_heads_limit(qapp):
+    """The colours run to the heads' largest |value|; an MLP column or an embedding cell beyond it is
+    drawn at the scale's end, and the caption says so with its size (an MLP at -4 read as -0.4)."""
+    values = np.array([[0.1, -0.4], [0.2, 0.3]])
+    mlp = np.array([-4.2, 0.1])
+    hm = headmap.HeadMap(title="t", values=values, unit="logit", column=("MLP", mlp),
+                         extras=(("embed", 0.9), ("bias", 0.01)))
+    assert hm.scale_text() == "blue < 0 < red, \u00b10.4 logit (MLP, embed up to \u00b14.2: clipped)"
+    inside = headmap.HeadMap(title="t", values=values, unit="logit", column=("MLP", mlp / 100),
+                             extras=(("bias", 0.01),))
+    assert inside.scale_text() == "blue < 0 < red, \u00b10.4 logit"
+    assert headmap.colour(-4.2, hm.limit) == headmap.colour(-0.4, hm.limit)  # (why it must be said)

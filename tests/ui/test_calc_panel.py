@@ -371,3 +371,22 @@ def test_the_live_cache_line_of_a_run_with_heads_switched_off_says_it_went_witho
     changed = window_run(model, "", ids=ids, ablation=Ablation(heads=((1, 0),)))
     text = live_text(changed.result, model)
     assert "computed its 6 tokens without the cache" in text and "reused" not in text
+
+
+def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
+    """MiniLM reads every token at once and keeps no KV cache: the sentence line says so, and gives
+    the decoder-of-this-shape figure only as that, beside the live line's 'none'."""
+    from attnviz.ui.machinery.state import AppState
+
+    st = AppState()
+    w = CalcPanel(st)
+    qtbot.addWidget(w)
+    st.set_model(minilm)
+    r = minilm.run("The keys to the cabinet are on the table.")
+    st.set_result(r)
+    T = len(r.tokens)
+    size = T * 6 * 2 * 12 * 32 * 2  # tokens x layers x (K, V) x heads x d_head x fp16 bytes
+    text = w.sentence_label.text()
+    assert "keeps no KV cache" in text and f"{size:,} bytes" in text, text
+    assert f"{T} tokens → " not in text and "of KV cache" not in text
+    assert w.live_label.text().startswith("live KV cache: none")

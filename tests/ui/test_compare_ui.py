@@ -274,3 +274,24 @@ def test_a_pooled_cell_of_a_minus_b_is_its_blocks_largest_difference_with_its_si
     assert got.shape == (1, 1, 3, 3)
     assert got[0, 0, 0, 0] == np.float32(-0.5) and got[0, 0, 2, 2] == np.float32(0.3)
     assert got[0, 0, 1, 1] == np.float32(0.1) and got[0, 0, 0, 2] == 0
+
+
+def test_a_lost_induction_head_is_not_written_at_the_threshold(window, qtbot, nudged, monkeypatch):
+    """Survived and lost are decided on the strengths themselves: the panel writes each one on its
+    side of the threshold (a head lost at 0.39996 against 0.4 reads 0.39996, never 0.40)."""
+    w = window
+    n_layer, n_head = w.state.n_layer, w.state.n_head
+    sides = iter(range(10))
+
+    def strengths(run):  # A's probe run, then B's: one head lost just under the bar, one kept on it
+        s = np.zeros((n_layer, n_head))
+        s[0, 0], s[0, 1] = (0.46, 0.4) if next(sides) % 2 == 0 else (C.INDUCTION_THRESHOLD - 4e-5, 0.4)
+        return s
+
+    monkeypatch.setattr(C, "induction_strength", strengths)
+    assert C.INDUCTION_THRESHOLD == 0.4
+    open_compare(w, BSource("model", str(nudged)))
+    compared(qtbot, w, TEXT)
+    text = w.compare_panel.induction.text()
+    assert "survived 1: L0 H1 0.40\u21920.40" in text, text
+    assert "lost 1: L0 H0 0.46\u21920.39996" in text, text

@@ -97,3 +97,27 @@ def test_the_guide_bar_keeps_its_height_while_its_texts_change(qtbot, settings_p
         heights.append(bar.height())
     assert len(set(heights)) == 1, heights
     w.worker.wait_idle()
+
+
+def test_with_heads_switched_off_the_guide_and_head_roles_say_they_read_the_changed_run(qtbot, settings_path):
+    """Heads switched off: the grid shows the changed run, and the guide's head and Head roles'
+    labels are found on it too; both say so, and say it no more once the clean run is back."""
+    from attnviz.engine.analysing.effects import Ablation
+    from attnviz.engine.reading.registry import TOY_MODEL
+
+    s = next(x for x in SAMPLES if x.title == "Repeated random sequence")
+    w = open_window(qtbot, settings_path, model=TOY_MODEL, text=s.text)
+    bar, roles, st = w.guide_bar, w.roles_panel, w.state
+    w.roles_dock.show()
+    w.roles_dock.raise_()
+    qtbot.waitUntil(lambda: bar.current is not None and "Labels on this text:" in roles.summary.text(),
+                    timeout=WAIT)
+    assert "Changed run" not in bar.answer.text()
+    st.effects.set_ablation(Ablation(heads=((0, 0),)))
+    qtbot.waitUntil(lambda: "Labels on this text's changed run:" in roles.summary.text()
+                    and "<b>Changed run:</b> L" in bar.answer.text(), timeout=WAIT)
+    assert "head roles, the guide, prediction, lens, DLA, Anatomy and Why here?" in w.ablation_bar.label.text()
+    st.effects.restore_clean()
+    qtbot.waitUntil(lambda: "Labels on this text:" in roles.summary.text()
+                    and "Changed run" not in bar.answer.text() and bar.current is not None, timeout=WAIT)
+    w.worker.wait_idle()

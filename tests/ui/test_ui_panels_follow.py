@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
 
 from attnviz.engine.reading.registry import WINDOW_MODEL  # noqa: E402
-from windows import WAIT, open_window, scores_settled, wait_for_text, widget  # noqa: E402
+from windows import WAIT, drain_events, open_window, scores_settled, wait_for_text, widget  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -120,4 +120,32 @@ def test_head_roles_summary_is_never_cut_after_a_probe(qtbot, settings_path):
     qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()), timeout=WAIT)
     assert label.visibleRegion().boundingRect().height() >= label.heightForWidth(label.width())
     scores_settled(w.worker)
+    w.worker.wait_idle()
+
+
+def test_a_calculator_with_room_for_all_its_lines_follows_each_sentence(qtbot, tmp_path, textbook_window):
+    """In a window tall enough that the Calculator needs no scroll bar (its scroll area then covers
+    the whole panel) it still follows each new sentence: its line gives the new token count, not
+    the count of the text before. Behind another tab it waits, and catches up when raised."""
+    from PySide6.QtWidgets import QScrollArea
+
+    w = textbook_window(tmp_path / "s.ini", ready=True)
+    calc = w.calc_panel
+    raise_dock(qtbot, w, w.calc_dock)
+    w.resize(1400, 2400)
+    qtbot.waitUntil(lambda: not calc.findChild(QScrollArea).verticalScrollBar().isVisible(), timeout=WAIT)
+    for text in ("the dog sat", "the dog sat on a big red mat today"):
+        w.text_box.setPlainText(text)
+        wait_for_text(qtbot, w, text)
+        T = len(w.state.result.tokens)
+        qtbot.waitUntil(lambda: f"this sentence: <b>{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
+        assert f"its tokens' K and V: <b>{T} tokens" in calc.live_label.text()
+    w.focus_dock.raise_()
+    drain_events()
+    w.text_box.setPlainText("the cat")
+    wait_for_text(qtbot, w, "the cat")
+    T = len(w.state.result.tokens)
+    assert f"this sentence: <b>{T} tokens" not in calc.sentence_label.text()  # behind a tab: waits
+    w.calc_dock.raise_()
+    qtbot.waitUntil(lambda: f"this sentence: <b>{T} tokens" in calc.sentence_label.text(), timeout=WAIT)
     w.worker.wait_idle()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnviz.engine.reading.config import ModelConfig
+from attnviz.engine.computing.edits import edited_z
 from attnviz.engine.computing.families import FAMILY, attend, attention_output, head_outputs, layer_consts, project_qkv
 from attnviz.engine.computing.layers import kv_group, rms_norm
 
@@ -58,15 +59,16 @@ def weight_blocks(cfg: ModelConfig, layer) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def layer_anatomy(cfg: ModelConfig, weights, x: np.ndarray, layer: int,
-                  pattern: np.ndarray | None = None) -> LayerAnatomy:
+                  pattern: np.ndarray | None = None, edits=()) -> LayerAnatomy:
     """Layer input x [T, d_model] -> every stage of that layer's attention (LayerAnatomy).
-    `pattern` [n_head, T, T]: the forward pass's own (what the grid shows); computed when None."""
+    `pattern` [n_head, T, T]: the forward pass's own (what the grid shows); computed when None.
+    `edits`: a changed run's (its trace's): heads it switched off or patched have its z."""
     lw = weights.layers[layer]
     c = layer_consts(cfg, x.shape[0])[layer]  # the forward pass's stages, one at a time
     q, k, v = project_qkv(x, lw, c)  # [n_head, T, d_head], [n_kv_head, T, d_head] x2
     if pattern is None:
         pattern = attend(q, k, c)  # [n_head, T, T]
-    head_out = head_outputs(pattern, v, c)  # [n_head, T, d_head]
+    head_out = edited_z(edits, layer, head_outputs(pattern, v, c))  # [n_head, T, d_head]
     concat, out = attention_output(head_out, lw)  # [T, n_head d_head], [T, d_model]
     w_q, w_k, w_v, w_o = weight_blocks(cfg, lw)
     group = kv_group(cfg.n_head, cfg.n_kv_head)  # [n_head]
@@ -133,7 +135,7 @@ def head_costs(cfg: ModelConfig, T: int) -> list[CostRow]:
     add("softmax (~5 per score)", 5 * T * T, 5 * nh * T * T, 5 * T * T, "FLOPs", t2)
     add("pattern @ v", 2 * T * T * dh, 2 * T * T * D, 2 * T * T * d, "FLOPs", wide)
     add("output projection W_O", 2 * T * dh * d, 2 * T * D * d, 2 * T * d * d, "FLOPs", wide)
-    add("q, k, v, head output", BYTES * T * (2 * dh + (2 * dh) // g), BYTES * T * (2 * D + 2 * Dkv),
+    add("q, k, v, head output", BYTES * T * 2 * dh + (BYTES * T * 2 * dh) // g, BYTES * T * (2 * D + 2 * Dkv),
         BYTES * T * 4 * d, "bytes", gqa, wide)
     add("pattern T\u00d7T", BYTES * T * T, BYTES * nh * T * T, BYTES * T * T, "bytes", t2)
     add("KV cache per token", BYTES * 2 * dh // g, BYTES * 2 * Dkv, BYTES * 2 * d, "bytes", gqa, wide)

@@ -301,11 +301,13 @@ class Proposal:
     text: str
     old: str
     new: str
-    start: int  # the swapped word's characters start..end in the clean text
+    start: int  # the swapped word is clean text[start:end]
     end: int
 
     def describe(self) -> str:
-        return f"swapped {quoted(self.old)} (characters {self.start}-{self.end}) for {quoted(self.new)}"
+        """Its characters counted from 0, both ends included, as the long view writes its ranges."""
+        return (f"swapped {quoted(self.old)} (characters {self.start}..{self.end - 1}) for "
+                f"{quoted(self.new)}")
 
 
 def propose_corrupt(model, text: str) -> Proposal:

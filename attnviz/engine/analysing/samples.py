@@ -111,7 +111,8 @@ def guide(sample: Sample, result, unknown_ids=(), scores=None) -> Guide:
             l, h, s = cleared[0]
             return Guide(l, h, True, f"{head_title(l, h)}: {H.TITLES[role]} strength {s:.2f} "
                          f"on this text (score {scores.scores[role][l, h]:.2f}, chance "
-                         f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared)))
+                         f"{scores.chance[role][l, h]:.2f})" + _others(len(cleared))
+                         + _relabelled(cleared, scores, role))
     first, rest = sample.roles[0], sample.roles[1:]
     l, h, _ = scores.best_strength(first)
     why = f"{scores.notice}. " if scores.notice and first in H.IDENTITY_ROLES else ""
@@ -123,6 +124,21 @@ def _others(n: int) -> str:
     if n <= 1:
         return ""
     return "; 1 more head clears it" if n == 2 else f"; {n - 1} more heads clear it"
+
+
+def _relabelled(cleared: list, scores, role: str) -> str:
+    """The heads after the first that clear `role`'s bar but are labelled by a stronger role: the
+    Head roles panel counts labels, and without these the two counts would seem to disagree."""
+    other = [(l, h, scores.labels[l][h]) for l, h, _ in cleared[1:] if scores.labels[l][h] != role]
+    if not other:
+        return ""
+    if len(other) == 1:
+        l, h, label = other[0]
+        return f" ({head_title(l, h)} is labelled {label}, its stronger role)"
+    if len(other) > 3:
+        return f" ({len(other)} of them labelled by their stronger roles)"
+    return " (labelled by their stronger roles: " + ", ".join(
+        f"{head_title(l, h)} {label}" for l, h, label in other) + ")"
 
 
 def _guide_find(sample: Sample, result) -> Guide:

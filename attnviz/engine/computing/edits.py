@@ -55,3 +55,17 @@ class Patch:
 
 def patches_at(edits, point: str, layer: int) -> list[Patch]:  # those of `edits` at `point` of `layer`
     return [e for e in edits if isinstance(e, Patch) and e.point == point and e.layer == layer]
+
+
+def edited_z(edits, layer: int, z: np.ndarray) -> np.ndarray:
+    """Block `layer`'s head outputs z [n_head, n, d_head] with `edits`' ReplaceHead and z Patches
+    of that layer put in (a copy where there are any; z itself where none)."""
+    heads = [e for e in edits if isinstance(e, ReplaceHead) and e.layer == layer]
+    patches = patches_at(edits, "z", layer)
+    if heads or patches:
+        z = z.copy()
+        for e in heads:
+            z[e.head] = e.value
+        for e in patches:
+            z[e.head, e.rows] = e.value
+    return z

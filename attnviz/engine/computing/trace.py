@@ -46,7 +46,7 @@ from typing import Callable
 import numpy as np
 
 # the edits a Trace applies (importable from here, beside it)
-from attnviz.engine.computing.edits import POINTS, Knockout, Patch, ReplaceHead, patches_at  # noqa: F401
+from attnviz.engine.computing.edits import POINTS, Knockout, Patch, ReplaceHead, edited_z, patches_at  # noqa: F401
 
 
 class Stop(Exception):
@@ -263,14 +263,7 @@ class LayerCache:
             raise Stop
 
     def z(self, z):  # [n_head, n, d_head] -> the same, edited
-        edits = [e for e in self.trace.edits if isinstance(e, ReplaceHead) and e.layer == self.i]
-        patches = patches_at(self.trace.edits, "z", self.i)
-        if edits or patches:
-            z = z.copy()
-            for e in edits:
-                z[e.head] = e.value
-            for e in patches:
-                z[e.head, e.rows] = e.value
+        z = edited_z(self.trace.edits, self.i, z)
         self.trace.record_rows("z", self.i, z, self.past)
         if self._stop_at == "z":
             raise Stop

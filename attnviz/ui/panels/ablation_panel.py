@@ -56,7 +56,8 @@ class AblationBar(QWidget):
         run = eff.run
         note = f" ({run.note})" if run is not None and run.note else ""
         self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. "
-                           "The grid, prediction, lens and DLA show it.")
+                           "The grid, head roles, the guide, prediction, lens, DLA, Anatomy and Why here? "
+                           "show it.")
 
 
 class AblationPanel(QWidget):

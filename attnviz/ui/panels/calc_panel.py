@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 from dataclasses import replace
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
@@ -97,12 +97,15 @@ class CalcPanel(QWidget):
 
     def _on_screen(self) -> bool:
         """In a window, whether the panel is on screen now (Qt keeps a dock behind another tab
-        'visible', moved off screen: its visible region is empty), asked of Qt rather than of the
-        last visibilityChanged, which can arrive after the dock is raised again; on its own, what
-        set_shown said."""
-        if self.window() is self:
+        'visible', moved out of the window), asked of Qt rather than of the last visibilityChanged,
+        which can arrive after the dock is raised again; on its own, what set_shown said. (Not its
+        visibleRegion: that leaves out its children, and once the scroll area needs no scroll bar
+        it covers the whole panel, empty in a tall window.)"""
+        window = self.window()
+        if window is self:
             return self._shown
-        return self.isVisible() and not self.visibleRegion().isEmpty()
+        return self.isVisible() and window.rect().intersects(
+            QRect(self.mapTo(window, QPoint(0, 0)), self.size()))
 
     def _show_result(self, result) -> None:
         if result is None:  # an empty sentence (0 tokens), or none computed yet on this model

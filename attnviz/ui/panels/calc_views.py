@@ -255,8 +255,12 @@ def sentence_text(r: CalcResult | None, T: int | None) -> str:
     if T == 0:
         return "this sentence: <b>0 tokens</b> (the sentence box is empty)"
     size = r.kv_series([T])["gqa"][0] if T > 0 else 0
+    batch = f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""
+    if not r.inputs.arch.causal:  # an encoder reads every token at once: what a decoder would keep
+        return (f"this sentence: <b>{tokens(T)}</b>; an encoder keeps no KV cache (a decoder of "
+                f"this shape would keep {size:,} bytes ({format_bytes(size)}){batch})")
     return (f"this sentence: <b>{tokens(T)} → {size:,} bytes</b> ({format_bytes(size)}) "
-            f"of KV cache" + (f" (batch {r.inputs.batch})" if r.inputs.batch > 1 else ""))
+            f"of KV cache" + batch)
 
 
 def tokens(n: int) -> str:

@@ -256,9 +256,10 @@ class ComparePanel(QWidget):
         ind = self.jobs.induction
         if ind is None:
             return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
-        a, b = np.asarray(ind["a"]), np.asarray(ind["b"])
-        def fmt(lst):
-            return ", ".join(f"{head_title(l, h)} {a[l, h]:.2f}\u2192{b[l, h]:.2f}" for l, h in lst)
+        a, b, t = np.asarray(ind["a"]), np.asarray(ind["b"]), ind["threshold"]
+        def fmt(lst):  # (a strength written on its side of the threshold: lost is never "0.40")
+            return ", ".join(f"{head_title(l, h)} {F.beside_threshold(a[l, h], t)}\u2192"
+                             f"{F.beside_threshold(b[l, h], t)}" for l, h in lst)
         return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
                 f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
                 f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")

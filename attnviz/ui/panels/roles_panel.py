@@ -243,7 +243,9 @@ class RolesPanel(QWidget):
             self._set_summary("Updating: scoring the new text" + self._layers_done() + "…")
             return
         probe = source == "probe"
-        where = "the probe" if probe else "this text"
+        # heads switched off: the text's scores are of the changed run the grid shows
+        changed = not probe and bool(getattr(getattr(st.scores_result, "trace", None), "edits", None))
+        where = "the probe" if probe else "this text's changed run" if changed else "this text"
         parts = []
         if probe:
             parts.append(html.escape(st.probe_note))

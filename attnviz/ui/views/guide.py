@@ -120,7 +120,10 @@ class GuideBar(QWidget):
             return
         self.current = value
         color = GOOD if value.claimed else WARNING
-        self.answer.setText(f"<span style='color:{color}'>{value.message}</span>")
+        # heads switched off: the head was found on the changed run the grid shows
+        edited = getattr(getattr(self.state.result, "trace", None), "edits", None)
+        changed = "<b>Changed run:</b> " if edited else ""
+        self.answer.setText(f"<span style='color:{color}'>{changed}{value.message}</span>")
         self._fit()
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")
