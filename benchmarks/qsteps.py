@@ -13,14 +13,18 @@ in one process, in turns (not a test).
   one more token each round after. Kernels on (every layer in one call, the same call on two
   threads: onerow_pair, the same with its fallback to one thread where the pair does not pay,
   and a layer at a time) against off, in turns, and the step's unembedding (head.logits, the
-  same either way) apart.
-  Goal: the layers' step as `generate` and the window's generation take it (two threads with
-  the fallback, parallel.step_pair) <= 1.3x the quantised-bytes memory floor: the time one thread takes to
+  same either way) apart. In turns, each step comes after another way's step (a float32 pass of
+  425 MB among them), not after the unembedding of its own last row as a generation's steps do.
+  Goal: the layers' step as `generate` takes it (two threads with the fallback,
+  parallel.step_pair), in blocks of BLOCK steps in a row from T - 1 tokens, each step's last row
+  unembedded before the next step as generate's loop does (_as_generate; the block's first step
+  untimed: it follows a read), <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
   the same run by a plain read of those arrays themselves (benchmarks/streaming.py): the fastest
-  of every read in the run, 25 after the timed steps and 3 beside each of as many more steps, in
-  turns (the machine's memory bandwidth drifts from minute to minute). Beside it, each of those
-  steps against the read beside it (the median of their ratios, no goal). Beside them,
+  of every read in the run, 25 after the timed steps, 3 beside each of as many more steps and 3
+  before and after each block, in turns (the machine's memory bandwidth drifts from minute to
+  minute). Beside it, each block against the faster of the reads around it, and each step in
+  turns against the read beside it (the medians of their ratios, no goal). Beside them,
   for comparison with earlier runs, the step against the same bytes at the bandwidth of the
   float32 matrix-vector pass over the model's own matrices: no floor (that pass reads well under
   the memory's bandwidth, and the kernels' products beat it).
@@ -49,11 +53,8 @@ load average (other work on a shared machine slows both paths, not always alike)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -219,25 +220,6 @@ def _unexpanded_runs(store, repeat: int) -> list:
     return figs
 
 
-def _rss_child(kernels: bool) -> dict:
-    """VmRSS / VmHWM (MiB) of a fresh process: SmolLM2 loaded, a sentence typed key by key."""
-    code = f"""
-import json
-kernels = {kernels}
-from attnviz.engine.reading import qpack
-qpack.ask_for_kernels(kernels)  # off: no packed copies, the float32 path alone
-from attnviz.engine.computing.load import load_model
-m = load_model("SmolLM2-135M-Instruct")
-text = "The quick brown fox jumps over the lazy dog, then naps."
-for i in range(1, len(text) + 1):
-    m.run(text[:i])
-st = dict(l.split(":", 1) for l in open("/proc/self/status") if l.startswith(("VmRSS", "VmHWM")))
-print(json.dumps({{k: int(v.split()[0]) / 1024 for k, v in st.items()}}))
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def keystroke_figures(model, ids: list[int], fresh, repeat: int, threads: int) -> list[dict]:
     """A keystroke: one new row after T - 1 cached tokens (a new last token each time: the run
     shares T - 1 tokens with the one before and computes one row), every layer's patterns, the
@@ -299,6 +281,64 @@ def _generation_times(model, ids: list[int], fresh, T: int, repeat: int):
     return _ways(step, repeat), step
 
 
+BLOCK = 8  # _as_generate's timed steps in a row
+
+
+def _as_generate(model, head, ids: list[int], fresh, T: int, rounds: int, arrays):
+    """Generate's own steps (PAIRED): `rounds` blocks of BLOCK + 1 steps in a row from T - 1
+    tokens, each step's last row unembedded (head.logits) before the next, as generate's loop does,
+    the first step of a block untimed; each block between two plain reads of `arrays` (the
+    fastest of 3 each) -> (every timed step's ms, each block's median over the faster of its two
+    reads, every read's ms, the calls the fallback gave the pair and one thread)."""
+    from attnviz.engine.computing import onerow_pair
+    from attnviz.engine.computing.generate import _StepTrace, run_step
+    from attnviz.engine.computing.trace import KVCache
+
+    _set_way(PAIRED)
+    cache = KVCache()
+    model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+    before = dict(onerow_pair.TAKEN)
+    steps, ratios, reads = [], [], []
+    for _ in range(rounds):
+        reads.append(read_ms(arrays, 3)[0])
+        back_to(cache, T - 1)
+        seq, block = list(ids[:T - 1]), []
+        for k in range(BLOCK + 1):
+            seq.append(next(fresh))
+            t0 = time.perf_counter()
+            trace = run_step(model, np.asarray(seq, dtype=np.int64), False, cache)
+            ms = (time.perf_counter() - t0) * 1e3
+            head.logits(trace.final)
+            if k:
+                block.append(ms)
+        reads.append(read_ms(arrays, 3)[0])
+        steps += block
+        ratios.append(statistics.median(block) / min(reads[-2:]))
+    _set_way(WAYS[0])
+    return steps, ratios, reads, {k: onerow_pair.TAKEN[k] - before[k] for k in before}
+
+
+def _as_generate_figures(T: int, steps, ratios, took, floor: float, load: float) -> list[dict]:
+    """The goal's figures of _as_generate's steps against the run's floor (generation_figures')."""
+    gen = statistics.median(steps)
+    where = (f"{len(ratios)} blocks of {BLOCK} steps in a row at T = {T}..{T + BLOCK - 1}, each "
+             f"step's last row unembedded before the next as generate's loop does")
+    return [
+        figure(f"generation step T = {T}, as generate takes it", gen, "ms", runs=steps,
+               note=f"{where}; two threads with fallback (the pair in {took['pair']} of "
+                    f"{sum(took.values())} calls, the blocks' untimed first steps included); "
+                    f"median; load average {load:.1f}"),
+        figure(f"generation step T = {T}: as generate takes it / quantised-bytes floor", gen / floor,
+               "x", goal=1.3, headline=T == 64,
+               note=f"{where}; floor {floor:.2f} ms, the fastest plain read of the packed bytes "
+                    f"in the run (the next figures' notes say which reads)"),
+        figure(f"generation step T = {T}: as generate takes it, each block beside its reads",
+               statistics.median(ratios), "x", runs=ratios,
+               note="each block's median step over the faster of the two reads around it (3 "
+                    "each), taken in the same moments: the median of the blocks' ratios; no goal"),
+    ]
+
+
 def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) -> list[dict]:
     """Generation steps at T: the three ways' medians, against the floors of the bytes a step
     reads (the packed blocks alone, beside each step, with K and V) and the float32 pass's
@@ -315,7 +355,8 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
     arrays = packed_arrays(store)
     read, read_bytes = read_ms(arrays, 25)
     paired_steps, paired_reads = _steps_beside_reads(step, arrays, repeat)
-    read = min([read] + paired_reads)  # (the fastest read of the run: the floor)
+    as_gen, gen_ratios, gen_reads, gen_took = _as_generate(model, head, ids, fresh, T, repeat, arrays)
+    read = min([read] + paired_reads + gen_reads)  # (the fastest read of the run: the floor)
     paired = [a_ / r_ for a_, r_ in zip(paired_steps, paired_reads)]
     floor = packed * read / read_bytes
     kv = _kv_bytes(model.config, T)
@@ -339,15 +380,19 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
         *_ways_figures(f"generation step T = {T}, {{}}", times, load,
                        f"the layers' one-row run, every layer in one compiled call (onerow_stack); "
                        f"a generation's steps at T = {T}..{T + repeat - 1}"),
+        *_as_generate_figures(T, as_gen, gen_ratios, gen_took, floor, load),
         figure(f"generation step T = {T}: generate's kernels (two threads with fallback) / "
-               f"quantised-bytes floor", gen / floor, "x", goal=1.3, headline=T == 64,
+               f"quantised-bytes floor", gen / floor, "x",
                note=f"the one call as generate and the window's generation take it: on two "
                     f"threads, or one where onerow_pair's fallback finds the pair does not pay; "
+                    f"in turns with the other ways, each step after another way's (not after its "
+                    f"own unembedding, as in a generation); "
                     f"floor {floor:.2f} ms: one thread's plain read of the {packed / 1e6:.0f} MB "
-                    f"packed, the fastest of {25 + 3 * repeat} in the run, 25 after the "
-                    f"steps and 3 beside each of {repeat} more steps "
-                    f"({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
-                    f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms)"),
+                    f"packed, the fastest of {25 + 3 * repeat + 6 * repeat} in the run, 25 after "
+                    f"the steps, 3 beside each of {repeat} more steps and 3 around each block "
+                    f"of generate's own ({read_bytes / read / 1e6:.1f} GB/s; reads beside the steps "
+                    f"{min(paired_reads):.2f}-{max(paired_reads):.2f} ms, around the blocks "
+                    f"{min(gen_reads):.2f}-{max(gen_reads):.2f} ms)"),
         figure(f"generation step T = {T}: generate's steps that took two threads",
                100 * took["pair"] / max(1, sum(took.values())), "%",
                note=f"onerow_pair's fallback chose the pair for {took['pair']} of generate's way's "
@@ -379,8 +424,11 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
                runs=logits, note="head.logits of the last row, on the unembedding's packed blocks "
                                  "where the head is packed (the kernels)"),
     ]
-    print(f"step T = {T}: generate's {gen:.2f} ms ({gen / floor:.2f}x; the pair in {took['pair']} of "
-          f"{sum(took.values())} steps), one thread {a:.2f} ms ({a / floor:.2f}x), "
+    own = statistics.median(as_gen)
+    print(f"step T = {T}: as generate takes it {own:.2f} ms ({own / floor:.2f}x; each block beside its "
+          f"reads {statistics.median(gen_ratios):.2f}x; the pair in {gen_took['pair']} of "
+          f"{sum(gen_took.values())} calls); in turns: generate's {gen:.2f} ms ({gen / floor:.2f}x; the "
+          f"pair in {took['pair']} of {sum(took.values())} steps), one thread {a:.2f} ms ({a / floor:.2f}x), "
           f"two threads {two:.2f} ms ({two / floor:.2f}x; layer by layer "
           f"{loop:.2f} ms), float32 {b:.2f} ms, floor {floor:.2f} ms (one thread each step beside its own read "
           f"{statistics.median(paired):.2f}x; with K and V {floor_kv:.2f} ms, "
@@ -388,22 +436,6 @@ def generation_figures(model, head, ids: list[int], fresh, T: int, repeat: int) 
           f"the products alone {statistics.median(alone):.2f} ms "
           f"({statistics.median(alone) / floor:.2f}x), unembedding {statistics.median(logits):.2f} ms  "
           f"load {load:.1f}", flush=True)
-    return figs
-
-
-def rss_figures() -> list[dict]:
-    """The resident set after typing in a fresh process, with the kernels and float32 only."""
-    if not os.path.exists("/proc/self/status"):
-        return []
-    on, off = _rss_child(True), _rss_child(False)
-    load = os.getloadavg()[0]
-    figs = [figure("RSS after typing, kernels (packed blocks, no float32 copies)", on["VmRSS"], "MiB",
-                   goal=350 / 1.048576, headline=True,
-                   note=f"fresh process, engine only; peak {on['VmHWM']:.0f} MiB; load average "
-                        f"{load:.1f}"),
-            figure("RSS after typing, float32 only", off["VmRSS"], "MiB",
-                   note=f"the same without packing or numba; peak {off['VmHWM']:.0f} MiB")]
-    print(f"RSS after typing: kernels {on['VmRSS']:.0f} MiB, float32 only {off['VmRSS']:.0f} MiB")
     return figs
 
 
@@ -457,6 +489,7 @@ def main() -> None:
         figs += generation_figures(model, head, ids, fresh, T, args.repeat)
     if args.steps_only:
         return
+    from benchmarks.qsteps_rss import rss_figures
     figs += rss_figures()
     print(f"wrote {write('qsteps', figs)}")
 
