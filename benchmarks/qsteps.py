@@ -16,7 +16,7 @@ in one process, in turns (not a test).
   same either way) apart. In turns, each step comes after another way's step (a float32 pass of
   425 MB among them), not after the unembedding of its own last row as a generation's steps do.
   Goal: the layers' step as `generate` takes it (two threads with the fallback,
-  parallel.step_pair), in blocks of BLOCK steps in a row from T - 1 tokens, each step's last row
+  parallel.step_pair), in blocks of BLOCK steps in a row at T..T + BLOCK - 1, each step's last row
   unembedded before the next step as generate's loop does (_as_generate; the block's first step
   untimed: it follows a read), <= 1.3x the quantised-bytes memory floor: the time one thread takes to
   read the packed bytes the kernels read (blocks, scales, offsets) and nothing else, measured in
@@ -285,9 +285,10 @@ BLOCK = 8  # _as_generate's timed steps in a row
 
 
 def _as_generate(model, head, ids: list[int], fresh, T: int, rounds: int, arrays):
-    """Generate's own steps (PAIRED): `rounds` blocks of BLOCK + 1 steps in a row from T - 1
+    """Generate's own steps (PAIRED): `rounds` blocks of BLOCK + 1 steps in a row from T - 2
     tokens, each step's last row unembedded (head.logits) before the next, as generate's loop does,
-    the first step of a block untimed; each block between two plain reads of `arrays` (the
+    the first step of a block (T - 1 tokens) untimed, the timed ones at T..T + BLOCK - 1 tokens;
+    each block between two plain reads of `arrays` (the
     fastest of 3 each) -> (every timed step's ms, each block's median over the faster of its two
     reads, every read's ms, the calls the fallback gave the pair and one thread)."""
     from attnviz.engine.computing import onerow_pair
@@ -296,13 +297,13 @@ def _as_generate(model, head, ids: list[int], fresh, T: int, rounds: int, arrays
 
     _set_way(PAIRED)
     cache = KVCache()
-    model.run(ids=np.asarray(ids[:T - 1]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
+    model.run(ids=np.asarray(ids[:T - 2]), trace=_StepTrace(False, cache), request=RunRequest(labels=False))
     before = dict(onerow_pair.TAKEN)
     steps, ratios, reads = [], [], []
     for _ in range(rounds):
         reads.append(read_ms(arrays, 3)[0])
-        back_to(cache, T - 1)
-        seq, block = list(ids[:T - 1]), []
+        back_to(cache, T - 2)
+        seq, block = list(ids[:T - 2]), []
         for k in range(BLOCK + 1):
             seq.append(next(fresh))
             t0 = time.perf_counter()

@@ -66,13 +66,36 @@ def test_swaps_asked_during_a_cached_run_are_each_counted(model):
     fresh = filled_apart(model, IDS[:3])
     before = model.cache_clears
 
-    def at_first_layer(asked=[]):
+    asked = []  # (what each ask answered, the count while the run is on)
+
+    def at_first_layer():
         if not asked:
-            asked.append(True)
-            model.clear_cache()
-            model.adopt_cache(fresh)
+            asked.append((model.clear_cache(), model.adopt_cache(fresh), model.cache_clears))
         return False
     model.run(ids=IDS[:6], request=RunRequest(stop=at_first_layer))
+    assert asked == [(before + 1, before + 2, before)]  # each ask: the count once it is made
     assert model.cache_clears == before + 2
     again = model.run(ids=IDS[:7])
     assert again.cache_used and again.cache_reused == 3
+
+
+def test_a_follower_made_during_a_cached_run_of_a_clears_b_once(tmp_path):
+    """Compare's B opening while a cached run of A is on (A's clear made as that run ends): the
+    Follower counts that clear as followed already, so B's cache is not cleared again at A's next
+    run, and B follows A's runs as they come."""
+    from attnviz.engine.analysing.pair import Follower
+    a, b = (load_model(tiny_llama(tmp_path / n, seed=3, n_layer=3)) for n in ("a", "b"))
+    a.run(ids=IDS[:4])
+    made = []
+
+    def at_first_layer():
+        if not made:
+            made.append(Follower(a, b))
+        return False
+    a.run(ids=IDS[:5], request=RunRequest(stop=at_first_layer))
+    follower, b_clears = made[0], b.cache_clears
+    for k in (6, 7, 8):
+        trace = Trace()
+        a.run(ids=IDS[:k], trace=trace)
+        follower.follow(trace, Trace)
+    assert b.cache_clears == b_clears

@@ -231,9 +231,9 @@ class Follower:
 
     def __init__(self, a, b):
         self.a, self.b = a, b
-        a.clear_cache()
         b.clear_cache()
-        self._clears = a.cache_clears  # A's clears that B's cache has followed
+        # A's clears that B's cache has followed: this one's too, where A's run on makes it later
+        self._clears = a.clear_cache()
         self._runs: list[_Noted] = []  # not followed yet, oldest first
         self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
         self._refused = False  # B refused the last text: the next follow runs B's afresh first
@@ -344,11 +344,9 @@ class Follower:
         trace.past = KVCache() if causal else None
         self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, dense_limit=dense_limit))
         fresh, trace.past = trace.past, None
-        if causal:
-            self.a.adopt_cache(fresh)
+        self._clears = self.a.adopt_cache(fresh) if causal else self.a.cache_clears
         if b_ran is None:
             self.b.clear_cache()
-        self._clears = self.a.cache_clears
         self._runs.clear()
         self._lost = False
         if b_ran is None:

@@ -129,22 +129,23 @@ class Model:
         layers = self.weights.layers
         return layers.describe() if isinstance(layers, LayerStore) else None
 
-    def clear_cache(self) -> None:
+    def clear_cache(self) -> int:
         """Forget the KV cache. Never waits: a run in progress with the cache finishes on it, and
-        the swap, and its count, come as it ends (one cache and one count throughout the run)."""
-        self.adopt_cache(KVCache())
+        the swap, and its count, come as it ends (one cache, one count throughout) -> adopt_cache's."""
+        return self.adopt_cache(KVCache())
 
-    def adopt_cache(self, cache: KVCache) -> None:
+    def adopt_cache(self, cache: KVCache) -> int:
         """Make `cache` (filled by runs that brought it as their trace's `past`) the model's KV
         cache in place of the one it had, counted as a clear (what that one held is gone); where a
-        run with the cache is on, as it ends (clear_cache)."""
+        run with the cache is on, as it ends (clear_cache). -> cache_clears once it is made."""
         with self._swap_lock:
             if self._cache is None:
-                return
+                return self._clears
             clears = 1 + (self._swap[1] if self._swap is not None else 0)
             self._swap = (cache, clears)
             if self._cache_lock.acquire(blocking=False):  # (no run on: swapped now)
                 self._release_cache()
+            return self._clears + (self._swap[1] if self._swap is not None else 0)
 
     def _release_cache(self) -> None:  # (the lock holder's last act, under _swap_lock)
         if self._swap is not None:
