@@ -184,11 +184,7 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     lh = QFontMetricsF(figure_font(11)).height()
     p.drawText(QRectF(4, 2, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, title_shown(hm, lay))
     p.setFont(figure_font(10))
-    p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh),
-               Qt.AlignmentFlag.AlignLeft,
-               hm.scale_text()
-               + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
-               + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
+    p.drawText(QRectF(4, 2 + lh, lay.width - 8, lh), Qt.AlignmentFlag.AlignLeft, caption_shown(hm, lay))
     p.setPen(Qt.PenStyle.NoPen)
     table = colour_table()
     cells = colour_indices(hm.values, lim)  # [n_layer, n_head] (one NumPy pass: a map repaints per keystroke)
@@ -265,8 +261,27 @@ def title_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
     return fm.elidedText(hm.title, Qt.TextElideMode.ElideRight, lay.width - 8)
 
 
+def caption(hm: HeadMap, lay: HeadMapLayout) -> str:
+    """The line under the title: what the colours mean (HeadMap.scale_text) and the axes."""
+    return (hm.scale_text() + ("; columns layers, rows heads" if lay.across else "; rows layers, columns heads")
+            + (f"; right: {hm.column[0]}" if hm.column is not None else ""))
+
+
+def caption_shown(hm: HeadMap, lay: HeadMapLayout) -> str:
+    """The caption as the picture paints it: wider than the picture, it ends in an ellipsis (not cut
+    mid-letter; whole on hover: whole_title)."""
+    return QFontMetricsF(figure_font(10)).elidedText(caption(hm, lay), Qt.TextElideMode.ElideRight,
+                                                     lay.width - 8)
+
+
+def whole_title(hm: HeadMap, lay: HeadMapLayout) -> str:
+    """The title and its caption whole: the hover over the two lines (on_title), where the picture
+    ends either in an ellipsis."""
+    return f"{hm.title}\n{caption(hm, lay)}"
+
+
 def on_title(lay: HeadMapLayout, y: float) -> bool:
-    """Whether height `y` is on the title's two lines (the hover there reads the whole title)."""
+    """Whether height `y` is on the title's two lines (the hover there reads them whole)."""
     return 0 <= y < lay.title_h - QFontMetricsF(figure_font(11)).height()
 
 

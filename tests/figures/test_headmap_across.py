@@ -82,3 +82,27 @@ def test_the_caption_names_the_cells_drawn_clipped_at_the_heads_limit(qapp):
                              extras=(("bias", 0.01),))
     assert inside.scale_text() == "blue < 0 < red, \u00b10.4 logit"
     assert headmap.colour(-4.2, hm.limit) == headmap.colour(-0.4, hm.limit)  # (why it must be said)
+
+
+def test_a_caption_wider_than_the_map_ends_in_an_ellipsis_and_reads_whole_on_hover(qapp, monkeypatch):
+    """The line under the title (what the colours mean, which cells are clipped, the axes) is cut
+    with "…" where the box is narrow, never mid-letter past the picture's edge; the hover over the
+    title's lines gives it whole."""
+    from PySide6.QtGui import QFontMetricsF
+
+    from attnviz.figures.render import figure_font
+    hm = _map(column=("MLP", np.full(30, 5.0)), extras=(("embed", 7.0),))
+    for width, cut in ((900, False), (330, True)):
+        lay = headmap.layout(hm, width, 900)
+        said = []
+        image = QImage(lay.width, lay.height, QImage.Format.Format_RGB32)
+        p = QPainter(image)
+        monkeypatch.setattr(p, "drawText", lambda *a: said.append(a[-1]), raising=False)
+        headmap.paint(p, hm, lay, background=QColor("white"))
+        p.end()
+        whole = headmap.caption(hm, lay)
+        assert "clipped" in whole and "rows layers, columns heads" in whole
+        shown = said[1]  # (the title, then the caption)
+        assert QFontMetricsF(figure_font(10)).horizontalAdvance(shown) <= width - 8
+        assert (shown != whole and shown.endswith("\u2026")) == cut and (cut or shown == whole)
+        assert headmap.whole_title(hm, lay) == f"t\n{whole}"

@@ -369,8 +369,8 @@ class ComparePanel(QWidget):
     def _map_readout(self, x: float, y: float) -> str | None:
         if self.map_layout is None:
             return None
-        if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends it in an ellipsis)
-            return self.head_map().title
+        if headmap.on_title(self.map_layout, y):  # whole (a narrow panel ends them in an ellipsis)
+            return headmap.whole_title(self.head_map(), self.map_layout)
         hit = headmap.hit(self.head_map(), self.map_layout, x, y)
         if hit is not None and hit[0] == "head":
             d = self.doc()

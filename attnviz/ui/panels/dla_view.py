@@ -75,7 +75,7 @@ class HeadMapView(QWidget):
         what = self.hit_at(ev.position().x(), ev.position().y())
         text = fig.readout(self.map, what) if self.map is not None else ""
         if not text and self.map is not None and fig.on_title(self._layout(), ev.position().y()):
-            text = self.map.title  # whole, where the picture ends it in an ellipsis
+            text = fig.whole_title(self.map, self._layout())  # (the picture may end them in "…")
         if text != self.hover_text:
             self.hover_text = text
             self.setToolTip(text)
