@@ -3,10 +3,11 @@ what to look for, and once that sample's heatmaps are computed, which head of th
 shows it best (`engine.analysing.samples.guide`, on the job runner). "Show me" focuses that head.
 
 A view of AppState: it watches the text, model, result and head scores, writes back only through
-the state's setters, and drops a guide whose text or model is no longer the current one. A roles
-sample never scores the result itself: it waits for the state's typed-text scores of that result
-(the runner scores every result once, with the roles panel's exclusion options, whatever source the
-panel shows), so its numbers are the roles panel's. A Find sample needs no scores."""
+the state's setters, drops a guide whose text or model is no longer the current one, and names a
+guide by the run it was found on (a changed run, with heads switched off, or the clean one). A
+roles sample never scores the result itself: it waits for the state's typed-text scores of that
+result (the runner scores every result once, with the roles panel's exclusion options, whatever
+source the panel shows), so its numbers are the roles panel's. A Find sample needs no scores."""
 
 from __future__ import annotations
 
