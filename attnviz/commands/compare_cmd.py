@@ -188,7 +188,6 @@ def print_report(doc: dict) -> None:
     print(f"induction heads on the probe (strength >= {ind['threshold']:g} in A): {n_strong}; "
           f"lost in B: {len(ind['lost'])}")
     for l, h in ind["lost"]:
-        from attnviz.figures.compare import beside_threshold as beside  # (figures import Qt: lazily)
-
         t = ind["threshold"]
-        print(f"  lost {head_title(l, h):<9} {beside(a[l, h], t, 3)} -> {beside(b[l, h], t, 3)}")
+        print(f"  lost {head_title(l, h):<9} {C.beside_threshold(a[l, h], t, 3)} -> "
+              f"{C.beside_threshold(b[l, h], t, 3)}")

@@ -10,6 +10,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
+from attnviz.engine.analysing.compare import beside_threshold  # noqa: F401 (the Compare panel's numbers)
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
@@ -17,16 +18,6 @@ from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors
 
 MAP_WIDTH = 640
-
-
-def beside_threshold(value: float, threshold: float, digits: int = 2) -> str:
-    """`value` with `digits` decimals, or more where those would put it on the wrong side of
-    `threshold` (0.3996 against 0.4 is written 0.3996, not 0.40 or 0.400)."""
-    for d in range(digits, 9):
-        text = f"{value:.{d}f}"
-        if (float(text) >= threshold) == (value >= threshold):
-            return text
-    return repr(float(value))
 
 
 def jsd_map(jsd, a_name: str, b_name: str, kv_group=None, focus=None) -> headmap.HeadMap:

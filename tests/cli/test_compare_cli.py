@@ -205,3 +205,21 @@ def test_a_quantized_b_keeps_to_what_the_budget_leaves(cli, toy):
     err = _refused(cli, "--model", "attnviz-toy-stdlib", "--quantize", "Q8_0", "--probe",
                    "--memory-budget", "700K")
     assert "quantized to Q8_0" in err and "memory budget" in err
+
+
+def test_the_text_report_of_lost_heads_needs_no_qt():
+    """`attnviz compare` prints its report, lost induction heads and their strengths included,
+    where PySide6 cannot be imported (a machine without Qt's libraries)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['PySide6'] = None; from attnviz.cli import main; "
+            "rc = main(['compare', '--model', 'attnviz-toy-stdlib', '--against-checkpoint', '0', "
+            "'--probe']); print('rc', rc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    lines = out.stdout.splitlines()
+    assert lines and lines[-1] == "rc 0", out.stdout[-2000:] + out.stderr[-2000:]
+    lost = [s for s in lines if s.startswith("  lost L")]
+    assert lost and all(" -> " in s for s in lost), out.stdout[-2000:]

@@ -390,6 +390,14 @@ def induction(probe_pair: Pair, threshold: float = INDUCTION_THRESHOLD) -> dict:
             "lost": [[int(l), int(h)] for l, h in np.argwhere(strong & (b < threshold))]}
 
 
+def beside_threshold(value: float, threshold: float, digits: int = 2) -> str:
+    """`value` at `digits` decimals, or more where fewer cross `threshold` (0.3996, not 0.40)."""
+    for text in (f"{value:.{d}f}" for d in range(digits, 9)):
+        if (float(text) >= threshold) == (value >= threshold):
+            return text
+    return repr(float(value))
+
+
 def probe_pair(a, b, stop=None) -> Pair:
     """A and B on A's induction probe (patterns only). `stop()`: Trace.stop, asked before each
     layer of either run (a caller may wait inside it, the run going on from there)."""
@@ -399,8 +407,6 @@ def probe_pair(a, b, stop=None) -> Pair:
         return trace
     return models_pair(a, b, induction_probe(a), traced)
 
-
-# ---------------------------------------------------------------- all of it
 
 def predicts(model) -> bool:
     """Whether the model has a next-token distribution (a decoder with an unembedding)."""

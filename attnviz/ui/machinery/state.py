@@ -37,7 +37,7 @@ class AppState(QObject, HeadScoresState):
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
     sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
-    sigGuideChanged = Signal(object, object, str)  # sample, its Guide (or None), why there is none
+    sigGuideChanged = Signal(object, object, str, object)  # sample, its Guide (or None), why not, its result
     sigGuideWanted = Signal(object, object, object)  # sample, result, its head scores (or None)
     sigGuideDropped = Signal()  # the guide asked for last is wanted no more
     sigComputeReported = Signal(object, str)  # the runner's request, "" (its result is in) or why it failed
@@ -424,10 +424,11 @@ class AppState(QObject, HeadScoresState):
         """The guide asked for is no longer wanted (the text or the weights changed)."""
         self.sigGuideDropped.emit()
 
-    def set_guide(self, sample, guide, message: str = "") -> None:
+    def set_guide(self, sample, guide, message: str = "", result=None) -> None:
         """The runner's guide for a sample text (engine.analysing.samples.Guide: which head shows it best), or
-        None with why; the guide bar shows it while that sample is the text."""
-        self.sigGuideChanged.emit(sample, guide, str(message))
+        None with why; the guide bar shows it while that sample is the text. `result`: the run it
+        was found on (the clean run or a changed one, whichever the grid shows by now)."""
+        self.sigGuideChanged.emit(sample, guide, str(message), result)
 
     def report_load(self, source: str, outcome: str, message: str = "") -> None:
         """The runner's word on a load it was asked for: "loaded" (the model is set already),

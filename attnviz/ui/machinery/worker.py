@@ -239,11 +239,11 @@ class Worker(Runner):
         self.cancel(GUIDE_KIND)
 
     def _on_guide(self, request, value, error) -> None:
-        sample, _result, model = request
+        sample, result, model = request
         if model is not self.state.model:
             return  # found for a model no longer shown
         self.state.set_guide(sample, None if error is not None else value,
-                             "" if error is None else describe_error(error))
+                             "" if error is None else describe_error(error), result)
 
     # --- model loads --------------------------------------------------------------------------
     def load(self, source: str, text: str | None = None) -> LoadRequest:

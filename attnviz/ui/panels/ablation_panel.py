@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.analysing.ablation import MODES
 from attnviz.engine.analysing.effects import layers_text
+from attnviz.engine.analysing.samples import sample_for_text
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
@@ -45,6 +46,8 @@ class AblationBar(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         state.effects.sigAblationChanged.connect(self._follow)
         state.effects.sigRunChanged.connect(self._follow)
+        state.sigRoleOptionsChanged.connect(self._follow)  # Head roles on the text, or on a probe
+        state.sigTextChanged.connect(self._follow)  # the guide shows for a sample text only
         self._follow()
 
     def _follow(self, *_) -> None:
@@ -55,9 +58,19 @@ class AblationBar(QWidget):
             return
         run = eff.run
         note = f" ({run.note})" if run is not None and run.note else ""
+        views = changed_views(self.state)
+        shown = f"{', '.join(views[:-1])} and {views[-1]}"
         self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. "
-                           "The grid, head roles, the guide, prediction, lens, DLA, Anatomy and Why here? "
-                           "show it.")
+                           f"{shown[0].upper()}{shown[1:]} show it.")
+
+
+def changed_views(state) -> list[str]:
+    """The views that show the changed run: Head roles only while it scores the typed text (a
+    probe's labels come from probe runs without the edits), the guide only while it shows (the
+    text is a sample)."""
+    roles = ["head roles"] if state.role_options.source == "text" else []
+    guide = ["the guide"] if sample_for_text(state.text or "") is not None else []
+    return ["the grid", *roles, *guide, "prediction", "lens", "DLA", "Anatomy", "Why here?"]
 
 
 class AblationPanel(QWidget):

@@ -3,10 +3,11 @@ what to look for, and once that sample's heatmaps are computed, which head of th
 shows it best (`engine.analysing.samples.guide`, on the job runner). "Show me" focuses that head.
 
 A view of AppState: it watches the text, model, result and head scores, writes back only through
-the state's setters, and drops a guide whose text or model is no longer the current one. A roles
-sample never scores the result itself: it waits for the state's typed-text scores of that result
-(the runner scores every result once, with the roles panel's exclusion options, whatever source the
-panel shows), so its numbers are the roles panel's. A Find sample needs no scores."""
+the state's setters, drops a guide whose text or model is no longer the current one, and names a
+guide by the run it was found on (a changed run, with heads switched off, or the clean one). A
+roles sample never scores the result itself: it waits for the state's typed-text scores of that
+result (the runner scores every result once, with the roles panel's exclusion options, whatever
+source the panel shows), so its numbers are the roles panel's. A Find sample needs no scores."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ class GuideBar(QWidget):
         super().__init__(parent)
         self.state = state
         self.sample = None
-        self.current: Guide | None = None  # the guide for the result on screen
+        self.current: Guide | None = None  # the newest guide ("Show me" focuses its head)
+        self._shown = None  # (the guide the answer shows, the result it was found on), or None
         self._asked = None  # what the newest guide job was asked on: the result (Find) or its scores
         self.look = QLabel()
         self.look.setWordWrap(True)
@@ -46,6 +48,7 @@ class GuideBar(QWidget):
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_text(self.state.text))
         state.sigResultChanged.connect(self._on_result)
+        state.sigResultChanged.connect(lambda _r: self._write_answer())  # the other run shown
         state.sigHeadScoresChanged.connect(lambda: self._on_result(self.state.result))
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         state.sigGuideChanged.connect(self._on_guide)
@@ -70,7 +73,7 @@ class GuideBar(QWidget):
 
     # --- state -> view --------------------------------------------------------------------------
     def _forget(self) -> None:  # the guide shown is no longer the current one's
-        self.current = None
+        self.current = self._shown = None
         self._asked = None
         self.state.drop_guide()
         self.show_button.setEnabled(False)
@@ -103,6 +106,7 @@ class GuideBar(QWidget):
                 return
             if st.text_scores is None:
                 if st.text_note:
+                    self._shown = None
                     self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(st.text_note)}</span>")
                 return
             scores = st.text_scores
@@ -112,22 +116,31 @@ class GuideBar(QWidget):
         self._asked = asked
         self.state.want_guide(s, result, scores)
 
-    def _on_guide(self, sample, value, message: str) -> None:
+    def _on_guide(self, sample, value, message: str, result=None) -> None:
         if sample is not self.sample:
             return  # the text changed while it was found
         if value is None:
+            self._shown = None
             self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(message)}</span>")
             return
-        self.current = value
-        color = GOOD if value.claimed else WARNING
-        # heads switched off: the head was found on the changed run the grid shows
-        edited = getattr(getattr(self.state.result, "trace", None), "edits", None)
-        changed = "<b>Changed run:</b> " if edited else ""
-        self.answer.setText(f"<span style='color:{color}'>{changed}{value.message}</span>")
-        self._fit()
+        self.current, self._shown = value, (value, result)
+        self._write_answer()
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")
         self.show_button.setEnabled(True)
+
+    def _write_answer(self) -> None:
+        """The guide shown, named by the run it was found on: 'Changed run:' when heads were
+        switched off in it, 'Clean run:' when they were not but the grid shows a changed run (a
+        guide's job can end after the next run is shown; the next guide follows)."""
+        if self._shown is None:
+            return
+        value, found_on = self._shown
+        prefix = ("<b>Changed run:</b> " if edited(found_on) else
+                  "<b>Clean run:</b> " if edited(self.state.result) else "")
+        color = GOOD if value.claimed else WARNING
+        self.answer.setText(f"<span style='color:{color}'>{prefix}{value.message}</span>")
+        self._fit()
 
     # --- view -> state --------------------------------------------------------------------------
     def show_head(self) -> None:
@@ -135,6 +148,11 @@ class GuideBar(QWidget):
         if g is None:
             return
         self.state.show_head(g.layer, g.head)
+
+
+def edited(result) -> bool:
+    """Whether `result` is a changed run (heads switched off or edges knocked out in its trace)."""
+    return bool(getattr(getattr(result, "trace", None), "edits", None))
 
 
 def text_height(label: QLabel, html: str | None = None) -> int:
