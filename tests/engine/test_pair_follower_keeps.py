@@ -61,15 +61,20 @@ def test_b_keeps_the_residual_stream_where_a_s_noted_run_kept_none(twins, b_is_a
             np.testing.assert_array_equal(trace.attentions, a_trace.attentions)
 
 
-def test_b_run_first_after_a_refusal_keeps_the_residual_stream(twins, monkeypatch):
-    a, b = twins
-    follower = Follower(a, b)
+def refused_once(follower, a, b, ids, monkeypatch) -> None:
+    """B refuses A's run of `ids` (a text it cannot run), then runs again as before."""
     real = b.run
     monkeypatch.setattr(b, "run", lambda *args, **kw: (_ for _ in ()).throw(
         ModelLoadError("m gives non-finite attention patterns in layer 0")))
     with pytest.raises(ModelLoadError):
-        follower.follow(noted_without_resid(follower, a, IDS[:5]), C.compare_trace)
+        follower.follow(noted_without_resid(follower, a, ids), C.compare_trace)
     monkeypatch.setattr(b, "run", real)
+
+
+def test_b_run_first_after_a_refusal_keeps_the_residual_stream(twins, monkeypatch):
+    a, b = twins
+    follower = Follower(a, b)
+    refused_once(follower, a, b, IDS[:5], monkeypatch)
     a_trace = noted_without_resid(follower, a, IDS[:6])
     fresh, trace = follower.follow(a_trace, C.compare_trace)  # B first, then A afresh
     assert fresh is not a_trace and keeps_the_stream(a, trace)
@@ -87,12 +92,7 @@ def test_b_runs_a_text_under_the_dense_limit_a_ran_it_under(twins, monkeypatch, 
     raised = RunRequest(truncate=True, dense_limit=longdoc.dense_bytes(cfg.n_layer, cfg.n_head, 64))
     follower = Follower(a, b)
     if way == "b-first":  # B refused the text before: it runs first, then A afresh
-        real = b.run
-        monkeypatch.setattr(b, "run", lambda *args, **kw: (_ for _ in ()).throw(
-            ModelLoadError("m gives non-finite attention patterns in layer 0")))
-        with pytest.raises(ModelLoadError):
-            follower.follow(noted_without_resid(follower, a, IDS[:2]), C.compare_trace)
-        monkeypatch.setattr(b, "run", real)
+        refused_once(follower, a, b, IDS[:2], monkeypatch)
     keys = range(5, 9) if way != "afresh" else range(1, MAX_BEHIND + 3)  # (afresh: too far behind)
     for k in keys:
         run = window_run(a, "", ids=IDS[:k], request=raised)
