@@ -140,7 +140,7 @@ def write_out(out: Path, doc: dict, a) -> None:
     if fmt == ".json":
         data = (json.dumps(doc) + "\n").encode("utf-8")
     elif fmt == ".csv":
-        from attnviz.figures.compare import csv_text
+        from attnviz.figures.compare_csv import csv_text  # (no Qt: a text export)
 
         data = csv_text(doc["heads_jsd"], doc["heads_jsd_max"]).encode("utf-8")
     else:

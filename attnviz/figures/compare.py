@@ -11,6 +11,7 @@ from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
 from attnviz.engine.analysing.compare import beside_threshold  # noqa: F401 (the Compare panel's numbers)
+from attnviz.figures.compare_csv import csv_text  # noqa: F401  (the panel's export reads it here)
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
@@ -47,17 +48,6 @@ def png_bytes(hm: headmap.HeadMap, width: int = MAP_WIDTH) -> bytes:
     finally:
         p.end()
     return encode_png(image)
-
-
-def csv_text(jsd, jsd_max=None) -> str:
-    """layer,head,jsd[,jsd_max] rows, one per head (bits)."""
-    jsd = np.asarray(jsd)
-    rows = ["layer,head,jsd" + (",jsd_max" if jsd_max is not None else "")]
-    for l in range(jsd.shape[0]):
-        for h in range(jsd.shape[1]):
-            rows.append(f"{l},{h},{float(jsd[l, h])!r}"
-                        + (f",{float(np.asarray(jsd_max)[l, h])!r}" if jsd_max is not None else ""))
-    return "\n".join(rows) + "\n"
 
 
 # ---------------------------------------------------------------- the panel's pictures

@@ -223,3 +223,22 @@ def test_the_text_report_of_lost_heads_needs_no_qt():
     assert lines and lines[-1] == "rc 0", out.stdout[-2000:] + out.stderr[-2000:]
     lost = [s for s in lines if s.startswith("  lost L")]
     assert lost and all(" -> " in s for s in lost), out.stdout[-2000:]
+
+
+def test_the_csv_of_the_divergences_needs_no_qt(tmp_path):
+    """`attnviz compare --out map.csv` writes the per-head divergences where PySide6 cannot be
+    imported: a text export, as the printed report."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "map.csv"
+    code = ("import sys; sys.modules['PySide6'] = None; from attnviz.cli import main; "
+            "rc = main(['compare', '--model', 'attnviz-toy-stdlib', '--against-checkpoint', '0', "
+            f"'--probe', '--out', {str(out)!r}]); print('rc', rc)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    lines = run.stdout.splitlines()
+    assert lines and lines[-1] == "rc 0", run.stdout[-2000:] + run.stderr[-2000:]
+    rows = out.read_text().splitlines()
+    assert rows[0] == "layer,head,jsd,jsd_max" and len(rows) > 1
