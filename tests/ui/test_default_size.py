@@ -231,7 +231,8 @@ def _page_whole(w, dock, page, size) -> None:
 
 def _map_titles_readable(frame: QWidget) -> list[str]:
     """Every layers x heads map shown in `frame` (What heads do's DLA and scan, Circuits, Compare's
-    JSD map) paints its title whole, or ends it in an ellipsis and gives it whole on hover."""
+    JSD map) paints its title and caption whole, or ends them in an ellipsis and gives them whole
+    on hover."""
     from attnviz.figures import headmap
     from attnviz.ui.panels.compare_panel import ComparePanel
     from attnviz.ui.panels.dla_view import HeadMapView
@@ -244,10 +245,11 @@ def _map_titles_readable(frame: QWidget) -> list[str]:
              if _shown_in(p.map, frame) and p.map_layout is not None]
     bad = []
     for box, hm, lay in maps:
-        if hm is None or lay is None or headmap.title_shown(hm, lay) == hm.title:
+        if hm is None or lay is None or (headmap.title_shown(hm, lay) == hm.title
+                                         and headmap.caption_shown(hm, lay) == headmap.caption(hm, lay)):
             continue
         hover(box, QPoint(20, 6))  # on the title's first line
-        if box.toolTip() != hm.title:
+        if box.toolTip() != headmap.whole_title(hm, lay):
             bad.append(f"{hm.title!r} painted {headmap.title_shown(hm, lay)!r}, hover {box.toolTip()!r}")
     return bad
 
