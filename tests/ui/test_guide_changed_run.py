@@ -60,6 +60,7 @@ def test_the_clean_texts_guide_is_never_called_the_changed_runs(qtbot, settings_
     qtbot.waitUntil(lambda: on_changed in w.guide_bar.answer.text(), timeout=WAIT)
     assert any(on_clean in s for s in shown), shown  # (the race this test is about was run)
     assert all("Changed run" not in s for s in shown if on_clean in s), shown
+    assert any("<b>Clean run:</b>" in s for s in shown if on_clean in s), shown  # beside the changed grid
     assert all("<b>Changed run:</b>" in s for s in shown if on_changed in s), shown
     w.worker.wait_idle()
 
@@ -82,5 +83,5 @@ def test_the_changed_runs_guide_is_called_so_after_the_clean_run_is_back(qtbot, 
     qtbot.waitUntil(lambda: on_clean in bar.answer.text(), timeout=WAIT)
     assert any(on_changed in s for s in shown), shown  # (the race this test is about was run)
     assert all("<b>Changed run:</b>" in s for s in shown if on_changed in s), shown
-    assert "Changed run" not in bar.answer.text()
+    assert "Changed run" not in bar.answer.text() and "Clean run" not in bar.answer.text()  # (the grid's)
     w.worker.wait_idle()

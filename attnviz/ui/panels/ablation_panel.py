@@ -58,19 +58,25 @@ class AblationBar(QWidget):
             return
         run = eff.run
         note = f" ({run.note})" if run is not None and run.note else ""
-        views = changed_views(self.state)
-        shown = f"{', '.join(views[:-1])} and {views[-1]}"
-        self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. "
-                           f"{shown[0].upper()}{shown[1:]} show it.")
+        if run is not None and run.ablation == ab and run.changed is None:  # (not applied: the note says why)
+            shown = "The clean run is shown."
+        else:
+            views = changed_views(self.state)
+            shown = f"{', '.join(views[:-1])} and {views[-1]}"
+            shown = f"{shown[0].upper()}{shown[1:]} show it."
+        self.label.setText(f"<b>Changed run</b>: {html.escape(ab.describe())}{html.escape(note)}. {shown}")
 
 
 def changed_views(state) -> list[str]:
     """The views that show the changed run: Head roles only while it scores the typed text (a
     probe's labels come from probe runs without the edits), the guide only while it shows (the
-    text is a sample)."""
+    text is a sample), prediction, lens and DLA only for a model that predicts a next token."""
+    from attnviz.engine.analysing.compare import predicts
+
     roles = ["head roles"] if state.role_options.source == "text" else []
     guide = ["the guide"] if sample_for_text(state.text or "") is not None else []
-    return ["the grid", *roles, *guide, "prediction", "lens", "DLA", "Anatomy", "Why here?"]
+    nexts = ["prediction", "lens", "DLA"] if state.model is not None and predicts(state.model) else []
+    return ["the grid", *roles, *guide, *nexts, "Anatomy", "Why here?"]
 
 
 class AblationPanel(QWidget):
