@@ -298,3 +298,61 @@ def test_a_paused_probe_takes_a_step_while_keystrokes_keep_the_pool_busy(qtbot, 
     steps = [i for i, what in enumerate(during) if what == "probe steps"]
     assert len(steps) >= 2 and all(b - a > 1 for a, b in zip(steps, steps[1:3])), during  # one step a turn
     assert runner.pool.maxThreadCount() == 1
+
+
+def test_a_paused_probe_on_its_turn_never_computes_beside_a_job_the_pool_has_just_started(
+        qtbot, monkeypatch):
+    """The pool can take a keystroke's run off its queue (a thread lent as the probe paused) a
+    moment before the run counts itself at work; the probe's turn comes in that moment. Held there
+    (its start delayed by the test), the run waits until the probe's step is done: the two never
+    compute at once. Before, the probe's step and the run computed side by side."""
+    from attnviz.ui.machinery import runner as R
+
+    monkeypatch.setattr(R, "GIVE_WAY_TURN_S", 0.05)
+    runner = Runner()
+    started, queued, stepping, decided = (threading.Event() for _ in range(4))
+    lock, at_work, most, steps, results, key_thread = threading.Lock(), [0], [0], [], [], []
+    real_run, real_wait = R._Task.run, R._PAUSE_CHANGED.wait
+
+    def held_run(task):  # the keystroke's run, taken by a pool thread, held before it counts in
+        if task.job is not None and task.job.kind == "key":
+            key_thread.append(threading.get_ident())
+            stepping.wait(HOLD_S)  # until the probe, on its turn, is at its step
+        real_run(task)
+
+    def watched_wait(timeout=None):  # the held run waiting to count itself in: it will not compute
+        if key_thread and threading.get_ident() == key_thread[0]:
+            decided.set()
+        return real_wait(timeout)
+    monkeypatch.setattr(R._Task, "run", held_run)
+    monkeypatch.setattr(R._PAUSE_CHANGED, "wait", watched_wait)
+
+    def working(name, then=lambda: None):  # a step's compute: counted at work all along it
+        with lock:
+            at_work[0] += 1
+            most[0] = max(most[0], at_work[0])
+        steps.append(name)
+        then()
+        with lock:
+            at_work[0] -= 1
+
+    def probe():
+        started.set()
+        queued.wait(HOLD_S)  # the keystroke's run is submitted meanwhile
+        runner.give_way()  # the pool takes the run, held; the probe's turn comes
+        working("probe's turn", lambda: stepping.set() or decided.wait(HOLD_S))
+        runner.give_way()
+        working("probe goes on")
+        return "probe"
+
+    def key():
+        working("key", decided.set)
+        return "key"
+    runner.submit("probe", probe, lambda _r, value, _e: results.append(value))
+    qtbot.waitUntil(started.is_set, timeout=WAIT)
+    runner.submit("key", key, lambda _r, value, _e: results.append(value))
+    queued.set()
+    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
+    assert key_thread and steps[0] == "probe's turn" and sorted(steps) == ["key", "probe goes on", "probe's turn"]
+    assert most[0] == 1, steps
+    assert runner.wait_idle() and runner.pool.maxThreadCount() == 1

@@ -213,6 +213,10 @@ class _Task(QRunnable):
     def run(self) -> None:
         global _RUNNING
         with _PAUSE_CHANGED:
+            # (the pool can take a job off its queue just before a paused job goes on, on its turn
+            # or where the room is lowered after it: counted only once none computes, it waits)
+            while _TURN or _RUNNING > len(_PAUSED):
+                _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
             _WAITING.discard(self.job)
             _RUNNING += 1
         try:
@@ -320,6 +324,7 @@ class Runner(QObject):
         try:
             with _PAUSE_CHANGED:
                 self._room()
+                _PAUSE_CHANGED.notify_all()  # (a job started, not yet counted, may wait for this)
             with _PAUSE_CHANGED:  # (the jobs' starts and ends change the counts under this lock)
                 while not (stale is not None and stale()):  # (stale: leaves the pause below)
                     mine = me in _TURN

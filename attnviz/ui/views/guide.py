@@ -77,6 +77,7 @@ class GuideBar(QWidget):
         self._asked = None
         self.state.drop_guide()
         self.show_button.setEnabled(False)
+        self.answer.setToolTip("")
         self.answer.setText("<i>Finding the head in this model…</i>")
 
     def _on_text(self, text: str) -> None:
@@ -106,8 +107,7 @@ class GuideBar(QWidget):
                 return
             if st.text_scores is None:
                 if st.text_note:
-                    self._shown = None
-                    self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(st.text_note)}</span>")
+                    self._no_guide(st.text_note)
                 return
             scores = st.text_scores
         asked = result if scores is None else scores
@@ -120,14 +120,21 @@ class GuideBar(QWidget):
         if sample is not self.sample:
             return  # the text changed while it was found
         if value is None:
-            self._shown = None
-            self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(message)}</span>")
+            self._no_guide(message)
             return
         self.current, self._shown = value, (value, result)
         self._write_answer()
         self.answer.setToolTip("" if value.claimed else
                                "No head passes the bar: 'Show me' focuses the strongest candidate")
         self.show_button.setEnabled(True)
+
+    def _no_guide(self, why: str) -> None:
+        """The answer says `why` there is no guide (it failed, or the scores it needs did not come):
+        no head is named, so "Show me" focuses none (the guide before was found on another run)."""
+        self.current = self._shown = None
+        self.show_button.setEnabled(False)
+        self.answer.setToolTip("")
+        self.answer.setText(f"<span style='color:{WARNING}'>{html.escape(why)}</span>")
 
     def _write_answer(self) -> None:
         """The guide shown, named by the run it was found on: 'Changed run:' when heads were
