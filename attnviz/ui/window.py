@@ -173,8 +173,8 @@ class MainWindow(QMainWindow):
     def _freeze_after_start_up(self) -> None:
         """Start-up's objects out of the collector's way (tuning.freeze_start_up_objects) once its
         last job is done: What heads do's first analysis, whose threads the collection's hold on
-        the GIL would stall before its prediction is painted; and then once typing pauses, so a
-        keystroke's run meets it neither (tuning.StartUpCollection)."""
+        the GIL would stall before its prediction is painted; and then once no keystroke's run
+        nor vocabulary build is going (tuning.StartUpCollection)."""
         from attnviz.ui.machinery.effects_jobs import ANALYSIS_KIND
 
         # (its prediction painted first)

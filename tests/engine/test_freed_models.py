@@ -107,6 +107,35 @@ def test_a_model_let_go_is_freed_without_the_cyclic_collector(source, tmp_path, 
         qpack.ask_for_kernels(False)
 
 
+
+def test_a_gguf_reader_let_go_is_freed_without_the_cyclic_collector(tmp_path):
+    """A GGUF file's reader, its string arrays read every way a load reads them (decoded, a
+    string's length and bytes, the array's bytes undecoded), goes with its last reference: one
+    left to the cyclic collector keeps its view of the whole file until a collection, or until the
+    window closes where start-up's freeze (tuning.freeze_start_up_objects) came first."""
+    from gguf_files import write_vocab_gguf
+
+    from attnviz.engine.reading.gguf_file import metadata, open_gguf, string_bytes
+
+    tokens = ["a", "Ġthe", "日本"]
+    path = write_vocab_gguf(tmp_path / "vocab.gguf", {"tokenizer.ggml.tokens": tokens,
+                                                      "tokenizer.ggml.merges": ["Ġ t", "h e"]})
+    reader = open_gguf(path)
+    field = reader.fields["tokenizer.ggml.tokens"]
+    assert metadata(reader, "tokenizer.ggml.tokens") == tokens
+    assert int(field.parts[-2][0]) == 6 and bytes(field.parts[-1]) == "日本".encode()
+    blob, begins, stops = string_bytes(reader, "tokenizer.ggml.merges")
+    assert blob[begins[1]:stops[1]] == b"h e"
+    gone = weakref.ref(reader)
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        del reader, field
+        assert gone() is None
+    finally:
+        if was_on:
+            gc.enable()
+
 # (in a process of its own: no other test's models or plans, Python's allocations traced from the start)
 TWINS = """
 import gc, json, sys, tracemalloc

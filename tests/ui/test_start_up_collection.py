@@ -1,6 +1,8 @@
-"""The garbage collector's timer during a window's start-up (ui/machinery/tuning.py
-postpone_collections): it collects nothing until start-up's own collection (freeze_start_up_objects)
-or until the postponement runs out, and from then on collects on its own again."""
+"""The garbage collector during a window's start-up (ui/machinery/tuning.py): its timer collects
+nothing until start-up's own collection (freeze_start_up_objects) or until the postponement runs
+out (postpone_collections), and from then on collects on its own again; start-up's collection
+comes once start-up is done, typing or not (StartUpCollection), and what it freezes of a load is
+freed all the same when the load lets it go."""
 
 import gc
 import weakref
@@ -65,3 +67,71 @@ def test_a_start_up_that_never_ends_postpones_collections_for_a_while_only(qtbot
     assert gone() is not None
     qtbot.waitUntil(lambda: gone() is None, timeout=WAIT)
     assert kept
+
+
+TEXT = "The keys to the cabinet are on the"
+
+
+def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monkeypatch):
+    """The start-up collection freezes what is alive when it comes, here the load's GGUF reader,
+    still held by the tokenizer built for the first text (the whole vocabulary's build, which lets
+    it go, held until the collection has come). What the load lets go afterwards goes all the
+    same: once the vocabulary is whole no reader is left, frozen or not, though no collection has
+    run since (a frozen reference cycle would stay until the window closed)."""
+    import threading
+
+    from gguf import GGUFReader
+
+    import attnviz.engine
+    from attnviz.engine.computing.load import load_model
+    from attnviz.engine.reading.registry import smollm2_file
+    from attnviz.ui.machinery import loading
+    from windows import open_window
+
+    monkeypatch.setattr(attnviz.engine, "load_model", load_model)  # (a load of its own: its reader)
+    gate, alive = threading.Event(), []
+    real_complete, real_freeze = loading.complete_vocabulary, tuning.freeze_start_up_objects
+
+    def complete(model):
+        assert gate.wait(WAIT / 1000)
+        real_complete(model)
+
+    def freeze():
+        gc.collect()
+        alive.append(sum(isinstance(o, GGUFReader) for o in gc.get_objects()))
+        real_freeze()
+        gate.set()
+    monkeypatch.setattr(loading, "complete_vocabulary", complete)
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
+    gc.collect()  # (no other test's reader left)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2_file()), text=TEXT, panels=("predict",))
+        qtbot.waitUntil(lambda: bool(alive), timeout=WAIT)
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: w.state.model.tokenizer.for_every_text, timeout=WAIT)
+    w.worker.wait_idle()
+    assert alive == [1]  # frozen while held
+    gc.unfreeze()  # (the window's close would: here with no collection in between)
+    assert [o for o in gc.get_objects() if isinstance(o, GGUFReader)] == []
+
+
+def test_the_start_up_collection_comes_while_typing_goes_on(qtbot, tmp_path, smollm2, monkeypatch):
+    """Typing that starts as the window shows its first result and never pauses: the start-up
+    collection comes once start-up is done, between two keystrokes' runs, not at typing's first
+    pause (where the keystroke that ends the pause would wait for it)."""
+    from PySide6.QtGui import QTextCursor
+
+    from windows import open_window
+
+    frozen, real_freeze = [], tuning.freeze_start_up_objects
+    monkeypatch.setattr(tuning, "freeze_start_up_objects", lambda: (frozen.append(1), real_freeze()))
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+    w.text_box.moveCursor(QTextCursor.MoveOperation.End)
+    for _ in range(30):  # a key every 200 ms for 6 s at most
+        if frozen:
+            break
+        qtbot.keyClick(w.text_box, "a")
+        qtbot.wait(200)
+    assert frozen == [1]
+    w.worker.wait_idle()

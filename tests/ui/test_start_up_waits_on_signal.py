@@ -71,7 +71,7 @@ def test_the_later_builds_wait_for_the_first_analysis_without_asking_again(
 def test_the_start_up_collection_waits_for_a_keystroke_s_run_and_follows_its_result(
         qtbot, tmp_path, smollm2, monkeypatch):
     """A key typed as the first analysis ends: gc's start-up collection, which holds the GIL on the
-    main thread, waits until typing pauses and the keystroke's run is done, its heatmaps shown."""
+    main thread, waits until the keystroke's run is done, its heatmaps shown."""
     from contextlib import contextmanager
 
     from PySide6.QtGui import QTextCursor
@@ -110,7 +110,7 @@ def test_the_start_up_collection_waits_for_a_keystroke_s_run_and_follows_its_res
         timer = QTimer()
         timer.timeout.connect(lambda: ticks.append(1))
         timer.start(25)
-        qtbot.waitUntil(lambda: len(ticks) * 25 >= 2 * tuning.FREEZE_PAUSE_MS, timeout=WAIT)
+        qtbot.waitUntil(lambda: len(ticks) * 25 >= 10 * tuning.FREEZE_WAIT_MS, timeout=WAIT)
         timer.stop()
         assert frozen == [] and w.state.result.text == TEXT  # still running: no collection yet
     finally:
@@ -147,16 +147,19 @@ def test_the_collection_waits_for_a_load_s_collector_pause_and_never_comes_after
     with collector_paused():
         qtbot.waitUntil(lambda: w.state.effects.analysis is not None, timeout=WAIT)
         w.worker.wait_idle()
-        _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+        _ticks_for(qtbot, 10 * tuning.FREEZE_WAIT_MS)
         assert frozen == []  # (paused: none)
     qtbot.waitUntil(lambda: bool(frozen), timeout=WAIT)  # and after the pause, once
     assert frozen == [1]
 
     frozen.clear()
-    w2 = open_window(qtbot, tmp_path / "s2.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
-    qtbot.waitUntil(lambda: w2.state.effects.analysis is not None, timeout=WAIT)
-    w2.close()  # (before its typing pause has come)
-    _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+    with collector_paused():  # (its collection held back until the window has closed)
+        w2 = open_window(qtbot, tmp_path / "s2.ini", model=str(smollm2.path), text=TEXT, panels=("predict",))
+        qtbot.waitUntil(lambda: w2.state.effects.analysis is not None, timeout=WAIT)
+        w2.worker.wait_idle()
+        _ticks_for(qtbot, 10 * tuning.FREEZE_WAIT_MS)  # (its collection armed by now)
+        w2.close()
+    _ticks_for(qtbot, 10 * tuning.FREEZE_WAIT_MS)
     assert frozen == []
 
 
@@ -195,7 +198,7 @@ def test_the_start_up_collection_waits_for_a_first_analysis_a_keystroke_made_sta
         qtbot.waitUntil(lambda: st.result.text == IOI + "x" and st.effects.analysis_of(st.result) is not None,
                         timeout=WAIT)  # the keystroke's analysis shown; the first still at work
         assert w.predict_panel.top_table.rowCount() > 0
-        _ticks_for(qtbot, 3 * tuning.FREEZE_PAUSE_MS)
+        _ticks_for(qtbot, 10 * tuning.FREEZE_WAIT_MS)
         assert frozen == []
     finally:
         gate.set()

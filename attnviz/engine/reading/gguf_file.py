@@ -135,7 +135,7 @@ class _Reader(GGUFReader):
         # its (length, bytes) parts are made when asked for, and contents() decodes the strings
         # from one copy of the array's bytes: a view per part (two per string) would be most of
         # a header's parse and their decoding most of its tokenizer's build (_push_field)
-        self._strings = _StringParts(self, orig_offs + 12, ends)
+        self._strings = _StringParts(data, self.byte_order, orig_offs + 12, ends)
         return offs - orig_offs, [raw_itype, alen], [], [GGUFValueType.ARRAY, GGUFValueType.STRING]
 
     def _push_field(self, field, skip_sum: bool = False) -> int:
@@ -150,14 +150,21 @@ class _Reader(GGUFReader):
 class _StringParts(Sequence):
     """A metadata string array's parts as gguf's reader lists them (the field's own parts, then a
     length and a bytes view of the file per string), each made when indexed; `strings()` decodes
-    every string once (UTF-8, strict, as gguf's contents()) from one copy of the array's bytes."""
+    every string once (UTF-8, strict, as gguf's contents()) from one copy of the array's bytes.
 
-    def __init__(self, reader: _Reader, start: int, ends: list[int], head: tuple = ()):
-        self._reader, self._start, self._ends, self._head = reader, start, ends, head
+    It holds the file's bytes (`data`, the reader's view) and their byte order, not the reader:
+    the reader holds its fields, so a reference back would make a cycle, and a reader let go
+    would stay (its view of the whole file with it) until the cyclic collector ran, or for good
+    where the window froze it first (ui/machinery/tuning.py freeze_start_up_objects)."""
+
+    def __init__(self, data: np.ndarray, byte_order: str, start: int, ends: list[int],
+                 head: tuple = ()):
+        self._data, self._order, self._start, self._ends, self._head = data, byte_order, start, ends, head
+        self._length = np.dtype(np.uint64).newbyteorder(byte_order)  # a string's length, as _get reads it
         self._decoded: list[str] | None = None
 
     def after(self, head) -> _StringParts:  # the same strings behind the field's own parts
-        return _StringParts(self._reader, self._start, self._ends, tuple(head))
+        return _StringParts(self._data, self._order, self._start, self._ends, tuple(head))
 
     def __len__(self) -> int:
         return len(self._head) + 2 * len(self._ends)
@@ -174,13 +181,13 @@ class _StringParts(Sequence):
         k, is_bytes = divmod(i - len(self._head), 2)
         begin = self._start if k == 0 else self._ends[k - 1]
         if is_bytes:
-            return self._reader.data[begin + 8:self._ends[k]]
-        return self._reader._get(begin, np.uint64)
+            return self._data[begin + 8:self._ends[k]]
+        return self._data[begin:begin + 8].view(self._length)
 
     def strings(self) -> list[str]:
         if self._decoded is None:
             start, ends = self._start, self._ends
-            blob = self._reader.data[start:ends[-1] if ends else start].tobytes()
+            blob = self._data[start:ends[-1] if ends else start].tobytes()
             begin, out = 8, []
             for end in ends:
                 out.append(blob[begin:end - start].decode("utf-8"))
@@ -198,7 +205,7 @@ def string_bytes(reader: GGUFReader, key: str) -> tuple[bytes, np.ndarray, np.nd
     if not isinstance(field, _StringArrayField) or not isinstance(parts, _StringParts):
         return None
     start, ends = parts._start, parts._ends
-    blob = parts._reader.data[start:ends[-1] if ends else start].tobytes()
+    blob = parts._data[start:ends[-1] if ends else start].tobytes()
     stops = np.array(ends, np.int64) - start
     begins = np.empty_like(stops)
     begins[:1] = 8

@@ -145,25 +145,28 @@ def freeze_start_up_objects() -> None:
     _quiet_until = 0.0  # (the timer collects as usual from here)
 
 
-FREEZE_PAUSE_MS = 400  # how long typing must pause before start-up's collection runs
+FREEZE_WAIT_MS = 50  # start-up's collection after its last job, and again while something holds it back
 
 
 class StartUpCollection(QTimer):
-    """freeze_start_up_objects() once typing pauses: FREEZE_PAUSE_MS with no `typed` signal and
-    nothing `busy()` (a keystroke's run, an analysis) nor a load's collector pause (gguf_vocab's
-    threshold 0: a vocabulary's build, whose young objects it would walk and freeze). Its full
-    collection holds the GIL on the main thread for a good part of a second on a big model's
-    window: a keystroke's run that meets it waits for it, and its result is painted that much
-    later. Waits from arm() (start-up's last job done), restarted by each `typed` from then on,
-    which also postpones the timer's collections (postpone_collections) until it comes; collects
-    once, never after cancel() (the window closed)."""
+    """freeze_start_up_objects() as soon as start-up is done: FREEZE_WAIT_MS after arm() (start-up's
+    last job done, its result painted meanwhile), and again every FREEZE_WAIT_MS while something
+    is `busy()` (a keystroke's run, an analysis) or a load's collector pause holds it back
+    (gguf_vocab's threshold 0: a vocabulary's build, whose young objects it would walk and freeze).
+    Its full collection holds the GIL on the main thread for a good part of a second on a big
+    model's window: made as start-up ends, it is over before the user types as a rule, not at a
+    pause in typing, where the keystroke that ends the pause would wait for it. What is alive then
+    is frozen with the rest and still freed by reference counting when let go (a load's reader, a
+    model replaced later: tests/ui/test_start_up_collection.py). `typed` postpones the timer's
+    collections until it comes (postpone_collections); collects once, never after cancel() (the
+    window closed)."""
 
     def __init__(self, parent, typed, busy: Callable[[], bool]):
         super().__init__(parent)
         self.setSingleShot(True)
-        self.setInterval(FREEZE_PAUSE_MS)
+        self.setInterval(FREEZE_WAIT_MS)
         self._busy, self.armed, self.done = busy, False, False
-        typed.connect(self._restart)
+        typed.connect(self._postpone)
         self.timeout.connect(self._due)
 
     def arm(self) -> None:
@@ -171,10 +174,9 @@ class StartUpCollection(QTimer):
             self.armed = True
             self.start()
 
-    def _restart(self, *_) -> None:
+    def _postpone(self, *_) -> None:
         if self.armed and not self.done:
             postpone_collections()  # (the start-up heap is not frozen yet)
-            self.start()
 
     def _due(self) -> None:
         if self._busy() or paused():
