@@ -47,16 +47,23 @@ def assert_show_me_focuses_nothing(qtbot, w, head) -> None:
     assert st.focus == before
 
 
+def switched_off_with(qtbot, settings_path, message):
+    """The guided window, a head switched off, the bar showing `message` for the changed run, and
+    Show me focusing nothing -> (window, the clean run's guide head)."""
+    w, head = guided_window(qtbot, settings_path)
+    w.state.effects.set_ablation(Ablation(heads=((0, 0),)))
+    qtbot.waitUntil(lambda: message in w.guide_bar.answer.text(), timeout=WAIT)
+    assert changed_run(w.state.result)
+    assert_show_me_focuses_nothing(qtbot, w, head)
+    return w, head
+
+
 def test_a_guide_that_fails_leaves_show_me_off(qtbot, settings_path, monkeypatch):
     """The changed run's guide fails: the answer says why, and Show me no longer focuses the clean
     run's head."""
     fails_on_the_changed_run(monkeypatch, samples, "guide", "no guide on this run (test)")
-    w, head = guided_window(qtbot, settings_path)
+    w, head = switched_off_with(qtbot, settings_path, "no guide on this run (test)")
     bar = w.guide_bar
-    w.state.effects.set_ablation(Ablation(heads=((0, 0),)))
-    qtbot.waitUntil(lambda: "no guide on this run (test)" in bar.answer.text(), timeout=WAIT)
-    assert changed_run(w.state.result)
-    assert_show_me_focuses_nothing(qtbot, w, head)
     w.state.effects.restore_clean()  # the clean run's guide again: Show me focuses its head
     qtbot.waitUntil(bar.show_button.isEnabled, timeout=WAIT)
     qtbot.mouseClick(bar.show_button, Qt.MouseButton.LeftButton)
@@ -68,10 +75,5 @@ def test_a_note_instead_of_a_guide_leaves_show_me_off(qtbot, settings_path, monk
     """The changed run's scores fail: the bar shows their note instead of a guide, and Show me no
     longer focuses the clean run's head."""
     fails_on_the_changed_run(monkeypatch, H, "score_result", "no scores on this run (test)")
-    w, head = guided_window(qtbot, settings_path)
-    bar = w.guide_bar
-    w.state.effects.set_ablation(Ablation(heads=((0, 0),)))
-    qtbot.waitUntil(lambda: "no scores on this run (test)" in bar.answer.text(), timeout=WAIT)
-    assert changed_run(w.state.result)
-    assert_show_me_focuses_nothing(qtbot, w, head)
+    w, _ = switched_off_with(qtbot, settings_path, "no scores on this run (test)")
     w.worker.wait_idle()
