@@ -88,6 +88,8 @@ def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monk
     from attnviz.ui.machinery import loading
     from windows import open_window
 
+    def readers():  # (by type: isinstance would look through a dead weak proxy another test left, and raise)
+        return [o for o in gc.get_objects() if issubclass(type(o), GGUFReader)]
     monkeypatch.setattr(attnviz.engine, "load_model", load_model)  # (a load of its own: its reader)
     gate, alive = threading.Event(), []
     real_complete, real_freeze = loading.complete_vocabulary, tuning.freeze_start_up_objects
@@ -98,7 +100,7 @@ def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monk
 
     def freeze():
         gc.collect()
-        alive.append(sum(isinstance(o, GGUFReader) for o in gc.get_objects()))
+        alive.append(len(readers()))
         real_freeze()
         gate.set()
     monkeypatch.setattr(loading, "complete_vocabulary", complete)
@@ -113,7 +115,7 @@ def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monk
     w.worker.wait_idle()
     assert alive == [1]  # frozen while held
     gc.unfreeze()  # (the window's close would: here with no collection in between)
-    assert [o for o in gc.get_objects() if isinstance(o, GGUFReader)] == []
+    assert readers() == []
 
 
 def test_the_start_up_collection_comes_while_typing_goes_on(qtbot, tmp_path, smollm2, monkeypatch):
