@@ -71,12 +71,22 @@ def changed_views(state) -> list[str]:
     """The views that show the changed run: Head roles only while it scores the typed text (a
     probe's labels come from probe runs without the edits), the guide only while it shows (the
     text is a sample), prediction, lens and DLA only for a model that predicts a next token."""
-    from attnviz.engine.analysing.compare import predicts
-
     roles = ["head roles"] if state.role_options.source == "text" else []
     guide = ["the guide"] if sample_for_text(state.text or "") is not None else []
-    nexts = ["prediction", "lens", "DLA"] if state.model is not None and predicts(state.model) else []
+    nexts = ["prediction", "lens", "DLA"] if state.model is not None and _predicts(state.model) else []
     return ["the grid", *roles, *guide, *nexts, "Anatomy", "Why here?"]
+
+
+def _predicts(model) -> bool:
+    """Whether the model has a head (Model.lm_head: the one its analyses build and keep; not
+    compare.predicts, which checks every row of a quantised unembedding, on this thread)."""
+    from attnviz.engine.errors import NoPrediction
+
+    try:
+        model.lm_head()
+    except NoPrediction:
+        return False
+    return True
 
 
 class AblationPanel(QWidget):
