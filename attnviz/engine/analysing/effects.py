@@ -150,6 +150,12 @@ class WindowRun:
 WINDOW = RunRequest(truncate=True)  # the window's runs: a text over the limit is cut to it
 
 
+def is_changed(result) -> bool:
+    """Whether a run's result (a RunResult) is a changed run: edits (heads switched off, edges
+    knocked out) in its trace."""
+    return bool(getattr(getattr(result, "trace", None), "edits", None))
+
+
 def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
                ablation: Ablation = CLEAN, ran=None) -> WindowRun:
     """Run `text` (or `ids`) keeping what prediction reads; under an active `ablation` the changed

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing import heads as H, probes as P
+from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.find_panel import FindPanel
@@ -244,7 +245,7 @@ class RolesPanel(QWidget):
             return
         probe = source == "probe"
         # heads switched off: the text's scores are of the changed run the grid shows
-        changed = not probe and bool(getattr(getattr(st.scores_result, "trace", None), "edits", None))
+        changed = not probe and is_changed(st.scores_result)
         where = "the probe" if probe else "this text's changed run" if changed else "this text"
         parts = []
         if probe:

@@ -16,6 +16,7 @@ import html
 from PySide6.QtGui import QTextDocument
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
+from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.analysing.samples import Guide, sample_for_text
 from attnviz.figures.style import GOOD, WARNING
 
@@ -143,8 +144,8 @@ class GuideBar(QWidget):
         if self._shown is None:
             return
         value, found_on = self._shown
-        prefix = ("<b>Changed run:</b> " if edited(found_on) else
-                  "<b>Clean run:</b> " if edited(self.state.result) else "")
+        prefix = ("<b>Changed run:</b> " if is_changed(found_on) else
+                  "<b>Clean run:</b> " if is_changed(self.state.result) else "")
         color = GOOD if value.claimed else WARNING
         self.answer.setText(f"<span style='color:{color}'>{prefix}{value.message}</span>")
         self._fit()
@@ -155,11 +156,6 @@ class GuideBar(QWidget):
         if g is None:
             return
         self.state.show_head(g.layer, g.head)
-
-
-def edited(result) -> bool:
-    """Whether `result` is a changed run (heads switched off or edges knocked out in its trace)."""
-    return bool(getattr(getattr(result, "trace", None), "edits", None))
 
 
 def text_height(label: QLabel, html: str | None = None) -> int:
