@@ -58,7 +58,7 @@ def warm_few_rows_meanwhile(qtypes) -> threading.Thread | None:
 
         warm_few_rows(qtypes)
     # not a daemon: exit waits for it, as for a compile (qmatvec), not tearing down LLVM mid-import
-    t = threading.Thread(target=warm, name="qmatvec-warm-few-rows")
+    t = threading.Thread(target=warm, name="qmatvec-warm-few-rows")  # (qmatvec.WARM_THREAD's: not imported here)
     t.start()
     return t
 

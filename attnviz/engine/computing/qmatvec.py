@@ -77,6 +77,7 @@ _set = threading.local()
 
 ENABLED = True  # False: linear() keeps the float32 path (benchmarks time both in one process)
 ONE_ROW = None  # engine/computing/onerow.py once warm() has loaded it (layers.one_row_steps)
+WARM_THREAD = "qmatvec-warm"  # the name (prefix) of the threads that warm the kernels in the background
 
 
 def takes(pm: PackedMatrix, n_rows: int) -> bool:
@@ -372,7 +373,7 @@ def warm_in_background(qtypes, extras: bool = True, layers=None, then=None) -> t
     warm_few_rows(qtypes) instead. `then()`, if given, after it on that thread."""
     if numba is None:
         return None
-    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras, layers, then), name="qmatvec-warm",
+    t = threading.Thread(target=_warm_nicely, args=(tuple(qtypes), extras, layers, then), name=WARM_THREAD,
                          daemon=True)
     t.start()
     return t

@@ -163,18 +163,16 @@ class WarmUp:
         return f"WarmUp({self.model!r})"
 
 
-KERNELS_WARMING = "qmatvec-warm"  # the threads engine/computing/qmatvec.py warm_in_background starts
-
-
 def hurry_the_kernels_warm_up() -> None:
     """The kernels' own warm-up threads (a load's, or the one a keystroke's one-row run began
     where the window's had not: qmatvec.takes_layer), made far nicer than the thread that started
     them, raised to this thread's priority: a warm-up the window asks for meanwhile waits for
     theirs (the kernels' locks)."""
+    from attnviz.engine.computing.qmatvec import WARM_THREAD
     from attnviz.ui.machinery.tuning import to_this_threads_priority
 
     for t in threading.enumerate():
-        if t.name.startswith(KERNELS_WARMING) and t.native_id is not None and t.is_alive():
+        if t.name.startswith(WARM_THREAD) and t.native_id is not None and t.is_alive():
             to_this_threads_priority(t.native_id)
 
 
