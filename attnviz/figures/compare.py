@@ -10,8 +10,6 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
-from attnviz.engine.analysing.compare import beside_threshold  # noqa: F401 (the Compare panel's numbers)
-from attnviz.figures.compare_csv import csv_text  # noqa: F401  (the panel's export reads it here)
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError

@@ -32,10 +32,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from attnviz.engine.analysing.compare import beside_threshold
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
+from attnviz.figures.compare_csv import csv_text
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
 
@@ -258,8 +260,8 @@ class ComparePanel(QWidget):
             return "Induction heads on the probe: computing\u2026" if self.jobs.active else ""
         a, b, t = np.asarray(ind["a"]), np.asarray(ind["b"]), ind["threshold"]
         def fmt(lst):  # (a strength written on its side of the threshold: lost is never "0.40")
-            return ", ".join(f"{head_title(l, h)} {F.beside_threshold(a[l, h], t)}\u2192"
-                             f"{F.beside_threshold(b[l, h], t)}" for l, h in lst)
+            return ", ".join(f"{head_title(l, h)} {beside_threshold(a[l, h], t)}\u2192"
+                             f"{beside_threshold(b[l, h], t)}" for l, h in lst)
         return (f"Induction heads on the probe (strength \u2265 {ind['threshold']:g} in A): "
                 f"survived {len(ind['survived'])}{': ' + fmt(ind['survived']) if ind['survived'] else ''}; "
                 f"lost {len(ind['lost'])}{': ' + fmt(ind['lost']) if ind['lost'] else ''}")
@@ -446,7 +448,7 @@ class ComparePanel(QWidget):
             return [path]
         if fmt == ".csv":
             d = self.doc()
-            write_atomic([(path, F.csv_text(d["heads_jsd"], d["heads_jsd_max"]).encode("utf-8"))])
+            write_atomic([(path, csv_text(d["heads_jsd"], d["heads_jsd_max"]).encode("utf-8"))])
             return [path]
         if fmt == ".svg":
             data = render_svg(self.width(), self.height(), "attnviz compare", self.title.text(),
