@@ -129,7 +129,7 @@ def cmd_patch(args) -> int:
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
           f"{quoted(token_text(model, m.alt))}): clean {m.diff_clean:+.3f}, corrupted "
           f"{m.diff_corrupt:+.3f}")
-    base = m.unpatched(result.direction)
+    base = PT.unpatched(result.direction)
     print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
           f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):

@@ -28,6 +28,7 @@ import numpy as np
 from PySide6.QtCore import QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
+from attnviz.engine.analysing.patching import unpatched
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.compare import paint_colour_bar
@@ -80,8 +81,8 @@ class PatchView:
 
     @property
     def unchanged(self) -> float:
-        """The effect of a patch that changes nothing (patching.Metric.unpatched): the map's white."""
-        return 1.0 if self.direction == "noise" else 0.0
+        """The effect of a patch that changes nothing (patching.unpatched): the map's white."""
+        return unpatched(self.direction)
 
     @property
     def limit(self) -> float:

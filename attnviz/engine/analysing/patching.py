@@ -9,10 +9,10 @@ piece. At position P (default: the last token), with tokens `target` and `alt`:
 
 so in `denoise` 1 means the clean answer is fully back and 0 that nothing changed; in `noise` the
 same formula gives 1 where nothing changed (the clean run's diff) and 0 where the corrupted piece
-brought the corrupted answer in whole. `unpatched` is the effect of a patch that changes nothing (0
-denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean run's top-1 at P; alt = the
-corrupted run's top-1, or its second when it is the target. Refused when |diff_clean -
-diff_corrupt| < 1e-6 (nothing to measure).
+brought the corrupted answer in whole. `unpatched` is the effect of a patch that changes nothing
+(0 denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean
+run's top-1 at P; alt = the corrupted run's top-1, or its second when it is the target. Refused
+when |diff_clean - diff_corrupt| < 1e-6 (nothing to measure).
 
 What can be patched (`what`, the effect's shape), each from the other run's trace:
     resid            [n_layer, T]          the residual entering block l (before its norm), position t
@@ -78,10 +78,11 @@ class Metric:
     def effect(self, diff):  # diff_patched (array or float) -> effect, same shape
         return (np.asarray(diff, np.float64) - self.diff_corrupt) / (self.diff_clean - self.diff_corrupt)
 
-    def unpatched(self, direction: str) -> float:
-        """The effect of a patch that changes nothing: the base run's own diff (denoise: the
-        corrupted run's, 0; noise: the clean run's, 1)."""
-        return float(self.effect(self.diff_corrupt if direction == "denoise" else self.diff_clean))
+
+def unpatched(direction: str) -> float:
+    """The effect of a patch that changes nothing, the base run's own diff: 0 denoising (the
+    corrupted run's), 1 noising (the clean run's)."""
+    return 1.0 if direction == "noise" else 0.0
 
 
 def logit_diff(head, x, target: int, alt: int) -> np.ndarray:
@@ -261,7 +262,7 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
     t1 = time.perf_counter()
     effect = np.full(effect_shape(what, cfg.n_layer, cfg.n_head, T), np.nan)
     if what in ("resid", "mlp_out", "head_out_by_pos"):
-        effect[layers, P + 1:] = metric.unpatched(direction)  # later positions cannot reach P
+        effect[layers, P + 1:] = unpatched(direction)  # later positions cannot reach P
     stop = (lambda: bool(cancelled())) if cancelled is not None else None
     done = 0
     for layer in layers:
@@ -282,7 +283,7 @@ def patch(model, ids_clean, ids_corrupt, what: str, position: int | None = None,
 def ranked(result: Patching, n: int = 10) -> list[tuple[tuple, float]]:
     """The n pieces whose patch changed the most: (index, effect), largest |effect - unpatched|
     first (NaN skipped): |effect| denoising, |effect - 1| noising."""
-    change = result.effect - result.metric.unpatched(result.direction)
+    change = result.effect - unpatched(result.direction)
     flat = np.nan_to_num(np.abs(change), nan=-1.0).ravel()
     order = np.argsort(-flat, kind="stable")[:n]
     return [(tuple(int(i) for i in np.unravel_index(k, result.effect.shape)), float(result.effect.flat[k]))
