@@ -25,7 +25,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QPen
 
 from attnviz.engine.analysing.anatomy import head_costs, head_dim_note, input_name, layer_anatomy
 from attnviz.engine.calc import format_bytes
-from attnviz.engine.computing.edits import Patch, ReplaceHead
+from attnviz.engine.computing.edits import ReplaceHead, patches_at
 from attnviz.engine.computing.layers import head_output_share_of_heads
 from attnviz.engine.computing.patterns import check_index, head_title, max_pool
 from attnviz.engine.reading.token_text import quoted
@@ -71,7 +71,7 @@ def make_anatomy_view(model, result, layer: int, head: int | None = None,
     if hd:
         notes.append(hd)
     off = sorted({e.head for e in edits if isinstance(e, ReplaceHead) and e.layer == layer})
-    patched = sorted({e.head for e in edits if isinstance(e, Patch) and e.point == "z" and e.layer == layer})
+    patched = sorted({e.head for e in patches_at(edits, "z", layer)})
     for heads, what in ((off, "switched off"), (patched, "patched")):
         if heads:
             notes.append(f"changed run: {', '.join(f'H{h}' for h in heads)} {what} here, its head "
