@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import QObject, Signal
 
 from attnviz.ui.machinery.runner import Runner
+from jobs_in_turn import AtWork, long_then_short
 
 WAIT = 20000
 HOLD_S = 10  # a held job lets go after this at the latest (the test has failed by then)
@@ -67,7 +68,7 @@ def _gives_way_in_turn(qtbot, runner, stale=None, hold_s=0.1):
     """A long job gives way (give_way(stale)) to a short one that holds the pool `hold_s`: -> what
     each did, in order (one thread at a time: the long job goes on only once the short one has
     ended)."""
-    started, queued, order, results = threading.Event(), threading.Event(), [], []
+    started, queued, order = threading.Event(), threading.Event(), []
 
     def long_job():
         started.set()
@@ -83,11 +84,7 @@ def _gives_way_in_turn(qtbot, runner, stale=None, hold_s=0.1):
         threading.Event().wait(hold_s)  # a keystroke's run
         order.append("short ends")
         return "short"
-    runner.submit("long", long_job, lambda _r, value, _e: results.append(value))
-    qtbot.waitUntil(started.is_set, timeout=WAIT)
-    runner.submit("short", short_job, lambda _r, value, _e: results.append(value))
-    queued.set()
-    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
+    long_then_short(qtbot, runner, long_job, short_job, started, queued)
     return order
 
 
@@ -311,7 +308,7 @@ def test_a_paused_probe_on_its_turn_never_computes_beside_a_job_the_pool_has_jus
     monkeypatch.setattr(R, "GIVE_WAY_TURN_S", 0.05)
     runner = Runner()
     started, queued, stepping, decided = (threading.Event() for _ in range(4))
-    lock, at_work, most, steps, results, key_thread = threading.Lock(), [0], [0], [], [], []
+    work, key_thread = AtWork(), []
     real_run, real_wait = R._Task.run, R._PAUSE_CHANGED.wait
 
     def held_run(task):  # the keystroke's run, taken by a pool thread, held before it counts in
@@ -327,32 +324,20 @@ def test_a_paused_probe_on_its_turn_never_computes_beside_a_job_the_pool_has_jus
     monkeypatch.setattr(R._Task, "run", held_run)
     monkeypatch.setattr(R._PAUSE_CHANGED, "wait", watched_wait)
 
-    def working(name, then=lambda: None):  # a step's compute: counted at work all along it
-        with lock:
-            at_work[0] += 1
-            most[0] = max(most[0], at_work[0])
-        steps.append(name)
-        then()
-        with lock:
-            at_work[0] -= 1
-
     def probe():
         started.set()
         queued.wait(HOLD_S)  # the keystroke's run is submitted meanwhile
         runner.give_way()  # the pool takes the run, held; the probe's turn comes
-        working("probe's turn", lambda: stepping.set() or decided.wait(HOLD_S))
+        work.step("probe's turn", lambda: stepping.set() or decided.wait(HOLD_S))
         runner.give_way()
-        working("probe goes on")
+        work.step("probe goes on")
         return "probe"
 
     def key():
-        working("key", decided.set)
+        work.step("key", decided.set)
         return "key"
-    runner.submit("probe", probe, lambda _r, value, _e: results.append(value))
-    qtbot.waitUntil(started.is_set, timeout=WAIT)
-    runner.submit("key", key, lambda _r, value, _e: results.append(value))
-    queued.set()
-    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
+    long_then_short(qtbot, runner, probe, key, started, queued, kinds=("probe", "key"))
+    steps = work.steps
     assert key_thread and steps[0] == "probe's turn" and sorted(steps) == ["key", "probe goes on", "probe's turn"]
-    assert most[0] == 1, steps
+    assert work.most == 1, steps
     assert runner.wait_idle() and runner.pool.maxThreadCount() == 1

@@ -13,6 +13,7 @@ from PySide6.QtGui import QTextCursor
 
 from attnviz.engine.analysing import probes as P
 from attnviz.ui.machinery.runner import Runner
+from jobs_in_turn import AtWork, long_then_short
 from windows import IOI, PROMPT, TOY, WAIT, open_window, scores_settled, toy_window
 
 HOLD_S = 10  # a held step lets go after this at the latest (the test has failed by then)
@@ -104,16 +105,10 @@ def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
     other runs and its result comes first; then the first goes on. One thread works at a time."""
     runner = Runner()
     started, queued = threading.Event(), threading.Event()
-    lock, at_work, most, steps, results = threading.Lock(), [0], [0], [], []
+    work = AtWork()
 
-    def working(name):  # a step's compute: counted at work all along it
-        with lock:
-            at_work[0] += 1
-            most[0] = max(most[0], at_work[0])
-        steps.append(name)
-        threading.Event().wait(0.05)
-        with lock:
-            at_work[0] -= 1
+    def working(name):  # a step's compute, a moment long
+        work.step(name, lambda: threading.Event().wait(0.05))
 
     def long_job():
         for step in range(3):
@@ -127,13 +122,9 @@ def test_a_job_that_gives_way_lets_the_jobs_waiting_on_the_pool_go_first(qtbot):
     def short_job():
         working("short")
         return "short"
-    runner.submit("long", long_job, lambda _r, value, _e: results.append(value))
-    qtbot.waitUntil(started.is_set, timeout=WAIT)
-    runner.submit("short", short_job, lambda _r, value, _e: results.append(value))
-    queued.set()
-    qtbot.waitUntil(lambda: len(results) == 2, timeout=WAIT)
-    assert results == ["short", "long"] and steps == ["long 0", "short", "long 1", "long 2"]
-    assert most[0] == 1 and runner.pool.maxThreadCount() == 1
+    results = long_then_short(qtbot, runner, long_job, short_job, started, queued)
+    assert results == ["short", "long"] and work.steps == ["long 0", "short", "long 1", "long 2"]
+    assert work.most == 1 and runner.pool.maxThreadCount() == 1
     assert runner.give_way() is False  # nothing waits: no pause
 
 
