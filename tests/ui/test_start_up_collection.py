@@ -88,8 +88,11 @@ def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monk
     from attnviz.ui.machinery import loading
     from windows import open_window
 
-    def readers():  # (by type: isinstance would look through a dead weak proxy another test left, and raise)
-        return [o for o in gc.get_objects() if issubclass(type(o), GGUFReader)]
+    def readers():  # this test's load's: by type (isinstance would look through a dead weak proxy
+        # another test left, and raise), and not one alive before (a model another test keeps)
+        return [o for o in gc.get_objects() if issubclass(type(o), GGUFReader)
+                and not any(o is b for b in before)]
+    before = []
     monkeypatch.setattr(attnviz.engine, "load_model", load_model)  # (a load of its own: its reader)
     gate, alive = threading.Event(), []
     real_complete, real_freeze = loading.complete_vocabulary, tuning.freeze_start_up_objects
@@ -105,7 +108,8 @@ def test_the_start_up_collection_keeps_nothing_a_load_made(qtbot, tmp_path, monk
         gate.set()
     monkeypatch.setattr(loading, "complete_vocabulary", complete)
     monkeypatch.setattr(tuning, "freeze_start_up_objects", freeze)
-    gc.collect()  # (no other test's reader left)
+    gc.collect()  # (no other test's reader left but those still held)
+    before = readers()
     try:
         w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2_file()), text=TEXT, panels=("predict",))
         qtbot.waitUntil(lambda: bool(alive), timeout=WAIT)
