@@ -1,12 +1,15 @@
 """The window's thread caps (tuning.limit_blas_threads): BLAS and the quantised kernels agree on the
-latest call's n, and the caps a window test sets are put back after it (tests/conftest.py), so a
-later test runs under the caps its process had (an xdist worker's share of the cores)."""
+latest call's n, capped_blas puts back the BLAS threads it found, and the caps a window test sets
+are put back after it (tests/conftest.py), so a later test runs under the caps its process had (an
+xdist worker's share of the cores)."""
+
+import threading
 
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from attnviz.engine import parallel
-from attnviz.ui.machinery.tuning import BLAS_THREADS, limit_blas_threads
+from attnviz.ui.machinery.tuning import BLAS_THREADS, capped_blas, limit_blas_threads, wide_blas
 
 OURS = (3, None, 0, False)  # this module's kernel caps: none a window sets (n, wide, spare, pair_steps)
 
@@ -36,6 +39,30 @@ def test_a_second_call_caps_blas_and_the_kernels_at_its_own_n():
     assert (parallel.kernel_threads(), blas_threads()) == (2, {2})
     limit_blas_threads()
     assert (parallel.kernel_threads(), blas_threads()) == (BLAS_THREADS, {BLAS_THREADS})
+
+
+def test_capped_blas_puts_back_the_threads_it_found_not_the_cap():
+    """Under a cap other than BLAS_THREADS (another caller's limit_blas_threads), and inside
+    wide_blas on a job's thread (where a long run meets it): BLAS_THREADS inside capped_blas, the
+    threads found before it again after it."""
+    other = BLAS_THREADS + 1
+    if parallel.cores() < other:
+        pytest.skip(f"{parallel.cores()} cores: no cap above BLAS_THREADS")
+    limit_blas_threads(other)
+    with capped_blas():
+        assert blas_threads() == {BLAS_THREADS}
+    assert blas_threads() == {other} and parallel.kernel_limits()[0] == other
+    found = []
+
+    def job():
+        with wide_blas():
+            with capped_blas():
+                found.append(blas_threads())
+            found.append(blas_threads())
+    t = threading.Thread(target=job)
+    t.start()
+    t.join()
+    assert found == [{BLAS_THREADS}, {parallel.cores()}]
 
 
 def test_a_window_caps_blas_and_the_kernels_at_its_own(module_caps, window):
