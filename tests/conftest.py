@@ -190,9 +190,7 @@ def kernels_on_every_core(monkeypatch):
     from attnviz.engine import parallel
     from attnviz.engine.computing import qmatvec
 
-    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE"):
-        monkeypatch.setattr(parallel, name, getattr(parallel, name))
-    parallel.limit_kernel_threads(None)
+    parallel.limit_kernel_threads(None)  # (put back after: _kernels_as_before_each_test)
     every, was = numba.config.NUMBA_NUM_THREADS, numba.get_num_threads()
     # (qmatvec's note of the count it last set on this thread, put back with it)
     monkeypatch.setattr(qmatvec._set, "threads", every, raising=False)
@@ -218,16 +216,31 @@ def _kernels_as_before_each_test(_blas_pools):
     with the threads: a window caps BLAS and the kernels at its own (tuning.limit_blas_threads:
     one thread, a generation step's two), a command the kernels (commands/checks.py); each test
     puts back the caps it found, an xdist worker's share of the cores (pytest_configure) among
-    them, and a test that counts a step's one-thread calls finds them whatever ran before it."""
+    them, and the cores' limit (parallel.limit_cores), so a test that counts a step's one-thread
+    calls finds them whatever ran before it."""
     from attnviz.engine import parallel
     from attnviz.engine.reading import qpack
 
     was, kernels, blas = qpack.kernels_on(), parallel.kernel_limits(), _blas_pools.info()
+    limit = parallel.core_limit()
     yield
     qpack.ask_for_kernels(was)
     parallel.limit_kernel_threads(*kernels)
+    parallel.limit_cores(limit)
     if _blas_pools.info() != blas:
         _blas_pools.limit(limits=blas)
+
+
+@pytest.fixture
+def cap_kernels():
+    """cap(n): the quantised kernels' threads capped at n (None: every core) through
+    parallel.limit_kernel_threads, their other caps (wide, spare, pair_steps) kept as the test
+    found them; all put back after the test (_kernels_as_before_each_test)."""
+    from attnviz.engine import parallel
+
+    def cap(n: int | None) -> None:
+        parallel.limit_kernel_threads(n, *parallel.kernel_limits()[1:])
+    return cap
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -107,6 +107,11 @@ def limit_cores(n: int | None) -> None:
     _LIMIT = None if n is None else max(1, int(n))
 
 
+def core_limit() -> int | None:
+    """What limit_cores() last set (None: no limit): limit_cores(core_limit()) puts it back."""
+    return _LIMIT
+
+
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 

@@ -27,13 +27,12 @@ BOUND = 1e-4  # a logprob on the kernels against the float32 product (float32 ro
 
 
 @pytest.fixture
-def restored(monkeypatch):
-    """The process-wide choices a command makes (kernels asked for, their threads), undone after,
-    and the kernels' threads uncapped before, as a command's own process starts (this one's may be
-    capped: by a window opened before, or to an xdist worker's share of the cores)."""
-    monkeypatch.setattr(qpack, "_asked", False)
-    for name in ("_KERNEL_THREADS", "_WIDE", "_SPARE", "_PAIR_STEPS", "_LIMIT"):
-        monkeypatch.setattr(parallel, name, getattr(parallel, name))
+def restored():
+    """The process-wide choices a command makes (kernels asked for, their threads) not made yet, as
+    a command's own process starts (this one's kernels may be capped: by a window opened before, or
+    to an xdist worker's share of the cores); put back after the test, with the cores' limit a test
+    sets (conftest's _kernels_as_before_each_test)."""
+    qpack.ask_for_kernels(False)
     parallel.limit_kernel_threads(None)
 
 

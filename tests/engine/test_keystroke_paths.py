@@ -17,14 +17,6 @@ from attnviz.engine.reading.config import config_from_dict
 from tiny import llama_config, tiny_llama
 
 
-@pytest.fixture
-def kernel_cap():
-    """Leaves the process's kernel thread cap as it found it."""
-    kept = parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE
-    yield
-    parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE = kept
-
-
 def _same(a, b):
     for f in dataclasses.fields(a):
         x, y = getattr(a, f.name), getattr(b, f.name)
@@ -92,8 +84,8 @@ def test_consts_are_kept_per_config_rows_and_workers():
     assert len(families._CONSTS) <= families.CONSTS_KEPT
 
 
-def test_kernel_threads_rule(kernel_cap, monkeypatch):
-    monkeypatch.setattr(parallel, "_LIMIT", None)
+def test_kernel_threads_rule(monkeypatch):
+    parallel.limit_cores(None)
     monkeypatch.setattr(parallel, "_AFFINITY", 8)  # an 8-core machine
     parallel.limit_kernel_threads(1)
     assert parallel.kernel_threads(parallel.WIDE_KERNEL - 1) == 1  # SmolLM2's [3072, 576]: capped
@@ -111,7 +103,7 @@ def test_kernel_threads_rule(kernel_cap, monkeypatch):
     assert parallel.kernel_threads(10 ** 9) == 1
 
 
-def test_a_wide_call_gives_the_capped_result_bit_for_bit(kernel_cap, monkeypatch):
+def test_a_wide_call_gives_the_capped_result_bit_for_bit(monkeypatch):
     numba = pytest.importorskip("numba")
     from gguf import GGMLQuantizationType as Q
 

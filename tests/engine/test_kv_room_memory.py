@@ -46,19 +46,18 @@ def test_float32_steps_hold_what_kv_positions_counts(folder):
     check_steps(model, gen)
 
 
-def test_the_kernels_steps_hold_what_kv_positions_counts(folder, tmp_path, monkeypatch):
+def test_the_kernels_steps_hold_what_kv_positions_counts(folder, tmp_path, monkeypatch, cap_kernels):
     """Every matrix in Q8_0 blocks and the kernels on one thread, as the window runs them: every
     step after the prompt runs its layers in one call, on one buffer of every layer's K and V."""
     pytest.importorskip("numba")
     from gguf import GGMLQuantizationType as Q
 
-    from attnviz.engine import parallel
     from attnviz.engine.computing import onerow_stack
     from attnviz.engine.computing import qmatvec as qm
     from attnviz.engine.reading import qpack
     from gguf_files import gguf_tensors, write_gguf
 
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)  # (the window's cap: the one-call steps)
+    cap_kernels(1)  # (the window's cap: the one-call steps)
     stacked = []
     whole = onerow_stack.stacked_rows
     monkeypatch.setattr(onerow_stack, "stacked_rows", lambda *a: stacked.append(whole(*a)) or stacked[-1])

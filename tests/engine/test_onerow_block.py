@@ -53,13 +53,12 @@ def models(tmp_path_factory, request):
 
 
 @pytest.fixture
-def way(monkeypatch):
+def way(monkeypatch, cap_kernels):
     """set(name): the block, the one-row steps one by one, or the NumPy steps; calls counts the
     block's compiled calls. One kernel thread, as the window gives a small matrix (the block runs
     the serial kernels only)."""
-    from attnviz.engine import parallel
     from attnviz.engine.computing import onerow, onerow_block, onerow_stack
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
+    cap_kernels(1)
     monkeypatch.setattr(onerow_stack, "ENABLED", False)  # (its layer by layer: test_onerow_stack.py)
     calls = []  # 1: a layer's _attention_in; a generation step's _step_in: 2 appended, 3 no room
     real_calls = onerow_block._calls
@@ -176,7 +175,7 @@ def test_the_trace_edits_apply_on_the_block_as_on_the_steps(models, way):
     assert n_head == 8
 
 
-def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, monkeypatch):
+def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, cap_kernels, monkeypatch):
     """A down projection that stayed float32 (its rows do not divide into Q4_1's blocks), and a
     covered layer whose kernels would run on two threads: no compiled call of the block, and the
     same numbers as the one-row steps."""
@@ -195,9 +194,9 @@ def test_a_layer_the_block_does_not_cover_takes_the_familys_block(models, way, m
     import numba
     if numba.config.NUMBA_NUM_THREADS < 2:
         return  # (numba runs one thread here: every kernel call is serial)
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 2)
+    cap_kernels(2)
     monkeypatch.setattr(parallel, "_AFFINITY", 2)  # (two cores, whatever this machine has)
-    monkeypatch.setattr(parallel, "_LIMIT", None)
+    parallel.limit_cores(None)
     block_not_called_and_same_as_steps(models["covered"])
 
 

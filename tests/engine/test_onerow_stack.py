@@ -27,11 +27,10 @@ pytest.importorskip("numba")
 
 
 @pytest.fixture
-def stacked(monkeypatch):
+def stacked(monkeypatch, cap_kernels):
     """set(on): the one call (on) or the layer loop; calls: (first, end) layers of each call. One
     kernel thread, as the window and generate give a one-row run (the block's serial kernels)."""
-    from attnviz.engine import parallel
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)
+    cap_kernels(1)
     calls = []
     real = onerow_stack._layers
 

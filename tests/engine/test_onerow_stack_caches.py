@@ -20,10 +20,9 @@ def _step(model, ids, cache):  # a generation's step on its cache -> the final-n
     return trace.final.copy()
 
 
-def test_two_generations_in_turns_keep_their_own_buffers_and_bits(smollm2_packed, monkeypatch):
+def test_two_generations_in_turns_keep_their_own_buffers_and_bits(smollm2_packed, cap_kernels):
     model = smollm2_packed
-    from attnviz.engine import parallel
-    monkeypatch.setattr(parallel, "_KERNEL_THREADS", 1)  # (the one call: one kernel thread)
+    cap_kernels(1)  # (the one call: one kernel thread)
     ids = list(model.tokenizer.encode(TEXT).ids)
     a, b, alone = KVCache(), KVCache(), KVCache()
     finals, bases = {"a": [], "b": [], "alone": []}, []

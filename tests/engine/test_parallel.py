@@ -51,6 +51,18 @@ def test_row_chunks_cover_every_row_once():
 
 
 
+def test_a_limit_on_the_cores_holds_them_and_its_reading_puts_it_back():
+    """limit_cores(n): cores() and the kernels' threads at most n (a scan's Dask worker: one);
+    core_limit() says what was set, and limit_cores(core_limit()) puts it back."""
+    was, found = parallel.core_limit(), parallel.cores()
+    parallel.limit_cores(1)
+    assert (parallel.core_limit(), parallel.cores(), parallel.kernel_threads(10 ** 9)) == (1, 1, 1)
+    parallel.limit_cores(None)
+    assert parallel.core_limit() is None and parallel.cores() >= found
+    parallel.limit_cores(was)
+    assert (parallel.core_limit(), parallel.cores()) == (was, found)
+
+
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity here")
 def test_cores_are_the_ones_this_process_may_run_on():
     """A process held to one core (a container's or taskset's CPU set) counts one core, so the

@@ -70,17 +70,9 @@ def loaded(tmp_path, threads, name="q8.gguf"):
     return model
 
 
-@pytest.fixture
-def kernel_cap():
-    """Leaves the process's kernel thread cap as it found it."""
-    kept = parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE
-    yield
-    parallel._KERNEL_THREADS, parallel._WIDE, parallel._SPARE = kept
-
-
 @pytest.mark.parametrize("one_thread", [True, False], ids=["one-thread", "every-core"])
 def test_a_load_warms_the_kernels_alone_and_a_run_of_rows_takes_them_bit_for_bit(
-        tmp_path, cold, steps_taken, kernel_cap, one_thread):
+        tmp_path, cold, steps_taken, one_thread):
     parallel.limit_kernel_threads(1 if one_thread else None, wide=None)
     model = loaded(tmp_path, cold)
     assert cold == []  # the load's warm-up: the kernels alone, which its read started
