@@ -23,17 +23,32 @@ class KeyAxis(pg.AxisItem):
     def __init__(self):
         super().__init__("top")
         self.setStyle(hideOverlappingLabels=False, tickLength=0)
+        self.labels: list[tuple[float, str]] = []  # (key column's centre, label): setTicks'
+
+    def setTicks(self, ticks):
+        self.labels = list(ticks[0]) if ticks else []
+        super().setTicks(ticks)
 
     def drawPicture(self, p, axisSpec, tickSpecs, textSpecs):
+        # every label is drawn here, over its column, from the view's mapping: pyqtgraph's own
+        # textSpecs leave out a label whose text, lying flat, would overrun the axis's ends (a
+        # long first key such as <|endoftext|>), though turned upright it is one line wide
         super().drawPicture(p, axisSpec, tickSpecs, [])
+        view = self.linkedView()
+        if view is None:
+            return
         p.setPen(self.textPen())
         if self.style["tickFont"] is not None:
             p.setFont(self.style["tickFont"])
         fm = QFontMetricsF(p.font())
+        bounds = self.mapRectFromParent(self.geometry())
         bottom = self.boundingRect().bottom() - 4
-        for rect, _flags, text in textSpecs:
+        for value, text in self.labels:
+            x = self.mapFromScene(view.mapViewToScene(QPointF(value, 0))).x()
+            if not bounds.left() <= x <= bounds.right():
+                continue
             p.save()
-            p.translate(QPointF(rect.center().x() + fm.ascent() / 2 - 1, bottom))
+            p.translate(QPointF(x + fm.ascent() / 2 - 1, bottom))
             p.rotate(-90)
             p.drawText(QPointF(0, 0), text)
             p.restore()

@@ -1,0 +1,49 @@
+"""What the focus view paints on its axes: a label over every key column, a long first key
+(<|endoftext|>) included."""
+
+import numpy as np
+from PySide6.QtCore import QPointF
+from PySide6.QtGui import QColor
+
+from attnviz.figures.style import BACKGROUND
+from attnviz.ui.machinery.state import AppState
+from attnviz.ui.views.focus import FocusView
+from windows import drain_events
+
+
+def _focus_view(qtbot, state, size):
+    fv = FocusView(state)
+    qtbot.addWidget(fv)
+    fv.resize(*size)
+    fv.show()
+    return fv
+
+
+def _ink_columns(fv) -> list[int]:
+    """How many light (text) pixels the key axis paints in a band over each key column's centre."""
+    drain_events()
+    image = fv.gw.grab().toImage()
+    dpr = image.devicePixelRatio()
+    dark = QColor(BACKGROUND).lightness() + 60
+    axis = fv.gw.mapFromScene(fv.key_axis.sceneBoundingRect()).boundingRect()
+    top_of_plot = fv.gw.mapFromScene(fv.vb.sceneBoundingRect().topLeft()).y()
+    counts = []
+    for k in range(fv.state.result.attentions.shape[-1]):
+        x = fv.gw.mapFromScene(fv.vb.mapViewToScene(QPointF(k + 0.5, 0))).x()
+        counts.append(sum(image.pixelColor(int(px * dpr), int(y * dpr)).lightness() > dark
+                          for px in np.arange(x - 2, x + 2.5, 0.5)
+                          for y in range(max(0, axis.top()), int(top_of_plot))))
+    return counts
+
+
+def test_every_key_column_has_its_label_painted_the_first_endoftext_too(qtbot, toy):
+    st = AppState()
+    st.set_model(toy)
+    st.set_result(toy.run("violet anchor nine tulip"))
+    assert st.result.labels[0] == "<|endoftext|>"
+    fv = _focus_view(qtbot, st, (420, 520))  # columns about a label line wide
+    st.set_focus(1, 0)
+    assert fv.label_steps == (1, 1), "room for a label per token: each key is labelled"
+    assert fv.axis_labels()[1] == st.result.labels
+    ink = _ink_columns(fv)
+    assert all(n > 0 for n in ink), f"key columns with no painted label: {[i for i, n in enumerate(ink) if n == 0]}"
