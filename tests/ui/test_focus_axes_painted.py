@@ -1,9 +1,11 @@
 """What the focus view paints on its axes: a label over every key column, a long first key
-(<|endoftext|>) included."""
+(<|endoftext|>) included, and a colour bar whose top end is labelled at the value it stands for."""
+
+import types
 
 import numpy as np
 from PySide6.QtCore import QPointF
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QImage, QPainter
 
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.state import AppState
@@ -47,3 +49,36 @@ def test_every_key_column_has_its_label_painted_the_first_endoftext_too(qtbot, t
     assert fv.axis_labels()[1] == st.result.labels
     ink = _ink_columns(fv)
     assert all(n > 0 for n in ink), f"key columns with no painted label: {[i for i, n in enumerate(ink) if n == 0]}"
+
+
+def _bar_texts(fv) -> list[tuple[float, str]]:
+    """(y in the view's pixels, text) of each tick label the colour bar's axis paints."""
+    drain_events()
+    axis = fv.cbar.getAxis("right")
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)  # what AxisItem.paint draws
+    finally:
+        painter.end()
+    return [(fv.gw.mapFromScene(axis.mapToScene(rect.center())).y(), text) for rect, _f, text in specs[2]]
+
+
+def test_the_colour_bars_top_end_reads_the_weight_it_stands_for(qtbot):
+    T = 6
+    attn = np.full((1, 1, T, T), 1.0 / T, np.float32)
+    attn[0, 0, 2, :] = [0.99999, 0.00001, 0, 0, 0, 0]  # the largest weight, just under 1
+    labels = [f"t{i}" for i in range(T)]
+    st = AppState()
+    st.set_result(types.SimpleNamespace(attentions=attn, labels=labels, tokens=labels, text="x",
+                                        offsets=[(i, i + 1) for i in range(T)], kv_group=np.arange(1)))
+    fv = _focus_view(qtbot, st, (600, 500))
+    st.set_focus(0, 0)
+    lo, hi = fv.cbar.levels()
+    assert hi == np.float32(0.99999)
+    texts = _bar_texts(fv)
+    bar = fv.gw.mapFromScene(fv.cbar.bar.sceneBoundingRect()).boundingRect()
+    top = min(texts)  # the label painted highest
+    assert top[1] == "1.0", texts
+    assert abs(top[0] - bar.top()) <= 2, f"'1.0' painted at y {top[0]:.0f}, the bar's top at {bar.top()}"
+    assert "0" in [t for _, t in texts] and "0.4" in [t for _, t in texts]  # round steps between

@@ -196,6 +196,7 @@ def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, f
         bar.setColorMap(pg.colormap.get(colormap))
     if shown is None or shown[1] != levels:
         bar.setLevels(levels)
+        bar.getAxis("right").setTicks(level_ticks(*levels))
     if shown is None or shown[2] != title:
         axis = bar.getAxis("right")
         axis.setLabel(title, color=TEXT)
@@ -217,7 +218,31 @@ def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
     axis.setStyle(tickFont=font, tickTextOffset=5)
     axis.label.setFont(font)
     axis.setWidth(int(math.ceil(fm.horizontalAdvance("0.000") + 2 * fm.height() + 12)))
+    axis.setTicks(level_ticks(0.0, 1.0))
     return bar
+
+
+def level_ticks(lo: float, hi: float, n: int = 5) -> list[list[tuple[float, str]]]:
+    """A colour bar's ticks from lo to hi, as pyqtgraph's setTicks takes them: the two ends, each
+    labelled at the value it stands for (a top of 0.99999 reads "1.0", of 0.37 "0.37"), then
+    about n round steps between (pyqtgraph leaves out this second level where it would crowd)."""
+    span = float(hi) - float(lo)
+    if not span > 0:
+        return [[(float(lo), f"{lo:.3g}")], []]
+    step = next(m * 10.0 ** math.floor(math.log10(span / n)) for m in (1, 2, 5, 10)
+                if m * 10.0 ** math.floor(math.log10(span / n)) >= span / n * (1 - 1e-9))
+    places = max(0, -math.floor(math.log10(step) + 1e-9))
+
+    def text(v: float, d: int) -> str:
+        return "0" if round(v, d) == 0 else f"{v:.{d}f}"
+
+    def end(v: float) -> str:  # the step's decimals, or more where they are off by over 1%
+        d = next((d for d in range(places, places + 4) if abs(round(v, d) - v) <= 0.01 * span), places + 4)
+        return text(v, d)
+
+    inner = [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
+    inner = [v for v in inner if min(v - lo, hi - v) >= step / 2]  # none crowding an end's label
+    return [[(float(lo), end(lo)), (float(hi), end(hi))], [(v, text(v, places)) for v in inner]]
 
 
 def place_titles(plot, titles: list, font: QFont, spots, texts) -> None:
