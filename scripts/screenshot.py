@@ -105,7 +105,8 @@ def main() -> int:
                          "What heads do (prediction and lens, or DLA), the Calculator, Head roles "
                          "(its scores, or Find), Generate, Corpus, Compare, Why here?, Circuits or Patching")
     ap.add_argument("--ablate", type=int, default=0,
-                    help="switch off the N strongest induction heads (induction scene; any panel)")
+                    help="switch off the N strongest induction heads first (induction and toy "
+                         "scenes; any panel but patching)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
     ap.add_argument("--compare-type", default="Q4_0", help="--panel compare: B is A quantized to this")
     ap.add_argument("--roles-source", choices=("text", "probe", "agreement", "coreference"), default="text",
@@ -116,6 +117,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.all:
         return make_all()
+    if args.ablate and args.scene not in ("induction", "toy"):
+        ap.error(f"--ablate switches off the induction or toy scene's strongest induction heads: "
+                 f"not with --scene {args.scene}")
+    if args.ablate and args.panel == "patching":
+        ap.error("--ablate is not applied under --panel patching (it opens its own text and runs)")
 
     from PySide6.QtCore import QSettings
 
@@ -213,6 +219,13 @@ def main() -> int:
     st.set_layer(layer)
     st.set_focus(layer, head)
     st.set_query(q)
+    if args.ablate:  # (before any panel's picture: every path below shows the changed run)
+        from attnviz.engine.analysing.effects import Ablation
+
+        st.effects.set_ablation(Ablation(heads=tuple(strongest)))
+        what += "; switched off " + st.effects.ablation.describe()
+        # the changed run is shown: the grid's result carries the edits
+        wait(lambda: st.result is not None and bool(getattr(st.result.trace, "edits", None)), 60)
     w.focus_dock.raise_()
     settle(1.5)  # side panels finish their own background work
     dock = w.focus_dock
@@ -242,13 +255,6 @@ def main() -> int:
         dock.raise_()  # (a dock tab raised while the window still lays out its docks can lose)
         panel = w.predict_panel
         panel.tabs.setCurrentIndex(0 if args.panel == "prediction" else 1)
-    if args.ablate and args.scene == "induction":
-        from attnviz.engine.analysing.effects import Ablation
-
-        st.effects.set_ablation(Ablation(heads=tuple(strongest)))
-        what += "; switched off " + st.effects.ablation.describe()
-        # the changed run is shown: the grid's result carries the edits
-        wait(lambda: st.result is not None and bool(getattr(st.result.trace, "edits", None)), 60)
     if args.panel in ("prediction", "dla"):
         end = time.perf_counter() + 60
         while time.perf_counter() < end and not (
@@ -374,7 +380,8 @@ def _roles_probe(w, settle, wait, args) -> int:
         return _grab(w, args.out, f"mid-probe: {panel.summary.text()!r}")
     wait(lambda: st.head_scores is not None or st.template_scores is not None, 300)
     settle(1.0)
-    return _grab(w, args.out, f"{args.roles_source} probe scored")
+    off = f"; switched off {st.effects.ablation.describe()}" if args.ablate else ""
+    return _grab(w, args.out, f"{args.roles_source} probe scored{off}")
 
 
 def _generate(w, settle, wait, args) -> int:

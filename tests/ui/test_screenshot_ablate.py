@@ -1,0 +1,41 @@
+"""scripts/screenshot.py --ablate N is applied on every path that makes a picture (the Head roles
+panel scored on a probe returned before it was), and refused, saying why, where it cannot be."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtGui import QColor, QImage
+
+from attnviz.figures.style import WARNING
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _screenshot(tmp_path, *args) -> subprocess.CompletedProcess:
+    env = {**os.environ, "QT_QPA_PLATFORM": "offscreen", "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "screenshot.py"), *args], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_the_roles_probe_picture_shows_the_changed_run(tmp_path):
+    out = tmp_path / "roles.png"
+    done = _screenshot(tmp_path, "--scene", "toy", "--panel", "roles", "--roles-source", "probe",
+                       "--ablate", "1", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    image = QImage(str(out))
+    warning = QColor(WARNING).rgb()
+    bar = sum(image.pixel(x, y) == warning for y in range(0, image.height(), 2)
+              for x in range(0, image.width(), 2))
+    # the orange "Changed run" bar above the grid, the window's width: over 2,000 of these samples
+    assert bar > 2000, f"{bar} pixels of the changed run's bar in the picture"
+
+
+def test_ablate_where_it_cannot_apply_is_refused_with_the_reason(tmp_path):
+    out = tmp_path / "agreement.png"
+    done = _screenshot(tmp_path, "--scene", "agreement", "--ablate", "1", "--out", str(out))
+    assert done.returncode == 2 and not out.exists()
+    assert "--ablate switches off the induction or toy scene's strongest induction heads: not with " \
+           "--scene agreement" in done.stderr
