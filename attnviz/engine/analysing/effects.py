@@ -189,6 +189,8 @@ def window_run(model, text: str, *, ids=None, request: RunRequest = WINDOW,
     if values:
         norms, share = model.value_norms(changed.attentions, changed.v)
     # (the time shown is both runs': the clean one's, taken from the cache or not, and this one's)
+    # (the cache_* fields stay the clean run's: Compare's Follower reads cache_used as the clean
+    # run's, and calc_views.live_text, their one reader on screen, words a changed run's line apart)
     shown = dataclasses.replace(result, attentions=changed.attentions, value_norms=norms,
                                 head_share=share, trace=changed,
                                 layer_inputs=tuple(changed.inputs) if inputs else None,
