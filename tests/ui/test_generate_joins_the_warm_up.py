@@ -124,6 +124,8 @@ def test_a_generation_asking_for_a_warm_up_under_way_raises_it_to_its_own_priori
     real_warm, real_generate = cold._warm_one_row, G.generate
 
     def warm(half):  # the warm-up after the first analysis, held as it loads the one-row steps
+        if warmed:  # (the generation's thread, which takes the steps meanwhile: not held)
+            return real_warm(half)
         warmed.append(threading.get_native_id())
         held.set()
         gate.wait(3 * WAIT / 1000)
@@ -192,3 +194,41 @@ def test_a_generation_raises_the_warm_up_a_keystroke_began_to_its_own_priority(
     qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
     w.worker.wait_idle()
     assert steps[0] <= _thread()[1], (steps, _thread())  # (the generation's thread: the main thread's)
+
+
+def test_a_generation_takes_the_steps_of_a_warm_up_it_may_not_raise_at_its_own_priority(
+        qtbot, tmp_path, smollm2, cold, monkeypatch):
+    """Where the system refuses to raise the first analysis's warm-up thread again (Linux, an
+    unprivileged user: RLIMIT_NICE; refused here), that thread, held in its first one-row step as
+    a thread below the others may be, does not hold the generation's warm-up back: the steps it
+    has not begun are taken meanwhile on a thread at the generation's priority (the main
+    thread's), and none is done twice."""
+    from attnviz.engine.computing import onerow
+    from attnviz.ui.machinery import tuning
+
+    monkeypatch.setattr(tuning, "to_this_threads_priority", lambda native_id: None)  # (refused)
+    calls, held, gate, real = [], threading.Event(), threading.Event(), onerow.warm
+
+    def warm(scales=()):  # each step of the one-row warm-up: (thread, nice, its scale types)
+        calls.append((*_thread(), tuple(np.dtype(s).name for s in scales)))
+        if not held.is_set():  # (the first: the warm-up after the first analysis, held)
+            held.set()
+            gate.wait(3 * WAIT / 1000)
+        real(scales)
+    monkeypatch.setattr(onerow, "warm", warm)
+    try:
+        w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT,
+                        panels=("predict", "generate"))
+        gen, panel = w.state.generation, w.generate_panel
+        qtbot.waitUntil(held.is_set, timeout=WAIT)
+        panel.n_spin.setValue(4)
+        qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: len(calls) >= 2, timeout=WAIT)  # the next step, taken while it is held
+    finally:
+        gate.set()
+    qtbot.waitUntil(lambda: not gen.running, timeout=WAIT)
+    w.worker.wait_idle()
+    main = _thread()[1]
+    assert all(name.startswith(f"attnviz-{L.WARM_KIND}") for name, _, _ in calls), calls
+    assert all(nice <= main for _, nice, _ in calls[1:]), (calls, main)
+    assert len({scales for _, _, scales in calls}) == len(calls), calls  # each step once

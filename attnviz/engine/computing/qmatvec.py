@@ -200,15 +200,16 @@ def qmatvec(p: Packed, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarr
     return y[0] if one and out is None else y
 
 
-_warm_lock = threading.Lock()
-
-
 def _hold_at_exit() -> None:
-    """At interpreter exit: wait for the kernel call (or compile) in flight and let no other start.
-    A daemon thread still inside LLVM or numba's thread pool while the process tears them down
-    aborts it (an LLVM assertion or a segfault after the window has closed)."""
-    _extras_lock.acquire()  # (first: a warm-up takes _lock inside it) never released:
-    _lock.acquire()  # the process is ending
+    """At interpreter exit: wait for the warm-up steps (compiles) and the kernel call in flight and
+    let no other start. A daemon thread still inside LLVM or numba's thread pool while the process
+    tears them down aborts it (an LLVM assertion or a segfault after the window has closed)."""
+    global _closing
+    with _stepping:
+        _closing = True
+        while _under_way:
+            _stepping.wait()
+    _lock.acquire()  # never released: the process is ending
 
 
 atexit.register(_hold_at_exit)
@@ -216,41 +217,117 @@ _warmed: dict = {}  # _key -> seconds its first call took (compile, or load from
 _serial_ready: set = set()  # the _keys whose serial twin is warm (warm(extras=True))
 _ready_types: set = set()  # the block types whose kernel, serial twin and the one-row steps are warm
 # (the one-row block is warm per scale type: _warmed["one-row block", h], _one_row_ready)
-_extras_lock = threading.Lock()
+
+# The warm-up in steps (_take): a step is one compile (or load), taken by whichever thread comes to
+# it first; a thread that comes to a step under way on another takes the steps after it first,
+# then waits for it. A thread behind the others (warm_behind: niced below them) begins no step
+# while another's warm-up is under way (_callers).
+_stepping = threading.Condition()  # (over _under_way, _callers, _closing)
+_under_way: dict = {}  # a step's name -> the Event its thread sets once it ends
+_callers = 0  # warm-ups under way on threads not behind the others
+_closing = False  # (the interpreter exits: no step begins)
+_behind = threading.local()
+
+
+def warm_behind() -> None:
+    """This thread's warm-ups from now on come behind every other thread's (a thread run nicer than
+    the threads that wait for it: where the system refuses to raise it again, as Linux does for an
+    unprivileged user, a waiting thread would otherwise wait for it): it begins no step while a
+    warm-up on another thread is under way, which takes the steps itself, at its own priority."""
+    _behind.yes = True
+
+
+class _Calling:  # a warm-up under way on a thread not behind: threads behind take no step meanwhile
+    def __enter__(self):
+        global _callers
+        self.counted = not getattr(_behind, "yes", False)
+        if self.counted:
+            with _stepping:
+                _callers += 1
+
+    def __exit__(self, *_):
+        global _callers
+        if self.counted:
+            with _stepping:
+                _callers -= 1
+                _stepping.notify_all()
+
+
+def _take(steps) -> None:
+    """Each of `steps` ((name, done, do): done() whether it is done, do() does it) taken here in
+    order where it is neither done nor under way on another thread; then those that were under way
+    waited for (and taken here after all where one ended undone: an error on its thread)."""
+    while steps:
+        others = []
+        for name, done, do in steps:
+            if done():  # (no lock once warm)
+                continue
+            with _stepping:
+                while _closing or (_callers and getattr(_behind, "yes", False)):
+                    _stepping.wait()
+                if done():
+                    continue
+                if name in _under_way:
+                    others.append(((name, done, do), _under_way[name]))
+                    continue
+                ended = _under_way[name] = threading.Event()
+            try:
+                do()
+            finally:
+                with _stepping:
+                    del _under_way[name]
+                    _stepping.notify_all()
+                ended.set()
+        for _, ended in others:
+            ended.wait()
+        steps = [step for step, _ in others]
+
+
+def _timed(name, fn, *args) -> None:  # fn(*args), its seconds kept as _warmed[name]
+    t0 = time.perf_counter()
+    fn(*args)
+    _warmed[name] = time.perf_counter() - t0
+
+
+def _kernel_steps(qtype, kernel: bool = True, serial: bool = True) -> list:
+    """qtype's steps (_take): its kernel, its serial twin, the regroup a pass over a Q8_0
+    unembedding takes (logits.py)."""
+    key, steps = _key(qtype), []
+    if kernel:
+        steps.append((key, lambda: key in _warmed, lambda: _timed(key, _call_once, key[0], qtype)))
+    if serial:
+        steps.append((("serial", key), lambda: key in _serial_ready,
+                      lambda: (_call_once(SERIAL[key[0]], qtype), _serial_ready.add(key))))
+    if qtype == Q.Q8_0:
+        from attnviz.engine.computing import qregroup
+        steps.append(("regroup", lambda: "regroup" in _warmed, lambda: _timed("regroup", qregroup.warm)))
+    return steps
 
 
 def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     """Compile (or load from numba's on-disk cache) the kernels of `qtypes` with a tiny call each;
     {qtype name: seconds}. Safe from any thread; a kernel already warm costs nothing. `extras`:
-    then their serial twins and the one-row steps too (under a lock of their own; a one-row run on
-    packed layers waits for them, except in a process that warms them later: takes_layer), and the
-    one-row block and stack for the scale types block_scales(layers) names: `layers`, a model's
-    layers as a one-row run sees them (its packed views; None: every scale type of `qtypes`)."""
-    took = {}
-    if extras:
-        _begun(qtypes)
-    for qtype in qtypes:
-        if not has_kernel(qtype):
-            continue
-        kernel, key = _kernel_for(qtype), _key(qtype)
-        if key not in _warmed:  # (asked once a layer a run: no lock once warm)
-            with _warm_lock:
-                if key not in _warmed:
-                    t0 = time.perf_counter()
-                    _call_once(kernel, qtype)
-                    _warmed[key] = time.perf_counter() - t0
-        took[qtype.name] = _warmed[key]
+    then their serial twins and the one-row steps too (a one-row run on packed layers waits for
+    them, except in a process that warms them later: takes_layer), and the one-row block and stack
+    for the scale types block_scales(layers) names: `layers`, a model's layers as a one-row run
+    sees them (its packed views; None: every scale type of `qtypes`). One compile at a time is a
+    step (_take): a step under way on another thread is waited for, never done twice, and the
+    steps nobody has begun are taken here, at this thread's priority; a thread behind the others
+    (warm_behind) begins none while this runs."""
+    with _Calling():
         if extras:
-            _warm_serial(qtype, key)
-        _warm_regroup(qtype)
-    if took and extras:
-        scales = block_scales(layers) if layers is not None else {_scale(q) for q in qtypes if has_kernel(q)}
-        half = {s == np.uint16 for s in scales}
-        _begun((), half)
-        if "one-row steps" not in _warmed or not all(("one-row block", h) in _warmed for h in half):
-            _warm_one_row(half)
-        _ready_types.update(q for q in qtypes if has_kernel(q))
-    return took
+            _begun(qtypes)
+        kinds = [q for q in qtypes if has_kernel(q)]
+        _take([step for q in kinds for step in _kernel_steps(q, serial=extras)])
+        took = {q.name: _warmed[_key(q)] for q in kinds}
+        if took and extras:
+            scales = block_scales(layers) if layers is not None else {_scale(q) for q in kinds}
+            half = {s == np.uint16 for s in scales}
+            _begun((), half)
+            if "one-row steps" not in _warmed or not all(("one-row block", h) in _warmed for h in half):
+                _warm_one_row(half)
+            _ready_types.update(kinds)
+        return took
 
 
 def block_scales(layers) -> frozenset:
@@ -281,27 +358,25 @@ def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: 
 def _warm_one_row(half) -> None:
     """Load the one-row steps (engine/computing/onerow.py: compiled, or loaded from numba's cache)
     and call each once, and the block's calls for the scale types of `half` (True: float16 bits,
-    qpack.HALF; False: float32), those alone (a model's layers use one or two); the forward pass
-    takes them from then on (ONE_ROW)."""
+    qpack.HALF; False: float32), those alone (a model's layers use one or two), a step each
+    (_take); the forward pass takes them from then on (ONE_ROW)."""
     global ONE_ROW
-    with _extras_lock:
-        for h in sorted(half):
-            if ("one-row block", h) not in _warmed:
-                t0 = time.perf_counter()
-                from attnviz.engine.computing import onerow
-                onerow.warm([np.uint16 if h else np.float32])  # (the serial kernels compiled in)
-                _warmed["one-row block", h] = time.perf_counter() - t0
-        if "one-row steps" not in _warmed:
-            t0 = time.perf_counter()
-            from attnviz.engine.computing import onerow
-            onerow.warm()
-            _warmed["one-row steps"] = time.perf_counter() - t0
-            ONE_ROW = onerow
+    _take([(("one-row block", h), lambda h=h: ("one-row block", h) in _warmed,
+            lambda h=h: _timed(("one-row block", h), _one_row, [np.uint16 if h else np.float32]))
+           for h in sorted(half)]
+          + [("one-row steps", lambda: "one-row steps" in _warmed, lambda: _timed("one-row steps", _one_row, ()))])
+    from attnviz.engine.computing import onerow
+    ONE_ROW = onerow
+
+
+def _one_row(scales) -> None:  # onerow.warm(scales), the module imported here (its steps compiled or loaded)
+    from attnviz.engine.computing import onerow
+    onerow.warm(scales)
 
 
 _started: set = set()  # the block types whose one-row warm-up has begun (warm with extras), and
 # ("one-row block", h) for the scale types whose one-row block's has
-_started_lock = threading.Lock()  # (not _extras_lock: a warm-up holds that while it loads)
+_started_lock = threading.Lock()
 
 
 def _warm_later(qtypes, layer) -> None:
@@ -334,24 +409,8 @@ def warm_few_rows(qtypes) -> None:
     if min(kernel_threads(1 << 62), numba.config.NUMBA_NUM_THREADS) > 1:
         warm(qtypes, extras=False)
         return
-    for qtype in qtypes:
-        if has_kernel(qtype):
-            _warm_serial(qtype, _key(qtype))
-            _warm_regroup(qtype)
-
-
-def _warm_regroup(qtype) -> None:  # a pass over a Q8_0 unembedding regroups its blocks (logits.py)
-    if qtype == Q.Q8_0:
-        from attnviz.engine.computing import qregroup
-        qregroup.warm()
-
-
-def _warm_serial(qtype, key) -> None:  # the serial twin of qtype's kernel (key: _key(qtype))
-    if key not in _serial_ready:
-        with _extras_lock:
-            if key not in _serial_ready:
-                _call_once(SERIAL[key[0]], qtype)
-                _serial_ready.add(key)
+    with _Calling():
+        _take([step for q in qtypes if has_kernel(q) for step in _kernel_steps(q, kernel=False)])
 
 
 def _few_rows_ready(qtype) -> bool:  # whether a kernel of `qtype` is warm, either form
@@ -380,8 +439,10 @@ def warm_in_background(qtypes, extras: bool = True, layers=None, then=None) -> t
 
 
 def _warm_nicely(qtypes, extras: bool = True, layers=None, then=None) -> None:
-    """warm(), this thread first made nicer (Linux): a model's first run, on another thread,
-    comes before the kernels it does not need yet."""
+    """warm(), this thread first made nicer (Linux) and behind the others (warm_behind): a model's
+    first run, on another thread, comes before the kernels it does not need yet, and a thread that
+    needs them takes them itself."""
+    warm_behind()
     try:
         me = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + 10))

@@ -131,19 +131,22 @@ WARM_KIND = "kernels-warm"  # the runner's job of warm_the_rest
 
 class WarmUp:
     """warm_the_rest's job as it runs: its model, and its thread's priority, below the main
-    thread's until a generation asks for it (hurry), the asker's from then on."""
+    thread's until a generation asks for it (hurry), the asker's from then on; `work`: the
+    warm-up itself (safe on two threads at once: each step is taken once, qmatvec.warm)."""
 
-    def __init__(self, model, hurried: bool):
-        self.model, self._hurried, self._thread = model, hurried, None
+    def __init__(self, model, hurried: bool, work):
+        self.model, self.work, self._hurried, self._thread = model, work, hurried, None
         self._lock = threading.Lock()  # (hurry and the thread's start or end, one at a time)
 
     def begin(self) -> None:  # on the warm-up's thread, before its work
+        from attnviz.engine.computing.qmatvec import warm_behind
         from attnviz.ui.machinery.tuning import below_the_main_thread
 
         with self._lock:
             self._thread = threading.get_native_id()
             if not self._hurried:
                 below_the_main_thread()
+                warm_behind()  # (a thread that needs the kernels takes the steps itself)
 
     def end(self) -> None:  # on the warm-up's thread, after its work (its id may be reused then)
         with self._lock:
@@ -151,13 +154,19 @@ class WarmUp:
 
     def hurry(self) -> None:
         """From now on at this thread's priority (a generation's, about to start: its steps take
-        the layer loop until the warm-up is done), the warm-up's thread raised where it runs."""
+        the layer loop until the warm-up is done): the warm-up's thread raised where the system
+        lets it (an unprivileged user on Linux may not raise a thread again once lowered), and
+        the steps it has not begun taken on a thread started here, at this thread's priority,
+        while the warm-up's own thread begins none (qmatvec.warm_behind)."""
         from attnviz.ui.machinery.tuning import to_this_threads_priority
 
         with self._lock:
+            if self._hurried or self._thread is None:  # (not begun: it begins at this priority)
+                self._hurried = True
+                return
             self._hurried = True
-            if self._thread is not None:
-                to_this_threads_priority(self._thread)
+            to_this_threads_priority(self._thread)
+        threading.Thread(target=self.work, name=f"attnviz-{WARM_KIND}-hurried", daemon=True).start()
 
     def __repr__(self):
         return f"WarmUp({self.model!r})"
@@ -166,8 +175,9 @@ class WarmUp:
 def hurry_the_kernels_warm_up() -> None:
     """The kernels' own warm-up threads (a load's, or the one a keystroke's one-row run began
     where the window's had not: qmatvec.takes_layer), made far nicer than the thread that started
-    them, raised to this thread's priority: a warm-up the window asks for meanwhile waits for
-    theirs (the kernels' locks)."""
+    them, raised to this thread's priority where the system lets it: the warm-up the window asks
+    for meanwhile takes the steps they have not begun (they come behind it: qmatvec.warm_behind)
+    and waits only for one under way there."""
     from attnviz.engine.computing.qmatvec import WARM_THREAD
     from attnviz.ui.machinery.tuning import to_this_threads_priority
 
@@ -187,7 +197,8 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     run chooses once; each step is a run): then on a thread at the main thread's priority, as the
     generation's own, which would otherwise leave a thread below it no core on 2 cores until its
     last step; a warm-up under way (the first analysis's, or one the kernels began on a thread of
-    their own: hurry_the_kernels_warm_up) is raised to it (WarmUp.hurry)."""
+    their own: hurry_the_kernels_warm_up) is raised to it where the system lets it, and its steps
+    not begun yet are taken at that priority (WarmUp.hurry)."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types:
         return
@@ -206,13 +217,16 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     # (a process that warmed the kernels already, at a model before: the stack may still be to build)
     if qmatvec.warmed(types, layers=packed_views(model)) and onerow_stack.prepared(model.weights.layers):
         return
-    warm_up = WarmUp(model, hurried=steps)
+
+    def warm():
+        qmatvec.warm(types, layers=packed_views(model))
+        onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
+    warm_up = WarmUp(model, steps, warm)
 
     def work():
         warm_up.begin()
         try:
-            qmatvec.warm(types, layers=packed_views(model))
-            onerow_stack.prepare(model.weights.layers, model.config.n_layer, layer_for)
+            warm()
         finally:
             warm_up.end()
     worker.submit(WARM_KIND, work, lambda *_: None, warm_up, THREAD)

@@ -1,0 +1,93 @@
+"""The kernels' warm-up is made of steps any thread may take (engine/computing/qmatvec.py warm):
+a thread that needs the kernels while a background warm-up is under way on a thread behind it
+(warm_in_background: niced, which the system may refuse to raise again) takes the steps that
+thread has not begun, at its own priority, and waits only for the one under way there, which is
+never done twice; the background thread begins no step while it does. Nothing here is timed: the
+background thread is held by a gate, and a caller that would wait for it would wait past the
+bounds below."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from attnviz.engine.computing import qmatvec as qm
+from gguf_files import Q
+from warm_state import as_fresh
+
+pytest.importorskip("numba")
+
+TYPES = (Q.Q8_0, Q.Q4_K)  # float16 scales (the one-row block for uint16) and float32 ones
+BOUND = 120  # seconds: far more than the calls of code compiled in this process take
+
+
+@pytest.fixture
+def held_behind(monkeypatch):
+    """The warm-up's state as a fresh process has it, and the one-row warm-up's calls listed
+    ((thread name, "begin" or "end", scale types)), a background warm-up thread's held at its
+    first one-row step (the block for float32 scales) until the gate opens; -> (calls, gate,
+    at_work: set as another thread begins one). The gate opens at the test's end and the
+    background thread is joined."""
+    from attnviz.engine.computing import onerow
+
+    as_fresh(monkeypatch)
+    calls, held, gate, at_work, real = [], threading.Event(), threading.Event(), threading.Event(), onerow.warm
+
+    def warm(scales=()):
+        me, names = threading.current_thread().name, tuple(np.dtype(s).name for s in scales)
+        calls.append((me, "begin", names))
+        if me.startswith(qm.WARM_THREAD):
+            held.set()
+            assert gate.wait(timeout=600)
+        else:
+            at_work.set()
+        real(scales)
+        calls.append((me, "end", names))
+    monkeypatch.setattr(onerow, "warm", warm)
+    t = qm.warm_in_background(TYPES)
+    try:
+        assert held.wait(timeout=600)  # its kernels warm, its float32 block under way
+        yield calls, gate, at_work
+    finally:
+        gate.set()
+        t.join(timeout=600)
+    assert not t.is_alive()
+
+
+def _call(qtypes, done: list) -> threading.Thread:  # qm.warm(qtypes) on a thread of its own ("caller")
+    def run():
+        qm.warm(qtypes)
+        done.append(("caller", "returned"))
+    t = threading.Thread(target=run, name="caller", daemon=True)
+    t.start()
+    return t
+
+
+def test_a_caller_takes_the_steps_a_held_background_warm_up_has_not_begun(held_behind):
+    """The caller needs only the float16 scales' block and the steps: it takes both and returns
+    while the background thread is still held in its step."""
+    calls, _, _ = held_behind
+    caller = _call([Q.Q8_0], calls)
+    caller.join(timeout=BOUND)
+    assert not caller.is_alive()  # not waiting for the held thread
+    assert qm.warmed([Q.Q8_0]) and qm.ONE_ROW is not None
+    assert calls == [(qm.WARM_THREAD, "begin", ("float32",)),
+                     ("caller", "begin", ("uint16",)), ("caller", "end", ("uint16",)),
+                     ("caller", "begin", ()), ("caller", "end", ()), ("caller", "returned")]
+
+
+def test_a_caller_waits_for_the_step_under_way_and_the_background_thread_takes_no_more(held_behind):
+    """The caller needs the block the background thread is compiling too: it takes the other
+    steps first, then waits for that one (compiled once, there); the background thread, let go
+    once the caller is at work, begins no step after it (the caller takes them)."""
+    calls, gate, at_work = held_behind
+    caller = _call(list(TYPES), calls)
+    try:
+        assert at_work.wait(timeout=BOUND)  # at work while the background thread is held
+    finally:
+        gate.set()
+    caller.join(timeout=BOUND)
+    assert not caller.is_alive() and qm.warmed(TYPES) and qm.ONE_ROW is not None
+    assert [(c[0], c[2]) for c in calls if c[1] == "begin"] == [
+        (qm.WARM_THREAD, ("float32",)), ("caller", ("uint16",)), ("caller", ())]
+    assert calls.index((qm.WARM_THREAD, "end", ("float32",))) < calls.index(("caller", "returned"))
