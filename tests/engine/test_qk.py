@@ -21,6 +21,10 @@ FAMILIES = ["bert", "gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "mistr
             "llama_rope_llama3", "llama_rope_linear"]
 
 
+NAMES = ("Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax Quintrel "
+         "thanked Mrs Vashmere Okkadine in Plumbrook.")
+
+
 @pytest.fixture(scope="module")
 def runs():
     out = {}
@@ -31,8 +35,11 @@ def runs():
     return out
 
 
-def _relative(a):
-    return abs(a.total() - a.score) / max(abs(a.score), 1e-6)
+def _adds_up(a) -> bool:
+    """|parts' sum - score| within 1e-5 of the sum of the terms' sizes, plus 1e-6: the run's score
+    is a float32 product whose rounding scales with its terms, not with the score (a score near 0
+    is off by far more than 1e-4 of itself: SmolLM2's L25 H0 at 45 -> 44 below, by about 5e-3)."""
+    return abs(a.total() - a.score) < 1e-5 * np.abs(a.table).sum() + 1e-6
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -44,7 +51,7 @@ def test_the_table_adds_up_to_the_score_the_run_used(runs, name):
         for head in range(cfg.n_head):
             a = Q.qk_attribution(model, r.trace, layer, head, q, k1)
             b = Q.qk_attribution(model, r.trace, layer, head, q, k2)
-            assert _relative(a) < 1e-4 and _relative(b) < 1e-4, (layer, head, a.total(), a.score)
+            assert _adds_up(a) and _adds_up(b), (layer, head, a.total(), a.score)
             n = 2 + layer * (cfg.n_head + 1)  # embed, each earlier head and MLP, bias
             assert a.table.shape == (n, n) and len(a.components) == n
             assert a.components[0] == "embed" and a.components[-1] == "bias"
@@ -83,7 +90,7 @@ def test_bias_is_the_bias_row_and_column_and_top_is_sorted(runs):
 def test_an_encoder_scores_keys_after_the_query(runs):
     model, r = runs["bert"]
     a = Q.qk_attribution(model, r.trace, 1, 0, 2, 9)
-    assert _relative(a) < 1e-4
+    assert _adds_up(a)
 
 
 @pytest.mark.parametrize("cell, words", [
@@ -108,15 +115,19 @@ def test_a_key_outside_a_local_layers_window_is_refused(runs):
     Q.qk_attribution(model, r.trace, 0, 0, 10, 10 - w + 1)
 
 
-def test_smollm2_one_cell_adds_up(smollm2):
+def test_smollm2_cells_add_up(smollm2):
     r = smollm2.run(ids=IDS * 2, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
     cfg = smollm2.config
     for layer, head in ((0, 0), (cfg.n_layer // 2, 3), (cfg.n_layer - 1, cfg.n_head - 1)):
         a = Q.qk_attribution(smollm2, r.trace, layer, head, 20, 9)
-        assert _relative(a) < 1e-4, (layer, head, a.total(), a.score)
+        assert _adds_up(a), (layer, head, a.total(), a.score)
         row = r.attentions[layer, head, 20]
         b = Q.qk_attribution(smollm2, r.trace, layer, head, 20, 3)
         assert np.log(row[9] / row[3]) == pytest.approx(a.score - b.score, abs=1e-3)
+    r = smollm2.run(text=NAMES, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
+    for head in range(cfg.n_head):  # L25 H0's score at 45 -> 44 is near 0 (about -3e-4)
+        a = Q.qk_attribution(smollm2, r.trace, 25, head, 45, 44)
+        assert _adds_up(a), (head, a.total(), a.score, np.abs(a.table).sum())
 
 
 def _ulps(trace, layer, rows):
@@ -181,7 +192,7 @@ def test_minilm_cells_add_up(minilm):
     T = len(r.trace.ids)
     for layer, head, q, k in ((0, 0, 2, T - 1), (3, 5, T - 2, 1), (5, 11, 4, 4)):
         a = Q.qk_attribution(minilm, r.trace, layer, head, q, k)
-        assert abs(a.total() - a.score) < 1e-5 * np.abs(a.table).sum(), (layer, head, a.total(), a.score)
+        assert _adds_up(a), (layer, head, a.total(), a.score)
         b = Q.qk_attribution(minilm, r.trace, layer, head, q, 0)
         row = r.attentions[layer, head, q]
         assert np.log(row[k] / row[0]) == pytest.approx(a.score - b.score, abs=1e-4)
