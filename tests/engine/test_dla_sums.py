@@ -17,7 +17,8 @@ from attnviz.engine.computing.trace import Trace
 from tiny import FIXTURES
 
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
-CAUSAL = ["gpt2", "llama_gqa", "qwen3", "phi3", "gemma3"]
+CAUSAL = ["gpt2", "llama_gqa", "qwen2", "llama_mqa", "mistral", "llama_headdim", "qwen3", "phi3", "gemma3",
+          "gemma3_old"]
 TEXT = ("Dr Zorblax Quintrel met Mrs Vashmere Okkadine in Plumbrook. Later, Dr Zorblax Quintrel "
         "thanked Mrs Vashmere Okkadine in Plumbrook.")
 
