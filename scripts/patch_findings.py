@@ -58,6 +58,8 @@ def main():
         for (layer, h), e in PT.ranked(r, TOP):
             print(f"| L{layer} H{h} | {e:+.3f} | {hs.labels[layer][h]} | "
                   f"{hs.strength['induction'][layer, h]:.2f} | {hs.strength['duplicate'][layer, h]:.2f} |")
+        print(f"\nthe {r.effect.size} heads' effects sum to {float(np.sum(r.effect)):.2f} (separate "
+              "patches, not parts of one answer)")
         for role in ("duplicate", "induction", "previous"):
             cleared = hs.cleared(role)[:3]
             print(f"\nheads the roles panel labels-worthy for {role} on the clean text (strongest "

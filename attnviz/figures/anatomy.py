@@ -291,8 +291,8 @@ def readout(view: AnatomyView, lay: AnatomyLayout, x: float, y: float) -> str | 
     b, ij, band = hit
     if b is None:
         h = band.head
-        return (f"{head_title(view.layer, h)}: {100 * view.share[h]:.1f}% of the layer's attention output "
-                f"norm (click to focus)")
+        return (f"{head_title(view.layer, h)}: {100 * view.share[h]:.1f}% of the layer's summed head-output "
+                f"norms (click to focus)")
     i, j = ij
     name = b.caption.split("  ")[0].split(" [")[0] if b.caption else b.key[0]
     who = ""

@@ -92,7 +92,7 @@ class AnatomyView:
     head: int | None  # the focused head of this layer, None: none lit
     anatomy: LayerAnatomy
     costs: list[CostRow]
-    share: np.ndarray  # [n_head] each head's share of the layer's attention output norm
+    share: np.ndarray  # [n_head] each head's output norm over the sum of the layer's heads'
     colormap: str
     family: str
     d_model: int

@@ -249,11 +249,12 @@ def _output(c: Cursor) -> None:
 
 
 def _shares(c: Cursor) -> None:
-    """Each head's share of the layer's attention output, as bars with their percentages."""
+    """Each head's output norm as a share of the sum over the layer's heads, as bars with their
+    percentages (the heads' outputs add up to the layer's attention output; their norms do not)."""
     view, s, m, small = c.view, c.s, c.m, c.small
     nh = view.n_head
-    c.wrapped("Each head's share of the layer's attention output: \u2016A_h V_h W_O(h)\u2016 / \u03a3 over "
-              "heads", c.bold, TEXT)
+    c.wrapped("Each head's share of the layer's summed head-output norms: \u2016A_h V_h W_O(h)\u2016 / "
+              "\u03a3 over heads", c.bold, TEXT)
     bars_h = 44 * s
     bw = c.inner / nh
     top = max(float(view.share.max()), 1e-6)

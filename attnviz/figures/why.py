@@ -1,6 +1,7 @@
 """Why here?: one cell's QK attribution (engine/analysing/qk.py) as bar lists: the largest query ×
 key component pairs with their share of the score, then the query-side and the key-side totals.
-Each list ends with a row for everything it leaves out, so its shares add up to the whole score.
+Each list ends with a row for everything it leaves out (none where it leaves nothing out), so its
+shares add up to the whole score.
 QPainter only, no widgets: the window's Why here? panel paints it, and an export writes the same
 picture (PNG or SVG with a JSON sidecar) or its numbers (JSON with the `qk-attribution` keys, CSV).
 
@@ -99,10 +100,13 @@ def _share(value: float, total: float) -> float | None:
     return value / total if total != 0 else None
 
 
-def _rest(rows: list[Row], total: float, n_all: int, what: str) -> Row:
-    """Everything a list leaves out, so that the list adds up to the score."""
+def _rest(rows: list[Row], total: float, n_all: int, what: str) -> list[Row]:
+    """Everything a list leaves out, so that the list adds up to the score: one row, or none
+    where the list leaves nothing out (its rows are then every part)."""
+    if len(rows) == n_all:
+        return []
     rest = total - sum(r.value for r in rows)
-    return Row(f"the other {n_all - len(rows)} {what}", rest, _share(rest, total), ())
+    return [Row(f"the other {n_all - len(rows)} {what}", rest, _share(rest, total), ())]
 
 
 def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Section]:
@@ -112,13 +116,13 @@ def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Sectio
     names = a.components
     top = [Row(f"{shown(q)} · {shown(k)}", v, _share(v, total), (q, k)) for q, k, v in a.top(pairs)]
     out = [Section("Largest pairs: query-side component · key-side component",
-                   tuple(top + [_rest(top, total, a.table.size, "pairs")]))]
+                   tuple(top + _rest(top, total, a.table.size, "pairs")))]
     for title, values in (("Query side: each part at the query, times the whole key", a.query_side),
                           ("Key side: each part at the key, times the whole query", a.key_side)):
         order = sorted(range(len(names)), key=lambda i: -abs(float(values[i])))[:side]
         rows = [Row(shown(names[i]), float(values[i]), _share(float(values[i]), total), (names[i],))
                 for i in order]
-        out.append(Section(title, tuple(rows + [_rest(rows, total, len(names), "components")])))
+        out.append(Section(title, tuple(rows + _rest(rows, total, len(names), "components"))))
     return out
 
 

@@ -26,6 +26,11 @@ def test_the_pair_and_its_metric_match(smollm2, ref):
     assert (got.metric.target, got.metric.alt) == (int(ref["target"]), int(ref["alt"]))
     assert got.metric.diff_clean == pytest.approx(float(ref["diff_clean"]), abs=1e-3)
     assert got.metric.diff_corrupt == pytest.approx(float(ref["diff_corrupt"]), abs=1e-3)
+    # layer 0's row: the clean answer comes back whole where the texts differ, nothing elsewhere
+    # (float32 rounding of the re-run rows, about 1e-7 here)
+    differ = ref["ids_clean"] != ref["ids_corrupt"]
+    assert differ.sum() == 1
+    np.testing.assert_allclose(got.effect[0], differ.astype(float), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("what, layers, key", [("resid", "resid_layers", "resid_diff"),

@@ -92,7 +92,8 @@ class ViewControls(QWidget):
         self.value_check = QCheckBox("Value-weighted")
         self.value_check.setToolTip("Scale each weight by ||v_key W_O(head)||, what the key sends "
                                     "through the head, rows renormalised (defined in the Anatomy "
-                                    "panel); titles give each head's share of the layer's output")
+                                    "panel); titles give each head's share of the layer's summed "
+                                    "head-output norms")
         self.query_label = QLabel()
         self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
         # a width of its own, whatever the token: picking one never widens the window

@@ -227,7 +227,7 @@ class FocusView(QWidget):
         gqa = group_size(r.kv_group) > 1
         badge = None if previewing else st.badge(layer, head)  # (the badges are the result's text's)
         share = (f" · value-weighted, {100 * float(r.head_share[layer, head]):.0f}% of the layer's "
-                 "attention output" if shown.weighted and r.head_share is not None else "")
+                 "summed head-output norms" if shown.weighted and r.head_share is not None else "")
         kind = st.model.config.layer_kind(layer) if st.model is not None else None
         self.title.setText(f"<b>{head_title(layer, head)}</b>" + (f" · {kind}" if kind else "")
                            + (f" · KV {kv}" if gqa else "")

@@ -220,7 +220,7 @@ class HeatmapGrid(QWidget):
 
     def _draw_titles(self, *_):
         """Layer view: `L3 H1` above each head, `· off` where it is switched off, with value
-        weighting on the head's share of the layer's attention output (`· 12% out`), then its role
+        weighting on the head's share of the layer's summed head-output norms (`· 12% out`), then its role
         badge (only text changes here)."""
         lo = self.layout_
         if lo is None or lo.mode != "layer":

@@ -1,0 +1,58 @@
+"""The Why here? lists as the panel shows them: each adds up to the score (its rows' values to the
+parts' sum, its shares to 100 %), its last row names how many parts it leaves out and is absent
+where it leaves none out, on a tiny GPT-2 (biases everywhere) and on SmolLM2."""
+
+import numpy as np
+import pytest
+
+from attnviz.engine import load_model
+from attnviz.engine.analysing import qk as Q
+from attnviz.engine.computing.request import RunRequest
+from attnviz.figures import why
+from tiny import FIXTURES
+
+IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]
+
+
+class _Result:  # what why_view reads of a window's result
+    text = ""
+
+    def __init__(self, ids):
+        self.labels = [str(i) for i in ids]
+        self.input_ids = list(ids)
+
+
+def _lists(model, layer, head, q, k):
+    r = model.run(ids=IDS, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
+    a = Q.qk_attribution(model, r.trace, layer, head, q, k)
+    return a, why.sections(why.why_view(a, model=model.name, result=_Result(IDS)))
+
+
+def _check(a, secs):
+    n = len(a.components)
+    for sec, n_all, what in zip(secs, (n * n, n, n), ("pairs", "components", "components")):
+        values = [r.value for r in sec.rows]
+        assert sum(values) == pytest.approx(a.total(), abs=1e-9 * np.abs(a.table).sum())
+        assert sum(r.share for r in sec.rows) == pytest.approx(1.0, abs=1e-9)
+        named = [r for r in sec.rows if r.components]
+        rest = [r for r in sec.rows if not r.components]
+        if len(named) == n_all:  # every part is a row: nothing is left out, no rest row
+            assert rest == []
+        else:
+            assert [r.label for r in rest] == [f"the other {n_all - len(named)} {what}"]
+            assert sec.rows[-1] is rest[0]
+
+
+@pytest.mark.parametrize("layer", [0, 1])
+def test_every_list_adds_up_and_names_what_it_leaves_out(layer):
+    model = load_model(FIXTURES / "gpt2")
+    a, secs = _lists(model, layer, 0, 9, 2)
+    _check(a, secs)
+    if layer == 0:  # embed and bias: four pairs and two parts, all shown
+        assert [len(s.rows) for s in secs] == [4, 2, 2]
+
+
+def test_smollm2_lists_add_up(smollm2):
+    a, secs = _lists(smollm2, 18, 6, 9, 2)
+    _check(a, secs)
+    assert all(not s.rows[-1].components for s in secs)  # 182 parts: each list leaves some out
