@@ -19,9 +19,10 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.analysing.effects import is_changed
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
-from attnviz.engine.computing.patterns import SCALE_MODES, check_index, head_title
+from attnviz.engine.computing.patterns import SCALE_MODES, SCOPES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
@@ -52,7 +53,7 @@ def anatomy_view(state) -> AnatomyView:
     if r is None or model is None:
         raise ExportError(NOTHING_YET)
     if r.layer_inputs is None:
-        r = _run_again(model, r, inputs=True)
+        r = _run_again(model, r, changed_by(state), inputs=True)
     focus = state.focus
     head = focus[1] if focus is not None and focus[0] == state.layer else None
     return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
@@ -92,18 +93,46 @@ def _analyse_now(state):
     return analyse_typed(model, run, state.query_pos, eff.target, eff.alt)[0]
 
 
+def changed_by(state):
+    """The Ablation the window's result is a changed run of (heads switched off, edges knocked
+    out), or None for a clean run."""
+    r = state.result
+    run = state.effects.run_of(r)
+    if run is not None:
+        return run.ablation if run.changed is not None else None
+    return state.effects.ablation if is_changed(r) else None
+
+
+def _changed_stem(ablation) -> str:
+    """What a changed run switched off, for a file name: zero-ablated-L3H1-L5H0_knocked-out-7to3."""
+    parts = []
+    if ablation.heads:
+        parts.append(f"{ablation.mode}-ablated-" + "-".join(f"L{l}H{h}" for l, h in ablation.heads))
+    if ablation.knockouts:
+        parts.append("knocked-out-" + "-".join(f"{q}to{k}" for _, q, k in ablation.knockouts))
+    return "_".join(parts)
+
+
 def _with_values(state):
     """The window's result with its value norms: run again for them (in full, off the KV cache)
-    when the Value-weighted view was off and the result has none."""
+    when the Value-weighted view was off and the result has none; a changed run is run again
+    with its edits."""
     r, model = state.result, state.model
     if r is None or model is None or r.value_norms is not None:
         return r
-    return _run_again(model, r, values=True)
+    return _run_again(model, r, changed_by(state), values=True)
 
 
-def _run_again(model, r, **wanted):
+def _run_again(model, r, ablation=None, **wanted):
     """Result `r` run again in full, off the KV cache (the window's runner may be using it), for
-    what it did not keep (`inputs=True`, `values=True`)."""
+    what it did not keep (`inputs=True`, `values=True`); under `ablation` (what `r` is a changed
+    run of) the changed run again."""
+    if ablation is not None:
+        from attnviz.engine.analysing.effects import window_run
+
+        request = RunRequest(truncate=r.truncated, use_cache=False, **wanted)
+        return window_run(model, r.text, ids=None if r.text else r.input_ids, request=request,
+                          ablation=ablation).result
     if r.text:
         return model.run(r.text, request=RunRequest(truncate=r.truncated, use_cache=False, **wanted))
     return model.run(ids=r.input_ids, request=RunRequest(use_cache=False, **wanted))
@@ -314,6 +343,9 @@ class ExportDialog(QDialog):
             stem = f"{model}_{scope}"
         else:
             stem = f"{model}_all"
+        off = changed_by(st) if scope in SCOPES else None
+        if off is not None:  # the numbers of a changed run (.npy holds no header to say it)
+            stem += "_" + _changed_stem(off)
         current = self.path_edit.text().strip()
         folder = Path(current).parent if current else self.folder()
         self.path_edit.setText(str(folder / f"{stem}.{self.format.currentData()}"))
@@ -392,7 +424,8 @@ class ExportDialog(QDialog):
                     scope=scope, layer=layer, head=head, width=self.width_box.value(),
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
-                    checkpoint=checkpoint_record(st.model), value_weighted=weighted)
+                    checkpoint=checkpoint_record(st.model), value_weighted=weighted,
+                    ablation=changed_by(st))
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)
