@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate up to --max-new tokens after the prompt, one KV-cached step each: "
                     "greedy by default, or drawn at --temperature from the --top-p most likely "
                     "tokens with --seed. Stops at the model's end-of-sequence token unless "
-                    "--ignore-eos. Each step reports its token, the top-5 it was drawn from and "
+                    "--ignore-eos. Each step reports its token, the model's top-5 (with each one's "
+                    "probability in the draw when sampling) and "
                     "the bytes of K and V the engine held when it was chosen.")
     add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)

@@ -7,7 +7,8 @@ painted by the sentence box) and the heatmaps follow it.
 
 The step slider shows step s of n (counted from 1, as the label and the plot's axis read): the
 generated token's row in every head of the layer shown (what the position that chose it read), the
-top-10 it was drawn from, and the bytes of K and V of the T tokens it read, with the calculator's
+model's top-10 (with each one's probability in the draw when the token was drawn at a
+temperature), and the bytes of K and V of the T tokens it read, with the calculator's
 figure for that many tokens and what their arrays hold with the room they keep for the next
 positions beside it; a plot draws the arrays' bytes against the step."""
 
@@ -88,6 +89,26 @@ class RowsView(QWidget):
         label = self.labels[k] if k < len(self.labels) else str(k)
         self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
         self.setToolTip(self.hover_text)
+
+
+def top_table(step) -> str:
+    """The model's top-k at a step, as rich text: each token's probability, and where the token was
+    drawn (a temperature above 0) the probability it had in the draw, temperature and top-p
+    applied (0 outside the top-p set); greedy takes the first."""
+    drawn = step.top_drawn
+    head = ("<tr><td></td><td></td><td align='right'>model</td><td align='right'>&nbsp;in the draw</td></tr>"
+            if drawn is not None else "")
+    rows = [
+        f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
+        f"<td align='right'>{np.exp(lp):.3f}</td>"
+        + ("" if drawn is None else f"<td align='right'>{drawn[j]:.3f}</td>") + "</tr>"
+        for j, (i, t, lp) in enumerate(zip(step.top_ids, step.top_tokens, step.top_logprobs))]
+    chosen = ("" if step.id in step.top_ids else
+              f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
+    title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
+             "(temperature and top-p applied):" if drawn is not None else
+             f"The model's top {len(step.top_ids)}; greedy takes the first:")
+    return title + "<table>" + head + "".join(rows) + "</table>" + chosen
 
 
 class GeneratePanel(QWidget):
@@ -235,13 +256,7 @@ class GeneratePanel(QWidget):
         self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {quoted(step.token)} "
                                 f"(read {step.T:,} tokens)")
         self.kv_label.setText(self.kv_text(step))
-        rows_top = ["<table>"] + [
-            f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
-            f"<td align='right'>{np.exp(lp):.3f}</td></tr>"
-            for i, t, lp in zip(step.top_ids, step.top_tokens, step.top_logprobs)] + ["</table>"]
-        chosen = ("" if step.id in step.top_ids else
-                  f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
-        self.top_label.setText("Top predictions it was drawn from:" + "".join(rows_top) + chosen)
+        self.top_label.setText(top_table(step))
         layer = min(self.state.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
         labels = self._labels(step.T)
         self.rows_view.set_rows(None if step.rows is None else step.rows[layer], labels, layer)
