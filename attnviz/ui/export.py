@@ -138,6 +138,17 @@ def _run_again(model, r, ablation=None, **wanted):
     return model.run(ids=r.input_ids, request=RunRequest(use_cache=False, **wanted))
 
 
+def nothing_to_export(state) -> str:
+    """Why the dialog has nothing to write: no run yet, or a long text, whose patterns are never
+    held whole (the long view computes the regions it shows)."""
+    run = state.long.run
+    if run is not None:
+        return (f"The text is long ({run.patterns.T:,} tokens): its patterns are computed only for "
+                "what the long view shows, never whole, so there is nothing to export here. "
+                "attnviz attention --layer L --rows A:B writes a layer's block of query rows.")
+    return sentence(NOTHING_YET.capitalize())
+
+
 def default_folder() -> Path:
     """The user's Pictures folder if it exists, else the home folder."""
     pictures = QStandardPaths.writableLocation(QStandardPaths.StandardLocation.PicturesLocation)
@@ -319,7 +330,7 @@ class ExportDialog(QDialog):
         self.value_weighted.setChecked(bool(st.value_weighted))
         self.export_button.setEnabled(st.result is not None)
         if st.result is None:
-            self.show_error(sentence(NOTHING_YET.capitalize()))
+            self.show_error(nothing_to_export(st))
         self._suggest_name()
 
     def folder(self) -> Path:
