@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.calc.format import format_bytes
 from attnviz.engine.calc.from_config import kv_cache_needed
-from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.computing.patterns import drop_first_key, head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
@@ -48,15 +48,16 @@ class RowsView(QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
-        self.rows: np.ndarray | None = None  # [n_head, T]
-        self.labels: list[str] = []
+        self.rows: np.ndarray | None = None  # [n_head, n_k]: keys first..T-1
+        self.labels: list[str] = []  # the T tokens' labels
         self.layer = 0
+        self.first = 0  # the position of the first key shown (1: the first token hidden)
         self.setMouseTracking(True)
         self.setMinimumHeight(60)
         self.hover_text = ""
 
-    def set_rows(self, rows, labels, layer) -> None:
-        self.rows, self.labels, self.layer = rows, labels, layer
+    def set_rows(self, rows, labels, layer, first: int = 0) -> None:
+        self.rows, self.labels, self.layer, self.first = rows, labels, layer, first
         self.setMinimumHeight(self.ROW * (0 if rows is None else rows.shape[0]) + 4)
         self.update()
 
@@ -85,9 +86,10 @@ class RowsView(QWidget):
         if self.rows is None or not area.contains(pos):
             return
         h = min(len(self.rows) - 1, int((pos.y() - area.top()) / self.ROW))
-        k = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
+        j = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
+        k = j + self.first
         label = self.labels[k] if k < len(self.labels) else str(k)
-        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
+        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, j]):.4g}"
         self.setToolTip(self.hover_text)
 
 
@@ -150,6 +152,8 @@ class GeneratePanel(QWidget):
         self.step_label.setWordWrap(True)
         self.kv_label = QLabel()
         self.kv_label.setWordWrap(True)
+        self.rows_caption = QLabel()
+        self.rows_caption.setWordWrap(True)
         self.rows_view = RowsView(state)
         self.top_label = QLabel()
         self.top_label.setTextFormat(Qt.TextFormat.RichText)
@@ -174,6 +178,7 @@ class GeneratePanel(QWidget):
         col.addWidget(self.slider)
         col.addWidget(self.step_label)
         col.addWidget(self.kv_label)
+        col.addWidget(self.rows_caption)
         col.addWidget(self.rows_view)
         col.addWidget(self.top_label)
         col.addWidget(self.plot, 1)
@@ -191,6 +196,7 @@ class GeneratePanel(QWidget):
         self.gen.sigStepShown.connect(self._show_step)
         state.sigModelChanged.connect(lambda _m: self.refresh())
         state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
+        state.sigDisplayChanged.connect(lambda: self._show_step(self.gen.shown))  # Hide first token
         self.refresh()
 
     def start(self) -> None:
@@ -246,6 +252,7 @@ class GeneratePanel(QWidget):
             self.kv_label.setText("")
             self.top_label.setText("")
             self.rows_view.set_rows(None, [], 0)
+            self.rows_caption.setText("")
             self.marker.hide()
             return
         step = g.steps[s]
@@ -257,11 +264,25 @@ class GeneratePanel(QWidget):
                                 f"(read {step.T:,} tokens)")
         self.kv_label.setText(self.kv_text(step))
         self.top_label.setText(top_table(step))
-        layer = min(self.state.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
-        labels = self._labels(step.T)
-        self.rows_view.set_rows(None if step.rows is None else step.rows[layer], labels, layer)
+        self._show_rows(step)
         self.marker.setValue(s + 1)
         self.marker.show()
+
+    def _show_rows(self, step) -> None:
+        """The step's row in every head of the layer shown, under the grid's Hide first token (the
+        first key dropped, each row renormalised); Value-weighted needs value norms the steps do
+        not keep, and the caption says it does not apply."""
+        st = self.state
+        layer = min(st.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
+        rows, first = None if step.rows is None else step.rows[layer], 0
+        if rows is not None and st.hide_first and rows.shape[1] > 1:
+            rows, first = drop_first_key(rows), 1
+        self.rows_view.set_rows(rows, self._labels(step.T), layer, first)
+        notes = ["the first token hidden, each row renormalised"] if first else []
+        if st.value_weighted:
+            notes.append("Value-weighted does not apply here (the steps keep no value norms)")
+        self.rows_caption.setText(f"The row that chose it, in every head of layer {layer} (each head on its "
+                                  "own colour scale" + "".join("; " + n for n in notes) + "):")
 
     def _labels(self, T: int) -> list[str]:
         """The labels of the first T tokens the step read (the prompt and the tokens before it)."""
