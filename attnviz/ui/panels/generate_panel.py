@@ -157,6 +157,7 @@ class GeneratePanel(QWidget):
         self.rows_view = RowsView(state)
         self.top_label = QLabel()
         self.top_label.setTextFormat(Qt.TextFormat.RichText)
+        self.top_label.setWordWrap(True)  # (its title would widen the dock past the screen)
         self.plot = pg.PlotWidget(background=BACKGROUND)
         self.plot.setMinimumHeight(140)
         self.plot.setLabel("bottom", "step")
