@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"image width in pixels, {MIN_WIDTH}..{MAX_WIDTH} (default: {DEFAULT_WIDTH}); images only")
     p.add_argument("--colormap", help="pyqtgraph colormap name (default: viridis); images only")
     p.add_argument("--scale", choices=SCALE_MODES,
-                   help="one colour scale for all exported heads (default), or one per head; "
-                        "images only")
+                   help="shared (the default): 0 .. the run's largest weight, every layer and head "
+                        "(the window's Shared scale); per-head: 0 .. each head's own; images only")
     p.add_argument("--hide-first", action="store_true",
                    help="hide the first-token column and renormalise each row")
     p.add_argument("--value-weighted", action="store_true",

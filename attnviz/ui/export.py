@@ -264,7 +264,7 @@ class ExportDialog(QDialog):
         self.width_box.setSuffix(" px")
         self.width_box.setToolTip("Image width in pixels (3000 px prints ~25 cm wide at 300 dpi)")
         self.scale = QComboBox()
-        self.scale.addItem("Shared (0 \u2026 max of the exported heads)", "shared")
+        self.scale.addItem("Shared (0 \u2026 the run's largest weight, every layer and head)", "shared")
         self.scale.addItem("Per head (0 \u2026 each head's max)", "per-head")
         self.hide_first = QCheckBox("Hide the first-token column and renormalise rows")
         self.value_weighted = QCheckBox("Value-weighted: each weight times \u2016v W_O\u2016, rows renormalised")
