@@ -28,8 +28,9 @@ from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
     COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, NOTHING_YET, ExportError,
 )
-from attnviz.figures.style import ERROR
+from attnviz.figures.style import ERROR, WARNING
 from attnviz.figures.write import export_result, export_view
+from attnviz.ui.views.grid_compare import compared_mode
 from attnviz.ui.views.notices import sentence
 from attnviz.ui.machinery.settings import app_settings, export_choices, remember_export
 from attnviz.ui.machinery.state import VIEW_MODES
@@ -242,10 +243,13 @@ class ExportDialog(QDialog):
     """Choose what to export (focus head, current layer, all layers), the format, the width and
     the file; writes on Export and shows the reason in the dialog when it fails."""
 
-    def __init__(self, state, parent: QWidget | None = None, settings: QSettings | None = None):
-        """`settings`: the window's (where the last export's folder, format and width are kept)."""
+    def __init__(self, state, parent: QWidget | None = None, settings: QSettings | None = None,
+                 compare=None):
+        """`settings`: the window's (where the last export's folder, format and width are kept);
+        `compare`: the window's Compare session (ui/machinery/compare_jobs.py), whose grid may show
+        B or A − B, which the export does not write."""
         super().__init__(parent)
-        self.state = state
+        self.state, self.compare = state, compare
         self.setWindowTitle("Export")
         self.settings = settings if settings is not None else app_settings()
         self.written: list[Path] = []
@@ -299,6 +303,11 @@ class ExportDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         box = QVBoxLayout(self)
         box.addLayout(form)
+        self.note = QLabel()  # what the export writes where it is not what the grid shows
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(f"color: {WARNING};")
+        self.note.hide()
+        box.addWidget(self.note)
         box.addWidget(self.error)
         box.addWidget(self.buttons)
 
@@ -361,9 +370,20 @@ class ExportDialog(QDialog):
         folder = Path(current).parent if current else self.folder()
         self.path_edit.setText(str(folder / f"{stem}.{self.format.currentData()}"))
 
+    def _show_note(self) -> None:
+        """While Compare's grid shows B or A − B, say that a heatmap export is of model A."""
+        mode = compared_mode(self.compare)
+        heatmap = self.scope.currentData() in SCOPES
+        text = "" if mode == "A" or not heatmap else (
+            f"The grid shows {'B' if mode == 'B' else 'A − B'} (Compare); the export writes model A's "
+            f"weights ({self.state.model_name}), as the grid's A shows them.")
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
     def _scope_changed(self) -> None:
         """The anatomy is a figure only (PNG, SVG) and knows no heatmap options: the dialog offers
         what the scope can export, and moves an image format in when a number format was chosen."""
+        self._show_note()
         anatomy = self.scope.currentData() == "anatomy"
         for i in range(self.format.count()):
             self.format.model().item(i).setEnabled(not anatomy or self.format.itemData(i) in IMAGE_FORMATS)
