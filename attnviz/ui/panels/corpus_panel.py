@@ -362,6 +362,9 @@ class CorpusPanel(QWidget):
                           "brush": pg.mkBrush(int(c[0]), int(c[1]), int(c[2]))})
         self.scatter.setData(spots)
         self.scatter_plot.autoRange()
+        key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
+                         f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
+        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
 
     def point_position(self, layer: int, head: int) -> QPointF:
         i = layer * self.scan.n_head + head
