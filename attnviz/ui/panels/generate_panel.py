@@ -26,7 +26,8 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.calc.format import format_bytes
-from attnviz.engine.calc.from_config import kv_cache_needed
+from attnviz.engine.calc import calculate
+from attnviz.engine.calc.from_config import calc_inputs_from_config
 from attnviz.engine.computing.patterns import drop_first_key, head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.overview import colour_index, tops
@@ -239,11 +240,15 @@ class GeneratePanel(QWidget):
     def kv_text(self, step) -> str:
         """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator: ...; held with room ...: ...': the
         generation's K and V at that step, the calculator's figure for the same T (equal without a
-        sliding window: tests/engine/test_generate.py), and what their arrays take, with the room
-        they keep for the next positions (what the process holds; the curve plots it)."""
-        calc = kv_cache_needed(self.state.model.config, step.T)
+        sliding window; with one, the calculator keeps only the window and says so), and what their
+        arrays take, with the room they keep for the next positions (what the process holds; the
+        curve plots it)."""
+        res = calculate(calc_inputs_from_config(self.state.model.config, seq_len=step.T, kv_dtype="fp32"))
+        calc = res.kv_bytes_sequence
+        why = next((w for w in res.warnings if "keep only the last" in w), "") if calc != step.kv_bytes else ""
+        why = f": {why}, where the generation keeps every token's" if why else ""
         return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
-                f"calculator: {format_bytes(calc)} ({calc:,} bytes); held with room for the next "
+                f"calculator: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
                 f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
     def _show_step(self, s: int) -> None:
