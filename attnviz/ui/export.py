@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.analysing.effects import is_changed
+from attnviz.engine.analysing.effects import is_changed, window_run
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
 from attnviz.engine.computing.patterns import SCALE_MODES, SCOPES, check_index, head_title
@@ -129,8 +129,6 @@ def _run_again(model, r, ablation=None, **wanted):
     what it did not keep (`inputs=True`, `values=True`); under `ablation` (what `r` is a changed
     run of) the changed run again."""
     if ablation is not None:
-        from attnviz.engine.analysing.effects import window_run
-
         request = RunRequest(truncate=r.truncated, use_cache=False, **wanted)
         return window_run(model, r.text, ids=None if r.text else r.input_ids, request=request,
                           ablation=ablation).result
