@@ -40,6 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_generate)
 
 
+# why a generation ended (Generation.stopped), as the summary line says it
+STOPPED = {"eos": "stopped at the end-of-text token", "max_new": "made the --max-new tokens asked for",
+           "context": "reached the model's context", "stopped": "stopped"}
+
+
 def cmd_generate(args) -> int:
     from attnviz.engine.computing.generate import check_sampling, decode, generate
 
@@ -63,7 +68,8 @@ def cmd_generate(args) -> int:
         return 0
     print(text)
     last = gen.steps[-1]
-    print(f"-- {len(gen.steps)} new tokens ({gen.stopped}); K and V at the last step: "
+    n = len(gen.steps)
+    print(f"-- {n} new token{'s' * (n != 1)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
           f"{last.kv_bytes:,} bytes for {last.T} tokens; held with their arrays' room for the next "
           f"positions: {last.kv_held:,} bytes")
     return 0

@@ -56,3 +56,10 @@ def test_generate_refuses_bad_settings_in_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--ids", "1,2", "--max-new", "0"])
     assert "--max-new: must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_summary_line_says_why_the_generation_ended_in_words(capsys):
+    assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "1",
+                 "--ignore-eos"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("-- 1 new token: made the --max-new tokens asked for; K and V at the last step: "), last
