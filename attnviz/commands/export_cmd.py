@@ -32,8 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"image width in pixels, {MIN_WIDTH}..{MAX_WIDTH} (default: {DEFAULT_WIDTH}); images only")
     p.add_argument("--colormap", help="pyqtgraph colormap name (default: viridis); images only")
     p.add_argument("--scale", choices=SCALE_MODES,
-                   help="one colour scale for all exported heads (default), or one per head; "
-                        "images only")
+                   help="shared (the default): 0 .. the run's largest weight, every layer and head "
+                        "(the window's Shared scale); per-head: 0 .. each head's own; images only")
     p.add_argument("--hide-first", action="store_true",
                    help="hide the first-token column and renormalise each row")
     p.add_argument("--value-weighted", action="store_true",
@@ -48,11 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "lens, dla: the window's What heads do views at --position (any format)")
     p.add_argument("--position", type=int, metavar="P",
                    help="prediction, lens, dla: the query token (default: the last; negative from the end)")
-    p.add_argument("--target", default="", help="prediction, lens, dla: the target token (default: top-1)")
-    p.add_argument("--alt", default="", help="dla: the alternative token (default: the second)")
-    p.add_argument("--ablate", default="", metavar="L.H[,L.H...]",
+    p.add_argument("--target", help="prediction, lens, dla: the target token (default: top-1)")
+    p.add_argument("--alt", help="dla: the alternative token (default: the second)")
+    p.add_argument("--ablate", metavar="L.H[,L.H...]",
                    help="prediction, lens, dla: switch these heads off first")
-    p.add_argument("--ablate-mode", choices=("zero", "mean"), default="zero")
+    p.add_argument("--ablate-mode", choices=("zero", "mean"),
+                   help="prediction, lens, dla: replace the switched-off heads' outputs by zero "
+                        "(the default) or by their mean over the text's positions")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_export)
 
@@ -69,6 +71,7 @@ def cmd_export(args) -> int:
         return _export_anatomy(args, fmt)
     if getattr(args, "view", "heatmap") in ("prediction", "lens", "dla"):
         return _export_effects(args, fmt)
+    refuse_options(_effects_options(args), "only to --view prediction, lens and dla, not to heatmaps")
     if fmt in IMAGE_FORMATS:  # image options checked before the model loads
         width, colormap = _image_options(args)
     else:
@@ -94,6 +97,13 @@ def cmd_export(args) -> int:
     print(f"{written[0]}: {scope} of {model.name}, {result.n_tokens} tokens, weights [{shape}]"
           + (f" (+ sidecar {written[1].name})" if len(written) > 1 else ""))
     return 0
+
+
+def _effects_options(args) -> tuple:
+    """(flag, given) of the options that only the What heads do views read."""
+    return (("--position", args.position is not None), ("--target", args.target is not None),
+            ("--alt", args.alt is not None), ("--ablate", args.ablate is not None),
+            ("--ablate-mode", args.ablate_mode is not None))
 
 
 def _image_options(args) -> tuple[int, str]:
@@ -138,6 +148,7 @@ def _export_anatomy(args, fmt: str) -> int:
         raise InputError(f"--view anatomy writes a .png or .svg image, not .{fmt}")
     refuse_options((("--scale", args.scale is not None), ("--hide-first", args.hide_first),
                     ("--value-weighted", args.value_weighted)), "to heatmaps, not to --view anatomy")
+    refuse_options(_effects_options(args), "only to --view prediction, lens and dla, not to --view anatomy")
     width, colormap = _image_options(args)
     layer = args.layer or 0
     model = _model(args, layer, eager=False)  # the layers after `layer` are never read
@@ -169,17 +180,18 @@ def _export_effects(args, fmt: str) -> int:
     model = checkpoint_opt.at(load_model(args.model), args)
     prediction_head(model, f"export --view {args.view}")  # before running anything
     cfg = model.config
-    heads = parse_heads(args.ablate, cfg.n_layer, cfg.n_head) if args.ablate.strip() else []
+    target, alt = args.target or "", args.alt or ""
+    heads = parse_heads(args.ablate, cfg.n_layer, cfg.n_head) if (args.ablate or "").strip() else []
     run = window_run(model, args.text, request=RunRequest(truncate=args.truncate),
-                     ablation=Ablation(tuple(heads), args.ablate_mode))
+                     ablation=Ablation(tuple(heads), args.ablate_mode or "zero"))
     show_notice("export", run.result)
-    analysis = analyse(model, run, args.position, args.target, args.alt)
+    analysis = analyse(model, run, args.position, target, alt)
     with offscreen():
         from attnviz.figures.effects import effects_view
         from attnviz.figures.write import export_view
 
         view = effects_view(args.view, analysis, model=model.name, result=run.result,
-                            kv_group=model.kv_group, typed=(args.target, args.alt))
+                            kv_group=model.kv_group, typed=(target, alt))
         written = export_view(view, args.out, fmt=fmt, width=width)
     changed = f", {analysis.ablation.describe()}" if analysis.changed is not None else ""
     print(f"{written[0]}: {args.view} after token {analysis.position} of {model.name}{changed}"

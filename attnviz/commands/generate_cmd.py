@@ -17,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Generate up to --max-new tokens after the prompt, one KV-cached step each: "
                     "greedy by default, or drawn at --temperature from the --top-p most likely "
                     "tokens with --seed. Stops at the model's end-of-sequence token unless "
-                    "--ignore-eos. Each step reports its token, the top-5 it was drawn from and "
+                    "--ignore-eos. Each step reports its token, the model's top-5 (with each one's "
+                    "probability in the draw when sampling) and "
                     "the bytes of K and V the engine held when it was chosen.")
     add_model(p, "a causal language model")
     src = p.add_mutually_exclusive_group(required=True)
@@ -37,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the run as JSON")
     checkpoint_opt.add(p)
     p.set_defaults(func=cmd_generate)
+
+
+# why a generation ended (Generation.stopped), as the summary line says it
+STOPPED = {"eos": "stopped at the end-of-text token", "max_new": "made the --max-new tokens asked for",
+           "context": "reached the model's context", "stopped": "stopped"}
 
 
 def cmd_generate(args) -> int:
@@ -62,7 +68,8 @@ def cmd_generate(args) -> int:
         return 0
     print(text)
     last = gen.steps[-1]
-    print(f"-- {len(gen.steps)} new tokens ({gen.stopped}); K and V at the last step: "
+    n = len(gen.steps)
+    print(f"-- {n} new token{'s' * (n != 1)}: {STOPPED.get(gen.stopped, gen.stopped)}; K and V at the last step: "
           f"{last.kv_bytes:,} bytes for {last.T} tokens; held with their arrays' room for the next "
           f"positions: {last.kv_held:,} bytes")
     return 0

@@ -30,6 +30,12 @@ def _layout(n_layer: int, n_head: int, n_panel: int, width: int):
     return cols, pad, panel_w, label_w, cell, panel_h, title_h, head_h, height
 
 
+def _bright(col: QColor) -> bool:
+    """Whether black text reads on `col`: its luma (Rec. 601) over half; HSL lightness calls the
+    top of viridis (a saturated yellow-green) dark."""
+    return 0.299 * col.red() + 0.587 * col.green() + 0.114 * col.blue() > 128
+
+
 def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP) -> bytes:
     """{name: [n_layer, n_head]} for each of `names` -> PNG bytes (needs a QGuiApplication)."""
     arrays = [np.asarray(means[n], dtype=np.float64) for n in names]
@@ -76,7 +82,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
                         col = QColor(200, 200, 200)
                     p.fillRect(r, col)
                     if cell >= 22 and np.isfinite(a[l, h]):
-                        p.setPen(QColor(0, 0, 0) if col.lightness() > 128 else QColor(255, 255, 255))
+                        p.setPen(QColor(0, 0, 0) if _bright(col) else QColor(255, 255, 255))
                         p.setFont(small)
                         p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{a[l, h]:.2f}")
             p.setPen(FRAME)

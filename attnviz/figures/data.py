@@ -51,12 +51,14 @@ class ExportError(AttnvizError):
 def make_view(result, *, model: str, scope: str, layer: int, head: int | None = None,
               colormap: str = DEFAULT_COLORMAP, scale_mode: str = DEFAULT_SCALE,
               hide_first: bool = False, checkpoint: dict | None = None,
-              value_weighted: bool = False) -> ExportView:
+              value_weighted: bool = False, ablation=None) -> ExportView:
     """Describe an export of `result` (an engine RunResult). Bad indices raise InputError with the
     model's counts; a view with nothing to show raises ExportError. `checkpoint` ({index, step,
     of}: engine.computing.checkpoints.checkpoint_record) is recorded for a model with training checkpoints.
     What is shown (value weighting, the hidden first key, the colour levels) is figures/view.Shown,
-    the window's own: `value_weighted` needs a result run with values=True."""
+    the window's own: `value_weighted` needs a result run with values=True. `ablation` (an
+    engine.analysing.effects.Ablation): what was switched off in the run `result` is of, recorded
+    and named in the title and headers."""
     if result is None:
         raise ExportError(NOTHING_YET)
     att = result.attentions  # [n_layer, n_head, T, T]
@@ -90,7 +92,9 @@ def make_view(result, *, model: str, scope: str, layer: int, head: int | None = 
         key_pos=[int(k) for k in shown.key_pos], kv_group=[int(g) for g in result.kv_group],
         colormap=colormap, scale_mode=scale_mode, hide_first=bool(hide_first),
         levels=shown.levels(scale_mode, layers, heads),
-        checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted))
+        checkpoint=dict(checkpoint) if checkpoint else None, value_weighted=bool(value_weighted),
+        ablation=ablation.to_json() if ablation is not None else None,
+        changed=ablation.describe() if ablation is not None else "")
 
 
 def format_of(path: str | os.PathLike) -> str:
@@ -130,13 +134,15 @@ def csv_text(view: ExportView) -> str:
     n_q, n_k = view.patterns.shape[2:]
     weights = fmt_all(view.patterns)  # row-major [n_layers, n_heads, n_q, n_k]
     if view.scope == "head":
-        corner = "query \\ key (value-weighted)" if view.value_weighted else "query \\ key"
+        notes = "; ".join(n for n in ("value-weighted" if view.value_weighted else "", view.changed) if n)
+        corner = _csv_cell(f"query \\ key ({notes})" if notes else "query \\ key")
         lines = [",".join([corner] + [labels[k] for k in view.key_pos])]
         for q in range(n_q):
             lines.append(",".join([labels[q]] + weights[q * n_k:(q + 1) * n_k]))
         return "\n".join(lines) + "\n"
+    weight = "value_weighted_weight" if view.value_weighted else "weight"
     lines = ["layer,head,query_pos,query_token,key_pos,key_token,"
-             + ("value_weighted_weight" if view.value_weighted else "weight")]
+             + (_csv_cell(f"{weight} ({view.changed})") if view.changed else weight)]
     keys = [f"{k},{labels[k]}," for k in view.key_pos]
     at = 0
     for layer in view.layers:
@@ -155,7 +161,7 @@ def json_text(view: ExportView) -> str:
         "tokens": view.tokens, "labels": view.labels, "ids": view.ids, "scope": view.scope,
         "layer": view.layer, "head": view.head, "layers": view.layers, "heads": view.heads,
         "hide_first": view.hide_first, "value_weighted": view.value_weighted,
-        "key_positions": view.key_pos,
+        "ablation": view.ablation, "key_positions": view.key_pos,
         "shape": list(view.selected().shape),
         "axes": {"head": ["query", "key"], "layer": ["head", "query", "key"],
                  "all": ["layer", "head", "query", "key"]}[view.scope],
@@ -220,6 +226,7 @@ def sidecar_dict(view: ExportView, image_path: str | os.PathLike, width: int, he
         "width": int(width), "height": int(height),
         "panels": panels,
         **({"checkpoint": view.checkpoint} if view.checkpoint else {}),
+        **({"ablation": view.ablation} if view.ablation else {}),  # (File -> Open view restores it)
     }
 
 

@@ -32,6 +32,8 @@ class ExportView:
     levels: np.ndarray  # [n_layers, n_heads, 2] (low, high) per panel
     checkpoint: dict | None = None  # {index, step, of}: the training checkpoint shown, if any
     value_weighted: bool = False  # patterns are a_qk * ||v_k W_O(h)||, rows renormalised (Kobayashi et al.)
+    ablation: dict | None = None  # what was switched off in the run exported (Ablation.to_json); None: clean
+    changed: str = ""  # the same in words ("zero-ablated L3 H1"): the title and the CSV header say it
 
     @property
     def n_query(self) -> int:
@@ -59,4 +61,5 @@ class ExportView:
             where = f"all {len(self.layers)} layers \u00d7 {len(self.heads)} heads"
         step = f" \u00b7 step {self.checkpoint['step']:,}" if self.checkpoint else ""
         weighted = " \u00b7 value-weighted" if self.value_weighted else ""
-        return f"{self.model}{step} \u00b7 {where}{weighted}"
+        changed = f" \u00b7 {self.changed}" if self.changed else ""
+        return f"{self.model}{step} \u00b7 {where}{weighted}{changed}"

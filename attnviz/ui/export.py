@@ -19,16 +19,18 @@ from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.analysing.effects import is_changed, window_run
 from attnviz.engine.computing.checkpoints import checkpoint_record
 from attnviz.engine.errors import AttnvizError, InputError
-from attnviz.engine.computing.patterns import SCALE_MODES, check_index, head_title
+from attnviz.engine.computing.patterns import SCALE_MODES, SCOPES, check_index, head_title
 from attnviz.figures import anatomy as anatomy_figure
 from attnviz.figures.anatomy import AnatomyView
 from attnviz.figures.data import (
     COLORMAPS, DEFAULT_WIDTH, FORMATS, IMAGE_FORMATS, MAX_WIDTH, MIN_WIDTH, NOTHING_YET, ExportError,
 )
-from attnviz.figures.style import ERROR
+from attnviz.figures.style import ERROR, WARNING
 from attnviz.figures.write import export_result, export_view
+from attnviz.ui.views.grid_compare import compared_mode
 from attnviz.ui.views.notices import sentence
 from attnviz.ui.machinery.settings import app_settings, export_choices, remember_export
 from attnviz.ui.machinery.state import VIEW_MODES
@@ -52,7 +54,7 @@ def anatomy_view(state) -> AnatomyView:
     if r is None or model is None:
         raise ExportError(NOTHING_YET)
     if r.layer_inputs is None:
-        r = _run_again(model, r, inputs=True)
+        r = _run_again(model, r, changed_by(state), inputs=True)
     focus = state.focus
     head = focus[1] if focus is not None and focus[0] == state.layer else None
     return anatomy_figure.make_anatomy_view(model, r, state.layer, head, state.colormap)
@@ -92,21 +94,58 @@ def _analyse_now(state):
     return analyse_typed(model, run, state.query_pos, eff.target, eff.alt)[0]
 
 
+def changed_by(state):
+    """The Ablation the window's result is a changed run of (heads switched off, edges knocked
+    out), or None for a clean run."""
+    r = state.result
+    run = state.effects.run_of(r)
+    if run is not None:
+        return run.ablation if run.changed is not None else None
+    return state.effects.ablation if is_changed(r) else None
+
+
+def _changed_stem(ablation) -> str:
+    """What a changed run switched off, for a file name: zero-ablated-L3H1-L5H0_knocked-out-7to3."""
+    parts = []
+    if ablation.heads:
+        parts.append(f"{ablation.mode}-ablated-" + "-".join(f"L{l}H{h}" for l, h in ablation.heads))
+    if ablation.knockouts:
+        parts.append("knocked-out-" + "-".join(f"{q}to{k}" for _, q, k in ablation.knockouts))
+    return "_".join(parts)
+
+
 def _with_values(state):
     """The window's result with its value norms: run again for them (in full, off the KV cache)
-    when the Value-weighted view was off and the result has none."""
+    when the Value-weighted view was off and the result has none; a changed run is run again
+    with its edits."""
     r, model = state.result, state.model
     if r is None or model is None or r.value_norms is not None:
         return r
-    return _run_again(model, r, values=True)
+    return _run_again(model, r, changed_by(state), values=True)
 
 
-def _run_again(model, r, **wanted):
+def _run_again(model, r, ablation=None, **wanted):
     """Result `r` run again in full, off the KV cache (the window's runner may be using it), for
-    what it did not keep (`inputs=True`, `values=True`)."""
+    what it did not keep (`inputs=True`, `values=True`); under `ablation` (what `r` is a changed
+    run of) the changed run again."""
+    if ablation is not None:
+        request = RunRequest(truncate=r.truncated, use_cache=False, **wanted)
+        return window_run(model, r.text, ids=None if r.text else r.input_ids, request=request,
+                          ablation=ablation).result
     if r.text:
         return model.run(r.text, request=RunRequest(truncate=r.truncated, use_cache=False, **wanted))
     return model.run(ids=r.input_ids, request=RunRequest(use_cache=False, **wanted))
+
+
+def nothing_to_export(state) -> str:
+    """Why the dialog has nothing to write: no run yet, or a long text, whose patterns are never
+    held whole (the long view computes the regions it shows)."""
+    run = state.long.run
+    if run is not None:
+        return (f"The text is long ({run.patterns.T:,} tokens): its patterns are computed only for "
+                "what the long view shows, never whole, so there is nothing to export here. "
+                "attnviz attention --layer L --rows A:B writes a layer's block of query rows.")
+    return sentence(NOTHING_YET.capitalize())
 
 
 def default_folder() -> Path:
@@ -202,10 +241,13 @@ class ExportDialog(QDialog):
     """Choose what to export (focus head, current layer, all layers), the format, the width and
     the file; writes on Export and shows the reason in the dialog when it fails."""
 
-    def __init__(self, state, parent: QWidget | None = None, settings: QSettings | None = None):
-        """`settings`: the window's (where the last export's folder, format and width are kept)."""
+    def __init__(self, state, parent: QWidget | None = None, settings: QSettings | None = None,
+                 compare=None):
+        """`settings`: the window's (where the last export's folder, format and width are kept);
+        `compare`: the window's Compare session (ui/machinery/compare_jobs.py), whose grid may show
+        B or A − B, which the export does not write."""
         super().__init__(parent)
-        self.state = state
+        self.state, self.compare = state, compare
         self.setWindowTitle("Export")
         self.settings = settings if settings is not None else app_settings()
         self.written: list[Path] = []
@@ -224,7 +266,7 @@ class ExportDialog(QDialog):
         self.width_box.setSuffix(" px")
         self.width_box.setToolTip("Image width in pixels (3000 px prints ~25 cm wide at 300 dpi)")
         self.scale = QComboBox()
-        self.scale.addItem("Shared (0 \u2026 max of the exported heads)", "shared")
+        self.scale.addItem("Shared (0 \u2026 the run's largest weight, every layer and head)", "shared")
         self.scale.addItem("Per head (0 \u2026 each head's max)", "per-head")
         self.hide_first = QCheckBox("Hide the first-token column and renormalise rows")
         self.value_weighted = QCheckBox("Value-weighted: each weight times \u2016v W_O\u2016, rows renormalised")
@@ -259,6 +301,11 @@ class ExportDialog(QDialog):
         self.buttons.rejected.connect(self.reject)
         box = QVBoxLayout(self)
         box.addLayout(form)
+        self.note = QLabel()  # what the export writes where it is not what the grid shows
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet(f"color: {WARNING};")
+        self.note.hide()
+        box.addWidget(self.note)
         box.addWidget(self.error)
         box.addWidget(self.buttons)
 
@@ -290,7 +337,7 @@ class ExportDialog(QDialog):
         self.value_weighted.setChecked(bool(st.value_weighted))
         self.export_button.setEnabled(st.result is not None)
         if st.result is None:
-            self.show_error(sentence(NOTHING_YET.capitalize()))
+            self.show_error(nothing_to_export(st))
         self._suggest_name()
 
     def folder(self) -> Path:
@@ -314,13 +361,27 @@ class ExportDialog(QDialog):
             stem = f"{model}_{scope}"
         else:
             stem = f"{model}_all"
+        off = changed_by(st) if scope in SCOPES else None
+        if off is not None:  # the numbers of a changed run (.npy holds no header to say it)
+            stem += "_" + _changed_stem(off)
         current = self.path_edit.text().strip()
         folder = Path(current).parent if current else self.folder()
         self.path_edit.setText(str(folder / f"{stem}.{self.format.currentData()}"))
 
+    def _show_note(self) -> None:
+        """While Compare's grid shows B or A − B, say that a heatmap export is of model A."""
+        mode = compared_mode(self.compare)
+        heatmap = self.scope.currentData() in SCOPES
+        text = "" if mode == "A" or not heatmap else (
+            f"The grid shows {'B' if mode == 'B' else 'A − B'} (Compare); the export writes model A's "
+            f"weights ({self.state.model_name}), as the grid's A shows them.")
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
     def _scope_changed(self) -> None:
         """The anatomy is a figure only (PNG, SVG) and knows no heatmap options: the dialog offers
         what the scope can export, and moves an image format in when a number format was chosen."""
+        self._show_note()
         anatomy = self.scope.currentData() == "anatomy"
         for i in range(self.format.count()):
             self.format.model().item(i).setEnabled(not anatomy or self.format.itemData(i) in IMAGE_FORMATS)
@@ -392,7 +453,8 @@ class ExportDialog(QDialog):
                     scope=scope, layer=layer, head=head, width=self.width_box.value(),
                     colormap=st.colormap, scale_mode=self.scale.currentData(),
                     hide_first=self.hide_first.isChecked(), fmt=self.format.currentData(),
-                    checkpoint=checkpoint_record(st.model), value_weighted=weighted)
+                    checkpoint=checkpoint_record(st.model), value_weighted=weighted,
+                    ablation=changed_by(st))
         except (AttnvizError, OSError) as exc:
             message = describe_error(exc, writing=path)
             log.info("export to %s failed: %s", path, message)

@@ -347,7 +347,7 @@ class MainWindow(QMainWindow):
     def export_dialog(self) -> None:
         from attnviz.ui.export import ExportDialog
 
-        ExportDialog(self.state, self, self.settings).exec()
+        ExportDialog(self.state, self, self.settings, self.worker.compare_jobs).exec()
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))

@@ -1,5 +1,5 @@
 """`attnviz generate --json` prints the prompt, the new ids and tokens, the text and one entry per
-step (id, token, the K and V bytes of its tokens and of the arrays holding them, the top-5); bad settings are refused before loading."""
+step (id, token, the K and V bytes of its tokens and of the arrays holding them, the top-5 and, when sampling, each one's probability in the draw); bad settings are refused before loading."""
 
 import json
 
@@ -31,9 +31,35 @@ def test_generate_json_holds_every_step(capsys):
     assert out["text"] == "3, 1, 4, 1, 5, " + ", ".join(map(str, want.new_ids))  # no tokenizer
 
 
+def test_a_sampled_generations_top_says_each_tokens_probability_in_the_draw(capsys):
+    """With --temperature, each top entry adds p_drawn: its probability in the draw (temperature and
+    top-p applied, renormalised), as sampling.draw_p gives it from the step's own log-probabilities."""
+    from attnviz.engine.computing.logits import log_softmax
+    from attnviz.engine.computing.sampling import draw_p
+
+    assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "2",
+                 "--ignore-eos", "--temperature", "0.7", "--top-p", "0.9", "--seed", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    model = load_model(FIXTURES / "llama_gqa")
+    head = model.lm_head()
+    for s in out["steps"]:
+        r = model.run(ids=(out["prompt_ids"] + out["new_ids"])[:s["T"]], trace=G.Trace(resid=True))
+        logprobs = log_softmax(head.logits(r.trace.resid[-1][-1:])[0])
+        top = G.top_ids(logprobs, 5)
+        assert [t["id"] for t in s["top"]] == top.tolist()
+        assert [t["p_drawn"] for t in s["top"]] == pytest.approx(draw_p(logprobs, 0.7, 0.9, top).tolist(), rel=1e-4)
+
+
 def test_generate_refuses_bad_settings_in_one_line(capsys):
     assert main(["generate", "--ids", "1,2", "--max-new", "2", "--temperature", "-0.5"]) != 0
     assert "temperature must be >= 0" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["generate", "--ids", "1,2", "--max-new", "0"])
     assert "--max-new: must be a positive integer" in capsys.readouterr().err
+
+
+def test_the_summary_line_says_why_the_generation_ended_in_words(capsys):
+    assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "1",
+                 "--ignore-eos"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("-- 1 new token: made the --max-new tokens asked for; K and V at the last step: "), last

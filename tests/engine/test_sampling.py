@@ -85,3 +85,24 @@ def test_the_smallest_temperature_draws_the_most_likely_token_and_a_smaller_one_
     for tiny in (1e-310, MIN_TEMPERATURE / 2):
         with pytest.raises(InputError, match=r"temperature must be 0 \(greedy\) or at least 1e-300, got "):
             G.check_sampling(tiny, 1.0, 1)
+
+
+@pytest.mark.parametrize("kind", ["spread", "ties", "flat"])
+def test_draw_p_is_each_top_tokens_probability_in_the_definitions_draw(kind):
+    """What the Generate panel shows beside the model's top-k: the probability each one had in the
+    draw, by the definition (sorted, cut at top_p, renormalised), 0 outside the top-p set."""
+    from attnviz.engine.computing.sampling import draw_p
+
+    V, k = 49152, 10
+    logprobs = _logprobs(kind, V, np.random.default_rng(7))
+    top = G.top_ids(logprobs, k)
+    for temperature in (0.3, 1.0, 1.7):
+        p = np.exp(log_softmax(logprobs / temperature))
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        keep = order[:int(np.searchsorted(cum, 0.5 * cum[-1])) + 1]
+        want = np.array([p[i] / p[keep].sum() if i in set(keep.tolist()) else 0.0 for i in top])
+        np.testing.assert_allclose(draw_p(logprobs, temperature, 0.5, top), want, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(draw_p(logprobs, temperature, 1.0, top), p[top] / p.sum(), rtol=1e-12)
+    if kind == "spread":
+        assert 0 < np.count_nonzero(draw_p(logprobs, 1.0, 0.5, top)) < k  # (the cut falls in the top-k)

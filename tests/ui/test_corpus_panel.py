@@ -209,3 +209,14 @@ def test_a_folder_that_is_no_scan_keeps_the_scan_shown_with_one_message(window, 
     assert "has no scan.json" in panel.status.text()
     assert f"still showing {scan_dir}" in panel.status.text()
     assert panel.scan is not None and panel.scan.path == scan_dir
+
+
+def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
+    """'colour: layer' comes with its key: the first and the last layer's colour, as their points have."""
+    panel, _ = _open(window, qtbot, scan_dir)
+    spots = panel.scatter.points()
+    first = next(p for p in spots if p.data() == (0, 0)).brush().color().name()
+    last = next(p for p in spots if p.data() == (5, 0)).brush().color().name()
+    title = panel.scatter_plot.titleLabel.text
+    assert f"colour: layer, <span style='color: {first}'>\u25cf</span> L0 … " \
+           f"<span style='color: {last}'>\u25cf</span> L5)" in title, title

@@ -170,3 +170,17 @@ def test_dialog_offers_the_anatomy_only_as_an_image(qtbot, state):
     dlg.scope.setCurrentIndex(dlg.scope.findData("layer"))
     assert all(dlg.format.model().item(i).isEnabled() for i in range(dlg.format.count()))
     assert dlg.value_weighted.isEnabled()
+
+
+def test_dialog_names_the_shared_scale_as_it_is(qtbot, state, tmp_path):
+    """Shared is 0 .. the run's largest weight over every layer and head (the window's): one head
+    exported on it has its top above the head's own largest weight, as the dialog says."""
+    dlg = _dialog(qtbot, state, tmp_path / "h.png")
+    assert dlg.scale.itemText(dlg.scale.findData("shared")) == \
+        "Shared (0 \u2026 the run's largest weight, every layer and head)"
+    dlg.scale.setCurrentIndex(dlg.scale.findData("shared"))
+    assert dlg.do_export(), dlg.error.text()
+    levels = export_data.open_sidecar(tmp_path / "h.png")["levels"]
+    layer, head = state.focus
+    att = state.result.attentions
+    assert levels[1] == pytest.approx(float(att.max())) and att[layer, head].max() < att.max()

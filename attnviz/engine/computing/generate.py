@@ -31,7 +31,7 @@ from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.computing.sampling import MIN_TEMPERATURE, choose
+from attnviz.engine.computing.sampling import MIN_TEMPERATURE, choose, draw_p
 
 TOP_K = 5
 log = logging.getLogger(__name__)
@@ -83,11 +83,13 @@ class Step:
     top_ids: np.ndarray  # [k] int64, most likely first
     top_logprobs: np.ndarray  # [k] float64
     top_tokens: list  # [k] labels
+    top_drawn: np.ndarray | None = None  # [k] float64: each one's probability in the draw (None: greedy)
     rows: np.ndarray | None = None  # [n_layer, n_head, T]: the last position's row in every head
 
-    def top_json(self) -> list[dict]:  # as `attnviz predict --json` writes its top
-        return [{"id": int(i), "token": t, "logprob": float(lp)}
-                for i, t, lp in zip(self.top_ids, self.top_tokens, self.top_logprobs)]
+    def top_json(self) -> list[dict]:  # as `attnviz predict --json` writes its top, and p in the draw
+        drawn = [None] * len(self.top_ids) if self.top_drawn is None else self.top_drawn.tolist()
+        return [{"id": int(i), "token": t, "logprob": float(lp), **({} if d is None else {"p_drawn": d})}
+                for i, t, lp, d in zip(self.top_ids, self.top_tokens, self.top_logprobs, drawn)]
 
 
 @dataclass
@@ -183,6 +185,7 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
                     kv_held=allocated_bytes([*cache.k, *cache.v]),
                     top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
+                    top_drawn=draw_p(logprobs, temperature, top_p, top) if temperature > 0 else None,
                     rows=np.stack(trace.last_rows) if rows else None)
         gen.steps.append(step)
         seq.append(token)

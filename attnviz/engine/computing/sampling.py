@@ -47,6 +47,22 @@ def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
     return int(np.flatnonzero(p == vals[i])[i - np.count_nonzero(p > vals[i])])
 
 
+def draw_p(logprobs: np.ndarray, temperature: float, top_p: float, top: np.ndarray) -> np.ndarray:
+    """logprobs [vocab], top [k] (the k most likely ids, most likely first: generate.top_ids) ->
+    [k] float64: the probability each had in choose's draw at a temperature above 0, that is
+    softmax(logprobs / temperature) over the top-p set, renormalised; 0 outside the set. The i-th
+    most likely is the i-th of the draw's order too (dividing by a temperature keeps the order)."""
+    p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
+    if np.isnan(p).any():  # (as choose: the ids' whole order)
+        vals = p[np.argsort(-p, kind="stable")]
+        m = _cut_at(np.cumsum(vals), top_p)
+    else:
+        vals, m = _cut(p, top_p)
+    out = p[top] / vals[:m].sum()
+    out[m:] = 0.0
+    return out
+
+
 def _cut_at(cum: np.ndarray, top_p: float) -> int:  # running sums [k] -> tokens kept (>= 1)
     return min(int(np.searchsorted(cum, top_p * cum[-1])) + 1, len(cum))
 

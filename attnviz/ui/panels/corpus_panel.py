@@ -36,6 +36,9 @@ from attnviz.ui.panels.corpus_scan import ScanView, example_html
 SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
 
 
+MISSING = "#9a9a9a"  # a head's cell where no text gave the statistic a value (as the scan figure's grey)
+
+
 class CorpusPanel(QWidget):
     """The Corpus tab (module docstring). `jobs`: its reads, hashes and loads
     (ui/machinery/corpus_jobs.CorpusJobs)."""
@@ -97,7 +100,11 @@ class CorpusPanel(QWidget):
         self.heat_plot.setLabel("bottom", "head")
         self.heat_vb = self.heat_plot.getViewBox()
         self.heat_vb.invertY(True)
-        self.heat_img = pg.ImageItem(axisOrder="row-major")
+        self.heat_missing = pg.QtWidgets.QGraphicsRectItem()  # under the image: a head with no value
+        self.heat_missing.setBrush(pg.mkBrush(MISSING))
+        self.heat_missing.setPen(pg.mkPen(None))
+        self.heat_plot.addItem(self.heat_missing)
+        self.heat_img = pg.ImageItem(axisOrder="row-major")  # (a NaN cell is transparent)
         self.heat_plot.addItem(self.heat_img)
         self.heat_mark = pg.QtWidgets.QGraphicsRectItem()
         pen = pg.mkPen(FOCUS, width=2)
@@ -291,8 +298,9 @@ class CorpusPanel(QWidget):
             return
         finite = v[np.isfinite(v)]
         top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-        self.heat_img.setImage(np.nan_to_num(v, nan=0.0), levels=(0.0, top), autoLevels=False)
+        self.heat_img.setImage(np.asarray(v, dtype=np.float64), levels=(0.0, top), autoLevels=False)
         self.heat_img.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
+        self.heat_missing.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
         self.cbar.setLevels((0.0, top))
         self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
         n_layer, n_head = v.shape
@@ -300,7 +308,9 @@ class CorpusPanel(QWidget):
         self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(n_layer)]])
         self.heat_plot.getAxis("bottom").setTicks(
             [[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
-        self.heat_plot.setTitle(f"mean {self.stat} per head", color=TEXT)
+        missing = ("" if finite.size == v.size else ": no text gave a value" if not finite.size
+                   else " (grey: no text gave a value)")
+        self.heat_plot.setTitle(f"mean {self.stat} per head{missing}", color=TEXT)
         self._mark_head()
 
     def cell_center(self, layer: int, head: int) -> QPointF:
@@ -352,6 +362,9 @@ class CorpusPanel(QWidget):
                           "brush": pg.mkBrush(int(c[0]), int(c[1]), int(c[2]))})
         self.scatter.setData(spots)
         self.scatter_plot.autoRange()
+        key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
+                         f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
+        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
 
     def point_position(self, layer: int, head: int) -> QPointF:
         i = layer * self.scan.n_head + head

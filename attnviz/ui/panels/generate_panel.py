@@ -7,7 +7,8 @@ painted by the sentence box) and the heatmaps follow it.
 
 The step slider shows step s of n (counted from 1, as the label and the plot's axis read): the
 generated token's row in every head of the layer shown (what the position that chose it read), the
-top-10 it was drawn from, and the bytes of K and V of the T tokens it read, with the calculator's
+model's top-10 (with each one's probability in the draw when the token was drawn at a
+temperature), and the bytes of K and V of the T tokens it read, with the calculator's
 figure for that many tokens and what their arrays hold with the room they keep for the next
 positions beside it; a plot draws the arrays' bytes against the step."""
 
@@ -25,8 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.calc.format import format_bytes
-from attnviz.engine.calc.from_config import kv_cache_needed
-from attnviz.engine.computing.patterns import head_title
+from attnviz.engine.calc import calculate
+from attnviz.engine.calc.from_config import calc_inputs_from_config
+from attnviz.engine.computing.patterns import drop_first_key, head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
@@ -47,15 +49,16 @@ class RowsView(QWidget):
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state = state
-        self.rows: np.ndarray | None = None  # [n_head, T]
-        self.labels: list[str] = []
+        self.rows: np.ndarray | None = None  # [n_head, n_k]: keys first..T-1
+        self.labels: list[str] = []  # the T tokens' labels
         self.layer = 0
+        self.first = 0  # the position of the first key shown (1: the first token hidden)
         self.setMouseTracking(True)
         self.setMinimumHeight(60)
         self.hover_text = ""
 
-    def set_rows(self, rows, labels, layer) -> None:
-        self.rows, self.labels, self.layer = rows, labels, layer
+    def set_rows(self, rows, labels, layer, first: int = 0) -> None:
+        self.rows, self.labels, self.layer, self.first = rows, labels, layer, first
         self.setMinimumHeight(self.ROW * (0 if rows is None else rows.shape[0]) + 4)
         self.update()
 
@@ -84,10 +87,31 @@ class RowsView(QWidget):
         if self.rows is None or not area.contains(pos):
             return
         h = min(len(self.rows) - 1, int((pos.y() - area.top()) / self.ROW))
-        k = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
+        j = min(self.rows.shape[1] - 1, int((pos.x() - area.left()) * self.rows.shape[1] / area.width()))
+        k = j + self.first
         label = self.labels[k] if k < len(self.labels) else str(k)
-        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, k]):.4g}"
+        self.hover_text = f"{head_title(self.layer, h)} → {label} (key {k})  {float(self.rows[h, j]):.4g}"
         self.setToolTip(self.hover_text)
+
+
+def top_table(step) -> str:
+    """The model's top-k at a step, as rich text: each token's probability, and where the token was
+    drawn (a temperature above 0) the probability it had in the draw, temperature and top-p
+    applied (0 outside the top-p set); greedy takes the first."""
+    drawn = step.top_drawn
+    head = ("<tr><td></td><td></td><td align='right'>model</td><td align='right'>&nbsp;in the draw</td></tr>"
+            if drawn is not None else "")
+    rows = [
+        f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
+        f"<td align='right'>{np.exp(lp):.3f}</td>"
+        + ("" if drawn is None else f"<td align='right'>{drawn[j]:.3f}</td>") + "</tr>"
+        for j, (i, t, lp) in enumerate(zip(step.top_ids, step.top_tokens, step.top_logprobs))]
+    chosen = ("" if step.id in step.top_ids else
+              f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
+    title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
+             "(temperature and top-p applied):" if drawn is not None else
+             f"The model's top {len(step.top_ids)}; greedy takes the first:")
+    return title + "<table>" + head + "".join(rows) + "</table>" + chosen
 
 
 class GeneratePanel(QWidget):
@@ -129,9 +153,12 @@ class GeneratePanel(QWidget):
         self.step_label.setWordWrap(True)
         self.kv_label = QLabel()
         self.kv_label.setWordWrap(True)
+        self.rows_caption = QLabel()
+        self.rows_caption.setWordWrap(True)
         self.rows_view = RowsView(state)
         self.top_label = QLabel()
         self.top_label.setTextFormat(Qt.TextFormat.RichText)
+        self.top_label.setWordWrap(True)  # (its title would widen the dock past the screen)
         self.plot = pg.PlotWidget(background=BACKGROUND)
         self.plot.setMinimumHeight(140)
         self.plot.setLabel("bottom", "step")
@@ -153,6 +180,7 @@ class GeneratePanel(QWidget):
         col.addWidget(self.slider)
         col.addWidget(self.step_label)
         col.addWidget(self.kv_label)
+        col.addWidget(self.rows_caption)
         col.addWidget(self.rows_view)
         col.addWidget(self.top_label)
         col.addWidget(self.plot, 1)
@@ -170,6 +198,7 @@ class GeneratePanel(QWidget):
         self.gen.sigStepShown.connect(self._show_step)
         state.sigModelChanged.connect(lambda _m: self.refresh())
         state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
+        state.sigDisplayChanged.connect(lambda: self._show_step(self.gen.shown))  # Hide first token
         self.refresh()
 
     def start(self) -> None:
@@ -211,11 +240,15 @@ class GeneratePanel(QWidget):
     def kv_text(self, step) -> str:
         """'KV of 6 tokens: 270 KiB (276,480 bytes); calculator: ...; held with room ...: ...': the
         generation's K and V at that step, the calculator's figure for the same T (equal without a
-        sliding window: tests/engine/test_generate.py), and what their arrays take, with the room
-        they keep for the next positions (what the process holds; the curve plots it)."""
-        calc = kv_cache_needed(self.state.model.config, step.T)
+        sliding window; with one, the calculator keeps only the window and says so), and what their
+        arrays take, with the room they keep for the next positions (what the process holds; the
+        curve plots it)."""
+        res = calculate(calc_inputs_from_config(self.state.model.config, seq_len=step.T, kv_dtype="fp32"))
+        calc = res.kv_bytes_sequence
+        why = next((w for w in res.warnings if "keep only the last" in w), "") if calc != step.kv_bytes else ""
+        why = f": {why}, where the generation keeps every token's" if why else ""
         return (f"KV of {step.T:,} tokens: {format_bytes(step.kv_bytes)} ({step.kv_bytes:,} bytes); "
-                f"calculator: {format_bytes(calc)} ({calc:,} bytes); held with room for the next "
+                f"calculator: {format_bytes(calc)} ({calc:,} bytes{why}); held with room for the next "
                 f"positions: {format_bytes(step.kv_held)} ({step.kv_held:,} bytes)")
 
     def _show_step(self, s: int) -> None:
@@ -225,6 +258,7 @@ class GeneratePanel(QWidget):
             self.kv_label.setText("")
             self.top_label.setText("")
             self.rows_view.set_rows(None, [], 0)
+            self.rows_caption.setText("")
             self.marker.hide()
             return
         step = g.steps[s]
@@ -235,18 +269,26 @@ class GeneratePanel(QWidget):
         self.step_label.setText(f"Step {s + 1} of {len(g.steps)}: {quoted(step.token)} "
                                 f"(read {step.T:,} tokens)")
         self.kv_label.setText(self.kv_text(step))
-        rows_top = ["<table>"] + [
-            f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
-            f"<td align='right'>{np.exp(lp):.3f}</td></tr>"
-            for i, t, lp in zip(step.top_ids, step.top_tokens, step.top_logprobs)] + ["</table>"]
-        chosen = ("" if step.id in step.top_ids else
-                  f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
-        self.top_label.setText("Top predictions it was drawn from:" + "".join(rows_top) + chosen)
-        layer = min(self.state.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
-        labels = self._labels(step.T)
-        self.rows_view.set_rows(None if step.rows is None else step.rows[layer], labels, layer)
+        self.top_label.setText(top_table(step))
+        self._show_rows(step)
         self.marker.setValue(s + 1)
         self.marker.show()
+
+    def _show_rows(self, step) -> None:
+        """The step's row in every head of the layer shown, under the grid's Hide first token (the
+        first key dropped, each row renormalised); Value-weighted needs value norms the steps do
+        not keep, and the caption says it does not apply."""
+        st = self.state
+        layer = min(st.layer, step.rows.shape[0] - 1) if step.rows is not None else 0
+        rows, first = None if step.rows is None else step.rows[layer], 0
+        if rows is not None and st.hide_first and rows.shape[1] > 1:
+            rows, first = drop_first_key(rows), 1
+        self.rows_view.set_rows(rows, self._labels(step.T), layer, first)
+        notes = ["the first token hidden, each row renormalised"] if first else []
+        if st.value_weighted:
+            notes.append("Value-weighted does not apply here (the steps keep no value norms)")
+        self.rows_caption.setText(f"The row that chose it, in every head of layer {layer} (each head on its "
+                                  "own colour scale" + "".join("; " + n for n in notes) + "):")
 
     def _labels(self, T: int) -> list[str]:
         """The labels of the first T tokens the step read (the prompt and the tokens before it)."""

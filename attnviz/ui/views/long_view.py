@@ -150,6 +150,10 @@ class LongView(QWidget):
             res = ("exact weights" if now and ov.exact else
                    f"{REDUCE_NAMES[lg.reduce]} of blocks of up to "
                    f"{ov.cell_tokens(0)}×{ov.cell_tokens(1)} tokens" if now else "computing…")
+            tl = lg.tiles
+            if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
+                res += (f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to "
+                        f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
             res += "".join(f", {name}" for on, name in zip(applied, OPTION_NAMES) if on)
             res_ = lg.run.result
             cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"

@@ -1,0 +1,24 @@
+"""The long view's line above the panes says what each pixel is: of the large pane, and of the
+tiles too where they pool blocks of tokens while the pane shows exact weights (the line once said
+'exact weights' over tiles of block maxima)."""
+
+from attnviz.engine.computing.longdoc import dense_bytes
+from attnviz.ui.views.long_view import LongView
+from windows import WAIT
+
+
+def test_the_info_line_names_the_tiles_blocks(window, qtbot):
+    st = window.state
+    cfg = st.model.config
+    window.resize(1600, 1000)
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    window.set_text("The cat sat on the mat near the old red door. " * 36)
+    lg = st.long
+    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
+                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    view = window.findChild(LongView)
+    text = view.info.text()
+    assert lg.pane.exact and not lg.tiles.exact, (lg.pane.values.shape, lg.tiles.values.shape, lg.run.patterns.T)
+    assert text.endswith(f"· exact weights (the tiles: block max of blocks of up to "
+                         f"{lg.tiles.cell_tokens(0)}×{lg.tiles.cell_tokens(1)} tokens)"), text
+    window.worker.wait_idle()
