@@ -35,7 +35,7 @@ def test_a_sampled_generations_top_says_each_tokens_probability_in_the_draw(caps
     """With --temperature, each top entry adds p_drawn: its probability in the draw (temperature and
     top-p applied, renormalised), as sampling.draw_p gives it from the step's own log-probabilities."""
     from attnviz.engine.computing.logits import log_softmax
-    from attnviz.engine.computing.sampling import draw_p
+    from attnviz.engine.computing.sampling import draw_p, draw_set
 
     assert main(["generate", "--model", str(FIXTURES / "llama_gqa"), "--ids", "3,1,4,1,5", "--max-new", "2",
                  "--ignore-eos", "--temperature", "0.7", "--top-p", "0.9", "--seed", "1", "--json"]) == 0
@@ -47,7 +47,7 @@ def test_a_sampled_generations_top_says_each_tokens_probability_in_the_draw(caps
         logprobs = log_softmax(head.logits(r.trace.resid[-1][-1:])[0])
         top = G.top_ids(logprobs, 5)
         assert [t["id"] for t in s["top"]] == top.tolist()
-        assert [t["p_drawn"] for t in s["top"]] == pytest.approx(draw_p(logprobs, 0.7, 0.9, top).tolist(), rel=1e-4)
+        assert [t["p_drawn"] for t in s["top"]] == pytest.approx(draw_p(draw_set(logprobs, 0.7, 0.9), top).tolist(), rel=1e-4)
 
 
 def test_generate_refuses_bad_settings_in_one_line(capsys):

@@ -13,6 +13,7 @@ from attnviz.engine.computing import generate as G
 from attnviz.engine.calc import calc_inputs_from_config, calculate
 from attnviz.engine.errors import NoPrediction
 from attnviz.engine.computing.logits import log_softmax
+from attnviz.engine.computing.sampling import choose
 from attnviz.engine.computing.trace import Trace
 from held_run import HeldRun
 from tiny import FIXTURES
@@ -92,9 +93,9 @@ def test_sampling_is_repeatable_by_seed_and_top_p_near_zero_is_greedy(models):
 def test_choose_draws_only_from_the_top_p_set():
     logprobs = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
     rng = np.random.default_rng(0)
-    draws = {G.choose(logprobs, 1.0, 0.75, rng) for _ in range(300)}
+    draws = {choose(logprobs, 1.0, 0.75, rng) for _ in range(300)}
     assert draws == {0, 1}  # 0.5 + 0.3 reaches 0.75
-    assert G.choose(logprobs, 0.0, 0.1, rng) == 0
+    assert choose(logprobs, 0.0, 0.1, rng) == 0
 
 
 def test_generation_stops_at_eos_or_when_asked(models, monkeypatch):

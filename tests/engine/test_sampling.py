@@ -9,6 +9,7 @@ import pytest
 
 from attnviz.engine.computing import generate as G
 from attnviz.engine.computing.logits import log_softmax
+from attnviz.engine.computing.sampling import choose
 
 
 def by_the_definition(logprobs, temperature, top_p, rng) -> int:
@@ -41,7 +42,7 @@ def test_choose_draws_the_definitions_token_with_the_same_generator(kind, V):
             logprobs = _logprobs(kind, V, rng)
             for seed in range(3 if V == 49152 else 12):
                 a, b = np.random.default_rng(seed), np.random.default_rng(seed)
-                got, want = G.choose(logprobs, temperature, top_p, a), by_the_definition(logprobs, temperature, top_p, b)
+                got, want = choose(logprobs, temperature, top_p, a), by_the_definition(logprobs, temperature, top_p, b)
                 assert got == want, (kind, V, temperature, top_p, seed)
                 assert a.random() == b.random()  # (one number drawn each)
                 n += 1
@@ -52,7 +53,7 @@ def test_choose_with_nan_among_the_values_draws_the_definitions_token():
     logprobs = _logprobs("spread", 1000, np.random.default_rng(0))
     logprobs[[3, 500]] = np.nan
     for seed in range(5):
-        assert G.choose(logprobs, 1.0, 0.9, np.random.default_rng(seed)) == by_the_definition(
+        assert choose(logprobs, 1.0, 0.9, np.random.default_rng(seed)) == by_the_definition(
             logprobs, 1.0, 0.9, np.random.default_rng(seed))
 
 
@@ -65,7 +66,7 @@ def test_a_cut_that_falls_on_a_running_sum_keeps_the_definitions_tokens(V):
     for m in range(1, 40):
         for seed in range(8):
             a, b = np.random.default_rng(seed), np.random.default_rng(seed)
-            assert G.choose(logprobs, 1.0, m / V, a) == by_the_definition(logprobs, 1.0, m / V, b), (m, seed)
+            assert choose(logprobs, 1.0, m / V, a) == by_the_definition(logprobs, 1.0, m / V, b), (m, seed)
 
 
 def test_the_smallest_temperature_draws_the_most_likely_token_and_a_smaller_one_is_refused():
@@ -78,8 +79,8 @@ def test_the_smallest_temperature_draws_the_most_likely_token_and_a_smaller_one_
     V = 2 ** 31
     lp = np.array([-np.log(V) - 1.0, -np.log(V), -np.log(V) - 0.5])  # (the rest of the vocabulary left out)
     for seed in range(5):
-        assert G.choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == 1
-        assert G.choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == by_the_definition(
+        assert choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == 1
+        assert choose(lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed)) == by_the_definition(
             lp, MIN_TEMPERATURE, 1.0, np.random.default_rng(seed))
     G.check_sampling(MIN_TEMPERATURE, 1.0, 1)
     for tiny in (1e-310, MIN_TEMPERATURE / 2):
@@ -91,7 +92,7 @@ def test_the_smallest_temperature_draws_the_most_likely_token_and_a_smaller_one_
 def test_draw_p_is_each_top_tokens_probability_in_the_definitions_draw(kind):
     """What the Generate panel shows beside the model's top-k: the probability each one had in the
     draw, by the definition (sorted, cut at top_p, renormalised), 0 outside the top-p set."""
-    from attnviz.engine.computing.sampling import draw_p
+    from attnviz.engine.computing.sampling import draw_p, draw_set
 
     V, k = 49152, 10
     logprobs = _logprobs(kind, V, np.random.default_rng(7))
@@ -102,7 +103,7 @@ def test_draw_p_is_each_top_tokens_probability_in_the_definitions_draw(kind):
         cum = np.cumsum(p[order])
         keep = order[:int(np.searchsorted(cum, 0.5 * cum[-1])) + 1]
         want = np.array([p[i] / p[keep].sum() if i in set(keep.tolist()) else 0.0 for i in top])
-        np.testing.assert_allclose(draw_p(logprobs, temperature, 0.5, top), want, rtol=1e-12, atol=0)
-        np.testing.assert_allclose(draw_p(logprobs, temperature, 1.0, top), p[top] / p.sum(), rtol=1e-12)
+        np.testing.assert_allclose(draw_p(draw_set(logprobs, temperature, 0.5), top), want, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(draw_p(draw_set(logprobs, temperature, 1.0), top), p[top] / p.sum(), rtol=1e-12)
     if kind == "spread":
-        assert 0 < np.count_nonzero(draw_p(logprobs, 1.0, 0.5, top)) < k  # (the cut falls in the top-k)
+        assert 0 < np.count_nonzero(draw_p(draw_set(logprobs, 1.0, 0.5), top)) < k  # (the cut falls in the top-k)

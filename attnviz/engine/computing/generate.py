@@ -31,7 +31,7 @@ from attnviz.engine.computing.logits import Unembedding, log_softmax
 from attnviz.engine.computing.model import allocated_bytes, token_text
 from attnviz.engine.computing.trace import KVCache, LayerCache, Trace, kv_room
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.computing.sampling import MIN_TEMPERATURE, choose, draw_p
+from attnviz.engine.computing.sampling import MIN_TEMPERATURE, draw_p, draw_set, pick
 
 TOP_K = 5
 log = logging.getLogger(__name__)
@@ -180,12 +180,13 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
     while True:
         logprobs = log_softmax(head.logits(trace.final)[0])  # [vocab] float64
         top = top_ids(logprobs, k)
-        token = choose(logprobs, temperature, top_p, rng)
+        drawn = draw_set(logprobs, temperature, top_p) if temperature > 0 else None  # (once a step)
+        token = int(np.argmax(logprobs)) if drawn is None else pick(drawn, rng)
         labels = [token_text(model, i) for i in [token, *top.tolist()]]
         step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
                     kv_held=allocated_bytes([*cache.k, *cache.v]),
                     top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
-                    top_drawn=draw_p(logprobs, temperature, top_p, top) if temperature > 0 else None,
+                    top_drawn=None if drawn is None else draw_p(drawn, top),
                     rows=np.stack(trace.last_rows) if rows else None)
         gen.steps.append(step)
         seq.append(token)

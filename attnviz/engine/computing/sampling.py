@@ -31,14 +31,24 @@ def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
     module's docstring)."""
     if temperature == 0:
         return int(np.argmax(logprobs))
+    return pick(draw_set(logprobs, temperature, top_p), rng)
+
+
+def draw_set(logprobs: np.ndarray, temperature: float, top_p: float) -> tuple:
+    """What a draw at a temperature above 0 draws from: (p [vocab] float64, vals: p's values the
+    most likely first, at least the m the cut keeps, m, the ids' whole order where p holds NaN
+    else None)."""
     p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
-    order = None
     if np.isnan(p).any():  # (NaN among the values: the ids' whole order, as the definition's)
         order = np.argsort(-p, kind="stable")
         vals = p[order]
-        m = _cut_at(np.cumsum(vals), top_p)
-    else:
-        vals, m = _cut(p, top_p)  # the most likely first, at least the m the cut keeps
+        return p, vals, _cut_at(np.cumsum(vals), top_p), order
+    return (p, *_cut(p, top_p), None)
+
+
+def pick(drawn: tuple, rng) -> int:
+    """A token from draw_set's answer, with one uniform number from rng."""
+    p, vals, m, order = drawn
     kept = vals[:m] / vals[:m].sum()
     i = min(int(np.searchsorted(np.cumsum(kept), rng.random())), m - 1)
     if order is not None:
@@ -47,17 +57,12 @@ def choose(logprobs: np.ndarray, temperature: float, top_p: float, rng) -> int:
     return int(np.flatnonzero(p == vals[i])[i - np.count_nonzero(p > vals[i])])
 
 
-def draw_p(logprobs: np.ndarray, temperature: float, top_p: float, top: np.ndarray) -> np.ndarray:
-    """logprobs [vocab], top [k] (the k most likely ids, most likely first: generate.top_ids) ->
-    [k] float64: the probability each had in choose's draw at a temperature above 0, that is
-    softmax(logprobs / temperature) over the top-p set, renormalised; 0 outside the set. The i-th
-    most likely is the i-th of the draw's order too (dividing by a temperature keeps the order)."""
-    p = np.exp(log_softmax(logprobs / temperature))  # [vocab] float64
-    if np.isnan(p).any():  # (as choose: the ids' whole order)
-        vals = p[np.argsort(-p, kind="stable")]
-        m = _cut_at(np.cumsum(vals), top_p)
-    else:
-        vals, m = _cut(p, top_p)
+def draw_p(drawn: tuple, top: np.ndarray) -> np.ndarray:
+    """draw_set's answer, top [k] (the k most likely ids, most likely first: generate.top_ids) ->
+    [k] float64: the probability each had in the draw, that is softmax(logprobs / temperature)
+    over the top-p set, renormalised; 0 outside the set. The i-th most likely is the i-th of the
+    draw's order too (dividing by a temperature keeps the order)."""
+    p, vals, m, _ = drawn
     out = p[top] / vals[:m].sum()
     out[m:] = 0.0
     return out
