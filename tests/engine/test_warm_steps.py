@@ -91,3 +91,30 @@ def test_a_caller_waits_for_the_step_under_way_and_the_background_thread_takes_n
     assert [(c[0], c[2]) for c in calls if c[1] == "begin"] == [
         (qm.WARM_THREAD, ("float32",)), ("caller", ("uint16",)), ("caller", ())]
     assert calls.index((qm.WARM_THREAD, "end", ("float32",))) < calls.index(("caller", "returned"))
+
+
+def test_a_caller_whose_warm_up_returns_finds_the_one_row_steps_set(monkeypatch):
+    """warm() returns with extras only once the forward pass takes the one-row steps (ONE_ROW),
+    even where the background thread that took their step is held right after recording it done
+    (a thread niced to 19 may be preempted there)."""
+    as_fresh(monkeypatch)
+    held, gate = threading.Event(), threading.Event()
+
+    class Watched(dict):  # qmatvec's record of what is warm, holding that thread past the step
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            if key == "one-row steps" and threading.current_thread().name.startswith(qm.WARM_THREAD):
+                held.set()
+                assert gate.wait(timeout=600)
+    monkeypatch.setattr(qm, "_warmed", Watched())
+    t = qm.warm_in_background([Q.Q4_K])
+    try:
+        assert held.wait(timeout=600)
+        done = []
+        caller = _call([Q.Q4_K], done)
+        caller.join(timeout=BOUND)
+        assert done == [("caller", "returned")] and qm.warmed([Q.Q4_K])
+        assert qm.ONE_ROW is not None
+    finally:
+        gate.set()
+        t.join(timeout=600)

@@ -359,19 +359,22 @@ def _warm_one_row(half) -> None:
     """Load the one-row steps (engine/computing/onerow.py: compiled, or loaded from numba's cache)
     and call each once, and the block's calls for the scale types of `half` (True: float16 bits,
     qpack.HALF; False: float32), those alone (a model's layers use one or two), a step each
-    (_take); the forward pass takes them from then on (ONE_ROW)."""
-    global ONE_ROW
+    (_take); the forward pass takes them from then on (ONE_ROW, set inside the steps' own step,
+    so whichever thread sees that step done finds it set)."""
     _take([(("one-row block", h), lambda h=h: ("one-row block", h) in _warmed,
             lambda h=h: _timed(("one-row block", h), _one_row, [np.uint16 if h else np.float32]))
            for h in sorted(half)]
           + [("one-row steps", lambda: "one-row steps" in _warmed, lambda: _timed("one-row steps", _one_row, ()))])
-    from attnviz.engine.computing import onerow
-    ONE_ROW = onerow
 
 
-def _one_row(scales) -> None:  # onerow.warm(scales), the module imported here (its steps compiled or loaded)
+def _one_row(scales) -> None:
+    """onerow.warm(scales), the module imported here (its steps compiled or loaded); with no
+    scales (the one-row steps' own step), ONE_ROW set to it before the step is recorded done."""
+    global ONE_ROW
     from attnviz.engine.computing import onerow
     onerow.warm(scales)
+    if not scales:
+        ONE_ROW = onerow
 
 
 _started: set = set()  # the block types whose one-row warm-up has begun (warm with extras), and
