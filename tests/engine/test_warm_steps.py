@@ -118,3 +118,20 @@ def test_a_caller_whose_warm_up_returns_finds_the_one_row_steps_set(monkeypatch)
     finally:
         gate.set()
         t.join(timeout=600)
+
+
+def test_the_import_of_the_one_row_steps_is_a_step_of_its_own(monkeypatch):
+    """Importing engine/computing/onerow.py compiles (or loads) its steps' signatures: a step of
+    its own, the first of the one-row warm-up, so the steps after it (the blocks, the steps' calls)
+    are timed without it and a thread that comes to it under way waits for that step alone."""
+    as_fresh(monkeypatch)
+    order = []
+
+    class Watched(dict):  # qmatvec's record of what is warm, in the order the steps end
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value)
+            order.append(key)
+    monkeypatch.setattr(qm, "_warmed", Watched())
+    qm.warm(TYPES)
+    assert [k for k in order if "one-row" in str(k)] == [
+        "one-row import", ("one-row block", False), ("one-row block", True), "one-row steps"]
