@@ -90,6 +90,13 @@ def _corpus_scan(folder: Path) -> Path:
     return out
 
 
+def _heads_to_switch_off(text: str) -> int:  # --ablate's N: a count of heads, at least 1
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"N heads to switch off is at least 1, not {n}")
+    return n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--all", action="store_true", help="make every picture of SHOTS under docs/")
@@ -104,7 +111,7 @@ def main() -> int:
                     help="side panel shown: the focus head (default), the Anatomy of its layer, "
                          "What heads do (prediction and lens, or DLA), the Calculator, Head roles "
                          "(its scores, or Find), Generate, Corpus, Compare, Why here?, Circuits or Patching")
-    ap.add_argument("--ablate", type=int, default=0,
+    ap.add_argument("--ablate", type=_heads_to_switch_off, default=0, metavar="N",
                     help="switch off the N strongest induction heads first (induction and toy "
                          "scenes; any panel but patching)")
     ap.add_argument("--dock-width", type=int, default=0, help="side panel width in pixels")
@@ -197,6 +204,9 @@ def main() -> int:
         q = len(r.labels) - 2  # last piece of the repeated place name, before the final "."
         k = int(r.attentions[layer, head, q].argmax())
         what = f"induction score {scores[layer, head]:.2f}"
+        if args.ablate > scores.size:
+            raise SystemExit(f"--ablate {args.ablate}: this model has {scores.size} heads "
+                             f"({scores.shape[0]} layers of {scores.shape[1]})")
         strongest = [divmod(int(i), scores.shape[1]) for i in np.argsort(-scores, axis=None)[:args.ablate]]
     elif args.scene == "corpus":
         w.open_scan(str(scan))

@@ -78,8 +78,10 @@ def _dotted(node) -> str | None:  # `a.b.c` of a chain of names, else None
 def sets_past_a_setter(source: str, setters: dict[str, set[str]]) -> list[tuple[int, str]]:
     """(line, module._name) of each assignment, setattr or monkeypatch.setattr in `source` (a test)
     to a private global that its module's own public function sets (`setters`), the module named
-    through the source's imports: a test sets it through that function. A name held in a variable
-    (setattr(m, name, ...)) is not seen."""
+    through the source's imports: a test sets it through that function. A name held in a loop
+    variable over string constants (`for name in ("_a", "_b"): setattr(m, name, ...)`) is seen,
+    and monkeypatch's dotted-string form (monkeypatch.setattr("pkg.mod._a", ...)); a name held in
+    any other variable is not."""
     tree, imported, found = ast.parse(source), {}, []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -95,10 +97,30 @@ def sets_past_a_setter(source: str, setters: dict[str, set[str]]) -> list[tuple[
             module = ".".join(filter(None, [imported.get(head, head), rest]))
             if name in setters.get(module, ()):
                 found.append((line, f"{module}.{name}"))
+
+    def setattr_call(node):
+        return isinstance(node, ast.Call) and node.args \
+            and "setattr" in (getattr(node.func, "id", None), getattr(node.func, "attr", None))
+
+    looped = {}  # id of a setattr(obj, name, ...) in a loop of `name` over string constants -> them
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) \
-                and "setattr" in (getattr(node.func, "id", None), getattr(node.func, "attr", None)):
-            check(node.args[0], node.args[1].value, node.lineno)
+        if isinstance(node, ast.For) and isinstance(node.target, ast.Name) \
+                and isinstance(node.iter, (ast.Tuple, ast.List, ast.Set)) \
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.iter.elts):
+            for call in (c for part in node.body for c in ast.walk(part)):
+                if setattr_call(call) and len(call.args) >= 2 and getattr(call.args[1], "id", None) == node.target.id:
+                    looped[id(call)] = [e.value for e in node.iter.elts]
+    for node in ast.walk(tree):
+        if setattr_call(node):
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):  # setattr("pkg.mod._a", v)
+                module, _, name = first.value.rpartition(".")
+                if name in setters.get(module, ()):
+                    found.append((node.lineno, f"{module}.{name}"))
+            elif len(node.args) >= 2:
+                name = node.args[1]
+                for name in [name.value] if isinstance(name, ast.Constant) else looped.get(id(node), []):
+                    check(first, name, node.lineno)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             stack = list(node.targets if isinstance(node, ast.Assign) else [node.target])
             while stack:
@@ -121,6 +143,19 @@ def test_the_check_finds_a_test_setting_what_a_public_function_sets():
     assert sets_past_a_setter(source, setters) == [
         (3, "attnviz.engine.parallel._LIMIT"), (4, "attnviz.engine.parallel._KERNEL_THREADS"),
         (5, "attnviz.engine.parallel._WIDE"), (6, "attnviz.engine.parallel._SPARE")]
+
+
+def test_the_check_finds_a_name_in_a_loop_over_constants_and_monkeypatchs_dotted_form():
+    setters = {"attnviz.engine.reading.qpack": {"_asked", "_rest_later"}}
+    source = ("from attnviz.engine.reading import qpack\n"
+              "for name in ('_asked', '_rest_later', '_other'):\n"
+              "    monkeypatch.setattr(qpack, name, getattr(qpack, name))\n"
+              "monkeypatch.setattr('attnviz.engine.reading.qpack._asked', True)\n"
+              "monkeypatch.setattr('attnviz.engine.reading.qpack._other', True)\n"
+              "for name in names():\n    setattr(qpack, name, 1)\n")
+    assert sets_past_a_setter(source, setters) == [
+        (3, "attnviz.engine.reading.qpack._asked"), (3, "attnviz.engine.reading.qpack._rest_later"),
+        (4, "attnviz.engine.reading.qpack._asked")]
 
 
 def test_no_test_sets_a_private_field_its_module_has_a_public_setter_for():

@@ -34,8 +34,7 @@ def cold(monkeypatch):
     (the compiled code stays in this process: warming again only calls it); the load's own warm-up
     threads, listed, for the test to join."""
     as_fresh(monkeypatch)
-    for name in ("_asked", "_rest_later"):  # (restored after the test as they were)
-        monkeypatch.setattr(qpack, name, getattr(qpack, name))
+    was = qpack.kernels_on(), qpack.rest_later()  # (asked for again after the test as they were)
     qpack.ask_for_kernels(rest_later=True)
     threads, real = [], qm.warm_in_background
 
@@ -43,7 +42,8 @@ def cold(monkeypatch):
         threads.append((real(qtypes, extras, **kw), extras))
         return threads[-1][0]
     monkeypatch.setattr(qm, "warm_in_background", listed)
-    return threads
+    yield threads
+    qpack.ask_for_kernels(*was)
 
 
 @pytest.fixture

@@ -39,3 +39,14 @@ def test_ablate_where_it_cannot_apply_is_refused_with_the_reason(tmp_path):
     assert done.returncode == 2 and not out.exists()
     assert "--ablate switches off the induction or toy scene's strongest induction heads: not with " \
            "--scene agreement" in done.stderr
+
+
+def test_ablate_of_fewer_than_one_head_or_more_than_the_model_has_is_refused(tmp_path):
+    out = tmp_path / "toy.png"
+    for n in ("-1", "0"):
+        done = _screenshot(tmp_path, "--scene", "toy", "--ablate", n, "--out", str(out))
+        assert done.returncode == 2 and not out.exists()
+        assert f"argument --ablate: N heads to switch off is at least 1, not {n}" in done.stderr
+    done = _screenshot(tmp_path, "--scene", "toy", "--ablate", "1000", "--out", str(out))
+    assert done.returncode == 1 and not out.exists()
+    assert "--ablate 1000: this model has " in done.stderr and " heads (" in done.stderr

@@ -220,8 +220,10 @@ _ready_types: set = set()  # the block types whose kernel, serial twin and the o
 
 # The warm-up in steps (_take): a step is one compile (or load), taken by whichever thread comes to
 # it first; a thread that comes to a step under way on another takes the steps after it first,
-# then waits for it. A thread behind the others (warm_behind: niced below them) begins no step
-# while another's warm-up is under way (_callers).
+# then waits for it. A step under way is never overtaken: numba compiles one function at a time
+# in a process, and a kernel's step compiles under _lock (a thread calling another kernel waits for
+# it). A thread behind the others (warm_behind: niced below them) begins no step while another's
+# warm-up is under way (_callers).
 _stepping = threading.Condition()  # (over _under_way, _callers, _closing)
 _under_way: dict = {}  # a step's name -> the Event its thread sets once it ends
 _callers = 0  # warm-ups under way on threads not behind the others
@@ -233,7 +235,8 @@ def warm_behind() -> None:
     """This thread's warm-ups from now on come behind every other thread's (a thread run nicer than
     the threads that wait for it: where the system refuses to raise it again, as Linux does for an
     unprivileged user, a waiting thread would otherwise wait for it): it begins no step while a
-    warm-up on another thread is under way, which takes the steps itself, at its own priority."""
+    warm-up on another thread is under way, which takes the steps not begun itself, at its own
+    priority, and waits for the one under way here."""
     _behind.yes = True
 
 
@@ -311,9 +314,11 @@ def warm(qtypes=KERNELS, extras: bool = True, layers=None) -> dict:
     them, except in a process that warms them later: takes_layer), and the one-row block and stack
     for the scale types block_scales(layers) names: `layers`, a model's layers as a one-row run
     sees them (its packed views; None: every scale type of `qtypes`). One compile at a time is a
-    step (_take): a step under way on another thread is waited for, never done twice, and the
-    steps nobody has begun are taken here, at this thread's priority; a thread behind the others
-    (warm_behind) begins none while this runs."""
+    step (_take): a step under way on another thread is waited for (at that thread's priority: a
+    compile under way cannot be overtaken), never done twice, and the steps nobody has begun are
+    taken here, at this thread's priority; a thread behind the others (warm_behind) begins none
+    while this runs. On a cold cache two steps are large: onerow's import (_warm_one_row) and a
+    kernel's compile. Once this returns with extras, ONE_ROW is set."""
     with _Calling():
         if extras:
             _begun(qtypes)
@@ -356,22 +361,31 @@ def _call_once(kernel, qtype) -> None:  # one call on a tiny matrix of `qtype`: 
 
 
 def _warm_one_row(half) -> None:
-    """Load the one-row steps (engine/computing/onerow.py: compiled, or loaded from numba's cache)
-    and call each once, and the block's calls for the scale types of `half` (True: float16 bits,
-    qpack.HALF; False: float32), those alone (a model's layers use one or two), a step each
-    (_take); the forward pass takes them from then on (ONE_ROW)."""
-    global ONE_ROW
-    _take([(("one-row block", h), lambda h=h: ("one-row block", h) in _warmed,
-            lambda h=h: _timed(("one-row block", h), _one_row, [np.uint16 if h else np.float32]))
-           for h in sorted(half)]
+    """Load the one-row steps (engine/computing/onerow.py: its import compiles their signatures,
+    or loads them from numba's cache, the largest step on a cold cache) and call each once, and
+    the block's calls for the scale types of `half` (True: float16 bits, qpack.HALF; False:
+    float32), those alone (a model's layers use one or two), a step each (_take), the import
+    first; the forward pass takes them from then on (ONE_ROW, set inside the steps' own step, so
+    whichever thread sees that step done finds it set)."""
+    _take([("one-row import", lambda: "one-row import" in _warmed, lambda: _timed("one-row import", _import_one_row))]
+          + [(("one-row block", h), lambda h=h: ("one-row block", h) in _warmed,
+              lambda h=h: _timed(("one-row block", h), _one_row, [np.uint16 if h else np.float32]))
+             for h in sorted(half)]
           + [("one-row steps", lambda: "one-row steps" in _warmed, lambda: _timed("one-row steps", _one_row, ()))])
-    from attnviz.engine.computing import onerow
-    ONE_ROW = onerow
 
 
-def _one_row(scales) -> None:  # onerow.warm(scales), the module imported here (its steps compiled or loaded)
+def _import_one_row() -> None:  # onerow imported: its steps' signatures compiled (or loaded)
+    from attnviz.engine.computing import onerow  # noqa: F401
+
+
+def _one_row(scales) -> None:
+    """onerow.warm(scales), the module imported here (its steps compiled or loaded); with no
+    scales (the one-row steps' own step), ONE_ROW set to it before the step is recorded done."""
+    global ONE_ROW
     from attnviz.engine.computing import onerow
     onerow.warm(scales)
+    if not scales:
+        ONE_ROW = onerow
 
 
 _started: set = set()  # the block types whose one-row warm-up has begun (warm with extras), and
@@ -441,7 +455,7 @@ def warm_in_background(qtypes, extras: bool = True, layers=None, then=None) -> t
 def _warm_nicely(qtypes, extras: bool = True, layers=None, then=None) -> None:
     """warm(), this thread first made nicer (Linux) and behind the others (warm_behind): a model's
     first run, on another thread, comes before the kernels it does not need yet, and a thread that
-    needs them takes them itself."""
+    needs them takes those not begun itself (and waits for the one under way here)."""
     warm_behind()
     try:
         me = threading.get_native_id()

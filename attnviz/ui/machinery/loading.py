@@ -192,21 +192,23 @@ def warm_the_rest(worker, model, steps: bool = False) -> None:
     with (engine/computing/qmatvec.py warm), then the model's stack of every layer's blocks
     (onerow_stack.prepare: the first keystroke would build it), on a thread of its own below the
     main thread (a job of `worker`, the app's runner); nothing where both are done or under way.
+    A warm-up of another model (the window's model before) still under way is left to run on as
+    it is, and this one started beside it (the steps they share are taken once).
     A keystroke meanwhile waits for neither (module docstring). `steps`: asked for by a
     generation about to start, whose steps take the layer loop until the warm-up is done (one
     run chooses once; each step is a run): then on a thread at the main thread's priority, as the
     generation's own, which would otherwise leave a thread below it no core on 2 cores until its
     last step; a warm-up under way (the first analysis's, or one the kernels began on a thread of
     their own: hurry_the_kernels_warm_up) is raised to it where the system lets it, and its steps
-    not begun yet are taken at that priority (WarmUp.hurry)."""
+    not begun yet are taken at that priority (WarmUp.hurry), where it is `model`'s."""
     types = getattr(getattr(model, "weights", None), "packed_types", None)
     if not types:
         return
     if steps:
         hurry_the_kernels_warm_up()
     job = worker.running(WARM_KIND)
-    if job is not None:
-        if steps and isinstance(job.request, WarmUp):
+    if job is not None and isinstance(job.request, WarmUp) and job.request.model is model:
+        if steps:
             job.request.hurry()
         return
     from attnviz.engine.computing import onerow_stack, qmatvec

@@ -88,6 +88,7 @@ class FocusView(QWidget):
         self.label_note.hide()
         self.label_steps = (1, 1)  # (rows, columns): every n-th token labelled
         self._labels: tuple[list[str], list[str]] = ([], [])  # what the axes show (axis_labels)
+        self._measured: list = []  # the view box sizes the labels were last chosen for (the last two)
         lay.addWidget(self.title)
         lay.addWidget(self.gw, 1)
         lay.addWidget(self.label_note)
@@ -102,6 +103,7 @@ class FocusView(QWidget):
         self.vb = self.plot.getViewBox()
         self.vb.invertY(True)  # query rows top to bottom; cells stretch to fill the dock
         self.vb.disableAutoRange()
+        self.vb.sigResized.connect(self._view_box_resized)
         for name in ("left", "top"):
             ax = self.plot.getAxis(name)
             ax.setPen(pg.mkPen(BACKGROUND))
@@ -268,8 +270,23 @@ class FocusView(QWidget):
         right (every label_steps-th token; none without a head)."""
         return self._labels
 
-    def _set_ticks(self):
+    def _view_box_resized(self, *_) -> None:
+        """The labels chosen again for the view box's new size: it changes after the labels were
+        chosen, as the row labels' axis and the colour bar's widen to theirs. Where the new labels
+        would take it back to the size before (a size between two spacings), both sizes' smaller
+        sides choose them, and they fit either."""
+        size = (self.vb.width(), self.vb.height())
+        if self._head() is None or self._measured[-1:] == [size]:
+            return
+        if len(self._measured) == 2 and self._measured[0] == size:
+            self._set_ticks(tuple(map(min, *self._measured)))
+        else:
+            self._set_ticks()
+
+    def _set_ticks(self, size: tuple[float, float] | None = None):  # size: the view box's (width, height)
         r = self.state.on_screen()[0].result
+        width, height = size if size is not None else (self.vb.width(), self.vb.height())
+        self._measured = [*self._measured[-1:], (self.vb.width(), self.vb.height())]
         T = len(r.labels)
         # every token labelled while rows / columns are a line of label text apart (in the
         # window's font, or a smaller one when that labels each), else every step-th in the
@@ -278,8 +295,8 @@ class FocusView(QWidget):
         small.setPointSizeF(max(MIN_LABEL_PT, 0.8 * self.font().pointSizeF()))
         for font in (self.font(), small, self.font()):
             line = QFontMetricsF(font).height() + 1
-            steps = [max(1, math.ceil(line * max(T, 1) / max(size, 1.0)))
-                     for size in (self.vb.height(), self.vb.width())]
+            steps = [max(1, math.ceil(line * max(T, 1) / max(side, 1.0)))
+                     for side in (height, width)]
             if max(steps) == 1:
                 break
         ticks = [[(i + 0.5, axis_label(r.labels[i])) for i in range(first, T, step)]
@@ -321,11 +338,6 @@ class FocusView(QWidget):
         if on:
             self.cell_rect.setRect(QRectF(c[3], c[2], 1, 1))  # x: key column, y: query row
         self.cell_rect.setVisible(on)
-
-    def resizeEvent(self, ev):
-        super().resizeEvent(ev)
-        if self._head() is not None:
-            self._set_ticks()
 
     def cell_at(self, x: float, y: float):
         lh = self._head()

@@ -196,7 +196,11 @@ def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, f
         bar.setColorMap(pg.colormap.get(colormap))
     if shown is None or shown[1] != levels:
         bar.setLevels(levels)
-        bar.getAxis("right").setTicks(level_ticks(*levels))
+        axis, ticks = bar.getAxis("right"), level_ticks(*levels)
+        axis.setTicks(ticks)
+        width = _axis_width(QFontMetricsF(axis.style["tickFont"]), [t for level in ticks for _, t in level])
+        if width != axis.width():
+            axis.setWidth(width)
     if shown is None or shown[2] != title:
         axis = bar.getAxis("right")
         axis.setLabel(title, color=TEXT)
@@ -207,8 +211,10 @@ def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, f
 
 
 def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
-    """The colour bar of the grid and the focus view, its axis as wide as its ticks ("0.00") and its
-    rotated title need at the widget's font, so they never overlap at a large UI font."""
+    """The colour bar of the grid and the focus view, its axis as wide as its tick labels and its
+    rotated title need at the widget's font, so they never overlap at a large UI font: here for
+    labels up to "0.000", then for the widest label of each update's ticks (update_bar: a
+    difference's ends read up to -0.00000123)."""
     bar = pg.ColorBarItem(values=(0, 1), colorMap=pg.colormap.get(colormap), interactive=False,
                           width=14, colorMapMenu=False)
     axis = bar.getAxis("right")
@@ -217,9 +223,16 @@ def colour_bar(colormap: str, font: QFont) -> pg.ColorBarItem:
     fm = QFontMetricsF(font)
     axis.setStyle(tickFont=font, tickTextOffset=5)
     axis.label.setFont(font)
-    axis.setWidth(int(math.ceil(fm.horizontalAdvance("0.000") + 2 * fm.height() + 12)))
+    axis.setWidth(_axis_width(fm, []))
     axis.setTicks(level_ticks(0.0, 1.0))
     return bar
+
+
+def _axis_width(fm: QFontMetricsF, labels: list[str]) -> int:
+    """A colour bar axis' width for tick labels `labels` (none narrower than "0.000"): the widest,
+    its offset from the bar and the rotated title beside it, at font metrics `fm`."""
+    widest = max(fm.horizontalAdvance(t) for t in [*labels, "0.000"])
+    return int(math.ceil(widest + 2 * fm.height() + 12))
 
 
 def level_ticks(lo: float, hi: float, n: int = 5) -> list[list[tuple[float, str]]]:
