@@ -60,3 +60,12 @@ def test_unknown_store_names_say_where_attnviz_looked():
     for name in ("ollama:no-such:1b", "ollama:hf.co/org/repo:Q4_K_M", "no-such-model.gguf"):
         with pytest.raises(ModelLoadError, match="LM Studio or Ollama.*attnviz models"):
             load_model(name)
+
+
+def test_a_missing_gguf_path_is_named_a_file_not_a_folder(tmp_path):
+    gone = tmp_path / "models" / "gone.gguf"
+    with pytest.raises(ModelLoadError, match=r"no GGUF file at .*gone\.gguf: it was moved or deleted") as err:
+        load_model(str(gone))
+    assert "folder" not in str(err.value)
+    with pytest.raises(ModelLoadError, match=r"no model folder at .*models/gone$"):
+        load_model(str(tmp_path / "models" / "gone"))

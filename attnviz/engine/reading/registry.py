@@ -474,6 +474,9 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     if entry is not None:
         return entry.name, entry.path, entry.license
     if any(sep in text for sep in ("/", "\\")) and not text.count("/") == 1 and ":" not in text:
+        if path.suffix.lower() == ".gguf":  # a file, not a folder: say what is missing
+            raise ModelLoadError(f"no GGUF file at {path}: it was moved or deleted, or the path "
+                                 "is mistyped")
         raise ModelLoadError(f"no model folder at {path}")
     raise ModelLoadError(
         f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "
