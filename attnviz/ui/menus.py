@@ -66,10 +66,14 @@ class Menus:
     def __init__(self, w, samples_menu: QMenu):
         mb = w.menuBar()
         file_menu = mb.addMenu("&File")
-        self.open_folder_action = file_menu.addAction("&Open model folder…")
+        # (the window's, not the menu's: the Models menu shows them too, and its refill would
+        # delete actions a menu owns)
+        self.open_folder_action = QAction("&Open model folder…", w)
+        file_menu.addAction(self.open_folder_action)
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
         self.open_folder_action.triggered.connect(w.open_model_folder)
-        self.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
+        self.open_file_action = QAction("Open model &file (GGUF)…", w)
+        file_menu.addAction(self.open_file_action)
         self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
         self.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
         self.open_file_action.triggered.connect(w.open_model_file)
@@ -85,7 +89,10 @@ class Menus:
         self.export_action.triggered.connect(w.export_dialog)
         file_menu.addSeparator()
         self.quit_action = file_menu.addAction("&Quit")
-        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        # the platform's quit keys, and Ctrl+Q everywhere (a platform theme without a quit key,
+        # Windows' or the offscreen one, would leave the menu without the key the guide names)
+        quit_keys, ctrl_q = QKeySequence.keyBindings(QKeySequence.StandardKey.Quit), QKeySequence("Ctrl+Q")
+        self.quit_action.setShortcuts(quit_keys if ctrl_q in quit_keys else [*quit_keys, ctrl_q])
         self.quit_action.triggered.connect(w.close)
         self.file_menu = file_menu
         # also the window's own actions: a native (global) menu bar does not see key presses, and
@@ -97,10 +104,8 @@ class Menus:
 
         mb.addMenu(samples_menu)
 
-        folder = QAction("Open model folder…", w)
-        folder.triggered.connect(w.open_model_folder)
-        gguf = QAction("Open model file (GGUF)…", w)
-        gguf.triggered.connect(w.open_model_file)
+        # File's own open actions, so the Models menu shows their keys too
+        folder, gguf = self.open_folder_action, self.open_file_action
         budget = self.memory_budget_action = QAction("Memory &budget…", w)
         budget.setToolTip("How much memory the model's layers may take as float32; a bigger model "
                           "expands the others from its file as they run")
