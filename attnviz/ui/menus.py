@@ -141,6 +141,11 @@ class Menus:
         view.addAction(w.focus_dock.toggleViewAction())
 
         self.help_menu = mb.addMenu("&Help")
+        self.keys_action = self.help_menu.addAction("&Keys and mouse")
+        self.keys_action.setShortcut(QKeySequence("F1"))
+        self.keys_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.keys_action.triggered.connect(w.show_keys)
+        w.addAction(self.keys_action)
         self.about_action = self.help_menu.addAction("&About attnviz")
         self.about_action.triggered.connect(w.show_about)
 
@@ -177,6 +182,38 @@ def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
     """`llama, 30 layers × 9 heads, 3 KV heads` (the KV heads only when fewer than the heads)."""
     kv = f", {n_kv_head} KV heads" if n_kv_head != n_head else ""
     return f"{family}, {n_layer} layers × {n_head} heads{kv}"
+
+
+# Help > Keys and mouse: every key of the menus and the window, and what the mouse does where
+KEYS = (
+    ("PgUp / PgDown, Ctrl+Up / Ctrl+Down", "previous or next layer"),
+    ("arrow keys (the grid focused)", "move the focus between heads"),
+    ("Esc", "clear the query; while a model loads, stop waiting for it"),
+    ("Ctrl+O", "open a model folder"),
+    ("Ctrl+Shift+G", "open a model file (GGUF)"),
+    ("Ctrl+Shift+O", "open a saved view"),
+    ("Ctrl+E", "export"),
+    ("Ctrl+Q", "quit"),
+    ("F1", "this list"),
+)
+MOUSE = (
+    ("click a token in the strip", "make it the query: its row is outlined in every head (click "
+                                   "it again to clear)"),
+    ("click a head in the grid", "show it large in the Focus head tab"),
+    ("Shift+click a cell in the grid, or click a cell of the focus view", "make its row's token the query"),
+    ("Alt+click or right-click a head", "switch it off (again: back on)"),
+    ("right-click a cell of the focus view", "Why here?: what the score is made of"),
+    ("hover a cell", "read the query, the key and the weight"),
+)
+
+
+def keys_html() -> str:
+    """Help > Keys and mouse: KEYS and MOUSE as two tables."""
+    def table(rows) -> str:
+        return "<table cellspacing=4>" + "".join(
+            f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in rows) + "</table>"
+
+    return f"<h3>Keys</h3>{table(KEYS)}<h3>Mouse</h3>{table(MOUSE)}"
 
 
 def about_html(model) -> str:

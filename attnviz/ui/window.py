@@ -23,7 +23,7 @@ from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
-from attnviz.ui.menus import Menus, about_html
+from attnviz.ui.menus import Menus, about_html, keys_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
@@ -354,6 +354,9 @@ class MainWindow(QMainWindow):
         from attnviz.ui.export import ExportDialog
 
         ExportDialog(self.state, self, self.settings, self.worker.compare_jobs).exec()
+
+    def show_keys(self) -> None:
+        QMessageBox.information(self, "Keys and mouse", keys_html())
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))
