@@ -280,7 +280,7 @@ class MainWindow(QMainWindow):
         self.worker.cancel_load()
 
     def open_model_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights)")
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights, or one .gguf)")
         if folder:
             self.load_model(folder)
 

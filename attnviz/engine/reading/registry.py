@@ -18,7 +18,9 @@ from pathlib import Path
 from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_file import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
+from attnviz.engine.reading.gguf_file import (
+    ARCHITECTURES, gguf_display_name, gguf_in_folder, is_gguf, open_gguf,
+)
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -434,6 +436,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     text = str(name_or_dir)
     path = Path(text).expanduser()
     if path.exists():
+        if path.is_dir():
+            path = gguf_in_folder(path)
         if path.is_file() and path.suffix in PICKLE_SUFFIXES:
             raise refuse_pickle(path)
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
