@@ -1,7 +1,7 @@
-"""What heads do on an empty text: SmolLM2 (no BOS) runs no tokens, so the grid is empty, and the
-panel no longer shows what the last text predicted after a token that is gone."""
+"""An empty text on SmolLM2 (no BOS) runs no tokens: the grid is empty, and so are What heads do (no
+prediction after a token that is gone) and the status bar's compute time (not the last text's)."""
 
-from windows import WAIT, open_window, wait_for_text
+from windows import WAIT, open_window, wait_for_text, widget
 
 
 def test_an_empty_text_empties_the_prediction_too(qtbot, tmp_path, smollm2):
@@ -22,4 +22,15 @@ def test_an_empty_text_empties_the_prediction_too(qtbot, tmp_path, smollm2):
     wait_for_text(qtbot, w, "The cat sat on")
     qtbot.waitUntil(lambda: panel.top_table.rowCount() > 0 and "Next token after" in panel.header.text(),
                     timeout=WAIT)
+    w.worker.wait_idle()
+
+
+def test_an_empty_text_shows_no_compute_time_of_the_text_before(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text="The cat sat on the",
+                    panels=())
+    assert widget(w, "time_label").text().startswith("compute ")
+    w.set_text("")
+    qtbot.waitUntil(lambda: w.state.result is None and w.state.text == "", timeout=WAIT)
+    assert widget(w, "tokens_label").text() == "0 tokens"
+    assert widget(w, "time_label").text() == ""
     w.worker.wait_idle()
