@@ -60,7 +60,7 @@ def create_window(model: str | None = None, text: str | None = None,
 
     from attnviz.ui.window import MainWindow
 
-    return MainWindow(state, worker, settings=settings, model=source, text=text, **kw)
+    return MainWindow(state, worker, settings=settings, model=model, text=text, **kw)
 
 
 def run_app(model: str | None = None, text: str | None = None) -> int:

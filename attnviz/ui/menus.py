@@ -66,10 +66,14 @@ class Menus:
     def __init__(self, w, samples_menu: QMenu):
         mb = w.menuBar()
         file_menu = mb.addMenu("&File")
-        self.open_folder_action = file_menu.addAction("&Open model folder…")
+        # (the window's, not the menu's: the Models menu shows them too, and its refill would
+        # delete actions a menu owns)
+        self.open_folder_action = QAction("&Open model folder…", w)
+        file_menu.addAction(self.open_folder_action)
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
         self.open_folder_action.triggered.connect(w.open_model_folder)
-        self.open_file_action = file_menu.addAction("Open model &file (GGUF)…")
+        self.open_file_action = QAction("Open model &file (GGUF)…", w)
+        file_menu.addAction(self.open_file_action)
         self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
         self.open_file_action.setToolTip("A .gguf model as llama.cpp, LM Studio and Ollama keep them")
         self.open_file_action.triggered.connect(w.open_model_file)
@@ -85,7 +89,10 @@ class Menus:
         self.export_action.triggered.connect(w.export_dialog)
         file_menu.addSeparator()
         self.quit_action = file_menu.addAction("&Quit")
-        self.quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        # the platform's quit keys, and Ctrl+Q everywhere (a platform theme without a quit key,
+        # Windows' or the offscreen one, would leave the menu without the key the guide names)
+        quit_keys, ctrl_q = QKeySequence.keyBindings(QKeySequence.StandardKey.Quit), QKeySequence("Ctrl+Q")
+        self.quit_action.setShortcuts(quit_keys if ctrl_q in quit_keys else [*quit_keys, ctrl_q])
         self.quit_action.triggered.connect(w.close)
         self.file_menu = file_menu
         # also the window's own actions: a native (global) menu bar does not see key presses, and
@@ -97,10 +104,8 @@ class Menus:
 
         mb.addMenu(samples_menu)
 
-        folder = QAction("Open model folder…", w)
-        folder.triggered.connect(w.open_model_folder)
-        gguf = QAction("Open model file (GGUF)…", w)
-        gguf.triggered.connect(w.open_model_file)
+        # File's own open actions, so the Models menu shows their keys too
+        folder, gguf = self.open_folder_action, self.open_file_action
         budget = self.memory_budget_action = QAction("Memory &budget…", w)
         budget.setToolTip("How much memory the model's layers may take as float32; a bigger model "
                           "expands the others from its file as they run")
@@ -136,6 +141,11 @@ class Menus:
         view.addAction(w.focus_dock.toggleViewAction())
 
         self.help_menu = mb.addMenu("&Help")
+        self.keys_action = self.help_menu.addAction("&Keys and mouse")
+        self.keys_action.setShortcut(QKeySequence("F1"))
+        self.keys_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.keys_action.triggered.connect(w.show_keys)
+        w.addAction(self.keys_action)
         self.about_action = self.help_menu.addAction("&About attnviz")
         self.about_action.triggered.connect(w.show_about)
 
@@ -172,6 +182,38 @@ def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
     """`llama, 30 layers × 9 heads, 3 KV heads` (the KV heads only when fewer than the heads)."""
     kv = f", {n_kv_head} KV heads" if n_kv_head != n_head else ""
     return f"{family}, {n_layer} layers × {n_head} heads{kv}"
+
+
+# Help > Keys and mouse: every key of the menus and the window, and what the mouse does where
+KEYS = (
+    ("PgUp / PgDown, Ctrl+Up / Ctrl+Down", "previous or next layer"),
+    ("arrow keys (the grid focused)", "move the focus between heads"),
+    ("Esc", "clear the query; while a model loads, stop waiting for it"),
+    ("Ctrl+O", "open a model folder"),
+    ("Ctrl+Shift+G", "open a model file (GGUF)"),
+    ("Ctrl+Shift+O", "open a saved view"),
+    ("Ctrl+E", "export"),
+    ("Ctrl+Q", "quit"),
+    ("F1", "this list"),
+)
+MOUSE = (
+    ("click a token in the strip", "make it the query: its row is outlined in every head (click "
+                                   "it again to clear)"),
+    ("click a head in the grid", "show it large in the Focus head tab"),
+    ("Shift+click a cell in the grid, or click a cell of the focus view", "make its row's token the query"),
+    ("Alt+click or right-click a head", "switch it off (again: back on)"),
+    ("right-click a cell of the focus view", "Why here?: what the score is made of"),
+    ("hover a cell", "read the query, the key and the weight"),
+)
+
+
+def keys_html() -> str:
+    """Help > Keys and mouse: KEYS and MOUSE as two tables."""
+    def table(rows) -> str:
+        return "<table cellspacing=4>" + "".join(
+            f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(v)}</td></tr>" for k, v in rows) + "</table>"
+
+    return f"<h3>Keys</h3>{table(KEYS)}<h3>Mouse</h3>{table(MOUSE)}"
 
 
 def about_html(model) -> str:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.analysing.samples import SAMPLES
+from attnviz.engine.reading.registry import WINDOW_MODEL
 from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.views.compute_figures import ComputeFigures
 from attnviz.ui.views.controls import LoadBox, SentenceBox, ViewControls
@@ -22,7 +23,7 @@ from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
-from attnviz.ui.menus import Menus, about_html
+from attnviz.ui.menus import Menus, about_html, keys_html
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
@@ -38,7 +39,8 @@ class MainWindow(QMainWindow):
                  panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why",
                             "patching")):
         """A view of `state` (AppState), with `worker` the runner that follows it (app.assemble
-        wires the two; app.create_window also starts the model's load)."""
+        wires the two; app.create_window also starts the model's load). `model`: the model asked
+        for; None opens the remembered one."""
         super().__init__(parent)
         self.settings = settings if settings is not None else remembered.app_settings()
         self.state, self.worker = state, worker
@@ -47,6 +49,10 @@ class MainWindow(QMainWindow):
                 obj.setParent(self)
         self.pending_view: tuple[dict, str] | None = None  # (view, path) waiting for its model
         self.last_request = None  # the newest compute request whose outcome came
+        # model None: the remembered one opens, and should its first load fail (a file since
+        # deleted), the window's default instead (views/load_outcome.py)
+        self.start_fallback = None if model else WINDOW_MODEL
+        self.start_note: tuple[str, str] | None = None  # (that default, the banner once it is loaded)
         # start-up's collection, armed once its last job is done (_freeze_after_start_up)
         self._start_up_collection = StartUpCollection(self, self.state.sigTextChanged, self._busy)
         # start loading first: the weights load on the worker while the widgets are built
@@ -274,7 +280,7 @@ class MainWindow(QMainWindow):
         self.worker.cancel_load()
 
     def open_model_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights)")
+        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights, or one .gguf)")
         if folder:
             self.load_model(folder)
 
@@ -348,6 +354,9 @@ class MainWindow(QMainWindow):
         from attnviz.ui.export import ExportDialog
 
         ExportDialog(self.state, self, self.settings, self.worker.compare_jobs).exec()
+
+    def show_keys(self) -> None:
+        QMessageBox.information(self, "Keys and mouse", keys_html())
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))

@@ -60,3 +60,30 @@ def test_unknown_store_names_say_where_attnviz_looked():
     for name in ("ollama:no-such:1b", "ollama:hf.co/org/repo:Q4_K_M", "no-such-model.gguf"):
         with pytest.raises(ModelLoadError, match="LM Studio or Ollama.*attnviz models"):
             load_model(name)
+
+
+def test_a_missing_gguf_path_is_named_a_file_not_a_folder(tmp_path):
+    gone = tmp_path / "models" / "gone.gguf"
+    with pytest.raises(ModelLoadError, match=r"no GGUF file at .*gone\.gguf: it was moved or deleted") as err:
+        load_model(str(gone))
+    assert "folder" not in str(err.value)
+    with pytest.raises(ModelLoadError, match=r"no model folder at .*models/gone$"):
+        load_model(str(tmp_path / "models" / "gone"))
+
+
+def test_a_folder_holding_one_gguf_opens_it_and_one_of_several_names_them(tmp_path):
+    from gguf_files import gguf_tensors, write_gguf
+
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    one = tmp_path / "lmstudio" / "org" / "tiny-GGUF"
+    one.mkdir(parents=True)
+    write_gguf(one / "tiny.Q8_0.gguf", cfg, tensors)
+    model = load_model(str(one))  # File > Open model folder on LM Studio's folder of the model
+    assert model.path == one / "tiny.Q8_0.gguf" and model.config.n_kv_head == 2
+    write_gguf(one / "tiny.F16.gguf", cfg, tensors)
+    with pytest.raises(ModelLoadError, match=r"tiny-GGUF is not a model folder \(it has no config.json\) "
+                       r"and holds 2 GGUF files: open one of them \(tiny.F16.gguf, tiny.Q8_0.gguf\)"):
+        load_model(str(one))
+    with pytest.raises(ModelLoadError, match="empty is not a model folder: it has no config.json"):
+        (tmp_path / "empty").mkdir()
+        load_model(str(tmp_path / "empty"))

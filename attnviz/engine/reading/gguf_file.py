@@ -35,6 +35,24 @@ ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen
 PERMUTED_QK = {"llama", "mistral"}
 
 
+def gguf_in_folder(folder: Path) -> Path:
+    """A folder without config.json that holds one GGUF file (LM Studio's folders, a download's):
+    that file; a folder of several names them; any other folder is itself."""
+    if (folder / "config.json").exists():
+        return folder
+    try:
+        ggufs = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".gguf" and p.is_file())
+    except OSError:
+        return folder
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if ggufs:
+        names = ", ".join(p.name for p in ggufs[:6]) + (", …" if len(ggufs) > 6 else "")
+        raise ModelLoadError(f"{folder} is not a model folder (it has no config.json) and holds "
+                             f"{len(ggufs)} GGUF files: open one of them ({names})")
+    return folder
+
+
 def is_gguf(path: Path) -> bool:
     """True when the file starts with the GGUF magic (Ollama's blobs have no extension). Only a
     regular file is opened: reading a FIFO would block."""

@@ -18,7 +18,9 @@ from pathlib import Path
 from attnviz.engine.reading.checkpoint_list import count_checkpoints
 from attnviz.engine.reading.config import read_config
 from attnviz.engine.errors import AttnvizError, ModelLoadError
-from attnviz.engine.reading.gguf_file import ARCHITECTURES, gguf_display_name, is_gguf, open_gguf
+from attnviz.engine.reading.gguf_file import (
+    ARCHITECTURES, gguf_display_name, gguf_in_folder, is_gguf, open_gguf,
+)
 from attnviz.engine.reading.textbook import TEXTBOOK_NAME, textbook_model_dir
 from attnviz.engine.reading.weights import PICKLE_SUFFIXES, refuse_pickle
 
@@ -434,6 +436,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     text = str(name_or_dir)
     path = Path(text).expanduser()
     if path.exists():
+        if path.is_dir():
+            path = gguf_in_folder(path)
         if path.is_file() and path.suffix in PICKLE_SUFFIXES:
             raise refuse_pickle(path)
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
@@ -474,6 +478,9 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     if entry is not None:
         return entry.name, entry.path, entry.license
     if any(sep in text for sep in ("/", "\\")) and not text.count("/") == 1 and ":" not in text:
+        if path.suffix.lower() == ".gguf":  # a file, not a folder: say what is missing
+            raise ModelLoadError(f"no GGUF file at {path}: it was moved or deleted, or the path "
+                                 "is mistyped")
         raise ModelLoadError(f"no model folder at {path}")
     raise ModelLoadError(
         f"no model named {text!r} (not a folder or file, not in the Hugging Face, llama.cpp, "

@@ -279,7 +279,9 @@ def read_folder(path: Path, name: str | None = None, license: str | None = None,
     config = read_config(path)
     tok_path = path / "tokenizer.json"
     tokenizer = TextTokenizer(tok_path) if exists(tok_path) else None
-    if tokenizer is None:
+    notice = None
+    if tokenizer is None:  # (the window shows the notice from the start, not after a failed text)
+        notice = "its folder has no tokenizer.json: type token ids instead, e.g. 5, 17, 3"
         log.info("%s has no tokenizer.json: only token ids can be run", path)
     else:
         tokenizer.check_ids(config.vocab_size)
@@ -290,7 +292,7 @@ def read_folder(path: Path, name: str | None = None, license: str | None = None,
             license = _read_license(path)
         except OSError as exc:  # the licence line is optional: an unreadable README is no reason
             log.warning("cannot read %s: %s", path / "README.md", exc)
-    return ReadModel(name or path.name, path, config, weights, tokenizer, license=license)
+    return ReadModel(name or path.name, path, config, weights, tokenizer, license=license, notice=notice)
 
 
 def _read_license(path: Path) -> str | None:

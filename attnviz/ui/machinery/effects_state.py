@@ -45,6 +45,7 @@ class Effects(QObject):
         self._query_wanted = None  # (text, position): a saved view's query, set once its result is in
         state.sigModelChanged.connect(self._on_model)
         state.sigResultChanged.connect(self._query_follows)
+        state.sigResultChanged.connect(self._on_no_tokens)
 
     # --- setters --------------------------------------------------------------------------------
     def set_wanted(self, on: bool) -> None:
@@ -177,3 +178,11 @@ class Effects(QObject):
             self.set_analysis(None)
         if self.scan is not None or self.scan_note or self.scan_running:
             self.set_scan(None)
+
+    def _on_no_tokens(self, result) -> None:
+        """An empty text (a decoder without BOS runs no tokens): the grid is empty, and so is what
+        the last text's run predicted, rather than a prediction after a token no longer there."""
+        if result is None and not self.state.text.strip() and self.state.long.run is None:
+            self.set_run(None)
+            if self.analysis is not None or self.note:
+                self.set_analysis(None)

@@ -26,8 +26,8 @@ class ComputeFigures:
         if result is None:
             run = self.state.long.run  # a long text: its tokens are in the long view
             self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
-            if run is not None:
-                self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms")
+            # (no result: no time either, not the last text's or the last model's)
+            self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms" if run is not None else "")
             return
         self.tokens_label.setText(f"{len(result.tokens)} tokens")
         self.time_label.setText(f"compute {result.compute_s * 1000:.0f} ms")

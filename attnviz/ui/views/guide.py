@@ -53,6 +53,7 @@ class GuideBar(QWidget):
         state.sigHeadScoresChanged.connect(lambda: self._on_result(self.state.result))
         state.sigCheckpointChanged.connect(self._on_checkpoint)  # another step: its heads, anew
         state.sigGuideChanged.connect(self._on_guide)
+        state.sigComputeReported.connect(self._on_compute_failed)
         self._on_text(state.text)
 
     def _fit(self) -> None:
@@ -116,6 +117,13 @@ class GuideBar(QWidget):
             return  # this guide is shown, or on its way
         self._asked = asked
         self.state.want_guide(s, result, scores)
+
+    def _on_compute_failed(self, request, message: str) -> None:
+        """The sample could not be run on this model (a folder without a tokenizer, a text it
+        refuses): no head will be found, so the answer says so rather than that one is sought."""
+        if message and self.sample is not None and request.text == self.sample.text and self.current is None:
+            self._no_guide("No head is named: this model could not compute the sample (the red "
+                           "banner above says why)")
 
     def _on_guide(self, sample, value, message: str, result=None) -> None:
         if sample is not self.sample:
