@@ -8,7 +8,7 @@ import logging
 import shiboken6
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox,
+    QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
     QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
@@ -356,7 +356,11 @@ class MainWindow(QMainWindow):
         ExportDialog(self.state, self, self.settings, self.worker.compare_jobs).exec()
 
     def show_keys(self) -> None:
-        QMessageBox.information(self, "Keys and mouse", keys_html())
+        box = QMessageBox(QMessageBox.Icon.Information, "Keys and mouse", keys_html(), parent=self)
+        text = box.findChild(QLabel, "qt_msgbox_label")
+        if text is not None:  # (a message box is narrow by default: the two-column table wraps)
+            text.setMinimumWidth(560)
+        box.exec()
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))

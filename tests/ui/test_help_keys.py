@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QMenu, QMessageBox
+from PySide6.QtWidgets import QLabel, QMenu, QMessageBox
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,11 +27,16 @@ def menu_shortcuts(window) -> set[str]:
 
 def test_f1_lists_every_key_of_the_guide_and_the_menus(window, qtbot, monkeypatch):
     shown = []
-    monkeypatch.setattr(QMessageBox, "information", lambda _parent, title, text: shown.append((title, text)))
+    def opened(box):  # (modal: read instead of shown)
+        box.show()
+        shown.append((box.windowTitle(), box.text(), box.findChild(QLabel, "qt_msgbox_label").width()))
+        box.close()
+    monkeypatch.setattr(QMessageBox, "exec", opened)
     window.text_box.setFocus()
     qtbot.keyClick(window.text_box, Qt.Key.Key_F1)
     assert len(shown) == 1 and shown[0][0] == "Keys and mouse"
     text = shown[0][1]
+    assert shown[0][2] >= 500  # (wide enough for the two columns of keys and what they do)
     keys = guide_keys()
     assert "Ctrl+E" in keys and "F1" in keys  # (the table was read)
     for key in keys:
