@@ -417,8 +417,9 @@ class KVCache:
             trace.attentions.flags.writeable = False
         ids, n = trace.ids.copy(), len(self.ids)
         # the run before, unless the new ids hold its (a generation's step, a keystroke that adds a
-        # token): _remember would drop it
-        before = self._run() if n and not (n <= len(ids) and self.prefix(ids) == n) else None
+        # token: the run reused all of it, reuse's prefix): _remember would drop it
+        held = n <= len(ids) and (trace.reused == n or self.prefix(ids) == n)
+        before = self._run() if n and not held else None
         self.ids, self.k, self.v, self.attentions = ids, trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
@@ -426,7 +427,8 @@ class KVCache:
                 a.flags.writeable = False
         self.nbytes = sum(map(_NBYTES, self.k)) + sum(map(_NBYTES, self.v))
         self.reused = trace.reused
-        self._remember(before)
+        if before is not None or self.earlier:  # (else none to keep or drop)
+            self._remember(before)
 
     def give(self, trace: Trace, T: int) -> None:
         """Every row is known (same ids, or a prefix of them): cut the cache to T tokens and fill
