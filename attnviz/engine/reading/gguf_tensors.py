@@ -7,6 +7,7 @@ one RoPE (rotate-half).
 
 from __future__ import annotations
 
+import math
 import mmap
 import threading
 from contextlib import contextmanager
@@ -85,12 +86,13 @@ class QuantRows:
     def _one(self, rows: np.ndarray) -> np.ndarray:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
-        out = np.empty((1, self.shape[1]), np.float32)
         if self._q8 is not None:  # Q8_0: w = q * d, float32 (dequant_row's product)
             q, d = self._q8[0][rows[0]], self._q8[1][rows[0]].astype(np.float32)  # [blocks, 32], [blocks, 1]
-            if np.isfinite(d).all():  # (then so is every q * d: |q d| <= 128 x 65504)
-                np.multiply(q, d, out=out.reshape(q.shape))
-                return out
+            # every scale finite where their sum is (each at most 65504: no overflow), and then every
+            # q * d (|q d| <= 128 x 65504)
+            if math.isfinite(d.sum()):
+                return np.multiply(q, d).reshape(1, self.shape[1])
+        out = np.empty((1, self.shape[1]), np.float32)
         row_into(self._data[rows[0]], self._qtype, out)
         if not np.isfinite(out).all():  # (_check names the row)
             self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
