@@ -194,7 +194,9 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
 
     masks, ropes, made, out = ({} if masks else None), {}, {}, []
     kind = None
-    for same in _kinds(cfg):
+    kinds = _kinds(cfg)
+    alike = len(kinds) > 1 and kinds[0] is kinds[-1]  # (_kinds' one entry for all: one Consts)
+    for same in kinds[:1] if alike else kinds:
         if same is kind:  # (the entry of the layer before: no key to hash)
             out.append(out[-1])
             continue
@@ -217,15 +219,16 @@ def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
                 qk_norm=fam.qk_norm, window=window if cfg.causal else None, causal=cfg.causal,
                 workers=max(1, int(workers)))
         out.append(c)
-    return out
+    return out * len(kinds) if alike else out
 
 
 _KINDS: dict = {}  # id(cfg) -> (cfg, its _kinds), for the few configs in use
 
 
 def _kinds(cfg: ModelConfig) -> tuple:
-    """Each layer's (window, RoPE, score scale), kept for the (frozen) config; one entry for all
-    where no layer differs: a run then makes one Consts without asking each layer."""
+    """Each layer's (window, RoPE, score scale), kept for the (frozen) config; one entry (one
+    tuple, repeated) for all where no layer differs, otherwise one made for each layer: a run then
+    makes one Consts without asking each layer."""
     kept = _KINDS.get(id(cfg))
     if kept is not None and kept[0] is cfg:  # (an id can be a freed config's, reused)
         return kept[1]

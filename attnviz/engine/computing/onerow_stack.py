@@ -227,6 +227,7 @@ class _Stack:
         self.qs, self.ss, self.os = (_typed(t, [m[k] for m in mats]) for k, t in ((1, q), (2, s), (3, s)))
         self.gains1 = _typed(g, [np.asarray(layer.norm1[0]) for layer in layers])
         self.gains2 = _typed(g, [np.asarray(layer.norm2[0]) for layer in layers])
+        self.weights = (self.kinds, self.qs, self.ss, self.os, self.gains1, self.gains2)  # (_layers' first)
         self.largest = max(plan[1] for plan in plans)
         self.d_ff = max(plan[2] for plan in plans) // 2  # (w_in's outputs: gate | up)
         self.kept = _KeptKV()
@@ -334,10 +335,14 @@ class _KeptKV:
         the next call while `past` (the run's KVCache) lives: the buffer is let go with it."""
         trace.k[:] = kv[0, :, :, :T]  # (its layers' views kv[0, i, :, :T], their base kv)
         trace.v[:] = kv[1, :, :, :T]
+        trace.kv_bytes = kv.nbytes // kv.shape[3] * T  # (those views' bytes together)
         last = self._last_for(past)
         at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
         token = self.token(past)
         self.last = (kv, trace.k, trace.v, T, at, token)
+        if next(reversed(self.kept), None) is token:  # (already the latest: in order)
+            self.kept[token] = self.last
+            return
         self.kept.pop(token, None)  # (the latest last in order)
         self.kept[token] = self.last
         for old in list(self.kept)[:-KEEP]:
@@ -431,8 +436,7 @@ def stacked_rows(cfg, w, p: int, trace, past, consts, x, layer_for) -> bool:
     want = trace.want
     resid = np.empty((n_layer, 1, x.shape[1]), np.float32) if want["resid"] else NO_RESID
     z = np.empty((n_layer, c0.n_head, 1, cos.shape[1]), np.float32) if want["z"] else NO_Z
-    args = (stack.kinds, stack.qs, stack.ss, stack.os, stack.gains1, stack.gains2,
-            np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
+    args = (*stack.weights, np.float32(cfg.norm_eps), cos, sin, c0.n_head, c0.n_kv_head,
             NO_BIAS if c0.bias is None else c0.bias, np.float32(c0.scale), c0.n_group, kv, p, rows, r,
             resid, z)
     # a plain trace's run stops at the last layer's pattern (LayerCache) unless it keeps what follows

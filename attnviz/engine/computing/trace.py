@@ -112,6 +112,7 @@ class Trace:
         self.resid: list = []
         self.mlp_out: list = []
         self.reused = 0  # tokens whose rows came from the KV cache
+        self.kv_bytes: int | None = None  # bytes of k's and v's arrays where the run counted them
 
     @property
     def wants_output(self) -> bool:
@@ -123,6 +124,7 @@ class Trace:
         self.ids = ids
         self.reused = p
         self._p = p
+        self.kv_bytes = None
         if self.end is not None and self.end > n_layer:
             raise ValueError(f"a run of {n_layer} layers cannot end before layer {self.end}")
         self._last = self.n_run(n_layer) - 1
@@ -342,7 +344,10 @@ class KVCache:
 
     def prefix(self, ids: np.ndarray) -> int:  # [T] -> tokens in common with the cached ids
         n = min(len(ids), len(self.ids))
-        same = self.ids[:n] == ids[:n]  # [n] bool
+        a, b = self.ids[:n], ids[:n]
+        if isinstance(b, np.ndarray) and a.dtype == b.dtype and a.dtype.kind in "iu" and a.tobytes() == b.tobytes():
+            return n  # (all n alike: a generation's step, a keystroke that adds a token)
+        same = a == b  # [n] bool
         return n if not n or same[k := int(same.argmin())] else k  # (argmin: the first False, or 0)
 
     def reuse(self, ids: np.ndarray, trace: Trace) -> int:
@@ -409,7 +414,11 @@ class KVCache:
 
     def has(self, trace: Trace) -> bool:
         """Whether the cached run kept every per-position record `trace` asks for."""
-        return all(self.records.get(name) is not None for name in RECORDS if trace.want[name])
+        want, records = trace.want, self.records
+        for name in RECORDS:
+            if want[name] and records.get(name) is None:
+                return False
+        return True
 
     def store(self, trace: Trace) -> None:
         """Keep `trace`'s ids, keys, values, patterns and records (it ran with kv=True)."""
@@ -417,16 +426,19 @@ class KVCache:
             trace.attentions.flags.writeable = False
         ids, n = trace.ids.copy(), len(self.ids)
         # the run before, unless the new ids hold its (a generation's step, a keystroke that adds a
-        # token): _remember would drop it
-        before = self._run() if n and not (n <= len(ids) and self.prefix(ids) == n) else None
+        # token: the run reused all of it, reuse's prefix): _remember would drop it
+        held = n <= len(ids) and (trace.reused == n or self.prefix(ids) == n)
+        before = self._run() if n and not held else None
         self.ids, self.k, self.v, self.attentions = ids, trace.k, trace.v, trace.attentions
         self.records = {name: getattr(trace, name) for name in RECORDS if trace.want[name]}
         for rows in self.records.values():  # shared with the trace: read-only, like the patterns
             for a in rows:
                 a.flags.writeable = False
-        self.nbytes = sum(map(_NBYTES, self.k)) + sum(map(_NBYTES, self.v))
+        self.nbytes = (trace.kv_bytes if trace.kv_bytes is not None
+                       else sum(map(_NBYTES, self.k)) + sum(map(_NBYTES, self.v)))
         self.reused = trace.reused
-        self._remember(before)
+        if before is not None or self.earlier:  # (else none to keep or drop)
+            self._remember(before)
 
     def give(self, trace: Trace, T: int) -> None:
         """Every row is known (same ids, or a prefix of them): cut the cache to T tokens and fill

@@ -7,6 +7,7 @@ one RoPE (rotate-half).
 
 from __future__ import annotations
 
+import math
 import mmap
 import threading
 from contextlib import contextmanager
@@ -37,6 +38,17 @@ def release_pages(region: np.ndarray) -> None:
     m.madvise(mmap.MADV_DONTNEED, start, min(len(m), a + region.nbytes) - start)
 
 
+def _q8_0_parts(data: np.ndarray) -> tuple | None:
+    """A Q8_0 table's rows [rows, row bytes] as views of its blocks' q (int8 [rows, blocks, 32]) and
+    d (float16 [rows, blocks, 1]), made once: a row is then one product (QuantRows._one); None
+    where the bytes are not one C-contiguous array."""
+    size = GGML_QUANT_SIZES[GGMLQuantizationType.Q8_0][1]
+    if data.ndim != 2 or not data.flags.c_contiguous or data.shape[1] % size:
+        return None
+    blocks = data.reshape(len(data), -1, size)
+    return blocks[:, :, 2:].view(np.int8), blocks[:, :, :2].view(np.float16)
+
+
 def tensor_table(reader: GGUFReader) -> dict:
     return {t.name: t for t in reader.tensors}
 
@@ -47,6 +59,7 @@ class QuantRows:
     def __init__(self, name: str, data: np.ndarray, qtype: GGMLQuantizationType, shape: tuple[int, int]):
         self.name, self._data, self._qtype, self.shape = name, data, qtype, shape
         self.dtype = np.dtype(np.float32)
+        self._q8 = _q8_0_parts(data) if qtype == GGMLQuantizationType.Q8_0 else None
 
     def __getitem__(self, rows) -> np.ndarray:
         if self._qtype in ROW_TYPES and isinstance(rows, np.ndarray) and rows.shape == (1,):
@@ -73,9 +86,16 @@ class QuantRows:
     def _one(self, rows: np.ndarray) -> np.ndarray:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
+        if self._q8 is not None:  # Q8_0: w = q * d, float32 (dequant_row's product)
+            q, d = self._q8[0][rows[0]], self._q8[1][rows[0]].astype(np.float32)  # [blocks, 32], [blocks, 1]
+            # every scale finite where their sum is (each at most 65504: no overflow), and then every
+            # q * d (|q d| <= 128 x 65504)
+            if math.isfinite(d.sum()):
+                return np.multiply(q, d).reshape(1, self.shape[1])
         out = np.empty((1, self.shape[1]), np.float32)
         row_into(self._data[rows[0]], self._qtype, out)
-        self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
+        if not np.isfinite(out).all():  # (_check names the row)
+            self._check(out, lambda bad: np.arange(self.shape[0])[rows][bad])
         return out
 
     def rows_into(self, a: int, out: np.ndarray) -> np.ndarray:
