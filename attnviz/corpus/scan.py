@@ -194,6 +194,29 @@ def local_cluster(n_workers: int):
         restore_environment(before)
 
 
+_CLOSING_HEARTBEAT = "Failed to communicate with scheduler during heartbeat"
+
+
+class _ClosingHeartbeat(logging.Filter):
+    """Drops the error a worker of the scan's own cluster logs when its heartbeat meets the
+    connection its own closing shut (a race of Dask's shutdown on a loaded machine, with a
+    traceback); the same error while the worker runs is kept."""
+
+    def __init__(self, worker):
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        closing = getattr(getattr(self.worker, "status", None), "name", "") in (
+            "closing", "closed", "closing_gracefully")
+        return not (closing and record.getMessage().startswith(_CLOSING_HEARTBEAT))
+
+
+def quiet_closing_heartbeats(dask_worker) -> None:
+    """On a worker (Client.run): its closing heartbeat's error left out (_ClosingHeartbeat)."""
+    logging.getLogger("distributed.worker").addFilter(_ClosingHeartbeat(dask_worker))
+
+
 def restore_environment(before: dict) -> None:
     """Make os.environ equal `before` again (what a LocalCluster's nannies added or changed)."""
     for key in set(os.environ) - set(before):
@@ -247,6 +270,7 @@ def _run_on_dask(plan: Plan, scheduler, workers, progress, client) -> list:
             else:
                 cluster = local_cluster(workers or cores())
                 client = Client(cluster)
+                client.run(quiet_closing_heartbeats)
         return _submit_all(client, plan, progress)
     finally:
         if own and client is not None:

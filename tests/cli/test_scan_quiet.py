@@ -79,3 +79,26 @@ def test_the_scans_local_cluster_listens_on_loopback_only_the_dashboard_included
             assert [s for s in sockets if s[1] not in LOOPBACK] == []
     finally:
         cluster.close()
+
+
+def test_a_workers_heartbeat_error_is_left_out_only_while_it_closes(caplog):
+    """The error a worker logs when its heartbeat meets its own closing (a shutdown race on a
+    loaded machine) is dropped; the same error from a running worker still shows."""
+    import logging
+    import types
+
+    from attnviz.corpus.scan import _CLOSING_HEARTBEAT, quiet_closing_heartbeats
+
+    worker = types.SimpleNamespace(status=types.SimpleNamespace(name="running"))
+    logger = logging.getLogger("distributed.worker")
+    before = list(logger.filters)
+    quiet_closing_heartbeats(worker)
+    try:
+        with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+            logger.error(_CLOSING_HEARTBEAT + ".")
+            worker.status.name = "closing"
+            logger.error(_CLOSING_HEARTBEAT + ".")
+            logger.error("another error while closing")
+        assert [r.getMessage() for r in caplog.records] == [_CLOSING_HEARTBEAT + ".", "another error while closing"]
+    finally:
+        logger.filters[:] = before
