@@ -19,6 +19,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.errors import InputError
 from attnviz.engine.computing.request import RunRequest
+from attnviz.figures.numbers import signed
 
 ROPE_NOTE = ("weight-space scores ignore RoPE (as TransformerLens' do); qk-attribution includes it")
 ORDER = "composition[mode][earlier layer][earlier head][later layer][later head]"
@@ -90,11 +91,11 @@ def cmd_qk(args) -> int:
     toks = doc["labels"]  # as the window labels them; the raw pieces are in --json
     print(f"{model.name}: {head_title(args.layer, args.head)}, query {args.query} "
           f"{quoted(toks[args.query])} -> key {args.key} {quoted(toks[args.key])}: score "
-          f"{doc['score']:+.4f} (table sum "
-          f"{float(np.sum(doc['table'])):+.4f}, bias terms {doc['bias']:+.4f})")
+          f"{signed(doc['score'])} (table sum "
+          f"{signed(float(np.sum(doc['table'])))}, bias terms {signed(doc['bias'])})")
     print("largest query x key pairs:")
     for row in doc["top"][:10]:
-        print(f"  {row['query']:>10} x {row['key']:<10} {row['value']:+.4f}")
+        print(f"  {row['query']:>10} x {row['key']:<10} {signed(row['value'])}")
     for side in ("query_side", "key_side"):
         vals = np.array(doc[side])
         order = np.argsort(-np.abs(vals))[:5]

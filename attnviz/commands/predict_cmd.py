@@ -25,6 +25,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import RunRequest
+from attnviz.figures.numbers import signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -241,7 +242,7 @@ def cmd_scan(args) -> int:
           f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
     print("   rank  head      effect (nats)")
     for n, (l, h, e) in enumerate(scan.ranked()[:15], 1):
-        print(f"  {n:>5}  {head_title(l, h):<9} {e:+.4f}")
+        print(f"  {n:>5}  {head_title(l, h):<9} {signed(e)}")
     return 0
 
 

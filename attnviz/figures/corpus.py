@@ -1,13 +1,13 @@
 """The corpus figure: each statistic's per-head mean over a scanned corpus as a layer x head grid
 (rows layers, top to bottom; columns heads), one panel per statistic with its own 0..max scale,
-coloured through the heatmaps' table (style.heat_table), a cell's value written in it when it fits,
-and a grey cell where no text gave a value."""
+coloured through the heatmaps' table (style.heat_table), a cell's value written in it when it fits
+(to two significant digits of the panel's top), and a grey cell where no text gave a value."""
 
 from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter
 
 from attnviz.engine.analysing.corpus_stats import STAT_UNITS as UNITS
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
@@ -34,6 +34,21 @@ def _bright(col: QColor) -> bool:
     """Whether black text reads on `col`: its luma (Rec. 601) over half; HSL lightness calls the
     top of viridis (a saturated yellow-green) dark."""
     return 0.299 * col.red() + 0.587 * col.green() + 0.114 * col.blue() > 128
+
+
+def _decimals(top: float) -> int:
+    """Decimals that give a panel's top two significant digits (at least 2, at most 8), so a panel
+    of small values (an induction mean of 0.0096) reads its cells apart instead of "0.00" in each."""
+    return min(8, max(2, 1 - int(np.floor(np.log10(top)))))
+
+
+def _cell_font(texts, cell: float):
+    """The cells' font: cell * 0.28 pixels high, smaller where the widest text would leave its cell."""
+    font = figure_font(cell * 0.28)
+    widest = max((QFontMetricsF(font).horizontalAdvance(t) for t in texts), default=0.0)
+    if widest > cell * 0.9:
+        font.setPixelSize(max(1, int(font.pixelSize() * cell * 0.9 / widest)))
+    return font
 
 
 def means_png(means: dict, names, title: str, width: int = 1500, colormap: str = DEFAULT_COLORMAP) -> bytes:
@@ -67,7 +82,10 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
                        f"{name}{unit} 0..{top:.3g}")
             gx, gy = x0 + label_w, y0 + head_h
             idx = heat_index(np.nan_to_num(a, nan=0.0), top)
-            small = figure_font(cell * 0.28)
+            dec = _decimals(top)
+            texts = {(l, h): f"{a[l, h]:.{dec}f}" for l in range(n_layer) for h in range(n_head)
+                     if np.isfinite(a[l, h])}
+            small = _cell_font(texts.values(), cell)
             for l in range(n_layer):
                 p.setPen(MUTED)
                 p.setFont(figure_font(min(cell * 0.4, head_h * 0.5)))
@@ -84,7 +102,7 @@ def means_png(means: dict, names, title: str, width: int = 1500, colormap: str =
                     if cell >= 22 and np.isfinite(a[l, h]):
                         p.setPen(QColor(0, 0, 0) if _bright(col) else QColor(255, 255, 255))
                         p.setFont(small)
-                        p.drawText(r, Qt.AlignmentFlag.AlignCenter, f"{a[l, h]:.2f}")
+                        p.drawText(r, Qt.AlignmentFlag.AlignCenter, texts[l, h])
             p.setPen(FRAME)
             p.drawRect(QRectF(gx, gy, cell * n_head, cell * n_layer))
             p.setPen(MUTED)

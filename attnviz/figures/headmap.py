@@ -21,6 +21,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.render import TEXT, figure_font
 from attnviz.figures.style import ERROR, FOCUS
+from attnviz.figures.numbers import signed
 
 TEXT_DARK = TEXT  # the paper ink (render.py): the maps are drawn on white, in the window too
 GRID_LINE = QColor(0, 0, 0, 40)
@@ -312,11 +313,11 @@ def readout(hm: HeadMap, what) -> str:
     if what[0] == "head":
         _, l, h = what
         off = "  (switched off)" if (l, h) in hm.marked else ""
-        return f"{head_title(l, h)}: {float(hm.values[l, h]):+.4f} {hm.unit}{off}"
+        return f"{head_title(l, h)}: {signed(float(hm.values[l, h]))} {hm.unit}{off}"
     if what[0] == "column":
-        return f"L{what[1]} {hm.column[0]}: {float(hm.column[1][what[1]]):+.4f} {hm.unit}"
+        return f"L{what[1]} {hm.column[0]}: {signed(float(hm.column[1][what[1]]))} {hm.unit}"
     name, v = hm.extras[what[1]]
-    return f"{name}: {float(v):+.4f} {hm.unit}"
+    return f"{name}: {signed(float(v))} {hm.unit}"
 
 
 def cell_center(hm: HeadMap, lay: HeadMapLayout, layer: int, head: int) -> tuple[float, float]:

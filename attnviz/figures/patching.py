@@ -36,6 +36,7 @@ from attnviz.figures.data import ExportError
 from attnviz.figures.headmap import colour
 from attnviz.figures.render import TEXT, figure_exports, figure_font
 from attnviz.figures.style import FOCUS, axis_label
+from attnviz.figures.numbers import signed
 
 NAN_CELL = QColor("#c8c8c8")  # a cell not measured
 HEAD_WHATS = ("head_out", "head_pattern", "head_out_by_pos")  # maps whose columns are heads
@@ -115,8 +116,8 @@ class PatchView:
 
     def metric_line(self) -> str:
         return (f"at {self.position} {quoted(self.label(self.position))}: diff = logit({quoted(self.target_text)}) "
-                f"\u2212 logit({quoted(self.alt_text)}); clean {self.diff_clean:+.4f}, corrupted "
-                f"{self.diff_corrupt:+.4f}; {EFFECT_READS.get(self.direction, '')}")
+                f"\u2212 logit({quoted(self.alt_text)}); clean {signed(self.diff_clean)}, corrupted "
+                f"{signed(self.diff_corrupt)}; {EFFECT_READS.get(self.direction, '')}")
 
 
 def patch_view(result, model_name: str, tokens_clean, tokens_corrupt, target_text: str,
@@ -273,7 +274,7 @@ def where(view: PatchView, row: int, col: int) -> str:
 
 def readout(view: PatchView, row: int, col: int) -> str:
     v = float(view.values[row, col])
-    return f"{where(view, row, col)}: effect {v:+.4f}" if np.isfinite(v) else f"{where(view, row, col)}: not run"
+    return f"{where(view, row, col)}: effect {signed(v)}" if np.isfinite(v) else f"{where(view, row, col)}: not run"
 
 
 # ---------------------------------------------------------------- the file

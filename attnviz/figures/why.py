@@ -26,6 +26,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import ExportError
 from attnviz.figures.render import FRAME, MUTED, TEXT, figure_exports, figure_font
+from attnviz.figures.numbers import signed
 
 PAIRS, SIDE = 8, 6  # rows of the pair list and of each side's list, before the rest
 POSITIVE, NEGATIVE = QColor("#c0504d"), QColor("#4c78a8")  # raises the score / lowers it
@@ -65,8 +66,8 @@ class WhyView:
                 f"to {quoted(self.tokens[a.key])} ({a.key})")
 
     def subtitle(self) -> str:
-        return (f"score {self.attribution.score:+.4f} (before the softmax); parts add to "
-                f"{self.attribution.total():+.4f} · {self.model}")
+        return (f"score {signed(self.attribution.score)} (before the softmax); parts add to "
+                f"{signed(self.attribution.total())} · {self.model}")
 
 
 def why_view(attribution: QKAttribution, *, model: str, result, display: dict | None = None) -> WhyView:
@@ -127,8 +128,8 @@ def sections(view: WhyView, pairs: int = PAIRS, side: int = SIDE) -> list[Sectio
 
 
 def row_text(row: Row) -> str:
-    share = "" if row.share is None else f"  {100 * row.share:+.1f}%"
-    return f"{row.label}  {row.value:+.4f}{share}"
+    share = "" if row.share is None else f"  {signed(100 * row.share, 1)}%"
+    return f"{row.label}  {signed(row.value)}{share}"
 
 
 @dataclass

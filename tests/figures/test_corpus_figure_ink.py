@@ -35,3 +35,37 @@ def test_the_values_ink_reads_on_the_bright_and_the_dark_cells(qapp):
         assert dark > 10 and light < dark // 10, (value, dark, light)
     dark, light = _ink(image, 0.0, 1.0)  # the dark end: white
     assert light > 10 and dark < light // 10, (dark, light)  # (a few dark pixels: the frame)
+
+
+def _cell_box(image: QImage, value: float, top: float) -> tuple[int, int, int, int]:
+    """(x0, y0, x1, y1) of the cell of `value`: the box of the pixels in its colour."""
+    c = heat_table(DEFAULT_COLORMAP)[int(heat_index(np.array([value]), top)[0])]
+    colour = QColor(int(c[0]), int(c[1]), int(c[2]))
+    pts = [(x, y) for y in range(image.height()) for x in range(image.width())
+           if image.pixelColor(x, y) == colour]
+    return min(p[0] for p in pts), min(p[1] for p in pts), max(p[0] for p in pts), max(p[1] for p in pts)
+
+
+def test_a_panel_of_small_values_writes_cells_that_tell_them_apart(qapp):
+    """A panel whose top is 0.0096 (an induction mean) and the same panel scaled by 1.5 colour their
+    cells alike; the text in the top cell must differ (two decimals wrote "0.01" in both)."""
+    small = np.array([[0.0, 0.0012, 0.0096]])
+    boxes = []
+    for a in (small, small * 1.5):
+        image = QImage.fromData(means_png({"induction": a}, ["induction"], "small", width=900))
+        x0, y0, x1, y1 = _cell_box(image, a.max(), a.max())
+        boxes.append(image.copy(x0, y0, x1 - x0 + 1, y1 - y0 + 1))
+    assert boxes[0].size() == boxes[1].size()
+    assert boxes[0] != boxes[1]
+
+
+def test_a_long_value_stays_inside_its_cell(qapp):
+    """A tiny top needs many decimals; the text shrinks to its cell, leaving the cell's colour at both
+    of its side edges on the text's rows."""
+    means = {"induction": np.array([[0.0, 1.2e-7, 0.0, 0.0, 0.0, 0.0]])}
+    image = QImage.fromData(means_png(means, ["induction"], "long", width=900))
+    x0, y0, x1, y1 = _cell_box(image, 1.2e-7, 1.2e-7)
+    colour = image.pixelColor((x0 + x1) // 2, y0)
+    for y in range(y0, y1 + 1):
+        for x in (x0, x0 + 1, x1 - 1, x1):
+            assert image.pixelColor(x, y) == colour, (x, y)

@@ -24,6 +24,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.dla_view import HeadMapView, scan_map
+from attnviz.figures.numbers import signed
 
 RANKED_ROWS = 20
 
@@ -286,7 +287,7 @@ class AblationPanel(QWidget):
         ranked = scan.ranked()[:RANKED_ROWS]
         self.ranked.setRowCount(len(ranked))
         for r, (l, h, e) in enumerate(ranked):
-            cells = [head_title(l, h), f"{e:+.4f}", st.badge(l, h)]
+            cells = [head_title(l, h), signed(e), st.badge(l, h)]
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c == 0:

@@ -40,6 +40,7 @@ from attnviz.figures import headmap
 from attnviz.figures.compare_csv import csv_text
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
+from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 LATER_MS = 20  # the JSD map and the focused head repaint this long after the A | B | A - B tiles
@@ -343,7 +344,7 @@ class ComparePanel(QWidget):
                 a, b = float(c.a_attentions[layer, hd, q, k]), float(c.b_attentions[layer, hd, q, k])
                 lab = c.result.labels
                 return (f"{head_title(layer, hd)}  {quoted(lab[q])} \u2192 {quoted(lab[k])}: A {a:.4f}, B {b:.4f}, "
-                        f"A \u2212 B {a - b:+.4f}")
+                        f"A \u2212 B {signed(a - b)}")
         return None
 
     def _paint_map(self, p: QPainter, w: int, h: int) -> None:

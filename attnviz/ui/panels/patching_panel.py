@@ -31,6 +31,7 @@ from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.style import BACKGROUND, WARNING
+from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
 DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
@@ -410,8 +411,8 @@ class PatchingPanel(QWidget):
             return ""
         m = s.metric
         return (f"At {m.position}: clean top-1 {quoted(s.top_clean)}, corrupted top-1 {quoted(s.top_corrupt)}. "
-                f"diff = logit({quoted(s.target_text)}) \u2212 logit({quoted(s.alt_text)}): clean {m.diff_clean:+.4f}, "
-                f"corrupted {m.diff_corrupt:+.4f}")
+                f"diff = logit({quoted(s.target_text)}) \u2212 logit({quoted(s.alt_text)}): clean {signed(m.diff_clean)}, "
+                f"corrupted {signed(m.diff_corrupt)}")
 
     def view(self) -> fig.PatchView | None:
         j, st = self.jobs, self.state

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QButtonGroup, QHBoxLayout, QLabel, QToolButton, QW
 from attnviz.figures.style import N_COLORS, diverging_colors
 from attnviz.figures.view import Shown
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
+from attnviz.figures.numbers import signed
 
 
 
@@ -141,4 +142,4 @@ def compare_readout(jobs, result, layer: int, head: int, q: int, k: int) -> str:
     if c is None or c.result is not result:
         return ""
     a, b = float(c.a_attentions[layer, head, q, k]), float(c.b_attentions[layer, head, q, k])
-    return f"  [compare: A {a:.4f}, B {b:.4f}, A \u2212 B {a - b:+.4f}]"
+    return f"  [compare: A {a:.4f}, B {b:.4f}, A \u2212 B {signed(a - b)}]"
