@@ -8,7 +8,7 @@ import html
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QLabel, QMenu, QMessageBox
 
 from attnviz.engine.reading import textbook
 
@@ -205,6 +205,16 @@ MOUSE = (
     ("right-click a cell of the focus view", "Why here?: what the score is made of"),
     ("hover a cell", "read the query, the key and the weight"),
 )
+
+
+def show_keys(w) -> None:
+    """Help > Keys and mouse: keys_html in a message box wide enough for its two columns (a message
+    box is narrow by default: each row wrapped over two to four lines)."""
+    box = QMessageBox(QMessageBox.Icon.Information, "Keys and mouse", keys_html(), parent=w)
+    text = box.findChild(QLabel, "qt_msgbox_label")
+    if text is not None:
+        text.setMinimumWidth(560)
+    box.exec()
 
 
 def keys_html() -> str:

@@ -8,7 +8,7 @@ import logging
 import shiboken6
 from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtWidgets import (
-    QDockWidget, QFileDialog, QHBoxLayout, QLabel, QMainWindow, QMenu, QMessageBox,
+    QDockWidget, QFileDialog, QHBoxLayout, QMainWindow, QMenu, QMessageBox,
     QTabBar, QTabWidget, QToolButton, QVBoxLayout, QWidget,
 )
 
@@ -23,7 +23,7 @@ from attnviz.ui.machinery.tuning import StartUpCollection, thaw_objects
 from attnviz.ui.views.grid import HeatmapGrid
 from attnviz.ui.views.guide import GuideBar
 from attnviz.ui.views.load_outcome import report_load
-from attnviz.ui.menus import Menus, about_html, keys_html
+from attnviz.ui.menus import Menus, about_html, show_keys
 from attnviz.ui.views.notices import Notices, sentence
 from attnviz.ui.views.tokens import TokenStrip
 from attnviz.ui.panels.training_panel import TrainingPanel
@@ -356,11 +356,7 @@ class MainWindow(QMainWindow):
         ExportDialog(self.state, self, self.settings, self.worker.compare_jobs).exec()
 
     def show_keys(self) -> None:
-        box = QMessageBox(QMessageBox.Icon.Information, "Keys and mouse", keys_html(), parent=self)
-        text = box.findChild(QLabel, "qt_msgbox_label")
-        if text is not None:  # (a message box is narrow by default: the two-column table wraps)
-            text.setMinimumWidth(560)
-        box.exec()
+        show_keys(self)
 
     def show_about(self) -> None:
         QMessageBox.about(self, "About attnviz", about_html(self.state.model))
