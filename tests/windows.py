@@ -42,6 +42,23 @@ def toy_window(qtbot, settings_path, text):
     return w
 
 
+def toy_compared_with_checkpoint(qtbot, settings_path, text):
+    """toy_window compared with its checkpoint 0 (Compare's B), the comparison of `text` in, its
+    next-token numbers too; a generator for a fixture: the window, then Compare closed."""
+    from attnviz.ui.machinery.compare_jobs import BSource
+    from attnviz.ui.panels.compare_menu import open_compare
+
+    w = toy_window(qtbot, settings_path, text)
+    jobs = w.worker.compare_jobs
+    open_compare(w, BSource("checkpoint", 0))
+    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == text
+                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
+    w.worker.wait_idle()
+    yield w
+    jobs.close()
+    w.worker.wait_idle()
+
+
 def raised_titles(w) -> list[str]:
     """The raised tab's name in each tab bar of the window's docks on screen (Qt hides the bars it
     keeps unused)."""
@@ -117,3 +134,18 @@ def hover_plot(qtbot, view_box, graphics_view, x: float, y: float) -> None:
         qtbot.waitUntil(move, timeout=WAIT)
     finally:
         scene.sigMouseMoved.disconnect(taken.append)
+
+
+def axis_labels(axis) -> list:
+    """[(text, box in the axis' coordinates)] of each tick label a pyqtgraph axis paints (the draw
+    specs AxisItem.paint draws from)."""
+    from PySide6.QtGui import QImage, QPainter
+
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)
+    painter = QPainter(image)
+    try:
+        specs = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [(text, box) for box, _flags, text in specs[2]]
+

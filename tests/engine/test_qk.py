@@ -148,9 +148,12 @@ def _mlp_written(model, trace, layer, rows):  # [n, d_model] float64: layer's ML
 def test_each_mlp_part_is_that_mlps_recorded_output(name):
     """The MLP part is what the layer wrote less its heads; it must equal the MLP's own output, or
     a head part is wrong (the parts would still add up)."""
-    model = load_model(FIXTURES / name)
-    r = model.run(ids=IDS, trace=Trace(z=True, resid=True, mlp_out=True), request=RunRequest(use_cache=False))
-    rows = np.array([0, 5, 10])
+    _assert_mlp_parts_are_their_outputs(load_model(FIXTURES / name), IDS, np.array([0, 5, 10]))
+
+
+def _assert_mlp_parts_are_their_outputs(model, ids, rows) -> None:
+    """Each layer's MLP part of residual_parts at `rows` is _mlp_written, to the run's rounding."""
+    r = model.run(ids=ids, trace=Trace(z=True, resid=True, mlp_out=True), request=RunRequest(use_cache=False))
     L = model.config.n_layer
     names, parts = Q.residual_parts(model, r.trace, L, rows)
     for layer in range(L):
@@ -199,11 +202,4 @@ def test_minilm_cells_add_up(minilm):
 
 
 def test_smollm2_mlp_parts_are_the_mlps_outputs(smollm2):
-    r = smollm2.run(ids=IDS * 2, trace=Trace(z=True, resid=True, mlp_out=True), request=RunRequest(use_cache=False))
-    rows = np.array([20, 9])
-    L = smollm2.config.n_layer
-    names, parts = Q.residual_parts(smollm2, r.trace, L, rows)
-    for layer in range(L):
-        want = _mlp_written(smollm2, r.trace, layer, rows)
-        np.testing.assert_allclose(parts[names.index(f"L{layer}.mlp")], want, rtol=0,
-                                   atol=_ulps(r.trace, layer, rows))
+    _assert_mlp_parts_are_their_outputs(smollm2, IDS * 2, np.array([20, 9]))

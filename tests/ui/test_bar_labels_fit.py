@@ -5,21 +5,11 @@ limits of 3 significant digits read -0.00000123 (grid_items.level_ticks), far wi
 
 import pyqtgraph as pg
 import pytest
-from PySide6.QtGui import QImage, QPainter
 
 from attnviz.ui.views.grid_items import colour_bar, update_bar
+from windows import axis_labels
 
 TITLE_NUDGE = 5  # px: pyqtgraph sets a right axis' title this far past the axis' edge
-
-
-def _label_boxes(axis) -> list:  # [(text, box in the axis' coordinates)] of the labels it paints
-    image = QImage(8, 8, QImage.Format.Format_ARGB32)
-    painter = QPainter(image)
-    try:
-        specs = axis.generateDrawSpecs(painter)
-    finally:
-        painter.end()
-    return [(text, box) for box, _, text in specs[2]]
 
 
 @pytest.mark.parametrize("height", [500, 160, 120])
@@ -37,7 +27,7 @@ def test_the_colour_bars_labels_lie_inside_its_axis_and_clear_of_its_title(qtbot
         axis = bar.getAxis("right")
         width = axis.geometry().width()
         title = axis.mapRectFromItem(axis.label, axis.label.boundingRect())
-        boxes = _label_boxes(axis)
+        boxes = axis_labels(axis)
         assert len(boxes) >= 2  # (the ends at least)
         for text, box in boxes:
             assert 0 <= box.left() and box.right() <= title.left() and title.right() <= width + TITLE_NUDGE, \

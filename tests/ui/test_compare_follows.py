@@ -12,9 +12,7 @@ import pytest
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
-from attnviz.ui.machinery.compare_jobs import BSource
-from attnviz.ui.panels.compare_menu import open_compare
-from windows import toy_window
+from windows import toy_compared_with_checkpoint
 
 WAIT = 30000
 HOLD_S = 20
@@ -23,15 +21,7 @@ TEXT = "the cat sat on the mat and the"
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT
-                    and jobs.comparison.doc["kld"] is not None, timeout=WAIT)
-    w.worker.wait_idle()
-    yield w
-    jobs.close()
-    w.worker.wait_idle()
+    yield from toy_compared_with_checkpoint(qtbot, tmp_path / "s.ini", TEXT)
 
 
 def test_b_runs_as_a_ends_without_waiting_for_the_main_thread(window, qtbot, monkeypatch):

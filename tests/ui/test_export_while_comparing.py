@@ -7,9 +7,7 @@ import numpy as np
 import pytest
 
 from attnviz.ui.export import ExportDialog
-from attnviz.ui.machinery.compare_jobs import BSource
-from attnviz.ui.panels.compare_menu import open_compare
-from windows import toy_window
+from windows import toy_compared_with_checkpoint
 
 WAIT = 30000
 TEXT = "the cat sat on the mat and the"
@@ -17,14 +15,7 @@ TEXT = "the cat sat on the mat and the"
 
 @pytest.fixture
 def window(qtbot, tmp_path):
-    w = toy_window(qtbot, tmp_path / "s.ini", TEXT)
-    jobs = w.worker.compare_jobs
-    open_compare(w, BSource("checkpoint", 0))
-    qtbot.waitUntil(lambda: jobs.comparison is not None and jobs.comparison.result.text == TEXT, timeout=WAIT)
-    w.worker.wait_idle()
-    yield w
-    jobs.close()
-    w.worker.wait_idle()
+    yield from toy_compared_with_checkpoint(qtbot, tmp_path / "s.ini", TEXT)
 
 
 def _dialog(w, monkeypatch) -> ExportDialog:

@@ -5,12 +5,12 @@ import types
 
 import numpy as np
 from PySide6.QtCore import QPointF
-from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtGui import QColor
 
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.state import AppState
 from attnviz.ui.views.focus import FocusView
-from windows import drain_events
+from windows import axis_labels, drain_events
 
 
 def _focus_view(qtbot, state, size):
@@ -55,13 +55,7 @@ def _bar_texts(fv) -> list[tuple[float, str]]:
     """(y in the view's pixels, text) of each tick label the colour bar's axis paints."""
     drain_events()
     axis = fv.cbar.getAxis("right")
-    image = QImage(8, 8, QImage.Format.Format_ARGB32)
-    painter = QPainter(image)
-    try:
-        specs = axis.generateDrawSpecs(painter)  # what AxisItem.paint draws
-    finally:
-        painter.end()
-    return [(fv.gw.mapFromScene(axis.mapToScene(rect.center())).y(), text) for rect, _f, text in specs[2]]
+    return [(fv.gw.mapFromScene(axis.mapToScene(box.center())).y(), text) for text, box in axis_labels(axis)]
 
 
 def test_the_colour_bars_top_end_reads_the_weight_it_stands_for(qtbot):
