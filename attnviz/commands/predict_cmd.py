@@ -25,7 +25,6 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.analysing.probes import probe_ids
 from attnviz.engine.reading.token_text import quoted
 from attnviz.engine.computing.request import RunRequest
-from attnviz.figures.numbers import signed
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -240,6 +239,8 @@ def cmd_scan(args) -> int:
             f"mean -log p over the second copy ({scan.span[1] - 1} tokens)")
     print(f"{model.name}: loss {what} = {scan.baseline_loss:.3f} nats; {scan.effect.size} heads "
           f"zero-ablated one at a time in {scan.seconds['total']:.1f} s")
+    from attnviz.figures.numbers import signed  # (here: a predict alone loads no figure module)
+
     print("   rank  head      effect (nats)")
     for n, (l, h, e) in enumerate(scan.ranked()[:15], 1):
         print(f"  {n:>5}  {head_title(l, h):<9} {signed(e)}")
