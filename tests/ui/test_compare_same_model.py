@@ -150,11 +150,23 @@ def test_keys_typed_faster_than_b_follows_cost_one_run_of_b(qtbot, tmp_path, mon
     real_a, real_b = a.run, b.run
     ended, typing, b_runs = threading.Event(), threading.Event(), []
 
-    def run_a(*args, **kw):  # A's keystroke run ends, then waits for the next key to be typed
+    claims, real_claim = [], w.worker.claim
+
+    def claim(kind):  # (the window's compute jobs claimed, in order)
+        job_id = real_claim(kind)
+        if kind == "compute":
+            claims.append(job_id)
+        return job_id
+    monkeypatch.setattr(w.worker, "claim", claim)
+
+    def run_a(*args, **kw):  # A's keystroke run ends, then waits for the next key's job to be claimed
+        n = len(claims)
         out = real_a(*args, **kw)
         if typing.is_set() and "text" in kw:  # (a keystroke's run: not Compare's probe's, by ids)
             ended.set()
-            while typing.is_set() and w.state.text == kw.get("text"):
+            # (not until the text changes: the next key's job is claimed a moment after, and this
+            # run, still the newest in between, would be compared)
+            while typing.is_set() and len(claims) == n:
                 time.sleep(0.002)
         return out
 
