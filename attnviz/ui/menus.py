@@ -5,10 +5,11 @@ runner's model scans and of the state's current model."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QFileDialog, QMenu
 
 from attnviz.engine.reading import textbook
 
@@ -68,10 +69,12 @@ class Menus:
         file_menu = mb.addMenu("&File")
         # (the window's, not the menu's: the Models menu shows them too, and its refill would
         # delete actions a menu owns)
-        self.open_folder_action = QAction("&Open model folder…", w)
+        self.open_folder_action = QAction("&Open model…", w)
         file_menu.addAction(self.open_folder_action)
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
-        self.open_folder_action.triggered.connect(w.open_model_folder)
+        self.open_folder_action.setToolTip("A .gguf file, or a Hugging Face folder: pick its config.json "
+                                           "or a .safetensors file and the folder opens")
+        self.open_folder_action.triggered.connect(lambda: ask_model(w))
         self.open_file_action = QAction("Open model &file (GGUF)…", w)
         file_menu.addAction(self.open_file_action)
         self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
@@ -178,6 +181,30 @@ def ask_memory_budget(w) -> None:
     remembered.remember_memory_budget(w.settings, text)
 
 
+# what File > Open model (Ctrl+O) lists: a GGUF file, or the files that mark a Hugging Face folder
+MODEL_FILES = ("*.gguf", "config.json", "*.safetensors")
+
+
+def model_source(picked: str) -> str:
+    """What to load for a file picked in File > Open model: a .gguf file itself, the folder of any
+    other file (config.json, a .safetensors shard), a folder itself."""
+    path = Path(picked)
+    if path.is_dir() or path.suffix.lower() == ".gguf":
+        return str(path)
+    return str(path.parent)
+
+
+def ask_model(w) -> None:
+    """File > Open model (Ctrl+O): one picker for a model however it is stored, a .gguf file or a
+    Hugging Face folder's config.json or .safetensors file (which opens its folder)."""
+    path, _ = QFileDialog.getOpenFileName(
+        w, "Open a model: a .gguf file, or a Hugging Face folder's config.json", "",
+        f"Models ({' '.join(MODEL_FILES)});;GGUF models (*.gguf);;"
+        "Hugging Face folders (config.json *.safetensors);;All files (*)")
+    if path:
+        w.load_model(model_source(path))
+
+
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
     """`llama, 30 layers × 9 heads, 3 KV heads` (the KV heads only when fewer than the heads)."""
     kv = f", {n_kv_head} KV heads" if n_kv_head != n_head else ""
@@ -189,8 +216,8 @@ KEYS = (
     ("PgUp / PgDown, Ctrl+Up / Ctrl+Down", "previous or next layer"),
     ("arrow keys (the grid focused)", "move the focus between heads"),
     ("Esc", "clear the query; while a model loads, stop waiting for it"),
-    ("Ctrl+O", "open a model folder"),
-    ("Ctrl+Shift+G", "open a model file (GGUF)"),
+    ("Ctrl+O", "open a model: a .gguf file, or a Hugging Face folder's config.json or .safetensors"),
+    ("Ctrl+Shift+G", "open a model file (GGUF only)"),
     ("Ctrl+Shift+O", "open a saved view"),
     ("Ctrl+E", "export"),
     ("Ctrl+Q", "quit"),
