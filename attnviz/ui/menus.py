@@ -159,7 +159,8 @@ def ask_memory_budget(w) -> None:
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
-    from attnviz.engine.reading.budget import parse_budget, set_memory_budget
+    from attnviz.engine.reading.budget import set_memory_budget
+    from attnviz.engine.reading.typed_budget import parse_typed_budget
     from attnviz.ui.machinery import settings as remembered
 
     model = w.state.model
@@ -171,7 +172,7 @@ def ask_memory_budget(w) -> None:
     if not ok:
         return
     try:
-        n = parse_budget(text)
+        n = parse_typed_budget(text)  # a bare 512 is refused: 512 bytes, not the 512M meant
         if model is not None:
             model.set_memory_budget(n)
     except AttnvizError as exc:
