@@ -16,12 +16,13 @@ def checkpoint_index(text: str) -> int:
 
 
 def memory_budget(text: str) -> int | None:
-    """An argparse `type`: a size such as 2G or 512M (bytes), or auto (None)."""
+    """An argparse `type`: a size such as 2G or 512M (bytes), or auto (None); a bare number below
+    1 MiB is refused, as the window's dialog does (parse_typed_budget)."""
     from attnviz.engine.errors import InputError
-    from attnviz.engine.reading.budget import parse_budget
+    from attnviz.engine.reading.typed_budget import parse_typed_budget
 
     try:
-        return parse_budget(text)
+        return parse_typed_budget(text)
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -5,10 +5,11 @@ runner's model scans and of the state's current model."""
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QLabel, QMenu, QMessageBox
+from PySide6.QtWidgets import QFileDialog, QLabel, QMenu, QMessageBox
 
 from attnviz.engine.reading import textbook
 
@@ -68,10 +69,12 @@ class Menus:
         file_menu = mb.addMenu("&File")
         # (the window's, not the menu's: the Models menu shows them too, and its refill would
         # delete actions a menu owns)
-        self.open_folder_action = QAction("&Open model folder…", w)
+        self.open_folder_action = QAction("&Open model…", w)
         file_menu.addAction(self.open_folder_action)
         self.open_folder_action.setShortcut(QKeySequence("Ctrl+O"))
-        self.open_folder_action.triggered.connect(w.open_model_folder)
+        self.open_folder_action.setToolTip("A .gguf file, or a Hugging Face folder: pick its config.json "
+                                           "or a .safetensors file and the folder opens")
+        self.open_folder_action.triggered.connect(lambda: ask_model(w))
         self.open_file_action = QAction("Open model &file (GGUF)…", w)
         file_menu.addAction(self.open_file_action)
         self.open_file_action.setShortcut(QKeySequence("Ctrl+Shift+G"))
@@ -156,7 +159,8 @@ def ask_memory_budget(w) -> None:
     from PySide6.QtWidgets import QInputDialog, QMessageBox
 
     from attnviz.engine.errors import AttnvizError
-    from attnviz.engine.reading.budget import parse_budget, set_memory_budget
+    from attnviz.engine.reading.budget import set_memory_budget
+    from attnviz.engine.reading.typed_budget import parse_typed_budget
     from attnviz.ui.machinery import settings as remembered
 
     model = w.state.model
@@ -168,7 +172,7 @@ def ask_memory_budget(w) -> None:
     if not ok:
         return
     try:
-        n = parse_budget(text)
+        n = parse_typed_budget(text)  # a bare 512 is refused: 512 bytes, not the 512M meant
         if model is not None:
             model.set_memory_budget(n)
     except AttnvizError as exc:
@@ -176,6 +180,30 @@ def ask_memory_budget(w) -> None:
         return
     set_memory_budget(n)
     remembered.remember_memory_budget(w.settings, text)
+
+
+# what File > Open model (Ctrl+O) lists: a GGUF file, or the files that mark a Hugging Face folder
+MODEL_FILES = ("*.gguf", "config.json", "*.safetensors")
+
+
+def model_source(picked: str) -> str:
+    """What to load for a file picked in File > Open model: a .gguf file itself, the folder of any
+    other file (config.json, a .safetensors shard), a folder itself."""
+    path = Path(picked)
+    if path.is_dir() or path.suffix.lower() == ".gguf":
+        return str(path)
+    return str(path.parent)
+
+
+def ask_model(w) -> None:
+    """File > Open model (Ctrl+O): one picker for a model however it is stored, a .gguf file or a
+    Hugging Face folder's config.json or .safetensors file (which opens its folder)."""
+    path, _ = QFileDialog.getOpenFileName(
+        w, "Open a model: a .gguf file, or a Hugging Face folder's config.json", "",
+        f"Models ({' '.join(MODEL_FILES)});;GGUF models (*.gguf);;"
+        "Hugging Face folders (config.json *.safetensors);;All files (*)")
+    if path:
+        w.load_model(model_source(path))
 
 
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:
@@ -189,8 +217,8 @@ KEYS = (
     ("PgUp / PgDown, Ctrl+Up / Ctrl+Down", "previous or next layer"),
     ("arrow keys (the grid focused)", "move the focus between heads"),
     ("Esc", "clear the query; while a model loads, stop waiting for it"),
-    ("Ctrl+O", "open a model folder"),
-    ("Ctrl+Shift+G", "open a model file (GGUF)"),
+    ("Ctrl+O", "open a model: a .gguf file, or a Hugging Face folder's config.json or .safetensors"),
+    ("Ctrl+Shift+G", "open a model file (GGUF only)"),
     ("Ctrl+Shift+O", "open a saved view"),
     ("Ctrl+E", "export"),
     ("Ctrl+Q", "quit"),

@@ -279,11 +279,6 @@ class MainWindow(QMainWindow):
         is ignored when it comes (its thread cannot be stopped and finishes in the background)."""
         self.worker.cancel_load()
 
-    def open_model_folder(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Open a model folder (config.json + weights, or one .gguf)")
-        if folder:
-            self.load_model(folder)
-
     def open_model_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self, "Open a model file", "", "GGUF models (*.gguf);;All files (*)")

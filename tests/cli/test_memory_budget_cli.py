@@ -1,6 +1,7 @@
 """`--memory-budget SIZE`, after a command or before it: the model keeps that much expanded and
 the patterns written are the same bits as without it; a size that is not one, or less than one
-layer, is refused in one line (exit 2)."""
+layer, or a bare number below 1 MiB (512: bytes, when 512M was meant), is refused in one line
+(exit 2)."""
 
 import numpy as np
 import pytest
@@ -35,13 +36,15 @@ def test_memory_budget_gives_the_same_patterns(tmp_path):
         assert B.chosen_budget() == 100 << 10
 
 
-@pytest.mark.parametrize("size, message", [("2X", "is not a size"), ("1K", "less than one layer")])
+@pytest.mark.parametrize("size, message", [("2X", "is not a size"), ("1K", "less than one layer"),
+                                           ("512", "would be 512 bytes: type 512M for megabytes")])
 def test_bad_memory_budget_is_refused_in_one_line(tmp_path, capsys, size, message):
     argv = ["attention", "--model", str(FIXTURES / "llama_gqa"), "--ids", IDS, "--out",
             str(tmp_path / "a.npz"), "--memory-budget", size]
-    with pytest.raises(SystemExit) if size == "2X" else _no_raise() as exit_:
+    refused_by_argparse = size != "1K"
+    with pytest.raises(SystemExit) if refused_by_argparse else _no_raise() as exit_:
         code = main(argv)
-    code = exit_.value.code if size == "2X" else code
+    code = exit_.value.code if refused_by_argparse else code
     err = capsys.readouterr().err
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a.npz").exists()

@@ -1,6 +1,7 @@
 """Models > Memory budget: the size typed applies to the loaded model at once (its results
 unchanged) and to later loads, and is remembered; a size below one layer or not a size is refused
-with a message, changing nothing."""
+with a message, changing nothing, and so is a bare number below 1 MiB ("512": 512 bytes, when
+512M was meant)."""
 
 import numpy as np
 from PySide6.QtCore import QSettings
@@ -27,10 +28,12 @@ def test_memory_budget_menu(window, qtbot, monkeypatch, settings_path):
         wait_for_text(qtbot, w, "the keys to the cabinet are here")
         want = load_model("all-MiniLM-L6-v2", budget=None).run("the keys to the cabinet are here")
         np.testing.assert_array_equal(w.state.result.attentions, want.attentions)
-        for bad in ("1K", "lots"):
+        for bad in ("1K", "lots", "512"):
             answers.append((bad, True))
             w.menus.memory_budget_action.trigger()
-        assert len(warned) == 2 and "less than one layer" in warned[0] and "not a size" in warned[1]
+        assert len(warned) == 3 and "less than one layer" in warned[0] and "not a size" in warned[1]
+        # a bare 512 is not taken as 512 bytes: the message says so and what to type for megabytes
+        assert "'512' would be 512 bytes: type 512M for megabytes" in warned[2]
         assert B.chosen_budget() == 8 << 20 and model.weights.layers.budget == 8 << 20
     finally:
         B.set_memory_budget(None)

@@ -28,6 +28,6 @@ def test_the_models_menu_shows_the_open_keys(window, qtbot):
     models = menu(window, "Models")
     models.aboutToShow.emit()
     shown = keys(models)
-    assert shown["Open model folder…"] == ["Ctrl+O"]
+    assert shown["Open model…"] == ["Ctrl+O"]
     assert shown["Open model file (GGUF)…"] == ["Ctrl+Shift+G"]
-    assert QKeySequence("Ctrl+O").toString() in keys(menu(window, "File"))["Open model folder…"]
+    assert QKeySequence("Ctrl+O").toString() in keys(menu(window, "File"))["Open model…"]

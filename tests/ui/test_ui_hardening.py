@@ -241,7 +241,7 @@ def test_the_models_menu_scans_on_the_worker_and_shows_a_placeholder_meanwhile(
     menu = window.menus.models_menu
     menu.aboutToShow.emit()  # returns at once: the scan waits on its own thread
     texts = [a.text().replace("&", "") for a in menu.actions()]  # (File's own actions: mnemonics)
-    assert texts[0] == "(looking for models…)" and "Open model folder…" in texts
+    assert texts[0] == "(looking for models…)" and "Open model…" in texts
     drain_events()  # the scan is held: nothing it could post replaces the placeholder
     assert [a.text() for a in menu.actions()][0] == "(looking for models…)"
     with qtbot.waitSignal(window.worker.sigModelsFound, timeout=WAIT):

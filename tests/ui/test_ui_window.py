@@ -376,7 +376,7 @@ def test_file_shortcuts_work_from_the_sentence_box_and_models_menu_checks_the_cu
     qtbot.keyClick(window.text_box, Qt.Key.Key_O, Qt.KeyboardModifier.ControlModifier)
     mods = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     qtbot.keyClick(window.text_box, Qt.Key.Key_O, mods)
-    assert asked == ["folder", "view"]
+    assert asked == ["view", "view"]  # Ctrl+O: File > Open model's file picker (a .gguf, or a folder's config.json)
     assert window.text_box.toPlainText() == DEFAULT_TEXT  # no 'o' typed into the sentence
 
     with qtbot.waitSignal(window.worker.sigModelsFound, timeout=30000):  # the scan runs on the worker

@@ -79,7 +79,9 @@ class TextTokenizer:
         """The text's tokens (a run tokenises its text once: Model.prepare)."""
         part = self._part  # (one read: raw or another text may replace it meanwhile)
         tok = part[0] if part is not None and part[1](text) else self._tokenizer_for(text)
-        enc = tok.encode(text, add_special_tokens=add_special_tokens)
+        # (a batch of one: the Rust tokenizer lets go of the GIL in encode_batch, not in encode, and
+        # a long paste tokenised on a job would otherwise hold the window's thread still)
+        enc = tok.encode_batch([text], add_special_tokens=add_special_tokens)[0]
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
         labels = self._labels(list(enc.ids), list(enc.tokens), special)

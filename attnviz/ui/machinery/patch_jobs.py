@@ -22,6 +22,7 @@ from attnviz.ui.machinery.runner import THREAD, describe_error
 log = logging.getLogger(__name__)
 
 PATCH_KIND = "patching"
+CHECK_KIND = "patching-check"  # the panel's check of its texts' lengths
 SEP = "\u2502"  # between the columns of the aligned token lists
 
 
@@ -100,6 +101,34 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
     if not 0 <= layer < model.config.n_layer:
         raise InputError(f"layer {layer} is outside 0..{model.config.n_layer - 1}")
     return Ask(model, clean, corrupt, ic, tc, id_, td, what, layer, direction, P, position, target, alt, lc, ld)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The Patching panel's check of its two texts: the clean text's labels (None: not tokenised),
+    the line to say (an error, or both lengths when they differ) and the aligned tokens."""
+    labels: list[str] | None
+    note: str | None
+    aligned: str = ""
+
+
+def check_lengths(model, text: str, corrupt: str) -> Lengths:
+    """Tokenise the clean text, and the corrupted one when given, as the panel's check needs (on
+    a job: a long paste takes seconds to tokenise). corrupt "": the clean text only."""
+    labels = None
+    try:
+        ic, tc, _ = model.encode(text) if model is not None and text else (None, None, None)
+        if ic is not None:
+            labels = readable(model, ic, tc)
+        if ic is None or not corrupt:
+            return Lengths(labels, None)
+        id_, td, _ = model.encode(corrupt)
+    except InputError as exc:
+        return Lengths(labels, str(exc) if corrupt else None)
+    if len(tc) == len(td):
+        return Lengths(labels, None)
+    return Lengths(labels, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
+                           "patching needs texts of one length", alignment(labels, readable(model, id_, td)))
 
 
 def readable(model, ids, tokens) -> list[str]:

@@ -41,9 +41,9 @@ class CompareMenu(QMenu):
         infos = self.models_menu.infos or []
         if infos:
             self.addSeparator()
-            for info in infos:
+            for info in infos:  # by name, as the Models menu opens it: B is named as A's title names A
                 self.addAction(info.name).triggered.connect(
-                    lambda _=False, s=str(info.path): open_compare(w, BSource("model", s)))
+                    lambda _=False, s=info.name or str(info.path): open_compare(w, BSource("model", s)))
         self.addSeparator()
         stop = self.addAction("Stop comparing")
         stop.setEnabled(w.worker.compare_jobs.active)

@@ -38,6 +38,7 @@ DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have chang
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 LAST, POSITION_MAX = -1, 99_999  # the position box: -1 reads "last token" (any text's last)
 ELIDE = 60  # characters of a text quoted in the stale line
+SHOWN = 2000  # characters of the clean text shown (a word-wrapped label lays out all it is given)
 
 
 def _say(label: QLabel, text: str) -> None:
@@ -48,6 +49,10 @@ def _say(label: QLabel, text: str) -> None:
 
 def _quote(text: str) -> str:
     return "\u201c" + (text if len(text) <= ELIDE else text[:ELIDE - 1] + "\u2026") + "\u201d"
+
+
+def _shown(text: str) -> str:  # the clean text as the panel shows it: a long paste cut, with its size
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}… ({len(text):,} characters)"
 
 
 def _id_text(token: int | None) -> str:  # a token as the Target and Alt boxes take an id
@@ -277,7 +282,7 @@ class PatchingPanel(QWidget):
 
     # --- input ------------------------------------------------------------------------------------
     def _on_text(self, text: str) -> None:
-        self.clean_label.setText(text)
+        self.clean_label.setText(_shown(text))
         self._check.start()
         self._show_stale()
 
@@ -288,7 +293,7 @@ class PatchingPanel(QWidget):
     def _on_model(self) -> None:
         m = self.state.model
         self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
-        self.clean_label.setText(self.state.text)
+        self.clean_label.setText(_shown(self.state.text))
         self._sync_layer()
         self._check.start()
         self.refresh()
@@ -330,30 +335,24 @@ class PatchingPanel(QWidget):
 
     def check_lengths(self) -> None:
         """The clean token at P; one line with both lengths and the aligned tokens when the two texts
-        differ in length."""
-        from attnviz.engine.errors import InputError
-        from attnviz.ui.machinery.patch_jobs import alignment, readable
+        differ in length. The texts are tokenised on a job; the newest check's answer is shown."""
+        from attnviz.ui.machinery import patch_jobs as P
 
-        m, corrupt = self.state.model, self.corrupt_box.text()
-        _say(self.aligned, "")
-        self._labels = None
-        try:
-            ic, tc, _ = m.encode(self.state.text) if m is not None and self.state.text else (None, None, None)
-            if ic is not None:
-                self._labels = readable(m, ic, tc)
-            self._say_position()
-            if ic is None or not corrupt or self.jobs.running:
-                return
-            id_, td, _ = m.encode(corrupt)
-        except InputError as exc:
-            self._say_position()
-            if corrupt and not self.jobs.running:
-                _say(self.note, str(exc))
-            return
-        if len(tc) != len(td):
-            _say(self.note, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
-                              "patching needs texts of one length")
-            _say(self.aligned, alignment(self._labels, readable(m, id_, td)))
+        m, text, corrupt = self.state.model, self.state.text, self.corrupt_box.text()
+        both = corrupt if not self.jobs.running else ""
+        self.jobs.worker.submit(P.CHECK_KIND, lambda: P.check_lengths(m, text, both), self._on_checked,
+                                (m, text, corrupt))
+
+    def _on_checked(self, request, value, error) -> None:
+        m, text, corrupt = request
+        if error is not None or m is not self.state.model or (text, corrupt) != (self.state.text,
+                                                                               self.corrupt_box.text()):
+            return  # a newer check is coming (an error here is one the run reports too)
+        self._labels = value.labels
+        _say(self.aligned, value.aligned)
+        self._say_position()
+        if value.note is not None and not self.jobs.running:
+            _say(self.note, value.note)
         elif self.note.text().startswith("the clean text is "):
             _say(self.note, "")
 
