@@ -224,9 +224,9 @@ def paint(p: QPainter, view: WhyView, lay: WhyLayout, hover: RowBox | None = Non
         p.setPen(pen)
         p.drawLine(int(mid), int(rect.top()), int(mid), int(rect.bottom()))
         p.setPen(TEXT)
-        share = "" if r.share is None else f"{100 * r.share:+.1f}%"
+        share = "" if r.share is None else f"{signed(100 * r.share, 1)}%"
         p.drawText(QRectF(x0 + bar_w + 6 * s, rect.top(), text_w, rect.height()), left,
-                   f"{r.value:+.3f}  {share}")
+                   f"{signed(r.value, 3)}  {share}")
 
 
 png_bytes, svg_bytes = figure_exports(layout, paint, lambda view: f"attnviz why here: {view.text}")

@@ -5,7 +5,6 @@ runner's model scans and of the state's current model."""
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -186,24 +185,17 @@ def ask_memory_budget(w) -> None:
 MODEL_FILES = ("*.gguf", "config.json", "*.safetensors")
 
 
-def model_source(picked: str) -> str:
-    """What to load for a file picked in File > Open model: a .gguf file itself, the folder of any
-    other file (config.json, a .safetensors shard), a folder itself."""
-    path = Path(picked)
-    if path.is_dir() or path.suffix.lower() == ".gguf":
-        return str(path)
-    return str(path.parent)
-
-
 def ask_model(w) -> None:
     """File > Open model (Ctrl+O): one picker for a model however it is stored, a .gguf file or a
-    Hugging Face folder's config.json or .safetensors file (which opens its folder)."""
+    Hugging Face folder's config.json or .safetensors file, the picked file itself handed to the load
+    (registry.resolve opens a folder's file as its folder, a GGUF without its extension as GGUF, and
+    refuses any other file by its name: never a model beside it)."""
     path, _ = QFileDialog.getOpenFileName(
         w, "Open a model: a .gguf file, or a Hugging Face folder's config.json", "",
         f"Models ({' '.join(MODEL_FILES)});;GGUF models (*.gguf);;"
         "Hugging Face folders (config.json *.safetensors);;All files (*)")
     if path:
-        w.load_model(model_source(path))
+        w.load_model(path)
 
 
 def model_shape(family: str, n_layer: int, n_head: int, n_kv_head: int) -> str:

@@ -48,3 +48,33 @@ def test_the_why_here_list_reads_a_rounding_zero_without_a_minus(toy):
     assert len(mlp) == 2  # the query side and the key side
     assert all(t.startswith("L0 MLP  +0.0000  +0.0%") for t in mlp), mlp
     assert not any("-0.0000" in t or "-0.0%" in t for t in rows)
+
+
+def test_the_why_here_picture_paints_a_rounding_zero_without_a_minus(toy, qapp, monkeypatch):
+    """The same cell's picture (the panel's paint, what PNG and SVG exports draw): its value and
+    share columns as the list writes them."""
+    from PySide6.QtGui import QImage, QPainter
+
+    class Recording(QPainter):  # (the texts paint draws)
+        texts: list = []
+
+        def drawText(self, *args):
+            self.texts.append(args[-1])
+            super().drawText(*args)
+
+    r = toy.run(text=TEXT, trace=Q.qk_trace(), request=RunRequest(use_cache=False))
+    a = Q.qk_attribution(toy, r.trace, 1, 0, len(r.trace.ids) - 1, 3)
+    view = why.why_view(a, model=toy.name, result=_Result(r.trace.ids))
+    every = why.sections
+    monkeypatch.setattr(why, "sections", lambda v: every(v, side=len(a.components)))  # (every part)
+    lay = why.layout(view, 700)
+    image = QImage(700, int(lay.height) + 1, QImage.Format.Format_ARGB32)
+    p = Recording(image)
+    try:
+        why.paint(p, view, lay)
+    finally:
+        p.end()
+    texts = [t for t in Recording.texts if isinstance(t, str)]
+    values = [t for t in texts if t[:1] in "+-" and "%" in t]
+    assert values and any(t.startswith("+0.000  +0.0%") for t in values), values
+    assert not any("-0.000" in t or "-0.0%" in t for t in values), values

@@ -48,3 +48,25 @@ def test_ctrl_o_opens_a_gguf_file_and_a_folder_by_its_config_or_weights(window, 
     monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: asked.append(a[1:]) or ("", ""))
     press(qtbot, window, Qt.Key.Key_G, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
     assert asked[-1][-1].startswith("GGUF models (*.gguf)")
+
+
+def test_ctrl_o_on_another_file_names_it_and_never_opens_a_model_beside_it(window, qtbot, tmp_path, monkeypatch):
+    """A file that is not a model, in a folder with no config.json that holds a .gguf, is refused by
+    its own name (the window keeps its model); a GGUF without its extension opens as itself."""
+    cfg, tensors = gguf_tensors(FIXTURES / "llama_gqa")
+    folder = tmp_path / "downloads"
+    folder.mkdir()
+    write_gguf(folder / "other.gguf", cfg, tensors)
+    notes = folder / "notes.txt"
+    notes.write_text("not a model", encoding="utf-8")
+    blob = tmp_path / "blobs" / "sha256-abc"
+    blob.parent.mkdir()
+    write_gguf(blob, cfg, tensors)
+    before, picks = window.state.model, [str(notes), str(blob)]
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (picks.pop(0), ""))
+    press(qtbot, window, Qt.Key.Key_O)
+    qtbot.waitUntil(lambda: "notes.txt" in window.statusBar().currentMessage(), timeout=WAIT)
+    window.worker.wait_idle()
+    assert window.state.model is before, window.statusBar().currentMessage()
+    press(qtbot, window, Qt.Key.Key_O)
+    qtbot.waitUntil(lambda: window.state.model.path == blob, timeout=WAIT)

@@ -90,7 +90,9 @@ class QuantRows:
             q, d = self._q8[0][rows[0]], self._q8[1][rows[0]].astype(np.float32)  # [blocks, 32], [blocks, 1]
             # every scale finite where their sum is (each at most 65504: no overflow), and then every
             # q * d (|q d| <= 128 x 65504)
-            if math.isfinite(d.sum()):
+            with np.errstate(invalid="ignore"):  # (+inf and -inf among them: refused below, by row)
+                total = d.sum()
+            if math.isfinite(total):
                 return np.multiply(q, d).reshape(1, self.shape[1])
         out = np.empty((1, self.shape[1]), np.float32)
         row_into(self._data[rows[0]], self._qtype, out)
