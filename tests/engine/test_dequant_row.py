@@ -55,3 +55,17 @@ def test_a_row_with_a_non_finite_scale_is_named(qtype):
     assert np.isfinite(table[np.array([1])]).all()
     with pytest.raises(ModelLoadError, match="token_embd.weight row 2 "):
         table[np.array([2])]
+
+
+def test_a_q8_0_row_with_scales_of_both_infinities_is_named_without_a_warning(recwarn):
+    """+inf and -inf scales in one row: refused by its row, and nothing else said on the way (a sum of
+    the two is NaN, and NumPy would warn of it)."""
+    rng = np.random.default_rng(5)
+    raw = _table(Q.Q8_0, 4, 3, rng)
+    size = gguf.GGML_QUANT_SIZES[Q.Q8_0][1]
+    for block, value in ((0, np.inf), (2, -np.inf)):
+        raw[1, block * size:block * size + 2] = np.frombuffer(np.float16(value).tobytes(), np.uint8)
+    table = QuantRows("token_embd.weight", raw, Q.Q8_0, (4, 3 * 32))
+    with pytest.raises(ModelLoadError, match="token_embd.weight row 1 "):
+        table[np.array([1])]
+    assert [str(w.message) for w in recwarn] == []
