@@ -9,6 +9,11 @@ class ModelLoadError(AttnvizError):
     """A model folder or file that cannot be read."""
 
 
+class BudgetTooSmall(ModelLoadError):
+    """A chosen memory budget below one of the model's layers expanded to float32: the model
+    cannot load within it (engine/reading/budget.py resolve_budget)."""
+
+
 class InputError(AttnvizError):
     """Text or ids the model cannot take (too long, out of vocabulary...)."""
 

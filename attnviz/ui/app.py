@@ -51,7 +51,7 @@ def create_window(model: str | None = None, text: str | None = None,
     from attnviz.ui.machinery.tuning import postpone_collections
 
     settings = settings if settings is not None else app_settings()
-    apply_memory_budget(settings)  # before the first load
+    budget_note = apply_memory_budget(settings)  # before the first load
     state, worker = assemble(debounce_ms)
     postpone_collections()  # until start-up's own collection, once the first analysis is done
     source = model or saved_model(settings)
@@ -60,7 +60,9 @@ def create_window(model: str | None = None, text: str | None = None,
 
     from attnviz.ui.window import MainWindow
 
-    return MainWindow(state, worker, settings=settings, model=model, text=text, **kw)
+    window = MainWindow(state, worker, settings=settings, model=model, text=text, **kw)
+    window.budget_note = budget_note  # (said once the model is shown: views/load_outcome.py)
+    return window
 
 
 def run_app(model: str | None = None, text: str | None = None) -> int:

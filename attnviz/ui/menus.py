@@ -167,7 +167,7 @@ def ask_memory_budget(w) -> None:
     text, ok = QInputDialog.getText(
         w, "Memory budget", "Float32 layers to keep expanded: a size such as 2G or 512M, or auto "
         f"(the memory available, less 1 GiB). The results are the same.\nNow: {now}",
-        text=remembered.saved_memory_budget(w.settings))
+        text=budget_to_offer(w.settings, model))
     if not ok:
         return
     try:
@@ -179,6 +179,18 @@ def ask_memory_budget(w) -> None:
         return
     set_memory_budget(n)
     remembered.remember_memory_budget(w.settings, text)
+
+
+def budget_to_offer(settings, model) -> str:
+    """What the Memory budget dialog starts with: the remembered budget, or auto where the dialog
+    would refuse that (below one layer of the loaded model: the command line chose another)."""
+    from attnviz.engine.reading.budget import parse_budget
+    from attnviz.ui.machinery import settings as remembered
+
+    text = remembered.saved_memory_budget(settings)  # (auto, where not a size the dialog takes)
+    n = parse_budget(text)
+    sizes = getattr(model.weights.layers, "sizes", ()) if model is not None else ()
+    return "auto" if n is not None and n < max(sizes, default=0) else text
 
 
 # what File > Open model (Ctrl+O) lists: a GGUF file, or the files that mark a Hugging Face folder

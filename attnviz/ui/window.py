@@ -34,6 +34,7 @@ DOCK_NAMES = [name for docks in (*DOCKS.values(), *ON_SHOW.values()) for _title,
 
 
 class MainWindow(QMainWindow):
+    budget_note = ""  # a remembered memory budget put back to auto: said once a model is shown
     def __init__(self, state, worker, settings: QSettings | None = None, model: str | None = None,
                  text: str | None = None, parent: QWidget | None = None,
                  panels: tuple[str, ...] = ("calc", "roles", "anatomy", "predict", "generate", "why",

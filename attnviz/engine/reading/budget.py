@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from attnviz.engine.errors import InputError, ModelLoadError
+from attnviz.engine.errors import BudgetTooSmall, InputError, ModelLoadError
 from attnviz.engine.reading.pages import (
     MADV_DONTNEED, PAGE, huge_pages, madvise, no_huge_pages, populate_pages,
 )
@@ -114,7 +114,7 @@ def resolve_budget(name: str, layer_bytes: Sequence[int], other_bytes: int = 0,
     budget = budget if budget is not None else _chosen
     if budget is not None:
         if budget < largest:
-            raise ModelLoadError(
+            raise BudgetTooSmall(
                 f"{name}: a memory budget of {format_bytes(budget)} is less than one layer expanded "
                 f"to float32 ({format_bytes(largest)}); give at least that much (--memory-budget)")
         return budget

@@ -270,25 +270,47 @@ def remember_export(settings: QSettings, folder, fmt: str, scope: str, width: in
 
 # --- the memory budget for a model's expanded layers (engine/reading/budget.py) -------------------
 def saved_memory_budget(settings: QSettings) -> str:
-    """The remembered budget as typed ('4G', 'auto'); anything unreadable gives 'auto'."""
-    from attnviz.engine.errors import InputError
-    from attnviz.engine.reading.budget import parse_budget
+    """The remembered budget as typed ('4G', 'auto'); anything the dialog would refuse (not a size,
+    or a bare number below 1 MiB that an older version saved) gives 'auto'."""
+    return "auto" if refused_budget(settings) else _saved_budget_text(settings)
 
-    text = str(settings.value("memory_budget", "auto") or "auto").strip()
+
+def _saved_budget_text(settings: QSettings) -> str:
+    return str(settings.value("memory_budget", "auto") or "auto").strip()
+
+
+def refused_budget(settings: QSettings) -> str:
+    """Why the remembered budget cannot be used, as the dialog would refuse it (typed_budget);
+    '' when it can."""
+    from attnviz.engine.errors import InputError
+    from attnviz.engine.reading.typed_budget import parse_typed_budget
+
     try:
-        parse_budget(text)
-    except InputError:
-        return "auto"
-    return text
+        parse_typed_budget(_saved_budget_text(settings))
+    except InputError as exc:
+        return str(exc)
+    return ""
 
 
 def remember_memory_budget(settings: QSettings, text: str) -> None:
     settings.setValue("memory_budget", str(text).strip() or "auto")
 
 
-def apply_memory_budget(settings: QSettings) -> None:
-    """Models loaded from now on get the remembered budget, unless the command line chose one."""
+# what the window says once it has put a remembered budget that cannot be used back to auto
+BUDGET_RESET = ("the memory budget is auto now (the memory available, less 1 GiB), and remembered so; "
+                "Models > Memory budget sets another")
+
+
+def apply_memory_budget(settings: QSettings) -> str:
+    """Models loaded from now on get the remembered budget, unless the command line chose one.
+    A remembered budget the dialog would refuse is put back to auto, remembered so; returns what
+    the window says about that once ('' when nothing was changed)."""
     from attnviz.engine.reading.budget import chosen_by_command_line, parse_budget, set_memory_budget
 
-    if not chosen_by_command_line():
-        set_memory_budget(parse_budget(saved_memory_budget(settings)))
+    if chosen_by_command_line():
+        return ""
+    why = refused_budget(settings)
+    if why:
+        remember_memory_budget(settings, "auto")
+    set_memory_budget(parse_budget(saved_memory_budget(settings)))
+    return f"The remembered {why.split(':')[0]}; {BUDGET_RESET}" if why else ""

@@ -36,7 +36,9 @@ class AppState(QObject, HeadScoresState):
     sigCheckpointsChanged = Signal(object)  # the model's CheckpointSet (engine.computing.checkpoints) or None
     sigCheckpointChanged = Signal(int)  # index of the training checkpoint `model` now is
     sigInputsWantedChanged = Signal(bool)  # whether runs keep every layer's input (Anatomy shown)
-    sigLoadReported = Signal(str, str, str)  # source, outcome ("loaded", "failed", "cancelled"), message
+    # source, outcome ("loaded", "failed", "budget": failed, the memory budget chosen below one
+    # layer, "cancelled"), message
+    sigLoadReported = Signal(str, str, str)
     sigGuideChanged = Signal(object, object, str, object)  # sample, its Guide (or None), why not, its result
     sigGuideWanted = Signal(object, object, object)  # sample, result, its head scores (or None)
     sigGuideDropped = Signal()  # the guide asked for last is wanted no more
@@ -432,8 +434,9 @@ class AppState(QObject, HeadScoresState):
 
     def report_load(self, source: str, outcome: str, message: str = "") -> None:
         """The runner's word on a load it was asked for: "loaded" (the model is set already),
-        "failed" (with why) or "cancelled"; the window says so."""
-        assert outcome in ("loaded", "failed", "cancelled"), outcome
+        "failed" (with why), "budget" (failed: the memory budget chosen is below one of its layers)
+        or "cancelled"; the window says so."""
+        assert outcome in ("loaded", "failed", "budget", "cancelled"), outcome
         self.sigLoadReported.emit(str(source), outcome, str(message))
 
     def report_compute(self, request, message: str = "") -> None:

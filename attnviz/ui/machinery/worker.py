@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from attnviz.engine.computing.longdoc import LongRun
 from attnviz.engine.computing.request import RunRequest
+from attnviz.engine.errors import BudgetTooSmall
 from attnviz.ui.machinery.compare_jobs import compare_lacks
 from attnviz.ui.machinery.loading import LoadRequest, checkpoints_of, load_checked, make_vocabulary_whole
 from attnviz.ui.machinery.preview_timing import PreviewTiming
@@ -270,7 +271,8 @@ class Worker(Runner):
     def _on_load_done(self, req: LoadRequest, model, error) -> None:
         self.state.set_loading("")
         if error is not None:
-            self.state.report_load(req.source, "failed", describe_error(error))
+            outcome = "budget" if isinstance(error, BudgetTooSmall) else "failed"
+            self.state.report_load(req.source, outcome, describe_error(error))
             return
         self.state.set_model(model, source=req.source)
         self.state.report_load(req.source, "loaded")

@@ -3,6 +3,8 @@ that model is opened), failed (the banner, and what stays on screen) or cancelle
 
 from __future__ import annotations
 
+from attnviz.engine.reading.budget import chosen_by_command_line
+from attnviz.ui.machinery import settings as remembered
 from attnviz.ui.views.notices import sentence
 
 
@@ -11,14 +13,19 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
     fallback, w.start_fallback = w.start_fallback, None  # (for the first outcome only)
     if outcome == "loaded":
         loaded(w, w.state.model)
-    elif outcome == "failed":
+    elif outcome in ("failed", "budget"):
         w.pending_view = None
+        if outcome == "budget" and w.state.model is None and not chosen_by_command_line():
+            load_with_auto(w, source, message, fallback)
+            return
         if fallback and w.state.model is None and source != fallback:
             open_instead(w, source, message, fallback)
             return
         w.start_note = None
         stays = what_stays(w.state)
         keep = sentence(stays[0].upper() + stays[1:])
+        if outcome == "budget":
+            keep += " Models > Memory budget sets another budget."
         w.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
     else:
         w.pending_view = None
@@ -34,6 +41,24 @@ def open_instead(w, source: str, message: str, fallback: str) -> None:
     w.load_model(fallback)
 
 
+def load_with_auto(w, source: str, message: str, fallback: str | None) -> None:
+    """The remembered memory budget is below one layer of the model opened, and no model is on
+    screen (at start-up): the budget goes back to auto, remembered so, and the model loads again;
+    the banner says so while it loads, and once it is shown (loaded)."""
+    from attnviz.engine.reading.budget import chosen_budget, format_bytes, set_memory_budget
+
+    was = chosen_budget()
+    set_memory_budget(None)
+    remembered.remember_memory_budget(w.settings, "auto")
+    size = f" ({format_bytes(was)})" if was is not None else ""
+    w.budget_note = (f"The remembered memory budget{size} is less than one layer of {source} "
+                     f"expanded to float32; {remembered.BUDGET_RESET}")
+    w.start_fallback = fallback  # (should the load fail again for another reason)
+    w.show_error(f"{sentence(f'Could not load model {source}: {message}')} Loading it with the "
+                 "memory budget auto instead")
+    w.load_model(source)
+
+
 def what_stays(state) -> str:  # after a load that did not happen
     return f"still showing {state.model_name}" if state.model is not None else "no model is loaded"
 
@@ -41,8 +66,12 @@ def what_stays(state) -> str:  # after a load that did not happen
 def loaded(w, model) -> None:
     w.clear_error()  # (the runner set the state; the settings remember the model)
     (instead, note), w.start_note = w.start_note or ("", ""), None
-    if note and w.state.model_source == instead:  # the default, opened for the remembered model
-        w.show_error(note)
+    # the default, opened for the remembered model; a remembered memory budget put back to auto
+    notes = [note] if note and w.state.model_source == instead else []
+    budget, w.budget_note = w.budget_note, ""
+    notes += [budget] if budget else []
+    if notes:
+        w.show_error(" ".join(sentence(n) for n in notes))
     w.statusBar().showMessage(f"Loaded {model.name}", 4000)
     if w.pending_view is not None:
         (view, path), w.pending_view = w.pending_view, None

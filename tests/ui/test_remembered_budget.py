@@ -1,0 +1,58 @@
+"""A remembered memory budget that cannot load the model (an older version's bare "512", a size
+below one layer, a hand-edited "lots") never leaves the window with no model: the model opens with
+the budget auto, the banner says so once and names Models > Memory budget, the remembered value
+is put back to auto, and the dialog then offers a value it takes."""
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import QInputDialog, QMessageBox
+
+from attnviz.engine.reading import budget as B
+from windows import open_window, wait_for_text, widget
+
+
+@pytest.mark.parametrize("saved", ["512", "1K", "lots"])
+def test_a_remembered_budget_that_cannot_load_the_model_falls_back_to_auto(
+        saved, qtbot, monkeypatch, settings_path):
+    QSettings(settings_path, QSettings.Format.IniFormat).setValue("memory_budget", saved)
+    try:
+        w = open_window(qtbot, settings_path)  # (waits for the first heatmaps)
+        banner = widget(w, "error_banner")
+        assert w.state.model is not None and w.windowTitle() == "attnviz — all-MiniLM-L6-v2"
+        assert w.grid.isVisible() and w.grid.img.image is not None
+        assert w.state.result.attentions.shape[:2] == (6, 12)
+        assert banner.isVisible(), "the fallback to auto is not said"
+        shown = banner.text()
+        assert "memory budget is auto now" in shown and "Models > Memory budget" in shown
+        assert "No model is loaded" not in shown and "Could not load" not in shown
+        assert shown.count("auto now") == 1
+        assert B.chosen_budget() is None
+        assert QSettings(settings_path, QSettings.Format.IniFormat).value("memory_budget") == "auto"
+
+        offered, warned = [], []
+        monkeypatch.setattr(QInputDialog, "getText",
+                            lambda *a, **k: (offered.append(k["text"]), (k["text"], True))[1])
+        monkeypatch.setattr(QMessageBox, "warning", lambda *a, **k: warned.append(a[2]))
+        w.menus.memory_budget_action.trigger()  # OK on what the dialog offers
+        assert offered == ["auto"] and warned == []
+
+        w.set_text("the keys to the cabinet")  # said once: the next result leaves it be, and a
+        wait_for_text(qtbot, w, "the keys to the cabinet")  # new load does not say it again
+        w.worker.wait_idle()
+        with qtbot.waitSignal(w.state.sigLoadReported, timeout=30000):
+            w.load_model("all-MiniLM-L6-v2")
+        assert "auto now" not in banner.text() or not banner.isVisible()
+    finally:
+        B.set_memory_budget(None)
+
+
+def test_the_dialog_never_offers_a_budget_it_would_refuse(window, monkeypatch):
+    """A remembered 1K (below one of MiniLM's layers: the window kept another budget, as when
+    --memory-budget chose it) or bare 512 is not what the dialog starts with; 8M is."""
+    offered = []
+    monkeypatch.setattr(QInputDialog, "getText",
+                        lambda *a, **k: (offered.append(k["text"]), ("", False))[1])
+    for saved in ("1K", "512", "8M"):
+        window.settings.setValue("memory_budget", saved)
+        window.menus.memory_budget_action.trigger()
+    assert offered == ["auto", "auto", "8M"]
