@@ -99,7 +99,7 @@ def cmd_qk(args) -> int:
     for side in ("query_side", "key_side"):
         vals = np.array(doc[side])
         order = np.argsort(-np.abs(vals))[:5]
-        print(f"{side.replace('_', ' ')}: " + ", ".join(f"{doc['components'][i]} {vals[i]:+.3f}"
+        print(f"{side.replace('_', ' ')}: " + ", ".join(f"{doc['components'][i]} {signed(vals[i], 3)}"
                                                         for i in order))
     return 0
 
@@ -150,7 +150,7 @@ def cmd_circuits(args) -> int:
     else:
         print("copying [layer x head]:")
         for layer, row in enumerate(circ.copying):
-            print(f"  L{layer:<3}" + " ".join(f"{v:+.2f}" for v in row))
+            print(f"  L{layer:<3}" + " ".join(signed(v, 2) for v in row))
     for mode in C.MODES:
         s = circ.composition[mode]
         order = np.argsort(-s, axis=None)[:5]
@@ -159,5 +159,5 @@ def cmd_circuits(args) -> int:
             f"{head_title(a, b)} -> {head_title(c, d)} {s[a, b, c, d]:.3f}" for a, b, c, d in pairs))
     if ov is not None:
         print(f"head {args.head} attending to {quoted(token_text(model, token))} ({token}) writes: "
-              + ", ".join(f"{quoted(t)} {v:+.2f}" for _, t, v in ov))
+              + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _, t, v in ov))
     return 0

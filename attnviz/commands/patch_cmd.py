@@ -121,19 +121,21 @@ def cmd_patch(args) -> int:
     if args.json:
         print(json.dumps(doc))
         return 0
+    from attnviz.figures.numbers import signed  # (here: the command loads figures only to print)
+
     m = result.metric
     # the tables show tokens as the window labels them; the raw pieces are in --json
     clean, corrupt = _labels(model, ids_clean, tokens_clean), _labels(model, ids_corrupt, tokens_corrupt)
     print(f"{model.name}: {args.what}, {args.direction}, {result.runs} patched runs in "
           f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "
-          f"{quoted(token_text(model, m.alt))}): clean {m.diff_clean:+.3f}, corrupted "
-          f"{m.diff_corrupt:+.3f}")
+          f"{quoted(token_text(model, m.alt))}): clean {signed(m.diff_clean, 3)}, corrupted "
+          f"{signed(m.diff_corrupt, 3)}")
     base = PT.unpatched(result.direction)
     print(f"effect = (diff_patched - diff_corrupt) / (diff_clean - diff_corrupt), {base:g} where "
           f"nothing changes; largest |effect{' - 1' if base else ''}|:")
     for index, e in PT.ranked(result, TOP):
-        print(f"  {describe_index(args.what, index, clean, corrupt):<32} {e:+.3f}")
+        print(f"  {describe_index(args.what, index, clean, corrupt):<32} {signed(e, 3)}")
     return 0
 
 

@@ -179,6 +179,8 @@ def _predict(model, args, prepared) -> int:
 
 def _print_prediction(doc, cfg) -> None:
     """The table: tokens as the window labels them (token_text); the raw pieces are in --json."""
+    from attnviz.figures.numbers import signed  # (here: a predict alone loads no figure module)
+
     tok = doc["labels"][doc["position"]]
     target = f"{quoted(doc['target_token'])} ({doc['target']})"
     print(f"{doc['model']}: after token {doc['position']} {quoted(tok)}"
@@ -188,14 +190,14 @@ def _print_prediction(doc, cfg) -> None:
               f"log p = {row['logprob']:.3f}")
     if "changed" in doc:
         print(f"target {target}: log p {doc['clean_target_logprob']:.3f} clean, "
-              f"{doc['target_logprob']:.3f} changed (delta {doc['delta_target_logprob']:+.3f})")
+              f"{doc['target_logprob']:.3f} changed (delta {signed(doc['delta_target_logprob'], 3)})")
     dla = np.array(doc["dla"])
     print(f"logit({target}) - logit({quoted(doc['alt_token'])} ({doc['alt']})) = "
           f"{doc['logit_diff']:.3f}; direct effect: "
-          f"heads {dla.sum():+.3f}, MLPs {sum(doc['dla_rest']['mlp']):+.3f}, embeddings "
-          f"{doc['dla_rest']['embed']:+.3f}, biases {doc['dla_rest']['bias']:+.3f}")
+          f"heads {signed(dla.sum(), 3)}, MLPs {signed(sum(doc['dla_rest']['mlp']), 3)}, embeddings "
+          f"{signed(doc['dla_rest']['embed'], 3)}, biases {signed(doc['dla_rest']['bias'], 3)}")
     order = np.argsort(-np.abs(dla), axis=None)[:5]
-    print("largest heads: " + ", ".join(f"{head_title(i // cfg.n_head, i % cfg.n_head)} {dla.flat[i]:+.3f}"
+    print("largest heads: " + ", ".join(f"{head_title(i // cfg.n_head, i % cfg.n_head)} {signed(dla.flat[i], 3)}"
                                         for i in order))
     print("logit lens (raw: the final norm applied to each layer): top-1, log p(target)")
     for layer, row in enumerate(doc["lens"]):

@@ -24,6 +24,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import ExportError
+from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 
 PARTNERS = 3  # partners listed per mode
@@ -74,7 +75,7 @@ class CircuitsView:
             c = np.asarray(self.copying)
             v = float(c[self.focus])
             rank = int((c > v).sum()) + 1
-            out.append(f"{name}: OV copying {v:+.3f}, rank {rank} of {c.size} heads.")
+            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {c.size} heads.")
         parts = self.partners()
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")
@@ -88,7 +89,7 @@ class CircuitsView:
         if self.ov is not None:
             layer, head, _tid, text, top = self.ov
             out.append(f"{head_title(layer, head)} attending to {quoted(text)} writes: "
-                       + ", ".join(f"{quoted(t)} {v:+.2f}" for _i, t, v in top))
+                       + ", ".join(f"{quoted(t)} {signed(v, 2)}" for _i, t, v in top))
         return out
 
 

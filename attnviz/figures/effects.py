@@ -22,6 +22,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import headmap
 from attnviz.figures.data import DEFAULT_COLORMAP, ExportError
+from attnviz.figures.numbers import signed
 from attnviz.figures.render import MUTED, TEXT, figure_exports, figure_font
 from attnviz.figures.style import WARNING
 
@@ -171,8 +172,8 @@ def head_map(view: EffectsView) -> headmap.HeadMap:
     a = view.analysis
     d = a.dla
     return headmap.HeadMap(
-        f"DLA: logit({a.label(d.target)}) − logit({a.label(d.alt)}) = {d.logit_diff:+.3f}; "
-        f"parts add to {d.total():+.3f}", np.asarray(d.heads), "logit", view.kv_group,
+        f"DLA: logit({a.label(d.target)}) − logit({a.label(d.alt)}) = {signed(d.logit_diff, 3)}; "
+        f"parts add to {signed(d.total(), 3)}", np.asarray(d.heads), "logit", view.kv_group,
         ("MLP", np.asarray(d.mlp)), (("embed", d.embed), ("bias", d.bias)), tuple(a.ablation.heads))
 
 
@@ -205,7 +206,7 @@ def paint(p: QPainter, view: EffectsView, lay: EffectsLayout) -> None:
     p.setPen(CHANGED_BAR if a.changed is not None else MUTED)
     sub = view.changed_line()
     if a.changed is not None and view.kind == "prediction":
-        sub += f";  Δ log p({a.label(a.target)}) = {a.delta_target():+.3f} nats"
+        sub += f";  Δ log p({a.label(a.target)}) = {signed(a.delta_target(), 3)} nats"
     p.drawText(QRectF(10 * s, 28 * s, lay.width - 20 * s, 20 * s), Qt.AlignmentFlag.AlignLeft, sub)
     top = 3 * 22 * s
     if view.kind == "dla":

@@ -38,7 +38,8 @@ def test_a_command_imports_its_own_module_only():
     others = {m for m in loaded if m.startswith("attnviz.commands.") and m.endswith("_cmd")
               and m != "attnviz.commands.predict_cmd"} | {m for m in loaded if m.startswith((
                   "attnviz.engine.calc", "attnviz.figures", "attnviz.corpus", "attnviz.ui"))}
-    assert others == set()
+    # (the table's numbers are written by figures/numbers.py: a few lines of formatting, no Qt)
+    assert others - {"attnviz.figures", "attnviz.figures.numbers"} == set()
 
 
 def test_help_still_lists_every_command(capsys):

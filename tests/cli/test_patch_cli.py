@@ -127,3 +127,23 @@ def test_the_what_is_required_and_checked(cli):
         cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
             "--what", "everything")
     assert exc.value.code == 2
+
+
+def test_the_table_writes_a_rounding_zero_without_a_minus(cli, monkeypatch):
+    """A corrupted diff and effects that are 0 up to float rounding (-2e-7) read +0.000."""
+    from dataclasses import replace
+
+    real = PT.patch
+
+    def tiny(*args, **kw):
+        r = real(*args, **kw)
+        return replace(r, metric=replace(r.metric, diff_corrupt=-2e-7),
+                       effect=np.full_like(r.effect, -2e-7))
+
+    monkeypatch.setattr(PT, "patch", tiny)
+    rc, out, _ = cli("patch", "--model", GPT2, "--ids-clean", CLEAN, "--ids-corrupt", CORRUPT,
+                     "--what", "resid")
+    assert rc == 0
+    rows = out.splitlines()[3:]
+    assert "corrupted +0.000" in out and rows and all(r.endswith(" +0.000") for r in rows), out
+    assert "-0.000" not in out

@@ -86,3 +86,21 @@ def test_the_title_names_the_query_token_as_the_window_labels_it(qapp, views, ki
     texts = painted_texts(fig.svg_bytes(replace(view, labels=labels), 700)[0])
     name = {"prediction": "Next token", "lens": "Logit lens", "dla": "Direct logit attribution"}[kind]
     assert texts[0] == f"{name} after 'it's\\' (token 8), gpt2"
+
+
+def test_the_dla_caption_and_the_changed_line_write_a_rounding_zero_without_a_minus(qapp, views):
+    """A logit difference, a sum of DLA's parts and a Δ log p that are 0 up to float rounding
+    (-2e-7) read +0.000 in the painted figure, never -0.000."""
+    from dataclasses import replace
+
+    a = views["dla"].analysis
+    d = replace(a.dla, logit_diff=-2e-7, heads=np.zeros_like(a.dla.heads), mlp=np.zeros_like(a.dla.mlp),
+                embed=-3e-7, bias=0.0)
+    changed = replace(a.changed, logprobs=a.clean.logprobs - 2e-7)
+    tiny = replace(a, dla=d, changed=changed)
+    texts = [t for kind in ("dla", "prediction")
+             for t in painted_texts(fig.svg_bytes(replace(views[kind], analysis=tiny), 700)[0])]
+    assert any(t.endswith("= +0.000; parts add to +0.000") for t in texts), texts
+    painted = "".join(texts)  # (SVG may split a line's text into pieces)
+    assert f"Δ log p({a.label(a.target)}) = +0.000 nats" in painted, texts
+    assert "-0.000" not in painted

@@ -11,6 +11,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.figures import headmap as fig
+from attnviz.figures.numbers import signed
 
 PAPER = QColor(Qt.GlobalColor.white)  # the maps are drawn as on paper, like the exports
 
@@ -99,7 +100,7 @@ def dla_map(state, analysis) -> fig.HeadMap:
     """The DLA of an analysis as a head map."""
     d = analysis.dla
     title = (f"DLA: logit({analysis.label(d.target)}) − logit({analysis.label(d.alt)}) = "
-             f"{d.logit_diff:+.3f}; parts add to {d.total():+.3f}")
+             f"{signed(d.logit_diff, 3)}; parts add to {signed(d.total(), 3)}")
     kv = state.result.kv_group if state.result is not None else None
     return fig.HeadMap(title, np.asarray(d.heads), "logit", kv, ("MLP", np.asarray(d.mlp)),
                        (("embed", d.embed), ("bias", d.bias)), tuple(analysis.ablation.heads),

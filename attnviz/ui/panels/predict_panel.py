@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from attnviz.engine.reading.token_text import quoted
+from attnviz.figures.numbers import signed
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
@@ -187,7 +188,7 @@ class PredictPanel(QWidget):
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
-            f"Δ log p({a.label(a.target)}) = {d:+.3f} nats (clean {a.clean.logprobs[a.target]:.3f} → "
+            f"Δ log p({a.label(a.target)}) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
             f"changed {a.changed.logprobs[a.target]:.3f})")
         lens = a.lens
         self.lens_title.setText(f"{LENS_LABEL}, p and rank of {a.label(a.target)}"

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSlider, QVBoxLayout, QWidget
 
 from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.numbers import signed
 
 
 ICL_COLOR, INDUCTION_COLOR = "#d95f02", "#1b9e77"  # the two curves, their axes and markers
@@ -125,7 +126,7 @@ class TrainingPanel(QWidget):
         if info.train_loss is not None:
             parts.append(f"training loss {info.train_loss:.3f}")
         if info.icl_score is not None:
-            parts.append(f"ICL score {info.icl_score:+.3f}")
+            parts.append(f"ICL score {signed(info.icl_score, 3)}")
         if info.induction_score is not None:
             head = (f" ({head_title(*info.induction_head)})"
                     if info.induction_head else "")
