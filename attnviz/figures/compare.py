@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
+from attnviz.figures.numbers import bar_end
 from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors
 
@@ -149,7 +150,7 @@ def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QCo
     p.setPen(text)
     p.setFont(figure_font(9))
     digits = 3 + max(0, int(np.ceil(-np.log10(lim)))) if lim > 0 else 3  # (ends apart from the middle)
-    ends = ((f"+{lim:.3g}", "0", f"\u2212{lim:.3g}") if middle == 0 else
+    ends = ((bar_end(lim), "0", bar_end(-lim)) if middle == 0 else
             tuple(f"{v:.{digits}g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
     for frac, label in zip((0.0, 0.5, 1.0), ends):
         y = rect.top() + frac * rect.height()
