@@ -431,6 +431,10 @@ def _match_gguf(key: str, hf_snapshots: list[tuple[str, Path]]) -> _GGUFEntry | 
     return None
 
 
+def _same(path: Path, other: Path | None) -> bool:
+    return other is not None and path.resolve() == other.resolve()
+
+
 def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
     """A name or a path -> (display name, folder or GGUF file, licence)."""
     text = str(name_or_dir)
@@ -441,6 +445,8 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
         if path.is_file() and path.suffix in PICKLE_SUFFIXES:
             raise refuse_pickle(path)
         if path.is_file() and (path.suffix.lower() == ".gguf" or is_gguf(path)):
+            if _same(path, smollm2_file()):  # the bundled file: named as when opened by name
+                return SMOLLM2_MODEL, path, "apache-2.0"
             return _ollama_blob_name(path) or gguf_display_name(None, path), path, None
         folder = path.parent if path.is_file() else path
         if path.is_file() and not (folder / "config.json").exists():
@@ -448,7 +454,11 @@ def resolve(name_or_dir: str | Path) -> tuple[str, Path, str | None]:
                 f"{path} is not a model: give a GGUF file (.gguf), or a model folder (or a file in "
                 f"one) holding config.json and .safetensors weights; {folder.resolve()} has no "
                 "config.json")
-        return folder.name, folder, None
+        if _same(folder, _minilm_dir()):  # the bundled folder, named "model" on disk
+            return DEFAULT_MODEL, folder, "apache-2.0"
+        # a folder named "model" (as packages ship one) goes by the folder it is in
+        return (folder.resolve().parent.name if folder.resolve().name.lower() == "model" else
+                folder.name), folder, None
     key = text.lower()
     if key in (DEFAULT_MODEL.lower(), "minilm", "sentence-transformers/all-minilm-l6-v2"):
         minilm = _minilm_dir()
