@@ -17,7 +17,6 @@ from PySide6.QtWidgets import QApplication
 from attnviz.engine.analysing import patching as PT
 from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
-from attnviz.ui.machinery.patch_jobs import readable
 from attnviz.ui.panels.patching_panel import DIM, LAST
 from windows import IOI, WAIT
 
@@ -79,7 +78,7 @@ def test_a_position_picked_in_its_box_is_the_metrics_p(qtbot, win):
     p = win.patching_panel
     m = win.state.model
     ids_c, ids_d = _ids(win)
-    labels = readable(m, ids_c, m.encode(TEXT)[1])
+    labels = m.labels(ids_c)
     T = len(ids_c)
     assert p.position_box.value() == LAST and p.position_box.text() == "last token"
     qtbot.waitUntil(lambda: p.position_label.text() != "", timeout=WAIT)

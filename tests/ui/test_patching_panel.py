@@ -17,7 +17,7 @@ from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
 from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
-from attnviz.ui.machinery.patch_jobs import PATCH_KIND, SEP, readable
+from attnviz.ui.machinery.patch_jobs import PATCH_KIND, SEP
 from windows import IOI, WAIT, drain_events, open_window
 
 TEXT = IOI
@@ -77,7 +77,7 @@ def test_texts_of_different_lengths_are_refused_with_the_tokens_aligned(qtbot, w
     corrupt = "When Mary and John went to the big store, John gave a drink to"
     p.corrupt_box.setText(corrupt)
     tc, td = m.encode(TEXT)[1], m.encode(corrupt)[1]
-    lc, ld = readable(m, m.encode(TEXT)[0], tc), readable(m, m.encode(corrupt)[0], td)
+    lc, ld = m.labels(m.encode(TEXT)[0]), m.labels(m.encode(corrupt)[0])
     assert len(tc) != len(td)
     qtbot.waitUntil(lambda: p.aligned.text() != "", timeout=WAIT)
     assert p.note.text() == (f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
@@ -148,7 +148,7 @@ def test_resid_and_by_pos_maps_have_token_labels_and_the_engine_numbers(qtbot, w
     np.testing.assert_array_equal(p.map.view.values, want.effect)
     _assert_painted(p, want.effect, float(np.abs(want.effect).max()))
     m = win.state.model
-    toks = readable(m, *m.encode(TEXT)[:2])
+    toks = m.labels(m.encode(TEXT)[0])
     assert toks == list(win.state.result.labels)  # the grid's labels
     assert p.map.view.col_labels() == [fig.axis_label(t) for t in toks]
     p = _run(qtbot, win, "head_out_by_pos", layer=1)

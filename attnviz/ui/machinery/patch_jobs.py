@@ -86,10 +86,9 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
     sides = []
     for label, text in (("clean", clean), ("corrupted", corrupt)):
         try:
-            ids, tokens, _notice = model.encode(text)
+            sides.append(tokenised(model, text))
         except InputError as exc:
             raise InputError(f"the {label} text: {exc}") from None
-        sides.append((ids, tuple(tokens), tuple(readable(model, ids, tokens))))
     (ic, tc, lc), (id_, td, ld) = sides
     try:
         check_ids(ic, id_)
@@ -106,34 +105,40 @@ def check(model, clean: str, corrupt: str, what: str, layer: int, direction: str
 @dataclass(frozen=True)
 class Lengths:
     """The Patching panel's check of its two texts: the clean text's labels (None: not tokenised),
-    the line to say (an error, or both lengths when they differ) and the aligned tokens."""
+    the line to say (an error, or both lengths when they differ), the aligned tokens, and the clean
+    text tokenised (tokenised's, for the next check of the same text; None: not tokenised)."""
     labels: list[str] | None
     note: str | None
     aligned: str = ""
+    clean: tuple | None = None
 
 
-def check_lengths(model, text: str, corrupt: str) -> Lengths:
+def check_lengths(model, text: str, corrupt: str, clean: tuple | None = None) -> Lengths:
     """Tokenise the clean text, and the corrupted one when given, as the panel's check needs (on
-    a job: a long paste takes seconds to tokenise). corrupt "": the clean text only."""
-    labels = None
+    a job: a long paste takes seconds to tokenise). corrupt "": the clean text only. `clean`: the
+    clean text as an earlier check of the same text and model tokenised it (Lengths.clean), not
+    tokenised again."""
+    labels = list(clean[2]) if clean is not None else None
     try:
-        ic, tc, _ = model.encode(text) if model is not None and text else (None, None, None)
-        if ic is not None:
-            labels = readable(model, ic, tc)
-        if ic is None or not corrupt:
-            return Lengths(labels, None)
-        id_, td, _ = model.encode(corrupt)
+        if clean is None and model is not None and text:
+            clean = tokenised(model, text)
+            labels = list(clean[2])
+        if clean is None or not corrupt:
+            return Lengths(labels, None, clean=clean)
+        _id, td, ld = tokenised(model, corrupt)
     except InputError as exc:
-        return Lengths(labels, str(exc) if corrupt else None)
-    if len(tc) == len(td):
-        return Lengths(labels, None)
-    return Lengths(labels, f"the clean text is {len(tc)} tokens and the corrupted text {len(td)}: "
-                           "patching needs texts of one length", alignment(labels, readable(model, id_, td)))
+        return Lengths(labels, str(exc) if corrupt else None, clean=clean)
+    if len(clean[1]) == len(td):
+        return Lengths(labels, None, clean=clean)
+    return Lengths(labels, f"the clean text is {len(clean[1])} tokens and the corrupted text {len(td)}: "
+                           "patching needs texts of one length", alignment(labels, ld), clean)
 
 
-def readable(model, ids, tokens) -> list[str]:
-    """The tokens' labels as the grid shows them (a space as ·; Model.labels)."""
-    return model.labels(ids)
+def tokenised(model, text: str) -> tuple:
+    """text -> (ids, tokens, labels), tokenised once, the labels as the grid shows them (a space
+    as ·: Model.prepare's, as the window's run gives them); InputError as Model.encode."""
+    prep = model.prepare(text)
+    return prep.ids, tuple(prep.tokens), tuple(prep.labels)
 
 
 class LengthError(InputError):

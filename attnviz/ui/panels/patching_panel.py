@@ -165,6 +165,7 @@ class PatchingPanel(QWidget):
         self.state, self.jobs = state, jobs
         self.shown = False  # the tab in sight (a head clicked here leaves it up)
         self._labels = None  # the clean text's token labels, once tokenised (the position's readout)
+        self._clean = (None, None, None)  # (model, text, the text tokenised: Lengths.clean)
         self._build()
         self._lay_out()
         self._check = QTimer(self)
@@ -340,8 +341,9 @@ class PatchingPanel(QWidget):
 
         m, text, corrupt = self.state.model, self.state.text, self.corrupt_box.text()
         both = corrupt if not self.jobs.running else ""
-        self.jobs.worker.submit(P.CHECK_KIND, lambda: P.check_lengths(m, text, both), self._on_checked,
-                                (m, text, corrupt))
+        known = self._clean[2] if self._clean[0] is m and self._clean[1] == text else None
+        self.jobs.worker.submit(P.CHECK_KIND, lambda: P.check_lengths(m, text, both, known),
+                                self._on_checked, (m, text, corrupt))
 
     def _on_checked(self, request, value, error) -> None:
         m, text, corrupt = request
@@ -349,6 +351,7 @@ class PatchingPanel(QWidget):
                                                                                self.corrupt_box.text()):
             return  # a newer check is coming (an error here is one the run reports too)
         self._labels = value.labels
+        self._clean = (m, text, value.clean)  # (a check of another corrupted text reuses it)
         _say(self.aligned, value.aligned)
         self._say_position()
         if value.note is not None and not self.jobs.running:
