@@ -217,13 +217,15 @@ def _template_probe(args, kind) -> int:
     for example in ts.examples:
         print(f"  e.g. \u201c{example}\u201d")
     print()
+    from attnviz.figures.numbers import signed  # (here: the command loads figures only to print)
+
     print("layer head  label       score  accuracy   farther    nearer")
     passing = {(l, h) for l, h, *_ in ts.labelled()}
     for l in range(c.n_layer):
         for h in range(c.n_head):
             label = kind if (l, h) in passing else "-"
             print(f"{l:5d} {h:4d}  {label:<11} {ts.score[l, h]:6.3f} {ts.accuracy[l, h]:9.2f} "
-                  f"{ts.far[l, h]:9.3f} {ts.near[l, h]:9.3f}")
+                  f"{signed(ts.far[l, h], 3):>9} {signed(ts.near[l, h], 3):>9}")
     print()
     hits = ts.labelled()
     if hits:
