@@ -6,12 +6,15 @@ does) for a model compared with itself to show 0."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
 from attnviz.engine.analysing import compare as C
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.ui.machinery.compare_jobs import BSource
+from attnviz.ui.machinery.loading import WARM_KIND
 from attnviz.ui.panels.compare_menu import open_compare
 from windows import TOY, open_window
 
@@ -39,20 +42,27 @@ def compared(w, qtbot, source, text):
     return jobs
 
 
-@pytest.fixture
-def window(qtbot, tmp_path):
-    w = open_window(qtbot, tmp_path / "s.ini", model=TOY, text=TEXT)
+@pytest.fixture(params=["toy"])
+def window(request, qtbot, tmp_path):
+    """The window on the toy decoder (float32 layers), or SmolLM2 on its Q4_1 blocks, its text's
+    first run in and the one-row steps' warm-up ended."""
+    model = TOY if request.param == "toy" else str(request.getfixturevalue("smollm2").path)
+    w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
     w.worker.wait_idle()
+    for t in threading.enumerate():
+        if t.name.startswith(("qmatvec-warm", f"attnviz-{WARM_KIND}")):
+            t.join(timeout=600)
     yield w
     w.worker.compare_jobs.close()
     w.worker.wait_idle()
 
 
+@pytest.mark.parametrize("window", ["toy", "smollm2"], indirect=True)
 def test_b_opening_on_the_text_shown_runs_b_alone_and_shows_zero_against_itself(window, qtbot, monkeypatch):
     w = window
     a, shown = w.state.model, w.state.result
     a_runs = runs_of(a, monkeypatch)
-    jobs = compared(w, qtbot, BSource("model", TOY), TEXT)
+    jobs = compared(w, qtbot, BSource("model", str(a.path) if a.name != TOY else TOY), TEXT)
     assert a_runs == [], f"A ran {len(a_runs)} time(s) as B opened on the text it shows"
     assert w.state.result is shown and jobs.comparison.result is shown
     assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
