@@ -302,8 +302,13 @@ class CompareJobs(QObject):
 
     def _on_run(self, run) -> None:
         """A's new run (its trace kept) that no queued comparison follows (none was asked for as
-        it was submitted): B on the same ids, and the metrics, on the pool."""
-        if not self.active or run is None or (self._handoff is not None and self._handoff.run is run):
+        it was submitted): B on the same ids, and the metrics, on the pool. No B open: the run
+        kept for one (follow) is let go once another, or none, is the effects views' run."""
+        if not self.active:
+            if self._handoff is not None and self._handoff.run is not run:
+                self._handoff = None
+            return
+        if run is None or (self._handoff is not None and self._handoff.run is run):
             return
         self._submit(lambda: run, None)
 
