@@ -12,13 +12,13 @@ import os
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, Qt
-from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import write_atomic
 from attnviz.figures.overview import LOG_DECADES, shown_index, tops
 from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
-from attnviz.figures.style import heat_table
+from attnviz.figures.style import FOCUS, heat_table
 
 TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
@@ -52,8 +52,9 @@ class LongPicture:
         if self.scale_mode == "shared":
             tiles = f"tiles: shared scale, {span(float(t[0]))} (the largest cell of the layer's tiles shown)"
         else:
-            tiles = (f"tiles: per-head scale, each from {'its top' if self.log else '0'} to its own largest "
-                     f"cell ({float(t.min()):.3g} .. {float(t.max()):.3g})")
+            low = f"{LOG_DECADES} decades below" if self.log else "0"
+            tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
+                     f"largest cell ({float(t.min()):.3g} .. {float(t.max()):.3g})")
         big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
         return [tiles, big]
 
@@ -86,7 +87,10 @@ def layout(pic: LongPicture, _width: int = 0) -> Layout:
     left = MARGIN + cols * (tw + GAP) + GAP
     pane = QRect(left, top + HEAD_PX, pw, ph)
     bottom = max(top + rows * (th + HEAD_PX + GAP), pane.bottom() + 1 + GAP)
-    return Layout(max(left + pw + MARGIN, 760), bottom + 2 * LINE_PX + MARGIN, rects, pane)
+    words = [QFontMetrics(figure_font(13, bold=True)).horizontalAdvance(pic.title())]
+    words += [QFontMetrics(figure_font(11)).horizontalAdvance(line) for line in pic.scales()]
+    width = max(left + pw, MARGIN + max(words) + 4) + MARGIN  # (the title and the legend whole)
+    return Layout(width, bottom + 2 * LINE_PX + MARGIN, rects, pane)
 
 
 def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns its pixels
@@ -107,6 +111,10 @@ def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
     tiles = shown_index(pic.tiles, pic.scale_mode, pic.log)
     for h, rect, idx in zip(pic.tiles.heads, lay.tile_rects, tiles):
         p.drawImage(rect, _image(idx, table))  # (whole pixels per cell: no smoothing)
+        if h == pic.head:  # the focused head's tile framed, as on screen (outside its cells)
+            p.setPen(QColor(FOCUS))
+            p.drawRect(rect.adjusted(-1, -1, 0, 0))
+            p.setPen(TEXT)
         p.drawText(QRect(rect.left(), rect.top() - HEAD_PX, rect.width(), HEAD_PX),
                    Qt.AlignmentFlag.AlignLeft, head_title(pic.layer, h))
     r = lay.pane_rect

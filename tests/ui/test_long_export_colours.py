@@ -92,3 +92,14 @@ def test_the_button_writes_the_picture(long_view, tmp_path, monkeypatch):
     long_view.export_button.click()
     assert path.is_file() and not QImage(str(path)).isNull()
     assert long_view.window().statusBar().currentMessage() == f"Exported {path}"
+
+
+def test_log_colours_are_exported_as_shown(long_view, tmp_path):
+    view, st = long_view, long_view.state
+    st.long.set_log(True)
+    lay = view.export_picture(tmp_path / "log.png")
+    picture = QImage(str(tmp_path / "log.png"))
+    for rect, screen in zip(lay.tile_rects, view.tiles.images(st.long.tiles, st.scale_mode)):
+        assert same_cells(picture, rect, screen) == []
+    assert same_cells(picture, lay.pane_rect, view.pane.image()) == []
+    assert all(", log, " in line for line in view.picture().scales())
