@@ -111,6 +111,16 @@ def colour_index(values: np.ndarray, top, log: bool = False) -> np.ndarray:
     return heat_positions(v, top).astype(np.uint8)
 
 
+def shown_index(ov, scale_mode: str, log: bool = False) -> np.ndarray:  # -> [n, H, W] uint8
+    """An overview's (figures/view.Overview) colour-table indices as the long view paints them and
+    its export writes them: levels 0..tops(values, scale_mode), linear or log; a hidden first key's
+    own column (a region from key 0 at one key per cell) is the gap, 0, as in the grid."""
+    idx = colour_index(ov.values, tops(ov.values, scale_mode), log)
+    if ov.options[0] and ov.region[2] == 0 and ov.edges(1)[1] == 1:
+        idx[:, :, 0] = 0
+    return idx
+
+
 def level_at(weight: float, top: float, log: bool) -> float:
     """Where `weight` sits on the colour scale, 0..1 (a colour bar's tick)."""
     if top <= 0:

@@ -143,8 +143,9 @@ def nothing_to_export(state) -> str:
     run = state.long.run
     if run is not None:
         return (f"The text is long ({run.patterns.T:,} tokens): its patterns are computed only for "
-                "what the long view shows, never whole, so there is nothing to export here. "
-                "attnviz attention --layer L --rows A:B writes a layer's block of query rows.")
+                "what the long view shows, never whole, so there is nothing to export here. The long "
+                "view's Export picture… writes it as shown; attnviz attention --layer L --rows A:B "
+                "writes a layer's block of query rows.")
     return sentence(NOTHING_YET.capitalize())
 
 

@@ -1,5 +1,5 @@
 """File -> Export while a long text is shown: its patterns are never held whole, and the dialog
-says so (with the command that writes a block of them) instead of "no attention has been
+says so (with the long view's own export, and the command that writes a block of them) instead of "no attention has been
 computed", which the long view on screen belies."""
 
 from attnviz.engine.computing.longdoc import dense_bytes
@@ -18,5 +18,6 @@ def test_the_dialog_says_why_a_long_text_exports_nothing(window, qtbot):
     assert not dlg.export_button.isEnabled()
     assert dlg.error.text() == (f"The text is long ({T} tokens): its patterns are computed only for what "
                                 "the long view shows, never whole, so there is nothing to export here. "
-                                "attnviz attention --layer L --rows A:B writes a layer's block of query rows.")
+                                "The long view's Export picture… writes it as shown; attnviz attention "
+                                "--layer L --rows A:B writes a layer's block of query rows.")
     window.worker.wait_idle()

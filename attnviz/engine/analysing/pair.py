@@ -204,6 +204,22 @@ class _Noted:
     dense_limit: int | None  # the dense limit A's run was made under (RunRequest.dense_limit): B's too
 
 
+def noted(a, trace: Trace, cached: bool = True, dense_limit: int | None = None) -> _Noted:
+    """Model a's run that filled `trace`, as a Follower replays it on B (Follower.note's
+    arguments), read just after the run: a's cache's clears and promotions are then the run's."""
+    return _Noted(weakref.ref(trace), trace.ids, trace.one_row, cached, dict(trace.want),
+                  trace.reused, a.cache_clears, a.cache_promotions, dense_limit)
+
+
+def whole_in_cache(a, run: _Noted) -> bool:
+    """Whether model a's cache still holds `run` (noted) as its last, computed whole: every row in
+    one chunk with the cache (nothing taken from it), and the cache neither cleared nor turned to
+    an earlier run since. A Follower made with it (`last`) keeps a's cache and replays that run
+    on B's, which then holds the same rows: a's run need not be made again for B."""
+    return (run.trace() is not None and run.cached and run.reused == 0
+            and run.clears == a.cache_clears and run.promoted == a.cache_promotions)
+
+
 class Follower:
     """Model B's KV cache kept in step with model A's while B follows A's typing runs: B runs the
     ids of each of A's runs, in A's order, each with the steps A's took (Trace.one_row), keeping
@@ -225,25 +241,32 @@ class Follower:
     Made as B opens, it clears both caches: A's (rows typed a key at a time before B came would
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
     one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
-    A). A's cache cleared between two of A's runs (a benchmark's pass, a run A refused) clears B's
+    A). Given A's `last` run (`noted`) where A's cache holds it whole (`whole_in_cache`: A's
+    text run with nothing from the cache, and nothing since), A's cache is kept and that run noted,
+    B's first: A's run is compared as it is, not made again. A's cache cleared between two of A's runs (a benchmark's pass, a run A refused) clears B's
     before B runs the later one. One thread at a time notes and follows (the window's pool), the
     thread that runs A's cached runs."""
 
-    def __init__(self, a, b):
+    def __init__(self, a, b, last=None):
         self.a, self.b = a, b
-        b.clear_cache()
-        # A's clears that B's cache has followed: this one's too, where A's run on makes it later
-        self._clears = a.clear_cache()
         self._runs: list[_Noted] = []  # not followed yet, oldest first
+        # whether A's `last` run is B's first to follow, A's cache kept (see the class docstring)
+        self.took_last = last is not None and whole_in_cache(a, last)
+        if self.took_last:
+            if b is not a:  # (B, A's own Model, reads A's run from the one cache)
+                b.clear_cache()
+            self._clears, self._runs = last.clears, [last]
+        else:
+            b.clear_cache()
+            # A's clears that B's cache has followed: this one's too, where A's run on makes it later
+            self._clears = a.clear_cache()
         self._lost = False  # B's cache out of step with A's: the next follow runs both afresh
         self._refused = False  # B refused the last text: the next follow runs B's afresh first
 
     def note(self, trace: Trace, cached: bool = True, dense_limit: int | None = None) -> None:
         """A's run that filled `trace`, with its cache (`cached`: result.cache_used) or apart,
         under `dense_limit` (its RunRequest's: B's run of it is made under the same)."""
-        self._runs.append(_Noted(weakref.ref(trace), trace.ids, trace.one_row, cached,
-                                 dict(trace.want), trace.reused, self.a.cache_clears,
-                                 self.a.cache_promotions, dense_limit))
+        self._runs.append(noted(self.a, trace, cached, dense_limit))
         if len(self._runs) > MAX_BEHIND:  # (the next follow runs the text afresh on both sides)
             self._runs.clear()
             self._lost = True

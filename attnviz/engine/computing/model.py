@@ -22,7 +22,7 @@ from attnviz.engine.computing.patterns import check_finite, non_finite_layer
 from attnviz.engine.reading.layout import Weights
 from attnviz.engine.reading.tokenizer import Encoded, TextTokenizer
 from attnviz.engine.reading.token_text import quoted
-from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest
+from attnviz.engine.computing.request import PLAIN, Prepared, RunRequest, kept_positions
 from attnviz.engine.computing.trace import KVCache, Trace
 from attnviz.engine.reading.budget import LayerStore, default_budget
 
@@ -307,33 +307,37 @@ class Model:
         a tokenizer can read it (clean_text: lone surrogates become U+FFFD, the notice says so);
         anything but a str is an InputError, and so is an empty id list or a text that gives no
         tokens: a run always has at least one token."""
-        text, notice, enc = self._encode(text, ids, request.labels)
+        text, notice, enc = self._encode(text, ids)
         ids = np.asarray(enc.ids, dtype=np.int64)
-        tokens, labels, offsets = enc.tokens, enc.labels, enc.offsets
-        n_full = len(ids)
-        limit, max_tokens, truncate = self.config.max_positions, request.max_tokens, request.truncate
-        if max_tokens is not None:
-            if max_tokens < 1:
-                raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
-            limit = min(limit, int(max_tokens))
-        truncated = n_full > limit
-        if truncated:
-            if not truncate:
-                what = (f"this model's {limit} positions" if limit == self.config.max_positions
-                        else f"the limit of {limit} tokens")
-                raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
-                                 "text or truncate it (--truncate, RunRequest(truncate=True))")
-            keep = list(range(limit))
-            if enc.special[-1] and limit > 1:  # keep the closing special token ([SEP])
-                keep[-1] = n_full - 1
+        keep = kept_positions(len(ids), enc.special[-1], self.config.max_positions, request)
+        if keep is not None:
             ids = ids[keep]
-            tokens, labels, offsets = ([seq[i] for i in keep] for seq in (tokens, labels, offsets))
-        return Prepared(text, notice, ids, list(tokens), list(labels), list(offsets), truncated, n_full)
+        # cut first, then labelled: a paste far over the limit labels only the tokens it keeps
+        tokens, labels, offsets = self._pieces(text, enc, keep, request.labels)
+        return Prepared(text, notice, ids, tokens, labels, offsets, keep is not None, len(enc.ids))
 
-    def _encode(self, text, ids, labels: bool = True) -> tuple[str, str | None, Encoded]:
-        """text or ids -> (the text as run, its notice, the tokens). Ids, given or typed as the text
-        of a model without a tokenizer, come without special tokens; text gets the model's.
-        labels=False: ids get "" as their pieces and labels."""
+    def _pieces(self, text: str, enc: Encoded, keep, labels: bool) -> tuple[list, list, list]:
+        """(pieces, labels, offsets) of the tokens of `enc` at positions `keep` (None: all). Ids
+        given (enc.tokens None) get their pieces from the vocabulary, "" with labels=False."""
+        def pick(seq) -> list:
+            return list(seq) if keep is None else [seq[i] for i in keep]
+        ids, offsets = pick(enc.ids), pick(enc.offsets)
+        if enc.tokens is not None:
+            tokens = pick(enc.tokens)
+            return tokens, self.tokenizer.label(ids, tokens, pick(enc.special), text), offsets
+        if not labels:
+            tokens = names = [""] * len(ids)
+        elif self.tokenizer is not None:
+            tokens, names = self.tokenizer.labels_for_ids(ids)
+        else:
+            tokens = names = self.labels(ids)
+        return tokens, names, offsets
+
+    def _encode(self, text, ids) -> tuple[str, str | None, Encoded]:
+        """text or ids -> (the text as run, its notice, the tokens, without labels: Model._pieces
+        makes them for the tokens kept). Ids, given or typed as the text of a model without a
+        tokenizer, come without special tokens and without pieces (tokens None); text gets the
+        model's special tokens."""
         if (text is None) == (ids is None):
             raise InputError("give text or ids to run" if text is None else
                              "give text or ids, not both")
@@ -347,23 +351,18 @@ class Model:
                                      "e.g. 5, 17, 3")
         if ids is not None:
             ids = self._check_ids(ids)
-            if not labels:
-                tokens = names = [""] * len(ids)
-            elif self.tokenizer is not None:
-                tokens, names = self.tokenizer.labels_for_ids(ids.tolist())
-            else:
-                tokens = names = self.labels(ids)
-            return text or "", notice, Encoded(ids, tokens, names, [(0, 0)] * len(ids),
+            return text or "", notice, Encoded(ids.tolist(), None, [], [(0, 0)] * len(ids),
                                                [False] * len(ids))
-        enc = self.tokenizer.encode(text)
+        enc = self.tokenizer.encode(text, labels=False)
         if not enc.ids:
             raise InputError("nothing to run: the text gives no tokens" +
                              ("; type something" if not text.strip() else
                               f" ({self.name}'s tokenizer drops all of it)"))
         if max(enc.ids) >= self.config.vocab_size:  # a tokenizer.json that is not this model's
             i = next(n for n, t in enumerate(enc.ids) if t >= self.config.vocab_size)
+            label = self.tokenizer.label(enc.ids[:i + 1], enc.tokens[:i + 1], enc.special[:i + 1], text)[-1]
             raise ModelLoadError(
-                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({quoted(enc.labels[i])}), but "
+                f"{self.name}: the tokenizer gives token id {enc.ids[i]} ({quoted(label)}), but "
                 f"the model has {self.config.vocab_size} embedding rows "
                 f"(0..{self.config.vocab_size - 1}): its tokenizer.json does not match its weights")
         return text, notice, enc

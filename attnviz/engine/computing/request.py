@@ -8,6 +8,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from attnviz.engine.errors import InputError
+
 
 @dataclass(frozen=True)
 class RunRequest:
@@ -63,3 +65,24 @@ class Prepared(NamedTuple):
     offsets: list
     truncated: bool
     n_full: int  # tokens before truncation
+
+
+def kept_positions(n_full: int, closing_special: bool, positions: int, request: RunRequest) -> list[int] | None:
+    """The positions of n_full tokens a run keeps under the model's `positions` and
+    request.max_tokens: None, all of them; else the first ones, a closing special token ([SEP],
+    `closing_special`) kept last, when request.truncate (InputError without it)."""
+    limit, max_tokens = positions, request.max_tokens
+    if max_tokens is not None:
+        if max_tokens < 1:
+            raise InputError(f"max_tokens must be at least 1, got {max_tokens}")
+        limit = min(limit, int(max_tokens))
+    if n_full <= limit:
+        return None
+    if not request.truncate:
+        what = f"this model's {limit} positions" if limit == positions else f"the limit of {limit} tokens"
+        raise InputError(f"sequence of {n_full} tokens is longer than {what}: shorten the "
+                         "text or truncate it (--truncate, RunRequest(truncate=True))")
+    keep = list(range(limit))
+    if closing_special and limit > 1:  # keep the closing special token ([SEP])
+        keep[-1] = n_full - 1
+    return keep

@@ -19,7 +19,7 @@ from attnviz.engine.reading.validate import (
 @dataclass(frozen=True)
 class Encoded:
     ids: list[int]
-    tokens: list[str]  # the tokenizer's own token strings
+    tokens: list[str] | None  # the tokenizer's own token strings (None: ids given, Model._encode)
     labels: list[str]  # as a person reads them (token_text): "the", "##lip", "[UNK]", "Ġworld" -> "·world"
     offsets: list[tuple[int, int]]  # character spans into the text; (0, 0) for special tokens
     special: list[bool]
@@ -75,8 +75,9 @@ class TextTokenizer:
         if self.path is not None:
             check_token_ids(self._ids, n_rows, self.path, rows_from)
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> Encoded:
-        """The text's tokens (a run tokenises its text once: Model.prepare)."""
+    def encode(self, text: str, add_special_tokens: bool = True, labels: bool = True) -> Encoded:
+        """The text's tokens (a run tokenises its text once: Model.prepare). labels=False: no
+        labels (an empty list); `label` makes them for the tokens a caller keeps."""
         part = self._part  # (one read: raw or another text may replace it meanwhile)
         tok = part[0] if part is not None and part[1](text) else self._tokenizer_for(text)
         # (a batch of one: the Rust tokenizer lets go of the GIL in encode_batch, not in encode, and
@@ -84,13 +85,20 @@ class TextTokenizer:
         enc = tok.encode_batch([text], add_special_tokens=add_special_tokens)[0]
         special = [bool(s) for s in enc.special_tokens_mask]
         offsets = [tuple(o) for o in enc.offsets]
-        labels = self._labels(list(enc.ids), list(enc.tokens), special)
+        ids, tokens = list(enc.ids), list(enc.tokens)
+        return Encoded(ids, tokens, self.label(ids, tokens, special, text) if labels else [],
+                       offsets, special)
+
+    def label(self, ids: list[int], tokens: list[str], special: list[bool], text: str) -> list[str]:
+        """The readable labels of the first tokens of `text`'s encoding ([n] each, n at most all of
+        them; a closing special token may follow them): a label reads only the tokens before it."""
+        labels = self._labels(list(ids), list(tokens), list(special))
         # a space the tokenizer put before the text (SentencePiece's add_space_prefix, GPT-2's
         # add_prefix_space) is none of the text's: the first word reads "Hello", not "·Hello"
         first = next((i for i, sp in enumerate(special) if not sp), None)
         if first is not None and not text[:1].isspace() and labels[first].startswith(SPACE_MARK):
             labels[first] = labels[first][1:]
-        return Encoded(list(enc.ids), list(enc.tokens), labels, offsets, special)
+        return labels
 
     def labels_for_ids(self, ids: list[int]) -> tuple[list[str], list[str]]:
         """Token strings and readable labels for raw ids."""

@@ -5,8 +5,10 @@ While B is open, each typing run of A keeps its residual stream (the runner's ru
 WindowRun, as for What heads do), and a 'compare' job on the one runner runs B on the same ids
 with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
 order, the way A's ran and keeping what A's kept, a run of A whose comparison a newer key stopped
-among them; as B opens, both caches are cleared and A's text run again, so A's rows and B's first
-run are one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B
+among them; as B opens, A's run on screen is B's first to follow where A's cache holds it whole,
+every row computed in one chunk and nothing since (pair.whole_in_cache: A's run is compared as it
+is); otherwise both caches are cleared and A's text run again, so A's rows and B's first run are
+one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B
 refused, or where a run of B reused another number of rows than A's, the comparison clears both
 caches and runs the text afresh on each side, and compares those runs): a model compared with
 itself differs by exactly 0, once the one-row steps' warm-up ends, where the memory budget holds
@@ -89,19 +91,28 @@ def compare_lacks(worker, result) -> bool:
 
 class Handoff:
     """A's run handed from its 'compute' job `compute_id` to the 'compare' job queued behind it on
-    the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job."""
-    __slots__ = ("compute_id", "run", "follower", "dense_limit")
+    the pool's one thread (CompareJobs.follow): kept by A's job as it ends, read by the next job.
+    Made too while no B is open (no follower): the run is then kept noted, for a B that opens on
+    its text (CompareJobs._on_loaded compares it as it is)."""
+    __slots__ = ("compute_id", "run", "follower", "dense_limit", "model", "noted")
 
-    def __init__(self, compute_id: int, follower, dense_limit: int | None = None):
+    def __init__(self, compute_id: int, follower, dense_limit: int | None = None, model=None):
         self.compute_id = compute_id
         self.run = None  # A's WindowRun (None: A's run failed or was stopped; a LongRun: a long text)
         self.follower = follower  # the session's pair.Follower: B's cache follows each run of A's
         self.dense_limit = dense_limit  # the dense limit A's run is made under (B's runs take it)
+        self.model = model  # A
+        self.noted = None  # without a follower: A's clean run as pair.noted read it as it ended
 
     def ran(self, clean, result) -> None:
         """A's clean run is in (effects.window_run's `ran`): noted for B's cache, on the pool's
         thread as B's runs that follow it, even where A's job is then stopped in its changed run."""
-        self.follower.note(clean, result.cache_used, self.dense_limit)
+        if self.follower is None:
+            from attnviz.engine.analysing.pair import noted
+
+            self.noted = noted(self.model, clean, result.cache_used, self.dense_limit)
+        else:
+            self.follower.note(clean, result.cache_used, self.dense_limit)
 
     def keep(self, run):
         self.run = run
@@ -227,13 +238,31 @@ class CompareJobs(QObject):
 
         self.b, self.identity = value
         self.source, self.note = source, ""
-        self.comparison = self.induction = self._known = self._handoff = None
-        for kind in (COMPARE_KIND, "compute"):  # the jobs before, stale: none runs on the caches cleared
-            self.worker.claim(kind)
-        self._follower = Follower(a, self.b)  # (the caches cleared: A's text runs again, in one chunk as B's)
+        shown, self._handoff = self._shown_run(a), None
+        self.comparison = self.induction = self._known = None
+        self.worker.claim(COMPARE_KIND)  # the jobs before, stale: none runs on the caches cleared
+        if shown is None:  # (else no run of A is on its way: the one shown is the newest)
+            self.worker.claim("compute")
+        # A's run on screen, where its cache holds it whole, is B's first to follow; else the
+        # caches are cleared and A's text runs again, in one chunk as B's first run
+        self._follower = Follower(a, self.b, None if shown is None else shown.noted)
         self.sigChanged.emit()
         self._request_probe()
-        self.worker.request_compute(immediate=True)
+        if self._follower.took_last:
+            self._submit(lambda: shown.run, None)
+        else:
+            self.worker.request_compute(immediate=True)
+
+    def _shown_run(self, a) -> Handoff | None:
+        """The handoff of A's run on screen, made by the newest 'compute' job for the text shown
+        and kept whole (its trace: the residual stream the comparison reads), else None."""
+        from attnviz.engine.analysing.effects import WindowRun
+
+        h, st = self._handoff, self.state
+        if h is None or h.noted is None or h.model is not a or not isinstance(h.run, WindowRun):
+            return None
+        shown = st.result is not None and st.effects.run_of(st.result) is h.run
+        return h if shown and h.run.result.text == st.text and self.worker.is_newest("compute", h.compute_id) else None
 
     def close(self) -> None:
         """Leave Compare: B is freed (nothing holds it after this), its jobs dropped."""
@@ -242,7 +271,9 @@ class CompareJobs(QObject):
         had = self.b is not None or self.loading is not None or self.note
         if self.b is not None:  # (quick text scores waiting for a comparison's frame)
             self.worker.scores_after_frame()
-        self.b = self.identity = self.source = self.loading = self._handoff = self._follower = None
+        if self._handoff is not None and self._handoff.follower is not None:  # (it holds B)
+            self._handoff = None  # (one made without B stays: A's run, for the next B to open)
+        self.b = self.identity = self.source = self.loading = self._follower = None
         self.comparison = self.induction = self._known = None
         self.note = ""
         if had:
@@ -254,25 +285,30 @@ class CompareJobs(QObject):
             self.sigChanged.emit()
 
     # --- the comparison per run -----------------------------------------------------------------
-    def handoff(self, compute_id: int, dense_limit: int | None = None) -> Handoff | None:
+    def handoff(self, compute_id: int, dense_limit: int | None = None, model=None) -> Handoff:
         """What A's run `compute_id` (the worker's 'compute' job, about to be submitted, under
-        `dense_limit`) hands to its comparison (follow); None while no B is open."""
-        return Handoff(compute_id, self._follower, dense_limit) if self.active else None
+        `dense_limit`, of `model`: A) hands to its comparison (follow), or keeps for a B yet to open."""
+        return Handoff(compute_id, self._follower if self.active else None, dense_limit, model)
 
     def follow(self, handoff: Handoff) -> None:
         """The comparison of A's run handoff.compute_id (submitted just before this, on the pool's
         one thread), queued right behind it: B starts as A's run ends, on the same thread, while
         the window takes A's result. Stale, and stopped at B's next layer, as soon as a newer
-        'compute' or 'compare' job is asked for (a keystroke)."""
-        if not self.active:
-            return
+        'compute' or 'compare' job is asked for (a keystroke). No B open: the run is kept for one
+        that opens on its text (_on_loaded)."""
         self._handoff = handoff
-        self._submit(lambda: handoff.run, handoff.compute_id)
+        if self.active:
+            self._submit(lambda: handoff.run, handoff.compute_id)
 
     def _on_run(self, run) -> None:
         """A's new run (its trace kept) that no queued comparison follows (none was asked for as
-        it was submitted): B on the same ids, and the metrics, on the pool."""
-        if not self.active or run is None or (self._handoff is not None and self._handoff.run is run):
+        it was submitted): B on the same ids, and the metrics, on the pool. No B open: the run
+        kept for one (follow) is let go once another, or none, is the effects views' run."""
+        if not self.active:
+            if self._handoff is not None and self._handoff.run is not run:
+                self._handoff = None
+            return
+        if run is None or (self._handoff is not None and self._handoff.run is run):
             return
         self._submit(lambda: run, None)
 

@@ -149,8 +149,8 @@ class Worker(Runner):
         request = RunRequest(truncate=True, values=req.values, inputs=req.inputs, stop=stale,
                              long=None if long_jobs is None else long_jobs.long_run(req),
                              dense_limit=None if long_jobs is None else long_jobs.dense_limit)
-        compare = getattr(self, "compare_jobs", None)  # comparing: B's run queued behind this one
-        handoff = compare.handoff(req.id, request.dense_limit) if compare is not None and req.trace else None
+        compare = getattr(self, "compare_jobs", None)  # B's run queued behind this one (or kept for a B)
+        handoff = compare.handoff(req.id, request.dense_limit, req.model) if compare is not None and req.trace else None
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             # BLAS on every core for the window's runs: a causal model's keystroke streams every

@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QFont, QImage, QPainter, QPen
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.overview import colour_index, to_tokens, token_at, tops, window_segment
+from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, heat_table
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
@@ -65,10 +65,7 @@ class _PatternArea(QWidget):
     def images(self, ov, scale_mode: str) -> list[QImage]:
         if ov is None:
             return []
-        idx = colour_index(ov.values, tops(ov.values, scale_mode), self.long.log)
-        if ov.options[0] and ov.region[2] == 0 and ov.edges(1)[1] == 1:
-            idx[:, :, 0] = 0  # a hidden first key's own column: blank, as in the grid
-        return [indexed_image(i, self.table()) for i in idx]
+        return [indexed_image(i, self.table()) for i in shown_index(ov, scale_mode, self.long.log)]
 
     def draw_image(self, p: QPainter, img: QImage, ov_region, rect: QRectF) -> None:
         """Draw an image of ov_region into `rect`, which shows the state's region: the same region

@@ -19,6 +19,9 @@ from PySide6.QtWidgets import (
     QStackedWidget, QVBoxLayout, QWidget,
 )
 
+from attnviz.engine.errors import AttnvizError
+from attnviz.figures.data import ExportError
+from attnviz.figures.long_picture import Layout, LongPicture, write_long_picture
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
@@ -49,6 +52,9 @@ class LongView(QWidget):
                                   "weights are small")
         self.whole_button = QPushButton("Whole pattern")
         self.whole_button.setToolTip("Zoom out to every token (double-click does too)")
+        self.export_button = QPushButton("Export picture…")
+        self.export_button.setToolTip("Write the view as shown to a PNG: the tiles and the large head in "
+                                      "the colours on screen, their colour scales said under them")
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
@@ -62,6 +68,7 @@ class LongView(QWidget):
         bar.addWidget(self.reduce_combo)
         bar.addWidget(self.log_check)
         bar.addWidget(self.whole_button)
+        bar.addWidget(self.export_button)
 
         self.tiles = HeadTiles(state)
         self.pane = PatternPane(state)
@@ -98,6 +105,7 @@ class LongView(QWidget):
             lambda i: lg.set_reduce(self.reduce_combo.itemData(i)))
         self.log_check.toggled.connect(lg.set_log)
         self.whole_button.clicked.connect(lg.reset_zoom)
+        self.export_button.clicked.connect(self.export_dialog)
         for area in (self.tiles, self.pane):
             area.sigHover.connect(self.readout.setText)
         lg.sigRunChanged.connect(lambda _r: self.refresh())
@@ -117,6 +125,45 @@ class LongView(QWidget):
         if self.long.log:
             return f"colours: log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}"
         return f"colours: 0 .. {top:.3g}"
+
+    def picture(self) -> LongPicture | None:
+        """What the view shows, as its export draws it; None while the tiles or the large head of
+        the layer and region shown are still computed."""
+        lg = self.long
+        if lg.run is None or lg.tiles is None or lg.pane is None:
+            return None
+        layer = min(self.state.layer, lg.patterns.n_layer - 1)
+        if any(ov.layer != layer or ov.region != lg.region for ov in (lg.tiles, lg.pane)):
+            return None
+        return LongPicture(self.state.model_name, lg.patterns.T, layer, lg.head(), lg.tiles, lg.pane,
+                           self.state.colormap, self.state.scale_mode, lg.log)
+
+    def export_picture(self, path) -> Layout:
+        """Write the view as shown to the PNG `path` (figures/long_picture.py) -> its layout;
+        ExportError while it is still computed."""
+        pic = self.picture()
+        if pic is None:
+            raise ExportError("the view is still being computed: export it once it is shown")
+        return write_long_picture(pic, path)
+
+    def export_dialog(self) -> None:
+        """Ask for a PNG file and write the view as shown to it; a failure is said in the read-out."""
+        from PySide6.QtWidgets import QFileDialog
+
+        from attnviz.ui.export import export_folder
+        from attnviz.ui.machinery.runner import describe_error
+
+        name = f"{(self.state.model_name or 'model').replace('/', '_')}_L{self.state.layer}_long.png"
+        path, _ = QFileDialog.getSaveFileName(self, "Export the long view", str(export_folder() / name),
+                                              "PNG image (*.png)")
+        if not path:
+            return
+        try:
+            self.export_picture(path)
+        except (AttnvizError, OSError) as exc:
+            self.readout.setText(f"Export failed: {describe_error(exc, writing=path)}")
+            return
+        self.state.show_status(f"Exported {path}")
 
     def _on_progress(self, i: int, n: int) -> None:
         self.progress.setVisible(n > 0)

@@ -1,0 +1,133 @@
+"""The long view as a picture: what File ▸ Export gives for a long text (ui/views/long_view.py's
+Export picture…), whose patterns are never held whole. It draws the overviews on screen, no other
+numbers: every head of the layer as a tile and the focused head large, each cell coloured through
+the same table at the same levels as the window paints it (overview.shown_index: the tiles at the
+view's scale mode, the large head at its own top), and says which scales those are under the
+picture, with their tops. Each cell is a square of whole pixels, so a cell's colour is the screen's."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from PySide6.QtCore import QRect, Qt
+from PySide6.QtGui import QColor, QFontMetrics, QImage, QPainter
+
+from attnviz.engine.computing.patterns import head_title
+from attnviz.figures.data import write_atomic
+from attnviz.figures.overview import LOG_DECADES, shown_index, tops
+from attnviz.figures.render import TEXT, encode_png, figure_font, render_with
+from attnviz.figures.style import FOCUS, heat_table
+
+TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
+MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
+REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
+
+
+@dataclass(frozen=True)
+class LongPicture:
+    """What the long view shows: the layer's tiles and the focused head's pane (figures/view.Overview
+    each, of one region), and how they are coloured."""
+    model: str
+    T: int  # tokens of the long text
+    layer: int
+    head: int  # the focused head (the large pane)
+    tiles: object  # Overview of the layer's heads
+    pane: object  # Overview of the focused head
+    colormap: str
+    scale_mode: str  # the tiles' scale: "shared" (one top over the tiles) or "per-head"
+    log: bool
+
+    def title(self) -> str:
+        r0, r1, c0, c1 = self.pane.region
+        return (f"{self.model} · long text, {self.T:,} tokens · layer {self.layer} · queries "
+                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}")
+
+    def scales(self) -> list[str]:
+        """The legend: each colour scale in words, with its top."""
+        def span(top: float) -> str:
+            return f"log, {top * 10.0 ** -LOG_DECADES:.2g} and below .. {top:.3g}" if self.log else f"0 .. {top:.3g}"
+        t = tops(self.tiles.values, self.scale_mode)
+        if self.scale_mode == "shared":
+            tiles = f"tiles: shared scale, {span(float(t[0]))} (the largest cell of the layer's tiles shown)"
+        else:
+            low = f"{LOG_DECADES} decades below" if self.log else "0"
+            tiles = (f"tiles: per-head scale{', log' if self.log else ''}, each from {low} to its own "
+                     f"largest cell ({float(t.min()):.3g} .. {float(t.max()):.3g})")
+        big = f"{head_title(self.layer, self.head)} (large): its own scale, {span(float(tops(self.pane.values, 'per-head')[0]))}"
+        return [tiles, big]
+
+
+@dataclass(frozen=True)
+class Layout:
+    width: int
+    height: int
+    tile_rects: list  # [n_heads] QRect of each tile's cells, in tiles.heads order
+    pane_rect: QRect
+
+
+def _scale(values, target: int) -> int:  # whole pixels per cell
+    return max(1, target // max(values.shape[1], values.shape[2]))
+
+
+def layout(pic: LongPicture, _width: int = 0) -> Layout:
+    n = len(pic.tiles.heads)
+    cols = max(1, math.ceil(math.sqrt(n)))
+    k = _scale(pic.tiles.values, TILE_PX)
+    th, tw = k * pic.tiles.values.shape[1], k * pic.tiles.values.shape[2]
+    top = MARGIN + TITLE_PX + GAP
+    rects = []
+    for i in range(n):
+        row, col = divmod(i, cols)
+        rects.append(QRect(MARGIN + col * (tw + GAP), top + row * (th + HEAD_PX + GAP) + HEAD_PX, tw, th))
+    rows = -(-n // cols)
+    kp = _scale(pic.pane.values, PANE_PX)
+    ph, pw = kp * pic.pane.values.shape[1], kp * pic.pane.values.shape[2]
+    left = MARGIN + cols * (tw + GAP) + GAP
+    pane = QRect(left, top + HEAD_PX, pw, ph)
+    bottom = max(top + rows * (th + HEAD_PX + GAP), pane.bottom() + 1 + GAP)
+    words = [QFontMetrics(figure_font(13, bold=True)).horizontalAdvance(pic.title())]
+    words += [QFontMetrics(figure_font(11)).horizontalAdvance(line) for line in pic.scales()]
+    width = max(left + pw, MARGIN + max(words) + 4) + MARGIN  # (the title and the legend whole)
+    return Layout(width, bottom + 2 * LINE_PX + MARGIN, rects, pane)
+
+
+def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns its pixels
+    h, w = idx.shape
+    img = QImage(idx.tobytes(), w, h, w, QImage.Format.Format_Indexed8)
+    img.setColorTable(table)
+    return img.copy()
+
+
+def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
+    p.fillRect(0, 0, lay.width, lay.height, QColor("white"))
+    table = [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
+             for r, g, b, _a in heat_table(pic.colormap, gap=(255, 255, 255, 255))]
+    p.setPen(TEXT)
+    p.setFont(figure_font(13, bold=True))
+    p.drawText(QRect(MARGIN, MARGIN, lay.width - 2 * MARGIN, TITLE_PX), Qt.AlignmentFlag.AlignLeft, pic.title())
+    p.setFont(figure_font(11))
+    tiles = shown_index(pic.tiles, pic.scale_mode, pic.log)
+    for h, rect, idx in zip(pic.tiles.heads, lay.tile_rects, tiles):
+        p.drawImage(rect, _image(idx, table))  # (whole pixels per cell: no smoothing)
+        if h == pic.head:  # the focused head's tile framed, as on screen (outside its cells)
+            p.setPen(QColor(FOCUS))
+            p.drawRect(rect.adjusted(-1, -1, 0, 0))
+            p.setPen(TEXT)
+        p.drawText(QRect(rect.left(), rect.top() - HEAD_PX, rect.width(), HEAD_PX),
+                   Qt.AlignmentFlag.AlignLeft, head_title(pic.layer, h))
+    r = lay.pane_rect
+    p.drawImage(r, _image(shown_index(pic.pane, "per-head", pic.log)[0], table))
+    p.drawText(QRect(r.left(), r.top() - HEAD_PX, r.width(), HEAD_PX), Qt.AlignmentFlag.AlignLeft,
+               f"{head_title(pic.layer, pic.head)} (large)")
+    for i, line in enumerate(pic.scales()):
+        p.drawText(QRect(MARGIN, lay.height - MARGIN - (2 - i) * LINE_PX, lay.width - 2 * MARGIN, LINE_PX),
+                   Qt.AlignmentFlag.AlignLeft, line)
+
+
+def write_long_picture(pic: LongPicture, path: str | os.PathLike) -> Layout:
+    """`pic` as a PNG at `path` (all or nothing: figures/data.write_atomic) -> its layout."""
+    image, lay = render_with(layout, paint, pic, 0)
+    write_atomic([(path, encode_png(image))])
+    return lay

@@ -1,0 +1,105 @@
+"""A long text's export is the long view as shown: each tile's cells in the colours the screen
+paints them, at the view's scale (Shared: one top over the layer's tiles shown; Per-head: each
+tile its own), the large head at its own top, and the picture says which scales those are."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QFileDialog
+
+from attnviz.engine.computing.longdoc import dense_bytes
+from attnviz.figures.overview import tops
+from attnviz.ui.views.long_view import LongView
+from windows import WAIT
+
+CELLS = ((0, 0), (1, 0), (3, 2), (-1, -1), (-2, 5), (7, -3))  # (row, column) of cells checked
+
+
+@pytest.fixture
+def long_view(window, qtbot):
+    st = window.state
+    cfg = st.model.config
+    window.resize(1400, 900)
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    window.set_text("The cat sat on the mat near the old red door. " * 24)
+    lg = st.long
+    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
+                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    st.set_focus(st.layer, 2)
+    view = window.findChild(LongView)
+    qtbot.waitUntil(lambda: view.picture() is not None and view.picture().head == 2, timeout=WAIT)
+    yield view
+    window.worker.wait_idle()
+
+
+def same_cells(picture: QImage, rect, screen: QImage) -> list:
+    """The cells whose exported pixel differs from the screen's image of them: [(row, col, ...)]."""
+    k = rect.width() // screen.width()
+    assert k >= 1 and rect.height() == k * screen.height()
+    wrong = []
+    for r, c in CELLS:
+        r, c = r % screen.height(), c % screen.width()
+        got = picture.pixel(rect.left() + c * k + k // 2, rect.top() + r * k + k // 2) & 0xFFFFFF
+        want = screen.pixel(c, r) & 0xFFFFFF
+        if got != want:
+            wrong.append((r, c, hex(got), hex(want)))
+    return wrong
+
+
+@pytest.mark.parametrize("scale", ["shared", "per-head"])
+def test_the_exported_tiles_and_head_have_the_screen_s_colours(long_view, tmp_path, scale):
+    view, st = long_view, long_view.state
+    st.set_scale_mode(scale)
+    lg = st.long
+    path = tmp_path / "long.png"
+    lay = view.export_picture(path)
+    picture = QImage(str(path))
+    assert not picture.isNull() and picture.width() == lay.width
+    screen_tiles = view.tiles.images(lg.tiles, st.scale_mode)  # what the tiles paint
+    assert len(screen_tiles) == len(lay.tile_rects) == lg.patterns.n_head
+    for h, (rect, screen) in enumerate(zip(lay.tile_rects, screen_tiles)):
+        assert same_cells(picture, rect, screen) == [], f"head {h}"
+    assert same_cells(picture, lay.pane_rect, view.pane.image()) == []
+    t = tops(lg.tiles.values, scale)
+    legend = view.picture().scales()
+    if scale == "shared":
+        assert legend[0].startswith(f"tiles: shared scale, 0 .. {float(t[0]):.3g} ")
+    else:
+        assert legend[0].startswith("tiles: per-head scale") and len(set(t.tolist())) > 1
+    assert legend[1] == f"L{st.layer} H2 (large): its own scale, 0 .. {float(tops(lg.pane.values, 'per-head')[0]):.3g}"
+
+
+def test_the_shared_and_per_head_pictures_differ_where_the_tops_do(long_view, tmp_path):
+    view, st = long_view, long_view.state
+    out = {}
+    for scale in ("shared", "per-head"):
+        st.set_scale_mode(scale)
+        lay = view.export_picture(tmp_path / f"{scale}.png")
+        out[scale] = QImage(str(tmp_path / f"{scale}.png"))
+    t = tops(st.long.tiles.values, "per-head")
+    h = int(t.argmin())  # the tile whose own top is furthest under the shared one
+    rect = lay.tile_rects[h]
+    k = rect.width() // st.long.tiles.values.shape[2]
+    r, c = divmod(int(st.long.tiles.values[h].argmax()), st.long.tiles.values.shape[2])
+    x, y = rect.left() + c * k + k // 2, rect.top() + r * k + k // 2
+    assert out["shared"].pixel(x, y) != out["per-head"].pixel(x, y)
+
+
+def test_the_button_writes_the_picture(long_view, tmp_path, monkeypatch):
+    path = tmp_path / "view.png"
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(path), "")))
+    long_view.export_button.click()
+    assert path.is_file() and not QImage(str(path)).isNull()
+    assert long_view.window().statusBar().currentMessage() == f"Exported {path}"
+
+
+def test_log_colours_are_exported_as_shown(long_view, tmp_path):
+    view, st = long_view, long_view.state
+    st.long.set_log(True)
+    lay = view.export_picture(tmp_path / "log.png")
+    picture = QImage(str(tmp_path / "log.png"))
+    for rect, screen in zip(lay.tile_rects, view.tiles.images(st.long.tiles, st.scale_mode)):
+        assert same_cells(picture, rect, screen) == []
+    assert same_cells(picture, lay.pane_rect, view.pane.image()) == []
+    assert all(", log, " in line for line in view.picture().scales())
