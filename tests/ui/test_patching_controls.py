@@ -17,7 +17,8 @@ from PySide6.QtWidgets import QApplication
 from attnviz.engine.analysing import patching as PT
 from attnviz.figures.headmap import colour
 from attnviz.figures.style import FOCUS
-from attnviz.ui.panels.patching_panel import DIM, LAST
+from attnviz.ui.panels.patching_maps import DIM
+from attnviz.ui.panels.patching_panel import LAST
 from windows import IOI, WAIT
 
 TEXT = IOI

@@ -19,22 +19,19 @@ one (engine/analysing/patching.py; the runs are ui/machinery/patch_jobs.py's).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QRectF, QSize, Qt, QTimer
-from PySide6.QtGui import QColor, QFontDatabase, QPainter
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QComboBox, QFileDialog, QGridLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar, QPushButton,
-    QSizePolicy, QSpinBox, QVBoxLayout, QWidget,
+    QSpinBox, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
-from attnviz.figures import compare as C
 from attnviz.figures import patching as fig
-from attnviz.figures.style import BACKGROUND, WARNING
+from attnviz.figures.style import WARNING
 from attnviz.figures.numbers import signed
+from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
 
-PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
-DIM = QColor(255, 255, 255, 170)  # paper laid over a map whose texts have changed since
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
 LAST, POSITION_MAX = -1, 99_999  # the position box: -1 reads "last token" (any text's last)
 ELIDE = 60  # characters of a text quoted in the stale line
@@ -63,102 +60,6 @@ def _sentence(text: str) -> str:  # (str.capitalize would lower the swapped name
     return text[:1].upper() + text[1:]
 
 
-class PatchMap(QWidget):
-    """Paints a PatchView at the widget's size; hover reads a cell; a click on a head picks it."""
-
-    def __init__(self, on_head, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.view: fig.PatchView | None = None
-        self.lay: fig.PatchLayout | None = None
-        self.on_head = on_head
-        self.hover_text = ""
-        self.dim = False  # the texts have changed since (PatchingPanel.stale_line)
-        self.setMouseTracking(True)
-        self.setMinimumSize(200, 160)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-
-    def sizeHint(self) -> QSize:
-        return QSize(420, 360)
-
-    def set_view(self, view) -> None:
-        self.view, self.lay = view, None
-        self.update()
-
-    def layout_(self):
-        if self.view is None:
-            return None
-        if self.lay is None or (self.lay.width, self.lay.height) != (self.width(), self.height()):
-            self.lay = fig.layout(self.view, self.width(), self.height())
-        return self.lay
-
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
-        try:
-            p.fillRect(self.rect(), PAPER)
-            lay = self.layout_()
-            if lay is None:
-                p.setPen(QColor(Qt.GlobalColor.darkGray))
-                p.drawText(self.rect().adjusted(8, 8, -8, -8), Qt.AlignmentFlag.AlignTop | Qt.TextFlag.TextWordWrap,
-                           "The map of effects appears here after Run.")
-                return
-            fig.paint(p, self.view, lay, INK)
-            if self.dim:
-                p.fillRect(self.rect(), DIM)
-        finally:
-            p.end()
-
-    def cell_center(self, row: int, col: int) -> tuple[float, float]:
-        return fig.cell_center(self.layout_(), row, col)
-
-    def hit_at(self, x: float, y: float):
-        lay = self.layout_()
-        return None if lay is None else fig.hit(self.view, lay, x, y)
-
-    def mouseMoveEvent(self, ev) -> None:
-        cell = self.hit_at(ev.position().x(), ev.position().y())
-        text = "" if cell is None else fig.readout(self.view, *cell) + (" (for the earlier texts)" if self.dim else "")
-        if text != self.hover_text:
-            self.hover_text = text
-            self.setToolTip(text)
-
-    def mousePressEvent(self, ev) -> None:
-        cell = self.hit_at(ev.position().x(), ev.position().y())
-        if ev.button() == Qt.MouseButton.LeftButton and cell is not None:
-            head = self.view.head_of(*cell)
-            if head is not None:
-                self.on_head(*head)
-
-
-class PatternPair(QWidget):
-    """The picked head's attention on the clean and on the corrupted text, side by side."""
-
-    def __init__(self, panel, parent: QWidget | None = None):
-        super().__init__(parent)
-        self.panel = panel
-        self.head: tuple[int, int] | None = None
-        self.rects: list[QRectF] = []
-        self.dim = False
-        self.setMinimumHeight(120)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
-
-    def paintEvent(self, _ev) -> None:
-        p = QPainter(self)
-        try:
-            p.fillRect(self.rect(), PAPER)
-            sides, self.rects = self.panel.jobs.sides, []
-            if sides is None or self.head is None:
-                return
-            l, h = self.head
-            cmap = self.panel.state.colormap
-            rgbs = [C.weight_rgb(sides.attentions_clean[l, h], cmap), C.weight_rgb(sides.attentions_corrupt[l, h], cmap)]
-            self.rects = C.tile_rects(QRectF(6, 6, self.width() - 12, self.height() - 12), 2)
-            C.paint_tiles(p, rgbs, self.rects, [f"clean {head_title(l, h)}", f"corrupted {head_title(l, h)}"], INK)
-            if self.dim:
-                p.fillRect(self.rect(), DIM)
-        finally:
-            p.end()
-
-
 class PatchingPanel(QWidget):
     def __init__(self, state, jobs, parent: QWidget | None = None):
         super().__init__(parent)
@@ -172,6 +73,7 @@ class PatchingPanel(QWidget):
         self._check.setSingleShot(True)
         self._check.setInterval(CHECK_MS)
         self._check.timeout.connect(self.check_lengths)
+        self._unchecked = False  # texts changed while the tab was hidden: checked when it shows
         self.corrupt_box.textChanged.connect(self._on_corrupt)
         state.sigTextChanged.connect(self._on_text)
         state.sigModelChanged.connect(lambda _m: self._on_model())
@@ -284,11 +186,22 @@ class PatchingPanel(QWidget):
     # --- input ------------------------------------------------------------------------------------
     def _on_text(self, text: str) -> None:
         self.clean_label.setText(_shown(text))
-        self._check.start()
+        self._check_soon()
         self._show_stale()
 
+    def _check_soon(self) -> None:  # (a hidden tab's check waits: a keystroke tokenises its text once)
+        self._unchecked = not self.shown
+        if self.shown:
+            self._check.start()
+
+    def set_shown(self, shown: bool) -> None:
+        """The tab in sight or not (its dock's visibilityChanged); texts changed meanwhile are checked."""
+        self.shown = bool(shown)
+        if self.shown and self._unchecked:
+            self._check_soon()
+
     def _on_corrupt(self, _text: str) -> None:
-        self._check.start()
+        self._check_soon()
         self._show_stale()
 
     def _on_model(self) -> None:
@@ -296,7 +209,7 @@ class PatchingPanel(QWidget):
         self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
         self.clean_label.setText(_shown(self.state.text))
         self._sync_layer()
-        self._check.start()
+        self._check_soon()
         self.refresh()
 
     def _sync_layer(self) -> None:
@@ -488,4 +401,5 @@ def install(window) -> None:
     scroll.setFrameShape(QFrame.Shape.NoFrame)
     scroll.setWidget(window.patching_panel)
     window.patching_dock = dock = window.add_panel_dock("Patching", "patching_dock", scroll)
-    dock.visibilityChanged.connect(lambda shown: setattr(window.patching_panel, "shown", bool(shown)))
+    dock.visibilityChanged.connect(window.patching_panel.set_shown)
+    window.patching_panel.set_shown(dock.isVisible() and not dock.visibleRegion().isEmpty())
