@@ -106,6 +106,12 @@ def test_clicks_focus_and_overlay_draws_the_detection_pattern(qtbot, minilm):
     T = len(state.result.labels)
     np.testing.assert_array_equal(state.overlay, np.eye(T, k=-1, dtype=bool))
     assert "L0 H2: previous" in panel.overview.focus_note.text()
+    # the label's number is its strength; the scores after it are named as scores (a head labelled
+    # by a strength can have a larger score in another role)
+    hs = state.head_scores
+    note = panel.overview.focus_note.text()
+    assert f"L0 H2: previous, strength {hs.strength['previous'][0, 2]:.3f}" in note
+    assert f"scores: previous {hs.scores['previous'][0, 2]:.3f}" in note
     panel.overview.set_overlay_role("duplicate")  # "the" repeats: cells from each later "the" to earlier ones
     assert {tuple(c) for c in np.argwhere(state.overlay)} == {(4, 1), (8, 1), (8, 4)}
     state.set_focus(None)

@@ -236,8 +236,8 @@ class RolesOverview(QWidget):
         if l >= hs.n_layer or h >= hs.n_head:
             self.focus_note.setText("")
             return
-        vals = ", ".join(f"{name} {hs.scores[name][l, h]:.3f}" for name in H.ROLES)
-        text = f"{head_title(l, h)}: {hs.labels[l][h]} ({vals})"
+        text = f"{focus_label(hs, l, h)}\nscores: " + ", ".join(
+            f"{name} {hs.scores[name][l, h]:.3f}" for name in H.ROLES)
         built = self._built(l, h)
         if built:
             text += f"\n{built}"
@@ -351,6 +351,15 @@ class ScoresTable(QWidget):
         if item_l is not None and item_h is not None:
             self.state.show_head(int(item_l.data(Qt.ItemDataRole.DisplayRole)),
                                  int(item_h.data(Qt.ItemDataRole.DisplayRole)))
+
+
+def focus_label(hs, l: int, h: int) -> str:
+    """The focused head's label with the number it was given on: its role's strength (a label
+    goes by strength, not by the scores listed after it), or why it is mixed."""
+    role = hs.labels[l][h]
+    if role in H.ROLES:
+        return f"{head_title(l, h)}: {role}, strength {hs.strength[role][l, h]:.3f}"
+    return f"{head_title(l, h)}: {role} (no role's strength clears its bar with a score above chance)"
 
 
 def _header_tooltip(column: str) -> str:
