@@ -261,8 +261,8 @@ def cmd_find(args) -> int:
         print(json.dumps(doc))
         return 0
     print(f"{model.name}{checkpoint_opt.describe(model)}: from {quoted(result.labels[q])}@{q} (query) to {quoted(result.labels[k])}@{k} (key), "
-          "every head ranked by specificity (weight minus the mean weight of the other queries on "
-          "that key)")
+          "every head ranked by specificity (weight minus the mean weight of the other queries that "
+          "can see that key: in a decoder, those at or after it)")
     print("rank layer head  specificity  weight")
     for i, hit in enumerate(hits, 1):
         print(f"{i:4d} {hit.layer:5d} {hit.head:4d}  {hit.specificity:11.4f}  {hit.weight:.4f}")

@@ -134,9 +134,9 @@ class FindPanel(QWidget):
         hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         self.find_status.setText(
             f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} (key), every head ranked by "
-            "specificity: its weight minus the mean weight the other queries give that key (a head "
-            "where every token attends to the key says nothing about this query). Click one to "
-            "focus it.")
+            "specificity: its weight minus the mean weight that the other queries able to see the key "
+            "give it (in a decoder, those at or after the key; a head where every token attends to "
+            "the key says nothing about this query). Click one to focus it.")
         self._find_q = q
         self._show_hits(hits)
         return hits
