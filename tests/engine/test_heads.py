@@ -178,6 +178,13 @@ def test_labels_follow_thresholds_and_min_rows():
     assert hs.scores["duplicate"][0, 0] == pytest.approx(1 / 4)
     assert hs.strength["duplicate"][0, 0] == 0.0
     assert "duplicate" in hs.unclaimed_roles()
+    # and the statement says so, rather than naming a "strongest" head at strength 0.000
+    line = H.no_head_clears(hs, "duplicate")
+    assert line == ("No head is labelled duplicate token on this text: only 1 query row has a cell "
+                    "of its detection pattern, and a strength needs at least 3; the probe repeats "
+                    "every token.")
+    streamed = H.score_blocks([(0, 0, a[None])], 1, 1, ids, causal=True)  # the long view's scores
+    assert H.no_head_clears(streamed, "duplicate") == line
 
 
 def test_cleared_best_and_json():

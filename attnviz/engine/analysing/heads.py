@@ -126,6 +126,7 @@ class HeadScores:
     chance: dict = field(default_factory=dict)  # role -> [n_layer, n_head]: the head spread evenly
     unknown_share: float = 0.0  # share of the tokens the vocabulary did not know ([UNK])
     notice: str | None = None  # why some roles are not labelled (too many unknown tokens)
+    rows: dict = field(default_factory=dict)  # role -> query rows with at least one pattern cell
 
     @property
     def n_layer(self):
@@ -233,7 +234,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
     causal = not np.triu(attentions, 1).any()
     allowed = np.tril(np.ones((T, T), dtype=bool)) if causal else np.ones((T, T), dtype=bool)
     excl = {"exclude_bos": exclude_bos, "exclude_current_token": exclude_current_token}
-    scores, strength, coverage, chance = {}, {}, {}, {}
+    scores, strength, coverage, chance, n_rows = {}, {}, {}, {}, {}
     for role in ROLES:
         if stop is not None and stop():
             raise Cancelled("newer head scores are asked for")
@@ -242,7 +243,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         scores[role] = mul_score(attentions, d, **opts)
         chance[role] = per_layer(lambda a: chance_score(a, d, allowed, **opts), attentions)
         share, rows = row_coverage(d)
-        coverage[role] = share
+        coverage[role], n_rows[role] = share, rows
         enough = rows >= MIN_ROWS  # two tokens say nothing about a head's habit
         if role in IDENTITY_ROLES and notice:
             enough = False
@@ -255,7 +256,7 @@ def score_heads(attentions, ids, exclude_bos=False, exclude_current_token=False,
         labels=label_heads(strength, scores=scores, chance=chance),
         exclude_bos=exclude_bos, exclude_current_token=exclude_current_token,
         tokens=list(tokens) if tokens is not None else [],
-        chance=chance, unknown_share=unknown_share, notice=notice,
+        chance=chance, unknown_share=unknown_share, notice=notice, rows=n_rows,
     )
 
 
@@ -295,7 +296,14 @@ def score_result(result, exclude_bos=False, exclude_current_token=False, unknown
 
 def no_head_clears(hs, role, where="this text"):
     """The one statement for a role no head clears (the roles panel's summary, the sample guide):
-    its bar, and the strongest head's strength, score and chance score on `where`."""
+    its bar, and the strongest head's strength, score and chance score on `where`; or, where too
+    few query rows have a cell of the role's pattern for any head to be given a strength, that."""
+    n = hs.rows.get(role)
+    if n is not None and n < MIN_ROWS:
+        hint = "; the probe repeats every token" if role in IDENTITY_ROLES else ""
+        have = "query row has" if n == 1 else "query rows have"
+        return (f"No head is labelled {TITLES[role]} on {where}: only {n} {have} a cell of its "
+                f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
     l, h, strength = hs.best_strength(role)
     return (f"No head of this model clears the {TITLES[role]} threshold ({THRESHOLDS[role]:g}, and chance + "
             f"{CHANCE_MARGIN:g}) on {where}: the strongest is {head_title(l, h)} at strength {strength:.3f} "
@@ -433,7 +441,7 @@ def _scores_of(sums, tokens) -> HeadScores:
     """HeadScores from the row sums of every layer (score_blocks, score_layers)."""
     ids, unknown, T = sums.ids, sums.unknown, sums.T
     unknown_share, notice = unknown_notice(unknown)
-    scores, strength, coverage, chance = {}, {}, {}, {}
+    scores, strength, coverage, chance, n_rows = {}, {}, {}, {}, {}
     for role in ROLES:
         den = sums.den[role in _EXCLUDING]
         scores[role] = sums.ratio(sums.num[role], den)
@@ -441,6 +449,7 @@ def _scores_of(sums, tokens) -> HeadScores:
         rows = sum(int(detection_rows(role, ids, a, min(T, a + 256), unknown).any(axis=1).sum())
                    for a in range(0, T, 256))
         coverage[role] = share = rows / T
+        n_rows[role] = rows
         enough = rows >= MIN_ROWS and not (role in IDENTITY_ROLES and notice)
         s = np.nan_to_num(scores[role] / share, nan=0.0) if enough else np.zeros(scores[role].shape)
         strength[role] = np.minimum(s, 1.0)
@@ -451,5 +460,5 @@ def _scores_of(sums, tokens) -> HeadScores:
         labels=label_heads(strength, scores=scores, chance=chance),
         exclude_bos=sums.bos, exclude_current_token=sums.cur,
         tokens=list(tokens) if tokens is not None else [],
-        chance=chance, unknown_share=unknown_share, notice=notice,
+        chance=chance, unknown_share=unknown_share, notice=notice, rows=n_rows,
     )
