@@ -371,3 +371,18 @@ def test_roles_scores_are_jobs_of_the_apps_one_runner(qtbot, textbook_model, mon
                                                   ANALYSIS_KIND}
     assert {runner for runner, _ in submitted} == {worker}  # one runner: the app's
     assert scores_settled(worker)
+
+
+def test_overlay_leaves_out_the_unknown_tokens_the_score_leaves_out(qtbot, textbook_model):
+    # "zebra" and "piano" are both <|unk|> in the textbook's 40 words: the same id, two words
+    text = "the zebra sat on the piano"
+    state, panel, worker = _panel(qtbot, textbook_model, text)
+    ids = np.asarray(state.result.input_ids)
+    unk = [i for i, t in enumerate(state.result.labels) if t == "<|unk|>"]
+    assert len(unk) == 2 and ids[unk[0]] == ids[unk[1]]
+    panel.overview.map.cellClicked.emit(0, 1)
+    panel.overview.set_overlay_role("duplicate")
+    cells = {tuple(int(x) for x in c) for c in np.argwhere(state.overlay)}
+    assert (unk[1], unk[0]) not in cells  # two unknown words are not copies of each other
+    the = [i for i, t in enumerate(state.result.labels) if t == "the"]
+    assert (the[1], the[0]) in cells

@@ -224,7 +224,9 @@ class RolesOverview(QWidget):
         if role is None or st.result is None or st.focus is None:
             st.set_overlay(None)
             return
-        st.set_overlay(H.detection_pattern(role, np.asarray(st.result.input_ids)))  # [T, T] bool
+        ids = np.asarray(st.result.input_ids)
+        unknown = H.unknown_mask(ids, H.unknown_token_ids(st.model)) if st.model is not None else None
+        st.set_overlay(H.detection_pattern(role, ids, unknown))  # [T, T] bool: the cells the score counts
 
     def _update_focus_note(self):
         st = self.state
