@@ -155,6 +155,25 @@ def test_why_here_from_the_cells_menu_opens_the_panel_at_that_cell(smol, qtbot):
     assert w.state.query_pos == T - 1
 
 
+def test_with_a_head_switched_off_the_cell_is_explained_on_the_changed_run(smol, qtbot):
+    w = smol
+    st = w.state
+    layer, head = 4, 3
+    st.show_head(layer, head)
+    q, k = len(st.result.tokens) - 1, 2
+    _click_focus_cell(qtbot, w, q, k)
+    clean = _wait_attribution(qtbot, w, (layer, head, q, k))
+    i = clean.components.index("L2H1")
+    assert abs(clean.query_side[i]) > 1e-3  # the head has a part to lose
+    st.effects.toggle_head(2, 1)  # zero ablation, as Alt+click does
+    qtbot.waitUntil(lambda: st.effects.run_of(st.result) is not None and w.why_jobs.attribution is not None
+                    and w.why_jobs.attribution is not clean and not w.why_jobs.busy, timeout=WAIT)
+    a = w.why_jobs.attribution
+    assert a.query_side[i] == 0.0 and a.key_side[i] == 0.0  # the switched-off head gives nothing
+    assert a.score != pytest.approx(clean.score, abs=1e-3)  # and the score is the changed run's
+    assert a.total() == pytest.approx(a.score, abs=1e-4)
+
+
 def test_a_key_after_the_query_gets_one_line(smol, qtbot):
     w = smol
     w.why_dock.show()
