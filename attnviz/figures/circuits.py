@@ -75,7 +75,7 @@ class CircuitsView:
             c = np.asarray(self.copying)
             v = float(c[self.focus])
             rank = int((c > v).sum()) + 1
-            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {c.size} heads.")
+            out.append(f"{name}: OV copying {signed(v, 3)}, rank {rank} of {c.size} heads (1: the highest).")
         parts = self.partners()
         if self.focus[0] == 0:
             out.append(f"{name} is in the first layer: no earlier heads compose into it.")

@@ -254,6 +254,8 @@ def test_the_circuits_tab_paints_the_copying_map_and_the_partners(qtbot, tmp_pat
     L, H = ref.copying.shape
     st.show_head(L - 1, 0)
     qtbot.waitUntil(lambda: "top partners" in panel.partners.text(), timeout=WAIT)
+    rank = int((ref.copying > ref.copying[L - 1, 0]).sum()) + 1  # the copying rank reads its direction
+    assert f"rank {rank} of {L * H} heads (1: the highest)" in panel.partners.text()
     best = ref.composition["k"][:L - 1, :, L - 1, 0]
     l1, h1 = np.unravel_index(int(np.argmax(best)), best.shape)
     assert f"{head_title(int(l1), int(h1))} {best[l1, h1]:.3f}" in panel.partners.text()
