@@ -56,3 +56,27 @@ def test_the_dialog_never_offers_a_budget_it_would_refuse(window, monkeypatch):
         window.settings.setValue("memory_budget", saved)
         window.menus.memory_budget_action.trigger()
     assert offered == ["auto", "auto", "8M"]
+
+
+def test_a_view_opened_with_no_model_on_screen_survives_the_fallback_to_auto(
+        window, qtbot, tmp_path, settings_path):
+    """No model on screen (the last load failed) and a budget below one layer: File > Open view
+    of a MiniLM view loads MiniLM with the budget auto, then shows the view's layer."""
+    from attnviz.ui.app import create_window
+    from test_open_view_models import sidecar
+
+    path = sidecar(window, tmp_path, "all-MiniLM-L6-v2", layer=3)
+    w = create_window(settings=QSettings(str(tmp_path / "none.ini"), QSettings.Format.IniFormat),
+                      model=str(tmp_path / "no-such-model"))
+    qtbot.addWidget(w)
+    w.show()
+    qtbot.waitUntil(lambda: widget(w, "error_banner").isVisible() and not w.state.loading, timeout=30000)
+    assert w.state.model is None
+    try:
+        B.set_memory_budget(1024)
+        w.open_view(path)
+        qtbot.waitUntil(lambda: w.state.model is not None and w.state.result is not None, timeout=30000)
+        assert "memory budget is auto now" in widget(w, "error_banner").text()
+        qtbot.waitUntil(lambda: w.state.layer == 3, timeout=30000)
+    finally:
+        B.set_memory_budget(None)

@@ -206,6 +206,7 @@ class PatchingPanel(QWidget):
 
     def _on_model(self) -> None:
         m = self.state.model
+        self._clean = (None, None, None)  # (it holds the model before: a hidden tab checks nothing)
         self.layer_box.setRange(0, max(0, (m.config.n_layer - 1) if m is not None else 0))
         self.clean_label.setText(_shown(self.state.text))
         self._sync_layer()

@@ -14,10 +14,10 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
     if outcome == "loaded":
         loaded(w, w.state.model)
     elif outcome in ("failed", "budget"):
-        w.pending_view = None
         if outcome == "budget" and w.state.model is None and not chosen_by_command_line():
-            load_with_auto(w, source, message, fallback)
+            load_with_auto(w, source, message, fallback)  # (a view waiting for the model still waits)
             return
+        w.pending_view = None
         if fallback and w.state.model is None and source != fallback:
             open_instead(w, source, message, fallback)
             return
@@ -70,13 +70,13 @@ def loaded(w, model) -> None:
     notes = [note] if note and w.state.model_source == instead else []
     budget, w.budget_note = w.budget_note, ""
     notes += [budget] if budget else []
-    if notes:
-        w.show_error(" ".join(sentence(n) for n in notes))
     w.statusBar().showMessage(f"Loaded {model.name}", 4000)
-    if w.pending_view is not None:
+    if w.pending_view is not None:  # (before the notes: a view applied clears the banner)
         (view, path), w.pending_view = w.pending_view, None
         if view.get("model") in (model.name, w.state.model_source):
             w.apply_view(view, path)
         else:  # another model was opened while the view waited for its own
             w.statusBar().showMessage(f"Loaded {model.name}; the view of {view.get('model')} "
                                       "was not opened", 8000)
+    if notes:  # (after a view that could not be opened, its line)
+        w.show_error(" ".join([*(sentence(n) for n in notes), *filter(None, [w.notices.banner.text()])]))
