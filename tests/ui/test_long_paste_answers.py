@@ -18,6 +18,8 @@ TEXT = "The keys to the cabinet are on the table. " * 500  # 21,000 characters, 
 def test_a_long_paste_leaves_the_window_answering(qtbot, tmp_path, monkeypatch):
     w = open_window(qtbot, tmp_path / "s.ini")
     p = w.patching_panel
+    w.patching_dock.show()
+    w.patching_dock.raise_()  # (a hidden tab checks nothing)
     qtbot.waitUntil(lambda: p.position_label.text().startswith("P = "), timeout=WAIT)
     encode = Model.encode
 
