@@ -200,7 +200,7 @@ class _Noted:
     want: dict  # the records A's trace kept (Trace.want): B's cache then holds, and weighs, as A's
     reused: int  # the tokens A's run took from its cache (Trace.reused)
     clears: int  # A's cache clears before it (Model.cache_clears): B clears its cache where they grew
-    promoted: int  # A's cache's earlier runs made current after it (Model.cache_promotions): B's as many
+    promoted: int  # A's cache's runs made current by then (Model.cache_promotions): B's since it followed
     dense_limit: int | None  # the dense limit A's run was made under (RunRequest.dense_limit): B's too
 
 
