@@ -110,11 +110,13 @@ def test_after_typing_a_runs_its_text_again_once(window, qtbot, monkeypatch):
     assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
 
 
-@pytest.mark.parametrize("window", ["toy", "smollm2"], indirect=True)
+@pytest.mark.parametrize("window", ["smollm2"], indirect=True)
 def test_after_a_text_typed_back_a_new_text_is_still_compared_as_shown(window, qtbot, monkeypatch):
     """A's cache made an earlier run current (the first text typed back): a new text's run on
-    screen, whole in A's cache, is still compared as it is, exactly 0 against itself."""
+    screen, whole in A's cache, is still compared as it is, exactly 0 against itself. (SmolLM2
+    starts a text with no BOS, so a new text takes nothing from the cache: its run is whole.)"""
     w = window
+    w.state.effects.set_wanted(True)  # What heads do shown: A's runs kept as they ran
     for text in ("Birds fly south", TEXT, "Yesterday it rained hard"):
         w.set_text(text)
         qtbot.waitUntil(lambda: w.state.result.text == text, timeout=WAIT)
