@@ -116,6 +116,24 @@ def spm_vocab_kv(add_space_prefix: bool | None = True, add_bos: bool | None = Tr
     return kv
 
 
+def spm_model(path: Path) -> Path:
+    """A one-layer Llama GGUF (with its MLP and final norm: it predicts) on Mistral's vocabulary."""
+    kv = spm_vocab_kv()
+    n_vocab, d, f = len(kv["tokenizer.ggml.tokens"]), 16, 8
+    cfg = {"model_type": "llama", "hidden_size": d, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "num_hidden_layers": 1, "intermediate_size": f, "vocab_size": n_vocab,
+           "max_position_embeddings": 64}
+    rng = np.random.default_rng(0)
+    normal = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+    tensors = {"token_embd.weight": normal(n_vocab, d), "blk.0.attn_norm.weight": np.ones(d, np.float32),
+               "blk.0.attn_q.weight": normal(d, d), "blk.0.attn_k.weight": normal(8, d),
+               "blk.0.attn_v.weight": normal(8, d), "blk.0.attn_output.weight": normal(d, d),
+               "blk.0.ffn_norm.weight": np.ones(d, np.float32), "blk.0.ffn_gate.weight": normal(f, d),
+               "blk.0.ffn_up.weight": normal(f, d), "blk.0.ffn_down.weight": normal(d, f),
+               "output_norm.weight": np.ones(d, np.float32)}
+    return write_gguf(path, cfg, tensors, extra_kv=kv)
+
+
 def add_kv(w: gguf.GGUFWriter, kv: dict) -> None:
     """Metadata in the GGUF types llama.cpp's converter uses: strings, bools, uint32 ids, and arrays
     of strings, float32 scores or int32 token types."""

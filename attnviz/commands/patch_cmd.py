@@ -58,22 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _side(model, label: str, text, ids, flag: str):
-    """(ids, tokens) of one side, or InputError naming it."""
+    """(ids, tokens, labels) of one side, tokenised once, the labels as the window and the Patching
+    panel show them (Model.prepare's: a space as ·), or InputError naming it."""
     try:
-        if ids is not None:
-            ids, tokens, notice = model.encode(ids=parse_ids(ids, flag))
-        else:
-            ids, tokens, notice = model.encode(text)
+        prep = model.prepare(text) if ids is None else model.prepare(ids=parse_ids(ids, flag))
     except InputError as exc:
         raise InputError(f"the {label} text: {exc}") from None
-    if notice:
-        print(f"attnviz patch: note: the {label} text: {notice}", file=sys.stderr)
-    return ids, tokens
-
-
-def _labels(model, ids, tokens) -> list[str]:
-    """The tokens of one side as the window labels them (Model.labels), read as one sequence."""
-    return model.labels(ids)
+    if prep.notice:
+        print(f"attnviz patch: note: the {label} text: {prep.notice}", file=sys.stderr)
+    return prep.ids, list(prep.tokens), list(prep.labels)
 
 
 def patch_report(model, result: PT.Patching, tokens_clean, tokens_corrupt) -> dict:
@@ -108,9 +101,9 @@ def cmd_patch(args) -> int:
             parse_ids(value, flag)  # checked before loading
     model = checkpoint_opt.at(load_model(args.model), args)
     prediction_head(model, "patch")  # refuses a model that cannot predict, before running anything
-    ids_clean, tokens_clean = _side(model, "clean", args.clean, args.ids_clean, "--ids-clean")
-    ids_corrupt, tokens_corrupt = _side(model, "corrupted", args.corrupt, args.ids_corrupt,
-                                        "--ids-corrupt")
+    ids_clean, tokens_clean, clean = _side(model, "clean", args.clean, args.ids_clean, "--ids-clean")
+    ids_corrupt, tokens_corrupt, corrupt = _side(model, "corrupted", args.corrupt, args.ids_corrupt,
+                                                 "--ids-corrupt")
     PT.check_ids(ids_clean, ids_corrupt)
     target = vocab_token(model, args.target) if args.target is not None else None
     alt = vocab_token(model, args.alt) if args.alt is not None else None
@@ -124,8 +117,8 @@ def cmd_patch(args) -> int:
     from attnviz.figures.numbers import signed  # (here: the command loads figures only to print)
 
     m = result.metric
-    # the tables show tokens as the window labels them; the raw pieces are in --json
-    clean, corrupt = _labels(model, ids_clean, tokens_clean), _labels(model, ids_corrupt, tokens_corrupt)
+    # the tables show tokens as the window and the Patching panel label them (clean, corrupt); the
+    # raw pieces are in --json
     print(f"{model.name}: {args.what}, {args.direction}, {result.runs} patched runs in "
           f"{result.seconds['total']:.1f} s; at token {m.position} {quoted(clean[m.position])}")
     print(f"diff = logit({m.target} {quoted(token_text(model, m.target))}) - logit({m.alt} "

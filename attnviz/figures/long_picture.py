@@ -3,7 +3,9 @@ Export picture…), whose patterns are never held whole. It draws the overviews 
 numbers: every head of the layer as a tile and the focused head large, each cell coloured through
 the same table at the same levels as the window paints it (overview.shown_index: the tiles at the
 view's scale mode, the large head at its own top), and says which scales those are under the
-picture, with their tops. Each cell is a square of whole pixels, so a cell's colour is the screen's."""
+picture, with their tops, and in its title the display options applied (first key hidden,
+value-weighted), as the view's line says them. Each cell is a square of whole pixels, so a cell's
+colour is the screen's (a hidden first key's black, as on screen)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,21 @@ from attnviz.figures.style import FOCUS, heat_table
 TILE_PX, PANE_PX = 160, 480  # about this many pixels a side (whole pixels per cell, at least one)
 MARGIN, TITLE_PX, LINE_PX, HEAD_PX, GAP = 16, 18, 16, 14, 10
 REDUCE_WORDS = {"max": "block max", "mean": "block mean"}
+OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the view says them
+HIDDEN_KEY = (0, 0, 0, 255)  # a hidden first key's cells: black, on screen and in the picture alike
+
+
+def colour_table(name: str) -> list[int]:
+    """The colormap's table (style.heat_table, the gap black) as a QImage colour table: the long
+    view paints its panes through it, and its picture too."""
+    return [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
+            for r, g, b, _a in heat_table(name, gap=HIDDEN_KEY)]
+
+
+def options_text(options) -> str:
+    """The display options applied to what is shown (Overview.options), as the view says them:
+    ", first key hidden, value-weighted", or "" with neither."""
+    return "".join(f", {name}" for on, name in zip(options, OPTION_NAMES) if on)
 
 
 @dataclass(frozen=True)
@@ -42,7 +59,8 @@ class LongPicture:
     def title(self) -> str:
         r0, r1, c0, c1 = self.pane.region
         return (f"{self.model} · long text, {self.T:,} tokens · layer {self.layer} · queries "
-                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}")
+                f"{r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,} · {REDUCE_WORDS[self.pane.reduce]}"
+                f"{options_text(self.pane.options)}")
 
     def scales(self) -> list[str]:
         """The legend: each colour scale in words, with its top."""
@@ -102,8 +120,7 @@ def _image(idx, table) -> QImage:  # [H, W] uint8 -> an indexed QImage that owns
 
 def paint(p: QPainter, pic: LongPicture, lay: Layout) -> None:
     p.fillRect(0, 0, lay.width, lay.height, QColor("white"))
-    table = [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
-             for r, g, b, _a in heat_table(pic.colormap, gap=(255, 255, 255, 255))]
+    table = colour_table(pic.colormap)
     p.setPen(TEXT)
     p.setFont(figure_font(13, bold=True))
     p.drawText(QRect(MARGIN, MARGIN, lay.width - 2 * MARGIN, TITLE_PX), Qt.AlignmentFlag.AlignLeft, pic.title())

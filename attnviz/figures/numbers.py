@@ -14,8 +14,10 @@ def signed(value: float, decimals: int = 4) -> str:
 
 def bar_end(value: float) -> str:
     """An end of a colour bar about 0 (A − B): `+0.447`, `−0.447`, its sign always written, the
-    minus as "−", and 3 significant digits as `.3g` writes them (`+0.0002`, `+1`) but in fixed
-    point (`−0.00000123`, never `-1.23e-06`)."""
+    minus as "−", in fixed point, never an exponent: 3 significant digits below 1000, as `.3g`
+    writes them (`+0.0002`, `+1`, `−0.00000123`, never `-1.23e-06`), and from 1000 on the whole
+    number (`+1234`: `.3g`'s `+1.23e+03` is harder to read beside a bar, and a rounded `+1230`
+    would read as exact)."""
     v = float(value)
     if v == 0:
         return "0"

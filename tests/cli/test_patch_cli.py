@@ -8,6 +8,7 @@ import pytest
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import patching as PT
+from gguf_files import spm_model
 from tiny import FIXTURES, tiny_text_model
 
 GPT2 = str(FIXTURES / "gpt2")
@@ -147,3 +148,17 @@ def test_the_table_writes_a_rounding_zero_without_a_minus(cli, monkeypatch):
     rows = out.splitlines()[3:]
     assert "corrupted +0.000" in out and rows and all(r.endswith(" +0.000") for r in rows), out
     assert "-0.000" not in out
+
+
+def test_the_tables_label_tokens_as_the_window_does(cli, tmp_path):
+    """A SentencePiece vocabulary marks a word's leading space (▁): a text's first word has it
+    from the space the tokenizer adds, which the window's labels (and the Patching panel's) leave
+    out; so do the command's."""
+    path = str(spm_model(tmp_path / "spm.gguf"))
+    clean = load_model(path).prepare("Mary went to the store").labels
+    assert clean[1] == "Mary"  # (the space the tokenizer added is not the text's)
+    rc, out, _ = cli("patch", "--model", path, "--clean", "Mary went to the store",
+                     "--corrupt", "John went to the store", "--what", "resid", "--position", "1")
+    assert rc == 0
+    assert "at token 1 'Mary'" in out.splitlines()[0]
+    assert "at 1 'Mary'/'John'" in out and "·Mary" not in out

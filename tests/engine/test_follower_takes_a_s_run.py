@@ -7,6 +7,7 @@ both caches are cleared, as before (A runs the text afresh)."""
 import numpy as np
 import pytest
 
+from attnviz.engine.analysing.effects import window_run
 from attnviz.engine.analysing.pair import Follower, noted, whole_in_cache
 from test_compare_follower import IDS, differs, followed, same_model, typed  # noqa: F401
 
@@ -47,3 +48,26 @@ def test_a_typed_run_or_a_cleared_cache_is_not_taken(same_model):  # noqa: F811 
     assert not follower.took_last and follower.behind == 0
     ids = np.asarray(IDS[:6])
     assert typed(a, 6).result.cache_reused == 0 and np.array_equal(run.clean.ids, ids)
+
+
+def test_a_cache_that_made_an_earlier_run_current_is_taken_as_it_is(same_model):  # noqa: F811
+    """A's cache made an earlier run current before (a text typed back to one it ran): a new text's
+    whole run is still compared as it is, showing 0, and so are the keystrokes after it."""
+    a, b, _ = same_model
+    for m in same_model:
+        m.clear_cache()
+    typed(a, 6)
+    window_run(a, "", ids=np.asarray([7, 7, 7]))
+    typed(a, 6)  # the first text again: its run made current from A's cache's earlier runs
+    assert a.cache_promotions == 1
+    run = window_run(a, "", ids=np.asarray([8, 2, 8, 2, 8, 2, 8]))  # a new text, in one run
+    last = noted(a, run.clean, run.result.cache_used)
+    assert run.result.cache_reused == 0 and whole_in_cache(a, last)
+    follower = Follower(a, b, last)
+    assert follower.took_last
+    assert not differs(run.clean, followed(follower, run.clean))  # (A not run again)
+    for tail in ([8, 2, 8, 2, 8, 2, 8, 2], [8, 2, 8, 2, 8, 2, 8, 2, 8]):
+        run = window_run(a, "", ids=np.asarray(tail))
+        assert run.result.cache_reused > 0
+        follower.note(run.clean, run.result.cache_used)
+        assert not differs(run.clean, followed(follower, run.clean))

@@ -123,3 +123,18 @@ def test_the_guides_count_of_heads_agrees_with_the_labels_the_roles_panel_counts
     for l, h in other:
         assert f"L{l} H{h} is labelled {sc.labels[l][h]}" in g.message or \
             f"L{l} H{h} {sc.labels[l][h]}" in g.message
+
+
+class _Run:  # what a Find guide reads of a result: its patterns and its token labels
+    def __init__(self, attentions, labels):
+        self.attentions, self.labels, self.tokens = attentions, labels, labels
+        self.n_tokens = len(labels)
+
+
+def test_a_find_guide_reads_a_specificity_that_rounds_to_zero_without_a_minus():
+    # 'are' gives 'keys' 0.300, the other queries that see it 0.302 and 0.300: specificity -0.001
+    att = np.array([[1.0, 0.0, 0.0, 0.0], [0.698, 0.302, 0.0, 0.0],
+                    [0.4, 0.3, 0.3, 0.0], [0.3, 0.3, 0.2, 0.2]])[None, None]
+    sample = next(s for s in SAMPLES if s.find == ("are", "keys"))
+    g = guide(sample, _Run(att, ["The", "·keys", "·are", "·here"]))
+    assert not g.claimed and "+0.00 against the other queries' mean 0.30" in g.message, g.message

@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor, QImage, QPainter
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
+from attnviz.figures.numbers import bar_end
 
 
 @pytest.mark.parametrize("lim", [0.013, 1.0, 250.0])
@@ -51,3 +52,12 @@ def test_the_bars_labels_name_its_ends_and_middle_apart(qapp, middle, lim, want,
     finally:
         p.end()
     assert said == [*want, "effect"]
+
+
+@pytest.mark.parametrize("value, text", [
+    (0.4471, "+0.447"), (-0.4471, "\u22120.447"), (0.0002, "+0.0002"), (1.0, "+1"), (-1.23e-06, "\u22120.00000123"),
+    (0.99961, "+1"), (12.345, "+12.3"), (999.4, "+999"), (999.6, "+1000"), (1234.5, "+1234"),
+    (-98765.4, "\u221298765"), (0.0, "0"),
+])
+def test_a_bar_end_has_3_significant_digits_below_1000_and_the_whole_number_above(value, text):
+    assert bar_end(value) == text

@@ -108,3 +108,21 @@ def test_after_typing_a_runs_its_text_again_once(window, qtbot, monkeypatch):
     jobs = compared(w, qtbot, BSource("model", TOY), text)
     assert len(a_runs) == 1
     assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
+
+
+@pytest.mark.parametrize("window", ["smollm2"], indirect=True)
+def test_after_a_text_typed_back_a_new_text_is_still_compared_as_shown(window, qtbot, monkeypatch):
+    """A's cache made an earlier run current (the first text typed back): a new text's run on
+    screen, whole in A's cache, is still compared as it is, exactly 0 against itself. (SmolLM2
+    starts a text with no BOS, so a new text takes nothing from the cache: its run is whole.)"""
+    w = window
+    w.state.effects.set_wanted(True)  # What heads do shown: A's runs kept as they ran
+    for text in ("Birds fly south", TEXT, "Yesterday it rained hard"):
+        w.set_text(text)
+        qtbot.waitUntil(lambda: w.state.result.text == text, timeout=WAIT)
+        w.worker.wait_idle()
+    a = w.state.model
+    a_runs = runs_of(a, monkeypatch)
+    jobs = compared(w, qtbot, BSource("model", str(a.path) if a.name != TOY else TOY), text)
+    assert a_runs == [], f"A ran {len(a_runs)} time(s) as B opened on the text it shows"
+    assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))

@@ -1,12 +1,16 @@
 """A long text's export is the long view as shown: each tile's cells in the colours the screen
 paints them, at the view's scale (Shared: one top over the layer's tiles shown; Per-head: each
-tile its own), the large head at its own top, and the picture says which scales those are."""
+tile its own), the large head at its own top, a hidden first key's cells as the screen paints them,
+and the picture says which scales and which display options those are. While the large head or the
+tiles shown are still being drawn (the focus moved, an option turned on), there is no picture."""
 
 from __future__ import annotations
 
 import pytest
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QFileDialog
+
+from attnviz.figures.data import ExportError
 
 from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.figures.overview import tops
@@ -28,7 +32,7 @@ def long_view(window, qtbot):
                     and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
     st.set_focus(st.layer, 2)
     view = window.findChild(LongView)
-    qtbot.waitUntil(lambda: view.picture() is not None and view.picture().head == 2, timeout=WAIT)
+    qtbot.waitUntil(lambda: lg.pane.heads == (2,) and view.picture() is not None, timeout=WAIT)
     yield view
     window.worker.wait_idle()
 
@@ -87,10 +91,12 @@ def test_the_shared_and_per_head_pictures_differ_where_the_tops_do(long_view, tm
 
 
 def test_the_button_writes_the_picture(long_view, tmp_path, monkeypatch):
-    path = tmp_path / "view.png"
-    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *a, **k: (str(path), "")))
+    path, asked = tmp_path / "view.png", []
+    monkeypatch.setattr(QFileDialog, "getSaveFileName",
+                        staticmethod(lambda *a, **k: (asked.append(a[2]), (str(path), ""))[1]))
     long_view.export_button.click()
     assert path.is_file() and not QImage(str(path)).isNull()
+    assert asked[0].endswith(f"_L{long_view.picture().layer}_long.png")  # (the layer shown)
     assert long_view.window().statusBar().currentMessage() == f"Exported {path}"
 
 
@@ -103,3 +109,37 @@ def test_log_colours_are_exported_as_shown(long_view, tmp_path):
         assert same_cells(picture, rect, screen) == []
     assert same_cells(picture, lay.pane_rect, view.pane.image()) == []
     assert all(", log, " in line for line in view.picture().scales())
+
+
+def test_no_picture_while_the_large_head_is_the_previous_one(long_view, qtbot, tmp_path):
+    view, st = long_view, long_view.state
+    lg = st.long
+    st.set_focus(st.layer, 1)  # the pane still holds head 2's overview until head 1's is computed
+    if lg.pane.heads != (1,):
+        assert view.picture() is None and not view.export_button.isEnabled()
+        with pytest.raises(ExportError, match="still being drawn"):
+            view.export_picture(tmp_path / "early.png")
+    qtbot.waitUntil(lambda: lg.pane.heads == (1,) and view.picture() is not None, timeout=WAIT)
+    assert view.export_button.isEnabled()
+    pic = view.picture()
+    assert pic.head == 1 and pic.pane.heads == (1,)
+    lay = view.export_picture(tmp_path / "h1.png")
+    assert same_cells(QImage(str(tmp_path / "h1.png")), lay.pane_rect, view.pane.image()) == []
+
+
+def test_the_picture_says_the_options_and_paints_the_hidden_key_as_the_screen(long_view, qtbot, tmp_path):
+    view, st = long_view, long_view.state
+    lg = st.long
+    st.set_hide_first(True)
+    st.set_value_weighted(True)
+    assert view.picture() is None  # (the overviews shown are of the weights as they were)
+    qtbot.waitUntil(lambda: view.picture() is not None, timeout=WAIT)
+    assert lg.pane.options == lg.tiles.options == (True, True) and lg.region[2] == 0
+    pic = view.picture()
+    assert pic.title().endswith(", first key hidden, value-weighted")
+    assert view.info.text().endswith(", first key hidden, value-weighted")  # (as the view says them)
+    lay = view.export_picture(tmp_path / "options.png")
+    picture = QImage(str(tmp_path / "options.png"))
+    assert same_cells(picture, lay.pane_rect, view.pane.image()) == []  # (cells of key 0: the gap)
+    for rect, screen in zip(lay.tile_rects, view.tiles.images(lg.tiles, st.scale_mode)):
+        assert same_cells(picture, rect, screen) == []

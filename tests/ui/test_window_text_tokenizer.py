@@ -7,7 +7,6 @@ import sys
 import threading
 from pathlib import Path
 
-import numpy as np
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing.heads import unknown_token_ids
@@ -15,28 +14,10 @@ from attnviz.ui.machinery import loading as W
 from windows import WAIT, open_window, wait_for_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from gguf_files import spm_vocab_kv, write_gguf  # noqa: E402
+from gguf_files import spm_model  # noqa: E402
 
 TEXT = "The keys to the cabinet are on the table."
 TYPED = TEXT + " Zebras quietly graze."
-
-
-def spm_model(path: Path) -> Path:
-    """A one-layer Llama GGUF (with its MLP and final norm: it predicts) on Mistral's vocabulary."""
-    kv = spm_vocab_kv()
-    n_vocab, d, f = len(kv["tokenizer.ggml.tokens"]), 16, 8
-    cfg = {"model_type": "llama", "hidden_size": d, "num_attention_heads": 2, "num_key_value_heads": 1,
-           "num_hidden_layers": 1, "intermediate_size": f, "vocab_size": n_vocab,
-           "max_position_embeddings": 64}
-    rng = np.random.default_rng(0)
-    normal = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
-    tensors = {"token_embd.weight": normal(n_vocab, d), "blk.0.attn_norm.weight": np.ones(d, np.float32),
-               "blk.0.attn_q.weight": normal(d, d), "blk.0.attn_k.weight": normal(8, d),
-               "blk.0.attn_v.weight": normal(8, d), "blk.0.attn_output.weight": normal(d, d),
-               "blk.0.ffn_norm.weight": np.ones(d, np.float32), "blk.0.ffn_gate.weight": normal(f, d),
-               "blk.0.ffn_up.weight": normal(f, d), "blk.0.ffn_down.weight": normal(d, f),
-               "output_norm.weight": np.ones(d, np.float32)}
-    return write_gguf(path, cfg, tensors, extra_kv=kv)
 
 
 def test_the_window_loads_a_tokenizer_for_its_text_and_makes_it_whole_after_the_first_analysis(

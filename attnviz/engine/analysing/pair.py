@@ -200,7 +200,7 @@ class _Noted:
     want: dict  # the records A's trace kept (Trace.want): B's cache then holds, and weighs, as A's
     reused: int  # the tokens A's run took from its cache (Trace.reused)
     clears: int  # A's cache clears before it (Model.cache_clears): B clears its cache where they grew
-    promoted: int  # A's cache's earlier runs made current after it (Model.cache_promotions): B's as many
+    promoted: int  # A's cache's runs made current by then (Model.cache_promotions): B's since it followed
     dense_limit: int | None  # the dense limit A's run was made under (RunRequest.dense_limit): B's too
 
 
@@ -252,10 +252,13 @@ class Follower:
         self._runs: list[_Noted] = []  # not followed yet, oldest first
         # whether A's `last` run is B's first to follow, A's cache kept (see the class docstring)
         self.took_last = last is not None and whole_in_cache(a, last)
+        # A's cache's promotions before B's cache (cleared) began to follow it: B's count from 0
+        # matches A's count less these (a kept cache may have made earlier runs current before)
+        self._promoted = 0
         if self.took_last:
             if b is not a:  # (B, A's own Model, reads A's run from the one cache)
                 b.clear_cache()
-            self._clears, self._runs = last.clears, [last]
+            self._clears, self._runs, self._promoted = last.clears, [last], last.promoted
         else:
             b.clear_cache()
             # A's clears that B's cache has followed: this one's too, where A's run on makes it later
@@ -326,16 +329,17 @@ class Follower:
             if run.cached and run.clears != self._clears:  # A's cache cleared since B's last run
                 log.info("%s's cache was cleared: %s's is cleared too", self.a.name, self.b.name)
                 self.b.clear_cache()
-                self._clears = run.clears
+                self._clears, self._promoted = run.clears, 0
             self.b.run(ids=run.ids, trace=trace,
                        request=RunRequest(stop=stop, use_cache=run.cached, dense_limit=run.dense_limit))
             self._runs.pop(0)
-            if trace.reused != run.reused or (run.cached and self.b.cache_promotions != run.promoted):
+            promoted = run.promoted - self._promoted  # (A's since B's cache began to follow)
+            if trace.reused != run.reused or (run.cached and self.b.cache_promotions != promoted):
                 # (the same count from another kept run: a run of A stopped after its cache made
                 # an earlier run current, which B never ran)
                 log.warning("B (%s) took %d tokens from its cache, %d times from an earlier run, where "
                             "A (%s) took %d, %d times: both run the text afresh", self.b.name,
-                            trace.reused, self.b.cache_promotions, self.a.name, run.reused, run.promoted)
+                            trace.reused, self.b.cache_promotions, self.a.name, run.reused, promoted)
                 return trace, False
         return trace, True
 
@@ -368,6 +372,7 @@ class Follower:
         self.a.run(ids=a_trace.ids, trace=trace, request=RunRequest(stop=stop, dense_limit=dense_limit))
         fresh, trace.past = trace.past, None
         self._clears = self.a.adopt_cache(fresh) if causal else self.a.cache_clears
+        self._promoted = 0  # (A's cache a new one, B's cleared)
         if b_ran is None:
             self.b.clear_cache()
         self._runs.clear()

@@ -141,6 +141,12 @@ def _relabelled(cleared: list, scores, role: str) -> str:
         f"{head_title(l, h)} {label}" for l, h, label in other) + ")"
 
 
+def _signed(x: float) -> str:
+    """`+0.12`, `-0.12`, and `+0.00` for a value that rounds to zero (never `-0.00`)."""
+    text = f"{x:+.2f}"
+    return "+" + text[1:] if float(text) == 0 else text
+
+
 def _guide_find(sample: Sample, result) -> Guide:
     frm, to = sample.find
     # Find's own token lookup: a word the tokenizer splits, or says twice, is an InputError
@@ -150,7 +156,7 @@ def _guide_find(sample: Sample, result) -> Guide:
     base = top.weight - top.specificity  # the other queries' mean weight on the key
     frm, to = quoted(result.labels[q]), quoted(result.labels[k])  # the tokens as the strip labels them
     msg = (f"{head_title(top.layer, top.head)}: {frm} -> {to} weight {top.weight:.2f}, "
-           f"{top.specificity:+.2f} against the other queries' mean {base:.2f}")
+           f"{_signed(top.specificity)} against the other queries' mean {base:.2f}")
     if top.specificity >= SPECIFICITY_MIN:
         n = sum(1 for x in hits if x.specificity >= SPECIFICITY_MIN)
         return Guide(top.layer, top.head, True, msg + _others(n))

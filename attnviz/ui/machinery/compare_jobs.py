@@ -303,9 +303,11 @@ class CompareJobs(QObject):
     def _on_run(self, run) -> None:
         """A's new run (its trace kept) that no queued comparison follows (none was asked for as
         it was submitted): B on the same ids, and the metrics, on the pool. No B open: the run
-        kept for one (follow) is let go once another, or none, is the effects views' run."""
+        kept for one (follow) is let go once another, or none, is the effects views' run, or once
+        it is another model's (a switch while A's job was on: its run never came)."""
         if not self.active:
-            if self._handoff is not None and self._handoff.run is not run:
+            h = self._handoff
+            if h is not None and (h.run is not run or h.model is not self.state.model):
                 self._handoff = None
             return
         if run is None or (self._handoff is not None and self._handoff.run is run):

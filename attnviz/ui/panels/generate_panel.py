@@ -30,9 +30,10 @@ from attnviz.engine.calc import calculate
 from attnviz.engine.calc.from_config import calc_inputs_from_config
 from attnviz.engine.computing.patterns import drop_first_key, head_title
 from attnviz.engine.reading.token_text import quoted
+from attnviz.figures.long_picture import colour_table
 from attnviz.figures.overview import colour_index, tops
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
-from attnviz.ui.views.long_panes import colour_table, indexed_image
+from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
 STOP_WORDS = {"eos": "stopped at the end-of-text token", "max_new": "made the tokens asked for",

@@ -1,7 +1,7 @@
 """The panes of the long view (ui/views/long_view.py): the focused head large (PatternPane) and
 every head of the layer as a tile (HeadTiles), both drawing overviews of the state's region
-(figures/overview.py) and mapping their points to tokens; and the colour table and indexed images
-they paint with."""
+(figures/overview.py) and mapping their points to tokens; and the indexed images they paint, through
+the picture's colour table (figures/long_picture.colour_table)."""
 
 from __future__ import annotations
 
@@ -12,17 +12,12 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.overview import shown_index, to_tokens, token_at, window_segment
-from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE, heat_table
+from attnviz.figures.long_picture import colour_table
+from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WINDOW_EDGE
 
 LABEL_MAX = 48  # tokens a side up to which the pane labels each token
 DRAG_PX = 5  # a press that moves less than this is a click, not a rectangle
 REDUCE_NAMES = {"max": "block max", "mean": "block mean"}
-
-
-def colour_table(name: str) -> list[int]:
-    """The colormap's table (style.heat_table) as a QImage colour table."""
-    return [int((255 << 24) | (int(r) << 16) | (int(g) << 8) | int(b))
-            for r, g, b, _a in heat_table(name, gap=(0, 0, 0, 255))]
 
 
 def indexed_image(idx: np.ndarray, table: list[int]) -> QImage:

@@ -21,13 +21,14 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.errors import AttnvizError
 from attnviz.figures.data import ExportError
-from attnviz.figures.long_picture import Layout, LongPicture, write_long_picture
+from attnviz.figures.long_picture import Layout, LongPicture, options_text, write_long_picture
 from attnviz.figures.overview import LOG_DECADES, tops
 from attnviz.figures.view import REDUCES
 from attnviz.ui.views.long_panes import REDUCE_NAMES, HeadTiles, PatternPane
 
 STRIP_MAX = 64  # keys the token strip lists
-OPTION_NAMES = ("first key hidden", "value-weighted")  # figures/view.Shown.applied, as the info line says them
+EXPORT_TIP = ("Write the view as shown to a PNG: the tiles and the large head in the colours on "
+              "screen, their colour scales said under them")
 
 
 def region_text(region) -> str:
@@ -53,8 +54,7 @@ class LongView(QWidget):
         self.whole_button = QPushButton("Whole pattern")
         self.whole_button.setToolTip("Zoom out to every token (double-click does too)")
         self.export_button = QPushButton("Export picture…")
-        self.export_button.setToolTip("Write the view as shown to a PNG: the tiles and the large head in "
-                                      "the colours on screen, their colour scales said under them")
+        self.export_button.setToolTip(EXPORT_TIP)
         self.progress = QProgressBar()
         self.progress.setMaximumWidth(220)
         self.progress.setFormat("layer %v of %m")
@@ -127,14 +127,18 @@ class LongView(QWidget):
         return f"colours: 0 .. {top:.3g}"
 
     def picture(self) -> LongPicture | None:
-        """What the view shows, as its export draws it; None while the tiles or the large head of
-        the layer and region shown are still computed."""
+        """What the view shows, as its export draws it; None while the tiles or the large head are
+        still being drawn: until both are the overviews of the layer, region, heads (the pane's:
+        the focused one), reduction and display options shown now."""
         lg = self.long
         if lg.run is None or lg.tiles is None or lg.pane is None:
             return None
-        layer = min(self.state.layer, lg.patterns.n_layer - 1)
-        if any(ov.layer != layer or ov.region != lg.region for ov in (lg.tiles, lg.pane)):
-            return None
+        shown = lg.shown()
+        layer = min(self.state.layer, shown.n_layer - 1)
+        now = (layer, lg.region, lg.reduce, shown.applied)
+        for ov, heads in ((lg.tiles, tuple(range(shown.n_head))), (lg.pane, (lg.head(),))):
+            if (ov.layer, ov.region, ov.reduce, ov.options) != now or tuple(ov.heads) != heads:
+                return None
         return LongPicture(self.state.model_name, lg.patterns.T, layer, lg.head(), lg.tiles, lg.pane,
                            self.state.colormap, self.state.scale_mode, lg.log)
 
@@ -143,7 +147,7 @@ class LongView(QWidget):
         ExportError while it is still computed."""
         pic = self.picture()
         if pic is None:
-            raise ExportError("the view is still being computed: export it once it is shown")
+            raise ExportError("the view is still being drawn: export it once it is shown")
         return write_long_picture(pic, path)
 
     def export_dialog(self) -> None:
@@ -153,7 +157,11 @@ class LongView(QWidget):
         from attnviz.ui.export import export_folder
         from attnviz.ui.machinery.runner import describe_error
 
-        name = f"{(self.state.model_name or 'model').replace('/', '_')}_L{self.state.layer}_long.png"
+        pic = self.picture()
+        if pic is None:  # (the button is off meanwhile)
+            self.readout.setText("The view is still being drawn: export it once it is shown")
+            return
+        name = f"{(self.state.model_name or 'model').replace('/', '_')}_L{pic.layer}_long.png"  # (the layer shown)
         path, _ = QFileDialog.getSaveFileName(self, "Export the long view", str(export_folder() / name),
                                               "PNG image (*.png)")
         if not path:
@@ -201,7 +209,7 @@ class LongView(QWidget):
             if now and tl is not None and tl.region == r and tl.options == applied and not tl.exact:
                 res += (f" (the tiles: {REDUCE_NAMES[lg.reduce]} of blocks of up to "
                         f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
-            res += "".join(f", {name}" for on, name in zip(applied, OPTION_NAMES) if on)
+            res += options_text(applied)
             res_ = lg.run.result
             cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"
                    if res_.truncated else "")
@@ -212,6 +220,10 @@ class LongView(QWidget):
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
             self.key_strip.setText(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
+        pic = self.picture()
+        self.export_button.setEnabled(pic is not None)
+        self.export_button.setToolTip(EXPORT_TIP if pic is not None else
+                                      "The view is still being drawn: its picture can be written once it is shown")
         self._send_screen()
         self.tiles.update()
         self.pane.update()
