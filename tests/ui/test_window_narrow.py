@@ -1,8 +1,9 @@
 """The window on a laptop's screen: the What heads do panel's lens title, which names the target
 token, wraps instead of widening the dock, so a long predicted token (`<|im_end|>`) never makes the
-window wider than the screen it was sized to."""
+window wider than the screen it was sized to; on a 1024 x 700 screen the window is 1024 pixels
+wide with its side panels docked, the query read-out over the grid giving way first."""
 
-from windows import WAIT, drain_events, open_window
+from windows import WAIT, drain_events, open_window, widget
 
 TEXT = "The keys to the cabinet are on the table."
 
@@ -31,4 +32,23 @@ def test_a_long_target_token_does_not_widen_the_window(qtbot, tmp_path, smollm2)
     assert title.isVisible() and target in title.text()
     # the whole title is shown: the height its text needs at its width is the height it has
     assert title.heightForWidth(title.width()) <= title.height()
+    w.worker.wait_idle()
+
+
+def test_the_window_fits_a_1024_pixel_screen(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT,
+                    panels=("predict", "roles"))
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    q = w.state.result.labels.index("·cabinet")
+    w.state.toggle_query(q)
+    w.resize(1024, 700)
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    assert w.width() == 1024, f"asked 1024 pixels wide, the window is {w.width()}"
+    assert w.predict_dock.isVisible() and not w.predict_dock.isFloating()
+    label = widget(w, "query_label")
+    assert label.isVisible() and label.text() == f"Query: ·cabinet (#{q})"
+    assert w.centralWidget().geometry().right() < w.predict_dock.geometry().left()
     w.worker.wait_idle()
