@@ -52,3 +52,26 @@ def test_the_window_fits_a_1024_pixel_screen(qtbot, tmp_path, smollm2):
     assert label.isVisible() and label.text() == f"Query: ·cabinet (#{q})"
     assert w.centralWidget().geometry().right() < w.predict_dock.geometry().left()
     w.worker.wait_idle()
+
+
+def test_all_layers_headers_and_kv_captions_are_inside_the_grid(qtbot, tmp_path, smollm2):
+    """All layers at 1024 x 700 (heads about 20 pixels a side): the "H0" column headers and the
+    "KV g" captions get the height of their text, not a share of a head's side, so none is cut
+    by the grid's edge."""
+    from PySide6.QtWidgets import QGraphicsSimpleTextItem
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT)
+    w.resize(1024, 700)
+    w.state.set_view_mode("all")
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    view = w.grid.gw
+    box = view.mapFromScene(w.grid.vb.sceneBoundingRect()).boundingRect()
+    labels = [t for t in view.scene().items() if isinstance(t, QGraphicsSimpleTextItem)
+              and t.isVisible() and (t.text().startswith("KV ") or t.text()[:1] == "H")]
+    assert {t.text() for t in labels} >= {"H0", "KV 0", "KV 1", "KV 2"}
+    for t in labels:
+        r = t.deviceTransform(view.viewportTransform()).mapRect(t.boundingRect()).toAlignedRect()
+        assert box.contains(r), f"{t.text()!r} at {r.getRect()} is cut by the grid at {box.getRect()}"
+    w.worker.wait_idle()
