@@ -133,16 +133,19 @@ def csv_text(view: ExportView) -> str:
     labels = [_csv_cell(t) for t in view.labels]
     n_q, n_k = view.patterns.shape[2:]
     weights = fmt_all(view.patterns)  # row-major [n_layers, n_heads, n_q, n_k]
+    hidden = "first key hidden, rows renormalised" if view.hide_first else ""
     if view.scope == "head":
-        notes = "; ".join(n for n in ("value-weighted" if view.value_weighted else "", view.changed) if n)
+        notes = "; ".join(n for n in ("value-weighted" if view.value_weighted else "", hidden,
+                                      view.changed) if n)
         corner = _csv_cell(f"query \\ key ({notes})" if notes else "query \\ key")
         lines = [",".join([corner] + [labels[k] for k in view.key_pos])]
         for q in range(n_q):
             lines.append(",".join([labels[q]] + weights[q * n_k:(q + 1) * n_k]))
         return "\n".join(lines) + "\n"
     weight = "value_weighted_weight" if view.value_weighted else "weight"
+    notes = "; ".join(n for n in (hidden, view.changed) if n)
     lines = ["layer,head,query_pos,query_token,key_pos,key_token,"
-             + (_csv_cell(f"{weight} ({view.changed})") if view.changed else weight)]
+             + (_csv_cell(f"{weight} ({notes})") if notes else weight)]
     keys = [f"{k},{labels[k]}," for k in view.key_pos]
     at = 0
     for layer in view.layers:

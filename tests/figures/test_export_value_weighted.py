@@ -35,7 +35,8 @@ def test_the_view_holds_the_weighted_patterns_and_says_so(run):
     doc = json.loads(json_text(hidden))
     assert doc["value_weighted"] is True and doc["hide_first"] is True
     assert csv_text(view).splitlines()[0].endswith(",value_weighted_weight")
-    assert csv_text(hidden).startswith("query \\ key (value-weighted),")
+    assert csv_text(hidden).startswith(
+        '"query \\ key (value-weighted; first key hidden, rows renormalised)",')
     plain = make_view(run, model="m", scope="layer", layer=2)
     assert not plain.value_weighted and csv_text(plain).splitlines()[0].endswith(",weight")
 

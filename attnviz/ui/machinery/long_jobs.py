@@ -80,6 +80,15 @@ class LongJobs(QObject):
         self.gen.sigStartWanted.connect(self._on_start_wanted)
         st.sigComputeReported.connect(  # a run that failed or gave way: no progress under way
             lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
+        self._progress_said = False  # the status bar shows "computing layer i of n"
+        st.sigTextChanged.connect(self._unsay_progress)
+
+    def _unsay_progress(self, *_) -> None:
+        """The text changed (a short text replaced the long one, whose run gives way): the status
+        bar no longer says a long run's layer is being computed; a new long run says its own."""
+        if self._progress_said:
+            self._progress_said = False
+            self.state.show_status("")
 
     # --- long runs ----------------------------------------------------------------------------
     def long_run(self, req):
@@ -116,6 +125,7 @@ class LongJobs(QObject):
             self.long.set_progress(i, 0 if i >= n else n)
             if i < n:  # (the status bar says it too while the grid still shows a dense text)
                 self.state.show_status(f"Long text: computing layer {i + 1} of {n}…")
+                self._progress_said = True
 
     def _on_run(self, run) -> None:
         self.long.set_progress(0, 0)
@@ -123,6 +133,7 @@ class LongJobs(QObject):
             self.worker.cancel(PANE_KIND)
             self.worker.cancel(TILES_KIND)
         else:
+            self._progress_said = False
             self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
             self.request_overviews()
 

@@ -102,6 +102,7 @@ class PredictPanel(QWidget):
         self.delta_label.setWordWrap(True)
         col.addWidget(self.delta_label)
         self.lens_title = QLabel(LENS_LABEL)
+        self.lens_title.setWordWrap(True)  # a long target token never widens the dock
         col.addWidget(self.lens_title)
         self.lens_table = _table(["layer", "top-1", "p", "p(target)", "rank"])
         col.addWidget(self.lens_table, 3)

@@ -82,6 +82,8 @@ class RolesPanel(QWidget):
         self.source.addItem("probe: pronoun -> antecedent (60 sentences)", "coreference")
         self.source.setToolTip("Score the heads on the typed text, or on a seeded random token "
                                "sequence repeated twice (duplicate and induction heads need repeats)")
+        # narrower than its longest item on a small screen (the open list shows every item whole)
+        self.source.setMinimumWidth(150)
         self.exclude_bos = QCheckBox("exclude first token")
         self.exclude_bos.setToolTip("Zero the first key column before scoring (TransformerLens "
                                     "exclude_bos); previous, next, duplicate and induction only")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QSpinBox, QTextEdit,
     QToolButton, QWidget,
@@ -62,6 +62,19 @@ class SentenceBox(QPlainTextEdit):
         self.setExtraSelections(sels)
 
 
+class QueryLabel(QLabel):
+    """A one-line label that, narrower than its text, paints the text cut with an ellipsis."""
+
+    def paintEvent(self, event) -> None:
+        fm = self.fontMetrics()
+        if fm.horizontalAdvance(self.text()) <= self.contentsRect().width():
+            super().paintEvent(event)
+            return
+        painter = QPainter(self)
+        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
+                         fm.elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width()))
+
+
 class ViewControls(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
@@ -94,11 +107,13 @@ class ViewControls(QWidget):
                                     "through the head, rows renormalised (defined in the Anatomy "
                                     "panel); titles give each head's share of the layer's summed "
                                     "head-output norms")
-        self.query_label = QLabel()
+        self.query_label = QueryLabel()
         self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
-        # a width of its own, whatever the token: picking one never widens the window
-        self.query_label.setFixedWidth(self.query_label.fontMetrics().horizontalAdvance(
+        # a width of its own, whatever the token: picking one never widens the window; on a
+        # narrow screen it gives way first, its text ending in an ellipsis
+        self.query_label.setMaximumWidth(self.query_label.fontMetrics().horizontalAdvance(
             "Query: " + "M" * QUERY_CHARS + " (#9999)"))
+        self.query_label.setMinimumWidth(self.query_label.fontMetrics().horizontalAdvance("Qu…"))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for name in ("layer_spin", "layer_kind", "all_check", "cmap_combo", "scale_combo",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from attnviz.engine.reading.budget import chosen_by_command_line
 from attnviz.ui.machinery import settings as remembered
-from attnviz.ui.views.notices import sentence
+from attnviz.ui.views.notices import sentence, status_line
 
 
 def report_load(w, source: str, outcome: str, message: str) -> None:
@@ -29,7 +29,8 @@ def report_load(w, source: str, outcome: str, message: str) -> None:
         w.show_error(f"{sentence(f'Could not load model {source}: {message}')} {keep}")
     else:
         w.pending_view = None
-        w.statusBar().showMessage(f"Stopped loading {source}; {what_stays(w.state)}.", 8000)
+        stopped = f"Stopped loading {source}; {what_stays(w.state)}."
+        w.statusBar().showMessage(status_line(w.statusBar(), stopped), 8000)
 
 
 def open_instead(w, source: str, message: str, fallback: str) -> None:

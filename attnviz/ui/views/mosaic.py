@@ -103,6 +103,9 @@ def make_layout(mode: str, n_layer: int, layer: int, kv_group: np.ndarray, T: in
         bands = max(1, min(bands, n_layer))
         per_band = math.ceil(n_layer / bands)
         px = tile_px / T if tile_px > 0 else 0.0  # screen pixels per image pixel
+        if px:  # the "H1" headers and "KV g" captions as tall as their text on screen
+            title_h = max(title_h, math.ceil(TITLE_PX / px))
+            caption_h = max(caption_h, math.ceil(CAPTION_PX / px)) if gs > 1 else 0
         step = max(1, math.ceil(LABEL_PX / (px * (T + gap)))) if px else 1
         left = max(2, round(LEFT * T), math.ceil(LABEL_PX / px) if px else 0)
         band_w = left + int(col_dx[-1]) + T
@@ -137,14 +140,18 @@ def pool_factor(T: int, tile_px: float) -> int:
     return max(1, math.ceil(T / max(tile_px, 8.0) - 0.15))  # a 15% shrink drops almost nothing
 
 
-def all_extent(n_layer: int, n_head: int, gs: int, bands: int, left: float = LEFT) -> tuple[float, float]:
-    """(width, height) of every layer's heads in `bands` bands, in head sides."""
+def all_extent(n_layer: int, n_head: int, gs: int, bands: int, left: float = LEFT,
+               side: float = 0.0) -> tuple[float, float]:
+    """(width, height) of every layer's heads in `bands` bands, in head sides; with a head's `side`
+    on screen, the header and caption rows as tall as their text (make_layout's)."""
     gqa = gs > 1
+    title = max(TITLE, TITLE_PX / side) if side > 0 else TITLE
+    caption = max(CAPTION, CAPTION_PX / side) if side > 0 else CAPTION
     per_band = math.ceil(n_layer / bands)
     groups = math.ceil(n_head / gs) if gqa else 1
     band_w = left + n_head + (n_head - 1) * GAP + (groups - 1) * GROUP_GAP
     return (bands * band_w + (bands - 1) * BAND_GAP,
-            TITLE + per_band * (1 + GAP) - GAP + (CAPTION if gqa else 0))
+            title + per_band * (1 + GAP) - GAP + (caption if gqa else 0))
 
 
 def all_bands(n_layer: int, n_head: int, gs: int, w: float, h: float) -> tuple[int, float]:
@@ -154,7 +161,8 @@ def all_bands(n_layer: int, n_head: int, gs: int, w: float, h: float) -> tuple[i
     for b in range(1, n_layer + 1):
         ew, eh = all_extent(n_layer, n_head, gs, b)
         side = min(w / ew, h / eh)
-        ew, eh = all_extent(n_layer, n_head, gs, b, max(LEFT, LABEL_PX / max(side, 1.0)))
+        ew, eh = all_extent(n_layer, n_head, gs, b, max(LEFT, LABEL_PX / max(side, 1.0)),
+                            max(side, 1.0))
         side = min(w / ew, h / eh)
         if side > best_side * 1.02:
             best, best_side = b, side

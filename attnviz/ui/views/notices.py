@@ -5,8 +5,8 @@ surrogates replaced). The two notices are views of AppState; the window writes t
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QLabel
+from PySide6.QtCore import QObject, Qt
+from PySide6.QtWidgets import QLabel, QStatusBar, QWidget
 
 from attnviz.figures.style import ERROR_BACKGROUND, WARNING
 
@@ -15,6 +15,16 @@ def sentence(text: str) -> str:
     stay), so messages joined from parts never read '..'."""
     text = str(text).rstrip().rstrip(".").rstrip()
     return text if text.endswith(("?", "!")) else text + "."
+
+
+def status_line(bar: QStatusBar, message: str) -> str:
+    """`message` cut with an ellipsis to the room the status bar has left of its permanent figures
+    (the token count, the compute time), so a long message never runs into them mid-word."""
+    shown = [c for c in bar.findChildren(QWidget, options=Qt.FindChildOption.FindDirectChildrenOnly)
+             if c.isVisible() and c.width() > 0]
+    right = min((c.x() for c in shown), default=bar.width())
+    room = max(right - 16, 40)
+    return bar.fontMetrics().elidedText(str(message), Qt.TextElideMode.ElideRight, room)
 
 
 class Notices(QObject):

@@ -1,0 +1,22 @@
+"""A long text's progress in the status bar ("Long text: computing layer 3 of 30…") goes once a
+short text replaces it: the grid then shows the short text, and no long run is under way."""
+
+from attnviz.engine.computing.longdoc import dense_bytes
+from windows import PARAGRAPH, PROMPT, WAIT, drain_events, open_window
+
+
+def test_a_short_text_clears_the_long_runs_progress(qtbot, tmp_path, smollm2):
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=PROMPT)
+    cfg = smollm2.config
+    w.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    bar = w.statusBar()
+    with qtbot.waitSignal(w.state.sigStatus, timeout=WAIT,
+                          check_params_cb=lambda m: "computing layer" in m):
+        w.set_text(PARAGRAPH * 12)
+    assert "computing layer" in bar.currentMessage()
+    w.set_text(PROMPT)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT
+                    and w.worker.running("compute") is None, timeout=WAIT)
+    w.worker.wait_idle()
+    drain_events()
+    assert "computing layer" not in bar.currentMessage()
