@@ -167,3 +167,24 @@ def test_a_steps_top_tokens_are_the_largest_the_lowest_id_first_among_equals(V, 
 def test_no_top_tokens_asked_gives_none(V):
     got = top_ids(np.random.default_rng(V).standard_normal(V), 0)
     assert got.shape == (0,) and got.dtype == np.int64
+
+
+def test_a_one_row_runs_kept_consts_are_its_positions_own_on_alternating_configs():
+    from attnviz.engine.computing import families
+
+    configs = list(_configs().values())
+    positions = (0, 1, 63, 64, 65, 130, 400, 1000, 2000, 5000, 1, 64)  # (more blocks than are kept)
+    for p in positions:
+        for cfg in configs:
+            got, want = families.layer_consts(cfg, p + 1, p), _layer_consts(cfg, p + 1, p)
+            assert len(got) == len(want) == cfg.n_layer
+            assert len({id(c) for c in got}) == len({id(c) for c in want})  # layers alike share one
+            for c, w in zip(got, want, strict=True):
+                assert (c.n_head, c.n_kv_head, c.d_head, c.scale, c.window, c.causal, c.workers) == (
+                    w.n_head, w.n_kv_head, w.d_head, w.scale, w.window, w.causal, w.workers)
+                assert (c.bias is None) == (w.bias is None)
+                if c.bias is not None:
+                    np.testing.assert_array_equal(c.bias, w.bias)
+                for a, b in zip(c.rope, w.rope, strict=True):
+                    assert a.shape == b.shape == (1, cfg.d_head) and not a.flags.writeable
+                    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))

@@ -11,8 +11,8 @@ temperature from the smallest set of tokens whose probability reaches top_p, wit
 generator so a run can be repeated.
 
 Each Step keeps the token, the top-k it was drawn from, the bytes of K and V the generation's
-cache held when it was chosen (its T tokens, counted from the arrays: the calculator's
-kv_bytes_sequence at T for a model without a sliding window), and, when asked, the last
+cache held when it was chosen (its T tokens, as the cache counted them from the arrays: the
+calculator's kv_bytes_sequence at T for a model without a sliding window), and, when asked, the last
 position's row in every head [n_layer, n_head, T]: what the token that chose it read.
 """
 
@@ -183,8 +183,8 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         drawn = draw_set(logprobs, temperature, top_p) if temperature > 0 else None  # (once a step)
         token = int(np.argmax(logprobs)) if drawn is None else pick(drawn, rng)
         labels = [token_text(model, i) for i in [token, *top.tolist()]]
-        step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=held_kv(cache, len(seq)),
-                    kv_held=allocated_bytes([*cache.k, *cache.v]),
+        kv_bytes, kv_held = held_kv(cache, trace, len(seq))
+        step = Step(id=token, token=labels[0], T=len(seq), kv_bytes=kv_bytes, kv_held=kv_held,
                     top_ids=top.astype(np.int64), top_logprobs=logprobs[top], top_tokens=labels[1:],
                     top_drawn=None if drawn is None else draw_p(drawn, top),
                     rows=np.stack(trace.last_rows) if rows else None)
@@ -241,12 +241,16 @@ def top_ids(logprobs: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-logprobs, kind="stable")[:k]  # (a small vocabulary, or NaN among the values)
 
 
-def held_kv(cache: KVCache, T: int) -> int:
-    """Bytes of K and V `cache` holds, which must be those of the T tokens just run (its arrays
-    [n_kv_head, T, d_head] per layer, without the room they keep for later positions)."""
-    if len(cache.ids) != T or any(a.shape[1] != T for a in (*cache.k, *cache.v)):
+def held_kv(cache: KVCache, trace: Trace, T: int) -> tuple[int, int]:
+    """(bytes of K and V `cache` holds, which must be those of the T tokens `trace` just ran and
+    stored there: its arrays [n_kv_head, T, d_head] per layer, without the room they keep for
+    later positions; bytes of the arrays they lie in, with that room). As the cache counted them
+    (KVCache.nbytes) and the run knew them (Trace.kv_held), else from the arrays."""
+    if len(cache.ids) != T or cache.k is not trace.k or cache.v is not trace.v or not cache.k or any(
+            a.shape[1] != T for a in (cache.k[0], cache.k[-1], cache.v[0], cache.v[-1])):
         raise RuntimeError(f"the generation's KV cache holds {len(cache.ids)} tokens, not the {T} just run")
-    return sum(a.nbytes for a in (*cache.k, *cache.v))
+    held = trace.kv_held if trace.kv_held is not None else allocated_bytes([*cache.k, *cache.v])
+    return cache.nbytes, held
 
 
 def kv_positions(T0: int, T: int) -> tuple[int, int]:

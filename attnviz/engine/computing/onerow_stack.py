@@ -336,6 +336,7 @@ class _KeptKV:
         trace.k[:] = kv[0, :, :, :T]  # (its layers' views kv[0, i, :, :T], their base kv)
         trace.v[:] = kv[1, :, :, :T]
         trace.kv_bytes = kv.nbytes // kv.shape[3] * T  # (those views' bytes together)
+        trace.kv_held = kv.nbytes  # (the one array they are views of)
         last = self._last_for(past)
         at = last[4] if last is not None and last[0] is kv else kv.ctypes.data
         token = self.token(past)

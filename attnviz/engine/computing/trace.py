@@ -113,6 +113,7 @@ class Trace:
         self.mlp_out: list = []
         self.reused = 0  # tokens whose rows came from the KV cache
         self.kv_bytes: int | None = None  # bytes of k's and v's arrays where the run counted them
+        self.kv_held: int | None = None  # bytes of the arrays they are views of, where the run knows
 
     @property
     def wants_output(self) -> bool:
@@ -124,7 +125,7 @@ class Trace:
         self.ids = ids
         self.reused = p
         self._p = p
-        self.kv_bytes = None
+        self.kv_bytes = self.kv_held = None
         if self.end is not None and self.end > n_layer:
             raise ValueError(f"a run of {n_layer} layers cannot end before layer {self.end}")
         self._last = self.n_run(n_layer) - 1

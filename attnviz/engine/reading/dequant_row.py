@@ -70,8 +70,12 @@ def _halves(b: np.ndarray) -> np.ndarray:  # uint8 [n, 2 k] -> float32 [n, k]: f
     return b.view(np.float16).astype(np.float32)
 
 
-def _q8_0(b, out):  # [n, 34] -> [n, 32]: w = q * d
-    np.multiply(b[:, 2:].view(np.int8), _halves(b[:, :2]), out=out)
+def q8_0_product(q, d, out=None):  # int8 [..., 32], float16 [..., 1] -> float32 [..., 32]: w = q * d
+    return np.multiply(q, d, out=out, dtype=np.float32)  # (each cast to float32 exactly, then the product)
+
+
+def _q8_0(b, out):  # [n, 34] -> [n, 32]
+    q8_0_product(b[:, 2:].view(np.int8), b[:, :2].view(np.float16), out)
 
 
 def _q2_k(b, out):  # [n, 84] -> [n, 256]: w = (d * sc) * q - (dmin * m), a scale a 16 weights

@@ -20,7 +20,7 @@ from gguf.quants import dequantize
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
 from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, prepare
-from attnviz.engine.reading.dequant_row import ROW_TYPES, row_into
+from attnviz.engine.reading.dequant_row import ROW_TYPES, q8_0_product, row_into
 from attnviz.engine.reading.validate import check_finite, check_shape
 
 
@@ -86,14 +86,14 @@ class QuantRows:
     def _one(self, rows: np.ndarray) -> np.ndarray:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
-        if self._q8 is not None:  # Q8_0: w = q * d, float32 (dequant_row's product)
-            q, d = self._q8[0][rows[0]], self._q8[1][rows[0]].astype(np.float32)  # [blocks, 32], [blocks, 1]
-            # every scale finite where their sum is (each at most 65504: no overflow), and then every
-            # q * d (|q d| <= 128 x 65504)
-            with np.errstate(invalid="ignore"):  # (+inf and -inf among them: refused below, by row)
-                total = d.sum()
+        if self._q8 is not None:  # Q8_0: dequant_row's product of the row's q [blocks, 32], d [blocks, 1]
+            # every q * d finite where their sum is (each |q d| <= 128 x 65504: no overflow); one
+            # is not where its scale is not (inf x 0 is NaN)
+            with np.errstate(invalid="ignore"):  # (then refused below, by row)
+                out = q8_0_product(self._q8[0][rows[0]], self._q8[1][rows[0]])
+                total = out.sum()
             if math.isfinite(total):
-                return np.multiply(q, d).reshape(1, self.shape[1])
+                return out.reshape(1, self.shape[1])
         out = np.empty((1, self.shape[1]), np.float32)
         row_into(self._data[rows[0]], self._qtype, out)
         if not np.isfinite(out).all():  # (_check names the row)
