@@ -113,7 +113,10 @@ def heads_report(model, hs, source):
     doc = {"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
            "causal": bool(model.config.causal), **source, **hs.to_json()}
     doc["best"] = {}
-    for name in H.ROLES:  # the strongest head by the number labels are tested on
+    for name in H.ROLES:  # the strongest head by the number labels are tested on (None: too few rows)
+        if hs.rows.get(name) is not None and hs.rows[name] < H.MIN_ROWS:
+            doc["best"][name] = None
+            continue
         l, h, strength = hs.best_strength(name)
         doc["best"][name] = {"layer": l, "head": h, "strength": strength,
                              "score": float(hs.scores[name][l, h]), "chance": float(hs.chance[name][l, h])}

@@ -121,3 +121,17 @@ def test_heads_table_prints_the_number_each_label_is_tested_on(cli, smollm2):
         checked += 1
     assert checked > 250
     assert any(label == "induction" for label, _ in rows.values())
+
+
+def test_cli_heads_json_names_no_strongest_head_where_no_row_can_be_scored(cli):
+    """A role whose pattern has too few query rows gives no head a strength: the JSON's best is
+    null for it, as the table says no head is labelled, rather than L0 H0 at strength 0."""
+    import json
+
+    rc, out, _ = cli("heads", "--model", "attnviz-toy-stdlib", "--text", "a b c", "--json")
+    assert rc == 0
+    doc = json.loads(out)
+    assert doc["best"]["duplicate"] is None and doc["best"]["induction"] is None
+    assert doc["best"]["previous"]["strength"] > 0
+    rc, out, _ = cli("heads", "--model", "attnviz-toy-stdlib", "--text", "a b c")
+    assert "no query row has a cell of its detection pattern" in out

@@ -300,9 +300,9 @@ def no_head_clears(hs, role, where="this text"):
     few query rows have a cell of the role's pattern for any head to be given a strength, that."""
     n = hs.rows.get(role)
     if n is not None and n < MIN_ROWS:
-        hint = "; the probe repeats every token" if role in IDENTITY_ROLES else ""
-        have = "query row has" if n == 1 else "query rows have"
-        return (f"No head is labelled {TITLES[role]} on {where}: only {n} {have} a cell of its "
+        hint = "; the induction probe (--probe) repeats every token" if role in IDENTITY_ROLES else ""
+        have = "no query row has" if n == 0 else f"only {n} query {'row has' if n == 1 else 'rows have'}"
+        return (f"No head is labelled {TITLES[role]} on {where}: {have} a cell of its "
                 f"detection pattern, and a strength needs at least {MIN_ROWS}{hint}.")
     l, h, strength = hs.best_strength(role)
     return (f"No head of this model clears the {TITLES[role]} threshold ({THRESHOLDS[role]:g}, and chance + "
