@@ -128,13 +128,16 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
     step = _nice_step(hi)
     exp = math.floor(math.log10(step))
     decimals = max(0, -exp + (1 if round(step / 10 ** exp, 6) == 2.5 else 0))  # 0.25 needs 2
-    ticks, v = [], 0.0
+    values, v = [], 0.0
     while v <= hi * (1 + 1e-6):
-        ticks.append((v / hi, f"{v:.{decimals}f}"))
+        values.append(v)
         v = round(v + step, 10)
-    if 1.0 - ticks[-1][0] > 0.12:
-        ticks.append((1.0, f"{hi:.3g}"))
-    return ticks
+    if 1.0 - values[-1] / hi > 0.12:  # the top of the bar, written too where it is far enough up
+        values.append(hi)
+        while f"{hi:.{decimals}f}" == f"{values[-2]:.{decimals}f}":  # (0.35 above 0.3)
+            decimals += 1
+    # every label in one format, as many decimals as the step (or the top) needs
+    return [(x / hi, f"{x:.{decimals}f}") for x in values]
 
 
 @dataclass(frozen=True)

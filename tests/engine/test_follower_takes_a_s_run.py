@@ -71,3 +71,25 @@ def test_a_cache_that_made_an_earlier_run_current_is_taken_as_it_is(same_model):
         assert run.result.cache_reused > 0
         follower.note(run.clean, run.result.cache_used)
         assert not differs(run.clean, followed(follower, run.clean))
+
+
+def test_an_encoder_s_run_is_followed_as_it_is_and_shows_zero():
+    """An encoder keeps no KV cache: every run of it computes every row at once, so A's run on
+    screen is compared as it is (no cache to be in step with), exactly 0 against itself, and so
+    are the runs after it."""
+    from tiny import FIXTURES
+
+    from attnviz.engine import load_model
+
+    a, b = (load_model(FIXTURES / "bert") for _ in range(2))
+    assert not a.config.causal
+    run = window_run(a, "", ids=np.asarray([2, 5, 7, 5, 3]))
+    last = noted(a, run.clean, run.result.cache_used)
+    assert not run.result.cache_used and whole_in_cache(a, last)
+    follower = Follower(a, b, last)
+    assert follower.took_last
+    assert not differs(run.clean, followed(follower, run.clean))  # (A not run again)
+    for ids in ([2, 5, 7, 5, 3, 9], [4, 4, 1]):
+        run = window_run(a, "", ids=np.asarray(ids))
+        follower.note(run.clean, run.result.cache_used)
+        assert not differs(run.clean, followed(follower, run.clean))

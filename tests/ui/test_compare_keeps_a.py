@@ -2,7 +2,8 @@
 (the window's first run of its text: every row in one chunk): A is not run again, only B, and the
 A − B shown is still exact (0 for a model against itself, and the engine's numbers for another B).
 After typing, A's rows were made a key at a time, and A's text runs again once (as B's first run
-does) for a model compared with itself to show 0."""
+does) for a model compared with itself to show 0. An encoder (no KV cache) computes every row of
+every run at once: its first run on screen is compared as it is too."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from attnviz.ui.panels.compare_menu import open_compare
 from windows import TOY, open_window
 
 WAIT = 30000
+MINILM = "all-MiniLM-L6-v2"
 TEXT = "When Mary and John went to the store"
 
 
@@ -44,9 +46,9 @@ def compared(w, qtbot, source, text):
 
 @pytest.fixture(params=["toy"])
 def window(request, qtbot, tmp_path):
-    """The window on the toy decoder (float32 layers), or SmolLM2 on its Q4_1 blocks, its text's
-    first run in and the one-row steps' warm-up ended."""
-    model = TOY if request.param == "toy" else str(request.getfixturevalue("smollm2").path)
+    """The window on the toy decoder (float32 layers), SmolLM2 on its Q4_1 blocks or the MiniLM
+    encoder, its text's first run in and the one-row steps' warm-up ended."""
+    model = {"toy": TOY, "minilm": MINILM}.get(request.param) or str(request.getfixturevalue("smollm2").path)
     w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
     w.worker.wait_idle()
     for t in threading.enumerate():
@@ -57,7 +59,7 @@ def window(request, qtbot, tmp_path):
     w.worker.wait_idle()
 
 
-@pytest.mark.parametrize("window", ["toy", "smollm2"], indirect=True)
+@pytest.mark.parametrize("window", ["toy", "smollm2", "minilm"], indirect=True)
 def test_b_opening_on_the_text_shown_runs_b_alone_and_shows_zero_against_itself(window, qtbot, monkeypatch):
     w = window
     a, shown = w.state.model, w.state.result
@@ -126,3 +128,22 @@ def test_after_a_text_typed_back_a_new_text_is_still_compared_as_shown(window, q
     jobs = compared(w, qtbot, BSource("model", str(a.path) if a.name != TOY else TOY), text)
     assert a_runs == [], f"A ran {len(a_runs)} time(s) as B opened on the text it shows"
     assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
+
+
+@pytest.mark.parametrize("window", ["minilm"], indirect=True)
+def test_after_typing_an_encoder_runs_its_text_again_once(window, qtbot, monkeypatch):
+    """An encoder's typed runs keep only the patterns (the residual stream would cost each its
+    last layer's rest): B opening after typing has A run the text once more, showing 0."""
+    w = window
+    text = TEXT
+    for ch in " gave":
+        text += ch
+        w.set_text(text)
+        qtbot.waitUntil(lambda: w.state.result.text == text, timeout=WAIT)
+        w.worker.wait_idle()
+    a = w.state.model
+    a_runs = runs_of(a, monkeypatch)
+    jobs = compared(w, qtbot, BSource("model", MINILM), text)
+    assert len(a_runs) == 1
+    assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
+    assert np.all(np.asarray(jobs.comparison.doc["resid_cos"]) == 1.0)

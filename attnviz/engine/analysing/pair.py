@@ -215,8 +215,14 @@ def whole_in_cache(a, run: _Noted) -> bool:
     """Whether model a's cache still holds `run` (noted) as its last, computed whole: every row in
     one chunk with the cache (nothing taken from it), and the cache neither cleared nor turned to
     an earlier run since. A Follower made with it (`last`) keeps a's cache and replays that run
-    on B's, which then holds the same rows: a's run need not be made again for B."""
-    return (run.trace() is not None and run.cached and run.reused == 0
+    on B's, which then holds the same rows: a's run need not be made again for B. A model with
+    no KV cache (an encoder) computes every row of every run in one chunk, and keeps nothing
+    that B's runs must follow: any run of it whose trace is still held is whole."""
+    if run.trace() is None:
+        return False
+    if not a.config.causal:
+        return run.reused == 0
+    return (run.cached and run.reused == 0
             and run.clears == a.cache_clears and run.promoted == a.cache_promotions)
 
 
@@ -242,8 +248,8 @@ class Follower:
     not be those of B's first run, one chunk of every row), so A's next run computes every row in
     one chunk, as B's first does; and B's (a checkpoint's model is kept, with the runs it made as
     A). Given A's `last` run (`noted`) where A's cache holds it whole (`whole_in_cache`: A's
-    text run with nothing from the cache, and nothing since), A's cache is kept and that run noted,
-    B's first: A's run is compared as it is, not made again. A's cache cleared between two of A's runs (a benchmark's pass, a run A refused) clears B's
+    text run with nothing from the cache, and nothing since; any run of an encoder), A's cache is
+    kept and that run noted, B's first: A's run is compared as it is, not made again. A's cache cleared between two of A's runs (a benchmark's pass, a run A refused) clears B's
     before B runs the later one. One thread at a time notes and follows (the window's pool), the
     thread that runs A's cached runs."""
 

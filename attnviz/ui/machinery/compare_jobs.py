@@ -6,8 +6,9 @@ WindowRun, as for What heads do), and a 'compare' job on the one runner runs B o
 with B's own KV cache kept in step with A's (pair.Follower: B runs each of A's runs, in A's
 order, the way A's ran and keeping what A's kept, a run of A whose comparison a newer key stopped
 among them; as B opens, A's run on screen is B's first to follow where A's cache holds it whole,
-every row computed in one chunk and nothing since (pair.whole_in_cache: A's run is compared as it
-is); otherwise both caches are cleared and A's text run again, so A's rows and B's first run are
+every row computed in one chunk and nothing since, or any run of an encoder that kept the
+residual stream (its model's first, Handoff.kept_run, or a WindowRun) (pair.whole_in_cache: A's
+run is compared as it is); otherwise both caches are cleared and A's text run again, so A's rows and B's first run are
 one chunk alike; and where B is more than pair.MAX_BEHIND runs behind, after a text B
 refused, or where a run of B reused another number of rows than A's, the comparison clears both
 caches and runs the text afresh on each side, and compares those runs): a model compared with
@@ -117,6 +118,23 @@ class Handoff:
     def keep(self, run):
         self.run = run
         return run
+
+    def kept_run(self, model, text: str, request):
+        """An encoder's first run of `text` (its model's first, which no effects view asked to
+        keep): made keeping the residual stream too (what a comparison reads beside the patterns),
+        and kept as a clean WindowRun, so a B that opens on this text compares it as it is (an
+        encoder's run is always whole).
+        -> the RunResult the grid shows (or the LongRun of a long text, kept as nothing)."""
+        from attnviz.engine.analysing.compare import compare_trace
+        from attnviz.engine.analysing.effects import CLEAN, WindowRun
+        from attnviz.engine.computing.model import RunResult
+
+        trace = compare_trace()
+        result = model.run(text, request=request, trace=trace)
+        if isinstance(result, RunResult):
+            self.ran(trace, result)
+            self.keep(WindowRun(result, trace, None, CLEAN, dense_limit=self.dense_limit))
+        return result
 
 
 def load_b(a, source: BSource):
@@ -261,7 +279,7 @@ class CompareJobs(QObject):
         h, st = self._handoff, self.state
         if h is None or h.noted is None or h.model is not a or not isinstance(h.run, WindowRun):
             return None
-        shown = st.result is not None and st.effects.run_of(st.result) is h.run
+        shown = st.result is not None and st.result is h.run.result  # (an encoder's: no effects run)
         return h if shown and h.run.result.text == st.text and self.worker.is_newest("compute", h.compute_id) else None
 
     def close(self) -> None:

@@ -150,7 +150,10 @@ class Worker(Runner):
                              long=None if long_jobs is None else long_jobs.long_run(req),
                              dense_limit=None if long_jobs is None else long_jobs.dense_limit)
         compare = getattr(self, "compare_jobs", None)  # B's run queued behind this one (or kept for a B)
-        handoff = compare.handoff(req.id, request.dense_limit, req.model) if compare is not None and req.trace else None
+        # (an encoder's run is whole: its model's first is kept for a B, the residual stream with
+        # it; the runs typed after it keep none, which would cost each its last layer's rest)
+        kept = compare is not None and (req.trace or (self._first_run and not req.model.config.causal))
+        handoff = compare.handoff(req.id, request.dense_limit, req.model) if kept else None
 
         def run():  # Model.run refuses non-finite weights itself, naming the layer
             # BLAS on every core for the window's runs: a causal model's keystroke streams every
@@ -165,6 +168,8 @@ class Worker(Runner):
                     out = window_run(req.model, req.text, request=shown, ablation=req.ablation,
                                      ran=None if handoff is None else handoff.ran)
                     return out if handoff is None else handoff.keep(out)
+                if handoff is not None:  # (an encoder's run)
+                    return handoff.kept_run(req.model, req.text, replace(request, early=early))
                 return req.model.run(req.text, request=replace(request, early=early))
         self.submit("compute", run, self._on_computed, req, POOL, job_id=req.id)
         if handoff is not None:  # (its job on the pool's one thread, after this one)

@@ -1,0 +1,40 @@
+"""The exported heatmap figure's colour-bar ticks are written in one format: the top of the bar
+(the largest weight shown) with as many decimals as the ticks below it ("1.00" over "0.75", not
+"1"), and with one more decimal for every tick where it would otherwise read as the tick below it."""
+
+import re
+import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from attnviz.figures import heatmaps
+from attnviz.figures.data import make_view
+
+NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def bar_labels(top: float) -> list[str]:
+    """The numbers an exported layer figure (SVG) paints, its colour bar's ticks, for weights whose
+    largest is `top` (the token labels and titles hold letters)."""
+    att = np.full((1, 2, 4, 4), top / 4, dtype=np.float32)
+    att[0, 1, 3, 2] = top
+    result = SimpleNamespace(text="fake text", tokens=["ta", "tb", "tc", "td"], labels=["ta", "tb", "tc", "td"],
+                             input_ids=np.arange(4), attentions=att, kv_group=np.arange(2))
+    view = make_view(result, model="m", scope="layer", layer=0)
+    svg = heatmaps.svg_bytes(view, 900)[0]
+    texts = [e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text]
+    return [t for t in texts if NUMBER.fullmatch(t)]
+
+
+@pytest.mark.parametrize("top, want", [
+    (0.9996, ["0.00", "0.25", "0.50", "0.75", "1.00"]),  # (the top once read "1")
+    (0.87, ["0.00", "0.25", "0.50", "0.75", "0.87"]),
+    (0.35, ["0.00", "0.10", "0.20", "0.30", "0.35"]),  # (one decimal would write 0.3 twice)
+    (0.63, ["0.0", "0.2", "0.4", "0.6"]),
+])
+def test_the_colour_bar_ticks_share_one_format(qapp, top, want):
+    labels = bar_labels(top)
+    assert sorted(labels, key=float) == want
+    assert len({len(t.split(".")[-1]) for t in labels}) == 1
