@@ -35,6 +35,34 @@ def test_a_long_target_token_does_not_widen_the_window(qtbot, tmp_path, smollm2)
     w.worker.wait_idle()
 
 
+def test_a_long_typed_target_is_cut_not_widening_the_window(qtbot, tmp_path, smollm2):
+    """SmolLM2 has a token of 80 '#' (one word: no wrapping shortens it): typed as the target, the
+    lens title and the Δ log p line name it cut with an ellipsis, whole in their tooltips."""
+    long = "#" * 80
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT,
+                    panels=("predict",))
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    w.resize(1280, 800)
+    panel = w.predict_panel
+    eff = w.state.effects
+    qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
+    with qtbot.waitSignal(eff.sigAnalysisChanged, timeout=WAIT,
+                          check_params_cb=lambda *_: eff.analysis is not None
+                          and eff.analysis.label(eff.analysis.target) == long):
+        panel.target_edit.setText(long)
+        panel.target_edit.editingFinished.emit()
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    assert w.width() == 1280, f"asked 1280 pixels wide, the window is {w.width()}"
+    title = panel.lens_title
+    assert title.isVisible() and title.text().endswith("rank of " + "#" * 24 + "…")
+    assert long in title.toolTip() and long in panel.header.toolTip()
+    assert title.heightForWidth(title.width()) <= title.height()
+    w.worker.wait_idle()
+
+
 def test_the_window_fits_a_1024_pixel_screen(qtbot, tmp_path, smollm2):
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT,
                     panels=("predict", "roles"))
