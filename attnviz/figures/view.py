@@ -36,7 +36,7 @@ tests/figures/test_view.py (dense) and tests/figures/test_shown_long.py (long ag
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -65,13 +65,15 @@ class Region:
 class Overview:
     """The cells of one layer's heads over a region (Shown.cells): values [n_heads, H, W] float32,
     each the max or the mean of its block of shown weights (`reduce`), under `options`
-    (hide_first, value-weighted) as applied; exact when each cell is one weight."""
+    (hide_first, value-weighted) as applied, computed from `source` (the run or result shown);
+    exact when each cell is one weight."""
     layer: int
     heads: tuple
     region: tuple
     reduce: str
     values: np.ndarray  # [n_heads, H, W] float32
     options: tuple = (False, False)
+    source: object = field(default=None, repr=False)  # the LongRun / Result the cells were computed from
 
     @property
     def exact(self) -> bool:
@@ -296,7 +298,7 @@ class Shown:
         else:
             values = self._fold_cells(layer, np.asarray(heads, dtype=np.int64), region, (H, W),
                                       reduce, stop)
-        return Overview(int(layer), heads, region, reduce, values, self.applied)
+        return Overview(int(layer), heads, region, reduce, values, self.applied, self.result)
 
     def _fold_cells(self, layer, heads, region, shape, reduce, stop) -> np.ndarray:
         """Cells of exact shown rows, ROW_BLOCK rows at a time; a long run's blocks shared out to

@@ -1,7 +1,11 @@
 """The window on a laptop's screen: the What heads do panel's lens title, which names the target
 token, wraps instead of widening the dock, so a long predicted token (`<|im_end|>`) never makes the
 window wider than the screen it was sized to; on a 1024 x 700 screen the window is 1024 pixels
-wide with its side panels docked, the query read-out over the grid giving way first."""
+wide with its side panels docked, the query read-out over the grid giving way first (its
+"Query: " prefix, then its token's end)."""
+
+from PySide6.QtGui import QImage
+from PySide6.QtWidgets import QLabel
 
 from windows import WAIT, drain_events, open_window, widget
 
@@ -35,6 +39,34 @@ def test_a_long_target_token_does_not_widen_the_window(qtbot, tmp_path, smollm2)
     w.worker.wait_idle()
 
 
+def test_a_long_typed_target_is_cut_not_widening_the_window(qtbot, tmp_path, smollm2):
+    """SmolLM2 has a token of 80 '#' (one word: no wrapping shortens it): typed as the target, the
+    lens title and the Δ log p line name it cut with an ellipsis, whole in their tooltips."""
+    long = "#" * 80
+    w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT,
+                    panels=("predict",))
+    w.predict_dock.show()
+    w.predict_dock.raise_()
+    w.resize(1280, 800)
+    panel = w.predict_panel
+    eff = w.state.effects
+    qtbot.waitUntil(lambda: eff.analysis is not None, timeout=WAIT)
+    with qtbot.waitSignal(eff.sigAnalysisChanged, timeout=WAIT,
+                          check_params_cb=lambda *_: eff.analysis is not None
+                          and eff.analysis.label(eff.analysis.target) == long):
+        panel.target_edit.setText(long)
+        panel.target_edit.editingFinished.emit()
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    assert w.width() == 1280, f"asked 1280 pixels wide, the window is {w.width()}"
+    title = panel.lens_title
+    assert title.isVisible() and title.text().endswith("rank of " + "#" * 24 + "…")
+    assert long in title.toolTip() and long in panel.header.toolTip()
+    assert title.heightForWidth(title.width()) <= title.height()
+    w.worker.wait_idle()
+
+
 def test_the_window_fits_a_1024_pixel_screen(qtbot, tmp_path, smollm2):
     w = open_window(qtbot, tmp_path / "s.ini", model=str(smollm2.path), text=TEXT,
                     panels=("predict", "roles"))
@@ -50,6 +82,16 @@ def test_the_window_fits_a_1024_pixel_screen(qtbot, tmp_path, smollm2):
     assert w.predict_dock.isVisible() and not w.predict_dock.isFloating()
     label = widget(w, "query_label")
     assert label.isVisible() and label.text() == f"Query: ·cabinet (#{q})"
+    painted = label.painted_text()  # short of room: the "Query: " prefix goes first, then the token's end
+    assert painted != label.text() and painted.startswith("·ca"), painted
+    ref = QLabel(painted)  # the pixels painted are those of a label of that text
+    ref.setFont(label.font())
+    ref.setPalette(label.palette())
+    ref.resize(label.size())
+    rgb = QImage.Format.Format_RGB32
+    assert label.grab().toImage().convertToFormat(rgb) == ref.grab().toImage().convertToFormat(rgb)
+    assert label.fontMetrics().horizontalAdvance(painted) <= label.contentsRect().width()
+    assert f"Query: ·cabinet (#{q})" in label.toolTip()
     assert w.centralWidget().geometry().right() < w.predict_dock.geometry().left()
     w.worker.wait_idle()
 

@@ -21,6 +21,13 @@ from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
 
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
+TOKEN_CHARS = 24  # a target token longer than this is cut in the panel's lines (whole in their tooltips)
+
+
+def _cut(token: str) -> str:
+    """A token as the panel's wrapped lines name it: a word-wrapped label is never narrower than its
+    longest word, so a long token (a run of 80 '#' is one) is cut to TOKEN_CHARS and "…"."""
+    return token if len(token) <= TOKEN_CHARS else token[:TOKEN_CHARS] + "…"
 
 
 def _table(columns: list[str]) -> QTableWidget:
@@ -102,7 +109,7 @@ class PredictPanel(QWidget):
         self.delta_label.setWordWrap(True)
         col.addWidget(self.delta_label)
         self.lens_title = QLabel(LENS_LABEL)
-        self.lens_title.setWordWrap(True)  # a long target token never widens the dock
+        self.lens_title.setWordWrap(True)  # (a long target token is cut: it never widens the dock)
         col.addWidget(self.lens_title)
         self.lens_table = _table(["layer", "top-1", "p", "p(target)", "rank"])
         col.addWidget(self.lens_table, 3)
@@ -161,6 +168,8 @@ class PredictPanel(QWidget):
             _fill(self.top_table, [])
             _fill(self.lens_table, [])
             self.delta_label.setText("")
+            for label in (self.header, self.delta_label, self.lens_title):
+                label.setToolTip("")
             self.dla_view.set_map(None)
             return
         r = st.result
@@ -169,9 +178,13 @@ class PredictPanel(QWidget):
         changed = a.changed is not None
         what = (f"<br><b style='color:{WARNING}'>Changed run: {html.escape(a.ablation.describe())}"
                 "</b>" if changed else "")
+        target, alt = a.label(a.target), a.label(a.alt)
         self.header.setText(f"Next token after {after} (token {a.position}); target "
-                            f"<b>‘{html.escape(a.label(a.target))}’</b> vs "
-                            f"<b>‘{html.escape(a.label(a.alt))}’</b>{what}{note}")
+                            f"<b>‘{html.escape(_cut(target))}’</b> vs "
+                            f"<b>‘{html.escape(_cut(alt))}’</b>{what}{note}")
+        whole = f"target ‘{target}’ vs ‘{alt}’" if max(len(target), len(alt)) > TOKEN_CHARS else ""
+        for label in (self.header, self.delta_label, self.lens_title):
+            label.setToolTip(whole)
         self.target_edit.setPlaceholderText(f"top-1: {a.label(a.clean.top_ids[0])}")
         self.alt_edit.setPlaceholderText(f"second: {a.label(a.clean.top_ids[1])}" if len(a.clean.top_ids) > 1
                                          else "")
@@ -189,10 +202,10 @@ class PredictPanel(QWidget):
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
-            f"Δ log p({a.label(a.target)}) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
+            f"Δ log p({_cut(target)}) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
             f"changed {a.changed.logprobs[a.target]:.3f})")
         lens = a.lens
-        self.lens_title.setText(f"{LENS_LABEL}, p and rank of {a.label(a.target)}"
+        self.lens_title.setText(f"{LENS_LABEL}, p and rank of {_cut(target)}"
                                 + (" — changed run" if changed else ""))
         _fill(self.lens_table, [[str(l), a.label(lens.top_ids[l]), _p(lens.top_logprobs[l]),
                                  _p(lens.target_logprobs[l]), str(int(lens.target_ranks[l]) + 1)]

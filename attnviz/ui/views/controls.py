@@ -63,16 +63,46 @@ class SentenceBox(QPlainTextEdit):
 
 
 class QueryLabel(QLabel):
-    """A one-line label that, narrower than its text, paints the text cut with an ellipsis."""
+    """A one-line label that, narrower than its text (`set_query`: "Query: " + token + " (#q)"),
+    paints a shorter one: first without the "Query: " prefix, then with the token cut by an
+    ellipsis; the whole text is in its tooltip."""
+
+    TIP = "Query token whose row is highlighted (Esc clears)"
+
+    def __init__(self):
+        super().__init__()
+        self.setToolTip(self.TIP)
+        self._parts = ("", "", "")  # prefix, token, suffix of the text
+
+    def set_query(self, token: str, q: int | None, whole: str = "") -> None:
+        """Show query token `token` (as cut to the label's width) at position q (None: no query);
+        `whole`: the token uncut, for the tooltip."""
+        self._parts = ("", "", "") if q is None else ("Query: ", token, f" (#{q})")
+        self.setText("".join(self._parts))
+        self.setToolTip(self.TIP if q is None else f"Query: {whole or token} (#{q}): {self.TIP}")
+
+    def painted_text(self) -> str:
+        """The text as painted at the label's width."""
+        fm, width = self.fontMetrics(), self.contentsRect().width()
+        if fm.horizontalAdvance(self.text()) <= width:
+            return self.text()
+        _prefix, token, suffix = self._parts
+        if fm.horizontalAdvance(token + suffix) <= width:
+            return token + suffix
+        room = width - fm.horizontalAdvance(suffix)
+        cut = fm.elidedText(token, Qt.TextElideMode.ElideRight, room) if room > 0 else ""
+        if cut and fm.horizontalAdvance(cut + suffix) <= width:
+            return cut + suffix
+        return fm.elidedText(token + suffix, Qt.TextElideMode.ElideRight, width)
 
     def paintEvent(self, event) -> None:
-        fm = self.fontMetrics()
-        if fm.horizontalAdvance(self.text()) <= self.contentsRect().width():
+        text = self.painted_text()
+        if text == self.text():
             super().paintEvent(event)
             return
         painter = QPainter(self)
         painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
-                         fm.elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width()))
+                         text)
 
 
 class ViewControls(QWidget):
@@ -108,9 +138,8 @@ class ViewControls(QWidget):
                                     "panel); titles give each head's share of the layer's summed "
                                     "head-output norms")
         self.query_label = QueryLabel()
-        self.query_label.setToolTip("Query token whose row is highlighted (Esc clears)")
         # a width of its own, whatever the token: picking one never widens the window; on a
-        # narrow screen it gives way first, its text ending in an ellipsis
+        # narrow screen it gives way first, its prefix dropped, then its token ending in an ellipsis
         self.query_label.setMaximumWidth(self.query_label.fontMetrics().horizontalAdvance(
             "Query: " + "M" * QUERY_CHARS + " (#9999)"))
         self.query_label.setMinimumWidth(self.query_label.fontMetrics().horizontalAdvance("Qu…"))
@@ -186,12 +215,12 @@ class ViewControls(QWidget):
     def _on_query(self, *_) -> None:
         r, q = self.state.result, self.state.query_pos
         if r is None or q is None:
-            self.query_label.setText("")
+            self.query_label.set_query("", None)
             return
         fm = self.query_label.fontMetrics()
         token = fm.elidedText(r.labels[q], Qt.TextElideMode.ElideRight,
                               fm.horizontalAdvance("M" * QUERY_CHARS))
-        self.query_label.setText(f"Query: {token} (#{q})")
+        self.query_label.set_query(token, q, r.labels[q])
 
 
 class LoadBox(QWidget):

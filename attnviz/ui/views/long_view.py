@@ -128,8 +128,9 @@ class LongView(QWidget):
 
     def picture(self) -> LongPicture | None:
         """What the view shows, as its export draws it; None while the tiles or the large head are
-        still being drawn: until both are the overviews of the layer, region, heads (the pane's:
-        the focused one), reduction and display options shown now."""
+        still being drawn: until both are the overviews of the run, layer, region, heads (the pane's:
+        the focused one), reduction and display options shown now (a new run of an edited text
+        keeps the last images on screen, not in the export)."""
         lg = self.long
         if lg.run is None or lg.tiles is None or lg.pane is None:
             return None
@@ -137,7 +138,8 @@ class LongView(QWidget):
         layer = min(self.state.layer, shown.n_layer - 1)
         now = (layer, lg.region, lg.reduce, shown.applied)
         for ov, heads in ((lg.tiles, tuple(range(shown.n_head))), (lg.pane, (lg.head(),))):
-            if (ov.layer, ov.region, ov.reduce, ov.options) != now or tuple(ov.heads) != heads:
+            if ((ov.layer, ov.region, ov.reduce, ov.options) != now or tuple(ov.heads) != heads
+                    or ov.source is not lg.run):
                 return None
         return LongPicture(self.state.model_name, lg.patterns.T, layer, lg.head(), lg.tiles, lg.pane,
                            self.state.colormap, self.state.scale_mode, lg.log)
