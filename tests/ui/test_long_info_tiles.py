@@ -22,3 +22,26 @@ def test_the_info_line_names_the_tiles_blocks(window, qtbot):
     assert text.endswith(f"· exact weights (the tiles: block max of blocks of up to "
                          f"{lg.tiles.cell_tokens(0)}×{lg.tiles.cell_tokens(1)} tokens)"), text
     window.worker.wait_idle()
+
+
+def test_the_info_line_shows_all_of_its_text_in_a_narrow_window(window, qtbot):
+    """In a window of 1100 pixels the info line's words all show (it wraps onto its second line
+    rather than cutting '(the tiles: …)' at the view's right edge), and its tooltip holds it all."""
+    from PySide6.QtCore import Qt
+
+    st = window.state
+    cfg = st.model.config
+    window.resize(1100, 860)
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
+    window.set_text("The cat sat on the mat near the old red door. " * 36)
+    lg = st.long
+    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
+                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    info = window.findChild(LongView).info
+    qtbot.waitUntil(lambda: "(the tiles:" in info.text(), timeout=WAIT)
+    room = info.contentsRect()
+    needed = info.fontMetrics().boundingRect(room, int(Qt.TextFlag.TextWordWrap), info.text())
+    assert needed.height() <= room.height() and needed.width() <= room.width(), (needed, room)
+    assert info.fontMetrics().horizontalAdvance(info.text()) > room.width()  # (it needs both lines)
+    assert info.toolTip() == info.text()
+    window.worker.wait_idle()

@@ -44,6 +44,8 @@ class LongView(QWidget):
         self.state, self.long = state, state.long
         self.info = QLabel()
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.info.setWordWrap(True)  # (two lines kept: the views below never move as it changes)
+        self.info.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
         self.reduce_combo = QComboBox()
         for r in REDUCES:
             self.reduce_combo.addItem(REDUCE_NAMES[r], r)
@@ -217,6 +219,7 @@ class LongView(QWidget):
                    if res_.truncated else "")
             self.info.setText(f"Long text: {lp.T:,} tokens{cut}, patterns computed for what is shown · "
                               f"layer {layer} · {region_text(r)} · {res}")
+            self.info.setToolTip(self.info.text())  # (a narrow window's two lines may not hold it)
             self.scale_label.setText(self.scale_text())
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
