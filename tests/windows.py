@@ -149,3 +149,19 @@ def axis_labels(axis) -> list:
         painter.end()
     return [(text, box) for box, _flags, text in specs[2]]
 
+
+
+def long_view_shown(window, qtbot, text: str, size=None):
+    """`text` typed into `window` as a long text (any text over 40 tokens: the dense limit set so),
+    its long view's tiles and large head drawn for the region shown -> the state's LongState."""
+    from attnviz.engine.computing.longdoc import dense_bytes
+
+    cfg = window.state.model.config
+    if size is not None:
+        window.resize(*size)
+    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
+    window.set_text(text)
+    lg = window.state.long
+    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
+                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    return lg

@@ -97,19 +97,25 @@ def want_diff(a, b, ids, layer):  # -> [n_head, T, T] A − B from runs apart fr
     return pair.a.attentions[layer] - pair.b.attentions[layer]
 
 
-def test_after_typing_a_runs_its_text_again_once(window, qtbot, monkeypatch):
-    w = window
+def typed_then_compared(w, qtbot, monkeypatch, keys: str, b: str):
+    """TEXT and `keys` typed a key at a time (A's rows made so), then B opened: -> (A's runs
+    as B opened, the comparison's jobs), B's difference from A checked to be 0 in every layer."""
     text = TEXT
-    for ch in " John":  # A's rows a key at a time
+    for ch in keys:
         text += ch
         w.set_text(text)
         qtbot.waitUntil(lambda: w.state.result.text == text, timeout=WAIT)
         w.worker.wait_idle()
     a = w.state.model
     a_runs = runs_of(a, monkeypatch)
-    jobs = compared(w, qtbot, BSource("model", TOY), text)
-    assert len(a_runs) == 1
+    jobs = compared(w, qtbot, BSource("model", b), text)
     assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
+    return a_runs, jobs
+
+
+def test_after_typing_a_runs_its_text_again_once(window, qtbot, monkeypatch):
+    a_runs, _ = typed_then_compared(window, qtbot, monkeypatch, " John", TOY)
+    assert len(a_runs) == 1
 
 
 @pytest.mark.parametrize("window", ["smollm2"], indirect=True)
@@ -134,16 +140,6 @@ def test_after_a_text_typed_back_a_new_text_is_still_compared_as_shown(window, q
 def test_after_typing_an_encoder_runs_its_text_again_once(window, qtbot, monkeypatch):
     """An encoder's typed runs keep only the patterns (the residual stream would cost each its
     last layer's rest): B opening after typing has A run the text once more, showing 0."""
-    w = window
-    text = TEXT
-    for ch in " gave":
-        text += ch
-        w.set_text(text)
-        qtbot.waitUntil(lambda: w.state.result.text == text, timeout=WAIT)
-        w.worker.wait_idle()
-    a = w.state.model
-    a_runs = runs_of(a, monkeypatch)
-    jobs = compared(w, qtbot, BSource("model", MINILM), text)
+    a_runs, jobs = typed_then_compared(window, qtbot, monkeypatch, " gave", MINILM)
     assert len(a_runs) == 1
-    assert all(not jobs.difference(layer).any() for layer in range(a.config.n_layer))
     assert np.all(np.asarray(jobs.comparison.doc["resid_cos"]) == 1.0)

@@ -12,10 +12,9 @@ from PySide6.QtWidgets import QFileDialog
 
 from attnviz.figures.data import ExportError
 
-from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.figures.overview import tops
 from attnviz.ui.views.long_view import LongView
-from windows import WAIT
+from windows import WAIT, long_view_shown
 
 CELLS = ((0, 0), (1, 0), (3, 2), (-1, -1), (-2, 5), (7, -3))  # (row, column) of cells checked
 
@@ -23,13 +22,7 @@ CELLS = ((0, 0), (1, 0), (3, 2), (-1, -1), (-2, 5), (7, -3))  # (row, column) of
 @pytest.fixture
 def long_view(window, qtbot):
     st = window.state
-    cfg = st.model.config
-    window.resize(1400, 900)
-    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
-    window.set_text("The cat sat on the mat near the old red door. " * 24)
-    lg = st.long
-    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
-                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    lg = long_view_shown(window, qtbot, "The cat sat on the mat near the old red door. " * 24, (1400, 900))
     st.set_focus(st.layer, 2)
     view = window.findChild(LongView)
     qtbot.waitUntil(lambda: lg.pane.heads == (2,) and view.picture() is not None, timeout=WAIT)

@@ -2,20 +2,14 @@
 tiles too where they pool blocks of tokens while the pane shows exact weights (the line once said
 'exact weights' over tiles of block maxima)."""
 
-from attnviz.engine.computing.longdoc import dense_bytes
 from attnviz.ui.views.long_view import LongView
-from windows import WAIT
+from windows import WAIT, long_view_shown
+
+TEXT = "The cat sat on the mat near the old red door. " * 36
 
 
 def test_the_info_line_names_the_tiles_blocks(window, qtbot):
-    st = window.state
-    cfg = st.model.config
-    window.resize(1600, 1000)
-    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)  # over 40 tokens: long
-    window.set_text("The cat sat on the mat near the old red door. " * 36)
-    lg = st.long
-    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
-                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    lg = long_view_shown(window, qtbot, TEXT, (1600, 1000))
     view = window.findChild(LongView)
     text = view.info.text()
     assert lg.pane.exact and not lg.tiles.exact, (lg.pane.values.shape, lg.tiles.values.shape, lg.run.patterns.T)
@@ -29,14 +23,7 @@ def test_the_info_line_shows_all_of_its_text_in_a_narrow_window(window, qtbot):
     rather than cutting '(the tiles: …)' at the view's right edge), and its tooltip holds it all."""
     from PySide6.QtCore import Qt
 
-    st = window.state
-    cfg = st.model.config
-    window.resize(1100, 860)
-    window.worker.long_jobs.dense_limit = dense_bytes(cfg.n_layer, cfg.n_head, 40)
-    window.set_text("The cat sat on the mat near the old red door. " * 36)
-    lg = st.long
-    qtbot.waitUntil(lambda: lg.run is not None and lg.pane is not None and lg.tiles is not None
-                    and lg.pane.region == lg.region and lg.tiles.region == lg.region, timeout=WAIT)
+    long_view_shown(window, qtbot, TEXT, (1100, 860))
     info = window.findChild(LongView).info
     qtbot.waitUntil(lambda: "(the tiles:" in info.text(), timeout=WAIT)
     room = info.contentsRect()
