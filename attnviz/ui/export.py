@@ -164,6 +164,13 @@ def export_folder(settings: QSettings | None = None) -> Path:
     return saved if saved.is_absolute() and saved.is_dir() else default_folder()
 
 
+def remember_folder(path, settings: QSettings | None = None) -> None:
+    """A panel's export was written to `path`: the next export starts in its folder, as after the
+    Export dialog's."""
+    settings = settings if settings is not None else app_settings()
+    settings.setValue("export/folder", str(Path(path).resolve().parent))
+
+
 # --- sidecar views: File -> Open view restores what an export recorded -------------------------
 def view_problem(state, view: dict) -> str | None:
     """Why a view cannot be shown on the state's model (a layer or head it does not have), or

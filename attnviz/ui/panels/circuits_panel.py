@@ -119,14 +119,14 @@ class CircuitsPanel(QWidget):
         self.ov.setText(ov_line)
 
     def export_dialog(self) -> None:
-        from attnviz.ui.export import export_folder
+        from attnviz.ui.export import export_folder, remember_folder
 
         stem = f"{(self.state.model_name or 'model').replace('/', '_')}_circuits"
         path, _ = QFileDialog.getSaveFileName(
             self, "Export Circuits", str(export_folder() / f"{stem}.png"),
             "PNG image (*.png);;SVG vector image (*.svg);;JSON (*.json);;CSV table (*.csv)")
-        if path:
-            self.export_to(path)
+        if path and self.export_to(path):
+            remember_folder(path)
 
     def export_to(self, path: str, width: int = 1200) -> list:
         from attnviz.figures.data import ExportError

@@ -424,15 +424,18 @@ class ComparePanel(QWidget):
 
     # --- export -----------------------------------------------------------------------------------
     def export_dialog(self) -> None:
+        from attnviz.ui.export import export_folder, remember_folder
+
         path, _ = QFileDialog.getSaveFileName(
-            self, "Export the comparison", "compare.png",
+            self, "Export the comparison", str(export_folder() / "compare.png"),
             "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;JSD map (*.csv)")
-        if path:
-            try:
+        try:
+            if path:
                 self.export(path)
-            except Exception as exc:  # noqa: BLE001  (one line in the panel; the app goes on)
-                self.jobs.note = f"Could not export {path}: {exc}"
-                self.refresh()
+                remember_folder(path)
+        except Exception as exc:  # noqa: BLE001  (one line in the panel; the app goes on)
+            self.jobs.note = f"Could not export {path}: {exc}"
+            self.refresh()
 
     def export(self, path) -> list[Path]:
         """The panel as a .png or .svg picture with its sidecar `<path>.json` (an attnviz view file:

@@ -374,14 +374,18 @@ class PatchingPanel(QWidget):
 
     # --- export -------------------------------------------------------------------------------------
     def export_dialog(self) -> None:
+        from attnviz.ui.export import export_folder, remember_folder
+
         path, _ = QFileDialog.getSaveFileName(
-            self, "Export the patching map", "patching.png",
+            self, "Export the patching map", str(export_folder() / "patching.png"),
             "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;Map (*.csv)")
         if path:
             try:
                 self.export(path)
             except Exception as exc:  # noqa: BLE001  (one line in the tab; the app goes on)
                 _say(self.note, f"Could not export {path}: {exc}")
+                return
+            remember_folder(path)
 
     def export(self, path, width: int | None = None):
         from attnviz.figures.panel_export import export_figure

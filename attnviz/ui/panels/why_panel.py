@@ -130,7 +130,7 @@ class WhyPanel(QWidget):
         self.export_button.setEnabled(v is not None)
 
     def export_dialog(self) -> None:
-        from attnviz.ui.export import export_folder
+        from attnviz.ui.export import export_folder, remember_folder
 
         v = self.view()
         if v is None:
@@ -140,8 +140,8 @@ class WhyPanel(QWidget):
         path, _ = QFileDialog.getSaveFileName(
             self, "Export Why here?", str(export_folder() / f"{stem}.png"),
             "PNG image (*.png);;SVG vector image (*.svg);;JSON (*.json);;CSV table (*.csv)")
-        if path:
-            self.export_to(path)
+        if path and self.export_to(path):
+            remember_folder(path)
 
     def export_to(self, path: str, width: int = 1200) -> list:
         """Write the shown lists to `path` (the extension picks the format); the status bar says

@@ -158,7 +158,7 @@ class LongView(QWidget):
         """Ask for a PNG file and write the view as shown to it; a failure is said in the read-out."""
         from PySide6.QtWidgets import QFileDialog
 
-        from attnviz.ui.export import export_folder
+        from attnviz.ui.export import export_folder, remember_folder
         from attnviz.ui.machinery.runner import describe_error
 
         pic = self.picture()
@@ -175,6 +175,7 @@ class LongView(QWidget):
         except (AttnvizError, OSError) as exc:
             self.readout.setText(f"Export failed: {describe_error(exc, writing=path)}")
             return
+        remember_folder(path)
         self.state.show_status(f"Exported {path}")
 
     def _on_progress(self, i: int, n: int) -> None:
