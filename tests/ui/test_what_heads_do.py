@@ -425,7 +425,11 @@ def test_after_the_first_result_a_keystroke_runs_plain_while_the_panel_is_hidden
     assert panel.top_table.rowCount() > 0
 
 
-def test_an_encoders_first_run_keeps_no_trace(qtbot, tmp_path):
+def test_an_encoders_first_run_keeps_nothing_for_what_heads_do(qtbot, tmp_path):
+    """An encoder has no next-token head: its first run keeps nothing What heads do reads (no z),
+    only the residual stream a Compare opening on that run compares (compare_jobs' kept run)."""
     w = open_window(qtbot, tmp_path / "m.ini", panels=("predict",))
-    assert w.state.result.trace is None and w.state.effects.run is None
+    trace = w.state.result.trace
+    assert w.state.effects.run is None
+    assert trace is not None and trace.want["resid"] and not trace.want["z"]
     w.worker.wait_idle()
