@@ -111,7 +111,7 @@ def top_table(step) -> str:
               f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
     title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
              "(temperature and top-p applied):" if drawn is not None else
-             f"The model's top {len(step.top_ids)}; greedy takes the first:")
+             f"The model's top {len(step.top_ids)} and the probability of each; greedy takes the first:")
     return title + "<table>" + head + "".join(rows) + "</table>" + chosen
 
 
