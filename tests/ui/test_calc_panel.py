@@ -103,6 +103,10 @@ def test_other_invalid_inputs_land_on_their_field(panel):
     panel.spins["seq_len"].setValue(2_000_000_000)
     panel.spins["batch"].setValue(1 << 24)
     assert "beyond any real memory" in panel.error_labels["seq_len"].text()
+    # the values named as their fields show them
+    shown = (panel.spins["seq_len"].text(), panel.spins["batch"].text())
+    assert shown == ("2,000,000,000", "16,777,216")
+    assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in panel.error_labels["seq_len"].text()
 
 
 def test_set_seq_len_changes_the_sentence_line_and_marker(panel):
