@@ -206,7 +206,7 @@ def test_engine_layer_has_no_qt():
     (dict(batch=True), ["batch", "True"]),
     (dict(d_head=0), ["d_head", "0"]),
     (dict(kv_dtype="fp12"), ["kv_dtype", "'fp12'", "int4"]),
-    (dict(seq_len=10**12, batch=10**6), ["beyond any real memory", "1000000", "1000000000000"]),
+    (dict(seq_len=10**12, batch=10**6), ["beyond any real memory", "seq_len (1,000,000,000,000)", "batch (1,000,000)"]),
     (dict(d_ff=10**15, vocab_size=32000), ["parameters", "beyond any real memory"]),
     (dict(sliding_window=4096, sliding_window_layers=(0, 40)), ["layer 40", "32 layers"]),
     (dict(sliding_window_layers="even"), ["sliding_window_layers", "'even'"]),

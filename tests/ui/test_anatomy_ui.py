@@ -84,6 +84,19 @@ def test_focus_is_one_selection_shared_with_the_grid(window, qtbot):
     assert c.name() == fig.FOCUS
 
 
+def test_the_status_counts_layers_as_the_layer_box_does(window, qtbot):
+    """Layers are numbered from 0: the last one reads 'Layer 5 (0–5)', as the layer box beside the
+    grid says, not 'Layer 5 of 6' (read as one short of the last)."""
+    st = window.state
+    panel = show_anatomy(qtbot, window)
+    last = st.model.config.n_layer - 1
+    st.set_layer(last)
+    drawn(qtbot, panel)
+    qtbot.waitUntil(lambda: panel.canvas.view.layer == last, timeout=WAIT)
+    assert panel.status.text().startswith(f"Layer {last} (0–{last}): ")
+    assert widget(window, "layer_spin").text() == f"Layer {last} (0–{last})"
+
+
 def test_hover_gives_shape_bytes_and_the_value_under_the_cursor(window, qtbot):
     st = window.state
     panel = show_anatomy(qtbot, window)

@@ -37,8 +37,8 @@ def shape_cell(panel, name):
 
 def test_starts_on_the_lessons_model(panel):
     assert panel.preset_combo.currentData() == "llama-2-7b"
-    assert shape_cell(panel, "W_Q_head") == "[128, 4,096]"
-    assert shape_cell(panel, "W_Q") == "[4,096, 4,096]"
+    assert shape_cell(panel, "W_Q_head") == "[128, 4096]"
+    assert shape_cell(panel, "W_Q") == "[4096, 4096]"
     assert panel.result.kv_bytes_total == 2 << 30
     assert "2 GiB" in panel.kv_label.text()
     assert panel.preset_combo.count() == 2 + len(load_presets())
@@ -47,11 +47,11 @@ def test_starts_on_the_lessons_model(panel):
 def test_preset_switch_updates_fields_and_tables(panel):
     select(panel, "gemma-7b")
     assert panel.spins["d_model"].value() == 3072 and panel.spins["d_head"].value() == 256
-    assert shape_cell(panel, "W_Q") == "[4,096, 3,072]"
-    assert shape_cell(panel, "W_O") == "[3,072, 4,096]"
+    assert shape_cell(panel, "W_Q") == "[4096, 3072]"
+    assert shape_cell(panel, "W_O") == "[3072, 4096]"
     select(panel, "llama-3-8b")
     assert panel.spins["d_head"].text() == "auto"  # 4096 / 32 = 128 is the default
-    assert shape_cell(panel, "W_K") == "[1,024, 4,096]"
+    assert shape_cell(panel, "W_K") == "[1024, 4096]"
     compare = panel.compare_table
     assert [compare.item(r, 4).text() for r in range(3)] == ["1×", "4×", "32×"]
     assert panel.result.kv_bytes_per_token == 131_072
@@ -103,6 +103,10 @@ def test_other_invalid_inputs_land_on_their_field(panel):
     panel.spins["seq_len"].setValue(2_000_000_000)
     panel.spins["batch"].setValue(1 << 24)
     assert "beyond any real memory" in panel.error_labels["seq_len"].text()
+    # the values named as their fields show them
+    shown = (panel.spins["seq_len"].text(), panel.spins["batch"].text())
+    assert shown == ("2,000,000,000", "16,777,216")
+    assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in panel.error_labels["seq_len"].text()
 
 
 def test_set_seq_len_changes_the_sentence_line_and_marker(panel):

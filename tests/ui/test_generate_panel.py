@@ -96,7 +96,7 @@ def test_every_number_the_panel_shows_while_another_run_holds_the_models_cache(w
         p, full = recompute(smollm2, seq[:T])
         top = np.argsort(-p, kind="stable")[:10]
         lines = shown(panel.top_label).split("\n")  # the table reads one cell a line
-        assert lines[0] == "The model's top 10; greedy takes the first:"
+        assert lines[0] == "The model's top 10 and the probability of each; greedy takes the first:"
         cells = [c for i in top for c in ("▶" if int(i) == answer[s] else "",
                                           token_text(smollm2, int(i)), f"{p[i]:.3f}")]
         assert [c for c in lines[1:] if c.strip()] == [c for c in cells if c.strip()], s

@@ -55,5 +55,5 @@ def test_a_drawn_tokens_top_10_shows_the_model_and_the_draw(qtbot, settings_path
     panel.temp_spin.setValue(0.0)
     qtbot.mouseClick(panel.generate_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: not gen.running and len(gen.steps) == 3, timeout=WAIT)
-    assert shown(panel.top_label).split("\n")[0] == "The model's top 10; greedy takes the first:"
+    assert shown(panel.top_label).split("\n")[0] == "The model's top 10 and the probability of each; greedy takes the first:"
     w.worker.wait_idle()

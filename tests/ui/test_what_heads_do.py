@@ -70,6 +70,7 @@ def test_the_prediction_shows_the_engines_top_tokens_at_the_query(smol, qtbot, s
     assert _table(panel.top_table)[0][0] == ref.label(ref.clean.top_ids[0]) == "."
     # the lens: labelled, one row per layer, its last layer the prediction itself
     assert panel.lens_title.text().startswith("logit lens (raw: the final norm applied to each layer)")
+    assert panel.lens_title.text().endswith("p and rank of ‘.’")  # the target named, quoted
     lens = _table(panel.lens_table)
     assert len(lens) == model.config.n_layer and lens[-1][1] == "."
     assert lens[-1][3] == f"{np.exp(ref.clean.logprobs[ref.target]):.3f}" and lens[-1][4] == "1"

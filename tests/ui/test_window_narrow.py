@@ -61,7 +61,7 @@ def test_a_long_typed_target_is_cut_not_widening_the_window(qtbot, tmp_path, smo
     drain_events()
     assert w.width() == 1280, f"asked 1280 pixels wide, the window is {w.width()}"
     title = panel.lens_title
-    assert title.isVisible() and title.text().endswith("rank of " + "#" * 24 + "…")
+    assert title.isVisible() and title.text().endswith("rank of ‘" + "#" * 24 + "…’")
     assert long in title.toolTip() and long in panel.header.toolTip()
     assert title.heightForWidth(title.width()) <= title.height()
     w.worker.wait_idle()

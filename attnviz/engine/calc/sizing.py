@@ -330,17 +330,17 @@ def _checked_model_params(inputs: CalcInputs, d: Dims, attn_per_layer: int) -> d
     model_params = _model_params(inputs, d, attn_per_layer)
     if model_params is not None and model_params["total"] > MAX_PARAMS:
         raise CalcError(f"{model_params['total']:,} parameters is beyond any real memory "
-                        f"(limit 2^60); check d_model ({d.d_model}), d_ff ({inputs.d_ff}), "
-                        f"vocab_size ({inputs.vocab_size}) and n_layer ({d.n_layer})")
+                        f"(limit 2^60); check d_model ({d.d_model:,}), d_ff ({inputs.d_ff:,}), "
+                        f"vocab_size ({inputs.vocab_size:,}) and n_layer ({d.n_layer:,})")
     return model_params
 
 
 def _check_kv_total(d: Dims, kv_total_bits: int) -> None:
     if _bytes(kv_total_bits) > MAX_BYTES:
         raise input_error("seq_len",
-                   f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch} × {d.seq_len} tokens × "
-                   f"{d.n_layer} layers) is beyond any real memory (limit 1 EiB); check seq_len "
-                   f"({d.seq_len}) and batch ({d.batch})")
+                   f"KV cache of {_bytes(kv_total_bits):,} bytes (batch {d.batch:,} × {d.seq_len:,} tokens × "
+                   f"{d.n_layer:,} layers) is beyond any real memory (limit 1 EiB); check seq_len "
+                   f"({d.seq_len:,}) and batch ({d.batch:,})")
 
 
 def _kv_formulas(d: Dims, bits_tl: int) -> dict[str, str]:

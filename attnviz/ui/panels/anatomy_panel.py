@@ -243,7 +243,7 @@ class AnatomyPanel(QWidget):
         self.canvas.set_view(view)
         h = view.head
         self.status.setText(
-            f"Layer {view.layer} of {view.n_layer}: "
+            f"Layer {view.layer} (0–{view.n_layer - 1}): "  # as the layer box counts: 'of 30' read 1-based
             + (f"head {h} lit (KV head {int(view.anatomy.kv_group[h])})" if h is not None and
                view.n_group > 1 else f"head {h} lit" if h is not None else "no head focused")
             + ". Hover a block for its shape, bytes and values; click a slice to focus its head.")

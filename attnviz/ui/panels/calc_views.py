@@ -87,7 +87,8 @@ class ShapesTable(ResultTable):
         rows += [(name, r.activation_shapes[name], f.get(name, ""))
                  for name in ("head_output", "concat", "scores")]
         self.fill([
-            (name, "[" + ", ".join(f"{n:,}" for n in shape) + "]", formula.split(" = ")[0])
+            # no thousands commas inside a shape: "[4,096, 4,096]" reads as four numbers
+            (name, "[" + ", ".join(str(n) for n in shape) + "]", formula.split(" = ")[0])
             for name, shape, formula in rows], tooltips=[f"{name}: {formula}" for name, _, formula in rows])
 
 

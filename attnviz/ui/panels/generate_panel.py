@@ -111,7 +111,7 @@ def top_table(step) -> str:
               f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
     title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
              "(temperature and top-p applied):" if drawn is not None else
-             f"The model's top {len(step.top_ids)}; greedy takes the first:")
+             f"The model's top {len(step.top_ids)} and the probability of each; greedy takes the first:")
     return title + "<table>" + head + "".join(rows) + "</table>" + chosen
 
 
@@ -134,6 +134,10 @@ class GeneratePanel(QWidget):
         self.top_p_spin.setValue(1.0)
         self.seed_spin = QSpinBox()
         self.seed_spin.setRange(0, 2 ** 31 - 1)
+        for spin in (self.top_p_spin, self.seed_spin):  # greedy takes neither: greyed at 0
+            spin.setToolTip("Used when the temperature is above 0 (greedy draws nothing)")
+        self.temp_spin.valueChanged.connect(self._sampling_controls)
+        self._sampling_controls(self.temp_spin.value())
         self.go_on_check = QCheckBox("Go on past the end-of-text token")
         self.generate_button = QPushButton("Generate")
         self.stop_button = QPushButton("Stop")
@@ -201,6 +205,11 @@ class GeneratePanel(QWidget):
         state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
         state.sigDisplayChanged.connect(lambda: self._show_step(self.gen.shown))  # Hide first token
         self.refresh()
+
+    def _sampling_controls(self, temperature: float) -> None:
+        """Top-p and the seed apply to a draw only: at temperature 0 (greedy) they are greyed."""
+        for spin in (self.top_p_spin, self.seed_spin):
+            spin.setEnabled(temperature > 0)
 
     def start(self) -> None:
         """Ask the state for a generation with the panel's settings (the Generate button); the

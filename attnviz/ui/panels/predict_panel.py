@@ -202,10 +202,10 @@ class PredictPanel(QWidget):
         d = a.delta_target()
         self.delta_label.setText(
             "" if d is None else
-            f"Δ log p({_cut(target)}) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
+            f"Δ log p(‘{_cut(target)}’) = {signed(d, 3)} nats (clean {a.clean.logprobs[a.target]:.3f} → "
             f"changed {a.changed.logprobs[a.target]:.3f})")
         lens = a.lens
-        self.lens_title.setText(f"{LENS_LABEL}, p and rank of {_cut(target)}"
+        self.lens_title.setText(f"{LENS_LABEL}, p and rank of ‘{_cut(target)}’"
                                 + (" — changed run" if changed else ""))
         _fill(self.lens_table, [[str(l), a.label(lens.top_ids[l]), _p(lens.top_logprobs[l]),
                                  _p(lens.target_logprobs[l]), str(int(lens.target_ranks[l]) + 1)]
