@@ -134,7 +134,10 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
         v = round(v + step, 10)
     if 1.0 - values[-1] / hi > 0.12:  # the top of the bar, written too where it is far enough up
         values.append(hi)
-        while f"{hi:.{decimals}f}" == f"{values[-2]:.{decimals}f}":  # (0.35 above 0.3)
+        # (written near its value, never a step's rounding of it: 0.37, not 0.4; nor as the tick
+        # below: 0.35 above 0.3)
+        while (abs(float(f"{hi:.{decimals}f}") - hi) > 0.005 * hi
+               or f"{hi:.{decimals}f}" == f"{values[-2]:.{decimals}f}"):
             decimals += 1
     # every label in one format, as many decimals as the step (or the top) needs
     return [(x / hi, f"{x:.{decimals}f}") for x in values]

@@ -1,6 +1,7 @@
 """The exported heatmap figure's colour-bar ticks are written in one format: the top of the bar
 (the largest weight shown) with as many decimals as the ticks below it ("1.00" over "0.75", not
-"1"), and with one more decimal for every tick where it would otherwise read as the tick below it."""
+"1"), and with one more decimal for every tick where it would otherwise read as the tick below it
+or as a step's rounding of its value (0.37 once read 0.4)."""
 
 import re
 import xml.etree.ElementTree as ET
@@ -33,6 +34,11 @@ def bar_labels(top: float) -> list[str]:
     (0.87, ["0.00", "0.25", "0.50", "0.75", "0.87"]),
     (0.35, ["0.00", "0.10", "0.20", "0.30", "0.35"]),  # (one decimal would write 0.3 twice)
     (0.63, ["0.0", "0.2", "0.4", "0.6"]),
+    (0.37, ["0.00", "0.10", "0.20", "0.30", "0.37"]),  # (one decimal rounded the top up to 0.4)
+    (0.46, ["0.00", "0.20", "0.40", "0.46"]),
+    (0.77, ["0.00", "0.20", "0.40", "0.60", "0.77"]),
+    (1.37, ["0.00", "0.50", "1.00", "1.37"]),
+    (0.046, ["0.000", "0.020", "0.040", "0.046"]),
 ])
 def test_the_colour_bar_ticks_share_one_format(qapp, top, want):
     labels = bar_labels(top)
