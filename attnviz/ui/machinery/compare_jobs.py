@@ -222,6 +222,7 @@ class CompareJobs(QObject):
         st = self.state
         st.sigTextChanged.connect(self._on_text)
         st.effects.sigRunChanged.connect(self._on_run)
+        st.sigResultChanged.connect(self._on_result)
         st.sigModelChanged.connect(lambda _m: self.close())
 
     @property
@@ -331,6 +332,14 @@ class CompareJobs(QObject):
         if run is None or (self._handoff is not None and self._handoff.run is run):
             return
         self._submit(lambda: run, None)
+
+    def _on_result(self, result) -> None:
+        """No B open: a run kept for one whose result is no longer the one shown is let go (a B
+        opens only on the run shown: an encoder's first run, never an effects views' run, was
+        held for the model's whole session)."""
+        h = self._handoff
+        if not self.active and h is not None and h.run is not None and getattr(h.run, "result", None) is not result:
+            self._handoff = None
 
     def _submit(self, run_of, compute_id: int | None) -> None:
         """B's run on the ids of A's run `run_of()` (a WindowRun, read on the pool as the job
