@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 from PySide6.QtCore import QSettings
@@ -18,7 +19,23 @@ def make_app() -> QApplication:
     app.setApplicationName("attnviz")
     app.setDesktopFileName("attnviz")  # the menu entry `attnviz --install-desktop` writes
     install_exception_guard()
+    if not getattr(make_app, "closing", False):
+        make_app.closing = True
+        atexit.register(close_windows)
     return app
+
+
+def close_windows() -> None:
+    """At the interpreter's exit (a script that ends with a window open): each window closes as a
+    user's close would (its jobs shut down, its settings written) before Python tears Qt's objects
+    down in no particular order (which could crash the process)."""
+    app = QApplication.instance()
+    if app is None:
+        return
+    for w in app.topLevelWidgets():
+        if w.isVisible():
+            w.close()
+    app.processEvents()
 
 
 def assemble(debounce_ms: int = 0):
