@@ -113,8 +113,10 @@ def heads_report(model, hs, source):
     doc = {"model": model.name, "n_layer": model.config.n_layer, "n_head": model.config.n_head,
            "causal": bool(model.config.causal), **source, **hs.to_json()}
     doc["best"] = {}
-    for name in H.ROLES:  # the strongest head by the number labels are tested on (None: too few rows)
-        if hs.rows.get(name) is not None and hs.rows[name] < H.MIN_ROWS:
+    for name in H.ROLES:  # the strongest head by the number labels are tested on (None: too few
+        # rows, or the next token, which no head of a causal model can see)
+        if (hs.rows.get(name) is not None and hs.rows[name] < H.MIN_ROWS) or (
+                name == "next" and model.config.causal):
             doc["best"][name] = None
             continue
         l, h, strength = hs.best_strength(name)

@@ -132,6 +132,7 @@ def test_cli_heads_json_names_no_strongest_head_where_no_row_can_be_scored(cli):
     assert rc == 0
     doc = json.loads(out)
     assert doc["best"]["duplicate"] is None and doc["best"]["induction"] is None
+    assert doc["best"]["next"] is None  # (a causal model: no head can attend to the next token)
     assert doc["best"]["previous"]["strength"] > 0
     rc, out, _ = cli("heads", "--model", "attnviz-toy-stdlib", "--text", "a b c")
     assert "no query row has a cell of its detection pattern" in out
