@@ -21,10 +21,10 @@ from attnviz.figures.data import COLORMAPS, ExportError
 LABEL_CHARS = 16  # characters of a token on an axis (the hover read-out has it whole)
 
 
-def axis_label(label: str) -> str:
+def axis_label(label: str, chars: int = LABEL_CHARS) -> str:
     """A token label (engine/token_text made it readable: whitespace already shows as marks) as an
-    axis shows it: at most LABEL_CHARS characters, an ellipsis at the cut."""
-    return label if len(label) <= LABEL_CHARS else label[: LABEL_CHARS - 1] + "\u2026"
+    axis shows it: at most `chars` characters, an ellipsis at the cut."""
+    return label if len(label) <= chars else label[: chars - 1] + "\u2026"
 
 
 # --- colours --------------------------------------------------------------------------------------

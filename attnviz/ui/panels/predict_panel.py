@@ -16,18 +16,18 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.numbers import signed
-from attnviz.figures.style import WARNING
+from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.ablation_panel import AblationPanel
 from attnviz.ui.panels.dla_view import HeadMapView, dla_map
 
 LENS_LABEL = "logit lens (raw: the final norm applied to each layer)"
-TOKEN_CHARS = 24  # a target token longer than this is cut in the panel's lines (whole in their tooltips)
+TOKEN_CHARS = 25  # characters of a target token in the panel's lines (whole in their tooltips)
 
 
 def _cut(token: str) -> str:
     """A token as the panel's wrapped lines name it: a word-wrapped label is never narrower than its
-    longest word, so a long token (a run of 80 '#' is one) is cut to TOKEN_CHARS and "…"."""
-    return token if len(token) <= TOKEN_CHARS else token[:TOKEN_CHARS] + "…"
+    longest word, so a long token (a run of 80 '#' is one) is cut with an ellipsis."""
+    return axis_label(token, TOKEN_CHARS)
 
 
 def _table(columns: list[str]) -> QTableWidget:
