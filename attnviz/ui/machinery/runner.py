@@ -4,8 +4,9 @@ newest-wins per kind of job (ui/machinery/worker.py's Worker is the runner with 
 A job is an immutable request with an id. Submitting a job makes it the newest of its kind; a result
 reaches the main thread only while its job is still the newest of its kind, so an older job's late
 result, and the result of a job that was cancelled, are dropped. Two lanes:
-- POOL: the app's background pool (`shared_pool`) for CPU work (runs, head scores). A queued job
-  that is already stale when a thread picks it up is skipped without running. A long job that
+- POOL: the app's background pool (`shared_pool`) for CPU work (runs, head scores). Its jobs
+  start in the order they were submitted. A queued job that is already stale when a thread picks
+  it up is skipped without running. A long job that
   does not depend on the typed text (a template probe) calls `give_way` between its steps: while
   other jobs wait on the pool (a keystroke's run), its thread pauses where it is and they run
   first, on a thread the pool lends for them; it then goes on from there, or stops at once if it
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections import deque
 import threading
 import time
 from typing import Any, Callable
@@ -52,14 +54,15 @@ def shared_pool() -> QThreadPool:
     if _POOL is None:
         _POOL = QThreadPool(QCoreApplication.instance())
         _POOL.setMaxThreadCount(1)
-        _POOL.destroyed.connect(_forget_pool)
+        _POOL.destroyed.connect(lambda *_, key=id(_POOL): _forget_pool(key))
     return _POOL
 
 
-def _forget_pool(*_):
+def _forget_pool(key: int):
     global _POOL
     _POOL = None
     with _PAUSE_CHANGED:  # its jobs that never ran never will: a later job gives way to none of them
+        _QUEUES.pop(key, None)
         _WAITING.clear()
         _TURN.clear()
         _PAUSE_CHANGED.notify_all()
@@ -71,6 +74,7 @@ def _forget_pool(*_):
 # lending its room on the pool to the jobs that wait. The condition, on their lock, is notified
 # as a job leaves its run, and as a job may have gone stale (claim, cancel, shut_down)
 _WAITING: set = set()
+_QUEUES: dict[int, deque] = {}  # id(pool) -> its jobs in the order submitted, not yet taken (_Task)
 _RUNNING = 0
 _PAUSED: list = []
 _PAUSE_CHANGED = threading.Condition(threading.Lock())
@@ -187,21 +191,35 @@ def without_frames(exc: BaseException) -> BaseException:
 
 
 class _Task(QRunnable):
-    """A job on the pool. Qt deletes it after its run, or unrun where the pool drops it (clear,
-    tryTake): then its job leaves the waiting set, and ends for the runner as a skipped one."""
+    """A turn on the pool: it runs the oldest job submitted to its pool and not yet taken, its own
+    or one submitted before it (Qt's pool can start a later task first: a thread woken for the
+    first is not at work yet when the next start makes a new thread, and a job queued behind
+    another, Compare's behind A's run, reads what that one hands over). Qt deletes it after its
+    run, or unrun where the pool drops it (clear, tryTake): then a job leaves the queue and the
+    waiting set, and ends for the runner as a skipped one."""
 
-    def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool]):
+    def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool], queue: deque):
         super().__init__()
         self.setAutoDelete(True)
-        self.job, self.relay, self.is_stale = job, relay, is_stale
+        self.job, self.relay, self.is_stale, self.queue = job, relay, is_stale, queue
 
     def __del__(self) -> None:
-        job, relay = self.job, self.relay
-        if job is None:  # (it ran, or submit took it back)
+        queue = self.queue
+        if queue is None:  # (it ran, or submit took it back)
             return
-        self.job = self.relay = self.is_stale = None
-        # (no lock: this may run where it is held, in whatever freed the task; a set's discard
-        # is one step, and a paused job not woken here looks again within GIVE_WAY_WAIT_S)
+        entry = (self.job, self.relay, self.is_stale)
+        self.job = self.relay = self.is_stale = self.queue = None
+        # (no lock: this may run where it is held, in whatever freed the task; a deque's remove or
+        # pop and a set's discard are one step each, and a paused job not woken here looks again
+        # within GIVE_WAY_WAIT_S). Its own job, or where a turn before took that one, the newest
+        try:
+            queue.remove(entry)
+        except ValueError:
+            try:
+                entry = queue.pop()
+            except IndexError:
+                return
+        job, relay = entry[0], entry[1]
         _WAITING.discard(job)
         if _PAUSED and _PAUSE_CHANGED.acquire(blocking=False):
             try:
@@ -217,13 +235,18 @@ class _Task(QRunnable):
             # or where the room is lowered after it: counted only once none computes, it waits)
             while _TURN or _RUNNING > len(_PAUSED):
                 _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
-            _WAITING.discard(self.job)
-            _RUNNING += 1
+            queue, self.queue = self.queue, None
+            entry = queue.popleft() if queue else None
+            if entry is not None:
+                _WAITING.discard(entry[0])
+                _RUNNING += 1
+        if entry is None:  # (a turn dropped meanwhile took this turn's job with it)
+            return
         try:
             below_the_main_thread()
-            run_job(self.job, self.relay, self.is_stale)
+            run_job(*entry)
         finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
-            self.job = self.relay = self.is_stale = None
+            self.job = self.relay = self.is_stale = entry = None
             with _PAUSE_CHANGED:
                 _RUNNING -= 1
                 _PAUSE_CHANGED.notify_all()
@@ -292,12 +315,16 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
-            task = _Task(job, self._relay, is_stale)
+            queue = _QUEUES.setdefault(id(self.pool), deque())
+            task = _Task(job, self._relay, is_stale, queue)
+            with _PAUSE_CHANGED:
+                queue.append((job, self._relay, is_stale))
             try:
                 self.pool.start(task)
             except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
-                task.job = None  # (taken back here: not ended as a job the pool dropped)
+                task.queue = None  # (taken back here: not ended as a job the pool dropped)
                 with _PAUSE_CHANGED:
+                    queue.remove((job, self._relay, is_stale))
                     _WAITING.discard(job)
                     _PAUSE_CHANGED.notify_all()
                 self._live.pop(job.id, None)
