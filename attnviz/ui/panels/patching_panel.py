@@ -28,8 +28,8 @@ from PySide6.QtWidgets import (
 
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import patching as fig
-from attnviz.figures.style import WARNING
 from attnviz.figures.numbers import signed
+from attnviz.figures.style import WARNING, axis_label
 from attnviz.ui.panels.patching_maps import PatchMap, PatternPair
 
 CHECK_MS = 200  # the lengths are checked this long after the last keystroke in either box
@@ -44,8 +44,8 @@ def _say(label: QLabel, text: str) -> None:
     label.setVisible(bool(text))
 
 
-def _quote(text: str) -> str:
-    return "\u201c" + (text if len(text) <= ELIDE else text[:ELIDE - 1] + "\u2026") + "\u201d"
+def _quote(text: str) -> str:  # a text in the stale line: quoted, cut as an axis cuts a token
+    return "\u201c" + axis_label(text, ELIDE) + "\u201d"
 
 
 def _shown(text: str) -> str:  # the clean text as the panel shows it: a long paste cut, with its size
