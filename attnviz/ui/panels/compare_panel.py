@@ -8,21 +8,20 @@ runner's Compare session (ui/machinery/compare_jobs.py):
 - the token strip: a red frame where the top-1 next token flips, a bar for each position's
   KL(A || B), hover reads the numbers;
 - the KLD statistics, same top-1, and the induction heads that survived or were lost on the probe.
-Stop comparing (or closing the panel) frees B. Export writes the picture and its numbers."""
+Stop comparing (or closing the panel) frees B. Export writes the picture and its numbers
+(compare_export.py)."""
 
 from __future__ import annotations
 
 import functools
-import json
 import weakref
 from pathlib import Path
 
 import numpy as np
-from PySide6.QtCore import QPoint, QRectF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QImage, QPainter
+from PySide6.QtCore import QRectF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QButtonGroup,
-    QFileDialog,
     QHBoxLayout,
     QLabel,
     QPushButton,
@@ -37,9 +36,9 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures import compare as F
 from attnviz.figures import headmap
-from attnviz.figures.compare_csv import csv_text
 from attnviz.figures.style import BACKGROUND
 from attnviz.ui.machinery.compare_jobs import MODE_TITLES, MODES
+from attnviz.ui.panels import compare_export
 from attnviz.figures.numbers import signed
 
 PAPER, INK = QColor("white"), QColor(BACKGROUND)  # dark text on white: the heatmap views' dark
@@ -422,67 +421,14 @@ class ComparePanel(QWidget):
                 return text
         return None
 
-    # --- export -----------------------------------------------------------------------------------
+    # --- export (compare_export.py) ---------------------------------------------------------------
     def export_dialog(self) -> None:
-        from attnviz.ui.export import export_folder, remember_folder
-
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Export the comparison", str(export_folder() / "compare.png"),
-            "PNG image (*.png);;SVG image (*.svg);;Numbers (*.json);;JSD map (*.csv)")
-        try:
-            if path:
-                self.export(path)
-                remember_folder(path)
-        except Exception as exc:  # noqa: BLE001  (one line in the panel; the app goes on)
-            self.jobs.note = f"Could not export {path}: {exc}"
-            self.refresh()
+        compare_export.export_dialog(self)
 
     def export(self, path) -> list[Path]:
-        """The panel as a .png or .svg picture with its sidecar `<path>.json` (an attnviz view file:
-        the text, A's and B's identity and every number), or the numbers alone (.json: the
-        sidecar's content; .csv: the JSD map), written all or nothing."""
-        from attnviz.figures.data import sidecar_path, write_atomic
-        from attnviz.figures.render import encode_png, render_svg
-
-        path = Path(path)
-        fmt = path.suffix.lower()
-        meta = (json.dumps(self.sidecar(path), ensure_ascii=False) + "\n").encode("utf-8")
-        if fmt == ".json":
-            write_atomic([(path, meta)])
-            return [path]
-        if fmt == ".csv":
-            d = self.doc()
-            write_atomic([(path, csv_text(d["heads_jsd"], d["heads_jsd_max"]).encode("utf-8"))])
-            return [path]
-        if fmt == ".svg":
-            data = render_svg(self.width(), self.height(), "attnviz compare", self.title.text(),
-                              lambda p: self.render(p, QPoint(0, 0)))
-        elif fmt == ".png":
-            data = encode_png(self.grab().toImage().convertToFormat(QImage.Format.Format_RGB32))
-        else:
-            raise ValueError(f"export as .png, .svg, .json or .csv, not {fmt or 'no suffix'}")
-        side = sidecar_path(path)
-        write_atomic([(path, data), (side, meta)])
-        return [path, side]
-
-    def sidecar(self, path) -> dict:
-        """An attnviz view file (File > Open view restores the text, the layer, the focused head
-        and Compare with the same B) with the comparison's identities and numbers under "compare"."""
-        import attnviz
-        from attnviz.engine.analysing.compare import identity
-        from attnviz.figures.data import SIDECAR_KIND, SIDECAR_VERSION
-
-        c, st, j = self.jobs.comparison, self.state, self.jobs
-        focus = st.focus
-        return {"kind": SIDECAR_KIND, "version": SIDECAR_VERSION, "attnviz": attnviz.__version__,
-                "view": "compare", "image": Path(path).name, "model": st.model_name,
-                "text": c.result.text, "tokens": list(c.result.tokens), "layer": st.layer,
-                "head": focus[1] if focus is not None and focus[0] == st.layer else None,
-                "scope": "layer", "colormap": st.colormap, "scale_mode": st.scale_mode,
-                "hide_first": st.hide_first,
-                "compare": {"b_source": j.source.to_json(), "mode": j.mode,
-                            "input_ids": c.result.input_ids.tolist(), "a": identity(st.model, st.model_name),
-                            "b": j.identity, **c.doc, "induction": j.induction}}
+        """The panel as a .png or .svg picture with its sidecar, or its numbers (.json, .csv):
+        compare_export.export."""
+        return compare_export.export(self, path)
 
 
 @functools.lru_cache(maxsize=8)
