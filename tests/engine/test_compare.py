@@ -166,9 +166,10 @@ def test_induction_on_the_probe_names_the_heads_a_checkpoint_lost(ckpts):
                              unknown_ids=H.unknown_token_ids(model)).strength["induction"]
         np.testing.assert_array_equal(doc[side], want)
     a, b = np.array(doc["a"]), np.array(doc["b"])
-    assert doc["threshold"] == 0.4
-    assert doc["lost"] == [[l, h] for l, h in np.argwhere((a >= 0.4) & (b < 0.4)).tolist()]
-    assert doc["survived"] == [[l, h] for l, h in np.argwhere((a >= 0.4) & (b >= 0.4)).tolist()]
+    t = H.THRESHOLDS["induction"]  # the Head roles panel's induction bar
+    assert doc["threshold"] == t == 0.5
+    assert doc["lost"] == [[l, h] for l, h in np.argwhere((a >= t) & (b < t)).tolist()]
+    assert doc["survived"] == [[l, h] for l, h in np.argwhere((a >= t) & (b >= t)).tolist()]
     assert doc["lost"]  # the last checkpoint's induction heads are not there at step 0
     assert C.induction(C.probe_pair(early, late))["lost"] == []  # step 0 has none to lose
     asked = []  # stop(), asked before each layer of both runs: no changes nothing, yes stops

@@ -17,6 +17,7 @@ from safetensors.numpy import load_file, save_file
 
 from attnviz.engine import load_model
 from attnviz.engine.analysing import compare as C
+from attnviz.engine.analysing import heads as H
 from attnviz.engine.analysing.pair import models_pair
 from attnviz.engine.reading.registry import TOY_MODEL, resolve
 from attnviz.figures import compare as F
@@ -278,20 +279,22 @@ def test_a_pooled_cell_of_a_minus_b_is_its_blocks_largest_difference_with_its_si
 
 def test_a_lost_induction_head_is_not_written_at_the_threshold(window, qtbot, nudged, monkeypatch):
     """Survived and lost are decided on the strengths themselves: the panel writes each one on its
-    side of the threshold (a head lost at 0.39996 against 0.4 reads 0.39996, never 0.40)."""
+    side of the threshold (a head lost at 0.49996 against 0.5 reads 0.49996, never 0.50). The threshold
+    is the Head roles panel's induction bar."""
     w = window
     n_layer, n_head = w.state.n_layer, w.state.n_head
     sides = iter(range(10))
 
     def strengths(run):  # A's probe run, then B's: one head lost just under the bar, one kept on it
         s = np.zeros((n_layer, n_head))
-        s[0, 0], s[0, 1] = (0.46, 0.4) if next(sides) % 2 == 0 else (C.INDUCTION_THRESHOLD - 4e-5, 0.4)
+        s[0, 0], s[0, 1] = (0.56, 0.5) if next(sides) % 2 == 0 else (C.INDUCTION_THRESHOLD - 4e-5, 0.5)
         return s
 
     monkeypatch.setattr(C, "induction_strength", strengths)
-    assert C.INDUCTION_THRESHOLD == 0.4
+    assert C.INDUCTION_THRESHOLD == H.THRESHOLDS["induction"] == 0.5
     open_compare(w, BSource("model", str(nudged)))
     compared(qtbot, w, TEXT)
     text = w.compare_panel.induction.text()
-    assert "survived 1: L0 H1 0.40\u21920.40" in text, text
-    assert "lost 1: L0 H0 0.46\u21920.39996" in text, text
+    assert "Induction heads on the probe (strength \u2265 0.5 in A)" in text, text
+    assert "survived 1: L0 H1 0.50\u21920.50" in text, text
+    assert "lost 1: L0 H0 0.56\u21920.49996" in text, text

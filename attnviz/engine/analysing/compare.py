@@ -51,7 +51,7 @@ from attnviz.engine.errors import Cancelled, InputError, ModelLoadError, NoPredi
 from attnviz.engine.parallel import in_threads
 from attnviz.engine.reading.dequant import dequantize_into, prepare
 
-INDUCTION_THRESHOLD = 0.4
+INDUCTION_THRESHOLD = H.THRESHOLDS["induction"]  # an induction head: the Head roles panel's bar
 KLD_ROWS = 16  # positions whose [rows, vocab] float32 logits are held at once (one table pass)
 
 

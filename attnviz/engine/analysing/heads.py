@@ -42,7 +42,8 @@ METRICS = ("distance", "entropy")
 SCORE_NAMES = ROLES + METRICS
 MIXED = "mixed"
 
-# a head gets a role when its strength (score / share of rows with a pattern cell) clears this
+# a head gets a role when its strength (score / share of rows with a pattern cell) clears this;
+# Compare counts the heads that clear the induction one as induction heads (compare.INDUCTION_THRESHOLD)
 THRESHOLDS = {
     "previous": 0.5,
     "next": 0.5,
