@@ -20,6 +20,7 @@ from PySide6.QtGui import (
 from attnviz.engine.computing.patterns import group_size, head_title, max_pool
 from attnviz.engine.reading.token_text import quoted
 from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
+from attnviz.figures import numbers
 from attnviz.figures.export_view import ExportView
 from attnviz.figures.render import (
     FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
@@ -111,36 +112,13 @@ def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, 
     return lines
 
 
-def _nice_step(span: float, n: int = 4) -> float:
-    raw = span / n
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
-        if m * mag >= raw:
-            return m * mag
-    return 10 * mag  # pragma: no cover
-
-
 def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
-    """(fraction of the bar from the bottom, label) for the colour bar."""
-    if view.scale_mode == "per-head":
-        return [(0.0, "0"), (0.5, "\u00bd max"), (1.0, "head max")]
-    hi = float(view.levels[0, 0, 1])
-    step = _nice_step(hi)
-    exp = math.floor(math.log10(step))
-    decimals = max(0, -exp + (1 if round(step / 10 ** exp, 6) == 2.5 else 0))  # 0.25 needs 2
-    values, v = [], 0.0
-    while v <= hi * (1 + 1e-6):
-        values.append(v)
-        v = round(v + step, 10)
-    if 1.0 - values[-1] / hi > 0.12:  # the top of the bar, written too where it is far enough up
-        values.append(hi)
-        # (written near its value, never a step's rounding of it: 0.37, not 0.4; nor as the tick
-        # below: 0.35 above 0.3)
-        while (abs(float(f"{hi:.{decimals}f}") - hi) > 0.005 * hi
-               or f"{hi:.{decimals}f}" == f"{values[-2]:.{decimals}f}"):
-            decimals += 1
-    # every label in one format, as many decimals as the step (or the top) needs
-    return [(x / hi, f"{x:.{decimals}f}") for x in values]
+    """(fraction of the bar from the bottom, label) for the colour bar, bottom up, written as the
+    window's colour bar writes them (figures.numbers.bar_ticks): 0 to the shared top, or 0 to 1
+    of each head's maximum (the bar's title says which)."""
+    hi = 1.0 if view.scale_mode == "per-head" else float(view.levels[0, 0, 1])
+    ends, steps = numbers.bar_ticks(0.0, hi)
+    return [(v / hi if hi > 0 else 0.0, text) for v, text in sorted(ends + steps)]
 
 
 @dataclass(frozen=True)

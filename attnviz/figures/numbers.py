@@ -28,3 +28,45 @@ def bar_end(value: float) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return ("\u2212" if v < 0 else "+") + text
+
+
+CROWD = 0.12  # of a bar's span: a round step this near an end is not written (the end is)
+NEAR = 0.005  # of a bar's span: an end is written at most this far from the value it stands for
+
+
+def _round_step(span: float, n: int) -> float:
+    """The smallest of 1, 2, 2.5, 5 x 10^k that cuts `span` into at most about n steps."""
+    mag = 10.0 ** math.floor(math.log10(span / n))
+    return next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= span / n * (1 - 1e-9))
+
+
+def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """The labels of a colour bar from lo to hi, as the window's bars and the exported figures
+    write them: (the two ends, the round steps between), each (value, text).
+
+    The steps are multiples of 1, 2, 2.5 or 5 x 10^k, about n of them; one nearer an end than
+    CROWD of the span is left out, the end is written instead. A bar about 0 (A − B: lo < 0 < hi)
+    writes its ends as bar_end does (`+0.447`, `−0.447`) and its steps with their sign. Any other
+    bar (weights: 0 to the largest) writes every label in one format, as many decimals as the
+    step needs, or more where an end would read over NEAR of the span off its value (0.37, not
+    0.4) or as the step below it (0.35 over 0.30): `0.00 0.25 0.50 0.75 1.00` for 0 to 0.9996."""
+    lo, hi = float(lo), float(hi)
+    span = hi - lo
+    about_zero = lo < 0 < hi
+    if not span > 0:
+        return [(lo, "0" if lo == 0 else f"{lo:.3g}")], []
+    step = _round_step(span, n)
+    exp = math.floor(math.log10(step) + 1e-9)
+    decimals = max(0, -exp + (1 if round(step / 10.0 ** exp, 6) == 2.5 else 0))  # 0.25 needs 2
+    values = [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
+    steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
+    if about_zero:
+        def text(v: float) -> str:
+            return "0" if round(v, decimals) == 0 else f"{v:+.{decimals}f}".replace("-", "\u2212")
+        return [(lo, bar_end(lo)), (hi, bar_end(hi))], [(v, text(v)) for v in steps]
+    for end, beside in ((lo, steps[0] if steps else hi), (hi, steps[-1] if steps else lo)):
+        while decimals < 12 and (abs(float(f"{end:.{decimals}f}") - end) > NEAR * span
+                                 or f"{end:.{decimals}f}" == f"{beside:.{decimals}f}"):
+            decimals += 1
+    return ([(lo, f"{lo:.{decimals}f}"), (hi, f"{hi:.{decimals}f}")],
+            [(v, f"{v:.{decimals}f}") for v in steps])

@@ -73,6 +73,6 @@ def test_the_colour_bars_top_end_reads_the_weight_it_stands_for(qtbot):
     texts = _bar_texts(fv)
     bar = fv.gw.mapFromScene(fv.cbar.bar.sceneBoundingRect()).boundingRect()
     top = min(texts)  # the label painted highest
-    assert top[1] == "1.0", texts
-    assert abs(top[0] - bar.top()) <= 2, f"'1.0' painted at y {top[0]:.0f}, the bar's top at {bar.top()}"
-    assert "0" in [t for _, t in texts] and "0.4" in [t for _, t in texts]  # round steps between
+    assert top[1] == "1.00", texts  # (in the steps' format, as an exported figure writes it)
+    assert abs(top[0] - bar.top()) <= 2, f"'1.00' painted at y {top[0]:.0f}, the bar's top at {bar.top()}"
+    assert "0.00" in [t for _, t in texts] and "0.50" in [t for _, t in texts]  # round steps between

@@ -17,7 +17,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QGraphicsItem, QGraphicsPathItem, QGraphicsRectItem, QGraphicsSimpleTextItem
 
 from attnviz.engine.computing.patterns import head_title
-from attnviz.figures.numbers import bar_end
+from attnviz.figures.numbers import bar_ticks
 from attnviz.figures.style import BACKGROUND, TEXT, group_color
 from attnviz.ui.views.mosaic import tile_index
 
@@ -236,34 +236,12 @@ def _axis_width(fm: QFontMetricsF, labels: list[str]) -> int:
     return int(math.ceil(widest + 2 * fm.height() + 12))
 
 
-def level_ticks(lo: float, hi: float, n: int = 5) -> list[list[tuple[float, str]]]:
-    """A colour bar's ticks from lo to hi, as pyqtgraph's setTicks takes them: the two ends, each
-    labelled at the value it stands for (a top of 0.99999 reads "1.0", of 0.37 "0.37"), then
-    about n round steps between (pyqtgraph leaves out this second level where it would crowd).
-    A bar about 0 (A − B: lo < 0 < hi) writes its ends as they stand, at 3 significant digits, and
-    every label with its sign, "−" below 0 and "+" above, as the Compare panel's bar does."""
-    span = float(hi) - float(lo)
-    if not span > 0:
-        return [[(float(lo), f"{lo:.3g}")], []]
-    step = next(m * 10.0 ** math.floor(math.log10(span / n)) for m in (1, 2, 5, 10)
-                if m * 10.0 ** math.floor(math.log10(span / n)) >= span / n * (1 - 1e-9))
-    places = max(0, -math.floor(math.log10(step) + 1e-9))
-    about_zero = lo < 0 < hi
-
-    def text(v: float, d: int) -> str:
-        if round(v, d) == 0:
-            return "0"
-        return f"{v:+.{d}f}".replace("-", "\u2212") if about_zero else f"{v:.{d}f}"
-
-    def end(v: float) -> str:  # the step's decimals, or more where they are off by over 1%
-        if about_zero:
-            return bar_end(v)
-        d = next((d for d in range(places, places + 4) if abs(round(v, d) - v) <= 0.01 * span), places + 4)
-        return text(v, d)
-
-    inner = [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
-    inner = [v for v in inner if min(v - lo, hi - v) >= step / 2]  # none crowding an end's label
-    return [[(float(lo), end(lo)), (float(hi), end(hi))], [(v, text(v, places)) for v in inner]]
+def level_ticks(lo: float, hi: float) -> list[list[tuple[float, str]]]:
+    """A colour bar's ticks from lo to hi as pyqtgraph's setTicks takes them: the two ends, then
+    the round steps between (pyqtgraph leaves out this second level where it would crowd), each
+    written as the exported figures write it (figures.numbers.bar_ticks)."""
+    ends, steps = bar_ticks(lo, hi)
+    return [ends, steps]
 
 
 def place_titles(plot, titles: list, font: QFont, spots, texts) -> None:
