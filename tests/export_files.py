@@ -1,6 +1,7 @@
 """What the export tests of the figures, the window and the command line share: every name under a
 folder with its bytes (to check that a failed export changed nothing), a call that fails on its
-n-th use, a write that stops half-way, and an earlier export to write over."""
+n-th use, a write that stops half-way, an earlier export to write over, and the numbers an exported
+figure's colour bar paints (bar_labels)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,24 @@ def half_then(exc, on_file: int):
             raise exc
         real(fd, data)
     return write_all
+
+
+def bar_labels(top: float) -> list[str]:
+    """The numbers an exported layer figure (SVG) paints, its colour bar's labels, lowest first, for
+    weights whose largest is `top` (the token labels and titles hold letters)."""
+    import re
+    import xml.etree.ElementTree as ET
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from attnviz.figures import heatmaps
+    from attnviz.figures.data import make_view
+
+    att = np.full((1, 2, 4, 4), top / 4, dtype=np.float32)
+    att[0, 1, 3, 2] = top
+    result = SimpleNamespace(text="fake text", tokens=["ta", "tb", "tc", "td"], labels=["ta", "tb", "tc", "td"],
+                             input_ids=np.arange(4), attentions=att, kv_group=np.arange(2))
+    svg = heatmaps.svg_bytes(make_view(result, model="m", scope="layer", layer=0), 900)[0]
+    texts = [e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text]
+    return sorted((t for t in texts if re.fullmatch(r"\d+(\.\d+)?", t)), key=float)

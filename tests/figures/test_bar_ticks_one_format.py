@@ -5,30 +5,9 @@ or as a step's rounding of its value (0.37 once read 0.4). The top is always wri
 step crowding it is not (0.63 over 0.40, not 0.6): as the window's colour bar writes them
 (figures.numbers.bar_ticks, tests/ui/test_bar_labels_as_exported.py)."""
 
-import re
-import xml.etree.ElementTree as ET
-from types import SimpleNamespace
-
-import numpy as np
 import pytest
 
-from attnviz.figures import heatmaps
-from attnviz.figures.data import make_view
-
-NUMBER = re.compile(r"\d+(\.\d+)?")
-
-
-def bar_labels(top: float) -> list[str]:
-    """The numbers an exported layer figure (SVG) paints, its colour bar's ticks, for weights whose
-    largest is `top` (the token labels and titles hold letters)."""
-    att = np.full((1, 2, 4, 4), top / 4, dtype=np.float32)
-    att[0, 1, 3, 2] = top
-    result = SimpleNamespace(text="fake text", tokens=["ta", "tb", "tc", "td"], labels=["ta", "tb", "tc", "td"],
-                             input_ids=np.arange(4), attentions=att, kv_group=np.arange(2))
-    view = make_view(result, model="m", scope="layer", layer=0)
-    svg = heatmaps.svg_bytes(view, 900)[0]
-    texts = [e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text]
-    return [t for t in texts if NUMBER.fullmatch(t)]
+from export_files import bar_labels
 
 
 @pytest.mark.parametrize("top, want", [
