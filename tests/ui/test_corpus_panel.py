@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
 
-from windows import WAIT
+from attnviz.figures.numbers import bar_ticks
+from windows import WAIT, axis_labels
 from attnviz.engine.computing.request import RunRequest
 
 TEXTS = ["the keys to the cabinet are on the table .",
@@ -61,6 +62,10 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
     np.testing.assert_allclose(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous"))
     np.testing.assert_allclose(panel.heat_img.image, means["previous"], rtol=1e-12)
+    # its colour bar writes 0 and the top as every colour bar does (the grid's, an export's)
+    ends, steps = bar_ticks(0.0, float(np.nanmax(means["previous"])))
+    shown = [text for text, _box in axis_labels(panel.cbar.getAxis("right"))]
+    assert [t for _, t in ends] == shown[:2] and set(shown) <= {t for _, t in ends + steps}, shown
     assert not panel.model_note.isVisible()
     # a click on head L2 H5 lists its corpus top examples, the tokens marked in the text
     _click_view(qtbot, panel.heat_w, panel.heat_vb, panel.cell_center(2, 5))

@@ -32,6 +32,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
 from attnviz.ui.panels.corpus_scan import ScanView, example_html
+from attnviz.ui.views.grid_items import level_ticks
 
 SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
 
@@ -302,6 +303,7 @@ class CorpusPanel(QWidget):
         self.heat_img.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
         self.heat_missing.setRect(QRectF(0, 0, v.shape[1], v.shape[0]))
         self.cbar.setLevels((0.0, top))
+        self.cbar.getAxis("right").setTicks(level_ticks(0.0, top))  # (as every colour bar writes them)
         self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
         n_layer, n_head = v.shape
         step = max(1, n_head // 12)
