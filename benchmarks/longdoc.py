@@ -29,8 +29,8 @@ one run. Not a test: run it, read the table.
    row's total over every key computed once and kept).
 5. A long text's head scores (the roles panel's badges), per T in --scores-T (a fresh child
    process, BLAS capped at one thread as in the window): heads.score_blocks on one thread (the
-   window's way until 2026-12-03) against heads.score_layers with the layers shared out to one
-   thread per core (the window's way now), in turns, twice each; the two must give the same
+   reference) against heads.score_layers with the layers shared out to one thread per core (the
+   window's way), in turns, twice each; the two must give the same
    scores, and the ratio is measured in the same run.
 
 The machine is shared: each section reports the CPU time other processes took while it ran
