@@ -12,13 +12,19 @@ KEPT_TIP = ("This text was computed before: every token's rows came from the mod
             "and nothing was computed again")
 
 
+def compute_text(seconds: float) -> str:
+    """'compute 12 ms'; a time that rounds to 0 ms reads 'compute <1 ms' (the run took some)."""
+    ms = f"{seconds * 1000:.0f}"
+    return f"compute {'<1' if ms == '0' else ms} ms"
+
+
 def time_text(result) -> tuple[str, str]:
     """(the status bar's time for `result`, its tooltip): the engine's compute time, or, where the
     run took every token from the KV cache (nothing switched off in it), that it was kept."""
     changed = bool(getattr(getattr(result, "trace", None), "edits", None))  # (a changed run: computed)
     if result.cache_used and result.n_tokens and result.cache_computed == 0 and not changed:
         return "kept from before", KEPT_TIP
-    return f"compute {result.compute_s * 1000:.0f} ms", TIME_TIP
+    return compute_text(result.compute_s), TIME_TIP
 
 
 class ComputeFigures:
@@ -42,7 +48,7 @@ class ComputeFigures:
             run = self.state.long.run  # a long text: its tokens are in the long view
             self.tokens_label.setText(f"{run.patterns.T:,} tokens" if run is not None else "0 tokens")
             # (no result: no time either, not the last text's or the last model's)
-            self.time_label.setText(f"compute {run.result.compute_s * 1000:.0f} ms" if run is not None else "")
+            self.time_label.setText(compute_text(run.result.compute_s) if run is not None else "")
             self.time_label.setToolTip(TIME_TIP)
             return
         self.tokens_label.setText(f"{len(result.tokens)} tokens")
