@@ -7,9 +7,10 @@ result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import replace
 
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QLocale, QPoint, QRect, Qt
 from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
@@ -35,13 +36,24 @@ FIELDS = {
                   "of n_head in between for GQA (each KV head serves n_head / n_kv_head query "
                   "heads).", 1, 1 << 16),
     "d_head": ("d_head", "Width of one head. 'auto' = d_model / n_head; some models set it "
-               "explicitly (Gemma-7B: 16 × 256 = 4096 ≠ 3072).", 0, 1 << 16),
+               "explicitly (Gemma-7B: 16 × 256 = 4,096 ≠ 3,072).", 0, 1 << 16),
     "n_layer": ("n_layer", "Transformer layers; each keeps its own K/V cache.", 1, 1 << 14),
     "seq_len": ("seq_len", "Tokens held in the KV cache for the totals and the comparison "
                 "(defaults to the model's longest context).", 1, 2_000_000_000),
     "batch": ("batch", "Sequences cached at once; the cache grows linearly with it.", 1, 1 << 24),
 }
 RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
+
+
+# a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
+# a number already grouped
+_UNGROUPED = re.compile(r"(?<![\w.,])\d{4,}(?!\w)")
+
+
+def grouped(message: str) -> str:
+    """`message` with its numbers written as the panel's fields and lines write them: "d_model
+    (4096): d_model / n_head = 1365.33" -> "d_model (4,096): d_model / n_head = 1,365.33"."""
+    return _UNGROUPED.sub(lambda m: f"{int(m.group()):,}", message)
 
 
 def as_sentence(note: str) -> str:
@@ -138,7 +150,7 @@ class CalcPanel(QWidget):
             self._loaded = calc_inputs_from_config(raw_config)
         except CalcError as exc:
             self._loaded = None
-            self.general_error.setText(f"{name}: {exc}")
+            self.general_error.setText(f"{name}: {grouped(str(exc))}")
             self.general_error.show()
             return
         self._loaded_name = name
@@ -207,6 +219,7 @@ class CalcPanel(QWidget):
         for key, (label, tip, lo, hi) in FIELDS.items():
             spin = QSpinBox()
             spin.setRange(lo, hi)
+            spin.setLocale(QLocale.c())  # "4,096" in every language, as the panel's lines write it
             spin.setGroupSeparatorShown(True)
             spin.setToolTip(tip)
             spin.setKeyboardTracking(True)
@@ -383,7 +396,7 @@ class CalcPanel(QWidget):
             result = calculate(self._inputs())
         except CalcError as exc:
             label = self.error_labels.get(getattr(exc, "field", None), self.general_error)
-            label.setText(str(exc))
+            label.setText(grouped(str(exc)))
             label.show()
             self.results.setEnabled(False)  # the last good result stays, greyed
             return
