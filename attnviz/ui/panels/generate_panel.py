@@ -18,7 +18,7 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSlider,
@@ -36,6 +36,8 @@ from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
 from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
+# what the settings keep of the panel (GeneratePanel.fields), each read back as its type
+FIELD_TYPES = {"new_tokens": int, "temperature": float, "top_p": float, "seed": int, "go_on": bool}
 STOP_WORDS = {"eos": "stopped at the end-of-text token", "max_new": "made the tokens asked for",
               "context": "reached the model's context", "stopped": "stopped",
               "edited": "ended: the sentence was edited"}
@@ -116,7 +118,10 @@ def top_table(step) -> str:
 
 
 class GeneratePanel(QWidget):
-    """View of AppState.generation, with the controls that start and stop one (module docstring)."""
+    """View of AppState.generation, with the controls that start and stop one (module docstring).
+    What the settings keep: `fields()`, shown again by `set_fields`; sigFieldsChanged on a change."""
+
+    sigFieldsChanged = Signal()
 
     def __init__(self, state, parent=None):
         super().__init__(parent)
@@ -196,6 +201,9 @@ class GeneratePanel(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
 
+        for spin in self.spins().values():
+            spin.valueChanged.connect(lambda *_: self.sigFieldsChanged.emit())
+        self.go_on_check.toggled.connect(lambda *_: self.sigFieldsChanged.emit())
         self.generate_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.gen.stop)
         self.slider.valueChanged.connect(self.gen.show_step)
@@ -205,6 +213,25 @@ class GeneratePanel(QWidget):
         state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
         state.sigDisplayChanged.connect(lambda: self._show_step(self.gen.shown))  # Hide first token
         self.refresh()
+
+    def spins(self) -> dict:
+        return {"new_tokens": self.n_spin, "temperature": self.temp_spin, "top_p": self.top_p_spin,
+                "seed": self.seed_spin}
+
+    def fields(self) -> dict:
+        """The sampling options as the settings keep them (FIELD_TYPES)."""
+        return {**{key: spin.value() for key, spin in self.spins().items()},
+                "go_on": self.go_on_check.isChecked()}
+
+    def set_fields(self, saved: dict) -> None:
+        """Show the options `saved` (fields()' keys, each of its type; any left out): a value
+        outside its box's range leaves what the box shows."""
+        for key, spin in self.spins().items():
+            value = saved.get(key)
+            if isinstance(value, (int, float)) and spin.minimum() <= value <= spin.maximum():
+                spin.setValue(value)
+        if isinstance(saved.get("go_on"), bool):
+            self.go_on_check.setChecked(saved["go_on"])
 
     def _sampling_controls(self, temperature: float) -> None:
         """Top-p and the seed apply to a draw only: at temperature 0 (greedy) they are greyed."""
