@@ -97,24 +97,30 @@ class RowsView(QWidget):
         self.setToolTip(self.hover_text)
 
 
+# the top-10's cells: a gap before each number column, so the widest token never runs into its
+# probability, and one after the arrow that marks the token taken
+NUMBER_CELL = "<td align='right' style='padding-left: 14px'>"
+MARK_CELL = "<td style='padding-right: 4px'>"
+
+
 def top_table(step) -> str:
     """The model's top-k at a step, as rich text: each token's probability, and where the token was
     drawn (a temperature above 0) the probability it had in the draw, temperature and top-p
     applied (0 outside the top-p set); greedy takes the first."""
     drawn = step.top_drawn
-    head = ("<tr><td></td><td></td><td align='right'>model</td><td align='right'>&nbsp;in the draw</td></tr>"
+    head = (f"<tr><td></td><td></td>{NUMBER_CELL}model</td>{NUMBER_CELL}in the draw</td></tr>"
             if drawn is not None else "")
     rows = [
-        f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
-        f"<td align='right'>{np.exp(lp):.3f}</td>"
-        + ("" if drawn is None else f"<td align='right'>{drawn[j]:.3f}</td>") + "</tr>"
+        f"<tr>{MARK_CELL}{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
+        f"{NUMBER_CELL}{np.exp(lp):.3f}</td>"
+        + ("" if drawn is None else f"{NUMBER_CELL}{drawn[j]:.3f}</td>") + "</tr>"
         for j, (i, t, lp) in enumerate(zip(step.top_ids, step.top_tokens, step.top_logprobs))]
     chosen = ("" if step.id in step.top_ids else
               f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
     title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
              "(temperature and top-p applied):" if drawn is not None else
              f"The model's top {len(step.top_ids)} and the probability of each; greedy takes the first:")
-    return title + "<table>" + head + "".join(rows) + "</table>" + chosen
+    return title + "<table cellspacing='0'>" + head + "".join(rows) + "</table>" + chosen
 
 
 class GeneratePanel(QWidget):
