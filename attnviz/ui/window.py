@@ -127,8 +127,9 @@ class MainWindow(QMainWindow):
 
         sb = self.statusBar()
         self.load_box = LoadBox(st, self.cancel_load)
-        figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
+        figures = self.compute_figures = ComputeFigures(st)  # the query, the token count, the compute time
         sb.addPermanentWidget(self.load_box)
+        sb.addPermanentWidget(figures.query_label)
         sb.addPermanentWidget(figures.tokens_label)
         sb.addPermanentWidget(figures.time_label)
 
