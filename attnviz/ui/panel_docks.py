@@ -153,9 +153,11 @@ def _into_dock(w, panel: str, widget) -> None:  # into the dock DOCKS names for 
 
 
 def _calc(w) -> None:
-    from attnviz.ui.panels.calc_panel import CalcPanel
+    from attnviz.ui.machinery.settings import keep_fields
+    from attnviz.ui.panels.calc_panel import FIELD_TYPES, CalcPanel
 
     w.calc_panel = CalcPanel(w.state)
+    keep_fields(w, "calc", w.calc_panel, FIELD_TYPES)  # what the user set, as the last session left it
     _into_dock(w, "calc", w.calc_panel)
     w.calc_dock.visibilityChanged.connect(w.calc_panel.set_shown)
 
@@ -186,9 +188,11 @@ def _predict(w) -> None:
 
 
 def _generate(w) -> None:
-    from attnviz.ui.panels.generate_panel import GeneratePanel
+    from attnviz.ui.machinery.settings import keep_fields
+    from attnviz.ui.panels.generate_panel import FIELD_TYPES, GeneratePanel
 
     w.generate_panel = GeneratePanel(w.state)
+    keep_fields(w, "generate", w.generate_panel, FIELD_TYPES)
     _into_dock(w, "generate", w.generate_panel)
 
 

@@ -127,8 +127,9 @@ class MainWindow(QMainWindow):
 
         sb = self.statusBar()
         self.load_box = LoadBox(st, self.cancel_load)
-        figures = self.compute_figures = ComputeFigures(st)  # the token count and the compute time
+        figures = self.compute_figures = ComputeFigures(st)  # the query, the token count, the compute time
         sb.addPermanentWidget(self.load_box)
+        sb.addPermanentWidget(figures.query_label)
         sb.addPermanentWidget(figures.tokens_label)
         sb.addPermanentWidget(figures.time_label)
 
@@ -258,9 +259,9 @@ class MainWindow(QMainWindow):
         self.resize(1400, 860)  # a first start's size (a saved geometry replaces it)
         if not remembered.restore_window(self, s):
             self.resizeDocks([self.focus_dock], [440], Qt.Orientation.Horizontal)
-        self.panel_docks.make(remembered.saved_raised_tabs(s))  # empty, where the saved layout has them
         remembered.restore(st, s)  # the display options, each value checked
         self.settings_writer = remembered.bind(st, s)  # from here changes are written once they pause
+        self.panel_docks.make(remembered.saved_raised_tabs(s))  # empty, where the saved layout has them
         self.set_text(text if text is not None else remembered.saved_text(s))
         self._update_title()
         if self.state.loading:  # the load started before the signals were connected

@@ -96,7 +96,7 @@ def test_invalid_n_kv_heads_shows_the_message_next_to_the_field(panel):
 def test_other_invalid_inputs_land_on_their_field(panel):
     panel.spins["n_head"].setValue(31)
     assert "n_head (31)" in panel.error_labels["n_head"].text()
-    assert "d_model (4096)" in panel.error_labels["n_head"].text()
+    assert "d_model (4,096)" in panel.error_labels["n_head"].text()
     panel.spins["d_head"].setValue(128)  # explicit d_head: 31 heads are fine
     assert not panel.error_labels["n_head"].isVisibleTo(panel)
     panel.spins["n_kv_head"].setValue(31)
@@ -107,6 +107,29 @@ def test_other_invalid_inputs_land_on_their_field(panel):
     shown = (panel.spins["seq_len"].text(), panel.spins["batch"].text())
     assert shown == ("2,000,000,000", "16,777,216")
     assert f"check seq_len ({shown[0]}) and batch ({shown[1]})" in panel.error_labels["seq_len"].text()
+
+
+def test_the_n_head_message_writes_its_numbers_as_the_fields_do(panel):
+    """A field's value in a message reads as the field shows it (4,096), and so do the message's
+    other numbers and the FLOPs line's, as the panel's lines write theirs."""
+    assert "one head of 4,096 " in panel.flops_label.text()
+    panel.spins["n_head"].setValue(3)
+    message = panel.error_labels["n_head"].text()
+    assert panel.spins["d_model"].text() == "4,096"
+    assert "n_head (3) does not divide d_model (4,096): d_model / n_head = 1,365.33;" in message
+
+
+def test_the_fields_group_digits_as_the_lines_do_in_any_language(qtbot):
+    from PySide6.QtCore import QLocale
+
+    old = QLocale()
+    QLocale.setDefault(QLocale(QLocale.Language.German, QLocale.Country.Germany))
+    try:
+        w = CalcPanel()
+        qtbot.addWidget(w)
+    finally:
+        QLocale.setDefault(old)
+    assert w.spins["d_model"].text() == "4,096" and "4,096 tokens × batch 1" in w.kv_label.text()
 
 
 def test_set_seq_len_changes_the_sentence_line_and_marker(panel):

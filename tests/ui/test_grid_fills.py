@@ -5,7 +5,7 @@ put while the text changes, and a window whose width a picked query token never 
 import pytest
 
 from attnviz.engine.analysing.samples import SAMPLES
-from windows import WAIT, drain_events, open_window, wait_for_text
+from windows import WAIT, drain_events, open_window, wait_for_text, widget
 
 
 def covered(grid) -> float:
@@ -63,7 +63,7 @@ def test_the_layout_stays_while_the_text_changes_and_a_query_never_widens_the_wi
         for q in (0, len(w.state.result.tokens) - 1):
             w.state.toggle_query(q)
             drain_events()  # a wider label would have resized the window by now
-            assert w.width() == width and w.controls.query_label.text().startswith("Query: ")
+            assert w.width() == width and widget(w, "query_label").text().startswith("Query: ")
     assert len({ncols for ncols, _ in seen}) == 1, seen
     w.state.set_query(None)
     w.resize(w.minimumSizeHint().width(), 900)  # as narrow as it goes: any wider label would widen it

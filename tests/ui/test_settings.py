@@ -64,9 +64,11 @@ def test_every_setting_the_window_reads_or_writes_goes_through_the_settings_modu
             return _real(self, *args, **kwargs)
         monkeypatch.setattr(QSettings, name, spy)
     w = open_window(qtbot, tmp_path / "s.ini", model=textbook.TEXTBOOK_NAME, text="the cat sat",
-                    panels=())  # (the side panels keep no settings: the same with them built)
+                    panels=("calc", "generate"))  # (the side panels that keep settings)
     st = w.state
     st.set_layer(1)
+    w.calc_panel.spins["batch"].setValue(2)
+    w.generate_panel.seed_spin.setValue(5)
     st.set_colormap("magma")
     st.set_hide_first(True)
     dialog = ExportDialog(st, w, settings=ini(tmp_path))
@@ -78,6 +80,7 @@ def test_every_setting_the_window_reads_or_writes_goes_through_the_settings_modu
     assert "attnviz.ui.machinery.settings" in callers
     assert set(callers) == {"attnviz.ui.machinery.settings"}
     assert ini(tmp_path).value("colormap") == "magma"  # (written: the spy saw the writes)
+    assert [str(ini(tmp_path).value(key)) for key in ("calc/batch", "generate/seed")] == ["2", "5"]
 
 
 def test_window_and_export_choices_round_trip(tmp_path):

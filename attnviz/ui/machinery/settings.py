@@ -1,12 +1,14 @@
 """Remembered settings: one module that binds AppState to QSettings. `restore` applies what was
 saved (anything unreadable falls back to the default), `bind` writes the values back once the
 state's changes pause, and at exit. Below them, what the window keeps of its own (the model
-source, geometry, dock layout and the tab raised in each group of docks) and the export dialog's
-last choices: every key the app writes is in this module."""
+source, geometry, dock layout and the tab raised in each group of docks), the fields of the
+Calculator and Generate panels and the export dialog's last choices: every key the app writes is
+in this module."""
 
 from __future__ import annotations
 
 import atexit
+import math
 
 from PySide6.QtCore import QByteArray, QObject, QSettings, QThread, QTimer, Signal, Slot
 
@@ -140,6 +142,7 @@ class Writer(QObject):
     def __init__(self, state, settings: QSettings, parent: QObject | None = None):
         super().__init__(parent if parent is not None else state)
         self.state, self.settings = state, settings
+        self.panels: dict = {}  # group -> a panel whose fields are written under it (keep_fields)
         self.timer = QTimer(self)
         self.timer.setSingleShot(True)
         self.timer.setInterval(WRITE_DELAY_MS)
@@ -157,7 +160,15 @@ class Writer(QObject):
 
     def values(self) -> dict:
         st = self.state
-        return {"text": st.text, "layer": st.layer, **display_values(st)}
+        fields = {f"{group}/{key}": value for group, panel in self.panels.items()
+                  for key, value in panel.fields().items()}
+        return {"text": st.text, "layer": st.layer, **display_values(st), **fields}
+
+    def keep_fields(self, group: str, panel) -> None:
+        """`panel`'s fields (its fields(), a dict) written under `group/` from now on, with the rest,
+        once its sigFieldsChanged pauses."""
+        self.panels[group] = panel
+        panel.sigFieldsChanged.connect(lambda: self.timer.start())
 
     def _write_later(self) -> None:  # changes paused: the settings thread writes them
         if self.settings.fileName():
@@ -246,6 +257,34 @@ def saved_raised_tabs(settings: QSettings) -> list[str]:
     """The docks raised in their tab groups when the window last closed ([] before the first
     close); names the window no longer has are the caller's to skip."""
     return [name for name in str(settings.value("raised_tabs", "") or "").split(",") if name]
+
+
+# --- a side panel's fields: the Calculator's ("calc/"), Generate's ("generate/") -------------------
+def saved_fields(settings: QSettings, group: str, types: dict) -> dict:
+    """The values saved under `group/` for the keys of `types` ({key: int, float, bool or str}),
+    each read as its type; one missing or unreadable as it (a hand-edited file, "" for a field
+    left at its default) is left out. The panel checks the rest (a range, a preset it knows)."""
+    out = {}
+    for key, kind in types.items():
+        value = settings.value(f"{group}/{key}")
+        if value is None:
+            continue
+        try:
+            value = _bool(value, None) if kind is bool else kind(str(value)) if kind is not float \
+                else float(value)
+        except (TypeError, ValueError):
+            continue
+        if value is not None and (kind is not float or math.isfinite(value)):
+            out[key] = value
+    return out
+
+
+def keep_fields(window, group: str, panel, types: dict) -> None:
+    """`panel`'s fields as they were last written under `group/` (its set_fields shows them), and
+    written from now on with the window's other settings (its Writer: once changes pause, and at
+    the window's close)."""
+    panel.set_fields(saved_fields(window.settings, group, types))
+    window.settings_writer.keep_fields(group, panel)
 
 
 # --- the export dialog's choices ------------------------------------------------------------------

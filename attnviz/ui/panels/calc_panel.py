@@ -7,9 +7,10 @@ result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
 from __future__ import annotations
 
 import html
+import re
 from dataclasses import replace
 
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QLocale, QPoint, QRect, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QLabel, QScrollArea, QSpinBox, QVBoxLayout, QWidget
 
 from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inputs_from_config, calculate
@@ -35,13 +36,26 @@ FIELDS = {
                   "of n_head in between for GQA (each KV head serves n_head / n_kv_head query "
                   "heads).", 1, 1 << 16),
     "d_head": ("d_head", "Width of one head. 'auto' = d_model / n_head; some models set it "
-               "explicitly (Gemma-7B: 16 × 256 = 4096 ≠ 3072).", 0, 1 << 16),
+               "explicitly (Gemma-7B: 16 × 256 = 4,096 ≠ 3,072).", 0, 1 << 16),
     "n_layer": ("n_layer", "Transformer layers; each keeps its own K/V cache.", 1, 1 << 14),
     "seq_len": ("seq_len", "Tokens held in the KV cache for the totals and the comparison "
                 "(defaults to the model's longest context).", 1, 2_000_000_000),
     "batch": ("batch", "Sequences cached at once; the cache grows linearly with it.", 1, 1 << 24),
 }
 RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
+# what the settings keep of the panel (CalcPanel.fields), each read back as its type
+FIELD_TYPES = {"preset": str, "base": str, **{key: int for key in FIELDS}, "kv_dtype": str}
+
+
+# a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
+# a number already grouped
+_UNGROUPED = re.compile(r"(?<![\w.,])\d{4,}(?!\w)")
+
+
+def grouped(message: str) -> str:
+    """`message` with its numbers written as the panel's fields and lines write them: "d_model
+    (4096): d_model / n_head = 1365.33" -> "d_model (4,096): d_model / n_head = 1,365.33"."""
+    return _UNGROUPED.sub(lambda m: f"{int(m.group()):,}", message)
 
 
 def as_sentence(note: str) -> str:
@@ -61,7 +75,10 @@ class CalcPanel(QWidget):
       set_model_config(raw_config_dict, name)  fill from a loaded model, select "loaded model"
       set_seq_len(T)                            the current sentence's length (line + plot marker)
       set_live_cache(result, model)             what the engine's KV cache holds after this run
+    What the settings keep: `fields()`, shown again by `set_fields`; sigFieldsChanged on a change.
     """
+
+    sigFieldsChanged = Signal()
 
     def __init__(self, state=None, parent: QWidget | None = None) -> None:
         """With `state` (AppState) the panel follows the loaded model and the current result by
@@ -76,6 +93,8 @@ class CalcPanel(QWidget):
         self._base: CalcInputs = self.presets[DEFAULT_PRESET].inputs
         self._loaded: CalcInputs | None = None
         self._loaded_name = ""
+        self._base_key = DEFAULT_PRESET  # the preset (or LOADED) the fields were last filled from
+        self._saved: dict | None = None  # saved fields shown again once the first model has come
         self._build()
         self._connect()
         self._select(DEFAULT_PRESET)
@@ -90,6 +109,9 @@ class CalcPanel(QWidget):
     def _follow_model(self, model) -> None:
         if model is not None:
             self.set_model_config(model.config.raw, model.name)
+            saved, self._saved = self._saved, None
+            if saved is not None:  # (the model's arrival selected it over the saved choice)
+                self.set_fields(saved)
 
     def _follow_result(self, result) -> None:
         if self._on_screen():
@@ -138,7 +160,7 @@ class CalcPanel(QWidget):
             self._loaded = calc_inputs_from_config(raw_config)
         except CalcError as exc:
             self._loaded = None
-            self.general_error.setText(f"{name}: {exc}")
+            self.general_error.setText(f"{name}: {grouped(str(exc))}")
             self.general_error.show()
             return
         self._loaded_name = name
@@ -157,6 +179,51 @@ class CalcPanel(QWidget):
         text = live_text(result, model)
         self.live_label.setText(text)
         self.live_label.setVisible(bool(text))
+
+    def fields(self) -> dict:
+        """What the user set, as the settings keep it (FIELD_TYPES): the preset chosen ("__loaded__"
+        for the loaded model, "__custom__" with `base` the preset its numbers started from), the
+        fields and the KV dtype; a field that shows the preset's own value is "" (a preset's, or
+        the next loaded model's, own context length then)."""
+        if self._saved is not None:  # (not shown yet: kept as they were)
+            return dict(self._saved)
+        shown = {key: spin.value() for key, spin in self.spins.items()}
+        shown["kv_dtype"] = self.dtype_combo.currentData()
+        preset = self.preset_combo.currentData()
+        if preset != CUSTOM:
+            own = self._field_values(self._base)
+            shown = {key: "" if value == own[key] else value for key, value in shown.items()}
+        return {"preset": preset, "base": self._base_key, **shown}
+
+    def set_fields(self, saved: dict) -> None:
+        """Show the fields `saved` (fields()' keys, each of its type; any left out): a preset no
+        longer known, a value outside its field's range or a dtype not offered leaves what the
+        panel shows. Without a model yet, shown again once the first one has come."""
+        if self.state is not None and self.state.model is None:
+            self._saved = dict(saved)
+        preset, base = saved.get("preset"), saved.get("base")
+        known = [*self.presets, *([LOADED] if self._loaded is not None else [])]
+        if preset == CUSTOM and base in known:
+            self._select(base)
+        elif preset in known:
+            self._select(preset)
+        editable = self.spins if preset == CUSTOM else RUN_FIELDS
+        for key in editable:
+            spin, value = self.spins[key], saved.get(key)
+            if isinstance(value, int) and spin.minimum() <= value <= spin.maximum():
+                spin.blockSignals(True)
+                spin.setValue(value)
+                spin.blockSignals(False)
+        index = self.dtype_combo.findData(saved.get("kv_dtype"))
+        if index >= 0:
+            self.dtype_combo.blockSignals(True)
+            self.dtype_combo.setCurrentIndex(index)
+            self.dtype_combo.blockSignals(False)
+        if preset == CUSTOM:
+            self.preset_combo.blockSignals(True)
+            self.preset_combo.setCurrentIndex(self.preset_combo.findData(CUSTOM))
+            self.preset_combo.blockSignals(False)
+        self._recompute()
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -207,6 +274,7 @@ class CalcPanel(QWidget):
         for key, (label, tip, lo, hi) in FIELDS.items():
             spin = QSpinBox()
             spin.setRange(lo, hi)
+            spin.setLocale(QLocale.c())  # "4,096" in every language, as the panel's lines write it
             spin.setGroupSeparatorShown(True)
             spin.setToolTip(tip)
             spin.setKeyboardTracking(True)
@@ -334,7 +402,7 @@ class CalcPanel(QWidget):
             base = self._loaded
         else:
             base = self.presets[key].inputs
-        self._base = base
+        self._base, self._base_key = base, key
         self._fill_fields(base)
         self._recompute()
 
@@ -345,23 +413,31 @@ class CalcPanel(QWidget):
             self.preset_combo.blockSignals(False)
         self._recompute()
 
-    def _fill_fields(self, inp: CalcInputs) -> None:
-        """Show a model's numbers in the fields without treating it as an edit."""
+    def _field_values(self, inp: CalcInputs) -> dict:
+        """A model's numbers as the fields and the KV dtype show them."""
         n_kv = inp.n_kv_head or inp.n_head
         auto = inp.d_head is None or inp.d_head == default_d_head(inp.d_model, inp.n_head)
         values = {"d_model": inp.d_model, "n_head": inp.n_head, "n_kv_head": n_kv,
                   "d_head": 0 if auto else inp.d_head, "n_layer": inp.n_layer,
                   "seq_len": inp.seq_len or inp.max_positions or 4096, "batch": inp.batch}
+        values = {key: min(max(int(values[key]), spin.minimum()), spin.maximum())
+                  for key, spin in self.spins.items()}
+        index = max(0, self.dtype_combo.findData(inp.kv_dtype))
+        return {**values, "kv_dtype": self.dtype_combo.itemData(index)}
+
+    def _fill_fields(self, inp: CalcInputs) -> None:
+        """Show a model's numbers in the fields without treating it as an edit."""
+        values = self._field_values(inp)
         for key, spin in self.spins.items():
             spin.blockSignals(True)
-            spin.setValue(min(max(int(values[key]), spin.minimum()), spin.maximum()))
+            spin.setValue(values[key])
             spin.blockSignals(False)
         mla = inp.mla is not None
         for key in ("n_kv_head", "d_head"):
             self.spins[key].setEnabled(not mla)
         self.spins["n_kv_head"].setSpecialValueText("")
         self.dtype_combo.blockSignals(True)
-        self.dtype_combo.setCurrentIndex(max(0, self.dtype_combo.findData(inp.kv_dtype)))
+        self.dtype_combo.setCurrentIndex(self.dtype_combo.findData(values["kv_dtype"]))
         self.dtype_combo.blockSignals(False)
 
     def _inputs(self) -> CalcInputs:
@@ -377,13 +453,14 @@ class CalcPanel(QWidget):
     # -- results ---------------------------------------------------------------------------------
 
     def _recompute(self, *_args) -> None:
+        self.sigFieldsChanged.emit()
         for label in (*self.error_labels.values(), self.general_error):
             label.hide()
         try:
             result = calculate(self._inputs())
         except CalcError as exc:
             label = self.error_labels.get(getattr(exc, "field", None), self.general_error)
-            label.setText(str(exc))
+            label.setText(grouped(str(exc)))
             label.show()
             self.results.setEnabled(False)  # the last good result stays, greyed
             return

@@ -245,7 +245,7 @@ def flops_text(r: CalcResult) -> str:
     return (f"FLOPs per new token at {i.seq_len:,} tokens: projections "
             f"{format_count(fl['projections_per_token'])}, Q·Kᵀ {format_count(fl['qk_per_token'])}, "
             f"weights·V {format_count(fl['av_per_token'])}. {i.n_head} heads of {r.d_head} cost "
-            f"the same matrix FLOPs as one head of {i.n_head * r.d_head} "
+            f"the same matrix FLOPs as one head of {i.n_head * r.d_head:,} "
             f"(ratio {hv['ratio']:.3g}); only the softmax runs over {i.n_head}× more scores.")
 
 

@@ -26,6 +26,7 @@ from attnviz.engine.errors import AttnvizError
 from attnviz.engine.computing.patterns import head_title
 from attnviz.engine.reading.token_text import quoted
 from attnviz.ui.panels.roles_views import Decimals, num_item
+from attnviz.ui.views.column_fit import ColumnFit
 
 
 class FindPanel(QWidget):
@@ -61,9 +62,9 @@ class FindPanel(QWidget):
         self.find_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.find_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.find_table.verticalHeader().setVisible(False)
-        self.find_table.horizontalHeader().setStretchLastSection(True)
         self.find_table.verticalHeader().setDefaultSectionSize(22)
         self.find_table.setItemDelegate(Decimals(3, self.find_table))
+        self.find_fit = ColumnFit(self.find_table)  # each column its numbers whole, the spare width shared
         fdl = QVBoxLayout(self)
         ff = QFormLayout()
         ff.addRow("from (query)", self.find_from)
@@ -157,6 +158,7 @@ class FindPanel(QWidget):
             for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
                 t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
                                        None if np.isnan(value) else round(value, 4))
+        self.find_fit.measure()
         if hits is None:
             if self.state.text_result is None:
                 self.find_status.setText("")

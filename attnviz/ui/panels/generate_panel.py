@@ -18,7 +18,7 @@ import html
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QRectF, Qt
+from PySide6.QtCore import QRectF, Qt, Signal
 from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (
     QCheckBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSlider,
@@ -36,6 +36,8 @@ from attnviz.figures.style import BACKGROUND, FOCUS, TEXT
 from attnviz.ui.views.long_panes import indexed_image
 
 MAX_NEW = 256
+# what the settings keep of the panel (GeneratePanel.fields), each read back as its type
+FIELD_TYPES = {"new_tokens": int, "temperature": float, "top_p": float, "seed": int, "go_on": bool}
 STOP_WORDS = {"eos": "stopped at the end-of-text token", "max_new": "made the tokens asked for",
               "context": "reached the model's context", "stopped": "stopped",
               "edited": "ended: the sentence was edited"}
@@ -95,28 +97,37 @@ class RowsView(QWidget):
         self.setToolTip(self.hover_text)
 
 
+# the top-10's cells: a gap before each number column, so the widest token never runs into its
+# probability, and one after the arrow that marks the token taken
+NUMBER_CELL = "<td align='right' style='padding-left: 14px'>"
+MARK_CELL = "<td style='padding-right: 4px'>"
+
+
 def top_table(step) -> str:
     """The model's top-k at a step, as rich text: each token's probability, and where the token was
     drawn (a temperature above 0) the probability it had in the draw, temperature and top-p
     applied (0 outside the top-p set); greedy takes the first."""
     drawn = step.top_drawn
-    head = ("<tr><td></td><td></td><td align='right'>model</td><td align='right'>&nbsp;in the draw</td></tr>"
+    head = (f"<tr><td></td><td></td>{NUMBER_CELL}model</td>{NUMBER_CELL}in the draw</td></tr>"
             if drawn is not None else "")
     rows = [
-        f"<tr><td>{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
-        f"<td align='right'>{np.exp(lp):.3f}</td>"
-        + ("" if drawn is None else f"<td align='right'>{drawn[j]:.3f}</td>") + "</tr>"
+        f"<tr>{MARK_CELL}{'▶' if int(i) == step.id else ''}</td><td>{html.escape(t)}</td>"
+        f"{NUMBER_CELL}{np.exp(lp):.3f}</td>"
+        + ("" if drawn is None else f"{NUMBER_CELL}{drawn[j]:.3f}</td>") + "</tr>"
         for j, (i, t, lp) in enumerate(zip(step.top_ids, step.top_tokens, step.top_logprobs))]
     chosen = ("" if step.id in step.top_ids else
               f"<br>drawn: {html.escape(step.token)} (outside the top {len(step.top_ids)})")
     title = (f"The model's top {len(step.top_ids)}, with the probability each had in the draw "
              "(temperature and top-p applied):" if drawn is not None else
              f"The model's top {len(step.top_ids)} and the probability of each; greedy takes the first:")
-    return title + "<table>" + head + "".join(rows) + "</table>" + chosen
+    return title + "<table cellspacing='0'>" + head + "".join(rows) + "</table>" + chosen
 
 
 class GeneratePanel(QWidget):
-    """View of AppState.generation, with the controls that start and stop one (module docstring)."""
+    """View of AppState.generation, with the controls that start and stop one (module docstring).
+    What the settings keep: `fields()`, shown again by `set_fields`; sigFieldsChanged on a change."""
+
+    sigFieldsChanged = Signal()
 
     def __init__(self, state, parent=None):
         super().__init__(parent)
@@ -196,6 +207,9 @@ class GeneratePanel(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
 
+        for spin in self.spins().values():
+            spin.valueChanged.connect(lambda *_: self.sigFieldsChanged.emit())
+        self.go_on_check.toggled.connect(lambda *_: self.sigFieldsChanged.emit())
         self.generate_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.gen.stop)
         self.slider.valueChanged.connect(self.gen.show_step)
@@ -205,6 +219,25 @@ class GeneratePanel(QWidget):
         state.sigLayerChanged.connect(lambda _l: self._show_step(self.gen.shown))
         state.sigDisplayChanged.connect(lambda: self._show_step(self.gen.shown))  # Hide first token
         self.refresh()
+
+    def spins(self) -> dict:
+        return {"new_tokens": self.n_spin, "temperature": self.temp_spin, "top_p": self.top_p_spin,
+                "seed": self.seed_spin}
+
+    def fields(self) -> dict:
+        """The sampling options as the settings keep them (FIELD_TYPES)."""
+        return {**{key: spin.value() for key, spin in self.spins().items()},
+                "go_on": self.go_on_check.isChecked()}
+
+    def set_fields(self, saved: dict) -> None:
+        """Show the options `saved` (fields()' keys, each of its type; any left out): a value
+        outside its box's range leaves what the box shows."""
+        for key, spin in self.spins().items():
+            value = saved.get(key)
+            if isinstance(value, (int, float)) and spin.minimum() <= value <= spin.maximum():
+                spin.setValue(value)
+        if isinstance(saved.get("go_on"), bool):
+            self.go_on_check.setChecked(saved["go_on"])
 
     def _sampling_controls(self, temperature: float) -> None:
         """Top-p and the seed apply to a draw only: at temperature 0 (greedy) they are greyed."""

@@ -104,7 +104,7 @@ class RolesOverview(QWidget):
         # columns as wide as their labels plus a share of the spare width (ColumnFit)
         self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
-        self.map_fit = ColumnFit(self.map)
+        self.map_fit = ColumnFit(self.map, cut=True)  # (all heads in sight; a cell's colour is its role)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name

@@ -1,9 +1,11 @@
-"""A table's columns fitted to its width (Head roles' Overview map and Scores table): each column as
-wide as its texts with the style's padding and the spare width shared out evenly; where the padded
-texts outgrow the viewport (a narrow dock, many columns), each as wide as its widest text in the
-font it is drawn in and a hair, so every column stays in sight, its texts whole and no sideways
-scroll bar appears. The texts are measured when they change (`measure`); a resize only shares the
-width out again."""
+"""A table's columns fitted to its width (Head roles' Overview map, Scores table and Find list):
+each column as wide as its texts with the style's padding and the spare width shared out evenly;
+where the padded texts outgrow the viewport (a narrow dock, many columns), each as wide as its
+widest text in the font it is drawn in and the margins the style keeps beside a cell's text, so
+every text is drawn whole (the table scrolls sideways where even that is wider than the viewport);
+a map whose cells' colours say what their texts abbreviate may be `cut` instead, each column its
+text and a hair, every column in sight and a text that does not fit ending in an ellipsis. The
+texts are measured when they change (`measure`); a resize only shares the width out again."""
 
 from __future__ import annotations
 
@@ -12,22 +14,24 @@ from PySide6.QtCore import QEvent, QObject, QRect, Qt
 from PySide6.QtGui import QFontMetrics
 from PySide6.QtWidgets import QStyle, QStyleOptionHeader
 
-TIGHT_PAD = 4  # pixels beside a cell's text where the table is too narrow for the usual padding
+TIGHT_PAD = 4  # pixels beside a cut map's cell text where the table is too narrow for the usual padding
 
 
 class ColumnFit(QObject):
     """Fits `table`'s columns as its viewport resizes; `measure()` after its cells change,
     `measure(texts=False)` after its rows are sorted. Its horizontal header is set to fixed sections, at least a digit wide (the
-    style's least, 38 px, would undo the narrow columns)."""
+    style's least, 38 px, would undo the narrow columns). `cut`: short of room, the cells' texts
+    may end in an ellipsis rather than the table scroll sideways (a map coloured by its texts)."""
 
-    def __init__(self, table):
+    def __init__(self, table, cut: bool = False):
         super().__init__(table)
         self.table = table
         self.hints: list[int] = []  # per column: the style's width for its cells (sizeHintForColumn)
-        self.cells: list[int] = []  # per column: its widest cell text and a hair
+        self.cells: list[int] = []  # per column: its widest cell text and the room beside it
+        self.pad = TIGHT_PAD if cut else text_margins(table) + 1  # (+1: a text's fractional width)
         header = table.horizontalHeader()
         header.setSectionResizeMode(header.ResizeMode.Fixed)
-        header.setMinimumSectionSize(table.fontMetrics().horizontalAdvance("0") + TIGHT_PAD)
+        header.setMinimumSectionSize(table.fontMetrics().horizontalAdvance("0") + self.pad)
         self.viewport = table.viewport()
         self.viewport.installEventFilter(self)
 
@@ -38,7 +42,7 @@ class ColumnFit(QObject):
         t = self.table
         self.hints = [t.sizeHintForColumn(c) for c in range(t.columnCount())]
         if texts or len(self.cells) != t.columnCount():
-            self.cells = [widest(cell_texts(t, c)) + TIGHT_PAD for c in range(t.columnCount())]
+            self.cells = [widest(cell_texts(t, c)) + self.pad for c in range(t.columnCount())]
         self.fit()
 
     def fit(self) -> None:
@@ -58,6 +62,12 @@ class ColumnFit(QObject):
         if event.type() == QEvent.Type.Resize and obj is self.viewport and shiboken6.isValid(self.table):
             self.fit()
         return super().eventFilter(obj, event)
+
+
+def text_margins(table) -> int:
+    """The pixels an item view's style keeps beside a cell's text, both sides together (the focus
+    frame's margin and one): a column narrower than its text and these draws the text cut."""
+    return 2 * (table.style().pixelMetric(QStyle.PixelMetric.PM_FocusFrameHMargin, None, table) + 1)
 
 
 def label_width(table, c: int) -> int:

@@ -1,13 +1,13 @@
 """The sentence box, the row of view controls over the grid (layer, all layers, colormap, scale,
-hide first token, value weighting, the query read-out) and the load box in the status bar. Each is a
+hide first token, value weighting) and the load box in the status bar. Each is a
 view of AppState: it gets the state, connects in one place and writes back only through its setters."""
 
 from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor, QPainter, QTextCharFormat, QTextCursor
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import QColor, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QHBoxLayout, QLabel, QPlainTextEdit, QProgressBar, QSpinBox, QTextEdit,
     QToolButton, QWidget,
@@ -15,7 +15,6 @@ from PySide6.QtWidgets import (
 
 from attnviz.figures.data import COLORMAPS
 
-QUERY_CHARS = 10  # the query label's room for the token, in wide letters
 TEXT_MARK = QColor(255, 214, 102, 110)  # behind the state's text marks (a generation's new tokens)
 
 
@@ -62,49 +61,6 @@ class SentenceBox(QPlainTextEdit):
         self.setExtraSelections(sels)
 
 
-class QueryLabel(QLabel):
-    """A one-line label that, narrower than its text (`set_query`: "Query: " + token + " (#q)"),
-    paints a shorter one: first without the "Query: " prefix, then with the token cut by an
-    ellipsis; the whole text is in its tooltip."""
-
-    TIP = "Query token whose row is highlighted (Esc clears)"
-
-    def __init__(self):
-        super().__init__()
-        self.setToolTip(self.TIP)
-        self._parts = ("", "", "")  # prefix, token, suffix of the text
-
-    def set_query(self, token: str, q: int | None, whole: str = "") -> None:
-        """Show query token `token` (as cut to the label's width) at position q (None: no query);
-        `whole`: the token uncut, for the tooltip."""
-        self._parts = ("", "", "") if q is None else ("Query: ", token, f" (#{q})")
-        self.setText("".join(self._parts))
-        self.setToolTip(self.TIP if q is None else f"Query: {whole or token} (#{q}): {self.TIP}")
-
-    def painted_text(self) -> str:
-        """The text as painted at the label's width."""
-        fm, width = self.fontMetrics(), self.contentsRect().width()
-        if fm.horizontalAdvance(self.text()) <= width:
-            return self.text()
-        _prefix, token, suffix = self._parts
-        if fm.horizontalAdvance(token + suffix) <= width:
-            return token + suffix
-        room = width - fm.horizontalAdvance(suffix)
-        cut = fm.elidedText(token, Qt.TextElideMode.ElideRight, room) if room > 0 else ""
-        if cut and fm.horizontalAdvance(cut + suffix) <= width:
-            return cut + suffix
-        return fm.elidedText(token + suffix, Qt.TextElideMode.ElideRight, width)
-
-    def paintEvent(self, event) -> None:
-        text = self.painted_text()
-        if text == self.text():
-            super().paintEvent(event)
-            return
-        painter = QPainter(self)
-        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter),
-                         text)
-
-
 class ViewControls(QWidget):
     def __init__(self, state, parent: QWidget | None = None):
         super().__init__(parent)
@@ -137,16 +93,10 @@ class ViewControls(QWidget):
                                     "through the head, rows renormalised (defined in the Anatomy "
                                     "panel); titles give each head's share of the layer's summed "
                                     "head-output norms")
-        self.query_label = QueryLabel()
-        # a width of its own, whatever the token: picking one never widens the window; on a
-        # narrow screen it gives way first, its prefix dropped, then its token ending in an ellipsis
-        self.query_label.setMaximumWidth(self.query_label.fontMetrics().horizontalAdvance(
-            "Query: " + "M" * QUERY_CHARS + " (#9999)"))
-        self.query_label.setMinimumWidth(self.query_label.fontMetrics().horizontalAdvance("Qu…"))
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
         for name in ("layer_spin", "layer_kind", "all_check", "cmap_combo", "scale_combo",
-                     "hide_first_check", "value_check", "query_label"):
+                     "hide_first_check", "value_check"):
             w = getattr(self, name)
             w.setObjectName(name)  # (how tests find it, as a user finds it: by what it is)
             row.addWidget(w)
@@ -163,11 +113,8 @@ class ViewControls(QWidget):
         st.sigModelChanged.connect(self._on_model)
         st.sigLayerChanged.connect(self._on_layer)
         st.sigDisplayChanged.connect(self._on_display)
-        st.sigQueryChanged.connect(self._on_query)
-        st.sigResultChanged.connect(self._on_query)
         self._on_model(st.model)
         self._on_display()
-        self._on_query()
 
     def _on_model(self, model) -> None:
         if model is None:
@@ -211,17 +158,6 @@ class ViewControls(QWidget):
         i = self.scale_combo.findData(st.scale_mode)
         if self.scale_combo.currentIndex() != i:
             self.scale_combo.setCurrentIndex(i)
-
-    def _on_query(self, *_) -> None:
-        r, q = self.state.result, self.state.query_pos
-        if r is None or q is None:
-            self.query_label.set_query("", None)
-            return
-        fm = self.query_label.fontMetrics()
-        token = fm.elidedText(r.labels[q], Qt.TextElideMode.ElideRight,
-                              fm.horizontalAdvance("M" * QUERY_CHARS))
-        self.query_label.set_query(token, q, r.labels[q])
-
 
 class LoadBox(QWidget):
     """While a model loads (state.loading): what, for how long, a busy bar (loads give no fraction)

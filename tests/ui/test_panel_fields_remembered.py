@@ -1,0 +1,123 @@
+"""The Calculator's and Generate's fields are remembered across restarts: a window opened on a
+settings file, its fields changed and closed; a new window on the same file shows them. A saved
+value out of its field's range, unreadable, or of a preset no longer known gives the field's
+default, without an error."""
+
+from PySide6.QtCore import QSettings
+
+from windows import drain_events, widget
+
+
+def calc_shown(panel) -> dict:
+    """The Calculator as a user reads it: the preset box, each field's text and the KV dtype."""
+    return {"preset": panel.preset_combo.currentText(), "kv_dtype": panel.dtype_combo.currentText(),
+            **{key: spin.text() for key, spin in panel.spins.items()}}
+
+
+def generate_shown(panel) -> dict:
+    return {"new": panel.n_spin.text(), "temperature": panel.temp_spin.text(), "top_p": panel.top_p_spin.text(),
+            "seed": panel.seed_spin.text(), "go_on": panel.go_on_check.isChecked()}
+
+
+def select(combo, data) -> None:
+    combo.setCurrentIndex(combo.findData(data))
+
+
+def restarted(textbook_window, w, path):
+    """`w` closed, and a window opened again on its settings file (a restart)."""
+    w.close()
+    w.worker.wait_idle()
+    again = textbook_window(path, ready=True)
+    drain_events()
+    return again
+
+
+def test_a_preset_its_run_fields_and_the_sampling_options_come_back(textbook_window, tmp_path):
+    path = tmp_path / "s.ini"
+    w = textbook_window(path, ready=True)
+    calc, gen = w.calc_panel, w.generate_panel
+    select(calc.preset_combo, "mistral-7b-v0.1")
+    calc.spins["seq_len"].setValue(12_345)
+    calc.spins["batch"].setValue(8)
+    select(calc.dtype_combo, "int8")
+    gen.n_spin.setValue(50)
+    gen.temp_spin.setValue(0.8)
+    gen.top_p_spin.setValue(0.9)
+    gen.seed_spin.setValue(7)
+    gen.go_on_check.setChecked(True)
+    calc_set, gen_set = calc_shown(calc), generate_shown(gen)
+    assert calc_set["preset"].startswith("Mistral") and calc_set["seq_len"] == "12,345"
+    assert gen_set == {"new": "50", "temperature": "0.80", "top_p": "0.90", "seed": "7", "go_on": True}
+
+    w = restarted(textbook_window, w, path)
+    assert calc_shown(w.calc_panel) == calc_set
+    assert generate_shown(w.generate_panel) == gen_set
+    assert "12,345 tokens × batch 8" in w.calc_panel.kv_label.text()  # computed with them, too
+    assert w.generate_panel.seed_spin.isEnabled()  # a temperature above 0: the seed is used
+
+
+def test_custom_numbers_come_back_custom_and_the_loaded_model_follows_the_model(textbook_window, tmp_path):
+    path = tmp_path / "s.ini"
+    w = textbook_window(path, ready=True)
+    calc = w.calc_panel
+    loaded = calc_shown(calc)
+    assert loaded["preset"].startswith("Loaded model")
+    select(calc.preset_combo, "gpt2")
+    calc.spins["n_layer"].setValue(7)  # the model's own numbers edited: Custom
+    calc.spins["d_model"].setValue(1_000)
+    custom = calc_shown(calc)
+    assert custom["preset"] == "Custom" and custom["n_layer"] == "7" and custom["d_model"] == "1,000"
+    w = restarted(textbook_window, w, path)
+    assert calc_shown(w.calc_panel) == custom
+
+    select(w.calc_panel.preset_combo, "__loaded__")  # back to the loaded model, its batch set
+    w.calc_panel.spins["batch"].setValue(3)
+    w = restarted(textbook_window, w, path)
+    assert calc_shown(w.calc_panel) == {**loaded, "batch": "3"}
+
+
+def test_values_out_of_range_unreadable_or_of_a_gone_preset_give_the_defaults(textbook_window, tmp_path):
+    path = tmp_path / "s.ini"
+    first = textbook_window(path, ready=True)
+    defaults = calc_shown(first.calc_panel), generate_shown(first.generate_panel)
+    first.close()
+    first.worker.wait_idle()
+    s = QSettings(str(path), QSettings.Format.IniFormat)
+    for key, value in {"calc/preset": "a-model-since-removed", "calc/base": "gone", "calc/seq_len": "0",
+                       "calc/batch": "many", "calc/kv_dtype": "fp7", "calc/d_model": "-5",
+                       "generate/new_tokens": "100000", "generate/temperature": "9",
+                       "generate/top_p": "nan", "generate/seed": "-1", "generate/go_on": "maybe"}.items():
+        s.setValue(key, value)
+    s.sync()
+    w = textbook_window(path, ready=True)
+    assert (calc_shown(w.calc_panel), generate_shown(w.generate_panel)) == defaults
+    assert not widget(w, "error_banner").isVisible()
+    w.close()  # (it writes its fields: the defaults)
+    w.worker.wait_idle()
+    s.setValue("calc/batch", "4")  # one good value among bad ones is kept
+    s.setValue("calc/seq_len", "0")
+    s.setValue("generate/seed", "11")
+    s.setValue("generate/temperature", "9")
+    s.sync()
+    w = textbook_window(path, ready=True)
+    assert calc_shown(w.calc_panel) == {**defaults[0], "batch": "4"}
+    assert generate_shown(w.generate_panel) == {**defaults[1], "seed": "11"}
+
+
+def test_fields_shown_before_the_model_has_come_stay_when_it_comes(qtbot):
+    """A Calculator built while the first model loads (its tab raised at start) keeps the saved
+    preset and context when the model comes, instead of switching to the loaded model's."""
+    from attnviz.engine import load_model
+    from attnviz.engine.reading import textbook
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.panels.calc_panel import CalcPanel
+
+    state = AppState()
+    panel = CalcPanel(state)
+    qtbot.addWidget(panel)
+    panel.set_fields({"preset": "gpt2", "base": "gpt2", "seq_len": 777, "batch": 2, "kv_dtype": "fp8"})
+    state.set_model(load_model(textbook.TEXTBOOK_NAME))
+    shown = calc_shown(panel)
+    assert (shown["preset"], shown["seq_len"], shown["batch"], shown["kv_dtype"]) == \
+        (panel.presets["gpt2"].name, "777", "2", "fp8 (8 bits)")
+    assert panel.preset_combo.itemText(0).startswith("Loaded model: ")  # (offered, not chosen)
