@@ -6,6 +6,7 @@ than its cut from a block's table. families.layer_consts asks here first for a r
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable
 
@@ -14,6 +15,7 @@ import numpy as np
 from attnviz.engine.computing.rope import ANGLE_ROWS, rope_tables
 
 ROW_BLOCKS_KEPT = 4  # blocks of ANGLE_ROWS positions whose one-row Consts are kept
+UNKEPT_CONFIGS = 16  # configs remembered as having no one-row Consts (a layer with a window)
 
 
 def row_block(first: list, ropes: list, block: int, d_head: int) -> list | None:
@@ -39,15 +41,16 @@ def row_block(first: list, ropes: list, block: int, d_head: int) -> list | None:
 
 
 class RowConsts:
-    """The one-row Consts of the last `kept` blocks of positions made, per (config, block,
-    workers), the oldest let go first; `make(cfg, block, workers)` makes a block's (row_block's
-    list, or None for a config that has none). Keyed by the config's id and checked by identity
-    (an id can be a freed config's, reused). Safe on several threads (the window's, a
-    comparison's)."""
+    """The one-row Consts of the last `kept` blocks of positions used, per (config, block,
+    workers), the least recently used let go first; `make(cfg, block, workers)` makes a block's
+    (row_block's list), or None for a config that has none, which is remembered apart and takes no
+    block's place. Keyed by the config's id and checked by identity (an id can be a freed config's,
+    reused). Safe on several threads (the window's, a comparison's)."""
 
     def __init__(self, make: Callable, kept: int = ROW_BLOCKS_KEPT):
         self.make, self.kept = make, kept
-        self._blocks: dict = {}  # (id(cfg), block, workers) -> (cfg, per position [Consts] or None)
+        self._blocks: OrderedDict = OrderedDict()  # (id(cfg), block, workers) -> (cfg, per position [Consts])
+        self._none: dict = {}  # id(cfg) -> cfg: configs `make` gave None
         self._lock = threading.Lock()
 
     def get(self, cfg, p: int, workers: int) -> list | None:
@@ -55,10 +58,23 @@ class RowConsts:
         none (its run takes layer_consts' other paths)."""
         key = (id(cfg), p // ANGLE_ROWS, workers)
         kept = self._blocks.get(key)
-        if kept is None or kept[0] is not cfg:
-            kept = (cfg, self.make(cfg, p // ANGLE_ROWS, workers))
-            with self._lock:
-                while len(self._blocks) >= self.kept:
-                    del self._blocks[next(iter(self._blocks))]
-                self._blocks[key] = kept  # (the newest last)
-        return None if kept[1] is None else kept[1][p % ANGLE_ROWS]
+        if kept is not None and kept[0] is cfg:
+            try:
+                self._blocks.move_to_end(key)  # (the most recently used last)
+            except KeyError:  # (another thread let it go meanwhile: still this run's to use)
+                pass
+            return kept[1][p % ANGLE_ROWS]
+        if self._none.get(id(cfg)) is cfg:
+            return None
+        made = self.make(cfg, p // ANGLE_ROWS, workers)
+        with self._lock:
+            if made is None:
+                if len(self._none) >= UNKEPT_CONFIGS:
+                    self._none.clear()
+                self._none[id(cfg)] = cfg
+                return None
+            self._blocks[key] = (cfg, made)
+            self._blocks.move_to_end(key)
+            while len(self._blocks) > self.kept:
+                self._blocks.popitem(last=False)
+        return made[p % ANGLE_ROWS]
