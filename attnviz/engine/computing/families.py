@@ -180,8 +180,10 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
 
 
 def _row_block(cfg: ModelConfig, block: int, workers: int) -> list | None:
-    """rowconsts.row_block of the block's first position's Consts (_layer_consts of its one row)."""
-    first = _layer_consts(cfg, block * ANGLE_ROWS + 1, block * ANGLE_ROWS, True, workers)
+    """rowconsts.row_block of the block's first position's Consts (_layer_consts of its one row,
+    whose RoPE rows it replaces: made from its position's own table, not rope_row's kept block)."""
+    p = block * ANGLE_ROWS
+    first = _layer_consts(cfg, p + 1, p, True, workers, np.arange(p, p + 1))
     return row_block(first, [rope for _, rope, _ in _kinds(cfg)], block, cfg.d_head)
 
 
