@@ -303,11 +303,11 @@ def _as_generate(model, head, ids: list[int], fresh, T: int, rounds: int, arrays
     for _ in range(rounds):
         reads.append(read_ms(arrays, 3)[0])
         back_to(cache, T - 2)
-        seq, block = list(ids[:T - 2]), []
+        seq, block = np.array(ids[:T - 2] + [0] * (BLOCK + 1), np.int64), []  # (as generate's ids)
         for k in range(BLOCK + 1):
-            seq.append(next(fresh))
+            seq[T - 2 + k] = next(fresh)
             t0 = time.perf_counter()
-            trace = run_step(model, np.asarray(seq, dtype=np.int64), False, cache)
+            trace = run_step(model, seq[:T - 1 + k], False, cache)
             ms = (time.perf_counter() - t0) * 1e3
             head.logits(trace.final)
             if k:

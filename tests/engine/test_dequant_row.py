@@ -69,3 +69,18 @@ def test_a_q8_0_row_with_scales_of_both_infinities_is_named_without_a_warning(re
     with pytest.raises(ModelLoadError, match="token_embd.weight row 1 "):
         table[np.array([1])]
     assert [str(w.message) for w in recwarn] == []
+
+
+def test_a_q8_0_rows_product_is_the_tables_product_bit_for_bit_at_the_extremes():
+    """q8_0_row (a generation step's embedding row) gives q8_0_product's bits (the product of many
+    rows) at every int8 q and scales from the smallest subnormal to the largest float16 of both signs
+    and zeros, and None for a row with an infinite or NaN scale."""
+    from attnviz.engine.reading.dequant_row import q8_0_product, q8_0_row
+
+    q = np.arange(-128, 128, dtype=np.int8).reshape(8, 32)
+    d = np.array([6e-8, -6e-8, 65504, -65504, 0.0, -0.0, 1e-3, -3.5], np.float16).reshape(8, 1)
+    got, want = q8_0_row(q, d), q8_0_product(q, d)
+    assert got.dtype == np.float32 and got.shape == (8, 32) and np.isfinite(got).all()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    for bad in (np.inf, -np.inf, np.nan):
+        assert q8_0_row(q, np.where(np.arange(8)[:, None] == 5, np.float16(bad), d)) is None

@@ -110,6 +110,21 @@ def test_generation_stops_at_eos_or_when_asked(models, monkeypatch):
     assert gen.new_ids == greedy[:2] and gen.stopped == "stopped" and len(asked) == 2
 
 
+def test_a_generation_stops_at_the_models_context_with_each_token_its_recomputes(models):
+    """Steps run until the model's last position (each step's ids written into one array the loop
+    keeps): a prompt 3 short of it gives 3 tokens, each the greedy token of its ids recomputed; a
+    prompt that fills it gives the prefill's one."""
+    model = models["llama_gqa"]
+    L = model.config.max_positions
+    prompt = (PROMPT * L)[:L - 3]
+    gen = G.generate(model, ids=prompt, max_new=10, ignore_eos=True)
+    assert len(gen.new_ids) == 3 and gen.stopped == "context"
+    for s, token in enumerate(gen.new_ids):
+        assert token == int(np.argmax(_recompute(model, prompt + gen.new_ids[:s])[0]))
+    full = G.generate(model, ids=(PROMPT * L)[:L], max_new=4, ignore_eos=True)
+    assert len(full.new_ids) == 1 and full.stopped == "context"
+
+
 def test_bad_settings_and_encoders_are_refused(models):
     with pytest.raises(InputError, match="temperature must be >= 0"):
         G.generate(models["gpt2"], ids=PROMPT, max_new=2, temperature=-1)

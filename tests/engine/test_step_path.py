@@ -188,3 +188,35 @@ def test_a_one_row_runs_kept_consts_are_its_positions_own_on_alternating_configs
                 for a, b in zip(c.rope, w.rope, strict=True):
                     assert a.shape == b.shape == (1, cfg.d_head) and not a.flags.writeable
                     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_a_block_of_one_row_consts_used_between_four_others_stays_kept():
+    """layer_consts keeps a run of one row's Consts per block of ANGLE_ROWS positions, the least
+    recently used let go first: a block asked again between each of four other blocks (five
+    blocks, four kept) is the one made first each time (first in, first out let it go)."""
+    from attnviz.engine.computing import families
+
+    cfg = config_from_dict(llama_config(n_layer=2))
+    at = [k * rope_mod.ANGLE_ROWS + 1 for k in range(5)]  # a position in each of five blocks
+    first = {}
+    hot = families.layer_consts(cfg, at[0] + 1, at[0])
+    for k in range(1, 5):
+        first[k] = families.layer_consts(cfg, at[k] + 1, at[k])
+        assert families.layer_consts(cfg, at[0] + 1, at[0])[0] is hot[0]
+    assert families.layer_consts(cfg, at[2] + 1, at[2])[0] is first[2][0]  # (four kept)
+    assert families.layer_consts(cfg, at[1] + 1, at[1])[0] is not first[1][0]  # (the least recent went)
+
+
+def test_a_config_with_a_window_takes_no_kept_blocks_place():
+    """A config with a windowed layer has no one-row Consts kept by block (its mask depends on T):
+    its steps at many positions leave another config's kept block in place."""
+    from attnviz.engine.computing import families
+
+    cfg = config_from_dict(llama_config(n_layer=2))
+    local = _configs()["local layers"]
+    kept = families.layer_consts(cfg, 11, 10)
+    for p in range(0, 6 * rope_mod.ANGLE_ROWS, rope_mod.ANGLE_ROWS // 2):
+        got, want = families.layer_consts(local, p + 1, p), _layer_consts(local, p + 1, p)
+        assert [c.window for c in got] == [c.window for c in want]
+        assert [c.bias is None for c in got] == [c.bias is None for c in want]
+    assert families.layer_consts(cfg, 11, 10)[0] is kept[0]

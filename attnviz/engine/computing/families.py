@@ -32,6 +32,7 @@ from attnviz.engine.computing.layers import (
 )
 from attnviz.engine.parallel import for_row_chunks
 from attnviz.engine.computing.rope import ANGLE_ROWS, rope_row, rope_tables
+from attnviz.engine.computing.rowconsts import RowConsts, row_block
 from attnviz.engine.computing.trace import NOTHING, KVCache, Stop, Trace
 from attnviz.engine.reading.layout import Layer, Weights
 
@@ -145,8 +146,6 @@ CONSTS_MASK = 1 << 20  # and a mask [n, T] of at most this many entries (a long 
 
 
 _CONSTS: dict = {}  # (id(cfg), T, p, masks, workers) -> (cfg, [Consts]), oldest first
-ROW_BLOCKS_KEPT = 4  # blocks of ANGLE_ROWS positions whose one-row Consts are kept (_row_consts)
-_ROWS: dict = {}  # (id(cfg), block, workers) -> (cfg, per position [Consts] or None), oldest first
 _CONSTS_LOCK = threading.Lock()  # (runs on several threads: the window's, a comparison's)
 
 
@@ -155,7 +154,7 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     """_layer_consts, kept for a run of a few new rows at positions p..T-1 (a keystroke, a
     generation step: the same T and p again and again, and every layer's masks and RoPE tables
     would be built anew each run); their arrays are made read-only, as they are shared."""
-    row = _row_consts(cfg, p, workers) if positions is None and T - p == 1 else None
+    row = _ROWS.get(cfg, p, max(1, int(workers))) if positions is None and T - p == 1 else None
     if row is not None:  # (the last row alone: a generation step's)
         return list(row)
     if positions is not None or T - p > CONSTS_ROWS or (masks and (T - p) * T > CONSTS_MASK):
@@ -180,46 +179,15 @@ def layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,
     return list(kept[1])
 
 
-def _row_consts(cfg: ModelConfig, p: int, workers: int) -> list | None:
-    """The Consts of a run of the one last row p (T = p + 1: a generation step, a keystroke that
-    adds a token; no mask) from those made for p's block of ANGLE_ROWS positions at once and kept
-    (_row_block): each step of a generation asks a new p. None: a layer has a window."""
-    key = (id(cfg), p // ANGLE_ROWS, max(1, int(workers)))
-    kept = _ROWS.get(key)
-    if kept is None or kept[0] is not cfg:  # (an id can be a freed config's, reused)
-        kept = (cfg, _row_block(cfg, p // ANGLE_ROWS, workers))
-        with _CONSTS_LOCK:
-            while len(_ROWS) >= ROW_BLOCKS_KEPT:
-                del _ROWS[next(iter(_ROWS))]
-            _ROWS[key] = kept  # (the newest last)
-    return None if kept[1] is None else kept[1][p % ANGLE_ROWS]
-
-
 def _row_block(cfg: ModelConfig, block: int, workers: int) -> list | None:
-    """Per position p of the block, the [Consts] _layer_consts(cfg, p + 1, p) gives, each kind's
-    RoPE rows cut from one read-only table of the block (rope_tables: rope_row's bits each)."""
-    fam, kinds, eps = FAMILY[cfg.family], _kinds(cfg), cfg.norm_eps
-    if cfg.causal and any(window is not None for window, _, _ in set(kinds)):
-        return None
+    """rowconsts.row_block of the block's first position's Consts (_layer_consts of its one row,
+    whose RoPE rows it replaces: made from its position's own table, not rope_row's kept block)."""
+    p = block * ANGLE_ROWS
+    first = _layer_consts(cfg, p + 1, p, True, workers, np.arange(p, p + 1))
+    return row_block(first, [rope for _, rope, _ in _kinds(cfg)], block, cfg.d_head)
 
-    def norm(x, gain_bias):  # [n, d_model] -> [n, d_model]
-        return fam.norm(x, *gain_bias, eps)
-    made = {}  # kind -> its Consts at each position of the block
-    for kind in dict.fromkeys(kinds):
-        _, rope, scale = kind
-        tables = rope_tables(np.arange(block * ANGLE_ROWS, (block + 1) * ANGLE_ROWS), cfg.d_head,
-                             rope) if fam.rope else ()
-        for a in tables:
-            a.setflags(write=False)
-        made[kind] = [Consts(
-            n_head=cfg.n_head, n_kv_head=cfg.n_kv_head, d_head=cfg.d_head, scale=scale,
-            rope=(tables[0][j:j + 1], tables[1][j:j + 1]) if fam.rope else None, bias=None,
-            norm=norm, act=ACTIVATIONS[cfg.activation], gated_mlp=fam.gated_mlp,
-            qk_norm=fam.qk_norm, window=None, causal=cfg.causal, workers=max(1, int(workers)))
-            for j in range(ANGLE_ROWS)]
-    if len(made) == 1:
-        return [[c] * len(kinds) for c in made[kinds[0]]]
-    return [[made[kind][j] for kind in kinds] for j in range(ANGLE_ROWS)]
+
+_ROWS = RowConsts(_row_block)  # a run of one row's Consts, per block of ANGLE_ROWS positions
 
 
 def _layer_consts(cfg: ModelConfig, T: int, p: int = 0, masks: bool = True,

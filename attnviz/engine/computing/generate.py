@@ -176,6 +176,10 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
     gen = Generation(prompt_ids=first.input_ids.tolist(), notice=first.notice)
     seq = list(gen.prompt_ids)
     limit = model.config.max_positions
+    # the ids [T] each step runs: a view of one array each token is written into, not an array
+    # made from seq anew each step (room for the steps the loop may run: max_new, below limit)
+    ids_at = np.empty(max(len(seq), min(len(seq) + max_new, limit)), np.int64)
+    ids_at[:len(seq)] = seq
     trace = first.trace
     while True:
         logprobs = log_softmax(head.logits(trace.final)[0])  # [vocab] float64
@@ -201,7 +205,8 @@ def _generate(model, text, ids, head, max_new, temperature, top_p, rng, eos, row
         if should_stop is not None and should_stop():
             gen.stopped = "stopped"
             break
-        trace = run_step(model, np.asarray(seq, dtype=np.int64), rows, cache)
+        ids_at[len(seq) - 1] = token
+        trace = run_step(model, ids_at[:len(seq)], rows, cache)
     return gen
 
 

@@ -74,6 +74,18 @@ def q8_0_product(q, d, out=None):  # int8 [..., 32], float16 [..., 1] -> float32
     return np.multiply(q, d, out=out, dtype=np.float32)  # (each cast to float32 exactly, then the product)
 
 
+def q8_0_row(q, d):  # int8 [blocks, 32], float16 [blocks, 1] -> float32 [blocks, 32], or None
+    """One row's q8_0_product (the same float32 products) in steps of one type each, which for a
+    row cost a fraction of the mixed-type product's casting; None where a scale is not finite (then
+    a product is not: inf x 0 is NaN), nothing computed or said."""
+    d = d.astype(np.float32)
+    if not np.isfinite(d).all():
+        return None
+    out = q.astype(np.float32)
+    out *= d  # (each |q d| <= 128 x 65504: finite)
+    return out
+
+
 def _q8_0(b, out):  # [n, 34] -> [n, 32]
     q8_0_product(b[:, 2:].view(np.int8), b[:, :2].view(np.float16), out)
 

@@ -7,7 +7,6 @@ one RoPE (rotate-half).
 
 from __future__ import annotations
 
-import math
 import mmap
 import threading
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from gguf.quants import dequantize
 from attnviz.engine.errors import ModelLoadError
 from attnviz.engine.parallel import cores, in_threads
 from attnviz.engine.reading.dequant import COLUMN_TYPES, columns_into, dequantize_into, prepare
-from attnviz.engine.reading.dequant_row import ROW_TYPES, q8_0_product, row_into
+from attnviz.engine.reading.dequant_row import ROW_TYPES, q8_0_row, row_into
 from attnviz.engine.reading.validate import check_finite, check_shape
 
 
@@ -87,12 +86,8 @@ class QuantRows:
         """The one row `rows` [1] names of a Q8_0 or K-quant table [1, cols], checked: the
         dequantisers' values in a few array operations (dequant_row)."""
         if self._q8 is not None:  # Q8_0: dequant_row's product of the row's q [blocks, 32], d [blocks, 1]
-            # every q * d finite where their sum is (each |q d| <= 128 x 65504: no overflow); one
-            # is not where its scale is not (inf x 0 is NaN)
-            with np.errstate(invalid="ignore"):  # (then refused below, by row)
-                out = q8_0_product(self._q8[0][rows[0]], self._q8[1][rows[0]])
-                total = out.sum()
-            if math.isfinite(total):
+            out = q8_0_row(self._q8[0][rows[0]], self._q8[1][rows[0]])
+            if out is not None:  # (else a scale is not finite: refused below, by row)
                 return out.reshape(1, self.shape[1])
         out = np.empty((1, self.shape[1]), np.float32)
         row_into(self._data[rows[0]], self._qtype, out)
