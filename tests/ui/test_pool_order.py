@@ -27,3 +27,38 @@ def test_two_jobs_submitted_in_turn_run_in_turn_where_the_pool_has_a_room_lent(q
     finally:
         runner.pool.waitForDone(20000)
     assert orders == ["ab"] * 60, orders
+
+
+class _Keeping(QThreadPool):
+    """A pool that keeps the turns it is given (to take one back as Qt's tryTake does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.turns = []
+
+    def start(self, task, priority=0):
+        self.turns.append(task)
+        super().start(task, priority)
+
+
+def test_a_turn_the_pool_takes_back_leaves_its_job_to_the_next_turn(qtbot):
+    """A job whose turn the pool gives up unrun (tryTake: the turn is never deleted from Python)
+    runs in the next job's turn, in order: no later job waits a submission more for its turn."""
+    import threading
+
+    runner, hold, ran = Runner(), threading.Event(), []
+    runner.pool = _Keeping()
+    runner.pool.setMaxThreadCount(1)
+    try:
+        runner.submit("hold", lambda: hold.wait(10) and ran.append("hold"), lambda *_: None)
+        for name in ("y", "z"):
+            runner.submit(name, lambda name=name: ran.append(name), lambda *_: None)
+        assert runner.pool.tryTake(runner.pool.turns[1])  # y's turn, queued behind hold's
+        hold.set()
+        assert runner.wait_idle()
+        assert ran == ["hold", "y", "z"]
+        runner.submit("p", lambda: ran.append("p"), lambda *_: None)
+        assert runner.wait_idle() and ran[-1] == "p"
+    finally:
+        hold.set()
+        runner.pool.waitForDone(20000)

@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections import deque
 import threading
 import time
+import weakref
+from collections import deque
 from typing import Any, Callable
 
 import shiboken6
@@ -54,15 +55,15 @@ def shared_pool() -> QThreadPool:
     if _POOL is None:
         _POOL = QThreadPool(QCoreApplication.instance())
         _POOL.setMaxThreadCount(1)
-        _POOL.destroyed.connect(lambda *_, key=id(_POOL): _forget_pool(key))
+        _POOL.destroyed.connect(_forget_pool)
     return _POOL
 
 
-def _forget_pool(key: int):
+def _forget_pool(*_):
     global _POOL
-    _POOL = None
     with _PAUSE_CHANGED:  # its jobs that never ran never will: a later job gives way to none of them
-        _QUEUES.pop(key, None)
+        _QUEUES.pop(_POOL, None)
+        _POOL = None
         _WAITING.clear()
         _TURN.clear()
         _PAUSE_CHANGED.notify_all()
@@ -74,7 +75,8 @@ def _forget_pool(key: int):
 # lending its room on the pool to the jobs that wait. The condition, on their lock, is notified
 # as a job leaves its run, and as a job may have gone stale (claim, cancel, shut_down)
 _WAITING: set = set()
-_QUEUES: dict[int, deque] = {}  # id(pool) -> its jobs in the order submitted, not yet taken (_Task)
+# each pool's jobs in the order submitted, not yet taken by a turn (_Task)
+_QUEUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _RUNNING = 0
 _PAUSED: list = []
 _PAUSE_CHANGED = threading.Condition(threading.Lock())
@@ -190,66 +192,80 @@ def without_frames(exc: BaseException) -> BaseException:
     return exc
 
 
-class _Task(QRunnable):
-    """A turn on the pool: it runs the oldest job submitted to its pool and not yet taken, its own
-    or one submitted before it (Qt's pool can start a later task first: a thread woken for the
-    first is not at work yet when the next start makes a new thread, and a job queued behind
-    another, Compare's behind A's run, reads what that one hands over). Qt deletes it after its
-    run, or unrun where the pool drops it (clear, tryTake): then a job leaves the queue and the
-    waiting set, and ends for the runner as a skipped one."""
+class _Entry:
+    """A job submitted to a pool, in its queue until a turn takes it (_Task)."""
+    __slots__ = ("job", "relay", "is_stale")
 
-    def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool], queue: deque):
+    def __init__(self, job: Job, relay: Relay, is_stale: Callable[[], bool]):
+        self.job, self.relay, self.is_stale = job, relay, is_stale
+
+
+class _Task(QRunnable):
+    """A job's turn on the pool: it runs, oldest first, the jobs submitted to its pool before its
+    own and not yet taken, then its own (none where a turn before took it). Qt's pool can start a
+    later turn first (a thread woken for the first is not at work yet when the next start makes a
+    new thread), and a job queued behind another, Compare's behind A's run, reads what that one
+    hands over. Qt deletes a turn after its run, or unrun where the pool drops it (clear): its job
+    then leaves the queue and the waiting set, and ends for the runner as a skipped one."""
+
+    def __init__(self, entry: _Entry, queue: deque):
         super().__init__()
         self.setAutoDelete(True)
-        self.job, self.relay, self.is_stale, self.queue = job, relay, is_stale, queue
+        self.job = entry.job  # (the job this turn is for)
+        self.entry, self.queue = entry, queue
 
     def __del__(self) -> None:
-        queue = self.queue
+        entry, queue = self.entry, self.queue
         if queue is None:  # (it ran, or submit took it back)
             return
-        entry = (self.job, self.relay, self.is_stale)
-        self.job = self.relay = self.is_stale = self.queue = None
-        # (no lock: this may run where it is held, in whatever freed the task; a deque's remove or
-        # pop and a set's discard are one step each, and a paused job not woken here looks again
-        # within GIVE_WAY_WAIT_S). Its own job, or where a turn before took that one, the newest
+        self.job = self.entry = self.queue = None
+        # (no lock: this may run where it is held, in whatever freed the task; a deque's remove and
+        # a set's discard are one step each, and a paused job not woken here looks again within
+        # GIVE_WAY_WAIT_S)
         try:
             queue.remove(entry)
-        except ValueError:
-            try:
-                entry = queue.pop()
-            except IndexError:
-                return
-        job, relay = entry[0], entry[1]
-        _WAITING.discard(job)
+        except ValueError:  # (a turn before ran it)
+            return
+        _WAITING.discard(entry.job)
         if _PAUSED and _PAUSE_CHANGED.acquire(blocking=False):
             try:
                 _PAUSE_CHANGED.notify_all()
             finally:
                 _PAUSE_CHANGED.release()
-        emit_from_job(relay, relay.done, job, None, SKIPPED)
+        emit_from_job(entry.relay, entry.relay.done, entry.job, None, SKIPPED)
 
     def run(self) -> None:
-        global _RUNNING
-        with _PAUSE_CHANGED:
-            # (the pool can take a job off its queue just before a paused job goes on, on its turn
-            # or where the room is lowered after it: counted only once none computes, it waits)
-            while _TURN or _RUNNING > len(_PAUSED):
-                _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
-            queue, self.queue = self.queue, None
-            entry = queue.popleft() if queue else None
-            if entry is not None:
-                _WAITING.discard(entry[0])
-                _RUNNING += 1
-        if entry is None:  # (a turn dropped meanwhile took this turn's job with it)
-            return
+        own, queue = self.entry, self.queue
+        self.queue = None
         try:
-            below_the_main_thread()
-            run_job(*entry)
+            ran = _run_next(own, queue)
+            while ran is not None and ran is not own:  # (None: a turn before ran its job)
+                ran = _run_next(own, queue)
         finally:  # the pool may keep this wrapper after the run: it must not keep the job's models
-            self.job = self.relay = self.is_stale = entry = None
-            with _PAUSE_CHANGED:
-                _RUNNING -= 1
-                _PAUSE_CHANGED.notify_all()
+            self.job = self.entry = own = None
+
+
+def _run_next(own: _Entry, queue: deque) -> _Entry | None:
+    """Run the oldest job of `queue` where `own` is still in it -> the entry run (None: none)."""
+    global _RUNNING
+    with _PAUSE_CHANGED:
+        # (the pool can take a job off its queue just before a paused job goes on, on its turn
+        # or where the room is lowered after it: counted only once none computes, it waits)
+        while _TURN or _RUNNING > len(_PAUSED):
+            _PAUSE_CHANGED.wait(GIVE_WAY_WAIT_S)
+        if own not in queue:
+            return None
+        entry = queue.popleft()
+        _WAITING.discard(entry.job)
+        _RUNNING += 1
+    try:
+        below_the_main_thread()
+        run_job(entry.job, entry.relay, entry.is_stale)
+        return entry
+    finally:
+        with _PAUSE_CHANGED:
+            _RUNNING -= 1
+            _PAUSE_CHANGED.notify_all()
 
 
 def describe_error(exc: BaseException, writing=None) -> str:
@@ -315,16 +331,17 @@ class Runner(QObject):
                                           name=f"attnviz-{kind}-{job.id}", daemon=True)
             job.thread.start()
         else:
-            queue = _QUEUES.setdefault(id(self.pool), deque())
-            task = _Task(job, self._relay, is_stale, queue)
+            entry = _Entry(job, self._relay, is_stale)
             with _PAUSE_CHANGED:
-                queue.append((job, self._relay, is_stale))
+                queue = _QUEUES.setdefault(self.pool, deque())
+                queue.append(entry)
+            task = _Task(entry, queue)
             try:
                 self.pool.start(task)
             except BaseException:  # (the pool deleted): it never runs, and no job gives way to it
                 task.queue = None  # (taken back here: not ended as a job the pool dropped)
                 with _PAUSE_CHANGED:
-                    queue.remove((job, self._relay, is_stale))
+                    queue.remove(entry)
                     _WAITING.discard(job)
                     _PAUSE_CHANGED.notify_all()
                 self._live.pop(job.id, None)
