@@ -235,7 +235,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
 
     tick_font = figure_font(13 * s)
-    tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
+    tick_w = max((QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view)), default=0.0)
     bar_w = 18 * s
     group_pad = round(6 * s) if grouped else 0  # room for the KV-group boxes around heads
     gap_y = 10 * s + 2 * group_pad if n_panels > 1 else 0
