@@ -196,7 +196,7 @@ class HeatmapGrid(QWidget):
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
         if signed:  # symmetric about 0: blue below, white at 0, red above
-            signed_positions(heads, cmp.lim, out=f)
+            signed_positions(heads, cmp.lim or 1.0, out=f)  # (A = B: every difference 0, white)
             bar = (-cmp.lim, cmp.lim, "A \u2212 B (weight)")
         elif st.scale_mode == "per-head":
             heat_positions(heads, shown.tops("per-head", layers).reshape(-1)[:, None, None], out=f)
