@@ -88,6 +88,14 @@ def half_then(exc, on_file: int):
 def bar_labels(top: float) -> list[str]:
     """The numbers an exported layer figure (SVG) paints, its colour bar's labels, lowest first, for
     weights whose largest is `top` (the token labels and titles hold letters)."""
+    return sorted((text for _y, _size, text in bar_label_spots(top)), key=float)
+
+
+def bar_label_spots(top: float, n_layer: int = 1, n_head: int = 2, scope: str = "layer",
+                    width: int = 900) -> list[tuple[float, float, str]]:
+    """(baseline y, font size, text) of each number an exported figure (SVG, `width` pixels) of
+    `n_layer` x `n_head` heads of 4 tokens paints: its colour bar's labels, for weights whose
+    largest is `top` (the token labels and titles hold letters)."""
     import re
     import xml.etree.ElementTree as ET
     from types import SimpleNamespace
@@ -97,10 +105,11 @@ def bar_labels(top: float) -> list[str]:
     from attnviz.figures import heatmaps
     from attnviz.figures.data import make_view
 
-    att = np.full((1, 2, 4, 4), top / 4, dtype=np.float32)
+    att = np.full((n_layer, n_head, 4, 4), top / 4, dtype=np.float32)
     att[0, 1, 3, 2] = top
     result = SimpleNamespace(text="fake text", tokens=["ta", "tb", "tc", "td"], labels=["ta", "tb", "tc", "td"],
-                             input_ids=np.arange(4), attentions=att, kv_group=np.arange(2))
-    svg = heatmaps.svg_bytes(make_view(result, model="m", scope="layer", layer=0), 900)[0]
-    texts = [e.text.strip() for e in ET.fromstring(svg).iter() if e.tag.endswith("text") and e.text]
-    return sorted((t for t in texts if re.fullmatch(r"\d+(\.\d+)?", t)), key=float)
+                             input_ids=np.arange(4), attentions=att, kv_group=np.arange(n_head))
+    view = make_view(result, model="m", scope=scope, layer=0, head=1 if scope == "head" else None)
+    svg = heatmaps.svg_bytes(view, width)[0]
+    return [(float(e.get("y")), float(e.get("font-size")), e.text.strip()) for e in ET.fromstring(svg).iter()
+            if e.tag.endswith("text") and e.text and re.fullmatch(r"\d+(\.\d+)?", e.text.strip())]

@@ -58,10 +58,9 @@ KL_BAR = QColor("#5b8def")
 
 
 def signed_limit(d) -> float:
-    """The colour limit of a difference: its largest |value| (1 where all are 0), so the map is
-    symmetric about 0."""
-    lim = float(np.abs(np.asarray(d)).max(initial=0.0))
-    return lim if lim > 0 else 1.0
+    """The colour limit of a difference: its largest |value| (0 where all are 0: signed_rgb paints
+    them white, paint_colour_bar writes only "0"), so the map is symmetric about 0."""
+    return float(np.abs(np.asarray(d)).max(initial=0.0))
 
 
 def weight_rgb(m, colormap: str) -> np.ndarray:  # [T, T] in 0..1 -> [T, T, 3] uint8
@@ -71,8 +70,8 @@ def weight_rgb(m, colormap: str) -> np.ndarray:  # [T, T] in 0..1 -> [T, T, 3] u
 
 def signed_rgb(d, lim: float) -> np.ndarray:  # [T, T] -> [T, T, 3] uint8, white at 0
     """The diverging map: blue below 0, white at 0, red above, symmetric about 0 at +-lim (the
-    index headmap.colour uses)."""
-    i = np.clip(((np.asarray(d, dtype=np.float64) / lim + 1) * 127.5).astype(np.int64), 0, 255)
+    index headmap.colour uses); a limit of 0 (every value 0) paints white."""
+    i = np.clip(((np.asarray(d, dtype=np.float64) / (lim or 1.0) + 1) * 127.5).astype(np.int64), 0, 255)
     return np.asarray(DIVERGING)[i].astype(np.uint8)
 
 
@@ -145,7 +144,7 @@ def bar_image() -> QImage:
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor,
                      middle: float = 0.0) -> None:
     """A vertical diverging bar, middle + lim at the top, `middle` (white) half-way, middle - lim at
-    the bottom (its bands one image, scaled to `rect`)."""
+    the bottom (its bands one image, scaled to `rect`); a limit of 0 (A = B) writes only the middle."""
     p.drawImage(rect, bar_image())
     p.setPen(text)
     p.setFont(figure_font(9))
@@ -153,6 +152,8 @@ def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QCo
     ends = ((bar_end(lim), "0", bar_end(-lim)) if middle == 0 else
             tuple(f"{v:.{digits}g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
     for frac, label in zip((0.0, 0.5, 1.0), ends):
+        if lim == 0 and frac != 0.5:
+            continue
         y = rect.top() + frac * rect.height()
         p.drawText(QRectF(rect.right() + 3, y - 7, 60, 14), Qt.AlignmentFlag.AlignVCenter, label)
     p.drawText(QRectF(rect.right() + 3, rect.bottom() + 4, 80, 14), Qt.AlignmentFlag.AlignLeft, unit)

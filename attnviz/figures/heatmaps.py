@@ -116,9 +116,31 @@ def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
     """(fraction of the bar from the bottom, label) for the colour bar, bottom up, written as the
     window's colour bar writes them (figures.numbers.bar_ticks): 0 to the shared top, or 0 to 1
     of each head's maximum (the bar's title says which)."""
+    return sorted(sum(_bar_levels(view), []))
+
+
+def _bar_levels(view: ExportView) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
+    """bar_ticks' (the ends, the round steps between)."""
     hi = 1.0 if view.scale_mode == "per-head" else float(view.levels[0, 0, 1])
     ends, steps = numbers.bar_ticks(0.0, hi)
-    return [(v / hi if hi > 0 else 0.0, text) for v, text in sorted(ends + steps)]
+    return [(v / hi if hi > 0 else 0.0, t) for v, t in ends], [(v / hi, t) for v, t in steps]
+
+
+def bar_label_spots(view: ExportView, bar: QRectF, line_h: float) -> list[tuple[float, float, str]]:
+    """(y of the tick, y of its label's middle, label) of each colour-bar label painted: the ends
+    beside their ends, pushed apart about the bar's middle on a bar shorter than two lines, and a
+    round step only where its label (`line_h` tall) overlaps no other, as the window's bar leaves
+    out its steps where they would crowd."""
+    ends, steps = _bar_levels(view)
+    spots = [(bar.bottom() - f * bar.height(), text) for f, text in ends]
+    mid, two = bar.center().y(), len(spots) == 2  # (two ends: 0 then the top)
+    shown = [(y, y if not two else max(y, mid + line_h / 2) if i == 0 else min(y, mid - line_h / 2), t)
+             for i, (y, t) in enumerate(spots)]
+    for f, text in steps:
+        y = bar.bottom() - f * bar.height()
+        if all(abs(y - c) >= line_h for _, c, _ in shown):
+            shown.append((y, y, text))
+    return sorted(shown, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -235,7 +257,7 @@ def layout(view: ExportView, width: int) -> FigureLayout:
     header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
 
     tick_font = figure_font(13 * s)
-    tick_w = max(QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view))
+    tick_w = max((QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view)), default=0.0)
     bar_w = 18 * s
     group_pad = round(6 * s) if grouped else 0  # room for the KV-group boxes around heads
     gap_y = 10 * s + 2 * group_pad if n_panels > 1 else 0
@@ -440,11 +462,10 @@ def _paint_colorbar(painter: QPainter, view: ExportView, lay: FigureLayout, lut:
     painter.setFont(lay.tick_font)
     fm = QFontMetricsF(lay.tick_font)
     tick_w = 0.0
-    for frac, text in bar_ticks(view):
-        y = bar.bottom() - frac * bar.height()
+    for y, middle, text in bar_label_spots(view, bar, fm.height()):
         painter.setPen(QPen(TEXT, max(1.0, s)))
         painter.drawLine(QPointF(bar.right(), y), QPointF(bar.right() + 5 * s, y))
-        r = QRectF(bar.right() + 7 * s, y - fm.height() / 2, fm.horizontalAdvance(text) + 2, fm.height())
+        r = QRectF(bar.right() + 7 * s, middle - fm.height() / 2, fm.horizontalAdvance(text) + 2, fm.height())
         painter.drawText(r, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, text)
         tick_w = max(tick_w, r.width())
     name = bar_label(view.value_weighted, per_head_max=view.scale_mode == "per-head")  # as the window's

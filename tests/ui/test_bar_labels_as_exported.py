@@ -23,3 +23,28 @@ def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
     qtbot.wait(1)
     shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=float)
     assert len(shown) >= 3 and shown == bar_labels(top)
+
+
+@pytest.mark.parametrize("top", [0.6166, 0.2004, 0.02015, 0.9996])
+def test_the_grids_bar_writes_its_top_as_the_export_does(qtbot, top):
+    """The grid's own redraw (a result set, the shared scale): the weights' largest as it is, not
+    first rounded to 3 significant digits (0.6166 read 0.62, 0.02015 read 0.02)."""
+    from types import SimpleNamespace
+
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.views.grid import HeatmapGrid
+
+    att = np.full((1, 2, 4, 4), top / 4, dtype=np.float32)
+    att[0, 1, 3, 2] = top
+    labels = ["ta", "tb", "tc", "td"]
+    st = AppState()
+    g = HeatmapGrid(st)
+    qtbot.addWidget(g)
+    g.resize(900, 700)  # (tall: pyqtgraph leaves out no step)
+    g.show()
+    st.set_result(SimpleNamespace(attentions=att, labels=labels, tokens=labels, text="x",
+                                  offsets=[(i, i + 1) for i in range(4)], kv_group=np.arange(2)))
+    qtbot.wait(1)
+    assert st.scale_mode == "shared" and g.cbar.levels()[1] == np.float32(top)
+    shown = sorted((text for text, _box in axis_labels(g.cbar.getAxis("right"))), key=float)
+    assert len(shown) >= 3 and shown == bar_labels(top)

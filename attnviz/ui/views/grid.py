@@ -196,15 +196,15 @@ class HeatmapGrid(QWidget):
             self._fbuf = np.empty(n, np.float32)
         f = self._fbuf[:n].reshape(heads.shape)
         if signed:  # symmetric about 0: blue below, white at 0, red above
-            signed_positions(heads, cmp.lim, out=f)
-            bar = (-_sig(cmp.lim), _sig(cmp.lim), "A \u2212 B (weight)")
+            signed_positions(heads, cmp.lim or 1.0, out=f)  # (A = B: every difference 0, white)
+            bar = (-cmp.lim, cmp.lim, "A \u2212 B (weight)")
         elif st.scale_mode == "per-head":
             heat_positions(heads, shown.tops("per-head", layers).reshape(-1)[:, None, None], out=f)
             bar = (0.0, 1.0, bar_label(shown.weighted, per_head_max=True))
         else:
             top = shown.shared_top()
             heat_positions(heads, top, out=f)
-            bar = (0.0, _sig(top), bar_label(shown.weighted))
+            bar = (0.0, top, bar_label(shown.weighted))
         self._bar = update_bar(self.cbar, self._bar, bar[:2], bar[2])  # (its colormap: above)
         mosaic = self._mosaic
         mosaic.fill(0)
@@ -462,10 +462,3 @@ class HeatmapGrid(QWidget):
         if not (0 <= head < n_head and 0 <= layer < n_layer):
             return
         st.show_head(layer, head)
-
-
-def _sig(value: float) -> float:
-    """A colour bar's end at 3 significant digits (a bar re-levels only where they change); 3
-    decimals would make a limit under 0.0005 (a near twin's largest |A - B|) a bar of 0 to 0."""
-    return float(f"{value:.3g}")
-

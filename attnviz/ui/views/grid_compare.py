@@ -95,7 +95,7 @@ def pending(jobs, result, shown: Shown) -> bool:
 class Compared:
     """What the grid shows in place of A's region: B's weights (lim None) or A − B and its limit."""
     values: np.ndarray  # [n_layers, n_head, rows, cols] as Shown.region gives A's
-    lim: float | None  # the diverging scale's limit (the largest |A − B|); None: B's weights
+    lim: float | None  # the diverging scale's limit (the largest |A − B|, 0 where A = B); None: B's weights
     b: Shown  # B's weights as shown (their colour tops)
 
 
@@ -115,7 +115,7 @@ def compare_values(jobs, result, shown: Shown, layers, pool: int) -> Compared | 
     a = Shown(SimpleNamespace(attentions=c.a_attentions), hide, False)
     layers = list(range(a.n_layer)) if layers is None else list(layers)
     d = np.stack([a.rows(l, 0, a.n_tok) - b.rows(l, 0, b.n_tok) for l in layers])  # [n, H, T, T]
-    lim = float(np.abs(d).max(initial=0.0)) or 1.0
+    lim = float(np.abs(d).max(initial=0.0))
     if pool > 1:
         d = signed_pool(d, pool)
     elif hide:

@@ -196,7 +196,8 @@ def update_bar(bar: pg.ColorBarItem, shown: tuple | None, levels: tuple[float, f
     if colormap is not None and (shown is None or shown[0] != colormap):
         bar.setColorMap(pg.colormap.get(colormap))
     if shown is None or shown[1] != levels:
-        bar.setLevels(levels)
+        lo, hi = levels  # (a bar of no span, A = B: its one label "0" in the middle of -1..1)
+        bar.setLevels((lo - 1, hi + 1) if hi <= lo else levels)
         axis, ticks = bar.getAxis("right"), level_ticks(*levels)
         axis.setTicks(ticks)
         width = _axis_width(QFontMetricsF(axis.style["tickFont"]), [t for level in ticks for _, t in level])
