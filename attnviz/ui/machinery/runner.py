@@ -38,7 +38,7 @@ import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, Signal
 
 from attnviz.engine.errors import AttnvizError, Cancelled
-from attnviz.ui.machinery.tuning import below_the_main_thread, collect_garbage_on_the_main_thread
+from attnviz.ui.machinery.tuning import below_the_main_thread, collect_garbage_on_the_main_thread, without_frames
 
 log = logging.getLogger(__name__)
 
@@ -176,20 +176,6 @@ def emit_from_job(relay: Relay, signal, *args) -> None:
     except RuntimeError:
         if shiboken6.isValid(relay):
             raise
-
-
-def without_frames(exc: BaseException) -> BaseException:
-    """`exc` and the exceptions it chains, their tracebacks dropped (already in the log where
-    unexpected): a traceback holds the job's frames and their arrays (a stopped run's partial trace)
-    in a reference cycle through this frame, freed only by a collection, which runs on the main
-    thread (tuning.py) and would free them there, between two paints; dropped, they go with the job."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        e.__traceback__ = None
-        e = e.__cause__ or e.__context__
-    return exc
 
 
 class _Entry:

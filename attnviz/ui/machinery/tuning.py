@@ -1,7 +1,8 @@
 """The window process's tuning, in one place: BLAS capped at one thread for the runner's small
 jobs (raised to every core for a run that gains from it), Python's garbage collection kept on the
-main thread with what start-up made frozen out of its way, and the pool's thread scheduled below
-the main thread, which paints. benchmarks/typing_latency.py measures what each buys while typing."""
+main thread with what start-up made frozen out of its way (a failed job's tracebacks dropped, so
+its frames go with it and not with a collection), and the pool's thread scheduled below the main
+thread, which paints. benchmarks/typing_latency.py measures what each buys while typing."""
 
 from __future__ import annotations
 
@@ -262,3 +263,17 @@ def release_free_memory() -> None:
             _TRIM = False
     if _TRIM:
         _TRIM(0)
+
+
+def without_frames(exc: BaseException) -> BaseException:
+    """`exc` and the exceptions it chains, their tracebacks dropped (already in the log where
+    unexpected): a traceback holds the job's frames and their arrays (a stopped run's partial trace)
+    in a reference cycle through this frame, freed only by a collection, which runs on the main
+    thread (tuning.py) and would free them there, between two paints; dropped, they go with the job."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        e.__traceback__ = None
+        e = e.__cause__ or e.__context__
+    return exc
