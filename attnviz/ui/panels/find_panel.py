@@ -120,19 +120,19 @@ class FindPanel(QWidget):
         if r is None:
             self._show_hits(None)
             return None
+        patterns = self.state.long.patterns  # a long text's, computed on demand
         try:
             q = F.resolve_token(r, self.find_from.currentText())
             k = F.resolve_token(r, self.find_to.currentText())
-        except AttnvizError as exc:
+            for box, pos in ((self.find_from, q), (self.find_to, k)):
+                box.blockSignals(True)
+                box.setCurrentIndex(pos)
+                box.blockSignals(False)
+            hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
+        except AttnvizError as exc:  # (a token not in the text; a key a decoder's query cannot see)
             self.find_status.setText(str(exc))
             self._show_hits(None)
             return None
-        for box, pos in ((self.find_from, q), (self.find_to, k)):
-            box.blockSignals(True)
-            box.setCurrentIndex(pos)
-            box.blockSignals(False)
-        patterns = self.state.long.patterns  # a long text's, computed on demand
-        hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
         self.find_status.setText(
             f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} (key), every head ranked by "
             "specificity: its weight minus the mean weight that the other queries able to see the key "
