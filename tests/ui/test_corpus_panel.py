@@ -225,3 +225,21 @@ def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
     title = panel.scatter_plot.titleLabel.text
     assert f"colour: layer, <span style='color: {first}'>\u25cf</span> L0 … " \
            f"<span style='color: {last}'>\u25cf</span> L5)" in title, title
+
+
+def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan_dir):
+    """The line over a head's examples is longer than a 1024 px window's dock: it wraps, and the
+    window keeps its width (it grew to 1365 px, past the screen, when a head was picked)."""
+    from windows import drain_events
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.pick_head(2, 5)
+    drain_events()
+    drain_events()
+    assert "L2 H5: top 4 examples by weight" in panel.examples_title.text()
+    assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
+    assert panel.examples_title.width() <= panel.width()
+

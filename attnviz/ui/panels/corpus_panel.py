@@ -138,6 +138,7 @@ class CorpusPanel(QWidget):
         split.addWidget(self.scatter_w)
 
         self.examples_title = QLabel("Click a head for its top examples.")
+        self.examples_title.setWordWrap(True)  # (unwrapped, a head's line widened the window past 1024 px)
         self.examples = QListWidget()
         self.examples.setWordWrap(True)
         box = QWidget()
