@@ -57,7 +57,7 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
     panel, scan = _open(window, qtbot, scan_dir)
     assert scan is not None and panel.scan is scan
     assert window.corpus_dock.isVisible() and window.corpus_dock.widget() is panel
-    assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts · 0 errors" in panel.status.text()
+    assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts scanned · 0 errors" in panel.status.text()
     means = store.head_means(scan_dir, 6, 12)
     np.testing.assert_allclose(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous"))
@@ -243,3 +243,18 @@ def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan
     assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
     assert panel.examples_title.width() <= panel.width()
 
+
+def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtbot, tmp_path):
+    """Every text longer than the textbook model's 64 positions: the texts table holds both, yet
+    neither gave a statistic; the line says 0 scanned (it said '2 of 2 texts') and the first reason."""
+    from attnviz.corpus.scan import scan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(["the cat sat on the mat ."] * 20) + "\n" + " ".join(["the dog ran"] * 40) + "\n")
+    scan(tmp_path / "out", "attnviz-textbook", corpus, batch=2, examples=2, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    panel, got = _open(window, qtbot, tmp_path / "out")
+    assert got is not None
+    assert "· 0 of 2 texts scanned · 2 errors. No text gave statistics: text 0: sequence of 141 " \
+           "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
+    assert panel.heat_plot.titleLabel.text.endswith("no text gave a value")
