@@ -31,7 +31,7 @@ def find(result, query_pos, key_pos):
     T = att.shape[-1]
     q, k = _positions(T, query_pos, key_pos)
     causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
-    _visible(q, k, causal, list(result.labels))
+    _visible(q, k, causal, getattr(result, "labels", None))
     return rank_heads(att[:, :, :, k], q, k, causal)
 
 
