@@ -258,3 +258,9 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
     assert "· 0 of 2 texts scanned · 2 errors. No text gave statistics: text 0: sequence of 141 " \
            "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
     assert panel.heat_plot.titleLabel.text.endswith("no text gave a value")
+    # no head placed by behaviour (all six were drawn on one point) and no examples offered
+    assert len(panel.scatter.points()) == 0
+    assert panel.scatter_plot.titleLabel.text == "heads by behaviour: no text gave a value"
+    panel.pick_head(1, 2)
+    assert panel.examples_title.text() == "L1 H2: no examples in this scan"
+    assert panel.examples.count() == 0

@@ -355,6 +355,10 @@ class CorpusPanel(QWidget):
     # --- the scatter of heads by behaviour ----------------------------------------------------
     def _draw_scatter(self):
         s = self.scan
+        if not np.isfinite(s.means["texts"]).any():  # every text failed: no head has a place
+            self.scatter.setData([])
+            self.scatter_plot.setTitle("heads by behaviour: no text gave a value")
+            return
         n = s.n_layer * s.n_head
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
         spots = []
@@ -386,6 +390,9 @@ class CorpusPanel(QWidget):
             return
         l, h = self.head
         found = self.scan.examples.get((l, h), [])
+        if not found:
+            self.examples_title.setText(f"{head_title(l, h)}: no examples in this scan")
+            return
         self.examples_title.setText(
             f"{head_title(l, h)}: top {len(found)} examples by weight (the first token and, for a "
             "head mostly on itself, the diagonal left out); click one to open it")
