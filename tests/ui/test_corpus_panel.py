@@ -239,7 +239,8 @@ def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan
     panel.pick_head(2, 5)
     drain_events()
     drain_events()
-    assert "L2 H5: top 4 examples by weight" in panel.examples_title.text()
+    assert panel.examples_title.text() == "L2 H5: top 4 examples by weight; click one to open it"
+    assert "diagonal" in panel.examples_title.toolTip()
     assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
     assert panel.examples_title.width() <= panel.width()
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QSplitter, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.analysing.corpus_stats import HEAD_STATS, PROFILE_RULE, STAT_UNITS
+from attnviz.engine.analysing.corpus_stats import DIAGONAL_LIMIT, HEAD_STATS, PROFILE_RULE, STAT_UNITS
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
@@ -393,9 +393,12 @@ class CorpusPanel(QWidget):
         if not found:
             self.examples_title.setText(f"{head_title(l, h)}: no examples in this scan")
             return
+        # (what is left out is the line's tooltip: in the line, it took the examples' room)
         self.examples_title.setText(
-            f"{head_title(l, h)}: top {len(found)} examples by weight (the first token and, for a "
-            "head mostly on itself, the diagonal left out); click one to open it")
+            f"{head_title(l, h)}: top {len(found)} examples by weight; click one to open it")
+        self.examples_title.setToolTip(
+            "The first token (the sink) is left out, and so is the diagonal of a head mostly on "
+            f"itself (mean diagonal mass over {DIAGONAL_LIMIT:g} on that text)")
         for e in found:
             item = QListWidgetItem()
             item.setData(Qt.ItemDataRole.UserRole, e)
