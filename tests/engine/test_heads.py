@@ -232,6 +232,14 @@ def test_find_ranks_every_head_by_weight():
         F.find(_fake_result(["a", "b", "c"], att), 0, 3)
 
 
+def test_find_refuses_a_key_a_causal_query_cannot_see():
+    att = np.tril(np.ones((1, 2, 3, 3))) / np.arange(1, 4)[:, None]  # causal: rows spread over k <= q
+    with pytest.raises(InputError, match="the key 'c'@2 comes after the query 'a'@0: in a causal model"):
+        F.find(_fake_result(["a", "b", "c"], att), 0, 2)
+    assert len(F.find(_fake_result(["a", "b", "c"], att), 2, 0)) == 2
+    bidirectional = np.full((1, 2, 3, 3), 1 / 3)
+    assert len(F.find(_fake_result(["a", "b", "c"], bidirectional), 0, 2)) == 2
+
 def test_resolve_token_by_text_position_and_errors():
     r = _fake_result(["[CLS]", "The", "keys", "the", "are"], np.zeros((1, 1, 5, 5)))
     assert F.resolve_token(r, "keys") == 2

@@ -251,3 +251,26 @@ def test_the_panel_comes_for_a_model_with_checkpoints_opened_after_one_without(q
     assert panel.slider.maximum() == n - 1 and panel.slider.value() == n - 1
     assert f"step {w.state.checkpoints.infos[-1].step:,}" in panel.step_label.text()
     w.worker.wait_idle()
+
+
+def test_the_toy_window_with_its_training_curves_fits_1024_by_700(qtbot, tmp_path):
+    """The slider and curves over the grid, the repeated sequence's three rows of tokens and the
+    focus view: the window keeps a 1024 x 700 screen's size (it grew to 743 px tall: the grid's
+    place kept the long view's least height while the grid was shown), the grid and the curves
+    both on screen."""
+    from windows import drain_events
+
+    w = toy_window(qtbot, tmp_path / "s.ini", REPEATED)
+    w.focus_dock.show()
+    w.focus_dock.raise_()
+    w.resize(1024, 700)
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    assert (w.width(), w.height()) == (1024, 700)
+    panel = w.training_panel
+    assert panel.isVisible() and panel.plot.height() > 100
+    grid = w.grid
+    assert grid.isVisible() and grid.height() > 150
+    bottom = grid.mapTo(w, grid.rect().bottomLeft()).y()
+    assert bottom <= w.statusBar().mapTo(w, w.statusBar().rect().topLeft()).y()

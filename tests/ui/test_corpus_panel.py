@@ -57,7 +57,7 @@ def test_a_scan_opens_into_a_heatmap_of_any_statistic_whose_heads_list_their_exa
     panel, scan = _open(window, qtbot, scan_dir)
     assert scan is not None and panel.scan is scan
     assert window.corpus_dock.isVisible() and window.corpus_dock.widget() is panel
-    assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts · 0 errors" in panel.status.text()
+    assert "all-MiniLM-L6-v2 · 6 layers × 12 heads · 4 of 4 texts scanned · 0 errors" in panel.status.text()
     means = store.head_means(scan_dir, 6, 12)
     np.testing.assert_allclose(panel.heat_img.image, np.nan_to_num(means["first_token_mass"]), rtol=1e-12)
     panel.stat_box.setCurrentIndex(panel.stat_box.findData("previous"))
@@ -225,3 +225,43 @@ def test_the_scatters_title_keys_its_layer_colours(window, qtbot, scan_dir):
     title = panel.scatter_plot.titleLabel.text
     assert f"colour: layer, <span style='color: {first}'>\u25cf</span> L0 … " \
            f"<span style='color: {last}'>\u25cf</span> L5)" in title, title
+
+
+def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan_dir):
+    """The line over a head's examples is longer than a 1024 px window's dock: it wraps, and the
+    window keeps its width (it grew to 1365 px, past the screen, when a head was picked)."""
+    from windows import drain_events
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.pick_head(2, 5)
+    drain_events()
+    drain_events()
+    assert panel.examples_title.text() == "L2 H5: top 4 examples by weight; click one to open it"
+    assert "diagonal" in panel.examples_title.toolTip()
+    assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
+    assert panel.examples_title.width() <= panel.width()
+
+
+def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtbot, tmp_path):
+    """Every text longer than the textbook model's 64 positions: the texts table holds both, yet
+    neither gave a statistic; the line says 0 scanned (it said '2 of 2 texts') and the first reason."""
+    from attnviz.corpus.scan import scan
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text(" ".join(["the cat sat on the mat ."] * 20) + "\n" + " ".join(["the dog ran"] * 40) + "\n")
+    scan(tmp_path / "out", "attnviz-textbook", corpus, batch=2, examples=2, in_process=True,
+         progress_stream=open("/dev/null", "w"))
+    panel, got = _open(window, qtbot, tmp_path / "out")
+    assert got is not None
+    assert "· 0 of 2 texts scanned · 2 errors. No text gave statistics: text 0: sequence of 141 " \
+           "tokens is longer than this model's 64 positions" in panel.status.text(), panel.status.text()
+    assert panel.heat_plot.titleLabel.text.endswith("no text gave a value")
+    # no head placed by behaviour (all six were drawn on one point) and no examples offered
+    assert len(panel.scatter.points()) == 0
+    assert panel.scatter_plot.titleLabel.text == "heads by behaviour: no text gave a value"
+    panel.pick_head(1, 2)
+    assert panel.examples_title.text() == "L1 H2: no examples in this scan"
+    assert panel.examples.count() == 0

@@ -20,3 +20,21 @@ def test_a_short_text_clears_the_long_runs_progress(qtbot, tmp_path, smollm2):
     w.worker.wait_idle()
     drain_events()
     assert "computing layer" not in bar.currentMessage()
+
+
+def test_a_short_text_clears_the_finished_long_runs_line(qtbot, tmp_path):
+    """'Long text: 179 tokens, every layer computed.' goes too once a short text replaces the long
+    one (it stayed while the grid showed the short text's tokens)."""
+    from windows import long_view_shown
+
+    w = open_window(qtbot, tmp_path / "s.ini")
+    bar = w.statusBar()
+    lg = long_view_shown(w, qtbot, PARAGRAPH * 3)
+    drain_events()
+    assert bar.currentMessage() == f"Long text: {lg.T:,} tokens, every layer computed."
+    w.set_text(PROMPT)
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT
+                    and w.worker.running("compute") is None, timeout=WAIT)
+    w.worker.wait_idle()
+    drain_events()
+    assert "Long text" not in bar.currentMessage()

@@ -55,3 +55,26 @@ def test_scores_and_find_numbers_are_whole_at_1024_pixels(qtbot, tmp_path, smoll
     # the four columns in sight, sharing the width: no sideways scrolling to reach the weights
     assert ranking.horizontalHeader().length() <= ranking.viewport().width()
     w.worker.wait_idle()
+
+
+def test_finds_line_is_whole_in_a_1024_by_700_window_under_a_long_summary(qtbot, tmp_path):
+    """An empty sentence makes the summary seven paragraphs long: at 1024 x 700 the Find tab is
+    left its least height, and the line over its ranking is still read whole (it was cut mid-line)."""
+    from windows import drain_events, open_window
+
+    w = open_window(qtbot, tmp_path / "s.ini")
+    w.resize(1024, 700)
+    w.roles_dock.show()
+    w.roles_dock.raise_()
+    panel = w.roles_panel
+    panel.tabs.setCurrentWidget(panel.find)
+    w.set_text("")
+    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == "", timeout=30000)
+    w.worker.wait_idle()
+    drain_events()
+    drain_events()
+    label = panel.find.find_status
+    assert label.text().startswith("From '[SEP]'@1 (query) to '[CLS]'@0 (key)")
+    assert label.isVisible() and label.height() + 1 >= label.heightForWidth(label.width()), \
+        (label.height(), label.heightForWidth(label.width()))
+    assert panel.find.find_table.rowCount() == 72

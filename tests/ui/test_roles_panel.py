@@ -140,6 +140,19 @@ def test_find_ranks_heads_and_click_focuses(qtbot, minilm):
 
 
 
+def test_find_in_a_decoder_refuses_a_key_after_the_query_instead_of_ranking_zeros(qtbot, textbook_model):
+    """In a causal model 'the'@1 cannot see 'sat'@3: every head's weight is 0, so the panel says so
+    and lists no ranking; a key before the query is ranked again."""
+    state, panel, worker = _panel(qtbot, textbook_model, "the cat sat on the mat")
+    find = panel.find
+    assert find.set_find("the@1", "sat@3") is None
+    assert find.find_table.rowCount() == 0
+    assert "'sat'@3 comes after the query 'the'@1" in find.find_status.text()
+    assert "weight 0" in find.find_status.text()
+    hits = find.set_find("the@5", "sat@3")
+    assert find.find_table.rowCount() == len(hits) == 6
+    assert find.find_table.item(0, 1).text() == f"L{hits[0].layer} H{hits[0].head}"
+
 def test_find_is_its_own_view_of_the_state(qtbot, minilm):
     """Find without the roles panel: it follows the state's result and query itself, and a click
     writes the focus and the query back."""

@@ -45,8 +45,10 @@ def test_the_token_strips_hover_names_the_token_and_its_piece_without_escapes(sm
 
 def test_finds_status_line_names_query_and_key_as_labelled(smol, qtbot):
     find = smol.roles_panel.find
-    assert find.set_find("@1", "@3") is not None
-    assert find.find_status.text().startswith(f"From '{TRICKY}'@1 (query) to '{BYTE}'@3 (key), ")
+    assert find.set_find("@3", "@1") is not None
+    assert find.find_status.text().startswith(f"From '{BYTE}'@3 (query) to '{TRICKY}'@1 (key): ")
+    assert find.set_find("@1", "@3") is None  # (a decoder: the key after the query is refused)
+    assert find.find_status.text().startswith(f"the key '{BYTE}'@3 comes after the query '{TRICKY}'@1")
 
 
 def test_the_knock_out_menu_names_the_edge_as_labelled(smol):

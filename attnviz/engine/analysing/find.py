@@ -31,12 +31,14 @@ def find(result, query_pos, key_pos):
     T = att.shape[-1]
     q, k = _positions(T, query_pos, key_pos)
     causal = not np.triu(att[0, 0], 1).any() if T > 1 else True
+    _visible(q, k, causal, getattr(result, "labels", None))
     return rank_heads(att[:, :, :, k], q, k, causal)
 
 
 def find_long(patterns, query_pos, key_pos):
     """find() on a long run's patterns (longdoc.LongPatterns): only key k's column is computed."""
     q, k = _positions(patterns.T, query_pos, key_pos)
+    _visible(q, k, patterns.causal)
     return rank_heads(patterns.column(k), q, k, patterns.causal)
 
 
@@ -45,6 +47,16 @@ def _positions(T, query_pos, key_pos):
         if not 0 <= int(p) < T:
             raise InputError(f"{name} position {p} is outside the {T} tokens (0..{T - 1})")
     return int(query_pos), int(key_pos)
+
+
+def _visible(q, k, causal, labels=None):
+    """A causal model's query sees only itself and earlier keys: every head gives a later key 0, so
+    a ranking would order zeros."""
+    if causal and k > q:
+        name = (lambda i: f"{quoted(labels[i])}@{i}") if labels is not None else (lambda i: f"position {i}")
+        raise InputError(f"the key {name(k)} comes after the query {name(q)}: in a causal model a "
+                         f"token attends only to itself and earlier tokens, so every head gives this "
+                         f"key weight 0. Pick a key at or before the query")
 
 
 def rank_heads(col, q, k, causal):

@@ -80,12 +80,13 @@ class LongJobs(QObject):
         self.gen.sigStartWanted.connect(self._on_start_wanted)
         st.sigComputeReported.connect(  # a run that failed or gave way: no progress under way
             lambda *_: self.worker.running("compute") is None and lg.set_progress(0, 0))
-        self._progress_said = False  # the status bar shows "computing layer i of n"
+        self._progress_said = False  # the status bar shows a long run's line ("computing layer i of n", "every layer computed")
         st.sigTextChanged.connect(self._unsay_progress)
 
     def _unsay_progress(self, *_) -> None:
         """The text changed (a short text replaced the long one, whose run gives way): the status
-        bar no longer says a long run's layer is being computed; a new long run says its own."""
+        bar no longer speaks of the long run (a layer being computed, or all of them done, while
+        the grid shows the short text); a new long run says its own."""
         if self._progress_said:
             self._progress_said = False
             self.state.show_status("")
@@ -133,8 +134,8 @@ class LongJobs(QObject):
             self.worker.cancel(PANE_KIND)
             self.worker.cancel(TILES_KIND)
         else:
-            self._progress_said = False
             self.state.show_status(f"Long text: {run.patterns.T:,} tokens, every layer computed.")
+            self._progress_said = True
             self.request_overviews()
 
     # --- overviews ----------------------------------------------------------------------------

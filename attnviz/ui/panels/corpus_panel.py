@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QSplitter, QVBoxLayout, QWidget,
 )
 
-from attnviz.engine.analysing.corpus_stats import HEAD_STATS, PROFILE_RULE, STAT_UNITS
+from attnviz.engine.analysing.corpus_stats import DIAGONAL_LIMIT, HEAD_STATS, PROFILE_RULE, STAT_UNITS
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
@@ -138,6 +138,7 @@ class CorpusPanel(QWidget):
         split.addWidget(self.scatter_w)
 
         self.examples_title = QLabel("Click a head for its top examples.")
+        self.examples_title.setWordWrap(True)  # (unwrapped, a head's line widened the window past 1024 px)
         self.examples = QListWidget()
         self.examples.setWordWrap(True)
         box = QWidget()
@@ -354,6 +355,10 @@ class CorpusPanel(QWidget):
     # --- the scatter of heads by behaviour ----------------------------------------------------
     def _draw_scatter(self):
         s = self.scan
+        if not np.isfinite(s.means["texts"]).any():  # every text failed: no head has a place
+            self.scatter.setData([])
+            self.scatter_plot.setTitle("heads by behaviour: no text gave a value")
+            return
         n = s.n_layer * s.n_head
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
         spots = []
@@ -385,9 +390,15 @@ class CorpusPanel(QWidget):
             return
         l, h = self.head
         found = self.scan.examples.get((l, h), [])
+        if not found:
+            self.examples_title.setText(f"{head_title(l, h)}: no examples in this scan")
+            return
+        # (what is left out is the line's tooltip: in the line, it took the examples' room)
         self.examples_title.setText(
-            f"{head_title(l, h)}: top {len(found)} examples by weight (the first token and, for a "
-            "head mostly on itself, the diagonal left out); click one to open it")
+            f"{head_title(l, h)}: top {len(found)} examples by weight; click one to open it")
+        self.examples_title.setToolTip(
+            "The first token (the sink) is left out, and so is the diagonal of a head mostly on "
+            f"itself (mean diagonal mass over {DIAGONAL_LIMIT:g} on that text)")
         for e in found:
             item = QListWidgetItem()
             item.setData(Qt.ItemDataRole.UserRole, e)

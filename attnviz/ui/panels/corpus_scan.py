@@ -33,11 +33,18 @@ class ScanView:
     means: dict  # stat -> float64 [n_layer, n_head]
     examples: dict  # (layer, head) -> [store.Example] strongest first, texts included
     coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour
+    first_error: str | None = None  # the lowest text_id's error, as errors.parquet has it
 
     def summary(self) -> str:
+        """The texts that gave statistics of all the corpus' (a text in errors.parquet is stored
+        in the texts table too, but gave none)."""
         done = "" if self.complete else " (scan not finished)"
-        return (f"{self.model_name} · {self.n_layer} layers × {self.n_head} heads · "
-                f"{self.n_stored} of {self.n_texts} texts{done} · {self.n_errors} errors")
+        scanned = self.n_stored - self.n_errors
+        line = (f"{self.model_name} · {self.n_layer} layers × {self.n_head} heads · "
+                f"{scanned} of {self.n_texts} texts scanned{done} · {self.n_errors} errors")
+        if scanned == 0 and self.first_error:
+            line += f". No text gave statistics: {self.first_error}"
+        return line
 
 
 def read_scan(path) -> ScanView:
@@ -52,10 +59,13 @@ def read_scan(path) -> ScanView:
     for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
         examples.setdefault((e.layer, e.head), []).append(e)
     coords = classical_mds(js_distance(head_profiles(means)), 2)
+    first = store.query(path, "SELECT text_id, error FROM errors ORDER BY text_id LIMIT 1",
+                        tables=("errors",))
     return ScanView(path=path, model=m.model, model_name=m.model_name,
                     model_sha256=m.model_sha256, n_layer=m.n_layer,
                     n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
-                    complete=m.complete, means=means, examples=examples, coords=coords)
+                    complete=m.complete, means=means, examples=examples, coords=coords,
+                    first_error=f"text {first[0][0]}: {first[0][1]}" if first else None)
 
 
 def files_hash(model) -> str:

@@ -29,6 +29,12 @@ from attnviz.ui.panels.roles_views import Decimals, num_item
 from attnviz.ui.views.column_fit import ColumnFit
 
 
+SPECIFICITY = ("specificity: the head's weight from the query to the key minus the mean weight that "
+               "the other queries able to see the key give it (in a decoder, those at or after the "
+               "key). A head where every token attends to the key scores near 0, however large its "
+               "weight: it says nothing about this query.")
+
+
 class FindPanel(QWidget):
     sigFound = Signal(object)  # list[HeadHit] | None
 
@@ -55,9 +61,7 @@ class FindPanel(QWidget):
         self.find_status.setWordWrap(True)
         self.find_table = QTableWidget(0, 4)
         self.find_table.setHorizontalHeaderLabels(["rank", "head", "specificity", "weight"])
-        self.find_table.horizontalHeaderItem(2).setToolTip(
-            "weight minus the mean weight the other queries give the same key: a head where every "
-            "token attends to the key scores near 0, however large its weight")
+        self.find_table.horizontalHeaderItem(2).setToolTip(SPECIFICITY)
         self.find_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.find_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.find_table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
@@ -120,24 +124,24 @@ class FindPanel(QWidget):
         if r is None:
             self._show_hits(None)
             return None
+        patterns = self.state.long.patterns  # a long text's, computed on demand
         try:
             q = F.resolve_token(r, self.find_from.currentText())
             k = F.resolve_token(r, self.find_to.currentText())
-        except AttnvizError as exc:
+            for box, pos in ((self.find_from, q), (self.find_to, k)):
+                box.blockSignals(True)
+                box.setCurrentIndex(pos)
+                box.blockSignals(False)
+            hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
+        except AttnvizError as exc:  # (a token not in the text; a key a decoder's query cannot see)
             self.find_status.setText(str(exc))
             self._show_hits(None)
             return None
-        for box, pos in ((self.find_from, q), (self.find_to, k)):
-            box.blockSignals(True)
-            box.setCurrentIndex(pos)
-            box.blockSignals(False)
-        patterns = self.state.long.patterns  # a long text's, computed on demand
-        hits = F.find(r, q, k) if patterns is None else F.find_long(patterns, q, k)
-        self.find_status.setText(
-            f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} (key), every head ranked by "
-            "specificity: its weight minus the mean weight that the other queries able to see the key "
-            "give it (in a decoder, those at or after the key; a head where every token attends to "
-            "the key says nothing about this query). Click one to focus it.")
+        # (the definition is the line's and the column's tooltip: five lines of it were cut where
+        # a long summary leaves the tab its least height)
+        self.find_status.setText(f"From {quoted(r.labels[q])}@{q} (query) to {quoted(r.labels[k])}@{k} "
+                                 "(key): every head ranked by specificity. Click one to focus it.")
+        self.find_status.setToolTip(SPECIFICITY)
         self._find_q = q
         self._show_hits(hits)
         return hits

@@ -247,3 +247,11 @@ class GridOrLong(QStackedWidget):
         self.addWidget(self.long_view)
         state.long.sigRunChanged.connect(
             lambda run: self.setCurrentWidget(self.grid if run is None else self.long_view))
+        self.currentChanged.connect(lambda _i: self.updateGeometry())
+
+    def minimumSizeHint(self):
+        """The page shown's least size, not the largest of both pages' (a stack's): the long view's
+        bars kept the grid 200 px taller than it needs, so a 700 px window could not hold the toy
+        model's window with its training curves."""
+        page = self.currentWidget()
+        return page.minimumSizeHint() if page is not None else super().minimumSizeHint()
