@@ -148,3 +148,19 @@ def test_classical_mds_recovers_the_distances_of_points_in_a_plane():
     dist = np.linalg.norm(pts[:, None] - pts[None, :], axis=-1)
     xy = S.classical_mds(dist, 2)
     np.testing.assert_allclose(np.linalg.norm(xy[:, None] - xy[None, :], axis=-1), dist, atol=1e-9)
+
+
+def test_a_missing_statistic_is_left_out_and_a_head_missing_one_is_not_placed():
+    """Never a 0 in a missing mean's place: a statistic no head has is out of every distance (the
+    heads placed as without it), a head missing one of the others has no place (a NaN row)."""
+    rng = np.random.default_rng(2)
+    means = {n: rng.uniform(0.05, 0.95, size=(2, 3)) for n in S.HEAD_STATS}
+    means["induction"] = np.full((2, 3), np.nan)
+    xy = S.place_heads(means)
+    p = S.head_profiles(means)
+    assert np.isnan(p[:, S.PROFILE_STATS.index("induction")]).all()
+    want = S.classical_mds(S.js_distance(np.delete(p, S.PROFILE_STATS.index("induction"), axis=1)), 2)
+    np.testing.assert_allclose(xy, want, atol=1e-12)
+    means["previous"][1, 2] = np.nan
+    xy = S.place_heads(means)
+    assert np.isnan(xy[5]).all() and np.isfinite(xy[:5]).all()

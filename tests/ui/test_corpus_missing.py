@@ -47,3 +47,26 @@ def test_a_statistic_no_text_gave_is_grey_and_named(window, qtbot, scan_dir):
     qtbot.wait(50)
     assert panel.heat_plot.titleLabel.text == "mean previous per head"
     assert _pixel(panel, 1, 2).name() != QColor(MISSING).name()
+
+
+def test_the_scatter_never_counts_a_missing_statistic_as_zero(window, qtbot, scan_dir):
+    """The scatter places the heads without induction and duplicate (no text gave them a value)
+    and says so; a head's tooltip and the picked head's line read "no value", never 0."""
+    from windows import hover_plot
+
+    window.open_scan(str(scan_dir))
+    panel = window.corpus_panel
+    qtbot.waitUntil(lambda: panel.scan is not None and panel.scan.path == scan_dir, timeout=WAIT)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    assert "duplicate, induction: no value, not used" in panel.scatter_plot.titleLabel.text
+    panel.set_stat("induction")
+    panel.pick_head(1, 2)
+    assert panel.examples_title.text().startswith("L1 H2 (mean induction no value)")
+    spot = next(p for p in panel.scatter.points() if tuple(p.data()) == (1, 2))
+    hover_plot(qtbot, panel.scatter_plot.getViewBox(), panel.scatter_w, spot.pos().x(), spot.pos().y())
+    vb = panel.scatter_plot.getViewBox()  # (pyqtgraph puts a point's tip on its view box)
+    qtbot.waitUntil(lambda: "L1 H2: " in vb.toolTip(), timeout=WAIT)
+    tip = next(t for t in vb.toolTip().split("\n\n") if t.startswith("L1 H2: "))
+    assert "induction no value" in tip and "duplicate no value" in tip
+    assert "previous no value" not in tip

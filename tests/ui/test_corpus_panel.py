@@ -239,7 +239,8 @@ def test_a_heads_examples_title_wraps_in_a_1024_pixel_window(window, qtbot, scan
     panel.pick_head(2, 5)
     drain_events()
     drain_events()
-    assert panel.examples_title.text() == "L2 H5: top 4 examples by weight; click one to open it"
+    assert panel.examples_title.text() == ("L2 H5 (mean first_token_mass 0.611): top 4 examples by weight; "
+                                           "click one to open it")
     assert "diagonal" in panel.examples_title.toolTip()
     assert window.width() == 1024 and window.minimumSizeHint().width() <= 1024
     assert panel.examples_title.width() <= panel.width()
@@ -263,5 +264,5 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
     assert len(panel.scatter.points()) == 0
     assert panel.scatter_plot.titleLabel.text == "heads by behaviour: no text gave a value"
     panel.pick_head(1, 2)
-    assert panel.examples_title.text() == "L1 H2: no examples in this scan"
+    assert panel.examples_title.text() == "L1 H2 (mean first_token_mass no value): no examples in this scan"
     assert panel.examples.count() == 0

@@ -178,25 +178,49 @@ def merge_examples(parts, k) -> Examples:
 
 MASS_STATS = ("first_token_mass", "previous", "duplicate", "induction")  # shares of a row's weight
 SCALED_STATS = ("entropy", "mean_distance")  # divided by their largest head mean
+PROFILE_STATS = MASS_STATS + SCALED_STATS
 PROFILE_RULE = (
     "Heads compared by behaviour: each head's corpus means of first_token_mass, previous, duplicate "
     "and induction (shares of its weight), and of entropy and mean_distance divided by their "
     "largest head's mean, are each read as a two-outcome distribution (s, 1 - s); the distance of "
     "two heads is the square root of the mean Jensen-Shannon divergence (base 2) over those "
-    "statistics, 0 (same behaviour) to 1; classical MDS places the heads in 2-D."
+    "statistics, 0 (same behaviour) to 1; classical MDS places the heads in 2-D. A statistic no "
+    "text gave a value is left out; a head without a value for one of the others is not placed."
 )
 
 
 def head_profiles(means):  # {stat: [n_layer, n_head]} -> [n_layer * n_head, n_stat] in [0, 1]
-    """Each head's mean statistics scaled into [0, 1] (see PROFILE_RULE); a missing mean is 0."""
+    """Each head's mean statistics scaled into [0, 1] (see PROFILE_RULE); a missing mean stays NaN."""
     cols = []
-    for name in MASS_STATS + SCALED_STATS:
-        m = np.nan_to_num(np.asarray(means[name], dtype=np.float64), nan=0.0).reshape(-1)
+    for name in PROFILE_STATS:
+        m = np.asarray(means[name], dtype=np.float64).reshape(-1)
         if name in SCALED_STATS:
-            top = m.max() if m.size else 0.0
-            m = m / top if top > 0 else np.zeros_like(m)
+            finite = m[np.isfinite(m)]
+            top = finite.max() if finite.size else 0.0
+            m = m / top if top > 0 else np.where(np.isfinite(m), 0.0, np.nan)
         cols.append(np.clip(m, 0.0, 1.0))
     return np.stack(cols, axis=1)
+
+
+def placed_heads(profiles):  # [n, n_stat] -> (placed [n] bool, used [n_stat] bool)
+    """Which statistics and heads the scatter uses: a statistic no head has a value for is left
+    out of every distance; a head missing any of the others is left out of the scatter (never
+    placed as if it scored 0)."""
+    have = np.isfinite(profiles)
+    used = have.any(axis=0)
+    placed = have[:, used].all(axis=1) & used.any()
+    return placed, used
+
+
+def place_heads(means, dims=2):  # {stat: [n_layer, n_head]} -> [n_layer * n_head, dims], NaN rows
+    """The heads placed by behaviour (PROFILE_RULE) over the statistics that have values; a head
+    left out (placed_heads) has a NaN row."""
+    p = head_profiles(means)
+    placed, used = placed_heads(p)
+    coords = np.full((p.shape[0], dims), np.nan)
+    if placed.any():
+        coords[placed] = classical_mds(js_distance(p[placed][:, used]), dims)
+    return coords
 
 
 def _xlogx(p):

@@ -31,7 +31,7 @@ from attnviz.engine.analysing.corpus_stats import DIAGONAL_LIMIT, HEAD_STATS, PR
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.data import DEFAULT_COLORMAP
 from attnviz.figures.style import BACKGROUND, FOCUS, TEXT, WARNING, colormap_colors
-from attnviz.ui.panels.corpus_scan import ScanView, example_html
+from attnviz.ui.panels.corpus_scan import ScanView, example_html, head_readout, scatter_note, stat_value
 from attnviz.ui.views.grid_items import level_ticks
 
 SCATTER_TITLE = "heads by behaviour<br>(JS distance, MDS; colour: layer)"  # two lines: one is wider than a dock
@@ -132,7 +132,7 @@ class CorpusPanel(QWidget):
         self.scatter_plot.hideAxis("bottom")
         self.scatter_w.setToolTip(PROFILE_RULE)
         self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
-                                          tip=lambda x, y, data: head_title(*data))
+                                          tip=self._point_tip)
         self.scatter_plot.addItem(self.scatter)
         self.scatter_w.setMinimumHeight(160)
         split.addWidget(self.scatter_w)
@@ -290,6 +290,8 @@ class CorpusPanel(QWidget):
         if i != self.stat_box.currentIndex():
             self.stat_box.setCurrentIndex(i)
         self._draw_heat()
+        if self.head is not None:
+            self._list_examples()  # the picked head's line names the statistic's mean
 
     def values(self) -> np.ndarray | None:  # [n_layer, n_head] of the statistic shown
         return None if self.scan is None else self.scan.means[self.stat]
@@ -363,6 +365,8 @@ class CorpusPanel(QWidget):
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
         spots = []
         for i in range(n):
+            if not np.isfinite(s.coords[i]).all():  # a statistic with no value: not placed at 0
+                continue
             l, h = divmod(i, s.n_head)
             c = colors[l]
             spots.append({"pos": (float(s.coords[i, 0]), float(s.coords[i, 1])), "data": (l, h),
@@ -371,7 +375,12 @@ class CorpusPanel(QWidget):
         self.scatter_plot.autoRange()
         key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
                          f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
-        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
+        note = scatter_note(s)
+        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}")
+                                   + (f"<br>{note}" if note else ""))
+
+    def _point_tip(self, x, y, data) -> str:
+        return head_readout(self.scan, *data) if self.scan is not None else head_title(*data)
 
     def point_position(self, layer: int, head: int) -> QPointF:
         i = layer * self.scan.n_head + head
@@ -391,11 +400,11 @@ class CorpusPanel(QWidget):
         l, h = self.head
         found = self.scan.examples.get((l, h), [])
         if not found:
-            self.examples_title.setText(f"{head_title(l, h)}: no examples in this scan")
+            self.examples_title.setText(f"{self._picked_line(l, h)}: no examples in this scan")
             return
         # (what is left out is the line's tooltip: in the line, it took the examples' room)
         self.examples_title.setText(
-            f"{head_title(l, h)}: top {len(found)} examples by weight; click one to open it")
+            f"{self._picked_line(l, h)}: top {len(found)} examples by weight; click one to open it")
         self.examples_title.setToolTip(
             "The first token (the sink) is left out, and so is the diagonal of a head mostly on "
             f"itself (mean diagonal mass over {DIAGONAL_LIMIT:g} on that text)")
@@ -409,6 +418,9 @@ class CorpusPanel(QWidget):
             item.setSizeHint(label.sizeHint())
             self.examples.addItem(item)
             self.examples.setItemWidget(item, label)
+
+    def _picked_line(self, l, h) -> str:
+        return f"{head_title(l, h)} (mean {self.stat} {stat_value(self.scan, self.stat, l, h)})"
 
     def _offsets(self, text):
         """The text's token character spans from the loaded model's tokenizer, when it is the

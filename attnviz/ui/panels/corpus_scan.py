@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnviz.engine.analysing.corpus_stats import classical_mds, head_profiles, js_distance
+from attnviz.engine.analysing.corpus_stats import place_heads
 from attnviz.figures.style import FOCUS
 
 SNIPPET = 60  # characters of text shown either side of an example's tokens
@@ -32,7 +32,7 @@ class ScanView:
     complete: bool
     means: dict  # stat -> float64 [n_layer, n_head]
     examples: dict  # (layer, head) -> [store.Example] strongest first, texts included
-    coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour
+    coords: np.ndarray  # [n_layer * n_head, 2]: the heads placed by behaviour (NaN: not placed)
     first_error: str | None = None  # the lowest text_id's error, as errors.parquet has it
 
     def summary(self) -> str:
@@ -58,7 +58,7 @@ def read_scan(path) -> ScanView:
     examples: dict = {}
     for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
         examples.setdefault((e.layer, e.head), []).append(e)
-    coords = classical_mds(js_distance(head_profiles(means)), 2)
+    coords = place_heads(means)
     first = store.query(path, "SELECT text_id, error FROM errors ORDER BY text_id LIMIT 1",
                         tables=("errors",))
     return ScanView(path=path, model=m.model, model_name=m.model_name,
@@ -116,3 +116,32 @@ def marked_text(e, offsets) -> str:
         pos = b
     out.append(html.escape(text[pos:hi]) + ("…" if hi < len(text) else ""))
     return "".join(out).replace("\n", " ")
+
+
+def stat_value(scan: ScanView, name: str, layer: int, head: int) -> str:
+    """A head's mean of one statistic as shown: "0.312", or "no value" where no text gave one."""
+    v = float(scan.means[name][layer, head])
+    return f"{v:.3g}" if np.isfinite(v) else "no value"
+
+
+def head_readout(scan: ScanView, layer: int, head: int) -> str:
+    """A head's line in the scatter (its tooltip): its name and each statistic that places it."""
+    from attnviz.engine.analysing.corpus_stats import PROFILE_STATS
+    from attnviz.engine.computing.patterns import head_title
+
+    parts = [f"{n} {stat_value(scan, n, layer, head)}" for n in PROFILE_STATS]
+    return f"{head_title(layer, head)}: " + ", ".join(parts)
+
+
+def scatter_note(scan: ScanView) -> str:
+    """What the scatter leaves out, in words ("" when it places every head on every statistic)."""
+    from attnviz.engine.analysing.corpus_stats import PROFILE_STATS
+
+    unused = [n for n in PROFILE_STATS if not np.isfinite(scan.means[n]).any()]
+    left = int((~np.isfinite(scan.coords).all(axis=1)).sum())
+    notes = []
+    if unused:
+        notes.append(f"{', '.join(unused)}: no value, not used")
+    if left:
+        notes.append(f"{left} head{'s' * (left != 1)} not placed (a statistic with no value)")
+    return "; ".join(notes)
