@@ -87,10 +87,10 @@ class PatchView:
 
     @property
     def limit(self) -> float:
-        """The largest distance of an effect from `unchanged`: the colour bar's half-range."""
+        """The largest distance of an effect from `unchanged`: the colour bar's half-range; 0
+        where every effect is `unchanged` (every cell white, the bar writes only its middle)."""
         v = np.abs(self.values[np.isfinite(self.values)] - self.unchanged)
-        lim = float(v.max(initial=0.0))
-        return lim if lim > 0 else 1.0
+        return float(v.max(initial=0.0))
 
     def row_labels(self) -> list[str]:
         n = self.values.shape[0]
@@ -208,7 +208,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
         for c in range(cols):
             v = float(vals[r, c])
             p.fillRect(QRectF(lay.xs[c], lay.ys[r], lay.cell_w, lay.cell_h),
-                       colour(v - view.unchanged, lim) if np.isfinite(v) else NAN_CELL)
+                       colour(v - view.unchanged, lim or 1.0) if np.isfinite(v) else NAN_CELL)
     p.setPen(text)
     fm = _fm(9)
     step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
