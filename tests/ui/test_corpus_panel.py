@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from attnviz.figures.numbers import bar_ticks
-from windows import WAIT, axis_labels
+from windows import WAIT, axis_labels, drain_events
 from attnviz.engine.computing.request import RunRequest
 
 TEXTS = ["the keys to the cabinet are on the table .",
@@ -266,3 +266,22 @@ def test_a_scan_whose_texts_all_failed_says_none_was_scanned_and_why(window, qtb
     panel.pick_head(1, 2)
     assert panel.examples_title.text() == "L1 H2 (mean first_token_mass no value): no examples in this scan"
     assert panel.examples.count() == 0
+
+
+@pytest.mark.parametrize("width, every_head", [(300, False), (1000, True)])
+def test_the_heatmaps_head_labels_never_touch_in_a_narrow_dock(window, qtbot, scan_dir, width, every_head):
+    """The head labels' step comes from the map's painted width and the labels' font: a narrow
+    dock labels every other head or fewer, apart, not "H9H10H11"; a wide one labels every head."""
+    panel, _ = _open(window, qtbot, scan_dir)
+    dock = window.corpus_dock
+    dock.setFloating(True)
+    dock.show()
+    with qtbot.waitSignal(panel.heat_vb.sigResized, timeout=WAIT):
+        dock.resize(width, 700)
+    drain_events()
+    labels = axis_labels(panel.heat_plot.getAxis("bottom"))
+    boxes = sorted((b.left(), b.right()) for _t, b in labels)
+    assert len(labels) > 1
+    assert all(right + 2 < left for (_l, right), (left, _r) in zip(boxes, boxes[1:])), labels
+    assert (len(labels) == panel.scan.n_head) == every_head
+    dock.setFloating(False)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QRectF, Qt, Signal
+from PySide6.QtGui import QFontMetricsF
 from PySide6.QtWidgets import (
     QComboBox, QFileDialog, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPushButton,
     QSplitter, QVBoxLayout, QWidget,
@@ -159,6 +160,7 @@ class CorpusPanel(QWidget):
             lambda i: self.set_stat(self.stat_box.itemData(i)))
         self.load_button.clicked.connect(self.load_scan_model)
         self.heat_w.scene().sigMouseClicked.connect(self._on_heat_clicked)
+        self.heat_vb.sigResized.connect(self._head_ticks)
         self.scatter.sigClicked.connect(self._on_point_clicked)
         self.examples.itemActivated.connect(self._on_example)
         self.examples.itemClicked.connect(self._on_example)
@@ -308,15 +310,26 @@ class CorpusPanel(QWidget):
         self.cbar.setLevels((0.0, top))
         self.cbar.getAxis("right").setTicks(level_ticks(0.0, top))  # (as every colour bar writes them)
         self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
-        n_layer, n_head = v.shape
-        step = max(1, n_head // 12)
+        n_layer = v.shape[0]
         self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(n_layer)]])
-        self.heat_plot.getAxis("bottom").setTicks(
-            [[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
+        self._head_ticks()
         missing = ("" if finite.size == v.size else ": no text gave a value" if not finite.size
                    else " (grey: no text gave a value)")
         self.heat_plot.setTitle(f"mean {self.stat} per head{missing}", color=TEXT)
         self._mark_head()
+
+    def _head_ticks(self, *_):
+        """Every step-th head labelled, the step the least that keeps the labels the map's painted
+        width allows apart (a narrow dock ran them together: "H9H10H11")."""
+        if self.scan is None:
+            return
+        n_head, ax = self.scan.n_head, self.heat_plot.getAxis("bottom")
+        fm = QFontMetricsF(ax.style["tickFont"] or self.heat_w.font())
+        span = self.heat_vb.viewRange()[0]
+        per_head = self.heat_vb.width() / max(span[1] - span[0], 1e-9)  # pixels
+        room = fm.horizontalAdvance(f"H{n_head - 1}") + fm.horizontalAdvance("  ")
+        step = max(1, int(np.ceil(room / per_head))) if per_head > 0 else n_head
+        ax.setTicks([[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
 
     def cell_center(self, layer: int, head: int) -> QPointF:
         """A head's cell centre in the heatmap's view coordinates (x: head, y: layer)."""
