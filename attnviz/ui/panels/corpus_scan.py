@@ -121,7 +121,7 @@ def marked_text(e, offsets) -> str:
 def stat_value(scan: ScanView, name: str, layer: int, head: int) -> str:
     """A head's mean of one statistic as shown: "0.312", or "no value" where no text gave one."""
     v = float(scan.means[name][layer, head])
-    return f"{v:.3g}" if np.isfinite(v) else "no value"
+    return f"{v:.3f}" if np.isfinite(v) else "no value"
 
 
 def head_readout(scan: ScanView, layer: int, head: int) -> str:
