@@ -32,3 +32,28 @@ def test_the_info_line_shows_all_of_its_text_in_a_narrow_window(window, qtbot):
     assert info.fontMetrics().horizontalAdvance(info.text()) > room.width()  # (it needs both lines)
     assert info.toolTip() == info.text()
     window.worker.wait_idle()
+
+
+def _lines_needed(label, text) -> int:
+    from PySide6.QtCore import QRect, Qt
+
+    fm, room = label.fontMetrics(), label.contentsRect()
+    need = fm.boundingRect(QRect(0, 0, room.width(), 1 << 20), int(Qt.TextFlag.TextWordWrap), text)
+    return round(need.height() / fm.lineSpacing())
+
+
+def test_a_cut_texts_info_line_reads_whole_and_the_key_strip_cuts_at_a_word(window, qtbot):
+    """At 1024 x 700, a text cut to the model's positions: the info line, which needs a third line
+    for the cut, shows all of its words; the key strip under the large pane shows whole lines, its
+    last word followed by "…", never a sliver of a third line."""
+    long_view_shown(window, qtbot, "The cat sat on the mat near the old red door. " * 60, (1024, 700))
+    view = window.findChild(LongView)
+    info, strip = view.info, view.key_strip
+    qtbot.waitUntil(lambda: "the model's positions" in info.full, timeout=WAIT)
+    assert window.state.long.run.result.truncated
+    assert "the model's positions" in info.text() and info.text() == info.toolTip()
+    assert _lines_needed(info, info.text()) * info.fontMetrics().lineSpacing() <= info.contentsRect().height()
+    shown = strip.text()
+    assert shown.startswith("keys 0..") and shown.endswith(" …")
+    assert _lines_needed(strip, shown) * strip.fontMetrics().lineSpacing() <= strip.contentsRect().height()
+    window.worker.wait_idle()

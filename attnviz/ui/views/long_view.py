@@ -13,7 +13,7 @@ the new region at once (the runner's 'overview-*' jobs, ui/machinery/long_jobs.p
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QRect, Qt
 from PySide6.QtWidgets import (
     QCheckBox, QComboBox, QHBoxLayout, QLabel, QProgressBar, QPushButton, QSizePolicy, QSplitter,
     QStackedWidget, QVBoxLayout, QWidget,
@@ -36,16 +36,58 @@ def region_text(region) -> str:
     return f"queries {r0:,}..{r1 - 1:,} × keys {c0:,}..{c1 - 1:,}"
 
 
+class LinesLabel(QLabel):
+    """A word-wrapped label `lines` lines high showing as much of its text (`full`) as those lines
+    hold, cut after a whole word with " …": never a sliver of one more line."""
+
+    def __init__(self, lines: int, parent=None):
+        super().__init__(parent)
+        self.full, self.lines = "", 0
+        self.setWordWrap(True)
+        self.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
+        self.set_lines(lines)
+
+    def set_lines(self, lines: int) -> None:
+        if lines != self.lines:
+            self.lines = lines
+            self.setFixedHeight(self.fontMetrics().lineSpacing() * lines + 4)
+            self._fit()
+
+    def set_text(self, text: str) -> None:
+        self.full = text
+        self._fit()
+
+    def resizeEvent(self, ev) -> None:
+        super().resizeEvent(ev)
+        self._fit()
+
+    def fits(self, text: str) -> bool:
+        """Whether `text` wrapped at this label's width takes no more than its lines."""
+        fm, width = self.fontMetrics(), max(1, self.contentsRect().width() - 2)
+        need = fm.boundingRect(QRect(0, 0, width, 1 << 20), int(Qt.TextFlag.TextWordWrap), text)
+        return need.height() <= fm.lineSpacing() * self.lines
+
+    def _fit(self) -> None:
+        text = self.full
+        if not self.fits(text):
+            words = text.split(" ")
+            lo, hi = 0, len(words)  # the most words that fit with " …" after them
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if self.fits(" ".join(words[:mid]) + " …") else (lo, mid - 1)
+            text = " ".join(words[:lo]) + " …"
+        if text != self.text():
+            self.setText(text)
+
+
 class LongView(QWidget):
     """The long view (module docstring): a bar of options, the tiles and the large pane."""
 
     def __init__(self, state, parent=None):
         super().__init__(parent)
         self.state, self.long = state, state.long
-        self.info = QLabel()
+        self.info = LinesLabel(2)  # (a fixed height: the views below never move as it changes)
         self.info.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.info.setWordWrap(True)  # (two lines kept: the views below never move as it changes)
-        self.info.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
         self.reduce_combo = QComboBox()
         for r in REDUCES:
             self.reduce_combo.addItem(REDUCE_NAMES[r], r)
@@ -74,11 +116,8 @@ class LongView(QWidget):
 
         self.tiles = HeadTiles(state)
         self.pane = PatternPane(state)
-        self.key_strip = QLabel()
-        self.key_strip.setWordWrap(True)
+        self.key_strip = LinesLabel(2)
         self.key_strip.setToolTip("The keys of the region shown, as the model reads them")
-        self.key_strip.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.key_strip.setFixedHeight(self.fontMetrics().lineSpacing() * 2 + 4)
         self.readout = QLabel(" ")
         # text that changes with each view must not move the views (their sizes are the overviews')
         for label in (self.info, self.key_strip, self.readout, self.scale_label):
@@ -200,8 +239,8 @@ class LongView(QWidget):
         self.reduce_combo.setCurrentIndex(REDUCES.index(lg.reduce))
         self.log_check.setChecked(lg.log)
         if lg.run is None:
-            self.info.setText("")
-            self.key_strip.setText("")
+            self.info.set_text("")
+            self.key_strip.set_text("")
         else:
             lp, r = lg.patterns, lg.region
             layer = min(self.state.layer, lp.n_layer - 1)
@@ -218,14 +257,15 @@ class LongView(QWidget):
             res_ = lg.run.result
             cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"
                    if res_.truncated else "")
-            self.info.setText(f"Long text: {lp.T:,} tokens{cut}, patterns computed for what is shown · "
-                              f"layer {layer} · {region_text(r)} · {res}")
-            self.info.setToolTip(self.info.text())  # (a narrow window's two lines may not hold it)
+            self.info.set_lines(3 if res_.truncated else 2)  # (the cut takes a line of its own)
+            self.info.set_text(f"Long text: {lp.T:,} tokens{cut}, patterns computed for what is shown · "
+                               f"layer {layer} · {region_text(r)} · {res}")
+            self.info.setToolTip(self.info.full)  # (a narrow window's lines may not hold it)
             self.scale_label.setText(self.scale_text())
             labels = lg.run.result.labels
             keys = labels[r[2]:min(r[3], r[2] + STRIP_MAX)]
             more = " …" if r[3] - r[2] > STRIP_MAX else ""
-            self.key_strip.setText(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
+            self.key_strip.set_text(f"keys {r[2]:,}..{r[3] - 1:,}:  " + " ".join(keys) + more)
         pic = self.picture()
         self.export_button.setEnabled(pic is not None)
         self.export_button.setToolTip(EXPORT_TIP if pic is not None else
