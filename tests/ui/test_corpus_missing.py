@@ -59,7 +59,8 @@ def test_the_scatter_never_counts_a_missing_statistic_as_zero(window, qtbot, sca
     qtbot.waitUntil(lambda: panel.scan is not None and panel.scan.path == scan_dir, timeout=WAIT)
     window.corpus_dock.show()
     window.corpus_dock.raise_()
-    assert "duplicate, induction: no value, not used" in panel.scatter_plot.titleLabel.text
+    assert panel.scatter_note.isVisible()
+    assert panel.scatter_note.text() == "Scatter: duplicate, induction: no value, not used."
     panel.set_stat("induction")
     panel.pick_head(1, 2)
     assert panel.examples_title.text().startswith("L1 H2 (mean induction no value)")

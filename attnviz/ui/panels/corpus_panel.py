@@ -123,20 +123,7 @@ class CorpusPanel(QWidget):
         self.heat_w.setMinimumHeight(220)
         split.addWidget(self.heat_w)
 
-        self.scatter_w = pg.GraphicsLayoutWidget()
-        self.scatter_w.setBackground(BACKGROUND)
-        self.scatter_plot = self.scatter_w.addPlot(title=SCATTER_TITLE)
-        self.scatter_plot.setMenuEnabled(False)
-        self.scatter_plot.hideButtons()
-        self.scatter_plot.setMouseEnabled(False, False)
-        self.scatter_plot.hideAxis("left")
-        self.scatter_plot.hideAxis("bottom")
-        self.scatter_w.setToolTip(PROFILE_RULE)
-        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
-                                          tip=self._point_tip)
-        self.scatter_plot.addItem(self.scatter)
-        self.scatter_w.setMinimumHeight(160)
-        split.addWidget(self.scatter_w)
+        split.addWidget(self._build_scatter())
 
         self.examples_title = QLabel("Click a head for its top examples.")
         self.examples_title.setWordWrap(True)  # (unwrapped, a head's line widened the window past 1024 px)
@@ -153,6 +140,32 @@ class CorpusPanel(QWidget):
         split.setStretchFactor(1, 3)
         split.setStretchFactor(2, 2)
         lay.addWidget(split, 1)
+
+    def _build_scatter(self) -> QWidget:
+        """The heads by behaviour, with the line that names what it leaves out under it."""
+        self.scatter_w = pg.GraphicsLayoutWidget()
+        self.scatter_w.setBackground(BACKGROUND)
+        self.scatter_plot = self.scatter_w.addPlot(title=SCATTER_TITLE)
+        self.scatter_plot.setMenuEnabled(False)
+        self.scatter_plot.hideButtons()
+        self.scatter_plot.setMouseEnabled(False, False)
+        self.scatter_plot.hideAxis("left")
+        self.scatter_plot.hideAxis("bottom")
+        self.scatter_w.setToolTip(PROFILE_RULE)
+        self.scatter = pg.ScatterPlotItem(size=11, pen=pg.mkPen(BACKGROUND), hoverable=True,
+                                          tip=self._point_tip)
+        self.scatter_plot.addItem(self.scatter)
+        self.scatter_w.setMinimumHeight(160)
+        self.scatter_note = QLabel("")  # what the scatter leaves out (a third title line overflowed)
+        self.scatter_note.setWordWrap(True)
+        self.scatter_note.setStyleSheet(f"color: {WARNING}")
+        self.scatter_note.hide()
+        sbox = QWidget()
+        sl = QVBoxLayout(sbox)
+        sl.setContentsMargins(0, 0, 0, 0)
+        sl.addWidget(self.scatter_w, 1)
+        sl.addWidget(self.scatter_note)
+        return sbox
 
     def _connect(self):
         self.open_button.clicked.connect(self.ask_open)
@@ -373,6 +386,7 @@ class CorpusPanel(QWidget):
         if not np.isfinite(s.means["texts"]).any():  # every text failed: no head has a place
             self.scatter.setData([])
             self.scatter_plot.setTitle("heads by behaviour: no text gave a value")
+            self.scatter_note.hide()
             return
         n = s.n_layer * s.n_head
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
@@ -388,9 +402,10 @@ class CorpusPanel(QWidget):
         self.scatter_plot.autoRange()
         key = " … ".join(f"<span style='color: #{int(colors[l][0]):02x}{int(colors[l][1]):02x}"
                          f"{int(colors[l][2]):02x}'>\u25cf</span> L{l}" for l in sorted({0, s.n_layer - 1}))
+        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}"))
         note = scatter_note(s)
-        self.scatter_plot.setTitle(SCATTER_TITLE.replace("colour: layer", f"colour: layer, {key}")
-                                   + (f"<br>{note}" if note else ""))
+        self.scatter_note.setText(f"Scatter: {note}.")
+        self.scatter_note.setVisible(bool(note))
 
     def _point_tip(self, x, y, data) -> str:
         return head_readout(self.scan, *data) if self.scan is not None else head_title(*data)
