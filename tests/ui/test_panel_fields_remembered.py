@@ -168,3 +168,28 @@ def test_custom_numbers_of_a_loaded_model_come_back_only_on_that_model(qtbot, tm
     for gone in ({}, {"base": "a-model-since-removed"}):
         moved = calc_restarted(qtbot, tmp_path, {**saved, **gone}, "llama_gqa")
         assert (calc_shown(moved), moved.kv_label.text()) == want
+
+
+def test_changes_made_before_the_model_has_come_stay_when_it_comes(qtbot):
+    """What the user changes while the first model loads replaces the saved fields: shown when the
+    model comes, and written at close if none comes."""
+    from attnviz.engine import load_model
+    from attnviz.engine.reading import textbook
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.panels.calc_panel import CalcPanel
+
+    state = AppState()
+    panel = CalcPanel(state)
+    qtbot.addWidget(panel)
+    panel.set_fields({"preset": "gpt2", "base": "gpt2", "seq_len": 777, "batch": 2, "kv_dtype": "fp8"})
+    index = panel.preset_combo.findData("mistral-7b-v0.1")  # the user picks another preset
+    panel.preset_combo.setCurrentIndex(index)
+    panel.preset_combo.activated.emit(index)
+    panel.spins["batch"].setValue(5)  # and a batch
+    panel.spins["n_layer"].setValue(9)  # and a number of its own: Custom
+    shown = calc_shown(panel)
+    assert (shown["preset"], shown["batch"], shown["n_layer"]) == ("Custom", "5", "9")
+    assert {key: panel.fields().get(key) for key in ("preset", "base", "batch", "n_layer")} == \
+        {"preset": "__custom__", "base": "mistral-7b-v0.1", "batch": 5, "n_layer": 9}  # what close writes
+    state.set_model(load_model(textbook.TEXTBOOK_NAME))
+    assert calc_shown(panel) == shown

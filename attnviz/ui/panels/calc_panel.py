@@ -369,6 +369,19 @@ class CalcPanel(QWidget):
             # cache dtype) does not, so the preset's name stays
             spin.valueChanged.connect(self._recompute if key in RUN_FIELDS else self._on_edit)
         self.dtype_combo.currentIndexChanged.connect(self._recompute)
+        # a change of the user's (set_fields and _fill_fields block the spins' signals; activated
+        # comes only from the user), connected after the handlers above so that it sees their work
+        for spin in self.spins.values():
+            spin.valueChanged.connect(self._user_changed)
+        for combo in (self.preset_combo, self.dtype_combo):
+            combo.activated.connect(self._user_changed)
+
+    def _user_changed(self, *_args) -> None:
+        """Before the first model, what the user now shows replaces the saved fields: kept when the
+        model comes, and what the settings write if none comes."""
+        if self.state is not None and self.state.model is None:
+            self._saved = None
+            self._saved = self.fields()
 
     def _select(self, key: str) -> None:
         index = self.preset_combo.findData(key)
