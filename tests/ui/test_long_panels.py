@@ -159,9 +159,9 @@ def test_find_on_a_long_text_ranks_the_heads_as_on_the_dense_run(win, qtbot, smo
         rows = find_rows(find)
         assert [r[0] for r in rows[:10]] == [f"L{h.layer} H{h.head}" for h in want[:10]]
         shown = {r[0]: (r[1], r[2]) for r in rows}
-        for h in want:  # every head's specificity and weight as on the dense run
+        for h in want:  # every head's specificity and weight as on the dense run, to the 3 digits shown
             spec, weight = shown[f"L{h.layer} H{h.head}"]
-            assert abs(spec - h.specificity) <= 5e-5 + 1e-5 and abs(weight - h.weight) <= 5e-5 + 1e-5
+            assert abs(spec - h.specificity) <= 5e-4 + 1e-5 and abs(weight - h.weight) <= 5e-4 + 1e-5
 
     st.set_query(T - 3)  # a query row picked elsewhere moves Find's query
     assert find.find_from.currentIndex() == T - 3

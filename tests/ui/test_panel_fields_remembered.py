@@ -121,3 +121,75 @@ def test_fields_shown_before_the_model_has_come_stay_when_it_comes(qtbot):
     assert (shown["preset"], shown["seq_len"], shown["batch"], shown["kv_dtype"]) == \
         (panel.presets["gpt2"].name, "777", "2", "fp8 (8 bits)")
     assert panel.preset_combo.itemText(0).startswith("Loaded model: ")  # (offered, not chosen)
+
+
+def calc_restarted(qtbot, tmp_path, fields: dict, config: str):
+    """A Calculator on its own, given the model `config` (a fixture) and the fields `fields` as a
+    settings file gives them back after a restart."""
+    import json
+    from pathlib import Path
+
+    from attnviz.ui.machinery.settings import saved_fields
+    from attnviz.ui.panels.calc_panel import FIELD_TYPES, CalcPanel
+
+    s = QSettings(str(tmp_path / f"{config}.ini"), QSettings.Format.IniFormat)
+    for key, value in fields.items():
+        s.setValue(f"calc/{key}", value)
+    panel = CalcPanel()
+    qtbot.addWidget(panel)
+    raw = json.loads((Path(__file__).parents[1] / "fixtures" / config / "config.json").read_text())
+    panel.set_model_config(raw, config)
+    panel.set_fields(saved_fields(s, "calc", FIELD_TYPES))
+    return panel
+
+
+def test_custom_numbers_of_a_loaded_model_come_back_only_on_that_model(qtbot, tmp_path):
+    """Custom numbers started from the loaded model come back Custom on the same model, with the
+    same totals; on another model only how it was run comes back (context, batch, KV dtype), on
+    that model's own numbers, as they do when the preset they started from is no longer known."""
+    first = calc_restarted(qtbot, tmp_path, {}, "gemma3")
+    first.spins["n_layer"].setValue(first.spins["n_layer"].value() + 1)  # Custom on the loaded model
+    first.spins["seq_len"].setValue(4_000)
+    first.spins["batch"].setValue(2)
+    select(first.dtype_combo, "int8")
+    custom, saved = calc_shown(first), first.fields()
+    assert custom["preset"] == "Custom"
+
+    again = calc_restarted(qtbot, tmp_path, saved, "gemma3")
+    assert calc_shown(again) == custom
+    assert again.kv_label.text() == first.kv_label.text()
+
+    other = calc_restarted(qtbot, tmp_path, {}, "llama_gqa")
+    other.spins["seq_len"].setValue(4_000)
+    other.spins["batch"].setValue(2)
+    select(other.dtype_combo, "int8")
+    want = calc_shown(other), other.kv_label.text()
+    assert want[0]["preset"] == "Loaded model: llama_gqa"
+    for gone in ({}, {"base": "a-model-since-removed"}):
+        moved = calc_restarted(qtbot, tmp_path, {**saved, **gone}, "llama_gqa")
+        assert (calc_shown(moved), moved.kv_label.text()) == want
+
+
+def test_changes_made_before_the_model_has_come_stay_when_it_comes(qtbot):
+    """What the user changes while the first model loads replaces the saved fields: shown when the
+    model comes, and written at close if none comes."""
+    from attnviz.engine import load_model
+    from attnviz.engine.reading import textbook
+    from attnviz.ui.machinery.state import AppState
+    from attnviz.ui.panels.calc_panel import CalcPanel
+
+    state = AppState()
+    panel = CalcPanel(state)
+    qtbot.addWidget(panel)
+    panel.set_fields({"preset": "gpt2", "base": "gpt2", "seq_len": 777, "batch": 2, "kv_dtype": "fp8"})
+    index = panel.preset_combo.findData("mistral-7b-v0.1")  # the user picks another preset
+    panel.preset_combo.setCurrentIndex(index)
+    panel.preset_combo.activated.emit(index)
+    panel.spins["batch"].setValue(5)  # and a batch
+    panel.spins["n_layer"].setValue(9)  # and a number of its own: Custom
+    shown = calc_shown(panel)
+    assert (shown["preset"], shown["batch"], shown["n_layer"]) == ("Custom", "5", "9")
+    assert {key: panel.fields().get(key) for key in ("preset", "base", "batch", "n_layer")} == \
+        {"preset": "__custom__", "base": "mistral-7b-v0.1", "batch": 5, "n_layer": 9}  # what close writes
+    state.set_model(load_model(textbook.TEXTBOOK_NAME))
+    assert calc_shown(panel) == shown

@@ -239,3 +239,20 @@ def test_with_what_heads_do_shown_a_keystroke_paints_the_layer_on_screen_first_t
     assert seen and seen[-1].text == TEXT + " t"
     np.testing.assert_array_equal(seen[-1].attentions, r.attentions[:5])
     assert st.preview is None
+
+
+def test_the_status_bars_query_follows_the_preview(smollm2_window, qtbot):
+    """Over a preview the status bar names the query the grid shows: the same token where the text
+    before it is the same, none where the text was edited before it (not the last result's)."""
+    w = smollm2_window
+    st, label = w.state, widget(w, "query_label")
+    st.set_query(2)  # "·to"
+    shown = f"Query: {st.result.labels[2]} (#2)"
+    assert label.text() == shown
+    kept = st.model.run(TEXT + " table", request=RunRequest(layers=1, use_cache=False))
+    st.set_preview(kept)  # the same tokens up to the query: it stays
+    assert st.preview_query() == 2 and label.text() == shown
+    edited = st.model.run("A key " + TEXT, request=RunRequest(layers=1, use_cache=False))
+    st.set_preview(edited)  # edited before the query: the grid shows none, and so does the status bar
+    assert w.grid.drawn is edited and st.preview_query() is None
+    assert label.text() == ""

@@ -247,9 +247,9 @@ def test_find_waits_while_hidden_and_catches_up(qtbot, minilm):
     assert find.hits == F.find(state.result, T - 1, 0)
     assert find.find_table.item(0, 1).text() == f"L{find.hits[0].layer} H{find.hits[0].head}"
     assert find.find_table.item(0, 2).data(Qt.ItemDataRole.DisplayRole) == \
-        round(float(find.hits[0].specificity), 4)
+        round(float(find.hits[0].specificity), 3)
     assert find.find_table.item(0, 3).data(Qt.ItemDataRole.DisplayRole) == \
-        round(float(find.hits[0].weight), 4)
+        round(float(find.hits[0].weight), 3)
     scores_settled(worker)
 
 
@@ -399,3 +399,18 @@ def test_overlay_leaves_out_the_unknown_tokens_the_score_leaves_out(qtbot, textb
     assert (unk[1], unk[0]) not in cells  # two unknown words are not copies of each other
     the = [i for i, t in enumerate(state.result.labels) if t == "the"]
     assert (the[1], the[0]) in cells
+
+
+def test_find_shows_its_numbers_rounded_once_and_no_minus_zero(qtbot, textbook_model, monkeypatch):
+    """Find's specificity and weight read as they are to 3 digits: 0.0004996 is 0.000 (not rounded
+    to 0.0005 first, then to 0.001), and a small negative value is 0.000, not -0.000."""
+    state, panel, worker = _panel(qtbot, textbook_model, "the cat sat on the mat")
+    hits = [F.HeadHit(0, 0, 0.0004996, -3e-5), F.HeadHit(0, 1, 0.2504, 0.12349)]
+    monkeypatch.setattr(F, "find", lambda *_args: hits)
+    assert panel.find.set_find("the@5", "sat@3") == hits
+    table = panel.find.find_table
+
+    def shown(row, col):  # as the table's delegate writes the cell
+        index = table.model().index(row, col)
+        return table.itemDelegateForIndex(index).displayText(index.data(), table.locale())
+    assert [[shown(row, col) for col in (2, 3)] for row in range(2)] == [["0.000", "0.000"], ["0.123", "0.250"]]

@@ -7,7 +7,6 @@ result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
 from __future__ import annotations
 
 import html
-import re
 from dataclasses import replace
 
 from PySide6.QtCore import QLocale, QPoint, QRect, Qt, Signal
@@ -19,8 +18,8 @@ from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.figures.style import ERROR
 from attnviz.ui.panels.calc_views import (
-    CompareTable, KVPlot, ShapesTable, flops_text, kv_text, live_text, params_text, sentence_text, summary_text,
-    tokens,
+    CompareTable, KVPlot, ShapesTable, as_sentence, flops_text, grouped, kv_text, live_text, params_text,
+    sentence_text, summary_text, tokens,
 )
 
 
@@ -44,27 +43,7 @@ FIELDS = {
 }
 RUN_FIELDS = ("seq_len", "batch")  # how a model is run, not which model it is
 # what the settings keep of the panel (CalcPanel.fields), each read back as its type
-FIELD_TYPES = {"preset": str, "base": str, **{key: int for key in FIELDS}, "kv_dtype": str}
-
-
-# a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
-# a number already grouped
-_UNGROUPED = re.compile(r"(?<![\w.,])\d{4,}(?!\w)")
-
-
-def grouped(message: str) -> str:
-    """`message` with its numbers written as the panel's fields and lines write them: "d_model
-    (4096): d_model / n_head = 1365.33" -> "d_model (4,096): d_model / n_head = 1,365.33"."""
-    return _UNGROUPED.sub(lambda m: f"{int(m.group()):,}", message)
-
-
-def as_sentence(note: str) -> str:
-    """A footer note as a sentence of its own: a capital first letter and a full stop."""
-    note = note.strip()
-    if not note:
-        return note
-    note = note[0].upper() + note[1:]
-    return note if note.endswith((".", "!", "?")) else note + "."
+FIELD_TYPES = {"preset": str, "base": str, "base_model": str, **{key: int for key in FIELDS}, "kv_dtype": str}
 
 
 class CalcPanel(QWidget):
@@ -193,19 +172,26 @@ class CalcPanel(QWidget):
         if preset != CUSTOM:
             own = self._field_values(self._base)
             shown = {key: "" if value == own[key] else value for key, value in shown.items()}
-        return {"preset": preset, "base": self._base_key, **shown}
+        model = self._loaded_name if self._base_key == LOADED else ""
+        return {"preset": preset, "base": self._base_key, "base_model": model, **shown}
 
     def set_fields(self, saved: dict) -> None:
         """Show the fields `saved` (fields()' keys, each of its type; any left out): a preset no
         longer known, a value outside its field's range or a dtype not offered leaves what the
-        panel shows. Without a model yet, shown again once the first one has come."""
+        panel shows. Custom numbers come back only on the base they were made from (a known preset,
+        or the loaded model of the same name); on any other, only the run fields (seq_len, batch,
+        KV dtype), on the loaded model. Without a model yet, shown again once the first one has
+        come."""
         if self.state is not None and self.state.model is None:
             self._saved = dict(saved)
         preset, base = saved.get("preset"), saved.get("base")
-        known = [*self.presets, *([LOADED] if self._loaded is not None else [])]
-        if preset == CUSTOM and base in known:
+        loaded = self._loaded is not None
+        if preset == CUSTOM and not (base in self.presets or base == LOADED and loaded
+                                     and saved.get("base_model") == self._loaded_name):
+            preset = LOADED  # its numbers on another model than theirs: only how it was run
+        if preset == CUSTOM:
             self._select(base)
-        elif preset in known:
+        elif preset in self.presets or preset == LOADED and loaded:
             self._select(preset)
         editable = self.spins if preset == CUSTOM else RUN_FIELDS
         for key in editable:
@@ -383,6 +369,19 @@ class CalcPanel(QWidget):
             # cache dtype) does not, so the preset's name stays
             spin.valueChanged.connect(self._recompute if key in RUN_FIELDS else self._on_edit)
         self.dtype_combo.currentIndexChanged.connect(self._recompute)
+        # a change of the user's (set_fields and _fill_fields block the spins' signals; activated
+        # comes only from the user), connected after the handlers above so that it sees their work
+        for spin in self.spins.values():
+            spin.valueChanged.connect(self._user_changed)
+        for combo in (self.preset_combo, self.dtype_combo):
+            combo.activated.connect(self._user_changed)
+
+    def _user_changed(self, *_args) -> None:
+        """Before the first model, what the user now shows replaces the saved fields: kept when the
+        model comes, and what the settings write if none comes."""
+        if self.state is not None and self.state.model is None:
+            self._saved = None
+            self._saved = self.fields()
 
     def _select(self, key: str) -> None:
         index = self.preset_combo.findData(key)

@@ -8,6 +8,7 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
+import re
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
@@ -320,3 +321,33 @@ def _arrays_text(held: int, allocated: int) -> str:
         return "; the arrays holding them: the same, no room for more positions"
     return (f"; the arrays holding them, with room for the next positions: "
             f"<b>{exact_bytes(allocated)}</b>")
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+# a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
+# a number already grouped
+_UNGROUPED = re.compile(r"(?<![\w.,])\d{4,}(?!\w)")
+# what a message quotes as it was given, left as it is: a quoted span, a list or shape in brackets
+# or parentheses ("(4096, 1024)", "[128, 4096]"), a path ("/2024/")
+_AS_GIVEN = re.compile(r"""(?<!\w)'[^']*'(?!\w)|"[^"]*"|\([^()]*,[^()]*\)|\[[^\[\]]*\]|\S*[/\\]\S+""")
+
+
+def grouped(message: str) -> str:
+    """`message` with its numbers written as the panel's fields and lines write them: "d_model
+    (4096): d_model / n_head = 1365.33" -> "d_model (4,096): d_model / n_head = 1,365.33"; what
+    it quotes (config text, a shape, a path) is left as given."""
+    parts, end = [], 0
+    for m in _AS_GIVEN.finditer(message):
+        parts += [_UNGROUPED.sub(lambda n: f"{int(n.group()):,}", message[end:m.start()]), m.group()]
+        end = m.end()
+    return "".join([*parts, _UNGROUPED.sub(lambda n: f"{int(n.group()):,}", message[end:])])
+
+
+def as_sentence(note: str) -> str:
+    """A footer note as a sentence of its own: a capital first letter and a full stop."""
+    note = note.strip()
+    if not note:
+        return note
+    note = note[0].upper() + note[1:]
+    return note if note.endswith((".", "!", "?")) else note + "."

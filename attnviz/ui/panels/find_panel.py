@@ -154,14 +154,15 @@ class FindPanel(QWidget):
             if t.item(i, 0) is None:  # rows keep their items: refilling only sets their values
                 t.setItem(i, 0, num_item(i + 1, 0))
                 t.setItem(i, 1, QTableWidgetItem())
-                t.setItem(i, 2, num_item(0.0, 4))
-                t.setItem(i, 3, num_item(0.0, 4))
+                t.setItem(i, 2, num_item(0.0))
+                t.setItem(i, 3, num_item(0.0))
             head = t.item(i, 1)
             head.setText(head_title(hit.layer, hit.head))
             head.setToolTip(self.state.badge(hit.layer, hit.head))  # the grid's badge of that head
             for col, value in ((2, float(hit.specificity)), (3, float(hit.weight))):
+                # rounded once, to the 3 digits shown, as num_item does; + 0.0: no "-0.000"
                 t.item(i, col).setData(Qt.ItemDataRole.DisplayRole,
-                                       None if np.isnan(value) else round(value, 4))
+                                       None if np.isnan(value) else round(value, 3) + 0.0)
         self.find_fit.measure()
         if hits is None:
             if self.state.text_result is None:

@@ -98,10 +98,15 @@ class ComputeFigures:
         state.sigPreviewChanged.connect(self._on_preview)
         state.sigQueryChanged.connect(self._on_query)
         state.sigResultChanged.connect(self._on_query)
+        state.sigPreviewChanged.connect(self._on_query)
         self._on_query()
 
     def _on_query(self, *_) -> None:
-        r, q = self.state.result, self.state.query_pos
+        """The query as the grid shows it: over a preview, the preview's (none where the text
+        changed before it), else the result's."""
+        p = self.state.shown_preview()
+        r, q = (p.result, self.state.preview_query()) if p is not None else \
+            (self.state.result, self.state.query_pos)
         if r is None or q is None:
             self.query_label.set_query("", None)
             return
