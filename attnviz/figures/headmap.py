@@ -46,12 +46,13 @@ class HeadMap:
         the embeddings) named: they are drawn at the end of the scale, not at their values."""
         lim = self.limit
         if self.nonnegative:
-            return f"white 0 to red {lim:.3g} {self.unit}"
+            return f"white 0 to red {lim:.3g} {self.unit}" if lim > 0 else f"white: every head 0 {self.unit}"
         parts = ([(self.column[0], np.abs(np.asarray(self.column[1], float)).max(initial=0.0))]
                  if self.column is not None else [])
         parts += [(name, abs(float(v))) for name, v in self.extras]
         over = [(name, v) for name, v in parts if v > lim]
-        text = f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}"
+        text = (f"blue < 0 < red, \u00b1{lim:.3g} {self.unit}" if lim > 0
+                else f"white: every head 0 {self.unit}; blue < 0 < red")
         if over:
             top = max(v for _, v in over)
             text += f" ({', '.join(n for n, _ in over)} up to \u00b1{top:.3g}: clipped)"
@@ -59,8 +60,9 @@ class HeadMap:
 
     @property
     def limit(self) -> float:
-        lim = float(np.abs(self.values).max(initial=0.0))
-        return lim if lim > 0 else 1.0
+        """The largest |value| of the heads: the colours' half-range (0: every head is 0, white,
+        and the other cells are drawn at full colour by their sign)."""
+        return float(np.abs(self.values).max(initial=0.0))
 
 
 @dataclass
@@ -153,14 +155,16 @@ def layout(hm: HeadMap, width: int, height: int) -> HeadMapLayout:
 
 
 def colour(value: float, lim: float) -> QColor:
-    i = int(np.clip((value / lim + 1) * 127.5, 0, 255))
-    r, g, b = DIVERGING[i]
+    r, g, b = DIVERGING[int(colour_indices(value, lim))]
     return QColor(int(r), int(g), int(b))
 
 
 def colour_indices(values, lim: float) -> np.ndarray:  # [...] -> [...] int64 in 0..255
-    """colour()'s index into DIVERGING for every value at once (finite values)."""
-    return np.clip((np.asarray(values, dtype=np.float64) / lim + 1) * 127.5, 0, 255).astype(np.int64)
+    """colour()'s index into DIVERGING for every value at once (finite values); a limit of 0 paints
+    0 white and any other value at the end of its sign (beyond the limit: clipped)."""
+    v = np.asarray(values, dtype=np.float64)
+    scaled = v / lim if lim > 0 else np.sign(v) * 2.0
+    return np.clip((scaled + 1) * 127.5, 0, 255).astype(np.int64)
 
 
 _TABLE: list[QColor] = []

@@ -208,7 +208,7 @@ def paint(p: QPainter, view: PatchView, lay: PatchLayout, text: QColor = TEXT) -
         for c in range(cols):
             v = float(vals[r, c])
             p.fillRect(QRectF(lay.xs[c], lay.ys[r], lay.cell_w, lay.cell_h),
-                       colour(v - view.unchanged, lim or 1.0) if np.isfinite(v) else NAN_CELL)
+                       colour(v - view.unchanged, lim) if np.isfinite(v) else NAN_CELL)
     p.setPen(text)
     fm = _fm(9)
     step = max(1, int(np.ceil(fm.height() / max(lay.cell_h, 1))))
