@@ -14,11 +14,7 @@ def test_a_short_text_clears_the_long_runs_progress(qtbot, tmp_path, smollm2):
                           check_params_cb=lambda m: "computing layer" in m):
         w.set_text(PARAGRAPH * 12)
     assert "computing layer" in bar.currentMessage()
-    w.set_text(PROMPT)
-    qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT
-                    and w.worker.running("compute") is None, timeout=WAIT)
-    w.worker.wait_idle()
-    drain_events()
+    short_text_shown(w, qtbot)
     assert "computing layer" not in bar.currentMessage()
 
 
@@ -32,9 +28,14 @@ def test_a_short_text_clears_the_finished_long_runs_line(qtbot, tmp_path):
     lg = long_view_shown(w, qtbot, PARAGRAPH * 3)
     drain_events()
     assert bar.currentMessage() == f"Long text: {lg.T:,} tokens, every layer computed."
+    short_text_shown(w, qtbot)
+    assert "Long text" not in bar.currentMessage()
+
+
+def short_text_shown(w, qtbot):
+    """The short prompt typed over the long text, its result shown and every job and event done."""
     w.set_text(PROMPT)
     qtbot.waitUntil(lambda: w.state.result is not None and w.state.result.text == PROMPT
                     and w.worker.running("compute") is None, timeout=WAIT)
     w.worker.wait_idle()
     drain_events()
-    assert "Long text" not in bar.currentMessage()
