@@ -62,7 +62,8 @@ class HeadMap:
     def limit(self) -> float:
         """The largest |value| of the heads: the colours' half-range (0: every head is 0, white,
         and the other cells are drawn at full colour by their sign)."""
-        return float(np.abs(self.values).max(initial=0.0))
+        v = np.asarray(self.values, dtype=np.float64)
+        return float(np.abs(v[np.isfinite(v)]).max(initial=0.0))
 
 
 @dataclass
@@ -210,7 +211,8 @@ def paint(p: QPainter, hm: HeadMap, lay: HeadMapLayout, background: QColor | Non
     else:
         _paint_down_labels(p, hm, lay, f, n_layer, n_head)
     for r, (name, _v) in zip(lay.extra_rects, hm.extras):
-        p.setPen(QColor(Qt.GlobalColor.black) if abs(_v) < 0.6 * lim else QColor(Qt.GlobalColor.white))
+        light = abs(_v) < 0.6 * lim if lim > 0 else _v == 0  # (the cell's colour: colour_indices)
+        p.setPen(QColor(Qt.GlobalColor.black) if light else QColor(Qt.GlobalColor.white))
         p.drawText(r, Qt.AlignmentFlag.AlignCenter, name)
     # switched-off heads crossed out, the focused head outlined
     pen = QPen(MARK, max(1.5, c * 0.12))

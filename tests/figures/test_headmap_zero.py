@@ -39,3 +39,17 @@ def test_zero_heads_beside_a_writing_mlp_draw_the_mlp_at_the_end_of_its_sign(qap
     for l in range(2):
         c = img.pixelColor(int(lay.x_column + lay.cell / 2), int(lay.y_layers[l] + lay.cell / 2))
         assert (c.red(), c.green(), c.blue()) == ends[l]
+
+
+def test_a_zero_extra_beside_zero_heads_writes_its_name_in_dark_ink(qapp):
+    hm = headmap.HeadMap("DLA", np.zeros((2, 3)), "logit", extras=(("bias", 0.0),))
+    img, lay = _painted(hm)
+    r = lay.extra_rects[0]
+    darkest = min(img.pixelColor(x, y).lightness() for x in range(int(r.left()) + 1, int(r.right()))
+                  for y in range(int(r.top()) + 1, int(r.bottom())))
+    assert darkest < 100
+
+
+def test_a_head_without_a_value_leaves_the_scale_to_the_others(qapp):
+    hm = headmap.HeadMap("JSD", np.array([[np.nan, 0.5], [0.25, 0.0]]), "bits", nonnegative=True)
+    assert hm.limit == 0.5 and hm.scale_text() == "white 0 to red 0.5 bits"

@@ -193,3 +193,21 @@ def test_changes_made_before_the_model_has_come_stay_when_it_comes(qtbot):
         {"preset": "__custom__", "base": "mistral-7b-v0.1", "batch": 5, "n_layer": 9}  # what close writes
     state.set_model(load_model(textbook.TEXTBOOK_NAME))
     assert calc_shown(panel) == shown
+
+
+def test_a_run_field_set_while_the_model_loads_keeps_the_remembered_custom_of_that_model(
+        textbook_window, tmp_path):
+    """Until the model comes the panel shows a stand-in preset; setting the batch then keeps the
+    remembered Custom of the loaded model (its n_layer) and takes the batch, not the stand-in."""
+    path = tmp_path / "s.ini"
+    w = textbook_window(path, ready=True)
+    w.calc_panel.spins["n_layer"].setValue(7)  # Custom, from the loaded textbook model
+    custom = calc_shown(w.calc_panel)
+    assert custom["preset"] == "Custom" and custom["n_layer"] == "7"
+    w.close()
+    w.worker.wait_idle()
+    w = textbook_window(path)
+    assert w.state.model is None  # (no turn of the event loop yet: the model is on its way)
+    w.calc_panel.spins["batch"].setValue(4)
+    w = restarted(textbook_window, w, path)
+    assert calc_shown(w.calc_panel) == {**custom, "batch": "4"}

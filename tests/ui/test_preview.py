@@ -256,3 +256,7 @@ def test_the_status_bars_query_follows_the_preview(smollm2_window, qtbot):
     st.set_preview(edited)  # edited before the query: the grid shows none, and so does the status bar
     assert w.grid.drawn is edited and st.preview_query() is None
     assert label.text() == ""
+    st.set_layer(5)  # beyond the preview's one layer: the grid shows the result, its query too
+    assert w.grid.drawn is st.result and label.text() == shown
+    st.set_layer(0)
+    assert w.grid.drawn is edited and label.text() == ""

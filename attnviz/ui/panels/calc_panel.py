@@ -6,7 +6,6 @@ result to the views in ui/panels/calc_views.py (tables, plot, text lines)."""
 
 from __future__ import annotations
 
-import html
 from dataclasses import replace
 
 from PySide6.QtCore import QLocale, QPoint, QRect, Qt, Signal
@@ -16,10 +15,9 @@ from attnviz.engine.calc import KV_DTYPE_BITS, CalcInputs, CalcResult, calc_inpu
 from attnviz.engine.errors import CalcError
 from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
-from attnviz.figures.style import ERROR
 from attnviz.ui.panels.calc_views import (
-    CompareTable, KVPlot, ShapesTable, as_sentence, flops_text, grouped, kv_text, live_text, params_text,
-    sentence_text, summary_text, tokens,
+    CompareTable, KVPlot, ShapesTable, as_sentence, error_label, flops_text, grouped, heading, kv_text, live_text,
+    params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -88,6 +86,8 @@ class CalcPanel(QWidget):
     def _follow_model(self, model) -> None:
         if model is not None:
             self.set_model_config(model.config.raw, model.name)
+            if self._loaded is None:  # (a config the panel cannot read: the saved choice is kept)
+                return
             saved, self._saved = self._saved, None
             if saved is not None:  # (the model's arrival selected it over the saved choice)
                 self.set_fields(saved)
@@ -187,7 +187,7 @@ class CalcPanel(QWidget):
         preset, base = saved.get("preset"), saved.get("base")
         loaded = self._loaded is not None
         if preset == CUSTOM and not (base in self.presets or base == LOADED and loaded
-                                     and saved.get("base_model") == self._loaded_name):
+                                     and saved.get("base_model") in (None, "", self._loaded_name)):
             preset = LOADED  # its numbers on another model than theirs: only how it was run
         if preset == CUSTOM:
             self._select(base)
@@ -227,7 +227,7 @@ class CalcPanel(QWidget):
         lay.setSpacing(6)
         lay.addWidget(self._build_presets())
         lay.addLayout(self._build_fields())
-        self.general_error = self._error_label()
+        self.general_error = error_label()
         lay.addWidget(self.general_error)
         self.results = QWidget()
         self._build_results(QVBoxLayout(self.results))
@@ -281,24 +281,24 @@ class CalcPanel(QWidget):
         """The figures: summary, shapes, parameters, KV cache, the comparison, FLOPs, notes."""
         res.setContentsMargins(0, 0, 0, 0)
         res.setSpacing(6)
-        self.summary_label = self._rich_label()
+        self.summary_label = rich_label()
         res.addWidget(self.summary_label)
 
-        res.addWidget(self._heading("Shapes [out, in]"))
+        res.addWidget(heading("Shapes [out, in]"))
         self.shapes_table = ShapesTable()
         res.addWidget(self.shapes_table)
 
-        res.addWidget(self._heading("Parameters"))
-        self.params_label = self._rich_label()
+        res.addWidget(heading("Parameters"))
+        self.params_label = rich_label()
         res.addWidget(self.params_label)
 
-        res.addWidget(self._heading("KV cache"))
-        self.kv_label = self._rich_label()
+        res.addWidget(heading("KV cache"))
+        self.kv_label = rich_label()
         res.addWidget(self.kv_label)
-        self.sentence_label = self._rich_label()
+        self.sentence_label = rich_label()
         self.sentence_label.setToolTip("The sentence in the text box, cached by this model layout.")
         res.addWidget(self.sentence_label)
-        self.live_label = self._rich_label()
+        self.live_label = rich_label()
         self.live_label.setToolTip(
             "The keys and values (after RoPE) that attnviz's own engine keeps from the last run, in "
             "float32: the tokens' own bytes (the calculator's count), and the memory of the arrays "
@@ -307,14 +307,14 @@ class CalcPanel(QWidget):
             "cannot change, so only the new tokens are computed.")
         res.addWidget(self.live_label)
 
-        res.addWidget(self._heading("MHA / as given / MQA"))
+        res.addWidget(heading("MHA / as given / MQA"))
         self.compare_table = CompareTable()
         res.addWidget(self.compare_table)
 
         self.plot = KVPlot()
         res.addWidget(self.plot)
 
-        self.flops_label = self._rich_label()
+        self.flops_label = rich_label()
         res.addWidget(self.flops_label)
 
         self.notes_label = QLabel()
@@ -324,36 +324,15 @@ class CalcPanel(QWidget):
         self.notes_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         res.addWidget(self.notes_label)
 
-    @staticmethod
-    def _rich_label() -> QLabel:
-        label = QLabel()
-        label.setWordWrap(True)
-        label.setTextFormat(Qt.TextFormat.RichText)
-        return label
-
     def _with_error(self, key: str, field: QWidget) -> QWidget:
         box = QWidget()
         v = QVBoxLayout(box)
         v.setContentsMargins(0, 0, 0, 0)
         v.setSpacing(1)
         v.addWidget(field)
-        self.error_labels[key] = self._error_label()
+        self.error_labels[key] = error_label()
         v.addWidget(self.error_labels[key])
         return box
-
-    @staticmethod
-    def _error_label() -> QLabel:
-        label = QLabel()
-        label.setWordWrap(True)
-        label.setStyleSheet(f"color: {ERROR};")
-        label.hide()
-        return label
-
-    @staticmethod
-    def _heading(text: str) -> QLabel:
-        label = QLabel(f"<b>{html.escape(text)}</b>")
-        label.setContentsMargins(0, 4, 0, 0)
-        return label
 
     def _set_item_enabled(self, index: int, enabled: bool) -> None:
         item = self.preset_combo.model().item(index)
@@ -378,10 +357,21 @@ class CalcPanel(QWidget):
 
     def _user_changed(self, *_args) -> None:
         """Before the first model, what the user now shows replaces the saved fields: kept when the
-        model comes, and what the settings write if none comes."""
-        if self.state is not None and self.state.model is None:
-            self._saved = None
-            self._saved = self.fields()
+        model comes, and what the settings write if none comes. A saved choice of the loaded model
+        keeps it: the preset shown until the model comes stands in for it, and only the run field
+        changed is taken. Once a model is shown, the fields as shown are the user's."""
+        saved, self._saved = self._saved, None
+        if self.state is None or self.state.model is not None or saved is None:
+            if self.state is not None and self.state.model is None:
+                self._saved = self.fields()
+            return
+        run = {self.spins[k]: k for k in RUN_FIELDS}
+        if LOADED in (saved.get("preset"), saved.get("base")) and self.sender() in (*run, self.dtype_combo):
+            key = run.get(self.sender(), "kv_dtype")
+            value = self.dtype_combo.currentData() if key == "kv_dtype" else self.spins[key].value()
+            self._saved = {**saved, key: value}
+            return
+        self._saved = self.fields()
 
     def _select(self, key: str) -> None:
         index = self.preset_combo.findData(key)

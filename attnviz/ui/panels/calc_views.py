@@ -12,13 +12,13 @@ import re
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem
 
 from attnviz.engine.calc import (
     BINARY_UNITS, CalcResult, compare_cells, context_lengths, exact_bytes, format_bytes, format_count,
     kv_cache_needed, shown_variants,
 )
-from attnviz.figures.style import BACKGROUND, TEXT
+from attnviz.figures.style import BACKGROUND, ERROR, TEXT
 
 COMPARE_NAMES = {"mha": "MHA", "gqa": "as given", "mqa": "MQA"}
 CURVE_COLORS = {"mha": "#f28b82", "gqa": "#8ab4f8", "mqa": "#81c995"}
@@ -351,3 +351,27 @@ def as_sentence(note: str) -> str:
         return note
     note = note[0].upper() + note[1:]
     return note if note.endswith((".", "!", "?")) else note + "."
+
+
+def rich_label() -> QLabel:
+    """A wrapping label of the panel's results, in rich text."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.RichText)
+    return label
+
+
+def error_label() -> QLabel:
+    """A wrapping label in the error colour under a field, hidden until a message."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setStyleSheet(f"color: {ERROR};")
+    label.hide()
+    return label
+
+
+def heading(text: str) -> QLabel:
+    """A bold section heading of the results."""
+    label = QLabel(f"<b>{html.escape(text)}</b>")
+    label.setContentsMargins(0, 4, 0, 0)
+    return label

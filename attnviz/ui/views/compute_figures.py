@@ -99,6 +99,9 @@ class ComputeFigures:
         state.sigQueryChanged.connect(self._on_query)
         state.sigResultChanged.connect(self._on_query)
         state.sigPreviewChanged.connect(self._on_query)
+        # (whether the grid shows a preview depends on the layer and the display options too)
+        state.sigLayerChanged.connect(self._on_query)
+        state.sigDisplayChanged.connect(self._on_query)
         self._on_query()
 
     def _on_query(self, *_) -> None:
