@@ -427,6 +427,8 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     ("shape [128, 4096] for 4096", "shape [128, 4096] for 4,096"),
     ("cannot read /data/2024/config.json: 12345 bytes", "cannot read /data/2024/config.json: 12,345 bytes"),
     ("the model's 32768 isn't 4096", "the model's 32,768 isn't 4,096"),
+    ("rope_scaling {'factor': 8192} for 4096", "rope_scaling {'factor': 8192} for 4,096"),
+    ("4096/32 = 128 and 1e-10000", "4,096/32 = 128 and 1e-10000"),
 ])
 def test_messages_group_their_numbers_but_not_what_they_quote(message, shown):
     """A message's numbers read as the fields show them; config text in quotes, a shape or list

@@ -327,10 +327,11 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 # a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
 # a number already grouped
-_UNGROUPED = re.compile(r"(?<![\w.,])\d{4,}(?!\w)")
+_UNGROUPED = re.compile(r"(?<![\w.,])(?<![eE][+-])\d{4,}(?!\w)")  # (not an exponent's digits)
 # what a message quotes as it was given, left as it is: a quoted span, a list or shape in brackets
 # or parentheses ("(4096, 1024)", "[128, 4096]"), a path ("/2024/")
-_AS_GIVEN = re.compile(r"""(?<!\w)'[^']*'(?!\w)|"[^"]*"|\([^()]*,[^()]*\)|\[[^\[\]]*\]|\S*[/\\]\S+""")
+_AS_GIVEN = re.compile(r"""(?<!\w)'[^']*'(?!\w)|"[^"]*"|\([^()]*,[^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}"""
+                       r"""|(?<!\S)[/\\~]\S+|\S*[A-Za-z_]\S*[/\\]\S*""")  # quotes, lists, dicts, paths
 
 
 def grouped(message: str) -> str:
