@@ -1,6 +1,6 @@
 """The Corpus panel's layer x head map paints a head whose statistic no text gave a value (the
-induction and duplicate scores of texts mostly unknown to the model) grey and says so in its title,
-not as a mean of 0 on the colour scale, as the scan-report figure does."""
+induction and duplicate scores of texts mostly unknown to the model) grey and says so in a line
+over it, not as a mean of 0 on the colour scale, as the scan-report figure does."""
 
 import numpy as np
 import pytest
@@ -41,11 +41,12 @@ def test_a_statistic_no_text_gave_is_grey_and_named(window, qtbot, scan_dir):
     assert np.isnan(panel.scan.means["induction"]).all() and np.isfinite(panel.scan.means["previous"]).all()
     panel.set_stat("induction")
     qtbot.wait(50)
-    assert panel.heat_plot.titleLabel.text == "mean induction per head: no text gave a value"
+    assert panel.heat_plot.titleLabel.text == "mean induction per head"
+    assert panel.heat_note.isVisible() and panel.heat_note.text() == "Map: no text gave a value."
     assert _pixel(panel, 1, 2).name() == QColor(MISSING).name()
     panel.set_stat("previous")
     qtbot.wait(50)
-    assert panel.heat_plot.titleLabel.text == "mean previous per head"
+    assert panel.heat_plot.titleLabel.text == "mean previous per head" and not panel.heat_note.isVisible()
     assert _pixel(panel, 1, 2).name() != QColor(MISSING).name()
 
 
@@ -71,3 +72,19 @@ def test_the_scatter_never_counts_a_missing_statistic_as_zero(window, qtbot, sca
     tip = next(t for t in vb.toolTip().split("\n\n") if t.startswith("L1 H2: "))
     assert "induction no value" in tip and "duplicate no value" in tip
     assert "previous no value" not in tip
+
+
+def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan_dir):
+    """Its note in the title made the plot wider than the dock: the colour bar went off-screen."""
+    window.resize(1024, 700)
+    window.open_scan(str(scan_dir))
+    panel = window.corpus_panel
+    qtbot.waitUntil(lambda: panel.scan is not None, timeout=WAIT)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.set_stat("induction")
+    qtbot.wait(50)
+    assert window.width() <= 1024
+    bar = panel.cbar.sceneBoundingRect()  # (its width reaches past its labels: the bar and "0.75" in sight)
+    assert bar.left() + 40 <= panel.heat_w.viewport().width()
+    assert panel.heat_plot.titleLabel.text == "mean induction per head"

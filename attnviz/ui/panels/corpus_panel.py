@@ -136,9 +136,10 @@ class CorpusPanel(QWidget):
         bl.addWidget(self.examples)
         box.setMinimumHeight(90)
         split.addWidget(box)
-        split.setStretchFactor(0, 5)
-        split.setStretchFactor(1, 3)
-        split.setStretchFactor(2, 2)
+        for i, stretch in enumerate((5, 3, 2)):
+            split.setStretchFactor(i, stretch)
+        self.heat_note = _note_label()  # what has no value (in the title it widened the plot past the dock)
+        lay.addWidget(self.heat_note)
         lay.addWidget(split, 1)
 
     def _build_scatter(self) -> QWidget:
@@ -156,16 +157,8 @@ class CorpusPanel(QWidget):
                                           tip=self._point_tip)
         self.scatter_plot.addItem(self.scatter)
         self.scatter_w.setMinimumHeight(160)
-        self.scatter_note = QLabel("")  # what the scatter leaves out (a third title line overflowed)
-        self.scatter_note.setWordWrap(True)
-        self.scatter_note.setStyleSheet(f"color: {WARNING}")
-        self.scatter_note.hide()
-        sbox = QWidget()
-        sl = QVBoxLayout(sbox)
-        sl.setContentsMargins(0, 0, 0, 0)
-        sl.addWidget(self.scatter_w, 1)
-        sl.addWidget(self.scatter_note)
-        return sbox
+        self.scatter_note = _note_label()  # what the scatter leaves out (a third title line overflowed)
+        return _with_note(self.scatter_w, self.scatter_note)
 
     def _connect(self):
         self.open_button.clicked.connect(self.ask_open)
@@ -323,12 +316,13 @@ class CorpusPanel(QWidget):
         self.cbar.setLevels((0.0, top))
         self.cbar.getAxis("right").setTicks(level_ticks(0.0, top))  # (as every colour bar writes them)
         self.heat_vb.setRange(QRectF(0, 0, v.shape[1], v.shape[0]), padding=0.02)
-        n_layer = v.shape[0]
-        self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(n_layer)]])
+        self.heat_plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(v.shape[0])]])
         self._head_ticks()
-        missing = ("" if finite.size == v.size else ": no text gave a value" if not finite.size
-                   else " (grey: no text gave a value)")
-        self.heat_plot.setTitle(f"mean {self.stat} per head{missing}", color=TEXT)
+        missing = ("" if finite.size == v.size else "Map: no text gave a value." if not finite.size
+                   else "Map: grey where no text gave a value.")
+        self.heat_plot.setTitle(f"mean {self.stat} per head", color=TEXT)
+        self.heat_note.setText(missing)
+        self.heat_note.setVisible(bool(missing))
         self._mark_head()
 
     def _head_ticks(self, *_):
@@ -488,3 +482,19 @@ class CorpusPanel(QWidget):
         self._pending_query = None
         if 0 <= pending[1] < len(result.tokens):
             self.state.set_query(pending[1])
+
+
+def _note_label() -> QLabel:  # a line by a plot in the warning colour, hidden until it has a say
+    label = QLabel("")
+    label.setWordWrap(True)
+    label.setStyleSheet(f"color: {WARNING}")
+    label.hide()
+    return label
+
+
+def _with_note(plot: QWidget, note: QLabel) -> QWidget:
+    lay = QVBoxLayout(box := QWidget())
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(plot, 1)
+    lay.addWidget(note)
+    return box
