@@ -196,7 +196,7 @@ def test_engine_layer_has_no_qt():
 # --- bad input: an error that names the values ---------------------------------------------------
 
 @pytest.mark.parametrize("values, words", [
-    (dict(d_model=1000, n_head=12), ["n_head (12)", "d_model (1000)"]),
+    (dict(d_model=1000, n_head=12), ["n_head (12)", "d_model (1,000)"]),
     (dict(n_kv_head=5), ["n_kv_head (5)", "n_head (32)"]),
     (dict(n_kv_head=64), ["n_kv_head (64)", "n_head (32)"]),
     (dict(d_model=0), ["d_model", "0"]),
@@ -366,3 +366,17 @@ def test_qwen3_and_gemma3_presets_count_their_qk_norms():
     with_norm = calculate(p).model_params["total"]
     without = calculate(_replace(p, arch=_replace(p.arch, qk_norm=False))).model_params["total"]
     assert with_norm - without == 28 * 2 * 128
+
+
+def test_input_messages_write_their_numbers_grouped_as_the_calculator_shows_them():
+    """The Calculator shows these messages as they are made: "4,096" as its fields show it, a
+    value quoted from a config as it was given."""
+    from attnviz.engine.calc.inputs import whole
+
+    with pytest.raises(CalcError, match=r"seq_len must be positive, got -12,345$"):
+        whole("seq_len", -12345)
+    with pytest.raises(CalcError, match=r"got '4096x'$"):
+        whole("d_ff", "4096x")
+    with pytest.raises(CalcError, match=r"n_head \(3\) does not divide d_model \(4,096\): d_model / "
+                                         r"n_head = 1,365\.33;"):
+        calculate(CalcInputs(n_layer=2, d_model=4096, n_head=3, seq_len=8))

@@ -417,22 +417,3 @@ def test_an_encoders_sentence_line_does_not_give_it_a_kv_cache(qtbot, minilm):
     assert "keeps no KV cache" in text and f"{size:,} bytes" in text, text
     assert f"{T} tokens → " not in text and "of KV cache" not in text
     assert w.live_label.text().startswith("live KV cache: none")
-
-
-@pytest.mark.parametrize("message, shown", [
-    ("d_model (4096): d_model / n_head = 1365.33", "d_model (4,096): d_model / n_head = 1,365.33"),
-    ("d_ff: got '4096' for 11008", "d_ff: got '4096' for 11,008"),
-    ('got "32768" of 65536', 'got "32768" of 65,536'),
-    ("weight (4096, 1024) is not 8192 wide", "weight (4096, 1024) is not 8,192 wide"),
-    ("shape [128, 4096] for 4096", "shape [128, 4096] for 4,096"),
-    ("cannot read /data/2024/config.json: 12345 bytes", "cannot read /data/2024/config.json: 12,345 bytes"),
-    ("the model's 32768 isn't 4096", "the model's 32,768 isn't 4,096"),
-    ("rope_scaling {'factor': 8192} for 4096", "rope_scaling {'factor': 8192} for 4,096"),
-    ("4096/32 = 128 and 1e-10000", "4,096/32 = 128 and 1e-10000"),
-])
-def test_messages_group_their_numbers_but_not_what_they_quote(message, shown):
-    """A message's numbers read as the fields show them; config text in quotes, a shape or list
-    and a path are shown as they were given."""
-    from attnviz.ui.panels.calc_views import grouped
-
-    assert grouped(message) == shown

@@ -127,12 +127,12 @@ def whole(name: str, value: Any, *, minimum: int = 1) -> int:
         raise input_error(name, f"{name} must be a whole number, got {value!r}")
     if not isinstance(value, numbers.Integral):
         if not math.isfinite(value) or value != int(value):
-            raise input_error(name, f"{name} must be a whole number, got {value}")
+            raise input_error(name, f"{name} must be a whole number, got {value:,}")
         value = int(value)
     value = int(value)
     if value < minimum:
         what = "positive" if minimum == 1 else f">= {minimum}"
-        raise input_error(name, f"{name} must be {what}, got {value}")
+        raise input_error(name, f"{name} must be {what}, got {value:,}")
     return value
 
 
@@ -159,7 +159,7 @@ def _window_layers(spec: Any, n_layer: int) -> frozenset[int]:
     for i in layers:
         if i >= n_layer:
             raise input_error("sliding_window_layers",
-                       f"sliding_window_layers names layer {i}, but the model has {n_layer} "
+                       f"sliding_window_layers names layer {i:,}, but the model has {n_layer:,} "
                        f"layers (0..{n_layer - 1})")
     return frozenset(layers)
 
@@ -202,8 +202,8 @@ def resolve(inp: CalcInputs) -> Dims:
         head_dim = default_d_head(d_model, n_head)
         if head_dim is None:
             raise input_error("n_head",
-                       f"n_head ({n_head}) does not divide d_model ({d_model}): d_model / "
-                       f"n_head = {d_model / n_head:g}; give d_head explicitly or change n_head")
+                       f"n_head ({n_head:,}) does not divide d_model ({d_model:,}): d_model / "
+                       f"n_head = {d_model / n_head:,.6g}; give d_head explicitly or change n_head")
     mla = inp.mla
     if mla is not None:
         nope = whole("qk_nope_head_dim", mla.qk_nope_head_dim or head_dim)
@@ -219,7 +219,7 @@ def resolve(inp: CalcInputs) -> Dims:
         n_kv_head = n_head if n_kv_head is None else n_kv_head
         if not kv_heads_divide(n_head, n_kv_head):
             raise input_error("n_kv_head",
-                       f"n_kv_head ({n_kv_head}) does not divide n_head ({n_head}): every KV "
+                       f"n_kv_head ({n_kv_head:,}) does not divide n_head ({n_head:,}): every KV "
                        "head must serve the same number of query heads")
         d_head = d_v = head_dim
     window = optional("sliding_window", inp.sliding_window)

@@ -16,7 +16,7 @@ from attnviz.engine.errors import CalcError
 from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
-    CompareTable, KVPlot, ShapesTable, as_sentence, error_label, flops_text, grouped, heading, kv_text, live_text,
+    CompareTable, KVPlot, ShapesTable, as_sentence, error_label, flops_text, heading, kv_text, live_text,
     params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
@@ -139,7 +139,7 @@ class CalcPanel(QWidget):
             self._loaded = calc_inputs_from_config(raw_config)
         except CalcError as exc:
             self._loaded = None
-            self.general_error.setText(f"{name}: {grouped(str(exc))}")
+            self.general_error.setText(f"{name}: {exc}")
             self.general_error.show()
             return
         self._loaded_name = name
@@ -449,7 +449,7 @@ class CalcPanel(QWidget):
             result = calculate(self._inputs())
         except CalcError as exc:
             label = self.error_labels.get(getattr(exc, "field", None), self.general_error)
-            label.setText(grouped(str(exc)))
+            label.setText(str(exc))
             label.show()
             self.results.setEnabled(False)  # the last good result stays, greyed
             return

@@ -8,7 +8,6 @@ decides when to show a result."""
 from __future__ import annotations
 
 import html
-import re
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
@@ -324,26 +323,6 @@ def _arrays_text(held: int, allocated: int) -> str:
 
 
 # -- messages --------------------------------------------------------------------------------------
-
-# a whole number of 4 digits or more, not part of a word ("fp16"), of a decimal's fraction or of
-# a number already grouped
-_UNGROUPED = re.compile(r"(?<![\w.,])(?<![eE][+-])\d{4,}(?!\w)")  # (not an exponent's digits)
-# what a message quotes as it was given, left as it is: a quoted span, a list or shape in brackets
-# or parentheses ("(4096, 1024)", "[128, 4096]"), a path ("/2024/")
-_AS_GIVEN = re.compile(r"""(?<!\w)'[^']*'(?!\w)|"[^"]*"|\([^()]*,[^()]*\)|\[[^\[\]]*\]|\{[^{}]*\}"""
-                       r"""|(?<!\S)[/\\~]\S+|\S*[A-Za-z_]\S*[/\\]\S*""")  # quotes, lists, dicts, paths
-
-
-def grouped(message: str) -> str:
-    """`message` with its numbers written as the panel's fields and lines write them: "d_model
-    (4096): d_model / n_head = 1365.33" -> "d_model (4,096): d_model / n_head = 1,365.33"; what
-    it quotes (config text, a shape, a path) is left as given."""
-    parts, end = [], 0
-    for m in _AS_GIVEN.finditer(message):
-        parts += [_UNGROUPED.sub(lambda n: f"{int(n.group()):,}", message[end:m.start()]), m.group()]
-        end = m.end()
-    return "".join([*parts, _UNGROUPED.sub(lambda n: f"{int(n.group()):,}", message[end:])])
-
 
 def as_sentence(note: str) -> str:
     """A footer note as a sentence of its own: a capital first letter and a full stop."""
