@@ -20,15 +20,7 @@ def bar_end(value: float) -> str:
     number (`+1234`: `.3g`'s `+1.23e+03` is harder to read beside a bar, and a rounded `+1230`
     would read as exact)."""
     v = float(value)
-    if v == 0:
-        return "0"
-    decimals = max(0, 2 - math.floor(math.log10(abs(v))))
-    text = f"{abs(v):.{decimals}f}"
-    if float(text) >= 10 ** (3 - decimals):  # rounded up a digit (0.9996 -> 1.000): one decimal less
-        text = f"{abs(v):.{max(0, decimals - 1)}f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return ("\u2212" if v < 0 else "+") + text
+    return "0" if v == 0 else ("\u2212" if v < 0 else "+") + _significant(abs(v), 3)
 
 
 CROWD = 0.12  # of a bar's span: a round step this near an end is not written (the end is)
@@ -54,8 +46,8 @@ def _fixed(v: float, decimals: int) -> str:
 
 
 def _significant(v: float, digits: int) -> str:
-    """`v` in fixed point to `digits` significant digits, trailing zeros dropped, the minus as "−"
-    (bar_end's format without the plus)."""
+    """`v` in fixed point to `digits` significant digits, trailing zeros dropped (a digit rounded up,
+    0.9996 -> 1.000, reads 1), the minus as "−"."""
     if v == 0:
         return "0"
     text = f"{abs(v):.{max(0, digits - 1 - math.floor(math.log10(abs(v))))}f}"
