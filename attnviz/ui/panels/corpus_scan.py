@@ -59,8 +59,10 @@ def read_scan(path) -> ScanView:
     for e in store.top_examples(path, int(m.options.get("examples") or 20), with_text=True):
         examples.setdefault((e.layer, e.head), []).append(e)
     coords = place_heads(means)
-    first = store.query(path, "SELECT text_id, error FROM errors ORDER BY text_id LIMIT 1",
-                        tables=("errors",))
+    first = None  # (read only where it is shown: no text gave statistics)
+    if c["errors"] and c["texts"] == c["errors"]:
+        first = store.query(path, "SELECT text_id, error FROM errors ORDER BY text_id LIMIT 1",
+                            tables=("errors",))
     return ScanView(path=path, model=m.model, model_name=m.model_name,
                     model_sha256=m.model_sha256, n_layer=m.n_layer,
                     n_head=m.n_head, n_texts=m.n_texts, n_stored=c["texts"], n_errors=c["errors"],
