@@ -11,7 +11,7 @@ from attnviz.engine import InputError, load_model
 from attnviz.engine.analysing import qk as Q
 from tiny import FIXTURES
 from attnviz.engine.computing.request import RunRequest
-from attnviz.engine.computing.families import layer_consts
+from attnviz.engine.computing.families import layer_consts, output_projection
 from attnviz.engine.computing.layers import merge_heads
 from attnviz.engine.computing.trace import Trace
 
@@ -203,3 +203,27 @@ def test_minilm_cells_add_up(minilm):
 
 def test_smollm2_mlp_parts_are_the_mlps_outputs(smollm2):
     _assert_mlp_parts_are_their_outputs(smollm2, IDS * 2, np.array([20, 9]))
+
+
+@pytest.mark.parametrize("name", ["llama_gqa", "gpt2"])
+def test_a_switched_off_heads_part_is_what_its_replacement_writes(runs, name):
+    """In the changed run of What heads do, a zero-ablated head's part is 0 and a mean-ablated
+    head's is its mean z through W_O at every position (docs/why-here.md says both); the table
+    of the changed run still adds up to its score."""
+    from attnviz.engine.analysing import ablation as A
+
+    model, r = runs[name]
+    cfg = model.config
+    rows = np.arange(len(IDS))
+    w_out = output_projection(model.weights.layers, 0)[0]
+    w_o = w_out.reshape(cfg.n_head, cfg.d_head, -1).astype(np.float64)  # [n_head, d_head, d_model]
+    for mode in ("zero", "mean"):
+        edits = A.head_edits(r.trace, [(0, 1)], mode)
+        changed = A.run_edited(model, r.trace, edits)
+        names, parts = Q.residual_parts(model, changed, 1, rows)
+        part = parts[names.index("L0H1")]  # [T, d_model]
+        want = np.zeros_like(part) if mode == "zero" else np.broadcast_to(
+            r.trace.z[0][1].astype(np.float64).mean(axis=0) @ w_o[1], part.shape)
+        np.testing.assert_allclose(part, want, atol=1e-6)
+        assert mode == "zero" or np.abs(want).max() > 1e-2
+        assert _adds_up(Q.qk_attribution(model, changed, 1, 0, 9, 8))
