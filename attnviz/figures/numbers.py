@@ -105,23 +105,26 @@ def _ends_only(lo: float, hi: float) -> tuple[list[tuple[float, str]], Write]:
 def _weights_writer(lo: float, hi: float, steps: list[float], decimals: int) -> Write | None:
     """How a bar not about 0 writes every label, in one format: to the step's `decimals` (below 0
     for a step of 10 or more), or more where an end would read over NEAR of the span off its value
-    or as the label beside it; in fixed point, else with exponents where fixed point takes over
-    FIXED_MAX characters; None where neither writes the ends right in FIXED_MAX characters."""
+    or as the label beside it; in fixed point, or with exponents where fixed point takes over
+    FIXED_MAX characters (the shorter of the two where both do); None where neither writes the
+    ends right in FIXED_MAX characters and only one writes them right at all."""
     span, labels = hi - lo, [lo, hi, *steps]
 
     def reads_right(write: Write) -> bool:
         return all(abs(_value(write(end)) - end) <= NEAR * span and write(end) != write(beside)
                    for end, beside in ((lo, steps[0] if steps else hi), (hi, steps[-1] if steps else lo)))
 
+    found = []  # (longest label, writer): fixed point first
     for form, first, last in ((_fixed, max(0, decimals), MAX_DECIMALS),
                               (_exponent, decimals, decimals + EXP_DIGITS)):
-        for d in range(first, last + 1):
-            write = functools.partial(form, decimals=d)
-            if reads_right(write):
-                if _long(write(v) for v in labels) <= FIXED_MAX:
-                    return write
-                break
-    return None
+        write = next((w for d in range(first, last + 1)
+                      if reads_right(w := functools.partial(form, decimals=d))), None)
+        if write is not None:
+            found.append((_long(write(v) for v in labels), write))
+    short = [write for longest, write in found if longest <= FIXED_MAX]
+    if short or len(found) < 2:  # (one found alone and long: the ends only, in significant digits)
+        return short[0] if short else None
+    return min(found, key=lambda f: f[0])[1]
 
 
 def _bar_format(lo: float, hi: float, n: int) -> tuple[list[tuple[float, str]], list[float], Write]:
