@@ -88,7 +88,12 @@ def half_then(exc, on_file: int):
 def bar_labels(top: float) -> list[str]:
     """The numbers an exported layer figure (SVG) paints, its colour bar's labels, lowest first, for
     weights whose largest is `top` (the token labels and titles hold letters)."""
-    return sorted((text for _y, _size, text in bar_label_spots(top)), key=float)
+    return sorted((text for _y, _size, text in bar_label_spots(top)), key=label_value)
+
+
+def label_value(text: str) -> float:
+    """A bar label's number ("−" the minus, `2.5e+29` an exponent)."""
+    return float(text.replace("\u2212", "-"))
 
 
 def bar_label_spots(top: float, n_layer: int = 1, n_head: int = 2, scope: str = "layer",
@@ -112,4 +117,5 @@ def bar_label_spots(top: float, n_layer: int = 1, n_head: int = 2, scope: str = 
     view = make_view(result, model="m", scope=scope, layer=0, head=1 if scope == "head" else None)
     svg = heatmaps.svg_bytes(view, width)[0]
     return [(float(e.get("y")), float(e.get("font-size")), e.text.strip()) for e in ET.fromstring(svg).iter()
-            if e.tag.endswith("text") and e.text and re.fullmatch(r"\d+(\.\d+)?", e.text.strip())]
+            if e.tag.endswith("text") and e.text
+            and re.fullmatch(r"\d+(\.\d+)?(e[+\u2212]\d+)?", e.text.strip())]

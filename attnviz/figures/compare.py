@@ -13,7 +13,7 @@ from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 from attnviz.figures import headmap
 from attnviz.figures.anatomy_parts import DIVERGING
 from attnviz.figures.data import ExportError
-from attnviz.figures.numbers import bar_end
+from attnviz.figures.numbers import bar_text, bar_ticks
 from attnviz.figures.render import encode_png, figure_font, figure_image
 from attnviz.figures.style import ERROR, FOCUS, colormap_colors
 
@@ -144,14 +144,16 @@ def bar_image() -> QImage:
 def paint_colour_bar(p: QPainter, rect: QRectF, lim: float, unit: str, text: QColor,
                      middle: float = 0.0) -> None:
     """A vertical diverging bar, middle + lim at the top, `middle` (white) half-way, middle - lim at
-    the bottom (its bands one image, scaled to `rect`); a limit of 0 (A = B) writes only the middle."""
+    the bottom (its bands one image, scaled to `rect`), its three labels written as every colour
+    bar writes them (numbers.bar_ticks: about 0 `+0.447 0 −0.447`, about a noise run's 1
+    `1.0002 1.0000 0.9998`); a limit of 0 (A = B) writes only the middle."""
     p.drawImage(rect, bar_image())
     p.setPen(text)
     p.setFont(figure_font(9))
-    digits = 3 + max(0, int(np.ceil(-np.log10(lim)))) if lim > 0 else 3  # (ends apart from the middle)
-    ends = ((bar_end(lim), "0", bar_end(-lim)) if middle == 0 else
-            tuple(f"{v:.{digits}g}".replace("-", "\u2212") for v in (middle + lim, middle, middle - lim)))
-    for frac, label in zip((0.0, 0.5, 1.0), ends):
+    lo, hi = middle - lim, middle + lim
+    ends = dict(bar_ticks(lo, hi)[0])
+    labels = (ends.get(hi, ""), bar_text(lo, hi, middle), ends.get(lo, ""))
+    for frac, label in zip((0.0, 0.5, 1.0), labels):
         if lim == 0 and frac != 0.5:
             continue
         y = rect.top() + frac * rect.height()

@@ -2,8 +2,9 @@
 .npy/.csv/.json bytes, the JSON sidecar of an image, and the one transactional writer
 (`write_atomic`) that the command line and the window both use.
 
-`ExportView` (figures/export_view.py) is the one description of an export; the figure painter
-(attnviz/figures/heatmaps.py) and the number writers here read only it."""
+`ExportView` (figures/export_view.py) is the one description of an export; the figure (placed by
+figures/heatmap_layout.py, painted by figures/heatmaps.py) and the number writers here read only
+it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """`ExportView`: the one description of an export, without Qt (figures/data.make_view makes it;
-the figure painter, figures/heatmaps.py, and the number writers in figures/data.py read only it)."""
+the figure, placed by figures/heatmap_layout.py and painted by figures/heatmaps.py, and the
+number writers in figures/data.py read only it)."""
 
 from __future__ import annotations
 

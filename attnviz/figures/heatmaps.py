@@ -1,297 +1,30 @@
-"""Compose an attention figure with QPainter: heatmaps, token labels, head titles, KV-group marks
-and a colour bar. One painter path serves PNG (a QImage) and SVG (QSvgGenerator), so both look
-the same. pyqtgraph's SVGExporter is not used: it fails on Qt >= 6.11 (pyqtgraph issue #3485).
+"""Paint an attention figure with QPainter: heatmaps, token labels, head titles, KV-group marks
+and a colour bar, where figures/heatmap_layout.py placed them. One painter path serves PNG (a
+QImage) and SVG (QSvgGenerator), so both look the same. pyqtgraph's SVGExporter is not used: it
+fails on Qt >= 6.11 (pyqtgraph issue #3485).
 
-Everything is sized from the requested width: `layout()` computes where each part goes (no
-drawing), `paint()` draws a layout. Heatmaps are row-major: query rows top to bottom, keys left
-to right, coloured through the same table as the window (style.heat_table)."""
+Heatmaps are row-major: query rows top to bottom, keys left to right, coloured through the same
+table as the window (style.heat_table)."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import (
-    QColor, QFont, QFontMetricsF, QGuiApplication, QImage, QPainter, QPen,
-)
+from PySide6.QtGui import QColor, QFontMetricsF, QImage, QPainter, QPen
 
-from attnviz.engine.computing.patterns import group_size, head_title, max_pool
-from attnviz.engine.reading.token_text import quoted
-from attnviz.figures.data import MAX_WIDTH, MIN_WIDTH, ExportError
-from attnviz.figures import numbers
+from attnviz.engine.computing.patterns import max_pool
 from attnviz.figures.export_view import ExportView
+from attnviz.figures.heatmap_layout import (
+    FigureLayout, PanelBox, bar_label_spots, elide, layout, panel_title,
+)
 from attnviz.figures.render import (
-    FRAME, MUTED, TEXT, encode_png, figure_font, figure_image, render_svg, render_with,
+    FRAME, MUTED, TEXT, encode_png, figure_image, render_svg, render_with,
 )
 from attnviz.figures.style import axis_label, bar_label, group_color, heat_index, heat_table
-from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
-BASE_WIDTH = 1200.0  # design width; every size scales with width / BASE_WIDTH
 SVG_MAX_RECTS = 20000  # above this many cells an SVG embeds each heatmap as an image
-
-
-@dataclass
-class PanelBox:
-    layer: int
-    head: int
-    row: int
-    col: int
-    x: float  # heatmap's top-left corner
-    y: float
-    cell: float  # side of one cell in pixels
-    n_q: int
-    n_k: int
-
-    @property
-    def rect(self) -> QRectF:
-        return QRectF(self.x, self.y, self.cell * self.n_k, self.cell * self.n_q)
-
-    def as_dict(self) -> dict:
-        return {"layer": self.layer, "head": self.head, "x": self.x, "y": self.y,
-                "cell": self.cell, "n_query": self.n_q, "n_key": self.n_k}
-
-
-@dataclass
-class FigureLayout:
-    width: int
-    height: int
-    scale: float
-    margin: float
-    title_font: QFont
-    sub_font: QFont
-    label_font: QFont
-    panel_font: QFont
-    tick_font: QFont
-    header_lines: list[tuple[str, QFont, QColor]]
-    panels: list[PanelBox]
-    n_rows: int
-    n_cols: int
-    q_stride: int  # label every q_stride-th query
-    k_stride: int
-    q_gutter: float  # width of the query labels
-    k_gutter: float  # height of the (rotated) key labels
-    label_px: float
-    title_h: float
-    strip_h: float  # KV-group colour strip under each title (0 without GQA)
-    group_pad: float  # space between a heatmap and its KV-group box (0 without GQA)
-    bar: QRectF = field(default_factory=QRectF)  # the colour bar's gradient
-
-
-def _elide(text: str, font: QFont, width: float) -> str:
-    return QFontMetricsF(font).elidedText(text, Qt.TextElideMode.ElideRight, max(1.0, width))
-
-
-def panel_title(view: ExportView, layer: int, head: int, with_max: bool) -> str:
-    title = head_title(layer, head)
-    if view.grouped:
-        title += f" \u00b7 kv{view.kv_group[head]}"
-    if with_max:
-        i, j = view.layers.index(layer), view.heads.index(head)
-        title += f"  max {view.levels[i, j, 1]:.2f}"
-    return title
-
-
-def header_lines(view: ExportView, s: float, inner_w: float) -> list[tuple[str, QFont, QColor]]:
-    title_font, sub_font = figure_font(24 * s, bold=True), figure_font(14 * s)
-    lines = [(_elide(view.title(), title_font, inner_w), title_font, TEXT)]
-    text = f"\u201c{view.text}\u201d" if view.text else "(token ids, no text)"
-    lines.append((_elide(text, sub_font, inner_w), sub_font, MUTED))
-    hi = float(view.levels.max())
-    scale = (f"shared scale 0\u2013{hi:.3g}" if view.scale_mode == "shared"
-             else "per-head scale (0\u2013each head's max)")
-    notes = [f"{len(view.tokens)} tokens", f"colormap {view.colormap}", scale]
-    if view.hide_first:
-        notes.append(f"first token {quoted(view.labels[0])} hidden, rows renormalised")
-    if view.scope == "head" and view.grouped:
-        g = view.kv_group[view.head]
-        shared = [h for h, k in enumerate(view.kv_group) if k == g]
-        notes.append(f"KV head {g} shared by H{shared[0]}\u2013H{shared[-1]}")
-    lines.append((_elide("  \u00b7  ".join(notes), sub_font, inner_w), sub_font, MUTED))
-    return lines
-
-
-def bar_ticks(view: ExportView) -> list[tuple[float, str]]:
-    """(fraction of the bar from the bottom, label) for the colour bar, bottom up, written as the
-    window's colour bar writes them (figures.numbers.bar_ticks): 0 to the shared top, or 0 to 1
-    of each head's maximum (the bar's title says which)."""
-    return sorted(sum(_bar_levels(view), []))
-
-
-def _bar_levels(view: ExportView) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
-    """bar_ticks' (the ends, the round steps between)."""
-    hi = 1.0 if view.scale_mode == "per-head" else float(view.levels[0, 0, 1])
-    ends, steps = numbers.bar_ticks(0.0, hi)
-    return [(v / hi if hi > 0 else 0.0, t) for v, t in ends], [(v / hi, t) for v, t in steps]
-
-
-def bar_label_spots(view: ExportView, bar: QRectF, line_h: float) -> list[tuple[float, float, str]]:
-    """(y of the tick, y of its label's middle, label) of each colour-bar label painted: the ends
-    beside their ends, pushed apart about the bar's middle on a bar shorter than two lines, and a
-    round step only where its label (`line_h` tall) overlaps no other, as the window's bar leaves
-    out its steps where they would crowd."""
-    ends, steps = _bar_levels(view)
-    spots = [(bar.bottom() - f * bar.height(), text) for f, text in ends]
-    mid, two = bar.center().y(), len(spots) == 2  # (two ends: 0 then the top)
-    shown = [(y, y if not two else max(y, mid + line_h / 2) if i == 0 else min(y, mid - line_h / 2), t)
-             for i, (y, t) in enumerate(spots)]
-    for f, text in steps:
-        y = bar.bottom() - f * bar.height()
-        if all(abs(y - c) >= line_h for _, c, _ in shown):
-            shown.append((y, y, text))
-    return sorted(shown, reverse=True)
-
-
-@dataclass(frozen=True)
-class _Frame:
-    """What the panels' cell size depends on, for one figure width."""
-    width: int
-    scale: float
-    inner_w: float  # the width inside the margins
-    n_cols: int
-    n_k: int
-    gap_x: float
-    axis_title: float  # room for the "query" / "key" axis names
-    bar_block: float  # the colour bar with its ticks
-    group_pad: float
-    min_label: float  # the smallest label font, pixels
-
-
-def _check_width(width: int) -> None:
-    if not MIN_WIDTH <= width <= MAX_WIDTH:
-        raise ExportError(f"width {width} px is outside {MIN_WIDTH}..{MAX_WIDTH}")
-    if QGuiApplication.instance() is None:
-        raise ExportError("rendering a figure needs a QGuiApplication (create one first)")
-
-
-def _grid(view: ExportView) -> tuple[int, int]:  # (n_rows, n_cols)
-    if view.scope == "head":
-        return 1, 1
-    if view.scope == "layer":
-        # the window's column rule, fitted to a 4:3 area (the figure's height follows its width)
-        n_cols = layer_columns(len(view.heads), group_size(view.kv_group), EXPORT_ASPECT, 1.0)[0]
-        return math.ceil(len(view.heads) / n_cols), n_cols
-    return len(view.layers), len(view.heads)
-
-
-def _gutters(view: ExportView, f: _Frame, px: float, stride: int = 1) -> tuple[float, float]:
-    """Width of the query labels and height of the (rotated) key labels at `px` pixels."""
-    fm = QFontMetricsF(figure_font(px))
-    pad = 6 * f.scale + f.group_pad
-    labels_q = [axis_label(t) for t in view.labels]
-    labels_k = [axis_label(view.labels[k]) for k in view.key_pos]
-    qw = max(fm.horizontalAdvance(t) for t in labels_q[::stride]) + pad
-    kw = max(fm.horizontalAdvance(t) for t in labels_k[::stride]) + pad
-    return min(qw, 0.22 * f.width), min(kw, 0.22 * f.width)
-
-
-def _cell_for(f: _Frame, q_gutter: float) -> float:
-    free = f.inner_w - f.axis_title - q_gutter - f.bar_block - (f.n_cols - 1) * f.gap_x
-    cell = free / (f.n_cols * f.n_k)
-    # whole-pixel cells are crisp; keep them unless rounding down wastes over a tenth
-    whole = math.floor(cell)
-    return float(whole) if whole >= 4 and cell - whole <= 0.1 * cell else cell
-
-
-def _cells_and_labels(view: ExportView, f: _Frame) -> tuple[float, float, int, float, float]:
-    """(cell, label_px, stride, q_gutter, k_gutter): labels as large as the cells allow, every
-    stride-th one shown where even the smallest font is too large for a cell."""
-    label_base = (15 if view.scope == "head" else 12) * f.scale
-    q_gutter, _ = _gutters(view, f, label_base)
-    cell = _cell_for(f, q_gutter)
-    label_px = min(label_base, cell * 0.8)
-    stride = 1
-    if label_px < f.min_label:
-        stride = math.ceil(f.min_label / max(cell * 0.8, 1e-6))
-        label_px = f.min_label
-    q_gutter, k_gutter = _gutters(view, f, label_px, stride)
-    cell = _cell_for(f, q_gutter)
-    if cell <= 0:
-        raise ExportError(f"width {f.width} px is too narrow for {f.n_cols} heads of {f.n_k} keys")
-    return cell, label_px, stride, q_gutter, k_gutter
-
-
-def _panel_font(view: ExportView, f: _Frame, cell: float) -> tuple[QFont, float]:
-    """The panels' title font, shrunk until the longest title fits a panel, and the title height."""
-    with_max = view.scale_mode == "per-head"
-    pf_px = min(14 * f.scale, max(f.min_label, cell * f.n_k / 7))
-    panel_font = figure_font(pf_px, bold=True)
-    longest = max((panel_title(view, l, h, with_max) for l in view.layers for h in view.heads),
-                  key=len)
-    fm = QFontMetricsF(panel_font)
-    while fm.horizontalAdvance(longest) > cell * f.n_k and panel_font.pixelSize() > f.min_label:
-        panel_font.setPixelSize(panel_font.pixelSize() - 1)
-        fm = QFontMetricsF(panel_font)
-    return panel_font, fm.height() * 1.3
-
-
-def _panels(view: ExportView, top_left: tuple[float, float], cell: float, title_h: float,
-            strip_h: float, gaps: tuple[float, float], n_cols: int) -> list[PanelBox]:
-    """Every (layer, head) heatmap placed row by row, n_cols to a row, below its title and
-    KV-group strip."""
-    (x0, y0), (gap_x, gap_y) = top_left, gaps
-    n_q, n_k = view.patterns.shape[2:]
-    row_h = title_h + strip_h + cell * n_q
-    panels: list[PanelBox] = []
-    order = [(l, h) for l in view.layers for h in view.heads]
-    for idx, (l, h) in enumerate(order):
-        row, col = divmod(idx, n_cols)
-        x = x0 + col * (n_k * cell + gap_x)
-        y = y0 + row * (row_h + gap_y) + title_h + strip_h
-        panels.append(PanelBox(l, h, row, col, round(x), round(y), cell, n_q, n_k))
-    return panels
-
-
-def layout(view: ExportView, width: int) -> FigureLayout:
-    """Place every part of the figure for an image `width` pixels wide; the height follows."""
-    _check_width(width)
-    s = width / BASE_WIDTH
-    m = round(24 * s)
-    n_q, n_k = view.patterns.shape[2:]
-    n_panels = len(view.layers) * len(view.heads)
-    grouped = view.grouped and n_panels > 1
-    n_rows, n_cols = _grid(view)
-    inner_w = width - 2 * m
-    lines = header_lines(view, s, inner_w)
-    header_h = sum(QFontMetricsF(f).height() * 1.25 for _, f, _ in lines) + 10 * s
-
-    tick_font = figure_font(13 * s)
-    tick_w = max((QFontMetricsF(tick_font).horizontalAdvance(t) for _, t in bar_ticks(view)), default=0.0)
-    bar_w = 18 * s
-    group_pad = round(6 * s) if grouped else 0  # room for the KV-group boxes around heads
-    gap_y = 10 * s + 2 * group_pad if n_panels > 1 else 0
-    frame = _Frame(
-        width=width, scale=s, inner_w=inner_w, n_cols=n_cols, n_k=n_k,
-        gap_x=14 * s + group_pad if n_panels > 1 else 0,
-        axis_title=QFontMetricsF(tick_font).height() * 1.2,
-        bar_block=20 * s + bar_w + 6 * s + tick_w + 8 * s + QFontMetricsF(tick_font).height(),
-        group_pad=group_pad, min_label=max(6.0, 8 * s))
-    cell, label_px, stride, q_gutter, k_gutter = _cells_and_labels(view, frame)
-    panel_font, title_h = _panel_font(view, frame, cell)
-    strip_h = round(4 * s) if grouped else 0
-
-    # leftover width (integer cells) goes to both sides so the figure stays centred
-    gap_x = frame.gap_x
-    used = frame.axis_title + q_gutter + n_cols * n_k * cell + (n_cols - 1) * gap_x + frame.bar_block
-    x0 = m + (inner_w - used) / 2 + frame.axis_title + q_gutter
-    y0 = m + header_h
-    row_h = title_h + strip_h + cell * n_q
-    panels = _panels(view, (x0, y0), cell, title_h, strip_h, (gap_x, gap_y), n_cols)
-    grid_bottom = y0 + n_rows * row_h + (n_rows - 1) * gap_y
-    height = math.ceil(grid_bottom + k_gutter + frame.axis_title + m)
-    top = panels[0].y
-    bar_h = grid_bottom - top
-    if view.scope != "head":
-        bar_h = min(bar_h, max(cell * n_q, 360 * s))
-    bar_x = x0 + n_cols * n_k * cell + (n_cols - 1) * gap_x + 20 * s
-    return FigureLayout(
-        width=width, height=height, scale=s, margin=m, title_font=lines[0][1],
-        sub_font=lines[1][1], label_font=figure_font(label_px), panel_font=panel_font,
-        tick_font=tick_font, header_lines=lines, panels=panels, n_rows=n_rows, n_cols=n_cols,
-        q_stride=stride, k_stride=stride, q_gutter=q_gutter, k_gutter=k_gutter,
-        label_px=label_px, title_h=title_h, strip_h=strip_h, group_pad=group_pad,
-        bar=QRectF(round(bar_x), round(top), round(bar_w), round(bar_h)))
 
 
 def panel_rgb(view: ExportView, i: int, j: int, lut: np.ndarray) -> np.ndarray:
@@ -359,7 +92,7 @@ def paint(painter: QPainter, view: ExportView, lay: FigureLayout, vector_cells: 
         tw = rect.width()
         if QFontMetricsF(lay.panel_font).horizontalAdvance(title) > tw:
             title = panel_title(view, box.layer, box.head, False)
-        title = _elide(title, lay.panel_font, tw + 4 * s)
+        title = elide(title, lay.panel_font, tw + 4 * s)
         top = box.y - lay.strip_h - lay.title_h
         painter.drawText(QRectF(box.x - 2 * s, top, tw + 4 * s, lay.title_h),
                          Qt.AlignmentFlag.AlignHCenter | Qt.AlignmentFlag.AlignVCenter, title)
@@ -408,7 +141,7 @@ def _paint_query_labels(painter: QPainter, view: ExportView, lay: FigureLayout, 
     painter.setPen(TEXT)
     pad = 6 * lay.scale + lay.group_pad
     for q in range(0, box.n_q, lay.q_stride):
-        text = _elide(axis_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
+        text = elide(axis_label(view.labels[q]), lay.label_font, lay.q_gutter - pad)
         r = QRectF(box.x - lay.q_gutter, box.y + q * box.cell + box.cell / 2 - lay.label_px,
                    lay.q_gutter - pad, 2 * lay.label_px)
         painter.drawText(r, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, text)
@@ -421,7 +154,7 @@ def _paint_key_labels(painter: QPainter, view: ExportView, lay: FigureLayout, bo
     pad = 6 * lay.scale + lay.group_pad
     bottom = box.y + box.cell * box.n_q
     for k in range(0, box.n_k, lay.k_stride):
-        text = _elide(axis_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
+        text = elide(axis_label(view.labels[view.key_pos[k]]), lay.label_font, lay.k_gutter - pad)
         painter.save()
         painter.translate(box.x + k * box.cell + box.cell / 2, bottom + pad)
         painter.rotate(-90)

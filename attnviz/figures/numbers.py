@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
+from collections.abc import Callable
 
 
 def signed(value: float, decimals: int = 4) -> str:
@@ -15,17 +17,20 @@ def signed(value: float, decimals: int = 4) -> str:
 
 def bar_end(value: float) -> str:
     """An end of a colour bar about 0 (A − B): `+0.447`, `−0.447`, its sign always written, the
-    minus as "−", in fixed point, never an exponent: 3 significant digits below 1000, as `.3g`
-    writes them (`+0.0002`, `+1`, `−0.00000123`, never `-1.23e-06`), and from 1000 on the whole
-    number (`+1234`: `.3g`'s `+1.23e+03` is harder to read beside a bar, and a rounded `+1230`
-    would read as exact)."""
+    minus as "−": 3 significant digits below 1000, as `.3g` writes them (`+0.0002`, `+1`,
+    `−0.00000123`), and from 1000 on the whole number (`+1234`: `.3g`'s `+1.23e+03` is harder to
+    read beside a bar, and a rounded `+1230` would read as exact); a magnitude that fixed point
+    would write in over FIXED_MAX characters with an exponent (`+1e+300`, `−1.23e−09`)."""
     v = float(value)
     return "0" if v == 0 else ("\u2212" if v < 0 else "+") + _significant(abs(v), 3)
 
 
 CROWD = 0.12  # of a bar's span: a round step this near an end is not written (the end is)
 NEAR = 0.005  # of a bar's span: an end is written at most this far from the value it stands for
-MAX_DECIMALS = 12  # a weight bar needing more is written as its ends only, in significant digits
+MAX_DECIMALS = 12  # a weight bar needing more in fixed point is written with exponents
+FIXED_MAX = 10  # characters (the sign aside) a label may take in fixed point; a longer one is
+# written with an exponent where that is shorter (`1e+300`, not 301 digits), and so is its bar
+EXP_DIGITS = 17  # significant digits past which a float's exponent form writes no more
 
 
 def _round_step(span: float, n: int) -> float | None:
@@ -39,36 +44,118 @@ def _round_step(span: float, n: int) -> float | None:
 
 def _fixed(v: float, decimals: int) -> str:
     """`v` in fixed point, the minus as "−", and a value that rounds to 0 as 0 (not `−0.00`)."""
-    text = f"{v:.{decimals}f}"
+    text = f"{v:.{max(0, decimals)}f}"
     if text[0] == "-":
         return text[1:] if float(text) == 0 else "\u2212" + text[1:]
     return text
 
 
-def _significant(v: float, digits: int) -> str:
-    """`v` in fixed point to `digits` significant digits, trailing zeros dropped (a digit rounded up,
-    0.9996 -> 1.000, reads 1), the minus as "−"."""
+def _exponent(v: float, decimals: int) -> str:
+    """`v` to the nearest 10^-decimals (decimals may be below 0) with an exponent, as Python's `e`
+    writes it less the mantissa's trailing zeros: `2.5e+299`, `1e+300`, `5e−07` (every minus "−");
+    0 as `0`."""
     if v == 0:
         return "0"
-    text = f"{abs(v):.{max(0, digits - 1 - math.floor(math.log10(abs(v))))}f}"
+    mantissa_decimals = min(EXP_DIGITS, max(0, math.floor(math.log10(abs(v))) + decimals))
+    mantissa, power = f"{v:.{mantissa_decimals}e}".split("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{power}".replace("-", "\u2212")
+
+
+def _long(texts) -> int:
+    """The most characters of any of `texts`, its sign aside."""
+    return max((len(t.lstrip("+\u2212")) for t in texts), default=0)
+
+
+def _significant(v: float, digits: int) -> str:
+    """`v` to `digits` significant digits, trailing zeros dropped (a digit rounded up, 0.9996 ->
+    1.000, reads 1), the minus as "−": in fixed point, or with an exponent where fixed point takes
+    over FIXED_MAX characters and the exponent fewer (`1e+300`, `4.94e−324`)."""
+    if v == 0:
+        return "0"
+    decimals = digits - 1 - math.floor(math.log10(abs(v)))
+    text = f"{abs(v):.{max(0, decimals)}f}"
     if "." in text:
         text = text.rstrip("0").rstrip(".")
-    return ("\u2212" if v < 0 else "") + text
+    text = ("\u2212" if v < 0 else "") + text
+    short = _exponent(v, decimals)
+    return short if _long([text]) > FIXED_MAX and _long([short]) < _long([text]) else text
 
 
 def _value(text: str) -> float:
     return float(text.replace("\u2212", "-"))
 
 
-def _ends_only(lo: float, hi: float) -> list[tuple[float, str]]:
+Write = Callable[[float], str]  # how one bar writes any value on it
+
+
+def _ends_only(lo: float, hi: float) -> tuple[list[tuple[float, str]], Write]:
     """A bar's two ends in the fewest significant digits (3 or more) that write each within NEAR
-    of the span of its value and the two apart."""
+    of the span of its value and the two apart, and that writer."""
     span = hi - lo
     for digits in range(3, 18):
-        texts = (_significant(lo, digits), _significant(hi, digits))
+        write = functools.partial(_significant, digits=digits)
+        texts = (write(lo), write(hi))
         if texts[0] != texts[1] and all(abs(_value(t) - v) <= NEAR * span for t, v in zip(texts, (lo, hi))):
             break
-    return [(lo, texts[0]), (hi, texts[1])]
+    return [(lo, texts[0]), (hi, texts[1])], write
+
+
+def _weights_writer(lo: float, hi: float, steps: list[float], decimals: int) -> Write | None:
+    """How a bar not about 0 writes every label, in one format: to the step's `decimals` (below 0
+    for a step of 10 or more), or more where an end would read over NEAR of the span off its value
+    or as the label beside it; in fixed point, or with exponents where fixed point takes over
+    FIXED_MAX characters (the shorter of the two where both do); None where neither writes the
+    ends right in FIXED_MAX characters and only one writes them right at all."""
+    span, labels = hi - lo, [lo, hi, *steps]
+
+    def reads_right(write: Write) -> bool:
+        return all(abs(_value(write(end)) - end) <= NEAR * span and write(end) != write(beside)
+                   for end, beside in ((lo, steps[0] if steps else hi), (hi, steps[-1] if steps else lo)))
+
+    found = []  # (longest label, writer): fixed point first
+    for form, first, last in ((_fixed, max(0, decimals), MAX_DECIMALS),
+                              (_exponent, decimals, decimals + EXP_DIGITS)):
+        write = next((w for d in range(first, last + 1)
+                      if reads_right(w := functools.partial(form, decimals=d))), None)
+        if write is not None:
+            found.append((_long(write(v) for v in labels), write))
+    short = [write for longest, write in found if longest <= FIXED_MAX]
+    if short or len(found) < 2:  # (one found alone and long: the ends only, in significant digits)
+        return short[0] if short else None
+    return min(found, key=lambda f: f[0])[1]
+
+
+def _bar_format(lo: float, hi: float, n: int) -> tuple[list[tuple[float, str]], list[float], Write]:
+    """bar_ticks' (the two ends, the values of the round steps between, how the bar writes a value),
+    for a finite bar."""
+    span = hi - lo
+    if not span > 0:
+        return [(lo, _significant(lo, 3))], [], functools.partial(_significant, digits=3)
+    about_zero = lo < 0 < hi
+    step = _round_step(span, n)
+    if step is None:
+        if about_zero:
+            return [(lo, bar_end(lo)), (hi, bar_end(hi))], [], bar_end
+        ends, write = _ends_only(lo, hi)
+        return ends, [], write
+    exp = math.floor(math.log10(step) + 1e-9)
+    decimals = -exp + (1 if round(step / 10.0 ** exp, 6) == 2.5 else 0)  # 0.25 needs 2
+    values = [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
+    steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
+    if about_zero:
+        ends = [(lo, bar_end(lo)), (hi, bar_end(hi))]
+        form = _exponent if any("e" in t for _, t in ends) else _fixed
+
+        def signed_step(v: float) -> str:
+            return "0" if abs(v) < step / 2 else ("+" if v > 0 else "\u2212") + form(abs(v), decimals)
+        return ends, steps, signed_step
+    write = _weights_writer(lo, hi, steps, decimals)
+    if write is None:
+        ends, write = _ends_only(lo, hi)
+        return ends, [], write
+    return [(lo, write(lo)), (hi, write(hi))], steps, write
 
 
 def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]], list[tuple[float, str]]]:
@@ -81,31 +168,22 @@ def bar_ticks(lo: float, hi: float, n: int = 4) -> tuple[list[tuple[float, str]]
     writes its ends as bar_end does (`+0.447`, `−0.447`) and its steps with their sign. Any other
     bar (weights: 0 to the largest) writes every label in one format, as many decimals as the
     step needs, or more where an end would read over NEAR of the span off its value (0.37, not
-    0.4) or as the step below it (0.35 over 0.30): `0.00 0.25 0.50 0.75 1.00` for 0 to 0.9996;
-    one that would need over MAX_DECIMALS decimals writes only its ends, in significant digits
-    (`0` and `0.0000000000102`). Every minus is "−"."""
+    0.4) or as the step below it (0.35 over 0.30): `0.00 0.25 0.50 0.75 1.00` for 0 to 0.9996.
+    A bar whose labels fixed point would write in over FIXED_MAX characters writes them all with
+    exponents (`0 2.5e+299 5e+299 7.5e+299 1e+300` for 0 to 1e300, `0 ... 1.02e−11`), and one
+    that neither writes right in FIXED_MAX characters writes only its ends, in significant
+    digits. Every minus is "−"."""
     lo, hi = float(lo), float(hi)
-    span = hi - lo
-    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(span)):
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
         return [], []
-    if not span > 0:
-        return [(lo, _significant(lo, 3))], []
-    about_zero = lo < 0 < hi
-    step = _round_step(span, n)
-    if step is None:
-        return ([(lo, bar_end(lo)), (hi, bar_end(hi))] if about_zero else _ends_only(lo, hi)), []
-    exp = math.floor(math.log10(step) + 1e-9)
-    decimals = max(0, -exp + (1 if round(step / 10.0 ** exp, 6) == 2.5 else 0))  # 0.25 needs 2
-    values = [k * step for k in range(math.ceil(lo / step - 1e-9), math.floor(hi / step + 1e-9) + 1)]
-    steps = [v for v in values if min(v - lo, hi - v) >= CROWD * span]
-    if about_zero:
-        def text(v: float) -> str:
-            return "0" if round(v, decimals) == 0 else f"{v:+.{decimals}f}".replace("-", "\u2212")
-        return [(lo, bar_end(lo)), (hi, bar_end(hi))], [(v, text(v)) for v in steps]
-    for end, beside in ((lo, steps[0] if steps else hi), (hi, steps[-1] if steps else lo)):
-        while decimals <= MAX_DECIMALS and (abs(float(f"{end:.{decimals}f}") - end) > NEAR * span
-                                            or f"{end:.{decimals}f}" == f"{beside:.{decimals}f}"):
-            decimals += 1
-    if decimals > MAX_DECIMALS:
-        return _ends_only(lo, hi), []
-    return [(lo, _fixed(lo, decimals)), (hi, _fixed(hi, decimals))], [(v, _fixed(v, decimals)) for v in steps]
+    ends, steps, write = _bar_format(lo, hi, n)
+    return ends, [(v, write(v)) for v in steps]
+
+
+def bar_text(lo: float, hi: float, value: float, n: int = 4) -> str:
+    """`value` written as bar_ticks writes the labels of a bar from lo to hi (the same format and
+    digits as its round steps): a bar's middle, say, where it is not one of its steps."""
+    lo, hi = float(lo), float(hi)
+    if not (math.isfinite(lo) and math.isfinite(hi) and math.isfinite(hi - lo)):
+        return _significant(float(value), 3)
+    return _bar_format(lo, hi, n)[2](float(value))

@@ -37,12 +37,15 @@ def test_each_band_has_the_colour_of_its_value(qapp, lim):
 
 @pytest.mark.parametrize("middle, lim, want", [
     (0.0, 2e-4, ["+0.0002", "0", "\u22120.0002"]),
-    (1.0, 2e-4, ["1.0002", "1", "0.9998"]),
-    (1.0, 1.02, ["2.02", "1", "\u22120.02"]),
+    (1.0, 2e-4, ["1.0002", "1.0000", "0.9998"]),
+    (1.0, 0.37, ["1.37", "1.00", "0.63"]),
+    (1.0, 1.02, ["+2.02", "+1", "\u22120.02"]),
 ])
 def test_the_bars_labels_name_its_ends_and_middle_apart(qapp, middle, lim, want, monkeypatch):
     """Around a middle of 1 (a noise run's patching map) a small limit still gives three different
-    labels: the ends are written with the digits that set them apart from the middle."""
+    labels, written as every colour bar writes its labels (numbers.bar_ticks): the ends with the
+    digits that set them apart, the middle in the same format (`1.0000`, not `1`), and a bar that
+    crosses 0 with its signs."""
     said = []
     image = QImage(120, 340, QImage.Format.Format_RGB32)
     p = QPainter(image)
@@ -61,3 +64,26 @@ def test_the_bars_labels_name_its_ends_and_middle_apart(qapp, middle, lim, want,
 ])
 def test_a_bar_end_has_3_significant_digits_below_1000_and_the_whole_number_above(value, text):
     assert bar_end(value) == text
+
+
+@pytest.mark.parametrize("spread", [2e-4, 0.37, 3e-9])
+def test_the_noising_maps_bar_is_written_as_every_other_bar(qapp, spread):
+    """An exported noising Patching map (white at 1): its colour bar's labels, read off the SVG,
+    are its ends as bar_ticks writes a bar from 1 − lim to 1 + lim and its middle in their format
+    (as many decimals), as the grid's and the exports' weight bars write theirs."""
+    import xml.etree.ElementTree as ET
+
+    from attnviz.figures import patching
+    from attnviz.figures.numbers import bar_ticks
+
+    effect = np.ones((2, 3))
+    effect[0, 1], effect[1, 2] = 1 + spread, 1 - spread / 2
+    view = patching.PatchView("m", "head_out", "noise", effect, ("a", "b", "c"), ("a", "d", "c"), 2, 5, 6,
+                              "x", "y", 1.5, -0.5)
+    texts = [e.text.strip() for e in ET.fromstring(patching.svg_bytes(view, 700)[0]).iter()
+             if e.tag.endswith("text") and e.text and e.text.strip()[:1].isdigit()]
+    lo, hi = 1 - spread, 1 + spread
+    ends = dict(bar_ticks(lo, hi)[0])
+    assert texts[-3:] == [ends[hi], texts[-2], ends[lo]]
+    assert {len(t.split(".")[-1]) for t in texts[-3:]} == {len(ends[hi].split(".")[-1])}
+    assert float(texts[-2]) == 1.0

@@ -257,7 +257,7 @@ def test_svg_is_xml_with_titles_labels_and_sidecar(qapp, run, tmp_path):
 
 def test_gqa_heads_are_marked(qapp, tmp_path):
     from attnviz.figures.write import export_view
-    from attnviz.figures.heatmaps import layout
+    from attnviz.figures.heatmap_layout import layout
 
     res = fake_result(n_layer=2, n_head=8, T=6, kv_group=[0, 0, 0, 0, 1, 1, 1, 1])
     view = make_view(res, model="tiny-gqa", scope="layer", layer=1)

@@ -7,7 +7,7 @@ import pyqtgraph as pg
 import pytest
 
 from attnviz.ui.views.grid_items import colour_bar, update_bar
-from export_files import bar_labels
+from export_files import bar_labels, label_value
 from windows import axis_labels
 
 
@@ -21,8 +21,27 @@ def test_the_window_and_the_export_write_a_bars_labels_alike(qtbot, top):
     widget.show()
     update_bar(bar, None, (0.0, float(np.float32(top))), "attention weight")
     qtbot.wait(1)
-    shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=float)
+    shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=label_value)
     assert len(shown) >= 3 and shown == bar_labels(top)
+
+
+@pytest.mark.parametrize("top, want", [
+    (1e30, ["0", "5e+29", "1e+30"]),
+    (3e-9, ["0", "1e\u221209", "2e\u221209", "3e\u221209"]),
+])
+def test_a_huge_or_tiny_bar_is_written_with_exponents_in_the_window_and_the_export(qtbot, top, want):
+    """Weights up to 1e30 (or 3e-9) read `5e+29`, `1e+30`, not 31 digits in fixed point (nor
+    `0.000000003`), alike in the window's bar and an exported figure's."""
+    widget = pg.GraphicsLayoutWidget()
+    qtbot.addWidget(widget)
+    widget.resize(200, 600)
+    bar = colour_bar("viridis", widget.font())
+    widget.addItem(bar)
+    widget.show()
+    update_bar(bar, None, (0.0, float(np.float32(top))), "attention weight")
+    qtbot.wait(1)
+    shown = sorted((text for text, _box in axis_labels(bar.getAxis("right"))), key=label_value)
+    assert shown == want and bar_labels(float(np.float32(top))) == want
 
 
 @pytest.mark.parametrize("top", [0.6166, 0.2004, 0.02015, 0.9996])
@@ -46,5 +65,5 @@ def test_the_grids_bar_writes_its_top_as_the_export_does(qtbot, top):
                                   offsets=[(i, i + 1) for i in range(4)], kv_group=np.arange(2)))
     qtbot.wait(1)
     assert st.scale_mode == "shared" and g.cbar.levels()[1] == np.float32(top)
-    shown = sorted((text for text, _box in axis_labels(g.cbar.getAxis("right"))), key=float)
+    shown = sorted((text for text, _box in axis_labels(g.cbar.getAxis("right"))), key=label_value)
     assert len(shown) >= 3 and shown == bar_labels(top)

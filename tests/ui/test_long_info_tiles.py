@@ -43,8 +43,8 @@ def _lines_needed(label, text) -> int:
 
 
 def test_a_cut_texts_info_line_reads_whole_and_the_key_strip_cuts_at_a_word(window, qtbot):
-    """At 1024 x 700, a text cut to the model's positions: the info line, which needs a third line
-    for the cut, shows all of its words; the key strip under the large pane shows whole lines, its
+    """At 1024 x 700, a text cut to the model's positions: the info line, its two lines saying so,
+    shows all of its words; the key strip under the large pane shows whole lines, its
     last word followed by "…", never a sliver of a third line."""
     long_view_shown(window, qtbot, "The cat sat on the mat near the old red door. " * 60, (1024, 700))
     view = window.findChild(LongView)
@@ -56,4 +56,27 @@ def test_a_cut_texts_info_line_reads_whole_and_the_key_strip_cuts_at_a_word(wind
     shown = strip.text()
     assert shown.startswith("keys 0..") and shown.endswith(" …")
     assert _lines_needed(strip, shown) * strip.fontMetrics().lineSpacing() <= strip.contentsRect().height()
+    window.worker.wait_idle()
+
+
+def test_the_views_under_the_info_line_keep_their_place_for_a_cut_text(window, qtbot):
+    """At 1024 x 700 the info line of a text cut to the model's positions says so in its two lines,
+    as one of an uncut text does: the tiles and the large pane under it stay where they were in
+    the long view, their tops as far under the line's as before (the longer token strip above the
+    view may make the whole view shorter)."""
+    from PySide6.QtCore import QPoint
+
+    view = window.findChild(LongView)
+
+    def places():
+        return [w.mapTo(view, QPoint(0, 0)).y() for w in (view.info, view.tiles, view.pane)] + [view.info.height()]
+
+    long_view_shown(window, qtbot, TEXT, (1024, 700))
+    qtbot.waitUntil(lambda: view.info.full.startswith("Long text: ") and "positions" not in view.info.full,
+                    timeout=WAIT)
+    before = places()
+    long_view_shown(window, qtbot, "The cat sat on the mat near the old red door. " * 60, (1024, 700))
+    qtbot.waitUntil(lambda: "the model's positions" in view.info.full, timeout=WAIT)
+    qtbot.waitUntil(lambda: places() == before, timeout=2000)
+    assert "the model's positions" in view.info.text()  # (the cut shows, not only in the tooltip)
     window.worker.wait_idle()

@@ -44,7 +44,7 @@ def test_the_window_and_the_export_place_a_layers_heads_by_the_same_rule(qapp):
     from types import SimpleNamespace
 
     from attnviz.figures.data import make_view
-    from attnviz.figures.heatmaps import layout
+    from attnviz.figures.heatmap_layout import layout
     from attnviz.figures.view import EXPORT_ASPECT, layer_columns
 
     for n_head, n_kv in ((12, 12), (9, 3), (8, 2), (16, 4)):

@@ -211,3 +211,30 @@ def test_a_run_field_set_while_the_model_loads_keeps_the_remembered_custom_of_th
     w.calc_panel.spins["batch"].setValue(4)
     w = restarted(textbook_window, w, path)
     assert calc_shown(w.calc_panel) == {**custom, "batch": "4"}
+
+
+def test_custom_numbers_not_shown_on_another_model_are_named_once(qtbot, tmp_path):
+    """Custom numbers made on one model, the next start on another: the panel says in words which
+    model they were for and what it shows instead; not on the model they were made on, and gone
+    once the user changes a field."""
+    first = calc_restarted(qtbot, tmp_path, {}, "gemma3")
+    first.spins["n_layer"].setValue(first.spins["n_layer"].value() + 1)  # Custom on gemma3
+    saved = first.fields()
+
+    def note(panel) -> str:  # the panel's words about them, as shown
+        from PySide6.QtWidgets import QLabel
+
+        panel.show()
+        qtbot.waitExposed(panel)
+        return next((label.text() for label in panel.findChildren(QLabel)
+                     if label.isVisible() and "Custom figures" in label.text()), "")
+
+    assert note(calc_restarted(qtbot, tmp_path, saved, "gemma3")) == ""
+    other = calc_restarted(qtbot, tmp_path, saved, "llama_gqa")
+    said = note(other)
+    assert said.startswith("The Custom figures you left were for gemma3; showing llama_gqa"), said
+    assert other.preset_combo.currentText() == "Loaded model: llama_gqa"
+    other.spins["batch"].setValue(3)  # the user changes a field: the note has been read
+    assert note(other) == ""
+    gone = calc_restarted(qtbot, tmp_path, {**saved, "base": "a-model-since-removed"}, "llama_gqa")
+    assert note(gone).startswith("The Custom figures you left were for a-model-since-removed; showing llama_gqa")

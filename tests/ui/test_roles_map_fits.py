@@ -108,3 +108,36 @@ def test_a_scores_cell_shows_its_value_rounded_once_and_no_negative_zero(qtbot):
     assert shown(1.2449, "distance") == "1.24"  # (rounded to 3 first, 1.245, it read 1.25)
     assert shown(-0.0, "entropy") == ".00"  # (one-hot rows' entropy is -0.0)
     assert shown(0.0994, "previous") == ".099"
+
+
+@pytest.mark.parametrize("model, n_head", [("SmolLM2-135M-Instruct", 9), ("all-MiniLM-L6-v2", 12)])
+def test_roles_map_reads_whole_in_a_1024_pixel_window(qtbot, tmp_path, smollm2, model, n_head):
+    """In the window's default 1024 x 700 size the Overview map's role names read whole ("sink",
+    not "si…", in MiniLM's twelve narrow columns): each cell's text, in the font its delegate
+    draws it in, fits its cell beside the style's margins, in a font no smaller than 6.5 points."""
+    from PySide6.QtGui import QFontMetricsF
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    from attnviz.ui.views.column_fit import text_margins
+
+    w = open_window(qtbot, tmp_path / "s.ini", model=model, text=TEXT)
+    w.resize(1024, 700)
+    w.roles_dock.show()
+    w.roles_dock.raise_()
+    panel = w.roles_panel
+    panel.tabs.setCurrentWidget(panel.overview)
+    ov = panel.overview.map
+    qtbot.waitUntil(lambda: ov.columnCount() == n_head and ov.isVisible(), timeout=WAIT)
+    qtbot.waitUntil(lambda: not ov.horizontalScrollBar().isVisible(), timeout=WAIT)
+    texts = set()
+    for r in range(ov.rowCount()):
+        for c in range(n_head):
+            index = ov.model().index(r, c)
+            opt = QStyleOptionViewItem()
+            opt.initFrom(ov.viewport())
+            opt.rect = ov.visualRect(index)
+            ov.itemDelegateForIndex(index).initStyleOption(opt, index)  # (what the style draws: text, font)
+            texts.add(opt.text)
+            drawn = QFontMetricsF(opt.font).horizontalAdvance(opt.text) + text_margins(ov)
+            assert drawn <= opt.rect.width() and opt.font.pointSizeF() >= 6.5, (r, c, opt.text, drawn, opt.rect)
+    assert "sink" in texts

@@ -151,7 +151,7 @@ def test_a_long_title_is_cut_short_of_the_next_tiles_title(grid, qtbot):
 
 def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
     """A switched-off head with a long badge: the title cut short of the next tile's still says
-    `· off` (the badge goes first)."""
+    `· off` (the badge goes first; the layer, which every title of the view shares, before it)."""
     from attnviz.engine.analysing.effects import Ablation
 
     st, g = grid
@@ -161,7 +161,7 @@ def test_a_cut_title_keeps_its_off_mark(grid, qtbot):
     st.effects.set_ablation(Ablation(heads=((0, 0),)))
     qtbot.waitUntil(lambda: g.layout_ is not None and g.titles()[0] == "L0 H0  · off  coreference (probe)")
     first = next(t for t in g.plot.addedItems if isinstance(t, Label) and t.full.startswith("L0 H0"))
-    assert first.text().endswith("…") and first.text().startswith("L0 H0  · off")
+    assert first.text().endswith("…") and first.text().startswith("H0  · off")
 
 
 def test_query_row_highlight_in_every_head(grid):

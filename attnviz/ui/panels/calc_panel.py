@@ -16,8 +16,8 @@ from attnviz.engine.errors import CalcError
 from attnviz.engine.reading.hf_config import default_d_head
 from attnviz.engine.calc.presets import load_presets
 from attnviz.ui.panels.calc_views import (
-    CompareTable, KVPlot, ShapesTable, as_sentence, error_label, flops_text, heading, kv_text, live_text,
-    params_text, rich_label, sentence_text, summary_text, tokens,
+    CompareTable, KVPlot, ShapesTable, as_sentence, dropped_text, error_label, flops_text, heading, kv_text,
+    live_text, note_label, params_text, rich_label, sentence_text, summary_text, tokens,
 )
 
 
@@ -143,6 +143,7 @@ class CalcPanel(QWidget):
             self.general_error.show()
             return
         self._loaded_name = name
+        self.dropped_note.hide()  # (it named the model shown before)
         self.preset_combo.setItemText(0, f"Loaded model: {name}")
         self._set_item_enabled(0, True)
         self._select(LOADED)
@@ -189,6 +190,10 @@ class CalcPanel(QWidget):
         if preset == CUSTOM and not (base in self.presets or base == LOADED and loaded
                                      and saved.get("base_model") in (None, "", self._loaded_name)):
             preset = LOADED  # its numbers on another model than theirs: only how it was run
+            if loaded:  # (said once the model is shown)
+                made_on = saved.get("base_model") if base == LOADED else base
+                self.dropped_note.setText(dropped_text(made_on or "another model", self._loaded_name))
+                self.dropped_note.show()
         if preset == CUSTOM:
             self._select(base)
         elif preset in self.presets or preset == LOADED and loaded:
@@ -226,6 +231,8 @@ class CalcPanel(QWidget):
         lay.setContentsMargins(8, 8, 8, 8)
         lay.setSpacing(6)
         lay.addWidget(self._build_presets())
+        self.dropped_note = note_label()  # remembered Custom figures not shown, until the user changes a field
+        lay.addWidget(self.dropped_note)
         lay.addLayout(self._build_fields())
         self.general_error = error_label()
         lay.addWidget(self.general_error)
@@ -361,6 +368,7 @@ class CalcPanel(QWidget):
         keeps it: the preset shown until the model comes stands in for it, and only the run field
         changed is taken. Once a model is shown, the fields as shown are the user's."""
         saved, self._saved = self._saved, None
+        self.dropped_note.hide()
         if self.state is None or self.state.model is not None or saved is None:
             if self.state is not None and self.state.model is None:
                 self._saved = self.fields()

@@ -350,6 +350,21 @@ def error_label() -> QLabel:
     return label
 
 
+def note_label() -> QLabel:
+    """A wrapping plain-text note under the preset box, hidden until there is something to say."""
+    label = QLabel()
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.hide()
+    return label
+
+
+def dropped_text(made_on: str, shown: str) -> str:
+    """The note for remembered Custom figures not shown: made on `made_on`, shown on `shown`."""
+    return (f"The Custom figures you left were for {made_on}; showing {shown}, with your context, "
+            "batch and KV dtype (the same fields on another model give other totals).")
+
+
 def heading(text: str) -> QLabel:
     """A bold section heading of the results."""
     label = QLabel(f"<b>{html.escape(text)}</b>")

@@ -13,7 +13,7 @@ import html
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QFontMetrics, QFontMetricsF
 from PySide6.QtWidgets import (
     QAbstractItemView, QComboBox, QFormLayout, QHBoxLayout, QHeaderView, QLabel, QStackedWidget,
     QStyledItemDelegate, QTableWidget, QTableWidgetItem, QTextBrowser, QVBoxLayout, QWidget,
@@ -23,7 +23,7 @@ from attnviz.engine.analysing import heads as H
 from attnviz.engine.reading import textbook
 from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import ROLE_COLORS, ROLE_SHORT, role_text_color
-from attnviz.ui.views.column_fit import ColumnFit
+from attnviz.ui.views.column_fit import ColumnFit, text_margins
 
 COLUMNS = ("layer", "head", "role") + H.SCORE_NAMES
 # the Scores tab's headers, short so its eleven columns fit a 440 px dock (the full names and
@@ -67,6 +67,30 @@ class Compact(Decimals):
         return text
 
 
+class ShrinkToFit(QStyledItemDelegate):
+    """A cell whose text is wider than the cell (less the style's margins) drawn in a font small
+    enough to show it whole, down to MIN_POINT ("sink", not "si…", in a narrow dock's map); only
+    below that cut with "…"."""
+
+    MIN_POINT = 6.5
+
+    def initStyleOption(self, option, index):
+        super().initStyleOption(option, index)
+        room = option.rect.width() - text_margins(self.parent()) - 1  # (-1: a text's fractional width)
+        if room <= 0 or not option.text:  # (a size hint's option has no cell yet)
+            return
+        font, point = option.font, option.font.pointSizeF()
+        need = QFontMetricsF(font).horizontalAdvance(option.text)
+        if need <= room or point <= 0:
+            return
+        point = max(self.MIN_POINT, point * room / need)
+        font.setPointSizeF(point)
+        while QFontMetricsF(font).horizontalAdvance(option.text) > room and point > self.MIN_POINT:
+            point = max(self.MIN_POINT, point - 0.25)  # (hinting: a size's text may round wider)
+            font.setPointSizeF(point)
+        option.font, option.fontMetrics = font, QFontMetrics(font)
+
+
 def num_item(value, digits=3):
     item = QTableWidgetItem()
     v = float(value)
@@ -105,6 +129,7 @@ class RolesOverview(QWidget):
         self.map.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
         self.map.verticalHeader().setMinimumSectionSize(self.map.fontMetrics().height() + 6)
         self.map_fit = ColumnFit(self.map, cut=True)  # (all heads in sight; a cell's colour is its role)
+        self.map.setItemDelegate(ShrinkToFit(self.map))  # (a role's name whole in a narrow column)
         self.map.setToolTip("Rows: layers, columns: heads, coloured by role. Click to focus.")
         # one swatch per role, never broken inside ("dup = / duplicate"); "prev = previous" only
         # where the cell's abbreviation differs from the name

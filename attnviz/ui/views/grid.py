@@ -239,13 +239,25 @@ class HeatmapGrid(QWidget):
         for i, (l, h) in enumerate(lo.heads):
             badge = "" if text_badges_stale else self.state.badge(l, h)
             kind = model.config.layer_kind(l) if model is not None else None
-            text = side + head_title(l, h) + (f" · {kind}" if kind else "")
+            marks = f" · {kind}" if kind else ""
             if (l, h) in self.state.effects.ablation.heads:
-                text += "  · off"
+                marks += "  · off"
             if share is not None and l < len(share):
-                text += f"  · {100 * share[l][h]:.0f}% out"
+                marks += f"  · {100 * share[l][h]:.0f}% out"
             # (the badge last: a title cut short of the next tile's loses the badge before the marks)
-            self._titles[i].setText(text + (f"  {badge}" if badge else ""))
+            marks += f"  {badge}" if badge else ""
+            # (the short form: without the layer, which every title of the view shares)
+            self._titles[i].setText(side + head_title(l, h) + marks, side + f"H{h}" + marks)
+        self._title_form()
+
+    def _title_form(self) -> None:
+        """Layer view: where any title is too wide for its tile, every title without its layer
+        ("H6  induction", the layer is the view's), so the row reads alike; cut with "…" only
+        where even that is too wide."""
+        shown = [t for t in self._titles if t.isVisible()]
+        short = self.layout_ is not None and self.layout_.mode == "layer" and not all(t.fits() for t in shown)
+        for t in shown:
+            t.use_short(short)
 
     def _draw_window(self) -> None:
         """The sliding window's edge on every tile of a local layer, once the text is longer than
@@ -300,6 +312,7 @@ class HeatmapGrid(QWidget):
         room = title_room(lo)  # (a layer view's title cut short of the next tile's: a long badge)
         for t in self._titles:
             t.fit_width(None if room is None else room / max(self.vb.viewPixelSize()[0], 1e-9) - 3 * Label.PAD)
+        self._title_form()
 
     def _tile_index(self, layer: int, head: int) -> int | None:
         return None if self.layout_ is None else tile_index(self.layout_, layer, head)

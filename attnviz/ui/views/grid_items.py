@@ -82,8 +82,10 @@ class Label(QGraphicsSimpleTextItem):
         self.setZValue(2)
         self._anchor = anchor
         self.full = ""  # the text asked for; shown cut with "…" where wider than fit_width
+        self.short = ""  # a shorter form of it, shown in its place where asked (use_short)
+        self._short_on = False
         self._width: float | None = None
-        self._fitted: float | None = None  # the width `full` was last fitted to
+        self._shown_for: tuple | None = None  # (full, short, width, short_on) last shown
         self._place()
 
     def setAnchor(self, anchor: tuple[float, float]) -> None:  # (0, 0) top left .. (1, 1) bottom right
@@ -91,22 +93,39 @@ class Label(QGraphicsSimpleTextItem):
             self._anchor = anchor
             self._place()
 
-    def setText(self, text: str) -> None:
-        if text == self.full and self._fitted == self._width:
-            return  # (a redraw's same title: nothing measured again)
-        self.full, self._fitted = text, self._width
-        if self._width is not None:
-            text = QFontMetricsF(self.font()).elidedText(text, Qt.TextElideMode.ElideRight, self._width)
-        if text != self.text():
-            super().setText(text)
-            self._place()
+    def setText(self, text: str, short: str = "") -> None:
+        """Show `text`, or `short` (a shorter form of it) once use_short(True), cut with "…" where
+        wider than fit_width, and the whole text in the tooltip where it is not shown whole."""
+        self.full, self.short = text, short
+        self._show()
+
+    def fits(self) -> bool:
+        """Whether the whole text fits fit_width."""
+        return self._width is None or QFontMetricsF(self.font()).horizontalAdvance(self.full) <= self._width
+
+    def use_short(self, on: bool) -> None:
+        """Show the shorter form (where there is one) in place of the text."""
+        self._short_on = bool(on)
+        self._show()
 
     def fit_width(self, pixels: float | None) -> None:
         """Show the text cut with "…" where wider than `pixels` (None: whole): a title as wide
         as its tile, not running into the next tile's."""
-        if pixels != self._width:
-            self._width = pixels
-            self.setText(self.full)
+        self._width = pixels
+        self._show()
+
+    def _show(self) -> None:
+        key = (self.full, self.short, self._width, self._short_on)
+        if key == self._shown_for:
+            return  # (a redraw's same title: nothing measured again)
+        self._shown_for = key
+        text = self.short if self._short_on and self.short else self.full
+        if self._width is not None:
+            text = QFontMetricsF(self.font()).elidedText(text, Qt.TextElideMode.ElideRight, self._width)
+        self.setToolTip("" if text == self.full else self.full)
+        if text != self.text():
+            super().setText(text)
+            self._place()
 
     def toPlainText(self) -> str:
         return self.text()

@@ -255,10 +255,9 @@ class LongView(QWidget):
                         f"{tl.cell_tokens(0)}×{tl.cell_tokens(1)} tokens)")
             res += options_text(applied)
             res_ = lg.run.result
-            cut = (f" (the text's first {lp.T:,} of {res_.n_tokens_full:,}: the model's positions)"
-                   if res_.truncated else "")
-            self.info.set_lines(3 if res_.truncated else 2)  # (the cut takes a line of its own)
-            self.info.set_text(f"Long text: {lp.T:,} tokens{cut}, patterns computed for what is shown · "
+            count = (f"its first {lp.T:,} of {res_.n_tokens_full:,} tokens (the model's positions)"
+                     if res_.truncated else f"{lp.T:,} tokens")
+            self.info.set_text(f"Long text: {count} · "
                                f"layer {layer} · {region_text(r)} · {res}")
             self.info.setToolTip(self.info.full)  # (a narrow window's lines may not hold it)
             self.scale_label.setText(self.scale_text())
