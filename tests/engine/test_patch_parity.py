@@ -41,3 +41,24 @@ def test_patched_logit_differences_match_transformers(smollm2, ref, what, layers
                    target=int(ref["target"]), alt=int(ref["alt"]))
     np.testing.assert_allclose(diffs(got)[layers], ref[key], rtol=0, atol=1e-3)
     assert np.ptp(ref[key]) > 0.1  # the patches change the answer: a test that can fail
+
+
+def test_targets_the_two_texts_score_alike_are_refused(smollm2, ref):
+    """At the indirect-object pair's last token, a target and alt whose logit difference the two
+    texts give nearly alike (apart by about 3e-5 while float32 rounds each by about 1e-5) are
+    refused: their effects were rounding shown to 4 decimals (about 8% off against float64)."""
+    with pytest.raises(PT.InputError, match=r"differ by \S+, less than 0.001 of .* an effect would "
+                                            r"measure rounding"):
+        PT.patch(smollm2, ref["ids_clean"], ref["ids_corrupt"], "head_out", layers=[23],
+                 target=45590, alt=36855)
+
+
+@pytest.mark.parametrize("dc, dd, refused", [(7.8845, 7.88453, True), (6.12, -5.49, False),
+                                              (0.0005, 0.0, True), (0.0025, 0.0, False),
+                                              (-300.0, -300.2, True), (-300.0, -300.4, False)])
+def test_the_spread_is_judged_against_the_diffs_size(dc, dd, refused):
+    if refused:
+        with pytest.raises(PT.InputError, match="nearly the same"):
+            PT.check_spread(dc, dd)
+    else:
+        PT.check_spread(dc, dd)

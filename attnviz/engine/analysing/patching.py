@@ -12,7 +12,8 @@ same formula gives 1 where nothing changed (the clean run's diff) and 0 where th
 brought the corrupted answer in whole. `unpatched` is the effect of a patch that changes nothing
 (0 denoise, 1 noise); `ranked` orders pieces by |effect - unpatched|. Defaults: target = the clean
 run's top-1 at P; alt = the corrupted run's top-1, or its second when it is the target. Refused
-when |diff_clean - diff_corrupt| < 1e-6 (nothing to measure).
+when |diff_clean - diff_corrupt| < MIN_SPREAD max(1, |diff_clean|, |diff_corrupt|): a float32 diff
+is rounded by a few 1e-6 of its size, so a smaller spread would make the effects measure rounding.
 
 What can be patched (`what`, the effect's shape), each from the other run's trace:
     resid            [n_layer, T]          the residual entering block l (before its norm), position t
@@ -48,7 +49,7 @@ from attnviz.engine.reading.token_text import quoted
 
 WHATS = ("resid", "head_out", "head_out_by_pos", "head_pattern", "mlp_out")
 DIRECTIONS = ("denoise", "noise")
-MIN_SPREAD = 1e-6  # |diff_clean - diff_corrupt| below this: refused
+MIN_SPREAD = 1e-3  # |diff_clean - diff_corrupt| under this share of the diffs' size: refused
 BATCH_ROWS = 1024  # rows of one batched forward (all its copies' positions together)
 
 
@@ -115,7 +116,7 @@ def check_ids(ids_clean, ids_corrupt) -> None:
 def metric_of(model, head, pair: Pair, position: int | None = None, target: int | None = None,
               alt: int | None = None) -> Metric:
     """The metric of a clean (pair.a) and corrupted (pair.b) run: defaults as the module says;
-    InputError for an unknown token, target = alt, or a difference under MIN_SPREAD."""
+    InputError for an unknown token, target = alt, or diffs too close (check_spread)."""
     V = model.config.vocab_size
     q = position_index(pair.T, position)
     for name, t in (("target", target), ("alt", alt)):
@@ -133,11 +134,21 @@ def metric_of(model, head, pair: Pair, position: int | None = None, target: int 
     # the same arithmetic as a patched run's diff: a full patch gives diff_clean to the last bit
     finals = np.stack([pair.a.trace.resid[-1][q], pair.b.trace.resid[-1][q]])  # [2, d_model]
     dc, dd = (float(d) for d in logit_diff(head, finals, target, alt))
-    if abs(dc - dd) < MIN_SPREAD:
-        raise InputError(f"diff_clean {dc:.6g} and diff_corrupt {dd:.6g} differ by less than "
-                         f"{MIN_SPREAD:g}: the two texts give the same logit(target) - logit(alt) "
-                         "at this position, so patching has nothing to restore")
+    check_spread(dc, dd)
     return Metric(q, target, alt, dc, dd)
+
+
+def check_spread(dc: float, dd: float) -> None:
+    """InputError where diff_clean and diff_corrupt are too close for an effect to mean anything:
+    apart by less than MIN_SPREAD of the larger (at least 1), an effect's float32 rounding (a few
+    1e-6 of the diffs' size over their spread) reaches its third decimal and beyond."""
+    size = max(1.0, abs(dc), abs(dd))
+    if abs(dc - dd) < MIN_SPREAD * size:
+        raise InputError(f"diff_clean {dc:.6g} and diff_corrupt {dd:.6g} differ by {abs(dc - dd):.2g}, "
+                         f"less than {MIN_SPREAD:g} of {size:.6g}: the two texts give nearly the "
+                         "same logit(target) - logit(alt) at this position, so an effect would "
+                         "measure rounding, not what a patch restores; pick another position, "
+                         "target or alt")
 
 
 def effect_shape(what: str, n_layer: int, n_head: int, T: int) -> tuple[int, ...]:
