@@ -28,7 +28,7 @@ def scan_dir(tmp_path_factory):
 
 def _pixel(panel, layer, head) -> QColor:
     image = panel.heat_w.grab().toImage()
-    p = panel.heat_w.mapFromScene(panel.heat_vb.mapViewToScene(QPointF(head + 0.5, layer + 0.5)))
+    p = panel.heat_w.mapFromScene(panel.heat_w.vb.mapViewToScene(QPointF(head + 0.5, layer + 0.5)))
     return image.pixelColor(p.x(), p.y())
 
 
@@ -41,12 +41,12 @@ def test_a_statistic_no_text_gave_is_grey_and_named(window, qtbot, scan_dir):
     assert np.isnan(panel.scan.means["induction"]).all() and np.isfinite(panel.scan.means["previous"]).all()
     panel.set_stat("induction")
     qtbot.wait(50)
-    assert panel.heat_plot.titleLabel.text == "mean induction per head"
+    assert panel.heat_w.plot.titleLabel.text == "mean induction per head"
     assert panel.heat_note.isVisible() and panel.heat_note.text() == "Map: no text gave a value."
     assert _pixel(panel, 1, 2).name() == QColor(MISSING).name()
     panel.set_stat("previous")
     qtbot.wait(50)
-    assert panel.heat_plot.titleLabel.text == "mean previous per head" and not panel.heat_note.isVisible()
+    assert panel.heat_w.plot.titleLabel.text == "mean previous per head" and not panel.heat_note.isVisible()
     assert _pixel(panel, 1, 2).name() != QColor(MISSING).name()
 
 
@@ -65,9 +65,9 @@ def test_the_scatter_never_counts_a_missing_statistic_as_zero(window, qtbot, sca
     panel.set_stat("induction")
     panel.pick_head(1, 2)
     assert panel.examples_title.text().startswith("L1 H2 (mean induction no value)")
-    spot = next(p for p in panel.scatter.points() if tuple(p.data()) == (1, 2))
-    hover_plot(qtbot, panel.scatter_plot.getViewBox(), panel.scatter_w, spot.pos().x(), spot.pos().y())
-    vb = panel.scatter_plot.getViewBox()  # (pyqtgraph puts a point's tip on its view box)
+    spot = next(p for p in panel.scatter_w.points.points() if tuple(p.data()) == (1, 2))
+    hover_plot(qtbot, panel.scatter_w.plot.getViewBox(), panel.scatter_w, spot.pos().x(), spot.pos().y())
+    vb = panel.scatter_w.plot.getViewBox()  # (pyqtgraph puts a point's tip on its view box)
     qtbot.waitUntil(lambda: "L1 H2: " in vb.toolTip(), timeout=WAIT)
     tip = next(t for t in vb.toolTip().split("\n\n") if t.startswith("L1 H2: "))
     assert "induction no value" in tip and "duplicate no value" in tip
@@ -85,6 +85,6 @@ def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan
     panel.set_stat("induction")
     qtbot.wait(50)
     assert window.width() <= 1024
-    bar = panel.cbar.sceneBoundingRect()  # (its width reaches past its labels: the bar and "0.75" in sight)
+    bar = panel.heat_w.cbar.sceneBoundingRect()  # (its width reaches past its labels: the bar and "0.75" in sight)
     assert bar.left() + 40 <= panel.heat_w.viewport().width()
-    assert panel.heat_plot.titleLabel.text == "mean induction per head"
+    assert panel.heat_w.plot.titleLabel.text == "mean induction per head"

@@ -359,12 +359,12 @@ def _check_every_dock(qtbot, w, size):
     docks["Corpus"].raise_()
     _settle(qtbot, w)
     panel = w.corpus_panel
-    for gw, plot in ((panel.heat_w, panel.heat_plot), (panel.scatter_w, panel.scatter_plot)):
+    for gw, plot in ((panel.heat_w, panel.heat_w.plot), (panel.scatter_w, panel.scatter_w.plot)):
         port = gw.viewport().rect()
         for item in (plot.getViewBox(), plot.titleLabel.item):
             r = gw.mapFromScene(item.sceneBoundingRect()).boundingRect()
             assert port.contains(r), f"{type(item).__name__} {r.getRect()} outside {port.getRect()}"
-    x0, x1 = panel.heat_vb.viewRange()[0]
+    x0, x1 = panel.heat_w.vb.viewRange()[0]
     assert x0 <= 0 and x1 >= 12  # H0..H11
 
     # the focus view: every token labelled, or it says which
