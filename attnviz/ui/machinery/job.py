@@ -75,13 +75,16 @@ def shared_relay() -> Relay:
 
 
 def run_job(job: Job, relay: Relay, is_stale: Callable[[], bool]) -> None:
-    """Run a job on whichever thread calls this and send the outcome to the main thread."""
+    """Run a job on whichever thread calls this and send the outcome to the main thread. Whatever
+    the job raises is its failure, SystemExit and KeyboardInterrupt too (a job's bug, not the
+    app's end: raised on, it ended the pool's turn before the jobs queued behind it, and its
+    own result never came, so the window waited for it for good)."""
     if is_stale():
         outcome = (None, SKIPPED)
     else:
         try:
             outcome = (job.fn(), None)
-        except Exception as exc:  # reported on the main thread, never lost in a thread
+        except BaseException as exc:  # noqa: BLE001 - reported on the main thread, never lost in a thread
             if not isinstance(exc, AttnvizError):
                 log.warning("%r failed unexpectedly", job, exc_info=True)
             outcome = (None, without_frames(exc))
