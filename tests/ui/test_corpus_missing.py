@@ -88,3 +88,49 @@ def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan
     bar = panel.heat_w.cbar.sceneBoundingRect()  # (its width reaches past its labels: the bar and "0.75" in sight)
     assert bar.left() + 40 <= panel.heat_w.viewport().width()
     assert panel.heat_w.plot.titleLabel.text == "mean induction per head"
+
+
+def test_every_part_keeps_its_least_height_in_a_1024_by_700_window(window, qtbot, scan_dir):
+    """The textbook scan in MiniLM's window: its note that the scan is of another model wraps to
+    four lines in a 1024 px window's dock, and the map's and the scatter's notes are shown. The
+    map, the scatter and the examples each keep their least height, one below the other (the map
+    was drawn over the scatter's title, the scatter's note over its points), and what does not
+    fit the dock is reached by its scroll bar; the window keeps its size."""
+    from PySide6.QtCore import QPoint, QRect
+    from PySide6.QtWidgets import QScrollArea
+
+    from windows import drain_events
+
+    window.resize(1024, 700)
+    window.open_scan(str(scan_dir))
+    panel = window.corpus_panel
+    qtbot.waitUntil(lambda: panel.scan is not None and panel.scan.path == scan_dir, timeout=WAIT)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.set_stat("induction")
+    qtbot.waitUntil(lambda: panel.model_state() == "other", timeout=WAIT)
+    drain_events()
+    drain_events()
+    assert panel.model_note.isVisible() and panel.heat_note.isVisible() and panel.scatter_note.isVisible()
+    assert (window.width(), window.height()) == (1024, 700)
+
+    def box(widget) -> QRect:  # in the panel's coordinates
+        return QRect(widget.mapTo(panel, QPoint(0, 0)), widget.size())
+    heat, scatter, note = box(panel.heat_w), box(panel.scatter_w), box(panel.scatter_note)
+    examples = box(panel.examples.parentWidget())
+    for name, r, least in (("map", heat, panel.heat_w.minimumHeight()),
+                           ("scatter", scatter, panel.scatter_w.minimumHeight()),
+                           ("examples", examples, panel.examples.parentWidget().minimumHeight())):
+        assert r.height() >= least, f"{name} {r.getRect()}: less than its least height {least}"
+    assert heat.bottom() < scatter.top() and scatter.bottom() < note.top() and note.bottom() < examples.top()
+    title = panel.scatter_w.mapFromScene(panel.scatter_w.plot.titleLabel.item.sceneBoundingRect()).boundingRect()
+    assert panel.scatter_w.viewport().rect().contains(title)
+    (area,) = [a for a in panel.findChildren(QScrollArea) if a.widget() is not None
+               and a.widget().isAncestorOf(panel.heat_w)]
+    assert area.widget().height() > area.viewport().height() and area.verticalScrollBar().isVisible()
+    bar = area.verticalScrollBar()
+    bar.setValue(bar.maximum())  # scrolled to the end: the examples in sight
+    drain_events()
+    assert area.viewport().rect().contains(QRect(panel.examples.mapTo(area.viewport(), QPoint(0, 0)),
+                                                 panel.examples.size()))
+

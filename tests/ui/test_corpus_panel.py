@@ -285,3 +285,33 @@ def test_the_heatmaps_head_labels_never_touch_in_a_narrow_dock(window, qtbot, sc
     assert all(right + 2 < left for (_l, right), (left, _r) in zip(boxes, boxes[1:])), labels
     assert (len(labels) == panel.scan.n_head) == every_head
     dock.setFloating(False)
+
+
+def test_the_maps_title_and_colour_bar_numbers_are_whole_in_a_1024_pixel_window(window, qtbot, scan_dir):
+    """Each statistic's map in a 1024 px window's dock: every number of its colour bar painted
+    inside the map's view (a long title widened the plot and pushed the bar past the dock's edge:
+    "0.7" of 0.75), and its title whole, or shortened with the whole in the map's tooltip."""
+    from attnviz.engine.analysing.corpus_stats import HEAD_STATS
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    port = panel.heat_w.viewport().rect()
+    for stat in HEAD_STATS:
+        panel.set_stat(stat)
+        drain_events()
+        drain_events()
+        axis = panel.heat_w.cbar.getAxis("right")
+        labels = axis_labels(axis)
+        assert len(labels) >= 2
+        for text, box in labels:
+            r = panel.heat_w.mapFromScene(axis.mapToScene(box).boundingRect()).boundingRect()
+            assert port.contains(r), f"{stat}: {text!r} at {r.getRect()} outside {port.getRect()}"
+        title = panel.heat_w.plot.titleLabel
+        r = panel.heat_w.mapFromScene(title.item.sceneBoundingRect()).boundingRect()
+        assert port.contains(r), f"{stat}: its title at {r.getRect()} outside {port.getRect()}"
+        whole = f"mean {stat} per head"
+        assert title.text == whole or (title.text in (f"mean {stat}",) or title.text.endswith("\u2026")) \
+            and panel.heat_w.toolTip() == whole, (title.text, panel.heat_w.toolTip())
+    assert window.width() == 1024

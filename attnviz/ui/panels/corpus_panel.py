@@ -32,6 +32,7 @@ from attnviz.engine.computing.patterns import head_title
 from attnviz.figures.style import WARNING
 from attnviz.ui.panels.corpus_scan import ScanView, example_html, stat_value
 from attnviz.ui.panels.corpus_views import ScanMap, ScanScatter
+from attnviz.ui.views.least_height import LeastHeightScroll
 
 
 class CorpusPanel(QWidget):
@@ -55,7 +56,7 @@ class CorpusPanel(QWidget):
 
     # --- building -----------------------------------------------------------------------------
     def _build(self):
-        lay = QVBoxLayout(self)
+        lay = QVBoxLayout()  # in a scroll area: a wrapped note never squeezes a plot below its least height
         top = QHBoxLayout()
         self.open_button = QPushButton("Open scan…")
         self.open_button.setToolTip("a folder written by attnviz scan")
@@ -106,6 +107,9 @@ class CorpusPanel(QWidget):
         self.heat_note = _note_label()  # what has no value (in the title it widened the plot past the dock)
         lay.addWidget(self.heat_note)
         lay.addWidget(split, 1)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(LeastHeightScroll(lay))
 
     def _build_scatter(self) -> QWidget:
         """The heads by behaviour, with the line that names what it leaves out under it."""

@@ -28,6 +28,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
     def __init__(self):
         super().__init__()
         self.n_head = 0  # of the map drawn
+        self.stat = ""  # the statistic drawn
         self.setBackground(BACKGROUND)
         self.plot = self.addPlot()
         self.plot.setMenuEnabled(False)
@@ -57,6 +58,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
             self.plot.getAxis(ax).setTextPen(pg.mkPen(TEXT))
         self.setMinimumHeight(220)
         self.vb.sigResized.connect(self.head_ticks)
+        self.vb.sigResized.connect(self.fit_title)
 
     def draw(self, v: np.ndarray, stat: str) -> str:
         """Show `v` [n_layer, n_head], the mean of `stat` per head -> the line that says what has
@@ -72,7 +74,8 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.plot.getAxis("left").setTicks([[(l + 0.5, f"L{l}") for l in range(v.shape[0])]])
         self.n_head = v.shape[1]
         self.head_ticks()
-        self.plot.setTitle(f"mean {stat} per head", color=TEXT)
+        self.stat = stat
+        self.fit_title()
         return ("" if finite.size == v.size else "Map: no text gave a value." if not finite.size
                 else "Map: grey where no text gave a value.")
 
@@ -88,6 +91,26 @@ class ScanMap(pg.GraphicsLayoutWidget):
         room = fm.horizontalAdvance(f"H{n_head - 1}") + fm.horizontalAdvance("  ")
         step = max(1, int(np.ceil(room / per_head))) if per_head > 0 else n_head
         ax.setTicks([[(h + 0.5, f"H{h}") for h in range(0, n_head, step)]])
+
+    def fit_title(self, *_):
+        """"mean <stat> per head" where the map is as wide, else "mean <stat>", else that ending in
+        an ellipsis; whole in the map's tooltip where shortened. Never wider than the map: a
+        title's width set the plot's least width, which pushed the colour bar and its numbers
+        past a narrow dock's edge ("0.7" of 0.75 was painted)."""
+        if not self.stat:
+            return
+        label, room = self.plot.titleLabel, self.vb.width()
+        whole = f"mean {self.stat} per head"
+        for shown in (whole, f"mean {self.stat}"):
+            self.plot.setTitle(shown, color=TEXT)
+            if label.itemRect().width() <= room:
+                break
+        cut = shown
+        while label.itemRect().width() > room and len(cut) > 1:
+            cut = cut[:-1]
+            self.plot.setTitle(cut.rstrip() + "\u2026", color=TEXT)
+        label.setMinimumWidth(0)  # (the map's width sets the title's, not the other way round)
+        self.setToolTip("" if label.text == whole else whole)
 
     def head_at(self, scene_pos) -> tuple[int, int]:
         """The (layer, head) of the cell under a scene position (outside the map: off its range)."""
