@@ -75,7 +75,8 @@ def test_the_scatter_never_counts_a_missing_statistic_as_zero(window, qtbot, sca
 
 
 def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan_dir):
-    """Its note in the title made the plot wider than the dock: the colour bar went off-screen."""
+    """Its note in the title made the plot wider than the dock: the colour bar went off-screen.
+    (It has no colour bar now: no text gave a value.)"""
     window.resize(1024, 700)
     window.open_scan(str(scan_dir))
     panel = window.corpus_panel
@@ -85,8 +86,8 @@ def test_the_map_with_no_values_stays_in_a_1024_pixel_window(window, qtbot, scan
     panel.set_stat("induction")
     qtbot.wait(50)
     assert window.width() <= 1024
-    bar = panel.heat_w.cbar.sceneBoundingRect()  # (its width reaches past its labels: the bar and "0.75" in sight)
-    assert bar.left() + 40 <= panel.heat_w.viewport().width()
+    view = panel.heat_w.vb.sceneBoundingRect()  # (its colour bar hidden: it has no values)
+    assert view.right() <= panel.heat_w.viewport().width()
     assert panel.heat_w.plot.titleLabel.text == "mean induction per head"
 
 
@@ -134,3 +135,27 @@ def test_every_part_keeps_its_least_height_in_a_1024_by_700_window(window, qtbot
     assert area.viewport().rect().contains(QRect(panel.examples.mapTo(area.viewport(), QPoint(0, 0)),
                                                  panel.examples.size()))
 
+
+def test_a_map_no_text_gave_a_value_paints_no_colour_bar(window, qtbot, scan_dir):
+    """Its grey cells have no value: no colour bar and no numbers beside them (the bar read 0 to 1,
+    a stand-in range); a statistic with values has its bar again."""
+    from attnviz.figures.style import BACKGROUND
+
+    window.open_scan(str(scan_dir))
+    panel = window.corpus_panel
+    qtbot.waitUntil(lambda: panel.scan is not None and panel.scan.path == scan_dir, timeout=WAIT)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+
+    def bar_colours() -> set:  # the colours painted right of the map, where a bar and its numbers go
+        image = panel.heat_w.grab().toImage()
+        view = panel.heat_w.mapFromScene(panel.heat_w.vb.sceneBoundingRect()).boundingRect()
+        return {image.pixelColor(x, y).name() for x in range(view.right() + 3, image.width())
+                for y in range(view.top(), view.bottom())}
+    panel.set_stat("induction")
+    qtbot.waitUntil(lambda: panel.heat_note.isVisible(), timeout=WAIT)
+    assert bar_colours() == {QColor(BACKGROUND).name()}
+    assert _pixel(panel, 1, 2).name() == QColor(MISSING).name()
+    panel.set_stat("previous")
+    qtbot.waitUntil(lambda: not panel.heat_note.isVisible(), timeout=WAIT)
+    assert len(bar_colours()) > 20  # the colour map and its numbers

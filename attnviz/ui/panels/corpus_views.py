@@ -76,6 +76,7 @@ class ScanMap(pg.GraphicsLayoutWidget):
         self.head_ticks()
         self.stat = stat
         self.fit_title()
+        self.cbar.setVisible(bool(finite.size))  # (its numbers over no value would be a stand-in's)
         return ("" if finite.size == v.size else "Map: no text gave a value." if not finite.size
                 else "Map: grey where no text gave a value.")
 
