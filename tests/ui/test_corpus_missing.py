@@ -159,3 +159,22 @@ def test_a_map_no_text_gave_a_value_paints_no_colour_bar(window, qtbot, scan_dir
     panel.set_stat("previous")
     qtbot.waitUntil(lambda: not panel.heat_note.isVisible(), timeout=WAIT)
     assert len(bar_colours()) > 20  # the colour map and its numbers
+
+
+def test_a_scatter_that_places_no_head_says_so_in_its_title(window, qtbot, scan_dir):
+    """Texts gave values, but none to any statistic that places a head: no point is drawn, and the
+    title says no head is placed (it kept 'heads by behaviour' and its layer colours' key)."""
+    from dataclasses import replace
+
+    from attnviz.engine.analysing.corpus_stats import PROFILE_STATS, place_heads
+
+    window.open_scan(str(scan_dir))
+    panel = window.corpus_panel
+    qtbot.waitUntil(lambda: panel.scan is not None and panel.scan.path == scan_dir, timeout=WAIT)
+    s = panel.scan
+    means = {k: np.full_like(v, np.nan) if k in PROFILE_STATS else v for k, v in s.means.items()}
+    assert np.isfinite(means["texts"]).all()
+    panel.set_scan(replace(s, means=means, coords=place_heads(means)))
+    assert len(panel.scatter_w.points.points()) == 0
+    assert panel.scatter_w.plot.titleLabel.text == "heads by behaviour: no head placed"
+    assert panel.scatter_note.isVisible() and "6 heads not placed" in panel.scatter_note.text()

@@ -155,6 +155,10 @@ class ScanScatter(pg.GraphicsLayoutWidget):
             self.points.setData([])
             self.plot.setTitle("heads by behaviour: no text gave a value")
             return ""
+        if not np.isfinite(s.coords).all(axis=1).any():  # no statistic places a head
+            self.points.setData([])
+            self.plot.setTitle("heads by behaviour: no head placed")
+            return scatter_note(s)
         n = s.n_layer * s.n_head
         colors = colormap_colors(DEFAULT_COLORMAP, max(s.n_layer, 2))
         spots = []
