@@ -315,3 +315,25 @@ def test_the_maps_title_and_colour_bar_numbers_are_whole_in_a_1024_pixel_window(
         assert title.text == whole or (title.text in (f"mean {stat}",) or title.text.endswith("\u2026")) \
             and panel.heat_w.toolTip() == whole, (title.text, panel.heat_w.toolTip())
     assert window.width() == 1024
+
+
+def test_a_new_statistic_keeps_the_examples_scrolled_where_they_were(window, qtbot, scan_dir):
+    """The picked head's examples are the same whatever the statistic (its top cells by weight):
+    the list stays scrolled where it was, and the line over it names the new statistic's mean."""
+    from PySide6.QtCore import QPoint
+
+    window.resize(1024, 700)
+    panel, _ = _open(window, qtbot, scan_dir)
+    window.corpus_dock.show()
+    window.corpus_dock.raise_()
+    panel.pick_head(2, 5)
+    bar = panel.examples.verticalScrollBar()
+    qtbot.waitUntil(lambda: bar.maximum() > 0, timeout=WAIT)  # (4 examples in less room)
+    bar.setValue(bar.maximum())
+    drain_events()
+    top = panel.examples.indexAt(QPoint(2, 2)).row()
+    assert top > 0
+    panel.set_stat("previous")
+    drain_events()
+    assert panel.examples_title.text().startswith("L2 H5 (mean previous ")
+    assert bar.value() == bar.maximum() and panel.examples.indexAt(QPoint(2, 2)).row() == top

@@ -254,8 +254,8 @@ class CorpusPanel(QWidget):
         if i != self.stat_box.currentIndex():
             self.stat_box.setCurrentIndex(i)
         self._draw_heat()
-        if self.head is not None:
-            self._list_examples()  # the picked head's line names the statistic's mean
+        self._title_examples()  # the picked head's line names the statistic's mean; its examples
+        # are the same (by weight), so the list is kept as it is, scrolled where it was
 
     def values(self) -> np.ndarray | None:  # [n_layer, n_head] of the statistic shown
         return None if self.scan is None else self.scan.means[self.stat]
@@ -313,6 +313,20 @@ class CorpusPanel(QWidget):
     # --- examples -----------------------------------------------------------------------------
     def _list_examples(self):
         self.examples.clear()
+        self._title_examples()
+        found = [] if self.scan is None or self.head is None else self.scan.examples.get(self.head, [])
+        for e in found:
+            item = QListWidgetItem()
+            item.setData(Qt.ItemDataRole.UserRole, e)
+            label = QLabel(example_html(e, self._offsets(e.text)))
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setWordWrap(True)
+            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+            item.setSizeHint(label.sizeHint())
+            self.examples.addItem(item)
+            self.examples.setItemWidget(item, label)
+
+    def _title_examples(self) -> None:  # the line over the examples: the picked head and its mean
         if self.scan is None or self.head is None:
             self.examples_title.setText("Click a head (heatmap or scatter) for its top examples.")
             return
@@ -327,16 +341,6 @@ class CorpusPanel(QWidget):
         self.examples_title.setToolTip(
             "The first token (the sink) is left out, and so is the diagonal of a head mostly on "
             f"itself (mean diagonal mass over {DIAGONAL_LIMIT:g} on that text)")
-        for e in found:
-            item = QListWidgetItem()
-            item.setData(Qt.ItemDataRole.UserRole, e)
-            label = QLabel(example_html(e, self._offsets(e.text)))
-            label.setTextFormat(Qt.TextFormat.RichText)
-            label.setWordWrap(True)
-            label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
-            item.setSizeHint(label.sizeHint())
-            self.examples.addItem(item)
-            self.examples.setItemWidget(item, label)
 
     def _picked_line(self, l, h) -> str:
         return f"{head_title(l, h)} (mean {self.stat} {stat_value(self.scan, self.stat, l, h)})"
